@@ -1,0 +1,43 @@
+"""Shared fixtures: where the shared KITTI assets are, and the two built-in configs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pointpillars_trt.config import ModelConfig, load_config
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def assets_dir() -> Path | None:
+    """The shared assets folder: $PP_ASSETS, else ../shared/assets beside the checkout."""
+    candidate = Path(os.environ.get("PP_ASSETS", REPO_ROOT.parent / "shared" / "assets"))
+    if not candidate.is_absolute():
+        candidate = REPO_ROOT / candidate
+    return candidate if candidate.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def assets() -> Path:
+    found = assets_dir()
+    if found is None:
+        pytest.skip("shared KITTI assets not found (set PP_ASSETS or place ../shared/assets)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def openpcdet_cfg() -> ModelConfig:
+    return load_config("openpcdet_kitti_3class")
+
+
+@pytest.fixture(scope="session")
+def zhulf_cfg() -> ModelConfig:
+    return load_config("zhulf0804_kitti_3class")
