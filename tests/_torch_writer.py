@@ -1,0 +1,147 @@
+"""A minimal torch-free writer of torch's two ``.pth`` formats, for tests of the reader.
+
+It lets tests make tiny, unusual (strided, shared, every dtype) and deliberately broken checkpoints
+without torch. Where torch is installed, tests check that torch itself loads what this writes.
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import zipfile
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
+_STORAGE_NAMES = {
+    "float32": "FloatStorage", "float16": "HalfStorage", "float64": "DoubleStorage",
+    "int64": "LongStorage", "int32": "IntStorage", "int16": "ShortStorage", "int8": "CharStorage",
+    "uint8": "ByteStorage", "bool": "BoolStorage",
+}
+
+
+def torch_global(module: str, name: str) -> type:
+    """A stand-in that pickles as the global ``module.name`` (which need not be importable here)."""
+    return type(name, (), {"pickle_global": (module, name)})
+
+
+REBUILD_TENSOR = torch_global("torch._utils", "_rebuild_tensor_v2")
+
+
+@dataclass(eq=False)
+class Storage:
+    """One torch storage: a flat array whose bytes are written as one storage record."""
+
+    array: np.ndarray
+    key: str = ""
+
+
+@dataclass(eq=False)
+class Tensor:
+    """A tensor as torch pickles it: a view (offset, size, stride in elements) of a storage."""
+
+    storage: Storage
+    offset: int
+    size: tuple[int, ...]
+    stride: tuple[int, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return REBUILD_TENSOR, (self.storage, self.offset, self.size, self.stride, False, OrderedDict())
+
+
+@dataclass(eq=False)
+class Call:
+    """Pickles as ``func(*args)``: how tests plant arbitrary globals in a checkpoint."""
+
+    func: type
+    args: tuple[Any, ...]
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return self.func, self.args
+
+
+def _as_tensors(obj: Any) -> Any:
+    """Contiguous ndarrays become tensors with their own storage; containers are copied."""
+    if isinstance(obj, np.ndarray):
+        arr = np.array(obj, order="C")  # keeps 0-d arrays 0-d
+        stride = tuple(s // arr.itemsize for s in arr.strides)
+        return Tensor(Storage(arr.reshape(-1)), 0, arr.shape, stride)
+    if isinstance(obj, dict):
+        out: dict[Any, Any] = OrderedDict() if isinstance(obj, OrderedDict) else {}
+        out.update((k, _as_tensors(v)) for k, v in obj.items())
+        return out
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_as_tensors(v) for v in obj)
+    return obj
+
+
+_PurePickler: Any = pickle._Pickler  # type: ignore[attr-defined]  # its save_global can be overridden
+
+
+class _Pickler(_PurePickler):
+    def __init__(self, file: io.BytesIO, legacy: bool) -> None:
+        super().__init__(file, protocol=2)
+        self.legacy = legacy
+        self.storages: list[Storage] = []
+
+    def save_global(self, obj: Any, name: str | None = None) -> None:
+        target = getattr(obj, "pickle_global", None)
+        if target is None:
+            super().save_global(obj, name)
+            return
+        self.write(pickle.GLOBAL + f"{target[0]}\n{target[1]}\n".encode())
+        self.memoize(obj)
+
+    def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
+        if not isinstance(obj, Storage):
+            return None
+        if all(s is not obj for s in self.storages):
+            obj.key = obj.key or str(len(self.storages))
+            self.storages.append(obj)
+        storage_type = torch_global("torch", _STORAGE_NAMES[obj.array.dtype.name])
+        pid = ("storage", storage_type, obj.key, "cpu", obj.array.size)
+        return pid + (None,) if self.legacy else pid
+
+
+def pickle_torch(obj: Any, legacy: bool = False) -> tuple[bytes, list[Storage]]:
+    """Protocol-2 pickle of ``obj`` with storages as persistent ids, as torch writes it."""
+    buffer = io.BytesIO()
+    pickler = _Pickler(buffer, legacy)
+    pickler.dump(_as_tensors(obj))
+    return buffer.getvalue(), pickler.storages
+
+
+def _le_bytes(array: np.ndarray) -> bytes:
+    return array.astype(array.dtype.newbyteorder("<")).tobytes()
+
+
+def write_zip(obj: Any, path: Path, top: str = "archive") -> Path:
+    """torch >= 1.6 zip format: ``<top>/data.pkl``, ``<top>/data/<key>``, ``byteorder``, ``version``."""
+    data, storages = pickle_torch(obj)
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        archive.writestr(f"{top}/data.pkl", data)
+        archive.writestr(f"{top}/byteorder", "little")
+        for storage in storages:
+            archive.writestr(f"{top}/data/{storage.key}", _le_bytes(storage.array))
+        archive.writestr(f"{top}/version", "3\n")
+    return path
+
+
+def write_legacy(obj: Any, path: Path) -> Path:
+    """torch's legacy stream: magic, protocol, sys-info, main pickle, key list, then the storages."""
+    out = io.BytesIO()
+    sys_info = {"protocol_version": 1001, "little_endian": True, "type_sizes": {"short": 2, "int": 4, "long": 4}}
+    for header in (LEGACY_MAGIC, 1001, sys_info):
+        pickle.dump(header, out, protocol=2)
+    data, storages = pickle_torch(obj, legacy=True)
+    out.write(data)
+    pickle.dump([s.key for s in storages], out, protocol=2)
+    for storage in storages:
+        out.write(np.int64(storage.array.size).astype("<i8").tobytes())
+        out.write(_le_bytes(storage.array))
+    path.write_bytes(out.getvalue())
+    return path
