@@ -1,0 +1,60 @@
+"""The result type every detector returns, CPU or GPU, whatever the checkpoint family."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class FrameStats:
+    """What happened to the input on its way to the network (counts, not timings)."""
+
+    num_points: int            # rows given
+    num_nonfinite: int = 0     # rows dropped for NaN / inf
+    num_pillars: int = 0       # non-empty pillars fed to the network
+    num_pillars_dropped: int = 0  # non-empty pillars past the configured maximum
+
+
+@dataclass(frozen=True)
+class Detections:
+    """Boxes in OpenPCDet's lidar convention: (x, y, z_centre, dx=length, dy=width, dz=height, heading).
+
+    ``labels`` are 0-based indices into ``class_names``; rows are in the order the family's own
+    post-processing leaves them (OpenPCDet: descending score; zhulf0804: grouped by class unless more
+    than its 50-box cap were found).
+    """
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    labels: np.ndarray
+    class_names: tuple[str, ...]
+    stats: FrameStats = field(default_factory=lambda: FrameStats(0))
+
+    def __len__(self) -> int:
+        return int(self.scores.shape[0])
+
+    @property
+    def names(self) -> list[str]:
+        return [self.class_names[i] for i in self.labels.tolist()]
+
+    def to_json_dict(self, frame: str) -> dict[str, Any]:
+        """The per-frame JSON record of ``pointpillars-trt infer``."""
+        return {
+            "frame": frame,
+            "boxes_lidar": np.round(self.boxes.astype(np.float64), 5).tolist(),
+            "scores": np.round(self.scores.astype(np.float64), 6).tolist(),
+            "labels": self.names,
+            "num_points": self.stats.num_points,
+            "num_pillars": self.stats.num_pillars,
+            "num_pillars_dropped": self.stats.num_pillars_dropped,
+            "num_nonfinite_points": self.stats.num_nonfinite,
+        }
+
+    @classmethod
+    def empty(cls, class_names: tuple[str, ...], stats: FrameStats) -> Detections:
+        return cls(
+            np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), class_names, stats
+        )

@@ -1,0 +1,13 @@
+"""NumPy reference of every GPU stage: the CPU path of the pipeline and the oracle of the kernels."""
+
+from .voxel import Pillars, scatter, voxelize
+from .post import (
+    RawDetections,
+    anchors,
+    decode_boxes,
+    head_maps_to_anchor_major,
+    nms_rotated,
+    postprocess,
+    rotated_iou_bev,
+    to_openpcdet_boxes,
+)

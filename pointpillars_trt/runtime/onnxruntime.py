@@ -1,0 +1,161 @@
+"""ONNX Runtime engine: the CPU oracle, and on the GPU a stand-in for TensorRT with the same interface.
+
+CUDA mode runs the session on the pipeline's own stream (``user_compute_stream``) and binds the
+pipeline's buffers with IO binding, so no tensor is copied and no memory is allocated per frame.
+Two settings keep :meth:`run` free of host synchronisation:
+
+* the run option ``disable_synchronize_execution_providers=1`` (ORT >= 1.14) drops the
+  ``cudaStreamSynchronize`` that ``Run()`` otherwise ends with. ORT's own CUDA graph replay honours
+  it only since microsoft/onnxruntime#28686 (merged June 2026); older versions synchronise after
+  every replay;
+* ``user_compute_stream`` (Python API since 1.17) orders ORT's kernels after the pipeline's previous
+  stage and before the next one, and lets a CUDA graph captured on that stream include them.
+
+Dynamic pillar count: the graph's first dimension is symbolic and ONNX Runtime accepts any row
+count, but the pipeline binds ``Pmax`` rows every frame (padding rows are ignored downstream), so
+the shapes never change and the run can be captured, either by ORT (``cuda_graph=True``) or as
+part of the pipeline's whole-frame graph. Use one capture or the other, not both.
+
+Precision is a property of the ONNX file (an fp16 export has fp16 inside), not of this engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import onnxruntime as ort
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile
+
+from ..errors import BackendError, ModelDirError
+from . import Backend, Device, Engine, Shape, TensorSpec
+
+CUDA_PROVIDER = "CUDAExecutionProvider"
+_NO_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"
+_ORT_TYPES: dict[str, np.dtype] = {
+    f"tensor({name})": np.dtype(dtype)
+    for name, dtype in [
+        ("float", np.float32), ("float16", np.float16), ("double", np.float64), ("bool", np.bool_),
+        ("int8", np.int8), ("uint8", np.uint8), ("int32", np.int32), ("int64", np.int64),
+    ]
+}
+
+
+class OnnxRuntimeEngine(Engine):
+    """An ONNX graph in an ONNX Runtime session, on the CPU (``run_host``) or CUDA (``bind``/``run``).
+
+    ``stream_ptr`` (CUDA) is the stream every :meth:`run` must use: ORT binds a session to one
+    compute stream at creation. ``cuda_graph`` lets ORT capture its kernels in its own CUDA graph on
+    the first run and replay it afterwards; the bound addresses and shapes are then frozen.
+    """
+
+    backend: Backend = "onnxruntime"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        device: Device = "cpu",
+        device_id: int = 0,
+        stream_ptr: int = 0,
+        cuda_graph: bool = False,
+        threads: int | None = None,
+    ) -> None:
+        super().__init__(path, device)
+        if device == "cuda" and not stream_ptr:
+            raise BackendError(
+                f"{self.path.name}: CUDA mode needs the pipeline's stream (stream_ptr), received {stream_ptr!r}. "
+                "Note: ONNX Runtime treats 0 as 'no user stream' and would run on a stream of its own"
+            )
+        if device == "cpu" and cuda_graph:
+            raise BackendError("cuda_graph=True needs device='cuda'")
+        self.device_id = device_id
+        self.stream_ptr = int(stream_ptr)
+        self.cuda_graph = cuda_graph
+        self.threads = threads
+        self._session: ort.InferenceSession | None = None
+        self._binding: ort.IOBinding | None = None
+        self._run_options: ort.RunOptions | None = None
+        self._graph_captured = False
+
+    def _load(self) -> list[TensorSpec]:
+        if not self.path.is_file():
+            raise ModelDirError(f"ONNX graph not found: {self.path}")
+        if self.device == "cuda" and CUDA_PROVIDER not in ort.get_available_providers():
+            raise BackendError(
+                f"{CUDA_PROVIDER} is not available in onnxruntime {ort.__version__} "
+                f"(available: {ort.get_available_providers()}). Note: install onnxruntime-gpu for CUDA"
+            )
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.enable_profiling = False
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+        try:
+            session = ort.InferenceSession(str(self.path), sess_options=options, providers=self._providers())
+        except (InvalidProtobuf, InvalidGraph, NoSuchFile) as exc:
+            raise ModelDirError(f"Cannot load ONNX graph {self.path}: {exc}. Note: re-export it") from exc
+        except Exception as exc:  # ORT's pybind errors (Fail, EPFail, ...) share no base but Exception
+            raise BackendError(f"ONNX Runtime could not create a session for {self.path}: {exc}") from exc
+        if self.device == "cuda":
+            if CUDA_PROVIDER not in session.get_providers():
+                raise BackendError(f"ONNX Runtime fell back to {session.get_providers()} for {self.path.name}")
+            self._binding = session.io_binding()
+            self._run_options = ort.RunOptions()
+            self._run_options.add_run_config_entry(_NO_SYNC_RUN_OPTION, "1")
+        self._session = session
+        return [_spec(arg, True) for arg in session.get_inputs()] + [_spec(arg, False) for arg in session.get_outputs()]
+
+    def _providers(self) -> list[Any]:
+        if self.device == "cpu":
+            return ["CPUExecutionProvider"]
+        cuda_options = {
+            "device_id": str(self.device_id),
+            "user_compute_stream": str(self.stream_ptr),
+            "enable_cuda_graph": "1" if self.cuda_graph else "0",
+        }
+        return [(CUDA_PROVIDER, cuda_options), "CPUExecutionProvider"]
+
+    def _unload(self) -> None:
+        self._session = self._binding = self._run_options = None
+        self._graph_captured = False
+
+    def _bind(self, spec: TensorSpec, ptr: int, shape: Shape) -> None:
+        assert self._binding is not None  # set by _load in CUDA mode
+        if self._graph_captured:
+            raise BackendError(
+                f"{spec.role} tensor: {spec.name} | Received a new address or shape after ONNX Runtime captured "
+                f"its CUDA graph. Note: with cuda_graph=True bind once, before the first run()"
+            )
+        bind = self._binding.bind_input if spec.is_input else self._binding.bind_output
+        bind(spec.name, "cuda", self.device_id, spec.dtype.type, list(shape), ptr)
+
+    def _run(self, stream_ptr: int) -> None:
+        assert self._session is not None and self._binding is not None
+        if stream_ptr != self.stream_ptr:
+            raise BackendError(
+                f"{self.path.name} | Received stream {stream_ptr:#x}. Note: the session was created on stream "
+                f"{self.stream_ptr:#x}; ONNX Runtime cannot switch streams per run"
+            )
+        try:
+            self._session.run_with_iobinding(self._binding, self._run_options)
+        except Exception as exc:  # ORT's pybind errors share no base but Exception
+            raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
+        self._graph_captured = self.cuda_graph
+
+    def _run_host(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        assert self._session is not None
+        try:
+            results = self._session.run(list(self._outputs), dict(feeds))
+        except Exception as exc:  # ORT's pybind errors share no base but Exception
+            raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
+        return dict(zip(self._outputs, results))
+
+
+def _spec(arg: Any, is_input: bool) -> TensorSpec:
+    """A TensorSpec from ORT's NodeArg; symbolic or unknown dimensions become -1."""
+    if arg.type not in _ORT_TYPES:
+        raise BackendError(f"Tensor: {arg.name} | Received unsupported type {arg.type}. Note: Expected one of {sorted(_ORT_TYPES)}")
+    shape = tuple(d if isinstance(d, int) else -1 for d in arg.shape)
+    return TensorSpec(arg.name, shape, _ORT_TYPES[arg.type], is_input)
