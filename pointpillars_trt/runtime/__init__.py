@@ -247,6 +247,7 @@ def open_engine(
     cuda_graph: bool = False,
     threads: int | None = None,
     expected_digest: str | None = None,
+    tf32: bool = False,
 ) -> Engine:
     """Open (and activate) an engine; the backend module is imported here, not before.
 
@@ -260,7 +261,8 @@ def open_engine(
         from .onnxruntime import OnnxRuntimeEngine
 
         engine: Engine = OnnxRuntimeEngine(
-            path, device=device, device_id=device_id, stream_ptr=stream_ptr, cuda_graph=cuda_graph, threads=threads
+            path, device=device, device_id=device_id, stream_ptr=stream_ptr, cuda_graph=cuda_graph, threads=threads,
+            tf32=tf32,
         )
     elif backend == "tensorrt":
         if device != "cuda":

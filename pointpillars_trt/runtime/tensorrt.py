@@ -55,10 +55,11 @@ def build_plan(
     timing_cache_path: str | Path | None = None,
     workspace_bytes: int = 1 << 30,
     device_id: int = 0,
+    tf32: bool = False,
 ) -> dict[str, Any]:
     """Build ``onnx_path`` into ``plan_path`` (written atomically) plus its metadata; returns the metadata.
 
-    ``precision``: ``"fp32"`` (TensorRT's default, TF32 allowed), ``"fp16"`` (FP16 kernels allowed
+    ``precision``: ``"fp32"`` (true fp32 unless ``tf32``), ``"fp16"`` (FP16 kernels allowed
     in an fp32 graph) or ``"graph"`` (a strongly typed network: the types written in the ONNX file,
     e.g. an fp16 export, and nothing else). ``dynamic_rows`` maps each input with dynamic dimensions
     to the ``(min, opt, max)`` used for all of them, e.g. ``{"pillars": (1, Pmax, Pmax)}``.
@@ -84,6 +85,8 @@ def build_plan(
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
+    if not tf32:  # TensorRT allows TF32 by default; fp32 should match the CPU oracle
+        config.clear_flag(trt.BuilderFlag.TF32)
     profile_shapes = _profile_shapes(network, dynamic_rows or {})
     if profile_shapes:
         profile = builder.create_optimization_profile()
@@ -110,6 +113,7 @@ def build_plan(
         "compute_capability": capability,
         "config_digest": config_digest,
         "precision": precision,
+        "tf32": tf32,
         "profile": {name: [list(s) for s in shapes] for name, shapes in profile_shapes.items()},
     }
     # A crash between the two writes leaves a plan without metadata, which the engine rejects.

@@ -1,0 +1,1 @@
+"""Peer implementations the benchmark times our pipeline against; each imports its own framework."""
