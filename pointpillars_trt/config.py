@@ -180,7 +180,10 @@ def _read_config_text(name_or_path: str | Path) -> tuple[str, str]:
 
 
 def config_from_dict(raw: Any, source: str = "<dict>") -> ModelConfig:
-    """Build and validate a config; every error names the source and the offending key."""
+    """Build and validate a config; every error names the source and the offending key.
+
+    Accepts the YAML spelling and ``ModelConfig.to_dict()``'s, so a model dir can store and rebuild a config.
+    """
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
@@ -225,14 +228,14 @@ def _build(raw: dict[str, Any]) -> ModelConfig:
         ),
         anchors=AnchorConfig(
             classes=tuple(
-                AnchorClass(str(c["class"]), _floats(c["size"], 3), float(c["bottom"]))  # type: ignore[arg-type]
+                AnchorClass(str(c["name" if "name" in c else "class"]), _floats(c["size"], 3), float(c["bottom"]))  # type: ignore[arg-type]
                 for c in a["classes"]
             ),
             rotations=_floats(a["rotations"]),
             alignment=a["alignment"],
             stride=int(a["stride"]),
         ),
-        box_coder=raw["box_coder"]["style"],
+        box_coder=raw["box_coder"]["style"] if isinstance(raw["box_coder"], dict) else raw["box_coder"],
         direction=DirectionConfig(
             num_bins=int(d["num_bins"]),
             offset=float(d["offset"]),

@@ -1,0 +1,193 @@
+"""PFN and RPN as ONNX graphs built with the onnx package, BatchNorm folded, ready for TensorRT or ONNX Runtime.
+
+The network is split where the scatter kernel sits: the PFN graph maps pillars to pillar features, the RPN
+graph maps the BEV canvas to the three head maps. Both keep float32 IO in either precision, so the
+pipeline's device buffers do not depend on how the engines were built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from .config import ModelConfig
+from .errors import ConfigError
+from .weights import PointPillarsWeights
+
+Precision = Literal["fp32", "fp16"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16")
+OPSET = 17
+IR_VERSION = 8  # the IR that opset 17 came with: older ONNX Runtime and TensorRT parsers refuse newer IRs
+
+PFN_INPUT = "pillars"
+PFN_OUTPUT = "pillar_features"
+NUM_PILLARS_DIM = "num_pillars"
+RPN_INPUT = "canvas"
+RPN_OUTPUTS = ("cls", "box", "dir")
+
+_ONNX_DTYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A graph input or output; a ``str`` dimension is symbolic (sized per run, e.g. ``num_pillars``)."""
+
+    name: str
+    shape: tuple[int | str, ...]
+    dtype: str = "float32"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class GraphIO:
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+def pfn_io(cfg: ModelConfig) -> GraphIO:
+    m, c = cfg.voxel.max_points_per_pillar, cfg.features.channels
+    return GraphIO(
+        inputs=(TensorSpec(PFN_INPUT, (NUM_PILLARS_DIM, m, c)),),
+        outputs=(TensorSpec(PFN_OUTPUT, (NUM_PILLARS_DIM, cfg.network.pfn_channels)),),
+    )
+
+
+def rpn_io(cfg: ModelConfig) -> GraphIO:
+    """Batch is fixed at 1 (a symbolic batch would be a change here and in the canvas buffer)."""
+    nx, ny, _ = cfg.voxel.grid
+    hx, hy = cfg.head_map
+    return GraphIO(
+        inputs=(TensorSpec(RPN_INPUT, (1, cfg.network.pfn_channels, ny, nx)),),
+        outputs=tuple(TensorSpec(name, (1, cfg.head_channels[name], hy, hx)) for name in RPN_OUTPUTS),
+    )
+
+
+def build_pfn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+    """Linear (BN folded) -> ReLU -> max over the point slots.
+
+    No mask: the padded slots are zeros and take part in the max after BN and ReLU, as both families do.
+    """
+    _check_weights(weights, cfg)
+    scale, shift = weights.pfn_bn.scale_shift(cfg.network.bn_eps)
+    w = weights.pfn_linear.astype(np.float64) * scale[:, None]  # (64, C)
+    g = _GraphBuilder(precision)
+    x = g.input_cast(PFN_INPUT)
+    y = g.node("MatMul", [x, g.const("pfn.weight", w.T)], "pfn.linear")
+    y = g.node("Add", [y, g.const("pfn.bias", shift)], "pfn.bn")
+    y = g.node("Relu", [y], "pfn.relu")
+    g.output_node("ReduceMax", [y], "pfn.max", PFN_OUTPUT, axes=[1], keepdims=0)
+    return g.model("pointpillars_pfn", pfn_io(cfg))
+
+
+def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+    """Backbone blocks -> transposed-conv neck -> concat -> three 1x1 heads, every BN folded into a conv bias."""
+    _check_weights(weights, cfg)
+    eps = cfg.network.bn_eps
+    g = _GraphBuilder(precision)
+    x = g.input_cast(RPN_INPUT)
+    upsampled = []
+    for i, (block, deblock) in enumerate(zip(weights.blocks, weights.deblocks)):
+        for j, layer in enumerate(block):
+            scale, shift = layer.bn.scale_shift(eps)
+            w = layer.weight.astype(np.float64) * scale[:, None, None, None]
+            x = g.node(
+                "Conv", [x, g.const(f"block{i}.conv{j}.weight", w), g.const(f"block{i}.conv{j}.bias", shift)],
+                f"block{i}.conv{j}", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[layer.stride] * 2,
+            )
+            x = g.node("Relu", [x], f"block{i}.relu{j}")
+        k = deblock.stride
+        scale, shift = deblock.bn.scale_shift(eps)
+        w = deblock.weight.astype(np.float64) * scale[None, :, None, None]  # (Cin, Cout, k, k): BN is on Cout
+        u = g.node(
+            "ConvTranspose", [x, g.const(f"deblock{i}.weight", w), g.const(f"deblock{i}.bias", shift)],
+            f"deblock{i}", kernel_shape=[k, k], strides=[k, k],
+        )
+        upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
+    features = g.node("Concat", upsampled, "neck.concat", axis=1)
+    heads = {"cls": weights.head_cls, "box": weights.head_box, "dir": weights.head_dir}
+    for name in RPN_OUTPUTS:
+        head = heads[name]
+        g.output_node(
+            "Conv", [features, g.const(f"head.{name}.weight", head.weight), g.const(f"head.{name}.bias", head.bias)],
+            f"head.{name}", name, kernel_shape=[1, 1],
+        )
+    return g.model("pointpillars_rpn", rpn_io(cfg))
+
+
+def check_precision(precision: str) -> Precision:
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision {precision!r} is not supported; expected one of {list(PRECISIONS)}")
+    return precision  # type: ignore[return-value]
+
+
+class _GraphBuilder:
+    """Collects nodes and initializers; in fp16 the weights are float16 and casts sit at the graph edges."""
+
+    def __init__(self, precision: str) -> None:
+        self.fp16 = check_precision(precision) == "fp16"
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        dtype = np.float16 if self.fp16 else np.float32
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], name: str, output: str | None = None, **attrs: Any) -> str:
+        """Append a node; its output tensor is named after the node unless ``output`` is given."""
+        out = output or name
+        self.nodes.append(helper.make_node(op, inputs, [out], name=name, **attrs))
+        return out
+
+    def input_cast(self, name: str) -> str:
+        return self.node("Cast", [name], f"{name}.fp16", to=TensorProto.FLOAT16) if self.fp16 else name
+
+    def output_node(self, op: str, inputs: list[str], name: str, output: str, **attrs: Any) -> None:
+        """A node that produces the graph output ``output``: directly in fp32, through a Cast in fp16."""
+        if self.fp16:
+            value = self.node(op, inputs, name, **attrs)
+            self.node("Cast", [value], f"{output}.fp32", output=output, to=TensorProto.FLOAT)
+        else:
+            self.node(op, inputs, name, output=output, **attrs)
+
+    def model(self, graph_name: str, io: GraphIO) -> onnx.ModelProto:
+        def info(t: TensorSpec) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(t.name, _ONNX_DTYPES[t.dtype], list(t.shape))
+
+        graph = helper.make_graph(
+            self.nodes, graph_name, [info(t) for t in io.inputs], [info(t) for t in io.outputs], self.initializers
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="pointpillars-trt", ir_version=IR_VERSION
+        )
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def _check_weights(weights: PointPillarsWeights, cfg: ModelConfig) -> None:
+    """Catch a checkpoint/config mismatch here, with names, rather than as an opaque shape error in ONNX."""
+    net = cfg.network
+    expected: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = [
+        ("pfn_linear", weights.pfn_linear.shape, (net.pfn_channels, cfg.features.channels)),
+        ("backbone blocks", (len(weights.blocks),), (len(net.layer_nums),)),
+        ("neck deblocks", (len(weights.deblocks),), (len(net.upsample_strides),)),
+    ]
+    cin = net.pfn_channels
+    for i, (block, cout) in enumerate(zip(weights.blocks, net.block_channels)):
+        expected.append((f"block {i} conv count", (len(block),), (net.layer_nums[i] + 1,)))
+        expected += [(f"block {i} conv {j}", conv.weight.shape, (cout, cout if j else cin, 3, 3)) for j, conv in enumerate(block)]
+        expected.append((f"block {i} stride", (block[0].stride,), (net.layer_strides[i],)))
+        cin = cout
+    for i, (de, cin, cout, k) in enumerate(zip(weights.deblocks, net.block_channels, net.upsample_channels, net.upsample_strides)):
+        expected += [(f"deblock {i}", de.weight.shape, (cin, cout, k, k)), (f"deblock {i} stride", (de.stride,), (k,))]
+    for name, head in (("cls", weights.head_cls), ("box", weights.head_box), ("dir", weights.head_dir)):
+        expected.append((f"head {name}", head.weight.shape, (cfg.head_channels[name], net.head_in_channels, 1, 1)))
+    bad = [f"{what} is {got}, expected {want}" for what, got, want in expected if tuple(got) != want]
+    if bad:
+        raise ConfigError(f"weights do not match config {cfg.name}: " + "; ".join(bad))

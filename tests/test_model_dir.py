@@ -1,0 +1,167 @@
+"""Model dirs: what export writes, what load gives back, and a clear error for every way a dir can be wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
+
+from pointpillars_trt.errors import ModelDirError
+from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, export_model_dir, load_model_dir
+from pointpillars_trt.onnx_export import OPSET, RPN_INPUT, build_rpn_graph
+
+
+def _edit_metadata(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
+    meta = json.loads((folder / METADATA_FILE).read_text())
+    change(meta)
+    (folder / METADATA_FILE).write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+@pytest.mark.parametrize("family", ["openpcdet", "zhulf0804"])
+def test_round_trip(tmp_path: Path, family: str, precision: str):
+    cfg = tiny_config(family)
+    written = tiny_model_dir(tmp_path / "m", family, precision, seed=3)
+    loaded = load_model_dir(tmp_path / "m", expected_config=cfg)
+    assert loaded.cfg == cfg and loaded.cfg.digest() == cfg.digest()
+    assert loaded.metadata == written.metadata and loaded.path == tmp_path / "m"
+    assert loaded.precision == precision
+    meta = loaded.metadata
+    assert meta["format_version"] == FORMAT_VERSION and meta["onnx_opset"] == OPSET
+    assert meta["config_name"] == cfg.name and meta["config_digest"] == cfg.digest()
+    assert meta["source"] == {"random_seed": 3, "tiny": True}
+    assert meta["package_version"] and meta["created"].endswith("+00:00")
+    assert meta["graphs"]["pfn"]["inputs"] == [
+        {"name": "pillars", "shape": ["num_pillars", 8, cfg.features.channels], "dtype": "float32"}
+    ]
+    assert [o["shape"] for o in meta["graphs"]["rpn"]["outputs"]] == [[1, 18, 12, 16], [1, 42, 12, 16], [1, 12, 12, 16]]
+    assert sorted(p.name for p in loaded.path.iterdir()) == ["model.json", "pfn.onnx", "rpn.onnx"]  # no temp files left
+    assert loaded.plan_path("rpn") == loaded.path / "rpn.plan"
+    # The stored graph is the exported one, and it runs.
+    stored = onnx.load(str(loaded.rpn_path))
+    assert stored.SerializeToString() == build_rpn_graph(tiny_weights(cfg, 3), cfg, precision).SerializeToString()
+    session = ort.InferenceSession(str(loaded.rpn_path), providers=["CPUExecutionProvider"])
+    assert session.run(["cls"], {RPN_INPUT: random_canvas(cfg)})[0].shape == (1, 18, 12, 16)
+
+
+def test_export_overwrites_an_existing_dir_and_drops_its_stale_plans(tmp_path: Path):
+    first = tiny_model_dir(tmp_path, seed=0)
+    assert not first.has_plans() and first.engine_path("rpn", "onnxruntime") == first.rpn_path
+    for graph in ("pfn", "rpn"):
+        first.plan_path(graph).write_bytes(b"plan of the seed-0 graph")
+        first.plan_path(graph).with_suffix(".plan.json").write_text("{}")
+    assert first.has_plans() and first.rpn_engine_path("tensorrt") == tmp_path / "rpn.plan"
+    second = tiny_model_dir(tmp_path, seed=1)
+    assert first.metadata["graphs"]["rpn"]["sha256"] != second.metadata["graphs"]["rpn"]["sha256"]
+    assert load_model_dir(tmp_path).metadata["source"]["random_seed"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "pfn.onnx", "rpn.onnx"]
+
+
+def test_an_export_that_fails_leaves_the_previous_dir_untouched(tmp_path: Path):
+    tiny_model_dir(tmp_path, seed=0)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    cfg = tiny_config()
+    with pytest.raises(TypeError):  # the source must be JSON-serialisable
+        export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={"seed": object()})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_missing_folder(tmp_path: Path):
+    with pytest.raises(ModelDirError, match=r"model dir .*nope: not found"):
+        load_model_dir(tmp_path / "nope")
+
+
+def test_missing_metadata(tmp_path: Path):
+    with pytest.raises(ModelDirError, match=r"model\.json: missing, so .* is not a model dir"):
+        load_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]"])
+def test_corrupt_metadata(tmp_path: Path, content: bytes):
+    tiny_model_dir(tmp_path)
+    (tmp_path / METADATA_FILE).write_bytes(content)
+    with pytest.raises(ModelDirError, match=r"model\.json: (unreadable or not valid JSON|expected a JSON object)"):
+        load_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize("graph", ["pfn.onnx", "rpn.onnx"])
+def test_missing_graph(tmp_path: Path, graph: str):
+    tiny_model_dir(tmp_path)
+    os.remove(tmp_path / graph)
+    with pytest.raises(ModelDirError, match=rf"{graph} missing"):
+        load_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize("version", [2, 0, None, "1"])
+def test_unknown_format_version(tmp_path: Path, version):  # type: ignore[no-untyped-def]
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m.update(format_version=version))
+    with pytest.raises(ModelDirError, match=rf"format_version {version!r} is not known"):
+        load_model_dir(tmp_path)
+
+
+def test_missing_key(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m.pop("config_digest"))
+    with pytest.raises(ModelDirError, match="missing key 'config_digest'"):
+        load_model_dir(tmp_path)
+
+
+def test_malformed_config(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m["config"]["voxel"].update(range_filter="sideways"))
+    with pytest.raises(ModelDirError, match=r"model\.json: malformed .*range_filter"):
+        load_model_dir(tmp_path)
+
+
+def test_config_edited_after_the_build(tmp_path: Path):
+    """A config changed by hand no longer matches its digest, so the graphs were built for something else."""
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m["config"]["postprocess"].update(score_threshold=0.3))
+    with pytest.raises(ModelDirError, match="does not match the stored config"):
+        load_model_dir(tmp_path)
+
+
+def test_built_for_another_config(tmp_path: Path):
+    tiny_model_dir(tmp_path, family="openpcdet")
+    expected = tiny_config("zhulf0804")
+    with pytest.raises(ModelDirError) as info:
+        load_model_dir(tmp_path, expected_config=expected)
+    message = str(info.value)
+    assert "built for config tiny_openpcdet" in message and tiny_config("openpcdet").digest() in message
+    assert "but tiny_zhulf0804" in message and expected.digest() in message
+    assert "rebuild with `pointpillars-trt build" in message and "\n" not in message
+
+
+def test_rebuild_hint_names_the_checkpoint(tmp_path: Path):
+    cfg = tiny_config()
+    export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32",
+                     source={"checkpoint": "/ckpt/pp.pth", "sha256": "ab" * 32, "layout": "openpcdet"})
+    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config tiny_zhulf0804"):
+        load_model_dir(tmp_path, expected_config=tiny_config("zhulf0804"))
+
+
+def test_unknown_precision(tmp_path: Path):
+    cfg = tiny_config()
+    with pytest.raises(Exception, match="precision 'int8'"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="int8", source={})
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m.update(precision="int8"))
+    with pytest.raises(ModelDirError, match="precision 'int8'"):
+        load_model_dir(tmp_path)
+
+
+def test_graph_digests_match_the_files(tmp_path: Path):
+    import hashlib
+
+    model = tiny_model_dir(tmp_path)
+    for graph in ("pfn", "rpn"):
+        digest = hashlib.sha256(model.onnx_path(graph).read_bytes()).hexdigest()
+        assert model.metadata["graphs"][graph]["sha256"] == digest
+    assert np.all(np.isfinite(onnx.numpy_helper.to_array(onnx.load(str(model.pfn_path)).graph.initializer[0])))
