@@ -1,0 +1,1 @@
+"""``pointpillars-trt bench``: latency, throughput, copies and memory, against two baselines."""

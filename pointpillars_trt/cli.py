@@ -1,0 +1,162 @@
+"""``pointpillars-trt build | infer | demo | bench``: thin commands over the package API.
+
+User errors (``PointPillarsError``) end in one ``error:`` line and exit code 2, never a traceback; in a
+batch, each failed frame is listed and the others still get their outputs (exit code 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from .errors import InputError, PointPillarsError
+
+EXIT_FRAME_FAILURES = 1
+EXIT_USER_ERROR = 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.run(args))
+    except PointPillarsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pointpillars-trt", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    build = sub.add_parser("build", help="checkpoint -> ONNX graphs (+ TensorRT plans) in a model dir")
+    build.add_argument("--checkpoint", required=True, help="OpenPCDet or zhulf0804 .pth file")
+    build.add_argument("--out", required=True, help="model dir to write")
+    build.add_argument("--config", help="config name or YAML path (default: from the checkpoint's layout)")
+    build.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime")
+    build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    build.set_defaults(run=_cmd_build)
+
+    infer = sub.add_parser("infer", help="detect on KITTI velodyne .bin files")
+    infer.add_argument("paths", nargs="+", metavar="PATH", help=".bin files, folders of them, or globs")
+    infer.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
+    infer.add_argument("--out", help="folder for one output file per frame (default: print a summary only)")
+    infer.add_argument("--format", choices=("json", "kitti"), default="json")
+    infer.add_argument("--calib", help="folder of KITTI calib .txt files named like the frames (for --format kitti)")
+    infer.add_argument("--config", help="config name or YAML path (default: the model's own)")
+    infer.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    infer.add_argument("--backend", choices=("auto", "onnxruntime", "tensorrt"), default="auto")
+    infer.add_argument("--no-progress", action="store_true", help="no progress bar")
+    infer.set_defaults(run=_cmd_infer)
+
+    demo = sub.add_parser("demo", help="run the whole path on a simulated frame with a seeded, UNTRAINED model")
+    demo.add_argument("--out", default="demo_out", help="folder for the frame, model, JSON and PNG")
+    demo.add_argument("--config", default="openpcdet_kitti_3class")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    demo.set_defaults(run=_cmd_demo)
+
+    from .bench.cli import add_bench_parser
+
+    add_bench_parser(sub)
+    return parser
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    from .build import build_model_dir
+
+    model = build_model_dir(args.checkpoint, args.out, config=args.config, backend=args.backend,
+                            precision=args.precision)
+    print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")
+    for name in sorted(p.name for p in Path(model.path).iterdir()):
+        print(f"  {name}")
+    return 0
+
+
+def _cmd_infer(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .kitti import lidar_boxes_to_kitti_lines, read_calibration, write_json_atomic, write_text_atomic
+
+    frames = expand_frame_paths(args.paths)
+    if args.format == "kitti" and not args.calib:
+        raise InputError("--format kitti needs --calib DIR (KITTI calib files named like the frames)")
+    detector = _open_model(args.model, config=args.config, device=args.device, backend=args.backend)
+    out = Path(args.out) if args.out else None
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+    failures: list[tuple[str, str]] = []
+    total_boxes = 0
+    results = detector.infer_many(frames)
+    bar = tqdm(results, total=len(frames), unit="frame", disable=args.no_progress or len(frames) < 2,
+               file=sys.stderr)
+    for result in bar:
+        frame = Path(result.source)
+        if result.error is not None or result.detections is None:
+            failures.append((result.source, str(result.error)))
+            continue
+        det = result.detections
+        total_boxes += len(det)
+        try:
+            if out and args.format == "json":
+                write_json_atomic(out / f"{frame.stem}.json", det.to_json_dict(frame.stem))
+            elif out:
+                calib = read_calibration(Path(args.calib) / f"{frame.stem}.txt")
+                lines = lidar_boxes_to_kitti_lines(det.boxes, det.scores, det.names, calib)
+                write_text_atomic(out / f"{frame.stem}.txt", "".join(line + "\n" for line in lines))
+        except PointPillarsError as exc:
+            failures.append((result.source, str(exc)))
+            continue
+        if not out:
+            top = ", ".join(f"{n} {s:.2f}" for n, s in zip(det.names[:3], det.scores[:3].tolist()))
+            bar.write(f"{frame.name}: {len(det)} boxes, {det.stats.num_pillars} pillars" + (f" [{top}]" if top else ""))
+    detector.close()
+    done = len(frames) - len(failures)
+    print(f"{done}/{len(frames)} frames, {total_boxes} boxes" + (f", written to {out}" if out else ""))
+    for source, message in failures:
+        print(f"FAILED {source}: {message}", file=sys.stderr)
+    return EXIT_FRAME_FAILURES if failures else 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.out), config=args.config, seed=args.seed, device=args.device)
+
+
+def expand_frame_paths(patterns: Sequence[str]) -> list[str]:
+    """Files as given, folders as their sorted ``*.bin``, globs expanded; a name matching nothing is kept
+    so that it is reported as a missing frame instead of vanishing."""
+    frames: list[str] = []
+    for pattern in patterns:
+        if os.path.isdir(pattern):
+            found = sorted(glob.glob(os.path.join(pattern, "*.bin")))
+            if not found:
+                raise InputError(f"{pattern}: folder holds no .bin files")
+            frames.extend(found)
+        elif glob.has_magic(pattern):
+            found = sorted(glob.glob(pattern))
+            if not found:
+                raise InputError(f"{pattern}: no file matches")
+            frames.extend(found)
+        else:
+            frames.append(pattern)
+    return frames
+
+
+def _open_model(model: str, *, config: str | None, device: str, backend: str):  # type: ignore[no-untyped-def]
+    from .detector import PointPillars
+
+    path = Path(model)
+    if path.is_file():
+        return PointPillars.from_checkpoint(path, config=config, device=device, backend=backend)  # type: ignore[arg-type]
+    return PointPillars.from_model_dir(path, config=config, device=device, backend=backend)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

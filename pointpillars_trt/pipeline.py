@@ -1,0 +1,260 @@
+"""The GPU pipeline: the data flow of one frame, over buffers allocated once.
+
+    points --H2D--> voxelize.cu -> PFN engine -> scatter.cu -> RPN engine -> postprocess.cu --D2H--> boxes
+
+Everything between the two copies is enqueued on one stream, with no host synchronisation: the pillar
+count and every other count stay in device memory. Each stage is captured once into its own CUDA graph
+(``cuda_graph=True``) and replayed per frame, with CUDA events between the stages, so per-stage GPU
+times come for free. The only host wait is where the boxes are read (``_finish``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import cupy as cp
+import cupyx
+import numpy as np
+
+from .config import ModelConfig
+from .detections import Detections, FrameStats
+from .errors import BackendError, InputError
+from .kernels import PostprocessStage, ScatterStage, VoxelizeStage
+from .model_dir import ModelDir
+from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
+from .runtime import Engine, open_engine
+
+STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
+DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger frames grow the buffers once
+
+
+@dataclass
+class CopyCounter:
+    """Host<->device copies the pipeline issued for the last frame (the design promises 1 + 1)."""
+
+    h2d_copies: int = 0
+    h2d_bytes: int = 0
+    d2h_copies: int = 0
+    d2h_bytes: int = 0
+
+
+class GpuPipeline:
+    """PointPillars on one CUDA stream. ``backend`` picks the engines: ``tensorrt`` plans or
+    ``onnxruntime`` (CUDA execution provider, IO binding); ``auto`` prefers TensorRT when the model dir
+    has plans and TensorRT imports.
+
+    ``host_round_trip=True`` is the benchmark's "before" baseline: every stage's output is copied to
+    host memory and back, with a synchronisation, as a naive multi-library pipeline would.
+    ``tf32`` lets fp32 engines use TensorFloat-32 (faster; ~1e-3 relative error in the head maps).
+    """
+
+    def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
+                 max_points: int = DEFAULT_MAX_POINTS, host_round_trip: bool = False, tf32: bool = False) -> None:
+        self.cfg: ModelConfig = model.cfg
+        self.model = model
+        self.backend = _pick_backend(model, backend)
+        self.host_round_trip = host_round_trip
+        self.tf32 = tf32
+        self.use_graphs = cuda_graph and not host_round_trip
+        self.stream = cp.cuda.Stream(non_blocking=True)
+        self.copies = CopyCounter()
+        self.last_timings: dict[str, float] = {}
+        self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
+        self._graphs: dict[str, object] = {}
+        self.graph_failures: dict[str, str] = {}
+        with self.stream:
+            self._allocate(max_points)
+            self._pfn = self._open_engine(model.pfn_engine_path(self.backend))
+            self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
+            self._bind_engines()
+        self._launchers: dict[str, Callable[[], None]] = {
+            "voxelize": lambda: self._voxelize.launch(self._points, self._num_points, self.stream),
+            "pfn": lambda: self._pfn.run(self.stream.ptr),
+            "scatter": lambda: self._scatter.launch(self._pillar_features, self._voxelize.coords,
+                                                    self._voxelize.num_pillars, self.stream),
+            "rpn": lambda: self._rpn.run(self.stream.ptr),
+            "postprocess": lambda: self._post.launch(*self._heads, self._voxelize.stats, self.stream),
+        }
+
+    # -- set-up (outside the hot path) ------------------------------------------------------------
+
+    def _allocate(self, max_points: int) -> None:
+        cfg, v = self.cfg, self.cfg.voxel
+        self.max_points = max_points
+        self._staging = cupyx.empty_pinned((max_points, 4), np.float32)
+        self._points = cp.empty((max_points, 4), np.float32)
+        self._num_points = cp.zeros(1, np.int32)
+        self._voxelize = VoxelizeStage(cfg, max_points)
+        self._pillar_features = cp.empty((v.max_pillars, cfg.network.pfn_channels), np.float32)
+        self._scatter = ScatterStage(cfg)
+        nx, ny = cfg.head_map
+        self._heads = tuple(cp.empty((1, c, ny, nx), np.float32) for c in cfg.head_channels.values())
+        self._post = PostprocessStage(cfg)
+        self._result_host = cupyx.empty_pinned(self._post.result.shape, self._post.result.dtype)
+
+    def _open_engine(self, path) -> Engine:  # type: ignore[no-untyped-def]
+        return open_engine(path, backend=self.backend, device="cuda", stream_ptr=self.stream.ptr,  # type: ignore[arg-type]
+                           expected_digest=self.cfg.digest(), tf32=self.tf32)
+
+    def _bind_engines(self) -> None:
+        bind = lambda engine, name, arr: engine.bind(name, arr.data.ptr, arr.shape)  # noqa: E731
+        bind(self._pfn, PFN_INPUT, self._voxelize.features)
+        bind(self._pfn, PFN_OUTPUT, self._pillar_features)
+        bind(self._rpn, RPN_INPUT, self._scatter.canvas)
+        for name, arr in zip(RPN_OUTPUTS, self._heads):
+            bind(self._rpn, name, arr)
+
+    def _grow(self, num_points: int) -> None:
+        """A frame larger than every earlier one: reallocate the point buffers, recapture the graphs."""
+        self.stream.synchronize()
+        capacity = 1 << (num_points - 1).bit_length()
+        self._staging = cupyx.empty_pinned((capacity, 4), np.float32)
+        with self.stream:
+            self._points = cp.empty((capacity, 4), np.float32)
+            self._voxelize = VoxelizeStage(self.cfg, capacity)
+            self._bind_engines()
+        self.max_points = capacity
+        self._graphs.clear()
+
+    # -- the hot path -----------------------------------------------------------------------------
+
+    def detect(self, points: object) -> Detections:
+        self.submit(points)
+        return self.collect()
+
+    def submit(self, points: object) -> None:
+        """Enqueue one frame: the input copy, the five stages and the result copy. Returns at once."""
+        self.copies = CopyCounter()
+        n = self._stage_input(points)
+        ev = self._events
+        ev[0].record(self.stream)
+        for i, stage in enumerate(STAGES):
+            self._run_stage(stage)
+            ev[i + 1].record(self.stream)
+        self._post.result.get(stream=self.stream, out=self._result_host, blocking=False)  # the one D2H copy (small, fixed size)
+        self._count_copy("d2h", self._post.result.nbytes)
+        self._frame_points = n
+
+    def collect(self) -> Detections:
+        """Wait for the submitted frame (the one host sync of a frame) and unpack its boxes."""
+        self.stream.synchronize()
+        ev = self._events
+        self.last_timings = {stage: cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i, stage in enumerate(STAGES)}
+        self.last_timings["total"] = cp.cuda.get_elapsed_time(ev[0], ev[-1])
+        return self._unpack(self._result_host, self._frame_points)
+
+    def _stage_input(self, points: object) -> int:
+        if isinstance(points, np.ndarray):
+            n = int(points.shape[0])
+            if n > self.max_points:
+                self._grow(n)
+            self._staging[:n] = points
+            with self.stream:
+                if n:
+                    self._points[:n].set(self._staging[:n], stream=self.stream)  # the one H2D copy
+                    self._count_copy("h2d", n * 16)
+                self._num_points.fill(n)
+            return n
+        device_points = _as_device_points(points, self.stream)
+        n = int(device_points.shape[0])
+        if n > self.max_points:
+            self._grow(n)
+        with self.stream:
+            self._points[:n] = device_points  # device to device, on our stream
+            self._num_points.fill(n)
+        return n
+
+    def _run_stage(self, stage: str) -> None:
+        launch = self._launchers[stage]
+        if self.host_round_trip:
+            launch()
+            self._round_trip(stage)
+            return
+        if not self.use_graphs or stage in self.graph_failures:
+            launch()
+            return
+        graph = self._graphs.get(stage)
+        if graph is None:
+            graph = self._capture(stage, launch)
+            if graph is None:
+                launch()
+                return
+        graph.launch(self.stream)  # type: ignore[attr-defined]
+
+    def _capture(self, stage: str, launch: Callable[[], None]) -> object | None:
+        """Capture a stage after one eager warm-up run (engines allocate their workspaces there)."""
+        launch()
+        self.stream.synchronize()
+        try:
+            self.stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)
+            try:
+                launch()
+            finally:
+                graph = self.stream.end_capture()
+        except Exception as exc:  # a backend that cannot be captured runs eagerly instead
+            self.graph_failures[stage] = f"{type(exc).__name__}: {exc}"
+            self.stream.synchronize()
+            return None
+        self._graphs[stage] = graph
+        return graph
+
+    def _round_trip(self, stage: str) -> None:
+        outputs = {
+            "voxelize": (self._voxelize.features, self._voxelize.coords, self._voxelize.num_pillars),
+            "pfn": (self._pillar_features,),
+            "scatter": (self._scatter.canvas,),
+            "rpn": self._heads,
+            "postprocess": (),
+        }[stage]
+        for arr in outputs:
+            host = arr.get(stream=self.stream)  # blocking: the naive pipeline waits for every copy
+            self._count_copy("d2h", arr.nbytes)
+            arr.set(host, stream=self.stream)
+            self._count_copy("h2d", arr.nbytes)
+
+    def _count_copy(self, direction: str, nbytes: int) -> None:
+        if direction == "h2d":
+            self.copies.h2d_copies += 1
+            self.copies.h2d_bytes += nbytes
+        else:
+            self.copies.d2h_copies += 1
+            self.copies.d2h_bytes += nbytes
+
+    def _unpack(self, result: np.ndarray, num_points: int) -> Detections:
+        boxes, scores, labels, counters = self._post.unpack(result)
+        stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
+                           num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"])
+        return Detections(boxes, scores, labels, self.cfg.classes, stats)
+
+    def close(self) -> None:
+        self.stream.synchronize()
+        self._graphs.clear()
+        self._pfn.close()
+        self._rpn.close()
+
+
+def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
+    """A CuPy view of a device array (CuPy, PyTorch, anything with DLPack or the CUDA array interface)."""
+    with stream:
+        try:
+            arr = cp.from_dlpack(points) if hasattr(points, "__dlpack__") else cp.asarray(points)
+        except Exception as exc:
+            raise InputError(f"points: cannot use {type(points).__name__} as a device array ({exc})") from None
+    if arr.ndim != 2 or arr.shape[1] < 4 or arr.dtype != np.float32:
+        raise InputError(f"points: expected an (N, 4) float32 device array; got shape {arr.shape}, dtype {arr.dtype}")
+    return arr[:, :4]
+
+
+def _pick_backend(model: ModelDir, backend: str) -> str:
+    if backend not in ("auto", "onnxruntime", "tensorrt"):
+        raise BackendError(f"backend {backend!r}: expected auto, onnxruntime or tensorrt")
+    if backend != "auto":
+        return backend
+    if model.has_plans():
+        try:
+            import tensorrt  # noqa: F401
+        except ImportError:
+            return "onnxruntime"
+        return "tensorrt"
+    return "onnxruntime"
