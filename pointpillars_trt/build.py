@@ -12,7 +12,7 @@ from pathlib import Path
 from .checkpoint import load_checkpoint
 from .errors import PointPillarsError
 from .model_dir import GRAPHS, ModelDir, export_model_dir
-from .onnx_export import PFN_INPUT
+from .onnx_export import PFN_INPUT, check_precision
 
 BACKENDS = ("onnxruntime", "tensorrt")
 PRECISIONS = ("fp32", "fp16")
@@ -45,11 +45,10 @@ def build_model_plans(model: ModelDir, precision: str = "fp32") -> None:
     """
     from .runtime.tensorrt import build_plan
 
-    if precision not in PRECISIONS:
-        raise PointPillarsError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    checked = check_precision(precision)
     p_max = model.cfg.voxel.max_pillars
     dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": None}
     for graph in GRAPHS:
-        build_plan(model.onnx_path(graph), model.plan_path(graph), precision=precision,  # type: ignore[arg-type]
+        build_plan(model.onnx_path(graph), model.plan_path(graph), precision=checked,
                    dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
                    timing_cache_path=model.path / "timing.cache")

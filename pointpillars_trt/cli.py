@@ -26,6 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PointPillarsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except OSError as exc:  # the file system refused (e.g. --out below a regular file): the user's to fix
+        print(f"error: {_os_error(exc)}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except KeyboardInterrupt:
         return 130
 
@@ -84,12 +87,14 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     from .kitti import lidar_boxes_to_kitti_lines, read_calibration, write_json_atomic, write_text_atomic
 
     frames = expand_frame_paths(args.paths)
-    if args.format == "kitti" and not args.calib:
-        raise InputError("--format kitti needs --calib DIR (KITTI calib files named like the frames)")
-    detector = _open_model(args.model, config=args.config, device=args.device, backend=args.backend)
+    if args.format == "kitti" and not (args.calib and os.path.isdir(args.calib)):
+        raise InputError(f"--format kitti needs --calib DIR, a folder of KITTI calib files named like the frames "
+                         f"(got {args.calib!r})")
     out = Path(args.out) if args.out else None
     if out:
+        _check_unique_names(frames)
         out.mkdir(parents=True, exist_ok=True)
+    detector = _open_model(args.model, config=args.config, device=args.device, backend=args.backend)
     failures: list[tuple[str, str]] = []
     total_boxes = 0
     results = detector.infer_many(frames)
@@ -101,17 +106,22 @@ def _cmd_infer(args: argparse.Namespace) -> int:
             failures.append((result.source, str(result.error)))
             continue
         det = result.detections
-        total_boxes += len(det)
         try:
             if out and args.format == "json":
-                write_json_atomic(out / f"{frame.stem}.json", det.to_json_dict(frame.stem))
+                target = out / f"{frame.stem}.json"
+                write_json_atomic(target, det.to_json_dict(frame.stem))
             elif out:
                 calib = read_calibration(Path(args.calib) / f"{frame.stem}.txt")
                 lines = lidar_boxes_to_kitti_lines(det.boxes, det.scores, det.names, calib)
-                write_text_atomic(out / f"{frame.stem}.txt", "".join(line + "\n" for line in lines))
+                target = out / f"{frame.stem}.txt"
+                write_text_atomic(target, "".join(line + "\n" for line in lines))
         except PointPillarsError as exc:
             failures.append((result.source, str(exc)))
             continue
+        except OSError as exc:  # the frame is fine; its output could not be written
+            failures.append((result.source, f"cannot write {target}: {exc.strerror or exc}"))
+            continue
+        total_boxes += len(det)
         if not out:
             top = ", ".join(f"{n} {s:.2f}" for n, s in zip(det.names[:3], det.scores[:3].tolist()))
             bar.write(f"{frame.name}: {len(det)} boxes, {det.stats.num_pillars} pillars" + (f" [{top}]" if top else ""))
@@ -127,6 +137,24 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     return run_demo(Path(args.out), config=args.config, seed=args.seed, device=args.device)
+
+
+def _check_unique_names(frames: Sequence[str]) -> None:
+    """Outputs are named after the frame, so two frames of one name would overwrite each other."""
+    by_name: dict[str, list[str]] = {}
+    for frame in frames:
+        by_name.setdefault(Path(frame).stem, []).append(frame)
+    clashes = [paths for paths in by_name.values() if len(paths) > 1]
+    if clashes:
+        raise InputError(f"frames {' and '.join(clashes[0])} would write the same output file "
+                         f"({len(clashes)} such name(s)); run them into separate --out folders")
+
+
+def _os_error(exc: OSError) -> str:
+    """``path: reason`` in one line, without the errno prefix of ``str(OSError)``."""
+    if exc.filename is None or exc.strerror is None:
+        return str(exc)
+    return f"{exc.filename}: {exc.strerror}"
 
 
 def expand_frame_paths(patterns: Sequence[str]) -> list[str]:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
@@ -25,7 +25,7 @@ Device = Literal["auto", "cpu", "cuda"]
 class _Implementation(Protocol):
     last_timings: dict[str, float]
 
-    def detect(self, points: np.ndarray) -> Detections: ...
+    def detect(self, points: Any) -> Detections: ...  # host (N, 4) float32, or a device array on the GPU
 
     def close(self) -> None: ...
 
@@ -64,6 +64,9 @@ class PointPillars:
         self.model = model
         self.cfg: ModelConfig = model.cfg
         self.device = _resolve_device(device)
+        if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
+            raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
+                               "(pass backend auto or onnxruntime, or run where CUDA is available)")
         if self.device == "cuda":
             from .pipeline import GpuPipeline
 
@@ -132,7 +135,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
                              precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None) -> ModelDir:
     ckpt = load_checkpoint(path, config)
     cfg = ckpt.config
-    root = Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE", Path.home() / ".cache" / "pointpillars-trt"))
+    root = Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
     key = hashlib.sha256(f"{ckpt.sha256}:{cfg.digest()}:{precision}".encode()).hexdigest()[:20]
     folder = root / key
     try:

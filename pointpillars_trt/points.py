@@ -13,7 +13,10 @@ def as_host_points(points: object, source: str = "points") -> np.ndarray:
     Float64 input is converted (no information a float32 network could use is lost); anything that is
     not a 2-D float array with at least 4 columns is refused with a message naming ``source``.
     """
-    arr = np.asarray(points)
+    try:
+        arr = np.asarray(points)
+    except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
+        raise InputError(f"{source}: cannot be read as an (N, 4) array of x, y, z, intensity ({exc})") from None
     if arr.ndim != 2 or arr.shape[1] < 4:
         raise InputError(f"{source}: expected an (N, 4) array of x, y, z, intensity; got shape {arr.shape}")
     if not np.issubdtype(arr.dtype, np.floating):

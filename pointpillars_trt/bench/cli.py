@@ -117,7 +117,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
             if md is None:
                 continue
             if backend == "tensorrt":
-                from ..runtime.tensorrt import build_model_plans
+                from ..build import build_model_plans
 
                 build_model_plans(md, precision=precision)
             engine = f"{backend} ({'plans' if backend == 'tensorrt' else 'CUDA EP'})"

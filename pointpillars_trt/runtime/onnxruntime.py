@@ -90,6 +90,8 @@ class OnnxRuntimeEngine(Engine):
                 f"{CUDA_PROVIDER} is not available in onnxruntime {ort.__version__} "
                 f"(available: {ort.get_available_providers()}). Note: install onnxruntime-gpu for CUDA"
             )
+        if self.device == "cuda":
+            _preload_cuda_libraries()
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.enable_profiling = False
@@ -156,6 +158,20 @@ class OnnxRuntimeEngine(Engine):
         except Exception as exc:  # ORT's pybind errors share no base but Exception
             raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
         return dict(zip(self._outputs, results))
+
+
+def _preload_cuda_libraries() -> None:
+    """Load cuDNN / cuBLAS from the nvidia-* wheels (as PyTorch installs them) before the CUDA session.
+
+    onnxruntime-gpu finds them on the library path only; ``preload_dlls`` (ORT >= 1.21) also looks in
+    site-packages. Missing libraries are not an error here: session creation reports them precisely.
+    """
+    preload = getattr(ort, "preload_dlls", None)
+    if preload is not None:
+        try:
+            preload()
+        except Exception:  # noqa: BLE001 - best effort; the session's own error is the informative one
+            pass
 
 
 def _spec(arg: Any, is_input: bool) -> TensorSpec:

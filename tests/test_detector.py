@@ -1,0 +1,137 @@
+"""The public API on the CPU path: ``PointPillars`` from a checkpoint (cached) or a model dir, input
+conversion and refusal, ``infer_many`` error isolation, stage timings, and the JSON record.
+
+Oracles: a float32 run of the same frame (for float64 input and ``infer_many``), the file's own bytes,
+file modification times (for the cache), and the config's class names.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt import Detections, FrameStats
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import BackendError, InputError, ModelDirError
+from pointpillars_trt.kitti import read_velodyne_bin
+
+CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
+FRAME = "kitti/training/velodyne_reduced/000134.bin"
+STAGES = {"voxelize", "pfn", "scatter", "rpn", "postprocess", "total"}
+MODEL_FILES = ("pfn.onnx", "rpn.onnx", "model.json")
+
+
+def assert_same(a: Detections, b: Detections) -> None:
+    np.testing.assert_array_equal(a.boxes, b.boxes)
+    np.testing.assert_array_equal(a.scores, b.scores)
+    np.testing.assert_array_equal(a.labels, b.labels)
+    assert a.stats == b.stats
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def detector(assets: Path, cache: Path):  # type: ignore[no-untyped-def]
+    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as det:
+        yield det
+
+
+@pytest.fixture(scope="module")
+def points(assets: Path) -> np.ndarray:
+    return read_velodyne_bin(assets / FRAME)
+
+
+@pytest.fixture(scope="module")
+def expected(detector: PointPillars, points: np.ndarray) -> Detections:
+    return detector(points)
+
+
+def test_from_checkpoint_caches_the_model_dir(detector: PointPillars, assets: Path, cache: Path):
+    folder = detector.model.path
+    assert folder.parent == cache and detector.device == "cpu"
+    mtimes = {name: (folder / name).stat().st_mtime_ns for name in MODEL_FILES}
+    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as again:
+        assert again.model.path == folder
+        assert again.model.metadata == detector.model.metadata
+    assert {name: (folder / name).stat().st_mtime_ns for name in MODEL_FILES} == mtimes  # not re-exported
+    assert [p.name for p in cache.iterdir()] == [folder.name]
+
+
+def test_from_model_dir(detector: PointPillars, points: np.ndarray, expected: Detections):
+    with PointPillars.from_model_dir(detector.model.path, device="cpu") as det:
+        assert det.cfg == detector.cfg
+        assert_same(det(points), expected)
+    with pytest.raises(ModelDirError, match="rebuild"):
+        PointPillars.from_model_dir(detector.model.path, config="zhulf0804_kitti_3class", device="cpu")
+
+
+def test_result_fields(expected: Detections, points: np.ndarray, detector: PointPillars):
+    n = len(expected)
+    assert n > 0
+    assert expected.boxes.shape == (n, 7) and expected.boxes.dtype == np.float32
+    assert expected.scores.shape == (n,) and expected.scores.dtype == np.float32
+    assert expected.labels.dtype == np.int32 and expected.class_names == detector.cfg.classes
+    assert expected.stats.num_points == points.shape[0] and expected.stats.num_nonfinite == 0
+    assert np.all(np.diff(expected.scores) <= 0)  # OpenPCDet: NMS order, descending score
+    assert np.all(expected.scores >= np.float32(detector.cfg.postprocess.score_threshold))
+
+
+def test_float64_input_is_converted(detector: PointPillars, points: np.ndarray, expected: Detections):
+    assert_same(detector(points.astype(np.float64)), expected)
+
+
+@pytest.mark.parametrize("bad", [np.zeros((10, 3), np.float32), np.zeros(40, np.float32),
+                                 np.zeros((10, 4), np.int32), [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0]]],
+                         ids=["N3", "flat", "int", "ragged"])
+def test_bad_arrays_are_refused(detector: PointPillars, bad: object):
+    with pytest.raises(InputError, match="points"):
+        detector(bad)
+
+
+def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars):
+    with pytest.raises(BackendError, match="GPU pipeline"):
+        PointPillars(detector.model, device="cpu", backend="tensorrt")
+
+
+def test_infer_many_isolates_a_bad_frame(detector: PointPillars, points: np.ndarray, expected: Detections,
+                                         assets: Path, tmp_path: Path):
+    missing = tmp_path / "missing.bin"
+    frames = [points, str(missing), assets / FRAME, points[:0]]
+    results = list(detector.infer_many(frames))
+    assert [r.source for r in results] == ["frame 0", str(missing), str(assets / FRAME), "frame 3"]
+    good = [results[i] for i in (0, 2, 3)]
+    assert all(r.error is None and r.detections is not None for r in good)
+    assert results[1].detections is None and isinstance(results[1].error, InputError)
+    assert str(missing) in str(results[1].error)
+    assert_same(results[0].detections, expected)  # type: ignore[arg-type]
+    assert_same(results[2].detections, expected)  # type: ignore[arg-type]
+    assert results[3].detections.stats == FrameStats(0)  # type: ignore[union-attr]
+
+
+def test_last_timings(detector: PointPillars, points: np.ndarray):
+    detector(points)
+    timings = detector.last_timings
+    assert set(timings) == STAGES
+    assert all(v >= 0 for v in timings.values())
+    assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"), rel=1e-9)
+
+
+def test_to_json_dict(expected: Detections, detector: PointPillars):
+    record = expected.to_json_dict("000134")
+    assert json.loads(json.dumps(record)) == record  # plain JSON types only
+    assert record["frame"] == "000134"
+    assert record["labels"] == [detector.cfg.classes[i] for i in expected.labels.tolist()]
+    assert set(record["labels"]) <= {"Car", "Pedestrian", "Cyclist"}
+    assert np.asarray(record["boxes_lidar"]).shape == (len(expected), 7)
+    np.testing.assert_allclose(record["boxes_lidar"], expected.boxes, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(record["scores"], expected.scores, rtol=0, atol=1e-6)
+    stats = expected.stats
+    assert (record["num_points"], record["num_pillars"], record["num_pillars_dropped"],
+            record["num_nonfinite_points"]) == (stats.num_points, stats.num_pillars, stats.num_pillars_dropped,
+                                                stats.num_nonfinite)
