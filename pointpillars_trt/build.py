@@ -19,7 +19,8 @@ PRECISIONS = ("fp32", "fp16")
 
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                    config: str | None = None, backend: str = "onnxruntime", precision: str = "fp32") -> ModelDir:
+                    config: str | None = None, backend: str = "onnxruntime", precision: str = "fp32",
+                    tf32: bool = True) -> ModelDir:
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
     if precision not in PRECISIONS:
@@ -33,12 +34,14 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
     source = {"checkpoint": str(Path(checkpoint).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
     model = export_model_dir(ckpt.weights, cfg, out, precision=precision, source=source)
     if backend == "tensorrt":
-        build_model_plans(model, precision=precision)
+        build_model_plans(model, precision=precision, tf32=tf32)
     return model
 
 
-def build_model_plans(model: ModelDir, precision: str = "fp32") -> None:
+def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True) -> None:
     """Build a TensorRT plan beside each ONNX graph of ``model``, sharing one timing cache in the dir.
+
+    ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
 
     The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), and each
     plan records the config digest so a plan of another config is refused at load time.
@@ -51,4 +54,4 @@ def build_model_plans(model: ModelDir, precision: str = "fp32") -> None:
     for graph in GRAPHS:
         build_plan(model.onnx_path(graph), model.plan_path(graph), precision=checked,
                    dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
-                   timing_cache_path=model.path / "timing.cache")
+                   timing_cache_path=model.path / "timing.cache", tf32=tf32)

@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--config", help="config name or YAML path (default: from the checkpoint's layout)")
     build.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32")
+    build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
     build.set_defaults(run=_cmd_build)
 
     infer = sub.add_parser("infer", help="detect on KITTI velodyne .bin files")
@@ -74,7 +75,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from .build import build_model_dir
 
     model = build_model_dir(args.checkpoint, args.out, config=args.config, backend=args.backend,
-                            precision=args.precision)
+                            precision=args.precision, tf32=not args.no_tf32)
     print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")
     for name in sorted(p.name for p in Path(model.path).iterdir()):
         print(f"  {name}")

@@ -42,7 +42,8 @@ class CpuDetector:
         clock.lap("scatter")
         heads = self._rpn.run_host({RPN_INPUT: canvas})
         clock.lap("rpn")
-        raw = postprocess(*(heads[name] for name in RPN_OUTPUTS), cfg)
+        cls_map, box_map, dir_map = (heads[name] for name in RPN_OUTPUTS)
+        raw = postprocess(cls_map, box_map, dir_map, cfg)
         clock.lap("postprocess")
         self.last_timings = clock.timings()
         stats = FrameStats(

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import cupy as cp
 import cupyx
 import numpy as np
+import onnx
 
 from .config import ModelConfig
 from .detections import Detections, FrameStats
 from .errors import BackendError, InputError
-from .kernels import PostprocessStage, ScatterStage, VoxelizeStage
+from .kernels import PfnStage, PostprocessStage, ScatterStage, VoxelizeStage
 from .model_dir import ModelDir
-from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
+from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, pfn_parameters
 from .runtime import Engine, open_engine
 
 STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
@@ -46,16 +47,22 @@ class GpuPipeline:
 
     ``host_round_trip=True`` is the benchmark's "before" baseline: every stage's output is copied to
     host memory and back, with a synchronisation, as a naive multi-library pipeline would.
-    ``tf32`` lets fp32 engines use TensorFloat-32 (faster; ~1e-3 relative error in the head maps).
+    ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
+    faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
+    CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
+    weights read from ``pfn.onnx``); ``pfn_engine=True`` runs ``pfn.onnx`` in the engine instead, on
+    every one of the ``max_pillars`` rows.
     """
 
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
-                 max_points: int = DEFAULT_MAX_POINTS, host_round_trip: bool = False, tf32: bool = False) -> None:
+                 max_points: int = DEFAULT_MAX_POINTS, host_round_trip: bool = False, tf32: bool = True,
+                 pfn_engine: bool = False) -> None:
         self.cfg: ModelConfig = model.cfg
         self.model = model
         self.backend = _pick_backend(model, backend)
         self.host_round_trip = host_round_trip
         self.tf32 = tf32
+        self.pfn_engine = pfn_engine
         self.use_graphs = cuda_graph and not host_round_trip
         self.stream = cp.cuda.Stream(non_blocking=True)
         self.copies = CopyCounter()
@@ -65,16 +72,17 @@ class GpuPipeline:
         self.graph_failures: dict[str, str] = {}
         with self.stream:
             self._allocate(max_points)
-            self._pfn = self._open_engine(model.pfn_engine_path(self.backend))
+            self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
             self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
             self._bind_engines()
         self._launchers: dict[str, Callable[[], None]] = {
             "voxelize": lambda: self._voxelize.launch(self._points, self._num_points, self.stream),
-            "pfn": lambda: self._pfn.run(self.stream.ptr),
+            "pfn": self._run_pfn,
             "scatter": lambda: self._scatter.launch(self._pillar_features, self._voxelize.coords,
                                                     self._voxelize.num_pillars, self.stream),
             "rpn": lambda: self._rpn.run(self.stream.ptr),
-            "postprocess": lambda: self._post.launch(*self._heads, self._voxelize.stats, self.stream),
+            "postprocess": lambda: self._post.launch(self._heads[0], self._heads[1], self._heads[2],
+                                                     self._voxelize.stats, self.stream),
         }
 
     # -- set-up (outside the hot path) ------------------------------------------------------------
@@ -86,7 +94,11 @@ class GpuPipeline:
         self._points = cp.empty((max_points, 4), np.float32)
         self._num_points = cp.zeros(1, np.int32)
         self._voxelize = VoxelizeStage(cfg, max_points)
-        self._pillar_features = cp.empty((v.max_pillars, cfg.network.pfn_channels), np.float32)
+        if self.pfn_engine:
+            self._pillar_features = cp.empty((v.max_pillars, cfg.network.pfn_channels), np.float32)
+        else:
+            self._pfn_kernel = PfnStage(cfg, *pfn_parameters(onnx.load(self.model.pfn_path)))
+            self._pillar_features = self._pfn_kernel.out
         self._scatter = ScatterStage(cfg)
         nx, ny = cfg.head_map
         self._heads = tuple(cp.empty((1, c, ny, nx), np.float32) for c in cfg.head_channels.values())
@@ -97,10 +109,17 @@ class GpuPipeline:
         return open_engine(path, backend=self.backend, device="cuda", stream_ptr=self.stream.ptr,  # type: ignore[arg-type]
                            expected_digest=self.cfg.digest(), tf32=self.tf32)
 
+    def _run_pfn(self) -> None:
+        if self._pfn is not None:
+            self._pfn.run(self.stream.ptr)
+        else:
+            self._pfn_kernel.launch(self._voxelize.features, self._voxelize.num_pillars, self.stream)
+
     def _bind_engines(self) -> None:
         bind = lambda engine, name, arr: engine.bind(name, arr.data.ptr, arr.shape)  # noqa: E731
-        bind(self._pfn, PFN_INPUT, self._voxelize.features)
-        bind(self._pfn, PFN_OUTPUT, self._pillar_features)
+        if self._pfn is not None:
+            bind(self._pfn, PFN_INPUT, self._voxelize.features)
+            bind(self._pfn, PFN_OUTPUT, self._pillar_features)
         bind(self._rpn, RPN_INPUT, self._scatter.canvas)
         for name, arr in zip(RPN_OUTPUTS, self._heads):
             bind(self._rpn, name, arr)
@@ -230,7 +249,8 @@ class GpuPipeline:
     def close(self) -> None:
         self.stream.synchronize()
         self._graphs.clear()
-        self._pfn.close()
+        if self._pfn is not None:
+            self._pfn.close()
         self._rpn.close()
 
 

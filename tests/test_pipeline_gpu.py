@@ -63,7 +63,7 @@ def _model_from_checkpoint(path, out) -> ModelDir:  # type: ignore[no-untyped-de
 def family_pair(request, assets, tmp_path_factory):  # type: ignore[no-untyped-def]
     """(cpu detector, gpu pipeline) for one checkpoint family."""
     model = _model_from_checkpoint(assets / CHECKPOINTS[request.param], tmp_path_factory.mktemp(request.param))
-    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime")
+    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime", tf32=False)
     yield request.param, cpu, gpu
     gpu.close()
     cpu.close()
@@ -135,7 +135,7 @@ def small_limit_pair(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     cfg: ModelConfig = dataclasses.replace(ckpt.config, voxel=dataclasses.replace(ckpt.config.voxel, max_pillars=3000))
     model = export_model_dir(ckpt.weights, cfg, tmp_path_factory.mktemp("limit"), precision="fp32", source={})
-    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime")
+    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime", tf32=False)
     yield cpu, gpu
     gpu.close()
     cpu.close()
@@ -156,8 +156,8 @@ def test_growing_past_the_point_capacity(assets, tmp_path):  # type: ignore[no-u
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     model = export_model_dir(ckpt.weights, ckpt.config, tmp_path, precision="fp32", source={})
     points = read_velodyne_bin(assets / SHARED_FRAMES[2])
-    with_room = GpuPipeline(model, backend="onnxruntime").detect(points)
-    small = GpuPipeline(model, backend="onnxruntime", max_points=1000)
+    with_room = GpuPipeline(model, backend="onnxruntime", tf32=False).detect(points)
+    small = GpuPipeline(model, backend="onnxruntime", tf32=False, max_points=1000)
     assert_same_detections(small.detect(points), with_room, "after growing")
     assert small.max_points >= points.shape[0]
 
@@ -210,8 +210,36 @@ def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyp
 
 def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     _, cpu, gpu = family_pair
-    slow = GpuPipeline(gpu.model, backend="onnxruntime", host_round_trip=True)
+    slow = GpuPipeline(gpu.model, backend="onnxruntime", host_round_trip=True, tf32=False)
     points = read_velodyne_bin(assets / SHARED_FRAMES[1])
     assert_same_detections(slow.detect(points), cpu.detect(points), "host round trip")
     assert slow.copies.h2d_copies > 5 and slow.copies.d2h_copies > 5
     slow.close()
+
+
+def test_pfn_engine_path_matches(family_pair, assets):  # type: ignore[no-untyped-def]
+    """The PFN as an engine (pfn.onnx on max_pillars rows) gives what the fused kernel gives."""
+    _, cpu, gpu = family_pair
+    engine_pfn = GpuPipeline(gpu.model, backend="onnxruntime", tf32=False, pfn_engine=True)
+    points = read_velodyne_bin(assets / SHARED_FRAMES[4])
+    assert_same_detections(engine_pfn.detect(points), cpu.detect(points), "pfn engine")
+    engine_pfn.close()
+
+
+def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: ignore[no-untyped-def]
+    """TF32 (the default, as in TensorRT and PyTorch) moves logits by ~1e-3: boxes clear of the score
+    threshold must all be found, at the same place, with the same label."""
+    family, cpu, gpu = family_pair
+    fast = GpuPipeline(gpu.model, backend="onnxruntime")
+    assert fast.tf32
+    for frame in SHARED_FRAMES[:3]:
+        points = read_velodyne_bin(assets / frame)
+        ref, got = cpu.detect(points), fast.detect(points)
+        np.testing.assert_allclose(len(got), len(ref), rtol=0.15, atol=2, err_msg=f"{family} {frame}")
+        for box, score, label in zip(ref.boxes, ref.scores, ref.labels):
+            if score < 0.2:
+                continue
+            dist = np.linalg.norm(got.boxes[:, :2] - box[:2], axis=1)
+            j = int(np.argmin(dist))
+            assert dist[j] < 0.05 and got.labels[j] == label and abs(got.scores[j] - score) < 5e-3, (family, frame)
+    fast.close()

@@ -29,7 +29,8 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     bench.add_argument("--iterations", type=int, default=200, help="timed frames per frame set")
     bench.add_argument("--warmup", type=int, default=20)
-    bench.add_argument("--precisions", default="fp32,fp16")
+    bench.add_argument("--precisions", default="fp32,tf32,fp16",
+                       help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
     bench.add_argument("--streams", default="1,2,4,8", help="pipeline counts for the throughput test")
     bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
     bench.add_argument("--no-baselines", action="store_true")
@@ -113,15 +114,16 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     best_p50: dict[str, tuple[str, float]] = {}
     for backend in _gpu_backends(results):
         for precision in args.precisions.split(","):
-            md = _model_dir(model, precision, out)
+            md = _model_dir(model, "fp32" if precision == "tf32" else precision, out)
             if md is None:
                 continue
+            tf32 = precision != "fp32"
             if backend == "tensorrt":
                 from ..build import build_model_plans
 
-                build_model_plans(md, precision=precision)
+                build_model_plans(md, precision=md.precision, tf32=tf32)
             engine = f"{backend} ({'plans' if backend == 'tensorrt' else 'CUDA EP'})"
-            pipe = GpuPipeline(md, backend=backend)
+            pipe = GpuPipeline(md, backend=backend, tf32=tf32)
             for name, frames in frame_sets.items():
                 run = measure_latency(pipe.detect, lambda: pipe.last_timings, frames, args.iterations, args.warmup)
                 results["runs"].append({"engine": engine, "precision": precision, "frames": name, **run,
@@ -140,7 +142,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
             pipe.close()
             for count in (int(s) for s in args.streams.split(",")):
                 frames = next(iter(frame_sets.values()))
-                fps = measure_throughput(lambda: GpuPipeline(md, backend=backend), frames, count,
+                fps = measure_throughput(lambda: GpuPipeline(md, backend=backend, tf32=tf32), frames, count,
                                          frames_per_pipeline=max(50, args.iterations // 2))
                 results["throughput"].append({"engine": engine, "precision": precision,
                                               "frames": next(iter(frame_sets)), "pipelines": count, "fps": fps})
@@ -155,7 +157,7 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
     md = _model_dir(model, "fp32", out)
     if md is not None:
         pipe = GpuPipeline(md, backend="onnxruntime", host_round_trip=True)
-        _baseline_runs("host round trip (ours, onnxruntime fp32)", pipe.detect, lambda: pipe.last_timings,
+        _baseline_runs("host round trip (ours, onnxruntime tf32)", pipe.detect, lambda: pipe.last_timings,
                        frame_sets, args, results, best_p50)
         results["copies"].append({"engine": "host round trip", "frames": "last frame", **vars(pipe.copies)})
         pipe.close()

@@ -93,6 +93,7 @@ class OnnxRuntimeEngine(Engine):
         if self.device == "cuda":
             _preload_cuda_libraries()
         options = ort.SessionOptions()
+        options.log_severity_level = 3  # errors only: ORT warns about every provider it does not use
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.enable_profiling = False
         if self.threads is not None:

@@ -1,0 +1,629 @@
+// Head maps -> final boxes: score, threshold, top-k, decode, rotated BEV NMS, one small output.
+//
+// Same result as pointpillars_trt/reference/post.py: ties in every ordering go to the lower index
+// (anchor index for the top-k, position for the per-class sorts and the final cut), IoU > threshold
+// suppresses, boxes are written in OpenPCDet's convention whatever the family. The NMS geometry
+// follows the families' kernels (corner margin, strict tests, angular bubble sort, fan area) in
+// float32. Nothing syncs with the host: every count lives in `stats`, every grid is sized from
+// capacities. Launch order, one stream:
+//   pp_score      per anchor: max class probability; block counts of those passing the threshold
+//   pp_offsets    one block: compaction offsets, candidate count
+//   pp_compact    per anchor: candidates in anchor order
+//   pp_select     one block: top TOP_K by (score desc, anchor asc): radix select + bitonic sort
+//   pp_group      one block per NMS group (1 group class-agnostic, one per class otherwise):
+//                 members in NMS order, decoded boxes, NMS rectangles
+//   pp_nms_mask   64x64 tiles of the IoU > threshold bit matrix (upper triangle)
+//   pp_nms_reduce one block: greedy pass per group, final cut, output range, output rows
+//
+// Compile-time configuration (-D options from kernels.py): HEAD_W, HEAD_H, ANCHORS_PER_CELL,
+// NUM_CLASSES, DIR_BINS, STYLE_OPENPCDET (box coder / NMS geometry: 1 OpenPCDet, 0 zhulf0804),
+// PER_CLASS, SCORE_INCLUSIVE, SCORE_THRESHOLD, TOP_K, SORT_CAP, FINAL_CAP, NMS_IOU, NMS_MARGIN,
+// MAX_BOXES, DIR_OFFSET, DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
+// OUT_MAX_[XYZ], SCORE_BLOCK, STAT_* (slots of stats), HEADER_* (slots of the output's header row).
+#include "common.cuh"
+
+namespace {
+
+constexpr int kPlane = HEAD_W * HEAD_H;
+constexpr int kNumAnchors = kPlane * ANCHORS_PER_CELL;
+constexpr int kScoreBlocks = (kNumAnchors + SCORE_BLOCK - 1) / SCORE_BLOCK;
+constexpr int kGroups = PER_CLASS ? NUM_CLASSES : 1;
+constexpr int kColBlocks = SORT_CAP / 64;
+constexpr int kRowFloats = 9;  // x, y, z, dx, dy, dz, heading, score, label
+constexpr float kEps = 1e-8f;
+constexpr unsigned kIndexMask = 0xffffffffu;
+
+// ---------------------------------------------------------------- scores
+
+__device__ __forceinline__ float sigmoid(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+__device__ __forceinline__ bool passes(float score) {
+#if SCORE_INCLUSIVE
+    return score >= SCORE_THRESHOLD;
+#else
+    return score > SCORE_THRESHOLD;
+#endif
+}
+
+// Flat anchor a = (y * W + x) * A + anchor-in-cell; channel `ch` of its cell in an NCHW map.
+__device__ __forceinline__ float head(const float* map, int width, int a, int ch) {
+    const int pixel = a / ANCHORS_PER_CELL;
+    const int in_cell = a - pixel * ANCHORS_PER_CELL;
+    return map[(width * in_cell + ch) * kPlane + pixel];
+}
+
+// Max class probability; *label = first class reaching it (argmax order).
+__device__ __forceinline__ float best_class(const float* cls, int a, int* label) {
+    float best = -1.0f;
+    *label = 0;
+    for (int c = 0; c < NUM_CLASSES; ++c) {
+        const float p = sigmoid(head(cls, NUM_CLASSES, a, c));
+        if (p > best) {
+            best = p;
+            *label = c;
+        }
+    }
+    return best;
+}
+
+__device__ __forceinline__ unsigned long long score_key(float score, unsigned tie) {
+    // Non-negative floats order like their bit patterns; a lower tie index ranks first.
+    return (static_cast<unsigned long long>(__float_as_uint(score)) << 32) | (kIndexMask - tie);
+}
+
+__device__ __forceinline__ unsigned key_index(unsigned long long key) {
+    return kIndexMask - static_cast<unsigned>(key & kIndexMask);
+}
+
+__device__ __forceinline__ float key_score(unsigned long long key) {
+    return __uint_as_float(static_cast<unsigned>(key >> 32));
+}
+
+__device__ __forceinline__ int pow2_at_least(int n) {
+    int p = 1;
+    while (p < n) p <<= 1;
+    return p;
+}
+
+// ---------------------------------------------------------------- decoding
+
+struct Decoded {
+    float box[7];  // family-native; heading already folded by direction for OpenPCDet
+    int dir;       // direction bin (argmax)
+};
+
+__device__ __forceinline__ float fold_direction(float angle, int dir) {
+    const float v = __fsub_rn(angle, DIR_OFFSET);
+    const float turns = floorf(__fadd_rn(__fdiv_rn(v, DIR_PERIOD), DIR_LIMIT_OFFSET));
+    const float folded = __fsub_rn(v, __fmul_rn(turns, DIR_PERIOD));
+    return __fadd_rn(__fadd_rn(folded, DIR_OFFSET), dir == DIR_FLIP_BIN ? DIR_PERIOD : 0.0f);
+}
+
+__device__ Decoded decode(const float* box, const float* dir, const float* anchors, int a) {
+    const float* an = anchors + static_cast<size_t>(a) * 7;
+    float t[7];
+#pragma unroll
+    for (int j = 0; j < 7; ++j) t[j] = head(box, 7, a, j);
+    Decoded d;
+    const float diag = __fsqrt_rn(__fadd_rn(__fmul_rn(an[3], an[3]), __fmul_rn(an[4], an[4])));
+    d.box[0] = __fadd_rn(__fmul_rn(t[0], diag), an[0]);
+    d.box[1] = __fadd_rn(__fmul_rn(t[1], diag), an[1]);
+#pragma unroll
+    for (int j = 3; j < 6; ++j) d.box[j] = __fmul_rn(an[j], expf(t[j]));
+    d.box[6] = __fadd_rn(an[6], t[6]);
+    const float z = __fadd_rn(__fmul_rn(t[2], an[5]), an[2]);
+#if STYLE_OPENPCDET
+    d.box[2] = z;  // ResidualCoder: centre to centre
+#else
+    d.box[2] = __fsub_rn(__fadd_rn(z, __fdiv_rn(an[5], 2.0f)), __fdiv_rn(d.box[5], 2.0f));
+#endif
+    d.dir = 0;
+    float best = head(dir, DIR_BINS, a, 0);
+    for (int j = 1; j < DIR_BINS; ++j) {
+        const float v = head(dir, DIR_BINS, a, j);
+        if (v > best) {
+            best = v;
+            d.dir = j;
+        }
+    }
+#if STYLE_OPENPCDET
+    d.box[6] = fold_direction(d.box[6], d.dir);  // OpenPCDet folds before NMS
+#endif
+    return d;
+}
+
+// ---------------------------------------------------------------- rotated BEV IoU
+
+// A rectangle as the family's NMS kernel sees it: centre, half extents, the angle its corners are
+// rotated by (OpenPCDet: +heading; mmdet3d-style zhulf0804: -yaw) and its area.
+struct Rect {
+    float cx, cy, hx, hy, angle, area;
+};
+constexpr int kRectFloats = 6;
+
+__device__ __forceinline__ Rect nms_rect(const float* b) {
+    Rect r;
+#if STYLE_OPENPCDET  // (x, y, z, dx, dy, dz, heading)
+    r.cx = b[0];
+    r.cy = b[1];
+    r.hx = __fdiv_rn(b[3], 2.0f);
+    r.hy = __fdiv_rn(b[4], 2.0f);
+    r.angle = b[6];
+    r.area = __fmul_rn(b[3], b[4]);
+#else  // [x - w/2, y - l/2, x + w/2, y + l/2, yaw], as zhulf0804 hands its NMS
+    const float hw = __fdiv_rn(b[3], 2.0f), hl = __fdiv_rn(b[4], 2.0f);
+    const float x1 = __fsub_rn(b[0], hw), y1 = __fsub_rn(b[1], hl);
+    const float x2 = __fadd_rn(b[0], hw), y2 = __fadd_rn(b[1], hl);
+    r.cx = __fdiv_rn(__fadd_rn(x1, x2), 2.0f);
+    r.cy = __fdiv_rn(__fadd_rn(y1, y2), 2.0f);
+    r.hx = __fdiv_rn(__fsub_rn(x2, x1), 2.0f);
+    r.hy = __fdiv_rn(__fsub_rn(y2, y1), 2.0f);
+    r.angle = -b[6];
+    r.area = __fmul_rn(__fsub_rn(x2, x1), __fsub_rn(y2, y1));
+#endif
+    return r;
+}
+
+struct Pt {
+    float x, y;
+};
+
+__device__ __forceinline__ float cross3(Pt p1, Pt p2, Pt p0) {
+    return __fsub_rn(__fmul_rn(__fsub_rn(p1.x, p0.x), __fsub_rn(p2.y, p0.y)),
+                     __fmul_rn(__fsub_rn(p2.x, p0.x), __fsub_rn(p1.y, p0.y)));
+}
+
+__device__ __forceinline__ void corners_of(const Rect& r, float c, float s, Pt out[5]) {
+    const float lx[4] = {-r.hx, r.hx, r.hx, -r.hx};
+    const float ly[4] = {-r.hy, -r.hy, r.hy, r.hy};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        out[k].x = __fadd_rn(r.cx, __fsub_rn(__fmul_rn(lx[k], c), __fmul_rn(ly[k], s)));
+        out[k].y = __fadd_rn(r.cy, __fadd_rn(__fmul_rn(lx[k], s), __fmul_rn(ly[k], c)));
+    }
+    out[4] = out[0];
+}
+
+// Corner test of the kernels: rotate into the box frame, strict against half extent + margin.
+__device__ __forceinline__ bool inside(const Rect& r, float c, float s, Pt p) {
+    const float dx = __fsub_rn(p.x, r.cx), dy = __fsub_rn(p.y, r.cy);
+    const float lx = __fadd_rn(__fmul_rn(dx, c), __fmul_rn(dy, s));
+    const float ly = __fadd_rn(__fmul_rn(-dx, s), __fmul_rn(dy, c));
+    return fabsf(lx) < __fadd_rn(r.hx, NMS_MARGIN) && fabsf(ly) < __fadd_rn(r.hy, NMS_MARGIN);
+}
+
+// Edge p0->p1 of one box against edge q0->q1 of the other: strict crossing, as the kernels test it.
+__device__ __forceinline__ bool crossing(Pt p0, Pt p1, Pt q0, Pt q1, Pt* at) {
+    const bool boxes_meet = fminf(p0.x, p1.x) <= fmaxf(q0.x, q1.x) &&
+                            fminf(q0.x, q1.x) <= fmaxf(p0.x, p1.x) &&
+                            fminf(p0.y, p1.y) <= fmaxf(q0.y, q1.y) &&
+                            fminf(q0.y, q1.y) <= fmaxf(p0.y, p1.y);
+    if (!boxes_meet) return false;
+    const float s1 = cross3(q0, p1, p0), s2 = cross3(p1, q1, p0);
+    const float s3 = cross3(p0, q1, q0), s4 = cross3(q1, p1, q0);
+    if (!(__fmul_rn(s1, s2) > 0.0f && __fmul_rn(s3, s4) > 0.0f)) return false;
+    const float s5 = cross3(q1, p1, p0);
+    const float den = __fsub_rn(s5, s1);
+    if (fabsf(den) > kEps) {
+        at->x = __fdiv_rn(__fsub_rn(__fmul_rn(s5, q0.x), __fmul_rn(s1, q1.x)), den);
+        at->y = __fdiv_rn(__fsub_rn(__fmul_rn(s5, q0.y), __fmul_rn(s1, q1.y)), den);
+    } else {
+        const float a0 = __fsub_rn(p0.y, p1.y), b0 = __fsub_rn(p1.x, p0.x);
+        const float c0 = __fsub_rn(__fmul_rn(p0.x, p1.y), __fmul_rn(p1.x, p0.y));
+        const float a1 = __fsub_rn(q0.y, q1.y), b1 = __fsub_rn(q1.x, q0.x);
+        const float c1 = __fsub_rn(__fmul_rn(q0.x, q1.y), __fmul_rn(q1.x, q0.y));
+        const float det = __fsub_rn(__fmul_rn(a0, b1), __fmul_rn(a1, b0));
+        at->x = __fdiv_rn(__fsub_rn(__fmul_rn(b0, c1), __fmul_rn(b1, c0)), det);
+        at->y = __fdiv_rn(__fsub_rn(__fmul_rn(a1, c0), __fmul_rn(a0, c1)), det);
+    }
+    return true;
+}
+
+__device__ float overlap_area(const Rect& a, const Rect& b) {
+    float ca, sa, cb, sb;
+    sincosf(a.angle, &sa, &ca);
+    sincosf(b.angle, &sb, &cb);
+    Pt pa[5], pb[5];
+    corners_of(a, ca, sa, pa);
+    corners_of(b, cb, sb, pb);
+    // At most 8 crossings of two convex quadrilaterals, plus 8 corners (the margin admits some
+    // corners beside crossings); 24 slots leave room for any degenerate case.
+    Pt poly[24];
+    int n = 0;
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j)
+            if (crossing(pa[i], pa[i + 1], pb[j], pb[j + 1], &poly[n])) ++n;
+    for (int k = 0; k < 4; ++k) {
+        if (inside(a, ca, sa, pb[k])) poly[n++] = pb[k];
+        if (inside(b, cb, sb, pa[k])) poly[n++] = pa[k];
+    }
+    if (n < 3) return 0.0f;  // no area (the kernels' fan sum is zero here too)
+    Pt centre = {0.0f, 0.0f};
+    for (int k = 0; k < n; ++k) {
+        centre.x = __fadd_rn(centre.x, poly[k].x);
+        centre.y = __fadd_rn(centre.y, poly[k].y);
+    }
+    centre.x = __fdiv_rn(centre.x, static_cast<float>(n));
+    centre.y = __fdiv_rn(centre.y, static_cast<float>(n));
+    float angle[24];
+    for (int k = 0; k < n; ++k)
+        angle[k] = atan2f(__fsub_rn(poly[k].y, centre.y), __fsub_rn(poly[k].x, centre.x));
+    // Bubble sort by angle, swapping only on a strict decrease: the kernels' stable order.
+    for (int j = 0; j < n - 1; ++j)
+        for (int i = 0; i < n - j - 1; ++i)
+            if (angle[i] > angle[i + 1]) {
+                const float ta = angle[i];
+                angle[i] = angle[i + 1];
+                angle[i + 1] = ta;
+                const Pt tp = poly[i];
+                poly[i] = poly[i + 1];
+                poly[i + 1] = tp;
+            }
+    float area = 0.0f;
+    for (int k = 1; k < n - 1; ++k) {
+        const Pt u = {__fsub_rn(poly[k].x, poly[0].x), __fsub_rn(poly[k].y, poly[0].y)};
+        const Pt v = {__fsub_rn(poly[k + 1].x, poly[0].x), __fsub_rn(poly[k + 1].y, poly[0].y)};
+        area = __fadd_rn(area, __fsub_rn(__fmul_rn(u.x, v.y), __fmul_rn(u.y, v.x)));
+    }
+    return __fdiv_rn(fabsf(area), 2.0f);
+}
+
+__device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b) {
+    // Farther apart than both circumradii plus both margins: no crossing edge, no corner inside,
+    // so the kernels' overlap is exactly zero. The slack keeps float rounding on the safe side.
+    const float reach = (sqrtf(a.hx * a.hx + a.hy * a.hy) + sqrtf(b.hx * b.hx + b.hy * b.hy) +
+                         4.0f * NMS_MARGIN) * 1.001f + 1e-3f;
+    const float dx = a.cx - b.cx, dy = a.cy - b.cy;
+    if (dx * dx + dy * dy > reach * reach) return false;
+    const float inter = overlap_area(a, b);
+    const float iou = __fdiv_rn(inter, fmaxf(__fsub_rn(__fadd_rn(a.area, b.area), inter), kEps));
+    return iou > NMS_IOU;
+}
+
+__device__ __forceinline__ Rect load_rect(const float* p) {
+    return Rect{p[0], p[1], p[2], p[3], p[4], p[5]};
+}
+
+__device__ __forceinline__ void store_rect(float* p, const Rect& r) {
+    p[0] = r.cx;
+    p[1] = r.cy;
+    p[2] = r.hx;
+    p[3] = r.hy;
+    p[4] = r.angle;
+    p[5] = r.area;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- kernels
+
+extern "C" __global__ void pp_score(const float* __restrict__ cls, unsigned* __restrict__ key,
+                                    int* __restrict__ block_counts) {
+    const int a = blockIdx.x * blockDim.x + threadIdx.x;
+    int pass = 0;
+    if (a < kNumAnchors) {
+        int label;
+        const float score = best_class(cls, a, &label);
+        key[a] = __float_as_uint(score);
+        pass = passes(score);
+    }
+    const int count = pp_block_sum(pass);
+    if (threadIdx.x == 0) block_counts[blockIdx.x] = count;
+}
+
+extern "C" __global__ void pp_offsets(int* __restrict__ block_counts, int* __restrict__ stats) {
+    __shared__ int totals[1];
+    pp_scan_block_counts<1>(block_counts, kScoreBlocks, totals);
+    __syncthreads();
+    if (threadIdx.x == 0) stats[STAT_CANDIDATES] = totals[0];
+}
+
+extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
+                                      const int* __restrict__ block_counts,
+                                      unsigned* __restrict__ cand_key, int* __restrict__ cand_anchor) {
+    const int a = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned k = a < kNumAnchors ? key[a] : 0u;
+    const bool pass = a < kNumAnchors && passes(__uint_as_float(k));
+    int unused;
+    const int pos = block_counts[blockIdx.x] + pp_block_exclusive_scan(pass, &unused);
+    if (pass) {
+        cand_key[pos] = k;
+        cand_anchor[pos] = a;
+    }
+}
+
+// Top TOP_K candidates by (score desc, anchor asc), sorted. When there are more candidates, an
+// 8-bit-digit radix select finds the k-th score; ties at it are taken in anchor order.
+extern "C" __global__ void __launch_bounds__(1024)
+pp_select(const unsigned* __restrict__ cand_key, const int* __restrict__ cand_anchor,
+          int* __restrict__ stats, int* __restrict__ sel_anchor, float* __restrict__ sel_score) {
+    __shared__ unsigned long long keys[SORT_CAP];
+    __shared__ int hist[256];
+    __shared__ int found_digit, found_remaining;
+    const int n = stats[STAT_CANDIDATES];
+    const int k = min(n, TOP_K);
+    if (n <= TOP_K) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x)
+            keys[i] = score_key(__uint_as_float(cand_key[i]), cand_anchor[i]);
+    } else {
+        unsigned prefix = 0, mask = 0;
+        int remaining = TOP_K;  // how many of the keys matching `prefix` are still to take
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+            __syncthreads();
+            for (int i = threadIdx.x; i < n; i += blockDim.x) {
+                const unsigned u = cand_key[i];
+                if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
+            }
+            __syncthreads();
+            // Digits from the top: thread t holds digit 255 - t.
+            const int count = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
+            int unused;
+            const int above = pp_block_exclusive_scan(count, &unused);
+            if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
+                found_digit = 255 - threadIdx.x;
+                found_remaining = remaining - above;
+            }
+            __syncthreads();
+            prefix |= static_cast<unsigned>(found_digit) << shift;
+            mask |= 255u << shift;
+            remaining = found_remaining;
+            __syncthreads();
+        }
+        // Keys above the k-th score, then the first `remaining` equal to it in anchor order.
+        int taken = 0, ties = 0;
+        for (int base = 0; base < n && taken < TOP_K; base += blockDim.x) {
+            const int i = base + threadIdx.x;
+            const unsigned u = i < n ? cand_key[i] : 0u;
+            const bool tie = i < n && u == prefix;
+            int tie_count, take_count;
+            const int tie_rank = ties + pp_block_exclusive_scan(tie, &tie_count);
+            const bool take = i < n && (u > prefix || (tie && tie_rank < remaining));
+            const int pos = taken + pp_block_exclusive_scan(take, &take_count);
+            if (take) keys[pos] = score_key(__uint_as_float(u), cand_anchor[i]);
+            ties += tie_count;
+            taken += take_count;
+        }
+    }
+    const int sorted = pow2_at_least(k);
+    for (int i = k + threadIdx.x; i < sorted; i += blockDim.x) keys[i] = 0ull;
+    pp_bitonic_sort_desc(keys, sorted);
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        sel_anchor[j] = static_cast<int>(key_index(keys[j]));
+        sel_score[j] = key_score(keys[j]);
+    }
+    if (threadIdx.x == 0) stats[STAT_SELECTED] = k;
+}
+
+// Members of NMS group g in the order NMS visits them, decoded. Class-agnostic: the selected
+// anchors as they are (any number of blocks share the decoding). Per class: one block per class
+// takes those whose class probability passes, by (probability desc, top-k position asc).
+extern "C" __global__ void __launch_bounds__(1024)
+pp_group(const float* __restrict__ cls, const float* __restrict__ box,
+         const float* __restrict__ dir, const float* __restrict__ anchors,
+         const int* __restrict__ sel_anchor, const float* __restrict__ sel_score,
+         const int* __restrict__ stats, int* __restrict__ group_count,
+         float* __restrict__ group_box, float* __restrict__ group_rect,
+         float* __restrict__ group_score, int* __restrict__ group_label, int* __restrict__ group_dir) {
+    const int k = stats[STAT_SELECTED];
+#if PER_CLASS
+    const int g = blockIdx.x;
+    const int first = threadIdx.x, stride = blockDim.x;
+    __shared__ unsigned long long keys[SORT_CAP];
+    const int sorted = pow2_at_least(k);
+    int passing = 0;
+    for (int j = threadIdx.x; j < sorted; j += blockDim.x) {
+        unsigned long long key = 0ull;
+        if (j < k) {
+            const float p = sigmoid(head(cls, NUM_CLASSES, sel_anchor[j], g));
+            if (passes(p)) {
+                key = score_key(p, j);
+                ++passing;
+            }
+        }
+        keys[j] = key;
+    }
+    const int count = pp_block_sum(passing);
+    pp_bitonic_sort_desc(keys, sorted);
+#else
+    const int g = 0;
+    const int first = blockIdx.x * blockDim.x + threadIdx.x, stride = gridDim.x * blockDim.x;
+    const int count = k;
+#endif
+    for (int m = first; m < count; m += stride) {
+#if PER_CLASS
+        const int j = static_cast<int>(key_index(keys[m]));
+        const float score = key_score(keys[m]);
+        const int label = g;
+#else
+        const int j = m;
+        const float score = sel_score[j];
+        int label;
+        best_class(cls, sel_anchor[j], &label);
+#endif
+        const Decoded d = decode(box, dir, anchors, sel_anchor[j]);
+        const int slot = g * SORT_CAP + m;
+#pragma unroll
+        for (int q = 0; q < 7; ++q) group_box[slot * 7 + q] = d.box[q];
+        store_rect(group_rect + slot * kRectFloats, nms_rect(d.box));
+        group_score[slot] = score;
+        group_label[slot] = label;
+        group_dir[slot] = d.dir;
+    }
+    if (threadIdx.x == 0 && (PER_CLASS || blockIdx.x == 0)) group_count[g] = count;
+}
+
+// Bit j of mask[(g, i), col block] is set when member j (> i) of group g overlaps member i by
+// IoU > NMS_IOU. Grid (col block, row block, group), 64 threads; only the upper triangle is made.
+extern "C" __global__ void __launch_bounds__(64)
+pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
+            unsigned long long* __restrict__ mask) {
+    __shared__ Rect cols[64];
+    const int g = blockIdx.z;
+    const int n = group_count[g];
+    const int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64;
+    if (blockIdx.x < blockIdx.y || row0 >= n || col0 >= n) return;
+    const int t = threadIdx.x;
+    const int num_cols = min(64, n - col0);
+    const float* rects = group_rect + static_cast<size_t>(g) * SORT_CAP * kRectFloats;
+    if (t < num_cols) cols[t] = load_rect(rects + (col0 + t) * kRectFloats);
+    __syncthreads();
+    const int i = row0 + t;
+    if (i >= n) return;
+    const Rect mine = load_rect(rects + i * kRectFloats);
+    unsigned long long bits = 0ull;
+    for (int j = blockIdx.x == blockIdx.y ? t + 1 : 0; j < num_cols; ++j)
+        if (suppresses(mine, cols[j])) bits |= 1ull << j;
+    mask[(static_cast<size_t>(g) * SORT_CAP + i) * kColBlocks + blockIdx.x] = bits;
+}
+
+namespace {
+
+// One output row in OpenPCDet's convention from a group slot.
+__device__ __forceinline__ bool output_row(int slot, const float* group_box, const float* group_score,
+                                           const int* group_label, const int* group_dir, float* row) {
+    float b[7];
+#pragma unroll
+    for (int q = 0; q < 7; ++q) b[q] = group_box[slot * 7 + q];
+#if HAS_OUTPUT_RANGE  // strict, on the family-native x, y, z
+    if (!(b[0] > OUT_MIN_X && b[0] < OUT_MAX_X && b[1] > OUT_MIN_Y && b[1] < OUT_MAX_Y &&
+          b[2] > OUT_MIN_Z && b[2] < OUT_MAX_Z))
+        return false;
+#endif
+#if STYLE_OPENPCDET
+#pragma unroll
+    for (int q = 0; q < 7; ++q) row[q] = b[q];
+#else
+    // zhulf0804 folds the yaw after NMS, then (x, y, z_bottom, w, l, h, yaw) becomes
+    // (x, y, z + h/2, l, w, h, -yaw - pi/2), rounded once from float64 as the reference does.
+    const double yaw = fold_direction(b[6], group_dir[slot]);
+    row[0] = b[0];
+    row[1] = b[1];
+    row[2] = static_cast<float>(static_cast<double>(b[2]) + static_cast<double>(b[5]) / 2.0);
+    row[3] = b[4];
+    row[4] = b[3];
+    row[5] = b[5];
+    row[6] = static_cast<float>(-yaw - 1.5707963267948966);
+#endif
+    row[7] = group_score[slot];
+    row[8] = static_cast<float>(group_label[slot]);
+    return true;
+}
+
+}  // namespace
+
+// Greedy NMS per group over the bit matrix, 64 members at a time: within a tile the kept members
+// follow from the diagonal words alone (one thread, one step per kept member); their rows are then
+// ORed into the suppression words of the later tiles by the whole block. Then the final cut (per
+// class: top MAX_BOXES by score only when more were kept), the output range filter and the rows.
+// out: (MAX_BOXES + 1, 9) float32; row 0 is the header, rows 1.. the boxes.
+extern "C" __global__ void __launch_bounds__(256)
+pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
+              const float* __restrict__ group_box, const float* __restrict__ group_score,
+              const int* __restrict__ group_label, const int* __restrict__ group_dir,
+              const int* __restrict__ stats, const int* __restrict__ extra, int num_extra,
+              int* __restrict__ kept, float* __restrict__ out) {
+    __shared__ unsigned long long removed[kColBlocks];
+    __shared__ unsigned long long diag[64];
+    __shared__ int tile_kept[64];
+    __shared__ int tile_kept_count;
+#if PER_CLASS
+    __shared__ unsigned long long final_keys[FINAL_CAP];
+#endif
+    int total = 0;
+    for (int g = 0; g < kGroups; ++g) {
+        const int n = group_count[g];
+        const int tiles = (n + 63) / 64;
+        const int limit = PER_CLASS ? n : MAX_BOXES;
+        const unsigned long long* gmask = mask + static_cast<size_t>(g) * SORT_CAP * kColBlocks;
+        for (int w = threadIdx.x; w < tiles; w += blockDim.x) removed[w] = 0ull;
+        int group_kept = 0;
+        for (int tile = 0; tile < tiles && group_kept < limit; ++tile) {
+            const int rows = min(64, n - tile * 64);
+            if (threadIdx.x < 64)
+                diag[threadIdx.x] = threadIdx.x < rows
+                    ? gmask[static_cast<size_t>(tile * 64 + threadIdx.x) * kColBlocks + tile] : 0ull;
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                const unsigned long long valid = rows == 64 ? ~0ull : (1ull << rows) - 1ull;
+                unsigned long long word = removed[tile];
+                unsigned long long open = valid & ~word;
+                int nk = 0;
+                while (open && group_kept + nk < limit) {
+                    const int t = __ffsll(static_cast<long long>(open)) - 1;
+                    tile_kept[nk] = t;
+                    kept[total + group_kept + nk] = g * SORT_CAP + tile * 64 + t;
+                    ++nk;
+                    word |= diag[t];
+                    open = valid & ~word & ((~0ull << t) << 1);
+                }
+                tile_kept_count = nk;
+            }
+            __syncthreads();
+            const int nk = tile_kept_count;
+            group_kept += nk;
+            const int later = tiles - tile - 1;
+            for (int p = threadIdx.x; p < nk * later; p += blockDim.x) {
+                const int which = p / later;
+                const int w = tile + 1 + (p - which * later);
+                const unsigned long long bits =
+                    gmask[static_cast<size_t>(tile * 64 + tile_kept[which]) * kColBlocks + w];
+                if (bits) atomicOr(&removed[w], bits);
+            }
+            __syncthreads();
+        }
+        total += group_kept;
+    }
+    __syncthreads();
+    // kept[] now holds the group slots in concatenation order (group, then NMS order).
+    int count = total;
+#if PER_CLASS
+    const bool cut = total > MAX_BOXES;
+    if (cut) {  // top MAX_BOXES by (score desc, concatenation position asc); slot in the low bits
+        const int sorted = pow2_at_least(total);
+        for (int q = threadIdx.x; q < sorted; q += blockDim.x) {
+            unsigned long long key = 0ull;
+            if (q < total) {
+                const int slot = kept[q];
+                key = (static_cast<unsigned long long>(__float_as_uint(group_score[slot])) << 32) |
+                      (static_cast<unsigned>(0xffff - q) << 16) | static_cast<unsigned>(slot);
+            }
+            final_keys[q] = key;
+        }
+        pp_bitonic_sort_desc(final_keys, sorted);
+        count = MAX_BOXES;
+    }
+#endif
+    int written = 0;
+    for (int base = 0; base < count; base += blockDim.x) {
+        const int r = base + threadIdx.x;
+        float row[kRowFloats];
+        bool keep = false;
+        if (r < count) {
+#if PER_CLASS
+            const int slot = cut ? static_cast<int>(final_keys[r] & 0xffffull) : kept[r];
+#else
+            const int slot = kept[r];
+#endif
+            keep = output_row(slot, group_box, group_score, group_label, group_dir, row);
+        }
+        int chunk;
+        const int pos = written + pp_block_exclusive_scan(keep, &chunk);
+        if (keep) {
+#pragma unroll
+            for (int q = 0; q < kRowFloats; ++q) out[(1 + pos) * kRowFloats + q] = row[q];
+        }
+        written += chunk;
+    }
+    const int t = threadIdx.x;
+    if (t < kRowFloats) {
+        float v = 0.0f;
+        if (t == HEADER_COUNT) v = static_cast<float>(written);
+        else if (t == HEADER_CANDIDATES) v = static_cast<float>(stats[STAT_CANDIDATES]);
+        else if (t == HEADER_SELECTED) v = static_cast<float>(stats[STAT_SELECTED]);
+        else if (t >= HEADER_EXTRA && t - HEADER_EXTRA < num_extra) v = static_cast<float>(extra[t - HEADER_EXTRA]);
+        out[t] = v;
+    }
+}

@@ -1,0 +1,268 @@
+// Deterministic pillar voxelization with fused point decoration.
+//
+// The result equals the reference's (pointpillars_trt/reference/voxel.py) bit for bit: pillars are
+// numbered by their first point, points keep input order inside a pillar, the first MAX_PTS points
+// and the first MAX_PILLARS pillars are kept. Atomics only count or pick minima (order-free), or
+// place points into per-cell buckets whose order nobody relies on: a point's slot is its rank, the
+// number of earlier points of its cell, counted in the bucket. So two runs give identical bytes.
+//
+// One frame = six launches on one stream, all sized from capacities (the point capacity is a kernel
+// argument, so growing it needs no recompilation); the live point count and pillar count are read
+// from device memory, so a CUDA graph can capture the frame.
+//   vox_classify  per point: cell or drop code; atomicMin first point and atomicAdd count per cell
+//   vox_count     per point: first-point flags; first points reserve their cell's bucket; block sums
+//   vox_offsets   one block: pillar numbering offsets per block and the frame counters
+//   vox_number    per point: pillar ids (first-point order), pillar rows, bucket fill
+//   vox_rank      per point: slot = rank in its cell; clears the per-cell scratch for the next frame
+//   vox_gather    warp per pillar: decorated features, padded slots zero, stale rows of the
+//                 previous frame zeroed
+//
+// Compile-time configuration (all -D options from kernels.py, nothing hard-coded here):
+//   NX NY NZ, MAX_PILLARS, MAX_PTS, NUM_FEATURES, FEATURE_CODES (4 bits per
+//   channel, channel 0 lowest: a single integer, since nvcc splits -D values at commas),
+//   RANGE_STRICT (0: inclusive x/y bounds, z by the grid only; 1: strict x/y/z bounds),
+//   RANGE_MIN_[XYZ], RANGE_MAX_[XYZ], PILLAR_[XYZ], CENTER_OFFSET_[XYZ] (float literals),
+//   STAT_* (slots of the stats array),
+//   FEATURE_* (codes of the decoration channels).
+#include "common.cuh"
+
+namespace {
+
+constexpr int kOutOfRange = -1;
+constexpr int kNonFinite = -2;
+constexpr int kNoPoint = 0x7fffffff;
+
+// Per-block counters written by vox_count and scanned by vox_offsets.
+enum BlockCount { kFirst = 0, kNonFiniteCount = 1, kInRange = 2, kBlockStride = 3 };
+
+// The frame's point count lives on the device; it is clamped to the rows the scratch was sized for.
+__device__ __forceinline__ int live_points(const int* num_points_in, int num_rows) {
+    return min(max(*num_points_in, 0), num_rows);
+}
+
+// floor((p - lo) / size) in IEEE float32 (the reference's numerics); -1 outside [0, n).
+__device__ __forceinline__ int grid_index(float p, float lo, float size, int n) {
+    const float q = floorf(__fdiv_rn(__fsub_rn(p, lo), size));
+    return (q >= 0.0f && q < static_cast<float>(n)) ? static_cast<int>(q) : -1;
+}
+
+__device__ __forceinline__ int classify(float4 p) {
+    if (!(isfinite(p.x) && isfinite(p.y) && isfinite(p.z) && isfinite(p.w))) return kNonFinite;
+#if RANGE_STRICT
+    const bool inside = p.x > RANGE_MIN_X && p.x < RANGE_MAX_X && p.y > RANGE_MIN_Y &&
+                        p.y < RANGE_MAX_Y && p.z > RANGE_MIN_Z && p.z < RANGE_MAX_Z;
+#else
+    const bool inside = p.x >= RANGE_MIN_X && p.x <= RANGE_MAX_X && p.y >= RANGE_MIN_Y &&
+                        p.y <= RANGE_MAX_Y;
+#endif
+    if (!inside) return kOutOfRange;
+    const int ix = grid_index(p.x, RANGE_MIN_X, PILLAR_X, NX);
+    const int iy = grid_index(p.y, RANGE_MIN_Y, PILLAR_Y, NY);
+    const int iz = grid_index(p.z, RANGE_MIN_Z, PILLAR_Z, NZ);
+    if (ix < 0 || iy < 0 || iz < 0) return kOutOfRange;
+    return (iz * NY + iy) * NX + ix;
+}
+
+// A point is the first of its cell when it holds the cell's minimum index.
+__device__ __forceinline__ bool is_first(int i, int cell, const int* cell_first) {
+    return cell >= 0 && cell_first[cell] == i;
+}
+
+}  // namespace
+
+extern "C" __global__ void vox_classify(const float4* __restrict__ points,
+                                        const int* __restrict__ num_points_in, int num_rows,
+                                        int* __restrict__ point_cell, int* __restrict__ cell_first,
+                                        int* __restrict__ cell_count) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= live_points(num_points_in, num_rows)) return;
+    const int cell = classify(points[i]);
+    point_cell[i] = cell;
+    if (cell >= 0) {
+        atomicMin(&cell_first[cell], i);
+        atomicAdd(&cell_count[cell], 1);
+    }
+}
+
+extern "C" __global__ void vox_count(const int* __restrict__ num_points_in, int num_rows,
+                                     const int* __restrict__ point_cell,
+                                     const int* __restrict__ cell_first,
+                                     const int* __restrict__ cell_count,
+                                     int* __restrict__ cell_bucket, int* __restrict__ stats,
+                                     int* __restrict__ block_counts) {
+    __shared__ int block_start;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
+    if (i < live_points(num_points_in, num_rows)) {
+        cell = point_cell[i];
+        nonfinite = cell == kNonFinite;
+        in_range = cell >= 0;
+        first = is_first(i, cell, cell_first);
+        if (first) size = cell_count[cell];
+    }
+    // Buckets: one atomic per block reserves room for the block's cells. Where a bucket lies does
+    // not matter, only its contents.
+    int block_size;
+    const int offset = pp_block_exclusive_scan(size, &block_size);
+    if (threadIdx.x == 0) block_start = block_size ? atomicAdd(&stats[STAT_CURSOR], block_size) : 0;
+    __syncthreads();
+    if (first) cell_bucket[cell] = block_start + offset;
+    const int f = pp_block_sum(first);
+    const int n = pp_block_sum(nonfinite);
+    const int r = pp_block_sum(in_range);
+    if (threadIdx.x == 0) {
+        int* row = block_counts + blockIdx.x * kBlockStride;
+        row[kFirst] = f;
+        row[kNonFiniteCount] = n;
+        row[kInRange] = r;
+    }
+}
+
+extern "C" __global__ void vox_offsets(int* __restrict__ block_counts, int num_blocks,
+                                       int* __restrict__ stats) {
+    __shared__ int totals[kBlockStride];
+    pp_scan_block_counts<kBlockStride>(block_counts, num_blocks, totals);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const int total = totals[kFirst];
+        const int kept = min(total, MAX_PILLARS);
+        stats[STAT_PREVIOUS_PILLARS] = stats[STAT_PILLARS];
+        stats[STAT_PILLARS] = kept;
+        stats[STAT_PILLARS_TOTAL] = total;
+        stats[STAT_PILLARS_DROPPED] = total - kept;
+        stats[STAT_NONFINITE] = totals[kNonFiniteCount];
+        stats[STAT_IN_RANGE] = totals[kInRange];
+        stats[STAT_CURSOR] = 0;  // vox_count of the next frame allocates buckets from zero
+    }
+}
+
+extern "C" __global__ void vox_number(const int* __restrict__ num_points_in, int num_rows,
+                                      const int* __restrict__ point_cell,
+                                      const int* __restrict__ cell_first,
+                                      const int* __restrict__ cell_count,
+                                      const int* __restrict__ cell_bucket,
+                                      const int* __restrict__ block_counts,
+                                      int* __restrict__ cell_fill, int* __restrict__ cell_pillar,
+                                      int* __restrict__ bucket, int* __restrict__ pillar_bucket,
+                                      int* __restrict__ pillar_total, int* __restrict__ coords,
+                                      int* __restrict__ num_points) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const bool live = i < live_points(num_points_in, num_rows);
+    const int cell = live ? point_cell[i] : kOutOfRange;
+    const bool first = live && is_first(i, cell, cell_first);
+    int unused;
+    const int pillar =
+        block_counts[blockIdx.x * kBlockStride + kFirst] + pp_block_exclusive_scan(first, &unused);
+    if (cell < 0) return;
+    const int start = cell_bucket[cell];
+    bucket[start + atomicAdd(&cell_fill[cell], 1)] = i;
+    if (!first) return;
+    if (pillar >= MAX_PILLARS) {
+        cell_pillar[cell] = -1;
+        return;
+    }
+    cell_pillar[cell] = pillar;
+    const int count = cell_count[cell];
+    pillar_bucket[pillar] = start;
+    pillar_total[pillar] = count;
+    num_points[pillar] = min(count, MAX_PTS);
+    const int ix = cell % NX;
+    const int iy = (cell / NX) % NY;
+    const int iz = cell / (NX * NY);
+    reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, iz, iy, ix);
+}
+
+extern "C" __global__ void vox_rank(const int* __restrict__ num_points_in, int num_rows,
+                                    const int* __restrict__ point_cell,
+                                    const int* __restrict__ cell_pillar,
+                                    const int* __restrict__ bucket,
+                                    const int* __restrict__ pillar_bucket,
+                                    const int* __restrict__ pillar_total,
+                                    int* __restrict__ cell_first, int* __restrict__ cell_count,
+                                    int* __restrict__ cell_fill, int* __restrict__ slot_point) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= live_points(num_points_in, num_rows)) return;
+    const int cell = point_cell[i];
+    if (cell < 0) return;
+    const int pillar = cell_pillar[cell];
+    // Every reader of these per-cell values ran in an earlier launch: reset them for the next frame.
+    cell_first[cell] = kNoPoint;
+    cell_count[cell] = 0;
+    cell_fill[cell] = 0;
+    if (pillar < 0) return;
+    const int* members = bucket + pillar_bucket[pillar];
+    const int total = pillar_total[pillar];
+    int rank = 0;
+    for (int j = 0; j < total && rank < MAX_PTS; ++j) rank += members[j] < i;
+    if (rank < MAX_PTS) slot_point[pillar * MAX_PTS + rank] = i;
+}
+
+namespace {
+
+constexpr int kGatherWarps = 8;
+
+__device__ __forceinline__ float feature(int channel, float4 p, float3 mean, float3 centre) {
+    switch (static_cast<int>((FEATURE_CODES >> (4 * channel)) & 15ull)) {
+        case FEATURE_X: return p.x;
+        case FEATURE_Y: return p.y;
+        case FEATURE_Z: return p.z;
+        case FEATURE_INTENSITY: return p.w;
+        case FEATURE_MEAN_DX: return __fsub_rn(p.x, mean.x);
+        case FEATURE_MEAN_DY: return __fsub_rn(p.y, mean.y);
+        case FEATURE_MEAN_DZ: return __fsub_rn(p.z, mean.z);
+        case FEATURE_CENTER_DX: return __fsub_rn(p.x, centre.x);
+        case FEATURE_CENTER_DY: return __fsub_rn(p.y, centre.y);
+        default: return __fsub_rn(p.z, centre.z);  // FEATURE_CENTER_DZ
+    }
+}
+
+__device__ __forceinline__ float centre_of(int index, float size, float offset) {
+    return __fadd_rn(__fmul_rn(static_cast<float>(index), size), offset);
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kGatherWarps * 32)
+vox_gather(const float4* __restrict__ points, const int* __restrict__ slot_point,
+           const int* __restrict__ stats, int* __restrict__ coords, int* __restrict__ num_points,
+           float* __restrict__ features) {
+    __shared__ float4 staged[kGatherWarps][MAX_PTS];
+    const int warp = threadIdx.x >> 5;
+    const int lane = threadIdx.x & 31;
+    const int pillar = blockIdx.x * kGatherWarps + warp;
+    const int live = stats[STAT_PILLARS];
+    const int stale = stats[STAT_PREVIOUS_PILLARS];
+    if (pillar >= MAX_PILLARS || pillar >= max(live, stale)) return;
+    float* row = features + static_cast<size_t>(pillar) * (MAX_PTS * NUM_FEATURES);
+    if (pillar >= live) {  // written by the previous frame, not by this one: back to zero
+        for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) row[e] = 0.0f;
+        if (lane == 0) {
+            reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, 0, 0, 0);
+            num_points[pillar] = 0;
+        }
+        return;
+    }
+    const int n = num_points[pillar];
+    for (int s = lane; s < MAX_PTS; s += 32)
+        staged[warp][s] = s < n ? points[slot_point[pillar * MAX_PTS + s]] : make_float4(0, 0, 0, 0);
+    __syncwarp();
+    // Sequential float32 sum in slot order: the reference's order, hence its exact bits.
+    float3 sum = make_float3(0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < n; ++s) {
+        sum.x = __fadd_rn(sum.x, staged[warp][s].x);
+        sum.y = __fadd_rn(sum.y, staged[warp][s].y);
+        sum.z = __fadd_rn(sum.z, staged[warp][s].z);
+    }
+    const float count = static_cast<float>(n);
+    const float3 mean =
+        make_float3(__fdiv_rn(sum.x, count), __fdiv_rn(sum.y, count), __fdiv_rn(sum.z, count));
+    const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
+    const float3 centre = make_float3(centre_of(c.w, PILLAR_X, CENTER_OFFSET_X),
+                                      centre_of(c.z, PILLAR_Y, CENTER_OFFSET_Y),
+                                      centre_of(c.y, PILLAR_Z, CENTER_OFFSET_Z));
+    for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) {
+        const int s = e / NUM_FEATURES;
+        const int ch = e - s * NUM_FEATURES;
+        row[e] = s < n ? feature(ch, staged[warp][s], mean, centre) : 0.0f;
+    }
+}
