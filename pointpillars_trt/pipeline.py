@@ -54,6 +54,8 @@ class GpuPipeline:
     every one of the ``max_pillars`` rows.
     """
 
+    _closed = True  # until __init__ completes there is nothing to free
+
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
                  max_points: int = DEFAULT_MAX_POINTS, host_round_trip: bool = False, tf32: bool = True,
                  pfn_engine: bool = False) -> None:
@@ -84,6 +86,7 @@ class GpuPipeline:
             "postprocess": lambda: self._post.launch(self._heads[0], self._heads[1], self._heads[2],
                                                      self._voxelize.stats, self.stream),
         }
+        self._closed = False
 
     # -- set-up (outside the hot path) ------------------------------------------------------------
 
@@ -247,11 +250,23 @@ class GpuPipeline:
         return Detections(boxes, scores, labels, self.cfg.classes, stats)
 
     def close(self) -> None:
+        """Free the graphs and engines while the stream they run on still exists (ONNX Runtime's
+        session synchronises its compute stream when destroyed). Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
         self.stream.synchronize()
         self._graphs.clear()
-        if self._pfn is not None:
-            self._pfn.close()
-        self._rpn.close()
+        for engine in (self._pfn, self._rpn):
+            if engine is not None:
+                engine.close()
+        self.stream.synchronize()
+
+    def __del__(self) -> None:
+        # Garbage collection frees a cycle's members in no set order; a stream destroyed before its
+        # ONNX Runtime session crashes the process, so release the engines first.
+        if not self._closed:
+            self.close()
 
 
 def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:

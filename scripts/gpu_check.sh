@@ -27,7 +27,7 @@ python3 -c "import onnxruntime as o, cupy; print('onnxruntime', o.__version__, o
 
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-  python3 -m pytest -q -rs -m "cuda or tensorrt" -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log"
+  python3 -m pytest -v --tb=short -rs -m "cuda or tensorrt" -p no:cacheprovider tests 2>&1 | tee "$out/gpu_tests.log"
   status=${PIPESTATUS[0]}
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then

@@ -156,10 +156,12 @@ def test_growing_past_the_point_capacity(assets, tmp_path):  # type: ignore[no-u
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     model = export_model_dir(ckpt.weights, ckpt.config, tmp_path, precision="fp32", source={})
     points = read_velodyne_bin(assets / SHARED_FRAMES[2])
-    with_room = GpuPipeline(model, backend="onnxruntime", tf32=False).detect(points)
+    roomy = GpuPipeline(model, backend="onnxruntime", tf32=False)
     small = GpuPipeline(model, backend="onnxruntime", tf32=False, max_points=1000)
-    assert_same_detections(small.detect(points), with_room, "after growing")
+    assert_same_detections(small.detect(points), roomy.detect(points), "after growing")
     assert small.max_points >= points.shape[0]
+    small.close()
+    roomy.close()
 
 
 def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-def]
