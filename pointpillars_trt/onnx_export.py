@@ -110,14 +110,16 @@ def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: P
         )
         upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
     features = g.node("Concat", upsampled, "neck.concat", axis=1)
-    # One 1x1 conv for the three heads reads the 384-channel features once instead of three times.
-    heads = (weights.head_cls, weights.head_box, weights.head_dir)
-    weight = np.concatenate([h.weight for h in heads])
-    bias = np.concatenate([h.bias for h in heads])
-    fused = g.node("Conv", [features, g.const("head.weight", weight), g.const("head.bias", bias)], "head",
-                   kernel_shape=[1, 1])
-    sizes = g.int_const("head.split.sizes", np.array([h.weight.shape[0] for h in heads], np.int64))
-    g.output_split(fused, sizes, "head.split", RPN_OUTPUTS)
+    # Three 1x1 convs, not one fused conv + Split: ONNX Runtime stages Split's sizes input through
+    # pinned host memory on every run (an extra H2D copy) and frees it from a stream callback, which
+    # CUDA refuses (error 800) when the session is destroyed.
+    heads = {"cls": weights.head_cls, "box": weights.head_box, "dir": weights.head_dir}
+    for name in RPN_OUTPUTS:
+        head = heads[name]
+        g.output_node(
+            "Conv", [features, g.const(f"head.{name}.weight", head.weight), g.const(f"head.{name}.bias", head.bias)],
+            f"head.{name}", name, kernel_shape=[1, 1],
+        )
     return g.model("pointpillars_rpn", rpn_io(cfg))
 
 
@@ -151,11 +153,6 @@ class _GraphBuilder:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name))
         return name
 
-    def int_const(self, name: str, value: np.ndarray) -> str:
-        """An integer initializer (shapes, split sizes): never cast to the graph's float precision."""
-        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
-
     def node(self, op: str, inputs: list[str], name: str, output: str | None = None, **attrs: Any) -> str:
         """Append a node; its output tensor is named after the node unless ``output`` is given."""
         out = output or name
@@ -172,14 +169,6 @@ class _GraphBuilder:
             self.node("Cast", [value], f"{output}.fp32", output=output, to=TensorProto.FLOAT)
         else:
             self.node(op, inputs, name, output=output, **attrs)
-
-    def output_split(self, value: str, sizes: str, name: str, outputs: tuple[str, ...]) -> None:
-        """Split ``value`` along channels into the graph outputs ``outputs`` (through Casts in fp16)."""
-        parts = [f"{o}.fp16" for o in outputs] if self.fp16 else list(outputs)
-        self.nodes.append(helper.make_node("Split", [value, sizes], parts, name=name, axis=1))
-        if self.fp16:
-            for part, out in zip(parts, outputs):
-                self.node("Cast", [part], f"{out}.fp32", output=out, to=TensorProto.FLOAT)
 
     def model(self, graph_name: str, io: GraphIO) -> onnx.ModelProto:
         def info(t: TensorSpec) -> onnx.ValueInfoProto:
