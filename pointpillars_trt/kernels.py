@@ -40,6 +40,7 @@ RESULT_HEADER = _POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(_POST_HEADER)]
 
 _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
+_NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
 _SORT_LIMIT = 4096  # keys of one in-block bitonic sort (32 KB of shared memory)
 # Corner-inside margin (metres) of each family's NMS kernel (OpenPCDet iou3d_nms, mmdet3d iou3d).
 _NMS_MARGIN = {"openpcdet": 1e-2, "zhulf0804": 1e-5}
@@ -420,7 +421,7 @@ class PostParams:
             MAX_BOXES=self.max_boxes, DIR_OFFSET=_f32(self.dir_offset),
             DIR_LIMIT_OFFSET=_f32(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=_f32(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
-            SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(_POST_HEADER),
+            SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(_POST_HEADER),
             **floats, **_slots("STAT", POST_STATS), **_slots("HEADER", _POST_HEADER),
         )
 
@@ -486,8 +487,8 @@ class PostprocessStage:
         _launch(k["pp_group"], group_grid, group_block,
                 (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self._group_count,
                  self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
-        _launch(k["pp_nms_mask"], (tiles, tiles, p.groups), 64, (self._group_count, self._group_rect, self._mask),
-                stream)
+        _launch(k["pp_nms_mask"], (tiles, tiles, p.groups), 64 * _NMS_COLUMN_SPLIT,
+                (self._group_count, self._group_rect, self._mask), stream)
         _launch(k["pp_nms_reduce"], 1, 256,
                 (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,
                  self._group_dir, self.stats, voxel_stats, num_extra, self._kept, self.result), stream)

@@ -92,10 +92,7 @@ class GpuPipeline:
 
     def _allocate(self, max_points: int) -> None:
         cfg, v = self.cfg, self.cfg.voxel
-        self.max_points = max_points
-        self._staging = cupyx.empty_pinned((max_points, 4), np.float32)
-        self._points = cp.empty((max_points, 4), np.float32)
-        self._num_points = cp.zeros(1, np.int32)
+        self._allocate_input(max_points)
         self._voxelize = VoxelizeStage(cfg, max_points)
         if self.pfn_engine:
             self._pillar_features = cp.empty((v.max_pillars, cfg.network.pfn_channels), np.float32)
@@ -127,16 +124,24 @@ class GpuPipeline:
         for name, arr in zip(RPN_OUTPUTS, self._heads):
             bind(self._rpn, name, arr)
 
+    def _allocate_input(self, capacity: int) -> None:
+        """Row 0 of the input carries the point count (int32 bits), rows 1.. the points, so that one
+        H2D copy brings the whole frame and the count stays where the kernels read it."""
+        self.max_points = capacity
+        self._staging = cupyx.empty_pinned((capacity + 1, 4), np.float32)
+        self._staging_count = self._staging[0].view(np.int32)
+        self._input = cp.zeros((capacity + 1, 4), np.float32)
+        self._points = self._input[1:]
+        self._num_points = self._input[0].view(np.int32)[:1]
+
     def _grow(self, num_points: int) -> None:
         """A frame larger than every earlier one: reallocate the point buffers, recapture the graphs."""
         self.stream.synchronize()
         capacity = 1 << (num_points - 1).bit_length()
-        self._staging = cupyx.empty_pinned((capacity, 4), np.float32)
         with self.stream:
-            self._points = cp.empty((capacity, 4), np.float32)
+            self._allocate_input(capacity)
             self._voxelize = VoxelizeStage(self.cfg, capacity)
             self._bind_engines()
-        self.max_points = capacity
         self._graphs.clear()
 
     # -- the hot path -----------------------------------------------------------------------------
@@ -171,12 +176,10 @@ class GpuPipeline:
             n = int(points.shape[0])
             if n > self.max_points:
                 self._grow(n)
-            self._staging[:n] = points
-            with self.stream:
-                if n:
-                    self._points[:n].set(self._staging[:n], stream=self.stream)  # the one H2D copy
-                    self._count_copy("h2d", n * 16)
-                self._num_points.fill(n)
+            self._staging[1 : n + 1] = points
+            self._staging_count[0] = n
+            self._input[: n + 1].set(self._staging[: n + 1], stream=self.stream)  # the one H2D copy
+            self._count_copy("h2d", (n + 1) * 16)
             return n
         device_points = _as_device_points(points, self.stream)
         n = int(device_points.shape[0])

@@ -197,7 +197,7 @@ def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets):  # type: ignor
     d2h = [n for n in names if "DtoH" in n]
     assert len(h2d) == 1 and len(d2h) == 1, (h2d, d2h)
     assert gpu.copies.h2d_copies == 1 and gpu.copies.d2h_copies == 1
-    assert gpu.copies.h2d_bytes == points.nbytes
+    assert gpu.copies.h2d_bytes == points.nbytes + 16  # the points and a 16-byte header with the count
 
 
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
@@ -245,3 +245,28 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
             j = int(np.argmin(dist))
             assert dist[j] < 0.05 and got.labels[j] == label and abs(got.scores[j] - score) < 5e-3, (family, frame)
     fast.close()
+
+
+def test_fused_pfn_kernel_against_float64(openpcdet_cfg):  # type: ignore[no-untyped-def]
+    """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only."""
+    import cupy as cp
+
+    from pointpillars_trt.kernels import PfnStage
+
+    cfg = openpcdet_cfg
+    rng = np.random.default_rng(3)
+    m, c, out = cfg.voxel.max_points_per_pillar, cfg.features.channels, cfg.network.pfn_channels
+    weight, bias = rng.normal(0, 0.5, (out, c)).astype(np.float32), rng.normal(0, 0.5, out).astype(np.float32)
+    stage = PfnStage(cfg, weight, bias)
+    live = 1237
+    pillars = np.zeros((cfg.voxel.max_pillars, m, c), np.float32)
+    pillars[:live] = rng.normal(0, 2, (live, m, c))
+    pillars[:live, m // 2 :] = 0  # padded slots, as the voxelizer leaves them
+    stage.out.fill(np.nan)
+    stream = cp.cuda.Stream(non_blocking=True)
+    stage.launch(cp.asarray(pillars), cp.asarray(np.array([live], np.int32)), stream)
+    stream.synchronize()
+    x = pillars[:live].astype(np.float64)
+    expected = np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1)
+    np.testing.assert_allclose(stage.out[:live].get(), expected, rtol=1e-5, atol=1e-5)
+    assert np.isnan(stage.out[live:].get()).all(), "rows past the live count must not be written"
