@@ -456,8 +456,9 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
 }
 
 // Bit j of mask[(g, i), col block] is set when member j (> i) of group g overlaps member i by
-// IoU > NMS_IOU. Grid (col block, row block, group), 64 threads; only the upper triangle is made.
-extern "C" __global__ void __launch_bounds__(64)
+// IoU > NMS_IOU. Grid (col block, row block, group), 64 * NMS_COLUMN_SPLIT threads; only the upper
+// triangle is made.
+extern "C" __global__ void __launch_bounds__(64 * NMS_COLUMN_SPLIT)
 pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             unsigned long long* __restrict__ mask) {
     // Block of 64 * NMS_COLUMN_SPLIT threads: thread (row r, part) tests row r of the tile against
