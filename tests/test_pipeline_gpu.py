@@ -230,10 +230,16 @@ def test_pfn_engine_path_matches(family_pair, assets):  # type: ignore[no-untype
 
 def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: ignore[no-untyped-def]
     """TF32 (the default, as in TensorRT and PyTorch) moves logits by ~1e-3: boxes clear of the score
-    threshold must all be found, at the same place, with the same label."""
+    threshold must all be found, with the same label and score.
+
+    OpenPCDet's class-agnostic NMS keeps the same boxes to the centimetre. zhulf0804 first cuts to the
+    top 100 anchors and then suppresses at IoU 0.01, so a ~1e-3 change can swap which of two
+    neighbouring anchors (0.32 m apart, near-equal scores) survives: there the match is by proximity.
+    """
     family, cpu, gpu = family_pair
     fast = GpuPipeline(gpu.model, backend="onnxruntime")
     assert fast.tf32
+    reach, score_tol = (0.05, 5e-3) if family == "openpcdet" else (1.0, 2e-2)
     for frame in SHARED_FRAMES[:3]:
         points = read_velodyne_bin(assets / frame)
         ref, got = cpu.detect(points), fast.detect(points)
@@ -241,9 +247,9 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
         for box, score, label in zip(ref.boxes, ref.scores, ref.labels):
             if score < 0.2:
                 continue
-            dist = np.linalg.norm(got.boxes[:, :2] - box[:2], axis=1)
-            j = int(np.argmin(dist))
-            assert dist[j] < 0.05 and got.labels[j] == label and abs(got.scores[j] - score) < 5e-3, (family, frame)
+            same = (got.labels == label) & (np.abs(got.scores - score) < score_tol)
+            dist = np.where(same, np.linalg.norm(got.boxes[:, :2] - box[:2], axis=1), np.inf)
+            assert dist.min() < reach, (family, frame, box, score)
     fast.close()
 
 
@@ -263,6 +269,7 @@ def test_fused_pfn_kernel_against_float64(openpcdet_cfg):  # type: ignore[no-unt
     pillars[:live] = rng.normal(0, 2, (live, m, c))
     pillars[:live, m // 2 :] = 0  # padded slots, as the voxelizer leaves them
     stage.out.fill(np.nan)
+    cp.cuda.Device().synchronize()  # the fill ran on the default stream; the stage runs on its own
     stream = cp.cuda.Stream(non_blocking=True)
     stage.launch(cp.asarray(pillars), cp.asarray(np.array([live], np.int32)), stream)
     stream.synchronize()
