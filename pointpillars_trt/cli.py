@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     infer.add_argument("--config", help="config name or YAML path (default: the model's own)")
     infer.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     infer.add_argument("--backend", choices=("auto", "onnxruntime", "tensorrt"), default="auto")
+    infer.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
+                       help="graphs exported from a .pth --model (a model dir keeps its own)")
+    infer.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
     infer.add_argument("--no-progress", action="store_true", help="no progress bar")
     infer.set_defaults(run=_cmd_infer)
 
@@ -95,7 +98,8 @@ def _cmd_infer(args: argparse.Namespace) -> int:
     if out:
         _check_unique_names(frames)
         out.mkdir(parents=True, exist_ok=True)
-    detector = _open_model(args.model, config=args.config, device=args.device, backend=args.backend)
+    detector = _open_model(args.model, config=args.config, device=args.device, backend=args.backend,
+                           precision=args.precision, tf32=not args.no_tf32)
     failures: list[tuple[str, str]] = []
     total_boxes = 0
     results = detector.infer_many(frames)
@@ -178,13 +182,15 @@ def expand_frame_paths(patterns: Sequence[str]) -> list[str]:
     return frames
 
 
-def _open_model(model: str, *, config: str | None, device: str, backend: str):  # type: ignore[no-untyped-def]
+def _open_model(model: str, *, config: str | None, device: str, backend: str, precision: str,  # type: ignore[no-untyped-def]
+                tf32: bool):
     from .detector import PointPillars
 
     path = Path(model)
     if path.is_file():
-        return PointPillars.from_checkpoint(path, config=config, device=device, backend=backend)  # type: ignore[arg-type]
-    return PointPillars.from_model_dir(path, config=config, device=device, backend=backend)  # type: ignore[arg-type]
+        return PointPillars.from_checkpoint(path, config=config, precision=precision, device=device,  # type: ignore[arg-type]
+                                            backend=backend, tf32=tf32)
+    return PointPillars.from_model_dir(path, config=config, device=device, backend=backend, tf32=tf32)  # type: ignore[arg-type]
 
 
 if __name__ == "__main__":

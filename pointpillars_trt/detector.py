@@ -57,10 +57,12 @@ class PointPillars:
     """A PointPillars detector loaded from a model dir or a checkpoint.
 
     ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path.
+    GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph; ``tf32`` lets fp32 engines
+    use TensorFloat-32 as TensorRT and PyTorch do by default (``False``: IEEE fp32, as the CPU path).
     """
 
     def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True) -> None:
+                 cuda_graph: bool = True, tf32: bool = True) -> None:
         self.model = model
         self.cfg: ModelConfig = model.cfg
         self.device = _resolve_device(device)
@@ -70,7 +72,7 @@ class PointPillars:
         if self.device == "cuda":
             from .pipeline import GpuPipeline
 
-            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph)
+            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
         else:
             from .cpu_detector import CpuDetector
 
@@ -78,19 +80,21 @@ class PointPillars:
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                       device: Device = "auto", backend: str = "auto", cuda_graph: bool = True) -> PointPillars:
+                       device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
+                       tf32: bool = True) -> PointPillars:
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph)
+        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
 
     from_engines = from_model_dir
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                         precision: str = "fp32", device: Device = "auto", backend: str = "auto",
-                        cuda_graph: bool = True, cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
+                        cuda_graph: bool = True, tf32: bool = True,
+                        cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash and config."""
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir)
-        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph)
+        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
 
     @property
     def last_timings(self) -> dict[str, float]:

@@ -146,6 +146,8 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                                          frames_per_pipeline=max(50, args.iterations // 2))
                 results["throughput"].append({"engine": engine, "precision": precision,
                                               "frames": next(iter(frame_sets)), "pipelines": count, "fps": fps})
+    results["notes"].append("batch > 1: the exported RPN has a fixed batch of 1, so throughput comes from "
+                            "concurrent pipelines, one CUDA stream each")
     if not args.no_baselines:
         _bench_baselines(model, frame_sets, args, out, results, best_p50)
 
