@@ -15,7 +15,6 @@ from .model_dir import GRAPHS, ModelDir, export_model_dir
 from .onnx_export import PFN_INPUT, check_precision
 
 BACKENDS = ("onnxruntime", "tensorrt")
-PRECISIONS = ("fp32", "fp16")
 
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -23,8 +22,7 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
                     tf32: bool = True) -> ModelDir:
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
-    if precision not in PRECISIONS:
-        raise PointPillarsError(f"precision {precision!r}: expected one of {PRECISIONS}")
+    check_precision(precision)
     if backend == "tensorrt":  # fail before any work when the plans cannot be built here
         from .runtime.tensorrt import _require_tensorrt
 

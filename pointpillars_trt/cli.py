@@ -187,6 +187,8 @@ def _open_model(model: str, *, config: str | None, device: str, backend: str, pr
     from .detector import PointPillars
 
     path = Path(model)
+    if not path.exists():
+        raise InputError(f"--model {model}: no such checkpoint file or model dir")
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=config, precision=precision, device=device,  # type: ignore[arg-type]
                                             backend=backend, tf32=tf32)

@@ -170,7 +170,10 @@ def _read_config_text(name_or_path: str | Path) -> tuple[str, str]:
     if path.suffix in (".yaml", ".yml") or path.exists():
         if not path.is_file():
             raise ConfigError(f"{path}: config file not found")
-        return path.read_text(), str(path)
+        try:
+            return path.read_text(), str(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: cannot read the config ({exc})") from None
     name = str(name_or_path)
     if name not in builtin_config_names():
         raise ConfigError(
@@ -259,6 +262,10 @@ def _validate(cfg: ModelConfig, source: str) -> None:
         raise ConfigError(f"{source}: {msg}")
 
     v = cfg.voxel
+    if min(v.pillar_size) <= 0:
+        fail(f"voxel.pillar_size must be positive, got {list(v.pillar_size)}")
+    if cfg.anchors.stride < 1:
+        fail(f"anchors.stride must be at least 1, got {cfg.anchors.stride}")
     if v.range_filter not in ("inclusive_xy", "strict_xyz"):
         fail(f"voxel.range_filter is {v.range_filter!r}; expected inclusive_xy or strict_xyz")
     for i, axis in enumerate("xyz"):

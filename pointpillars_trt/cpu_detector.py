@@ -17,8 +17,6 @@ from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
 from .reference import postprocess, scatter, voxelize
 from .runtime import open_engine
 
-STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
-
 
 class CpuDetector:
     """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage."""

@@ -50,6 +50,11 @@ def cuda_available() -> str | None:
             return "no CUDA device is visible"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
+    from .runtime import onnxruntime_cuda_available, tensorrt_available
+
+    if not (onnxruntime_cuda_available() or tensorrt_available()):
+        return ("no GPU engine backend: install TensorRT, or onnxruntime-gpu in place of onnxruntime "
+                "(pip uninstall onnxruntime && pip install onnxruntime-gpu)")
     return None
 
 
@@ -93,7 +98,8 @@ class PointPillars:
                         cuda_graph: bool = True, tf32: bool = True,
                         cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash and config."""
-        model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir)
+        model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
+                                         tensorrt_plans=backend == "tensorrt")
         return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
 
     @property
@@ -136,7 +142,19 @@ class PointPillars:
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                             precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None) -> ModelDir:
+                             precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None,
+                             tensorrt_plans: bool = False) -> ModelDir:
+    """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked)."""
+    model = _cached_model_dir(path, config=config, precision=precision, cache_dir=cache_dir)
+    if tensorrt_plans and not model.has_plans():
+        from .build import build_model_plans
+
+        build_model_plans(model, precision=precision)
+    return model
+
+
+def _cached_model_dir(path: str | os.PathLike[str], *, config: str | ModelConfig | None, precision: str,
+                      cache_dir: str | os.PathLike[str] | None) -> ModelDir:
     ckpt = load_checkpoint(path, config)
     cfg = ckpt.config
     root = Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
@@ -163,12 +181,26 @@ def _resolve_device(device: str) -> str:
     return "cpu"
 
 
+_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
 def _device_or_host_points(points: object, device: str) -> object:
-    """Device arrays go to the GPU pipeline untouched; everything else becomes (N, 4) float32 on the host."""
-    if device == "cuda" and (hasattr(points, "__cuda_array_interface__") or hasattr(points, "__dlpack_device__")
-                             and not isinstance(points, np.ndarray)):
+    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, 4) float32 on the host."""
+    if device == "cuda" and _is_cuda_array(points):
         return points
     return as_host_points(points)
+
+
+def _is_cuda_array(points: object) -> bool:
+    if hasattr(points, "__cuda_array_interface__"):
+        return True
+    dlpack_device = getattr(points, "__dlpack_device__", None)
+    if dlpack_device is None or isinstance(points, np.ndarray):
+        return False
+    try:
+        return int(dlpack_device()[0]) in _DLPACK_CUDA_DEVICES
+    except Exception:  # noqa: BLE001 - a foreign object whose protocol misbehaves is treated as host data
+        return False
 
 
 def _load_frame(item: object) -> object:

@@ -1,4 +1,4 @@
-"""The CUDA stages of the GPU pipeline: voxelize, scatter and post-process, launched through CuPy.
+"""The CUDA stages of the GPU pipeline: voxelize, PFN, scatter and post-process, launched through CuPy.
 
 Each stage is one ``kernels/*.cu`` file and one small class. The class turns the model config into a
 frozen parameter dataclass, compiles the file once per distinct parameter set (``-D`` defines; no
@@ -500,8 +500,8 @@ class PostprocessStage:
         out = np.asarray(result, np.float32)
         counts = {name: int(v) for name, v in zip(RESULT_HEADER, out[0].tolist())}
         rows = out[1 : 1 + counts["count"]]
-        return (np.ascontiguousarray(rows[:, :7]), np.ascontiguousarray(rows[:, 7]),
-                rows[:, 8].astype(np.int32), counts)
+        # copies, never views: the caller's pinned result buffer is rewritten by the next frame
+        return rows[:, :7].copy(), rows[:, 7].copy(), rows[:, 8].astype(np.int32), counts
 
 
 # --------------------------------------------------------------------------- pillar feature net

@@ -5,7 +5,7 @@
 Everything between the two copies is enqueued on one stream, with no host synchronisation: the pillar
 count and every other count stay in device memory. Each stage is captured once into its own CUDA graph
 (``cuda_graph=True``) and replayed per frame, with CUDA events between the stages, so per-stage GPU
-times come for free. The only host wait is where the boxes are read (``_finish``).
+times come for free. The only host wait is where the boxes are read (``collect``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .errors import BackendError, InputError
 from .kernels import PfnStage, PostprocessStage, ScatterStage, VoxelizeStage
 from .model_dir import ModelDir
 from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, pfn_parameters
-from .runtime import Engine, open_engine
+from .runtime import Engine, open_engine, tensorrt_available
 
 STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger frames grow the buffers once
@@ -72,17 +72,24 @@ class GpuPipeline:
         self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
         self._graphs: dict[str, object] = {}
         self.graph_failures: dict[str, str] = {}
-        with self.stream:
-            self._allocate(max_points)
-            self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
-            self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
-            self._bind_engines()
+        self._pfn: Engine | None = None
+        self._rpn: Engine | None = None
+        try:
+            with self.stream:
+                self._allocate(max_points)
+                self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
+                self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
+                self._bind_engines()
+        except BaseException:
+            self._close_engines()  # before the stream goes: a session outliving its stream crashes
+            raise
+        self._pending = False
         self._launchers: dict[str, Callable[[], None]] = {
             "voxelize": lambda: self._voxelize.launch(self._points, self._num_points, self.stream),
             "pfn": self._run_pfn,
             "scatter": lambda: self._scatter.launch(self._pillar_features, self._voxelize.coords,
                                                     self._voxelize.num_pillars, self.stream),
-            "rpn": lambda: self._rpn.run(self.stream.ptr),
+            "rpn": lambda: self._rpn.run(self.stream.ptr),  # type: ignore[union-attr]
             "postprocess": lambda: self._post.launch(self._heads[0], self._heads[1], self._heads[2],
                                                      self._voxelize.stats, self.stream),
         }
@@ -120,6 +127,7 @@ class GpuPipeline:
         if self._pfn is not None:
             bind(self._pfn, PFN_INPUT, self._voxelize.features)
             bind(self._pfn, PFN_OUTPUT, self._pillar_features)
+        assert self._rpn is not None  # opened before any binding
         bind(self._rpn, RPN_INPUT, self._scatter.canvas)
         for name, arr in zip(RPN_OUTPUTS, self._heads):
             bind(self._rpn, name, arr)
@@ -151,7 +159,10 @@ class GpuPipeline:
         return self.collect()
 
     def submit(self, points: object) -> None:
-        """Enqueue one frame: the input copy, the five stages and the result copy. Returns at once."""
+        """Enqueue one frame: the input copy, the five stages and the result copy. Returns at once;
+        ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
+        if self._pending:
+            raise BackendError("submit() called twice without collect(): the previous frame is still in flight")
         self.copies = CopyCounter()
         n = self._stage_input(points)
         ev = self._events
@@ -162,10 +173,14 @@ class GpuPipeline:
         self._post.result.get(stream=self.stream, out=self._result_host, blocking=False)  # the one D2H copy (small, fixed size)
         self._count_copy("d2h", self._post.result.nbytes)
         self._frame_points = n
+        self._pending = True
 
     def collect(self) -> Detections:
         """Wait for the submitted frame (the one host sync of a frame) and unpack its boxes."""
+        if not self._pending:
+            raise BackendError("collect() without a submitted frame")
         self.stream.synchronize()
+        self._pending = False
         ev = self._events
         self.last_timings = {stage: cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i, stage in enumerate(STAGES)}
         self.last_timings["total"] = cp.cuda.get_elapsed_time(ev[0], ev[-1])
@@ -260,10 +275,13 @@ class GpuPipeline:
         self._closed = True
         self.stream.synchronize()
         self._graphs.clear()
+        self._close_engines()
+        self.stream.synchronize()
+
+    def _close_engines(self) -> None:
         for engine in (self._pfn, self._rpn):
             if engine is not None:
                 engine.close()
-        self.stream.synchronize()
 
     def __del__(self) -> None:
         # Garbage collection frees a cycle's members in no set order; a stream destroyed before its
@@ -289,10 +307,4 @@ def _pick_backend(model: ModelDir, backend: str) -> str:
         raise BackendError(f"backend {backend!r}: expected auto, onnxruntime or tensorrt")
     if backend != "auto":
         return backend
-    if model.has_plans():
-        try:
-            import tensorrt  # noqa: F401
-        except ImportError:
-            return "onnxruntime"
-        return "tensorrt"
-    return "onnxruntime"
+    return "tensorrt" if model.has_plans() and tensorrt_available() else "onnxruntime"

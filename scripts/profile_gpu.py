@@ -91,7 +91,7 @@ def main() -> None:
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         pipe.detect(frames[1])
         torch.cuda.synchronize()
-    print(f"\nstage times (CUDA events): " + "  ".join(f"{k} {v:.3f}" for k, v in pipe.last_timings.items()))
+    print("\nstage times (CUDA events): " + "  ".join(f"{k} {v:.3f}" for k, v in pipe.last_timings.items()))
     totals: dict[str, list[float]] = {}
     for e in prof.events():
         if e.device_type.name == "CUDA":

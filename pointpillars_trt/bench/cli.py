@@ -15,6 +15,7 @@ from ..config import ModelConfig, load_config
 from ..detections import Detections
 from ..errors import BackendError, PointPillarsError
 from ..model_dir import ModelDir, export_model_dir, load_model_dir
+from ..runtime import onnxruntime_cuda_available, tensorrt_available
 from ..weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_latency, measure_throughput, soak
@@ -83,11 +84,15 @@ def _load_model(spec: str | None, config: str) -> _Model:
     return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
 
 
-def _model_dir(model: _Model, precision: str, out: Path) -> ModelDir | None:
+def _model_dir(model: _Model, label: str, out: Path) -> ModelDir | None:
+    """The model dir for a bench precision label (fp32, tf32, fp16): the user's own when it has that
+    precision, else one exported under ``out`` (one per label, so TensorRT plans of TF32 and IEEE fp32
+    never share a folder and a user's plans are never rebuilt)."""
+    graphs = "fp32" if label == "tf32" else label
     if model.model_dir is not None:
-        return model.model_dir if model.model_dir.precision == precision else None
+        return model.model_dir if model.model_dir.precision == graphs else None
     assert model.weights is not None
-    return export_model_dir(model.weights, model.cfg, out / "models" / precision, precision=precision,
+    return export_model_dir(model.weights, model.cfg, out / "models" / label, precision=graphs,
                             source={"benchmark": model.source})
 
 
@@ -114,11 +119,11 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     best_p50: dict[str, tuple[str, float]] = {}
     for backend in _gpu_backends(results):
         for precision in args.precisions.split(","):
-            md = _model_dir(model, "fp32" if precision == "tf32" else precision, out)
+            md = _model_dir(model, precision, out)
             if md is None:
                 continue
             tf32 = precision != "fp32"
-            if backend == "tensorrt":
+            if backend == "tensorrt" and not md.has_plans():
                 from ..build import build_model_plans
 
                 build_model_plans(md, precision=md.precision, tf32=tf32)
@@ -156,8 +161,10 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
                      results: dict[str, Any], best_p50: dict[str, tuple[str, float]]) -> None:
     from ..pipeline import GpuPipeline
 
-    md = _model_dir(model, "fp32", out)
-    if md is not None:
+    md = _model_dir(model, "tf32", out)
+    if md is not None and not onnxruntime_cuda_available():
+        results["notes"].append("host-round-trip baseline skipped: it runs on onnxruntime-gpu")
+    elif md is not None:
         pipe = GpuPipeline(md, backend="onnxruntime", host_round_trip=True)
         _baseline_runs("host round trip (ours, onnxruntime tf32)", pipe.detect, lambda: pipe.last_timings,
                        frame_sets, args, results, best_p50)
@@ -194,21 +201,14 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
 
 def _gpu_backends(results: dict[str, Any]) -> list[str]:
     backends = []
-    try:
-        import tensorrt  # noqa: F401
-
+    if tensorrt_available():
         backends.append("tensorrt")
-    except ImportError:
+    else:
         results["notes"].append("TensorRT not importable: TensorRT rows skipped")
-    try:
-        import onnxruntime as ort
-
-        if "CUDAExecutionProvider" in ort.get_available_providers():
-            backends.append("onnxruntime")
-        else:
-            results["notes"].append("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
-    except ImportError:
-        pass
+    if onnxruntime_cuda_available():
+        backends.append("onnxruntime")
+    else:
+        results["notes"].append("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
     if not backends:
         raise PointPillarsError("bench: no GPU engine backend (TensorRT or onnxruntime-gpu) is installed")
     return backends

@@ -11,3 +11,8 @@ from .post import (
     rotated_iou_bev,
     to_openpcdet_boxes,
 )
+
+__all__ = [
+    "Pillars", "RawDetections", "anchors", "decode_boxes", "head_maps_to_anchor_major", "nms_rotated",
+    "postprocess", "rotated_iou_bev", "scatter", "to_openpcdet_boxes", "voxelize",
+]

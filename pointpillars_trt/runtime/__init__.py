@@ -226,6 +226,23 @@ class Engine(abc.ABC):
             )
 
 
+def tensorrt_available() -> bool:
+    """True when the real TensorRT imports (``tensorrt-stubs`` alone also imports, with no Builder)."""
+    try:
+        import tensorrt
+    except ImportError:
+        return False
+    return hasattr(tensorrt, "Builder")
+
+
+def onnxruntime_cuda_available() -> bool:
+    try:
+        import onnxruntime
+    except ImportError:
+        return False
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
 def backend_for(path: str | Path) -> Backend:
     """The backend a file is for, from its suffix (.onnx -> ONNX Runtime, .plan/.engine -> TensorRT)."""
     suffix = Path(path).suffix.lower()
@@ -279,4 +296,7 @@ def open_engine(
     return engine.activate()
 
 
-__all__ = ["Backend", "Device", "Engine", "Shape", "TensorSpec", "backend_for", "open_engine"]
+__all__ = [
+    "Backend", "Device", "Engine", "Shape", "TensorSpec", "backend_for", "onnxruntime_cuda_available", "open_engine",
+    "tensorrt_available",
+]

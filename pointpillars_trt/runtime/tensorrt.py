@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import os
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
@@ -85,7 +84,7 @@ def build_plan(
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
     if precision == "fp16":
         config.set_flag(trt.BuilderFlag.FP16)
-    if not tf32:  # TensorRT allows TF32 by default; fp32 should match the CPU oracle
+    if not tf32:  # TensorRT allows TF32 unless told otherwise; IEEE fp32 matches the CPU oracle
         config.clear_flag(trt.BuilderFlag.TF32)
     profile_shapes = _profile_shapes(network, dynamic_rows or {})
     if profile_shapes:
@@ -309,8 +308,8 @@ def _attach_timing_cache(config: trt.IBuilderConfig, cache_path: Path | None) ->
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    """Write via a temporary file and rename, so a reader never sees half a plan."""
+    """The package's atomic writer (temp file, fsync, rename): a reader never sees half a plan."""
+    from ..kitti import write_bytes_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_bytes_atomic(path, data)
