@@ -106,7 +106,10 @@ def test_same_frame_twice_is_bit_identical(family_pair, assets):  # type: ignore
     _, _, gpu = family_pair
     points = read_velodyne_bin(assets / SHARED_FRAMES[2])
     first = gpu.detect(points)
+    kept = first.boxes.copy(), first.scores.copy()
     gpu.detect(read_velodyne_bin(assets / SHARED_FRAMES[0]))  # something else in between
+    # a returned result owns its arrays: the next frame must not rewrite it
+    assert first.boxes.tobytes() == kept[0].tobytes() and first.scores.tobytes() == kept[1].tobytes()
     second = gpu.detect(points)
     assert first.boxes.tobytes() == second.boxes.tobytes()
     assert first.scores.tobytes() == second.scores.tobytes()
