@@ -8,6 +8,9 @@ from typing import Any
 import numpy as np
 
 
+STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")  # keys of ``last_timings``, in frame order
+
+
 @dataclass(frozen=True)
 class FrameStats:
     """What happened to the input on its way to the network (counts, not timings)."""

@@ -42,8 +42,6 @@ _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
 _NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
 _SORT_LIMIT = 4096  # keys of one in-block bitonic sort (32 KB of shared memory)
-# Corner-inside margin (metres) of each family's NMS kernel (OpenPCDet iou3d_nms, mmdet3d iou3d).
-_NMS_MARGIN = {"openpcdet": 1e-2, "zhulf0804": 1e-5}
 
 
 def _cupy() -> Any:
@@ -353,6 +351,8 @@ class PostParams:
 
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> PostParams:
+        from .reference.post import NMS_CORNER_MARGIN  # one table for the NumPy and CUDA geometry
+
         pp, d = cfg.postprocess, cfg.direction
         f32 = lambda x: float(np.float32(x))  # noqa: E731
         params = cls(
@@ -366,7 +366,7 @@ class PostParams:
             score_threshold=f32(pp.score_threshold),
             top_k=pp.pre_nms_top_k,
             nms_iou=f32(pp.nms_iou),
-            nms_margin=f32(_NMS_MARGIN[cfg.box_coder]),
+            nms_margin=f32(NMS_CORNER_MARGIN[cfg.box_coder]),
             max_boxes=pp.max_boxes,
             dir_offset=f32(d.offset),
             dir_limit_offset=f32(d.limit_offset),

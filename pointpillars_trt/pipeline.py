@@ -19,14 +19,13 @@ import numpy as np
 import onnx
 
 from .config import ModelConfig
-from .detections import Detections, FrameStats
+from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .kernels import PfnStage, PostprocessStage, ScatterStage, VoxelizeStage
 from .model_dir import ModelDir
 from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, pfn_parameters
 from .runtime import Engine, open_engine, tensorrt_available
 
-STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger frames grow the buffers once
 
 

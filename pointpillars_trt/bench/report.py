@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..detections import STAGES as STAGE_ORDER
 from ..errors import PointPillarsError
 from ..kitti import write_json_atomic, write_text_atomic
-
-STAGE_ORDER = ("voxelize", "pfn", "scatter", "rpn", "postprocess")
 
 
 def markdown_report(results: dict[str, Any]) -> str:

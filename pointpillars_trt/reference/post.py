@@ -29,7 +29,10 @@ _EPS = 1e-8  # the kernels' EPS: line-intersection fallback and IoU denominator 
 # Corner-inside margin and corner rotation sense of each family's IoU kernel: OpenPCDet rotates the
 # corners counter-clockwise by the heading with a 1 cm margin; the mmdet3d-style kernel of zhulf0804
 # rotates them clockwise by the yaw (i.e. by -yaw) with a 1e-5 m margin.
-_STYLE_GEOMETRY = {"openpcdet": (1e-2, 1.0), "zhulf0804": (1e-5, -1.0)}
+# Corner-inside margin (metres) of each family's NMS kernel: OpenPCDet iou3d_nms, mmdet3d-style iou3d.
+NMS_CORNER_MARGIN = {"openpcdet": 1e-2, "zhulf0804": 1e-5}
+# (margin, sense in which a box's corners are rotated by its angle)
+_STYLE_GEOMETRY = {"openpcdet": (NMS_CORNER_MARGIN["openpcdet"], 1.0), "zhulf0804": (NMS_CORNER_MARGIN["zhulf0804"], -1.0)}
 
 
 @dataclass(frozen=True, eq=False)
