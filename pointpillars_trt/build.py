@@ -24,9 +24,9 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
     check_precision(precision)
     if backend == "tensorrt":  # fail before any work when the plans cannot be built here
-        from .runtime.tensorrt import _require_tensorrt
+        from .runtime.tensorrt import require_tensorrt
 
-        _require_tensorrt()
+        require_tensorrt()
     ckpt = load_checkpoint(checkpoint, config)
     cfg = ckpt.config
     source = {"checkpoint": str(Path(checkpoint).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}

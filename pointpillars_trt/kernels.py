@@ -190,7 +190,7 @@ class VoxelParams:
         return _defines(
             NX=self.grid[0], NY=self.grid[1], NZ=self.grid[2], MAX_PILLARS=self.max_pillars,
             MAX_PTS=self.max_points_per_pillar, NUM_FEATURES=len(self.features), FEATURE_CODES=f"{codes:#x}ull",
-            RANGE_STRICT=int(self.strict_range),
+            RANGE_STRICT=int(self.strict_range), GATHER_WARPS=VoxelizeStage.GATHER_WARPS,
             **floats, **_slots("STAT", VOXEL_STATS), **_slots("FEATURE", FEATURE_NAMES),
         )
 
@@ -206,7 +206,7 @@ class VoxelizeStage:
     """
 
     KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_gather")
-    _GATHER_WARPS = 8  # kGatherWarps in voxelize.cu
+    GATHER_WARPS = 8  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
 
     def __init__(self, cfg: ModelConfig, max_points: int) -> None:
         if max_points < 1:
@@ -265,7 +265,7 @@ class VoxelizeStage:
                 (num_points, rows, self._point_cell, self._cell_pillar, self._bucket, self._pillar_bucket,
                  self._pillar_total, self._cell_first, self._cell_count, self._cell_fill, self._slot_point),
                 stream)
-        _launch(k["vox_gather"], _blocks(self.params.max_pillars, self._GATHER_WARPS), self._GATHER_WARPS * 32,
+        _launch(k["vox_gather"], _blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
                 (points, self._slot_point, self.stats, self.coords, self.num_points, self.features), stream)
 
 

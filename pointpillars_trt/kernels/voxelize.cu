@@ -21,6 +21,7 @@
 //   NX NY NZ, MAX_PILLARS, MAX_PTS, NUM_FEATURES, FEATURE_CODES (4 bits per
 //   channel, channel 0 lowest: a single integer, since nvcc splits -D values at commas),
 //   RANGE_STRICT (0: inclusive x/y bounds, z by the grid only; 1: strict x/y/z bounds),
+//   GATHER_WARPS (warps, one pillar each, per vox_gather block),
 //   RANGE_MIN_[XYZ], RANGE_MAX_[XYZ], PILLAR_[XYZ], CENTER_OFFSET_[XYZ] (float literals),
 //   STAT_* (slots of the stats array),
 //   FEATURE_* (codes of the decoration channels).
@@ -199,7 +200,7 @@ extern "C" __global__ void vox_rank(const int* __restrict__ num_points_in, int n
 
 namespace {
 
-constexpr int kGatherWarps = 8;
+constexpr int kGatherWarps = GATHER_WARPS;
 
 __device__ __forceinline__ float feature(int channel, float4 p, float3 mean, float3 centre) {
     switch (static_cast<int>((FEATURE_CODES >> (4 * channel)) & 15ull)) {

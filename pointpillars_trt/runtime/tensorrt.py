@@ -26,7 +26,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ..errors import BackendError, ModelDirError
-from . import Backend, Engine, Shape, TensorSpec
+from . import Backend, Engine, Shape, TensorSpec, tensorrt_available
 
 try:
     import tensorrt as trt
@@ -64,7 +64,7 @@ def build_plan(
     to the ``(min, opt, max)`` used for all of them, e.g. ``{"pillars": (1, Pmax, Pmax)}``.
     ``config_digest`` (``ModelConfig.digest()``) is recorded so a stale plan is caught at load time.
     """
-    _require_tensorrt()
+    require_tensorrt()
     onnx_path, plan_path = Path(onnx_path), Path(plan_path)
     if not onnx_path.is_file():
         raise ModelDirError(f"ONNX graph not found: {onnx_path}")
@@ -159,7 +159,7 @@ class TensorRTEngine(Engine):
         self._shapes_checked = False
 
     def _load(self) -> list[TensorSpec]:
-        _require_tensorrt()
+        require_tensorrt()
         meta_path = plan_metadata_path(self.path)
         if not self.path.is_file():
             raise ModelDirError(f"TensorRT plan not found: {self.path}. Note: {REBUILD_HINT}")
@@ -255,9 +255,9 @@ def _cupy() -> Any:
     return cupy
 
 
-def _require_tensorrt() -> None:
-    # `import tensorrt` also succeeds with only tensorrt-stubs installed (a namespace package of .pyi files).
-    if trt is None or not hasattr(trt, "Builder"):
+def require_tensorrt() -> None:
+    """Raise unless the real TensorRT is importable (``tensorrt_available`` tells stubs from it)."""
+    if not tensorrt_available():
         raise BackendError("TensorRT is not installed. Note: pip install 'pointpillars-trt[tensorrt]' (tensorrt>=10)")
 
 
