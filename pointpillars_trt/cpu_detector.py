@@ -13,18 +13,18 @@ import numpy as np
 from .config import ModelConfig
 from .detections import Detections, FrameStats
 from .model_dir import ModelDir
-from .onnx_export import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
+from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
 from .reference import postprocess, scatter, voxelize
-from .runtime import open_engine
+from .runtime import OrtOptions, open_engine
 
 
 class CpuDetector:
     """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage."""
 
-    def __init__(self, model: ModelDir) -> None:
+    def __init__(self, model: ModelDir, *, threads: int | None = None) -> None:
         self.cfg: ModelConfig = model.cfg
-        self._pfn = open_engine(model.pfn_path, backend="onnxruntime", device="cpu")
-        self._rpn = open_engine(model.rpn_path, backend="onnxruntime", device="cpu")
+        self._pfn = open_engine(model.pfn_path, OrtOptions(threads=threads), device="cpu")
+        self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads), device="cpu")
         self.last_timings: dict[str, float] = {}
 
     def detect(self, points: np.ndarray) -> Detections:

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from .checkpoint import load_checkpoint
 from .config import ModelConfig, load_config
 from .detections import Detections
 from .errors import BackendError, PointPillarsError
 from .kitti import read_velodyne_bin
-from .model_dir import ModelDir, export_model_dir, load_model_dir
+from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
 
-Device = Literal["auto", "cpu", "cuda"]
+Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 
 
 class _Implementation(Protocol):
@@ -39,15 +36,18 @@ class FrameResult:
     error: PointPillarsError | None
 
 
-def cuda_available() -> str | None:
-    """None when the GPU pipeline can run here, else the reason it cannot."""
+def cuda_available(device_id: int = 0) -> str | None:
+    """None when the GPU pipeline can run here (on GPU ``device_id``), else the reason it cannot."""
     try:
         import cupy
     except ImportError:
         return "CuPy is not installed (pip install 'pointpillars-trt[cuda13]' or [cuda12])"
     try:
-        if cupy.cuda.runtime.getDeviceCount() < 1:
+        count = cupy.cuda.runtime.getDeviceCount()
+        if count < 1:
             return "no CUDA device is visible"
+        if device_id >= count:
+            return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
     from .runtime import onnxruntime_cuda_available, tensorrt_available
@@ -61,46 +61,54 @@ def cuda_available() -> str | None:
 class PointPillars:
     """A PointPillars detector loaded from a model dir or a checkpoint.
 
-    ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path.
-    GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph; ``tf32`` lets fp32 engines
-    use TensorFloat-32 as TensorRT and PyTorch do by default (``False``: IEEE fp32, as the CPU path).
+    ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path;
+    ``"cuda:N"`` picks GPU N. GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph;
+    ``tf32`` lets fp32 engines use TensorFloat-32 as TensorRT and PyTorch do by default (``False``:
+    IEEE fp32, as the CPU path); it reaches every backend. CPU only: ``threads`` sizes ONNX Runtime's
+    thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
+    Safe to share between threads: frames are run one at a time per detector.
     """
 
     def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True, tf32: bool = True) -> None:
+                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None) -> None:
         self.model = model
         self.cfg: ModelConfig = model.cfg
-        self.device = _resolve_device(device)
+        self.device, device_id = _resolve_device(device)
         if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
                                "(pass backend auto or onnxruntime, or run where CUDA is available)")
         if self.device == "cuda":
-            from .pipeline import GpuPipeline
+            from .gpu.pipeline import GpuPipeline
 
-            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
+            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
+                                                      device_id=device_id)
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model)
+            self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads())
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                        device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
-                       tf32: bool = True) -> PointPillars:
+                       tf32: bool = True, threads: int | None = None) -> PointPillars:
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
+        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
+                   threads=threads)
 
     from_engines = from_model_dir
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                         precision: str = "fp32", device: Device = "auto", backend: str = "auto",
-                        cuda_graph: bool = True, tf32: bool = True,
+                        cuda_graph: bool = True, tf32: bool = True, threads: int | None = None,
                         cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
-        """Import a .pth and export its graphs once into a cache folder keyed by file hash and config."""
+        """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
+        precision and (for TensorRT plans) TF32 mode."""
+        from .build.export import model_dir_for_checkpoint
+
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
-                                         tensorrt_plans=backend == "tensorrt")
-        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32)
+                                         tensorrt_plans=backend == "tensorrt", tf32=tf32)
+        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads)
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -141,44 +149,26 @@ class PointPillars:
         self.close()
 
 
-def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                             precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None,
-                             tensorrt_plans: bool = False) -> ModelDir:
-    """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked)."""
-    model = _cached_model_dir(path, config=config, precision=precision, cache_dir=cache_dir)
-    if tensorrt_plans and not model.has_plans():
-        from .build import build_model_plans
-
-        build_model_plans(model, precision=precision)
-    return model
-
-
-def _cached_model_dir(path: str | os.PathLike[str], *, config: str | ModelConfig | None, precision: str,
-                      cache_dir: str | os.PathLike[str] | None) -> ModelDir:
-    ckpt = load_checkpoint(path, config)
-    cfg = ckpt.config
-    root = Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
-    key = hashlib.sha256(f"{ckpt.sha256}:{cfg.digest()}:{precision}".encode()).hexdigest()[:20]
-    folder = root / key
-    try:
-        return load_model_dir(folder, cfg)
-    except PointPillarsError:
-        pass  # not built yet, or stale: rebuild below
-    source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
-    return export_model_dir(ckpt.weights, cfg, folder, precision=precision, source=source)
-
-
-def _resolve_device(device: str) -> str:
-    if device not in ("auto", "cpu", "cuda"):
-        raise PointPillarsError(f"device {device!r}: expected auto, cpu or cuda")
-    if device == "cpu":
-        return "cpu"
-    reason = cuda_available()
+def _resolve_device(device: str) -> tuple[str, int]:
+    """("cpu" | "cuda", GPU index) for a device string: auto, cpu, cuda or cuda:N."""
+    kind, _, index = str(device).partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise PointPillarsError(f"device {device!r}: expected auto, cpu, cuda or cuda:N")
+    device_id = int(index) if index else 0
+    if kind == "cpu":
+        return "cpu", 0
+    reason = cuda_available(device_id)
     if reason is None:
-        return "cuda"
-    if device == "cuda":
-        raise BackendError(f"device cuda requested, but {reason}")
-    return "cpu"
+        return "cuda", device_id
+    if kind == "cuda":
+        raise BackendError(f"device {device} requested, but {reason}")
+    return "cpu", 0
+
+
+def _omp_threads() -> int | None:
+    """OMP_NUM_THREADS as ONNX Runtime's CPU thread count (ORT itself ignores the variable)."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged

@@ -8,26 +8,23 @@ Layout (one precision per dir; a plan is specific to its precision and GPU anywa
     pfn.plan     TensorRT plans, written by the TensorRT builder when asked for
     rpn.plan
 
-Every file is written atomically and ``model.json`` last, so a dir that has one is complete; an
-export removes the plans of the graphs it replaces, so a plan always belongs to the graph beside it.
+This module only reads model dirs; ``build.export`` is the one writer.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from .config import ModelConfig, config_from_dict
 from .errors import ConfigError, ModelDirError
-from .kitti import write_bytes_atomic
-from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph, check_precision, pfn_io, rpn_io
-from .weights import PointPillarsWeights
+from .graph_io import check_precision
 
 FORMAT_VERSION = 1
 METADATA_FILE = "model.json"
@@ -73,56 +70,6 @@ class ModelDir:
         return self.engine_path("rpn", backend)
 
 
-def export_model_dir(
-    weights: PointPillarsWeights,
-    cfg: ModelConfig,
-    out_dir: str | os.PathLike[str],
-    *,
-    precision: str,
-    source: dict[str, Any],
-) -> ModelDir:
-    """Write both graphs and ``model.json`` into ``out_dir`` (created if needed) and return the model dir.
-
-    ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
-    it is stored as given and must be JSON-serialisable.
-    """
-    precision = check_precision(precision)
-    folder = Path(out_dir)
-    graphs = {
-        "pfn": (build_pfn_graph(weights, cfg, precision).SerializeToString(), pfn_io(cfg)),
-        "rpn": (build_rpn_graph(weights, cfg, precision).SerializeToString(), rpn_io(cfg)),
-    }
-    meta = {
-        "format_version": FORMAT_VERSION,
-        "package_version": _package_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "config_name": cfg.name,
-        "config_digest": cfg.digest(),
-        "config": cfg.to_dict(),
-        "source": source,
-        "precision": precision,
-        "onnx_opset": OPSET,
-        "graphs": {
-            name: {
-                "sha256": hashlib.sha256(data).hexdigest(),
-                "inputs": [t.to_dict() for t in io.inputs],
-                "outputs": [t.to_dict() for t in io.outputs],
-            }
-            for name, (data, io) in graphs.items()
-        },
-    }
-    text = json.dumps(meta, indent=2) + "\n"  # a source that is not JSON fails here, before the dir is touched
-    folder.mkdir(parents=True, exist_ok=True)
-    meta_path = folder / METADATA_FILE
-    meta_path.unlink(missing_ok=True)  # while its graphs change, the folder is not a model dir
-    for name, (data, _) in graphs.items():
-        for stale in folder.glob(f"{name}.plan*"):  # the plan (and its sidecars) of the old graph
-            stale.unlink()
-        write_bytes_atomic(folder / f"{name}.onnx", data)
-    write_bytes_atomic(meta_path, text.encode("utf-8"))
-    return ModelDir(folder, cfg, json.loads(text))
-
-
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
     """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``."""
     folder = Path(path)
@@ -140,7 +87,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     version = meta.get("format_version")
     if version != FORMAT_VERSION:
         raise ModelDirError(
-            f"{meta_path}: format_version {version!r} is not known to pointpillars-trt {_package_version()} "
+            f"{meta_path}: format_version {version!r} is not known to pointpillars-trt {package_version()} "
             f"(it reads {FORMAT_VERSION}); rebuild the model dir"
         )
     try:
@@ -170,8 +117,26 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     return model
 
 
-def _package_version() -> str:
+def package_version() -> str:
     try:
         return importlib_metadata.version("pointpillars-trt")
     except importlib_metadata.PackageNotFoundError:
         return "unknown"
+
+
+def pfn_weights(model: ModelDir) -> tuple[np.ndarray, np.ndarray]:
+    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx``, as float32.
+
+    The GPU pipeline's fused PFN kernel computes the graph's function from them.
+    """
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        graph = onnx.load(str(model.pfn_path)).graph
+    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
+        raise ModelDirError(f"{model.pfn_path}: not a readable ONNX graph ({type(exc).__name__})") from None
+    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in ("pfn.weight", "pfn.bias")}
+    if len(found) != 2:
+        raise ModelDirError(f"{model.pfn_path}: lacks pfn.weight / pfn.bias: not made by this package")
+    return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

@@ -2,7 +2,7 @@
 
 import sys
 
-from pointpillars_trt.cli import main
+from pointpillars_trt.apps.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["build", *sys.argv[1:]]))

@@ -37,7 +37,7 @@ if [ "${SKIP_BENCH:-0}" != 1 ]; then
   done
   model=()
   [ -f "$assets/checkpoints/pointpillar_openpcdet_synthetic.pth" ] && model=(--model "$assets/checkpoints/pointpillar_openpcdet_synthetic.pth")
-  python3 -m pointpillars_trt.cli bench "${model[@]}" "${frames[@]}" ${BENCH_ARGS:-} --out "$out/bench" 2>&1 | tee "$out/bench.log"
+  python3 -m pointpillars_trt bench "${model[@]}" "${frames[@]}" ${BENCH_ARGS:-} --out "$out/bench" 2>&1 | tee "$out/bench.log"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 exit "$status"

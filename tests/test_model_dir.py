@@ -13,8 +13,10 @@ import pytest
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.errors import ModelDirError
-from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, export_model_dir, load_model_dir
-from pointpillars_trt.onnx_export import OPSET, RPN_INPUT, build_rpn_graph
+from pointpillars_trt.build.export import export_model_dir
+from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, load_model_dir
+from pointpillars_trt.build.onnx_export import OPSET, build_rpn_graph
+from pointpillars_trt.graph_io import RPN_INPUT
 
 
 def _edit_metadata(folder: Path, change) -> None:  # type: ignore[no-untyped-def]
@@ -67,9 +69,62 @@ def test_an_export_that_fails_leaves_the_previous_dir_untouched(tmp_path: Path):
     tiny_model_dir(tmp_path, seed=0)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     cfg = tiny_config()
-    with pytest.raises(TypeError):  # the source must be JSON-serialisable
+    with pytest.raises(ModelDirError, match="not JSON-serialisable"):  # the source must be JSON-serialisable
         export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={"seed": object()})
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_disk_full_during_a_rebuild_keeps_the_working_model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import errno
+
+    from pointpillars_trt.build import export
+
+    folder = tmp_path / "model"
+    tiny_model_dir(folder, seed=0)
+    before = {p.name: p.read_bytes() for p in folder.iterdir()}
+    real_write = export.write_bytes_atomic
+
+    def write_until_full(path, data):  # type: ignore[no-untyped-def]
+        if Path(path).name == "rpn.onnx":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data)
+
+    monkeypatch.setattr(export, "write_bytes_atomic", write_until_full)
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match=r"cannot write '.*model/rpn.onnx' \(No space left on device\)"):
+        export_model_dir(tiny_weights(cfg, seed=1), cfg, folder, precision="fp32", source={})
+    assert {p.name: p.read_bytes() for p in folder.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]  # no build folder left behind
+    load_model_dir(folder)
+
+
+def test_a_folder_that_is_not_a_model_dir_is_never_overwritten(tmp_path: Path):
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "old.plan").write_bytes(b"x")
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match="a non-empty folder that is not a model dir"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32", source={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "old.plan"]
+
+
+def test_concurrent_builds_into_one_folder_leave_one_consistent_model_dir(tmp_path: Path):
+    import hashlib
+    from concurrent.futures import ThreadPoolExecutor
+
+    cfg, folder = tiny_config(), tmp_path / "model"
+
+    def build(seed: int) -> None:
+        try:
+            export_model_dir(tiny_weights(cfg, seed=seed), cfg, folder, precision="fp32", source={"seed": seed})
+        except ModelDirError:
+            pass  # losing a race to replace the folder is reported, never half-written
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(build, range(8)))
+    model = load_model_dir(folder)
+    for graph, entry in model.metadata["graphs"].items():
+        assert hashlib.sha256((folder / f"{graph}.onnx").read_bytes()).hexdigest() == entry["sha256"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
 def test_missing_folder(tmp_path: Path):

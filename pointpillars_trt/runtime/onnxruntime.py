@@ -29,7 +29,8 @@ import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile
 
 from ..errors import BackendError, ModelDirError
-from . import Backend, Device, Engine, Shape, TensorSpec
+from .base import Backend, Device, Engine, Shape, TensorSpec
+from .options import OrtOptions
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 _NO_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"
@@ -60,25 +61,24 @@ class OnnxRuntimeEngine(Engine):
         path: str | Path,
         *,
         device: Device = "cpu",
-        device_id: int = 0,
         stream_ptr: int = 0,
-        cuda_graph: bool = False,
-        threads: int | None = None,
-        tf32: bool = False,
+        options: OrtOptions | None = None,
     ) -> None:
+        options = options or OrtOptions()
         super().__init__(path, device)
         if device == "cuda" and not stream_ptr:
             raise BackendError(
                 f"{self.path.name}: CUDA mode needs the pipeline's stream (stream_ptr), received {stream_ptr!r}. "
                 "Note: ONNX Runtime treats 0 as 'no user stream' and would run on a stream of its own"
             )
-        if device == "cpu" and cuda_graph:
+        if device == "cpu" and options.cuda_graph:
             raise BackendError("cuda_graph=True needs device='cuda'")
-        self.device_id = device_id
+        self.options = options
+        self.device_id = options.device_id
         self.stream_ptr = int(stream_ptr)
-        self.cuda_graph = cuda_graph
-        self.threads = threads
-        self.tf32 = tf32
+        self.cuda_graph = options.cuda_graph
+        self.threads = options.threads
+        self.tf32 = options.tf32
         self._session: ort.InferenceSession | None = None
         self._binding: ort.IOBinding | None = None
         self._run_options: ort.RunOptions | None = None

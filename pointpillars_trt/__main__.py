@@ -1,0 +1,7 @@
+"""``python -m pointpillars_trt``: the command line, as the ``pointpillars-trt`` script runs it."""
+
+import sys
+
+from .apps.cli import main
+
+sys.exit(main())

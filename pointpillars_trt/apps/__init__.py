@@ -1,0 +1,1 @@
+"""Applications built on the detector: CLI, demo, benchmark, evaluation, serving."""

@@ -1,0 +1,224 @@
+"""``pointpillars-trt bench``: one run on one GPU (or the CPU) that measures everything and reports it."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...config import ModelConfig, load_config
+from ...detections import Detections
+from ...errors import BackendError, PointPillarsError
+from ...build.export import export_model_dir
+from ...model_dir import ModelDir, load_model_dir
+from ...runtime import onnxruntime_cuda_available, tensorrt_available
+from ...build.weights import PointPillarsWeights, random_weights
+from .frames import folder_frame_sets, simulated_frame_sets
+from .measure import device_memory_used_mib, measure_latency, measure_throughput, soak
+from .report import write_reports
+
+
+def add_bench_parser(sub: Any) -> None:
+    bench = sub.add_parser("bench", help="latency, throughput, copies and memory, against PyTorch and a host round trip")
+    bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
+    bench.add_argument("--config", default="openpcdet_kitti_3class", help="config for the default random model")
+    bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
+    bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    bench.add_argument("--iterations", type=int, default=200, help="timed frames per frame set")
+    bench.add_argument("--warmup", type=int, default=20)
+    bench.add_argument("--precisions", default="fp32,tf32,fp16",
+                       help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
+    bench.add_argument("--streams", default="1,2,4,8", help="pipeline counts for the throughput test")
+    bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
+    bench.add_argument("--no-baselines", action="store_true")
+    bench.add_argument("--out", default="bench_out")
+    bench.set_defaults(run=run_bench_command)
+
+
+@dataclass
+class _Model:
+    cfg: ModelConfig
+    weights: PointPillarsWeights | None
+    source: str
+    model_dir: ModelDir | None   # given by the user; else one is exported per precision
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from ...detector import cuda_available
+
+    out = Path(args.out)
+    model = _load_model(args.model, args.config)
+    frame_sets = folder_frame_sets(args.frames) if args.frames else simulated_frame_sets()
+    reason = cuda_available()
+    device = "cpu" if args.device == "cpu" or (args.device == "auto" and reason) else "cuda"
+    if device == "cuda" and reason:
+        raise BackendError(f"bench --device cuda: {reason}")
+    results: dict[str, Any] = {
+        "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
+        "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
+    }
+    if device == "cpu":
+        _bench_cpu(model, frame_sets, args, out, results)
+    else:
+        _bench_gpu(model, frame_sets, args, out, results)
+    for path in write_reports(results, out):
+        print(f"wrote {path}")
+    print((out / "bench.md").read_text())
+    return 0
+
+
+def _load_model(spec: str | None, config: str) -> _Model:
+    if spec is None:
+        cfg = load_config(config)
+        return _Model(cfg, random_weights(cfg, seed=0), f"{cfg.name}, seeded random weights (untrained)", None)
+    if Path(spec).is_file():
+        from ...build.checkpoint import load_checkpoint
+
+        ckpt = load_checkpoint(spec)
+        return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
+    md = load_model_dir(spec)
+    return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
+
+
+def _model_dir(model: _Model, label: str, out: Path) -> ModelDir | None:
+    """The model dir for a bench precision label (fp32, tf32, fp16): the user's own when it has that
+    precision, else one exported under ``out`` (one per label, so TensorRT plans of TF32 and IEEE fp32
+    never share a folder and a user's plans are never rebuilt)."""
+    graphs = "fp32" if label == "tf32" else label
+    if model.model_dir is not None:
+        return model.model_dir if model.model_dir.precision == graphs else None
+    assert model.weights is not None
+    return export_model_dir(model.weights, model.cfg, out / "models" / label, precision=graphs,
+                            source={"benchmark": model.source})
+
+
+def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
+               results: dict[str, Any]) -> None:
+    from ...cpu_detector import CpuDetector
+
+    md = _model_dir(model, "fp32", out) or model.model_dir
+    assert md is not None
+    detector = CpuDetector(md)
+    for name, frames in frame_sets.items():
+        run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
+                              warmup=min(args.warmup, 1))
+        results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": "fp32", "frames": name, **run})
+    detector.close()
+    results["notes"].append("CPU run: stage times are wall clock; the GPU targets do not apply")
+
+
+def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
+               results: dict[str, Any]) -> None:
+    from ...gpu.pipeline import GpuPipeline
+
+    baseline_mib = device_memory_used_mib()
+    best_p50: dict[str, tuple[str, float]] = {}
+    for backend in _gpu_backends(results):
+        for precision in args.precisions.split(","):
+            md = _model_dir(model, precision, out)
+            if md is None:
+                continue
+            tf32 = precision != "fp32"
+            if backend == "tensorrt" and not md.has_plans():
+                from ...build.export import build_model_plans
+
+                build_model_plans(md, precision=md.precision, tf32=tf32)
+            engine = f"{backend} ({'plans' if backend == 'tensorrt' else 'CUDA EP'})"
+            pipe = GpuPipeline(md, backend=backend, tf32=tf32)
+            for name, frames in frame_sets.items():
+                run = measure_latency(pipe.detect, lambda: pipe.last_timings, frames, args.iterations, args.warmup)
+                results["runs"].append({"engine": engine, "precision": precision, "frames": name, **run,
+                                        "graph_failures": dict(pipe.graph_failures)})
+                c = pipe.copies
+                results["copies"].append({"engine": f"{engine} {precision}", "frames": name,
+                                          "h2d_copies": c.h2d_copies, "h2d_bytes": c.h2d_bytes,
+                                          "d2h_copies": c.d2h_copies, "d2h_bytes": c.d2h_bytes,
+                                          "peak_device_mib": device_memory_used_mib() - baseline_mib})
+                label = f"{engine} {precision}"
+                if name not in best_p50 or run["e2e_ms"]["p50"] < best_p50[name][1]:
+                    best_p50[name] = (label, run["e2e_ms"]["p50"])
+            if args.soak:
+                results["soak"] = soak(pipe.detect, next(iter(frame_sets.values())), args.soak)
+                args.soak = 0  # one soak per bench run, on the first engine
+            pipe.close()
+            for count in (int(s) for s in args.streams.split(",")):
+                frames = next(iter(frame_sets.values()))
+                fps = measure_throughput(lambda: GpuPipeline(md, backend=backend, tf32=tf32), frames, count,
+                                         frames_per_pipeline=max(50, args.iterations // 2))
+                results["throughput"].append({"engine": engine, "precision": precision,
+                                              "frames": next(iter(frame_sets)), "pipelines": count, "fps": fps})
+    results["notes"].append("batch > 1: the exported RPN has a fixed batch of 1, so throughput comes from "
+                            "concurrent pipelines, one CUDA stream each")
+    if not args.no_baselines:
+        _bench_baselines(model, frame_sets, args, out, results, best_p50)
+
+
+def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
+                     results: dict[str, Any], best_p50: dict[str, tuple[str, float]]) -> None:
+    from .round_trip import HostRoundTripPipeline
+
+    md = _model_dir(model, "tf32", out)
+    if md is not None and not onnxruntime_cuda_available():
+        results["notes"].append("host-round-trip baseline skipped: it runs on onnxruntime-gpu")
+    elif md is not None:
+        pipe = HostRoundTripPipeline(md, backend="onnxruntime")
+        _baseline_runs("host round trip (ours, onnxruntime tf32)", pipe.detect, lambda: pipe.last_timings,
+                       frame_sets, args, results, best_p50)
+        results["copies"].append({"engine": "host round trip", "frames": "last frame", **vars(pipe.copies)})
+        pipe.close()
+    if model.weights is None:
+        results["notes"].append("PyTorch baseline skipped: a model dir holds no weights; pass a checkpoint")
+        return
+    try:
+        from ...baselines.torch_eager import TorchPointPillars
+    except ImportError as exc:
+        results["notes"].append(f"PyTorch baseline skipped: {exc}")
+        return
+    torch_model = TorchPointPillars(model.weights, model.cfg, device="cuda")
+    classes = model.cfg.classes
+    _baseline_runs("PyTorch eager fp32", lambda pts: Detections(*torch_model(pts), classes), lambda: {}, frame_sets,
+                   args, results, best_p50)
+    results["notes"].append("PyTorch eager baseline: straightforward torch ops, cuDNN convs, BN not folded, "
+                            "axis-aligned torchvision NMS")
+
+
+def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, list[np.ndarray]],
+                   args: argparse.Namespace, results: dict[str, Any], best_p50: dict[str, tuple[str, float]]) -> None:
+    for name, frames in frame_sets.items():
+        iterations = max(20, args.iterations // 4)
+        run = measure_latency(detect, timings, frames, iterations, min(args.warmup, 10))
+        results["runs"].append({"engine": label, "precision": "fp32", "frames": name, **run})
+        if name in best_p50:
+            ours, ours_p50 = best_p50[name]
+            results["ratios"].append({"frames": name, "ours": ours, "ours_p50": ours_p50, "baseline": label,
+                                      "baseline_p50": run["e2e_ms"]["p50"],
+                                      "speedup": run["e2e_ms"]["p50"] / ours_p50})
+
+
+def _gpu_backends(results: dict[str, Any]) -> list[str]:
+    backends = []
+    if tensorrt_available():
+        backends.append("tensorrt")
+    else:
+        results["notes"].append("TensorRT not importable: TensorRT rows skipped")
+    if onnxruntime_cuda_available():
+        backends.append("onnxruntime")
+    else:
+        results["notes"].append("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+    if not backends:
+        raise PointPillarsError("bench: no GPU engine backend (TensorRT or onnxruntime-gpu) is installed")
+    return backends
+
+
+def _device_name(device: str) -> str:
+    if device == "cpu":
+        return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+    import cupy as cp
+
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])

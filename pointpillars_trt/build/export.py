@@ -1,0 +1,214 @@
+"""The one writer of model dirs: checkpoint -> ONNX graphs + metadata (+ TensorRT plans on request).
+
+The CLI's ``build`` and ``PointPillars.from_checkpoint`` (through its cache) both go through
+:func:`export_checkpoint`, so a model dir is the same whichever way it was made. A model dir is
+written into a temporary sibling folder and renamed into place, so an interrupted or failed build
+(disk full, Ctrl-C) never damages the model dir that was there, and readers see the old dir or the
+new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelConfig
+from ..errors import ModelDirError, PointPillarsError
+from ..fileio import write_bytes_atomic
+from ..graph_io import PFN_INPUT, Precision, check_precision, pfn_io, rpn_io
+from ..model_dir import FORMAT_VERSION, GRAPHS, METADATA_FILE, ModelDir, load_model_dir, package_version
+from .checkpoint import LoadedCheckpoint, load_checkpoint
+from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
+from .weights import PointPillarsWeights
+
+BACKENDS = ("onnxruntime", "tensorrt")
+
+
+def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                    config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
+                    tf32: bool = True) -> ModelDir:
+    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked)."""
+    if backend not in BACKENDS:
+        raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
+    checked = check_precision(precision)
+    if backend == "tensorrt":  # fail before any work when the plans cannot be built here
+        from ..runtime.tensorrt import require_tensorrt
+
+        require_tensorrt()
+    ckpt = load_checkpoint(checkpoint, config)
+    return export_checkpoint(ckpt, checkpoint, out, precision=checked,
+                             tensorrt_tf32=tf32 if backend == "tensorrt" else None)
+
+
+def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
+                             precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None,
+                             tensorrt_plans: bool = False, tf32: bool = True) -> ModelDir:
+    """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked).
+
+    The cache key holds everything that changes what is built: checkpoint hash, config digest,
+    precision, and for TensorRT plans their TF32 setting."""
+    checked = check_precision(precision)
+    ckpt = load_checkpoint(path, config)
+    tensorrt_tf32 = tf32 if tensorrt_plans else None
+    folder = cache_root(cache_dir) / cache_key(ckpt.sha256, ckpt.config.digest(), checked, tensorrt_tf32)
+    try:
+        model = load_model_dir(folder, ckpt.config)
+        if tensorrt_tf32 is None or model.has_plans():
+            return model
+    except PointPillarsError:
+        pass  # not built yet, or stale or damaged: rebuilt below
+    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32)
+
+
+def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    return Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+
+
+def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:
+    """The cache folder name of a build; ``tensorrt_tf32`` is None when no TensorRT plans are built."""
+    plans = "onnx" if tensorrt_tf32 is None else f"tensorrt:tf32={tensorrt_tf32}"
+    return hashlib.sha256(f"{checkpoint_sha256}:{config_digest}:{precision}:{plans}".encode()).hexdigest()[:20]
+
+
+def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                      precision: Precision, tensorrt_tf32: bool | None = None) -> ModelDir:
+    """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode."""
+    source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
+
+    def plans(model: ModelDir) -> None:
+        if tensorrt_tf32 is not None:
+            build_model_plans(model, precision=precision, tf32=tensorrt_tf32)
+
+    return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans)
+
+
+def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True) -> None:
+    """Build a TensorRT plan beside each ONNX graph of ``model``, sharing one timing cache in the dir.
+
+    ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
+
+    The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), and each
+    plan records the config digest, precision and TF32 mode so a plan that does not fit the request is
+    refused at load time.
+    """
+    from ..runtime.tensorrt_build import build_plan
+
+    checked = check_precision(precision)
+    p_max = model.cfg.voxel.max_pillars
+    dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": None}
+    for graph in GRAPHS:
+        build_plan(model.onnx_path(graph), model.plan_path(graph), precision=checked,
+                   dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
+                   timing_cache_path=model.path / "timing.cache", tf32=tf32)
+
+
+def export_model_dir(
+    weights: PointPillarsWeights,
+    cfg: ModelConfig,
+    out_dir: str | os.PathLike[str],
+    *,
+    precision: str,
+    source: dict[str, Any],
+    finish: Callable[[ModelDir], None] | None = None,
+) -> ModelDir:
+    """Write both graphs and ``model.json`` into ``out_dir`` and return the model dir.
+
+    ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
+    it is stored as given and must be JSON-serialisable. ``finish(model)`` runs on the new dir before it
+    is moved into place (the TensorRT plans are built there). An existing ``out_dir`` must be empty or
+    a model dir; it is replaced only once the new one is complete.
+    """
+    checked = check_precision(precision)
+    folder = Path(out_dir)
+    _check_replaceable(folder)
+    graphs = {
+        "pfn": (build_pfn_graph(weights, cfg, checked).SerializeToString(), pfn_io(cfg)),
+        "rpn": (build_rpn_graph(weights, cfg, checked).SerializeToString(), rpn_io(cfg)),
+    }
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "package_version": package_version(),
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "config_name": cfg.name,
+        "config_digest": cfg.digest(),
+        "config": cfg.to_dict(),
+        "source": source,
+        "precision": checked,
+        "onnx_opset": OPSET,
+        "graphs": {
+            name: {
+                "sha256": hashlib.sha256(data).hexdigest(),
+                "size": len(data),
+                "inputs": [t.to_dict() for t in io.inputs],
+                "outputs": [t.to_dict() for t in io.outputs],
+            }
+            for name, (data, io) in graphs.items()
+        },
+    }
+    try:
+        text = json.dumps(meta, indent=2, allow_nan=False) + "\n"  # before the dir is touched
+    except (TypeError, ValueError) as exc:
+        raise ModelDirError(f"model dir {folder}: metadata is not JSON-serialisable ({exc})") from None
+    staging = _staging_dir(folder)
+    try:
+        for name, (data, _) in graphs.items():
+            write_bytes_atomic(staging / f"{name}.onnx", data)
+        write_bytes_atomic(staging / METADATA_FILE, text.encode("utf-8"))
+        if finish is not None:
+            finish(ModelDir(staging, cfg, json.loads(text)))
+        _move_into_place(staging, folder)
+    except OSError as exc:
+        raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
+                            f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return ModelDir(folder, cfg, json.loads(text))
+
+
+def _check_replaceable(folder: Path) -> None:
+    """Refuse to replace anything but nothing, an empty folder or a model dir (never a user's folder)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        raise ModelDirError(f"model dir {folder}: exists and is not a folder")
+    if folder.is_dir() and any(folder.iterdir()) and not (folder / METADATA_FILE).is_file():
+        raise ModelDirError(f"model dir {folder}: a non-empty folder that is not a model dir (no {METADATA_FILE}); "
+                            "choose an empty or new folder")
+
+
+def _staging_dir(folder: Path) -> Path:
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        staging = folder.parent / f".{folder.name}.build-{os.getpid()}-{secrets.token_hex(4)}"
+        staging.mkdir()
+    except OSError as exc:
+        raise ModelDirError(f"model dir {folder}: cannot create a build folder beside it "
+                            f"({exc.strerror or type(exc).__name__})") from None
+    return staging
+
+
+def _move_into_place(staging: Path, folder: Path) -> None:
+    """Swap the finished build in: old dir aside, new dir in, old dir removed."""
+    if not folder.exists():
+        os.replace(staging, folder)
+        return
+    retired = folder.parent / f".{folder.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+    os.replace(folder, retired)
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        os.replace(retired, folder)  # put the old model dir back
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
+
+
+def _os_error_subject(exc: OSError, staging: Path, folder: Path) -> str:
+    name = exc.filename if isinstance(exc.filename, str) else None
+    if not name:
+        return "its files"
+    return repr(str(Path(name)).replace(str(staging), str(folder)))

@@ -1,0 +1,146 @@
+"""PFN and RPN as ONNX graphs built with the onnx package, BatchNorm folded, ready for TensorRT or ONNX Runtime.
+
+The network is split where the scatter kernel sits: the PFN graph maps pillars to pillar features, the RPN
+graph maps the BEV canvas to the three head maps. Both keep float32 IO in either precision, so the
+pipeline's device buffers do not depend on how the engines were built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from ..config import ModelConfig
+from ..graph_io import (PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, GraphIO, Precision, TensorSpec, check_precision,
+                        pfn_io, rpn_io)
+from ..errors import ConfigError
+from .weights import PointPillarsWeights
+
+OPSET = 17
+IR_VERSION = 8  # the IR that opset 17 came with: older ONNX Runtime and TensorRT parsers refuse newer IRs
+_ONNX_DTYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+
+
+def build_pfn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+    """Linear (BN folded) -> ReLU -> max over the point slots.
+
+    No mask: the padded slots are zeros and take part in the max after BN and ReLU, as both families do.
+    """
+    _check_weights(weights, cfg)
+    scale, shift = weights.pfn_bn.scale_shift(cfg.network.bn_eps)
+    w = weights.pfn_linear.astype(np.float64) * scale[:, None]  # (64, C)
+    g = _GraphBuilder(precision)
+    x = g.input_cast(PFN_INPUT)
+    y = g.node("MatMul", [x, g.const("pfn.weight", w.T)], "pfn.linear")
+    y = g.node("Add", [y, g.const("pfn.bias", shift)], "pfn.bn")
+    y = g.node("Relu", [y], "pfn.relu")
+    g.output_node("ReduceMax", [y], "pfn.max", PFN_OUTPUT, axes=[1], keepdims=0)
+    return g.model("pointpillars_pfn", pfn_io(cfg))
+
+
+def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+    """Backbone blocks -> transposed-conv neck -> concat -> three 1x1 heads, every BN folded into a conv bias."""
+    _check_weights(weights, cfg)
+    eps = cfg.network.bn_eps
+    g = _GraphBuilder(precision)
+    x = g.input_cast(RPN_INPUT)
+    upsampled = []
+    for i, (block, deblock) in enumerate(zip(weights.blocks, weights.deblocks)):
+        for j, layer in enumerate(block):
+            scale, shift = layer.bn.scale_shift(eps)
+            w = layer.weight.astype(np.float64) * scale[:, None, None, None]
+            x = g.node(
+                "Conv", [x, g.const(f"block{i}.conv{j}.weight", w), g.const(f"block{i}.conv{j}.bias", shift)],
+                f"block{i}.conv{j}", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[layer.stride] * 2,
+            )
+            x = g.node("Relu", [x], f"block{i}.relu{j}")
+        k = deblock.stride
+        scale, shift = deblock.bn.scale_shift(eps)
+        w = deblock.weight.astype(np.float64) * scale[None, :, None, None]  # (Cin, Cout, k, k): BN is on Cout
+        u = g.node(
+            "ConvTranspose", [x, g.const(f"deblock{i}.weight", w), g.const(f"deblock{i}.bias", shift)],
+            f"deblock{i}", kernel_shape=[k, k], strides=[k, k],
+        )
+        upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
+    features = g.node("Concat", upsampled, "neck.concat", axis=1)
+    # Three 1x1 convs, not one fused conv + Split: ONNX Runtime stages Split's sizes input through
+    # pinned host memory on every run (an extra H2D copy) and frees it from a stream callback, which
+    # CUDA refuses (error 800) when the session is destroyed.
+    heads = {"cls": weights.head_cls, "box": weights.head_box, "dir": weights.head_dir}
+    for name in RPN_OUTPUTS:
+        head = heads[name]
+        g.output_node(
+            "Conv", [features, g.const(f"head.{name}.weight", head.weight), g.const(f"head.{name}.bias", head.bias)],
+            f"head.{name}", name, kernel_shape=[1, 1],
+        )
+    return g.model("pointpillars_rpn", rpn_io(cfg))
+
+
+class _GraphBuilder:
+    """Collects nodes and initializers; in fp16 the weights are float16 and casts sit at the graph edges."""
+
+    def __init__(self, precision: str) -> None:
+        self.fp16 = check_precision(precision) == "fp16"
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        dtype = np.float16 if self.fp16 else np.float32
+        self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name))
+        return name
+
+    def node(self, op: str, inputs: list[str], name: str, output: str | None = None, **attrs: Any) -> str:
+        """Append a node; its output tensor is named after the node unless ``output`` is given."""
+        out = output or name
+        self.nodes.append(helper.make_node(op, inputs, [out], name=name, **attrs))
+        return out
+
+    def input_cast(self, name: str) -> str:
+        return self.node("Cast", [name], f"{name}.fp16", to=TensorProto.FLOAT16) if self.fp16 else name
+
+    def output_node(self, op: str, inputs: list[str], name: str, output: str, **attrs: Any) -> None:
+        """A node that produces the graph output ``output``: directly in fp32, through a Cast in fp16."""
+        if self.fp16:
+            value = self.node(op, inputs, name, **attrs)
+            self.node("Cast", [value], f"{output}.fp32", output=output, to=TensorProto.FLOAT)
+        else:
+            self.node(op, inputs, name, output=output, **attrs)
+
+    def model(self, graph_name: str, io: GraphIO) -> onnx.ModelProto:
+        def info(t: TensorSpec) -> onnx.ValueInfoProto:
+            return helper.make_tensor_value_info(t.name, _ONNX_DTYPES[t.dtype], list(t.shape))
+
+        graph = helper.make_graph(
+            self.nodes, graph_name, [info(t) for t in io.inputs], [info(t) for t in io.outputs], self.initializers
+        )
+        model = helper.make_model(
+            graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="pointpillars-trt", ir_version=IR_VERSION
+        )
+        onnx.checker.check_model(model, full_check=True)
+        return model
+
+
+def _check_weights(weights: PointPillarsWeights, cfg: ModelConfig) -> None:
+    """Catch a checkpoint/config mismatch here, with names, rather than as an opaque shape error in ONNX."""
+    net = cfg.network
+    expected: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = [
+        ("pfn_linear", weights.pfn_linear.shape, (net.pfn_channels, cfg.features.channels)),
+        ("backbone blocks", (len(weights.blocks),), (len(net.layer_nums),)),
+        ("neck deblocks", (len(weights.deblocks),), (len(net.upsample_strides),)),
+    ]
+    cin = net.pfn_channels
+    for i, (block, cout) in enumerate(zip(weights.blocks, net.block_channels)):
+        expected.append((f"block {i} conv count", (len(block),), (net.layer_nums[i] + 1,)))
+        expected += [(f"block {i} conv {j}", conv.weight.shape, (cout, cout if j else cin, 3, 3)) for j, conv in enumerate(block)]
+        expected.append((f"block {i} stride", (block[0].stride,), (net.layer_strides[i],)))
+        cin = cout
+    for i, (de, cin, cout, k) in enumerate(zip(weights.deblocks, net.block_channels, net.upsample_channels, net.upsample_strides)):
+        expected += [(f"deblock {i}", de.weight.shape, (cin, cout, k, k)), (f"deblock {i} stride", (de.stride,), (k,))]
+    for name, head in (("cls", weights.head_cls), ("box", weights.head_box), ("dir", weights.head_dir)):
+        expected.append((f"head {name}", head.weight.shape, (cfg.head_channels[name], net.head_in_channels, 1, 1)))
+    bad = [f"{what} is {got}, expected {want}" for what, got, want in expected if tuple(got) != want]
+    if bad:
+        raise ConfigError(f"weights do not match config {cfg.name}: " + "; ".join(bad))

@@ -1,0 +1,117 @@
+"""Compile-once CUDA modules and checked launches, shared by every GPU stage.
+
+Each stage's ``cuda/<stage>.cu`` is compiled once per distinct parameter set (``-D`` defines; no number
+is hard-coded in the CUDA sources) with the shared header pasted in, its kernels fetched by their
+declared names up front, and every launch checked: a CUDA or compiler error becomes a BackendError
+naming the stage or kernel. CuPy is imported lazily: the package imports, and the CPU path runs,
+without it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError, InputError
+
+COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
+_HEADER = "common.cuh"
+
+
+def cupy_module() -> Any:
+    try:
+        import cupy
+    except ImportError as exc:
+        raise BackendError(
+            "CuPy is not installed: the GPU stages need it (pip install 'pointpillars-trt[cuda13]' or [cuda12])"
+        ) from exc
+    return cupy
+
+
+@contextmanager
+def checked(what: str) -> Iterator[None]:
+    """Turn CuPy's CUDA and compiler exceptions into BackendError naming the stage and the CUDA error."""
+    cp = cupy_module()
+    try:
+        yield
+    except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError) as exc:
+        raise BackendError(f"{what}: CUDA error {exc}") from exc
+    except cp.cuda.compiler.CompileException as exc:
+        raise BackendError(f"{what}: kernel compilation failed:\n{exc}") from exc
+
+
+def kernel_source(file: str) -> str:
+    """The CUDA source of ``gpu/cuda/<file>`` with the shared header pasted in place of its #include.
+
+    Pasting (rather than an include path) puts the whole text in CuPy's kernel-cache key.
+    """
+    folder = resources.files("pointpillars_trt") / "gpu" / "cuda"
+    header = (folder / _HEADER).read_text()
+    text = (folder / file).read_text()
+    return text.replace(f'#include "{_HEADER}"', header)
+
+
+@functools.lru_cache(maxsize=None)
+def _module(file: str, defines: tuple[str, ...]) -> Any:
+    return cupy_module().RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
+
+
+def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    """Compile ``file`` once per define set and fetch every declared kernel up front."""
+    with checked(file):
+        module = _module(file, defines)
+        return {name: module.get_function(name) for name in names}
+
+
+def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int, args: tuple[Any, ...], stream: Any) -> None:
+    """Enqueue one kernel on ``stream``; a launch the driver refuses raises BackendError."""
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    with checked(kernel.name):
+        kernel(grid, (block,), args, stream=stream)
+
+
+def f32_define(value: float) -> str:
+    """A float32 literal for a -D option, exact (hexadecimal) and parenthesised."""
+    return f"({float(np.float32(value)).hex()}f)"
+
+
+def define_flags(**values: int | str) -> tuple[str, ...]:
+    return tuple(f"-D{name}={value}" for name, value in values.items())
+
+
+def slot_defines(prefix: str, names: tuple[str, ...]) -> dict[str, int]:
+    return {f"{prefix}_{name.upper()}": i for i, name in enumerate(names)}
+
+
+def pow2(n: int) -> int:
+    return 1 << max(0, n - 1).bit_length()
+
+
+def grid_blocks(n: int, block: int) -> int:
+    return max(1, -(-n // block))
+
+
+def check_device_array(arr: Any, name: str, dtype: Any, shape: tuple[int | None, ...]) -> None:
+    """Check a device buffer without touching its data: CuPy array, dtype, shape, C order."""
+    cp = cupy_module()
+    if not isinstance(arr, cp.ndarray):
+        raise InputError(f"{name}: expected a CuPy device array, received {type(arr).__name__}")
+    ok_shape = arr.ndim == len(shape) and all(want is None or got == want for got, want in zip(arr.shape, shape))
+    if arr.dtype != dtype or not ok_shape or not arr.flags.c_contiguous:
+        want = "(" + ", ".join("N" if s is None else str(s) for s in shape) + ")"
+        raise InputError(
+            f"{name}: received {arr.dtype} array of shape {arr.shape}"
+            f"{'' if arr.flags.c_contiguous else ' (not C-contiguous)'}; expected C-contiguous "
+            f"{np.dtype(dtype).name} of shape {want}"
+        )
+
+
+def check_device_count(arr: Any, name: str) -> None:
+    check_device_array(arr, name, np.int32, (None,))
+    if arr.shape[0] < 1:
+        raise InputError(f"{name}: expected a device int32 count (at least one element), received an empty array")

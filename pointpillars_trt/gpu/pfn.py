@@ -1,0 +1,71 @@
+"""PFN stage: the fused pillar feature net kernel on the live pillars (``cuda/pfn.cu``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import ConfigError
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks
+
+
+@dataclass(frozen=True)
+class PfnParams:
+    """Everything pfn.cu is compiled with."""
+
+    max_pillars: int
+    max_points_per_pillar: int
+    num_features: int
+    out_channels: int
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> PfnParams:
+        v = cfg.voxel
+        return cls(v.max_pillars, v.max_points_per_pillar, cfg.features.channels, cfg.network.pfn_channels)
+
+    def defines(self) -> tuple[str, ...]:
+        return define_flags(MAX_PILLARS=self.max_pillars, MAX_PTS=self.max_points_per_pillar,
+                        NUM_FEATURES=self.num_features, OUT_CHANNELS=self.out_channels,
+                        PILLARS_PER_BLOCK=PfnStage.PILLARS_PER_BLOCK)
+
+
+class PfnStage:
+    """Decorated pillars -> pillar features with the folded linear + ReLU + max of the PFN graph.
+
+    The same function as ``pfn.onnx`` (its folded weight and bias are passed in), computed only for
+    the live pillars: an engine with a fixed (max_pillars, M, C) input pays for every row. ``out`` is
+    owned here; rows past the pillar count keep stale values, which scatter never reads.
+    """
+
+    KERNELS = ("pfn_forward",)
+    PILLARS_PER_BLOCK = 4
+    _BLOCKS_PER_SM = 8
+
+    def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:
+        cp = cupy_module()
+        self.params = p = PfnParams.from_config(cfg)
+        if weight.shape != (p.out_channels, p.num_features) or bias.shape != (p.out_channels,):
+            raise ConfigError(
+                f"PFN weight {weight.shape} / bias {bias.shape} do not fit the config: expected "
+                f"({p.out_channels}, {p.num_features}) / ({p.out_channels},)"
+            )
+        self._k = compile_kernels("pfn.cu", p.defines(), self.KERNELS)
+        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
+        self._grid = min(grid_blocks(p.max_pillars, self.PILLARS_PER_BLOCK), sms * self._BLOCKS_PER_SM)
+        with checked("pfn: allocating buffers"):
+            self._weight = cp.asarray(np.ascontiguousarray(weight, np.float32))
+            self._bias = cp.asarray(np.ascontiguousarray(bias, np.float32))
+            self.out = cp.zeros((p.max_pillars, p.out_channels), np.float32)
+            cp.cuda.runtime.deviceSynchronize()
+
+    def launch(self, pillars: Any, num_pillars: Any, stream: Any) -> None:
+        p = self.params
+        check_device_array(pillars, "pillars", np.float32, (p.max_pillars, p.max_points_per_pillar, p.num_features))
+        check_device_count(num_pillars, "num_pillars")
+        kernel = self._k["pfn_forward"]
+        with checked(kernel.name):
+            kernel((self._grid,), (p.out_channels, self.PILLARS_PER_BLOCK),
+                   (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)

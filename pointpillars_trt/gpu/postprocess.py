@@ -1,0 +1,200 @@
+"""Post-process stage: head maps -> decoded, score-filtered, NMS-selected boxes in one small result
+buffer, so one device-to-host copy brings a frame back (``cuda/postprocess.cu``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..anchors import NMS_CORNER_MARGIN, anchors
+from ..config import ModelConfig
+from ..errors import ConfigError
+from .voxelize import VOXEL_STATS
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
+
+POST_STATS = ("candidates", "selected")
+OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
+# Row 0 of the post-processing result: its own counts, then the first voxelizer counts, as float32
+# (exact below 2**24), so that one device-to-host copy brings back everything a frame reports.
+_POST_HEADER = ("count", "candidates", "selected")
+RESULT_HEADER = _POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(_POST_HEADER)]
+
+_SCORE_BLOCK = 256  # threads of the per-anchor kernels
+_NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
+_SORT_LIMIT = 4096  # keys of one in-block bitonic sort (32 KB of shared memory)
+
+
+@dataclass(frozen=True)
+class PostParams:
+    """Everything postprocess.cu is compiled with, float values already rounded to float32."""
+
+    head_map: tuple[int, int]  # (W, H)
+    anchors_per_cell: int
+    num_classes: int
+    dir_bins: int
+    openpcdet_style: bool
+    per_class: bool
+    score_inclusive: bool
+    score_threshold: float
+    top_k: int
+    nms_iou: float
+    nms_margin: float
+    max_boxes: int
+    dir_offset: float
+    dir_limit_offset: float
+    dir_flip_bin: int
+    output_range: tuple[float, ...] | None
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> PostParams:
+
+        pp, d = cfg.postprocess, cfg.direction
+        f32 = lambda x: float(np.float32(x))  # noqa: E731
+        params = cls(
+            head_map=cfg.head_map,
+            anchors_per_cell=cfg.anchors.per_cell,
+            num_classes=cfg.num_classes,
+            dir_bins=d.num_bins,
+            openpcdet_style=cfg.box_coder == "openpcdet",
+            per_class=pp.nms == "per_class",
+            score_inclusive=pp.score_inclusive,
+            score_threshold=f32(pp.score_threshold),
+            top_k=pp.pre_nms_top_k,
+            nms_iou=f32(pp.nms_iou),
+            nms_margin=f32(NMS_CORNER_MARGIN[cfg.box_coder]),
+            max_boxes=pp.max_boxes,
+            dir_offset=f32(d.offset),
+            dir_limit_offset=f32(d.limit_offset),
+            dir_flip_bin=d.flip_bin,
+            output_range=None if pp.output_range is None else tuple(f32(x) for x in pp.output_range),
+        )
+        params._validate(cfg.name)
+        return params
+
+    @property
+    def groups(self) -> int:
+        """NMS groups: one class-agnostic group, or one per class."""
+        return self.num_classes if self.per_class else 1
+
+    @property
+    def sort_cap(self) -> int:
+        return max(64, pow2(self.top_k))
+
+    @property
+    def final_cap(self) -> int:
+        return pow2(self.num_classes * self.top_k) if self.per_class else 1
+
+    @property
+    def num_anchors(self) -> int:
+        return self.head_map[0] * self.head_map[1] * self.anchors_per_cell
+
+    def _validate(self, source: str) -> None:
+        def fail(msg: str) -> None:
+            raise ConfigError(f"{source}: {msg} (GPU post-processing)")
+
+        if self.dir_bins != 2 or self.dir_flip_bin not in (0, 1):
+            fail(f"direction needs 2 bins and flip_bin 0 or 1, got {self.dir_bins} bins, flip_bin {self.dir_flip_bin}")
+        if not 1 <= self.top_k <= _SORT_LIMIT:
+            fail(f"postprocess.pre_nms_top_k is {self.top_k}; supported: 1..{_SORT_LIMIT}")
+        if self.per_class and self.final_cap > _SORT_LIMIT:
+            fail(f"per-class NMS supports classes * pre_nms_top_k <= {_SORT_LIMIT}, got {self.num_classes * self.top_k}")
+        if self.max_boxes < 1:
+            fail(f"postprocess.max_boxes is {self.max_boxes}; expected at least 1")
+
+    def defines(self) -> tuple[str, ...]:
+        floats: dict[str, int | str] = {}
+        if self.output_range is not None:
+            for i, axis in enumerate("XYZ"):
+                floats[f"OUT_MIN_{axis}"] = f32_define(self.output_range[i])
+                floats[f"OUT_MAX_{axis}"] = f32_define(self.output_range[i + 3])
+        return define_flags(
+            HEAD_W=self.head_map[0], HEAD_H=self.head_map[1], ANCHORS_PER_CELL=self.anchors_per_cell,
+            NUM_CLASSES=self.num_classes, DIR_BINS=self.dir_bins, STYLE_OPENPCDET=int(self.openpcdet_style),
+            PER_CLASS=int(self.per_class), SCORE_INCLUSIVE=int(self.score_inclusive),
+            SCORE_THRESHOLD=f32_define(self.score_threshold), TOP_K=self.top_k, SORT_CAP=self.sort_cap,
+            FINAL_CAP=self.final_cap, NMS_IOU=f32_define(self.nms_iou), NMS_MARGIN=f32_define(self.nms_margin),
+            MAX_BOXES=self.max_boxes, DIR_OFFSET=f32_define(self.dir_offset),
+            DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
+            DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
+            SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(_POST_HEADER),
+            **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", _POST_HEADER),
+        )
+
+
+class PostprocessStage:
+    """Head maps (NCHW) -> detections (``reference.postprocess``) in one small device buffer.
+
+    ``result`` (max_boxes + 1, 9) float32 is owned here: row 0 holds the counts named by
+    ``RESULT_HEADER`` (this stage's, then the voxelizer's), rows 1..count the boxes as [x, y,
+    z_centre, dx, dy, dz, heading, score, label] in OpenPCDet's convention, in the family's output
+    order. Copy it to the host once per frame and read it with ``unpack``.
+    """
+
+    KERNELS = ("pp_score", "pp_offsets", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
+
+    def __init__(self, cfg: ModelConfig) -> None:
+
+        cp = cupy_module()
+        self.params = p = PostParams.from_config(cfg)
+        self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
+        w, h = p.head_map
+        a = p.anchors_per_cell
+        self._shapes = {"cls": (1, a * p.num_classes, h, w), "box": (1, a * 7, h, w), "dir": (1, a * p.dir_bins, h, w)}
+        na, slots = p.num_anchors, p.groups * p.sort_cap
+        with checked("postprocess: allocating buffers"):
+            self.result = cp.zeros((p.max_boxes + 1, OUTPUT_ROW), np.float32)
+            self.stats = cp.zeros(len(POST_STATS), np.int32)
+            self._anchors = cp.asarray(np.ascontiguousarray(anchors(cfg), np.float32))
+            self._key = cp.zeros(na, np.uint32)
+            self._block_counts = cp.zeros(grid_blocks(na, _SCORE_BLOCK), np.int32)
+            self._cand_key = cp.zeros(na, np.uint32)
+            self._cand_anchor = cp.zeros(na, np.int32)
+            self._sel_anchor = cp.zeros(p.sort_cap, np.int32)
+            self._sel_score = cp.zeros(p.sort_cap, np.float32)
+            self._group_count = cp.zeros(p.groups, np.int32)
+            self._group_box = cp.zeros((slots, 7), np.float32)
+            self._group_rect = cp.zeros((slots, 6), np.float32)
+            self._group_score = cp.zeros(slots, np.float32)
+            self._group_label = cp.zeros(slots, np.int32)
+            self._group_dir = cp.zeros(slots, np.int32)
+            self._mask = cp.zeros(slots * (p.sort_cap // 64), np.uint64)
+            self._kept = cp.zeros(slots, np.int32)
+            cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
+
+    def launch(self, cls: Any, box: Any, dir: Any, voxel_stats: Any, stream: Any) -> None:
+        """Enqueue: the three NCHW float32 head maps -> ``result``. ``voxel_stats`` (the voxelizer's
+        ``stats``, or any device int32 array) is copied into the header of ``result``."""
+        for name, arr in (("cls", cls), ("box", box), ("dir", dir)):
+            check_device_array(arr, f"head map {name}", np.float32, self._shapes[name])
+        check_device_count(voxel_stats, "voxel_stats")
+        p, k = self.params, self._k
+        num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(_POST_HEADER)))
+        score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
+        tiles = p.sort_cap // 64
+        launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self._key, self._block_counts), stream)
+        launch_kernel(k["pp_offsets"], 1, 1024, (self._block_counts, self.stats), stream)
+        launch_kernel(k["pp_compact"], score_blocks, _SCORE_BLOCK,
+                (self._key, self._block_counts, self._cand_key, self._cand_anchor), stream)
+        launch_kernel(k["pp_select"], 1, 1024,
+                (self._cand_key, self._cand_anchor, self.stats, self._sel_anchor, self._sel_score), stream)
+        group_grid, group_block = (p.groups, min(1024, p.sort_cap)) if p.per_class else (grid_blocks(p.sort_cap, 256), 256)
+        launch_kernel(k["pp_group"], group_grid, group_block,
+                (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self._group_count,
+                 self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
+        launch_kernel(k["pp_nms_mask"], (tiles, tiles, p.groups), 64 * _NMS_COLUMN_SPLIT,
+                (self._group_count, self._group_rect, self._mask), stream)
+        launch_kernel(k["pp_nms_reduce"], 1, 256,
+                (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,
+                 self._group_dir, self.stats, voxel_stats, num_extra, self._kept, self.result), stream)
+
+    @staticmethod
+    def unpack(result: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+        """A host copy of ``result`` -> boxes (n, 7) float32, scores (n,) float32, labels (n,) int32
+        (0-based into cfg.classes) and the counts of ``RESULT_HEADER`` by name."""
+        out = np.asarray(result, np.float32)
+        counts = {name: int(v) for name, v in zip(RESULT_HEADER, out[0].tolist())}
+        rows = out[1 : 1 + counts["count"]]
+        # copies, never views: the caller's pinned result buffer is rewritten by the next frame
+        return rows[:, :7].copy(), rows[:, 7].copy(), rows[:, 8].astype(np.int32), counts

@@ -1,0 +1,64 @@
+"""Scatter stage: pillar features -> the BEV pseudo-image the RPN reads (``cuda/scatter.cu``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import ModelConfig
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
+
+
+@dataclass(frozen=True)
+class ScatterParams:
+    """Everything scatter.cu is compiled with."""
+
+    nx: int
+    ny: int
+    channels: int
+    max_pillars: int
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> ScatterParams:
+        nx, ny, _ = cfg.voxel.grid
+        return cls(nx=nx, ny=ny, channels=cfg.network.pfn_channels, max_pillars=cfg.voxel.max_pillars)
+
+    def defines(self) -> tuple[str, ...]:
+        return define_flags(NX=self.nx, NY=self.ny, CHANNELS=self.channels, MAX_PILLARS=self.max_pillars)
+
+
+class ScatterStage:
+    """Pillar features (max_pillars, C) -> BEV canvas (1, C, ny, nx) float32 (``reference.scatter``).
+
+    ``canvas`` is owned here. Each launch first zeroes the cells the previous launch wrote (this
+    stage remembers them), then writes the first ``num_pillars[0]`` pillars at their coords.
+    """
+
+    KERNELS = ("scatter_clear", "scatter_write")
+    _BLOCK = 256
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        cp = cupy_module()
+        self.params = p = ScatterParams.from_config(cfg)
+        self._k = compile_kernels("scatter.cu", p.defines(), self.KERNELS)
+        with checked("scatter: allocating buffers"):
+            self.canvas = cp.zeros((1, p.channels, p.ny, p.nx), np.float32)
+            self._written_cells = cp.zeros(p.max_pillars, np.int32)
+            self._written_count = cp.zeros(1, np.int32)
+            cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
+
+    def launch(self, pillar_features: Any, coords: Any, num_pillars: Any, stream: Any) -> None:
+        """Enqueue: ``pillar_features`` (max_pillars, C) float32, ``coords`` (max_pillars, 4) int32 as
+        the voxelizer writes them, ``num_pillars`` a device int32 count."""
+        p = self.params
+        check_device_array(pillar_features, "pillar_features", np.float32, (p.max_pillars, p.channels))
+        check_device_array(coords, "coords", np.int32, (p.max_pillars, 4))
+        check_device_count(num_pillars, "num_pillars")
+        grid = grid_blocks(p.max_pillars * p.channels, self._BLOCK)
+        launch_kernel(self._k["scatter_clear"], grid, self._BLOCK,
+                (self._written_cells, self._written_count, self.canvas), stream)
+        launch_kernel(self._k["scatter_write"], grid, self._BLOCK,
+                (pillar_features, coords, num_pillars, self._written_cells, self._written_count, self.canvas),
+                stream)

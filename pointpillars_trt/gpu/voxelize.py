@@ -1,0 +1,146 @@
+"""Voxelize stage: points on the device -> decorated pillars, deterministically (``cuda/voxelize.cu``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import FEATURE_NAMES, ModelConfig
+from ..errors import ConfigError, InputError
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
+
+# Slots of the voxelizer's device counters (int32); the last two are its own bookkeeping.
+VOXEL_STATS = (
+    "pillars", "pillars_total", "pillars_dropped", "nonfinite", "in_range", "previous_pillars", "cursor",
+)
+_SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)
+
+
+@dataclass(frozen=True)
+class VoxelParams:
+    """Everything voxelize.cu is compiled with, float values already rounded to float32."""
+
+    grid: tuple[int, int, int]
+    max_pillars: int
+    max_points_per_pillar: int
+    features: tuple[str, ...]
+    strict_range: bool
+    range_min: tuple[float, ...]
+    range_max: tuple[float, ...]
+    pillar_size: tuple[float, ...]
+    centre_offset: tuple[float, ...]
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig) -> VoxelParams:
+        if cfg.features.channels > 16:
+            raise ConfigError(f"{cfg.name}: {cfg.features.channels} feature channels; the GPU voxelizer supports 16")
+        v = cfg.voxel
+        f32 = lambda xs: tuple(float(np.float32(x)) for x in xs)  # noqa: E731
+        return cls(
+            grid=v.grid,
+            max_pillars=v.max_pillars,
+            max_points_per_pillar=v.max_points_per_pillar,
+            features=cfg.features.order,
+            strict_range=v.range_filter == "strict_xyz",
+            range_min=f32(v.point_range[:3]),
+            range_max=f32(v.point_range[3:]),
+            pillar_size=f32(v.pillar_size),
+            # The families add float32(size / 2 + min), rounded once from double.
+            centre_offset=f32(s / 2 + lo for s, lo in zip(v.pillar_size, v.point_range[:3])),
+        )
+
+    @property
+    def num_cells(self) -> int:
+        return self.grid[0] * self.grid[1] * self.grid[2]
+
+    def defines(self) -> tuple[str, ...]:
+        floats: dict[str, int | str] = {}
+        for i, axis in enumerate("XYZ"):
+            floats[f"RANGE_MIN_{axis}"] = f32_define(self.range_min[i])
+            floats[f"RANGE_MAX_{axis}"] = f32_define(self.range_max[i])
+            floats[f"PILLAR_{axis}"] = f32_define(self.pillar_size[i])
+            floats[f"CENTER_OFFSET_{axis}"] = f32_define(self.centre_offset[i])
+        # 4 bits per channel, channel 0 lowest: one integer, since nvcc splits -D values at commas.
+        codes = sum(FEATURE_NAMES.index(name) << (4 * i) for i, name in enumerate(self.features))
+        return define_flags(
+            NX=self.grid[0], NY=self.grid[1], NZ=self.grid[2], MAX_PILLARS=self.max_pillars,
+            MAX_PTS=self.max_points_per_pillar, NUM_FEATURES=len(self.features), FEATURE_CODES=f"{codes:#x}ull",
+            RANGE_STRICT=int(self.strict_range), GATHER_WARPS=VoxelizeStage.GATHER_WARPS,
+            **floats, **slot_defines("STAT", VOXEL_STATS), **slot_defines("FEATURE", FEATURE_NAMES),
+        )
+
+
+class VoxelizeStage:
+    """Points on the device -> decorated pillars, deterministically (``reference.voxelize``).
+
+    ``max_points`` is the point capacity the scratch is sized for (a runtime value: a new capacity
+    reuses the compiled kernels). Outputs, owned here and rewritten by every ``launch``:
+    ``features`` (max_pillars, M, C) float32 with every row past the pillar count zero; ``coords``
+    (max_pillars, 4) int32 (0, iz, iy, ix); ``num_points`` (max_pillars,) int32; ``stats`` the
+    device counters named by ``VOXEL_STATS``; ``num_pillars`` a one-element view of the pillar count.
+    """
+
+    KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_gather")
+    GATHER_WARPS = 8  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
+
+    def __init__(self, cfg: ModelConfig, max_points: int) -> None:
+        if max_points < 1:
+            raise ConfigError(f"max_points: expected a positive point capacity, received {max_points}")
+        cp = cupy_module()
+        self.params = p = VoxelParams.from_config(cfg)
+        self.max_points = int(max_points)
+        self._k = compile_kernels("voxelize.cu", p.defines(), self.KERNELS)
+        self._num_blocks = grid_blocks(self.max_points, _SCAN_BLOCK)
+        m, c, pmax, cells = p.max_points_per_pillar, len(p.features), p.max_pillars, p.num_cells
+        i32 = np.int32
+        with checked("voxelize: allocating buffers"):
+            self.features = cp.zeros((pmax, m, c), np.float32)
+            self.coords = cp.zeros((pmax, 4), i32)
+            self.num_points = cp.zeros(pmax, i32)
+            self.stats = cp.zeros(len(VOXEL_STATS), i32)
+            self._point_cell = cp.zeros(self.max_points, i32)
+            self._bucket = cp.zeros(self.max_points, i32)
+            self._cell_first = cp.full(cells, np.iinfo(i32).max, i32)  # vox_rank restores these
+            self._cell_count = cp.zeros(cells, i32)
+            self._cell_fill = cp.zeros(cells, i32)
+            self._cell_bucket = cp.zeros(cells, i32)
+            self._cell_pillar = cp.zeros(cells, i32)
+            self._block_counts = cp.zeros(self._num_blocks * 3, i32)
+            self._pillar_bucket = cp.zeros(pmax, i32)
+            self._pillar_total = cp.zeros(pmax, i32)
+            self._slot_point = cp.zeros(pmax * m, i32)
+            cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
+
+    @property
+    def num_pillars(self) -> Any:
+        """One-element int32 device view of this frame's pillar count."""
+        return self.stats[0:1]
+
+    def launch(self, points: Any, num_points: Any, stream: Any) -> None:
+        """Enqueue one frame: the first ``num_points[0]`` rows (a device int32, clamped to the rows of
+        ``points`` and to ``max_points``) of ``points``, an (rows, 4) float32 device buffer."""
+        check_device_array(points, "points", np.float32, (None, 4))
+        check_device_count(num_points, "num_points")
+        if points.data.ptr % 16:
+            raise InputError("points: the device buffer must be 16-byte aligned (rows are read as float4)")
+        k = self._k
+        rows = np.int32(min(points.shape[0], self.max_points))
+        blocks = self._num_blocks
+        launch_kernel(k["vox_classify"], blocks, _SCAN_BLOCK,
+                (points, num_points, rows, self._point_cell, self._cell_first, self._cell_count), stream)
+        launch_kernel(k["vox_count"], blocks, _SCAN_BLOCK,
+                (num_points, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
+                 self.stats, self._block_counts), stream)
+        launch_kernel(k["vox_offsets"], 1, 1024, (self._block_counts, np.int32(blocks), self.stats), stream)
+        launch_kernel(k["vox_number"], blocks, _SCAN_BLOCK,
+                (num_points, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
+                 self._block_counts, self._cell_fill, self._cell_pillar, self._bucket, self._pillar_bucket,
+                 self._pillar_total, self.coords, self.num_points), stream)
+        launch_kernel(k["vox_rank"], blocks, _SCAN_BLOCK,
+                (num_points, rows, self._point_cell, self._cell_pillar, self._bucket, self._pillar_bucket,
+                 self._pillar_total, self._cell_first, self._cell_count, self._cell_fill, self._slot_point),
+                stream)
+        launch_kernel(k["vox_gather"], grid_blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
+                (points, self._slot_point, self.stats, self.coords, self.num_points, self.features), stream)

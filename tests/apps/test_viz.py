@@ -1,0 +1,77 @@
+"""BEV plot: corners in OpenPCDet convention, a PNG written atomically, a clear error without matplotlib."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.demo_scene import simulate_scan
+from pointpillars_trt.errors import PointPillarsError
+from pointpillars_trt.apps.viz import PlotUnavailableError, bev_corners, plot_bev
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def test_bev_corners_against_rotated_offsets() -> None:
+    rng = np.random.default_rng(0)
+    boxes = np.column_stack([
+        rng.uniform(0, 60, 10), rng.uniform(-30, 30, 10), rng.uniform(-2, 0, 10),
+        rng.uniform(1, 5, 10), rng.uniform(0.5, 2, 10), rng.uniform(1, 2, 10), rng.uniform(-4, 8, 10),
+    ])
+    got = bev_corners(boxes)
+    assert got.shape == (10, 4, 2)
+    for box, quad in zip(boxes, got):
+        x, y, _, dx, dy, _, h = box
+        forward = np.array([math.cos(h), math.sin(h)])
+        left = np.array([-math.sin(h), math.cos(h)])
+        expected = [
+            [x, y] + forward * dx / 2 + left * dy / 2,
+            [x, y] + forward * dx / 2 - left * dy / 2,
+            [x, y] - forward * dx / 2 - left * dy / 2,
+            [x, y] - forward * dx / 2 + left * dy / 2,
+        ]
+        np.testing.assert_allclose(quad, expected, atol=1e-9)
+
+
+def test_bev_corners_of_no_boxes() -> None:
+    assert bev_corners(np.zeros((0, 7))).shape == (0, 4, 2)
+
+
+def test_plot_bev_writes_png(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    points, objects = simulate_scan(seed=0)
+    boxes = np.stack([o.box for o in objects])
+    names = [o.name for o in objects]
+    out = tmp_path / "bev.png"
+    out.write_bytes(b"old")
+    plot_bev(points, boxes, names, np.linspace(0.9, 0.2, len(names)), out,
+             point_range=(0, -39.68, -3, 69.12, 39.68, 1))
+    data = out.read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 10_000
+    assert [p.name for p in tmp_path.iterdir()] == ["bev.png"]
+
+
+def test_plot_bev_without_boxes_or_points(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "empty.png"
+    plot_bev(np.zeros((0, 4), np.float32), np.zeros((0, 7)), [], None, out)
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+def test_plot_bev_mismatched_names(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    with pytest.raises(PointPillarsError, match="one name"):
+        plot_bev(np.zeros((1, 4), np.float32), np.zeros((2, 7)), ["Car"], None, tmp_path / "x.png")
+
+
+def test_plot_bev_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib...` fail
+    with pytest.raises(PlotUnavailableError, match="install matplotlib to get the PNG"):
+        plot_bev(np.zeros((1, 4), np.float32), np.zeros((0, 7)), [], None, tmp_path / "x.png")
+    assert not (tmp_path / "x.png").exists()

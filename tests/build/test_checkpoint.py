@@ -1,0 +1,568 @@
+"""Checkpoint import: both torch formats without torch, both key layouts, and every way a file can be bad.
+
+Oracles: the raw bytes of the files (zip records, the legacy stream's count-prefixed payloads), the
+key table and totals in ../shared/assets/README.md, brute-force strided indexing, and torch itself
+where it is installed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import pickle
+import subprocess
+import sys
+import zipfile
+from collections import Counter, OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, torch_global, write_legacy,
+                           write_zip)
+
+from pointpillars_trt.build.checkpoint import (detect_layout, expected_keys, load_checkpoint, read_pth,
+                                         weights_from_state_dict)
+from pointpillars_trt.config import ModelConfig
+from pointpillars_trt.errors import CheckpointError
+from pointpillars_trt.build.weights import PointPillarsWeights
+
+LAYOUTS = ("openpcdet", "zhulf0804")
+FILES = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
+WRITERS = {"zip": write_zip, "legacy": write_legacy}
+
+
+def ignored(key: str) -> bool:
+    return key == "global_step" or key.endswith(".num_batches_tracked")
+
+
+@pytest.fixture(scope="module")
+def paths(assets: Path) -> dict[str, Path]:
+    return {layout: assets / "checkpoints" / name for layout, name in FILES.items()}
+
+
+@pytest.fixture(scope="module")
+def raw(paths: dict[str, Path]) -> dict[str, Any]:
+    return {layout: read_pth(p) for layout, p in paths.items()}
+
+
+@pytest.fixture(scope="module")
+def states(raw: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    return {"openpcdet": raw["openpcdet"]["model_state"], "zhulf0804": raw["zhulf0804"]}
+
+
+@pytest.fixture(scope="module")
+def loaded(paths: dict[str, Path]) -> dict[str, Any]:
+    return {layout: load_checkpoint(p) for layout, p in paths.items()}
+
+
+@pytest.fixture(scope="module")
+def cfgs(openpcdet_cfg: ModelConfig, zhulf_cfg: ModelConfig) -> dict[str, ModelConfig]:
+    return {"openpcdet": openpcdet_cfg, "zhulf0804": zhulf_cfg}
+
+
+def checkpoint_error(fn: Callable[[], Any], path: Path | str, *words: str) -> str:
+    """The call fails with a one-line CheckpointError naming the file and the given words."""
+    with pytest.raises(CheckpointError) as info:
+        fn()
+    msg = str(info.value)
+    assert str(path) in msg and "\n" not in msg, msg
+    assert info.value.__cause__ is None
+    for word in words:
+        assert word in msg, msg
+    return msg
+
+
+def weight_arrays(w: PointPillarsWeights) -> list[np.ndarray]:
+    out = [w.pfn_linear, *vars(w.pfn_bn).values()]
+    for conv in [c for block in w.blocks for c in block] + list(w.deblocks):
+        out += [conv.weight, *vars(conv.bn).values()]
+    for head in (w.head_cls, w.head_box, w.head_dir):
+        out += [head.weight, head.bias]
+    return out
+
+
+# --- the two shared checkpoints ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_shared_checkpoint_is_recognised(layout: str, loaded: dict[str, Any], paths: dict[str, Path]) -> None:
+    ckpt = loaded[layout]
+    assert ckpt.layout == layout
+    assert ckpt.config_name == {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}[layout]
+    assert ckpt.config.name == ckpt.config_name
+    assert ckpt.path == paths[layout]
+    assert ckpt.sha256 == hashlib.sha256(paths[layout].read_bytes()).hexdigest()
+
+
+def test_shared_checkpoint_contents_match_readme(raw: dict[str, Any], states: dict[str, Any]) -> None:
+    top = raw["openpcdet"]
+    assert list(top) == ["epoch", "it", "model_state", "optimizer_state", "version"]
+    assert (top["epoch"], top["it"], top["optimizer_state"]) == (80, 74240, None)
+    assert top["version"] == "pcdet+0.6.0+8caccce+py0000000"
+    assert isinstance(raw["zhulf0804"], OrderedDict)
+    for layout, entries, numbers in (("openpcdet", 127, 4840925), ("zhulf0804", 126, 4840860)):
+        state = states[layout]
+        assert len(state) == entries
+        assert sum(v.size for v in state.values()) == numbers
+        for key, value in state.items():
+            assert value.dtype == (np.int64 if ignored(key) else np.float32), key
+    assert states["openpcdet"]["global_step"].shape == (1,)
+    assert states["zhulf0804"]["pillar_encoder.bn.num_batches_tracked"].shape == ()
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_expected_keys_are_exactly_the_file_keys(layout: str, states: dict[str, Any],
+                                                 cfgs: dict[str, ModelConfig]) -> None:
+    in_file = {k: v.shape for k, v in states[layout].items() if not ignored(k)}
+    assert expected_keys(layout, cfgs[layout]) == in_file
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_weight_shapes_follow_the_config(layout: str, loaded: dict[str, Any], cfgs: dict[str, ModelConfig]) -> None:
+    cfg, w = cfgs[layout], loaded[layout].weights
+    net = cfg.network
+    assert w.pfn_linear.shape == (net.pfn_channels, cfg.features.channels)
+    assert w.pfn_linear.shape == {"openpcdet": (64, 10), "zhulf0804": (64, 9)}[layout]  # README
+    assert all(v.shape == (net.pfn_channels,) for v in vars(w.pfn_bn).values())
+    assert [len(block) for block in w.blocks] == [n + 1 for n in net.layer_nums]
+    c_in = net.pfn_channels
+    for i, block in enumerate(w.blocks):
+        c_out = net.block_channels[i]
+        for j, conv in enumerate(block):
+            assert conv.weight.shape == (c_out, c_in if j == 0 else c_out, 3, 3)
+            assert conv.stride == (net.layer_strides[i] if j == 0 else 1)
+            assert all(v.shape == (c_out,) for v in vars(conv.bn).values())
+        c_in = c_out
+    for i, deblock in enumerate(w.deblocks):
+        s = net.upsample_strides[i]
+        assert deblock.weight.shape == (net.block_channels[i], net.upsample_channels[i], s, s)
+        assert deblock.stride == s
+    head_in = sum(net.upsample_channels)
+    for head, role in ((w.head_cls, "cls"), (w.head_box, "box"), (w.head_dir, "dir")):
+        assert head.weight.shape == (cfg.head_channels[role], head_in, 1, 1)
+        assert head.bias.shape == (cfg.head_channels[role],)
+    # README numbers, independent of the config
+    assert w.blocks[1][0].weight.shape == (128, 64, 3, 3) and w.deblocks[2].weight.shape == (256, 128, 4, 4)
+    assert (w.head_cls.weight.shape[0], w.head_box.weight.shape[0], w.head_dir.weight.shape[0]) == (18, 42, 12)
+    assert all(a.dtype == np.float32 and a.flags.c_contiguous for a in weight_arrays(w))
+
+
+def test_weights_come_from_the_documented_keys(loaded: dict[str, Any], states: dict[str, Any]) -> None:
+    # README: OpenPCDet blocks.i.(j+1) = zhulf0804 multi_blocks.i.j, conv at 3j (+1), its BN right after.
+    o, so = loaded["openpcdet"].weights, states["openpcdet"]
+    z, sz = loaded["zhulf0804"].weights, states["zhulf0804"]
+    pairs = [
+        (o.pfn_linear, so["vfe.pfn_layers.0.linear.weight"]),
+        (o.pfn_bn.running_var, so["vfe.pfn_layers.0.norm.running_var"]),
+        (o.blocks[0][0].weight, so["backbone_2d.blocks.0.1.weight"]),
+        (o.blocks[0][0].bn.weight, so["backbone_2d.blocks.0.2.weight"]),
+        (o.blocks[0][3].weight, so["backbone_2d.blocks.0.10.weight"]),
+        (o.blocks[0][3].bn.running_mean, so["backbone_2d.blocks.0.11.running_mean"]),
+        (o.blocks[2][5].weight, so["backbone_2d.blocks.2.16.weight"]),
+        (o.blocks[2][5].bn.bias, so["backbone_2d.blocks.2.17.bias"]),
+        (o.deblocks[1].weight, so["backbone_2d.deblocks.1.0.weight"]),
+        (o.deblocks[1].bn.running_var, so["backbone_2d.deblocks.1.1.running_var"]),
+        (o.head_cls.weight, so["dense_head.conv_cls.weight"]),
+        (o.head_box.bias, so["dense_head.conv_box.bias"]),
+        (o.head_dir.weight, so["dense_head.conv_dir_cls.weight"]),
+        (z.pfn_linear, sz["pillar_encoder.conv.weight"][:, :, 0]),
+        (z.pfn_bn.bias, sz["pillar_encoder.bn.bias"]),
+        (z.blocks[0][0].weight, sz["backbone.multi_blocks.0.0.weight"]),
+        (z.blocks[0][0].bn.running_mean, sz["backbone.multi_blocks.0.1.running_mean"]),
+        (z.blocks[2][5].weight, sz["backbone.multi_blocks.2.15.weight"]),
+        (z.blocks[2][5].bn.weight, sz["backbone.multi_blocks.2.16.weight"]),
+        (z.deblocks[2].weight, sz["neck.decoder_blocks.2.0.weight"]),
+        (z.deblocks[2].bn.bias, sz["neck.decoder_blocks.2.1.bias"]),
+        (z.head_box.weight, sz["head.conv_reg.weight"]),
+        (z.head_dir.bias, sz["head.conv_dir_cls.bias"]),
+    ]
+    for got, want in pairs:
+        assert got.shape == want.shape and np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_every_weight_is_one_file_tensor(layout: str, loaded: dict[str, Any], states: dict[str, Any]) -> None:
+    """A bijection: each non-counter tensor of the file appears once among the weights, unchanged."""
+    got = Counter(a.tobytes() for a in weight_arrays(loaded[layout].weights))
+    want = Counter(v.tobytes() for k, v in states[layout].items() if not ignored(k))
+    assert got == want
+
+
+def test_zip_tensors_equal_their_raw_records(raw: dict[str, Any], paths: dict[str, Path]) -> None:
+    with zipfile.ZipFile(paths["zhulf0804"]) as archive:
+        prefix = "pointpillars_zhulf0804_synthetic/data/"
+        records = [archive.read(n) for n in archive.namelist() if n.startswith(prefix)]
+    assert Counter(records) == Counter(v.astype(v.dtype.newbyteorder("<")).tobytes() for v in raw["zhulf0804"].values())
+
+
+def test_legacy_tensors_equal_their_count_prefixed_payloads(states: dict[str, Any], paths: dict[str, Path]) -> None:
+    data = paths["openpcdet"].read_bytes()
+    for key, value in states["openpcdet"].items():
+        if ignored(key):
+            continue
+        at = data.find(value.astype("<f4").tobytes())
+        assert at >= 8, key
+        assert int.from_bytes(data[at - 8:at], "little") == value.size, key
+
+
+def test_torch_reads_the_same_values(paths: dict[str, Path], raw: dict[str, Any]) -> None:
+    torch = pytest.importorskip("torch")
+    for layout, path in paths.items():
+        ours = raw[layout]
+        theirs = torch.load(path, weights_only=True)
+        if layout == "openpcdet":
+            assert {k: v for k, v in ours.items() if k != "model_state"} == \
+                   {k: v for k, v in theirs.items() if k != "model_state"}
+            ours, theirs = ours["model_state"], theirs["model_state"]
+        assert list(ours) == list(theirs)
+        for key, tensor in theirs.items():
+            assert ours[key].dtype == tensor.numpy().dtype and np.array_equal(ours[key], tensor.numpy()), key
+
+
+def test_reader_does_not_import_torch(paths: dict[str, Path], repo_root: Path) -> None:
+    code = ("import sys; from pointpillars_trt.build.checkpoint import load_checkpoint; "
+            f"[load_checkpoint(p) for p in {[str(p) for p in paths.values()]!r}]; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+# --- the reader on small files (test writer, and torch where installed) --------------------------
+
+ALL_DTYPES = ("float32", "float16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")
+
+
+def sample_tree() -> dict[str, Any]:
+    rng = np.random.default_rng(0)
+    arrays = {d: (rng.normal(size=(2, 3, 4)) * 50).astype(d) for d in ALL_DTYPES}
+    return {
+        "arrays": arrays,
+        "scalar": np.array(7, dtype=np.int64),
+        "empty": np.zeros((0, 5), dtype=np.float32),
+        "nested": [np.arange(3, dtype=np.int32), (np.ones(2, dtype=np.float64), "text", None, 1.5, True)],
+        "plain": {"epoch": 3, "name": "x"},
+    }
+
+
+def assert_same_tree(got: Any, want: Any) -> None:
+    if isinstance(want, np.ndarray):
+        assert isinstance(got, np.ndarray) and got.dtype == want.dtype and got.shape == want.shape
+        assert np.array_equal(got, want) and got.flags.c_contiguous and got.flags.writeable and got.flags.owndata
+    elif isinstance(want, dict):
+        assert type(got) is type(want) and list(got) == list(want)
+        for key in want:
+            assert_same_tree(got[key], want[key])
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want):
+            assert_same_tree(g, w)
+    else:
+        assert got == want
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_round_trip_every_dtype(fmt: str, tmp_path: Path) -> None:
+    tree = sample_tree()
+    assert_same_tree(read_pth(WRITERS[fmt](tree, tmp_path / "t.pth")), tree)
+
+
+@pytest.mark.parametrize("top", ["archive", "epoch_160", "my.model-v2"])
+def test_zip_top_folder_name_is_free(top: str, tmp_path: Path) -> None:
+    tree = {"w": np.arange(6, dtype=np.float32).reshape(2, 3)}
+    assert_same_tree(read_pth(write_zip(tree, tmp_path / "t.pth", top=top)), tree)
+
+
+def strided(storage: np.ndarray, offset: int, size: tuple[int, ...], stride: tuple[int, ...]) -> np.ndarray:
+    """Brute force: element idx of the tensor is storage[offset + sum(idx * stride)]."""
+    out = np.empty(size, dtype=storage.dtype)
+    for idx in np.ndindex(*size):
+        out[idx] = storage[offset + sum(i * s for i, s in zip(idx, stride))]
+    return out
+
+
+VIEWS = [(3, (2, 3), (1, 4)), (10, (4, 5), (5, 1)), (2, (3, 4), (0, 1)), (29, (), ()), (0, (2, 2, 2), (12, 1, 6))]
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_offsets_strides_and_shared_storage(fmt: str, tmp_path: Path) -> None:
+    storage = Storage(np.arange(30, dtype=np.float32) * 1.5 - 7)
+    tensors = [Tensor(storage, *view) for view in VIEWS]
+    got = read_pth(WRITERS[fmt]({"views": tensors, "again": tensors[0]}, tmp_path / "t.pth"))
+    for array, (offset, size, stride) in zip(got["views"], VIEWS):
+        assert_same_tree(array, strided(storage.array, offset, size, stride))
+    assert got["again"] is got["views"][0]
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_view_past_the_storage_end_is_refused(fmt: str, tmp_path: Path) -> None:
+    path = WRITERS[fmt]({"w": Tensor(Storage(np.zeros(10, np.float32)), 5, (2, 3), (3, 1))}, tmp_path / "t.pth")
+    checkpoint_error(lambda: read_pth(path), path, "reads element 10", "has 10")
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_torch_written_files(legacy: bool, tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    base = torch.arange(60, dtype=torch.float32).reshape(6, 10) * 0.25
+    tensors = {
+        "transposed": base.t(), "sliced": base[2:5, 3:8], "narrowed": base.narrow(1, 4, 3),
+        "expanded": torch.arange(4.0).reshape(4, 1).expand(4, 3), "strided": base[::2, ::3],
+        "param": torch.nn.Parameter(torch.ones(2, 3)), "scalar": torch.tensor(5),
+        **{d: (torch.arange(24).reshape(2, 3, 4) % 7 - 3).to(getattr(torch, d)) for d in ALL_DTYPES},
+    }
+    path = tmp_path / "t.pth"
+    torch.save({"tensors": tensors, "step": 9}, path, _use_new_zipfile_serialization=not legacy)
+    got = read_pth(path)
+    assert got["step"] == 9
+    for key, tensor in tensors.items():
+        assert_same_tree(got["tensors"][key], tensor.detach().numpy().copy())
+
+
+def test_torch_loads_what_the_test_writer_writes(tmp_path: Path) -> None:
+    """Keeps the writer honest: files that prove the reader must be files torch accepts."""
+    torch = pytest.importorskip("torch")
+    storage = Storage(np.arange(30, dtype=np.float32))
+    for fmt, write in WRITERS.items():
+        path = write({"t": sample_tree()["arrays"], "v": [Tensor(storage, *view) for view in VIEWS]},
+                     tmp_path / f"{fmt}.pth")
+        theirs = torch.load(path, weights_only=True)
+        for d, array in sample_tree()["arrays"].items():
+            assert np.array_equal(theirs["t"][d].numpy(), array)
+        for tensor, view in zip(theirs["v"], VIEWS):
+            assert np.array_equal(tensor.numpy(), strided(storage.array, *view))
+
+
+# --- bad files ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_truncated_shared_checkpoint(layout: str, paths: dict[str, Path], tmp_path: Path) -> None:
+    data = paths[layout].read_bytes()
+    path = tmp_path / "half.pth"
+    path.write_bytes(data[: len(data) // 2])
+    checkpoint_error(lambda: load_checkpoint(path), path, "truncated")
+
+
+def test_legacy_cut_inside_the_main_pickle(paths: dict[str, Path], tmp_path: Path) -> None:
+    path = tmp_path / "cut.pth"
+    path.write_bytes(paths["openpcdet"].read_bytes()[:10_000])
+    checkpoint_error(lambda: load_checkpoint(path), path, "main pickle is truncated or corrupt")
+
+
+def test_corrupt_zip_record(paths: dict[str, Path], states: dict[str, Any], tmp_path: Path) -> None:
+    data = bytearray(paths["zhulf0804"].read_bytes())
+    at = data.find(states["zhulf0804"]["head.conv_cls.weight"].tobytes())
+    data[at + 100] ^= 0xFF
+    path = tmp_path / "flipped.pth"
+    path.write_bytes(bytes(data))
+    checkpoint_error(lambda: load_checkpoint(path), path, "cannot read storage record", "CRC")
+
+
+def test_corrupt_legacy_pickle(paths: dict[str, Path], tmp_path: Path) -> None:
+    data = bytearray(paths["openpcdet"].read_bytes())
+    data[400:460] = b"\xff" * 60  # inside the main pickle, which starts at byte 137
+    path = tmp_path / "garbled.pth"
+    path.write_bytes(bytes(data))
+    checkpoint_error(lambda: load_checkpoint(path), path, "main pickle is truncated or corrupt")
+
+
+def test_short_zip_storage_record(tmp_path: Path) -> None:
+    data, _ = pickle_torch({"w": np.zeros(8, np.float32)})
+    path = tmp_path / "short.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a/data.pkl", data)
+        archive.writestr("a/data/0", b"\0" * 20)
+    checkpoint_error(lambda: read_pth(path), path, "a/data/0 has 20 bytes, expected 32")
+
+
+def test_missing_zip_storage_record(tmp_path: Path) -> None:
+    data, _ = pickle_torch({"w": np.zeros(8, np.float32)})
+    path = tmp_path / "missing.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a/data.pkl", data)
+    checkpoint_error(lambda: read_pth(path), path, "cannot read storage record a/data/0")
+
+
+def test_short_legacy_storage(tmp_path: Path) -> None:
+    path = write_legacy({"w": np.zeros(8, np.float32)}, tmp_path / "t.pth")
+    path.write_bytes(path.read_bytes()[:-1])
+    checkpoint_error(lambda: read_pth(path), path, "storage '0' is truncated or corrupt")
+
+
+def test_zip_without_data_pkl(tmp_path: Path) -> None:
+    path = tmp_path / "other.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("folder/readme.txt", "hello")
+    checkpoint_error(lambda: load_checkpoint(path), path, "found 0")
+
+
+def test_wrong_legacy_protocol(tmp_path: Path) -> None:
+    path = tmp_path / "old.pth"
+    path.write_bytes(pickle.dumps(LEGACY_MAGIC, protocol=2) + pickle.dumps(999, protocol=2))
+    checkpoint_error(lambda: read_pth(path), path, "protocol version 999")
+
+
+@pytest.mark.parametrize("content", [
+    np.random.default_rng(1).bytes(5000),
+    pickle.dumps({"weights": [1.0, 2.0]}, protocol=2),
+    b"\x80\x02",
+    b"PK",
+], ids=["random", "plain-pickle", "cut-pickle", "zip-signature-only"])
+def test_not_a_checkpoint(content: bytes, tmp_path: Path) -> None:
+    path = tmp_path / "x.pth"
+    path.write_bytes(content)
+    msg = checkpoint_error(lambda: load_checkpoint(path), path)
+    assert "not a torch checkpoint" in msg or "corrupt zip" in msg
+
+
+def test_empty_missing_and_directory(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.pth"
+    empty.write_bytes(b"")
+    checkpoint_error(lambda: load_checkpoint(empty), empty, "empty file")
+    checkpoint_error(lambda: load_checkpoint(tmp_path / "nope.pth"), tmp_path / "nope.pth", "not found")
+    checkpoint_error(lambda: load_checkpoint(tmp_path), tmp_path, "is a directory")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("module, name, payload", [
+    ("os", "system", "touch {marker}"),
+    ("posix", "system", "touch {marker}"),
+    ("subprocess", "getoutput", "touch {marker}"),
+    ("builtins", "eval", "open({marker!r}, 'w').close()"),
+    ("builtins", "exec", "open({marker!r}, 'w').close()"),
+    ("torch.storage", "_load_from_bytes", "{marker}"),
+    ("torch", "BFloat16Storage", "{marker}"),
+])
+def test_forbidden_global_is_refused_not_run(fmt: str, module: str, name: str, payload: str, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    evil = Call(torch_global(module, name), (payload.format(marker=str(marker)),))
+    path = WRITERS[fmt]({"w": np.zeros(2, np.float32), "x": evil}, tmp_path / "evil.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, f"'{module}.{name}'", "refusing")
+    assert not marker.exists()
+
+
+def test_forbidden_global_from_real_pickle(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self) -> tuple[Any, ...]:
+            return subprocess.call, (["touch", str(marker)],)
+
+    path = tmp_path / "evil.pth"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a/data.pkl", pickle.dumps({"x": Evil()}, protocol=2, fix_imports=False))
+    checkpoint_error(lambda: read_pth(path), path, "'subprocess.call'")
+    assert not marker.exists()
+
+
+# --- key layouts and mismatches ------------------------------------------------------------------
+
+
+def test_mismatch_lists_missing_unexpected_and_misshaped(states: dict[str, Any], zhulf_cfg: ModelConfig,
+                                                         tmp_path: Path) -> None:
+    state = dict(states["zhulf0804"])
+    del state["neck.decoder_blocks.1.0.weight"]
+    state["head.extra.weight"] = np.zeros(3, np.float32)
+    state["backbone.multi_blocks.0.0.weight"] = np.zeros((64, 64, 1, 1), np.float32)
+    state["head.conv_cls.bias"] = state["head.conv_cls.bias"].astype(np.int64)
+    path = write_zip(state, tmp_path / "bad.pth")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith(f"{path}: ") and "(1 missing, 1 unexpected, 2 with a wrong shape or dtype)" in lines[0]
+    assert lines[1] == "  missing: neck.decoder_blocks.1.0.weight"
+    assert lines[2] == "  unexpected: head.extra.weight"
+    assert lines[3] == ("  wrong shape or dtype: backbone.multi_blocks.0.0.weight: got float32 (64, 64, 1, 1), "
+                        "expected float (64, 64, 3, 3), head.conv_cls.bias: got int64 (18,), expected float (18,)")
+
+
+def test_long_key_lists_are_truncated(states: dict[str, Any], zhulf_cfg: ModelConfig) -> None:
+    state = {k: v for k, v in states["zhulf0804"].items() if k.startswith("head.")}
+    missing = len(expected_keys("zhulf0804", zhulf_cfg)) - len(state)
+    with pytest.raises(CheckpointError) as info:
+        weights_from_state_dict(state, "zhulf0804", zhulf_cfg, source="mine")
+    missing_line = str(info.value).splitlines()[1]
+    assert missing_line.startswith("  missing: pillar_encoder.conv.weight, ")
+    assert missing_line.endswith(f", ... and {missing - 10} more") and missing_line.count(", ") == 10
+
+
+def test_step_counters_are_optional(states: dict[str, Any], zhulf_cfg: ModelConfig, loaded: dict[str, Any]) -> None:
+    state = {k: v for k, v in states["zhulf0804"].items() if not ignored(k)}
+    weights = weights_from_state_dict(state, "zhulf0804", zhulf_cfg)
+    for got, want in zip(weight_arrays(weights), weight_arrays(loaded["zhulf0804"].weights)):
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_plain_openpcdet_state_dict_without_wrapper(fmt: str, states: dict[str, Any], loaded: dict[str, Any],
+                                                    tmp_path: Path) -> None:
+    path = WRITERS[fmt](states["openpcdet"], tmp_path / "plain.pth")
+    ckpt = load_checkpoint(path)
+    assert ckpt.layout == "openpcdet"
+    for got, want in zip(weight_arrays(ckpt.weights), weight_arrays(loaded["openpcdet"].weights)):
+        assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("wrapper", ["state_dict", "model", "model_state"])
+def test_wrapped_state_dicts(wrapper: str, states: dict[str, Any]) -> None:
+    state = states["zhulf0804"]
+    layout, found = detect_layout({wrapper: state, "epoch": 3, "optimizer": {"lr": 0.1}})
+    assert layout == "zhulf0804" and found is state
+
+
+def test_unknown_layout_and_non_dict(tmp_path: Path) -> None:
+    path = write_zip({"encoder.weight": np.zeros(3, np.float32)}, tmp_path / "other.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, "unknown checkpoint layout", "encoder.weight",
+                     "pillar_encoder.", "backbone_2d.")
+    path = write_legacy([np.zeros(3, np.float32)], tmp_path / "list.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, "holds a list")
+
+
+def test_config_family_must_match_layout(paths: dict[str, Path], openpcdet_cfg: ModelConfig) -> None:
+    checkpoint_error(lambda: load_checkpoint(paths["zhulf0804"], config=openpcdet_cfg), paths["zhulf0804"],
+                     "zhulf0804 layout", "openpcdet family")
+    assert load_checkpoint(paths["zhulf0804"], config="zhulf0804_kitti_3class").layout == "zhulf0804"
+
+
+def small_config(cfg: ModelConfig) -> ModelConfig:
+    net = dataclasses.replace(cfg.network, pfn_channels=8, layer_nums=(1, 2, 2), block_channels=(8, 16, 32),
+                              upsample_channels=(4, 4, 4))
+    return dataclasses.replace(cfg, name="small", network=net)
+
+
+def test_expected_keys_are_built_from_the_config(openpcdet_cfg: ModelConfig, zhulf_cfg: ModelConfig) -> None:
+    keys = expected_keys("openpcdet", small_config(openpcdet_cfg))
+    # convs: pfn + (2 + 3 + 3) in blocks + 3 deblocks, 5 keys each; 3 heads with weight and bias
+    assert len(keys) == 5 * (1 + 8 + 3) + 6
+    assert keys["vfe.pfn_layers.0.linear.weight"] == (8, 10)
+    assert keys["backbone_2d.blocks.0.4.weight"] == (8, 8, 3, 3) and "backbone_2d.blocks.0.7.weight" not in keys
+    assert keys["backbone_2d.blocks.1.1.weight"] == (16, 8, 3, 3)
+    assert keys["backbone_2d.blocks.1.7.weight"] == (16, 16, 3, 3) and "backbone_2d.blocks.1.10.weight" not in keys
+    assert keys["backbone_2d.blocks.2.8.running_var"] == (32,)
+    assert keys["backbone_2d.deblocks.2.0.weight"] == (32, 4, 4, 4)
+    assert keys["dense_head.conv_box.weight"] == (42, 12, 1, 1)
+    keys = expected_keys("zhulf0804", small_config(zhulf_cfg))
+    assert keys["pillar_encoder.conv.weight"] == (8, 9, 1)
+    assert keys["backbone.multi_blocks.1.6.weight"] == (16, 16, 3, 3) and "backbone.multi_blocks.1.9.weight" not in keys
+    assert keys["head.conv_reg.bias"] == (42,)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_custom_config_end_to_end(layout: str, cfgs: dict[str, ModelConfig], tmp_path: Path) -> None:
+    cfg = small_config(cfgs[layout])
+    rng = np.random.default_rng(2)
+    state = {k: rng.normal(size=shape).astype(np.float32) for k, shape in expected_keys(layout, cfg).items()}
+    path = write_zip(state, tmp_path / "small.pth")
+    w = load_checkpoint(path, config=cfg).weights
+    block = {"openpcdet": "backbone_2d.blocks", "zhulf0804": "backbone.multi_blocks"}[layout]
+    first = {"openpcdet": 1, "zhulf0804": 0}[layout]
+    assert np.array_equal(w.blocks[1][2].weight, state[f"{block}.1.{first + 6}.weight"])
+    assert np.array_equal(w.blocks[1][2].bn.running_var, state[f"{block}.1.{first + 7}.running_var"])
+    assert [[c.stride for c in b] for b in w.blocks] == [[2, 1], [2, 1, 1], [2, 1, 1]]
+    assert [d.stride for d in w.deblocks] == [1, 2, 4]
+    assert w.pfn_linear.shape == (8, cfg.features.channels)
+    # the built-in config expects other shapes: the error says which
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert "wrong shape or dtype" in str(info.value) and str(path) in str(info.value)

@@ -1,0 +1,452 @@
+"""The CUDA stages (gpu/cuda/*.cu through the gpu stage modules) against the NumPy reference.
+
+Voxelization and scatter must match the reference bit for bit: both do the same float32 operations
+in the same order, and the kernels' atomics only count, take minima or fill buckets whose order no
+result depends on. Post-processing matches up to CUDA's expf against NumPy's exp (a few ulp in a
+score): the synthetic head maps keep distinct scores at least 4e-5 apart, far above an ulp, so no
+ordering hinges on that difference, while exact ties are copies of one logit, which both sides see
+as equal and break by the lower index. Boxes are compared to 1e-4 m / rad.
+
+Every GPU test is marked ``cuda`` and skips with its reason where CuPy or a device is missing;
+the compile check needs only nvcc.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.gpu import _launch
+from pointpillars_trt.gpu import postprocess as gpu_post
+from pointpillars_trt.gpu import scatter as gpu_scatter
+from pointpillars_trt.gpu import voxelize as gpu_vox
+from pointpillars_trt.config import ModelConfig
+from pointpillars_trt.errors import ConfigError
+
+CAPACITY = 131_072  # points; the full KITTI scans have up to 126,891
+FRAMES = ("training/velodyne_reduced/000134.bin", "training/velodyne/000000.bin",
+          "training/velodyne_fov/000003.bin")
+
+
+@pytest.fixture(params=["openpcdet_cfg", "zhulf_cfg"])
+def cfg(request: pytest.FixtureRequest) -> ModelConfig:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="module")
+def cp() -> Any:
+    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device
+        pytest.skip(f"no CUDA device usable by CuPy ({type(exc).__name__}: {exc})")
+    if count < 1:
+        pytest.skip("no CUDA device visible to CuPy")
+    return cupy
+
+
+@pytest.fixture
+def stream(cp: Any) -> Any:
+    s = cp.cuda.Stream()  # blocking: ordered with the default stream the test's copies use
+    with s:
+        yield s
+    s.synchronize()
+
+
+def with_limits(cfg: ModelConfig, **voxel: Any) -> ModelConfig:
+    return dataclasses.replace(cfg, voxel=dataclasses.replace(cfg.voxel, **voxel))
+
+
+# --------------------------------------------------------------------------- voxelize
+
+
+def awkward_cloud(cfg: ModelConfig, rng: np.random.Generator, n: int = 6000) -> np.ndarray:
+    """Points around and on the range and pillar edges, non-finite rows, duplicates, dense pillars."""
+    v = cfg.voxel
+    lo, hi, size = np.array(v.point_range[:3]), np.array(v.point_range[3:]), np.array(v.pillar_size)
+    spread = rng.uniform([*(lo - [2, 2, 0.5]), 0], [*(hi + [2, 2, 0.5]), 1], size=(n, 4))
+    # two pillars with more than M points, interleaved with the rest
+    for cell in ([3, 4], [400, 490]):
+        idx = rng.choice(n, 3 * v.max_points_per_pillar, replace=False)
+        spread[idx, :2] = lo[:2] + (np.array(cell) + rng.uniform(0.01, 0.99, (idx.size, 2))) * size[:2]
+        spread[idx, 2] = rng.uniform(lo[2] + 0.1, hi[2] - 0.1, idx.size)
+    pts = spread.astype(np.float32)
+    edges = rng.choice(n, 400, replace=False)
+    k = rng.integers(0, 60, size=(400, 2))
+    pts[edges[:100], 0] = np.float32(lo[0]) + k[:100, 0] * np.float32(size[0])
+    pts[edges[100:200], 1] = np.float32(lo[1]) + k[100:200, 1] * np.float32(size[1])
+    pts[edges[200:250], 0] = np.float32(hi[0])
+    pts[edges[250:300], 1] = np.float32(rng.choice([lo[1], hi[1]]))
+    pts[edges[300:350], 2] = np.float32(rng.choice([lo[2], hi[2]]))
+    pts[edges[350:360]] = pts[edges[360:370]]  # duplicates
+    bad = rng.choice(n, 30, replace=False)
+    pts[bad, rng.integers(0, 4, 30)] = rng.choice([np.nan, np.inf, -np.inf], 30)
+    return pts
+
+
+def kitti_frame(assets: Path, rel: str) -> np.ndarray:
+    return np.fromfile(assets / "kitti" / rel, dtype=np.float32).reshape(-1, 4)
+
+
+class VoxelRun:
+    """One VoxelizeStage on a capacity-sized point buffer whose unused rows hold decoy points."""
+
+    def __init__(self, cp: Any, cfg: ModelConfig, capacity: int = CAPACITY) -> None:
+        self.cp, self.cfg = cp, cfg
+        self.stage = gpu_vox.VoxelizeStage(cfg, capacity)
+        v = cfg.voxel
+        decoy = np.array([(v.point_range[0] + v.point_range[3]) / 2, 0.0, -1.0, 0.5], np.float32)
+        self.points = cp.asarray(np.tile(decoy, (capacity, 1)))  # in range: reading past n would show
+        self.count = cp.zeros(1, np.int32)
+
+    def __call__(self, pts: np.ndarray, stream: Any, poison: bool = True) -> dict[str, np.ndarray]:
+        from pointpillars_trt.reference import voxelize
+
+        cp, st = self.cp, self.stage
+        self.points[: pts.shape[0]] = cp.asarray(pts)
+        self.count[...] = pts.shape[0]
+        if poison:  # the rows this frame reports must be rewritten completely
+            p = voxelize(pts, self.cfg).num_pillars
+            st.features[:p] = np.nan
+            st.coords[:p] = -7
+            st.num_points[:p] = -7
+        st.launch(self.points, self.count, stream)
+        return fetch(st, stream)
+
+
+def fetch(stage: Any, stream: Any) -> dict[str, np.ndarray]:
+    stream.synchronize()
+    return {"features": stage.features.get(), "coords": stage.coords.get(), "num_points": stage.num_points.get(),
+            "stats": stage.stats.get()}
+
+
+def assert_matches_reference(got: dict[str, np.ndarray], pts: np.ndarray, cfg: ModelConfig, what: str = "") -> None:
+    from pointpillars_trt.reference import voxelize
+
+    ref = voxelize(pts, cfg)
+    p = ref.num_pillars
+    stats = dict(zip(gpu_vox.VOXEL_STATS, got["stats"].tolist()))
+    want = {"pillars": p, "pillars_total": ref.num_pillars_total, "pillars_dropped": ref.num_pillars_dropped,
+            "nonfinite": ref.num_nonfinite, "in_range": ref.num_in_range}
+    assert {n: stats[n] for n in want} == want, what
+    np.testing.assert_array_equal(got["coords"][:p], ref.coords, err_msg=what)
+    np.testing.assert_array_equal(got["num_points"][:p], ref.num_points, err_msg=what)
+    np.testing.assert_array_equal(got["features"][:p], ref.features, err_msg=what)  # bit for bit, padding zero
+    # rows past the pillar count: zero, whatever earlier frames left there
+    rest = (got["features"][p:].any(), got["coords"][p:].any(), got["num_points"][p:].any())
+    assert rest == (False, False, False), f"{what}: rows past the pillar count are not zero"
+
+
+@pytest.mark.cuda
+def test_voxelize_random_clouds(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    run = VoxelRun(cp, cfg, capacity=8192)
+    rng = np.random.default_rng(7)
+    for n in (6000, 2500, 8192):  # shrinking then full: stale rows must be cleared
+        pts = awkward_cloud(cfg, rng, n)
+        assert_matches_reference(run(pts, stream), pts, cfg, f"{n} points")
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("frame", FRAMES)
+def test_voxelize_kitti_frames(cp: Any, stream: Any, cfg: ModelConfig, assets: Path, frame: str) -> None:
+    pts = kitti_frame(assets, frame)
+    run = VoxelRun(cp, cfg)
+    assert_matches_reference(run(pts, stream), pts, cfg, frame)
+
+
+@pytest.mark.cuda
+def test_voxelize_small_frames(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    run = VoxelRun(cp, cfg, capacity=4096)
+    rng = np.random.default_rng(3)
+    v = cfg.voxel
+    inside = np.array([[10.0, 1.0, -1.0, 0.3]], np.float32)
+    one_pillar = np.tile(inside, (3000, 1))
+    one_pillar[:, :3] += rng.uniform(-0.02, 0.02, (3000, 3)).astype(np.float32)  # one pillar
+    one_pillar[:, 3] = np.arange(3000, dtype=np.float32) / 3000  # tells the kept points apart
+    frames = {
+        "cloud": awkward_cloud(cfg, rng, 4000),
+        "empty": np.zeros((0, 4), np.float32),
+        "one point": inside,
+        "all non-finite": np.full((50, 4), np.nan, np.float32),
+        "out of range": np.array([[v.point_range[0] - 1, 0, -1, 0], [v.point_range[3] + 1, 0, -1, 0]], np.float32),
+        "one dense pillar": one_pillar,
+    }
+    for name, pts in frames.items():
+        got = run(pts, stream)
+        assert_matches_reference(got, pts, cfg, name)
+        if name == "one dense pillar":  # its first M points, in input order
+            np.testing.assert_array_equal(got["features"][0, :, 3], one_pillar[: v.max_points_per_pillar, 3])
+
+
+@pytest.mark.cuda
+def test_voxelize_pillar_limit(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    small = with_limits(cfg, max_pillars=64, max_points_per_pillar=5)
+    run = VoxelRun(cp, small, capacity=8192)
+    pts = awkward_cloud(small, np.random.default_rng(11), 8000)
+    got = run(pts, stream)
+    assert_matches_reference(got, pts, small)
+    stats = dict(zip(gpu_vox.VOXEL_STATS, got["stats"].tolist()))
+    assert stats["pillars"] == 64 and stats["pillars_dropped"] == stats["pillars_total"] - 64 > 0
+
+
+@pytest.mark.cuda
+def test_voxelize_count_clamped_to_rows(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    stage = gpu_vox.VoxelizeStage(cfg, 4096)
+    pts = awkward_cloud(cfg, np.random.default_rng(5), 1000)
+    count = cp.asarray(np.array([5000], np.int32))  # more than the 1000 rows given
+    stage.launch(cp.asarray(pts), count, stream)
+    assert_matches_reference(fetch(stage, stream), pts, cfg)
+
+
+@pytest.mark.cuda
+def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    run = VoxelRun(cp, cfg, capacity=16384)
+    rng = np.random.default_rng(21)
+    a, b = awkward_cloud(cfg, rng, 16000), awkward_cloud(cfg, rng, 9000)
+    first = run(a, stream, poison=False)
+    run(b, stream, poison=False)  # a different frame in between: the per-cell scratch must be clean again
+    second = run(a, stream, poison=False)
+    reported = gpu_vox.VOXEL_STATS.index("previous_pillars")  # the later slots are bookkeeping
+    first["stats"], second["stats"] = first["stats"][:reported], second["stats"][:reported]
+    for name in ("features", "coords", "num_points", "stats"):
+        assert first[name].tobytes() == second[name].tobytes(), name
+
+
+# --------------------------------------------------------------------------- scatter
+
+
+@pytest.mark.cuda
+def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    from pointpillars_trt.reference import scatter, voxelize
+
+    stage = gpu_scatter.ScatterStage(cfg)
+    pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
+    rng = np.random.default_rng(2)
+    count = cp.zeros(1, np.int32)
+    for n in (5000, 1200, 0, 3000):  # every frame must erase the previous one
+        ref = voxelize(awkward_cloud(cfg, rng, n), cfg) if n else None
+        p = 0 if ref is None else ref.num_pillars
+        features = np.full((pmax, channels), np.nan, np.float32)  # rows past P must stay unread
+        features[:p] = rng.standard_normal((p, channels)).astype(np.float32)
+        coords = np.full((pmax, 4), -1, np.int32)
+        if ref is not None:
+            coords[:p] = ref.coords
+        count[...] = p
+        stage.launch(cp.asarray(features), cp.asarray(coords), count, stream)
+        stream.synchronize()
+        want = scatter(features[:p], coords[:p], cfg)
+        np.testing.assert_array_equal(stage.canvas.get(), want)
+
+
+# --------------------------------------------------------------------------- post-process
+
+
+Maps = tuple[np.ndarray, np.ndarray, np.ndarray]  # cls, box, dir: NCHW float32
+
+
+def head_maps(cfg: ModelConfig, rng: np.random.Generator, candidates: int, *, ties: int = 0,
+              spacing: int = 1, second_class: float = 0.3) -> Maps:
+    """NCHW head maps with ``candidates`` anchors above the score threshold.
+
+    Distinct scores lie on a grid 0.88 / (2 * candidates + 2) apart; ``ties`` groups of four anchors
+    share one logit exactly. A fraction ``second_class`` of the candidates also passes with a second
+    class (its own grid, interleaved). ``spacing`` > 1 puts candidates only on every spacing-th cell
+    in x and y, so that few of them overlap.
+    """
+    w, h = cfg.head_map
+    a, k = cfg.anchors.per_cell, cfg.num_classes
+    logits = rng.uniform(-8.0, -3.0, (h, w, a, k))  # sigmoid < 0.048: below every threshold
+    cells = [(y, x) for y in range(0, h, spacing) for x in range(0, w, spacing)]
+    flat = rng.choice(len(cells) * a, candidates, replace=False)
+    grid = 0.1 + 0.88 * np.arange(1, 2 * candidates + 1) / (2 * candidates + 2)
+    first, second = rng.permutation(grid[1::2]), rng.permutation(grid[0::2])
+    for t in range(ties):  # four anchors with exactly the same best score
+        first[4 * t + 1: 4 * t + 4] = first[4 * t]
+    logit = lambda s: np.log(s / (1 - s))  # noqa: E731
+    for i, f in enumerate(flat):
+        y, x = cells[f // a]
+        anchor = f % a
+        c1 = rng.integers(k)
+        logits[y, x, anchor, c1] = logit(first[i])
+        if rng.random() < second_class and second[i] < first[i]:
+            c2 = (c1 + 1 + rng.integers(k - 1)) % k
+            logits[y, x, anchor, c2] = logit(second[i])
+    cls = logits.astype(np.float32).reshape(h, w, a * k).transpose(2, 0, 1)[None]
+    box = rng.normal(0.0, [0.3, 0.3, 0.6, 0.2, 0.2, 0.2, 0.8], (h, w, a, 7)).astype(np.float32)
+    box = box.reshape(h, w, a * 7).transpose(2, 0, 1)[None]
+    direction = rng.standard_normal((1, a * 2, h, w)).astype(np.float32)
+    return np.ascontiguousarray(cls), np.ascontiguousarray(box), direction
+
+
+def run_post(cp: Any, stage: Any, maps: Maps, stream: Any) -> np.ndarray:
+    stage.result[...] = np.nan  # every row the frame reports must be written by it
+    extra = cp.asarray(np.arange(100, 100 + len(gpu_vox.VOXEL_STATS), dtype=np.int32))
+    cls, box, direction = (cp.asarray(m) for m in maps)
+    stage.launch(cls, box, direction, extra, stream)
+    stream.synchronize()
+    return stage.result.get()
+
+
+def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig) -> dict[str, int]:
+    from pointpillars_trt.reference import head_maps_to_anchor_major, postprocess
+
+    boxes, scores, labels, counts = gpu_post.PostprocessStage.unpack(result)
+    ref = postprocess(*maps, cfg)
+    logits = head_maps_to_anchor_major(*maps, cfg)[0].astype(np.float64)
+    best = (1 / (1 + np.exp(-logits))).max(axis=1)
+    thr = cfg.postprocess.score_threshold
+    candidates = int(np.count_nonzero(best >= thr if cfg.postprocess.score_inclusive else best > thr))
+    assert counts["candidates"] == candidates
+    assert counts["selected"] == min(candidates, cfg.postprocess.pre_nms_top_k)
+    extra = gpu_post.RESULT_HEADER[3:]
+    assert [counts[n] for n in extra] == list(range(100, 100 + len(extra)))
+    assert counts["count"] == len(ref), f"GPU kept {counts['count']} boxes, the reference {len(ref)}"
+    np.testing.assert_array_equal(labels, ref.labels)
+    np.testing.assert_allclose(scores, ref.scores, rtol=2e-6, atol=0)
+    np.testing.assert_allclose(boxes, ref.boxes, rtol=1e-5, atol=1e-4)
+    return counts
+
+
+POST_CASES = {  # name: (candidates, tie groups, spacing)
+    "none": (0, 0, 1),
+    "few": (90, 5, 1),
+    "hundreds": (700, 20, 1),
+    "spread": (2500, 10, 3),
+    "over top-k": (6000, 40, 1),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", POST_CASES)
+def test_postprocess_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, case: str) -> None:
+    stage = gpu_post.PostprocessStage(cfg)
+    n, ties, spacing = POST_CASES[case]
+    maps = head_maps(cfg, np.random.default_rng(list(POST_CASES).index(case)), n, ties=ties, spacing=spacing)
+    counts = assert_post_matches(run_post(cp, stage, maps, stream), maps, cfg)
+    if case == "none":
+        assert counts["count"] == 0
+
+
+@pytest.mark.cuda
+def test_postprocess_ties_at_the_top_k_cut(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """Many anchors share the score at the cut: the lower anchor indices are taken."""
+    stage = gpu_post.PostprocessStage(cfg)
+    rng = np.random.default_rng(8)
+    top_k = cfg.postprocess.pre_nms_top_k
+    cls, box, direction = head_maps(cfg, rng, top_k + 200, spacing=2)
+    flat = cls[0].transpose(1, 2, 0).reshape(-1, cfg.num_classes)  # logits, rows in anchor order
+    best = flat.max(axis=1)
+    order = np.argsort(-best, kind="stable")
+    tied = order[top_k - 50: top_k + 50]  # 100 anchors straddling the cut get the same best logit
+    value = best[order[top_k - 50]]
+    for row in tied:
+        c = np.argmax(flat[row])
+        flat[row] = np.minimum(flat[row], value - 1)
+        flat[row, c] = value
+    cls = np.ascontiguousarray(flat.reshape(cls.shape[2], cls.shape[3], -1).transpose(2, 0, 1)[None])
+    assert_post_matches(run_post(cp, stage, (cls, box, direction), stream), (cls, box, direction), cfg)
+
+
+@pytest.mark.cuda
+def test_postprocess_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    stage = gpu_post.PostprocessStage(cfg)
+    rng = np.random.default_rng(4)
+    a, b = head_maps(cfg, rng, 3000, ties=10), head_maps(cfg, rng, 500)
+    first = run_post(cp, stage, a, stream)
+    run_post(cp, stage, b, stream)
+    second = run_post(cp, stage, a, stream)
+    n = int(first[0, 0]) + 1
+    assert first[:n].tobytes() == second[:n].tobytes()
+
+
+@pytest.mark.cuda
+def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
+    """Voxelize, scatter and post-process enqueue nothing that syncs or allocates: they capture into a
+    CUDA graph, and replaying the graph on new input gives the reference's results (the counts
+    that vary per frame are read from device memory, not baked into the graph)."""
+    from pointpillars_trt.reference import scatter, voxelize
+
+    capture = cp.cuda.Stream(non_blocking=True)
+    rng = np.random.default_rng(17)
+    with capture:
+        vox = gpu_vox.VoxelizeStage(cfg, 8192)
+        sca = gpu_scatter.ScatterStage(cfg)
+        post = gpu_post.PostprocessStage(cfg)
+        points = cp.zeros((8192, 4), np.float32)
+        count = cp.zeros(1, np.int32)
+        pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
+        pillar_features = cp.zeros((pmax, channels), np.float32)
+        cls, box, direction = (cp.zeros(m.shape, np.float32) for m in head_maps(cfg, rng, 0))
+
+        def frame() -> None:
+            vox.launch(points, count, capture)
+            sca.launch(pillar_features, vox.coords, vox.num_pillars, capture)
+            post.launch(cls, box, direction, vox.stats, capture)
+
+        frame()  # warm-up outside the capture
+        capture.synchronize()
+        # Thread-local mode refuses the unsafe calls (allocation, synchronisation) from this thread.
+        capture.begin_capture(mode=cp.cuda.runtime.streamCaptureModeThreadLocal)
+        try:
+            frame()
+        finally:
+            graph = capture.end_capture()
+        for n in (7000, 3000):
+            pts = awkward_cloud(cfg, rng, n)
+            feats = rng.standard_normal((pmax, channels)).astype(np.float32)
+            host_maps = head_maps(cfg, rng, 400, ties=3)
+            points[:n] = cp.asarray(pts)
+            count[...] = n
+            pillar_features[...] = cp.asarray(feats)
+            for dst, src in zip((cls, box, direction), host_maps):
+                dst[...] = cp.asarray(src)
+            graph.launch(capture)
+            capture.synchronize()
+            got = {"features": vox.features.get(), "coords": vox.coords.get(),
+                   "num_points": vox.num_points.get(), "stats": vox.stats.get()}
+            assert_matches_reference(got, pts, cfg)
+            ref = voxelize(pts, cfg)
+            p = ref.num_pillars
+            np.testing.assert_array_equal(sca.canvas.get(), scatter(feats[:p], ref.coords, cfg))
+            result = post.result.get()
+            boxes, _, _, counts = gpu_post.PostprocessStage.unpack(result)
+            assert counts["pillars"] == p and counts["nonfinite"] == ref.num_nonfinite
+            from pointpillars_trt.reference import postprocess
+
+            assert counts["count"] == len(postprocess(*host_maps, cfg))
+            np.testing.assert_allclose(boxes, postprocess(*host_maps, cfg).boxes, rtol=1e-5, atol=1e-4)
+
+
+# --------------------------------------------------------------------------- without a GPU
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_kernels_compile_with_nvcc(cfg: ModelConfig, tmp_path: Path) -> None:
+    """Each .cu compiles for sm_90 with exactly the options and defines the stage modules give NVRTC."""
+    jobs = {
+        "voxelize.cu": gpu_vox.VoxelParams.from_config(cfg).defines(),
+        "scatter.cu": gpu_scatter.ScatterParams.from_config(cfg).defines(),
+        "postprocess.cu": gpu_post.PostParams.from_config(cfg).defines(),
+    }
+    for name, defines in jobs.items():
+        src = tmp_path / name
+        src.write_text(_launch.kernel_source(name))
+        cmd = ["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "out.cubin"), "-Xptxas", "-warn-spills",
+               *_launch.COMPILE_OPTIONS, *defines, str(src)]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{name}:\n{done.stderr}"
+        assert "warning" not in done.stderr.lower(), f"{name}:\n{done.stderr}"
+
+
+def test_post_params_refuse_what_the_kernels_cannot_do(openpcdet_cfg: ModelConfig) -> None:
+    too_many = dataclasses.replace(
+        openpcdet_cfg, postprocess=dataclasses.replace(openpcdet_cfg.postprocess, pre_nms_top_k=8192)
+    )
+    with pytest.raises(ConfigError, match="pre_nms_top_k"):
+        gpu_post.PostParams.from_config(too_many)

@@ -1,0 +1,304 @@
+"""TensorRT engine and builder. Tests marked `tensorrt` build plans from tiny ONNX graphs, run them
+on CuPy buffers and compare with ONNX Runtime on the CPU; the metadata checks also run without TensorRT."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.errors import BackendError, ModelDirError
+from pointpillars_trt.runtime import OrtOptions, TrtOptions, open_engine
+from pointpillars_trt.runtime.tensorrt import (
+    REBUILD_HINT,
+    TensorRTEngine,
+    check_plan_metadata,
+    gpu_identity,
+    plan_metadata_path,
+)
+from pointpillars_trt.runtime.tensorrt_build import build_plan
+from tiny_graphs import cuda_skip_reason, head_graph, pfn_graph, pfn_reference
+
+RNG = np.random.default_rng(11)
+PROFILE = (1, 96, 128)
+DIGEST = "0123456789abcdef"
+GPU_TOL = {"rtol": 2e-3, "atol": 2e-3}  # TF32 is on by default in fp32 plans
+FP16_TOL = {"rtol": 3e-2, "atol": 3e-2}
+
+
+def tensorrt_skip_reason() -> str | None:
+    try:
+        import tensorrt
+    except ImportError:
+        return "TensorRT is not installed"
+    if not hasattr(tensorrt, "Builder"):
+        return "only tensorrt-stubs is installed, not TensorRT"
+    return cuda_skip_reason()
+
+
+TRT_SKIP = tensorrt_skip_reason()
+needs_tensorrt = pytest.mark.skipif(TRT_SKIP is not None, reason=str(TRT_SKIP))
+
+
+def pillars(p: int) -> np.ndarray:
+    return RNG.standard_normal((p, 8, 6)).astype(np.float32)
+
+
+# -- metadata (no TensorRT needed) ----------------------------------------------------------------
+
+GOOD = {
+    "plan_sha256": "aa" * 32,
+    "tensorrt_version": "10.13.0.35",
+    "compute_capability": "9.0",
+    "config_digest": DIGEST,
+}
+
+
+def check(metadata: dict, expected_digest: str | None = DIGEST) -> None:
+    check_plan_metadata(
+        metadata,
+        plan_sha256="aa" * 32,
+        tensorrt_version="10.13.0.35",
+        compute_capability="9.0",
+        expected_digest=expected_digest,
+        plan_name="rpn.plan",
+    )
+
+
+def test_matching_metadata_passes():
+    check(GOOD)
+    check({**GOOD, "config_digest": None}, expected_digest=None)  # no digest asked for, none checked
+
+
+@pytest.mark.parametrize(
+    "key, value, what",
+    [
+        ("plan_sha256", "bb" * 32, "plan checksum"),
+        ("tensorrt_version", "10.0.1.6", "TensorRT version: built for '10.0.1.6', running '10.13.0.35'"),
+        ("compute_capability", "8.6", "GPU compute capability: built for '8.6', running '9.0'"),
+        ("config_digest", "ffffffffffffffff", "config digest: built for 'ffffffffffffffff', running '0123456789abcdef'"),
+    ],
+)
+def test_each_mismatch_is_named_with_the_rebuild_command(key, value, what):
+    with pytest.raises(ModelDirError) as info:
+        check({**GOOD, key: value})
+    message = str(info.value)
+    assert message.startswith("rpn.plan does not match this setup")
+    assert what in message
+    assert message.endswith(f"Note: {REBUILD_HINT}")
+    assert "rebuild with `pointpillars-trt build --backend tensorrt`" in message
+
+
+@pytest.mark.parametrize("recorded, precision, tf32, what", [
+    ({"precision": "fp16", "tf32": True}, "fp32", True, "precision: built for 'fp16', requested 'fp32'"),
+    ({"precision": "fp32", "tf32": True}, "fp32", False, "tf32: built for True, requested False"),
+    ({"precision": "fp32", "tf32": False}, "fp32", True, "tf32: built for False, requested True"),
+])
+def test_a_plan_built_for_another_precision_or_tf32_mode_is_refused(recorded, precision, tf32, what):
+    metadata = {**GOOD, **recorded}
+    check_plan_metadata(metadata, plan_sha256="aa" * 32, tensorrt_version="10.13.0.35", compute_capability="9.0",
+                        expected_precision=recorded["precision"], expected_tf32=recorded["tf32"])
+    with pytest.raises(ModelDirError) as info:
+        check_plan_metadata(metadata, plan_sha256="aa" * 32, tensorrt_version="10.13.0.35",
+                            compute_capability="9.0", expected_precision=precision, expected_tf32=tf32,
+                            plan_name="rpn.plan")
+    assert what in str(info.value) and str(info.value).endswith(f"Note: {REBUILD_HINT}")
+
+
+def test_all_mismatches_are_reported_together():
+    with pytest.raises(ModelDirError) as info:
+        check({"plan_sha256": "bb" * 32})  # metadata of some other format: every field is missing
+    for what in ("plan checksum", "TensorRT version", "GPU compute capability", "config digest"):
+        assert what in str(info.value)
+
+
+def test_metadata_lives_beside_the_plan():
+    assert plan_metadata_path("model/rpn.plan") == Path("model/rpn.plan.json")
+
+
+def test_tensorrt_engines_need_cuda(tmp_path):
+    with pytest.raises(BackendError, match="TensorRT runs on CUDA only"):
+        open_engine(tmp_path / "rpn.plan", device="cpu")
+    with pytest.raises(BackendError, match="OrtOptions cannot open this file"):
+        open_engine(tmp_path / "rpn.plan", OrtOptions(cuda_graph=True))
+    with pytest.raises(BackendError, match="TrtOptions cannot open this file"):
+        open_engine(tmp_path / "rpn.onnx", TrtOptions())
+
+
+@pytest.mark.skipif(TRT_SKIP not in ("TensorRT is not installed", "only tensorrt-stubs is installed, not TensorRT"),
+                    reason="TensorRT is installed")
+def test_without_tensorrt_the_error_says_how_to_install(tmp_path):
+    with pytest.raises(BackendError, match="TensorRT is not installed"):
+        build_plan(tmp_path / "pfn.onnx", tmp_path / "pfn.plan")
+    with pytest.raises(BackendError, match="TensorRT is not installed"):
+        TensorRTEngine(tmp_path / "pfn.plan").activate()
+
+
+# -- with TensorRT and a GPU ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pfn_plan(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray], dict]:
+    """One PFN-like plan for the module: building takes seconds."""
+    folder = tmp_path_factory.mktemp("trt")
+    weights = pfn_graph(folder / "pfn.onnx")
+    metadata = build_plan(
+        folder / "pfn.onnx",
+        folder / "pfn.plan",
+        dynamic_rows={"pillars": PROFILE},
+        config_digest=DIGEST,
+        timing_cache_path=folder / "timing.cache",
+    )
+    return folder, weights, metadata
+
+
+@pytest.fixture
+def cp():
+    import cupy
+
+    return cupy
+
+
+def run_on_gpu(cp, engine, feeds: dict[str, np.ndarray], output_shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Bind CuPy copies of ``feeds`` and NaN-filled outputs, run on a fresh stream, return the outputs."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        buffers = {name: cp.asarray(array) for name, array in feeds.items()}
+        buffers.update({name: cp.full(shape, np.nan, np.float32) for name, shape in output_shapes.items()})
+    for name, array in buffers.items():
+        engine.bind(name, array.data.ptr, array.shape)
+    engine.run(stream.ptr)
+    stream.synchronize()
+    return {name: cp.asnumpy(buffers[name]) for name in output_shapes}
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+def test_plan_matches_onnxruntime_cpu_for_several_pillar_counts(cp, pfn_plan):
+    folder, weights, _ = pfn_plan
+    with open_engine(folder / "pfn.onnx", device="cpu") as cpu, open_engine(folder / "pfn.plan", TrtOptions(config_digest=DIGEST)) as engine:
+        assert engine.inputs["pillars"].shape == (-1, 8, 6)
+        assert engine.outputs["pillar_features"].dtype == np.float32
+        for p in (100, PROFILE[0], PROFILE[2]):  # rebinding to a new shape within the profile
+            x = pillars(p)
+            got = run_on_gpu(cp, engine, {"pillars": x}, {"pillar_features": (p, 16)})["pillar_features"]
+            np.testing.assert_allclose(got, cpu.run_host({"pillars": x})["pillar_features"], **GPU_TOL)
+            np.testing.assert_allclose(got, pfn_reference(x, weights), **GPU_TOL)
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+def test_build_writes_metadata_and_timing_cache(pfn_plan):
+    import hashlib
+
+    import tensorrt
+
+    folder, _, metadata = pfn_plan
+    on_disk = json.loads(plan_metadata_path(folder / "pfn.plan").read_text())
+    assert on_disk == metadata
+    assert metadata["tensorrt_version"] == tensorrt.__version__
+    assert metadata["compute_capability"] == gpu_identity(0)[1]
+    assert metadata["config_digest"] == DIGEST
+    assert metadata["plan_sha256"] == hashlib.sha256((folder / "pfn.plan").read_bytes()).hexdigest()
+    assert metadata["profile"] == {"pillars": [[1, 8, 6], [96, 8, 6], [128, 8, 6]]}
+    assert (folder / "timing.cache").stat().st_size > 0
+    # a second build starts from the saved cache
+    build_plan(folder / "pfn.onnx", folder / "again.plan", dynamic_rows={"pillars": PROFILE},
+               timing_cache_path=folder / "timing.cache")
+    assert (folder / "again.plan").stat().st_size > 0
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_static_head_plan_matches_onnxruntime_cpu(cp, tmp_path, precision):
+    head_graph(tmp_path / "head.onnx")
+    build_plan(tmp_path / "head.onnx", tmp_path / "head.plan", precision=precision)
+    canvas = RNG.standard_normal((1, 4, 6, 10)).astype(np.float32)
+    with open_engine(tmp_path / "head.onnx", device="cpu") as cpu:
+        expected = cpu.run_host({"canvas": canvas})
+    with open_engine(tmp_path / "head.plan") as engine:
+        got = run_on_gpu(cp, engine, {"canvas": canvas}, {n: a.shape for n, a in expected.items()})
+    for name in ("cls", "box"):
+        np.testing.assert_allclose(got[name], expected[name], **(GPU_TOL if precision == "fp32" else FP16_TOL))
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+def test_strongly_typed_plan_keeps_the_graph_precision(cp, tmp_path):
+    weights = pfn_graph(tmp_path / "pfn16.onnx", fp16=True)
+    build_plan(tmp_path / "pfn16.onnx", tmp_path / "pfn16.plan", precision="graph", dynamic_rows={"pillars": PROFILE})
+    x = pillars(64)
+    with open_engine(tmp_path / "pfn16.plan") as engine:
+        got = run_on_gpu(cp, engine, {"pillars": x}, {"pillar_features": (64, 16)})["pillar_features"]
+    np.testing.assert_allclose(got, pfn_reference(x.astype(np.float16), weights), **FP16_TOL)
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+def test_binding_checks_profile_and_output_shape(cp, pfn_plan):
+    folder, _, _ = pfn_plan
+    with open_engine(folder / "pfn.plan") as engine:
+        for rows in (0, PROFILE[2] + 1):
+            with pytest.raises(BackendError, match=r"outside the optimization profile .*Expected \(1, 8, 6\) <= shape <= \(128, 8, 6\)"):
+                engine.bind("pillars", 0x1000, (rows, 8, 6))
+        x = cp.zeros((100, 8, 6), cp.float32)
+        y = cp.zeros((99, 16), cp.float32)
+        engine.bind("pillars", x.data.ptr, x.shape)
+        engine.bind("pillar_features", y.data.ptr, y.shape)
+        with pytest.raises(BackendError, match=r"Output tensor: pillar_features \| Received buffer of shape \(99, 16\). Note: Expected \(100, 16\)"):
+            engine.run(cp.cuda.Stream(non_blocking=True).ptr)
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("tensorrt_version", "TensorRT version: built for '0.0.0'"),
+        ("compute_capability", "GPU compute capability: built for '0.0'"),
+        ("digest", "config digest: built for '0123456789abcdef', running 'another'"),
+        ("plan", "plan checksum"),
+        ("no_metadata", "Metadata of pfn.plan not found"),
+    ],
+)
+def test_stale_plan_asks_for_a_rebuild(tmp_path, pfn_plan, damage, message):
+    folder, _, metadata = pfn_plan
+    plan, meta_path = tmp_path / "pfn.plan", plan_metadata_path(tmp_path / "pfn.plan")
+    shutil.copy(folder / "pfn.plan", plan)
+    shutil.copy(plan_metadata_path(folder / "pfn.plan"), meta_path)
+    expected_digest = DIGEST
+    if damage == "tensorrt_version":
+        meta_path.write_text(json.dumps({**metadata, "tensorrt_version": "0.0.0"}))
+    elif damage == "compute_capability":
+        meta_path.write_text(json.dumps({**metadata, "compute_capability": "0.0"}))
+    elif damage == "digest":
+        expected_digest = "another"
+    elif damage == "plan":
+        data = bytearray(plan.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        plan.write_bytes(bytes(data))
+    else:
+        meta_path.unlink()
+    with pytest.raises(ModelDirError, match=message) as info:
+        open_engine(plan, TrtOptions(config_digest=expected_digest))
+    assert REBUILD_HINT in str(info.value)
+
+
+@pytest.mark.tensorrt
+@needs_tensorrt
+def test_build_errors_are_explained(tmp_path, pfn_plan):
+    folder, _, _ = pfn_plan
+    with pytest.raises(BackendError, match=r"Expected exactly the dynamic inputs \['pillars'\]"):
+        build_plan(folder / "pfn.onnx", tmp_path / "x.plan")
+    with pytest.raises(BackendError, match=r"Expected 0 < min <= opt <= max"):
+        build_plan(folder / "pfn.onnx", tmp_path / "x.plan", dynamic_rows={"pillars": (10, 5, 20)})
+    (tmp_path / "bad.onnx").write_bytes(b"not an onnx graph" * 8)
+    with pytest.raises(BackendError, match="TensorRT could not parse"):
+        build_plan(tmp_path / "bad.onnx", tmp_path / "x.plan")
+    with pytest.raises(ModelDirError, match="ONNX graph not found"):
+        build_plan(tmp_path / "absent.onnx", tmp_path / "x.plan")
+    assert not (tmp_path / "x.plan").exists()
