@@ -7,6 +7,7 @@ against, so it runs exactly the stages of the GPU pipeline, in the same order, o
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -51,6 +52,10 @@ class CpuDetector:
             num_pillars_dropped=pillars.num_pillars_dropped,
         )
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats)
+
+    def detect_batch(self, frames: Sequence[np.ndarray]) -> list[Detections]:
+        """Frame by frame: the CPU has no batch dimension worth exploiting."""
+        return [self.detect(points) for points in frames]
 
     def close(self) -> None:
         self._pfn.close()

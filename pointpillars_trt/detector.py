@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,6 +23,8 @@ class _Implementation(Protocol):
     last_timings: dict[str, float]
 
     def detect(self, points: Any) -> Detections: ...  # host (N, 4) float32, or a device array on the GPU
+
+    def detect_batch(self, frames: Sequence[Any]) -> list[Detections]: ...
 
     def close(self) -> None: ...
 
@@ -118,26 +120,60 @@ class PointPillars:
     def __call__(self, points: object) -> Detections:
         return self._impl.detect(_device_or_host_points(points, self.device))
 
-    def infer_many(self, frames: Iterable[object]) -> Iterator[FrameResult]:
-        """Detect on many frames (arrays or .bin paths); a bad frame yields its error, the rest go on.
+    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+        """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
+        size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives."""
+        prepared = []
+        for index, points in enumerate(frames):
+            try:
+                prepared.append(_device_or_host_points(points, self.device))
+            except PointPillarsError as exc:
+                raise type(exc)(f"frame {index} of the batch: {exc}") from None
+        return self._impl.detect_batch(prepared) if prepared else []
 
-        The next frame is read from disk while the current one runs (on the GPU the detect call
+    def infer_many(self, frames: Iterable[object], *, batch_size: int = 1) -> Iterator[FrameResult]:
+        """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame
+        yields its error and the rest go on. Results come in input order.
+
+        The next frame is read from disk while the current batch runs (on the GPU the detect call
         releases the GIL while it waits for the device).
         """
         from concurrent.futures import ThreadPoolExecutor
 
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         items = iter(enumerate(frames))
+        window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
         with ThreadPoolExecutor(max_workers=1) as reader:
             pending = _submit_next(reader, items)
             while pending is not None:
                 source, future = pending
                 pending = _submit_next(reader, items)
                 try:
-                    detections = self(future.result())
+                    window.append((source, _device_or_host_points(future.result(), self.device)))
                 except PointPillarsError as exc:
-                    yield FrameResult(source, None, exc)
-                else:
-                    yield FrameResult(source, detections, None)
+                    window.append(FrameResult(source, None, exc))
+                ready = sum(not isinstance(entry, FrameResult) for entry in window)
+                if ready == batch_size or pending is None:
+                    yield from self._run_window(window)
+                    window = []
+
+    def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
+        frames = [entry for entry in window if not isinstance(entry, FrameResult)]
+        results = iter(self._run_batch(frames))  # type: ignore[arg-type]
+        for entry in window:
+            yield entry if isinstance(entry, FrameResult) else next(results)
+
+    def _run_batch(self, batch: list[tuple[str, object]]) -> list[FrameResult]:
+        if not batch:
+            return []
+        try:
+            detections = self._impl.detect_batch([points for _, points in batch])
+        except PointPillarsError as exc:  # the batch cannot tell whose fault: each frame on its own
+            if len(batch) == 1:
+                return [FrameResult(batch[0][0], None, exc)]
+            return [result for item in batch for result in self._run_batch([item])]
+        return [FrameResult(source, found, None) for (source, _), found in zip(batch, detections)]
 
     def close(self) -> None:
         self._impl.close()

@@ -135,3 +135,26 @@ def test_to_json_dict(expected: Detections, detector: PointPillars):
     assert (record["num_points"], record["num_pillars"], record["num_pillars_dropped"],
             record["num_nonfinite_points"]) == (stats.num_points, stats.num_pillars, stats.num_pillars_dropped,
                                                 stats.num_nonfinite)
+
+
+def test_detect_batch_and_batched_infer_many_equal_one_by_one(tmp_path: Path) -> None:
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    rng = np.random.default_rng(5)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    frames = [np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32)
+              for n in (0, 50, 900, 7)]
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\0" * 10)  # not a multiple of 16 bytes
+    with PointPillars(model, device="cpu") as detector:
+        singles = [detector(f) for f in frames]
+        batched = detector.detect_batch(frames)
+        streamed = list(detector.infer_many([frames[0], str(bad), *frames[1:]], batch_size=3))
+    assert [r.source for r in streamed] == ["frame 0", str(bad), "frame 2", "frame 3", "frame 4"]
+    assert streamed[1].error is not None and streamed[1].detections is None
+    for one, many, result in zip(singles, batched, [streamed[0], *streamed[2:]]):
+        assert result.detections is not None
+        for other in (many, result.detections):
+            np.testing.assert_array_equal(one.boxes, other.boxes)
+            np.testing.assert_array_equal(one.scores, other.scores)

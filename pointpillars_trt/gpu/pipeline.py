@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -178,6 +178,14 @@ class GpuPipeline:
         with self._lock:
             self.submit(points)
             return self.collect()
+
+    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+        with self._lock:
+            results = []
+            for points in frames:
+                self.submit(points)
+                results.append(self.collect())
+            return results
 
     def submit(self, points: object) -> None:
         """Enqueue one frame: the input copy, the five stages and the result copy. Returns at once;
