@@ -1,0 +1,74 @@
+"""``pointpillars-trt eval``: KITTI AP of a folder of predictions against label_2 ground truth."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ...errors import InputError
+from ...fileio import write_text_atomic
+from .io import list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
+from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
+from .report import format_comparison, format_table
+
+
+def add_eval_parser(sub: Any) -> None:
+    """Register ``eval`` on the main CLI's subparsers."""
+    p = sub.add_parser(
+        "eval", help="KITTI 3D object AP (bbox, BEV, 3D, AOS; R11 and R40) of predictions against label_2 files"
+    )
+    p.add_argument("--pred", required=True, metavar="DIR",
+                   help="predictions (required): KITTI .txt files with a score (infer --format kitti) "
+                        "or infer --format json files (these need --calib)")
+    p.add_argument("--labels", required=True, metavar="DIR",
+                   help="KITTI label_2 folder of <id>.txt ground truth (required)")
+    p.add_argument("--calib", metavar="DIR",
+                   help="KITTI calib folder, to place the lidar boxes of JSON predictions in the camera frame "
+                        "(default: none; needed for JSON predictions only)")
+    p.add_argument("--ids", metavar="FILE",
+                   help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt "
+                        "(default: every prediction file in --pred)")
+    p.add_argument("--json", metavar="OUT",
+                   help="also write the --pred AP as JSON {class: {metric: {R11, R40}}, loose: {...}} "
+                        "(default: no JSON)")
+    p.add_argument("--compare", metavar="OTHER_PRED_DIR",
+                   help="a second prediction folder, evaluated on the same frames and shown side by side "
+                        "(default: no comparison)")
+    p.add_argument("--classes", default=",".join(DEFAULT_CLASSES),
+                   help="comma-separated classes out of Car, Pedestrian, Cyclist, Van, Person_sitting, Truck "
+                        "(default: %(default)s)")
+    p.set_defaults(run=run_eval)
+
+
+def _classes(text: str) -> tuple[str, ...]:
+    names = [canonical_class(part) for part in text.split(",") if part.strip()]
+    if not names:
+        raise InputError("--classes names no class")
+    return tuple(dict.fromkeys(names))
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Evaluate, print the table (and the comparison), write --json; 0 on success."""
+    classes = _classes(args.classes)
+    pred = Path(args.pred)
+    calib = Path(args.calib) if args.calib else None
+    labels = Path(args.labels)
+    if not labels.is_dir():
+        raise InputError(f"label folder {labels} does not exist or is not a folder")
+    ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
+    if not ids:
+        raise InputError(f"prediction folder {pred} has no prediction files")
+    gt = load_ground_truth(labels, ids)
+    result = evaluate(gt, load_predictions(pred, ids, calib), classes)
+    print(f"{len(ids)} frames, predictions {pred}")
+    print(format_table(result), end="")
+    if args.compare:
+        other = evaluate(gt, load_predictions(Path(args.compare), ids, calib), classes)
+        print()
+        print(format_comparison(result, other, str(pred), str(args.compare)), end="")
+    if args.json:
+        text = json.dumps(result.to_json_dict(), indent=2, allow_nan=False)
+        write_text_atomic(args.json, text + "\n")
+    return 0

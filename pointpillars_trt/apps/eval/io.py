@@ -1,0 +1,177 @@
+"""Ground truth and predictions for a list of frames, as one flat table each.
+
+Evaluation works on all frames at once, so objects of every frame are concatenated and
+``counts`` says how many belong to each frame (in ``frame_ids`` order).
+
+Predictions come as KITTI label_2 lines with a score (``infer --format kitti``), or as the
+per-frame JSON of ``infer --format json``; the JSON boxes are lidar boxes, turned into label
+lines with the frame's calibration exactly as ``--format kitti`` would write them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import InputError, PointPillarsError
+from ...kitti import lidar_boxes_to_kitti_lines, read_calibration
+
+_GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
+_PRED_FIELDS = 16  # the same plus score
+
+
+@dataclass(frozen=True)
+class Annotations:
+    """Objects of many frames, concatenated; row arrays are float64 unless noted."""
+
+    frame_ids: tuple[str, ...]
+    counts: np.ndarray  # (F,) int64 objects per frame
+    names: np.ndarray  # (N,) str, as written (KITTI type)
+    truncated: np.ndarray  # (N,)
+    occluded: np.ndarray  # (N,)
+    alpha: np.ndarray  # (N,)
+    bbox: np.ndarray  # (N, 4) x1 y1 x2 y2
+    dimensions: np.ndarray  # (N, 3) h w l
+    location: np.ndarray  # (N, 3) bottom centre, rect camera frame
+    rotation_y: np.ndarray  # (N,)
+    score: np.ndarray  # (N,); 0 for ground truth
+
+    @property
+    def frame_of_row(self) -> np.ndarray:
+        """(N,) index into frame_ids of each object."""
+        return np.repeat(np.arange(len(self.counts)), self.counts)
+
+    @property
+    def boxes3d(self) -> np.ndarray:
+        """(N, 7) x, y, z, h, w, l, ry, the layout geometry.box3d_iou_pairs takes."""
+        return np.column_stack([self.location, self.dimensions, self.rotation_y])
+
+
+def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool) -> tuple[list[str], np.ndarray]:
+    """Label lines -> (types, (N, 15) float64 values after the type; column 14 is the score).
+
+    Ground-truth lines have 15 fields and get score 0; prediction lines need the 16th (score),
+    because a missing score would silently rank every detection alike.
+    """
+    expected = _PRED_FIELDS if with_score else _GT_FIELDS
+    names: list[str] = []
+    numbers: list[int] = []
+    rows: list[list[float]] = []
+    for number, line in enumerate(lines, start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != expected:
+            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}")
+        try:
+            values = [float(v) for v in parts[1:]]
+        except ValueError:
+            raise InputError(f"{source}, line {number}: a non-numeric value") from None
+        names.append(parts[0])
+        numbers.append(number)
+        rows.append(values if with_score else values + [0.0])
+    table = np.array(rows, dtype=np.float64).reshape(-1, _PRED_FIELDS - 1)
+    bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
+    if bad.size:
+        raise InputError(f"{source}, line {numbers[bad[0]]}: a NaN or infinite value")
+    return names, table
+
+
+def _read_lines(path: Path, what: str) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"{what} file {path} does not exist") from None
+    except OSError as e:
+        raise InputError(f"{what} file {path} cannot be read: {e.strerror or e}") from None
+
+
+def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
+    """One ``infer --format json`` record -> KITTI label lines, through the frame's calib file."""
+    if calib_dir is None:
+        raise InputError(f"prediction file {path} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
+    try:
+        record = json.loads("\n".join(_read_lines(path, "prediction")))
+        boxes = np.asarray(record["boxes_lidar"], dtype=np.float64).reshape(-1, 7)
+        scores = np.asarray(record["scores"], dtype=np.float64).reshape(-1)
+        labels = [str(v) for v in record["labels"]]
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"prediction file {path} is not an infer JSON record: {e}") from None
+    calib = read_calibration(calib_dir / f"{path.stem}.txt")
+    try:
+        return lidar_boxes_to_kitti_lines(boxes, scores, labels, calib)
+    except PointPillarsError as e:
+        raise InputError(f"prediction file {path}: {e}") from None
+
+
+def prediction_format(pred_dir: Path) -> str:
+    """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
+    if not pred_dir.is_dir():
+        raise InputError(f"prediction folder {pred_dir} does not exist or is not a folder")
+    kinds = {p.suffix for p in pred_dir.iterdir() if p.suffix in (".txt", ".json")}
+    if len(kinds) != 1:
+        found = "both .txt and .json files" if kinds else "no .txt or .json files"
+        raise InputError(f"prediction folder {pred_dir} has {found}; expected one kind")
+    return "kitti" if kinds == {".txt"} else "json"
+
+
+def list_prediction_ids(pred_dir: Path) -> list[str]:
+    """Frame ids of every prediction file in a folder, sorted."""
+    suffix = ".txt" if prediction_format(pred_dir) == "kitti" else ".json"
+    return sorted(p.stem for p in pred_dir.iterdir() if p.suffix == suffix)
+
+
+def read_frame_ids(path: Path) -> list[str]:
+    """An ImageSets-style list: one frame id per line, blank lines ignored."""
+    ids = [line.strip() for line in _read_lines(path, "frame id") if line.strip()]
+    if not ids:
+        raise InputError(f"frame id file {path} lists no frames")
+    if len(set(ids)) != len(ids):
+        raise InputError(f"frame id file {path} lists a frame more than once")
+    return ids
+
+
+def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray]]) -> Annotations:
+    table = np.concatenate([rows for _, rows in per_frame]) if per_frame else np.zeros((0, 15))
+    return Annotations(
+        frame_ids=tuple(frame_ids),
+        counts=np.array([len(names) for names, _ in per_frame], dtype=np.int64),
+        names=np.array([n for names, _ in per_frame for n in names], dtype=str),
+        truncated=table[:, 0],
+        occluded=table[:, 1],
+        alpha=table[:, 2],
+        bbox=table[:, 3:7],
+        dimensions=table[:, 7:10],
+        location=table[:, 10:13],
+        rotation_y=table[:, 13],
+        score=table[:, 14],
+    )
+
+
+def load_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> Annotations:
+    """KITTI label_2 files ``<label_dir>/<id>.txt`` of the given frames (DontCare rows kept)."""
+    per_frame = []
+    for frame in frame_ids:
+        path = label_dir / f"{frame}.txt"
+        per_frame.append(parse_label_lines(_read_lines(path, "label"), os.fspath(path), with_score=False))
+    return _stack(frame_ids, per_frame)
+
+
+def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None) -> Annotations:
+    """Prediction files of the given frames; each frame needs a file, even an empty one."""
+    kind = prediction_format(pred_dir)
+    per_frame = []
+    for frame in frame_ids:
+        if kind == "kitti":
+            path = pred_dir / f"{frame}.txt"
+            lines = _read_lines(path, "prediction")
+        else:
+            path = pred_dir / f"{frame}.json"
+            lines = _json_prediction_lines(path, calib_dir)
+        per_frame.append(parse_label_lines(lines, os.fspath(path), with_score=True))
+    return _stack(frame_ids, per_frame)
