@@ -1,17 +1,136 @@
-"""File I/O every part shares: the one atomic writer (temp file, fsync, rename) and strict JSON."""
+"""File I/O every part shares: bounded reads of regular files, the one atomic writer (temp file,
+fsync, rename), strict JSON, and the escaped form in which file names and values enter messages."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
+import stat
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Union
+from typing import IO, Any, Union
 
 import numpy as np
 
+from .errors import InputError, PointPillarsError
+
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: Longest escaped repr :func:`safe_repr` returns (longer ones lose their middle).
+SAFE_REPR_LIMIT = 160
+
+
+# --------------------------------------------------------------------------- messages
+
+def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
+    """A short, single-line, terminal-safe repr of an untrusted name or value for an error message.
+
+    Paths become their string; ``repr`` escapes control characters (ESC, newlines, bidi
+    overrides, undecodable bytes), so no ANSI sequence or line break from a file name reaches the
+    terminal. Longer than ``limit`` characters: the middle is replaced by ``...``.
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    text = repr(value)
+    if len(text) > limit:
+        keep = max(limit - 3, 2)
+        text = text[: keep - keep // 2] + "..." + text[len(text) - keep // 2 :]
+    return text
+
+
+# --------------------------------------------------------------------------- bounded reads
+
+_KIND_NAMES = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind_of(mode: int) -> str:
+    for test, name in _KIND_NAMES:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _stat_error(what: str, shown: str, exc: OSError) -> InputError:
+    if isinstance(exc, FileNotFoundError):
+        return InputError(f"{what} {shown} does not exist")
+    return InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}")
+
+
+def open_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> tuple[IO[bytes], int]:
+    """Open ``path`` for binary reading only if it is a regular file of at most ``max_bytes``.
+
+    Returns the open file and its size. The path is stat'ed before it is opened, so a FIFO, a
+    socket, a device such as /dev/zero or a directory is refused at once (nothing blocks, nothing
+    is read), and an oversized file (e.g. a 20 GB sparse file) is refused by its size. The file is
+    opened non-blocking and checked again with fstat, so a path swapped in between cannot slip
+    through. Every failure is an :class:`InputError` naming the file (``what`` + escaped path).
+    """
+    shown = safe_repr(path)
+    name = os.fspath(path)
+    try:
+        st = os.stat(name)
+    except OSError as exc:
+        raise _stat_error(what, shown, exc) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} {shown} is {_kind_of(st.st_mode)}, not a regular file")
+    if st.st_size > max_bytes:
+        raise InputError(f"{what} {shown} is {st.st_size} bytes, more than the limit of {max_bytes} bytes")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOCTTY", 0)
+    try:
+        fd = os.open(name, flags)
+    except OSError as exc:
+        raise _stat_error(what, shown, exc) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise InputError(f"{what} {shown} is {_kind_of(st.st_mode)}, not a regular file")
+        if st.st_size > max_bytes:
+            raise InputError(f"{what} {shown} is {st.st_size} bytes, more than the limit of {max_bytes} bytes")
+        return os.fdopen(fd, "rb"), st.st_size
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> bytes:
+    """All bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular_file`).
+
+    Never reads more than ``max_bytes`` (a file that grows while read is refused), so memory
+    stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
+    """
+    f, _ = open_regular_file(path, max_bytes=max_bytes, what=what)
+    with f:
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{what} {safe_repr(path)} grew past the limit of {max_bytes} bytes while being read")
+    return data
+
+
+def read_file_head(path: PathLike, count: int, *, what: str = "file", max_bytes: int = 2**40) -> bytes:
+    """The first ``count`` bytes (fewer if the file is shorter) of a regular file; see
+    :func:`open_regular_file` for what is refused."""
+    f, _ = open_regular_file(path, max_bytes=max_bytes, what=what)
+    with f:
+        try:
+            return f.read(count)
+        except OSError as exc:
+            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+
+
+# --------------------------------------------------------------------------- atomic writes
 
 def write_bytes_atomic(path: PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
@@ -39,15 +158,73 @@ def write_text_atomic(path: PathLike, text: str) -> None:
     write_bytes_atomic(path, text.encode("utf-8"))
 
 
-def _json_default(obj: Any) -> Any:
-    """Let NumPy scalars and arrays through json.dumps (timings, counts, boxes)."""
-    if isinstance(obj, np.generic):
-        return obj.item()
+# --------------------------------------------------------------------------- strict JSON
+
+class NonFiniteJSONError(PointPillarsError, ValueError):
+    """A NaN or infinity in a value about to be written as JSON (strict JSON has neither).
+
+    Callers drop non-finite detections before writing (``kitti.finite_detections``), so this
+    means a bug or an unchecked value; the message names where in the object it sits.
+    """
+
+
+def _where(path: str, index: tuple[int, ...]) -> str:
+    return path + "".join(f"[{i}]" for i in index)
+
+
+def to_jsonable(obj: Any, *, _path: str = "$") -> Any:
+    """``obj`` with NumPy scalars and arrays turned into plain Python values, checked for strict JSON.
+
+    Dicts (str keys), lists, tuples, str, int, bool, None and finite floats pass; a NaN or
+    infinity anywhere raises :class:`NonFiniteJSONError` naming its place (``$.boxes[3][6]``);
+    any other type raises TypeError, as json.dumps would.
+    """
+    if obj is None or isinstance(obj, (str, bool)):
+        return obj
     if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON serializable")
+        if obj.dtype.kind in "fc":
+            bad = np.argwhere(~np.isfinite(obj))
+            if bad.size:
+                index = tuple(int(i) for i in bad[0])
+                raise NonFiniteJSONError(f"{float(obj[index].real)!r} at {_where(_path, index)} is not valid in strict JSON")
+        if obj.dtype.kind in "biufU":
+            return obj.tolist()
+        return to_jsonable(obj.tolist(), _path=_path)
+    if isinstance(obj, np.generic):
+        return to_jsonable(obj.item(), _path=_path)
+    if isinstance(obj, int):
+        return int(obj)
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise NonFiniteJSONError(f"{obj!r} at {_path} is not valid in strict JSON")
+        return float(obj)
+    if isinstance(obj, Mapping):
+        out: dict[str, Any] = {}
+        for key, value in obj.items():
+            if isinstance(key, np.generic):
+                key = key.item()
+            if not isinstance(key, str):
+                raise TypeError(f"key {key!r} at {_path} is not a string")
+            out[key] = to_jsonable(value, _path=f"{_path}.{key}")
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v, _path=f"{_path}[{i}]") for i, v in enumerate(obj)]
+    raise TypeError(f"{type(obj).__name__} at {_path} is not JSON serializable")
+
+
+def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
+    """Strict JSON text (no NaN/Infinity; NumPy values converted) of ``obj``; see :func:`to_jsonable`."""
+    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False)
 
 
 def write_json_atomic(path: PathLike, obj: Any) -> None:
-    """Atomic JSON write, indented, NumPy values converted to plain numbers."""
-    write_text_atomic(path, json.dumps(obj, indent=2, default=_json_default) + "\n")
+    """Atomic strict-JSON write, indented, NumPy values converted to plain numbers.
+
+    A NaN or infinity anywhere raises :class:`NonFiniteJSONError` (a PointPillarsError and a
+    ValueError) naming the file and the place, and nothing is written.
+    """
+    try:
+        text = dumps_strict(obj)
+    except NonFiniteJSONError as exc:
+        raise NonFiniteJSONError(f"cannot write {safe_repr(path)}: {exc}") from None
+    write_text_atomic(path, text + "\n")

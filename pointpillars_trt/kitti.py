@@ -1,8 +1,14 @@
 """KITTI files in and out: velodyne .bin frames, calibration, label_2 lines, and atomic writers.
 
 Detections leave the package as KITTI ``label_2`` lines because that is what OpenPCDet's
-``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. Everything the
-CLI writes goes through the atomic writers here, so an interrupted run never leaves a torn file.
+``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. The lines are
+ready for evaluation: non-finite detections and boxes outside the camera image are dropped (and
+counted), 2D boxes are clipped to the image, angles lie in [-pi, pi). Everything the CLI writes
+goes through the atomic writers of ``fileio``, so an interrupted run never leaves a torn file.
+
+Which calibration (and image size) belongs to a frame: :func:`calib_for_frame` and
+:func:`image_shape_for_frame` pair by frame id and refuse a KITTI ``testing`` frame with a
+``training`` calibration (their ids overlap).
 """
 
 from __future__ import annotations
@@ -11,46 +17,40 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Union
+from typing import NamedTuple, TypeVar, Union, overload
 
 import numpy as np
 
 from .errors import InputError
-from .fileio import write_bytes_atomic
+from .fileio import read_file_head, read_regular_file, safe_repr, write_bytes_atomic
+from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-_POINT_BYTES = 16  # x, y, z, reflectance as little-endian float32
 _CALIB_SHAPES = {"P2": (3, 4), "R0_rect": (3, 3), "Tr_velo_to_cam": (3, 4)}
 _LABEL_FIELDS = 15  # type, truncated, occluded, alpha, bbox (4), h w l, x y z, rotation_y
+_CALIB_MAX_BYTES = 1 << 16
+_LABEL_MAX_BYTES = 1 << 24
+#: (height, width) of KITTI object images (most are 375 x 1242; a few sequences 370 x 1224,
+#: 374 x 1238 or 376 x 1241). Used when a frame's image_2 PNG is not at hand.
+KITTI_IMAGE_SHAPE = (375, 1242)
+#: A point is in front of the camera when its depth (third coordinate of P2 @ [x y z 1]) exceeds
+#: this many metres; box edges crossing that plane are cut there before projecting.
+NEAR_DEPTH = 0.01
+_SPLITS = ("training", "testing")
 
 
 # --------------------------------------------------------------------------- velodyne frames
 
 def read_velodyne_bin(path: PathLike) -> np.ndarray:
-    """Read a KITTI velodyne frame as (N, 4) float32.
+    """Read a KITTI velodyne frame as (N, 4) float32 (see ``pointcloud_io.read_bin``).
 
     Values are not checked here: non-finite points are the voxelizer's job (it drops and counts
-    them). A 0-byte file is a valid empty frame, not an error.
+    them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
+    device, directory) is refused before it is opened, and so is a file of more than
+    ``points.MAX_FRAME_POINTS`` points, by its size.
     """
-    name = os.fspath(path)
-    try:
-        with open(name, "rb") as f:
-            data = f.read()
-    except FileNotFoundError:
-        raise InputError(f"velodyne file {name} does not exist") from None
-    except IsADirectoryError:
-        raise InputError(f"velodyne file {name} is a directory, not a .bin file") from None
-    except OSError as e:
-        if os.path.isdir(name):
-            raise InputError(f"velodyne file {name} is a directory, not a .bin file") from None
-        raise InputError(f"velodyne file {name} cannot be read: {e.strerror or e}") from None
-    if len(data) % _POINT_BYTES:
-        raise InputError(
-            f"velodyne file {name} is {len(data)} bytes, not a multiple of {_POINT_BYTES} "
-            "(x, y, z, reflectance float32)"
-        )
-    return np.frombuffer(data, dtype="<f4").astype(np.float32).reshape(-1, 4)
+    return read_bin(path, point_dim=4, what="velodyne file")
 
 
 def write_velodyne_bin(points: np.ndarray, path: PathLike) -> None:
@@ -104,14 +104,16 @@ class Calibration:
 
 
 def read_calibration(path: PathLike) -> Calibration:
-    """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored."""
-    name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="ascii", errors="replace")
-    except FileNotFoundError:
-        raise InputError(f"calibration file {name} does not exist") from None
-    except OSError as e:
-        raise InputError(f"calibration file {name} cannot be read: {e.strerror or e}") from None
+    """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored.
+
+    P2, R0_rect and Tr_velo_to_cam must be all finite, and R0_rect, the 3x3 rotation part of
+    Tr_velo_to_cam and the 3x3 left part of P2 invertible; otherwise an InputError names the
+    file and the matrix.
+    """
+    shown = safe_repr(path)
+    text = read_regular_file(path, max_bytes=_CALIB_MAX_BYTES, what="calibration file").decode(
+        "ascii", errors="replace"
+    )
     rows: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, rest = line.partition(":")
@@ -120,25 +122,173 @@ def read_calibration(path: PathLike) -> Calibration:
     matrices: dict[str, np.ndarray] = {}
     for key, shape in _CALIB_SHAPES.items():
         if key not in rows:
-            raise InputError(f"calibration file {name}: key {key} is missing")
+            raise InputError(f"calibration file {shown}: key {key} is missing")
         try:
             values = np.array([float(v) for v in rows[key].split()], dtype=np.float64)
         except ValueError:
-            raise InputError(f"calibration file {name}: key {key} has a non-numeric value") from None
+            raise InputError(f"calibration file {shown}: key {key} has a non-numeric value") from None
         if values.size != shape[0] * shape[1]:
             raise InputError(
-                f"calibration file {name}: key {key} has {values.size} values, "
+                f"calibration file {shown}: key {key} has {values.size} values, "
                 f"expected {shape[0] * shape[1]} ({shape[0]}x{shape[1]})"
             )
+        if not np.isfinite(values).all():
+            raise InputError(f"calibration file {shown}: key {key} has a NaN or infinite value")
         matrices[key] = values.reshape(shape)
+    for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam"),
+                      ("P2", "the left 3x3 part of P2")):
+        sv = np.linalg.svd(matrices[key][:, :3], compute_uv=False)
+        if not sv[0] > 0 or sv[-1] <= 1e-9 * sv[0]:
+            raise InputError(
+                f"calibration file {shown}: {part} is singular (singular values {sv[0]:.3g} .. {sv[-1]:.3g})"
+            )
     return Calibration(**matrices)
+
+
+# --------------------------------------------------------------------------- pairing frames with calib/image
+
+def _split_of(path: Path) -> str | None:
+    """'training' or 'testing': the nearest folder of that name at or above ``path``."""
+    for part in (path, *path.parents):
+        if part.name in _SPLITS:
+            return part.name
+    return None
+
+
+def _frame_folder(frame_path: PathLike, given: PathLike | None, sibling: str, what: str) -> tuple[Path, Path, Path]:
+    """(frame, folder, default sibling) for a frame; refuses ``given`` from the other KITTI split."""
+    frame = Path(os.path.abspath(os.fspath(frame_path)))
+    default = frame.parent.parent / sibling
+    if given is None:
+        return frame, default, default
+    folder = Path(os.path.abspath(os.fspath(given)))
+    frame_split, folder_split = _split_of(frame.parent), _split_of(folder)
+    if frame_split and folder_split and frame_split != folder_split:
+        raise InputError(
+            f"{what} folder {safe_repr(given)} belongs to {folder_split!r}, frame {safe_repr(frame_path)} "
+            f"to {frame_split!r}: KITTI training and testing ids overlap, so one cannot stand in for the other"
+        )
+    return frame, folder, default
+
+
+def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> Path:
+    """The calibration file of a frame: ``<calib folder>/<frame id>.txt``, the id being the stem.
+
+    Without ``calib_dir`` the folder is the frame's sibling ``calib/`` (``.../training/velodyne/
+    000134.bin`` -> ``.../training/calib/000134.txt``). A given ``calib_dir`` may be any folder
+    holding that id, except one under KITTI's other split: a frame under ``testing/`` with a
+    folder under ``training/`` (or the reverse) is refused, since ids repeat across the splits.
+    A missing folder or id is an InputError naming the id and the folder. Nothing is parsed;
+    pass the result to :func:`read_calibration`.
+    """
+    frame, folder, default = _frame_folder(frame_path, calib_dir, "calib", "calib")
+    if not folder.is_dir():
+        if calib_dir is None:
+            raise InputError(
+                f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(default)} does not exist "
+                "(give the calib folder)"
+            )
+        raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
+    path = folder / f"{frame.stem}.txt"
+    if not path.is_file():
+        raise InputError(
+            f"calib folder {safe_repr(calib_dir if calib_dir is not None else folder)} has no file for frame id "
+            f"{safe_repr(frame.stem)} (expected {safe_repr(path.name)})"
+        )
+    return path
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def read_png_size(path: PathLike) -> tuple[int, int]:
+    """(height, width) from a PNG's IHDR chunk (the first 24 bytes); no image library needed."""
+    head = read_file_head(path, 24, what="image file")
+    if len(head) < 24 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
+        raise InputError(f"image file {safe_repr(path)} is not a PNG (no PNG signature and IHDR chunk)")
+    width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+    if width == 0 or height == 0:
+        raise InputError(f"image file {safe_repr(path)} says it is {width} x {height} pixels")
+    return height, width
+
+
+def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> tuple[int, int] | None:
+    """(height, width) of the frame's camera image ``<image folder>/<frame id>.png``, or None
+    when there is none (then use ``KITTI_IMAGE_SHAPE``).
+
+    The folder is ``image_dir``, else the frame's sibling ``image_2/``; like
+    :func:`calib_for_frame`, a folder under the other KITTI split is refused. Only the PNG header
+    is read. A file that is there but not a PNG is an InputError.
+    """
+    frame, folder, _ = _frame_folder(frame_path, image_dir, "image_2", "image")
+    png = folder / f"{frame.stem}.png"
+    if not png.exists():
+        return None
+    return read_png_size(png)
 
 
 # --------------------------------------------------------------------------- boxes <-> label_2
 
+_A = TypeVar("_A", float, np.ndarray)
+
+
+@overload
+def normalize_heading(h: float) -> float: ...
+@overload
+def normalize_heading(h: np.ndarray) -> np.ndarray: ...
+def normalize_heading(h: float | np.ndarray) -> float | np.ndarray:
+    """Angles (radians) wrapped into [-pi, pi), the one range every output of the package uses
+    (JSON headings, KITTI rotation_y and alpha).
+
+    Computed in float64; an array keeps its float dtype (other dtypes become float64). In float32,
+    whose nearest values to pi lie outside the range, the ends are the float32 values just inside.
+    Non-finite values stay non-finite.
+    """
+    a = np.asarray(h, dtype=np.float64)
+    out = np.mod(a + np.pi, 2 * np.pi) - np.pi
+    out = np.where(out >= np.pi, out - 2 * np.pi, out)  # mod can round up to exactly 2*pi
+    if isinstance(h, np.ndarray) and h.dtype.kind == "f" and h.dtype != np.float64:
+        dt = h.dtype.type
+        hi = np.nextafter(dt(np.pi), dt(0)) if float(dt(np.pi)) >= np.pi else dt(np.pi)
+        lo = np.nextafter(dt(-np.pi), dt(0)) if float(dt(-np.pi)) < -np.pi else dt(-np.pi)
+        return np.clip(out.astype(h.dtype), lo, hi)
+    if isinstance(h, np.ndarray):
+        return out
+    return float(out)
+
+
 def _wrap_angle(a: np.ndarray) -> np.ndarray:
-    """Wrap to [-pi, pi), the range the KITTI devkit specifies for alpha and rotation_y."""
-    return (a + np.pi) % (2 * np.pi) - np.pi
+    return normalize_heading(np.asarray(a, dtype=np.float64))
+
+
+_L = TypeVar("_L", list, np.ndarray, tuple)
+
+
+def finite_detections(
+    boxes: np.ndarray, scores: np.ndarray, labels: _L
+) -> tuple[np.ndarray, np.ndarray, _L, int]:
+    """Drop detections with a NaN or infinity in their box or score: (boxes, scores, labels, dropped).
+
+    ``boxes`` (N, 7), ``scores`` (N,), ``labels`` any sequence of N (names or ids; a list stays a
+    list, an array an array). Use before writing any output (JSON is strict and refuses NaN);
+    report ``dropped`` rather than hiding it.
+    """
+    b = np.asarray(boxes)
+    sc = np.asarray(scores).reshape(-1)
+    if b.ndim != 2 or not (len(b) == len(sc) == len(labels)):
+        raise InputError(
+            f"detections: received boxes of shape {b.shape}, {len(sc)} scores and {len(labels)} labels, "
+            "expected (N, 7), N and N"
+        )
+    keep = np.isfinite(b).all(axis=1) & np.isfinite(sc)
+    dropped = int(len(keep) - keep.sum())
+    if dropped == 0:
+        return b, sc, labels, 0
+    if isinstance(labels, np.ndarray):
+        kept_labels = labels[keep]
+    else:
+        kept_labels = type(labels)(v for v, k in zip(labels, keep.tolist()) if k)
+    return b[keep], sc[keep], kept_labels, dropped
 
 
 def camera_box_corners(location: np.ndarray, lhw: np.ndarray, ry: np.ndarray) -> np.ndarray:
@@ -158,21 +308,84 @@ def camera_box_corners(location: np.ndarray, lhw: np.ndarray, ry: np.ndarray) ->
     return corners + loc[:, None, :]
 
 
-def lidar_boxes_to_kitti_lines(
+class KittiLines(NamedTuple):
+    """KITTI label_2 lines of a frame's detections and what did not make it into them."""
+
+    lines: list[str]
+    dropped_out_of_view: int  # boxes behind the camera or wholly outside the image
+    dropped_nonfinite: int  # boxes or scores with a NaN or infinity
+    kept: np.ndarray  # (len(lines),) int64 index of each line's detection in the input
+
+
+_EDGES = np.array([[0, 1], [1, 2], [2, 3], [3, 0], [4, 5], [5, 6], [6, 7], [7, 4],
+                   [0, 4], [1, 5], [2, 6], [3, 7]])
+
+
+def project_boxes_to_image(
+    corners: np.ndarray, calib: Calibration, image_shape: tuple[int, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(N, 4) x1 y1 x2 y2 image boxes of (N, 8, 3) rect-frame corners, and (N,) whether each is in view.
+
+    The box bounds the projections (through P2) of the corners in front of the camera (depth >
+    ``NEAR_DEPTH``) and of the points where box edges cross that depth, so a box reaching behind
+    the camera extends to the image border as it should, rather than flipping. It is then clipped
+    to x in [0, W-1], y in [0, H-1] (as OpenPCDet's ``boxes3d_kitti_camera_to_imageboxes``). In
+    view = some part in front of the camera and the clipped box has a positive area; boxes not in
+    view get the clipped box where there is one, else zeros.
+    """
+    height, width = image_shape
+    c = np.asarray(corners, dtype=np.float64).reshape(-1, 8, 3)
+    depth = c @ calib.P2[2, :3] + calib.P2[2, 3]  # (N, 8)
+    a, b = c[:, _EDGES[:, 0]], c[:, _EDGES[:, 1]]  # (N, 12, 3)
+    da, db = depth[:, _EDGES[:, 0]], depth[:, _EDGES[:, 1]]
+    crossing = (da > NEAR_DEPTH) != (db > NEAR_DEPTH)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t = np.where(crossing, (NEAR_DEPTH - da) / (db - da), 0.0)
+    cut = a + t[..., None] * (b - a)
+    pts = np.concatenate([c, cut], axis=1)  # (N, 20, 3)
+    valid = np.concatenate([depth > NEAR_DEPTH, crossing], axis=1)
+    uvw = pts @ calib.P2[:, :3].T + calib.P2[:, 3]
+    w = np.where(valid, uvw[..., 2], 1.0)
+    uv = uvw[..., :2] / w[..., None]
+    lo = np.where(valid[..., None], uv, np.inf).min(axis=1)
+    hi = np.where(valid[..., None], uv, -np.inf).max(axis=1)
+    any_front = valid.any(axis=1)
+    box = np.concatenate([lo, hi], axis=1)
+    box[~any_front] = 0.0
+    box[:, [0, 2]] = np.clip(box[:, [0, 2]], 0, width - 1)
+    box[:, [1, 3]] = np.clip(box[:, [1, 3]], 0, height - 1)
+    in_view = any_front & (box[:, 2] > box[:, 0]) & (box[:, 3] > box[:, 1])
+    return box, in_view
+
+
+def _angle_text(a: float) -> str:
+    """4 decimals, kept inside [-pi, pi] after rounding (3.14159 prints as 3.1415, not 3.1416)."""
+    return f"{min(max(round(a, 4), -3.1415), 3.1415):.4f}"
+
+
+def detections_to_kitti_lines(
     boxes: np.ndarray,
     scores: np.ndarray,
     names: Sequence[str],
     calib: Calibration,
     image_shape: tuple[int, int] | None = None,
-) -> list[str]:
-    """Detections (OpenPCDet convention) -> KITTI label_2 lines, as OpenPCDet writes predictions.
+    *,
+    keep_out_of_view: bool = False,
+) -> KittiLines:
+    """Detections (OpenPCDet lidar boxes) -> evaluation-ready KITTI label_2 lines and drop counts.
 
-    Each line: ``type -1 -1 alpha x1 y1 x2 y2 h w l x y z rotation_y score`` with 4 decimals.
-    The camera box is the bottom centre in rect coordinates, ry = -heading - pi/2, and
-    alpha = ry - atan2(-y, x) of the lidar centre. Both angles are wrapped to [-pi, pi)
-    (OpenPCDet leaves them unwrapped; KITTI's evaluation only uses their cosine).
-    The 2D box bounds the 8 projected corners, clipped to ``image_shape`` = (height, width)
-    when given.
+    Each line: ``type -1 -1 alpha x1 y1 x2 y2 h w l x y z rotation_y score`` with 4 decimals, as
+    OpenPCDet's ``generate_prediction_dicts`` writes. Location is the box's bottom centre in rect
+    camera coordinates, rotation_y = -heading - pi/2, and alpha, KITTI's observation angle, is
+    rotation_y - atan2(x, z) of that location (the camera-frame form of OpenPCDet's
+    ``-atan2(-y_lidar, x_lidar) + rotation_y``); both wrapped to [-pi, pi) (see
+    :func:`normalize_heading`).
+
+    The 2D box is :func:`project_boxes_to_image` of the 8 corners, clipped to ``image_shape`` =
+    (height, width) (default ``KITTI_IMAGE_SHAPE``; see :func:`image_shape_for_frame`).
+    Detections with a non-finite box or score are always dropped; those whose centre is not in
+    front of the camera or whose clipped 2D box has no area are dropped unless
+    ``keep_out_of_view`` (they keep a clipped, possibly empty 2D box). Both are counted.
     """
     b = np.asarray(boxes, dtype=np.float64)
     if b.size == 0:
@@ -185,26 +398,47 @@ def lidar_boxes_to_kitti_lines(
             f"detections: received {len(b)} boxes, {len(sc)} scores and {len(names)} names, "
             "expected the same count"
         )
-    if len(b) == 0:
-        return []
+    height, width = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
+    if not (int(height) == height > 0 and int(width) == width > 0):
+        raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers")
+    index = np.flatnonzero(np.isfinite(b).all(axis=1) & np.isfinite(sc))
+    dropped_nonfinite = len(b) - len(index)
+    b, sc = b[index], sc[index]
     bottom = b[:, :3].copy()
     bottom[:, 2] -= b[:, 5] / 2
     loc = calib.lidar_to_rect(bottom)
     lhw = b[:, [3, 5, 4]]
     ry = _wrap_angle(-b[:, 6] - np.pi / 2)
-    alpha = _wrap_angle(ry - np.arctan2(-b[:, 1], b[:, 0]))
-    uv = calib.rect_to_image(camera_box_corners(loc, lhw, ry).reshape(-1, 3)).reshape(-1, 8, 2)
-    box2d = np.concatenate([uv.min(axis=1), uv.max(axis=1)], axis=1)
-    if image_shape is not None:
-        height, width = image_shape
-        box2d[:, [0, 2]] = np.clip(box2d[:, [0, 2]], 0, width - 1)
-        box2d[:, [1, 3]] = np.clip(box2d[:, [1, 3]], 0, height - 1)
-    fields = np.concatenate(
-        [alpha[:, None], box2d, lhw[:, [1, 2, 0]], loc, ry[:, None], sc[:, None]], axis=1
-    )
-    return [
-        f"{name} -1 -1 " + " ".join(f"{v:.4f}" for v in row) for name, row in zip(names, fields)
+    alpha = _wrap_angle(ry - np.arctan2(loc[:, 0], loc[:, 2]))
+    box2d, in_view = project_boxes_to_image(camera_box_corners(loc, lhw, ry), calib, (int(height), int(width)))
+    centre = loc.copy()
+    centre[:, 1] -= lhw[:, 1] / 2
+    centre_depth = centre @ calib.P2[2, :3] + calib.P2[2, 3]
+    in_view &= centre_depth > NEAR_DEPTH
+    keep = np.ones(len(b), dtype=bool) if keep_out_of_view else in_view
+    fields = np.concatenate([box2d, lhw[:, [1, 2, 0]], loc], axis=1)
+    lines = [
+        f"{names[i]} -1 -1 {_angle_text(a)} " + " ".join(f"{v:.4f}" for v in row)
+        + f" {_angle_text(r)} {s:.4f}"
+        for i, a, row, r, s in zip(index[keep].tolist(), alpha[keep].tolist(), fields[keep], ry[keep].tolist(),
+                                   sc[keep].tolist())
     ]
+    return KittiLines(lines, int((~keep).sum()), dropped_nonfinite, index[keep].astype(np.int64))
+
+
+def lidar_boxes_to_kitti_lines(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    names: Sequence[str],
+    calib: Calibration,
+    image_shape: tuple[int, int] | None = None,
+    *,
+    keep_out_of_view: bool = False,
+) -> list[str]:
+    """Only the lines of :func:`detections_to_kitti_lines` (for callers that need no counts)."""
+    return detections_to_kitti_lines(
+        boxes, scores, names, calib, image_shape, keep_out_of_view=keep_out_of_view
+    ).lines
 
 
 class LabelBoxes(NamedTuple):
@@ -224,13 +458,9 @@ def kitti_label_to_lidar_boxes(
     bottom centre from rect to lidar with the inverse of R0_rect @ Tr_velo_to_cam.
     """
     if isinstance(source, (str, os.PathLike)):
-        name = os.fspath(source)
-        try:
-            lines = Path(name).read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            raise InputError(f"label file {name} does not exist") from None
-        except OSError as e:
-            raise InputError(f"label file {name} cannot be read: {e.strerror or e}") from None
+        name = f"label file {safe_repr(source)}"
+        data = read_regular_file(source, max_bytes=_LABEL_MAX_BYTES, what="label file")
+        lines = data.decode("utf-8", errors="replace").splitlines()
     else:
         name, lines = "label lines", list(source)
     names: list[str] = []

@@ -6,19 +6,35 @@ import numpy as np
 
 from .errors import InputError
 
+#: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
+#: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
+MAX_FRAME_POINTS = 16 * 2**20
+
+
+def transposed_hint(shape: tuple[int, ...]) -> str:
+    """'; it looks transposed ...' when a 2-D shape reads as (4 or 5, N) points-as-columns, else ''."""
+    if len(shape) == 2 and shape[0] in (4, 5) and shape[1] != shape[0] and (shape[1] > shape[0] or shape[0] == 4):
+        return f"; it looks transposed (points as columns): pass the array's .T, shape ({shape[1]}, {shape[0]})"
+    return ""
+
 
 def as_host_points(points: object, source: str = "points") -> np.ndarray:
     """A C-contiguous (N, 4) float32 NumPy array; extra columns (e.g. ring, time) are ignored.
 
-    Float64 input is converted (no information a float32 network could use is lost); anything that is
-    not a 2-D float array with at least 4 columns is refused with a message naming ``source``.
+    Float64 input is converted (no information a float32 network could use is lost); anything that
+    is not a 2-D float array with at least 4 columns is refused with a message naming ``source``:
+    a (4, N) or (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of
+    more than ``MAX_FRAME_POINTS`` points with its size.
     """
     try:
         arr = np.asarray(points)
     except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
         raise InputError(f"{source}: cannot be read as an (N, 4) array of x, y, z, intensity ({exc})") from None
-    if arr.ndim != 2 or arr.shape[1] < 4:
-        raise InputError(f"{source}: expected an (N, 4) array of x, y, z, intensity; got shape {arr.shape}")
+    hint = transposed_hint(arr.shape)
+    if hint or arr.ndim != 2 or arr.shape[1] < 4:
+        raise InputError(f"{source}: expected an (N, 4) array of x, y, z, intensity; got shape {arr.shape}{hint}")
     if not np.issubdtype(arr.dtype, np.floating):
         raise InputError(f"{source}: expected float32 points; got dtype {arr.dtype}")
+    if arr.shape[0] > MAX_FRAME_POINTS:
+        raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
     return np.ascontiguousarray(arr[:, :4], dtype=np.float32)

@@ -1,16 +1,29 @@
-"""The atomic writers: readers see the old file or the new one, never a part."""
+"""The atomic writers (readers see the old file or the new one, never a part), strict JSON, and
+bounded reads that refuse anything but a regular file."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pointpillars_trt import fileio
-from pointpillars_trt.fileio import write_json_atomic, write_text_atomic
+from pointpillars_trt.errors import InputError, PointPillarsError
+from pointpillars_trt.fileio import (
+    NonFiniteJSONError,
+    dumps_strict,
+    read_file_head,
+    read_regular_file,
+    safe_repr,
+    to_jsonable,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 
 def test_atomic_text_replaces_and_leaves_no_temp(tmp_path: Path) -> None:
@@ -56,3 +69,102 @@ def test_atomic_write_respects_umask(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert (tmp_path / "p.txt").stat().st_mode & 0o777 == 0o644
+
+
+# --------------------------------------------------------------------------- strict JSON
+
+def test_json_refuses_nan_and_infinity_anywhere(tmp_path: Path) -> None:
+    target = tmp_path / "s.json"
+    target.write_text('{"old": 1}\n')
+    cases = [
+        ({"boxes": np.array([[1.0, 2.0], [3.0, np.nan]])}, "$.boxes[1][1]", "nan"),
+        ({"a": [1, {"b": float("inf")}]}, "$.a[1].b", "inf"),
+        ({"s": np.float32(-np.inf)}, "$.s", "-inf"),
+        ([np.float64("nan")], "$[0]", "nan"),
+    ]
+    for obj, where, value in cases:
+        with pytest.raises(NonFiniteJSONError) as err:
+            write_json_atomic(target, obj)
+        text = str(err.value)
+        assert where in text and value in text and "s.json" in text and "\n" not in text
+        assert isinstance(err.value, ValueError) and isinstance(err.value, PointPillarsError)
+    assert target.read_text() == '{"old": 1}\n'  # nothing written
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]
+
+
+def test_json_output_is_strict_and_numpy_converted(tmp_path: Path) -> None:
+    target = tmp_path / "ok.json"
+    obj = {"ids": np.array([1, 2], np.int64), "b": np.bool_(True), "f": np.float32(0.25), "t": (1, "x"), "n": None}
+    write_json_atomic(target, obj)
+    text = target.read_text()
+    assert json.loads(text, parse_constant=lambda c: pytest.fail(c)) == {
+        "ids": [1, 2], "b": True, "f": 0.25, "t": [1, "x"], "n": None}
+    assert to_jsonable({np.str_("k"): np.arange(2)}) == {"k": [0, 1]}
+    assert dumps_strict([1.5], indent=None) == "[1.5]"
+    with pytest.raises(TypeError):
+        to_jsonable({1: 2})
+
+
+# --------------------------------------------------------------------------- bounded reads of regular files
+
+def test_read_regular_file_reads_and_caps(tmp_path: Path) -> None:
+    path = tmp_path / "f.dat"
+    path.write_bytes(b"x" * 100)
+    assert read_regular_file(path, max_bytes=100, what="data file") == b"x" * 100
+    with pytest.raises(InputError) as err:
+        read_regular_file(path, max_bytes=99, what="data file")
+    assert str(err.value) == f"data file {str(path)!r} is 100 bytes, more than the limit of 99 bytes"
+    assert read_file_head(path, 3) == b"xxx"
+
+
+def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="is a directory, not a regular file"):
+        read_regular_file(tmp_path, max_bytes=10)
+    with pytest.raises(InputError, match="does not exist"):
+        read_regular_file(tmp_path / "none", max_bytes=10)
+    if os.path.exists("/dev/zero"):
+        start = time.monotonic()
+        with pytest.raises(InputError, match="'/dev/zero' is a character device, not a regular file"):
+            read_regular_file("/dev/zero", max_bytes=10)
+        assert time.monotonic() - start < 1
+    if hasattr(os, "mkfifo"):
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        start = time.monotonic()
+        with pytest.raises(InputError, match="is a FIFO"):  # no writer: an open() would block forever
+            read_regular_file(fifo, max_bytes=10)
+        assert time.monotonic() - start < 1
+    if hasattr(socket, "AF_UNIX"):
+        sock_path = tmp_path / "s.sock"
+        with socket.socket(socket.AF_UNIX) as s:
+            s.bind(str(sock_path))
+            with pytest.raises(InputError, match="is a socket"):
+                read_regular_file(sock_path, max_bytes=10)
+
+
+def test_read_regular_file_refuses_sparse_20gb_by_size(tmp_path: Path) -> None:
+    big = tmp_path / "sparse.bin"
+    with open(big, "wb") as f:
+        f.truncate(20_000_000_000)
+    start = time.monotonic()
+    with pytest.raises(InputError, match="is 20000000000 bytes, more than the limit"):
+        read_regular_file(big, max_bytes=1 << 20)
+    assert time.monotonic() - start < 1
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
+def test_read_regular_file_errno_text(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.write_bytes(b"1")
+    locked.chmod(0)
+    with pytest.raises(InputError, match="cannot be read: Permission denied"):
+        read_regular_file(locked, max_bytes=10)
+
+
+def test_safe_repr_escapes_and_shortens() -> None:
+    shown = safe_repr(Path("/tmp/\x1b[31mred\n\u202eevil.bin"))
+    assert "\x1b" not in shown and "\n" not in shown and "\u202e" not in shown
+    assert "\\x1b[31mred\\n" in shown and "\\u202e" in shown
+    long = safe_repr("a" * 1000, limit=50)
+    assert len(long) <= 50 and "..." in long
+    assert safe_repr(b"\xff") == repr("\udcff")

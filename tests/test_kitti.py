@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -12,8 +14,13 @@ import pytest
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import (
     Calibration,
+    calib_for_frame,
+    detections_to_kitti_lines,
+    finite_detections,
+    image_shape_for_frame,
     kitti_label_to_lidar_boxes,
     lidar_boxes_to_kitti_lines,
+    normalize_heading,
     read_calibration,
     read_velodyne_bin,
     write_velodyne_bin,
@@ -190,15 +197,15 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     good = (assets / CALIBS[0]).read_text().splitlines()
     no_r0 = tmp_path / "no_r0.txt"
     no_r0.write_text("\n".join(line for line in good if not line.startswith("R0_rect")))
-    with pytest.raises(InputError, match=r"no_r0\.txt: key R0_rect is missing"):
+    with pytest.raises(InputError, match=r"no_r0\.txt': key R0_rect is missing"):
         read_calibration(no_r0)
     short = tmp_path / "short.txt"
     short.write_text("\n".join(line.rsplit(" ", 1)[0] if line.startswith("P2") else line for line in good))
-    with pytest.raises(InputError, match=r"short\.txt: key P2 has 11 values, expected 12"):
+    with pytest.raises(InputError, match=r"short\.txt': key P2 has 11 values, expected 12"):
         read_calibration(short)
     text = tmp_path / "text.txt"
     text.write_text("\n".join(line.replace("P2: 7", "P2: x") for line in good))
-    with pytest.raises(InputError, match=r"text\.txt: key P2 has a non-numeric value"):
+    with pytest.raises(InputError, match=r"text\.txt': key P2 has a non-numeric value"):
         read_calibration(text)
 
 
@@ -210,15 +217,19 @@ def calib134(assets: Path) -> Calibration:
 
 
 def test_lines_match_an_independent_computation(assets: Path, calib134: Calibration) -> None:
+    # Changed with issue 11: alpha is rotation_y - atan2(x, z) of the camera-frame location (was
+    # the lidar centre's angle), 2D boxes are clipped to the default 375 x 1242 image, and boxes
+    # wholly outside it are dropped unless keep_out_of_view=True.
     hand = parse_calib_by_hand(assets / "kitti/training/calib/000134.txt")
     m, p2 = velo_to_rect_by_hand(hand), hand["P2"].reshape(3, 4)
     boxes = random_boxes(20, seed=1)
     boxes[:, 0] = np.abs(boxes[:, 0]) + 5  # in front of the camera, so the projection is sane
     scores = np.linspace(0.95, 0.1, 20)
     names = ["Car", "Pedestrian", "Cyclist", "Van"] * 5
-    lines = lidar_boxes_to_kitti_lines(boxes, scores, names, calib134)
-    assert len(lines) == 20
-    for line, box, score, name in zip(lines, boxes, scores, names):
+    result = detections_to_kitti_lines(boxes, scores, names, calib134, keep_out_of_view=True)
+    assert len(result.lines) == 20 and result.dropped_out_of_view == 0 and result.dropped_nonfinite == 0
+    in_view = []
+    for line, box, score, name in zip(result.lines, boxes, scores, names):
         f = line.split()
         assert f[:3] == [name, "-1", "-1"] and len(f) == 16
         assert all(len(v.split(".")[1]) == 4 for v in f[3:])
@@ -227,29 +238,47 @@ def test_lines_match_an_independent_computation(assets: Path, calib134: Calibrat
         x, y, z, dx, dy, dz, heading = box
         exp_loc = (m @ [x, y, z - dz / 2, 1])[:3]
         exp_ry = wrap(-heading - math.pi / 2)
-        exp_alpha = wrap(-math.atan2(-y, x) + exp_ry)
+        exp_alpha = wrap(exp_ry - math.atan2(exp_loc[0], exp_loc[2]))
         np.testing.assert_allclose(loc, exp_loc, atol=6e-5)
         np.testing.assert_allclose([h, w, l], [dz, dy, dx], atol=6e-5)
-        assert abs(ry - exp_ry) < 6e-5 and abs(alpha - exp_alpha) < 6e-5 and abs(sc - score) < 6e-5
+        assert abs(wrap(ry - exp_ry)) < 1e-4 and abs(wrap(alpha - exp_alpha)) < 1e-4 and abs(sc - score) < 6e-5
         assert -math.pi <= ry < math.pi and -math.pi <= alpha < math.pi
         corners = camera_corners_by_hand(exp_loc[0], exp_loc[1], exp_loc[2], dx, dz, dy, exp_ry)
         uvw = (p2 @ np.column_stack([corners, np.ones(8)]).T).T
+        assert (uvw[:, 2] > 0).all()
         uv = uvw[:, :2] / uvw[:, 2:]
-        np.testing.assert_allclose(bbox, [*uv.min(0), *uv.max(0)], atol=6e-5, rtol=1e-7)
+        exp_box = np.clip([*uv.min(0), *uv.max(0)], 0, [1241, 374, 1241, 374])
+        np.testing.assert_allclose(bbox, exp_box, atol=6e-5, rtol=1e-7)
+        in_view.append(exp_box[2] > exp_box[0] and exp_box[3] > exp_box[1])
+    default = detections_to_kitti_lines(boxes, scores, names, calib134)
+    assert 0 < sum(in_view) < 20  # some boxes of the random set lie wholly beside the image
+    assert default.lines == [line for line, keep in zip(result.lines, in_view) if keep]
+    assert default.dropped_out_of_view == 20 - sum(in_view) and default.kept.tolist() == np.flatnonzero(in_view).tolist()
+    assert lidar_boxes_to_kitti_lines(boxes, scores, names, calib134) == default.lines
 
 
-def test_lines_clip_2d_box_to_image(calib134: Calibration) -> None:
+def test_lines_clip_2d_box_to_given_image_shape(assets: Path, calib134: Calibration) -> None:
+    hand = parse_calib_by_hand(assets / "kitti/training/calib/000134.txt")
+    m, p2 = velo_to_rect_by_hand(hand), hand["P2"].reshape(3, 4)
     boxes = random_boxes(30, seed=2)
     boxes[:, 0] = np.abs(boxes[:, 0]) + 3
     names = ["Car"] * 30
-    free = lidar_boxes_to_kitti_lines(boxes, np.ones(30), names, calib134)
-    clipped = lidar_boxes_to_kitti_lines(boxes, np.ones(30), names, calib134, image_shape=(370, 1224))
-    for a, b in zip(free, clipped):
-        fa, fb = np.array(a.split()[4:8], float), np.array(b.split()[4:8], float)
-        exp = np.clip(fa, 0, [1223, 369, 1223, 369])
-        np.testing.assert_allclose(fb, exp, atol=1e-4)
-        assert a.split()[8:] == b.split()[8:]
-    assert any(a != b for a, b in zip(free, clipped))  # some boxes do leave the image
+    clipped = detections_to_kitti_lines(boxes, np.ones(30), names, calib134, image_shape=(370, 1224),
+                                        keep_out_of_view=True)
+    changed = 0
+    assert len(clipped.lines) == 30
+    for line, box in zip(clipped.lines, boxes):
+        f = line.split()
+        x, y, z = (m @ [box[0], box[1], box[2] - box[5] / 2, 1])[:3]
+        corners = camera_corners_by_hand(x, y, z, box[3], box[5], box[4], -box[6] - math.pi / 2)
+        uvw = (p2 @ np.column_stack([corners, np.ones(8)]).T).T
+        assert (uvw[:, 2] > 0).all()
+        uv = uvw[:, :2] / uvw[:, 2:]
+        free = np.array([*uv.min(0), *uv.max(0)])
+        exp = np.clip(free, 0, [1223, 369, 1223, 369])
+        np.testing.assert_allclose(np.array(f[4:8], float), exp, atol=6e-5, rtol=1e-7)
+        changed += bool(np.abs(exp - free).max() > 1)
+    assert changed > 0  # some boxes do leave the image
 
 
 def test_lines_empty_and_mismatched(calib134: Calibration) -> None:
@@ -264,7 +293,7 @@ def test_round_trip_lidar_lines_lidar(calib134: Calibration) -> None:
     boxes = random_boxes(40, seed=3)
     scores = np.random.default_rng(4).uniform(0.1, 1, 40)
     names = ["Car", "Pedestrian"] * 20
-    lines = lidar_boxes_to_kitti_lines(boxes, scores, names, calib134)
+    lines = lidar_boxes_to_kitti_lines(boxes, scores, names, calib134, keep_out_of_view=True)
     back = kitti_label_to_lidar_boxes(lines, calib134)
     assert back.names == names
     assert back.boxes.shape == (40, 7) and back.boxes.dtype == np.float32
@@ -323,3 +352,272 @@ def test_label_parse_errors(tmp_path: Path, calib134: Calibration) -> None:
         kitti_label_to_lidar_boxes(["Car 0 0 0 1 1 1 1 1.5 x 3.9 1 1 10 0"], calib134)
     empty = kitti_label_to_lidar_boxes([], calib134)
     assert empty.names == [] and empty.boxes.shape == (0, 7) and empty.scores.shape == (0,)
+
+
+# --------------------------------------------------------------------------- evaluation-ready lines (issue 11)
+
+# A simple rig: rect camera = lidar axes turned (x_cam = -y, y_cam = -z, z_cam = x), pinhole
+# f = 100 px, principal point (50, 40), image 80 x 100 (H x W).
+SIMPLE_P2 = np.array([[100.0, 0, 50, 0], [0, 100, 40, 0], [0, 0, 1, 0]])
+SIMPLE_TR = np.array([[0.0, -1, 0, 0], [0, 0, -1, 0], [1, 0, 0, 0]])
+SIMPLE_SHAPE = (80, 100)
+
+
+def simple_calib() -> Calibration:
+    return Calibration(P2=SIMPLE_P2.copy(), R0_rect=np.eye(3), Tr_velo_to_cam=SIMPLE_TR.copy())
+
+
+def cube(x: float, y: float, heading: float = 0.0, size: float = 2.0) -> list[float]:
+    return [x, y, 0.0, size, size, size, heading]
+
+
+def fields(line: str) -> list[float]:
+    return [float(v) for v in line.split()[3:]]
+
+
+def test_box_in_front_projects_to_hand_computed_2d_box() -> None:
+    # lidar cube centre (10, 0, 0), side 2: camera X, Y in {-1, 1}, Z in {9, 11}. u = 100 X / Z + 50.
+    out = detections_to_kitti_lines(np.array([cube(10, 0)]), np.array([0.9]), ["Car"], simple_calib(), SIMPLE_SHAPE)
+    assert out.dropped_out_of_view == 0 and out.dropped_nonfinite == 0 and out.kept.tolist() == [0]
+    v = fields(out.lines[0])
+    np.testing.assert_allclose(v[1:5], [50 - 100 / 9, 40 - 100 / 9, 50 + 100 / 9, 40 + 100 / 9], atol=6e-5)
+    np.testing.assert_allclose(v[5:11], [2, 2, 2, 0, 1, 10], atol=1e-9)  # h w l, bottom centre (0, 1, 10)
+    assert v[11] == pytest.approx(-math.pi / 2, abs=6e-5) and v[0] == pytest.approx(-math.pi / 2, abs=6e-5)
+    assert v[12] == 0.9
+
+
+def test_box_straddling_image_edge_is_clipped() -> None:
+    # centre (10, -4, 0): X in {3, 5}, Z in {9, 11}: u from 100*3/11+50 to 100*5/9+50 = 105.6 -> 99.
+    out = detections_to_kitti_lines(np.array([cube(10, -4)]), np.array([0.5]), ["Car"], simple_calib(), SIMPLE_SHAPE)
+    v = fields(out.lines[0])
+    np.testing.assert_allclose(v[1:5], [300 / 11 + 50, 40 - 100 / 9, 99, 40 + 100 / 9], atol=6e-5)
+
+
+def test_box_behind_camera_and_box_beside_image_are_dropped_and_counted() -> None:
+    boxes = np.array([cube(10, 0), cube(-10, 0), cube(5, -20)])  # in view, behind, beside (u > 366)
+    out = detections_to_kitti_lines(boxes, np.ones(3), ["Car", "Van", "Truck"], simple_calib(), SIMPLE_SHAPE)
+    assert [line.split()[0] for line in out.lines] == ["Car"]
+    assert out.dropped_out_of_view == 2 and out.kept.tolist() == [0]
+    kept = detections_to_kitti_lines(boxes, np.ones(3), ["Car", "Van", "Truck"], simple_calib(), SIMPLE_SHAPE,
+                                     keep_out_of_view=True)
+    assert len(kept.lines) == 3 and kept.dropped_out_of_view == 0
+    assert fields(kept.lines[1])[1:5] == [0, 0, 0, 0]  # wholly behind: no image box
+    assert fields(kept.lines[2])[1:5] == [99, pytest.approx(40 - 100 / 4, abs=6e-5), 99,
+                                          pytest.approx(40 + 100 / 4, abs=6e-5)]
+
+
+def test_box_reaching_behind_camera_extends_to_image_border() -> None:
+    # centre (0.5, 0, 0), length 4 along lidar x: corners at Z = -1.5 and 2.5. The front corners
+    # alone would give u in [10, 90]; the edges cut at the near plane reach both image borders.
+    box = np.array([[0.5, 0, 0, 4, 2, 2, 0]])
+    out = detections_to_kitti_lines(box, np.ones(1), ["Car"], simple_calib(), SIMPLE_SHAPE)
+    assert fields(out.lines[0])[1:5] == [0, 0, 99, 79]
+    # its centre moved behind the camera (x = -0.5): out of view although corners are in front
+    behind = box.copy()
+    behind[0, 0] = -0.5
+    assert detections_to_kitti_lines(behind, np.ones(1), ["Car"], simple_calib(), SIMPLE_SHAPE).lines == []
+
+
+@pytest.mark.parametrize(
+    "x, y, heading, ry, alpha",
+    [
+        (10, -4, 0.0, -math.pi / 2, -math.pi / 2 - math.atan2(4, 10)),  # camera X = 4, Z = 10
+        (10, 2, -math.pi / 2, 0.0, math.atan2(2, 10)),  # X = -2: alpha = 0 - atan2(-2, 10)
+        (10, 2, 2.5, -2.5 - math.pi / 2 + 2 * math.pi, -2.5 - math.pi / 2 + 2 * math.pi + math.atan2(2, 10)),
+        (10, 2, math.pi / 2, -math.pi, -math.pi + math.atan2(2, 10)),  # ry = -pi exactly: kept at -pi
+    ],
+)
+def test_alpha_is_kitti_observation_angle(x: float, y: float, heading: float, ry: float, alpha: float) -> None:
+    out = detections_to_kitti_lines(np.array([cube(x, y, heading)]), np.ones(1), ["Car"], simple_calib(),
+                                    SIMPLE_SHAPE, keep_out_of_view=True)
+    v = fields(out.lines[0])
+    assert -math.pi <= v[0] <= math.pi and -math.pi <= v[11] <= math.pi
+    assert v[11] == pytest.approx(ry, abs=1e-4) and v[0] == pytest.approx(alpha, abs=1e-4)
+
+
+def test_alpha_matches_real_labels(assets: Path) -> None:
+    # KITTI's own alpha (2 decimals) against ours from the label's lidar box and the frame's calib
+    for frame in ("000000", "000001", "000002", "000134"):
+        calib = read_calibration(assets / f"kitti/training/calib/{frame}.txt")
+        label = assets / f"kitti/training/label_2/{frame}.txt"
+        rows = [r.split() for r in label.read_text().splitlines() if r.strip() and not r.startswith("DontCare")]
+        got = kitti_label_to_lidar_boxes(label, calib)
+        out = detections_to_kitti_lines(got.boxes, np.ones(len(rows)), got.names, calib, image_shape=(375, 1242))
+        assert out.dropped_out_of_view == 0 and len(out.lines) == len(rows)
+        for row, line in zip(rows, out.lines):
+            v = fields(line)
+            assert abs(wrap(v[0] - float(row[3]))) < 0.02, (frame, row[0])
+            # the projected 3D box holds the annotated 2D box (which is tight around the visible
+            # object) up to a few pixels of annotation slack, and is not much larger
+            a, b = np.array(row[4:8], float), np.array(v[1:5])
+            assert (b[:2] <= a[:2] + 3).all() and (b[2:] >= a[2:] - 3).all(), (frame, row[0])
+            inter = np.prod(np.clip(np.minimum(a[2:], b[2:]) - np.maximum(a[:2], b[:2]), 0, None))
+            union = np.prod(a[2:] - a[:2]) + np.prod(b[2:] - b[:2]) - inter
+            assert inter / union > 0.45, (frame, row[0])
+
+
+def test_nonfinite_detections_are_dropped_and_counted() -> None:
+    boxes = np.array([cube(10, 0), cube(10, 1), cube(10, 0), cube(10, -1)], dtype=np.float32)
+    boxes[1, 3] = np.nan
+    boxes[3, 6] = np.inf
+    scores = np.array([0.9, 0.8, np.nan, 0.6])
+    out = detections_to_kitti_lines(boxes, scores, ["A", "B", "C", "D"], simple_calib(), SIMPLE_SHAPE)
+    assert [line.split()[0] for line in out.lines] == ["A"]
+    assert out.dropped_nonfinite == 3 and out.dropped_out_of_view == 0 and out.kept.tolist() == [0]
+
+    b, s, labels, dropped = finite_detections(boxes, scores, ["A", "B", "C", "D"])
+    assert dropped == 3 and labels == ["A"] and s.tolist() == [pytest.approx(0.9)]
+    np.testing.assert_array_equal(b, boxes[:1])
+    b, s, ids, dropped = finite_detections(boxes, scores, np.array([1, 2, 3, 1]))
+    assert dropped == 3 and isinstance(ids, np.ndarray) and ids.tolist() == [1]
+    b, s, labels, dropped = finite_detections(boxes[:1], scores[:1], ["A"])
+    assert dropped == 0 and labels == ["A"]
+    with pytest.raises(InputError, match="expected"):
+        finite_detections(boxes, scores, ["A"])
+
+
+def test_lines_refuse_a_bad_image_shape() -> None:
+    with pytest.raises(InputError, match="image shape"):
+        detections_to_kitti_lines(np.array([cube(10, 0)]), np.ones(1), ["Car"], simple_calib(), (0, 100))
+
+
+# --------------------------------------------------------------------------- heading normalisation
+
+def test_normalize_heading_range_and_values() -> None:
+    pi = math.pi
+    cases = {0.0: 0.0, pi: -pi, -pi: -pi, 3 * pi: -pi, 2 * pi + 0.5: 0.5, -7.0: -7.0 + 2 * pi, 1.0: 1.0,
+             -pi - 1e-15: pi - 1e-15}
+    for value, expected in cases.items():
+        got = normalize_heading(value)
+        assert isinstance(got, float) and -pi <= got < pi
+        assert got == pytest.approx(expected, abs=1e-9), value
+    rng = np.random.default_rng(0)
+    many = np.concatenate([rng.uniform(-50, 50, 10_000), np.arange(-8, 9) * pi, np.nextafter(np.arange(-8, 9) * pi, 0)])
+    out = normalize_heading(many)
+    assert out.dtype == np.float64 and ((out >= -pi) & (out < pi)).all()
+    np.testing.assert_allclose(np.cos(out), np.cos(many), atol=1e-9)
+    np.testing.assert_allclose(np.sin(out), np.sin(many), atol=1e-9)
+    f32 = normalize_heading(many.astype(np.float32))
+    assert f32.dtype == np.float32 and ((f32.astype(np.float64) >= -pi) & (f32.astype(np.float64) < pi)).all()
+    assert np.isnan(normalize_heading(np.array([np.nan]))).all()
+
+
+# --------------------------------------------------------------------------- calibration checks
+
+def write_calib(path: Path, p2: np.ndarray, r0: np.ndarray, tr: np.ndarray) -> Path:
+    rows = {"P0": np.zeros(12), "P1": np.zeros(12), "P2": p2, "P3": p2, "R0_rect": r0,
+            "Tr_velo_to_cam": tr, "Tr_imu_to_velo": tr}
+    path.write_text("".join(f"{k}: " + " ".join(f"{v:.12e}" for v in np.ravel(m)) + "\n" for k, m in rows.items()))
+    return path
+
+
+def test_simple_calib_file_round_trips(tmp_path: Path) -> None:
+    calib = read_calibration(write_calib(tmp_path / "c.txt", SIMPLE_P2, np.eye(3), SIMPLE_TR))
+    np.testing.assert_array_equal(calib.P2, SIMPLE_P2)
+    np.testing.assert_array_equal(calib.Tr_velo_to_cam, SIMPLE_TR)
+
+
+@pytest.mark.parametrize(
+    "key, change, message",
+    [
+        ("R0_rect", lambda m: m * [[1], [1], [0]], "R0_rect is singular"),
+        ("R0_rect", lambda m: m * np.nan, "R0_rect has a NaN or infinite value"),
+        ("Tr_velo_to_cam", lambda m: np.column_stack([m[:, :1], m[:, :1], m[:, 2:]]), "Tr_velo_to_cam is singular"),
+        ("Tr_velo_to_cam", lambda m: np.where(m == 1, np.inf, m), "Tr_velo_to_cam has a NaN or infinite value"),
+        ("P2", lambda m: np.where(m == 100, np.nan, m), "P2 has a NaN or infinite value"),
+        ("P2", lambda m: m * [[1], [1], [0]], "P2 is singular"),
+    ],
+)
+def test_read_calibration_refuses_singular_or_nonfinite(tmp_path: Path, key: str, change, message: str) -> None:
+    mats = {"P2": SIMPLE_P2.copy(), "R0_rect": np.eye(3), "Tr_velo_to_cam": SIMPLE_TR.copy()}
+    mats[key] = change(mats[key])
+    path = write_calib(tmp_path / "bad_calib.txt", mats["P2"], mats["R0_rect"], mats["Tr_velo_to_cam"])
+    with pytest.raises(InputError) as err:
+        read_calibration(path)
+    text = str(err.value)
+    assert message in text and "bad_calib.txt" in text and "\n" not in text
+
+
+# --------------------------------------------------------------------------- pairing frames with calib / image
+
+@pytest.fixture()
+def kitti_tree(tmp_path: Path) -> Path:
+    for split, ids in (("training", ["000134", "000002"]), ("testing", ["000002"])):
+        (tmp_path / split / "velodyne").mkdir(parents=True)
+        (tmp_path / split / "calib").mkdir()
+        for i in ids:
+            (tmp_path / split / "velodyne" / f"{i}.bin").write_bytes(b"")
+            write_calib(tmp_path / split / "calib" / f"{i}.txt", SIMPLE_P2, np.eye(3), SIMPLE_TR)
+    return tmp_path
+
+
+def test_calib_for_frame_sibling_folder(kitti_tree: Path) -> None:
+    frame = kitti_tree / "training" / "velodyne" / "000134.bin"
+    assert calib_for_frame(frame) == kitti_tree / "training" / "calib" / "000134.txt"
+    assert calib_for_frame(str(frame), kitti_tree / "training" / "calib") == kitti_tree / "training" / "calib" / "000134.txt"
+    test_frame = kitti_tree / "testing" / "velodyne" / "000002.bin"
+    assert calib_for_frame(test_frame) == kitti_tree / "testing" / "calib" / "000002.txt"
+
+
+def test_calib_for_frame_refuses_the_other_split(kitti_tree: Path) -> None:
+    test_frame = kitti_tree / "testing" / "velodyne" / "000002.bin"
+    with pytest.raises(InputError) as err:
+        calib_for_frame(test_frame, kitti_tree / "training" / "calib")  # 000002.txt is there, but training's
+    text = str(err.value)
+    assert "belongs to 'training'" in text and "to 'testing'" in text and "000002.bin" in text
+    with pytest.raises(InputError, match="belongs to 'testing'"):
+        calib_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin", kitti_tree / "testing" / "calib")
+
+
+def test_calib_for_frame_other_folder_matched_by_id(kitti_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    mine = tmp_path_factory.mktemp("my_calibs")
+    write_calib(mine / "000134.txt", SIMPLE_P2, np.eye(3), SIMPLE_TR)
+    frame = kitti_tree / "training" / "velodyne" / "000134.bin"
+    assert calib_for_frame(frame, mine) == mine / "000134.txt"
+    with pytest.raises(InputError) as err:
+        calib_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin", mine)
+    assert "'000002'" in str(err.value) and "my_calibs" in str(err.value)
+
+
+def test_calib_for_frame_missing_id_or_folder(kitti_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+    with pytest.raises(InputError) as err:
+        calib_for_frame(kitti_tree / "training" / "velodyne" / "000135.bin")
+    assert "'000135'" in str(err.value) and "calib" in str(err.value)
+    loose = tmp_path_factory.mktemp("loose")
+    (loose / "frames").mkdir()
+    with pytest.raises(InputError, match="no calibration folder"):
+        calib_for_frame(loose / "frames" / "x.bin")
+    with pytest.raises(InputError, match="does not exist or is not a folder"):
+        calib_for_frame(loose / "frames" / "x.bin", loose / "nope")
+
+
+def test_calib_for_frame_escapes_names(tmp_path: Path) -> None:
+    (tmp_path / "calib").mkdir()
+    with pytest.raises(InputError) as err:
+        calib_for_frame(tmp_path / "v" / "\x1b[31mred\n.bin")
+    assert "\x1b" not in str(err.value) and "\n" not in str(err.value) and "\\x1b[31mred\\n" in str(err.value)
+
+
+def real_png(path: Path, height: int, width: int) -> Path:
+    """A complete grey PNG (signature, IHDR, IDAT, IEND) written by hand."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    raw = b"".join(b"\0" + bytes(width) for _ in range(height))
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+    return path
+
+
+def test_image_shape_for_frame(kitti_tree: Path) -> None:
+    frame = kitti_tree / "training" / "velodyne" / "000134.bin"
+    assert image_shape_for_frame(frame) is None  # no image_2 folder
+    (kitti_tree / "training" / "image_2").mkdir()
+    real_png(kitti_tree / "training" / "image_2" / "000134.png", 370, 1224)
+    assert image_shape_for_frame(frame) == (370, 1224)
+    assert image_shape_for_frame(frame, kitti_tree / "training" / "image_2") == (370, 1224)
+    assert image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin") is None
+    (kitti_tree / "training" / "image_2" / "000002.png").write_bytes(b"GIF89a" + bytes(40))
+    with pytest.raises(InputError, match=r"000002\.png' is not a PNG"):
+        image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin")
+    with pytest.raises(InputError, match="belongs to 'training'"):
+        image_shape_for_frame(kitti_tree / "testing" / "velodyne" / "000002.bin", kitti_tree / "training" / "image_2")

@@ -1,0 +1,363 @@
+"""Lidar frame files -> (N, 4) float32 x, y, z, intensity: KITTI-style ``.bin``, ``.npy`` and ``.pcd``.
+
+Every reader refuses, before reading data, anything that is not a regular file (a FIFO,
+/dev/zero, a directory) and any frame of more than ``MAX_FRAME_POINTS`` points, so memory stays
+bounded and nothing blocks. Values are not checked: NaN/inf rows are kept (the detector drops
+and counts them). Errors are one-line :class:`InputError` messages naming the file.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from typing import IO, Union
+
+import numpy as np
+
+from .errors import InputError
+from .fileio import open_regular_file, safe_repr
+from .points import MAX_FRAME_POINTS, transposed_hint
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+#: Extensions :func:`read_points` understands (lower case).
+SUPPORTED_EXTENSIONS = (".bin", ".npy", ".pcd")
+
+_NPY_MAX_HEADER = 1 << 16
+_PCD_MAX_HEADER = 1 << 16
+_NPY_MAX_BYTES = _NPY_MAX_HEADER + MAX_FRAME_POINTS * 8 * 8  # 16 Mi points of 8 float64 columns: 1 GiB
+_PCD_MAX_BINARY = MAX_FRAME_POINTS * 64  # 1 GiB of binary point data
+_PCD_MAX_ASCII = 2**31  # 2 GiB of ASCII point data
+_PCD_ASCII_BYTES_PER_VALUE = 32  # bound on an ASCII PCD's data: POINTS * values * this
+
+
+# --------------------------------------------------------------------------- entry point
+
+def read_points(
+    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None
+) -> np.ndarray:
+    """Read a lidar frame file as a C-contiguous (N, 4) float32 array of x, y, z, intensity.
+
+    The format follows the extension (case-insensitive):
+
+    * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
+      nuScenes-style x, y, z, intensity, ring/time); the first 4 columns are kept. A size that is
+      not a multiple of ``4 * point_dim`` bytes is an error naming the size. 0 bytes = empty frame.
+    * ``.npy``: a 2-D float32/float64 array (N, >=4), first 4 columns kept; other dtypes, other
+      shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
+    * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i);
+      binary_compressed is refused.
+
+    ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see :func:`intensity_looks_8bit`)
+    multiplies the 4th column after reading.
+    """
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext == ".bin":
+        points = read_bin(path, point_dim=point_dim)
+    elif ext == ".npy":
+        points = read_npy(path)
+    elif ext == ".pcd":
+        points = read_pcd(path)
+    else:
+        kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
+        raise InputError(
+            f"point file {safe_repr(path)} has {kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
+        )
+    if intensity_scale is not None:
+        scale = float(intensity_scale)
+        if not np.isfinite(scale) or scale <= 0:
+            raise InputError(f"intensity scale {safe_repr(intensity_scale)} is not a finite positive number")
+        points[:, 3] *= np.float32(scale)
+    return points
+
+
+def intensity_looks_8bit(points: np.ndarray) -> bool:
+    """True when the 4th column looks like 0-255 intensities rather than KITTI's 0-1 reflectance.
+
+    That is: the finite intensities all lie in [0, 255] and the largest is above 1.5. A model
+    trained on KITTI then sees values ~100x too large; scale by 1/255 (``intensity_scale``).
+    """
+    arr = np.asarray(points)
+    if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
+        return False
+    inten = arr[:, 3]
+    inten = inten[np.isfinite(inten)]
+    if inten.size == 0:
+        return False
+    lo, hi = float(inten.min()), float(inten.max())
+    return lo >= 0.0 and 1.5 < hi <= 255.0
+
+
+# --------------------------------------------------------------------------- .bin
+
+def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file") -> np.ndarray:
+    """A raw little-endian float32 file of ``point_dim`` values a point -> (N, 4) float32."""
+    if isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer)) or point_dim < 4:
+        raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer >= 4 (x, y, z, intensity, ...)")
+    row = 4 * int(point_dim)
+    data = _read_frame_bytes(path, row, what)
+    if len(data) % row:
+        raise InputError(
+            f"{what} {safe_repr(path)} is {len(data)} bytes, not a multiple of {row} "
+            f"({point_dim} float32 values a point)"
+        )
+    arr = np.frombuffer(data, dtype="<f4").reshape(-1, int(point_dim))
+    return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+
+
+def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
+    """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in
+    points) before anything is read."""
+    limit = MAX_FRAME_POINTS * row_bytes
+    f, size = open_regular_file(path, max_bytes=2**62, what=what)
+    with f:
+        if size > limit:
+            raise InputError(
+                f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
+                f"more than the limit of {MAX_FRAME_POINTS} points a frame"
+            )
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} {safe_repr(path)} grew past {MAX_FRAME_POINTS} points while being read")
+    return data
+
+
+# --------------------------------------------------------------------------- .npy
+
+def read_npy(path: PathLike, *, what: str = "point file") -> np.ndarray:
+    """A NumPy .npy array (N, >=4) float32/float64 -> (N, 4) float32; read without unpickling,
+    the header checked before any data is read."""
+    shown = safe_repr(path)
+    f, size = open_regular_file(path, max_bytes=_NPY_MAX_BYTES, what=what)
+    with f:
+        try:
+            shape, fortran, dtype = _npy_header(f)
+            header_end = f.tell()
+        except (ValueError, SyntaxError, TypeError, EOFError) as exc:
+            raise InputError(f"{what} {shown} is not a valid .npy file: {_one_line(exc)}") from None
+        except OSError as exc:
+            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+            raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64 (N, 4)")
+        hint = transposed_hint(shape)
+        if len(shape) != 2 or shape[1] < 4 or hint:
+            raise InputError(
+                f"{what} {shown} holds shape {shape}, dtype {_dtype_text(dtype)}; "
+                f"expected (N, 4) or more columns of x, y, z, intensity{hint}"
+            )
+        if dtype.kind != "f" or dtype.itemsize not in (4, 8):
+            raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64")
+        if shape[0] > MAX_FRAME_POINTS:
+            raise InputError(f"{what} {shown} holds {shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
+        expected = shape[0] * shape[1] * dtype.itemsize
+        if size - header_end != expected:
+            raise InputError(
+                f"{what} {shown} has {size - header_end} data bytes, its header (shape {shape}, "
+                f"dtype {_dtype_text(dtype)}) says {expected}"
+            )
+        try:
+            data = f.read(expected)
+        except OSError as exc:
+            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+    if len(data) != expected:
+        raise InputError(f"{what} {shown} was truncated while being read")
+    arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+    return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+
+
+def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, fortran_order, dtype) of an .npy stream positioned at its start; a literal header
+    parse (ast.literal_eval), never a pickle."""
+    magic = f.read(8)
+    if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
+        raise ValueError("no .npy magic number")
+    major = magic[6]
+    if major == 1:
+        length = int.from_bytes(f.read(2), "little")
+    elif major in (2, 3):
+        length = int.from_bytes(f.read(4), "little")
+    else:
+        raise ValueError(f"unknown .npy format version {major}.{magic[7]}")
+    if length > _NPY_MAX_HEADER:
+        raise ValueError(f"header of {length} bytes")
+    raw = f.read(length)
+    if len(raw) != length:
+        raise EOFError("file ends inside the header")
+    header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+    if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
+        raise ValueError("header is not a dict of descr, fortran_order and shape")
+    shape = header["shape"]
+    if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise ValueError(f"shape {shape!r} is not a tuple of sizes")
+    dtype = np.lib.format.descr_to_dtype(header["descr"])
+    return shape, bool(header["fortran_order"]), dtype
+
+
+def _dtype_text(dtype: np.dtype) -> str:
+    return safe_repr(dtype.str if dtype.fields is None else str(dtype.descr), limit=60).strip("'")
+
+
+def _one_line(exc: BaseException) -> str:
+    return safe_repr(str(exc), limit=100)
+
+
+# --------------------------------------------------------------------------- .pcd
+
+_PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8",
+              ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8"}
+_PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS", "DATA")
+
+
+def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
+    """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i) -> (N, 4)
+    float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
+    WIDTH * HEIGHT and the data size; DATA binary_compressed is refused."""
+    shown = safe_repr(path)
+    f, size = open_regular_file(
+        path, max_bytes=_PCD_MAX_HEADER + max(_PCD_MAX_BINARY, _PCD_MAX_ASCII), what=what
+    )
+    with f:
+        try:
+            header, header_end = _pcd_header(f, shown, what)
+            dtype, points, data_kind = _pcd_layout(header, shown, what)
+            offsets = _pcd_columns(header, dtype, shown, what)
+            if data_kind == "binary":
+                expected = points * dtype.itemsize
+                if expected > _PCD_MAX_BINARY:
+                    raise InputError(f"{what} {shown}: POINTS {points} x {dtype.itemsize} bytes a point is more "
+                                     f"than the limit of {_PCD_MAX_BINARY} bytes")
+                if size - header_end != expected:
+                    raise InputError(
+                        f"{what} {shown}: {size - header_end} bytes of binary data, but POINTS {points} x "
+                        f"{dtype.itemsize} bytes a point needs {expected}"
+                        + (" (truncated)" if size - header_end < expected else "")
+                    )
+                data = f.read(expected)
+                if len(data) != expected:
+                    raise InputError(f"{what} {shown} was truncated while being read")
+                table = np.frombuffer(data, dtype=dtype)
+                out = np.empty((points, 4), dtype=np.float32)
+                for col, name in enumerate(offsets):
+                    out[:, col] = table[name]
+                return out
+            per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
+            limit = min(points * per_row * _PCD_ASCII_BYTES_PER_VALUE + 4096, _PCD_MAX_ASCII)
+            if size - header_end > limit:
+                raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
+                                 f"{limit} for POINTS {points} of {per_row} values")
+            text = f.read(limit).decode("ascii", errors="replace")
+        except OSError as exc:
+            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+    return _pcd_ascii(text, header, dtype, points, offsets, shown, what)
+
+
+def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:
+    header: dict[str, list[str]] = {}
+    consumed = 0
+    while True:
+        line = f.readline(_PCD_MAX_HEADER)
+        consumed += len(line)
+        if not line:
+            raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
+        if consumed > _PCD_MAX_HEADER:
+            raise InputError(f"{what} {shown} is not a PCD file: no DATA line in the first {_PCD_MAX_HEADER} bytes")
+        text = line.decode("ascii", errors="replace").strip()
+        if not text or text.startswith("#"):
+            continue
+        key, *values = text.split()
+        if key not in _PCD_KEYS:
+            raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {safe_repr(text, 60)}")
+        if key in header:
+            raise InputError(f"{what} {shown}: header key {key} appears twice")
+        header[key] = values
+        if key == "DATA":
+            return header, consumed
+
+
+def _pcd_int(header: dict[str, list[str]], key: str, shown: str, what: str) -> int:
+    values = header.get(key)
+    if values is None:
+        raise InputError(f"{what} {shown}: header key {key} is missing")
+    if len(values) != 1 or not values[0].isdigit():
+        raise InputError(f"{what} {shown}: header {key} {safe_repr(' '.join(values), 40)} is not a count")
+    return int(values[0])
+
+
+def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np.dtype, int, str]:
+    data_kind = header["DATA"][0].lower() if header["DATA"] else ""
+    if data_kind == "binary_compressed":
+        raise InputError(
+            f"{what} {shown}: DATA binary_compressed is not supported; re-save it as binary or ascii "
+            "(e.g. pcl_convert_pcd_ascii_binary in.pcd out.pcd 1)"
+        )
+    if data_kind not in ("ascii", "binary"):
+        raise InputError(f"{what} {shown}: DATA {safe_repr(' '.join(header['DATA']), 40)}; expected ascii or binary")
+    for key in ("FIELDS", "SIZE", "TYPE"):
+        if key not in header:
+            raise InputError(f"{what} {shown}: header key {key} is missing")
+    fields, sizes, types = header["FIELDS"], header["SIZE"], header["TYPE"]
+    counts = header.get("COUNT", ["1"] * len(fields))
+    if not (len(fields) == len(sizes) == len(types) == len(counts)) or not fields:
+        raise InputError(
+            f"{what} {shown}: header has {len(fields)} FIELDS, {len(sizes)} SIZE, {len(types)} TYPE "
+            f"and {len(counts)} COUNT values; expected the same number"
+        )
+    if len(set(fields)) != len(fields):
+        raise InputError(f"{what} {shown}: FIELDS {safe_repr(' '.join(fields), 80)} repeats a name")
+    parts: list[tuple[str, str, tuple[int, ...]]] = []
+    for field, size, kind, count in zip(fields, sizes, types, counts):
+        code = _PCD_TYPES.get((kind.upper(), int(size) if size.isdigit() else -1))
+        if code is None:
+            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has TYPE {safe_repr(kind, 10)} "
+                             f"SIZE {safe_repr(size, 10)}; expected F 4/8, I or U 1/2/4/8")
+        if not count.isdigit() or int(count) < 1:
+            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}")
+        parts.append((field, "<" + code, (int(count),) if int(count) > 1 else ()))
+    dtype = np.dtype([(name, code, shape) if shape else (name, code) for name, code, shape in parts])
+    width, height = _pcd_int(header, "WIDTH", shown, what), _pcd_int(header, "HEIGHT", shown, what)
+    points = _pcd_int(header, "POINTS", shown, what) if "POINTS" in header else width * height
+    if points != width * height:
+        raise InputError(f"{what} {shown}: POINTS {points} but WIDTH {width} x HEIGHT {height} = {width * height}")
+    if points > MAX_FRAME_POINTS:
+        raise InputError(f"{what} {shown}: POINTS {points}, more than the limit of {MAX_FRAME_POINTS} points a frame")
+    return dtype, points, data_kind
+
+
+def _pcd_columns(header: dict[str, list[str]], dtype: np.dtype, shown: str, what: str) -> list[str]:
+    """Names of the x, y, z and intensity fields, in that order (each must have COUNT 1)."""
+    names = list(dtype.names or ())
+    inten = next((n for n in ("intensity", "i") if n in names), None)
+    missing = [n for n in ("x", "y", "z") if n not in names] + ([] if inten else ["intensity (or i)"])
+    if missing:
+        raise InputError(
+            f"{what} {shown}: FIELDS {safe_repr(' '.join(names), 80)} lack {', '.join(missing)}"
+        )
+    chosen = ["x", "y", "z", str(inten)]
+    for name in chosen:
+        if dtype[name].shape:
+            raise InputError(f"{what} {shown}: field {name} has COUNT {dtype[name].shape[0]}, expected 1")
+    return chosen
+
+
+def _pcd_ascii(text: str, header: dict[str, list[str]], dtype: np.dtype, points: int,
+               columns: list[str], shown: str, what: str) -> np.ndarray:
+    names = list(dtype.names or ())
+    starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
+    per_row = int(starts[-1])
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) != points:
+        raise InputError(f"{what} {shown}: {len(lines)} ASCII data rows, but POINTS is {points}"
+                         + (" (truncated)" if len(lines) < points else ""))
+    if points == 0:
+        return np.empty((0, 4), dtype=np.float32)
+    try:
+        table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
+    except ValueError as exc:
+        raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
+    if table.shape != (points, per_row):
+        raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
+    wanted = [int(starts[names.index(c)]) for c in columns]
+    return np.ascontiguousarray(table[:, wanted], dtype=np.float32)

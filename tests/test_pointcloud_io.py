@@ -1,0 +1,300 @@
+"""Point files: .bin (x4, x5), .npy, .pcd (ascii, binary) and what each refuses."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.errors import InputError
+from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, intensity_looks_8bit, read_points
+from pointpillars_trt.points import MAX_FRAME_POINTS
+
+
+def sample(n: int = 7, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.uniform([-50, -50, -3, 0], [50, 50, 2, 1], (n, 4)).astype(np.float32)
+
+
+def one_line_error(call, *needles: str) -> str:  # type: ignore[no-untyped-def]
+    with pytest.raises(InputError) as err:
+        call()
+    text = str(err.value)
+    assert "\n" not in text
+    for needle in needles:
+        assert needle in text, (needle, text)
+    return text
+
+
+# --------------------------------------------------------------------------- .bin
+
+def test_bin_kitti_rows(tmp_path: Path) -> None:
+    pts = sample()
+    pts[2, 0] = np.nan  # kept: the detector drops and counts them
+    (tmp_path / "a.bin").write_bytes(pts.astype("<f4").tobytes())
+    got = read_points(tmp_path / "a.bin")
+    assert got.dtype == np.float32 and got.shape == (7, 4) and got.flags.c_contiguous and got.flags.writeable
+    np.testing.assert_array_equal(got, pts)
+    (tmp_path / "upper.BIN").write_bytes(pts.tobytes())
+    np.testing.assert_array_equal(read_points(tmp_path / "upper.BIN"), pts)
+
+
+def test_bin_point_dim_5_keeps_first_four_columns(tmp_path: Path) -> None:
+    rows = np.column_stack([sample(9), np.arange(9, dtype=np.float32)])  # nuScenes: x y z i ring
+    (tmp_path / "n.bin").write_bytes(rows.astype("<f4").tobytes())
+    np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5), rows[:, :4])
+    one_line_error(lambda: read_points(tmp_path / "n.bin"), "180 bytes", "multiple of 16")
+    (tmp_path / "odd.bin").write_bytes(bytes(48))  # 48 bytes: 3 rows of 4, not rows of 5
+    one_line_error(lambda: read_points(tmp_path / "odd.bin", point_dim=5), "48 bytes", "multiple of 20")
+    one_line_error(lambda: read_points(tmp_path / "n.bin", point_dim=3), "point_dim 3")
+
+
+def test_bin_matches_kitti_reader_on_real_frame(assets: Path) -> None:
+    path = assets / "kitti/training/velodyne_reduced/000134.bin"
+    np.testing.assert_array_equal(read_points(path), read_velodyne_bin(path))
+
+
+# --------------------------------------------------------------------------- .npy
+
+def test_npy_float32_and_float64(tmp_path: Path) -> None:
+    pts = sample(11)
+    np.save(tmp_path / "f32.npy", pts)
+    np.testing.assert_array_equal(read_points(tmp_path / "f32.npy"), pts)
+    wide = np.column_stack([pts.astype(np.float64), np.ones(11)])
+    np.save(tmp_path / "f64.npy", wide)
+    got = read_points(tmp_path / "f64.npy")
+    assert got.dtype == np.float32 and got.shape == (11, 4)
+    np.testing.assert_array_equal(got, pts)
+    np.save(tmp_path / "fortran.npy", np.asfortranarray(wide))
+    np.testing.assert_array_equal(read_points(tmp_path / "fortran.npy"), pts)
+    np.save(tmp_path / "empty.npy", np.zeros((0, 4), np.float32))
+    assert read_points(tmp_path / "empty.npy").shape == (0, 4)
+
+
+def test_npy_wrong_dtype_shape_transposed(tmp_path: Path) -> None:
+    np.save(tmp_path / "int.npy", np.zeros((5, 4), np.int32))
+    one_line_error(lambda: read_points(tmp_path / "int.npy"), "int.npy", "dtype <i4", "(5, 4)")
+    np.save(tmp_path / "half.npy", np.zeros((5, 4), np.float16))
+    one_line_error(lambda: read_points(tmp_path / "half.npy"), "dtype <f2")
+    np.save(tmp_path / "three.npy", np.zeros((5, 3), np.float32))
+    one_line_error(lambda: read_points(tmp_path / "three.npy"), "shape (5, 3)")
+    np.save(tmp_path / "cube.npy", np.zeros((2, 5, 4), np.float32))
+    one_line_error(lambda: read_points(tmp_path / "cube.npy"), "shape (2, 5, 4)")
+    np.save(tmp_path / "t.npy", sample(100).T)
+    one_line_error(lambda: read_points(tmp_path / "t.npy"), "shape (4, 100)", "looks transposed")
+    np.save(tmp_path / "rec.npy", np.zeros(3, dtype=[("x", "f4"), ("y", "f4"), ("z", "f4"), ("i", "f4")]))
+    one_line_error(lambda: read_points(tmp_path / "rec.npy"), "rec.npy", "dtype")
+
+
+def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
+    np.save(tmp_path / "obj.npy", np.array([[1, 2, 3, "x"]], dtype=object), allow_pickle=True)
+    one_line_error(lambda: read_points(tmp_path / "obj.npy"), "obj.npy", "dtype")
+
+
+def test_npy_truncated_or_not_npy(tmp_path: Path) -> None:
+    np.save(tmp_path / "cut.npy", sample(10))
+    data = (tmp_path / "cut.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:-8])
+    one_line_error(lambda: read_points(tmp_path / "cut.npy"), "cut.npy", "152 data bytes", "says 160")
+    (tmp_path / "junk.npy").write_bytes(b"hello world, not numpy")
+    one_line_error(lambda: read_points(tmp_path / "junk.npy"), "junk.npy", "not a valid .npy")
+
+
+# --------------------------------------------------------------------------- .pcd
+
+def pcd_header(fields: str, size: str, type_: str, count: str, n: int, data: str, width: int | None = None,
+               points: int | None = None) -> bytes:
+    return (
+        "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\n"
+        f"FIELDS {fields}\nSIZE {size}\nTYPE {type_}\nCOUNT {count}\n"
+        f"WIDTH {n if width is None else width}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\n"
+        f"POINTS {n if points is None else points}\nDATA {data}\n"
+    ).encode()
+
+
+def test_pcd_ascii(tmp_path: Path) -> None:
+    pts = sample(6)
+    pts[1, 2] = np.nan
+    body = "".join(f"{p[0]:.9g} {p[1]:.9g} {p[2]:.9g} 7 {p[3]:.9g}\n" for p in pts)
+    path = tmp_path / "a.pcd"
+    path.write_bytes(pcd_header("x y z rgb intensity", "4 4 4 4 4", "F F F F F", "1 1 1 1 1", 6, "ascii") + body.encode())
+    np.testing.assert_array_equal(read_points(path), pts)
+
+
+def test_pcd_binary_with_uint8_i_and_multi_count_field(tmp_path: Path) -> None:
+    n = 5
+    rec = np.zeros(n, dtype=[("x", "<f4"), ("normal", "<f4", (3,)), ("y", "<f8"), ("z", "<f4"), ("i", "u1")])
+    pts = sample(n)
+    rec["x"], rec["y"], rec["z"] = pts[:, 0], pts[:, 1], pts[:, 2]
+    rec["i"] = np.array([0, 17, 128, 255, 3])
+    rec["normal"] = 9.0
+    path = tmp_path / "b.pcd"
+    path.write_bytes(pcd_header("x normal y z i", "4 4 8 4 1", "F F F F U", "1 3 1 1 1", n, "binary") + rec.tobytes())
+    got = read_points(path)
+    expected = np.column_stack([pts[:, 0], rec["y"].astype(np.float32), pts[:, 2], [0, 17, 128, 255, 3]])
+    np.testing.assert_array_equal(got, expected.astype(np.float32))
+    assert intensity_looks_8bit(got)
+    scaled = read_points(path, intensity_scale=1 / 255)
+    np.testing.assert_allclose(scaled[:, 3], np.array([0, 17, 128, 255, 3]) / 255, rtol=1e-6)
+    np.testing.assert_array_equal(scaled[:, :3], got[:, :3])
+
+
+def test_pcd_real_frame_binary_and_ascii(assets: Path, tmp_path: Path) -> None:
+    pts = read_velodyne_bin(assets / "kitti/training/velodyne_reduced/000134.bin")
+    n = len(pts)
+    binary = tmp_path / "f.pcd"
+    binary.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", n, "binary") + pts.tobytes())
+    np.testing.assert_array_equal(read_points(binary), pts)
+    text = tmp_path / "t.pcd"
+    text.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", n, "ascii")
+                     + "".join(f"{a:.9g} {b:.9g} {c:.9g} {d:.9g}\n" for a, b, c, d in pts.tolist()).encode())
+    np.testing.assert_array_equal(read_points(text), pts)
+
+
+def test_pcd_errors(tmp_path: Path) -> None:
+    pts = sample(4)
+    head = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "binary")
+    cut = tmp_path / "cut.pcd"
+    cut.write_bytes(head + pts.tobytes()[:-5])
+    one_line_error(lambda: read_points(cut), "cut.pcd", "59 bytes of binary data", "needs 64", "truncated")
+    short_ascii = tmp_path / "short.pcd"
+    short_ascii.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "ascii")
+                            + b"1 2 3 4\n5 6 7 8\n")
+    one_line_error(lambda: read_points(short_ascii), "2 ASCII data rows", "POINTS is 4", "truncated")
+    ragged = tmp_path / "ragged.pcd"
+    ragged.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 2, "ascii") + b"1 2 3 4\n5 6 7\n")
+    one_line_error(lambda: read_points(ragged), "ragged.pcd", "ASCII data")
+    comp = tmp_path / "comp.pcd"
+    comp.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "binary_compressed") + bytes(40))
+    one_line_error(lambda: read_points(comp), "binary_compressed is not supported")
+    no_i = tmp_path / "noi.pcd"
+    no_i.write_bytes(pcd_header("x y z", "4 4 4", "F F F", "1 1 1", 1, "ascii") + b"1 2 3\n")
+    one_line_error(lambda: read_points(no_i), "lack intensity (or i)")
+    bad_size = tmp_path / "size.pcd"
+    bad_size.write_bytes(pcd_header("x y z intensity", "4 4 2 4", "F F F F", "1 1 1 1", 1, "ascii") + b"1 2 3 4\n")
+    one_line_error(lambda: read_points(bad_size), "field 'z' has TYPE 'F' SIZE '2'")
+    counts = tmp_path / "counts.pcd"
+    counts.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1", 1, "ascii") + b"1 2 3 4\n")
+    one_line_error(lambda: read_points(counts), "4 FIELDS", "3 COUNT")
+    points = tmp_path / "points.pcd"
+    points.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "binary", width=3)
+                       + pts.tobytes())
+    one_line_error(lambda: read_points(points), "POINTS 4 but WIDTH 3 x HEIGHT 1 = 3")
+    multi = tmp_path / "multi.pcd"
+    multi.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 2", 1, "ascii") + b"1 2 3 4 5\n")
+    one_line_error(lambda: read_points(multi), "field intensity has COUNT 2")
+    huge = tmp_path / "huge.pcd"
+    huge.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", MAX_FRAME_POINTS + 1, "binary"))
+    one_line_error(lambda: read_points(huge), f"POINTS {MAX_FRAME_POINTS + 1}", "limit")
+    junk = tmp_path / "junk.pcd"
+    junk.write_bytes(b"\x1b[2Jhello\n")
+    text = one_line_error(lambda: read_points(junk), "not a PCD file")
+    assert "\x1b" not in text
+
+
+# --------------------------------------------------------------------------- extensions, special files
+
+def test_unknown_extension_lists_supported(tmp_path: Path) -> None:
+    (tmp_path / "f.las").write_bytes(b"")
+    one_line_error(lambda: read_points(tmp_path / "f.las"), "extension '.las'", ".bin, .npy, .pcd")
+    (tmp_path / "noext").write_bytes(b"")
+    one_line_error(lambda: read_points(tmp_path / "noext"), "no extension", ".bin, .npy, .pcd")
+    assert SUPPORTED_EXTENSIONS == (".bin", ".npy", ".pcd")
+
+
+def refused_within(seconds: float, call) -> InputError:  # type: ignore[no-untyped-def]
+    """Run ``call`` in a daemon thread; it must raise InputError, and do so in time (never block)."""
+    box: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001
+            box.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    start = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the reader blocked"
+    assert time.monotonic() - start < seconds
+    assert box and isinstance(box[0], InputError), box
+    return box[0]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs os.mkfifo")
+@pytest.mark.parametrize("ext", [".bin", ".npy", ".pcd"])
+def test_fifo_refused_at_once(tmp_path: Path, ext: str) -> None:
+    fifo = tmp_path / f"pipe{ext}"
+    os.mkfifo(fifo)
+    err = refused_within(5, lambda: read_points(fifo))
+    assert "FIFO" in str(err) and "not a regular file" in str(err)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_dev_zero_refused(tmp_path: Path) -> None:
+    link = tmp_path / "zero.bin"
+    link.symlink_to("/dev/zero")
+    err = refused_within(5, lambda: read_points(link))
+    assert "character device" in str(err)
+    err = refused_within(5, lambda: read_velodyne_bin("/dev/zero"))
+    assert "/dev/zero" in str(err)
+
+
+def test_sparse_20gb_frame_refused_by_size(tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(20_000_000_000)
+    start = time.monotonic()
+    text = one_line_error(lambda: read_points(big), "20000000000 bytes", "1250000000 points", str(MAX_FRAME_POINTS))
+    assert time.monotonic() - start < 1.0 and "big.bin" in text
+    npy = tmp_path / "big.npy"
+    with open(npy, "wb") as f:
+        f.truncate(20_000_000_000)
+    one_line_error(lambda: read_points(npy), "20000000000 bytes", "limit")
+
+
+def test_frame_just_over_the_point_limit_refused(tmp_path: Path) -> None:
+    path = tmp_path / "over.bin"
+    with open(path, "wb") as f:
+        f.truncate((MAX_FRAME_POINTS + 1) * 16)
+    one_line_error(lambda: read_points(path), f"{MAX_FRAME_POINTS + 1} points")
+
+
+def test_missing_and_directory(tmp_path: Path) -> None:
+    one_line_error(lambda: read_points(tmp_path / "none.pcd"), "does not exist")
+    (tmp_path / "d.npy").mkdir()
+    one_line_error(lambda: read_points(tmp_path / "d.npy"), "is a directory")
+
+
+# --------------------------------------------------------------------------- intensity
+
+def test_intensity_looks_8bit() -> None:
+    pts = sample(100)
+    assert not intensity_looks_8bit(pts)  # KITTI-like 0..1
+    pts[:, 3] *= 255
+    assert intensity_looks_8bit(pts)
+    pts[0, 3] = np.nan
+    assert intensity_looks_8bit(pts)  # NaN ignored
+    pts[1, 3] = 300
+    assert not intensity_looks_8bit(pts)  # not 0..255
+    pts[1, 3] = -2
+    assert not intensity_looks_8bit(pts)
+    assert not intensity_looks_8bit(np.zeros((0, 4), np.float32))
+    assert not intensity_looks_8bit(np.array([[0, 0, 0, 1.4]], np.float32))
+
+
+def test_intensity_scale(tmp_path: Path) -> None:
+    pts = sample(5)
+    pts[:, 3] = [0, 10, 100, 200, 255]
+    (tmp_path / "s.bin").write_bytes(pts.tobytes())
+    got = read_points(tmp_path / "s.bin", intensity_scale=1 / 255)
+    np.testing.assert_allclose(got[:, 3], [0, 10 / 255, 100 / 255, 200 / 255, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(got[:, :3], pts[:, :3])
+    one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=float("nan")), "intensity scale")
+    one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=0), "intensity scale")

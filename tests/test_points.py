@@ -1,0 +1,51 @@
+"""as_host_points: what a lidar frame array may look like."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.errors import InputError
+from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points
+
+
+def test_accepts_n_by_4_and_wider_float() -> None:
+    pts = np.arange(40, dtype=np.float64).reshape(10, 4) / 7
+    got = as_host_points(pts)
+    assert got.dtype == np.float32 and got.shape == (10, 4) and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, pts.astype(np.float32))
+    wide = np.column_stack([pts, np.ones(10)])
+    np.testing.assert_array_equal(as_host_points(wide), pts.astype(np.float32))
+    square = np.eye(4, dtype=np.float32)  # 4 points of 4 values: not mistaken for a transposed frame
+    np.testing.assert_array_equal(as_host_points(square), square)
+    assert as_host_points(np.zeros((0, 4), np.float32)).shape == (0, 4)
+
+
+@pytest.mark.parametrize("shape", [(4, 100), (4, 5), (5, 1000), (4, 3)])
+def test_refuses_transposed_with_hint(shape: tuple[int, int]) -> None:
+    with pytest.raises(InputError) as err:
+        as_host_points(np.zeros(shape, np.float32), source="frame 3")
+    text = str(err.value)
+    assert text.startswith("frame 3:") and f"got shape {shape}" in text and "looks transposed" in text
+    assert f"({shape[1]}, {shape[0]})" in text and "\n" not in text
+
+
+def test_refuses_other_shapes_and_dtypes() -> None:
+    with pytest.raises(InputError, match=r"got shape \(10, 3\)$"):
+        as_host_points(np.zeros((10, 3), np.float32))
+    with pytest.raises(InputError, match=r"got shape \(40,\)"):
+        as_host_points(np.zeros(40, np.float32))
+    with pytest.raises(InputError, match="dtype int64"):
+        as_host_points(np.zeros((10, 4), np.int64))
+    with pytest.raises(InputError, match="cannot be read"):
+        as_host_points([[1, 2, 3, 4], [1, 2]])
+
+
+def test_refuses_more_than_16m_points_without_copying() -> None:
+    assert MAX_FRAME_POINTS == 16 * 2**20
+    huge = np.broadcast_to(np.zeros((1, 4), np.float32), (MAX_FRAME_POINTS + 1, 4))  # no memory behind it
+    with pytest.raises(InputError) as err:
+        as_host_points(huge)
+    assert f"{MAX_FRAME_POINTS + 1} points" in str(err.value) and str(MAX_FRAME_POINTS) in str(err.value)
+    at_limit = np.broadcast_to(np.zeros((1, 4), np.float32), (MAX_FRAME_POINTS, 4))
+    assert as_host_points(at_limit).shape == (MAX_FRAME_POINTS, 4)
