@@ -229,9 +229,6 @@ def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = Non
 
 # --------------------------------------------------------------------------- boxes <-> label_2
 
-_A = TypeVar("_A", float, np.ndarray)
-
-
 @overload
 def normalize_heading(h: float) -> float: ...
 @overload
@@ -454,8 +451,9 @@ def kitti_label_to_lidar_boxes(
 ) -> LabelBoxes:
     """KITTI label_2 lines (a file path or the lines) -> lidar boxes; DontCare rows are skipped.
 
-    dx = l, dy = w, dz = h, z = bottom + h/2, heading = -(rotation_y + pi/2), after taking the
-    bottom centre from rect to lidar with the inverse of R0_rect @ Tr_velo_to_cam.
+    dx = l, dy = w, dz = h, z = bottom + h/2, heading = -(rotation_y + pi/2) wrapped to
+    [-pi, pi), after taking the bottom centre from rect to lidar with the inverse of
+    R0_rect @ Tr_velo_to_cam.
     """
     if isinstance(source, (str, os.PathLike)):
         name = f"label file {safe_repr(source)}"
@@ -486,4 +484,5 @@ def kitti_label_to_lidar_boxes(
     xyz[:, 2] += h / 2
     heading = -(table[:, 6] + np.pi / 2)
     boxes = np.column_stack([xyz, l, w, h, heading]).astype(np.float32)
+    boxes[:, 6] = normalize_heading(boxes[:, 6].copy())
     return LabelBoxes(names, boxes, table[:, 7].astype(np.float32))

@@ -156,6 +156,7 @@ def test_velodyne_bin_values_pass_through_unvalidated(tmp_path: Path) -> None:
     path = tmp_path / "x.bin"
     write_velodyne_bin(pts, path)
     np.testing.assert_array_equal(read_velodyne_bin(path), pts)
+    assert read_velodyne_bin(path).flags.writeable  # a copy the caller owns, not a view of the bytes
     assert path.read_bytes() == pts.astype("<f4").tobytes()
 
 
@@ -300,6 +301,7 @@ def test_round_trip_lidar_lines_lidar(calib134: Calibration) -> None:
     np.testing.assert_allclose(back.boxes[:, :6], boxes[:, :6], atol=1e-2)
     dh = (back.boxes[:, 6] - boxes[:, 6] + math.pi) % (2 * math.pi) - math.pi
     assert np.abs(dh).max() < 1e-2
+    assert ((back.boxes[:, 6] >= -math.pi) & (back.boxes[:, 6] < math.pi)).all()  # headings normalised
     np.testing.assert_allclose(back.scores, scores, atol=1e-4)
 
 
