@@ -14,8 +14,8 @@ import numpy as np
 from .config import ModelConfig
 from .detections import Detections, FrameStats
 from .model_dir import ModelDir
-from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
-from .reference import postprocess, scatter, voxelize
+from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype
+from .reference import postprocess, scatter, split_heads, voxelize
 from .runtime import OrtOptions, open_engine
 
 
@@ -26,6 +26,7 @@ class CpuDetector:
         self.cfg: ModelConfig = model.cfg
         self._pfn = open_engine(model.pfn_path, OrtOptions(threads=threads), device="cpu")
         self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads), device="cpu")
+        self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
 
     def detect(self, points: np.ndarray) -> Detections:
@@ -37,12 +38,11 @@ class CpuDetector:
         else:  # no pillar in range: the canvas is all zeros, as the padded GPU run also gives
             feats = np.zeros((0, cfg.network.pfn_channels), np.float32)
         clock.lap("pfn")
-        canvas = scatter(feats, pillars.coords, cfg)
+        canvas = scatter(feats, pillars.coords, cfg)[0].transpose(1, 2, 0)[None].astype(self._canvas_dtype)  # NHWC
         clock.lap("scatter")
-        heads = self._rpn.run_host({RPN_INPUT: canvas})
+        heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
         clock.lap("rpn")
-        cls_map, box_map, dir_map = (heads[name] for name in RPN_OUTPUTS)
-        raw = postprocess(cls_map, box_map, dir_map, cfg)
+        raw = postprocess(*split_heads(heads[0], cfg), cfg)
         clock.lap("postprocess")
         self.last_timings = clock.timings()
         stats = FrameStats(

@@ -66,13 +66,14 @@ class PointPillars:
     ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path;
     ``"cuda:N"`` picks GPU N. GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph;
     ``tf32`` lets fp32 engines use TensorFloat-32 as TensorRT and PyTorch do by default (``False``:
-    IEEE fp32, as the CPU path); it reaches every backend. CPU only: ``threads`` sizes ONNX Runtime's
-    thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
+    IEEE fp32, as the CPU path); it reaches every backend; ``max_batch`` sizes the batch the GPU
+    pipeline runs at once (``detect_batch`` / ``infer_many(batch_size=...)``; 1..8). CPU only:
+    ``threads`` sizes ONNX Runtime's thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
     Safe to share between threads: frames are run one at a time per detector.
     """
 
     def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None) -> None:
+                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None, max_batch: int = 1) -> None:
         self.model = model
         self.cfg: ModelConfig = model.cfg
         self.device, device_id = _resolve_device(device)
@@ -83,7 +84,7 @@ class PointPillars:
             from .gpu.pipeline import GpuPipeline
 
             self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                                                      device_id=device_id)
+                                                      device_id=device_id, max_batch=max_batch)
         else:
             from .cpu_detector import CpuDetector
 
@@ -92,10 +93,10 @@ class PointPillars:
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                        device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
-                       tf32: bool = True, threads: int | None = None) -> PointPillars:
+                       tf32: bool = True, threads: int | None = None, max_batch: int = 1) -> PointPillars:
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
         return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                   threads=threads)
+                   threads=threads, max_batch=max_batch)
 
     from_engines = from_model_dir
 
@@ -103,14 +104,15 @@ class PointPillars:
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                         precision: str = "fp32", device: Device = "auto", backend: str = "auto",
                         cuda_graph: bool = True, tf32: bool = True, threads: int | None = None,
-                        cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
+                        max_batch: int = 1, cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
         precision and (for TensorRT plans) TF32 mode."""
         from .build.export import model_dir_for_checkpoint
 
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
                                          tensorrt_plans=backend == "tensorrt", tf32=tf32)
-        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads)
+        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
+                   max_batch=max_batch)
 
     @property
     def last_timings(self) -> dict[str, float]:

@@ -15,8 +15,11 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "fp16")
 PFN_INPUT = "pillars"
 PFN_OUTPUT = "pillar_features"
 NUM_PILLARS_DIM = "num_pillars"
+BATCH_DIM = "batch"
 RPN_INPUT = "canvas"
-RPN_OUTPUTS = ("cls", "box", "dir")
+RPN_OUTPUT = "heads"
+HEAD_PARTS = ("cls", "box", "dir")  # the channel blocks of the merged head map, in this order
+MAX_BATCH = 8  # the largest batch the pipeline and TensorRT profiles are sized for by default
 
 
 @dataclass(frozen=True)
@@ -45,14 +48,24 @@ def pfn_io(cfg: ModelConfig) -> GraphIO:
     )
 
 
-def rpn_io(cfg: ModelConfig) -> GraphIO:
-    """Batch is fixed at 1 (a symbolic batch would be a change here and in the canvas buffer)."""
+def rpn_io(cfg: ModelConfig, precision: str = "fp32") -> GraphIO:
+    """NHWC end to end: the canvas in the RPN's compute precision (float16 for fp16, so the scatter
+    kernel writes what the first conv reads) and one merged float32 head map, cls | box | dir, so the
+    post-process reads one tensor. The batch dimension is dynamic."""
     nx, ny, _ = cfg.voxel.grid
     hx, hy = cfg.head_map
     return GraphIO(
-        inputs=(TensorSpec(RPN_INPUT, (1, cfg.network.pfn_channels, ny, nx)),),
-        outputs=tuple(TensorSpec(name, (1, cfg.head_channels[name], hy, hx)) for name in RPN_OUTPUTS),
+        inputs=(TensorSpec(RPN_INPUT, (BATCH_DIM, ny, nx, cfg.network.pfn_channels), canvas_dtype(precision)),),
+        outputs=(TensorSpec(RPN_OUTPUT, (BATCH_DIM, hy, hx, head_channels(cfg))),),
     )
+
+
+def canvas_dtype(precision: str) -> str:
+    return "float16" if check_precision(precision) == "fp16" else "float32"
+
+
+def head_channels(cfg: ModelConfig) -> int:
+    return sum(cfg.head_channels[part] for part in HEAD_PARTS)
 
 
 def check_precision(precision: str) -> Precision:

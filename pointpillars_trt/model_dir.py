@@ -4,7 +4,7 @@ Layout (one precision per dir; a plan is specific to its precision and GPU anywa
 
     model.json   format version, full config + digest, weight source, precision, graph IO, versions
     pfn.onnx     pillars (P, M, C) -> pillar_features (P, 64)
-    rpn.onnx     canvas (1, 64, ny, nx) -> cls, box, dir
+    rpn.onnx     canvas (B, ny, nx, 64) -> heads (B, hy, hx, cls|box|dir), NHWC
     pfn.plan     TensorRT plans, written by the TensorRT builder when asked for
     rpn.plan
 
@@ -13,6 +13,7 @@ This module only reads model dirs; ``build.export`` is the one writer.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from .config import ModelConfig, config_from_dict
 from .errors import ConfigError, ModelDirError
 from .graph_io import check_precision
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"
 GRAPHS = ("pfn", "rpn")
 
@@ -107,6 +108,8 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     missing = [model.onnx_path(g).name for g in GRAPHS if not model.onnx_path(g).is_file()]
     if missing:
         raise ModelDirError(f"{folder}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
+    for graph in GRAPHS:
+        _verify_graph(model.onnx_path(graph), meta, graph)
     if expected_config is not None and expected_config.digest() != stored_digest:
         checkpoint = source.get("checkpoint", "CHECKPOINT") if isinstance(source, dict) else "CHECKPOINT"
         raise ModelDirError(
@@ -115,6 +118,33 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
             f"`pointpillars-trt build --checkpoint {checkpoint} --config {expected_config.name} --out {folder}`"
         )
     return model
+
+
+_VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, once per process
+
+
+def _verify_graph(path: Path, meta: dict[str, Any], graph: str) -> None:
+    """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently)."""
+    entry = meta.get("graphs", {}).get(graph) if isinstance(meta.get("graphs"), dict) else None
+    expected = entry.get("sha256") if isinstance(entry, dict) else None
+    if not isinstance(expected, str):
+        raise ModelDirError(f"{path.parent / METADATA_FILE}: no sha256 recorded for {path.name}; rebuild the model dir")
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+        digest = _VERIFIED.get(key)
+        if digest is None:
+            sha = hashlib.sha256()
+            with path.open("rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    sha.update(chunk)
+            digest = sha.hexdigest()
+            _VERIFIED[key] = digest
+    except OSError as exc:
+        raise ModelDirError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if digest != expected:
+        raise ModelDirError(f"{path}: damaged or replaced (sha256 {digest[:12]}..., {METADATA_FILE} records "
+                            f"{expected[:12]}...); rebuild the model dir")
 
 
 def package_version() -> str:

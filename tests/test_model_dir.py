@@ -42,14 +42,17 @@ def test_round_trip(tmp_path: Path, family: str, precision: str):
     assert meta["graphs"]["pfn"]["inputs"] == [
         {"name": "pillars", "shape": ["num_pillars", 8, cfg.features.channels], "dtype": "float32"}
     ]
-    assert [o["shape"] for o in meta["graphs"]["rpn"]["outputs"]] == [[1, 18, 12, 16], [1, 42, 12, 16], [1, 12, 12, 16]]
+    assert meta["graphs"]["rpn"]["outputs"] == [{"name": "heads", "shape": ["batch", 12, 16, 72], "dtype": "float32"}]
+    canvas_type = "float16" if precision == "fp16" else "float32"
+    assert meta["graphs"]["rpn"]["inputs"] == [{"name": "canvas", "shape": ["batch", 24, 32, 16], "dtype": canvas_type}]
     assert sorted(p.name for p in loaded.path.iterdir()) == ["model.json", "pfn.onnx", "rpn.onnx"]  # no temp files left
     assert loaded.plan_path("rpn") == loaded.path / "rpn.plan"
     # The stored graph is the exported one, and it runs.
     stored = onnx.load(str(loaded.rpn_path))
     assert stored.SerializeToString() == build_rpn_graph(tiny_weights(cfg, 3), cfg, precision).SerializeToString()
     session = ort.InferenceSession(str(loaded.rpn_path), providers=["CPUExecutionProvider"])
-    assert session.run(["cls"], {RPN_INPUT: random_canvas(cfg)})[0].shape == (1, 18, 12, 16)
+    nhwc = np.repeat(random_canvas(cfg).transpose(0, 2, 3, 1), 3, axis=0).astype(canvas_type)  # a batch of 3
+    assert session.run(["heads"], {RPN_INPUT: nhwc})[0].shape == (3, 12, 16, 72)
 
 
 def test_export_overwrites_an_existing_dir_and_drops_its_stale_plans(tmp_path: Path):
@@ -153,7 +156,7 @@ def test_missing_graph(tmp_path: Path, graph: str):
         load_model_dir(tmp_path)
 
 
-@pytest.mark.parametrize("version", [2, 0, None, "1"])
+@pytest.mark.parametrize("version", [1, 3, 0, None, "2"])
 def test_unknown_format_version(tmp_path: Path, version):  # type: ignore[no-untyped-def]
     tiny_model_dir(tmp_path)
     _edit_metadata(tmp_path, lambda m: m.update(format_version=version))
@@ -178,7 +181,7 @@ def test_malformed_config(tmp_path: Path):
 def test_config_edited_after_the_build(tmp_path: Path):
     """A config changed by hand no longer matches its digest, so the graphs were built for something else."""
     tiny_model_dir(tmp_path)
-    _edit_metadata(tmp_path, lambda m: m["config"]["postprocess"].update(score_threshold=0.3))
+    _edit_metadata(tmp_path, lambda m: m["config"]["postprocess"].update(pre_nms_top_k=7))
     with pytest.raises(ModelDirError, match="does not match the stored config"):
         load_model_dir(tmp_path)
 
@@ -220,3 +223,39 @@ def test_graph_digests_match_the_files(tmp_path: Path):
         digest = hashlib.sha256(model.onnx_path(graph).read_bytes()).hexdigest()
         assert model.metadata["graphs"][graph]["sha256"] == digest
     assert np.all(np.isfinite(onnx.numpy_helper.to_array(onnx.load(str(model.pfn_path)).graph.initializer[0])))
+
+
+@pytest.mark.parametrize("graph", ["pfn", "rpn"])
+def test_a_graph_that_differs_from_its_recorded_sha256_is_refused(tmp_path: Path, graph: str):
+    tiny_model_dir(tmp_path, seed=0)
+    path = tmp_path / f"{graph}.onnx"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # 64 bytes of weights zeroed: still a valid graph
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelDirError, match=rf"{graph}.onnx: damaged or replaced \(sha256 .*rebuild the model dir"):
+        load_model_dir(tmp_path)
+
+
+def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
+    tiny_model_dir(tmp_path / "a", "openpcdet", seed=0)
+    tiny_model_dir(tmp_path / "b", "zhulf0804", seed=0)
+    (tmp_path / "a" / "rpn.onnx").write_bytes((tmp_path / "b" / "rpn.onnx").read_bytes())
+    with pytest.raises(ModelDirError, match="rpn.onnx: damaged or replaced"):
+        load_model_dir(tmp_path / "a")
+
+
+def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
+    from pointpillars_trt.build.export import model_dir_for_checkpoint
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    cache = tmp_path / "cache"
+    first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    good = first.rpn_path.read_bytes()
+    first.rpn_path.write_bytes(good[:-100])  # truncated
+    again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    assert again.path == first.path and again.rpn_path.read_bytes() == good
+    for entry in first.path.iterdir():
+        entry.unlink()
+    (first.path / "junk.txt").write_text("not a model dir")
+    third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()

@@ -22,7 +22,7 @@ from typing import Any
 from ..config import ModelConfig
 from ..errors import ModelDirError, PointPillarsError
 from ..fileio import write_bytes_atomic
-from ..graph_io import PFN_INPUT, Precision, check_precision, pfn_io, rpn_io
+from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import FORMAT_VERSION, GRAPHS, METADATA_FILE, ModelDir, load_model_dir, package_version
 from .checkpoint import LoadedCheckpoint, load_checkpoint
 from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
@@ -64,7 +64,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
             return model
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
-    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32)
+    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True)
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -78,15 +78,18 @@ def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensor
 
 
 def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                      precision: Precision, tensorrt_tf32: bool | None = None) -> ModelDir:
-    """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode."""
+                      precision: Precision, tensorrt_tf32: bool | None = None,
+                      replace_foreign: bool = False) -> ModelDir:
+    """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode;
+    ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
     source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
 
     def plans(model: ModelDir) -> None:
         if tensorrt_tf32 is not None:
             build_model_plans(model, precision=precision, tf32=tensorrt_tf32)
 
-    return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans)
+    return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans,
+                            replace_foreign=replace_foreign)
 
 
 def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True) -> None:
@@ -94,7 +97,8 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
 
     ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
 
-    The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), and each
+    The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), the RPN for
+    batches of 1 to ``MAX_BATCH`` frames (tuned for 1: the latency case), and each
     plan records the config digest, precision and TF32 mode so a plan that does not fit the request is
     refused at load time.
     """
@@ -102,7 +106,7 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
 
     checked = check_precision(precision)
     p_max = model.cfg.voxel.max_pillars
-    dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": None}
+    dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": {RPN_INPUT: (1, 1, MAX_BATCH)}}
     for graph in GRAPHS:
         build_plan(model.onnx_path(graph), model.plan_path(graph), precision=checked,
                    dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
@@ -117,20 +121,23 @@ def export_model_dir(
     precision: str,
     source: dict[str, Any],
     finish: Callable[[ModelDir], None] | None = None,
+    replace_foreign: bool = False,
 ) -> ModelDir:
     """Write both graphs and ``model.json`` into ``out_dir`` and return the model dir.
 
     ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
     it is stored as given and must be JSON-serialisable. ``finish(model)`` runs on the new dir before it
     is moved into place (the TensorRT plans are built there). An existing ``out_dir`` must be empty or
-    a model dir; it is replaced only once the new one is complete.
+    a model dir (or anything, with ``replace_foreign``: the package's own cache); it is replaced only once
+    the new one is complete.
     """
     checked = check_precision(precision)
     folder = Path(out_dir)
-    _check_replaceable(folder)
+    if not replace_foreign:
+        _check_replaceable(folder)
     graphs = {
         "pfn": (build_pfn_graph(weights, cfg, checked).SerializeToString(), pfn_io(cfg)),
-        "rpn": (build_rpn_graph(weights, cfg, checked).SerializeToString(), rpn_io(cfg)),
+        "rpn": (build_rpn_graph(weights, cfg, checked).SerializeToString(), rpn_io(cfg, checked)),
     }
     meta = {
         "format_version": FORMAT_VERSION,

@@ -1,8 +1,8 @@
 """PFN and RPN as ONNX graphs built with the onnx package, BatchNorm folded, ready for TensorRT or ONNX Runtime.
 
 The network is split where the scatter kernel sits: the PFN graph maps pillars to pillar features, the RPN
-graph maps the BEV canvas to the three head maps. Both keep float32 IO in either precision, so the
-pipeline's device buffers do not depend on how the engines were built.
+graph maps the NHWC BEV canvas (in the RPN's compute precision) to one merged NHWC float32 head map
+(``graph_io`` holds the contract).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..config import ModelConfig
-from ..graph_io import (PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, GraphIO, Precision, TensorSpec, check_precision,
-                        pfn_io, rpn_io)
+from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, Precision, TensorSpec,
+                        check_precision, pfn_io, rpn_io)
 from ..errors import ConfigError
 from .weights import PointPillarsWeights
 
@@ -42,11 +42,15 @@ def build_pfn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: P
 
 
 def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
-    """Backbone blocks -> transposed-conv neck -> concat -> three 1x1 heads, every BN folded into a conv bias."""
+    """NHWC canvas -> backbone blocks -> transposed-conv neck -> concat -> one merged 1x1 head -> NHWC
+    heads (cls | box | dir), every BN folded into a conv bias.
+
+    The transposes at both ends let engines that prefer NHWC (cuDNN, TensorRT, ONNX Runtime's NHWC
+    kernels) run without layout changes between the pipeline's stages."""
     _check_weights(weights, cfg)
     eps = cfg.network.bn_eps
     g = _GraphBuilder(precision)
-    x = g.input_cast(RPN_INPUT)
+    x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
     upsampled = []
     for i, (block, deblock) in enumerate(zip(weights.blocks, weights.deblocks)):
         for j, layer in enumerate(block):
@@ -66,17 +70,13 @@ def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: P
         )
         upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
     features = g.node("Concat", upsampled, "neck.concat", axis=1)
-    # Three 1x1 convs, not one fused conv + Split: ONNX Runtime stages Split's sizes input through
-    # pinned host memory on every run (an extra H2D copy) and frees it from a stream callback, which
-    # CUDA refuses (error 800) when the session is destroyed.
-    heads = {"cls": weights.head_cls, "box": weights.head_box, "dir": weights.head_dir}
-    for name in RPN_OUTPUTS:
-        head = heads[name]
-        g.output_node(
-            "Conv", [features, g.const(f"head.{name}.weight", head.weight), g.const(f"head.{name}.bias", head.bias)],
-            f"head.{name}", name, kernel_shape=[1, 1],
-        )
-    return g.model("pointpillars_rpn", rpn_io(cfg))
+    parts = [getattr(weights, f"head_{part}") for part in HEAD_PARTS]
+    head_w = np.concatenate([p.weight for p in parts])
+    head_b = np.concatenate([p.bias for p in parts])
+    heads = g.node("Conv", [features, g.const("head.weight", head_w), g.const("head.bias", head_b)], "head",
+                   kernel_shape=[1, 1])
+    g.output_node("Transpose", [heads], "heads.nhwc", RPN_OUTPUT, perm=[0, 2, 3, 1])
+    return g.model("pointpillars_rpn", rpn_io(cfg, precision))
 
 
 class _GraphBuilder:

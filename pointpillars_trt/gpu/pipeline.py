@@ -1,11 +1,15 @@
-"""The GPU pipeline: the data flow of one frame, over buffers allocated once.
+"""The GPU pipeline: the data flow of a batch of frames, over buffers allocated once.
 
     points --H2D--> voxelize.cu -> PFN -> scatter.cu -> RPN engine -> postprocess.cu --D2H--> boxes
 
-Everything between the two copies is enqueued on one stream, with no host synchronisation: the pillar
-count and every other count stay in device memory. Each stage is captured once into its own CUDA graph
-(``cuda_graph=True``) and replayed per frame, with CUDA events between the stages, so per-stage GPU
-times come for free. The only host wait is where the boxes are read (``collect``).
+A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
+with each frame's point count and first row, then the frames back to back), per-frame voxelize, PFN
+and scatter into its slot of a (B, ny, nx, C) NHWC canvas, ONE run of the RPN engine at batch B, a
+per-frame post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result, and one
+device-to-host copy of that result. Everything between the two copies is enqueued on one stream, with
+no host synchronisation: every count stays in device memory. Each stage is captured once per batch
+size into a CUDA graph (``cuda_graph=True``) and replayed, with CUDA events between the stages, so
+per-stage GPU times come for free. The only host wait is where the boxes are read (``collect``).
 """
 
 from __future__ import annotations
@@ -23,21 +27,21 @@ import numpy as np
 from ..config import ModelConfig
 from ..detections import STAGES, Detections, FrameStats
 from ..errors import BackendError, InputError
-from ..graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS
+from ..graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from ..model_dir import ModelDir, pfn_weights
 from ..runtime import Engine, engine_options_for, open_engine, tensorrt_available
 from .pfn import PfnStage
-from .postprocess import PostprocessStage
+from .postprocess import OUTPUT_ROW, PostprocessStage
 from .scatter import ScatterStage
 from .voxelize import VoxelizeStage
 
-DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger frames grow the buffers once
+DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 BACKENDS = ("auto", "onnxruntime", "tensorrt")
 
 
 @dataclass
 class CopyCounter:
-    """Host<->device copies the pipeline issued for the last frame (the design promises 1 + 1)."""
+    """Host<->device copies the pipeline issued for the last batch (the design promises 1 + 1)."""
 
     h2d_copies: int = 0
     h2d_bytes: int = 0
@@ -56,32 +60,51 @@ class CopyCounter:
         self.d2h_bytes += nbytes
 
 
-class GpuPipeline:
-    """PointPillars on one CUDA stream. ``backend`` picks the engines: ``tensorrt`` plans or
-    ``onnxruntime`` (CUDA execution provider, IO binding); ``auto`` prefers TensorRT when the model dir
-    has plans and TensorRT imports.
+class _Slot:
+    """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
 
+    def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage | None,
+                 canvas_type: np.dtype, result: cp.ndarray) -> None:
+        self.voxelize = VoxelizeStage(cfg, capacity)
+        self.pfn = pfn
+        self.scatter = ScatterStage(cfg, canvas_type)
+        self.post = PostprocessStage(post_cfg, result)
+
+
+class GpuPipeline:
+    """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
+
+    ``backend`` picks the engines: ``tensorrt`` plans or ``onnxruntime`` (CUDA execution provider, IO
+    binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports.
     ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
     faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
-    weights read from ``pfn.onnx``); ``pfn_engine=True`` runs ``pfn.onnx`` in the engine instead, on
-    every one of the ``max_pillars`` rows.
+    weights read from ``pfn.onnx``); ``pfn_engine=True`` (batch 1 only) runs ``pfn.onnx`` in the
+    engine instead, on every one of the ``max_pillars`` rows. ``post_config`` is the config the
+    post-process runs with (the model's, or a copy with other runtime thresholds).
 
-    ``detect`` is safe to call from several threads (one frame at a time per pipeline); ``submit`` /
-    ``collect`` are the lock-free halves for a single caller that overlaps host work with the GPU.
+    ``detect`` / ``detect_batch`` are safe to call from several threads (one batch at a time per
+    pipeline); ``submit`` / ``collect`` are the lock-free halves for a single caller that overlaps host
+    work with the GPU.
     """
 
     _closed = True  # until __init__ completes there is nothing to free
 
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
                  max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, pfn_engine: bool = False,
-                 device_id: int = 0) -> None:
+                 device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None) -> None:
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+            raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
+        if pfn_engine and max_batch != 1:
+            raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
         self.cfg: ModelConfig = model.cfg
+        self.post_cfg = post_config or model.cfg
         self.model = model
         self.backend = _pick_backend(model, backend)
         self.tf32 = tf32
         self.pfn_engine = pfn_engine
         self.device_id = device_id
+        self.max_batch = max_batch
         self.use_graphs = cuda_graph
         self._device = cp.cuda.Device(device_id)
         self._lock = threading.Lock()
@@ -90,7 +113,7 @@ class GpuPipeline:
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
-        self._graphs: list[object | None] = [None] * len(STAGES)
+        self._graphs: dict[tuple[int, int], object] = {}  # (stage, batch size) -> captured graph
         self.graph_failures: dict[str, str] = {}
         self._pfn: Engine | None = None
         self._rpn: Engine | None = None
@@ -99,11 +122,11 @@ class GpuPipeline:
                 self._allocate(max_points)
                 self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
                 self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
-                self._bind_engines()
+                self._bind_pfn_engine()
         except BaseException:
             self._close_engines()  # before the stream goes: a session outliving its stream crashes
             raise
-        self._pending = False
+        self._batch = 0  # frames of the batch in flight (0: none)
         self._closed = False
 
     @property
@@ -118,167 +141,192 @@ class GpuPipeline:
     # -- set-up (outside the hot path) ------------------------------------------------------------
 
     def _allocate(self, max_points: int) -> None:
-        cfg, v = self.cfg, self.cfg.voxel
+        cfg, b = self.cfg, self.max_batch
+        nx, ny, _ = cfg.voxel.grid
+        hx, hy = cfg.head_map
+        canvas_type = np.dtype(canvas_dtype(self.model.precision))
+        self._canvas = cp.zeros((b, ny, nx, cfg.network.pfn_channels), canvas_type)
+        self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
+        rows = self.post_cfg.postprocess.max_boxes + 1
+        self._results = cp.zeros((b, rows, OUTPUT_ROW), np.float32)
+        self._results_host = cupyx.empty_pinned((b, rows, OUTPUT_ROW), np.float32)
+        self._header_rows = -(-2 * b // 4)  # (count, first row) int32 pairs, four int32 per row
         self._allocate_input(max_points)
-        self._voxelize = VoxelizeStage(cfg, max_points)
+        weights = None if self.pfn_engine else pfn_weights(self.model)
+        self._slots = [
+            _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
+                  canvas_type, self._results[i])
+            for i in range(b)
+        ]
         if self.pfn_engine:
-            self._pillar_features = cp.empty((v.max_pillars, cfg.network.pfn_channels), np.float32)
-        else:
-            self._pfn_kernel = PfnStage(cfg, *pfn_weights(self.model))
-            self._pillar_features = self._pfn_kernel.out
-        self._scatter = ScatterStage(cfg)
-        nx, ny = cfg.head_map
-        self._heads = tuple(cp.empty((1, c, ny, nx), np.float32) for c in cfg.head_channels.values())
-        self._post = PostprocessStage(cfg)
-        self._result_host = cupyx.empty_pinned(self._post.result.shape, self._post.result.dtype)
+            self._pillar_features = cp.empty((cfg.voxel.max_pillars, cfg.network.pfn_channels), np.float32)
 
     def _open_engine(self, path: Path) -> Engine:
         options = engine_options_for(self.backend, device_id=self.device_id, tf32=self.tf32,
                                      precision=self.model.precision, config_digest=self.cfg.digest())
         return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr)
 
-    def _bind_engines(self) -> None:
-        def bind(engine: Engine, name: str, arr: cp.ndarray) -> None:
-            engine.bind(name, arr.data.ptr, arr.shape)
-
+    def _bind_pfn_engine(self) -> None:
         if self._pfn is not None:
-            bind(self._pfn, PFN_INPUT, self._voxelize.features)
-            bind(self._pfn, PFN_OUTPUT, self._pillar_features)
-        assert self._rpn is not None  # opened before any binding
-        bind(self._rpn, RPN_INPUT, self._scatter.canvas)
-        for name, arr in zip(RPN_OUTPUTS, self._heads):
-            bind(self._rpn, name, arr)
+            features = self._slots[0].voxelize.features
+            self._pfn.bind(PFN_INPUT, features.data.ptr, features.shape)
+            self._pfn.bind(PFN_OUTPUT, self._pillar_features.data.ptr, self._pillar_features.shape)
+
+    def _bind_rpn(self, batch: int) -> None:
+        """Bind the first ``batch`` canvases and head maps (a no-op when the batch size is unchanged)."""
+        assert self._rpn is not None  # opened in __init__
+        for name, arr in ((RPN_INPUT, self._canvas), (RPN_OUTPUT, self._heads)):
+            self._rpn.bind(name, arr.data.ptr, (batch, *arr.shape[1:]))
 
     def _allocate_input(self, capacity: int) -> None:
-        """Row 0 of the input carries the point count (int32 bits), rows 1.. the points, so that one
-        H2D copy brings the whole frame and the count stays where the kernels read it."""
-        staging = cupyx.empty_pinned((capacity + 1, 4), np.float32)
-        device_input = cp.zeros((capacity + 1, 4), np.float32)
+        """The packed input: header rows of (count, first row) int32 pairs, then the frames' points,
+        so that one H2D copy brings a whole batch and the counts stay where the kernels read them."""
+        rows = self._header_rows + capacity
+        staging = cupyx.empty_pinned((rows, 4), np.float32)
+        device_input = cp.zeros((rows, 4), np.float32)
         self._staging, self._input, self.max_points = staging, device_input, capacity
-        self._staging_count = staging[0].view(np.int32)
-        self._points = device_input[1:]
-        self._num_points = device_input[0].view(np.int32)[:1]
+        self._staging_header = staging[: self._header_rows].view(np.int32).reshape(-1)
+        self._header = device_input[: self._header_rows].view(np.int32).reshape(-1)
+        self._points = device_input[self._header_rows :]
 
-    def _grow(self, num_points: int) -> None:
-        """A frame larger than every earlier one: reallocate the point buffers, recapture the graphs.
+    def _grow(self, total_points: int) -> None:
+        """A batch larger than every earlier one: reallocate the point buffers, recapture the graphs.
 
-        The new voxelizer is built first, so a failed allocation leaves the old buffers working."""
+        The new voxelizers are built first, so a failed allocation leaves the old buffers working."""
         self.stream.synchronize()
-        capacity = 1 << (num_points - 1).bit_length()
+        capacity = 1 << (total_points - 1).bit_length()
         with self._device, self.stream:
-            voxelize = VoxelizeStage(self.cfg, capacity)
+            voxelizers = [VoxelizeStage(self.cfg, capacity) for _ in self._slots]
             self._allocate_input(capacity)
-            self._voxelize = voxelize
-            self._bind_engines()
-        self._graphs = [None] * len(STAGES)
+            for slot, voxelize in zip(self._slots, voxelizers):
+                slot.voxelize = voxelize
+            self._bind_pfn_engine()
+        self._graphs.clear()
 
     # -- the hot path -----------------------------------------------------------------------------
 
     def detect(self, points: object) -> Detections:
-        with self._lock:
-            self.submit(points)
-            return self.collect()
+        return self.detect_batch([points])[0]
 
     def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+        """Frames in groups of at most ``max_batch``, each group one pass of the pipeline."""
         with self._lock:
-            results = []
-            for points in frames:
-                self.submit(points)
-                results.append(self.collect())
+            results: list[Detections] = []
+            for start in range(0, len(frames), self.max_batch):
+                self.submit(frames[start : start + self.max_batch])
+                results.extend(self.collect())
             return results
 
-    def submit(self, points: object) -> None:
-        """Enqueue one frame: the input copy, the five stages and the result copy. Returns at once;
+    def submit(self, frames: Sequence[object]) -> None:
+        """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
         ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
-        if self._pending:
-            raise BackendError("submit() called twice without collect(): the previous frame is still in flight")
+        if self._batch:
+            raise BackendError("submit() called twice without collect(): the previous batch is still in flight")
+        if not 1 <= len(frames) <= self.max_batch:
+            raise BackendError(f"submit: expected 1..{self.max_batch} frames, received {len(frames)}")
         self.copies.reset()
+        b = len(frames)
         with self._device:
-            n = self._stage_input(points)
+            self._frame_points = self._stage_input(frames)
             self._events[0].record(self.stream)
-            self._run_stage(0, self._launch_voxelize)
-            self._run_stage(1, self._launch_pfn)
-            self._run_stage(2, self._launch_scatter)
-            self._run_stage(3, self._launch_rpn)
-            self._run_stage(4, self._launch_postprocess)
-            self._post.result.get(stream=self.stream, out=self._result_host, blocking=False)  # the one D2H copy
-        self.copies.d2h(self._post.result.nbytes)
-        self._frame_points = n
-        self._pending = True
+            self._run_stage(0, b, self._launch_voxelize)
+            self._run_stage(1, b, self._launch_pfn)
+            self._run_stage(2, b, self._launch_scatter)
+            self._run_stage(3, b, self._launch_rpn)
+            self._run_stage(4, b, self._launch_postprocess)
+            self._results[:b].get(stream=self.stream, out=self._results_host[:b], blocking=False)  # the one D2H copy
+        self.copies.d2h(self._results[:b].nbytes)
+        self._batch = b
 
-    def collect(self) -> Detections:
-        """Wait for the submitted frame (the one host sync of a frame) and unpack its boxes."""
-        if not self._pending:
-            raise BackendError("collect() without a submitted frame")
-        self._pending = False
+    def collect(self) -> list[Detections]:
+        """Wait for the submitted batch (the one host sync of a batch) and unpack each frame's boxes."""
+        if not self._batch:
+            raise BackendError("collect() without a submitted batch")
+        b, self._batch = self._batch, 0
         try:
             self.stream.synchronize()
             ev = self._events
             timings = {stage: cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i, stage in enumerate(STAGES)}
             timings["total"] = cp.cuda.get_elapsed_time(ev[0], ev[-1])
         except cp.cuda.runtime.CUDARuntimeError as exc:
-            raise BackendError(f"GPU pipeline: CUDA error {exc} (the device is in an error state; restart the process)") from None
+            raise BackendError(f"GPU pipeline: CUDA error {exc} (the device is in an error state; "
+                               "restart the process)") from None
         self.last_timings = timings
-        return self._unpack(self._result_host, self._frame_points)
+        return [self._unpack(self._results_host[i], self._frame_points[i]) for i in range(b)]
 
-    def _launch_voxelize(self) -> None:
-        self._voxelize.launch(self._points, self._num_points, self.stream)
+    def _launch_voxelize(self, batch: int) -> None:
+        for i in range(batch):
+            self._slots[i].voxelize.launch(self._points, self._header[2 * i : 2 * i + 2], self.stream)
 
-    def _launch_pfn(self) -> None:
+    def _launch_pfn(self, batch: int) -> None:
         if self._pfn is not None:
             self._pfn.run(self.stream.ptr)
-        else:
-            self._pfn_kernel.launch(self._voxelize.features, self._voxelize.num_pillars, self.stream)
+            return
+        for slot in self._slots[:batch]:
+            assert slot.pfn is not None  # every slot has its kernel unless the engine runs the PFN
+            slot.pfn.launch(slot.voxelize.features, slot.voxelize.num_pillars, self.stream)
 
-    def _launch_scatter(self) -> None:
-        self._scatter.launch(self._pillar_features, self._voxelize.coords, self._voxelize.num_pillars, self.stream)
+    def _launch_scatter(self, batch: int) -> None:
+        for i, slot in enumerate(self._slots[:batch]):
+            features = self._pillar_features if slot.pfn is None else slot.pfn.out
+            slot.scatter.launch(features, slot.voxelize.coords, slot.voxelize.num_pillars, self._canvas[i],
+                                self.stream)
 
-    def _launch_rpn(self) -> None:
+    def _launch_rpn(self, batch: int) -> None:
         assert self._rpn is not None
+        self._bind_rpn(batch)
         self._rpn.run(self.stream.ptr)
 
-    def _launch_postprocess(self) -> None:
-        self._post.launch(self._heads[0], self._heads[1], self._heads[2], self._voxelize.stats, self.stream)
+    def _launch_postprocess(self, batch: int) -> None:
+        for i, slot in enumerate(self._slots[:batch]):
+            slot.post.launch(self._heads[i], slot.voxelize.stats, self.stream)
 
-    def _stage_input(self, points: object) -> int:
-        if isinstance(points, np.ndarray):
-            n = int(points.shape[0])
-            if n > self.max_points:
-                self._grow(n)
-            self._staging[1 : n + 1] = points
-            self._staging_count[0] = n
-            self._input[: n + 1].set(self._staging[: n + 1], stream=self.stream)  # the one H2D copy
-            self.copies.h2d((n + 1) * 16)
-            return n
-        device_points = _as_device_points(points, self.stream)
-        n = int(device_points.shape[0])
-        if n > self.max_points:
-            self._grow(n)
+    def _stage_input(self, frames: Sequence[object]) -> list[int]:
+        """Pack the batch into the input buffer: one H2D copy for host frames, device-to-device
+        copies (and fills for the header) for frames already on the GPU."""
+        host = [f for f in frames if isinstance(f, np.ndarray)]
+        device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream) for f in frames]
+        counts = [int(f.shape[0]) for f in (device or host)]
+        total = sum(counts)
+        if total > self.max_points:
+            self._grow(total)
+        starts = np.cumsum([0, *counts[:-1]]).tolist()
+        if not device:
+            for points, n, start in zip(host, counts, starts):
+                self._staging[self._header_rows + start : self._header_rows + start + n] = points
+            self._staging_header[: 2 * len(frames)] = np.column_stack([counts, starts]).ravel()
+            used = self._header_rows + total
+            self._input[:used].set(self._staging[:used], stream=self.stream)  # the one H2D copy
+            self.copies.h2d(used * 16)
+            return counts
         with self.stream:
-            self._points[:n] = device_points  # device to device, on our stream
-            self._num_points.fill(n)
-        return n
+            for i, (points, n, start) in enumerate(zip(device, counts, starts)):
+                self._points[start : start + n] = points  # device to device, on our stream
+                self._header[2 * i : 2 * i + 1].fill(n)
+                self._header[2 * i + 1 : 2 * i + 2].fill(start)
+        return counts
 
-    def _run_stage(self, index: int, launch: Callable[[], None]) -> None:
-        """Replay the stage's graph (capturing it on first use), or launch it eagerly; then mark its end."""
+    def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:
+        """Replay the stage's graph for this batch size (capturing it on first use), or launch it
+        eagerly; then mark the stage's end."""
         if self.use_graphs and STAGES[index] not in self.graph_failures:
-            graph = self._graphs[index] or self._capture(index, launch)
+            graph = self._graphs.get((index, batch)) or self._capture(index, batch, launch)
             if graph is not None:
                 graph.launch(self.stream)  # type: ignore[attr-defined]
             else:
-                launch()
+                launch(batch)
         else:
-            launch()
+            launch(batch)
         self._events[index + 1].record(self.stream)
 
-    def _capture(self, index: int, launch: Callable[[], None]) -> object | None:
+    def _capture(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
         """Capture a stage after one eager warm-up run (engines allocate their workspaces there)."""
-        launch()
+        launch(batch)
         self.stream.synchronize()
         try:
             self.stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)
             try:
-                launch()
+                launch(batch)
             finally:
                 graph = self.stream.end_capture()
         except Exception as exc:  # a backend that cannot be captured runs eagerly instead, and says so
@@ -288,21 +336,24 @@ class GpuPipeline:
                           f"({type(exc).__name__}); it runs eagerly", RuntimeWarning, stacklevel=4)
             self.stream.synchronize()
             return None
-        self._graphs[index] = graph
+        self._graphs[(index, batch)] = graph
         return graph
 
-    def stage_outputs(self, index: int) -> tuple[cp.ndarray, ...]:
-        """The device buffers stage ``index`` writes (for tools that inspect or copy them)."""
-        return (
-            (self._voxelize.features, self._voxelize.coords, self._voxelize.num_pillars),
-            (self._pillar_features,),
-            (self._scatter.canvas,),
-            self._heads,
-            (),
-        )[index]
+    def stage_outputs(self, index: int, batch: int = 1) -> tuple[cp.ndarray, ...]:
+        """The device buffers stage ``index`` writes for a batch (for tools that inspect or copy them)."""
+        slots = self._slots[:batch]
+        if index == 0:
+            return tuple(a for s in slots for a in (s.voxelize.features, s.voxelize.coords, s.voxelize.stats))
+        if index == 1:
+            return (self._pillar_features,) if self._pfn is not None else tuple(s.pfn.out for s in slots if s.pfn)
+        if index == 2:
+            return (self._canvas[:batch],)
+        if index == 3:
+            return (self._heads[:batch],)
+        return ()
 
     def _unpack(self, result: np.ndarray, num_points: int) -> Detections:
-        boxes, scores, labels, counters = self._post.unpack(result)
+        boxes, scores, labels, counters = PostprocessStage.unpack(result)
         stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
                            num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"])
         return Detections(boxes, scores, labels, self.cfg.classes, stats)
@@ -314,7 +365,7 @@ class GpuPipeline:
             return
         self._closed = True
         self.stream.synchronize()
-        self._graphs = [None] * len(STAGES)
+        self._graphs.clear()
         self._close_engines()
         self.stream.synchronize()
 

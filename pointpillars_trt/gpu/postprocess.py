@@ -90,6 +90,11 @@ class PostParams:
     def num_anchors(self) -> int:
         return self.head_map[0] * self.head_map[1] * self.anchors_per_cell
 
+    @property
+    def head_channels(self) -> int:
+        """Channels of the merged head map: cls | box | dir."""
+        return self.anchors_per_cell * (self.num_classes + 7 + self.dir_bins)
+
     def _validate(self, source: str) -> None:
         def fail(msg: str) -> None:
             raise ConfigError(f"{source}: {msg} (GPU post-processing)")
@@ -110,7 +115,8 @@ class PostParams:
                 floats[f"OUT_MIN_{axis}"] = f32_define(self.output_range[i])
                 floats[f"OUT_MAX_{axis}"] = f32_define(self.output_range[i + 3])
         return define_flags(
-            HEAD_W=self.head_map[0], HEAD_H=self.head_map[1], ANCHORS_PER_CELL=self.anchors_per_cell,
+            HEAD_W=self.head_map[0], HEAD_H=self.head_map[1], HEAD_CHANNELS=self.head_channels,
+            ANCHORS_PER_CELL=self.anchors_per_cell,
             NUM_CLASSES=self.num_classes, DIR_BINS=self.dir_bins, STYLE_OPENPCDET=int(self.openpcdet_style),
             PER_CLASS=int(self.per_class), SCORE_INCLUSIVE=int(self.score_inclusive),
             SCORE_THRESHOLD=f32_define(self.score_threshold), TOP_K=self.top_k, SORT_CAP=self.sort_cap,
@@ -124,9 +130,11 @@ class PostParams:
 
 
 class PostprocessStage:
-    """Head maps (NCHW) -> detections (``reference.postprocess``) in one small device buffer.
+    """One frame's merged NHWC head map (hy, hx, cls|box|dir) -> detections (``reference.postprocess``)
+    in one small device buffer.
 
-    ``result`` (max_boxes + 1, 9) float32 is owned here: row 0 holds the counts named by
+    ``result`` (max_boxes + 1, 9) float32 (owned here, or a slot of the caller's batch buffer given as
+    ``result``): row 0 holds the counts named by
     ``RESULT_HEADER`` (this stage's, then the voxelizer's), rows 1..count the boxes as [x, y,
     z_centre, dx, dy, dz, heading, score, label] in OpenPCDet's convention, in the family's output
     order. Copy it to the host once per frame and read it with ``unpack``.
@@ -134,17 +142,19 @@ class PostprocessStage:
 
     KERNELS = ("pp_score", "pp_offsets", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
 
-    def __init__(self, cfg: ModelConfig) -> None:
-
+    def __init__(self, cfg: ModelConfig, result: Any = None) -> None:
         cp = cupy_module()
         self.params = p = PostParams.from_config(cfg)
         self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
         w, h = p.head_map
+        self._heads_shape = (h, w, p.head_channels)
         a = p.anchors_per_cell
-        self._shapes = {"cls": (1, a * p.num_classes, h, w), "box": (1, a * 7, h, w), "dir": (1, a * p.dir_bins, h, w)}
+        self._offsets = (0, a * p.num_classes, a * (p.num_classes + 7))  # cls | box | dir channels
         na, slots = p.num_anchors, p.groups * p.sort_cap
+        if result is not None:
+            check_device_array(result, "result", np.float32, (p.max_boxes + 1, OUTPUT_ROW))
         with checked("postprocess: allocating buffers"):
-            self.result = cp.zeros((p.max_boxes + 1, OUTPUT_ROW), np.float32)
+            self.result = result if result is not None else cp.zeros((p.max_boxes + 1, OUTPUT_ROW), np.float32)
             self.stats = cp.zeros(len(POST_STATS), np.int32)
             self._anchors = cp.asarray(np.ascontiguousarray(anchors(cfg), np.float32))
             self._key = cp.zeros(na, np.uint32)
@@ -163,12 +173,13 @@ class PostprocessStage:
             self._kept = cp.zeros(slots, np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
-    def launch(self, cls: Any, box: Any, dir: Any, voxel_stats: Any, stream: Any) -> None:
-        """Enqueue: the three NCHW float32 head maps -> ``result``. ``voxel_stats`` (the voxelizer's
-        ``stats``, or any device int32 array) is copied into the header of ``result``."""
-        for name, arr in (("cls", cls), ("box", box), ("dir", dir)):
-            check_device_array(arr, f"head map {name}", np.float32, self._shapes[name])
+    def launch(self, heads: Any, voxel_stats: Any, stream: Any) -> None:
+        """Enqueue: one frame's merged NHWC float32 head map -> ``result``. ``voxel_stats`` (the
+        voxelizer's ``stats``, or any device int32 array) is copied into the header of ``result``."""
+        check_device_array(heads, "head map", np.float32, self._heads_shape)
         check_device_count(voxel_stats, "voxel_stats")
+        flat = heads.ravel()
+        cls, box, dir = (flat[offset:] for offset in self._offsets)  # views into the one map
         p, k = self.params, self._k
         num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(_POST_HEADER)))
         score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
 
 
@@ -19,46 +20,56 @@ class ScatterParams:
     ny: int
     channels: int
     max_pillars: int
+    half: bool  # float16 canvas (the fp16 RPN's input), else float32
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig) -> ScatterParams:
+    def from_config(cls, cfg: ModelConfig, dtype: Any = np.float32) -> ScatterParams:
         nx, ny, _ = cfg.voxel.grid
-        return cls(nx=nx, ny=ny, channels=cfg.network.pfn_channels, max_pillars=cfg.voxel.max_pillars)
+        if np.dtype(dtype) not in (np.float16, np.float32):
+            raise ConfigError(f"scatter: canvas dtype {np.dtype(dtype)} is not supported (float16 or float32)")
+        return cls(nx=nx, ny=ny, channels=cfg.network.pfn_channels, max_pillars=cfg.voxel.max_pillars,
+                   half=np.dtype(dtype) == np.float16)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(np.float16 if self.half else np.float32)
 
     def defines(self) -> tuple[str, ...]:
-        return define_flags(NX=self.nx, NY=self.ny, CHANNELS=self.channels, MAX_PILLARS=self.max_pillars)
+        return define_flags(NX=self.nx, CHANNELS=self.channels, MAX_PILLARS=self.max_pillars, CANVAS_HALF=int(self.half))
 
 
 class ScatterStage:
-    """Pillar features (max_pillars, C) -> BEV canvas (1, C, ny, nx) float32 (``reference.scatter``).
+    """Pillar features (max_pillars, C) -> one frame's BEV canvas (ny, nx, C), NHWC, float16 or float32
+    (``reference.scatter``, transposed).
 
-    ``canvas`` is owned here. Each launch first zeroes the cells the previous launch wrote (this
-    stage remembers them), then writes the first ``num_pillars[0]`` pillars at their coords.
+    The canvas belongs to the caller (a slot of the pipeline's batch canvas), and must be zero when the
+    stage first writes it. Each launch first zeroes the cells the previous launch wrote (this stage
+    remembers them), then writes the first ``num_pillars[0]`` pillars at their coords.
     """
 
     KERNELS = ("scatter_clear", "scatter_write")
     _BLOCK = 256
 
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: Any = np.float32) -> None:
         cp = cupy_module()
-        self.params = p = ScatterParams.from_config(cfg)
+        self.params = p = ScatterParams.from_config(cfg, dtype)
         self._k = compile_kernels("scatter.cu", p.defines(), self.KERNELS)
         with checked("scatter: allocating buffers"):
-            self.canvas = cp.zeros((1, p.channels, p.ny, p.nx), np.float32)
             self._written_cells = cp.zeros(p.max_pillars, np.int32)
             self._written_count = cp.zeros(1, np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
-    def launch(self, pillar_features: Any, coords: Any, num_pillars: Any, stream: Any) -> None:
+    def launch(self, pillar_features: Any, coords: Any, num_pillars: Any, canvas: Any, stream: Any) -> None:
         """Enqueue: ``pillar_features`` (max_pillars, C) float32, ``coords`` (max_pillars, 4) int32 as
-        the voxelizer writes them, ``num_pillars`` a device int32 count."""
+        the voxelizer writes them, ``num_pillars`` a device int32 count, ``canvas`` (ny, nx, C)."""
         p = self.params
         check_device_array(pillar_features, "pillar_features", np.float32, (p.max_pillars, p.channels))
         check_device_array(coords, "coords", np.int32, (p.max_pillars, 4))
         check_device_count(num_pillars, "num_pillars")
+        check_device_array(canvas, "canvas", p.dtype, (p.ny, p.nx, p.channels))
         grid = grid_blocks(p.max_pillars * p.channels, self._BLOCK)
         launch_kernel(self._k["scatter_clear"], grid, self._BLOCK,
-                (self._written_cells, self._written_count, self.canvas), stream)
+                      (self._written_cells, self._written_count, canvas), stream)
         launch_kernel(self._k["scatter_write"], grid, self._BLOCK,
-                (pillar_features, coords, num_pillars, self._written_cells, self._written_count, self.canvas),
-                stream)
+                      (pillar_features, coords, num_pillars, self._written_cells, self._written_count, canvas),
+                      stream)

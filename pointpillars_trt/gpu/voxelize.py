@@ -9,11 +9,12 @@ import numpy as np
 
 from ..config import FEATURE_NAMES, ModelConfig
 from ..errors import ConfigError, InputError
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
+from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
 
-# Slots of the voxelizer's device counters (int32); the last two are its own bookkeeping.
+# Slots of the voxelizer's device counters (int32); the last three are its own bookkeeping.
 VOXEL_STATS = (
     "pillars", "pillars_total", "pillars_dropped", "nonfinite", "in_range", "previous_pillars", "cursor",
+    "large_pillars",
 )
 _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)
 
@@ -82,7 +83,8 @@ class VoxelizeStage:
     device counters named by ``VOXEL_STATS``; ``num_pillars`` a one-element view of the pillar count.
     """
 
-    KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_gather")
+    KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_rank_large", "vox_gather")
+    LARGE_PILLAR_BLOCKS = 64  # blocks of vox_rank_large (grid-stride over the frame's large pillars)
     GATHER_WARPS = 8  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
 
     def __init__(self, cfg: ModelConfig, max_points: int) -> None:
@@ -111,6 +113,7 @@ class VoxelizeStage:
             self._pillar_bucket = cp.zeros(pmax, i32)
             self._pillar_total = cp.zeros(pmax, i32)
             self._slot_point = cp.zeros(pmax * m, i32)
+            self._large_pillars = cp.zeros(pmax, i32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
     @property
@@ -118,29 +121,33 @@ class VoxelizeStage:
         """One-element int32 device view of this frame's pillar count."""
         return self.stats[0:1]
 
-    def launch(self, points: Any, num_points: Any, stream: Any) -> None:
-        """Enqueue one frame: the first ``num_points[0]`` rows (a device int32, clamped to the rows of
-        ``points`` and to ``max_points``) of ``points``, an (rows, 4) float32 device buffer."""
+    def launch(self, points: Any, frame: Any, stream: Any) -> None:
+        """Enqueue one frame: ``frame`` is a device int32 pair (point count, first row) selecting the
+        frame's rows of ``points``, an (rows, 4) float32 device buffer (several frames can share one)."""
         check_device_array(points, "points", np.float32, (None, 4))
-        check_device_count(num_points, "num_points")
+        check_device_array(frame, "frame", np.int32, (2,))
         if points.data.ptr % 16:
             raise InputError("points: the device buffer must be 16-byte aligned (rows are read as float4)")
         k = self._k
         rows = np.int32(min(points.shape[0], self.max_points))
         blocks = self._num_blocks
         launch_kernel(k["vox_classify"], blocks, _SCAN_BLOCK,
-                (points, num_points, rows, self._point_cell, self._cell_first, self._cell_count), stream)
+                      (points, frame, rows, self._point_cell, self._cell_first, self._cell_count), stream)
         launch_kernel(k["vox_count"], blocks, _SCAN_BLOCK,
-                (num_points, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
-                 self.stats, self._block_counts), stream)
+                      (frame, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
+                       self.stats, self._block_counts), stream)
         launch_kernel(k["vox_offsets"], 1, 1024, (self._block_counts, np.int32(blocks), self.stats), stream)
         launch_kernel(k["vox_number"], blocks, _SCAN_BLOCK,
-                (num_points, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
-                 self._block_counts, self._cell_fill, self._cell_pillar, self._bucket, self._pillar_bucket,
-                 self._pillar_total, self.coords, self.num_points), stream)
+                      (frame, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
+                       self._block_counts, self._cell_fill, self._cell_pillar, self._bucket, self._pillar_bucket,
+                       self._pillar_total, self.coords, self.num_points, self.stats, self._large_pillars), stream)
         launch_kernel(k["vox_rank"], blocks, _SCAN_BLOCK,
-                (num_points, rows, self._point_cell, self._cell_pillar, self._bucket, self._pillar_bucket,
-                 self._pillar_total, self._cell_first, self._cell_count, self._cell_fill, self._slot_point),
-                stream)
+                      (frame, rows, self._point_cell, self._cell_pillar, self._bucket, self._pillar_bucket,
+                       self._pillar_total, self._cell_first, self._cell_count, self._cell_fill, self._slot_point),
+                      stream)
+        launch_kernel(k["vox_rank_large"], self.LARGE_PILLAR_BLOCKS, 256,
+                      (rows, self.stats, self._large_pillars, self._bucket, self._pillar_bucket, self._pillar_total,
+                       self._slot_point), stream)
         launch_kernel(k["vox_gather"], grid_blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
-                (points, self._slot_point, self.stats, self.coords, self.num_points, self.features), stream)
+                      (points, frame, rows, self._slot_point, self.stats, self.coords, self.num_points, self.features),
+                      stream)

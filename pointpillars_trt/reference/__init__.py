@@ -9,10 +9,11 @@ from .post import (
     nms_rotated,
     postprocess,
     rotated_iou_bev,
+    split_heads,
     to_openpcdet_boxes,
 )
 
 __all__ = [
     "Pillars", "RawDetections", "anchors", "decode_boxes", "head_maps_to_anchor_major", "nms_rotated",
-    "postprocess", "rotated_iou_bev", "scatter", "to_openpcdet_boxes", "voxelize",
+    "postprocess", "rotated_iou_bev", "scatter", "split_heads", "to_openpcdet_boxes", "voxelize",
 ]

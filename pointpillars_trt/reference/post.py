@@ -322,6 +322,15 @@ def head_maps_to_anchor_major(
     return out[0], out[1], out[2]
 
 
+def split_heads(heads: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One frame's merged NHWC head map (hy, hx, cls|box|dir) -> the three (1, C, hy, hx) maps."""
+    sizes = [cfg.head_channels[part] for part in ("cls", "box", "dir")]
+    if heads.ndim != 3 or heads.shape[2] != sum(sizes):
+        raise InputError(f"head map: expected (hy, hx, {sum(sizes)}), received shape {heads.shape}")
+    cls, box, dir = np.split(heads, np.cumsum(sizes)[:2], axis=2)
+    return tuple(np.ascontiguousarray(m.transpose(2, 0, 1)[None]) for m in (cls, box, dir))  # type: ignore[return-value]
+
+
 def postprocess(cls: np.ndarray, box: np.ndarray, dir: np.ndarray, cfg: ModelConfig) -> RawDetections:
     """Head maps -> detections, as the family's own post-processing produces them.
 

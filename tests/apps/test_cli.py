@@ -33,7 +33,7 @@ from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import kitti_label_to_lidar_boxes, read_calibration, read_velodyne_bin
 from pointpillars_trt.model_dir import load_model_dir
-from pointpillars_trt.reference import postprocess, scatter, voxelize
+from pointpillars_trt.reference import postprocess, scatter, split_heads, voxelize
 
 CHECKPOINTS = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
 CONFIGS = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
@@ -98,8 +98,9 @@ def native_reference(points: np.ndarray, model_path: Path, cfg: ModelConfig) -> 
     rpn = ort.InferenceSession(str(model_path / "rpn.onnx"), providers=["CPUExecutionProvider"])
     pillars = voxelize(points, cfg)
     feats = pfn.run(["pillar_features"], {"pillars": pillars.features})[0]
-    cls, box, direction = rpn.run(["cls", "box", "dir"], {"canvas": scatter(feats, pillars.coords, cfg)})
-    return postprocess(cls, box, direction, cfg).native_boxes
+    canvas = scatter(feats, pillars.coords, cfg).transpose(0, 2, 3, 1)  # NHWC, as the graph reads it
+    (heads,) = rpn.run(["heads"], {"canvas": canvas})
+    return postprocess(*split_heads(heads[0], cfg), cfg).native_boxes
 
 
 def native_to_openpcdet(native: np.ndarray, family: str) -> np.ndarray:

@@ -16,7 +16,9 @@ from tiny import FAMILIES, random_canvas, random_pillars, tiny_config, tiny_weig
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import ConfigError
 from pointpillars_trt.build.onnx_export import OPSET, build_pfn_graph, build_rpn_graph
-from pointpillars_trt.graph_io import NUM_PILLARS_DIM, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUTS, pfn_io, rpn_io
+from pointpillars_trt.graph_io import (BATCH_DIM, HEAD_PARTS, NUM_PILLARS_DIM, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT,
+                                       pfn_io, rpn_io)
+from pointpillars_trt.reference import split_heads
 from pointpillars_trt.build.weights import BatchNorm, PointPillarsWeights, random_weights
 
 # ------------------------------------------------------------------ float64 oracle
@@ -92,9 +94,13 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
-def _run_rpn(model: onnx.ModelProto, canvas: np.ndarray) -> dict[str, np.ndarray]:
-    outputs = _session(model).run(list(RPN_OUTPUTS), {RPN_INPUT: canvas})
-    return dict(zip(RPN_OUTPUTS, outputs))
+def _run_rpn(model: onnx.ModelProto, canvas: np.ndarray, cfg: ModelConfig) -> dict[str, np.ndarray]:
+    """Run the NHWC graph on an NCHW canvas; the merged head map split back into NCHW maps by name."""
+    half = model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT16
+    nhwc = canvas.transpose(0, 2, 3, 1).astype(np.float16 if half else np.float32)
+    (heads,) = _session(model).run([RPN_OUTPUT], {RPN_INPUT: nhwc})
+    assert heads.dtype == np.float32 and heads.shape[0] == canvas.shape[0]
+    return dict(zip(HEAD_PARTS, split_heads(heads[0], cfg)))
 
 
 TOLERANCE = {"fp32": 1e-5, "fp16": 1e-2}
@@ -165,7 +171,8 @@ def test_random_weights_are_seeded_and_batchnorm_is_not_trivial():
 def test_graphs_pass_the_checker_and_strict_shape_inference(family: str, precision: str):
     cfg = tiny_config(family)
     w = tiny_weights(cfg)
-    for model, io in ((build_pfn_graph(w, cfg, precision), pfn_io(cfg)), (build_rpn_graph(w, cfg, precision), rpn_io(cfg))):
+    for model, io in ((build_pfn_graph(w, cfg, precision), pfn_io(cfg)),
+                      (build_rpn_graph(w, cfg, precision), rpn_io(cfg, precision))):
         onnx.checker.check_model(model, full_check=True)
         inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
         assert [o.domain for o in model.opset_import] == [""] and model.opset_import[0].version == OPSET
@@ -174,7 +181,8 @@ def test_graphs_pass_the_checker_and_strict_shape_inference(family: str, precisi
             assert [v.name for v in values] == [s.name for s in specs]
             for v, spec in zip(values, specs):
                 t = v.type.tensor_type
-                assert t.elem_type == onnx.TensorProto.FLOAT  # float32 IO in either precision
+                want = onnx.TensorProto.FLOAT16 if spec.dtype == "float16" else onnx.TensorProto.FLOAT
+                assert t.elem_type == want  # float32 IO, except the fp16 RPN's canvas
                 dims = tuple(d.dim_param if d.HasField("dim_param") else d.dim_value for d in t.shape.dim)
                 assert dims == spec.shape
         init_types = {i.data_type for i in model.graph.initializer}
@@ -186,10 +194,9 @@ def test_io_specs_follow_the_config(openpcdet_cfg: ModelConfig):
     pfn, rpn = pfn_io(openpcdet_cfg), rpn_io(openpcdet_cfg)
     assert pfn.inputs[0].name == PFN_INPUT and pfn.inputs[0].shape == (NUM_PILLARS_DIM, 32, 10)
     assert pfn.outputs[0].name == PFN_OUTPUT and pfn.outputs[0].shape == (NUM_PILLARS_DIM, 64)
-    assert rpn.inputs[0].shape == (1, 64, 496, 432)
-    assert {t.name: t.shape for t in rpn.outputs} == {
-        "cls": (1, 18, 248, 216), "box": (1, 42, 248, 216), "dir": (1, 12, 248, 216)
-    }
+    assert (rpn.inputs[0].name, rpn.inputs[0].shape, rpn.inputs[0].dtype) == (RPN_INPUT, (BATCH_DIM, 496, 432, 64), "float32")
+    assert rpn_io(openpcdet_cfg, "fp16").inputs[0].dtype == "float16"  # the fp16 RPN reads a float16 canvas
+    assert {t.name: t.shape for t in rpn.outputs} == {"heads": (BATCH_DIM, 248, 216, 18 + 42 + 12)}
 
 
 def test_weights_that_do_not_fit_the_config_are_refused(openpcdet_cfg: ModelConfig, zhulf_cfg: ModelConfig):
@@ -255,8 +262,8 @@ def test_rpn_matches_the_float64_oracle(family: str, precision: str):
     w = tiny_weights(cfg, seed=4)
     canvas = random_canvas(cfg, occupancy=0.3, seed=4)
     ref = rpn_reference(w, cfg, canvas)
-    out = _run_rpn(build_rpn_graph(w, cfg, precision), canvas)
-    for name in RPN_OUTPUTS:
+    out = _run_rpn(build_rpn_graph(w, cfg, precision), canvas, cfg)
+    for name in HEAD_PARTS:
         assert out[name].dtype == np.float32
         assert _rel_err(out[name], ref[name]) < TOLERANCE[precision], name
         # The class logits carry a large constant bias; their spatial variation must match too.
@@ -270,8 +277,8 @@ def test_rpn_full_size_kitti_matches_the_float64_oracle(openpcdet_cfg: ModelConf
     w = random_weights(cfg, seed=5)
     canvas = random_canvas(cfg, occupancy=0.05, seed=5)
     ref = rpn_reference(w, cfg, canvas)
-    out = _run_rpn(build_rpn_graph(w, cfg), canvas)
-    for name in RPN_OUTPUTS:
+    out = _run_rpn(build_rpn_graph(w, cfg), canvas, cfg)
+    for name in HEAD_PARTS:
         assert out[name].shape == ref[name].shape == (1, cfg.head_channels[name], 248, 216)
         assert _rel_err(out[name], ref[name]) < TOLERANCE["fp32"], name
 
@@ -288,7 +295,7 @@ def test_random_weights_give_o1_activations_and_some_detections_on_a_kitti_scan(
     pillars = voxelize(points, cfg)
     (features,) = _session(build_pfn_graph(w, cfg)).run([PFN_OUTPUT], {PFN_INPUT: pillars.features})
     assert 0.2 < np.sqrt(np.mean(features**2)) < 5.0
-    out = _run_rpn(build_rpn_graph(w, cfg), scatter(features, pillars.coords, cfg))
+    out = _run_rpn(build_rpn_graph(w, cfg), scatter(features, pillars.coords, cfg), cfg)
     scores = 1.0 / (1.0 + np.exp(-out["cls"].astype(np.float64)))
     per_anchor = scores.reshape(cfg.anchors.per_cell, cfg.num_classes, -1).max(axis=1)
     assert 10 <= np.count_nonzero(per_anchor > 0.1) <= 2000

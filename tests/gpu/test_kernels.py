@@ -103,20 +103,20 @@ class VoxelRun:
         v = cfg.voxel
         decoy = np.array([(v.point_range[0] + v.point_range[3]) / 2, 0.0, -1.0, 0.5], np.float32)
         self.points = cp.asarray(np.tile(decoy, (capacity, 1)))  # in range: reading past n would show
-        self.count = cp.zeros(1, np.int32)
+        self.frame = cp.zeros(2, np.int32)  # (point count, first row)
 
-    def __call__(self, pts: np.ndarray, stream: Any, poison: bool = True) -> dict[str, np.ndarray]:
+    def __call__(self, pts: np.ndarray, stream: Any, poison: bool = True, first_row: int = 0) -> dict[str, np.ndarray]:
         from pointpillars_trt.reference import voxelize
 
         cp, st = self.cp, self.stage
-        self.points[: pts.shape[0]] = cp.asarray(pts)
-        self.count[...] = pts.shape[0]
+        self.points[first_row : first_row + pts.shape[0]] = cp.asarray(pts)
+        self.frame[...] = cp.asarray(np.array([pts.shape[0], first_row], np.int32))
         if poison:  # the rows this frame reports must be rewritten completely
             p = voxelize(pts, self.cfg).num_pillars
             st.features[:p] = np.nan
             st.coords[:p] = -7
             st.num_points[:p] = -7
-        st.launch(self.points, self.count, stream)
+        st.launch(self.points, self.frame, stream)
         return fetch(st, stream)
 
 
@@ -199,9 +199,38 @@ def test_voxelize_pillar_limit(cp: Any, stream: Any, cfg: ModelConfig) -> None:
 def test_voxelize_count_clamped_to_rows(cp: Any, stream: Any, cfg: ModelConfig) -> None:
     stage = gpu_vox.VoxelizeStage(cfg, 4096)
     pts = awkward_cloud(cfg, np.random.default_rng(5), 1000)
-    count = cp.asarray(np.array([5000], np.int32))  # more than the 1000 rows given
-    stage.launch(cp.asarray(pts), count, stream)
+    frame = cp.asarray(np.array([5000, 0], np.int32))  # more than the 1000 rows given
+    stage.launch(cp.asarray(pts), frame, stream)
     assert_matches_reference(fetch(stage, stream), pts, cfg)
+
+
+@pytest.mark.cuda
+def test_voxelize_reads_its_frame_at_its_first_row(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """Frames of a batch share one input buffer: a frame's rows start where its header says."""
+    run = VoxelRun(cp, cfg, capacity=8192)
+    pts = awkward_cloud(cfg, np.random.default_rng(6), 3000)
+    assert_matches_reference(run(pts, stream, first_row=4000), pts, cfg)  # decoys before and after it
+
+
+@pytest.mark.cuda
+def test_voxelize_a_pillar_of_100k_identical_points_is_fast_and_exact(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """vox_rank is bounded for a pillar holding very many points (the kept ones are its first MAX_PTS)."""
+    rng = np.random.default_rng(9)
+    v = cfg.voxel
+    same = np.array([(v.point_range[0] + v.point_range[3]) / 2, 0.0, -1.0, 0.5], np.float32)
+    pts = np.concatenate([np.tile(same, (100_000, 1)), awkward_cloud(cfg, rng, 2000)])
+    pts = pts[rng.permutation(pts.shape[0])]
+    run = VoxelRun(cp, cfg, capacity=131072)
+    run(pts, stream)  # compile and warm up
+    start, end = cp.cuda.Event(), cp.cuda.Event()
+    start.record(stream)
+    got = run(pts, stream, poison=False)
+    end.record(stream)
+    end.synchronize()
+    ms = cp.cuda.get_elapsed_time(start, end)
+    assert_matches_reference(got, pts, cfg)
+    print(f"voxelize, 100k points in one pillar + 2k others: {ms:.3f} ms")
+    assert ms < 20.0, f"{ms:.1f} ms"
 
 
 @pytest.mark.cuda
@@ -222,10 +251,13 @@ def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
 
 
 @pytest.mark.cuda
-def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype: Any) -> None:
     from pointpillars_trt.reference import scatter, voxelize
 
-    stage = gpu_scatter.ScatterStage(cfg)
+    stage = gpu_scatter.ScatterStage(cfg, dtype)
+    nx, ny, _ = cfg.voxel.grid
+    canvas = cp.zeros((ny, nx, cfg.network.pfn_channels), dtype)
     pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
     rng = np.random.default_rng(2)
     count = cp.zeros(1, np.int32)
@@ -238,16 +270,21 @@ def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig) -> No
         if ref is not None:
             coords[:p] = ref.coords
         count[...] = p
-        stage.launch(cp.asarray(features), cp.asarray(coords), count, stream)
+        stage.launch(cp.asarray(features), cp.asarray(coords), count, canvas, stream)
         stream.synchronize()
-        want = scatter(features[:p], coords[:p], cfg)
-        np.testing.assert_array_equal(stage.canvas.get(), want)
+        want = scatter(features[:p], coords[:p], cfg)[0].transpose(1, 2, 0).astype(dtype)  # NHWC
+        np.testing.assert_array_equal(canvas.get(), want)
 
 
 # --------------------------------------------------------------------------- post-process
 
 
 Maps = tuple[np.ndarray, np.ndarray, np.ndarray]  # cls, box, dir: NCHW float32
+
+
+def merged_nhwc(maps: Maps) -> np.ndarray:
+    """The (hy, hx, cls|box|dir) head map the post-process reads, from the three NCHW maps."""
+    return np.ascontiguousarray(np.concatenate([m[0].transpose(1, 2, 0) for m in maps], axis=2))
 
 
 def head_maps(cfg: ModelConfig, rng: np.random.Generator, candidates: int, *, ties: int = 0,
@@ -287,8 +324,7 @@ def head_maps(cfg: ModelConfig, rng: np.random.Generator, candidates: int, *, ti
 def run_post(cp: Any, stage: Any, maps: Maps, stream: Any) -> np.ndarray:
     stage.result[...] = np.nan  # every row the frame reports must be written by it
     extra = cp.asarray(np.arange(100, 100 + len(gpu_vox.VOXEL_STATS), dtype=np.int32))
-    cls, box, direction = (cp.asarray(m) for m in maps)
-    stage.launch(cls, box, direction, extra, stream)
+    stage.launch(cp.asarray(merged_nhwc(maps)), extra, stream)
     stream.synchronize()
     return stage.result.get()
 
@@ -379,15 +415,17 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
         sca = gpu_scatter.ScatterStage(cfg)
         post = gpu_post.PostprocessStage(cfg)
         points = cp.zeros((8192, 4), np.float32)
-        count = cp.zeros(1, np.int32)
+        frame_header = cp.zeros(2, np.int32)
         pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
         pillar_features = cp.zeros((pmax, channels), np.float32)
-        cls, box, direction = (cp.zeros(m.shape, np.float32) for m in head_maps(cfg, rng, 0))
+        nx, ny, _ = cfg.voxel.grid
+        canvas = cp.zeros((ny, nx, channels), np.float32)
+        heads = cp.zeros(merged_nhwc(head_maps(cfg, rng, 0)).shape, np.float32)
 
         def frame() -> None:
-            vox.launch(points, count, capture)
-            sca.launch(pillar_features, vox.coords, vox.num_pillars, capture)
-            post.launch(cls, box, direction, vox.stats, capture)
+            vox.launch(points, frame_header, capture)
+            sca.launch(pillar_features, vox.coords, vox.num_pillars, canvas, capture)
+            post.launch(heads, vox.stats, capture)
 
         frame()  # warm-up outside the capture
         capture.synchronize()
@@ -402,10 +440,9 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
             feats = rng.standard_normal((pmax, channels)).astype(np.float32)
             host_maps = head_maps(cfg, rng, 400, ties=3)
             points[:n] = cp.asarray(pts)
-            count[...] = n
+            frame_header[...] = cp.asarray(np.array([n, 0], np.int32))
             pillar_features[...] = cp.asarray(feats)
-            for dst, src in zip((cls, box, direction), host_maps):
-                dst[...] = cp.asarray(src)
+            heads[...] = cp.asarray(merged_nhwc(host_maps))
             graph.launch(capture)
             capture.synchronize()
             got = {"features": vox.features.get(), "coords": vox.coords.get(),
@@ -413,7 +450,7 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
             assert_matches_reference(got, pts, cfg)
             ref = voxelize(pts, cfg)
             p = ref.num_pillars
-            np.testing.assert_array_equal(sca.canvas.get(), scatter(feats[:p], ref.coords, cfg))
+            np.testing.assert_array_equal(canvas.get(), scatter(feats[:p], ref.coords, cfg)[0].transpose(1, 2, 0))
             result = post.result.get()
             boxes, _, _, counts = gpu_post.PostprocessStage.unpack(result)
             assert counts["pillars"] == p and counts["nonfinite"] == ref.num_nonfinite

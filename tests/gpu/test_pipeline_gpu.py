@@ -93,15 +93,15 @@ def test_voxelizer_and_canvas_match_reference(family_pair, assets):  # type: ign
     gpu.detect(points)
     ref = voxelize(points, gpu.cfg)
     p = ref.num_pillars
-    vox = gpu._voxelize
+    vox = gpu._slots[0].voxelize
     np.testing.assert_array_equal(vox.coords[:p].get(), ref.coords)
     np.testing.assert_array_equal(vox.num_points[:p].get(), ref.num_points)
     np.testing.assert_allclose(vox.features[:p].get(), ref.features, rtol=1e-5, atol=1e-5)
     assert not vox.features[p:].any(), "rows past the pillar count must be zero"
     from pointpillars_trt.reference import scatter
 
-    canvas = scatter(gpu._pillar_features[:p].get(), ref.coords, gpu.cfg)
-    np.testing.assert_array_equal(gpu._scatter.canvas.get(), canvas)
+    canvas = scatter(gpu._slots[0].pfn.out[:p].get(), ref.coords, gpu.cfg)[0].transpose(1, 2, 0)  # NHWC
+    np.testing.assert_array_equal(gpu._canvas[0].get(), canvas.astype(gpu._canvas.dtype))
 
 
 def test_same_frame_twice_is_bit_identical(family_pair, assets):  # type: ignore[no-untyped-def]
@@ -202,7 +202,7 @@ def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets):  # type: ignor
     d2h = [n for n in names if "DtoH" in n]
     assert len(h2d) == 1 and len(d2h) == 1, (h2d, d2h)
     assert gpu.copies.h2d_copies == 1 and gpu.copies.d2h_copies == 1
-    assert gpu.copies.h2d_bytes == points.nbytes + 16  # the points and a 16-byte header with the count
+    assert gpu.copies.h2d_bytes == points.nbytes + 16  # the points and a 16-byte header with count and first row
 
 
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
@@ -283,3 +283,70 @@ def test_fused_pfn_kernel_against_float64(openpcdet_cfg):  # type: ignore[no-unt
     expected = np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1)
     np.testing.assert_allclose(stage.out[:live].get(), expected, rtol=1e-5, atol=1e-5)
     assert np.isnan(stage.out[live:].get()).all(), "rows past the live count must not be written"
+
+
+# --------------------------------------------------------------------------- batches and threads
+
+
+@pytest.fixture(scope="module")
+def batched(family_pair):  # type: ignore[no-untyped-def]
+    _, _, gpu = family_pair
+    pipe = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=4)
+    yield pipe
+    pipe.close()
+
+
+def _mixed_frames(assets) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(12)
+    return [read_velodyne_bin(assets / SHARED_FRAMES[2]), _random_cloud(rng, 0), read_velodyne_bin(assets / SHARED_FRAMES[0]),
+            _random_cloud(rng, 9000)]
+
+
+def test_a_batch_gives_each_frame_its_batch_of_one_boxes(family_pair, batched, assets):  # type: ignore[no-untyped-def]
+    """Frames of very different sizes (a full scan, an empty frame, a camera crop, random) in one batch:
+    bit-identical to running each alone, and to the CPU oracle."""
+    family, cpu, gpu = family_pair
+    frames = _mixed_frames(assets)
+    singles = [gpu.detect(f) for f in frames]
+    for round_ in range(2):  # the second round replays the batch-4 graphs
+        together = batched.detect_batch(frames)
+        for i, (one, many) in enumerate(zip(singles, together)):
+            assert one.boxes.tobytes() == many.boxes.tobytes() and one.scores.tobytes() == many.scores.tobytes(), i
+            assert one.stats == many.stats
+    for f, got in zip(frames, together):
+        assert_same_detections(got, cpu.detect(f), f"{family} batch")
+    partial = batched.detect_batch(frames[:3])  # a smaller batch than the pipeline's maximum
+    assert all(a.boxes.tobytes() == b.boxes.tobytes() for a, b in zip(partial, singles[:3]))
+    assert batched.graph_failures == {}
+
+
+def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    frames = _mixed_frames(assets)
+    batched.detect_batch(frames)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        batched.detect_batch(frames)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events()]
+    assert len([n for n in names if "HtoD" in n]) == 1 and len([n for n in names if "DtoH" in n]) == 1, names
+    assert batched.copies.h2d_copies == 1 and batched.copies.d2h_copies == 1
+    assert batched.copies.h2d_bytes == sum(f.nbytes for f in frames) + 32  # two header rows for four frames
+
+
+def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[no-untyped-def]
+    """4 threads x 50 frames on one pipeline give the sequential results, frame for frame."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, _, gpu = family_pair
+    frames = [read_velodyne_bin(assets / f) for f in SHARED_FRAMES]
+    expected = [gpu.detect(f) for f in frames]
+
+    def work(seed: int) -> list[bool]:
+        order = np.random.default_rng(seed).integers(0, len(frames), 50)
+        return [gpu.detect(frames[i]).boxes.tobytes() == expected[i].boxes.tobytes() for i in order]
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(all(ok) for ok in pool.map(work, range(4)))

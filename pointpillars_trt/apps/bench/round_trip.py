@@ -16,9 +16,9 @@ class HostRoundTripPipeline(GpuPipeline):
     def __init__(self, model: ModelDir, **kwargs: object) -> None:
         super().__init__(model, cuda_graph=False, **kwargs)  # type: ignore[arg-type]
 
-    def _run_stage(self, index: int, launch: Callable[[], None]) -> None:
-        launch()
-        for arr in self.stage_outputs(index):
+    def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:
+        launch(batch)
+        for arr in self.stage_outputs(index, batch):
             host = arr.get(stream=self.stream)  # blocking: the naive pipeline waits for every copy
             self.copies.d2h(arr.nbytes)
             arr.set(host, stream=self.stream)

@@ -1,4 +1,5 @@
 // Head maps -> final boxes: score, threshold, top-k, decode, rotated BEV NMS, one small output.
+// The head map is one frame's merged NHWC map (HEAD_H, HEAD_W, HEAD_CHANNELS): cls | box | dir.
 //
 // Same result as pointpillars_trt/reference/post.py: ties in every ordering go to the lower index
 // (anchor index for the top-k, position for the per-class sorts and the final cut), IoU > threshold
@@ -15,7 +16,7 @@
 //   pp_nms_mask   64x64 tiles of the IoU > threshold bit matrix (upper triangle)
 //   pp_nms_reduce one block: greedy pass per group, final cut, output range, output rows
 //
-// Compile-time configuration (-D options from kernels.py): HEAD_W, HEAD_H, ANCHORS_PER_CELL,
+// Compile-time configuration (-D options from postprocess.py): HEAD_W, HEAD_H, HEAD_CHANNELS, ANCHORS_PER_CELL,
 // NUM_CLASSES, DIR_BINS, STYLE_OPENPCDET (box coder / NMS geometry: 1 OpenPCDet, 0 zhulf0804),
 // PER_CLASS, SCORE_INCLUSIVE, SCORE_THRESHOLD, TOP_K, SORT_CAP, FINAL_CAP, NMS_IOU, NMS_MARGIN,
 // MAX_BOXES, DIR_OFFSET, DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
@@ -47,11 +48,12 @@ __device__ __forceinline__ bool passes(float score) {
 #endif
 }
 
-// Flat anchor a = (y * W + x) * A + anchor-in-cell; channel `ch` of its cell in an NCHW map.
-__device__ __forceinline__ float head(const float* map, int width, int a, int ch) {
+// Flat anchor a = (y * W + x) * A + anchor-in-cell; channel `ch` of its cell in one part (cls, box
+// or dir: `part` points at the part's first channel) of the merged NHWC head map.
+__device__ __forceinline__ float head(const float* part, int width, int a, int ch) {
     const int pixel = a / ANCHORS_PER_CELL;
     const int in_cell = a - pixel * ANCHORS_PER_CELL;
-    return map[(width * in_cell + ch) * kPlane + pixel];
+    return part[pixel * HEAD_CHANNELS + width * in_cell + ch];
 }
 
 // Max class probability; *label = first class reaching it (argmax order).

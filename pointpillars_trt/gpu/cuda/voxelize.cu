@@ -6,14 +6,19 @@
 // place points into per-cell buckets whose order nobody relies on: a point's slot is its rank, the
 // number of earlier points of its cell, counted in the bucket. So two runs give identical bytes.
 //
-// One frame = six launches on one stream, all sized from capacities (the point capacity is a kernel
-// argument, so growing it needs no recompilation); the live point count and pillar count are read
-// from device memory, so a CUDA graph can capture the frame.
+// One frame = seven launches on one stream, all sized from capacities (the point capacity is a kernel
+// argument, so growing it needs no recompilation); the frame's point count and first row (its
+// `frame` header: two int32 on the device, so several frames can share one input buffer) and the
+// pillar count are read from device memory, so a CUDA graph can capture the frame.
 //   vox_classify  per point: cell or drop code; atomicMin first point and atomicAdd count per cell
 //   vox_count     per point: first-point flags; first points reserve their cell's bucket; block sums
 //   vox_offsets   one block: pillar numbering offsets per block and the frame counters
 //   vox_number    per point: pillar ids (first-point order), pillar rows, bucket fill
 //   vox_rank      per point: slot = rank in its cell; clears the per-cell scratch for the next frame
+//                 (pillars of more than kSmallPillar points are left to vox_rank_large)
+//   vox_rank_large block per large pillar: the MAX_PTS smallest point indices by a bisection on
+//                 the index, then their ranks among themselves: O(points * log(rows) / threads)
+//                 instead of O(points^2) for a pillar holding very many points
 //   vox_gather    warp per pillar: decorated features, padded slots zero, stale rows of the
 //                 previous frame zeroed
 //
@@ -36,9 +41,17 @@ constexpr int kNoPoint = 0x7fffffff;
 // Per-block counters written by vox_count and scanned by vox_offsets.
 enum BlockCount { kFirst = 0, kNonFiniteCount = 1, kInRange = 2, kBlockStride = 3 };
 
-// The frame's point count lives on the device; it is clamped to the rows the scratch was sized for.
-__device__ __forceinline__ int live_points(const int* num_points_in, int num_rows) {
-    return min(max(*num_points_in, 0), num_rows);
+// Pillars with more points than this rank their points in vox_rank_large.
+constexpr int kSmallPillar = 4 * MAX_PTS > 128 ? 4 * MAX_PTS : 128;
+
+// The frame header (point count, first row) lives on the device; the frame is clamped to the rows
+// the input and scratch were sized for.
+__device__ __forceinline__ int first_row(const int* frame, int num_rows) {
+    return min(max(frame[1], 0), num_rows);
+}
+
+__device__ __forceinline__ int live_points(const int* frame, int num_rows) {
+    return min(max(frame[0], 0), num_rows - first_row(frame, num_rows));
 }
 
 // floor((p - lo) / size) in IEEE float32 (the reference's numerics); -1 outside [0, n).
@@ -72,12 +85,12 @@ __device__ __forceinline__ bool is_first(int i, int cell, const int* cell_first)
 }  // namespace
 
 extern "C" __global__ void vox_classify(const float4* __restrict__ points,
-                                        const int* __restrict__ num_points_in, int num_rows,
+                                        const int* __restrict__ frame, int num_rows,
                                         int* __restrict__ point_cell, int* __restrict__ cell_first,
                                         int* __restrict__ cell_count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= live_points(num_points_in, num_rows)) return;
-    const int cell = classify(points[i]);
+    if (i >= live_points(frame, num_rows)) return;
+    const int cell = classify(points[first_row(frame, num_rows) + i]);
     point_cell[i] = cell;
     if (cell >= 0) {
         atomicMin(&cell_first[cell], i);
@@ -85,7 +98,7 @@ extern "C" __global__ void vox_classify(const float4* __restrict__ points,
     }
 }
 
-extern "C" __global__ void vox_count(const int* __restrict__ num_points_in, int num_rows,
+extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows,
                                      const int* __restrict__ point_cell,
                                      const int* __restrict__ cell_first,
                                      const int* __restrict__ cell_count,
@@ -94,7 +107,7 @@ extern "C" __global__ void vox_count(const int* __restrict__ num_points_in, int 
     __shared__ int block_start;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
-    if (i < live_points(num_points_in, num_rows)) {
+    if (i < live_points(frame, num_rows)) {
         cell = point_cell[i];
         nonfinite = cell == kNonFinite;
         in_range = cell >= 0;
@@ -134,10 +147,11 @@ extern "C" __global__ void vox_offsets(int* __restrict__ block_counts, int num_b
         stats[STAT_NONFINITE] = totals[kNonFiniteCount];
         stats[STAT_IN_RANGE] = totals[kInRange];
         stats[STAT_CURSOR] = 0;  // vox_count of the next frame allocates buckets from zero
+        stats[STAT_LARGE_PILLARS] = 0;  // vox_number lists this frame's large pillars from here
     }
 }
 
-extern "C" __global__ void vox_number(const int* __restrict__ num_points_in, int num_rows,
+extern "C" __global__ void vox_number(const int* __restrict__ frame, int num_rows,
                                       const int* __restrict__ point_cell,
                                       const int* __restrict__ cell_first,
                                       const int* __restrict__ cell_count,
@@ -146,9 +160,10 @@ extern "C" __global__ void vox_number(const int* __restrict__ num_points_in, int
                                       int* __restrict__ cell_fill, int* __restrict__ cell_pillar,
                                       int* __restrict__ bucket, int* __restrict__ pillar_bucket,
                                       int* __restrict__ pillar_total, int* __restrict__ coords,
-                                      int* __restrict__ num_points) {
+                                      int* __restrict__ num_points, int* __restrict__ stats,
+                                      int* __restrict__ large_pillars) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool live = i < live_points(num_points_in, num_rows);
+    const bool live = i < live_points(frame, num_rows);
     const int cell = live ? point_cell[i] : kOutOfRange;
     const bool first = live && is_first(i, cell, cell_first);
     int unused;
@@ -167,13 +182,14 @@ extern "C" __global__ void vox_number(const int* __restrict__ num_points_in, int
     pillar_bucket[pillar] = start;
     pillar_total[pillar] = count;
     num_points[pillar] = min(count, MAX_PTS);
+    if (count > kSmallPillar) large_pillars[atomicAdd(&stats[STAT_LARGE_PILLARS], 1)] = pillar;
     const int ix = cell % NX;
     const int iy = (cell / NX) % NY;
     const int iz = cell / (NX * NY);
     reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, iz, iy, ix);
 }
 
-extern "C" __global__ void vox_rank(const int* __restrict__ num_points_in, int num_rows,
+extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
                                     const int* __restrict__ point_cell,
                                     const int* __restrict__ cell_pillar,
                                     const int* __restrict__ bucket,
@@ -182,7 +198,7 @@ extern "C" __global__ void vox_rank(const int* __restrict__ num_points_in, int n
                                     int* __restrict__ cell_first, int* __restrict__ cell_count,
                                     int* __restrict__ cell_fill, int* __restrict__ slot_point) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= live_points(num_points_in, num_rows)) return;
+    if (i >= live_points(frame, num_rows)) return;
     const int cell = point_cell[i];
     if (cell < 0) return;
     const int pillar = cell_pillar[cell];
@@ -191,11 +207,54 @@ extern "C" __global__ void vox_rank(const int* __restrict__ num_points_in, int n
     cell_count[cell] = 0;
     cell_fill[cell] = 0;
     if (pillar < 0) return;
-    const int* members = bucket + pillar_bucket[pillar];
     const int total = pillar_total[pillar];
+    if (total > kSmallPillar) return;  // vox_rank_large's
+    const int* members = bucket + pillar_bucket[pillar];
     int rank = 0;
     for (int j = 0; j < total && rank < MAX_PTS; ++j) rank += members[j] < i;
     if (rank < MAX_PTS) slot_point[pillar * MAX_PTS + rank] = i;
+}
+
+// Number of members below `bound`, summed over the block.
+__device__ __forceinline__ int count_below(const int* members, int total, int bound) {
+    int below = 0;
+    for (int j = threadIdx.x; j < total; j += blockDim.x) below += members[j] < bound;
+    return pp_block_sum(below);
+}
+
+// Grid-stride over the frame's large pillars, one block each. The kept points are the MAX_PTS
+// smallest indices of the pillar: bisect for the smallest bound with MAX_PTS members below it
+// (indices are distinct, so exactly MAX_PTS are), then rank those few among themselves.
+extern "C" __global__ void vox_rank_large(int num_rows, const int* __restrict__ stats,
+                                          const int* __restrict__ large_pillars,
+                                          const int* __restrict__ bucket,
+                                          const int* __restrict__ pillar_bucket,
+                                          const int* __restrict__ pillar_total,
+                                          int* __restrict__ slot_point) {
+    __shared__ int kept[MAX_PTS];
+    __shared__ int num_kept;
+    for (int k = blockIdx.x; k < stats[STAT_LARGE_PILLARS]; k += gridDim.x) {
+        const int pillar = large_pillars[k];
+        const int* members = bucket + pillar_bucket[pillar];
+        const int total = pillar_total[pillar];
+        int lo = 0, hi = num_rows;  // count_below(hi) >= MAX_PTS since total > MAX_PTS
+        while (lo < hi) {
+            const int mid = lo + (hi - lo) / 2;
+            if (count_below(members, total, mid + 1) >= MAX_PTS) hi = mid;
+            else lo = mid + 1;
+        }
+        if (threadIdx.x == 0) num_kept = 0;
+        __syncthreads();
+        for (int j = threadIdx.x; j < total; j += blockDim.x)
+            if (members[j] <= lo) kept[atomicAdd(&num_kept, 1)] = members[j];
+        __syncthreads();
+        for (int s = threadIdx.x; s < MAX_PTS; s += blockDim.x) {
+            int rank = 0;
+            for (int q = 0; q < MAX_PTS; ++q) rank += kept[q] < kept[s];
+            slot_point[pillar * MAX_PTS + rank] = kept[s];
+        }
+        __syncthreads();
+    }
 }
 
 namespace {
@@ -224,9 +283,9 @@ __device__ __forceinline__ float centre_of(int index, float size, float offset) 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kGatherWarps * 32)
-vox_gather(const float4* __restrict__ points, const int* __restrict__ slot_point,
-           const int* __restrict__ stats, int* __restrict__ coords, int* __restrict__ num_points,
-           float* __restrict__ features) {
+vox_gather(const float4* __restrict__ points, const int* __restrict__ frame, int num_rows,
+           const int* __restrict__ slot_point, const int* __restrict__ stats, int* __restrict__ coords,
+           int* __restrict__ num_points, float* __restrict__ features) {
     __shared__ float4 staged[kGatherWarps][MAX_PTS];
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
@@ -244,8 +303,9 @@ vox_gather(const float4* __restrict__ points, const int* __restrict__ slot_point
         return;
     }
     const int n = num_points[pillar];
+    const float4* frame_points = points + first_row(frame, num_rows);
     for (int s = lane; s < MAX_PTS; s += 32)
-        staged[warp][s] = s < n ? points[slot_point[pillar * MAX_PTS + s]] : make_float4(0, 0, 0, 0);
+        staged[warp][s] = s < n ? frame_points[slot_point[pillar * MAX_PTS + s]] : make_float4(0, 0, 0, 0);
     __syncwarp();
     // Sequential float32 sum in slot order: the reference's order, hence its exact bits.
     float3 sum = make_float3(0.0f, 0.0f, 0.0f);
