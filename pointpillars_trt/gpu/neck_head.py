@@ -1,0 +1,224 @@
+"""Neck + heads stage: transposed convs (kernel == stride) + bias + ReLU and the 1x1 heads in one kernel.
+
+``cuda/neck_head.cu`` computes ``heads = sum_i relu(deconv_i(x_i)) W_i + b`` per head-map pixel without
+writing the channel concat: ``W_i`` is branch i's block of rows of the merged (NH, sum CU) head weight.
+float16 runs on tensor cores (mma.sync, float32 accumulation), float32 on plain FMA. The weights are packed
+once into one device buffer whose offsets the kernel is compiled with (:class:`NeckHeadParams`);
+:func:`pack_neck_head` is the NumPy re-layout, tested against the plain ONNX-layout computation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import BackendError
+from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
+
+MAX_BRANCHES = 3  # the kernel's pointer arguments; PointPillars necks have three
+_K_ALIGN = 16     # input channels: the wmma k step
+_CU_ALIGN = 32    # upsampled channels: 4 warps x one 8-column mma tile
+_OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+@dataclass(frozen=True)
+class NeckBranch:
+    """One neck branch: ``in_channels`` -> ConvTranspose(kernel = stride = ``stride``) -> ``up_channels``."""
+
+    in_channels: int
+    up_channels: int
+    stride: int
+
+    @property
+    def padded_in(self) -> int:
+        return _round_up(self.in_channels, _K_ALIGN)
+
+    @property
+    def padded_up(self) -> int:
+        return _round_up(self.up_channels, _CU_ALIGN)
+
+
+@dataclass(frozen=True)
+class NeckHeadParams:
+    """Everything neck_head.cu is compiled with; also the packed weight layout (offsets in elements)."""
+
+    branches: tuple[NeckBranch, ...]
+    head_y: int
+    head_x: int
+    head_channels: int
+    half: bool
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.branches) <= MAX_BRANCHES:
+            raise BackendError(f"neck-head kernel: {len(self.branches)} neck branches; it supports 1 to {MAX_BRANCHES}")
+        for i, br in enumerate(self.branches):
+            if br.stride < 1 or self.head_y % br.stride or self.head_x % br.stride:
+                raise BackendError(
+                    f"neck branch {i}: upsample stride {br.stride} does not divide the head map "
+                    f"{self.head_y} x {self.head_x}. Note: Expected integer strides that divide it"
+                )
+            if br.in_channels % 8:
+                raise BackendError(
+                    f"neck branch {i}: {br.in_channels} input channels. Note: Expected a multiple of 8 "
+                    "(16-byte vector loads)"
+                )
+
+    @classmethod
+    def from_config(cls, cfg: ModelConfig, half: bool) -> NeckHeadParams:
+        net = cfg.network
+        hx, hy = cfg.head_map
+        branches = tuple(
+            NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_strides)
+        )
+        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half)
+
+    @property
+    def cell(self) -> int:
+        """Side of the head-map cell whose pixels share no weight slice: lcm of the strides."""
+        return math.lcm(*(b.stride for b in self.branches))
+
+    @property
+    def padded_heads(self) -> int:
+        return _round_up(self.head_channels, 8)
+
+    @property
+    def rows_per_block(self) -> int:
+        return 64 if self.half else 32
+
+    def layout(self) -> dict[str, int]:
+        """Offsets (elements) of every block of the packed weight and bias buffers, and their sizes."""
+        out: dict[str, int] = {}
+        w = 0
+        for i, br in enumerate(self.branches):
+            out[f"B{i}_W"] = w
+            w += _round_up(br.stride * br.stride * br.padded_in * br.padded_up, _OFFSET_ALIGN)
+        for i, br in enumerate(self.branches):
+            out[f"B{i}_HEAD"] = w
+            w += br.padded_up * self.padded_heads
+        b = 0
+        for i, br in enumerate(self.branches):
+            out[f"B{i}_BIAS"] = b
+            b += br.padded_up
+        out["HEAD_BIAS"] = b
+        out["weight_size"] = w
+        out["bias_size"] = b + self.padded_heads
+        return out
+
+    def defines(self) -> tuple[str, ...]:
+        lay = self.layout()
+        values: dict[str, int | str] = dict(
+            USE_MMA=int(self.half), NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
+            NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
+            CU_MAX=max(b.padded_up for b in self.branches),
+        )
+        for i, br in enumerate(self.branches):
+            values.update({
+                f"B{i}_CIN": br.in_channels, f"B{i}_KP": br.padded_in, f"B{i}_CU": br.padded_up,
+                f"B{i}_STRIDE": br.stride, f"B{i}_W": lay[f"B{i}_W"], f"B{i}_BIAS": lay[f"B{i}_BIAS"],
+                f"B{i}_HEAD": lay[f"B{i}_HEAD"],
+            })
+        return define_flags(**values)
+
+    def feature_shape(self, i: int, batch: int) -> tuple[int, int, int, int]:
+        br = self.branches[i]
+        return (batch, self.head_y // br.stride, self.head_x // br.stride, br.in_channels)
+
+    def output_shape(self, batch: int) -> tuple[int, int, int, int]:
+        return (batch, self.head_y, self.head_x, self.head_channels)
+
+
+@dataclass(frozen=True)
+class NeckHeadWeights:
+    """The ONNX layouts: ConvTranspose weights (Cin, CU, k, k) + biases, merged head (NH, sum CU) + bias."""
+
+    deconv_weights: tuple[np.ndarray, ...]
+    deconv_biases: tuple[np.ndarray, ...]
+    head_weight: np.ndarray
+    head_bias: np.ndarray
+
+
+def head_blocks(head_weight: np.ndarray, up_channels: Sequence[int]) -> list[np.ndarray]:
+    """Split the merged head weight (NH, sum CU[, 1, 1]) into the per-branch blocks W_i (CU_i, NH)."""
+    w = head_weight.reshape(head_weight.shape[0], -1)
+    if w.shape[1] != sum(up_channels):
+        raise BackendError(
+            f"head weight: {w.shape[1]} input channels. Note: Expected {sum(up_channels)} (the neck's concat)"
+        )
+    edges = np.cumsum([0, *up_channels])
+    return [np.ascontiguousarray(w[:, lo:hi].T) for lo, hi in zip(edges[:-1], edges[1:])]
+
+
+def pack_neck_head(params: NeckHeadParams, weights: NeckHeadWeights) -> tuple[np.ndarray, np.ndarray]:
+    """The packed weight buffer (float16 or float32, see the .cu header) and the float32 bias buffer."""
+    lay = params.layout()
+    wbuf = np.zeros(lay["weight_size"], np.float32)
+    bbuf = np.zeros(lay["bias_size"], np.float32)
+    blocks = head_blocks(weights.head_weight, [b.up_channels for b in params.branches])
+    for i, br in enumerate(params.branches):
+        wd = weights.deconv_weights[i]
+        want = (br.in_channels, br.up_channels, br.stride, br.stride)
+        if wd.shape != want:
+            raise BackendError(f"deblock{i}.weight | Received shape {wd.shape}. Note: Expected {want}")
+        k, kp, cu = br.stride, br.padded_in, br.padded_up
+        slices = np.zeros((k, k, cu, kp), np.float32)
+        slices[:, :, : br.up_channels, : br.in_channels] = wd.transpose(2, 3, 1, 0)  # [a][b][co][ci]
+        head = np.zeros((params.padded_heads, cu), np.float32)  # W_i transposed: [h][c]
+        head[: params.head_channels, : br.up_channels] = blocks[i].T
+        if not params.half:  # the float32 kernel reads K x N: consecutive threads, consecutive output channels
+            slices, head = slices.transpose(0, 1, 3, 2), head.T
+        wbuf[lay[f"B{i}_W"]: lay[f"B{i}_W"] + slices.size] = slices.ravel()
+        wbuf[lay[f"B{i}_HEAD"]: lay[f"B{i}_HEAD"] + head.size] = head.ravel()
+        bbuf[lay[f"B{i}_BIAS"]: lay[f"B{i}_BIAS"] + br.up_channels] = weights.deconv_biases[i]
+    bbuf[lay["HEAD_BIAS"]: lay["HEAD_BIAS"] + params.head_channels] = weights.head_bias
+    return wbuf.astype(np.float16 if params.half else np.float32), bbuf
+
+
+class NeckHeadStage:
+    """Branch features (NHWC, float16 or float32) -> heads (B, HY, HX, NH) float32 NHWC, one launch.
+
+    The packed weights are uploaded once here; :meth:`launch` only enqueues the kernel.
+    """
+
+    def __init__(self, params: NeckHeadParams, weights: NeckHeadWeights) -> None:
+        cp = cupy_module()
+        self.params = params
+        self.kernel_name = "neck_head_f16" if params.half else "neck_head_f32"
+        self._kernel = compile_kernels("neck_head.cu", params.defines(), (self.kernel_name,))[self.kernel_name]
+        wbuf, bbuf = pack_neck_head(params, weights)
+        with checked("neck_head: uploading weights"):
+            self.weights = cp.asarray(wbuf)
+            self.biases = cp.asarray(bbuf)
+            cp.cuda.runtime.deviceSynchronize()  # uploaded before any other stream reads them
+        self.dtype = np.dtype(np.float16 if params.half else np.float32)
+
+    def grid(self, batch: int) -> tuple[int, int]:
+        p = self.params
+        cells = batch * (-(-p.head_y // p.cell)) * (-(-p.head_x // p.cell))
+        return grid_blocks(cells, p.rows_per_block), p.cell * p.cell
+
+    def check(self, features: Sequence[Any], out: Any) -> int:
+        """Check the device arrays (names, dtypes, shapes, C order); returns the batch."""
+        p = self.params
+        if len(features) != len(p.branches):
+            raise BackendError(f"neck_head: {len(features)} feature maps. Note: Expected {len(p.branches)}")
+        batch = int(out.shape[0]) if getattr(out, "ndim", 0) == 4 else -1
+        check_device_array(out, "heads", np.float32, p.output_shape(max(batch, 0)))
+        for i, f in enumerate(features):
+            check_device_array(f, f"neck feature {i}", self.dtype, p.feature_shape(i, batch))
+        return batch
+
+    def launch(self, features: Sequence[Any], out: Any, stream: Any, *, checked_batch: int | None = None) -> None:
+        """Enqueue on ``stream``. ``checked_batch``: the batch of arrays :meth:`check` already passed (hot path)."""
+        batch = self.check(features, out) if checked_batch is None else checked_batch
+        xs = list(features) + [features[0]] * (MAX_BRANCHES - len(features))
+        launch_kernel(self._kernel, self.grid(batch), 128,
+                      (*xs, self.weights, self.biases, out, np.int32(batch)), stream)

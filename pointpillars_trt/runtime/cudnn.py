@@ -1,0 +1,652 @@
+"""The RPN on the NVIDIA cuDNN frontend: fused conv + bias + ReLU graphs for the backbone, one kernel for the rest.
+
+Tensors (NHWC; batch dynamic up to ``CudnnOptions.max_batch``):
+
+* input ``canvas`` (B, ny, nx, pfn_channels): float16 for precision fp16, float32 otherwise;
+* output ``heads`` (B, hy, hx, cls + box + dir) float32, each part in the ONNX heads' channel order.
+
+Every backbone conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and
+batch, built when a batch is first bound; the neck (transposed convs, kernel == stride) and the
+1x1 heads are :class:`~pointpillars_trt.gpu.neck_head.NeckHeadStage`. ``run`` only enqueues: 16
+cuDNN executions and one kernel on the caller's stream, no host sync, no allocation, so the
+pipeline can capture it in a CUDA graph.
+
+The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
+when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``<model dir>/cudnn/``)
+in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and compute capability,
+config digest, precision and batch. A missing, corrupt or mismatching entry is rebuilt.
+
+``import cudnn`` and ``import cupy`` happen only when an engine is activated.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Mapping, get_args
+
+import numpy as np
+
+from ..config import ModelConfig
+from ..errors import BackendError
+from ..fileio import write_bytes_atomic
+from .base import Engine, Shape, TensorSpec
+
+CudnnPrecision = Literal["fp16", "tf32", "fp32"]
+PRECISIONS: tuple[str, ...] = get_args(CudnnPrecision)
+CANVAS = "canvas"
+HEADS = "heads"
+MIN_CUDNN_VERSION = 90500
+INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
+PLAN_CACHE_FORMAT = 1
+TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
+TUNE_ITERS = 10
+
+
+# -- options ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CudnnOptions:
+    """cuDNN frontend engine options.
+
+    ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
+    TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
+    ``config_digest``: when given, must equal the digest of the model config (a stale model dir
+    is refused). ``plan_cache_dir``: None for ``<model dir>/cudnn/``. ``autotune``: time the first
+    heuristic candidates of each conv once and cache the fastest (False: the heuristic's first
+    buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
+    """
+
+    device_id: int = 0
+    precision: str = "fp16"
+    config_digest: str | None = None
+    plan_cache_dir: Path | None = None
+    autotune: bool = True
+    max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int) or self.device_id < 0:
+            raise BackendError(f"CudnnOptions.device_id: expected a CUDA device index >= 0, received {self.device_id!r}")
+        if self.precision not in PRECISIONS:
+            raise BackendError(f"CudnnOptions.precision: received {self.precision!r}. Note: Expected one of {PRECISIONS}")
+        if self.config_digest is not None and (not isinstance(self.config_digest, str) or not self.config_digest):
+            raise BackendError(
+                f"CudnnOptions.config_digest: expected a non-empty str or None, received {self.config_digest!r}"
+            )
+        if self.plan_cache_dir is not None:
+            if not isinstance(self.plan_cache_dir, (str, Path)):
+                raise BackendError(
+                    f"CudnnOptions.plan_cache_dir: expected a path or None, received {type(self.plan_cache_dir).__name__}"
+                )
+            object.__setattr__(self, "plan_cache_dir", Path(self.plan_cache_dir))
+        if not isinstance(self.autotune, bool):
+            raise BackendError(f"CudnnOptions.autotune: expected a bool, received {self.autotune!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise BackendError(f"CudnnOptions.max_batch: expected an int >= 1, received {self.max_batch!r}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the canvas and of the backbone activations."""
+        return np.dtype(np.float16 if self.precision == "fp16" else np.float32)
+
+
+def cudnn_unavailable_reason() -> str | None:
+    """None when this engine can run here; otherwise one line naming what is missing."""
+    try:
+        import cupy
+    except ImportError:
+        return f"CuPy is not installed ({INSTALL_HINT})"
+    try:
+        import cudnn
+    except ImportError:
+        return f"nvidia-cudnn-frontend is not installed ({INSTALL_HINT})"
+    except Exception as exc:  # the frontend imports but cannot load libcudnn
+        return f"nvidia-cudnn-frontend does not load: {type(exc).__name__}: {exc}"
+    try:
+        version = int(cudnn.backend_version())
+    except Exception as exc:
+        return f"the cuDNN library is not loadable ({type(exc).__name__}: {exc}); cuDNN >= 9.5 is needed"
+    if version < MIN_CUDNN_VERSION:
+        return f"cuDNN {_version_text(version)} is too old: cuDNN >= 9.5 is needed"
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:
+        return f"no usable CUDA device ({exc})"
+    return None if count > 0 else "no CUDA device"
+
+
+def _version_text(version: int) -> str:
+    return f"{version // 10000}.{version // 100 % 100}.{version % 100}"
+
+
+# -- plan cache key -----------------------------------------------------------------------------
+
+
+def plan_cache_key(
+    *, cudnn_version: int, frontend_version: str, gpu_name: str, compute_capability: str,
+    config_digest: str, precision: str, batch: int,
+) -> dict[str, Any]:
+    """Everything a cached plan depends on; a file whose stored key differs is rebuilt."""
+    return {
+        "format": PLAN_CACHE_FORMAT, "cudnn": int(cudnn_version), "frontend": str(frontend_version),
+        "gpu": str(gpu_name), "compute_capability": str(compute_capability), "config_digest": str(config_digest),
+        "precision": str(precision), "batch": int(batch),
+    }
+
+
+def plan_cache_name(key: Mapping[str, Any]) -> str:
+    """File name of a key: readable prefix + a hash of every component."""
+    digest = hashlib.sha256(json.dumps(dict(key), sort_keys=True).encode()).hexdigest()[:16]
+    return f"rpn_{key['precision']}_b{key['batch']}_{digest}.json"
+
+
+# -- weights ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConvLayer:
+    """One backbone conv (3 x 3, padding 1) at batch-free NHWC shapes."""
+
+    block: int
+    index: int
+    in_channels: int
+    out_channels: int
+    stride: int
+    in_hw: tuple[int, int]
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        return tuple((d + 2 - 3) // self.stride + 1 for d in self.in_hw)  # type: ignore[return-value]
+
+    @property
+    def shape_key(self) -> str:
+        """Convs sharing this string share one cuDNN graph and plan."""
+        h, w = self.in_hw
+        return f"{h}x{w}x{self.in_channels}-{self.out_channels}s{self.stride}"
+
+    @property
+    def name(self) -> str:
+        return f"block{self.block}.conv{self.index}"
+
+
+def rpn_conv_layers(cfg: ModelConfig) -> list[ConvLayer]:
+    """The backbone convs in order; checks that every upsampled branch lands on the head map."""
+    net = cfg.network
+    nx, ny, _ = cfg.voxel.grid
+    hx, hy = cfg.head_map
+    hw, cin = (ny, nx), net.pfn_channels
+    layers: list[ConvLayer] = []
+    for i, (n, stride, cout, up) in enumerate(
+        zip(net.layer_nums, net.layer_strides, net.block_channels, net.upsample_strides)
+    ):
+        for j in range(n + 1):
+            layer = ConvLayer(i, j, cin if j == 0 else cout, cout, stride if j == 0 else 1, hw)
+            layers.append(layer)
+            hw = layer.out_hw
+        if (hw[0] * up, hw[1] * up) != (hy, hx):
+            raise BackendError(
+                f"block{i}: output {hw[0]} x {hw[1]} upsampled by {up} is not the head map {hy} x {hx}. "
+                "Note: Expected the config's strides to meet at the head map"
+            )
+        cin = cout
+    return layers
+
+
+@dataclass(frozen=True)
+class RpnWeights:
+    """BN-folded RPN weights in the ONNX layouts (float32 copies of the stored initializers)."""
+
+    convs: tuple[tuple[np.ndarray, np.ndarray], ...]  # per ConvLayer: (Cout, Cin, 3, 3), (Cout,)
+    deconvs: tuple[tuple[np.ndarray, np.ndarray], ...]  # (Cin, CU, k, k), (CU,)
+    head_weight: np.ndarray  # (NH, sum CU)
+    head_bias: np.ndarray    # (NH,)
+
+
+def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -> RpnWeights:
+    """Pick and check the RPN initializers; the head is the merged ``head.*`` or cls | box | dir concatenated."""
+
+    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
+        if name not in initializers:
+            raise BackendError(f"rpn.onnx: initializer {name} is missing. Note: Expected the BN-folded RPN export")
+        arr = np.asarray(initializers[name])
+        if arr.shape != shape:
+            raise BackendError(f"Initializer: {name} | Received shape: {arr.shape}. Note: Expected shape: {shape}")
+        return arr.astype(np.float32)
+
+    net = cfg.network
+    convs = tuple(
+        (get(f"{l.name}.weight", (l.out_channels, l.in_channels, 3, 3)), get(f"{l.name}.bias", (l.out_channels,)))
+        for l in rpn_conv_layers(cfg)
+    )
+    deconvs = tuple(
+        (get(f"deblock{i}.weight", (cin, cu, k, k)), get(f"deblock{i}.bias", (cu,)))
+        for i, (cin, cu, k) in enumerate(zip(net.block_channels, net.upsample_channels, net.upsample_strides))
+    )
+    cin = net.head_in_channels
+    parts = cfg.head_channels  # cls, box, dir in head order
+    nh = sum(parts.values())
+    if "head.weight" in initializers:
+        head_w = get("head.weight", (nh, cin, 1, 1)).reshape(nh, cin)
+        head_b = get("head.bias", (nh,))
+    else:
+        head_w = np.concatenate([get(f"head.{n}.weight", (c, cin, 1, 1)).reshape(c, cin) for n, c in parts.items()])
+        head_b = np.concatenate([get(f"head.{n}.bias", (c,)) for n, c in parts.items()])
+    return RpnWeights(convs, deconvs, head_w, head_b)
+
+
+def load_onnx_initializers(path: Path) -> dict[str, np.ndarray]:
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        model = onnx.load(str(path))
+    except Exception as exc:
+        raise BackendError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def conv_filter_krsc(weight: np.ndarray) -> np.ndarray:
+    """ONNX conv weight (K, C, R, S) -> the KRSC memory order of cuDNN's NHWC filter."""
+    return np.ascontiguousarray(weight.transpose(0, 2, 3, 1))
+
+
+def nhwc_strides(n: int, c: int, h: int, w: int) -> list[int]:
+    """cuDNN dims are (N, C, H, W); these strides put channels innermost."""
+    return [h * w * c, 1, w * c, c]
+
+
+# -- the engine ---------------------------------------------------------------------------------
+
+
+@dataclass
+class _ConvPlan:
+    graph: Any
+    uids: dict[str, int]
+    workspace: int
+    entry: dict[str, Any]  # what the cache file stores for this shape
+
+
+class CudnnEngine(Engine):
+    """The RPN as cuDNN frontend graphs + the neck-head kernel; see the module docstring for the tensors.
+
+    ``path`` is the model dir's ``rpn.onnx`` (its BN-folded initializers are the weights); ``cfg`` the
+    model config (None: read from ``model.json`` beside it).
+    """
+
+    backend = "cudnn"  # type: ignore[assignment]
+
+    def __init__(self, path: str | Path, cfg: ModelConfig | None = None, options: CudnnOptions | None = None) -> None:
+        super().__init__(path, "cuda")
+        self.options = options if options is not None else CudnnOptions()
+        if not isinstance(self.options, CudnnOptions):
+            raise BackendError(f"CudnnEngine: options must be CudnnOptions, received {type(self.options).__name__}")
+        self._cfg = cfg
+        self.build_log: list[dict[str, Any]] = []  # per prepared batch: plan source and seconds
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cp: Any = None
+        self._cudnn: Any = None
+        self._handle: Any = None
+        self._ptrs: dict[str, tuple[int, Shape]] = {}
+        self._plans: dict[int, dict[str, _ConvPlan]] = {}
+        self._buffers: dict[str, Any] = {}
+        self._capacity = 0
+        self._workspace: Any = None
+        self._calls: list[tuple[Any, dict[int, int]]] | None = None
+        self._neck_args: tuple[list[Any], Any, int] | None = None
+        self._streams: dict[int, Any] = {}
+
+    @property
+    def cfg(self) -> ModelConfig:
+        if self._cfg is None:
+            from ..model_dir import load_model_dir
+
+            self._cfg = load_model_dir(self.path.parent).cfg
+        return self._cfg
+
+    @property
+    def plan_cache_dir(self) -> Path:
+        return self.options.plan_cache_dir or self.path.parent / "cudnn"
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def _load(self) -> list[TensorSpec]:
+        reason = cudnn_unavailable_reason()
+        if reason is not None:
+            raise BackendError(f"cuDNN engine unavailable: {reason}")
+        import cudnn
+        import cupy as cp
+
+        from ..gpu.neck_head import NeckHeadParams, NeckHeadStage, NeckHeadWeights
+
+        cfg, opt = self.cfg, self.options
+        if opt.config_digest is not None and opt.config_digest != cfg.digest():
+            raise BackendError(
+                f"{self.path}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
+            )
+        self._layers = rpn_conv_layers(cfg)
+        weights = read_rpn_weights(load_onnx_initializers(self.path), cfg)
+        self._cp, self._cudnn = cp, cudnn
+        self._device = cp.cuda.Device(opt.device_id)
+        dtype = opt.dtype
+        try:
+            with self._device:
+                self._handle = cudnn.create_handle()
+                self._conv_weights = [
+                    (cp.asarray(conv_filter_krsc(w).astype(dtype)), cp.asarray(b.astype(dtype))) for w, b in weights.convs
+                ]
+                nh_weights = NeckHeadWeights(
+                    tuple(w for w, _ in weights.deconvs), tuple(b for _, b in weights.deconvs),
+                    weights.head_weight, weights.head_bias,
+                )
+                self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, opt.precision == "fp16"), nh_weights)
+                props = cp.cuda.runtime.getDeviceProperties(opt.device_id)
+                self._gpu = (props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
+                             f"{props['major']}.{props['minor']}")
+        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.memory.OutOfMemoryError) as exc:
+            self._release()
+            raise BackendError(f"cuDNN engine: CUDA error while loading {self.path.name}: {exc}") from exc
+        nx, ny, _ = cfg.voxel.grid
+        hx, hy = cfg.head_map
+        return [
+            TensorSpec(CANVAS, (-1, ny, nx, cfg.network.pfn_channels), dtype, True),
+            TensorSpec(HEADS, (-1, hy, hx, sum(cfg.head_channels.values())), np.dtype(np.float32), False),
+        ]
+
+    def _unload(self) -> None:
+        if self._cp is not None:
+            with self._device:
+                self._cp.cuda.runtime.deviceSynchronize()  # nothing in flight reads what is freed below
+        self._release()
+
+    def _release(self) -> None:
+        if self._handle is not None:
+            try:
+                self._cudnn.destroy_handle(self._handle)
+            except Exception:
+                pass
+        self._conv_weights = []
+        self._neck = None
+        self._reset()
+
+    # -- binding: graphs, buffers and the call list are made here, outside the hot path -----------
+
+    def _bind(self, spec: TensorSpec, ptr: int, shape: Shape) -> None:
+        if shape[0] > self.options.max_batch:
+            raise BackendError(
+                f"{spec.role} tensor: {spec.name} | Received batch {shape[0]}. "
+                f"Note: Expected at most CudnnOptions.max_batch = {self.options.max_batch}"
+            )
+        self._ptrs[spec.name] = (ptr, shape)
+        self._calls = None
+        if len(self._ptrs) == 2 and self._ptrs[CANVAS][1][0] == self._ptrs[HEADS][1][0]:
+            with self._device:
+                self._prepare(self._ptrs[CANVAS][1][0])
+
+    def _prepare(self, batch: int) -> None:
+        cp = self._cp
+        t0 = time.perf_counter()
+        source = "loaded"
+        try:
+            if batch > self._capacity:
+                self._allocate(batch)
+            if batch not in self._plans:
+                self._plans[batch], source = self._plans_for(batch)
+            need = max([p.workspace for p in self._plans[batch].values()] + [1])
+            if self._workspace is None or self._workspace.nbytes < need:
+                self._workspace = cp.empty(need, np.uint8)
+            cp.cuda.runtime.deviceSynchronize()
+        except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.memory.OutOfMemoryError) as exc:
+            raise BackendError(f"cuDNN engine: CUDA error while preparing batch {batch}: {exc}") from exc
+        plans = self._plans[batch]
+        calls = []
+        for k, layer in enumerate(self._layers):
+            plan = plans[layer.shape_key]
+            w, b = self._conv_weights[k]
+            pack = {plan.uids["X"]: self._activation_ptr(k, batch, input_side=True), plan.uids["W"]: w.data.ptr,
+                    plan.uids["B"]: b.data.ptr, plan.uids["Y"]: self._activation_ptr(k, batch, input_side=False)}
+            calls.append((plan.graph, pack))
+        p = self._neck.params
+        heads_ptr, _ = self._ptrs[HEADS]
+        out_shape = p.output_shape(batch)
+        mem = cp.cuda.UnownedMemory(heads_ptr, int(np.prod(out_shape)) * 4, self)
+        out = cp.ndarray(out_shape, np.float32, cp.cuda.MemoryPointer(mem, 0))
+        feats = [self._buffers[f"feature{i}"][:batch] for i in range(len(p.branches))]
+        self._neck.check(feats, out)
+        self._neck_args = (feats, out, batch)
+        self._calls = calls
+        self.build_log.append({"batch": batch, "plans": source, "seconds": round(time.perf_counter() - t0, 3)})
+
+    def _allocate(self, batch: int) -> None:
+        """Activation buffers for ``batch``: one per branch (each block's last conv) + two to ping-pong."""
+        cp, dtype = self._cp, self.options.dtype
+        self._buffers.clear()
+        scratch = 0
+        for i in range(len(self.cfg.network.layer_nums)):
+            last = [l for l in self._layers if l.block == i][-1]
+            h, w = last.out_hw
+            self._buffers[f"feature{i}"] = cp.zeros((batch, h, w, last.out_channels), dtype)
+            scratch = max(scratch, max(l.out_hw[0] * l.out_hw[1] * l.out_channels for l in self._layers if l.block == i))
+        self._buffers["scratch0"] = cp.zeros(batch * scratch, dtype)
+        self._buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
+        self._capacity = batch
+
+    def _activation_ptr(self, k: int, batch: int, *, input_side: bool) -> int:
+        """Device pointer of conv ``k``'s input (``input_side``) or output: canvas, a branch feature or scratch."""
+        layers = self._layers
+        if input_side:
+            if k == 0:
+                return self._ptrs[CANVAS][0]
+            return self._activation_ptr(k - 1, batch, input_side=False)
+        layer = layers[k]
+        if k + 1 == len(layers) or layers[k + 1].block != layer.block:
+            return int(self._buffers[f"feature{layer.block}"].data.ptr)
+        first = next(i for i, l in enumerate(layers) if l.block == layer.block)
+        return int(self._buffers[f"scratch{(k - first) % 2}"].data.ptr)
+
+    # -- the hot path ------------------------------------------------------------------------------
+
+    def _run(self, stream_ptr: int) -> None:
+        if self._calls is None or self._neck_args is None:
+            (_, cs), (_, hs) = self._ptrs[CANVAS], self._ptrs[HEADS]
+            raise BackendError(
+                f"Input tensor: {CANVAS} | Received batch {cs[0]}, but {HEADS} has batch {hs[0]}. "
+                "Note: Expected the same batch for both"
+            )
+        stream = self._streams.get(stream_ptr)
+        if stream is None:  # a Python wrapper of the caller's stream, made once per stream
+            with warnings.catch_warnings():  # CuPy 14 deprecates ExternalStream for protocol objects; a raw pointer has none
+                warnings.simplefilter("ignore", DeprecationWarning)
+                stream = self._streams[stream_ptr] = self._cp.cuda.ExternalStream(stream_ptr, self.options.device_id)
+        ws = int(self._workspace.data.ptr)
+        try:
+            self._cudnn.set_stream(handle=self._handle, stream=stream_ptr)
+            for graph, pack in self._calls:
+                graph._execute(pack, ws, self._handle)
+        except Exception as exc:  # cuDNN errors surface as RuntimeError from the frontend
+            raise BackendError(f"cuDNN engine: execution failed: {exc}") from exc
+        feats, out, batch = self._neck_args
+        self._neck.launch(feats, out, stream, checked_batch=batch)
+
+    # -- plans -------------------------------------------------------------------------------------
+
+    def plan_cache_key(self, batch: int) -> dict[str, Any]:
+        self._require_active()
+        return plan_cache_key(
+            cudnn_version=int(self._cudnn.backend_version()), frontend_version=str(self._cudnn.__version__),
+            gpu_name=self._gpu[0], compute_capability=self._gpu[1], config_digest=self.cfg.digest(),
+            precision=self.options.precision, batch=batch,
+        )
+
+    def plan_cache_path(self, batch: int) -> Path:
+        return self.plan_cache_dir / plan_cache_name(self.plan_cache_key(batch))
+
+    def _plans_for(self, batch: int) -> tuple[dict[str, _ConvPlan], str]:
+        """One plan per conv shape: from the cache file where it holds a usable entry, else built (and saved)."""
+        key = self.plan_cache_key(batch)
+        path = self.plan_cache_dir / plan_cache_name(key)
+        cached = _read_cache(path, key)
+        plans: dict[str, _ConvPlan] = {}
+        built = 0
+        for layer in self._layers:
+            if layer.shape_key in plans:
+                continue
+            plan = self._plan_from_entry(layer, batch, cached.get(layer.shape_key))
+            if plan is None:
+                plan = self._tune(layer, batch)
+                built += 1
+            plans[layer.shape_key] = plan
+        if built:
+            doc = {"key": key, "layers": {k: p.entry for k, p in plans.items()}}
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+            except OSError:
+                pass  # a read-only model dir only costs the next start its tuning
+        return plans, ("cache" if not built else f"built {built} of {len(plans)} shapes")
+
+    def _graph(self, layer: ConvLayer, batch: int) -> tuple[Any, dict[str, Any]]:
+        """conv_fprop -> bias -> ReLU for ``layer`` at ``batch``, NHWC, lowered to a cuDNN operation graph."""
+        c = self._cudnn
+        io = c.data_type.HALF if self.options.precision == "fp16" else c.data_type.FLOAT
+        g = c.pygraph(io_data_type=io, intermediate_data_type=c.data_type.FLOAT,
+                      compute_data_type=c.data_type.FLOAT, handle=self._handle)
+        (h, w), (p, q) = layer.in_hw, layer.out_hw
+        cin, cout = layer.in_channels, layer.out_channels
+        x = g.tensor(name="X", dim=[batch, cin, h, w], stride=nhwc_strides(batch, cin, h, w), data_type=io)
+        wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=nhwc_strides(cout, cin, 3, 3), data_type=io)
+        bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=nhwc_strides(1, cout, 1, 1), data_type=io)
+        y = g.conv_fprop(image=x, weight=wt, padding=[1, 1], stride=[layer.stride] * 2, dilation=[1, 1],
+                         compute_data_type=c.data_type.FLOAT)
+        y = g.relu(input=g.bias(input=y, bias=bt))
+        y.set_output(True).set_data_type(io).set_dim([batch, cout, p, q]).set_stride(nhwc_strides(batch, cout, p, q))
+        g.validate()
+        g.build_operation_graph()
+        g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])
+        notes = [c.numerical_note.REDUCED_PRECISION_REDUCTION]
+        if self.options.precision == "fp32":  # IEEE: no TF32 tensor-core engines, no down-converting ones
+            notes += [c.numerical_note.TENSOR_CORE, c.numerical_note.DOWN_CONVERT_INPUTS]
+        g.deselect_numeric_notes(notes)
+        return g, {"X": x, "W": wt, "B": bt, "Y": y}
+
+    def _tune(self, layer: ConvLayer, batch: int) -> _ConvPlan:
+        """Build the first heuristic candidates, time them on the engine's buffers, keep the fastest."""
+        g, tensors = self._graph(layer, batch)
+        built: list[int] = []
+        errors: list[str] = []
+        for i in range(g.get_execution_plan_count()):
+            if len(built) >= (TUNE_CANDIDATES if self.options.autotune else 1):
+                break
+            try:
+                g.build_plan_at_index(i)
+                built.append(i)
+            except Exception as exc:
+                errors.append(f"{i}: {exc}")
+        if not built:
+            what = " IEEE fp32 (non-tensor-core)" if self.options.precision == "fp32" else ""
+            raise BackendError(
+                f"cuDNN offers no{what} engine for {layer.name} ({layer.shape_key}, batch {batch}). "
+                f"Note: {'use precision tf32 or fp16' if what else 'errors: ' + '; '.join(errors[:3])}"
+            )
+        uids = {k: int(t.get_uid()) for k, t in tensors.items()}
+        times: dict[int, float] = {}
+        if len(built) > 1:
+            times = self._time_plans(g, uids, layer, batch, built)
+        best = min(built, key=lambda i: times.get(i, float("inf"))) if times else built[0]
+        names = {i: _plan_name(g, i) for i in built}
+        # A fresh graph with only the winner built: its "candidate" is the winner, so execute() and
+        # serialize() both mean it.
+        g, tensors = self._graph(layer, batch)
+        g.build_plan_at_index(best)
+        uids = {k: int(t.get_uid()) for k, t in tensors.items()}
+        try:
+            blob: str | None = base64.b64encode(bytes(g.serialize())).decode()
+        except Exception:
+            blob = None
+        entry = {"plan_index": best, "plan_name": names[best], "uids": uids, "serialized": blob,
+                 "tuned_ms": {f"{i}:{names[i]}": round(t, 5) for i, t in times.items()}}
+        return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
+
+    def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:
+        cp = self._cp
+        k = self._layers.index(layer)
+        w, b = self._conv_weights[k]
+        pack = {uids["X"]: self._activation_ptr(k, batch, input_side=True),  # reads the bound canvas, writes our buffers
+                uids["W"]: int(w.data.ptr), uids["B"]: int(b.data.ptr),
+                uids["Y"]: self._activation_ptr(k, batch, input_side=False)}
+        ws = cp.empty(max([g.get_workspace_size_plan_at_index(i) for i in built] + [1]), np.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
+        times: dict[int, float] = {}
+        for i in built:
+            try:
+                for _ in range(2):
+                    g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle)
+                start, stop = cp.cuda.Event(), cp.cuda.Event()
+                start.record(stream)
+                for _ in range(TUNE_ITERS):
+                    g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle)
+                stop.record(stream)
+                stop.synchronize()
+                times[i] = cp.cuda.get_elapsed_time(start, stop) / TUNE_ITERS
+            except Exception:
+                continue
+        stream.synchronize()
+        return times
+
+    def _plan_from_entry(self, layer: ConvLayer, batch: int, entry: Any) -> _ConvPlan | None:
+        """The cached plan: deserialized, else rebuilt from its heuristic index and name; None if unusable."""
+        if not isinstance(entry, dict):
+            return None
+        try:
+            uids = {k: int(entry["uids"][k]) for k in ("X", "W", "B", "Y")}
+            index, name = int(entry["plan_index"]), str(entry["plan_name"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        if isinstance(entry.get("serialized"), str):
+            try:
+                data = list(base64.b64decode(entry["serialized"], validate=True))
+                g = self._cudnn.pygraph(handle=self._handle)
+                try:
+                    g.deserialize(self._handle, data)
+                except TypeError:
+                    g.deserialize(data)
+                return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
+            except Exception:
+                pass
+        try:
+            g, tensors = self._graph(layer, batch)
+            if index >= g.get_execution_plan_count() or _plan_name(g, index) != name:
+                return None
+            g.build_plan_at_index(index)
+            fresh = {k: int(t.get_uid()) for k, t in tensors.items()}
+            if fresh != uids:
+                return None
+            return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
+        except Exception:
+            return None
+
+
+def _plan_name(g: Any, index: int) -> str:
+    try:
+        return str(g.get_plan_name_at_index(index))
+    except Exception:
+        return str(index)
+
+
+def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any]:
+    """The per-shape entries of a cache file, or {} when it is missing, unreadable or for another key."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    if not isinstance(doc, dict) or doc.get("key") != dict(key) or not isinstance(doc.get("layers"), dict):
+        return {}
+    return doc["layers"]

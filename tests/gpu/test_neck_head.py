@@ -1,0 +1,161 @@
+"""Neck-head stage: the packed weight layout against the plain ONNX-layout computation (NumPy, CPU),
+and (marked `cuda`) the kernel in float16 and float32 against a float64 NumPy twin."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.errors import BackendError
+from pointpillars_trt.gpu.neck_head import NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head
+from tiny import tiny_config
+from tiny_graphs import cuda_skip_reason
+
+KITTI_LIKE = ((64, 128, 1), (128, 128, 2), (256, 128, 4))  # (Cin, CU, stride): KITTI's neck on a small map
+TINY = ((8, 16, 1), (16, 16, 2), (32, 16, 4))
+
+
+def make_case(branches, hy: int, hx: int, nh: int, batch: int, seed: int = 0, half: bool = False):
+    """Params, ONNX-layout weights and NHWC features; float16-representable values when ``half``."""
+    rng = np.random.default_rng(seed)
+    params = NeckHeadParams(tuple(NeckBranch(*b) for b in branches), hy, hx, nh, half)
+    rnd = (lambda a: a.astype(np.float16).astype(np.float32)) if half else (lambda a: a.astype(np.float32))
+    dw = tuple(rnd(rng.standard_normal((cin, cu, k, k)) * np.sqrt(2.0 / cin)) for cin, cu, k in branches)
+    db = tuple(rnd(0.1 * rng.standard_normal(cu)) for _, cu, _ in branches)
+    cat = sum(cu for _, cu, _ in branches)
+    hw = rnd(rng.standard_normal((nh, cat)) * np.sqrt(1.0 / cat))
+    hb = rnd(0.1 * rng.standard_normal(nh))
+    feats = [rnd(np.maximum(rng.standard_normal(params.feature_shape(i, batch)), 0.0)) for i in range(len(branches))]
+    return params, NeckHeadWeights(dw, db, hw, hb), feats
+
+
+def reference(weights: NeckHeadWeights, feats, round_u_half: bool = False) -> np.ndarray:
+    """float64: ConvTranspose(kernel == stride) + bias + ReLU per branch, concat, 1x1 heads. NHWC."""
+    ups = []
+    for x, w, b in zip(feats, weights.deconv_weights, weights.deconv_biases):
+        bsz, h, wd, _ = x.shape
+        k, cout = w.shape[2], w.shape[1]
+        t = np.einsum("nhwc,cokl->nhkwlo", x.astype(np.float64), w.astype(np.float64), optimize=True)
+        u = np.maximum(t.reshape(bsz, h * k, wd * k, cout) + b, 0.0)
+        ups.append(u.astype(np.float16).astype(np.float64) if round_u_half else u)
+    cat = np.concatenate(ups, axis=-1)
+    return cat @ weights.head_weight.astype(np.float64).T + weights.head_bias
+
+
+def packed_forward(params: NeckHeadParams, wbuf: np.ndarray, bbuf: np.ndarray, feats) -> np.ndarray:
+    """The kernel's arithmetic in NumPy, reading the packed buffers at the offsets it is compiled with."""
+    lay = params.layout()
+    w, bias = wbuf.astype(np.float64), bbuf.astype(np.float64)
+    bsz = feats[0].shape[0]
+    out = np.zeros((bsz, params.head_y, params.head_x, params.padded_heads))
+    for i, br in enumerate(params.branches):
+        k, kp, cu = br.stride, br.padded_in, br.padded_up
+        slices = w[lay[f"B{i}_W"]: lay[f"B{i}_W"] + k * k * cu * kp]
+        head = w[lay[f"B{i}_HEAD"]: lay[f"B{i}_HEAD"] + params.padded_heads * cu]
+        if params.half:  # N x K: [a][b][co][ci] and [h][c]
+            slices, head = slices.reshape(k, k, cu, kp), head.reshape(params.padded_heads, cu)
+        else:  # K x N
+            slices, head = slices.reshape(k, k, kp, cu).transpose(0, 1, 3, 2), head.reshape(cu, params.padded_heads).T
+        b = bias[lay[f"B{i}_BIAS"]: lay[f"B{i}_BIAS"] + cu]
+        x = np.zeros(feats[i].shape[:3] + (kp,))
+        x[..., : br.in_channels] = feats[i]
+        for y in range(params.head_y):
+            for xx in range(params.head_x):
+                u = np.maximum(x[:, y // k, xx // k, :] @ slices[y % k, xx % k].T + b, 0.0)
+                out[:, y, xx, :] += u @ head.T
+    out += bias[lay["HEAD_BIAS"]: lay["HEAD_BIAS"] + params.padded_heads]
+    assert not out[..., params.head_channels:].any(), "padded head channels must stay zero"
+    return out[..., : params.head_channels]
+
+
+# -- CPU ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+@pytest.mark.parametrize("branches", [TINY, ((24, 40, 1), (48, 8, 3))])
+def test_packed_layout_matches_onnx_layout(branches, half):
+    hy, hx = (12, 16) if len(branches) == 3 else (6, 9)
+    params, weights, feats = make_case(branches, hy, hx, nh=13, batch=2, half=half)
+    wbuf, bbuf = pack_neck_head(params, weights)
+    assert wbuf.dtype == (np.float16 if half else np.float32) and bbuf.dtype == np.float32
+    np.testing.assert_allclose(packed_forward(params, wbuf, bbuf, feats), reference(weights, feats), rtol=1e-5, atol=1e-5)
+
+
+def test_packed_layout_is_aligned_for_mma():
+    params, weights, _ = make_case(KITTI_LIKE, 8, 12, nh=72, batch=1, half=True)
+    lay = params.layout()
+    assert all(lay[f"B{i}_{part}"] % 16 == 0 for i in range(3) for part in ("W", "HEAD"))
+    assert params.padded_heads == 72 and params.cell == 4
+    wbuf, _ = pack_neck_head(params, weights)
+    assert wbuf.dtype == np.float16 and wbuf.size == lay["weight_size"]
+
+
+def test_head_blocks_split_the_merged_head():
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((72, 384, 1, 1))
+    blocks = head_blocks(w, [128, 128, 128])
+    assert [b.shape for b in blocks] == [(128, 72)] * 3
+    u = rng.standard_normal((5, 384))
+    np.testing.assert_allclose(sum(u[:, 128 * i: 128 * (i + 1)] @ b for i, b in enumerate(blocks)), u @ w[:, :, 0, 0].T)
+    with pytest.raises(BackendError, match="Expected 300"):
+        head_blocks(w, [100, 100, 100])
+
+
+def test_params_from_config_and_refusals():
+    p = NeckHeadParams.from_config(tiny_config(), half=True)
+    assert (p.head_y, p.head_x, p.head_channels) == (12, 16, 72)
+    assert [(b.in_channels, b.up_channels, b.stride) for b in p.branches] == list(TINY)
+    with pytest.raises(BackendError, match="does not divide the head map"):
+        NeckHeadParams((NeckBranch(8, 16, 3),), 8, 8, 4, True)
+    with pytest.raises(BackendError, match="multiple of 8"):
+        NeckHeadParams((NeckBranch(12, 16, 1),), 8, 8, 4, True)
+    with pytest.raises(BackendError, match="1 to 3"):
+        NeckHeadParams((NeckBranch(8, 16, 1),) * 4, 8, 8, 4, True)
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+
+def _cupy():
+    reason = cuda_skip_reason()
+    if reason:
+        pytest.skip(reason)
+    import cupy
+
+    return cupy
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+@pytest.mark.parametrize("case", ["tiny", "kitti_like"])
+def test_kernel_matches_float64_reference(half, case):
+    cp = _cupy()
+    from pointpillars_trt.gpu.neck_head import NeckHeadStage
+
+    branches, hy, hx, batch = (TINY, 12, 16, 3) if case == "tiny" else (KITTI_LIKE, 40, 56, 2)
+    params, weights, feats = make_case(branches, hy, hx, nh=72, batch=batch, half=half)
+    stage = NeckHeadStage(params, weights)
+    dtype = np.float16 if half else np.float32
+    d_feats = [cp.asarray(f.astype(dtype)) for f in feats]
+    out = cp.full(params.output_shape(batch), np.nan, np.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    stage.launch(d_feats, out, stream)
+    stream.synchronize()
+    got = cp.asnumpy(out)
+    assert np.isfinite(got).all(), "every output pixel is written"
+    ref = reference(weights, feats, round_u_half=half)
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= (2e-3 if half else 1e-5), f"max error {err:.2e} of max|ref|"
+
+
+@pytest.mark.cuda
+def test_kernel_checks_its_arrays():
+    cp = _cupy()
+    from pointpillars_trt.errors import InputError
+    from pointpillars_trt.gpu.neck_head import NeckHeadStage
+
+    params, weights, feats = make_case(TINY, 12, 16, nh=72, batch=1, half=True)
+    stage = NeckHeadStage(params, weights)
+    out = cp.zeros(params.output_shape(1), np.float32)
+    with pytest.raises(InputError, match="neck feature 0"):
+        stage.launch([cp.asarray(f) for f in feats], out, cp.cuda.Stream())  # float32, expected float16

@@ -1,0 +1,366 @@
+"""cuDNN frontend RPN engine: options, plan-cache keys, weight re-layout and reading (CPU), and (marked
+`cuda`) the engine on the tiny and KITTI-size models against a float64 NumPy RPN, batching, CUDA
+graph capture and the plan cache."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import numpy_helper
+
+from pointpillars_trt.config import ModelConfig, load_config
+from pointpillars_trt.errors import BackendError
+from pointpillars_trt.runtime.cudnn import (CudnnOptions, conv_filter_krsc, cudnn_unavailable_reason, plan_cache_key,
+                                            plan_cache_name, read_rpn_weights, rpn_conv_layers)
+from tiny import tiny_config, tiny_model_dir
+
+# -- float64 NumPy RPN (NHWC), straight from the ONNX initializers ---------------------------------
+
+
+def initializers(path: Path) -> dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t).astype(np.float64) for t in onnx.load(str(path)).graph.initializer}
+
+
+def conv3x3(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
+    """im2col: x (B, H, W, C), w (K, C, 3, 3), padding 1."""
+    bsz, h, wd, c = x.shape
+    p, q = (h - 1) // stride + 1, (wd - 1) // stride + 1
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    cols = np.empty((bsz, p, q, 3, 3, c))
+    for r in range(3):
+        for s in range(3):
+            cols[:, :, :, r, s, :] = xp[:, r: r + stride * (p - 1) + 1: stride, s: s + stride * (q - 1) + 1: stride, :]
+    return (cols.reshape(-1, 9 * c) @ w.transpose(2, 3, 1, 0).reshape(9 * c, -1) + b).reshape(bsz, p, q, -1)
+
+
+def deconv(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """ConvTranspose with kernel == stride: a matmul per input pixel. w (Cin, Cout, k, k)."""
+    bsz, h, wd, _ = x.shape
+    k = w.shape[2]
+    t = np.einsum("nhwc,cokl->nhkwlo", x, w, optimize=True)
+    return t.reshape(bsz, h * k, wd * k, w.shape[1]) + b
+
+
+def rpn_reference(weights: dict[str, np.ndarray], cfg: ModelConfig, canvas: np.ndarray) -> np.ndarray:
+    net = cfg.network
+    x, ups = canvas.astype(np.float64), []
+    for i, (n, stride) in enumerate(zip(net.layer_nums, net.layer_strides)):
+        for j in range(n + 1):
+            x = np.maximum(conv3x3(x, weights[f"block{i}.conv{j}.weight"], weights[f"block{i}.conv{j}.bias"],
+                                   stride if j == 0 else 1), 0.0)
+        ups.append(np.maximum(deconv(x, weights[f"deblock{i}.weight"], weights[f"deblock{i}.bias"]), 0.0))
+    cat = np.concatenate(ups, axis=-1)
+    if "head.weight" in weights:  # the merged head (cls | box | dir)
+        return cat @ weights["head.weight"][:, :, 0, 0].T + weights["head.bias"]
+    return np.concatenate([cat @ weights[f"head.{n}.weight"][:, :, 0, 0].T + weights[f"head.{n}.bias"]
+                           for n in ("cls", "box", "dir")], axis=-1)
+
+
+def random_canvas_nhwc(cfg: ModelConfig, batch: int, seed: int, occupancy: float = 0.2) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    nx, ny, _ = cfg.voxel.grid
+    occupied = rng.random((batch, ny, nx, 1)) < occupancy
+    return (np.abs(rng.standard_normal((batch, ny, nx, cfg.network.pfn_channels))) * occupied).astype(np.float32)
+
+
+# -- CPU ------------------------------------------------------------------------------------------
+
+
+def test_options_defaults_and_validation(tmp_path):
+    opt = CudnnOptions(plan_cache_dir=str(tmp_path))
+    assert (opt.precision, opt.autotune, opt.max_batch, opt.device_id) == ("fp16", True, 8, 0)
+    assert opt.plan_cache_dir == tmp_path and opt.dtype == np.float16
+    assert CudnnOptions(precision="tf32").dtype == np.float32
+    for bad, match in [(dict(precision="fp8"), "precision"), (dict(precision="int8"), "precision"),
+                       (dict(device_id=-1), "device_id"), (dict(device_id=True), "device_id"),
+                       (dict(max_batch=0), "max_batch"), (dict(max_batch=2.0), "max_batch"),
+                       (dict(autotune="yes"), "autotune"), (dict(config_digest=""), "config_digest"),
+                       (dict(plan_cache_dir=3), "plan_cache_dir")]:
+        with pytest.raises(BackendError, match=match):
+            CudnnOptions(**bad)
+
+
+def test_unavailable_reason_names_what_is_missing():
+    reason = cudnn_unavailable_reason()
+    try:
+        import cudnn  # noqa: F401
+        import cupy  # noqa: F401
+    except ImportError:
+        assert reason is not None and ("not installed" in reason) and "pip install" in reason
+    else:
+        assert reason is None or isinstance(reason, str)
+
+
+def test_plan_cache_key_changes_with_every_component():
+    base = dict(cudnn_version=91900, frontend_version="1.16.0", gpu_name="NVIDIA H200", compute_capability="9.0",
+                config_digest="abc123", precision="fp16", batch=1)
+    key = plan_cache_key(**base)
+    assert key == {"format": 1, "cudnn": 91900, "frontend": "1.16.0", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+                   "config_digest": "abc123", "precision": "fp16", "batch": 1}
+    name = plan_cache_name(key)
+    assert name.startswith("rpn_fp16_b1_") and name.endswith(".json") and name == plan_cache_name(dict(key))
+    changed = dict(cudnn_version=91000, frontend_version="1.17.0", gpu_name="NVIDIA H100", compute_capability="8.9",
+                   config_digest="abc124", precision="tf32", batch=2)
+    names = {name}
+    for field, value in changed.items():
+        names.add(plan_cache_name(plan_cache_key(**{**base, field: value})))
+    assert len(names) == 1 + len(changed)
+
+
+def test_conv_layers_of_kitti():
+    layers = rpn_conv_layers(load_config("openpcdet_kitti_3class"))
+    assert len(layers) == 16
+    assert [l.stride for l in layers if l.index == 0] == [2, 2, 2]
+    assert layers[0].in_hw == (496, 432) and layers[-1].out_hw == (62, 54)
+    assert len({l.shape_key for l in layers}) == 6
+
+
+def test_conv_layers_refuse_branches_off_the_head_map():
+    import dataclasses
+
+    cfg = load_config("openpcdet_kitti_3class")
+    bad = dataclasses.replace(cfg, network=dataclasses.replace(cfg.network, upsample_strides=(1, 2, 2)))
+    with pytest.raises(BackendError, match="block2: output 62 x 54 upsampled by 2"):
+        rpn_conv_layers(bad)
+
+
+def test_krsc_filter_computes_the_same_conv():
+    """The KRSC re-layout, indexed as cuDNN reads an NHWC filter, gives the OIHW (im2col) conv."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 7, 9, 5))
+    w = rng.standard_normal((4, 5, 3, 3))
+    b = rng.standard_normal(4)
+    krsc = conv_filter_krsc(w)
+    assert krsc.shape == (4, 3, 3, 5) and krsc.flags.c_contiguous
+    flat = krsc.ravel()  # element (k, c, r, s) at k*9C + r*3C + s*C + c: the strides the engine declares
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
+    for stride in (1, 2):
+        want = conv3x3(x, w, b, stride)
+        got = np.zeros_like(want)
+        for k in range(4):
+            for r in range(3):
+                for s in range(3):
+                    for c in range(5):
+                        tap = flat[k * 45 + r * 15 + s * 5 + c]
+                        got[..., k] += tap * xp[:, r: r + stride * (want.shape[1] - 1) + 1: stride,
+                                                s: s + stride * (want.shape[2] - 1) + 1: stride, c]
+            got[..., k] += b[k]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_read_weights_from_model_dir_split_and_merged_heads(tmp_path, precision):
+    md = tiny_model_dir(tmp_path / "m", precision=precision)
+    raw = {t.name: numpy_helper.to_array(t) for t in onnx.load(str(md.rpn_path)).graph.initializer}
+    assert raw["block0.conv0.weight"].dtype == (np.float16 if precision == "fp16" else np.float32)
+    body = {k: v for k, v in raw.items() if not k.startswith("head.")}
+    if "head.weight" in raw:
+        merged_w, merged_b = raw["head.weight"], raw["head.bias"]
+    else:
+        merged_w = np.concatenate([raw[f"head.{n}.weight"] for n in ("cls", "box", "dir")])
+        merged_b = np.concatenate([raw[f"head.{n}.bias"] for n in ("cls", "box", "dir")])
+    assert merged_w.shape == (72, 48, 1, 1)
+    merged = {**body, "head.weight": merged_w, "head.bias": merged_b}
+    split, lo = dict(body), 0
+    for name, c in md.cfg.head_channels.items():  # cls 18 | box 42 | dir 12
+        split[f"head.{name}.weight"], split[f"head.{name}.bias"] = merged_w[lo: lo + c], merged_b[lo: lo + c]
+        lo += c
+    w = read_rpn_weights(merged, md.cfg)
+    assert len(w.convs) == len(rpn_conv_layers(md.cfg)) and w.head_weight.shape == (72, 48)
+    np.testing.assert_array_equal(w.head_weight, merged_w[:, :, 0, 0].astype(np.float32))
+    w2 = read_rpn_weights(split, md.cfg)
+    np.testing.assert_array_equal(w2.head_weight, w.head_weight)
+    np.testing.assert_array_equal(w2.head_bias, w.head_bias)
+    del merged["deblock1.bias"]
+    with pytest.raises(BackendError, match="deblock1.bias is missing"):
+        read_rpn_weights(merged, md.cfg)
+    merged["deblock1.bias"] = np.zeros(3, np.float32)
+    with pytest.raises(BackendError, match=r"Initializer: deblock1.bias \| Received shape: \(3,\)"):
+        read_rpn_weights(merged, md.cfg)
+
+
+def test_activate_without_cudnn_names_the_reason(tmp_path):
+    reason = cudnn_unavailable_reason()
+    if reason is None:
+        pytest.skip("cuDNN is usable here")
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_model_dir(tmp_path / "m")
+    with pytest.raises(BackendError, match="cuDNN engine unavailable"):
+        CudnnEngine(md.rpn_path, md.cfg).activate()
+
+
+# -- GPU ------------------------------------------------------------------------------------------
+
+
+def _gpu():
+    reason = cudnn_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    import cupy
+
+    return cupy
+
+
+def run_engine(engine, canvas: np.ndarray, stream=None) -> np.ndarray:
+    cp = _gpu()
+    spec_in, spec_out = engine.inputs["canvas"], engine.outputs["heads"]
+    d_in = cp.asarray(canvas.astype(spec_in.dtype))
+    d_out = cp.full((canvas.shape[0],) + spec_out.shape[1:], np.nan, np.float32)
+    engine.bind("canvas", d_in.data.ptr, d_in.shape)
+    engine.bind("heads", d_out.data.ptr, d_out.shape)
+    stream = stream or cp.cuda.Stream(non_blocking=True)
+    engine.run(stream.ptr)
+    stream.synchronize()
+    return cp.asnumpy(d_out)
+
+
+def rel_err(got: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(got - ref).max() / np.abs(ref).max())
+
+
+TOL = {"fp16": 3e-3, "tf32": 5e-3, "fp32": 1e-5}  # of max|ref|; TF32 rounds inputs to 10 mantissa bits, like fp16
+
+
+@pytest.fixture(scope="module")
+def tiny_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cudnn_tiny")
+    return {p: tiny_model_dir(root / p, precision=p) for p in ("fp16", "fp32")}
+
+
+def quick(tmp_path: Path, **kw) -> CudnnOptions:
+    """Tests of numbers, not of tuning: the heuristic's first plan (the plan-cache test tunes)."""
+    return CudnnOptions(plan_cache_dir=tmp_path, autotune=False, **kw)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_tiny_engine_matches_float64_rpn(tiny_dirs, tmp_path, precision):
+    _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16" if precision == "fp16" else "fp32"]
+    canvas = random_canvas_nhwc(md.cfg, 2, seed=1)
+    if precision == "fp16":
+        canvas = canvas.astype(np.float16).astype(np.float32)
+    with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path, precision=precision)) as eng:
+        assert eng.inputs["canvas"].shape == (-1, 24, 32, 16)
+        assert eng.outputs["heads"].shape == (-1, 12, 16, 72) and eng.outputs["heads"].dtype == np.float32
+        got = run_engine(eng, canvas)
+    ref = rpn_reference(initializers(md.rpn_path), md.cfg, canvas)
+    assert np.isfinite(got).all()
+    err = rel_err(got, ref)
+    print(f"tiny {precision}: max error {err:.2e} of max|ref| {np.abs(ref).max():.3g}")
+    assert err <= TOL[precision]
+
+
+@pytest.mark.cuda
+def test_batch_equals_single_frames_and_graph_replay(tiny_dirs, tmp_path):
+    cp = _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16"]
+    canvas = random_canvas_nhwc(md.cfg, 4, seed=2)
+    with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path)) as eng:
+        batched = run_engine(eng, canvas)
+        singles = np.concatenate([run_engine(eng, canvas[i: i + 1]) for i in range(4)])
+        same = np.array_equal(batched, singles)
+        print(f"batch 4 vs 4 x batch 1: bitwise equal = {same}, max diff {np.abs(batched - singles).max():.2e}")
+        assert rel_err(batched, singles) <= 1e-3  # cuDNN may pick other algorithms per batch
+        # Capture run() in a CUDA graph and replay it on new input.
+        d_in = cp.asarray(canvas.astype(np.float16))
+        d_out = cp.zeros((4, 12, 16, 72), np.float32)
+        eng.bind("canvas", d_in.data.ptr, d_in.shape)
+        eng.bind("heads", d_out.data.ptr, d_out.shape)
+        stream = cp.cuda.Stream(non_blocking=True)
+        eng.run(stream.ptr)  # warm
+        stream.synchronize()
+        stream.begin_capture()
+        eng.run(stream.ptr)
+        graph = stream.end_capture()
+        d_out.fill(np.nan)
+        stream.synchronize()
+        graph.launch(stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(cp.asnumpy(d_out), batched)
+        second = random_canvas_nhwc(md.cfg, 4, seed=3)
+        d_in.set(second.astype(np.float16))
+        graph.launch(stream)
+        stream.synchronize()
+        np.testing.assert_array_equal(cp.asnumpy(d_out), run_engine(eng, second))
+
+
+@pytest.mark.cuda
+def test_errors_name_the_tensor(tiny_dirs, tmp_path):
+    cp = _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16"]
+    with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path, max_batch=2)) as eng:
+        buf = cp.zeros((3, 24, 32, 16), np.float16)
+        with pytest.raises(BackendError, match=r"Input tensor: canvas \| Received batch 3.*max_batch = 2"):
+            eng.bind("canvas", buf.data.ptr, buf.shape)
+        with pytest.raises(BackendError, match=r"Input tensor: canvas \| Received incompatible shape"):
+            eng.bind("canvas", buf.data.ptr, (1, 24, 32, 8))
+        out = cp.zeros((2, 12, 16, 72), np.float32)
+        eng.bind("canvas", buf.data.ptr, (1, 24, 32, 16))
+        eng.bind("heads", out.data.ptr, out.shape)
+        with pytest.raises(BackendError, match="Received batch 1, but heads has batch 2"):
+            eng.run(cp.cuda.Stream().ptr)
+    with pytest.raises(BackendError, match="config digest"):
+        CudnnEngine(md.rpn_path, md.cfg, CudnnOptions(config_digest="0" * 16)).activate()
+
+
+@pytest.mark.cuda
+def test_second_start_uses_the_plan_cache(tiny_dirs, tmp_path):
+    _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16"]
+    canvas = random_canvas_nhwc(md.cfg, 1, seed=4)
+    opts = CudnnOptions(plan_cache_dir=tmp_path / "plans")
+    t0 = time.perf_counter()
+    with CudnnEngine(md.rpn_path, md.cfg, opts) as eng:
+        first = run_engine(eng, canvas)
+        assert eng.build_log[-1]["plans"].startswith("built")
+        path = eng.plan_cache_path(1)
+    t1 = time.perf_counter()
+    assert path.is_file()
+    with CudnnEngine(md.rpn_path, md.cfg, opts) as eng:
+        second = run_engine(eng, canvas)
+        assert eng.build_log[-1]["plans"] == "cache"
+    t2 = time.perf_counter()
+    print(f"tiny start + first run: {t1 - t0:.2f} s without cache, {t2 - t1:.2f} s with it")
+    np.testing.assert_array_equal(first, second)
+    path.write_text("{ not json")
+    with CudnnEngine(md.rpn_path, md.cfg, opts) as eng:
+        np.testing.assert_array_equal(run_engine(eng, canvas), first)
+        assert eng.build_log[-1]["plans"].startswith("built")
+    assert "key" in path.read_text()  # rewritten
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
+def test_kitti_size_engine_matches_float64_rpn(tmp_path_factory, precision):
+    _gpu()
+    from pointpillars_trt.build.export import export_model_dir
+    from pointpillars_trt.build.weights import random_weights
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    cfg = load_config("openpcdet_kitti_3class")
+    root = tmp_path_factory.mktemp(f"kitti_{precision}")
+    md = export_model_dir(random_weights(cfg, 0), cfg, root / "m", precision="fp16" if precision == "fp16" else "fp32",
+                          source={"random_seed": 0})
+    canvas = random_canvas_nhwc(cfg, 1, seed=5)
+    if precision == "fp16":
+        canvas = canvas.astype(np.float16).astype(np.float32)
+    with CudnnEngine(md.rpn_path, cfg, quick(root / "plans", precision=precision)) as eng:
+        got = run_engine(eng, canvas)
+    ref = rpn_reference(initializers(md.rpn_path), cfg, canvas)
+    err = rel_err(got, ref)
+    print(f"KITTI {precision}: max error {err:.2e} of max|ref| {np.abs(ref).max():.3g}")
+    assert err <= TOL[precision]
