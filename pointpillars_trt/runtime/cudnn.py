@@ -302,6 +302,7 @@ class CudnnEngine(Engine):
         self._calls: list[tuple[Any, dict[int, int]]] | None = None
         self._neck_args: tuple[list[Any], Any, int] | None = None
         self._streams: dict[int, Any] = {}
+        self._neck: Any = None  # NeckHeadStage once active
 
     @property
     def cfg(self) -> ModelConfig:
