@@ -22,8 +22,9 @@ from .runtime import OrtOptions, open_engine
 class CpuDetector:
     """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage."""
 
-    def __init__(self, model: ModelDir, *, threads: int | None = None) -> None:
+    def __init__(self, model: ModelDir, *, threads: int | None = None, post_config: ModelConfig | None = None) -> None:
         self.cfg: ModelConfig = model.cfg
+        self.post_cfg = post_config or model.cfg  # the model's, or a copy with other runtime thresholds
         self._pfn = open_engine(model.pfn_path, OrtOptions(threads=threads), device="cpu")
         self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads), device="cpu")
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
@@ -42,7 +43,7 @@ class CpuDetector:
         clock.lap("scatter")
         heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
         clock.lap("rpn")
-        raw = postprocess(*split_heads(heads[0], cfg), cfg)
+        raw = postprocess(*split_heads(heads[0], cfg), self.post_cfg)
         clock.lap("postprocess")
         self.last_timings = clock.timings()
         stats = FrameStats(

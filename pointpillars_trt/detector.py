@@ -69,13 +69,18 @@ class PointPillars:
     IEEE fp32, as the CPU path); it reaches every backend; ``max_batch`` sizes the batch the GPU
     pipeline runs at once (``detect_batch`` / ``infer_many(batch_size=...)``; 1..8). CPU only:
     ``threads`` sizes ONNX Runtime's thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
+    ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values at run
+    time (no rebuild: they are launch parameters, not part of the model).
     Safe to share between threads: frames are run one at a time per detector.
     """
 
     def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None, max_batch: int = 1) -> None:
+                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None, max_batch: int = 1,
+                 score_threshold: float | None = None, nms_iou: float | None = None,
+                 max_boxes: int | None = None) -> None:
         self.model = model
-        self.cfg: ModelConfig = model.cfg
+        self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
+                                                          max_boxes=max_boxes)
         self.device, device_id = _resolve_device(device)
         if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
@@ -84,19 +89,22 @@ class PointPillars:
             from .gpu.pipeline import GpuPipeline
 
             self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                                                      device_id=device_id, max_batch=max_batch)
+                                                      device_id=device_id, max_batch=max_batch, post_config=self.cfg)
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads())
+            self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads(),
+                                     post_config=self.cfg)
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                        device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
-                       tf32: bool = True, threads: int | None = None, max_batch: int = 1) -> PointPillars:
+                       tf32: bool = True, threads: int | None = None, max_batch: int = 1,
+                       **thresholds: Any) -> PointPillars:
+        """Open a model dir built by ``pointpillars-trt build``; ``thresholds``: see the class."""
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
         return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                   threads=threads, max_batch=max_batch)
+                   threads=threads, max_batch=max_batch, **thresholds)
 
     from_engines = from_model_dir
 
@@ -104,7 +112,8 @@ class PointPillars:
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                         precision: str = "fp32", device: Device = "auto", backend: str = "auto",
                         cuda_graph: bool = True, tf32: bool = True, threads: int | None = None,
-                        max_batch: int = 1, cache_dir: str | os.PathLike[str] | None = None) -> PointPillars:
+                        max_batch: int = 1, cache_dir: str | os.PathLike[str] | None = None,
+                        **thresholds: Any) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
         precision and (for TensorRT plans) TF32 mode."""
         from .build.export import model_dir_for_checkpoint
@@ -112,7 +121,7 @@ class PointPillars:
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
                                          tensorrt_plans=backend == "tensorrt", tf32=tf32)
         return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
-                   max_batch=max_batch)
+                   max_batch=max_batch, **thresholds)
 
     @property
     def last_timings(self) -> dict[str, float]:

@@ -158,3 +158,25 @@ def test_detect_batch_and_batched_infer_many_equal_one_by_one(tmp_path: Path) ->
         for other in (many, result.detections):
             np.testing.assert_array_equal(one.boxes, other.boxes)
             np.testing.assert_array_equal(one.scores, other.scores)
+
+
+def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
+    """score_threshold / nms_iou / max_boxes change the output, not the model dir (same digest, same files)."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    before = {p.name: p.read_bytes() for p in model.path.iterdir()}
+    rng = np.random.default_rng(1)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    points = np.column_stack([rng.uniform(lo, hi, (3000, 3)), rng.uniform(0, 1, 3000)]).astype(np.float32)
+    with PointPillars(model, device="cpu", score_threshold=0.0, nms_iou=1.0) as loose:
+        everything = loose(points)
+    with PointPillars(model, device="cpu", score_threshold=0.0, nms_iou=1.0, max_boxes=3) as capped:
+        three = capped(points)
+    assert len(everything) > 3 and len(three) == 3
+    np.testing.assert_array_equal(three.scores, everything.scores[:3])  # the top three by score
+    with PointPillars(model, device="cpu", score_threshold=float(everything.scores[5]), nms_iou=1.0) as strict:
+        assert np.all(strict(points).scores >= everything.scores[5]) and len(strict(points)) <= 6
+    assert {p.name: p.read_bytes() for p in model.path.iterdir()} == before
+    with pytest.raises(Exception, match="nms_iou"):
+        PointPillars(model, device="cpu", nms_iou=float("nan"))
