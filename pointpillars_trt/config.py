@@ -2,17 +2,26 @@
 
 A config is a YAML file under ``pointpillars_trt/configs`` (or any path). It is parsed once into
 frozen dataclasses; derived sizes (grid, head map, anchor count) are properties, never stored twice.
+Every config (a built-in, a user's YAML, a model dir's stored ``to_dict()``) passes one validator,
+``config_from_dict``: strict types, no unknown or missing keys, and the bounds that both the NumPy
+reference and the CUDA kernels need, so a config runs on every path or is refused up front with a
+message naming the source and the key path. Config files are untrusted input: aliases, deep nesting
+and oversized files are refused, and no message echoes more than a short escaped excerpt of a value.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+import re
+import reprlib
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NoReturn, TypeVar, get_args
 
 import yaml
 
@@ -145,9 +154,27 @@ class ModelConfig:
         return asdict(self)
 
     def digest(self) -> str:
-        """A stable hash of every number in the config; model dirs and plans record it."""
-        text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        """A stable hash of the model's identity; model dirs and plans record it.
+
+        It covers every number the graphs and kernels are built from, but not the post-process launch
+        values (score threshold, NMS IoU, max boxes), which ``with_thresholds`` changes at run time.
+        """
+        identity = self.to_dict()
+        for key in _RUNTIME_KEYS:
+            del identity["postprocess"][key]
+        text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def with_thresholds(
+        self, *, score_threshold: float | None = None, nms_iou: float | None = None, max_boxes: int | None = None
+    ) -> ModelConfig:
+        """A validated copy with new post-process launch values (None keeps one); the digest is unchanged."""
+        given = {"score_threshold": score_threshold, "nms_iou": nms_iou, "max_boxes": max_boxes}
+        try:
+            changes = {key: _THRESHOLD_RULES[key](value, key) for key, value in given.items() if value is not None}
+        except _Invalid as exc:
+            raise ConfigError(f"with_thresholds: {exc}") from None
+        return replace(self, postprocess=replace(self.postprocess, **changes))
 
 
 def builtin_config_names() -> list[str]:
@@ -157,142 +184,392 @@ def builtin_config_names() -> list[str]:
 
 def load_config(name_or_path: str | Path) -> ModelConfig:
     """Load a built-in config by name (``openpcdet_kitti_3class``) or a YAML file by path."""
-    text, source = _read_config_text(name_or_path)
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}: not valid YAML ({exc})") from None
-    return config_from_dict(raw, source)
-
-
-def _read_config_text(name_or_path: str | Path) -> tuple[str, str]:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"{path}: config file not found")
-        try:
-            return path.read_text(), str(path)
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"{path}: cannot read the config ({exc})") from None
+        return config_from_dict(read_yaml(path), str(path))
     name = str(name_or_path)
     if name not in builtin_config_names():
         raise ConfigError(
-            f"unknown config {name!r}: expected a YAML path or one of {builtin_config_names()}"
+            f"unknown config {short_repr(name)}: expected a YAML path or one of {builtin_config_names()}"
         )
-    return (resources.files("pointpillars_trt") / "configs" / f"{name}.yaml").read_text(), name
+    data = (resources.files("pointpillars_trt") / "configs" / f"{name}.yaml").read_bytes()
+    return config_from_dict(parse_yaml(data, name), name)
 
+
+# --------------------------------------------------------------------------- untrusted YAML
+
+MAX_CONFIG_BYTES = 1 << 20  # far above any real config; bounds the parser's time and memory
+MAX_YAML_DEPTH = 32  # configs nest 4 deep; the composer recurses once per level
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader without aliases and with a nesting cap.
+
+    Aliases are what make a 2 KB "billion laughs" file expand to gigabytes, and no config needs them;
+    deep nesting would otherwise end in a RecursionError inside the composer.
+    """
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "YAML aliases (*name) are not allowed in a config", self.peek_event().start_mark
+            )
+        if self._depth >= MAX_YAML_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def read_yaml(path: Path) -> Any:
+    """A YAML file's document, refusing files over MAX_CONFIG_BYTES before parsing them."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config ({exc.strerror or type(exc).__name__})") from None
+    return parse_yaml(data, str(path))
+
+
+def parse_yaml(data: bytes, source: str) -> Any:
+    """Parse one YAML document with ``_ConfigLoader``; every failure is a short ConfigError."""
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; not a config")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    try:
+        return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.MarkedYAMLError as exc:
+        where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}" if exc.problem_mark else ""
+        raise ConfigError(f"{source}: not a valid config YAML{where}: {_clip(str(exc.problem), 120)}") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. an integer of 5000 digits
+        raise ConfigError(f"{source}: not a valid config YAML ({type(exc).__name__})") from None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 2, 50, 50, 30
+
+
+def short_repr(value: object, limit: int = 60) -> str:
+    """A bounded, escaped repr of an untrusted value (never the whole of a huge or nested one)."""
+    try:
+        text = _REPR.repr(value)
+    except Exception:  # noqa: BLE001 - e.g. an int too large to print; the type is enough
+        text = f"<{type(value).__name__}>"
+    return _clip(text, limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    """``text`` with non-ASCII and control characters escaped, cut to ``limit`` characters."""
+    text = text.encode("ascii", "backslashreplace").decode("ascii")
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------- field rules
+
+# Bounds of the CUDA kernels (gpu/), enforced here so that the CPU path refuses what the GPU path
+# cannot run; tests/test_config.py checks them against the GPU modules' constants.
+STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of one CUDA block
+GATHER_WARPS = 8  # gpu/voxelize.py VoxelizeStage.GATHER_WARPS: pillars per vox_gather block
+PFN_PILLARS_PER_BLOCK = 4  # gpu/pfn.py PfnStage.PILLARS_PER_BLOCK
+SORT_LIMIT = 4096  # gpu/postprocess.py _SORT_LIMIT: keys of one in-block bitonic sort
+# vox_gather stages GATHER_WARPS x MAX_PTS float4 (16 B) in shared memory: 384 points.
+MAX_POINTS_PER_PILLAR = STATIC_SHARED_BYTES // (GATHER_WARPS * 16)
+MAX_PFN_CHANNELS = 1024 // PFN_PILLARS_PER_BLOCK  # pfn_forward runs (channels, pillars per block) threads
+MAX_FEATURES = 16  # FEATURE_CODES packs 4 bits per channel into 64 bits
+MAX_PILLARS = 2**20
+# Cell ids are int32 in every kernel. 2**26 cells (8192 x 8192) is ~300x the KITTI grid (432 x 496);
+# beside it, cells x the widest channel count (PFN, blocks, upsampling, head; counted at full grid
+# resolution, which over-counts the strided maps) stays below 2**31, so every canvas, block and head
+# tensor is indexable in int32 and within TensorRT's tensor volume.
+MAX_GRID_CELLS = 2**26
+INDEX_LIMIT = 2**31
+# With per-class NMS's next_pow2(classes x pre_nms_top_k) <= SORT_LIMIT (gpu/postprocess.py's rule),
+# 64 classes keep postprocess.cu's 16-bit slot (class x max(64, next_pow2(top_k)) + rank) below 2**16.
+MAX_CLASSES = 64
+_COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range
+_RUNTIME_KEYS = ("score_threshold", "nms_iou", "max_boxes")  # post-process launch values, not identity
+
+T = TypeVar("T")
+Rule = Callable[[Any, str], T]  # (untrusted value, key path) -> checked value
+
+
+class _Invalid(Exception):
+    """A config error naming the key path; ``config_from_dict`` adds the source."""
+
+
+def _bad(path: str, expected: str, value: object) -> NoReturn:
+    raise _Invalid(f"{path}: expected {expected}, got {short_repr(value)}")
+
+
+def _int(lo: int, hi: int) -> Rule[int]:
+    """Integers only: bools, floats (even 4.0) and strings are refused."""
+    expected = f"the integer {lo}" if lo == hi else f"an integer in {lo}..{hi}"
+
+    def rule(value: Any, path: str) -> int:
+        if type(value) is not int or not lo <= value <= hi:
+            _bad(path, expected, value)
+        return value
+
+    return rule
+
+
+def _float(lo: float, hi: float, *, open_lo: bool = False) -> Rule[float]:
+    """Finite numbers (integers accepted) in [lo, hi], or (lo, hi] with ``open_lo``."""
+    expected = f"a finite number in {'(' if open_lo else '['}{lo:g}, {hi:g}]"
+
+    def rule(value: Any, path: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _bad(path, expected, value)
+        try:
+            x = float(value)
+        except OverflowError:
+            _bad(path, expected, value)
+        if not (math.isfinite(x) and (lo < x if open_lo else lo <= x) and x <= hi):
+            _bad(path, expected, value)
+        return x
+
+    return rule
+
+
+def _bool(value: Any, path: str) -> bool:
+    if type(value) is not bool:
+        _bad(path, "true or false", value)
+    return value
+
+
+_NAME = re.compile(r"[A-Za-z0-9_.+-]{1,64}")
+
+
+def _name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not _NAME.fullmatch(value):
+        _bad(path, "a name of 1-64 letters, digits or _.+-", value)
+    return value
+
+
+def _choice(options: tuple[str, ...]) -> Rule[Any]:
+    """One of ``options`` (a Literal's values), typed Any so it fills the Literal field."""
+    expected = "one of " + ", ".join(options)
+
+    def rule(value: Any, path: str) -> Any:
+        if not isinstance(value, str) or value not in options:
+            _bad(path, expected, value)
+        return value
+
+    return rule
+
+
+def _seq(item: Rule[T], lo: int, hi: int | None = None) -> Rule[tuple[T, ...]]:
+    """A list (or tuple, as ``to_dict`` keeps them) of lo..hi items, each checked at ``path[i]``."""
+    hi = lo if hi is None else hi
+    expected = f"a list of {lo} items" if lo == hi else f"a list of {lo}..{hi} items"
+
+    def rule(value: Any, path: str) -> tuple[T, ...]:
+        if not isinstance(value, (list, tuple)) or not lo <= len(value) <= hi:
+            _bad(path, expected, value)
+        return tuple(item(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    return rule
+
+
+def _optional(rule: Rule[T]) -> Rule[T | None]:
+    return lambda value, path: None if value is None else rule(value, path)
+
+
+def _join(path: str, key: object) -> str:
+    text = key if isinstance(key, str) and _NAME.fullmatch(key) else short_repr(key, 40)
+    return f"{path}.{text}" if path else str(text)
+
+
+def _fields(value: Any, path: str, required: tuple[str, ...], optional: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A mapping with exactly the known keys: an unknown key (with the closest known one) or a missing
+    key is refused by its path."""
+    if not isinstance(value, dict):
+        _bad(path or "the config", "a mapping", value)
+    known = required + optional
+    for key in value:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, 1) if isinstance(key, str) and len(key) <= 64 else []
+            hint = f"did you mean {close[0]}?" if close else "expected " + ", ".join(known)
+            raise _Invalid(f"{_join(path, key)}: unknown key ({hint})")
+    for key in required:
+        if key not in value:
+            raise _Invalid(f"{_join(path, key)}: missing key")
+    return value
+
+
+_COORDINATE = _float(-_COORD, _COORD)
+_LENGTH = _float(1e-3, 2 * _COORD)  # metres; a millimetre floor keeps float32 sizes and ratios sane
+_ANGLE = _float(-2 * math.pi, 2 * math.pi)
+_UNIT = _float(0.0, 1.0)
+_RANGE6 = _seq(_COORDINATE, 6)
+_CHANNELS = _int(1, 4096)
+_TOP_K = _int(1, SORT_LIMIT)
+# The values ``with_thresholds`` may change; also the rules config_from_dict applies to them.
+_THRESHOLD_RULES: dict[str, Rule[Any]] = {
+    "score_threshold": _UNIT,  # sigmoid scores: a NaN or out-of-range threshold passes all or nothing
+    "nms_iou": _UNIT,
+    "max_boxes": _TOP_K,  # no path can keep more than SORT_LIMIT boxes
+}
+
+
+# --------------------------------------------------------------------------- the validator
 
 def config_from_dict(raw: Any, source: str = "<dict>") -> ModelConfig:
-    """Build and validate a config; every error names the source and the offending key.
+    """Build and validate a config; every error names the source and the key path.
 
-    Accepts the YAML spelling and ``ModelConfig.to_dict()``'s, so a model dir can store and rebuild a config.
+    The one validator of every path (YAML, model dirs, tests): it accepts the YAML spelling and
+    ``ModelConfig.to_dict()``'s, so ``config_from_dict(cfg.to_dict())`` round-trips.
     """
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level")
     try:
-        cfg = _build(raw)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: missing or malformed key {exc}") from None
-    _validate(cfg, source)
+        cfg = _parse(raw)
+        _check(cfg)
+    except _Invalid as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply") from None
     return cfg
 
 
-def _floats(values: Any, n: int | None = None) -> tuple[float, ...]:
-    out = tuple(float(v) for v in values)
-    if n is not None and len(out) != n:
-        raise ValueError(f"expected {n} numbers, got {len(out)}")
-    return out
-
-
-def _build(raw: dict[str, Any]) -> ModelConfig:
-    v, f, n, a, d, p = (raw[k] for k in ("voxel", "features", "network", "anchors", "direction", "postprocess"))
-    ints = lambda xs: tuple(int(x) for x in xs)  # noqa: E731
+def _parse(raw: Any) -> ModelConfig:
+    """Types, keys and per-field bounds, section by section."""
+    top = _fields(raw, "", ("name", "family", "classes", "voxel", "features", "network", "anchors",
+                            "box_coder", "direction", "postprocess"), ("label_base",))
+    classes = _seq(_name, 1, MAX_CLASSES)(top["classes"], "classes")
+    v = _fields(top["voxel"], "voxel", ("point_range", "pillar_size", "max_points_per_pillar", "max_pillars",
+                                        "range_filter"))
+    n = _fields(top["network"], "network", ("pfn_channels", "bn_eps", "layer_nums", "layer_strides",
+                                            "block_channels", "upsample_strides", "upsample_channels"))
+    a = _fields(top["anchors"], "anchors", ("classes", "rotations", "alignment", "stride"))
+    d = _fields(top["direction"], "direction", ("num_bins", "offset", "limit_offset", "flip_bin"))
+    p = _fields(top["postprocess"], "postprocess", ("nms", "score_inclusive", "pre_nms_top_k") + _RUNTIME_KEYS,
+                ("output_range",))
+    coder, coder_path = top["box_coder"], "box_coder"
+    if isinstance(coder, dict):  # the YAML spelling; to_dict() stores the style alone
+        coder, coder_path = _fields(coder, coder_path, ("style",))["style"], "box_coder.style"
+    num_bins = _int(2, 2)(d["num_bins"], "direction.num_bins")  # both families, both backends: 2 bins
     return ModelConfig(
-        name=str(raw["name"]),
-        family=str(raw["family"]),
-        classes=tuple(str(c) for c in raw["classes"]),
-        label_base=int(raw.get("label_base", 0)),
+        name=_name(top["name"], "name"),
+        family=_choice(("openpcdet", "zhulf0804"))(top["family"], "family"),
+        classes=classes,
+        label_base=_int(0, 1)(top.get("label_base", 0), "label_base"),
         voxel=VoxelConfig(
-            point_range=_floats(v["point_range"], 6),  # type: ignore[arg-type]
-            pillar_size=_floats(v["pillar_size"], 3),  # type: ignore[arg-type]
-            max_points_per_pillar=int(v["max_points_per_pillar"]),
-            max_pillars=int(v["max_pillars"]),
-            range_filter=v["range_filter"],
+            point_range=_RANGE6(v["point_range"], "voxel.point_range"),  # type: ignore[arg-type]
+            pillar_size=_seq(_LENGTH, 3)(v["pillar_size"], "voxel.pillar_size"),  # type: ignore[arg-type]
+            max_points_per_pillar=_int(1, MAX_POINTS_PER_PILLAR)(v["max_points_per_pillar"],
+                                                                 "voxel.max_points_per_pillar"),
+            max_pillars=_int(1, MAX_PILLARS)(v["max_pillars"], "voxel.max_pillars"),
+            range_filter=_choice(get_args(RangeFilter))(v["range_filter"], "voxel.range_filter"),
         ),
-        features=FeatureConfig(order=tuple(str(x) for x in f["order"])),
+        features=FeatureConfig(order=_seq(_choice(FEATURE_NAMES), 1, MAX_FEATURES)(
+            _fields(top["features"], "features", ("order",))["order"], "features.order")),
         network=NetworkConfig(
-            pfn_channels=int(n["pfn_channels"]),
-            bn_eps=float(n["bn_eps"]),
-            layer_nums=ints(n["layer_nums"]),
-            layer_strides=ints(n["layer_strides"]),
-            block_channels=ints(n["block_channels"]),
-            upsample_strides=ints(n["upsample_strides"]),
-            upsample_channels=ints(n["upsample_channels"]),
+            pfn_channels=_int(1, MAX_PFN_CHANNELS)(n["pfn_channels"], "network.pfn_channels"),
+            bn_eps=_float(0.0, 1.0, open_lo=True)(n["bn_eps"], "network.bn_eps"),
+            layer_nums=_seq(_int(0, 64), 1, 8)(n["layer_nums"], "network.layer_nums"),
+            layer_strides=_seq(_int(1, 8), 1, 8)(n["layer_strides"], "network.layer_strides"),
+            block_channels=_seq(_CHANNELS, 1, 8)(n["block_channels"], "network.block_channels"),
+            upsample_strides=_seq(_int(1, 64), 1, 8)(n["upsample_strides"], "network.upsample_strides"),
+            upsample_channels=_seq(_CHANNELS, 1, 8)(n["upsample_channels"], "network.upsample_channels"),
         ),
         anchors=AnchorConfig(
-            classes=tuple(
-                AnchorClass(str(c["name" if "name" in c else "class"]), _floats(c["size"], 3), float(c["bottom"]))  # type: ignore[arg-type]
-                for c in a["classes"]
-            ),
-            rotations=_floats(a["rotations"]),
-            alignment=a["alignment"],
-            stride=int(a["stride"]),
+            classes=_seq(_anchor_class, 1, MAX_CLASSES)(a["classes"], "anchors.classes"),
+            rotations=_seq(_ANGLE, 1, 16)(a["rotations"], "anchors.rotations"),
+            alignment=_choice(get_args(AnchorAlignment))(a["alignment"], "anchors.alignment"),
+            stride=_int(1, 64)(a["stride"], "anchors.stride"),
         ),
-        box_coder=raw["box_coder"]["style"] if isinstance(raw["box_coder"], dict) else raw["box_coder"],
+        box_coder=_choice(get_args(BoxCoderStyle))(coder, coder_path),
         direction=DirectionConfig(
-            num_bins=int(d["num_bins"]),
-            offset=float(d["offset"]),
-            limit_offset=float(d["limit_offset"]),
-            flip_bin=int(d["flip_bin"]),
+            num_bins=num_bins,
+            offset=_ANGLE(d["offset"], "direction.offset"),
+            limit_offset=_UNIT(d["limit_offset"], "direction.limit_offset"),
+            flip_bin=_int(0, num_bins - 1)(d["flip_bin"], "direction.flip_bin"),
         ),
         postprocess=PostProcessConfig(
-            nms=p["nms"],
-            score_threshold=float(p["score_threshold"]),
-            score_inclusive=bool(p["score_inclusive"]),
-            pre_nms_top_k=int(p["pre_nms_top_k"]),
-            nms_iou=float(p["nms_iou"]),
-            max_boxes=int(p["max_boxes"]),
-            output_range=None if p.get("output_range") is None else _floats(p["output_range"], 6),  # type: ignore[arg-type]
+            nms=_choice(get_args(NmsStyle))(p["nms"], "postprocess.nms"),
+            score_inclusive=_bool(p["score_inclusive"], "postprocess.score_inclusive"),
+            pre_nms_top_k=_TOP_K(p["pre_nms_top_k"], "postprocess.pre_nms_top_k"),
+            output_range=_optional(_RANGE6)(p.get("output_range"), "postprocess.output_range"),  # type: ignore[arg-type]
+            **{key: rule(p[key], f"postprocess.{key}") for key, rule in _THRESHOLD_RULES.items()},
         ),
     )
 
 
-def _validate(cfg: ModelConfig, source: str) -> None:
-    def fail(msg: str) -> None:
-        raise ConfigError(f"{source}: {msg}")
+def _anchor_class(value: Any, path: str) -> AnchorClass:
+    """``{class|name, size, bottom}``: YAML says ``class``, ``to_dict()`` says ``name``."""
+    c = _fields(value, path, ("size", "bottom"), ("class", "name"))
+    if ("class" in c) == ("name" in c):
+        raise _Invalid(f"{path}: expected exactly one of the keys class, name")
+    key = "class" if "class" in c else "name"
+    return AnchorClass(_name(c[key], f"{path}.{key}"), _seq(_LENGTH, 3)(c["size"], f"{path}.size"),  # type: ignore[arg-type]
+                       _COORDINATE(c["bottom"], f"{path}.bottom"))
 
-    v = cfg.voxel
-    if min(v.pillar_size) <= 0:
-        fail(f"voxel.pillar_size must be positive, got {list(v.pillar_size)}")
-    if cfg.anchors.stride < 1:
-        fail(f"anchors.stride must be at least 1, got {cfg.anchors.stride}")
-    if v.range_filter not in ("inclusive_xy", "strict_xyz"):
-        fail(f"voxel.range_filter is {v.range_filter!r}; expected inclusive_xy or strict_xyz")
+
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _check(cfg: ModelConfig) -> None:
+    """Rules between fields: the grid, the network's shapes, the anchors and the kernels' capacities."""
+    v, net = cfg.voxel, cfg.network
     for i, axis in enumerate("xyz"):
-        extent = (v.point_range[i + 3] - v.point_range[i]) / v.pillar_size[i]
-        if v.pillar_size[i] <= 0 or extent < 1 or not math.isclose(extent, round(extent), abs_tol=1e-4):
-            fail(f"voxel range along {axis} is not a whole number of pillars ({extent:g})")
-    if v.grid[2] != 1:
-        fail(f"pillars need exactly one voxel along z, got {v.grid[2]}")
-    if v.max_points_per_pillar < 1 or v.max_pillars < 1:
-        fail("voxel.max_points_per_pillar and voxel.max_pillars must be positive")
-    unknown = [x for x in cfg.features.order if x not in FEATURE_NAMES]
-    if unknown:
-        fail(f"features.order has unknown names {unknown}; known: {list(FEATURE_NAMES)}")
-    net = cfg.network
+        lo, hi = v.point_range[i], v.point_range[i + 3]
+        if not lo < hi:
+            raise _Invalid(f"voxel.point_range: min {axis} {lo:g} is not below max {axis} {hi:g}")
+        extent = (hi - lo) / v.pillar_size[i]
+        if extent > MAX_GRID_CELLS or not math.isclose(extent, round(extent), abs_tol=1e-4):
+            raise _Invalid(f"voxel.pillar_size: the range along {axis} is not a whole number of pillars ({extent:g})")
+    nx, ny, nz = v.grid
+    if nz != 1:
+        raise _Invalid(f"voxel.pillar_size: pillars need exactly one voxel along z, got {nz}")
+    cells = nx * ny
+    widest = max(net.pfn_channels, *net.block_channels, *net.upsample_channels, net.head_in_channels,
+                 *cfg.head_channels.values())
+    if cells > MAX_GRID_CELLS or cells * widest >= INDEX_LIMIT:
+        raise _Invalid(f"voxel.pillar_size: a {nx} x {ny} grid is too large: the kernels index at most "
+                       f"{MAX_GRID_CELLS} cells and {INDEX_LIMIT} elements per tensor ({widest} channels)")
+    m, c = v.max_points_per_pillar, cfg.features.channels
+    if v.max_pillars * m * c >= INDEX_LIMIT:
+        raise _Invalid(f"voxel.max_pillars: {v.max_pillars} pillars x {m} points x {c} features reach "
+                       f"{INDEX_LIMIT} elements")
+    if 4 * (net.pfn_channels * c + PFN_PILLARS_PER_BLOCK * m * c) > STATIC_SHARED_BYTES:
+        raise _Invalid(f"voxel.max_points_per_pillar: {m} points x {c} features x {net.pfn_channels} PFN channels "
+                       f"exceed the GPU pillar net's {STATIC_SHARED_BYTES} bytes of shared memory")
     lens = {len(net.layer_nums), len(net.layer_strides), len(net.block_channels),
             len(net.upsample_strides), len(net.upsample_channels)}
     if len(lens) != 1:
-        fail("network lists (layer_nums, strides, channels, upsample_*) differ in length")
-    names = [c.name for c in cfg.anchors.classes]
+        raise _Invalid("network: layer_nums, layer_strides, block_channels, upsample_strides and "
+                       "upsample_channels differ in length")
+    stride = cfg.anchors.stride
+    cumulative = 1
+    for i, (down, up) in enumerate(zip(net.layer_strides, net.upsample_strides)):
+        cumulative *= down
+        if cumulative != stride * up or nx % cumulative or ny % cumulative:
+            raise _Invalid(f"network.upsample_strides[{i}]: block {i} maps the {nx} x {ny} grid by 1/{cumulative} "
+                           f"(a divisor of both sides) and up by {up}; the head map needs anchors.stride {stride}")
+    if min(cfg.head_map) < 2:
+        raise _Invalid(f"anchors.stride: the head map {cfg.head_map[0]} x {cfg.head_map[1]} needs 2 cells per side")
+    if len(set(cfg.classes)) != len(cfg.classes):
+        raise _Invalid(f"classes: names repeat in {short_repr(list(cfg.classes))}")
+    names = [k.name for k in cfg.anchors.classes]
     if sorted(names) != sorted(cfg.classes):
-        fail(f"anchors.classes {names} do not match classes {list(cfg.classes)}")
-    if cfg.anchors.alignment not in ("range_corners", "cell_centers"):
-        fail(f"anchors.alignment is {cfg.anchors.alignment!r}")
-    if cfg.box_coder not in ("openpcdet", "zhulf0804"):
-        fail(f"box_coder.style is {cfg.box_coder!r}; expected openpcdet or zhulf0804")
-    if cfg.postprocess.nms not in ("class_agnostic", "per_class"):
-        fail(f"postprocess.nms is {cfg.postprocess.nms!r}; expected class_agnostic or per_class")
-    nx, ny, _ = v.grid
-    if nx % cfg.anchors.stride or ny % cfg.anchors.stride:
-        fail(f"grid {nx}x{ny} is not divisible by the anchor stride {cfg.anchors.stride}")
+        raise _Invalid(f"anchors.classes: names {short_repr(names)} do not match classes {short_repr(list(cfg.classes))}")
+    pp = cfg.postprocess
+    kept = cfg.num_classes * pp.pre_nms_top_k  # per class: what the final cut may sort
+    if pp.nms == "per_class" and _next_pow2(kept) > SORT_LIMIT:
+        raise _Invalid(f"postprocess.pre_nms_top_k: per-class NMS sorts up to classes x pre_nms_top_k = "
+                       f"{cfg.num_classes} x {pp.pre_nms_top_k} boxes (padded to a power of 2) in one "
+                       f"block of {SORT_LIMIT} keys")
+    if pp.output_range is not None and not all(pp.output_range[i] < pp.output_range[i + 3] for i in range(3)):
+        raise _Invalid("postprocess.output_range: each min must be below its max")

@@ -1,0 +1,286 @@
+"""OpenPCDet model configs (``tools/cfgs/<dataset>_models/*.yaml``) -> ``ModelConfig``.
+
+A trained OpenPCDet PointPillars checkpoint comes with its YAML; reading it spares users from
+re-typing every number (and getting one wrong) in this package's spelling, which
+``configs/openpcdet_kitti_3class.yaml`` shows by hand for ``pointpillar.yaml``. Only what inference
+depends on is read; training-only settings (augmentation, target assignment, losses, optimisation,
+evaluation) are ignored. Whatever this package would not run the way OpenPCDet does (another VFE,
+head, NMS, feature or box coder) is refused by its key path and value, and the result passes the
+package's own validator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ..config import ModelConfig, config_from_dict, read_yaml, short_repr
+from ..errors import ConfigError
+
+BASE_KEY = "_BASE_CONFIG_"
+_MAX_BASES = 8  # base files one config may pull in; each is read whole
+_INPUT_COLUMNS = ("x", "y", "z", "intensity")  # the (N, 4) points every backend takes
+BN_EPS = 1e-3  # PillarVFE's and BaseBEVBackbone's BatchNorm eps, fixed in OpenPCDet's code
+
+
+def config_from_pcdet_yaml(
+    path: str | Path, *, base_dir: str | Path | None = None, name: str | None = None
+) -> ModelConfig:
+    """Read an OpenPCDet PointPillar model config into a validated ``ModelConfig``.
+
+    ``_BASE_CONFIG_`` paths (relative to OpenPCDet's ``tools/`` folder, where its scripts run) are
+    resolved against ``base_dir`` when given, else against the nearest folder above the YAML in which
+    they exist. ``name`` defaults to ``openpcdet_<file stem>``.
+    """
+    path = Path(path)
+    source = str(path)
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {short_repr(raw)}")
+    bases = _Bases(path, None if base_dir is None else Path(base_dir))
+    doc = _Section(bases.overlay({}, raw), "", source)
+    return _convert(doc, name or f"openpcdet_{path.stem}", source)
+
+
+class _Bases:
+    """OpenPCDet's ``_BASE_CONFIG_``: at any level, the base file's mapping overlaid with the keys beside
+    it (mappings merge key by key, any other value replaces); a base file's own ``_BASE_CONFIG_`` is
+    not followed, as in OpenPCDet."""
+
+    def __init__(self, source: Path, base_dir: Path | None) -> None:
+        self.source, self.base_dir, self.loaded = source, base_dir, 0
+
+    def overlay(self, base: dict[Any, Any], new: dict[Any, Any]) -> dict[Any, Any]:
+        out = dict(base)
+        if BASE_KEY in new:
+            out.update(self._load(new[BASE_KEY]))
+        for key, value in new.items():
+            if key == BASE_KEY:
+                continue
+            below = out.get(key)
+            out[key] = self.overlay(below if isinstance(below, dict) else {}, value) if isinstance(value, dict) else value
+        return out
+
+    def _load(self, rel: Any) -> dict[Any, Any]:
+        if not isinstance(rel, str) or not rel:
+            raise ConfigError(f"{self.source}: {BASE_KEY} is {short_repr(rel)}; expected a file path")
+        self.loaded += 1
+        if self.loaded > _MAX_BASES:
+            raise ConfigError(f"{self.source}: more than {_MAX_BASES} {BASE_KEY} files")
+        wanted = Path(rel)
+        if wanted.is_absolute():
+            candidates = [wanted]
+        elif self.base_dir is not None:
+            candidates = [self.base_dir / wanted]
+        else:
+            candidates = [folder / wanted for folder in self.source.resolve().parents]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
+            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} not found in {where}; "
+                              "pass base_dir (OpenPCDet's tools/ folder)")
+        loaded = read_yaml(found)
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{found}: expected a mapping at the top level, got {short_repr(loaded)}")
+        return loaded
+
+
+class _Section:
+    """One mapping of the merged config; each read names its full key path in any refusal."""
+
+    def __init__(self, value: Any, path: str, source: str) -> None:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{source}: {path or 'the config'} is {short_repr(value)}; expected a mapping")
+        self.value, self.path, self.source = value, path, source
+
+    def key_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def refuse(self, key: str, supported: str) -> NoReturn:
+        raise ConfigError(f"{self.source}: {self.key_path(key)} is {short_repr(self.value.get(key))}; "
+                          f"supported: {supported}")
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self.value:
+            raise ConfigError(f"{self.source}: {self.key_path(key)} is missing")
+        return self.value[key]
+
+    def section(self, key: str, read: tuple[str, ...], ignored: tuple[str, ...] = ()) -> _Section:
+        """The mapping at ``key``; keys neither read nor known to be training-only are refused."""
+        sub = _Section(self[key], self.key_path(key), self.source)
+        sub.only(read + ignored)
+        return sub
+
+    def only(self, known: tuple[str, ...]) -> None:
+        for key in self.value:
+            if key not in known:
+                raise ConfigError(f"{self.source}: {self.key_path(str(key))} is not supported "
+                                  f"(known here: {', '.join(known)})")
+
+    def expect(self, key: str, *supported: Any) -> Any:
+        """The value, which must be one of ``supported`` (type included: 1 is not True)."""
+        value = self[key]
+        if not any(type(value) is type(s) and value == s for s in supported):
+            self.refuse(key, " or ".join(repr(s) for s in supported))
+        return value
+
+
+def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
+    """Map the merged OpenPCDet config onto this package's fields (YAML spelling), then validate."""
+    data = _Section(doc["DATA_CONFIG"], "DATA_CONFIG", source)
+    model = doc.section("MODEL", ("NAME", "VFE", "MAP_TO_BEV", "BACKBONE_2D", "DENSE_HEAD", "POST_PROCESSING"))
+    model.expect("NAME", "PointPillar")
+    vfe = model.section("VFE", ("NAME", "WITH_DISTANCE", "USE_ABSLOTE_XYZ", "USE_NORM", "NUM_FILTERS"))
+    vfe.expect("NAME", "PillarVFE")
+    vfe.expect("WITH_DISTANCE", False)  # a distance channel is not among the decorations the kernels make
+    vfe.expect("USE_NORM", True)  # the exported pillar net folds a BatchNorm
+    filters = vfe["NUM_FILTERS"]
+    if not isinstance(filters, list) or len(filters) != 1:
+        vfe.refuse("NUM_FILTERS", "one PFN layer, e.g. [64]")
+    scatter = model.section("MAP_TO_BEV", ("NAME", "NUM_BEV_FEATURES"))
+    scatter.expect("NAME", "PointPillarScatter")
+    scatter.expect("NUM_BEV_FEATURES", filters[0])
+    backbone = model.section("BACKBONE_2D", ("NAME", "LAYER_NUMS", "LAYER_STRIDES", "NUM_FILTERS",
+                                             "UPSAMPLE_STRIDES", "NUM_UPSAMPLE_FILTERS"))
+    backbone.expect("NAME", "BaseBEVBackbone")
+    head = model.section("DENSE_HEAD", ("NAME", "CLASS_AGNOSTIC", "USE_DIRECTION_CLASSIFIER", "DIR_OFFSET",
+                                        "DIR_LIMIT_OFFSET", "NUM_DIR_BINS", "ANCHOR_GENERATOR_CONFIG",
+                                        "TARGET_ASSIGNER_CONFIG"), ("LOSS_CONFIG",))
+    head.expect("NAME", "AnchorHeadSingle")
+    head.expect("CLASS_AGNOSTIC", False)
+    head.expect("USE_DIRECTION_CLASSIFIER", True)
+    coder = _Section(head["TARGET_ASSIGNER_CONFIG"], head.key_path("TARGET_ASSIGNER_CONFIG"), source)
+    coder.expect("BOX_CODER", "ResidualCoder")
+    if coder.value.get("BOX_CODER_CONFIG"):  # code size or sin/cos angles other than the default 7
+        coder.refuse("BOX_CODER_CONFIG", "none (ResidualCoder's default 7-number codes)")
+    post = model.section("POST_PROCESSING", ("SCORE_THRESH", "OUTPUT_RAW_SCORE", "NMS_CONFIG"),
+                         ("RECALL_THRESH_LIST", "EVAL_METRIC"))
+    post.expect("OUTPUT_RAW_SCORE", False)  # raw logits instead of sigmoid scores
+    nms = post.section("NMS_CONFIG", ("MULTI_CLASSES_NMS", "NMS_TYPE", "NMS_THRESH", "NMS_PRE_MAXSIZE",
+                                      "NMS_POST_MAXSIZE"))
+    nms.expect("MULTI_CLASSES_NMS", False)  # per-class top-k and cut differ from this package's per_class
+    nms.expect("NMS_TYPE", "nms_gpu")  # rotated BEV IoU
+    voxels = _voxel_processor(data)
+    config = {
+        "name": name,
+        "family": "openpcdet",
+        "classes": doc["CLASS_NAMES"],
+        "label_base": 1,
+        "voxel": {
+            "point_range": data["POINT_CLOUD_RANGE"],
+            "pillar_size": voxels["VOXEL_SIZE"],
+            "max_points_per_pillar": voxels["MAX_POINTS_PER_VOXEL"],
+            "max_pillars": _test_value(voxels, "MAX_NUMBER_OF_VOXELS"),
+            "range_filter": "inclusive_xy",  # mask_points_and_boxes_outside_range: lo <= x, y <= hi
+        },
+        "features": {"order": _feature_order(data, vfe.expect("USE_ABSLOTE_XYZ", True, False))},
+        "network": {
+            "pfn_channels": filters[0],
+            "bn_eps": BN_EPS,
+            "layer_nums": backbone["LAYER_NUMS"],
+            "layer_strides": backbone["LAYER_STRIDES"],
+            "block_channels": backbone["NUM_FILTERS"],
+            "upsample_strides": backbone["UPSAMPLE_STRIDES"],
+            "upsample_channels": backbone["NUM_UPSAMPLE_FILTERS"],
+        },
+        "anchors": _anchors(head),
+        "box_coder": {"style": "openpcdet"},
+        "direction": {
+            "num_bins": head["NUM_DIR_BINS"],
+            "offset": head["DIR_OFFSET"],
+            "limit_offset": head["DIR_LIMIT_OFFSET"],
+            "flip_bin": 1,  # OpenPCDet adds period * bin to the folded heading
+        },
+        "postprocess": {
+            "nms": "class_agnostic",
+            "score_threshold": post["SCORE_THRESH"],
+            "score_inclusive": True,  # scores >= SCORE_THRESH
+            "pre_nms_top_k": nms["NMS_PRE_MAXSIZE"],
+            "nms_iou": nms["NMS_THRESH"],
+            "max_boxes": nms["NMS_POST_MAXSIZE"],
+            "output_range": None,
+        },
+    }
+    return config_from_dict(config, f"{source} (read as this package's config)")
+
+
+def _voxel_processor(data: _Section) -> _Section:
+    """The test-time point processing: the range mask, no shuffling, then voxelization."""
+    steps = data["DATA_PROCESSOR"]
+    if not isinstance(steps, list):
+        data.refuse("DATA_PROCESSOR", "a list of processing steps")
+    names, voxels = [], None
+    for i, step in enumerate(steps):
+        entry = _Section(step, f"DATA_CONFIG.DATA_PROCESSOR[{i}]", data.source)
+        kind = entry["NAME"]
+        names.append(kind)
+        if kind == "mask_points_and_boxes_outside_range":
+            entry.only(("NAME", "REMOVE_OUTSIDE_BOXES"))
+        elif kind == "shuffle_points":
+            entry.only(("NAME", "SHUFFLE_ENABLED"))
+            if _test_value(entry, "SHUFFLE_ENABLED") is not False:
+                entry.refuse("SHUFFLE_ENABLED", "False at test time (points keep their order)")
+        elif kind == "transform_points_to_voxels":
+            entry.only(("NAME", "VOXEL_SIZE", "MAX_POINTS_PER_VOXEL", "MAX_NUMBER_OF_VOXELS"))
+            voxels = entry
+        else:
+            entry.refuse("NAME", "mask_points_and_boxes_outside_range, shuffle_points, transform_points_to_voxels")
+    if voxels is None or "mask_points_and_boxes_outside_range" not in names:
+        data.refuse("DATA_PROCESSOR", "steps that include mask_points_and_boxes_outside_range and "
+                                      "transform_points_to_voxels")
+    return voxels
+
+
+def _test_value(section: _Section, key: str) -> Any:
+    """A per-split value (``{'train': ..., 'test': ...}``) at test time, or a plain value."""
+    value = section[key]
+    if isinstance(value, dict):
+        return _Section(value, section.key_path(key), section.source)["test"]
+    return value
+
+
+def _feature_order(data: _Section, absolute_xyz: bool) -> list[str]:
+    """PillarVFE's decorated point: the used point features (x, y, z dropped without absolute xyz),
+    then point - pillar mean and point - pillar centre, each (x, y, z)."""
+    encoding = data.section("POINT_FEATURE_ENCODING", ("encoding_type", "used_feature_list", "src_feature_list"))
+    encoding.expect("encoding_type", "absolute_coordinates_encoding")
+    src = encoding["src_feature_list"]
+    if not isinstance(src, list) or tuple(src[:4]) != _INPUT_COLUMNS:
+        encoding.refuse("src_feature_list", "points whose first columns are x, y, z, intensity")
+    used = encoding["used_feature_list"]
+    if used not in (list(_INPUT_COLUMNS[:3]), list(_INPUT_COLUMNS)):
+        encoding.refuse("used_feature_list", "['x', 'y', 'z'] or ['x', 'y', 'z', 'intensity']")
+    point = used if absolute_xyz else used[3:]
+    return [*point, "mean_dx", "mean_dy", "mean_dz", "center_dx", "center_dy", "center_dz"]
+
+
+def _anchors(head: _Section) -> dict[str, Any]:
+    """One anchor size and bottom per class; rotations, alignment and stride shared by all classes,
+    as this package's anchor layout has them."""
+    generators = head["ANCHOR_GENERATOR_CONFIG"]
+    if not isinstance(generators, list) or not generators:
+        head.refuse("ANCHOR_GENERATOR_CONFIG", "a list of one entry per class")
+    classes: list[dict[str, Any]] = []
+    shared: dict[str, Any] = {}
+    for i, raw in enumerate(generators):
+        entry = _Section(raw, f"{head.key_path('ANCHOR_GENERATOR_CONFIG')}[{i}]", head.source)
+        entry.only(("class_name", "anchor_sizes", "anchor_rotations", "anchor_bottom_heights", "align_center",
+                    "feature_map_stride", "matched_threshold", "unmatched_threshold"))
+        sizes, bottoms = entry["anchor_sizes"], entry["anchor_bottom_heights"]
+        if not isinstance(sizes, list) or len(sizes) != 1:
+            entry.refuse("anchor_sizes", "one size per class, e.g. [[3.9, 1.6, 1.56]]")
+        if not isinstance(bottoms, list) or len(bottoms) != 1:
+            entry.refuse("anchor_bottom_heights", "one height per class, e.g. [-1.78]")
+        entry.expect("align_center", True, False)
+        classes.append({"class": entry["class_name"], "size": sizes[0], "bottom": bottoms[0]})
+        for key in ("anchor_rotations", "align_center", "feature_map_stride"):
+            shared.setdefault(key, entry[key])
+            if entry[key] != shared[key]:
+                entry.refuse(key, f"the value of the first class ({short_repr(shared[key])})")
+    return {
+        "classes": classes,
+        "rotations": shared["anchor_rotations"],
+        # False: x_i = lo + i * (hi - lo) / (W - 1); True: cell centres (rounded as zhulf0804's linspace)
+        "alignment": "cell_centers" if shared["align_center"] else "range_corners",
+        "stride": shared["feature_map_stride"],
+    }

@@ -1,0 +1,346 @@
+"""The config validator: one rule per test case, the YAML defences, round trips and runtime thresholds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pointpillars_trt import config as config_module
+from pointpillars_trt.config import (
+    MAX_CONFIG_BYTES,
+    ModelConfig,
+    builtin_config_names,
+    config_from_dict,
+    load_config,
+    read_yaml,
+)
+from pointpillars_trt.errors import ConfigError
+
+DELETE = object()  # a change that removes the key
+_STEP = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def builtin_raw(name: str = "openpcdet_kitti_3class") -> dict[str, Any]:
+    """A built-in config as its YAML spells it (anchor ``class``, ``box_coder.style``)."""
+    return read_yaml(Path(str(resources.files("pointpillars_trt") / "configs" / f"{name}.yaml")))
+
+
+def edited(changes: dict[str, Any], name: str = "openpcdet_kitti_3class") -> dict[str, Any]:
+    """The built-in YAML with ``changes`` applied by key path (``anchors.classes[0].size[1]``)."""
+    raw = builtin_raw(name)
+    for path, value in changes.items():
+        *parents, last = [m.group(1) or int(m.group(2)) for m in _STEP.finditer(path)]
+        node: Any = raw
+        for step in parents:
+            node = node[step]
+        if value is DELETE:
+            del node[last]
+        else:
+            node[last] = value
+    return raw
+
+
+def refusal(raw: Any, source: str = "cfg.yaml") -> str:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict(raw, source)
+    return str(info.value)
+
+
+NAN, INF = math.nan, math.inf
+
+# (changes by key path, expected message fragment): every rule of the validator.
+REFUSED: list[tuple[dict[str, Any], str]] = [
+    # strict types: no bool-as-int, float-as-int, str-as-bool, str-as-number
+    ({"voxel.max_pillars": True}, "voxel.max_pillars: expected an integer in 1..1048576, got True"),
+    ({"voxel.max_points_per_pillar": 32.0}, "voxel.max_points_per_pillar: expected an integer in 1..384, got 32.0"),
+    ({"voxel.max_points_per_pillar": "32"}, "voxel.max_points_per_pillar: expected an integer in 1..384, got '32'"),
+    ({"postprocess.score_inclusive": "false"}, "postprocess.score_inclusive: expected true or false, got 'false'"),
+    ({"postprocess.score_inclusive": 1}, "postprocess.score_inclusive: expected true or false, got 1"),
+    ({"postprocess.nms_iou": True}, "postprocess.nms_iou: expected a finite number in [0, 1], got True"),
+    ({"postprocess.nms_iou": "0.5"}, "postprocess.nms_iou: expected a finite number"),
+    ({"network.bn_eps": None}, "network.bn_eps: expected a finite number in (0, 1], got None"),
+    ({"name": 7}, "name: expected a name of 1-64 letters, digits or _.+-, got 7"),
+    ({"name": "a b\x1b[31m"}, r"name: expected a name of 1-64 letters, digits or _.+-, got 'a b\x1b[31m'"),
+    ({"classes[0]": 5}, "classes[0]: expected a name"),
+    ({"family": "mmdet3d"}, "family: expected one of openpcdet, zhulf0804, got 'mmdet3d'"),
+    ({"box_coder.style": "centerpoint"}, "box_coder.style: expected one of openpcdet, zhulf0804"),
+    ({"box_coder": "openpcdet2"}, "box_coder: expected one of openpcdet, zhulf0804"),
+    ({"voxel.range_filter": "sideways"}, "voxel.range_filter: expected one of inclusive_xy, strict_xyz"),
+    ({"anchors.alignment": "corners"}, "anchors.alignment: expected one of range_corners, cell_centers"),
+    ({"postprocess.nms": "soft"}, "postprocess.nms: expected one of class_agnostic, per_class"),
+    ({"features.order[2]": "r"}, "features.order[2]: expected one of x, y, z, intensity"),
+    ({"features.order": ["x"] * 17}, "features.order: expected a list of 1..16 items"),
+    ({"label_base": 2}, "label_base: expected an integer in 0..1, got 2"),
+    ({"voxel": [1, 2]}, "voxel: expected a mapping, got [1, 2]"),
+    # finite floats only
+    ({"voxel.point_range[3]": INF}, "voxel.point_range[3]: expected a finite number in [-10000, 10000], got inf"),
+    ({"voxel.point_range[0]": NAN}, "voxel.point_range[0]: expected a finite number in [-10000, 10000], got nan"),
+    ({"voxel.point_range": [0, 1, 2]}, "voxel.point_range: expected a list of 6 items, got [0, 1, 2]"),
+    ({"voxel.pillar_size[0]": 0}, "voxel.pillar_size[0]: expected a finite number in [0.001, 20000], got 0"),
+    ({"voxel.pillar_size[1]": -0.16}, "voxel.pillar_size[1]: expected a finite number in [0.001, 20000]"),
+    ({"anchors.classes[0].size[0]": NAN}, "anchors.classes[0].size[0]: expected a finite number"),
+    ({"anchors.classes[1].bottom": INF}, "anchors.classes[1].bottom: expected a finite number"),
+    ({"anchors.rotations[1]": NAN}, "anchors.rotations[1]: expected a finite number"),
+    ({"direction.offset": 10 ** 400}, "direction.offset: expected a finite number"),
+    ({"direction.limit_offset": 2.0}, "direction.limit_offset: expected a finite number in [0, 1], got 2.0"),
+    # post-processing ranges
+    ({"direction.flip_bin": 7}, "direction.flip_bin: expected an integer in 0..1, got 7"),
+    ({"direction.flip_bin": -1}, "direction.flip_bin: expected an integer in 0..1, got -1"),
+    ({"direction.num_bins": 3}, "direction.num_bins: expected the integer 2, got 3"),
+    ({"postprocess.nms_iou": NAN}, "postprocess.nms_iou: expected a finite number in [0, 1], got nan"),
+    ({"postprocess.nms_iou": 1.5}, "postprocess.nms_iou: expected a finite number in [0, 1], got 1.5"),
+    ({"postprocess.score_threshold": NAN}, "postprocess.score_threshold: expected a finite number in [0, 1], got nan"),
+    ({"postprocess.score_threshold": -0.1}, "postprocess.score_threshold: expected a finite number in [0, 1]"),
+    ({"postprocess.score_threshold": 1.01}, "postprocess.score_threshold: expected a finite number in [0, 1]"),
+    ({"postprocess.max_boxes": -5}, "postprocess.max_boxes: expected an integer in 1..4096, got -5"),
+    ({"postprocess.max_boxes": 0}, "postprocess.max_boxes: expected an integer in 1..4096, got 0"),
+    ({"postprocess.pre_nms_top_k": 0}, "postprocess.pre_nms_top_k: expected an integer in 1..4096, got 0"),
+    ({"postprocess.pre_nms_top_k": 8192}, "postprocess.pre_nms_top_k: expected an integer in 1..4096, got 8192"),
+    ({"postprocess.nms": "per_class"}, "postprocess.pre_nms_top_k: per-class NMS sorts up to classes x pre_nms_top_k = 3 x 4096"),
+    ({"postprocess.output_range": [0, 0, 0, 1, 1, 0]}, "postprocess.output_range: each min must be below its max"),
+    # network shapes
+    ({"network.layer_strides": [0, 2, 2]}, "network.layer_strides[0]: expected an integer in 1..8, got 0"),
+    ({"network.upsample_strides[1]": 0}, "network.upsample_strides[1]: expected an integer in 1..64, got 0"),
+    ({"network.block_channels[1]": 0}, "network.block_channels[1]: expected an integer in 1..4096, got 0"),
+    ({"network.upsample_channels[0]": -128}, "network.upsample_channels[0]: expected an integer in 1..4096"),
+    ({"network.pfn_channels": 512}, "network.pfn_channels: expected an integer in 1..256, got 512"),
+    ({"network.layer_nums": []}, "network.layer_nums: expected a list of 1..8 items, got []"),
+    ({"network.layer_nums[0]": -1}, "network.layer_nums[0]: expected an integer in 0..64, got -1"),
+    ({"network.layer_nums": [3, 5]}, "network: layer_nums, layer_strides, block_channels, upsample_strides and "
+                                     "upsample_channels differ in length"),
+    ({"network.bn_eps": 0}, "network.bn_eps: expected a finite number in (0, 1], got 0"),
+    ({"anchors.stride": 0}, "anchors.stride: expected an integer in 1..64, got 0"),
+    ({"anchors.stride": 4}, "network.upsample_strides[0]: block 0 maps the 432 x 496 grid by 1/2"),
+    ({"network.layer_strides": [2, 2, 3]}, "network.upsample_strides[2]: block 2 maps the 432 x 496 grid by 1/12"),
+    ({"voxel.point_range[3]": 0.16, "network.layer_strides": [1, 1, 1], "network.upsample_strides": [1, 1, 1],
+      "anchors.stride": 1}, "anchors.stride: the head map 1 x 496 needs 2 cells per side"),
+    # grid
+    ({"voxel.point_range[3]": -1.0}, "voxel.point_range: min x 0 is not below max x -1"),
+    ({"voxel.pillar_size[0]": 0.17}, "voxel.pillar_size: the range along x is not a whole number of pillars (406.588)"),
+    ({"voxel.pillar_size[2]": 2.0}, "voxel.pillar_size: pillars need exactly one voxel along z, got 2"),
+    ({"voxel.pillar_size": [0.01, 0.01, 4.0]}, "voxel.pillar_size: a 6912 x 7936 grid is too large"),
+    ({"voxel.pillar_size": [0.001, 0.001, 4.0]}, "voxel.pillar_size: a 69120 x 79360 grid is too large"),
+    # pillar capacities
+    ({"voxel.max_points_per_pillar": 10 ** 8}, "voxel.max_points_per_pillar: expected an integer in 1..384"),
+    ({"voxel.max_points_per_pillar": 0}, "voxel.max_points_per_pillar: expected an integer in 1..384, got 0"),
+    ({"voxel.max_points_per_pillar": 385}, "voxel.max_points_per_pillar: expected an integer in 1..384, got 385"),
+    ({"voxel.max_points_per_pillar": 384}, "voxel.max_points_per_pillar: 384 points x 10 features x 64 PFN channels "
+                                           "exceed the GPU pillar net's 49152 bytes of shared memory"),
+    ({"voxel.max_pillars": 0}, "voxel.max_pillars: expected an integer in 1..1048576, got 0"),
+    ({"voxel.max_pillars": 2 ** 20 + 1}, "voxel.max_pillars: expected an integer in 1..1048576"),
+    ({"voxel.max_pillars": 2 ** 20, "voxel.max_points_per_pillar": 256},
+     "voxel.max_pillars: 1048576 pillars x 256 points x 10 features reach 2147483648 elements"),
+    # classes
+    ({"classes": []}, "classes: expected a list of 1..64 items, got []"),
+    ({"classes": ["Car", "Car", "Cyclist"]}, "classes: names repeat in ['Car', 'Car', 'Cyclist']"),
+    ({"anchors.classes[0].class": "Truck"}, "anchors.classes: names ['Truck', 'Pedestrian', 'Cyclist'] do not match"),
+    ({"anchors.classes[0].name": "Car"}, "anchors.classes[0]: expected exactly one of the keys class, name"),
+    # unknown and missing keys
+    ({"postprocess.score_treshold": 0.2}, "postprocess.score_treshold: unknown key (did you mean score_threshold?)"),
+    ({"anchors.classes[0].colour": "red"}, "anchors.classes[0].colour: unknown key (expected size, bottom, class, name)"),
+    ({"extra\n\x00key": 1}, r"'extra\n\x00key': unknown key"),
+    ({"postprocess.nms_iou": DELETE}, "postprocess.nms_iou: missing key"),
+    ({"voxel": DELETE}, "voxel: missing key"),
+    ({"anchors.classes[2].bottom": DELETE}, "anchors.classes[2].bottom: missing key"),
+]
+
+
+@pytest.mark.parametrize("changes, fragment", REFUSED, ids=[next(iter(c)) for c, _ in REFUSED])
+def test_refused(changes: dict[str, Any], fragment: str) -> None:
+    message = refusal(edited(changes), "my.yaml")
+    assert message.startswith("my.yaml: ") and fragment in message, message
+    assert len(message) < 400
+
+
+ACCEPTED: list[dict[str, Any]] = [
+    {"direction.flip_bin": 0},
+    {"postprocess.max_boxes": 1, "postprocess.pre_nms_top_k": 1},
+    {"postprocess.score_threshold": 0, "postprocess.nms_iou": 1},  # integers where numbers are wanted
+    {"postprocess.score_threshold": 1.0, "postprocess.nms_iou": 0.0},
+    {"postprocess.nms": "per_class", "postprocess.pre_nms_top_k": 1024},  # 3 x 1024 -> 4096 keys
+    {"voxel.max_points_per_pillar": 256, "voxel.max_pillars": 2 ** 19},
+    {"voxel.pillar_size": [0.04, 0.04, 4.0]},  # 1728 x 1984 cells, 384 channels
+    {"network.layer_nums": [0, 0, 0]},
+    {"label_base": DELETE, "postprocess.output_range": DELETE},  # optional keys
+]
+
+
+@pytest.mark.parametrize("changes", ACCEPTED, ids=[",".join(c) for c in ACCEPTED])
+def test_accepted_at_the_bounds(changes: dict[str, Any]) -> None:
+    config_from_dict(edited(changes), "my.yaml")
+
+
+def test_per_class_bound_matches_the_gpu_post_params() -> None:
+    """The config validator refuses exactly what gpu/postprocess.py's PostParams refuses."""
+    from pointpillars_trt.gpu.postprocess import PostParams
+
+    for top_k in (1, 100, 1024, 1025, 1365, 1366, 2048, 4096):
+        raw = edited({"postprocess.pre_nms_top_k": top_k}, "zhulf0804_kitti_3class")
+        try:
+            cfg = config_from_dict(raw)
+        except ConfigError:
+            cfg = None
+        unchecked = dataclasses.replace(
+            load_config("zhulf0804_kitti_3class"),
+            postprocess=dataclasses.replace(load_config("zhulf0804_kitti_3class").postprocess, pre_nms_top_k=top_k),
+        )
+        try:
+            PostParams.from_config(unchecked)
+            gpu_ok = True
+        except ConfigError:
+            gpu_ok = False
+        assert (cfg is not None) == gpu_ok, top_k
+
+
+def test_kernel_limits_match_the_gpu_modules() -> None:
+    """The validator's bounds come from the kernels' own constants (importable without CuPy)."""
+    from pointpillars_trt.gpu import postprocess, voxelize
+    from pointpillars_trt.gpu.pfn import PfnStage
+
+    assert config_module.GATHER_WARPS == voxelize.VoxelizeStage.GATHER_WARPS
+    assert config_module.PFN_PILLARS_PER_BLOCK == PfnStage.PILLARS_PER_BLOCK
+    assert config_module.SORT_LIMIT == postprocess._SORT_LIMIT
+    cuda = resources.files("pointpillars_trt") / "gpu" / "cuda"
+    assert "__shared__ float4 staged[kGatherWarps][MAX_PTS];" in (cuda / "voxelize.cu").read_text()
+    assert config_module.MAX_POINTS_PER_PILLAR == 384  # 8 warps x 384 x 16 B = 48 KiB
+    assert "0xffffull" in (cuda / "postprocess.cu").read_text()  # the 16-bit slot MAX_CLASSES keeps in range
+
+
+@pytest.mark.parametrize("name", builtin_config_names())
+def test_builtin_configs_load_and_round_trip(name: str) -> None:
+    cfg = load_config(name)
+    assert cfg.name == name
+    assert config_from_dict(cfg.to_dict()) == cfg
+    stored = json.loads(json.dumps(cfg.to_dict()))  # as model.json keeps it
+    again = config_from_dict(stored, "model.json")
+    assert again == cfg and again.digest() == cfg.digest()
+
+
+def test_builtin_names() -> None:
+    assert builtin_config_names() == ["openpcdet_kitti_3class", "zhulf0804_kitti_3class"]
+
+
+def _write(path: Path, text: str | bytes) -> Path:
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
+    text = (resources.files("pointpillars_trt") / "configs" / "openpcdet_kitti_3class.yaml").read_text()
+    path = _write(tmp_path / "typo.yaml", text.replace("score_threshold:", "score_treshold:"))
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{path}: postprocess.score_treshold: unknown key (did you mean score_threshold?)"
+
+
+def test_missing_file_and_wrong_top_level(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match=r"list.yaml: the config: expected a mapping, got \[1, 2\]"):
+        load_config(_write(tmp_path / "list.yaml", "[1, 2]"))
+    with pytest.raises(ConfigError, match="unknown config 'nope'"):
+        load_config("nope")
+
+
+def test_billion_laughs_refused_fast(tmp_path: Path) -> None:
+    lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 12)]
+    path = _write(tmp_path / "laughs.yaml", "\n".join(lines))
+    assert path.stat().st_size < 1000
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert time.perf_counter() - start < 2.0
+    message = str(info.value)
+    assert "YAML aliases (*name) are not allowed" in message and len(message) < 200
+
+
+def test_deep_nesting_refused(tmp_path: Path) -> None:
+    depth = 200_000
+    path = _write(tmp_path / "deep.yaml", "name: " + "[" * depth + "]" * depth)
+    start = time.perf_counter()
+    with pytest.raises(ConfigError, match="nested more than 32 levels deep"):
+        load_config(path)
+    assert time.perf_counter() - start < 5.0
+    nested: Any = []
+    for _ in range(depth):  # a deep structure handed over as a dict (e.g. from JSON) is refused too
+        nested = [nested]
+    message = refusal(edited({"classes": nested}))
+    assert "classes: expected a list of 1..64 items" in message or "classes[0]: expected a name" in message
+    assert len(message) < 200
+
+
+def test_oversized_and_malformed_files(tmp_path: Path) -> None:
+    big = _write(tmp_path / "big.yaml", b"#" * (MAX_CONFIG_BYTES + 1))
+    with pytest.raises(ConfigError, match=f"larger than {MAX_CONFIG_BYTES} bytes"):
+        load_config(big)
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config(_write(tmp_path / "bin.yaml", b"name: \xff\xfe"))
+    with pytest.raises(ConfigError, match="could not determine a constructor"):
+        load_config(_write(tmp_path / "obj.yaml", "name: !!python/object:os.system x"))
+    with pytest.raises(ConfigError, match=r"not a valid config YAML \(ValueError\)"):
+        load_config(_write(tmp_path / "digits.yaml", "name: " + "9" * 6000))
+
+
+def test_messages_never_echo_a_long_value() -> None:
+    message = refusal(edited({"name": "\x1b]0;pwned\x07" + "A" * 100_000}))
+    assert len(message) < 200 and "\x1b" not in message and "\x07" not in message
+    assert "\\x1b" in message and "..." in message
+
+
+# --------------------------------------------------------------------------- runtime thresholds
+
+def test_digest_ignores_the_runtime_thresholds() -> None:
+    cfg = load_config("openpcdet_kitti_3class")
+    tuned = cfg.with_thresholds(score_threshold=0.3, nms_iou=0.2, max_boxes=100)
+    assert tuned.digest() == cfg.digest() and tuned != cfg
+    assert tuned.postprocess == dataclasses.replace(cfg.postprocess, score_threshold=0.3, nms_iou=0.2, max_boxes=100)
+    edited_thresholds = edited({"postprocess.score_threshold": 0.5, "postprocess.nms_iou": 0.5,
+                                "postprocess.max_boxes": 7})
+    assert config_from_dict(edited_thresholds).digest() == cfg.digest()
+
+
+@pytest.mark.parametrize("changes", [
+    {"voxel.pillar_size": [0.32, 0.32, 4.0]},
+    {"postprocess.pre_nms_top_k": 1000},
+    {"postprocess.score_inclusive": False},
+    {"anchors.classes[0].size[0]": 4.0},
+    {"name": "other"},
+], ids=lambda c: next(iter(c)))
+def test_digest_follows_everything_else(changes: dict[str, Any]) -> None:
+    assert config_from_dict(edited(changes)).digest() != load_config("openpcdet_kitti_3class").digest()
+
+
+def test_with_thresholds_keeps_what_is_not_given() -> None:
+    cfg = load_config("zhulf0804_kitti_3class")
+    assert cfg.with_thresholds() == cfg
+    tuned = cfg.with_thresholds(nms_iou=0.5)
+    assert tuned.postprocess.nms_iou == 0.5
+    assert tuned.postprocess.score_threshold == cfg.postprocess.score_threshold
+    assert tuned.postprocess.max_boxes == cfg.postprocess.max_boxes
+    assert isinstance(cfg.with_thresholds(score_threshold=1).postprocess.score_threshold, float)
+
+
+@pytest.mark.parametrize("argument, value, fragment", [
+    ("score_threshold", NAN, "with_thresholds: score_threshold: expected a finite number in [0, 1], got nan"),
+    ("score_threshold", 1.5, "with_thresholds: score_threshold: expected a finite number in [0, 1], got 1.5"),
+    ("score_threshold", "0.3", "with_thresholds: score_threshold: expected a finite number in [0, 1], got '0.3'"),
+    ("nms_iou", -0.1, "with_thresholds: nms_iou: expected a finite number in [0, 1], got -0.1"),
+    ("nms_iou", INF, "with_thresholds: nms_iou: expected a finite number in [0, 1], got inf"),
+    ("max_boxes", 0, "with_thresholds: max_boxes: expected an integer in 1..4096, got 0"),
+    ("max_boxes", True, "with_thresholds: max_boxes: expected an integer in 1..4096, got True"),
+    ("max_boxes", 10.0, "with_thresholds: max_boxes: expected an integer in 1..4096, got 10.0"),
+])
+def test_with_thresholds_refuses(argument: str, value: Any, fragment: str) -> None:
+    cfg: ModelConfig = load_config("openpcdet_kitti_3class")
+    with pytest.raises(ConfigError) as info:
+        cfg.with_thresholds(**{argument: value})
+    assert str(info.value) == fragment
