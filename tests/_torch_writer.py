@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import io
 import pickle
+import struct
 import zipfile
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,3 +147,46 @@ def write_legacy(obj: Any, path: Path) -> Path:
         out.write(_le_bytes(storage.array))
     path.write_bytes(out.getvalue())
     return path
+
+
+@dataclass
+class RawEntry:
+    """One zip record written verbatim: ``payload`` as stored (raw deflate data for ZIP_DEFLATED), with
+    a declared uncompressed size and CRC that may lie (defaults: the truth for a stored record)."""
+
+    name: str
+    payload: bytes
+    method: int = zipfile.ZIP_STORED
+    file_size: int | None = None
+    crc: int | None = None
+
+
+def write_raw_zip(entries: list[RawEntry], path: Path) -> Path:
+    """A zip archive built byte by byte, so tests can plant records zipfile would not write."""
+    out, central = bytearray(), bytearray()
+    for entry in entries:
+        name = entry.name.encode()
+        size = len(entry.payload) if entry.file_size is None else entry.file_size
+        crc = zlib.crc32(entry.payload) if entry.crc is None else entry.crc
+        fields = (entry.method, 0, 0x21, crc, len(entry.payload), size, len(name))
+        central += struct.pack("<4s6H3I5H2I", b"PK\x01\x02", 20, 20, 0, *fields, 0, 0, 0, 0, 0, len(out)) + name
+        out += struct.pack("<4s5H3I2H", b"PK\x03\x04", 20, 0, *fields, 0) + name + entry.payload
+    eocd = struct.pack("<4s4H2IH", b"PK\x05\x06", 0, 0, len(entries), len(entries), len(central), len(out), 0)
+    path.write_bytes(bytes(out + central + eocd))
+    return path
+
+
+def deflated_zeros(mib: int) -> bytes:
+    """Raw deflate data that inflates to ``mib`` MiB of zero bytes (about 1 KB per MiB): a zip bomb.
+    After a full flush the compressor's output for the same input repeats, so one block is copied."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block = compressor.compress(bytes(1 << 20)) + compressor.flush(zlib.Z_FULL_FLUSH)
+    return block * mib + compressor.flush(zlib.Z_FINISH)
+
+
+def zeros_crc(mib: int) -> int:
+    """CRC-32 of ``mib`` MiB of zero bytes."""
+    crc, block = 0, bytes(1 << 20)
+    for _ in range(mib):
+        crc = zlib.crc32(block, crc)
+    return crc

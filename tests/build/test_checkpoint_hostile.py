@@ -1,0 +1,493 @@
+"""Checkpoints made to hurt (issue 9, items 1-4 and 6 as far as checkpoints go).
+
+Every file here is crafted by the test itself and small on disk. Loads that could exhaust memory or
+block run in a child process under ``RLIMIT_AS`` = 1 GiB and a 20 s timeout; the child reports a
+``CheckpointError`` as one line and its peak RSS, and must print nothing on stderr (no traceback).
+A MemoryError turned into a CheckpointError does not count as handled: the messages checked name
+the real problem, found before any large allocation.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import threading
+import zipfile
+import zlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zeros, pickle_torch, torch_global,
+                           write_legacy, write_raw_zip, write_zip, zeros_crc)
+
+from pointpillars_trt.build import checkpoint
+from pointpillars_trt.build.checkpoint import (MAX_TUPLE_NESTING, expected_keys, load_checkpoint, read_pth,
+                                               short_repr, weights_from_state_dict)
+from pointpillars_trt.config import ModelConfig
+from pointpillars_trt.errors import CheckpointError
+
+WRITERS = {"zip": write_zip, "legacy": write_legacy}
+MEMORY_LIMIT = 1 << 30
+MAX_RSS_KB = 400 * 1024  # a child that loads a small file stays far below this (about 70 MB)
+HUGE = (1 << 16, 1 << 16)  # 16 GiB of float32 as a stride-0 view of one element
+
+# The child: rlimit first, then the import and one call; one line per result on stdout.
+CHILD = r"""
+import dataclasses, resource, sys
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+from pointpillars_trt.build.checkpoint import load_checkpoint, read_pth
+from pointpillars_trt.config import load_config
+from pointpillars_trt.errors import CheckpointError
+how, path = sys.argv[2], sys.argv[3]
+try:
+    if how == "read":
+        read_pth(path)
+    elif how == "load":
+        load_checkpoint(path)
+    else:
+        cfg = load_config(how)
+        net = dataclasses.replace(cfg.network, pfn_channels=8, layer_nums=(1, 2, 2), block_channels=(8, 16, 32),
+                                  upsample_channels=(4, 4, 4))
+        load_checkpoint(path, config=dataclasses.replace(cfg, name="small", network=net))
+except CheckpointError as exc:
+    print("CheckpointError: " + str(exc).replace("\n", "\\n"))
+    code = 3
+else:
+    print("loaded")
+    code = 0
+print("maxrss_kb=%d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+sys.exit(code)
+"""
+
+
+@dataclasses.dataclass
+class ChildResult:
+    loaded: bool
+    message: str  # the CheckpointError's text, newlines shown as \n
+    maxrss_kb: int
+
+
+def run_child(how: str, path: Path, repo_root: Path) -> ChildResult:
+    """Load ``path`` in a fresh interpreter under the memory limit: ``how`` is read / load / a config
+    name (loaded as the small variant of that config)."""
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD, str(MEMORY_LIMIT), how, str(path)], cwd=repo_root,
+                             env=env, capture_output=True, text=True, timeout=20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"loading {path.name} took more than 20 s")
+    lines = out.stdout.splitlines()
+    assert out.stderr == "", f"the child wrote to stderr (traceback?):\n{out.stderr[-3000:]}"
+    assert out.returncode in (0, 3) and len(lines) == 2 and lines[1].startswith("maxrss_kb="), out
+    result = ChildResult(out.returncode == 0, lines[0].removeprefix("CheckpointError: "), int(lines[1][10:]))
+    assert result.maxrss_kb < MAX_RSS_KB, f"peak RSS {result.maxrss_kb} kB: {result.message}"
+    return result
+
+
+def refused(how: str, path: Path, repo_root: Path, *words: str) -> str:
+    """The child fails with a one-line CheckpointError naming the file and the words, not MemoryError."""
+    result = run_child(how, path, repo_root)
+    assert not result.loaded, f"{path.name} loaded"
+    assert str(path) in result.message and "MemoryError" not in result.message, result.message
+    for word in words:
+        assert word in result.message, result.message
+    return result.message
+
+
+def checkpoint_error(fn: Any, *words: str) -> str:
+    """In-process: a one-line CheckpointError with the words, no raw control characters, no cause."""
+    with pytest.raises(CheckpointError) as info:
+        fn()
+    msg = str(info.value)
+    assert "\n" not in msg and "\x1b" not in msg and info.value.__cause__ is None, repr(msg)
+    for word in words:
+        assert word in msg, msg
+    return msg
+
+
+def small_config(cfg: ModelConfig) -> ModelConfig:  # the same as CHILD's
+    net = dataclasses.replace(cfg.network, pfn_channels=8, layer_nums=(1, 2, 2), block_channels=(8, 16, 32),
+                              upsample_channels=(4, 4, 4))
+    return dataclasses.replace(cfg, name="small", network=net)
+
+
+def small_state(layout: str, cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.normal(size=shape).astype(np.float32) for k, shape in expected_keys(layout, small_config(cfg)).items()}
+
+
+def huge_view(storage: Storage) -> Tensor:
+    return Tensor(storage, 0, HUGE, (0, 0))
+
+
+def legacy_stream(main_pickle: bytes, keys: list[str] | None = None) -> bytes:
+    """A legacy file around a hand-made main pickle (magic, protocol, sys info, main, key list)."""
+    headers = b"".join(pickle.dumps(h, protocol=2) for h in (LEGACY_MAGIC, 1001, {"little_endian": True}))
+    return headers + main_pickle + pickle.dumps(keys or [], protocol=2)
+
+
+def write_pickle(data: bytes, fmt: str, path: Path) -> Path:
+    """``data`` as the (only) pickle of a checkpoint: zip data.pkl or the legacy main pickle."""
+    if fmt == "zip":
+        with zipfile.ZipFile(path, "w") as archive:
+            archive.writestr("archive/data.pkl", data)
+            archive.writestr("archive/byteorder", "little")
+    else:
+        path.write_bytes(legacy_stream(data))
+    return path
+
+
+def binunicode(text: str) -> bytes:
+    raw = text.encode()
+    return b"X" + struct.pack("<I", len(raw)) + raw
+
+
+# --- 1. memory: a small file cannot make the reader allocate much -----------------------------------
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_expanded_views_the_layout_does_not_use_cost_nothing(fmt: str, openpcdet_cfg: ModelConfig,
+                                                             tmp_path: Path, repo_root: Path) -> None:
+    """40 stride-0 views of one element (16 GiB each) in the optimizer state: never built."""
+    one = Storage(np.ones(1, np.float32))
+    obj = {"model_state": small_state("openpcdet", openpcdet_cfg),
+           "optimizer_state": {f"exp_avg_{i}": huge_view(one) for i in range(40)}, "epoch": 3}
+    path = WRITERS[fmt](obj, tmp_path / "expanded.pth")
+    assert path.stat().st_size < 200_000
+    assert run_child("openpcdet_kitti_3class", path, repo_root).loaded
+
+
+def test_expanded_views_in_ignored_keys_cost_nothing(zhulf_cfg: ModelConfig, tmp_path: Path,
+                                                     repo_root: Path) -> None:
+    one = Storage(np.zeros(1, np.int64))
+    state: dict[str, Any] = dict(small_state("zhulf0804", zhulf_cfg))
+    state.update({f"extra.{i}.num_batches_tracked": huge_view(one) for i in range(3)})
+    path = write_zip(state, tmp_path / "expanded.pth")
+    assert run_child("zhulf0804_kitti_3class", path, repo_root).loaded
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_expanded_view_in_a_used_key_of_the_wrong_shape_is_not_built(fmt: str, zhulf_cfg: ModelConfig,
+                                                                     tmp_path: Path, repo_root: Path) -> None:
+    state: dict[str, Any] = dict(small_state("zhulf0804", zhulf_cfg))
+    state["head.conv_cls.weight"] = huge_view(Storage(np.ones(1, np.float32)))
+    path = WRITERS[fmt](state, tmp_path / "expanded.pth")
+    refused("zhulf0804_kitti_3class", path, repo_root, "wrong shape", "head.conv_cls.weight: got float32 (65536, 65536)")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_read_pth_refuses_expanded_views_beyond_what_the_file_can_hold(fmt: str, tmp_path: Path,
+                                                                       repo_root: Path) -> None:
+    """The 761-byte file of the issue: three stride-0 views of a one-element storage."""
+    one = Storage(np.ones(1, np.float32))
+    path = WRITERS[fmt]({f"w{i}": Tensor(one, 0, (1 << 15, 1 << 15), (0, 0)) for i in range(3)},
+                        tmp_path / "expanded.pth")
+    assert path.stat().st_size < 2000
+    refused("read", path, repo_root, "more than a file of this size can legitimately hold")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_small_expanded_views_still_read(fmt: str, tmp_path: Path) -> None:
+    storage = Storage(np.arange(4, dtype=np.float32))
+    got = read_pth(WRITERS[fmt]({"e": Tensor(storage, 1, (100, 2), (0, 1))}, tmp_path / "t.pth"))
+    assert got["e"].shape == (100, 2) and np.array_equal(got["e"], np.tile([1.0, 2.0], (100, 1)))
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("view, words", [
+    ((0, (3, 2), (1, 4)), ("reads element 6 of storage", "which has 6")),
+    ((5, (2,), (-1,)), ("negative strides",)),
+    ((0, (2,) * 65, (1,) * 65), ("bad tensor record",)),
+])
+def test_every_view_is_checked_even_unused(fmt: str, view: tuple[Any, ...], words: tuple[str, ...],
+                                           openpcdet_cfg: ModelConfig, tmp_path: Path) -> None:
+    obj = {"model_state": small_state("openpcdet", openpcdet_cfg),
+           "optimizer_state": {"m": Tensor(Storage(np.zeros(6, np.float32)), *view)}}
+    path = WRITERS[fmt](obj, tmp_path / "view.pth")
+    checkpoint_error(lambda: load_checkpoint(path, config=small_config(openpcdet_cfg)), str(path), *words)
+
+
+def torch_zip(byteorder: RawEntry | None = None, storage: RawEntry | None = None) -> list[RawEntry]:
+    """A zip checkpoint {"w": one float32} with the given records in place of the honest ones."""
+    data, _ = pickle_torch({"w": np.ones(1, np.float32)})
+    return [RawEntry("archive/data.pkl", data), byteorder or RawEntry("archive/byteorder", b"little"),
+            storage or RawEntry("archive/data/0", np.ones(1, "<f4").tobytes())]
+
+
+BOMB_MIB = 512  # inflates 512 MiB from about 530 KB
+
+
+def test_zip_bomb_in_the_byteorder_record(tmp_path: Path, repo_root: Path) -> None:
+    bomb = RawEntry("archive/byteorder", deflated_zeros(BOMB_MIB), zipfile.ZIP_DEFLATED, BOMB_MIB << 20, 0)
+    path = write_raw_zip(torch_zip(byteorder=bomb), tmp_path / "bomb.pth")
+    assert path.stat().st_size < 600_000
+    refused("read", path, repo_root, "archive/byteorder declares 536870912 bytes")
+
+
+def test_zip_bomb_in_the_byteorder_record_with_a_lying_size(tmp_path: Path, repo_root: Path) -> None:
+    bomb = RawEntry("archive/byteorder", deflated_zeros(BOMB_MIB), zipfile.ZIP_DEFLATED, 6, 0)
+    refused("read", write_raw_zip(torch_zip(byteorder=bomb), tmp_path / "bomb.pth"), repo_root, "byteorder")
+
+
+def test_zip_bomb_in_a_one_element_storage(tmp_path: Path, repo_root: Path) -> None:
+    bomb = RawEntry("archive/data/0", deflated_zeros(BOMB_MIB), zipfile.ZIP_DEFLATED, BOMB_MIB << 20,
+                    zeros_crc(BOMB_MIB))
+    path = write_raw_zip(torch_zip(storage=bomb), tmp_path / "bomb.pth")
+    refused("read", path, repo_root, "archive/data/0 has 536870912 bytes, expected 4")
+
+
+def test_zip_bomb_in_a_storage_that_claims_its_true_size_is_read_no_further(tmp_path: Path,
+                                                                           repo_root: Path) -> None:
+    """The record says 4 bytes (and the CRC of 4 zero bytes): 4 bytes is all that is inflated."""
+    bomb = RawEntry("archive/data/0", deflated_zeros(BOMB_MIB), zipfile.ZIP_DEFLATED, 4, zlib.crc32(bytes(4)))
+    path = write_raw_zip(torch_zip(storage=bomb), tmp_path / "bomb.pth")
+    assert run_child("read", path, repo_root).loaded
+    got = read_pth(path)
+    assert list(got) == ["w"] and np.array_equal(got["w"], np.zeros(1, np.float32))
+
+
+def test_zip_records_with_other_compression_are_refused(tmp_path: Path) -> None:
+    storage = RawEntry("archive/data/0", b"BZh9" + bytes(20), zipfile.ZIP_BZIP2, 4)
+    path = write_raw_zip(torch_zip(storage=storage), tmp_path / "bz.pth")
+    checkpoint_error(lambda: read_pth(path), str(path), "compression method 12")
+
+
+MEMO_BOMB = b"\x80\x02}r" + struct.pack("<I", 200_000_000) + b"."  # LONG_BINPUT 2e8: a 1.6 GB memo
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("data, words", [
+    (MEMO_BOMB, ("memo index 200000000", "out of range")),
+    (b"\x80\x02}q\x05.", ("memo index 5", "out of range")),  # BINPUT past the puts so far
+    (b"\x80\x02]h\x07.", ("memo index 7", "never stored")),  # BINGET
+    (b"\x80\x02]j" + struct.pack("<I", 10**9) + b".", ("memo index 1000000000", "never stored")),  # LONG_BINGET
+    (b"\x80\x03B" + struct.pack("<I", 0xFFFFFFF0) + b"x.", ("4294967280 bytes",)),  # BINBYTES: 4 GB buffer
+    (b"\x80\x04\x8e" + struct.pack("<Q", 1 << 40) + b"x.", ("1099511627776 bytes",)),  # BINBYTES8
+    (b"\x80\x02X" + struct.pack("<I", 0xFFFFFFF0) + b"x.", ("4294967280 bytes",)),  # BINUNICODE
+], ids=["long-binput-2e8", "binput", "binget", "long-binget", "binbytes", "binbytes8", "binunicode"])
+def test_memo_indices_and_byte_counts_beyond_the_file(fmt: str, data: bytes, words: tuple[str, ...],
+                                                      tmp_path: Path, repo_root: Path) -> None:
+    path = write_pickle(data, fmt, tmp_path / "memo.pth")
+    assert path.stat().st_size < 1000
+    refused("read", path, repo_root, *words)
+
+
+def test_pickle_opcode_and_build_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = write_zip({f"k{i}": i for i in range(50)}, tmp_path / "many.pth")
+    monkeypatch.setattr(checkpoint, "MAX_PICKLE_OPCODES", 60)
+    checkpoint_error(lambda: read_pth(path), "more than 60 pickle opcodes")
+    monkeypatch.undo()
+    # BUILD repeated on one OrderedDict with one memoised state: each copies the state
+    body = b"\x80\x02ccollections\nOrderedDict\n)R}q\x00(K\x01K\x02u" + b"h\x00b" * 300 + b"."
+    path = write_pickle(body, "zip", tmp_path / "builds.pth")
+    checkpoint_error(lambda: read_pth(path), "more than 256 BUILD opcodes")
+
+
+def test_ordered_dict_with_arguments_is_refused(tmp_path: Path) -> None:
+    """OrderedDict(big memoised dict) repeated would copy it each time: torch only calls OrderedDict()."""
+    body = b"\x80\x02ccollections\nOrderedDict\n}q\x00(K\x01K\x02u\x85R."
+    path = write_pickle(body, "zip", tmp_path / "od.pth")
+    checkpoint_error(lambda: read_pth(path), "OrderedDict(...) with arguments")
+
+
+# --- 2. one line, never a traceback, never raw control characters ----------------------------------
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_5000_digit_int_key(fmt: str, tmp_path: Path, zhulf_cfg: ModelConfig) -> None:
+    path = WRITERS[fmt]({10**5000: 1, "other": 2}, tmp_path / "int.pth")
+    checkpoint_error(lambda: load_checkpoint(path), str(path), "unknown checkpoint layout", "<16610-bit int>, other")
+    state: dict[Any, Any] = dict(small_state("zhulf0804", zhulf_cfg))
+    state[10**5000] = 1
+    path = WRITERS[fmt](state, tmp_path / "int2.pth")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert "  unexpected: <16610-bit int>" in str(info.value).splitlines()
+
+
+def deep_tuple_key(depth: int) -> bytes:
+    return b"\x80\x02}K\x01" + b"\x85" * depth + b"K\x01s."  # {((...(1,)...),): 1}
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_100k_deep_tuple_key(fmt: str, tmp_path: Path) -> None:
+    path = write_pickle(deep_tuple_key(100_000), fmt, tmp_path / "deep.pth")
+    checkpoint_error(lambda: load_checkpoint(path), str(path), f"tuples nested more than {MAX_TUPLE_NESTING} deep")
+    path = write_pickle(deep_tuple_key(MAX_TUPLE_NESTING - 1), fmt, tmp_path / "ok.pth")
+    checkpoint_error(lambda: load_checkpoint(path), str(path), "unknown checkpoint layout", "((((")
+
+
+def test_million_deep_tuple_key_does_not_crash_python(tmp_path: Path, repo_root: Path) -> None:
+    """Hashing a 1M-deep tuple overflows the C stack (segfault) before any RecursionError."""
+    path = write_pickle(deep_tuple_key(1_000_000), "zip", tmp_path / "deeper.pth")
+    refused("load", path, repo_root, "nested more than")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_100k_deep_list_value(fmt: str, tmp_path: Path) -> None:
+    body = b"\x80\x02}X\x01\x00\x00\x00x" + b"]" * 100_000 + b"a" * 99_999 + b"s."
+    path = write_pickle(body, fmt, tmp_path / "deep.pth")
+    checkpoint_error(lambda: read_pth(path), str(path), "RecursionError")
+    checkpoint_error(lambda: load_checkpoint(path), str(path), "unknown checkpoint layout")
+
+
+def fake_storage(numel: int) -> Storage:
+    """A storage whose persistent id declares ``numel`` elements (its bytes are written by hand)."""
+    return Storage(SimpleNamespace(size=numel, dtype=np.dtype("float32")))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_5000_digit_numel(fmt: str, tmp_path: Path) -> None:
+    storage = fake_storage(10**5000)
+    data, _ = pickle_torch({"w": Tensor(storage, 0, (1,), (1,))}, legacy=fmt == "legacy")
+    path = tmp_path / "numel.pth"
+    if fmt == "zip":
+        write_raw_zip([RawEntry("archive/data.pkl", data), RawEntry("archive/data/0", bytes(4))], path)
+    else:
+        path.write_bytes(legacy_stream(data, ["0"]) + struct.pack("<q", 1) + bytes(4))
+    checkpoint_error(lambda: read_pth(path), str(path), "bad storage record", "<16610-bit int>")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("offset, size, stride", [
+    (0, (10**5000,), (1,)), (10**5000, (1,), (1,)), (0, (1,), (10**5000,)), (0, (2**63,), (0,)),
+], ids=["size", "offset", "stride", "size-2**63"])
+def test_5000_digit_sizes(fmt: str, offset: int, size: tuple[int, ...], stride: tuple[int, ...],
+                          tmp_path: Path) -> None:
+    path = WRITERS[fmt]({"w": Tensor(Storage(np.zeros(4, np.float32)), offset, size, stride)}, tmp_path / "size.pth")
+    msg = checkpoint_error(lambda: read_pth(path), str(path), "bad tensor record")
+    assert "ValueError" not in msg and len(msg) < len(str(path)) + 300
+
+
+def test_control_characters_in_a_global_name(tmp_path: Path) -> None:
+    evil = torch_global("os\x1b[2J", "system\x1b]0;pwned\x07")
+    path = write_zip({"w": evil}, tmp_path / "esc.pth")
+    msg = checkpoint_error(lambda: read_pth(path), "refusing", "'os\\x1b[2J.system\\x1b]0;pwned\\x07'")
+    assert "\x07" not in msg
+    # STACK_GLOBAL (protocol 4) names may hold newlines too
+    body = b"\x80\x04" + binunicode("os\nfake line") + binunicode("sys\x1b[31m" + "m" * 500) + b"\x93."
+    path = write_pickle(body, "zip", tmp_path / "nl.pth")
+    msg = checkpoint_error(lambda: read_pth(path), "refusing", "'os\\nfake line.sys\\x1b[31mmmm")
+    assert len(msg) < len(str(path)) + 300
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_control_characters_in_keys(fmt: str, tmp_path: Path, zhulf_cfg: ModelConfig) -> None:
+    path = WRITERS[fmt]({"\x1b[2Jgone\nfake: line": 1, "k" * 5000: 2}, tmp_path / "keys.pth")
+    msg = checkpoint_error(lambda: load_checkpoint(path), "unknown checkpoint layout", "\\x1b[2Jgone\\nfake: line")
+    assert len(msg) < 1000
+    state: dict[str, Any] = dict(small_state("zhulf0804", zhulf_cfg))
+    state["head.\x1b[31mred\r"] = np.zeros(1, np.float32)
+    path = WRITERS[fmt](state, tmp_path / "keys2.pth")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert "\x1b" not in str(info.value) and "\r" not in str(info.value)
+    assert "  unexpected: head.\\x1b[31mred\\r" in str(info.value).splitlines()
+
+
+def test_control_characters_in_the_file_name(tmp_path: Path) -> None:
+    path = tmp_path / "evil\x1b[31m\nname.pth"
+    path.write_bytes(b"not a checkpoint")
+    checkpoint_error(lambda: load_checkpoint(path), "evil\\x1b[31m\\nname.pth", "not a torch checkpoint")
+
+
+def test_short_repr() -> None:
+    assert short_repr(10**5000) == "<16610-bit int>"
+    assert short_repr("a\x1b[2J\n") == "'a\\x1b[2J\\n'"
+    assert short_repr((1, 2)) == "(1, 2)" and short_repr((1,)) == "(1,)"
+    assert len(short_repr("x" * 10_000)) == 60 and short_repr("x" * 10_000).endswith("...")
+    deep: Any = 1
+    for _ in range(100_000):
+        deep = [deep]
+    assert short_repr(deep) == "[[[[...]]]]"
+    assert short_repr(list(range(100))) == "[0, 1, 2, 3, 4, 5, 6, 7, ...]"
+
+
+# --- 3. only regular files, and not too large ---------------------------------------------------------
+
+
+def test_fifo_is_refused_without_blocking(tmp_path: Path, repo_root: Path) -> None:
+    fifo = tmp_path / "pipe.pth"
+    os.mkfifo(fifo)
+    refused("load", fifo, repo_root, "is a FIFO (named pipe)")
+    refused("read", fifo, repo_root, "is a FIFO (named pipe)")
+
+
+def test_fifo_refused_in_process_quickly(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.pth"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def load() -> None:
+        try:
+            load_checkpoint(fifo)
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            outcome.append(exc)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # unblock the reader so that the test process can end
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        thread.join(10)
+        pytest.fail("loading a FIFO blocked")
+    assert isinstance(outcome[0], CheckpointError) and "is a FIFO (named pipe)" in str(outcome[0]), outcome
+
+
+def test_character_device_is_refused() -> None:
+    checkpoint_error(lambda: load_checkpoint("/dev/null"), "/dev/null: is a character device")
+
+
+def test_file_larger_than_the_cap_is_refused_with_its_size(tmp_path: Path, repo_root: Path) -> None:
+    path = tmp_path / "huge.pth"
+    with open(path, "wb") as f:  # sparse: no disk space used
+        f.truncate(checkpoint.MAX_CHECKPOINT_BYTES + 1)
+    refused("load", path, repo_root, f"file is {checkpoint.MAX_CHECKPOINT_BYTES + 1} bytes",
+            f"{checkpoint.MAX_CHECKPOINT_BYTES}-byte limit")
+
+
+def test_size_cap_is_a_module_constant(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    path = write_zip({"w": np.zeros(100, np.float32)}, tmp_path / "t.pth")
+    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_BYTES", 100)
+    checkpoint_error(lambda: read_pth(path), str(path), "larger than the 100-byte limit")
+
+
+# --- 4. non-finite weights ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_non_finite_weights_are_refused_with_their_keys(fmt: str, zhulf_cfg: ModelConfig, tmp_path: Path) -> None:
+    state = small_state("zhulf0804", zhulf_cfg)
+    state["head.conv_cls.weight"][0, 0, 0, 0] = np.nan
+    state["backbone.multi_blocks.1.1.running_var"][:3] = np.inf
+    path = WRITERS[fmt](state, tmp_path / "nan.pth")
+    checkpoint_error(lambda: load_checkpoint(path, config=small_config(zhulf_cfg)), str(path),
+                     "non-finite weights (NaN or inf) in 2 tensors",
+                     "backbone.multi_blocks.1.1.running_var (3 of 16 values)", "head.conv_cls.weight (1 of")
+    checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="mine"),
+                     "mine: non-finite")
+
+
+def test_non_finite_values_in_unused_tensors_are_fine(openpcdet_cfg: ModelConfig, tmp_path: Path) -> None:
+    obj = {"model_state": small_state("openpcdet", openpcdet_cfg),
+           "optimizer_state": {"exp_avg": np.full(3, np.nan, np.float32)}}
+    path = write_legacy(obj, tmp_path / "ok.pth")
+    assert load_checkpoint(path, config=small_config(openpcdet_cfg)).layout == "openpcdet"
+
+
+# --- the real checkpoints stay within the limits ------------------------------------------------------
+
+
+def test_shared_checkpoints_load_under_the_memory_limit(assets: Path, repo_root: Path) -> None:
+    for name in ("pointpillar_openpcdet_synthetic.pth", "pointpillars_zhulf0804_synthetic.pth"):
+        assert run_child("load", assets / "checkpoints" / name, repo_root).loaded
