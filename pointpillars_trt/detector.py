@@ -52,11 +52,11 @@ def cuda_available(device_id: int = 0) -> str | None:
             return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
-    from .runtime import onnxruntime_cuda_available, tensorrt_available
+    from .runtime import cudnn_available, onnxruntime_cuda_available, tensorrt_available
 
-    if not (onnxruntime_cuda_available() or tensorrt_available()):
-        return ("no GPU engine backend: install TensorRT, or onnxruntime-gpu in place of onnxruntime "
-                "(pip uninstall onnxruntime && pip install onnxruntime-gpu)")
+    if not (cudnn_available() or onnxruntime_cuda_available() or tensorrt_available()):
+        return ("no GPU engine backend: install the CUDA extra (pip install 'pointpillars-trt[cuda13]': the "
+                "cuDNN engine), TensorRT, or onnxruntime-gpu in place of onnxruntime")
     return None
 
 

@@ -3,10 +3,11 @@
 #
 #   scripts/gpu_check.sh [OUT_DIR]
 #
-# PP_ASSETS      folder laid out like ../shared/assets (KITTI frames, checkpoints) for the tests and the
-#                benchmark's KITTI frame sets; default ../shared/assets
-# ORT_FERRY      folder holding onnxruntime-gpu wheel pieces ort.part? to install first (machines
-#                without a package index); none by default
+# Needs CuPy and a GPU engine backend: the CUDA extra (pip install '.[cuda13]': the cuDNN engine) and,
+# for the ONNX Runtime rows, onnxruntime-gpu in place of onnxruntime.
+#
+# PP_ASSETS      folder with KITTI frames (kitti/training/velodyne*, label_2, calib) and checkpoints for
+#                the tests and the benchmark's KITTI frame sets; default ../shared/assets
 # BENCH_ARGS     extra arguments for `pointpillars-trt bench`
 # SKIP_TESTS=1 / SKIP_BENCH=1 to run only one half
 set -uo pipefail
@@ -16,14 +17,13 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 assets=${PP_ASSETS:-../shared/assets}
 
-if [ -n "${ORT_FERRY:-}" ] && ls "$ORT_FERRY"/ort.part? >/dev/null 2>&1; then
-  wheel="$ORT_FERRY/onnxruntime_gpu-1.31.1-cp312-cp312-manylinux_2_28_x86_64.whl"
-  [ -f "$wheel" ] || cat "$ORT_FERRY"/ort.part? > "$wheel"
-  python3 -m pip install -q --no-index --no-deps --target /tmp/ort-site "$wheel" || exit 1
-  export PYTHONPATH="/tmp/ort-site:$PYTHONPATH"
-fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-python3 -c "import onnxruntime as o, cupy; print('onnxruntime', o.__version__, o.get_available_providers()); print('cupy', cupy.__version__)"
+python3 - <<'PYEOF'
+import cupy, onnxruntime as o
+from pointpillars_trt.runtime.cudnn import cudnn_unavailable_reason
+print("cupy", cupy.__version__, "| onnxruntime", o.__version__, o.get_available_providers(),
+      "| cudnn engine:", cudnn_unavailable_reason() or "available")
+PYEOF
 
 status=0
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -30,13 +30,14 @@ from ..errors import BackendError, InputError
 from ..graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from ..model_dir import ModelDir, pfn_weights
 from ..runtime import Engine, engine_options_for, open_engine, tensorrt_available
+from ..runtime.cudnn import cudnn_unavailable_reason
 from .pfn import PfnStage
 from .postprocess import OUTPUT_ROW, PostprocessStage
 from .scatter import ScatterStage
 from .voxelize import VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
-BACKENDS = ("auto", "onnxruntime", "tensorrt")
+BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")
 
 
 @dataclass
@@ -74,8 +75,10 @@ class _Slot:
 class GpuPipeline:
     """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
 
-    ``backend`` picks the engines: ``tensorrt`` plans or ``onnxruntime`` (CUDA execution provider, IO
-    binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports.
+    ``backend`` picks the RPN engine: ``tensorrt`` plans, ``cudnn`` (cuDNN frontend graphs + our
+    neck-head kernel: the fastest path without TensorRT) or ``onnxruntime`` (CUDA execution provider,
+    IO binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports, then
+    cuDNN, then ONNX Runtime (saying so once when it falls back).
     ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
     faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
@@ -97,6 +100,8 @@ class GpuPipeline:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
         if pfn_engine and max_batch != 1:
             raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
+        if pfn_engine and backend == "cudnn":
+            raise BackendError("pfn_engine=True needs an ONNX engine (onnxruntime or tensorrt); cudnn runs the RPN only")
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
@@ -163,7 +168,8 @@ class GpuPipeline:
 
     def _open_engine(self, path: Path) -> Engine:
         options = engine_options_for(self.backend, device_id=self.device_id, tf32=self.tf32,
-                                     precision=self.model.precision, config_digest=self.cfg.digest())
+                                     precision=self.model.precision, config_digest=self.cfg.digest(),
+                                     max_batch=self.max_batch)
         return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr)
 
     def _bind_pfn_engine(self) -> None:
@@ -396,6 +402,25 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
 def _pick_backend(model: ModelDir, backend: str) -> str:
     if backend not in BACKENDS:
         raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
+    if backend == "cudnn":
+        reason = cudnn_unavailable_reason()
+        if reason is not None:
+            raise BackendError(f"backend cudnn: {reason}")
     if backend != "auto":
         return backend
-    return "tensorrt" if model.has_plans() and tensorrt_available() else "onnxruntime"
+    if model.has_plans() and tensorrt_available():
+        return "tensorrt"
+    reason = cudnn_unavailable_reason()
+    if reason is None:
+        return "cudnn"
+    _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
+    return "onnxruntime"
+
+
+_NOTICES: set[str] = set()
+
+
+def _notice_once(message: str) -> None:
+    if message not in _NOTICES:
+        _NOTICES.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -1,7 +1,8 @@
 """Engine backends behind one interface; each backend module is imported only when an engine is opened.
 
-``import onnxruntime`` happens only in :mod:`.onnxruntime` and ``import tensorrt`` only in
-:mod:`.tensorrt` / :mod:`.tensorrt_build`, so either backend works without the other installed.
+``import onnxruntime`` happens only in :mod:`.onnxruntime`, ``import tensorrt`` only in :mod:`.tensorrt`
+/ :mod:`.tensorrt_build` and ``import cudnn`` only in :mod:`.cudnn`, so each backend works without the
+others installed.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from typing import Union
 
 from ..errors import BackendError
 from .base import Backend, Device, Engine, Shape, TensorSpec
-from .options import OrtOptions, TrtOptions
+from .options import CudnnOptions, OrtOptions, TrtOptions
 
-EngineOptions = Union[OrtOptions, TrtOptions]
+EngineOptions = Union[OrtOptions, TrtOptions, CudnnOptions]
 
 _SUFFIX_BACKENDS: dict[str, Backend] = {
     ".onnx": "onnxruntime",
@@ -39,6 +40,13 @@ def onnxruntime_cuda_available() -> bool:
     return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
 
 
+def cudnn_available() -> bool:
+    """True when the cuDNN frontend engine can run here (frontend, cuDNN >= 9.5, CuPy, a GPU)."""
+    from .cudnn import cudnn_unavailable_reason
+
+    return cudnn_unavailable_reason() is None
+
+
 def backend_for(path: str | Path) -> Backend:
     """The backend a file is for, from its suffix (.onnx -> ONNX Runtime, .plan/.engine -> TensorRT)."""
     suffix = Path(path).suffix.lower()
@@ -60,8 +68,9 @@ def open_engine(
     """Open (and activate) an engine; the backend module is imported here, not before.
 
     The type of ``options`` picks the backend (``OrtOptions`` -> ONNX Runtime, ``TrtOptions`` ->
-    TensorRT); without options the file suffix does, with each backend's defaults. ``stream_ptr`` is
-    the pipeline's CUDA stream: ONNX Runtime fixes its compute stream when the session is created.
+    TensorRT, ``CudnnOptions`` -> the cuDNN frontend RPN, opened on a model dir's ``rpn.onnx``); without
+    options the file suffix does, with each backend's defaults. ``stream_ptr`` is the pipeline's CUDA
+    stream: ONNX Runtime fixes its compute stream when the session is created.
     """
     backend = backend_for(path) if options is None else _backend_of(options)
     if (backend == "tensorrt") != (backend_for(path) == "tensorrt"):
@@ -72,6 +81,12 @@ def open_engine(
 
         ort_options = options if isinstance(options, OrtOptions) else OrtOptions()
         engine: Engine = OnnxRuntimeEngine(path, device=device, stream_ptr=stream_ptr, options=ort_options)
+    elif isinstance(options, CudnnOptions):
+        if device != "cuda":
+            raise BackendError(f"cuDNN runs on CUDA only; received device={device!r}. Note: use OrtOptions")
+        from .cudnn import CudnnEngine
+
+        engine = CudnnEngine(path, options=options)
     else:
         if device != "cuda":
             raise BackendError(f"TensorRT runs on CUDA only; received device={device!r}. Note: use OrtOptions")
@@ -82,14 +97,18 @@ def open_engine(
 
 
 def engine_options_for(backend: str, *, device_id: int, tf32: bool, precision: str,
-                       config_digest: str) -> EngineOptions:
-    """The options the GPU pipeline opens a backend's engines with: every request (GPU, TF32, and what a
-    prebuilt plan must match) reaches the backend that serves it."""
+                       config_digest: str, max_batch: int = 1) -> EngineOptions:
+    """The options the GPU pipeline opens a backend's engines with: every request (GPU, TF32, batch, and
+    what a prebuilt plan must match) reaches the backend that serves it."""
+    if backend == "cudnn":
+        cudnn_precision = "fp16" if precision == "fp16" else "tf32" if tf32 else "fp32"
+        return CudnnOptions(device_id=device_id, precision=cudnn_precision, config_digest=config_digest,
+                            max_batch=max_batch)
     if backend == "tensorrt":
         return TrtOptions(device_id=device_id, config_digest=config_digest, precision=precision, tf32=tf32)
     if backend == "onnxruntime":
         return OrtOptions(device_id=device_id, tf32=tf32)
-    raise BackendError(f"Unknown backend {backend!r}. Note: Expected 'onnxruntime' or 'tensorrt'")
+    raise BackendError(f"Unknown backend {backend!r}. Note: Expected 'onnxruntime', 'tensorrt' or 'cudnn'")
 
 
 def _backend_of(options: object) -> Backend:
@@ -97,11 +116,14 @@ def _backend_of(options: object) -> Backend:
         return "onnxruntime"
     if isinstance(options, TrtOptions):
         return "tensorrt"
-    raise BackendError(f"Unknown engine options {type(options).__name__}. Note: Expected OrtOptions or TrtOptions")
+    if isinstance(options, CudnnOptions):
+        return "cudnn"
+    raise BackendError(f"Unknown engine options {type(options).__name__}. "
+                       "Note: Expected OrtOptions, TrtOptions or CudnnOptions")
 
 
 __all__ = [
-    "Backend", "Device", "Engine", "EngineOptions", "OrtOptions", "Shape", "TensorSpec", "TrtOptions", "backend_for",
-    "engine_options_for",
+    "Backend", "CudnnOptions", "Device", "Engine", "EngineOptions", "OrtOptions", "Shape", "TensorSpec", "TrtOptions",
+    "backend_for", "cudnn_available", "engine_options_for",
     "onnxruntime_cuda_available", "open_engine", "tensorrt_available",
 ]

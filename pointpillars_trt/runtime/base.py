@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import BackendError
 
-Backend = Literal["onnxruntime", "tensorrt"]
+Backend = Literal["onnxruntime", "tensorrt", "cudnn"]
 Device = Literal["cpu", "cuda"]
 Shape = tuple[int, ...]
 

@@ -28,7 +28,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Mapping, get_args
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -36,9 +36,8 @@ from ..config import ModelConfig
 from ..errors import BackendError
 from ..fileio import write_bytes_atomic
 from .base import Engine, Shape, TensorSpec
+from .options import CudnnOptions
 
-CudnnPrecision = Literal["fp16", "tf32", "fp32"]
-PRECISIONS: tuple[str, ...] = get_args(CudnnPrecision)
 CANVAS = "canvas"
 HEADS = "heads"
 MIN_CUDNN_VERSION = 90500
@@ -46,54 +45,6 @@ INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 PLAN_CACHE_FORMAT = 1
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 TUNE_ITERS = 10
-
-
-# -- options ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CudnnOptions:
-    """cuDNN frontend engine options.
-
-    ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
-    TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
-    ``config_digest``: when given, must equal the digest of the model config (a stale model dir
-    is refused). ``plan_cache_dir``: None for ``<model dir>/cudnn/``. ``autotune``: time the first
-    heuristic candidates of each conv once and cache the fastest (False: the heuristic's first
-    buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
-    """
-
-    device_id: int = 0
-    precision: str = "fp16"
-    config_digest: str | None = None
-    plan_cache_dir: Path | None = None
-    autotune: bool = True
-    max_batch: int = 8
-
-    def __post_init__(self) -> None:
-        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int) or self.device_id < 0:
-            raise BackendError(f"CudnnOptions.device_id: expected a CUDA device index >= 0, received {self.device_id!r}")
-        if self.precision not in PRECISIONS:
-            raise BackendError(f"CudnnOptions.precision: received {self.precision!r}. Note: Expected one of {PRECISIONS}")
-        if self.config_digest is not None and (not isinstance(self.config_digest, str) or not self.config_digest):
-            raise BackendError(
-                f"CudnnOptions.config_digest: expected a non-empty str or None, received {self.config_digest!r}"
-            )
-        if self.plan_cache_dir is not None:
-            if not isinstance(self.plan_cache_dir, (str, Path)):
-                raise BackendError(
-                    f"CudnnOptions.plan_cache_dir: expected a path or None, received {type(self.plan_cache_dir).__name__}"
-                )
-            object.__setattr__(self, "plan_cache_dir", Path(self.plan_cache_dir))
-        if not isinstance(self.autotune, bool):
-            raise BackendError(f"CudnnOptions.autotune: expected a bool, received {self.autotune!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
-            raise BackendError(f"CudnnOptions.max_batch: expected an int >= 1, received {self.max_batch!r}")
-
-    @property
-    def dtype(self) -> np.dtype:
-        """dtype of the canvas and of the backbone activations."""
-        return np.dtype(np.float16 if self.precision == "fp16" else np.float32)
 
 
 def cudnn_unavailable_reason() -> str | None:
@@ -279,7 +230,7 @@ class CudnnEngine(Engine):
     model config (None: read from ``model.json`` beside it).
     """
 
-    backend = "cudnn"  # type: ignore[assignment]
+    backend = "cudnn"
 
     def __init__(self, path: str | Path, cfg: ModelConfig | None = None, options: CudnnOptions | None = None) -> None:
         super().__init__(path, "cuda")

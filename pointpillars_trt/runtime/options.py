@@ -8,6 +8,10 @@ built artefact (a TensorRT plan, a cuDNN plan cache entry) is part of the key or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+
+import numpy as np
 
 from ..errors import BackendError
 
@@ -42,6 +46,55 @@ class TrtOptions:
 
     def __post_init__(self) -> None:
         _check_device_id(self.device_id)
+
+
+CudnnPrecision = Literal["fp16", "tf32", "fp32"]
+CUDNN_PRECISIONS: tuple[str, ...] = get_args(CudnnPrecision)
+
+
+@dataclass(frozen=True)
+class CudnnOptions:
+    """cuDNN frontend engine options.
+
+    ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
+    TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
+    ``config_digest``: when given, must equal the digest of the model config (a stale model dir
+    is refused). ``plan_cache_dir``: None for ``<model dir>/cudnn/``. ``autotune``: time the first
+    heuristic candidates of each conv once and cache the fastest (False: the heuristic's first
+    buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
+    """
+
+    device_id: int = 0
+    precision: str = "fp16"
+    config_digest: str | None = None
+    plan_cache_dir: Path | None = None
+    autotune: bool = True
+    max_batch: int = 8
+
+    def __post_init__(self) -> None:
+        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int) or self.device_id < 0:
+            raise BackendError(f"CudnnOptions.device_id: expected a CUDA device index >= 0, received {self.device_id!r}")
+        if self.precision not in CUDNN_PRECISIONS:
+            raise BackendError(f"CudnnOptions.precision: received {self.precision!r}. Note: Expected one of {CUDNN_PRECISIONS}")
+        if self.config_digest is not None and (not isinstance(self.config_digest, str) or not self.config_digest):
+            raise BackendError(
+                f"CudnnOptions.config_digest: expected a non-empty str or None, received {self.config_digest!r}"
+            )
+        if self.plan_cache_dir is not None:
+            if not isinstance(self.plan_cache_dir, (str, Path)):
+                raise BackendError(
+                    f"CudnnOptions.plan_cache_dir: expected a path or None, received {type(self.plan_cache_dir).__name__}"
+                )
+            object.__setattr__(self, "plan_cache_dir", Path(self.plan_cache_dir))
+        if not isinstance(self.autotune, bool):
+            raise BackendError(f"CudnnOptions.autotune: expected a bool, received {self.autotune!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+            raise BackendError(f"CudnnOptions.max_batch: expected an int >= 1, received {self.max_batch!r}")
+
+    @property
+    def dtype(self) -> np.dtype:
+        """dtype of the canvas and of the backbone activations."""
+        return np.dtype(np.float16 if self.precision == "fp16" else np.float32)
 
 
 def _check_device_id(device_id: object) -> None:

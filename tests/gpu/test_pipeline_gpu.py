@@ -1,7 +1,7 @@
 """The GPU pipeline against the CPU path (the oracle), on the shared KITTI frames and random clouds.
 
-Runs only where CuPy, a CUDA device and ONNX Runtime's CUDA execution provider are present; elsewhere
-every test skips with the reason.
+Runs with every GPU engine backend present here (the cuDNN engine, ONNX Runtime's CUDA execution
+provider), each in IEEE fp32 against the oracle; elsewhere every test skips with the reason.
 """
 
 from __future__ import annotations
@@ -21,20 +21,18 @@ from pointpillars_trt.model_dir import ModelDir
 pytestmark = pytest.mark.cuda
 
 
-def _ort_cuda_reason() -> str | None:
-    reason = cuda_available()
-    if reason:
-        return reason
-    import onnxruntime as ort
-
-    if "CUDAExecutionProvider" not in ort.get_available_providers():
-        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
-    return None
-
-
-_REASON = _ort_cuda_reason()
+_REASON = cuda_available()
 if _REASON:
     pytest.skip(f"GPU pipeline tests need CUDA: {_REASON}", allow_module_level=True)
+
+
+def _backends_here() -> list[str]:
+    from pointpillars_trt.runtime import cudnn_available, onnxruntime_cuda_available
+
+    return [name for name, ok in (("cudnn", cudnn_available()), ("onnxruntime", onnxruntime_cuda_available())) if ok]
+
+
+BACKENDS = _backends_here()
 
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.apps.bench.round_trip import HostRoundTripPipeline  # noqa: E402
@@ -61,12 +59,14 @@ def _model_from_checkpoint(path, out) -> ModelDir:  # type: ignore[no-untyped-de
     return export_model_dir(ckpt.weights, ckpt.config, out, precision="fp32", source={"checkpoint": str(path)})
 
 
-@pytest.fixture(scope="module", params=sorted(CHECKPOINTS))
+@pytest.fixture(scope="module", params=[(f, b) for f in sorted(CHECKPOINTS) for b in BACKENDS],
+                ids=lambda p: f"{p[0]}-{p[1]}")
 def family_pair(request, assets, tmp_path_factory):  # type: ignore[no-untyped-def]
-    """(cpu detector, gpu pipeline) for one checkpoint family."""
-    model = _model_from_checkpoint(assets / CHECKPOINTS[request.param], tmp_path_factory.mktemp(request.param))
-    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime", tf32=False)
-    yield request.param, cpu, gpu
+    """(family, cpu detector, gpu pipeline in IEEE fp32) for one checkpoint family and engine backend."""
+    family, backend = request.param
+    model = _model_from_checkpoint(assets / CHECKPOINTS[family], tmp_path_factory.mktemp(family))
+    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend=backend, tf32=False)
+    yield family, cpu, gpu
     gpu.close()
     cpu.close()
 
@@ -140,7 +140,7 @@ def small_limit_pair(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     cfg: ModelConfig = dataclasses.replace(ckpt.config, voxel=dataclasses.replace(ckpt.config.voxel, max_pillars=3000))
     model = export_model_dir(ckpt.weights, cfg, tmp_path_factory.mktemp("limit"), precision="fp32", source={})
-    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend="onnxruntime", tf32=False)
+    cpu, gpu = CpuDetector(model), GpuPipeline(model, backend=BACKENDS[0], tf32=False)
     yield cpu, gpu
     gpu.close()
     cpu.close()
@@ -161,8 +161,8 @@ def test_growing_past_the_point_capacity(assets, tmp_path):  # type: ignore[no-u
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     model = export_model_dir(ckpt.weights, ckpt.config, tmp_path, precision="fp32", source={})
     points = read_velodyne_bin(assets / SHARED_FRAMES[2])
-    roomy = GpuPipeline(model, backend="onnxruntime", tf32=False)
-    small = GpuPipeline(model, backend="onnxruntime", tf32=False, max_points=1000)
+    roomy = GpuPipeline(model, backend=BACKENDS[0], tf32=False)
+    small = GpuPipeline(model, backend=BACKENDS[0], tf32=False, max_points=1000)
     assert_same_detections(small.detect(points), roomy.detect(points), "after growing")
     assert small.max_points >= points.shape[0]
     small.close()
@@ -217,7 +217,7 @@ def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyp
 
 def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     _, cpu, gpu = family_pair
-    slow = HostRoundTripPipeline(gpu.model, backend="onnxruntime", tf32=False)
+    slow = HostRoundTripPipeline(gpu.model, backend=gpu.backend, tf32=False)
     points = read_velodyne_bin(assets / SHARED_FRAMES[1])
     assert_same_detections(slow.detect(points), cpu.detect(points), "host round trip")
     assert slow.copies.h2d_copies > 5 and slow.copies.d2h_copies > 5
@@ -227,6 +227,8 @@ def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path
 def test_pfn_engine_path_matches(family_pair, assets):  # type: ignore[no-untyped-def]
     """The PFN as an engine (pfn.onnx on max_pillars rows) gives what the fused kernel gives."""
     _, cpu, gpu = family_pair
+    if gpu.backend != "onnxruntime":
+        pytest.skip("the PFN engine path runs pfn.onnx in ONNX Runtime")
     engine_pfn = GpuPipeline(gpu.model, backend="onnxruntime", tf32=False, pfn_engine=True)
     points = read_velodyne_bin(assets / SHARED_FRAMES[4])
     assert_same_detections(engine_pfn.detect(points), cpu.detect(points), "pfn engine")
@@ -243,7 +245,7 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
     only its ten best boxes, far above the cut, are matched, and by proximity.
     """
     family, cpu, gpu = family_pair
-    fast = GpuPipeline(gpu.model, backend="onnxruntime")
+    fast = GpuPipeline(gpu.model, backend=gpu.backend)
     assert fast.tf32
     reach, score_tol = (0.05, 5e-3) if family == "openpcdet" else (1.0, 2e-2)
     for frame in SHARED_FRAMES[:3]:
@@ -350,3 +352,42 @@ def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[n
 
     with ThreadPoolExecutor(4) as pool:
         assert all(all(ok) for ok in pool.map(work, range(4)))
+
+
+@pytest.fixture(scope="module")
+def fp16_models(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
+    from pointpillars_trt.build.checkpoint import load_checkpoint
+
+    ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
+    folder = tmp_path_factory.mktemp("fp16")
+    return {p: export_model_dir(ckpt.weights, ckpt.config, folder / p, precision=p, source={}) for p in ("fp32", "fp16")}
+
+
+def _fp16_agreement(model16: ModelDir, oracle: CpuDetector, backend: str, frames: list[np.ndarray]) -> float:
+    """Largest score difference of the oracle's confident boxes (>= 0.2) to the nearest same-label box."""
+    pipe = GpuPipeline(model16, backend=backend)
+    worst = 0.0
+    for points in frames:
+        ref, got = oracle.detect(points), pipe.detect(points)
+        for box, score, label in zip(ref.boxes[ref.scores >= 0.2], ref.scores[ref.scores >= 0.2],
+                                     ref.labels[ref.scores >= 0.2]):
+            dist = np.where(got.labels == label, np.linalg.norm(got.boxes[:, :2] - box[:2], axis=1), np.inf)
+            assert dist.size and dist.min() < 0.1, (backend, box, score)
+            worst = max(worst, float(abs(got.scores[int(np.argmin(dist))] - score)))
+    pipe.close()
+    return worst
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_fp16_engines_agree_with_the_fp32_oracle(fp16_models, assets, backend):  # type: ignore[no-untyped-def]
+    """fp16 (float16 canvas and convs, float32 accumulation): every confident box of the IEEE fp32 CPU
+    oracle is found within 10 cm with its label and a score within 1e-2; the cuDNN engine does at least as
+    well as ONNX Runtime's fp16 where both are installed."""
+    oracle = CpuDetector(fp16_models["fp32"])
+    frames = [read_velodyne_bin(assets / f) for f in SHARED_FRAMES]
+    worst = _fp16_agreement(fp16_models["fp16"], oracle, backend, frames)
+    print(f"{backend} fp16: worst confident-box score difference {worst:.2e}")
+    assert worst < 1e-2
+    if backend == "cudnn" and "onnxruntime" in BACKENDS:
+        assert worst <= 1.5 * _fp16_agreement(fp16_models["fp16"], oracle, "onnxruntime", frames) + 1e-4
+    oracle.close()

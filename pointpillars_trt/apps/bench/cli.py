@@ -17,9 +17,10 @@ from ...errors import BackendError, PointPillarsError
 from ...build.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import onnxruntime_cuda_available, tensorrt_available
+from ...runtime.cudnn import cudnn_unavailable_reason
 from ...build.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
-from .measure import device_memory_used_mib, measure_latency, measure_throughput, soak
+from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 
 
@@ -33,7 +34,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--warmup", type=int, default=20)
     bench.add_argument("--precisions", default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
-    bench.add_argument("--streams", default="1,2,4,8", help="pipeline counts for the throughput test")
+    bench.add_argument("--streams", default="1,2,4", help="pipeline counts for the throughput test")
+    bench.add_argument("--batches", default="1,2,4,8", help="batch sizes of the batch sweep (largest: also in the throughput test)")
+    bench.add_argument("--sweep-precisions", default="fp16", help="precisions that get the batch sweep and throughput test")
     bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
     bench.add_argument("--no-baselines", action="store_true")
     bench.add_argument("--out", default="bench_out")
@@ -61,6 +64,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
+        "batches": [], "memory": [],
     }
     if device == "cpu":
         _bench_cpu(model, frame_sets, args, out, results)
@@ -106,19 +110,26 @@ def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     detector = CpuDetector(md)
     for name, frames in frame_sets.items():
         run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
-                              warmup=min(args.warmup, 1))
+                              warmup=min(args.warmup, 1))  # the CPU path has nothing to warm up beyond one frame
         results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": "fp32", "frames": name, **run})
     detector.close()
     results["notes"].append("CPU run: stage times are wall clock; the GPU targets do not apply")
+
+
+TORCH_BASELINE = "PyTorch eager re-implementation fp32"
+_ENGINE_LABELS = {"tensorrt": "tensorrt (plans)", "cudnn": "cudnn (frontend graphs + neck-head kernel)",
+                  "onnxruntime": "onnxruntime (CUDA EP)"}
 
 
 def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
                results: dict[str, Any]) -> None:
     from ...gpu.pipeline import GpuPipeline
 
-    baseline_mib = device_memory_used_mib()
     best_p50: dict[str, tuple[str, float]] = {}
+    first_name, first_frames = next(iter(frame_sets.items()))
+    batches = [int(b) for b in args.batches.split(",")]
     for backend in _gpu_backends(results):
+        engine = _ENGINE_LABELS[backend]
         for precision in args.precisions.split(","):
             md = _model_dir(model, precision, out)
             if md is None:
@@ -128,32 +139,45 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 from ...build.export import build_model_plans
 
                 build_model_plans(md, precision=md.precision, tf32=tf32)
-            engine = f"{backend} ({'plans' if backend == 'tensorrt' else 'CUDA EP'})"
+            before = device_memory_used_mib(release=True)
             pipe = GpuPipeline(md, backend=backend, tf32=tf32)
             for name, frames in frame_sets.items():
                 run = measure_latency(pipe.detect, lambda: pipe.last_timings, frames, args.iterations, args.warmup)
                 results["runs"].append({"engine": engine, "precision": precision, "frames": name, **run,
-                                        "graph_failures": dict(pipe.graph_failures)})
+                                        "mode": pipe.execution_mode})
                 c = pipe.copies
                 results["copies"].append({"engine": f"{engine} {precision}", "frames": name,
                                           "h2d_copies": c.h2d_copies, "h2d_bytes": c.h2d_bytes,
-                                          "d2h_copies": c.d2h_copies, "d2h_bytes": c.d2h_bytes,
-                                          "peak_device_mib": device_memory_used_mib() - baseline_mib})
+                                          "d2h_copies": c.d2h_copies, "d2h_bytes": c.d2h_bytes})
                 label = f"{engine} {precision}"
                 if name not in best_p50 or run["e2e_ms"]["p50"] < best_p50[name][1]:
                     best_p50[name] = (label, run["e2e_ms"]["p50"])
+            results["memory"].append({"engine": engine, "precision": precision, "batch": 1,
+                                      "device_mib": device_memory_used_mib() - before})
             if args.soak:
-                results["soak"] = soak(pipe.detect, next(iter(frame_sets.values())), args.soak)
+                results["soak"] = soak(pipe.detect, first_frames, args.soak)
                 args.soak = 0  # one soak per bench run, on the first engine
             pipe.close()
+            if precision not in args.sweep_precisions.split(","):
+                continue
+            for b in batches:
+                before = device_memory_used_mib(release=True)
+                batch_pipe = GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b)
+                sweep = measure_batches(batch_pipe.detect_batch, first_frames, b, max(20, args.iterations // b),
+                                        min(args.warmup, 5))
+                results["batches"].append({"engine": engine, "precision": precision, "frames": first_name, **sweep,
+                                           "stages_ms": dict(batch_pipe.last_timings)})
+                results["memory"].append({"engine": engine, "precision": precision, "batch": b,
+                                          "device_mib": device_memory_used_mib() - before})
+                batch_pipe.close()
             for count in (int(s) for s in args.streams.split(",")):
-                frames = next(iter(frame_sets.values()))
-                fps = measure_throughput(lambda: GpuPipeline(md, backend=backend, tf32=tf32), frames, count,
-                                         frames_per_pipeline=max(50, args.iterations // 2))
-                results["throughput"].append({"engine": engine, "precision": precision,
-                                              "frames": next(iter(frame_sets)), "pipelines": count, "fps": fps})
-    results["notes"].append("batch > 1: the exported RPN has a fixed batch of 1, so throughput comes from "
-                            "concurrent pipelines, one CUDA stream each")
+                for b in sorted({1, batches[-1]}):
+                    fps = measure_throughput(
+                        lambda: GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b),  # noqa: B023
+                        first_frames, count, frames_per_pipeline=max(64, args.iterations // 2), batch=b)
+                    results["throughput"].append({"engine": engine, "precision": precision, "frames": first_name,
+                                                  "pipelines": count, "batch": b, "fps": fps})
+            device_memory_used_mib(release=True)
     if not args.no_baselines:
         _bench_baselines(model, frame_sets, args, out, results, best_p50)
 
@@ -181,10 +205,11 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
         return
     torch_model = TorchPointPillars(model.weights, model.cfg, device="cuda")
     classes = model.cfg.classes
-    _baseline_runs("PyTorch eager fp32", lambda pts: Detections(*torch_model(pts), classes), lambda: {}, frame_sets,
+    _baseline_runs(TORCH_BASELINE, lambda pts: Detections(*torch_model(pts), classes), lambda: {}, frame_sets,
                    args, results, best_p50)
-    results["notes"].append("PyTorch eager baseline: straightforward torch ops, cuDNN convs, BN not folded, "
-                            "axis-aligned torchvision NMS")
+    results["notes"].append(f"{TORCH_BASELINE}: a lean in-process re-implementation (straightforward torch ops, "
+                            "cuDNN convs, BN not folded, axis-aligned torchvision NMS), not the PyTorch peer "
+                            "code base; the peer's own numbers are in docs/BENCHMARK_H200.md")
 
 
 def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, list[np.ndarray]],
@@ -206,12 +231,17 @@ def _gpu_backends(results: dict[str, Any]) -> list[str]:
         backends.append("tensorrt")
     else:
         results["notes"].append("TensorRT not importable: TensorRT rows skipped")
+    reason = cudnn_unavailable_reason()
+    if reason is None:
+        backends.append("cudnn")
+    else:
+        results["notes"].append(f"cuDNN engine rows skipped: {reason}")
     if onnxruntime_cuda_available():
         backends.append("onnxruntime")
     else:
         results["notes"].append("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
     if not backends:
-        raise PointPillarsError("bench: no GPU engine backend (TensorRT or onnxruntime-gpu) is installed")
+        raise PointPillarsError("bench: no GPU engine backend (TensorRT, the cuDNN engine or onnxruntime-gpu) is installed")
     return backends
 
 

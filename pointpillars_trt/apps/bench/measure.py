@@ -34,22 +34,45 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
         "avg_points": float(np.mean([f.shape[0] for f in frames])),
         "avg_pillars": float(np.mean(pillars)) if pillars else 0.0,
         "iterations": iterations,
+        "warmup": warmup,
     }
 
 
+def measure_batches(detect_batch: Callable[[list[np.ndarray]], Any], frames: Sequence[np.ndarray], batch: int,
+                    iterations: int, warmup: int) -> dict[str, Any]:
+    """Host-to-host latency of one batch of ``batch`` frames (rotated), and the frames per second it gives."""
+    def group(i: int) -> list[np.ndarray]:
+        return [frames[(i * batch + k) % len(frames)] for k in range(batch)]
+
+    for i in range(warmup):
+        detect_batch(group(i))
+    times = []
+    for i in range(iterations):
+        chunk = group(i)
+        start = time.perf_counter()
+        detect_batch(chunk)
+        times.append((time.perf_counter() - start) * 1e3)
+    summary = latency_summary(times)
+    return {"batch": batch, "batch_ms": summary, "frame_ms_p50": summary["p50"] / batch,
+            "fps": 1e3 * batch / summary["p50"], "iterations": iterations, "warmup": warmup}
+
+
 def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.ndarray], pipelines: int,
-                       frames_per_pipeline: int) -> float:
-    """Frames per second of ``pipelines`` independent pipelines (own stream each), one host thread each."""
+                       frames_per_pipeline: int, batch: int = 1) -> float:
+    """Frames per second of ``pipelines`` independent pipelines (own stream each, ``batch`` frames per
+    call), one host thread each."""
     workers = [make_pipeline() for _ in range(pipelines)]
+    groups = [[frames[(k * batch + j) % len(frames)] for j in range(batch)] for k in range(len(frames))]
     for w in workers:  # warm-up: graphs captured, sessions ready
-        for f in frames[:2]:
-            w.detect(f)
+        for g in groups[:2]:
+            w.detect_batch(g)
     barrier = threading.Barrier(pipelines + 1)
+    calls = max(1, frames_per_pipeline // batch)
 
     def work(worker: Any, offset: int) -> None:
         barrier.wait()
-        for i in range(frames_per_pipeline):
-            worker.detect(frames[(offset + i) % len(frames)])
+        for i in range(calls):
+            worker.detect_batch(groups[(offset + i) % len(groups)])
 
     threads = [threading.Thread(target=work, args=(w, k)) for k, w in enumerate(workers)]
     for t in threads:
@@ -61,13 +84,18 @@ def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.nda
     elapsed = time.perf_counter() - start
     for w in workers:
         w.close()
-    return pipelines * frames_per_pipeline / elapsed
+    return pipelines * calls * batch / elapsed
 
 
-def device_memory_used_mib() -> float:
-    """Device memory in use on the current GPU by everyone in this process (cudaMemGetInfo)."""
+def device_memory_used_mib(release: bool = False) -> float:
+    """Device memory in use on the current GPU (cudaMemGetInfo); ``release`` first returns CuPy's cached
+    blocks, so that the difference around one engine's pipeline is that engine's footprint."""
     import cupy as cp
 
+    if release:
+        cp.cuda.Device().synchronize()
+        cp.get_default_memory_pool().free_all_blocks()
+        cp.get_default_pinned_memory_pool().free_all_blocks()
     free, total = cp.cuda.runtime.memGetInfo()
     return (total - free) / 2**20
 

@@ -13,19 +13,29 @@ from ...fileio import write_json_atomic, write_text_atomic
 def markdown_report(results: dict[str, Any]) -> str:
     lines = [f"# pointpillars-trt bench — {results['device_name']}", ""]
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
-              f"iterations per set: {results['iterations']} (after {results['warmup']} warm-up)", ""]
+              f"iterations per set: {results['iterations']} (warm-up frames per run in the table)", ""]
     runs = results["runs"]
-    lines += ["## Latency (ms)", "",
+    lines += ["## Latency, one frame at a time (ms; stages: GPU time from CUDA events, e2e: host to host)", "",
               "| engine | precision | frames | avg points | avg pillars | " + " | ".join(STAGE_ORDER)
-              + " | stages total | e2e min | e2e p50 | e2e p90 | e2e p99 |",
-              "|" + " --- |" * (15)]
+              + " | stages total | e2e min | e2e p50 | e2e p90 | e2e p99 | warm-up | mode |",
+              "|" + " --- |" * 17]
     for run in runs:
         st, e2e = run["stages_ms"], run["e2e_ms"]
         lines.append(
             f"| {run['engine']} | {run['precision']} | {run['frames']} | {run['avg_points']:.0f} | "
             f"{run['avg_pillars']:.0f} | " + " | ".join(_ms(st.get(s)) for s in STAGE_ORDER)
-            + f" | {_ms(st.get('total'))} | {_ms(e2e['min'])} | {_ms(e2e['p50'])} | {_ms(e2e['p90'])} | {_ms(e2e['p99'])} |"
+            + f" | {_ms(st.get('total'))} | {_ms(e2e['min'])} | {_ms(e2e['p50'])} | {_ms(e2e['p90'])} | {_ms(e2e['p99'])}"
+            f" | {run.get('warmup', '—')} | {run.get('mode', '—')} |"
         )
+    sweep = results.get("batches") or []
+    if sweep:
+        lines += ["", "## Batch sweep (one pipeline, B frames per call, host to host)", "",
+                  "| engine | precision | frames | batch | batch p50 ms | batch p99 ms | ms per frame | frames/s | rpn ms (last batch) |",
+                  "|" + " --- |" * 9]
+        for s in sweep:
+            lines.append(f"| {s['engine']} | {s['precision']} | {s['frames']} | {s['batch']} | {_ms(s['batch_ms']['p50'])} | "
+                         f"{_ms(s['batch_ms']['p99'])} | {_ms(s['frame_ms_p50'])} | {s['fps']:.0f} | "
+                         f"{_ms(s['stages_ms'].get('rpn'))} |")
     ratios = results.get("ratios") or []
     if ratios:
         lines += ["", "## Against the baselines (p50 end to end, same weights and frames)", "",
@@ -35,18 +45,24 @@ def markdown_report(results: dict[str, Any]) -> str:
                          f"{_ms(r['baseline_p50'])} | {r['speedup']:.1f}x |")
     tput = results.get("throughput") or []
     if tput:
-        lines += ["", "## Throughput (independent pipelines, one stream each)", "",
-                  "| engine | precision | frames | pipelines | frames/s |", "|" + " --- |" * 5]
+        lines += ["", "## Throughput (independent pipelines, one stream and one host thread each)", "",
+                  "| engine | precision | frames | pipelines | batch | frames/s |", "|" + " --- |" * 6]
         for t in tput:
-            lines.append(f"| {t['engine']} | {t['precision']} | {t['frames']} | {t['pipelines']} | {t['fps']:.0f} |")
+            lines.append(f"| {t['engine']} | {t['precision']} | {t['frames']} | {t['pipelines']} | {t.get('batch', 1)} | "
+                         f"{t['fps']:.0f} |")
     copies = results.get("copies") or []
     if copies:
-        lines += ["", "## Copies and memory per frame", "",
-                  "| engine | frames | H2D copies | H2D bytes | D2H copies | D2H bytes | peak device MiB |",
-                  "|" + " --- |" * 7]
+        lines += ["", "## Copies per frame", "",
+                  "| engine | frames | H2D copies | H2D bytes | D2H copies | D2H bytes |", "|" + " --- |" * 6]
         for c in copies:
             lines.append(f"| {c['engine']} | {c['frames']} | {c['h2d_copies']} | {c['h2d_bytes']} | "
-                         f"{c['d2h_copies']} | {c['d2h_bytes']} | {c.get('peak_device_mib', float('nan')):.0f} |")
+                         f"{c['d2h_copies']} | {c['d2h_bytes']} |")
+    memory = results.get("memory") or []
+    if memory:
+        lines += ["", "## Device memory of one pipeline (MiB, measured around it alone, caches released between)", "",
+                  "| engine | precision | batch | device MiB |", "|" + " --- |" * 4]
+        for m in memory:
+            lines.append(f"| {m['engine']} | {m['precision']} | {m['batch']} | {m['device_mib']:.0f} |")
     soak = results.get("soak")
     if soak:
         lines += ["", "## Soak", "", "| frames | device MiB start | end | host RSS MiB start | end | p50 first 10% | p50 last 10% |",
@@ -77,28 +93,40 @@ def write_reports(results: dict[str, Any], out: Path) -> list[Path]:
 
 
 def stage_chart(results: dict[str, Any], path: Path) -> Path:
-    """Stacked bars of per-stage GPU (or CPU) milliseconds, one bar per engine, precision and frame set."""
+    """Left: stacked per-stage milliseconds of our engines (GPU or CPU time); right, on its own scale:
+    end-to-end p50 of every run, baselines included, so sub-millisecond stages stay readable."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
     except ImportError:
         raise PointPillarsError("install matplotlib to get the PNG chart") from None
     runs = results["runs"]
-    fig = Figure(figsize=(max(6.0, 1.2 * len(runs) + 2), 4.5))
+    ours = [r for r in runs if r.get("stages_ms")]
+    fig = Figure(figsize=(max(8.0, 1.0 * len(runs) + 6), 5.0))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    bottoms = [0.0] * len(runs)
-    labels = [f"{r['engine']}\n{r['precision']}\n{r['frames']}" for r in runs]
+    ax, ax_e2e = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    bottoms = [0.0] * len(ours)
     for stage in STAGE_ORDER:
-        heights = [r["stages_ms"].get(stage, 0.0) for r in runs]
-        ax.bar(range(len(runs)), heights, bottom=bottoms, label=stage)
+        heights = [r["stages_ms"].get(stage, 0.0) for r in ours]
+        ax.bar(range(len(ours)), heights, bottom=bottoms, label=stage)
         bottoms = [b + h for b, h in zip(bottoms, heights)]
-    ax.set_xticks(range(len(runs)), labels, fontsize=7)
+    ax.set_xticks(range(len(ours)), [_label(r) for r in ours], fontsize=6, rotation=60, ha="right")
     ax.set_ylabel("ms per frame (median)")
-    ax.set_title(f"per-stage time, {results['device_name']}")
-    ax.legend(fontsize=8)
+    ax.set_title("pointpillars-trt stages", fontsize=9)
+    ax.legend(fontsize=7)
+    p50 = [r["e2e_ms"]["p50"] for r in runs]
+    ax_e2e.barh(range(len(runs)), p50, color=["tab:blue" if r.get("stages_ms") else "tab:gray" for r in runs])
+    ax_e2e.set_yticks(range(len(runs)), [_label(r).replace("\n", " ") for r in runs], fontsize=6)
+    ax_e2e.set_xscale("log")
+    ax_e2e.set_xlabel("end-to-end p50, ms (log scale; grey: baselines)")
+    ax_e2e.set_title("host to host", fontsize=9)
+    fig.suptitle(f"{results['device_name']}", fontsize=10)
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp")
     fig.savefig(tmp, format="png", dpi=110)
     tmp.replace(path)
     return path
+
+
+def _label(run: dict[str, Any]) -> str:
+    return f"{run['engine'].split(' (')[0]}\n{run['precision']}\n{run['frames']}"
