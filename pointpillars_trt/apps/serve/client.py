@@ -1,0 +1,127 @@
+"""A client of the served detector: frames in, the same ``Detections`` as the local detector out.
+
+Requests go over Triton's gRPC or HTTP protocol (tritonclient, imported here only); ``infer_many``
+keeps ``concurrency`` requests in flight so that the server's dynamic batcher has batches to form,
+and yields results in input order; a frame the server or the reader refuses is that frame's error.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from ...detections import Detections, FrameStats
+from ...detector import FrameResult
+from ...errors import BackendError, InputError, PointPillarsError
+from ...kitti import read_velodyne_bin
+from ...points import as_host_points
+from .repository import MODEL_NAME
+
+PROTOCOLS = ("grpc", "http")
+_STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
+_OUTPUTS = ("boxes", "scores", "labels", *_STATS)
+
+
+class RemoteDetector:
+    """Detections from a ``pointpillars-trt serve`` server at ``server`` (HOST:PORT).
+
+    Thread-safe: each thread gets its own connection. Construction checks that the model is ready
+    and reads its class names, so a wrong address fails here in one line, not once per frame.
+    """
+
+    def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
+                 timeout: float = 60.0) -> None:
+        if protocol not in PROTOCOLS:
+            raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        try:
+            if protocol == "grpc":
+                import tritonclient.grpc as module
+            else:
+                import tritonclient.http as module  # type: ignore[no-redef]
+        except ImportError:
+            raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
+        self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
+        from tritonclient.utils import InferenceServerException
+
+        self._module: Any = module
+        self._server_error = InferenceServerException
+        self._local = threading.local()
+        self._clients: list[Any] = []
+        self._lock = threading.Lock()
+        try:
+            ready = self._client().is_model_ready(model)
+            config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
+        except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
+            raise BackendError(f"server {server} ({protocol}): cannot be reached ({_one_line(exc)})") from None
+        if not ready:
+            raise BackendError(f"server {server}: model {model!r} is not ready")
+        config = config.get("config", config)
+        self.class_names = tuple(config["parameters"]["class_names"]["string_value"].split(","))
+
+    def _client(self) -> Any:
+        client = getattr(self._local, "client", None)
+        if client is None:
+            kwargs = {"network_timeout": self.timeout, "connection_timeout": self.timeout} \
+                if self.protocol == "http" else {}
+            client = self._local.client = self._module.InferenceServerClient(self.server, **kwargs)
+            with self._lock:
+                self._clients.append(client)
+        return client
+
+    def __call__(self, points: object, source: str = "points") -> Detections:
+        frame = as_host_points(points, source)
+        request = self._module.InferInput("points", [1, frame.shape[0], 4], "FP32")
+        request.set_data_from_numpy(frame[None])
+        outputs = [self._module.InferRequestedOutput(name) for name in _OUTPUTS]
+        try:
+            reply = self._client().infer(self.model, [request], outputs=outputs,
+                                         **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
+        except self._server_error as exc:
+            invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault
+            raise (InputError if invalid else BackendError)(
+                f"{source}: server {self.server} refused the frame: {_one_line(exc)}") from None
+        found = {name: reply.as_numpy(name) for name in _OUTPUTS}
+        stats = FrameStats(**{name: int(found[name].reshape(-1)[0]) for name in _STATS})
+        return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1),
+                          found["labels"].reshape(-1).astype(np.int32), self.class_names, stats)
+
+    def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
+        """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order."""
+        if concurrency < 1:
+            raise InputError(f"concurrency: expected a positive int, received {concurrency!r}")
+        window: deque[tuple[str, Future[Detections]]] = deque()
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            for index, item in enumerate(frames):
+                source = os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
+                window.append((source, pool.submit(self._detect_item, item, source)))
+                if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
+                    yield _result(*window.popleft())
+            while window:
+                yield _result(*window.popleft())
+
+    def _detect_item(self, item: object, source: str) -> Detections:
+        points = read_velodyne_bin(item) if isinstance(item, (str, os.PathLike)) else item
+        return self(points, source)
+
+    def close(self) -> None:
+        with self._lock:
+            clients, self._clients = self._clients, []
+        for client in clients:
+            client.close()
+
+
+def _result(source: str, future: Future[Detections]) -> FrameResult:
+    try:
+        return FrameResult(source, future.result(), None)
+    except PointPillarsError as exc:
+        return FrameResult(source, None, exc)
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

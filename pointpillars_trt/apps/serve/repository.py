@@ -1,0 +1,99 @@
+"""Writing the Triton model repository that ``pointpillars-trt serve`` starts ``tritonserver`` on."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import secrets
+from pathlib import Path
+
+from ...errors import InputError
+from ...model_dir import ModelDir, load_model_dir
+
+MODEL_NAME = "pointpillars"
+#: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
+DEFAULT_MAX_POINTS = 1_000_000
+_TEMPLATE = Path(__file__).with_name("triton_model.py")
+
+
+def resolve_model(model: str | os.PathLike[str]) -> ModelDir:
+    """A model dir as given, or the cached model dir exported from a .pth checkpoint."""
+    path = Path(model)
+    if not path.exists():
+        raise InputError(f"--model {model}: no such checkpoint file or model dir")
+    if path.is_file():
+        from ...build.export import model_dir_for_checkpoint
+
+        return model_dir_for_checkpoint(path)
+    return load_model_dir(path)
+
+
+def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
+    """(KIND_GPU, [N] or None for every GPU) for a CUDA device, (KIND_CPU, None) for the CPU path;
+    "auto" is decided here, where the server will run."""
+    from ...detector import _resolve_device
+
+    kind, index = _resolve_device(device)
+    if kind == "cpu":
+        return "KIND_CPU", None
+    return "KIND_GPU", [index] if ":" in device else None
+
+
+def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
+                      device: str, max_points: int) -> str:
+    """config.pbtxt: ragged FP32 [-1, 4] points, dynamic batching, K instances per GPU (or on the CPU).
+
+    The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
+    splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
+    """
+    if instances < 1 or max_batch < 1 or max_queue_delay_us < 0 or max_points < 1:
+        raise InputError(f"serve: --instances ({instances}), --max-batch ({max_batch}) and --max-points "
+                         f"({max_points}) must be >= 1 and --max-queue-delay-us ({max_queue_delay_us}) >= 0")
+    kind, gpus = gpu_instance_kind(device)
+    gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
+    params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
+              "max_points": str(max_points), "class_names": ",".join(model.cfg.classes)}
+    outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
+    outputs += [(name, "TYPE_INT32", "[1]") for name in
+                ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
+    lines = [
+        f'name: "{MODEL_NAME}"',
+        'backend: "python"',
+        f"max_batch_size: {max_batch}",
+        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true }]',
+        'batch_input [{ kind: BATCH_ELEMENT_COUNT, target_name: "points_element_count", data_type: TYPE_INT32, '
+        'source_input: "points" }]',
+        "output [",
+        ",\n".join(f'  {{ name: "{name}", data_type: {dtype}, dims: {dims} }}' for name, dtype, dims in outputs),
+        "]",
+        f"dynamic_batching {{ max_queue_delay_microseconds: {max_queue_delay_us} }}",
+        f"instance_group [{{ count: {instances}, kind: {kind}{gpu_list} }}]",
+        *(f'parameters {{ key: "{key}", value: {{ string_value: "{value}" }} }}' for key, value in params.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int = 1,
+                     max_batch: int = 8, max_queue_delay_us: int = 2000, device: str = "auto",
+                     max_points: int = DEFAULT_MAX_POINTS) -> Path:
+    """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
+    so the repository moves as one folder) and return its path. It is built beside and renamed into
+    place, replacing an older one; other models in the repository are left alone."""
+    found = resolve_model(model)
+    text = model_config_text(found, instances=instances, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
+                             device=device, max_points=max_points)
+    root = Path(repository)
+    root.mkdir(parents=True, exist_ok=True)
+    target = root / MODEL_NAME
+    staging = root / f".{MODEL_NAME}.{secrets.token_hex(4)}.tmp"
+    try:
+        version = staging / "1"
+        shutil.copytree(found.path, version / "model")
+        shutil.copyfile(_TEMPLATE, version / "model.py")
+        (staging / "config.pbtxt").write_text(text)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target

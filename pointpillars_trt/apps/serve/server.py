@@ -1,0 +1,211 @@
+"""Finding and running ``tritonserver`` on a model repository: environment, ports, readiness, shutdown.
+
+The binary may be a regular Triton install (``bin/tritonserver`` beside ``backends/python`` holding the
+backend stub) or the one bundled in the ``nvidia-pytriton`` wheel, whose Python-backend stubs sit per
+Python version in ``python_backend_stubs/X.Y``; for that layout a backend folder is assembled in a temp
+dir with the stub of this interpreter. The stub embeds Python, so this interpreter's shared libpython
+goes first on LD_LIBRARY_PATH (else the stub picks up the system one) and ``sys.path`` reaches it
+through PYTHONPATH (so a virtualenv's packages, pointpillars_trt among them, are found).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from ...errors import BackendError
+
+STUB = "triton_python_backend_stub"
+PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
+
+
+@dataclass(frozen=True)
+class TritonInstall:
+    """Where the pieces of one Triton install are."""
+
+    binary: Path
+    backends: Path           # --backend-directory, or the folder the Python backend is copied from
+    stub: Path | None        # a per-Python-version stub to put in place (pytriton layout); None: already there
+    libs: tuple[Path, ...]   # folders of the server's own shared libraries
+
+
+def find_tritonserver(explicit: str | None = None) -> TritonInstall:
+    """``explicit``, else $PP_TRITONSERVER, else ``tritonserver`` on PATH, else the nvidia-pytriton one."""
+    candidate = explicit or os.environ.get("PP_TRITONSERVER") or shutil.which("tritonserver")
+    if candidate is None:
+        spec = importlib.util.find_spec("pytriton")
+        if spec is None or not spec.submodule_search_locations:
+            raise BackendError("tritonserver not found: pass --tritonserver PATH, put it on PATH, or "
+                               "pip install 'pointpillars-trt[serve]' nvidia-pytriton (its bundled binary is used)")
+        candidate = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver", "bin", "tritonserver")
+    binary = Path(candidate).resolve()
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        raise BackendError(f"tritonserver {candidate}: not an executable file")
+    root = binary.parent.parent
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    python_backend = root / "backends" / "python"
+    stub: Path | None = None
+    if not (python_backend / STUB).is_file():
+        stub = root / "python_backend_stubs" / version / STUB
+        if not stub.is_file():
+            raise BackendError(f"tritonserver {binary}: no Python-backend stub for Python {version} "
+                               f"(looked in {python_backend} and {stub.parent})")
+    libs = tuple(p for p in (root / "lib", root.parent.parent / "nvidia_pytriton.libs") if p.is_dir())
+    return TritonInstall(binary, root / "backends", stub, libs)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS has just handed out on ``host`` (closed again: a tiny race, fine for local use)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def _interpreter_libdir() -> str:
+    """The folder of this interpreter's shared libpython, which the backend stub must load."""
+    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
+        raise BackendError(f"Python {sys.executable} is built without a shared libpython; Triton's Python "
+                           "backend needs one (e.g. pyenv with PYTHON_CONFIGURE_OPTS=--enable-shared)")
+    return str(sysconfig.get_config_var("LIBDIR"))
+
+
+class TritonServer:
+    """One ``tritonserver`` process on a repository; ``start`` returns once the server is ready.
+
+    A context manager: leaving it stops the server (SIGTERM, then SIGKILL of its process group after
+    ``stop_timeout`` seconds). ``log`` is a file for the server's output (None: this process's own).
+    """
+
+    def __init__(self, repository: str | os.PathLike[str], *, install: TritonInstall, host: str = "127.0.0.1",
+                 http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
+                 log: str | os.PathLike[str] | None = None, stop_timeout: float = 10.0) -> None:
+        self.repository = Path(repository)
+        self.install = install
+        self.host = host
+        self.http_port = http_port or free_port(host)
+        self.grpc_port = grpc_port or free_port(host)
+        self.metrics_port = metrics_port or free_port(host)
+        self.log = Path(log) if log is not None else None
+        self.stop_timeout = stop_timeout
+        self.process: subprocess.Popen[bytes] | None = None
+        self._scratch: str | None = None
+
+    @property
+    def endpoints(self) -> dict[str, str]:
+        return {"http": f"{self.host}:{self.http_port}", "grpc": f"{self.host}:{self.grpc_port}",
+                "metrics": f"http://{self.host}:{self.metrics_port}/metrics"}
+
+    def command(self, backend_dir: Path) -> list[str]:
+        return [str(self.install.binary), f"--model-repository={self.repository.resolve()}",
+                f"--backend-directory={backend_dir}", f"--http-address={self.host}", f"--http-port={self.http_port}",
+                f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
+                f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
+                f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 2)}"]
+
+    def start(self, timeout: float = 120.0) -> TritonServer:
+        """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
+        if the server exits or is not ready within ``timeout`` seconds)."""
+        self._scratch = tempfile.mkdtemp(prefix="pp-triton-")
+        backend_dir = self._backend_dir(Path(self._scratch))
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(
+            [_interpreter_libdir(), *map(str, self.install.libs), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+        env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - handed to the child
+        try:
+            self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
+                                            stdout=out, stderr=subprocess.STDOUT if out else None,
+                                            start_new_session=True)
+        finally:
+            if out is not None:
+                out.close()
+        try:
+            self._wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _backend_dir(self, scratch: Path) -> Path:
+        """The install's backends folder, or (pytriton layout) a copy of its Python backend with the stub."""
+        if self.install.stub is None:
+            return self.install.backends
+        python = scratch / "backends" / "python"
+        python.mkdir(parents=True)
+        for name in PYTHON_BACKEND_FILES:
+            (python / name).symlink_to(self.install.backends / "python" / name)
+        (python / STUB).symlink_to(self.install.stub)
+        return python.parent
+
+    def _wait_ready(self, timeout: float) -> None:
+        url = f"http://{self.host}:{self.http_port}/v2/health/ready"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise BackendError(f"tritonserver exited with code {self.process.returncode} before it was ready"
+                                   + self._log_tail())
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.2)
+        raise BackendError(f"tritonserver on {self.host}:{self.http_port} not ready after {timeout:.0f} s"
+                           + self._log_tail())
+
+    def _log_tail(self) -> str:
+        if self.log is None or not self.log.is_file():
+            return ""
+        errors = [line for line in self.log.read_text(errors="replace").splitlines()
+                  if line.startswith("E") or "rror" in line]
+        return f" (last error in {self.log}: {errors[-1].strip()[:300]})" if errors else f" (see {self.log})"
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signum)
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """The exit code once the server exits (None when still running after ``timeout``)."""
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> int | None:
+        """SIGTERM, wait up to ``stop_timeout`` s, then SIGKILL the server's process group (its backend
+        stubs with it). Returns the exit code; removes the temp backend folder."""
+        code = None
+        if self.process is not None:
+            self.signal(signal.SIGTERM)
+            code = self.wait(self.stop_timeout)
+            if code is None:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                code = self.process.wait()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+        return code
+
+    def __enter__(self) -> TritonServer:
+        return self.start() if self.process is None else self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()

@@ -1,0 +1,109 @@
+"""Triton Python-backend model for PointPillars, copied into a repository as ``pointpillars/1/model.py``.
+
+Each instance builds one detector in ``initialize`` (model dir and device from the config's parameters;
+a KIND_GPU instance runs on the GPU Triton gave it). Triton's dynamic batcher hands ``execute`` the
+requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call. Tensors cross by
+DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data. A request that
+cannot be a frame gets its own error response; the others in the batch still get their detections.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.detections import Detections
+from pointpillars_trt.errors import InputError, PointPillarsError
+
+OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
+
+
+class TritonPythonModel:
+    """The Python backend's entry point (the name is Triton's contract)."""
+
+    def initialize(self, args: dict[str, str]) -> None:
+        sys.unraisablehook = _quiet_dlpack_rename
+        config = json.loads(args["model_config"])
+        params = {key: value["string_value"] for key, value in config.get("parameters", {}).items()}
+        model_dir = Path(args["model_repository"]) / args["model_version"] / params["model_dir"]
+        device = params["device"]
+        if args.get("model_instance_kind") == "GPU":
+            device = f"cuda:{args['model_instance_device_id']}"
+        self.max_points = int(params["max_points"])
+        self.detector = PointPillars.from_model_dir(model_dir, device=device)
+
+    def execute(self, requests: list[Any]) -> list[Any]:
+        responses: list[Any] = [None] * len(requests)
+        frames: list[np.ndarray] = []
+        owners: list[int] = []
+        for index, request in enumerate(requests):
+            try:
+                frames.append(self._frame(request))
+                owners.append(index)
+            except PointPillarsError as exc:
+                responses[index] = _error(exc)
+        for index, response in zip(owners, self._detect(frames)):
+            responses[index] = response
+        return responses
+
+    def finalize(self) -> None:
+        self.detector.close()
+
+    def _frame(self, request: Any) -> np.ndarray:
+        """The request's (N, 4) float32 points, checked here too (the server checks dtype and rank)."""
+        tensor = pb_utils.get_input_tensor_by_name(request, "points")
+        if tensor is None:
+            raise InputError("request has no input 'points'")
+        points = np.from_dlpack(tensor)
+        if points.dtype != np.float32 or points.ndim != 3 or points.shape[0] != 1 or points.shape[2] != 4:
+            raise InputError(f"points: expected one frame of shape [1, N, 4] float32 per request, "
+                             f"got {list(points.shape)} {points.dtype}")
+        if points.shape[1] > self.max_points:
+            raise InputError(f"points: {points.shape[1]} points, more than this server's cap of {self.max_points}")
+        return points[0]
+
+    def _detect(self, frames: list[np.ndarray]) -> list[Any]:
+        """One detect_batch for the whole batch; when it fails, frame by frame so only the culprit fails."""
+        if not frames:
+            return []
+        try:
+            return [_response(found) for found in self.detector.detect_batch(frames)]
+        except PointPillarsError as exc:
+            if len(frames) == 1:
+                return [_error(exc)]
+            return [response for frame in frames for response in self._detect([frame])]
+
+
+def _response(found: Detections) -> Any:
+    stats = found.stats
+    arrays = {
+        "boxes": found.boxes.reshape(1, -1, 7),  # an empty result is (1, 0, 7): the client sees (0, 7)
+        "scores": found.scores.reshape(1, -1),
+        "labels": found.labels.reshape(1, -1),
+        "num_points": [[stats.num_points]],
+        "num_nonfinite": [[stats.num_nonfinite]],
+        "num_pillars": [[stats.num_pillars]],
+        "num_pillars_dropped": [[stats.num_pillars_dropped]],
+    }
+    dtypes = {"boxes": np.float32, "scores": np.float32}
+    tensors = [pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(arrays[name], dtypes.get(name, np.int32)))
+               for name in OUTPUTS]
+    return pb_utils.InferenceResponse(output_tensors=tensors)
+
+
+def _error(exc: PointPillarsError) -> Any:
+    return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
+
+
+def _quiet_dlpack_rename(unraisable: Any) -> None:
+    """The stub renames a consumed DLPack capsule 'used_dlpack' (not the standard 'used_dltensor'), so
+    NumPy's capsule destructor reports a harmless ValueError for every output tensor; drop just that."""
+    if isinstance(unraisable.exc_value, ValueError) and "PyCapsule_GetPointer" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)

@@ -1,0 +1,341 @@
+"""``pointpillars-trt serve`` on a real ``tritonserver`` (loopback, free ports, CPU detector) and its client.
+
+Oracles: the local detector called on the same frames (bit-exact boxes, scores, labels and stats), the
+local ``infer`` command's JSON / KITTI files (byte-identical), Triton's own health, statistics and
+Prometheus endpoints. The binary comes from $PP_TRITONSERVER or PATH (CI: the nvidia-pytriton wheel
+unpacked by .ci/install_scaleout.sh); without it, or without tritonclient, these tests skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main as cli_main
+from pointpillars_trt.apps.serve.cli import add_serve_parser, run_scaleout_infer
+from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
+from pointpillars_trt.apps.serve.server import TritonServer, find_tritonserver
+from pointpillars_trt.detections import Detections
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import BackendError, InputError
+from pointpillars_trt.kitti import read_velodyne_bin
+
+CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
+MAX_POINTS = 5000
+START_TIMEOUT = 60.0
+
+
+@pytest.fixture(scope="module")
+def install():  # type: ignore[no-untyped-def]
+    pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed (pip install 'tritonclient[http,grpc]')")
+    pytest.importorskip("tritonclient.http", reason="tritonclient not installed (pip install 'tritonclient[http,grpc]')")
+    if not (os.environ.get("PP_TRITONSERVER") or shutil.which("tritonserver")):
+        pytest.skip("tritonserver not found: set PP_TRITONSERVER (bash .ci/install_scaleout.sh prints it) or put it on PATH")
+    return find_tritonserver()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from tiny import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny"), seed=3)
+
+
+@contextlib.contextmanager
+def served(install, model: str | Path, root: Path, **options: int) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]
+    write_repository(model, root / "repo", device="cpu", **options)
+    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=10)
+    with server.start(timeout=START_TIMEOUT):
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tiny_server(install, tiny, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]
+    with served(install, tiny.path, tmp_path_factory.mktemp("tiny_server"), max_points=MAX_POINTS,
+                max_batch=8, max_queue_delay_us=20000) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def kitti_server(install, assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]
+    with served(install, assets / CHECKPOINT, tmp_path_factory.mktemp("kitti_server")) as server:
+        yield server
+
+
+def random_frames(model, count: int, seed: int = 0) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """Frames of many sizes (0 points, a few, more than the pillar cap) partly outside the range."""
+    rng = np.random.default_rng(seed)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    sizes = [0, 1, 7, 50, 300, 900, 2500, 4999][:count]
+    return [np.column_stack([rng.uniform(lo - 1, hi + 1, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32)
+            for n in sizes]
+
+
+def assert_same(remote: Detections, local: Detections) -> None:
+    assert remote.boxes.dtype == np.float32 and remote.boxes.shape == local.boxes.shape
+    np.testing.assert_array_equal(remote.boxes, local.boxes)
+    np.testing.assert_array_equal(remote.scores, local.scores)
+    np.testing.assert_array_equal(remote.labels, local.labels)
+    assert remote.class_names == local.class_names and remote.stats == local.stats
+
+
+def raw_client(server: TritonServer, protocol: str):  # type: ignore[no-untyped-def]
+    import tritonclient.grpc as grpc
+    import tritonclient.http as http
+
+    module = grpc if protocol == "grpc" else http
+    return module, module.InferenceServerClient(server.endpoints[protocol])
+
+
+def raw_infer(server: TritonServer, protocol: str, array: np.ndarray, datatype: str = "FP32"):  # type: ignore[no-untyped-def]
+    module, client = raw_client(server, protocol)
+    request = module.InferInput("points", list(array.shape), datatype)
+    request.set_data_from_numpy(array)
+    try:
+        return client.infer(MODEL_NAME, [request])
+    finally:
+        client.close()
+
+
+def infer_args(paths: list[str], model: Path, out: Path, server: str, protocol: str, **extra: object) -> argparse.Namespace:
+    """What the infer parser gives for ``infer PATHS --model M --out O --server S --protocol P``."""
+    values: dict[str, object] = dict(paths=paths, model=str(model), out=str(out), format="json", calib=None,
+                                     config=None, device="cpu", backend="auto", precision="fp32", no_tf32=False,
+                                     no_progress=True, server=server, protocol=protocol, in_flight=4, ray=False,
+                                     ray_address=None, workers=None, gpus_per_worker=None)
+    values.update(extra)
+    return argparse.Namespace(**values)
+
+
+def run_captured(fn, *args):  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = fn(*args)
+    return rc, out.getvalue(), err.getvalue()
+
+
+# --------------------------------------------------------------------------- tiny model, always on
+
+def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = random_frames(tiny, 8)
+    with PointPillars(tiny, device="cpu") as detector:
+        expected = [detector(f) for f in frames]
+    _, client = raw_client(tiny_server, "grpc")
+    before = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
+    results: dict[tuple[str, int], list] = {}  # type: ignore[type-arg]
+
+    def one_client(protocol: str, index: int) -> None:
+        remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
+        try:
+            results[protocol, index] = list(remote.infer_many(frames, concurrency=4))
+        finally:
+            remote.close()
+
+    threads = [threading.Thread(target=one_client, args=(p, i)) for p in ("grpc", "http") for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(results) == 4
+    for found in results.values():
+        assert [r.source for r in found] == [f"frame {i}" for i in range(len(frames))]
+        for result, local in zip(found, expected):
+            assert result.error is None and result.detections is not None
+            assert_same(result.detections, local)
+    deadline = time.monotonic() + 10  # the statistics are updated after the responses go out
+    while True:
+        after = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
+        inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
+        executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+        if inferences == 4 * len(frames) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    client.close()
+    assert inferences == 4 * len(frames)
+    assert executions < inferences, "the dynamic batcher never put two ragged frames in one batch"
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    reply = raw_infer(tiny_server, protocol, np.zeros((1, 0, 4), np.float32))
+    assert reply.as_numpy("boxes").shape == (1, 0, 7) and reply.as_numpy("scores").shape == (1, 0)
+    remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
+    found = remote(np.zeros((0, 4), np.float32))
+    remote.close()
+    assert found.boxes.shape == (0, 7) and len(found) == 0 and found.stats.num_points == 0
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_bad_requests_get_their_own_error_and_the_server_stays_up(tiny, tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    from tritonclient.utils import InferenceServerException
+
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    bad = {
+        "FP64": (np.zeros((1, 5, 4), np.float64), "FP64", "FP64"),
+        "3 columns": (np.zeros((1, 5, 3), np.float32), "FP32", "shape"),
+        "2 frames in one request": (np.zeros((2, 5, 4), np.float32), "FP32", "one frame"),
+        "over the cap": (np.zeros((1, MAX_POINTS + 1, 4), np.float32), "FP32", f"cap of {MAX_POINTS}"),
+    }
+    for name, (array, datatype, needle) in bad.items():
+        with pytest.raises(InferenceServerException) as caught:
+            raw_infer(tiny_server, protocol, array, datatype)
+        assert needle in str(caught.value), (name, str(caught.value))
+    remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
+    with pytest.raises(InputError, match=f"big: server .* refused the frame: .*cap of {MAX_POINTS}"):
+        remote(np.zeros((MAX_POINTS + 1, 4), np.float32), "big")
+    frame = random_frames(tiny, 5)[4]
+    with PointPillars(tiny, device="cpu") as detector:
+        assert_same(remote(frame), detector(frame))
+    remote.close()
+    with urllib.request.urlopen(f"http://{tiny_server.endpoints['http']}/v2/health/ready", timeout=5) as reply:
+        assert reply.status == 200
+
+
+def test_health_and_prometheus_metrics_answer(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    raw_infer(tiny_server, "http", random_frames(tiny, 4)[3][None])
+    for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{MODEL_NAME}/ready"):
+        with urllib.request.urlopen(f"http://{tiny_server.endpoints['http']}{path}", timeout=5) as reply:
+            assert reply.status == 200, path
+    with urllib.request.urlopen(tiny_server.endpoints["metrics"], timeout=5) as reply:
+        text = reply.read().decode()
+    counts = [line for line in text.splitlines() if line.startswith(f'nv_inference_count{{model="{MODEL_NAME}"')]
+    assert counts and float(counts[0].split()[-1]) >= 1, text[:2000]
+
+
+def test_a_client_of_a_dead_address_fails_in_one_line(install) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.apps.serve.server import free_port
+
+    with pytest.raises(BackendError, match=r"server 127\.0\.0\.1:\d+ \(http\): cannot be reached"):
+        RemoteDetector(f"127.0.0.1:{free_port()}", protocol="http", timeout=2)
+
+
+def test_no_such_binary_is_one_line_error() -> None:
+    with pytest.raises(BackendError, match="tritonserver /no/such/tritonserver: not an executable file"):
+        find_tritonserver("/no/such/tritonserver")
+
+
+def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--model", str(tiny.path), "--repository", str(tmp_path / "repo"),
+                              "--instances", "2", "--max-batch", "4", "--max-queue-delay-us", "500",
+                              "--device", "cpu", "--repository-only"])
+    rc, out, _ = run_captured(args.run, args)
+    assert rc == 0 and "wrote" in out
+    model = tmp_path / "repo" / MODEL_NAME
+    config = (model / "config.pbtxt").read_text()
+    for needle in ('dims: [-1, 4], allow_ragged_batch: true', "BATCH_ELEMENT_COUNT", "max_batch_size: 4",
+                   "max_queue_delay_microseconds: 500", "count: 2, kind: KIND_CPU", '"boxes", data_type: TYPE_FP32, dims: [-1, 7]',
+                   '"labels", data_type: TYPE_INT32', '"num_points", data_type: TYPE_INT32, dims: [1]',
+                   'string_value: "Car,Pedestrian,Cyclist"'):
+        assert needle in config, needle
+    assert (model / "1" / "model.py").is_file()
+    assert sorted(p.name for p in (model / "1" / "model").iterdir()) == sorted(p.name for p in Path(tiny.path).iterdir())
+    with pytest.raises(InputError, match="--instances"):
+        write_repository(tiny.path, tmp_path / "repo", instances=0, device="cpu")
+
+
+def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    script = ("import argparse, sys\n"
+              "from pointpillars_trt.apps.serve.cli import add_serve_parser\n"
+              "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
+              "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, "serve", "--model", str(tiny.path), "--repository",
+                             str(tmp_path / "repo"), "--device", "cpu", "--ready-timeout", str(START_TIMEOUT)],
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + START_TIMEOUT + 10
+        while time.monotonic() < deadline and proc.stdout is not None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.strip())
+            if line.startswith("ready"):
+                break
+        assert lines and lines[-1].startswith("ready"), lines
+        http = next(line.split(": ", 1)[1] for line in lines if line.startswith("http: "))
+        with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=5) as reply:
+            assert reply.status == 200
+        start = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(timeout=20)
+        assert rc == 0 and time.monotonic() - start < 12
+        assert "stopped" in (proc.stdout.read() if proc.stdout else "")
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# --------------------------------------------------------------------------- real KITTI frames, synthetic checkpoint
+
+def kitti_frames(assets: Path, count: int) -> list[str]:
+    """Camera-FOV crops of KITTI scans (17-20 k points): real data, cheap enough on a CPU."""
+    return sorted(str(p) for p in (assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))[:count]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_kitti_frames_over_the_server_equal_the_local_detector(assets: Path, kitti_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = kitti_frames(assets, 3)
+    detector = PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu")
+    remote = RemoteDetector(kitti_server.endpoints[protocol], protocol=protocol)
+    try:
+        found = list(remote.infer_many(frames, concurrency=4))
+        assert [r.source for r in found] == frames
+        for result, path in zip(found, frames):
+            assert result.detections is not None and len(result.detections) > 0
+            assert_same(result.detections, detector(read_velodyne_bin(path)))
+    finally:
+        remote.close()
+        detector.close()
+
+
+@pytest.mark.parametrize("output_format", ["json", "kitti"])
+def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitti_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              output_format: str) -> None:
+    frames = [str(assets / "kitti/training/velodyne" / f"00000{i}.bin") for i in range(2)]
+    corrupt = tmp_path / "in" / "corrupt.bin"
+    corrupt.parent.mkdir()
+    corrupt.write_bytes(b"\0" * 10)
+    calib = str(assets / "kitti/training/calib")
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    rc, _, _ = run_captured(cli_main, ["infer", *frames, str(corrupt), "--model", str(assets / CHECKPOINT), "--out",
+                                       str(local), "--device", "cpu", "--format", output_format, "--calib", calib,
+                                       "--no-progress"])
+    assert rc == 1
+    args = infer_args([*frames, str(corrupt)], assets / CHECKPOINT, remote, kitti_server.endpoints["grpc"], "grpc",
+                      format=output_format, calib=calib)
+    rc, out, err = run_captured(run_scaleout_infer, args)
+    assert rc == 1 and out.startswith("2/3 frames") and f"FAILED {corrupt}:" in err, (out, err)
+    names = sorted(p.name for p in local.iterdir())
+    assert names == sorted(p.name for p in remote.iterdir()) and len(names) == 2
+    for name in names:
+        assert (remote / name).read_bytes() == (local / name).read_bytes(), name
+    if output_format == "json":
+        assert json.loads((remote / names[0]).read_text())["boxes_lidar"]

@@ -1,0 +1,136 @@
+"""``detect_dataset`` on a real local Ray cluster (2 CPUs): the outputs of local ``infer``, frame for frame.
+
+Oracle: the ``infer`` command run in this process on the same folder (JSON files byte-identical; the
+Parquet rows equal its JSON records). The folder holds one corrupt frame, which must become an error
+record while the other frames go on. Without Ray installed, these tests skip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main as cli_main
+from pointpillars_trt.apps.serve.cli import run_scaleout_infer
+from pointpillars_trt.errors import InputError
+from pointpillars_trt.kitti import write_velodyne_bin
+
+CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
+CORRUPT = "corrupt.bin"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[None]:
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster on loopback only
+    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'ray[data]')")
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install 'ray[data]')")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def local_infer(frames: Path, model: Path, out: Path) -> None:
+    """The reference: ``pointpillars-trt infer FOLDER --out OUT --device cpu`` (exit 1: the corrupt frame)."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        rc = cli_main(["infer", str(frames), "--model", str(model), "--out", str(out), "--device", "cpu",
+                       "--no-progress"])
+    assert rc == 1
+
+
+def with_corrupt_frame(folder: Path) -> Path:
+    (folder / CORRUPT).write_bytes(b"\0" * 10)  # not a multiple of 16 bytes
+    return folder
+
+
+@pytest.fixture(scope="module")
+def kitti_folder(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = tmp_path_factory.mktemp("kitti_frames")
+    for path in sorted((assets / "kitti/training/velodyne_fov").glob("*.bin"))[:4]:
+        shutil.copy(path, folder / path.name)
+    return with_corrupt_frame(folder)
+
+
+def assert_same_json_files(ours: Path, reference: Path) -> list[str]:
+    names = sorted(p.name for p in reference.iterdir())
+    assert sorted(p.name for p in ours.iterdir()) == names
+    for name in names:
+        assert (ours / name).read_bytes() == (reference / name).read_bytes(), name
+    return names
+
+
+def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrupt_frame(ray_cluster,  # type: ignore[no-untyped-def]
+                                                                                       tmp_path: Path) -> None:
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "model", seed=3)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    for index, n in enumerate((0, 40, 900, 3000, 77)):
+        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
+                           folder / f"{index:06d}.bin")
+    with_corrupt_frame(folder)
+    local_infer(folder, Path(model.path), tmp_path / "local")
+    args = argparse.Namespace(paths=[str(folder)], model=str(model.path), out=str(tmp_path / "ray"), format="json",
+                              calib=None, device="cpu", no_progress=True, server=None, ray=True, ray_address=None,
+                              workers=2, gpus_per_worker=None, batch_size=2)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = run_scaleout_infer(args)
+    assert rc == 1 and out.getvalue().startswith("5/6 frames, 0 boxes, written to"), out.getvalue()
+    assert f"FAILED {folder / CORRUPT}: " in err.getvalue() and "10 bytes, not a multiple of 16" in err.getvalue()
+    assert "frames/s with 2 worker(s)" in err.getvalue()
+    assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 5
+
+
+def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Path, kitti_folder: Path,  # type: ignore[no-untyped-def]
+                                                         tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from pointpillars_trt.distributed import detect_dataset
+
+    model = assets / CHECKPOINT
+    local_infer(kitti_folder, model, tmp_path / "local")
+    summary = detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=2, gpus_per_worker=0,
+                             progress=False)
+    names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+    records = {Path(n).stem: json.loads((tmp_path / "local" / n).read_text()) for n in names}
+    assert summary.boxes == sum(len(r["scores"]) for r in records.values()) > 0
+    assert [Path(source).name for source, _ in summary.failures] == [CORRUPT]
+
+    summary = detect_dataset(str(kitti_folder / "*.bin"), model, tmp_path / "parquet", workers=1,
+                             gpus_per_worker=0, output_format="parquet", progress=False)
+    rows = {row["frame"]: row for row in pq.read_table(sorted((tmp_path / "parquet").glob("*.parquet"))).to_pylist()}
+    assert sorted(rows) == sorted([*records, Path(CORRUPT).stem]) and summary.frames == len(rows)
+    assert rows["corrupt"]["error"] and rows["corrupt"]["boxes_lidar"] is None
+    for frame, record in records.items():
+        row = rows[frame]
+        assert row["error"] is None and row["num_boxes"] == len(record["scores"])
+        assert {key: row[key] for key in record} == record, frame
+
+
+def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.distributed import detect_dataset
+
+    model = tiny_model_dir(tmp_path / "model")
+    summary = detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=1,
+                             gpus_per_worker=0, progress=False)
+    assert summary.frames == 1 and summary.failures[0][0] == str(tmp_path / "gone.bin")
+    with pytest.raises(InputError, match="output_format 'csv'"):
+        detect_dataset(str(tmp_path), model.path, tmp_path / "out", output_format="csv")
+    with pytest.raises(InputError, match="workers 0"):
+        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
