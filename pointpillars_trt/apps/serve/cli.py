@@ -124,8 +124,9 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
 def _run_ray(args: argparse.Namespace, out: Path | None) -> int:
     from ...distributed import detect_dataset
 
-    if out is None:
-        raise InputError("--ray needs --out DIR: the workers write one output file per frame there")
+    if out is None or not args.model:
+        raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
+                         "file per frame there")
     gpus = 0.0 if args.device == "cpu" and args.gpus_per_worker is None else args.gpus_per_worker
     summary = detect_dataset(args.paths, args.model, out, workers=args.workers, gpus_per_worker=gpus,
                              batch_size=getattr(args, "batch_size", None), output_format=args.format, calib=args.calib,
