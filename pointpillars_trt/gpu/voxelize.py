@@ -145,8 +145,8 @@ class VoxelizeStage:
                       (frame, rows, self._point_cell, self._cell_pillar, self._bucket, self._pillar_bucket,
                        self._pillar_total, self._cell_first, self._cell_count, self._cell_fill, self._slot_point),
                       stream)
-        launch_kernel(k["vox_rank_large"], self.LARGE_PILLAR_BLOCKS, 256,
-                      (rows, self.stats, self._large_pillars, self._bucket, self._pillar_bucket, self._pillar_total,
+        launch_kernel(k["vox_rank_large"], self.LARGE_PILLAR_BLOCKS, 1024,
+                      (self.stats, self._large_pillars, self._bucket, self._pillar_bucket, self._pillar_total,
                        self._slot_point), stream)
         launch_kernel(k["vox_gather"], grid_blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
                       (points, frame, rows, self._slot_point, self.stats, self.coords, self.num_points, self.features),

@@ -16,9 +16,9 @@
 //   vox_number    per point: pillar ids (first-point order), pillar rows, bucket fill
 //   vox_rank      per point: slot = rank in its cell; clears the per-cell scratch for the next frame
 //                 (pillars of more than kSmallPillar points are left to vox_rank_large)
-//   vox_rank_large block per large pillar: the MAX_PTS smallest point indices by a bisection on
-//                 the index, then their ranks among themselves: O(points * log(rows) / threads)
-//                 instead of O(points^2) for a pillar holding very many points
+//   vox_rank_large block per large pillar: the MAX_PTS smallest point indices by a radix select,
+//                 then their ranks among themselves: four passes over the pillar's points instead of
+//                 O(points^2) for a pillar holding very many points
 //   vox_gather    warp per pillar: decorated features, padded slots zero, stale rows of the
 //                 previous frame zeroed
 //
@@ -215,38 +215,50 @@ extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
     if (rank < MAX_PTS) slot_point[pillar * MAX_PTS + rank] = i;
 }
 
-// Number of members below `bound`, summed over the block.
-__device__ __forceinline__ int count_below(const int* members, int total, int bound) {
-    int below = 0;
-    for (int j = threadIdx.x; j < total; j += blockDim.x) below += members[j] < bound;
-    return pp_block_sum(below);
-}
-
 // Grid-stride over the frame's large pillars, one block each. The kept points are the MAX_PTS
-// smallest indices of the pillar: bisect for the smallest bound with MAX_PTS members below it
-// (indices are distinct, so exactly MAX_PTS are), then rank those few among themselves.
-extern "C" __global__ void vox_rank_large(int num_rows, const int* __restrict__ stats,
+// smallest indices of the pillar: a radix select (four 8-bit digits, a shared histogram per digit)
+// finds the MAX_PTS-th smallest index v in four passes over the members; indices are distinct, so
+// exactly MAX_PTS members are <= v, and those few are then ranked among themselves.
+extern "C" __global__ void vox_rank_large(const int* __restrict__ stats,
                                           const int* __restrict__ large_pillars,
                                           const int* __restrict__ bucket,
                                           const int* __restrict__ pillar_bucket,
                                           const int* __restrict__ pillar_total,
                                           int* __restrict__ slot_point) {
+    __shared__ int hist[256];
     __shared__ int kept[MAX_PTS];
     __shared__ int num_kept;
+    __shared__ unsigned selected_prefix;
+    __shared__ int selected_need;
     for (int k = blockIdx.x; k < stats[STAT_LARGE_PILLARS]; k += gridDim.x) {
         const int pillar = large_pillars[k];
         const int* members = bucket + pillar_bucket[pillar];
         const int total = pillar_total[pillar];
-        int lo = 0, hi = num_rows;  // count_below(hi) >= MAX_PTS since total > MAX_PTS
-        while (lo < hi) {
-            const int mid = lo + (hi - lo) / 2;
-            if (count_below(members, total, mid + 1) >= MAX_PTS) hi = mid;
-            else lo = mid + 1;
+        unsigned prefix = 0;  // the digits of v found so far
+        int need = MAX_PTS;   // rank of v among the members that share those digits
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+            __syncthreads();
+            const unsigned long long high = static_cast<unsigned long long>(prefix) >> (shift + 8);
+            for (int j = threadIdx.x; j < total; j += blockDim.x) {
+                const unsigned m = static_cast<unsigned>(members[j]);
+                if ((static_cast<unsigned long long>(m) >> (shift + 8)) == high) atomicAdd(&hist[(m >> shift) & 255u], 1);
+            }
+            __syncthreads();
+            if (threadIdx.x == 0) {
+                int below = 0, d = 0;
+                while (below + hist[d] < need) below += hist[d++];
+                selected_prefix = prefix | (static_cast<unsigned>(d) << shift);
+                selected_need = need - below;
+            }
+            __syncthreads();
+            prefix = selected_prefix;
+            need = selected_need;
         }
         if (threadIdx.x == 0) num_kept = 0;
         __syncthreads();
         for (int j = threadIdx.x; j < total; j += blockDim.x)
-            if (members[j] <= lo) kept[atomicAdd(&num_kept, 1)] = members[j];
+            if (static_cast<unsigned>(members[j]) <= prefix) kept[atomicAdd(&num_kept, 1)] = members[j];
         __syncthreads();
         for (int s = threadIdx.x; s < MAX_PTS; s += blockDim.x) {
             int rank = 0;
