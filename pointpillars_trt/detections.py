@@ -44,16 +44,30 @@ class Detections:
         return [self.class_names[i] for i in self.labels.tolist()]
 
     def to_json_dict(self, frame: str) -> dict[str, Any]:
-        """The per-frame JSON record of ``pointpillars-trt infer``."""
+        """The per-frame JSON record of ``pointpillars-trt infer`` (strict JSON: every value finite).
+
+        Detections with a NaN or infinity in their box or score are left out and counted in
+        ``num_nonfinite_boxes``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
+        """
+        from .kitti import finite_detections, normalize_heading
+
+        boxes, scores, names, dropped = finite_detections(
+            self.boxes.astype(np.float64).reshape(-1, 7), self.scores.astype(np.float64), self.names
+        )
+        boxes = boxes.copy()
+        boxes[:, 6] = normalize_heading(boxes[:, 6])
+        boxes = np.round(boxes, 5)
+        boxes[:, 6] = np.clip(boxes[:, 6], -np.pi, np.nextafter(np.pi, 0))  # rounding must not leave the range
         return {
             "frame": frame,
-            "boxes_lidar": np.round(self.boxes.astype(np.float64), 5).tolist(),
-            "scores": np.round(self.scores.astype(np.float64), 6).tolist(),
-            "labels": self.names,
+            "boxes_lidar": boxes.tolist(),
+            "scores": np.round(scores, 6).tolist(),
+            "labels": list(names),
             "num_points": self.stats.num_points,
             "num_pillars": self.stats.num_pillars,
             "num_pillars_dropped": self.stats.num_pillars_dropped,
             "num_nonfinite_points": self.stats.num_nonfinite,
+            "num_nonfinite_boxes": dropped,
         }
 
     @classmethod

@@ -3,26 +3,52 @@
 Both are labelled for what they are: the frame is a SIMULATED 64-beam scan and the model has SEEDED
 RANDOM, UNTRAINED weights, so the boxes it prints are meaningless. The demo shows the plumbing and
 the timings, and needs no file from anywhere.
+
+The first frame is timed on its own and labelled cold (it pays for engine sessions, kernel loads
+and CUDA graph capture); the steady-state times are the median over ``repeats`` more frames.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
 
 from ..config import load_config
+from ..detections import Detections
+from ..errors import BackendError, PointPillarsError
+from ..fileio import safe_repr, write_json_atomic
 from .demo_scene import simulate_scan
-from ..detector import PointPillars
-from ..errors import PointPillarsError
-from ..fileio import write_json_atomic
-from ..kitti import write_velodyne_bin
-from ..build.export import export_model_dir
-from ..build.weights import random_weights
+
+DEFAULT_REPEATS = 10
 
 
-def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto") -> int:
+def check_device(device: str) -> None:
+    """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, before anything is written."""
+    from ..detector import cuda_available
+
+    kind, _, index = device.partition(":")
+    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
+        raise PointPillarsError(f"--device {safe_repr(device)}: expected auto, cpu, cuda or cuda:N")
+    if kind == "cuda":
+        reason = cuda_available(int(index) if index else 0)
+        if reason is not None:
+            raise BackendError(f"--device {device} requested, but {reason}; run with --device cpu (or auto)")
+
+
+def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",
+             repeats: int = DEFAULT_REPEATS, backend: str = "auto") -> int:
+    from ..build.export import export_model_dir
+    from ..build.weights import random_weights
+    from ..detector import PointPillars
+    from ..kitti import write_velodyne_bin
+
+    if repeats < 1:
+        raise PointPillarsError(f"--repeats {repeats}: expected a positive number of frames")
     cfg = load_config(config)
-    out.mkdir(parents=True, exist_ok=True)
+    check_device(device)  # nothing written yet
     points, objects = simulate_scan(seed=seed)
+    out.mkdir(parents=True, exist_ok=True)
     write_velodyne_bin(points, out / "simulated_frame.bin")
     model = export_model_dir(random_weights(cfg, seed=seed), cfg, out / "random_model", precision="fp32",
                              source={"random_seed": seed, "note": "untrained, for demonstration only"})
@@ -31,15 +57,30 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     print(f"model : {cfg.name} with SEEDED RANDOM (UNTRAINED) weights, seed {seed} -> {model.path}")
     print("        the boxes below are meaningless; they only show the pipeline working\n")
 
-    with PointPillars(model, device=device) as detector:  # type: ignore[arg-type]
-        detector(points)  # warm-up: session creation, kernel load, CUDA graph capture
+    with PointPillars(model, device=device, backend=backend) as detector:
+        start = time.perf_counter()
         detections = detector(points)
-        timings = detector.last_timings
+        cold_wall = (time.perf_counter() - start) * 1e3
+        cold = dict(detector.last_timings)
+        steady: list[dict[str, float]] = []
+        walls: list[float] = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            detections = detector(points)
+            walls.append((time.perf_counter() - start) * 1e3)
+            steady.append(dict(detector.last_timings))
         where = detector.device
     print(f"device: {where}   pillars: {detections.stats.num_pillars}   boxes: {len(detections)}\n")
     print(_detection_table(detections, limit=15))
-    print("\nstage times (ms, " + ("CUDA events" if where == "cuda" else "wall clock") + "):")
-    print("  " + "  ".join(f"{k} {v:.2f}" for k, v in timings.items()))
+    clock = "CUDA events" if where == "cuda" else "wall clock"
+    print(f"\nstage times (ms, {clock}):")
+    print("  first frame (cold: includes engine set-up, kernel loading"
+          + (", CUDA graph capture" if where == "cuda" else "") + "):")
+    print("    " + _stage_line(cold) + f"   | call {cold_wall:.2f}")
+    median = {k: statistics.median(t[k] for t in steady) for k in steady[0]} if steady else {}
+    print(f"  steady state (median of {repeats} more frame(s)):")
+    print("    " + _stage_line(median) + f"   | call {statistics.median(walls):.2f}"
+          + (f" (min {min(walls):.2f}, max {max(walls):.2f})" if len(walls) > 1 else ""))
     write_json_atomic(out / "detections.json", detections.to_json_dict("simulated_frame"))
     print(f"\nwrote {out / 'detections.json'}")
     try:
@@ -53,7 +94,11 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     return 0
 
 
-def _detection_table(detections, limit: int) -> str:  # type: ignore[no-untyped-def]
+def _stage_line(timings: dict[str, float]) -> str:
+    return "  ".join(f"{k} {v:.2f}" for k, v in timings.items())
+
+
+def _detection_table(detections: Detections, limit: int) -> str:
     rows = ["  #  label        score      x       y      z     dx    dy    dz  heading"]
     for i, (name, score, box) in enumerate(zip(detections.names, detections.scores, detections.boxes)):
         if i == limit:

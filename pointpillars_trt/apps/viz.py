@@ -40,6 +40,57 @@ def bev_corners(boxes: np.ndarray) -> np.ndarray:
     return np.stack([x, y], axis=-1)
 
 
+def require_matplotlib() -> None:
+    """Raise PlotUnavailableError now (before any work) when matplotlib cannot be imported."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+        from matplotlib.figure import Figure  # noqa: F401
+    except ImportError:
+        raise PlotUnavailableError(
+            "matplotlib is not installed: install matplotlib to get the PNG "
+            "(pip install 'pointpillars-trt[plot]')"
+        ) from None
+
+
+#: Boxes labelled at most (the best-scoring ones); the rest keep their outline, coloured by score.
+MAX_LABELS = 25
+_LABEL_OFFSETS = ((4, 4), (4, -12), (-4, 4), (-4, -12), (0, 12), (0, -20))  # pixels: try in this order
+
+
+def place_labels(
+    anchors: np.ndarray, sizes: np.ndarray, order: Sequence[int], max_labels: int = MAX_LABELS,
+    bounds: tuple[float, float, float, float] | None = None,
+) -> list[tuple[int, float, float]]:
+    """Greedy placement of text labels that do not overlap (display pixels).
+
+    ``anchors`` (N, 2) is each box's anchor point, ``sizes`` (N, 2) each label's width and height;
+    labels are tried in ``order`` (best first), each at a few offsets around its anchor, and kept at
+    the first offset where it overlaps no label placed before (and lies inside ``bounds`` x0, y0,
+    x1, y1 when given); at most ``max_labels`` are kept. Returns (index, x, y) of the lower-left
+    corner of each placed label.
+    """
+    placed: list[tuple[int, float, float]] = []
+    rects: list[tuple[float, float, float, float]] = []
+    for i in order:
+        if len(placed) >= max_labels:
+            break
+        (ax, ay), (w, h) = anchors[i], sizes[i]
+        if not (np.isfinite(ax) and np.isfinite(ay)):
+            continue
+        for dx, dy in _LABEL_OFFSETS:
+            x = ax + dx if dx >= 0 else ax + dx - w
+            y = ay + dy
+            rect = (x, y, x + w, y + h)
+            if bounds is not None and not (bounds[0] <= rect[0] and rect[2] <= bounds[2]
+                                           and bounds[1] <= rect[1] and rect[3] <= bounds[3]):
+                continue
+            if all(rect[2] <= r[0] or r[2] <= rect[0] or rect[3] <= r[1] or r[3] <= rect[1] for r in rects):
+                rects.append(rect)
+                placed.append((int(i), float(x), float(y)))
+                break
+    return placed
+
+
 def plot_bev(
     points: np.ndarray,
     boxes: np.ndarray,
@@ -48,21 +99,24 @@ def plot_bev(
     path: PathLike,
     point_range: Sequence[float] | None = None,
     title: str = "PointPillars detections (bird's-eye view)",
-) -> None:
-    """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box with a heading tick.
+    max_labels: int = MAX_LABELS,
+) -> int:
+    """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
+    class colour (legend) with a heading tick and, when there are scores, filled by score (colour bar).
 
-    ``point_range`` (x_min, y_min, z_min, x_max, y_max, z_max), e.g. the model's, crops the
-    points and sets the axes; without it the axes cover all points and boxes. ``scores`` may be
-    None (ground truth). Raises PlotUnavailableError if matplotlib is missing.
+    Only the ``max_labels`` best-scoring boxes get a text label, placed so that labels never
+    overlap (a label with no free spot is left out). ``point_range`` (x_min, y_min, z_min, x_max,
+    y_max, z_max), e.g. the model's, crops the points and sets the axes; without it the axes cover
+    all points and boxes. ``scores`` may be None (ground truth). Returns the number of labels
+    drawn. Raises PlotUnavailableError if matplotlib is missing.
     """
-    try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-        from matplotlib.figure import Figure
-    except ImportError:
-        raise PlotUnavailableError(
-            "matplotlib is not installed: install matplotlib to get the PNG "
-            "(pip install 'pointpillars-trt[plot]')"
-        ) from None
+    require_matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Polygon
 
     pts = np.asarray(points, dtype=np.float32).reshape(-1, 4)
     corners = bev_corners(boxes)
@@ -71,16 +125,20 @@ def plot_bev(
             f"plot_bev: received {len(corners)} boxes, {len(names)} names and "
             f"{'no' if scores is None else len(scores)} scores, expected one name (and score) per box"
         )
+    finite = np.isfinite(corners).all(axis=(1, 2))
+    if scores is not None:
+        finite &= np.isfinite(np.asarray(scores, dtype=np.float64))
     if point_range is not None:
         x0, y0, _, x1, y1, _ = point_range
         inside = (pts[:, 0] >= x0) & (pts[:, 0] <= x1) & (pts[:, 1] >= y0) & (pts[:, 1] <= y1)
         pts = pts[inside]
     else:
-        xy = np.concatenate([pts[:, :2], corners.reshape(-1, 2), np.zeros((1, 2))])  # + sensor
+        xy = np.concatenate([pts[:, :2], corners[finite].reshape(-1, 2), np.zeros((1, 2))])  # + sensor
+        xy = xy[np.isfinite(xy).all(axis=1)]
         (x0, y0), (x1, y1) = xy.min(axis=0) - 1.0, xy.max(axis=0) + 1.0
 
     aspect = float(np.clip((y1 - y0) / (x1 - x0), 0.3, 3.0))
-    fig = Figure(figsize=(10, 10 * aspect + 0.8), dpi=100)
+    fig = Figure(figsize=(11, 10 * aspect + 0.8), dpi=100)
     FigureCanvasAgg(fig)
     ax = fig.add_subplot()
     ax.set_facecolor("black")
@@ -90,22 +148,69 @@ def plot_bev(
             pts[:, 0], pts[:, 1], c=pts[:, 2], s=0.3, cmap="cool", vmin=z_lo, vmax=z_hi,
             linewidths=0, rasterized=True,
         )
+    score_map = ScalarMappable(norm=Normalize(0.0, 1.0), cmap="YlOrRd") if scores is not None else None
     for i, (quad, name) in enumerate(zip(corners, names)):
+        if not finite[i]:
+            continue
         colour = _CLASS_COLOURS.get(name, _OTHER_COLOUR)
+        if score_map is not None:
+            fill = score_map.to_rgba(np.asarray([float(scores[i])]))[0]  # type: ignore[index]
+            ax.add_patch(Polygon(quad, closed=True, facecolor=fill, alpha=0.55, edgecolor="none"))
         ring = np.vstack([quad, quad[:1]])
         ax.plot(ring[:, 0], ring[:, 1], color=colour, linewidth=1.0)
         front = quad[:2].mean(axis=0)
         centre = quad.mean(axis=0)
         ax.plot([centre[0], front[0]], [centre[1], front[1]], color=colour, linewidth=1.0)
-        label = name if scores is None else f"{name} {float(scores[i]):.2f}"
-        ax.text(quad[:, 0].max(), quad[:, 1].max(), label, color=colour, fontsize=6, clip_on=True)
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
     ax.set_xlabel("x (m, forward)")
     ax.set_ylabel("y (m, left)")
     ax.set_title(title)
+    present = list(dict.fromkeys(n for n, ok in zip(names, finite) if ok))
+    if present:
+        counts = {n: sum(1 for m, ok in zip(names, finite) if ok and m == n) for n in present}
+        handles = [Line2D([], [], color=_CLASS_COLOURS.get(n, _OTHER_COLOUR), label=f"{n} ({counts[n]})")
+                   for n in present]
+        legend = ax.legend(handles=handles, loc="upper right", fontsize=8, facecolor="black", edgecolor="grey",
+                           title="class", title_fontsize=8)
+        for text in legend.get_texts():
+            text.set_color("white")
+        legend.get_title().set_color("white")
+    if score_map is not None:
+        fig.colorbar(score_map, ax=ax, label="score", fraction=0.04, pad=0.02)
     fig.tight_layout()
+
+    labelled = _draw_labels(fig, ax, corners, names, scores, finite, max_labels)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     write_bytes_atomic(path, buffer.getvalue())
+    return labelled
+
+
+def _draw_labels(fig, ax, corners: np.ndarray, names: Sequence[str], scores: np.ndarray | None,  # type: ignore[no-untyped-def]
+                 finite: np.ndarray, max_labels: int) -> int:
+    """Text labels of the best boxes, placed in display pixels after the layout is final."""
+    fontsize = 6
+    found = np.flatnonzero(finite)
+    if not len(found) or max_labels <= 0:
+        return 0
+    if scores is not None:
+        found = found[np.argsort(-np.asarray(scores, dtype=np.float64)[found], kind="stable")]
+    index = [int(i) for i in found]
+    texts = {i: names[i] if scores is None else f"{names[i]} {float(scores[i]):.2f}" for i in index}
+    anchors = np.full((len(corners), 2), np.nan)
+    sizes = np.zeros((len(corners), 2))
+    px = fontsize * fig.dpi / 72.0  # one em in pixels
+    for i in index:
+        quad = corners[i]
+        anchors[i] = ax.transData.transform((quad[:, 0].max(), quad[:, 1].max()))
+        sizes[i] = (0.62 * px * len(texts[i]) + 2, 1.25 * px + 2)
+    box = ax.get_window_extent()
+    placed = place_labels(anchors, sizes, index, max_labels, (box.x0, box.y0, box.x1, box.y1))
+    to_data = ax.transData.inverted()
+    for i, x, y in placed:
+        colour = _CLASS_COLOURS.get(names[i], _OTHER_COLOUR)
+        dx, dy = to_data.transform((x + 1, y + 1))
+        ax.text(dx, dy, texts[i], color=colour, fontsize=fontsize, clip_on=True, ha="left", va="bottom")
+    return len(placed)

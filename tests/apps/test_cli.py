@@ -9,6 +9,7 @@ subprocess runs that prove the console script exists and that no traceback reach
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
@@ -123,7 +124,9 @@ def assert_json_matches(record: dict, det: Detections, frame: str) -> None:
     assert record["labels"] == det.names
     np.testing.assert_allclose(record["scores"], det.scores, rtol=0, atol=1e-6)
     boxes = np.asarray(record["boxes_lidar"], np.float64).reshape(-1, 7)
-    np.testing.assert_allclose(boxes, det.boxes, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(boxes[:, :6], det.boxes[:, :6], rtol=0, atol=1e-5)
+    assert angle_gap(boxes[:, 6], det.boxes[:, 6]).max(initial=0) < 1e-5
+    assert np.all((boxes[:, 6] >= -math.pi) & (boxes[:, 6] < math.pi))  # normalised headings
     assert record["num_points"] == det.stats.num_points
     assert record["num_pillars"] == det.stats.num_pillars
 
@@ -238,19 +241,30 @@ def test_infer_json_is_openpcdet_convention_of_native_boxes(infer_json: tuple[Ru
 
 # --------------------------------------------------------------------------- infer: KITTI label_2
 
+def _kitti_tree(assets: Path, root: Path) -> dict[str, Path]:
+    """A KITTI-like tree: training 000134 and testing 000002, each with its sibling calib/."""
+    frames = {}
+    for split, rel in (("training", CAMERA_FRAME), ("testing", TEST_FRAME)):
+        stem = Path(rel).stem
+        (root / split / "velodyne").mkdir(parents=True)
+        (root / split / "calib").mkdir()
+        shutil.copy(assets / rel, root / split / "velodyne")
+        shutil.copy(assets / f"kitti/{split}/calib/{stem}.txt", root / split / "calib")
+        frames[split] = root / split / "velodyne" / f"{stem}.bin"
+    return frames
+
+
 def test_infer_kitti_round_trips_to_json(checkpoint: Path, infer_json: tuple[Run, Path], assets: Path,
                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    calib = tmp_path / "calib"
-    calib.mkdir()
-    shutil.copy(assets / "kitti/training/calib/000134.txt", calib)  # none for testing 000002
+    frames = _kitti_tree(assets, tmp_path / "kitti")
     monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
-    run = cli("infer", assets / CAMERA_FRAME, assets / TEST_FRAME, "--model", checkpoint, "--format", "kitti",
-              "--calib", calib, "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
-    assert run.rc == 1 and "Traceback" not in run.err, run
-    failures = [line for line in run.err.splitlines() if line.startswith("FAILED")]
-    assert len(failures) == 1 and str(assets / TEST_FRAME) in failures[0] and "000002.txt" in failures[0]
-    assert sorted(os.listdir(tmp_path / "out")) == ["000134.txt"]
+    # default: each frame's sibling calib/ (training and testing alike)
+    run = cli("infer", frames["training"], frames["testing"], "--model", checkpoint, "--format", "kitti",
+              "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and "Traceback" not in run.err, run
+    assert sorted(os.listdir(tmp_path / "out")) == ["000002.txt", "000134.txt"]
 
+    calib = tmp_path / "kitti/training/calib"
     parsed = kitti_label_to_lidar_boxes(tmp_path / "out" / "000134.txt", read_calibration(calib / "000134.txt"))
     record = json.loads((infer_json[1] / "000134.json").read_text())
     boxes = np.asarray(record["boxes_lidar"])
@@ -258,6 +272,22 @@ def test_infer_kitti_round_trips_to_json(checkpoint: Path, infer_json: tuple[Run
     np.testing.assert_allclose(parsed.scores, record["scores"], rtol=0, atol=6e-5)
     np.testing.assert_allclose(parsed.boxes[:, :6], boxes[:, :6], rtol=0, atol=3e-4)  # 4-decimal camera coords
     assert angle_gap(parsed.boxes[:, 6], boxes[:, 6]).max() < 2e-4
+
+
+@ONE_FAMILY
+def test_infer_kitti_wrong_split_calib_is_that_frames_error(model_dir: Path, family: str, assets: Path,
+                                                             tmp_path: Path):
+    frames = _kitti_tree(assets, tmp_path / "kitti")
+    shutil.copy(assets / "kitti/training/calib/000002.txt", tmp_path / "kitti/training/calib")  # same id exists
+    out = tmp_path / "out"
+    run = cli("infer", frames["training"], frames["testing"], "--model", model_dir, "--format", "kitti",
+              "--calib", tmp_path / "kitti/training/calib", "--out", out, "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and "Traceback" not in run.err, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and str(frames["testing"]) in errors[0], run.err
+    assert "'training'" in errors[0] and "'testing'" in errors[0]  # refused, never silently reused
+    assert sorted(os.listdir(out)) == ["000134.txt"]
+    assert "1 of 2 frame(s) failed" in run.err
 
 
 # --------------------------------------------------------------------------- infer: bad input
@@ -284,7 +314,7 @@ def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path
               "--no-progress")
     assert run.rc == 1 and "Traceback" not in run.err, run
     assert "3/5 frames" in run.out
-    failures = sorted(line for line in run.err.splitlines() if line.startswith("FAILED"))
+    failures = sorted(line for line in run.err.splitlines() if line.startswith("error: "))
     assert len(failures) == 2
     assert str(bad_frames["missing"]) in failures[0] and "does not exist" in failures[0]
     assert str(bad_frames["odd"]) in failures[1] and "not a multiple of 16" in failures[1]
@@ -302,7 +332,9 @@ def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path
     assert nonfinite["num_points"] == clean.stats.num_points + 4
     assert nonfinite["num_pillars"] == clean.stats.num_pillars
     assert nonfinite["labels"] == clean.names
-    np.testing.assert_allclose(nonfinite["boxes_lidar"], clean.boxes, rtol=0, atol=1e-5)
+    boxes = np.asarray(nonfinite["boxes_lidar"])
+    np.testing.assert_allclose(boxes[:, :6], clean.boxes[:, :6], rtol=0, atol=1e-5)
+    assert angle_gap(boxes[:, 6], clean.boxes[:, 6]).max() < 1e-5
 
 
 @pytest.mark.parametrize("damage", ["unknown_layout", "truncated"])
@@ -339,7 +371,7 @@ def test_infer_output_errors(model_dir: Path, family: str, assets: Path, tmp_pat
     run = cli("infer", assets / CAMERA_FRAME, assets / TEST_FRAME, "--model", model_dir, "--out", out,
               "--device", "cpu", "--no-progress")
     assert run.rc == 1 and "Traceback" not in run.err, run
-    failures = [line for line in run.err.splitlines() if line.startswith("FAILED")]
+    failures = [line for line in run.err.splitlines() if line.startswith("error: ")]
     assert len(failures) == 1 and str(assets / CAMERA_FRAME) in failures[0]
     assert "cannot write" in failures[0] and str(out / "000134.json") in failures[0]
     assert sorted(os.listdir(out)) == ["000002.json", "000134.json"] and (out / "000002.json").is_file()
@@ -354,25 +386,22 @@ def test_infer_refuses_clashing_output_names(model_dir: Path, family: str, asset
 
 
 @ONE_FAMILY
-def test_infer_kitti_needs_calib_folder(model_dir: Path, family: str, assets: Path, tmp_path: Path):
-    for extra in ([], ["--calib", tmp_path / "nowhere"]):
-        run = cli("infer", assets / CAMERA_FRAME, "--model", model_dir, "--format", "kitti", *extra)
-        assert_one_line_error(run, "--calib")
+def test_infer_kitti_calib_folder(model_dir: Path, family: str, assets: Path, tmp_path: Path):
+    # a --calib that is not a folder: refused up front, nothing written
+    run = cli("infer", assets / CAMERA_FRAME, "--model", model_dir, "--format", "kitti", "--calib",
+              tmp_path / "nowhere", "--out", tmp_path / "out")
+    assert_one_line_error(run, "--calib", "nowhere")
+    assert not (tmp_path / "out").exists()
+    # no --calib and no sibling calib/: that frame's error
+    frame = tmp_path / "loose" / "velodyne" / "000134.bin"
+    frame.parent.mkdir(parents=True)
+    shutil.copy(assets / CAMERA_FRAME, frame)
+    run = cli("infer", frame, "--model", model_dir, "--format", "kitti", "--out", tmp_path / "out2",
+              "--device", "cpu")
+    assert run.rc == 1 and "no calibration folder" in run.err and "Traceback" not in run.err, run
 
 
 # --------------------------------------------------------------------------- demo and the console script
-
-def test_demo(tmp_path: Path):
-    run = cli("demo", "--out", tmp_path, "--device", "cpu")
-    assert run.rc == 0, run
-    assert "SIMULATED" in run.out and "UNTRAINED" in run.out
-    record = json.loads((tmp_path / "detections.json").read_text())
-    assert JSON_KEYS <= record.keys() and f"boxes: {len(record['scores'])}" in run.out
-    assert record["num_points"] == (tmp_path / "simulated_frame.bin").stat().st_size // 16
-    if importlib.util.find_spec("matplotlib") is None:
-        return
-    assert (tmp_path / "bev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
 
 def test_console_script_help():
     exe = shutil.which("pointpillars-trt")
@@ -398,3 +427,371 @@ def test_subprocess_bad_input_has_no_traceback(model_dir: Path, bad_frames: dict
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and str(checkpoint) in lines[0], done.stderr
+
+
+# =========================================================================== tiny model (no shared assets)
+#
+# Everything below runs on the tiny model of tests/tiny.py and generated frames, so it needs no
+# download. The tiny model's scores are low, so runs pass loose runtime thresholds (LOOSE) to get boxes.
+
+LOOSE = ("--score-threshold", "0.005", "--nms-iou", "0.5", "--max-boxes", "25")
+KITTI_CALIB = """P0: 7.215377e+02 0.0 6.095593e+02 0.0 0.0 7.215377e+02 1.728540e+02 0.0 0.0 0.0 1.0 0.0
+P2: 7.215377e+02 0.0 6.095593e+02 4.485728e+01 0.0 7.215377e+02 1.728540e+02 2.163791e-01 0.0 0.0 1.0 2.745884e-03
+R0_rect: 9.999239e-01 9.837760e-03 -7.445048e-03 -9.869795e-03 9.999421e-01 -4.278459e-03 7.402527e-03 4.351614e-03 9.999631e-01
+Tr_velo_to_cam: 7.533745e-03 -9.999714e-01 -6.166020e-04 -4.069766e-03 1.480249e-02 7.280733e-04 -9.998902e-01 -7.631618e-02 9.998621e-01 7.523790e-03 1.480755e-02 -2.717806e-01
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=3).path
+
+
+def tiny_points(seed: int, n: int = 2000) -> np.ndarray:
+    """Points inside the tiny model's range (x 0..5.12, y -1.92..1.92), intensities 0..1."""
+    rng = np.random.default_rng(seed)
+    xyz = rng.uniform((0.2, -1.8, -2.5), (5.0, 1.8, 0.5), (n, 3))
+    return np.column_stack([xyz, rng.uniform(0, 1, n)]).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def tiny_frames(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Seven .bin frames (one with a '[' in its name) in a KITTI-like training/velodyne folder with calib/."""
+    root = tmp_path_factory.mktemp("tinykitti") / "training"
+    (root / "velodyne").mkdir(parents=True)
+    (root / "calib").mkdir()
+    frames = []
+    for i in range(7):
+        name = f"00000{i}" if i else "scan[0]"
+        tiny_points(i).tofile(root / "velodyne" / f"{name}.bin")
+        (root / "calib" / f"{name}.txt").write_text(KITTI_CALIB)
+        frames.append(root / "velodyne" / f"{name}.bin")
+    return frames
+
+
+def outputs(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_tiny_literal_bracket_name_glob_and_folder(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    bracket = tiny_frames[0]
+    assert bracket.name == "scan[0].bin"
+    # the literal name works although [0] is a glob class (which would match 'scan0.bin' only)
+    run = cli("infer", bracket, "--model", tiny_model, "--out", tmp_path / "a", "--device", "cpu", *LOOSE)
+    assert run.rc == 0, run
+    assert sorted(os.listdir(tmp_path / "a")) == ["scan[0].json"]
+    record = json.loads((tmp_path / "a" / "scan[0].json").read_text())
+    assert record["frame"] == "scan[0]" and record["num_points"] == 2000 and len(record["scores"]) > 0
+    # a glob still expands; a folder gives all its point files
+    run = cli("infer", str(bracket.parent / "00000[12].bin"), "--model", tiny_model, "--out", tmp_path / "b",
+              "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and sorted(os.listdir(tmp_path / "b")) == ["000001.json", "000002.json"], run
+    run = cli("infer", bracket.parent, "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and "7/7 frames" in run.out, run
+    assert_one_line_error(cli("infer", str(bracket.parent / "nothing*.bin"), "--model", tiny_model),
+                          "no file matches")
+
+
+def test_tiny_npy_and_pcd_inputs_equal_bin(tiny_model: Path, tmp_path: Path):
+    points = tiny_points(11)
+    np.save(tmp_path / "f_npy.npy", points.astype(np.float64))
+    points.tofile(tmp_path / "f_bin.bin")
+    header = ("VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+              f"WIDTH {len(points)}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {len(points)}\nDATA binary\n")
+    (tmp_path / "f_pcd.pcd").write_bytes(header.encode() + points.astype("<f4").tobytes())
+    out = tmp_path / "out"
+    run = cli("infer", tmp_path / "f_bin.bin", tmp_path / "f_npy.npy", tmp_path / "f_pcd.pcd", "--model",
+              tiny_model, "--out", out, "--device", "cpu", "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    records = {name: json.loads((out / f"{name}.json").read_text()) for name in ("f_bin", "f_npy", "f_pcd")}
+    assert len(records["f_bin"]["scores"]) > 0
+    for name in ("f_npy", "f_pcd"):
+        for key in ("boxes_lidar", "scores", "labels", "num_points", "num_pillars"):
+            assert records[name][key] == records["f_bin"][key], (name, key)
+
+
+def test_tiny_transposed_npy_is_refused_with_hint(tiny_model: Path, tmp_path: Path):
+    np.save(tmp_path / "transposed.npy", tiny_points(1).T.copy())
+    tiny_points(2).tofile(tmp_path / "good.bin")
+    run = cli("infer", tmp_path / "transposed.npy", tmp_path / "good.bin", "--model", tiny_model, "--out",
+              tmp_path / "out", "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and "Traceback" not in run.err, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "transposed.npy" in errors[0] and "looks transposed" in errors[0]
+    assert sorted(os.listdir(tmp_path / "out")) == ["good.json"]
+
+
+def test_tiny_point_dim_5(tiny_model: Path, tmp_path: Path):
+    points = tiny_points(3, 2001)  # 32016 bytes as 4 values a point: not a multiple of 20
+    five = np.column_stack([points, np.arange(len(points), dtype=np.float32)])
+    five.tofile(tmp_path / "five.bin")
+    points.tofile(tmp_path / "four.bin")
+    run = cli("infer", tmp_path / "five.bin", tmp_path / "four.bin", "--point-dim", "5", "--model", tiny_model,
+              "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and "not a multiple of 20" in run.err, run  # four.bin read as 5 values a point
+    run = cli("infer", tmp_path / "four.bin", "--model", tiny_model, "--out", tmp_path / "ref", "--device", "cpu")
+    assert (tmp_path / "out" / "five.json").read_text() == (tmp_path / "ref" / "four.json").read_text() \
+        .replace('"four"', '"five"')
+
+
+def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
+    for name in ("a", "b"):
+        points = tiny_points(4)
+        points[:, 3] = np.round(points[:, 3] * 255)
+        points.tofile(tmp_path / f"{name}.bin")
+    run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", "--model", tiny_model, "--device", "cpu",
+              "--no-progress")
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert run.rc == 0 and len(warnings) == 1, run
+    assert str(tmp_path / "a.bin") in warnings[0] and "--intensity-scale" in warnings[0]
+    # scaled: no warning, and the same outputs as the 0-1 frame
+    run = cli("infer", tmp_path / "a.bin", "--intensity-scale", str(1 / 255), "--model", tiny_model,
+              "--device", "cpu")
+    assert run.rc == 0 and "warning" not in run.err, run
+
+
+def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    bad = tmp_path / "bad.bin"
+    bad.write_bytes(b"\0" * 10)
+    frames = [*tiny_frames[:3], bad, *tiny_frames[3:]]
+    for batch in ("1", "3"):
+        run = cli("infer", *frames, "--model", tiny_model, "--out", tmp_path / batch, "--format", "kitti",
+                  "--device", "cpu", "--batch-size", batch, "--no-progress", *LOOSE)
+        assert run.rc == 1 and "6/7 frames" not in run.out and "7/8 frames" in run.out, run
+    assert outputs(tmp_path / "1") == outputs(tmp_path / "3")
+    for batch in ("1", "3"):
+        run = cli("infer", *tiny_frames, "--model", tiny_model, "--out", tmp_path / f"j{batch}", "--device", "cpu",
+                  "--batch-size", batch, "--no-progress", *LOOSE)
+        assert run.rc == 0, run
+    assert outputs(tmp_path / "j1") == outputs(tmp_path / "j3")
+    assert len(outputs(tmp_path / "j1")) == 7
+
+
+def test_tiny_thresholds_change_outputs_without_rebuild(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    before = outputs(tiny_model)
+    counts = {}
+    for label, extra in {"loose": LOOSE, "cap3": (*LOOSE[:4], "--max-boxes", "3"),
+                         "strict": ("--score-threshold", "0.9")}.items():
+        run = cli("infer", tiny_frames[1], "--model", tiny_model, "--out", tmp_path / label, "--device", "cpu", *extra)
+        assert run.rc == 0, run
+        counts[label] = json.loads((tmp_path / label / "000001.json").read_text())["scores"]
+    assert len(counts["loose"]) > 3 and len(counts["cap3"]) == 3 and counts["strict"] == []
+    assert counts["cap3"] == counts["loose"][:3]
+    assert outputs(tiny_model) == before  # the model dir is untouched
+    with pytest.raises(SystemExit):  # argparse's usual error for an out-of-range value
+        with contextlib.redirect_stderr(io.StringIO()):
+            main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), "--nms-iou", "1.5"])
+
+
+def test_tiny_kitti_sibling_calib_and_json_headings(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    run = cli("infer", *tiny_frames[1:3], "--model", tiny_model, "--format", "kitti", "--out", tmp_path / "k",
+              "--device", "cpu", "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    lines = (tmp_path / "k" / "000001.txt").read_text().splitlines()
+    assert lines and all(len(line.split()) == 16 for line in lines)
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--out", tmp_path / "j", "--device", "cpu", *LOOSE)
+    record = json.loads((tmp_path / "j" / "000001.json").read_text())
+    headings = np.asarray(record["boxes_lidar"])[:, 6]
+    assert np.all((headings >= -math.pi) & (headings < math.pi)) and record["num_nonfinite_boxes"] == 0
+    # the un-normalised headings of this model go past pi, so normalisation did something
+    with PointPillars.from_model_dir(tiny_model, device="cpu", score_threshold=0.005, nms_iou=0.5,
+                                     max_boxes=25) as detector:
+        raw = detector(read_velodyne_bin(tiny_frames[1]))
+    assert np.abs(raw.boxes[:, 6]).max() > math.pi
+    assert angle_gap(headings, raw.boxes[:, 6]).max() < 1e-5
+
+
+@pytest.fixture(scope="module")
+def nan_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A crafted model dir whose box head overflows: exp(200) box sizes are infinite in float32."""
+    import dataclasses
+
+    from tiny import tiny_config, tiny_weights
+    from pointpillars_trt.build.export import export_model_dir
+    from pointpillars_trt.build.weights import Conv1x1
+
+    cfg = tiny_config()
+    weights = tiny_weights(cfg, seed=3)
+    bias = weights.head_box.bias.copy()
+    bias[3::7] = 200.0  # dx of every anchor
+    weights = dataclasses.replace(weights, head_box=Conv1x1(weights.head_box.weight, bias))
+    folder = tmp_path_factory.mktemp("nan") / "model"
+    export_model_dir(weights, cfg, folder, precision="fp32", source={"crafted": "overflowing box head"})
+    return folder
+
+
+def test_tiny_nonfinite_boxes_give_strict_json(nan_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    run = cli("infer", tiny_frames[1], "--model", nan_model, "--out", tmp_path / "j", "--device", "cpu",
+              "--viz", *LOOSE)
+    assert run.rc == 0 and "non-finite" in run.out, run
+    text = (tmp_path / "j" / "000001.json").read_text()
+    record = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in strict JSON"))
+    assert record["num_nonfinite_boxes"] > 0
+    assert np.isfinite(np.asarray(record["boxes_lidar"], dtype=np.float64)).all()
+    assert len(record["boxes_lidar"]) == len(record["scores"]) == len(record["labels"])
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "j" / "000001.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_tiny_viz_writes_pngs(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    run = cli("infer", *tiny_frames[1:3], "--model", tiny_model, "--out", tmp_path, "--device", "cpu", "--viz",
+              "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    assert sorted(os.listdir(tmp_path)) == ["000001.json", "000001.png", "000002.json", "000002.png"]
+    assert all((tmp_path / f"00000{i}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for i in (1, 2))
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--viz"), "--viz needs --out")
+
+
+def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    for frame in tiny_frames[1:4]:
+        (labels / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n"
+            "DontCare -1 -1 -10 503.8 169.7 590.6 190.1 -1 -1 -1 -1000 -1000 -1000 -10\n")
+    out = tmp_path / "out"
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out, "--eval", labels, "--device", "cpu",
+              "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    assert "Car AP@0.70, 0.70, 0.70:" in run.out and "3d   AP:" in run.out
+    assert sorted(os.listdir(out)) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]  # kitti by default
+    result = json.loads((out / "eval.json").read_text())
+    assert "Car" in json.dumps(result)
+    # --format json with --eval: JSON outputs, the KITTI predictions go to a temporary folder
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "j", "--eval", labels,
+              "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
+    assert run.rc == 0 and "Car AP@" in run.out, run
+    assert sorted(os.listdir(tmp_path / "j")) == ["000001.json", "000002.json", "000003.json", "eval.json"]
+    # a frame without a label file: refused before anything runs
+    run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
+    assert_one_line_error(run, "no label file", "000004.txt")
+    assert not (tmp_path / "x").exists()
+
+
+def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    shutil.copy(tiny_frames[1], other / "000001.npy")  # bytes do not matter: refused before reading
+    run = cli("infer", tiny_frames[1], other / "000001.npy", "--model", tiny_model, "--out", tmp_path / "out")
+    assert_one_line_error(run, "same output file", "000001.json")
+    assert not (tmp_path / "out").exists()
+
+
+# --------------------------------------------------------------------------- main: one line per error kind
+
+def test_main_error_kinds_are_one_line(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    frame = tiny_frames[1]
+    # PointPillarsError
+    assert_one_line_error(cli("infer", frame, "--model", tmp_path / "none"), "no such checkpoint file or model dir")
+    # RecursionError: a model.json nested 100000 deep
+    deep = tmp_path / "deep"
+    shutil.copytree(tiny_model, deep)
+    (deep / "model.json").write_text("[" * 100_000 + "]" * 100_000)
+    assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu"), "nested too deeply")
+    # ValueError (not a PointPillarsError): a model.json holding a 5000-digit integer
+    (deep / "model.json").write_text('{"format_version": ' + "7" * 5000 + "}")
+    assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu"), "digits")
+    # OSError: --out below a regular file
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    assert_one_line_error(cli("infer", frame, "--model", tiny_model, "--out", a_file / "out", "--device", "cpu"),
+                          str(a_file))
+    # an escape sequence in a file name reaches the terminal escaped
+    evil = tmp_path / "ev\x1b[31mil.bin"
+    evil.write_bytes(b"\0" * 10)  # exists, so taken literally; not a multiple of 16 bytes
+    run = cli("infer", evil, "--model", tiny_model, "--device", "cpu")
+    assert run.rc == 1 and "\x1b" not in run.err and "\\x1b" in run.err, run
+
+
+def test_error_message_of_memory_error_and_others():
+    from pointpillars_trt.apps.cli import error_message
+
+    assert error_message(MemoryError()).startswith("out of memory")
+    assert "\n" not in error_message(ValueError("two\nlines\x1b[0m"))
+    assert error_message(FileNotFoundError(2, "No such file or directory", "a\nb")) == \
+        "'a\\nb': No such file or directory"
+
+
+def test_memory_error_is_one_line(tmp_path: Path, repo_root: Path):
+    """A real MemoryError: eval parses a 16 MB label file under a tight address-space limit."""
+    resource = pytest.importorskip("resource")
+    labels, pred = tmp_path / "labels", tmp_path / "pred"
+    labels.mkdir()
+    pred.mkdir()
+    line = "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 46.7 -1.59\n"
+    (labels / "000000.txt").write_text(line * (15_000_000 // len(line)))
+    (pred / "000000.txt").write_text(line.rstrip("\n") + " 0.9\n")
+    code = ("import resource, sys\n"
+            "from pointpillars_trt.apps.cli import main\n"
+            "import pointpillars_trt.apps.eval.cli, pointpillars_trt.apps.bench.cli, numpy\n"
+            "used = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()\n"
+            "resource.setrlimit(resource.RLIMIT_AS, (used + 200 * 2**20, resource.RLIM_INFINITY))\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    if not Path("/proc/self/statm").exists():
+        pytest.skip("needs /proc")
+    done = subprocess.run([sys.executable, "-c", code, "eval", "--pred", str(pred), "--labels", str(labels)],
+                          capture_output=True, text=True, timeout=120, cwd=repo_root,
+                          env={**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"})
+    if done.returncode == 0:
+        pytest.skip("the limit was not tight enough to run out of memory here")
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: out of memory"), done.stderr
+
+
+def test_version_and_module_help(repo_root: Path):
+    from pointpillars_trt import __version__
+
+    with pytest.raises(SystemExit) as exit_info:
+        with contextlib.redirect_stdout(io.StringIO()) as out:
+            main(["--version"])
+    assert exit_info.value.code == 0 and out.getvalue().strip() == f"pointpillars-trt {__version__}"
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "--help"], capture_output=True, text=True,
+                          timeout=120, cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    for command in ("build", "infer", "demo", "eval", "bench"):
+        assert command in done.stdout
+
+
+def test_every_option_has_help_and_default():
+    from pointpillars_trt.apps.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name in ("build", "infer", "demo", "eval"):
+        command = sub.choices[name]
+        for action in command._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            assert action.help, (name, action.dest)
+        text = command.format_help()
+        assert text.count("(default") >= len([a for a in command._actions if a.option_strings and a.dest != "help"]) - 1
+
+
+def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp_path: Path):
+    if family != "openpcdet":
+        pytest.skip("the OpenPCDet config file fits the OpenPCDet checkpoint")
+    pcdet_yaml = Path(__file__).resolve().parent.parent / "data/pcdet/tools/cfgs/kitti_models/pointpillar.yaml"
+    model = tmp_path / "m"
+    run = cli("build", "--checkpoint", checkpoint, "--out", model, "--pcdet-config", pcdet_yaml)
+    assert run.rc == 0 and "openpcdet_pointpillar" in run.out, run
+    with pytest.raises(SystemExit) as exit_info:  # argparse: --config not allowed with --pcdet-config
+        cli("build", "--checkpoint", checkpoint, "--out", model, "--pcdet-config", pcdet_yaml,
+            "--config", "openpcdet_kitti_3class")
+    assert exit_info.value.code == 2
+    frame = tmp_path / "f.bin"
+    tiny_points(0).tofile(frame)
+    run = cli("infer", frame, "--model", model, "--config", "openpcdet_kitti_3class", "--device", "cpu")
+    assert_one_line_error(run, "rebuild", "pointpillars-trt build")
+    command = run.err.split("`")[1]
+    import shlex
+
+    words = shlex.split(command)
+    assert words[:2] == ["pointpillars-trt", "build"]
+    rebuilt = cli(*words[1:])
+    assert rebuilt.rc == 0, rebuilt
+    again = cli("infer", frame, "--model", model, "--config", "openpcdet_kitti_3class", "--device", "cpu")
+    assert again.rc == 0, again

@@ -75,3 +75,38 @@ def test_plot_bev_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(PlotUnavailableError, match="install matplotlib to get the PNG"):
         plot_bev(np.zeros((1, 4), np.float32), np.zeros((0, 7)), [], None, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_place_labels_never_overlap() -> None:
+    from pointpillars_trt.apps.viz import place_labels
+
+    rng = np.random.default_rng(0)
+    anchors = rng.uniform(0, 100, (200, 2))  # 200 labels in a 100 x 100 pixel square: most must go
+    sizes = np.tile([30.0, 8.0], (200, 1))
+    placed = place_labels(anchors, sizes, list(range(200)), max_labels=50)
+    assert 0 < len(placed) <= 50
+    rects = [(x, y, x + 30, y + 8) for _, x, y in placed]
+    for i, a in enumerate(rects):
+        for b in rects[i + 1:]:
+            assert a[2] <= b[0] or b[2] <= a[0] or a[3] <= b[1] or b[3] <= a[1], (a, b)
+    assert placed[0][0] == 0  # best first
+    assert len(place_labels(anchors, sizes, list(range(200)), max_labels=3)) == 3
+
+
+def test_plot_bev_labels_top_boxes_with_colour_bar_and_legend(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    rng = np.random.default_rng(1)
+    n = 80  # a crowd: labels would pile up if all were drawn
+    boxes = np.column_stack([rng.uniform(10, 20, n), rng.uniform(-5, 5, n), np.full(n, -1.0), np.full(n, 3.9),
+                             np.full(n, 1.6), np.full(n, 1.5), rng.uniform(-3, 3, n)])
+    names = [("Car", "Pedestrian", "Cyclist", "Van")[i % 4] for i in range(n)]
+    scores = rng.uniform(0.1, 1.0, n)
+    out = tmp_path / "crowd.png"
+    labelled = plot_bev(np.zeros((0, 4), np.float32), boxes, names, scores, out,
+                        point_range=(0, -39.68, -3, 69.12, 39.68, 1), max_labels=20)
+    assert 0 < labelled <= 20
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    # non-finite boxes are skipped, not drawn as NaN polygons
+    boxes[0, 3] = np.inf
+    plot_bev(np.zeros((0, 4), np.float32), boxes, names, scores, tmp_path / "inf.png")
+    assert (tmp_path / "inf.png").read_bytes().startswith(PNG_MAGIC)

@@ -1,0 +1,57 @@
+"""``pointpillars-trt demo``: cold first frame and steady-state times, and a refused --device cuda
+that writes nothing."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.detector import cuda_available
+
+
+def cli(*args: object) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
+    rc, out, err = cli("demo", "--out", tmp_path, "--device", "cpu", "--repeats", "2")
+    assert rc == 0, err
+    assert "SIMULATED" in out and "UNTRAINED" in out
+    assert "first frame (cold" in out and "steady state (median of 2 more frame(s))" in out
+    cold = out.split("first frame (cold", 1)[1].splitlines()[1]
+    steady = out.split("steady state", 1)[1].splitlines()[1]
+    for line in (cold, steady):
+        for stage in ("voxelize", "pfn", "scatter", "rpn", "postprocess", "total", "call"):
+            assert stage in line, line
+    record = json.loads((tmp_path / "detections.json").read_text())
+    assert f"boxes: {len(record['scores'])}" in out and "num_nonfinite_boxes" in record
+    assert record["num_points"] == (tmp_path / "simulated_frame.bin").stat().st_size // 16
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (tmp_path / "bev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0"])
+def test_demo_cuda_without_cuda_writes_nothing(tmp_path: Path, device: str) -> None:
+    if cuda_available() is None:
+        pytest.skip("CUDA is available here")
+    out = tmp_path / "demo"
+    rc, stdout, err = cli("demo", "--out", out, "--device", device)
+    assert rc == 2 and stdout == "", (stdout, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and device in lines[0] and "--device cpu" in lines[0]
+    assert not out.exists()
+
+
+def test_demo_bad_device_is_an_argparse_error(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()):
+        main(["demo", "--out", str(tmp_path / "d"), "--device", "gpu"])
+    assert exit_info.value.code == 2 and not (tmp_path / "d").exists()
