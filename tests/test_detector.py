@@ -129,7 +129,11 @@ def test_to_json_dict(expected: Detections, detector: PointPillars):
     assert record["labels"] == [detector.cfg.classes[i] for i in expected.labels.tolist()]
     assert set(record["labels"]) <= {"Car", "Pedestrian", "Cyclist"}
     assert np.asarray(record["boxes_lidar"]).shape == (len(expected), 7)
-    np.testing.assert_allclose(record["boxes_lidar"], expected.boxes, rtol=0, atol=1e-5)
+    boxes = np.asarray(record["boxes_lidar"])
+    np.testing.assert_allclose(boxes[:, :6], expected.boxes[:, :6], rtol=0, atol=1e-5)
+    assert np.all((boxes[:, 6] >= -np.pi) & (boxes[:, 6] < np.pi))  # headings in one documented range
+    turn = (boxes[:, 6] - expected.boxes[:, 6] + np.pi) % (2 * np.pi) - np.pi  # the same angle
+    assert np.abs(turn).max() < 1e-5
     np.testing.assert_allclose(record["scores"], expected.scores, rtol=0, atol=1e-6)
     stats = expected.stats
     assert (record["num_points"], record["num_pillars"], record["num_pillars_dropped"],
