@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shlex
 import os
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
@@ -23,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig, config_from_dict
+from .config import ModelConfig, builtin_config_names, config_from_dict
 from .errors import ConfigError, ModelDirError
 from .graph_io import check_precision
 
@@ -111,11 +112,13 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     for graph in GRAPHS:
         _verify_graph(model.onnx_path(graph), meta, graph)
     if expected_config is not None and expected_config.digest() != stored_digest:
-        checkpoint = source.get("checkpoint", "CHECKPOINT") if isinstance(source, dict) else "CHECKPOINT"
+        checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
+        config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
             f"{folder}: built for config {cfg.name} (digest {stored_digest}), but {expected_config.name} "
-            f"(digest {expected_config.digest()}) was requested: rebuild with "
-            f"`pointpillars-trt build --checkpoint {checkpoint} --config {expected_config.name} --out {folder}`"
+            f"(digest {expected_config.digest()}) was requested: rebuild with `pointpillars-trt build "
+            f"--checkpoint {shlex.quote(str(checkpoint or 'CHECKPOINT.pth'))} --config {shlex.quote(config)} "
+            f"--out {shlex.quote(str(folder))}`"
         )
     return model
 

@@ -12,6 +12,7 @@ import onnxruntime as ort
 import pytest
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
+from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import ModelDirError
 from pointpillars_trt.build.export import export_model_dir
 from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, load_model_dir
@@ -201,8 +202,12 @@ def test_rebuild_hint_names_the_checkpoint(tmp_path: Path):
     cfg = tiny_config()
     export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32",
                      source={"checkpoint": "/ckpt/pp.pth", "sha256": "ab" * 32, "layout": "openpcdet"})
-    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config tiny_zhulf0804"):
+    # tiny_zhulf0804 is no built-in config name, so the hint asks for the user's YAML rather than naming a
+    # config that `build` would refuse
+    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config YOUR_CONFIG.yaml --out"):
         load_model_dir(tmp_path, expected_config=tiny_config("zhulf0804"))
+    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config zhulf0804_kitti_3class --out"):
+        load_model_dir(tmp_path, expected_config=load_config("zhulf0804_kitti_3class"))
 
 
 def test_unknown_precision(tmp_path: Path):
