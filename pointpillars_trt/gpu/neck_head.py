@@ -22,8 +22,9 @@ from ._launch import check_device_array, checked, compile_kernels, cupy_module, 
 
 MAX_BRANCHES = 3  # the kernel's pointer arguments; PointPillars necks have three
 _K_ALIGN = 16     # input channels: the wmma k step
-_CU_ALIGN = 32    # upsampled channels: 4 warps x one 8-column mma tile
+_CU_ALIGN = 32    # upsampled channels: whole m16n8k16 head k steps, 64-byte weight rows
 _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
+_CHUNK = 64         # float16 kernel: input channels per pipeline step (kChunk in the .cu)
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -56,6 +57,9 @@ class NeckHeadParams:
     head_x: int
     head_channels: int
     half: bool
+    warps: int = 6       # float16 kernel: warps per block, 16 rows (cells) each
+    stages: int = 2      # float16 kernel: cp.async pipeline depth (shared-memory stages)
+    min_blocks: int = 2  # float16 kernel: __launch_bounds__ blocks per SM (caps the registers)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.branches) <= MAX_BRANCHES:
@@ -71,6 +75,12 @@ class NeckHeadParams:
                     f"neck branch {i}: {br.in_channels} input channels. Note: Expected a multiple of 8 "
                     "(16-byte vector loads)"
                 )
+
+        if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
+            raise BackendError(
+                f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
+                "Note: Expected 1-16 warps, 2-8 stages, 1-8 blocks"
+            )
 
     @classmethod
     def from_config(cls, cfg: ModelConfig, half: bool) -> NeckHeadParams:
@@ -92,7 +102,21 @@ class NeckHeadParams:
 
     @property
     def rows_per_block(self) -> int:
-        return 64 if self.half else 32
+        return 16 * self.warps if self.half else 32
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps if self.half else 128
+
+    @property
+    def shared_bytes(self) -> int:
+        """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the float32 one, static)."""
+        if not self.half:
+            return 0
+        cu_max = max(b.padded_up for b in self.branches)
+        a_elems = self.rows_per_block * (_CHUNK + 8)
+        w_elems = max(cu_max * (_CHUNK + 8), self.padded_heads * (cu_max + 8))
+        return 2 * self.stages * (a_elems + w_elems) + 4 * 3 * self.rows_per_block  # + the rows' pixel indices
 
     def layout(self) -> dict[str, int]:
         """Offsets (elements) of every block of the packed weight and bias buffers, and their sizes."""
@@ -120,6 +144,9 @@ class NeckHeadParams:
             NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
             CU_MAX=max(b.padded_up for b in self.branches),
         )
+        if self.half:
+            values.update(NH_WARPS=self.warps, NH_STAGES=self.stages, NH_MIN_BLOCKS=self.min_blocks,
+                          NH_SMEM=self.shared_bytes)
         for i, br in enumerate(self.branches):
             values.update({
                 f"B{i}_CIN": br.in_channels, f"B{i}_KP": br.padded_in, f"B{i}_CU": br.padded_up,
@@ -199,6 +226,9 @@ class NeckHeadStage:
             self.biases = cp.asarray(bbuf)
             cp.cuda.runtime.deviceSynchronize()  # uploaded before any other stream reads them
         self.dtype = np.dtype(np.float16 if params.half else np.float32)
+        if params.shared_bytes > 48 * 1024:
+            with checked(f"{self.kernel_name}: {params.shared_bytes} bytes of shared memory"):
+                self._kernel.max_dynamic_shared_size_bytes = params.shared_bytes
 
     def grid(self, batch: int) -> tuple[int, int]:
         p = self.params
@@ -220,5 +250,10 @@ class NeckHeadStage:
         """Enqueue on ``stream``. ``checked_batch``: the batch of arrays :meth:`check` already passed (hot path)."""
         batch = self.check(features, out) if checked_batch is None else checked_batch
         xs = list(features) + [features[0]] * (MAX_BRANCHES - len(features))
-        launch_kernel(self._kernel, self.grid(batch), 128,
-                      (*xs, self.weights, self.biases, out, np.int32(batch)), stream)
+        p = self.params
+        args = (*xs, self.weights, self.biases, out, np.int32(batch))
+        if p.shared_bytes:  # launch_kernel has no dynamic shared memory: the same checked launch, by hand
+            with checked(self.kernel_name):
+                self._kernel(self.grid(batch), (p.threads,), args, stream=stream, shared_mem=p.shared_bytes)
+        else:
+            launch_kernel(self._kernel, self.grid(batch), p.threads, args, stream)

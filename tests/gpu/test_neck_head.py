@@ -111,6 +111,17 @@ def test_params_from_config_and_refusals():
         NeckHeadParams((NeckBranch(12, 16, 1),), 8, 8, 4, True)
     with pytest.raises(BackendError, match="1 to 3"):
         NeckHeadParams((NeckBranch(8, 16, 1),) * 4, 8, 8, 4, True)
+    with pytest.raises(BackendError, match="stages"):
+        NeckHeadParams((NeckBranch(8, 16, 1),), 8, 8, 4, True, stages=1)
+
+
+def test_float16_launch_shape():
+    p = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, True, warps=8, stages=3)
+    assert (p.rows_per_block, p.threads) == (128, 256)
+    # stages x (A: 128 x 72 + W: max(128 x 72, 72 x 136)) halves + 3 x 128 int32 pixel indices
+    assert p.shared_bytes == 3 * 2 * (128 * 72 + 72 * 136) + 3 * 128 * 4
+    assert "-DNH_SMEM=115584" in p.defines() and "-DNH_WARPS=8" in p.defines()
+    assert NeckHeadParams(p.branches, 248, 216, 72, False).shared_bytes == 0
 
 
 # -- GPU ------------------------------------------------------------------------------------------
@@ -125,15 +136,26 @@ def _cupy():
     return cupy
 
 
+ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not a multiple of 64; odd NH below
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
-@pytest.mark.parametrize("case", ["tiny", "kitti_like"])
-def test_kernel_matches_float64_reference(half, case):
+@pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd"])
+@pytest.mark.parametrize("shape", [(8, 2, 2), (6, 3, 2), (4, 2, 1)], ids=["w8s2", "w6s3", "w4s2"])  # float16 warps, stages, blocks
+def test_kernel_matches_float64_reference(half, case, shape):
     cp = _cupy()
+    from dataclasses import replace
+
     from pointpillars_trt.gpu.neck_head import NeckHeadStage
 
-    branches, hy, hx, batch = (TINY, 12, 16, 3) if case == "tiny" else (KITTI_LIKE, 40, 56, 2)
-    params, weights, feats = make_case(branches, hy, hx, nh=72, batch=batch, half=half)
+    if not half and shape != (8, 2, 2):
+        pytest.skip("the float32 kernel has one shape")
+    branches, hy, hx, batch, nh = {
+        "tiny": (TINY, 12, 16, 3, 72), "kitti_like": (KITTI_LIKE, 40, 56, 2, 72), "odd": (ODD, 18, 27, 3, 13),
+    }[case]
+    params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=half)
+    params = replace(params, warps=shape[0], stages=shape[1], min_blocks=shape[2])
     stage = NeckHeadStage(params, weights)
     dtype = np.float16 if half else np.float32
     d_feats = [cp.asarray(f.astype(dtype)) for f in feats]

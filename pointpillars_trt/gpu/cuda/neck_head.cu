@@ -27,7 +27,6 @@
 namespace {
 constexpr int kCellsY = (HY + CELL - 1) / CELL;
 constexpr int kCellsX = (HX + CELL - 1) / CELL;
-constexpr int kThreads = 128;
 
 #define BRANCH(i) B##i##_CIN, B##i##_KP, B##i##_CU, B##i##_STRIDE, B##i##_W, B##i##_BIAS, B##i##_HEAD
 
@@ -52,42 +51,68 @@ __device__ __forceinline__ Pixel tile_pixel(int cell, int a, int b, int batch) {
 // ---------------------------------------------------------------------------------------------
 // float16 inputs and weights, tensor cores (mma.sync m16n8k16, float32 accumulation); u_i rounded
 // to float16 between the deconv and the heads, as the float16 ONNX graph does.
-// Block: 4 warps, BM = 64 rows. Deconv GEMM (64 x CU): warp w owns columns [w CU/4, (w+1) CU/4)
-// of all 4 row tiles. Head GEMM (64 x NHP): warp w owns rows [16 w, 16 w + 16), all NHP columns.
-// Fragment layouts are the PTX ISA's for m16n8k16 (g = lane / 4, t = lane % 4): A rows g, g + 8 x
-// columns 2t, 2t + 1 (+8); B (stored N x K, "col") columns g x k 2t, 2t + 1 (+8); C rows g, g + 8 x
-// columns 2t, 2t + 1.
+// Block: NH_WARPS warps, BM = 16 NH_WARPS rows (cells at one position (a, b)). Warp w owns rows
+// [16 w, 16 w + 16) through the whole kernel: its deconv accumulators (16 x CU, all columns) become,
+// after bias + ReLU + rounding, the A fragments of its head GEMM in registers (the C layout of two
+// m16n8 tiles is the A layout of one m16k16 step), so u never touches shared memory.
+// The block walks a fixed sequence of steps: per branch, its input channels in chunks of kChunk
+// (A: BM x kChunk gathered input rows, W: CU x kChunk deconv weight slice), then one head step (W: the
+// branch's NHP x CU head block). Each step's operands are cp.async'ed NH_STAGES - 1 steps ahead into
+// a ring of NH_STAGES shared-memory stages (dynamic shared memory, NH_SMEM bytes, then the rows' input
+// pixel indices); fragments come from ldmatrix. Fragment layouts are the PTX ISA's for m16n8k16 (g = lane / 4, t = lane % 4).
 // ---------------------------------------------------------------------------------------------
 namespace {
-constexpr int kWarps = kThreads / 32;
-constexpr int kRows = 64;               // BM
-constexpr int kRowTiles = kRows / 16;
-constexpr int kChunk = 64;              // input channels gathered per step
-constexpr int kAPitch = kChunk + 8;     // halves; +8: the 8 x 4 fragment reads hit 32 banks
-constexpr int kUPitch = CU_MAX + 8;
+constexpr int kWarps = NH_WARPS;
+constexpr int kThreadsH = kWarps * 32;
+constexpr int kRows = 16 * kWarps;      // BM
+constexpr int kStages = NH_STAGES;
+constexpr int kChunk = 64;              // input channels per step
+constexpr int kAPitch = kChunk + 8;     // halves; +16 bytes: ldmatrix's 8 row reads hit distinct banks
+constexpr int kHPitch = CU_MAX + 8;
 constexpr int kHeadTiles = NHP / 8;
-// The B operands are staged in shared memory: a deconv weight chunk (CU x kChunk) during the deconv
-// GEMM, then the branch's head block (NHP x CU) in the same bytes. Same +8 padding as the A tiles.
-constexpr int kWElems = CU_MAX * kAPitch > NHP * kUPitch ? CU_MAX * kAPitch : NHP * kUPitch;
+constexpr int kAElems = kRows * kAPitch;
+constexpr int kWElems = CU_MAX * kAPitch > NHP * kHPitch ? CU_MAX * kAPitch : NHP * kHPitch;
+constexpr int kStageElems = kAElems + kWElems;
+constexpr int kRowsPerThread = kRows * (kChunk / 8) / kThreadsH;  // gathered rows per thread (4)
+static_assert(kStageElems * 2 * kStages + 3 * kRows * 4 == NH_SMEM, "NH_SMEM must match gpu/neck_head.py");
+static_assert(kStages >= 2 && kRowsPerThread * kThreadsH == kRows * (kChunk / 8), "pipeline shape");
 
-struct Smem {
-    __half a[kRows][kAPitch];
-    __half u[kRows][kUPitch];
-    __half w[kWElems];
-    int n[kRows], y[kRows], x[kRows];
-};
+__host__ __device__ constexpr int chunks_of(int kp) { return (kp + kChunk - 1) / kChunk; }
+constexpr int kSteps0 = chunks_of(B0_KP) + 1;
+#if NB > 1
+constexpr int kSteps1 = chunks_of(B1_KP) + 1;
+#else
+constexpr int kSteps1 = 0;
+#endif
+#if NB > 2
+constexpr int kSteps2 = chunks_of(B2_KP) + 1;
+#else
+constexpr int kSteps2 = 0;
+#endif
+constexpr int kSteps = kSteps0 + kSteps1 + kSteps2;
 
-// Copy rows x cols halves (cols a multiple of 8) from global (row stride src_pitch) to shared.
-__device__ __forceinline__ void stage(__half* dst, int dst_pitch, const __half* __restrict__ src, int src_pitch,
-                                      int rows, int cols) {
-    const int vecs = cols / 8;
-    for (int v = threadIdx.x; v < rows * vecs; v += kThreads) {
-        const int r = v / vecs, c = (v % vecs) * 8;
-        *reinterpret_cast<uint4*>(dst + r * dst_pitch + c) = __ldg(reinterpret_cast<const uint4*>(src + r * src_pitch + c));
-    }
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-__device__ __forceinline__ unsigned ld32(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
+// 16 bytes global -> shared, asynchronously; src_bytes = 0 writes zeros (src is not read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1])
+                 : "r"(smem_addr(p)));
+}
 
 __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
     asm volatile(
@@ -96,128 +121,227 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// A fragment of rows [row0, row0 + 16) x columns [k, k + 16) of a row-major half tile.
-__device__ __forceinline__ void load_a(unsigned (&fa)[4], const __half* tile, int pitch, int row0, int k) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    const __half* p = tile + (row0 + g) * pitch + k + 2 * t;
-    fa[0] = ld32(p);
-    fa[1] = ld32(p + 8 * pitch);
-    fa[2] = ld32(p + 8);
-    fa[3] = ld32(p + 8 * pitch + 8);
+__device__ __forceinline__ unsigned pack_relu(float lo, float hi) {
+    const __half2 h = __floats2half2_rn(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+
+// Per branch and tile row, the input pixel index (-1 past the batch or the map), in shared memory
+// after the stages: registers are the scarce resource here.
+struct Gather {
+    int pix[3][kRows];
+};
+
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ void load_chunk(int chunk, const __half* __restrict__ feat, const __half* __restrict__ w,
+                                           const int* pix, int a, int b, __half* st) {
+    const int k0 = chunk * kChunk;
+    const int width = KP % kChunk == 0 ? kChunk : min(kChunk, KP - k0);  // a multiple of 16
+    const int vec = threadIdx.x % 8;
+    if (vec * 8 < width) {
+        const int c = k0 + vec * 8;
+#pragma unroll
+        for (int j = 0; j < kRowsPerThread; ++j) {
+            const int r = threadIdx.x / 8 + j * (kThreadsH / 8);
+            const int px = pix[r];
+            const bool ok = px >= 0 && c < CIN;
+            const __half* src = ok ? feat + static_cast<long long>(px) * CIN + c : feat;
+            cp_async16(st + r * kAPitch + vec * 8, src, ok ? 16 : 0);
+        }
+    }
+    const __half* wd = w + WOFF + ((a % K) * K + (b % K)) * CU * KP + k0;  // [co][ci]
+    __half* sw = st + kAElems;
+#pragma unroll
+    for (int v = threadIdx.x; v < CU * (kChunk / 8); v += kThreadsH) {
+        const int co = v / (kChunk / 8), kv = (v % (kChunk / 8)) * 8;
+        if (kv < width) cp_async16(sw + co * kAPitch + kv, wd + co * KP + kv, 16);
+    }
 }
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
-__device__ __forceinline__ void branch_h(const __half* __restrict__ feat, const __half* __restrict__ w,
-                                         const float* __restrict__ bias, Smem& s, int a, int b,
+__device__ __forceinline__ void load_head(const __half* __restrict__ w, __half* st) {
+    __half* sw = st + kAElems;
+    constexpr int kVecs = CU / 8;
+    for (int v = threadIdx.x; v < NHP * kVecs; v += kThreadsH) {
+        const int h = v / kVecs, c = (v % kVecs) * 8;
+        cp_async16(sw + h * kHPitch + c, w + HOFF + h * CU + c, 16);
+    }
+}
+
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ void load_step(int step, const __half* __restrict__ feat, const __half* __restrict__ w,
+                                          const int* pix, int a, int b, __half* st) {
+    if (step < chunks_of(KP)) {
+        load_chunk<CIN, KP, CU, K, WOFF, BOFF, HOFF>(step, feat, w, pix, a, b, st);
+    } else {
+        load_head<CIN, KP, CU, K, WOFF, BOFF, HOFF>(w, st);
+    }
+}
+
+// Issue the loads of global step `step` (if any) into its stage, then commit a group (possibly empty:
+// the wait counts in the main loop assume one group per step).
+__device__ __forceinline__ void issue(int step, const __half* __restrict__ x0, const __half* __restrict__ x1,
+                                      const __half* __restrict__ x2, const __half* __restrict__ w, const Gather& gat,
+                                      int a, int b, __half* smem) {
+    __half* st = smem + (step % kStages) * kStageElems;
+    if (step < kSteps0) {
+        load_step<BRANCH(0)>(step, x0, w, gat.pix[0], a, b, st);
+    }
+#if NB > 1
+    else if (step < kSteps0 + kSteps1) {
+        load_step<BRANCH(1)>(step - kSteps0, x1, w, gat.pix[1], a, b, st);
+    }
+#endif
+#if NB > 2
+    else if (step < kSteps) {
+        load_step<BRANCH(2)>(step - kSteps0 - kSteps1, x2, w, gat.pix[2], a, b, st);
+    }
+#endif
+    cp_async_commit();
+}
+
+struct Ctx {
+    const __half* x0;
+    const __half* x1;
+    const __half* x2;
+    const __half* w;
+    const float* bias;
+    __half* smem;
+    int a, b;
+};
+
+// Wait for step `step`'s stage, then put step + kStages - 1 in flight; returns the stage to read.
+__device__ __forceinline__ const __half* advance(int step, const Ctx& cx, const Gather& gat) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // the stage is complete for every thread, and the one refilled below is read by none
+    issue(step + kStages - 1, cx.x0, cx.x1, cx.x2, cx.w, gat, cx.a, cx.b, cx.smem);
+    return cx.smem + (step % kStages) * kStageElems;
+}
+
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const Gather& gat, float (&acc)[CU_MAX / 8][4],
                                          float (&acc_h)[kHeadTiles][4]) {
-    constexpr int kH = HY / K, kW = HX / K;
-    constexpr int kColTiles = CU / 8 / kWarps;  // per warp
-    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    const __half* wd = w + WOFF + ((a % K) * K + (b % K)) * CU * KP;  // [co][ci]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % 4;
+    const int lr = lane % 8, lm = lane / 8;
+#pragma unroll
+    for (int j = 0; j < CU / 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
 
-    float acc[kRowTiles][kColTiles][4];
-#pragma unroll
-    for (int i = 0; i < kRowTiles; ++i)
-#pragma unroll
-        for (int j = 0; j < kColTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-
-    for (int k0 = 0; k0 < KP; k0 += kChunk) {
-        const int width = min(kChunk, KP - k0);  // a multiple of 16
-        __syncthreads();                          // the previous chunk's (or branch's) readers are done
-        for (int v = threadIdx.x; v < kRows * (kChunk / 8); v += kThreads) {
-            const int r = v / (kChunk / 8), c = k0 + (v % (kChunk / 8)) * 8;
-            uint4 val = make_uint4(0, 0, 0, 0);
-            if (s.n[r] >= 0 && c < CIN) {
-                const long long pix = (static_cast<long long>(s.n[r]) * kH + s.y[r] / K) * kW + s.x[r] / K;
-                val = *reinterpret_cast<const uint4*>(feat + pix * CIN + c);
-            }
-            *reinterpret_cast<uint4*>(&s.a[r][c - k0]) = val;
-        }
-        stage(s.w, kAPitch, wd + k0, KP, CU, width);
-        __syncthreads();
+    for (int chunk = 0; chunk < chunks_of(KP); ++chunk, ++step) {
+        const __half* st = advance(step, cx, gat);
+        const int width = KP % kChunk == 0 ? kChunk : min(kChunk, KP - chunk * kChunk);
+        // A: matrices (rows 0-7 | 8-15) x (k 0-7 | 8-15); B: (n 0-7 | 8-15) x (k 0-7 | 8-15).
+        const __half* pa = st + (warp * 16 + (lm & 1) * 8 + lr) * kAPitch + (lm >> 1) * 8;
+        const __half* pb = st + kAElems + ((lm >> 1) * 8 + lr) * kAPitch + (lm & 1) * 8;
+#pragma unroll 2
         for (int kk = 0; kk < width; kk += 16) {
-            unsigned fa[kRowTiles][4];
+            unsigned fa[4];
+            ldsm_x4(fa, pa + kk);
 #pragma unroll
-            for (int i = 0; i < kRowTiles; ++i) load_a(fa[i], &s.a[0][0], kAPitch, i * 16, kk);
-#pragma unroll
-            for (int j = 0; j < kColTiles; ++j) {
-                const __half* bp = s.w + ((warp * kColTiles + j) * 8 + g) * kAPitch + kk + 2 * t;
-                const unsigned b0 = ld32(bp);
-                const unsigned b1 = ld32(bp + 8);
-#pragma unroll
-                for (int i = 0; i < kRowTiles; ++i) mma16816(acc[i][j], fa[i], b0, b1);
+            for (int j = 0; j < CU / 16; ++j) {
+                unsigned fb[4];
+                ldsm_x4(fb, pb + j * 16 * kAPitch + kk);
+                mma16816(acc[2 * j], fa, fb[0], fb[1]);
+                mma16816(acc[2 * j + 1], fa, fb[2], fb[3]);
             }
         }
     }
-    __syncthreads();  // every warp is done with s.w's deconv chunk
-    stage(s.w, kUPitch, w + HOFF, CU, NHP, CU);
-    // Epilogue: + bias, ReLU, round to half into s.u (the heads' A operand).
+    // Head step: u = half(relu(acc + bias)) as A fragments, times the head block W_i^T (NHP x CU).
+    const __half* st = advance(step, cx, gat);
+    ++step;
+    const __half* sh = st + kAElems;
 #pragma unroll
-    for (int j = 0; j < kColTiles; ++j) {
-        const int col = (warp * kColTiles + j) * 8 + 2 * t;
-        const float b0 = bias[BOFF + col], b1 = bias[BOFF + col + 1];
-#pragma unroll
-        for (int i = 0; i < kRowTiles; ++i) {
-            const int row = i * 16 + g;
-            *reinterpret_cast<__half2*>(&s.u[row][col]) =
-                __floats2half2_rn(fmaxf(acc[i][j][0] + b0, 0.0f), fmaxf(acc[i][j][1] + b1, 0.0f));
-            *reinterpret_cast<__half2*>(&s.u[row + 8][col]) =
-                __floats2half2_rn(fmaxf(acc[i][j][2] + b0, 0.0f), fmaxf(acc[i][j][3] + b1, 0.0f));
-        }
-    }
-    __syncthreads();
-    // Heads: acc_h (this warp's 16 rows) += u (16 x CU) . W_i, W_i stored [h][c].
-    for (int kk = 0; kk < CU; kk += 16) {
+    for (int j = 0; j < CU / 16; ++j) {
+        const int c = j * 16 + 2 * t;
+        const float2 b_lo = __ldg(reinterpret_cast<const float2*>(cx.bias + BOFF + c));
+        const float2 b_hi = __ldg(reinterpret_cast<const float2*>(cx.bias + BOFF + c + 8));
         unsigned fa[4];
-        load_a(fa, &s.u[0][0], kUPitch, warp * 16, kk);
+        fa[0] = pack_relu(acc[2 * j][0] + b_lo.x, acc[2 * j][1] + b_lo.y);
+        fa[1] = pack_relu(acc[2 * j][2] + b_lo.x, acc[2 * j][3] + b_lo.y);
+        fa[2] = pack_relu(acc[2 * j + 1][0] + b_hi.x, acc[2 * j + 1][1] + b_hi.y);
+        fa[3] = pack_relu(acc[2 * j + 1][2] + b_hi.x, acc[2 * j + 1][3] + b_hi.y);
+        const __half* pb = sh + ((lm >> 1) * 8 + lr) * kHPitch + j * 16 + (lm & 1) * 8;
 #pragma unroll
-        for (int h = 0; h < kHeadTiles; ++h) {
-            const __half* bp = s.w + (h * 8 + g) * kUPitch + kk + 2 * t;
-            mma16816(acc_h[h], fa, ld32(bp), ld32(bp + 8));
+        for (int h = 0; h + 1 < kHeadTiles; h += 2) {
+            unsigned fb[4];
+            ldsm_x4(fb, pb + h * 8 * kHPitch);
+            mma16816(acc_h[h], fa, fb[0], fb[1]);
+            mma16816(acc_h[h + 1], fa, fb[2], fb[3]);
+        }
+        if (kHeadTiles % 2) {
+            unsigned fb[2];
+            ldsm_x2(fb, sh + ((kHeadTiles - 1) * 8 + lr) * kHPitch + j * 16 + (lm & 1) * 8);
+            mma16816(acc_h[kHeadTiles - 1], fa, fb[0], fb[1]);
         }
     }
 }
+
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ int input_pixel(const Pixel& p) {
+    constexpr int kH = HY / K, kW = HX / K;
+    return p.n < 0 ? -1 : (p.n * kH + p.y / K) * kW + p.x / K;
+}
 }  // namespace
 
-// grid (ceil(B * cells / 64), CELL * CELL), block 128.
-extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f16(
+// grid (ceil(B * cells / BM), CELL * CELL), block 32 NH_WARPS, NH_SMEM bytes of dynamic shared memory.
+extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head_f16(
         const __half* __restrict__ x0, const __half* __restrict__ x1, const __half* __restrict__ x2,
         const __half* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
-    __shared__ __align__(16) Smem s;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
-    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    for (int r = threadIdx.x; r < kRows; r += kThreads) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const Ctx cx{x0, x1, x2, w, bias, reinterpret_cast<__half*>(smem_raw), a, b};
+
+    Gather& gat = *reinterpret_cast<Gather*>(smem_raw + kStages * kStageElems * 2);
+    for (int r = threadIdx.x; r < kRows; r += kThreadsH) {
         const Pixel p = tile_pixel(blockIdx.x * kRows + r, a, b, batch);
-        s.n[r] = p.n;
-        s.y[r] = p.y;
-        s.x[r] = p.x;
+        gat.pix[0][r] = input_pixel<BRANCH(0)>(p);
+#if NB > 1
+        gat.pix[1][r] = input_pixel<BRANCH(1)>(p);
+#endif
+#if NB > 2
+        gat.pix[2][r] = input_pixel<BRANCH(2)>(p);
+#endif
     }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s, x0, x1, x2, w, gat, a, b, cx.smem);
+
+    float acc[CU_MAX / 8][4];
     float acc_h[kHeadTiles][4];
 #pragma unroll
     for (int h = 0; h < kHeadTiles; ++h)
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc_h[h][e] = 0.0f;
 
-    branch_h<BRANCH(0)>(x0, w, bias, s, a, b, acc_h);
+    int step = 0;
+    branch_h<BRANCH(0)>(step, cx, gat, acc, acc_h);
 #if NB > 1
-    branch_h<BRANCH(1)>(x1, w, bias, s, a, b, acc_h);
+    branch_h<BRANCH(1)>(step, cx, gat, acc, acc_h);
 #endif
 #if NB > 2
-    branch_h<BRANCH(2)>(x2, w, bias, s, a, b, acc_h);
+    branch_h<BRANCH(2)>(step, cx, gat, acc, acc_h);
 #endif
+    cp_async_wait<0>();  // only empty groups remain; leave none in flight at exit
 
+    // Rows g and g + 8 of this warp: 8 float32 channels per (row, head tile) across t, one 32-byte sector.
 #pragma unroll
     for (int half_row = 0; half_row < 2; ++half_row) {
-        const int r = warp * 16 + g + 8 * half_row;
-        if (s.n[r] < 0) continue;
-        float* o = out + ((static_cast<long long>(s.n[r]) * HY + s.y[r]) * HX + s.x[r]) * NH;
+        const Pixel p = tile_pixel(blockIdx.x * kRows + warp * 16 + g + 8 * half_row, a, b, batch);
+        if (p.n < 0) continue;
+        float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
 #pragma unroll
         for (int h = 0; h < kHeadTiles; ++h) {
             const int ch = h * 8 + 2 * t;
-            if (ch < NH) o[ch] = acc_h[h][2 * half_row] + bias[HEAD_BIAS + ch];
-            if (ch + 1 < NH) o[ch + 1] = acc_h[h][2 * half_row + 1] + bias[HEAD_BIAS + ch + 1];
+            const float v0 = acc_h[h][2 * half_row] + bias[HEAD_BIAS + ch];
+            const float v1 = acc_h[h][2 * half_row + 1] + bias[HEAD_BIAS + ch + 1];
+            if (NH % 2 == 0) {
+                if (ch < NH) *reinterpret_cast<float2*>(o + ch) = make_float2(v0, v1);
+            } else {
+                if (ch < NH) o[ch] = v0;
+                if (ch + 1 < NH) o[ch + 1] = v1;
+            }
         }
     }
 }
@@ -228,6 +352,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f16(
 // Block: 128 threads, 32 rows; deconv outputs and head sums live in shared memory.
 // ---------------------------------------------------------------------------------------------
 namespace {
+constexpr int kThreads = 128;
 constexpr int kRows = 32;
 constexpr int kChunk = 32;
 
