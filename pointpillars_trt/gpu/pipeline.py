@@ -31,7 +31,7 @@ from ..detections import STAGES, Detections, FrameStats
 from ..errors import BackendError, InputError
 from ..graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from ..model_dir import ModelDir, pfn_weights
-from ..runtime import Engine, engine_options_for, open_engine, tensorrt_available
+from ..runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
 from ..runtime.cudnn import cudnn_unavailable_reason
 from .pfn import PfnStage
 from .postprocess import OUTPUT_ROW, PostprocessStage
@@ -79,9 +79,10 @@ class GpuPipeline:
     """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
 
     ``backend`` picks the RPN engine: ``tensorrt`` plans, ``cudnn`` (cuDNN frontend graphs + our
-    neck-head kernel: the fastest path without TensorRT) or ``onnxruntime`` (CUDA execution provider,
-    IO binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports, then
-    cuDNN, then ONNX Runtime (saying so once when it falls back).
+    neck-head kernel: the fastest fp16 path without TensorRT) or ``onnxruntime`` (CUDA execution
+    provider, IO binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports,
+    then cuDNN for fp16 model dirs (ONNX Runtime for fp32 ones, where its TF32 RPN is faster, when it
+    has CUDA), then ONNX Runtime (saying so once when it falls back).
     ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
     faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
@@ -214,14 +215,30 @@ class GpuPipeline:
             self._bind_pfn_engine()
         self._graphs.clear()
 
+    def _grow_batch(self, max_batch: int) -> None:
+        """Reallocate the batch buffers and slots for a larger batch (outside the hot path)."""
+        self.stream.synchronize()
+        old = self.max_batch
+        try:
+            with self._device, self.stream:
+                self.max_batch = max_batch
+                self._allocate(self.max_points)
+        except BaseException:
+            self.max_batch = old
+            raise
+        self._graphs.clear()
+
     # -- the hot path -----------------------------------------------------------------------------
 
     def detect(self, points: object) -> Detections:
         return self.detect_batch([points])[0]
 
     def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
-        """Frames in groups of at most ``max_batch``, each group one pass of the pipeline."""
+        """Frames in groups of at most ``max_batch``, each group one pass of the pipeline; a longer list
+        than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH)."""
         with self._lock:
+            if len(frames) > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
+                self._grow_batch(min(len(frames), MAX_BATCH))
             results: list[Detections] = []
             for start in range(0, len(frames), self.max_batch):
                 self.submit(frames[start : start + self.max_batch])
@@ -432,10 +449,11 @@ def _pick_backend(model: ModelDir, backend: str) -> str:
     if model.has_plans() and tensorrt_available():
         return "tensorrt"
     reason = cudnn_unavailable_reason()
-    if reason is None:
+    if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()):
         return "cudnn"
-    _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
-    return "onnxruntime"
+    if reason is not None:
+        _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
+    return "onnxruntime"  # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
 
 
 _NOTICES: set[str] = set()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Union
 
 from ..errors import BackendError
+from ..graph_io import MAX_BATCH
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import CudnnOptions, OrtOptions, TrtOptions
 
@@ -103,7 +104,7 @@ def engine_options_for(backend: str, *, device_id: int, tf32: bool, precision: s
     if backend == "cudnn":
         cudnn_precision = "fp16" if precision == "fp16" else "tf32" if tf32 else "fp32"
         return CudnnOptions(device_id=device_id, precision=cudnn_precision, config_digest=config_digest,
-                            max_batch=max_batch)
+                            max_batch=max(max_batch, MAX_BATCH))
     if backend == "tensorrt":
         return TrtOptions(device_id=device_id, config_digest=config_digest, precision=precision, tf32=tf32)
     if backend == "onnxruntime":

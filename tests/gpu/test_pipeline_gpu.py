@@ -320,6 +320,10 @@ def test_a_batch_gives_each_frame_its_batch_of_one_boxes(family_pair, batched, a
     partial = batched.detect_batch(frames[:3])  # a smaller batch than the pipeline's maximum
     assert all(a.boxes.tobytes() == b.boxes.tobytes() for a, b in zip(partial, singles[:3]))
     assert batched.graph_failures == {}
+    grown = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False)  # max_batch 1: grows on the first batch
+    assert [d.boxes.tobytes() for d in grown.detect_batch(frames)] == [d.boxes.tobytes() for d in singles]
+    assert grown.max_batch == 4
+    grown.close()
 
 
 def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no-untyped-def]
