@@ -1,26 +1,35 @@
 """Detection over a whole data set on a Ray cluster (Ray Data), with the outputs of local ``infer``.
 
-Frames are read by Ray Data (local files, folders and globs, or any URI it reads, e.g. ``s3://``) and
-handed in batches to a pool of actors, each holding ONE detector built in its ``__init__`` (a detector
-cannot be pickled, and building it once per worker is what makes the GPU worth it). Each actor writes
-the same per-frame JSON / KITTI files as ``pointpillars-trt infer`` (the paths must be on a file system
-every node sees), or returns one Parquet row per frame. A bad frame becomes an error record and the job
-goes on; a worker that dies is restarted and its batch retried by Ray (Ray Data's actor pools default to
-max_restarts=-1 and max_task_retries=-1; passing them is deprecated in Ray 2.60).
+Frames (local files, folders and globs, or any URI Ray Data reads, e.g. ``s3://``) are handed in batches
+to a pool of actors (local files are read there as ``infer`` reads them; URIs by Ray Data), each holding
+ONE detector built in its ``__init__`` (a detector cannot be pickled, and building it once per worker is
+what makes the GPU worth it). Each actor writes the per-frame files with ``pointpillars-trt infer``'s
+own ``write_frame_outputs`` (the paths must be on a file system every node sees), or returns one Parquet
+row per frame. A bad frame becomes an error record and the job goes on; a worker that dies is restarted
+and its batch retried by Ray (Ray Data's actor pools default to max_restarts=-1 and max_task_retries=-1;
+passing them is deprecated in Ray 2.60).
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import BackendError, InputError, PointPillarsError
+from .apps.infer import (FRAME_ERRORS, FrameOutput, FrameReport, OutputPlan, _detect, _Read, expand_frame_paths,
+                         intensity_warning, one_line, write_frame_outputs)
+from .errors import BackendError, InputError
+from .fileio import safe_repr
+from .pointcloud_io import read_points
+
+if TYPE_CHECKING:
+    from .detections import Detections
 
 OUTPUT_FORMATS = ("json", "kitti", "parquet")
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
@@ -47,14 +56,19 @@ class DatasetSummary:
 
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
-                   output_format: str = "json", calib: str | None = None, ray_address: str | None = None,
-                   progress: bool = True) -> DatasetSummary:
+                   output_format: str = "json", calib: str | None = None, image_shape: tuple[int, int] | None = None,
+                   keep_out_of_view: bool = False, viz: bool = False, point_dim: int = 4,
+                   intensity_scale: float | None = None, ray_address: str | None = None, progress: bool = True,
+                   report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU).
 
     ``ray_address``: None starts a local cluster (unless Ray is already initialised), "auto" or
-    HOST:PORT joins one. Outputs go to ``out`` as ``infer --out`` writes them, or (parquet) as Parquet
-    files of one row per frame with an ``error`` column.
+    HOST:PORT joins one. Outputs go to ``out`` as ``infer --out`` writes them (``apps.infer.
+    write_frame_outputs``: KITTI lines with ``calib`` or each frame's sibling calib/ folder,
+    ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or (parquet) as Parquet
+    files of one row per frame with an ``error`` column. ``report`` (given the output plan) makes the
+    ``infer`` account that each frame is reported to, in input order, and closed at the end.
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -64,47 +78,66 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
 
     if output_format not in OUTPUT_FORMATS:
         raise InputError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
-    if output_format == "kitti" and not (calib and os.path.isdir(calib)):
-        raise InputError(f"kitti output needs calib, a folder of KITTI calib files named like the frames "
-                         f"(got {calib!r})")
-    sources, missing = _sources(paths_or_uri)
+    if viz and output_format == "parquet":
+        raise InputError("viz pictures are written beside JSON or KITTI outputs, not with parquet")
+    read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
+    entries = _sources(paths_or_uri, read)
     from .apps.serve.repository import resolve_model
 
-    model_dir = str(resolve_model(model).path.resolve())
+    found = resolve_model(model)
+    target = Path(out)
+    plan = OutputPlan(json_dir=target if output_format == "json" else None,
+                      kitti_dir=target if output_format == "kitti" else None, png_dir=target if viz else None,
+                      calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
+                      point_range=tuple(found.cfg.voxel.point_range))
+    options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale,
+               "parquet": output_format == "parquet", "cwd": os.getcwd()}
     started = not ray.is_initialized()
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     try:
-        return _run(ray, sources, missing, model_dir, str(out), workers=workers, gpus_per_worker=gpus_per_worker,
-                    batch_size=batch_size, output_format=output_format, calib=calib, progress=progress)
+        return _run(ray, entries, str(found.path.resolve()), str(out), options, workers=workers,
+                    gpus_per_worker=gpus_per_worker, batch_size=batch_size, progress=progress,
+                    report=report(plan) if report is not None else None)
     finally:
         if started:
             ray.shutdown()
 
 
-def _sources(paths_or_uri: str | Sequence[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """(what Ray Data reads, (source, error) of local files that do not exist): local folders and
-    globs expand as in ``infer``; URIs go to Ray Data as they are."""
-    from .apps.cli import expand_frame_paths
+@dataclass(frozen=True)
+class _Entry:
+    """One input: a local file (``path`` absolute, ``name`` as given), a URI, or a local file that
+    cannot be read (``error``: the line local infer gives it)."""
 
+    name: str
+    path: str
+    error: str | None = None
+
+
+def _sources(paths_or_uri: str | Sequence[str], read: Callable[[str], np.ndarray]) -> list[_Entry]:
+    """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are."""
     items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
-    sources: list[str] = []
-    missing: list[tuple[str, str]] = []
+    entries: list[_Entry] = []
     for item in items:
         if "://" in item:
-            sources.append(item)
+            entries.append(_Entry(item, item))
             continue
         for path in expand_frame_paths([item]):
             if os.path.isfile(path):
-                sources.append(os.path.abspath(path))
-            else:
-                missing.append((path, f"velodyne file {path!r}: no such file"))
-    return sources, missing
+                entries.append(_Entry(path, os.path.abspath(path)))
+                continue
+            try:
+                read(path)
+                error = f"point file {safe_repr(path)}: no such file"
+            except FRAME_ERRORS as exc:
+                error = one_line(exc)
+            entries.append(_Entry(path, os.path.abspath(path), error))
+    return entries
 
 
-def _run(ray: Any, sources: list[str], missing: list[tuple[str, str]], model_dir: str, out: str, *,
-         workers: int | None, gpus_per_worker: float | None, batch_size: int | None, output_format: str,
-         calib: str | None, progress: bool) -> DatasetSummary:
+def _run(ray: Any, entries: list[_Entry], model_dir: str, out: str, options: dict[str, Any], *,
+         workers: int | None, gpus_per_worker: float | None, batch_size: int | None, progress: bool,
+         report: FrameReport | None) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
     resources = ray.cluster_resources()
@@ -119,85 +152,178 @@ def _run(ray: Any, sources: list[str], missing: list[tuple[str, str]], model_dir
         raise InputError(f"workers {workers}: expected >= 1 (the cluster has {resources.get('GPU', 0):g} GPUs)")
     on_gpu = gpus_per_worker > 0
     threads = None if on_gpu else max(1, int(resources.get("CPU", 1)) // workers)
-    if output_format != "parquet":
+    if not options["parquet"]:
         Path(out).mkdir(parents=True, exist_ok=True)
     context = DataContext.get_current()
     context.execution_options.preserve_order = True  # rows (and Parquet files) in input order
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
-    failures = list(missing)
-    frames, boxes = len(missing), 0
-    if sources:
-        dataset = ray.data.read_binary_files(
-            sources, include_paths=True, file_extensions=["bin"] if any("://" in s for s in sources) else None)
+    sent = [e for e in entries if e.error is None]
+    local = {e.path: e.name for e in sent if "://" not in e.path}
+    rows: Iterator[tuple[str, str | None, dict[str, Any]]] = iter(())
+    if sent:
+        uris = any("://" in e.path for e in sent)
+        if uris:
+            dataset = ray.data.read_binary_files([e.path for e in sent], include_paths=True, file_extensions=["bin"])
+        else:  # local files: each actor reads them as local infer does (any point format, its error lines)
+            dataset = ray.data.from_items([{"path": e.path} for e in sent])
         dataset = dataset.map_batches(
             _DetectActor, batch_size=batch_size or DEFAULT_BATCH[on_gpu], batch_format="numpy",
             compute=ActorPoolStrategy(size=workers),
             fn_constructor_kwargs={"model_dir": model_dir, "device": "cuda" if on_gpu else "cpu", "threads": threads,
-                                   "out": out, "output_format": output_format, "calib": calib},
+                                   "names": {p: n for p, n in local.items() if p != n}, **options},
             num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
-        if output_format == "parquet":
+        if options["parquet"]:
             dataset = dataset.materialize()
             dataset.write_parquet(out)
-        from tqdm import tqdm
+        rows = _rows(dataset.select_columns(list(_COUNTS)))
+    from tqdm import tqdm
 
-        with tqdm(total=len(sources), unit="frame", disable=not progress, desc="ray") as bar:
-            for batch in dataset.select_columns(["source", "error", "num_boxes"]).iter_batches(batch_format="numpy"):
-                for source, error, count in zip(batch["source"], batch["error"], batch["num_boxes"]):
-                    frames += 1
-                    if error:
-                        failures.append((str(source), str(error)))
-                    else:
-                        boxes += int(count)
-                bar.update(len(batch["source"]))
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, out, sorted(failures))
+    failures: list[tuple[str, str]] = []
+    frames = boxes = 0
+    warned = False
+    with tqdm(total=len(entries), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
+        for path, error, record in _in_input_order(entries, local, rows):
+            frames += 1
+            source = record["source"]
+            if report is not None and record["intensity_8bit"] and not warned:
+                warned = True
+                report.note(intensity_warning(source))
+            if error:
+                failures.append((source, error))
+                if report is not None:
+                    report.fail(source, error)
+            else:
+                boxes += record["num_boxes"]
+                if report is not None:
+                    report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
+                                                       record["num_out_of_view"]))
+            bar.update(1)
+    if report is not None:
+        report.close()
+    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, out, failures)
+
+
+#: The per-frame columns the driver reads back (the actor's record; Parquet adds the detections).
+_COUNTS = ("path", "source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit")
+
+
+def _rows(dataset: Any) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    for batch in dataset.iter_batches(batch_format="numpy"):
+        for values in zip(*(batch[key] for key in _COUNTS)):
+            record = dict(zip(_COUNTS, values))
+            record = {**record, "source": str(record["source"]), "num_boxes": int(record["num_boxes"]),
+                      "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
+                      "num_out_of_view": int(record["num_out_of_view"]),
+                      "intensity_8bit": bool(record["intensity_8bit"])}
+            yield str(record["path"]), (str(record["error"]) if record["error"] else None), record
+
+
+def _in_input_order(entries: list[_Entry], local: dict[str, str],
+                    rows: Iterator[tuple[str, str | None, dict[str, Any]]]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+    """The actors' rows (in order of the files sent) with the unreadable local files put back in
+    their places among the local files; URI rows where Ray Data gives them."""
+    unread: list[tuple[int, _Entry]] = []
+    seen = 0
+    for entry in entries:
+        if entry.error is not None:
+            unread.append((seen, entry))
+        elif entry.path in local:
+            seen += 1
+
+    def missing(entry: _Entry) -> tuple[str, str | None, dict[str, Any]]:
+        return entry.path, entry.error, {"source": entry.name, "num_boxes": 0, "intensity_8bit": False}
+
+    done = 0
+    for path, error, record in rows:
+        if path in local:
+            while unread and unread[0][0] <= done:
+                yield missing(unread.pop(0)[1])
+            done += 1
+        yield path, error, record
+    for _, entry in unread:
+        yield missing(entry)
 
 
 class _DetectActor:
-    """One detector per actor; a batch of rows {bytes, path} in, one record per frame out."""
+    """One detector per actor; a batch of rows {path[, bytes]} in, one record per frame out, its
+    outputs written by ``apps.infer.write_frame_outputs`` as local infer writes them."""
 
-    def __init__(self, model_dir: str, device: str, threads: int | None, out: str, output_format: str,
-                 calib: str | None) -> None:
+    def __init__(self, model_dir: str, device: str, threads: int | None, plan: OutputPlan, point_dim: int,
+                 intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str]) -> None:
         from .detector import PointPillars
 
         self.detector = PointPillars.from_model_dir(model_dir, device=device, threads=threads)
-        self.out, self.output_format, self.calib = Path(out), output_format, calib
-        self.schema = _schema(output_format, self.detector.cfg.classes)
+        if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
+            os.chdir(cwd)
+        else:
+            names, plan = {}, _absolute(plan)
+        self.plan, self.parquet, self.names = plan, parquet, names
+        self.read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
+        self.check_intensity = intensity_scale is None and "intensity" in self.detector.cfg.features.order
+        self.schema = _schema("parquet" if parquet else "json", self.detector.cfg.classes)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> Any:
+        from concurrent.futures import ThreadPoolExecutor
+
         import pyarrow as pa
 
-        sources = [str(path) for path in batch["path"]]
-        records: list[dict[str, Any]] = [{"source": s, "frame": Path(s).stem, "error": None, "num_boxes": 0}
-                                         for s in sources]
-        frames: list[np.ndarray] = []
-        owners: list[int] = []
-        for index, data in enumerate(batch["bytes"]):
-            try:
-                frames.append(_points_from_bin(bytes(data), sources[index]))
-                owners.append(index)
-            except PointPillarsError as exc:
-                records[index]["error"] = str(exc)
-        for index, result in zip(owners, self.detector.infer_many(frames, batch_size=max(1, len(frames)))):
-            records[index].update(self._finish(result, sources[index]))
+        from .pointcloud_io import intensity_looks_8bit
+
+        paths = [str(path) for path in batch["path"]]
+        sources = [self.names.get(path, path) for path in paths]
+        if "bytes" in batch:
+            reads = [self._parse(bytes(data), source) for data, source in zip(batch["bytes"], sources)]
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(sources))) as pool:
+                reads = list(pool.map(self._read, sources))
+        records: list[dict[str, Any]] = [
+            {"path": path, "source": item.source, "frame": Path(item.source).stem, "error": item.error,
+             "num_boxes": 0, "num_nonfinite_dropped": 0, "num_out_of_view": 0,
+             "intensity_8bit": bool(self.check_intensity and item.points is not None
+                                    and intensity_looks_8bit(item.points))}
+            for path, item in zip(paths, reads)]
+        ready = [index for index, item in enumerate(reads) if item.points is not None]
+        for index, (det, error) in zip(ready, _detect(self.detector, [reads[i] for i in ready])):
+            records[index].update(self._finish(det, error, reads[index]))
         return pa.Table.from_pylist(records, schema=self.schema)
 
-    def _finish(self, result: Any, source: str) -> dict[str, Any]:
-        """The frame's record: its outputs written (json/kitti) or carried (parquet), or its error."""
-        from .apps.serve.outputs import write_frame_outputs
-
-        det = result.detections
-        if result.error is not None or det is None:
-            return {"error": str(result.error)}
-        if self.output_format == "parquet":
-            return {**det.to_json_dict(Path(source).stem), "num_boxes": len(det)}
+    def _read(self, source: str) -> _Read:
         try:
-            write_frame_outputs(det, source, self.out, self.output_format, self.calib)
-        except PointPillarsError as exc:
-            return {"error": str(exc)}
-        except OSError as exc:
-            return {"error": f"cannot write to {self.out}: {exc.strerror or exc}"}
-        return {"num_boxes": len(det)}
+            return _Read(source, self.read(source), None)
+        except FRAME_ERRORS as exc:
+            return _Read(source, None, one_line(exc))
+
+    @staticmethod
+    def _parse(data: bytes, source: str) -> _Read:
+        try:
+            return _Read(source, _points_from_bin(data, source), None)
+        except FRAME_ERRORS as exc:
+            return _Read(source, None, one_line(exc))
+
+    def _finish(self, det: Detections | None, error: str | None, item: _Read) -> dict[str, Any]:
+        """The frame's record: its outputs written (json/kitti) or carried (parquet), or its error."""
+        if det is None:
+            return {"error": error}
+        if self.parquet:
+            return {**det.to_json_dict(Path(item.source).stem), "num_boxes": len(det)}
+        try:
+            written = write_frame_outputs(det, item.source, self.plan, item.points)
+        except FRAME_ERRORS as exc:
+            return {"error": one_line(exc)}
+        return {"num_boxes": written.boxes, "num_nonfinite_dropped": written.nonfinite,
+                "num_out_of_view": written.out_of_view}
+
+
+def _absolute(plan: OutputPlan) -> OutputPlan:
+    """The plan with its folders absolute (for a worker whose file system lacks the driver's cwd)."""
+    from dataclasses import replace
+
+    def absolute(path: Path | None) -> Path | None:
+        return Path(os.path.abspath(path)) if path is not None else None
+
+    return replace(plan, json_dir=absolute(plan.json_dir), kitti_dir=absolute(plan.kitti_dir),
+                   png_dir=absolute(plan.png_dir))
 
 
 def _points_from_bin(data: bytes, source: str) -> np.ndarray:
@@ -222,7 +348,9 @@ def _schema(output_format: str, class_names: tuple[str, ...]) -> Any:
 
     lists = {"list<list<double>>": pa.list_(pa.list_(pa.float64())), "list<double>": pa.list_(pa.float64()),
              "list<string>": pa.list_(pa.string())}
-    fields = [("source", pa.string()), ("frame", pa.string()), ("error", pa.string()), ("num_boxes", pa.int64())]
+    fields = [("path", pa.string()), ("source", pa.string()), ("frame", pa.string()), ("error", pa.string()),
+              ("num_boxes", pa.int64()), ("num_nonfinite_dropped", pa.int64()), ("num_out_of_view", pa.int64()),
+              ("intensity_8bit", pa.bool_())]
     if output_format == "parquet":
         for key, value in Detections.empty(class_names, FrameStats(0)).to_json_dict("").items():
             if key in _LIST_COLUMNS:

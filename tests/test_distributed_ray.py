@@ -7,11 +7,11 @@ record while the other frames go on. Without Ray installed, these tests skip.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,12 +40,34 @@ def ray_cluster() -> Iterator[None]:
         ray.shutdown()
 
 
-def local_infer(frames: Path, model: Path, out: Path) -> None:
-    """The reference: ``pointpillars-trt infer FOLDER --out OUT --device cpu`` (exit 1: the corrupt frame)."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+def local_infer(frames: Path, model: Path, out: Path, *options: str) -> tuple[str, str]:
+    """The reference: ``pointpillars-trt infer FOLDER --out OUT --device cpu`` (exit 1: the corrupt frame);
+    its (stdout, stderr)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         rc = cli_main(["infer", str(frames), "--model", str(model), "--out", str(out), "--device", "cpu",
-                       "--no-progress"])
+                       "--no-progress", *options])
     assert rc == 1
+    return stdout.getvalue(), stderr.getvalue()
+
+
+def ray_infer(frames: Path, model: Path, out: Path, *options: str) -> tuple[int, str, str]:
+    """``infer FOLDER --ray --workers 2 --batch-size 2`` as the CLI parses it: (exit code, stdout, stderr)."""
+    from pointpillars_trt.apps.cli import build_parser
+
+    args = build_parser().parse_args(["infer", str(frames), "--model", str(model), "--out", str(out), "--device",
+                                      "cpu", "--no-progress", "--ray", "--workers", "2", "--batch-size", "2",
+                                      *options])
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = run_scaleout_infer(args)
+    return rc, stdout.getvalue(), stderr.getvalue()
+
+
+def report_lines(out: str, err: str, out_dir: Path) -> list[str]:
+    """infer's stdout and stderr lines, without the run's rates and with its --out folder named OUT."""
+    return [re.sub(r" \([0-9.]+ frames/s\)$", "", line).replace(str(out_dir), "OUT")
+            for line in (out + err).splitlines() if "frames/s with" not in line]
 
 
 def with_corrupt_frame(folder: Path) -> Path:
@@ -82,17 +104,34 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
         write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
                            folder / f"{index:06d}.bin")
     with_corrupt_frame(folder)
-    local_infer(folder, Path(model.path), tmp_path / "local")
-    args = argparse.Namespace(paths=[str(folder)], model=str(model.path), out=str(tmp_path / "ray"), format="json",
-                              calib=None, device="cpu", no_progress=True, server=None, ray=True, ray_address=None,
-                              workers=2, gpus_per_worker=None, batch_size=2)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = run_scaleout_infer(args)
-    assert rc == 1 and out.getvalue().startswith("5/6 frames, 0 boxes, written to"), out.getvalue()
-    assert f"FAILED {folder / CORRUPT}: " in err.getvalue() and "10 bytes, not a multiple of 16" in err.getvalue()
-    assert "frames/s with 2 worker(s)" in err.getvalue()
+    local = local_infer(folder, Path(model.path), tmp_path / "local")
+    rc, out, err = ray_infer(folder, Path(model.path), tmp_path / "ray")
+    assert rc == 1 and out.startswith("5/6 frames, 0 boxes, written to"), out
+    assert f"error: '{folder / CORRUPT}': " in err and "10 bytes, not a multiple of 16" in err
+    assert "frames/s with 2 worker(s)" in err
+    assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 5
+
+
+def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
+                                                                          tmp_path: Path) -> None:
+    velodyne, calib = tmp_path / "training" / "velodyne", tmp_path / "training" / "calib"
+    velodyne.mkdir(parents=True)
+    calib.mkdir()
+    for frame_id in ("000000", "000001", "000002", "000003"):
+        shutil.copy(assets / "kitti/training/velodyne_fov" / f"{frame_id}.bin", velodyne)
+        if frame_id != "000003":  # a frame without its calib file: that frame's error line
+            shutil.copy(assets / "kitti/training/calib" / f"{frame_id}.txt", calib)
+    with_corrupt_frame(velodyne)
+    model = assets / CHECKPOINT
+    local = local_infer(velodyne, model, tmp_path / "local", "--format", "kitti")
+    rc, out, err = ray_infer(velodyne, model, tmp_path / "ray", "--format", "kitti")
+    assert rc == 1 and out.startswith("3/5 frames"), (out, err)
+    assert "has no file for frame id '000003'" in err and "2 of 5 frame(s) failed" in err
+    assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
+    names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+    assert names == ["000000.txt", "000001.txt", "000002.txt"]
+    assert all((tmp_path / "ray" / name).read_text().strip() for name in names)
 
 
 def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Path, kitti_folder: Path,  # type: ignore[no-untyped-def]

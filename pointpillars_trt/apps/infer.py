@@ -410,11 +410,11 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> Path | Non
     return labels
 
 
-def _eval_classes(cfg: ModelConfig) -> tuple[str, ...]:
+def _eval_classes(classes: Sequence[str]) -> tuple[str, ...]:
     from .eval.kitti_eval import DEFAULT_CLASSES, canonical_class
 
     names: list[str] = []
-    for name in cfg.classes:
+    for name in classes:
         try:
             names.append(canonical_class(name))
         except PointPillarsError:
@@ -430,13 +430,14 @@ def run_infer(args: argparse.Namespace) -> int:
         serve_cli = None  # type: ignore[assignment]
     scaleout = getattr(serve_cli, "scaleout_requested", None)
     if serve_cli is not None and scaleout is not None and scaleout(args):
-        if args.format is None:
-            args.format = "json"
         return int(serve_cli.run_scaleout_infer(args))
+    return infer_with(args, lambda: open_model(args))
 
+
+def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
+    """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
     fmt = args.format or ("kitti" if args.eval else "json")
     out = Path(args.out) if args.out else None
-    frames = expand_frame_paths(args.paths)
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.calib is not None and not os.path.isdir(args.calib):
@@ -451,92 +452,149 @@ def run_infer(args: argparse.Namespace) -> int:
         from .viz import require_matplotlib
 
         require_matplotlib()
+    return fmt, out, labels
 
-    detector = open_model(args)
+
+def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_range: Sequence[float] | None,
+                kitti_dir: Path | None = None) -> OutputPlan:
+    """The OutputPlan of infer's options (``kitti_dir``: where KITTI lines go when --out takes JSON)."""
+    return OutputPlan(
+        json_dir=out if fmt == "json" else None,
+        kitti_dir=out if fmt == "kitti" and out is not None else kitti_dir,
+        png_dir=out if args.viz else None,
+        calib_dir=args.calib,
+        image_shape=args.image_shape,
+        keep_out_of_view=args.keep_out_of_view,
+        point_range=tuple(point_range) if point_range is not None else None,
+    )
+
+
+def infer_with(args: argparse.Namespace, open_detector: Callable[[], Any], batch: int | None = None) -> int:
+    """infer's run with the detector ``open_detector()`` gives (anything with ``detect_batch``,
+    ``close`` and ``cfg`` or ``class_names``), ``batch`` (default --batch-size) frames at a time."""
+    frames = expand_frame_paths(args.paths)
+    fmt, out, labels = check_outputs(args, frames)
+    detector = open_detector()
     try:
-        cfg = detector.cfg
+        cfg = getattr(detector, "cfg", None)
         with tempfile.TemporaryDirectory(prefix="pp-infer-") as scratch:
-            kitti_dir = out if fmt == "kitti" else (Path(scratch) if labels is not None else None)
-            plan = OutputPlan(
-                json_dir=out if fmt == "json" else None,
-                kitti_dir=kitti_dir if (out is not None or labels is not None) else None,
-                png_dir=out if args.viz else None,
-                calib_dir=args.calib,
-                image_shape=args.image_shape,
-                keep_out_of_view=args.keep_out_of_view,
-                point_range=tuple(cfg.voxel.point_range),
-            )
+            scratch_dir = Path(scratch) if labels is not None and (fmt != "kitti" or out is None) else None
+            plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
-            done, failures = _run_frames(detector, frames, plan, args)
+            done, failures = _run_frames(detector, frames, plan, args, batch)
             if labels is not None:
-                _evaluate(labels, kitti_dir, done, frames, failures, cfg, out)  # type: ignore[arg-type]
+                classes = cfg.classes if cfg is not None else detector.class_names
+                _evaluate(labels, plan.kitti_dir, done, frames, failures, classes, out)  # type: ignore[arg-type]
     finally:
         detector.close()
     return EXIT_FRAME_FAILURES if failures else 0
 
 
-def _run_frames(detector: PointPillars, frames: Sequence[str], plan: OutputPlan,
-                args: argparse.Namespace) -> tuple[list[str], int]:
+class FrameReport:
+    """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
+    failed frame, one line a frame when nothing is written, and the summary at ``close``."""
+
+    def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool) -> None:
+        from tqdm import tqdm
+
+        self.total, self.plan, self.where = total, plan, where
+        self.done: list[str] = []
+        self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
+        self.writes = plan.json_dir or plan.kitti_dir or plan.png_dir
+        self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
+        self.start = time.perf_counter()
+
+    def note(self, text: str) -> None:
+        """A line on stderr that leaves the progress bar whole."""
+        self.bar.write(text, file=sys.stderr)
+
+    def fail(self, source: str, message: str) -> None:
+        self.failed += 1
+        self.bar.update(1)
+        self.note(f"error: {safe_repr(source)}: {message}")
+
+    def write(self, det: Detections, source: str, points: np.ndarray | None = None) -> FrameOutput | None:
+        """Write the frame's outputs per the plan and count it; a failed write is the frame's error."""
+        try:
+            written = write_frame_outputs(det, source, self.plan, points)
+        except FRAME_ERRORS as exc:
+            self.fail(source, one_line(exc))
+            return None
+        self.written(source, written, det)
+        return written
+
+    def written(self, source: str, written: FrameOutput, det: Detections | None = None) -> None:
+        """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
+        self.bar.update(1)
+        self.done.append(source)
+        self.boxes, self.nonfinite, self.out_of_view = (self.boxes + written.boxes, self.nonfinite + written.nonfinite,
+                                                        self.out_of_view + written.out_of_view)
+        if not self.writes and det is not None:
+            names, scores = det.names, det.scores.tolist()
+            top = ", ".join(f"{n} {s:.2f}" for n, s in zip(names[:3], scores[:3]))
+            self.bar.write(f"{safe_repr(Path(source).name)}: {written.boxes} boxes, "
+                           f"{det.stats.num_pillars} pillars" + (f" [{top}]" if top else ""))
+
+    def close(self) -> tuple[list[str], int]:
+        """Print the summary (and the failure count); (frames that went through, number that failed)."""
+        self.bar.close()
+        seconds = time.perf_counter() - self.start
+        total = max(self.total, len(self.done) + self.failed)
+        where = f", written to {self.writes}" if self.where else ""
+        dropped = []
+        if self.nonfinite:
+            dropped.append(f"{self.nonfinite} non-finite")
+        if self.out_of_view:
+            dropped.append(f"{self.out_of_view} outside the camera image")
+        print(f"{len(self.done)}/{total} frames, {self.boxes} boxes"
+              + (f" ({', '.join(dropped)} dropped)" if dropped else "")
+              + f"{where} ({total / max(seconds, 1e-9):.1f} frames/s)")
+        if self.failed:
+            print(f"{self.failed} of {total} frame(s) failed (listed above)", file=sys.stderr)
+        return self.done, self.failed
+
+
+def intensity_warning(source: str) -> str:
+    return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
+            "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
+            "if they are (warned once)")
+
+
+def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
+                batch: int | None = None) -> tuple[list[str], int]:
     """Read, detect and write every frame; (frames that went through, number that failed)."""
     from functools import partial
 
-    from tqdm import tqdm
-
     from ..pointcloud_io import intensity_looks_8bit, read_points
 
-    batch = args.batch_size
+    batch = batch or args.batch_size
     read = partial(read_points, point_dim=args.point_dim, intensity_scale=args.intensity_scale)
-    check_intensity = args.intensity_scale is None and "intensity" in detector.cfg.features.order
-    done: list[str] = []
-    failed = 0
-    boxes = nonfinite = out_of_view = 0
-    bar = tqdm(total=len(frames), unit="frame", disable=args.no_progress or len(frames) < 2, file=sys.stderr)
-    writes = plan.json_dir or plan.kitti_dir or plan.png_dir
-
-    def report(source: str, message: str) -> None:
-        nonlocal failed
-        failed += 1
-        bar.write(f"error: {safe_repr(source)}: {message}", file=sys.stderr)
+    cfg = getattr(detector, "cfg", None)
+    check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
+    report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out))
 
     def flush(window: list[_Read]) -> None:
-        nonlocal boxes, nonfinite, out_of_view
         ready = [item for item in window if item.points is not None]
         results = dict(zip((id(item) for item in ready), _detect(detector, ready)))
         for item in window:
-            bar.update(1)
             if item.points is None:
-                report(item.source, str(item.error))
+                report.fail(item.source, str(item.error))
                 continue
             det, error = results[id(item)]
             if det is None:
-                report(item.source, str(error))
+                report.fail(item.source, str(error))
                 continue
-            try:
-                written = write_frame_outputs(det, item.source, plan, item.points)
-            except FRAME_ERRORS as exc:
-                report(item.source, one_line(exc))
-                continue
-            done.append(item.source)
-            boxes, nonfinite, out_of_view = (boxes + written.boxes, nonfinite + written.nonfinite,
-                                             out_of_view + written.out_of_view)
-            if not writes:
-                names, scores = det.names, det.scores.tolist()
-                top = ", ".join(f"{n} {s:.2f}" for n, s in zip(names[:3], scores[:3]))
-                bar.write(f"{safe_repr(Path(item.source).name)}: {written.boxes} boxes, "
-                          f"{det.stats.num_pillars} pillars" + (f" [{top}]" if top else ""))
+            report.write(det, item.source, item.points)
 
     warned = False
     reader = FrameReader(frames, read, depth=2 * batch)
-    start = time.perf_counter()
     try:
         window: list[_Read] = []
         for item in reader:
             if check_intensity and not warned and item.points is not None and intensity_looks_8bit(item.points):
                 warned = True
-                bar.write(f"warning: {safe_repr(item.source)}: intensities look like 0-255 values, but the model "
-                          "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
-                          "if they are (warned once)", file=sys.stderr)
+                report.note(intensity_warning(item.source))
             window.append(item)
             if sum(i.points is not None for i in window) == batch:
                 flush(window)
@@ -544,19 +602,8 @@ def _run_frames(detector: PointPillars, frames: Sequence[str], plan: OutputPlan,
         flush(window)
     finally:
         reader.close()
-        bar.close()
-    seconds = time.perf_counter() - start
-    where = f", written to {plan.json_dir or plan.kitti_dir or plan.png_dir}" if args.out else ""
-    dropped = []
-    if nonfinite:
-        dropped.append(f"{nonfinite} non-finite")
-    if out_of_view:
-        dropped.append(f"{out_of_view} outside the camera image")
-    print(f"{len(done)}/{len(frames)} frames, {boxes} boxes" + (f" ({', '.join(dropped)} dropped)" if dropped else "")
-          + f"{where} ({len(frames) / max(seconds, 1e-9):.1f} frames/s)")
-    if failed:
-        print(f"{failed} of {len(frames)} frame(s) failed (listed above)", file=sys.stderr)
-    return done, failed
+        report.bar.close()
+    return report.close()
 
 
 def _detect(detector: PointPillars, items: Sequence[_Read]) -> list[tuple[Detections | None, str | None]]:
@@ -574,7 +621,7 @@ def _detect(detector: PointPillars, items: Sequence[_Read]) -> list[tuple[Detect
 
 
 def _evaluate(labels: Path, pred_dir: Path, done: Sequence[str], frames: Sequence[str], failed: int,
-              cfg: ModelConfig, out: Path | None) -> None:
+              classes: Sequence[str], out: Path | None) -> None:
     from ..fileio import write_json_atomic
     from .eval.io import load_ground_truth, load_predictions
     from .eval.kitti_eval import evaluate
@@ -583,7 +630,7 @@ def _evaluate(labels: Path, pred_dir: Path, done: Sequence[str], frames: Sequenc
     if not done:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
     ids = [Path(f).stem for f in done]
-    result = evaluate(load_ground_truth(labels, ids), load_predictions(pred_dir, ids), _eval_classes(cfg))
+    result = evaluate(load_ground_truth(labels, ids), load_predictions(pred_dir, ids), _eval_classes(classes))
     skipped = f" ({failed} failed frame(s) left out)" if failed else ""
     print(f"KITTI evaluation of {len(ids)} frame(s) against {labels}{skipped}")
     print(format_table(result), end="")

@@ -112,14 +112,23 @@ def raw_infer(server: TritonServer, protocol: str, array: np.ndarray, datatype: 
         client.close()
 
 
-def infer_args(paths: list[str], model: Path, out: Path, server: str, protocol: str, **extra: object) -> argparse.Namespace:
-    """What the infer parser gives for ``infer PATHS --model M --out O --server S --protocol P``."""
-    values: dict[str, object] = dict(paths=paths, model=str(model), out=str(out), format="json", calib=None,
-                                     config=None, device="cpu", backend="auto", precision="fp32", no_tf32=False,
-                                     no_progress=True, server=server, protocol=protocol, in_flight=4, ray=False,
-                                     ray_address=None, workers=None, gpus_per_worker=None)
-    values.update(extra)
-    return argparse.Namespace(**values)
+def infer_args(paths: list[str], model: Path, out: Path, server: str, protocol: str, *options: str) -> argparse.Namespace:
+    """What the CLI parses for ``infer PATHS --model M --out O --server S --protocol P OPTIONS``."""
+    from pointpillars_trt.apps.cli import build_parser
+
+    return build_parser().parse_args(["infer", *paths, "--model", str(model), "--out", str(out), "--device", "cpu",
+                                      "--no-progress", "--server", server, "--protocol", protocol, "--in-flight", "4",
+                                      *options])
+
+
+def report_lines(out: str, err: str, out_dir: Path) -> tuple[list[str], list[str]]:
+    """infer's stdout and stderr lines, the run's frames/s left out and its --out folder named OUT."""
+    import re
+
+    def lines(text: str) -> list[str]:
+        return [re.sub(r" \([0-9.]+ frames/s\)$", "", line).replace(str(out_dir), "OUT") for line in text.splitlines()]
+
+    return lines(out), lines(err)
 
 
 def run_captured(fn, *args):  # type: ignore[no-untyped-def]
@@ -316,26 +325,57 @@ def test_kitti_frames_over_the_server_equal_the_local_detector(assets: Path, kit
         detector.close()
 
 
-@pytest.mark.parametrize("output_format", ["json", "kitti"])
+def sibling_calib_frames(assets: Path, root: Path, ids: list[str]) -> list[str]:
+    """KITTI frames in ROOT/training/velodyne with their calib files in the sibling calib/ folder."""
+    velodyne, calib = root / "training" / "velodyne", root / "training" / "calib"
+    velodyne.mkdir(parents=True)
+    calib.mkdir(parents=True)
+    for frame_id in ids:
+        shutil.copy(assets / "kitti/training/velodyne" / f"{frame_id}.bin", velodyne)
+        shutil.copy(assets / "kitti/training/calib" / f"{frame_id}.txt", calib)
+    return [str(velodyne / f"{frame_id}.bin") for frame_id in ids]
+
+
+@pytest.mark.parametrize("output_format,calib", [("json", None), ("kitti", "given"), ("kitti", "sibling")])
 def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitti_server, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                              output_format: str) -> None:
-    frames = [str(assets / "kitti/training/velodyne" / f"00000{i}.bin") for i in range(2)]
-    corrupt = tmp_path / "in" / "corrupt.bin"
-    corrupt.parent.mkdir()
+                                                              output_format: str, calib: str | None) -> None:
+    frames = sibling_calib_frames(assets, tmp_path / "kitti", ["000000", "000001"])
+    corrupt = tmp_path / "kitti" / "training" / "velodyne" / "corrupt.bin"
     corrupt.write_bytes(b"\0" * 10)
-    calib = str(assets / "kitti/training/calib")
+    options = ["--format", output_format]
+    if calib == "given":
+        options += ["--calib", str(assets / "kitti/training/calib")]
     local, remote = tmp_path / "local", tmp_path / "remote"
-    rc, _, _ = run_captured(cli_main, ["infer", *frames, str(corrupt), "--model", str(assets / CHECKPOINT), "--out",
-                                       str(local), "--device", "cpu", "--format", output_format, "--calib", calib,
-                                       "--no-progress"])
+    rc, local_out, local_err = run_captured(cli_main, ["infer", *frames, str(corrupt), "--model",
+                                                       str(assets / CHECKPOINT), "--out", str(local), "--device",
+                                                       "cpu", "--no-progress", *options])
     assert rc == 1
     args = infer_args([*frames, str(corrupt)], assets / CHECKPOINT, remote, kitti_server.endpoints["grpc"], "grpc",
-                      format=output_format, calib=calib)
+                      *options)
     rc, out, err = run_captured(run_scaleout_infer, args)
-    assert rc == 1 and out.startswith("2/3 frames") and f"FAILED {corrupt}:" in err, (out, err)
+    assert rc == 1 and out.startswith("2/3 frames") and f"error: '{corrupt}': " in err, (out, err)
+    assert "1 of 3 frame(s) failed" in err
+    assert report_lines(out, err, remote) == report_lines(local_out, local_err, local)
     names = sorted(p.name for p in local.iterdir())
     assert names == sorted(p.name for p in remote.iterdir()) and len(names) == 2
     for name in names:
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
     if output_format == "json":
         assert json.loads((remote / names[0]).read_text())["boxes_lidar"]
+    else:
+        assert (remote / names[0]).read_text().strip()
+
+
+def test_infer_over_the_server_without_a_calib_folder_fails_each_frame_as_local_infer(  # type: ignore[no-untyped-def]
+        assets: Path, kitti_server, tmp_path: Path) -> None:
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    shutil.copy(assets / "kitti/training/velodyne/000000.bin", folder)
+    local = run_captured(cli_main, ["infer", str(folder), "--model", str(assets / CHECKPOINT), "--out",
+                                    str(tmp_path / "local"), "--device", "cpu", "--no-progress", "--format", "kitti"])
+    args = infer_args([str(folder)], assets / CHECKPOINT, tmp_path / "remote", kitti_server.endpoints["grpc"], "grpc",
+                      "--format", "kitti")
+    remote = run_captured(run_scaleout_infer, args)
+    assert local[0] == remote[0] == 1
+    assert report_lines(*remote[1:], tmp_path / "remote") == report_lines(*local[1:], tmp_path / "local")
+    assert "no calibration folder for frame" in remote[2]

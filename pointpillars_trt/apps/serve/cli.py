@@ -11,11 +11,10 @@ import argparse
 import signal
 import sys
 import threading
-from pathlib import Path
 from types import FrameType
 
 from ...errors import InputError
-from .outputs import EXIT_FRAME_FAILURES, print_summary
+from ..infer import EXIT_FRAME_FAILURES
 from .repository import DEFAULT_MAX_POINTS
 
 
@@ -96,41 +95,36 @@ def scaleout_requested(args: argparse.Namespace) -> bool:
 
 
 def run_scaleout_infer(args: argparse.Namespace) -> int:
-    """``infer --server`` / ``infer --ray``: the same outputs and summary as local infer."""
+    """``infer --server`` / ``infer --ray``: local infer's checks, output files, error lines and summary
+    (``apps/infer.py`` makes them all; only where the detector runs differs)."""
     if args.server and args.ray:
         raise InputError("--server and --ray exclude each other: pick one")
-    out = Path(args.out) if args.out else None
-    if args.format == "kitti" and not (args.calib and Path(args.calib).is_dir()):
-        raise InputError(f"--format kitti needs --calib DIR, a folder of KITTI calib files named like the frames "
-                         f"(got {args.calib!r})")
     if args.ray:
-        return _run_ray(args, out)
-    from ..cli import _check_unique_names, expand_frame_paths
+        return _run_ray(args)
+    from ..infer import infer_with
     from .client import RemoteDetector
-    from .outputs import write_and_report
 
-    frames = expand_frame_paths(args.paths)
-    if out:
-        _check_unique_names(frames)
-        out.mkdir(parents=True, exist_ok=True)
-    remote = RemoteDetector(args.server, protocol=args.protocol)
-    try:
-        return write_and_report(remote.infer_many(frames, concurrency=args.in_flight), len(frames), out=out,
-                                output_format=args.format, calib=args.calib, progress=not args.no_progress)
-    finally:
-        remote.close()
+    return infer_with(args, lambda: RemoteDetector(args.server, protocol=args.protocol), batch=args.in_flight)
 
 
-def _run_ray(args: argparse.Namespace, out: Path | None) -> int:
+def _run_ray(args: argparse.Namespace) -> int:
     from ...distributed import detect_dataset
+    from ..infer import FrameReport, check_outputs, expand_frame_paths
 
-    if out is None or not args.model:
+    if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
                          "file per frame there")
+    if args.eval:
+        raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
+    frames = expand_frame_paths(args.paths)
+    fmt, _, _ = check_outputs(args, frames)
     gpus = 0.0 if args.device == "cpu" and args.gpus_per_worker is None else args.gpus_per_worker
-    summary = detect_dataset(args.paths, args.model, out, workers=args.workers, gpus_per_worker=gpus,
-                             batch_size=getattr(args, "batch_size", None), output_format=args.format, calib=args.calib,
-                             ray_address=args.ray_address, progress=not args.no_progress)
-    print_summary(summary.frames - len(summary.failures), summary.frames, summary.boxes, out, summary.failures)
+    summary = detect_dataset(frames, args.model, args.out, workers=args.workers, gpus_per_worker=gpus,
+                             batch_size=args.batch_size, output_format=fmt, calib=args.calib,
+                             image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
+                             point_dim=args.point_dim, intensity_scale=args.intensity_scale,
+                             ray_address=args.ray_address,
+                             report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
+                                                             where=True))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s)", file=sys.stderr)
     return EXIT_FRAME_FAILURES if summary.failures else 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -54,6 +54,7 @@ class RemoteDetector:
         self._local = threading.local()
         self._clients: list[Any] = []
         self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
         try:
             ready = self._client().is_model_ready(model)
             config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
@@ -74,8 +75,8 @@ class RemoteDetector:
                 self._clients.append(client)
         return client
 
-    def __call__(self, points: object, source: str = "points") -> Detections:
-        frame = as_host_points(points, source)
+    def __call__(self, points: object, source: str | None = None) -> Detections:
+        frame = as_host_points(points, source or "points")
         request = self._module.InferInput("points", [1, frame.shape[0], 4], "FP32")
         request.set_data_from_numpy(frame[None])
         outputs = [self._module.InferRequestedOutput(name) for name in _OUTPUTS]
@@ -85,11 +86,30 @@ class RemoteDetector:
         except self._server_error as exc:
             invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault
             raise (InputError if invalid else BackendError)(
-                f"{source}: server {self.server} refused the frame: {_one_line(exc)}") from None
+                (f"{source}: " if source else "") + f"server {self.server} refused the frame: {_one_line(exc)}"
+            ) from None
         found = {name: reply.as_numpy(name) for name in _OUTPUTS}
         stats = FrameStats(**{name: int(found[name].reshape(-1)[0]) for name in _STATS})
         return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1),
                           found["labels"].reshape(-1).astype(np.int32), self.class_names, stats)
+
+    def detect_batch(self, frames: Sequence[object], *, concurrency: int = 8) -> list[Detections]:
+        """Detections of several frames, one request each, all in flight at once (up to
+        ``concurrency``) so that the server's dynamic batcher can batch them; the first error is
+        raised once every request is back (what ``infer`` runs its frames with)."""
+        if not frames:
+            return []
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=max(concurrency, len(frames)),
+                                                thread_name_prefix="pp-remote")
+            pool = self._pool
+        futures = [pool.submit(self, frame) for frame in frames]
+        errors = [future.exception() for future in futures]
+        for error in errors:
+            if error is not None:
+                raise error
+        return [future.result() for future in futures]
 
     def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
         """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order."""
@@ -112,6 +132,9 @@ class RemoteDetector:
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
         for client in clients:
             client.close()
 
