@@ -52,11 +52,13 @@ def cuda_available(device_id: int = 0) -> str | None:
             return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
-    from .runtime import cudnn_available, onnxruntime_cuda_available, tensorrt_available
+    from .runtime import onnxruntime_cuda_available, tensorrt_available
+    from .runtime.cudnn import cudnn_unavailable_reason
 
-    if not (cudnn_available() or onnxruntime_cuda_available() or tensorrt_available()):
-        return ("no GPU engine backend: install the CUDA extra (pip install 'pointpillars-trt[cuda13]': the "
-                "cuDNN engine), TensorRT, or onnxruntime-gpu in place of onnxruntime")
+    cudnn_reason = cudnn_unavailable_reason()
+    if cudnn_reason and not (onnxruntime_cuda_available() or tensorrt_available()):
+        return (f"no GPU engine backend: the cuDNN engine is unavailable ({cudnn_reason}), TensorRT is not "
+                "installed, and onnxruntime has no CUDA provider (onnxruntime-gpu)")
     return None
 
 

@@ -14,10 +14,8 @@ per-stage GPU times come for free. The only host wait is where the boxes are rea
 
 from __future__ import annotations
 
-import os
 import threading
 import warnings
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,6 @@ from .scatter import ScatterStage
 from .voxelize import VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
-PARALLEL_COPY_ROWS = 65_536    # frames at least this large are staged by several host threads
 BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")
 
 
@@ -136,8 +133,6 @@ class GpuPipeline:
             self._close_engines()  # before the stream goes: a session outliving its stream crashes
             raise
         self._batch = 0  # frames of the batch in flight (0: none)
-        self._copy_workers = min(4, (os.cpu_count() or 1) // 2)
-        self._copy_pool = ThreadPoolExecutor(self._copy_workers) if self._copy_workers > 1 else None
         self._closed = False
 
     @property
@@ -321,7 +316,7 @@ class GpuPipeline:
         starts = np.cumsum([0, *counts[:-1]]).tolist()
         if not device:
             for points, n, start in zip(host, counts, starts):
-                self._copy_rows(self._staging[self._header_rows + start : self._header_rows + start + n], points)
+                self._staging[self._header_rows + start : self._header_rows + start + n] = points
             self._staging_header[: 2 * len(frames)] = np.column_stack([counts, starts]).ravel()
             used = self._header_rows + total
             self._input[:used].set(self._staging[:used], stream=self.stream)  # the one H2D copy
@@ -333,20 +328,6 @@ class GpuPipeline:
                 self._header[2 * i : 2 * i + 1].fill(n)
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
         return counts
-
-    def _copy_rows(self, dst: np.ndarray, src: np.ndarray) -> None:
-        """Host copy into the pinned staging buffer; a full scan's 2 MB is split over a few threads
-        (NumPy releases the GIL while copying), since one core copies it slower than the GPU runs."""
-        n = src.shape[0]
-        if self._copy_pool is None or n < PARALLEL_COPY_ROWS:
-            dst[...] = src
-            return
-        edges = np.linspace(0, n, self._copy_workers + 1).astype(int).tolist()
-
-        def part(k: int) -> None:
-            dst[edges[k] : edges[k + 1]] = src[edges[k] : edges[k + 1]]
-
-        list(self._copy_pool.map(part, range(self._copy_workers)))
 
     def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:
         """Replay the stage's graph for this batch size (capturing it on first use), or launch it
@@ -406,8 +387,6 @@ class GpuPipeline:
         if self._closed:
             return
         self._closed = True
-        if self._copy_pool is not None:
-            self._copy_pool.shutdown()
         self.stream.synchronize()
         self._graphs.clear()
         self._close_engines()

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import importlib.util
 import json
 import time
 import warnings
@@ -55,8 +56,10 @@ def cudnn_unavailable_reason() -> str | None:
         return f"CuPy is not installed ({INSTALL_HINT})"
     try:
         import cudnn
-    except ImportError:
-        return f"nvidia-cudnn-frontend is not installed ({INSTALL_HINT})"
+    except ImportError as exc:
+        if importlib.util.find_spec("cudnn") is None:
+            return f"nvidia-cudnn-frontend is not installed ({INSTALL_HINT})"
+        return f"nvidia-cudnn-frontend does not import ({exc})"
     except Exception as exc:  # the frontend imports but cannot load libcudnn
         return f"nvidia-cudnn-frontend does not load: {type(exc).__name__}: {exc}"
     try:

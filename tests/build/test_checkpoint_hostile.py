@@ -63,7 +63,9 @@ except CheckpointError as exc:
 else:
     print("loaded")
     code = 0
-print("maxrss_kb=%d" % resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the (possibly large) parent across fork+exec
+peak = [line for line in open("/proc/self/status") if line.startswith("VmHWM:")][0].split()[1]
+print("maxrss_kb=%d" % int(peak))
 sys.exit(code)
 """
 

@@ -221,16 +221,16 @@ def test_voxelize_a_pillar_of_100k_identical_points_is_fast_and_exact(cp: Any, s
     pts = np.concatenate([np.tile(same, (100_000, 1)), awkward_cloud(cfg, rng, 2000)])
     pts = pts[rng.permutation(pts.shape[0])]
     run = VoxelRun(cp, cfg, capacity=131072)
-    run(pts, stream)  # compile and warm up
+    assert_matches_reference(run(pts, stream), pts, cfg)  # also loads the points and warms up
     start, end = cp.cuda.Event(), cp.cuda.Event()
     start.record(stream)
-    got = run(pts, stream, poison=False)
+    run.stage.launch(run.points, run.frame, stream)  # the same frame again: only the kernels are timed
     end.record(stream)
     end.synchronize()
     ms = cp.cuda.get_elapsed_time(start, end)
-    assert_matches_reference(got, pts, cfg)
+    assert_matches_reference(fetch(run.stage, stream), pts, cfg)
     print(f"voxelize, 100k points in one pillar + 2k others: {ms:.3f} ms")
-    assert ms < 5.0, f"{ms:.1f} ms"
+    assert ms < 2.0, f"{ms:.1f} ms"
 
 
 @pytest.mark.cuda

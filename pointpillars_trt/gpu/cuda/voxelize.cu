@@ -240,9 +240,15 @@ extern "C" __global__ void vox_rank_large(const int* __restrict__ stats,
             for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
             __syncthreads();
             const unsigned long long high = static_cast<unsigned long long>(prefix) >> (shift + 8);
-            for (int j = threadIdx.x; j < total; j += blockDim.x) {
-                const unsigned m = static_cast<unsigned>(members[j]);
-                if ((static_cast<unsigned long long>(m) >> (shift + 8)) == high) atomicAdd(&hist[(m >> shift) & 255u], 1);
+            // Most members share a digit in the high passes: one shared atomic per distinct digit per
+            // warp, not per member (the loop bound is uniform, so every lane takes part in the match).
+            for (int base = 0; base < total; base += blockDim.x) {
+                const int j = base + threadIdx.x;
+                const unsigned m = j < total ? static_cast<unsigned>(members[j]) : 0u;
+                const bool counted = j < total && (static_cast<unsigned long long>(m) >> (shift + 8)) == high;
+                const unsigned digit = counted ? (m >> shift) & 255u : 256u;
+                const unsigned peers = __match_any_sync(PP_FULL_MASK, digit);
+                if (counted && (threadIdx.x & 31) == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
             }
             __syncthreads();
             if (threadIdx.x == 0) {
