@@ -7,7 +7,7 @@
 # for the ONNX Runtime rows, onnxruntime-gpu in place of onnxruntime.
 #
 # PP_ASSETS      folder with KITTI frames (kitti/training/velodyne*, label_2, calib) and checkpoints for
-#                the tests and the benchmark's KITTI frame sets; default ../shared/assets
+#                the tests' KITTI layer and the benchmark's KITTI frame sets (without it: simulated scans)
 # BENCH_ARGS     extra arguments for `pointpillars-trt bench`
 # SKIP_TESTS=1 / SKIP_BENCH=1 to run only one half
 set -uo pipefail
@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 out=${1:-${OUT:-gpu_out}}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-assets=${PP_ASSETS:-../shared/assets}
+assets=${PP_ASSETS:-}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 - <<'PYEOF'
@@ -33,7 +33,7 @@ fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
   frames=()
   for d in "$assets/kitti/training/velodyne_fov" "$assets/kitti/training/velodyne"; do
-    [ -d "$d" ] && frames+=(--frames "$d")
+    [ -n "$assets" ] && [ -d "$d" ] && frames+=(--frames "$d")
   done
   model=()
   [ -f "$assets/checkpoints/pointpillar_openpcdet_synthetic.pth" ] && model=(--model "$assets/checkpoints/pointpillar_openpcdet_synthetic.pth")
