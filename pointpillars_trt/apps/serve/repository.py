@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import secrets
 from pathlib import Path
 
@@ -90,6 +91,7 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
         version = staging / "1"
         shutil.copytree(found.path, version / "model")
         shutil.copyfile(_TEMPLATE, version / "model.py")
+        (version / "python_path.txt").write_text("\n".join(p for p in sys.path if p) + "\n", encoding="utf-8")
         (staging / "config.pbtxt").write_text(text)
         if target.exists():
             shutil.rmtree(target)

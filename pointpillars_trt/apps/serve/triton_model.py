@@ -14,12 +14,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import triton_python_backend_utils as pb_utils
+# The backend stub's interpreter does not see PYTHONPATH: the environment of the process that wrote
+# the repository (this package, CuPy, the cuDNN frontend) is recorded beside this file.
+_PATHS = Path(__file__).with_name("python_path.txt")
+if _PATHS.is_file():
+    sys.path.extend(p for p in _PATHS.read_text(encoding="utf-8").splitlines() if p and p not in sys.path)
 
-from pointpillars_trt.detector import PointPillars
-from pointpillars_trt.detections import Detections
-from pointpillars_trt.errors import InputError, PointPillarsError
+import numpy as np  # noqa: E402
+import triton_python_backend_utils as pb_utils  # noqa: E402
+
+from pointpillars_trt.detector import PointPillars  # noqa: E402
+from pointpillars_trt.detections import Detections  # noqa: E402
+from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 
 OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 
