@@ -11,8 +11,9 @@ import numpy as np
 
 from .config import ModelConfig, load_config
 from .detections import Detections
-from .errors import BackendError, PointPillarsError
-from .kitti import read_velodyne_bin
+from .errors import BackendError, InputError, PointPillarsError
+from .fileio import safe_repr
+from .pointcloud_io import read_points
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
 
@@ -243,9 +244,16 @@ def _is_cuda_array(points: object) -> bool:
 
 
 def _load_frame(item: object) -> object:
-    if isinstance(item, (str, os.PathLike)):
-        return read_velodyne_bin(item)
-    return item
+    """A point file (.bin, .npy, .pcd) read from disk; an array as it is. Any failure is that frame's
+    InputError, so one bad file never ends a run."""
+    if not isinstance(item, (str, os.PathLike)):
+        return item
+    try:
+        return read_points(item)
+    except PointPillarsError:
+        raise
+    except (OSError, ValueError, RecursionError, MemoryError) as exc:
+        raise InputError(f"{safe_repr(os.fspath(item))}: cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def _submit_next(reader, items: Iterator[tuple[int, object]]):  # type: ignore[no-untyped-def]

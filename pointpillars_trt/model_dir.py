@@ -25,11 +25,13 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
-from .errors import ConfigError, ModelDirError
+from .errors import ConfigError, InputError, ModelDirError
+from .fileio import read_regular_file
 from .graph_io import check_precision
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"
+MAX_METADATA_BYTES = 1 << 20  # model.json holds a config and a few digests: kilobytes
 GRAPHS = ("pfn", "rpn")
 
 
@@ -81,9 +83,13 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     if not meta_path.is_file():
         raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir (build one with `pointpillars-trt build`)")
     try:
-        meta = json.loads(meta_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        meta = json.loads(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelDirError(f"{meta_path}: unreadable or not valid JSON ({exc})") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep, or numbers too long to be real
+        raise ModelDirError(f"{meta_path}: not a model.json this package wrote ({type(exc).__name__})") from None
+    except InputError as exc:
+        raise ModelDirError(str(exc)) from None
     if not isinstance(meta, dict):
         raise ModelDirError(f"{meta_path}: expected a JSON object, found {type(meta).__name__}")
     version = meta.get("format_version")

@@ -184,3 +184,27 @@ def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in model.path.iterdir()} == before
     with pytest.raises(Exception, match="nms_iou"):
         PointPillars(model, device="cpu", nms_iou=float("nan"))
+
+
+def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path: Path) -> None:
+    """A FIFO, a folder, a file of the wrong size, a transposed .npy and an unknown extension: each is its
+    frame's one-line error, and the good frame still gets its detections."""
+    import os
+
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+    os.mkfifo(tmp_path / "pipe.bin")
+    (tmp_path / "odd.bin").write_bytes(b"\0" * 10)
+    np.save(tmp_path / "wide.npy", np.zeros((4, 100), np.float32))
+    (tmp_path / "frame.xyz").write_text("1 2 3 4\n")
+    (tmp_path / "folder.bin").mkdir()
+    bad = ["pipe.bin", "odd.bin", "wide.npy", "frame.xyz", "folder.bin"]
+    with PointPillars(model, device="cpu") as detector:
+        results = list(detector.infer_many([str(tmp_path / n) for n in [*bad, "good.bin"]], batch_size=2))
+    for result in results[:-1]:
+        assert result.detections is None and isinstance(result.error, InputError), result
+        assert "\n" not in str(result.error)
+    assert results[-1].error is None and results[-1].detections is not None

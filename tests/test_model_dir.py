@@ -264,3 +264,19 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     (first.path / "junk.txt").write_text("not a model dir")
     third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
+
+
+@pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"format_version": ' + "9" * 5000 + "}"])
+def test_a_hostile_model_json_is_one_clear_error(tmp_path: Path, text: str):
+    tiny_model_dir(tmp_path)
+    (tmp_path / "model.json").write_text(text)
+    with pytest.raises(ModelDirError, match="model.json: not a model.json this package wrote"):
+        load_model_dir(tmp_path)
+
+
+def test_a_fifo_as_model_json_is_refused_without_blocking(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    (tmp_path / "model.json").unlink()
+    os.mkfifo(tmp_path / "model.json")
+    with pytest.raises(ModelDirError, match="model.json"):
+        load_model_dir(tmp_path)
