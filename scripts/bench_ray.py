@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Throughput of ``pointpillars_trt.distributed.detect_dataset`` over a folder with 1 vs N workers,
+"""Throughput of ``pointpillars_trt.apps.distributed.detect_dataset`` over a folder with 1 vs N workers,
 checking that every run writes byte-identical per-frame JSON files.
 
 The folder's frames are repeated (``--repeat``) into a scratch folder so that a run lasts long enough
@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pointpillars_trt.distributed import detect_dataset
+from pointpillars_trt.apps.distributed import detect_dataset
 
 ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
 

@@ -12,6 +12,7 @@ from typing import Union
 
 from ..errors import BackendError
 from ..graph_io import MAX_BATCH
+from .availability import cudnn_available, onnxruntime_cuda_available, tensorrt_available
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import CudnnOptions, OrtOptions, TrtOptions
 
@@ -22,30 +23,6 @@ _SUFFIX_BACKENDS: dict[str, Backend] = {
     ".plan": "tensorrt",
     ".engine": "tensorrt",
 }
-
-
-def tensorrt_available() -> bool:
-    """True when the real TensorRT imports (``tensorrt-stubs`` alone also imports, with no Builder)."""
-    try:
-        import tensorrt
-    except ImportError:
-        return False
-    return hasattr(tensorrt, "Builder")
-
-
-def onnxruntime_cuda_available() -> bool:
-    try:
-        import onnxruntime
-    except ImportError:
-        return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
-
-
-def cudnn_available() -> bool:
-    """True when the cuDNN frontend engine can run here (frontend, cuDNN >= 9.5, CuPy, a GPU)."""
-    from .cudnn import cudnn_unavailable_reason
-
-    return cudnn_unavailable_reason() is None
 
 
 def backend_for(path: str | Path) -> Backend:

@@ -26,7 +26,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ..errors import BackendError, ModelDirError
-from . import tensorrt_available
+from .availability import tensorrt_available
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
 

@@ -108,7 +108,7 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
 
 
 def _run_ray(args: argparse.Namespace) -> int:
-    from ...distributed import detect_dataset
+    from ..distributed import detect_dataset
     from ..infer import FrameReport, check_outputs, expand_frame_paths
 
     if not args.out or not args.model:

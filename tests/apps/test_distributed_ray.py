@@ -138,7 +138,7 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
                                                          tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
-    from pointpillars_trt.distributed import detect_dataset
+    from pointpillars_trt.apps.distributed import detect_dataset
 
     model = assets / CHECKPOINT
     local_infer(kitti_folder, model, tmp_path / "local")
@@ -163,7 +163,7 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tiny import tiny_model_dir
 
-    from pointpillars_trt.distributed import detect_dataset
+    from pointpillars_trt.apps.distributed import detect_dataset
 
     model = tiny_model_dir(tmp_path / "model")
     summary = detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=1,

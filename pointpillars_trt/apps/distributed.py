@@ -22,14 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .apps.infer import (FRAME_ERRORS, FrameOutput, FrameReport, OutputPlan, _detect, _Read, expand_frame_paths,
+from .infer import (FRAME_ERRORS, FrameOutput, FrameReport, OutputPlan, _detect, _Read, expand_frame_paths,
                          intensity_warning, one_line, write_frame_outputs)
-from .errors import BackendError, InputError
-from .fileio import safe_repr
-from .pointcloud_io import read_points
+from ..errors import BackendError, InputError
+from ..fileio import safe_repr
+from ..pointcloud_io import read_points
 
 if TYPE_CHECKING:
-    from .detections import Detections
+    from ..detections import Detections
 
 OUTPUT_FORMATS = ("json", "kitti", "parquet")
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
@@ -82,7 +82,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         raise InputError("viz pictures are written beside JSON or KITTI outputs, not with parquet")
     read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
     entries = _sources(paths_or_uri, read)
-    from .apps.serve.repository import resolve_model
+    from .serve.repository import resolve_model
 
     found = resolve_model(model)
     target = Path(out)
@@ -251,7 +251,7 @@ class _DetectActor:
 
     def __init__(self, model_dir: str, device: str, threads: int | None, plan: OutputPlan, point_dim: int,
                  intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str]) -> None:
-        from .detector import PointPillars
+        from ..detector import PointPillars
 
         self.detector = PointPillars.from_model_dir(model_dir, device=device, threads=threads)
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
@@ -268,7 +268,7 @@ class _DetectActor:
 
         import pyarrow as pa
 
-        from .pointcloud_io import intensity_looks_8bit
+        from ..pointcloud_io import intensity_looks_8bit
 
         paths = [str(path) for path in batch["path"]]
         sources = [self.names.get(path, path) for path in paths]
@@ -344,7 +344,7 @@ def _schema(output_format: str, class_names: tuple[str, ...]) -> Any:
     becomes a new column)."""
     import pyarrow as pa
 
-    from .detections import Detections, FrameStats
+    from ..detections import Detections, FrameStats
 
     lists = {"list<list<double>>": pa.list_(pa.list_(pa.float64())), "list<double>": pa.list_(pa.float64()),
              "list<string>": pa.list_(pa.string())}
