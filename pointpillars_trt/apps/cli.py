@@ -17,15 +17,7 @@ from typing import Any
 from .. import __version__
 from ..errors import PointPillarsError
 from ..fileio import safe_repr
-from .infer import (  # noqa: F401 - re-exported: apps/serve imports them from here
-    _check_unique_names,
-    add_infer_parser,
-    check_unique_names,
-    device_arg,
-    expand_frame_paths,
-    one_line,
-    positive_int,
-)
+from .infer import add_infer_parser, device_arg, one_line, positive_int
 
 EXIT_FRAME_FAILURES = 1
 EXIT_USER_ERROR = 2

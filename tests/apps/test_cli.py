@@ -716,7 +716,7 @@ def test_error_message_of_memory_error_and_others():
 
 def test_memory_error_is_one_line(tmp_path: Path, repo_root: Path):
     """A real MemoryError: eval parses a 16 MB label file under a tight address-space limit."""
-    resource = pytest.importorskip("resource")
+    pytest.importorskip("resource")
     labels, pred = tmp_path / "labels", tmp_path / "pred"
     labels.mkdir()
     pred.mkdir()

@@ -16,7 +16,7 @@ from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.errors import BackendError
 from pointpillars_trt.runtime.cudnn import (CudnnOptions, conv_filter_krsc, cudnn_unavailable_reason, plan_cache_key,
                                             plan_cache_name, read_rpn_weights, rpn_conv_layers)
-from tiny import tiny_config, tiny_model_dir
+from tiny import tiny_model_dir
 
 # -- float64 NumPy RPN (NHWC), straight from the ONNX initializers ---------------------------------
 
