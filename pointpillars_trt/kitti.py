@@ -423,21 +423,6 @@ def detections_to_kitti_lines(
     return KittiLines(lines, int((~keep).sum()), dropped_nonfinite, index[keep].astype(np.int64))
 
 
-def lidar_boxes_to_kitti_lines(
-    boxes: np.ndarray,
-    scores: np.ndarray,
-    names: Sequence[str],
-    calib: Calibration,
-    image_shape: tuple[int, int] | None = None,
-    *,
-    keep_out_of_view: bool = False,
-) -> list[str]:
-    """Only the lines of :func:`detections_to_kitti_lines` (for callers that need no counts)."""
-    return detections_to_kitti_lines(
-        boxes, scores, names, calib, image_shape, keep_out_of_view=keep_out_of_view
-    ).lines
-
-
 class LabelBoxes(NamedTuple):
     """Objects of a KITTI label file in the lidar frame (OpenPCDet box convention)."""
 

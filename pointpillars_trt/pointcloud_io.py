@@ -15,7 +15,7 @@ from typing import IO, Union
 import numpy as np
 
 from .errors import InputError
-from .fileio import open_regular_file, safe_repr
+from .fileio import open_regular_file, read_regular_file, safe_repr
 from .points import MAX_FRAME_POINTS, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -110,19 +110,13 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
     points) before anything is read."""
     limit = MAX_FRAME_POINTS * row_bytes
     f, size = open_regular_file(path, max_bytes=2**62, what=what)
-    with f:
-        if size > limit:
-            raise InputError(
-                f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
-                f"more than the limit of {MAX_FRAME_POINTS} points a frame"
-            )
-        try:
-            data = f.read(limit + 1)
-        except OSError as exc:
-            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} {safe_repr(path)} grew past {MAX_FRAME_POINTS} points while being read")
-    return data
+    f.close()
+    if size > limit:
+        raise InputError(
+            f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
+            f"more than the limit of {MAX_FRAME_POINTS} points a frame"
+        )
+    return read_regular_file(path, max_bytes=limit, what=what)
 
 
 # --------------------------------------------------------------------------- .npy

@@ -19,7 +19,6 @@ from pointpillars_trt.kitti import (
     finite_detections,
     image_shape_for_frame,
     kitti_label_to_lidar_boxes,
-    lidar_boxes_to_kitti_lines,
     normalize_heading,
     read_calibration,
     read_velodyne_bin,
@@ -255,7 +254,6 @@ def test_lines_match_an_independent_computation(assets: Path, calib134: Calibrat
     assert 0 < sum(in_view) < 20  # some boxes of the random set lie wholly beside the image
     assert default.lines == [line for line, keep in zip(result.lines, in_view) if keep]
     assert default.dropped_out_of_view == 20 - sum(in_view) and default.kept.tolist() == np.flatnonzero(in_view).tolist()
-    assert lidar_boxes_to_kitti_lines(boxes, scores, names, calib134) == default.lines
 
 
 def test_lines_clip_2d_box_to_given_image_shape(assets: Path, calib134: Calibration) -> None:
@@ -283,18 +281,18 @@ def test_lines_clip_2d_box_to_given_image_shape(assets: Path, calib134: Calibrat
 
 
 def test_lines_empty_and_mismatched(calib134: Calibration) -> None:
-    assert lidar_boxes_to_kitti_lines(np.zeros((0, 7)), np.zeros(0), [], calib134) == []
+    assert detections_to_kitti_lines(np.zeros((0, 7)), np.zeros(0), [], calib134).lines == []
     with pytest.raises(InputError, match="expected the same count"):
-        lidar_boxes_to_kitti_lines(np.zeros((2, 7)), np.zeros(2), ["Car"], calib134)
+        detections_to_kitti_lines(np.zeros((2, 7)), np.zeros(2), ["Car"], calib134).lines
     with pytest.raises(InputError, match=r"\(N, 7\)"):
-        lidar_boxes_to_kitti_lines(np.zeros((2, 8)), np.zeros(2), ["Car"] * 2, calib134)
+        detections_to_kitti_lines(np.zeros((2, 8)), np.zeros(2), ["Car"] * 2, calib134).lines
 
 
 def test_round_trip_lidar_lines_lidar(calib134: Calibration) -> None:
     boxes = random_boxes(40, seed=3)
     scores = np.random.default_rng(4).uniform(0.1, 1, 40)
     names = ["Car", "Pedestrian"] * 20
-    lines = lidar_boxes_to_kitti_lines(boxes, scores, names, calib134, keep_out_of_view=True)
+    lines = detections_to_kitti_lines(boxes, scores, names, calib134, keep_out_of_view=True).lines
     back = kitti_label_to_lidar_boxes(lines, calib134)
     assert back.names == names
     assert back.boxes.shape == (40, 7) and back.boxes.dtype == np.float32
@@ -337,7 +335,7 @@ def test_label_000134_to_lidar_matches_camera_corners(assets: Path, calib134: Ca
 def test_label_round_trip_to_lines(assets: Path, calib134: Calibration) -> None:
     label = assets / "kitti/training/label_2/000134.txt"
     got = kitti_label_to_lidar_boxes(label, calib134)
-    lines = lidar_boxes_to_kitti_lines(got.boxes, np.ones(len(got.names)), got.names, calib134)
+    lines = detections_to_kitti_lines(got.boxes, np.ones(len(got.names)), got.names, calib134).lines
     objects = [line.split() for line in label.read_text().splitlines() if not line.startswith("DontCare")]
     for orig, new in zip(objects, lines):
         a, b = np.array(orig[8:15], float), np.array(new.split()[8:15], float)

@@ -85,24 +85,22 @@ def batch_size_arg(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def _float_arg(text: str, ok: Callable[[float], bool], expected: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (np.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite positive number")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
     return value
+
+
+def positive_float(text: str) -> float:
+    return _float_arg(text, lambda v: bool(np.isfinite(v)) and v > 0, "a finite positive number")
 
 
 def unit_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in [0, 1]")
-    return value
+    return _float_arg(text, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def image_shape_arg(text: str) -> tuple[int, int]:

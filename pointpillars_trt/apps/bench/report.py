@@ -13,67 +13,60 @@ from ...fileio import write_json_atomic, write_text_atomic
 def markdown_report(results: dict[str, Any]) -> str:
     lines = [f"# pointpillars-trt bench — {results['device_name']}", ""]
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
-              f"iterations per set: {results['iterations']} (warm-up frames per run in the table)", ""]
-    runs = results["runs"]
-    lines += ["## Latency, one frame at a time (ms; stages: GPU time from CUDA events, e2e: host to host)", "",
-              "| engine | precision | frames | avg points | avg pillars | " + " | ".join(STAGE_ORDER)
-              + " | stages total | e2e min | e2e p50 | e2e p90 | e2e p99 | warm-up | mode |",
-              "|" + " --- |" * 17]
-    for run in runs:
-        st, e2e = run["stages_ms"], run["e2e_ms"]
-        lines.append(
-            f"| {run['engine']} | {run['precision']} | {run['frames']} | {run['avg_points']:.0f} | "
-            f"{run['avg_pillars']:.0f} | " + " | ".join(_ms(st.get(s)) for s in STAGE_ORDER)
-            + f" | {_ms(st.get('total'))} | {_ms(e2e['min'])} | {_ms(e2e['p50'])} | {_ms(e2e['p90'])} | {_ms(e2e['p99'])}"
-            f" | {run.get('warmup', '—')} | {run.get('mode', '—')} |"
-        )
-    sweep = results.get("batches") or []
-    if sweep:
-        lines += ["", "## Batch sweep (one pipeline, B frames per call, host to host)", "",
-                  "| engine | precision | frames | batch | batch p50 ms | batch p99 ms | ms per frame | frames/s | rpn ms (last batch) |",
-                  "|" + " --- |" * 9]
-        for s in sweep:
-            lines.append(f"| {s['engine']} | {s['precision']} | {s['frames']} | {s['batch']} | {_ms(s['batch_ms']['p50'])} | "
-                         f"{_ms(s['batch_ms']['p99'])} | {_ms(s['frame_ms_p50'])} | {s['fps']:.0f} | "
-                         f"{_ms(s['stages_ms'].get('rpn'))} |")
-    ratios = results.get("ratios") or []
-    if ratios:
-        lines += ["", "## Against the baselines (p50 end to end, same weights and frames)", "",
-                  "| frames | ours | ours p50 | baseline | baseline p50 | speed-up |", "|" + " --- |" * 6]
-        for r in ratios:
-            lines.append(f"| {r['frames']} | {r['ours']} | {_ms(r['ours_p50'])} | {r['baseline']} | "
-                         f"{_ms(r['baseline_p50'])} | {r['speedup']:.1f}x |")
-    tput = results.get("throughput") or []
-    if tput:
-        lines += ["", "## Throughput (independent pipelines, one stream and one host thread each)", "",
-                  "| engine | precision | frames | pipelines | batch | frames/s |", "|" + " --- |" * 6]
-        for t in tput:
-            lines.append(f"| {t['engine']} | {t['precision']} | {t['frames']} | {t['pipelines']} | {t.get('batch', 1)} | "
-                         f"{t['fps']:.0f} |")
-    copies = results.get("copies") or []
-    if copies:
-        lines += ["", "## Copies per frame", "",
-                  "| engine | frames | H2D copies | H2D bytes | D2H copies | D2H bytes |", "|" + " --- |" * 6]
-        for c in copies:
-            lines.append(f"| {c['engine']} | {c['frames']} | {c['h2d_copies']} | {c['h2d_bytes']} | "
-                         f"{c['d2h_copies']} | {c['d2h_bytes']} |")
-    memory = results.get("memory") or []
-    if memory:
-        lines += ["", "## Device memory of one pipeline (MiB, measured around it alone, caches released between)", "",
-                  "| engine | precision | batch | device MiB |", "|" + " --- |" * 4]
-        for m in memory:
-            lines.append(f"| {m['engine']} | {m['precision']} | {m['batch']} | {m['device_mib']:.0f} |")
+              f"iterations per set: {results['iterations']} (warm-up frames per run in the table)"]
+    lines += _table(
+        "Latency, one frame at a time (ms; stages: GPU time from CUDA events, e2e: host to host)",
+        ["engine", "precision", "frames", "avg points", "avg pillars", *STAGE_ORDER, "stages total", "e2e min",
+         "e2e p50", "e2e p90", "e2e p99", "warm-up", "mode"],
+        [[r["engine"], r["precision"], r["frames"], f"{r['avg_points']:.0f}", f"{r['avg_pillars']:.0f}",
+          *(_ms(r["stages_ms"].get(s)) for s in STAGE_ORDER), _ms(r["stages_ms"].get("total")),
+          *(_ms(r["e2e_ms"][k]) for k in ("min", "p50", "p90", "p99")), r.get("warmup", "—"), r.get("mode", "—")]
+         for r in results["runs"]])
+    lines += _table(
+        "Batch sweep (one pipeline, B frames per call, host to host)",
+        ["engine", "precision", "frames", "batch", "batch p50 ms", "batch p99 ms", "ms per frame", "frames/s",
+         "rpn ms (last batch)"],
+        [[s["engine"], s["precision"], s["frames"], s["batch"], _ms(s["batch_ms"]["p50"]), _ms(s["batch_ms"]["p99"]),
+          _ms(s["frame_ms_p50"]), f"{s['fps']:.0f}", _ms(s["stages_ms"].get("rpn"))]
+         for s in results.get("batches") or []])
+    lines += _table(
+        "Against the baselines (p50 end to end, same weights and frames)",
+        ["frames", "ours", "ours p50", "baseline", "baseline p50", "speed-up"],
+        [[r["frames"], r["ours"], _ms(r["ours_p50"]), r["baseline"], _ms(r["baseline_p50"]), f"{r['speedup']:.1f}x"]
+         for r in results.get("ratios") or []])
+    lines += _table(
+        "Throughput (independent pipelines, one stream and one host thread each)",
+        ["engine", "precision", "frames", "pipelines", "batch", "frames/s"],
+        [[t["engine"], t["precision"], t["frames"], t["pipelines"], t.get("batch", 1), f"{t['fps']:.0f}"]
+         for t in results.get("throughput") or []])
+    lines += _table(
+        "Copies per frame",
+        ["engine", "frames", "H2D copies", "H2D bytes", "D2H copies", "D2H bytes"],
+        [[c["engine"], c["frames"], c["h2d_copies"], c["h2d_bytes"], c["d2h_copies"], c["d2h_bytes"]]
+         for c in results.get("copies") or []])
+    lines += _table(
+        "Device memory of one pipeline (MiB, measured around it alone, caches released between)",
+        ["engine", "precision", "batch", "device MiB"],
+        [[m["engine"], m["precision"], m["batch"], f"{m['device_mib']:.0f}"] for m in results.get("memory") or []])
     soak = results.get("soak")
     if soak:
-        lines += ["", "## Soak", "", "| frames | device MiB start | end | host RSS MiB start | end | p50 first 10% | p50 last 10% |",
-                  "|" + " --- |" * 7,
-                  f"| {soak['frames']} | {soak['device_mib_start']:.0f} | {soak['device_mib_end']:.0f} | "
-                  f"{soak['host_rss_mib_start']:.0f} | {soak['host_rss_mib_end']:.0f} | {_ms(soak['p50_first'])} | "
-                  f"{_ms(soak['p50_last'])} |"]
+        lines += _table(
+            "Soak", ["frames", "device MiB start", "end", "host RSS MiB start", "end", "p50 first 10%", "p50 last 10%"],
+            [[soak["frames"], f"{soak['device_mib_start']:.0f}", f"{soak['device_mib_end']:.0f}",
+              f"{soak['host_rss_mib_start']:.0f}", f"{soak['host_rss_mib_end']:.0f}", _ms(soak["p50_first"]),
+              _ms(soak["p50_last"])]])
     notes = results.get("notes") or []
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def _table(title: str, header: list[str], rows: list[list[Any]]) -> list[str]:
+    """A markdown section with one table; nothing when there are no rows."""
+    if not rows:
+        return []
+    return ["", f"## {title}", "", "| " + " | ".join(header) + " |", "|" + " --- |" * len(header),
+            *("| " + " | ".join(str(v) for v in row) + " |" for row in rows)]
 
 
 def _ms(value: float | None) -> str:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError
-from ...kitti import lidar_boxes_to_kitti_lines, read_calibration
+from ...kitti import detections_to_kitti_lines, read_calibration
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
 _PRED_FIELDS = 16  # the same plus score
@@ -104,7 +104,7 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
         raise InputError(f"prediction file {path} is not an infer JSON record: {e}") from None
     calib = read_calibration(calib_dir / f"{path.stem}.txt")
     try:
-        return lidar_boxes_to_kitti_lines(boxes, scores, labels, calib)
+        return detections_to_kitti_lines(boxes, scores, labels, calib).lines
     except PointPillarsError as e:
         raise InputError(f"prediction file {path}: {e}") from None
 
