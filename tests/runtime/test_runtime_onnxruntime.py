@@ -356,13 +356,19 @@ def test_cuda_engine_checks_stream_bindings_and_shapes(cp, stream, pfn):
             engine.run_host({"pillars": pillars(10)})
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt"])
+@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt", "cudnn"])
 @pytest.mark.parametrize("tf32", [False, True])
 def test_tf32_and_device_reach_every_backends_options(backend: str, tf32: bool) -> None:
-    from pointpillars_trt.runtime import engine_options_for
+    from pointpillars_trt.runtime import CudnnOptions, engine_options_for
 
     options = engine_options_for(backend, device_id=1, tf32=tf32, precision="fp32", config_digest="d" * 16)
-    assert options.tf32 is tf32 and options.device_id == 1
+    assert options.device_id == 1
+    if isinstance(options, CudnnOptions):  # fp32 graphs: TF32 convs, or IEEE fp32 ones
+        assert options.precision == ("tf32" if tf32 else "fp32") and options.config_digest == "d" * 16
+        assert engine_options_for(backend, device_id=0, tf32=tf32, precision="fp16",
+                                  config_digest="d" * 16).precision == "fp16"  # type: ignore[union-attr]
+        return
+    assert options.tf32 is tf32
     if backend == "tensorrt":  # what a prebuilt plan must match
         assert (options.precision, options.config_digest) == ("fp32", "d" * 16)
 
