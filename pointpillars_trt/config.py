@@ -25,7 +25,7 @@ from typing import Any, Literal, NoReturn, TypeVar, get_args
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, escape_text
 
 FEATURE_NAMES = (
     "x", "y", "z", "intensity",
@@ -251,7 +251,7 @@ def parse_yaml(data: bytes, source: str) -> Any:
         return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         where = f" at line {exc.problem_mark.line + 1}, column {exc.problem_mark.column + 1}" if exc.problem_mark else ""
-        raise ConfigError(f"{source}: not a valid config YAML{where}: {_clip(str(exc.problem), 120)}") from None
+        raise ConfigError(f"{source}: not a valid config YAML{where}: {escape_text(str(exc.problem), 120)}") from None
     except (yaml.YAMLError, ValueError, RecursionError) as exc:  # ValueError: e.g. an integer of 5000 digits
         raise ConfigError(f"{source}: not a valid config YAML ({type(exc).__name__})") from None
 
@@ -266,14 +266,7 @@ def short_repr(value: object, limit: int = 60) -> str:
         text = _REPR.repr(value)
     except Exception:  # noqa: BLE001 - e.g. an int too large to print; the type is enough
         text = f"<{type(value).__name__}>"
-    return _clip(text, limit)
-
-
-def _clip(text: str, limit: int) -> str:
-    """``text`` with non-ASCII and control characters escaped, cut to ``limit`` characters."""
-    text = text.encode("ascii", "backslashreplace").decode("ascii")
-    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return escape_text(text, limit)
 
 
 # --------------------------------------------------------------------------- field rules

@@ -1,4 +1,5 @@
-"""One exception family, so callers (and the CLI) can tell user errors from bugs."""
+"""One exception family, so callers (and the CLI) can tell user errors from bugs, and the one way
+their messages show untrusted text."""
 
 
 class PointPillarsError(Exception):
@@ -23,3 +24,12 @@ class ModelDirError(PointPillarsError):
 
 class BackendError(PointPillarsError):
     """An engine backend (CUDA, CuPy, ONNX Runtime, TensorRT) that is absent or failed."""
+
+
+def escape_text(text: str, limit: int | None = None) -> str:
+    """``text`` safe for a one-line message: every character that is not printable ASCII (newline, ESC,
+    bidi overrides, non-ASCII) escaped, and cut to ``limit`` characters with ``...``. Only the first
+    ``limit`` + 1 characters are looked at, so a huge value costs nothing."""
+    cut = text if limit is None else text[: limit + 1]
+    out = "".join(c if c.isprintable() and c.isascii() else c.encode("unicode_escape").decode("ascii") for c in cut)
+    return out if limit is None or len(out) <= limit else out[: max(limit - 3, 0)] + "..."

@@ -41,7 +41,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from ..config import ModelConfig, load_config
-from ..errors import CheckpointError
+from ..errors import CheckpointError, escape_text
 from .weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 Layout = Literal["openpcdet", "zhulf0804"]
@@ -65,13 +65,6 @@ _INT64_LIMIT = 2**63
 # ---------------------------------------------------------------------------------------------
 # Messages: untrusted values are shown short and escaped
 # ---------------------------------------------------------------------------------------------
-
-
-def _escape(text: str, limit: int | None = None) -> str:
-    """``text`` with every non-printable character (newline, ESC, bidi overrides) escaped, cut at ``limit``."""
-    cut = text if limit is None else text[: limit + 1]
-    out = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in cut)
-    return out if limit is None or len(out) <= limit else out[: max(limit - 3, 0)] + "..."
 
 
 def _bounded_repr(value: Any, depth: int, limit: int) -> str:
@@ -100,7 +93,7 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
         return brackets[0] + inner + brackets[1]
     if isinstance(value, np.ndarray):
         return f"<array {value.dtype} {value.shape}>"
-    return f"<{_escape(type(value).__name__, 40)}>"
+    return f"<{escape_text(type(value).__name__, 40)}>"
 
 
 def short_repr(value: Any, limit: int = 60) -> str:
@@ -110,12 +103,12 @@ def short_repr(value: Any, limit: int = 60) -> str:
         text = _bounded_repr(value, 3, limit)
     except Exception:  # e.g. RecursionError from a pathological object
         text = f"<{type(value).__name__}>"
-    return _escape(text, limit)
+    return escape_text(text, limit)
 
 
 def _key_text(key: Any, limit: int = 100) -> str:
     """A state-dict key as listed in messages: plain text for a string, else its short repr."""
-    return _escape(key, limit) if isinstance(key, str) else short_repr(key, limit)
+    return escape_text(key, limit) if isinstance(key, str) else short_repr(key, limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,7 +290,7 @@ class _Unpickler(pickle.Unpickler):
         found = _ALLOWED_GLOBALS.get((module, name))
         if found is None:
             raise CheckpointError(
-                f"{self.source}: refusing to load global '{_escape(str(module), 60)}.{_escape(str(name), 60)}': "
+                f"{self.source}: refusing to load global '{escape_text(str(module), 60)}.{escape_text(str(name), 60)}': "
                 "a checkpoint may name only tensors, torch storage types and OrderedDict (plain pickle would run this)"
             )
         return found
@@ -326,7 +319,7 @@ def _one_line(exc: BaseException) -> str:
         text = str(exc)
     except Exception:  # e.g. a KeyError holding a 5000-digit int
         text = ""
-    text = _escape(" ".join(text[:1000].split()), 200)
+    text = escape_text(" ".join(text[:1000].split()), 200)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
@@ -426,15 +419,15 @@ def _open_record(archive: zipfile.ZipFile, name: str, limit: int, source: str) -
     decompressing more than that (a declared size can lie; a bomb stops at ``limit`` + 1)."""
     info = archive.getinfo(name)
     if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
-        raise _Malformed(f"record {_escape(name, 80)} uses compression method {info.compress_type}; "
+        raise _Malformed(f"record {escape_text(name, 80)} uses compression method {info.compress_type}; "
                          "torch writes stored (or deflated) records only")
     if info.file_size > limit:
-        raise _Malformed(f"record {_escape(name, 80)} declares {info.file_size} bytes, more than the {limit} "
+        raise _Malformed(f"record {escape_text(name, 80)} declares {info.file_size} bytes, more than the {limit} "
                          "it may have")
     with archive.open(info) as record:
         raw = record.read(limit + 1)
     if len(raw) > limit:
-        raise _Malformed(f"record {_escape(name, 80)} holds more than {limit} bytes")
+        raise _Malformed(f"record {escape_text(name, 80)} holds more than {limit} bytes")
     return raw
 
 
@@ -448,14 +441,14 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
         raise CheckpointError(f"{source}: zip archive is not a torch checkpoint: expected one "
                               f"'<folder>/data.pkl', found {len(pickles)}")
     prefix = pickles[0][: -len("data.pkl")]
-    shown = _escape(pickles[0], 80)
+    shown = escape_text(pickles[0], 80)
     with _reading(source, f"cannot read {shown}"):
         raw = _open_record(archive, pickles[0], min(MAX_PICKLE_BYTES, budget.total), source)
         budget.take(len(raw), shown)
         obj, refs = _unpickle(io.BytesIO(raw), source, shown, budget)
     byteorder_raw = b"little"
     if prefix + "byteorder" in names:
-        with _reading(source, f"cannot read {_escape(prefix, 80)}byteorder"):
+        with _reading(source, f"cannot read {escape_text(prefix, 80)}byteorder"):
             byteorder_raw = _open_record(archive, prefix + "byteorder", _SMALL_RECORD_BYTES, source)
     byteorder = byteorder_raw.decode("ascii", "replace")
     if byteorder not in ("little", "big"):
@@ -463,19 +456,19 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
     # Check every storage record's declared size now (no decompression); read one when a tensor needs it.
     for ref in refs.values():
         name = f"{prefix}data/{ref.key}"
-        with _reading(source, f"cannot read storage record {_escape(name, 80)}"):
+        with _reading(source, f"cannot read storage record {escape_text(name, 80)}"):
             info = archive.getinfo(name)
         if info.file_size != ref.nbytes:
-            raise CheckpointError(f"{source}: storage record {_escape(name, 80)} has {info.file_size} bytes, "
+            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {info.file_size} bytes, "
                                   f"expected {ref.nbytes} ({ref.numel} x {ref.dtype})")
 
     def read_storage(ref: _StorageRef) -> bytes:
         name = f"{prefix}data/{ref.key}"
-        with _reading(source, f"cannot read storage record {_escape(name, 80)}"):
-            budget.take(ref.nbytes, f"storage record {_escape(name, 80)}")
+        with _reading(source, f"cannot read storage record {escape_text(name, 80)}"):
+            budget.take(ref.nbytes, f"storage record {escape_text(name, 80)}")
             raw = _open_record(archive, name, ref.nbytes, source)
         if len(raw) != ref.nbytes:
-            raise CheckpointError(f"{source}: storage record {_escape(name, 80)} has {len(raw)} bytes, "
+            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {len(raw)} bytes, "
                                   f"expected {ref.nbytes} ({ref.numel} x {ref.dtype})")
         return raw
 
@@ -584,7 +577,7 @@ def _parse(data: bytes, source: str) -> _Parsed:
 
 
 def _source(path: Path) -> str:
-    return _escape(str(path))
+    return escape_text(str(path))
 
 
 def read_pth(path: str | os.PathLike[str]) -> Any:
@@ -707,7 +700,7 @@ def _describe(value: Any) -> str:
         return f"{np.dtype(value.storage.dtype).name} {short_repr(value.size)}"
     if isinstance(value, _StorageRef):
         return "bare storage"
-    return _escape(type(value).__name__, 40)
+    return escape_text(type(value).__name__, 40)
 
 
 def _listing(items: list[str], limit: int = 10) -> str:
@@ -781,7 +774,7 @@ def detect_layout(obj: Any, source: str = "checkpoint") -> tuple[Layout, dict[st
     """(layout, state dict) of a loaded checkpoint: a bare state dict or one wrapped in
     ``model_state`` (OpenPCDet), ``state_dict`` or ``model``."""
     if not isinstance(obj, dict):
-        held = "tensor" if isinstance(obj, _TensorRef) else _escape(type(obj).__name__, 40)
+        held = "tensor" if isinstance(obj, _TensorRef) else escape_text(type(obj).__name__, 40)
         raise CheckpointError(f"{source}: the file holds a {held}, expected a state dict "
                               "or a dict holding one")
     candidates = [obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)] + [obj]
