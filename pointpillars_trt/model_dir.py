@@ -163,19 +163,25 @@ def package_version() -> str:
         return "unknown"
 
 
+def graph_initializers(path: Path) -> dict[str, np.ndarray]:
+    """The named weights of an ONNX graph of a model dir (the engines and kernels that compute the
+    graph's function themselves read them here)."""
+    import onnx
+    from onnx import numpy_helper
+
+    try:
+        graph = onnx.load(str(path)).graph
+    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
+        raise ModelDirError(f"{path}: not a readable ONNX graph ({type(exc).__name__})") from None
+    return {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+
+
 def pfn_weights(model: ModelDir) -> tuple[np.ndarray, np.ndarray]:
     """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx``, as float32.
 
     The GPU pipeline's fused PFN kernel computes the graph's function from them.
     """
-    import onnx
-    from onnx import numpy_helper
-
-    try:
-        graph = onnx.load(str(model.pfn_path)).graph
-    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
-        raise ModelDirError(f"{model.pfn_path}: not a readable ONNX graph ({type(exc).__name__})") from None
-    found = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in ("pfn.weight", "pfn.bias")}
-    if len(found) != 2:
+    found = graph_initializers(model.pfn_path)
+    if "pfn.weight" not in found or "pfn.bias" not in found:
         raise ModelDirError(f"{model.pfn_path}: lacks pfn.weight / pfn.bias: not made by this package")
     return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

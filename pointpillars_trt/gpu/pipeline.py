@@ -123,6 +123,7 @@ class GpuPipeline:
         self.graph_failures: dict[str, str] = {}
         self._pfn: Engine | None = None
         self._rpn: Engine | None = None
+        self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
         try:
             with self._device, self.stream:
                 self._allocate(max_points)
@@ -158,7 +159,7 @@ class GpuPipeline:
         self._results_host = cupyx.empty_pinned((b, rows, OUTPUT_ROW), np.float32)
         self._header_rows = -(-2 * b // 4)  # (count, first row) int32 pairs, four int32 per row
         self._allocate_input(max_points)
-        weights = None if self.pfn_engine else pfn_weights(self.model)
+        weights = self._pfn_weights
         self._slots = [
             _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
                   canvas_type, self._results[i])

@@ -36,6 +36,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import BackendError
 from ..fileio import write_bytes_atomic
+from ..model_dir import graph_initializers, load_model_dir
 from .base import Engine, Shape, TensorSpec
 from .options import CudnnOptions
 
@@ -194,17 +195,6 @@ def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -
     return RpnWeights(convs, deconvs, head_w, head_b)
 
 
-def load_onnx_initializers(path: Path) -> dict[str, np.ndarray]:
-    import onnx
-    from onnx import numpy_helper
-
-    try:
-        model = onnx.load(str(path))
-    except Exception as exc:
-        raise BackendError(f"{path}: not a readable ONNX model ({type(exc).__name__}: {exc})") from exc
-    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-
-
 def conv_filter_krsc(weight: np.ndarray) -> np.ndarray:
     """ONNX conv weight (K, C, R, S) -> the KRSC memory order of cuDNN's NHWC filter."""
     return np.ascontiguousarray(weight.transpose(0, 2, 3, 1))
@@ -261,8 +251,6 @@ class CudnnEngine(Engine):
     @property
     def cfg(self) -> ModelConfig:
         if self._cfg is None:
-            from ..model_dir import load_model_dir
-
             self._cfg = load_model_dir(self.path.parent).cfg
         return self._cfg
 
@@ -287,7 +275,7 @@ class CudnnEngine(Engine):
                 f"{self.path}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
             )
         self._layers = rpn_conv_layers(cfg)
-        weights = read_rpn_weights(load_onnx_initializers(self.path), cfg)
+        weights = read_rpn_weights(graph_initializers(self.path), cfg)
         self._cp, self._cudnn = cp, cudnn
         self._device = cp.cuda.Device(opt.device_id)
         dtype = opt.dtype

@@ -28,7 +28,7 @@ class OrtOptions:
     tf32: bool = False
 
     def __post_init__(self) -> None:
-        _check_device_id(self.device_id)
+        _check_device_id(self.device_id, "OrtOptions")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
                                          or self.threads < 1):
             raise BackendError(f"OrtOptions.threads: expected a positive int or None, received {self.threads!r}")
@@ -45,7 +45,7 @@ class TrtOptions:
     tf32: bool | None = None
 
     def __post_init__(self) -> None:
-        _check_device_id(self.device_id)
+        _check_device_id(self.device_id, "TrtOptions")
 
 
 CudnnPrecision = Literal["fp16", "tf32", "fp32"]
@@ -72,8 +72,7 @@ class CudnnOptions:
     max_batch: int = 8
 
     def __post_init__(self) -> None:
-        if isinstance(self.device_id, bool) or not isinstance(self.device_id, int) or self.device_id < 0:
-            raise BackendError(f"CudnnOptions.device_id: expected a CUDA device index >= 0, received {self.device_id!r}")
+        _check_device_id(self.device_id, "CudnnOptions")
         if self.precision not in CUDNN_PRECISIONS:
             raise BackendError(f"CudnnOptions.precision: received {self.precision!r}. Note: Expected one of {CUDNN_PRECISIONS}")
         if self.config_digest is not None and (not isinstance(self.config_digest, str) or not self.config_digest):
@@ -97,6 +96,6 @@ class CudnnOptions:
         return np.dtype(np.float16 if self.precision == "fp16" else np.float32)
 
 
-def _check_device_id(device_id: object) -> None:
+def _check_device_id(device_id: object, owner: str) -> None:
     if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
-        raise BackendError(f"device_id: expected a CUDA device index >= 0, received {device_id!r}")
+        raise BackendError(f"{owner}.device_id: expected a CUDA device index >= 0, received {device_id!r}")
