@@ -271,12 +271,12 @@ def short_repr(value: object, limit: int = 60) -> str:
 
 # --------------------------------------------------------------------------- field rules
 
-# Bounds of the CUDA kernels (gpu/), enforced here so that the CPU path refuses what the GPU path
+# Bounds of the CUDA kernels (kernels/), enforced here so that the CPU path refuses what the GPU path
 # cannot run; tests/test_config.py checks them against the GPU modules' constants.
 STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of one CUDA block
-GATHER_WARPS = 8  # gpu/voxelize.py VoxelizeStage.GATHER_WARPS: pillars per vox_gather block
-PFN_PILLARS_PER_BLOCK = 4  # gpu/pfn.py PfnStage.PILLARS_PER_BLOCK
-SORT_LIMIT = 4096  # gpu/postprocess.py _SORT_LIMIT: keys of one in-block bitonic sort
+GATHER_WARPS = 8  # kernels/voxelize.py VoxelizeStage.GATHER_WARPS: pillars per vox_gather block
+PFN_PILLARS_PER_BLOCK = 4  # kernels/pfn.py PfnStage.PILLARS_PER_BLOCK
+SORT_LIMIT = 4096  # kernels/postprocess.py _SORT_LIMIT: keys of one in-block bitonic sort
 # vox_gather stages GATHER_WARPS x MAX_PTS float4 (16 B) in shared memory: 384 points.
 MAX_POINTS_PER_PILLAR = STATIC_SHARED_BYTES // (GATHER_WARPS * 16)
 MAX_PFN_CHANNELS = 1024 // PFN_PILLARS_PER_BLOCK  # pfn_forward runs (channels, pillars per block) threads
@@ -288,7 +288,7 @@ MAX_PILLARS = 2**20
 # tensor is indexable in int32 and within TensorRT's tensor volume.
 MAX_GRID_CELLS = 2**26
 INDEX_LIMIT = 2**31
-# With per-class NMS's next_pow2(classes x pre_nms_top_k) <= SORT_LIMIT (gpu/postprocess.py's rule),
+# With per-class NMS's next_pow2(classes x pre_nms_top_k) <= SORT_LIMIT (kernels/postprocess.py's rule),
 # 64 classes keep postprocess.cu's 16-bit slot (class x max(64, next_pow2(top_k)) + rank) below 2**16.
 MAX_CLASSES = 64
 _COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range

@@ -89,7 +89,7 @@ class PointPillars:
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
                                "(pass backend auto or onnxruntime, or run where CUDA is available)")
         if self.device == "cuda":
-            from .gpu.pipeline import GpuPipeline
+            from .gpu_pipeline import GpuPipeline
 
             self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
                                                       device_id=device_id, max_batch=max_batch, post_config=self.cfg)
@@ -119,7 +119,7 @@ class PointPillars:
                         **thresholds: Any) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
         precision and (for TensorRT plans) TF32 mode."""
-        from .build.export import model_dir_for_checkpoint
+        from .convert.export import model_dir_for_checkpoint
 
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
                                          tensorrt_plans=backend == "tensorrt", tf32=tf32)

@@ -22,8 +22,8 @@ import numpy as np
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path[:0] = [str(_TESTS), str(_TESTS / "runtime")]  # tiny.py and the tests' float64 RPN twin
 
-from pointpillars_trt.build.export import export_model_dir  # noqa: E402
-from pointpillars_trt.build.weights import random_weights  # noqa: E402
+from pointpillars_trt.convert.export import export_model_dir  # noqa: E402
+from pointpillars_trt.convert.weights import random_weights  # noqa: E402
 from pointpillars_trt.config import load_config  # noqa: E402
 from pointpillars_trt.runtime.cudnn import CudnnEngine, CudnnOptions, cudnn_unavailable_reason  # noqa: E402
 

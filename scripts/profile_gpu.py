@@ -18,11 +18,11 @@ import numpy as np
 import onnxruntime as ort
 
 from pointpillars_trt.apps.bench.frames import folder_frame_sets, simulated_frame_sets
-from pointpillars_trt.build.checkpoint import load_checkpoint
+from pointpillars_trt.convert.checkpoint import load_checkpoint
 from pointpillars_trt.config import load_config
-from pointpillars_trt.build.export import export_model_dir
+from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.graph_io import RPN_INPUT, RPN_OUTPUT
-from pointpillars_trt.build.weights import random_weights
+from pointpillars_trt.convert.weights import random_weights
 
 
 def time_rpn(path: Path, options: dict[str, str], canvas: cp.ndarray, heads: cp.ndarray, runs: int = 50) -> float:
@@ -63,7 +63,7 @@ def main() -> None:
     dirs = {p: export_model_dir(weights, cfg, tmp / p, precision=p, source={}) for p in ("fp32", "fp16")}
     frames = next(iter((folder_frame_sets([args.frames]) if args.frames else simulated_frame_sets()).values()))
 
-    from pointpillars_trt.gpu.pipeline import GpuPipeline
+    from pointpillars_trt.gpu_pipeline import GpuPipeline
 
     pipe = GpuPipeline(dirs["fp32"])
     pipe.detect(frames[0])

@@ -179,8 +179,8 @@ def test_accepted_at_the_bounds(changes: dict[str, Any]) -> None:
 
 
 def test_per_class_bound_matches_the_gpu_post_params() -> None:
-    """The config validator refuses exactly what gpu/postprocess.py's PostParams refuses."""
-    from pointpillars_trt.gpu.postprocess import PostParams
+    """The config validator refuses exactly what kernels/postprocess.py's PostParams refuses."""
+    from pointpillars_trt.kernels.postprocess import PostParams
 
     for top_k in (1, 100, 1024, 1025, 1365, 1366, 2048, 4096):
         raw = edited({"postprocess.pre_nms_top_k": top_k}, "zhulf0804_kitti_3class")
@@ -202,13 +202,13 @@ def test_per_class_bound_matches_the_gpu_post_params() -> None:
 
 def test_kernel_limits_match_the_gpu_modules() -> None:
     """The validator's bounds come from the kernels' own constants (importable without CuPy)."""
-    from pointpillars_trt.gpu import postprocess, voxelize
-    from pointpillars_trt.gpu.pfn import PfnStage
+    from pointpillars_trt.kernels import postprocess, voxelize
+    from pointpillars_trt.kernels.pfn import PfnStage
 
     assert config_module.GATHER_WARPS == voxelize.VoxelizeStage.GATHER_WARPS
     assert config_module.PFN_PILLARS_PER_BLOCK == PfnStage.PILLARS_PER_BLOCK
     assert config_module.SORT_LIMIT == postprocess._SORT_LIMIT
-    cuda = resources.files("pointpillars_trt") / "gpu" / "cuda"
+    cuda = resources.files("pointpillars_trt") / "kernels" / "cuda"
     assert "__shared__ float4 staged[kGatherWarps][MAX_PTS];" in (cuda / "voxelize.cu").read_text()
     assert config_module.MAX_POINTS_PER_PILLAR == 384  # 8 warps x 384 x 16 B = 48 KiB
     assert "0xffffull" in (cuda / "postprocess.cu").read_text()  # the 16-bit slot MAX_CLASSES keeps in range

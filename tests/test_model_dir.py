@@ -14,9 +14,9 @@ from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import ModelDirError
-from pointpillars_trt.build.export import export_model_dir
+from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, load_model_dir
-from pointpillars_trt.build.onnx_export import OPSET, build_rpn_graph
+from pointpillars_trt.convert.onnx_export import OPSET, build_rpn_graph
 from pointpillars_trt.graph_io import RPN_INPUT
 
 
@@ -81,7 +81,7 @@ def test_an_export_that_fails_leaves_the_previous_dir_untouched(tmp_path: Path):
 def test_disk_full_during_a_rebuild_keeps_the_working_model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     import errno
 
-    from pointpillars_trt.build import export
+    from pointpillars_trt.convert import export
 
     folder = tmp_path / "model"
     tiny_model_dir(folder, seed=0)
@@ -250,7 +250,7 @@ def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
 
 
 def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
-    from pointpillars_trt.build.export import model_dir_for_checkpoint
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
     cache = tmp_path / "cache"

@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from pointpillars_trt.config import ModelConfig, config_from_dict, load_config
-from pointpillars_trt.build.export import export_model_dir
+from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import ModelDir
-from pointpillars_trt.build.weights import PointPillarsWeights, random_weights
+from pointpillars_trt.convert.weights import PointPillarsWeights, random_weights
 
 FAMILIES = ("openpcdet", "zhulf0804")
 

@@ -139,11 +139,11 @@ def _scaleout_hooks(sub: Any, infer: argparse.ArgumentParser) -> None:
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
-    from ..build.export import build_model_dir
+    from ..convert.export import build_model_dir
 
     config: Any = args.config
     if args.pcdet_config:
-        from ..build.pcdet_config import config_from_pcdet_yaml
+        from ..convert.pcdet_config import config_from_pcdet_yaml
 
         config = config_from_pcdet_yaml(args.pcdet_config)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,

@@ -38,8 +38,8 @@ def check_device(device: str) -> None:
 
 def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",
              repeats: int = DEFAULT_REPEATS, backend: str = "auto") -> int:
-    from ..build.export import export_model_dir
-    from ..build.weights import random_weights
+    from ..convert.export import export_model_dir
+    from ..convert.weights import random_weights
     from ..detector import PointPillars
     from ..kitti import write_velodyne_bin
 

@@ -28,7 +28,7 @@ from torch import nn
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..points import as_host_points
-from ..build.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
+from ..convert.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 HeadMaps = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 

@@ -7,7 +7,7 @@ Tensors (NHWC; batch dynamic up to ``CudnnOptions.max_batch``):
 
 Every backbone conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and
 batch, built when a batch is first bound; the neck (transposed convs, kernel == stride) and the
-1x1 heads are :class:`~pointpillars_trt.gpu.neck_head.NeckHeadStage`. ``run`` only enqueues: 16
+1x1 heads are :class:`~pointpillars_trt.kernels.neck_head.NeckHeadStage`. ``run`` only enqueues: 16
 cuDNN executions and one kernel on the caller's stream, no host sync, no allocation, so the
 pipeline can capture it in a CUDA graph.
 
@@ -267,7 +267,7 @@ class CudnnEngine(Engine):
         import cudnn
         import cupy as cp
 
-        from ..gpu.neck_head import NeckHeadParams, NeckHeadStage, NeckHeadWeights
+        from ..kernels.neck_head import NeckHeadParams, NeckHeadStage, NeckHeadWeights
 
         cfg, opt = self.cfg, self.options
         if opt.config_digest is not None and opt.config_digest != cfg.digest():

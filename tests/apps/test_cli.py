@@ -609,8 +609,8 @@ def nan_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import dataclasses
 
     from tiny import tiny_config, tiny_weights
-    from pointpillars_trt.build.export import export_model_dir
-    from pointpillars_trt.build.weights import Conv1x1
+    from pointpillars_trt.convert.export import export_model_dir
+    from pointpillars_trt.convert.weights import Conv1x1
 
     cfg = tiny_config()
     weights = tiny_weights(cfg, seed=3)

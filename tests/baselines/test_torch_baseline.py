@@ -13,7 +13,7 @@ import pytest
 
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import ConfigError
-from pointpillars_trt.build.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
+from pointpillars_trt.convert.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 torch = pytest.importorskip("torch", reason="torch is an optional dependency of the baseline")
 pytest.importorskip("torchvision", reason="torchvision is an optional dependency of the baseline")
@@ -210,8 +210,8 @@ def test_checkpoint_head_maps_match_onnxruntime(checkpoint: str, assets: Path) -
     """Full-size network from a real checkpoint layout vs reference stages + the exported graphs on ORT CPU."""
     try:
         ort = importlib.import_module("onnxruntime")
-        from pointpillars_trt.build.checkpoint import load_checkpoint
-        from pointpillars_trt.build.onnx_export import build_pfn_graph, build_rpn_graph
+        from pointpillars_trt.convert.checkpoint import load_checkpoint
+        from pointpillars_trt.convert.onnx_export import build_pfn_graph, build_rpn_graph
     except ImportError as exc:
         pytest.skip(f"checkpoint reader or ONNX exporter not importable: {exc}")
     ref = _reference_voxel()

@@ -347,8 +347,8 @@ def test_second_start_uses_the_plan_cache(tiny_dirs, tmp_path):
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
 def test_kitti_size_engine_matches_float64_rpn(tmp_path_factory, precision):
     _gpu()
-    from pointpillars_trt.build.export import export_model_dir
-    from pointpillars_trt.build.weights import random_weights
+    from pointpillars_trt.convert.export import export_model_dir
+    from pointpillars_trt.convert.weights import random_weights
     from pointpillars_trt.runtime.cudnn import CudnnEngine
 
     cfg = load_config("openpcdet_kitti_3class")

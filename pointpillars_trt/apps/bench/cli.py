@@ -14,11 +14,11 @@ import numpy as np
 from ...config import ModelConfig, load_config
 from ...detections import Detections
 from ...errors import BackendError, PointPillarsError
-from ...build.export import export_model_dir
+from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import onnxruntime_cuda_available, tensorrt_available
 from ...runtime.cudnn import cudnn_unavailable_reason
-from ...build.weights import PointPillarsWeights, random_weights
+from ...convert.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
@@ -81,7 +81,7 @@ def _load_model(spec: str | None, config: str) -> _Model:
         cfg = load_config(config)
         return _Model(cfg, random_weights(cfg, seed=0), f"{cfg.name}, seeded random weights (untrained)", None)
     if Path(spec).is_file():
-        from ...build.checkpoint import load_checkpoint
+        from ...convert.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(spec)
         return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
@@ -123,7 +123,7 @@ _ENGINE_LABELS = {"tensorrt": "tensorrt (plans)", "cudnn": "cudnn (frontend grap
 
 def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
                results: dict[str, Any]) -> None:
-    from ...gpu.pipeline import GpuPipeline
+    from ...gpu_pipeline import GpuPipeline
 
     best_p50: dict[str, tuple[str, float]] = {}
     first_name, first_frames = next(iter(frame_sets.items()))
@@ -136,7 +136,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 continue
             tf32 = precision != "fp32"
             if backend == "tensorrt" and not md.has_plans():
-                from ...build.export import build_model_plans
+                from ...convert.export import build_model_plans
 
                 build_model_plans(md, precision=md.precision, tf32=tf32)
             before = device_memory_used_mib(release=True)

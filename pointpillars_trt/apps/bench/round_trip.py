@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ...gpu.pipeline import GpuPipeline
+from ...gpu_pipeline import GpuPipeline
 from ...model_dir import ModelDir
 
 

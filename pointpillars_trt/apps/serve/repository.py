@@ -23,7 +23,7 @@ def resolve_model(model: str | os.PathLike[str]) -> ModelDir:
     if not path.exists():
         raise InputError(f"--model {model}: no such checkpoint file or model dir")
     if path.is_file():
-        from ...build.export import model_dir_for_checkpoint
+        from ...convert.export import model_dir_for_checkpoint
 
         return model_dir_for_checkpoint(path)
     return load_model_dir(path)

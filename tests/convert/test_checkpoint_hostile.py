@@ -27,8 +27,8 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zeros, pickle_torch, torch_global,
                            write_legacy, write_raw_zip, write_zip, zeros_crc)
 
-from pointpillars_trt.build import checkpoint
-from pointpillars_trt.build.checkpoint import (MAX_TUPLE_NESTING, expected_keys, load_checkpoint, read_pth,
+from pointpillars_trt.convert import checkpoint
+from pointpillars_trt.convert.checkpoint import (MAX_TUPLE_NESTING, expected_keys, load_checkpoint, read_pth,
                                                short_repr, weights_from_state_dict)
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import CheckpointError
@@ -43,7 +43,7 @@ CHILD = r"""
 import dataclasses, resource, sys
 limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-from pointpillars_trt.build.checkpoint import load_checkpoint, read_pth
+from pointpillars_trt.convert.checkpoint import load_checkpoint, read_pth
 from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import CheckpointError
 how, path = sys.argv[2], sys.argv[3]

@@ -46,11 +46,11 @@ def checked(what: str) -> Iterator[None]:
 
 
 def kernel_source(file: str) -> str:
-    """The CUDA source of ``gpu/cuda/<file>`` with the shared header pasted in place of its #include.
+    """The CUDA source of ``kernels/cuda/<file>`` with the shared header pasted in place of its #include.
 
     Pasting (rather than an include path) puts the whole text in CuPy's kernel-cache key.
     """
-    folder = resources.files("pointpillars_trt") / "gpu" / "cuda"
+    folder = resources.files("pointpillars_trt") / "kernels" / "cuda"
     header = (folder / _HEADER).read_text()
     text = (folder / file).read_text()
     return text.replace(f'#include "{_HEADER}"', header)

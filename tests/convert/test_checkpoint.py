@@ -23,11 +23,11 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, torch_global, write_legacy,
                            write_zip)
 
-from pointpillars_trt.build.checkpoint import (detect_layout, expected_keys, load_checkpoint, read_pth,
+from pointpillars_trt.convert.checkpoint import (detect_layout, expected_keys, load_checkpoint, read_pth,
                                          weights_from_state_dict)
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import CheckpointError
-from pointpillars_trt.build.weights import PointPillarsWeights
+from pointpillars_trt.convert.weights import PointPillarsWeights
 
 LAYOUTS = ("openpcdet", "zhulf0804")
 FILES = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
@@ -223,7 +223,7 @@ def test_torch_reads_the_same_values(paths: dict[str, Path], raw: dict[str, Any]
 
 
 def test_reader_does_not_import_torch(paths: dict[str, Path], repo_root: Path) -> None:
-    code = ("import sys; from pointpillars_trt.build.checkpoint import load_checkpoint; "
+    code = ("import sys; from pointpillars_trt.convert.checkpoint import load_checkpoint; "
             f"[load_checkpoint(p) for p in {[str(p) for p in paths.values()]!r}]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=repo_root, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -15,11 +15,11 @@ from tiny import FAMILIES, random_canvas, random_pillars, tiny_config, tiny_weig
 
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import ConfigError
-from pointpillars_trt.build.onnx_export import OPSET, build_pfn_graph, build_rpn_graph
+from pointpillars_trt.convert.onnx_export import OPSET, build_pfn_graph, build_rpn_graph
 from pointpillars_trt.graph_io import (BATCH_DIM, HEAD_PARTS, NUM_PILLARS_DIM, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT,
                                        pfn_io, rpn_io)
 from pointpillars_trt.reference import split_heads
-from pointpillars_trt.build.weights import BatchNorm, PointPillarsWeights, random_weights
+from pointpillars_trt.convert.weights import BatchNorm, PointPillarsWeights, random_weights
 
 # ------------------------------------------------------------------ float64 oracle
 

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from pointpillars_trt.anchors import anchors
-from pointpillars_trt.build.pcdet_config import config_from_pcdet_yaml
+from pointpillars_trt.convert.pcdet_config import config_from_pcdet_yaml
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.errors import ConfigError
 from pointpillars_trt.reference.voxel import voxelize

@@ -15,7 +15,7 @@ from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import cuda_available
 from pointpillars_trt.kitti import read_velodyne_bin
-from pointpillars_trt.build.export import export_model_dir
+from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import ModelDir
 
 pytestmark = pytest.mark.cuda
@@ -36,7 +36,7 @@ BACKENDS = _backends_here()
 
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.apps.bench.round_trip import HostRoundTripPipeline  # noqa: E402
-from pointpillars_trt.gpu.pipeline import GpuPipeline  # noqa: E402
+from pointpillars_trt.gpu_pipeline import GpuPipeline  # noqa: E402
 from pointpillars_trt.reference import voxelize  # noqa: E402
 
 SHARED_FRAMES = (
@@ -53,7 +53,7 @@ CHECKPOINTS = {
 
 
 def _model_from_checkpoint(path, out) -> ModelDir:  # type: ignore[no-untyped-def]
-    from pointpillars_trt.build.checkpoint import load_checkpoint
+    from pointpillars_trt.convert.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(path)
     return export_model_dir(ckpt.weights, ckpt.config, out, precision="fp32", source={"checkpoint": str(path)})
@@ -135,7 +135,7 @@ def test_gpu_matches_cpu_on_random_clouds(family_pair, n):  # type: ignore[no-un
 @pytest.fixture(scope="module")
 def small_limit_pair(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A model whose pillar maximum (3000) is far below a full scan's ~14.8k pillars."""
-    from pointpillars_trt.build.checkpoint import load_checkpoint
+    from pointpillars_trt.convert.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     cfg: ModelConfig = dataclasses.replace(ckpt.config, voxel=dataclasses.replace(ckpt.config.voxel, max_pillars=3000))
@@ -156,7 +156,7 @@ def test_pillar_overflow_keeps_first_pillars_and_reports_drops(small_limit_pair,
 
 
 def test_growing_past_the_point_capacity(assets, tmp_path):  # type: ignore[no-untyped-def]
-    from pointpillars_trt.build.checkpoint import load_checkpoint
+    from pointpillars_trt.convert.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     model = export_model_dir(ckpt.weights, ckpt.config, tmp_path, precision="fp32", source={})
@@ -264,7 +264,7 @@ def test_fused_pfn_kernel_against_float64(openpcdet_cfg):  # type: ignore[no-unt
     """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only."""
     import cupy as cp
 
-    from pointpillars_trt.gpu.pfn import PfnStage
+    from pointpillars_trt.kernels.pfn import PfnStage
 
     cfg = openpcdet_cfg
     rng = np.random.default_rng(3)
@@ -360,7 +360,7 @@ def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[n
 
 @pytest.fixture(scope="module")
 def fp16_models(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from pointpillars_trt.build.checkpoint import load_checkpoint
+    from pointpillars_trt.convert.checkpoint import load_checkpoint
 
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     folder = tmp_path_factory.mktemp("fp16")

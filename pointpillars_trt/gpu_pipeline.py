@@ -24,17 +24,17 @@ import cupy as cp
 import cupyx
 import numpy as np
 
-from ..config import ModelConfig
-from ..detections import STAGES, Detections, FrameStats
-from ..errors import BackendError, InputError
-from ..graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
-from ..model_dir import ModelDir, pfn_weights
-from ..runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
-from ..runtime.cudnn import cudnn_unavailable_reason
-from .pfn import PfnStage
-from .postprocess import OUTPUT_ROW, PostprocessStage
-from .scatter import ScatterStage
-from .voxelize import VoxelizeStage
+from .config import ModelConfig
+from .detections import STAGES, Detections, FrameStats
+from .errors import BackendError, InputError
+from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
+from .model_dir import ModelDir, pfn_weights
+from .runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
+from .runtime.cudnn import cudnn_unavailable_reason
+from .kernels.pfn import PfnStage
+from .kernels.postprocess import OUTPUT_ROW, PostprocessStage
+from .kernels.scatter import ScatterStage
+from .kernels.voxelize import VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import BackendError
-from pointpillars_trt.gpu.neck_head import NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head
+from pointpillars_trt.kernels.neck_head import NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head
 from tiny import tiny_config
 from tiny_graphs import cuda_skip_reason
 
@@ -147,7 +147,7 @@ def test_kernel_matches_float64_reference(half, case, shape):
     cp = _cupy()
     from dataclasses import replace
 
-    from pointpillars_trt.gpu.neck_head import NeckHeadStage
+    from pointpillars_trt.kernels.neck_head import NeckHeadStage
 
     if not half and shape != (8, 2, 2):
         pytest.skip("the float32 kernel has one shape")
@@ -174,7 +174,7 @@ def test_kernel_matches_float64_reference(half, case, shape):
 def test_kernel_checks_its_arrays():
     cp = _cupy()
     from pointpillars_trt.errors import InputError
-    from pointpillars_trt.gpu.neck_head import NeckHeadStage
+    from pointpillars_trt.kernels.neck_head import NeckHeadStage
 
     params, weights, feats = make_case(TINY, 12, 16, nh=72, batch=1, half=True)
     stage = NeckHeadStage(params, weights)

@@ -1,4 +1,4 @@
-"""The CUDA stages (gpu/cuda/*.cu through the gpu stage modules) against the NumPy reference.
+"""The CUDA stages (kernels/cuda/*.cu through the kernel stage modules) against the NumPy reference.
 
 Voxelization and scatter must match the reference bit for bit: both do the same float32 operations
 in the same order, and the kernels' atomics only count, take minima or fill buckets whose order no
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pointpillars_trt.gpu import _launch
-from pointpillars_trt.gpu import postprocess as gpu_post
-from pointpillars_trt.gpu import scatter as gpu_scatter
-from pointpillars_trt.gpu import voxelize as gpu_vox
+from pointpillars_trt.kernels import _launch
+from pointpillars_trt.kernels import postprocess as gpu_post
+from pointpillars_trt.kernels import scatter as gpu_scatter
+from pointpillars_trt.kernels import voxelize as gpu_vox
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import ConfigError
 
