@@ -131,6 +131,12 @@ class PointPillars:
         """Milliseconds per stage of the last frame (GPU: CUDA events; CPU: wall clock)."""
         return self._impl.last_timings
 
+    @property
+    def gpu_pipeline(self) -> Any:
+        """The GPU pipeline (``submit_staged`` / ``collect``, for runners that stage frames in memory of
+        their own), or None on the CPU path."""
+        return self._impl if self.device == "cuda" else None
+
     def __call__(self, points: object) -> Detections:
         return self._impl.detect(_device_or_host_points(points, self.device))
 
@@ -174,20 +180,17 @@ class PointPillars:
 
     def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
         frames = [entry for entry in window if not isinstance(entry, FrameResult)]
-        results = iter(self._run_batch(frames))  # type: ignore[arg-type]
+        results = iter(detect_each(self, [points for _, points in frames]))  # type: ignore[misc]
         for entry in window:
-            yield entry if isinstance(entry, FrameResult) else next(results)
-
-    def _run_batch(self, batch: list[tuple[str, object]]) -> list[FrameResult]:
-        if not batch:
-            return []
-        try:
-            detections = self._impl.detect_batch([points for _, points in batch])
-        except PointPillarsError as exc:  # the batch cannot tell whose fault: each frame on its own
-            if len(batch) == 1:
-                return [FrameResult(batch[0][0], None, exc)]
-            return [result for item in batch for result in self._run_batch([item])]
-        return [FrameResult(source, found, None) for (source, _), found in zip(batch, detections)]
+            if isinstance(entry, FrameResult):
+                yield entry
+                continue
+            found = next(results)
+            if isinstance(found, BaseException):
+                error = found if isinstance(found, PointPillarsError) else PointPillarsError(str(found))
+                yield FrameResult(entry[0], None, error)
+            else:
+                yield FrameResult(entry[0], found, None)
 
     def close(self) -> None:
         self._impl.close()
@@ -197,6 +200,25 @@ class PointPillars:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+#: What one frame may raise without failing the frames batched with it (it becomes that frame's error).
+FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)
+
+
+def detect_each(detector: Any, frames: Sequence[object]) -> list[Detections | BaseException]:
+    """``detector.detect_batch(frames)``; when the batch fails, each frame on its own, so that only the
+    frame at fault fails: a ``Detections`` or the exception, per frame. ``detector``: anything with
+    ``detect_batch`` (a ``PointPillars``, a remote detector)."""
+    if not frames:
+        return []
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
+            return list(detector.detect_batch(list(frames)))
+    except FRAME_ERRORS as exc:
+        if len(frames) == 1:
+            return [exc]
+        return [result for frame in frames for result in detect_each(detector, [frame])]
 
 
 def _resolve_device(device: str) -> tuple[str, int]:

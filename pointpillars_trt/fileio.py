@@ -1,14 +1,17 @@
 """File I/O every part shares: bounded reads of regular files, the one atomic writer (temp file,
-fsync, rename), strict JSON, and the escaped form in which file names and values enter messages."""
+rename; fsync per file or one flush pass per run), strict JSON, and the escaped form in which file
+names and values enter messages."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
 import math
 import os
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
 
@@ -132,30 +135,115 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file", max_bytes:
 
 # --------------------------------------------------------------------------- atomic writes
 
-def write_bytes_atomic(path: PathLike, data: bytes) -> None:
+#: Suffix of the temp files the atomic writer renames into place; a run that was killed leaves them
+#: (hidden, named after the writer's pid) and :func:`remove_stale_temp_files` clears them.
+TEMP_SUFFIX = ".pp-tmp"
+
+
+def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
 
-    A temp file in the same folder (so os.replace is a rename on one file system) is written,
-    flushed and fsynced, then renamed over the target. It is created with mode 0o666 minus the
-    umask, like a plain open() would, rather than mkstemp's 0o600.
+    A temp file in the same folder (so os.replace is a rename on one file system) is written and
+    renamed over the target. ``durable`` fsyncs it first; a writer of many files passes False and
+    makes them durable with one :func:`flush_to_disk` pass before it reports them written. It is
+    created with mode 0o666 minus the umask, like a plain open() would, rather than mkstemp's 0o600.
     """
     target = Path(os.fspath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
 
 
-def write_text_atomic(path: PathLike, text: str) -> None:
+def remove_stale_temp_files(folder: PathLike) -> int:
+    """Delete the atomic writer's temp files in ``folder`` left by processes that no longer run
+    (a run killed mid-write); returns how many. Temp files of live writers are left alone."""
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
+            continue
+        parts = name[: -len(TEMP_SUFFIX)].rsplit(".", 2)
+        if len(parts) != 3 or not parts[1].isdigit() or _process_alive(int(parts[1])):
+            continue
+        try:
+            os.unlink(os.path.join(folder, name))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def _process_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def flush_to_disk(paths: Iterable[PathLike]) -> None:
+    """Make files written without fsync durable: one ``syncfs`` per file system they are on (Linux),
+    else one fsync per file, then an fsync of each folder (the renames). Raises OSError (e.g. ENOSPC
+    or EIO from delayed allocation) when the kernel could not write them."""
+    folders: dict[str, str] = {}
+    files = [os.fspath(p) for p in paths]
+    for name in files:
+        folders.setdefault(os.path.dirname(os.path.abspath(name)), name)
+    syncfs = _syncfs()
+    if syncfs is None:
+        for name in files:
+            fd = os.open(name, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    synced_devices: set[int] = set()
+    for folder in folders:
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            device = os.fstat(fd).st_dev
+            if syncfs is not None and device not in synced_devices:
+                if syncfs(fd) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, os.strerror(err), folder)
+                synced_devices.add(device)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _syncfs() -> Any:
+    """libc's syncfs (Linux), or None where there is none."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name, use_errno=True) if name else None
+        func = getattr(libc, "syncfs", None)
+    except OSError:
+        return None
+    if func is not None:
+        func.argtypes, func.restype = [ctypes.c_int], ctypes.c_int
+    return func
+
+
+def write_text_atomic(path: PathLike, text: str, *, durable: bool = True) -> None:
     """Atomic UTF-8 text write (see write_bytes_atomic)."""
-    write_bytes_atomic(path, text.encode("utf-8"))
+    write_bytes_atomic(path, text.encode("utf-8"), durable=durable)
 
 
 # --------------------------------------------------------------------------- strict JSON
@@ -213,11 +301,98 @@ def to_jsonable(obj: Any, *, _path: str = "$") -> Any:
 
 
 def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
-    """Strict JSON text (no NaN/Infinity; NumPy values converted) of ``obj``; see :func:`to_jsonable`."""
-    return json.dumps(to_jsonable(obj), indent=indent, allow_nan=False)
+    """Strict JSON text (no NaN/Infinity; NumPy values converted) of ``obj``; see :func:`to_jsonable`.
+
+    With ``indent`` the text is byte for byte what ``json.dumps(to_jsonable(obj), indent=indent)``
+    writes, built without the standard library's pure-Python indenting encoder (~20x faster on a
+    frame record: lists of floats are formatted with ``float.__repr__`` in one pass).
+    """
+    if indent is None:
+        return json.dumps(to_jsonable(obj), allow_nan=False)
+    try:
+        return _Indented(" " * indent).encode(obj, 0)
+    except NonFiniteJSONError:
+        to_jsonable(obj)  # names the place of the first non-finite value
+        raise
 
 
-def write_json_atomic(path: PathLike, obj: Any) -> None:
+_encode_str = json.encoder.encode_basestring_ascii  # what json.dumps uses with ensure_ascii
+
+
+class _Indented:
+    """The indented form of json.dumps for the value types :func:`to_jsonable` accepts."""
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+
+    def encode(self, value: Any, level: int) -> str:
+        if isinstance(value, str):
+            return _encode_str(value)
+        if value is None:
+            return "null"
+        if value is True:
+            return "true"
+        if value is False:
+            return "false"
+        if isinstance(value, int) and not isinstance(value, np.generic):
+            return int.__repr__(value)
+        if isinstance(value, float):
+            return _float_text(value)
+        if isinstance(value, np.ndarray):
+            return self.encode(value.tolist(), level)
+        if isinstance(value, np.generic):
+            return self.encode(value.item(), level)
+        if isinstance(value, Mapping):
+            return self._mapping(value, level)
+        if isinstance(value, (list, tuple)):
+            return self._sequence(value, level)
+        raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+    def _mapping(self, value: Mapping[Any, Any], level: int) -> str:
+        if not value:
+            return "{}"
+        items = []
+        for key, item in value.items():
+            if isinstance(key, np.generic):
+                key = key.item()
+            if not isinstance(key, str):
+                raise TypeError(f"key {key!r} is not a string")
+            items.append(f"{_encode_str(key)}: {self.encode(item, level + 1)}")
+        return self._wrap("{", items, "}", level)
+
+    def _sequence(self, value: list[Any] | tuple[Any, ...], level: int) -> str:
+        if not value:
+            return "[]"
+        if all(type(v) is float for v in value):
+            return self._wrap("[", _float_texts(list(value)), "]", level)
+        if all(type(v) is list and v for v in value):
+            flat = [x for row in value for x in row]
+            if all(type(x) is float for x in flat):  # rows of floats (boxes): one formatting pass
+                texts, start, rows = _float_texts(flat), 0, []
+                for row in value:
+                    rows.append(self._wrap("[", texts[start : start + len(row)], "]", level + 1))
+                    start += len(row)
+                return self._wrap("[", rows, "]", level)
+        return self._wrap("[", [self.encode(v, level + 1) for v in value], "]", level)
+
+    def _wrap(self, opening: str, items: Iterable[str], closing: str, level: int) -> str:
+        inner = "\n" + self.unit * (level + 1)
+        return opening + inner + ("," + inner).join(items) + "\n" + self.unit * level + closing
+
+
+def _float_texts(values: list[float]) -> list[str]:
+    if not all(map(math.isfinite, values)):
+        raise NonFiniteJSONError("non-finite value")
+    return list(map(float.__repr__, values))
+
+
+def _float_text(value: float) -> str:
+    if not math.isfinite(value):
+        raise NonFiniteJSONError("non-finite value")
+    return float.__repr__(value)
+
+
+def write_json_atomic(path: PathLike, obj: Any, *, durable: bool = True) -> None:
     """Atomic strict-JSON write, indented, NumPy values converted to plain numbers.
 
     A NaN or infinity anywhere raises :class:`NonFiniteJSONError` (a PointPillarsError and a
@@ -227,4 +402,4 @@ def write_json_atomic(path: PathLike, obj: Any) -> None:
         text = dumps_strict(obj)
     except NonFiniteJSONError as exc:
         raise NonFiniteJSONError(f"cannot write {safe_repr(path)}: {exc}") from None
-    write_text_atomic(path, text + "\n")
+    write_text_atomic(path, text + "\n", durable=durable)

@@ -29,6 +29,7 @@ from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
+from .staging import HEADER_ROWS, StagingBuffer
 from .runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
 from .runtime.cudnn import cudnn_unavailable_reason
 from .kernels.pfn import PfnStage
@@ -157,7 +158,6 @@ class GpuPipeline:
         rows = self.post_cfg.postprocess.max_boxes + 1
         self._results = cp.zeros((b, rows, OUTPUT_ROW), np.float32)
         self._results_host = cupyx.empty_pinned((b, rows, OUTPUT_ROW), np.float32)
-        self._header_rows = -(-2 * b // 4)  # (count, first row) int32 pairs, four int32 per row
         self._allocate_input(max_points)
         weights = self._pfn_weights
         self._slots = [
@@ -187,15 +187,14 @@ class GpuPipeline:
             self._rpn.bind(name, arr.data.ptr, (batch, *arr.shape[1:]))
 
     def _allocate_input(self, capacity: int) -> None:
-        """The packed input: header rows of (count, first row) int32 pairs, then the frames' points,
-        so that one H2D copy brings a whole batch and the counts stay where the kernels read them."""
-        rows = self._header_rows + capacity
-        staging = cupyx.empty_pinned((rows, 4), np.float32)
-        device_input = cp.zeros((rows, 4), np.float32)
-        self._staging, self._input, self.max_points = staging, device_input, capacity
-        self._staging_header = staging[: self._header_rows].view(np.int32).reshape(-1)
-        self._header = device_input[: self._header_rows].view(np.int32).reshape(-1)
-        self._points = device_input[self._header_rows :]
+        """The packed input (``staging.py``: header rows of (count, first row) int32 pairs, then the
+        frames' points), so that one H2D copy brings a whole batch and the counts stay where the
+        kernels read them. The pipeline's own pinned staging serves callers that hand it arrays."""
+        self._staging = StagingBuffer(capacity, cupyx.empty_pinned)
+        device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
+        self._input, self.max_points = device_input, capacity
+        self._header = device_input[:HEADER_ROWS].view(np.int32).reshape(-1)
+        self._points = device_input[HEADER_ROWS:]
 
     def _grow(self, total_points: int) -> None:
         """A batch larger than every earlier one: reallocate the point buffers, recapture the graphs.
@@ -244,21 +243,43 @@ class GpuPipeline:
     def submit(self, frames: Sequence[object]) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
         ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
+        self._check_batch(len(frames))
+        with self._device:
+            self._enqueue(len(frames), lambda: self._stage_input(frames))
+
+    def submit_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]]) -> None:
+        """``submit`` for frames a caller already placed in a ``StagingBuffer`` of its own (e.g. read
+        from files straight into pinned memory): ``frames`` are (point count, first row) pairs. The
+        buffer must stay untouched until ``collect`` returns."""
+        self._check_batch(len(frames))
+
+        def stage() -> list[int]:
+            used = staging.write_header(list(frames))
+            if used - HEADER_ROWS > self.max_points:
+                self._grow(used - HEADER_ROWS)
+            self._input[:used].set(staging.rows[:used], stream=self.stream)  # the one H2D copy
+            self.copies.h2d(used * 16)
+            return [count for count, _ in frames]
+
+        with self._device:
+            self._enqueue(len(frames), stage)
+
+    def _check_batch(self, batch: int) -> None:
         if self._batch:
             raise BackendError("submit() called twice without collect(): the previous batch is still in flight")
-        if not 1 <= len(frames) <= self.max_batch:
-            raise BackendError(f"submit: expected 1..{self.max_batch} frames, received {len(frames)}")
+        if not 1 <= batch <= self.max_batch:
+            raise BackendError(f"submit: expected 1..{self.max_batch} frames, received {batch}")
+
+    def _enqueue(self, b: int, stage_input: Callable[[], list[int]]) -> None:
         self.copies.reset()
-        b = len(frames)
-        with self._device:
-            self._frame_points = self._stage_input(frames)
-            self._events[0].record(self.stream)
-            self._run_stage(0, b, self._launch_voxelize)
-            self._run_stage(1, b, self._launch_pfn)
-            self._run_stage(2, b, self._launch_scatter)
-            self._run_stage(3, b, self._launch_rpn)
-            self._run_stage(4, b, self._launch_postprocess)
-            self._results[:b].get(stream=self.stream, out=self._results_host[:b], blocking=False)  # the one D2H copy
+        self._frame_points = stage_input()
+        self._events[0].record(self.stream)
+        self._run_stage(0, b, self._launch_voxelize)
+        self._run_stage(1, b, self._launch_pfn)
+        self._run_stage(2, b, self._launch_scatter)
+        self._run_stage(3, b, self._launch_rpn)
+        self._run_stage(4, b, self._launch_postprocess)
+        self._results[:b].get(stream=self.stream, out=self._results_host[:b], blocking=False)  # the one D2H copy
         self.copies.d2h(self._results[:b].nbytes)
         self._batch = b
 
@@ -316,11 +337,14 @@ class GpuPipeline:
             self._grow(total)
         starts = np.cumsum([0, *counts[:-1]]).tolist()
         if not device:
-            for points, n, start in zip(host, counts, starts):
-                self._staging[self._header_rows + start : self._header_rows + start + n] = points
-            self._staging_header[: 2 * len(frames)] = np.column_stack([counts, starts]).ravel()
-            used = self._header_rows + total
-            self._input[:used].set(self._staging[:used], stream=self.stream)  # the one H2D copy
+            staging = self._staging
+            staging.reset()
+            for points, n in zip(host, counts):
+                start = staging.allocate(n)
+                assert start is not None  # grown above to hold the batch
+                staging.points[start : start + n] = points
+            used = staging.write_header([(n, start) for n, start in zip(counts, starts)])
+            self._input[:used].set(staging.rows[:used], stream=self.stream)  # the one H2D copy
             self.copies.h2d(used * 16)
             return counts
         with self.stream:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import os
+from collections.abc import Callable
 from typing import IO, Union
 
 import numpy as np
@@ -64,11 +65,76 @@ def read_points(
             f"point file {safe_repr(path)} has {kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
         )
     if intensity_scale is not None:
-        scale = float(intensity_scale)
-        if not np.isfinite(scale) or scale <= 0:
-            raise InputError(f"intensity scale {safe_repr(intensity_scale)} is not a finite positive number")
-        points[:, 3] *= np.float32(scale)
+        points[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return points
+
+
+def _checked_scale(intensity_scale: float) -> float:
+    scale = float(intensity_scale)
+    if not np.isfinite(scale) or scale <= 0:
+        raise InputError(f"intensity scale {safe_repr(intensity_scale)} is not a finite positive number")
+    return scale
+
+
+#: Gives the (n, 4) float32 rows a frame of n points is read into, or None where there is no room.
+Allocate = Callable[[int], Union[np.ndarray, None]]
+
+
+def read_points_into(
+    path: PathLike, allocate: Allocate, *, point_dim: int = 4, intensity_scale: float | None = None
+) -> np.ndarray:
+    """:func:`read_points`, with the points landing in the rows ``allocate(n)`` gives (e.g. pinned
+    host memory the GPU copies from): a KITTI ``.bin`` of 4 values a point is read straight into
+    them, every other file parsed and then copied in once. Returns those rows, or (when
+    ``allocate`` has no room) an array of its own."""
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext != ".bin" or point_dim != 4:
+        points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale)
+        rows = allocate(len(points))
+        if rows is None:
+            return points
+        rows[...] = points
+        return rows
+    f, size = open_regular_file(path, max_bytes=MAX_FRAME_POINTS * 16, what="point file")
+    with f:
+        if size % 16:
+            raise InputError(f"point file {safe_repr(path)} is {size} bytes, not a multiple of 16 "
+                             f"(4 float32 values a point{_point_dim_hint(size)})")
+        count = size // 16
+        rows = allocate(count)
+        target = rows if rows is not None else np.empty((count, 4), np.float32)
+        try:
+            got = f.readinto(memoryview(target).cast("B")) if count else 0  # type: ignore[attr-defined, arg-type]
+        except OSError as exc:
+            raise InputError(f"point file {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+    if got != size:
+        raise InputError(f"point file {safe_repr(path)} changed size while being read")
+    if intensity_scale is not None:
+        target[:, 3] *= np.float32(_checked_scale(intensity_scale))
+    return target
+
+
+def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
+                        intensity_scale: float | None = None, source: str = "point file") -> np.ndarray:
+    """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
+    gives, as :func:`read_points_into` reads a file."""
+    row = 4 * int(point_dim)
+    if len(data) % row:
+        raise InputError(f"{source} is {len(data)} bytes, not a multiple of {row} "
+                         f"({point_dim} float32 values a point{_point_dim_hint(len(data)) if point_dim == 4 else ''})")
+    if len(data) // row > MAX_FRAME_POINTS:
+        raise InputError(f"{source} holds {len(data) // row} points, more than the limit of {MAX_FRAME_POINTS} a frame")
+    points = np.frombuffer(data, dtype="<f4").reshape(-1, int(point_dim))[:, :4]
+    rows = allocate(len(points))
+    target = rows if rows is not None else np.empty((len(points), 4), np.float32)
+    target[...] = points
+    if intensity_scale is not None:
+        target[:, 3] *= np.float32(_checked_scale(intensity_scale))
+    return target
+
+
+def _point_dim_hint(size: int) -> str:
+    return "; a file of 5 values a point (nuScenes) needs --point-dim 5" if size % 20 == 0 else ""
 
 
 def intensity_looks_8bit(points: np.ndarray) -> bool:

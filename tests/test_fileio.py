@@ -168,3 +168,27 @@ def test_safe_repr_escapes_and_shortens() -> None:
     long = safe_repr("a" * 1000, limit=50)
     assert len(long) <= 50 and "..." in long
     assert safe_repr(b"\xff") == repr("\udcff")
+
+
+def test_dumps_strict_is_byte_for_byte_the_standard_librarys_indented_json() -> None:
+    """The fast indented encoder against json.dumps itself, on frame records and odd shapes."""
+    import json
+
+    from pointpillars_trt.detections import Detections, FrameStats
+    from pointpillars_trt.fileio import dumps_strict, to_jsonable
+
+    rng = np.random.default_rng(0)
+    values: list[object] = [
+        {"a": [], "b": {}, "c": [[1.0, 2.0], []], "d": True, "e": None, "f": np.float32(1.5), "g": [1, 2.5, "x"],
+         "h": [[1, 2]], "i": [[1.0], [2.0, 3.0]], "k\u00e9y": "v\u00e9\n\"", "n": -0.0, "o": 1e-7, "p": 1e22},
+        [], {}, [[[1.0]]], 3, "s", np.arange(4.0),
+    ]
+    for n in (0, 1, 17):
+        det = Detections(rng.normal(size=(n, 7)).astype(np.float32) * 30, rng.random(n).astype(np.float32),
+                         rng.integers(0, 3, n).astype(np.int32), ("Car", "Pedestrian", "Cyclist"), FrameStats(99, 1, 7, 0))
+        values.append(det.to_json_dict("000123"))
+    for value in values:
+        for indent in (2, 4):
+            assert dumps_strict(value, indent=indent) == json.dumps(to_jsonable(value), indent=indent, allow_nan=False)
+    with pytest.raises(NonFiniteJSONError, match=r"\$\.b\[0\]\[1\]"):
+        dumps_strict({"a": 1.0, "b": [[1.0, float("nan")]]})

@@ -3,13 +3,15 @@
 Every user error (a bad file, config, model or option, a refusing file system, input nested too
 deeply, memory running out) ends in one ``error:`` line and exit code 2, never a traceback; in a
 batch, each failed frame gets its own ``error:`` line, the others still get their outputs, and the
-exit code is 1. Ctrl-C exits with 130.
+exit code is 1. Ctrl-C exits with 130, SIGTERM with 143, both after cleaning up as a normal end does.
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,21 +24,37 @@ from .infer import add_infer_parser, device_arg, one_line, positive_int
 EXIT_FRAME_FAILURES = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 #: What ``main`` turns into one ``error:`` line and exit code 2.
 USER_ERRORS = (PointPillarsError, ValueError, RecursionError, MemoryError, OSError)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread so that a run stops as on Ctrl-C: temp files and folders
+    removed, every output written so far complete."""
+
+
+def _terminate(signum: int, _frame: object) -> None:
+    raise Terminated(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = parser.parse_args(argv)
         return int(args.run(args))
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
+        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except USER_ERRORS as exc:
         print(f"error: {error_message(exc)}", file=sys.stderr, flush=True)
         return EXIT_USER_ERROR
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def error_message(exc: BaseException) -> str:
@@ -130,12 +148,15 @@ def _scaleout_hooks(sub: Any, infer: argparse.ArgumentParser) -> None:
         from .serve import cli as serve_cli
     except ImportError:
         return
-    add_serve = getattr(serve_cli, "add_serve_parser", None)
-    add_scaleout = getattr(serve_cli, "add_scaleout_arguments", None)
-    if add_serve is not None:
-        add_serve(sub)
-    if add_scaleout is not None:
-        add_scaleout(infer)
+    serve_cli.add_serve_parser(sub)
+    serve_cli.add_scaleout_arguments(infer)
+
+    def run(args: argparse.Namespace) -> int:
+        from .infer import run_infer
+
+        return serve_cli.run_scaleout_infer(args) if serve_cli.scaleout_requested(args) else run_infer(args)
+
+    infer.set_defaults(run=run)
 
 
 def _cmd_build(args: argparse.Namespace) -> int:

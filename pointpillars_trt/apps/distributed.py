@@ -1,41 +1,42 @@
 """Detection over a whole data set on a Ray cluster (Ray Data), with the outputs of local ``infer``.
 
-Frames (local files, folders and globs, or any URI Ray Data reads, e.g. ``s3://``) are handed in batches
-to a pool of actors (local files are read there as ``infer`` reads them; URIs by Ray Data), each holding
-ONE detector built in its ``__init__`` (a detector cannot be pickled, and building it once per worker is
-what makes the GPU worth it). Each actor writes the per-frame files with ``pointpillars-trt infer``'s
-own ``write_frame_outputs`` (the paths must be on a file system every node sees), or returns one Parquet
-row per frame. A bad frame becomes an error record and the job goes on; a worker that dies is restarted
-and its batch retried by Ray (Ray Data's actor pools default to max_restarts=-1 and max_task_retries=-1;
-passing them is deprecated in Ray 2.60).
+Frames (local files, folders and globs, or any URI Ray Data reads, e.g. ``s3://``) are handed in large
+batches to a pool of actors. Each actor runs the streaming frame runner of local ``infer``
+(``apps/frames.py``: reader threads into pinned staging, K GPU pipelines of batch B, writer threads)
+over its detectors, built once in its ``__init__`` (a detector cannot be pickled, and building it
+once per worker is what makes the GPU worth it). Local files are read by the actor's reader threads;
+URIs are read by Ray Data in parallel. Per-frame files (JSON, KITTI, BEV pictures) are written by the
+actors with infer's own writer (the paths must be on a file system every node sees) and flushed to
+disk once per actor call; JSON Lines / Parquet rows come back to the driver, which writes them in
+input order as local ``infer`` does. A bad frame becomes an error record and the job goes on; a
+worker that dies is restarted and its batch retried by Ray (Ray Data's actor pools default to
+max_restarts=-1 and max_task_retries=-1).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .infer import (FRAME_ERRORS, FrameOutput, FrameReport, OutputPlan, _detect, _Read, expand_frame_paths,
-                         intensity_warning, one_line, write_frame_outputs)
-from ..errors import BackendError, InputError
-from ..fileio import safe_repr
-from ..pointcloud_io import read_points
+from ..errors import InputError
+from ..fileio import flush_to_disk
+from .frames import FrameJob, FrameRunner
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
+    intensity_warning
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, write_frame_outputs
 
-if TYPE_CHECKING:
-    from ..detections import Detections
-
-OUTPUT_FORMATS = ("json", "kitti", "parquet")
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
 ACTOR_CPUS_WITHOUT_GPU = 0.5
-#: Frames per actor call: one engine run at batch 8 on a GPU; on the CPU frames run one by one anyway.
-DEFAULT_BATCH = {True: 8, False: 1}
+#: Frames per actor call, as a multiple of the runner's batch x pipelines: enough for its readers,
+#: pipelines and writers to overlap within one call.
+BATCHES_PER_CALL = 8
 
 
 @dataclass(frozen=True)
@@ -56,19 +57,20 @@ class DatasetSummary:
 
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
-                   output_format: str = "json", calib: str | None = None, image_shape: tuple[int, int] | None = None,
-                   keep_out_of_view: bool = False, viz: bool = False, point_dim: int = 4,
-                   intensity_scale: float | None = None, ray_address: str | None = None, progress: bool = True,
-                   report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
+                   pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
+                   image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
+                   point_dim: int = 4, intensity_scale: float | None = None, ray_address: str | None = None,
+                   progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
-    (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU).
+    (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU), each
+    running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's).
 
     ``ray_address``: None starts a local cluster (unless Ray is already initialised), "auto" or
-    HOST:PORT joins one. Outputs go to ``out`` as ``infer --out`` writes them (``apps.infer.
-    write_frame_outputs``: KITTI lines with ``calib`` or each frame's sibling calib/ folder,
-    ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or (parquet) as Parquet
-    files of one row per frame with an ``error`` column. ``report`` (given the output plan) makes the
-    ``infer`` account that each frame is reported to, in input order, and closed at the end.
+    HOST:PORT joins one. Outputs go to ``out`` as ``infer --out --format F`` writes them: per-frame
+    JSON / KITTI files (KITTI lines with ``calib`` or each frame's sibling calib/ folder,
+    ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or JSON Lines / Parquet
+    part files of one row per frame. ``report`` (given the output plan) makes the ``infer`` account
+    that each frame is reported to, in input order, and closed at the end.
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -78,10 +80,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
 
     if output_format not in OUTPUT_FORMATS:
         raise InputError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
-    if viz and output_format == "parquet":
-        raise InputError("viz pictures are written beside JSON or KITTI outputs, not with parquet")
-    read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
-    entries = _sources(paths_or_uri, read)
+    sources = _sources(paths_or_uri)
     from .serve.repository import resolve_model
 
     found = resolve_model(model)
@@ -91,104 +90,88 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale,
-               "parquet": output_format == "parquet", "cwd": os.getcwd()}
+               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd()}
     started = not ray.is_initialized()
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     try:
-        return _run(ray, entries, str(found.path.resolve()), str(out), options, workers=workers,
-                    gpus_per_worker=gpus_per_worker, batch_size=batch_size, progress=progress,
-                    report=report(plan) if report is not None else None)
+        return _run(ray, sources, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
+                    workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
+                    progress=progress, report=report(plan) if report is not None else None)
     finally:
         if started:
             ray.shutdown()
 
 
-@dataclass(frozen=True)
-class _Entry:
-    """One input: a local file (``path`` absolute, ``name`` as given), a URI, or a local file that
-    cannot be read (``error``: the line local infer gives it)."""
-
-    name: str
-    path: str
-    error: str | None = None
-
-
-def _sources(paths_or_uri: str | Sequence[str], read: Callable[[str], np.ndarray]) -> list[_Entry]:
+def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are."""
     items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
-    entries: list[_Entry] = []
+    found: list[str] = []
     for item in items:
-        if "://" in item:
-            entries.append(_Entry(item, item))
-            continue
-        for path in expand_frame_paths([item]):
-            if os.path.isfile(path):
-                entries.append(_Entry(path, os.path.abspath(path)))
-                continue
-            try:
-                read(path)
-                error = f"point file {safe_repr(path)}: no such file"
-            except FRAME_ERRORS as exc:
-                error = one_line(exc)
-            entries.append(_Entry(path, os.path.abspath(path), error))
-    return entries
+        found.extend([item] if "://" in item else expand_frame_paths([item]))
+    return found
 
 
-def _run(ray: Any, entries: list[_Entry], model_dir: str, out: str, options: dict[str, Any], *,
-         workers: int | None, gpus_per_worker: float | None, batch_size: int | None, progress: bool,
-         report: FrameReport | None) -> DatasetSummary:
-    from ray.data import ActorPoolStrategy, DataContext
-
-    resources = ray.cluster_resources()
+def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
+    """(workers, GPUs a worker) the cluster can run at once; one clear error instead of the actor pool
+    waiting forever for GPUs the cluster does not have."""
+    gpus = float(resources.get("GPU", 0))
     if gpus_per_worker is None:
-        gpus_per_worker = 1.0 if resources.get("GPU", 0) > 0 else 0.0
+        gpus_per_worker = 1.0 if gpus > 0 else 0.0
     if gpus_per_worker < 0:
         raise InputError(f"gpus_per_worker {gpus_per_worker}: expected 0 (CPU), a fraction or a whole number")
     if workers is None:
         cpus = int(resources.get("CPU", 1))
-        workers = int(resources.get("GPU", 0) / gpus_per_worker) if gpus_per_worker else max(1, cpus // 2)
+        workers = int(gpus / gpus_per_worker) if gpus_per_worker else max(1, cpus // 2)
     if workers < 1:
-        raise InputError(f"workers {workers}: expected >= 1 (the cluster has {resources.get('GPU', 0):g} GPUs)")
+        raise InputError(f"workers {workers}: expected >= 1 (the cluster has {gpus:g} GPUs)")
+    if gpus_per_worker > 0 and workers * gpus_per_worker > gpus + 1e-9:
+        raise InputError(f"{workers} worker(s) x {gpus_per_worker:g} GPU need {workers * gpus_per_worker:g} GPUs; the "
+                         f"Ray cluster has {gpus:g}: lower --workers or --gpus-per-worker, or --gpus-per-worker 0 "
+                         "for the CPU path")
+    return workers, gpus_per_worker
+
+
+def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format: str, classes: tuple[str, ...],
+         options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None, batch_size: int | None,
+         pipelines: int | None, progress: bool, report: FrameReport | None) -> DatasetSummary:
+    from ray.data import ActorPoolStrategy, DataContext
+
+    workers, gpus_per_worker = check_resources(ray.cluster_resources(), workers, gpus_per_worker)
     on_gpu = gpus_per_worker > 0
-    threads = None if on_gpu else max(1, int(resources.get("CPU", 1)) // workers)
-    if not options["parquet"]:
-        Path(out).mkdir(parents=True, exist_ok=True)
+    batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
+    pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
+    threads = None if on_gpu else max(1, int(ray.cluster_resources().get("CPU", 1)) // workers)
+    out.mkdir(parents=True, exist_ok=True)
     context = DataContext.get_current()
-    context.execution_options.preserve_order = True  # rows (and Parquet files) in input order
+    context.execution_options.preserve_order = True  # rows in input order
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
-    sent = [e for e in entries if e.error is None]
-    local = {e.path: e.name for e in sent if "://" not in e.path}
-    rows: Iterator[tuple[str, str | None, dict[str, Any]]] = iter(())
-    if sent:
-        uris = any("://" in e.path for e in sent)
-        if uris:
-            dataset = ray.data.read_binary_files([e.path for e in sent], include_paths=True, file_extensions=["bin"])
-        else:  # local files: each actor reads them as local infer does (any point format, its error lines)
-            dataset = ray.data.from_items([{"path": e.path} for e in sent])
-        dataset = dataset.map_batches(
-            _DetectActor, batch_size=batch_size or DEFAULT_BATCH[on_gpu], batch_format="numpy",
-            compute=ActorPoolStrategy(size=workers),
-            fn_constructor_kwargs={"model_dir": model_dir, "device": "cuda" if on_gpu else "cpu", "threads": threads,
-                                   "names": {p: n for p, n in local.items() if p != n}, **options},
-            num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
-        if options["parquet"]:
-            dataset = dataset.materialize()
-            dataset.write_parquet(out)
-        rows = _rows(dataset.select_columns(list(_COUNTS)))
+    if any("://" in s for s in sources):
+        dataset = ray.data.read_binary_files(sources, include_paths=True)
+    else:  # local files: each actor's reader threads read them into its pinned staging
+        dataset = ray.data.from_items([{"path": s} for s in sources])
+    dataset = dataset.map_batches(
+        _DetectActor, batch_size=batch * pipes * BATCHES_PER_CALL, batch_format="numpy",
+        compute=ActorPoolStrategy(size=workers),
+        fn_constructor_kwargs={"model_dir": model_dir, "device": "cuda" if on_gpu else "cpu", "threads": threads,
+                               "batch": batch, "pipelines": pipes, **options},
+        num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
     from tqdm import tqdm
 
+    rows = RowParts(out, output_format, classes) if options["rows"] else None
     failures: list[tuple[str, str]] = []
     frames = boxes = 0
     warned = False
-    with tqdm(total=len(entries), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
-        for path, error, record in _in_input_order(entries, local, rows):
+    with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
+        for record in _records(dataset):
             frames += 1
-            source = record["source"]
+            source, error = record["source"], record["error"]
             if report is not None and record["intensity_8bit"] and not warned:
                 warned = True
                 report.note(intensity_warning(source))
+            if rows is not None:
+                rows.add(json.loads(record["row"]))
             if error:
                 failures.append((source, error))
                 if report is not None:
@@ -199,120 +182,92 @@ def _run(ray: Any, entries: list[_Entry], model_dir: str, out: str, options: dic
                     report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
                                                        record["num_out_of_view"]))
             bar.update(1)
+    if rows is not None:
+        rows.close()
+        flush_to_disk(rows.files)
     if report is not None:
         report.close()
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, out, failures)
+    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures)
 
 
-#: The per-frame columns the driver reads back (the actor's record; Parquet adds the detections).
-_COUNTS = ("path", "source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit")
+#: The per-frame columns an actor returns to the driver.
+_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit", "row")
 
 
-def _rows(dataset: Any) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
+def _records(dataset: Any) -> Iterator[dict[str, Any]]:
     for batch in dataset.iter_batches(batch_format="numpy"):
-        for values in zip(*(batch[key] for key in _COUNTS)):
-            record = dict(zip(_COUNTS, values))
-            record = {**record, "source": str(record["source"]), "num_boxes": int(record["num_boxes"]),
-                      "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
-                      "num_out_of_view": int(record["num_out_of_view"]),
-                      "intensity_8bit": bool(record["intensity_8bit"])}
-            yield str(record["path"]), (str(record["error"]) if record["error"] else None), record
-
-
-def _in_input_order(entries: list[_Entry], local: dict[str, str],
-                    rows: Iterator[tuple[str, str | None, dict[str, Any]]]) -> Iterator[tuple[str, str | None, dict[str, Any]]]:
-    """The actors' rows (in order of the files sent) with the unreadable local files put back in
-    their places among the local files; URI rows where Ray Data gives them."""
-    unread: list[tuple[int, _Entry]] = []
-    seen = 0
-    for entry in entries:
-        if entry.error is not None:
-            unread.append((seen, entry))
-        elif entry.path in local:
-            seen += 1
-
-    def missing(entry: _Entry) -> tuple[str, str | None, dict[str, Any]]:
-        return entry.path, entry.error, {"source": entry.name, "num_boxes": 0, "intensity_8bit": False}
-
-    done = 0
-    for path, error, record in rows:
-        if path in local:
-            while unread and unread[0][0] <= done:
-                yield missing(unread.pop(0)[1])
-            done += 1
-        yield path, error, record
-    for _, entry in unread:
-        yield missing(entry)
+        for values in zip(*(batch[key] for key in _COLUMNS)):
+            record = dict(zip(_COLUMNS, values))
+            yield {"source": str(record["source"]), "error": str(record["error"]) if record["error"] else None,
+                   "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
+                   "num_out_of_view": int(record["num_out_of_view"]), "intensity_8bit": bool(record["intensity_8bit"]),
+                   "row": str(record["row"])}
 
 
 class _DetectActor:
-    """One detector per actor; a batch of rows {path[, bytes]} in, one record per frame out, its
-    outputs written by ``apps.infer.write_frame_outputs`` as local infer writes them."""
+    """K detectors and one streaming frame runner per actor; a batch of rows {path[, bytes]} in, one
+    record per frame out (its outputs written as local infer writes them, or its row)."""
 
-    def __init__(self, model_dir: str, device: str, threads: int | None, plan: OutputPlan, point_dim: int,
-                 intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str]) -> None:
+    def __init__(self, model_dir: str, device: str, threads: int | None, batch: int, pipelines: int,
+                 plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str) -> None:
         from ..detector import PointPillars
 
-        self.detector = PointPillars.from_model_dir(model_dir, device=device, threads=threads)
+        self.detectors = [PointPillars.from_model_dir(model_dir, device=device, threads=threads, max_batch=batch)
+                          for _ in range(pipelines)]
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)
         else:
-            names, plan = {}, _absolute(plan)
-        self.plan, self.parquet, self.names = plan, parquet, names
-        self.read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
-        self.check_intensity = intensity_scale is None and "intensity" in self.detector.cfg.features.order
-        self.schema = _schema("parquet" if parquet else "json", self.detector.cfg.classes)
+            plan = _absolute(plan)
+        self.plan, self.rows, self.point_dim, self.intensity_scale = plan, rows, point_dim, intensity_scale
+        self.classes = self.detectors[0].cfg.classes
+        self.check_intensity = intensity_scale is None and "intensity" in self.detectors[0].cfg.features.order
+        self.looks_8bit: list[str] = []  # the first frame whose intensities look like 0-255
+        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self._read, write=self._write,
+                                  readers=IO_THREADS, writers=IO_THREADS, keep_points=plan.png_dir is not None)
 
-    def __call__(self, batch: dict[str, np.ndarray]) -> Any:
-        from concurrent.futures import ThreadPoolExecutor
-
-        import pyarrow as pa
-
-        from ..pointcloud_io import intensity_looks_8bit
-
+    def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         paths = [str(path) for path in batch["path"]]
-        sources = [self.names.get(path, path) for path in paths]
-        if "bytes" in batch:
-            reads = [self._parse(bytes(data), source) for data, source in zip(batch["bytes"], sources)]
+        items: list[object] = [bytes(data) for data in batch["bytes"]] if "bytes" in batch else list(paths)
+        columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
+        files: list[Path] = []
+        for job in self.runner.run(items, sources=paths):
+            written, row = job.written if job.error is None else (FrameOutput(), None)
+            if job.error is None:
+                files.extend(written.files)
+            record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
+                      "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
+                      "intensity_8bit": job.source in self.looks_8bit[:1],
+                      "row": row if row is not None else _row_text(job.source, None, job.error, self.classes)}
+            for key in _COLUMNS:
+                columns[key].append(record[key])
+        if files:
+            flush_to_disk(files)  # one flush pass per call, before the driver reports them written
+        return columns
+
+    def _read(self, item: object, allocate: Any) -> np.ndarray:
+        from ..pointcloud_io import intensity_looks_8bit, read_bin_bytes_into, read_points_into
+
+        if isinstance(item, bytes):
+            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale)
         else:
-            with ThreadPoolExecutor(max_workers=min(8, len(sources))) as pool:
-                reads = list(pool.map(self._read, sources))
-        records: list[dict[str, Any]] = [
-            {"path": path, "source": item.source, "frame": Path(item.source).stem, "error": item.error,
-             "num_boxes": 0, "num_nonfinite_dropped": 0, "num_out_of_view": 0,
-             "intensity_8bit": bool(self.check_intensity and item.points is not None
-                                    and intensity_looks_8bit(item.points))}
-            for path, item in zip(paths, reads)]
-        ready = [index for index, item in enumerate(reads) if item.points is not None]
-        for index, (det, error) in zip(ready, _detect(self.detector, [reads[i] for i in ready])):
-            records[index].update(self._finish(det, error, reads[index]))
-        return pa.Table.from_pylist(records, schema=self.schema)
+            points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
+                                      intensity_scale=self.intensity_scale)
+        if self.check_intensity and not self.looks_8bit and intensity_looks_8bit(points):
+            self.looks_8bit.append(str(item) if not isinstance(item, bytes) else "")
+        return points
 
-    def _read(self, source: str) -> _Read:
-        try:
-            return _Read(source, self.read(source), None)
-        except FRAME_ERRORS as exc:
-            return _Read(source, None, one_line(exc))
+    def _write(self, job: FrameJob) -> tuple[FrameOutput, str | None]:
+        written = write_frame_outputs(job.detections, job.source, self.plan, job.points, durable=False)
+        return written, _row_text(job.source, job.detections, None, self.classes) if self.rows else None
 
-    @staticmethod
-    def _parse(data: bytes, source: str) -> _Read:
-        try:
-            return _Read(source, _points_from_bin(data, source), None)
-        except FRAME_ERRORS as exc:
-            return _Read(source, None, one_line(exc))
+    def __del__(self) -> None:
+        self.runner.close()
 
-    def _finish(self, det: Detections | None, error: str | None, item: _Read) -> dict[str, Any]:
-        """The frame's record: its outputs written (json/kitti) or carried (parquet), or its error."""
-        if det is None:
-            return {"error": error}
-        if self.parquet:
-            return {**det.to_json_dict(Path(item.source).stem), "num_boxes": len(det)}
-        try:
-            written = write_frame_outputs(det, item.source, self.plan, item.points)
-        except FRAME_ERRORS as exc:
-            return {"error": one_line(exc)}
-        return {"num_boxes": written.boxes, "num_nonfinite_dropped": written.nonfinite,
-                "num_out_of_view": written.out_of_view}
+
+def _row_text(source: str, det: Any, error: str | None, classes: tuple[str, ...]) -> str:
+    from ..fileio import dumps_strict
+
+    return dumps_strict(frame_row(source, det, error, classes), indent=None)
 
 
 def _absolute(plan: OutputPlan) -> OutputPlan:
@@ -324,40 +279,3 @@ def _absolute(plan: OutputPlan) -> OutputPlan:
 
     return replace(plan, json_dir=absolute(plan.json_dir), kitti_dir=absolute(plan.kitti_dir),
                    png_dir=absolute(plan.png_dir))
-
-
-def _points_from_bin(data: bytes, source: str) -> np.ndarray:
-    """A KITTI .bin frame's bytes -> (N, 4) float32, refused (naming the file) unless whole points."""
-    if len(data) % 16:
-        raise InputError(f"velodyne file {source!r} is {len(data)} bytes, not a multiple of 16 "
-                         "(4 float32 values a point)")
-    return np.frombuffer(data, dtype="<f4").reshape(-1, 4).copy()
-
-
-#: Arrow types of the list fields of the per-frame JSON record; its scalar fields are typed by value.
-_LIST_COLUMNS = {"boxes_lidar": "list<list<double>>", "scores": "list<double>", "labels": "list<string>"}
-
-
-def _schema(output_format: str, class_names: tuple[str, ...]) -> Any:
-    """Every batch's table has this schema, so blocks of only failed frames still line up; for Parquet,
-    one column per field of ``Detections.to_json_dict`` (probed on an empty result, so a new field
-    becomes a new column)."""
-    import pyarrow as pa
-
-    from ..detections import Detections, FrameStats
-
-    lists = {"list<list<double>>": pa.list_(pa.list_(pa.float64())), "list<double>": pa.list_(pa.float64()),
-             "list<string>": pa.list_(pa.string())}
-    fields = [("path", pa.string()), ("source", pa.string()), ("frame", pa.string()), ("error", pa.string()),
-              ("num_boxes", pa.int64()), ("num_nonfinite_dropped", pa.int64()), ("num_out_of_view", pa.int64()),
-              ("intensity_8bit", pa.bool_())]
-    if output_format == "parquet":
-        for key, value in Detections.empty(class_names, FrameStats(0)).to_json_dict("").items():
-            if key in _LIST_COLUMNS:
-                fields.append((key, lists[_LIST_COLUMNS[key]]))
-            elif key != "frame":
-                kinds = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
-                if type(value) not in kinds:
-                    raise BackendError(f"parquet output: no column type for record field {key!r}")
-                fields.append((key, kinds[type(value)]))
-    return pa.schema(fields)

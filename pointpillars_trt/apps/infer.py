@@ -9,24 +9,29 @@ frame is reported on one ``error:`` line and the others go on; the exit code is 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import os
 import shlex
+import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import safe_repr
+from ..fileio import flush_to_disk, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from .frames import FrameJob, FrameRunner
+from .messages import one_line, print_error  # noqa: F401 - print_error: the name apps import from here
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, sources_in_parts, \
+    write_frame_outputs
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -34,29 +39,13 @@ if TYPE_CHECKING:
     from ..detector import PointPillars
 
 EXIT_FRAME_FAILURES = 1
-#: What a single frame may raise without ending the run (it becomes that frame's error line).
-FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)
+#: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
+DEFAULT_GPU_BATCH = 8
+DEFAULT_GPU_PIPELINES = 2
+#: Reader threads and writer threads of a run (file I/O and output encoding overlap the GPU).
+IO_THREADS = min(8, os.cpu_count() or 1)
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "cudnn")
 EVAL_FILE = "eval.json"
-
-
-# --------------------------------------------------------------------------- messages
-
-def one_line(exc: BaseException | str, limit: int = 600) -> str:
-    """An exception (or text) as one terminal-safe line: control characters escaped, line breaks
-    folded, long text shortened in the middle; an empty message becomes the exception's type."""
-    text = str(exc)
-    if not text.strip() and isinstance(exc, BaseException):
-        text = type(exc).__name__
-    text = " ".join(text.split())
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if len(text) > limit:
-        text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
-    return text
-
-
-def print_error(text: str, file: Any = None) -> None:
-    print(f"error: {text}", file=file or sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------- argument types
@@ -83,6 +72,17 @@ def batch_size_arg(text: str) -> int:
     if value > MAX_BATCH:
         raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{MAX_BATCH}")
     return value
+
+
+def pipelines_arg(text: str) -> int:
+    value = positive_int(text)
+    if value > MAX_PIPELINES:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{MAX_PIPELINES}")
+    return value
+
+
+#: More pipelines than this on one GPU only add memory (each holds its own buffers and engine).
+MAX_PIPELINES = 16
 
 
 def _float_arg(text: str, ok: Callable[[float], bool], expected: str) -> float:
@@ -133,8 +133,12 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--backend", choices=BACKENDS, default="auto",
                      help="GPU engine backend (the CPU path always uses ONNX Runtime)")
-    run.add_argument("--batch-size", type=batch_size_arg, default=1,
-                     help=f"frames run at once on the GPU (1..{MAX_BATCH}); outputs do not depend on it")
+    run.add_argument("--batch-size", type=batch_size_arg, default=None,
+                     help=f"frames run at once on the GPU (1..{MAX_BATCH}; default: {DEFAULT_GPU_BATCH} on the GPU, "
+                          "1 on the CPU); outputs do not depend on it")
+    run.add_argument("--pipelines", type=pipelines_arg, default=None,
+                     help=f"GPU pipelines run side by side, each its own stream and thread (default: "
+                          f"{DEFAULT_GPU_PIPELINES} on the GPU, 1 on the CPU); outputs do not depend on it")
     run.add_argument("--threads", type=positive_int, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core)")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
@@ -152,9 +156,12 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                              "intensities given to a model trained on 0-1 (default: as read)")
     outputs = infer.add_argument_group("outputs")
     outputs.add_argument("--out", help="folder for one output file per frame (default: print a summary only)")
-    outputs.add_argument("--format", choices=("json", "kitti"), default=None,
-                         help="json: lidar boxes; kitti: label_2 lines in the camera frame "
-                              "(default: json, or kitti with --eval)")
+    outputs.add_argument("--format", choices=OUTPUT_FORMATS, default=None,
+                         help="json: a file of lidar boxes per frame; kitti: label_2 lines in the camera frame per "
+                              "frame; jsonl / parquet: a few large files of one row per frame (detections-*.jsonl "
+                              "/ .parquet) (default: json, or kitti with --eval)")
+    outputs.add_argument("--skip-existing", action="store_true",
+                         help="skip frames whose outputs are already in --out (resume an interrupted run)")
     outputs.add_argument("--calib", metavar="DIR",
                          help="KITTI calib folder of <frame id>.txt for --format kitti "
                               "(default: each frame's sibling calib/ folder)")
@@ -228,110 +235,6 @@ def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json"
 _check_unique_names = check_unique_names  # the name apps/serve imports
 
 
-@dataclass
-class _Read:
-    source: str
-    points: np.ndarray | None
-    error: str | None
-
-
-class FrameReader:
-    """Reads frames in a background thread, ``depth`` ahead of the consumer, in input order."""
-
-    def __init__(self, frames: Sequence[str], read: Callable[[str], np.ndarray], depth: int) -> None:
-        self._frames = iter(frames)
-        self._read = read
-        self._depth = max(1, depth)
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pp-reader")
-        self._pending: list[tuple[str, Future[np.ndarray]]] = []
-
-    def _fill(self) -> None:
-        while len(self._pending) < self._depth:
-            source = next(self._frames, None)
-            if source is None:
-                return
-            self._pending.append((source, self._pool.submit(self._read, source)))
-
-    def __iter__(self) -> Iterator[_Read]:
-        self._fill()
-        while self._pending:
-            source, future = self._pending.pop(0)
-            self._fill()
-            try:
-                yield _Read(source, future.result(), None)
-            except FRAME_ERRORS as exc:
-                yield _Read(source, None, one_line(exc))
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-# --------------------------------------------------------------------------- outputs
-
-@dataclass(frozen=True)
-class OutputPlan:
-    """Where each kind of per-frame output goes (None: not written) and how KITTI lines are made."""
-
-    json_dir: Path | None = None
-    kitti_dir: Path | None = None
-    png_dir: Path | None = None
-    calib_dir: str | None = None
-    image_shape: tuple[int, int] | None = None
-    keep_out_of_view: bool = False
-    point_range: tuple[float, ...] | None = None
-
-
-@dataclass
-class FrameOutput:
-    boxes: int = 0
-    nonfinite: int = 0
-    out_of_view: int = 0
-    files: list[Path] = field(default_factory=list)
-
-
-def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: np.ndarray | None = None) -> FrameOutput:
-    """Write a frame's outputs per ``plan``: ``<stem>.json`` (the ``to_json_dict`` record),
-    ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration) and ``<stem>.png``.
-
-    Everything is computed before the first file is written; each file is written atomically.
-    """
-    from ..fileio import write_json_atomic, write_text_atomic
-    from ..kitti import calib_for_frame, detections_to_kitti_lines, finite_detections, image_shape_for_frame, \
-        read_calibration
-
-    stem = Path(source).stem
-    result = FrameOutput()
-    boxes, scores, names, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores, det.names)
-    result.boxes = len(scores)
-    writes: list[tuple[Path, Callable[[Path], None]]] = []
-    if plan.json_dir is not None:
-        record = det.to_json_dict(stem)
-        writes.append((plan.json_dir / f"{stem}.json", lambda p: write_json_atomic(p, record)))
-    if plan.kitti_dir is not None:
-        calib = read_calibration(calib_for_frame(source, plan.calib_dir))
-        shape = plan.image_shape or image_shape_for_frame(source)
-        kitti = detections_to_kitti_lines(det.boxes, det.scores, det.names, calib, shape,
-                                          keep_out_of_view=plan.keep_out_of_view)
-        result.out_of_view = kitti.dropped_out_of_view
-        text = "".join(line + "\n" for line in kitti.lines)
-        writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_text_atomic(p, text)))
-    if plan.png_dir is not None and points is not None:
-        from .viz import plot_bev
-
-        def png(path: Path) -> None:
-            plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
-                     title=f"{Path(source).name}: {len(scores)} boxes")
-
-        writes.append((plan.png_dir / f"{stem}.png", png))
-    for path, write in writes:
-        try:
-            write(path)
-        except OSError as exc:
-            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
-        result.files.append(path)
-    return result
-
-
 # --------------------------------------------------------------------------- the model
 
 def rebuild_command(model_dir: Path, config: str | None) -> str:
@@ -369,9 +272,10 @@ def open_model(args: argparse.Namespace, **options: Any) -> PointPillars:
     if not path.exists():
         raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
     common: dict[str, Any] = dict(device=args.device, backend=args.backend, tf32=not args.no_tf32,
-                                  threads=args.threads, max_batch=args.batch_size,
+                                  threads=args.threads, max_batch=args.batch_size or 1,
                                   score_threshold=args.score_threshold, nms_iou=args.nms_iou,
-                                  max_boxes=args.max_boxes, **options)
+                                  max_boxes=args.max_boxes)
+    common.update(options)
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=args.config, precision=args.precision, **common)
     expected: ModelConfig | None = None
@@ -422,14 +326,20 @@ def _eval_classes(classes: Sequence[str]) -> tuple[str, ...]:
 
 def run_infer(args: argparse.Namespace) -> int:
     """``infer``: 0 when every frame went through, 1 when some failed (each listed), 2 on a user error."""
+    device = resolved_device(args.device)
+    batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
+    pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
+    return infer_with(args, lambda: [open_model(args, max_batch=batch) for _ in range(pipelines)], batch=batch)
+
+
+def resolved_device(device: str) -> str:
+    """"cuda" or "cpu": where ``--device`` runs (auto decided here)."""
+    from ..detector import _resolve_device
+
     try:
-        from .serve import cli as serve_cli
-    except ImportError:
-        serve_cli = None  # type: ignore[assignment]
-    scaleout = getattr(serve_cli, "scaleout_requested", None)
-    if serve_cli is not None and scaleout is not None and scaleout(args):
-        return int(serve_cli.run_scaleout_infer(args))
-    return infer_with(args, lambda: open_model(args))
+        return _resolve_device(device)[0]
+    except PointPillarsError:
+        return "cuda"  # an explicit cuda device that cannot run: opening the model says why
 
 
 def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
@@ -440,10 +350,13 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
+    if fmt in ROW_FORMATS and out is None:
+        raise InputError(f"--format {fmt} needs --out DIR: its part files are written there")
     labels = _prepare_eval(args, frames)
     if out is not None:
-        suffixes = [".json" if fmt == "json" else ".txt"] + ([".png"] if args.viz else [])
-        check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
+        suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
+        if suffixes:
+            check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
     elif labels is not None:
         check_unique_names(frames, [".txt"])
     if args.viz:
@@ -467,39 +380,83 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_rang
     )
 
 
-def infer_with(args: argparse.Namespace, open_detector: Callable[[], Any], batch: int | None = None) -> int:
-    """infer's run with the detector ``open_detector()`` gives (anything with ``detect_batch``,
-    ``close`` and ``cfg`` or ``class_names``), ``batch`` (default --batch-size) frames at a time."""
+def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]], batch: int) -> int:
+    """infer's run with the detectors ``open_detectors()`` gives (one per pipeline: anything with
+    ``detect_batch``, ``close`` and ``cfg`` or ``class_names``), ``batch`` frames at a time."""
     frames = expand_frame_paths(args.paths)
     fmt, out, labels = check_outputs(args, frames)
-    detector = open_detector()
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_files(out)
+    detectors = open_detectors()
     try:
-        cfg = getattr(detector, "cfg", None)
-        with tempfile.TemporaryDirectory(prefix="pp-infer-") as scratch:
-            scratch_dir = Path(scratch) if labels is not None and (fmt != "kitti" or out is None) else None
+        cfg = getattr(detectors[0], "cfg", None)
+        classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
+        with scratch_folder() as scratch:
+            scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
-            if out is not None:
-                out.mkdir(parents=True, exist_ok=True)
-            done, failures = _run_frames(detector, frames, plan, args, batch)
+            todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
+            if skipped:
+                print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
+            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes)
             if labels is not None:
-                classes = cfg.classes if cfg is not None else detector.class_names
-                _evaluate(labels, plan.kitti_dir, done, frames, failures, classes, out)  # type: ignore[arg-type]
+                _evaluate(labels, plan.kitti_dir, skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
     finally:
-        detector.close()
+        for detector in detectors:
+            detector.close()
     return EXIT_FRAME_FAILURES if failures else 0
+
+
+@contextlib.contextmanager
+def scratch_folder() -> Iterator[Path]:
+    """A temp folder that dies with the run; folders of earlier runs that were killed are cleared."""
+    prefix = "pp-infer-"
+    root = Path(tempfile.gettempdir())
+    for stale in root.glob(f"{prefix}*-*"):
+        pid = stale.name[len(prefix):].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as path:
+        yield Path(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
+                  skip_existing: bool) -> tuple[list[str], list[str]]:
+    """(frames to run, frames skipped) under ``--skip-existing``: a frame is skipped when all its
+    outputs are there (they are complete: written atomically) or its row is in a part file."""
+    if not skip_existing or out is None:
+        return list(frames), []
+    if fmt in ROW_FORMATS:
+        present = sources_in_parts(out, fmt)
+        has_outputs = [f in present and all(p.is_file() for p in plan.files_of(f)) for f in frames]
+    else:
+        has_outputs = [all(p.is_file() for p in plan.files_of(f)) for f in frames]
+    return ([f for f, skip in zip(frames, has_outputs) if not skip],
+            [f for f, skip in zip(frames, has_outputs) if skip])
 
 
 class FrameReport:
     """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
     failed frame, one line a frame when nothing is written, and the summary at ``close``."""
 
-    def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool) -> None:
+    def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
+                 folder: Path | None = None) -> None:
         from tqdm import tqdm
 
         self.total, self.plan, self.where = total, plan, where
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
-        self.writes = plan.json_dir or plan.kitti_dir or plan.png_dir
+        self.writes = folder or plan.json_dir or plan.kitti_dir or plan.png_dir
         self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
         self.start = time.perf_counter()
 
@@ -512,15 +469,10 @@ class FrameReport:
         self.bar.update(1)
         self.note(f"error: {safe_repr(source)}: {message}")
 
-    def write(self, det: Detections, source: str, points: np.ndarray | None = None) -> FrameOutput | None:
-        """Write the frame's outputs per the plan and count it; a failed write is the frame's error."""
-        try:
-            written = write_frame_outputs(det, source, self.plan, points)
-        except FRAME_ERRORS as exc:
-            self.fail(source, one_line(exc))
-            return None
-        self.written(source, written, det)
-        return written
+    def fail_quietly(self) -> None:
+        """A failed frame that a summary line accounts for (no line of its own)."""
+        self.failed += 1
+        self.bar.update(1)
 
     def written(self, source: str, written: FrameOutput, det: Detections | None = None) -> None:
         """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
@@ -559,63 +511,102 @@ def intensity_warning(source: str) -> str:
             "if they are (warned once)")
 
 
-def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
-                batch: int | None = None) -> tuple[list[str], int]:
-    """Read, detect and write every frame; (frames that went through, number that failed)."""
-    from functools import partial
+def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
+               batch: int, fmt: str, out: Path | None, classes: tuple[str, ...]) -> tuple[list[str], int]:
+    """Read, detect and write every frame through the streaming runner (``apps/frames.py``); the
+    outputs are flushed to disk before the summary; (frames that went through, number that failed)."""
+    from ..pointcloud_io import intensity_looks_8bit, read_points_into
 
-    from ..pointcloud_io import intensity_looks_8bit, read_points
-
-    batch = batch or args.batch_size
-    read = partial(read_points, point_dim=args.point_dim, intensity_scale=args.intensity_scale)
-    cfg = getattr(detector, "cfg", None)
+    cfg = getattr(detectors[0], "cfg", None)
     check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
-    report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out))
+    looks_8bit: list[str] = []
+    report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
+                         folder=out if fmt in ROW_FORMATS else None)
+    rows = RowParts(out, fmt, classes) if fmt in ROW_FORMATS and out is not None else None
+    disk = _DiskWatch()
 
-    def flush(window: list[_Read]) -> None:
-        ready = [item for item in window if item.points is not None]
-        results = dict(zip((id(item) for item in ready), _detect(detector, ready)))
-        for item in window:
-            if item.points is None:
-                report.fail(item.source, str(item.error))
-                continue
-            det, error = results[id(item)]
-            if det is None:
-                report.fail(item.source, str(error))
-                continue
-            report.write(det, item.source, item.points)
+    def read(item: object, allocate: Any) -> np.ndarray:
+        points = read_points_into(item, allocate, point_dim=args.point_dim,  # type: ignore[arg-type]
+                                  intensity_scale=args.intensity_scale)
+        if check_intensity and not looks_8bit and intensity_looks_8bit(points):
+            looks_8bit.append(str(item))
+        return points
 
+    def write(job: FrameJob) -> Any:
+        disk.check()
+        try:
+            written = write_frame_outputs(job.detections, job.source, plan, job.points, durable=False)
+        except InputError as exc:
+            disk.note(exc)
+            raise
+        return (written, frame_row(job.source, job.detections, None, classes) if rows is not None else None)
+
+    written_files: list[Path] = []
     warned = False
-    reader = FrameReader(frames, read, depth=2 * batch)
+    runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
+                         writers=IO_THREADS, keep_points=plan.png_dir is not None)
     try:
-        window: list[_Read] = []
-        for item in reader:
-            if check_intensity and not warned and item.points is not None and intensity_looks_8bit(item.points):
+        for job in runner.run(frames):
+            if looks_8bit and not warned:
                 warned = True
-                report.note(intensity_warning(item.source))
-            window.append(item)
-            if sum(i.points is not None for i in window) == batch:
-                flush(window)
-                window = []
-        flush(window)
+                report.note(intensity_warning(looks_8bit[0]))
+            if job.error is not None:
+                if rows is not None:
+                    rows.add(frame_row(job.source, None, job.error, classes))
+                if disk.quiet(job.error):
+                    report.fail_quietly()
+                else:
+                    report.fail(job.source, job.error)
+                continue
+            written, row = job.written
+            if rows is not None:
+                rows.add(row)
+            written_files.extend(written.files)
+            report.written(job.source, written, job.detections)
+        if rows is not None:
+            rows.close()
+            written_files.extend(rows.files)
     finally:
-        reader.close()
+        runner.close()
         report.bar.close()
+    if disk.unwritten:
+        report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
+                    "written (free space, then rerun with --skip-existing)")
+    if written_files:
+        try:
+            flush_to_disk(written_files)
+        except OSError as exc:
+            raise InputError(f"the outputs in {safe_repr(str(out))} could not be flushed to disk: "
+                             f"{exc.strerror or one_line(exc)}; none of this run's outputs can be trusted") from None
     return report.close()
 
 
-def _detect(detector: PointPillars, items: Sequence[_Read]) -> list[tuple[Detections | None, str | None]]:
-    """Detections of a window of frames in one batch; when the batch fails, each frame on its own."""
-    if not items:
-        return []
-    try:
-        with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
-            found = detector.detect_batch([item.points for item in items])
-        return [(det, None) for det in found]
-    except FRAME_ERRORS as exc:
-        if len(items) == 1:
-            return [(None, one_line(exc))]
-        return [result for item in items for result in _detect(detector, [item])]
+class _DiskWatch:
+    """After the first 'no space left' write, the frames after it fail at once and quietly (one
+    summary line instead of an error line each)."""
+
+    def __init__(self) -> None:
+        self.full_message = ""
+        self.unwritten = 0
+        self._full = threading.Event()
+
+    def note(self, exc: BaseException) -> None:
+        if "No space left" in str(exc) or "Disk quota exceeded" in str(exc):
+            self.full_message = "the output file system is full"
+            self._full.set()
+
+    def check(self) -> None:
+        if self._full.is_set():
+            raise InputError(_NOT_WRITTEN)
+
+    def quiet(self, error: str) -> bool:
+        if error == _NOT_WRITTEN:
+            self.unwritten += 1
+            return True
+        return False
+
+
+_NOT_WRITTEN = "not written: the output file system is full"
 
 
 def _evaluate(labels: Path, pred_dir: Path, done: Sequence[str], frames: Sequence[str], failed: int,

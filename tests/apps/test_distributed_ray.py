@@ -153,11 +153,17 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
                              gpus_per_worker=0, output_format="parquet", progress=False)
     rows = {row["frame"]: row for row in pq.read_table(sorted((tmp_path / "parquet").glob("*.parquet"))).to_pylist()}
     assert sorted(rows) == sorted([*records, Path(CORRUPT).stem]) and summary.frames == len(rows)
-    assert rows["corrupt"]["error"] and rows["corrupt"]["boxes_lidar"] is None
+    assert rows["corrupt"]["error"] and rows["corrupt"]["boxes_lidar"] == []
     for frame, record in records.items():
         row = rows[frame]
-        assert row["error"] is None and row["num_boxes"] == len(record["scores"])
+        assert row["error"] is None and row["source"] == str(kitti_folder / f"{frame}.bin")
         assert {key: row[key] for key in record} == record, frame
+
+    # JSON Lines: the very bytes local `infer --format jsonl` writes
+    local_infer(kitti_folder, model, tmp_path / "local_jsonl", "--format", "jsonl")
+    detect_dataset([str(kitti_folder)], model, tmp_path / "ray_jsonl", workers=2, gpus_per_worker=0,
+                   output_format="jsonl", progress=False)
+    assert assert_same_json_files(tmp_path / "ray_jsonl", tmp_path / "local_jsonl") == ["detections-00000.jsonl"]
 
 
 def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -173,3 +179,5 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset(str(tmp_path), model.path, tmp_path / "out", output_format="csv")
     with pytest.raises(InputError, match="workers 0"):
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
+    with pytest.raises(InputError, match="need 2 GPUs; the Ray cluster has 0"):  # instead of waiting forever
+        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)

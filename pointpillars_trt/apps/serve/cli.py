@@ -1,8 +1,8 @@
 """CLI glue: ``pointpillars-trt serve`` and the scale-out options of ``infer`` (--server, --ray).
 
 ``apps/cli.py`` wires these in: ``add_serve_parser(sub)`` beside the other commands, and in the infer
-command ``add_scaleout_arguments(infer)`` plus, first thing in ``_cmd_infer``,
-``if scaleout_requested(args): return run_scaleout_infer(args)``.
+command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scaleout_infer`` when
+``scaleout_requested(args)``.
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
     from ..infer import infer_with
     from .client import RemoteDetector
 
-    return infer_with(args, lambda: RemoteDetector(args.server, protocol=args.protocol), batch=args.in_flight)
+    return infer_with(args, lambda: [RemoteDetector(args.server, protocol=args.protocol) for _ in range(2)],
+                      batch=args.in_flight)
 
 
 def _run_ray(args: argparse.Namespace) -> int:
@@ -120,7 +121,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     fmt, _, _ = check_outputs(args, frames)
     gpus = 0.0 if args.device == "cpu" and args.gpus_per_worker is None else args.gpus_per_worker
     summary = detect_dataset(frames, args.model, args.out, workers=args.workers, gpus_per_worker=gpus,
-                             batch_size=args.batch_size, output_format=fmt, calib=args.calib,
+                             batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
                              ray_address=args.ray_address,

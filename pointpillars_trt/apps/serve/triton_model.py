@@ -1,8 +1,11 @@
 """Triton Python-backend model for PointPillars, copied into a repository as ``pointpillars/1/model.py``.
 
-Each instance builds one detector in ``initialize`` (model dir and device from the config's parameters;
-a KIND_GPU instance runs on the GPU Triton gave it). Triton's dynamic batcher hands ``execute`` the
-requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call. Tensors cross by
+Each instance builds one detector (its own GPU pipeline) in ``initialize`` (model dir and device from the
+config's parameters; a KIND_GPU instance runs on the GPU Triton gave it) and warms it up there at every
+batch size up to the config's ``max_batch_size``, so no request pays for kernel compilation, plan
+loading or graph capture. Triton's dynamic batcher hands ``execute`` the requests of a ragged batch
+one by one; their frames go to ONE ``detect_batch`` call (``detect_each``: the frame at fault alone
+fails when the batch cannot run). Tensors cross by
 DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data. A request that
 cannot be a frame gets its own error response; the others in the batch still get their detections.
 """
@@ -23,9 +26,10 @@ if _PATHS.is_file():
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
-from pointpillars_trt.detector import PointPillars  # noqa: E402
+from pointpillars_trt.detector import PointPillars, detect_each  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
+from pointpillars_trt.graph_io import MAX_BATCH  # noqa: E402
 
 OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 
@@ -42,7 +46,9 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args['model_instance_device_id']}"
         self.max_points = int(params["max_points"])
-        self.detector = PointPillars.from_model_dir(model_dir, device=device)
+        max_batch = min(max(1, int(config.get("max_batch_size", 1))), MAX_BATCH)
+        self.detector = PointPillars.from_model_dir(model_dir, device=device, max_batch=max_batch)
+        self._warm_up(max_batch)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -76,14 +82,17 @@ class TritonPythonModel:
 
     def _detect(self, frames: list[np.ndarray]) -> list[Any]:
         """One detect_batch for the whole batch; when it fails, frame by frame so only the culprit fails."""
-        if not frames:
-            return []
-        try:
-            return [_response(found) for found in self.detector.detect_batch(frames)]
-        except PointPillarsError as exc:
-            if len(frames) == 1:
-                return [_error(exc)]
-            return [response for frame in frames for response in self._detect([frame])]
+        return [_error(found) if isinstance(found, BaseException) else _response(found)
+                for found in detect_each(self.detector, frames)]
+
+    def _warm_up(self, max_batch: int) -> None:
+        """Run a synthetic frame inside the model's range once at every batch size on the GPU (each
+        captures its CUDA graphs), once on the CPU (the sessions' first run)."""
+        lo, hi = np.split(np.asarray(self.detector.cfg.voxel.point_range, np.float32), 2)
+        rng = np.random.default_rng(0)
+        frame = np.column_stack([rng.uniform(lo, hi, (2_000, 3)), rng.uniform(0, 1, 2_000)]).astype(np.float32)
+        for batch in range(1, max_batch + 1 if self.detector.device == "cuda" else 2):
+            self.detector.detect_batch([frame] * batch)
 
 
 def _response(found: Detections) -> Any:
@@ -103,7 +112,7 @@ def _response(found: Detections) -> Any:
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 
-def _error(exc: PointPillarsError) -> Any:
+def _error(exc: BaseException) -> Any:
     return pb_utils.InferenceResponse(output_tensors=[], error=pb_utils.TritonError(str(exc), pb_utils.TritonError.INVALID_ARG))
 
 

@@ -1,0 +1,291 @@
+"""The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
+
+    items --> reader threads ----------> K pipeline threads -----------> writer threads
+              (point files read straight   (one GPU pipeline each: its    (each frame's outputs;
+               into a batch's pinned        own stream, batch B, one H2D   any order)
+               staging buffer)              + one D2H copy a batch)
+                                                     results, in input order --> the caller
+
+Frames go in batches of B, in input order; K pipelines take the next ready batch as they free up,
+so file I/O, the GPU and output writing overlap. A frame that cannot be read, detected or written
+fails alone (its result carries one line of error) and every other frame goes on: ANY exception a
+reader or writer raises becomes that frame's error. Memory stays flat however long the run: at most
+``2 K + 2`` batches are between reading and reporting, and their staging buffers are reused.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..detector import detect_each
+from ..pointcloud_io import Allocate
+from ..staging import StagingBuffer
+from .messages import one_line
+
+#: Point rows a batch's staging buffer starts with, per frame (it grows to the largest batch seen).
+INITIAL_POINTS_PER_FRAME = 32_768
+
+#: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
+ReadFrame = Callable[[object, Allocate], np.ndarray]
+
+
+@dataclass
+class FrameJob:
+    """One frame on its way through the runner."""
+
+    index: int
+    source: str
+    item: object
+    points: np.ndarray | None = None
+    start: int | None = None  # first row in the batch's staging buffer, when read into it
+    error: str | None = None
+    detections: Any = None
+    written: Any = None  # what the write step returned
+    _write: Future[Any] | None = None
+
+
+@dataclass
+class _Batch:
+    jobs: list[FrameJob]
+    staging: StagingBuffer | None
+    reads: list[Future[None]] = field(default_factory=list)
+    detected: threading.Event = field(default_factory=threading.Event)
+
+
+class FrameRunner:
+    """Runs frames through ``detectors`` (one per pipeline: ``PointPillars`` objects, or anything with
+    ``detect_batch``) ``batch_size`` at a time.
+
+    ``read(item, allocate)`` reads one frame; ``write(job)`` (optional, in writer threads) writes a
+    detected frame's outputs and returns what the caller wants in ``job.written``; ``keep_points``
+    keeps each frame's points past the GPU (for writers that draw them). ``run`` yields every job in
+    input order. Safe for one ``run`` at a time; ``close`` stops the threads.
+    """
+
+    def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
+                 write: Callable[[FrameJob], Any] | None = None, readers: int = 4, writers: int = 4,
+                 keep_points: bool = False, pinned: bool | None = None) -> None:
+        if not detectors:
+            raise ValueError("FrameRunner needs at least one detector")
+        self.detectors = list(detectors)
+        self.batch_size = batch_size
+        self.read, self.write, self.keep_points = read, write, keep_points
+        pipes = [getattr(d, "gpu_pipeline", None) for d in self.detectors]
+        self.on_gpu = all(p is not None for p in pipes)
+        self._alloc = _pinned_alloc() if (self.on_gpu if pinned is None else pinned) else None
+        self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
+        self._writers = ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="pp-write")
+        slots = 2 * len(self.detectors) + 2
+        self._free: queue.Queue[StagingBuffer] = queue.Queue()
+        for _ in range(slots):
+            self._free.put(StagingBuffer(batch_size * INITIAL_POINTS_PER_FRAME, self._alloc))
+        self._slots = slots
+
+    # -- the run ------------------------------------------------------------------------------------
+
+    def run(self, items: Iterable[object], sources: Iterable[str] | None = None) -> Iterator[FrameJob]:
+        """Every item's job, in input order, once it is detected and written (or failed)."""
+        ready: queue.Queue[_Batch | None] = queue.Queue()
+        ordered: queue.Queue[_Batch | BaseException | None] = queue.Queue()
+        window = threading.BoundedSemaphore(self._slots)
+        stop = threading.Event()
+        names = iter(sources) if sources is not None else None
+        dispatcher = threading.Thread(target=self._dispatch, name="pp-dispatch", daemon=True,
+                                      args=(items, names, ready, ordered, window, stop))
+        workers = [threading.Thread(target=self._pipeline_loop, name=f"pp-pipeline-{i}", daemon=True,
+                                    args=(detector, ready)) for i, detector in enumerate(self.detectors)]
+        dispatcher.start()
+        for worker in workers:
+            worker.start()
+        try:
+            while True:
+                batch = ordered.get()
+                if batch is None:
+                    break
+                if isinstance(batch, BaseException):
+                    raise batch
+                batch.detected.wait()
+                for job in batch.jobs:
+                    if job._write is not None:
+                        _settle_write(job)
+                    yield job
+                window.release()
+        finally:
+            stop.set()
+            _drain(ordered, window)
+            for _ in workers:
+                ready.put(None)
+            dispatcher.join(timeout=5)
+            for worker in workers:
+                worker.join(timeout=30)
+
+    def close(self) -> None:
+        self._readers.shutdown(wait=True, cancel_futures=True)
+        self._writers.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> FrameRunner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the threads --------------------------------------------------------------------------------
+
+    def _dispatch(self, items: Iterable[object], names: Iterator[str] | None, ready: queue.Queue[_Batch | None],
+                  ordered: queue.Queue[_Batch | BaseException | None], window: threading.BoundedSemaphore,
+                  stop: threading.Event) -> None:
+        """Cut the items into batches, start their reads, and hand them on in order."""
+        try:
+            jobs: list[FrameJob] = []
+            for index, item in enumerate(items):
+                source = next(names) if names is not None else _source_of(item, index)
+                jobs.append(FrameJob(index, source, item))
+                if len(jobs) == self.batch_size:
+                    if not self._start_batch(jobs, ready, ordered, window, stop):
+                        return
+                    jobs = []
+            if jobs:
+                self._start_batch(jobs, ready, ordered, window, stop)
+        except BaseException as exc:  # an iterator of items that fails ends the run with its error
+            ordered.put(exc)
+            return
+        ordered.put(None)
+
+    def _start_batch(self, jobs: list[FrameJob], ready: queue.Queue[_Batch | None],
+                     ordered: queue.Queue[_Batch | BaseException | None], window: threading.BoundedSemaphore,
+                     stop: threading.Event) -> bool:
+        while not window.acquire(timeout=0.1):
+            if stop.is_set():
+                return False
+        staging = self._free.get()
+        staging.reset()
+        batch = _Batch(jobs, staging)
+        batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
+        ordered.put(batch)
+        ready.put(batch)
+        return True
+
+    def _read_job(self, job: FrameJob, staging: StagingBuffer) -> None:
+        def allocate(count: int) -> np.ndarray | None:
+            start = staging.allocate(count)
+            if start is None:
+                return None
+            job.start = start
+            return staging.points[start : start + count]
+
+        try:
+            job.points = self.read(job.item, allocate)
+        except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
+            job.points, job.start, job.error = None, None, one_line(exc)
+
+    def _pipeline_loop(self, detector: Any, ready: queue.Queue[_Batch | None]) -> None:
+        while True:
+            batch = ready.get()
+            if batch is None:
+                return
+            try:
+                for read in batch.reads:
+                    read.result()
+                self._detect(detector, batch)
+            except BaseException as exc:  # noqa: BLE001 - a failed batch fails its frames, not the run
+                for job in batch.jobs:
+                    if job.error is None and job.detections is None:
+                        job.error = one_line(exc)
+            finally:
+                if batch.staging is not None:
+                    self._free.put(batch.staging)
+                    batch.staging = None
+                batch.detected.set()
+
+    def _detect(self, detector: Any, batch: _Batch) -> None:
+        jobs = [job for job in batch.jobs if job.points is not None]
+        if jobs:
+            pipeline = getattr(detector, "gpu_pipeline", None)
+            found = self._run_gpu(pipeline, batch, jobs) if pipeline is not None else None
+            if found is None:  # not on the GPU, or the batch failed there: frame by frame
+                found = detect_each(detector, [job.points for job in jobs])
+            for job, result in zip(jobs, found):
+                if isinstance(result, BaseException):
+                    job.error = one_line(result)
+                else:
+                    job.detections = result
+        for job in jobs:
+            if not self.keep_points or job.error is not None:
+                job.points = None
+            elif job.start is not None and job.points is not None:
+                job.points = job.points.copy()  # the staging buffer is reused for the next batch
+            if job.error is None and self.write is not None:
+                job._write = self._writers.submit(self.write, job)
+
+    def _run_gpu(self, pipeline: Any, batch: _Batch, jobs: list[FrameJob]) -> list[Any] | None:
+        """One pass of the pipeline over the batch from its staging buffer; None when it fails."""
+        staging = batch.staging
+        assert staging is not None
+        if any(job.start is None for job in jobs):  # a frame that did not fit: restage the batch
+            staging = batch.staging = _restaged(staging, jobs, self._alloc)
+        try:
+            pipeline.submit_staged(staging, [(len(job.points), job.start) for job in jobs])  # type: ignore[arg-type]
+            return list(pipeline.collect())
+        except Exception:  # noqa: BLE001 - retried frame by frame, where each frame's own error shows
+            return None
+
+
+def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> StagingBuffer:
+    """A staging buffer large enough for the whole batch, with every frame copied in (it replaces the
+    old one in the pool, so later batches of this size read straight into it)."""
+    total = sum(len(job.points) for job in jobs if job.points is not None)
+    bigger = StagingBuffer(max(total + total // 2, staging.capacity), alloc)
+    for job in jobs:
+        assert job.points is not None
+        start = bigger.allocate(len(job.points))
+        assert start is not None
+        bigger.points[start : start + len(job.points)] = job.points
+        job.points, job.start = bigger.points[start : start + len(job.points)], start
+    return bigger
+
+
+def _settle_write(job: FrameJob) -> None:
+    """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run); a failed write is
+    this frame's error."""
+    assert job._write is not None
+    failure = job._write.exception()
+    if failure is None:
+        job.written = job._write.result()
+    else:
+        job.error = one_line(failure)
+    job._write = None
+
+
+def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> None:
+    """Release what a run stopped early still holds, so the dispatcher is never left waiting."""
+    while True:
+        try:
+            item = ordered.get_nowait()
+        except queue.Empty:
+            return
+        if isinstance(item, _Batch):
+            try:
+                window.release()
+            except ValueError:
+                return
+
+
+def _source_of(item: object, index: int) -> str:
+    import os
+
+    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
+
+
+def _pinned_alloc() -> Callable[[tuple[int, int], type], np.ndarray] | None:
+    try:
+        import cupyx
+    except ImportError:
+        return None
+    return cupyx.empty_pinned  # type: ignore[no-any-return]

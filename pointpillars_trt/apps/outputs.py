@@ -1,0 +1,243 @@
+"""What a run writes for each frame, the same whichever path ran it (local ``infer``, a Ray actor,
+``infer --server``): one file per frame (JSON record, KITTI ``label_2`` lines, BEV picture), or, for
+fleets, a few large files of one row per frame (JSON Lines, Parquet).
+
+Files are written atomically (temp file + rename) without one fsync each; :func:`flush_to_disk` makes
+a run's files durable in one pass before the summary reports them written. A run killed at any
+moment leaves only complete files (and temp files the next run clears), so ``--skip-existing``
+resumes it without redoing frames.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import InputError
+from ..fileio import dumps_strict, safe_repr, write_bytes_atomic
+from .messages import one_line
+
+if TYPE_CHECKING:
+    from ..detections import Detections
+
+#: Per-frame file formats, and the formats of a few large files of one row per frame.
+FILE_FORMATS = ("json", "kitti")
+ROW_FORMATS = ("jsonl", "parquet")
+OUTPUT_FORMATS = FILE_FORMATS + ROW_FORMATS
+#: Rows of one JSON Lines / Parquet part file: a kill loses at most the part being filled.
+ROWS_PER_PART = 10_000
+PART_PREFIX = "detections-"
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """Where each kind of per-frame output goes (None: not written) and how KITTI lines are made."""
+
+    json_dir: Path | None = None
+    kitti_dir: Path | None = None
+    png_dir: Path | None = None
+    calib_dir: str | None = None
+    image_shape: tuple[int, int] | None = None
+    keep_out_of_view: bool = False
+    point_range: tuple[float, ...] | None = None
+
+    def files_of(self, source: str) -> list[Path]:
+        """The files a frame's outputs go to (what ``--skip-existing`` looks for)."""
+        stem = Path(source).stem
+        pairs = ((self.json_dir, ".json"), (self.kitti_dir, ".txt"), (self.png_dir, ".png"))
+        return [folder / f"{stem}{suffix}" for folder, suffix in pairs if folder is not None]
+
+
+@dataclass
+class FrameOutput:
+    """What writing a frame's outputs did: boxes written, non-finite and out-of-view boxes dropped,
+    and the files (not yet flushed to disk)."""
+
+    boxes: int = 0
+    nonfinite: int = 0
+    out_of_view: int = 0
+    files: list[Path] = field(default_factory=list)
+
+
+def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: np.ndarray | None = None, *,
+                        durable: bool = True) -> FrameOutput:
+    """Write a frame's outputs per ``plan``: ``<stem>.json`` (the ``to_json_dict`` record),
+    ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration) and ``<stem>.png``.
+
+    Everything is computed before the first file is written; each file is written atomically
+    (``durable=False``: without fsync, for a caller that flushes the run's files in one pass).
+    """
+    from ..kitti import calib_for_frame, detections_to_kitti_lines, finite_detections, image_shape_for_frame, \
+        read_calibration
+
+    stem = Path(source).stem
+    result = FrameOutput()
+    boxes, scores, names, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores, det.names)
+    result.boxes = len(scores)
+    writes: list[tuple[Path, Callable[[Path], None]]] = []
+    if plan.json_dir is not None:
+        data = (dumps_strict(det.to_json_dict(stem)) + "\n").encode("utf-8")
+        writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
+    if plan.kitti_dir is not None:
+        calib = read_calibration(calib_for_frame(source, plan.calib_dir))
+        shape = plan.image_shape or image_shape_for_frame(source)
+        kitti = detections_to_kitti_lines(det.boxes, det.scores, det.names, calib, shape,
+                                          keep_out_of_view=plan.keep_out_of_view)
+        result.out_of_view = kitti.dropped_out_of_view
+        text = "".join(line + "\n" for line in kitti.lines).encode("utf-8")
+        writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_bytes_atomic(p, text, durable=durable)))
+    if plan.png_dir is not None and points is not None:
+        from .viz import plot_bev
+
+        def png(path: Path) -> None:
+            plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
+                     title=f"{Path(source).name}: {len(scores)} boxes")
+
+        writes.append((plan.png_dir / f"{stem}.png", png))
+    for path, write in writes:
+        try:
+            write(path)
+        except OSError as exc:
+            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
+        result.files.append(path)
+    return result
+
+
+# --------------------------------------------------------------------------- one row a frame
+
+def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...]) -> dict[str, Any]:
+    """A frame's row of the JSON Lines / Parquet outputs: ``source``, ``error`` (None when it went
+    through), then every field of the per-frame JSON record (``Detections.to_json_dict``); a failed
+    frame has empty lists and zero counts, so every row has the same columns."""
+    from ..detections import Detections as _Detections
+    from ..detections import FrameStats
+
+    found = det if det is not None else _Detections.empty(class_names, FrameStats(0))
+    record = found.to_json_dict(Path(source).stem)
+    return {"source": source, "error": error, **record}
+
+
+class RowParts:
+    """JSON Lines or Parquet rows in input order, in part files of ``ROWS_PER_PART`` rows
+    (``detections-00000.jsonl``, ...), each written atomically when full or at ``close``. A resumed
+    run numbers its parts after those already there."""
+
+    def __init__(self, folder: Path, output_format: str, class_names: tuple[str, ...],
+                 rows_per_part: int = ROWS_PER_PART) -> None:
+        if output_format not in ROW_FORMATS:
+            raise InputError(f"format {output_format!r}: expected one of {', '.join(ROW_FORMATS)}")
+        if output_format == "parquet":
+            _require_pyarrow()
+        self.folder, self.format, self.class_names = folder, output_format, class_names
+        self.rows_per_part = rows_per_part
+        self.rows: list[dict[str, Any]] = []
+        self.files: list[Path] = []
+        self._next = 1 + max((_part_number(p) for p in existing_parts(folder, output_format)), default=-1)
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.rows.append(row)
+        if len(self.rows) >= self.rows_per_part:
+            self._write_part()
+
+    def close(self) -> None:
+        if self.rows:
+            self._write_part()
+
+    def _write_part(self) -> None:
+        path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
+        try:
+            write_bytes_atomic(path, self._encode(self.rows), durable=False)
+        except OSError as exc:
+            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
+        self.files.append(path)
+        self._next += 1
+        self.rows = []
+
+    def _encode(self, rows: list[dict[str, Any]]) -> bytes:
+        if self.format == "jsonl":
+            return "".join(dumps_strict(row, indent=None) + "\n" for row in rows).encode("utf-8")
+        import io
+
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        buffer = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(rows, schema=row_schema(self.class_names)), buffer)
+        return buffer.getvalue()
+
+
+def existing_parts(folder: Path, output_format: str) -> list[Path]:
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return []
+    return sorted(folder / n for n in names
+                  if n.startswith(PART_PREFIX) and n.endswith(f".{output_format}") and _part_number(Path(n)) >= 0)
+
+
+def sources_in_parts(folder: Path, output_format: str) -> set[str]:
+    """The sources of the frames the part files already in ``folder`` hold a row of, whether they went
+    through or failed (for ``--skip-existing``: a source never gets a second row); a damaged part is an
+    error naming it."""
+    import json
+
+    done: set[str] = set()
+    for path in existing_parts(folder, output_format):
+        try:
+            if output_format == "jsonl":
+                with open(path, encoding="utf-8") as f:
+                    rows: Iterable[dict[str, Any]] = [json.loads(line) for line in f if line.strip()]
+            else:
+                import pyarrow.parquet as pq
+
+                rows = pq.read_table(path, columns=["source"]).to_pylist()
+            done.update(str(row["source"]) for row in rows)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
+    return done
+
+
+def _part_number(path: Path) -> int:
+    digits = path.name[len(PART_PREFIX):].split(".", 1)[0]
+    return int(digits) if digits.isdigit() else -1
+
+
+def _require_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+    except ImportError:
+        raise InputError("--format parquet needs pyarrow: pip install pyarrow (or use --format jsonl)") from None
+
+
+#: Arrow types of the list fields of the per-frame JSON record; its scalar fields are typed by value.
+_LIST_COLUMNS = {"boxes_lidar": "list<list<double>>", "scores": "list<double>", "labels": "list<string>",
+                 "velocity": "list<list<double>>"}
+
+
+def row_schema(class_names: tuple[str, ...]) -> Any:
+    """The Arrow schema of :func:`frame_row`: one column per field of the record (probed on an empty
+    result, so a new field of ``Detections.to_json_dict`` becomes a new column)."""
+    import pyarrow as pa
+
+    from ..errors import BackendError
+
+    lists = {"list<list<double>>": pa.list_(pa.list_(pa.float64())), "list<double>": pa.list_(pa.float64()),
+             "list<string>": pa.list_(pa.string())}
+    scalars = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    fields = [("source", pa.string()), ("error", pa.string())]
+    for key, value in frame_row("", None, None, class_names).items():
+        if key in ("source", "error"):
+            continue
+        if key in _LIST_COLUMNS:
+            fields.append((key, lists[_LIST_COLUMNS[key]]))
+        elif type(value) in scalars:
+            fields.append((key, scalars[type(value)]))
+        else:
+            raise BackendError(f"row output: no column type for record field {key!r}")
+    return pa.schema(fields)

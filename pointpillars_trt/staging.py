@@ -1,0 +1,53 @@
+"""The packed input of a batch: the host rows the GPU pipeline copies to the device in ONE copy.
+
+Layout: ``HEADER_ROWS`` rows holding a (point count, first point row) int32 pair per frame, then the
+frames' (x, y, z, intensity) float32 rows. Frames are placed by a bump allocator, so reader threads
+can read files straight into the buffer (pinned memory on a GPU machine) while others do the same;
+the header is written when the batch is submitted.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+import numpy as np
+
+from .graph_io import MAX_BATCH
+
+#: Header rows: (count, first row) int32 pairs of up to MAX_BATCH frames, four int32 a row.
+HEADER_ROWS = -(-2 * MAX_BATCH // 4)
+
+
+class StagingBuffer:
+    """``capacity`` point rows after the header, from ``alloc(shape, dtype)`` (e.g. cupyx.empty_pinned;
+    default: ordinary host memory)."""
+
+    def __init__(self, capacity: int,
+                 alloc: Callable[[tuple[int, int], type], np.ndarray] | None = None) -> None:
+        self.capacity = max(1, int(capacity))
+        self.rows = (alloc or np.empty)((HEADER_ROWS + self.capacity, 4), np.float32)
+        self.header = self.rows[:HEADER_ROWS].view(np.int32).reshape(-1)
+        self.points = self.rows[HEADER_ROWS:]
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def allocate(self, count: int) -> int | None:
+        """The first of ``count`` free point rows (safe from several threads), or None when they do
+        not fit."""
+        with self._lock:
+            if self.used + count > self.capacity:
+                return None
+            start, self.used = self.used, self.used + count
+        return start
+
+    def reset(self) -> None:
+        self.used = 0
+
+    def write_header(self, frames: list[tuple[int, int]]) -> int:
+        """Write the (count, first row) pairs; returns the rows to copy (header + the last frame's end)."""
+        if len(frames) > MAX_BATCH:
+            raise ValueError(f"{len(frames)} frames: at most {MAX_BATCH} a batch")
+        pairs = np.asarray(frames, np.int32).reshape(-1)
+        self.header[: pairs.size] = pairs
+        return HEADER_ROWS + max((start + count for count, start in frames), default=0)

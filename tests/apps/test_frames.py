@@ -1,0 +1,143 @@
+"""The streaming frame runner (apps/frames.py) on the CPU path, with the tiny model.
+
+Oracle: the same detector run on each frame alone (``detector(points)``), and the frames' files read
+back by ``read_points``; the runner must give the same detections, in input order, whatever its
+threads, pipelines and batch size, and fail a bad frame alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.frames import FrameRunner
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.kitti import write_velodyne_bin
+from pointpillars_trt.pointcloud_io import read_points, read_points_into
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from tiny import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny"), seed=5)
+
+
+@pytest.fixture(scope="module")
+def frames(model, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:  # type: ignore[no-untyped-def]
+    """60 frames of mixed sizes (0 to 6,000 points), one of them far larger than the others."""
+    folder = tmp_path_factory.mktemp("frames")
+    rng = np.random.default_rng(1)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    paths = []
+    for index in range(60):
+        n = 0 if index == 7 else 60_000 if index == 31 else int(rng.integers(1, 6000))
+        points = np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32)
+        paths.append(folder / f"{index:06d}.bin")
+        write_velodyne_bin(points, paths[-1])
+    return paths
+
+
+def read(item: object, allocate):  # type: ignore[no-untyped-def]
+    return read_points_into(item, allocate)  # type: ignore[arg-type]
+
+
+def same(a, b) -> bool:  # type: ignore[no-untyped-def]
+    return (np.array_equal(a.boxes, b.boxes) and np.array_equal(a.scores, b.scores)
+            and np.array_equal(a.labels, b.labels) and a.stats == b.stats)
+
+
+def test_order_and_results_with_many_threads_pipelines_and_mixed_sizes(model, frames) -> None:  # type: ignore[no-untyped-def]
+    alone = PointPillars(model, device="cpu")
+    expected = [alone(read_points(p)) for p in frames]
+    detectors = [PointPillars(model, device="cpu", threads=1) for _ in range(3)]
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def write(job):  # type: ignore[no-untyped-def]
+        time.sleep(0.001 * (job.index % 3))  # writers finish out of order
+        with lock:
+            seen.append(job.index)
+        return job.index
+
+    with FrameRunner(detectors, batch_size=4, read=read, write=write, readers=5, writers=6) as runner:
+        jobs = list(runner.run([str(p) for p in frames]))
+    assert [job.index for job in jobs] == list(range(len(frames)))
+    assert [job.source for job in jobs] == [str(p) for p in frames]
+    assert sorted(seen) == list(range(len(frames)))
+    for job, reference in zip(jobs, expected):
+        assert job.error is None and job.written == job.index
+        assert same(job.detections, reference), job.source
+
+
+def test_a_corrupt_frame_among_500_good_ones_fails_alone(model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(2)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    paths = []
+    for index in range(501):
+        paths.append(tmp_path / f"{index:06d}.bin")
+        if index == 250:
+            paths[-1].write_bytes(b"\0" * 10)
+            continue
+        points = np.column_stack([rng.uniform(lo, hi, (50, 3)), rng.uniform(0, 1, 50)]).astype(np.float32)
+        write_velodyne_bin(points, paths[-1])
+    with FrameRunner([PointPillars(model, device="cpu", threads=1)], batch_size=8, read=read) as runner:
+        jobs = list(runner.run([str(p) for p in paths]))
+    failed = [job for job in jobs if job.error is not None]
+    assert [job.index for job in failed] == [250] and "10 bytes, not a multiple of 16" in failed[0].error
+    assert all(job.detections is not None for job in jobs if job.index != 250) and len(jobs) == 501
+
+
+def test_any_exception_of_a_reader_or_writer_is_that_frames_error(model, frames) -> None:  # type: ignore[no-untyped-def]
+    def buggy_read(item, allocate):  # type: ignore[no-untyped-def]
+        if item.endswith("000003.bin"):
+            raise TypeError("'bool' object cannot be interpreted as a shape")  # a reader bug, not an InputError
+        return read(item, allocate)
+
+    def buggy_write(job):  # type: ignore[no-untyped-def]
+        if job.index == 5:
+            raise KeyError("boom")
+        return None
+
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=3, read=buggy_read, write=buggy_write) as runner:
+        jobs = list(runner.run([str(p) for p in frames[:9]]))
+    assert {job.index: job.error for job in jobs if job.error} == {
+        3: "'bool' object cannot be interpreted as a shape", 5: "'boom'"}
+    assert len(jobs) == 9
+
+
+def test_reads_stay_a_bounded_window_ahead_of_a_slow_consumer(model, frames) -> None:  # type: ignore[no-untyped-def]
+    started: list[int] = []
+
+    def counting_read(item, allocate):  # type: ignore[no-untyped-def]
+        started.append(1)
+        return read(item, allocate)
+
+    detectors = [PointPillars(model, device="cpu") for _ in range(2)]
+    with FrameRunner(detectors, batch_size=2, read=counting_read) as runner:
+        window = 2 * (2 * len(detectors) + 2)  # batches in flight x batch size
+        for consumed, _ in enumerate(runner.run([str(p) for p in frames]), start=1):
+            time.sleep(0.002)
+            assert len(started) <= consumed + window
+
+
+def test_frames_in_memory_and_an_iterator_of_items(model) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(4)
+    arrays = [rng.uniform(0, 2, (n, 4)).astype(np.float32) for n in (5, 0, 300)]
+
+    def from_memory(item, allocate):  # type: ignore[no-untyped-def]
+        rows = allocate(len(item))
+        if rows is None:
+            return item
+        rows[...] = item
+        return rows
+
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=2, read=from_memory) as runner:
+        jobs = list(runner.run(iter(arrays)))
+    alone = PointPillars(model, device="cpu")
+    assert [job.source for job in jobs] == ["frame 0", "frame 1", "frame 2"]
+    assert all(same(job.detections, alone(a)) for job, a in zip(jobs, arrays))

@@ -1,0 +1,187 @@
+"""``infer`` through the streaming runner, end to end on the CPU with the tiny model: outputs that do
+not depend on batch size or pipelines, JSON Lines / Parquet rows equal to the per-frame JSON, resume
+after a kill with ``--skip-existing``, a full file system, and SIGTERM.
+
+Oracle: ``infer --batch-size 1 --pipelines 1`` (per-frame JSON files), whose bytes the other runs must
+reproduce; for rows, those same JSON records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.kitti import write_velodyne_bin
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny import tiny_model_dir
+
+    return Path(tiny_model_dir(tmp_path_factory.mktemp("tiny"), seed=11).path)
+
+
+def make_frames(folder: Path, count: int, cfg_range: tuple[float, ...], seed: int = 0) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    lo, hi = np.array(cfg_range[:3]), np.array(cfg_range[3:])
+    paths = []
+    for index in range(count):
+        n = int(rng.integers(0, 3000))
+        paths.append(folder / f"{index:06d}.bin")
+        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
+                           paths[-1])
+    return paths
+
+
+@pytest.fixture(scope="module")
+def frames(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from pointpillars_trt.model_dir import load_model_dir
+
+    folder = tmp_path_factory.mktemp("frames")
+    make_frames(folder, 40, load_model_dir(model_path).cfg.voxel.point_range)
+    (folder / "zz_corrupt.bin").write_bytes(b"\0" * 12)
+    return folder
+
+
+def infer(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["infer", *args, "--device", "cpu", "--no-progress"])
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def reference(model_path: Path, frames: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("reference")
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--batch-size", "1",
+                       "--pipelines", "1")
+    assert rc == 1 and err.count("error: ") == 1 and "zz_corrupt.bin" in err
+    return out
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_outputs_do_not_depend_on_batch_size_or_pipelines(model_path, frames, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    rc, stdout, _ = infer(str(frames), "--model", str(model_path), "--out", str(out), "--batch-size", "3",
+                          "--pipelines", "3")
+    assert rc == 1 and stdout.startswith("40/41 frames")
+    assert files_of(out) == files_of(reference)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_row_formats_hold_the_json_records_in_input_order(model_path, frames, reference, tmp_path, fmt) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / fmt
+    rc, stdout, _ = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", fmt,
+                          "--batch-size", "4")
+    assert rc == 1 and stdout.startswith("40/41 frames") and f"written to {out}" in stdout
+    parts = sorted(out.glob(f"detections-*.{fmt}"))
+    assert [p.name for p in parts] == [f"detections-00000.{fmt}"]
+    if fmt == "jsonl":
+        rows = [json.loads(line) for line in parts[0].read_text().splitlines()]
+    else:
+        import pyarrow.parquet as pq
+
+        rows = pq.read_table(parts[0]).to_pylist()
+    assert [Path(r["source"]).name for r in rows] == sorted(p.name for p in frames.iterdir())
+    for row in rows[:-1]:
+        record = json.loads((reference / f"{row['frame']}.json").read_text())
+        assert row["error"] is None and {key: row[key] for key in record} == record
+    assert "not a multiple of 16" in rows[-1]["error"] and rows[-1]["scores"] == []
+
+
+def test_kill_then_skip_existing_completes_without_duplicates_or_partial_files(model_path, frames, reference,  # type: ignore[no-untyped-def]
+                                                                                tmp_path) -> None:
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(frames), "--model", str(model_path), "--out",
+               str(out), "--device", "cpu", "--no-progress", "--batch-size", "1", "--pipelines", "1"]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(list(out.glob("*.json"))) < 5:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    written = sorted(out.glob("*.json"))
+    assert 5 <= len(written) < 40
+    for path in written:  # every file there is complete
+        assert path.read_bytes() == (reference / path.name).read_bytes()
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
+    assert rc == 1 and f"skipping {len(written)} frame(s)" in err
+    assert files_of(out) == files_of(reference)  # all frames, once each; no temp file left
+
+
+def test_sigterm_leaves_no_temp_files_or_folders(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "out"
+    labels, calib = tmp_path / "labels", tmp_path / "calib"
+    labels.mkdir()
+    calib.mkdir()
+    for path in frames.iterdir():  # --eval needs them; the KITTI lines of a JSON run go to a temp folder
+        (labels / f"{path.stem}.txt").write_text("")
+        (calib / f"{path.stem}.txt").write_text(
+            "P2: 700 0 600 0 0 700 180 0 0 0 1 0\nR0_rect: 1 0 0 0 1 0 0 0 1\n"
+            "Tr_velo_to_cam: 0 -1 0 0 0 0 -1 0 1 0 0 0\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")]), "TMPDIR": str(tmp_path)}
+    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(frames), "--model", str(model_path), "--out",
+               str(out), "--device", "cpu", "--no-progress", "--format", "json", "--eval", str(labels),
+               "--calib", str(calib), "--batch-size", "1", "--pipelines", "1"]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not list(out.glob("*.json")):
+        time.sleep(0.01)
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143 and "terminated" in err, err
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert not list(tmp_path.glob("pp-infer-*"))
+
+
+def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(mount / "out"))
+        files = sorted((mount / "out").glob("*.json"))
+        done = int(stdout.split("/", 1)[0])
+        assert rc == 1 and 0 < done < 40 and len(files) == done
+        for path in files:
+            json.loads(path.read_text())  # complete
+        assert err.count("file system is full") == 1 and "rerun with --skip-existing" in err
+        assert err.count("error: ") <= 3  # the first failed write, the summary line, the corrupt frame
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
+def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Path) -> None:
+    from pointpillars_trt.fileio import TEMP_SUFFIX, remove_stale_temp_files
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = tmp_path / f".000001.json.{dead.pid}.abcd{TEMP_SUFFIX}"
+    live = tmp_path / f".000002.json.{os.getpid()}.abcd{TEMP_SUFFIX}"
+    user = tmp_path / ".notes.tmp"
+    for path in (stale, live, user):
+        path.write_text("x")
+    assert remove_stale_temp_files(tmp_path) == 1
+    assert not stale.exists() and live.exists() and user.exists()
+    assert tempfile.gettempdir()
