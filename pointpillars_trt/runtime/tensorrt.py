@@ -1,13 +1,16 @@
-"""TensorRT 10: build a plan from an ONNX graph, then run it by tensor name on the pipeline's stream.
+"""TensorRT 10/11 and TensorRT for RTX: run a plan by tensor name on the pipeline's stream.
 
 Kept thin on purpose: validation, lifecycle and binding bookkeeping live in :class:`..Engine`, which
-the ONNX Runtime engine shares. Only the TensorRT 10 name-based API is used (``set_input_shape``,
-``set_tensor_address``, ``execute_async_v3``); no binding indices.
+the ONNX Runtime engine shares. Only the name-based API that TensorRT 10, 11 and TensorRT for RTX
+share is used (``set_input_shape``, ``set_tensor_address``, ``execute_async_v3``); no binding indices.
+``trt`` is whichever library :func:`.tensorrt_library.installed_library` picked: TensorRT when it
+imports, else TensorRT for RTX.
 
-A plan only runs on the TensorRT version and GPU architecture it was built with, and is only
-meaningful for the model config it was exported from. :func:`build_plan` therefore writes a JSON
-file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuses a plan whose metadata
-disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT.
+A plan only runs with the library and version that built it, on the GPU architectures it was built
+for, and is only meaningful for the model config it was exported from. The builder therefore writes
+a JSON file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuses a plan whose
+metadata disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT; a
+library that cannot run on this GPU at all (TensorRT for RTX on a Hopper GPU) is refused before that.
 
 Dynamic pillar count: the PFN input's first dimension is dynamic in the plan, with an optimization
 profile of ``(min, opt, max)`` rows. The pipeline binds ``Pmax`` rows every frame, so build with
@@ -20,23 +23,27 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from ..errors import BackendError, ModelDirError
-from .availability import tensorrt_available
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
+from .tensorrt_library import INSTALL_HINT, LIBRARY_TITLES, Library, installed_library, library_unsupported_reason
 
-try:
+LIBRARY: Library | None = installed_library()
+if LIBRARY == "tensorrt":
     import tensorrt as trt
-except ImportError:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
+elif LIBRARY == "tensorrt_rtx":  # the TensorRT 11 API under another module name
+    import tensorrt_rtx_bindings as trt  # type: ignore[no-redef]
+else:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
     trt = None  # type: ignore[assignment]
 
-Precision = Literal["fp32", "fp16", "graph"]
-METADATA_FORMAT = 1
+Precision = Literal["fp32", "fp16"]
+METADATA_FORMAT = 2  # 2: library, library_version and compute_capabilities (1 had tensorrt_version)
 REBUILD_HINT = "rebuild with `pointpillars-trt build --backend tensorrt`"
 
 
@@ -50,7 +57,8 @@ def check_plan_metadata(
     metadata: Mapping[str, Any],
     *,
     plan_sha256: str,
-    tensorrt_version: str,
+    library: Library,
+    library_version: str,
     compute_capability: str,
     expected_digest: str | None = None,
     expected_precision: str | None = None,
@@ -59,19 +67,24 @@ def check_plan_metadata(
 ) -> None:
     """Raise ModelDirError naming every way a plan does not fit this machine, config or request.
 
-    Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere."""
-    checks: list[tuple[str, object, object, str]] = [  # (what, recorded, wanted, how it came about)
-        ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running"),
-        ("TensorRT version", metadata.get("tensorrt_version"), tensorrt_version, "running"),
-        ("GPU compute capability", metadata.get("compute_capability"), compute_capability, "running"),
+    Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere.
+    ``compute_capability`` is this GPU's; the plan must list it among those it was built for."""
+    built_for = metadata.get("compute_capabilities")
+    runs_here = isinstance(built_for, list) and compute_capability in built_for
+    checks: list[tuple[str, object, object, str, bool]] = [  # (what, recorded, wanted, how it came about, fits)
+        ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running", False),
+        ("library", metadata.get("library"), library, "running", False),
+        ("library version", metadata.get("library_version"), library_version, "running", False),
+        ("GPU compute capability", built_for, compute_capability, "running", runs_here),
     ]
     if expected_digest is not None:
-        checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running"))
+        checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running", False))
     if expected_precision is not None:
-        checks.append(("precision", metadata.get("precision"), expected_precision, "requested"))
+        checks.append(("precision", metadata.get("precision"), expected_precision, "requested", False))
     if expected_tf32 is not None:
-        checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
-    problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
+        checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested", False))
+    problems = [f"{what}: built for {built!r}, {how} {now!r}"
+                for what, built, now, how, fits in checks if not fits and built != now]
     if problems:
         raise ModelDirError(f"{plan_name} does not match this setup ({'; '.join(problems)}). Note: {REBUILD_HINT}")
 
@@ -105,11 +118,14 @@ class TensorRTEngine(Engine):
         if not isinstance(metadata, dict):
             raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
         _use_device(self.device_id)
+        capability = gpu_identity(self.device_id)[1]
+        require_runnable(capability)
         check_plan_metadata(
             metadata,
             plan_sha256=hashlib.sha256(plan).hexdigest(),
-            tensorrt_version=trt.__version__,
-            compute_capability=gpu_identity(self.device_id)[1],
+            library=library(),
+            library_version=trt.__version__,
+            compute_capability=capability,
             expected_digest=self.options.config_digest,
             expected_precision=self.options.precision,
             expected_tf32=self.options.tf32,
@@ -190,9 +206,31 @@ def _cupy() -> Any:
 
 
 def require_tensorrt() -> None:
-    """Raise unless the real TensorRT is importable (``tensorrt_available`` tells stubs from it)."""
-    if not tensorrt_available():
-        raise BackendError("TensorRT is not installed. Note: pip install 'pointpillars-trt[tensorrt]' (tensorrt>=10)")
+    """Raise unless a TensorRT library imports; say once when it is TensorRT for RTX."""
+    library()
+
+
+def library() -> Library:
+    """The library this backend runs (raises when none is installed)."""
+    if LIBRARY is None:
+        raise BackendError(f"TensorRT is not installed. Note: {INSTALL_HINT}")
+    if LIBRARY == "tensorrt_rtx":
+        _say_rtx_once()
+    return LIBRARY
+
+
+def require_runnable(compute_capability: str) -> None:
+    """Refuse, in one line, a library that cannot run plans on this GPU (before TensorRT says it worse)."""
+    reason = library_unsupported_reason(library(), compute_capability)
+    if reason is not None:
+        raise BackendError(f"{reason}. Note: use --backend cudnn or onnxruntime here, or install TensorRT "
+                           f"(pip install 'pointpillars-trt[tensorrt]') and {REBUILD_HINT}")
+
+
+@functools.lru_cache(maxsize=None)
+def _say_rtx_once() -> None:
+    warnings.warn(f"pointpillars-trt: TensorRT is not installed; the tensorrt backend uses "
+                  f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__}", RuntimeWarning, stacklevel=4)
 
 
 @functools.lru_cache(maxsize=None)
