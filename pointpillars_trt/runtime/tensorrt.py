@@ -89,6 +89,23 @@ def check_plan_metadata(
         raise ModelDirError(f"{plan_name} does not match this setup ({'; '.join(problems)}). Note: {REBUILD_HINT}")
 
 
+def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
+    """A plan's bytes and its metadata, or a ModelDirError with the rebuild command."""
+    meta_path = plan_metadata_path(plan_path)
+    if not plan_path.is_file():
+        raise ModelDirError(f"TensorRT plan not found: {plan_path}. Note: {REBUILD_HINT}")
+    if not meta_path.is_file():
+        raise ModelDirError(f"Metadata of {plan_path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
+    plan = plan_path.read_bytes()
+    try:
+        metadata = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
+    if not isinstance(metadata, dict):
+        raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
+    return plan, metadata
+
+
 class TensorRTEngine(Engine):
     """A TensorRT plan with one execution context, bound by tensor name to the pipeline's buffers."""
 
@@ -105,18 +122,7 @@ class TensorRTEngine(Engine):
 
     def _load(self) -> list[TensorSpec]:
         require_tensorrt()
-        meta_path = plan_metadata_path(self.path)
-        if not self.path.is_file():
-            raise ModelDirError(f"TensorRT plan not found: {self.path}. Note: {REBUILD_HINT}")
-        if not meta_path.is_file():
-            raise ModelDirError(f"Metadata of {self.path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
-        plan = self.path.read_bytes()
-        try:
-            metadata = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
-        if not isinstance(metadata, dict):
-            raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
+        plan, metadata = read_plan(self.path)
         _use_device(self.device_id)
         capability = gpu_identity(self.device_id)[1]
         require_runnable(capability)
@@ -217,6 +223,11 @@ def library() -> Library:
     if LIBRARY == "tensorrt_rtx":
         _say_rtx_once()
     return LIBRARY
+
+
+def unrunnable_reason(device_id: int = 0) -> str | None:
+    """Why this backend's library cannot run plans on GPU ``device_id`` (``auto`` then skips it); None if it can."""
+    return library_unsupported_reason(library(), gpu_identity(device_id)[1])
 
 
 def require_runnable(compute_capability: str) -> None:
