@@ -158,10 +158,11 @@ def _targets(lib: Library, compute_capabilities: Sequence[str] | None) -> tuple[
 
 
 def _set_compute_capabilities(config: Any, targets: Sequence[str]) -> None:
-    """TensorRT for RTX only (no such API in TensorRT): build for exactly these GPUs."""
+    """TensorRT for RTX only (no such API in TensorRT, nor in its type stubs): build for exactly these GPUs."""
+    rtx: Any = trt
     config.num_compute_capabilities = len(targets)
     for index, capability in enumerate(targets):
-        value = getattr(trt.ComputeCapability, "SM" + capability.replace(".", ""))
+        value = getattr(rtx.ComputeCapability, "SM" + capability.replace(".", ""))
         if not config.set_compute_capability(value, index):
             raise BackendError(f"TensorRT for RTX {trt.__version__} cannot build for compute capability {capability}")
 
