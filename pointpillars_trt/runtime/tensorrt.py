@@ -32,7 +32,8 @@ import numpy as np
 from ..errors import BackendError, ModelDirError
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
-from .tensorrt_library import INSTALL_HINT, LIBRARY_TITLES, Library, installed_library, library_unsupported_reason
+from .tensorrt_library import (INSTALL_HINT, LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
+                               library_unsupported_reason)
 
 LIBRARY: Library | None = installed_library()
 if LIBRARY == "tensorrt":
@@ -69,22 +70,21 @@ def check_plan_metadata(
 
     Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere.
     ``compute_capability`` is this GPU's; the plan must list it among those it was built for."""
-    built_for = metadata.get("compute_capabilities")
-    runs_here = isinstance(built_for, list) and compute_capability in built_for
-    checks: list[tuple[str, object, object, str, bool]] = [  # (what, recorded, wanted, how it came about, fits)
-        ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running", False),
-        ("library", metadata.get("library"), library, "running", False),
-        ("library version", metadata.get("library_version"), library_version, "running", False),
-        ("GPU compute capability", built_for, compute_capability, "running", runs_here),
+    checks: list[tuple[str, object, object, str]] = [  # (what, recorded, wanted, how it came about)
+        ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running"),
+        ("library", metadata.get("library"), library, "running"),
+        ("library version", metadata.get("library_version"), library_version, "running"),
     ]
     if expected_digest is not None:
-        checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running", False))
+        checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running"))
     if expected_precision is not None:
-        checks.append(("precision", metadata.get("precision"), expected_precision, "requested", False))
+        checks.append(("precision", metadata.get("precision"), expected_precision, "requested"))
     if expected_tf32 is not None:
-        checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested", False))
-    problems = [f"{what}: built for {built!r}, {how} {now!r}"
-                for what, built, now, how, fits in checks if not fits and built != now]
+        checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
+    problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
+    built_for = metadata.get("compute_capabilities")
+    if not (isinstance(built_for, list) and compute_capability in built_for):
+        problems.append(f"GPU compute capability: built for {built_for!r}, running {compute_capability!r}")
     if problems:
         raise ModelDirError(f"{plan_name} does not match this setup ({'; '.join(problems)}). Note: {REBUILD_HINT}")
 
@@ -241,7 +241,8 @@ def require_runnable(compute_capability: str) -> None:
 @functools.lru_cache(maxsize=None)
 def _say_rtx_once() -> None:
     warnings.warn(f"pointpillars-trt: TensorRT is not installed; the tensorrt backend uses "
-                  f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__}", RuntimeWarning, stacklevel=4)
+                  f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__}, whose plans run on compute capability "
+                  f"{'/'.join(RTX_COMPUTE_CAPABILITIES)} only", RuntimeWarning, stacklevel=4)
 
 
 @functools.lru_cache(maxsize=None)

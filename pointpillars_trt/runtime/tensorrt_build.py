@@ -1,4 +1,4 @@
-"""TensorRT plan builder (TensorRT 10, 11 and TensorRT for RTX): ONNX graph -> plan + the metadata the runner checks.
+"""TensorRT plan builder (TensorRT 10, 11, TensorRT for RTX): ONNX graph -> plan + metadata the runner checks.
 
 Kept apart from the runner (``tensorrt.py``) so the build scripts and ``from_checkpoint`` call the
 same builder, and the runtime path never imports builder code.

@@ -148,7 +148,6 @@ def _input_shape(onnx_path: Path) -> list[int]:
 
 
 @pytest.mark.tensorrt
-@pytest.mark.slow
 @needs_rtx
 @pytest.mark.parametrize("family", sorted(CHECKPOINTS))
 def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family):
@@ -200,8 +199,8 @@ def tiny_plan(tmp_path_factory) -> tuple[Path, dict]:
         pytest.skip(RTX_SKIP)
     folder = tmp_path_factory.mktemp("rtx")
     pfn_graph(folder / "pfn.onnx")
-    metadata = tensorrt_build.build_plan(folder / "pfn.onnx", folder / "pfn.plan", dynamic_rows={"pillars": (1, 64, 128)},
-                                         config_digest=DIGEST)
+    metadata = tensorrt_build.build_plan(folder / "pfn.onnx", folder / "pfn.plan",
+                                         dynamic_rows={"pillars": (1, 64, 128)}, config_digest=DIGEST)
     return folder / "pfn.plan", metadata
 
 
@@ -251,7 +250,6 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
 
 
 @pytest.mark.tensorrt
-@pytest.mark.slow
 @needs_rtx
 def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets):
     out = tmp_path / "model"
