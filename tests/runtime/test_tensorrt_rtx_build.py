@@ -251,12 +251,12 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
 
 @pytest.mark.tensorrt
 @needs_rtx
-def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets):
+def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_root):
     out = tmp_path / "model"
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "build", "--checkpoint",
                            str(assets / "checkpoints" / CHECKPOINTS["zhulf0804"]), "--out", str(out),
                            "--backend", "tensorrt", "--precision", "fp16"],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, cwd=repo_root)
     assert done.returncode == 0, done.stderr
     sizes = {g: (out / f"{g}.plan").stat().st_size / 1e6 for g in ("pfn", "rpn")}
     for graph, size in sizes.items():
@@ -285,7 +285,7 @@ def _unsupported_gpu_skip_reason() -> str | None:
 @pytest.mark.tensorrt
 @pytest.mark.slow
 @pytest.mark.skipif(_unsupported_gpu_skip_reason() is not None, reason=str(_unsupported_gpu_skip_reason()))
-def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, assets):
+def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, assets, repo_root):
     from pointpillars_trt.convert.export import build_model_dir
     from pointpillars_trt.detector import PointPillars
     from pointpillars_trt.runtime import TrtOptions, open_engine
@@ -310,7 +310,8 @@ def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, asset
     assert detector._impl.backend != "tensorrt"  # type: ignore[attr-defined]
     # the command line: exit code 2 and exactly one `error:` line, no traceback
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model", str(model.path),
-                           "--backend", "tensorrt", "--device", "cuda"], capture_output=True, text=True, timeout=300)
+                           "--backend", "tensorrt", "--device", "cuda"], capture_output=True, text=True, timeout=300,
+                          cwd=repo_root)
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
     assert "Traceback" not in done.stderr
