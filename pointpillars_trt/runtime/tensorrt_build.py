@@ -63,7 +63,7 @@ def build_plan(
         raise ModelDirError(f"ONNX graph not found: {onnx_path}")
     if precision not in ("fp32", "fp16"):
         raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32' or 'fp16'")
-    targets = _targets(lib, compute_capabilities)
+    targets = _targets(lib, compute_capabilities, precision)
     gpu_name: str | None = None
     if lib == "tensorrt":  # TensorRT builds on the GPU it builds for
         _use_device(device_id)
@@ -142,7 +142,7 @@ def strongly_typed_flags(lib: Library, version: str) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
-def _targets(lib: Library, compute_capabilities: Sequence[str] | None) -> tuple[str, ...]:
+def _targets(lib: Library, compute_capabilities: Sequence[str] | None, precision: Precision) -> tuple[str, ...]:
     """The compute capabilities an RTX plan is built for, checked against those the library runs on."""
     if compute_capabilities is None:
         return RTX_DEFAULT_TARGETS
@@ -154,6 +154,9 @@ def _targets(lib: Library, compute_capabilities: Sequence[str] | None) -> tuple[
     if not targets or unknown:
         raise BackendError(f"compute_capabilities: received {list(targets)}. "
                            f"Note: Expected some of {', '.join(RTX_COMPUTE_CAPABILITIES)} (TensorRT for RTX)")
+    if "7.5" in targets and precision == "fp32":
+        raise BackendError("compute_capabilities: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
+                           "Note: export the model with --precision fp16 for it")
     return targets
 
 

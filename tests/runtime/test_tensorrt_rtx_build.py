@@ -238,10 +238,15 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
     turing = tensorrt_build.build_plan(tmp_path / "pfn16.onnx", tmp_path / "t.plan", precision="fp16",
                                        dynamic_rows=rows, compute_capabilities=["7.5"])
     assert turing["compute_capabilities"] == ["7.5"] and (tmp_path / "t.plan").stat().st_size > 0
-    # TensorRT for RTX has no fp32 matrix multiply on Turing: an fp32 graph fails there, and says so
-    with pytest.raises(BackendError, match="TensorRT could not build"):
+    # TensorRT for RTX has no fp32 matrix multiply on Turing: an fp32 export is refused before the build,
+    # which would fail (the "fp16" label on the fp32 graph lets it reach TensorRT for RTX, which says why)
+    with pytest.raises(BackendError, match=r"no fp32 matrix multiply on Turing \(7.5\). Note: export the model "
+                                           r"with --precision fp16"):
         tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", dynamic_rows=rows,
                                   compute_capabilities=["7.5"])
+    with pytest.raises(BackendError, match="TensorRT could not build"):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", precision="fp16",
+                                  dynamic_rows=rows, compute_capabilities=["7.5"])
     with pytest.raises(BackendError, match=r"received \['9.0'\]. Note: Expected some of 7.5, 8.6, 8.9, 12.0, 12.1"):
         tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "h.plan", dynamic_rows=rows,
                                   compute_capabilities=["9.0"])
@@ -255,14 +260,16 @@ def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_
     out = tmp_path / "model"
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "build", "--checkpoint",
                            str(assets / "checkpoints" / CHECKPOINTS["zhulf0804"]), "--out", str(out),
-                           "--backend", "tensorrt", "--precision", "fp16"],
+                           "--backend", "tensorrt", "--precision", "fp16", "--compute-capability", "8.9",
+                           "--compute-capability", "12.0"],
                           capture_output=True, text=True, timeout=300, cwd=repo_root)
     assert done.returncode == 0, done.stderr
     sizes = {g: (out / f"{g}.plan").stat().st_size / 1e6 for g in ("pfn", "rpn")}
     for graph, size in sizes.items():
         assert f"building {graph}.plan with TensorRT for RTX" in done.stdout
-        assert re.search(rf"^  {graph}\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.6, 8\.9, 12\.0$",
+        assert re.search(rf"^  {graph}\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.9, 12\.0$",
                          done.stdout, re.M), done.stdout
+    assert json.loads((out / "rpn.plan.json").read_text())["compute_capabilities"] == ["8.9", "12.0"]
     assert done.stderr.count("the tensorrt backend uses TensorRT for RTX") == 1  # said once
 
 
