@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
     build.add_argument("--compute-capability", action="append", metavar="CC",
                        help="TensorRT for RTX: a GPU the plans are for, e.g. 7.5 for Turing (fp16 only); repeat for "
-                            "more (default: 8.6, 8.9 and 12.0)")
+                            "more (default: this GPU when TensorRT for RTX runs on it, else 8.6, 8.9 and 12.0)")
     build.set_defaults(run=_cmd_build)
 
     infer = add_infer_parser(sub)

@@ -27,7 +27,7 @@ from ..fileio import write_bytes_atomic
 from .base import Shape
 from .tensorrt import (METADATA_FORMAT, Precision, _logger, _shape, _use_device, gpu_identity, library,
                        plan_metadata_path, trt)
-from .tensorrt_library import LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, Library, api_major
+from .tensorrt_library import LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, api_major, rtx_default_targets
 
 #: The API this module touches on TensorRT 10 only (TensorRT 11 deprecates it): the API check allows it.
 TENSORRT10_ONLY = ("NetworkDefinitionCreationFlag.STRONGLY_TYPED",)
@@ -54,7 +54,8 @@ def build_plan(
     ``dynamic_rows`` maps each input with dynamic dimensions to the ``(min, opt, max)`` used for all of
     them, e.g. ``{"pillars": (1, Pmax, Pmax)}``. ``config_digest`` (``ModelConfig.digest()``) is recorded
     so a stale plan is caught at load time. ``compute_capabilities``: TensorRT for RTX only, the GPUs the
-    plan is for (default ``RTX_DEFAULT_TARGETS``); TensorRT builds for the GPU ``device_id``.
+    plan is for (default: GPU ``device_id`` when the library runs on it, else its portable set); TensorRT
+    builds for the GPU ``device_id``.
     """
     started = time.perf_counter()
     lib = library()
@@ -63,12 +64,16 @@ def build_plan(
         raise ModelDirError(f"ONNX graph not found: {onnx_path}")
     if precision not in ("fp32", "fp16"):
         raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32' or 'fp16'")
-    targets = _targets(lib, compute_capabilities, precision)
     gpu_name: str | None = None
-    if lib == "tensorrt":  # TensorRT builds on the GPU it builds for
+    if lib == "tensorrt":  # TensorRT builds on, and for, the GPU device_id
+        if compute_capabilities is not None:
+            raise BackendError("compute_capabilities: TensorRT builds for the GPU it runs on. "
+                               "Note: pass device_id instead, or build with TensorRT for RTX")
         _use_device(device_id)
         gpu_name, capability = gpu_identity(device_id)
-        targets = (capability,)
+        targets: tuple[str, ...] = (capability,)
+    else:
+        targets = _rtx_targets(compute_capabilities, precision, device_id)
 
     builder = trt.Builder(_logger())
     network = builder.create_network(strongly_typed_flags(lib, trt.__version__))
@@ -142,14 +147,11 @@ def strongly_typed_flags(lib: Library, version: str) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
-def _targets(lib: Library, compute_capabilities: Sequence[str] | None, precision: Precision) -> tuple[str, ...]:
-    """The compute capabilities an RTX plan is built for, checked against those the library runs on."""
-    if compute_capabilities is None:
-        return RTX_DEFAULT_TARGETS
-    if lib == "tensorrt":
-        raise BackendError("compute_capabilities: TensorRT builds for the GPU it runs on. "
-                           "Note: pass device_id instead, or build with TensorRT for RTX")
-    targets = tuple(compute_capabilities)
+def _rtx_targets(compute_capabilities: Sequence[str] | None, precision: Precision, device_id: int) -> tuple[str, ...]:
+    """The compute capabilities an RTX plan is built for (default: see ``rtx_default_targets``), checked against
+    those the library runs on."""
+    targets = (rtx_default_targets(_visible_capability(device_id)) if compute_capabilities is None
+               else tuple(compute_capabilities))
     unknown = [cc for cc in targets if cc not in RTX_COMPUTE_CAPABILITIES]
     if not targets or unknown:
         raise BackendError(f"compute_capabilities: received {list(targets)}. "
@@ -158,6 +160,15 @@ def _targets(lib: Library, compute_capabilities: Sequence[str] | None, precision
         raise BackendError("compute_capabilities: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
                            "Note: export the model with --precision fp16 for it")
     return targets
+
+
+def _visible_capability(device_id: int) -> str | None:
+    """The compute capability of GPU ``device_id``, or None where there is none (TensorRT for RTX builds
+    without one): no CuPy, no driver or no such device all mean "build without a GPU"."""
+    try:
+        return gpu_identity(device_id)[1]
+    except Exception:  # CuPy's CUDARuntimeError (no driver, no device) or our BackendError (no CuPy)
+        return None
 
 
 def _set_compute_capabilities(config: Any, targets: Sequence[str]) -> None:

@@ -27,7 +27,7 @@ LIBRARY_TITLES: dict[Library, str] = {"tensorrt": "TensorRT", "tensorrt_rtx": "T
 
 #: Compute capabilities TensorRT for RTX runs plans on (NVIDIA's TensorRT-RTX support matrix).
 RTX_COMPUTE_CAPABILITIES: tuple[str, ...] = ("7.5", "8.6", "8.9", "12.0", "12.1")
-#: What an RTX build targets unless told otherwise: the library's own portable set. Turing (7.5) needs a
+#: What an RTX build targets without a GPU it runs on: the library's own portable set. Turing (7.5) needs a
 #: plan built for it alone, as NVIDIA recommends.
 RTX_DEFAULT_TARGETS: tuple[str, ...] = ("8.6", "8.9", "12.0")
 
@@ -64,3 +64,11 @@ def library_unsupported_reason(library: Library, compute_capability: str) -> str
         return (f"TensorRT for RTX does not run on compute capability {compute_capability} "
                 f"(it runs on {', '.join(RTX_COMPUTE_CAPABILITIES)})")
     return None
+
+
+def rtx_default_targets(visible_capability: str | None) -> tuple[str, ...]:
+    """The GPUs an RTX build is for unless told: the GPU that builds it when TensorRT for RTX runs there
+    (a plan for this machine, as TensorRT builds them: a Turing laptop needs this), else the portable set."""
+    if visible_capability is not None and library_unsupported_reason("tensorrt_rtx", visible_capability) is None:
+        return (visible_capability,)
+    return RTX_DEFAULT_TARGETS

@@ -24,7 +24,8 @@ from pointpillars_trt.runtime import tensorrt as trt_runtime
 from pointpillars_trt.runtime import tensorrt_build
 from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata, plan_metadata_path, read_plan
 from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, api_major,
-                                                      installed_library, library_unsupported_reason)
+                                                      installed_library, library_unsupported_reason,
+                                                      rtx_default_targets)
 from tiny_graphs import cuda_skip_reason, pfn_graph
 
 RTX_SKIP = (None if installed_library() == "tensorrt_rtx" else
@@ -33,6 +34,18 @@ RTX_SKIP = (None if installed_library() == "tensorrt_rtx" else
 needs_rtx = pytest.mark.skipif(RTX_SKIP is not None, reason=str(RTX_SKIP))
 CHECKPOINTS = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
 DIGEST = "0123456789abcdef"
+
+
+def _rtx_gpu_here() -> str | None:
+    """The compute capability of a visible GPU that TensorRT for RTX runs on, else None (CI: no GPU)."""
+    if cuda_skip_reason() is not None:
+        return None
+    capability = trt_runtime.gpu_identity(0)[1]
+    return capability if capability in ("7.5", "8.6", "8.9", "12.0", "12.1") else None
+
+
+#: What a build targets unless told: the RTX GPU here, else NVIDIA's portable set for TensorRT for RTX.
+DEFAULT_TARGETS = [_rtx_gpu_here()] if _rtx_gpu_here() else ["8.6", "8.9", "12.0"]
 
 #: NVIDIA's list of Python APIs that TensorRT 11 removed ("Migrating from TensorRT 10.x to 11.x").
 REMOVED_IN_TENSORRT_11 = {
@@ -57,6 +70,16 @@ def test_rtx_is_refused_on_other_gpus_and_tensorrt_is_not(capability):
     assert library_unsupported_reason("tensorrt_rtx", capability) == (
         f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1)")
     assert library_unsupported_reason("tensorrt", capability) is None
+
+
+@pytest.mark.parametrize("visible, targets", [
+    (None, ("8.6", "8.9", "12.0")),  # no GPU: the portable set
+    ("9.0", ("8.6", "8.9", "12.0")),  # a GPU it does not run on: the same
+    ("8.9", ("8.9",)),  # an RTX GPU: a plan for it, as TensorRT builds
+    ("7.5", ("7.5",)),  # Turing, which the portable set leaves out
+])
+def test_rtx_builds_for_the_gpu_here_when_it_runs_there(visible, targets):
+    assert rtx_default_targets(visible) == targets
 
 
 def test_api_generation_of_each_library():
@@ -168,7 +191,7 @@ def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family)
             plan, metadata = read_plan(plan_path)
             assert json.loads(plan_metadata_path(plan_path).read_text()) == metadata
             assert metadata["library"] == "tensorrt_rtx" and metadata["library_version"] == rtx.__version__
-            assert metadata["compute_capabilities"] == ["8.6", "8.9", "12.0"]
+            assert metadata["compute_capabilities"] == DEFAULT_TARGETS
             assert metadata["precision"] == precision and metadata["config_digest"] == model.cfg.digest()
             assert metadata["plan_sha256"] == hashlib.sha256(plan).hexdigest()
             shape = _input_shape(model.path / f"{graph}.onnx")
@@ -177,11 +200,11 @@ def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family)
             assert profile == [[rows if d == -1 else d for d in shape] for rows in expected_rows[graph]], name
             # the metadata fits an RTX GPU and a plan of another library, version or GPU does not
             check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt_rtx",
-                                library_version=rtx.__version__, compute_capability="8.9",
+                                library_version=rtx.__version__, compute_capability=DEFAULT_TARGETS[-1],
                                 expected_digest=model.cfg.digest(), expected_precision=precision)
             with pytest.raises(ModelDirError, match=r"library: built for 'tensorrt_rtx', running 'tensorrt'.*"
-                                                    r"GPU compute capability: built for \['8.6', '8.9', '12.0'\], "
-                                                    r"running '9.0'"):
+                                                    "GPU compute capability: built for "
+                                                    + re.escape(f"{DEFAULT_TARGETS!r}, running '9.0'")):
                 check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt",
                                     library_version=rtx.__version__, compute_capability="9.0")
             sizes[precision, graph] = len(plan)
@@ -209,8 +232,8 @@ def tiny_plan(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.parametrize("damage, running, message", [
     ({}, {"library": "tensorrt"}, "library: built for 'tensorrt_rtx', running 'tensorrt'"),
     ({}, {"library_version": "1.0.0.1"}, "library version: built for '"),
-    ({}, {"compute_capability": "9.0"}, "GPU compute capability: built for ['8.6', '8.9', '12.0'], running '9.0'"),
-    ({"compute_capabilities": ["7.5"]}, {}, "GPU compute capability: built for ['7.5'], running '8.6'"),
+    ({}, {"compute_capability": "9.0"}, f"GPU compute capability: built for {DEFAULT_TARGETS!r}, running '9.0'"),
+    ({"compute_capabilities": ["0.0"]}, {}, f"GPU compute capability: built for ['0.0'], running {DEFAULT_TARGETS[0]!r}"),
     ({"config_digest": "ffff"}, {}, "config digest: built for 'ffff', running '0123456789abcdef'"),
     ({"plan_sha256": "00" * 32}, {}, "plan checksum"),
 ])
@@ -221,7 +244,7 @@ def test_wrong_metadata_is_refused_with_the_rebuild_command(tiny_plan, damage, r
     plan, metadata = read_plan(plan_path)
     assert metadata == built
     here = {"plan_sha256": hashlib.sha256(plan).hexdigest(), "library": "tensorrt_rtx",
-            "library_version": rtx.__version__, "compute_capability": "8.6"}
+            "library_version": rtx.__version__, "compute_capability": DEFAULT_TARGETS[0]}
     check_plan_metadata(metadata, **here, expected_digest=DIGEST)
     with pytest.raises(ModelDirError) as info:
         check_plan_metadata({**metadata, **damage}, **{**here, **running}, expected_digest=DIGEST, plan_name="pfn.plan")
