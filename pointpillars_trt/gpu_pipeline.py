@@ -437,7 +437,7 @@ def _pick_backend(model: ModelDir, backend: str, device_id: int = 0) -> str:
     # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
     picked = "cudnn" if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()) \
         else "onnxruntime"
-    if picked == "onnxruntime" and reason is not None:
+    if reason is not None:
         _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
     if unrunnable is not None:
         _notice_once(f"pointpillars-trt: {unrunnable}; the model dir's TensorRT plans are not used, {picked} runs")
