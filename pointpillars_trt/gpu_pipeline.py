@@ -107,7 +107,7 @@ class GpuPipeline:
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
-        self.backend = _pick_backend(model, backend)
+        self.backend = _pick_backend(model, backend, device_id)
         self.tf32 = tf32
         self.pfn_engine = pfn_engine
         self.device_id = device_id
@@ -441,7 +441,7 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
     return arr[:, :4]
 
 
-def _pick_backend(model: ModelDir, backend: str) -> str:
+def _pick_backend(model: ModelDir, backend: str, device_id: int = 0) -> str:
     if backend not in BACKENDS:
         raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
     if backend == "cudnn":
@@ -450,14 +450,22 @@ def _pick_backend(model: ModelDir, backend: str) -> str:
             raise BackendError(f"backend cudnn: {reason}")
     if backend != "auto":
         return backend
+    unrunnable = None  # why the model dir's TensorRT plans cannot run on this GPU (TensorRT for RTX on Hopper)
     if model.has_plans() and tensorrt_available():
-        return "tensorrt"
+        from .runtime.tensorrt import unrunnable_reason
+
+        unrunnable = unrunnable_reason(device_id)
+        if unrunnable is None:
+            return "tensorrt"
     reason = cudnn_unavailable_reason()
-    if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()):
-        return "cudnn"
+    # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
+    picked = "cudnn" if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()) \
+        else "onnxruntime"
     if reason is not None:
         _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
-    return "onnxruntime"  # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
+    if unrunnable is not None:
+        _notice_once(f"pointpillars-trt: {unrunnable}; the model dir's TensorRT plans are not used, {picked} runs")
+    return picked
 
 
 _NOTICES: set[str] = set()

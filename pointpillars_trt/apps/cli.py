@@ -110,9 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="OpenPCDet model config, e.g. tools/cfgs/kitti_models/pointpillar.yaml "
                             "(default: none; exclusive with --config)")
     build.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
-                       help="tensorrt also builds TensorRT plans (needs TensorRT and a GPU)")
+                       help="tensorrt also builds TensorRT plans: with TensorRT (on and for this GPU) when it "
+                            "imports, else with TensorRT for RTX (no GPU needed; plans for RTX GPUs)")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="graph (and plan) precision")
     build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
+    build.add_argument("--compute-capability", action="append", metavar="CC",
+                       help="TensorRT for RTX: a GPU the plans are for, e.g. 7.5 for Turing (fp16 only); repeat for "
+                            "more (default: this GPU when TensorRT for RTX runs on it, else 8.6, 8.9 and 12.0)")
     build.set_defaults(run=_cmd_build)
 
     infer = add_infer_parser(sub)
@@ -168,7 +172,9 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         config = config_from_pcdet_yaml(args.pcdet_config)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,
-                            precision=args.precision, tf32=not args.no_tf32)
+                            precision=args.precision, tf32=not args.no_tf32,
+                            progress=lambda line: print(line, flush=True),
+                            compute_capabilities=args.compute_capability)
     print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")
     for name in sorted(p.name for p in Path(model.path).iterdir()):
         print(f"  {name}")

@@ -14,7 +14,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,8 +33,11 @@ BACKENDS = ("onnxruntime", "tensorrt")
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
                     config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
-                    tf32: bool = True) -> ModelDir:
-    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked)."""
+                    tf32: bool = True, progress: Callable[[str], None] | None = None,
+                    compute_capabilities: Sequence[str] | None = None) -> ModelDir:
+    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked);
+    ``progress`` receives a line before and after each plan build; ``compute_capabilities``: the GPUs
+    TensorRT for RTX builds the plans for (None: its default set)."""
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
     checked = check_precision(precision)
@@ -44,7 +47,8 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
         require_tensorrt()
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
-                             tensorrt_tf32=tf32 if backend == "tensorrt" else None)
+                             tensorrt_tf32=tf32 if backend == "tensorrt" else None, progress=progress,
+                             compute_capabilities=compute_capabilities)
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
@@ -72,27 +76,34 @@ def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:
-    """The cache folder name of a build; ``tensorrt_tf32`` is None when no TensorRT plans are built."""
-    plans = "onnx" if tensorrt_tf32 is None else f"tensorrt:tf32={tensorrt_tf32}"
+    """The cache folder name of a build; ``tensorrt_tf32`` is None when no TensorRT plans are built. Plans of
+    TensorRT and of TensorRT for RTX get folders of their own (neither library runs the other's)."""
+    from ..runtime.tensorrt_library import installed_library
+
+    plans = "onnx" if tensorrt_tf32 is None else f"{installed_library() or 'tensorrt'}:tf32={tensorrt_tf32}"
     return hashlib.sha256(f"{checkpoint_sha256}:{config_digest}:{precision}:{plans}".encode()).hexdigest()[:20]
 
 
 def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                       precision: Precision, tensorrt_tf32: bool | None = None,
-                      replace_foreign: bool = False) -> ModelDir:
+                      replace_foreign: bool = False, progress: Callable[[str], None] | None = None,
+                      compute_capabilities: Sequence[str] | None = None) -> ModelDir:
     """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode;
     ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
     source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
 
     def plans(model: ModelDir) -> None:
         if tensorrt_tf32 is not None:
-            build_model_plans(model, precision=precision, tf32=tensorrt_tf32)
+            build_model_plans(model, precision=precision, tf32=tensorrt_tf32, progress=progress,
+                              compute_capabilities=compute_capabilities)
 
     return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans,
                             replace_foreign=replace_foreign)
 
 
-def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True) -> None:
+def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True,
+                      progress: Callable[[str], None] | None = None,
+                      compute_capabilities: Sequence[str] | None = None) -> None:
     """Build a TensorRT plan beside each ONNX graph of ``model``, sharing one timing cache in the dir.
 
     ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
@@ -100,17 +111,24 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
     The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), the RPN for
     batches of 1 to ``MAX_BATCH`` frames (tuned for 1: the latency case), and each
     plan records the config digest, precision and TF32 mode so a plan that does not fit the request is
-    refused at load time.
+    refused at load time. ``progress`` receives a line before each build (library, profile) and one
+    after (plan size, build time). ``compute_capabilities``: see :func:`..runtime.tensorrt_build.build_plan`.
     """
-    from ..runtime.tensorrt_build import build_plan
+    from ..runtime.tensorrt_build import build_plan, describe_build, describe_plan
 
     checked = check_precision(precision)
     p_max = model.cfg.voxel.max_pillars
     dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": {RPN_INPUT: (1, 1, MAX_BATCH)}}
     for graph in GRAPHS:
-        build_plan(model.onnx_path(graph), model.plan_path(graph), precision=checked,
-                   dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
-                   timing_cache_path=model.path / "timing.cache", tf32=tf32)
+        plan_path = model.plan_path(graph)
+        if progress is not None:
+            progress(describe_build(plan_path, dynamic[graph]))
+        metadata = build_plan(model.onnx_path(graph), plan_path, precision=checked,
+                              dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
+                              timing_cache_path=model.path / "timing.cache", tf32=tf32,
+                              compute_capabilities=compute_capabilities)
+        if progress is not None:
+            progress(describe_plan(plan_path, metadata))
 
 
 def export_model_dir(

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 
 def tensorrt_available() -> bool:
-    """True when the real TensorRT imports (``tensorrt-stubs`` alone also imports, with no Builder)."""
-    try:
-        import tensorrt
-    except ImportError:
-        return False
-    return hasattr(tensorrt, "Builder")
+    """True when a TensorRT library imports: TensorRT 10/11, or else TensorRT for RTX."""
+    from .tensorrt_library import installed_library
+
+    return installed_library() is not None
 
 
 def onnxruntime_cuda_available() -> bool:

@@ -1,13 +1,16 @@
-"""TensorRT 10: build a plan from an ONNX graph, then run it by tensor name on the pipeline's stream.
+"""TensorRT 10/11 and TensorRT for RTX: run a plan by tensor name on the pipeline's stream.
 
 Kept thin on purpose: validation, lifecycle and binding bookkeeping live in :class:`..Engine`, which
-the ONNX Runtime engine shares. Only the TensorRT 10 name-based API is used (``set_input_shape``,
-``set_tensor_address``, ``execute_async_v3``); no binding indices.
+the ONNX Runtime engine shares. Only the name-based API that TensorRT 10, 11 and TensorRT for RTX
+share is used (``set_input_shape``, ``set_tensor_address``, ``execute_async_v3``); no binding indices.
+``trt`` is whichever library :func:`.tensorrt_library.installed_library` picked: TensorRT when it
+imports, else TensorRT for RTX.
 
-A plan only runs on the TensorRT version and GPU architecture it was built with, and is only
-meaningful for the model config it was exported from. :func:`build_plan` therefore writes a JSON
-file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuses a plan whose metadata
-disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT.
+A plan only runs with the library and version that built it, on the GPU architectures it was built
+for, and is only meaningful for the model config it was exported from. The builder therefore writes
+a JSON file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuses a plan whose
+metadata disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT; a
+library that cannot run on this GPU at all (TensorRT for RTX on a Hopper GPU) is refused before that.
 
 Dynamic pillar count: the PFN input's first dimension is dynamic in the plan, with an optimization
 profile of ``(min, opt, max)`` rows. The pipeline binds ``Pmax`` rows every frame, so build with
@@ -20,23 +23,28 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any, Literal, Mapping
 
 import numpy as np
 
 from ..errors import BackendError, ModelDirError
-from .availability import tensorrt_available
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
+from .tensorrt_library import (INSTALL_HINT, LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
+                               library_unsupported_reason)
 
-try:
+LIBRARY: Library | None = installed_library()
+if LIBRARY == "tensorrt":
     import tensorrt as trt
-except ImportError:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
+elif LIBRARY == "tensorrt_rtx":  # the TensorRT 11 API under another module name
+    import tensorrt_rtx_bindings as trt  # type: ignore[no-redef]
+else:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
     trt = None  # type: ignore[assignment]
 
-Precision = Literal["fp32", "fp16", "graph"]
-METADATA_FORMAT = 1
+Precision = Literal["fp32", "fp16"]
+METADATA_FORMAT = 2  # 2: library, library_version and compute_capabilities (1 had tensorrt_version)
 REBUILD_HINT = "rebuild with `pointpillars-trt build --backend tensorrt`"
 
 
@@ -50,7 +58,8 @@ def check_plan_metadata(
     metadata: Mapping[str, Any],
     *,
     plan_sha256: str,
-    tensorrt_version: str,
+    library: Library,
+    library_version: str,
     compute_capability: str,
     expected_digest: str | None = None,
     expected_precision: str | None = None,
@@ -59,11 +68,12 @@ def check_plan_metadata(
 ) -> None:
     """Raise ModelDirError naming every way a plan does not fit this machine, config or request.
 
-    Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere."""
+    Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere.
+    ``compute_capability`` is this GPU's; the plan must list it among those it was built for."""
     checks: list[tuple[str, object, object, str]] = [  # (what, recorded, wanted, how it came about)
         ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running"),
-        ("TensorRT version", metadata.get("tensorrt_version"), tensorrt_version, "running"),
-        ("GPU compute capability", metadata.get("compute_capability"), compute_capability, "running"),
+        ("library", metadata.get("library"), library, "running"),
+        ("library version", metadata.get("library_version"), library_version, "running"),
     ]
     if expected_digest is not None:
         checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running"))
@@ -72,8 +82,28 @@ def check_plan_metadata(
     if expected_tf32 is not None:
         checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
     problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
+    built_for = metadata.get("compute_capabilities")
+    if not (isinstance(built_for, list) and compute_capability in built_for):
+        problems.append(f"GPU compute capability: built for {built_for!r}, running {compute_capability!r}")
     if problems:
         raise ModelDirError(f"{plan_name} does not match this setup ({'; '.join(problems)}). Note: {REBUILD_HINT}")
+
+
+def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
+    """A plan's bytes and its metadata, or a ModelDirError with the rebuild command."""
+    meta_path = plan_metadata_path(plan_path)
+    if not plan_path.is_file():
+        raise ModelDirError(f"TensorRT plan not found: {plan_path}. Note: {REBUILD_HINT}")
+    if not meta_path.is_file():
+        raise ModelDirError(f"Metadata of {plan_path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
+    plan = plan_path.read_bytes()
+    try:
+        metadata = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
+    if not isinstance(metadata, dict):
+        raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
+    return plan, metadata
 
 
 class TensorRTEngine(Engine):
@@ -92,24 +122,16 @@ class TensorRTEngine(Engine):
 
     def _load(self) -> list[TensorSpec]:
         require_tensorrt()
-        meta_path = plan_metadata_path(self.path)
-        if not self.path.is_file():
-            raise ModelDirError(f"TensorRT plan not found: {self.path}. Note: {REBUILD_HINT}")
-        if not meta_path.is_file():
-            raise ModelDirError(f"Metadata of {self.path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
-        plan = self.path.read_bytes()
-        try:
-            metadata = json.loads(meta_path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
-        if not isinstance(metadata, dict):
-            raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
+        plan, metadata = read_plan(self.path)
         _use_device(self.device_id)
+        capability = gpu_identity(self.device_id)[1]
+        require_runnable(capability)
         check_plan_metadata(
             metadata,
             plan_sha256=hashlib.sha256(plan).hexdigest(),
-            tensorrt_version=trt.__version__,
-            compute_capability=gpu_identity(self.device_id)[1],
+            library=library(),
+            library_version=trt.__version__,
+            compute_capability=capability,
             expected_digest=self.options.config_digest,
             expected_precision=self.options.precision,
             expected_tf32=self.options.tf32,
@@ -190,9 +212,37 @@ def _cupy() -> Any:
 
 
 def require_tensorrt() -> None:
-    """Raise unless the real TensorRT is importable (``tensorrt_available`` tells stubs from it)."""
-    if not tensorrt_available():
-        raise BackendError("TensorRT is not installed. Note: pip install 'pointpillars-trt[tensorrt]' (tensorrt>=10)")
+    """Raise unless a TensorRT library imports; say once when it is TensorRT for RTX."""
+    library()
+
+
+def library() -> Library:
+    """The library this backend runs (raises when none is installed)."""
+    if LIBRARY is None:
+        raise BackendError(f"TensorRT is not installed. Note: {INSTALL_HINT}")
+    if LIBRARY == "tensorrt_rtx":
+        _say_rtx_once()
+    return LIBRARY
+
+
+def unrunnable_reason(device_id: int = 0) -> str | None:
+    """Why this backend's library cannot run plans on GPU ``device_id`` (``auto`` then skips it); None if it can."""
+    return library_unsupported_reason(library(), gpu_identity(device_id)[1])
+
+
+def require_runnable(compute_capability: str) -> None:
+    """Refuse, in one line, a library that cannot run plans on this GPU (before TensorRT says it worse)."""
+    reason = library_unsupported_reason(library(), compute_capability)
+    if reason is not None:
+        raise BackendError(f"{reason}. Note: use --backend cudnn or onnxruntime here, or install TensorRT "
+                           f"(pip install 'pointpillars-trt[tensorrt]') and {REBUILD_HINT}")
+
+
+@functools.lru_cache(maxsize=None)
+def _say_rtx_once() -> None:
+    warnings.warn(f"pointpillars-trt: TensorRT is not installed; the tensorrt backend uses "
+                  f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__}, whose plans run on compute capability "
+                  f"{'/'.join(RTX_COMPUTE_CAPABILITIES)} only", RuntimeWarning, stacklevel=4)
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,21 +1,36 @@
-"""TensorRT 10 plan builder: ONNX graph -> serialized plan + the metadata the runner checks.
+"""TensorRT plan builder (TensorRT 10, 11, TensorRT for RTX): ONNX graph -> plan + metadata the runner checks.
 
 Kept apart from the runner (``tensorrt.py``) so the build scripts and ``from_checkpoint`` call the
-same builder, and the runtime path never imports builder code. Only the TensorRT 10 API is used.
+same builder, and the runtime path never imports builder code.
+
+Builds are strongly typed on every library: each tensor keeps the type the ONNX graph gives it (the
+fp16 export is fp16 in the graph itself), which is the only mode TensorRT 11 and TensorRT for RTX
+have. No API that TensorRT 11 removed is called (``BuilderFlag.FP16``/``INT8``, precision
+constraints, ``platform_has_fast_fp16``); the one TensorRT 10-only call, the ``STRONGLY_TYPED``
+network flag, runs on TensorRT 10 alone (11 ignores it and deprecates it). TF32 is the ``TF32``
+builder flag on all three.
+
+TensorRT builds on, and for, the current GPU. TensorRT for RTX builds ahead of time without a GPU,
+for a list of compute capabilities that the metadata records.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import BackendError, ModelDirError
 from ..fileio import write_bytes_atomic
 from .base import Shape
-from .tensorrt import (METADATA_FORMAT, Precision, _logger, _shape, _use_device, gpu_identity, plan_metadata_path,
-                       require_tensorrt, trt)
+from .tensorrt import (METADATA_FORMAT, Precision, _logger, _shape, _use_device, gpu_identity, library,
+                       plan_metadata_path, trt)
+from .tensorrt_library import LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, api_major, rtx_default_targets
+
+#: The API this module touches on TensorRT 10 only (TensorRT 11 deprecates it): the API check allows it.
+TENSORRT10_ONLY = ("NetworkDefinitionCreationFlag.STRONGLY_TYPED",)
 
 
 def build_plan(
@@ -29,26 +44,39 @@ def build_plan(
     workspace_bytes: int = 1 << 30,
     device_id: int = 0,
     tf32: bool = False,
+    compute_capabilities: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Build ``onnx_path`` into ``plan_path`` (written atomically) plus its metadata; returns the metadata.
 
-    ``precision``: ``"fp32"`` (true fp32 unless ``tf32``), ``"fp16"`` (FP16 kernels allowed
-    in an fp32 graph) or ``"graph"`` (a strongly typed network: the types written in the ONNX file,
-    e.g. an fp16 export, and nothing else). ``dynamic_rows`` maps each input with dynamic dimensions
-    to the ``(min, opt, max)`` used for all of them, e.g. ``{"pillars": (1, Pmax, Pmax)}``.
-    ``config_digest`` (``ModelConfig.digest()``) is recorded so a stale plan is caught at load time.
+    The plan keeps the graph's own types (strongly typed); ``precision`` names the export it came from
+    (``"fp32"`` or ``"fp16"``) and is recorded so the runner can refuse a plan of another export.
+    ``tf32`` allows TensorFloat-32 in fp32 layers (False: IEEE fp32, as the CPU oracle).
+    ``dynamic_rows`` maps each input with dynamic dimensions to the ``(min, opt, max)`` used for all of
+    them, e.g. ``{"pillars": (1, Pmax, Pmax)}``. ``config_digest`` (``ModelConfig.digest()``) is recorded
+    so a stale plan is caught at load time. ``compute_capabilities``: TensorRT for RTX only, the GPUs the
+    plan is for (default: GPU ``device_id`` when the library runs on it, else its portable set); TensorRT
+    builds for the GPU ``device_id``.
     """
-    require_tensorrt()
+    started = time.perf_counter()
+    lib = library()
     onnx_path, plan_path = Path(onnx_path), Path(plan_path)
     if not onnx_path.is_file():
         raise ModelDirError(f"ONNX graph not found: {onnx_path}")
-    if precision not in ("fp32", "fp16", "graph"):
-        raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32', 'fp16' or 'graph'")
-    _use_device(device_id)
+    if precision not in ("fp32", "fp16"):
+        raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32' or 'fp16'")
+    gpu_name: str | None = None
+    if lib == "tensorrt":  # TensorRT builds on, and for, the GPU device_id
+        if compute_capabilities is not None:
+            raise BackendError("compute_capabilities: TensorRT builds for the GPU it runs on. "
+                               "Note: pass device_id instead, or build with TensorRT for RTX")
+        _use_device(device_id)
+        gpu_name, capability = gpu_identity(device_id)
+        targets: tuple[str, ...] = (capability,)
+    else:
+        targets = _rtx_targets(compute_capabilities, precision, device_id)
 
     builder = trt.Builder(_logger())
-    flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if precision == "graph" else 0
-    network = builder.create_network(flags)
+    network = builder.create_network(strongly_typed_flags(lib, trt.__version__))
     parser = trt.OnnxParser(network, _logger())
     if not parser.parse_from_file(str(onnx_path)):
         errors = "\n".join(f"  {parser.get_error(i)}" for i in range(parser.num_errors))
@@ -56,8 +84,6 @@ def build_plan(
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
-    if precision == "fp16":
-        config.set_flag(trt.BuilderFlag.FP16)
     if not tf32:  # TensorRT allows TF32 unless told otherwise; IEEE fp32 matches the CPU oracle
         config.clear_flag(trt.BuilderFlag.TF32)
     profile_shapes = _profile_shapes(network, dynamic_rows or {})
@@ -67,7 +93,11 @@ def build_plan(
             profile.set_shape(name, trt.Dims(list(lo)), trt.Dims(list(opt)), trt.Dims(list(hi)))
         config.add_optimization_profile(profile)
     cache_path = Path(timing_cache_path) if timing_cache_path else None
-    _attach_timing_cache(config, cache_path)
+    if lib == "tensorrt":
+        _attach_timing_cache(config, cache_path)
+    else:  # TensorRT for RTX times nothing at build time (its timing-cache calls are no-ops)
+        cache_path = None
+        _set_compute_capabilities(config, targets)
 
     plan = builder.build_serialized_network(network, config)
     if plan is None:
@@ -76,24 +106,79 @@ def build_plan(
     if cache_path is not None:
         _write_atomic(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))
 
-    gpu_name, capability = gpu_identity(device_id)
     metadata: dict[str, Any] = {
         "format": METADATA_FORMAT,
         "onnx": onnx_path.name,
         "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
-        "tensorrt_version": trt.__version__,
+        "library": lib,
+        "library_version": trt.__version__,
+        "compute_capabilities": list(targets),
         "gpu_name": gpu_name,
-        "compute_capability": capability,
         "config_digest": config_digest,
         "precision": precision,
         "tf32": tf32,
         "profile": {name: [list(s) for s in shapes] for name, shapes in profile_shapes.items()},
+        "build_seconds": round(time.perf_counter() - started, 3),
     }
     # A crash between the two writes leaves a plan without metadata, which the engine rejects.
     plan_metadata_path(plan_path).unlink(missing_ok=True)
     _write_atomic(plan_path, plan_bytes)
     _write_atomic(plan_metadata_path(plan_path), json.dumps(metadata, indent=2).encode())
     return metadata
+
+
+def describe_build(plan_path: Path, dynamic_rows: Mapping[str, tuple[int, int, int]]) -> str:
+    """The progress line before a build: which plan, which library, which rows."""
+    rows = ", ".join(f"{name} {lo}..{hi} (tuned for {opt})" for name, (lo, opt, hi) in dynamic_rows.items())
+    return f"building {plan_path.name} with {LIBRARY_TITLES[library()]} {trt.__version__}: {rows}"
+
+
+def describe_plan(plan_path: Path, metadata: Mapping[str, Any]) -> str:
+    """The line after a build: size, build time and the GPUs the plan runs on."""
+    size_mb = plan_path.stat().st_size / 1e6
+    return (f"  {plan_path.name}: {size_mb:.1f} MB in {metadata['build_seconds']:.2f} s, for compute capability "
+            f"{', '.join(metadata['compute_capabilities'])}")
+
+
+def strongly_typed_flags(lib: Library, version: str) -> int:
+    """Network creation flags of a strongly typed network: TensorRT 10 asks for it, 11 always is."""
+    if api_major(lib, version) >= 11:
+        return 0
+    return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+
+
+def _rtx_targets(compute_capabilities: Sequence[str] | None, precision: Precision, device_id: int) -> tuple[str, ...]:
+    """The compute capabilities an RTX plan is built for (default: see ``rtx_default_targets``), checked against
+    those the library runs on."""
+    targets = (rtx_default_targets(_visible_capability(device_id)) if compute_capabilities is None
+               else tuple(compute_capabilities))
+    unknown = [cc for cc in targets if cc not in RTX_COMPUTE_CAPABILITIES]
+    if not targets or unknown:
+        raise BackendError(f"compute_capabilities: received {list(targets)}. "
+                           f"Note: Expected some of {', '.join(RTX_COMPUTE_CAPABILITIES)} (TensorRT for RTX)")
+    if "7.5" in targets and precision == "fp32":
+        raise BackendError("compute_capabilities: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
+                           "Note: export the model with --precision fp16 for it")
+    return targets
+
+
+def _visible_capability(device_id: int) -> str | None:
+    """The compute capability of GPU ``device_id``, or None where there is none (TensorRT for RTX builds
+    without one): no CuPy, no driver or no such device all mean "build without a GPU"."""
+    try:
+        return gpu_identity(device_id)[1]
+    except Exception:  # CuPy's CUDARuntimeError (no driver, no device) or our BackendError (no CuPy)
+        return None
+
+
+def _set_compute_capabilities(config: Any, targets: Sequence[str]) -> None:
+    """TensorRT for RTX only (no such API in TensorRT, nor in its type stubs): build for exactly these GPUs."""
+    rtx: Any = trt
+    config.num_compute_capabilities = len(targets)
+    for index, capability in enumerate(targets):
+        value = getattr(rtx.ComputeCapability, "SM" + capability.replace(".", ""))
+        if not config.set_compute_capability(value, index):
+            raise BackendError(f"TensorRT for RTX {trt.__version__} cannot build for compute capability {capability}")
 
 
 def _profile_shapes(

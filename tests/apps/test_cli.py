@@ -70,11 +70,10 @@ def assert_one_line_error(run: Run, *needles: str) -> None:
 
 
 def tensorrt_builds_here() -> bool:
-    try:
-        import tensorrt
-    except ImportError:
-        return False
-    return hasattr(tensorrt, "Builder")  # tensorrt-stubs alone imports as an empty namespace package
+    """TensorRT or TensorRT for RTX imports (tensorrt-stubs alone is not TensorRT)."""
+    from pointpillars_trt.runtime.tensorrt_library import installed_library
+
+    return installed_library() is not None
 
 
 # --------------------------------------------------------------------------- independent oracles

@@ -1,10 +1,14 @@
 """TensorRT engine and builder. Tests marked `tensorrt` build plans from tiny ONNX graphs, run them
-on CuPy buffers and compare with ONNX Runtime on the CPU; the metadata checks also run without TensorRT."""
+on CuPy buffers and compare with ONNX Runtime on the CPU: they need a TensorRT library that runs on this
+GPU (TensorRT, or TensorRT for RTX on an RTX GPU). The metadata checks also run without TensorRT; the
+builds of TensorRT for RTX, which need no GPU, are in test_tensorrt_rtx_build.py."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,8 +22,10 @@ from pointpillars_trt.runtime.tensorrt import (
     check_plan_metadata,
     gpu_identity,
     plan_metadata_path,
+    trt,
 )
 from pointpillars_trt.runtime.tensorrt_build import build_plan
+from pointpillars_trt.runtime.tensorrt_library import installed_library, library_unsupported_reason
 from tiny_graphs import cuda_skip_reason, head_graph, pfn_graph, pfn_reference
 
 RNG = np.random.default_rng(11)
@@ -30,13 +36,13 @@ FP16_TOL = {"rtol": 3e-2, "atol": 3e-2}
 
 
 def tensorrt_skip_reason() -> str | None:
-    try:
-        import tensorrt
-    except ImportError:
+    library = installed_library()
+    if library is None:
         return "TensorRT is not installed"
-    if not hasattr(tensorrt, "Builder"):
-        return "only tensorrt-stubs is installed, not TensorRT"
-    return cuda_skip_reason()
+    reason = cuda_skip_reason()
+    if reason is None:
+        reason = library_unsupported_reason(library, gpu_identity(0)[1])
+    return reason
 
 
 TRT_SKIP = tensorrt_skip_reason()
@@ -51,34 +57,33 @@ def pillars(p: int) -> np.ndarray:
 
 GOOD = {
     "plan_sha256": "aa" * 32,
-    "tensorrt_version": "10.13.0.35",
-    "compute_capability": "9.0",
+    "library": "tensorrt",
+    "library_version": "10.13.0.35",
+    "compute_capabilities": ["9.0"],
     "config_digest": DIGEST,
 }
+RUNNING = {"plan_sha256": "aa" * 32, "library": "tensorrt", "library_version": "10.13.0.35", "compute_capability": "9.0"}
 
 
-def check(metadata: dict, expected_digest: str | None = DIGEST) -> None:
-    check_plan_metadata(
-        metadata,
-        plan_sha256="aa" * 32,
-        tensorrt_version="10.13.0.35",
-        compute_capability="9.0",
-        expected_digest=expected_digest,
-        plan_name="rpn.plan",
-    )
+def check(metadata: dict, expected_digest: str | None = DIGEST, **running) -> None:
+    check_plan_metadata(metadata, **{**RUNNING, **running}, expected_digest=expected_digest, plan_name="rpn.plan")
 
 
 def test_matching_metadata_passes():
     check(GOOD)
     check({**GOOD, "config_digest": None}, expected_digest=None)  # no digest asked for, none checked
+    rtx = {**GOOD, "library": "tensorrt_rtx", "library_version": "1.7.1.116", "compute_capabilities": ["8.6", "8.9"]}
+    check(rtx, library="tensorrt_rtx", library_version="1.7.1.116", compute_capability="8.9")  # any listed GPU
 
 
 @pytest.mark.parametrize(
     "key, value, what",
     [
         ("plan_sha256", "bb" * 32, "plan checksum"),
-        ("tensorrt_version", "10.0.1.6", "TensorRT version: built for '10.0.1.6', running '10.13.0.35'"),
-        ("compute_capability", "8.6", "GPU compute capability: built for '8.6', running '9.0'"),
+        ("library", "tensorrt_rtx", "library: built for 'tensorrt_rtx', running 'tensorrt'"),
+        ("library_version", "10.0.1.6", "library version: built for '10.0.1.6', running '10.13.0.35'"),
+        ("compute_capabilities", ["8.6", "8.9", "12.0"],
+         "GPU compute capability: built for ['8.6', '8.9', '12.0'], running '9.0'"),
         ("config_digest", "ffffffffffffffff", "config digest: built for 'ffffffffffffffff', running '0123456789abcdef'"),
     ],
 )
@@ -99,19 +104,16 @@ def test_each_mismatch_is_named_with_the_rebuild_command(key, value, what):
 ])
 def test_a_plan_built_for_another_precision_or_tf32_mode_is_refused(recorded, precision, tf32, what):
     metadata = {**GOOD, **recorded}
-    check_plan_metadata(metadata, plan_sha256="aa" * 32, tensorrt_version="10.13.0.35", compute_capability="9.0",
-                        expected_precision=recorded["precision"], expected_tf32=recorded["tf32"])
+    check_plan_metadata(metadata, **RUNNING, expected_precision=recorded["precision"], expected_tf32=recorded["tf32"])
     with pytest.raises(ModelDirError) as info:
-        check_plan_metadata(metadata, plan_sha256="aa" * 32, tensorrt_version="10.13.0.35",
-                            compute_capability="9.0", expected_precision=precision, expected_tf32=tf32,
-                            plan_name="rpn.plan")
+        check_plan_metadata(metadata, **RUNNING, expected_precision=precision, expected_tf32=tf32, plan_name="rpn.plan")
     assert what in str(info.value) and str(info.value).endswith(f"Note: {REBUILD_HINT}")
 
 
 def test_all_mismatches_are_reported_together():
     with pytest.raises(ModelDirError) as info:
-        check({"plan_sha256": "bb" * 32})  # metadata of some other format: every field is missing
-    for what in ("plan checksum", "TensorRT version", "GPU compute capability", "config digest"):
+        check({"plan_sha256": "bb" * 32, "tensorrt_version": "10.13.0.35", "compute_capability": "9.0"})  # format 1
+    for what in ("plan checksum", "library: built for None", "library version", "GPU compute capability", "config digest"):
         assert what in str(info.value)
 
 
@@ -128,13 +130,33 @@ def test_tensorrt_engines_need_cuda(tmp_path):
         open_engine(tmp_path / "rpn.onnx", TrtOptions())
 
 
-@pytest.mark.skipif(TRT_SKIP not in ("TensorRT is not installed", "only tensorrt-stubs is installed, not TensorRT"),
-                    reason="TensorRT is installed")
-def test_without_tensorrt_the_error_says_how_to_install(tmp_path):
-    with pytest.raises(BackendError, match="TensorRT is not installed"):
-        build_plan(tmp_path / "pfn.onnx", tmp_path / "pfn.plan")
-    with pytest.raises(BackendError, match="TensorRT is not installed"):
-        TensorRTEngine(tmp_path / "pfn.plan").activate()
+WITHOUT_TENSORRT = """
+import sys
+sys.modules["tensorrt"] = sys.modules["tensorrt_rtx_bindings"] = None  # as if neither were installed
+from pathlib import Path
+from pointpillars_trt.errors import BackendError
+from pointpillars_trt.runtime import tensorrt_available
+from pointpillars_trt.runtime.tensorrt import TensorRTEngine
+from pointpillars_trt.runtime.tensorrt_build import build_plan
+assert not tensorrt_available()
+for attempt in (lambda: build_plan(Path("pfn.onnx"), Path("pfn.plan")), lambda: TensorRTEngine("pfn.plan").activate()):
+    try:
+        attempt()
+    except BackendError as exc:
+        print(exc)
+"""
+
+
+def test_without_tensorrt_the_error_says_how_to_install(repo_root):
+    """Whatever is installed here: a process where neither library imports says how to install either."""
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TENSORRT], capture_output=True, text=True, cwd=repo_root,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2
+    for line in lines:
+        assert line.startswith("TensorRT is not installed. Note: pip install 'pointpillars-trt[tensorrt]'")
+        assert "'pointpillars-trt[tensorrt-rtx]' (TensorRT for RTX: compute capability 7.5/8.6/8.9/12.0/12.1)" in line
 
 
 # -- with TensorRT and a GPU ----------------------------------------------------------------------
@@ -194,17 +216,15 @@ def test_plan_matches_onnxruntime_cpu_for_several_pillar_counts(cp, pfn_plan):
 def test_build_writes_metadata_and_timing_cache(pfn_plan):
     import hashlib
 
-    import tensorrt
-
     folder, _, metadata = pfn_plan
     on_disk = json.loads(plan_metadata_path(folder / "pfn.plan").read_text())
     assert on_disk == metadata
-    assert metadata["tensorrt_version"] == tensorrt.__version__
-    assert metadata["compute_capability"] == gpu_identity(0)[1]
+    assert metadata["library"] == installed_library() and metadata["library_version"] == trt.__version__
+    assert metadata["compute_capabilities"] == [gpu_identity(0)[1]]  # RTX too: built on a GPU it runs on
     assert metadata["config_digest"] == DIGEST
     assert metadata["plan_sha256"] == hashlib.sha256((folder / "pfn.plan").read_bytes()).hexdigest()
     assert metadata["profile"] == {"pillars": [[1, 8, 6], [96, 8, 6], [128, 8, 6]]}
-    assert (folder / "timing.cache").stat().st_size > 0
+    assert (folder / "timing.cache").is_file() == (installed_library() == "tensorrt")  # RTX times nothing
     # a second build starts from the saved cache
     build_plan(folder / "pfn.onnx", folder / "again.plan", dynamic_rows={"pillars": PROFILE},
                timing_cache_path=folder / "timing.cache")
@@ -213,24 +233,23 @@ def test_build_writes_metadata_and_timing_cache(pfn_plan):
 
 @pytest.mark.tensorrt
 @needs_tensorrt
-@pytest.mark.parametrize("precision", ["fp32", "fp16"])
-def test_static_head_plan_matches_onnxruntime_cpu(cp, tmp_path, precision):
+def test_static_head_plan_matches_onnxruntime_cpu(cp, tmp_path):
     head_graph(tmp_path / "head.onnx")
-    build_plan(tmp_path / "head.onnx", tmp_path / "head.plan", precision=precision)
+    build_plan(tmp_path / "head.onnx", tmp_path / "head.plan")
     canvas = RNG.standard_normal((1, 4, 6, 10)).astype(np.float32)
     with open_engine(tmp_path / "head.onnx", device="cpu") as cpu:
         expected = cpu.run_host({"canvas": canvas})
     with open_engine(tmp_path / "head.plan") as engine:
         got = run_on_gpu(cp, engine, {"canvas": canvas}, {n: a.shape for n, a in expected.items()})
     for name in ("cls", "box"):
-        np.testing.assert_allclose(got[name], expected[name], **(GPU_TOL if precision == "fp32" else FP16_TOL))
+        np.testing.assert_allclose(got[name], expected[name], **GPU_TOL)
 
 
 @pytest.mark.tensorrt
 @needs_tensorrt
 def test_strongly_typed_plan_keeps_the_graph_precision(cp, tmp_path):
     weights = pfn_graph(tmp_path / "pfn16.onnx", fp16=True)
-    build_plan(tmp_path / "pfn16.onnx", tmp_path / "pfn16.plan", precision="graph", dynamic_rows={"pillars": PROFILE})
+    build_plan(tmp_path / "pfn16.onnx", tmp_path / "pfn16.plan", precision="fp16", dynamic_rows={"pillars": PROFILE})
     x = pillars(64)
     with open_engine(tmp_path / "pfn16.plan") as engine:
         got = run_on_gpu(cp, engine, {"pillars": x}, {"pillar_features": (64, 16)})["pillar_features"]
@@ -258,8 +277,8 @@ def test_binding_checks_profile_and_output_shape(cp, pfn_plan):
 @pytest.mark.parametrize(
     "damage, message",
     [
-        ("tensorrt_version", "TensorRT version: built for '0.0.0'"),
-        ("compute_capability", "GPU compute capability: built for '0.0'"),
+        ("library_version", "library version: built for '0.0.0'"),
+        ("compute_capabilities", "GPU compute capability: built for ['0.0']"),
         ("digest", "config digest: built for '0123456789abcdef', running 'another'"),
         ("plan", "plan checksum"),
         ("no_metadata", "Metadata of pfn.plan not found"),
@@ -271,10 +290,10 @@ def test_stale_plan_asks_for_a_rebuild(tmp_path, pfn_plan, damage, message):
     shutil.copy(folder / "pfn.plan", plan)
     shutil.copy(plan_metadata_path(folder / "pfn.plan"), meta_path)
     expected_digest = DIGEST
-    if damage == "tensorrt_version":
-        meta_path.write_text(json.dumps({**metadata, "tensorrt_version": "0.0.0"}))
-    elif damage == "compute_capability":
-        meta_path.write_text(json.dumps({**metadata, "compute_capability": "0.0"}))
+    if damage == "library_version":
+        meta_path.write_text(json.dumps({**metadata, "library_version": "0.0.0"}))
+    elif damage == "compute_capabilities":
+        meta_path.write_text(json.dumps({**metadata, "compute_capabilities": ["0.0"]}))
     elif damage == "digest":
         expected_digest = "another"
     elif damage == "plan":

@@ -227,10 +227,16 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
 
 def _gpu_backends(results: dict[str, Any]) -> list[str]:
     backends = []
-    if tensorrt_available():
-        backends.append("tensorrt")
-    else:
+    if not tensorrt_available():
         results["notes"].append("TensorRT not importable: TensorRT rows skipped")
+    else:
+        from ...runtime.tensorrt import unrunnable_reason
+
+        unrunnable = unrunnable_reason()
+        if unrunnable is None:
+            backends.append("tensorrt")
+        else:
+            results["notes"].append(f"TensorRT rows skipped: {unrunnable}")
     reason = cudnn_unavailable_reason()
     if reason is None:
         backends.append("cudnn")

@@ -1,0 +1,74 @@
+"""Which TensorRT library the ``tensorrt`` backend uses, and which GPUs each library runs plans on.
+
+Two libraries speak the same Python API under different module names:
+
+- TensorRT (``tensorrt``, 10.x or 11.x): every architecture it supports, Hopper and other data-centre
+  GPUs included; 11.x is strongly typed only (no ``BuilderFlag.FP16``).
+- TensorRT for RTX (``tensorrt_rtx_bindings``, the TensorRT 11 API): RTX workstations and laptops, RTX
+  PRO servers. Its builder is ahead-of-time (it builds plans without a GPU, for a list of compute
+  capabilities), and its runtime refuses every other GPU, the H200's 9.0 among them.
+
+The backend uses TensorRT when it imports, else TensorRT for RTX (said once), and every plan records
+which one built it. The functions here import neither library beyond the probe, so the choice and the
+GPU rules are testable on a machine without TensorRT or a GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from typing import Literal
+
+Library = Literal["tensorrt", "tensorrt_rtx"]
+
+#: The Python module of each library, in the order the backend prefers them.
+LIBRARY_MODULES: dict[Library, str] = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx_bindings"}
+LIBRARY_TITLES: dict[Library, str] = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
+
+#: Compute capabilities TensorRT for RTX runs plans on (NVIDIA's TensorRT-RTX support matrix).
+RTX_COMPUTE_CAPABILITIES: tuple[str, ...] = ("7.5", "8.6", "8.9", "12.0", "12.1")
+#: What an RTX build targets without a GPU it runs on: the library's own portable set. Turing (7.5) needs a
+#: plan built for it alone, as NVIDIA recommends.
+RTX_DEFAULT_TARGETS: tuple[str, ...] = ("8.6", "8.9", "12.0")
+
+INSTALL_HINT = ("pip install 'pointpillars-trt[tensorrt]' (TensorRT 10/11, any supported GPU) or "
+                "'pointpillars-trt[tensorrt-rtx]' (TensorRT for RTX: compute capability "
+                f"{'/'.join(RTX_COMPUTE_CAPABILITIES)})")
+
+
+@functools.lru_cache(maxsize=None)
+def installed_library() -> Library | None:
+    """The library the ``tensorrt`` backend uses here: TensorRT when it imports, else TensorRT for RTX.
+
+    ``tensorrt-stubs`` alone also imports as ``tensorrt``, without a ``Builder``: that is not TensorRT."""
+    for library, module_name in LIBRARY_MODULES.items():
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            continue
+        if hasattr(module, "Builder"):
+            return library
+    return None
+
+
+def api_major(library: Library, version: str) -> int:
+    """The TensorRT API generation a library version speaks: TensorRT for RTX speaks the 11 API."""
+    return 11 if library == "tensorrt_rtx" else int(version.split(".")[0])
+
+
+def library_unsupported_reason(library: Library, compute_capability: str) -> str | None:
+    """Why ``library`` cannot run plans on a GPU of ``compute_capability`` ("major.minor"); None if it can.
+
+    Only TensorRT for RTX limits the GPUs; TensorRT itself says at deserialization when a GPU is too old."""
+    if library == "tensorrt_rtx" and compute_capability not in RTX_COMPUTE_CAPABILITIES:
+        return (f"TensorRT for RTX does not run on compute capability {compute_capability} "
+                f"(it runs on {', '.join(RTX_COMPUTE_CAPABILITIES)})")
+    return None
+
+
+def rtx_default_targets(visible_capability: str | None) -> tuple[str, ...]:
+    """The GPUs an RTX build is for unless told: the GPU that builds it when TensorRT for RTX runs there
+    (a plan for this machine, as TensorRT builds them: a Turing laptop needs this), else the portable set."""
+    if visible_capability is not None and library_unsupported_reason("tensorrt_rtx", visible_capability) is None:
+        return (visible_capability,)
+    return RTX_DEFAULT_TARGETS

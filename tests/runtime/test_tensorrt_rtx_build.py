@@ -1,0 +1,350 @@
+"""TensorRT for RTX builds real plans on any machine (its builder needs no GPU): every graph the exporter
+writes builds, the plan metadata round-trips, wrong metadata is refused, and the builder touches no API
+that TensorRT 11 removed. Running the plans needs an RTX GPU (test_runtime_tensorrt.py); on a GPU that
+TensorRT for RTX does not run on, the refusal is one line (the `cuda` test at the end)."""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import re
+import subprocess
+import sys
+import warnings
+from importlib import metadata as dist_metadata
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from pointpillars_trt.errors import BackendError, ModelDirError
+from pointpillars_trt.runtime import tensorrt as trt_runtime
+from pointpillars_trt.runtime import tensorrt_build
+from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata, plan_metadata_path, read_plan
+from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, api_major,
+                                                      installed_library, library_unsupported_reason,
+                                                      rtx_default_targets)
+from tiny_graphs import cuda_skip_reason, pfn_graph
+
+RTX_SKIP = (None if installed_library() == "tensorrt_rtx" else
+            "the tensorrt backend does not use TensorRT for RTX here (pip install 'pointpillars-trt[tensorrt-rtx]' "
+            "without TensorRT)")
+needs_rtx = pytest.mark.skipif(RTX_SKIP is not None, reason=str(RTX_SKIP))
+CHECKPOINTS = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
+DIGEST = "0123456789abcdef"
+
+
+def _rtx_gpu_here() -> str | None:
+    """The compute capability of a visible GPU that TensorRT for RTX runs on, else None (CI: no GPU)."""
+    if cuda_skip_reason() is not None:
+        return None
+    capability = trt_runtime.gpu_identity(0)[1]
+    return capability if capability in ("7.5", "8.6", "8.9", "12.0", "12.1") else None
+
+
+#: What a build targets unless told: the RTX GPU here, else NVIDIA's portable set for TensorRT for RTX.
+DEFAULT_TARGETS = [_rtx_gpu_here()] if _rtx_gpu_here() else ["8.6", "8.9", "12.0"]
+
+#: NVIDIA's list of Python APIs that TensorRT 11 removed ("Migrating from TensorRT 10.x to 11.x").
+REMOVED_IN_TENSORRT_11 = {
+    "FP16", "INT8", "FP8", "BF16", "INT4", "FP4", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS",
+    "DIRECT_IO", "int8_calibrator", "set_calibration_profile", "get_calibration_profile", "set_quantization_flag",
+    "get_quantization_flag", "quantization_flags", "clear_quantization_flag", "platform_has_fast_fp16",
+    "platform_has_fast_int8", "device_memory_size", "device_memory_size_for_profile",
+}
+ENGINE_MODULES = [Path(trt_runtime.__file__), Path(tensorrt_build.__file__)]
+
+
+# -- which library runs on which GPU (no TensorRT needed) ----------------------------------------------
+
+
+@pytest.mark.parametrize("capability", ["7.5", "8.6", "8.9", "12.0"])
+def test_rtx_runs_on_rtx_gpus(capability):
+    assert library_unsupported_reason("tensorrt_rtx", capability) is None
+
+
+@pytest.mark.parametrize("capability", ["9.0", "8.0", "10.0", "7.0"])
+def test_rtx_is_refused_on_other_gpus_and_tensorrt_is_not(capability):
+    assert library_unsupported_reason("tensorrt_rtx", capability) == (
+        f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1)")
+    assert library_unsupported_reason("tensorrt", capability) is None
+
+
+@pytest.mark.parametrize("visible, targets", [
+    (None, ("8.6", "8.9", "12.0")),  # no GPU: the portable set
+    ("9.0", ("8.6", "8.9", "12.0")),  # a GPU it does not run on: the same
+    ("8.9", ("8.9",)),  # an RTX GPU: a plan for it, as TensorRT builds
+    ("7.5", ("7.5",)),  # Turing, which the portable set leaves out
+])
+def test_rtx_builds_for_the_gpu_here_when_it_runs_there(visible, targets):
+    assert rtx_default_targets(visible) == targets
+
+
+def test_api_generation_of_each_library():
+    assert api_major("tensorrt", "10.13.0.35") == 10
+    assert api_major("tensorrt", "11.4.0.7") == 11
+    assert api_major("tensorrt_rtx", "1.7.1.116") == 11  # the TensorRT 11 API under another name
+
+
+# -- the builder against the TensorRT 11 API of the installed RTX module ---------------------------------
+
+
+def _used_attributes(path: Path) -> tuple[set[str], set[str]]:
+    """(dotted chains read off ``trt``, every other attribute name read) in one module, from its syntax tree;
+    the fields of our own options (``self.options.x``) are not TensorRT's."""
+    chains: set[str] = set()
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Attribute):
+            continue
+        parts, base = [node.attr], node.value
+        while isinstance(base, ast.Attribute):
+            parts.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id == "trt":
+            chains.add(".".join(reversed(parts)))
+        elif not (isinstance(node.value, ast.Attribute) and node.value.attr == "options"):
+            names.add(node.attr)
+    return chains, names
+
+
+def _api_names(module: object) -> set[str]:
+    names = set(dir(module))
+    for value in vars(module).values():
+        if isinstance(value, type):
+            names |= set(dir(value))
+    return names
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_builder_and_runner_use_no_api_that_tensorrt_11_removed():
+    import tensorrt_rtx_bindings as rtx
+
+    rtx_api = _api_names(rtx)
+    for path in ENGINE_MODULES:
+        chains, names = _used_attributes(path)
+        assert not (chains | names) & REMOVED_IN_TENSORRT_11, path.name
+        for chain in chains - set(tensorrt_build.TENSORRT10_ONLY):  # every trt.X.Y resolves in the 11 API
+            value: object = rtx
+            for part in chain.split("."):
+                assert hasattr(value, part), f"{path.name}: trt.{chain} is not in TensorRT for RTX {rtx.__version__}"
+                value = getattr(value, part)
+        # every name of the TensorRT 10 API the modules read exists in the 11 API too
+        trt10 = _tensorrt10_names()
+        if trt10 is not None:
+            assert (names & trt10) - rtx_api == set(), path.name
+    chains, _ = _used_attributes(Path(tensorrt_build.__file__))
+    assert set(tensorrt_build.TENSORRT10_ONLY) <= chains  # the allowance names a use that exists
+
+
+def _tensorrt10_names() -> set[str] | None:
+    """Names the TensorRT 10 API defines, read from tensorrt-stubs (the type-check installs it) or None."""
+    try:
+        files = dist_metadata.files("tensorrt-stubs") or []
+    except dist_metadata.PackageNotFoundError:
+        return None
+    text = "".join(Path(str(f.locate())).read_text() for f in files if f.suffix == ".pyi")
+    return (set(re.findall(r"^\s*(?:def|class)\s+(\w+)", text, re.M))
+            | set(re.findall(r"^\s+(\w+)\s*[:=]", text, re.M)))
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_networks_are_strongly_typed_without_the_deprecated_flag():
+    import tensorrt_rtx_bindings as rtx
+
+    assert tensorrt_build.strongly_typed_flags("tensorrt_rtx", rtx.__version__) == 0
+    assert tensorrt_build.strongly_typed_flags("tensorrt", "11.4.0.7") == 0
+    assert tensorrt_build.strongly_typed_flags("tensorrt", "10.13.0.35") == 1 << int(
+        rtx.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+
+
+# -- real builds ---------------------------------------------------------------------------------------
+
+
+def _input_shape(onnx_path: Path) -> list[int]:
+    tensor = onnx.load(str(onnx_path), load_external_data=False).graph.input[0]
+    return [d.dim_value if d.HasField("dim_value") else -1 for d in tensor.type.tensor_type.shape.dim]
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+@pytest.mark.parametrize("family", sorted(CHECKPOINTS))
+def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family):
+    """Both precisions of one checkpoint family: PFN for 1..Pmax pillars (tuned for Pmax), RPN for batch 1..8."""
+    import tensorrt_rtx_bindings as rtx
+
+    from pointpillars_trt.convert.export import build_model_dir
+
+    sizes = {}
+    for precision in ("fp32", "fp16"):
+        lines: list[str] = []
+        model = build_model_dir(assets / "checkpoints" / CHECKPOINTS[family], tmp_path / precision,
+                                backend="tensorrt", precision=precision, progress=lines.append)
+        p_max = model.cfg.voxel.max_pillars
+        expected_rows = {"pfn": (1, p_max, p_max), "rpn": (1, 1, 8)}
+        for graph in ("pfn", "rpn"):
+            plan_path = model.path / f"{graph}.plan"
+            plan, metadata = read_plan(plan_path)
+            assert json.loads(plan_metadata_path(plan_path).read_text()) == metadata
+            assert metadata["library"] == "tensorrt_rtx" and metadata["library_version"] == rtx.__version__
+            assert metadata["compute_capabilities"] == DEFAULT_TARGETS
+            assert metadata["precision"] == precision and metadata["config_digest"] == model.cfg.digest()
+            assert metadata["plan_sha256"] == hashlib.sha256(plan).hexdigest()
+            shape = _input_shape(model.path / f"{graph}.onnx")
+            assert shape.count(-1) == 1
+            (name, profile), = metadata["profile"].items()
+            assert profile == [[rows if d == -1 else d for d in shape] for rows in expected_rows[graph]], name
+            # the metadata fits an RTX GPU and a plan of another library, version or GPU does not
+            check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt_rtx",
+                                library_version=rtx.__version__, compute_capability=DEFAULT_TARGETS[-1],
+                                expected_digest=model.cfg.digest(), expected_precision=precision)
+            with pytest.raises(ModelDirError, match=r"library: built for 'tensorrt_rtx', running 'tensorrt'.*"
+                                                    "GPU compute capability: built for "
+                                                    + re.escape(f"{DEFAULT_TARGETS!r}, running '9.0'")):
+                check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt",
+                                    library_version=rtx.__version__, compute_capability="9.0")
+            sizes[precision, graph] = len(plan)
+            assert f"  {graph}.plan: {len(plan) / 1e6:.1f} MB in " in "\n".join(lines)
+        assert lines[0].startswith(f"building pfn.plan with TensorRT for RTX {rtx.__version__}: ")
+        assert lines[2].startswith("building rpn.plan") and "canvas 1..8 (tuned for 1)" in lines[2]
+        assert not (model.path / "timing.cache").exists()  # TensorRT for RTX has no timing cache
+    # strongly typed: the fp16 export gives fp16 weights, so a plan about half the size of the fp32 one
+    assert sizes["fp16", "rpn"] < 0.6 * sizes["fp32", "rpn"]
+
+
+@pytest.fixture(scope="module")
+def tiny_plan(tmp_path_factory) -> tuple[Path, dict]:
+    if RTX_SKIP is not None:
+        pytest.skip(RTX_SKIP)
+    folder = tmp_path_factory.mktemp("rtx")
+    pfn_graph(folder / "pfn.onnx")
+    metadata = tensorrt_build.build_plan(folder / "pfn.onnx", folder / "pfn.plan",
+                                         dynamic_rows={"pillars": (1, 64, 128)}, config_digest=DIGEST)
+    return folder / "pfn.plan", metadata
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+@pytest.mark.parametrize("damage, running, message", [
+    ({}, {"library": "tensorrt"}, "library: built for 'tensorrt_rtx', running 'tensorrt'"),
+    ({}, {"library_version": "1.0.0.1"}, "library version: built for '"),
+    ({}, {"compute_capability": "9.0"}, f"GPU compute capability: built for {DEFAULT_TARGETS!r}, running '9.0'"),
+    ({"compute_capabilities": ["0.0"]}, {}, f"GPU compute capability: built for ['0.0'], running {DEFAULT_TARGETS[0]!r}"),
+    ({"config_digest": "ffff"}, {}, "config digest: built for 'ffff', running '0123456789abcdef'"),
+    ({"plan_sha256": "00" * 32}, {}, "plan checksum"),
+])
+def test_wrong_metadata_is_refused_with_the_rebuild_command(tiny_plan, damage, running, message):
+    import tensorrt_rtx_bindings as rtx
+
+    plan_path, built = tiny_plan
+    plan, metadata = read_plan(plan_path)
+    assert metadata == built
+    here = {"plan_sha256": hashlib.sha256(plan).hexdigest(), "library": "tensorrt_rtx",
+            "library_version": rtx.__version__, "compute_capability": DEFAULT_TARGETS[0]}
+    check_plan_metadata(metadata, **here, expected_digest=DIGEST)
+    with pytest.raises(ModelDirError) as info:
+        check_plan_metadata({**metadata, **damage}, **{**here, **running}, expected_digest=DIGEST, plan_name="pfn.plan")
+    assert message in str(info.value)
+    assert str(info.value).startswith("pfn.plan does not match this setup") and str(info.value).endswith(REBUILD_HINT)
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
+    plan_path, _ = tiny_plan
+    rows = {"pillars": (1, 64, 128)}
+    pfn_graph(tmp_path / "pfn16.onnx", fp16=True)
+    turing = tensorrt_build.build_plan(tmp_path / "pfn16.onnx", tmp_path / "t.plan", precision="fp16",
+                                       dynamic_rows=rows, compute_capabilities=["7.5"])
+    assert turing["compute_capabilities"] == ["7.5"] and (tmp_path / "t.plan").stat().st_size > 0
+    # TensorRT for RTX has no fp32 matrix multiply on Turing: an fp32 export is refused before the build,
+    # which would fail (the "fp16" label on the fp32 graph lets it reach TensorRT for RTX, which says why)
+    with pytest.raises(BackendError, match=r"no fp32 matrix multiply on Turing \(7.5\). Note: export the model "
+                                           r"with --precision fp16"):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", dynamic_rows=rows,
+                                  compute_capabilities=["7.5"])
+    with pytest.raises(BackendError, match="TensorRT could not build"):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", precision="fp16",
+                                  dynamic_rows=rows, compute_capabilities=["7.5"])
+    with pytest.raises(BackendError, match=r"received \['9.0'\]. Note: Expected some of 7.5, 8.6, 8.9, 12.0, 12.1"):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "h.plan", dynamic_rows=rows,
+                                  compute_capabilities=["9.0"])
+    assert not (tmp_path / "t32.plan").exists() and not (tmp_path / "h.plan").exists()
+    assert set(RTX_DEFAULT_TARGETS) <= set(RTX_COMPUTE_CAPABILITIES)
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_root):
+    out = tmp_path / "model"
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "build", "--checkpoint",
+                           str(assets / "checkpoints" / CHECKPOINTS["zhulf0804"]), "--out", str(out),
+                           "--backend", "tensorrt", "--precision", "fp16", "--compute-capability", "8.9",
+                           "--compute-capability", "12.0"],
+                          capture_output=True, text=True, timeout=300, cwd=repo_root)
+    assert done.returncode == 0, done.stderr
+    sizes = {g: (out / f"{g}.plan").stat().st_size / 1e6 for g in ("pfn", "rpn")}
+    for graph, size in sizes.items():
+        assert f"building {graph}.plan with TensorRT for RTX" in done.stdout
+        assert re.search(rf"^  {graph}\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.9, 12\.0$",
+                         done.stdout, re.M), done.stdout
+    assert json.loads((out / "rpn.plan.json").read_text())["compute_capabilities"] == ["8.9", "12.0"]
+    assert done.stderr.count("the tensorrt backend uses TensorRT for RTX") == 1  # said once
+
+
+# -- on a GPU that TensorRT for RTX does not run on (the H200): one clear line --------------------------
+
+
+def _unsupported_gpu_skip_reason() -> str | None:
+    if RTX_SKIP is not None:
+        return RTX_SKIP
+    reason = cuda_skip_reason()
+    if reason is not None:
+        return reason
+    capability = trt_runtime.gpu_identity(0)[1]
+    if library_unsupported_reason("tensorrt_rtx", capability) is None:
+        return f"TensorRT for RTX runs on this GPU (compute capability {capability})"
+    return None
+
+
+@pytest.mark.cuda
+@pytest.mark.tensorrt
+@pytest.mark.skipif(_unsupported_gpu_skip_reason() is not None, reason=str(_unsupported_gpu_skip_reason()))
+def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, repo_root):
+    from pointpillars_trt.convert.export import build_model_plans
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.runtime import TrtOptions, open_engine
+    from tiny import tiny_model_dir
+
+    capability = trt_runtime.gpu_identity(0)[1]
+    model = tiny_model_dir(tmp_path / "model", precision="fp16")
+    build_model_plans(model, "fp16")  # TensorRT for RTX builds here; it cannot run what it built
+    expected = f"TensorRT for RTX does not run on compute capability {capability}"
+    with pytest.raises(BackendError, match=re.escape(expected)) as info:
+        open_engine(model.path / "rpn.plan", TrtOptions())
+    assert "\n" not in str(info.value)
+    # auto skips the plans with one notice (however many detectors open them) and runs another engine
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    rng = np.random.default_rng(0)
+    points = np.column_stack([rng.uniform(lo, hi, (2000, 3)), rng.uniform(0, 1, 2000)]).astype(np.float32)
+    frame = tmp_path / "frame.bin"
+    points.tofile(frame)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        detector = PointPillars.from_model_dir(model.path, device="cuda")
+        detector(points)
+        PointPillars.from_model_dir(model.path, device="cuda")
+    notices = [str(w.message) for w in caught if expected in str(w.message)]
+    assert len(notices) == 1 and "TensorRT plans are not used" in notices[0]
+    assert detector._impl.backend != "tensorrt"  # type: ignore[attr-defined]
+    # the command line: exit code 2 and exactly one `error:` line, no traceback
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model", str(model.path),
+                           "--backend", "tensorrt", "--device", "cuda"], capture_output=True, text=True, timeout=300,
+                          cwd=repo_root)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
