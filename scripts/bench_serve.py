@@ -2,10 +2,13 @@
 """Throughput and latency of ``pointpillars-trt serve``: N concurrent clients send frames from a folder
 for T seconds, once per server setting (default: max batch 1, i.e. no batching, vs dynamic batching).
 
-Prints one table row per setting: frames/s, p50 / p99 request latency (ms), and the mean batch the
-server formed (Triton's inference_count / execution_count). Not a test: numbers depend on the machine.
+The clients are spread over ``--client-processes`` processes (each its own gRPC channel and GIL), so
+that the load generator is not what limits the numbers. Prints one table row per setting: frames/s,
+p50 / p99 request latency (ms), and the mean batch the server formed (Triton's inference_count /
+execution_count). Not a test: numbers depend on the machine.
 
-    python scripts/bench_serve.py --model M [--frames DIR] [--clients 8] [--seconds 10] [--max-batch 1 8]
+    python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
+        [--max-batch 1 8] [--instances 1 2 4]
 """
 
 from __future__ import annotations
@@ -31,12 +34,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(ASSETS / "checkpoints/pointpillar_openpcdet_synthetic.pth"))
     parser.add_argument("--frames", default=str(ASSETS / "kitti/training/velodyne_fov"), help="folder of .bin frames")
-    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=32, help="concurrent requests in all")
+    parser.add_argument("--client-processes", type=int, default=8, help="processes the clients are spread over")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     parser.add_argument("--max-batch", type=int, nargs="+", default=[1, 8], help="one server run per value")
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
-    parser.add_argument("--instances", type=int, default=1)
+    parser.add_argument("--instances", type=int, nargs="+", default=[1], help="one server run per value")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tritonserver")
     args = parser.parse_args()
@@ -45,40 +49,67 @@ def main() -> int:
         parser.error(f"--frames {args.frames}: no .bin files")
     install = find_tritonserver(args.tritonserver)
     print(f"{len(frames)} frames (mean {np.mean([len(f) for f in frames]):.0f} points), {args.clients} "
-          f"{args.protocol} clients, {args.seconds:g} s each, device {args.device}, {args.instances} instance(s)")
-    print(f"{'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | {'mean batch':>10} | errors")
-    print("-" * 62)
-    for max_batch in args.max_batch:
-        with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
-            write_repository(args.model, Path(scratch) / "repo", instances=args.instances, max_batch=max_batch,
-                             max_queue_delay_us=args.max_queue_delay_us, device=args.device)
-            with TritonServer(Path(scratch) / "repo", install=install, log=Path(scratch) / "server.log") as server:
-                row = run_clients(server, frames, args.clients, args.seconds, args.protocol)
-        print(f"{max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | {row['p99']:>7.1f} | "
-              f"{row['batch']:>10.2f} | {row['errors']}")
+          f"{args.protocol} clients in {args.client_processes} processes, {args.seconds:g} s each, device {args.device}")
+    print(f"{'instances':>9} | {'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | {'mean batch':>10} | errors")
+    print("-" * 74)
+    for instances in args.instances:
+        for max_batch in args.max_batch:
+            with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
+                write_repository(args.model, Path(scratch) / "repo", instances=instances, max_batch=max_batch,
+                                 max_queue_delay_us=args.max_queue_delay_us, device=args.device)
+                with TritonServer(Path(scratch) / "repo", install=install, log=Path(scratch) / "server.log") as server:
+                    row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
+                                      args.protocol)
+            print(f"{instances:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | {row['p99']:>7.1f} | "
+                  f"{row['batch']:>10.2f} | {row['errors']}", flush=True)
     return 0
 
 
-def run_clients(server: TritonServer, frames: list[np.ndarray], clients: int, seconds: float,
+def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: int, seconds: float,
                 protocol: str) -> dict[str, float]:
-    """Each client thread sends frames one after another (its next once the last came back)."""
-    remote = RemoteDetector(server.endpoints[protocol], protocol=protocol)
-    for frame in frames[:2]:
-        remote(frame)  # warm-up: first-call costs out of the numbers
+    """``clients`` closed-loop clients (each sends its next frame once the last came back) spread over
+    ``processes`` processes; frames/s over the window all of them were sending, latencies of every request."""
+    import multiprocessing
+
+    endpoint = server.endpoints[protocol]
+    warm = RemoteDetector(endpoint, protocol=protocol)
+    for path in sorted(Path(frames_dir).glob("*.bin"))[:2]:
+        warm(read_velodyne_bin(path))  # first-call costs out of the numbers
+    warm.close()
     stats_before = server_stats(server)
+    shares = [clients // processes + (i < clients % processes) for i in range(processes)]
+    context = multiprocessing.get_context("spawn")
+    start_at = time.time() + 5.0  # every process connected and ready before the window opens
+    with context.Pool(len(shares)) as pool:
+        results = pool.starmap(client_process, [(endpoint, protocol, frames_dir, n, i, start_at, seconds)
+                                                for i, n in enumerate(shares) if n])
+    inferences, executions = (after - before for after, before in zip(server_stats(server), stats_before))
+    latencies = [x for mine, _ in results for x in mine]
+    errors = sum(e for _, e in results)
+    ms = np.array(latencies) * 1e3
+    return {"fps": len(latencies) / seconds, "p50": float(np.percentile(ms, 50)) if len(ms) else 0.0,
+            "p99": float(np.percentile(ms, 99)) if len(ms) else 0.0,
+            "batch": inferences / executions if executions else 0.0, "errors": errors}
+
+
+def client_process(endpoint: str, protocol: str, frames_dir: str, threads: int, offset: int, start_at: float,
+                   seconds: float) -> tuple[list[float], int]:
+    """One process of ``threads`` client threads; (latencies of requests completed inside the window, errors)."""
+    frames = [read_velodyne_bin(p) for p in sorted(Path(frames_dir).glob("*.bin"))]
+    remote = RemoteDetector(endpoint, protocol=protocol)
     latencies: list[float] = []
     errors = [0]
     lock = threading.Lock()
-    stop_at = time.perf_counter() + seconds
+    stop_at = start_at + seconds
 
-    def client(offset: int) -> None:
+    def client(index: int) -> None:
         mine: list[float] = []
-        index = offset
-        while time.perf_counter() < stop_at:
-            start = time.perf_counter()
+        while time.time() < stop_at:
+            start = time.time()
             try:
                 remote(frames[index % len(frames)])
-                mine.append(time.perf_counter() - start)
+                if start >= start_at and time.time() <= stop_at:
+                    mine.append(time.time() - start)
             except Exception:  # noqa: BLE001 - counted, the run goes on
                 with lock:
                     errors[0] += 1
@@ -86,19 +117,14 @@ def run_clients(server: TritonServer, frames: list[np.ndarray], clients: int, se
         with lock:
             latencies.extend(mine)
 
-    start = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - start
-    inferences, executions = (after - before for after, before in zip(server_stats(server), stats_before))
+    time.sleep(max(0.0, start_at - 1.0 - time.time()))
+    workers = [threading.Thread(target=client, args=(offset * 97 + i,)) for i in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     remote.close()
-    ms = np.array(latencies) * 1e3
-    return {"fps": len(latencies) / elapsed, "p50": float(np.percentile(ms, 50)) if len(ms) else 0.0,
-            "p99": float(np.percentile(ms, 99)) if len(ms) else 0.0,
-            "batch": inferences / executions if executions else 0.0, "errors": errors[0]}
+    return latencies, errors[0]
 
 
 def server_stats(server: TritonServer) -> tuple[int, int]:
