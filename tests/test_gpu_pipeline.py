@@ -203,7 +203,7 @@ def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets):  # type: ignor
     d2h = [n for n in names if "DtoH" in n]
     assert len(h2d) == 1 and len(d2h) == 1, (h2d, d2h)
     assert gpu.copies.h2d_copies == 1 and gpu.copies.d2h_copies == 1
-    assert gpu.copies.h2d_bytes == points.nbytes + 16  # the points and a 16-byte header with count and first row
+    assert gpu.copies.h2d_bytes == points.nbytes + 16 * HEADER_ROWS  # the points and the header rows of counts and first rows
 
 
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]

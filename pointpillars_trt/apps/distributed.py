@@ -198,7 +198,8 @@ def _records(dataset: Any) -> Iterator[dict[str, Any]]:
     for batch in dataset.iter_batches(batch_format="numpy"):
         for values in zip(*(batch[key] for key in _COLUMNS)):
             record = dict(zip(_COLUMNS, values))
-            yield {"source": str(record["source"]), "error": str(record["error"]) if record["error"] else None,
+            error = record["error"]  # a column of None and str arrives with NaN for None
+            yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
                    "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
                    "num_out_of_view": int(record["num_out_of_view"]), "intensity_8bit": bool(record["intensity_8bit"]),
                    "row": str(record["row"])}
