@@ -42,7 +42,9 @@ def read_points(
 
     * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
       nuScenes-style x, y, z, intensity, ring/time); the first 4 columns are kept. A size that is
-      not a multiple of ``4 * point_dim`` bytes is an error naming the size. 0 bytes = empty frame.
+      not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a 5-value file
+      read as 4 (see :func:`looks_like_five_values`) is refused: both name ``--point-dim 5``.
+      0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=4), first 4 columns kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i);
@@ -99,10 +101,52 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file") ->
     if len(data) % row:
         raise InputError(
             f"{what} {safe_repr(path)} is {len(data)} bytes, not a multiple of {row} "
-            f"({point_dim} float32 values a point)"
+            f"({point_dim} float32 values a point){_other_dim_hint(len(data), int(point_dim))}"
         )
-    arr = np.frombuffer(data, dtype="<f4").reshape(-1, int(point_dim))
+    values = np.frombuffer(data, dtype="<f4")
+    if point_dim == 4 and looks_like_five_values(values):
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like 5 float32 values a point (x, y, z, intensity, ring/time, "
+            "as nuScenes writes them) read as 4: its 4th column holds negative and coordinate-like values, "
+            "not intensities; pass --point-dim 5"
+        )
+    arr = values.reshape(-1, int(point_dim))
     return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+
+
+_LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
+
+
+def looks_like_five_values(values: np.ndarray) -> bool:
+    """True when flat float32 ``values`` are far more plausible as rows of 5 than as rows of 4.
+
+    Read as 4 values a point, a 5-value file puts every field in turn into the intensity column,
+    so (1) the file holds whole rows of 5, (2) over 5 % of the "intensities" are negative (lidar
+    intensity never is), and (3) values 5 apart (the same field of neighbouring points) differ less
+    than values 4 apart. Real KITTI scans, ordered or shuffled, fail (2) and (3) by a wide margin.
+    Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
+    """
+    if values.size % 20 or values.size < 40:
+        return False
+    middle = (values.size // 2) // 20 * 20
+    samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
+    intensity = np.concatenate([s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples])
+    intensity = intensity[np.isfinite(intensity)]
+    if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        step4 = np.concatenate([np.abs(s[4:] - s[:-4]) for s in samples])
+        step5 = np.concatenate([np.abs(s[5:] - s[:-5]) for s in samples])
+    step4, step5 = step4[np.isfinite(step4)], step5[np.isfinite(step5)]
+    return bool(step4.size and step5.size and np.median(step5) < np.median(step4))
+
+
+def _other_dim_hint(size: int, point_dim: int) -> str:
+    """The size error's pointer to the other layout (--point-dim 5 for nuScenes-style files)."""
+    if point_dim == 4:
+        whole = "; its size fits 5 values a point" if size % 20 == 0 else ""
+        return f"{whole}: for x, y, z, intensity, ring/time files (nuScenes) pass --point-dim 5"
+    return "; its size fits 4 values a point (KITTI): pass --point-dim 4" if size % 16 == 0 else ""
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

@@ -27,6 +27,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from .eval.io import REPORT_FILE as EVAL_FILE
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -37,7 +38,6 @@ EXIT_FRAME_FAILURES = 1
 #: What a single frame may raise without ending the run (it becomes that frame's error line).
 FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "cudnn")
-EVAL_FILE = "eval.json"
 
 
 # --------------------------------------------------------------------------- messages

@@ -1,0 +1,46 @@
+"""What a new user meets first: messages, defaults and round trips of the command line (CPU path).
+
+Oracles: the files the commands write, the frames' own bytes, and the public API on the same frames.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from test_cli import LOOSE, assert_one_line_error, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+
+NUSCENES_WHOLE_ROWS = "nuscenes/nusc_dev_k000000_s05.bin"
+
+
+def test_eval_reads_the_folder_infer_eval_wrote(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    for frame in tiny_frames[1:4]:
+        (labels / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    out = tmp_path / "out"
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out, "--eval", labels, "--device", "cpu",
+              "--no-progress", *LOOSE)
+    assert run.rc == 0 and (out / "eval.json").is_file(), run
+    table = run.out[run.out.index("Car AP@"):run.out.index("wrote ")]
+    again = cli("eval", "--pred", out, "--labels", labels)
+    assert again.rc == 0, again
+    assert table in again.out  # the same table as infer printed
+    # JSON predictions beside the report: eval.json is no prediction either
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "j", "--eval", labels,
+              "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    calib = tiny_frames[1].parent.parent / "calib"
+    again = cli("eval", "--pred", tmp_path / "j", "--labels", labels, "--calib", calib)
+    assert again.rc == 0 and "Car AP@" in again.out, again
+
+
+def test_infer_refuses_a_five_value_file_read_as_four(assets: Path, tiny_model: Path, tiny_frames: list[Path]):
+    frame = assets / NUSCENES_WHOLE_ROWS
+    run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 1, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(frame) in errors[0] and "--point-dim 5" in errors[0], run.err
+    assert "1/2 frames" in run.out  # the other frame still went through
+    assert cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--point-dim", "5").rc == 0
