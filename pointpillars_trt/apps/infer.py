@@ -27,6 +27,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 
 if TYPE_CHECKING:
@@ -474,6 +475,7 @@ def infer_with(args: argparse.Namespace, open_detector: Callable[[], Any], batch
     fmt, out, labels = check_outputs(args, frames)
     detector = open_detector()
     try:
+        print_device_notice(detector)
         cfg = getattr(detector, "cfg", None)
         with tempfile.TemporaryDirectory(prefix="pp-infer-") as scratch:
             scratch_dir = Path(scratch) if labels is not None and (fmt != "kitti" or out is None) else None

@@ -44,3 +44,44 @@ def test_infer_refuses_a_five_value_file_read_as_four(assets: Path, tiny_model: 
     assert len(errors) == 1 and str(frame) in errors[0] and "--point-dim 5" in errors[0], run.err
     assert "1/2 frames" in run.out  # the other frame still went through
     assert cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--point-dim", "5").rc == 0
+
+
+# --------------------------------------------------------------------------- which device ran
+
+def test_infer_says_which_device_engine_and_precision_ran(tiny_model: Path, tiny_frames: list[Path]):
+    run = cli("infer", *tiny_frames[1:3], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert run.err.splitlines().count("running on CPU, ONNX Runtime, fp32") == 1, run.err
+
+
+def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path):
+    from pointpillars_trt.apps.device_notice import device_notice
+    from pointpillars_trt.detector import PointPillars, cuda_available
+
+    with PointPillars.from_model_dir(tiny_model, device="auto") as detector:
+        reason = cuda_available()
+        assert detector.gpu_unused_reason == reason
+        if reason is None:
+            assert detector.engine_description.startswith("GPU cuda:0, ")
+            assert len(device_notice(detector)) == 1
+            return
+        assert detector.device == "cpu" and detector.engine_description == "CPU, ONNX Runtime, fp32"
+        driver_file = tmp_path / "nvidia0"
+        assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
+        driver_file.write_text("")  # what the NVIDIA driver makes where it sees a GPU
+        lines = device_notice(detector, probes=[driver_file])
+        assert len(lines) == 2 and lines[1].startswith("note: a GPU is visible, but the GPU path is unusable: ")
+        assert reason in lines[1] and "pointpillars-trt[cuda13]" in lines[1]
+    with PointPillars.from_model_dir(tiny_model, device="cpu") as detector:  # asked for: nothing to explain
+        assert detector.gpu_unused_reason is None
+        assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
+
+
+def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Path]):
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
+    run = cli("infer", tiny_frames[1], "--model", model, "--device", "cpu")
+    assert run.rc == 0, run
+    assert "running on CPU, ONNX Runtime, fp16" in run.err
+    assert "fp16 graphs run about 2x slower than fp32 on the CPU" in run.err and "--precision fp32" in run.err
