@@ -29,6 +29,7 @@ from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
+from .frame_prep import Prepare, frame_preparer
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -151,6 +152,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     points.add_argument("--intensity-scale", type=positive_float, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
+    points.add_argument("--fov-only", action=argparse.BooleanOptionalAction, default=None,
+                        help="detect only on the points inside the camera image (KITTI calib per frame, as "
+                             "OpenPCDet's FOV_POINTS_ONLY) (default: on for --format kitti and --eval, else off)")
     outputs = infer.add_argument_group("outputs")
     outputs.add_argument("--out", help="folder for one output file per frame (default: print a summary only)")
     outputs.add_argument("--format", choices=("json", "kitti"), default=None,
@@ -433,9 +437,14 @@ def run_infer(args: argparse.Namespace) -> int:
     return infer_with(args, lambda: open_model(args))
 
 
+def output_format(args: argparse.Namespace) -> str:
+    """--format, else kitti with --eval, else json."""
+    return str(args.format or ("kitti" if args.eval else "json"))
+
+
 def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
     """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
-    fmt = args.format or ("kitti" if args.eval else "json")
+    fmt = output_format(args)
     out = Path(args.out) if args.out else None
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
@@ -573,6 +582,10 @@ def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: ar
     cfg = getattr(detector, "cfg", None)
     check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out))
+    # per-frame preparation between read and detect (today: the camera-FOV crop)
+    prepare = frame_preparer(args, output_format(args), report.note)
+    if prepare is not None:
+        read = partial(_read_prepared, read, prepare)
 
     def flush(window: list[_Read]) -> None:
         ready = [item for item in window if item.points is not None]
@@ -604,6 +617,10 @@ def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: ar
         reader.close()
         report.bar.close()
     return report.close()
+
+
+def _read_prepared(read: Callable[[str], np.ndarray], prepare: Prepare, source: str) -> np.ndarray:
+    return prepare(read(source), source)
 
 
 def _detect(detector: PointPillars, items: Sequence[_Read]) -> list[tuple[Detections | None, str | None]]:

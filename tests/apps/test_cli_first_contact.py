@@ -5,8 +5,11 @@ Oracles: the files the commands write, the frames' own bytes, and the public API
 
 from __future__ import annotations
 
-import os
+import json
+import shutil
 from pathlib import Path
+
+import numpy as np
 
 from test_cli import LOOSE, assert_one_line_error, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
 
@@ -85,3 +88,62 @@ def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Pat
     assert run.rc == 0, run
     assert "running on CPU, ONNX Runtime, fp16" in run.err
     assert "fp16 graphs run about 2x slower than fp32 on the CPU" in run.err and "--precision fp32" in run.err
+
+
+# --------------------------------------------------------------------------- KITTI camera-FOV policy
+
+FOV_NOTE = "only the points the camera sees are detected on"
+
+
+def fov_crop_by_hand(frame: Path) -> np.ndarray:
+    """The frame's points that project into a 375 x 1242 image, computed here with the homogeneous
+    matrices of the frame's calib file (OpenPCDet's get_fov_flag)."""
+    rows = {k.strip(): np.array(v.split(), float) for k, _, v in
+            (line.partition(":") for line in (frame.parent.parent / "calib" / f"{frame.stem}.txt").read_text().splitlines())
+            if v.strip()}
+    points = np.fromfile(frame, "<f4").reshape(-1, 4)
+    hom = np.hstack([points[:, :3].astype(np.float64), np.ones((len(points), 1))])
+    rect = hom @ rows["Tr_velo_to_cam"].reshape(3, 4).T @ rows["R0_rect"].reshape(3, 3).T
+    img = np.hstack([rect, np.ones((len(rect), 1))]) @ rows["P2"].reshape(3, 4).T
+    u, v = img[:, 0] / rect[:, 2], img[:, 1] / rect[:, 2]
+    return points[(rect[:, 2] >= 0) & (u >= 0) & (u < 1242) & (v >= 0) & (v < 375)]
+
+
+def test_kitti_output_crops_to_the_camera_by_default(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    frame = tiny_frames[2]
+    expected = fov_crop_by_hand(frame)
+    assert 0 < len(expected) < len(np.fromfile(frame, "<f4")) // 4  # the crop matters on this frame
+    # the same frame, cropped by hand, in a KITTI-like folder of its own
+    cropped = tmp_path / "cropped" / "training" / "velodyne" / frame.name
+    cropped.parent.mkdir(parents=True)
+    expected.tofile(cropped)
+    (cropped.parent.parent / "calib").mkdir()
+    shutil.copy(frame.parent.parent / "calib" / f"{frame.stem}.txt", cropped.parent.parent / "calib")
+
+    base = ("--model", tiny_model, "--device", "cpu", "--no-progress", *LOOSE)
+    default = cli("infer", frame, "--format", "kitti", "--out", tmp_path / "a", *base)
+    assert default.rc == 0 and default.err.count(FOV_NOTE) == 1, default
+    by_hand = cli("infer", cropped, "--format", "kitti", "--out", tmp_path / "b", "--no-fov-only", *base)
+    assert by_hand.rc == 0 and FOV_NOTE not in by_hand.err, by_hand
+    name = f"{frame.stem}.txt"
+    assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+
+    def json_points(*flags: str) -> tuple[int, str]:
+        out = tmp_path / ("j" + "".join(flags))
+        run = cli("infer", frame, "--out", out, *flags, *base)
+        assert run.rc == 0, run
+        return json.loads((out / f"{frame.stem}.json").read_text())["num_points"], run.err
+
+    count, err = json_points()
+    assert count == 2000 and FOV_NOTE not in err  # JSON: full scans unless asked
+    assert json_points("--fov-only")[0] == len(expected)
+    full = cli("infer", frame, "--format", "kitti", "--out", tmp_path / "c", "--no-fov-only", *base)
+    assert full.rc == 0 and FOV_NOTE not in full.err, full
+
+
+def test_fov_only_without_calib_is_that_frames_error(tiny_model: Path, tmp_path: Path):
+    frame = tmp_path / "loose" / "000009.bin"
+    frame.parent.mkdir()
+    np.zeros((10, 4), np.float32).tofile(frame)
+    run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--fov-only")
+    assert run.rc == 1 and "no calibration folder" in run.err and "000009" in run.err, run
