@@ -60,6 +60,8 @@ def read_points(
         points = read_npy(path)
     elif ext == ".pcd":
         points = read_pcd(path)
+    elif not os.path.lexists(path):
+        raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     else:
         kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
         raise InputError(

@@ -31,14 +31,21 @@ def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = G
     if description is None:
         return []
     lines = [f"running on {description}"]
-    reason = getattr(detector, "gpu_unused_reason", None)
-    if reason is not None and gpu_visible(probes):
-        fix = "" if "pip install" in reason else f"; for the GPU pipeline: {CUDA_EXTRA}"
-        lines.append(f"note: a GPU is visible, but the GPU path is unusable: {reason}{fix}")
+    note = gpu_unused_note(getattr(detector, "gpu_unused_reason", None), probes)
+    if note is not None:
+        lines.append(note)
     if getattr(detector, "device", None) == "cpu" and detector.model.precision == "fp16":
         lines.append("note: fp16 graphs run about 2x slower than fp32 on the CPU; for CPU runs build the "
                      "model dir with --precision fp32")
     return lines
+
+
+def gpu_unused_note(reason: str | None, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> str | None:
+    """The note for a run that went to the CPU for ``reason`` while a GPU is visible (else None)."""
+    if reason is None or not gpu_visible(probes):
+        return None
+    fix = "" if "pip install" in reason else f"; for the GPU pipeline: {CUDA_EXTRA}"
+    return f"note: a GPU is visible, but the GPU path is unusable: {reason}{fix}"
 
 
 def print_device_notice(detector: Any, file: Any = None) -> None:

@@ -446,6 +446,9 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
     fmt = output_format(args)
     out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(f"--out {safe_repr(args.out)} is an existing file; --out names a folder for one output "
+                         "file per frame")
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.calib is not None and not os.path.isdir(args.calib):
@@ -484,13 +487,13 @@ def infer_with(args: argparse.Namespace, open_detector: Callable[[], Any], batch
     fmt, out, labels = check_outputs(args, frames)
     detector = open_detector()
     try:
-        print_device_notice(detector)
         cfg = getattr(detector, "cfg", None)
         with tempfile.TemporaryDirectory(prefix="pp-infer-") as scratch:
             scratch_dir = Path(scratch) if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             if out is not None:
                 out.mkdir(parents=True, exist_ok=True)
+            print_device_notice(detector)  # once the run's set-up can no longer fail
             done, failures = _run_frames(detector, frames, plan, args, batch)
             if labels is not None:
                 classes = cfg.classes if cfg is not None else detector.class_names

@@ -5,11 +5,16 @@ Oracles: the files the commands write, the frames' own bytes, and the public API
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main
 
 from test_cli import LOOSE, assert_one_line_error, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
 
@@ -147,3 +152,67 @@ def test_fov_only_without_calib_is_that_frames_error(tiny_model: Path, tmp_path:
     np.zeros((10, 4), np.float32).tofile(frame)
     run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--fov-only")
     assert run.rc == 1 and "no calibration folder" in run.err and "000009" in run.err, run
+
+
+# --------------------------------------------------------------------------- rough edges
+
+@pytest.mark.parametrize("argv", [
+    ["build", "--checkpoint", "x.pth", "--out", "m", "--precision", "fp64"],
+    ["infer", "x.bin", "--batch-size", "9"],
+    ["eval", "--pred", "p", "--labels", "l", "--bogus"],
+    ["bench", "--iterations", "0"],
+    ["demo", "--device", "gpu"],
+    ["serve", "--model", "m", "--repository", "r", "--instances", "two"],
+    [],
+])
+def test_option_value_errors_are_one_line(argv: list[str]):
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(err):
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: pointpillars-trt") and "usage:" not in lines[0], lines
+    assert "--help" in lines[0]
+
+
+def help_text(*argv: str) -> str:
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        main([*argv, "--help"])
+    return out.getvalue()
+
+
+def test_help_says_what_each_command_does():
+    top = help_text()
+    assert "`" not in top and "serve" in top.split("options:")[0]
+    for command in ("build", "infer", "eval", "bench", "serve", "demo"):
+        paragraphs = help_text(command).split("\n\n")
+        assert len(paragraphs) > 2 and not paragraphs[1].startswith(("options:", "positional")), command
+        assert len(paragraphs[1]) > 30, (command, paragraphs[1])
+
+
+def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
+    assert run.rc == 1 and "no such file or folder" in run.err and "extension" not in run.err, run
+    a_file = tmp_path / "api.py"
+    a_file.write_text("print('mine')\n")
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--out", a_file),
+                          "--out", "is an existing file", "folder")
+    assert a_file.read_text() == "print('mine')\n"
+
+
+def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list[Path], tmp_path: Path):
+    import yaml
+    from tiny import tiny_config
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(tiny_frames[1], frames)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    run = cli("bench", "--device", "cpu", "--config", config, "--frames", frames, "--no-baselines",
+              "--out", tmp_path / "b")
+    assert run.rc == 0, run
+    assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
+    assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
+    assert "bench (CPU)" in run.err and "11/11" in run.err and "<" in run.err  # tqdm: done/total [elapsed<left]
