@@ -30,6 +30,7 @@ from ..pointcloud_io import read_points
 
 if TYPE_CHECKING:
     from ..detections import Detections
+    from .frame_prep import Prepare
 
 OUTPUT_FORMATS = ("json", "kitti", "parquet")
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
@@ -59,7 +60,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    output_format: str = "json", calib: str | None = None, image_shape: tuple[int, int] | None = None,
                    keep_out_of_view: bool = False, viz: bool = False, point_dim: int = 4,
                    intensity_scale: float | None = None, ray_address: str | None = None, progress: bool = True,
-                   report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
+                   report: Callable[[OutputPlan], FrameReport] | None = None,
+                   prepare: Prepare | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU).
 
@@ -69,6 +71,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or (parquet) as Parquet
     files of one row per frame with an ``error`` column. ``report`` (given the output plan) makes the
     ``infer`` account that each frame is reported to, in input order, and closed at the end.
+    ``prepare(points, source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -90,7 +93,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       kitti_dir=target if output_format == "kitti" else None, png_dir=target if viz else None,
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
-    options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale,
+    options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "parquet": output_format == "parquet", "cwd": os.getcwd()}
     started = not ray.is_initialized()
     if started:
@@ -250,7 +253,8 @@ class _DetectActor:
     outputs written by ``apps.infer.write_frame_outputs`` as local infer writes them."""
 
     def __init__(self, model_dir: str, device: str, threads: int | None, plan: OutputPlan, point_dim: int,
-                 intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str]) -> None:
+                 intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str],
+                 prepare: Prepare | None = None) -> None:
         from ..detector import PointPillars
 
         self.detector = PointPillars.from_model_dir(model_dir, device=device, threads=threads)
@@ -260,6 +264,7 @@ class _DetectActor:
             names, plan = {}, _absolute(plan)
         self.plan, self.parquet, self.names = plan, parquet, names
         self.read = partial(read_points, point_dim=point_dim, intensity_scale=intensity_scale)
+        self.prepare = prepare
         self.check_intensity = intensity_scale is None and "intensity" in self.detector.cfg.features.order
         self.schema = _schema("parquet" if parquet else "json", self.detector.cfg.classes)
 
@@ -290,16 +295,18 @@ class _DetectActor:
 
     def _read(self, source: str) -> _Read:
         try:
-            return _Read(source, self.read(source), None)
+            return _Read(source, self._prepared(self.read(source), source), None)
         except FRAME_ERRORS as exc:
             return _Read(source, None, one_line(exc))
 
-    @staticmethod
-    def _parse(data: bytes, source: str) -> _Read:
+    def _parse(self, data: bytes, source: str) -> _Read:
         try:
-            return _Read(source, _points_from_bin(data, source), None)
+            return _Read(source, self._prepared(_points_from_bin(data, source), source), None)
         except FRAME_ERRORS as exc:
             return _Read(source, None, one_line(exc))
+
+    def _prepared(self, points: np.ndarray, source: str) -> np.ndarray:
+        return points if self.prepare is None else self.prepare(points, source)
 
     def _finish(self, det: Detections | None, error: str | None, item: _Read) -> dict[str, Any]:
         """The frame's record: its outputs written (json/kitti) or carried (parquet), or its error."""
