@@ -31,8 +31,8 @@ CORRUPT = "corrupt.bin"
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster on loopback only
-    ray = pytest.importorskip("ray", reason="Ray not installed (pip install 'ray[data]')")
-    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install 'ray[data]')")
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield

@@ -42,8 +42,8 @@ START_TIMEOUT = 60.0
 
 @pytest.fixture(scope="module")
 def install():  # type: ignore[no-untyped-def]
-    pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed (pip install 'tritonclient[http,grpc]')")
-    pytest.importorskip("tritonclient.http", reason="tritonclient not installed (pip install 'tritonclient[http,grpc]')")
+    pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed (pip install -e '.[test-scaleout]')")
+    pytest.importorskip("tritonclient.http", reason="tritonclient not installed (pip install -e '.[test-scaleout]')")
     if not (os.environ.get("PP_TRITONSERVER") or shutil.which("tritonserver")):
         pytest.skip("tritonserver not found: set PP_TRITONSERVER (bash .ci/install_scaleout.sh prints it) or put it on PATH")
     return find_tritonserver()
