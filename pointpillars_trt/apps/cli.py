@@ -161,12 +161,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from ..convert.export import build_model_dir
 
     config: Any = args.config
+    dataset: dict[str, Any] = {}
     if args.pcdet_config:
-        from ..convert.pcdet_config import config_from_pcdet_yaml
+        from ..convert.pcdet_config import config_from_pcdet_yaml, pcdet_dataset_facts
 
         config = config_from_pcdet_yaml(args.pcdet_config)
+        dataset = pcdet_dataset_facts(args.pcdet_config)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,
-                            precision=args.precision, tf32=not args.no_tf32)
+                            precision=args.precision, tf32=not args.no_tf32, dataset=dataset)
     print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")
     for name in sorted(p.name for p in Path(model.path).iterdir()):
         print(f"  {name}")

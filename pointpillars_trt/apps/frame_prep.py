@@ -39,17 +39,20 @@ class CameraFovCrop:
         return crop_to_camera_fov(points, calib, shape)
 
 
-def fov_only_default(fmt: str, evaluating: bool) -> bool:
-    """The policy without a flag: crop exactly when the output is for KITTI evaluation."""
-    return fmt == "kitti" or evaluating
+def fov_only_default(fmt: str, evaluating: bool, trained_fov_only: bool | None = None) -> bool:
+    """The policy without a flag: crop when the output is for KITTI evaluation, unless the model's
+    dataset config said its points were not cropped (``trained_fov_only`` False)."""
+    return (fmt == "kitti" or evaluating) and trained_fov_only is not False
 
 
-def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], None]) -> Prepare | None:
-    """infer's per-frame step from its options (None: frames go to the detector as read); ``note``
-    receives the one-line notice when the crop is on by default."""
+def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], None],
+                   trained_fov_only: bool | None = None) -> Prepare | None:
+    """infer's per-frame step from its options and the model dir's recorded ``fov_points_only``
+    (None: frames go to the detector as read); ``note`` receives the one-line notice when the crop
+    is on by default."""
     fov_only = getattr(args, "fov_only", None)
     if fov_only is None:
-        fov_only = fov_only_default(fmt, bool(getattr(args, "eval", None)))
+        fov_only = fov_only_default(fmt, bool(getattr(args, "eval", None)), trained_fov_only)
         if fov_only:
             note(FOV_NOTICE)
     if not fov_only:

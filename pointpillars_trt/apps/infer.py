@@ -586,7 +586,8 @@ def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: ar
     check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out))
     # per-frame preparation between read and detect (today: the camera-FOV crop)
-    prepare = frame_preparer(args, output_format(args), report.note)
+    prepare = frame_preparer(args, output_format(args), report.note,
+                             getattr(getattr(detector, "model", None), "fov_points_only", None))
     if prepare is not None:
         read = partial(_read_prepared, read, prepare)
 

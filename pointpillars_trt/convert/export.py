@@ -33,8 +33,9 @@ BACKENDS = ("onnxruntime", "tensorrt")
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
                     config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
-                    tf32: bool = True) -> ModelDir:
-    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked)."""
+                    tf32: bool = True, dataset: dict[str, Any] | None = None) -> ModelDir:
+    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked);
+    ``dataset``: what the training data config says about the points (see ``export_model_dir``)."""
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
     checked = check_precision(precision)
@@ -44,7 +45,7 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
         require_tensorrt()
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
-                             tensorrt_tf32=tf32 if backend == "tensorrt" else None)
+                             tensorrt_tf32=tf32 if backend == "tensorrt" else None, dataset=dataset)
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
@@ -79,7 +80,7 @@ def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensor
 
 def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                       precision: Precision, tensorrt_tf32: bool | None = None,
-                      replace_foreign: bool = False) -> ModelDir:
+                      replace_foreign: bool = False, dataset: dict[str, Any] | None = None) -> ModelDir:
     """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode;
     ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
     source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
@@ -89,7 +90,7 @@ def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out:
             build_model_plans(model, precision=precision, tf32=tensorrt_tf32)
 
     return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans,
-                            replace_foreign=replace_foreign)
+                            replace_foreign=replace_foreign, dataset=dataset)
 
 
 def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True) -> None:
@@ -122,11 +123,13 @@ def export_model_dir(
     source: dict[str, Any],
     finish: Callable[[ModelDir], None] | None = None,
     replace_foreign: bool = False,
+    dataset: dict[str, Any] | None = None,
 ) -> ModelDir:
     """Write both graphs and ``model.json`` into ``out_dir`` and return the model dir.
 
     ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
-    it is stored as given and must be JSON-serialisable. ``finish(model)`` runs on the new dir before it
+    it is stored as given and must be JSON-serialisable. ``dataset`` (stored when given) says what the
+    training data config says about the points, e.g. ``{"fov_points_only": True}``. ``finish(model)`` runs on the new dir before it
     is moved into place (the TensorRT plans are built there). An existing ``out_dir`` must be empty or
     a model dir (or anything, with ``replace_foreign``: the package's own cache); it is replaced only once
     the new one is complete.
@@ -147,6 +150,7 @@ def export_model_dir(
         "config_digest": cfg.digest(),
         "config": cfg.to_dict(),
         "source": source,
+        **({"dataset": dict(dataset)} if dataset else {}),
         "precision": checked,
         "onnx_opset": OPSET,
         "graphs": {

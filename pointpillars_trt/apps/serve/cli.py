@@ -110,6 +110,7 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
 def _run_ray(args: argparse.Namespace) -> int:
     from ..distributed import detect_dataset
     from ..frame_prep import frame_preparer
+    from .repository import resolve_model
     from ..infer import FrameReport, check_outputs, expand_frame_paths
 
     if not args.out or not args.model:
@@ -119,7 +120,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
     frames = expand_frame_paths(args.paths)
     fmt, _, _ = check_outputs(args, frames)
-    prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True))
+    prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True),
+                             resolve_model(args.model).fov_points_only)
     gpus = 0.0 if args.device == "cpu" and args.gpus_per_worker is None else args.gpus_per_worker
     summary = detect_dataset(frames, args.model, args.out, workers=args.workers, gpus_per_worker=gpus,
                              batch_size=args.batch_size, output_format=fmt, calib=args.calib,
