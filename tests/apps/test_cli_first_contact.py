@@ -216,3 +216,31 @@ def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list
     assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
     assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
     assert "bench (CPU)" in run.err and "11/11" in run.err and "<" in run.err  # tqdm: done/total [elapsed<left]
+
+
+@pytest.mark.cuda
+def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.detector import PointPillars, cuda_available
+    from pointpillars_trt.runtime import cudnn_available, onnxruntime_cuda_available
+
+    reason = cuda_available()
+    if reason is not None:
+        pytest.skip(f"GPU pipeline tests need CUDA: {reason}")
+    fp16 = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
+    fp32 = tiny_model_dir(tmp_path / "fp32", seed=3).path
+    cases = []
+    if cudnn_available():
+        cases += [(fp16, "cudnn", True, "GPU cuda:0, cuDNN engine, fp16"),
+                  (fp32, "cudnn", False, "GPU cuda:0, cuDNN engine, IEEE fp32")]
+    if onnxruntime_cuda_available():
+        cases += [(fp32, "onnxruntime", True, "GPU cuda:0, ONNX Runtime (CUDA), fp32 with TF32")]
+    if not cases:
+        pytest.skip("no GPU engine backend installed")
+    for model, backend, tf32, text in cases:
+        with PointPillars.from_model_dir(model, device="cuda", backend=backend, tf32=tf32) as detector:
+            assert detector.engine_description == text and detector.gpu_unused_reason is None
+    run = cli("infer", tiny_frames[1], "--model", cases[0][0], "--device", "cuda", "--backend", cases[0][1],
+              "--no-progress")
+    assert run.rc == 0 and f"running on {cases[0][3]}" in run.err.splitlines(), run
