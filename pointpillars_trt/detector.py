@@ -75,6 +75,8 @@ class PointPillars:
     ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values at run
     time (no rebuild: they are launch parameters, not part of the model).
     Safe to share between threads: frames are run one at a time per detector.
+    ``engine_description`` says what runs the frames; ``gpu_unused_reason`` why ``device="auto"``
+    ran them on the CPU (None when it did not).
     """
 
     def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
@@ -84,7 +86,7 @@ class PointPillars:
         self.model = model
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
                                                           max_boxes=max_boxes)
-        self.device, device_id = _resolve_device(device)
+        self.device, device_id, self.gpu_unused_reason = _pick_device(device)
         if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
                                "(pass backend auto or onnxruntime, or run where CUDA is available)")
@@ -125,6 +127,19 @@ class PointPillars:
                                          tensorrt_plans=backend == "tensorrt", tf32=tf32)
         return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
                    max_batch=max_batch, **thresholds)
+
+    @property
+    def engine_description(self) -> str:
+        """What runs this detector's frames, as the one line every app prints: device, engine, precision
+        (so a run that fell back to the CPU never goes unnoticed)."""
+        precision = self.model.precision
+        impl: Any = self._impl
+        if self.device == "cpu":
+            return f"CPU, ONNX Runtime, {precision}"
+        if precision == "fp32":
+            precision = "fp32 with TF32" if impl.tf32 else "IEEE fp32"
+        engine = _ENGINE_NAMES.get(impl.backend, impl.backend)
+        return f"GPU cuda:{impl.device_id}, {engine}, {precision}"
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -221,20 +236,29 @@ def detect_each(detector: Any, frames: Sequence[object]) -> list[Detections | Ba
         return [result for frame in frames for result in detect_each(detector, [frame])]
 
 
+_ENGINE_NAMES = {"cudnn": "cuDNN engine", "tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime (CUDA)"}
+
+
 def _resolve_device(device: str) -> tuple[str, int]:
     """("cpu" | "cuda", GPU index) for a device string: auto, cpu, cuda or cuda:N."""
+    kind, device_id, _ = _pick_device(device)
+    return kind, device_id
+
+
+def _pick_device(device: str) -> tuple[str, int, str | None]:
+    """``_resolve_device`` plus, when ``auto`` fell back to the CPU, the reason the GPU path was unusable."""
     kind, _, index = str(device).partition(":")
     if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
         raise PointPillarsError(f"device {device!r}: expected auto, cpu, cuda or cuda:N")
     device_id = int(index) if index else 0
     if kind == "cpu":
-        return "cpu", 0
+        return "cpu", 0, None
     reason = cuda_available(device_id)
     if reason is None:
-        return "cuda", device_id
+        return "cuda", device_id, None
     if kind == "cuda":
         raise BackendError(f"device {device} requested, but {reason}")
-    return "cpu", 0
+    return "cpu", 0, reason
 
 
 def _omp_threads() -> int | None:

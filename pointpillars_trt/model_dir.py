@@ -46,6 +46,13 @@ class ModelDir:
         return str(self.metadata["precision"])
 
     @property
+    def fov_points_only(self) -> bool | None:
+        """Whether the model was trained on the camera-view points only (OpenPCDet's ``FOV_POINTS_ONLY``,
+        recorded by ``build --pcdet-config``); None when the build recorded nothing."""
+        value = self.metadata.get("dataset", {}).get("fov_points_only")
+        return value if isinstance(value, bool) else None
+
+    @property
     def pfn_path(self) -> Path:
         return self.onnx_path("pfn")
 
@@ -72,6 +79,19 @@ class ModelDir:
 
     def rpn_engine_path(self, backend: str) -> Path:
         return self.engine_path("rpn", backend)
+
+
+_DATASET_FACTS = {"fov_points_only": bool}
+
+
+def _check_dataset(dataset: Any) -> None:
+    """``model.json``'s optional ``dataset`` facts: a mapping of known keys to values of their type."""
+    if not isinstance(dataset, dict):
+        raise TypeError(f"dataset is {type(dataset).__name__}, expected an object")
+    for key, value in dataset.items():
+        kind = _DATASET_FACTS.get(key)
+        if kind is None or not isinstance(value, kind):
+            raise TypeError(f"dataset.{key} = {value!r:.40} is not a known fact of its type")
 
 
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
@@ -102,6 +122,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         cfg = config_from_dict(meta["config"], str(meta_path))
         stored_digest, source = str(meta["config_digest"]), meta["source"]
         check_precision(meta["precision"])
+        _check_dataset(meta.get("dataset", {}))
     except KeyError as exc:
         raise ModelDirError(f"{meta_path}: missing key {exc}") from None
     except (ConfigError, TypeError) as exc:

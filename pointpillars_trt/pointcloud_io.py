@@ -43,7 +43,9 @@ def read_points(
 
     * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
       nuScenes-style x, y, z, intensity, ring/time); the first 4 columns are kept. A size that is
-      not a multiple of ``4 * point_dim`` bytes is an error naming the size. 0 bytes = empty frame.
+      not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a 5-value file
+      read as 4 (see :func:`looks_like_five_values`) is refused: both name ``--point-dim 5``.
+      0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=4), first 4 columns kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i);
@@ -59,6 +61,8 @@ def read_points(
         points = read_npy(path)
     elif ext == ".pcd":
         points = read_pcd(path)
+    elif not os.path.lexists(path):
+        raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     else:
         kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
         raise InputError(
@@ -95,11 +99,9 @@ def read_points_into(
             return points
         rows[...] = points
         return rows
-    f, size = open_regular_file(path, max_bytes=MAX_FRAME_POINTS * 16, what="point file")
+    f, size = open_regular_file(path, max_bytes=2**62, what="point file")
     with f:
-        if size % 16:
-            raise InputError(f"point file {safe_repr(path)} is {size} bytes, not a multiple of 16 "
-                             f"(4 float32 values a point{_point_dim_hint(size)})")
+        _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
@@ -109,6 +111,7 @@ def read_points_into(
             raise InputError(f"point file {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
     if got != size:
         raise InputError(f"point file {safe_repr(path)} changed size while being read")
+    _check_not_five_values(target.reshape(-1), path, "point file")
     if intensity_scale is not None:
         target[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return target
@@ -117,14 +120,12 @@ def read_points_into(
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
                         intensity_scale: float | None = None, source: str = "point file") -> np.ndarray:
     """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
-    gives, as :func:`read_points_into` reads a file."""
-    row = 4 * int(point_dim)
-    if len(data) % row:
-        raise InputError(f"{source} is {len(data)} bytes, not a multiple of {row} "
-                         f"({point_dim} float32 values a point{_point_dim_hint(len(data)) if point_dim == 4 else ''})")
-    if len(data) // row > MAX_FRAME_POINTS:
-        raise InputError(f"{source} holds {len(data) // row} points, more than the limit of {MAX_FRAME_POINTS} a frame")
-    points = np.frombuffer(data, dtype="<f4").reshape(-1, int(point_dim))[:, :4]
+    gives, checked as :func:`read_bin` checks a file."""
+    _check_bin_size(source, len(data), int(point_dim), "point file")
+    values = np.frombuffer(data, dtype="<f4")
+    if point_dim == 4:
+        _check_not_five_values(values, source, "point file")
+    points = values.reshape(-1, int(point_dim))[:, :4]
     rows = allocate(len(points))
     target = rows if rows is not None else np.empty((len(points), 4), np.float32)
     target[...] = points
@@ -133,8 +134,24 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     return target
 
 
-def _point_dim_hint(size: int) -> str:
-    return "; a file of 5 values a point (nuScenes) needs --point-dim 5" if size % 20 == 0 else ""
+def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str) -> None:
+    """Whole rows of ``point_dim`` float32 values, at most MAX_FRAME_POINTS of them."""
+    row = 4 * point_dim
+    if size % row:
+        raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
+                         f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim)}")
+    if size > MAX_FRAME_POINTS * row:
+        raise InputError(f"{what} {safe_repr(path)} is {size} bytes ({size // row} points), "
+                         f"more than the limit of {MAX_FRAME_POINTS} points a frame")
+
+
+def _check_not_five_values(values: np.ndarray, path: PathLike, what: str) -> None:
+    if looks_like_five_values(values):
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like 5 float32 values a point (x, y, z, intensity, ring/time, "
+            "as nuScenes writes them) read as 4: its 4th column holds negative and coordinate-like values, "
+            "not intensities; pass --point-dim 5"
+        )
 
 
 def intensity_looks_8bit(points: np.ndarray) -> bool:
@@ -162,13 +179,47 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file") ->
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer >= 4 (x, y, z, intensity, ...)")
     row = 4 * int(point_dim)
     data = _read_frame_bytes(path, row, what)
-    if len(data) % row:
-        raise InputError(
-            f"{what} {safe_repr(path)} is {len(data)} bytes, not a multiple of {row} "
-            f"({point_dim} float32 values a point)"
-        )
-    arr = np.frombuffer(data, dtype="<f4").reshape(-1, int(point_dim))
+    _check_bin_size(path, len(data), int(point_dim), what)
+    values = np.frombuffer(data, dtype="<f4")
+    if point_dim == 4:
+        _check_not_five_values(values, path, what)
+    arr = values.reshape(-1, int(point_dim))
     return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+
+
+_LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
+
+
+def looks_like_five_values(values: np.ndarray) -> bool:
+    """True when flat float32 ``values`` are far more plausible as rows of 5 than as rows of 4.
+
+    Read as 4 values a point, a 5-value file puts every field in turn into the intensity column,
+    so (1) the file holds whole rows of 5, (2) over 5 % of the "intensities" are negative (lidar
+    intensity never is), and (3) values 5 apart (the same field of neighbouring points) differ less
+    than values 4 apart. Real KITTI scans, ordered or shuffled, fail (2) and (3) by a wide margin.
+    Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
+    """
+    if values.size % 20 or values.size < 40:
+        return False
+    middle = (values.size // 2) // 20 * 20
+    samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
+    intensity = np.concatenate([s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples])
+    intensity = intensity[np.isfinite(intensity)]
+    if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
+        return False
+    with np.errstate(over="ignore", invalid="ignore"):
+        step4 = np.concatenate([np.abs(s[4:] - s[:-4]) for s in samples])
+        step5 = np.concatenate([np.abs(s[5:] - s[:-5]) for s in samples])
+    step4, step5 = step4[np.isfinite(step4)], step5[np.isfinite(step5)]
+    return bool(step4.size and step5.size and np.median(step5) < np.median(step4))
+
+
+def _other_dim_hint(size: int, point_dim: int) -> str:
+    """The size error's pointer to the other layout (--point-dim 5 for nuScenes-style files)."""
+    if point_dim == 4:
+        whole = "; its size fits 5 values a point" if size % 20 == 0 else ""
+        return f"{whole}: for x, y, z, intensity, ring/time files (nuScenes) pass --point-dim 5"
+    return "; its size fits 4 values a point (KITTI): pass --point-dim 4" if size % 16 == 0 else ""
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

@@ -1,4 +1,4 @@
-"""``pointpillars-trt build | infer | demo | eval | bench``: thin commands over the package API.
+"""``pointpillars-trt build | infer | eval | bench | serve | demo``: thin commands over the package API.
 
 Every user error (a bad file, config, model or option, a refusing file system, input nested too
 deeply, memory running out) ends in one ``error:`` line and exit code 2, never a traceback; in a
@@ -14,7 +14,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .. import __version__
 from ..errors import PointPillarsError
@@ -86,15 +86,24 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 class _Parser(argparse.ArgumentParser):
-    """Every (sub)command's parser shows defaults."""
+    """Every (sub)command's parser shows defaults, and reports a bad option value or a missing argument
+    as one ``error:`` line (exit code 2), like every other user error, not a usage block."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str) -> NoReturn:
+        print(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER_ERROR)
+
+
+DESCRIPTION = ("PointPillars lidar 3D object detection on the GPU (CPU fallback): build a model dir from a "
+               "checkpoint, infer on point files, eval KITTI AP, bench, serve on Triton, or run the demo.")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="pointpillars-trt", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="pointpillars-trt", description=DESCRIPTION)
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
@@ -140,7 +149,17 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_bench_parser
 
     add_bench_parser(sub)
+    _describe_commands(sub)
     return parser
+
+
+def _describe_commands(sub: Any) -> None:
+    """A command registered without a description gets its one-line help as one, so every
+    ``COMMAND --help`` says what the command does."""
+    for action in sub._choices_actions:
+        command = sub.choices[action.dest]
+        if not command.description and action.help:
+            command.description = action.help[0].upper() + action.help[1:] + "."
 
 
 _parser = build_parser  # older name
@@ -167,12 +186,14 @@ def _cmd_build(args: argparse.Namespace) -> int:
     from ..convert.export import build_model_dir
 
     config: Any = args.config
+    dataset: dict[str, Any] = {}
     if args.pcdet_config:
-        from ..convert.pcdet_config import config_from_pcdet_yaml
+        from ..convert.pcdet_config import config_from_pcdet_yaml, pcdet_dataset_facts
 
         config = config_from_pcdet_yaml(args.pcdet_config)
+        dataset = pcdet_dataset_facts(args.pcdet_config)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,
-                            precision=args.precision, tf32=not args.no_tf32,
+                            precision=args.precision, tf32=not args.no_tf32, dataset=dataset,
                             progress=lambda line: print(line, flush=True),
                             compute_capabilities=args.compute_capability)
     print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")

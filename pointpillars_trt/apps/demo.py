@@ -11,6 +11,7 @@ and CUDA graph capture); the steady-state times are the median over ``repeats`` 
 from __future__ import annotations
 
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from ..detections import Detections
 from ..errors import BackendError, PointPillarsError
 from ..fileio import safe_repr, write_json_atomic
 from .demo_scene import simulate_scan
+from .device_notice import print_device_notice
 
 DEFAULT_REPEATS = 10
 
@@ -58,6 +60,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     print("        the boxes below are meaningless; they only show the pipeline working\n")
 
     with PointPillars(model, device=device, backend=backend) as detector:
+        print_device_notice(detector, file=sys.stdout)
         start = time.perf_counter()
         detections = detector(points)
         cold_wall = (time.perf_counter() - start) * 1e3

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,6 +31,9 @@ from .frames import FrameJob, FrameRunner
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
     intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, write_frame_outputs
+
+if TYPE_CHECKING:
+    from .frame_prep import Prepare
 
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
 ACTOR_CPUS_WITHOUT_GPU = 0.5
@@ -60,7 +63,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
                    point_dim: int = 4, intensity_scale: float | None = None, ray_address: str | None = None,
-                   progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
+                   progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None,
+                   prepare: Prepare | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's).
@@ -70,7 +74,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     JSON / KITTI files (KITTI lines with ``calib`` or each frame's sibling calib/ folder,
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or JSON Lines / Parquet
     part files of one row per frame. ``report`` (given the output plan) makes the ``infer`` account
-    that each frame is reported to, in input order, and closed at the end.
+    that each frame is reported to, in input order, and closed at the end. ``prepare(points,
+    source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -89,7 +94,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       kitti_dir=target if output_format == "kitti" else None, png_dir=target if viz else None,
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
-    options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale,
+    options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd()}
     started = not ray.is_initialized()
     if started:
@@ -210,7 +215,8 @@ class _DetectActor:
     record per frame out (its outputs written as local infer writes them, or its row)."""
 
     def __init__(self, model_dir: str, device: str, threads: int | None, batch: int, pipelines: int,
-                 plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str) -> None:
+                 plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
+                 prepare: Prepare | None = None) -> None:
         from ..detector import PointPillars
 
         self.detectors = [PointPillars.from_model_dir(model_dir, device=device, threads=threads, max_batch=batch)
@@ -220,6 +226,7 @@ class _DetectActor:
         else:
             plan = _absolute(plan)
         self.plan, self.rows, self.point_dim, self.intensity_scale = plan, rows, point_dim, intensity_scale
+        self.prepare = prepare
         self.classes = self.detectors[0].cfg.classes
         self.check_intensity = intensity_scale is None and "intensity" in self.detectors[0].cfg.features.order
         self.looks_8bit: list[str] = []  # the first frame whose intensities look like 0-255
@@ -255,7 +262,12 @@ class _DetectActor:
                                       intensity_scale=self.intensity_scale)
         if self.check_intensity and not self.looks_8bit and intensity_looks_8bit(points):
             self.looks_8bit.append(str(item) if not isinstance(item, bytes) else "")
-        return points
+        if self.prepare is None:
+            return points
+        if isinstance(item, bytes):
+            raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a URI "
+                             "has none of: pass --no-fov-only")
+        return self.prepare(points, str(item))
 
     def _write(self, job: FrameJob) -> tuple[FrameOutput, str | None]:
         written = write_frame_outputs(job.detections, job.source, self.plan, job.points, durable=False)

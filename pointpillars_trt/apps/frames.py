@@ -173,15 +173,26 @@ class FrameRunner:
         return True
 
     def _read_job(self, job: FrameJob, staging: StagingBuffer) -> None:
+        given: list[np.ndarray] = []
+
         def allocate(count: int) -> np.ndarray | None:
             start = staging.allocate(count)
             if start is None:
                 return None
             job.start = start
-            return staging.points[start : start + count]
+            given.append(staging.points[start : start + count])
+            return given[-1]
 
         try:
-            job.points = self.read(job.item, allocate)
+            points = self.read(job.item, allocate)
+            if given and points is not given[-1]:  # the read kept fewer rows (e.g. a crop): back into its place
+                rows = given[-1]
+                if points.shape[0] <= rows.shape[0] and points.shape[1:] == rows.shape[1:]:
+                    rows[: len(points)] = points
+                    points = rows[: len(points)]
+                else:
+                    job.start = None
+            job.points = points
         except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
             job.points, job.start, job.error = None, None, one_line(exc)
 

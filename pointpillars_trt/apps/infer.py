@@ -32,6 +32,9 @@ from .frames import FrameJob, FrameRunner
 from .messages import one_line, print_error  # noqa: F401 - print_error: the name apps import from here
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, sources_in_parts, \
     write_frame_outputs
+from .device_notice import print_device_notice
+from .eval.io import REPORT_FILE as EVAL_FILE
+from .frame_prep import frame_preparer
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -45,7 +48,6 @@ DEFAULT_GPU_PIPELINES = 2
 #: Reader threads and writer threads of a run (file I/O and output encoding overlap the GPU).
 IO_THREADS = min(8, os.cpu_count() or 1)
 BACKENDS = ("auto", "onnxruntime", "tensorrt", "cudnn")
-EVAL_FILE = "eval.json"
 
 
 # --------------------------------------------------------------------------- argument types
@@ -154,6 +156,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     points.add_argument("--intensity-scale", type=positive_float, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
+    points.add_argument("--fov-only", action=argparse.BooleanOptionalAction, default=None,
+                        help="detect only on the points inside the camera image (KITTI calib per frame, as "
+                             "OpenPCDet's FOV_POINTS_ONLY) (default: on for --format kitti and --eval, else off)")
     outputs = infer.add_argument_group("outputs")
     outputs.add_argument("--out", help="folder for one output file per frame (default: print a summary only)")
     outputs.add_argument("--format", choices=OUTPUT_FORMATS, default=None,
@@ -342,10 +347,18 @@ def resolved_device(device: str) -> str:
         return "cuda"  # an explicit cuda device that cannot run: opening the model says why
 
 
+def output_format(args: argparse.Namespace) -> str:
+    """--format, else kitti with --eval, else json."""
+    return str(args.format or ("kitti" if args.eval else "json"))
+
+
 def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
     """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
-    fmt = args.format or ("kitti" if args.eval else "json")
+    fmt = output_format(args)
     out = Path(args.out) if args.out else None
+    if out is not None and out.exists() and not out.is_dir():
+        raise InputError(f"--out {safe_repr(args.out)} is an existing file; --out names a folder for one output "
+                         "file per frame")
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.calib is not None and not os.path.isdir(args.calib):
@@ -395,6 +408,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
         with scratch_folder() as scratch:
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
+            print_device_notice(detectors[0])  # once the run's set-up can no longer fail
             todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
@@ -524,10 +538,14 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                          folder=out if fmt in ROW_FORMATS else None)
     rows = RowParts(out, fmt, classes) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
+    prepare = frame_preparer(args, fmt, report.note,
+                             getattr(getattr(detectors[0], "model", None), "fov_points_only", None))
 
     def read(item: object, allocate: Any) -> np.ndarray:
         points = read_points_into(item, allocate, point_dim=args.point_dim,  # type: ignore[arg-type]
                                   intensity_scale=args.intensity_scale)
+        if prepare is not None:  # e.g. the camera-FOV crop
+            points = prepare(points, str(item))
         if check_intensity and not looks_8bit and intensity_looks_8bit(points):
             looks_8bit.append(str(item))
         return points

@@ -726,6 +726,30 @@ def _check_state_dict(state: Mapping[Any, Any], expected: dict[str, tuple[int, .
         raise CheckpointError("\n".join(lines))
 
 
+def _shape_of(value: Any) -> tuple[int, ...] | None:
+    if isinstance(value, np.ndarray):
+        return tuple(value.shape)
+    if isinstance(value, _TensorRef) and isinstance(value.size, tuple):  # not built: its shape did not match
+        return tuple(value.size)
+    return None
+
+
+def _check_head_channels(state: Mapping[Any, Any], plan: _Plan, layout: str, cfg: ModelConfig, source: str) -> None:
+    """A head whose output channels differ from the config's, all else being the network the config
+    describes, is a model trained with other classes or anchors: say that and how to read it, in
+    place of a list of mis-shaped keys."""
+    other: list[str] = []
+    for prefix, shape in plan.heads:
+        got = _shape_of(state.get(f"{prefix}.weight"))
+        if got is not None and len(got) == len(shape) and got[1:] == shape[1:] and got[0] != shape[0]:
+            other.append(f"{prefix} has {got[0]} output channels, {cfg.name} {shape[0]}")
+    if other:
+        fix = ("--pcdet-config <your model yaml>" if layout == "openpcdet"
+               else "--config <a config YAML of its classes and anchors>")
+        raise CheckpointError(f"{source}: looks like a model trained with other classes/anchors "
+                              f"({'; '.join(other)}): build it with {fix}")
+
+
 def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str) -> None:
     """NaN or inf in any weight makes every score NaN: the detector would return no boxes, silently."""
     bad = []
@@ -742,6 +766,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
                             source: str = "state dict") -> PointPillarsWeights:
     """Map a state dict of either layout onto ``PointPillarsWeights`` after checking every key and shape."""
     plan = _plan(layout, cfg)
+    _check_head_channels(state_dict, plan, layout, cfg, source)
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
 
     def get(key: str) -> np.ndarray:

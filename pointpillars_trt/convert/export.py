@@ -34,10 +34,12 @@ BACKENDS = ("onnxruntime", "tensorrt")
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
                     config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
                     tf32: bool = True, progress: Callable[[str], None] | None = None,
-                    compute_capabilities: Sequence[str] | None = None) -> ModelDir:
+                    compute_capabilities: Sequence[str] | None = None,
+                    dataset: dict[str, Any] | None = None) -> ModelDir:
     """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked);
     ``progress`` receives a line before and after each plan build; ``compute_capabilities``: the GPUs
-    TensorRT for RTX builds the plans for (None: its default set)."""
+    TensorRT for RTX builds the plans for (None: its default set); ``dataset``: what the training data
+    config says about the points (see ``export_model_dir``)."""
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
     checked = check_precision(precision)
@@ -48,7 +50,7 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
                              tensorrt_tf32=tf32 if backend == "tensorrt" else None, progress=progress,
-                             compute_capabilities=compute_capabilities)
+                             compute_capabilities=compute_capabilities, dataset=dataset)
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
@@ -87,7 +89,8 @@ def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensor
 def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
                       precision: Precision, tensorrt_tf32: bool | None = None,
                       replace_foreign: bool = False, progress: Callable[[str], None] | None = None,
-                      compute_capabilities: Sequence[str] | None = None) -> ModelDir:
+                      compute_capabilities: Sequence[str] | None = None,
+                      dataset: dict[str, Any] | None = None) -> ModelDir:
     """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode;
     ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
     source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
@@ -98,7 +101,7 @@ def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out:
                               compute_capabilities=compute_capabilities)
 
     return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans,
-                            replace_foreign=replace_foreign)
+                            replace_foreign=replace_foreign, dataset=dataset)
 
 
 def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True,
@@ -140,11 +143,13 @@ def export_model_dir(
     source: dict[str, Any],
     finish: Callable[[ModelDir], None] | None = None,
     replace_foreign: bool = False,
+    dataset: dict[str, Any] | None = None,
 ) -> ModelDir:
     """Write both graphs and ``model.json`` into ``out_dir`` and return the model dir.
 
     ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
-    it is stored as given and must be JSON-serialisable. ``finish(model)`` runs on the new dir before it
+    it is stored as given and must be JSON-serialisable. ``dataset`` (stored when given) says what the
+    training data config says about the points, e.g. ``{"fov_points_only": True}``. ``finish(model)`` runs on the new dir before it
     is moved into place (the TensorRT plans are built there). An existing ``out_dir`` must be empty or
     a model dir (or anything, with ``replace_foreign``: the package's own cache); it is replaced only once
     the new one is complete.
@@ -165,6 +170,7 @@ def export_model_dir(
         "config_digest": cfg.digest(),
         "config": cfg.to_dict(),
         "source": source,
+        **({"dataset": dict(dataset)} if dataset else {}),
         "precision": checked,
         "onnx_opset": OPSET,
         "graphs": {

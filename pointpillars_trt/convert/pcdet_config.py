@@ -33,13 +33,28 @@ def config_from_pcdet_yaml(
     they exist. ``name`` defaults to ``openpcdet_<file stem>``.
     """
     path = Path(path)
+    doc = _merged(path, base_dir)
+    return _convert(doc, name or f"openpcdet_{path.stem}", doc.source)
+
+
+def pcdet_dataset_facts(path: str | Path, *, base_dir: str | Path | None = None) -> dict[str, Any]:
+    """What the model's dataset config says about the points it was trained on, for the model dir's
+    ``model.json``: ``{"fov_points_only": bool}`` when ``DATA_CONFIG.FOV_POINTS_ONLY`` is set (True in
+    OpenPCDet's KITTI configs: points outside the camera image are dropped), else ``{}``."""
+    data = _Section(_merged(Path(path), base_dir)["DATA_CONFIG"], "DATA_CONFIG", str(path))
+    if "FOV_POINTS_ONLY" not in data.value:
+        return {}
+    return {"fov_points_only": data.expect("FOV_POINTS_ONLY", True, False)}
+
+
+def _merged(path: Path, base_dir: str | Path | None) -> _Section:
+    """The YAML at ``path`` with its ``_BASE_CONFIG_`` files overlaid."""
     source = str(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {short_repr(raw)}")
     bases = _Bases(path, None if base_dir is None else Path(base_dir))
-    doc = _Section(bases.overlay({}, raw), "", source)
-    return _convert(doc, name or f"openpcdet_{path.stem}", source)
+    return _Section(bases.overlay({}, raw), "", source)
 
 
 class _Bases:

@@ -5,11 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
@@ -22,15 +24,28 @@ from ...convert.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
+from ..device_notice import gpu_unused_note
+from ..infer import positive_int
+
+#: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
+GPU_ITERATIONS = 200
+CPU_ITERATIONS = 10
 
 
 def add_bench_parser(sub: Any) -> None:
-    bench = sub.add_parser("bench", help="latency, throughput, copies and memory, against PyTorch and a host round trip")
+    bench = sub.add_parser(
+        "bench", help="latency, throughput, copies and memory, against PyTorch and a host round trip",
+        description="Measure per-stage GPU times, host-to-host latency, a batch sweep, the throughput of "
+                    "concurrent pipelines, copies and device memory for every installed backend and "
+                    "precision, against a PyTorch re-implementation and a host round trip; writes bench.md, "
+                    "bench.json and bench_stages.png. On the CPU it times the CPU path only.")
     bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config for the default random model")
     bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
     bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    bench.add_argument("--iterations", type=int, default=200, help="timed frames per frame set")
+    bench.add_argument("--iterations", type=positive_int, default=None,
+                       help=f"timed frames per frame set (default: {GPU_ITERATIONS} on the GPU, "
+                            f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
     bench.add_argument("--warmup", type=int, default=20)
     bench.add_argument("--precisions", default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
@@ -61,6 +76,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
     device = "cpu" if args.device == "cpu" or (args.device == "auto" and reason) else "cuda"
     if device == "cuda" and reason:
         raise BackendError(f"bench --device cuda: {reason}")
+    if args.iterations is None:
+        args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
+    if device == "cpu":
+        print(f"running on CPU, ONNX Runtime, fp32: {args.iterations} timed frames a frame set", file=sys.stderr)
+        note = gpu_unused_note(reason) if args.device == "auto" else None
+        if note:
+            print(note, file=sys.stderr)
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
@@ -108,10 +130,13 @@ def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     md = _model_dir(model, "fp32", out) or model.model_dir
     assert md is not None
     detector = CpuDetector(md)
-    for name, frames in frame_sets.items():
-        run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
-                              warmup=min(args.warmup, 1))  # the CPU path has nothing to warm up beyond one frame
-        results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": "fp32", "frames": name, **run})
+    warmup = min(args.warmup, 1)  # the CPU path has nothing to warm up beyond one frame
+    with tqdm(total=len(frame_sets) * (args.iterations + warmup), unit="frame", desc="bench (CPU)",
+              file=sys.stderr) as bar:  # a CPU frame takes ~1 s: show progress and the time left
+        for name, frames in frame_sets.items():
+            run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
+                                  warmup=warmup, done=bar.update)
+            results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": "fp32", "frames": name, **run})
     detector.close()
     results["notes"].append("CPU run: stage times are wall clock; the GPU targets do not apply")
 

@@ -14,10 +14,14 @@ from .stats import latency_summary, median_per_stage
 
 
 def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], dict[str, float]],
-                    frames: Sequence[np.ndarray], iterations: int, warmup: int) -> dict[str, Any]:
-    """Host-to-host latency of ``detect`` with the frames rotated, after ``warmup`` untimed frames."""
+                    frames: Sequence[np.ndarray], iterations: int, warmup: int,
+                    done: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """Host-to-host latency of ``detect`` with the frames rotated, after ``warmup`` untimed frames;
+    ``done(1)`` after each frame (a progress bar), outside the timed span."""
     for i in range(warmup):
         detect(frames[i % len(frames)])
+        if done is not None:
+            done(1)
     e2e: list[float] = []
     stages: list[dict[str, float]] = []
     pillars: list[int] = []
@@ -28,6 +32,8 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
         e2e.append((time.perf_counter() - start) * 1e3)
         stages.append(dict(timings()))
         pillars.append(det.stats.num_pillars)
+        if done is not None:
+            done(1)
     return {
         "e2e_ms": latency_summary(e2e),
         "stages_ms": median_per_stage(stages),

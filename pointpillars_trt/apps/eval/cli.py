@@ -17,7 +17,11 @@ from .report import format_comparison, format_table
 def add_eval_parser(sub: Any) -> None:
     """Register ``eval`` on the main CLI's subparsers."""
     p = sub.add_parser(
-        "eval", help="KITTI 3D object AP (bbox, BEV, 3D, AOS; R11 and R40) of predictions against label_2 files"
+        "eval", help="KITTI 3D object AP (bbox, BEV, 3D, AOS; R11 and R40) of predictions against label_2 files",
+        description="KITTI 3D object benchmark of a prediction folder (infer --format kitti, or --format json "
+                    "with --calib) against label_2 files: AP for Car, Pedestrian and Cyclist at easy, moderate "
+                    "and hard, for bbox, BEV, 3D and AOS, at 11 and 40 recall points, printed as OpenPCDet's "
+                    "test.py prints it."
     )
     p.add_argument("--pred", required=True, metavar="DIR",
                    help="predictions (required): KITTI .txt files with a score (infer --format kitti) "

@@ -23,6 +23,8 @@ from ...kitti import detections_to_kitti_lines, read_calibration
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
 _PRED_FIELDS = 16  # the same plus score
+#: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
+REPORT_FILE = "eval.json"
 
 
 @dataclass(frozen=True)
@@ -109,11 +111,17 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
         raise InputError(f"prediction file {path}: {e}") from None
 
 
+def _prediction_files(pred_dir: Path) -> list[Path]:
+    """The .txt and .json files of a prediction folder, less the report ``infer --eval`` wrote there
+    (so the folder ``infer --eval --out`` made evaluates as it is)."""
+    return [p for p in pred_dir.iterdir() if p.suffix in (".txt", ".json") and p.name != REPORT_FILE]
+
+
 def prediction_format(pred_dir: Path) -> str:
     """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
     if not pred_dir.is_dir():
         raise InputError(f"prediction folder {pred_dir} does not exist or is not a folder")
-    kinds = {p.suffix for p in pred_dir.iterdir() if p.suffix in (".txt", ".json")}
+    kinds = {p.suffix for p in _prediction_files(pred_dir)}
     if len(kinds) != 1:
         found = "both .txt and .json files" if kinds else "no .txt or .json files"
         raise InputError(f"prediction folder {pred_dir} has {found}; expected one kind")
@@ -123,7 +131,7 @@ def prediction_format(pred_dir: Path) -> str:
 def list_prediction_ids(pred_dir: Path) -> list[str]:
     """Frame ids of every prediction file in a folder, sorted."""
     suffix = ".txt" if prediction_format(pred_dir) == "kitti" else ".json"
-    return sorted(p.stem for p in pred_dir.iterdir() if p.suffix == suffix)
+    return sorted(p.stem for p in _prediction_files(pred_dir) if p.suffix == suffix)
 
 
 def read_frame_ids(path: Path) -> list[str]:

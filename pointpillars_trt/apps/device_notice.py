@@ -1,0 +1,54 @@
+"""The line every command prints before it runs frames: which device, engine and precision.
+
+A run that lands on the CPU on a machine with an NVIDIA GPU (no CUDA extra installed, say) is 100x
+slower than the user expects, so it is never silent: the notice says why the GPU path is unusable
+and how to fix it. An fp16 model dir on the CPU is said too: fp16 graphs run there about twice as
+slowly as fp32 ones.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+#: Files that exist where the NVIDIA driver sees a GPU, whatever Python packages are installed.
+GPU_PROBES = ("/dev/nvidia0", "/proc/driver/nvidia/version")
+CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
+
+
+def gpu_visible(probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> bool:
+    """True when the NVIDIA driver shows a GPU here (any of ``probes`` exists)."""
+    return any(os.path.exists(p) for p in probes)
+
+
+def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> list[str]:
+    """The lines to print before a run: ``running on <device, engine, precision>``, then a note when
+    a visible GPU goes unused or fp16 graphs run on the CPU. Empty for a detector that does not say
+    what runs it (a Triton client)."""
+    description = getattr(detector, "engine_description", None)
+    if description is None:
+        return []
+    lines = [f"running on {description}"]
+    note = gpu_unused_note(getattr(detector, "gpu_unused_reason", None), probes)
+    if note is not None:
+        lines.append(note)
+    if getattr(detector, "device", None) == "cpu" and detector.model.precision == "fp16":
+        lines.append("note: fp16 graphs run about 2x slower than fp32 on the CPU; for CPU runs build the "
+                     "model dir with --precision fp32")
+    return lines
+
+
+def gpu_unused_note(reason: str | None, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> str | None:
+    """The note for a run that went to the CPU for ``reason`` while a GPU is visible (else None)."""
+    if reason is None or not gpu_visible(probes):
+        return None
+    fix = "" if "pip install" in reason else f"; for the GPU pipeline: {CUDA_EXTRA}"
+    return f"note: a GPU is visible, but the GPU path is unusable: {reason}{fix}"
+
+
+def print_device_notice(detector: Any, file: Any = None) -> None:
+    """``device_notice`` on stderr."""
+    for line in device_notice(detector):
+        print(line, file=file or sys.stderr, flush=True)

@@ -1,0 +1,246 @@
+"""What a new user meets first: messages, defaults and round trips of the command line (CPU path).
+
+Oracles: the files the commands write, the frames' own bytes, and the public API on the same frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main
+
+from test_cli import LOOSE, assert_one_line_error, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+
+NUSCENES_WHOLE_ROWS = "nuscenes/nusc_dev_k000000_s05.bin"
+
+
+def test_eval_reads_the_folder_infer_eval_wrote(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    for frame in tiny_frames[1:4]:
+        (labels / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    out = tmp_path / "out"
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out, "--eval", labels, "--device", "cpu",
+              "--no-progress", *LOOSE)
+    assert run.rc == 0 and (out / "eval.json").is_file(), run
+    table = run.out[run.out.index("Car AP@"):run.out.index("wrote ")]
+    again = cli("eval", "--pred", out, "--labels", labels)
+    assert again.rc == 0, again
+    assert table in again.out  # the same table as infer printed
+    # JSON predictions beside the report: eval.json is no prediction either
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "j", "--eval", labels,
+              "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
+    assert run.rc == 0, run
+    calib = tiny_frames[1].parent.parent / "calib"
+    again = cli("eval", "--pred", tmp_path / "j", "--labels", labels, "--calib", calib)
+    assert again.rc == 0 and "Car AP@" in again.out, again
+
+
+def test_infer_refuses_a_five_value_file_read_as_four(assets: Path, tiny_model: Path, tiny_frames: list[Path]):
+    frame = assets / NUSCENES_WHOLE_ROWS
+    run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 1, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(frame) in errors[0] and "--point-dim 5" in errors[0], run.err
+    assert "1/2 frames" in run.out  # the other frame still went through
+    assert cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--point-dim", "5").rc == 0
+
+
+# --------------------------------------------------------------------------- which device ran
+
+def test_infer_says_which_device_engine_and_precision_ran(tiny_model: Path, tiny_frames: list[Path]):
+    run = cli("infer", *tiny_frames[1:3], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert run.err.splitlines().count("running on CPU, ONNX Runtime, fp32") == 1, run.err
+
+
+def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path):
+    from pointpillars_trt.apps.device_notice import device_notice
+    from pointpillars_trt.detector import PointPillars, cuda_available
+
+    with PointPillars.from_model_dir(tiny_model, device="auto") as detector:
+        reason = cuda_available()
+        assert detector.gpu_unused_reason == reason
+        if reason is None:
+            assert detector.engine_description.startswith("GPU cuda:0, ")
+            assert len(device_notice(detector)) == 1
+            return
+        assert detector.device == "cpu" and detector.engine_description == "CPU, ONNX Runtime, fp32"
+        driver_file = tmp_path / "nvidia0"
+        assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
+        driver_file.write_text("")  # what the NVIDIA driver makes where it sees a GPU
+        lines = device_notice(detector, probes=[driver_file])
+        assert len(lines) == 2 and lines[1].startswith("note: a GPU is visible, but the GPU path is unusable: ")
+        assert reason in lines[1] and "pointpillars-trt[cuda13]" in lines[1]
+    with PointPillars.from_model_dir(tiny_model, device="cpu") as detector:  # asked for: nothing to explain
+        assert detector.gpu_unused_reason is None
+        assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
+
+
+def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Path]):
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
+    run = cli("infer", tiny_frames[1], "--model", model, "--device", "cpu")
+    assert run.rc == 0, run
+    assert "running on CPU, ONNX Runtime, fp16" in run.err
+    assert "fp16 graphs run about 2x slower than fp32 on the CPU" in run.err and "--precision fp32" in run.err
+
+
+# --------------------------------------------------------------------------- KITTI camera-FOV policy
+
+FOV_NOTE = "only the points the camera sees are detected on"
+
+
+def fov_crop_by_hand(frame: Path) -> np.ndarray:
+    """The frame's points that project into a 375 x 1242 image, computed here with the homogeneous
+    matrices of the frame's calib file (OpenPCDet's get_fov_flag)."""
+    rows = {k.strip(): np.array(v.split(), float) for k, _, v in
+            (line.partition(":") for line in (frame.parent.parent / "calib" / f"{frame.stem}.txt").read_text().splitlines())
+            if v.strip()}
+    points = np.fromfile(frame, "<f4").reshape(-1, 4)
+    hom = np.hstack([points[:, :3].astype(np.float64), np.ones((len(points), 1))])
+    rect = hom @ rows["Tr_velo_to_cam"].reshape(3, 4).T @ rows["R0_rect"].reshape(3, 3).T
+    img = np.hstack([rect, np.ones((len(rect), 1))]) @ rows["P2"].reshape(3, 4).T
+    u, v = img[:, 0] / rect[:, 2], img[:, 1] / rect[:, 2]
+    return points[(rect[:, 2] >= 0) & (u >= 0) & (u < 1242) & (v >= 0) & (v < 375)]
+
+
+def test_kitti_output_crops_to_the_camera_by_default(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    frame = tiny_frames[2]
+    expected = fov_crop_by_hand(frame)
+    assert 0 < len(expected) < len(np.fromfile(frame, "<f4")) // 4  # the crop matters on this frame
+    # the same frame, cropped by hand, in a KITTI-like folder of its own
+    cropped = tmp_path / "cropped" / "training" / "velodyne" / frame.name
+    cropped.parent.mkdir(parents=True)
+    expected.tofile(cropped)
+    (cropped.parent.parent / "calib").mkdir()
+    shutil.copy(frame.parent.parent / "calib" / f"{frame.stem}.txt", cropped.parent.parent / "calib")
+
+    base = ("--model", tiny_model, "--device", "cpu", "--no-progress", *LOOSE)
+    default = cli("infer", frame, "--format", "kitti", "--out", tmp_path / "a", *base)
+    assert default.rc == 0 and default.err.count(FOV_NOTE) == 1, default
+    by_hand = cli("infer", cropped, "--format", "kitti", "--out", tmp_path / "b", "--no-fov-only", *base)
+    assert by_hand.rc == 0 and FOV_NOTE not in by_hand.err, by_hand
+    name = f"{frame.stem}.txt"
+    assert (tmp_path / "a" / name).read_text() == (tmp_path / "b" / name).read_text()
+
+    def json_points(*flags: str) -> tuple[int, str]:
+        out = tmp_path / ("j" + "".join(flags))
+        run = cli("infer", frame, "--out", out, *flags, *base)
+        assert run.rc == 0, run
+        return json.loads((out / f"{frame.stem}.json").read_text())["num_points"], run.err
+
+    count, err = json_points()
+    assert count == 2000 and FOV_NOTE not in err  # JSON: full scans unless asked
+    assert json_points("--fov-only")[0] == len(expected)
+    full = cli("infer", frame, "--format", "kitti", "--out", tmp_path / "c", "--no-fov-only", *base)
+    assert full.rc == 0 and FOV_NOTE not in full.err, full
+
+
+def test_fov_only_without_calib_is_that_frames_error(tiny_model: Path, tmp_path: Path):
+    frame = tmp_path / "loose" / "000009.bin"
+    frame.parent.mkdir()
+    np.zeros((10, 4), np.float32).tofile(frame)
+    run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--fov-only")
+    assert run.rc == 1 and "no calibration folder" in run.err and "000009" in run.err, run
+
+
+# --------------------------------------------------------------------------- rough edges
+
+@pytest.mark.parametrize("argv", [
+    ["build", "--checkpoint", "x.pth", "--out", "m", "--precision", "fp64"],
+    ["infer", "x.bin", "--batch-size", "9"],
+    ["eval", "--pred", "p", "--labels", "l", "--bogus"],
+    ["bench", "--iterations", "0"],
+    ["demo", "--device", "gpu"],
+    ["serve", "--model", "m", "--repository", "r", "--instances", "two"],
+    [],
+])
+def test_option_value_errors_are_one_line(argv: list[str]):
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(err):
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: pointpillars-trt") and "usage:" not in lines[0], lines
+    assert "--help" in lines[0]
+
+
+def help_text(*argv: str) -> str:
+    out = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
+        main([*argv, "--help"])
+    return out.getvalue()
+
+
+def test_help_says_what_each_command_does():
+    top = help_text()
+    assert "`" not in top and "serve" in top.split("options:")[0]
+    for command in ("build", "infer", "eval", "bench", "serve", "demo"):
+        paragraphs = help_text(command).split("\n\n")
+        assert len(paragraphs) > 2 and not paragraphs[1].startswith(("options:", "positional")), command
+        assert len(paragraphs[1]) > 30, (command, paragraphs[1])
+
+
+def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
+    assert run.rc == 1 and "no such file or folder" in run.err and "extension" not in run.err, run
+    a_file = tmp_path / "api.py"
+    a_file.write_text("print('mine')\n")
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--out", a_file),
+                          "--out", "is an existing file", "folder")
+    assert a_file.read_text() == "print('mine')\n"
+
+
+def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list[Path], tmp_path: Path):
+    import yaml
+    from tiny import tiny_config
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(tiny_frames[1], frames)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    run = cli("bench", "--device", "cpu", "--config", config, "--frames", frames, "--no-baselines",
+              "--out", tmp_path / "b")
+    assert run.rc == 0, run
+    assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
+    assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
+    assert "bench (CPU)" in run.err and "11/11" in run.err and "<" in run.err  # tqdm: done/total [elapsed<left]
+
+
+@pytest.mark.cuda
+def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.detector import PointPillars, cuda_available
+    from pointpillars_trt.runtime import cudnn_available, onnxruntime_cuda_available
+
+    reason = cuda_available()
+    if reason is not None:
+        pytest.skip(f"GPU pipeline tests need CUDA: {reason}")
+    fp16 = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
+    fp32 = tiny_model_dir(tmp_path / "fp32", seed=3).path
+    cases = []
+    if cudnn_available():
+        cases += [(fp16, "cudnn", True, "GPU cuda:0, cuDNN engine, fp16"),
+                  (fp32, "cudnn", False, "GPU cuda:0, cuDNN engine, IEEE fp32")]
+    if onnxruntime_cuda_available():
+        cases += [(fp32, "onnxruntime", True, "GPU cuda:0, ONNX Runtime (CUDA), fp32 with TF32")]
+    if not cases:
+        pytest.skip("no GPU engine backend installed")
+    for model, backend, tf32, text in cases:
+        with PointPillars.from_model_dir(model, device="cuda", backend=backend, tf32=tf32) as detector:
+            assert detector.engine_description == text and detector.gpu_unused_reason is None
+    run = cli("infer", tiny_frames[1], "--model", cases[0][0], "--device", "cuda", "--backend", cases[0][1],
+              "--no-progress")
+    assert run.rc == 0 and f"running on {cases[0][3]}" in run.err.splitlines(), run
