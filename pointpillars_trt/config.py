@@ -177,6 +177,29 @@ class ModelConfig:
         return replace(self, postprocess=replace(self.postprocess, **changes))
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Post-process values a caller may change per call or per request (None keeps the detector's).
+
+    They are kernel inputs on the GPU, so a new value recompiles and rebuilds nothing; ``max_boxes``
+    may not exceed the value the detector was opened with, which sizes its result buffers."""
+
+    score_threshold: float | None = None
+    nms_iou: float | None = None
+    max_boxes: int | None = None
+
+    def applied_to(self, cfg: ModelConfig) -> ModelConfig:
+        """``cfg`` (a detector's config) with these values; ConfigError names a bad one, or a max boxes
+        above ``cfg``'s, the cap its result buffers are sized for."""
+        tuned = cfg.with_thresholds(score_threshold=self.score_threshold, nms_iou=self.nms_iou,
+                                    max_boxes=self.max_boxes)
+        cap = cfg.postprocess.max_boxes
+        if tuned.postprocess.max_boxes > cap:
+            raise ConfigError(f"max_boxes {tuned.postprocess.max_boxes}: the detector was opened with max_boxes "
+                              f"{cap}, which sizes its result buffers; open it with a larger max_boxes")
+        return tuned
+
+
 def builtin_config_names() -> list[str]:
     folder = resources.files("pointpillars_trt") / "configs"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import ModelConfig, load_config
+from .config import ModelConfig, Thresholds, load_config
 from .detections import Detections
 from .errors import BackendError, InputError, PointPillarsError
 from .fileio import safe_repr
@@ -23,9 +23,10 @@ Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 class _Implementation(Protocol):
     last_timings: dict[str, float]
 
-    def detect(self, points: Any) -> Detections: ...  # host (N, 4) float32, or a device array on the GPU
+    # points: host (N, 4) float32, or a device array on the GPU; post_config: the call's thresholds
+    def detect(self, points: Any, post_config: ModelConfig | None = None) -> Detections: ...
 
-    def detect_batch(self, frames: Sequence[Any]) -> list[Detections]: ...
+    def detect_batch(self, frames: Sequence[Any], post_config: ModelConfig | None = None) -> list[Detections]: ...
 
     def close(self) -> None: ...
 
@@ -72,8 +73,10 @@ class PointPillars:
     IEEE fp32, as the CPU path); it reaches every backend; ``max_batch`` sizes the batch the GPU
     pipeline runs at once (``detect_batch`` / ``infer_many(batch_size=...)``; 1..8). CPU only:
     ``threads`` sizes ONNX Runtime's thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
-    ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values at run
-    time (no rebuild: they are launch parameters, not part of the model).
+    ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values (no
+    rebuild: they are kernel inputs, not part of the model); ``detector(points, thresholds=...)`` and
+    ``detect_batch(frames, thresholds=...)`` change them for one call (``Thresholds``; max boxes up to
+    the detector's), with no recompilation.
     Safe to share between threads: frames are run one at a time per detector.
     """
 
@@ -131,19 +134,25 @@ class PointPillars:
         """Milliseconds per stage of the last frame (GPU: CUDA events; CPU: wall clock)."""
         return self._impl.last_timings
 
-    def __call__(self, points: object) -> Detections:
-        return self._impl.detect(_device_or_host_points(points, self.device))
+    def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
+        return self._impl.detect(_device_or_host_points(points, self.device), self._post_config(thresholds))
 
-    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[object], *, thresholds: Thresholds | None = None) -> list[Detections]:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
-        size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives."""
+        size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
+        ``thresholds`` apply to this call only."""
+        post_config = self._post_config(thresholds)
         prepared = []
         for index, points in enumerate(frames):
             try:
                 prepared.append(_device_or_host_points(points, self.device))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
-        return self._impl.detect_batch(prepared) if prepared else []
+        return self._impl.detect_batch(prepared, post_config) if prepared else []
+
+    def _post_config(self, thresholds: Thresholds | None) -> ModelConfig | None:
+        """The config one call's post-process runs with (None: the detector's own)."""
+        return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
     def infer_many(self, frames: Iterable[object], *, batch_size: int = 1) -> Iterator[FrameResult]:
         """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame

@@ -32,7 +32,7 @@ from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
 from .runtime.cudnn import cudnn_unavailable_reason
 from .kernels.pfn import PfnStage
-from .kernels.postprocess import OUTPUT_ROW, PostprocessStage
+from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import VoxelizeStage
 
@@ -65,11 +65,11 @@ class _Slot:
     """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
 
     def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage | None,
-                 canvas_type: np.dtype, result: cp.ndarray) -> None:
+                 canvas_type: np.dtype, result: cp.ndarray, thresholds: cp.ndarray) -> None:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
         self.scatter = ScatterStage(cfg, canvas_type)
-        self.post = PostprocessStage(post_cfg, result)
+        self.post = PostprocessStage(post_cfg, result, thresholds)
 
 
 class GpuPipeline:
@@ -85,7 +85,10 @@ class GpuPipeline:
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
     weights read from ``pfn.onnx``); ``pfn_engine=True`` (batch 1 only) runs ``pfn.onnx`` in the
     engine instead, on every one of the ``max_pillars`` rows. ``post_config`` is the config the
-    post-process runs with (the model's, or a copy with other runtime thresholds).
+    post-process runs with (the model's, or a copy with other runtime thresholds); its ``max_boxes``
+    sizes the result buffers. A batch may run with other thresholds (``detect_batch(frames,
+    post_config)``): they live in a small device buffer the post-process kernels read, written on the
+    stream only when they change, so neither a recompilation nor a new CUDA graph follows.
 
     ``detect`` / ``detect_batch`` are safe to call from several threads (one batch at a time per
     pipeline); ``submit`` / ``collect`` are the lock-free halves for a single caller that overlaps host
@@ -117,6 +120,8 @@ class GpuPipeline:
         with self._device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
+            self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds
+            self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
         self._graphs: dict[tuple[int, int], object] = {}  # (stage, batch size) -> captured graph
@@ -162,7 +167,7 @@ class GpuPipeline:
         weights = self._pfn_weights
         self._slots = [
             _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
-                  canvas_type, self._results[i])
+                  canvas_type, self._results[i], self._thresholds)
             for i in range(b)
         ]
         if self.pfn_engine:
@@ -226,22 +231,23 @@ class GpuPipeline:
 
     # -- the hot path -----------------------------------------------------------------------------
 
-    def detect(self, points: object) -> Detections:
-        return self.detect_batch([points])[0]
+    def detect(self, points: object, post_config: ModelConfig | None = None) -> Detections:
+        return self.detect_batch([points], post_config)[0]
 
-    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> list[Detections]:
         """Frames in groups of at most ``max_batch``, each group one pass of the pipeline; a longer list
-        than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH)."""
+        than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH). ``post_config``: the
+        thresholds of this call (default: the pipeline's ``post_cfg``)."""
         with self._lock:
             if len(frames) > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
                 self._grow_batch(min(len(frames), MAX_BATCH))
             results: list[Detections] = []
             for start in range(0, len(frames), self.max_batch):
-                self.submit(frames[start : start + self.max_batch])
+                self.submit(frames[start : start + self.max_batch], post_config)
                 results.extend(self.collect())
             return results
 
-    def submit(self, frames: Sequence[object]) -> None:
+    def submit(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
         ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
         if self._batch:
@@ -251,6 +257,7 @@ class GpuPipeline:
         self.copies.reset()
         b = len(frames)
         with self._device:
+            self._set_thresholds(post_config or self.post_cfg)
             self._frame_points = self._stage_input(frames)
             self._events[0].record(self.stream)
             self._run_stage(0, b, self._launch_voxelize)
@@ -277,6 +284,17 @@ class GpuPipeline:
                                "restart the process)") from None
         self.last_timings = timings
         return [self._unpack(self._results_host[i], self._frame_points[i]) for i in range(b)]
+
+    def _set_thresholds(self, post_config: ModelConfig) -> None:
+        """Write the batch's thresholds to the buffer the post-process kernels read, when they differ
+        from what it holds (a 12-byte copy on the stream, ordered before this batch's post-process).
+        The kernels clamp max boxes to ``post_cfg``'s, the cap (``Thresholds.applied_to`` refuses more)."""
+        values = threshold_values(post_config)
+        if np.array_equal(values, self._threshold_values):
+            return
+        self._thresholds.set(values, stream=self.stream)  # pageable source: staged before the call returns
+        self.copies.h2d(values.nbytes)
+        self._threshold_values = values
 
     def _launch_voxelize(self, batch: int) -> None:
         for i in range(batch):

@@ -42,7 +42,8 @@ def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
 
 def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
                       device: str, max_points: int) -> str:
-    """config.pbtxt: ragged FP32 [-1, 4] points, dynamic batching, K instances per GPU (or on the CPU).
+    """config.pbtxt: ragged FP32 [-1, 4] points, optional per-request thresholds (score_threshold and
+    nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching, K instances per GPU (or on the CPU).
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
@@ -61,7 +62,10 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
         f"max_batch_size: {max_batch}",
-        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true }]',
+        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true },',
+        '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
+        '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',
+        '  { name: "max_boxes", data_type: TYPE_INT32, dims: [1], optional: true }]',
         'batch_input [{ kind: BATCH_ELEMENT_COUNT, target_name: "points_element_count", data_type: TYPE_INT32, '
         'source_input: "points" }]',
         "output [",

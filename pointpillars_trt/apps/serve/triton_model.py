@@ -2,9 +2,11 @@
 
 Each instance builds one detector in ``initialize`` (model dir and device from the config's parameters;
 a KIND_GPU instance runs on the GPU Triton gave it). Triton's dynamic batcher hands ``execute`` the
-requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call. Tensors cross by
-DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data. A request that
-cannot be a frame gets its own error response; the others in the batch still get their detections.
+requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call per set of thresholds
+(the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``; absent: the model's).
+Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
+A request that cannot be a frame gets its own error response; the others in the batch still get their
+detections.
 """
 
 from __future__ import annotations
@@ -23,11 +25,13 @@ if _PATHS.is_file():
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from pointpillars_trt.config import Thresholds  # noqa: E402
 from pointpillars_trt.detector import PointPillars  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 
 OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
+THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int}  # optional, one value each
 
 
 class TritonPythonModel:
@@ -46,16 +50,19 @@ class TritonPythonModel:
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        frames: list[np.ndarray] = []
-        owners: list[int] = []
+        groups: dict[Thresholds, tuple[list[int], list[np.ndarray]]] = {}  # requests by their thresholds
         for index, request in enumerate(requests):
             try:
-                frames.append(self._frame(request))
-                owners.append(index)
+                frame, thresholds = self._frame(request), self._thresholds(request)
             except PointPillarsError as exc:
                 responses[index] = _error(exc)
-        for index, response in zip(owners, self._detect(frames)):
-            responses[index] = response
+                continue
+            owners, frames = groups.setdefault(thresholds, ([], []))
+            owners.append(index)
+            frames.append(frame)
+        for thresholds, (owners, frames) in groups.items():
+            for index, response in zip(owners, self._detect(frames, thresholds)):
+                responses[index] = response
         return responses
 
     def finalize(self) -> None:
@@ -74,16 +81,31 @@ class TritonPythonModel:
             raise InputError(f"points: {points.shape[1]} points, more than this server's cap of {self.max_points}")
         return points[0]
 
-    def _detect(self, frames: list[np.ndarray]) -> list[Any]:
-        """One detect_batch for the whole batch; when it fails, frame by frame so only the culprit fails."""
+    def _thresholds(self, request: Any) -> Thresholds:
+        """The request's optional thresholds, checked against the detector (whose max_boxes is the cap)."""
+        values: dict[str, float | int] = {}
+        for name, kind in THRESHOLD_INPUTS.items():
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                continue
+            array = np.from_dlpack(tensor)
+            if array.size != 1:
+                raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
+            values[name] = kind(array.reshape(-1)[0])
+        thresholds = Thresholds(**values)  # type: ignore[arg-type]
+        thresholds.applied_to(self.detector.cfg)  # a bad value fails this request alone
+        return thresholds
+
+    def _detect(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
+        """One detect_batch for the whole group; when it fails, frame by frame so only the culprit fails."""
         if not frames:
             return []
         try:
-            return [_response(found) for found in self.detector.detect_batch(frames)]
+            return [_response(found) for found in self.detector.detect_batch(frames, thresholds=thresholds)]
         except PointPillarsError as exc:
             if len(frames) == 1:
                 return [_error(exc)]
-            return [response for frame in frames for response in self._detect([frame])]
+            return [response for frame in frames for response in self._detect([frame], thresholds)]
 
 
 def _response(found: Detections) -> Any:
