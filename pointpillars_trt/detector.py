@@ -14,6 +14,7 @@ from .detections import Detections
 from .errors import BackendError, InputError, PointPillarsError
 from .fileio import safe_repr
 from .pointcloud_io import read_points
+from .runtime import BACKENDS
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
 
@@ -54,13 +55,11 @@ def cuda_available(device_id: int = 0) -> str | None:
             return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
-    from .runtime import onnxruntime_cuda_available, tensorrt_available
-    from .runtime.cudnn import cudnn_unavailable_reason
+    from .runtime import BACKENDS
 
-    cudnn_reason = cudnn_unavailable_reason()
-    if cudnn_reason and not (onnxruntime_cuda_available() or tensorrt_available()):
-        return (f"no GPU engine backend: the cuDNN engine is unavailable ({cudnn_reason}), TensorRT is not "
-                "installed, and onnxruntime has no CUDA provider (onnxruntime-gpu)")
+    reasons = {name: row.unavailable_reason() for name, row in BACKENDS.items()}
+    if all(reasons.values()):
+        return "no GPU engine backend: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return None
 
 
@@ -88,9 +87,10 @@ class PointPillars:
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
                                                           max_boxes=max_boxes)
         self.device, device_id = _resolve_device(device)
-        if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
+        on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
+        if self.device == "cpu" and backend not in on_cpu:
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
-                               "(pass backend auto or onnxruntime, or run where CUDA is available)")
+                               f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
@@ -125,7 +125,8 @@ class PointPillars:
         from .convert.export import model_dir_for_checkpoint
 
         model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
-                                         tensorrt_plans=backend == "tensorrt", tf32=tf32)
+                                         tensorrt_plans=backend in BACKENDS and BACKENDS[backend].artefact == "plan",
+                                         tf32=tf32)
         return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
                    max_batch=max_batch, **thresholds)
 

@@ -29,15 +29,13 @@ from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
-from .runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
-from .runtime.cudnn import cudnn_unavailable_reason
+from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .kernels.pfn import PfnStage
 from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
-BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")
 
 
 @dataclass
@@ -109,7 +107,7 @@ class GpuPipeline:
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
-        self.backend = _pick_backend(model, backend)
+        self.backend = pick_backend(model, backend)
         self.tf32 = tf32
         self.pfn_engine = pfn_engine
         self.device_id = device_id
@@ -132,8 +130,8 @@ class GpuPipeline:
         try:
             with self._device, self.stream:
                 self._allocate(max_points)
-                self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
-                self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
+                self._pfn = self._open_engine(engine_file(model, "pfn", self.backend)) if pfn_engine else None
+                self._rpn = self._open_engine(engine_file(model, "rpn", self.backend))
                 self._bind_pfn_engine()
         except BaseException:
             self._close_engines()  # before the stream goes: a session outliving its stream crashes
@@ -174,9 +172,9 @@ class GpuPipeline:
             self._pillar_features = cp.empty((cfg.voxel.max_pillars, cfg.network.pfn_channels), np.float32)
 
     def _open_engine(self, path: Path) -> Engine:
-        options = engine_options_for(self.backend, device_id=self.device_id, tf32=self.tf32,
-                                     precision=self.model.precision, config_digest=self.cfg.digest(),
-                                     max_batch=self.max_batch)
+        request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
+                                config_digest=self.cfg.digest(), max_batch=self.max_batch)
+        options = engine_options_for(self.backend, request)
         return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr)
 
     def _bind_pfn_engine(self) -> None:
@@ -433,31 +431,3 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.dtype != np.float32:
         raise InputError(f"points: expected an (N, 4) float32 device array; got shape {arr.shape}, dtype {arr.dtype}")
     return arr[:, :4]
-
-
-def _pick_backend(model: ModelDir, backend: str) -> str:
-    if backend not in BACKENDS:
-        raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-    if backend == "cudnn":
-        reason = cudnn_unavailable_reason()
-        if reason is not None:
-            raise BackendError(f"backend cudnn: {reason}")
-    if backend != "auto":
-        return backend
-    if model.has_plans() and tensorrt_available():
-        return "tensorrt"
-    reason = cudnn_unavailable_reason()
-    if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()):
-        return "cudnn"
-    if reason is not None:
-        _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
-    return "onnxruntime"  # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
-
-
-_NOTICES: set[str] = set()
-
-
-def _notice_once(message: str) -> None:
-    if message not in _NOTICES:
-        _NOTICES.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)

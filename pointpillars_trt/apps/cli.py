@@ -17,6 +17,7 @@ from typing import Any
 from .. import __version__
 from ..errors import PointPillarsError
 from ..fileio import safe_repr
+from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
 from .infer import add_infer_parser, device_arg, one_line, positive_int
 
 EXIT_FRAME_FAILURES = 1
@@ -91,8 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--pcdet-config", metavar="YAML",
                        help="OpenPCDet model config, e.g. tools/cfgs/kitti_models/pointpillar.yaml "
                             "(default: none; exclusive with --config)")
-    build.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
-                       help="tensorrt also builds TensorRT plans (needs TensorRT and a GPU)")
+    build.add_argument("--backend", choices=BACKEND_NAMES, default="onnxruntime",
+                       help="the backend the model dir is for: tensorrt also builds TensorRT plans (needs TensorRT "
+                            "and a GPU); the others run the ONNX graphs")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="graph (and plan) precision")
     build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
     build.set_defaults(run=_cmd_build)
@@ -106,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", default="openpcdet_kitti_3class", help="config name or YAML path")
     demo.add_argument("--seed", type=int, default=0, help="seed of the scene and of the random weights")
     demo.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
-    demo.add_argument("--backend", choices=("auto", "onnxruntime", "tensorrt", "cudnn"), default="auto",
+    demo.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                       help="GPU engine backend")
     demo.add_argument("--repeats", type=positive_int, default=10,
                       help="frames run after the first (cold) one for the steady-state times")

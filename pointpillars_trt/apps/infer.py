@@ -27,6 +27,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 EXIT_FRAME_FAILURES = 1
 #: What a single frame may raise without ending the run (it becomes that frame's error line).
 FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)
-BACKENDS = ("auto", "onnxruntime", "tensorrt", "cudnn")
 EVAL_FILE = "eval.json"
 
 
@@ -131,7 +131,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                        help="graphs exported from a .pth --model (a model dir keeps its own)")
     run = infer.add_argument_group("runtime")
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
-    run.add_argument("--backend", choices=BACKENDS, default="auto",
+    run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                      help="GPU engine backend (the CPU path always uses ONNX Runtime)")
     run.add_argument("--batch-size", type=batch_size_arg, default=1,
                      help=f"frames run at once on the GPU (1..{MAX_BATCH}); outputs do not depend on it")

@@ -28,23 +28,26 @@ from .checkpoint import LoadedCheckpoint, load_checkpoint
 from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
 from .weights import PointPillarsWeights
 
-BACKENDS = ("onnxruntime", "tensorrt")
 
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
                     config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
                     tf32: bool = True) -> ModelDir:
-    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` (TensorRT plans too when asked)."""
+    """``pointpillars-trt build``: a checkpoint into the model dir ``out`` for ``backend`` (with TensorRT
+    plans for a backend that loads plans)."""
+    from ..runtime.backends import BACKEND_NAMES, BACKENDS
+
     if backend not in BACKENDS:
-        raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
+        raise PointPillarsError(f"backend {backend!r}: expected one of {BACKEND_NAMES}")
     checked = check_precision(precision)
-    if backend == "tensorrt":  # fail before any work when the plans cannot be built here
+    plans = BACKENDS[backend].artefact == "plan"
+    if plans:  # fail before any work when the plans cannot be built here
         from ..runtime.tensorrt import require_tensorrt
 
         require_tensorrt()
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
-                             tensorrt_tf32=tf32 if backend == "tensorrt" else None)
+                             tensorrt_tf32=tf32 if plans else None)
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,

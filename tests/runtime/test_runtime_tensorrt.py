@@ -120,7 +120,7 @@ def test_metadata_lives_beside_the_plan():
 
 
 def test_tensorrt_engines_need_cuda(tmp_path):
-    with pytest.raises(BackendError, match="TensorRT runs on CUDA only"):
+    with pytest.raises(BackendError, match="tensorrt runs on cuda only; received device=.cpu.. Note: use OrtOptions"):
         open_engine(tmp_path / "rpn.plan", device="cpu")
     with pytest.raises(BackendError, match="OrtOptions cannot open this file"):
         open_engine(tmp_path / "rpn.plan", OrtOptions(cuda_graph=True))
