@@ -132,6 +132,13 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file", max_bytes:
 
 # --------------------------------------------------------------------------- atomic writes
 
+def user_cache_dir() -> Path:
+    """Where the package caches what it derives (exported model dirs, engine plan caches):
+    $POINTPILLARS_TRT_CACHE, else ~/.cache/pointpillars-trt. Never inside a model dir, so a model dir
+    has one writer (``build``) and may sit on a read-only share."""
+    return Path(os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+
+
 def write_bytes_atomic(path: PathLike, data: bytes) -> None:
     """Write ``data`` to ``path`` so that readers see the old file or the new one, never a part.
 

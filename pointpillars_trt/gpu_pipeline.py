@@ -175,7 +175,7 @@ class GpuPipeline:
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
                                 config_digest=self.cfg.digest(), max_batch=self.max_batch)
         options = engine_options_for(self.backend, request)
-        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr)
+        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr, config=self.cfg)
 
     def _bind_pfn_engine(self) -> None:
         if self._pfn is not None:

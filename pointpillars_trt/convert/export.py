@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelDirError, PointPillarsError
-from ..fileio import write_bytes_atomic
+from ..fileio import user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import FORMAT_VERSION, GRAPHS, METADATA_FILE, ModelDir, load_model_dir, package_version
 from .checkpoint import LoadedCheckpoint, load_checkpoint
@@ -71,7 +71,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+    return Path(cache_dir) if cache_dir else user_cache_dir()
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..config import ModelConfig
 from ..errors import BackendError
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
@@ -50,28 +51,34 @@ class BackendRow:
     suffixes: tuple[str, ...]  # engine files it opens when no options say which backend
     devices: tuple[Device, ...]
     unavailable_reason: Callable[[], str | None]
-    open: Callable[[Path, Any, Device, int], Engine]
+    open: Callable[[Path, Any, Device, int, ModelConfig | None], Engine]
     options_for: Callable[[EngineRequest], Any]
     auto_priority: int
     suits: Callable[[ModelDir], bool]
 
 
-def _open_onnxruntime(path: Path, options: OrtOptions, device: Device, stream_ptr: int) -> Engine:
+def _open_onnxruntime(path: Path, options: OrtOptions, device: Device, stream_ptr: int,
+                      config: ModelConfig | None) -> Engine:
     from .onnxruntime import OnnxRuntimeEngine
 
     return OnnxRuntimeEngine(path, device=device, stream_ptr=stream_ptr, options=options)
 
 
-def _open_tensorrt(path: Path, options: TrtOptions, device: Device, stream_ptr: int) -> Engine:
+def _open_tensorrt(path: Path, options: TrtOptions, device: Device, stream_ptr: int,
+                   config: ModelConfig | None) -> Engine:
     from .tensorrt import TensorRTEngine
 
     return TensorRTEngine(path, options)
 
 
-def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: int) -> Engine:
+def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: int,
+                config: ModelConfig | None) -> Engine:
+    if config is None:
+        raise BackendError(f"{path.name}: the cuDNN engine builds the RPN from the model config. "
+                           "Note: pass open_engine(..., config=model_dir.cfg)")
     from .cudnn import CudnnEngine
 
-    return CudnnEngine(path, options=options)
+    return CudnnEngine(path, config, options)
 
 
 def _cudnn_options(r: EngineRequest) -> CudnnOptions:
@@ -131,12 +138,14 @@ def backend_of_options(options: object) -> BackendRow:
     raise BackendError(f"Unknown engine options {type(options).__name__}. Note: Expected one of {names}")
 
 
-def open_engine(path: str | Path, options: object = None, *, device: Device = "cuda", stream_ptr: int = 0) -> Engine:
+def open_engine(path: str | Path, options: object = None, *, device: Device = "cuda", stream_ptr: int = 0,
+                config: ModelConfig | None = None) -> Engine:
     """Open (and activate) an engine; the backend module is imported here, not before.
 
     The type of ``options`` picks the backend (each row's options type); without options the file
     suffix does, with that backend's defaults. ``stream_ptr`` is the pipeline's CUDA stream: ONNX
-    Runtime fixes its compute stream when the session is created.
+    Runtime fixes its compute stream when the session is created. ``config``: the model config, for
+    an engine built from it (cuDNN); no engine opens a model dir itself.
     """
     row = _row_for_file(path) if options is None else backend_of_options(options)
     if row.artefact != _row_for_file(path).artefact:
@@ -146,7 +155,8 @@ def open_engine(path: str | Path, options: object = None, *, device: Device = "c
     if on_device and device not in row.devices:  # an unknown device is the engine's to refuse
         raise BackendError(f"{row.name} runs on {' or '.join(row.devices)} only; received device={device!r}. "
                            f"Note: use {' or '.join(on_device)}")
-    return row.open(Path(path), options if options is not None else row.options_type(), device, stream_ptr).activate()
+    chosen = options if options is not None else row.options_type()
+    return row.open(Path(path), chosen, device, stream_ptr, config).activate()
 
 
 def engine_file(model: ModelDir, graph: str, backend: str) -> Path:

@@ -59,9 +59,9 @@ class CudnnOptions:
     ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
     TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
     ``config_digest``: when given, must equal the digest of the model config (a stale model dir
-    is refused). ``plan_cache_dir``: None for ``<model dir>/cudnn/``. ``autotune``: time the first
-    heuristic candidates of each conv once and cache the fastest (False: the heuristic's first
-    buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
+    is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``fileio.user_cache_dir``).
+    ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
+    the heuristic's first buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
     """
 
     device_id: int = 0
