@@ -15,10 +15,9 @@ from .errors import BackendError, InputError, PointPillarsError
 from .fileio import safe_repr
 from .pointcloud_io import read_points
 from .runtime import BACKENDS
+from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
-
-Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 
 
 class _Implementation(Protocol):
@@ -55,8 +54,6 @@ def cuda_available(device_id: int = 0) -> str | None:
             return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
-    from .runtime import BACKENDS
-
     reasons = {name: row.unavailable_reason() for name, row in BACKENDS.items()}
     if all(reasons.values()):
         return "no GPU engine backend: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
@@ -64,29 +61,29 @@ def cuda_available(device_id: int = 0) -> str | None:
 
 
 class PointPillars:
-    """A PointPillars detector loaded from a model dir or a checkpoint.
+    """A PointPillars detector loaded from a model dir or a checkpoint, run as ``options`` say
+    (``RuntimeOptions``: device, backend, TF32, CUDA graphs, threads, batch size, thresholds).
 
-    ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path;
-    ``"cuda:N"`` picks GPU N. GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph;
-    ``tf32`` lets fp32 engines use TensorFloat-32 as TensorRT and PyTorch do by default (``False``:
-    IEEE fp32, as the CPU path); it reaches every backend; ``max_batch`` sizes the batch the GPU
-    pipeline runs at once (``detect_batch`` / ``infer_many(batch_size=...)``; 1..8). CPU only:
-    ``threads`` sizes ONNX Runtime's thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
-    ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values (no
-    rebuild: they are kernel inputs, not part of the model); ``detector(points, thresholds=...)`` and
-    ``detect_batch(frames, thresholds=...)`` change them for one call (``Thresholds``; max boxes up to
-    the detector's), with no recompilation.
+    The keyword arguments (``device="cuda:1"``, ``score_threshold=0.3``, ...) are a shorthand that builds
+    the options (``RuntimeOptions.of``); give one or the other. ``device="auto"`` picks the GPU pipeline
+    when CuPy and a CUDA device are present, else the CPU path. The thresholds override the model's
+    post-process values (no rebuild: they are kernel inputs, not part of the model);
+    ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
+    call (``Thresholds``; max boxes up to the detector's), with no recompilation.
     Safe to share between threads: frames are run one at a time per detector.
     """
 
-    def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None, max_batch: int = 1,
-                 score_threshold: float | None = None, nms_iou: float | None = None,
-                 max_boxes: int | None = None) -> None:
+    def __init__(self, model: ModelDir, options: RuntimeOptions | None = None, **settings: Any) -> None:
         self.model = model
-        self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
-                                                          max_boxes=max_boxes)
-        self.device, device_id = _resolve_device(device)
+        self.options = opts = _options(options, settings)
+        t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
+        self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=t.score_threshold, nms_iou=t.nms_iou,
+                                                          max_boxes=t.max_boxes)
+        if opts.precision is not None and opts.precision != model.precision:
+            raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
+                               "graphs (precision applies when exporting a checkpoint; rebuild for another)")
+        self.device, device_id = _resolve_device(opts.device)
+        backend = opts.backend
         on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
         if self.device == "cpu" and backend not in on_cpu:
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
@@ -94,41 +91,38 @@ class PointPillars:
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
-            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                                                      device_id=device_id, max_batch=max_batch, post_config=self.cfg)
+            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=opts.cuda_graph,
+                                                      tf32=opts.tf32, device_id=device_id, max_batch=opts.max_batch,
+                                                      post_config=self.cfg)
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads(),
+            self._impl = CpuDetector(model, threads=opts.threads if opts.threads is not None else _omp_threads(),
                                      post_config=self.cfg)
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                       device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
-                       tf32: bool = True, threads: int | None = None, max_batch: int = 1,
-                       **thresholds: Any) -> PointPillars:
-        """Open a model dir built by ``pointpillars-trt build``; ``thresholds``: see the class."""
+                       options: RuntimeOptions | None = None, **settings: Any) -> PointPillars:
+        """Open a model dir built by ``pointpillars-trt build``; ``config``: the config it must have been
+        built for; ``options`` / ``settings``: see the class."""
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                   threads=threads, max_batch=max_batch, **thresholds)
+        return cls(load_model_dir(path, expected), _options(options, settings))
 
     from_engines = from_model_dir
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                        precision: str = "fp32", device: Device = "auto", backend: str = "auto",
-                        cuda_graph: bool = True, tf32: bool = True, threads: int | None = None,
-                        max_batch: int = 1, cache_dir: str | os.PathLike[str] | None = None,
-                        **thresholds: Any) -> PointPillars:
+                        cache_dir: str | os.PathLike[str] | None = None, options: RuntimeOptions | None = None,
+                        **settings: Any) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
-        precision and (for TensorRT plans) TF32 mode."""
+        precision (``options.precision``, default fp32) and (for TensorRT plans) TF32 mode."""
         from .convert.export import model_dir_for_checkpoint
 
-        model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
-                                         tensorrt_plans=backend in BACKENDS and BACKENDS[backend].artefact == "plan",
-                                         tf32=tf32)
-        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
-                   max_batch=max_batch, **thresholds)
+        opts = _options(options, settings)
+        row = BACKENDS.get(opts.backend)
+        model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
+                                         tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32)
+        return cls(model, opts)
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -209,12 +203,21 @@ class PointPillars:
         self.close()
 
 
+def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> RuntimeOptions:
+    """The options object, or the one the convenience keywords build; both at once is ambiguous."""
+    if options is None:
+        return RuntimeOptions.of(**settings)
+    if settings:
+        raise PointPillarsError(f"give RuntimeOptions or keyword settings, not both (received {', '.join(settings)})")
+    if not isinstance(options, RuntimeOptions):
+        raise PointPillarsError(f"options: expected RuntimeOptions, received {type(options).__name__}")
+    return options
+
+
 def _resolve_device(device: str) -> tuple[str, int]:
     """("cpu" | "cuda", GPU index) for a device string: auto, cpu, cuda or cuda:N."""
-    kind, _, index = str(device).partition(":")
-    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
-        raise PointPillarsError(f"device {device!r}: expected auto, cpu, cuda or cuda:N")
-    device_id = int(index) if index else 0
+    kind, index = parse_device(device)
+    device_id = index or 0
     if kind == "cpu":
         return "cpu", 0
     reason = cuda_available(device_id)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from .infer import (FRAME_ERRORS, FrameOutput, FrameReport, OutputPlan, _detect,
 from ..errors import BackendError, InputError
 from ..fileio import safe_repr
 from ..pointcloud_io import read_points
+from ..runtime_options import RuntimeOptions
 
 if TYPE_CHECKING:
     from ..detections import Detections
@@ -59,7 +60,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    output_format: str = "json", calib: str | None = None, image_shape: tuple[int, int] | None = None,
                    keep_out_of_view: bool = False, viz: bool = False, point_dim: int = 4,
                    intensity_scale: float | None = None, ray_address: str | None = None, progress: bool = True,
-                   report: Callable[[OutputPlan], FrameReport] | None = None) -> DatasetSummary:
+                   report: Callable[[OutputPlan], FrameReport] | None = None,
+                   runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU).
 
@@ -69,6 +71,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or (parquet) as Parquet
     files of one row per frame with an ``error`` column. ``report`` (given the output plan) makes the
     ``infer`` account that each frame is reported to, in input order, and closed at the end.
+    ``runtime``: how each actor's detector runs (as local ``infer`` runs it); its device and CPU threads
+    are set per actor from the resources it gets.
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -91,7 +95,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale,
-               "parquet": output_format == "parquet", "cwd": os.getcwd()}
+               "parquet": output_format == "parquet", "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
     started = not ray.is_initialized()
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
@@ -170,8 +174,9 @@ def _run(ray: Any, entries: list[_Entry], model_dir: str, out: str, options: dic
         dataset = dataset.map_batches(
             _DetectActor, batch_size=batch_size or DEFAULT_BATCH[on_gpu], batch_format="numpy",
             compute=ActorPoolStrategy(size=workers),
-            fn_constructor_kwargs={"model_dir": model_dir, "device": "cuda" if on_gpu else "cpu", "threads": threads,
-                                   "names": {p: n for p, n in local.items() if p != n}, **options},
+            fn_constructor_kwargs={"model_dir": model_dir, "names": {p: n for p, n in local.items() if p != n},
+                                   **options, "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu",
+                                                                 threads=options["runtime"].threads or threads)},
             num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
         if options["parquet"]:
             dataset = dataset.materialize()
@@ -249,11 +254,11 @@ class _DetectActor:
     """One detector per actor; a batch of rows {path[, bytes]} in, one record per frame out, its
     outputs written by ``apps.infer.write_frame_outputs`` as local infer writes them."""
 
-    def __init__(self, model_dir: str, device: str, threads: int | None, plan: OutputPlan, point_dim: int,
+    def __init__(self, model_dir: str, runtime: RuntimeOptions, plan: OutputPlan, point_dim: int,
                  intensity_scale: float | None, parquet: bool, cwd: str, names: dict[str, str]) -> None:
         from ..detector import PointPillars
 
-        self.detector = PointPillars.from_model_dir(model_dir, device=device, threads=threads)
+        self.detector = PointPillars.from_model_dir(model_dir, options=runtime)
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)
         else:

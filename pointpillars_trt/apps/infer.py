@@ -62,10 +62,13 @@ def print_error(text: str, file: Any = None) -> None:
 # --------------------------------------------------------------------------- argument types
 
 def device_arg(text: str) -> str:
-    kind, sep, index = text.partition(":")
-    if kind in ("auto", "cpu", "cuda") and (not sep or (kind == "cuda" and index.isdigit())):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
+    from ..runtime_options import DEVICES_EXPECTED, parse_device
+
+    try:
+        parse_device(text)
+    except PointPillarsError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {DEVICES_EXPECTED}") from None
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -357,23 +360,21 @@ def rebuild_command(model_dir: Path, config: str | None) -> str:
     return f"`{command}`"
 
 
-def open_model(args: argparse.Namespace, **options: Any) -> PointPillars:
+def open_model(args: argparse.Namespace) -> PointPillars:
     """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options."""
     from ..config import load_config
     from ..detector import PointPillars
     from ..model_dir import load_model_dir
+    from .runtime_args import runtime_options_from_args
 
     if not args.model:
         raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
     path = Path(args.model)
     if not path.exists():
         raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
-    common: dict[str, Any] = dict(device=args.device, backend=args.backend, tf32=not args.no_tf32,
-                                  threads=args.threads, max_batch=args.batch_size,
-                                  score_threshold=args.score_threshold, nms_iou=args.nms_iou,
-                                  max_boxes=args.max_boxes, **options)
+    options = runtime_options_from_args(args)
     if path.is_file():
-        return PointPillars.from_checkpoint(path, config=args.config, precision=args.precision, **common)
+        return PointPillars.from_checkpoint(path, config=args.config, options=options)
     expected: ModelConfig | None = None
     if args.config:
         expected = load_config(args.config)
@@ -385,7 +386,7 @@ def open_model(args: argparse.Namespace, **options: Any) -> PointPillars:
                 + rebuild_command(path, args.config)
             )
     try:
-        return PointPillars.from_model_dir(path, config=expected, **common)
+        return PointPillars.from_model_dir(path, config=expected, options=options)
     except ModelDirError as exc:
         text = str(exc)
         if "rebuild" in text and "pointpillars-trt build" not in text:

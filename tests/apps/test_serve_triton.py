@@ -193,14 +193,16 @@ def threshold_inputs(module, frame: np.ndarray, **thresholds: float | int) -> li
     return inputs
 
 
-THRESHOLD_SETTINGS = [{}, {"score_threshold": 0.0}, {"score_threshold": 0.0, "nms_iou": 0.5},
-                      {"score_threshold": 0.0, "max_boxes": 3}]
+# Every request carries all three inputs: Triton batches only requests with the same set of inputs.
+THRESHOLD_SETTINGS = [{"score_threshold": s, "nms_iou": n, "max_boxes": m}
+                      for s, n, m in ((0.1, 0.01, 500), (0.0, 0.01, 500), (0.0, 0.5, 500), (0.0, 0.01, 3))]
 BAD_THRESHOLDS = {"max_boxes": 501, "nms_iou": float("nan")}
 
 
 def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
     """Requests with different thresholds, sent at once so the dynamic batcher mixes them, each get what
-    the local detector gives with those thresholds; a bad value fails only its own request."""
+    the local detector gives with those thresholds; a bad value fails only its own request; a request
+    without them gets the model's."""
     from pointpillars_trt.config import Thresholds
 
     frames = random_frames(tiny, 8)[5:]
@@ -225,7 +227,7 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
         client.async_infer(MODEL_NAME, threshold_inputs(module, frames[f], **THRESHOLD_SETTINGS[s]),
                            callback=functools.partial(callback, index))
     for name, value in BAD_THRESHOLDS.items():
-        client.async_infer(MODEL_NAME, threshold_inputs(module, frames[0], **{name: value}),
+        client.async_infer(MODEL_NAME, threshold_inputs(module, frames[0], **{**THRESHOLD_SETTINGS[0], name: value}),
                            callback=functools.partial(callback, name))
     assert finished.wait(60), f"{len(done)} of {total} replies"
     for index, job in enumerate(jobs):
@@ -236,6 +238,8 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
         np.testing.assert_array_equal(reply.as_numpy("scores")[0], local.scores)  # type: ignore[attr-defined]
         np.testing.assert_array_equal(reply.as_numpy("labels")[0], local.labels)  # type: ignore[attr-defined]
     assert "max_boxes 501: the detector was opened with max_boxes 500" in str(done["max_boxes"][1])
+    plain = client.infer(MODEL_NAME, threshold_inputs(module, frames[0]))
+    np.testing.assert_array_equal(plain.as_numpy("scores")[0], expected[0, 0].scores)  # the model's: setting 0
     assert "nms_iou: expected a finite number in [0, 1], got nan" in str(done["nms_iou"][1])
     deadline = time.monotonic() + 10  # the statistics are updated after the responses go out
     while True:

@@ -42,12 +42,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def run_serve(args: argparse.Namespace) -> int:
     """Write the repository, start tritonserver, print its endpoints, and on SIGINT/SIGTERM stop it
     (the signal is forwarded; the server is killed if it has not exited within its stop timeout)."""
+    from ...runtime_options import RuntimeOptions
     from .repository import write_repository
     from .server import TritonServer, find_tritonserver
 
     target = write_repository(args.model, args.repository, instances=args.instances, max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
-                              max_points=args.max_points)
+                              max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
     print(f"wrote {target}", flush=True)
     if args.repository_only:
         return 0
@@ -110,6 +111,7 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
 def _run_ray(args: argparse.Namespace) -> int:
     from ..distributed import detect_dataset
     from ..infer import FrameReport, check_outputs, expand_frame_paths
+    from ..runtime_args import runtime_options_from_args
 
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
@@ -123,7 +125,7 @@ def _run_ray(args: argparse.Namespace) -> int:
                              batch_size=args.batch_size, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
-                             ray_address=args.ray_address,
+                             ray_address=args.ray_address, runtime=runtime_options_from_args(args),
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
                                                              where=True))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s)", file=sys.stderr)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from pointpillars_trt.config import Thresholds  # noqa: E402
 from pointpillars_trt.detector import PointPillars  # noqa: E402
+from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 
@@ -46,7 +48,8 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args['model_instance_device_id']}"
         self.max_points = int(params["max_points"])
-        self.detector = PointPillars.from_model_dir(model_dir, device=device)
+        runtime = RuntimeOptions.from_dict(json.loads(params["runtime_options"]))
+        self.detector = PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device))
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
