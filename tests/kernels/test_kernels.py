@@ -40,18 +40,6 @@ def cfg(request: pytest.FixtureRequest) -> ModelConfig:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, no device
-        pytest.skip(f"no CUDA device usable by CuPy ({type(exc).__name__}: {exc})")
-    if count < 1:
-        pytest.skip("no CUDA device visible to CuPy")
-    return cupy
-
-
 @pytest.fixture
 def stream(cp: Any) -> Any:
     s = cp.cuda.Stream()  # blocking: ordered with the default stream the test's copies use

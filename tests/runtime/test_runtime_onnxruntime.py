@@ -211,13 +211,6 @@ extern "C" __global__ void spin(unsigned long long nanoseconds) {
 
 
 @pytest.fixture
-def cp():
-    import cupy
-
-    return cupy
-
-
-@pytest.fixture
 def stream(cp):
     return cp.cuda.Stream(non_blocking=True)
 

@@ -155,13 +155,6 @@ def pfn_plan(tmp_path_factory) -> tuple[Path, dict[str, np.ndarray], dict]:
     return folder, weights, metadata
 
 
-@pytest.fixture
-def cp():
-    import cupy
-
-    return cupy
-
-
 def run_on_gpu(cp, engine, feeds: dict[str, np.ndarray], output_shapes: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
     """Bind CuPy copies of ``feeds`` and NaN-filled outputs, run on a fresh stream, return the outputs."""
     stream = cp.cuda.Stream(non_blocking=True)

@@ -1,8 +1,8 @@
 """CLI glue: ``pointpillars-trt serve`` and the scale-out options of ``infer`` (--server, --ray).
 
-``apps/cli.py`` wires these in: ``add_serve_parser(sub)`` beside the other commands, and in the infer
-command ``add_scaleout_arguments(infer)`` plus, first thing in ``_cmd_infer``,
-``if scaleout_requested(args): return run_scaleout_infer(args)``.
+``apps/cli.py`` registers ``add_serve_parser(sub)`` beside the other commands and
+``add_scaleout_arguments(infer)`` on the infer command; ``apps/infer.py`` hands a run to
+``run_scaleout_infer(args)`` when ``scaleout_requested(args)``.
 """
 
 from __future__ import annotations
