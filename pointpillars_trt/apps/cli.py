@@ -18,9 +18,9 @@ from ..errors import PointPillarsError
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
-from .infer import add_infer_parser, device_arg, one_line, positive_int
+from .infer import EXIT_FRAME_FAILURES, add_infer_parser, device_arg, one_line, positive_int
 
-EXIT_FRAME_FAILURES = 1
+__all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 #: What ``main`` turns into one ``error:`` line and exit code 2.

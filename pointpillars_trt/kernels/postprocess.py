@@ -11,6 +11,7 @@ import numpy as np
 from ..anchors import NMS_CORNER_MARGIN, anchors
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
@@ -23,7 +24,6 @@ RESULT_HEADER = _POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(_POST_HEADER)]
 
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
 _NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
-_SORT_LIMIT = 4096  # keys of one in-block bitonic sort (32 KB of shared memory)
 # Slots of the run-time thresholds buffer the kernels read on every launch (float32; max boxes is exact).
 THRESHOLD_SLOTS = ("score", "nms_iou", "max_boxes")
 

@@ -14,6 +14,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from ..errors import BackendError
+from ..graph_io import MAX_BATCH
 
 
 @dataclass(frozen=True)
@@ -69,7 +70,7 @@ class CudnnOptions:
     config_digest: str | None = None
     plan_cache_dir: Path | None = None
     autotune: bool = True
-    max_batch: int = 8
+    max_batch: int = MAX_BATCH
 
     def __post_init__(self) -> None:
         _check_device_id(self.device_id, "CudnnOptions")

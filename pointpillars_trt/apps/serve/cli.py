@@ -14,6 +14,7 @@ import threading
 from types import FrameType
 
 from ...errors import InputError
+from ...graph_io import MAX_BATCH
 from ..infer import EXIT_FRAME_FAILURES
 from .repository import DEFAULT_MAX_POINTS
 
@@ -23,7 +24,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
     serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
     serve.add_argument("--instances", type=int, default=1, help="model instances per GPU (or on the CPU)")
-    serve.add_argument("--max-batch", type=int, default=8, help="largest dynamic batch (1: no batching)")
+    serve.add_argument("--max-batch", type=int, default=MAX_BATCH, help="largest dynamic batch (1: no batching)")
     serve.add_argument("--max-queue-delay-us", type=int, default=2000,
                        help="how long a request may wait for others to fill a batch")
     serve.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, help="largest frame a request may carry")

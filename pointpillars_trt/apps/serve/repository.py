@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 from ...errors import InputError
+from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime_options import RuntimeOptions
 
@@ -83,7 +84,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
 
 
 def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int = 1,
-                     max_batch: int = 8, max_queue_delay_us: int = 2000, device: str = "auto",
+                     max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
                      max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None) -> Path:
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
