@@ -99,6 +99,7 @@ def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars):
         PointPillars(detector.model, device="cpu", backend="tensorrt")
 
 
+@pytest.mark.slow
 def test_infer_many_isolates_a_bad_frame(detector: PointPillars, points: np.ndarray, expected: Detections,
                                          assets: Path, tmp_path: Path):
     missing = tmp_path / "missing.bin"
@@ -164,6 +165,7 @@ def test_detect_batch_and_batched_infer_many_equal_one_by_one(tmp_path: Path) ->
             np.testing.assert_array_equal(one.scores, other.scores)
 
 
+@pytest.mark.slow
 def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
     """score_threshold / nms_iou / max_boxes change the output, not the model dir (same digest, same files)."""
     from tiny import tiny_model_dir

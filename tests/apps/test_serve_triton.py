@@ -36,6 +36,8 @@ from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError
 from pointpillars_trt.kitti import read_velodyne_bin
 
+pytestmark = pytest.mark.slow  # a real tritonserver per module: end to end, tens of seconds
+
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 MAX_POINTS = 5000
 START_TIMEOUT = 60.0
