@@ -118,7 +118,8 @@ class GpuPipeline:
         with self._device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
-            self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds
+            self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
+            self._threshold_cfg = self.post_cfg                       # and the config they came from
             self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
@@ -286,13 +287,16 @@ class GpuPipeline:
     def _set_thresholds(self, post_config: ModelConfig) -> None:
         """Write the batch's thresholds to the buffer the post-process kernels read, when they differ
         from what it holds (a 12-byte copy on the stream, ordered before this batch's post-process).
-        The kernels clamp max boxes to ``post_cfg``'s, the cap (``Thresholds.applied_to`` refuses more)."""
-        values = threshold_values(post_config)
-        if np.array_equal(values, self._threshold_values):
+        The kernels clamp max boxes to ``post_cfg``'s, the cap (``Thresholds.applied_to`` refuses more).
+        The same config as the last batch's (the usual case) costs one identity check."""
+        if post_config is self._threshold_cfg:
             return
-        self._thresholds.set(values, stream=self.stream)  # pageable source: staged before the call returns
-        self.copies.h2d(values.nbytes)
-        self._threshold_values = values
+        values = threshold_values(post_config)
+        if not np.array_equal(values, self._threshold_values):
+            self._thresholds.set(values, stream=self.stream)  # pageable source: staged before the call returns
+            self.copies.h2d(values.nbytes)
+            self._threshold_values = values
+        self._threshold_cfg = post_config
 
     def _launch_voxelize(self, batch: int) -> None:
         for i in range(batch):
