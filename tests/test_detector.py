@@ -200,9 +200,9 @@ def test_per_call_thresholds_equal_a_detector_opened_with_them(tmp_path: Path) -
     rng = np.random.default_rng(2)
     lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
     frames = [np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32)
-              for n in (3000, 800)]
-    settings = [Thresholds(score_threshold=0.0), Thresholds(score_threshold=0.0, nms_iou=0.5),
-                Thresholds(score_threshold=0.0, nms_iou=0.5, max_boxes=4)]
+              for n in (1500, 400)]
+    settings = [Thresholds(score_threshold=0.0), Thresholds(score_threshold=0.0, nms_iou=0.05),
+                Thresholds(score_threshold=0.0, nms_iou=0.1, max_boxes=4)]
     with PointPillars(model, device="cpu") as detector:
         default = [detector(f) for f in frames]
         per_call = {t: (detector(frames[0], thresholds=t), detector.detect_batch(frames, thresholds=t))

@@ -54,9 +54,9 @@ def test_the_detector_takes_the_options_or_the_keywords_alike(tmp_path: Path) ->
     model = tiny_model_dir(tmp_path / "m", seed=3)
     rng = np.random.default_rng(4)
     lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
-    points = np.column_stack([rng.uniform(lo, hi, (2000, 3)), rng.uniform(0, 1, 2000)]).astype(np.float32)
-    options = RuntimeOptions(device="cpu", thresholds=Thresholds(score_threshold=0.0, nms_iou=0.5, max_boxes=20))
-    with PointPillars(model, options) as a, PointPillars(model, device="cpu", score_threshold=0.0, nms_iou=0.5,
+    points = np.column_stack([rng.uniform(lo, hi, (800, 3)), rng.uniform(0, 1, 800)]).astype(np.float32)
+    options = RuntimeOptions(device="cpu", thresholds=Thresholds(score_threshold=0.0, nms_iou=0.05, max_boxes=20))
+    with PointPillars(model, options) as a, PointPillars(model, device="cpu", score_threshold=0.0, nms_iou=0.05,
                                                          max_boxes=20) as b:
         assert a.options == b.options == options
         first, second = a(points), b(points)
