@@ -1,15 +1,16 @@
 """pointpillars-trt: PointPillars lidar 3D detection as a zero-copy GPU pipeline.
 
 The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``__call__`` /
-``infer_many``), the ``Detections`` it returns, ``load_config`` and the ``PointPillarsError`` family.
+``infer_many``), the ``Detections`` it returns, per-call ``Thresholds``, ``load_config`` and the
+``PointPillarsError`` family.
 """
 
-from .config import ModelConfig, load_config
+from .config import ModelConfig, Thresholds, load_config
 from .detections import Detections, FrameStats
 from .errors import PointPillarsError
 
 __version__ = "0.1.0"
-__all__ = ["Detections", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "load_config"]
+__all__ = ["Detections", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "Thresholds", "load_config"]
 
 
 def __getattr__(name: str) -> object:

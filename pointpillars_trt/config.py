@@ -26,6 +26,7 @@ from typing import Any, Literal, NoReturn, TypeVar, get_args
 import yaml
 
 from .errors import ConfigError, escape_text
+from .kernel_limits import GATHER_WARPS, PFN_PILLARS_PER_BLOCK, SORT_LIMIT, STATIC_SHARED_BYTES
 
 FEATURE_NAMES = (
     "x", "y", "z", "intensity",
@@ -177,6 +178,29 @@ class ModelConfig:
         return replace(self, postprocess=replace(self.postprocess, **changes))
 
 
+@dataclass(frozen=True)
+class Thresholds:
+    """Post-process values a caller may change per call or per request (None keeps the detector's).
+
+    They are kernel inputs on the GPU, so a new value recompiles and rebuilds nothing; ``max_boxes``
+    may not exceed the value the detector was opened with, which sizes its result buffers."""
+
+    score_threshold: float | None = None
+    nms_iou: float | None = None
+    max_boxes: int | None = None
+
+    def applied_to(self, cfg: ModelConfig) -> ModelConfig:
+        """``cfg`` (a detector's config) with these values; ConfigError names a bad one, or a max boxes
+        above ``cfg``'s, the cap its result buffers are sized for."""
+        tuned = cfg.with_thresholds(score_threshold=self.score_threshold, nms_iou=self.nms_iou,
+                                    max_boxes=self.max_boxes)
+        cap = cfg.postprocess.max_boxes
+        if tuned.postprocess.max_boxes > cap:
+            raise ConfigError(f"max_boxes {tuned.postprocess.max_boxes}: the detector was opened with max_boxes "
+                              f"{cap}, which sizes its result buffers; open it with a larger max_boxes")
+        return tuned
+
+
 def builtin_config_names() -> list[str]:
     folder = resources.files("pointpillars_trt") / "configs"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
@@ -271,12 +295,8 @@ def short_repr(value: object, limit: int = 60) -> str:
 
 # --------------------------------------------------------------------------- field rules
 
-# Bounds of the CUDA kernels (kernels/), enforced here so that the CPU path refuses what the GPU path
-# cannot run; tests/test_config.py checks them against the GPU modules' constants.
-STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of one CUDA block
-GATHER_WARPS = 8  # kernels/voxelize.py VoxelizeStage.GATHER_WARPS: pillars per vox_gather block
-PFN_PILLARS_PER_BLOCK = 4  # kernels/pfn.py PfnStage.PILLARS_PER_BLOCK
-SORT_LIMIT = 4096  # kernels/postprocess.py _SORT_LIMIT: keys of one in-block bitonic sort
+# Bounds of the CUDA kernels, enforced here so that the CPU path refuses what the GPU path cannot run;
+# the launch shapes they follow from are the kernels' own (kernel_limits.py).
 # vox_gather stages GATHER_WARPS x MAX_PTS float4 (16 B) in shared memory: 384 points.
 MAX_POINTS_PER_PILLAR = STATIC_SHARED_BYTES // (GATHER_WARPS * 16)
 MAX_PFN_CHANNELS = 1024 // PFN_PILLARS_PER_BLOCK  # pfn_forward runs (channels, pillars per block) threads

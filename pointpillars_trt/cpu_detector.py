@@ -30,7 +30,8 @@ class CpuDetector:
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
 
-    def detect(self, points: np.ndarray) -> Detections:
+    def detect(self, points: np.ndarray, post_config: ModelConfig | None = None) -> Detections:
+        """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``)."""
         cfg, clock = self.cfg, _StageClock()
         pillars = voxelize(points, cfg)
         clock.lap("voxelize")
@@ -43,7 +44,7 @@ class CpuDetector:
         clock.lap("scatter")
         heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
         clock.lap("rpn")
-        raw = postprocess(*split_heads(heads[0], cfg), self.post_cfg)
+        raw = postprocess(*split_heads(heads[0], cfg), post_config or self.post_cfg)
         clock.lap("postprocess")
         self.last_timings = clock.timings()
         stats = FrameStats(
@@ -54,9 +55,9 @@ class CpuDetector:
         )
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats)
 
-    def detect_batch(self, frames: Sequence[np.ndarray]) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[np.ndarray], post_config: ModelConfig | None = None) -> list[Detections]:
         """Frame by frame: the CPU has no batch dimension worth exploiting."""
-        return [self.detect(points) for points in frames]
+        return [self.detect(points, post_config) for points in frames]
 
     def close(self) -> None:
         self._pfn.close()

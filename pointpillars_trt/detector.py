@@ -9,23 +9,24 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import ModelConfig, load_config
+from .config import ModelConfig, Thresholds, load_config
 from .detections import Detections
 from .errors import BackendError, InputError, PointPillarsError
 from .fileio import safe_repr
 from .pointcloud_io import read_points
+from .runtime import BACKENDS
+from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
-
-Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 
 
 class _Implementation(Protocol):
     last_timings: dict[str, float]
 
-    def detect(self, points: Any) -> Detections: ...  # host (N, 4) float32, or a device array on the GPU
+    # points: host (N, 4) float32, or a device array on the GPU; post_config: the call's thresholds
+    def detect(self, points: Any, post_config: ModelConfig | None = None) -> Detections: ...
 
-    def detect_batch(self, frames: Sequence[Any]) -> list[Detections]: ...
+    def detect_batch(self, frames: Sequence[Any], post_config: ModelConfig | None = None) -> list[Detections]: ...
 
     def close(self) -> None: ...
 
@@ -53,80 +54,77 @@ def cuda_available(device_id: int = 0) -> str | None:
             return f"GPU {device_id} does not exist ({count} visible)"
     except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
         return f"CUDA is unusable ({exc})"
-    from .runtime import onnxruntime_cuda_available, tensorrt_available
-    from .runtime.cudnn import cudnn_unavailable_reason
-
-    cudnn_reason = cudnn_unavailable_reason()
-    if cudnn_reason and not (onnxruntime_cuda_available() or tensorrt_available()):
-        return (f"no GPU engine backend: the cuDNN engine is unavailable ({cudnn_reason}), TensorRT is not "
-                "installed, and onnxruntime has no CUDA provider (onnxruntime-gpu)")
+    reasons = {name: row.unavailable_reason() for name, row in BACKENDS.items()}
+    if all(reasons.values()):
+        return "no GPU engine backend: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
     return None
 
 
 class PointPillars:
-    """A PointPillars detector loaded from a model dir or a checkpoint.
+    """A PointPillars detector loaded from a model dir or a checkpoint, run as ``options`` say
+    (``RuntimeOptions``: device, backend, TF32, CUDA graphs, threads, batch size, thresholds).
 
-    ``device="auto"`` picks the GPU pipeline when CuPy and a CUDA device are present, else the CPU path;
-    ``"cuda:N"`` picks GPU N. GPU only: ``cuda_graph`` replays each stage from a captured CUDA graph;
-    ``tf32`` lets fp32 engines use TensorFloat-32 as TensorRT and PyTorch do by default (``False``:
-    IEEE fp32, as the CPU path); it reaches every backend; ``max_batch`` sizes the batch the GPU
-    pipeline runs at once (``detect_batch`` / ``infer_many(batch_size=...)``; 1..8). CPU only:
-    ``threads`` sizes ONNX Runtime's thread pool (default: ``OMP_NUM_THREADS`` when set, else one per core).
-    ``score_threshold``, ``nms_iou`` and ``max_boxes`` override the model's post-process values at run
-    time (no rebuild: they are launch parameters, not part of the model).
+    The keyword arguments (``device="cuda:1"``, ``score_threshold=0.3``, ...) are a shorthand that builds
+    the options (``RuntimeOptions.of``); give one or the other. ``device="auto"`` picks the GPU pipeline
+    when CuPy and a CUDA device are present, else the CPU path. The thresholds override the model's
+    post-process values (no rebuild: they are kernel inputs, not part of the model);
+    ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
+    call (``Thresholds``; max boxes up to the detector's), with no recompilation.
     Safe to share between threads: frames are run one at a time per detector.
     ``engine_description`` says what runs the frames; ``gpu_unused_reason`` why ``device="auto"``
     ran them on the CPU (None when it did not).
     """
 
-    def __init__(self, model: ModelDir, *, device: Device = "auto", backend: str = "auto",
-                 cuda_graph: bool = True, tf32: bool = True, threads: int | None = None, max_batch: int = 1,
-                 score_threshold: float | None = None, nms_iou: float | None = None,
-                 max_boxes: int | None = None) -> None:
+    def __init__(self, model: ModelDir, options: RuntimeOptions | None = None, **settings: Any) -> None:
         self.model = model
-        self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
-                                                          max_boxes=max_boxes)
-        self.device, device_id, self.gpu_unused_reason = _pick_device(device)
-        if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
+        self.options = opts = _options(options, settings)
+        t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
+        self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=t.score_threshold, nms_iou=t.nms_iou,
+                                                          max_boxes=t.max_boxes)
+        if opts.precision is not None and opts.precision != model.precision:
+            raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
+                               "graphs (precision applies when exporting a checkpoint; rebuild for another)")
+        self.device, device_id, self.gpu_unused_reason = _pick_device(opts.device)
+        backend = opts.backend
+        on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
+        if self.device == "cpu" and backend not in on_cpu:
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
-                               "(pass backend auto or onnxruntime, or run where CUDA is available)")
+                               f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
-            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                                                      device_id=device_id, max_batch=max_batch, post_config=self.cfg)
+            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=opts.cuda_graph,
+                                                      tf32=opts.tf32, device_id=device_id, max_batch=opts.max_batch,
+                                                      post_config=self.cfg)
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads(),
+            self._impl = CpuDetector(model, threads=opts.threads if opts.threads is not None else _omp_threads(),
                                      post_config=self.cfg)
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                       device: Device = "auto", backend: str = "auto", cuda_graph: bool = True,
-                       tf32: bool = True, threads: int | None = None, max_batch: int = 1,
-                       **thresholds: Any) -> PointPillars:
-        """Open a model dir built by ``pointpillars-trt build``; ``thresholds``: see the class."""
+                       options: RuntimeOptions | None = None, **settings: Any) -> PointPillars:
+        """Open a model dir built by ``pointpillars-trt build``; ``config``: the config it must have been
+        built for; ``options`` / ``settings``: see the class."""
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-        return cls(load_model_dir(path, expected), device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32,
-                   threads=threads, max_batch=max_batch, **thresholds)
+        return cls(load_model_dir(path, expected), _options(options, settings))
 
     from_engines = from_model_dir
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
-                        precision: str = "fp32", device: Device = "auto", backend: str = "auto",
-                        cuda_graph: bool = True, tf32: bool = True, threads: int | None = None,
-                        max_batch: int = 1, cache_dir: str | os.PathLike[str] | None = None,
-                        **thresholds: Any) -> PointPillars:
+                        cache_dir: str | os.PathLike[str] | None = None, options: RuntimeOptions | None = None,
+                        **settings: Any) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
-        precision and (for TensorRT plans) TF32 mode."""
+        precision (``options.precision``, default fp32) and (for TensorRT plans) TF32 mode."""
         from .convert.export import model_dir_for_checkpoint
 
-        model = model_dir_for_checkpoint(path, config=config, precision=precision, cache_dir=cache_dir,
-                                         tensorrt_plans=backend == "tensorrt", tf32=tf32)
-        return cls(model, device=device, backend=backend, cuda_graph=cuda_graph, tf32=tf32, threads=threads,
-                   max_batch=max_batch, **thresholds)
+        opts = _options(options, settings)
+        row = BACKENDS.get(opts.backend)
+        model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
+                                         tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32)
+        return cls(model, opts)
 
     @property
     def engine_description(self) -> str:
@@ -152,19 +150,25 @@ class PointPillars:
         their own), or None on the CPU path."""
         return self._impl if self.device == "cuda" else None
 
-    def __call__(self, points: object) -> Detections:
-        return self._impl.detect(_device_or_host_points(points, self.device))
+    def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
+        return self._impl.detect(_device_or_host_points(points, self.device), self._post_config(thresholds))
 
-    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[object], *, thresholds: Thresholds | None = None) -> list[Detections]:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
-        size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives."""
+        size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
+        ``thresholds`` apply to this call only."""
+        post_config = self._post_config(thresholds)
         prepared = []
         for index, points in enumerate(frames):
             try:
                 prepared.append(_device_or_host_points(points, self.device))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
-        return self._impl.detect_batch(prepared) if prepared else []
+        return self._impl.detect_batch(prepared, post_config) if prepared else []
+
+    def _post_config(self, thresholds: Thresholds | None) -> ModelConfig | None:
+        """The config one call's post-process runs with (None: the detector's own)."""
+        return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
     def infer_many(self, frames: Iterable[object], *, batch_size: int = 1) -> Iterator[FrameResult]:
         """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame
@@ -221,22 +225,36 @@ class PointPillars:
 FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)
 
 
-def detect_each(detector: Any, frames: Sequence[object]) -> list[Detections | BaseException]:
+def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds | None = None,
+                ) -> list[Detections | BaseException]:
     """``detector.detect_batch(frames)``; when the batch fails, each frame on its own, so that only the
     frame at fault fails: a ``Detections`` or the exception, per frame. ``detector``: anything with
-    ``detect_batch`` (a ``PointPillars``, a remote detector)."""
+    ``detect_batch`` (a ``PointPillars``, a remote detector); ``thresholds``: this call's, if any."""
     if not frames:
         return []
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
-            return list(detector.detect_batch(list(frames)))
+            if thresholds is None:
+                return list(detector.detect_batch(list(frames)))
+            return list(detector.detect_batch(list(frames), thresholds=thresholds))
     except FRAME_ERRORS as exc:
         if len(frames) == 1:
             return [exc]
-        return [result for frame in frames for result in detect_each(detector, [frame])]
+        return [result for frame in frames for result in detect_each(detector, [frame], thresholds)]
 
 
 _ENGINE_NAMES = {"cudnn": "cuDNN engine", "tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime (CUDA)"}
+
+
+def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> RuntimeOptions:
+    """The options object, or the one the convenience keywords build; both at once is ambiguous."""
+    if options is None:
+        return RuntimeOptions.of(**settings)
+    if settings:
+        raise PointPillarsError(f"give RuntimeOptions or keyword settings, not both (received {', '.join(settings)})")
+    if not isinstance(options, RuntimeOptions):
+        raise PointPillarsError(f"options: expected RuntimeOptions, received {type(options).__name__}")
+    return options
 
 
 def _resolve_device(device: str) -> tuple[str, int]:
@@ -247,10 +265,8 @@ def _resolve_device(device: str) -> tuple[str, int]:
 
 def _pick_device(device: str) -> tuple[str, int, str | None]:
     """``_resolve_device`` plus, when ``auto`` fell back to the CPU, the reason the GPU path was unusable."""
-    kind, _, index = str(device).partition(":")
-    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
-        raise PointPillarsError(f"device {device!r}: expected auto, cpu, cuda or cuda:N")
-    device_id = int(index) if index else 0
+    kind, index = parse_device(device)
+    device_id = index or 0
     if kind == "cpu":
         return "cpu", 0, None
     reason = cuda_available(device_id)

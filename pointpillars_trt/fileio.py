@@ -135,6 +135,13 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file", max_bytes:
 
 # --------------------------------------------------------------------------- atomic writes
 
+def user_cache_dir() -> Path:
+    """Where the package caches what it derives (exported model dirs, engine plan caches):
+    $POINTPILLARS_TRT_CACHE, else ~/.cache/pointpillars-trt. Never inside a model dir, so a model dir
+    has one writer (``build``) and may sit on a read-only share."""
+    return Path(os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+
+
 #: Suffix of the temp files the atomic writer renames into place; a run that was killed leaves them
 #: (hidden, named after the writer's pid) and :func:`remove_stale_temp_files` clears them.
 TEMP_SUFFIX = ".pp-tmp"

@@ -29,16 +29,14 @@ from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
+from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, StagingBuffer
-from .runtime import Engine, engine_options_for, onnxruntime_cuda_available, open_engine, tensorrt_available
-from .runtime.cudnn import cudnn_unavailable_reason
 from .kernels.pfn import PfnStage
-from .kernels.postprocess import OUTPUT_ROW, PostprocessStage
+from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
-BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")
 
 
 @dataclass
@@ -66,11 +64,11 @@ class _Slot:
     """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
 
     def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage | None,
-                 canvas_type: np.dtype, result: cp.ndarray) -> None:
+                 canvas_type: np.dtype, result: cp.ndarray, thresholds: cp.ndarray) -> None:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
         self.scatter = ScatterStage(cfg, canvas_type)
-        self.post = PostprocessStage(post_cfg, result)
+        self.post = PostprocessStage(post_cfg, result, thresholds)
 
 
 class GpuPipeline:
@@ -86,7 +84,10 @@ class GpuPipeline:
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
     weights read from ``pfn.onnx``); ``pfn_engine=True`` (batch 1 only) runs ``pfn.onnx`` in the
     engine instead, on every one of the ``max_pillars`` rows. ``post_config`` is the config the
-    post-process runs with (the model's, or a copy with other runtime thresholds).
+    post-process runs with (the model's, or a copy with other runtime thresholds); its ``max_boxes``
+    sizes the result buffers. A batch may run with other thresholds (``detect_batch(frames,
+    post_config)``): they live in a small device buffer the post-process kernels read, written on the
+    stream only when they change, so neither a recompilation nor a new CUDA graph follows.
 
     ``detect`` / ``detect_batch`` are safe to call from several threads (one batch at a time per
     pipeline); ``submit`` / ``collect`` are the lock-free halves for a single caller that overlaps host
@@ -107,7 +108,7 @@ class GpuPipeline:
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
-        self.backend = _pick_backend(model, backend, device_id)
+        self.backend = pick_backend(model, backend, device_id)
         self.tf32 = tf32
         self.pfn_engine = pfn_engine
         self.device_id = device_id
@@ -118,6 +119,9 @@ class GpuPipeline:
         with self._device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
+            self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
+            self._threshold_cfg = self.post_cfg                       # and the config they came from
+            self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
         self._graphs: dict[tuple[int, int], object] = {}  # (stage, batch size) -> captured graph
@@ -128,8 +132,8 @@ class GpuPipeline:
         try:
             with self._device, self.stream:
                 self._allocate(max_points)
-                self._pfn = self._open_engine(model.pfn_engine_path(self.backend)) if pfn_engine else None
-                self._rpn = self._open_engine(model.rpn_engine_path(self.backend))
+                self._pfn = self._open_engine(engine_file(model, "pfn", self.backend)) if pfn_engine else None
+                self._rpn = self._open_engine(engine_file(model, "rpn", self.backend))
                 self._bind_pfn_engine()
         except BaseException:
             self._close_engines()  # before the stream goes: a session outliving its stream crashes
@@ -162,17 +166,17 @@ class GpuPipeline:
         weights = self._pfn_weights
         self._slots = [
             _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
-                  canvas_type, self._results[i])
+                  canvas_type, self._results[i], self._thresholds)
             for i in range(b)
         ]
         if self.pfn_engine:
             self._pillar_features = cp.empty((cfg.voxel.max_pillars, cfg.network.pfn_channels), np.float32)
 
     def _open_engine(self, path: Path) -> Engine:
-        options = engine_options_for(self.backend, device_id=self.device_id, tf32=self.tf32,
-                                     precision=self.model.precision, config_digest=self.cfg.digest(),
-                                     max_batch=self.max_batch)
-        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr)
+        request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
+                                config_digest=self.cfg.digest(), max_batch=self.max_batch)
+        options = engine_options_for(self.backend, request)
+        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr, config=self.cfg)
 
     def _bind_pfn_engine(self) -> None:
         if self._pfn is not None:
@@ -225,29 +229,31 @@ class GpuPipeline:
 
     # -- the hot path -----------------------------------------------------------------------------
 
-    def detect(self, points: object) -> Detections:
-        return self.detect_batch([points])[0]
+    def detect(self, points: object, post_config: ModelConfig | None = None) -> Detections:
+        return self.detect_batch([points], post_config)[0]
 
-    def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> list[Detections]:
         """Frames in groups of at most ``max_batch``, each group one pass of the pipeline; a longer list
-        than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH)."""
+        than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH). ``post_config``: the
+        thresholds of this call (default: the pipeline's ``post_cfg``)."""
         with self._lock:
             if len(frames) > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
                 self._grow_batch(min(len(frames), MAX_BATCH))
             results: list[Detections] = []
             for start in range(0, len(frames), self.max_batch):
-                self.submit(frames[start : start + self.max_batch])
+                self.submit(frames[start : start + self.max_batch], post_config)
                 results.extend(self.collect())
             return results
 
-    def submit(self, frames: Sequence[object]) -> None:
+    def submit(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
         ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
         self._check_batch(len(frames))
         with self._device:
-            self._enqueue(len(frames), lambda: self._stage_input(frames))
+            self._enqueue(len(frames), lambda: self._stage_input(frames), post_config)
 
-    def submit_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]]) -> None:
+    def submit_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]],
+                      post_config: ModelConfig | None = None) -> None:
         """``submit`` for frames a caller already placed in a ``StagingBuffer`` of its own (e.g. read
         from files straight into pinned memory): ``frames`` are (point count, first row) pairs. The
         buffer must stay untouched until ``collect`` returns."""
@@ -262,7 +268,7 @@ class GpuPipeline:
             return [count for count, _ in frames]
 
         with self._device:
-            self._enqueue(len(frames), stage)
+            self._enqueue(len(frames), stage, post_config)
 
     def _check_batch(self, batch: int) -> None:
         if self._batch:
@@ -270,8 +276,9 @@ class GpuPipeline:
         if not 1 <= batch <= self.max_batch:
             raise BackendError(f"submit: expected 1..{self.max_batch} frames, received {batch}")
 
-    def _enqueue(self, b: int, stage_input: Callable[[], list[int]]) -> None:
+    def _enqueue(self, b: int, stage_input: Callable[[], list[int]], post_config: ModelConfig | None) -> None:
         self.copies.reset()
+        self._set_thresholds(post_config or self.post_cfg)
         self._frame_points = stage_input()
         self._events[0].record(self.stream)
         self._run_stage(0, b, self._launch_voxelize)
@@ -298,6 +305,20 @@ class GpuPipeline:
                                "restart the process)") from None
         self.last_timings = timings
         return [self._unpack(self._results_host[i], self._frame_points[i]) for i in range(b)]
+
+    def _set_thresholds(self, post_config: ModelConfig) -> None:
+        """Write the batch's thresholds to the buffer the post-process kernels read, when they differ
+        from what it holds (a 12-byte copy on the stream, ordered before this batch's post-process).
+        The kernels clamp max boxes to ``post_cfg``'s, the cap (``Thresholds.applied_to`` refuses more).
+        The same config as the last batch's (the usual case) costs one identity check."""
+        if post_config is self._threshold_cfg:
+            return
+        values = threshold_values(post_config)
+        if not np.array_equal(values, self._threshold_values):
+            self._thresholds.set(values, stream=self.stream)  # pageable source: staged before the call returns
+            self.copies.h2d(values.nbytes)
+            self._threshold_values = values
+        self._threshold_cfg = post_config
 
     def _launch_voxelize(self, batch: int) -> None:
         for i in range(batch):
@@ -439,39 +460,3 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.dtype != np.float32:
         raise InputError(f"points: expected an (N, 4) float32 device array; got shape {arr.shape}, dtype {arr.dtype}")
     return arr[:, :4]
-
-
-def _pick_backend(model: ModelDir, backend: str, device_id: int = 0) -> str:
-    if backend not in BACKENDS:
-        raise BackendError(f"backend {backend!r}: expected one of {', '.join(BACKENDS)}")
-    if backend == "cudnn":
-        reason = cudnn_unavailable_reason()
-        if reason is not None:
-            raise BackendError(f"backend cudnn: {reason}")
-    if backend != "auto":
-        return backend
-    unrunnable = None  # why the model dir's TensorRT plans cannot run on this GPU (TensorRT for RTX on Hopper)
-    if model.has_plans() and tensorrt_available():
-        from .runtime.tensorrt import unrunnable_reason
-
-        unrunnable = unrunnable_reason(device_id)
-        if unrunnable is None:
-            return "tensorrt"
-    reason = cudnn_unavailable_reason()
-    # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's
-    picked = "cudnn" if reason is None and (model.precision == "fp16" or not onnxruntime_cuda_available()) \
-        else "onnxruntime"
-    if reason is not None:
-        _notice_once(f"pointpillars-trt: the cuDNN engine is unavailable ({reason}); using ONNX Runtime")
-    if unrunnable is not None:
-        _notice_once(f"pointpillars-trt: {unrunnable}; the model dir's TensorRT plans are not used, {picked} runs")
-    return picked
-
-
-_NOTICES: set[str] = set()
-
-
-def _notice_once(message: str) -> None:
-    if message not in _NOTICES:
-        _NOTICES.add(message)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)

@@ -23,7 +23,7 @@ MAX_BATCH = 8  # the largest batch the pipeline and TensorRT profiles are sized 
 
 
 @dataclass(frozen=True)
-class TensorSpec:
+class GraphTensor:
     """A graph input or output; a ``str`` dimension is symbolic (sized per run, e.g. ``num_pillars``)."""
 
     name: str
@@ -36,15 +36,15 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class GraphIO:
-    inputs: tuple[TensorSpec, ...]
-    outputs: tuple[TensorSpec, ...]
+    inputs: tuple[GraphTensor, ...]
+    outputs: tuple[GraphTensor, ...]
 
 
 def pfn_io(cfg: ModelConfig) -> GraphIO:
     m, c = cfg.voxel.max_points_per_pillar, cfg.features.channels
     return GraphIO(
-        inputs=(TensorSpec(PFN_INPUT, (NUM_PILLARS_DIM, m, c)),),
-        outputs=(TensorSpec(PFN_OUTPUT, (NUM_PILLARS_DIM, cfg.network.pfn_channels)),),
+        inputs=(GraphTensor(PFN_INPUT, (NUM_PILLARS_DIM, m, c)),),
+        outputs=(GraphTensor(PFN_OUTPUT, (NUM_PILLARS_DIM, cfg.network.pfn_channels)),),
     )
 
 
@@ -55,8 +55,8 @@ def rpn_io(cfg: ModelConfig, precision: str = "fp32") -> GraphIO:
     nx, ny, _ = cfg.voxel.grid
     hx, hy = cfg.head_map
     return GraphIO(
-        inputs=(TensorSpec(RPN_INPUT, (BATCH_DIM, ny, nx, cfg.network.pfn_channels), canvas_dtype(precision)),),
-        outputs=(TensorSpec(RPN_OUTPUT, (BATCH_DIM, hy, hx, head_channels(cfg))),),
+        inputs=(GraphTensor(RPN_INPUT, (BATCH_DIM, ny, nx, cfg.network.pfn_channels), canvas_dtype(precision)),),
+        outputs=(GraphTensor(RPN_OUTPUT, (BATCH_DIM, hy, hx, head_channels(cfg))),),
     )
 
 

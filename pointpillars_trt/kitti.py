@@ -1,4 +1,4 @@
-"""KITTI files in and out: velodyne .bin frames, calibration, label_2 lines, and atomic writers.
+"""KITTI files in and out: velodyne .bin frames, calibration and label_2 lines.
 
 Detections leave the package as KITTI ``label_2`` lines because that is what OpenPCDet's
 ``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. The lines are

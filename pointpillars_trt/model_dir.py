@@ -70,15 +70,6 @@ class ModelDir:
     def has_plans(self) -> bool:
         return all(self.plan_path(g).is_file() for g in GRAPHS)
 
-    def engine_path(self, graph: str, backend: str) -> Path:
-        """The file a backend loads for ``graph``: the plan for TensorRT, the ONNX graph otherwise."""
-        return self.plan_path(graph) if backend == "tensorrt" else self.onnx_path(graph)
-
-    def pfn_engine_path(self, backend: str) -> Path:
-        return self.engine_path("pfn", backend)
-
-    def rpn_engine_path(self, backend: str) -> Path:
-        return self.engine_path("rpn", backend)
 
 
 _DATASET_FACTS = {"fov_points_only": bool}

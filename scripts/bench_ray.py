@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pointpillars_trt.apps.distributed import detect_dataset
 
-ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
+ASSETS = Path(os.environ.get("PP_ASSETS", "assets"))  # the test assets folder (checkpoints/, kitti/), as the tests read it
 
 
 def main() -> int:

@@ -14,6 +14,7 @@ execution_count). Not a test: numbers depend on the machine.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import threading
@@ -27,7 +28,7 @@ from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
 from pointpillars_trt.apps.serve.server import TritonServer, find_tritonserver
 from pointpillars_trt.kitti import read_velodyne_bin
 
-ASSETS = Path(__file__).resolve().parents[2] / "shared" / "assets"
+ASSETS = Path(os.environ.get("PP_ASSETS", "assets"))  # the test assets folder (checkpoints/, kitti/), as the tests read it
 
 
 def main() -> int:

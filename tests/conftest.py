@@ -13,8 +13,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def assets_dir() -> Path | None:
-    """The shared assets folder: $PP_ASSETS, else ../shared/assets beside the checkout."""
-    candidate = Path(os.environ.get("PP_ASSETS", REPO_ROOT.parent / "shared" / "assets"))
+    """The test assets folder that $PP_ASSETS names (real KITTI frames, checkpoints), or None."""
+    if not os.environ.get("PP_ASSETS"):
+        return None
+    candidate = Path(os.environ["PP_ASSETS"])
     if not candidate.is_absolute():
         candidate = REPO_ROOT / candidate
     return candidate if candidate.is_dir() else None
@@ -29,8 +31,22 @@ def repo_root() -> Path:
 def assets() -> Path:
     found = assets_dir()
     if found is None:
-        pytest.skip("shared KITTI assets not found (set PP_ASSETS or place ../shared/assets)")
+        pytest.skip("test assets not found: set PP_ASSETS to the folder holding kitti/ and checkpoints/")
     return found
+
+
+@pytest.fixture(scope="session")
+def cp():  # type: ignore[no-untyped-def]
+    """CuPy, for the GPU tests (marked ``cuda``): the one place they skip, with the reason, where CuPy or
+    a usable CUDA device is missing."""
+    from tiny_graphs import cuda_skip_reason
+
+    reason = cuda_skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    import cupy
+
+    return cupy
 
 
 @pytest.fixture(scope="session")

@@ -201,13 +201,16 @@ def test_per_class_bound_matches_the_gpu_post_params() -> None:
 
 
 def test_kernel_limits_match_the_gpu_modules() -> None:
-    """The validator's bounds come from the kernels' own constants (importable without CuPy)."""
+    """The validator's bounds and the kernels' launch shapes are one set of numbers (kernel_limits.py)."""
+    from pointpillars_trt import kernel_limits
     from pointpillars_trt.kernels import postprocess, voxelize
     from pointpillars_trt.kernels.pfn import PfnStage
 
-    assert config_module.GATHER_WARPS == voxelize.VoxelizeStage.GATHER_WARPS
-    assert config_module.PFN_PILLARS_PER_BLOCK == PfnStage.PILLARS_PER_BLOCK
-    assert config_module.SORT_LIMIT == postprocess._SORT_LIMIT
+    assert voxelize.VoxelizeStage.GATHER_WARPS == kernel_limits.GATHER_WARPS == 8
+    assert PfnStage.PILLARS_PER_BLOCK == kernel_limits.PFN_PILLARS_PER_BLOCK == 4
+    assert postprocess._SORT_LIMIT == config_module.SORT_LIMIT == kernel_limits.SORT_LIMIT == 4096
+    assert f"-DGATHER_WARPS={kernel_limits.GATHER_WARPS}" in voxelize.VoxelParams.from_config(
+        load_config("openpcdet_kitti_3class")).defines()
     cuda = resources.files("pointpillars_trt") / "kernels" / "cuda"
     assert "__shared__ float4 staged[kGatherWarps][MAX_PTS];" in (cuda / "voxelize.cu").read_text()
     assert config_module.MAX_POINTS_PER_PILLAR == 384  # 8 warps x 384 x 16 B = 48 KiB

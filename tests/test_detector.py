@@ -99,6 +99,7 @@ def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars):
         PointPillars(detector.model, device="cpu", backend="tensorrt")
 
 
+@pytest.mark.slow
 def test_infer_many_isolates_a_bad_frame(detector: PointPillars, points: np.ndarray, expected: Detections,
                                          assets: Path, tmp_path: Path):
     missing = tmp_path / "missing.bin"
@@ -164,6 +165,7 @@ def test_detect_batch_and_batched_infer_many_equal_one_by_one(tmp_path: Path) ->
             np.testing.assert_array_equal(one.scores, other.scores)
 
 
+@pytest.mark.slow
 def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
     """score_threshold / nms_iou / max_boxes change the output, not the model dir (same digest, same files)."""
     from tiny import tiny_model_dir
@@ -184,6 +186,41 @@ def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
     assert {p.name: p.read_bytes() for p in model.path.iterdir()} == before
     with pytest.raises(Exception, match="nms_iou"):
         PointPillars(model, device="cpu", nms_iou=float("nan"))
+
+
+def test_per_call_thresholds_equal_a_detector_opened_with_them(tmp_path: Path) -> None:
+    """``detector(points, thresholds=...)`` / ``detect_batch(..., thresholds=...)`` give what a detector
+    opened with those values gives, for that call only; max boxes above the detector's is refused."""
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.config import Thresholds
+    from pointpillars_trt.errors import ConfigError
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    rng = np.random.default_rng(2)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    frames = [np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32)
+              for n in (1500, 400)]
+    settings = [Thresholds(score_threshold=0.0), Thresholds(score_threshold=0.0, nms_iou=0.05),
+                Thresholds(score_threshold=0.0, nms_iou=0.1, max_boxes=4)]
+    with PointPillars(model, device="cpu") as detector:
+        default = [detector(f) for f in frames]
+        per_call = {t: (detector(frames[0], thresholds=t), detector.detect_batch(frames, thresholds=t))
+                    for t in settings}
+        assert_same(detector(frames[0]), default[0])  # the call's values do not stick
+        with pytest.raises(ConfigError, match="max_boxes 501: the detector was opened with max_boxes 500"):
+            detector(frames[0], thresholds=Thresholds(max_boxes=501))
+        with pytest.raises(ConfigError, match="score_threshold"):
+            detector.detect_batch(frames, thresholds=Thresholds(score_threshold=-1.0))
+    lengths = set()
+    for t, (single, batch) in per_call.items():
+        with PointPillars(model, device="cpu", score_threshold=t.score_threshold, nms_iou=t.nms_iou,
+                          max_boxes=t.max_boxes) as opened:
+            assert_same(single, opened(frames[0]))
+            for got, frame in zip(batch, frames):
+                assert_same(got, opened(frame))
+        lengths.add(len(single))
+    assert len(lengths | {len(default[0])}) == 4, "every setting must change the result to test anything"
 
 
 def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path: Path) -> None:

@@ -216,6 +216,31 @@ def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyp
     assert gpu.graph_failures == {}, gpu.graph_failures
 
 
+def test_thresholds_change_per_call_without_recompiling_or_recapturing(family_pair, assets):  # type: ignore[no-untyped-def]
+    """New thresholds on a live pipeline: the CPU oracle's boxes with those thresholds, no new kernel
+    module compiled, the same captured graphs replayed (the kernels read the values from device memory)."""
+    from pointpillars_trt.config import Thresholds
+    from pointpillars_trt.kernels import _launch
+
+    family, cpu, gpu = family_pair
+    points = read_velodyne_bin(assets / SHARED_FRAMES[2])
+    gpu.detect(points)  # compiled and captured
+    compiled, graphs = _launch.compiled_modules(), dict(gpu._graphs)
+    settings = [Thresholds(score_threshold=0.05), Thresholds(nms_iou=0.5), Thresholds(max_boxes=5),
+                Thresholds(score_threshold=0.3, nms_iou=0.1, max_boxes=20), Thresholds(score_threshold=0.05),
+                Thresholds()]
+    lengths = set()
+    for thresholds in settings:
+        post = thresholds.applied_to(gpu.post_cfg)
+        found = gpu.detect(points, post)
+        assert_same_detections(found, cpu.detect(points, post), f"{family} {thresholds}")
+        lengths.add(len(found))
+    assert len(lengths) > 2, f"the thresholds must change the result to test anything: {lengths}"
+    assert _launch.compiled_modules() == compiled, "a threshold change compiled a kernel module"
+    assert gpu._graphs.keys() == graphs.keys() and all(gpu._graphs[k] is g for k, g in graphs.items())
+    assert gpu.graph_failures == {}, gpu.graph_failures
+
+
 def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     _, cpu, gpu = family_pair
     slow = HostRoundTripPipeline(gpu.model, backend=gpu.backend, tf32=False)

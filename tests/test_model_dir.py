@@ -14,6 +14,7 @@ from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import ModelDirError
+from pointpillars_trt.runtime import engine_file
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, load_model_dir
 from pointpillars_trt.convert.onnx_export import OPSET, build_rpn_graph
@@ -58,11 +59,11 @@ def test_round_trip(tmp_path: Path, family: str, precision: str):
 
 def test_export_overwrites_an_existing_dir_and_drops_its_stale_plans(tmp_path: Path):
     first = tiny_model_dir(tmp_path, seed=0)
-    assert not first.has_plans() and first.engine_path("rpn", "onnxruntime") == first.rpn_path
+    assert not first.has_plans() and engine_file(first, "rpn", "onnxruntime") == first.rpn_path
     for graph in ("pfn", "rpn"):
         first.plan_path(graph).write_bytes(b"plan of the seed-0 graph")
         first.plan_path(graph).with_suffix(".plan.json").write_text("{}")
-    assert first.has_plans() and first.rpn_engine_path("tensorrt") == tmp_path / "rpn.plan"
+    assert first.has_plans() and engine_file(first, "rpn", "tensorrt") == tmp_path / "rpn.plan"
     second = tiny_model_dir(tmp_path, seed=1)
     assert first.metadata["graphs"]["rpn"]["sha256"] != second.metadata["graphs"]["rpn"]["sha256"]
     assert load_model_dir(tmp_path).metadata["source"]["random_seed"] == 1

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .. import __version__
 from ..errors import PointPillarsError
 from ..fileio import safe_repr
-from .infer import add_infer_parser, device_arg, one_line, positive_int
+from ..model_dir import package_version
+from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
+from .infer import EXIT_FRAME_FAILURES, add_infer_parser, device_arg, one_line, positive_int
 
-EXIT_FRAME_FAILURES = 1
+__all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
@@ -104,7 +105,7 @@ DESCRIPTION = ("PointPillars lidar 3D object detection on the GPU (CPU fallback)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="pointpillars-trt", description=DESCRIPTION)
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
@@ -118,9 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--pcdet-config", metavar="YAML",
                        help="OpenPCDet model config, e.g. tools/cfgs/kitti_models/pointpillar.yaml "
                             "(default: none; exclusive with --config)")
-    build.add_argument("--backend", choices=("onnxruntime", "tensorrt"), default="onnxruntime",
-                       help="tensorrt also builds TensorRT plans: with TensorRT (on and for this GPU) when it "
-                            "imports, else with TensorRT for RTX (no GPU needed; plans for RTX GPUs)")
+    build.add_argument("--backend", choices=BACKEND_NAMES, default="onnxruntime",
+                       help="the backend the model dir is for: tensorrt also builds TensorRT plans, with TensorRT "
+                            "(on and for this GPU) when it imports, else with TensorRT for RTX (no GPU needed; plans "
+                            "for RTX GPUs); the others run the ONNX graphs")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="graph (and plan) precision")
     build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
     build.add_argument("--compute-capability", action="append", metavar="CC",
@@ -137,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--config", default="openpcdet_kitti_3class", help="config name or YAML path")
     demo.add_argument("--seed", type=int, default=0, help="seed of the scene and of the random weights")
     demo.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
-    demo.add_argument("--backend", choices=("auto", "onnxruntime", "tensorrt", "cudnn"), default="auto",
+    demo.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                       help="GPU engine backend")
     demo.add_argument("--repeats", type=positive_int, default=10,
                       help="frames run after the first (cold) one for the steady-state times")

@@ -28,12 +28,14 @@ DEFAULT_REPEATS = 10
 def check_device(device: str) -> None:
     """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, before anything is written."""
     from ..detector import cuda_available
+    from ..runtime_options import DEVICES_EXPECTED, parse_device
 
-    kind, _, index = device.partition(":")
-    if kind not in ("auto", "cpu", "cuda") or (index and (kind != "cuda" or not index.isdigit())):
-        raise PointPillarsError(f"--device {safe_repr(device)}: expected auto, cpu, cuda or cuda:N")
+    try:
+        kind, index = parse_device(device)
+    except PointPillarsError:
+        raise PointPillarsError(f"--device {safe_repr(device)}: expected {DEVICES_EXPECTED}") from None
     if kind == "cuda":
-        reason = cuda_available(int(index) if index else 0)
+        reason = cuda_available(index or 0)
         if reason is not None:
             raise BackendError(f"--device {device} requested, but {reason}; run with --device cpu (or auto)")
 

@@ -19,7 +19,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +31,7 @@ from .frames import FrameJob, FrameRunner
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
     intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, write_frame_outputs
+from ..runtime_options import RuntimeOptions
 
 if TYPE_CHECKING:
     from .frame_prep import Prepare
@@ -64,7 +65,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
                    point_dim: int = 4, intensity_scale: float | None = None, ray_address: str | None = None,
                    progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None,
-                   prepare: Prepare | None = None) -> DatasetSummary:
+                   prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 1 where the cluster has GPUs, else 0 = the CPU path; 0.5 puts two actors on a GPU), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's).
@@ -76,6 +77,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     part files of one row per frame. ``report`` (given the output plan) makes the ``infer`` account
     that each frame is reported to, in input order, and closed at the end. ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
+    ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
+    batch are set per actor from the resources it gets.
     """
     if ray_address is None:
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
@@ -95,7 +98,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
-               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd()}
+               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
     started = not ray.is_initialized()
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
@@ -159,8 +162,9 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     dataset = dataset.map_batches(
         _DetectActor, batch_size=batch * pipes * BATCHES_PER_CALL, batch_format="numpy",
         compute=ActorPoolStrategy(size=workers),
-        fn_constructor_kwargs={"model_dir": model_dir, "device": "cuda" if on_gpu else "cpu", "threads": threads,
-                               "batch": batch, "pipelines": pipes, **options},
+        fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, **options,
+                               "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu", max_batch=batch,
+                                                  threads=options["runtime"].threads or threads)},
         num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
     from tqdm import tqdm
 
@@ -214,13 +218,12 @@ class _DetectActor:
     """K detectors and one streaming frame runner per actor; a batch of rows {path[, bytes]} in, one
     record per frame out (its outputs written as local infer writes them, or its row)."""
 
-    def __init__(self, model_dir: str, device: str, threads: int | None, batch: int, pipelines: int,
+    def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
                  prepare: Prepare | None = None) -> None:
         from ..detector import PointPillars
 
-        self.detectors = [PointPillars.from_model_dir(model_dir, device=device, threads=threads, max_batch=batch)
-                          for _ in range(pipelines)]
+        self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import glob
 import os
 import shlex
@@ -35,6 +36,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import frame_preparer
+from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
     from ..config import ModelConfig
@@ -47,16 +49,18 @@ DEFAULT_GPU_BATCH = 8
 DEFAULT_GPU_PIPELINES = 2
 #: Reader threads and writer threads of a run (file I/O and output encoding overlap the GPU).
 IO_THREADS = min(8, os.cpu_count() or 1)
-BACKENDS = ("auto", "onnxruntime", "tensorrt", "cudnn")
 
 
 # --------------------------------------------------------------------------- argument types
 
 def device_arg(text: str) -> str:
-    kind, sep, index = text.partition(":")
-    if kind in ("auto", "cpu", "cuda") and (not sep or (kind == "cuda" and index.isdigit())):
-        return text
-    raise argparse.ArgumentTypeError(f"{text!r}: expected auto, cpu, cuda or cuda:N")
+    from ..runtime_options import DEVICES_EXPECTED, parse_device
+
+    try:
+        parse_device(text)
+    except PointPillarsError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {DEVICES_EXPECTED}") from None
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -133,7 +137,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                        help="graphs exported from a .pth --model (a model dir keeps its own)")
     run = infer.add_argument_group("runtime")
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
-    run.add_argument("--backend", choices=BACKENDS, default="auto",
+    run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                      help="GPU engine backend (the CPU path always uses ONNX Runtime)")
     run.add_argument("--batch-size", type=batch_size_arg, default=None,
                      help=f"frames run at once on the GPU (1..{MAX_BATCH}; default: {DEFAULT_GPU_BATCH} on the GPU, "
@@ -265,24 +269,24 @@ def rebuild_command(model_dir: Path, config: str | None) -> str:
     return f"`{command}`"
 
 
-def open_model(args: argparse.Namespace, **options: Any) -> PointPillars:
-    """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options."""
+def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointPillars:
+    """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options (and a GPU
+    batch of ``max_batch`` frames, where the run decided it)."""
     from ..config import load_config
     from ..detector import PointPillars
     from ..model_dir import load_model_dir
+    from .runtime_args import runtime_options_from_args
 
     if not args.model:
         raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
     path = Path(args.model)
     if not path.exists():
         raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
-    common: dict[str, Any] = dict(device=args.device, backend=args.backend, tf32=not args.no_tf32,
-                                  threads=args.threads, max_batch=args.batch_size or 1,
-                                  score_threshold=args.score_threshold, nms_iou=args.nms_iou,
-                                  max_boxes=args.max_boxes)
-    common.update(options)
+    options = runtime_options_from_args(args)
+    if max_batch is not None:
+        options = dataclasses.replace(options, max_batch=max_batch)
     if path.is_file():
-        return PointPillars.from_checkpoint(path, config=args.config, precision=args.precision, **common)
+        return PointPillars.from_checkpoint(path, config=args.config, options=options)
     expected: ModelConfig | None = None
     if args.config:
         expected = load_config(args.config)
@@ -294,7 +298,7 @@ def open_model(args: argparse.Namespace, **options: Any) -> PointPillars:
                 + rebuild_command(path, args.config)
             )
     try:
-        return PointPillars.from_model_dir(path, config=expected, **common)
+        return PointPillars.from_model_dir(path, config=expected, options=options)
     except ModelDirError as exc:
         text = str(exc)
         if "rebuild" in text and "pointpillars-trt build" not in text:

@@ -21,14 +21,13 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import ModelDirError, PointPillarsError
-from ..fileio import write_bytes_atomic
+from ..fileio import user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import FORMAT_VERSION, GRAPHS, METADATA_FILE, ModelDir, load_model_dir, package_version
 from .checkpoint import LoadedCheckpoint, load_checkpoint
 from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
 from .weights import PointPillarsWeights
 
-BACKENDS = ("onnxruntime", "tensorrt")
 
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -40,16 +39,19 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
     ``progress`` receives a line before and after each plan build; ``compute_capabilities``: the GPUs
     TensorRT for RTX builds the plans for (None: its default set); ``dataset``: what the training data
     config says about the points (see ``export_model_dir``)."""
+    from ..runtime.backends import BACKEND_NAMES, BACKENDS
+
     if backend not in BACKENDS:
-        raise PointPillarsError(f"backend {backend!r}: expected one of {BACKENDS}")
+        raise PointPillarsError(f"backend {backend!r}: expected one of {BACKEND_NAMES}")
     checked = check_precision(precision)
-    if backend == "tensorrt":  # fail before any work when the plans cannot be built here
+    plans = BACKENDS[backend].artefact == "plan"
+    if plans:  # fail before any work when the plans cannot be built here
         from ..runtime.tensorrt import require_tensorrt
 
         require_tensorrt()
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
-                             tensorrt_tf32=tf32 if backend == "tensorrt" else None, progress=progress,
+                             tensorrt_tf32=tf32 if plans else None, progress=progress,
                              compute_capabilities=compute_capabilities, dataset=dataset)
 
 
@@ -74,7 +76,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    return Path(cache_dir or os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+    return Path(cache_dir) if cache_dir else user_cache_dir()
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:

@@ -14,7 +14,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..config import ModelConfig
-from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, Precision, TensorSpec,
+from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, GraphTensor, Precision,
                         check_precision, pfn_io, rpn_io)
 from ..errors import ConfigError
 from .weights import PointPillarsWeights
@@ -110,7 +110,7 @@ class _GraphBuilder:
             self.node(op, inputs, name, output=output, **attrs)
 
     def model(self, graph_name: str, io: GraphIO) -> onnx.ModelProto:
-        def info(t: TensorSpec) -> onnx.ValueInfoProto:
+        def info(t: GraphTensor) -> onnx.ValueInfoProto:
             return helper.make_tensor_value_info(t.name, _ONNX_DTYPES[t.dtype], list(t.shape))
 
         graph = helper.make_graph(

@@ -1,9 +1,9 @@
 """Compile-once CUDA modules and checked launches, shared by every GPU stage.
 
 Each stage's ``cuda/<stage>.cu`` is compiled once per distinct parameter set (``-D`` defines; no number
-is hard-coded in the CUDA sources) with the shared header pasted in, its kernels fetched by their
-declared names up front, and every launch checked: a CUDA or compiler error becomes a BackendError
-naming the stage or kernel. CuPy is imported lazily: the package imports, and the CPU path runs,
+is hard-coded in the CUDA sources; what may change per call is a kernel argument, never a define) with
+the shared header pasted in, its kernels fetched by their declared names up front, and every launch
+checked: a CUDA or compiler error becomes a BackendError naming the stage or kernel. CuPy is imported lazily: the package imports, and the CPU path runs,
 without it.
 """
 
@@ -59,6 +59,12 @@ def kernel_source(file: str) -> str:
 @functools.lru_cache(maxsize=None)
 def _module(file: str, defines: tuple[str, ...]) -> Any:
     return cupy_module().RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
+
+
+def compiled_modules() -> int:
+    """How many modules have been compiled in this process (one per file and define set): values that
+    change per call, such as the post-process thresholds, are kernel arguments and never add one."""
+    return _module.cache_info().currsize
 
 
 def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:

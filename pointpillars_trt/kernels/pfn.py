@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..kernel_limits import PFN_PILLARS_PER_BLOCK
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks
 
 
@@ -41,7 +42,7 @@ class PfnStage:
     """
 
     KERNELS = ("pfn_forward",)
-    PILLARS_PER_BLOCK = 4
+    PILLARS_PER_BLOCK = PFN_PILLARS_PER_BLOCK
     _BLOCKS_PER_SM = 8
 
     def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 from ..anchors import NMS_CORNER_MARGIN, anchors
 from ..config import ModelConfig
 from ..errors import ConfigError
+from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
@@ -23,12 +24,16 @@ RESULT_HEADER = _POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(_POST_HEADER)]
 
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
 _NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
-_SORT_LIMIT = 4096  # keys of one in-block bitonic sort (32 KB of shared memory)
+# Slots of the run-time thresholds buffer the kernels read on every launch (float32; max boxes is exact).
+THRESHOLD_SLOTS = ("score", "nms_iou", "max_boxes")
 
 
 @dataclass(frozen=True)
 class PostParams:
-    """Everything postprocess.cu is compiled with, float values already rounded to float32."""
+    """Everything postprocess.cu is compiled with, float values already rounded to float32.
+
+    The run-time thresholds are not here: they are kernel inputs (``threshold_values``), so changing
+    them compiles nothing. ``max_boxes`` is the cap the result buffer is sized for."""
 
     head_map: tuple[int, int]  # (W, H)
     anchors_per_cell: int
@@ -37,9 +42,7 @@ class PostParams:
     openpcdet_style: bool
     per_class: bool
     score_inclusive: bool
-    score_threshold: float
     top_k: int
-    nms_iou: float
     nms_margin: float
     max_boxes: int
     dir_offset: float
@@ -60,9 +63,7 @@ class PostParams:
             openpcdet_style=cfg.box_coder == "openpcdet",
             per_class=pp.nms == "per_class",
             score_inclusive=pp.score_inclusive,
-            score_threshold=f32(pp.score_threshold),
             top_k=pp.pre_nms_top_k,
-            nms_iou=f32(pp.nms_iou),
             nms_margin=f32(NMS_CORNER_MARGIN[cfg.box_coder]),
             max_boxes=pp.max_boxes,
             dir_offset=f32(d.offset),
@@ -119,19 +120,33 @@ class PostParams:
             ANCHORS_PER_CELL=self.anchors_per_cell,
             NUM_CLASSES=self.num_classes, DIR_BINS=self.dir_bins, STYLE_OPENPCDET=int(self.openpcdet_style),
             PER_CLASS=int(self.per_class), SCORE_INCLUSIVE=int(self.score_inclusive),
-            SCORE_THRESHOLD=f32_define(self.score_threshold), TOP_K=self.top_k, SORT_CAP=self.sort_cap,
-            FINAL_CAP=self.final_cap, NMS_IOU=f32_define(self.nms_iou), NMS_MARGIN=f32_define(self.nms_margin),
+            TOP_K=self.top_k, SORT_CAP=self.sort_cap,
+            FINAL_CAP=self.final_cap, NMS_MARGIN=f32_define(self.nms_margin),
             MAX_BOXES=self.max_boxes, DIR_OFFSET=f32_define(self.dir_offset),
             DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
             SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(_POST_HEADER),
             **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", _POST_HEADER),
+            **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
         )
+
+
+def threshold_values(cfg: ModelConfig) -> np.ndarray:
+    """The run-time thresholds of ``cfg`` (score threshold, NMS IoU, max boxes) as the float32 values the
+    kernels read from their ``thresholds`` buffer (``THRESHOLD_SLOTS``)."""
+    pp = cfg.postprocess
+    return np.array([pp.score_threshold, pp.nms_iou, pp.max_boxes], np.float32)
 
 
 class PostprocessStage:
     """One frame's merged NHWC head map (hy, hx, cls|box|dir) -> detections (``reference.postprocess``)
     in one small device buffer.
+
+    ``thresholds`` (3,) float32 on the device (owned here and filled from ``cfg``, or the caller's, shared
+    by several stages) holds the run-time score threshold, NMS IoU and max boxes (``THRESHOLD_SLOTS``);
+    the kernels read it on every launch, so writing new values there (on the launch stream) changes the
+    next frame's thresholds without recompiling or recapturing anything. Max boxes is clamped to the
+    ``cfg`` value, the cap ``result`` is sized for.
 
     ``result`` (max_boxes + 1, 9) float32 (owned here, or a slot of the caller's batch buffer given as
     ``result``): row 0 holds the counts named by
@@ -142,7 +157,7 @@ class PostprocessStage:
 
     KERNELS = ("pp_score", "pp_offsets", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
 
-    def __init__(self, cfg: ModelConfig, result: Any = None) -> None:
+    def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
         cp = cupy_module()
         self.params = p = PostParams.from_config(cfg)
         self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
@@ -153,9 +168,12 @@ class PostprocessStage:
         na, slots = p.num_anchors, p.groups * p.sort_cap
         if result is not None:
             check_device_array(result, "result", np.float32, (p.max_boxes + 1, OUTPUT_ROW))
+        if thresholds is not None:
+            check_device_array(thresholds, "thresholds", np.float32, (len(THRESHOLD_SLOTS),))
         with checked("postprocess: allocating buffers"):
             self.result = result if result is not None else cp.zeros((p.max_boxes + 1, OUTPUT_ROW), np.float32)
             self.stats = cp.zeros(len(POST_STATS), np.int32)
+            self.thresholds = thresholds if thresholds is not None else cp.asarray(threshold_values(cfg))
             self._anchors = cp.asarray(np.ascontiguousarray(anchors(cfg), np.float32))
             self._key = cp.zeros(na, np.uint32)
             self._block_counts = cp.zeros(grid_blocks(na, _SCORE_BLOCK), np.int32)
@@ -184,21 +202,23 @@ class PostprocessStage:
         num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(_POST_HEADER)))
         score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
         tiles = p.sort_cap // 64
-        launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self._key, self._block_counts), stream)
+        launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
+                      stream)
         launch_kernel(k["pp_offsets"], 1, 1024, (self._block_counts, self.stats), stream)
         launch_kernel(k["pp_compact"], score_blocks, _SCORE_BLOCK,
-                (self._key, self._block_counts, self._cand_key, self._cand_anchor), stream)
+                (self._key, self._block_counts, self.thresholds, self._cand_key, self._cand_anchor), stream)
         launch_kernel(k["pp_select"], 1, 1024,
                 (self._cand_key, self._cand_anchor, self.stats, self._sel_anchor, self._sel_score), stream)
         group_grid, group_block = (p.groups, min(1024, p.sort_cap)) if p.per_class else (grid_blocks(p.sort_cap, 256), 256)
         launch_kernel(k["pp_group"], group_grid, group_block,
-                (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self._group_count,
+                (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self.thresholds,
+                 self._group_count,
                  self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
         launch_kernel(k["pp_nms_mask"], (tiles, tiles, p.groups), 64 * _NMS_COLUMN_SPLIT,
-                (self._group_count, self._group_rect, self._mask), stream)
+                (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
         launch_kernel(k["pp_nms_reduce"], 1, 256,
                 (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,
-                 self._group_dir, self.stats, voxel_stats, num_extra, self._kept, self.result), stream)
+                 self._group_dir, self.stats, voxel_stats, num_extra, self.thresholds, self._kept, self.result), stream)
 
     @staticmethod
     def unpack(result: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:

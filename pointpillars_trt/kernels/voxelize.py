@@ -9,6 +9,7 @@ import numpy as np
 
 from ..config import FEATURE_NAMES, ModelConfig
 from ..errors import ConfigError, InputError
+from ..kernel_limits import GATHER_WARPS
 from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
 
 # Slots of the voxelizer's device counters (int32); the last three are its own bookkeeping.
@@ -85,7 +86,7 @@ class VoxelizeStage:
 
     KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_rank_large", "vox_gather")
     LARGE_PILLAR_BLOCKS = 64  # blocks of vox_rank_large (grid-stride over the frame's large pillars)
-    GATHER_WARPS = 8  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
+    GATHER_WARPS = GATHER_WARPS  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
 
     def __init__(self, cfg: ModelConfig, max_points: int) -> None:
         if max_points < 1:

@@ -1,7 +1,7 @@
 """NumPy post-processing of both checkpoint families: the CPU path and the oracle of postprocess.cu.
 
 Anchors, box decoding, direction handling, rotated bird's-eye-view IoU / NMS and the whole detection
-step, each as the family's own code does it (``shared/assets/README.md``; OpenPCDet
+step, each as the family's own code does it (OpenPCDet
 ``anchor_generator.py``, ``ResidualCoder``, ``generate_predicted_boxes``, ``class_agnostic_nms``,
 ``iou3d_nms_kernel.cu``; zhulf0804 ``anchors.py``, ``get_predicted_bboxes_single``, ``test.py`` and
 its mmdet3d-derived ``iou3d_kernel.cu``).

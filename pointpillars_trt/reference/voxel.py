@@ -1,6 +1,6 @@
 """NumPy voxelization, point decoration and scatter: the CPU path and the oracle of the CUDA kernels.
 
-Every number is computed the way both checkpoint families compute it (``shared/assets/README.md``):
+Every number is computed the way both checkpoint families compute it:
 grid indices, pillar centres and means in float32, pillars in first-point order, points in input order.
 Only the order of the float32 sum behind the pillar mean is our choice (PyTorch does not specify its
 reduction order): we add the slots one after another, so a kernel that sums sequentially matches us

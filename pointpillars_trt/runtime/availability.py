@@ -1,4 +1,8 @@
-"""Which engine backends can run here, asked without importing more than each question needs."""
+"""Which engine backends can run here, asked without importing more than each question needs.
+
+Each ``*_unavailable_reason`` is a backend's probe in the registry (``backends.py``): None when the
+backend can run in the GPU pipeline here, else one line naming what is missing.
+"""
 
 from __future__ import annotations
 
@@ -10,16 +14,30 @@ def tensorrt_available() -> bool:
     return installed_library() is not None
 
 
+def tensorrt_unavailable_reason() -> str | None:
+    return None if tensorrt_available() else "TensorRT is not importable (pip install tensorrt)"
+
+
 def onnxruntime_cuda_available() -> bool:
+    return onnxruntime_cuda_unavailable_reason() is None
+
+
+def onnxruntime_cuda_unavailable_reason() -> str | None:
     try:
         import onnxruntime
     except ImportError:
-        return False
-    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+        return "onnxruntime is not installed (pip install onnxruntime-gpu)"
+    if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
+        return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
+    return None
 
 
 def cudnn_available() -> bool:
     """True when the cuDNN frontend engine can run here (frontend, cuDNN >= 9.5, CuPy, a GPU)."""
-    from .cudnn import cudnn_unavailable_reason
-
     return cudnn_unavailable_reason() is None
+
+
+def cudnn_unavailable_reason() -> str | None:
+    from .cudnn import cudnn_unavailable_reason as reason
+
+    return reason()

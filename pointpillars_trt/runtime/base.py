@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import BackendError
 
-Backend = Literal["onnxruntime", "tensorrt", "cudnn"]
+Backend = str  # a name of the registry (runtime/backends.py BACKENDS)
 Device = Literal["cpu", "cuda"]
 Shape = tuple[int, ...]
 

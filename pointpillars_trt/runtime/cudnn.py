@@ -12,9 +12,11 @@ cuDNN executions and one kernel on the caller's stream, no host sync, no allocat
 pipeline can capture it in a CUDA graph.
 
 The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
-when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``<model dir>/cudnn/``)
-in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and compute capability,
-config digest, precision and batch. A missing, corrupt or mismatching entry is rebuilt.
+when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
+cache, ``$POINTPILLARS_TRT_CACHE`` or ``~/.cache/pointpillars-trt``: never the model dir, whose one
+writer is ``build``) in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and
+compute capability, config digest, precision and batch. A missing, corrupt or mismatching entry is
+rebuilt.
 
 ``import cudnn`` and ``import cupy`` happen only when an engine is activated.
 """
@@ -35,8 +37,8 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import BackendError
-from ..fileio import write_bytes_atomic
-from ..model_dir import graph_initializers, load_model_dir
+from ..fileio import user_cache_dir, write_bytes_atomic
+from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
 from .options import CudnnOptions
 
@@ -220,12 +222,12 @@ class CudnnEngine(Engine):
     """The RPN as cuDNN frontend graphs + the neck-head kernel; see the module docstring for the tensors.
 
     ``path`` is the model dir's ``rpn.onnx`` (its BN-folded initializers are the weights); ``cfg`` the
-    model config (None: read from ``model.json`` beside it).
+    model config it was exported from (the engine opens no model dir itself).
     """
 
     backend = "cudnn"
 
-    def __init__(self, path: str | Path, cfg: ModelConfig | None = None, options: CudnnOptions | None = None) -> None:
+    def __init__(self, path: str | Path, cfg: ModelConfig, options: CudnnOptions | None = None) -> None:
         super().__init__(path, "cuda")
         self.options = options if options is not None else CudnnOptions()
         if not isinstance(self.options, CudnnOptions):
@@ -250,13 +252,11 @@ class CudnnEngine(Engine):
 
     @property
     def cfg(self) -> ModelConfig:
-        if self._cfg is None:
-            self._cfg = load_model_dir(self.path.parent).cfg
         return self._cfg
 
     @property
     def plan_cache_dir(self) -> Path:
-        return self.options.plan_cache_dir or self.path.parent / "cudnn"
+        return self.options.plan_cache_dir or user_cache_dir() / "cudnn"
 
     # -- lifecycle -------------------------------------------------------------------------------
 

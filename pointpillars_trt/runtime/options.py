@@ -14,6 +14,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from ..errors import BackendError
+from ..graph_io import MAX_BATCH
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,9 @@ class CudnnOptions:
     ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
     TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
     ``config_digest``: when given, must equal the digest of the model config (a stale model dir
-    is refused). ``plan_cache_dir``: None for ``<model dir>/cudnn/``. ``autotune``: time the first
-    heuristic candidates of each conv once and cache the fastest (False: the heuristic's first
-    buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
+    is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``fileio.user_cache_dir``).
+    ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
+    the heuristic's first buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
     """
 
     device_id: int = 0
@@ -69,7 +70,7 @@ class CudnnOptions:
     config_digest: str | None = None
     plan_cache_dir: Path | None = None
     autotune: bool = True
-    max_batch: int = 8
+    max_batch: int = MAX_BATCH
 
     def __post_init__(self) -> None:
         _check_device_id(self.device_id, "CudnnOptions")

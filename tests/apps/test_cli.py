@@ -206,6 +206,7 @@ def test_build_checkpoint_of_other_family(checkpoint: Path, family: str, tmp_pat
 
 # --------------------------------------------------------------------------- infer: JSON
 
+@pytest.mark.slow
 def test_infer_json_equals_api(infer_json: tuple[Run, Path], api_detections: dict[str, Detections], assets: Path):
     run, out = infer_json
     assert run.rc == 0 and "Traceback" not in run.err, run
@@ -226,6 +227,7 @@ def test_infer_json_counts_pillars(infer_json: tuple[Run, Path], assets: Path, f
         assert record["num_pillars"] == brute_force_pillar_count(read_velodyne_bin(assets / rel), cfg)
 
 
+@pytest.mark.slow
 def test_infer_json_is_openpcdet_convention_of_native_boxes(infer_json: tuple[Run, Path], model_dir: Path,
                                                              assets: Path, family: str):
     cfg = load_config(CONFIGS[family])
@@ -253,6 +255,7 @@ def _kitti_tree(assets: Path, root: Path) -> dict[str, Path]:
     return frames
 
 
+@pytest.mark.slow
 def test_infer_kitti_round_trips_to_json(checkpoint: Path, infer_json: tuple[Run, Path], assets: Path,
                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     frames = _kitti_tree(assets, tmp_path / "kitti")
@@ -274,6 +277,7 @@ def test_infer_kitti_round_trips_to_json(checkpoint: Path, infer_json: tuple[Run
 
 
 @ONE_FAMILY
+@pytest.mark.slow
 def test_infer_kitti_wrong_split_calib_is_that_frames_error(model_dir: Path, family: str, assets: Path,
                                                              tmp_path: Path):
     frames = _kitti_tree(assets, tmp_path / "kitti")
@@ -307,6 +311,7 @@ def bad_frames(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[s
             "nonfinite": folder / "nonfinite.bin", "outside": folder / "outside.bin"}
 
 
+@pytest.mark.slow
 def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path],
                                      api_detections: dict[str, Detections], tmp_path: Path):
     run = cli("infer", *bad_frames.values(), "--model", model_dir, "--out", tmp_path, "--device", "cpu",
@@ -359,6 +364,7 @@ def test_infer_model_dir_of_other_config(model_dir: Path, family: str, assets: P
 
 
 @ONE_FAMILY
+@pytest.mark.slow
 def test_infer_output_errors(model_dir: Path, family: str, assets: Path, tmp_path: Path):
     a_file = tmp_path / "a_file"
     a_file.write_text("not a folder")
@@ -535,6 +541,7 @@ def test_tiny_point_dim_5(tiny_model: Path, tmp_path: Path):
         .replace('"four"', '"five"')
 
 
+@pytest.mark.slow
 def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     for name in ("a", "b"):
         points = tiny_points(4)
@@ -551,6 +558,7 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     assert run.rc == 0 and "warning" not in run.err, run
 
 
+@pytest.mark.slow
 def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\0" * 10)
@@ -713,6 +721,7 @@ def test_error_message_of_memory_error_and_others():
         "'a\\nb': No such file or directory"
 
 
+@pytest.mark.slow
 def test_memory_error_is_one_line(tmp_path: Path, repo_root: Path):
     """A real MemoryError: eval parses a 16 MB label file under a tight address-space limit."""
     pytest.importorskip("resource")
@@ -769,6 +778,7 @@ def test_every_option_has_help_and_default():
         assert text.count("(default") >= len([a for a in command._actions if a.option_strings and a.dest != "help"]) - 1
 
 
+@pytest.mark.slow
 def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp_path: Path):
     if family != "openpcdet":
         pytest.skip("the OpenPCDet config file fits the OpenPCDet checkpoint")

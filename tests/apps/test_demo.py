@@ -22,6 +22,7 @@ def cli(*args: object) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow
 def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
     rc, out, err = cli("demo", "--out", tmp_path, "--device", "cpu", "--repeats", "2")
     assert rc == 0, err

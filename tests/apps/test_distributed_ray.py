@@ -24,6 +24,8 @@ from pointpillars_trt.apps.serve.cli import run_scaleout_infer
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import write_velodyne_bin
 
+pytestmark = pytest.mark.slow  # a real local Ray cluster per module: end to end, tens of seconds
+
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 CORRUPT = "corrupt.bin"
 

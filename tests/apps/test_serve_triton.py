@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import os
@@ -34,6 +35,8 @@ from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError
 from pointpillars_trt.kitti import read_velodyne_bin
+
+pytestmark = pytest.mark.slow  # a real tritonserver per module: end to end, tens of seconds
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 MAX_POINTS = 5000
@@ -183,6 +186,77 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     assert executions < inferences, "the dynamic batcher never put two ragged frames in one batch"
 
 
+def threshold_inputs(module, frame: np.ndarray, **thresholds: float | int) -> list:  # type: ignore[no-untyped-def,type-arg]
+    """The inputs of one request: the frame plus the optional threshold inputs given."""
+    inputs = [module.InferInput("points", [1, *frame.shape], "FP32")]
+    inputs[0].set_data_from_numpy(frame[None])
+    for name, value in thresholds.items():
+        datatype, dtype = ("INT32", np.int32) if name == "max_boxes" else ("FP32", np.float32)
+        inputs.append(module.InferInput(name, [1, 1], datatype))
+        inputs[-1].set_data_from_numpy(np.array([[value]], dtype))
+    return inputs
+
+
+# Every request carries all three inputs: Triton batches only requests with the same set of inputs.
+THRESHOLD_SETTINGS = [{"score_threshold": s, "nms_iou": n, "max_boxes": m}
+                      for s, n, m in ((0.1, 0.01, 500), (0.0, 0.01, 500), (0.0, 0.5, 500), (0.0, 0.01, 3))]
+BAD_THRESHOLDS = {"max_boxes": 501, "nms_iou": float("nan")}
+
+
+def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """Requests with different thresholds, sent at once so the dynamic batcher mixes them, each get what
+    the local detector gives with those thresholds; a bad value fails only its own request; a request
+    without them gets the model's."""
+    from pointpillars_trt.config import Thresholds
+
+    frames = random_frames(tiny, 8)[5:]
+    jobs = [(f, s) for f in range(len(frames)) for s in range(len(THRESHOLD_SETTINGS))] * 2
+    with PointPillars(tiny, device="cpu") as detector:
+        expected = {(f, s): detector(frames[f], thresholds=Thresholds(**THRESHOLD_SETTINGS[s]))  # type: ignore[arg-type]
+                    for f, s in set(jobs)}
+    counts = [len(expected[0, s]) for s in range(len(THRESHOLD_SETTINGS))]
+    assert len(set(counts)) == len(counts), f"the settings must change the result to test anything: {counts}"
+    module, client = raw_client(tiny_server, "grpc")
+    before = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
+    done: dict[object, tuple[object, object]] = {}
+    finished = threading.Event()
+    total = len(jobs) + len(BAD_THRESHOLDS)
+
+    def callback(key: object, result: object, error: object) -> None:
+        done[key] = (result, error)
+        if len(done) == total:
+            finished.set()
+
+    for index, (f, s) in enumerate(jobs):  # all in flight together, on one connection
+        client.async_infer(MODEL_NAME, threshold_inputs(module, frames[f], **THRESHOLD_SETTINGS[s]),
+                           callback=functools.partial(callback, index))
+    for name, value in BAD_THRESHOLDS.items():
+        client.async_infer(MODEL_NAME, threshold_inputs(module, frames[0], **{**THRESHOLD_SETTINGS[0], name: value}),
+                           callback=functools.partial(callback, name))
+    assert finished.wait(60), f"{len(done)} of {total} replies"
+    for index, job in enumerate(jobs):
+        reply, error = done[index]
+        assert error is None, error
+        local = expected[job]
+        np.testing.assert_array_equal(reply.as_numpy("boxes")[0], local.boxes)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(reply.as_numpy("scores")[0], local.scores)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(reply.as_numpy("labels")[0], local.labels)  # type: ignore[attr-defined]
+    assert "max_boxes 501: the detector was opened with max_boxes 500" in str(done["max_boxes"][1])
+    plain = client.infer(MODEL_NAME, threshold_inputs(module, frames[0]))
+    np.testing.assert_array_equal(plain.as_numpy("scores")[0], expected[0, 0].scores)  # the model's: setting 0
+    assert "nms_iou: expected a finite number in [0, 1], got nan" in str(done["nms_iou"][1])
+    deadline = time.monotonic() + 10  # the statistics are updated after the responses go out
+    while True:
+        after = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
+        inferences = int(after["inference_count"]) - int(before.get("inference_count", 0))
+        executions = int(after["execution_count"]) - int(before.get("execution_count", 0))
+        if inferences >= len(jobs) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    client.close()
+    assert executions < inferences, "the dynamic batcher never put two requests in one batch"
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.serve.client import RemoteDetector
@@ -257,6 +331,8 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
     model = tmp_path / "repo" / MODEL_NAME
     config = (model / "config.pbtxt").read_text()
     for needle in ('dims: [-1, 4], allow_ragged_batch: true', "BATCH_ELEMENT_COUNT", "max_batch_size: 4",
+                   '"score_threshold", data_type: TYPE_FP32, dims: [1], optional: true',
+                   '"max_boxes", data_type: TYPE_INT32, dims: [1], optional: true',
                    "max_queue_delay_microseconds: 500", "count: 2, kind: KIND_CPU", '"boxes", data_type: TYPE_FP32, dims: [-1, 7]',
                    '"labels", data_type: TYPE_INT32', '"num_points", data_type: TYPE_INT32, dims: [1]',
                    'string_value: "Car,Pedestrian,Cyclist"'):

@@ -233,7 +233,7 @@ def test_checkpoint_head_maps_match_onnxruntime(checkpoint: str, assets: Path) -
 
 
 def _numpy_anchors(cfg: ModelConfig) -> np.ndarray:
-    """Anchors by brute force from the family conventions of shared/assets/README.md."""
+    """Anchors by brute force from the family conventions of $PP_ASSETS/README.md."""
     w, h = cfg.head_map
     r, a = cfg.voxel.point_range, cfg.anchors
     rows = []

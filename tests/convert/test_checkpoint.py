@@ -1,7 +1,7 @@
 """Checkpoint import: both torch formats without torch, both key layouts, and every way a file can be bad.
 
 Oracles: the raw bytes of the files (zip records, the legacy stream's count-prefixed payloads), the
-key table and totals in ../shared/assets/README.md, brute-force strided indexing, and torch itself
+key table and totals in $PP_ASSETS/README.md, brute-force strided indexing, and torch itself
 where it is installed.
 """
 
@@ -23,8 +23,8 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, torch_global, write_legacy,
                            write_zip)
 
-from pointpillars_trt.convert.checkpoint import (detect_layout, expected_keys, load_checkpoint, read_pth,
-                                         weights_from_state_dict)
+from pointpillars_trt.convert.checkpoint import detect_layout, expected_keys, load_checkpoint, weights_from_state_dict
+from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import CheckpointError
 from pointpillars_trt.convert.weights import PointPillarsWeights

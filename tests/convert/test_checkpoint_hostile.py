@@ -27,9 +27,9 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zeros, pickle_torch, torch_global,
                            write_legacy, write_raw_zip, write_zip, zeros_crc)
 
-from pointpillars_trt.convert import checkpoint
-from pointpillars_trt.convert.checkpoint import (MAX_TUPLE_NESTING, expected_keys, load_checkpoint, read_pth,
-                                               short_repr, weights_from_state_dict)
+from pointpillars_trt.convert import pth
+from pointpillars_trt.convert.checkpoint import expected_keys, load_checkpoint, weights_from_state_dict
+from pointpillars_trt.convert.pth import MAX_TUPLE_NESTING, read_pth, short_repr
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import CheckpointError
 
@@ -43,7 +43,8 @@ CHILD = r"""
 import dataclasses, resource, sys
 limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-from pointpillars_trt.convert.checkpoint import load_checkpoint, read_pth
+from pointpillars_trt.convert.checkpoint import load_checkpoint
+from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import CheckpointError
 how, path = sys.argv[2], sys.argv[3]
@@ -284,7 +285,7 @@ def test_memo_indices_and_byte_counts_beyond_the_file(fmt: str, data: bytes, wor
 
 def test_pickle_opcode_and_build_limits(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = write_zip({f"k{i}": i for i in range(50)}, tmp_path / "many.pth")
-    monkeypatch.setattr(checkpoint, "MAX_PICKLE_OPCODES", 60)
+    monkeypatch.setattr(pth, "MAX_PICKLE_OPCODES", 60)
     checkpoint_error(lambda: read_pth(path), "more than 60 pickle opcodes")
     monkeypatch.undo()
     # BUILD repeated on one OrderedDict with one memoised state: each copies the state
@@ -453,14 +454,14 @@ def test_character_device_is_refused() -> None:
 def test_file_larger_than_the_cap_is_refused_with_its_size(tmp_path: Path, repo_root: Path) -> None:
     path = tmp_path / "huge.pth"
     with open(path, "wb") as f:  # sparse: no disk space used
-        f.truncate(checkpoint.MAX_CHECKPOINT_BYTES + 1)
-    refused("load", path, repo_root, f"file is {checkpoint.MAX_CHECKPOINT_BYTES + 1} bytes",
-            f"{checkpoint.MAX_CHECKPOINT_BYTES}-byte limit")
+        f.truncate(pth.MAX_CHECKPOINT_BYTES + 1)
+    refused("load", path, repo_root, f"file is {pth.MAX_CHECKPOINT_BYTES + 1} bytes",
+            f"{pth.MAX_CHECKPOINT_BYTES}-byte limit")
 
 
 def test_size_cap_is_a_module_constant(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = write_zip({"w": np.zeros(100, np.float32)}, tmp_path / "t.pth")
-    monkeypatch.setattr(checkpoint, "MAX_CHECKPOINT_BYTES", 100)
+    monkeypatch.setattr(pth, "MAX_CHECKPOINT_BYTES", 100)
     checkpoint_error(lambda: read_pth(path), str(path), "larger than the 100-byte limit")
 
 

@@ -271,6 +271,7 @@ def test_rpn_matches_the_float64_oracle(family: str, precision: str):
                         ref[name] - ref[name].mean((2, 3), keepdims=True)) < TOLERANCE[precision], name
 
 
+@pytest.mark.slow
 def test_rpn_full_size_kitti_matches_the_float64_oracle(openpcdet_cfg: ModelConfig):
     """The real network at the real grid (496 x 432), once: the oracle takes ~10 s here."""
     cfg = openpcdet_cfg

@@ -14,6 +14,7 @@ the compile check needs only nvcc.
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,18 +38,6 @@ FRAMES = ("training/velodyne_reduced/000134.bin", "training/velodyne/000000.bin"
 @pytest.fixture(params=["openpcdet_cfg", "zhulf_cfg"])
 def cfg(request: pytest.FixtureRequest) -> ModelConfig:
     return request.getfixturevalue(request.param)
-
-
-@pytest.fixture(scope="module")
-def cp() -> Any:
-    cupy = pytest.importorskip("cupy", reason="CuPy is not installed")
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-    except Exception as exc:  # no driver, no device
-        pytest.skip(f"no CUDA device usable by CuPy ({type(exc).__name__}: {exc})")
-    if count < 1:
-        pytest.skip("no CUDA device visible to CuPy")
-    return cupy
 
 
 @pytest.fixture
@@ -479,6 +468,21 @@ def test_kernels_compile_with_nvcc(cfg: ModelConfig, tmp_path: Path) -> None:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, f"{name}:\n{done.stderr}"
         assert "warning" not in done.stderr.lower(), f"{name}:\n{done.stderr}"
+
+
+def test_thresholds_are_kernel_inputs_so_new_values_compile_nothing(cfg: ModelConfig) -> None:
+    """The compile cache is keyed by (file, defines): thresholds must leave the defines alone (and appear
+    in no define or source macro), while the max-boxes cap, which sizes buffers, may change them."""
+    key = gpu_post.PostParams.from_config(cfg).defines()
+    for score, iou, boxes in ((0.0, 0.0, 1), (0.5, 0.5, cfg.postprocess.max_boxes), (1.0, 1.0, 7)):
+        tuned = gpu_post.PostParams.from_config(cfg.with_thresholds(score_threshold=score, nms_iou=iou))
+        assert tuned.defines() == key
+        values = gpu_post.threshold_values(cfg.with_thresholds(score_threshold=score, nms_iou=iou, max_boxes=boxes))
+        assert values.dtype == np.float32 and values.tolist() == [np.float32(score), np.float32(iou), boxes]
+    assert not [d for d in key if d.startswith(("-DSCORE_THRESHOLD=", "-DNMS_IOU="))]
+    assert not re.search(r"\b(SCORE_THRESHOLD|NMS_IOU)\b", _launch.kernel_source("postprocess.cu"))
+    capped = gpu_post.PostParams.from_config(cfg.with_thresholds(max_boxes=cfg.postprocess.max_boxes + 1))
+    assert capped.defines() != key
 
 
 def test_post_params_refuse_what_the_kernels_cannot_do(openpcdet_cfg: ModelConfig) -> None:

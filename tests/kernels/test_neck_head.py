@@ -9,7 +9,6 @@ import pytest
 from pointpillars_trt.errors import BackendError
 from pointpillars_trt.kernels.neck_head import NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head
 from tiny import tiny_config
-from tiny_graphs import cuda_skip_reason
 
 KITTI_LIKE = ((64, 128, 1), (128, 128, 2), (256, 128, 4))  # (Cin, CU, stride): KITTI's neck on a small map
 TINY = ((8, 16, 1), (16, 16, 2), (32, 16, 4))
@@ -127,15 +126,6 @@ def test_float16_launch_shape():
 # -- GPU ------------------------------------------------------------------------------------------
 
 
-def _cupy():
-    reason = cuda_skip_reason()
-    if reason:
-        pytest.skip(reason)
-    import cupy
-
-    return cupy
-
-
 ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not a multiple of 64; odd NH below
 
 
@@ -143,8 +133,7 @@ ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not
 @pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
 @pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd"])
 @pytest.mark.parametrize("shape", [(8, 2, 2), (6, 3, 2), (4, 2, 1)], ids=["w8s2", "w6s3", "w4s2"])  # float16 warps, stages, blocks
-def test_kernel_matches_float64_reference(half, case, shape):
-    cp = _cupy()
+def test_kernel_matches_float64_reference(cp, half, case, shape):
     from dataclasses import replace
 
     from pointpillars_trt.kernels.neck_head import NeckHeadStage
@@ -171,8 +160,7 @@ def test_kernel_matches_float64_reference(half, case, shape):
 
 
 @pytest.mark.cuda
-def test_kernel_checks_its_arrays():
-    cp = _cupy()
+def test_kernel_checks_its_arrays(cp):
     from pointpillars_trt.errors import InputError
     from pointpillars_trt.kernels.neck_head import NeckHeadStage
 

@@ -84,6 +84,22 @@ def test_options_defaults_and_validation(tmp_path):
             CudnnOptions(**bad)
 
 
+def test_plan_cache_goes_to_the_user_cache_never_the_model_dir(tmp_path, monkeypatch):
+    """The engine gets its config and writes nowhere in the model dir: the default plan cache is
+    $POINTPILLARS_TRT_CACHE/cudnn (else ~/.cache/pointpillars-trt/cudnn); opened without a config it is refused."""
+    from pointpillars_trt.runtime import open_engine
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_model_dir(tmp_path / "m", seed=2)
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    assert CudnnEngine(md.rpn_path, md.cfg).plan_cache_dir == tmp_path / "cache" / "cudnn"
+    monkeypatch.delenv("POINTPILLARS_TRT_CACHE")
+    assert CudnnEngine(md.rpn_path, md.cfg).plan_cache_dir == Path.home() / ".cache" / "pointpillars-trt" / "cudnn"
+    assert CudnnEngine(md.rpn_path, md.cfg, CudnnOptions(plan_cache_dir=tmp_path / "p")).plan_cache_dir == tmp_path / "p"
+    with pytest.raises(BackendError, match="rpn.onnx: the cuDNN engine builds the RPN from the model config"):
+        open_engine(md.rpn_path, CudnnOptions(), device="cuda")
+
+
 def test_unavailable_reason_names_what_is_missing():
     reason = cudnn_unavailable_reason()
     try:

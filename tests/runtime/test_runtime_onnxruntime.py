@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from pointpillars_trt.errors import BackendError, ModelDirError
-from pointpillars_trt.runtime import Engine, OrtOptions, TensorSpec, backend_for, open_engine
+from pointpillars_trt.runtime import BACKEND_NAMES, Engine, OrtOptions, TensorSpec, backend_for, open_engine
 from pointpillars_trt.runtime.onnxruntime import OnnxRuntimeEngine
 from tiny_graphs import cuda_skip_reason, head_graph, head_reference, pfn_graph, pfn_reference
 
@@ -211,13 +211,6 @@ extern "C" __global__ void spin(unsigned long long nanoseconds) {
 
 
 @pytest.fixture
-def cp():
-    import cupy
-
-    return cupy
-
-
-@pytest.fixture
 def stream(cp):
     return cp.cuda.Stream(non_blocking=True)
 
@@ -356,17 +349,18 @@ def test_cuda_engine_checks_stream_bindings_and_shapes(cp, stream, pfn):
             engine.run_host({"pillars": pillars(10)})
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "tensorrt", "cudnn"])
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
 @pytest.mark.parametrize("tf32", [False, True])
 def test_tf32_and_device_reach_every_backends_options(backend: str, tf32: bool) -> None:
-    from pointpillars_trt.runtime import CudnnOptions, engine_options_for
+    from pointpillars_trt.runtime import CudnnOptions, EngineRequest, engine_options_for
 
-    options = engine_options_for(backend, device_id=1, tf32=tf32, precision="fp32", config_digest="d" * 16)
+    options = engine_options_for(backend, EngineRequest(device_id=1, tf32=tf32, precision="fp32",
+                                                        config_digest="d" * 16))
     assert options.device_id == 1
     if isinstance(options, CudnnOptions):  # fp32 graphs: TF32 convs, or IEEE fp32 ones
         assert options.precision == ("tf32" if tf32 else "fp32") and options.config_digest == "d" * 16
-        assert engine_options_for(backend, device_id=0, tf32=tf32, precision="fp16",
-                                  config_digest="d" * 16).precision == "fp16"  # type: ignore[union-attr]
+        assert engine_options_for(backend, EngineRequest(device_id=0, tf32=tf32, precision="fp16",
+                                                         config_digest="d" * 16)).precision == "fp16"
         return
     assert options.tf32 is tf32
     if backend == "tensorrt":  # what a prebuilt plan must match

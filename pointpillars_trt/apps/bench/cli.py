@@ -18,8 +18,7 @@ from ...detections import Detections
 from ...errors import BackendError, PointPillarsError
 from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
-from ...runtime import onnxruntime_cuda_available, tensorrt_available
-from ...runtime.cudnn import cudnn_unavailable_reason
+from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
 from ...convert.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
@@ -142,8 +141,6 @@ def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
 
 
 TORCH_BASELINE = "PyTorch eager re-implementation fp32"
-_ENGINE_LABELS = {"tensorrt": "tensorrt (plans)", "cudnn": "cudnn (frontend graphs + neck-head kernel)",
-                  "onnxruntime": "onnxruntime (CUDA EP)"}
 
 
 def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
@@ -154,13 +151,13 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     first_name, first_frames = next(iter(frame_sets.items()))
     batches = [int(b) for b in args.batches.split(",")]
     for backend in _gpu_backends(results):
-        engine = _ENGINE_LABELS[backend]
+        engine = BACKENDS[backend].label
         for precision in args.precisions.split(","):
             md = _model_dir(model, precision, out)
             if md is None:
                 continue
             tf32 = precision != "fp32"
-            if backend == "tensorrt" and not md.has_plans():
+            if BACKENDS[backend].artefact == "plan" and not md.has_plans():
                 from ...convert.export import build_model_plans
 
                 build_model_plans(md, precision=md.precision, tf32=tf32)
@@ -251,28 +248,16 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
 
 
 def _gpu_backends(results: dict[str, Any]) -> list[str]:
+    """The registry's backends that run here, by auto priority; a note for each that does not."""
     backends = []
-    if not tensorrt_available():
-        results["notes"].append("TensorRT not importable: TensorRT rows skipped")
-    else:
-        from ...runtime.tensorrt import unrunnable_reason
-
-        unrunnable = unrunnable_reason()
-        if unrunnable is None:
-            backends.append("tensorrt")
+    for row in sorted(BACKENDS.values(), key=lambda r: r.auto_priority):
+        reason = row.unavailable_reason() or row.runs_on(0)
+        if reason is None:
+            backends.append(row.name)
         else:
-            results["notes"].append(f"TensorRT rows skipped: {unrunnable}")
-    reason = cudnn_unavailable_reason()
-    if reason is None:
-        backends.append("cudnn")
-    else:
-        results["notes"].append(f"cuDNN engine rows skipped: {reason}")
-    if onnxruntime_cuda_available():
-        backends.append("onnxruntime")
-    else:
-        results["notes"].append("onnxruntime has no CUDAExecutionProvider: install onnxruntime-gpu")
+            results["notes"].append(f"{row.label} rows skipped: {reason}")
     if not backends:
-        raise PointPillarsError("bench: no GPU engine backend (TensorRT, the cuDNN engine or onnxruntime-gpu) is installed")
+        raise PointPillarsError("bench: no GPU engine backend (" + ", ".join(BACKEND_NAMES) + ") can run here")
     return backends
 
 

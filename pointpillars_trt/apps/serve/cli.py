@@ -14,6 +14,7 @@ import threading
 from types import FrameType
 
 from ...errors import InputError
+from ...graph_io import MAX_BATCH
 from ..infer import EXIT_FRAME_FAILURES
 from .repository import DEFAULT_MAX_POINTS
 
@@ -23,7 +24,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
     serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
     serve.add_argument("--instances", type=int, default=1, help="model instances per GPU (or on the CPU)")
-    serve.add_argument("--max-batch", type=int, default=8, help="largest dynamic batch (1: no batching)")
+    serve.add_argument("--max-batch", type=int, default=MAX_BATCH, help="largest dynamic batch (1: no batching)")
     serve.add_argument("--max-queue-delay-us", type=int, default=2000,
                        help="how long a request may wait for others to fill a batch")
     serve.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, help="largest frame a request may carry")
@@ -42,12 +43,13 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 def run_serve(args: argparse.Namespace) -> int:
     """Write the repository, start tritonserver, print its endpoints, and on SIGINT/SIGTERM stop it
     (the signal is forwarded; the server is killed if it has not exited within its stop timeout)."""
+    from ...runtime_options import RuntimeOptions
     from .repository import write_repository
     from .server import TritonServer, find_tritonserver
 
     target = write_repository(args.model, args.repository, instances=args.instances, max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
-                              max_points=args.max_points)
+                              max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
     print(f"wrote {target}", flush=True)
     if args.repository_only:
         return 0
@@ -113,6 +115,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..infer import FrameReport, check_outputs, expand_frame_paths
+    from ..runtime_args import runtime_options_from_args
 
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
@@ -128,7 +131,7 @@ def _run_ray(args: argparse.Namespace) -> int:
                              batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
-                             ray_address=args.ray_address, prepare=prepare,
+                             ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
                                                              where=True))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s)", file=sys.stderr)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -9,7 +10,9 @@ import secrets
 from pathlib import Path
 
 from ...errors import InputError
+from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
+from ...runtime_options import RuntimeOptions
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
@@ -41,8 +44,10 @@ def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
 
 
 def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
-                      device: str, max_points: int) -> str:
-    """config.pbtxt: ragged FP32 [-1, 4] points, dynamic batching, K instances per GPU (or on the CPU).
+                      device: str, max_points: int, runtime: RuntimeOptions | None = None) -> str:
+    """config.pbtxt: ragged FP32 [-1, 4] points, optional per-request thresholds (score_threshold and
+    nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching, K instances per GPU (or on the CPU); each
+    instance's detector runs as ``runtime`` says (stored as JSON; the device is the instance's).
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
@@ -53,7 +58,8 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     kind, gpus = gpu_instance_kind(device)
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
-              "max_points": str(max_points), "class_names": ",".join(model.cfg.classes)}
+              "max_points": str(max_points), "class_names": ",".join(model.cfg.classes),
+              "runtime_options": json.dumps((runtime or RuntimeOptions()).to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
     outputs += [(name, "TYPE_INT32", "[1]") for name in
                 ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
@@ -61,7 +67,10 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
         f"max_batch_size: {max_batch}",
-        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true }]',
+        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true },',
+        '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
+        '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',
+        '  { name: "max_boxes", data_type: TYPE_INT32, dims: [1], optional: true }]',
         'batch_input [{ kind: BATCH_ELEMENT_COUNT, target_name: "points_element_count", data_type: TYPE_INT32, '
         'source_input: "points" }]',
         "output [",
@@ -75,14 +84,14 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
 
 
 def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int = 1,
-                     max_batch: int = 8, max_queue_delay_us: int = 2000, device: str = "auto",
-                     max_points: int = DEFAULT_MAX_POINTS) -> Path:
+                     max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
+                     max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None) -> Path:
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
     place, replacing an older one; other models in the repository are left alone."""
     found = resolve_model(model)
     text = model_config_text(found, instances=instances, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
-                             device=device, max_points=max_points)
+                             device=device, max_points=max_points, runtime=runtime)
     root = Path(repository)
     root.mkdir(parents=True, exist_ok=True)
     target = root / MODEL_NAME

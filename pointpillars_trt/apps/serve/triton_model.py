@@ -1,19 +1,22 @@
 """Triton Python-backend model for PointPillars, copied into a repository as ``pointpillars/1/model.py``.
 
-Each instance builds one detector (its own GPU pipeline) in ``initialize`` (model dir and device from the
-config's parameters; a KIND_GPU instance runs on the GPU Triton gave it) and warms it up there at every
-batch size up to the config's ``max_batch_size``, so no request pays for kernel compilation, plan
-loading or graph capture. Triton's dynamic batcher hands ``execute`` the requests of a ragged batch
-one by one; their frames go to ONE ``detect_batch`` call (``detect_each``: the frame at fault alone
-fails when the batch cannot run). Tensors cross by
-DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data. A request that
-cannot be a frame gets its own error response; the others in the batch still get their detections.
+Each instance builds one detector (its own GPU pipeline) in ``initialize`` (model dir, device and
+runtime options from the config's parameters; a KIND_GPU instance runs on the GPU Triton gave it) and
+warms it up there at every batch size up to the config's ``max_batch_size``, so no request pays for
+kernel compilation, plan loading or graph capture. Triton's dynamic batcher hands ``execute`` the
+requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call per set of
+thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``; absent:
+the model's), through ``detect_each``: the frame at fault alone fails when the batch cannot run.
+Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
+A request that cannot be a frame gets its own error response; the others in the batch still get their
+detections.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +29,15 @@ if _PATHS.is_file():
 import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
+from pointpillars_trt.config import Thresholds  # noqa: E402
 from pointpillars_trt.detector import PointPillars, detect_each  # noqa: E402
+from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 from pointpillars_trt.graph_io import MAX_BATCH  # noqa: E402
 
 OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
+THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int}  # optional, one value each
 
 
 class TritonPythonModel:
@@ -46,22 +52,27 @@ class TritonPythonModel:
         if args.get("model_instance_kind") == "GPU":
             device = f"cuda:{args['model_instance_device_id']}"
         self.max_points = int(params["max_points"])
+        runtime = RuntimeOptions.from_dict(json.loads(params["runtime_options"]))
         max_batch = min(max(1, int(config.get("max_batch_size", 1))), MAX_BATCH)
-        self.detector = PointPillars.from_model_dir(model_dir, device=device, max_batch=max_batch)
+        self.detector = PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device,
+                                                                               max_batch=max_batch))
         self._warm_up(max_batch)
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
-        frames: list[np.ndarray] = []
-        owners: list[int] = []
+        groups: dict[Thresholds, tuple[list[int], list[np.ndarray]]] = {}  # requests by their thresholds
         for index, request in enumerate(requests):
             try:
-                frames.append(self._frame(request))
-                owners.append(index)
+                frame, thresholds = self._frame(request), self._thresholds(request)
             except PointPillarsError as exc:
                 responses[index] = _error(exc)
-        for index, response in zip(owners, self._detect(frames)):
-            responses[index] = response
+                continue
+            owners, frames = groups.setdefault(thresholds, ([], []))
+            owners.append(index)
+            frames.append(frame)
+        for thresholds, (owners, frames) in groups.items():
+            for index, response in zip(owners, self._detect(frames, thresholds)):
+                responses[index] = response
         return responses
 
     def finalize(self) -> None:
@@ -80,10 +91,25 @@ class TritonPythonModel:
             raise InputError(f"points: {points.shape[1]} points, more than this server's cap of {self.max_points}")
         return points[0]
 
-    def _detect(self, frames: list[np.ndarray]) -> list[Any]:
-        """One detect_batch for the whole batch; when it fails, frame by frame so only the culprit fails."""
+    def _thresholds(self, request: Any) -> Thresholds:
+        """The request's optional thresholds, checked against the detector (whose max_boxes is the cap)."""
+        values: dict[str, float | int] = {}
+        for name, kind in THRESHOLD_INPUTS.items():
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                continue
+            array = np.from_dlpack(tensor)
+            if array.size != 1:
+                raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
+            values[name] = kind(array.reshape(-1)[0])
+        thresholds = Thresholds(**values)  # type: ignore[arg-type]
+        thresholds.applied_to(self.detector.cfg)  # a bad value fails this request alone
+        return thresholds
+
+    def _detect(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
+        """One detect_batch for the whole group; when it fails, frame by frame so only the culprit fails."""
         return [_error(found) if isinstance(found, BaseException) else _response(found)
-                for found in detect_each(self.detector, frames)]
+                for found in detect_each(self.detector, frames, thresholds)]
 
     def _warm_up(self, max_batch: int) -> None:
         """Run a synthetic frame inside the model's range once at every batch size on the GPU (each

@@ -1,6 +1,6 @@
 // Block-level building blocks shared by the stage kernels.
 //
-// kernels.py pastes this header into each .cu before compiling it, so CuPy's kernel cache sees the
+// _launch.py pastes this header into each .cu before compiling it, so CuPy's kernel cache sees the
 // whole source; nvcc finds it through the ordinary #include when the files are compiled directly.
 #ifndef PP_COMMON_CUH
 #define PP_COMMON_CUH

@@ -5,7 +5,7 @@
 // on the live pillars (the count is read from device memory), so its cost follows the frame, not the
 // buffer size an engine with a fixed shape would pay for.
 //
-// Compile-time configuration (-D options from kernels.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
+// Compile-time configuration (-D options from pfn.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
 // OUT_CHANNELS, PILLARS_PER_BLOCK.
 namespace {
 constexpr int kPillarFloats = MAX_PTS * NUM_FEATURES;

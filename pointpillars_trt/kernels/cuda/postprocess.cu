@@ -6,7 +6,10 @@
 // suppresses, boxes are written in OpenPCDet's convention whatever the family. The NMS geometry
 // follows the families' kernels (corner margin, strict tests, angular bubble sort, fan area) in
 // float32. Nothing syncs with the host: every count lives in `stats`, every grid is sized from
-// capacities. Launch order, one stream:
+// capacities. The run-time thresholds (score threshold, NMS IoU, max boxes) are read from the small
+// device buffer `thresholds` (slots THRESHOLD_*), so a new value needs neither a recompilation nor a
+// new CUDA graph: the graph holds the buffer's address, the kernels read its contents. Launch order,
+// one stream:
 //   pp_score      per anchor: max class probability; block counts of those passing the threshold
 //   pp_offsets    one block: compaction offsets, candidate count
 //   pp_compact    per anchor: candidates in anchor order
@@ -18,9 +21,11 @@
 //
 // Compile-time configuration (-D options from postprocess.py): HEAD_W, HEAD_H, HEAD_CHANNELS, ANCHORS_PER_CELL,
 // NUM_CLASSES, DIR_BINS, STYLE_OPENPCDET (box coder / NMS geometry: 1 OpenPCDet, 0 zhulf0804),
-// PER_CLASS, SCORE_INCLUSIVE, SCORE_THRESHOLD, TOP_K, SORT_CAP, FINAL_CAP, NMS_IOU, NMS_MARGIN,
-// MAX_BOXES, DIR_OFFSET, DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
-// OUT_MAX_[XYZ], SCORE_BLOCK, NMS_COLUMN_SPLIT, STAT_* (slots of stats), HEADER_* (slots of the output's header row).
+// PER_CLASS, SCORE_INCLUSIVE, TOP_K, SORT_CAP, FINAL_CAP, NMS_MARGIN,
+// MAX_BOXES (the cap the output is sized for; the run-time max boxes is at most this), DIR_OFFSET,
+// DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
+// OUT_MAX_[XYZ], SCORE_BLOCK, NMS_COLUMN_SPLIT, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
+// THRESHOLD_* (slots of `thresholds`: float32 score threshold, NMS IoU, max boxes).
 #include "common.cuh"
 
 namespace {
@@ -40,11 +45,11 @@ __device__ __forceinline__ float sigmoid(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
-__device__ __forceinline__ bool passes(float score) {
+__device__ __forceinline__ bool passes(float score, float threshold) {
 #if SCORE_INCLUSIVE
-    return score >= SCORE_THRESHOLD;
+    return score >= threshold;
 #else
-    return score > SCORE_THRESHOLD;
+    return score > threshold;
 #endif
 }
 
@@ -272,7 +277,7 @@ __device__ float overlap_area(const Rect& a, const Rect& b) {
     return __fdiv_rn(fabsf(area), 2.0f);
 }
 
-__device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b) {
+__device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b, float nms_iou) {
     // Farther apart than both circumradii plus both margins: no crossing edge, no corner inside,
     // so the kernels' overlap is exactly zero. The slack keeps float rounding on the safe side.
     const float reach = (sqrtf(a.hx * a.hx + a.hy * a.hy) + sqrtf(b.hx * b.hx + b.hy * b.hy) +
@@ -281,7 +286,7 @@ __device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b) {
     if (dx * dx + dy * dy > reach * reach) return false;
     const float inter = overlap_area(a, b);
     const float iou = __fdiv_rn(inter, fmaxf(__fsub_rn(__fadd_rn(a.area, b.area), inter), kEps));
-    return iou > NMS_IOU;
+    return iou > nms_iou;
 }
 
 __device__ __forceinline__ Rect load_rect(const float* p) {
@@ -301,15 +306,16 @@ __device__ __forceinline__ void store_rect(float* p, const Rect& r) {
 
 // ---------------------------------------------------------------- kernels
 
-extern "C" __global__ void pp_score(const float* __restrict__ cls, unsigned* __restrict__ key,
-                                    int* __restrict__ block_counts) {
+extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* __restrict__ thresholds,
+                                    unsigned* __restrict__ key, int* __restrict__ block_counts) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
+    const float threshold = thresholds[THRESHOLD_SCORE];
     int pass = 0;
     if (a < kNumAnchors) {
         int label;
         const float score = best_class(cls, a, &label);
         key[a] = __float_as_uint(score);
-        pass = passes(score);
+        pass = passes(score, threshold);
     }
     const int count = pp_block_sum(pass);
     if (threadIdx.x == 0) block_counts[blockIdx.x] = count;
@@ -323,11 +329,11 @@ extern "C" __global__ void pp_offsets(int* __restrict__ block_counts, int* __res
 }
 
 extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
-                                      const int* __restrict__ block_counts,
+                                      const int* __restrict__ block_counts, const float* __restrict__ thresholds,
                                       unsigned* __restrict__ cand_key, int* __restrict__ cand_anchor) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned k = a < kNumAnchors ? key[a] : 0u;
-    const bool pass = a < kNumAnchors && passes(__uint_as_float(k));
+    const bool pass = a < kNumAnchors && passes(__uint_as_float(k), thresholds[THRESHOLD_SCORE]);
     int unused;
     const int pos = block_counts[blockIdx.x] + pp_block_exclusive_scan(pass, &unused);
     if (pass) {
@@ -406,7 +412,7 @@ extern "C" __global__ void __launch_bounds__(1024)
 pp_group(const float* __restrict__ cls, const float* __restrict__ box,
          const float* __restrict__ dir, const float* __restrict__ anchors,
          const int* __restrict__ sel_anchor, const float* __restrict__ sel_score,
-         const int* __restrict__ stats, int* __restrict__ group_count,
+         const int* __restrict__ stats, const float* __restrict__ thresholds, int* __restrict__ group_count,
          float* __restrict__ group_box, float* __restrict__ group_rect,
          float* __restrict__ group_score, int* __restrict__ group_label, int* __restrict__ group_dir) {
     const int k = stats[STAT_SELECTED];
@@ -415,12 +421,13 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
     const int first = threadIdx.x, stride = blockDim.x;
     __shared__ unsigned long long keys[SORT_CAP];
     const int sorted = pow2_at_least(k);
+    const float threshold = thresholds[THRESHOLD_SCORE];
     int passing = 0;
     for (int j = threadIdx.x; j < sorted; j += blockDim.x) {
         unsigned long long key = 0ull;
         if (j < k) {
             const float p = sigmoid(head(cls, NUM_CLASSES, sel_anchor[j], g));
-            if (passes(p)) {
+            if (passes(p, threshold)) {
                 key = score_key(p, j);
                 ++passing;
             }
@@ -458,11 +465,11 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
 }
 
 // Bit j of mask[(g, i), col block] is set when member j (> i) of group g overlaps member i by
-// IoU > NMS_IOU. Grid (col block, row block, group), 64 * NMS_COLUMN_SPLIT threads; only the upper
+// IoU > the run-time NMS IoU. Grid (col block, row block, group), 64 * NMS_COLUMN_SPLIT threads; only the upper
 // triangle is made.
 extern "C" __global__ void __launch_bounds__(64 * NMS_COLUMN_SPLIT)
 pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
-            unsigned long long* __restrict__ mask) {
+            const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
     // Block of 64 * NMS_COLUMN_SPLIT threads: thread (row r, part) tests row r of the tile against
     // its share of the 64 columns, and the parts' bits are OR-ed in shared memory. Splitting the
     // columns puts 4x more threads on the (expensive) polygon overlaps of dense candidate sets.
@@ -483,11 +490,12 @@ pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group
     const int i = row0 + r;
     if (i < n) {
         const Rect mine = load_rect(rects + i * kRectFloats);
+        const float nms_iou = thresholds[THRESHOLD_NMS_IOU];
         const int first = max(blockIdx.x == blockIdx.y ? r + 1 : 0, part * kShare);
         const int last = min(num_cols, (part + 1) * kShare);
         unsigned long long bits = 0ull;
         for (int j = first; j < last; ++j)
-            if (suppresses(mine, cols[j])) bits |= 1ull << j;
+            if (suppresses(mine, cols[j], nms_iou)) bits |= 1ull << j;
         if (bits) atomicOr(&row_bits[r], bits);
     }
     __syncthreads();
@@ -532,14 +540,15 @@ __device__ __forceinline__ bool output_row(int slot, const float* group_box, con
 // Greedy NMS per group over the bit matrix, 64 members at a time: within a tile the kept members
 // follow from the diagonal words alone (one thread, one step per kept member); their rows are then
 // ORed into the suppression words of the later tiles by the whole block. Then the final cut (per
-// class: top MAX_BOXES by score only when more were kept), the output range filter and the rows.
+// class: top max_boxes by score only when more were kept), the output range filter and the rows.
+// max_boxes is the run-time value, clamped to the MAX_BOXES cap.
 // out: (MAX_BOXES + 1, 9) float32; row 0 is the header, rows 1.. the boxes.
 extern "C" __global__ void __launch_bounds__(256)
 pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
               const float* __restrict__ group_box, const float* __restrict__ group_score,
               const int* __restrict__ group_label, const int* __restrict__ group_dir,
               const int* __restrict__ stats, const int* __restrict__ extra, int num_extra,
-              int* __restrict__ kept, float* __restrict__ out) {
+              const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
     __shared__ unsigned long long removed[kColBlocks];
     __shared__ unsigned long long diag[64];
     __shared__ int tile_kept[64];
@@ -547,11 +556,12 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
 #if PER_CLASS
     __shared__ unsigned long long final_keys[FINAL_CAP];
 #endif
+    const int max_boxes = max(1, min(MAX_BOXES, static_cast<int>(thresholds[THRESHOLD_MAX_BOXES])));
     int total = 0;
     for (int g = 0; g < kGroups; ++g) {
         const int n = group_count[g];
         const int tiles = (n + 63) / 64;
-        const int limit = PER_CLASS ? n : MAX_BOXES;
+        const int limit = PER_CLASS ? n : max_boxes;
         const unsigned long long* gmask = mask + static_cast<size_t>(g) * SORT_CAP * kColBlocks;
         for (int w = threadIdx.x; w < tiles; w += blockDim.x) removed[w] = 0ull;
         int group_kept = 0;
@@ -595,8 +605,8 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
     // kept[] now holds the group slots in concatenation order (group, then NMS order).
     int count = total;
 #if PER_CLASS
-    const bool cut = total > MAX_BOXES;
-    if (cut) {  // top MAX_BOXES by (score desc, concatenation position asc); slot in the low bits
+    const bool cut = total > max_boxes;
+    if (cut) {  // top max_boxes by (score desc, concatenation position asc); slot in the low bits
         const int sorted = pow2_at_least(total);
         for (int q = threadIdx.x; q < sorted; q += blockDim.x) {
             unsigned long long key = 0ull;
@@ -608,7 +618,7 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
             final_keys[q] = key;
         }
         pp_bitonic_sort_desc(final_keys, sorted);
-        count = MAX_BOXES;
+        count = max_boxes;
     }
 #endif
     int written = 0;

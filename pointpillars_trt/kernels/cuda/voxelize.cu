@@ -22,7 +22,7 @@
 //   vox_gather    warp per pillar: decorated features, padded slots zero, stale rows of the
 //                 previous frame zeroed
 //
-// Compile-time configuration (all -D options from kernels.py, nothing hard-coded here):
+// Compile-time configuration (all -D options from voxelize.py, nothing hard-coded here):
 //   NX NY NZ, MAX_PILLARS, MAX_PTS, NUM_FEATURES, FEATURE_CODES (4 bits per
 //   channel, channel 0 lowest: a single integer, since nvcc splits -D values at commas),
 //   RANGE_STRICT (0: inclusive x/y bounds, z by the grid only; 1: strict x/y/z bounds),

@@ -1,0 +1,22 @@
+"""The CLI's runtime arguments as the one ``RuntimeOptions`` value that local ``infer``, the Triton model
+and the Ray actors all pass to ``PointPillars``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..config import Thresholds
+from ..runtime_options import RuntimeOptions
+
+
+def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
+    """``--device --backend --no-tf32 --threads --batch-size --score-threshold --nms-iou --max-boxes``
+    (and ``--precision`` when ``--model`` is a checkpoint to export; a model dir runs as built)."""
+    model = getattr(args, "model", None)
+    exports = model is not None and Path(model).is_file()
+    return RuntimeOptions(
+        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=args.threads,
+        max_batch=getattr(args, "batch_size", None) or 1, precision=args.precision if exports else None,
+        thresholds=Thresholds(args.score_threshold, args.nms_iou, args.max_boxes),
+    )

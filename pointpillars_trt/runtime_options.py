@@ -1,0 +1,87 @@
+"""How a detector runs, as one frozen value: what the CLI builds from its arguments and what ``infer``,
+the Triton model and the Ray actors all hand to ``PointPillars``, so every path runs alike.
+
+It holds nothing the model dir decides (the config, the graphs): only the device, the engine backend,
+the arithmetic (TF32), CUDA graphs, CPU threads, the batch size and the post-process thresholds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from .config import Thresholds
+from .errors import PointPillarsError
+from .graph_io import MAX_BATCH, PRECISIONS
+from .runtime.backends import BACKEND_CHOICES
+
+DEVICES_EXPECTED = "auto, cpu, cuda or cuda:N"
+
+
+def parse_device(text: str) -> tuple[str, int | None]:
+    """(kind, GPU index or None) of a device string: auto, cpu, cuda or cuda:N (the one parser)."""
+    kind, sep, index = str(text).partition(":")
+    if kind in ("auto", "cpu", "cuda") and not sep:
+        return kind, None
+    if kind == "cuda" and index.isdigit() and index.isascii():
+        return kind, int(index)
+    raise PointPillarsError(f"device {text!r}: expected {DEVICES_EXPECTED}")
+
+
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """``device``: auto (the GPU when it can run here, else the CPU), cpu, cuda or cuda:N. ``backend``: the
+    GPU engine (runtime/backends.py; auto picks). ``precision``: the graphs exported from a checkpoint
+    (None: fp32; a model dir runs as built). ``tf32``: fp32 engines may use TensorFloat-32 (False: IEEE
+    fp32, as the CPU path). ``cuda_graph``: replay each GPU stage from a captured CUDA graph.
+    ``threads``: ONNX Runtime's CPU thread pool (None: ``OMP_NUM_THREADS``, else one per core).
+    ``max_batch``: frames the GPU pipeline runs at once (1..MAX_BATCH). ``thresholds``: the post-process
+    values (None fields: the model's); their ``max_boxes`` is also the cap of per-call values."""
+
+    device: str = "auto"
+    backend: str = "auto"
+    precision: str | None = None
+    tf32: bool = True
+    cuda_graph: bool = True
+    threads: int | None = None
+    max_batch: int = 1
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        parse_device(self.device)
+        if self.backend not in BACKEND_CHOICES:
+            raise PointPillarsError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise PointPillarsError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
+        for name in ("tf32", "cuda_graph"):
+            if not isinstance(getattr(self, name), bool):
+                raise PointPillarsError(f"{name}: expected True or False, received {getattr(self, name)!r}")
+        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
+                                         or self.threads < 1):
+            raise PointPillarsError(f"threads: expected a positive int or None, received {self.threads!r}")
+        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
+            raise PointPillarsError(f"max_batch: expected 1..{MAX_BATCH}, received {self.max_batch!r}")
+        if not isinstance(self.thresholds, Thresholds):
+            raise PointPillarsError(f"thresholds: expected Thresholds, received {type(self.thresholds).__name__}")
+
+    @classmethod
+    def of(cls, *, score_threshold: float | None = None, nms_iou: float | None = None, max_boxes: int | None = None,
+           **settings: Any) -> RuntimeOptions:
+        """From keyword arguments, the thresholds given flat (``score_threshold=0.3``) as the
+        detector's convenience keywords take them; an unknown keyword is refused by name."""
+        known = {f.name for f in fields(cls)} - {"thresholds"}
+        unknown = sorted(set(settings) - known)
+        if unknown:
+            raise PointPillarsError(f"unknown runtime option {unknown[0]!r}: expected one of "
+                                    f"{', '.join(sorted(known | {'score_threshold', 'nms_iou', 'max_boxes'}))}")
+        return cls(**settings, thresholds=Thresholds(score_threshold, nms_iou, max_boxes))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON types (for a Triton model config's parameters); ``from_dict`` reads it back."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RuntimeOptions:
+        values = dict(data)
+        values["thresholds"] = Thresholds(**values.get("thresholds", {}))
+        return cls(**values)

@@ -1,0 +1,83 @@
+"""``RuntimeOptions``: the one value that says how a detector runs, built by the CLI and passed by infer,
+Triton and Ray alike; the detector's keyword arguments are a shorthand that builds the same value.
+
+Oracles: detectors opened both ways on a real tiny model dir, and the CLI's real parser.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import build_parser
+from pointpillars_trt.apps.runtime_args import runtime_options_from_args
+from pointpillars_trt.config import Thresholds
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import BackendError, PointPillarsError
+from pointpillars_trt.runtime_options import RuntimeOptions, parse_device
+
+
+@pytest.mark.parametrize("text, parsed", [("auto", ("auto", None)), ("cpu", ("cpu", None)), ("cuda", ("cuda", None)),
+                                          ("cuda:0", ("cuda", 0)), ("cuda:12", ("cuda", 12))])
+def test_parse_device(text: str, parsed: tuple[str, int | None]) -> None:
+    assert parse_device(text) == parsed
+
+
+@pytest.mark.parametrize("text", ["gpu", "cuda:", "cpu:0", "cuda:-1", "cuda:x", "auto:1", "", "cuda:١"])
+def test_parse_device_refuses(text: str) -> None:
+    with pytest.raises(PointPillarsError, match="expected auto, cpu, cuda or cuda:N"):
+        parse_device(text)
+
+
+@pytest.mark.parametrize("bad, needle", [({"device": "gpu"}, "device"), ({"backend": "tensorrt-llm"}, "backend"),
+                                         ({"max_batch": 9}, "max_batch"), ({"max_batch": True}, "max_batch"),
+                                         ({"threads": 0}, "threads"), ({"tf32": 1}, "tf32"),
+                                         ({"precision": "int8"}, "precision"), ({"thresholds": 0.3}, "thresholds")])
+def test_options_are_validated(bad: dict, needle: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(PointPillarsError, match=needle):
+        RuntimeOptions(**bad)
+
+
+def test_flat_keywords_build_the_same_value_and_round_trip_through_json() -> None:
+    options = RuntimeOptions.of(device="cpu", threads=2, score_threshold=0.3, max_boxes=7)
+    assert options == RuntimeOptions(device="cpu", threads=2, thresholds=Thresholds(0.3, None, 7))
+    assert RuntimeOptions.from_dict(options.to_dict()) == options
+    with pytest.raises(PointPillarsError, match="unknown runtime option 'score_treshold'"):
+        RuntimeOptions.of(score_treshold=0.3)
+
+
+def test_the_detector_takes_the_options_or_the_keywords_alike(tmp_path: Path) -> None:
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    rng = np.random.default_rng(4)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    points = np.column_stack([rng.uniform(lo, hi, (800, 3)), rng.uniform(0, 1, 800)]).astype(np.float32)
+    options = RuntimeOptions(device="cpu", thresholds=Thresholds(score_threshold=0.0, nms_iou=0.05, max_boxes=20))
+    with PointPillars(model, options) as a, PointPillars(model, device="cpu", score_threshold=0.0, nms_iou=0.05,
+                                                         max_boxes=20) as b:
+        assert a.options == b.options == options
+        first, second = a(points), b(points)
+        assert len(first) == 20
+        np.testing.assert_array_equal(first.boxes, second.boxes)
+    with pytest.raises(PointPillarsError, match="not both"):
+        PointPillars(model, options, device="cpu")
+    with pytest.raises(BackendError, match="holds fp32 graphs"):
+        PointPillars(model, RuntimeOptions(device="cpu", precision="fp16"))
+
+
+def test_the_cli_builds_one_value_from_its_arguments(tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    checkpoint = tmp_path / "m.pth"
+    checkpoint.write_bytes(b"")
+    args = build_parser().parse_args(["infer", "x.bin", "--model", str(model_dir), "--device", "cuda:1", "--backend",
+                                      "cudnn", "--batch-size", "4", "--threads", "3", "--no-tf32", "--score-threshold",
+                                      "0.25", "--nms-iou", "0.1", "--max-boxes", "50", "--precision", "fp16"])
+    assert runtime_options_from_args(args) == RuntimeOptions(
+        device="cuda:1", backend="cudnn", tf32=False, threads=3, max_batch=4, precision=None,
+        thresholds=Thresholds(0.25, 0.1, 50))  # a model dir runs as built: --precision is for exports
+    args.model = str(checkpoint)
+    assert runtime_options_from_args(args).precision == "fp16"
