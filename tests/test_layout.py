@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pointpillars_trt"
 # rank but never import each other (the oracle must stay independent of the code it checks).
 FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "leaves": (0, ("errors", "config", "points", "fileio", "kernel_limits")),
-    "contracts": (1, ("graph_io", "anchors", "model_dir", "pointcloud_io", "kitti", "detections")),
+    "contracts": (1, ("graph_io", "anchors", "model_dir", "pointcloud_io", "kitti", "detections", "camera_fov",
+                      "staging")),
     "reference": (2, ("reference",)),
     "kernels": (2, ("kernels",)),
     "runtime": (3, ("runtime",)),
