@@ -24,6 +24,8 @@ from ...points import as_host_points
 from .repository import MODEL_NAME
 
 PROTOCOLS = ("grpc", "http")
+#: Most requests one client keeps in flight (each holds a frame and a thread).
+MAX_IN_FLIGHT = 1024
 _STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 _OUTPUTS = ("boxes", "scores", "labels", *_STATS)
 
@@ -39,6 +41,8 @@ class RemoteDetector:
                  timeout: float = 60.0) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise InputError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
         try:
             if protocol == "grpc":
                 import tritonclient.grpc as module
@@ -97,6 +101,7 @@ class RemoteDetector:
         """Detections of several frames, one request each, all in flight at once (up to
         ``concurrency``) so that the server's dynamic batcher can batch them; the first error is
         raised once every request is back (what ``infer`` runs its frames with)."""
+        _check_concurrency(concurrency)
         if not frames:
             return []
         with self._lock:
@@ -113,8 +118,7 @@ class RemoteDetector:
 
     def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
         """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order."""
-        if concurrency < 1:
-            raise InputError(f"concurrency: expected a positive int, received {concurrency!r}")
+        _check_concurrency(concurrency)
         window: deque[tuple[str, Future[Detections]]] = deque()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             for index, item in enumerate(frames):
@@ -144,6 +148,11 @@ def _result(source: str, future: Future[Detections]) -> FrameResult:
         return FrameResult(source, future.result(), None)
     except PointPillarsError as exc:
         return FrameResult(source, None, exc)
+
+
+def _check_concurrency(concurrency: object) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_IN_FLIGHT:
+        raise InputError(f"concurrency {concurrency!r}: expected an integer in 1..{MAX_IN_FLIGHT}")
 
 
 def _one_line(exc: BaseException) -> str:
