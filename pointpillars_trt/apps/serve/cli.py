@@ -11,7 +11,9 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ...errors import InputError
 from ...graph_io import MAX_BATCH
@@ -19,7 +21,11 @@ from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES
 from ..ranges import float_in, int_in, port
 from .client import MAX_IN_FLIGHT
-from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_QUEUE_DELAY_US
+from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_QUEUE_DELAY_US, MODEL_NAME
+
+if TYPE_CHECKING:
+    from .health import ModelProbe
+    from .server import TritonServer
 
 #: Most Ray detector actors one run asks for.
 MAX_WORKERS = 4096
@@ -45,14 +51,25 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--tritonserver", help="the tritonserver binary (default: $PP_TRITONSERVER, PATH, nvidia-pytriton)")
     serve.add_argument("--ready-timeout", type=float_in(0, 86400, low_open=True), default=120.0,
                        help="seconds to wait for the server to be ready (and answer its warm-up request)")
+    serve.add_argument("--health-interval", type=float_in(0.1, 3600), default=10.0,
+                       help="seconds between the one-point requests that check the model still answers; "
+                            "when two in a row fail, serve stops the server and exits with code 1")
     serve.add_argument("--repository-only", action="store_true", help="write the repository and exit")
     serve.set_defaults(run=run_serve)
     return serve
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Write the repository, start tritonserver, print its endpoints, and on SIGINT/SIGTERM stop it
-    (the signal is forwarded; the server is killed if it has not exited within its stop timeout)."""
+    """Write the repository, start tritonserver, send one warm-up request through it, print its
+    endpoints and "ready", then watch the model (a one-point request every --health-interval s).
+
+    On SIGINT/SIGTERM the server is stopped (the signal is forwarded; killed if it has not exited within
+    its stop timeout): exit 0 when it stopped cleanly, else 1 with one ``error:`` line. A model that
+    stops answering (a dead Python-backend stub leaves Triton "ready" while every request fails) stops
+    the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
+    recovers from anything a reload in place would, and a crash loop stays visible.
+    """
+    from .health import warm_up
     from .repository import write_repository
     from .server import TritonServer, find_tritonserver
 
@@ -68,27 +85,50 @@ def run_serve(args: argparse.Namespace) -> int:
     server = TritonServer(args.repository, install=find_tritonserver(args.tritonserver), host=args.host,
                           http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port)
     stop = threading.Event()
-    received: list[int] = []
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    status = 0
     try:
         server.start(timeout=args.ready_timeout)
-        for name, endpoint in server.endpoints.items():
-            print(f"{name}: {endpoint}", flush=True)
-        print("ready (Ctrl-C to stop)", flush=True)
-        while not stop.wait(0.5):
-            if server.process is not None and server.process.poll() is not None:
-                print(f"error: tritonserver exited with code {server.process.returncode}", file=sys.stderr)
-                return EXIT_FRAME_FAILURES
+        probe = warm_up(server.endpoints["http"], args.ready_timeout)
+        try:
+            for name, endpoint in server.endpoints.items():
+                print(f"{name}: {endpoint}", flush=True)
+            print("ready (Ctrl-C to stop)", flush=True)
+            status = _watch(server, probe, stop, args.health_interval)
+        finally:
+            probe.close()
     finally:
         code = server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if status:
+        return status
+    if code != 0:
+        print(f"error: tritonserver did not stop cleanly (exit code {code})", file=sys.stderr, flush=True)
+        return EXIT_FRAME_FAILURES
     print(f"stopped (tritonserver exit code {code})", flush=True)
+    return 0
+
+
+def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, interval: float) -> int:
+    """Wait for ``stop``; 1 (after one ``error:`` line) when the server exits or its model stops answering."""
+    next_probe = time.monotonic() + interval
+    while not stop.wait(min(0.5, interval)):
+        if server.process is not None and server.process.poll() is not None:
+            print(f"error: tritonserver exited with code {server.process.returncode}", file=sys.stderr, flush=True)
+            return EXIT_FRAME_FAILURES
+        if time.monotonic() < next_probe:
+            continue
+        error = probe.check()
+        if error is not None and not stop.is_set():
+            print(f"error: model {MODEL_NAME} stopped answering ({error}); its worker died or hangs: stopping "
+                  "the server", file=sys.stderr, flush=True)
+            return EXIT_FRAME_FAILURES
+        next_probe = time.monotonic() + interval
     return 0
 
 
