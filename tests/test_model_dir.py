@@ -335,3 +335,27 @@ def test_a_sparse_4gib_graph_is_refused_by_its_size_before_hashing(tmp_path: Pat
     with pytest.raises(ModelDirError, match=r"rpn.onnx: damaged or replaced \(4294967296 bytes, model.json records"):
         load_model_dir(tmp_path)
     assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("meta", ['{"name": "my project"}', "not json", '{"format_version": 2}'])
+def test_a_folder_with_a_model_json_that_is_not_ours_is_never_overwritten(tmp_path: Path, meta: str):
+    (tmp_path / "model.json").write_text(meta)
+    (tmp_path / "train.py").write_text("mine")
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match="not a model dir"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32", source={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "train.py"]
+    assert (tmp_path / "model.json").read_text() == meta
+
+
+def test_a_model_dir_holding_user_files_is_not_rebuilt_over_them(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "cudnn").mkdir()  # the cuDNN engine's plan cache is the model dir's own
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match=r"also holds 'notes.txt', which a rebuild would delete"):
+        export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={})
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    (tmp_path / "notes.txt").unlink()
+    export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={})
+    load_model_dir(tmp_path)
