@@ -30,6 +30,7 @@ _PCD_MAX_BINARY = MAX_FRAME_POINTS * 64  # 1 GiB of binary point data
 _PCD_MAX_ASCII = 2**31  # 2 GiB of ASCII point data
 _PCD_MAX_COUNT = 4096  # values in one field of a point (PCL's largest stock field, a histogram, has 352)
 _PCD_ASCII_BYTES_PER_VALUE = 32  # bound on an ASCII PCD's data: POINTS * values * this
+_PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -264,10 +265,9 @@ def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
             if size - header_end > limit:
                 raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                                  f"{limit} for POINTS {points} of {per_row} values")
-            text = f.read(limit).decode("ascii", errors="replace")
+            return _pcd_ascii(f, dtype, points, offsets, shown, what)
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
-    return _pcd_ascii(text, header, dtype, points, offsets, shown, what)
 
 
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:
@@ -358,22 +358,35 @@ def _pcd_columns(header: dict[str, list[str]], dtype: np.dtype, shown: str, what
     return chosen
 
 
-def _pcd_ascii(text: str, header: dict[str, list[str]], dtype: np.dtype, points: int,
-               columns: list[str], shown: str, what: str) -> np.ndarray:
+def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
+               what: str) -> np.ndarray:
+    """The ASCII data rows after the header, parsed block by block into the (N, 4) float32 result, so
+    memory stays near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB)."""
     names = list(dtype.names or ())
     starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
     per_row = int(starts[-1])
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) != points:
-        raise InputError(f"{what} {shown}: {len(lines)} ASCII data rows, but POINTS is {points}"
-                         + (" (truncated)" if len(lines) < points else ""))
-    if points == 0:
-        return np.empty((0, 4), dtype=np.float32)
-    try:
-        table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
-    except ValueError as exc:
-        raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
-    if table.shape != (points, per_row):
-        raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
     wanted = [int(starts[names.index(c)]) for c in columns]
-    return np.ascontiguousarray(table[:, wanted], dtype=np.float32)
+    out = np.empty((points, 4), dtype=np.float32)
+    rows, rest = 0, b""
+    while True:
+        block = f.read(_PCD_ASCII_BLOCK)
+        data = rest + block
+        cut = len(data) if not block else data.rfind(b"\n") + 1
+        rest = data[cut:]
+        lines = [line for line in data[:cut].decode("ascii", errors="replace").splitlines() if line.strip()]
+        if lines:
+            if rows + len(lines) > points:
+                raise InputError(f"{what} {shown}: more ASCII data rows than POINTS {points}")
+            try:
+                table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
+            except ValueError as exc:
+                raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
+            if table.shape[1] != per_row:
+                raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
+            out[rows:rows + len(lines)] = table[:, wanted]
+            rows += len(lines)
+        if not block:
+            break
+    if rows != points:
+        raise InputError(f"{what} {shown}: {rows} ASCII data rows, but POINTS is {points} (truncated)")
+    return out
