@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import safe_repr
+from ..fileio import check_writable_folder, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 
@@ -442,6 +442,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     labels = _prepare_eval(args, frames)
     if out is not None:
+        check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
         suffixes = [".json" if fmt == "json" else ".txt"] + ([".png"] if args.viz else [])
         check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
     elif labels is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -72,3 +73,42 @@ def test_infer_cli_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Pa
         want = detector(np.fromfile(frames / "d.bin", np.float32).reshape(-1, 4))
     got = json.loads((tmp_path / "d.json").read_text())
     np.testing.assert_allclose(np.asarray(got["boxes_lidar"]).reshape(-1, 7), want.boxes, rtol=0, atol=1e-6)
+
+
+def run_infer(*args: object) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, err.getvalue()
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True,
+                    reason="root writes into read-only folders; needs an unprivileged user")
+def test_read_only_out_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", out, "--device", "cpu")
+    finally:
+        out.chmod(0o755)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "--out" in lines[0] and "cannot write there" in lines[0], err
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs sysfs, where nobody (root neither) makes folders")
+def test_out_where_no_folder_can_be_made_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", "/sys/kernel/pp-out",
+                        "--device", "cpu")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "cannot write there (it would be created in '/sys/kernel')" in lines[0], err
+
+
+def test_out_below_a_file_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    """The model path does not exist: only a check made before the model loads can name --out."""
+    (tmp_path / "afile").write_text("x")
+    rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", tmp_path / "afile" / "sub",
+                        "--device", "cpu")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "--out" in lines[0] and "is a file, not a folder" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
