@@ -112,3 +112,26 @@ def test_out_below_a_file_is_one_error_before_the_model_loads(frames: Path, tmp_
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "--out" in lines[0] and "is a file, not a folder" in lines[0], err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.slow
+def test_infer_ray_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Path, frames: Path,
+                                                                  tmp_path: Path) -> None:
+    """On a real local Ray cluster: the reader's error becomes that frame's line, the dataset goes on."""
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install 'ray[data]')")
+    import ray
+    from test_distributed_ray import ray_infer
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        rc, out, err = ray_infer(frames, tiny_model, tmp_path / "ray")
+    finally:
+        if started:
+            ray.shutdown()
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and out.startswith("3/4 frames"), (out, err)
+    assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["a.json", "c.json", "d.json"]
