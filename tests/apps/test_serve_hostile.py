@@ -24,7 +24,7 @@ from pointpillars_trt.apps.serve.server import TritonServer
 from pointpillars_trt.errors import BackendError
 
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "serve" / "hostile_model.py"
-MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count")
+MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count", "scores_as_int")
 
 
 def hostile_model(repo: Path, name: str, mode: str, *, class_names: bool = True) -> None:
@@ -69,6 +69,7 @@ def test_a_foreign_model_is_one_line_for_the_run(hostile_server: TritonServer, p
     ("boxes_of_five", r"inconsistent shapes boxes \(1, 1, 5\)"),
     ("label_out_of_range", r"labels outside 0..2"),
     ("negative_count", r"negative counts"),
+    ("scores_as_int", r"scores as int32, expected float32|refused the frame"),  # whichever side notices first
 ])
 def test_a_bad_reply_is_that_frames_error(hostile_server: TritonServer, protocol: str, mode: str, problem: str) -> None:
     from pointpillars_trt.apps.serve.client import RemoteDetector

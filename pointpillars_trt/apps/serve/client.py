@@ -95,6 +95,8 @@ class RemoteDetector:
             raise (InputError if invalid else BackendError)(
                 f"{prefix}server {self.server} refused the frame: {_one_line(exc)}"
             ) from None
+        except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
+            raise BackendError(f"{prefix}server {self.server}: the request failed ({_one_line(exc)})") from None
         where = f"{prefix}server {self.server}"
         try:
             names = reply_output_names(reply)

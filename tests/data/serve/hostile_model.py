@@ -29,6 +29,8 @@ class TritonPythonModel:
             arrays["boxes"] = np.ones((1, 1, 5), np.float32)
         elif self.mode == "label_out_of_range":
             arrays["labels"] = np.full((1, 1), 7, np.int32)
+        elif self.mode == "scores_as_int":
+            arrays["scores"] = np.ones((1, 1), np.int32)
         elif self.mode == "negative_count":
             arrays["num_points"] = np.full((1, 1), -5, np.int32)
         tensors = [pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(value)) for name, value in arrays.items()]
