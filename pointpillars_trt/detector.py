@@ -192,6 +192,9 @@ class PointPillars:
                     window.append((source, _device_or_host_points(future.result(), self.device)))
                 except PointPillarsError as exc:
                     window.append(FrameResult(source, None, exc))
+                except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone
+                    error = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
+                    window.append(FrameResult(source, None, error))
                 ready = sum(not isinstance(entry, FrameResult) for entry in window)
                 if ready == batch_size or pending is None:
                     yield from self._run_window(window)
@@ -306,16 +309,9 @@ def _is_cuda_array(points: object) -> bool:
 
 
 def _load_frame(item: object) -> object:
-    """A point file (.bin, .npy, .pcd) read from disk; an array as it is. Any failure is that frame's
-    InputError, so one bad file never ends a run."""
-    if not isinstance(item, (str, os.PathLike)):
-        return item
-    try:
-        return read_points(item)
-    except PointPillarsError:
-        raise
-    except (OSError, ValueError, RecursionError, MemoryError) as exc:
-        raise InputError(f"{safe_repr(os.fspath(item))}: cannot read ({type(exc).__name__}: {exc})") from None
+    """A point file (.bin, .npy, .pcd) read from disk (any failure is that file's InputError); an
+    array as it is."""
+    return read_points(item) if isinstance(item, (str, os.PathLike)) else item
 
 
 def _submit_next(reader, items: Iterator[tuple[int, object]]):  # type: ignore[no-untyped-def]

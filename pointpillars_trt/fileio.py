@@ -248,6 +248,28 @@ def _syncfs() -> Any:
     return func
 
 
+def check_writable_folder(path: PathLike, what: str = "folder") -> None:
+    """Refuse, before any work, a folder that cannot take new files: a file in its place, a read-only
+    folder, or (when it does not exist yet) a parent where it cannot be created. An empty temp folder
+    is created and removed again in the folder (or its nearest existing parent): nothing is left."""
+    shown = safe_repr(path)
+    target = Path(os.fspath(path))
+    probe_in = target
+    while not probe_in.exists():
+        if probe_in.parent == probe_in:
+            break
+        probe_in = probe_in.parent
+    if not probe_in.is_dir():
+        raise InputError(f"{what} {shown}: {safe_repr(probe_in)} is a file, not a folder")
+    probe = probe_in / f".pp-write-probe.{os.getpid()}.{secrets.token_hex(4)}"
+    try:
+        os.mkdir(probe)
+        os.rmdir(probe)
+    except OSError as exc:
+        where = "" if probe_in == target else f" (it would be created in {safe_repr(probe_in)})"
+        raise InputError(f"{what} {shown}: cannot write there{where}: {exc.strerror or exc}") from None
+
+
 def write_text_atomic(path: PathLike, text: str, *, durable: bool = True) -> None:
     """Atomic UTF-8 text write (see write_bytes_atomic)."""
     write_bytes_atomic(path, text.encode("utf-8"), durable=durable)

@@ -26,8 +26,8 @@ import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError
-from .fileio import read_regular_file
-from .graph_io import check_precision
+from .fileio import read_regular_file, safe_repr
+from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"
@@ -128,7 +128,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     if missing:
         raise ModelDirError(f"{folder}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
     for graph in GRAPHS:
-        _verify_graph(model.onnx_path(graph), meta, graph)
+        _verify_graph(model, graph)
     if expected_config is not None and expected_config.digest() != stored_digest:
         checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
@@ -141,31 +141,101 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     return model
 
 
-_VERIFIED: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, once per process
+#: Largest graph file read: protobuf's own limit for one ONNX file (larger ones keep external data).
+MAX_GRAPH_BYTES = 2**31 - 1
+_VERIFIED: set[tuple[str, int, int, str, str]] = set()  # (path, size, mtime_ns, graph, sha256) checked once a process
 
 
-def _verify_graph(path: Path, meta: dict[str, Any], graph: str) -> None:
-    """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently)."""
+def _verify_graph(model: ModelDir, graph: str) -> None:
+    """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently),
+    and its inputs and outputs the ones the record (and the config) say, so a mismatch is one error
+    at load instead of a failure on every frame. The size is compared before anything is hashed."""
+    path, meta, meta_path = model.onnx_path(graph), model.metadata, model.path / METADATA_FILE
     entry = meta.get("graphs", {}).get(graph) if isinstance(meta.get("graphs"), dict) else None
     expected = entry.get("sha256") if isinstance(entry, dict) else None
-    if not isinstance(expected, str):
-        raise ModelDirError(f"{path.parent / METADATA_FILE}: no sha256 recorded for {path.name}; rebuild the model dir")
+    if not isinstance(entry, dict) or not isinstance(expected, str):
+        raise ModelDirError(f"{meta_path}: no sha256 recorded for {path.name}; rebuild the model dir")
+    recorded_size = entry.get("size")
     try:
         stat = path.stat()
-        key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
-        digest = _VERIFIED.get(key)
-        if digest is None:
-            sha = hashlib.sha256()
-            with path.open("rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    sha.update(chunk)
-            digest = sha.hexdigest()
-            _VERIFIED[key] = digest
     except OSError as exc:
         raise ModelDirError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    if isinstance(recorded_size, int) and stat.st_size != recorded_size:
+        raise ModelDirError(f"{path}: damaged or replaced ({stat.st_size} bytes, {METADATA_FILE} records "
+                            f"{recorded_size}); rebuild the model dir")
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, graph, expected)
+    if key in _VERIFIED:
+        return
+    try:
+        data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
+    except InputError as exc:
+        raise ModelDirError(str(exc)) from None
+    digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
         raise ModelDirError(f"{path}: damaged or replaced (sha256 {digest[:12]}..., {METADATA_FILE} records "
                             f"{expected[:12]}...); rebuild the model dir")
+    _check_graph_io(path, data, entry, pfn_io(model.cfg) if graph == "pfn" else rpn_io(model.cfg, model.precision))
+    _VERIFIED.add(key)
+
+
+def _check_graph_io(path: Path, data: bytes, entry: dict[str, Any], expected: GraphIO) -> None:
+    """Names, ranks, dtypes and fixed sizes: the record must be what the config implies, and the
+    graph what the record says."""
+    meta_path = path.parent / METADATA_FILE
+    want = {"inputs": [t.to_dict() for t in expected.inputs], "outputs": [t.to_dict() for t in expected.outputs]}
+    for side in ("inputs", "outputs"):
+        if entry.get(side) != want[side]:
+            raise ModelDirError(f"{meta_path}: the {side} recorded for {path.name} ({_io_text(entry.get(side))}) are "
+                                f"not what its config gives ({_io_text(want[side])}); rebuild the model dir")
+    found = _onnx_io(path, data)
+    for side in ("inputs", "outputs"):
+        if [_io_key(t) for t in found[side]] != [_io_key(t) for t in want[side]]:
+            raise ModelDirError(f"{path}: {side} {_io_text(found[side])}, but {METADATA_FILE} records "
+                                f"{_io_text(want[side])}: not the graph this model dir was built with; rebuild it")
+
+
+def _onnx_io(path: Path, data: bytes) -> dict[str, list[dict[str, Any]]]:
+    """The graph's inputs (initializers left out) and outputs as TensorSpec-like dicts; a symbolic
+    or unknown size is its name (or "?")."""
+    import onnx
+    from onnx import helper
+
+    try:
+        graph = onnx.load_model_from_string(data).graph
+    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
+        raise ModelDirError(f"{path}: not a readable ONNX graph ({type(exc).__name__})") from None
+    weights = {t.name for t in graph.initializer}
+
+    def spec(value: Any) -> dict[str, Any]:
+        tensor = value.type.tensor_type
+        try:
+            dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)))
+        except (KeyError, TypeError, ValueError):
+            dtype = f"onnx type {tensor.elem_type}"
+        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+        return {"name": value.name, "shape": shape, "dtype": dtype}
+
+    return {"inputs": [spec(v) for v in graph.input if v.name not in weights],
+            "outputs": [spec(v) for v in graph.output]}
+
+
+def _io_key(spec: Any) -> tuple[Any, ...]:
+    """What must agree: name, dtype, rank and every fixed size (symbolic sizes are named freely)."""
+    shape = spec.get("shape") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or not isinstance(shape, list):
+        return (repr(spec),)
+    return (spec.get("name"), spec.get("dtype"), len(shape), tuple(d if isinstance(d, int) else None for d in shape))
+
+
+def _io_text(specs: Any) -> str:
+    if not isinstance(specs, list):
+        return safe_repr(specs, 80)
+    def one(spec: Any) -> str:
+        if not isinstance(spec, dict) or not isinstance(spec.get("shape"), list):
+            return str(spec)
+        return f"{spec.get('name')} {spec.get('dtype')} [{', '.join(map(str, spec['shape']))}]"
+
+    return safe_repr("; ".join(map(one, specs)), 200)[1:-1]  # escaped (the record is untrusted), unquoted
 
 
 def package_version() -> str:

@@ -29,7 +29,9 @@ _PCD_MAX_HEADER = 1 << 16
 _NPY_MAX_BYTES = _NPY_MAX_HEADER + MAX_FRAME_POINTS * 8 * 8  # 16 Mi points of 8 float64 columns: 1 GiB
 _PCD_MAX_BINARY = MAX_FRAME_POINTS * 64  # 1 GiB of binary point data
 _PCD_MAX_ASCII = 2**31  # 2 GiB of ASCII point data
+_PCD_MAX_COUNT = 4096  # values in one field of a point (PCL's largest stock field, a histogram, has 352)
 _PCD_ASCII_BYTES_PER_VALUE = 32  # bound on an ASCII PCD's data: POINTS * values * this
+_PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
 
 # --------------------------------------------------------------------------- entry point
@@ -53,7 +55,21 @@ def read_points(
 
     ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see :func:`intensity_looks_8bit`)
     multiplies the 4th column after reading.
+
+    Only :class:`InputError` leaves this function: any other exception a reader raises (a bug, or a
+    file shaped in a way no check foresaw) becomes one naming the file, so no reader can end a run.
     """
+    try:
+        return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale)
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the reader boundary: whatever a file does, it fails alone
+        raise InputError(
+            f"point file {safe_repr(path)} cannot be read ({type(exc).__name__}: {_one_line(exc)})"
+        ) from None
+
+
+def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None) -> np.ndarray:
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext == ".bin":
         points = read_bin(path, point_dim=point_dim)
@@ -247,10 +263,10 @@ def read_npy(path: PathLike, *, what: str = "point file") -> np.ndarray:
         try:
             shape, fortran, dtype = _npy_header(f)
             header_end = f.tell()
-        except (ValueError, SyntaxError, TypeError, EOFError) as exc:
-            raise InputError(f"{what} {shown} is not a valid .npy file: {_one_line(exc)}") from None
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+        except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
+            raise InputError(f"{what} {shown} is not a valid .npy file: {_one_line(exc)}") from None
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64 (N, 4)")
         hint = transposed_hint(shape)
@@ -300,11 +316,18 @@ def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise ValueError("header is not a dict of descr, fortran_order and shape")
-    shape = header["shape"]
-    if not isinstance(shape, tuple) or not all(isinstance(n, int) and n >= 0 for n in shape):
-        raise ValueError(f"shape {shape!r} is not a tuple of sizes")
+    shape, fortran = header["shape"], header["fortran_order"]
+    if not isinstance(shape, tuple) or not all(_is_size(n) for n in shape):
+        raise ValueError(f"shape {safe_repr(shape, 60)} is not a tuple of sizes")
+    if not isinstance(fortran, bool):
+        raise ValueError(f"fortran_order {safe_repr(fortran, 40)} is not True or False")
     dtype = np.lib.format.descr_to_dtype(header["descr"])
-    return shape, bool(header["fortran_order"]), dtype
+    return shape, fortran, dtype
+
+
+def _is_size(value: object) -> bool:
+    """A non-negative int that is not a bool (``True`` is an int to ``isinstance``)."""
+    return type(value) is int and value >= 0
 
 
 def _dtype_text(dtype: np.dtype) -> str:
@@ -359,10 +382,9 @@ def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
             if size - header_end > limit:
                 raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                                  f"{limit} for POINTS {points} of {per_row} values")
-            text = f.read(limit).decode("ascii", errors="replace")
+            return _pcd_ascii(f, dtype, points, offsets, shown, what)
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
-    return _pcd_ascii(text, header, dtype, points, offsets, shown, what)
 
 
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:
@@ -424,7 +446,7 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
         if code is None:
             raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has TYPE {safe_repr(kind, 10)} "
                              f"SIZE {safe_repr(size, 10)}; expected F 4/8, I or U 1/2/4/8")
-        if not count.isdigit() or int(count) < 1:
+        if not count.isdigit() or not 1 <= int(count) <= _PCD_MAX_COUNT:
             raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}")
         parts.append((field, "<" + code, (int(count),) if int(count) > 1 else ()))
     dtype = np.dtype([(name, code, shape) if shape else (name, code) for name, code, shape in parts])
@@ -453,22 +475,35 @@ def _pcd_columns(header: dict[str, list[str]], dtype: np.dtype, shown: str, what
     return chosen
 
 
-def _pcd_ascii(text: str, header: dict[str, list[str]], dtype: np.dtype, points: int,
-               columns: list[str], shown: str, what: str) -> np.ndarray:
+def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
+               what: str) -> np.ndarray:
+    """The ASCII data rows after the header, parsed block by block into the (N, 4) float32 result, so
+    memory stays near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB)."""
     names = list(dtype.names or ())
     starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
     per_row = int(starts[-1])
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) != points:
-        raise InputError(f"{what} {shown}: {len(lines)} ASCII data rows, but POINTS is {points}"
-                         + (" (truncated)" if len(lines) < points else ""))
-    if points == 0:
-        return np.empty((0, 4), dtype=np.float32)
-    try:
-        table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
-    except ValueError as exc:
-        raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
-    if table.shape != (points, per_row):
-        raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
     wanted = [int(starts[names.index(c)]) for c in columns]
-    return np.ascontiguousarray(table[:, wanted], dtype=np.float32)
+    out = np.empty((points, 4), dtype=np.float32)
+    rows, rest = 0, b""
+    while True:
+        block = f.read(_PCD_ASCII_BLOCK)
+        data = rest + block
+        cut = len(data) if not block else data.rfind(b"\n") + 1
+        rest = data[cut:]
+        lines = [line for line in data[:cut].decode("ascii", errors="replace").splitlines() if line.strip()]
+        if lines:
+            if rows + len(lines) > points:
+                raise InputError(f"{what} {shown}: more ASCII data rows than POINTS {points}")
+            try:
+                table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
+            except ValueError as exc:
+                raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
+            if table.shape[1] != per_row:
+                raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
+            out[rows:rows + len(lines)] = table[:, wanted]
+            rows += len(lines)
+        if not block:
+            break
+    if rows != points:
+        raise InputError(f"{what} {shown}: {rows} ASCII data rows, but POINTS is {points} (truncated)")
+    return out

@@ -281,3 +281,82 @@ def test_a_fifo_as_model_json_is_refused_without_blocking(tmp_path: Path):
     os.mkfifo(tmp_path / "model.json")
     with pytest.raises(ModelDirError, match="model.json"):
         load_model_dir(tmp_path)
+
+
+def _record_graph(folder: Path, graph: str) -> None:
+    """Make model.json record the graph file's current sha256 and size (what a careless copy would do)."""
+    import hashlib
+
+    data = (folder / f"{graph}.onnx").read_bytes()
+
+    def change(meta: dict) -> None:  # type: ignore[type-arg]
+        meta["graphs"][graph].update(sha256=hashlib.sha256(data).hexdigest(), size=len(data))
+
+    _edit_metadata(folder, change)
+
+
+def test_a_graph_whose_io_differs_from_the_record_is_refused_at_load(tmp_path: Path):
+    """An fp16 RPN (float16 canvas) in an fp32 dir, with its sha256 and size recorded: one error at load
+    naming the graph, the tensor and both dtypes, instead of a failure on every frame."""
+    tiny_model_dir(tmp_path / "a", precision="fp32")
+    tiny_model_dir(tmp_path / "b", precision="fp16")
+    (tmp_path / "a" / "rpn.onnx").write_bytes((tmp_path / "b" / "rpn.onnx").read_bytes())
+    _record_graph(tmp_path / "a", "rpn")
+    with pytest.raises(ModelDirError, match=r"rpn.onnx: inputs canvas float16 .*records canvas float32"):
+        load_model_dir(tmp_path / "a")
+
+
+def test_a_graph_with_a_renamed_output_is_refused_at_load(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    model = onnx.load(str(tmp_path / "pfn.onnx"))
+    old = model.graph.output[0].name
+    for node in model.graph.node:
+        node.output[:] = ["renamed" if name == old else name for name in node.output]
+    model.graph.output[0].name = "renamed"
+    (tmp_path / "pfn.onnx").write_bytes(model.SerializeToString())
+    _record_graph(tmp_path, "pfn")
+    with pytest.raises(ModelDirError, match=r"pfn.onnx: outputs renamed float32 .*records pillar_features"):
+        load_model_dir(tmp_path)
+
+
+def test_a_record_that_its_config_contradicts_is_refused(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda meta: meta["graphs"]["pfn"]["outputs"][0].update(shape=["num_pillars", 64]))
+    with pytest.raises(ModelDirError, match=r"the outputs recorded for pfn.onnx .* not what its config gives"):
+        load_model_dir(tmp_path)
+
+
+def test_a_sparse_4gib_graph_is_refused_by_its_size_before_hashing(tmp_path: Path):
+    import time
+
+    tiny_model_dir(tmp_path)
+    with open(tmp_path / "rpn.onnx", "r+b") as f:
+        f.truncate(4 * 2**30)
+    start = time.monotonic()
+    with pytest.raises(ModelDirError, match=r"rpn.onnx: damaged or replaced \(4294967296 bytes, model.json records"):
+        load_model_dir(tmp_path)
+    assert time.monotonic() - start < 2.0
+
+
+@pytest.mark.parametrize("meta", ['{"name": "my project"}', "not json", '{"format_version": 2}'])
+def test_a_folder_with_a_model_json_that_is_not_ours_is_never_overwritten(tmp_path: Path, meta: str):
+    (tmp_path / "model.json").write_text(meta)
+    (tmp_path / "train.py").write_text("mine")
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match="not a model dir"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32", source={})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "train.py"]
+    assert (tmp_path / "model.json").read_text() == meta
+
+
+def test_a_model_dir_holding_user_files_is_not_rebuilt_over_them(tmp_path: Path):
+    tiny_model_dir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "cudnn").mkdir()  # the cuDNN engine's plan cache is the model dir's own
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match=r"also holds 'notes.txt', which a rebuild would delete"):
+        export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={})
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    (tmp_path / "notes.txt").unlink()
+    export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={})
+    load_model_dir(tmp_path)

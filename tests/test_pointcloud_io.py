@@ -298,3 +298,61 @@ def test_intensity_scale(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got[:, :3], pts[:, :3])
     one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=float("nan")), "intensity scale")
     one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=0), "intensity scale")
+
+
+# --------------------------------------------------------------------------- hostile .npy headers
+
+def write_npy_header(path: Path, header: str, data: bytes = b"") -> Path:
+    """A version 1.0 .npy file with ``header`` written as it is (padded as NumPy pads it)."""
+    text = header.encode("latin1")
+    text += b" " * (-(10 + len(text) + 1) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + data)
+    return path
+
+
+@pytest.mark.parametrize("header, data_bytes, needle", [
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (True, 4), }", 16, "shape (True, 4)"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, True), }", 16, "shape (4, True)"),
+    ("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (2, 4), }", 32, "fortran_order 'yes'"),
+    ("{'descr': 7, 'fortran_order': False, 'shape': (2, 4), }", 32, "not a valid .npy"),
+    ("{'descr': '<f4', 'fortran_order': False, 'shape': " + "(" * 5000 + ")" * 5000 + "}", 32, "not a valid .npy"),
+])
+def test_npy_hostile_header_is_one_error(tmp_path: Path, header: str, data_bytes: int, needle: str) -> None:
+    """Bools are ints to isinstance: a (True, 4) header with its 16 data bytes once reached reshape and
+    raised TypeError. The data sizes match what each header claims, so only the header check can refuse."""
+    path = write_npy_header(tmp_path / "h.npy", header, b"\0" * data_bytes)
+    one_line_error(lambda: read_points(path), "h.npy", needle)
+
+
+def test_pcd_huge_count_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.pcd"
+    path.write_text("VERSION .7\nFIELDS x y z intensity w\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
+                    "COUNT 1 1 1 1 99999999999999999999\nWIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA binary\n" + "\0" * 16)
+    one_line_error(lambda: read_points(path), "c.pcd", "field 'w' has COUNT")
+
+
+def test_any_reader_exception_is_that_files_input_error(tmp_path: Path) -> None:
+    """os.stat raises ValueError (not OSError) on a NUL in a name, e.g. one read from a list file."""
+    one_line_error(lambda: read_points(f"{tmp_path}/a\0b.bin"), "a\\x00b.bin", "cannot be read", "ValueError")
+
+
+def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Path) -> None:
+    """512 Ki rows (9 MiB of text): parsed whole, the text, its line list and a float64 table took
+    ~10x the 8 MiB result; block by block the peak stays under 3x."""
+    import tracemalloc
+
+    rows = 2**19
+    path = tmp_path / "big.pcd"
+    header = (f"VERSION .7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\nWIDTH {rows}\n"
+              f"HEIGHT 1\nPOINTS {rows}\nDATA ascii\n")
+    path.write_bytes(header.encode() + b"1.5 2.5 -0.5 0.25\n" * (rows - 1) + b"3 4 5 0.5\n")
+    tracemalloc.start()
+    try:
+        points = read_points(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert points.shape == (rows, 4) and points.dtype == np.float32
+    np.testing.assert_array_equal(points[0], [1.5, 2.5, -0.5, 0.25])
+    np.testing.assert_array_equal(points[-1], [3, 4, 5, 0.5])
+    assert peak < 3 * points.nbytes, peak / points.nbytes

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import flush_to_disk, remove_stale_temp_files, safe_repr
+from ..fileio import check_writable_folder, flush_to_disk, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from .frames import FrameJob, FrameRunner
@@ -371,6 +371,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--format {fmt} needs --out DIR: its part files are written there")
     labels = _prepare_eval(args, frames)
     if out is not None:
+        check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
         suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
         if suffixes:
             check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])

@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import ModelDirError, PointPillarsError
-from ..fileio import user_cache_dir, write_bytes_atomic
+from ..errors import InputError, ModelDirError, PointPillarsError
+from ..fileio import read_regular_file, safe_repr, user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
-from ..model_dir import FORMAT_VERSION, GRAPHS, METADATA_FILE, ModelDir, load_model_dir, package_version
+from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
+                         package_version)
 from .checkpoint import LoadedCheckpoint, load_checkpoint
 from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
 from .weights import PointPillarsWeights
@@ -205,13 +206,36 @@ def export_model_dir(
     return ModelDir(folder, cfg, json.loads(text))
 
 
+#: What a model dir may hold: model.json, the graphs, their TensorRT plans (+ metadata) and the cuDNN plan cache.
+_MODEL_DIR_ENTRIES = frozenset(
+    {METADATA_FILE, "cudnn", *(f"{graph}.{ext}" for graph in GRAPHS for ext in ("onnx", "plan", "plan.json"))})
+
+
 def _check_replaceable(folder: Path) -> None:
-    """Refuse to replace anything but nothing, an empty folder or a model dir (never a user's folder)."""
+    """Refuse to replace anything but nothing, an empty folder or a model dir of ours (never a user's
+    folder): its model.json must be one this package wrote and it may hold nothing else, since
+    replacing the dir deletes every file in it."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise ModelDirError(f"model dir {folder}: exists and is not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / METADATA_FILE).is_file():
-        raise ModelDirError(f"model dir {folder}: a non-empty folder that is not a model dir (no {METADATA_FILE}); "
-                            "choose an empty or new folder")
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return
+    if not (folder / METADATA_FILE).is_file() or not _ours(folder / METADATA_FILE):
+        raise ModelDirError(f"model dir {folder}: a non-empty folder that is not a model dir (no {METADATA_FILE} "
+                            "written by pointpillars-trt); choose an empty or new folder")
+    others = sorted(p.name for p in folder.iterdir() if p.name not in _MODEL_DIR_ENTRIES)
+    if others:
+        shown = ", ".join(safe_repr(name, 60) for name in others[:5]) + (", ..." if len(others) > 5 else "")
+        raise ModelDirError(f"model dir {folder}: also holds {shown}, which a rebuild would delete; move them "
+                            "out or choose an empty or new folder")
+
+
+def _ours(meta_path: Path) -> bool:
+    """Whether ``meta_path`` reads as a model.json this package wrote (any format version)."""
+    try:
+        meta = json.loads(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what=METADATA_FILE))
+    except (InputError, ValueError, RecursionError):
+        return False
+    return isinstance(meta, dict) and {"format_version", "config_digest", "graphs"} <= set(meta)
 
 
 def _staging_dir(folder: Path) -> Path:

@@ -36,8 +36,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import ModelConfig
-from ..errors import BackendError
-from ..fileio import user_cache_dir, write_bytes_atomic
+from ..errors import BackendError, InputError
+from ..fileio import read_regular_file, user_cache_dir, write_bytes_atomic
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
 from .options import CudnnOptions
@@ -584,11 +584,17 @@ def _plan_name(g: Any, index: int) -> str:
         return str(index)
 
 
+#: Largest plan cache file read: a few serialized plans per conv shape are kilobytes to a few MB.
+MAX_CACHE_BYTES = 64 * 2**20
+
+
 def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any]:
-    """The per-shape entries of a cache file, or {} when it is missing, unreadable or for another key."""
+    """The per-shape entries of a cache file, or {} (so the plans are rebuilt) when it is missing,
+    not a regular file (a FIFO never blocks), oversized, unreadable, nested too deep or for another
+    key. The file holds serialized plans: it is read with the same bounds as a model dir's graphs."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        doc = json.loads(read_regular_file(path, max_bytes=MAX_CACHE_BYTES, what="cuDNN plan cache").decode("utf-8"))
+    except (InputError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
         return {}
     if not isinstance(doc, dict) or doc.get("key") != dict(key) or not isinstance(doc.get("layers"), dict):
         return {}

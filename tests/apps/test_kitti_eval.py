@@ -213,7 +213,7 @@ def test_ids_file_selects_frames_and_missing_files_are_named(tmp_path: Path) -> 
     (tmp_path / "ids.txt").write_text("000000\n000040\n")
     args = _parser().parse_args(["eval", "--pred", str(tmp_path / "pred"), "--labels", str(tmp_path / "label_2"),
                                  "--ids", str(tmp_path / "ids.txt")])
-    with pytest.raises(InputError, match=r"prediction file .*000040\.txt does not exist"):
+    with pytest.raises(InputError, match=r"prediction file .*000040\.txt' does not exist"):
         run_eval(args)
 
 

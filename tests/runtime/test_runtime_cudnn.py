@@ -380,3 +380,27 @@ def test_kitti_size_engine_matches_float64_rpn(tmp_path_factory, precision):
     err = rel_err(got, ref)
     print(f"KITTI {precision}: max error {err:.2e} of max|ref| {np.abs(ref).max():.3g}")
     assert err <= TOL[precision]
+
+
+def test_a_hostile_plan_cache_file_means_a_rebuild_not_a_hang_or_a_crash(tmp_path: Path) -> None:
+    """A FIFO, /dev/zero, a sparse huge file, deep JSON and junk each read as 'no cache' (the plans are
+    then rebuilt), at once; a good file for the same key gives its entries back."""
+    import json
+    import os
+
+    from pointpillars_trt.runtime.cudnn import _read_cache
+
+    key = {"precision": "fp16", "batch": 1}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps({"key": key, "layers": {"conv0": {"plan_index": 0}}}))
+    assert _read_cache(good, key) == {"conv0": {"plan_index": 0}}
+    os.mkfifo(tmp_path / "fifo.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    with open(tmp_path / "huge.json", "wb") as f:
+        f.truncate(8 * 2**30)
+    (tmp_path / "deep.json").write_text("[" * 200_000 + "]" * 200_000)
+    (tmp_path / "junk.json").write_bytes(b"\xff\xfe not json")
+    start = time.monotonic()
+    for name in ("fifo", "zero", "huge", "deep", "junk"):
+        assert _read_cache(tmp_path / f"{name}.json", key) == {}, name
+    assert time.monotonic() - start < 5

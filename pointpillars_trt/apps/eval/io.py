@@ -19,12 +19,18 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError
+from ...fileio import read_regular_file, safe_repr
 from ...kitti import detections_to_kitti_lines, read_calibration
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
 _PRED_FIELDS = 16  # the same plus score
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
 REPORT_FILE = "eval.json"
+#: Largest label, prediction or frame-id file read (a KITTI label is ~1 KB, ImageSets/trainval.txt 52 KB).
+MAX_TEXT_BYTES = 64 * 2**20
+#: Largest magnitude of any label value (metres, pixels, radians, score). KITTI's own extremes are
+#: DontCare's -1000 and image coordinates of a few thousand; far beyond, areas and volumes overflow.
+MAX_LABEL_VALUE = 1e5
 
 
 @dataclass(frozen=True)
@@ -81,34 +87,37 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool) ->
     bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
     if bad.size:
         raise InputError(f"{source}, line {numbers[bad[0]]}: a NaN or infinite value")
+    huge = np.flatnonzero((np.abs(table) > MAX_LABEL_VALUE).any(axis=1))
+    if huge.size:
+        raise InputError(f"{source}, line {numbers[huge[0]]}: a value beyond +-{MAX_LABEL_VALUE:g} "
+                         "(no KITTI box, pixel, angle or score is that large)")
     return names, table
 
 
 def _read_lines(path: Path, what: str) -> list[str]:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"{what} file {path} does not exist") from None
-    except OSError as e:
-        raise InputError(f"{what} file {path} cannot be read: {e.strerror or e}") from None
+    """The lines of a text file, read bounded: a FIFO, a device or a file over MAX_TEXT_BYTES is
+    refused before anything blocks or fills memory."""
+    data = read_regular_file(path, max_bytes=MAX_TEXT_BYTES, what=f"{what} file")
+    return data.decode("utf-8", errors="replace").splitlines()
 
 
 def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
     """One ``infer --format json`` record -> KITTI label lines, through the frame's calib file."""
     if calib_dir is None:
-        raise InputError(f"prediction file {path} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
+        raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
         record = json.loads("\n".join(_read_lines(path, "prediction")))
         boxes = np.asarray(record["boxes_lidar"], dtype=np.float64).reshape(-1, 7)
         scores = np.asarray(record["scores"], dtype=np.float64).reshape(-1)
         labels = [str(v) for v in record["labels"]]
-    except (ValueError, KeyError, TypeError) as e:
-        raise InputError(f"prediction file {path} is not an infer JSON record: {e}") from None
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
+                         f"{safe_repr(str(e), 100)}") from None
     calib = read_calibration(calib_dir / f"{path.stem}.txt")
     try:
         return detections_to_kitti_lines(boxes, scores, labels, calib).lines
     except PointPillarsError as e:
-        raise InputError(f"prediction file {path}: {e}") from None
+        raise InputError(f"prediction file {safe_repr(path)}: {e}") from None
 
 
 def _prediction_files(pred_dir: Path) -> list[Path]:
@@ -120,11 +129,11 @@ def _prediction_files(pred_dir: Path) -> list[Path]:
 def prediction_format(pred_dir: Path) -> str:
     """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
     if not pred_dir.is_dir():
-        raise InputError(f"prediction folder {pred_dir} does not exist or is not a folder")
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} does not exist or is not a folder")
     kinds = {p.suffix for p in _prediction_files(pred_dir)}
     if len(kinds) != 1:
         found = "both .txt and .json files" if kinds else "no .txt or .json files"
-        raise InputError(f"prediction folder {pred_dir} has {found}; expected one kind")
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} has {found}; expected one kind")
     return "kitti" if kinds == {".txt"} else "json"
 
 
@@ -137,10 +146,14 @@ def list_prediction_ids(pred_dir: Path) -> list[str]:
 def read_frame_ids(path: Path) -> list[str]:
     """An ImageSets-style list: one frame id per line, blank lines ignored."""
     ids = [line.strip() for line in _read_lines(path, "frame id") if line.strip()]
+    odd = next((i for i in ids if i in (".", "..") or any(c in i for c in "/\\\0")), None)
+    if odd is not None:
+        raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(odd, 60)}, not a file name "
+                         "(ids are names like 000123, looked up in each folder)")
     if not ids:
-        raise InputError(f"frame id file {path} lists no frames")
+        raise InputError(f"frame id file {safe_repr(path)} lists no frames")
     if len(set(ids)) != len(ids):
-        raise InputError(f"frame id file {path} lists a frame more than once")
+        raise InputError(f"frame id file {safe_repr(path)} lists a frame more than once")
     return ids
 
 

@@ -11,42 +11,72 @@ import argparse
 import signal
 import sys
 import threading
+import time
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from ...errors import InputError
 from ...graph_io import MAX_BATCH
+from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES
-from .repository import DEFAULT_MAX_POINTS
+from ..ranges import float_in, int_in, port
+from .client import MAX_IN_FLIGHT
+from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_QUEUE_DELAY_US, MODEL_NAME
+
+if TYPE_CHECKING:
+    from .health import ModelProbe
+    from .server import TritonServer
+
+#: Most Ray detector actors one run asks for.
+MAX_WORKERS = 4096
 
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="serve the detector with Triton Inference Server (HTTP + gRPC)")
     serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
     serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
-    serve.add_argument("--instances", type=int, default=1, help="model instances per GPU (or on the CPU)")
-    serve.add_argument("--max-batch", type=int, default=MAX_BATCH, help="largest dynamic batch (1: no batching)")
-    serve.add_argument("--max-queue-delay-us", type=int, default=2000,
-                       help="how long a request may wait for others to fill a batch")
-    serve.add_argument("--max-points", type=int, default=DEFAULT_MAX_POINTS, help="largest frame a request may carry")
+    serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES), default=1,
+                       help=f"model instances per GPU (or on the CPU), 1..{MAX_INSTANCES}")
+    serve.add_argument("--max-batch", type=int_in(1, MAX_BATCH), default=8,
+                       help=f"largest dynamic batch, 1 (no batching)..{MAX_BATCH}")
+    serve.add_argument("--max-queue-delay-us", type=int_in(0, MAX_QUEUE_DELAY_US), default=2000,
+                       help=f"how long a request may wait for others to fill a batch, 0..{MAX_QUEUE_DELAY_US}")
+    serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_MAX_POINTS,
+                       help=f"largest frame a request may carry, 1..{MAX_FRAME_POINTS}")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda (every GPU) or cuda:N")
     serve.add_argument("--host", default="127.0.0.1", help="address the endpoints bind to")
-    serve.add_argument("--http-port", type=int, help="default: a free port")
-    serve.add_argument("--grpc-port", type=int, help="default: a free port")
-    serve.add_argument("--metrics-port", type=int, help="default: a free port")
+    serve.add_argument("--http-port", type=port, help="1..65535 (default: a free port)")
+    serve.add_argument("--grpc-port", type=port, help="1..65535 (default: a free port)")
+    serve.add_argument("--metrics-port", type=port, help="1..65535 (default: a free port)")
     serve.add_argument("--tritonserver", help="the tritonserver binary (default: $PP_TRITONSERVER, PATH, nvidia-pytriton)")
-    serve.add_argument("--ready-timeout", type=float, default=120.0, help="seconds to wait for the server to be ready")
+    serve.add_argument("--ready-timeout", type=float_in(0, 86400, low_open=True), default=120.0,
+                       help="seconds to wait for the server to be ready (and answer its warm-up request)")
+    serve.add_argument("--health-interval", type=float_in(0.1, 3600), default=10.0,
+                       help="seconds between the one-point requests that check the model still answers; "
+                            "when two in a row fail, serve stops the server and exits with code 1")
     serve.add_argument("--repository-only", action="store_true", help="write the repository and exit")
     serve.set_defaults(run=run_serve)
     return serve
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Write the repository, start tritonserver, print its endpoints, and on SIGINT/SIGTERM stop it
-    (the signal is forwarded; the server is killed if it has not exited within its stop timeout)."""
+    """Write the repository, start tritonserver, send one warm-up request through it, print its
+    endpoints and "ready", then watch the model (a one-point request every --health-interval s).
+
+    On SIGINT/SIGTERM the server is stopped (the signal is forwarded; killed if it has not exited within
+    its stop timeout): exit 0 when it stopped cleanly, else 1 with one ``error:`` line. A model that
+    stops answering (a dead Python-backend stub leaves Triton "ready" while every request fails) stops
+    the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
+    recovers from anything a reload in place would, and a crash loop stays visible.
+    """
+    from .health import warm_up
     from ...runtime_options import RuntimeOptions
     from .repository import write_repository
     from .server import TritonServer, find_tritonserver
 
+    ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
+    if len(set(ports)) != len(ports):
+        raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
     target = write_repository(args.model, args.repository, instances=args.instances, max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
@@ -56,27 +86,50 @@ def run_serve(args: argparse.Namespace) -> int:
     server = TritonServer(args.repository, install=find_tritonserver(args.tritonserver), host=args.host,
                           http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port)
     stop = threading.Event()
-    received: list[int] = []
 
-    def on_signal(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
+    def on_signal(_signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
+    status = 0
     try:
         server.start(timeout=args.ready_timeout)
-        for name, endpoint in server.endpoints.items():
-            print(f"{name}: {endpoint}", flush=True)
-        print("ready (Ctrl-C to stop)", flush=True)
-        while not stop.wait(0.5):
-            if server.process is not None and server.process.poll() is not None:
-                print(f"error: tritonserver exited with code {server.process.returncode}", file=sys.stderr)
-                return EXIT_FRAME_FAILURES
+        probe = warm_up(server.endpoints["http"], args.ready_timeout)
+        try:
+            for name, endpoint in server.endpoints.items():
+                print(f"{name}: {endpoint}", flush=True)
+            print("ready (Ctrl-C to stop)", flush=True)
+            status = _watch(server, probe, stop, args.health_interval)
+        finally:
+            probe.close()
     finally:
         code = server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+    if status:
+        return status
+    if code != 0:
+        print(f"error: tritonserver did not stop cleanly (exit code {code})", file=sys.stderr, flush=True)
+        return EXIT_FRAME_FAILURES
     print(f"stopped (tritonserver exit code {code})", flush=True)
+    return 0
+
+
+def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, interval: float) -> int:
+    """Wait for ``stop``; 1 (after one ``error:`` line) when the server exits or its model stops answering."""
+    next_probe = time.monotonic() + interval
+    while not stop.wait(min(0.5, interval)):
+        if server.process is not None and server.process.poll() is not None:
+            print(f"error: tritonserver exited with code {server.process.returncode}", file=sys.stderr, flush=True)
+            return EXIT_FRAME_FAILURES
+        if time.monotonic() < next_probe:
+            continue
+        error = probe.check()
+        if error is not None and not stop.is_set():
+            print(f"error: model {MODEL_NAME} stopped answering ({error}); its worker died or hangs: stopping "
+                  "the server", file=sys.stderr, flush=True)
+            return EXIT_FRAME_FAILURES
+        next_probe = time.monotonic() + interval
     return 0
 
 
@@ -85,11 +138,14 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("scale-out (a served model or a Ray cluster)")
     group.add_argument("--server", metavar="HOST:PORT", help="send frames to a `pointpillars-trt serve` server")
     group.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="with --server")
-    group.add_argument("--in-flight", type=int, default=8, help="with --server: concurrent requests")
+    group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=8,
+                       help=f"with --server: concurrent requests, 1..{MAX_IN_FLIGHT}")
     group.add_argument("--ray", action="store_true", help="run on a Ray cluster (Ray Data, one detector per worker)")
     group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: a local one)")
-    group.add_argument("--workers", type=int, help="with --ray: detector actors (default: GPUs / --gpus-per-worker)")
-    group.add_argument("--gpus-per-worker", type=float, help="with --ray: 1, 0.5 (two per GPU) or 0 (CPU)")
+    group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
+                       help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
+    group.add_argument("--gpus-per-worker", type=float_in(0, 64),
+                       help="with --ray: 1, 0.5 (two per GPU) or 0 (CPU); 0..64")
 
 
 def scaleout_requested(args: argparse.Namespace) -> bool:

@@ -14,31 +14,35 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-import numpy as np
-
-from ...detections import Detections, FrameStats
+from ...detections import Detections
 from ...detector import FrameResult
 from ...errors import BackendError, InputError, PointPillarsError
 from ...kitti import read_velodyne_bin
 from ...points import as_host_points
+from .reply import OUTPUTS, check_model_config, reply_detections, reply_output_names
 from .repository import MODEL_NAME
 
 PROTOCOLS = ("grpc", "http")
-_STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
-_OUTPUTS = ("boxes", "scores", "labels", *_STATS)
+#: Most requests one client keeps in flight (each holds a frame and a thread).
+MAX_IN_FLIGHT = 1024
 
 
 class RemoteDetector:
     """Detections from a ``pointpillars-trt serve`` server at ``server`` (HOST:PORT).
 
     Thread-safe: each thread gets its own connection. Construction checks that the model is ready
-    and reads its class names, so a wrong address fails here in one line, not once per frame.
+    and is a pointpillars-trt model (reply.check_model_config), so a wrong address or a foreign
+    endpoint fails here in one line, not once per frame. Every reply is checked too
+    (reply.reply_detections): a bad one is that frame's error. Frames over the server's points cap
+    are refused here, before they are sent.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
                  timeout: float = 60.0) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+            raise InputError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
         try:
             if protocol == "grpc":
                 import tritonclient.grpc as module
@@ -62,8 +66,7 @@ class RemoteDetector:
             raise BackendError(f"server {server} ({protocol}): cannot be reached ({_one_line(exc)})") from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
-        config = config.get("config", config)
-        self.class_names = tuple(config["parameters"]["class_names"]["string_value"].split(","))
+        self.class_names, self.max_points = check_model_config(config, f"server {server}: model {model!r}")
 
     def _client(self) -> Any:
         client = getattr(self._local, "client", None)
@@ -77,26 +80,36 @@ class RemoteDetector:
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
         frame = as_host_points(points, source or "points")
+        prefix = f"{source}: " if source else ""
+        if self.max_points is not None and frame.shape[0] > self.max_points:
+            raise InputError(f"{prefix}{frame.shape[0]} points, more than the cap of {self.max_points} "
+                             f"of server {self.server} (serve --max-points)")
         request = self._module.InferInput("points", [1, frame.shape[0], 4], "FP32")
         request.set_data_from_numpy(frame[None])
-        outputs = [self._module.InferRequestedOutput(name) for name in _OUTPUTS]
+        outputs = [self._module.InferRequestedOutput(name) for name in OUTPUTS]
         try:
             reply = self._client().infer(self.model, [request], outputs=outputs,
                                          **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
         except self._server_error as exc:
             invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault
             raise (InputError if invalid else BackendError)(
-                (f"{source}: " if source else "") + f"server {self.server} refused the frame: {_one_line(exc)}"
+                f"{prefix}server {self.server} refused the frame: {_one_line(exc)}"
             ) from None
-        found = {name: reply.as_numpy(name) for name in _OUTPUTS}
-        stats = FrameStats(**{name: int(found[name].reshape(-1)[0]) for name in _STATS})
-        return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1),
-                          found["labels"].reshape(-1).astype(np.int32), self.class_names, stats)
+        except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
+            raise BackendError(f"{prefix}server {self.server}: the request failed ({_one_line(exc)})") from None
+        where = f"{prefix}server {self.server}"
+        try:
+            names = reply_output_names(reply)
+            arrays = {name: reply.as_numpy(name) for name in OUTPUTS}
+        except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
+            raise BackendError(f"{where} answered a malformed reply ({_one_line(exc)})") from None
+        return reply_detections(arrays, names, self.class_names, where)
 
     def detect_batch(self, frames: Sequence[object], *, concurrency: int = 8) -> list[Detections]:
         """Detections of several frames, one request each, all in flight at once (up to
         ``concurrency``) so that the server's dynamic batcher can batch them; the first error is
         raised once every request is back (what ``infer`` runs its frames with)."""
+        _check_concurrency(concurrency)
         if not frames:
             return []
         with self._lock:
@@ -113,8 +126,7 @@ class RemoteDetector:
 
     def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
         """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order."""
-        if concurrency < 1:
-            raise InputError(f"concurrency: expected a positive int, received {concurrency!r}")
+        _check_concurrency(concurrency)
         window: deque[tuple[str, Future[Detections]]] = deque()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             for index, item in enumerate(frames):
@@ -144,6 +156,11 @@ def _result(source: str, future: Future[Detections]) -> FrameResult:
         return FrameResult(source, future.result(), None)
     except PointPillarsError as exc:
         return FrameResult(source, None, exc)
+
+
+def _check_concurrency(concurrency: object) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_IN_FLIGHT:
+        raise InputError(f"concurrency {concurrency!r}: expected an integer in 1..{MAX_IN_FLIGHT}")
 
 
 def _one_line(exc: BaseException) -> str:

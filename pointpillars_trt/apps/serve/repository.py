@@ -12,11 +12,15 @@ from pathlib import Path
 from ...errors import InputError
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
+from ...points import MAX_FRAME_POINTS
 from ...runtime_options import RuntimeOptions
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
 DEFAULT_MAX_POINTS = 1_000_000
+#: Most model instances per GPU (or on the CPU), and the longest a request may wait for a batch (10 s).
+MAX_INSTANCES = 64
+MAX_QUEUE_DELAY_US = 10_000_000
 _TEMPLATE = Path(__file__).with_name("triton_model.py")
 
 
@@ -52,9 +56,12 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
     """
-    if instances < 1 or max_batch < 1 or max_queue_delay_us < 0 or max_points < 1:
-        raise InputError(f"serve: --instances ({instances}), --max-batch ({max_batch}) and --max-points "
-                         f"({max_points}) must be >= 1 and --max-queue-delay-us ({max_queue_delay_us}) >= 0")
+    limits = {"--instances": (instances, 1, MAX_INSTANCES), "--max-batch": (max_batch, 1, MAX_BATCH),
+              "--max-queue-delay-us": (max_queue_delay_us, 0, MAX_QUEUE_DELAY_US),
+              "--max-points": (max_points, 1, MAX_FRAME_POINTS)}
+    for option, (value, low, high) in limits.items():
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InputError(f"serve: {option} {value!r}: expected an integer in {low}..{high}")
     kind, gpus = gpu_instance_kind(device)
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -29,6 +30,14 @@ from types import TracebackType
 from ...errors import BackendError
 
 STUB = "triton_python_backend_stub"
+#: How to get a tritonserver binary without touching this environment: installing nvidia-pytriton here
+#: would pull in PyTriton's numpy<2 pin, and the backend stub then crashes on the first request.
+INSTALL_ADVICE = ("tritonserver not found: unpack NVIDIA's wheel into a folder of its own with "
+                  "`pip install --no-deps --target DIR nvidia-pytriton` and pass --tritonserver "
+                  "DIR/pytriton/tritonserver/bin/tritonserver (or set $PP_TRITONSERVER, or put a Triton "
+                  "install's tritonserver on PATH); do not install nvidia-pytriton into this environment: "
+                  "its numpy<2 pin breaks the model's Python backend")
+_SHM = Path("/dev/shm")
 PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 
 
@@ -48,8 +57,7 @@ def find_tritonserver(explicit: str | None = None) -> TritonInstall:
     if candidate is None:
         spec = importlib.util.find_spec("pytriton")
         if spec is None or not spec.submodule_search_locations:
-            raise BackendError("tritonserver not found: pass --tritonserver PATH, put it on PATH, or "
-                               "pip install 'pointpillars-trt[serve]' nvidia-pytriton (its bundled binary is used)")
+            raise BackendError(INSTALL_ADVICE)
         candidate = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver", "bin", "tritonserver")
     binary = Path(candidate).resolve()
     if not (binary.is_file() and os.access(binary, os.X_OK)):
@@ -102,6 +110,9 @@ class TritonServer:
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self._scratch: str | None = None
+        # the Python backend's shared-memory regions get this prefix, so that ``stop`` can remove
+        # what a crashed server left in /dev/shm (and nothing of any other server)
+        self.shm_prefix = f"pointpillars_trt_{os.getpid()}_{secrets.token_hex(4)}_"
 
     @property
     def endpoints(self) -> dict[str, str]:
@@ -113,7 +124,11 @@ class TritonServer:
                 f"--backend-directory={backend_dir}", f"--http-address={self.host}", f"--http-port={self.http_port}",
                 f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
                 f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
-                f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 2)}"]
+                f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 2)}",
+                f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
+                # a pooled gRPC request keeps the capacity of the largest body it ever held: with a pool,
+                # a flood of oversized (refused) requests left ~0.3 GB resident for good
+                "--grpc-infer-allocation-pool-size=0"]
 
     def start(self, timeout: float = 120.0) -> TritonServer:
         """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
@@ -125,6 +140,9 @@ class TritonServer:
             [_interpreter_libdir(), *map(str, self.install.libs), *filter(None, [env.get("LD_LIBRARY_PATH")])])
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
+        # glibc raises its mmap threshold after each large free, so request bodies then come from the
+        # heap and stay resident after they are freed; a fixed threshold hands them back to the OS
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
@@ -201,7 +219,13 @@ class TritonServer:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+        for region in self.shm_regions():
+            region.unlink(missing_ok=True)
         return code
+
+    def shm_regions(self) -> list[Path]:
+        """The shared-memory regions of this server's Python-backend stubs now in /dev/shm."""
+        return sorted(_SHM.glob(f"{self.shm_prefix}*")) if _SHM.is_dir() else []
 
     def __enter__(self) -> TritonServer:
         return self.start() if self.process is None else self

@@ -1,0 +1,44 @@
+"""Range-checked numeric command-line values: each option says what it accepts, and anything outside
+(a negative count, a port past 65535, a NaN timeout) is refused while the command line is parsed."""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+
+
+def int_in(low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type`` for integers in ``low..high``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer in {low}..{high}")
+        return value
+
+    return parse
+
+
+def float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[str], float]:
+    """An argparse ``type`` for finite numbers in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        above = value > low if low_open else value >= low
+        if not (math.isfinite(value) and above and value <= high):
+            interval = f"{'(' if low_open else '['}{low:g}, {high:g}]"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected a number in {interval}")
+        return value
+
+    return parse
+
+
+#: TCP ports a server may bind or a client may reach (0, "any free port", is what leaving it out means).
+port = int_in(1, 65535)

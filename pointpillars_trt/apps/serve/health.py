@@ -1,0 +1,55 @@
+"""Is the served model answering? A warm-up request before ``serve`` says "ready", and the same tiny
+request at intervals while it runs.
+
+Triton keeps reporting "ready" after a Python-backend stub has died (every request then fails), and a
+stub that crashes on its first request still starts "ready"; only a real request tells. One point at
+the origin goes through the whole model (stub, detector, reply) and costs a fraction of a frame.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import BackendError, PointPillarsError
+from .client import RemoteDetector
+
+_PROBE = np.zeros((1, 4), np.float32)
+
+
+class ModelProbe:
+    """A client of the local server that sends the one-point frame and says what went wrong, if anything.
+
+    ``failures_allowed`` consecutive failures are tolerated (a probe stuck behind a long queue), the
+    next one is reported; a dead stub fails every probe at once, so it is found within
+    ``failures_allowed + 1`` intervals.
+    """
+
+    def __init__(self, endpoint: str, *, timeout: float, failures_allowed: int = 1) -> None:
+        self.remote = RemoteDetector(endpoint, protocol="http", timeout=timeout)
+        self.failures_allowed = failures_allowed
+        self.failures = 0
+
+    def check(self) -> str | None:
+        """None while the model answers; the last error once too many probes in a row have failed."""
+        try:
+            self.remote(_PROBE, "health probe")
+        except (PointPillarsError, OSError) as exc:
+            self.failures += 1
+            return str(exc) if self.failures > self.failures_allowed else None
+        self.failures = 0
+        return None
+
+    def close(self) -> None:
+        self.remote.close()
+
+
+def warm_up(endpoint: str, timeout: float) -> ModelProbe:
+    """A probe whose first request has been answered: the server really serves (else a PointPillarsError
+    saying why, e.g. a stub that crashed on its first request)."""
+    probe = ModelProbe(endpoint, timeout=timeout, failures_allowed=0)
+    error = probe.check()
+    if error is not None:
+        probe.close()
+        raise BackendError(f"the server started but its model does not answer a warm-up request: {error}")
+    probe.failures_allowed = 1
+    return probe

@@ -1,0 +1,137 @@
+"""Hostile frames among good ones: each fails alone with one ``error:`` line, the others are written.
+
+Oracle: the same good frames run through ``PointPillars.infer_many`` alone (the JSON files the run
+writes for them must hold the same boxes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import InputError
+
+
+def bool_shape_npy(path: Path) -> Path:
+    """A 150-byte .npy whose header says shape (True, 4): ``isinstance(True, int)`` holds."""
+    header = b"{'descr': '<f4', 'fortran_order': False, 'shape': (True, 4), }"
+    header += b" " * (-(10 + len(header) + 1) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header + b"\0" * 16)
+    return path
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny import tiny_model_dir
+
+    return tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=3).path
+
+
+@pytest.fixture(scope="module")
+def frames(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """a.bin, b.npy (the hostile header), c.bin, d.bin: the bad frame sits between good ones."""
+    folder = tmp_path_factory.mktemp("frames")
+    rng = np.random.default_rng(0)
+    for name in ("a", "c", "d"):
+        xyz = rng.uniform((0.2, -1.8, -2.5), (5.0, 1.8, 0.5), (500, 3))
+        np.column_stack([xyz, rng.uniform(0, 1, 500)]).astype(np.float32).tofile(folder / f"{name}.bin")
+    bool_shape_npy(folder / "b.npy")
+    return folder
+
+
+def test_infer_many_keeps_going_after_a_bool_shape_npy(tiny_model: Path, frames: Path) -> None:
+    paths = [str(frames / n) for n in ("a.bin", "b.npy", "c.bin", "d.bin")]
+    with PointPillars.from_model_dir(tiny_model, device="cpu") as detector:
+        results = list(detector.infer_many(paths, batch_size=2))
+        alone = list(detector.infer_many([paths[0], paths[2], paths[3]]))
+    assert [r.source for r in results] == paths
+    assert isinstance(results[1].error, InputError) and "shape (True, 4)" in str(results[1].error)
+    for got, want in zip([results[0], results[2], results[3]], alone):
+        assert got.error is None and want.detections is not None and got.detections is not None
+        np.testing.assert_array_equal(got.detections.boxes, want.detections.boxes)
+
+
+def test_infer_cli_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Path, frames: Path,
+                                                                  tmp_path: Path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["infer", str(frames), "--model", str(tiny_model), "--out", str(tmp_path), "--device", "cpu",
+                   "--no-progress"])
+    assert rc == 1 and "Traceback" not in err.getvalue(), err.getvalue()
+    errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "c.json", "d.json"]
+    with PointPillars.from_model_dir(tiny_model, device="cpu") as detector:
+        want = detector(np.fromfile(frames / "d.bin", np.float32).reshape(-1, 4))
+    got = json.loads((tmp_path / "d.json").read_text())
+    np.testing.assert_allclose(np.asarray(got["boxes_lidar"]).reshape(-1, 7), want.boxes, rtol=0, atol=1e-6)
+
+
+def run_infer(*args: object) -> tuple[int, str]:
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main([str(a) for a in args])
+    return rc, err.getvalue()
+
+
+@pytest.mark.skipif(os.geteuid() == 0 if hasattr(os, "geteuid") else True,
+                    reason="root writes into read-only folders; needs an unprivileged user")
+def test_read_only_out_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ro"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", out, "--device", "cpu")
+    finally:
+        out.chmod(0o755)
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "--out" in lines[0] and "cannot write there" in lines[0], err
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs sysfs, where nobody (root neither) makes folders")
+def test_out_where_no_folder_can_be_made_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", "/sys/kernel/pp-out",
+                        "--device", "cpu")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "cannot write there (it would be created in '/sys/kernel')" in lines[0], err
+
+
+def test_out_below_a_file_is_one_error_before_the_model_loads(frames: Path, tmp_path: Path) -> None:
+    """The model path does not exist: only a check made before the model loads can name --out."""
+    (tmp_path / "afile").write_text("x")
+    rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", tmp_path / "afile" / "sub",
+                        "--device", "cpu")
+    lines = err.strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "--out" in lines[0] and "is a file, not a folder" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+
+
+@pytest.mark.slow
+def test_infer_ray_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Path, frames: Path,
+                                                                  tmp_path: Path) -> None:
+    """On a real local Ray cluster: the reader's error becomes that frame's line, the dataset goes on."""
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install 'ray[data]')")
+    import ray
+    from test_distributed_ray import ray_infer
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        rc, out, err = ray_infer(frames, tiny_model, tmp_path / "ray")
+    finally:
+        if started:
+            ray.shutdown()
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and out.startswith("3/4 frames"), (out, err)
+    assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
+    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["a.json", "c.json", "d.json"]

@@ -1,0 +1,85 @@
+"""Every numeric option of ``serve`` and of ``infer --server/--ray`` is range-checked while parsing:
+one ``error:`` line naming the option and its range, before any model, server or cluster is touched."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.apps.serve.client import RemoteDetector
+from pointpillars_trt.apps.serve.repository import model_config_text
+from pointpillars_trt.errors import InputError
+
+INFER = ["infer", "frames/", "--model", "m", "--out", "o"]
+SERVE = ["serve", "--model", "m", "--repository", "r"]
+
+
+def parse_error(argv: list[str]) -> str:
+    """The ``error:`` line of ``pointpillars-trt ARGV`` (which must stop with exit code 2)."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err), \
+            pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 2
+    # argparse prefixes the program ("pointpillars-trt infer: error: ...") and may print its usage first
+    lines = [line for line in err.getvalue().splitlines() if line.startswith("error: ") or ": error: " in line]
+    assert len(lines) == 1 and "Traceback" not in err.getvalue(), err.getvalue()
+    return lines[0]
+
+
+@pytest.mark.parametrize("argv, option, value, expected", [
+    (INFER, "--in-flight", "-3", "1..1024"),
+    (INFER, "--in-flight", "0", "1..1024"),
+    (INFER, "--in-flight", "100000", "1..1024"),
+    (INFER, "--workers", "-1", "1..4096"),
+    (INFER, "--workers", "2.5", "not an integer"),
+    (INFER, "--gpus-per-worker", "-1", "[0, 64]"),
+    (INFER, "--gpus-per-worker", "nan", "[0, 64]"),
+    (INFER, "--gpus-per-worker", "inf", "[0, 64]"),
+    (SERVE, "--instances", "0", "1..64"),
+    (SERVE, "--instances", "1000", "1..64"),
+    (SERVE, "--max-batch", "-8", "1..8"),
+    (SERVE, "--max-batch", "9", "1..8"),
+    (SERVE, "--max-points", "0", "1..16777216"),
+    (SERVE, "--max-points", "100000000", "1..16777216"),
+    (SERVE, "--max-queue-delay-us", "-1", "0..10000000"),
+    (SERVE, "--http-port", "0", "1..65535"),
+    (SERVE, "--grpc-port", "70000", "1..65535"),
+    (SERVE, "--metrics-port", "-80", "1..65535"),
+    (SERVE, "--ready-timeout", "0", "(0, 86400]"),
+    (SERVE, "--ready-timeout", "nan", "(0, 86400]"),
+    (SERVE, "--ready-timeout", "-5", "(0, 86400]"),
+])
+def test_out_of_range_option_is_one_error_line(argv: list[str], option: str, value: str, expected: str) -> None:
+    line = parse_error([*argv, f"{option}={value}"])
+    assert option in line and expected in line, line
+
+
+def test_the_same_port_twice_is_refused_before_anything_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["serve", "--model", str(tmp_path / "missing"), "--repository", str(tmp_path / "repo"),
+                   "--http-port", "8000", "--grpc-port", "8000"])
+    assert rc == 2 and "must differ; got [8000, 8000]" in err.getvalue(), err.getvalue()
+    assert not (tmp_path / "repo").exists()
+
+
+@pytest.mark.parametrize("options, option", [
+    ({"instances": 0}, "--instances"), ({"max_batch": 99}, "--max-batch"),
+    ({"max_queue_delay_us": -1}, "--max-queue-delay-us"), ({"max_points": True}, "--max-points"),
+])
+def test_repository_api_checks_the_same_ranges(options: dict[str, object], option: str) -> None:
+    settings = {"instances": 1, "max_batch": 8, "max_queue_delay_us": 0, "device": "cpu", "max_points": 10,
+                **options}
+    with pytest.raises(InputError, match=option):
+        model_config_text(None, **settings)  # type: ignore[arg-type]  # refused before the model is read
+
+
+@pytest.mark.parametrize("timeout", [0, -1.0, float("nan"), float("inf"), True])
+def test_remote_detector_timeout_is_checked_before_connecting(timeout: object) -> None:
+    pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed")
+    with pytest.raises(InputError, match="timeout"):
+        RemoteDetector("127.0.0.1:1", timeout=timeout)  # type: ignore[arg-type]

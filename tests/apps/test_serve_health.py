@@ -1,0 +1,158 @@
+"""``pointpillars-trt serve`` knows when its server is broken: a warm-up request before "ready", a health
+watch that notices a dead model worker, a non-zero exit after a crash, and no shared memory left behind.
+
+Real ``tritonserver`` on loopback (CPU detector, the tiny model); the dead worker is the real Python-backend
+stub process killed with SIGKILL, the crash the server itself killed with SIGKILL. Oracles: Triton's own
+statistics endpoint (the warm-up request was served) and /dev/shm (the stub's regions are gone).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from test_serve_triton import START_TIMEOUT, install, tiny  # noqa: F401 - fixtures: tritonserver, tiny model
+
+from pointpillars_trt.apps.serve.repository import MODEL_NAME
+from pointpillars_trt.errors import BackendError
+
+
+class Serve:
+    """A ``serve`` process: its stdout lines up to "ready", its endpoints, and the processes below it."""
+
+    def __init__(self, model: Path, repo: Path, *options: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(model),
+                                      "--repository", str(repo), "--device", "cpu", "--ready-timeout",
+                                      str(START_TIMEOUT), *options],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        deadline = time.monotonic() + START_TIMEOUT + 30
+        while time.monotonic() < deadline and self.proc.stdout is not None:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            self.lines.append(line.strip())
+            if line.startswith("ready"):
+                break
+        assert self.lines and self.lines[-1].startswith("ready"), (self.lines, self.finish()[1][-2000:])
+        self.http = next(line.split(": ", 1)[1] for line in self.lines if line.startswith("http: "))
+
+    def children(self, pid: int) -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+        return found
+
+    def server_pid(self) -> int:
+        (pid,) = self.children(self.proc.pid)
+        return pid
+
+    def stub_pids(self) -> list[int]:
+        return [pid for pid in self.children(self.server_pid())
+                if "triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+
+    def shm_regions(self) -> list[str]:
+        return sorted(p.name for p in Path("/dev/shm").glob(f"pointpillars_trt_{self.proc.pid}_*"))
+
+    def finish(self, timeout: float = 60) -> tuple[int, str]:
+        """(exit code, stderr) once the process exits (killed when it outlives ``timeout``)."""
+        try:
+            _, err = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            _, err = self.proc.communicate()
+            pytest.fail(f"serve did not exit within {timeout} s")
+        return self.proc.returncode, err
+
+
+@pytest.fixture()
+def serve(install, tiny, tmp_path: Path) -> Iterator[Serve]:  # type: ignore[no-untyped-def]  # noqa: F811
+    started = Serve(tiny.path, tmp_path / "repo", "--health-interval", "1")
+    try:
+        yield started
+    finally:
+        if started.proc.poll() is None:
+            started.proc.send_signal(signal.SIGTERM)
+            started.finish()
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("error: ")]
+
+
+@pytest.mark.slow
+def test_ready_comes_after_a_served_warm_up_request_and_sigterm_exits_0(serve: Serve) -> None:
+    with urllib.request.urlopen(f"http://{serve.http}/v2/models/{MODEL_NAME}/stats", timeout=5) as reply:
+        stats = json.loads(reply.read())["model_stats"][0]
+    assert int(stats["inference_count"]) >= 1, stats  # no client has sent anything yet
+    assert serve.shm_regions(), "the stub's shared memory should carry this server's prefix"
+    serve.proc.send_signal(signal.SIGTERM)
+    rc, err = serve.finish()
+    assert rc == 0 and not error_lines(err), err[-2000:]
+    assert serve.shm_regions() == []
+
+
+@pytest.mark.slow
+def test_a_dead_model_worker_is_noticed_and_serve_exits_1(serve: Serve) -> None:
+    (stub,) = serve.stub_pids()
+    os.kill(stub, signal.SIGKILL)
+    start = time.monotonic()
+    rc, err = serve.finish()
+    lines = error_lines(err)
+    assert rc == 1 and len(lines) == 1 and f"model {MODEL_NAME} stopped answering" in lines[0], err[-2000:]
+    assert "not healthy" in lines[0] or "refused" in lines[0]
+    assert time.monotonic() - start < 40
+    assert serve.shm_regions() == []
+
+
+@pytest.mark.slow
+def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> None:
+    assert serve.shm_regions()
+    os.kill(serve.server_pid(), signal.SIGKILL)
+    rc, err = serve.finish()
+    lines = error_lines(err)
+    assert rc == 1 and len(lines) == 1 and "tritonserver exited with code -9" in lines[0], err[-2000:]
+    assert serve.shm_regions() == []
+
+
+def test_warm_up_refuses_a_server_whose_model_cannot_answer(install, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The model starts "ready" but every reply lacks an output: the warm-up says so in one line."""
+    from test_serve_hostile import hostile_model
+
+    from pointpillars_trt.apps.serve.health import warm_up
+    from pointpillars_trt.apps.serve.server import TritonServer
+
+    hostile_model(tmp_path / "repo", MODEL_NAME, "missing_labels")
+    with TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", stop_timeout=10) as server:
+        with pytest.raises(BackendError, match="does not answer a warm-up request: .*missing labels"):
+            warm_up(server.endpoints["http"], timeout=10)
+
+
+def test_install_advice_never_installs_pytriton_into_this_environment(monkeypatch: pytest.MonkeyPatch,
+                                                                      tmp_path: Path) -> None:
+    import importlib.util
+
+    from pointpillars_trt.apps.serve.server import find_tritonserver
+
+    if importlib.util.find_spec("pytriton") is not None:
+        pytest.skip("nvidia-pytriton is installed here, so its binary is found")
+    monkeypatch.delenv("PP_TRITONSERVER", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(BackendError) as caught:
+        find_tritonserver()
+    text = str(caught.value)
+    assert "pip install --no-deps --target DIR nvidia-pytriton" in text and "--tritonserver" in text
+    assert "do not install nvidia-pytriton into this environment" in text
+    assert "[serve]' nvidia-pytriton" not in text

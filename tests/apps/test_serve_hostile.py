@@ -1,0 +1,127 @@
+"""``infer --server`` against servers that answer wrongly: a real ``tritonserver`` on loopback serving
+deliberately broken Python-backend models (tests/data/serve/hostile_model.py), next to the real one.
+
+A foreign model (no class names) stops the run with one line before any frame; a reply with a missing
+output, a wrong shape, a label past the class list or a negative count is that frame's error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_serve_triton import START_TIMEOUT, install  # noqa: F401 - the fixture finding tritonserver
+
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.apps.serve.repository import MODEL_NAME, model_config_text
+from pointpillars_trt.apps.serve.server import TritonServer
+from pointpillars_trt.errors import BackendError
+
+HOSTILE = Path(__file__).resolve().parent.parent / "data" / "serve" / "hostile_model.py"
+MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count", "scores_as_int")
+
+
+def hostile_model(repo: Path, name: str, mode: str, *, class_names: bool = True) -> None:
+    """REPO/NAME: the hostile model under pointpillars-trt's own config (or one without class names)."""
+    from tiny import tiny_config
+
+    from pointpillars_trt.model_dir import ModelDir
+
+    text = model_config_text(ModelDir(repo, tiny_config(), {}), instances=1, max_batch=4, max_queue_delay_us=0,
+                             device="cpu", max_points=1000)
+    lines = [line for line in text.splitlines() if class_names or "class_names" not in line]
+    lines = [f'name: "{name}"' if line.startswith("name:") else line for line in lines]
+    lines.append(f'parameters {{ key: "mode", value: {{ string_value: "{mode}" }} }}')
+    (repo / name / "1").mkdir(parents=True)
+    shutil.copyfile(HOSTILE, repo / name / "1" / "model.py")
+    (repo / name / "config.pbtxt").write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def hostile_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]  # noqa: F811
+    root = tmp_path_factory.mktemp("hostile")
+    repo = root / "repo"
+    hostile_model(repo, MODEL_NAME, "missing_labels")
+    hostile_model(repo, "foreign", "none", class_names=False)
+    for mode in MODES[1:]:
+        hostile_model(repo, mode, mode)
+    server = TritonServer(repo, install=install, log=root / "server.log", stop_timeout=10)
+    with server.start(timeout=START_TIMEOUT):
+        yield server
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_foreign_model_is_one_line_for_the_run(hostile_server: TritonServer, protocol: str) -> None:
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    with pytest.raises(BackendError, match=r"model 'foreign' is not a pointpillars-trt model: .*no class_names"):
+        RemoteDetector(hostile_server.endpoints[protocol], protocol=protocol, model="foreign")
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+@pytest.mark.parametrize("mode, problem", [
+    ("boxes_of_five", r"inconsistent shapes boxes \(1, 1, 5\)"),
+    ("label_out_of_range", r"labels outside 0..2"),
+    ("negative_count", r"negative counts"),
+    ("scores_as_int", r"scores as int32, expected float32|refused the frame"),  # whichever side notices first
+])
+def test_a_bad_reply_is_that_frames_error(hostile_server: TritonServer, protocol: str, mode: str, problem: str) -> None:
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    remote = RemoteDetector(hostile_server.endpoints[protocol], protocol=protocol, model=mode)
+    try:
+        frames = [np.zeros((3, 4), np.float32), np.ones((2, 4), np.float32)]
+        results = list(remote.infer_many(frames, concurrency=2))
+    finally:
+        remote.close()
+    assert [r.source for r in results] == ["frame 0", "frame 1"]
+    for result in results:
+        assert result.detections is None and isinstance(result.error, BackendError)
+        assert "\n" not in str(result.error)
+        assert re.search(problem, str(result.error)), str(result.error)
+
+
+def test_infer_cli_reports_a_missing_output_per_frame_and_goes_on(hostile_server: TritonServer, tmp_path: Path) -> None:
+    """The served 'pointpillars' model leaves out its labels output: each frame gets one error line, the
+    run ends with exit code 1, no traceback and no output file."""
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for i in range(3):
+        np.zeros((5, 4), np.float32).tofile(frames / f"{i:06d}.bin")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["infer", str(frames), "--out", str(tmp_path / "out"), "--no-progress",
+                   "--server", hostile_server.endpoints["grpc"], "--in-flight", "2"])
+    errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+    assert rc == 1 and "Traceback" not in err.getvalue(), err.getvalue()
+    assert len(errors) == 3 and all("missing labels" in line for line in errors), errors
+    assert not any((tmp_path / "out").glob("*.json"))
+
+
+@pytest.fixture(scope="module")
+def foreign_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A server whose 'pointpillars' model is not ours (its config has no class names)."""
+    root = tmp_path_factory.mktemp("foreign")
+    hostile_model(root / "repo", MODEL_NAME, "none", class_names=False)
+    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=10)
+    with server.start(timeout=START_TIMEOUT):
+        yield server
+
+
+def test_infer_cli_against_a_foreign_model_is_one_line(foreign_server: TritonServer, tmp_path: Path) -> None:
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    np.zeros((5, 4), np.float32).tofile(frames / "000000.bin")
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["infer", str(frames), "--out", str(tmp_path / "out"), "--no-progress",
+                   "--server", foreign_server.endpoints["http"], "--protocol", "http"])
+    lines = err.getvalue().strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and "is not a pointpillars-trt model" in lines[0], err.getvalue()
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
