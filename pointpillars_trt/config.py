@@ -27,11 +27,17 @@ import yaml
 
 from .errors import ConfigError, escape_text
 
+#: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
+#: first four, nuScenes-style multi-sweep frames add each point's time lag behind the key sweep (s).
+POINT_COLUMN_NAMES = ("x", "y", "z", "intensity", "time")
+# New names go at the end: the GPU voxelizer's FEATURE_CODES are indices into this tuple.
 FEATURE_NAMES = (
     "x", "y", "z", "intensity",
     "mean_dx", "mean_dy", "mean_dz",
     "center_dx", "center_dy", "center_dz",
+    "time",
 )
+BOX_SIZE = 7  # x, y, z, dx, dy, dz, heading: every output box, whatever the model's box code
 RangeFilter = Literal["inclusive_xy", "strict_xyz"]
 AnchorAlignment = Literal["range_corners", "cell_centers"]
 BoxCoderStyle = Literal["openpcdet", "zhulf0804"]
@@ -128,6 +134,19 @@ class ModelConfig:
     box_coder: BoxCoderStyle
     direction: DirectionConfig
     postprocess: PostProcessConfig
+    # Added after the first model families: to_dict() leaves them out at these defaults, so the
+    # digests of existing model dirs and plans do not change.
+    point_columns: tuple[str, ...] = POINT_COLUMN_NAMES[:4]
+
+    @property
+    def num_point_columns(self) -> int:
+        """Float32 values a point of this model's frames holds (4: x y z intensity; 5: + time)."""
+        return len(self.point_columns)
+
+    @property
+    def box_code_size(self) -> int:
+        """Regression values a box code holds (the residuals of x y z dx dy dz heading)."""
+        return BOX_SIZE
 
     @property
     def num_classes(self) -> int:
@@ -148,10 +167,15 @@ class ModelConfig:
     def head_channels(self) -> dict[str, int]:
         """Channels of the three head maps (class, box, direction)."""
         a = self.anchors.per_cell
-        return {"cls": a * self.num_classes, "box": a * 7, "dir": a * self.direction.num_bins}
+        return {"cls": a * self.num_classes, "box": a * self.box_code_size, "dir": a * self.direction.num_bins}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, less the later-added ones that hold their default (see ``_ADDED_DEFAULTS``)."""
+        out = asdict(self)
+        for key, default in _ADDED_DEFAULTS.items():
+            if out[key] == default:
+                del out[key]
+        return out
 
     def digest(self) -> str:
         """A stable hash of the model's identity; model dirs and plans record it.
@@ -293,6 +317,9 @@ INDEX_LIMIT = 2**31
 MAX_CLASSES = 64
 _COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range
 _RUNTIME_KEYS = ("score_threshold", "nms_iou", "max_boxes")  # post-process launch values, not identity
+# Fields added after the first families, as to_dict() spells their defaults: left out of to_dict() (and so of
+# the digest and of stored configs) while they hold these values.
+_ADDED_DEFAULTS: dict[str, Any] = {"point_columns": POINT_COLUMN_NAMES[:4]}
 
 T = TypeVar("T")
 Rule = Callable[[Any, str], T]  # (untrusted value, key path) -> checked value
@@ -438,7 +465,7 @@ def config_from_dict(raw: Any, source: str = "<dict>") -> ModelConfig:
 def _parse(raw: Any) -> ModelConfig:
     """Types, keys and per-field bounds, section by section."""
     top = _fields(raw, "", ("name", "family", "classes", "voxel", "features", "network", "anchors",
-                            "box_coder", "direction", "postprocess"), ("label_base",))
+                            "box_coder", "direction", "postprocess"), ("label_base", *_ADDED_DEFAULTS))
     classes = _seq(_name, 1, MAX_CLASSES)(top["classes"], "classes")
     v = _fields(top["voxel"], "voxel", ("point_range", "pillar_size", "max_points_per_pillar", "max_pillars",
                                         "range_filter"))
@@ -454,6 +481,7 @@ def _parse(raw: Any) -> ModelConfig:
     num_bins = _int(2, 2)(d["num_bins"], "direction.num_bins")  # both families, both backends: 2 bins
     return ModelConfig(
         name=_name(top["name"], "name"),
+        point_columns=_point_columns(top.get("point_columns", _ADDED_DEFAULTS["point_columns"]), "point_columns"),
         family=_choice(("openpcdet", "zhulf0804"))(top["family"], "family"),
         classes=classes,
         label_base=_int(0, 1)(top.get("label_base", 0), "label_base"),
@@ -497,6 +525,14 @@ def _parse(raw: Any) -> ModelConfig:
             **{key: rule(p[key], f"postprocess.{key}") for key, rule in _THRESHOLD_RULES.items()},
         ),
     )
+
+
+def _point_columns(value: Any, path: str) -> tuple[str, ...]:
+    """x, y, z, intensity, then optional further columns, in ``POINT_COLUMN_NAMES`` order."""
+    names = _seq(_choice(POINT_COLUMN_NAMES), 4, len(POINT_COLUMN_NAMES))(value, path)
+    if names != POINT_COLUMN_NAMES[: len(names)]:
+        _bad(path, "a prefix of " + ", ".join(POINT_COLUMN_NAMES) + " starting with x, y, z, intensity", value)
+    return names
 
 
 def _anchor_class(value: Any, path: str) -> AnchorClass:
@@ -553,6 +589,11 @@ def _check(cfg: ModelConfig) -> None:
                            f"(a divisor of both sides) and up by {up}; the head map needs anchors.stride {stride}")
     if min(cfg.head_map) < 2:
         raise _Invalid(f"anchors.stride: the head map {cfg.head_map[0]} x {cfg.head_map[1]} needs 2 cells per side")
+    raw = [name for name in cfg.features.order if name in POINT_COLUMN_NAMES]
+    missing = [name for name in raw if name not in cfg.point_columns]
+    if missing:
+        raise _Invalid(f"features.order: {', '.join(missing)} is not a point column "
+                       f"(point_columns: {', '.join(cfg.point_columns)})")
     if len(set(cfg.classes)) != len(cfg.classes):
         raise _Invalid(f"classes: names repeat in {short_repr(list(cfg.classes))}")
     names = [k.name for k in cfg.anchors.classes]

@@ -23,7 +23,7 @@ Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 class _Implementation(Protocol):
     last_timings: dict[str, float]
 
-    def detect(self, points: Any) -> Detections: ...  # host (N, 4) float32, or a device array on the GPU
+    def detect(self, points: Any) -> Detections: ...  # host (N, point columns) float32, or a device array on the GPU
 
     def detect_batch(self, frames: Sequence[Any]) -> list[Detections]: ...
 
@@ -132,7 +132,7 @@ class PointPillars:
         return self._impl.last_timings
 
     def __call__(self, points: object) -> Detections:
-        return self._impl.detect(_device_or_host_points(points, self.device))
+        return self._impl.detect(_device_or_host_points(points, self.device, self.cfg.num_point_columns))
 
     def detect_batch(self, frames: Sequence[object]) -> list[Detections]:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
@@ -140,7 +140,7 @@ class PointPillars:
         prepared = []
         for index, points in enumerate(frames):
             try:
-                prepared.append(_device_or_host_points(points, self.device))
+                prepared.append(_device_or_host_points(points, self.device, self.cfg.num_point_columns))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
         return self._impl.detect_batch(prepared) if prepared else []
@@ -164,7 +164,7 @@ class PointPillars:
                 source, future = pending
                 pending = _submit_next(reader, items)
                 try:
-                    window.append((source, _device_or_host_points(future.result(), self.device)))
+                    window.append((source, _device_or_host_points(future.result(), self.device, self.cfg.num_point_columns)))
                 except PointPillarsError as exc:
                     window.append(FrameResult(source, None, exc))
                 ready = sum(not isinstance(entry, FrameResult) for entry in window)
@@ -224,11 +224,11 @@ def _omp_threads() -> int | None:
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
 
-def _device_or_host_points(points: object, device: str) -> object:
-    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, 4) float32 on the host."""
+def _device_or_host_points(points: object, device: str, columns: int) -> object:
+    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host."""
     if device == "cuda" and _is_cuda_array(points):
         return points
-    return as_host_points(points)
+    return as_host_points(points, columns=columns)
 
 
 def _is_cuda_array(points: object) -> bool:

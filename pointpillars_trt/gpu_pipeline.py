@@ -34,7 +34,7 @@ from .runtime.cudnn import cudnn_unavailable_reason
 from .kernels.pfn import PfnStage
 from .kernels.postprocess import OUTPUT_ROW, PostprocessStage
 from .kernels.scatter import ScatterStage
-from .kernels.voxelize import VoxelizeStage
+from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 BACKENDS = ("auto", "tensorrt", "cudnn", "onnxruntime")
@@ -157,7 +157,7 @@ class GpuPipeline:
         rows = self.post_cfg.postprocess.max_boxes + 1
         self._results = cp.zeros((b, rows, OUTPUT_ROW), np.float32)
         self._results_host = cupyx.empty_pinned((b, rows, OUTPUT_ROW), np.float32)
-        self._header_rows = -(-2 * b // 4)  # (count, first row) int32 pairs, four int32 per row
+        self._header_rows = -(-2 * b // GPU_POINT_COLUMNS)  # (count, first row) int32 pairs, one int32 per column
         self._allocate_input(max_points)
         weights = self._pfn_weights
         self._slots = [
@@ -190,8 +190,8 @@ class GpuPipeline:
         """The packed input: header rows of (count, first row) int32 pairs, then the frames' points,
         so that one H2D copy brings a whole batch and the counts stay where the kernels read them."""
         rows = self._header_rows + capacity
-        staging = cupyx.empty_pinned((rows, 4), np.float32)
-        device_input = cp.zeros((rows, 4), np.float32)
+        staging = cupyx.empty_pinned((rows, GPU_POINT_COLUMNS), np.float32)
+        device_input = cp.zeros((rows, GPU_POINT_COLUMNS), np.float32)
         self._staging, self._input, self.max_points = staging, device_input, capacity
         self._staging_header = staging[: self._header_rows].view(np.int32).reshape(-1)
         self._header = device_input[: self._header_rows].view(np.int32).reshape(-1)
@@ -412,9 +412,10 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
             arr = cp.from_dlpack(points) if hasattr(points, "__dlpack__") else cp.asarray(points)
         except Exception as exc:
             raise InputError(f"points: cannot use {type(points).__name__} as a device array ({exc})") from None
-    if arr.ndim != 2 or arr.shape[1] < 4 or arr.dtype != np.float32:
-        raise InputError(f"points: expected an (N, 4) float32 device array; got shape {arr.shape}, dtype {arr.dtype}")
-    return arr[:, :4]
+    if arr.ndim != 2 or arr.shape[1] < GPU_POINT_COLUMNS or arr.dtype != np.float32:
+        raise InputError(f"points: expected an (N, {GPU_POINT_COLUMNS}) float32 device array; "
+                         f"got shape {arr.shape}, dtype {arr.dtype}")
+    return arr[:, :GPU_POINT_COLUMNS]
 
 
 def _pick_backend(model: ModelDir, backend: str) -> str:

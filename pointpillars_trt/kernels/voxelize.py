@@ -16,6 +16,7 @@ VOXEL_STATS = (
     "pillars", "pillars_total", "pillars_dropped", "nonfinite", "in_range", "previous_pillars", "cursor",
     "large_pillars",
 )
+GPU_POINT_COLUMNS = 4  # voxelize.cu reads each point as one float4: x, y, z, intensity
 _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)
 
 
@@ -26,6 +27,7 @@ class VoxelParams:
     grid: tuple[int, int, int]
     max_pillars: int
     max_points_per_pillar: int
+    point_columns: int
     features: tuple[str, ...]
     strict_range: bool
     range_min: tuple[float, ...]
@@ -37,12 +39,16 @@ class VoxelParams:
     def from_config(cls, cfg: ModelConfig) -> VoxelParams:
         if cfg.features.channels > 16:
             raise ConfigError(f"{cfg.name}: {cfg.features.channels} feature channels; the GPU voxelizer supports 16")
+        if cfg.num_point_columns != GPU_POINT_COLUMNS:
+            raise ConfigError(f"{cfg.name}: points of {cfg.num_point_columns} values; the GPU voxelizer reads rows of "
+                              f"{GPU_POINT_COLUMNS} (x, y, z, intensity): run this model on the CPU (device cpu)")
         v = cfg.voxel
         f32 = lambda xs: tuple(float(np.float32(x)) for x in xs)  # noqa: E731
         return cls(
             grid=v.grid,
             max_pillars=v.max_pillars,
             max_points_per_pillar=v.max_points_per_pillar,
+            point_columns=cfg.num_point_columns,
             features=cfg.features.order,
             strict_range=v.range_filter == "strict_xyz",
             range_min=f32(v.point_range[:3]),
@@ -123,8 +129,8 @@ class VoxelizeStage:
 
     def launch(self, points: Any, frame: Any, stream: Any) -> None:
         """Enqueue one frame: ``frame`` is a device int32 pair (point count, first row) selecting the
-        frame's rows of ``points``, an (rows, 4) float32 device buffer (several frames can share one)."""
-        check_device_array(points, "points", np.float32, (None, 4))
+        frame's rows of ``points``, an (rows, point columns) float32 device buffer (several frames can share one)."""
+        check_device_array(points, "points", np.float32, (None, self.params.point_columns))
         check_device_array(frame, "frame", np.int32, (2,))
         if points.data.ptr % 16:
             raise InputError("points: the device buffer must be 16-byte aligned (rows are read as float4)")

@@ -306,14 +306,15 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
 def head_maps_to_anchor_major(
     cls: np.ndarray, box: np.ndarray, dir: np.ndarray, cfg: ModelConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """NCHW head maps (1, A*C, H, W) -> per-anchor rows (H*W*A, K), (H*W*A, 7), (H*W*A, bins).
+    """NCHW head maps (1, A*C, H, W) -> per-anchor rows (H*W*A, K), (H*W*A, code), (H*W*A, bins).
 
     Channel C*a + c of anchor a = 2k + r lands in row (y*W + x)*A + a, column c.
     """
     nx, ny = cfg.head_map
     a = cfg.anchors.per_cell
     out = []
-    for name, arr, width in (("cls", cls, cfg.num_classes), ("box", box, 7), ("dir", dir, cfg.direction.num_bins)):
+    for name, arr, width in (("cls", cls, cfg.num_classes), ("box", box, cfg.box_code_size),
+                              ("dir", dir, cfg.direction.num_bins)):
         arr = np.asarray(arr)
         expected = (1, a * width, ny, nx)
         if arr.shape != expected:
