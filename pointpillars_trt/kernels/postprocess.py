@@ -51,7 +51,7 @@ class PostParams:
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> PostParams:
 
-        pp, d = cfg.postprocess, cfg.direction
+        pp, d = cfg.postprocess, cfg.require_direction("the GPU post-process")
         f32 = lambda x: float(np.float32(x))  # noqa: E731
         params = cls(
             head_map=cfg.head_map,
