@@ -146,7 +146,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help="at most this many boxes a frame (default: the model's)")
     points = infer.add_argument_group("points")
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=4,
-                        help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes, + ring/time)")
+                        help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
+                             "time; multi-sweep models need them)")
     points.add_argument("--intensity-scale", type=positive_float, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
@@ -453,6 +454,20 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     return fmt, out, labels
 
 
+def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str]) -> None:
+    """What the model needs of infer's options, checked once before any frame runs: .bin frames of at
+    least its point columns (a single sweep given to a multi-sweep model is refused, not padded with
+    time 0: that would lose accuracy silently), and no KITTI label files for models that predict
+    velocities of full 360-degree frames (nuScenes-style: camera-frame labels cannot carry them)."""
+    columns = cfg.num_point_columns
+    if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
+        raise InputError(f"--point-dim {point_dim}: model {cfg.name} reads {columns} values a point "
+                         f"({', '.join(cfg.point_columns)}); pass --point-dim {columns}")
+    if fmt == "kitti" and cfg.box_code.velocity:
+        raise InputError(f"--format kitti: model {cfg.name} predicts box velocities on 360-degree multi-sweep "
+                         "frames, which KITTI label files (camera-frame boxes) cannot carry; use --format json")
+
+
 def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_range: Sequence[float] | None,
                 kitti_dir: Path | None = None) -> OutputPlan:
     """The OutputPlan of infer's options (``kitti_dir``: where KITTI lines go when --out takes JSON)."""
@@ -475,6 +490,8 @@ def infer_with(args: argparse.Namespace, open_detector: Callable[[], Any], batch
     detector = open_detector()
     try:
         cfg = getattr(detector, "cfg", None)
+        if cfg is not None:
+            check_model_inputs(cfg, fmt, args.point_dim, frames)
         with tempfile.TemporaryDirectory(prefix="pp-infer-") as scratch:
             scratch_dir = Path(scratch) if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
@@ -567,9 +584,12 @@ def _run_frames(detector: Any, frames: Sequence[str], plan: OutputPlan, args: ar
     from ..pointcloud_io import intensity_looks_8bit, read_points
 
     batch = batch or args.batch_size
-    read = partial(read_points, point_dim=args.point_dim, intensity_scale=args.intensity_scale)
     cfg = getattr(detector, "cfg", None)
-    check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
+    read = partial(read_points, point_dim=args.point_dim, intensity_scale=args.intensity_scale,
+                   columns=cfg.num_point_columns if cfg is not None else 4)
+    # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
+    check_intensity = args.intensity_scale is None and (
+        cfg is None or ("intensity" in cfg.features.order and cfg.num_point_columns == 4))
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out))
 
     def flush(window: list[_Read]) -> None:
