@@ -16,6 +16,7 @@ from .fileio import safe_repr
 from .pointcloud_io import read_points
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
+from .sweeps import accumulate_sweeps
 
 Device = str  # "auto", "cpu", "cuda" or "cuda:N"
 
@@ -98,6 +99,9 @@ class PointPillars:
 
             self._impl = CpuDetector(model, threads=threads if threads is not None else _omp_threads(),
                                      post_config=self.cfg)
+
+    #: Separate sweeps -> one multi-sweep frame for time-column models (``sweeps.accumulate_sweeps``).
+    accumulate = staticmethod(accumulate_sweeps)
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
