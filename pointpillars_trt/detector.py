@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -86,6 +87,13 @@ class PointPillars:
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=score_threshold, nms_iou=nms_iou,
                                                           max_boxes=max_boxes)
         self.device, device_id = _resolve_device(device)
+        if self.device == "cuda" and str(device) == "auto":
+            from .gpu_pipeline import unsupported_reason
+
+            reason = unsupported_reason(self.cfg)
+            if reason is not None:  # an explicit cuda device gets GpuPipeline's error instead
+                warnings.warn(f"device auto: {reason}; running on the CPU", RuntimeWarning, stacklevel=2)
+                self.device = "cpu"
         if self.device == "cpu" and backend not in ("auto", "onnxruntime"):
             raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
                                "(pass backend auto or onnxruntime, or run where CUDA is available)")

@@ -72,6 +72,15 @@ class _Slot:
         self.post = PostprocessStage(post_cfg, result)
 
 
+def unsupported_reason(cfg: ModelConfig) -> str | None:
+    """Why the GPU pipeline cannot run a model yet (its stages exist for it on the CPU path), or None."""
+    if cfg.heads is not None:
+        return f"model {cfg.name} has several heads, whose decoding runs on the CPU path only for now"
+    if cfg.num_point_columns != GPU_POINT_COLUMNS:
+        return f"model {cfg.name} reads {cfg.num_point_columns} point columns; the GPU pipeline feeds {GPU_POINT_COLUMNS}"
+    return None
+
+
 class GpuPipeline:
     """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
 
@@ -103,6 +112,9 @@ class GpuPipeline:
             raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
         if pfn_engine and backend == "cudnn":
             raise BackendError("pfn_engine=True needs an ONNX engine (onnxruntime or tensorrt); cudnn runs the RPN only")
+        reason = unsupported_reason(model.cfg)
+        if reason is not None:
+            raise BackendError(f"GPU pipeline: {reason} (device cpu runs it)")
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
