@@ -37,8 +37,9 @@ def model(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.mark.slow
 def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, tmp_path: Path) -> None:
     run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--point-dim", "5",
-              "--out", tmp_path / "out", "--no-progress")
+              "--out", tmp_path / "out", "--no-progress", "--viz")
     assert run.rc == 0, run
+    assert (tmp_path / "out" / FRAME.replace(".bin", ".png")).stat().st_size > 10_000
     assert "intensities look like 0-255" not in run.err  # the nuScenes model is trained on 0-255 intensities
     record = json.loads((tmp_path / "out" / FRAME.replace(".bin", ".json")).read_text())
     want = PointPillars.from_model_dir(model, device="cpu")(read_points(nuscenes / FRAME, point_dim=5, columns=5))
