@@ -19,14 +19,6 @@ FRAME = "nusc_dev_k000002_s02.bin"
 
 
 @pytest.fixture(scope="module")
-def nuscenes(assets: Path) -> Path:
-    folder = assets / "nuscenes"
-    if not folder.is_dir():
-        pytest.skip("nuScenes assets not found")
-    return folder
-
-
-@pytest.fixture(scope="module")
 def model(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("nus") / "model"
     run = cli("build", "--checkpoint", nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", "--out", out)

@@ -71,11 +71,8 @@ def test_single_head_models_keep_their_limits(changes: dict[str, Any], message: 
 
 
 @pytest.fixture(scope="module")
-def checkpoint(assets: Path) -> Path:
-    path = assets / "nuscenes" / "cbgs_pp_multihead_synthetic_dev.pth"
-    if not path.is_file():
-        pytest.skip("nuScenes assets not found")
-    return path
+def checkpoint(nuscenes: Path) -> Path:
+    return nuscenes / "cbgs_pp_multihead_synthetic_dev.pth"
 
 
 def test_checkpoint_is_recognised_by_its_keys(checkpoint: Path) -> None:

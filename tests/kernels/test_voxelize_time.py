@@ -36,11 +36,8 @@ def run_with_times(cp: Any, stage: Any, pts: np.ndarray, stream: Any) -> dict[st
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("frame", FRAMES)
-def test_voxelize_nuscenes_frames_with_time(cp: Any, stream: Any, assets: Path, frame: str) -> None:  # noqa: F811
-    path = assets / "nuscenes" / frame
-    if not path.is_file():
-        pytest.skip("nuScenes assets not found")
-    pts = np.fromfile(path, "<f4").reshape(-1, 5)
+def test_voxelize_nuscenes_frames_with_time(cp: Any, stream: Any, nuscenes: Path, frame: str) -> None:  # noqa: F811
+    pts = np.fromfile(nuscenes / frame, "<f4").reshape(-1, 5)
     pts[7, 4] = np.nan  # a non-finite time drops its point, as in the reference
     stage = gpu_vox.VoxelizeStage(CFG, 32768)
     assert_matches_reference(run_with_times(cp, stage, pts, stream), pts, CFG, frame)

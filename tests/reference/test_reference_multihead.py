@@ -77,14 +77,6 @@ def test_max_boxes_and_top_k_count_per_class() -> None:
 
 
 @pytest.fixture(scope="module")
-def nuscenes(assets: Path) -> Path:
-    folder = assets / "nuscenes"
-    if not folder.is_dir():
-        pytest.skip("nuScenes assets not found")
-    return folder
-
-
-@pytest.fixture(scope="module")
 def detector(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     from pointpillars_trt import PointPillars
     from pointpillars_trt.convert.export import build_model_dir
