@@ -185,11 +185,6 @@ class ModelConfig:
         return self.direction
 
     @property
-    def head_groups(self) -> tuple[tuple[str, ...], ...]:
-        """The classes of each head: one group of all classes for a single-head model."""
-        return self.heads.groups if self.heads is not None else (self.classes,)
-
-    @property
     def num_classes(self) -> int:
         return len(self.classes)
 

@@ -11,18 +11,19 @@ channel ``a * code + j`` is value j of anchor a, which the graph keeps as is.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
+import onnx
 
-from ..config import ModelConfig
+from ..config import HeadsConfig, ModelConfig
 from ..errors import CheckpointError, ConfigError
-from ..graph_io import RPN_INPUT, RPN_OUTPUT
+from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO
 from .weights import BatchNorm, ConvBN
 
-_BN_FIELDS = ("weight", "bias", "running_mean", "running_var")
+_BN_FIELDS = tuple(f.name for f in fields(BatchNorm))  # torch's BatchNorm buffer names, in its order
 HEAD_KEY = "dense_head.rpn_heads."  # keys only a multi-head OpenPCDet checkpoint has
 LABEL_INDICES = "head_label_indices"  # int64 buffer of each head: its classes, 1-based
 
@@ -68,7 +69,7 @@ def head_anchors(cfg: ModelConfig) -> tuple[int, ...]:
     return tuple(len(group) * len(cfg.anchors.rotations) for group in _heads(cfg).groups)
 
 
-def _heads(cfg: ModelConfig) -> Any:
+def _heads(cfg: ModelConfig) -> HeadsConfig:
     if cfg.heads is None:
         raise ConfigError(f"{cfg.name}: not a multi-head model")
     return cfg.heads
@@ -143,7 +144,7 @@ def check_label_indices(state: Mapping[str, Any], cfg: ModelConfig, source: str)
                                   f"{expected} (1-based) in that head")
 
 
-def weights_from_state_dict(get: Any, cfg: ModelConfig) -> MultiHeadWeights:
+def weights_from_state_dict(get: Callable[[str], np.ndarray], cfg: ModelConfig) -> MultiHeadWeights:
     """Group the checked tensors (``get(key)`` -> float32 array) into ``MultiHeadWeights``."""
     def conv_bn(conv: _Conv) -> ConvBN:
         assert conv.bn is not None  # the plan pairs every middle conv with its BN
@@ -175,7 +176,7 @@ def weights_from_state_dict(get: Any, cfg: ModelConfig) -> MultiHeadWeights:
 
 # --------------------------------------------------------------------------- the RPN graph
 
-def build_multihead_rpn_graph(weights: MultiHeadWeights, cfg: ModelConfig, g: Any, io: Any) -> Any:
+def build_multihead_rpn_graph(weights: MultiHeadWeights, cfg: ModelConfig, g: Any, io: GraphIO) -> onnx.ModelProto:
     """NHWC canvas -> backbone -> neck (strided conv or transposed conv per branch) -> shared conv ->
     each head's class and box branches -> one NHWC map: every head's class channels, then every
     head's box channels (``ModelConfig.head_channels``), BN folded into the conv biases.
