@@ -5,26 +5,36 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from pointpillars_trt.config import load_config
 from pointpillars_trt.reference.multihead import multihead_postprocess
-
-torch = pytest.importorskip("torch")
-import _pcdet_multihead_torch as pcdet  # noqa: E402  (needs torch)
+from tiny_graphs import cuda_skip_reason
 
 CFG = load_config("openpcdet_nuscenes_multihead")
 H = W = 128
 FRAMES = ("nusc_dev_k000000_s05", "nusc_dev_k000002_s02")
 
 
+@pytest.fixture(scope="module")
+def pcdet() -> Any:
+    """The PyTorch re-implementation of OpenPCDet (tests/_pcdet_multihead_torch.py); needs torch."""
+    pytest.importorskip("torch")
+    import _pcdet_multihead_torch
+
+    return _pcdet_multihead_torch
+
+
 def _logit(p: float) -> float:
     return float(np.log(p / (1 - p)))
 
 
-def test_hand_built_head_map_decodes_and_suppresses_per_class_in_each_head() -> None:
+def test_hand_built_head_map_decodes_and_suppresses_per_class_in_each_head(pcdet: Any) -> None:
+    import torch
+
     heads = np.zeros((H, W, 236), np.float32)
     heads[..., :36] = -20.0  # every score ~2e-9
     cls_at = [0, 2, 10, 18, 20, 28]  # head h's class channels: anchors x classes of the heads before it
@@ -77,18 +87,39 @@ def test_max_boxes_and_top_k_count_per_class() -> None:
 
 
 @pytest.fixture(scope="module")
-def detector(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
-    from pointpillars_trt import PointPillars
+def model_dir(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pointpillars_trt.convert.export import build_model_dir
 
     out = tmp_path_factory.mktemp("nus") / "model"
     build_model_dir(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", out)
-    return PointPillars.from_model_dir(out, device="cpu")
+    return out
+
+
+@pytest.fixture(scope="module")
+def detector(model_dir: Path):  # type: ignore[no-untyped-def]
+    from pointpillars_trt import PointPillars
+
+    return PointPillars.from_model_dir(model_dir, device="cpu")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))
+def test_gpu_machines_run_the_multihead_model_on_the_cpu_and_say_so(model_dir: Path) -> None:
+    from pointpillars_trt import PointPillars
+    from pointpillars_trt.errors import BackendError
+
+    with pytest.warns(RuntimeWarning, match=r"device auto: model openpcdet_nuscenes_multihead has several heads, "
+                                            r"whose decoding runs on the CPU path only for now; running on the CPU"):
+        auto = PointPillars.from_model_dir(model_dir, device="auto")
+    assert auto.device == "cpu"
+    auto.close()
+    with pytest.raises(BackendError, match=r"GPU pipeline: model openpcdet_nuscenes_multihead has several heads"):
+        PointPillars.from_model_dir(model_dir, device="cuda")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("frame", FRAMES)
-def test_dev_frames_match_openpcdet_box_for_box(nuscenes: Path, detector, frame: str) -> None:  # type: ignore[no-untyped-def]
+def test_dev_frames_match_openpcdet_box_for_box(pcdet: Any, nuscenes: Path, detector, frame: str) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.convert.checkpoint import read_pth
     from pointpillars_trt.pointcloud_io import read_points
 
