@@ -153,9 +153,12 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
                                         "TARGET_ASSIGNER_CONFIG") + _MULTIHEAD_KEYS, ("LOSS_CONFIG",))
     multihead = head.expect("NAME", "AnchorHeadSingle", "AnchorHeadMulti") == "AnchorHeadMulti"
     head.expect("CLASS_AGNOSTIC", False)
-    has_direction = True if not multihead or "USE_DIRECTION_CLASSIFIER" in head.value else False
-    if has_direction:
+    if multihead:  # the multi-head export and decoder have no direction classifier
+        if "USE_DIRECTION_CLASSIFIER" in head.value:
+            head.expect("USE_DIRECTION_CLASSIFIER", False)
+    else:
         head.expect("USE_DIRECTION_CLASSIFIER", True)
+    has_direction = not multihead
     box_code = _box_code(_Section(head["TARGET_ASSIGNER_CONFIG"], head.key_path("TARGET_ASSIGNER_CONFIG"), source))
     post = model.section("POST_PROCESSING", ("SCORE_THRESH", "OUTPUT_RAW_SCORE", "NMS_CONFIG"),
                          ("RECALL_THRESH_LIST", "EVAL_METRIC"))

@@ -34,6 +34,20 @@ def test_pcdet_yaml_gives_the_builtin_config() -> None:
     assert config_from_dict(builtin.to_dict()) == builtin
 
 
+def test_pcdet_multihead_direction_classifier_is_refused(tmp_path: Path) -> None:
+    text = CBGS.read_text().replace("        NUM_DIR_BINS: 2\n", "        NUM_DIR_BINS: 2\n        USE_DIRECTION_CLASSIFIER: True\n")
+    (tmp_path / "nuscenes_models").mkdir()
+    path = tmp_path / "nuscenes_models" / "with_dir.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(path, base_dir=CBGS.parent.parent.parent)
+    assert str(info.value) == f"{path}: MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"
+    no_dir = text.replace("USE_DIRECTION_CLASSIFIER: True", "USE_DIRECTION_CLASSIFIER: False")
+    path.write_text(no_dir)
+    with pytest.warns(UserWarning):
+        assert config_from_pcdet_yaml(path, base_dir=CBGS.parent.parent.parent, name=NAME) == load_config(NAME)
+
+
 def multihead(changes: dict[str, Any]) -> dict[str, Any]:
     return edited(changes, NAME)
 

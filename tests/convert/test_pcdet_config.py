@@ -122,8 +122,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 32}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 32; supported: 64"),
     ({"MODEL.BACKBONE_2D.NAME": "BaseBEVResBackbone"}, "MODEL.BACKBONE_2D.NAME is 'BaseBEVResBackbone'"),
     ({"MODEL.BACKBONE_3D": {"NAME": "VoxelBackBone8x"}}, "MODEL.BACKBONE_3D is not supported"),
-    ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"},
-     "MODEL.POST_PROCESSING.NMS_CONFIG.MULTI_CLASSES_NMS is False; supported: True"),
+    ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"},  # a multi-head model has no direction classifier here
+     "MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"),
     ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadSingle2"}, "MODEL.DENSE_HEAD.NAME is 'AnchorHeadSingle2'; supported: "
                                                      "'AnchorHeadSingle' or 'AnchorHeadMulti'"),
     ({"MODEL.DENSE_HEAD.CLASS_AGNOSTIC": True}, "MODEL.DENSE_HEAD.CLASS_AGNOSTIC is True; supported: False"),
