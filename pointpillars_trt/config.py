@@ -28,15 +28,22 @@ import yaml
 from .errors import ConfigError, escape_text
 from .kernel_limits import GATHER_WARPS, PFN_PILLARS_PER_BLOCK, SORT_LIMIT, STATIC_SHARED_BYTES
 
+#: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
+#: first four, nuScenes-style multi-sweep frames add each point's time lag behind the key sweep (s).
+POINT_COLUMN_NAMES = ("x", "y", "z", "intensity", "time")
+# New names go at the end: the GPU voxelizer's FEATURE_CODES are indices into this tuple.
 FEATURE_NAMES = (
     "x", "y", "z", "intensity",
     "mean_dx", "mean_dy", "mean_dz",
     "center_dx", "center_dy", "center_dz",
+    "time",
 )
+BOX_SIZE = 7  # x, y, z, dx, dy, dz, heading: every output box, whatever the model's box code
 RangeFilter = Literal["inclusive_xy", "strict_xyz"]
 AnchorAlignment = Literal["range_corners", "cell_centers"]
 BoxCoderStyle = Literal["openpcdet", "zhulf0804"]
-NmsStyle = Literal["class_agnostic", "per_class"]
+NmsStyle = Literal["class_agnostic", "per_class", "multi_classes"]
+AngleCode = Literal["residual", "sincos"]
 
 
 @dataclass(frozen=True)
@@ -70,12 +77,18 @@ class NetworkConfig:
     layer_nums: tuple[int, ...]
     layer_strides: tuple[int, ...]
     block_channels: tuple[int, ...]
-    upsample_strides: tuple[int, ...]
+    upsample_strides: tuple[int | float, ...]  # 0.5: a strided conv that halves the map
     upsample_channels: tuple[int, ...]
 
     @property
     def head_in_channels(self) -> int:
         return sum(self.upsample_channels)
+
+    @property
+    def upsample_kernels(self) -> tuple[int, ...]:
+        """Kernel size (= stride) of each upsampling conv: s for a transposed conv, 1/s for the strided
+        conv of a stride s < 1."""
+        return tuple(int(s) if s >= 1 else int(round(1 / s)) for s in self.upsample_strides)
 
 
 @dataclass(frozen=True)
@@ -106,6 +119,26 @@ class DirectionConfig:
 
 
 @dataclass(frozen=True)
+class HeadsConfig:
+    """OpenPCDet's AnchorHeadMulti: a shared 3x3 conv, then one head per class group, each with a
+    3x3 conv + BN + ReLU before every output conv (class scores and each box-code part)."""
+
+    groups: tuple[tuple[str, ...], ...]  # the classes of each head, in head order
+    shared_channels: int
+    middle_channels: int
+    middle_bn_eps: float  # nn.BatchNorm2d's default in the heads, unlike the network's bn_eps
+
+
+@dataclass(frozen=True)
+class BoxCodeConfig:
+    """What a box code holds beyond x y z dx dy dz: the heading as one residual or as (cos, sin)
+    residuals (OpenPCDet's encode_angle_by_sincos), and a (vx, vy) velocity."""
+
+    angle: AngleCode = "residual"
+    velocity: bool = False
+
+
+@dataclass(frozen=True)
 class PostProcessConfig:
     nms: NmsStyle
     score_threshold: float
@@ -127,8 +160,30 @@ class ModelConfig:
     network: NetworkConfig
     anchors: AnchorConfig
     box_coder: BoxCoderStyle
-    direction: DirectionConfig
+    direction: DirectionConfig | None  # None: no direction classifier (e.g. sin/cos headings)
     postprocess: PostProcessConfig
+    # Added after the first model families: to_dict() leaves them out at these defaults, so the
+    # digests of existing model dirs and plans do not change.
+    point_columns: tuple[str, ...] = POINT_COLUMN_NAMES[:4]
+    box_code: BoxCodeConfig = BoxCodeConfig()
+    heads: HeadsConfig | None = None
+
+    @property
+    def num_point_columns(self) -> int:
+        """Float32 values a point of this model's frames holds (4: x y z intensity; 5: + time)."""
+        return len(self.point_columns)
+
+    @property
+    def box_code_size(self) -> int:
+        """Regression values a box code holds: x y z dx dy dz, the heading (1, or 2 as cos and sin),
+        then the velocity (vx, vy) when the model predicts it."""
+        return BOX_SIZE + (self.box_code.angle == "sincos") + 2 * self.box_code.velocity
+
+    def require_direction(self, what: str) -> DirectionConfig:
+        """The direction classifier that ``what`` (a single-head path) decodes; refused when there is none."""
+        if self.direction is None:
+            raise ConfigError(f"{self.name}: {what} needs a direction classifier; this model has none")
+        return self.direction
 
     @property
     def num_classes(self) -> int:
@@ -147,12 +202,23 @@ class ModelConfig:
 
     @property
     def head_channels(self) -> dict[str, int]:
-        """Channels of the three head maps (class, box, direction)."""
+        """Channels of the three head maps (class, box, direction); a multi-head model stacks its heads'
+        channels head by head within each part, and each head scores only its own classes."""
         a = self.anchors.per_cell
-        return {"cls": a * self.num_classes, "box": a * 7, "dir": a * self.direction.num_bins}
+        bins = 0 if self.direction is None else self.direction.num_bins
+        if self.heads is None:
+            return {"cls": a * self.num_classes, "box": a * self.box_code_size, "dir": a * bins}
+        r = len(self.anchors.rotations)
+        return {"cls": sum(r * len(g) * len(g) for g in self.heads.groups), "box": a * self.box_code_size,
+                "dir": a * bins}
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every field, less the later-added ones that hold their default (see ``_ADDED_DEFAULTS``)."""
+        out = asdict(self)
+        for key, default in _ADDED_DEFAULTS.items():
+            if out[key] == default:
+                del out[key]
+        return out
 
     def digest(self) -> str:
         """A stable hash of the model's identity; model dirs and plans record it.
@@ -313,6 +379,10 @@ INDEX_LIMIT = 2**31
 MAX_CLASSES = 64
 _COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range
 _RUNTIME_KEYS = ("score_threshold", "nms_iou", "max_boxes")  # post-process launch values, not identity
+# Fields added after the first families, as to_dict() spells their defaults: left out of to_dict() (and so of
+# the digest and of stored configs) while they hold these values.
+_ADDED_DEFAULTS: dict[str, Any] = {"point_columns": POINT_COLUMN_NAMES[:4], "box_code": asdict(BoxCodeConfig()),
+                                   "heads": None}
 
 T = TypeVar("T")
 Rule = Callable[[Any, str], T]  # (untrusted value, key path) -> checked value
@@ -458,22 +528,21 @@ def config_from_dict(raw: Any, source: str = "<dict>") -> ModelConfig:
 def _parse(raw: Any) -> ModelConfig:
     """Types, keys and per-field bounds, section by section."""
     top = _fields(raw, "", ("name", "family", "classes", "voxel", "features", "network", "anchors",
-                            "box_coder", "direction", "postprocess"), ("label_base",))
+                            "box_coder", "direction", "postprocess"), ("label_base", *_ADDED_DEFAULTS))
     classes = _seq(_name, 1, MAX_CLASSES)(top["classes"], "classes")
     v = _fields(top["voxel"], "voxel", ("point_range", "pillar_size", "max_points_per_pillar", "max_pillars",
                                         "range_filter"))
     n = _fields(top["network"], "network", ("pfn_channels", "bn_eps", "layer_nums", "layer_strides",
                                             "block_channels", "upsample_strides", "upsample_channels"))
     a = _fields(top["anchors"], "anchors", ("classes", "rotations", "alignment", "stride"))
-    d = _fields(top["direction"], "direction", ("num_bins", "offset", "limit_offset", "flip_bin"))
     p = _fields(top["postprocess"], "postprocess", ("nms", "score_inclusive", "pre_nms_top_k") + _RUNTIME_KEYS,
                 ("output_range",))
     coder, coder_path = top["box_coder"], "box_coder"
     if isinstance(coder, dict):  # the YAML spelling; to_dict() stores the style alone
         coder, coder_path = _fields(coder, coder_path, ("style",))["style"], "box_coder.style"
-    num_bins = _int(2, 2)(d["num_bins"], "direction.num_bins")  # both families, both backends: 2 bins
     return ModelConfig(
         name=_name(top["name"], "name"),
+        point_columns=_point_columns(top.get("point_columns", _ADDED_DEFAULTS["point_columns"]), "point_columns"),
         family=_choice(("openpcdet", "zhulf0804"))(top["family"], "family"),
         classes=classes,
         label_base=_int(0, 1)(top.get("label_base", 0), "label_base"),
@@ -493,7 +562,7 @@ def _parse(raw: Any) -> ModelConfig:
             layer_nums=_seq(_int(0, 64), 1, 8)(n["layer_nums"], "network.layer_nums"),
             layer_strides=_seq(_int(1, 8), 1, 8)(n["layer_strides"], "network.layer_strides"),
             block_channels=_seq(_CHANNELS, 1, 8)(n["block_channels"], "network.block_channels"),
-            upsample_strides=_seq(_int(1, 64), 1, 8)(n["upsample_strides"], "network.upsample_strides"),
+            upsample_strides=_seq(_upsample_stride, 1, 8)(n["upsample_strides"], "network.upsample_strides"),
             upsample_channels=_seq(_CHANNELS, 1, 8)(n["upsample_channels"], "network.upsample_channels"),
         ),
         anchors=AnchorConfig(
@@ -503,12 +572,9 @@ def _parse(raw: Any) -> ModelConfig:
             stride=_int(1, 64)(a["stride"], "anchors.stride"),
         ),
         box_coder=_choice(get_args(BoxCoderStyle))(coder, coder_path),
-        direction=DirectionConfig(
-            num_bins=num_bins,
-            offset=_ANGLE(d["offset"], "direction.offset"),
-            limit_offset=_UNIT(d["limit_offset"], "direction.limit_offset"),
-            flip_bin=_int(0, num_bins - 1)(d["flip_bin"], "direction.flip_bin"),
-        ),
+        direction=_optional(_direction)(top["direction"], "direction"),
+        box_code=_box_code(top.get("box_code", _ADDED_DEFAULTS["box_code"]), "box_code"),
+        heads=_optional(_heads)(top.get("heads"), "heads"),
         postprocess=PostProcessConfig(
             nms=_choice(get_args(NmsStyle))(p["nms"], "postprocess.nms"),
             score_inclusive=_bool(p["score_inclusive"], "postprocess.score_inclusive"),
@@ -519,6 +585,51 @@ def _parse(raw: Any) -> ModelConfig:
     )
 
 
+def _direction(value: Any, path: str) -> DirectionConfig:
+    d = _fields(value, path, ("num_bins", "offset", "limit_offset", "flip_bin"))
+    num_bins = _int(2, 2)(d["num_bins"], f"{path}.num_bins")  # both families, both backends: 2 bins
+    return DirectionConfig(
+        num_bins=num_bins,
+        offset=_ANGLE(d["offset"], f"{path}.offset"),
+        limit_offset=_UNIT(d["limit_offset"], f"{path}.limit_offset"),
+        flip_bin=_int(0, num_bins - 1)(d["flip_bin"], f"{path}.flip_bin"),
+    )
+
+
+def _box_code(value: Any, path: str) -> BoxCodeConfig:
+    b = _fields(value, path, ("angle", "velocity"))
+    return BoxCodeConfig(angle=_choice(get_args(AngleCode))(b["angle"], f"{path}.angle"),
+                         velocity=_bool(b["velocity"], f"{path}.velocity"))
+
+
+def _heads(value: Any, path: str) -> HeadsConfig:
+    h = _fields(value, path, ("groups", "shared_channels", "middle_channels", "middle_bn_eps"))
+    return HeadsConfig(
+        groups=_seq(_seq(_name, 1, MAX_CLASSES), 1, MAX_CLASSES)(h["groups"], f"{path}.groups"),
+        shared_channels=_CHANNELS(h["shared_channels"], f"{path}.shared_channels"),
+        middle_channels=_CHANNELS(h["middle_channels"], f"{path}.middle_channels"),
+        middle_bn_eps=_float(0.0, 1.0, open_lo=True)(h["middle_bn_eps"], f"{path}.middle_bn_eps"),
+    )
+
+
+def _upsample_stride(value: Any, path: str) -> int | float:
+    """An integer upsampling factor 1..64 (a transposed conv), or 1/k for k in 2..8 (OpenPCDet's
+    strided conv that downsamples by k): 0.5, 0.25, ..."""
+    if type(value) is int and 1 <= value <= 64:
+        return value
+    if isinstance(value, float) and 0 < value < 1 and float(round(1 / value)) == 1 / value and 2 <= 1 / value <= 8:
+        return value
+    _bad(path, "an integer in 1..64 or 1/k for an integer k in 2..8 (e.g. 0.5)", value)
+
+
+def _point_columns(value: Any, path: str) -> tuple[str, ...]:
+    """x, y, z, intensity, then optional further columns, in ``POINT_COLUMN_NAMES`` order."""
+    names = _seq(_choice(POINT_COLUMN_NAMES), 4, len(POINT_COLUMN_NAMES))(value, path)
+    if names != POINT_COLUMN_NAMES[: len(names)]:
+        _bad(path, "a prefix of " + ", ".join(POINT_COLUMN_NAMES) + " starting with x, y, z, intensity", value)
+    return names
+
+
 def _anchor_class(value: Any, path: str) -> AnchorClass:
     """``{class|name, size, bottom}``: YAML says ``class``, ``to_dict()`` says ``name``."""
     c = _fields(value, path, ("size", "bottom"), ("class", "name"))
@@ -527,6 +638,33 @@ def _anchor_class(value: Any, path: str) -> AnchorClass:
     key = "class" if "class" in c else "name"
     return AnchorClass(_name(c[key], f"{path}.{key}"), _seq(_LENGTH, 3)(c["size"], f"{path}.size"),  # type: ignore[arg-type]
                        _COORDINATE(c["bottom"], f"{path}.bottom"))
+
+
+def _check_heads(cfg: ModelConfig) -> None:
+    """A multi-head model: its heads cover the classes once each, in the classes' order (anchors
+    are laid out class by class and boxes head by head, so the two orders must agree), and the
+    per-class NMS inside each head goes with it."""
+    if (cfg.heads is None) != (cfg.postprocess.nms != "multi_classes"):
+        raise _Invalid("postprocess.nms: multi_classes (per-class NMS inside each head) goes with heads, and "
+                       "heads with multi_classes")
+    if cfg.heads is None:
+        fractional = [i for i, s in enumerate(cfg.network.upsample_strides) if s < 1]
+        if fractional:
+            raise _Invalid(f"network.upsample_strides[{fractional[0]}]: a stride below 1 (a strided conv) is supported "
+                           "in multi-head models only")
+        if cfg.direction is None:
+            raise _Invalid("direction: single-head models need a direction classifier")
+        if cfg.box_code != BoxCodeConfig():
+            raise _Invalid("box_code: sin/cos headings and velocities are supported in multi-head models only")
+        return
+    flat = [name for group in cfg.heads.groups for name in group]
+    if flat != list(cfg.classes):
+        raise _Invalid(f"heads.groups: the heads' classes in order {short_repr(flat)} must be the classes "
+                       f"{short_repr(list(cfg.classes))}")
+    names = [k.name for k in cfg.anchors.classes]
+    if names != list(cfg.classes):
+        raise _Invalid(f"anchors.classes: a multi-head model lists one anchor per class in the classes' order, "
+                       f"got {short_repr(names)}")
 
 
 def _next_pow2(n: int) -> int:
@@ -573,6 +711,12 @@ def _check(cfg: ModelConfig) -> None:
                            f"(a divisor of both sides) and up by {up}; the head map needs anchors.stride {stride}")
     if min(cfg.head_map) < 2:
         raise _Invalid(f"anchors.stride: the head map {cfg.head_map[0]} x {cfg.head_map[1]} needs 2 cells per side")
+    raw = [name for name in cfg.features.order if name in POINT_COLUMN_NAMES]
+    missing = [name for name in raw if name not in cfg.point_columns]
+    if missing:
+        raise _Invalid(f"features.order: {', '.join(missing)} is not a point column "
+                       f"(point_columns: {', '.join(cfg.point_columns)})")
+    _check_heads(cfg)
     if len(set(cfg.classes)) != len(cfg.classes):
         raise _Invalid(f"classes: names repeat in {short_repr(list(cfg.classes))}")
     names = [k.name for k in cfg.anchors.classes]

@@ -16,6 +16,7 @@ from .detections import Detections, FrameStats
 from .model_dir import ModelDir
 from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype
 from .reference import postprocess, scatter, split_heads, voxelize
+from .reference.multihead import multihead_postprocess
 from .runtime import OrtOptions, open_engine
 
 
@@ -44,7 +45,10 @@ class CpuDetector:
         clock.lap("scatter")
         heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
         clock.lap("rpn")
-        raw = postprocess(*split_heads(heads[0], cfg), post_config or self.post_cfg)
+        if cfg.heads is None:
+            raw = postprocess(*split_heads(heads[0], cfg), post_config or self.post_cfg)
+        else:
+            raw = multihead_postprocess(heads[0], post_config or self.post_cfg)
         clock.lap("postprocess")
         self.last_timings = clock.timings()
         stats = FrameStats(
@@ -53,7 +57,7 @@ class CpuDetector:
             num_pillars=int(pillars.features.shape[0]),
             num_pillars_dropped=pillars.num_pillars_dropped,
         )
-        return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats)
+        return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats, raw.velocity)
 
     def detect_batch(self, frames: Sequence[np.ndarray], post_config: ModelConfig | None = None) -> list[Detections]:
         """Frame by frame: the CPU has no batch dimension worth exploiting."""

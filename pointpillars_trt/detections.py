@@ -26,8 +26,9 @@ class Detections:
     """Boxes in OpenPCDet's lidar convention: (x, y, z_centre, dx=length, dy=width, dz=height, heading).
 
     ``labels`` are 0-based indices into ``class_names``; rows are in the order the family's own
-    post-processing leaves them (OpenPCDet: descending score; zhulf0804: grouped by class unless more
-    than its 50-box cap were found).
+    post-processing leaves them (OpenPCDet: descending score, or head by head and class by class for
+    multi-head models; zhulf0804: grouped by class unless more than its 50-box cap were found).
+    ``velocity`` (N, 2) is each box's (vx, vy) in m/s for models that predict it (nuScenes), else None.
     """
 
     boxes: np.ndarray
@@ -35,6 +36,7 @@ class Detections:
     labels: np.ndarray
     class_names: tuple[str, ...]
     stats: FrameStats = field(default_factory=lambda: FrameStats(0))
+    velocity: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
@@ -51,14 +53,18 @@ class Detections:
         """
         from .kitti import finite_detections, normalize_heading
 
-        boxes, scores, names, dropped = finite_detections(
-            self.boxes.astype(np.float64).reshape(-1, 7), self.scores.astype(np.float64), self.names
-        )
+        boxes64, scores64, names = self.boxes.astype(np.float64).reshape(-1, 7), self.scores.astype(np.float64), self.names
+        velocity = None if self.velocity is None else self.velocity.astype(np.float64).reshape(-1, 2)
+        if velocity is not None:  # a non-finite velocity drops its box, as a non-finite box value does
+            scores64 = np.where(np.isfinite(velocity).all(axis=1), scores64, np.nan)
+        boxes, scores, names, dropped = finite_detections(boxes64, scores64, names)
+        if velocity is not None:
+            velocity = velocity[np.isfinite(boxes64).all(axis=1) & np.isfinite(scores64)]
         boxes = boxes.copy()
         boxes[:, 6] = normalize_heading(boxes[:, 6])
         boxes = np.round(boxes, 5)
         boxes[:, 6] = np.clip(boxes[:, 6], -np.pi, np.nextafter(np.pi, 0))  # rounding must not leave the range
-        return {
+        record: dict[str, Any] = {
             "frame": frame,
             "boxes_lidar": boxes.tolist(),
             "scores": np.round(scores, 6).tolist(),
@@ -69,6 +75,9 @@ class Detections:
             "num_nonfinite_points": self.stats.num_nonfinite,
             "num_nonfinite_boxes": dropped,
         }
+        if velocity is not None:
+            record["velocity"] = np.round(velocity, 5).tolist()
+        return record
 
     @classmethod
     def empty(cls, class_names: tuple[str, ...], stats: FrameStats) -> Detections:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,12 +19,13 @@ from .runtime import BACKENDS
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
+from .sweeps import accumulate_sweeps
 
 
 class _Implementation(Protocol):
     last_timings: dict[str, float]
 
-    # points: host (N, 4) float32, or a device array on the GPU; post_config: the call's thresholds
+    # points: host (N, point columns) float32, or a device array on the GPU; post_config: the call's thresholds
     def detect(self, points: Any, post_config: ModelConfig | None = None) -> Detections: ...
 
     def detect_batch(self, frames: Sequence[Any], post_config: ModelConfig | None = None) -> list[Detections]: ...
@@ -85,6 +87,13 @@ class PointPillars:
             raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
                                "graphs (precision applies when exporting a checkpoint; rebuild for another)")
         self.device, device_id, self.gpu_unused_reason = _pick_device(opts.device)
+        if self.device == "cuda" and str(opts.device) == "auto":
+            from .gpu_pipeline import unsupported_reason
+
+            reason = unsupported_reason(self.cfg)
+            if reason is not None:  # an explicit cuda device gets GpuPipeline's error instead
+                warnings.warn(f"device auto: {reason}; running on the CPU", RuntimeWarning, stacklevel=2)
+                self.device, self.gpu_unused_reason = "cpu", reason
         backend = opts.backend
         on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
         if self.device == "cpu" and backend not in on_cpu:
@@ -101,6 +110,9 @@ class PointPillars:
 
             self._impl = CpuDetector(model, threads=opts.threads if opts.threads is not None else _omp_threads(),
                                      post_config=self.cfg)
+
+    #: Separate sweeps -> one multi-sweep frame for time-column models (``sweeps.accumulate_sweeps``).
+    accumulate = staticmethod(accumulate_sweeps)
 
     @classmethod
     def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
@@ -151,7 +163,8 @@ class PointPillars:
         return self._impl if self.device == "cuda" else None
 
     def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
-        return self._impl.detect(_device_or_host_points(points, self.device), self._post_config(thresholds))
+        return self._impl.detect(_device_or_host_points(points, self.device, self.cfg.num_point_columns),
+                                 self._post_config(thresholds))
 
     def detect_batch(self, frames: Sequence[object], *, thresholds: Thresholds | None = None) -> list[Detections]:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
@@ -161,7 +174,7 @@ class PointPillars:
         prepared = []
         for index, points in enumerate(frames):
             try:
-                prepared.append(_device_or_host_points(points, self.device))
+                prepared.append(_device_or_host_points(points, self.device, self.cfg.num_point_columns))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
         return self._impl.detect_batch(prepared, post_config) if prepared else []
@@ -189,7 +202,7 @@ class PointPillars:
                 source, future = pending
                 pending = _submit_next(reader, items)
                 try:
-                    window.append((source, _device_or_host_points(future.result(), self.device)))
+                    window.append((source, _device_or_host_points(future.result(), self.device, self.cfg.num_point_columns)))
                 except PointPillarsError as exc:
                     window.append(FrameResult(source, None, exc))
                 except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone
@@ -289,11 +302,11 @@ def _omp_threads() -> int | None:
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
 
-def _device_or_host_points(points: object, device: str) -> object:
-    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, 4) float32 on the host."""
+def _device_or_host_points(points: object, device: str, columns: int) -> object:
+    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host."""
     if device == "cuda" and _is_cuda_array(points):
         return points
-    return as_host_points(points)
+    return as_host_points(points, columns=columns)
 
 
 def _is_cuda_array(points: object) -> bool:

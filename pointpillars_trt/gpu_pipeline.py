@@ -34,7 +34,7 @@ from .staging import HEADER_ROWS, StagingBuffer
 from .kernels.pfn import PfnStage
 from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
-from .kernels.voxelize import VoxelizeStage
+from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 
@@ -71,6 +71,15 @@ class _Slot:
         self.post = PostprocessStage(post_cfg, result, thresholds)
 
 
+def unsupported_reason(cfg: ModelConfig) -> str | None:
+    """Why the GPU pipeline cannot run a model yet (its stages exist for it on the CPU path), or None."""
+    if cfg.heads is not None:
+        return f"model {cfg.name} has several heads, whose decoding runs on the CPU path only for now"
+    if cfg.num_point_columns != GPU_POINT_COLUMNS:
+        return f"model {cfg.name} reads {cfg.num_point_columns} point columns; the GPU pipeline feeds {GPU_POINT_COLUMNS}"
+    return None
+
+
 class GpuPipeline:
     """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
 
@@ -105,6 +114,9 @@ class GpuPipeline:
             raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
         if pfn_engine and backend == "cudnn":
             raise BackendError("pfn_engine=True needs an ONNX engine (onnxruntime or tensorrt); cudnn runs the RPN only")
+        reason = unsupported_reason(model.cfg)
+        if reason is not None:
+            raise BackendError(f"GPU pipeline: {reason} (device cpu runs it)")
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model
@@ -457,6 +469,8 @@ def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
             arr = cp.from_dlpack(points) if hasattr(points, "__dlpack__") else cp.asarray(points)
         except Exception as exc:
             raise InputError(f"points: cannot use {type(points).__name__} as a device array ({exc})") from None
-    if arr.ndim != 2 or arr.shape[1] < 4 or arr.dtype != np.float32:
-        raise InputError(f"points: expected an (N, 4) float32 device array; got shape {arr.shape}, dtype {arr.dtype}")
-    return arr[:, :4]
+    if arr.ndim != 2 or arr.shape[1] < GPU_POINT_COLUMNS or arr.dtype != np.float32:
+        raise InputError(f"points: expected an (N, {GPU_POINT_COLUMNS}) float32 device array; "
+                         f"got shape {arr.shape}, dtype {arr.dtype}")
+    return arr[:, :GPU_POINT_COLUMNS]
+

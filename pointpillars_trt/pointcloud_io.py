@@ -17,7 +17,7 @@ import numpy as np
 
 from .errors import InputError
 from .fileio import open_regular_file, read_regular_file, safe_repr
-from .points import MAX_FRAME_POINTS, transposed_hint
+from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -37,21 +37,22 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 # --------------------------------------------------------------------------- entry point
 
 def read_points(
-    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None
+    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int = 4
 ) -> np.ndarray:
-    """Read a lidar frame file as a C-contiguous (N, 4) float32 array of x, y, z, intensity.
+    """Read a lidar frame file as a C-contiguous (N, columns) float32 array of x, y, z, intensity
+    (and, for ``columns`` 5, each point's time lag: ``ModelConfig.point_columns``).
 
     The format follows the extension (case-insensitive):
 
     * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
-      nuScenes-style x, y, z, intensity, ring/time); the first 4 columns are kept. A size that is
+      nuScenes-style x, y, z, intensity, time); the first ``columns`` are kept. A size that is
       not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a 5-value file
       read as 4 (see :func:`looks_like_five_values`) is refused: both name ``--point-dim 5``.
       0 bytes = empty frame.
-    * ``.npy``: a 2-D float32/float64 array (N, >=4), first 4 columns kept; other dtypes, other
+    * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i);
-      binary_compressed is refused.
+      binary_compressed is refused; 4 columns only.
 
     ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see :func:`intensity_looks_8bit`)
     multiplies the 4th column after reading.
@@ -60,7 +61,7 @@ def read_points(
     file shaped in a way no check foresaw) becomes one naming the file, so no reader can end a run.
     """
     try:
-        return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale)
+        return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - the reader boundary: whatever a file does, it fails alone
@@ -69,13 +70,16 @@ def read_points(
         ) from None
 
 
-def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None) -> np.ndarray:
+def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int) -> np.ndarray:
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext == ".bin":
-        points = read_bin(path, point_dim=point_dim)
+        points = read_bin(path, point_dim=point_dim, columns=columns)
     elif ext == ".npy":
-        points = read_npy(path)
+        points = read_npy(path, columns=columns)
     elif ext == ".pcd":
+        if columns != 4:
+            raise InputError(f"point file {safe_repr(path)}: .pcd frames are read as x, y, z, intensity; "
+                             f"this model reads {columns} values a point ({columns_text(columns)}): use .bin or .npy")
         points = read_pcd(path)
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
@@ -101,12 +105,16 @@ Allocate = Callable[[int], Union[np.ndarray, None]]
 
 
 def read_points_into(
-    path: PathLike, allocate: Allocate, *, point_dim: int = 4, intensity_scale: float | None = None
+    path: PathLike, allocate: Allocate, *, point_dim: int = 4, intensity_scale: float | None = None,
+    columns: int = 4,
 ) -> np.ndarray:
     """:func:`read_points`, with the points landing in the rows ``allocate(n)`` gives (e.g. pinned
     host memory the GPU copies from): a KITTI ``.bin`` of 4 values a point is read straight into
     them, every other file parsed and then copied in once. Returns those rows, or (when
-    ``allocate`` has no room) an array of its own."""
+    ``allocate`` has no room) an array of its own. The rows hold 4 columns: a model of other point
+    columns (``columns``) gets an array of its own."""
+    if columns != 4:
+        return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext != ".bin" or point_dim != 4:
         points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale)
@@ -189,10 +197,13 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
 
 # --------------------------------------------------------------------------- .bin
 
-def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file") -> np.ndarray:
-    """A raw little-endian float32 file of ``point_dim`` values a point -> (N, 4) float32."""
+def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
+    """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
     if isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer)) or point_dim < 4:
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer >= 4 (x, y, z, intensity, ...)")
+    if point_dim < columns:
+        raise InputError(f"point_dim {int(point_dim)}: the model reads {columns} values a point "
+                         f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
     row = 4 * int(point_dim)
     data = _read_frame_bytes(path, row, what)
     _check_bin_size(path, len(data), int(point_dim), what)
@@ -200,7 +211,7 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file") ->
     if point_dim == 4:
         _check_not_five_values(values, path, what)
     arr = values.reshape(-1, int(point_dim))
-    return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+    return arr[:, :columns].astype(np.float32, order="C")  # a writable copy, native byte order
 
 
 _LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
@@ -254,8 +265,8 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
 
 # --------------------------------------------------------------------------- .npy
 
-def read_npy(path: PathLike, *, what: str = "point file") -> np.ndarray:
-    """A NumPy .npy array (N, >=4) float32/float64 -> (N, 4) float32; read without unpickling,
+def read_npy(path: PathLike, *, what: str = "point file", columns: int = 4) -> np.ndarray:
+    """A NumPy .npy array (N, >=columns) float32/float64 -> (N, columns) float32; read without unpickling,
     the header checked before any data is read."""
     shown = safe_repr(path)
     f, size = open_regular_file(path, max_bytes=_NPY_MAX_BYTES, what=what)
@@ -270,10 +281,10 @@ def read_npy(path: PathLike, *, what: str = "point file") -> np.ndarray:
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64 (N, 4)")
         hint = transposed_hint(shape)
-        if len(shape) != 2 or shape[1] < 4 or hint:
+        if len(shape) != 2 or shape[1] < columns or hint:
             raise InputError(
                 f"{what} {shown} holds shape {shape}, dtype {_dtype_text(dtype)}; "
-                f"expected (N, 4) or more columns of x, y, z, intensity{hint}"
+                f"expected (N, {columns}) or more columns of {columns_text(columns)}{hint}"
             )
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64")
@@ -292,7 +303,7 @@ def read_npy(path: PathLike, *, what: str = "point file") -> np.ndarray:
     if len(data) != expected:
         raise InputError(f"{what} {shown} was truncated while being read")
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-    return arr[:, :4].astype(np.float32, order="C")  # a writable copy, native byte order
+    return arr[:, :columns].astype(np.float32, order="C")  # a writable copy, native byte order
 
 
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -1,9 +1,10 @@
-"""Turning what users pass as a lidar frame into the (N, 4) float32 array the stages expect."""
+"""Turning what users pass as a lidar frame into the (N, columns) float32 array the stages expect."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from .config import POINT_COLUMN_NAMES
 from .errors import InputError
 
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
@@ -18,23 +19,33 @@ def transposed_hint(shape: tuple[int, ...]) -> str:
     return ""
 
 
-def as_host_points(points: object, source: str = "points") -> np.ndarray:
-    """A C-contiguous (N, 4) float32 NumPy array; extra columns (e.g. ring, time) are ignored.
+def columns_text(columns: int) -> str:
+    """What ``columns`` point columns hold, for messages: 'x, y, z, intensity' (+ ', time')."""
+    return ", ".join(POINT_COLUMN_NAMES[:columns])
 
-    Float64 input is converted (no information a float32 network could use is lost); anything that
-    is not a 2-D float array with at least 4 columns is refused with a message naming ``source``:
-    a (4, N) or (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of
-    more than ``MAX_FRAME_POINTS`` points with its size.
+
+def as_host_points(points: object, source: str = "points", columns: int = 4) -> np.ndarray:
+    """A C-contiguous (N, columns) float32 NumPy array; further columns (e.g. ring) are ignored.
+
+    ``columns`` is the model's point columns (``ModelConfig.num_point_columns``). Float64 input is
+    converted (no information a float32 network could use is lost); anything that is not a 2-D float
+    array with at least ``columns`` columns is refused with a message naming ``source``: a (4, N) or
+    (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of more than
+    ``MAX_FRAME_POINTS`` points with its size.
     """
+    expected = f"an (N, {columns}) array of {columns_text(columns)}"
     try:
         arr = np.asarray(points)
     except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
-        raise InputError(f"{source}: cannot be read as an (N, 4) array of x, y, z, intensity ({exc})") from None
+        raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
     hint = transposed_hint(arr.shape)
     if hint or arr.ndim != 2 or arr.shape[1] < 4:
-        raise InputError(f"{source}: expected an (N, 4) array of x, y, z, intensity; got shape {arr.shape}{hint}")
+        raise InputError(f"{source}: expected {expected}; got shape {arr.shape}{hint}")
+    if arr.shape[1] < columns:
+        raise InputError(f"{source}: the model reads {expected}, got {arr.shape[1]} columns per point "
+                         f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})")
     if not np.issubdtype(arr.dtype, np.floating):
         raise InputError(f"{source}: expected float32 points; got dtype {arr.dtype}")
     if arr.shape[0] > MAX_FRAME_POINTS:
         raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
-    return np.ascontiguousarray(arr[:, :4], dtype=np.float32)
+    return np.ascontiguousarray(arr[:, :columns], dtype=np.float32)

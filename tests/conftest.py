@@ -1,4 +1,4 @@
-"""Shared fixtures: where the shared KITTI assets are, and the two built-in configs."""
+"""Shared fixtures: where the shared KITTI and nuScenes assets are, and the two KITTI built-in configs."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def cp():  # type: ignore[no-untyped-def]
     import cupy
 
     return cupy
+
+
+@pytest.fixture(scope="session")
+def nuscenes(assets: Path) -> Path:
+    """The nuScenes multi-head checkpoint and multi-sweep frames of the shared assets."""
+    folder = assets / "nuscenes"
+    if not folder.is_dir():
+        pytest.skip("nuScenes assets not found (assets/nuscenes)")
+    return folder
 
 
 @pytest.fixture(scope="session")

@@ -108,7 +108,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"postprocess.output_range": [0, 0, 0, 1, 1, 0]}, "postprocess.output_range: each min must be below its max"),
     # network shapes
     ({"network.layer_strides": [0, 2, 2]}, "network.layer_strides[0]: expected an integer in 1..8, got 0"),
-    ({"network.upsample_strides[1]": 0}, "network.upsample_strides[1]: expected an integer in 1..64, got 0"),
+    ({"network.upsample_strides[1]": 0}, "network.upsample_strides[1]: expected an integer in 1..64 or 1/k for an integer k in 2..8 (e.g. 0.5), got 0"),
     ({"network.block_channels[1]": 0}, "network.block_channels[1]: expected an integer in 1..4096, got 0"),
     ({"network.upsample_channels[0]": -128}, "network.upsample_channels[0]: expected an integer in 1..4096"),
     ({"network.pfn_channels": 512}, "network.pfn_channels: expected an integer in 1..256, got 512"),
@@ -228,7 +228,7 @@ def test_builtin_configs_load_and_round_trip(name: str) -> None:
 
 
 def test_builtin_names() -> None:
-    assert builtin_config_names() == ["openpcdet_kitti_3class", "zhulf0804_kitti_3class"]
+    assert builtin_config_names() == ["openpcdet_kitti_3class", "openpcdet_nuscenes_multihead", "zhulf0804_kitti_3class"]
 
 
 def _write(path: Path, text: str | bytes) -> Path:

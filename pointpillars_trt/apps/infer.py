@@ -156,7 +156,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help="at most this many boxes a frame (default: the model's)")
     points = infer.add_argument_group("points")
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=4,
-                        help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes, + ring/time)")
+                        help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
+                             "time; multi-sweep models need them)")
     points.add_argument("--intensity-scale", type=positive_float, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
@@ -384,6 +385,20 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     return fmt, out, labels
 
 
+def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str]) -> None:
+    """What the model needs of infer's options, checked once before any frame runs: .bin frames of at
+    least its point columns (a single sweep given to a multi-sweep model is refused, not padded with
+    time 0: that would lose accuracy silently), and no KITTI label files for models that predict
+    velocities of full 360-degree frames (nuScenes-style: camera-frame labels cannot carry them)."""
+    columns = cfg.num_point_columns
+    if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
+        raise InputError(f"--point-dim {point_dim}: model {cfg.name} reads {columns} values a point "
+                         f"({', '.join(cfg.point_columns)}); pass --point-dim {columns}")
+    if fmt == "kitti" and cfg.box_code.velocity:
+        raise InputError(f"--format kitti: model {cfg.name} predicts box velocities on 360-degree multi-sweep "
+                         "frames, which KITTI label files (camera-frame boxes) cannot carry; use --format json")
+
+
 def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_range: Sequence[float] | None,
                 kitti_dir: Path | None = None) -> OutputPlan:
     """The OutputPlan of infer's options (``kitti_dir``: where KITTI lines go when --out takes JSON)."""
@@ -410,6 +425,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
     try:
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
+        if cfg is not None:
+            check_model_inputs(cfg, fmt, args.point_dim, frames)
         with scratch_folder() as scratch:
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
@@ -537,7 +554,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     from ..pointcloud_io import intensity_looks_8bit, read_points_into
 
     cfg = getattr(detectors[0], "cfg", None)
-    check_intensity = args.intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
+    columns = cfg.num_point_columns if cfg is not None else 4
+    # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
+    check_intensity = args.intensity_scale is None and (
+        cfg is None or ("intensity" in cfg.features.order and columns == 4))
     looks_8bit: list[str] = []
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
                          folder=out if fmt in ROW_FORMATS else None)
@@ -548,7 +568,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
 
     def read(item: object, allocate: Any) -> np.ndarray:
         points = read_points_into(item, allocate, point_dim=args.point_dim,  # type: ignore[arg-type]
-                                  intensity_scale=args.intensity_scale)
+                                  intensity_scale=args.intensity_scale, columns=columns)
         if prepare is not None:  # e.g. the camera-FOV crop
             points = prepare(points, str(item))
         if check_intensity and not looks_8bit and intensity_looks_8bit(points):

@@ -94,9 +94,12 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     if plan.png_dir is not None and points is not None:
         from .viz import plot_bev
 
+        velocity = None if det.velocity is None else \
+            det.velocity[np.isfinite(det.boxes.reshape(-1, 7)).all(axis=1) & np.isfinite(det.scores)]
+
         def png(path: Path) -> None:
             plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
-                     title=f"{Path(source).name}: {len(scores)} boxes")
+                     title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
     for path, write in writes:

@@ -14,7 +14,11 @@ import numpy as np
 from ..errors import PointPillarsError
 from ..fileio import PathLike, write_bytes_atomic
 
-_CLASS_COLOURS = {"Car": "tab:red", "Pedestrian": "tab:green", "Cyclist": "tab:orange"}
+_CLASS_COLOURS = {"Car": "tab:red", "Pedestrian": "tab:green", "Cyclist": "tab:orange",
+                  # nuScenes (OpenPCDet's names)
+                  "car": "tab:red", "truck": "tab:brown", "construction_vehicle": "gold", "bus": "tab:pink",
+                  "trailer": "tab:olive", "barrier": "tab:gray", "motorcycle": "tab:cyan", "bicycle": "tab:orange",
+                  "pedestrian": "tab:green", "traffic_cone": "tab:blue"}
 _OTHER_COLOUR = "tab:purple"
 
 
@@ -100,6 +104,7 @@ def plot_bev(
     point_range: Sequence[float] | None = None,
     title: str = "PointPillars detections (bird's-eye view)",
     max_labels: int = MAX_LABELS,
+    velocity: np.ndarray | None = None,
 ) -> int:
     """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
     class colour (legend) with a heading tick and, when there are scores, filled by score (colour bar).
@@ -107,8 +112,10 @@ def plot_bev(
     Only the ``max_labels`` best-scoring boxes get a text label, placed so that labels never
     overlap (a label with no free spot is left out). ``point_range`` (x_min, y_min, z_min, x_max,
     y_max, z_max), e.g. the model's, crops the points and sets the axes; without it the axes cover
-    all points and boxes. ``scores`` may be None (ground truth). Returns the number of labels
-    drawn. Raises PlotUnavailableError if matplotlib is missing.
+    all points and boxes. ``scores`` may be None (ground truth). ``velocity`` (N, 2) m/s, for models
+    that predict it, draws the motion over the next second of each box faster than 0.2 m/s as an arrow
+    from its centre.
+    Returns the number of labels drawn. Raises PlotUnavailableError if matplotlib is missing.
     """
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -118,7 +125,8 @@ def plot_bev(
     from matplotlib.lines import Line2D
     from matplotlib.patches import Polygon
 
-    pts = np.asarray(points, dtype=np.float32).reshape(-1, 4)
+    pts = np.asarray(points, dtype=np.float32)
+    pts = pts[:, :4] if pts.ndim == 2 else pts.reshape(-1, 4)  # a time column, if any, is not drawn
     corners = bev_corners(boxes)
     if len(names) != len(corners) or (scores is not None and len(scores) != len(corners)):
         raise PointPillarsError(
@@ -161,6 +169,9 @@ def plot_bev(
         front = quad[:2].mean(axis=0)
         centre = quad.mean(axis=0)
         ax.plot([centre[0], front[0]], [centre[1], front[1]], color=colour, linewidth=1.0)
+        if velocity is not None and np.isfinite(velocity[i]).all() and np.hypot(*velocity[i]) > 0.2:
+            ax.annotate("", xy=(centre[0] + velocity[i][0], centre[1] + velocity[i][1]), xytext=tuple(centre),
+                        arrowprops={"arrowstyle": "->", "color": "white", "linewidth": 0.8})
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")

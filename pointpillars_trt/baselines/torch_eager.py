@@ -159,7 +159,7 @@ def decode_boxes(deltas: torch.Tensor, anchors: torch.Tensor, style: str) -> tor
 
 def _apply_direction(heading: torch.Tensor, dir_logits: torch.Tensor, cfg: ModelConfig) -> torch.Tensor:
     """heading <- limit_period(heading - offset, limit_offset, period) + offset (+ period on the flip bin)."""
-    d = cfg.direction
+    d = cfg.require_direction("the PyTorch baseline")
     period = 2 * math.pi / d.num_bins
     shifted = heading - d.offset
     limited = shifted - torch.floor(shifted / period + d.limit_offset) * period
@@ -298,7 +298,7 @@ class TorchPointPillars:
                ) -> torch.Tensor:
         """Head maps -> native boxes (with direction) of the anchors in ``index`` (all when None)."""
         deltas = box_map.permute(0, 2, 3, 1).reshape(-1, 7).float()
-        dir_logits = dir_map.permute(0, 2, 3, 1).reshape(-1, self.cfg.direction.num_bins)
+        dir_logits = dir_map.permute(0, 2, 3, 1).reshape(-1, self.cfg.require_direction("the PyTorch baseline").num_bins)
         anchors = self.anchors
         if index is not None:
             deltas, dir_logits, anchors = deltas[index], dir_logits[index], anchors[index]

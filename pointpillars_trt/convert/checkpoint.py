@@ -19,10 +19,12 @@ import numpy as np
 from ..config import ModelConfig, load_config
 from ..errors import CheckpointError, escape_text
 from .pth import StorageRef, TensorRef, key_text, open_pth, short_repr
+from . import multihead
 from .weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 Layout = Literal["openpcdet", "zhulf0804"]
 LAYOUT_CONFIGS: dict[str, str] = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
+MULTIHEAD_CONFIG = "openpcdet_nuscenes_multihead"  # an OpenPCDet layout with multihead.HEAD_KEY keys
 
 # ---------------------------------------------------------------------------------------------
 # The two key layouts
@@ -111,7 +113,7 @@ def _plan(layout: str, cfg: ModelConfig) -> _Plan:
     deblocks = tuple(
         _ConvPlan(f"{names.deblock.format(i=i)}.0.weight", (c_in, c_out, s, s), f"{names.deblock.format(i=i)}.1",
                   c_out, s)
-        for i, (c_in, s, c_out) in enumerate(zip(net.block_channels, net.upsample_strides, net.upsample_channels))
+        for i, (c_in, s, c_out) in enumerate(zip(net.block_channels, net.upsample_kernels, net.upsample_channels))
     )
     heads = tuple((prefix, (cfg.head_channels[role], net.head_in_channels, 1, 1))
                   for role, prefix in zip(("cls", "box", "dir"), names.heads))
@@ -120,6 +122,8 @@ def _plan(layout: str, cfg: ModelConfig) -> _Plan:
 
 def expected_keys(layout: str, cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every weight key the layout stores for this config, with its shape (BN step counters excluded)."""
+    if cfg.heads is not None and layout == "openpcdet":
+        return multihead.expected_keys(cfg)
     return _plan(layout, cfg).keys()
 
 
@@ -197,14 +201,22 @@ def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str
 
 
 def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: ModelConfig, *,
-                            source: str = "state dict") -> PointPillarsWeights:
-    """Map a state dict of either layout onto ``PointPillarsWeights`` after checking every key and shape."""
-    plan = _plan(layout, cfg)
-    _check_head_channels(state_dict, plan, layout, cfg, source)
-    _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
-
+                            source: str = "state dict") -> PointPillarsWeights | multihead.MultiHeadWeights:
+    """Map a state dict of either layout onto ``PointPillarsWeights`` (``MultiHeadWeights`` for a
+    multi-head config) after checking every key and shape."""
     def get(key: str) -> np.ndarray:
         return np.array(state_dict[key], dtype=np.float32, order="C")
+
+    if cfg.heads is not None and layout == "openpcdet":
+        keys = multihead.expected_keys(cfg)
+        labels = multihead.label_keys(cfg)
+        _check_state_dict({k: v for k, v in state_dict.items() if k not in labels}, keys,
+                          f"the {layout} multi-head layout of config {cfg.name}", source)
+        multihead.check_label_indices(state_dict, cfg, source)
+        _check_finite(state_dict, keys, source)
+        return multihead.weights_from_state_dict(get, cfg)
+    plan = _plan(layout, cfg)
+    _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
 
     def conv_bn(conv: _ConvPlan) -> ConvBN:
         return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in _BN_FIELDS)), conv.stride)
@@ -246,12 +258,19 @@ def detect_layout(obj: Any, source: str = "checkpoint") -> tuple[Layout, dict[st
                           f"[{_listing([key_text(k) for k in obj])}] have no known prefix ({markers})")
 
 
+def _builtin_config(layout: str, state: Mapping[Any, Any]) -> str:
+    """The built-in config of a layout, told apart by keys: multi-head OpenPCDet models have per-head keys."""
+    if layout == "openpcdet" and any(isinstance(k, str) and k.startswith(multihead.HEAD_KEY) for k in state):
+        return MULTIHEAD_CONFIG
+    return LAYOUT_CONFIGS[layout]
+
+
 @dataclass(frozen=True)
 class LoadedCheckpoint:
     path: Path
     layout: Layout
     config_name: str
-    weights: PointPillarsWeights
+    weights: PointPillarsWeights | multihead.MultiHeadWeights
     sha256: str
     config: ModelConfig
 
@@ -262,7 +281,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | No
     source = pth.source
     layout, state = detect_layout(pth.obj, source)
     if config is None:
-        config = LAYOUT_CONFIGS[layout]
+        config = _builtin_config(layout, state)
     cfg = config if isinstance(config, ModelConfig) else load_config(config)
     if cfg.family != layout:
         raise CheckpointError(f"{source}: checkpoint has the {layout} layout, but config {cfg.name} "
@@ -273,6 +292,10 @@ def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | No
     used = {k: pth.tensor(v)
             if isinstance(v, TensorRef) and v.size == expected.get(k) and np.dtype(v.storage.dtype).kind == "f"
             else v for k, v in state.items() if isinstance(k, str) and k in expected}
+    if cfg.heads is not None:  # the heads' small int64 class-id buffers, checked against the config
+        used.update({k: pth.tensor(v) for k, v in state.items()
+                     if k in multihead.label_keys(cfg) and isinstance(v, TensorRef) and len(v.size) == 1
+                     and v.size[0] <= cfg.num_classes})
     state = {**state, **used}
     weights = weights_from_state_dict(state, layout, cfg, source=source)
     return LoadedCheckpoint(Path(path), layout, cfg.name, weights, pth.sha256, cfg)

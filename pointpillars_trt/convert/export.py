@@ -26,8 +26,7 @@ from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precisi
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
 from .checkpoint import LoadedCheckpoint, load_checkpoint
-from .onnx_export import OPSET, build_pfn_graph, build_rpn_graph
-from .weights import PointPillarsWeights
+from .onnx_export import OPSET, ModelWeights, build_pfn_graph, build_rpn_graph
 
 
 
@@ -138,7 +137,7 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
 
 
 def export_model_dir(
-    weights: PointPillarsWeights,
+    weights: ModelWeights,
     cfg: ModelConfig,
     out_dir: str | os.PathLike[str],
     *,

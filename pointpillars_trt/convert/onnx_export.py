@@ -17,14 +17,17 @@ from ..config import ModelConfig
 from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, GraphTensor, Precision,
                         check_precision, pfn_io, rpn_io)
 from ..errors import ConfigError
+from .multihead import MultiHeadWeights, build_multihead_rpn_graph
 from .weights import PointPillarsWeights
+
+ModelWeights = PointPillarsWeights | MultiHeadWeights  # a single-head or a multi-head (cfg.heads) model
 
 OPSET = 17
 IR_VERSION = 8  # the IR that opset 17 came with: older ONNX Runtime and TensorRT parsers refuse newer IRs
 _ONNX_DTYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
 
 
-def build_pfn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+def build_pfn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
     """Linear (BN folded) -> ReLU -> max over the point slots.
 
     No mask: the padded slots are zeros and take part in the max after BN and ReLU, as both families do.
@@ -41,13 +44,16 @@ def build_pfn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: P
     return g.model("pointpillars_pfn", pfn_io(cfg))
 
 
-def build_rpn_graph(weights: PointPillarsWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+def build_rpn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
     """NHWC canvas -> backbone blocks -> transposed-conv neck -> concat -> one merged 1x1 head -> NHWC
     heads (cls | box | dir), every BN folded into a conv bias.
 
     The transposes at both ends let engines that prefer NHWC (cuDNN, TensorRT, ONNX Runtime's NHWC
-    kernels) run without layout changes between the pipeline's stages."""
+    kernels) run without layout changes between the pipeline's stages. A multi-head model's head is
+    ``multihead.build_multihead_rpn_graph``'s."""
     _check_weights(weights, cfg)
+    if isinstance(weights, MultiHeadWeights):
+        return build_multihead_rpn_graph(weights, cfg, _GraphBuilder(precision), rpn_io(cfg, precision))
     eps = cfg.network.bn_eps
     g = _GraphBuilder(precision)
     x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
@@ -123,8 +129,14 @@ class _GraphBuilder:
         return model
 
 
-def _check_weights(weights: PointPillarsWeights, cfg: ModelConfig) -> None:
-    """Catch a checkpoint/config mismatch here, with names, rather than as an opaque shape error in ONNX."""
+def _check_weights(weights: ModelWeights, cfg: ModelConfig) -> None:
+    """Catch a checkpoint/config mismatch here, with names, rather than as an opaque shape error in ONNX.
+
+    Multi-head weights come only from ``multihead.weights_from_state_dict``, which checked every shape."""
+    if isinstance(weights, MultiHeadWeights) or cfg.heads is not None:
+        if not isinstance(weights, MultiHeadWeights) or cfg.heads is None:
+            raise ConfigError(f"weights do not match config {cfg.name}: one is multi-head, the other is not")
+        return
     net = cfg.network
     expected: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = [
         ("pfn_linear", weights.pfn_linear.shape, (net.pfn_channels, cfg.features.channels)),
@@ -137,7 +149,7 @@ def _check_weights(weights: PointPillarsWeights, cfg: ModelConfig) -> None:
         expected += [(f"block {i} conv {j}", conv.weight.shape, (cout, cout if j else cin, 3, 3)) for j, conv in enumerate(block)]
         expected.append((f"block {i} stride", (block[0].stride,), (net.layer_strides[i],)))
         cin = cout
-    for i, (de, cin, cout, k) in enumerate(zip(weights.deblocks, net.block_channels, net.upsample_channels, net.upsample_strides)):
+    for i, (de, cin, cout, k) in enumerate(zip(weights.deblocks, net.block_channels, net.upsample_channels, net.upsample_kernels)):
         expected += [(f"deblock {i}", de.weight.shape, (cin, cout, k, k)), (f"deblock {i} stride", (de.stride,), (k,))]
     for name, head in (("cls", weights.head_cls), ("box", weights.head_box), ("dir", weights.head_dir)):
         expected.append((f"head {name}", head.weight.shape, (cfg.head_channels[name], net.head_in_channels, 1, 1)))

@@ -11,6 +11,7 @@ package's own validator.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,8 +20,12 @@ from ..errors import ConfigError
 
 BASE_KEY = "_BASE_CONFIG_"
 _MAX_BASES = 8  # base files one config may pull in; each is read whole
-_INPUT_COLUMNS = ("x", "y", "z", "intensity")  # the (N, 4) points every backend takes
+_INPUT_COLUMNS = ("x", "y", "z", "intensity")  # the first point columns of every model
+_TIME_COLUMN = "timestamp"  # OpenPCDet's name of a multi-sweep point's time lag: our "time"
 BN_EPS = 1e-3  # PillarVFE's and BaseBEVBackbone's BatchNorm eps, fixed in OpenPCDet's code
+HEAD_MIDDLE_BN_EPS = 1e-5  # AnchorHeadMulti's middle convs use nn.BatchNorm2d's default
+# SingleHead's box convs, in its concatenation order: (cos, sin) heading residuals take 2 channels.
+_REG_PARTS = {"residual": ["reg:2", "height:1", "size:3", "angle:1"], "sincos": ["reg:2", "height:1", "size:3", "angle:2"]}
 
 
 def config_from_pcdet_yaml(
@@ -160,20 +165,24 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
     backbone.expect("NAME", "BaseBEVBackbone")
     head = model.section("DENSE_HEAD", ("NAME", "CLASS_AGNOSTIC", "USE_DIRECTION_CLASSIFIER", "DIR_OFFSET",
                                         "DIR_LIMIT_OFFSET", "NUM_DIR_BINS", "ANCHOR_GENERATOR_CONFIG",
-                                        "TARGET_ASSIGNER_CONFIG"), ("LOSS_CONFIG",))
-    head.expect("NAME", "AnchorHeadSingle")
+                                        "TARGET_ASSIGNER_CONFIG") + _MULTIHEAD_KEYS, ("LOSS_CONFIG",))
+    multihead = head.expect("NAME", "AnchorHeadSingle", "AnchorHeadMulti") == "AnchorHeadMulti"
     head.expect("CLASS_AGNOSTIC", False)
-    head.expect("USE_DIRECTION_CLASSIFIER", True)
-    coder = _Section(head["TARGET_ASSIGNER_CONFIG"], head.key_path("TARGET_ASSIGNER_CONFIG"), source)
-    coder.expect("BOX_CODER", "ResidualCoder")
-    if coder.value.get("BOX_CODER_CONFIG"):  # code size or sin/cos angles other than the default 7
-        coder.refuse("BOX_CODER_CONFIG", "none (ResidualCoder's default 7-number codes)")
+    if multihead:  # the multi-head export and decoder have no direction classifier
+        if "USE_DIRECTION_CLASSIFIER" in head.value:
+            head.expect("USE_DIRECTION_CLASSIFIER", False)
+    else:
+        head.expect("USE_DIRECTION_CLASSIFIER", True)
+    has_direction = not multihead
+    box_code = _box_code(_Section(head["TARGET_ASSIGNER_CONFIG"], head.key_path("TARGET_ASSIGNER_CONFIG"), source))
     post = model.section("POST_PROCESSING", ("SCORE_THRESH", "OUTPUT_RAW_SCORE", "NMS_CONFIG"),
                          ("RECALL_THRESH_LIST", "EVAL_METRIC"))
     post.expect("OUTPUT_RAW_SCORE", False)  # raw logits instead of sigmoid scores
     nms = post.section("NMS_CONFIG", ("MULTI_CLASSES_NMS", "NMS_TYPE", "NMS_THRESH", "NMS_PRE_MAXSIZE",
                                       "NMS_POST_MAXSIZE"))
-    nms.expect("MULTI_CLASSES_NMS", False)  # per-class top-k and cut differ from this package's per_class
+    # per class inside each head (multi-head models) or one NMS over all classes; OpenPCDet's per-class
+    # top-k and cut differ from this package's per_class (zhulf0804's order)
+    nms.expect("MULTI_CLASSES_NMS", multihead)
     nms.expect("NMS_TYPE", "nms_gpu")  # rotated BEV IoU
     voxels = _voxel_processor(data)
     config = {
@@ -188,6 +197,7 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
             "max_pillars": _test_value(voxels, "MAX_NUMBER_OF_VOXELS"),
             "range_filter": "inclusive_xy",  # mask_points_and_boxes_outside_range: lo <= x, y <= hi
         },
+        "point_columns": _point_columns(data),
         "features": {"order": _feature_order(data, vfe.expect("USE_ABSLOTE_XYZ", True, False))},
         "network": {
             "pfn_channels": filters[0],
@@ -200,14 +210,16 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
         },
         "anchors": _anchors(head),
         "box_coder": {"style": "openpcdet"},
+        "box_code": box_code,
+        "heads": _heads(head, box_code) if multihead else None,
         "direction": {
             "num_bins": head["NUM_DIR_BINS"],
             "offset": head["DIR_OFFSET"],
             "limit_offset": head["DIR_LIMIT_OFFSET"],
             "flip_bin": 1,  # OpenPCDet adds period * bin to the folded heading
-        },
+        } if has_direction else None,
         "postprocess": {
-            "nms": "class_agnostic",
+            "nms": "multi_classes" if multihead else "class_agnostic",
             "score_threshold": post["SCORE_THRESH"],
             "score_inclusive": True,  # scores >= SCORE_THRESH
             "pre_nms_top_k": nms["NMS_PRE_MAXSIZE"],
@@ -233,8 +245,14 @@ def _voxel_processor(data: _Section) -> _Section:
             entry.only(("NAME", "REMOVE_OUTSIDE_BOXES"))
         elif kind == "shuffle_points":
             entry.only(("NAME", "SHUFFLE_ENABLED"))
-            if _test_value(entry, "SHUFFLE_ENABLED") is not False:
-                entry.refuse("SHUFFLE_ENABLED", "False at test time (points keep their order)")
+            shuffle = _test_value(entry, "SHUFFLE_ENABLED")
+            if shuffle is True:
+                warnings.warn(f"{data.source}: {entry.key_path('SHUFFLE_ENABLED')} shuffles the points at test time; "
+                              "this package keeps them in input order, as OpenPCDet does with the shuffle off (a shuffle "
+                              "changes the pillar order and which points full pillars drop, from run to run)",
+                              UserWarning, stacklevel=4)
+            elif shuffle is not False:
+                entry.refuse("SHUFFLE_ENABLED", "True or False at test time")
         elif kind == "transform_points_to_voxels":
             entry.only(("NAME", "VOXEL_SIZE", "MAX_POINTS_PER_VOXEL", "MAX_NUMBER_OF_VOXELS"))
             voxels = entry
@@ -254,19 +272,68 @@ def _test_value(section: _Section, key: str) -> Any:
     return value
 
 
-def _feature_order(data: _Section, absolute_xyz: bool) -> list[str]:
-    """PillarVFE's decorated point: the used point features (x, y, z dropped without absolute xyz),
-    then point - pillar mean and point - pillar centre, each (x, y, z)."""
+def _used_features(data: _Section) -> list[str]:
+    """The point features the network reads, in this package's names (``timestamp`` is ``time``)."""
     encoding = data.section("POINT_FEATURE_ENCODING", ("encoding_type", "used_feature_list", "src_feature_list"))
     encoding.expect("encoding_type", "absolute_coordinates_encoding")
     src = encoding["src_feature_list"]
-    if not isinstance(src, list) or tuple(src[:4]) != _INPUT_COLUMNS:
-        encoding.refuse("src_feature_list", "points whose first columns are x, y, z, intensity")
+    if not isinstance(src, list) or tuple(src[:4]) != _INPUT_COLUMNS or src[4:] not in ([], [_TIME_COLUMN]):
+        encoding.refuse("src_feature_list", "points whose columns are x, y, z, intensity (and timestamp)")
     used = encoding["used_feature_list"]
-    if used not in (list(_INPUT_COLUMNS[:3]), list(_INPUT_COLUMNS)):
-        encoding.refuse("used_feature_list", "['x', 'y', 'z'] or ['x', 'y', 'z', 'intensity']")
+    supported = (list(_INPUT_COLUMNS[:3]), list(_INPUT_COLUMNS), [*_INPUT_COLUMNS, _TIME_COLUMN])
+    if used not in supported or not set(used) <= set(src):
+        encoding.refuse("used_feature_list", " or ".join(map(str, supported)) + ", each in src_feature_list")
+    return ["time" if name == _TIME_COLUMN else name for name in used]
+
+
+def _point_columns(data: _Section) -> list[str]:
+    """x, y, z, intensity, and the time lag when the network reads it."""
+    return [*_INPUT_COLUMNS, *(["time"] if "time" in _used_features(data) else [])]
+
+
+def _feature_order(data: _Section, absolute_xyz: bool) -> list[str]:
+    """PillarVFE's decorated point: the used point features (x, y, z dropped without absolute xyz),
+    then point - pillar mean and point - pillar centre, each (x, y, z)."""
+    used = _used_features(data)
     point = used if absolute_xyz else used[3:]
     return [*point, "mean_dx", "mean_dy", "mean_dz", "center_dx", "center_dy", "center_dz"]
+
+
+_MULTIHEAD_KEYS = ("USE_MULTIHEAD", "SEPARATE_MULTIHEAD", "SHARED_CONV_NUM_FILTER", "RPN_HEAD_CFGS",
+                   "SEPARATE_REG_CONFIG")
+
+
+def _box_code(assigner: _Section) -> dict[str, Any]:
+    """ResidualCoder's options: code_size 7 (the default) or 9 (with velocity), headings as one
+    residual or as (cos, sin) residuals."""
+    assigner.expect("BOX_CODER", "ResidualCoder")
+    if "BOX_CODER_CONFIG" not in assigner.value:
+        return {"angle": "residual", "velocity": False}
+    options = _Section(assigner["BOX_CODER_CONFIG"], assigner.key_path("BOX_CODER_CONFIG"), assigner.source)
+    options.only(("code_size", "encode_angle_by_sincos"))
+    size = options.expect("code_size", 7, 9) if "code_size" in options.value else 7
+    sincos = options.expect("encode_angle_by_sincos", True, False) if "encode_angle_by_sincos" in options.value else False
+    return {"angle": "sincos" if sincos else "residual", "velocity": size == 9}
+
+
+def _heads(head: _Section, box_code: dict[str, Any]) -> dict[str, Any]:
+    """AnchorHeadMulti with separate heads, a shared conv and one middle conv before each output conv."""
+    head.expect("USE_MULTIHEAD", True)
+    head.expect("SEPARATE_MULTIHEAD", True)
+    groups = []
+    cfgs = head["RPN_HEAD_CFGS"]
+    if not isinstance(cfgs, list) or not cfgs:
+        head.refuse("RPN_HEAD_CFGS", "a list of heads, e.g. [{'HEAD_CLS_NAME': ['car']}]")
+    for i, raw in enumerate(cfgs):
+        entry = _Section(raw, f"{head.key_path('RPN_HEAD_CFGS')}[{i}]", head.source)
+        entry.only(("HEAD_CLS_NAME",))
+        groups.append(entry["HEAD_CLS_NAME"])
+    reg = head.section("SEPARATE_REG_CONFIG", ("NUM_MIDDLE_CONV", "NUM_MIDDLE_FILTER", "REG_LIST"))
+    reg.expect("NUM_MIDDLE_CONV", 1)
+    parts = _REG_PARTS[box_code["angle"]] + (["velo:2"] if box_code["velocity"] else [])
+    reg.expect("REG_LIST", parts)
+    return {"groups": groups, "shared_channels": head["SHARED_CONV_NUM_FILTER"],
+            "middle_channels": reg["NUM_MIDDLE_FILTER"], "middle_bn_eps": HEAD_MIDDLE_BN_EPS}
 
 
 def _anchors(head: _Section) -> dict[str, Any]:

@@ -172,7 +172,7 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> PointPillarsWeights:
         block_outputs.append(x)
         cin = cout
     deblocks, upsampled = [], []
-    for x, cin, cout, k in zip(block_outputs, net.block_channels, net.upsample_channels, net.upsample_strides):
+    for x, cin, cout, k in zip(block_outputs, net.block_channels, net.upsample_channels, net.upsample_kernels):
         w = he((cin, cout, k, k), cin)  # each output pixel sums one tap of Cin channels
         bn, y = _calibrated_bn(rng, _upsample(x, w), eps)
         deblocks.append(ConvBN(w, bn, k))

@@ -87,7 +87,7 @@ class NeckHeadParams:
         net = cfg.network
         hx, hy = cfg.head_map
         branches = tuple(
-            NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_strides)
+            NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_kernels)
         )
         return cls(branches, hy, hx, sum(cfg.head_channels.values()), half)
 

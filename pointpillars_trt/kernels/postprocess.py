@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..anchors import NMS_CORNER_MARGIN, anchors
-from ..config import ModelConfig
+from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
@@ -39,6 +39,7 @@ class PostParams:
     anchors_per_cell: int
     num_classes: int
     dir_bins: int
+    box_code_size: int
     openpcdet_style: bool
     per_class: bool
     score_inclusive: bool
@@ -53,13 +54,14 @@ class PostParams:
     @classmethod
     def from_config(cls, cfg: ModelConfig) -> PostParams:
 
-        pp, d = cfg.postprocess, cfg.direction
+        pp, d = cfg.postprocess, cfg.require_direction("the GPU post-process")
         f32 = lambda x: float(np.float32(x))  # noqa: E731
         params = cls(
             head_map=cfg.head_map,
             anchors_per_cell=cfg.anchors.per_cell,
             num_classes=cfg.num_classes,
             dir_bins=d.num_bins,
+            box_code_size=cfg.box_code_size,
             openpcdet_style=cfg.box_coder == "openpcdet",
             per_class=pp.nms == "per_class",
             score_inclusive=pp.score_inclusive,
@@ -94,12 +96,14 @@ class PostParams:
     @property
     def head_channels(self) -> int:
         """Channels of the merged head map: cls | box | dir."""
-        return self.anchors_per_cell * (self.num_classes + 7 + self.dir_bins)
+        return self.anchors_per_cell * (self.num_classes + self.box_code_size + self.dir_bins)
 
     def _validate(self, source: str) -> None:
         def fail(msg: str) -> None:
             raise ConfigError(f"{source}: {msg} (GPU post-processing)")
 
+        if self.box_code_size != BOX_SIZE:
+            fail(f"box codes of {self.box_code_size} values; the GPU decoder reads {BOX_SIZE}")
         if self.dir_bins != 2 or self.dir_flip_bin not in (0, 1):
             fail(f"direction needs 2 bins and flip_bin 0 or 1, got {self.dir_bins} bins, flip_bin {self.dir_flip_bin}")
         if not 1 <= self.top_k <= _SORT_LIMIT:
@@ -182,7 +186,7 @@ class PostprocessStage:
             self._sel_anchor = cp.zeros(p.sort_cap, np.int32)
             self._sel_score = cp.zeros(p.sort_cap, np.float32)
             self._group_count = cp.zeros(p.groups, np.int32)
-            self._group_box = cp.zeros((slots, 7), np.float32)
+            self._group_box = cp.zeros((slots, BOX_SIZE), np.float32)
             self._group_rect = cp.zeros((slots, 6), np.float32)
             self._group_score = cp.zeros(slots, np.float32)
             self._group_label = cp.zeros(slots, np.int32)
@@ -228,4 +232,4 @@ class PostprocessStage:
         counts = {name: int(v) for name, v in zip(RESULT_HEADER, out[0].tolist())}
         rows = out[1 : 1 + counts["count"]]
         # copies, never views: the caller's pinned result buffer is rewritten by the next frame
-        return rows[:, :7].copy(), rows[:, 7].copy(), rows[:, 8].astype(np.int32), counts
+        return rows[:, :BOX_SIZE].copy(), rows[:, BOX_SIZE].copy(), rows[:, BOX_SIZE + 1].astype(np.int32), counts

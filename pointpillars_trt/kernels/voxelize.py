@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import FEATURE_NAMES, ModelConfig
+from ..config import FEATURE_NAMES, STATIC_SHARED_BYTES, ModelConfig
 from ..errors import ConfigError, InputError
 from ..kernel_limits import GATHER_WARPS
 from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
@@ -17,6 +17,7 @@ VOXEL_STATS = (
     "pillars", "pillars_total", "pillars_dropped", "nonfinite", "in_range", "previous_pillars", "cursor",
     "large_pillars",
 )
+GPU_POINT_COLUMNS = 4  # voxelize.cu reads each point as one float4: x, y, z, intensity (time lags apart)
 _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)
 
 
@@ -27,6 +28,7 @@ class VoxelParams:
     grid: tuple[int, int, int]
     max_pillars: int
     max_points_per_pillar: int
+    has_time: bool  # the model reads a time column: voxelize.cu takes it beside the float4 rows
     features: tuple[str, ...]
     strict_range: bool
     range_min: tuple[float, ...]
@@ -38,12 +40,19 @@ class VoxelParams:
     def from_config(cls, cfg: ModelConfig) -> VoxelParams:
         if cfg.features.channels > 16:
             raise ConfigError(f"{cfg.name}: {cfg.features.channels} feature channels; the GPU voxelizer supports 16")
+        has_time = "time" in cfg.point_columns
+        m = cfg.voxel.max_points_per_pillar
+        staged = VoxelizeStage.GATHER_WARPS * m * (16 + 4 * has_time)  # float4 (+ time) a slot
+        if staged > STATIC_SHARED_BYTES:
+            raise ConfigError(f"{cfg.name}: {m} points a pillar with time lags need {staged} bytes "
+                              f"of the GPU voxelizer's {STATIC_SHARED_BYTES} bytes of shared memory")
         v = cfg.voxel
         f32 = lambda xs: tuple(float(np.float32(x)) for x in xs)  # noqa: E731
         return cls(
             grid=v.grid,
             max_pillars=v.max_pillars,
             max_points_per_pillar=v.max_points_per_pillar,
+            has_time=has_time,
             features=cfg.features.order,
             strict_range=v.range_filter == "strict_xyz",
             range_min=f32(v.point_range[:3]),
@@ -69,7 +78,7 @@ class VoxelParams:
         return define_flags(
             NX=self.grid[0], NY=self.grid[1], NZ=self.grid[2], MAX_PILLARS=self.max_pillars,
             MAX_PTS=self.max_points_per_pillar, NUM_FEATURES=len(self.features), FEATURE_CODES=f"{codes:#x}ull",
-            RANGE_STRICT=int(self.strict_range), GATHER_WARPS=VoxelizeStage.GATHER_WARPS,
+            RANGE_STRICT=int(self.strict_range), GATHER_WARPS=VoxelizeStage.GATHER_WARPS, HAS_TIME=int(self.has_time),
             **floats, **slot_defines("STAT", VOXEL_STATS), **slot_defines("FEATURE", FEATURE_NAMES),
         )
 
@@ -115,6 +124,7 @@ class VoxelizeStage:
             self._pillar_total = cp.zeros(pmax, i32)
             self._slot_point = cp.zeros(pmax * m, i32)
             self._large_pillars = cp.zeros(pmax, i32)
+            self._no_times = cp.zeros(1, np.float32)  # never read: the kernels' times argument without HAS_TIME
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
     @property
@@ -122,10 +132,18 @@ class VoxelizeStage:
         """One-element int32 device view of this frame's pillar count."""
         return self.stats[0:1]
 
-    def launch(self, points: Any, frame: Any, stream: Any) -> None:
+    def launch(self, points: Any, frame: Any, stream: Any, times: Any = None) -> None:
         """Enqueue one frame: ``frame`` is a device int32 pair (point count, first row) selecting the
-        frame's rows of ``points``, an (rows, 4) float32 device buffer (several frames can share one)."""
-        check_device_array(points, "points", np.float32, (None, 4))
+        frame's rows of ``points``, an (rows, 4) float32 device buffer of x, y, z, intensity (several
+        frames can share one); ``times`` (rows,) float32, the time lags of the same rows, for models
+        with a time column (and only for them)."""
+        check_device_array(points, "points", np.float32, (None, GPU_POINT_COLUMNS))
+        if self.params.has_time != (times is not None):
+            raise InputError("times: the model reads a time column; pass the (rows,) time lags" if times is None
+                             else "times: this model has no time column")
+        if times is not None:
+            check_device_array(times, "times", np.float32, (points.shape[0],))
+        times = times if times is not None else self._no_times
         check_device_array(frame, "frame", np.int32, (2,))
         if points.data.ptr % 16:
             raise InputError("points: the device buffer must be 16-byte aligned (rows are read as float4)")
@@ -133,7 +151,7 @@ class VoxelizeStage:
         rows = np.int32(min(points.shape[0], self.max_points))
         blocks = self._num_blocks
         launch_kernel(k["vox_classify"], blocks, _SCAN_BLOCK,
-                      (points, frame, rows, self._point_cell, self._cell_first, self._cell_count), stream)
+                      (points, times, frame, rows, self._point_cell, self._cell_first, self._cell_count), stream)
         launch_kernel(k["vox_count"], blocks, _SCAN_BLOCK,
                       (frame, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
                        self.stats, self._block_counts), stream)
@@ -150,5 +168,6 @@ class VoxelizeStage:
                       (self.stats, self._large_pillars, self._bucket, self._pillar_bucket, self._pillar_total,
                        self._slot_point), stream)
         launch_kernel(k["vox_gather"], grid_blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
-                      (points, frame, rows, self._slot_point, self.stats, self.coords, self.num_points, self.features),
+                      (points, times, frame, rows, self._slot_point, self.stats, self.coords, self.num_points,
+                       self.features),
                       stream)

@@ -38,13 +38,15 @@ class RawDetections:
 
     ``boxes`` (N, 7) float32 in OpenPCDet's convention (x, y, z_centre, dx, dy, dz, heading) whatever
     the family; ``native_boxes`` the same boxes in the family's own convention (what its code
-    returns); ``scores`` (N,) float32; ``labels`` (N,) int32, 0-based into ``cfg.classes``.
+    returns); ``scores`` (N,) float32; ``labels`` (N,) int32, 0-based into ``cfg.classes``;
+    ``velocity`` (N, 2) float32 (vx, vy) in m/s for models that predict it, else None.
     """
 
     boxes: np.ndarray
     scores: np.ndarray
     labels: np.ndarray
     native_boxes: np.ndarray
+    velocity: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
@@ -84,7 +86,7 @@ def apply_direction(angles: np.ndarray, dir_labels: np.ndarray, cfg: ModelConfig
     limit_period(yaw, 1, pi) + pi * (1 - label). ``cfg.direction`` carries offset, limit offset and
     the bin that flips.
     """
-    d = cfg.direction
+    d = cfg.require_direction("the direction fold")
     if d.num_bins != 2:
         raise ConfigError(f"direction.num_bins is {d.num_bins}; both families use 2 bins")
     period = np.float32(np.pi)
@@ -306,14 +308,15 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
 def head_maps_to_anchor_major(
     cls: np.ndarray, box: np.ndarray, dir: np.ndarray, cfg: ModelConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """NCHW head maps (1, A*C, H, W) -> per-anchor rows (H*W*A, K), (H*W*A, 7), (H*W*A, bins).
+    """NCHW head maps (1, A*C, H, W) -> per-anchor rows (H*W*A, K), (H*W*A, code), (H*W*A, bins).
 
     Channel C*a + c of anchor a = 2k + r lands in row (y*W + x)*A + a, column c.
     """
     nx, ny = cfg.head_map
     a = cfg.anchors.per_cell
     out = []
-    for name, arr, width in (("cls", cls, cfg.num_classes), ("box", box, 7), ("dir", dir, cfg.direction.num_bins)):
+    for name, arr, width in (("cls", cls, cfg.num_classes), ("box", box, cfg.box_code_size),
+                              ("dir", dir, cfg.require_direction("a single-head map").num_bins)):
         arr = np.asarray(arr)
         expected = (1, a * width, ny, nx)
         if arr.shape != expected:

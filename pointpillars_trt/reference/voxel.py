@@ -15,6 +15,7 @@ import numpy as np
 
 from ..config import ModelConfig, VoxelConfig
 from ..errors import InputError
+from ..points import columns_text
 
 
 @dataclass(frozen=True, eq=False)
@@ -41,10 +42,10 @@ class Pillars:
 
 
 def voxelize(points: np.ndarray, cfg: ModelConfig) -> Pillars:
-    """Group a (N, 4) float32 frame into decorated pillars exactly as the config's family does."""
-    _check_points(points)
+    """Group a (N, point columns) float32 frame into decorated pillars exactly as the config's family does."""
+    _check_points(points, cfg)
     v = cfg.voxel
-    finite = np.logical_and.reduce([np.isfinite(points[:, i]) for i in range(4)])
+    finite = np.logical_and.reduce([np.isfinite(points[:, i]) for i in range(points.shape[1])])
     pts = points[finite]
     index, inside = _grid_index(pts, v)
     pts, index = pts[inside], index[inside]
@@ -98,11 +99,12 @@ def _describe(a: object) -> str:
     return type(a).__name__
 
 
-def _check_points(points: np.ndarray) -> None:
+def _check_points(points: np.ndarray, cfg: ModelConfig) -> None:
+    columns = cfg.num_point_columns
     if (not isinstance(points, np.ndarray) or points.dtype != np.float32
-            or points.ndim != 2 or points.shape[1] != 4):
+            or points.ndim != 2 or points.shape[1] != columns):
         raise InputError(
-            "points: expected a float32 array of shape (N, 4) (x, y, z, intensity), "
+            f"points: expected a float32 array of shape (N, {columns}) ({columns_text(columns)}), "
             f"received {_describe(points)}"
         )
 
@@ -180,7 +182,7 @@ def _group(index: np.ndarray, v: VoxelConfig) -> _Slots:
 def _decorate(
     pts: np.ndarray, pillar: np.ndarray, num_points: np.ndarray, cell: np.ndarray, cfg: ModelConfig
 ) -> np.ndarray:
-    """(n, 4) kept points of ``pillar`` -> (n, C) features in ``cfg.features.order``, float32 as the families.
+    """(n, point columns) kept points of ``pillar`` -> (n, C) features in ``cfg.features.order``, float32 as the families.
 
     mean = float32 sum of the pillar's kept points in slot order / float32 count (the families sum all
     M slots, but the padded ones are zeros and change no float32 sum); centre = float32(i) *
@@ -196,9 +198,9 @@ def _decorate(
     centre = cell.astype(np.float32) * size + offset
     mean_d = xyz - mean[pillar]
     center_d = xyz - centre[pillar]
-    columns = {
-        "x": pts[:, 0], "y": pts[:, 1], "z": pts[:, 2], "intensity": pts[:, 3],
+    columns = {name: pts[:, i] for i, name in enumerate(cfg.point_columns)}
+    columns.update({
         "mean_dx": mean_d[:, 0], "mean_dy": mean_d[:, 1], "mean_dz": mean_d[:, 2],
         "center_dx": center_d[:, 0], "center_dy": center_d[:, 1], "center_dz": center_d[:, 2],
-    }
+    })
     return np.stack([columns[name] for name in cfg.features.order], axis=-1)

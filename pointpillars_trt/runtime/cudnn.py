@@ -183,7 +183,7 @@ def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -
     )
     deconvs = tuple(
         (get(f"deblock{i}.weight", (cin, cu, k, k)), get(f"deblock{i}.bias", (cu,)))
-        for i, (cin, cu, k) in enumerate(zip(net.block_channels, net.upsample_channels, net.upsample_strides))
+        for i, (cin, cu, k) in enumerate(zip(net.block_channels, net.upsample_channels, net.upsample_kernels))
     )
     cin = net.head_in_channels
     parts = cfg.head_channels  # cls, box, dir in head order

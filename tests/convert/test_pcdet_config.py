@@ -122,14 +122,18 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 32}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 32; supported: 64"),
     ({"MODEL.BACKBONE_2D.NAME": "BaseBEVResBackbone"}, "MODEL.BACKBONE_2D.NAME is 'BaseBEVResBackbone'"),
     ({"MODEL.BACKBONE_3D": {"NAME": "VoxelBackBone8x"}}, "MODEL.BACKBONE_3D is not supported"),
-    ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"}, "MODEL.DENSE_HEAD.NAME is 'AnchorHeadMulti'; supported: "
-                                                   "'AnchorHeadSingle'"),
+    ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"},  # a multi-head model has no direction classifier here
+     "MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"),
+    ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadSingle2"}, "MODEL.DENSE_HEAD.NAME is 'AnchorHeadSingle2'; supported: "
+                                                     "'AnchorHeadSingle' or 'AnchorHeadMulti'"),
     ({"MODEL.DENSE_HEAD.CLASS_AGNOSTIC": True}, "MODEL.DENSE_HEAD.CLASS_AGNOSTIC is True; supported: False"),
     ({"MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER": False}, "MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is False"),
     ({"MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER": "PreviousResidualDecoder"},
      "MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER is 'PreviousResidualDecoder'; supported: 'ResidualCoder'"),
     ({"MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER_CONFIG": {"encode_angle_by_sincos": True}},
-     "MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER_CONFIG is {'encode_angle_by_sincos': True}"),
+     "box_code: sin/cos headings and velocities are supported in multi-head models only"),
+    ({"MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER_CONFIG": {"code_size": 8}},
+     "MODEL.DENSE_HEAD.TARGET_ASSIGNER_CONFIG.BOX_CODER_CONFIG.code_size is 8; supported: 7 or 9"),
     ({"MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].anchor_sizes": [[3.9, 1.6, 1.56], [4.5, 1.8, 1.6]]},
      "MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].anchor_sizes is [[3.9, 1.6, 1.56], [4.5, 1.8, 1.6]]; "
      "supported: one size per class"),
@@ -147,8 +151,9 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
      "MODEL.POST_PROCESSING.NMS_CONFIG.NMS_TYPE is 'nms_normal_gpu'; supported: 'nms_gpu'"),
     ({"DATA_CONFIG.POINT_FEATURE_ENCODING": {"used_feature_list": ["x", "y", "z", "intensity", "timestamp"]}},
      "DATA_CONFIG.POINT_FEATURE_ENCODING.used_feature_list is ['x', 'y', 'z', 'intensity', 'timestamp']"),
-    ({"DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED": {"train": True, "test": True}},
-     "DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED is {'test': True, 'train': True}; supported: False at test"),
+    ({"DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED": {"train": True, "test": "yes"}},
+     "DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED is {'test': 'yes', 'train': True}; supported: True or False at "
+     "test time"),
     ({"DATA_CONFIG.DATA_PROCESSOR[0].NAME": "sample_points"},
      "DATA_CONFIG.DATA_PROCESSOR[0].NAME is 'sample_points'"),
     ({"DATA_CONFIG.DATA_PROCESSOR[2].MAX_NUMBER_OF_VOXELS": {"train": 16000}},

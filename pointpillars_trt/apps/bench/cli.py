@@ -19,6 +19,7 @@ from ...errors import BackendError, PointPillarsError
 from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
+from ...convert.onnx_export import ModelWeights
 from ...convert.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
@@ -60,7 +61,7 @@ def add_bench_parser(sub: Any) -> None:
 @dataclass
 class _Model:
     cfg: ModelConfig
-    weights: PointPillarsWeights | None
+    weights: ModelWeights | None
     source: str
     model_dir: ModelDir | None   # given by the user; else one is exported per precision
 
@@ -219,6 +220,9 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
         pipe.close()
     if model.weights is None:
         results["notes"].append("PyTorch baseline skipped: a model dir holds no weights; pass a checkpoint")
+        return
+    if not isinstance(model.weights, PointPillarsWeights):
+        results["notes"].append("PyTorch baseline skipped: it re-implements single-head models only")
         return
     try:
         from ...baselines.torch_eager import TorchPointPillars

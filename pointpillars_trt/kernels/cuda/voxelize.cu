@@ -26,6 +26,8 @@
 //   NX NY NZ, MAX_PILLARS, MAX_PTS, NUM_FEATURES, FEATURE_CODES (4 bits per
 //   channel, channel 0 lowest: a single integer, since nvcc splits -D values at commas),
 //   RANGE_STRICT (0: inclusive x/y bounds, z by the grid only; 1: strict x/y/z bounds),
+//   HAS_TIME (1: each point also has a time lag, read from the `times` array beside the float4 rows;
+//   0: `times` is not read),
 //   GATHER_WARPS (warps, one pillar each, per vox_gather block),
 //   RANGE_MIN_[XYZ], RANGE_MAX_[XYZ], PILLAR_[XYZ], CENTER_OFFSET_[XYZ] (float literals),
 //   STAT_* (slots of the stats array),
@@ -60,8 +62,8 @@ __device__ __forceinline__ int grid_index(float p, float lo, float size, int n) 
     return (q >= 0.0f && q < static_cast<float>(n)) ? static_cast<int>(q) : -1;
 }
 
-__device__ __forceinline__ int classify(float4 p) {
-    if (!(isfinite(p.x) && isfinite(p.y) && isfinite(p.z) && isfinite(p.w))) return kNonFinite;
+__device__ __forceinline__ int classify(float4 p, float t) {
+    if (!(isfinite(p.x) && isfinite(p.y) && isfinite(p.z) && isfinite(p.w) && isfinite(t))) return kNonFinite;
 #if RANGE_STRICT
     const bool inside = p.x > RANGE_MIN_X && p.x < RANGE_MAX_X && p.y > RANGE_MIN_Y &&
                         p.y < RANGE_MAX_Y && p.z > RANGE_MIN_Z && p.z < RANGE_MAX_Z;
@@ -84,13 +86,23 @@ __device__ __forceinline__ bool is_first(int i, int cell, const int* cell_first)
 
 }  // namespace
 
-extern "C" __global__ void vox_classify(const float4* __restrict__ points,
+// A point's time lag: 0 (finite, never read as a feature) without HAS_TIME.
+__device__ __forceinline__ float time_of(const float* times, int row) {
+#if HAS_TIME
+    return times[row];
+#else
+    return 0.0f;
+#endif
+}
+
+extern "C" __global__ void vox_classify(const float4* __restrict__ points, const float* __restrict__ times,
                                         const int* __restrict__ frame, int num_rows,
                                         int* __restrict__ point_cell, int* __restrict__ cell_first,
                                         int* __restrict__ cell_count) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= live_points(frame, num_rows)) return;
-    const int cell = classify(points[first_row(frame, num_rows) + i]);
+    const int row = first_row(frame, num_rows) + i;
+    const int cell = classify(points[row], time_of(times, row));
     point_cell[i] = cell;
     if (cell >= 0) {
         atomicMin(&cell_first[cell], i);
@@ -279,8 +291,9 @@ namespace {
 
 constexpr int kGatherWarps = GATHER_WARPS;
 
-__device__ __forceinline__ float feature(int channel, float4 p, float3 mean, float3 centre) {
+__device__ __forceinline__ float feature(int channel, float4 p, float t, float3 mean, float3 centre) {
     switch (static_cast<int>((FEATURE_CODES >> (4 * channel)) & 15ull)) {
+        case FEATURE_TIME: return t;
         case FEATURE_X: return p.x;
         case FEATURE_Y: return p.y;
         case FEATURE_Z: return p.z;
@@ -301,10 +314,13 @@ __device__ __forceinline__ float centre_of(int index, float size, float offset) 
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kGatherWarps * 32)
-vox_gather(const float4* __restrict__ points, const int* __restrict__ frame, int num_rows,
-           const int* __restrict__ slot_point, const int* __restrict__ stats, int* __restrict__ coords,
+vox_gather(const float4* __restrict__ points, const float* __restrict__ times, const int* __restrict__ frame,
+           int num_rows, const int* __restrict__ slot_point, const int* __restrict__ stats, int* __restrict__ coords,
            int* __restrict__ num_points, float* __restrict__ features) {
     __shared__ float4 staged[kGatherWarps][MAX_PTS];
+#if HAS_TIME
+    __shared__ float staged_time[kGatherWarps][MAX_PTS];
+#endif
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int pillar = blockIdx.x * kGatherWarps + warp;
@@ -321,9 +337,14 @@ vox_gather(const float4* __restrict__ points, const int* __restrict__ frame, int
         return;
     }
     const int n = num_points[pillar];
-    const float4* frame_points = points + first_row(frame, num_rows);
-    for (int s = lane; s < MAX_PTS; s += 32)
-        staged[warp][s] = s < n ? frame_points[slot_point[pillar * MAX_PTS + s]] : make_float4(0, 0, 0, 0);
+    const int first = first_row(frame, num_rows);
+    for (int s = lane; s < MAX_PTS; s += 32) {
+        const int src = s < n ? first + slot_point[pillar * MAX_PTS + s] : -1;
+        staged[warp][s] = src >= 0 ? points[src] : make_float4(0, 0, 0, 0);
+#if HAS_TIME
+        staged_time[warp][s] = src >= 0 ? times[src] : 0.0f;
+#endif
+    }
     __syncwarp();
     // Sequential float32 sum in slot order: the reference's order, hence its exact bits.
     float3 sum = make_float3(0.0f, 0.0f, 0.0f);
@@ -342,6 +363,11 @@ vox_gather(const float4* __restrict__ points, const int* __restrict__ frame, int
     for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) {
         const int s = e / NUM_FEATURES;
         const int ch = e - s * NUM_FEATURES;
-        row[e] = s < n ? feature(ch, staged[warp][s], mean, centre) : 0.0f;
+#if HAS_TIME
+        const float t = staged_time[warp][s];
+#else
+        const float t = 0.0f;
+#endif
+        row[e] = s < n ? feature(ch, staged[warp][s], t, mean, centre) : 0.0f;
     }
 }

@@ -1,0 +1,76 @@
+"""Multi-sweep frames from separate sweeps: what nuScenes-style models read.
+
+A multi-sweep model (``ModelConfig.point_columns`` ending in ``time``) takes the key sweep and
+earlier sweeps moved into the key sweep's frame, each point carrying its time lag behind the key
+sweep, as OpenPCDet's nuScenes loader builds them: the earlier sweeps lose their ego points
+(|x| and |y| below a radius, in their own frame) before the move; the key sweep keeps all of its.
+Arrays on the GPU (CuPy, or anything CuPy takes by DLPack) are accumulated on the GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .errors import InputError
+
+EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
+
+
+def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: Sequence[float], *,
+                      ego_radius: float | None = EGO_RADIUS) -> Any:
+    """(N, 5) float32 x, y, z, intensity, time lag of the key sweep ``sweeps[0]`` and the earlier ones.
+
+    ``sweeps[i]``: (Ni, >= 4) x, y, z, intensity in sweep i's sensor frame; ``poses[i]``: its (4, 4)
+    sensor-to-world transform; ``timestamps[i]``: its time in seconds. Sweep i is moved by
+    inv(poses[0]) @ poses[i] (in float64, then rounded to float32 once) and gets the time lag
+    float32(timestamps[0] - timestamps[i]). ``ego_radius`` None keeps the ego points.
+    """
+    if not (len(sweeps) == len(poses) == len(timestamps)) or not sweeps:
+        raise InputError(f"accumulate: {len(sweeps)} sweeps, {len(poses)} poses and {len(timestamps)} timestamps; "
+                         "expected one pose and one timestamp per sweep, at least one sweep")
+    xp = _array_module(sweeps[0])
+    key = _pose(poses[0], 0)
+    parts = []
+    for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
+        pts = xp.asarray(sweep)
+        if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f":
+            raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
+                             "(N, 4) or more float columns of x, y, z, intensity")
+        lag = float(timestamps[0]) - float(stamp)
+        if not np.isfinite(lag):
+            raise InputError(f"accumulate: timestamp {i} is not a finite number of seconds")
+        if i and ego_radius is not None:
+            far = (xp.abs(pts[:, 0]) >= ego_radius) | (xp.abs(pts[:, 1]) >= ego_radius)
+            pts = pts[far]
+        move = xp.asarray(np.linalg.inv(key) @ _pose(pose, i))
+        xyz = pts[:, :3].astype(xp.float64) @ move[:3, :3].T + move[:3, 3]
+        out = xp.empty((pts.shape[0], 5), xp.float32)
+        out[:, :3] = xyz
+        out[:, 3] = pts[:, 3]
+        out[:, 4] = np.float32(lag)
+        parts.append(out)
+    return xp.concatenate(parts)
+
+
+def _pose(pose: Any, i: int) -> np.ndarray:
+    """A (4, 4) rigid transform on the host (poses are small; ``cupy.asnumpy`` them if on the GPU)."""
+    try:
+        m = np.asarray(pose.get() if hasattr(pose, "get") and not isinstance(pose, np.ndarray) else pose,
+                       np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"accumulate: pose {i} is not a (4, 4) array of numbers") from None
+    if m.shape != (4, 4) or not np.isfinite(m).all() or not np.allclose(m[3], (0, 0, 0, 1)):
+        raise InputError(f"accumulate: pose {i} is not a finite (4, 4) transform with last row 0, 0, 0, 1")
+    return m
+
+
+def _array_module(arr: Any) -> Any:
+    """NumPy, or CuPy for arrays on the GPU."""
+    if isinstance(arr, np.ndarray) or not (hasattr(arr, "__cuda_array_interface__") or hasattr(arr, "__dlpack__")):
+        return np
+    import cupy as cp
+
+    return cp

@@ -1,0 +1,54 @@
+"""``pointpillars-trt build | infer`` with OpenPCDet's nuScenes multi-head checkpoint on the CPU path.
+
+Oracle: the public API on the same frame (itself checked box for box against an independent
+re-implementation of OpenPCDet in tests/reference/test_reference_multihead.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.pointcloud_io import read_points
+from test_cli import assert_one_line_error, cli
+
+FRAME = "nusc_dev_k000002_s02.bin"
+
+
+@pytest.fixture(scope="module")
+def model(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("nus") / "model"
+    run = cli("build", "--checkpoint", nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", "--out", out)
+    assert run.rc == 0 and "openpcdet_nuscenes_multihead" in run.out, run
+    return out
+
+
+@pytest.mark.slow
+def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, tmp_path: Path) -> None:
+    run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--point-dim", "5",
+              "--out", tmp_path / "out", "--no-progress", "--viz")
+    assert run.rc == 0, run
+    assert (tmp_path / "out" / FRAME.replace(".bin", ".png")).stat().st_size > 10_000
+    assert "intensities look like 0-255" not in run.err  # the nuScenes model is trained on 0-255 intensities
+    record = json.loads((tmp_path / "out" / FRAME.replace(".bin", ".json")).read_text())
+    want = PointPillars.from_model_dir(model, device="cpu")(read_points(nuscenes / FRAME, point_dim=5, columns=5))
+    assert record["labels"] == want.names and len(want) >= 10
+    assert set(record["labels"]) <= set(want.class_names) and "car" in record["labels"]
+    assert want.velocity is not None
+    np.testing.assert_allclose(record["velocity"], want.velocity, atol=1e-5)
+    np.testing.assert_allclose(record["boxes_lidar"], want.boxes, atol=1e-4)
+
+
+def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path, model: Path, tmp_path: Path) -> None:
+    frame = nuscenes / FRAME
+    assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu"),
+                          "--point-dim 4: model openpcdet_nuscenes_multihead reads 5 values a point "
+                          "(x, y, z, intensity, time); pass --point-dim 5")
+    assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "5",
+                              "--format", "kitti", "--out", tmp_path / "k"),
+                          "--format kitti: model openpcdet_nuscenes_multihead predicts box velocities",
+                          "use --format json")
+    assert not (tmp_path / "k").exists()

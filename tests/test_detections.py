@@ -1,0 +1,26 @@
+"""The JSON record of a frame's detections: velocities for models that predict them."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from pointpillars_trt.detections import Detections, FrameStats
+
+BOXES = np.array([[1, 2, 0, 4, 2, 1.5, 0.1], [5, 6, 0, 4, 2, 1.5, 3.5], [9, 9, 0, 1, 1, 1, 0]], np.float32)
+
+
+def test_velocity_rows_follow_their_boxes_and_a_non_finite_one_drops_its_box() -> None:
+    velocity = np.array([[1.0, -2.0], [np.nan, 0.0], [0.25, 0.5]], np.float32)
+    det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 1, 0]), ("car", "truck"), FrameStats(10),
+                     velocity)
+    record = json.loads(json.dumps(det.to_json_dict("f"), allow_nan=False))
+    assert record["labels"] == ["car", "car"] and record["num_nonfinite_boxes"] == 1
+    assert record["velocity"] == [[1.0, -2.0], [0.25, 0.5]]
+    assert record["boxes_lidar"][1][:2] == [9.0, 9.0]
+
+
+def test_models_without_velocity_write_no_velocity_key() -> None:
+    det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 1, 0]), ("car", "truck"), FrameStats(10))
+    assert "velocity" not in det.to_json_dict("f")

@@ -1,0 +1,77 @@
+"""Sweep accumulation: earlier sweeps moved into the key sweep's frame with their time lag."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointpillars_trt import PointPillars
+from pointpillars_trt.errors import InputError
+from pointpillars_trt.sweeps import accumulate_sweeps
+from tiny_graphs import cuda_skip_reason
+
+
+def rigid(yaw: float, t: tuple[float, float, float]) -> np.ndarray:
+    c, s = np.cos(yaw), np.sin(yaw)
+    m = np.eye(4)
+    m[:2, :2] = [[c, -s], [s, c]]
+    m[:3, 3] = t
+    return m
+
+
+def scene() -> tuple[list[np.ndarray], list[np.ndarray], list[float], np.ndarray]:
+    """World points seen from 3 poses: each sweep holds them in its own sensor frame."""
+    rng = np.random.default_rng(0)
+    world = np.c_[rng.uniform(-40, 40, (200, 3)), rng.uniform(0, 255, 200)]
+    poses = [rigid(0.3, (100.0, 50.0, 1.8)), rigid(0.25, (99.2, 49.7, 1.8)), rigid(0.2, (98.5, 49.4, 1.79))]
+    sweeps = []
+    for pose in poses:
+        local = (np.linalg.inv(pose) @ np.c_[world[:, :3], np.ones(len(world))].T).T[:, :3]
+        sweeps.append(np.c_[local, world[:, 3]].astype(np.float32))
+    return sweeps, poses, [1000.0, 999.95, 999.9], world
+
+
+def test_earlier_sweeps_land_where_the_key_sweep_sees_the_world() -> None:
+    sweeps, poses, stamps, world = scene()
+    frame = PointPillars.accumulate(sweeps, poses, stamps, ego_radius=None)
+    assert frame.dtype == np.float32 and frame.shape == (600, 5)
+    key_view = (np.linalg.inv(poses[0]) @ np.c_[world[:, :3], np.ones(len(world))].T).T[:, :3]
+    for i in range(3):
+        part = frame[200 * i: 200 * (i + 1)]
+        np.testing.assert_allclose(part[:, :3], key_view, atol=2e-5)  # float32 round trips of ~100 m
+        np.testing.assert_array_equal(part[:, 3], sweeps[i][:, 3])
+        assert np.all(part[:, 4] == np.float32(stamps[0] - stamps[i]))
+    assert frame[:200, 4].max() == 0 and np.array_equal(frame[:200, :4], sweeps[0])  # the key sweep as given
+
+
+def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
+    key = np.array([[0.5, 0.5, 0, 1], [5, 0, 0, 2]], np.float32)
+    earlier = np.array([[0.5, -0.9, 0, 3], [0.5, 1.0, 0, 4], [-2, 0.1, 0, 5]], np.float32)
+    frame = accumulate_sweeps([key, earlier], [np.eye(4), np.eye(4)], [1.0, 0.5])
+    assert frame[:, 3].tolist() == [1, 2, 4, 5]  # the key sweep keeps its ego point; |x|, |y| < 1 goes
+    assert frame[:, 4].tolist() == [0, 0, 0.5, 0.5]
+
+
+@pytest.mark.parametrize("args, message", [
+    (([], [], []), "0 sweeps, 0 poses and 0 timestamps"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweeps, 2 poses and 1 timestamps"),
+    (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(3)], [0.0]), "pose 0 is not a finite (4, 4) transform"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [float("nan")]), "timestamp 0 is not a finite number"),
+])
+def test_bad_input_is_one_clear_error(args: tuple, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(InputError, match=r"^accumulate: ") as info:
+        accumulate_sweeps(*args)
+    assert message in str(info.value)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))
+def test_gpu_sweeps_accumulate_on_the_gpu_as_on_the_host() -> None:
+    import cupy as cp
+
+    sweeps, poses, stamps, _ = scene()
+    host = accumulate_sweeps(sweeps, poses, stamps)
+    device = accumulate_sweeps([cp.asarray(s) for s in sweeps], poses, stamps)
+    assert isinstance(device, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(device), host, atol=1e-5)
