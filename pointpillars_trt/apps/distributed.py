@@ -27,7 +27,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..fileio import flush_to_disk
-from .frames import FrameJob, FrameRunner
+from .frames import FrameRunner
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
     intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, write_frame_outputs
@@ -272,9 +272,9 @@ class _DetectActor:
                              "has none of: pass --no-fov-only")
         return self.prepare(points, str(item))
 
-    def _write(self, job: FrameJob) -> tuple[FrameOutput, str | None]:
-        written = write_frame_outputs(job.detections, job.source, self.plan, job.points, durable=False)
-        return written, _row_text(job.source, job.detections, None, self.classes) if self.rows else None
+    def _write(self, source: str, det: Any, points: np.ndarray | None) -> tuple[FrameOutput, str | None]:
+        written = write_frame_outputs(det, source, self.plan, points, durable=False)
+        return written, _row_text(source, det, None, self.classes) if self.rows else None
 
     def __del__(self) -> None:
         self.runner.close()

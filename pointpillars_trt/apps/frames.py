@@ -1,9 +1,10 @@
 """The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
 
-    items --> reader threads ----------> K pipeline threads -----------> writer threads
-              (point files read straight   (one GPU pipeline each: its    (each frame's outputs;
-               into a batch's pinned        own stream, batch B, one H2D   any order)
-               staging buffer)              + one D2H copy a batch)
+    items --> reader threads ----------> K pipeline threads -----------> writers
+              (point files read straight   (one GPU pipeline each: its    (each frame's outputs, any
+               into a batch's pinned        own stream, batch B, one H2D   order; threads, or processes
+               staging buffer)              + one D2H copy a batch)        that take the encoding and
+                                                                           file calls off this GIL)
                                                      results, in input order --> the caller
 
 Frames go in batches of B, in input order; K pipelines take the next ready batch as they free up,
@@ -15,10 +16,11 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 
 from __future__ import annotations
 
+import multiprocessing
 import queue
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,15 +65,18 @@ class FrameRunner:
     """Runs frames through ``detectors`` (one per pipeline: ``PointPillars`` objects, or anything with
     ``detect_batch``) ``batch_size`` at a time.
 
-    ``read(item, allocate)`` reads one frame; ``write(job)`` (optional, in writer threads) writes a
-    detected frame's outputs and returns what the caller wants in ``job.written``; ``keep_points``
-    keeps each frame's points past the GPU (for writers that draw them). ``run`` yields every job in
-    input order. Safe for one ``run`` at a time; ``close`` stops the threads.
+    ``read(item, allocate)`` reads one frame; ``write(source, detections, points)`` (optional) writes a
+    detected frame's outputs and returns what the caller wants in ``job.written``, in ``writers`` threads
+    or, with ``write_processes``, in that many processes (``write`` must then pickle: a module-level
+    function or a partial of one); ``keep_points`` hands each frame's points to ``write`` (for writers
+    that draw them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close``
+    stops the threads and processes.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
-                 write: Callable[[FrameJob], Any] | None = None, readers: int = 4, writers: int = 4,
-                 keep_points: bool = False, pinned: bool | None = None) -> None:
+                 write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int = 4,
+                 writers: int = 4, write_processes: int = 0, keep_points: bool = False,
+                 pinned: bool | None = None) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
@@ -81,7 +86,10 @@ class FrameRunner:
         self.on_gpu = all(p is not None for p in pipes)
         self._alloc = _pinned_alloc() if (self.on_gpu if pinned is None else pinned) else None
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
-        self._writers = ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="pp-write")
+        self._writers: Executor = (
+            ProcessPoolExecutor(write_processes, mp_context=multiprocessing.get_context("spawn"))
+            if write_processes > 0 and write is not None
+            else ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="pp-write"))
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
         for _ in range(slots):
@@ -233,7 +241,7 @@ class FrameRunner:
             elif job.start is not None and job.points is not None:
                 job.points = job.points.copy()  # the staging buffer is reused for the next batch
             if job.error is None and self.write is not None:
-                job._write = self._writers.submit(self.write, job)
+                job._write = self._writers.submit(self.write, job.source, job.detections, job.points)
 
     def _run_gpu(self, pipeline: Any, batch: _Batch, jobs: list[FrameJob]) -> list[Any] | None:
         """One pass of the pipeline over the batch from its staging buffer; None when it fails."""

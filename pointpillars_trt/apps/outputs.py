@@ -111,6 +111,39 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     return result
 
 
+#: The start of the error of a frame not written because an earlier write found the file system full.
+NOT_WRITTEN = "not written: the output file system is full"
+_FULL_DISK = ("No space left", "Disk quota exceeded")
+_disk_full = False  # in each writer process (or this one): set by the first write that found no space
+
+
+def forget_full_disk() -> None:
+    """A new run in this process writes again (its space may have been freed)."""
+    global _disk_full
+    _disk_full = False
+
+
+def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan: OutputPlan,
+                row_classes: tuple[str, ...] | None = None) -> tuple[FrameOutput, dict[str, Any] | None]:
+    """The streaming runner's write step (in a writer thread or process): the frame's files without
+    fsync, and its row when ``row_classes`` is given. After a write that found the file system full,
+    the frames after it fail at once with ``NOT_WRITTEN`` instead of trying again."""
+    global _disk_full
+    if _disk_full:
+        raise InputError(NOT_WRITTEN)
+    try:
+        written = write_frame_outputs(det, source, plan, points, durable=False)
+    except InputError as exc:
+        if any(text in str(exc) for text in _FULL_DISK):
+            _disk_full = True
+        raise
+    return written, frame_row(source, det, None, row_classes) if row_classes is not None else None
+
+
+def is_full_disk_error(error: str) -> bool:
+    return error.startswith(NOT_WRITTEN) or any(text in error for text in _FULL_DISK)
+
+
 # --------------------------------------------------------------------------- one row a frame
 
 def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...]) -> dict[str, Any]:

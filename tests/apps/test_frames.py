@@ -58,11 +58,12 @@ def test_order_and_results_with_many_threads_pipelines_and_mixed_sizes(model, fr
     seen: list[int] = []
     lock = threading.Lock()
 
-    def write(job):  # type: ignore[no-untyped-def]
-        time.sleep(0.001 * (job.index % 3))  # writers finish out of order
+    def write(source, detections, points):  # type: ignore[no-untyped-def]
+        index = int(Path(source).stem)
+        time.sleep(0.001 * (index % 3))  # writers finish out of order
         with lock:
-            seen.append(job.index)
-        return job.index
+            seen.append(index)
+        return index
 
     with FrameRunner(detectors, batch_size=4, read=read, write=write, readers=5, writers=6) as runner:
         jobs = list(runner.run([str(p) for p in frames]))
@@ -98,8 +99,8 @@ def test_any_exception_of_a_reader_or_writer_is_that_frames_error(model, frames)
             raise TypeError("'bool' object cannot be interpreted as a shape")  # a reader bug, not an InputError
         return read(item, allocate)
 
-    def buggy_write(job):  # type: ignore[no-untyped-def]
-        if job.index == 5:
+    def buggy_write(source, detections, points):  # type: ignore[no-untyped-def]
+        if source.endswith("000005.bin"):
             raise KeyError("boom")
         return None
 
@@ -141,3 +142,24 @@ def test_frames_in_memory_and_an_iterator_of_items(model) -> None:  # type: igno
     alone = PointPillars(model, device="cpu")
     assert [job.source for job in jobs] == ["frame 0", "frame 1", "frame 2"]
     assert all(same(job.detections, alone(a)) for job, a in zip(jobs, arrays))
+
+
+def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``write_processes``: infer's write step runs in spawned processes and writes the same files."""
+    import functools
+
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame
+
+    paths = [str(p) for p in frames[:12]]
+    for processes in (0, 2):
+        plan = OutputPlan(json_dir=tmp_path / str(processes))
+        plan.json_dir.mkdir()
+        write = functools.partial(write_frame, plan=plan)
+        with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=read, write=write,
+                         write_processes=processes) as runner:
+            jobs = list(runner.run(paths))
+        assert [job.error for job in jobs] == [None] * 12
+        assert [job.written[0].boxes for job in jobs] == [len(job.detections) for job in jobs]
+    files = sorted(p.name for p in (tmp_path / "0").iterdir())
+    assert len(files) == 12 and files == sorted(p.name for p in (tmp_path / "2").iterdir())
+    assert all((tmp_path / "0" / n).read_bytes() == (tmp_path / "2" / n).read_bytes() for n in files)

@@ -13,7 +13,8 @@ import pytest
 from _torch_writer import write_legacy, write_zip
 
 from pointpillars_trt.apps.cli import main
-from pointpillars_trt.convert.checkpoint import load_checkpoint, read_pth
+from pointpillars_trt.convert.checkpoint import load_checkpoint
+from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.errors import CheckpointError
 
 HEADS = {"openpcdet": ("dense_head.conv_cls", "dense_head.conv_box", "dense_head.conv_dir_cls"),
