@@ -46,7 +46,7 @@ CANVAS = "canvas"
 HEADS = "heads"
 MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
-PLAN_CACHE_FORMAT = 1
+PLAN_CACHE_FORMAT = 2  # 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output)
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 TUNE_ITERS = 10
 
@@ -438,12 +438,18 @@ class CudnnEngine(Engine):
         cached = _read_cache(path, key)
         plans: dict[str, _ConvPlan] = {}
         built = 0
+        single = None
         for layer in self._layers:
             if layer.shape_key in plans:
                 continue
             plan = self._plan_from_entry(layer, batch, cached.get(layer.shape_key))
+            if plan is None and batch > 1:
+                if single is None:
+                    single = self._plans.get(1) or self._plans_for(1)[0]
+                plan = self._same_engine(layer, batch, single[layer.shape_key].entry)
             if plan is None:
                 plan = self._tune(layer, batch)
+            if plan.entry is not cached.get(layer.shape_key):
                 built += 1
             plans[layer.shape_key] = plan
         if built:
@@ -515,6 +521,27 @@ class CudnnEngine(Engine):
             blob = None
         entry = {"plan_index": best, "plan_name": names[best], "uids": uids, "serialized": blob,
                  "tuned_ms": {f"{i}:{names[i]}": round(t, 5) for i, t in times.items()}}
+        return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
+
+    def _same_engine(self, layer: ConvLayer, batch: int, single: Mapping[str, Any]) -> _ConvPlan | None:
+        """The plan of batch 1's engine (same name and knobs) at ``batch``, so that a frame's boxes do
+        not depend on the batch it ran in (engines differ in summation order); None when cuDNN offers
+        no such engine at this batch (then the batch is tuned on its own)."""
+        g, tensors = self._graph(layer, batch)
+        name = single.get("plan_name")
+        index = next((i for i in range(g.get_execution_plan_count()) if _plan_name(g, i) == name), None)
+        if index is None:
+            return None
+        try:
+            g.build_plan_at_index(index)
+        except Exception:
+            return None
+        uids = {k: int(t.get_uid()) for k, t in tensors.items()}
+        try:
+            blob: str | None = base64.b64encode(bytes(g.serialize())).decode()
+        except Exception:
+            blob = None
+        entry = {"plan_index": index, "plan_name": name, "uids": uids, "serialized": blob, "same_as_batch": 1}
         return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
 
     def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:

@@ -14,7 +14,7 @@ from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kernels import _launch
 from pointpillars_trt.kernels import voxelize as gpu_vox
-from test_kernels import assert_matches_reference, cp, fetch, stream  # noqa: F401  (fixtures)
+from test_kernels import assert_matches_reference, fetch, stream  # noqa: F401  (fixtures; cp: conftest)
 
 CFG = load_config("openpcdet_nuscenes_multihead")
 FRAMES = ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")
