@@ -537,11 +537,8 @@ class CudnnEngine(Engine):
         except Exception:
             return None
         uids = {k: int(t.get_uid()) for k, t in tensors.items()}
-        try:
-            blob: str | None = base64.b64encode(bytes(g.serialize())).decode()
-        except Exception:
-            blob = None
-        entry = {"plan_index": index, "plan_name": name, "uids": uids, "serialized": blob, "same_as_batch": 1}
+        # no serialized plan: the cache rebuilds it from its index and name (checked on load)
+        entry = {"plan_index": index, "plan_name": name, "uids": uids, "serialized": None, "same_as_batch": 1}
         return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
 
     def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:
