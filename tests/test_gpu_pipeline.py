@@ -72,6 +72,12 @@ def family_pair(request, assets, tmp_path_factory):  # type: ignore[no-untyped-d
     cpu.close()
 
 
+def by_position(det: Detections) -> Detections:
+    """The detections ordered by label and box centre (not by score), for comparing sets of boxes."""
+    order = np.lexsort((np.round(det.boxes[:, 1], 2), np.round(det.boxes[:, 0], 2), det.labels))
+    return Detections(det.boxes[order], det.scores[order], det.labels[order], det.class_names, det.stats)
+
+
 def assert_same_detections(gpu: Detections, cpu: Detections, what: str) -> None:
     assert len(gpu) == len(cpu), f"{what}: GPU {len(gpu)} boxes, CPU {len(cpu)}"
     np.testing.assert_array_equal(gpu.labels, cpu.labels, err_msg=what)
@@ -233,7 +239,8 @@ def test_thresholds_change_per_call_without_recompiling_or_recapturing(family_pa
     for thresholds in settings:
         post = thresholds.applied_to(gpu.post_cfg)
         found = gpu.detect(points, post)
-        assert_same_detections(found, cpu.detect(points, post), f"{family} {thresholds}")
+        # many boxes survive a loose NMS: scores equal to 2e-5 may swap neighbours, so compare sets
+        assert_same_detections(by_position(found), by_position(cpu.detect(points, post)), f"{family} {thresholds}")
         lengths.add(len(found))
     assert len(lengths) > 2, f"the thresholds must change the result to test anything: {lengths}"
     assert _launch.compiled_modules() == compiled, "a threshold change compiled a kernel module"
