@@ -422,15 +422,15 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
     ``detect_batch``, ``close`` and ``cfg`` or ``class_names``), ``batch`` frames at a time."""
     frames = expand_frame_paths(args.paths)
     fmt, out, labels = check_outputs(args, frames)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        remove_stale_temp_files(out)
     detectors = open_detectors()
     try:
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         if cfg is not None:
             check_model_inputs(cfg, fmt, args.point_dim, frames)
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            remove_stale_temp_files(out)
         with scratch_folder() as scratch:
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
@@ -584,9 +584,11 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     forget_full_disk()
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in detectors)
+    writes = rows is not None or report.writes is not None
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
                          writers=IO_THREADS, keep_points=plan.png_dir is not None,
-                         write_processes=WRITE_PROCESSES if on_gpu and len(frames) >= WRITE_PROCESSES_FROM else 0)
+                         write_processes=WRITE_PROCESSES if writes and on_gpu and len(frames) >= WRITE_PROCESSES_FROM
+                         else 0)
     try:
         for job in runner.run(frames):
             if looks_8bit and not warned:

@@ -216,6 +216,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
         _check_finite(state_dict, keys, source)
         return multihead.weights_from_state_dict(get, cfg)
     plan = _plan(layout, cfg)
+    _check_head_channels(state_dict, plan, layout, cfg, source)
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
 
     def conv_bn(conv: _ConvPlan) -> ConvBN:
