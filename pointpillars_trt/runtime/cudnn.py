@@ -445,7 +445,9 @@ class CudnnEngine(Engine):
             plan = self._plan_from_entry(layer, batch, cached.get(layer.shape_key))
             if plan is None and batch > 1:
                 if single is None:
-                    single = self._plans.get(1) or self._plans_for(1)[0]
+                    if 1 not in self._plans:  # kept: loading what was just built would mean two live copies
+                        self._plans[1] = self._plans_for(1)[0]
+                    single = self._plans[1]
                 plan = self._same_engine(layer, batch, single[layer.shape_key].entry)
             if plan is None:
                 plan = self._tune(layer, batch)
