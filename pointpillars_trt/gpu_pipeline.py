@@ -80,6 +80,9 @@ def unsupported_reason(cfg: ModelConfig) -> str | None:
     return None
 
 
+_CAPTURE_LOCK = threading.Lock()
+
+
 class GpuPipeline:
     """PointPillars on one CUDA stream, one frame or a batch of up to ``max_batch`` frames at a time.
 
@@ -401,7 +404,13 @@ class GpuPipeline:
         self._events[index + 1].record(self.stream)
 
     def _capture(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
-        """Capture a stage after one eager warm-up run (engines allocate their workspaces there)."""
+        """Capture a stage after one eager warm-up run (engines allocate their workspaces there). One
+        pipeline of the process captures at a time: a warm-up of another (its allocations) could
+        otherwise invalidate the capture, and the stage would run eagerly for good."""
+        with _CAPTURE_LOCK:
+            return self._capture_alone(index, batch, launch)
+
+    def _capture_alone(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
         launch(batch)
         self.stream.synchronize()
         try:
