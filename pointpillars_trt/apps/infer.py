@@ -30,7 +30,7 @@ from ..fileio import check_writable_folder, flush_to_disk, remove_stale_temp_fil
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from .frames import FrameRunner
-from .messages import one_line, print_error  # noqa: F401 - print_error: the name apps import from here
+from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
     is_full_disk_error, sources_in_parts, write_frame
 from .device_notice import print_device_notice

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 
 def one_line(exc: BaseException | str, limit: int = 600) -> str:
     """An exception (or text) as one terminal-safe line: control characters escaped, line breaks
@@ -17,7 +14,3 @@ def one_line(exc: BaseException | str, limit: int = 600) -> str:
     if len(text) > limit:
         text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
     return text
-
-
-def print_error(text: str, file: Any = None) -> None:
-    print(f"error: {text}", file=file or sys.stderr, flush=True)
