@@ -127,6 +127,7 @@ def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> N
     assert serve.shm_regions() == []
 
 
+@pytest.mark.slow
 def test_warm_up_refuses_a_server_whose_model_cannot_answer(install, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """The model starts "ready" but every reply lacks an output: the warm-up says so in one line."""
     from test_serve_hostile import hostile_model

@@ -23,6 +23,8 @@ from pointpillars_trt.apps.serve.repository import MODEL_NAME, model_config_text
 from pointpillars_trt.apps.serve.server import TritonServer
 from pointpillars_trt.errors import BackendError
 
+pytestmark = pytest.mark.slow  # real tritonservers with deliberately broken models: CI runs them with -m slow
+
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "serve" / "hostile_model.py"
 MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count", "scores_as_int")
 

@@ -452,6 +452,7 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
 # --------------------------------------------------------------------------- without a GPU
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_kernels_compile_with_nvcc(cfg: ModelConfig, tmp_path: Path) -> None:
     """Each .cu compiles for sm_90 with exactly the options and defines the stage modules give NVRTC."""
