@@ -182,7 +182,7 @@ def remove_stale_temp_files(folder: PathLike) -> int:
         if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
             continue
         parts = name[: -len(TEMP_SUFFIX)].rsplit(".", 2)
-        if len(parts) != 3 or not parts[1].isdigit() or _process_alive(int(parts[1])):
+        if len(parts) != 3 or not parts[1].isdigit() or process_alive(int(parts[1])):
             continue
         try:
             os.unlink(os.path.join(folder, name))
@@ -192,7 +192,8 @@ def remove_stale_temp_files(folder: PathLike) -> int:
     return removed
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (this one included): whose temp files may not be cleared."""
     if pid == os.getpid():
         return True
     try:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import check_writable_folder, flush_to_disk, remove_stale_temp_files, safe_repr
+from ..fileio import check_writable_folder, flush_to_disk, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from .frames import FrameRunner
@@ -454,20 +454,10 @@ def scratch_folder() -> Iterator[Path]:
     root = Path(tempfile.gettempdir())
     for stale in root.glob(f"{prefix}*-*"):
         pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+        if pid.isdigit() and not process_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as path:
         yield Path(path)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
