@@ -35,11 +35,25 @@ def config_from_pcdet_yaml(
 
     ``_BASE_CONFIG_`` paths (relative to OpenPCDet's ``tools/`` folder, where its scripts run) are
     resolved against ``base_dir`` when given, else against the nearest folder above the YAML in which
-    they exist. ``name`` defaults to ``openpcdet_<file stem>``.
+    they exist. ``name`` defaults to the built-in config's name when the YAML describes a built-in model
+    (so both give one digest, and model dirs built either way are interchangeable), else to
+    ``openpcdet_<file stem>``.
     """
     path = Path(path)
     doc = _merged(path, base_dir)
-    return _convert(doc, name or f"openpcdet_{path.stem}", doc.source)
+    cfg = _convert(doc, name or f"openpcdet_{path.stem}", doc.source)
+    return cfg if name is not None else _builtin_twin(cfg) or cfg
+
+
+def _builtin_twin(cfg: ModelConfig) -> ModelConfig | None:
+    """The built-in config ``cfg`` equals in everything but its name, if any."""
+    from ..config import builtin_config_names, load_config
+
+    mine = {k: v for k, v in cfg.to_dict().items() if k != "name"}
+    for builtin in map(load_config, builtin_config_names()):
+        if {k: v for k, v in builtin.to_dict().items() if k != "name"} == mine:
+            return builtin
+    return None
 
 
 def pcdet_dataset_facts(path: str | Path, *, base_dir: str | Path | None = None) -> dict[str, Any]:

@@ -785,14 +785,21 @@ def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp
     pcdet_yaml = Path(__file__).resolve().parent.parent / "data/pcdet/tools/cfgs/kitti_models/pointpillar.yaml"
     model = tmp_path / "m"
     run = cli("build", "--checkpoint", checkpoint, "--out", model, "--pcdet-config", pcdet_yaml)
-    assert run.rc == 0 and "openpcdet_pointpillar" in run.out, run
+    assert run.rc == 0 and "openpcdet_kitti_3class" in run.out, run  # OpenPCDet's own YAML: the built-in model
     with pytest.raises(SystemExit) as exit_info:  # argparse: --config not allowed with --pcdet-config
         cli("build", "--checkpoint", checkpoint, "--out", model, "--pcdet-config", pcdet_yaml,
             "--config", "openpcdet_kitti_3class")
     assert exit_info.value.code == 2
     frame = tmp_path / "f.bin"
     tiny_points(0).tofile(frame)
-    run = cli("infer", frame, "--model", model, "--config", "openpcdet_kitti_3class", "--device", "cpu")
+    assert cli("infer", frame, "--model", model, "--config", "openpcdet_kitti_3class", "--device", "cpu").rc == 0
+    from importlib import resources
+
+    custom = tmp_path / "my_pointpillar.yaml"  # another model: the dir must be rebuilt for it
+    custom.write_text((resources.files("pointpillars_trt") / "configs" / "openpcdet_kitti_3class.yaml").read_text()
+                      .replace("name: openpcdet_kitti_3class", "name: my_pointpillar")
+                      .replace("max_pillars: 40000", "max_pillars: 30000"))
+    run = cli("infer", frame, "--model", model, "--config", custom, "--device", "cpu")
     assert_one_line_error(run, "rebuild", "pointpillars-trt build")
     command = run.err.split("`")[1]
     import shlex
@@ -801,5 +808,5 @@ def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp
     assert words[:2] == ["pointpillars-trt", "build"]
     rebuilt = cli(*words[1:])
     assert rebuilt.rc == 0, rebuilt
-    again = cli("infer", frame, "--model", model, "--config", "openpcdet_kitti_3class", "--device", "cpu")
+    again = cli("infer", frame, "--model", model, "--config", custom, "--device", "cpu")
     assert again.rc == 0, again

@@ -24,7 +24,7 @@ NAME = "openpcdet_nuscenes_multihead"
 def test_pcdet_yaml_gives_the_builtin_config() -> None:
     with pytest.warns(UserWarning, match=r"SHUFFLE_ENABLED shuffles the points at test time; this package keeps "
                                          r"them in input order"):
-        imported = config_from_pcdet_yaml(CBGS, name=NAME)
+        imported = config_from_pcdet_yaml(CBGS)  # no name: the built-in's, as `build --pcdet-config` reads it
     builtin = load_config(NAME)
     assert imported == builtin and imported.digest() == builtin.digest()
     assert builtin.point_columns == ("x", "y", "z", "intensity", "time") and builtin.features.channels == 11
