@@ -120,7 +120,7 @@ def test_gpu_machines_run_the_multihead_model_on_the_cpu_and_say_so(model_dir: P
 @pytest.mark.slow
 @pytest.mark.parametrize("frame", FRAMES)
 def test_dev_frames_match_openpcdet_box_for_box(pcdet: Any, nuscenes: Path, detector, frame: str) -> None:  # type: ignore[no-untyped-def]
-    from pointpillars_trt.convert.checkpoint import read_pth
+    from pointpillars_trt.convert.pth import read_pth
     from pointpillars_trt.pointcloud_io import read_points
 
     state = {k: np.asarray(v) for k, v in read_pth(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth")["model_state"].items()}
