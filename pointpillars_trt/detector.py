@@ -327,11 +327,15 @@ def _load_frame(item: object) -> object:
     return read_points(item) if isinstance(item, (str, os.PathLike)) else item
 
 
+def frame_source(item: object, index: int) -> str:
+    """How a frame is named in results and messages: its path, else ``frame <index>`` (an array)."""
+    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
+
+
 def _submit_next(reader, items: Iterator[tuple[int, object]]):  # type: ignore[no-untyped-def]
     nxt = next(items, None)
     if nxt is None:
         return None
     index, item = nxt
-    source = os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
-    return source, reader.submit(_load_frame, item)
+    return frame_source(item, index), reader.submit(_load_frame, item)
 

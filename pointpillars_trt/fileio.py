@@ -209,10 +209,8 @@ def flush_to_disk(paths: Iterable[PathLike]) -> None:
     """Make files written without fsync durable: one ``syncfs`` per file system they are on (Linux),
     else one fsync per file, then an fsync of each folder (the renames). Raises OSError (e.g. ENOSPC
     or EIO from delayed allocation) when the kernel could not write them."""
-    folders: dict[str, str] = {}
     files = [os.fspath(p) for p in paths]
-    for name in files:
-        folders.setdefault(os.path.dirname(os.path.abspath(name)), name)
+    folders = {os.path.dirname(os.path.abspath(name)) for name in files}
     syncfs = _syncfs()
     if syncfs is None:
         for name in files:

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import flush_to_disk
-from .frames import FrameRunner
+from ..fileio import dumps_strict, flush_to_disk
+from .frames import FrameReader, FrameRunner
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
     intensity_warning
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, write_frame_outputs
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
+    write_frame
 from ..runtime_options import RuntimeOptions
 
 if TYPE_CHECKING:
@@ -228,12 +229,11 @@ class _DetectActor:
             os.chdir(cwd)
         else:
             plan = _absolute(plan)
-        self.plan, self.rows, self.point_dim, self.intensity_scale = plan, rows, point_dim, intensity_scale
-        self.prepare = prepare
+        self.plan, self.rows = plan, rows
         self.classes = self.detectors[0].cfg.classes
-        self.check_intensity = intensity_scale is None and "intensity" in self.detectors[0].cfg.features.order
-        self.looks_8bit: list[str] = []  # the first frame whose intensities look like 0-255
-        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self._read, write=self._write,
+        self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
+                                prepare=prepare)
+        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=self._write,
                                   readers=IO_THREADS, writers=IO_THREADS, keep_points=plan.png_dir is not None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
@@ -241,49 +241,28 @@ class _DetectActor:
         items: list[object] = [bytes(data) for data in batch["bytes"]] if "bytes" in batch else list(paths)
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         files: list[Path] = []
+        forget_full_disk()  # each call writes again (its space may have been freed)
         for job in self.runner.run(items, sources=paths):
             written, row = job.written if job.error is None else (FrameOutput(), None)
             if job.error is None:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "intensity_8bit": job.source in self.looks_8bit[:1],
-                      "row": row if row is not None else _row_text(job.source, None, job.error, self.classes)}
+                      "intensity_8bit": job.source in self.read.looks_8bit[:1],
+                      "row": row if row is not None else dumps_strict(frame_row(job.source, None, job.error,
+                                                                                 self.classes), indent=None)}
             for key in _COLUMNS:
                 columns[key].append(record[key])
         if files:
             flush_to_disk(files)  # one flush pass per call, before the driver reports them written
         return columns
 
-    def _read(self, item: object, allocate: Any) -> np.ndarray:
-        from ..pointcloud_io import intensity_looks_8bit, read_bin_bytes_into, read_points_into
-
-        if isinstance(item, bytes):
-            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale)
-        else:
-            points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
-                                      intensity_scale=self.intensity_scale)
-        if self.check_intensity and not self.looks_8bit and intensity_looks_8bit(points):
-            self.looks_8bit.append(str(item) if not isinstance(item, bytes) else "")
-        if self.prepare is None:
-            return points
-        if isinstance(item, bytes):
-            raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a URI "
-                             "has none of: pass --no-fov-only")
-        return self.prepare(points, str(item))
-
     def _write(self, source: str, det: Any, points: np.ndarray | None) -> tuple[FrameOutput, str | None]:
-        written = write_frame_outputs(det, source, self.plan, points, durable=False)
-        return written, _row_text(source, det, None, self.classes) if self.rows else None
+        written, row = write_frame(source, det, points, plan=self.plan, row_classes=self.classes if self.rows else None)
+        return written, dumps_strict(row, indent=None) if row is not None else None
 
     def __del__(self) -> None:
         self.runner.close()
-
-
-def _row_text(source: str, det: Any, error: str | None, classes: tuple[str, ...]) -> str:
-    from ..fileio import dumps_strict
-
-    return dumps_strict(frame_row(source, det, error, classes), indent=None)
 
 
 def _absolute(plan: OutputPlan) -> OutputPlan:

@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from ..detector import detect_each
-from ..pointcloud_io import Allocate
+from ..detector import detect_each, frame_source
+from ..errors import InputError
+from ..pointcloud_io import Allocate, intensity_looks_8bit, read_bin_bytes_into, read_points_into
 from ..staging import StagingBuffer
 from .messages import one_line
 
@@ -36,6 +37,37 @@ INITIAL_POINTS_PER_FRAME = 32_768
 
 #: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
 ReadFrame = Callable[[object, Allocate], np.ndarray]
+
+
+class FrameReader:
+    """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
+    bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
+    ``prepare`` (e.g. the camera-FOV crop), then the check for 0-255 intensities given to a model
+    trained on 0-1 (``looks_8bit`` holds the first such frame, for the one warning)."""
+
+    def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
+                 prepare: Callable[[np.ndarray, str], np.ndarray] | None = None) -> None:
+        self.columns = cfg.num_point_columns if cfg is not None else 4
+        self.point_dim, self.intensity_scale, self.prepare = point_dim, intensity_scale, prepare
+        # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
+        self.check_intensity = intensity_scale is None and (
+            cfg is None or ("intensity" in cfg.features.order and self.columns == 4))
+        self.looks_8bit: list[str] = []
+
+    def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
+        if isinstance(item, bytes):
+            if self.prepare is not None:
+                raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a "
+                                 "URI has none of: pass --no-fov-only")
+            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale)
+        else:
+            points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
+                                      intensity_scale=self.intensity_scale, columns=self.columns)
+            if self.prepare is not None:
+                points = self.prepare(points, str(item))
+        if self.check_intensity and not self.looks_8bit and intensity_looks_8bit(points):
+            self.looks_8bit.append(str(item) if not isinstance(item, bytes) else "")
+        return points
 
 
 @dataclass
@@ -75,16 +107,14 @@ class FrameRunner:
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
                  write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int = 4,
-                 writers: int = 4, write_processes: int = 0, keep_points: bool = False,
-                 pinned: bool | None = None) -> None:
+                 writers: int = 4, write_processes: int = 0, keep_points: bool = False) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
         self.batch_size = batch_size
         self.read, self.write, self.keep_points = read, write, keep_points
-        pipes = [getattr(d, "gpu_pipeline", None) for d in self.detectors]
-        self.on_gpu = all(p is not None for p in pipes)
-        self._alloc = _pinned_alloc() if (self.on_gpu if pinned is None else pinned) else None
+        on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
+        self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
         self._writers: Executor = (
             ProcessPoolExecutor(write_processes, mp_context=multiprocessing.get_context("spawn"))
@@ -153,7 +183,7 @@ class FrameRunner:
         try:
             jobs: list[FrameJob] = []
             for index, item in enumerate(items):
-                source = next(names) if names is not None else _source_of(item, index)
+                source = next(names) if names is not None else frame_source(item, index)
                 jobs.append(FrameJob(index, source, item))
                 if len(jobs) == self.batch_size:
                     if not self._start_batch(jobs, ready, ordered, window, stop):
@@ -294,12 +324,6 @@ def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> Non
                 window.release()
             except ValueError:
                 return
-
-
-def _source_of(item: object, index: int) -> str:
-    import os
-
-    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
 
 
 def _pinned_alloc() -> Callable[[tuple[int, int], type], np.ndarray] | None:

@@ -29,7 +29,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import check_writable_folder, flush_to_disk, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
-from .frames import FrameRunner
+from .frames import FrameReader, FrameRunner
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
     is_full_disk_error, sources_in_parts, write_frame
@@ -545,29 +545,14 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...]) -> tuple[list[str], int]:
     """Read, detect and write every frame through the streaming runner (``apps/frames.py``); the
     outputs are flushed to disk before the summary; (frames that went through, number that failed)."""
-    from ..pointcloud_io import intensity_looks_8bit, read_points_into
-
-    cfg = getattr(detectors[0], "cfg", None)
-    columns = cfg.num_point_columns if cfg is not None else 4
-    # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
-    check_intensity = args.intensity_scale is None and (
-        cfg is None or ("intensity" in cfg.features.order and columns == 4))
-    looks_8bit: list[str] = []
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
                          folder=out if fmt in ROW_FORMATS else None)
     rows = RowParts(out, fmt, classes) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,
                              getattr(getattr(detectors[0], "model", None), "fov_points_only", None))
-
-    def read(item: object, allocate: Any) -> np.ndarray:
-        points = read_points_into(item, allocate, point_dim=args.point_dim,  # type: ignore[arg-type]
-                                  intensity_scale=args.intensity_scale, columns=columns)
-        if prepare is not None:  # e.g. the camera-FOV crop
-            points = prepare(points, str(item))
-        if check_intensity and not looks_8bit and intensity_looks_8bit(points):
-            looks_8bit.append(str(item))
-        return points
+    read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
+                       intensity_scale=args.intensity_scale, prepare=prepare)
 
     written_files: list[Path] = []
     warned = False
@@ -581,9 +566,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                          else 0)
     try:
         for job in runner.run(frames):
-            if looks_8bit and not warned:
+            if read.looks_8bit and not warned:
                 warned = True
-                report.note(intensity_warning(looks_8bit[0]))
+                report.note(intensity_warning(read.looks_8bit[0]))
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes))

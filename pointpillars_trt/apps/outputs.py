@@ -103,12 +103,17 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
 
         writes.append((plan.png_dir / f"{stem}.png", png))
     for path, write in writes:
-        try:
-            write(path)
-        except OSError as exc:
-            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
+        _written(path, write)
         result.files.append(path)
     return result
+
+
+def _written(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(path)``; a failure is one InputError naming the file."""
+    try:
+        write(path)
+    except OSError as exc:
+        raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
 
 
 #: The start of the error of a frame not written because an earlier write found the file system full.
@@ -186,10 +191,8 @@ class RowParts:
 
     def _write_part(self) -> None:
         path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
-        try:
-            write_bytes_atomic(path, self._encode(self.rows), durable=False)
-        except OSError as exc:
-            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
+        data = self._encode(self.rows)
+        _written(path, lambda p: write_bytes_atomic(p, data, durable=False))
         self.files.append(path)
         self._next += 1
         self.rows = []

@@ -15,7 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from ...detections import Detections
-from ...detector import FrameResult
+from ...detector import FrameResult, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
 from ...kitti import read_velodyne_bin
 from ...points import as_host_points
@@ -130,7 +130,7 @@ class RemoteDetector:
         window: deque[tuple[str, Future[Detections]]] = deque()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             for index, item in enumerate(frames):
-                source = os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
+                source = frame_source(item, index)
                 window.append((source, pool.submit(self._detect_item, item, source)))
                 if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
                     yield _result(*window.popleft())
