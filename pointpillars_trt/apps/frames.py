@@ -1,7 +1,7 @@
 """The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
 
     items --> reader threads ----------> K pipeline threads -----------> writers
-              (point files read straight   (one GPU pipeline each: its    (each frame's outputs, any
+              (point files read straight   (one GPU pipeline each: its    (a batch's outputs a task, any
                into a batch's pinned        own stream, batch B, one H2D   order; threads, or processes
                staging buffer)              + one D2H copy a batch)        that take the encoding and
                                                                            file calls off this GIL)
@@ -17,8 +17,10 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -82,7 +84,7 @@ class FrameJob:
     error: str | None = None
     detections: Any = None
     written: Any = None  # what the write step returned
-    _write: Future[Any] | None = None
+    _write: tuple[Future[list[tuple[bool, Any]]], int] | None = None  # its batch's write task, its place in it
 
 
 @dataclass
@@ -98,16 +100,17 @@ class FrameRunner:
     ``detect_batch``) ``batch_size`` at a time.
 
     ``read(item, allocate)`` reads one frame; ``write(source, detections, points)`` (optional) writes a
-    detected frame's outputs and returns what the caller wants in ``job.written``, in ``writers`` threads
-    or, with ``write_processes``, in that many processes (``write`` must then pickle: a module-level
-    function or a partial of one); ``keep_points`` hands each frame's points to ``write`` (for writers
-    that draw them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close``
-    stops the threads and processes.
+    detected frame's outputs and returns what the caller wants in ``job.written``, one task a batch, in
+    ``writers`` threads or in ``writer_processes`` (``write`` must then pickle: a module-level function
+    or a partial of one); ``keep_points`` hands each frame's points to ``write`` (for writers that draw
+    them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close`` stops the
+    threads and processes.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
                  write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int = 4,
-                 writers: int = 4, write_processes: int = 0, keep_points: bool = False) -> None:
+                 writers: int = 4, writer_processes: WriterProcesses | None = None,
+                 keep_points: bool = False) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
@@ -117,8 +120,7 @@ class FrameRunner:
         self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
         self._writers: Executor = (
-            ProcessPoolExecutor(write_processes, mp_context=multiprocessing.get_context("spawn"))
-            if write_processes > 0 and write is not None
+            writer_processes.pool if writer_processes is not None
             else ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="pp-write"))
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
@@ -270,8 +272,12 @@ class FrameRunner:
                 job.points = None
             elif job.start is not None and job.points is not None:
                 job.points = job.points.copy()  # the staging buffer is reused for the next batch
-            if job.error is None and self.write is not None:
-                job._write = self._writers.submit(self.write, job.source, job.detections, job.points)
+        writing = [job for job in jobs if job.error is None] if self.write is not None else []
+        if writing:  # one task a batch: a task's hand-off costs the GIL more than a small frame's write
+            task = self._writers.submit(_write_each, self.write,
+                                        [(job.source, job.detections, job.points) for job in writing])
+            for place, job in enumerate(writing):
+                job._write = (task, place)
 
     def _run_gpu(self, pipeline: Any, batch: _Batch, jobs: list[FrameJob]) -> list[Any] | None:
         """One pass of the pipeline over the batch from its staging buffer; None when it fails."""
@@ -300,16 +306,58 @@ def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> Stagi
     return bigger
 
 
+def _write_each(write: Callable[[str, Any, np.ndarray | None], Any],
+                frames: list[tuple[str, Any, np.ndarray | None]]) -> list[tuple[bool, Any]]:
+    """A batch's writes, in a writer thread or process: (True, what ``write`` returned) or (False, the
+    frame's one line of error) each; ANY exception fails only its frame."""
+    results: list[tuple[bool, Any]] = []
+    for source, detections, points in frames:
+        try:
+            results.append((True, write(source, detections, points)))
+        except BaseException as exc:  # noqa: BLE001 - a frame that cannot be written fails alone
+            results.append((False, one_line(exc)))
+    return results
+
+
 def _settle_write(job: FrameJob) -> None:
-    """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run); a failed write is
-    this frame's error."""
+    """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run); a failed write, or a
+    write task that failed as a whole (a writer process that died), is this frame's error."""
     assert job._write is not None
-    failure = job._write.exception()
-    if failure is None:
-        job.written = job._write.result()
-    else:
-        job.error = one_line(failure)
+    task, place = job._write
     job._write = None
+    failure = task.exception()
+    if failure is not None:
+        job.error = one_line(failure)
+        return
+    written, value = task.result()[place]
+    if written:
+        job.written = value
+    else:
+        job.error = value
+
+
+class WriterProcesses:
+    """Writer processes for a runner, started ahead of it: spawning them and importing the package
+    takes about a second, which belongs with the model's load, not with the first frames' writes.
+    ``warm`` (a module-level function, e.g. the write step) is imported in each as it starts."""
+
+    def __init__(self, count: int, warm: Callable[..., Any]) -> None:
+        self.count = count
+        self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=_imported, initargs=(warm,))
+        self._first = [self.pool.submit(os.getpid) for _ in range(count)]  # a task each: all of them start
+
+    def wait(self, timeout: float = 120.0) -> None:
+        """Until every process has started (a process that cannot start raises here)."""
+        started = {first.result(timeout) for first in self._first}
+        deadline = time.monotonic() + timeout
+        while len(started) < self.count and time.monotonic() < deadline:
+            time.sleep(0.01)
+            started.update(task.result(timeout) for task in [self.pool.submit(os.getpid) for _ in range(self.count)])
+
+
+def _imported(warm: Callable[..., Any]) -> None:
+    """Nothing: receiving ``warm`` imported what the writes need."""
 
 
 def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> None:

@@ -29,7 +29,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import check_writable_folder, flush_to_disk, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
-from .frames import FrameReader, FrameRunner
+from .frames import FrameReader, FrameRunner, WriterProcesses
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
     is_full_disk_error, sources_in_parts, write_frame
@@ -343,7 +343,8 @@ def run_infer(args: argparse.Namespace) -> int:
     device = resolved_device(args.device)
     batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
-    return infer_with(args, lambda: [open_model(args, max_batch=batch) for _ in range(pipelines)], batch=batch)
+    return infer_with(args, lambda: [open_model(args, max_batch=batch) for _ in range(pipelines)], batch=batch,
+                      gpu=device == "cuda")
 
 
 def resolved_device(device: str) -> str:
@@ -417,13 +418,18 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_rang
     )
 
 
-def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]], batch: int) -> int:
+def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]], batch: int,
+               gpu: bool = False) -> int:
     """infer's run with the detectors ``open_detectors()`` gives (one per pipeline: anything with
-    ``detect_batch``, ``close`` and ``cfg`` or ``class_names``), ``batch`` frames at a time."""
+    ``detect_batch``, ``close`` and ``cfg`` or ``class_names``), ``batch`` frames at a time; ``gpu``:
+    they run on the GPU (a long run then writes its outputs in processes, started while they open)."""
     frames = expand_frame_paths(args.paths)
     fmt, out, labels = check_outputs(args, frames)
-    detectors = open_detectors()
+    writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
+               if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
+    detectors: list[Any] = []
     try:
+        detectors = open_detectors()
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         if cfg is not None:
@@ -438,10 +444,12 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
             todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
-            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes)
+            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers)
             if labels is not None:
                 _evaluate(labels, plan.kitti_dir, skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
     finally:
+        if writers is not None:
+            writers.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
     return EXIT_FRAME_FAILURES if failures else 0
@@ -542,9 +550,13 @@ def intensity_warning(source: str) -> str:
 
 
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
-               batch: int, fmt: str, out: Path | None, classes: tuple[str, ...]) -> tuple[list[str], int]:
-    """Read, detect and write every frame through the streaming runner (``apps/frames.py``); the
-    outputs are flushed to disk before the summary; (frames that went through, number that failed)."""
+               batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
+               writers: WriterProcesses | None = None) -> tuple[list[str], int]:
+    """Read, detect and write every frame through the streaming runner (``apps/frames.py``), writing in
+    ``writers`` when given (the runner closes them); the outputs are flushed to disk before the
+    summary; (frames that went through, number that failed)."""
+    if writers is not None:
+        writers.wait()
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
                          folder=out if fmt in ROW_FORMATS else None)
     rows = RowParts(out, fmt, classes) if fmt in ROW_FORMATS and out is not None else None
@@ -558,12 +570,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     warned = False
     forget_full_disk()
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
-    on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in detectors)
-    writes = rows is not None or report.writes is not None
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
-                         writers=IO_THREADS, keep_points=plan.png_dir is not None,
-                         write_processes=WRITE_PROCESSES if writes and on_gpu and len(frames) >= WRITE_PROCESSES_FROM
-                         else 0)
+                         writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None)
     try:
         for job in runner.run(frames):
             if read.looks_8bit and not warned:

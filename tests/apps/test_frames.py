@@ -145,9 +145,10 @@ def test_frames_in_memory_and_an_iterator_of_items(model) -> None:  # type: igno
 
 
 def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """``write_processes``: infer's write step runs in spawned processes and writes the same files."""
+    """``writer_processes``: infer's write step runs in spawned processes and writes the same files."""
     import functools
 
+    from pointpillars_trt.apps.frames import WriterProcesses
     from pointpillars_trt.apps.outputs import OutputPlan, write_frame
 
     paths = [str(p) for p in frames[:12]]
@@ -155,8 +156,11 @@ def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_pat
         plan = OutputPlan(json_dir=tmp_path / str(processes))
         plan.json_dir.mkdir()
         write = functools.partial(write_frame, plan=plan)
+        writers = WriterProcesses(processes, write_frame) if processes else None
+        if writers is not None:
+            writers.wait()
         with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=read, write=write,
-                         write_processes=processes) as runner:
+                         writer_processes=writers) as runner:
             jobs = list(runner.run(paths))
         assert [job.error for job in jobs] == [None] * 12
         assert [job.written[0].boxes for job in jobs] == [len(job.detections) for job in jobs]
