@@ -406,6 +406,26 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
         detector.close()
 
 
+def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
+    """``warm_up([B])`` captures every stage's graph at batch B; the first real batch then replays them
+    (no new capture) and gives each frame's boxes of running it alone."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)[1:]  # within the first point capacity: no growth, which recaptures
+    alone = [gpu.detect(points) for points in frames]
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3)
+    pipeline = detector.gpu_pipeline
+    assert pipeline._graphs == {}
+    detector.warm_up([3])
+    captured = dict(pipeline._graphs)
+    assert sorted(captured) == [(stage, 3) for stage in range(5)]
+    found = detector.detect_batch(frames)
+    assert pipeline._graphs == captured
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+    detector.close()
+
+
 def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[no-untyped-def]
     """4 threads x 50 frames on one pipeline give the sequential results, frame for frame."""
     from concurrent.futures import ThreadPoolExecutor

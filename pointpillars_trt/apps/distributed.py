@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,9 +28,9 @@ import numpy as np
 
 from ..errors import InputError
 from ..fileio import dumps_strict, flush_to_disk
-from .frames import FrameReader, FrameRunner
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, FrameReport, expand_frame_paths, \
-    intensity_warning
+from .frames import FrameReader, FrameRunner, WriterProcesses
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, WRITE_PROCESSES, FrameReport, \
+    expand_frame_paths, intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
@@ -54,10 +55,17 @@ class DatasetSummary:
     workers: int
     out: str
     failures: list[tuple[str, str]] = field(default_factory=list)
+    first_result_seconds: float = 0.0  # when the first frame's record came (the actors' start is in it)
 
     @property
     def frames_per_second(self) -> float:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def steady_frames_per_second(self) -> float:
+        """Frames/s from the first record to the end: the rate of a long job, once its actors run."""
+        seconds = self.seconds - self.first_result_seconds
+        return (self.frames - 1) / seconds if self.frames > 1 and seconds > 0 else self.frames_per_second
 
 
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -172,10 +180,12 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     rows = RowParts(out, output_format, classes) if options["rows"] else None
     failures: list[tuple[str, str]] = []
     frames = boxes = 0
+    first = 0.0
     warned = False
     with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
         for record in _records(dataset):
             frames += 1
+            first = first or time.perf_counter() - start
             source, error = record["source"], record["error"]
             if report is not None and record["intensity_8bit"] and not warned:
                 warned = True
@@ -197,7 +207,7 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         flush_to_disk(rows.files)
     if report is not None:
         report.close()
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures)
+    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, first)
 
 
 #: The per-frame columns an actor returns to the driver.
@@ -224,17 +234,23 @@ class _DetectActor:
                  prepare: Prepare | None = None) -> None:
         from ..detector import PointPillars
 
-        self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)
         else:
             plan = _absolute(plan)
-        self.plan, self.rows = plan, rows
+        # writer processes (started while the detectors open) take the writes off the pipelines' GIL
+        writers = WriterProcesses(WRITE_PROCESSES, write_frame) if runtime.device != "cpu" else None
+        self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
+        for detector in self.detectors:
+            detector.warm_up([batch] if detector.device == "cuda" else [1])
+        if writers is not None:
+            writers.wait()
         self.classes = self.detectors[0].cfg.classes
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
-        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=self._write,
-                                  readers=IO_THREADS, writers=IO_THREADS, keep_points=plan.png_dir is not None)
+        write = partial(_write_record, plan=plan, row_classes=self.classes if rows else None)
+        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write, readers=IO_THREADS,
+                                  writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         paths = [str(path) for path in batch["path"]]
@@ -257,12 +273,16 @@ class _DetectActor:
             flush_to_disk(files)  # one flush pass per call, before the driver reports them written
         return columns
 
-    def _write(self, source: str, det: Any, points: np.ndarray | None) -> tuple[FrameOutput, str | None]:
-        written, row = write_frame(source, det, points, plan=self.plan, row_classes=self.classes if self.rows else None)
-        return written, dumps_strict(row, indent=None) if row is not None else None
-
     def __del__(self) -> None:
         self.runner.close()
+
+
+def _write_record(source: str, det: Any, points: np.ndarray | None, *, plan: OutputPlan,
+                  row_classes: tuple[str, ...] | None) -> tuple[FrameOutput, str | None]:
+    """An actor's write step (in its writer threads or processes): infer's, with the row encoded for
+    the trip to the driver."""
+    written, row = write_frame(source, det, points, plan=plan, row_classes=row_classes)
+    return written, dumps_strict(row, indent=None) if row is not None else None
 
 
 def _absolute(plan: OutputPlan) -> OutputPlan:

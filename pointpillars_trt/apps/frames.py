@@ -272,9 +272,10 @@ class FrameRunner:
                 job.points = None
             elif job.start is not None and job.points is not None:
                 job.points = job.points.copy()  # the staging buffer is reused for the next batch
-        writing = [job for job in jobs if job.error is None] if self.write is not None else []
-        if writing:  # one task a batch: a task's hand-off costs the GIL more than a small frame's write
-            task = self._writers.submit(_write_each, self.write,
+        write = self.write
+        writing = [job for job in jobs if job.error is None] if write is not None else []
+        if write is not None and writing:  # one task a batch: a hand-off costs the GIL more than a frame's write
+            task = self._writers.submit(_write_each, write,
                                         [(job.source, job.detections, job.points) for job in writing])
             for place, job in enumerate(writing):
                 job._write = (task, place)

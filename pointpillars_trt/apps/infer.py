@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 EXIT_FRAME_FAILURES = 1
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
 DEFAULT_GPU_BATCH = 8
-DEFAULT_GPU_PIPELINES = 2
+DEFAULT_GPU_PIPELINES = 4
 #: Reader threads and writer threads of a run (file I/O and output encoding overlap the GPU).
 IO_THREADS = min(8, os.cpu_count() or 1)
 #: Writer processes of a long GPU run: encoding outputs and the file calls then leave this process's
@@ -343,8 +343,17 @@ def run_infer(args: argparse.Namespace) -> int:
     device = resolved_device(args.device)
     batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
-    return infer_with(args, lambda: [open_model(args, max_batch=batch) for _ in range(pipelines)], batch=batch,
+    return infer_with(args, lambda: [open_warm(args, batch) for _ in range(pipelines)], batch=batch,
                       gpu=device == "cuda")
+
+
+def open_warm(args: argparse.Namespace, batch: int) -> PointPillars:
+    """``open_model`` for a run of ``batch`` frames at a time, warmed up at that batch on the GPU (its
+    CUDA graphs captured with the model's load, not on the run's first frames)."""
+    detector = open_model(args, max_batch=batch)
+    if detector.device == "cuda":
+        detector.warm_up([batch])
+    return detector
 
 
 def resolved_device(device: str) -> str:

@@ -56,7 +56,7 @@ class TritonPythonModel:
         max_batch = min(max(1, int(config.get("max_batch_size", 1))), MAX_BATCH)
         self.detector = PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device,
                                                                                max_batch=max_batch))
-        self._warm_up(max_batch)
+        self.detector.warm_up()
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -110,16 +110,6 @@ class TritonPythonModel:
         """One detect_batch for the whole group; when it fails, frame by frame so only the culprit fails."""
         return [_error(found) if isinstance(found, BaseException) else _response(found)
                 for found in detect_each(self.detector, frames, thresholds)]
-
-    def _warm_up(self, max_batch: int) -> None:
-        """Run a synthetic frame inside the model's range once at every batch size on the GPU (each
-        captures its CUDA graphs), once on the CPU (the sessions' first run)."""
-        lo, hi = np.split(np.asarray(self.detector.cfg.voxel.point_range, np.float32), 2)
-        rng = np.random.default_rng(0)
-        frame = np.column_stack([rng.uniform(lo, hi, (2_000, 3)), rng.uniform(0, 1, 2_000)]).astype(np.float32)
-        for batch in range(1, max_batch + 1 if self.detector.device == "cuda" else 2):
-            self.detector.detect_batch([frame] * batch)
-
 
 def _response(found: Detections) -> Any:
     stats = found.stats
