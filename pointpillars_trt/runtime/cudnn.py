@@ -46,7 +46,9 @@ CANVAS = "canvas"
 HEADS = "heads"
 MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
-PLAN_CACHE_FORMAT = 2  # 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output)
+#: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
+#: checked against batch 1's on random inputs before they are used or cached
+PLAN_CACHE_FORMAT = 3
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 TUNE_ITERS = 10
 
@@ -443,14 +445,18 @@ class CudnnEngine(Engine):
             if layer.shape_key in plans:
                 continue
             plan = self._plan_from_entry(layer, batch, cached.get(layer.shape_key))
+            alone = None
             if plan is None and batch > 1:
                 if single is None:
                     if 1 not in self._plans:  # kept: loading what was just built would mean two live copies
                         self._plans[1] = self._plans_for(1)[0]
                     single = self._plans[1]
-                plan = self._same_engine(layer, batch, single[layer.shape_key].entry)
+                alone = single[layer.shape_key]
+                plan = self._same_engine(layer, batch, alone.entry)
+                if plan is not None and not self._agrees(layer, batch, plan, alone, exact=True):
+                    plan = None  # this engine is not batch-invariant at this batch: tune the batch on its own
             if plan is None:
-                plan = self._tune(layer, batch)
+                plan = self._tune(layer, batch, alone)
             if plan.entry is not cached.get(layer.shape_key):
                 built += 1
             plans[layer.shape_key] = plan
@@ -487,8 +493,9 @@ class CudnnEngine(Engine):
         g.deselect_numeric_notes(notes)
         return g, {"X": x, "W": wt, "B": bt, "Y": y}
 
-    def _tune(self, layer: ConvLayer, batch: int) -> _ConvPlan:
-        """Build the first heuristic candidates, time them on the engine's buffers, keep the fastest."""
+    def _tune(self, layer: ConvLayer, batch: int, alone: _ConvPlan | None = None) -> _ConvPlan:
+        """Build the first heuristic candidates, time them on the engine's buffers, keep the fastest
+        (above batch 1: the fastest whose frames agree with ``alone``, batch 1's plan, within rounding)."""
         g, tensors = self._graph(layer, batch)
         built: list[int] = []
         errors: list[str] = []
@@ -510,13 +517,18 @@ class CudnnEngine(Engine):
         times: dict[int, float] = {}
         if len(built) > 1:
             times = self._time_plans(g, uids, layer, batch, built)
-        best = min(built, key=lambda i: times.get(i, float("inf"))) if times else built[0]
         names = {i: _plan_name(g, i) for i in built}
-        # A fresh graph with only the winner built: its "candidate" is the winner, so execute() and
-        # serialize() both mean it.
-        g, tensors = self._graph(layer, batch)
-        g.build_plan_at_index(best)
-        uids = {k: int(t.get_uid()) for k, t in tensors.items()}
+        for best in sorted(built, key=lambda i: times.get(i, float("inf"))):
+            # A fresh graph with only this candidate built: execute() and serialize() both mean it.
+            g, tensors = self._graph(layer, batch)
+            g.build_plan_at_index(best)
+            uids = {k: int(t.get_uid()) for k, t in tensors.items()}
+            if alone is None or self._agrees(layer, batch, _ConvPlan(g, uids, int(g.get_workspace_size()), {}), alone,
+                                             exact=False):
+                break
+        else:
+            raise BackendError(f"cuDNN engine: no engine cuDNN offers for {layer.name} ({layer.shape_key}) at batch "
+                               f"{batch} gives each frame what batch 1 gives it; run with a batch size of 1")
         try:
             blob: str | None = base64.b64encode(bytes(g.serialize())).decode()
         except Exception:
@@ -542,6 +554,39 @@ class CudnnEngine(Engine):
         # no serialized plan: the cache rebuilds it from its index and name (checked on load)
         entry = {"plan_index": index, "plan_name": name, "uids": uids, "serialized": None, "same_as_batch": 1}
         return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
+
+    def _agrees(self, layer: ConvLayer, batch: int, plan: _ConvPlan, alone: _ConvPlan, *, exact: bool) -> bool:
+        """Whether ``plan`` (at ``batch``) gives its first and last frame what ``alone`` (batch 1's plan)
+        gives each of them by itself, on random inputs: bit for bit (``exact``), else within rounding.
+        Some engines tuned at batch 1 compute a batch's last frame differently."""
+        cp = self._cp
+        k = self._layers.index(layer)
+        w, b = self._conv_weights[k]
+        (h, width), (oh, ow) = layer.in_hw, layer.out_hw
+        dtype = self.options.dtype
+        x = cp.random.default_rng(batch).random((batch, h, width, layer.in_channels), dtype=np.float32).astype(dtype)
+        y = cp.empty((batch, oh, ow, layer.out_channels), dtype)
+        y_alone = cp.empty((oh, ow, layer.out_channels), dtype)
+        ws = cp.empty(max(plan.workspace, alone.workspace, 1), np.uint8)
+        stream = cp.cuda.Stream(non_blocking=True)
+        self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
+
+        def run(p: _ConvPlan, x_ptr: int, y_ptr: int) -> None:
+            pack = {p.uids["X"]: x_ptr, p.uids["W"]: int(w.data.ptr), p.uids["B"]: int(b.data.ptr), p.uids["Y"]: y_ptr}
+            p.graph._execute(pack, int(ws.data.ptr), self._handle)
+
+        run(plan, int(x.data.ptr), int(y.data.ptr))
+        for i in sorted({0, batch - 1}):
+            run(alone, int(x[i].data.ptr), int(y_alone.data.ptr))
+            stream.synchronize()
+            if exact:
+                same = bool(cp.array_equal(y[i], y_alone))
+            else:
+                want = y_alone.astype(np.float32)
+                same = float(cp.abs(y[i].astype(np.float32) - want).max()) <= 1e-2 * max(float(cp.abs(want).max()), 1.0)
+            if not same:
+                return False
+        return True
 
     def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:
         cp = self._cp
