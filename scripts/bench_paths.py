@@ -12,7 +12,7 @@ them, as it would a drive's recent files), then runs, each as the user would:
   * Triton (``scripts/bench_serve.py``: closed-loop gRPC clients spread over several processes);
   * the resident memory of one long ``infer --out`` run, sampled from start to end.
 
-Prints a markdown table. Not a test: numbers depend on the machine.
+Prints a markdown table, a row as it is measured. Not a test: numbers depend on the machine.
 
     python scripts/bench_paths.py --model M.pth --camera DIR --full DIR [--frames 2000] [--full-frames 300]
         [--pipelines 1 2 4] [--rss-frames 20000] [--skip in-process ray triton rss]
@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 PY = [sys.executable, "-m", "pointpillars_trt"]
@@ -47,7 +48,7 @@ def main() -> int:
     parser.add_argument("--skip", nargs="*", default=[], choices=("in-process", "ray", "triton", "rss"))
     parser.add_argument("--device", default="cuda")
     args = parser.parse_args()
-    rows: list[tuple[str, str, str]] = []
+    rows = Table()
     with tempfile.TemporaryDirectory(prefix="pp-bench-paths-") as scratch_name:
         scratch = Path(scratch_name)
         model = build(Path(args.model), scratch)
@@ -88,10 +89,23 @@ def main() -> int:
                     rows.append(("  same bytes as local infer", same_files(target, local), ""))
         if "triton" not in args.skip:
             rows.extend(triton(model, Path(args.camera)))
-    print("| path | frames/s | notes |\n| --- | ---: | --- |")
-    for name, rate, notes in rows:
-        print(f"| {name} | {rate} | {notes} |")
     return 0
+
+
+class Table(list[tuple[str, str, str]]):
+    """The markdown table, printed a row as it is measured (a run cut short keeps what it measured)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        print("| path | frames/s | notes |\n| --- | ---: | --- |", flush=True)
+
+    def append(self, row: tuple[str, str, str]) -> None:
+        super().append(row)
+        print(f"| {row[0]} | {row[1]} | {row[2]} |", flush=True)
+
+    def extend(self, rows: Iterable[tuple[str, str, str]]) -> None:
+        for row in rows:
+            self.append(row)
 
 
 def build(model: Path, scratch: Path) -> Path:
