@@ -16,7 +16,9 @@ when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cu
 cache, ``$POINTPILLARS_TRT_CACHE`` or ``~/.cache/pointpillars-trt``: never the model dir, whose one
 writer is ``build``) in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and
 compute capability, config digest, precision and batch. A missing, corrupt or mismatching entry is
-rebuilt.
+rebuilt. Above batch 1, each conv runs batch 1's engine when that engine, checked on random inputs,
+gives the batch's first and last frames batch 1's bytes (a frame's boxes then do not depend on its
+batch); else the fastest engine that agrees with batch 1 within rounding.
 
 ``import cudnn`` and ``import cupy`` happen only when an engine is activated.
 """
