@@ -19,10 +19,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,13 +105,14 @@ class FrameRunner:
     ``writers`` threads or in ``writer_processes`` (``write`` must then pickle: a module-level function
     or a partial of one); ``keep_points`` hands each frame's points to ``write`` (for writers that draw
     them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close`` stops the
-    threads and processes.
+    threads and processes. When a writer process dies (e.g. killed for memory), the frames it held fail
+    with "not written", ``notice`` says so once, and the rest of the run writes in threads.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
                  write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int = 4,
                  writers: int = 4, writer_processes: WriterProcesses | None = None,
-                 keep_points: bool = False) -> None:
+                 keep_points: bool = False, notice: Callable[[str], None] | None = None) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
@@ -119,9 +121,12 @@ class FrameRunner:
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
         self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
+        self._writer_threads = max(1, writers)
         self._writers: Executor = (
             writer_processes.pool if writer_processes is not None
-            else ThreadPoolExecutor(max_workers=max(1, writers), thread_name_prefix="pp-write"))
+            else ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write"))
+        self._writers_lock = threading.Lock()
+        self._notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
         for _ in range(slots):
@@ -275,8 +280,12 @@ class FrameRunner:
         write = self.write
         writing = [job for job in jobs if job.error is None] if write is not None else []
         if write is not None and writing:  # one task a batch: a hand-off costs the GIL more than a frame's write
-            task = self._writers.submit(_write_each, write,
-                                        [(job.source, job.detections, job.points) for job in writing])
+            frames = [(job.source, job.detections, job.points) for job in writing]
+            writers = self._writers
+            try:
+                task = writers.submit(_write_each, write, frames)
+            except BrokenExecutor as exc:
+                task = self._threads_instead_of(writers, exc).submit(_write_each, write, frames)
             for place, job in enumerate(writing):
                 job._write = (task, place)
 
@@ -291,6 +300,16 @@ class FrameRunner:
             return list(pipeline.collect())
         except Exception:  # noqa: BLE001 - retried frame by frame, where each frame's own error shows
             return None
+
+    def _threads_instead_of(self, broken: Executor, exc: BaseException) -> Executor:
+        """Writer threads in place of a process pool that lost a process (said once)."""
+        with self._writers_lock:
+            if self._writers is broken:
+                self._writers = ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write")
+                broken.shutdown(wait=False, cancel_futures=True)
+                self._notice(f"warning: a writer process died ({one_line(exc)}); the frames it held are not "
+                             "written, and the rest of the run writes in threads")
+            return self._writers
 
 
 def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> StagingBuffer:
@@ -327,6 +346,9 @@ def _settle_write(job: FrameJob) -> None:
     task, place = job._write
     job._write = None
     failure = task.exception()
+    if isinstance(failure, BrokenExecutor):
+        job.error = f"not written: its writer process died ({one_line(failure)}); rerun with --skip-existing"
+        return
     if failure is not None:
         job.error = one_line(failure)
         return

@@ -580,7 +580,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     forget_full_disk()
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
-                         writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None)
+                         writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
+                         notice=report.note)
     try:
         for job in runner.run(frames):
             if read.looks_8bit and not warned:

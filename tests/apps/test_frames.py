@@ -167,3 +167,45 @@ def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_pat
     files = sorted(p.name for p in (tmp_path / "0").iterdir())
     assert len(files) == 12 and files == sorted(p.name for p in (tmp_path / "2").iterdir())
     assert all((tmp_path / "0" / n).read_bytes() == (tmp_path / "2" / n).read_bytes() for n in files)
+
+
+def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A writer process killed mid-run (as the kernel's OOM killer would): the frames it held fail with
+    "not written", one notice says the run goes on in threads, and every later frame is written."""
+    import functools
+    import os
+    import signal
+    from concurrent.futures import BrokenExecutor
+
+    from pointpillars_trt.apps.frames import WriterProcesses
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame
+
+    write = functools.partial(write_frame, plan=OutputPlan(json_dir=tmp_path))
+    writers = WriterProcesses(1, write_frame)
+    writers.wait()
+    pid = writers.pool.submit(os.getpid).result()
+    notices: list[str] = []
+    sources = [f"{index:06d}.bin" for index in range(len(frames))]
+    jobs = []
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=read, write=write,
+                     writer_processes=writers, notice=notices.append) as runner:
+        for job in runner.run([str(p) for p in frames], sources=sources):
+            jobs.append(job)
+            if len(jobs) == 1:
+                os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:  # until the pool knows (the run waits: its window is full)
+                    try:
+                        writers.pool.submit(os.getpid).result()
+                    except BrokenExecutor:
+                        break
+                    time.sleep(0.01)
+    writers.pool.shutdown()
+    assert [job.source for job in jobs] == sources
+    assert len(notices) == 1 and "a writer process died" in notices[0]
+    lost = [job for job in jobs if job.error is not None]
+    assert all(job.error.startswith("not written: its writer process died") for job in lost)
+    assert len(lost) <= 4 * 4  # at most the batches in flight when it died
+    assert jobs[0].error is None and all(job.error is None for job in jobs[20:])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(job.source).stem + ".json" for job in jobs
+                                                                if job.error is None)
