@@ -454,6 +454,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
             done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers)
+            if out is not None:
+                remove_stale_temp_files(out)  # of a writer process that died mid-write
             if labels is not None:
                 _evaluate(labels, plan.kitti_dir, skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
     finally:

@@ -207,5 +207,10 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     assert all(job.error.startswith("not written: its writer process died") for job in lost)
     assert len(lost) <= 4 * 4  # at most the batches in flight when it died
     assert jobs[0].error is None and all(job.error is None for job in jobs[20:])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(job.source).stem + ".json" for job in jobs
-                                                                if job.error is None)
+    # what the runner reports written is there; beyond it, only what the dead process had finished or was
+    # writing when killed (a later run skips the one and clears the other)
+    on_disk = {p.name for p in tmp_path.iterdir()}
+    written = {Path(job.source).stem + ".json" for job in jobs if job.error is None}
+    held = {Path(job.source).stem + ".json" for job in lost}
+    assert written <= on_disk
+    assert all(name in held or name.endswith(".pp-tmp") for name in on_disk - written)
