@@ -188,10 +188,12 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
         return False
     inten = arr[:, 3]
-    inten = inten[np.isfinite(inten)]
-    if inten.size == 0:
-        return False
-    lo, hi = float(inten.min()), float(inten.max())
+    lo, hi = float(inten.min()), float(inten.max())  # two passes, no copy: the usual, all-finite case
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        inten = inten[np.isfinite(inten)]
+        if inten.size == 0:
+            return False
+        lo, hi = float(inten.min()), float(inten.max())
     return lo >= 0.0 and 1.5 < hi <= 255.0
 
 
@@ -230,7 +232,10 @@ def looks_like_five_values(values: np.ndarray) -> bool:
         return False
     middle = (values.size // 2) // 20 * 20
     samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
-    intensity = np.concatenate([s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples])
+    columns = [s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples]
+    if not any(np.count_nonzero(column < 0) for column in columns):  # the usual case, without copies
+        return False
+    intensity = np.concatenate(columns)
     intensity = intensity[np.isfinite(intensity)]
     if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
         return False

@@ -356,3 +356,25 @@ def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Pat
     np.testing.assert_array_equal(points[0], [1.5, 2.5, -0.5, 0.25])
     np.testing.assert_array_equal(points[-1], [3, 4, 5, 0.5])
     assert peak < 3 * points.nbytes, peak / points.nbytes
+
+
+def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:
+    """The checks' quick paths (no copies when every intensity is finite / none is negative) decide as
+    the plain definitions do, on frames with NaN, infinities, negative and 0-255 intensities: 8-bit when
+    the finite intensities lie in [0, 255] with one above 1.5; never 5 values a point while no
+    "intensity" is negative."""
+    from pointpillars_trt.pointcloud_io import looks_like_five_values
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n = int(rng.integers(0, 3000)) // 5 * 5
+        pts = rng.normal(0, 20, (n, 4)).astype(np.float32)
+        pts[:, 3] = rng.choice([rng.uniform(0, 1, n), rng.uniform(0, 255, n), rng.normal(0, 50, n)]).astype(np.float32)
+        for value in rng.choice([np.nan, np.inf, -np.inf, -1.0], size=int(rng.integers(0, 3))):
+            if n:
+                pts[int(rng.integers(0, n)), 3] = value
+        finite = pts[:, 3][np.isfinite(pts[:, 3])]
+        plain = bool(finite.size) and finite.min() >= 0 and 1.5 < finite.max() <= 255
+        assert intensity_looks_8bit(pts) == plain, trial
+        if not np.any(pts[:, 3] < 0):
+            assert not looks_like_five_values(pts.reshape(-1)), trial
