@@ -31,7 +31,7 @@ from ..fileio import dumps_strict, flush_to_disk
 from .frames import FrameReader, FrameRunner, WriterProcesses
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, WRITE_PROCESSES, FrameReport, \
     expand_frame_paths, intensity_warning
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
 
@@ -55,7 +55,8 @@ class DatasetSummary:
     workers: int
     out: str
     failures: list[tuple[str, str]] = field(default_factory=list)
-    first_result_seconds: float = 0.0  # when the first frame's record came (the actors' start is in it)
+    first_result_seconds: float = 0.0  # when the first block of records came (the actors' start is in it)
+    first_block_frames: int = 0        # frames in that block
 
     @property
     def frames_per_second(self) -> float:
@@ -63,9 +64,10 @@ class DatasetSummary:
 
     @property
     def steady_frames_per_second(self) -> float:
-        """Frames/s from the first record to the end: the rate of a long job, once its actors run."""
-        seconds = self.seconds - self.first_result_seconds
-        return (self.frames - 1) / seconds if self.frames > 1 and seconds > 0 else self.frames_per_second
+        """Frames/s after the first block of records came: the rate of a long job once its actors run
+        (the overall rate when everything came in one block)."""
+        seconds, frames = self.seconds - self.first_result_seconds, self.frames - self.first_block_frames
+        return frames / seconds if frames > 0 and seconds > 0 else self.frames_per_second
 
 
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -179,13 +181,14 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
 
     rows = RowParts(out, output_format, classes) if options["rows"] else None
     failures: list[tuple[str, str]] = []
-    frames = boxes = 0
+    frames = boxes = first_block = 0
     first = 0.0
     warned = False
     with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
-        for record in _records(dataset):
+        for record, block in _records(dataset):
             frames += 1
-            first = first or time.perf_counter() - start
+            if not first:
+                first, first_block = time.perf_counter() - start, block
             source, error = record["source"], record["error"]
             if report is not None and record["intensity_8bit"] and not warned:
                 warned = True
@@ -207,22 +210,24 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         flush_to_disk(rows.files)
     if report is not None:
         report.close()
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, first)
+    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, first, first_block)
 
 
 #: The per-frame columns an actor returns to the driver.
 _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit", "row")
 
 
-def _records(dataset: Any) -> Iterator[dict[str, Any]]:
+def _records(dataset: Any) -> Iterator[tuple[dict[str, Any], int]]:
+    """Each frame's record, with the number of records in the block it came in."""
     for batch in dataset.iter_batches(batch_format="numpy"):
+        block = len(batch[_COLUMNS[0]])
         for values in zip(*(batch[key] for key in _COLUMNS)):
             record = dict(zip(_COLUMNS, values))
             error = record["error"]  # a column of None and str arrives with NaN for None
             yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
                    "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
                    "num_out_of_view": int(record["num_out_of_view"]), "intensity_8bit": bool(record["intensity_8bit"]),
-                   "row": str(record["row"])}
+                   "row": str(record["row"])}, block
 
 
 class _DetectActor:
@@ -257,7 +262,6 @@ class _DetectActor:
         items: list[object] = [bytes(data) for data in batch["bytes"]] if "bytes" in batch else list(paths)
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         files: list[Path] = []
-        forget_full_disk()  # each call writes again (its space may have been freed)
         for job in self.runner.run(items, sources=paths):
             written, row = job.written if job.error is None else (FrameOutput(), None)
             if job.error is None:

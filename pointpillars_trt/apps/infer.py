@@ -31,7 +31,7 @@ from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from .frames import FrameReader, FrameRunner, WriterProcesses
 from .messages import one_line
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, forget_full_disk, frame_row, \
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     is_full_disk_error, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
@@ -579,7 +579,6 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
 
     written_files: list[Path] = []
     warned = False
-    forget_full_disk()
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
                          writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,

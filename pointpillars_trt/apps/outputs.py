@@ -119,30 +119,36 @@ def _written(path: Path, write: Callable[[Path], None]) -> None:
 #: The start of the error of a frame not written because an earlier write found the file system full.
 NOT_WRITTEN = "not written: the output file system is full"
 _FULL_DISK = ("No space left", "Disk quota exceeded")
-_disk_full = False  # in each writer process (or this one): set by the first write that found no space
-
-
-def forget_full_disk() -> None:
-    """A new run in this process writes again (its space may have been freed)."""
-    global _disk_full
-    _disk_full = False
+#: Free bytes a file system found full must have again before frames are written to it again.
+SPACE_TO_WRITE_AGAIN = 1 << 20
+_full_folder: Path | None = None  # in each writer process (or this one): where a write last found no space
 
 
 def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan: OutputPlan,
                 row_classes: tuple[str, ...] | None = None) -> tuple[FrameOutput, dict[str, Any] | None]:
     """The streaming runner's write step (in a writer thread or process): the frame's files without
     fsync, and its row when ``row_classes`` is given. After a write that found the file system full,
-    the frames after it fail at once with ``NOT_WRITTEN`` instead of trying again."""
-    global _disk_full
-    if _disk_full:
-        raise InputError(NOT_WRITTEN)
+    the frames after it fail at once with ``NOT_WRITTEN``, until that file system has space again."""
+    global _full_folder
+    if _full_folder is not None:
+        if _free_bytes(_full_folder) < SPACE_TO_WRITE_AGAIN:
+            raise InputError(NOT_WRITTEN)
+        _full_folder = None
     try:
         written = write_frame_outputs(det, source, plan, points, durable=False)
     except InputError as exc:
         if any(text in str(exc) for text in _FULL_DISK):
-            _disk_full = True
+            _full_folder = next((d for d in (plan.json_dir, plan.kitti_dir, plan.png_dir) if d is not None), None)
         raise
     return written, frame_row(source, det, None, row_classes) if row_classes is not None else None
+
+
+def _free_bytes(folder: Path) -> int:
+    try:
+        found = os.statvfs(folder)
+    except OSError:
+        return 0
+    return found.f_bavail * found.f_frsize
 
 
 def is_full_disk_error(error: str) -> bool:

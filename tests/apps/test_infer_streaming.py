@@ -153,6 +153,42 @@ def test_sigterm_leaves_no_temp_files_or_folders(model_path, frames, tmp_path) -
     assert not list(tmp_path.glob("pp-infer-*"))
 
 
+def test_a_full_file_system_is_written_to_again_once_it_has_space(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """After a write found the file system full, the frames after it fail at once ("not written"), and
+    once space is freed (a long Ray job, a process that writes again) frames are written again."""
+    from pointpillars_trt.apps.outputs import NOT_WRITTEN, OutputPlan, write_frame
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.errors import InputError
+
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        detector = PointPillars.from_model_dir(model_path, device="cpu")
+        lo, hi = np.split(np.asarray(detector.cfg.voxel.point_range, np.float32), 2)
+        points = np.column_stack([np.random.default_rng(3).uniform(lo, hi, (3000, 3)), np.full(3000, 0.5)])
+        det = detector(points.astype(np.float32))
+        out = mount / "out"
+        out.mkdir()
+        filler = mount / "filler"
+        filler.write_bytes(b"\0" * (2 * 1024 * 1024 - 16 * 1024))  # leaves a few KiB
+        plan = OutputPlan(json_dir=out)
+        errors = []
+        for index in range(200):
+            try:
+                write_frame(f"{index:06d}.bin", det, None, plan=plan)
+            except InputError as exc:
+                errors.append(str(exc))
+        assert errors and "No space left" in errors[0] and errors[-1] == NOT_WRITTEN
+        filler.unlink()
+        written, _ = write_frame("again.bin", det, None, plan=plan)
+        assert written.files == [out / "again.json"] and json.loads((out / "again.json").read_text())
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
 def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     mount = tmp_path / "small"
     mount.mkdir()
