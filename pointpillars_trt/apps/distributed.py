@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import dumps_strict, flush_to_disk
+from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
 from .frames import FrameReader, FrameRunner, WriterProcesses
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, WRITE_PROCESSES, FrameReport, \
     expand_frame_paths, intensity_warning
@@ -208,6 +208,7 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     if rows is not None:
         rows.close()
         flush_to_disk(rows.files)
+    remove_stale_temp_files(out)  # of a writer process that died mid-write
     if report is not None:
         report.close()
     return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, first, first_block)
@@ -245,11 +246,14 @@ class _DetectActor:
             plan = _absolute(plan)
         # writer processes (started while the detectors open) take the writes off the pipelines' GIL
         writers = WriterProcesses(WRITE_PROCESSES, write_frame) if runtime.device != "cpu" else None
-        self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
-        for detector in self.detectors:
-            detector.warm_up([batch] if detector.device == "cuda" else [1])
-        if writers is not None:
-            writers.wait()
+        try:
+            self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
+            for detector in self.detectors:
+                detector.warm_up([batch] if detector.device == "cuda" else [1])
+        except BaseException:
+            if writers is not None:
+                writers.pool.shutdown(wait=False, cancel_futures=True)
+            raise
         self.classes = self.detectors[0].cfg.classes
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
@@ -278,7 +282,9 @@ class _DetectActor:
         return columns
 
     def __del__(self) -> None:
-        self.runner.close()
+        runner = getattr(self, "runner", None)  # None when __init__ failed
+        if runner is not None:
+            runner.close()
 
 
 def _write_record(source: str, det: Any, points: np.ndarray | None, *, plan: OutputPlan,

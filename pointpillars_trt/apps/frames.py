@@ -85,7 +85,7 @@ class FrameJob:
     error: str | None = None
     detections: Any = None
     written: Any = None  # what the write step returned
-    _write: tuple[Future[list[tuple[bool, Any]]], int] | None = None  # its batch's write task, its place in it
+    _write: tuple[Future[list[tuple[bool, Any]]], int, Executor] | None = None  # batch's write task, place, writers
 
 
 @dataclass
@@ -105,8 +105,9 @@ class FrameRunner:
     ``writers`` threads or in ``writer_processes`` (``write`` must then pickle: a module-level function
     or a partial of one); ``keep_points`` hands each frame's points to ``write`` (for writers that draw
     them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close`` stops the
-    threads and processes. When a writer process dies (e.g. killed for memory), the frames it held fail
-    with "not written", ``notice`` says so once, and the rest of the run writes in threads.
+    threads and processes. When a writer process dies (e.g. killed for memory), the frames then in the
+    writer processes fail with "not written", ``notice`` says so once, and the rest of the run writes in
+    threads (as it does when they cannot start).
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
@@ -122,11 +123,15 @@ class FrameRunner:
         self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
         self._writer_threads = max(1, writers)
+        self._notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
+        if writer_processes is not None and not writer_processes.wait():
+            self._notice(f"warning: the writer processes could not start ({writer_processes.failure}); "
+                         "writing in threads")
+            writer_processes = None
         self._writers: Executor = (
             writer_processes.pool if writer_processes is not None
             else ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write"))
         self._writers_lock = threading.Lock()
-        self._notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
         for _ in range(slots):
@@ -285,9 +290,10 @@ class FrameRunner:
             try:
                 task = writers.submit(_write_each, write, frames)
             except BrokenExecutor as exc:
-                task = self._threads_instead_of(writers, exc).submit(_write_each, write, frames)
+                writers = self._threads_instead_of(writers, exc)
+                task = writers.submit(_write_each, write, frames)
             for place, job in enumerate(writing):
-                job._write = (task, place)
+                job._write = (task, place, writers)
 
     def _run_gpu(self, pipeline: Any, batch: _Batch, jobs: list[FrameJob]) -> list[Any] | None:
         """One pass of the pipeline over the batch from its staging buffer; None when it fails."""
@@ -307,8 +313,8 @@ class FrameRunner:
             if self._writers is broken:
                 self._writers = ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write")
                 broken.shutdown(wait=False, cancel_futures=True)
-                self._notice(f"warning: a writer process died ({one_line(exc)}); the frames it held are not "
-                             "written, and the rest of the run writes in threads")
+                self._notice(f"warning: a writer process died ({one_line(exc)}); the frames then in the writer "
+                             "processes are not written, and the rest of the run writes in threads")
             return self._writers
 
 
@@ -341,13 +347,13 @@ def _write_each(write: Callable[[str, Any, np.ndarray | None], Any],
 
 def _settle_write(job: FrameJob) -> None:
     """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run); a failed write, or a
-    write task that failed as a whole (a writer process that died), is this frame's error."""
+    write task that failed as a whole (a writer process died), is this frame's error."""
     assert job._write is not None
-    task, place = job._write
+    task, place, writers = job._write
     job._write = None
-    failure = task.exception()
+    failure = _task_failure(task, writers)
     if isinstance(failure, BrokenExecutor):
-        job.error = f"not written: its writer process died ({one_line(failure)}); rerun with --skip-existing"
+        job.error = f"not written: a writer process died ({one_line(failure)}); rerun with --skip-existing"
         return
     if failure is not None:
         job.error = one_line(failure)
@@ -357,6 +363,23 @@ def _settle_write(job: FrameJob) -> None:
         job.written = value
     else:
         job.error = value
+
+
+def _task_failure(task: Future[Any], writers: Executor) -> BaseException | None:
+    """The task's exception once it is done; a task still pending in a pool that broke (a submit that
+    raced the break is never completed by it) fails with the pool's error instead of waiting forever."""
+    while True:
+        try:
+            return task.exception(timeout=1.0)
+        except TimeoutError:
+            try:
+                writers.submit(int)  # a no-op, refused once the pool is broken
+            except BrokenExecutor as exc:
+                if not task.done():
+                    return exc
+            except RuntimeError:  # shut down after the break: the task can no longer complete
+                if not task.done():
+                    return BrokenExecutor("the writer processes were shut down")
 
 
 class WriterProcesses:
@@ -369,14 +392,25 @@ class WriterProcesses:
         self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
                                         initializer=_imported, initargs=(warm,))
         self._first = [self.pool.submit(os.getpid) for _ in range(count)]  # a task each: all of them start
+        self.failure: str | None = None  # why they could not start, once ``wait`` found out
+        self._waited = False
 
-    def wait(self, timeout: float = 120.0) -> None:
-        """Until every process has started (a process that cannot start raises here)."""
-        started = {first.result(timeout) for first in self._first}
-        deadline = time.monotonic() + timeout
-        while len(started) < self.count and time.monotonic() < deadline:
-            time.sleep(0.01)
-            started.update(task.result(timeout) for task in [self.pool.submit(os.getpid) for _ in range(self.count)])
+    def wait(self, timeout: float = 120.0) -> bool:
+        """Until every process has started: True, or False (the pool shut down, ``failure`` says why)
+        when one could not start."""
+        if not self._waited:
+            self._waited = True
+            try:
+                started = {first.result(timeout) for first in self._first}
+                deadline = time.monotonic() + timeout
+                while len(started) < self.count and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                    started.update(task.result(timeout)
+                                   for task in [self.pool.submit(os.getpid) for _ in range(self.count)])
+            except (BrokenExecutor, TimeoutError, OSError) as exc:
+                self.failure = one_line(exc)
+                self.pool.shutdown(wait=False, cancel_futures=True)
+        return self.failure is None
 
 
 def _imported(warm: Callable[..., Any]) -> None:

@@ -170,8 +170,9 @@ def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_pat
 
 
 def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A writer process killed mid-run (as the kernel's OOM killer would): the frames it held fail with
-    "not written", one notice says the run goes on in threads, and every later frame is written."""
+    """A writer process killed mid-run (as the kernel's OOM killer would): the frames then in the writer
+    processes fail with "not written", one notice says the run goes on in threads, and every later frame
+    is written."""
     import functools
     import os
     import signal
@@ -204,7 +205,7 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     assert [job.source for job in jobs] == sources
     assert len(notices) == 1 and "a writer process died" in notices[0]
     lost = [job for job in jobs if job.error is not None]
-    assert all(job.error.startswith("not written: its writer process died") for job in lost)
+    assert all(job.error.startswith("not written: a writer process died") for job in lost)
     assert len(lost) <= 4 * 4  # at most the batches in flight when it died
     assert jobs[0].error is None and all(job.error is None for job in jobs[20:])
     # what the runner reports written is there; beyond it, only what the dead process had finished or was
@@ -214,3 +215,31 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     held = {Path(job.source).stem + ".json" for job in lost}
     assert written <= on_disk
     assert all(name in held or name.endswith(".pp-tmp") for name in on_disk - written)
+
+
+class _DiesOnArrival:
+    """Unpickled in a new process, it ends that process (a writer process that cannot start)."""
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        import os
+
+        return (os._exit, (3,))
+
+
+def test_writer_processes_that_cannot_start_leave_the_writing_to_threads(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import functools
+
+    from pointpillars_trt.apps.frames import WriterProcesses
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame
+
+    writers = WriterProcesses(2, _DiesOnArrival())  # type: ignore[arg-type]
+    notices: list[str] = []
+    write = functools.partial(write_frame, plan=OutputPlan(json_dir=tmp_path))
+    paths = [str(p) for p in frames[:12]]
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=read, write=write,
+                     writer_processes=writers, notice=notices.append) as runner:
+        jobs = list(runner.run(paths))
+    assert writers.failure is not None and not writers.wait()
+    assert len(notices) == 1 and "the writer processes could not start" in notices[0], notices
+    assert [job.error for job in jobs] == [None] * 12
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).stem + ".json" for p in paths)
