@@ -505,7 +505,7 @@ class FrameReport:
         self.total, self.plan, self.where = total, plan, where
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
-        self.writes = folder or plan.json_dir or plan.kitti_dir or plan.png_dir
+        self.writes = folder or plan.folder
         self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
         self.start = time.perf_counter()
 

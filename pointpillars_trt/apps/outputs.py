@@ -46,6 +46,11 @@ class OutputPlan:
     keep_out_of_view: bool = False
     point_range: tuple[float, ...] | None = None
 
+    @property
+    def folder(self) -> Path | None:
+        """The first folder per-frame files go to (None: the plan writes none)."""
+        return self.json_dir or self.kitti_dir or self.png_dir
+
     def files_of(self, source: str) -> list[Path]:
         """The files a frame's outputs go to (what ``--skip-existing`` looks for)."""
         stem = Path(source).stem
@@ -138,7 +143,7 @@ def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan
         written = write_frame_outputs(det, source, plan, points, durable=False)
     except InputError as exc:
         if any(text in str(exc) for text in _FULL_DISK):
-            _full_folder = next((d for d in (plan.json_dir, plan.kitti_dir, plan.png_dir) if d is not None), None)
+            _full_folder = plan.folder
         raise
     return written, frame_row(source, det, None, row_classes) if row_classes is not None else None
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -153,6 +154,19 @@ def test_sigterm_leaves_no_temp_files_or_folders(model_path, frames, tmp_path) -
     assert not list(tmp_path.glob("pp-infer-*"))
 
 
+@contextlib.contextmanager
+def small_tmpfs(mount: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted at ``mount`` for the test (skipped where it cannot be mounted)."""
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], check=False)
+
+
 def test_a_full_file_system_is_written_to_again_once_it_has_space(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """After a write found the file system full, the frames after it fail at once ("not written"), and
     once space is freed (a long Ray job, a process that writes again) frames are written again."""
@@ -160,12 +174,7 @@ def test_a_full_file_system_is_written_to_again_once_it_has_space(model_path, tm
     from pointpillars_trt.detector import PointPillars
     from pointpillars_trt.errors import InputError
 
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with small_tmpfs(tmp_path / "small", "2m") as mount:
         detector = PointPillars.from_model_dir(model_path, device="cpu")
         lo, hi = np.split(np.asarray(detector.cfg.voxel.point_range, np.float32), 2)
         points = np.column_stack([np.random.default_rng(3).uniform(lo, hi, (3000, 3)), np.full(3000, 0.5)])
@@ -185,17 +194,10 @@ def test_a_full_file_system_is_written_to_again_once_it_has_space(model_path, tm
         filler.unlink()
         written, _ = write_frame("again.bin", det, None, plan=plan)
         assert written.files == [out / "again.json"] and json.loads((out / "again.json").read_text())
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    try:
+    with small_tmpfs(tmp_path / "small", "48k") as mount:
         rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(mount / "out"))
         files = sorted((mount / "out").glob("*.json"))
         done = int(stdout.split("/", 1)[0])
@@ -204,8 +206,6 @@ def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(mod
             json.loads(path.read_text())  # complete
         assert err.count("file system is full") == 1 and "rerun with --skip-existing" in err
         assert err.count("error: ") <= 3  # the first failed write, the summary line, the corrupt frame
-    finally:
-        subprocess.run(["umount", str(mount)], check=False)
 
 
 def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Path) -> None:

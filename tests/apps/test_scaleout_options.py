@@ -83,4 +83,3 @@ def test_remote_detector_timeout_is_checked_before_connecting(timeout: object) -
     pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed")
     with pytest.raises(InputError, match="timeout"):
         RemoteDetector("127.0.0.1:1", timeout=timeout)  # type: ignore[arg-type]
-

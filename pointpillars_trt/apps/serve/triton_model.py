@@ -111,6 +111,7 @@ class TritonPythonModel:
         return [_error(found) if isinstance(found, BaseException) else _response(found)
                 for found in detect_each(self.detector, frames, thresholds)]
 
+
 def _response(found: Detections) -> Any:
     stats = found.stats
     arrays = {
