@@ -272,7 +272,7 @@ class _DetectActor:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "intensity_8bit": job.source in self.read.looks_8bit[:1],
+                      "intensity_8bit": self.read.looked_8bit(job.item),
                       "row": row if row is not None else dumps_strict(frame_row(job.source, None, job.error,
                                                                                  self.classes), indent=None)}
             for key in _COLUMNS:

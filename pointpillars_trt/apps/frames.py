@@ -46,7 +46,8 @@ class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
     bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
     ``prepare`` (e.g. the camera-FOV crop), then the check for 0-255 intensities given to a model
-    trained on 0-1 (``looks_8bit`` holds the first such frame, for the one warning)."""
+    trained on 0-1 (``looked_8bit(item)``, asked in input order, finds the first such frame for the one
+    warning, whichever reader thread checked it first)."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None) -> None:
@@ -55,7 +56,7 @@ class FrameReader:
         # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
         self.check_intensity = intensity_scale is None and (
             cfg is None or ("intensity" in cfg.features.order and self.columns == 4))
-        self.looks_8bit: list[str] = []
+        self._looks_8bit: set[int] = set()  # ids of the items whose frames looked 0-255, until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, bytes):
@@ -68,9 +69,18 @@ class FrameReader:
                                       intensity_scale=self.intensity_scale, columns=self.columns)
             if self.prepare is not None:
                 points = self.prepare(points, str(item))
-        if self.check_intensity and not self.looks_8bit and intensity_looks_8bit(points):
-            self.looks_8bit.append(str(item) if not isinstance(item, bytes) else "")
+        if self.check_intensity and intensity_looks_8bit(points):
+            self._looks_8bit.add(id(item))
         return points
+
+    def looked_8bit(self, item: object) -> bool:
+        """Whether ``item``'s frame looked like 0-255 intensities. Asked once per item in input order (the
+        runner's jobs hold their items until then); after the first yes, frames are no longer checked."""
+        if id(item) not in self._looks_8bit:
+            return False
+        self._looks_8bit.discard(id(item))
+        self.check_intensity = False
+        return True
 
 
 @dataclass

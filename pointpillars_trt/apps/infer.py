@@ -585,9 +585,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                          notice=report.note)
     try:
         for job in runner.run(frames):
-            if read.looks_8bit and not warned:
+            if read.looked_8bit(job.item) and not warned:
                 warned = True
-                report.note(intensity_warning(read.looks_8bit[0]))
+                report.note(intensity_warning(job.source))
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes))
