@@ -179,13 +179,15 @@ class PointPillars:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
         return self._impl.detect_batch(prepared, post_config) if prepared else []
 
-    def warm_up(self, batch_sizes: Sequence[int] | None = None) -> None:
-        """Run a synthetic frame inside the model's range at each of ``batch_sizes`` (default: 1 to the
-        detector's batch on the GPU, 1 on the CPU), so that no real frame pays for capturing CUDA graphs
-        or for a session's first run."""
+    def warm_up(self, batch_sizes: Sequence[int] | None = None, points_per_frame: int | None = None) -> None:
+        """Run a synthetic frame of ``points_per_frame`` points (default 2,000) inside the model's range
+        at each of ``batch_sizes`` (default: 1 to the detector's batch on the GPU, 1 on the CPU), so that
+        no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
+        largest frame size) or for a session's first run."""
         lo, hi = np.split(np.asarray(self.cfg.voxel.point_range, np.float32), 2)
         rng = np.random.default_rng(0)
-        columns = [rng.uniform(lo, hi, (2_000, 3)), rng.uniform(0, 1, (2_000, self.cfg.num_point_columns - 3))]
+        n = max(1, int(points_per_frame or 2_000))
+        columns = [rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, (n, self.cfg.num_point_columns - 3))]
         frame = np.column_stack(columns).astype(np.float32)
         sizes = batch_sizes or range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1)
         for batch in sizes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import json
 import math
 import os
@@ -209,31 +210,59 @@ def flush_to_disk(paths: Iterable[PathLike]) -> None:
     """Make files written without fsync durable: one ``syncfs`` per file system they are on (Linux),
     else one fsync per file, then an fsync of each folder (the renames). Raises OSError (e.g. ENOSPC
     or EIO from delayed allocation) when the kernel could not write them."""
-    files = [os.fspath(p) for p in paths]
-    folders = {os.path.dirname(os.path.abspath(name)) for name in files}
-    syncfs = _syncfs()
-    if syncfs is None:
-        for name in files:
+    pending = PendingFlush()
+    pending.add(paths)
+    pending.flush()
+
+
+class PendingFlush:
+    """The files of a run written without fsync, for one :func:`flush_to_disk` pass at its end. Where
+    ``syncfs`` covers them (Linux) only their folders are kept, so memory stays flat however many
+    files a run writes."""
+
+    def __init__(self) -> None:
+        self._syncfs = _syncfs()
+        self._files: list[str] = []  # only without syncfs: each file is fsynced
+        self._folders: set[str] = set()
+        self._last_parent: str | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self._folders)
+
+    def add(self, paths: Iterable[PathLike]) -> None:
+        for path in paths:
+            name = os.fspath(path)
+            parent = os.path.dirname(name)
+            if parent != self._last_parent:  # a run writes into one or two folders: abspath once each
+                self._folders.add(os.path.abspath(parent or os.curdir))
+                self._last_parent = parent
+            if self._syncfs is None:
+                self._files.append(name)
+
+    def flush(self) -> None:
+        """Make every added file durable (see :func:`flush_to_disk`)."""
+        for name in self._files:
             fd = os.open(name, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    synced_devices: set[int] = set()
-    for folder in folders:
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            device = os.fstat(fd).st_dev
-            if syncfs is not None and device not in synced_devices:
-                if syncfs(fd) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, os.strerror(err), folder)
-                synced_devices.add(device)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        synced_devices: set[int] = set()
+        for folder in self._folders:
+            fd = os.open(folder, os.O_RDONLY)
+            try:
+                device = os.fstat(fd).st_dev
+                if self._syncfs is not None and device not in synced_devices:
+                    if self._syncfs(fd) != 0:
+                        err = ctypes.get_errno()
+                        raise OSError(err, os.strerror(err), folder)
+                    synced_devices.add(device)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
 
 
+@functools.cache
 def _syncfs() -> Any:
     """libc's syncfs (Linux), or None where there is none."""
     name = ctypes.util.find_library("c")

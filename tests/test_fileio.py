@@ -192,3 +192,28 @@ def test_dumps_strict_is_byte_for_byte_the_standard_librarys_indented_json() -> 
             assert dumps_strict(value, indent=indent) == json.dumps(to_jsonable(value), indent=indent, allow_nan=False)
     with pytest.raises(NonFiniteJSONError, match=r"\$\.b\[0\]\[1\]"):
         dumps_strict({"a": 1.0, "b": [[1.0, float("nan")]]})
+
+
+def test_pending_flush_keeps_only_folders_where_syncfs_covers_the_files(tmp_path: Path) -> None:
+    """On Linux (syncfs) a run's flush list holds its folders, not one entry a file, so memory stays flat;
+    the pass opens the folders (a folder that is gone is an error) and never the files."""
+    pending = fileio.PendingFlush()
+    assert pending._syncfs is not None  # Linux
+    (tmp_path / "a").mkdir()
+    pending.add(tmp_path / "a" / f"{i}.json" for i in range(10_000))
+    pending.add([tmp_path / "b.json"])
+    assert pending._files == [] and pending._folders == {str(tmp_path / "a"), str(tmp_path)}
+    pending.flush()  # none of the files exists: only the folders were opened
+    os.rmdir(tmp_path / "a")
+    with pytest.raises(FileNotFoundError):
+        pending.flush()
+
+
+def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path) -> None:
+    pending = fileio.PendingFlush()
+    pending._syncfs = None  # as on a system without syncfs
+    write_text_atomic(tmp_path / "kept.txt", "x", durable=False)
+    pending.add([tmp_path / "kept.txt", tmp_path / "never_written.txt"])
+    with pytest.raises(FileNotFoundError):
+        pending.flush()
+    fileio.flush_to_disk([tmp_path / "kept.txt"])

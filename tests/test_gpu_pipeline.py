@@ -426,6 +426,26 @@ def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, a
     detector.close()
 
 
+def test_warm_up_at_the_runs_frame_size_leaves_nothing_to_grow(family_pair, assets):  # type: ignore[no-untyped-def]
+    """``warm_up([B], points_per_frame=N)`` sizes the point buffers for B frames of N points (infer passes
+    the largest of its first files): a batch holding a full scan then replays the warm-up's graphs (no
+    growth, which recaptures) and gives each frame's boxes of running it alone."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)
+    alone = [gpu.detect(points) for points in frames]
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    pipeline = detector.gpu_pipeline
+    detector.warm_up([len(frames)], points_per_frame=max(len(points) for points in frames))
+    captured = dict(pipeline._graphs)
+    assert pipeline.max_points >= sum(len(points) for points in frames)
+    found = detector.detect_batch(frames)
+    assert pipeline._graphs == captured
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+    detector.close()
+
+
 def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[no-untyped-def]
     """4 threads x 50 frames on one pipeline give the sequential results, frame for frame."""
     from concurrent.futures import ThreadPoolExecutor

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
-from .frames import FrameReader, FrameRunner, WriterProcesses
+from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, WRITE_PROCESSES, FrameReport, \
     expand_frame_paths, intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
@@ -109,6 +109,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
+               "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
     started = not ray.is_initialized()
     if started:
@@ -237,7 +238,7 @@ class _DetectActor:
 
     def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
-                 prepare: Prepare | None = None) -> None:
+                 prepare: Prepare | None = None, points_per_frame: int | None = None) -> None:
         from ..detector import PointPillars
 
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
@@ -249,7 +250,7 @@ class _DetectActor:
         try:
             self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
             for detector in self.detectors:
-                detector.warm_up([batch] if detector.device == "cuda" else [1])
+                detector.warm_up([batch] if detector.device == "cuda" else [1], points_per_frame)
         except BaseException:
             if writers is not None:
                 writers.pool.shutdown(wait=False, cancel_futures=True)
@@ -259,7 +260,8 @@ class _DetectActor:
                                 prepare=prepare)
         write = partial(_write_record, plan=plan, row_classes=self.classes if rows else None)
         self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write, readers=IO_THREADS,
-                                  writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None)
+                                  writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
+                                  points_per_frame=points_per_frame)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         paths = [str(path) for path in batch["path"]]

@@ -35,8 +35,13 @@ from ..pointcloud_io import Allocate, intensity_looks_8bit, read_bin_bytes_into,
 from ..staging import StagingBuffer
 from .messages import one_line
 
-#: Point rows a batch's staging buffer starts with, per frame (it grows to the largest batch seen).
+#: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
+#: grows to the largest batch seen).
 INITIAL_POINTS_PER_FRAME = 32_768
+#: Frames whose file sizes ``likely_points_per_frame`` looks at, and the most points a frame it
+#: reports (a 128-beam scan; larger frames grow the buffers when they come, as without a hint).
+SIZE_SAMPLE = 16
+MAX_LIKELY_POINTS = 262_144
 
 #: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
 ReadFrame = Callable[[object, Allocate], np.ndarray]
@@ -83,6 +88,22 @@ class FrameReader:
         return True
 
 
+def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
+    """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
+    staging buffers and the GPU pipelines are sized for the run's frames before it starts (a full
+    scan is ~4x a camera crop: growing them on the first batches costs a recapture in each pipeline);
+    None when none of the first items is a local ``.bin`` file."""
+    sizes = []
+    for item in items[:SIZE_SAMPLE]:
+        name = str(item) if isinstance(item, (str, os.PathLike)) else ""
+        if name.lower().endswith(".bin") and "://" not in name:
+            try:
+                sizes.append(os.stat(name).st_size // (4 * point_dim))
+            except OSError:
+                continue  # the frame's own read says what is wrong with it
+    return min(max(sizes), MAX_LIKELY_POINTS) if sizes else None
+
+
 @dataclass
 class FrameJob:
     """One frame on its way through the runner."""
@@ -123,7 +144,8 @@ class FrameRunner:
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
                  write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int = 4,
                  writers: int = 4, writer_processes: WriterProcesses | None = None,
-                 keep_points: bool = False, notice: Callable[[str], None] | None = None) -> None:
+                 keep_points: bool = False, notice: Callable[[str], None] | None = None,
+                 points_per_frame: int | None = None) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
@@ -144,8 +166,9 @@ class FrameRunner:
         self._writers_lock = threading.Lock()
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
+        per_frame = max(INITIAL_POINTS_PER_FRAME, points_per_frame or 0)
         for _ in range(slots):
-            self._free.put(StagingBuffer(batch_size * INITIAL_POINTS_PER_FRAME, self._alloc))
+            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc))
         self._slots = slots
 
     # -- the run ------------------------------------------------------------------------------------

@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import check_writable_folder, flush_to_disk, process_alive, remove_stale_temp_files, safe_repr
+from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
-from .frames import FrameReader, FrameRunner, WriterProcesses
+from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     is_full_disk_error, sources_in_parts, write_frame
@@ -343,16 +343,17 @@ def run_infer(args: argparse.Namespace) -> int:
     device = resolved_device(args.device)
     batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
-    return infer_with(args, lambda: [open_warm(args, batch) for _ in range(pipelines)], batch=batch,
+    return infer_with(args, lambda points: [open_warm(args, batch, points) for _ in range(pipelines)], batch=batch,
                       gpu=device == "cuda")
 
 
-def open_warm(args: argparse.Namespace, batch: int) -> PointPillars:
-    """``open_model`` for a run of ``batch`` frames at a time, warmed up at that batch on the GPU (its
-    CUDA graphs captured with the model's load, not on the run's first frames)."""
+def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None) -> PointPillars:
+    """``open_model`` for a run of ``batch`` frames at a time, warmed up at that batch on the GPU with
+    frames of ``points_per_frame`` points (its CUDA graphs captured and its buffers sized with the
+    model's load, not on the run's first frames)."""
     detector = open_model(args, max_batch=batch)
     if detector.device == "cuda":
-        detector.warm_up([batch])
+        detector.warm_up([batch], points_per_frame)
     return detector
 
 
@@ -427,18 +428,20 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_rang
     )
 
 
-def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]], batch: int,
+def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int,
                gpu: bool = False) -> int:
-    """infer's run with the detectors ``open_detectors()`` gives (one per pipeline: anything with
-    ``detect_batch``, ``close`` and ``cfg`` or ``class_names``), ``batch`` frames at a time; ``gpu``:
-    they run on the GPU (a long run then writes its outputs in processes, started while they open)."""
+    """infer's run with the detectors ``open_detectors(points_per_frame)`` gives (one per pipeline:
+    anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
+    size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
+    its outputs in processes, started while they open)."""
     frames = expand_frame_paths(args.paths)
     fmt, out, labels = check_outputs(args, frames)
+    points_per_frame = likely_points_per_frame(frames, args.point_dim)
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
                if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
     detectors: list[Any] = []
     try:
-        detectors = open_detectors()
+        detectors = open_detectors(points_per_frame)
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         if cfg is not None:
@@ -453,7 +456,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[], list[Any]]
             todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
-            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers)
+            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
+                                        points_per_frame)
             if out is not None:
                 remove_stale_temp_files(out)  # of a writer process that died mid-write
             if labels is not None:
@@ -562,10 +566,10 @@ def intensity_warning(source: str) -> str:
 
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
-               writers: WriterProcesses | None = None) -> tuple[list[str], int]:
+               writers: WriterProcesses | None = None, points_per_frame: int | None = None) -> tuple[list[str], int]:
     """Read, detect and write every frame through the streaming runner (``apps/frames.py``), writing in
-    ``writers`` when given (the runner closes them); the outputs are flushed to disk before the
-    summary; (frames that went through, number that failed)."""
+    ``writers`` when given (the runner closes them), staging sized for ``points_per_frame``; the outputs
+    are flushed to disk before the summary; (frames that went through, number that failed)."""
     if writers is not None:
         writers.wait()
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
@@ -577,12 +581,12 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
                        intensity_scale=args.intensity_scale, prepare=prepare)
 
-    written_files: list[Path] = []
+    to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned = False
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=IO_THREADS,
                          writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
-                         notice=report.note)
+                         notice=report.note, points_per_frame=points_per_frame)
     try:
         for job in runner.run(frames):
             if read.looked_8bit(job.item) and not warned:
@@ -599,20 +603,20 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             written, row = job.written
             if rows is not None:
                 rows.add(row)
-            written_files.extend(written.files)
+            to_flush.add(written.files)
             report.written(job.source, written, job.detections)
         if rows is not None:
             rows.close()
-            written_files.extend(rows.files)
+            to_flush.add(rows.files)
     finally:
         runner.close()
         report.bar.close()
     if disk.unwritten:
         report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
                     "written (free space, then rerun with --skip-existing)")
-    if written_files:
+    if to_flush:
         try:
-            flush_to_disk(written_files)
+            to_flush.flush()
         except OSError as exc:
             raise InputError(f"the outputs in {safe_repr(str(out))} could not be flushed to disk: "
                              f"{exc.strerror or one_line(exc)}; none of this run's outputs can be trusted") from None

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt.apps.frames import FrameRunner
+from pointpillars_trt.apps.frames import MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import write_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points, read_points_into
@@ -73,6 +73,44 @@ def test_order_and_results_with_many_threads_pipelines_and_mixed_sizes(model, fr
     for job, reference in zip(jobs, expected):
         assert job.error is None and job.written == job.index
         assert same(job.detections, reference), job.source
+
+
+def test_likely_points_per_frame_is_the_largest_of_the_first_bin_files(tmp_path: Path) -> None:
+    sizes = {"a.bin": 100 * 16, "b.bin": 60_000 * 16, "c.bin": 7 * 16, "d.npy": 10**7}
+    for name, size in sizes.items():
+        (tmp_path / name).write_bytes(b"\0" * size)
+    paths = [str(tmp_path / name) for name in sizes]
+    assert likely_points_per_frame(paths, point_dim=4) == 60_000
+    assert likely_points_per_frame(paths, point_dim=5) == 60_000 * 16 // 20
+    assert likely_points_per_frame(paths[:1] + [str(tmp_path / "gone.bin")], point_dim=4) == 100
+    assert likely_points_per_frame([str(tmp_path / "d.npy"), "s3://bucket/x.bin", b"bytes"], point_dim=4) is None
+    huge = tmp_path / "huge.bin"
+    with open(huge, "wb") as f:  # sparse: the size is what counts
+        f.truncate((MAX_LIKELY_POINTS + 1) * 16)
+    assert likely_points_per_frame([str(huge)], point_dim=4) == MAX_LIKELY_POINTS
+
+
+def test_points_per_frame_sizes_the_staging_so_large_frames_are_read_straight_in(model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Frames larger than the default staging share: without the size, one frame of each batch does
+    not fit and is read elsewhere (then copied in on the GPU); with it, every frame is read into
+    its batch's staging rows. The detections are the same either way."""
+    rng = np.random.default_rng(3)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    paths = []
+    for index in range(4):
+        points = np.column_stack([rng.uniform(lo, hi, (40_000, 3)), rng.uniform(0, 1, 40_000)]).astype(np.float32)
+        paths.append(str(tmp_path / f"{index}.bin"))
+        write_velodyne_bin(points, paths[-1])
+    detector = PointPillars(model, device="cpu")
+    runs = {}
+    for hint in (None, likely_points_per_frame(paths, point_dim=4)):
+        with FrameRunner([detector], batch_size=2, read=read, points_per_frame=hint) as runner:
+            runs[hint] = list(runner.run(paths))
+    without, with_hint = runs[None], runs[40_000]
+    assert [sum(job.start is None for job in without[i : i + 2]) for i in (0, 2)] == [1, 1]  # one fits a batch
+    assert all(job.start is not None for job in with_hint)
+    for a, b in zip(without, with_hint):
+        assert a.error is None and b.error is None and same(a.detections, b.detections)
 
 
 def test_a_corrupt_frame_among_500_good_ones_fails_alone(model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -162,7 +162,7 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
     from ..infer import infer_with
     from .client import RemoteDetector
 
-    return infer_with(args, lambda: [RemoteDetector(args.server, protocol=args.protocol) for _ in range(2)],
+    return infer_with(args, lambda _points: [RemoteDetector(args.server, protocol=args.protocol) for _ in range(2)],
                       batch=args.in_flight)
 
 
