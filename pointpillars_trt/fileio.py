@@ -79,31 +79,38 @@ def open_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     opened non-blocking and checked again with fstat, so a path swapped in between cannot slip
     through. Every failure is an :class:`InputError` naming the file (``what`` + escaped path).
     """
-    shown = safe_repr(path)
+    fd, size = open_regular_fd(path, max_bytes=max_bytes, what=what)
+    return os.fdopen(fd, "rb"), size
+
+
+def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tuple[int, int]:
+    """:func:`open_regular_file` as a bare file descriptor (the caller closes it): the per-frame
+    readers skip building a buffered file object they would bypass anyway."""
     name = os.fspath(path)
     try:
         st = os.stat(name)
     except OSError as exc:
-        raise _stat_error(what, shown, exc) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{what} {shown} is {_kind_of(st.st_mode)}, not a regular file")
-    if st.st_size > max_bytes:
-        raise InputError(f"{what} {shown} is {st.st_size} bytes, more than the limit of {max_bytes} bytes")
+        raise _stat_error(what, safe_repr(path), exc) from None
+    _check_regular(st, path, max_bytes, what)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(name, flags)
     except OSError as exc:
-        raise _stat_error(what, shown, exc) from None
+        raise _stat_error(what, safe_repr(path), exc) from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{what} {shown} is {_kind_of(st.st_mode)}, not a regular file")
-        if st.st_size > max_bytes:
-            raise InputError(f"{what} {shown} is {st.st_size} bytes, more than the limit of {max_bytes} bytes")
-        return os.fdopen(fd, "rb"), st.st_size
+        _check_regular(st, path, max_bytes, what)
+        return fd, st.st_size
     except BaseException:
         os.close(fd)
         raise
+
+
+def _check_regular(st: os.stat_result, path: PathLike, max_bytes: int, what: str) -> None:
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{what} {safe_repr(path)} is {_kind_of(st.st_mode)}, not a regular file")
+    if st.st_size > max_bytes:
+        raise InputError(f"{what} {safe_repr(path)} is {st.st_size} bytes, more than the limit of {max_bytes} bytes")
 
 
 def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> bytes:

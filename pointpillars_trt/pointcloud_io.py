@@ -16,7 +16,7 @@ from typing import IO, Union
 import numpy as np
 
 from .errors import InputError
-from .fileio import open_regular_file, read_regular_file, safe_repr
+from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
 from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -123,22 +123,35 @@ def read_points_into(
             return points
         rows[...] = points
         return rows
-    f, size = open_regular_file(path, max_bytes=2**62, what="point file")
-    with f:
+    fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
+    try:
         _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
         try:
-            got = f.readinto(memoryview(target).cast("B")) if count else 0  # type: ignore[attr-defined, arg-type]
+            got = _read_fully(fd, memoryview(target).cast("B")) if count else 0  # type: ignore[arg-type]
         except OSError as exc:
             raise InputError(f"point file {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
     if got != size:
         raise InputError(f"point file {safe_repr(path)} changed size while being read")
     _check_not_five_values(target.reshape(-1), path, "point file")
     if intensity_scale is not None:
         target[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return target
+
+
+def _read_fully(fd: int, target: memoryview) -> int:
+    """Read into ``target`` until it is full or the file ends (a read may return less than asked)."""
+    got = 0
+    while got < len(target):
+        n = os.readv(fd, [target[got:]])
+        if n == 0:
+            break
+        got += n
+    return got
 
 
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
