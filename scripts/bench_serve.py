@@ -8,7 +8,10 @@ p50 / p99 request latency (ms), and the mean batch the server formed (Triton's i
 execution_count). Not a test: numbers depend on the machine.
 
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
-        [--max-batch 1 8] [--instances 1 2 4]
+        [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4]
+
+``--max-batch`` is a pipeline's batch; with P pipelines an instance takes Triton batches of up to
+P times it and runs them as batches of ``--max-batch`` on its pipelines at once.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, nargs="+", default=[1, 8], help="one server run per value")
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
     parser.add_argument("--instances", type=int, nargs="+", default=[1], help="one server run per value")
+    parser.add_argument("--pipelines", type=int, nargs="+", default=[1], help="per instance; one server run per value")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tritonserver")
     args = parser.parse_args()
@@ -51,18 +55,19 @@ def main() -> int:
     install = find_tritonserver(args.tritonserver)
     print(f"{len(frames)} frames (mean {np.mean([len(f) for f in frames]):.0f} points), {args.clients} "
           f"{args.protocol} clients in {args.client_processes} processes, {args.seconds:g} s each, device {args.device}")
-    print(f"{'instances':>9} | {'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | {'mean batch':>10} | errors")
-    print("-" * 74)
-    for instances in args.instances:
-        for max_batch in args.max_batch:
-            with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
-                write_repository(args.model, Path(scratch) / "repo", instances=instances, max_batch=max_batch,
-                                 max_queue_delay_us=args.max_queue_delay_us, device=args.device)
-                with TritonServer(Path(scratch) / "repo", install=install, log=Path(scratch) / "server.log") as server:
-                    row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
-                                      args.protocol)
-            print(f"{instances:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | {row['p99']:>7.1f} | "
-                  f"{row['batch']:>10.2f} | {row['errors']}", flush=True)
+    print(f"{'instances':>9} | {'pipelines':>9} | {'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | "
+          f"{'mean batch':>10} | errors")
+    print("-" * 86)
+    settings = [(i, p, b) for i in args.instances for p in args.pipelines for b in args.max_batch]
+    for instances, pipelines, max_batch in settings:
+        with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
+            write_repository(args.model, Path(scratch) / "repo", instances=instances, pipelines=pipelines,
+                             max_batch=max_batch, max_queue_delay_us=args.max_queue_delay_us, device=args.device)
+            with TritonServer(Path(scratch) / "repo", install=install, log=Path(scratch) / "server.log") as server:
+                row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
+                                  args.protocol)
+        print(f"{instances:>9} | {pipelines:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | "
+              f"{row['p99']:>7.1f} | {row['batch']:>10.2f} | {row['errors']}", flush=True)
     return 0
 
 

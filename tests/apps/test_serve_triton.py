@@ -186,6 +186,40 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     assert executions < inferences, "the dynamic batcher never put two ragged frames in one batch"
 
 
+def test_pipelines_of_one_instance_split_a_batch_and_give_the_local_detections(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--pipelines 3 --max-batch 2``: Triton batches up to 6 frames, which the instance runs as batches
+    of 2 on its 3 pipelines at once; every reply equals the local detector's, in its request's order."""
+    frames = random_frames(tiny, 8)
+    jobs = [index % len(frames) for index in range(24)]
+    with PointPillars(tiny, device="cpu") as detector:
+        expected = [detector(frame) for frame in frames]
+    with served(install, tiny.path, tmp_path, max_points=MAX_POINTS, pipelines=3, max_batch=2,
+                max_queue_delay_us=50000) as server:
+        module, client = raw_client(server, "grpc")
+        done: dict[int, tuple[object, object]] = {}
+        finished = threading.Event()
+
+        def callback(key: int, result: object, error: object) -> None:
+            done[key] = (result, error)
+            if len(done) == len(jobs):
+                finished.set()
+
+        for key, index in enumerate(jobs):  # all in flight together
+            client.async_infer(MODEL_NAME, threshold_inputs(module, frames[index]), callback=functools.partial(callback, key))
+        assert finished.wait(60), f"{len(done)} of {len(jobs)} replies"
+        stats = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
+        client.close()
+    for key, index in enumerate(jobs):
+        reply, error = done[key]
+        assert error is None, error
+        np.testing.assert_array_equal(reply.as_numpy("boxes")[0], expected[index].boxes)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(reply.as_numpy("scores")[0], expected[index].scores)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(reply.as_numpy("labels")[0], expected[index].labels)  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(reply.as_numpy("num_pillars")[0], [expected[index].stats.num_pillars])  # type: ignore[attr-defined]
+    assert int(stats["inference_count"]) > 2 * int(stats["execution_count"]), \
+        "no batch larger than one pipeline's: the split across pipelines never ran"
+
+
 def threshold_inputs(module, frame: np.ndarray, **thresholds: float | int) -> list:  # type: ignore[no-untyped-def,type-arg]
     """The inputs of one request: the frame plus the optional threshold inputs given."""
     inputs = [module.InferInput("points", [1, *frame.shape], "FP32")]
@@ -341,6 +375,13 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
     assert sorted(p.name for p in (model / "1" / "model").iterdir()) == sorted(p.name for p in Path(tiny.path).iterdir())
     with pytest.raises(InputError, match="--instances"):
         write_repository(tiny.path, tmp_path / "repo", instances=0, device="cpu")
+    with pytest.raises(InputError, match="--pipelines"):
+        write_repository(tiny.path, tmp_path / "repo", pipelines=9, device="cpu")
+    write_repository(tiny.path, tmp_path / "repo", pipelines=3, max_batch=2, device="cpu")
+    config = (model / "config.pbtxt").read_text()
+    for needle in ("max_batch_size: 6", 'key: "pipelines", value: { string_value: "3" }',
+                   'key: "pipeline_batch", value: { string_value: "2" }'):
+        assert needle in config, needle
 
 
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

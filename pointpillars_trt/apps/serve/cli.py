@@ -21,7 +21,7 @@ from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES
 from ..ranges import float_in, int_in, port
 from .client import MAX_IN_FLIGHT
-from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_QUEUE_DELAY_US, MODEL_NAME
+from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, MODEL_NAME
 
 if TYPE_CHECKING:
     from .health import ModelProbe
@@ -37,8 +37,12 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES), default=1,
                        help=f"model instances per GPU (or on the CPU), 1..{MAX_INSTANCES}")
+    serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=1,
+                       help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES}: threads of one process whose "
+                            "batches run on the GPU at once (instances are processes, which time-slice it)")
     serve.add_argument("--max-batch", type=int_in(1, MAX_BATCH), default=8,
-                       help=f"largest dynamic batch, 1 (no batching)..{MAX_BATCH}")
+                       help=f"largest batch of a pipeline, 1 (no batching)..{MAX_BATCH}; Triton's dynamic batch "
+                            "is up to --pipelines times this")
     serve.add_argument("--max-queue-delay-us", type=int_in(0, MAX_QUEUE_DELAY_US), default=2000,
                        help=f"how long a request may wait for others to fill a batch, 0..{MAX_QUEUE_DELAY_US}")
     serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_MAX_POINTS,
@@ -77,7 +81,8 @@ def run_serve(args: argparse.Namespace) -> int:
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
-    target = write_repository(args.model, args.repository, instances=args.instances, max_batch=args.max_batch,
+    target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
+                              max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
     print(f"wrote {target}", flush=True)

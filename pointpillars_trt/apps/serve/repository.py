@@ -18,8 +18,10 @@ from ...runtime_options import RuntimeOptions
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
 DEFAULT_MAX_POINTS = 1_000_000
-#: Most model instances per GPU (or on the CPU), and the longest a request may wait for a batch (10 s).
+#: Most model instances per GPU (or on the CPU), pipelines per instance, and the longest a request may
+#: wait for a batch (10 s).
 MAX_INSTANCES = 64
+MAX_PIPELINES = 8
 MAX_QUEUE_DELAY_US = 10_000_000
 _TEMPLATE = Path(__file__).with_name("triton_model.py")
 
@@ -48,15 +50,20 @@ def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
 
 
 def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
-                      device: str, max_points: int, runtime: RuntimeOptions | None = None) -> str:
+                      device: str, max_points: int, runtime: RuntimeOptions | None = None,
+                      pipelines: int = 1) -> str:
     """config.pbtxt: ragged FP32 [-1, 4] points, optional per-request thresholds (score_threshold and
     nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching, K instances per GPU (or on the CPU); each
-    instance's detector runs as ``runtime`` says (stored as JSON; the device is the instance's).
+    instance's ``pipelines`` detectors (batch ``max_batch`` each, so Triton's batch is up to
+    ``pipelines * max_batch``) run as ``runtime`` says (stored as JSON; the device is the instance's).
+    Instances are processes, which time-slice a GPU; pipelines are threads of one process, whose
+    batches run on the GPU at once.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
     """
-    limits = {"--instances": (instances, 1, MAX_INSTANCES), "--max-batch": (max_batch, 1, MAX_BATCH),
+    limits = {"--instances": (instances, 1, MAX_INSTANCES), "--pipelines": (pipelines, 1, MAX_PIPELINES),
+              "--max-batch": (max_batch, 1, MAX_BATCH),
               "--max-queue-delay-us": (max_queue_delay_us, 0, MAX_QUEUE_DELAY_US),
               "--max-points": (max_points, 1, MAX_FRAME_POINTS)}
     for option, (value, low, high) in limits.items():
@@ -65,6 +72,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     kind, gpus = gpu_instance_kind(device)
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
+              "pipelines": str(pipelines), "pipeline_batch": str(max_batch),
               "max_points": str(max_points), "class_names": ",".join(model.cfg.classes),
               "runtime_options": json.dumps((runtime or RuntimeOptions()).to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
@@ -73,7 +81,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     lines = [
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
-        f"max_batch_size: {max_batch}",
+        f"max_batch_size: {max_batch * pipelines}",
         'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true },',
         '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',
@@ -92,13 +100,14 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
 
 def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int = 1,
                      max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
-                     max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None) -> Path:
+                     max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None,
+                     pipelines: int = 1) -> Path:
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
     place, replacing an older one; other models in the repository are left alone."""
     found = resolve_model(model)
     text = model_config_text(found, instances=instances, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
-                             device=device, max_points=max_points, runtime=runtime)
+                             device=device, max_points=max_points, runtime=runtime, pipelines=pipelines)
     root = Path(repository)
     root.mkdir(parents=True, exist_ok=True)
     target = root / MODEL_NAME

@@ -1,12 +1,15 @@
 """Triton Python-backend model for PointPillars, copied into a repository as ``pointpillars/1/model.py``.
 
-Each instance builds one detector (its own GPU pipeline) in ``initialize`` (model dir, device and
-runtime options from the config's parameters; a KIND_GPU instance runs on the GPU Triton gave it) and
-warms it up there at every batch size up to the config's ``max_batch_size``, so no request pays for
-kernel compilation, plan loading or graph capture. Triton's dynamic batcher hands ``execute`` the
-requests of a ragged batch one by one; their frames go to ONE ``detect_batch`` call per set of
-thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``; absent:
-the model's), through ``detect_each``: the frame at fault alone fails when the batch cannot run.
+Each instance builds its detectors (the ``pipelines`` parameter: one GPU pipeline each, of batch
+``pipeline_batch``) in ``initialize`` (model dir, device and runtime options from the config's
+parameters; a KIND_GPU instance runs on the GPU Triton gave it) and warms them up there at every batch
+size up to that batch, so no request pays for kernel compilation, plan loading or graph capture.
+Triton's dynamic batcher hands ``execute`` the requests of a ragged batch one by one; their frames go,
+per set of thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``;
+absent: the model's), to ``detect_batch`` calls of at most ``pipeline_batch`` frames, run at once on
+the instance's pipelines (threads of this one process: their batches share the GPU, where instances,
+being processes, would time-slice it), through ``detect_each``: the frame at fault alone fails when a
+batch cannot run.
 Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections.
@@ -15,7 +18,9 @@ detections.
 from __future__ import annotations
 
 import json
+import queue
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -53,10 +58,16 @@ class TritonPythonModel:
             device = f"cuda:{args['model_instance_device_id']}"
         self.max_points = int(params["max_points"])
         runtime = RuntimeOptions.from_dict(json.loads(params["runtime_options"]))
-        max_batch = min(max(1, int(config.get("max_batch_size", 1))), MAX_BATCH)
-        self.detector = PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device,
-                                                                               max_batch=max_batch))
-        self.detector.warm_up()
+        pipelines = max(1, int(params.get("pipelines", "1")))
+        self.batch = min(max(1, int(params.get("pipeline_batch", config.get("max_batch_size", 1)))), MAX_BATCH)
+        self.detectors = [PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device,
+                                                                                 max_batch=self.batch))
+                          for _ in range(pipelines)]
+        self.idle: queue.SimpleQueue[PointPillars] = queue.SimpleQueue()  # the pipelines not running a batch
+        for detector in self.detectors:
+            detector.warm_up()
+            self.idle.put(detector)
+        self.threads = ThreadPoolExecutor(pipelines, thread_name_prefix="pp-pipeline") if pipelines > 1 else None
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -76,7 +87,10 @@ class TritonPythonModel:
         return responses
 
     def finalize(self) -> None:
-        self.detector.close()
+        if self.threads is not None:
+            self.threads.shutdown(wait=True)
+        for detector in self.detectors:
+            detector.close()
 
     def _frame(self, request: Any) -> np.ndarray:
         """The request's (N, 4) float32 points, checked here too (the server checks dtype and rank)."""
@@ -103,13 +117,28 @@ class TritonPythonModel:
                 raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
             values[name] = kind(array.reshape(-1)[0])
         thresholds = Thresholds(**values)  # type: ignore[arg-type]
-        thresholds.applied_to(self.detector.cfg)  # a bad value fails this request alone
+        thresholds.applied_to(self.detectors[0].cfg)  # a bad value fails this request alone
         return thresholds
 
     def _detect(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
-        """One detect_batch for the whole group; when it fails, frame by frame so only the culprit fails."""
-        return [_error(found) if isinstance(found, BaseException) else _response(found)
-                for found in detect_each(self.detector, frames, thresholds)]
+        """The group's frames in batches of the pipelines' size, on as many pipelines at once; responses
+        in the frames' order."""
+        chunks = [frames[start : start + self.batch] for start in range(0, len(frames), self.batch)]
+        if self.threads is None or len(chunks) == 1:
+            found = [self._detect_on_idle(chunk, thresholds) for chunk in chunks]
+        else:
+            found = list(self.threads.map(self._detect_on_idle, chunks, [thresholds] * len(chunks)))
+        return [_error(result) if isinstance(result, BaseException) else _response(result)
+                for results in found for result in results]
+
+    def _detect_on_idle(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
+        """One batch on a pipeline no other thread is running (when the batch fails, frame by frame, so
+        only the culprit fails)."""
+        detector = self.idle.get()
+        try:
+            return detect_each(detector, frames, thresholds)
+        finally:
+            self.idle.put(detector)
 
 
 def _response(found: Detections) -> Any:
