@@ -183,7 +183,7 @@ class PointPillars:
         """Run a synthetic frame of ``points_per_frame`` points (default 2,000) inside the model's range
         at each of ``batch_sizes`` (default: 1 to the detector's batch on the GPU, 1 on the CPU), so that
         no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
-        largest frame size) or for a session's first run."""
+        largest frame as read: a bound on frames cropped after reading) or for a session's first run."""
         lo, hi = np.split(np.asarray(self.cfg.voxel.point_range, np.float32), 2)
         rng = np.random.default_rng(0)
         n = max(1, int(points_per_frame or 2_000))

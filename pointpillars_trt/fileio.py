@@ -80,7 +80,11 @@ def open_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     through. Every failure is an :class:`InputError` naming the file (``what`` + escaped path).
     """
     fd, size = open_regular_fd(path, max_bytes=max_bytes, what=what)
-    return os.fdopen(fd, "rb"), size
+    try:
+        return os.fdopen(fd, "rb"), size
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tuple[int, int]:

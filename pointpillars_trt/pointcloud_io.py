@@ -145,6 +145,9 @@ def read_points_into(
 
 def _read_fully(fd: int, target: memoryview) -> int:
     """Read into ``target`` until it is full or the file ends (a read may return less than asked)."""
+    if not hasattr(os, "readv"):  # not POSIX: through a file object that leaves the descriptor open
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.readinto(target)
     got = 0
     while got < len(target):
         n = os.readv(fd, [target[got:]])

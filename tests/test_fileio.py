@@ -209,11 +209,23 @@ def test_pending_flush_keeps_only_folders_where_syncfs_covers_the_files(tmp_path
         pending.flush()
 
 
-def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path) -> None:
+def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     pending = fileio.PendingFlush()
     pending._syncfs = None  # as on a system without syncfs
     write_text_atomic(tmp_path / "kept.txt", "x", durable=False)
     pending.add([tmp_path / "kept.txt", tmp_path / "never_written.txt"])
     with pytest.raises(FileNotFoundError):
         pending.flush()
-    fileio.flush_to_disk([tmp_path / "kept.txt"])
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    pending = fileio.PendingFlush()
+    pending._syncfs = None
+    pending.add([tmp_path / "kept.txt"])
+    pending.flush()
+    assert synced == [str(tmp_path / "kept.txt"), str(tmp_path)]  # the file, then its folder (the rename)

@@ -99,7 +99,7 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
         if name.lower().endswith(".bin") and "://" not in name:
             try:
                 sizes.append(os.stat(name).st_size // (4 * point_dim))
-            except OSError:
+            except (OSError, ValueError):  # ValueError: a NUL in the name
                 continue  # the frame's own read says what is wrong with it
     return min(max(sizes), MAX_LIKELY_POINTS) if sizes else None
 

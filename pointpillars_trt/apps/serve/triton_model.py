@@ -7,9 +7,9 @@ size up to that batch, so no request pays for kernel compilation, plan loading o
 Triton's dynamic batcher hands ``execute`` the requests of a ragged batch one by one; their frames go,
 per set of thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``;
 absent: the model's), to ``detect_batch`` calls of at most ``pipeline_batch`` frames, run at once on
-the instance's pipelines (threads of this one process: their batches share the GPU, where instances,
-being processes, would time-slice it), through ``detect_each``: the frame at fault alone fails when a
-batch cannot run.
+the instance's pipelines (``PipelinePool``: threads of this one process, whose batches share the GPU,
+where instances, being processes, would time-slice it); the frame at fault alone fails when a batch
+cannot run.
 Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections.
@@ -18,9 +18,7 @@ detections.
 from __future__ import annotations
 
 import json
-import queue
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -35,7 +33,8 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from pointpillars_trt.config import Thresholds  # noqa: E402
-from pointpillars_trt.detector import PointPillars, detect_each  # noqa: E402
+from pointpillars_trt.apps.serve.pipelines import PipelinePool  # noqa: E402
+from pointpillars_trt.detector import PointPillars  # noqa: E402
 from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
@@ -59,15 +58,20 @@ class TritonPythonModel:
         self.max_points = int(params["max_points"])
         runtime = RuntimeOptions.from_dict(json.loads(params["runtime_options"]))
         pipelines = max(1, int(params.get("pipelines", "1")))
-        self.batch = min(max(1, int(params.get("pipeline_batch", config.get("max_batch_size", 1)))), MAX_BATCH)
-        self.detectors = [PointPillars.from_model_dir(model_dir, options=replace(runtime, device=device,
-                                                                                 max_batch=self.batch))
-                          for _ in range(pipelines)]
-        self.idle: queue.SimpleQueue[PointPillars] = queue.SimpleQueue()  # the pipelines not running a batch
-        for detector in self.detectors:
-            detector.warm_up()
-            self.idle.put(detector)
-        self.threads = ThreadPoolExecutor(pipelines, thread_name_prefix="pp-pipeline") if pipelines > 1 else None
+        batch = min(max(1, int(params.get("pipeline_batch", config.get("max_batch_size", 1)))), MAX_BATCH)
+        options = replace(runtime, device=device, max_batch=batch)
+
+        def open_warm() -> PointPillars:
+            detector = PointPillars.from_model_dir(model_dir, options=options)
+            try:
+                detector.warm_up()
+            except BaseException:
+                detector.close()
+                raise
+            return detector
+
+        self.pipelines = PipelinePool(open_warm, pipelines, batch)
+        self.cfg = self.pipelines.detectors[0].cfg
 
     def execute(self, requests: list[Any]) -> list[Any]:
         responses: list[Any] = [None] * len(requests)
@@ -87,10 +91,7 @@ class TritonPythonModel:
         return responses
 
     def finalize(self) -> None:
-        if self.threads is not None:
-            self.threads.shutdown(wait=True)
-        for detector in self.detectors:
-            detector.close()
+        self.pipelines.close()
 
     def _frame(self, request: Any) -> np.ndarray:
         """The request's (N, 4) float32 points, checked here too (the server checks dtype and rank)."""
@@ -117,28 +118,13 @@ class TritonPythonModel:
                 raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
             values[name] = kind(array.reshape(-1)[0])
         thresholds = Thresholds(**values)  # type: ignore[arg-type]
-        thresholds.applied_to(self.detectors[0].cfg)  # a bad value fails this request alone
+        thresholds.applied_to(self.cfg)  # a bad value fails this request alone
         return thresholds
 
     def _detect(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
-        """The group's frames in batches of the pipelines' size, on as many pipelines at once; responses
-        in the frames' order."""
-        chunks = [frames[start : start + self.batch] for start in range(0, len(frames), self.batch)]
-        if self.threads is None or len(chunks) == 1:
-            found = [self._detect_on_idle(chunk, thresholds) for chunk in chunks]
-        else:
-            found = list(self.threads.map(self._detect_on_idle, chunks, [thresholds] * len(chunks)))
-        return [_error(result) if isinstance(result, BaseException) else _response(result)
-                for results in found for result in results]
-
-    def _detect_on_idle(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
-        """One batch on a pipeline no other thread is running (when the batch fails, frame by frame, so
-        only the culprit fails)."""
-        detector = self.idle.get()
-        try:
-            return detect_each(detector, frames, thresholds)
-        finally:
-            self.idle.put(detector)
+        """The group's frames on the instance's pipelines, a response each in the frames' order."""
+        return [_error(found) if isinstance(found, BaseException) else _response(found)
+                for found in self.pipelines.detect_each(frames, thresholds)]
 
 
 def _response(found: Detections) -> Any:
