@@ -139,6 +139,11 @@ class GpuPipeline:
             self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
+        # CUDA events around every stage, read into last_timings by collect: 12 CUDA calls a batch, each of
+        # which gives up the interpreter lock and waits to take it back; a caller that never reads the
+        # timings (the streaming runner) turns them off
+        self.stage_timings = True
+        self._timed = True  # whether the batch in flight records them (stage_timings when it was submitted)
         self._graphs: dict[tuple[int, int], object] = {}  # (stage, batch size) -> captured graph
         self.graph_failures: dict[str, str] = {}
         self._pfn: Engine | None = None
@@ -295,7 +300,9 @@ class GpuPipeline:
         self.copies.reset()
         self._set_thresholds(post_config or self.post_cfg)
         self._frame_points = stage_input()
-        self._events[0].record(self.stream)
+        self._timed = self.stage_timings
+        if self._timed:
+            self._events[0].record(self.stream)
         self._run_stage(0, b, self._launch_voxelize)
         self._run_stage(1, b, self._launch_pfn)
         self._run_stage(2, b, self._launch_scatter)
@@ -312,9 +319,11 @@ class GpuPipeline:
         b, self._batch = self._batch, 0
         try:
             self.stream.synchronize()
-            ev = self._events
-            timings = {stage: cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i, stage in enumerate(STAGES)}
-            timings["total"] = cp.cuda.get_elapsed_time(ev[0], ev[-1])
+            timings: dict[str, float] = {}
+            if self._timed:
+                ev = self._events
+                timings = {stage: cp.cuda.get_elapsed_time(ev[i], ev[i + 1]) for i, stage in enumerate(STAGES)}
+                timings["total"] = cp.cuda.get_elapsed_time(ev[0], ev[-1])
         except cp.cuda.runtime.CUDARuntimeError as exc:
             raise BackendError(f"GPU pipeline: CUDA error {exc} (the device is in an error state; "
                                "restart the process)") from None
@@ -401,7 +410,8 @@ class GpuPipeline:
                 launch(batch)
         else:
             launch(batch)
-        self._events[index + 1].record(self.stream)
+        if self._timed:
+            self._events[index + 1].record(self.stream)
 
     def _capture(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
         """Capture a stage after one eager warm-up run (engines allocate their workspaces there). One

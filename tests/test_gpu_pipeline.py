@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.config import ModelConfig
-from pointpillars_trt.detections import Detections
+from pointpillars_trt.detections import STAGES, Detections
 from pointpillars_trt.detector import cuda_available
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.convert.export import export_model_dir
@@ -402,8 +402,31 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
             found = [job.detections for job in jobs if job.error is None]
             assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
             assert [d.stats for d in found] == [d.stats for d in alone]
+    assert all(d.gpu_pipeline.stage_timings is False and d.last_timings == {} for d in detectors)
     for detector in detectors:
         detector.close()
+
+
+def test_stage_timings_off_skip_the_events_and_change_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
+    """With ``stage_timings`` off (the streaming runner's pipelines) a batch records no CUDA event and
+    leaves ``last_timings`` empty; its boxes are the same bytes; turned on again, the timings come back."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)[1:]
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    pipeline = detector.gpu_pipeline
+    timed = detector.detect_batch(frames)
+    assert set(pipeline.last_timings) == {*STAGES, "total"}
+    pipeline.stage_timings = False
+    for _ in range(2):  # the second replays the graphs
+        untimed = detector.detect_batch(frames)
+        assert pipeline.last_timings == {}
+        assert [d.boxes.tobytes() for d in untimed] == [d.boxes.tobytes() for d in timed]
+    pipeline.stage_timings = True
+    detector.detect_batch(frames)
+    assert set(pipeline.last_timings) == {*STAGES, "total"} and pipeline.last_timings["total"] > 0
+    detector.close()
 
 
 def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, assets):  # type: ignore[no-untyped-def]

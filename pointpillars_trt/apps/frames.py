@@ -138,7 +138,10 @@ class FrameRunner:
     them). ``run`` yields every job in input order. Safe for one ``run`` at a time; ``close`` stops the
     threads and processes. When a writer process dies (e.g. killed for memory), the frames then in the
     writer processes fail with "not written", ``notice`` says so once, and the rest of the run writes in
-    threads (as it does when they cannot start).
+    threads (as it does when they cannot start). ``points_per_frame`` sizes the staging buffers (e.g.
+    ``likely_points_per_frame``; default ``INITIAL_POINTS_PER_FRAME``). The GPU pipelines' per-stage
+    timings are turned off (``last_timings`` stays empty): they cost CUDA calls that contend for the
+    interpreter lock.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
@@ -153,6 +156,10 @@ class FrameRunner:
         self.read, self.write, self.keep_points = read, write, keep_points
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
         self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
+        for detector in self.detectors:  # never read here: 12 CUDA calls a batch that contend for the GIL
+            pipeline = getattr(detector, "gpu_pipeline", None)
+            if pipeline is not None:
+                pipeline.stage_timings = False
         self._readers = ThreadPoolExecutor(max_workers=max(1, readers), thread_name_prefix="pp-read")
         self._writer_threads = max(1, writers)
         self._notice = notice or (lambda text: print(text, file=sys.stderr, flush=True))
