@@ -199,16 +199,17 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
 def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[str, str, str]:
     command = [*PY, "infer", str(frames), "--model", str(model), "--device", device, "--no-progress", "--out", str(out)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    samples: list[tuple[float, int]] = []
+    samples: list[tuple[float, int, dict[str, int]]] = []
 
     def sample() -> None:
         while child.poll() is None:
             written = len(os.listdir(out)) if out.is_dir() else 0
             try:
                 with open(f"/proc/{child.pid}/status") as f:
-                    rss = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-                samples.append((written, rss))
-            except (OSError, StopIteration):
+                    kinds = {line.split(":")[0]: int(line.split()[1]) for line in f
+                             if line.startswith(("VmRSS:", "RssAnon:", "RssFile:", "RssShmem:"))}
+                samples.append((written, kinds["VmRSS"], kinds))
+            except (OSError, KeyError, IndexError, ValueError):
                 pass
             time.sleep(0.2)
 
@@ -218,13 +219,16 @@ def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[str, str
     watcher.join()
     found = RATE.findall(stdout)
     total = count(frames)
-    steady = [rss for written, rss in samples if written >= total * 0.1]
+    steady = [(rss, kinds) for written, rss, kinds in samples if written >= total * 0.1]
     if not steady:
         return (f"RSS over {total} frames", "n/a", "too few samples")
-    drift = (steady[-1] - steady[0]) / steady[0] * 100
+    (first, first_kinds), (last, last_kinds) = steady[0], steady[-1]
+    drift = (last - first) / first * 100
+    parts = ", ".join(f"{name[3:].lower()} {first_kinds[name] / 1024:.0f} -> {last_kinds[name] / 1024:.0f}"
+                      for name in ("RssAnon", "RssFile", "RssShmem") if name in first_kinds and name in last_kinds)
     return (f"infer --out, {total:,} frames: resident memory", found[-1] if found else "0",
-            f"RSS {steady[0] / 1024:.0f} MiB at 10 % of the frames -> {steady[-1] / 1024:.0f} MiB at the end "
-            f"({drift:+.1f} %), peak {max(r for _, r in samples) / 1024:.0f} MiB")
+            f"RSS {first / 1024:.0f} MiB at 10 % of the frames -> {last / 1024:.0f} MiB at the end "
+            f"({drift:+.1f} %; {parts} MiB), peak {max(r for _, r, _ in samples) / 1024:.0f} MiB")
 
 
 if __name__ == "__main__":
