@@ -153,7 +153,8 @@ class PointPillars:
 
     @property
     def last_timings(self) -> dict[str, float]:
-        """Milliseconds per stage of the last frame (GPU: CUDA events; CPU: wall clock)."""
+        """Milliseconds per stage of the last frame (GPU: CUDA events, none while the pipeline's
+        ``stage_timings`` are off, as in the streaming runner; CPU: wall clock)."""
         return self._impl.last_timings
 
     @property
