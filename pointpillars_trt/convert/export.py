@@ -199,7 +199,7 @@ def export_model_dir(
         _move_into_place(staging, folder)
     except OSError as exc:
         raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
-                            f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged") from None
+                            f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a concurrent build replaced them") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ModelDir(folder, cfg, json.loads(text))
@@ -258,7 +258,10 @@ def _move_into_place(staging: Path, folder: Path) -> None:
     try:
         os.replace(staging, folder)
     except OSError:
-        os.replace(retired, folder)  # put the old model dir back
+        try:
+            os.replace(retired, folder)  # put the old model dir back
+        except OSError:  # a concurrent build's complete dir took the place meanwhile: keep that one
+            shutil.rmtree(retired, ignore_errors=True)
         raise
     shutil.rmtree(retired, ignore_errors=True)
 
