@@ -199,7 +199,8 @@ def export_model_dir(
         _move_into_place(staging, folder)
     except OSError as exc:
         raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
-                            f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a concurrent build replaced them") from None
+                            f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a "
+                            "concurrent build replaced them") from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ModelDir(folder, cfg, json.loads(text))
