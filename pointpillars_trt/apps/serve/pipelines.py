@@ -35,7 +35,8 @@ class PipelinePool:
             self._idle.put(detector)
         self._threads = ThreadPoolExecutor(count, thread_name_prefix="pp-pipeline") if count > 1 else None
 
-    def detect_each(self, frames: Sequence[Any], thresholds: Thresholds | None = None) -> list[Detections | BaseException]:
+    def detect_each(self, frames: Sequence[Any],
+                    thresholds: Thresholds | None = None) -> list[Detections | BaseException]:
         """Each frame's detections or its error (``detector.detect_each``: only the frame at fault of a
         failed batch fails), batches of ``batch`` frames on as many pipelines at once."""
         chunks = [list(frames[start : start + self.batch]) for start in range(0, len(frames), self.batch)]
