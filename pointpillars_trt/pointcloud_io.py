@@ -204,7 +204,10 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
         return False
     inten = arr[:, 3]
-    lo, hi = float(inten.min()), float(inten.max())  # two passes, no copy: the usual, all-finite case
+    hi = float(inten.max())  # no copy; a NaN anywhere makes it NaN
+    if hi <= 1.5:  # the usual 0-1 reflectance, all finite: one pass
+        return False
+    lo = float(inten.min())
     if not (np.isfinite(lo) and np.isfinite(hi)):
         inten = inten[np.isfinite(inten)]
         if inten.size == 0:

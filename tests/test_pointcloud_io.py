@@ -378,3 +378,22 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
         assert intensity_looks_8bit(pts) == plain, trial
         if not np.any(pts[:, 3] < 0):
             assert not looks_like_five_values(pts.reshape(-1)), trial
+
+
+def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:
+    """Its one-pass shortcut (largest intensity <= 1.5) against the definition computed directly: the
+    finite intensities all in [0, 255] and the largest above 1.5, with NaN and infinities among them."""
+    from pointpillars_trt.pointcloud_io import intensity_looks_8bit
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(3000):
+        points = rng.uniform(-2, 300, (int(rng.integers(1, 40)), 4)).astype(np.float32)
+        points[:, 3] *= np.float32(rng.choice([1 / 300, 1, 0.005, -1]))
+        if rng.random() < 0.3:
+            points[int(rng.integers(0, len(points))), 3] = rng.choice([np.nan, np.inf, -np.inf])
+        finite = points[:, 3][np.isfinite(points[:, 3])]
+        expected = bool(finite.size) and bool(finite.min() >= 0) and bool(1.5 < finite.max() <= 255)
+        assert intensity_looks_8bit(points) == expected, points[:, 3]
+        seen.add(expected)
+    assert seen == {True, False}
