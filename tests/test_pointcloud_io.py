@@ -383,8 +383,6 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
 def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:
     """Its one-pass shortcut (largest intensity <= 1.5) against the definition computed directly: the
     finite intensities all in [0, 255] and the largest above 1.5, with NaN and infinities among them."""
-    from pointpillars_trt.pointcloud_io import intensity_looks_8bit
-
     rng = np.random.default_rng(0)
     seen = set()
     for _ in range(3000):
