@@ -252,7 +252,7 @@ def looks_like_five_values(values: np.ndarray) -> bool:
     middle = (values.size // 2) // 20 * 20
     samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
     columns = [s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples]
-    if not any(np.count_nonzero(column < 0) for column in columns):  # the usual case, without copies
+    if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
         return False
     intensity = np.concatenate(columns)
     intensity = intensity[np.isfinite(intensity)]
