@@ -15,11 +15,13 @@ from typing import Any
 from ...config import Thresholds
 from ...detections import Detections
 from ...detector import detect_each
+from ..frames import stop_stage_timings
 
 
 class PipelinePool:
     """``count`` detectors from ``open_detector()``, each run by one thread at a time, ``batch`` frames
-    a call. A detector that fails to open closes the ones opened before it."""
+    a call, their per-stage timings off (nothing reads them). A detector that fails to open closes the
+    ones opened before it."""
 
     def __init__(self, open_detector: Callable[[], Any], count: int, batch: int) -> None:
         self.batch = batch
@@ -30,6 +32,7 @@ class PipelinePool:
         except BaseException:
             self.close()
             raise
+        stop_stage_timings(self.detectors)
         self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for detector in self.detectors:
             self._idle.put(detector)
