@@ -93,6 +93,8 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
     staging buffers and the GPU pipelines are sized for the run's frames before it starts (a full
     scan is ~4x a camera crop: growing them on the first batches costs a recapture in each pipeline);
     None when none of the first items is a local ``.bin`` file."""
+    if isinstance(point_dim, bool) or not isinstance(point_dim, int) or point_dim < 1:
+        return None  # the reads refuse it, each with its error
     sizes = []
     for item in items[:SIZE_SAMPLE]:
         name = str(item) if isinstance(item, (str, os.PathLike)) else ""

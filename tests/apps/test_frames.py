@@ -84,6 +84,8 @@ def test_likely_points_per_frame_is_the_largest_of_the_first_bin_files(tmp_path:
     assert likely_points_per_frame(paths, point_dim=5) == 60_000 * 16 // 20
     assert likely_points_per_frame(paths[:1] + [str(tmp_path / "gone.bin")], point_dim=4) == 100
     assert likely_points_per_frame([str(tmp_path / "d.npy"), "s3://bucket/x.bin", b"bytes"], point_dim=4) is None
+    assert likely_points_per_frame(paths, point_dim=0) is None  # refused by the reads, not here
+    assert likely_points_per_frame([str(tmp_path / "a\0.bin")], point_dim=4) is None  # a NUL in the name
     huge = tmp_path / "huge.bin"
     with open(huge, "wb") as f:  # sparse: the size is what counts
         f.truncate((MAX_LIKELY_POINTS + 1) * 16)
