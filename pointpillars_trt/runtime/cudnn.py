@@ -356,9 +356,8 @@ class CudnnEngine(Engine):
         calls = []
         for k, layer in enumerate(self._layers):
             plan = plans[layer.shape_key]
-            w, b = self._conv_weights[k]
-            pack = {plan.uids["X"]: self._activation_ptr(k, batch, input_side=True), plan.uids["W"]: w.data.ptr,
-                    plan.uids["B"]: b.data.ptr, plan.uids["Y"]: self._activation_ptr(k, batch, input_side=False)}
+            pack = self._pack(plan.uids, k, self._activation_ptr(k, batch, input_side=True),
+                              self._activation_ptr(k, batch, input_side=False))
             calls.append((plan.graph, pack))
         p = self._neck.params
         heads_ptr, _ = self._ptrs[HEADS]
@@ -563,7 +562,6 @@ class CudnnEngine(Engine):
         Some engines tuned at batch 1 compute a batch's last frame differently."""
         cp = self._cp
         k = self._layers.index(layer)
-        w, b = self._conv_weights[k]
         (h, width), (oh, ow) = layer.in_hw, layer.out_hw
         dtype = self.options.dtype
         stream = cp.cuda.Stream(non_blocking=True)
@@ -575,8 +573,7 @@ class CudnnEngine(Engine):
         self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
 
         def run(p: _ConvPlan, x_ptr: int, y_ptr: int) -> None:
-            pack = {p.uids["X"]: x_ptr, p.uids["W"]: int(w.data.ptr), p.uids["B"]: int(b.data.ptr), p.uids["Y"]: y_ptr}
-            p.graph._execute(pack, int(ws.data.ptr), self._handle)
+            p.graph._execute(self._pack(p.uids, k, x_ptr, y_ptr), int(ws.data.ptr), self._handle)
 
         run(plan, int(x.data.ptr), int(y.data.ptr))
         for i in sorted({0, batch - 1}):
@@ -591,13 +588,16 @@ class CudnnEngine(Engine):
                 return False
         return True
 
+    def _pack(self, uids: Mapping[str, int], k: int, x_ptr: int, y_ptr: int) -> dict[int, int]:
+        """Conv ``k``'s tensor uids -> device pointers: its input, weights, bias and output."""
+        w, b = self._conv_weights[k]
+        return {uids["X"]: x_ptr, uids["W"]: int(w.data.ptr), uids["B"]: int(b.data.ptr), uids["Y"]: y_ptr}
+
     def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:
         cp = self._cp
         k = self._layers.index(layer)
-        w, b = self._conv_weights[k]
-        pack = {uids["X"]: self._activation_ptr(k, batch, input_side=True),  # reads the bound canvas, writes our buffers
-                uids["W"]: int(w.data.ptr), uids["B"]: int(b.data.ptr),
-                uids["Y"]: self._activation_ptr(k, batch, input_side=False)}
+        pack = self._pack(uids, k, self._activation_ptr(k, batch, input_side=True),  # reads the bound canvas,
+                          self._activation_ptr(k, batch, input_side=False))      # writes our buffers
         ws = cp.empty(max([g.get_workspace_size_plan_at_index(i) for i in built] + [1]), np.uint8)
         stream = cp.cuda.Stream(non_blocking=True)
         self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
