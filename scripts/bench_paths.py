@@ -184,15 +184,17 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
     script = Path(__file__).with_name("bench_serve.py")
     done = subprocess.run([sys.executable, str(script), "--model", str(model), "--frames", str(frames), "--device",
                            "cuda", "--clients", "32", "--client-processes", "8", "--seconds", "8", "--max-batch", "8",
-                           "--instances", "1", "2", "--pipelines", "2", "4"], capture_output=True, text=True)
+                           "--instances", "1", "4", "--pipelines", "1", "2"], capture_output=True, text=True)
     sys.stderr.write(done.stdout + done.stderr[-3000:])
     rows = []
     for line in done.stdout.splitlines():
         cells = [c.strip() for c in line.split("|")]
-        if len(cells) == 8 and cells[0].isdigit():
+        if len(cells) == 14 and cells[0].isdigit():
             rows.append((f"Triton, {cells[0]} instance(s) x {cells[1]} pipeline(s), max batch {cells[2]}, 32 gRPC "
                          "clients in 8 processes", cells[3],
-                         f"p50 {cells[4]} ms, p99 {cells[5]} ms, mean batch {cells[6]}, errors {cells[7]}"))
+                         f"p50 {cells[4]} ms, p99 {cells[5]} ms, mean batch {cells[6]}, errors {cells[7]}; a request: "
+                         f"queued {cells[8]} ms, input {cells[9]} ms, execute {cells[10]} ms, output {cells[11]} ms; "
+                         f"CPU cores busy: server {cells[12]}, clients {cells[13]}"))
     return rows
 
 

@@ -4,8 +4,11 @@ for T seconds, once per server setting (default: max batch 1, i.e. no batching, 
 
 The clients are spread over ``--client-processes`` processes (each its own gRPC channel and GIL), so
 that the load generator is not what limits the numbers. Prints one table row per setting: frames/s,
-p50 / p99 request latency (ms), and the mean batch the server formed (Triton's inference_count /
-execution_count). Not a test: numbers depend on the machine.
+p50 / p99 request latency (ms), the mean batch the server formed (Triton's inference_count /
+execution_count), where a request's time went on the server (Triton's queue and compute_infer: the
+model's ``execute``, per request; compute_input and compute_output: moving tensors to and from the
+backend) and the CPU cores the server's processes (tritonserver and its
+backend stubs) and the clients kept busy. Not a test: numbers depend on the machine.
 
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
         [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4]
@@ -56,8 +59,9 @@ def main() -> int:
     print(f"{len(frames)} frames (mean {np.mean([len(f) for f in frames]):.0f} points), {args.clients} "
           f"{args.protocol} clients in {args.client_processes} processes, {args.seconds:g} s each, device {args.device}")
     print(f"{'instances':>9} | {'pipelines':>9} | {'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | "
-          f"{'mean batch':>10} | errors")
-    print("-" * 86)
+          f"{'mean batch':>10} | errors | {'queue ms':>8} | {'input ms':>8} | {'execute ms':>10} | {'output ms':>9} | "
+          f"server cores | client cores")
+    print("-" * 162)
     settings = [(i, p, b) for i in args.instances for p in args.pipelines for b in args.max_batch]
     for instances, pipelines, max_batch in settings:
         with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
@@ -67,7 +71,9 @@ def main() -> int:
                 row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
                                   args.protocol)
         print(f"{instances:>9} | {pipelines:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | "
-              f"{row['p99']:>7.1f} | {row['batch']:>10.2f} | {row['errors']}", flush=True)
+              f"{row['p99']:>7.1f} | {row['batch']:>10.2f} | {row['errors']} | {row['queue']:>8.2f} | "
+              f"{row['input']:>8.2f} | {row['execute']:>10.2f} | {row['output']:>9.2f} | {row['server_cores']:>12.1f} | "
+              f"{row['client_cores']:>12.1f}", flush=True)
     return 0
 
 
@@ -83,24 +89,32 @@ def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: 
         warm(read_velodyne_bin(path))  # first-call costs out of the numbers
     warm.close()
     stats_before = server_stats(server)
+    assert server.process is not None
+    cpu_before = tree_cpu_seconds(server.process.pid)
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     context = multiprocessing.get_context("spawn")
     start_at = time.time() + 5.0  # every process connected and ready before the window opens
     with context.Pool(len(shares)) as pool:
         results = pool.starmap(client_process, [(endpoint, protocol, frames_dir, n, i, start_at, seconds)
                                                 for i, n in enumerate(shares) if n])
-    inferences, executions = (after - before for after, before in zip(server_stats(server), stats_before))
-    latencies = [x for mine, _ in results for x in mine]
-    errors = sum(e for _, e in results)
+    server_cpu = tree_cpu_seconds(server.process.pid) - cpu_before  # the window, plus a little of its edges
+    stats = {name: after - stats_before[name] for name, after in server_stats(server).items()}
+    latencies = [x for mine, _, _ in results for x in mine]
+    errors = sum(e for _, e, _ in results)
     ms = np.array(latencies) * 1e3
+    requests = max(stats["inferences"], 1)
     return {"fps": len(latencies) / seconds, "p50": float(np.percentile(ms, 50)) if len(ms) else 0.0,
             "p99": float(np.percentile(ms, 99)) if len(ms) else 0.0,
-            "batch": inferences / executions if executions else 0.0, "errors": errors}
+            "batch": stats["inferences"] / stats["executions"] if stats["executions"] else 0.0, "errors": errors,
+            "queue": stats["queue_ns"] / requests / 1e6, "input": stats["compute_input_ns"] / requests / 1e6,
+            "execute": stats["compute_infer_ns"] / requests / 1e6, "output": stats["compute_output_ns"] / requests / 1e6,
+            "server_cores": server_cpu / seconds, "client_cores": sum(c for _, _, c in results) / seconds}
 
 
 def client_process(endpoint: str, protocol: str, frames_dir: str, threads: int, offset: int, start_at: float,
-                   seconds: float) -> tuple[list[float], int]:
-    """One process of ``threads`` client threads; (latencies of requests completed inside the window, errors)."""
+                   seconds: float) -> tuple[list[float], int, float]:
+    """One process of ``threads`` client threads; (latencies of requests completed inside the window, errors,
+    CPU seconds the process spent in the window)."""
     frames = [read_velodyne_bin(p) for p in sorted(Path(frames_dir).glob("*.bin"))]
     remote = RemoteDetector(endpoint, protocol=protocol)
     latencies: list[float] = []
@@ -127,19 +141,51 @@ def client_process(endpoint: str, protocol: str, frames_dir: str, threads: int, 
     workers = [threading.Thread(target=client, args=(offset * 97 + i,)) for i in range(threads)]
     for worker in workers:
         worker.start()
+    time.sleep(max(0.0, start_at - time.time()))
+    cpu_start = time.process_time()
     for worker in workers:
         worker.join()
+    cpu = time.process_time() - cpu_start
     remote.close()
-    return latencies, errors[0]
+    return latencies, errors[0], cpu
 
 
-def server_stats(server: TritonServer) -> tuple[int, int]:
+def server_stats(server: TritonServer) -> dict[str, int]:
+    """Triton's running totals for the model: requests, executions, and the nanoseconds requests spent
+    queued, moved in, in the model's ``execute`` and moved out (each request of a batch counts the batch's
+    whole time)."""
     import tritonclient.grpc as grpc
 
     client = grpc.InferenceServerClient(server.endpoints["grpc"])
     stats = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]
     client.close()
-    return int(stats.get("inference_count", 0)), int(stats.get("execution_count", 0))
+    timings = stats.get("inference_stats", {})
+    return {"inferences": int(stats.get("inference_count", 0)), "executions": int(stats.get("execution_count", 0)),
+            "queue_ns": int(timings.get("queue", {}).get("ns", 0)),
+            **{f"{part}_ns": int(timings.get(part, {}).get("ns", 0))
+               for part in ("compute_input", "compute_infer", "compute_output")}}
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its live descendants so far, from /proc."""
+    children: dict[int, list[int]] = {}
+    cpu: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        cpu[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        total += cpu.get(current, 0.0)
+        todo.extend(children.get(current, []))
+    return total
 
 
 if __name__ == "__main__":

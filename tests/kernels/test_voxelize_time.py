@@ -14,6 +14,7 @@ from pointpillars_trt.config import load_config
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kernels import _launch
 from pointpillars_trt.kernels import voxelize as gpu_vox
+from pointpillars_trt.reference import voxelize
 from test_kernels import assert_matches_reference, fetch, stream  # noqa: F401  (fixtures; cp: conftest)
 
 CFG = load_config("openpcdet_nuscenes_multihead")
@@ -28,7 +29,8 @@ def run_with_times(cp: Any, stage: Any, pts: np.ndarray, stream: Any) -> dict[st
     rows[first: first + pts.shape[0]] = pts[:, :4]
     times = np.full(rows.shape[0], 0.7, np.float32)
     times[first: first + pts.shape[0]] = pts[:, 4]
-    stage.features[:] = np.nan  # poison: every reported row must be rewritten
+    reported = voxelize(pts, CFG).num_pillars
+    stage.features[:reported] = np.nan  # poison: every row the frame reports must be rewritten
     stage.launch(cp.asarray(rows), cp.asarray(np.array([pts.shape[0], first], np.int32)), stream,
                  times=cp.asarray(times))
     return fetch(stage, stream)
