@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -171,14 +171,35 @@ class PointPillars:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
         size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
         ``thresholds`` apply to this call only."""
+        prepared = self._prepared(frames)
+        return self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
+
+    def submit_batch(self, frames: Sequence[object], *,
+                     thresholds: Thresholds | None = None) -> Callable[[], list[Detections]]:
+        """``detect_batch`` in two halves, for a server that overlaps one batch's GPU work with the host
+        work of the next: this checks the frames (at most the detector's batch on the GPU), stages and
+        enqueues them, and returns the call that waits for the GPU and gives the detections. On the CPU
+        path the batch runs here. Host frames are copied before this returns (a server may release
+        them); frames already on the GPU must live until the returned function is called, which must
+        come before the detector's next batch."""
+        prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
+        if self.device != "cuda" or not prepared:
+            found = self._impl.detect_batch(prepared, post_config) if prepared else []
+            return lambda: found
+        pipeline = self.gpu_pipeline
+        pipeline.submit(prepared, post_config)
+        return pipeline.collect  # type: ignore[no-any-return]
+
+    def _prepared(self, frames: Sequence[object]) -> list[object]:
+        """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
         prepared = []
         for index, points in enumerate(frames):
             try:
                 prepared.append(_device_or_host_points(points, self.device, self.cfg.num_point_columns))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
-        return self._impl.detect_batch(prepared, post_config) if prepared else []
+        return prepared
 
     def warm_up(self, batch_sizes: Sequence[int] | None = None, points_per_frame: int | None = None) -> None:
         """Run a synthetic frame of ``points_per_frame`` points (default 2,000) inside the model's range

@@ -184,7 +184,7 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
     script = Path(__file__).with_name("bench_serve.py")
     done = subprocess.run([sys.executable, str(script), "--model", str(model), "--frames", str(frames), "--device",
                            "cuda", "--clients", "32", "--client-processes", "8", "--seconds", "8", "--max-batch", "8",
-                           "--instances", "1", "4", "--pipelines", "1", "2"], capture_output=True, text=True)
+                           "--instances", "1", "2", "4", "--pipelines", "1", "2"], capture_output=True, text=True)
     sys.stderr.write(done.stdout + done.stderr[-3000:])
     rows = []
     for line in done.stdout.splitlines():

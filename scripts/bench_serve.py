@@ -13,8 +13,8 @@ backend stubs) and the clients kept busy. Not a test: numbers depend on the mach
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
         [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4]
 
-``--max-batch`` is a pipeline's batch; with P pipelines an instance takes Triton batches of up to
-P times it and runs them as batches of ``--max-batch`` on its pipelines at once.
+``--max-batch`` is the largest batch Triton forms for an instance; with P pipelines an instance runs
+one batch on the GPU while Triton hands it the next.
 """
 
 from __future__ import annotations

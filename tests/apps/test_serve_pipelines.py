@@ -1,7 +1,8 @@
 """The pipelines of one Triton instance (apps/serve/pipelines.py), with real CPU detectors of the tiny model.
 
-Oracle: one detector run on each frame alone. Each detector is wrapped only to record the batches it
-was given (their sizes, and how many ran at the same time)."""
+Oracle: one detector run on each frame alone. Each detector is wrapped only to stand in for the GPU's
+time: the batch really runs (on the CPU path, inside ``submit_batch``), and the call that would wait for
+the GPU sleeps 50 ms and notes how many batches were in flight at once."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 import numpy as np
 import pytest
 
-from pointpillars_trt.apps.serve.pipelines import PipelinePool
+from pointpillars_trt.apps.serve.pipelines import PipelineSet
 from pointpillars_trt.config import Thresholds
 from pointpillars_trt.detector import PointPillars
 
@@ -23,28 +24,33 @@ def model(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-
     return tiny_model_dir(tmp_path_factory.mktemp("tiny"), seed=4)
 
 
-class Recording:
-    """A real detector that notes each batch it runs and how many recorded detectors run at once."""
+class SlowFinish:
+    """A real detector whose batches take 50 ms more to finish, counted while in flight."""
 
-    running = 0
-    most_at_once = 0
+    in_flight = 0
+    most_in_flight = 0
     lock = threading.Lock()
 
     def __init__(self, detector: PointPillars) -> None:
-        self.detector, self.batches = detector, []  # type: ignore[var-annotated]
-        self.cfg, self.closed = detector.cfg, False
+        self.detector, self.cfg, self.closed, self.batches = detector, detector.cfg, False, 0
+
+    def submit_batch(self, frames, *, thresholds=None):  # type: ignore[no-untyped-def]
+        finish = self.detector.submit_batch(frames, thresholds=thresholds)
+        with SlowFinish.lock:
+            SlowFinish.in_flight += 1
+            SlowFinish.most_in_flight = max(SlowFinish.most_in_flight, SlowFinish.in_flight)
+        self.batches += 1
+
+        def slow():  # type: ignore[no-untyped-def]
+            time.sleep(0.05)
+            with SlowFinish.lock:
+                SlowFinish.in_flight -= 1
+            return finish()
+
+        return slow
 
     def detect_batch(self, frames, thresholds=None):  # type: ignore[no-untyped-def]
-        with Recording.lock:
-            Recording.running += 1
-            Recording.most_at_once = max(Recording.most_at_once, Recording.running)
-        try:
-            time.sleep(0.05)  # long enough for the other pipelines' batches to start meanwhile
-            self.batches.append(len(frames))
-            return self.detector.detect_batch(frames, thresholds=thresholds)
-        finally:
-            with Recording.lock:
-                Recording.running -= 1
+        return self.detector.detect_batch(frames, thresholds=thresholds)
 
     def close(self) -> None:
         self.closed = True
@@ -57,44 +63,49 @@ def frames_of(model, sizes: list[int]) -> list[np.ndarray]:  # type: ignore[no-u
     return [np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32) for n in sizes]
 
 
-def test_a_large_batch_runs_as_pipeline_batches_at_once_in_order(model) -> None:  # type: ignore[no-untyped-def]
+def test_batches_are_answered_later_with_the_local_detections_several_in_flight(model) -> None:  # type: ignore[no-untyped-def]
     frames = frames_of(model, [300, 0, 2000, 50, 900, 7, 4000])
     thresholds = Thresholds(score_threshold=0.05)
     with PointPillars(model, device="cpu") as alone:
         expected = [alone(frame, thresholds=thresholds) for frame in frames]
-    pool = PipelinePool(lambda: Recording(PointPillars(model, device="cpu", threads=1)), 3, batch=2)
+    answers: dict[int, list[object]] = {}
+    pipelines = PipelineSet(lambda: SlowFinish(PointPillars(model, device="cpu", threads=1)), 3)
     try:
-        found = pool.detect_each(frames, thresholds)
+        for start in range(0, len(frames), 2):
+            pipelines.start(frames[start : start + 2], thresholds, lambda found, at=start: answers.__setitem__(at, found))
+        assert len(answers) < 4, "start waited for the batches to finish"
     finally:
-        pool.close()
-    assert [len(d) for d in found] == [len(d) for d in expected]  # type: ignore[arg-type]
+        pipelines.close()  # waits for the answers
+    found = [result for at in sorted(answers) for result in answers[at]]
+    assert sorted(answers) == [0, 2, 4, 6] and len(found) == len(expected)
     for got, want in zip(found, expected):
         assert not isinstance(got, BaseException)
-        np.testing.assert_array_equal(got.boxes, want.boxes)
-        np.testing.assert_array_equal(got.scores, want.scores)
-        assert got.stats == want.stats
-    batches = [size for detector in pool.detectors for size in detector.batches]
-    assert sorted(batches) == [1, 2, 2, 2] and Recording.most_at_once >= 2
-    assert sum(bool(detector.batches) for detector in pool.detectors) >= 2
+        np.testing.assert_array_equal(got.boxes, want.boxes)  # type: ignore[union-attr]
+        np.testing.assert_array_equal(got.scores, want.scores)  # type: ignore[union-attr]
+        assert got.stats == want.stats  # type: ignore[union-attr]
+    assert SlowFinish.most_in_flight >= 2, "no two batches were ever in flight at once"
+    assert sum(detector.batches for detector in pipelines.detectors) == 4
 
 
 def test_a_bad_frame_fails_alone_and_a_pipeline_that_cannot_open_closes_the_others(model) -> None:  # type: ignore[no-untyped-def]
     frames = frames_of(model, [100, 200, 300])
     frames[1] = np.zeros((5, 3), np.float32)  # not (N, 4)
-    pool = PipelinePool(lambda: PointPillars(model, device="cpu"), 2, batch=2)
+    answers: list[list[object]] = []
+    pipelines = PipelineSet(lambda: PointPillars(model, device="cpu"), 2)
     try:
-        found = pool.detect_each(frames)
+        pipelines.start(frames, None, answers.append)
     finally:
-        pool.close()
-    assert [isinstance(result, BaseException) for result in found] == [False, True, False]
-    opened: list[Recording] = []
+        pipelines.close()
+    assert [isinstance(result, BaseException) for result in answers[0]] == [False, True, False]
+    assert "expected an (N, 4) array" in str(answers[0][1])
+    opened: list[SlowFinish] = []
 
-    def third_fails() -> Recording:
+    def third_fails() -> SlowFinish:
         if len(opened) == 2:
             raise OSError("no such model dir")
-        opened.append(Recording(PointPillars(model, device="cpu")))
+        opened.append(SlowFinish(PointPillars(model, device="cpu")))
         return opened[-1]
 
     with pytest.raises(OSError, match="no such model dir"):
-        PipelinePool(third_fails, 3, batch=2)
+        PipelineSet(third_fails, 3)
     assert len(opened) == 2 and all(detector.closed for detector in opened)

@@ -186,9 +186,10 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     assert executions < inferences, "the dynamic batcher never put two ragged frames in one batch"
 
 
-def test_pipelines_of_one_instance_split_a_batch_and_give_the_local_detections(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """``--pipelines 3 --max-batch 2``: Triton batches up to 6 frames, which the instance runs as batches
-    of 2 on its 3 pipelines at once; every reply equals the local detector's, in its request's order."""
+def test_pipelines_of_one_instance_answer_through_response_senders_with_the_local_detections(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """``--pipelines 3 --max-batch 2``: ``execute`` stages each batch of up to 2 frames on one of 3
+    pipelines and returns; the requests are answered through their response senders, each reply equal
+    to the local detector's."""
     frames = random_frames(tiny, 8)
     jobs = [index % len(frames) for index in range(24)]
     with PointPillars(tiny, device="cpu") as detector:
@@ -216,9 +217,8 @@ def test_pipelines_of_one_instance_split_a_batch_and_give_the_local_detections(i
         np.testing.assert_array_equal(reply.as_numpy("scores")[0], expected[index].scores)  # type: ignore[attr-defined]
         np.testing.assert_array_equal(reply.as_numpy("labels")[0], expected[index].labels)  # type: ignore[attr-defined]
         np.testing.assert_array_equal(reply.as_numpy("num_pillars")[0], [expected[index].stats.num_pillars])  # type: ignore[attr-defined]
-    # the split itself (sizes, pipelines at once) is tested in test_serve_pipelines.py
-    assert int(stats["inference_count"]) > 2 * int(stats["execution_count"]), \
-        "Triton never formed a batch larger than one pipeline's, so none was split"
+    # batches in flight at once on several pipelines are tested in test_serve_pipelines.py
+    assert int(stats["inference_count"]) > int(stats["execution_count"]), "Triton never formed a batch of 2"
 
 
 def threshold_inputs(module, frame: np.ndarray, **thresholds: float | int) -> list:  # type: ignore[no-untyped-def,type-arg]
@@ -380,8 +380,7 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
         write_repository(tiny.path, tmp_path / "repo", pipelines=9, device="cpu")
     write_repository(tiny.path, tmp_path / "repo", pipelines=3, max_batch=2, device="cpu")
     config = (model / "config.pbtxt").read_text()
-    for needle in ("max_batch_size: 6", 'key: "pipelines", value: { string_value: "3" }',
-                   'key: "pipeline_batch", value: { string_value: "2" }'):
+    for needle in ("max_batch_size: 2", 'key: "pipelines", value: { string_value: "3" }'):
         assert needle in config, needle
 
 

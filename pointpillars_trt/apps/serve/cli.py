@@ -38,11 +38,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES), default=1,
                        help=f"model instances per GPU (or on the CPU), 1..{MAX_INSTANCES}")
     serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=1,
-                       help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES}: threads of one process whose "
-                            "batches run on the GPU at once (instances are processes, which time-slice it)")
+                       help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES}: one runs a batch while "
+                            "Triton hands the instance the next (instances are processes, which time-slice the GPU)")
     serve.add_argument("--max-batch", type=int_in(1, MAX_BATCH), default=8,
-                       help=f"largest batch of a pipeline, 1 (no batching)..{MAX_BATCH}; Triton's dynamic batch "
-                            "is up to --pipelines times this")
+                       help=f"largest batch Triton forms for an instance, 1 (no batching)..{MAX_BATCH}")
     serve.add_argument("--max-queue-delay-us", type=int_in(0, MAX_QUEUE_DELAY_US), default=2000,
                        help=f"how long a request may wait for others to fill a batch, 0..{MAX_QUEUE_DELAY_US}")
     serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_MAX_POINTS,

@@ -1,8 +1,11 @@
-"""Several detectors of one process used as one: what a Triton instance with ``--pipelines P`` runs.
+"""The pipelines of one Triton instance, kept busy while Triton and the backend move tensors.
 
-Pipelines are threads of one process, so their batches share the GPU at once; model instances are
-processes, which the GPU time-slices between (without MPS). A batch larger than one pipeline's goes out
-as batches of at most ``batch`` frames on idle pipelines at once, results in the frames' order.
+Triton calls a model instance's ``execute`` one batch at a time, and around each call it copies the
+requests in and the responses out; a model that waits for its GPU inside ``execute`` leaves the GPU
+idle through all of that. So ``execute`` only stages a batch on an idle pipeline (the frames are
+copied before it returns) and a completion thread waits for the GPU and answers each request through
+its response sender, while Triton already hands ``execute`` the next batch for another pipeline.
+With every pipeline busy, ``execute`` waits for one: the batches in flight stay bounded.
 """
 
 from __future__ import annotations
@@ -14,17 +17,18 @@ from typing import Any
 
 from ...config import Thresholds
 from ...detections import Detections
-from ...detector import detect_each
+from ...detector import FRAME_ERRORS, detect_each
 from ..frames import stop_stage_timings
 
+#: What a batch's answer gets: per frame, its detections or the error that frame alone raised.
+Answer = Callable[[list[Detections | BaseException]], None]
 
-class PipelinePool:
-    """``count`` detectors from ``open_detector()``, each run by one thread at a time, ``batch`` frames
-    a call, their per-stage timings off (nothing reads them). A detector that fails to open closes the
-    ones opened before it."""
 
-    def __init__(self, open_detector: Callable[[], Any], count: int, batch: int) -> None:
-        self.batch = batch
+class PipelineSet:
+    """``count`` detectors from ``open_detector()`` (per-stage timings off: nothing reads them), each
+    running one batch at a time. A detector that fails to open closes the ones opened before it."""
+
+    def __init__(self, open_detector: Callable[[], Any], count: int) -> None:
         self.detectors: list[Any] = []
         try:
             for _ in range(count):
@@ -36,29 +40,39 @@ class PipelinePool:
         self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for detector in self.detectors:
             self._idle.put(detector)
-        self._threads = ThreadPoolExecutor(count, thread_name_prefix="pp-pipeline") if count > 1 else None
+        self._completions = ThreadPoolExecutor(count, thread_name_prefix="pp-pipeline")
 
-    def detect_each(self, frames: Sequence[Any],
-                    thresholds: Thresholds | None = None) -> list[Detections | BaseException]:
-        """Each frame's detections or its error (``detector.detect_each``: only the frame at fault of a
-        failed batch fails), batches of ``batch`` frames on as many pipelines at once."""
-        chunks = [list(frames[start : start + self.batch]) for start in range(0, len(frames), self.batch)]
-        if self._threads is None or len(chunks) <= 1:
-            found = [self._on_idle(chunk, thresholds) for chunk in chunks]
-        else:
-            found = list(self._threads.map(self._on_idle, chunks, [thresholds] * len(chunks)))
-        return [result for results in found for result in results]
-
-    def _on_idle(self, frames: list[Any], thresholds: Thresholds | None) -> list[Detections | BaseException]:
+    def start(self, frames: Sequence[Any], thresholds: Thresholds | None, answer: Answer) -> None:
+        """Stage ``frames`` (at most a detector's batch) on the next idle pipeline, waiting for one;
+        ``answer`` gets the results from a completion thread. Frames are not read after this returns.
+        A batch with a bad frame runs here frame by frame, so that only the frame at fault fails."""
         detector = self._idle.get()
         try:
-            return detect_each(detector, frames, thresholds)
+            try:
+                finish = detector.submit_batch(list(frames), thresholds=thresholds)
+            except FRAME_ERRORS:
+                found = detect_each(detector, frames, thresholds)
+
+                def finish() -> list[Detections | BaseException]:
+                    return found
+        except BaseException:
+            self._idle.put(detector)
+            raise
+        self._completions.submit(self._complete, detector, finish, len(frames), answer)
+
+    def _complete(self, detector: Any, finish: Callable[[], list[Any]], count: int, answer: Answer) -> None:
+        try:
+            found: list[Detections | BaseException] = list(finish())
+        except Exception as exc:  # noqa: BLE001 - the GPU failed the whole batch: each request hears it
+            found = [exc] * count
         finally:
             self._idle.put(detector)
+        answer(found)
 
     def close(self) -> None:
-        threads = getattr(self, "_threads", None)
-        if threads is not None:
-            threads.shutdown(wait=True)
+        """Wait for the batches in flight to be answered, then close the detectors."""
+        completions = getattr(self, "_completions", None)
+        if completions is not None:
+            completions.shutdown(wait=True)
         for detector in self.detectors:
             detector.close()

@@ -53,11 +53,10 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
                       device: str, max_points: int, runtime: RuntimeOptions | None = None,
                       pipelines: int = 1) -> str:
     """config.pbtxt: ragged FP32 [-1, 4] points, optional per-request thresholds (score_threshold and
-    nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching, K instances per GPU (or on the CPU); each
-    instance's ``pipelines`` detectors (batch ``max_batch`` each, so Triton's batch is up to
-    ``pipelines * max_batch``) run as ``runtime`` says (stored as JSON; the device is the instance's).
-    Instances are processes, which time-slice a GPU; pipelines are threads of one process, whose
-    batches run on the GPU at once.
+    nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching up to ``max_batch`` frames, K instances
+    per GPU (or on the CPU); each instance's ``pipelines`` detectors (of that batch) run as ``runtime``
+    says (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
+    GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
@@ -72,7 +71,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     kind, gpus = gpu_instance_kind(device)
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
-              "pipelines": str(pipelines), "pipeline_batch": str(max_batch),
+              "pipelines": str(pipelines),
               "max_points": str(max_points), "class_names": ",".join(model.cfg.classes),
               "runtime_options": json.dumps((runtime or RuntimeOptions()).to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
@@ -81,7 +80,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     lines = [
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
-        f"max_batch_size: {max_batch * pipelines}",
+        f"max_batch_size: {max_batch}",
         'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true },',
         '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',

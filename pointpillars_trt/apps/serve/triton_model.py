@@ -1,15 +1,14 @@
 """Triton Python-backend model for PointPillars, copied into a repository as ``pointpillars/1/model.py``.
 
 Each instance builds its detectors (the ``pipelines`` parameter: one GPU pipeline each, of batch
-``pipeline_batch``) in ``initialize`` (model dir, device and runtime options from the config's
+``max_batch_size``) in ``initialize`` (model dir, device and runtime options from the config's
 parameters; a KIND_GPU instance runs on the GPU Triton gave it) and warms them up there at every batch
 size up to that batch, so no request pays for kernel compilation, plan loading or graph capture.
 Triton's dynamic batcher hands ``execute`` the requests of a ragged batch one by one; their frames go,
 per set of thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``;
-absent: the model's), to ``detect_batch`` calls of at most ``pipeline_batch`` frames, run at once on
-the instance's pipelines (``PipelinePool``: threads of this one process, whose batches share the GPU,
-where instances, being processes, would time-slice it); the frame at fault alone fails when a batch
-cannot run.
+absent: the model's), to an idle pipeline (``PipelineSet``): ``execute`` returns once they are staged,
+and each request is answered through its response sender when the GPU is done, so the next batch's
+host work overlaps this one's GPU work. The frame at fault alone fails when a batch cannot run.
 Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections.
@@ -20,6 +19,7 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +33,7 @@ import numpy as np  # noqa: E402
 import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from pointpillars_trt.config import Thresholds  # noqa: E402
-from pointpillars_trt.apps.serve.pipelines import PipelinePool  # noqa: E402
+from pointpillars_trt.apps.serve.pipelines import PipelineSet  # noqa: E402
 from pointpillars_trt.detector import PointPillars  # noqa: E402
 from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
@@ -58,8 +58,8 @@ class TritonPythonModel:
         self.max_points = int(params["max_points"])
         runtime = RuntimeOptions.from_dict(json.loads(params["runtime_options"]))
         pipelines = max(1, int(params.get("pipelines", "1")))
-        batch = min(max(1, int(params.get("pipeline_batch", config.get("max_batch_size", 1)))), MAX_BATCH)
-        options = replace(runtime, device=device, max_batch=batch)
+        self.batch = min(max(1, int(config.get("max_batch_size", 1))), MAX_BATCH)
+        options = replace(runtime, device=device, max_batch=self.batch)
 
         def open_warm() -> PointPillars:
             detector = PointPillars.from_model_dir(model_dir, options=options)
@@ -70,25 +70,30 @@ class TritonPythonModel:
                 raise
             return detector
 
-        self.pipelines = PipelinePool(open_warm, pipelines, batch)
+        self.pipelines = PipelineSet(open_warm, pipelines)
         self.cfg = self.pipelines.detectors[0].cfg
 
-    def execute(self, requests: list[Any]) -> list[Any]:
-        responses: list[Any] = [None] * len(requests)
-        groups: dict[Thresholds, tuple[list[int], list[np.ndarray]]] = {}  # requests by their thresholds
-        for index, request in enumerate(requests):
+    def execute(self, requests: list[Any]) -> None:
+        """Stage the batch's frames and return; each request is answered through its response sender."""
+        groups: dict[Thresholds, tuple[list[Any], list[np.ndarray]]] = {}  # requests by their thresholds
+        for request in requests:
+            sender = request.get_response_sender()
             try:
                 frame, thresholds = self._frame(request), self._thresholds(request)
             except PointPillarsError as exc:
-                responses[index] = _error(exc)
+                _send(sender, _error(exc))
                 continue
-            owners, frames = groups.setdefault(thresholds, ([], []))
-            owners.append(index)
+            senders, frames = groups.setdefault(thresholds, ([], []))
+            senders.append(sender)
             frames.append(frame)
-        for thresholds, (owners, frames) in groups.items():
-            for index, response in zip(owners, self._detect(frames, thresholds)):
-                responses[index] = response
-        return responses
+        for thresholds, (senders, frames) in groups.items():
+            for start in range(0, len(frames), self.batch):
+                chunk = senders[start : start + self.batch]
+                try:
+                    self.pipelines.start(frames[start : start + self.batch], thresholds, partial(_answer, chunk))
+                except Exception as exc:  # noqa: BLE001 - whatever stopped the batch, its requests hear it
+                    _answer(chunk, [exc] * len(chunk))
+        return None
 
     def finalize(self) -> None:
         self.pipelines.close()
@@ -118,13 +123,23 @@ class TritonPythonModel:
                 raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
             values[name] = kind(array.reshape(-1)[0])
         thresholds = Thresholds(**values)  # type: ignore[arg-type]
-        thresholds.applied_to(self.cfg)  # a bad value fails this request alone
+        if values:
+            thresholds.applied_to(self.cfg)  # a bad value fails this request alone
         return thresholds
 
-    def _detect(self, frames: list[np.ndarray], thresholds: Thresholds) -> list[Any]:
-        """The group's frames on the instance's pipelines, a response each in the frames' order."""
-        return [_error(found) if isinstance(found, BaseException) else _response(found)
-                for found in self.pipelines.detect_each(frames, thresholds)]
+
+def _answer(senders: list[Any], found: list[Detections | BaseException]) -> None:
+    """Each request of a finished batch gets its detections or its frame's error."""
+    for sender, result in zip(senders, found):
+        _send(sender, _error(result) if isinstance(result, BaseException) else _response(result))
+
+
+def _send(sender: Any, response: Any) -> None:
+    """The request's one and final response; a client gone meanwhile costs only its own reply."""
+    try:
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
+        print(f"warning: pointpillars: a response could not be sent ({exc})", file=sys.stderr, flush=True)
 
 
 def _response(found: Detections) -> Any:
