@@ -193,7 +193,8 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
             rows.append((f"Triton, {cells[0]} instance(s) x {cells[1]} pipeline(s), max batch {cells[2]}, 32 gRPC "
                          "clients in 8 processes", cells[3],
                          f"p50 {cells[4]} ms, p99 {cells[5]} ms, mean batch {cells[6]}, errors {cells[7]}; a request: "
-                         f"queued {cells[8]} ms, input {cells[9]} ms, execute {cells[10]} ms, output {cells[11]} ms; "
+                         f"queued {cells[8]} ms, input {cells[9]} ms, execute (staging and waiting for a pipeline) "
+                         f"{cells[10]} ms, output {cells[11]} ms; "
                          f"CPU cores busy: server {cells[12]}, clients {cells[13]}"))
     return rows
 

@@ -6,8 +6,8 @@ The clients are spread over ``--client-processes`` processes (each its own gRPC 
 that the load generator is not what limits the numbers. Prints one table row per setting: frames/s,
 p50 / p99 request latency (ms), the mean batch the server formed (Triton's inference_count /
 execution_count), where a request's time went on the server (Triton's queue and compute_infer: the
-model's ``execute``, per request; compute_input and compute_output: moving tensors to and from the
-backend) and the CPU cores the server's processes (tritonserver and its
+model's ``execute``, per request, which answers later: staging the batch and waiting for an idle
+pipeline; compute_input and compute_output: moving tensors to and from the backend) and the CPU cores the server's processes (tritonserver and its
 backend stubs) and the clients kept busy. Not a test: numbers depend on the machine.
 
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
@@ -90,14 +90,25 @@ def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: 
     warm.close()
     stats_before = server_stats(server)
     assert server.process is not None
-    cpu_before = tree_cpu_seconds(server.process.pid)
+    pid = server.process.pid
+    window: dict[str, float] = {}
+
+    def sample_server_cpu() -> None:  # at the window's edges, as the clients' own CPU time is taken
+        time.sleep(max(0.0, start_at - time.time()))
+        window["start"] = tree_cpu_seconds(pid)
+        time.sleep(max(0.0, start_at + seconds - time.time()))
+        window["end"] = tree_cpu_seconds(pid)
+
     shares = [clients // processes + (i < clients % processes) for i in range(processes)]
     context = multiprocessing.get_context("spawn")
     start_at = time.time() + 5.0  # every process connected and ready before the window opens
+    sampler = threading.Thread(target=sample_server_cpu)
+    sampler.start()
     with context.Pool(len(shares)) as pool:
         results = pool.starmap(client_process, [(endpoint, protocol, frames_dir, n, i, start_at, seconds)
                                                 for i, n in enumerate(shares) if n])
-    server_cpu = tree_cpu_seconds(server.process.pid) - cpu_before  # the window, plus a little of its edges
+    sampler.join()
+    server_cpu = window["end"] - window["start"]
     stats = {name: after - stats_before[name] for name, after in server_stats(server).items()}
     latencies = [x for mine, _, _ in results for x in mine]
     errors = sum(e for _, e, _ in results)

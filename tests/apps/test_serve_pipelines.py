@@ -15,6 +15,7 @@ import pytest
 from pointpillars_trt.apps.serve.pipelines import PipelineSet
 from pointpillars_trt.config import Thresholds
 from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import BackendError
 
 
 @pytest.fixture(scope="module")
@@ -109,3 +110,45 @@ def test_a_bad_frame_fails_alone_and_a_pipeline_that_cannot_open_closes_the_othe
     with pytest.raises(OSError, match="no such model dir"):
         PipelineSet(third_fails, 3)
     assert len(opened) == 2 and all(detector.closed for detector in opened)
+
+
+class FailingFinish:
+    """A real detector whose first batch fails where the GPU would (in the call that waits for it)."""
+
+    def __init__(self, detector: PointPillars) -> None:
+        self.detector, self.cfg, self.failed = detector, detector.cfg, False
+
+    def submit_batch(self, frames, *, thresholds=None):  # type: ignore[no-untyped-def]
+        finish = self.detector.submit_batch(frames, thresholds=thresholds)
+        if self.failed:
+            return finish
+        self.failed = True
+
+        def fail():  # type: ignore[no-untyped-def]
+            raise BackendError("GPU pipeline: CUDA error (test)")
+
+        return fail
+
+    def close(self) -> None:
+        self.detector.close()
+
+
+def test_a_failed_batch_and_a_failing_answer_leave_the_pipeline_usable(model, capsys) -> None:  # type: ignore[no-untyped-def]
+    frames = frames_of(model, [100, 200])
+    answers: list[list[object]] = []
+
+    def answer_or_fail(found: list[object]) -> None:
+        answers.append(found)
+        if len(answers) == 2:
+            raise RuntimeError("the stub refused the response")
+
+    pipelines = PipelineSet(lambda: FailingFinish(PointPillars(model, device="cpu")), 1)
+    try:
+        for _ in range(3):  # one pipeline: each start waits for the previous batch to hand it back
+            pipelines.start(frames, None, answer_or_fail)
+    finally:
+        pipelines.close()
+    assert [type(result).__name__ for result in answers[0]] == ["BackendError", "BackendError"]
+    assert all(not isinstance(result, BaseException) for found in answers[1:] for result in found)
+    assert len(answers) == 3
+    assert "a batch's answers failed (RuntimeError: the stub refused the response)" in capsys.readouterr().err

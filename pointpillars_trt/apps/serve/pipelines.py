@@ -11,6 +11,7 @@ With every pipeline busy, ``execute`` waits for one: the batches in flight stay 
 from __future__ import annotations
 
 import queue
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -58,7 +59,10 @@ class PipelineSet:
         except BaseException:
             self._idle.put(detector)
             raise
-        self._completions.submit(self._complete, detector, finish, len(frames), answer)
+        try:
+            self._completions.submit(self._complete, detector, finish, len(frames), answer)
+        except BaseException:  # no completion thread to hand it to (e.g. none could start): finish it here
+            self._complete(detector, finish, len(frames), answer)
 
     def _complete(self, detector: Any, finish: Callable[[], list[Any]], count: int, answer: Answer) -> None:
         try:
@@ -67,7 +71,11 @@ class PipelineSet:
             found = [exc] * count
         finally:
             self._idle.put(detector)
-        answer(found)
+        try:
+            answer(found)
+        except Exception as exc:  # noqa: BLE001 - nobody reads a completion thread's exceptions: say it
+            print(f"warning: pointpillars: a batch's answers failed ({type(exc).__name__}: {exc})",
+                  file=sys.stderr, flush=True)
 
     def close(self) -> None:
         """Wait for the batches in flight to be answered, then close the detectors."""

@@ -129,17 +129,26 @@ class TritonPythonModel:
 
 
 def _answer(senders: list[Any], found: list[Detections | BaseException]) -> None:
-    """Each request of a finished batch gets its detections or its frame's error."""
+    """Each request of a finished batch gets its detections or its frame's error: every request gets
+    its one final response (a request left without one would keep its client waiting for ever)."""
     for sender, result in zip(senders, found):
-        _send(sender, _error(result) if isinstance(result, BaseException) else _response(result))
+        try:
+            response = _error(result) if isinstance(result, BaseException) else _response(result)
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
+            response = _error(exc)
+        _send(sender, response)
 
 
 def _send(sender: Any, response: Any) -> None:
-    """The request's one and final response; a client gone meanwhile costs only its own reply."""
+    """The request's one and final response; when it cannot be sent, a bare error in its place."""
     try:
         sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
         print(f"warning: pointpillars: a response could not be sent ({exc})", file=sys.stderr, flush=True)
+        try:
+            sender.send(_error(exc), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        except Exception:  # noqa: BLE001 - the request is gone (its client left): nothing is waiting
+            pass
 
 
 def _response(found: Detections) -> Any:
