@@ -7,8 +7,9 @@ that the load generator is not what limits the numbers. Prints one table row per
 p50 / p99 request latency (ms), the mean batch the server formed (Triton's inference_count /
 execution_count), where a request's time went on the server (Triton's queue and compute_infer: the
 model's ``execute``, per request, which answers later: staging the batch and waiting for an idle
-pipeline; compute_input and compute_output: moving tensors to and from the backend) and the CPU cores the server's processes (tritonserver and its
-backend stubs) and the clients kept busy. Not a test: numbers depend on the machine.
+pipeline; compute_input and compute_output: moving tensors to and from the backend) and the CPU
+cores the server's processes (tritonserver and its backend stubs) and the clients kept busy. Not a
+test: numbers depend on the machine.
 
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
         [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4]

@@ -50,7 +50,7 @@ class PipelineSet:
         detector = self._idle.get()
         try:
             try:
-                finish = detector.submit_batch(list(frames), thresholds=thresholds)
+                finish = detector.submit_batch(frames, thresholds=thresholds)
             except FRAME_ERRORS:
                 found = detect_each(detector, frames, thresholds)
 
