@@ -7,7 +7,8 @@ import functools
 
 import numpy as np
 
-from .config import ModelConfig
+from .config import HeadsConfig, ModelConfig
+from .errors import ConfigError
 
 # Corner-inside margin (metres) of each family's NMS kernel: OpenPCDet iou3d_nms (1 cm), mmdet3d-style
 # iou3d of zhulf0804 (1e-5 m).
@@ -65,3 +66,35 @@ def _center_axis(lo: float, hi: float, n: int) -> np.ndarray:
     edges = np.where(i < (n + 1) // 2, from_lo, from_hi).astype(np.float32)
     shift = (edges[1] - edges[0]) / np.float32(2)
     return edges[:n] + shift
+
+
+def head_anchors(cfg: ModelConfig) -> tuple[int, ...]:
+    """Anchors per BEV cell of each head of a multi-head model: its classes x the rotations."""
+    return tuple(len(group) * len(cfg.anchors.rotations) for group in _heads(cfg).groups)
+
+
+def head_rows(cfg: ModelConfig) -> list[tuple[int, int, int, int]]:
+    """(class-channel offset, box-channel offset, anchors per cell, classes) of each head in the merged
+    NHWC map: every head's class channels first, then every head's box channels."""
+    heads = _heads(cfg)
+    rotations, code = len(cfg.anchors.rotations), cfg.box_code_size
+    out, cls_at, box_at = [], 0, cfg.head_channels["cls"]
+    for group in heads.groups:
+        a = rotations * len(group)
+        out.append((cls_at, box_at, a, len(group)))
+        cls_at += a * len(group)
+        box_at += a * code
+    return out
+
+
+def multihead_anchors(cfg: ModelConfig) -> np.ndarray:
+    """All anchors (K * R * H * W, 7) in multi-head row order: class, rotation, y, x."""
+    nx, ny = cfg.head_map
+    k, r = len(cfg.anchors.classes), len(cfg.anchors.rotations)
+    return np.ascontiguousarray(anchors(cfg).reshape(ny, nx, k, r, 7).transpose(2, 3, 0, 1, 4).reshape(-1, 7))
+
+
+def _heads(cfg: ModelConfig) -> HeadsConfig:
+    if cfg.heads is None:
+        raise ConfigError(f"{cfg.name}: not a multi-head model")
+    return cfg.heads

@@ -32,6 +32,7 @@ from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, StagingBuffer
 from .kernels.pfn import PfnStage
+from .kernels.multihead_post import MultiHeadPostParams, MultiHeadPostprocessStage
 from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
@@ -68,15 +69,25 @@ class _Slot:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
         self.scatter = ScatterStage(cfg, canvas_type)
-        self.post = PostprocessStage(post_cfg, result, thresholds)
+        self.post: PostprocessStage | MultiHeadPostprocessStage = (
+            PostprocessStage(post_cfg, result, thresholds) if cfg.heads is None
+            else MultiHeadPostprocessStage(post_cfg, result, thresholds))
+
+
+def result_shape(cfg: ModelConfig) -> tuple[int, int]:
+    """(rows, values a row) of one frame's post-process result: the header row, then the most boxes
+    the model's post-process keeps (``max_boxes``, or that many a class for a multi-head model)."""
+    if cfg.heads is None:
+        return cfg.postprocess.max_boxes + 1, OUTPUT_ROW
+    params = MultiHeadPostParams.from_config(cfg)
+    return params.max_rows_out, params.row_floats
 
 
 def unsupported_reason(cfg: ModelConfig) -> str | None:
-    """Why the GPU pipeline cannot run a model yet (its stages exist for it on the CPU path), or None."""
-    if cfg.heads is not None:
-        return f"model {cfg.name} has several heads, whose decoding runs on the CPU path only for now"
-    if cfg.num_point_columns != GPU_POINT_COLUMNS:
-        return f"model {cfg.name} reads {cfg.num_point_columns} point columns; the GPU pipeline feeds {GPU_POINT_COLUMNS}"
+    """Why the GPU pipeline cannot run a model (its stages exist for it on the CPU path), or None."""
+    columns = cfg.point_columns
+    if columns[:GPU_POINT_COLUMNS] != ("x", "y", "z", "intensity") or columns[GPU_POINT_COLUMNS:] not in ((), ("time",)):
+        return f"model {cfg.name} reads the point columns {', '.join(columns)}; the GPU pipeline feeds x, y, z, intensity[, time]"
     return None
 
 
@@ -179,9 +190,9 @@ class GpuPipeline:
         canvas_type = np.dtype(canvas_dtype(self.model.precision))
         self._canvas = cp.zeros((b, ny, nx, cfg.network.pfn_channels), canvas_type)
         self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
-        rows = self.post_cfg.postprocess.max_boxes + 1
-        self._results = cp.zeros((b, rows, OUTPUT_ROW), np.float32)
-        self._results_host = cupyx.empty_pinned((b, rows, OUTPUT_ROW), np.float32)
+        rows, width = result_shape(self.post_cfg)
+        self._results = cp.zeros((b, rows, width), np.float32)
+        self._results_host = cupyx.empty_pinned((b, rows, width), np.float32)
         self._allocate_input(max_points)
         weights = self._pfn_weights
         self._slots = [
@@ -214,11 +225,13 @@ class GpuPipeline:
         """The packed input (``staging.py``: header rows of (count, first row) int32 pairs, then the
         frames' points), so that one H2D copy brings a whole batch and the counts stay where the
         kernels read them. The pipeline's own pinned staging serves callers that hand it arrays."""
-        self._staging = StagingBuffer(capacity, cupyx.empty_pinned)
+        columns = self.cfg.num_point_columns
+        self._staging = StagingBuffer(capacity, cupyx.empty_pinned, columns)
         device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
         self._input, self.max_points = device_input, capacity
         self._header = device_input[:HEADER_ROWS].view(np.int32).reshape(-1)
         self._points = device_input[HEADER_ROWS:]
+        self._times = cp.zeros(capacity, np.float32) if columns > GPU_POINT_COLUMNS else None  # the time lags
 
     def _grow(self, total_points: int) -> None:
         """A batch larger than every earlier one: reallocate the point buffers, recapture the graphs.
@@ -283,8 +296,7 @@ class GpuPipeline:
             used = staging.write_header(list(frames))
             if used - HEADER_ROWS > self.max_points:
                 self._grow(used - HEADER_ROWS)
-            self._input[:used].set(staging.rows[:used], stream=self.stream)  # the one H2D copy
-            self.copies.h2d(used * 16)
+            self._copy_in(staging, used)
             return [count for count, _ in frames]
 
         with self._device:
@@ -346,7 +358,7 @@ class GpuPipeline:
 
     def _launch_voxelize(self, batch: int) -> None:
         for i in range(batch):
-            self._slots[i].voxelize.launch(self._points, self._header[2 * i : 2 * i + 2], self.stream)
+            self._slots[i].voxelize.launch(self._points, self._header[2 * i : 2 * i + 2], self.stream, self._times)
 
     def _launch_pfn(self, batch: int) -> None:
         if self._pfn is not None:
@@ -375,7 +387,7 @@ class GpuPipeline:
         """Pack the batch into the input buffer: one H2D copy for host frames, device-to-device
         copies (and fills for the header) for frames already on the GPU."""
         host = [f for f in frames if isinstance(f, np.ndarray)]
-        device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream) for f in frames]
+        device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in (device or host)]
         total = sum(counts)
         if total > self.max_points:
@@ -387,17 +399,30 @@ class GpuPipeline:
             for points, n in zip(host, counts):
                 start = staging.allocate(n)
                 assert start is not None  # grown above to hold the batch
-                staging.points[start : start + n] = points
+                staging.put(start, points)
             used = staging.write_header([(n, start) for n, start in zip(counts, starts)])
-            self._input[:used].set(staging.rows[:used], stream=self.stream)  # the one H2D copy
-            self.copies.h2d(used * 16)
+            self._copy_in(staging, used)
             return counts
         with self.stream:
             for i, (points, n, start) in enumerate(zip(device, counts, starts)):
-                self._points[start : start + n] = points  # device to device, on our stream
+                self._points[start : start + n] = points[:, :GPU_POINT_COLUMNS]  # device to device, on our stream
+                if self._times is not None:
+                    self._times[start : start + n] = points[:, GPU_POINT_COLUMNS]
                 self._header[2 * i : 2 * i + 1].fill(n)
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
         return counts
+
+    def _copy_in(self, staging: StagingBuffer, used: int) -> None:
+        """The batch's H2D copy: header and point rows (and, for a time-column model, a second copy
+        of the time lags)."""
+        if (staging.times is None) != (self._times is None):
+            raise InputError(f"staging buffer of {staging.columns} columns for a model of {self.cfg.num_point_columns}")
+        self._input[:used].set(staging.rows[:used], stream=self.stream)
+        self.copies.h2d(used * 16)
+        if self._times is not None and staging.times is not None:
+            points = used - HEADER_ROWS
+            self._times[:points].set(staging.times[:points], stream=self.stream)
+            self.copies.h2d(points * 4)
 
     def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:
         """Replay the stage's graph for this batch size (capturing it on first use), or launch it
@@ -453,10 +478,14 @@ class GpuPipeline:
         return ()
 
     def _unpack(self, result: np.ndarray, num_points: int) -> Detections:
-        boxes, scores, labels, counters = PostprocessStage.unpack(result)
+        velocity = None
+        if self.cfg.heads is None:
+            boxes, scores, labels, counters = PostprocessStage.unpack(result)
+        else:
+            boxes, scores, labels, counters, velocity = MultiHeadPostprocessStage.unpack(result)
         stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
                            num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"])
-        return Detections(boxes, scores, labels, self.cfg.classes, stats)
+        return Detections(boxes, scores, labels, self.cfg.classes, stats, velocity)
 
     def close(self) -> None:
         """Free the graphs and engines while the stream they run on still exists (ONNX Runtime's
@@ -481,15 +510,15 @@ class GpuPipeline:
             self.close()
 
 
-def _as_device_points(points: object, stream: cp.cuda.Stream) -> cp.ndarray:
+def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp.ndarray:
     """A CuPy view of a device array (CuPy, PyTorch, anything with DLPack or the CUDA array interface)."""
     with stream:
         try:
             arr = cp.from_dlpack(points) if hasattr(points, "__dlpack__") else cp.asarray(points)
         except Exception as exc:
             raise InputError(f"points: cannot use {type(points).__name__} as a device array ({exc})") from None
-    if arr.ndim != 2 or arr.shape[1] < GPU_POINT_COLUMNS or arr.dtype != np.float32:
-        raise InputError(f"points: expected an (N, {GPU_POINT_COLUMNS}) float32 device array; "
+    if arr.ndim != 2 or arr.shape[1] < columns or arr.dtype != np.float32:
+        raise InputError(f"points: expected an (N, {columns}) float32 device array; "
                          f"got shape {arr.shape}, dtype {arr.dtype}")
-    return arr[:, :GPU_POINT_COLUMNS]
+    return arr[:, :columns]
 

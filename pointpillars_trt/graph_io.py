@@ -72,3 +72,12 @@ def check_precision(precision: str) -> Precision:
     if precision not in PRECISIONS:
         raise ConfigError(f"precision {precision!r} is not supported; expected one of {list(PRECISIONS)}")
     return precision  # type: ignore[return-value]
+
+
+def box_parts(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
+    """(name, values per anchor) of each box conv of a head, in OpenPCDet's concatenation order."""
+    angle = 2 if cfg.box_code.angle == "sincos" else 1
+    parts = (("reg", 2), ("height", 1), ("size", 3), ("angle", angle))
+    return parts + ((("velo", 2),) if cfg.box_code.velocity else ())
+
+

@@ -3,7 +3,9 @@
 Layout: ``HEADER_ROWS`` rows holding a (point count, first point row) int32 pair per frame, then the
 frames' (x, y, z, intensity) float32 rows. Frames are placed by a bump allocator, so reader threads
 can read files straight into the buffer (pinned memory on a GPU machine) while others do the same;
-the header is written when the batch is submitted.
+the header is written when the batch is submitted. A model with a time column (multi-sweep frames)
+also has ``times``: each point row's time lag, beside the rows (the voxelizer reads float4 rows), a
+second copy of the batch.
 """
 
 from __future__ import annotations
@@ -21,16 +23,27 @@ HEADER_ROWS = -(-2 * MAX_BATCH // 4)
 
 class StagingBuffer:
     """``capacity`` point rows after the header, from ``alloc(shape, dtype)`` (e.g. cupyx.empty_pinned;
-    default: ordinary host memory)."""
+    default: ordinary host memory); ``columns`` 5 adds ``times``, the rows' time lags."""
 
-    def __init__(self, capacity: int,
-                 alloc: Callable[[tuple[int, int], type], np.ndarray] | None = None) -> None:
+    def __init__(self, capacity: int, alloc: Callable[[tuple[int, int], type], np.ndarray] | None = None,
+                 columns: int = 4) -> None:
+        if columns not in (4, 5):
+            raise ValueError(f"columns: 4 or 5 (with time lags), received {columns}")
         self.capacity = max(1, int(capacity))
+        self.columns = columns
         self.rows = (alloc or np.empty)((HEADER_ROWS + self.capacity, 4), np.float32)
         self.header = self.rows[:HEADER_ROWS].view(np.int32).reshape(-1)
         self.points = self.rows[HEADER_ROWS:]
+        self.times = (alloc or np.empty)((self.capacity, 1), np.float32)[:, 0] if columns == 5 else None
         self.used = 0
         self._lock = threading.Lock()
+
+    def put(self, start: int, points: np.ndarray) -> None:
+        """Copy a frame of ``columns`` values a point into rows ``start`` on (its time lags into ``times``)."""
+        n = points.shape[0]
+        self.points[start : start + n] = points[:, :4]
+        if self.times is not None:
+            self.times[start : start + n] = points[:, 4]
 
     def allocate(self, count: int) -> int | None:
         """The first of ``count`` free point rows (safe from several threads), or None when they do

@@ -182,8 +182,10 @@ class FrameRunner:
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
         per_frame = max(INITIAL_POINTS_PER_FRAME, points_per_frame or 0)
+        cfg = getattr(self.detectors[0], "cfg", None)
+        self._columns = cfg.num_point_columns if cfg is not None else 4  # 5: time lags staged beside the rows
         for _ in range(slots):
-            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc))
+            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc, self._columns))
         self._slots = slots
 
     # -- the run ------------------------------------------------------------------------------------
@@ -290,6 +292,10 @@ class FrameRunner:
                     points = rows[: len(points)]
                 else:
                     job.start = None
+            elif not given and staging.columns == points.shape[1]:  # read into an array of its own (time lags)
+                job.start = staging.allocate(len(points))
+                if job.start is not None:
+                    staging.put(job.start, points)
             job.points = points
         except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
             job.points, job.start, job.error = None, None, one_line(exc)
@@ -370,13 +376,15 @@ def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> Stagi
     """A staging buffer large enough for the whole batch, with every frame copied in (it replaces the
     old one in the pool, so later batches of this size read straight into it)."""
     total = sum(len(job.points) for job in jobs if job.points is not None)
-    bigger = StagingBuffer(max(total + total // 2, staging.capacity), alloc)
+    bigger = StagingBuffer(max(total + total // 2, staging.capacity), alloc, staging.columns)
     for job in jobs:
         assert job.points is not None
         start = bigger.allocate(len(job.points))
         assert start is not None
-        bigger.points[start : start + len(job.points)] = job.points
-        job.points, job.start = bigger.points[start : start + len(job.points)], start
+        bigger.put(start, job.points)
+        job.start = start
+        if staging.times is None:
+            job.points = bigger.points[start : start + len(job.points)]
     return bigger
 
 

@@ -20,7 +20,8 @@ import onnx
 
 from ..config import HeadsConfig, ModelConfig
 from ..errors import CheckpointError, ConfigError
-from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO
+from ..anchors import head_anchors
+from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO, box_parts
 from .weights import BatchNorm, ConvBN
 
 _BN_FIELDS = tuple(f.name for f in fields(BatchNorm))  # torch's BatchNorm buffer names, in its order
@@ -55,18 +56,6 @@ class MultiHeadWeights:
     deblocks: tuple[ConvBN, ...]
     shared: ConvBN
     heads: tuple[HeadWeights, ...]
-
-
-def box_parts(cfg: ModelConfig) -> tuple[tuple[str, int], ...]:
-    """(name, values per anchor) of each box conv of a head, in OpenPCDet's concatenation order."""
-    angle = 2 if cfg.box_code.angle == "sincos" else 1
-    parts = (("reg", 2), ("height", 1), ("size", 3), ("angle", angle))
-    return parts + ((("velo", 2),) if cfg.box_code.velocity else ())
-
-
-def head_anchors(cfg: ModelConfig) -> tuple[int, ...]:
-    """Anchors per BEV cell of each head: its classes x the rotations."""
-    return tuple(len(group) * len(cfg.anchors.rotations) for group in _heads(cfg).groups)
 
 
 def _heads(cfg: ModelConfig) -> HeadsConfig:

@@ -10,6 +10,7 @@ without it.
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -20,7 +21,7 @@ import numpy as np
 from ..errors import BackendError, InputError
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
-_HEADER = "common.cuh"
+_INCLUDE = re.compile(r'#include "([a-z_]+\.cuh)"')  # a header of kernels/cuda
 
 
 def cupy_module() -> Any:
@@ -46,14 +47,17 @@ def checked(what: str) -> Iterator[None]:
 
 
 def kernel_source(file: str) -> str:
-    """The CUDA source of ``kernels/cuda/<file>`` with the shared header pasted in place of its #include.
+    """The CUDA source of ``kernels/cuda/<file>`` with each ``#include "<header>.cuh"`` of that folder
+    pasted in its place (headers include no others).
 
     Pasting (rather than an include path) puts the whole text in CuPy's kernel-cache key.
     """
     folder = resources.files("pointpillars_trt") / "kernels" / "cuda"
-    header = (folder / _HEADER).read_text()
-    text = (folder / file).read_text()
-    return text.replace(f'#include "{_HEADER}"', header)
+    lines = []
+    for line in (folder / file).read_text().splitlines(keepends=True):
+        found = _INCLUDE.fullmatch(line.strip())
+        lines.append((folder / found.group(1)).read_text() if found else line)
+    return "".join(lines)
 
 
 @functools.lru_cache(maxsize=None)

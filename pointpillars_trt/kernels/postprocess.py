@@ -19,8 +19,8 @@ POST_STATS = ("candidates", "selected")
 OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
 # Row 0 of the post-processing result: its own counts, then the first voxelizer counts, as float32
 # (exact below 2**24), so that one device-to-host copy brings back everything a frame reports.
-_POST_HEADER = ("count", "candidates", "selected")
-RESULT_HEADER = _POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(_POST_HEADER)]
+POST_HEADER = ("count", "candidates", "selected")
+RESULT_HEADER = POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(POST_HEADER)]
 
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
 _NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
@@ -129,8 +129,8 @@ class PostParams:
             MAX_BOXES=self.max_boxes, DIR_OFFSET=f32_define(self.dir_offset),
             DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
-            SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(_POST_HEADER),
-            **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", _POST_HEADER),
+            SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(POST_HEADER),
+            **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", POST_HEADER),
             **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
         )
 
@@ -203,7 +203,7 @@ class PostprocessStage:
         flat = heads.ravel()
         cls, box, dir = (flat[offset:] for offset in self._offsets)  # views into the one map
         p, k = self.params, self._k
-        num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(_POST_HEADER)))
+        num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(POST_HEADER)))
         score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
         tiles = p.sort_cap // 64
         launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),

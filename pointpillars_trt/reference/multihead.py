@@ -18,32 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..anchors import anchors
+from ..anchors import head_rows, multihead_anchors
 from ..config import ModelConfig
-from ..errors import ConfigError, InputError
+from ..errors import InputError
 from .post import RawDetections, _passes, _sigmoid, _top_k, nms_rotated
-
-
-def head_rows(cfg: ModelConfig) -> list[tuple[int, int, int, int]]:
-    """(class-channel offset, box-channel offset, anchors per cell, classes) of each head in the merged
-    NHWC map: every head's class channels first, then every head's box channels."""
-    if cfg.heads is None:
-        raise ConfigError(f"{cfg.name}: not a multi-head model")
-    rotations, code = len(cfg.anchors.rotations), cfg.box_code_size
-    out, cls_at, box_at = [], 0, cfg.head_channels["cls"]
-    for group in cfg.heads.groups:
-        a = rotations * len(group)
-        out.append((cls_at, box_at, a, len(group)))
-        cls_at += a * len(group)
-        box_at += a * code
-    return out
-
-
-def multihead_anchors(cfg: ModelConfig) -> np.ndarray:
-    """All anchors (K * R * H * W, 7) in multi-head row order: class, rotation, y, x."""
-    nx, ny = cfg.head_map
-    k, r = len(cfg.anchors.classes), len(cfg.anchors.rotations)
-    return np.ascontiguousarray(anchors(cfg).reshape(ny, nx, k, r, 7).transpose(2, 3, 0, 1, 4).reshape(-1, 7))
 
 
 def decode_sincos(codes: np.ndarray, anchor_boxes: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:

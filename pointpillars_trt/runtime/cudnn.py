@@ -33,7 +33,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -42,6 +42,7 @@ from ..errors import BackendError, InputError
 from ..fileio import read_regular_file, user_cache_dir, write_bytes_atomic
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
+from .cudnn_multihead import head_branch_names, initializer_getter, read_multihead_weights
 from .options import CudnnOptions
 
 CANVAS = "canvas"
@@ -49,9 +50,12 @@ HEADS = "heads"
 MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 #: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
-#: checked against batch 1's on random inputs before they are used or cached
-PLAN_CACHE_FORMAT = 3
+#: checked against batch 1's on random inputs before they are used or cached; 4: no plan needs more
+#: than MAX_WORKSPACE
+PLAN_CACHE_FORMAT = 4
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
+#: Largest workspace a plan may ask for: some IEEE fp32 engines of wide convs ask for tens of GB.
+MAX_WORKSPACE = 256 * 2**20
 TUNE_ITERS = 10
 
 
@@ -120,6 +124,7 @@ class ConvLayer:
     out_channels: int
     stride: int
     in_hw: tuple[int, int]
+    label: str = ""  # a conv after the backbone (a multi-head model's "shared" and "heads.middle")
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -133,7 +138,7 @@ class ConvLayer:
 
     @property
     def name(self) -> str:
-        return f"block{self.block}.conv{self.index}"
+        return self.label or f"block{self.block}.conv{self.index}"
 
 
 def rpn_conv_layers(cfg: ModelConfig) -> list[ConvLayer]:
@@ -159,6 +164,21 @@ def rpn_conv_layers(cfg: ModelConfig) -> list[ConvLayer]:
     return layers
 
 
+def engine_conv_layers(cfg: ModelConfig) -> list[ConvLayer]:
+    """Every conv the engine runs on cuDNN: the backbone's, then for a multi-head model its shared conv
+    and all its heads' middle convs as one (``cudnn_multihead``)."""
+    layers = rpn_conv_layers(cfg)
+    if cfg.heads is None:
+        return layers
+    hx, hy = cfg.head_map
+    shared, middle = cfg.heads.shared_channels, cfg.heads.middle_channels
+    branches = len(head_branch_names(cfg))
+    return layers + [
+        ConvLayer(-1, 0, cfg.network.head_in_channels, shared, 1, (hy, hx), "shared"),
+        ConvLayer(-1, 1, shared, middle * branches, 1, (hy, hx), "heads.middle"),
+    ]
+
+
 @dataclass(frozen=True)
 class RpnWeights:
     """BN-folded RPN weights in the ONNX layouts (float32 copies of the stored initializers)."""
@@ -171,20 +191,9 @@ class RpnWeights:
 
 def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -> RpnWeights:
     """Pick and check the RPN initializers; the head is the merged ``head.*`` or cls | box | dir concatenated."""
-
-    def get(name: str, shape: tuple[int, ...]) -> np.ndarray:
-        if name not in initializers:
-            raise BackendError(f"rpn.onnx: initializer {name} is missing. Note: Expected the BN-folded RPN export")
-        arr = np.asarray(initializers[name])
-        if arr.shape != shape:
-            raise BackendError(f"Initializer: {name} | Received shape: {arr.shape}. Note: Expected shape: {shape}")
-        return arr.astype(np.float32)
-
+    get = initializer_getter(initializers)
     net = cfg.network
-    convs = tuple(
-        (get(f"{l.name}.weight", (l.out_channels, l.in_channels, 3, 3)), get(f"{l.name}.bias", (l.out_channels,)))
-        for l in rpn_conv_layers(cfg)
-    )
+    convs = backbone_conv_weights(get, cfg)
     deconvs = tuple(
         (get(f"deblock{i}.weight", (cin, cu, k, k)), get(f"deblock{i}.bias", (cu,)))
         for i, (cin, cu, k) in enumerate(zip(net.block_channels, net.upsample_channels, net.upsample_kernels))
@@ -201,6 +210,15 @@ def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -
     return RpnWeights(convs, deconvs, head_w, head_b)
 
 
+def backbone_conv_weights(get: Callable[[str, tuple[int, ...]], np.ndarray],
+                          cfg: ModelConfig) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+    """(weight (Cout, Cin, 3, 3), bias) of every backbone conv, by its ONNX initializer names."""
+    return tuple(
+        (get(f"{l.name}.weight", (l.out_channels, l.in_channels, 3, 3)), get(f"{l.name}.bias", (l.out_channels,)))
+        for l in rpn_conv_layers(cfg)
+    )
+
+
 def conv_filter_krsc(weight: np.ndarray) -> np.ndarray:
     """ONNX conv weight (K, C, R, S) -> the KRSC memory order of cuDNN's NHWC filter."""
     return np.ascontiguousarray(weight.transpose(0, 2, 3, 1))
@@ -212,6 +230,9 @@ def nhwc_strides(n: int, c: int, h: int, w: int) -> list[int]:
 
 
 # -- the engine ---------------------------------------------------------------------------------
+
+#: The buffer each conv after the backbone (a multi-head model's) reads.
+_AFTER_BACKBONE = {"shared": "neck", "heads.middle": "shared"}
 
 
 @dataclass
@@ -249,8 +270,7 @@ class CudnnEngine(Engine):
         self._buffers: dict[str, Any] = {}
         self._capacity = 0
         self._workspace: Any = None
-        self._calls: list[tuple[Any, dict[int, int]]] | None = None
-        self._neck_args: tuple[list[Any], Any, int] | None = None
+        self._steps: list[Any] | None = None  # per run: (cuDNN graph, its pointers) or a kernel launch(stream)
         self._streams: dict[int, Any] = {}
         self._neck: Any = None  # NeckHeadStage once active
 
@@ -271,6 +291,7 @@ class CudnnEngine(Engine):
         import cudnn
         import cupy as cp
 
+        from ..kernels.multihead_rpn import MultiHeadRpnKernels
         from ..kernels.neck_head import NeckHeadParams, NeckHeadStage, NeckHeadWeights
 
         cfg, opt = self.cfg, self.options
@@ -278,8 +299,15 @@ class CudnnEngine(Engine):
             raise BackendError(
                 f"{self.path}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
             )
-        self._layers = rpn_conv_layers(cfg)
-        weights = read_rpn_weights(graph_initializers(self.path), cfg)
+        self._layers = engine_conv_layers(cfg)
+        initializers = graph_initializers(self.path)
+        if cfg.heads is None:
+            weights = read_rpn_weights(initializers, cfg)
+            convs = list(weights.convs)
+        else:
+            get = initializer_getter(initializers)
+            multi = read_multihead_weights(get, cfg)
+            convs = [*backbone_conv_weights(get, cfg), multi.shared, multi.middle]
         self._cp, self._cudnn = cp, cudnn
         self._device = cp.cuda.Device(opt.device_id)
         dtype = opt.dtype
@@ -287,13 +315,18 @@ class CudnnEngine(Engine):
             with self._device:
                 self._handle = cudnn.create_handle()
                 self._conv_weights = [
-                    (cp.asarray(conv_filter_krsc(w).astype(dtype)), cp.asarray(b.astype(dtype))) for w, b in weights.convs
+                    (cp.asarray(conv_filter_krsc(w).astype(dtype)), cp.asarray(b.astype(dtype))) for w, b in convs
                 ]
-                nh_weights = NeckHeadWeights(
-                    tuple(w for w, _ in weights.deconvs), tuple(b for _, b in weights.deconvs),
-                    weights.head_weight, weights.head_bias,
-                )
-                self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, opt.precision == "fp16"), nh_weights)
+                half = opt.precision == "fp16"
+                if cfg.heads is None:
+                    nh_weights = NeckHeadWeights(
+                        tuple(w for w, _ in weights.deconvs), tuple(b for _, b in weights.deconvs),
+                        weights.head_weight, weights.head_bias,
+                    )
+                    self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, half), nh_weights)
+                else:
+                    self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
+                                                     sum(cfg.head_channels.values()), half)
                 props = cp.cuda.runtime.getDeviceProperties(opt.device_id)
                 self._gpu = (props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                              f"{props['major']}.{props['minor']}")
@@ -332,7 +365,7 @@ class CudnnEngine(Engine):
                 f"Note: Expected at most CudnnOptions.max_batch = {self.options.max_batch}"
             )
         self._ptrs[spec.name] = (ptr, shape)
-        self._calls = None
+        self._steps = None
         if len(self._ptrs) == 2 and self._ptrs[CANVAS][1][0] == self._ptrs[HEADS][1][0]:
             with self._device:
                 self._prepare(self._ptrs[CANVAS][1][0])
@@ -353,21 +386,30 @@ class CudnnEngine(Engine):
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.memory.OutOfMemoryError) as exc:
             raise BackendError(f"cuDNN engine: CUDA error while preparing batch {batch}: {exc}") from exc
         plans = self._plans[batch]
-        calls = []
+        convs = []
         for k, layer in enumerate(self._layers):
             plan = plans[layer.shape_key]
             pack = self._pack(plan.uids, k, self._activation_ptr(k, batch, input_side=True),
                               self._activation_ptr(k, batch, input_side=False))
-            calls.append((plan.graph, pack))
-        p = self._neck.params
+            convs.append((plan.graph, pack))
         heads_ptr, _ = self._ptrs[HEADS]
-        out_shape = p.output_shape(batch)
+        hx, hy = self.cfg.head_map
+        out_shape = (batch, hy, hx, sum(self.cfg.head_channels.values()))
         mem = cp.cuda.UnownedMemory(heads_ptr, int(np.prod(out_shape)) * 4, self)
         out = cp.ndarray(out_shape, np.float32, cp.cuda.MemoryPointer(mem, 0))
-        feats = [self._buffers[f"feature{i}"][:batch] for i in range(len(p.branches))]
-        self._neck.check(feats, out)
-        self._neck_args = (feats, out, batch)
-        self._calls = calls
+        branches = len(self.cfg.network.layer_nums)
+        feats = [self._buffers[f"feature{i}"][:batch] for i in range(branches)]
+        neck = self._neck
+        if self.cfg.heads is None:  # backbone, then the neck and 1x1 heads in one kernel
+            neck.check(feats, out)
+            self._steps = [*convs, lambda stream: neck.launch(feats, out, stream, checked_batch=batch)]
+        else:  # backbone, neck branches, shared + middle convs, output convs
+            concat = self._buffers["neck"][:batch]
+            offsets = np.cumsum([0, *self.cfg.network.upsample_channels]).tolist()
+            middle = self._buffers["heads.middle"][:batch]
+            upsample = [lambda stream, i=i: neck.launch_neck(i, feats[i], concat, offsets[i], stream)
+                        for i in range(branches)]
+            self._steps = [*convs[:-2], *upsample, *convs[-2:], lambda stream: neck.launch_heads(middle, out, stream)]
         self.build_log.append({"batch": batch, "plans": source, "seconds": round(time.perf_counter() - t0, 3)})
 
     def _allocate(self, batch: int) -> None:
@@ -382,16 +424,23 @@ class CudnnEngine(Engine):
             scratch = max(scratch, max(l.out_hw[0] * l.out_hw[1] * l.out_channels for l in self._layers if l.block == i))
         self._buffers["scratch0"] = cp.zeros(batch * scratch, dtype)
         self._buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
+        if self.cfg.heads is not None:  # the neck's concat, then the shared and middle convs' outputs
+            hx, hy = self.cfg.head_map
+            self._buffers["neck"] = cp.zeros((batch, hy, hx, self.cfg.network.head_in_channels), dtype)
+            for layer in self._layers[-2:]:
+                self._buffers[layer.label] = cp.zeros((batch, hy, hx, layer.out_channels), dtype)
         self._capacity = batch
 
     def _activation_ptr(self, k: int, batch: int, *, input_side: bool) -> int:
         """Device pointer of conv ``k``'s input (``input_side``) or output: canvas, a branch feature or scratch."""
         layers = self._layers
+        layer = layers[k]
+        if layer.label:  # after the backbone: neck concat -> shared -> heads.middle
+            return int(self._buffers[_AFTER_BACKBONE[layer.label] if input_side else layer.label].data.ptr)
         if input_side:
             if k == 0:
                 return self._ptrs[CANVAS][0]
             return self._activation_ptr(k - 1, batch, input_side=False)
-        layer = layers[k]
         if k + 1 == len(layers) or layers[k + 1].block != layer.block:
             return int(self._buffers[f"feature{layer.block}"].data.ptr)
         first = next(i for i, l in enumerate(layers) if l.block == layer.block)
@@ -400,7 +449,7 @@ class CudnnEngine(Engine):
     # -- the hot path ------------------------------------------------------------------------------
 
     def _run(self, stream_ptr: int) -> None:
-        if self._calls is None or self._neck_args is None:
+        if self._steps is None:
             (_, cs), (_, hs) = self._ptrs[CANVAS], self._ptrs[HEADS]
             raise BackendError(
                 f"Input tensor: {CANVAS} | Received batch {cs[0]}, but {HEADS} has batch {hs[0]}. "
@@ -412,14 +461,16 @@ class CudnnEngine(Engine):
                 warnings.simplefilter("ignore", DeprecationWarning)
                 stream = self._streams[stream_ptr] = self._cp.cuda.ExternalStream(stream_ptr, self.options.device_id)
         ws = int(self._workspace.data.ptr)
-        try:
-            self._cudnn.set_stream(handle=self._handle, stream=stream_ptr)
-            for graph, pack in self._calls:
+        self._cudnn.set_stream(handle=self._handle, stream=stream_ptr)
+        for step in self._steps:
+            if not isinstance(step, tuple):
+                step(stream)  # one of our kernels (a failed launch raises BackendError itself)
+                continue
+            graph, pack = step
+            try:
                 graph._execute(pack, ws, self._handle)
-        except Exception as exc:  # cuDNN errors surface as RuntimeError from the frontend
-            raise BackendError(f"cuDNN engine: execution failed: {exc}") from exc
-        feats, out, batch = self._neck_args
-        self._neck.launch(feats, out, stream, checked_batch=batch)
+            except Exception as exc:  # cuDNN errors surface as RuntimeError from the frontend
+                raise BackendError(f"cuDNN engine: execution failed: {exc}") from exc
 
     # -- plans -------------------------------------------------------------------------------------
 
@@ -505,9 +556,14 @@ class CudnnEngine(Engine):
                 break
             try:
                 g.build_plan_at_index(i)
-                built.append(i)
             except Exception as exc:
                 errors.append(f"{i}: {exc}")
+                continue
+            workspace = int(g.get_workspace_size_plan_at_index(i))
+            if workspace > MAX_WORKSPACE:
+                errors.append(f"{i}: needs {workspace >> 20} MiB of workspace")
+                continue
+            built.append(i)
         if not built:
             what = " IEEE fp32 (non-tensor-core)" if self.options.precision == "fp32" else ""
             raise BackendError(

@@ -11,7 +11,8 @@ import pytest
 from pointpillars_trt.config import config_from_dict, load_config
 from pointpillars_trt.convert.checkpoint import load_checkpoint, weights_from_state_dict
 from pointpillars_trt.convert.pth import read_pth
-from pointpillars_trt.convert.multihead import MultiHeadWeights, expected_keys, head_anchors
+from pointpillars_trt.anchors import head_anchors
+from pointpillars_trt.convert.multihead import MultiHeadWeights, expected_keys
 from pointpillars_trt.convert.pcdet_config import config_from_pcdet_yaml
 from pointpillars_trt.errors import CheckpointError, ConfigError
 from test_config import edited

@@ -12,7 +12,6 @@ import pytest
 
 from pointpillars_trt.config import load_config
 from pointpillars_trt.reference.multihead import multihead_postprocess
-from tiny_graphs import cuda_skip_reason
 
 CFG = load_config("openpcdet_nuscenes_multihead")
 H = W = 128
@@ -100,21 +99,6 @@ def detector(model_dir: Path):  # type: ignore[no-untyped-def]
     from pointpillars_trt import PointPillars
 
     return PointPillars.from_model_dir(model_dir, device="cpu")
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))
-def test_gpu_machines_run_the_multihead_model_on_the_cpu_and_say_so(model_dir: Path) -> None:
-    from pointpillars_trt import PointPillars
-    from pointpillars_trt.errors import BackendError
-
-    with pytest.warns(RuntimeWarning, match=r"device auto: model openpcdet_nuscenes_multihead has several heads, "
-                                            r"whose decoding runs on the CPU path only for now; running on the CPU"):
-        auto = PointPillars.from_model_dir(model_dir, device="auto")
-    assert auto.device == "cpu"
-    auto.close()
-    with pytest.raises(BackendError, match=r"GPU pipeline: model openpcdet_nuscenes_multihead has several heads"):
-        PointPillars.from_model_dir(model_dir, device="cuda")
 
 
 @pytest.mark.slow

@@ -71,7 +71,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     model = _load_model(args.model, args.config)
-    frame_sets = folder_frame_sets(args.frames) if args.frames else simulated_frame_sets()
+    columns = model.cfg.num_point_columns
+    frame_sets = (folder_frame_sets(args.frames, columns) if args.frames
+                  else simulated_frame_sets(columns=columns))
     reason = cuda_available()
     device = "cpu" if args.device == "cpu" or (args.device == "auto" and reason) else "cuda"
     if device == "cuda" and reason:

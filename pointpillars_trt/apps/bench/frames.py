@@ -1,4 +1,5 @@
-"""Frame sets for the benchmark: the demo's simulated scans, or folders of KITTI .bin files."""
+"""Frame sets for the benchmark: the demo's simulated scans, or folders of .bin files (KITTI's 4 values
+a point, or nuScenes' 5 for a model with a time column)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from ..demo_scene import simulate_scan
 from ...errors import InputError
-from ...kitti import read_velodyne_bin
+from ...pointcloud_io import read_points
 
 CAMERA_HALF_FOV_DEG = 40.5   # KITTI's left colour camera sees about 81 degrees horizontally
 SIMULATED_SEEDS = (0, 1, 2, 3)
@@ -21,17 +22,22 @@ def camera_view(points: np.ndarray, half_fov_deg: float = CAMERA_HALF_FOV_DEG) -
     return points[(x > 0) & (np.abs(y) < x * math.tan(math.radians(half_fov_deg)))]
 
 
-def simulated_frame_sets(seeds: tuple[int, ...] = SIMULATED_SEEDS) -> dict[str, list[np.ndarray]]:
+def simulated_frame_sets(seeds: tuple[int, ...] = SIMULATED_SEEDS, columns: int = 4) -> dict[str, list[np.ndarray]]:
+    """Simulated scans and their camera-view crops; ``columns`` 5 adds a time-lag column of zeros (one
+    sweep) and leaves out the crops (multi-sweep models see all around)."""
     scans = [simulate_scan(seed=s)[0] for s in seeds]
+    if columns == 5:
+        return {"full scan (simulated, one sweep)": [np.hstack([p, np.zeros((len(p), 1), np.float32)]) for p in scans]}
     return {"camera view (simulated)": [camera_view(p) for p in scans], "full scan (simulated)": scans}
 
 
-def folder_frame_sets(folders: list[str]) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it; every .bin in it, sorted."""
+def folder_frame_sets(folders: list[str], columns: int = 4) -> dict[str, list[np.ndarray]]:
+    """One set per folder, named after it; every .bin in it, sorted, read as ``columns`` values a point."""
     sets: dict[str, list[np.ndarray]] = {}
     for folder in folders:
         files = sorted(Path(folder).glob("*.bin"))
         if not files:
             raise InputError(f"{folder}: no .bin files to benchmark on")
-        sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_velodyne_bin(f) for f in files]
+        sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_points(f, point_dim=columns, columns=columns)
+                                                              for f in files]
     return sets

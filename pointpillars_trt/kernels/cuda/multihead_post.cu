@@ -1,0 +1,203 @@
+// Multi-head post-process (OpenPCDet's AnchorHeadMulti + MULTI_CLASSES_NMS): head maps -> boxes
+// with velocities, one small output. Same result as pointpillars_trt/reference/multihead.py.
+//
+// A segment is one class: its head's anchors scored for that class alone, thresholded, the top
+// TOP_K by (score desc, row asc), decoded (sin/cos heading, velocity), rotated BEV NMS, the first
+// max_boxes kept. Segments are written in class order (heads in order, classes in head order),
+// each in NMS order, as OpenPCDet concatenates them. Row r of a head is anchor a = r / plane of its
+// cell grid (a = class-in-head * rotations + rotation), pixel r % plane; the head's class logits
+// and box codes sit at channel offsets of the merged NHWC map (segment table, below).
+// Launch order, one stream:
+//   mh_score      per (row, segment): score key (0: fails the threshold), candidate lists
+//   mh_select     block per segment: top TOP_K (radix select + bitonic sort), decoded members
+//   mh_nms_mask   IoU bit matrix of each segment (rotated_nms.cuh)
+//   mh_reduce     one block: greedy NMS per segment, output rows and header; resets the counts
+//
+// Compile-time configuration (-D options from multihead_post.py): HEAD_W, HEAD_H, HEAD_CHANNELS,
+// NUM_SEGMENTS, MAX_ROWS (rows of the largest head), CODE_SIZE, SINCOS (1: heading from a (cos,
+// sin) pair), VELOCITY (1: two velocity values follow the angle), SCORE_INCLUSIVE, TOP_K,
+// SORT_CAP, MAX_BOXES (per segment; the run-time value is at most this), NMS_MARGIN,
+// STYLE_OPENPCDET, NMS_COLUMN_SPLIT, ROW_FLOATS, SCORE_BLOCK, HEADER_EXTRA, SEG_* (columns of the
+// segment table), SEG_INTS, STAT_* / HEADER_* / THRESHOLD_* slots.
+#include "common.cuh"
+#include "rotated_nms.cuh"
+#include "score_keys.cuh"
+
+namespace {
+
+constexpr int kPlane = HEAD_W * HEAD_H;
+
+// Offset of the first channel of row r's pixel in the merged NHWC map.
+__device__ __forceinline__ size_t cell_of(int r) {
+    return static_cast<size_t>(r % kPlane) * HEAD_CHANNELS;
+}
+
+}  // namespace
+
+// Key of row r: the score's bits + 1 when it passes the threshold (keys then order like scores),
+// 0 when it does not. A passing row also takes a place in its segment's candidate list (in no set
+// order: mh_select sorts it), while there are no more than SORT_CAP. Grid (row blocks, segments).
+extern "C" __global__ void __launch_bounds__(SCORE_BLOCK)
+mh_score(const float* __restrict__ heads, const int* __restrict__ segments, const float* __restrict__ thresholds,
+         unsigned* __restrict__ key, unsigned long long* __restrict__ candidates, int* __restrict__ stats) {
+    const int s = blockIdx.y;
+    const int* seg = segments + s * SEG_INTS;
+    const int rows = seg[SEG_ANCHORS] * kPlane;
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    const int a = r / kPlane;
+    const float p = sigmoid(heads[cell_of(r) + seg[SEG_CLS_AT] + a * seg[SEG_CLASSES] + seg[SEG_CLASS]]);
+    const bool pass = passes(p, thresholds[THRESHOLD_SCORE]);
+    key[static_cast<size_t>(s) * MAX_ROWS + r] = pass ? __float_as_uint(p) + 1u : 0u;
+    if (pass) {
+        const int place = atomicAdd(&stats[s * 2 + STAT_CANDIDATES], 1);
+        if (place < SORT_CAP) candidates[s * SORT_CAP + place] = score_key(p, static_cast<unsigned>(r));
+    }
+}
+
+// Top TOP_K rows of segment blockIdx.x by (score desc, row asc), decoded into its NMS group: the
+// candidate list sorted, or, when more than TOP_K pass, an 8-bit-digit radix select over the rows'
+// keys finds the k-th; ties at it are taken in row order.
+extern "C" __global__ void __launch_bounds__(1024)
+mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, const int* __restrict__ segments,
+          const unsigned* __restrict__ key, const unsigned long long* __restrict__ candidates,
+          int* __restrict__ stats, int* __restrict__ group_count,
+          float* __restrict__ group_box, float* __restrict__ group_velocity, float* __restrict__ group_rect,
+          float* __restrict__ group_score) {
+    __shared__ unsigned long long keys[SORT_CAP];
+    __shared__ int hist[256];
+    __shared__ int found_digit, found_remaining;
+    const int s = blockIdx.x;
+    const int* seg = segments + s * SEG_INTS;
+    const int rows = seg[SEG_ANCHORS] * kPlane;
+    const unsigned* mine = key + static_cast<size_t>(s) * MAX_ROWS;
+    const int n = stats[s * 2 + STAT_CANDIDATES];
+    const int k = min(n, TOP_K);
+    if (n <= TOP_K) {
+        for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = candidates[s * SORT_CAP + i];
+    } else {
+        unsigned prefix = 0u, mask = 0u;
+        int remaining = TOP_K;  // how many of the keys matching `prefix` are still to take
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+            __syncthreads();
+            for (int i = threadIdx.x; i < rows; i += blockDim.x) {
+                const unsigned u = mine[i];
+                if (u && (u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
+            }
+            __syncthreads();
+            const int count = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;  // digits from the top
+            int unused;
+            const int above = pp_block_exclusive_scan(count, &unused);
+            if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
+                found_digit = 255 - threadIdx.x;
+                found_remaining = remaining - above;
+            }
+            __syncthreads();
+            prefix |= static_cast<unsigned>(found_digit) << shift;
+            mask |= 255u << shift;
+            remaining = found_remaining;
+            __syncthreads();
+        }
+        // Keys above the k-th, then the first `remaining` equal to it in row order.
+        int taken = 0, ties = 0;
+        for (int base = 0; base < rows && taken < k; base += blockDim.x) {
+            const int i = base + threadIdx.x;
+            const unsigned u = i < rows ? mine[i] : 0u;
+            const bool tie = i < rows && u == prefix;
+            int tie_count, take_count;
+            const int tie_rank = ties + pp_block_exclusive_scan(tie, &tie_count);
+            const bool take = u > prefix || (tie && tie_rank < remaining);
+            const int pos = taken + pp_block_exclusive_scan(take, &take_count);
+            if (take) keys[pos] = score_key(__uint_as_float(u - 1u), static_cast<unsigned>(i));
+            ties += tie_count;
+            taken += take_count;
+        }
+    }
+    const int sorted = pow2_at_least(k);
+    for (int i = k + threadIdx.x; i < sorted; i += blockDim.x) keys[i] = 0ull;
+    pp_bitonic_sort_desc(keys, sorted);
+    const float* first_anchor = anchors + static_cast<size_t>(seg[SEG_FIRST_ANCHOR]) * 7;
+    for (int j = threadIdx.x; j < k; j += blockDim.x) {
+        const int r = static_cast<int>(key_index(keys[j]));
+        const float* t = heads + cell_of(r) + seg[SEG_BOX_AT] + (r / kPlane) * CODE_SIZE;
+        const float* an = first_anchor + static_cast<size_t>(r) * 7;
+        float b[7];
+        const float diag = __fsqrt_rn(__fadd_rn(__fmul_rn(an[3], an[3]), __fmul_rn(an[4], an[4])));
+        b[0] = __fadd_rn(__fmul_rn(t[0], diag), an[0]);
+        b[1] = __fadd_rn(__fmul_rn(t[1], diag), an[1]);
+        b[2] = __fadd_rn(__fmul_rn(t[2], an[5]), an[2]);
+#pragma unroll
+        for (int q = 3; q < 6; ++q) b[q] = __fmul_rn(expf(t[q]), an[q]);
+#if SINCOS
+        b[6] = atan2f(__fadd_rn(t[7], sinf(an[6])), __fadd_rn(t[6], cosf(an[6])));
+        constexpr int kRest = 8;
+#else
+        b[6] = __fadd_rn(t[6], an[6]);
+        constexpr int kRest = 7;
+#endif
+        const int slot = s * SORT_CAP + j;
+#pragma unroll
+        for (int q = 0; q < 7; ++q) group_box[slot * 7 + q] = b[q];
+#if VELOCITY
+        group_velocity[slot * 2] = __fadd_rn(t[kRest], 0.0f);  // the anchors' zero velocity, as OpenPCDet adds it
+        group_velocity[slot * 2 + 1] = __fadd_rn(t[kRest + 1], 0.0f);
+#endif
+        store_rect(group_rect + slot * kRectFloats, nms_rect(b));
+        group_score[slot] = key_score(keys[j]);
+    }
+    if (threadIdx.x == 0) {
+        group_count[s] = k;
+        stats[s * 2 + STAT_SELECTED] = k;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(64 * NMS_COLUMN_SPLIT)
+mh_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
+            const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
+    nms_mask_tile(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
+}
+
+// Greedy NMS per segment (the first max_boxes kept of each), then the rows in segment order:
+// x, y, z, dx, dy, dz, heading, score, label (the segment: the class index) [, vx, vy]. Row 0 is
+// the header: count, candidates, selected (summed over the segments), then `extra` (the voxelizer's
+// counts). The candidate counts are zeroed for the next frame's mh_score.
+extern "C" __global__ void __launch_bounds__(256)
+mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
+          const float* __restrict__ group_box, const float* __restrict__ group_velocity,
+          const float* __restrict__ group_score, int* __restrict__ stats, const int* __restrict__ extra,
+          int num_extra, const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
+    const int max_boxes = max(1, min(MAX_BOXES, static_cast<int>(thresholds[THRESHOLD_MAX_BOXES])));
+    int total = 0;
+    for (int s = 0; s < NUM_SEGMENTS; ++s) total += greedy_nms_group(mask, s, group_count[s], max_boxes, kept + total);
+    __syncthreads();  // kept[] is complete
+    for (int r = threadIdx.x; r < total; r += blockDim.x) {
+        const int slot = kept[r];
+        float* row = out + static_cast<size_t>(1 + r) * ROW_FLOATS;
+#pragma unroll
+        for (int q = 0; q < 7; ++q) row[q] = group_box[slot * 7 + q];
+        row[7] = group_score[slot];
+        row[8] = static_cast<float>(slot / SORT_CAP);
+#if VELOCITY
+        row[9] = group_velocity[slot * 2];
+        row[10] = group_velocity[slot * 2 + 1];
+#endif
+    }
+    __shared__ int sums[2];
+    if (threadIdx.x < 2) {
+        int sum = 0;
+        for (int s = 0; s < NUM_SEGMENTS; ++s) sum += stats[s * 2 + threadIdx.x];
+        sums[threadIdx.x] = sum;
+    }
+    __syncthreads();
+    const int t = threadIdx.x;
+    if (t < ROW_FLOATS) {
+        float v = 0.0f;
+        if (t == HEADER_COUNT) v = static_cast<float>(total);
+        else if (t == HEADER_CANDIDATES) v = static_cast<float>(sums[STAT_CANDIDATES]);
+        else if (t == HEADER_SELECTED) v = static_cast<float>(sums[STAT_SELECTED]);
+        else if (t >= HEADER_EXTRA && t - HEADER_EXTRA < num_extra) v = static_cast<float>(extra[t - HEADER_EXTRA]);
+        out[t] = v;
+    }
+    for (int s = t; s < NUM_SEGMENTS; s += blockDim.x) stats[s * 2 + STAT_CANDIDATES] = 0;
+}

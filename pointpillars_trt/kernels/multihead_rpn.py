@@ -1,0 +1,132 @@
+"""The neck branches and head output convs of a multi-head RPN (``cuda/multihead_rpn.cu``), for the
+cuDNN engine, which runs the 3x3 convs around them.
+
+The weights are re-laid out once here (NumPy, tested against plain convolutions): a neck branch as
+(k * k * cin, cout) rows, the heads' output convs as one (branches, MAX_OUT, 9, MID) block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import BackendError
+from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel, slot_defines
+
+BRANCH_COLUMNS = ("out_at", "count")  # the head_conv branch table: first channel in the head map, channels
+_PIXELS = 16       # neck_branch: pixels a block
+_NECK_THREADS = 128
+_TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
+_CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
+_SHARED_LIMIT = 48 * 1024
+
+
+@dataclass(frozen=True)
+class NeckBranch:
+    """One neck branch: a conv with kernel == stride ``k``, ``down`` (strided conv) or up (transposed)."""
+
+    in_channels: int
+    out_channels: int
+    k: int
+    down: bool
+
+    @property
+    def reduce(self) -> int:
+        """Products summed per output value: the k x k patch (down) or one input pixel (up)."""
+        return self.k * self.k * self.in_channels if self.down else self.in_channels
+
+
+def pack_neck_weight(weight: np.ndarray, down: bool) -> np.ndarray:
+    """ONNX weight -> (k * k * cin, cout) float32 rows (tap * cin + ci), tap = ky * k + kx: a Conv's
+    (cout, cin, k, k) for ``down``, a ConvTranspose's (cin, cout, k, k) otherwise."""
+    w = np.asarray(weight, np.float32)
+    per_tap = w.transpose(2, 3, 1, 0) if down else w.transpose(2, 3, 0, 1)  # (ky, kx, cin, cout)
+    return np.ascontiguousarray(per_tap.reshape(-1, per_tap.shape[-1]))
+
+
+@dataclass(frozen=True)
+class HeadBranch:
+    """One output conv of a head: 3x3 from its MID middle channels to ``weight.shape[0]`` channels of
+    the merged head map from ``out_at`` on."""
+
+    out_at: int
+    weight: np.ndarray  # (n, MID, 3, 3)
+    bias: np.ndarray    # (n,)
+
+
+def pack_head_branches(branches: Sequence[HeadBranch], mid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """-> weights (G, MAX_OUT, 9, MID), biases (G, MAX_OUT) float32, zero past each branch's outputs,
+    and the (G, 2) int32 table of (out_at, count)."""
+    max_out = max(b.weight.shape[0] for b in branches)
+    weights = np.zeros((len(branches), max_out, 9, mid), np.float32)
+    biases = np.zeros((len(branches), max_out), np.float32)
+    for g, b in enumerate(branches):
+        n = b.weight.shape[0]
+        if b.weight.shape != (n, mid, 3, 3):
+            raise BackendError(f"head branch {g}: weight {b.weight.shape}; expected ({n}, {mid}, 3, 3)")
+        weights[g, :n] = np.asarray(b.weight, np.float32).reshape(n, mid, 9).transpose(0, 2, 1)
+        biases[g, :n] = b.bias
+    table = np.array([(b.out_at, b.weight.shape[0]) for b in branches], np.int32)
+    return weights, biases, table
+
+
+class MultiHeadRpnKernels:
+    """Compiled ``neck_branch`` and ``head_conv`` with their packed weights on the device.
+
+    ``half``: float16 activations (the fp16 engine), else float32. ``neck`` are (branch, weight in
+    the ONNX layout, bias) triples; ``heads`` the output convs in merged-map order, branch g reading
+    middle channels [g * mid, (g + 1) * mid)."""
+
+    KERNELS = ("neck_branch", "head_conv")
+
+    def __init__(self, neck: Sequence[tuple[NeckBranch, np.ndarray, np.ndarray]], heads: Sequence[HeadBranch],
+                 mid: int, head_channels: int, half: bool) -> None:
+        cp = cupy_module()
+        self.neck = [branch for branch, _, _ in neck]
+        self.half, self.mid, self.head_channels = half, mid, head_channels
+        self.io_dtype = np.dtype(np.float16 if half else np.float32)
+        max_k = max(b.reduce for b in self.neck)
+        head_w, head_b, table = pack_head_branches(heads, mid)
+        self.num_branches, self.max_out = head_w.shape[0], head_w.shape[1]
+        head_shared = (_CI_CHUNK * (4 * _TILE_X + 2) * (_TILE_X + 2) + self.max_out * 9 * _CI_CHUNK) * 4
+        if _PIXELS * max_k * 4 > _SHARED_LIMIT or head_shared > _SHARED_LIMIT or mid % _CI_CHUNK:
+            raise BackendError(f"multi-head RPN kernels: {max_k} neck products, {self.max_out} outputs a head branch "
+                               f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
+        defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
+                               TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS),
+                               **slot_defines("BRANCH", BRANCH_COLUMNS))
+        self._k = compile_kernels("multihead_rpn.cu", defines, self.KERNELS)
+        with checked("multi-head RPN: uploading weights"):
+            self._neck_weights = [(cp.asarray(pack_neck_weight(w, b.down)), cp.asarray(np.asarray(bias, np.float32)))
+                                  for b, w, bias in neck]
+            self._head_weight = cp.asarray(head_w)
+            self._head_bias = cp.asarray(head_b)
+            self._table = cp.asarray(table)
+            cp.cuda.runtime.deviceSynchronize()
+
+    def launch_neck(self, i: int, x: Any, concat: Any, offset: int, stream: Any) -> None:
+        """Branch ``i``: ``x`` (B, h, w, cin) -> channels [offset, offset + cout) of ``concat`` (B, H, W, C)."""
+        b = self.neck[i]
+        check_device_array(x, f"neck branch {i} input", self.io_dtype, (None, None, None, b.in_channels))
+        check_device_array(concat, "neck concat", self.io_dtype, (x.shape[0], None, None, None))
+        batch, in_h, in_w, _ = x.shape
+        _, out_h, out_w, channels = concat.shape
+        weight, bias = self._neck_weights[i]
+        args = (x, weight, bias, concat, np.int32(batch), np.int32(in_h), np.int32(in_w), np.int32(b.in_channels),
+                np.int32(out_h), np.int32(out_w), np.int32(b.out_channels), np.int32(b.k), np.int32(b.down),
+                np.int32(channels), np.int32(offset))
+        pixels, taps = (out_h * out_w, 1) if b.down else (in_h * in_w, b.k * b.k)
+        launch_kernel(self._k["neck_branch"], (grid_blocks(batch * pixels, _PIXELS), taps), _NECK_THREADS, args, stream)
+
+    def launch_heads(self, mid: Any, out: Any, stream: Any) -> None:
+        """``mid`` (B, H, W, branches * MID) -> the merged head map ``out`` (B, H, W, head_channels) float32."""
+        check_device_array(mid, "head middle maps", self.io_dtype, (None, None, None, self.num_branches * self.mid))
+        batch, h, w, _ = mid.shape
+        check_device_array(out, "head map", np.float32, (batch, h, w, self.head_channels))
+        grid = (grid_blocks(w, _TILE_X), grid_blocks(h, 4 * _TILE_X), batch * self.num_branches)
+        launch_kernel(self._k["head_conv"], grid, _TILE_X * _TILE_X,
+                      (mid, self._head_weight, self._head_bias, self._table, out, np.int32(self.num_branches),
+                       np.int32(h), np.int32(w), np.int32(self.head_channels)), stream)

@@ -1,0 +1,190 @@
+"""The multi-head kernels: the neck branches and head output convs of ``multihead_rpn.cu`` and the
+post-process of ``multihead_post.cu``.
+
+The weight re-layouts are checked on the CPU against plain convolutions written out tap by tap; the
+kernels on the GPU against the same convolutions and against ``reference.multihead``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.config import load_config
+from pointpillars_trt.kernels.multihead_rpn import HeadBranch, NeckBranch, pack_head_branches, pack_neck_weight
+from pointpillars_trt.reference.multihead import multihead_postprocess
+
+CFG = load_config("openpcdet_nuscenes_multihead")
+
+
+def strided_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """Conv2d(kernel = stride = k, no padding) + bias + ReLU, NHWC, by its definition."""
+    n, h, width, _ = x.shape
+    out = np.zeros((n, h // k, width // k, w.shape[0]), np.float64)
+    for ky in range(k):
+        for kx in range(k):
+            out += x[:, ky::k, kx::k, :].astype(np.float64) @ w[:, :, ky, kx].T.astype(np.float64)
+    return np.maximum(out + b, 0)
+
+
+def transposed_conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, k: int) -> np.ndarray:
+    """ConvTranspose2d(kernel = stride = k) + bias + ReLU, NHWC, by its definition."""
+    n, h, width, _ = x.shape
+    out = np.zeros((n, h * k, width * k, w.shape[1]), np.float64)
+    for ky in range(k):
+        for kx in range(k):
+            out[:, ky::k, kx::k, :] = x.astype(np.float64) @ w[:, :, ky, kx].astype(np.float64)
+    return np.maximum(out + b, 0)
+
+
+def conv3x3(x: np.ndarray, w: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Conv2d(3x3, padding 1) + bias, NHWC, by its definition."""
+    n, h, width, _ = x.shape
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    out = np.zeros((n, h, width, w.shape[0]), np.float64)
+    for ky in range(3):
+        for kx in range(3):
+            out += padded[:, ky : ky + h, kx : kx + width, :] @ w[:, :, ky, kx].T.astype(np.float64)
+    return out + b
+
+
+def packed_neck(x: np.ndarray, packed: np.ndarray, b: np.ndarray, branch: NeckBranch) -> np.ndarray:
+    """What neck_branch computes from the packed rows: output pixel (y, x) sums row (tap * cin + ci)."""
+    n, h, width, cin = x.shape
+    k = branch.k
+    if branch.down:
+        patches = x.reshape(n, h // k, k, width // k, k, cin).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // k, width // k, -1)
+        return np.maximum(patches.astype(np.float64) @ packed + b, 0)
+    out = np.zeros((n, h * k, width * k, packed.shape[1]), np.float64)
+    for tap in range(k * k):
+        ky, kx = divmod(tap, k)
+        out[:, ky::k, kx::k, :] = x.astype(np.float64) @ packed[tap * cin : (tap + 1) * cin]
+    return np.maximum(out + b, 0)
+
+
+@pytest.mark.parametrize("down,k", [(True, 2), (False, 1), (False, 2)])
+def test_neck_rows_compute_the_convolution(down: bool, k: int) -> None:
+    rng = np.random.default_rng(k + 10 * down)
+    cin, cout = 8, 6
+    w = rng.normal(size=(cout, cin, k, k) if down else (cin, cout, k, k)).astype(np.float32)
+    b = rng.normal(size=cout).astype(np.float32)
+    x = rng.normal(size=(2, 4, 6, cin)).astype(np.float32)
+    branch = NeckBranch(cin, cout, k, down)
+    packed = pack_neck_weight(w, down)
+    assert packed.shape == (branch.reduce if down else k * k * cin, cout)
+    want = strided_conv(x, w, b, k) if down else transposed_conv(x, w, b, k)
+    np.testing.assert_allclose(packed_neck(x, packed, b, branch), want, atol=1e-9)
+
+
+def _head_branches(rng: np.random.Generator, mid: int, counts: list[int]) -> tuple[list[HeadBranch], int]:
+    branches, at = [], 0
+    for n in counts:
+        branches.append(HeadBranch(at, rng.normal(size=(n, mid, 3, 3)).astype(np.float32),
+                                   rng.normal(size=n).astype(np.float32)))
+        at += n
+    return branches, at
+
+
+def test_head_blocks_compute_each_branchs_convolution() -> None:
+    rng = np.random.default_rng(3)
+    mid = 4
+    branches, total = _head_branches(rng, mid, [2, 5, 3])
+    weights, biases, table = pack_head_branches(branches, mid)
+    assert weights.shape == (3, 5, 9, mid) and table.tolist() == [[0, 2], [2, 5], [7, 3]]
+    assert not weights[0, 2:].any() and not biases[2, 3:].any()  # zero past each branch's outputs
+    x = rng.normal(size=(1, 5, 7, 3 * mid)).astype(np.float32)
+    padded = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1), (0, 0)))
+    for g, branch in enumerate(branches):
+        want = conv3x3(x[..., g * mid : (g + 1) * mid], branch.weight, branch.bias)
+        got = np.zeros_like(want)
+        for tap in range(9):
+            ky, kx = divmod(tap, 3)
+            window = padded[:, ky : ky + 5, kx : kx + 7, g * mid : (g + 1) * mid]
+            got += window @ weights[g, : table[g, 1], tap, :].T.astype(np.float64)
+        np.testing.assert_allclose(got + biases[g, : table[g, 1]], want, atol=1e-9)
+
+
+# --------------------------------------------------------------------------- on the GPU
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("half", [False, True])
+def test_rpn_kernels_against_the_convolutions(cp: Any, half: bool) -> None:
+    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
+
+    rng = np.random.default_rng(int(half))
+    io = np.float16 if half else np.float32
+    specs = [NeckBranch(16, 8, 2, True), NeckBranch(24, 8, 1, False), NeckBranch(32, 8, 2, False)]
+    inputs = [(1, 16, 20), (1, 8, 10), (1, 4, 5)]  # each lands on the 8 x 10 head map
+    neck = []
+    for spec in specs:
+        shape = (spec.out_channels, spec.in_channels, spec.k, spec.k) if spec.down else (spec.in_channels, spec.out_channels, spec.k, spec.k)
+        neck.append((spec, (rng.normal(size=shape) / 4).astype(io).astype(np.float32),
+                     rng.normal(size=spec.out_channels).astype(io).astype(np.float32)))
+    mid = 16  # a multiple of the channels head_conv stages at a time
+    branches, total = _head_branches(rng, mid, [2, 6, 3, 4])
+    branches = [HeadBranch(b.out_at, (b.weight / 4).astype(io).astype(np.float32), b.bias.astype(io).astype(np.float32))
+                for b in branches]
+    kernels = MultiHeadRpnKernels(neck, branches, mid, total, half)
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    concat = cp.zeros((2, 8, 10, 24), io)
+    want_concat = np.zeros((2, 8, 10, 24), np.float64)
+    offset = 0
+    for i, ((spec, w, b), (_, h, width)) in enumerate(zip(neck, inputs)):
+        x = rng.normal(size=(2, h, width, spec.in_channels)).astype(io)
+        kernels.launch_neck(i, cp.asarray(x), concat, offset, stream)
+        want = strided_conv(x, w, b, spec.k) if spec.down else transposed_conv(x, w, b, spec.k)
+        want_concat[..., offset : offset + spec.out_channels] = want
+        offset += spec.out_channels
+    middle = rng.normal(size=(2, 8, 10, len(branches) * mid)).astype(io)
+    heads = cp.full((2, 8, 10, total), np.nan, np.float32)
+    kernels.launch_heads(cp.asarray(middle), heads, stream)
+    stream.synchronize()
+    tol = 2e-3 if half else 1e-4
+    np.testing.assert_allclose(cp.asnumpy(concat).astype(np.float64), want_concat, rtol=tol, atol=tol)
+    want_heads = np.concatenate([conv3x3(middle[..., g * mid : (g + 1) * mid], b.weight, b.bias)
+                                 for g, b in enumerate(branches)], axis=-1)
+    np.testing.assert_allclose(cp.asnumpy(heads), want_heads, rtol=tol, atol=tol)
+
+
+def _head_map(rng: np.random.Generator, crowded: bool) -> np.ndarray:
+    """A random merged head map of the nuScenes model: mostly background, a few hundred confident
+    anchors; ``crowded`` puts 3,000 passing anchors (and tied scores) in the car head."""
+    nx, ny = CFG.head_map
+    channels = sum(CFG.head_channels.values())
+    heads = rng.normal(0, 0.3, (ny, nx, channels)).astype(np.float32)
+    cls = CFG.head_channels["cls"]
+    heads[..., :cls] -= 4.0
+    hot = rng.random((ny, nx, cls)) < 0.0005
+    heads[..., :cls][hot] = rng.normal(1.0, 1.5, int(hot.sum()))
+    if crowded:
+        cells = rng.choice(ny * nx, 1500, replace=False)
+        car = heads[..., :2].reshape(-1, 2)
+        car[cells] = np.round(rng.normal(1.0, 1.0, (1500, 2)), 1)  # rounded: many equal scores
+    return heads
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("crowded", [False, True])
+def test_post_process_equals_the_reference(cp: Any, crowded: bool) -> None:
+    from pointpillars_trt.kernels.multihead_post import MultiHeadPostprocessStage
+
+    rng = np.random.default_rng(7 + crowded)
+    stage = MultiHeadPostprocessStage(CFG)
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    stats = cp.asarray(np.arange(1, 9, dtype=np.int32))
+    for frame in range(2):  # the second frame checks that the first left no state behind
+        heads = _head_map(rng, crowded)
+        stage.launch(cp.asarray(heads), stats, stream)
+        stream.synchronize()
+        boxes, scores, labels, counts, velocity = MultiHeadPostprocessStage.unpack(cp.asnumpy(stage.result))
+        want = multihead_postprocess(heads, CFG)
+        assert counts["count"] == len(want.scores) > 50, frame
+        np.testing.assert_array_equal(labels, want.labels)
+        np.testing.assert_allclose(scores, want.scores, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(boxes, want.boxes, rtol=1e-5, atol=2e-5)
+        np.testing.assert_allclose(velocity, want.velocity, rtol=0, atol=1e-6)
+        assert counts["pillars"] == 1  # the voxelizer's counts follow the stage's own in the header
+        if crowded:
+            assert counts["selected"] < counts["candidates"]  # the car head's top-k cut 3,000 candidates
