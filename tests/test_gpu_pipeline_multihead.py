@@ -110,6 +110,19 @@ def _nearest_score_gap(ref: Detections, got: Detections, top: int = 10) -> float
     return worst
 
 
+def test_onnxruntime_cuda_rpn_equals_the_cpu_path(models: dict[str, ModelDir], oracle: Any,
+                                                   frames: list[np.ndarray]) -> None:
+    """The same pipeline with the RPN in ONNX Runtime's CUDA execution provider (IEEE fp32)."""
+    from pointpillars_trt.runtime import onnxruntime_cuda_available
+
+    if not onnxruntime_cuda_available():
+        pytest.skip("ONNX Runtime has no CUDA execution provider here (onnxruntime-gpu)")
+    pipe = GpuPipeline(models["fp32"], backend="onnxruntime", tf32=False)
+    for name, points in zip(FRAMES, frames):
+        assert_same(pipe.detect(points), oracle.detect(points), name)
+    pipe.close()
+
+
 def test_fp16_finds_the_best_boxes(models: dict[str, ModelDir], oracle: Any, frames: list[np.ndarray]) -> None:
     """fp16 (float16 canvas and convs, float32 sums): the 10 best boxes of each frame by the IEEE fp32 CPU
     path are found within 10 cm with their labels and scores within 1e-2, as for the KITTI model."""

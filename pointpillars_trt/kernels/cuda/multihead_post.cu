@@ -56,8 +56,7 @@ mh_score(const float* __restrict__ heads, const int* __restrict__ segments, cons
 }
 
 // Top TOP_K rows of segment blockIdx.x by (score desc, row asc), decoded into its NMS group: the
-// candidate list sorted, or, when more than TOP_K pass, an 8-bit-digit radix select over the rows'
-// keys finds the k-th; ties at it are taken in row order.
+// candidate list sorted, or, when more than TOP_K pass, select_top_keys over the rows' keys.
 extern "C" __global__ void __launch_bounds__(1024)
 mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, const int* __restrict__ segments,
           const unsigned* __restrict__ key, const unsigned long long* __restrict__ candidates,
@@ -65,8 +64,6 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
           float* __restrict__ group_box, float* __restrict__ group_velocity, float* __restrict__ group_rect,
           float* __restrict__ group_score) {
     __shared__ unsigned long long keys[SORT_CAP];
-    __shared__ int hist[256];
-    __shared__ int found_digit, found_remaining;
     const int s = blockIdx.x;
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
@@ -75,44 +72,10 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
     const int k = min(n, TOP_K);
     if (n <= TOP_K) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = candidates[s * SORT_CAP + i];
-    } else {
-        unsigned prefix = 0u, mask = 0u;
-        int remaining = TOP_K;  // how many of the keys matching `prefix` are still to take
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
-            __syncthreads();
-            for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-                const unsigned u = mine[i];
-                if (u && (u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
-            }
-            __syncthreads();
-            const int count = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;  // digits from the top
-            int unused;
-            const int above = pp_block_exclusive_scan(count, &unused);
-            if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
-                found_digit = 255 - threadIdx.x;
-                found_remaining = remaining - above;
-            }
-            __syncthreads();
-            prefix |= static_cast<unsigned>(found_digit) << shift;
-            mask |= 255u << shift;
-            remaining = found_remaining;
-            __syncthreads();
-        }
-        // Keys above the k-th, then the first `remaining` equal to it in row order.
-        int taken = 0, ties = 0;
-        for (int base = 0; base < rows && taken < k; base += blockDim.x) {
-            const int i = base + threadIdx.x;
-            const unsigned u = i < rows ? mine[i] : 0u;
-            const bool tie = i < rows && u == prefix;
-            int tie_count, take_count;
-            const int tie_rank = ties + pp_block_exclusive_scan(tie, &tie_count);
-            const bool take = u > prefix || (tie && tie_rank < remaining);
-            const int pos = taken + pp_block_exclusive_scan(take, &take_count);
-            if (take) keys[pos] = score_key(__uint_as_float(u - 1u), static_cast<unsigned>(i));
-            ties += tie_count;
-            taken += take_count;
-        }
+    } else {  // the rows' keys: 0 (failing) never ranks among the TOP_K of more than TOP_K passing
+        select_top_keys(mine, rows, TOP_K, keys, [](int i, unsigned u) {
+            return score_key(__uint_as_float(u - 1u), static_cast<unsigned>(i));
+        });
     }
     const int sorted = pow2_at_least(k);
     for (int i = k + threadIdx.x; i < sorted; i += blockDim.x) keys[i] = 0ull;

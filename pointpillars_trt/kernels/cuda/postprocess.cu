@@ -156,52 +156,14 @@ extern "C" __global__ void __launch_bounds__(1024)
 pp_select(const unsigned* __restrict__ cand_key, const int* __restrict__ cand_anchor,
           int* __restrict__ stats, int* __restrict__ sel_anchor, float* __restrict__ sel_score) {
     __shared__ unsigned long long keys[SORT_CAP];
-    __shared__ int hist[256];
-    __shared__ int found_digit, found_remaining;
     const int n = stats[STAT_CANDIDATES];
     const int k = min(n, TOP_K);
     if (n <= TOP_K) {
         for (int i = threadIdx.x; i < n; i += blockDim.x)
             keys[i] = score_key(__uint_as_float(cand_key[i]), cand_anchor[i]);
     } else {
-        unsigned prefix = 0, mask = 0;
-        int remaining = TOP_K;  // how many of the keys matching `prefix` are still to take
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
-            __syncthreads();
-            for (int i = threadIdx.x; i < n; i += blockDim.x) {
-                const unsigned u = cand_key[i];
-                if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
-            }
-            __syncthreads();
-            // Digits from the top: thread t holds digit 255 - t.
-            const int count = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
-            int unused;
-            const int above = pp_block_exclusive_scan(count, &unused);
-            if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
-                found_digit = 255 - threadIdx.x;
-                found_remaining = remaining - above;
-            }
-            __syncthreads();
-            prefix |= static_cast<unsigned>(found_digit) << shift;
-            mask |= 255u << shift;
-            remaining = found_remaining;
-            __syncthreads();
-        }
-        // Keys above the k-th score, then the first `remaining` equal to it in anchor order.
-        int taken = 0, ties = 0;
-        for (int base = 0; base < n && taken < TOP_K; base += blockDim.x) {
-            const int i = base + threadIdx.x;
-            const unsigned u = i < n ? cand_key[i] : 0u;
-            const bool tie = i < n && u == prefix;
-            int tie_count, take_count;
-            const int tie_rank = ties + pp_block_exclusive_scan(tie, &tie_count);
-            const bool take = i < n && (u > prefix || (tie && tie_rank < remaining));
-            const int pos = taken + pp_block_exclusive_scan(take, &take_count);
-            if (take) keys[pos] = score_key(__uint_as_float(u), cand_anchor[i]);
-            ties += tie_count;
-            taken += take_count;
-        }
+        select_top_keys(cand_key, n, TOP_K, keys,
+                        [&](int i, unsigned u) { return score_key(__uint_as_float(u), cand_anchor[i]); });
     }
     const int sorted = pow2_at_least(k);
     for (int i = k + threadIdx.x; i < sorted; i += blockDim.x) keys[i] = 0ull;

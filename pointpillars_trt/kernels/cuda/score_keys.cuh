@@ -1,6 +1,7 @@
 // Scores and sort keys shared by the post-process kernels: the sigmoid and threshold test the
-// references use, and 64-bit keys (score bits high, inverted tie index low) whose descending order
-// is (score desc, index asc). Needs SCORE_INCLUSIVE defined.
+// references use, 64-bit keys (score bits high, inverted tie index low) whose descending order is
+// (score desc, index asc), and the block-wide top-k selection. Needs SCORE_INCLUSIVE defined and
+// common.cuh included before it.
 #ifndef PP_SCORE_KEYS_CUH
 #define PP_SCORE_KEYS_CUH
 
@@ -37,6 +38,54 @@ __device__ __forceinline__ int pow2_at_least(int n) {
     int p = 1;
     while (p < n) p <<= 1;
     return p;
+}
+
+// The k largest of n 32-bit values (k < n; larger values rank higher, equal ones by lower index) into
+// keys[0..k), as make_key(index, value), in no set order: an 8-bit-digit radix select finds the k-th
+// value, then the values above it and the first of those equal to it are taken in index order.
+// Every thread of the block calls it; it returns after a barrier.
+template <typename MakeKey>
+__device__ void select_top_keys(const unsigned* __restrict__ values, int n, int k, unsigned long long* keys,
+                                MakeKey make_key) {
+    __shared__ int hist[256];
+    __shared__ int found_digit, found_remaining;
+    unsigned prefix = 0, mask = 0;
+    int remaining = k;  // how many of the values matching `prefix` are still to take
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int d = threadIdx.x; d < 256; d += blockDim.x) hist[d] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const unsigned u = values[i];
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1);
+        }
+        __syncthreads();
+        // Digits from the top: thread t holds digit 255 - t.
+        const int count = threadIdx.x < 256 ? hist[255 - threadIdx.x] : 0;
+        int unused;
+        const int above = pp_block_exclusive_scan(count, &unused);
+        if (threadIdx.x < 256 && above < remaining && remaining <= above + count) {
+            found_digit = 255 - threadIdx.x;
+            found_remaining = remaining - above;
+        }
+        __syncthreads();
+        prefix |= static_cast<unsigned>(found_digit) << shift;
+        mask |= 255u << shift;
+        remaining = found_remaining;
+        __syncthreads();
+    }
+    int taken = 0, ties = 0;
+    for (int base = 0; base < n && taken < k; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        const unsigned u = i < n ? values[i] : 0u;
+        const bool tie = i < n && u == prefix;
+        int tie_count, take_count;
+        const int tie_rank = ties + pp_block_exclusive_scan(tie, &tie_count);
+        const bool take = i < n && (u > prefix || (tie && tie_rank < remaining));
+        const int pos = taken + pp_block_exclusive_scan(take, &take_count);
+        if (take) keys[pos] = make_key(i, u);
+        ties += tie_count;
+        taken += take_count;
+    }
 }
 
 }  // namespace
