@@ -123,7 +123,7 @@ def test_rpn_kernels_against_the_convolutions(cp: Any, half: bool) -> None:
         neck.append((spec, (rng.normal(size=shape) / 4).astype(io).astype(np.float32),
                      rng.normal(size=spec.out_channels).astype(io).astype(np.float32)))
     mid = 16  # a multiple of the channels head_conv stages at a time
-    branches, total = _head_branches(rng, mid, [2, 6, 3, 4])
+    branches, total = _head_branches(rng, mid, [2, 6, 3, 4, 10])  # head_conv sums 4, 8 or all 10 outputs
     branches = [HeadBranch(b.out_at, (b.weight / 4).astype(io).astype(np.float32), b.bias.astype(io).astype(np.float32))
                 for b in branches]
     kernels = MultiHeadRpnKernels(neck, branches, mid, total, half)

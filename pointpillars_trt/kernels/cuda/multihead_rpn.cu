@@ -98,40 +98,38 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
     }
 }
 
-// Block: a (4 TILE_X) x TILE_X tile of one frame's head map, one branch, TILE_X * TILE_X threads;
-// thread (ty, tx) takes pixels (4 ty + i, tx), i < 4, and all the branch's outputs. The middle
-// channels come in chunks of CI_CHUNK, tile and weights staged in shared memory, so each weight read
-// serves four pixels and each value read every output. Grid: (tiles x, tiles y, batch * branches).
-// branches: (out_at, count) per branch.
-extern "C" __global__ void __launch_bounds__(TILE_X * TILE_X)
-head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const float* __restrict__ bias,
-          const int* __restrict__ branches, float* __restrict__ out, int num_branches, int height, int width,
-          int out_channels) {
-    constexpr int kRows = 4 * TILE_X + 2, kCols = TILE_X + 2, kThreads = TILE_X * TILE_X;
-    __shared__ float tile[CI_CHUNK][kRows][kCols];
-    __shared__ float w_chunk[MAX_OUT][9][CI_CHUNK];
-    const int g = blockIdx.z % num_branches, n = blockIdx.z / num_branches;
+namespace {
+
+constexpr int kHeadRows = 4 * TILE_X + 2, kHeadCols = TILE_X + 2;
+
+// The body of head_conv for a branch of at most N outputs (N <= MAX_OUT): only N outputs a pixel are
+// summed, so a branch of 2 or 4 channels does not pay for the widest branch's MAX_OUT.
+template <int N>
+__device__ __forceinline__ void head_conv_branch(const io_t* __restrict__ mid, const float* __restrict__ w,
+                                                 const float* __restrict__ bias, float* __restrict__ out,
+                                                 float (*tile)[kHeadRows][kHeadCols], float (*w_chunk)[9][CI_CHUNK],
+                                                 int n, int g, int count, int out_at, int mid_channels, int height,
+                                                 int width, int out_channels) {
+    constexpr int kThreads = TILE_X * TILE_X;
     const int y0 = blockIdx.y * 4 * TILE_X, x0 = blockIdx.x * TILE_X;
-    const int mid_channels = num_branches * MID;
     const int ty = threadIdx.x / TILE_X, tx = threadIdx.x % TILE_X;
-    const float* w = weight + static_cast<long long>(g) * MAX_OUT * 9 * MID;
-    float acc[4][MAX_OUT];
+    float acc[4][N];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int o = 0; o < MAX_OUT; ++o) acc[i][o] = 0.0f;
+        for (int o = 0; o < N; ++o) acc[i][o] = 0.0f;
     for (int c0 = 0; c0 < MID; c0 += CI_CHUNK) {
         __syncthreads();  // the previous chunk is no longer read
-        for (int i = threadIdx.x; i < kRows * kCols * CI_CHUNK; i += kThreads) {
+        for (int i = threadIdx.x; i < kHeadRows * kHeadCols * CI_CHUNK; i += kThreads) {
             const int ci = i % CI_CHUNK, cell = i / CI_CHUNK;
-            const int r = cell / kCols, c = cell % kCols;
+            const int r = cell / kHeadCols, c = cell % kHeadCols;
             const int y = y0 + r - 1, x = x0 + c - 1;
             float v = 0.0f;
             if (y >= 0 && y < height && x >= 0 && x < width)
                 v = load(mid + ((static_cast<long long>(n) * height + y) * width + x) * mid_channels + g * MID + c0 + ci);
             tile[ci][r][c] = v;
         }
-        for (int i = threadIdx.x; i < MAX_OUT * 9 * CI_CHUNK; i += kThreads) {
+        for (int i = threadIdx.x; i < N * 9 * CI_CHUNK; i += kThreads) {
             const int ci = i % CI_CHUNK, rest = i / CI_CHUNK;
             w_chunk[rest / 9][rest % 9][ci] = w[static_cast<long long>(rest) * MID + c0 + ci];
         }
@@ -144,7 +142,7 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
 #pragma unroll
                 for (int i = 0; i < 4; ++i) v[i] = tile[ci][4 * ty + i + dy][tx + dx];
 #pragma unroll
-                for (int o = 0; o < MAX_OUT; ++o) {
+                for (int o = 0; o < N; ++o) {
                     const float wo = w_chunk[o][tap][ci];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) acc[i][o] = fmaf(v[i], wo, acc[i][o]);
@@ -152,7 +150,6 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
             }
         }
     }
-    const int out_at = branches[g * BRANCH_INTS + BRANCH_OUT_AT], count = branches[g * BRANCH_INTS + BRANCH_COUNT];
     const int x = x0 + tx;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -160,7 +157,38 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
         if (y >= height || x >= width) continue;
         float* dst = out + ((static_cast<long long>(n) * height + y) * width + x) * out_channels + out_at;
 #pragma unroll
-        for (int o = 0; o < MAX_OUT; ++o)
+        for (int o = 0; o < N; ++o)
             if (o < count) dst[o] = rounded(acc[i][o] + bias[g * MAX_OUT + o]);
     }
+}
+
+constexpr int kAtMost4 = MAX_OUT < 4 ? MAX_OUT : 4;
+constexpr int kAtMost8 = MAX_OUT < 8 ? MAX_OUT : 8;
+
+}  // namespace
+
+// Block: a (4 TILE_X) x TILE_X tile of one frame's head map, one branch, TILE_X * TILE_X threads;
+// thread (ty, tx) takes pixels (4 ty + i, tx), i < 4, and the branch's outputs (4, 8 or MAX_OUT of
+// them summed, whichever first holds its count). The middle channels come in chunks of CI_CHUNK,
+// tile and weights staged in shared memory, so each weight read serves four pixels and each value
+// read every output. Grid: (tiles x, tiles y, batch * branches). branches: (out_at, count) per branch.
+extern "C" __global__ void __launch_bounds__(TILE_X * TILE_X)
+head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const float* __restrict__ bias,
+          const int* __restrict__ branches, float* __restrict__ out, int num_branches, int height, int width,
+          int out_channels) {
+    __shared__ float tile[CI_CHUNK][kHeadRows][kHeadCols];
+    __shared__ float w_chunk[MAX_OUT][9][CI_CHUNK];
+    const int g = blockIdx.z % num_branches, n = blockIdx.z / num_branches;
+    const int out_at = branches[g * BRANCH_INTS + BRANCH_OUT_AT], count = branches[g * BRANCH_INTS + BRANCH_COUNT];
+    const float* w = weight + static_cast<long long>(g) * MAX_OUT * 9 * MID;
+    const int mid_channels = num_branches * MID;
+    if (count <= kAtMost4)  // uniform over the block: one branch
+        head_conv_branch<kAtMost4>(mid, w, bias, out, tile, w_chunk, n, g, count, out_at, mid_channels, height, width,
+                                   out_channels);
+    else if (count <= kAtMost8)
+        head_conv_branch<kAtMost8>(mid, w, bias, out, tile, w_chunk, n, g, count, out_at, mid_channels, height, width,
+                                   out_channels);
+    else
+        head_conv_branch<MAX_OUT>(mid, w, bias, out, tile, w_chunk, n, g, count, out_at, mid_channels, height, width,
+                                  out_channels);
 }
