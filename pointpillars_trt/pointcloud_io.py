@@ -158,16 +158,21 @@ def _read_fully(fd: int, target: memoryview) -> int:
 
 
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
-                        intensity_scale: float | None = None, source: str = "point file") -> np.ndarray:
+                        intensity_scale: float | None = None, source: str = "point file",
+                        columns: int = 4) -> np.ndarray:
     """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
-    gives, checked as :func:`read_bin` checks a file."""
+    gives, checked as :func:`read_bin` checks a file; a model of other point ``columns`` (e.g. 5, with
+    the time lag) gets an array of its own, as from :func:`read_points_into`."""
+    if point_dim < columns:
+        raise InputError(f"{source}: point_dim {point_dim} has fewer values a point than the model's {columns} "
+                         f"({columns_text(columns)}); pass --point-dim {columns}")
     _check_bin_size(source, len(data), int(point_dim), "point file")
     values = np.frombuffer(data, dtype="<f4")
     if point_dim == 4:
         _check_not_five_values(values, source, "point file")
-    points = values.reshape(-1, int(point_dim))[:, :4]
-    rows = allocate(len(points))
-    target = rows if rows is not None else np.empty((len(points), 4), np.float32)
+    points = values.reshape(-1, int(point_dim))[:, :columns]
+    rows = allocate(len(points)) if columns == 4 else None
+    target = rows if rows is not None else np.empty((len(points), columns), np.float32)
     target[...] = points
     if intensity_scale is not None:
         target[:, 3] *= np.float32(_checked_scale(intensity_scale))

@@ -55,8 +55,9 @@ class FrameReader:
     warning, whichever reader thread checked it first)."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
-                 prepare: Callable[[np.ndarray, str], np.ndarray] | None = None) -> None:
-        self.columns = cfg.num_point_columns if cfg is not None else 4
+                 prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
+        # the model's point columns: its config's, else (a served model, whose config is not here) ``columns``
+        self.columns = cfg.num_point_columns if cfg is not None else columns or 4
         self.point_dim, self.intensity_scale, self.prepare = point_dim, intensity_scale, prepare
         # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
         self.check_intensity = intensity_scale is None and (
@@ -68,7 +69,8 @@ class FrameReader:
             if self.prepare is not None:
                 raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a "
                                  "URI has none of: pass --no-fov-only")
-            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale)
+            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale,
+                                         columns=self.columns)
         else:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
                                       intensity_scale=self.intensity_scale, columns=self.columns)

@@ -29,6 +29,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
@@ -405,13 +406,17 @@ def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str]
     least its point columns (a single sweep given to a multi-sweep model is refused, not padded with
     time 0: that would lose accuracy silently), and no KITTI label files for models that predict
     velocities of full 360-degree frames (nuScenes-style: camera-frame labels cannot carry them)."""
-    columns = cfg.num_point_columns
-    if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
-        raise InputError(f"--point-dim {point_dim}: model {cfg.name} reads {columns} values a point "
-                         f"({', '.join(cfg.point_columns)}); pass --point-dim {columns}")
+    check_point_dim(cfg.num_point_columns, point_dim, frames, f"model {cfg.name}")
     if fmt == "kitti" and cfg.box_code.velocity:
         raise InputError(f"--format kitti: model {cfg.name} predicts box velocities on 360-degree multi-sweep "
                          "frames, which KITTI label files (camera-frame boxes) cannot carry; use --format json")
+
+
+def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: str) -> None:
+    """.bin frames of fewer values a point than the model's point columns are refused up front."""
+    if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
+        raise InputError(f"--point-dim {point_dim}: {model} reads {columns} values a point "
+                         f"({columns_text(columns)}); pass --point-dim {columns}")
 
 
 def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_range: Sequence[float] | None,
@@ -446,6 +451,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         if cfg is not None:
             check_model_inputs(cfg, fmt, args.point_dim, frames)
+        else:  # a served model: what its config says of its points and outputs
+            check_point_dim(getattr(detectors[0], "point_columns", 4), args.point_dim, frames, "the served model")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
@@ -579,7 +586,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     prepare = frame_preparer(args, fmt, report.note,
                              getattr(getattr(detectors[0], "model", None), "fov_points_only", None))
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
-                       intensity_scale=args.intensity_scale, prepare=prepare)
+                       intensity_scale=args.intensity_scale, prepare=prepare,
+                       columns=getattr(detectors[0], "point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned = False

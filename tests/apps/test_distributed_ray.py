@@ -171,6 +171,24 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
     assert assert_same_json_files(tmp_path / "ray_jsonl", tmp_path / "local_jsonl") == ["detections-00000.jsonl"]
 
 
+def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nuscenes: Path,  # type: ignore[no-untyped-def]
+                                                               tmp_path: Path) -> None:
+    """The nuScenes multi-head model: Ray's workers read the frames' bytes with 5 values a point and
+    write the JSON files (class names, velocities) local infer writes."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin"):
+        shutil.copy(nuscenes / name, folder)
+    with_corrupt_frame(folder)
+    model = nuscenes / "cbgs_pp_multihead_synthetic_dev.pth"
+    local = local_infer(folder, model, tmp_path / "local", "--point-dim", "5")
+    rc, out, err = ray_infer(folder, model, tmp_path / "ray", "--point-dim", "5")
+    assert rc == 1 and out.startswith("2/3 frames"), (out, err)
+    assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
+    names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+    assert json.loads((tmp_path / "ray" / names[0]).read_text())["velocity"]
+
+
 def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tiny import tiny_model_dir
 

@@ -498,3 +498,59 @@ def test_infer_over_the_server_without_a_calib_folder_fails_each_frame_as_local_
     assert local[0] == remote[0] == 1
     assert report_lines(*remote[1:], tmp_path / "remote") == report_lines(*local[1:], tmp_path / "local")
     assert "no calibration folder for frame" in remote[2]
+
+
+# --------------------------------------------------------------------------- nuScenes multi-head model
+
+NUSCENES_CHECKPOINT = "cbgs_pp_multihead_synthetic_dev.pth"
+NUSCENES_FRAMES = ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")
+
+
+@pytest.fixture(scope="module")
+def nuscenes_server(install, nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]
+    with served(install, nuscenes / NUSCENES_CHECKPOINT, tmp_path_factory.mktemp("nuscenes_server")) as server:
+        yield server
+
+
+def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_velocities(  # type: ignore[no-untyped-def]
+        nuscenes: Path, nuscenes_server, tmp_path: Path) -> None:
+    """The served nuScenes model declares [-1, 5] points and a velocity output; its client reads .bin
+    frames with 5 values a point and gets the local detector's boxes and velocities bit for bit; a
+    frame of 4 values a point is that request's error; `infer --server --point-dim 5` writes the JSON
+    files local infer writes."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.pointcloud_io import read_points
+
+    frames = [str(nuscenes / name) for name in NUSCENES_FRAMES]
+    remote = RemoteDetector(nuscenes_server.endpoints["grpc"])
+    detector = PointPillars.from_checkpoint(nuscenes / NUSCENES_CHECKPOINT, device="cpu")
+    try:
+        assert remote.point_columns == 5 and remote.served.velocity
+        for result, path in zip(remote.infer_many(frames, concurrency=2), frames):
+            want = detector(read_points(path, point_dim=5, columns=5))
+            assert result.detections is not None and len(result.detections) >= 10
+            assert_same(result.detections, want)
+            np.testing.assert_array_equal(result.detections.velocity, want.velocity)
+        with pytest.raises(InputError, match=r"got 4 columns per point"):
+            remote(np.zeros((10, 4), np.float32))
+        response = raw_infer(nuscenes_server, "grpc", np.zeros((1, 10, 5), np.float32))
+        assert response.as_numpy("velocity").shape == (1, 0, 2)
+    finally:
+        remote.close()
+        detector.close()
+    local = tmp_path / "local"
+    rc, _, err = run_captured(cli_main, ["infer", *frames, "--model", str(nuscenes / NUSCENES_CHECKPOINT), "--out",
+                                         str(local), "--device", "cpu", "--no-progress", "--point-dim", "5"])
+    assert rc == 0, err
+    args = infer_args(frames, nuscenes / NUSCENES_CHECKPOINT, tmp_path / "remote", nuscenes_server.endpoints["grpc"],
+                      "grpc", "--point-dim", "5")
+    rc, _, err = run_captured(run_scaleout_infer, args)
+    assert rc == 0, err
+    names = sorted(p.name for p in local.iterdir())
+    assert len(names) == 2 and names == sorted(p.name for p in (tmp_path / "remote").iterdir())
+    for name in names:
+        assert (tmp_path / "remote" / name).read_bytes() == (local / name).read_bytes(), name
+    args = infer_args(frames, nuscenes / NUSCENES_CHECKPOINT, tmp_path / "four", nuscenes_server.endpoints["grpc"],
+                      "grpc")
+    with pytest.raises(InputError, match=r"--point-dim 4: the served model reads 5 values a point"):
+        run_scaleout_infer(args)

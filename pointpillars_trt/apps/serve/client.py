@@ -17,9 +17,9 @@ from typing import Any
 from ...detections import Detections
 from ...detector import FrameResult, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
-from ...kitti import read_velodyne_bin
+from ...pointcloud_io import read_points
 from ...points import as_host_points
-from .reply import OUTPUTS, check_model_config, reply_detections, reply_output_names
+from .reply import check_model_config, reply_detections, reply_output_names
 from .repository import MODEL_NAME
 
 PROTOCOLS = ("grpc", "http")
@@ -66,7 +66,9 @@ class RemoteDetector:
             raise BackendError(f"server {server} ({protocol}): cannot be reached ({_one_line(exc)})") from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
-        self.class_names, self.max_points = check_model_config(config, f"server {server}: model {model!r}")
+        self.served = check_model_config(config, f"server {server}: model {model!r}")
+        self.class_names, self.max_points = self.served.class_names, self.served.max_points
+        self.point_columns = self.served.point_columns  # what infer reads a frame's points as
 
     def _client(self) -> Any:
         client = getattr(self._local, "client", None)
@@ -79,14 +81,14 @@ class RemoteDetector:
         return client
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
-        frame = as_host_points(points, source or "points")
+        frame = as_host_points(points, source or "points", self.point_columns)
         prefix = f"{source}: " if source else ""
         if self.max_points is not None and frame.shape[0] > self.max_points:
             raise InputError(f"{prefix}{frame.shape[0]} points, more than the cap of {self.max_points} "
                              f"of server {self.server} (serve --max-points)")
-        request = self._module.InferInput("points", [1, frame.shape[0], 4], "FP32")
+        request = self._module.InferInput("points", [1, *frame.shape], "FP32")
         request.set_data_from_numpy(frame[None])
-        outputs = [self._module.InferRequestedOutput(name) for name in OUTPUTS]
+        outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
             reply = self._client().infer(self.model, [request], outputs=outputs,
                                          **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
@@ -100,10 +102,10 @@ class RemoteDetector:
         where = f"{prefix}server {self.server}"
         try:
             names = reply_output_names(reply)
-            arrays = {name: reply.as_numpy(name) for name in OUTPUTS}
+            arrays = {name: reply.as_numpy(name) for name in self.served.outputs}
         except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
             raise BackendError(f"{where} answered a malformed reply ({_one_line(exc)})") from None
-        return reply_detections(arrays, names, self.class_names, where)
+        return reply_detections(arrays, names, self.served, where)
 
     def detect_batch(self, frames: Sequence[object], *, concurrency: int = 8) -> list[Detections]:
         """Detections of several frames, one request each, all in flight at once (up to
@@ -138,7 +140,8 @@ class RemoteDetector:
                 yield _result(*window.popleft())
 
     def _detect_item(self, item: object, source: str) -> Detections:
-        points = read_velodyne_bin(item) if isinstance(item, (str, os.PathLike)) else item
+        columns = self.point_columns
+        points = read_points(item, point_dim=columns, columns=columns) if isinstance(item, (str, os.PathLike)) else item
         return self(points, source)
 
     def close(self) -> None:

@@ -1,15 +1,17 @@
 """What a ``pointpillars-trt serve`` model must declare and answer, checked on the client's side.
 
 A client trusts nothing that comes over the wire: the model's config must be ours (class names that
-can be written into label files, the points input, the seven outputs with their types), else the run
-stops with one line before any frame is sent; each reply must hold exactly those outputs with their
-dtypes and consistent shapes, else that frame fails alone.
+can be written into label files, the points input of 4 or 5 values a point, the seven outputs with
+their types, and ``velocity`` for a model that predicts it), else the run stops with one line before
+any frame is sent; each reply must hold exactly those outputs with their dtypes and consistent
+shapes, else that frame fails alone.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,16 +22,33 @@ from ...fileio import safe_repr
 
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 OUTPUTS = ("boxes", "scores", "labels", *STATS)
-_OUTPUT_TYPES = {"boxes": "TYPE_FP32", "scores": "TYPE_FP32", **{name: "TYPE_INT32" for name in ("labels", *STATS)}}
+VELOCITY = "velocity"  # (1, boxes, 2) FP32, the output of models that predict velocities
+POINT_COLUMNS = (4, 5)  # values a point of the points input: x, y, z, intensity (+ time)
+_OUTPUT_TYPES = {"boxes": "TYPE_FP32", "scores": "TYPE_FP32", VELOCITY: "TYPE_FP32",
+                 **{name: "TYPE_INT32" for name in ("labels", *STATS)}}
 _OUTPUT_DTYPES = {name: np.float32 if kind == "TYPE_FP32" else np.int32 for name, kind in _OUTPUT_TYPES.items()}
 #: A class name goes into JSON records and KITTI label lines (space-separated): no spaces, no control characters.
 _CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 MAX_CLASSES = 1024
 
 
-def check_model_config(config: object, where: str) -> tuple[tuple[str, ...], int | None]:
-    """(class names, the server's points cap or None) of a model config (Triton's JSON form); a
-    BackendError naming ``where`` (server and model) when the config is not a pointpillars-trt model's."""
+@dataclass(frozen=True)
+class ServedModel:
+    """What a client needs of a served model's config."""
+
+    class_names: tuple[str, ...]
+    max_points: int | None  # the server's points cap, when its config says
+    point_columns: int      # values a point it takes
+    velocity: bool          # whether its replies carry velocities
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return OUTPUTS + ((VELOCITY,) if self.velocity else ())
+
+
+def check_model_config(config: object, where: str) -> ServedModel:
+    """What a model config (Triton's JSON form) says a client needs; a BackendError naming ``where``
+    (server and model) when the config is not a pointpillars-trt model's."""
 
     def refuse(problem: str) -> BackendError:
         return BackendError(f"{where} is not a pointpillars-trt model: {problem}")
@@ -49,15 +68,19 @@ def check_model_config(config: object, where: str) -> tuple[tuple[str, ...], int
         raise refuse(f"class_names {safe_repr(text, 80)} are not distinct names of letters, digits, '_', '.' or '-'")
     inputs = {i.get("name"): i for i in config.get("input") or [] if isinstance(i, Mapping)}
     points = inputs.get("points")
-    if points is None or points.get("data_type") != "TYPE_FP32" or _dims(points) != [-1, 4]:
-        raise refuse("it has no FP32 input 'points' of dims [-1, 4]")
+    dims = _dims(points) if points is not None else None
+    if points is None or points.get("data_type") != "TYPE_FP32" or dims not in [[-1, c] for c in POINT_COLUMNS]:
+        raise refuse("it has no FP32 input 'points' of dims [-1, 4] or [-1, 5]")
     outputs = {o.get("name"): o.get("data_type") for o in config.get("output") or [] if isinstance(o, Mapping)}
-    wrong = [name for name, kind in _OUTPUT_TYPES.items() if outputs.get(name) != kind]
+    velocity = VELOCITY in outputs
+    wrong = [name for name, kind in _OUTPUT_TYPES.items() if outputs.get(name) != kind and (name != VELOCITY or velocity)]
     if wrong:
         raise refuse(f"its outputs lack or mistype {', '.join(wrong)}")
     cap = params.get("max_points") if isinstance(params, Mapping) else None
     cap_text = cap.get("string_value") if isinstance(cap, Mapping) else None
-    return names, int(cap_text) if isinstance(cap_text, str) and cap_text.isdigit() else None
+    max_points = int(cap_text) if isinstance(cap_text, str) and cap_text.isdigit() else None
+    assert dims is not None
+    return ServedModel(names, max_points, dims[1], velocity)
 
 
 def _dims(spec: Mapping[str, Any]) -> list[int] | None:
@@ -67,7 +90,7 @@ def _dims(spec: Mapping[str, Any]) -> list[int] | None:
         return None
 
 
-def reply_detections(arrays: Mapping[str, object], names: list[str], class_names: tuple[str, ...],
+def reply_detections(arrays: Mapping[str, object], names: list[str], served: ServedModel,
                      where: str) -> Detections:
     """Detections of one reply: ``arrays`` the outputs as NumPy arrays (None when absent), ``names``
     the outputs the reply holds. A BackendError naming ``where`` when anything is off."""
@@ -75,30 +98,33 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], class_names
     def refuse(problem: str) -> BackendError:
         return BackendError(f"{where} answered {problem}")
 
-    if sorted(names) != sorted(OUTPUTS):
-        missing, extra = sorted(set(OUTPUTS) - set(names)), sorted(set(names) - set(OUTPUTS))
+    expected, class_names = served.outputs, served.class_names
+    if sorted(names) != sorted(expected):
+        missing, extra = sorted(set(expected) - set(names)), sorted(set(names) - set(expected))
         raise refuse(f"with outputs {safe_repr(names, 120)}" + (f"; missing {', '.join(missing)}" if missing else "")
                      + (f"; unexpected {safe_repr(extra, 60)}" if extra else ""))
     found: dict[str, np.ndarray] = {}
-    for name in OUTPUTS:
+    for name in expected:
         array = arrays.get(name)
         if not isinstance(array, np.ndarray) or array.dtype != _OUTPUT_DTYPES[name]:
             kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
             raise refuse(f"{name} as {kind}, expected {np.dtype(_OUTPUT_DTYPES[name])}")
         found[name] = array
     count = found["scores"].shape[-1] if found["scores"].ndim == 2 else -1
-    shapes = {"boxes": (1, count, 7), "scores": (1, count), "labels": (1, count), **{s: (1, 1) for s in STATS}}
-    odd = next((n for n in OUTPUTS if found[n].shape != shapes[n]), None)
+    shapes = {"boxes": (1, count, 7), "scores": (1, count), "labels": (1, count), VELOCITY: (1, count, 2),
+              **{s: (1, 1) for s in STATS}}
+    odd = next((n for n in expected if found[n].shape != shapes[n]), None)
     if count < 0 or odd is not None:
-        raise refuse(f"with inconsistent shapes {', '.join(f'{n} {found[n].shape}' for n in OUTPUTS)}")
+        raise refuse(f"with inconsistent shapes {', '.join(f'{n} {found[n].shape}' for n in expected)}")
     labels = found["labels"].reshape(-1)
     if labels.size and not (0 <= labels.min() and labels.max() < len(class_names)):
         raise refuse(f"labels outside 0..{len(class_names) - 1} (its {len(class_names)} classes)")
     stats = {name: int(found[name][0, 0]) for name in STATS}
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")
+    velocity = found[VELOCITY].reshape(-1, 2) if served.velocity else None
     return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1), labels.astype(np.int32),
-                      class_names, FrameStats(**stats))
+                      class_names, FrameStats(**stats), velocity)
 
 
 def reply_output_names(reply: Any) -> list[str]:

@@ -52,8 +52,10 @@ def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
 def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
                       device: str, max_points: int, runtime: RuntimeOptions | None = None,
                       pipelines: int = 1) -> str:
-    """config.pbtxt: ragged FP32 [-1, 4] points, optional per-request thresholds (score_threshold and
-    nms_iou FP32 [1], max_boxes INT32 [1]), dynamic batching up to ``max_batch`` frames, K instances
+    """config.pbtxt: ragged FP32 [-1, C] points (C: the model's point columns, 4 or 5 with the time lag),
+    optional per-request thresholds (score_threshold and nms_iou FP32 [1], max_boxes INT32 [1]), the
+    outputs (``velocity`` FP32 [-1, 2] too for a model that predicts it), dynamic batching up to
+    ``max_batch`` frames, K instances
     per GPU (or on the CPU); each instance's ``pipelines`` detectors (of that batch) run as ``runtime``
     says (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
@@ -77,11 +79,14 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
     outputs += [(name, "TYPE_INT32", "[1]") for name in
                 ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
+    if model.cfg.box_code.velocity:
+        outputs.append(("velocity", "TYPE_FP32", "[-1, 2]"))
     lines = [
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
         f"max_batch_size: {max_batch}",
-        'input [{ name: "points", data_type: TYPE_FP32, dims: [-1, 4], allow_ragged_batch: true },',
+        f'input [{{ name: "points", data_type: TYPE_FP32, dims: [-1, {model.cfg.num_point_columns}], '
+        'allow_ragged_batch: true },',
         '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "max_boxes", data_type: TYPE_INT32, dims: [1], optional: true }]',

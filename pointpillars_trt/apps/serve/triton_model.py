@@ -40,7 +40,6 @@ from pointpillars_trt.detections import Detections  # noqa: E402
 from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 from pointpillars_trt.graph_io import MAX_BATCH  # noqa: E402
 
-OUTPUTS = ("boxes", "scores", "labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int}  # optional, one value each
 
 
@@ -72,6 +71,7 @@ class TritonPythonModel:
 
         self.pipelines = PipelineSet(open_warm, pipelines)
         self.cfg = self.pipelines.detectors[0].cfg
+        self.columns = self.cfg.num_point_columns
 
     def execute(self, requests: list[Any]) -> None:
         """Stage the batch's frames and return; each request is answered through its response sender."""
@@ -99,13 +99,14 @@ class TritonPythonModel:
         self.pipelines.close()
 
     def _frame(self, request: Any) -> np.ndarray:
-        """The request's (N, 4) float32 points, checked here too (the server checks dtype and rank)."""
+        """The request's (N, C) float32 points (C: the model's point columns), checked here too (the
+        server checks dtype and rank)."""
         tensor = pb_utils.get_input_tensor_by_name(request, "points")
         if tensor is None:
             raise InputError("request has no input 'points'")
         points = np.from_dlpack(tensor)
-        if points.dtype != np.float32 or points.ndim != 3 or points.shape[0] != 1 or points.shape[2] != 4:
-            raise InputError(f"points: expected one frame of shape [1, N, 4] float32 per request, "
+        if points.dtype != np.float32 or points.ndim != 3 or points.shape[0] != 1 or points.shape[2] != self.columns:
+            raise InputError(f"points: expected one frame of shape [1, N, {self.columns}] float32 per request, "
                              f"got {list(points.shape)} {points.dtype}")
         if points.shape[1] > self.max_points:
             raise InputError(f"points: {points.shape[1]} points, more than this server's cap of {self.max_points}")
@@ -162,9 +163,11 @@ def _response(found: Detections) -> Any:
         "num_pillars": [[stats.num_pillars]],
         "num_pillars_dropped": [[stats.num_pillars_dropped]],
     }
-    dtypes = {"boxes": np.float32, "scores": np.float32}
-    tensors = [pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(arrays[name], dtypes.get(name, np.int32)))
-               for name in OUTPUTS]
+    if found.velocity is not None:  # a model that predicts velocities (its config declares the output)
+        arrays["velocity"] = found.velocity.reshape(1, -1, 2)
+    dtypes = {"boxes": np.float32, "scores": np.float32, "velocity": np.float32}
+    tensors = [pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(array, dtypes.get(name, np.int32)))
+               for name, array in arrays.items()]
     return pb_utils.InferenceResponse(output_tensors=tensors)
 
 

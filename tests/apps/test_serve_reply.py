@@ -1,0 +1,67 @@
+"""The client's checks of a served model's config and replies (``apps/serve/reply.py``), and the
+reading of frames' bytes as the Ray workers get them, for models of 4 and 5 values a point."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.serve.reply import check_model_config, reply_detections
+from pointpillars_trt.errors import BackendError, InputError
+from pointpillars_trt.pointcloud_io import read_bin_bytes_into
+
+
+def config(columns: int = 4, velocity: bool = False) -> dict:  # type: ignore[type-arg]
+    outputs = [{"name": "boxes", "data_type": "TYPE_FP32"}, {"name": "scores", "data_type": "TYPE_FP32"}]
+    outputs += [{"name": n, "data_type": "TYPE_INT32"}
+                for n in ("labels", "num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
+    if velocity:
+        outputs.append({"name": "velocity", "data_type": "TYPE_FP32"})
+    return {"parameters": {"class_names": {"string_value": "car,truck"}, "max_points": {"string_value": "900"}},
+            "input": [{"name": "points", "data_type": "TYPE_FP32", "dims": ["-1", str(columns)]}], "output": outputs}
+
+
+def reply(count: int, velocity: bool) -> dict[str, np.ndarray]:
+    arrays = {"boxes": np.ones((1, count, 7), np.float32), "scores": np.full((1, count), 0.5, np.float32),
+              "labels": np.ones((1, count), np.int32),
+              **{n: np.zeros((1, 1), np.int32) for n in ("num_points", "num_nonfinite", "num_pillars",
+                                                          "num_pillars_dropped")}}
+    if velocity:
+        arrays["velocity"] = np.arange(2 * count, dtype=np.float32).reshape(1, count, 2)
+    return arrays
+
+
+def test_a_multi_sweep_model_with_velocities_is_read_from_its_config_and_replies() -> None:
+    kitti, nuscenes = check_model_config(config(), "m"), check_model_config(config(5, True), "m")
+    assert (kitti.point_columns, kitti.velocity, kitti.max_points) == (4, False, 900)
+    assert (nuscenes.point_columns, nuscenes.velocity, nuscenes.class_names) == (5, True, ("car", "truck"))
+    found = reply_detections(reply(3, True), list(reply(3, True)), nuscenes, "server")
+    np.testing.assert_array_equal(found.velocity, np.arange(6, dtype=np.float32).reshape(3, 2))
+    assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server").velocity is None
+    with pytest.raises(BackendError, match=r"server answered with outputs .*; missing velocity"):
+        reply_detections(reply(3, False), list(reply(3, False)), nuscenes, "server")
+    bad = reply(3, True)
+    bad["velocity"] = bad["velocity"][:, :2]
+    with pytest.raises(BackendError, match=r"inconsistent shapes .*velocity \(1, 2, 2\)"):
+        reply_detections(bad, list(bad), nuscenes, "server")
+
+
+@pytest.mark.parametrize("columns,velocity_type", [(6, None), (4, "TYPE_INT32")])
+def test_other_point_widths_and_a_mistyped_velocity_are_not_our_model(columns: int, velocity_type: str | None) -> None:
+    cfg = config(columns, velocity_type is not None)
+    if velocity_type is not None:
+        cfg["output"][-1]["data_type"] = velocity_type
+    with pytest.raises(BackendError, match=r"is not a pointpillars-trt model: (it has no FP32 input 'points' of dims "
+                                           r"\[-1, 4\] or \[-1, 5\]|its outputs lack or mistype velocity)"):
+        check_model_config(cfg, "server s: model 'm'")
+
+
+def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
+    points = np.arange(30, dtype=np.float32).reshape(6, 5)
+    got = read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=5, columns=5)
+    np.testing.assert_array_equal(got, points)
+    rows = np.zeros((6, 4), np.float32)
+    assert read_bin_bytes_into(points.tobytes(), lambda n: rows, point_dim=5) is rows  # a 4-column model
+    np.testing.assert_array_equal(rows, points[:, :4])
+    with pytest.raises(InputError, match=r"frame.bin: point_dim 4 has fewer values a point than the model's 5"):
+        read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=4, columns=5, source="frame.bin")
