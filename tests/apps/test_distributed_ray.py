@@ -173,8 +173,9 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 
 def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nuscenes: Path,  # type: ignore[no-untyped-def]
                                                                tmp_path: Path) -> None:
-    """The nuScenes multi-head model: Ray's workers read the frames' bytes with 5 values a point and
-    write the JSON files (class names, velocities) local infer writes."""
+    """The nuScenes multi-head model: Ray's workers read the frames with 5 values a point and write the
+    JSON files (class names, velocities) local infer writes; frames given as URIs (Ray Data reads their
+    bytes) give the same records."""
     folder = tmp_path / "frames"
     folder.mkdir()
     for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin"):
@@ -187,6 +188,17 @@ def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nusce
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
     assert json.loads((tmp_path / "ray" / names[0]).read_text())["velocity"]
+
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    uris = [f"local://{folder / name}" for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")]
+    summary = detect_dataset(uris, model, tmp_path / "uris", workers=1, gpus_per_worker=0, point_dim=5,
+                             output_format="jsonl", progress=False)
+    assert summary.frames == 2 and not summary.failures, summary.failures
+    rows = [json.loads(line) for line in next((tmp_path / "uris").glob("*.jsonl")).read_text().splitlines()]
+    for row, name in zip(rows, names):
+        record = json.loads((tmp_path / "local" / name).read_text())
+        assert row["velocity"] == record["velocity"] and row["labels"] == record["labels"]
 
 
 def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
