@@ -216,6 +216,22 @@ def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family)
     assert sizes["fp16", "rpn"] < 0.6 * sizes["fp32", "rpn"]
 
 
+@pytest.mark.tensorrt
+@needs_rtx
+def test_the_multi_head_nuscenes_graphs_build(tmp_path, nuscenes):
+    """OpenPCDet's multi-head RPN (strided-conv neck branch, shared conv, 36 branch convs) and its 11-input
+    PFN build as strongly typed fp16 plans, with the profiles of the KITTI graphs."""
+    from pointpillars_trt.convert.export import build_model_dir
+
+    model = build_model_dir(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", tmp_path / "m", backend="tensorrt",
+                            precision="fp16")
+    for graph, rows in (("pfn", (1, 30000, 30000)), ("rpn", (1, 1, 8))):
+        _, metadata = read_plan(model.path / f"{graph}.plan")
+        assert metadata["precision"] == "fp16" and metadata["config_digest"] == model.cfg.digest()
+        (_, profile), = metadata["profile"].items()
+        assert [dims[0] for dims in profile] == list(rows), graph
+
+
 @pytest.fixture(scope="module")
 def tiny_plan(tmp_path_factory) -> tuple[Path, dict]:
     if RTX_SKIP is not None:
