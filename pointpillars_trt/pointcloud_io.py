@@ -163,14 +163,8 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
     gives, checked as :func:`read_bin` checks a file; a model of other point ``columns`` (e.g. 5, with
     the time lag) gets an array of its own, as from :func:`read_points_into`."""
-    if point_dim < columns:
-        raise InputError(f"{source}: point_dim {point_dim} has fewer values a point than the model's {columns} "
-                         f"({columns_text(columns)}); pass --point-dim {columns}")
-    _check_bin_size(source, len(data), int(point_dim), "point file")
-    values = np.frombuffer(data, dtype="<f4")
-    if point_dim == 4:
-        _check_not_five_values(values, source, "point file")
-    points = values.reshape(-1, int(point_dim))[:, :columns]
+    _check_point_dim(point_dim, columns)
+    points = _bin_points(data, point_dim, columns, source, "point file")
     rows = allocate(len(points)) if columns == 4 else None
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
     target[...] = points
@@ -225,19 +219,28 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
 
 def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
+    _check_point_dim(point_dim, columns)
+    data = _read_frame_bytes(path, 4 * int(point_dim), what)
+    return _bin_points(data, point_dim, columns, path, what).astype(np.float32, order="C")  # writable, native order
+
+
+def _check_point_dim(point_dim: object, columns: int) -> None:
+    """``point_dim``: an integer >= 4 that holds the model's ``columns`` values a point."""
     if isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer)) or point_dim < 4:
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer >= 4 (x, y, z, intensity, ...)")
     if point_dim < columns:
         raise InputError(f"point_dim {int(point_dim)}: the model reads {columns} values a point "
                          f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
-    row = 4 * int(point_dim)
-    data = _read_frame_bytes(path, row, what)
-    _check_bin_size(path, len(data), int(point_dim), what)
+
+
+def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
+    """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
+    view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not 5 values a point read as 4."""
+    _check_bin_size(source, len(data), int(point_dim), what)
     values = np.frombuffer(data, dtype="<f4")
     if point_dim == 4:
-        _check_not_five_values(values, path, what)
-    arr = values.reshape(-1, int(point_dim))
-    return arr[:, :columns].astype(np.float32, order="C")  # a writable copy, native byte order
+        _check_not_five_values(values, source, what)
+    return values.reshape(-1, int(point_dim))[:, :columns]
 
 
 _LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file

@@ -185,9 +185,9 @@ class FrameRunner:
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
         per_frame = max(INITIAL_POINTS_PER_FRAME, points_per_frame or 0)
         cfg = getattr(self.detectors[0], "cfg", None)
-        self._columns = cfg.num_point_columns if cfg is not None else 4  # 5: time lags staged beside the rows
+        columns = cfg.num_point_columns if cfg is not None else 4  # 5: time lags staged beside the rows
         for _ in range(slots):
-            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc, self._columns))
+            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc, columns))
         self._slots = slots
 
     # -- the run ------------------------------------------------------------------------------------

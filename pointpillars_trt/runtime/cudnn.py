@@ -33,7 +33,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -42,7 +42,7 @@ from ..errors import BackendError, InputError
 from ..fileio import read_regular_file, user_cache_dir, write_bytes_atomic
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
-from .cudnn_multihead import head_branch_names, initializer_getter, read_multihead_weights
+from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
 from .options import CudnnOptions
 
 CANVAS = "canvas"
@@ -211,8 +211,7 @@ def read_rpn_weights(initializers: Mapping[str, np.ndarray], cfg: ModelConfig) -
     return RpnWeights(convs, deconvs, head_w, head_b)
 
 
-def backbone_conv_weights(get: Callable[[str, tuple[int, ...]], np.ndarray],
-                          cfg: ModelConfig) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
+def backbone_conv_weights(get: Getter, cfg: ModelConfig) -> tuple[tuple[np.ndarray, np.ndarray], ...]:
     """(weight (Cout, Cin, 3, 3), bias) of every backbone conv, by its ONNX initializer names."""
     return tuple(
         (get(f"{l.name}.weight", (l.out_channels, l.in_channels, 3, 3)), get(f"{l.name}.bias", (l.out_channels,)))
@@ -273,7 +272,7 @@ class CudnnEngine(Engine):
         self._workspace: Any = None
         self._steps: list[Any] | None = None  # per run: (cuDNN graph, its pointers) or a kernel launch(stream)
         self._streams: dict[int, Any] = {}
-        self._neck: Any = None  # NeckHeadStage once active
+        self._neck: Any = None  # once active: NeckHeadStage, or MultiHeadRpnKernels for a multi-head model
 
     @property
     def cfg(self) -> ModelConfig:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig
-from ..anchors import head_anchors
+from ..anchors import head_rows
 from ..errors import BackendError
 from ..graph_io import box_parts
 from ..kernels.multihead_rpn import HeadBranch, NeckBranch
@@ -39,18 +39,13 @@ class MultiHeadRpnWeights:
 
 def head_branch_names(cfg: ModelConfig) -> list[tuple[int, str, int, int]]:
     """(head, branch name, first channel in the merged map, channels) of every output conv, in branch
-    order: the heads' class convs, then each head's box-code parts."""
-    assert cfg.heads is not None
-    groups, anchors = cfg.heads.groups, head_anchors(cfg)
-    out: list[tuple[int, str, int, int]] = []
-    at = 0
-    for h, (group, a) in enumerate(zip(groups, anchors)):
-        out.append((h, "cls", at, a * len(group)))
-        at += a * len(group)
-    for h, a in enumerate(anchors):
+    order: the heads' class convs, then each head's box-code parts (at the offsets ``head_rows`` gives)."""
+    rows = head_rows(cfg)
+    out = [(h, "cls", cls_at, a * n) for h, (cls_at, _, a, n) in enumerate(rows)]
+    for h, (_, box_at, a, _) in enumerate(rows):
         for name, width in box_parts(cfg):
-            out.append((h, name, at, a * width))
-            at += a * width
+            out.append((h, name, box_at, a * width))
+            box_at += a * width
     return out
 
 

@@ -63,5 +63,6 @@ def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
     rows = np.zeros((6, 4), np.float32)
     assert read_bin_bytes_into(points.tobytes(), lambda n: rows, point_dim=5) is rows  # a 4-column model
     np.testing.assert_array_equal(rows, points[:, :4])
-    with pytest.raises(InputError, match=r"frame.bin: point_dim 4 has fewer values a point than the model's 5"):
+    with pytest.raises(InputError, match=r"point_dim 4: the model reads 5 values a point \(x, y, z, intensity, time\); "
+                                         r"read its frames with point_dim 5 \(--point-dim 5\)"):
         read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=4, columns=5, source="frame.bin")
