@@ -13,13 +13,13 @@ from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
 from .postprocess import POST_HEADER, POST_STATS, RESULT_HEADER, THRESHOLD_SLOTS, threshold_values
+from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
 #: Columns of the segment table (int32, one row per class): where its head's values sit in the merged
 #: map, its head's anchors per cell and classes, its place in the head, the head's first anchor row.
 SEGMENT_COLUMNS = ("cls_at", "box_at", "anchors", "classes", "class", "first_anchor")
 _SCORE_BLOCK = 256
-_NMS_COLUMN_SPLIT = 4
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ class MultiHeadPostParams:
             NUM_SEGMENTS=len(self.segments), MAX_ROWS=self.max_rows, CODE_SIZE=self.code_size,
             SINCOS=int(self.sincos), VELOCITY=int(self.velocity), SCORE_INCLUSIVE=int(self.score_inclusive),
             TOP_K=self.top_k, SORT_CAP=self.sort_cap, MAX_BOXES=self.max_boxes,
-            NMS_MARGIN=f32_define(self.nms_margin), STYLE_OPENPCDET=1, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT,
+            NMS_MARGIN=f32_define(self.nms_margin), STYLE_OPENPCDET=1, **nms_defines(),
             ROW_FLOATS=self.row_floats, SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(POST_HEADER),
             SEG_INTS=len(SEGMENT_COLUMNS), **slot_defines("SEG", SEGMENT_COLUMNS), **slot_defines("STAT", POST_STATS),
             **slot_defines("HEADER", POST_HEADER), **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
@@ -117,9 +117,9 @@ class MultiHeadPostprocessStage:
             self._group_count = cp.zeros(s, np.int32)
             self._group_box = cp.zeros((slots, BOX_SIZE), np.float32)
             self._group_velocity = cp.zeros((slots, 2), np.float32)
-            self._group_rect = cp.zeros((slots, 6), np.float32)
+            self._group_rect = cp.zeros(rect_shape(slots), np.float32)
             self._group_score = cp.zeros(slots, np.float32)
-            self._mask = cp.zeros(slots * (p.sort_cap // 64), np.uint64)
+            self._mask = cp.zeros(mask_words(slots, p.sort_cap), np.uint64)
             self._kept = cp.zeros(slots, np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
@@ -135,13 +135,12 @@ class MultiHeadPostprocessStage:
         p, k = self.params, self._k
         s = len(p.segments)
         num_extra = np.int32(min(voxel_stats.shape[0], p.row_floats - len(POST_HEADER)))
-        tiles = p.sort_cap // 64
         launch_kernel(k["mh_score"], (grid_blocks(p.max_rows, _SCORE_BLOCK), s), _SCORE_BLOCK,
                       (heads, self._segments, self.thresholds, self._key, self._candidates, self.stats), stream)
         launch_kernel(k["mh_select"], s, 1024,
                       (heads, self._anchors, self._segments, self._key, self._candidates, self.stats, self._group_count,
                        self._group_box, self._group_velocity, self._group_rect, self._group_score), stream)
-        launch_kernel(k["mh_nms_mask"], (tiles, tiles, s), 64 * _NMS_COLUMN_SPLIT,
+        launch_kernel(k["mh_nms_mask"], mask_grid(s, p.sort_cap), MASK_THREADS,
                       (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
         launch_kernel(k["mh_reduce"], 1, 256,
                       (self._group_count, self._mask, self._group_box, self._group_velocity, self._group_score,

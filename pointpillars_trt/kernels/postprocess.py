@@ -13,6 +13,7 @@ from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
+from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
 POST_STATS = ("candidates", "selected")
@@ -23,7 +24,6 @@ POST_HEADER = ("count", "candidates", "selected")
 RESULT_HEADER = POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(POST_HEADER)]
 
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
-_NMS_COLUMN_SPLIT = 4  # threads per row of a 64x64 IoU tile (pp_nms_mask runs 64 * this per block)
 # Slots of the run-time thresholds buffer the kernels read on every launch (float32; max boxes is exact).
 THRESHOLD_SLOTS = ("score", "nms_iou", "max_boxes")
 
@@ -129,7 +129,7 @@ class PostParams:
             MAX_BOXES=self.max_boxes, DIR_OFFSET=f32_define(self.dir_offset),
             DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
-            SCORE_BLOCK=_SCORE_BLOCK, NMS_COLUMN_SPLIT=_NMS_COLUMN_SPLIT, HEADER_EXTRA=len(POST_HEADER),
+            SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(POST_HEADER), **nms_defines(),
             **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", POST_HEADER),
             **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
         )
@@ -187,11 +187,11 @@ class PostprocessStage:
             self._sel_score = cp.zeros(p.sort_cap, np.float32)
             self._group_count = cp.zeros(p.groups, np.int32)
             self._group_box = cp.zeros((slots, BOX_SIZE), np.float32)
-            self._group_rect = cp.zeros((slots, 6), np.float32)
+            self._group_rect = cp.zeros(rect_shape(slots), np.float32)
             self._group_score = cp.zeros(slots, np.float32)
             self._group_label = cp.zeros(slots, np.int32)
             self._group_dir = cp.zeros(slots, np.int32)
-            self._mask = cp.zeros(slots * (p.sort_cap // 64), np.uint64)
+            self._mask = cp.zeros(mask_words(slots, p.sort_cap), np.uint64)
             self._kept = cp.zeros(slots, np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
@@ -205,7 +205,6 @@ class PostprocessStage:
         p, k = self.params, self._k
         num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(POST_HEADER)))
         score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
-        tiles = p.sort_cap // 64
         launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
                       stream)
         launch_kernel(k["pp_offsets"], 1, 1024, (self._block_counts, self.stats), stream)
@@ -218,7 +217,7 @@ class PostprocessStage:
                 (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self.thresholds,
                  self._group_count,
                  self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
-        launch_kernel(k["pp_nms_mask"], (tiles, tiles, p.groups), 64 * _NMS_COLUMN_SPLIT,
+        launch_kernel(k["pp_nms_mask"], mask_grid(p.groups, p.sort_cap), MASK_THREADS,
                 (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
         launch_kernel(k["pp_nms_reduce"], 1, 256,
                 (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,

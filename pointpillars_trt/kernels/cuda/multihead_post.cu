@@ -17,9 +17,10 @@
 // NUM_SEGMENTS, MAX_ROWS (rows of the largest head), CODE_SIZE, SINCOS (1: heading from a (cos,
 // sin) pair), VELOCITY (1: two velocity values follow the angle), SCORE_INCLUSIVE, TOP_K,
 // SORT_CAP, MAX_BOXES (per segment; the run-time value is at most this), NMS_MARGIN,
-// STYLE_OPENPCDET, NMS_COLUMN_SPLIT, ROW_FLOATS, SCORE_BLOCK, HEADER_EXTRA, SEG_* (columns of the
+// STYLE_OPENPCDET, NMS_RECT_FLOATS, NMS_MASK_THREADS, ROW_FLOATS, SCORE_BLOCK, HEADER_EXTRA, SEG_* (columns of the
 // segment table), SEG_INTS, STAT_* / HEADER_* / THRESHOLD_* slots.
 #include "common.cuh"
+#include "result_header.cuh"
 #include "rotated_nms.cuh"
 #include "score_keys.cuh"
 
@@ -115,10 +116,10 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
     }
 }
 
-extern "C" __global__ void __launch_bounds__(64 * NMS_COLUMN_SPLIT)
+extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 mh_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    nms_mask_tile(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
+    nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
 }
 
 // Greedy NMS per segment (the first max_boxes kept of each), then the rows in segment order:
@@ -153,14 +154,6 @@ mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restr
         sums[threadIdx.x] = sum;
     }
     __syncthreads();
-    const int t = threadIdx.x;
-    if (t < ROW_FLOATS) {
-        float v = 0.0f;
-        if (t == HEADER_COUNT) v = static_cast<float>(total);
-        else if (t == HEADER_CANDIDATES) v = static_cast<float>(sums[STAT_CANDIDATES]);
-        else if (t == HEADER_SELECTED) v = static_cast<float>(sums[STAT_SELECTED]);
-        else if (t >= HEADER_EXTRA && t - HEADER_EXTRA < num_extra) v = static_cast<float>(extra[t - HEADER_EXTRA]);
-        out[t] = v;
-    }
-    for (int s = t; s < NUM_SEGMENTS; s += blockDim.x) stats[s * 2 + STAT_CANDIDATES] = 0;
+    write_result_header(out, ROW_FLOATS, total, sums[STAT_CANDIDATES], sums[STAT_SELECTED], extra, num_extra);
+    for (int s = threadIdx.x; s < NUM_SEGMENTS; s += blockDim.x) stats[s * 2 + STAT_CANDIDATES] = 0;
 }

@@ -16,7 +16,7 @@
 //   pp_select     one block: top TOP_K by (score desc, anchor asc): radix select + bitonic sort
 //   pp_group      one block per NMS group (1 group class-agnostic, one per class otherwise):
 //                 members in NMS order, decoded boxes, NMS rectangles
-//   pp_nms_mask   64x64 tiles of the IoU > threshold bit matrix (upper triangle)
+//   pp_nms_mask   the IoU > threshold bit matrix (upper triangle), one pair a thread
 //   pp_nms_reduce one block: greedy pass per group, final cut, output range, output rows
 //
 // Compile-time configuration (-D options from postprocess.py): HEAD_W, HEAD_H, HEAD_CHANNELS, ANCHORS_PER_CELL,
@@ -24,9 +24,10 @@
 // PER_CLASS, SCORE_INCLUSIVE, TOP_K, SORT_CAP, FINAL_CAP, NMS_MARGIN,
 // MAX_BOXES (the cap the output is sized for; the run-time max boxes is at most this), DIR_OFFSET,
 // DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
-// OUT_MAX_[XYZ], SCORE_BLOCK, NMS_COLUMN_SPLIT, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
+// OUT_MAX_[XYZ], SCORE_BLOCK, NMS_RECT_FLOATS, NMS_MASK_THREADS, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
 // THRESHOLD_* (slots of `thresholds`: float32 score threshold, NMS IoU, max boxes).
 #include "common.cuh"
+#include "result_header.cuh"
 #include "rotated_nms.cuh"
 #include "score_keys.cuh"
 
@@ -235,11 +236,11 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
 }
 
 // Bit j of mask[(g, i), col block] is set when member j (> i) of group g overlaps member i by
-// IoU > the run-time NMS IoU (nms_mask_tile).
-extern "C" __global__ void __launch_bounds__(64 * NMS_COLUMN_SPLIT)
+// IoU > the run-time NMS IoU (nms_mask_words).
+extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    nms_mask_tile(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
+    nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
 }
 
 namespace {
@@ -337,13 +338,5 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
         }
         written += chunk;
     }
-    const int t = threadIdx.x;
-    if (t < kRowFloats) {
-        float v = 0.0f;
-        if (t == HEADER_COUNT) v = static_cast<float>(written);
-        else if (t == HEADER_CANDIDATES) v = static_cast<float>(stats[STAT_CANDIDATES]);
-        else if (t == HEADER_SELECTED) v = static_cast<float>(stats[STAT_SELECTED]);
-        else if (t >= HEADER_EXTRA && t - HEADER_EXTRA < num_extra) v = static_cast<float>(extra[t - HEADER_EXTRA]);
-        out[t] = v;
-    }
+    write_result_header(out, kRowFloats, written, stats[STAT_CANDIDATES], stats[STAT_SELECTED], extra, num_extra);
 }

@@ -3,7 +3,8 @@
 // angular bubble sort, fan area), the suppression test, the IoU bit matrix of NMS groups and the
 // greedy pass over it. Shared by the post-process kernels. Needs STYLE_OPENPCDET (1: OpenPCDet
 // geometry, 0: zhulf0804's), NMS_MARGIN, SORT_CAP (member slots a group, a multiple of 64) and
-// NMS_COLUMN_SPLIT defined. Group g's members live at slots [g * SORT_CAP, g * SORT_CAP + count).
+// NMS_RECT_FLOATS (floats a stored rectangle, as the host allocates them) defined. Group g's members
+// live at slots [g * SORT_CAP, g * SORT_CAP + count).
 #ifndef PP_ROTATED_NMS_CUH
 #define PP_ROTATED_NMS_CUH
 
@@ -11,21 +12,41 @@ namespace {
 
 constexpr float kIouEps = 1e-8f;
 
-// A rectangle as the family's NMS kernel sees it: centre, half extents, the angle its corners are
-// rotated by (OpenPCDet: +heading; mmdet3d-style zhulf0804: -yaw) and its area.
-struct Rect {
-    float cx, cy, hx, hy, angle, area;
+struct Pt {
+    float x, y;
 };
-constexpr int kRectFloats = 6;
+
+// A rectangle as the family's NMS kernel sees it: centre, half extents, the cosine and sine of the
+// angle its corners are rotated by (OpenPCDet: +heading; mmdet3d-style zhulf0804: -yaw), its area,
+// circumradius and corners. Everything a pair test needs that depends on one rectangle only is
+// computed once, when the member is stored, with the same float32 operations the pair test used to
+// repeat for every pair.
+struct Rect {
+    float cx, cy, hx, hy, cos, sin, area, radius;
+    Pt corner[4];
+};
+constexpr int kRectFloats = sizeof(Rect) / sizeof(float);
+static_assert(kRectFloats == NMS_RECT_FLOATS, "the host allocates NMS_RECT_FLOATS floats a rectangle");
+
+__device__ __forceinline__ void set_corners(Rect& r) {
+    const float lx[4] = {-r.hx, r.hx, r.hx, -r.hx};
+    const float ly[4] = {-r.hy, -r.hy, r.hy, r.hy};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        r.corner[k].x = __fadd_rn(r.cx, __fsub_rn(__fmul_rn(lx[k], r.cos), __fmul_rn(ly[k], r.sin)));
+        r.corner[k].y = __fadd_rn(r.cy, __fadd_rn(__fmul_rn(lx[k], r.sin), __fmul_rn(ly[k], r.cos)));
+    }
+}
 
 __device__ __forceinline__ Rect nms_rect(const float* b) {
     Rect r;
+    float angle;
 #if STYLE_OPENPCDET  // (x, y, z, dx, dy, dz, heading)
     r.cx = b[0];
     r.cy = b[1];
     r.hx = __fdiv_rn(b[3], 2.0f);
     r.hy = __fdiv_rn(b[4], 2.0f);
-    r.angle = b[6];
+    angle = b[6];
     r.area = __fmul_rn(b[3], b[4]);
 #else  // [x - w/2, y - l/2, x + w/2, y + l/2, yaw], as zhulf0804 hands its NMS
     const float hw = __fdiv_rn(b[3], 2.0f), hl = __fdiv_rn(b[4], 2.0f);
@@ -35,37 +56,25 @@ __device__ __forceinline__ Rect nms_rect(const float* b) {
     r.cy = __fdiv_rn(__fadd_rn(y1, y2), 2.0f);
     r.hx = __fdiv_rn(__fsub_rn(x2, x1), 2.0f);
     r.hy = __fdiv_rn(__fsub_rn(y2, y1), 2.0f);
-    r.angle = -b[6];
+    angle = -b[6];
     r.area = __fmul_rn(__fsub_rn(x2, x1), __fsub_rn(y2, y1));
 #endif
+    sincosf(angle, &r.sin, &r.cos);
+    r.radius = sqrtf(r.hx * r.hx + r.hy * r.hy);
+    set_corners(r);
     return r;
 }
-
-struct Pt {
-    float x, y;
-};
 
 __device__ __forceinline__ float cross3(Pt p1, Pt p2, Pt p0) {
     return __fsub_rn(__fmul_rn(__fsub_rn(p1.x, p0.x), __fsub_rn(p2.y, p0.y)),
                      __fmul_rn(__fsub_rn(p2.x, p0.x), __fsub_rn(p1.y, p0.y)));
 }
 
-__device__ __forceinline__ void corners_of(const Rect& r, float c, float s, Pt out[5]) {
-    const float lx[4] = {-r.hx, r.hx, r.hx, -r.hx};
-    const float ly[4] = {-r.hy, -r.hy, r.hy, r.hy};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        out[k].x = __fadd_rn(r.cx, __fsub_rn(__fmul_rn(lx[k], c), __fmul_rn(ly[k], s)));
-        out[k].y = __fadd_rn(r.cy, __fadd_rn(__fmul_rn(lx[k], s), __fmul_rn(ly[k], c)));
-    }
-    out[4] = out[0];
-}
-
 // Corner test of the kernels: rotate into the box frame, strict against half extent + margin.
-__device__ __forceinline__ bool inside(const Rect& r, float c, float s, Pt p) {
+__device__ __forceinline__ bool inside(const Rect& r, Pt p) {
     const float dx = __fsub_rn(p.x, r.cx), dy = __fsub_rn(p.y, r.cy);
-    const float lx = __fadd_rn(__fmul_rn(dx, c), __fmul_rn(dy, s));
-    const float ly = __fadd_rn(__fmul_rn(-dx, s), __fmul_rn(dy, c));
+    const float lx = __fadd_rn(__fmul_rn(dx, r.cos), __fmul_rn(dy, r.sin));
+    const float ly = __fadd_rn(__fmul_rn(-dx, r.sin), __fmul_rn(dy, r.cos));
     return fabsf(lx) < __fadd_rn(r.hx, NMS_MARGIN) && fabsf(ly) < __fadd_rn(r.hy, NMS_MARGIN);
 }
 
@@ -97,22 +106,18 @@ __device__ __forceinline__ bool crossing(Pt p0, Pt p1, Pt q0, Pt q1, Pt* at) {
 }
 
 __device__ float overlap_area(const Rect& a, const Rect& b) {
-    float ca, sa, cb, sb;
-    sincosf(a.angle, &sa, &ca);
-    sincosf(b.angle, &sb, &cb);
-    Pt pa[5], pb[5];
-    corners_of(a, ca, sa, pa);
-    corners_of(b, cb, sb, pb);
+    const Pt* pa = a.corner;
+    const Pt* pb = b.corner;
     // At most 8 crossings of two convex quadrilaterals, plus 8 corners (the margin admits some
     // corners beside crossings); 24 slots leave room for any degenerate case.
     Pt poly[24];
     int n = 0;
     for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j)
-            if (crossing(pa[i], pa[i + 1], pb[j], pb[j + 1], &poly[n])) ++n;
+            if (crossing(pa[i], pa[(i + 1) & 3], pb[j], pb[(j + 1) & 3], &poly[n])) ++n;
     for (int k = 0; k < 4; ++k) {
-        if (inside(a, ca, sa, pb[k])) poly[n++] = pb[k];
-        if (inside(b, cb, sb, pa[k])) poly[n++] = pa[k];
+        if (inside(a, pb[k])) poly[n++] = pb[k];
+        if (inside(b, pa[k])) poly[n++] = pa[k];
     }
     if (n < 3) return 0.0f;  // no area (the kernels' fan sum is zero here too)
     Pt centre = {0.0f, 0.0f};
@@ -146,11 +151,17 @@ __device__ float overlap_area(const Rect& a, const Rect& b) {
 }
 
 __device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b, float nms_iou) {
-    // Farther apart than both circumradii plus both margins: no crossing edge, no corner inside,
-    // so the kernels' overlap is exactly zero. The slack keeps float rounding on the safe side.
-    const float reach = (sqrtf(a.hx * a.hx + a.hy * a.hy) + sqrtf(b.hx * b.hx + b.hy * b.hy) +
-                         4.0f * NMS_MARGIN) * 1.001f + 1e-3f;
+    // Rectangles whose bounding boxes, grown by both margins, are apart, or whose centres are
+    // farther apart than both circumradii plus both margins, have no crossing edge and no corner
+    // inside: the kernels' overlap is exactly zero. (A corner inside with the margin lies within
+    // the other's bounding box grown by margin * (|cos| + |sin|) <= 2 * margin.) The slack keeps
+    // float rounding on the safe side.
     const float dx = a.cx - b.cx, dy = a.cy - b.cy;
+    const float slack = 4.0f * NMS_MARGIN + 1e-3f;
+    const float ca = fabsf(a.cos), sa = fabsf(a.sin), cb = fabsf(b.cos), sb = fabsf(b.sin);
+    if (fabsf(dx) > (a.hx * ca + a.hy * sa + b.hx * cb + b.hy * sb) * 1.001f + slack) return false;
+    if (fabsf(dy) > (a.hx * sa + a.hy * ca + b.hx * sb + b.hy * cb) * 1.001f + slack) return false;
+    const float reach = (a.radius + b.radius + 4.0f * NMS_MARGIN) * 1.001f + 1e-3f;
     if (dx * dx + dy * dy > reach * reach) return false;
     const float inter = overlap_area(a, b);
     const float iou = __fdiv_rn(inter, fmaxf(__fsub_rn(__fadd_rn(a.area, b.area), inter), kIouEps));
@@ -158,55 +169,50 @@ __device__ __forceinline__ bool suppresses(const Rect& a, const Rect& b, float n
 }
 
 __device__ __forceinline__ Rect load_rect(const float* p) {
-    return Rect{p[0], p[1], p[2], p[3], p[4], p[5]};
+    Rect r;
+    float4* dst = reinterpret_cast<float4*>(&r);
+    const float4* src = reinterpret_cast<const float4*>(p);
+#pragma unroll
+    for (int k = 0; k < kRectFloats / 4; ++k) dst[k] = src[k];
+    return r;
 }
 
 __device__ __forceinline__ void store_rect(float* p, const Rect& r) {
-    p[0] = r.cx;
-    p[1] = r.cy;
-    p[2] = r.hx;
-    p[3] = r.hy;
-    p[4] = r.angle;
-    p[5] = r.area;
+    const float4* src = reinterpret_cast<const float4*>(&r);
+    float4* dst = reinterpret_cast<float4*>(p);
+#pragma unroll
+    for (int k = 0; k < kRectFloats / 4; ++k) dst[k] = src[k];
 }
 
 constexpr int kNmsColBlocks = SORT_CAP / 64;
 
-// Bit j of mask[(g, i), col block] is set when member j (> i) of group g overlaps member i by
-// IoU > nms_iou. For a grid (col block, row block, group) of 64 * NMS_COLUMN_SPLIT threads; only
-// the upper triangle is made.
-__device__ __forceinline__ void nms_mask_tile(const int* __restrict__ group_count,
-                                              const float* __restrict__ group_rect, float nms_iou,
-                                              unsigned long long* __restrict__ mask) {
-    // Block of 64 * NMS_COLUMN_SPLIT threads: thread (row r, part) tests row r of the tile against
-    // its share of the 64 columns, and the parts' bits are OR-ed in shared memory. Splitting the
-    // columns puts 4x more threads on the (expensive) polygon overlaps of dense candidate sets.
-    __shared__ Rect cols[64];
-    __shared__ unsigned long long row_bits[64];
-    const int g = blockIdx.z;
+// Bit j of mask[(g, i), column block] is set when member j (> i) of group g overlaps member i by
+// IoU > nms_iou; only the words a greedy pass reads (column block >= row i's block) are written.
+// For a grid (any, groups) of blocks of a multiple of 64 threads: 64 threads make one word (row i,
+// column block c), one pair each, each warp's 32 tests one ballot, and the blocks stride over
+// the n * blocks(n) words of their group. A pair a thread keeps the chain of dependent work short:
+// a small candidate set's few words are done in one polygon's time, where a thread walking a
+// row's columns did up to 16 of them one after another.
+__device__ __forceinline__ void nms_mask_words(const int* __restrict__ group_count,
+                                               const float* __restrict__ group_rect, float nms_iou,
+                                               unsigned long long* __restrict__ mask) {
+    const int g = blockIdx.y;
     const int n = group_count[g];
-    const int row0 = blockIdx.y * 64, col0 = blockIdx.x * 64;
-    if (blockIdx.x < blockIdx.y || row0 >= n || col0 >= n) return;  // uniform over the block
-    const int t = threadIdx.x;
-    const int r = t & 63, part = t >> 6;
-    constexpr int kShare = 64 / NMS_COLUMN_SPLIT;
-    const int num_cols = min(64, n - col0);
+    const int col_blocks = (n + 63) >> 6;
+    const int words = n * col_blocks;
     const float* rects = group_rect + static_cast<size_t>(g) * SORT_CAP * kRectFloats;
-    if (t < num_cols) cols[t] = load_rect(rects + (col0 + t) * kRectFloats);
-    if (t < 64) row_bits[t] = 0ull;
-    __syncthreads();
-    const int i = row0 + r;
-    if (i < n) {
-        const Rect mine = load_rect(rects + i * kRectFloats);
-        const int first = max(blockIdx.x == blockIdx.y ? r + 1 : 0, part * kShare);
-        const int last = min(num_cols, (part + 1) * kShare);
-        unsigned long long bits = 0ull;
-        for (int j = first; j < last; ++j)
-            if (suppresses(mine, cols[j], nms_iou)) bits |= 1ull << j;
-        if (bits) atomicOr(&row_bits[r], bits);
+    unsigned* halves = reinterpret_cast<unsigned*>(mask + static_cast<size_t>(g) * SORT_CAP * kNmsColBlocks);
+    const int lane = threadIdx.x & 63;
+    const int per_block = blockDim.x >> 6;
+    for (int w = blockIdx.x * per_block + (threadIdx.x >> 6); w < words; w += gridDim.x * per_block) {
+        const int i = w / col_blocks, c = w - i * col_blocks;  // the same for both warps of the word
+        if (c < (i >> 6)) continue;  // below the diagonal block: never read
+        const int j = c * 64 + lane;
+        bool hit = false;
+        if (j > i && j < n) hit = suppresses(load_rect(rects + i * kRectFloats), load_rect(rects + j * kRectFloats), nms_iou);
+        const unsigned bits = __ballot_sync(0xffffffffu, hit);
+        if ((threadIdx.x & 31) == 0) halves[(static_cast<size_t>(i) * kNmsColBlocks + c) * 2 + (lane >> 5)] = bits;
     }
-    __syncthreads();
-    if (part == 0 && i < n) mask[(static_cast<size_t>(g) * SORT_CAP + i) * kNmsColBlocks + blockIdx.x] = row_bits[r];
 }
 
 // Greedy NMS of group g (n members in visiting order) over its bit matrix, 64 members at a time,
