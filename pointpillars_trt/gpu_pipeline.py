@@ -7,8 +7,9 @@ with each frame's point count and first row, then the frames back to back), per-
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas, ONE run of the RPN engine at batch B, a
 per-frame post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result, and one
 device-to-host copy of that result. Everything between the two copies is enqueued on one stream, with
-no host synchronisation: every count stays in device memory. Each stage is captured once per batch
-size into a CUDA graph (``cuda_graph=True``) and replayed, with CUDA events between the stages, so
+no host synchronisation: every count stays in device memory. The five stages and the result copy are
+captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, with event-record
+nodes between the stages, so a batch costs the input copy and one graph launch on the host and
 per-stage GPU times come for free. The only host wait is where the boxes are read (``collect``).
 """
 
@@ -27,6 +28,7 @@ import numpy as np
 from .config import ModelConfig
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
+from .kernels.graph_events import record_in_graph
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
@@ -155,8 +157,10 @@ class GpuPipeline:
         # timings (the streaming runner) turns them off
         self.stage_timings = True
         self._timed = True  # whether the batch in flight records them (stage_timings when it was submitted)
-        self._graphs: dict[tuple[int, int], object] = {}  # (stage, batch size) -> captured graph
-        self.graph_failures: dict[str, str] = {}
+        # (stage name, or "frame" for all five and the result copy; batch size) -> captured graph
+        self._graphs: dict[tuple[str, int], object] = {}
+        self._frame_graph_error: str | None = None  # why the frame cannot be one graph (then: a graph a stage)
+        self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
         self._pfn: Engine | None = None
         self._rpn: Engine | None = None
         self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
@@ -174,12 +178,15 @@ class GpuPipeline:
 
     @property
     def execution_mode(self) -> str:
-        """``cuda_graph`` when every stage replays a graph, ``eager`` or which stages fell back."""
+        """``cuda_graph`` when a batch replays one graph, ``eager``, or the fallback: a graph a stage,
+        and which stages run eagerly."""
         if not self.use_graphs:
             return "eager"
+        if self._frame_graph_error is None:
+            return "cuda_graph"
         if self.graph_failures:
-            return "cuda_graph except " + ",".join(sorted(self.graph_failures)) + " (eager)"
-        return "cuda_graph"
+            return "cuda_graph per stage except " + ",".join(sorted(self.graph_failures)) + " (eager)"
+        return "cuda_graph per stage"
 
     # -- set-up (outside the hot path) ------------------------------------------------------------
 
@@ -313,16 +320,28 @@ class GpuPipeline:
         self._set_thresholds(post_config or self.post_cfg)
         self._frame_points = stage_input()
         self._timed = self.stage_timings
-        if self._timed:
-            self._events[0].record(self.stream)
-        self._run_stage(0, b, self._launch_voxelize)
-        self._run_stage(1, b, self._launch_pfn)
-        self._run_stage(2, b, self._launch_scatter)
-        self._run_stage(3, b, self._launch_rpn)
-        self._run_stage(4, b, self._launch_postprocess)
-        self._results[:b].get(stream=self.stream, out=self._results_host[:b], blocking=False)  # the one D2H copy
+        graph = self._frame_graph(b) if self.use_graphs and self._frame_graph_error is None else None
+        if graph is not None:
+            graph.launch(self.stream)  # type: ignore[attr-defined]
+        else:
+            if self._timed:
+                self._events[0].record(self.stream)
+            for index, launch in enumerate(self._stage_launchers()):
+                self._run_stage(index, b, launch)
+            self._copy_out(b)
         self.copies.d2h(self._results[:b].nbytes)
         self._batch = b
+
+    def _stage_launchers(self) -> tuple[Callable[[int], None], ...]:
+        """The stages' launches in ``STAGES`` order."""
+        return (self._launch_voxelize, self._launch_pfn, self._launch_scatter, self._launch_rpn,
+                self._launch_postprocess)
+
+    def _copy_out(self, batch: int) -> None:
+        """The one D2H copy, as a plain async copy (CuPy's ``get`` refuses a capturing stream)."""
+        result = self._results[:batch]
+        cp.cuda.runtime.memcpyAsync(self._results_host[:batch].ctypes.data, result.data.ptr, result.nbytes,
+                                    cp.cuda.runtime.memcpyDeviceToHost, self.stream.ptr)
 
     def collect(self) -> list[Detections]:
         """Wait for the submitted batch (the one host sync of a batch) and unpack each frame's boxes."""
@@ -424,11 +443,48 @@ class GpuPipeline:
             self._times[:points].set(staging.times[:points], stream=self.stream)
             self.copies.h2d(points * 4)
 
+    def _frame_graph(self, batch: int) -> object | None:
+        """The graph of a whole batch: the five stages, an event-record node after each, the result
+        copy; captured on first use. None, said once, when it cannot be captured: the stages are
+        then captured one by one, and any that cannot be runs eagerly."""
+        graph = self._graphs.get(("frame", batch))
+        if graph is not None:
+            return graph
+
+        def run(capturing: bool) -> None:
+            if capturing:
+                record_in_graph(self._events[0], self.stream)
+            for index, launch in enumerate(self._stage_launchers()):
+                launch(batch)
+                if capturing:
+                    record_in_graph(self._events[index + 1], self.stream)
+            if capturing:
+                self._copy_out(batch)
+
+        graph, error = self._captured(run)
+        if error is not None:
+            self._frame_graph_error = error
+            warnings.warn(f"GPU pipeline: a batch cannot be captured as one CUDA graph ({error}); "
+                          "each stage replays a graph of its own", RuntimeWarning, stacklevel=4)
+            return None
+        self._graphs[("frame", batch)] = graph
+        return graph
+
     def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:
         """Replay the stage's graph for this batch size (capturing it on first use), or launch it
-        eagerly; then mark the stage's end."""
+        eagerly; then mark the stage's end. The path of eager pipelines and of pipelines whose
+        batches cannot be one graph."""
         if self.use_graphs and STAGES[index] not in self.graph_failures:
-            graph = self._graphs.get((index, batch)) or self._capture(index, batch, launch)
+            key = (STAGES[index], batch)
+            graph = self._graphs.get(key)
+            if graph is None:
+                graph, error = self._captured(lambda capturing: launch(batch))
+                if error is None:
+                    self._graphs[key] = graph
+                else:  # a backend that cannot be captured runs eagerly instead, and says so
+                    self.graph_failures[STAGES[index]] = error
+                    warnings.warn(f"GPU pipeline: stage {STAGES[index]} cannot be captured in a CUDA graph "
+                                  f"({error}); it runs eagerly", RuntimeWarning, stacklevel=4)
             if graph is not None:
                 graph.launch(self.stream)  # type: ignore[attr-defined]
             else:
@@ -438,31 +494,23 @@ class GpuPipeline:
         if self._timed:
             self._events[index + 1].record(self.stream)
 
-    def _capture(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
-        """Capture a stage after one eager warm-up run (engines allocate their workspaces there). One
-        pipeline of the process captures at a time: a warm-up of another (its allocations) could
-        otherwise invalidate the capture, and the stage would run eagerly for good."""
+    def _captured(self, run: Callable[[bool], None]) -> tuple[object | None, str | None]:
+        """``run(False)`` once eagerly (engines allocate their workspaces there), then ``run(True)``
+        captured: (the graph, None), or (None, why it failed). One pipeline of the process captures at
+        a time: a warm-up of another (its allocations) could otherwise invalidate the capture."""
         with _CAPTURE_LOCK:
-            return self._capture_alone(index, batch, launch)
-
-    def _capture_alone(self, index: int, batch: int, launch: Callable[[int], None]) -> object | None:
-        launch(batch)
-        self.stream.synchronize()
-        try:
-            self.stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)
-            try:
-                launch(batch)
-            finally:
-                graph = self.stream.end_capture()
-        except Exception as exc:  # a backend that cannot be captured runs eagerly instead, and says so
-            stage = STAGES[index]
-            self.graph_failures[stage] = f"{type(exc).__name__}: {exc}"
-            warnings.warn(f"GPU pipeline: stage {stage} cannot be captured in a CUDA graph "
-                          f"({type(exc).__name__}); it runs eagerly", RuntimeWarning, stacklevel=4)
+            run(False)
             self.stream.synchronize()
-            return None
-        self._graphs[(index, batch)] = graph
-        return graph
+            try:
+                self.stream.begin_capture(mode=cp.cuda.runtime.streamCaptureModeRelaxed)
+                try:
+                    run(True)
+                finally:
+                    graph = self.stream.end_capture()
+            except Exception as exc:
+                self.stream.synchronize()
+                return None, f"{type(exc).__name__}: {exc}"
+        return graph, None
 
     def stage_outputs(self, index: int, batch: int = 1) -> tuple[cp.ndarray, ...]:
         """The device buffers stage ``index`` writes for a batch (for tools that inspect or copy them)."""

@@ -220,6 +220,29 @@ def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyp
     assert all(v > 0 for v in t.values())
     assert sum(t[s] for s in ("voxelize", "pfn", "scatter", "rpn", "postprocess")) <= t["total"] * 1.001
     assert gpu.graph_failures == {}, gpu.graph_failures
+    assert gpu.execution_mode == "cuda_graph"  # one graph a batch, its event-record nodes timed the stages
+
+
+def test_a_graph_a_stage_when_the_batch_cannot_be_one_gives_the_same_bytes(family_pair, assets):  # type: ignore[no-untyped-def]
+    """The fallback for a batch that cannot be captured as one graph (a graph a stage, events recorded
+    between them) gives the one-graph path's boxes byte for byte, and times the stages too."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)[1:]
+    one = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    per_stage = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    per_stage.gpu_pipeline._frame_graph_error = "forced by the test"
+    for _ in range(2):  # capture, then replay
+        expected, found = one.detect_batch(frames), per_stage.detect_batch(frames)
+        assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in expected]
+        assert [d.scores.tobytes() for d in found] == [d.scores.tobytes() for d in expected]
+    pipeline = per_stage.gpu_pipeline
+    assert pipeline.execution_mode == "cuda_graph per stage"
+    assert sorted(pipeline._graphs) == sorted((stage, len(frames)) for stage in STAGES)
+    assert set(pipeline.last_timings) == {*STAGES, "total"} and all(v > 0 for v in pipeline.last_timings.values())
+    one.close()
+    per_stage.close()
 
 
 def test_thresholds_change_per_call_without_recompiling_or_recapturing(family_pair, assets):  # type: ignore[no-untyped-def]
@@ -451,8 +474,8 @@ def test_submit_batch_copies_the_frames_before_it_returns(family_pair, assets): 
 
 
 def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
-    """``warm_up([B])`` captures every stage's graph at batch B; the first real batch then replays them
-    (no new capture) and gives each frame's boxes of running it alone."""
+    """``warm_up([B])`` captures the graph of a batch of B; the first real batch then replays it (no
+    new capture) and gives each frame's boxes of running it alone."""
     from pointpillars_trt.detector import PointPillars
 
     _, _, gpu = family_pair
@@ -463,7 +486,7 @@ def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, a
     assert pipeline._graphs == {}
     detector.warm_up([3])
     captured = dict(pipeline._graphs)
-    assert sorted(captured) == [(stage, 3) for stage in range(5)]
+    assert sorted(captured) == [("frame", 3)]
     found = detector.detect_batch(frames)
     assert pipeline._graphs == captured
     assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
