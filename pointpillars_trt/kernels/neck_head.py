@@ -60,6 +60,7 @@ class NeckHeadParams:
     warps: int = 6       # float16 kernel: warps per block, 16 rows (cells) each
     stages: int = 2      # float16 kernel: cp.async pipeline depth (shared-memory stages)
     min_blocks: int = 2  # float16 kernel: __launch_bounds__ blocks per SM (caps the registers)
+    tf32: bool = False   # float32 inputs on tensor cores as TF32 (the tf32 precision) instead of plain FMA
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.branches) <= MAX_BRANCHES:
@@ -76,6 +77,8 @@ class NeckHeadParams:
                     "(16-byte vector loads)"
                 )
 
+        if self.half and self.tf32:
+            raise BackendError("neck-head kernel: float16 or TF32, not both")
         if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
             raise BackendError(
                 f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
@@ -83,13 +86,13 @@ class NeckHeadParams:
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, half: bool) -> NeckHeadParams:
+    def from_config(cls, cfg: ModelConfig, half: bool, tf32: bool = False) -> NeckHeadParams:
         net = cfg.network
         hx, hy = cfg.head_map
         branches = tuple(
             NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_kernels)
         )
-        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half)
+        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half, tf32=tf32 and not half)
 
     @property
     def cell(self) -> int:
@@ -101,8 +104,17 @@ class NeckHeadParams:
         return _round_up(self.head_channels, 8)
 
     @property
+    def kernel_name(self) -> str:
+        return "neck_head_f16" if self.half else "neck_head_tf32" if self.tf32 else "neck_head_f32"
+
+    @property
+    def mma_layout(self) -> bool:
+        """Whether the weights are packed N x K for the tensor-core kernels (float16, TF32)."""
+        return self.half or self.tf32
+
+    @property
     def rows_per_block(self) -> int:
-        return 16 * self.warps if self.half else 32
+        return 16 * self.warps if self.half else 64 if self.tf32 else 32
 
     @property
     def threads(self) -> int:
@@ -110,7 +122,7 @@ class NeckHeadParams:
 
     @property
     def shared_bytes(self) -> int:
-        """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the float32 one, static)."""
+        """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the others, static)."""
         if not self.half:
             return 0
         cu_max = max(b.padded_up for b in self.branches)
@@ -140,7 +152,7 @@ class NeckHeadParams:
     def defines(self) -> tuple[str, ...]:
         lay = self.layout()
         values: dict[str, int | str] = dict(
-            USE_MMA=int(self.half), NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
+            USE_MMA=int(self.half), USE_TF32=int(self.tf32), NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
             NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
             CU_MAX=max(b.padded_up for b in self.branches),
         )
@@ -185,7 +197,8 @@ def head_blocks(head_weight: np.ndarray, up_channels: Sequence[int]) -> list[np.
 
 
 def pack_neck_head(params: NeckHeadParams, weights: NeckHeadWeights) -> tuple[np.ndarray, np.ndarray]:
-    """The packed weight buffer (float16 or float32, see the .cu header) and the float32 bias buffer."""
+    """The packed weight buffer (float16, or float32: rounded to TF32 for the TF32 kernel; see the .cu
+    header) and the float32 bias buffer."""
     lay = params.layout()
     wbuf = np.zeros(lay["weight_size"], np.float32)
     bbuf = np.zeros(lay["bias_size"], np.float32)
@@ -200,13 +213,24 @@ def pack_neck_head(params: NeckHeadParams, weights: NeckHeadWeights) -> tuple[np
         slices[:, :, : br.up_channels, : br.in_channels] = wd.transpose(2, 3, 1, 0)  # [a][b][co][ci]
         head = np.zeros((params.padded_heads, cu), np.float32)  # W_i transposed: [h][c]
         head[: params.head_channels, : br.up_channels] = blocks[i].T
-        if not params.half:  # the float32 kernel reads K x N: consecutive threads, consecutive output channels
+        if not params.mma_layout:  # the float32 kernel reads K x N: consecutive threads, consecutive output channels
             slices, head = slices.transpose(0, 1, 3, 2), head.T
         wbuf[lay[f"B{i}_W"]: lay[f"B{i}_W"] + slices.size] = slices.ravel()
         wbuf[lay[f"B{i}_HEAD"]: lay[f"B{i}_HEAD"] + head.size] = head.ravel()
         bbuf[lay[f"B{i}_BIAS"]: lay[f"B{i}_BIAS"] + br.up_channels] = weights.deconv_biases[i]
     bbuf[lay["HEAD_BIAS"]: lay["HEAD_BIAS"] + params.head_channels] = weights.head_bias
-    return wbuf.astype(np.float16 if params.half else np.float32), bbuf
+    if params.half:
+        return wbuf.astype(np.float16), bbuf
+    return (round_to_tf32(wbuf) if params.tf32 else wbuf), bbuf
+
+
+def round_to_tf32(values: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32's 10 mantissa bits, to nearest with ties away from zero (the
+    kernel's cvt.rna for its inputs): what the tensor cores would otherwise truncate."""
+    bits = np.ascontiguousarray(values, np.float32).view(np.uint32)
+    finite = np.isfinite(values)
+    rounded = np.where(finite, (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000), bits)
+    return rounded.astype(np.uint32).view(np.float32)
 
 
 class NeckHeadStage:
@@ -218,7 +242,7 @@ class NeckHeadStage:
     def __init__(self, params: NeckHeadParams, weights: NeckHeadWeights) -> None:
         cp = cupy_module()
         self.params = params
-        self.kernel_name = "neck_head_f16" if params.half else "neck_head_f32"
+        self.kernel_name = params.kernel_name
         self._kernel = compile_kernels("neck_head.cu", params.defines(), (self.kernel_name,))[self.kernel_name]
         wbuf, bbuf = pack_neck_head(params, weights)
         with checked("neck_head: uploading weights"):

@@ -323,7 +323,7 @@ class CudnnEngine(Engine):
                         tuple(w for w, _ in weights.deconvs), tuple(b for _, b in weights.deconvs),
                         weights.head_weight, weights.head_bias,
                     )
-                    self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, half), nh_weights)
+                    self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, half, tf32=opt.precision == "tf32"), nh_weights)
                 else:
                     self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
                                                      sum(cfg.head_channels.values()), half)

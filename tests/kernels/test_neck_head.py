@@ -1,5 +1,5 @@
 """Neck-head stage: the packed weight layout against the plain ONNX-layout computation (NumPy, CPU),
-and (marked `cuda`) the kernel in float16 and float32 against a float64 NumPy twin."""
+and (marked `cuda`) the kernel in float16, TF32 and float32 against a float64 NumPy twin."""
 
 from __future__ import annotations
 
@@ -7,18 +7,20 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import BackendError
-from pointpillars_trt.kernels.neck_head import NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head
+from pointpillars_trt.kernels.neck_head import (NeckBranch, NeckHeadParams, NeckHeadWeights, head_blocks, pack_neck_head,
+                                                round_to_tf32)
 from tiny import tiny_config
 
 KITTI_LIKE = ((64, 128, 1), (128, 128, 2), (256, 128, 4))  # (Cin, CU, stride): KITTI's neck on a small map
 TINY = ((8, 16, 1), (16, 16, 2), (32, 16, 4))
 
 
-def make_case(branches, hy: int, hx: int, nh: int, batch: int, seed: int = 0, half: bool = False):
-    """Params, ONNX-layout weights and NHWC features; float16-representable values when ``half``."""
+def make_case(branches, hy: int, hx: int, nh: int, batch: int, seed: int = 0, half: bool = False, tf32: bool = False):
+    """Params, ONNX-layout weights and NHWC features; float16- (``half``) or TF32- (``tf32``) representable values."""
     rng = np.random.default_rng(seed)
-    params = NeckHeadParams(tuple(NeckBranch(*b) for b in branches), hy, hx, nh, half)
-    rnd = (lambda a: a.astype(np.float16).astype(np.float32)) if half else (lambda a: a.astype(np.float32))
+    params = NeckHeadParams(tuple(NeckBranch(*b) for b in branches), hy, hx, nh, half, tf32=tf32)
+    rnd = ((lambda a: a.astype(np.float16).astype(np.float32)) if half else
+           (lambda a: tf32_rounded(a.astype(np.float32))) if tf32 else (lambda a: a.astype(np.float32)))
     dw = tuple(rnd(rng.standard_normal((cin, cu, k, k)) * np.sqrt(2.0 / cin)) for cin, cu, k in branches)
     db = tuple(rnd(0.1 * rng.standard_normal(cu)) for _, cu, _ in branches)
     cat = sum(cu for _, cu, _ in branches)
@@ -28,7 +30,15 @@ def make_case(branches, hy: int, hx: int, nh: int, batch: int, seed: int = 0, ha
     return params, NeckHeadWeights(dw, db, hw, hb), feats
 
 
-def reference(weights: NeckHeadWeights, feats, round_u_half: bool = False) -> np.ndarray:
+def tf32_rounded(a: np.ndarray) -> np.ndarray:
+    """float32 values to TF32 (10 mantissa bits), to nearest, ties away from zero, through frexp: the
+    independent twin of ``round_to_tf32``'s bit arithmetic (normal values)."""
+    m, e = np.frexp(a.astype(np.float64))  # a = m * 2**e, 0.5 <= |m| < 1
+    q = np.sign(m) * np.floor(np.abs(m) * 2.0**11 + 0.5)
+    return np.ldexp(q, e - 11).astype(np.float32)
+
+
+def reference(weights: NeckHeadWeights, feats, round_u_half: bool = False, round_u_tf32: bool = False) -> np.ndarray:
     """float64: ConvTranspose(kernel == stride) + bias + ReLU per branch, concat, 1x1 heads. NHWC."""
     ups = []
     for x, w, b in zip(feats, weights.deconv_weights, weights.deconv_biases):
@@ -36,7 +46,11 @@ def reference(weights: NeckHeadWeights, feats, round_u_half: bool = False) -> np
         k, cout = w.shape[2], w.shape[1]
         t = np.einsum("nhwc,cokl->nhkwlo", x.astype(np.float64), w.astype(np.float64), optimize=True)
         u = np.maximum(t.reshape(bsz, h * k, wd * k, cout) + b, 0.0)
-        ups.append(u.astype(np.float16).astype(np.float64) if round_u_half else u)
+        if round_u_half:
+            u = u.astype(np.float16).astype(np.float64)
+        elif round_u_tf32:
+            u = tf32_rounded(u).astype(np.float64)
+        ups.append(u)
     cat = np.concatenate(ups, axis=-1)
     return cat @ weights.head_weight.astype(np.float64).T + weights.head_bias
 
@@ -51,7 +65,7 @@ def packed_forward(params: NeckHeadParams, wbuf: np.ndarray, bbuf: np.ndarray, f
         k, kp, cu = br.stride, br.padded_in, br.padded_up
         slices = w[lay[f"B{i}_W"]: lay[f"B{i}_W"] + k * k * cu * kp]
         head = w[lay[f"B{i}_HEAD"]: lay[f"B{i}_HEAD"] + params.padded_heads * cu]
-        if params.half:  # N x K: [a][b][co][ci] and [h][c]
+        if params.mma_layout:  # N x K: [a][b][co][ci] and [h][c]
             slices, head = slices.reshape(k, k, cu, kp), head.reshape(params.padded_heads, cu)
         else:  # K x N
             slices, head = slices.reshape(k, k, kp, cu).transpose(0, 1, 3, 2), head.reshape(cu, params.padded_heads).T
@@ -70,14 +84,34 @@ def packed_forward(params: NeckHeadParams, wbuf: np.ndarray, bbuf: np.ndarray, f
 # -- CPU ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+MODES = {"f16": (True, False), "tf32": (False, True), "f32": (False, False)}  # (half, tf32)
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("branches", [TINY, ((24, 40, 1), (48, 8, 3))])
-def test_packed_layout_matches_onnx_layout(branches, half):
+def test_packed_layout_matches_onnx_layout(branches, mode):
+    half, tf32 = MODES[mode]
     hy, hx = (12, 16) if len(branches) == 3 else (6, 9)
-    params, weights, feats = make_case(branches, hy, hx, nh=13, batch=2, half=half)
+    params, weights, feats = make_case(branches, hy, hx, nh=13, batch=2, half=half, tf32=tf32)
     wbuf, bbuf = pack_neck_head(params, weights)
     assert wbuf.dtype == (np.float16 if half else np.float32) and bbuf.dtype == np.float32
     np.testing.assert_allclose(packed_forward(params, wbuf, bbuf, feats), reference(weights, feats), rtol=1e-5, atol=1e-5)
+
+
+def test_tf32_packing_rounds_the_weights_as_the_independent_twin():
+    rng = np.random.default_rng(3)
+    values = (rng.standard_normal(20_000) * 10.0 ** rng.uniform(-6, 6, 20_000)).astype(np.float32)
+    ties = np.float32(1.0) + np.float32(2.0**-11) * np.arange(1, 9, 2, dtype=np.float32)  # exactly half-way cases
+    values = np.concatenate([values, ties, -ties, np.zeros(1, np.float32)])
+    rounded = round_to_tf32(values)
+    np.testing.assert_array_equal(rounded, tf32_rounded(values))
+    assert not (rounded.view(np.uint32) & 0x1FFF).any()
+    assert round_to_tf32(np.array([np.inf, -np.inf], np.float32)).tolist() == [np.inf, -np.inf]
+    params, weights, feats = make_case(TINY, 12, 16, nh=13, batch=1, seed=5)  # weights not TF32-representable
+    params = NeckHeadParams(params.branches, 12, 16, 13, False, tf32=True)
+    wbuf, bbuf = pack_neck_head(params, weights)
+    assert not (wbuf.view(np.uint32) & 0x1FFF).any(), "packed TF32 weights keep 10 mantissa bits"
+    np.testing.assert_allclose(packed_forward(params, wbuf, bbuf, feats), reference(weights, feats), rtol=2e-3, atol=2e-3)
 
 
 def test_packed_layout_is_aligned_for_mma():
@@ -112,6 +146,10 @@ def test_params_from_config_and_refusals():
         NeckHeadParams((NeckBranch(8, 16, 1),) * 4, 8, 8, 4, True)
     with pytest.raises(BackendError, match="stages"):
         NeckHeadParams((NeckBranch(8, 16, 1),), 8, 8, 4, True, stages=1)
+    with pytest.raises(BackendError, match="not both"):
+        NeckHeadParams((NeckBranch(8, 16, 1),), 8, 8, 4, True, tf32=True)
+    assert NeckHeadParams.from_config(tiny_config(), half=False, tf32=True).kernel_name == "neck_head_tf32"
+    assert NeckHeadParams.from_config(tiny_config(), half=True, tf32=True).kernel_name == "neck_head_f16"
 
 
 def test_float16_launch_shape():
@@ -130,20 +168,21 @@ ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("half", [True, False], ids=["f16", "f32"])
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd"])
 @pytest.mark.parametrize("shape", [(8, 2, 2), (6, 3, 2), (4, 2, 1)], ids=["w8s2", "w6s3", "w4s2"])  # float16 warps, stages, blocks
-def test_kernel_matches_float64_reference(cp, half, case, shape):
+def test_kernel_matches_float64_reference(cp, mode, case, shape):
     from dataclasses import replace
 
     from pointpillars_trt.kernels.neck_head import NeckHeadStage
 
+    half, tf32 = MODES[mode]
     if not half and shape != (8, 2, 2):
-        pytest.skip("the float32 kernel has one shape")
+        pytest.skip("the float32 and TF32 kernels have one shape")
     branches, hy, hx, batch, nh = {
         "tiny": (TINY, 12, 16, 3, 72), "kitti_like": (KITTI_LIKE, 40, 56, 2, 72), "odd": (ODD, 18, 27, 3, 13),
     }[case]
-    params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=half)
+    params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=half, tf32=tf32)
     params = replace(params, warps=shape[0], stages=shape[1], min_blocks=shape[2])
     stage = NeckHeadStage(params, weights)
     dtype = np.float16 if half else np.float32
@@ -154,9 +193,11 @@ def test_kernel_matches_float64_reference(cp, half, case, shape):
     stream.synchronize()
     got = cp.asnumpy(out)
     assert np.isfinite(got).all(), "every output pixel is written"
-    ref = reference(weights, feats, round_u_half=half)
+    ref = reference(weights, feats, round_u_half=half, round_u_tf32=tf32)
     err = np.abs(got - ref).max() / np.abs(ref).max()
-    assert err <= (2e-3 if half else 1e-5), f"max error {err:.2e} of max|ref|"
+    # TF32: operands exact, u rounded as the reference rounds it (a float32 sum on either side of a
+    # rounding boundary may differ by one TF32 step)
+    assert err <= (2e-3 if half else 5e-4 if tf32 else 1e-5), f"max error {err:.2e} of max|ref|"
 
 
 @pytest.mark.cuda

@@ -9,10 +9,10 @@
 // weight slice of every branch.
 //
 // Inputs NHWC: x_i (B, HY / K_i, HX / K_i, B{i}_CIN). Output NHWC float32 (B, HY, HX, NH).
-// Weights packed by gpu/neck_head.py (one buffer, offsets as defines). float16: N x K, the mma's
-// "col" B operands; float32: K x N, so consecutive threads read consecutive output channels:
-//   f16 w[B{i}_W + ((a * K + b) * B{i}_CU + c) * B{i}_KP + k]   deconv slice (a, b): out channel c, in k
-//       w[B{i}_HEAD + h * B{i}_CU + c]                          head block W_i^T (NHP x CU_i)
+// Weights packed by gpu/neck_head.py (one buffer, offsets as defines). float16 and TF32: N x K, the
+// mma's "col" B operands; float32: K x N, so consecutive threads read consecutive output channels:
+//   f16, tf32 w[B{i}_W + ((a * K + b) * B{i}_CU + c) * B{i}_KP + k]   deconv slice (a, b): out channel c, in k
+//             w[B{i}_HEAD + h * B{i}_CU + c]                          head block W_i^T (NHP x CU_i)
 //   f32 w[B{i}_W + ((a * K + b) * B{i}_KP + k) * B{i}_CU + c]
 //       w[B{i}_HEAD + c * NHP + h]                              head block W_i (CU_i x NHP)
 //   bias[B{i}_BIAS + c], bias[HEAD_BIAS + h]                    float32
@@ -21,7 +21,8 @@
 //
 // Compile-time configuration (-D options from gpu/neck_head.py): NB (1..3 branches), HY, HX, CELL,
 // NH, NHP, HEAD_BIAS and per branch B{i}_CIN, B{i}_KP, B{i}_CU, B{i}_STRIDE, B{i}_W, B{i}_BIAS,
-// B{i}_HEAD; CU_MAX (largest B{i}_CU); USE_MMA = 1 for the float16 kernel, 0 for the float32 one.
+// B{i}_HEAD; CU_MAX (largest B{i}_CU); USE_MMA = 1 for the float16 kernel, USE_TF32 = 1 for the TF32
+// one, both 0 for the float32 one.
 #include <cuda_fp16.h>
 
 namespace {
@@ -45,6 +46,41 @@ __device__ __forceinline__ Pixel tile_pixel(int cell, int a, int b, int batch) {
     if (y < HY && x < HX) p = Pixel{n, y, x};
     return p;
 }
+
+// Row p's pixel in branch i's input map (-1 past the batch or the map).
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ int input_pixel(const Pixel& p) {
+    constexpr int kH = HY / K, kW = HX / K;
+    return p.n < 0 ? -1 : (p.n * kH + p.y / K) * kW + p.x / K;
+}
+
+#if USE_MMA || USE_TF32
+// A warp's head sums (C fragments of the NHP / 8 m16n8 head tiles, rows g and g + 8 of the warp's
+// 16 from tile row `row0`) plus the head bias, into the NHWC output: 8 float32 channels per (row,
+// head tile) across t, one 32-byte sector. Rows past the batch or the map edge are skipped.
+__device__ __forceinline__ void store_heads(const float (&acc_h)[NHP / 8][4], int row0, int a, int b, int batch,
+                                            const float* __restrict__ bias, float* __restrict__ out) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int half_row = 0; half_row < 2; ++half_row) {
+        const Pixel p = tile_pixel(row0 + g + 8 * half_row, a, b, batch);
+        if (p.n < 0) continue;
+        float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
+#pragma unroll
+        for (int h = 0; h < NHP / 8; ++h) {
+            const int ch = h * 8 + 2 * t;
+            const float v0 = acc_h[h][2 * half_row] + bias[HEAD_BIAS + ch];
+            const float v1 = acc_h[h][2 * half_row + 1] + bias[HEAD_BIAS + ch + 1];
+            if (NH % 2 == 0) {
+                if (ch < NH) *reinterpret_cast<float2*>(o + ch) = make_float2(v0, v1);
+            } else {
+                if (ch < NH) o[ch] = v0;
+                if (ch + 1 < NH) o[ch + 1] = v1;
+            }
+        }
+    }
+}
+#endif
 }  // namespace
 
 #if USE_MMA
@@ -276,12 +312,6 @@ __device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const Gather&
         }
     }
 }
-
-template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
-__device__ __forceinline__ int input_pixel(const Pixel& p) {
-    constexpr int kH = HY / K, kW = HX / K;
-    return p.n < 0 ? -1 : (p.n * kH + p.y / K) * kW + p.x / K;
-}
 }  // namespace
 
 // grid (ceil(B * cells / BM), CELL * CELL), block 32 NH_WARPS, NH_SMEM bytes of dynamic shared memory.
@@ -290,7 +320,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head
         const __half* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const int warp = threadIdx.x / 32;
     const Ctx cx{x0, x1, x2, w, bias, reinterpret_cast<__half*>(smem_raw), a, b};
 
     Gather& gat = *reinterpret_cast<Gather*>(smem_raw + kStages * kStageElems * 2);
@@ -324,31 +354,138 @@ extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head
     branch_h<BRANCH(2)>(step, cx, gat, acc, acc_h);
 #endif
     cp_async_wait<0>();  // only empty groups remain; leave none in flight at exit
+    store_heads(acc_h, blockIdx.x * kRows + warp * 16, a, b, batch, bias, out);
+}
 
-    // Rows g and g + 8 of this warp: 8 float32 channels per (row, head tile) across t, one 32-byte sector.
+#elif USE_TF32
+// ---------------------------------------------------------------------------------------------
+// float32 inputs and weights on tensor cores as TF32 (mma.sync m16n8k8, float32 accumulation): the
+// tf32 precision's arithmetic, as cuDNN's TF32 convolutions before it. Inputs are rounded to TF32
+// (cvt.rna) as they are read, the weights were rounded once when packed, u is rounded between the
+// deconv and the heads. The float16 kernel's scheme without its cp.async ring: 4 warps, 64 rows
+// (cells at one position (a, b)); warp w owns rows [16 w, 16 w + 16) through the whole kernel and
+// its deconv accumulators (16 x CU) become the A fragments of its head GEMM in registers. A step
+// stages a 64 x 32 chunk of gathered input rows and the CU x 32 deconv weight slice in shared
+// memory. Within a k-step of 8 a thread holds the channel pair (2t, 2t + 1) where the PTX ISA's
+// m16n8k8 layout names (t, t + 4): a sum over k does not depend on its order, so A and B agree, a
+// pair is one 64-bit load, and the deconv's C fragments (columns 2t, 2t + 1) are the head GEMM's A
+// fragments as they are.
+// ---------------------------------------------------------------------------------------------
+namespace {
+constexpr int kWarpsT = 4;
+constexpr int kThreadsT = 32 * kWarpsT;
+constexpr int kRowsT = 16 * kWarpsT;
+constexpr int kChunkT = 32;           // input channels a step
+constexpr int kPitchT = kChunkT + 8;  // floats: the 16 threads of a 64-bit load (4 rows x 4 pairs) hit 32 banks
+constexpr int kHeadTilesT = NHP / 8;
+
+struct SmemT {
+    float a[kRowsT][kPitchT];
+    float w[CU_MAX][kPitchT];
+    int pix[3][kRowsT];
+};
+
+__device__ __forceinline__ unsigned to_tf32(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
+
+__device__ __forceinline__ void mma1688(float (&d)[4], const unsigned (&a)[4], float b0, float b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
+}
+
+template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
+__device__ __forceinline__ void branch_t(const float* __restrict__ feat, const float* __restrict__ w,
+                                         const float* __restrict__ bias, SmemT& s, const int* pix, int a, int b,
+                                         float (&acc)[CU_MAX / 8][4], float (&acc_h)[kHeadTilesT][4]) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    const float* wd = w + WOFF + ((a % K) * K + (b % K)) * CU * KP;  // [co][ci]
 #pragma unroll
-    for (int half_row = 0; half_row < 2; ++half_row) {
-        const Pixel p = tile_pixel(blockIdx.x * kRows + warp * 16 + g + 8 * half_row, a, b, batch);
-        if (p.n < 0) continue;
-        float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
+    for (int j = 0; j < CU / 8; ++j)
 #pragma unroll
-        for (int h = 0; h < kHeadTiles; ++h) {
-            const int ch = h * 8 + 2 * t;
-            const float v0 = acc_h[h][2 * half_row] + bias[HEAD_BIAS + ch];
-            const float v1 = acc_h[h][2 * half_row + 1] + bias[HEAD_BIAS + ch + 1];
-            if (NH % 2 == 0) {
-                if (ch < NH) *reinterpret_cast<float2*>(o + ch) = make_float2(v0, v1);
-            } else {
-                if (ch < NH) o[ch] = v0;
-                if (ch + 1 < NH) o[ch + 1] = v1;
+        for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
+    for (int k0 = 0; k0 < KP; k0 += kChunkT) {
+        __syncthreads();  // the previous step's fragments are read
+        for (int v = threadIdx.x; v < kRowsT * (kChunkT / 4); v += kThreadsT) {
+            const int r = v / (kChunkT / 4), k = k0 + (v % (kChunkT / 4)) * 4;
+            float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (pix[r] >= 0 && k < CIN) val = __ldg(reinterpret_cast<const float4*>(feat + static_cast<long long>(pix[r]) * CIN + k));
+            *reinterpret_cast<float4*>(&s.a[r][k - k0]) = val;
+        }
+        for (int v = threadIdx.x; v < CU * (kChunkT / 4); v += kThreadsT) {
+            const int co = v / (kChunkT / 4), k = k0 + (v % (kChunkT / 4)) * 4;
+            float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (k < KP) val = __ldg(reinterpret_cast<const float4*>(wd + co * KP + k));
+            *reinterpret_cast<float4*>(&s.w[co][k - k0]) = val;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < kChunkT; kk += 8) {
+            const float2 lo = *reinterpret_cast<const float2*>(&s.a[warp * 16 + g][kk + 2 * t]);
+            const float2 hi = *reinterpret_cast<const float2*>(&s.a[warp * 16 + g + 8][kk + 2 * t]);
+            const unsigned fa[4] = {to_tf32(lo.x), to_tf32(hi.x), to_tf32(lo.y), to_tf32(hi.y)};
+#pragma unroll
+            for (int j = 0; j < CU / 8; ++j) {
+                const float2 fb = *reinterpret_cast<const float2*>(&s.w[j * 8 + g][kk + 2 * t]);
+                mma1688(acc[j], fa, fb.x, fb.y);
             }
         }
     }
+    // u = tf32(relu(acc + bias)) as A fragments, times the head block W_i^T (NHP x CU) from global memory.
+#pragma unroll
+    for (int j = 0; j < CU / 8; ++j) {
+        const float2 bu = __ldg(reinterpret_cast<const float2*>(bias + BOFF + j * 8 + 2 * t));
+        const unsigned fa[4] = {to_tf32(fmaxf(acc[j][0] + bu.x, 0.0f)), to_tf32(fmaxf(acc[j][2] + bu.x, 0.0f)),
+                                to_tf32(fmaxf(acc[j][1] + bu.y, 0.0f)), to_tf32(fmaxf(acc[j][3] + bu.y, 0.0f))};
+#pragma unroll
+        for (int h = 0; h < kHeadTilesT; ++h) {
+            const float2 fb = __ldg(reinterpret_cast<const float2*>(w + HOFF + (h * 8 + g) * CU + j * 8 + 2 * t));
+            mma1688(acc_h[h], fa, fb.x, fb.y);
+        }
+    }
+}
+}  // namespace
+
+// grid (ceil(B * cells / 64), CELL * CELL), block 128.
+extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
+        const float* __restrict__ x0, const float* __restrict__ x1, const float* __restrict__ x2,
+        const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
+    __shared__ __align__(16) SmemT s;
+    const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
+    const int warp = threadIdx.x / 32;
+    for (int r = threadIdx.x; r < kRowsT; r += kThreadsT) {
+        const Pixel p = tile_pixel(blockIdx.x * kRowsT + r, a, b, batch);
+        s.pix[0][r] = input_pixel<BRANCH(0)>(p);
+#if NB > 1
+        s.pix[1][r] = input_pixel<BRANCH(1)>(p);
+#endif
+#if NB > 2
+        s.pix[2][r] = input_pixel<BRANCH(2)>(p);
+#endif
+    }
+    float acc[CU_MAX / 8][4];
+    float acc_h[kHeadTilesT][4];
+#pragma unroll
+    for (int h = 0; h < kHeadTilesT; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_h[h][e] = 0.0f;
+    branch_t<BRANCH(0)>(x0, w, bias, s, s.pix[0], a, b, acc, acc_h);
+#if NB > 1
+    branch_t<BRANCH(1)>(x1, w, bias, s, s.pix[1], a, b, acc, acc_h);
+#endif
+#if NB > 2
+    branch_t<BRANCH(2)>(x2, w, bias, s, s.pix[2], a, b, acc, acc_h);
+#endif
+    store_heads(acc_h, blockIdx.x * kRowsT + warp * 16, a, b, batch, bias, out);
 }
 
 #else
 // ---------------------------------------------------------------------------------------------
-// float32 inputs and weights, plain FMA in float32 (the tf32 and IEEE fp32 precisions).
+// float32 inputs and weights, plain FMA in float32 (the IEEE fp32 precision).
 // Block: 128 threads, 32 rows; deconv outputs and head sums live in shared memory.
 // ---------------------------------------------------------------------------------------------
 namespace {
