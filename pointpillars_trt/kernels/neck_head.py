@@ -114,11 +114,11 @@ class NeckHeadParams:
 
     @property
     def rows_per_block(self) -> int:
-        return 16 * self.warps if self.half else 64 if self.tf32 else 32
+        return 16 * self.warps if self.half else 64
 
     @property
     def threads(self) -> int:
-        return 32 * self.warps if self.half else 128
+        return 32 * self.warps if self.half else 128 if self.tf32 else 256
 
     @property
     def shared_bytes(self) -> int:

@@ -485,94 +485,138 @@ extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
 
 #else
 // ---------------------------------------------------------------------------------------------
-// float32 inputs and weights, plain FMA in float32 (the IEEE fp32 precision).
-// Block: 128 threads, 32 rows; deconv outputs and head sums live in shared memory.
+// float32 inputs and weights, plain FMA in float32 (the IEEE fp32 precision), register-tiled as an
+// SGEMM is: 256 threads, 64 rows; thread (tr, tc) = (tid / 16, tid % 16) owns rows 4 tr .. 4 tr + 3
+// and, in a pass over 128 deconv channels, channels 4 tc .. 4 tc + 3 and 64 + 4 tc .. 64 + 4 tc + 3:
+// per input channel one 16-byte load of its rows and two of its weights feed 32 FMAs. The pass's u
+// (bias + ReLU) goes to shared memory, and the thread adds its 4 rows x 5 head channels (tc + 16 j)
+// of u W_i to registers that live across the branches.
 // ---------------------------------------------------------------------------------------------
 namespace {
-constexpr int kThreads = 128;
-constexpr int kRows = 32;
-constexpr int kChunk = 32;
+constexpr int kThreads = 256;
+constexpr int kRows = 64;
+constexpr int kChunk = 16;                 // input channels a step (KP is a multiple of 16)
+constexpr int kPass = 128;                 // deconv channels a pass
+constexpr int kRowPitch = kRows + 4;       // [k][row] and [c][row] arrays: 16-byte rows, fewer conflicts
+constexpr int kHeadCols = (NHP + 15) / 16;  // head channels a thread: tc + 16 j
 
 struct Smem {
-    float a[kRows][kChunk];
-    float u[kRows][CU_MAX];
-    float head[kRows][NHP];
-    int n[kRows], y[kRows], x[kRows];
+    float a[kChunk][kRowPitch];  // gathered input rows, transposed
+    float w[kChunk][kPass];      // deconv weight slice [k][c]
+    float u[kPass][kRowPitch];   // relu(deconv + bias) of the pass, transposed
+    int pix[3][kRows];
 };
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
 __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const float* __restrict__ w,
-                                         const float* __restrict__ bias, Smem& s, int a, int b) {
-    constexpr int kH = HY / K, kW = HX / K;
+                                         const float* __restrict__ bias, Smem& s, const int* pix, int a, int b,
+                                         float (&acc_h)[4][kHeadCols]) {
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float* wd = w + WOFF + ((a % K) * K + (b % K)) * KP * CU;  // [ci][co]
-    for (int c0 = 0; c0 < CU; c0 += kThreads) {  // every thread runs every pass: the syncs below need them all
-        const int c = c0 + threadIdx.x;
-        float acc[kRows];
+    for (int c0 = 0; c0 < CU; c0 += kPass) {
+        float acc[4][8];
 #pragma unroll
-        for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-        for (int k0 = 0; k0 < CIN; k0 += kChunk) {
-            __syncthreads();
-            for (int v = threadIdx.x; v < kRows * kChunk; v += kThreads) {
-                const int r = v / kChunk, k = k0 + v % kChunk;
-                float val = 0.0f;
-                if (s.n[r] >= 0 && k < CIN) {
-                    const long long pix = (static_cast<long long>(s.n[r]) * kH + s.y[r] / K) * kW + s.x[r] / K;
-                    val = feat[pix * CIN + k];
-                }
-                s.a[r][v % kChunk] = val;
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+        for (int k0 = 0; k0 < KP; k0 += kChunk) {
+            __syncthreads();  // the previous step's (or pass's) shared arrays are read
+            {
+                const int r = threadIdx.x / 4, k = k0 + (threadIdx.x % 4) * 4;
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (pix[r] >= 0 && k < CIN) v = __ldg(reinterpret_cast<const float4*>(feat + static_cast<long long>(pix[r]) * CIN + k));
+                s.a[k - k0][r] = v.x;
+                s.a[k - k0 + 1][r] = v.y;
+                s.a[k - k0 + 2][r] = v.z;
+                s.a[k - k0 + 3][r] = v.w;
+            }
+#pragma unroll
+            for (int v = threadIdx.x; v < kChunk * kPass / 4; v += kThreads) {
+                const int k = v / (kPass / 4), c = (v % (kPass / 4)) * 4;
+                float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (c0 + c < CU) val = __ldg(reinterpret_cast<const float4*>(wd + (k0 + k) * CU + c0 + c));
+                *reinterpret_cast<float4*>(&s.w[k][c]) = val;
             }
             __syncthreads();
-            if (c < CU) {
-                const int width = min(kChunk, CIN - k0);
-                for (int k = 0; k < width; ++k) {
-                    const float wv = wd[(k0 + k) * CU + c];
 #pragma unroll
-                    for (int r = 0; r < kRows; ++r) acc[r] = fmaf(s.a[r][k], wv, acc[r]);
+            for (int k = 0; k < kChunk; ++k) {
+                const float4 av = *reinterpret_cast<const float4*>(&s.a[k][4 * tr]);
+                const float4 w0 = *reinterpret_cast<const float4*>(&s.w[k][4 * tc]);
+                const float4 w1 = *reinterpret_cast<const float4*>(&s.w[k][64 + 4 * tc]);
+                const float ar[4] = {av.x, av.y, av.z, av.w};
+                const float wc[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(ar[i], wc[j], acc[i][j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int c = (j < 4 ? 4 * tc : 64 + 4 * tc) + (j & 3);
+            const float bu = c0 + c < CU ? bias[BOFF + c0 + c] : 0.0f;
+            *reinterpret_cast<float4*>(&s.u[c][4 * tr]) =
+                make_float4(fmaxf(acc[0][j] + bu, 0.0f), fmaxf(acc[1][j] + bu, 0.0f), fmaxf(acc[2][j] + bu, 0.0f),
+                            fmaxf(acc[3][j] + bu, 0.0f));
+        }
+        __syncthreads();
+        const int width = min(kPass, CU - c0);
+        for (int c = 0; c < width; ++c) {
+            const float4 uv = *reinterpret_cast<const float4*>(&s.u[c][4 * tr]);
+            const float ur[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+            for (int j = 0; j < kHeadCols; ++j) {
+                const int h = tc + 16 * j;
+                if (h < NHP) {
+                    const float wv = __ldg(w + HOFF + (c0 + c) * NHP + h);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc_h[i][j] = fmaf(ur[i], wv, acc_h[i][j]);
                 }
             }
         }
-        if (c < CU) {
-#pragma unroll
-            for (int r = 0; r < kRows; ++r) s.u[r][c] = fmaxf(acc[r] + bias[BOFF + c], 0.0f);
-        }
-    }
-    __syncthreads();
-    for (int o = threadIdx.x; o < kRows * NH; o += kThreads) {
-        const int r = o / NH, h = o % NH;
-        float acc = s.head[r][h];
-        for (int c = 0; c < CU; ++c) acc = fmaf(s.u[r][c], w[HOFF + c * NHP + h], acc);
-        s.head[r][h] = acc;
     }
 }
 }  // namespace
 
-// grid (ceil(B * cells / 32), CELL * CELL), block 128.
+// grid (ceil(B * cells / 64), CELL * CELL), block 256.
 extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f32(
         const float* __restrict__ x0, const float* __restrict__ x1, const float* __restrict__ x2,
         const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
-    __shared__ Smem s;
+    __shared__ __align__(16) Smem s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     for (int r = threadIdx.x; r < kRows; r += kThreads) {
         const Pixel p = tile_pixel(blockIdx.x * kRows + r, a, b, batch);
-        s.n[r] = p.n;
-        s.y[r] = p.y;
-        s.x[r] = p.x;
-    }
-    for (int o = threadIdx.x; o < kRows * NHP; o += kThreads) (&s.head[0][0])[o] = 0.0f;
-    __syncthreads();
-    branch_f<BRANCH(0)>(x0, w, bias, s, a, b);
+        s.pix[0][r] = input_pixel<BRANCH(0)>(p);
 #if NB > 1
-    branch_f<BRANCH(1)>(x1, w, bias, s, a, b);
+        s.pix[1][r] = input_pixel<BRANCH(1)>(p);
 #endif
 #if NB > 2
-    branch_f<BRANCH(2)>(x2, w, bias, s, a, b);
+        s.pix[2][r] = input_pixel<BRANCH(2)>(p);
 #endif
-    __syncthreads();
-    for (int o = threadIdx.x; o < kRows * NH; o += kThreads) {
-        const int r = o / NH, h = o % NH;
-        if (s.n[r] < 0) continue;
-        const long long pix = (static_cast<long long>(s.n[r]) * HY + s.y[r]) * HX + s.x[r];
-        out[pix * NH + h] = s.head[r][h] + bias[HEAD_BIAS + h];
+    }
+    float acc_h[4][kHeadCols];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < kHeadCols; ++j) acc_h[i][j] = 0.0f;
+    branch_f<BRANCH(0)>(x0, w, bias, s, s.pix[0], a, b, acc_h);
+#if NB > 1
+    branch_f<BRANCH(1)>(x1, w, bias, s, s.pix[1], a, b, acc_h);
+#endif
+#if NB > 2
+    branch_f<BRANCH(2)>(x2, w, bias, s, s.pix[2], a, b, acc_h);
+#endif
+    const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const Pixel p = tile_pixel(blockIdx.x * kRows + 4 * tr + i, a, b, batch);
+        if (p.n < 0) continue;
+        float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
+#pragma unroll
+        for (int j = 0; j < kHeadCols; ++j) {
+            const int h = tc + 16 * j;
+            if (h < NH) o[h] = acc_h[i][j] + bias[HEAD_BIAS + h];
+        }
     }
 }
 #endif
