@@ -54,6 +54,21 @@ __device__ __forceinline__ int input_pixel(const Pixel& p) {
     return p.n < 0 ? -1 : (p.n * kH + p.y / K) * kW + p.x / K;
 }
 
+// pix[i][r]: the input pixel of tile row first_row + r in branch i's map, for the block's ROWS rows.
+template <int ROWS>
+__device__ __forceinline__ void gather_rows(int (&pix)[3][ROWS], int first_row, int a, int b, int batch) {
+    for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
+        const Pixel p = tile_pixel(first_row + r, a, b, batch);
+        pix[0][r] = input_pixel<BRANCH(0)>(p);
+#if NB > 1
+        pix[1][r] = input_pixel<BRANCH(1)>(p);
+#endif
+#if NB > 2
+        pix[2][r] = input_pixel<BRANCH(2)>(p);
+#endif
+    }
+}
+
 #if USE_MMA || USE_TF32
 // A warp's head sums (C fragments of the NHP / 8 m16n8 head tiles, rows g and g + 8 of the warp's
 // 16 from tile row `row0`) plus the head bias, into the NHWC output: 8 float32 channels per (row,
@@ -324,16 +339,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head
     const Ctx cx{x0, x1, x2, w, bias, reinterpret_cast<__half*>(smem_raw), a, b};
 
     Gather& gat = *reinterpret_cast<Gather*>(smem_raw + kStages * kStageElems * 2);
-    for (int r = threadIdx.x; r < kRows; r += kThreadsH) {
-        const Pixel p = tile_pixel(blockIdx.x * kRows + r, a, b, batch);
-        gat.pix[0][r] = input_pixel<BRANCH(0)>(p);
-#if NB > 1
-        gat.pix[1][r] = input_pixel<BRANCH(1)>(p);
-#endif
-#if NB > 2
-        gat.pix[2][r] = input_pixel<BRANCH(2)>(p);
-#endif
-    }
+    gather_rows(gat.pix, blockIdx.x * kRows, a, b, batch);
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s, x0, x1, x2, w, gat, a, b, cx.smem);
@@ -457,16 +463,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
     __shared__ __align__(16) SmemT s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     const int warp = threadIdx.x / 32;
-    for (int r = threadIdx.x; r < kRowsT; r += kThreadsT) {
-        const Pixel p = tile_pixel(blockIdx.x * kRowsT + r, a, b, batch);
-        s.pix[0][r] = input_pixel<BRANCH(0)>(p);
-#if NB > 1
-        s.pix[1][r] = input_pixel<BRANCH(1)>(p);
-#endif
-#if NB > 2
-        s.pix[2][r] = input_pixel<BRANCH(2)>(p);
-#endif
-    }
+    gather_rows(s.pix, blockIdx.x * kRowsT, a, b, batch);
     float acc[CU_MAX / 8][4];
     float acc_h[kHeadTilesT][4];
 #pragma unroll
@@ -584,16 +581,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f32(
         const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
     __shared__ __align__(16) Smem s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
-    for (int r = threadIdx.x; r < kRows; r += kThreads) {
-        const Pixel p = tile_pixel(blockIdx.x * kRows + r, a, b, batch);
-        s.pix[0][r] = input_pixel<BRANCH(0)>(p);
-#if NB > 1
-        s.pix[1][r] = input_pixel<BRANCH(1)>(p);
-#endif
-#if NB > 2
-        s.pix[2][r] = input_pixel<BRANCH(2)>(p);
-#endif
-    }
+    gather_rows(s.pix, blockIdx.x * kRows, a, b, batch);
     float acc_h[4][kHeadCols];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
