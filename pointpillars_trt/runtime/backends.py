@@ -105,12 +105,14 @@ BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
                lambda r: TrtOptions(device_id=r.device_id, config_digest=r.config_digest, precision=r.precision,
                                     tf32=r.tf32),
                auto_priority=0, suits=lambda model: model.has_plans(), runs_on=_tensorrt_runs_on),
-    # fp32 graphs: ONNX Runtime's TF32 RPN measured faster than the cuDNN engine's, so auto takes cuDNN
-    # for them only when ONNX Runtime has no CUDA provider.
+    # fp32 graphs of single-head models: the cuDNN engine's TF32 and IEEE fp32 RPNs (0.53-0.58 / 2.92 ms
+    # on an H200) measured faster than ONNX Runtime's (0.93 / 3.21 ms). A multi-head model's fp32 graphs
+    # were not compared, so auto takes cuDNN for them only when ONNX Runtime has no CUDA provider.
     BackendRow("cudnn", "cudnn (frontend graphs + neck-head kernel)", CudnnOptions, "onnx", (), ("cuda",),
                cudnn_unavailable_reason, _open_cudnn, _cudnn_options,
                auto_priority=1,
-               suits=lambda model: model.precision == "fp16" or onnxruntime_cuda_unavailable_reason() is not None),
+               suits=lambda model: (model.precision == "fp16" or model.cfg.heads is None
+                                    or onnxruntime_cuda_unavailable_reason() is not None)),
 )}
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 BACKEND_CHOICES: tuple[str, ...] = (AUTO, *BACKEND_NAMES)  # what --backend accepts where the pipeline picks
