@@ -152,14 +152,16 @@ class GpuPipeline:
             self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
-        # CUDA events around every stage, read into last_timings by collect: 12 CUDA calls a batch, each of
+        # CUDA events around every stage (event-record nodes inside a batch's graph, records between the
+        # stages otherwise), read into last_timings by collect: 6 elapsed-time queries a batch, each of
         # which gives up the interpreter lock and waits to take it back; a caller that never reads the
         # timings (the streaming runner) turns them off
         self.stage_timings = True
         self._timed = True  # whether the batch in flight records them (stage_timings when it was submitted)
         # (stage name, or "frame" for all five and the result copy; batch size) -> captured graph
         self._graphs: dict[tuple[str, int], object] = {}
-        self._frame_graph_error: str | None = None  # why the frame cannot be one graph (then: a graph a stage)
+        # why a batch could not be one graph: then every batch size runs a graph a stage from there on
+        self._frame_graph_error: str | None = None
         self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
         self._pfn: Engine | None = None
         self._rpn: Engine | None = None

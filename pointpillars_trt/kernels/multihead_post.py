@@ -99,6 +99,7 @@ class MultiHeadPostprocessStage:
         cp = cupy_module()
         self.params = p = MultiHeadPostParams.from_config(cfg)
         self._k = compile_kernels("multihead_post.cu", p.defines(), self.KERNELS)
+        self._mask_grid = mask_grid(len(p.segments), p.sort_cap)  # device attributes: read once, not per launch
         w, h = p.head_map
         self._heads_shape = (h, w, p.head_channels)
         s, slots = len(p.segments), len(p.segments) * p.sort_cap
@@ -140,7 +141,7 @@ class MultiHeadPostprocessStage:
         launch_kernel(k["mh_select"], s, 1024,
                       (heads, self._anchors, self._segments, self._key, self._candidates, self.stats, self._group_count,
                        self._group_box, self._group_velocity, self._group_rect, self._group_score), stream)
-        launch_kernel(k["mh_nms_mask"], mask_grid(s, p.sort_cap), MASK_THREADS,
+        launch_kernel(k["mh_nms_mask"], self._mask_grid, MASK_THREADS,
                       (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
         launch_kernel(k["mh_reduce"], 1, 256,
                       (self._group_count, self._mask, self._group_box, self._group_velocity, self._group_score,

@@ -2,7 +2,8 @@
 
 ``cuda/neck_head.cu`` computes ``heads = sum_i relu(deconv_i(x_i)) W_i + b`` per head-map pixel without
 writing the channel concat: ``W_i`` is branch i's block of rows of the merged (NH, sum CU) head weight.
-float16 runs on tensor cores (mma.sync, float32 accumulation), float32 on plain FMA. The weights are packed
+float16 runs on tensor cores (mma.sync, float32 accumulation), the tf32 precision on tensor cores as TF32,
+IEEE float32 on plain FMA (register-tiled). The weights are packed
 once into one device buffer whose offsets the kernel is compiled with (:class:`NeckHeadParams`);
 :func:`pack_neck_head` is the NumPy re-layout, tested against the plain ONNX-layout computation.
 """
@@ -10,6 +11,7 @@ once into one device buffer whose offsets the kernel is compiled with (:class:`N
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,6 +27,9 @@ _K_ALIGN = 16     # input channels: the wmma k step
 _CU_ALIGN = 32    # upsampled channels: whole m16n8k16 head k steps, 64-byte weight rows
 _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
 _CHUNK = 64         # float16 kernel: input channels per pipeline step (kChunk in the .cu)
+#: Upsampled channels a branch may have for the TF32 kernel (its shared weight slice and its accumulators
+#: are sized for them); a wider neck runs the float32 kernel instead, and says so.
+TF32_MAX_UP = 128
 
 
 def _round_up(value: int, multiple: int) -> int:
@@ -79,6 +84,9 @@ class NeckHeadParams:
 
         if self.half and self.tf32:
             raise BackendError("neck-head kernel: float16 or TF32, not both")
+        widest = max(br.padded_up for br in self.branches)
+        if self.tf32 and widest > TF32_MAX_UP:
+            raise BackendError(f"neck-head kernel: {widest} upsampled channels; the TF32 kernel takes up to {TF32_MAX_UP}")
         if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
             raise BackendError(
                 f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
@@ -92,7 +100,14 @@ class NeckHeadParams:
         branches = tuple(
             NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_kernels)
         )
-        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half, tf32=tf32 and not half)
+        tf32 = tf32 and not half
+        widest = max(br.padded_up for br in branches)
+        if tf32 and widest > TF32_MAX_UP:
+            warnings.warn(f"neck-head kernel: {widest} upsampled channels are more than the TF32 kernel's "
+                          f"{TF32_MAX_UP}; the tf32 precision runs the neck and heads in float32 FMA (slower)",
+                          RuntimeWarning, stacklevel=2)
+            tf32 = False
+        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half, tf32=tf32)
 
     @property
     def cell(self) -> int:
@@ -152,7 +167,9 @@ class NeckHeadParams:
     def defines(self) -> tuple[str, ...]:
         lay = self.layout()
         values: dict[str, int | str] = dict(
-            USE_MMA=int(self.half), USE_TF32=int(self.tf32), NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
+            USE_MMA=int(self.half), USE_TF32=int(self.tf32), NH_TF32_MAX_UP=TF32_MAX_UP,
+            NH_BLOCK_THREADS=self.threads, NH_BLOCK_ROWS=self.rows_per_block,
+            NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
             NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
             CU_MAX=max(b.padded_up for b in self.branches),
         )

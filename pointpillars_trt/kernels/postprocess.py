@@ -165,6 +165,7 @@ class PostprocessStage:
         cp = cupy_module()
         self.params = p = PostParams.from_config(cfg)
         self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
+        self._mask_grid = mask_grid(p.groups, p.sort_cap)  # device attributes: read once, not per launch
         w, h = p.head_map
         self._heads_shape = (h, w, p.head_channels)
         a = p.anchors_per_cell
@@ -217,7 +218,7 @@ class PostprocessStage:
                 (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self.thresholds,
                  self._group_count,
                  self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
-        launch_kernel(k["pp_nms_mask"], mask_grid(p.groups, p.sort_cap), MASK_THREADS,
+        launch_kernel(k["pp_nms_mask"], self._mask_grid, MASK_THREADS,
                 (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
         launch_kernel(k["pp_nms_reduce"], 1, 256,
                 (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,

@@ -106,7 +106,7 @@ BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
                                     tf32=r.tf32),
                auto_priority=0, suits=lambda model: model.has_plans(), runs_on=_tensorrt_runs_on),
     # fp32 graphs of single-head models: the cuDNN engine's TF32 and IEEE fp32 RPNs (0.53-0.58 / 2.92 ms
-    # on an H200) measured faster than ONNX Runtime's (0.93 / 3.21 ms). A multi-head model's fp32 graphs
+    # on an H200) measured faster than ONNX Runtime's (0.77 / 3.21 ms). A multi-head model's fp32 graphs
     # were not compared, so auto takes cuDNN for them only when ONNX Runtime has no CUDA provider.
     BackendRow("cudnn", "cudnn (frontend graphs + neck-head kernel)", CudnnOptions, "onnx", (), ("cuda",),
                cudnn_unavailable_reason, _open_cudnn, _cudnn_options,

@@ -152,6 +152,21 @@ def test_params_from_config_and_refusals():
     assert NeckHeadParams.from_config(tiny_config(), half=True, tf32=True).kernel_name == "neck_head_f16"
 
 
+def test_a_neck_wider_than_the_tf32_kernel_runs_the_float32_one_and_says_so():
+    import dataclasses
+
+    from pointpillars_trt.kernels.neck_head import TF32_MAX_UP
+
+    cfg = tiny_config()
+    wide = dataclasses.replace(cfg, network=dataclasses.replace(cfg.network, upsample_channels=(16, TF32_MAX_UP + 32, 16)))
+    with pytest.warns(RuntimeWarning, match="runs the neck and heads in float32 FMA"):
+        params = NeckHeadParams.from_config(wide, half=False, tf32=True)
+    assert params.kernel_name == "neck_head_f32"
+    with pytest.raises(BackendError, match=f"takes up to {TF32_MAX_UP}"):
+        NeckHeadParams(params.branches, params.head_y, params.head_x, params.head_channels, False, tf32=True)
+    assert NeckHeadParams.from_config(cfg, half=False, tf32=True).kernel_name == "neck_head_tf32"  # 16 wide: no notice
+
+
 def test_float16_launch_shape():
     p = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, True, warps=8, stages=3)
     assert (p.rows_per_block, p.threads) == (128, 256)

@@ -22,7 +22,8 @@
 // Compile-time configuration (-D options from gpu/neck_head.py): NB (1..3 branches), HY, HX, CELL,
 // NH, NHP, HEAD_BIAS and per branch B{i}_CIN, B{i}_KP, B{i}_CU, B{i}_STRIDE, B{i}_W, B{i}_BIAS,
 // B{i}_HEAD; CU_MAX (largest B{i}_CU); USE_MMA = 1 for the float16 kernel, USE_TF32 = 1 for the TF32
-// one, both 0 for the float32 one.
+// one (CU_MAX <= NH_TF32_MAX_UP), both 0 for the float32 one; NH_BLOCK_THREADS and NH_BLOCK_ROWS, the
+// launch shape the host computes (checked here).
 #include <cuda_fp16.h>
 
 namespace {
@@ -116,6 +117,7 @@ namespace {
 constexpr int kWarps = NH_WARPS;
 constexpr int kThreadsH = kWarps * 32;
 constexpr int kRows = 16 * kWarps;      // BM
+static_assert(kThreadsH == NH_BLOCK_THREADS && kRows == NH_BLOCK_ROWS, "the launch shape of gpu/neck_head.py");
 constexpr int kStages = NH_STAGES;
 constexpr int kChunk = 64;              // input channels per step
 constexpr int kAPitch = kChunk + 8;     // halves; +16 bytes: ldmatrix's 8 row reads hit distinct banks
@@ -384,6 +386,8 @@ constexpr int kRowsT = 16 * kWarpsT;
 constexpr int kChunkT = 32;           // input channels a step
 constexpr int kPitchT = kChunkT + 8;  // floats: the 16 threads of a 64-bit load (4 rows x 4 pairs) hit 32 banks
 constexpr int kHeadTilesT = NHP / 8;
+static_assert(kThreadsT == NH_BLOCK_THREADS && kRowsT == NH_BLOCK_ROWS, "the launch shape of gpu/neck_head.py");
+static_assert(CU_MAX <= NH_TF32_MAX_UP, "the weight slice and the accumulators are sized for NH_TF32_MAX_UP channels");
 
 struct SmemT {
     float a[kRowsT][kPitchT];
@@ -415,7 +419,7 @@ __device__ __forceinline__ void branch_t(const float* __restrict__ feat, const f
 #pragma unroll
         for (int e = 0; e < 4; ++e) acc[j][e] = 0.0f;
     for (int k0 = 0; k0 < KP; k0 += kChunkT) {
-        __syncthreads();  // the previous step's fragments are read
+        __syncthreads();  // the previous step's fragments are read (the first: the rows' pixel table is written)
         for (int v = threadIdx.x; v < kRowsT * (kChunkT / 4); v += kThreadsT) {
             const int r = v / (kChunkT / 4), k = k0 + (v % (kChunkT / 4)) * 4;
             float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -486,8 +490,8 @@ extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
 // SGEMM is: 256 threads, 64 rows; thread (tr, tc) = (tid / 16, tid % 16) owns rows 4 tr .. 4 tr + 3
 // and, in a pass over 128 deconv channels, channels 4 tc .. 4 tc + 3 and 64 + 4 tc .. 64 + 4 tc + 3:
 // per input channel one 16-byte load of its rows and two of its weights feed 32 FMAs. The pass's u
-// (bias + ReLU) goes to shared memory, and the thread adds its 4 rows x 5 head channels (tc + 16 j)
-// of u W_i to registers that live across the branches.
+// (bias + ReLU) goes to shared memory, and the thread adds its 4 rows x ceil(NHP / 16) head channels
+// (tc + 16 j) of u W_i to registers that live across the branches.
 // ---------------------------------------------------------------------------------------------
 namespace {
 constexpr int kThreads = 256;
@@ -496,6 +500,7 @@ constexpr int kChunk = 16;                 // input channels a step (KP is a mul
 constexpr int kPass = 128;                 // deconv channels a pass
 constexpr int kRowPitch = kRows + 4;       // [k][row] and [c][row] arrays: 16-byte rows, fewer conflicts
 constexpr int kHeadCols = (NHP + 15) / 16;  // head channels a thread: tc + 16 j
+static_assert(kThreads == NH_BLOCK_THREADS && kRows == NH_BLOCK_ROWS, "the launch shape of gpu/neck_head.py");
 
 struct Smem {
     float a[kChunk][kRowPitch];  // gathered input rows, transposed
@@ -517,7 +522,7 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
         for (int k0 = 0; k0 < KP; k0 += kChunk) {
-            __syncthreads();  // the previous step's (or pass's) shared arrays are read
+            __syncthreads();  // the previous step's (or pass's) shared arrays are read (the first: the pixel table is written)
             {
                 const int r = threadIdx.x / 4, k = k0 + (threadIdx.x % 4) * 4;
                 float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);

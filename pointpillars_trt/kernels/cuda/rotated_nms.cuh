@@ -21,12 +21,13 @@ struct Pt {
 // circumradius and corners. Everything a pair test needs that depends on one rectangle only is
 // computed once, when the member is stored, with the same float32 operations the pair test used to
 // repeat for every pair.
-struct Rect {
+struct __align__(16) Rect {  // load_rect / store_rect move it as float4s
     float cx, cy, hx, hy, cos, sin, area, radius;
     Pt corner[4];
 };
 constexpr int kRectFloats = sizeof(Rect) / sizeof(float);
 static_assert(kRectFloats == NMS_RECT_FLOATS, "the host allocates NMS_RECT_FLOATS floats a rectangle");
+static_assert(kRectFloats % 4 == 0, "a rectangle is whole float4s");
 
 __device__ __forceinline__ void set_corners(Rect& r) {
     const float lx[4] = {-r.hx, r.hx, r.hx, -r.hx};
@@ -193,6 +194,8 @@ constexpr int kNmsColBlocks = SORT_CAP / 64;
 // the n * blocks(n) words of their group. A pair a thread keeps the chain of dependent work short:
 // a small candidate set's few words are done in one polygon's time, where a thread walking a
 // row's columns did up to 16 of them one after another.
+static_assert(NMS_MASK_THREADS % 64 == 0, "64 threads make a word: whole words a block");
+
 __device__ __forceinline__ void nms_mask_words(const int* __restrict__ group_count,
                                                const float* __restrict__ group_rect, float nms_iou,
                                                unsigned long long* __restrict__ mask) {
