@@ -106,6 +106,12 @@ def grid_blocks(n: int, block: int) -> int:
     return max(1, -(-n // block))
 
 
+def multiprocessors() -> int:
+    """SMs of the current device: the cap of grids whose blocks stride over their work (read when a
+    stage is built, not per launch)."""
+    return int(cupy_module().cuda.Device().attributes["MultiProcessorCount"])
+
+
 def check_device_array(arr: Any, name: str, dtype: Any, shape: tuple[int | None, ...]) -> None:
     """Check a device buffer without touching its data: CuPy array, dtype, shape, C order."""
     cp = cupy_module()

@@ -12,7 +12,7 @@ from ..anchors import NMS_CORNER_MARGIN, head_rows, multihead_anchors
 from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
-from .postprocess import POST_HEADER, POST_STATS, RESULT_HEADER, THRESHOLD_SLOTS, threshold_values
+from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, threshold_values
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
@@ -151,9 +151,7 @@ class MultiHeadPostprocessStage:
     def unpack(result: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
         """A host copy of ``result`` -> boxes (n, 7), scores (n,), labels (n,) int32, the header's
         counts by name and the velocities (n, 2) (None for a model without them); copies, never views."""
+        boxes, scores, labels, counts = PostprocessStage.unpack(result)  # the same first nine columns
         out = np.asarray(result, np.float32)
-        counts = {name: int(v) for name, v in zip(RESULT_HEADER, out[0].tolist())}
-        rows = out[1 : 1 + counts["count"]]
-        velocity = rows[:, BOX_SIZE + 2 : BOX_SIZE + 4].copy() if out.shape[1] > BOX_SIZE + 2 else None
-        return (rows[:, :BOX_SIZE].copy(), rows[:, BOX_SIZE].copy(), rows[:, BOX_SIZE + 1].astype(np.int32), counts,
-                velocity)
+        velocity = out[1 : 1 + counts["count"], BOX_SIZE + 2 : BOX_SIZE + 4].copy() if out.shape[1] > BOX_SIZE + 2 else None
+        return boxes, scores, labels, counts, velocity

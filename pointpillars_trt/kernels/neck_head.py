@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -84,9 +84,9 @@ class NeckHeadParams:
 
         if self.half and self.tf32:
             raise BackendError("neck-head kernel: float16 or TF32, not both")
-        widest = max(br.padded_up for br in self.branches)
-        if self.tf32 and widest > TF32_MAX_UP:
-            raise BackendError(f"neck-head kernel: {widest} upsampled channels; the TF32 kernel takes up to {TF32_MAX_UP}")
+        if self.tf32 and self.widest_up > TF32_MAX_UP:
+            raise BackendError(f"neck-head kernel: {self.widest_up} upsampled channels; the TF32 kernel takes up to "
+                               f"{TF32_MAX_UP}")
         if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
             raise BackendError(
                 f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
@@ -100,14 +100,15 @@ class NeckHeadParams:
         branches = tuple(
             NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_kernels)
         )
-        tf32 = tf32 and not half
-        widest = max(br.padded_up for br in branches)
-        if tf32 and widest > TF32_MAX_UP:
-            warnings.warn(f"neck-head kernel: {widest} upsampled channels are more than the TF32 kernel's "
+        params = cls(branches, hy, hx, sum(cfg.head_channels.values()), half)
+        if not tf32 or half:
+            return params
+        if params.widest_up > TF32_MAX_UP:
+            warnings.warn(f"neck-head kernel: {params.widest_up} upsampled channels are more than the TF32 kernel's "
                           f"{TF32_MAX_UP}; the tf32 precision runs the neck and heads in float32 FMA (slower)",
                           RuntimeWarning, stacklevel=2)
-            tf32 = False
-        return cls(branches, hy, hx, sum(cfg.head_channels.values()), half, tf32=tf32)
+            return params
+        return replace(params, tf32=True)
 
     @property
     def cell(self) -> int:
@@ -117,6 +118,11 @@ class NeckHeadParams:
     @property
     def padded_heads(self) -> int:
         return _round_up(self.head_channels, 8)
+
+    @property
+    def widest_up(self) -> int:
+        """Padded upsampled channels of the widest branch (the kernels' CU_MAX)."""
+        return max(br.padded_up for br in self.branches)
 
     @property
     def kernel_name(self) -> str:
@@ -140,7 +146,7 @@ class NeckHeadParams:
         """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the others, static)."""
         if not self.half:
             return 0
-        cu_max = max(b.padded_up for b in self.branches)
+        cu_max = self.widest_up
         a_elems = self.rows_per_block * (_CHUNK + 8)
         w_elems = max(cu_max * (_CHUNK + 8), self.padded_heads * (cu_max + 8))
         return 2 * self.stages * (a_elems + w_elems) + 4 * 3 * self.rows_per_block  # + the rows' pixel indices
@@ -171,7 +177,7 @@ class NeckHeadParams:
             NH_BLOCK_THREADS=self.threads, NH_BLOCK_ROWS=self.rows_per_block,
             NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
             NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
-            CU_MAX=max(b.padded_up for b in self.branches),
+            CU_MAX=self.widest_up,
         )
         if self.half:
             values.update(NH_WARPS=self.warps, NH_STAGES=self.stages, NH_MIN_BLOCKS=self.min_blocks,

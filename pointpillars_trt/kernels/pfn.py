@@ -10,7 +10,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import PFN_PILLARS_PER_BLOCK
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, multiprocessors
 
 
 @dataclass(frozen=True)
@@ -54,8 +54,7 @@ class PfnStage:
                 f"({p.out_channels}, {p.num_features}) / ({p.out_channels},)"
             )
         self._k = compile_kernels("pfn.cu", p.defines(), self.KERNELS)
-        sms = cp.cuda.Device().attributes["MultiProcessorCount"]
-        self._grid = min(grid_blocks(p.max_pillars, self.PILLARS_PER_BLOCK), sms * self._BLOCKS_PER_SM)
+        self._grid = min(grid_blocks(p.max_pillars, self.PILLARS_PER_BLOCK), multiprocessors() * self._BLOCKS_PER_SM)
         with checked("pfn: allocating buffers"):
             self._weight = cp.asarray(np.ascontiguousarray(weight, np.float32))
             self._bias = cp.asarray(np.ascontiguousarray(bias, np.float32))

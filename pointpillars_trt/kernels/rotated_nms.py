@@ -3,7 +3,7 @@ memory, and the grid of the kernels that build the matrix."""
 
 from __future__ import annotations
 
-from ._launch import cupy_module, grid_blocks
+from ._launch import grid_blocks, multiprocessors
 
 RECT_FLOATS = 16  # a stored rectangle (rotated_nms.cuh: Rect): centre, half extents, cos, sin, area, radius, corners
 MASK_THREADS = 256  # a block of the bit-matrix kernels: 4 words of 64 pair tests
@@ -21,9 +21,8 @@ def mask_words(slots: int, sort_cap: int) -> int:
 def mask_grid(groups: int, sort_cap: int) -> tuple[int, int]:
     """(blocks a group, groups): enough blocks to fill the GPU, never more than a full group's words
     need. Fixed per model, so a CUDA graph holds it; the blocks stride over the words a frame has."""
-    sms = int(cupy_module().cuda.Device().attributes["MultiProcessorCount"])
     words = sort_cap * (sort_cap // 64)
-    return max(1, min(grid_blocks(words, MASK_THREADS // 64), 8 * sms // groups)), groups
+    return max(1, min(grid_blocks(words, MASK_THREADS // 64), 8 * multiprocessors() // groups)), groups
 
 
 def nms_defines() -> dict[str, int]:
