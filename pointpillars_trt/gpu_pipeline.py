@@ -4,9 +4,9 @@
 
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
 with each frame's point count and first row, then the frames back to back), per-frame voxelize, PFN
-and scatter into its slot of a (B, ny, nx, C) NHWC canvas, ONE run of the RPN engine at batch B, a
-per-frame post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result, and one
-device-to-host copy of that result. Everything between the two copies is enqueued on one stream, with
+and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
+that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
+head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between the two copies is enqueued on one stream, with
 no host synchronisation: every count stays in device memory. The five stages and the result copy are
 captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, with event-record
 nodes between the stages, so a batch costs the input copy and one graph launch on the host and
@@ -67,10 +67,10 @@ class _Slot:
     """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
 
     def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage | None,
-                 canvas_type: np.dtype, result: cp.ndarray, thresholds: cp.ndarray) -> None:
+                 canvas_type: np.dtype, channels_first: bool, result: cp.ndarray, thresholds: cp.ndarray) -> None:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
-        self.scatter = ScatterStage(cfg, canvas_type)
+        self.scatter = ScatterStage(cfg, canvas_type, channels_first)
         self.post: PostprocessStage | MultiHeadPostprocessStage = (
             PostprocessStage(post_cfg, result, thresholds) if cfg.heads is None
             else MultiHeadPostprocessStage(post_cfg, result, thresholds))
@@ -168,9 +168,9 @@ class GpuPipeline:
         self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
         try:
             with self._device, self.stream:
-                self._allocate(max_points)
                 self._pfn = self._open_engine(engine_file(model, "pfn", self.backend)) if pfn_engine else None
                 self._rpn = self._open_engine(engine_file(model, "rpn", self.backend))
+                self._allocate(max_points)  # the canvas in the layout the RPN engine reads
                 self._bind_pfn_engine()
         except BaseException:
             self._close_engines()  # before the stream goes: a session outliving its stream crashes
@@ -194,10 +194,10 @@ class GpuPipeline:
 
     def _allocate(self, max_points: int) -> None:
         cfg, b = self.cfg, self.max_batch
-        nx, ny, _ = cfg.voxel.grid
         hx, hy = cfg.head_map
-        canvas_type = np.dtype(canvas_dtype(self.model.precision))
-        self._canvas = cp.zeros((b, ny, nx, cfg.network.pfn_channels), canvas_type)
+        assert self._rpn is not None  # opened first: the canvas is in the layout its RPN reads
+        canvas_type, channels_first = np.dtype(canvas_dtype(self.model.precision)), self._rpn.channels_first_input
+        self._canvas = cp.zeros((b, *self._rpn.inputs[RPN_INPUT].shape[1:]), canvas_type)
         self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
         rows, width = result_shape(self.post_cfg)
         self._results = cp.zeros((b, rows, width), np.float32)
@@ -206,7 +206,7 @@ class GpuPipeline:
         weights = self._pfn_weights
         self._slots = [
             _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
-                  canvas_type, self._results[i], self._thresholds)
+                  canvas_type, channels_first, self._results[i], self._thresholds)
             for i in range(b)
         ]
         if self.pfn_engine:

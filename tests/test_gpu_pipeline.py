@@ -107,7 +107,9 @@ def test_voxelizer_and_canvas_match_reference(family_pair, assets):  # type: ign
     assert not vox.features[p:].any(), "rows past the pillar count must be zero"
     from pointpillars_trt.reference import scatter
 
-    canvas = scatter(gpu._slots[0].pfn.out[:p].get(), ref.coords, gpu.cfg)[0].transpose(1, 2, 0)  # NHWC
+    canvas = scatter(gpu._slots[0].pfn.out[:p].get(), ref.coords, gpu.cfg)[0]  # (C, ny, nx)
+    if not gpu._rpn.channels_first_input:  # the IEEE fp32 cuDNN engine reads it as it is; the others NHWC
+        canvas = canvas.transpose(1, 2, 0)
     np.testing.assert_array_equal(gpu._canvas[0].get(), canvas.astype(gpu._canvas.dtype))
 
 

@@ -66,6 +66,7 @@ class NeckHeadParams:
     stages: int = 2      # float16 kernel: cp.async pipeline depth (shared-memory stages)
     min_blocks: int = 2  # float16 kernel: __launch_bounds__ blocks per SM (caps the registers)
     tf32: bool = False   # float32 inputs on tensor cores as TF32 (the tf32 precision) instead of plain FMA
+    channels_first: bool = False  # float32 kernel: features (B, C, h, w), as the IEEE fp32 cuDNN backbone writes them
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.branches) <= MAX_BRANCHES:
@@ -84,6 +85,8 @@ class NeckHeadParams:
 
         if self.half and self.tf32:
             raise BackendError("neck-head kernel: float16 or TF32, not both")
+        if self.channels_first and self.mma_layout:
+            raise BackendError("neck-head kernel: channel-major (NCHW) features are read by the float32 kernel only")
         if self.tf32 and self.widest_up > TF32_MAX_UP:
             raise BackendError(f"neck-head kernel: {self.widest_up} upsampled channels; the TF32 kernel takes up to "
                                f"{TF32_MAX_UP}")
@@ -94,13 +97,14 @@ class NeckHeadParams:
             )
 
     @classmethod
-    def from_config(cls, cfg: ModelConfig, half: bool, tf32: bool = False) -> NeckHeadParams:
+    def from_config(cls, cfg: ModelConfig, half: bool, tf32: bool = False, channels_first: bool = False) -> NeckHeadParams:
+        """The kernel for ``cfg``'s neck; ``channels_first``: its features are NCHW (float32 only)."""
         net = cfg.network
         hx, hy = cfg.head_map
         branches = tuple(
             NeckBranch(cin, cu, k) for cin, cu, k in zip(net.block_channels, net.upsample_channels, net.upsample_kernels)
         )
-        params = cls(branches, hy, hx, sum(cfg.head_channels.values()), half)
+        params = cls(branches, hy, hx, sum(cfg.head_channels.values()), half, channels_first=channels_first)
         if not tf32 or half:
             return params
         if params.widest_up > TF32_MAX_UP:
@@ -177,7 +181,7 @@ class NeckHeadParams:
             NH_BLOCK_THREADS=self.threads, NH_BLOCK_ROWS=self.rows_per_block,
             NB=len(self.branches), HY=self.head_y, HX=self.head_x, CELL=self.cell,
             NH=self.head_channels, NHP=self.padded_heads, HEAD_BIAS=lay["HEAD_BIAS"],
-            CU_MAX=self.widest_up,
+            CU_MAX=self.widest_up, NH_IN_NCHW=int(self.channels_first),
         )
         if self.half:
             values.update(NH_WARPS=self.warps, NH_STAGES=self.stages, NH_MIN_BLOCKS=self.min_blocks,
@@ -192,7 +196,8 @@ class NeckHeadParams:
 
     def feature_shape(self, i: int, batch: int) -> tuple[int, int, int, int]:
         br = self.branches[i]
-        return (batch, self.head_y // br.stride, self.head_x // br.stride, br.in_channels)
+        h, w = self.head_y // br.stride, self.head_x // br.stride
+        return (batch, br.in_channels, h, w) if self.channels_first else (batch, h, w, br.in_channels)
 
     def output_shape(self, batch: int) -> tuple[int, int, int, int]:
         return (batch, self.head_y, self.head_x, self.head_channels)
@@ -257,7 +262,8 @@ def round_to_tf32(values: np.ndarray) -> np.ndarray:
 
 
 class NeckHeadStage:
-    """Branch features (NHWC, float16 or float32) -> heads (B, HY, HX, NH) float32 NHWC, one launch.
+    """Branch features (NHWC, float16 or float32; or NCHW float32) -> heads (B, HY, HX, NH) float32 NHWC,
+    one launch.
 
     The packed weights are uploaded once here; :meth:`launch` only enqueues the kernel.
     """

@@ -80,6 +80,8 @@ class Engine(abc.ABC):
     """
 
     backend: Backend
+    #: An RPN engine whose canvas input is channel-major, (B, C, ny, nx), instead of (B, ny, nx, C).
+    channels_first_input = False
 
     def __init__(self, path: str | Path, device: Device) -> None:
         if device not in ("cpu", "cuda"):

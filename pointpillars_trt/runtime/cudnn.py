@@ -1,8 +1,10 @@
 """The RPN on the NVIDIA cuDNN frontend: fused conv + bias + ReLU graphs for the backbone, one kernel for the rest.
 
-Tensors (NHWC; batch dynamic up to ``CudnnOptions.max_batch``):
+Tensors (batch dynamic up to ``CudnnOptions.max_batch``):
 
-* input ``canvas`` (B, ny, nx, pfn_channels): float16 for precision fp16, float32 otherwise;
+* input ``canvas`` (B, ny, nx, pfn_channels): float16 for precision fp16, float32 otherwise; for IEEE
+  fp32 (precision fp32, single-head models) channel-major, (B, pfn_channels, ny, nx), as every backbone
+  activation then is (:func:`channels_first`);
 * output ``heads`` (B, hy, hx, cls + box + dir) float32, each part in the ONNX heads' channel order.
 
 Every backbone conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and
@@ -51,8 +53,8 @@ MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 #: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
 #: checked against batch 1's on random inputs before they are used or cached; 4: no plan needs more
-#: than MAX_WORKSPACE
-PLAN_CACHE_FORMAT = 4
+#: than MAX_WORKSPACE; 5: IEEE fp32 plans are channel-major (NCHW)
+PLAN_CACHE_FORMAT = 5
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 #: Largest workspace a plan may ask for: some IEEE fp32 engines of wide convs ask for tens of GB.
 MAX_WORKSPACE = 256 * 2**20
@@ -219,14 +221,21 @@ def backbone_conv_weights(get: Getter, cfg: ModelConfig) -> tuple[tuple[np.ndarr
     )
 
 
-def conv_filter_krsc(weight: np.ndarray) -> np.ndarray:
-    """ONNX conv weight (K, C, R, S) -> the KRSC memory order of cuDNN's NHWC filter."""
-    return np.ascontiguousarray(weight.transpose(0, 2, 3, 1))
+def channels_first(cfg: ModelConfig, precision: str) -> bool:
+    """Whether the engine's canvas and backbone activations are NCHW: for IEEE fp32 (single-head models),
+    whose cuDNN convs are channel-major kernels; NHWC tensors would get a transpose before and after
+    each (0.30 of a 2.94 ms RPN on an H200). fp16 and tf32 convs run NHWC kernels."""
+    return precision == "fp32" and cfg.heads is None
 
 
-def nhwc_strides(n: int, c: int, h: int, w: int) -> list[int]:
-    """cuDNN dims are (N, C, H, W); these strides put channels innermost."""
-    return [h * w * c, 1, w * c, c]
+def conv_filter(weight: np.ndarray, nchw: bool) -> np.ndarray:
+    """ONNX conv weight (K, C, R, S) -> cuDNN's filter: KCRS as it is for NCHW convs, else KRSC."""
+    return np.ascontiguousarray(weight if nchw else weight.transpose(0, 2, 3, 1))
+
+
+def layout_strides(n: int, c: int, h: int, w: int, nchw: bool) -> list[int]:
+    """cuDNN dims are (N, C, H, W); these strides put W innermost (NCHW), else channels (NHWC)."""
+    return [c * h * w, h * w, w, 1] if nchw else [h * w * c, 1, w * c, c]
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -311,11 +320,12 @@ class CudnnEngine(Engine):
         self._cp, self._cudnn = cp, cudnn
         self._device = cp.cuda.Device(opt.device_id)
         dtype = opt.dtype
+        self._nchw = self.channels_first_input = nchw = channels_first(cfg, opt.precision)
         try:
             with self._device:
                 self._handle = cudnn.create_handle()
                 self._conv_weights = [
-                    (cp.asarray(conv_filter_krsc(w).astype(dtype)), cp.asarray(b.astype(dtype))) for w, b in convs
+                    (cp.asarray(conv_filter(w, nchw).astype(dtype)), cp.asarray(b.astype(dtype))) for w, b in convs
                 ]
                 half = opt.precision == "fp16"
                 if cfg.heads is None:
@@ -323,7 +333,8 @@ class CudnnEngine(Engine):
                         tuple(w for w, _ in weights.deconvs), tuple(b for _, b in weights.deconvs),
                         weights.head_weight, weights.head_bias,
                     )
-                    self._neck = NeckHeadStage(NeckHeadParams.from_config(cfg, half, tf32=opt.precision == "tf32"), nh_weights)
+                    params = NeckHeadParams.from_config(cfg, half, tf32=opt.precision == "tf32", channels_first=nchw)
+                    self._neck = NeckHeadStage(params, nh_weights)
                 else:
                     self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
                                                      sum(cfg.head_channels.values()), half)
@@ -336,7 +347,7 @@ class CudnnEngine(Engine):
         nx, ny, _ = cfg.voxel.grid
         hx, hy = cfg.head_map
         return [
-            TensorSpec(CANVAS, (-1, ny, nx, cfg.network.pfn_channels), dtype, True),
+            TensorSpec(CANVAS, (-1, *self._activation_shape(cfg.network.pfn_channels, ny, nx)), dtype, True),
             TensorSpec(HEADS, (-1, hy, hx, sum(cfg.head_channels.values())), np.dtype(np.float32), False),
         ]
 
@@ -412,6 +423,10 @@ class CudnnEngine(Engine):
             self._steps = [*convs[:-2], *upsample, *convs[-2:], lambda stream: neck.launch_heads(middle, out, stream)]
         self.build_log.append({"batch": batch, "plans": source, "seconds": round(time.perf_counter() - t0, 3)})
 
+    def _activation_shape(self, c: int, h: int, w: int) -> tuple[int, int, int]:
+        """One frame's activation of ``c`` channels at ``h`` x ``w`` in the engine's layout."""
+        return (c, h, w) if self._nchw else (h, w, c)
+
     def _allocate(self, batch: int) -> None:
         """Activation buffers for ``batch``: one per branch (each block's last conv) + two to ping-pong."""
         cp, dtype = self._cp, self.options.dtype
@@ -420,7 +435,7 @@ class CudnnEngine(Engine):
         for i in range(len(self.cfg.network.layer_nums)):
             last = [l for l in self._layers if l.block == i][-1]
             h, w = last.out_hw
-            self._buffers[f"feature{i}"] = cp.zeros((batch, h, w, last.out_channels), dtype)
+            self._buffers[f"feature{i}"] = cp.zeros((batch, *self._activation_shape(last.out_channels, h, w)), dtype)
             scratch = max(scratch, max(l.out_hw[0] * l.out_hw[1] * l.out_channels for l in self._layers if l.block == i))
         self._buffers["scratch0"] = cp.zeros(batch * scratch, dtype)
         self._buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
@@ -522,20 +537,22 @@ class CudnnEngine(Engine):
         return plans, ("cache" if not built else f"built {built} of {len(plans)} shapes")
 
     def _graph(self, layer: ConvLayer, batch: int) -> tuple[Any, dict[str, Any]]:
-        """conv_fprop -> bias -> ReLU for ``layer`` at ``batch``, NHWC, lowered to a cuDNN operation graph."""
+        """conv_fprop -> bias -> ReLU for ``layer`` at ``batch`` in the engine's layout, lowered to a cuDNN
+        operation graph."""
         c = self._cudnn
         io = c.data_type.HALF if self.options.precision == "fp16" else c.data_type.FLOAT
         g = c.pygraph(io_data_type=io, intermediate_data_type=c.data_type.FLOAT,
                       compute_data_type=c.data_type.FLOAT, handle=self._handle)
         (h, w), (p, q) = layer.in_hw, layer.out_hw
         cin, cout = layer.in_channels, layer.out_channels
-        x = g.tensor(name="X", dim=[batch, cin, h, w], stride=nhwc_strides(batch, cin, h, w), data_type=io)
-        wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=nhwc_strides(cout, cin, 3, 3), data_type=io)
-        bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=nhwc_strides(1, cout, 1, 1), data_type=io)
+        nchw = self._nchw
+        x = g.tensor(name="X", dim=[batch, cin, h, w], stride=layout_strides(batch, cin, h, w, nchw), data_type=io)
+        wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=layout_strides(cout, cin, 3, 3, nchw), data_type=io)
+        bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=layout_strides(1, cout, 1, 1, nchw), data_type=io)
         y = g.conv_fprop(image=x, weight=wt, padding=[1, 1], stride=[layer.stride] * 2, dilation=[1, 1],
                          compute_data_type=c.data_type.FLOAT)
         y = g.relu(input=g.bias(input=y, bias=bt))
-        y.set_output(True).set_data_type(io).set_dim([batch, cout, p, q]).set_stride(nhwc_strides(batch, cout, p, q))
+        y.set_output(True).set_data_type(io).set_dim([batch, cout, p, q]).set_stride(layout_strides(batch, cout, p, q, nchw))
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])
@@ -622,9 +639,10 @@ class CudnnEngine(Engine):
         dtype = self.options.dtype
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:  # the inputs are made on the stream the convs then run on
-            x = cp.random.default_rng(batch).random((batch, h, width, layer.in_channels), dtype=np.float32).astype(dtype)
-            y = cp.empty((batch, oh, ow, layer.out_channels), dtype)
-            y_alone = cp.empty((oh, ow, layer.out_channels), dtype)
+            x_shape = (batch, *self._activation_shape(layer.in_channels, h, width))
+            x = cp.random.default_rng(batch).random(x_shape, dtype=np.float32).astype(dtype)
+            y = cp.empty((batch, *self._activation_shape(layer.out_channels, oh, ow)), dtype)
+            y_alone = cp.empty(y.shape[1:], dtype)
             ws = cp.empty(max(plan.workspace, alone.workspace, 1), np.uint8)
         self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
 

@@ -240,13 +240,14 @@ def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [np.float32, np.float16])
-def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype: Any) -> None:
+@pytest.mark.parametrize("dtype,channels_first", [(np.float32, False), (np.float16, False), (np.float32, True)])
+def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype: Any, channels_first: bool) -> None:
     from pointpillars_trt.reference import scatter, voxelize
 
-    stage = gpu_scatter.ScatterStage(cfg, dtype)
+    stage = gpu_scatter.ScatterStage(cfg, dtype, channels_first)
     nx, ny, _ = cfg.voxel.grid
-    canvas = cp.zeros((ny, nx, cfg.network.pfn_channels), dtype)
+    canvas = cp.zeros((cfg.network.pfn_channels, ny, nx) if channels_first else (ny, nx, cfg.network.pfn_channels),
+                      dtype)
     pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
     rng = np.random.default_rng(2)
     count = cp.zeros(1, np.int32)
@@ -261,7 +262,9 @@ def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype
         count[...] = p
         stage.launch(cp.asarray(features), cp.asarray(coords), count, canvas, stream)
         stream.synchronize()
-        want = scatter(features[:p], coords[:p], cfg)[0].transpose(1, 2, 0).astype(dtype)  # NHWC
+        want = scatter(features[:p], coords[:p], cfg)[0].astype(dtype)  # (C, ny, nx)
+        if not channels_first:
+            want = want.transpose(1, 2, 0)
         np.testing.assert_array_equal(canvas.get(), want)
 
 

@@ -150,6 +150,11 @@ def test_params_from_config_and_refusals():
         NeckHeadParams((NeckBranch(8, 16, 1),), 8, 8, 4, True, tf32=True)
     assert NeckHeadParams.from_config(tiny_config(), half=False, tf32=True).kernel_name == "neck_head_tf32"
     assert NeckHeadParams.from_config(tiny_config(), half=True, tf32=True).kernel_name == "neck_head_f16"
+    nchw = NeckHeadParams.from_config(tiny_config(), half=False, channels_first=True)
+    assert nchw.feature_shape(1, 2) == (2, 16, 6, 8) and "-DNH_IN_NCHW=1" in nchw.defines()
+    for half, tf32 in ((True, False), (False, True)):
+        with pytest.raises(BackendError, match="float32 kernel only"):
+            NeckHeadParams(p.branches, 12, 16, 72, half, tf32=tf32, channels_first=True)
 
 
 def test_a_neck_wider_than_the_tf32_kernel_runs_the_float32_one_and_says_so():
@@ -183,25 +188,27 @@ ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd"])
+@pytest.mark.parametrize("mode", [*MODES, "f32_nchw"])
+@pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd", "many_heads"])
 @pytest.mark.parametrize("shape", [(8, 2, 2), (6, 3, 2), (4, 2, 1)], ids=["w8s2", "w6s3", "w4s2"])  # float16 warps, stages, blocks
 def test_kernel_matches_float64_reference(cp, mode, case, shape):
     from dataclasses import replace
 
     from pointpillars_trt.kernels.neck_head import NeckHeadStage
 
-    half, tf32 = MODES[mode]
+    half, tf32 = MODES.get(mode, (False, False))
     if not half and shape != (8, 2, 2):
         pytest.skip("the float32 and TF32 kernels have one shape")
     branches, hy, hx, batch, nh = {
         "tiny": (TINY, 12, 16, 3, 72), "kitti_like": (KITTI_LIKE, 40, 56, 2, 72), "odd": (ODD, 18, 27, 3, 13),
+        "many_heads": (TINY, 12, 16, 2, 141),  # float32: two 64-channel head quads, then singles
     }[case]
     params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=half, tf32=tf32)
-    params = replace(params, warps=shape[0], stages=shape[1], min_blocks=shape[2])
+    nchw = mode == "f32_nchw"  # the IEEE fp32 backbone's channel-major features
+    params = replace(params, warps=shape[0], stages=shape[1], min_blocks=shape[2], channels_first=nchw)
     stage = NeckHeadStage(params, weights)
     dtype = np.float16 if half else np.float32
-    d_feats = [cp.asarray(f.astype(dtype)) for f in feats]
+    d_feats = [cp.asarray(np.ascontiguousarray(f.transpose(0, 3, 1, 2) if nchw else f).astype(dtype)) for f in feats]
     out = cp.full(params.output_shape(batch), np.nan, np.float32)
     stream = cp.cuda.Stream(non_blocking=True)
     stage.launch(d_feats, out, stream)

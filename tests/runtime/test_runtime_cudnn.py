@@ -14,8 +14,9 @@ from onnx import numpy_helper
 
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.errors import BackendError
-from pointpillars_trt.runtime.cudnn import (CudnnOptions, conv_filter_krsc, cudnn_unavailable_reason, plan_cache_key,
-                                            plan_cache_name, read_rpn_weights, rpn_conv_layers)
+from pointpillars_trt.runtime.cudnn import (CudnnOptions, channels_first, conv_filter, cudnn_unavailable_reason,
+                                            layout_strides, plan_cache_key, plan_cache_name, read_rpn_weights,
+                                            rpn_conv_layers)
 from tiny import tiny_model_dir
 
 # -- float64 NumPy RPN (NHWC), straight from the ONNX initializers ---------------------------------
@@ -115,7 +116,7 @@ def test_plan_cache_key_changes_with_every_component():
     base = dict(cudnn_version=91900, frontend_version="1.16.0", gpu_name="NVIDIA H200", compute_capability="9.0",
                 config_digest="abc123", precision="fp16", batch=1)
     key = plan_cache_key(**base)
-    assert key == {"format": 4, "cudnn": 91900, "frontend": "1.16.0", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+    assert key == {"format": 5, "cudnn": 91900, "frontend": "1.16.0", "gpu": "NVIDIA H200", "compute_capability": "9.0",
                    "config_digest": "abc123", "precision": "fp16", "batch": 1}
     name = plan_cache_name(key)
     assert name.startswith("rpn_fp16_b1_") and name.endswith(".json") and name == plan_cache_name(dict(key))
@@ -144,15 +145,24 @@ def test_conv_layers_refuse_branches_off_the_head_map():
         rpn_conv_layers(bad)
 
 
-def test_krsc_filter_computes_the_same_conv():
-    """The KRSC re-layout, indexed as cuDNN reads an NHWC filter, gives the OIHW (im2col) conv."""
+def test_only_ieee_fp32_single_head_engines_are_channel_major():
+    kitti, nuscenes = load_config("openpcdet_kitti_3class"), load_config("openpcdet_nuscenes_multihead")
+    assert [channels_first(kitti, p) for p in ("fp16", "tf32", "fp32")] == [False, False, True]
+    assert not channels_first(nuscenes, "fp32")  # its neck and head kernels read NHWC
+
+
+@pytest.mark.parametrize("nchw", [False, True])
+def test_filter_layout_computes_the_same_conv(nchw):
+    """The filter as the engine uploads it, indexed by the strides it declares to cuDNN (KRSC for NHWC
+    convs, KCRS for NCHW ones), gives the OIHW (im2col) conv."""
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 7, 9, 5))
     w = rng.standard_normal((4, 5, 3, 3))
     b = rng.standard_normal(4)
-    krsc = conv_filter_krsc(w)
-    assert krsc.shape == (4, 3, 3, 5) and krsc.flags.c_contiguous
-    flat = krsc.ravel()  # element (k, c, r, s) at k*9C + r*3C + s*C + c: the strides the engine declares
+    filt = conv_filter(w, nchw)
+    assert filt.shape == ((4, 5, 3, 3) if nchw else (4, 3, 3, 5)) and filt.flags.c_contiguous
+    flat = filt.ravel()
+    sk, sc, sr, ss = layout_strides(4, 5, 3, 3, nchw)  # cuDNN's (K, C, R, S) dims
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     for stride in (1, 2):
         want = conv3x3(x, w, b, stride)
@@ -161,7 +171,7 @@ def test_krsc_filter_computes_the_same_conv():
             for r in range(3):
                 for s in range(3):
                     for c in range(5):
-                        tap = flat[k * 45 + r * 15 + s * 5 + c]
+                        tap = flat[k * sk + c * sc + r * sr + s * ss]
                         got[..., k] += tap * xp[:, r: r + stride * (want.shape[1] - 1) + 1: stride,
                                                 s: s + stride * (want.shape[2] - 1) + 1: stride, c]
             got[..., k] += b[k]
@@ -222,10 +232,19 @@ def _gpu():
     return cupy
 
 
+def engine_canvas(engine, canvas: np.ndarray) -> np.ndarray:
+    """An NHWC canvas in the engine's input layout (IEEE fp32 engines take NCHW)."""
+    spec = engine.inputs["canvas"]
+    if spec.shape[1:] != canvas.shape[1:]:
+        canvas = np.ascontiguousarray(canvas.transpose(0, 3, 1, 2))
+        assert spec.shape[1:] == canvas.shape[1:]
+    return canvas.astype(spec.dtype)
+
+
 def run_engine(engine, canvas: np.ndarray, stream=None) -> np.ndarray:
     cp = _gpu()
-    spec_in, spec_out = engine.inputs["canvas"], engine.outputs["heads"]
-    d_in = cp.asarray(canvas.astype(spec_in.dtype))
+    spec_out = engine.outputs["heads"]
+    d_in = cp.asarray(engine_canvas(engine, canvas))
     d_out = cp.full((canvas.shape[0],) + spec_out.shape[1:], np.nan, np.float32)
     engine.bind("canvas", d_in.data.ptr, d_in.shape)
     engine.bind("heads", d_out.data.ptr, d_out.shape)
@@ -264,7 +283,7 @@ def test_tiny_engine_matches_float64_rpn(tiny_dirs, tmp_path, precision):
     if precision == "fp16":
         canvas = canvas.astype(np.float16).astype(np.float32)
     with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path, precision=precision)) as eng:
-        assert eng.inputs["canvas"].shape == (-1, 24, 32, 16)
+        assert eng.inputs["canvas"].shape == ((-1, 16, 24, 32) if precision == "fp32" else (-1, 24, 32, 16))
         assert eng.outputs["heads"].shape == (-1, 12, 16, 72) and eng.outputs["heads"].dtype == np.float32
         got = run_engine(eng, canvas)
     ref = rpn_reference(initializers(md.rpn_path), md.cfg, canvas)

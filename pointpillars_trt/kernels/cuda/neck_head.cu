@@ -8,7 +8,8 @@
 // BM cells' pixels at one position (a, b) inside the cell, so every row of its tile uses the same
 // weight slice of every branch.
 //
-// Inputs NHWC: x_i (B, HY / K_i, HX / K_i, B{i}_CIN). Output NHWC float32 (B, HY, HX, NH).
+// Inputs NHWC: x_i (B, HY / K_i, HX / K_i, B{i}_CIN), or for the float32 kernel with NH_IN_NCHW
+// (B, B{i}_CIN, HY / K_i, HX / K_i). Output NHWC float32 (B, HY, HX, NH).
 // Weights packed by gpu/neck_head.py (one buffer, offsets as defines). float16 and TF32: N x K, the
 // mma's "col" B operands; float32: K x N, so consecutive threads read consecutive output channels:
 //   f16, tf32 w[B{i}_W + ((a * K + b) * B{i}_CU + c) * B{i}_KP + k]   deconv slice (a, b): out channel c, in k
@@ -22,8 +23,8 @@
 // Compile-time configuration (-D options from gpu/neck_head.py): NB (1..3 branches), HY, HX, CELL,
 // NH, NHP, HEAD_BIAS and per branch B{i}_CIN, B{i}_KP, B{i}_CU, B{i}_STRIDE, B{i}_W, B{i}_BIAS,
 // B{i}_HEAD; CU_MAX (largest B{i}_CU); USE_MMA = 1 for the float16 kernel, USE_TF32 = 1 for the TF32
-// one (CU_MAX <= NH_TF32_MAX_UP), both 0 for the float32 one; NH_BLOCK_THREADS and NH_BLOCK_ROWS, the
-// launch shape the host computes (checked here).
+// one (CU_MAX <= NH_TF32_MAX_UP), both 0 for the float32 one; NH_IN_NCHW (float32 only): channel-major
+// inputs; NH_BLOCK_THREADS and NH_BLOCK_ROWS, the launch shape the host computes (checked here).
 #include <cuda_fp16.h>
 
 namespace {
@@ -48,11 +49,17 @@ __device__ __forceinline__ Pixel tile_pixel(int cell, int a, int b, int batch) {
     return p;
 }
 
-// Row p's pixel in branch i's input map (-1 past the batch or the map).
+// Row p's pixel in branch i's input map (-1 past the batch or the map): NHWC its index (its channels
+// start at CIN times it), NCHW the offset of its channel 0 (channel k is k planes further).
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
 __device__ __forceinline__ int input_pixel(const Pixel& p) {
     constexpr int kH = HY / K, kW = HX / K;
-    return p.n < 0 ? -1 : (p.n * kH + p.y / K) * kW + p.x / K;
+    if (p.n < 0) return -1;
+#if NH_IN_NCHW
+    return (p.n * CIN * kH + p.y / K) * kW + p.x / K;
+#else
+    return (p.n * kH + p.y / K) * kW + p.x / K;
+#endif
 }
 
 // pix[i][r]: the input pixel of tile row first_row + r in branch i's map, for the block's ROWS rows.
@@ -489,9 +496,12 @@ extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
 // float32 inputs and weights, plain FMA in float32 (the IEEE fp32 precision), register-tiled as an
 // SGEMM is: 256 threads, 64 rows; thread (tr, tc) = (tid / 16, tid % 16) owns rows 4 tr .. 4 tr + 3
 // and, in a pass over 128 deconv channels, channels 4 tc .. 4 tc + 3 and 64 + 4 tc .. 64 + 4 tc + 3:
-// per input channel one 16-byte load of its rows and two of its weights feed 32 FMAs. The pass's u
-// (bias + ReLU) goes to shared memory, and the thread adds its 4 rows x ceil(NHP / 16) head channels
-// (tc + 16 j) of u W_i to registers that live across the branches.
+// per input channel one 16-byte load of its rows and two of its weights feed 32 FMAs. A step's inputs
+// and weights (16 input channels) are loaded into registers while the step before it computes, then
+// stored to the other of two shared-memory stages (one barrier a step). The pass's u (bias + ReLU)
+// goes to shared memory, over the stages, and the thread adds its 4 rows x kHeadCols head channels
+// (head_of: 4 consecutive ones per 64, one 16-byte weight load, then tc + 16 r past the last 64) of
+// u W_i to registers that live across the branches, 4 channels of u at a time.
 // ---------------------------------------------------------------------------------------------
 namespace {
 constexpr int kThreads = 256;
@@ -499,20 +509,84 @@ constexpr int kRows = 64;
 constexpr int kChunk = 16;                 // input channels a step (KP is a multiple of 16)
 constexpr int kPass = 128;                 // deconv channels a pass
 constexpr int kRowPitch = kRows + 4;       // [k][row] and [c][row] arrays: 16-byte rows, fewer conflicts
-constexpr int kHeadCols = (NHP + 15) / 16;  // head channels a thread: tc + 16 j
+constexpr int kHeadQuads = NHP / 64;               // head channels 64 q + 4 tc .. + 3 a thread,
+constexpr int kHeadRest = (NHP % 64 + 15) / 16;     // then 64 kHeadQuads + tc + 16 r
+constexpr int kHeadCols = 4 * kHeadQuads + kHeadRest;
+constexpr int kHeadUnroll = 4;             // channels of u a head step (CU and kPass are multiples of 32)
+constexpr int kWeightLoads = kChunk * kPass / 4 / kThreads;  // 16-byte weight loads a thread a step
 static_assert(kThreads == NH_BLOCK_THREADS && kRows == NH_BLOCK_ROWS, "the launch shape of gpu/neck_head.py");
+static_assert(kWeightLoads * kThreads * 4 == kChunk * kPass && kRows * kChunk == 4 * kThreads, "step shape");
 
-struct Smem {
+// Head channel of a thread's accumulator column `col` (NHP is a multiple of 8: the quads are 16-byte aligned).
+__device__ __forceinline__ int head_of(int col, int tc) {
+    return col < 4 * kHeadQuads ? 64 * (col / 4) + 4 * tc + col % 4 : 64 * kHeadQuads + tc + 16 * (col - 4 * kHeadQuads);
+}
+
+struct Stage {
     float a[kChunk][kRowPitch];  // gathered input rows, transposed
     float w[kChunk][kPass];      // deconv weight slice [k][c]
-    float u[kPass][kRowPitch];   // relu(deconv + bias) of the pass, transposed
+};
+
+struct Smem {
+    union {
+        Stage stage[2];              // a pass's steps, double-buffered
+        float u[kPass][kRowPitch];   // then relu(deconv + bias) of the pass, transposed
+    };
     int pix[3][kRows];
 };
+
+// One step's operands on their way to shared memory: 4 input values (NHWC: 4 channels of row tid / 4;
+// NCHW: channels 4 (tid / 64) .. + 3 of row tid % 64, so a warp reads 32 rows of one channel) and
+// kWeightLoads 16-byte pieces of the weight slice.
+struct StepRegs {
+    float a[4];
+    float4 w[kWeightLoads];
+};
+
+template <int CIN, int KP, int CU, int K>
+__device__ __forceinline__ void load_step(StepRegs& r, const float* __restrict__ feat, const float* __restrict__ wd,
+                                          const int* pix, int k0, int c0) {
+#if NH_IN_NCHW
+    constexpr long long kPlane = static_cast<long long>(HY / K) * (HX / K);
+    const int row = threadIdx.x % kRows, k = k0 + 4 * (threadIdx.x / kRows);
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        r.a[j] = pix[row] >= 0 && k + j < CIN ? __ldg(feat + pix[row] + (k + j) * kPlane) : 0.0f;
+#else
+    const int row = threadIdx.x / 4, k = k0 + (threadIdx.x % 4) * 4;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (pix[row] >= 0 && k < CIN) v = __ldg(reinterpret_cast<const float4*>(feat + static_cast<long long>(pix[row]) * CIN + k));
+    r.a[0] = v.x, r.a[1] = v.y, r.a[2] = v.z, r.a[3] = v.w;
+#endif
+#pragma unroll
+    for (int i = 0; i < kWeightLoads; ++i) {
+        const int v = threadIdx.x + i * kThreads;
+        const int kw = v / (kPass / 4), c = (v % (kPass / 4)) * 4;
+        r.w[i] = c0 + c < CU ? __ldg(reinterpret_cast<const float4*>(wd + (k0 + kw) * CU + c0 + c))
+                             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+}
+
+__device__ __forceinline__ void store_step(const StepRegs& r, Stage& s) {
+#if NH_IN_NCHW
+    const int row = threadIdx.x % kRows, k = 4 * (threadIdx.x / kRows);
+#else
+    const int row = threadIdx.x / 4, k = (threadIdx.x % 4) * 4;
+#endif
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s.a[k + j][row] = r.a[j];
+#pragma unroll
+    for (int i = 0; i < kWeightLoads; ++i) {
+        const int v = threadIdx.x + i * kThreads;
+        *reinterpret_cast<float4*>(&s.w[v / (kPass / 4)][(v % (kPass / 4)) * 4]) = r.w[i];
+    }
+}
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
 __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const float* __restrict__ w,
                                          const float* __restrict__ bias, Smem& s, const int* pix, int a, int b,
                                          float (&acc_h)[4][kHeadCols]) {
+    static_assert(CU % kHeadUnroll == 0 && kPass % kHeadUnroll == 0, "whole head steps");
     const int tr = threadIdx.x / 16, tc = threadIdx.x % 16;
     const float* wd = w + WOFF + ((a % K) * K + (b % K)) * KP * CU;  // [ci][co]
     for (int c0 = 0; c0 < CU; c0 += kPass) {
@@ -521,30 +595,20 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
-        for (int k0 = 0; k0 < KP; k0 += kChunk) {
-            __syncthreads();  // the previous step's (or pass's) shared arrays are read (the first: the pixel table is written)
-            {
-                const int r = threadIdx.x / 4, k = k0 + (threadIdx.x % 4) * 4;
-                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (pix[r] >= 0 && k < CIN) v = __ldg(reinterpret_cast<const float4*>(feat + static_cast<long long>(pix[r]) * CIN + k));
-                s.a[k - k0][r] = v.x;
-                s.a[k - k0 + 1][r] = v.y;
-                s.a[k - k0 + 2][r] = v.z;
-                s.a[k - k0 + 3][r] = v.w;
-            }
-#pragma unroll
-            for (int v = threadIdx.x; v < kChunk * kPass / 4; v += kThreads) {
-                const int k = v / (kPass / 4), c = (v % (kPass / 4)) * 4;
-                float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-                if (c0 + c < CU) val = __ldg(reinterpret_cast<const float4*>(wd + (k0 + k) * CU + c0 + c));
-                *reinterpret_cast<float4*>(&s.w[k][c]) = val;
-            }
-            __syncthreads();
+        StepRegs next;
+        load_step<CIN, KP, CU, K>(next, feat, wd, pix, 0, c0);
+        __syncthreads();  // the previous pass's (or branch's) u, over the stages, is read
+        store_step(next, s.stage[0]);
+        __syncthreads();
+        for (int k0 = 0, cur = 0; k0 < KP; k0 += kChunk, cur ^= 1) {
+            const bool more = k0 + kChunk < KP;
+            if (more) load_step<CIN, KP, CU, K>(next, feat, wd, pix, k0 + kChunk, c0);  // lands during this step
+            const Stage& st = s.stage[cur];
 #pragma unroll
             for (int k = 0; k < kChunk; ++k) {
-                const float4 av = *reinterpret_cast<const float4*>(&s.a[k][4 * tr]);
-                const float4 w0 = *reinterpret_cast<const float4*>(&s.w[k][4 * tc]);
-                const float4 w1 = *reinterpret_cast<const float4*>(&s.w[k][64 + 4 * tc]);
+                const float4 av = *reinterpret_cast<const float4*>(&st.a[k][4 * tr]);
+                const float4 w0 = *reinterpret_cast<const float4*>(&st.w[k][4 * tc]);
+                const float4 w1 = *reinterpret_cast<const float4*>(&st.w[k][64 + 4 * tc]);
                 const float ar[4] = {av.x, av.y, av.z, av.w};
                 const float wc[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
@@ -552,6 +616,8 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
 #pragma unroll
                     for (int j = 0; j < 8; ++j) acc[i][j] = fmaf(ar[i], wc[j], acc[i][j]);
             }
+            if (more) store_step(next, s.stage[cur ^ 1]);  // read last in the step before this one
+            __syncthreads();  // this step's stage is read (the last: u may overwrite the stages)
         }
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
@@ -563,17 +629,30 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
         }
         __syncthreads();
         const int width = min(kPass, CU - c0);
-        for (int c = 0; c < width; ++c) {
-            const float4 uv = *reinterpret_cast<const float4*>(&s.u[c][4 * tr]);
-            const float ur[4] = {uv.x, uv.y, uv.z, uv.w};
+        for (int c1 = 0; c1 < width; c1 += kHeadUnroll) {
+            float wv[kHeadUnroll][kHeadCols];
 #pragma unroll
-            for (int j = 0; j < kHeadCols; ++j) {
-                const int h = tc + 16 * j;
-                if (h < NHP) {
-                    const float wv = __ldg(w + HOFF + (c0 + c) * NHP + h);
+            for (int c = 0; c < kHeadUnroll; ++c) {
+                const float* row = w + HOFF + (c0 + c1 + c) * NHP;
 #pragma unroll
-                    for (int i = 0; i < 4; ++i) acc_h[i][j] = fmaf(ur[i], wv, acc_h[i][j]);
+                for (int q = 0; q < kHeadQuads; ++q) {
+                    const float4 v = __ldg(reinterpret_cast<const float4*>(row + 64 * q + 4 * tc));
+                    wv[c][4 * q] = v.x, wv[c][4 * q + 1] = v.y, wv[c][4 * q + 2] = v.z, wv[c][4 * q + 3] = v.w;
                 }
+#pragma unroll
+                for (int j = 4 * kHeadQuads; j < kHeadCols; ++j) {
+                    const int h = head_of(j, tc);
+                    wv[c][j] = h < NHP ? __ldg(row + h) : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < kHeadUnroll; ++c) {
+                const float4 uv = *reinterpret_cast<const float4*>(&s.u[c1 + c][4 * tr]);
+                const float ur[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+                for (int j = 0; j < kHeadCols; ++j)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) acc_h[i][j] = fmaf(ur[i], wv[c][j], acc_h[i][j]);
             }
         }
     }
@@ -581,12 +660,13 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
 }  // namespace
 
 // grid (ceil(B * cells / 64), CELL * CELL), block 256.
-extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f32(
+extern "C" __global__ void __launch_bounds__(kThreads, 2) neck_head_f32(
         const float* __restrict__ x0, const float* __restrict__ x1, const float* __restrict__ x2,
         const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
     __shared__ __align__(16) Smem s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     gather_rows(s.pix, blockIdx.x * kRows, a, b, batch);
+    __syncthreads();  // the pixel table is written: each branch's first step loads before its first barrier
     float acc_h[4][kHeadCols];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -607,7 +687,7 @@ extern "C" __global__ void __launch_bounds__(kThreads) neck_head_f32(
         float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
 #pragma unroll
         for (int j = 0; j < kHeadCols; ++j) {
-            const int h = tc + 16 * j;
+            const int h = head_of(j, tc);
             if (h < NH) o[h] = acc_h[i][j] + bias[HEAD_BIAS + h];
         }
     }

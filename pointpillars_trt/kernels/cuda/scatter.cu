@@ -1,13 +1,17 @@
-// Pillar features -> one frame's dense BEV canvas (NY, NX, CHANNELS), NHWC, in the RPN's input
-// precision (CANVAS_HALF: float16, else float32), so no transpose or cast runs before the RPN.
+// Pillar features -> one frame's dense BEV canvas in the RPN's input layout and precision, so no
+// transpose or cast runs before the RPN: (NY, NX, CHANNELS), NHWC, or, with CANVAS_NCHW, (CHANNELS,
+// NY, NX) (the IEEE float32 cuDNN backbone's layout, whose kernels are channel-major); float16 with
+// CANVAS_HALF, else float32.
 //
 // The canvas is zero except at the cells of this frame's pillars. Instead of clearing the whole
 // canvas every frame, scatter_clear zeroes only the cells the previous frame wrote (the stage
 // remembers them in its own list, since the voxelizer's coords are already overwritten), then
 // scatter_write writes this frame's pillars and records their cells. The pillar count is read from
-// device memory. NHWC makes both writes coalesced: a pillar's channels are contiguous.
+// device memory. NHWC makes both writes coalesced: a pillar's channels are contiguous (NCHW writes
+// stride a plane apart: the cells are scattered either way).
 //
-// Compile-time configuration (-D options from scatter.py): NX, CHANNELS, MAX_PILLARS, CANVAS_HALF.
+// Compile-time configuration (-D options from scatter.py): NX, NY, CHANNELS, MAX_PILLARS, CANVAS_HALF,
+// CANVAS_NCHW.
 #include <cuda_fp16.h>
 
 namespace {
@@ -19,6 +23,15 @@ __device__ __forceinline__ canvas_t to_canvas(float v) { return __float2half_rn(
 typedef float canvas_t;
 __device__ __forceinline__ canvas_t to_canvas(float v) { return v; }
 #endif
+
+// Where channel `channel` of BEV cell `cell` (y * NX + x) lives in the canvas.
+__device__ __forceinline__ long long canvas_index(int cell, int channel) {
+#if CANVAS_NCHW
+    return static_cast<long long>(channel) * (static_cast<long long>(NY) * NX) + cell;
+#else
+    return static_cast<long long>(cell) * CHANNELS + channel;
+#endif
+}
 }  // namespace
 
 // One thread per (pillar, channel) of the previous frame.
@@ -30,11 +43,11 @@ extern "C" __global__ void scatter_clear(const int* __restrict__ written_cells,
     const int pillar = static_cast<int>(t / CHANNELS);
     if (pillar >= *written_count) return;
     const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
-    canvas[static_cast<long long>(written_cells[pillar]) * CHANNELS + channel] = to_canvas(0.0f);
+    canvas[canvas_index(written_cells[pillar], channel)] = to_canvas(0.0f);
 }
 
-// One thread per (pillar, channel): reads of the (P, CHANNELS) features and writes of the cell's
-// channels are both coalesced.
+// One thread per (pillar, channel): reads of the (P, CHANNELS) features are coalesced (and, NHWC,
+// the writes of the cell's channels).
 extern "C" __global__ void scatter_write(const float* __restrict__ pillar_features,
                                          const int* __restrict__ coords,
                                          const int* __restrict__ num_pillars,
@@ -50,6 +63,6 @@ extern "C" __global__ void scatter_write(const float* __restrict__ pillar_featur
     const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
     const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
     const int cell = c.z * NX + c.w;
-    canvas[static_cast<long long>(cell) * CHANNELS + channel] = to_canvas(pillar_features[t]);
+    canvas[canvas_index(cell, channel)] = to_canvas(pillar_features[t]);
     if (channel == 0) written_cells[pillar] = cell;
 }
