@@ -61,12 +61,12 @@ class OutputPlan:
 @dataclass
 class FrameOutput:
     """What writing a frame's outputs did: boxes written, non-finite and out-of-view boxes dropped,
-    and the files (not yet flushed to disk)."""
+    and the files (not yet flushed to disk; names, which cross from a writer process cheaper than Paths)."""
 
     boxes: int = 0
     nonfinite: int = 0
     out_of_view: int = 0
-    files: list[Path] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
 
 def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: np.ndarray | None = None, *,
@@ -109,7 +109,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         writes.append((plan.png_dir / f"{stem}.png", png))
     for path, write in writes:
         _written(path, write)
-        result.files.append(path)
+        result.files.append(os.fspath(path))
     return result
 
 

@@ -193,7 +193,7 @@ def test_a_full_file_system_is_written_to_again_once_it_has_space(model_path, tm
         assert errors and "No space left" in errors[0] and errors[-1] == NOT_WRITTEN
         filler.unlink()
         written, _ = write_frame("again.bin", det, None, plan=plan)
-        assert written.files == [out / "again.json"] and json.loads((out / "again.json").read_text())
+        assert written.files == [str(out / "again.json")] and json.loads((out / "again.json").read_text())
 
 
 def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
