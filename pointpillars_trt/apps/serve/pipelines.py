@@ -3,8 +3,9 @@
 Triton calls a model instance's ``execute`` one batch at a time, and around each call it copies the
 requests in and the responses out; a model that waits for its GPU inside ``execute`` leaves the GPU
 idle through all of that. So ``execute`` only stages a batch on an idle pipeline (the frames are
-copied before it returns) and a completion thread waits for the GPU and answers each request through
-its response sender, while Triton already hands ``execute`` the next batch for another pipeline.
+copied before it returns) and a completion thread waits for the GPU, frees the pipeline and hands the
+results to the batch's ``answer``, while Triton already hands ``execute`` the next batch for another
+pipeline.
 With every pipeline busy, ``execute`` waits for one: the batches in flight stay bounded.
 """
 

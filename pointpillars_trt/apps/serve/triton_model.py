@@ -8,7 +8,9 @@ Triton's dynamic batcher hands ``execute`` the requests of a ragged batch one by
 per set of thresholds (the optional per-request inputs ``score_threshold``, ``nms_iou``, ``max_boxes``;
 absent: the model's), to an idle pipeline (``PipelineSet``): ``execute`` returns once they are staged,
 and each request is answered through its response sender when the GPU is done, so the next batch's
-host work overlaps this one's GPU work. The frame at fault alone fails when a batch cannot run.
+host work overlaps this one's GPU work. A send is a round trip to the server, so a batch's requests
+are answered side by side on a few threads, not one after the other (the k-th would wait k round
+trips). The frame at fault alone fails when a batch cannot run.
 Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -41,6 +44,9 @@ from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
 from pointpillars_trt.graph_io import MAX_BATCH  # noqa: E402
 
 THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int}  # optional, one value each
+#: Threads an instance answers requests on (each builds a response and sends it; a send gives up the
+#: interpreter lock while it waits for the server).
+SEND_THREADS = 8
 
 
 class TritonPythonModel:
@@ -71,6 +77,7 @@ class TritonPythonModel:
 
         self.pipelines = PipelineSet(open_warm, pipelines)
         self.cfg = self.pipelines.detectors[0].cfg
+        self._sends = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="pp-send")
         self.columns = self.cfg.num_point_columns
 
     def execute(self, requests: list[Any]) -> None:
@@ -90,13 +97,24 @@ class TritonPythonModel:
             for start in range(0, len(frames), self.batch):
                 chunk = senders[start : start + self.batch]
                 try:
-                    self.pipelines.start(frames[start : start + self.batch], thresholds, partial(_answer, chunk))
+                    self.pipelines.start(frames[start : start + self.batch], thresholds, partial(self._answer, chunk))
                 except Exception as exc:  # noqa: BLE001 - whatever stopped the batch, its requests hear it
-                    _answer(chunk, [exc] * len(chunk))
+                    self._answer(chunk, [exc] * len(chunk))
         return None
 
     def finalize(self) -> None:
-        self.pipelines.close()
+        self.pipelines.close()  # the batches in flight hand their answers to the send threads,
+        self._sends.shutdown(wait=True)  # which send them all before the instance goes
+
+    def _answer(self, senders: list[Any], found: list[Detections | BaseException]) -> None:
+        """Each request of a finished batch gets its detections or its frame's error, on the send
+        threads: every request gets its one final response (a request left without one would keep its
+        client waiting for ever)."""
+        for sender, result in zip(senders, found):
+            try:
+                self._sends.submit(_reply, sender, result)
+            except RuntimeError:  # the send threads are shut down: answer here
+                _reply(sender, result)
 
     def _frame(self, request: Any) -> np.ndarray:
         """The request's (N, C) float32 points (C: the model's point columns), checked here too (the
@@ -129,15 +147,13 @@ class TritonPythonModel:
         return thresholds
 
 
-def _answer(senders: list[Any], found: list[Detections | BaseException]) -> None:
-    """Each request of a finished batch gets its detections or its frame's error: every request gets
-    its one final response (a request left without one would keep its client waiting for ever)."""
-    for sender, result in zip(senders, found):
-        try:
-            response = _error(result) if isinstance(result, BaseException) else _response(result)
-        except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
-            response = _error(exc)
-        _send(sender, response)
+def _reply(sender: Any, result: Detections | BaseException) -> None:
+    """The request's detections, or its frame's error, as its one final response."""
+    try:
+        response = _error(result) if isinstance(result, BaseException) else _response(result)
+    except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
+        response = _error(exc)
+    _send(sender, response)
 
 
 def _send(sender: Any, response: Any) -> None:
