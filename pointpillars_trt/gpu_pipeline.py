@@ -6,8 +6,9 @@ A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a 
 with each frame's point count and first row, then the frames back to back), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
-head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between the two copies is enqueued on one stream, with
-no host synchronisation: every count stays in device memory. The five stages and the result copy are
+head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
+the two copies is enqueued on one stream, with no host synchronisation: every count stays in device
+memory. The five stages and the result copy are
 captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, with event-record
 nodes between the stages, so a batch costs the input copy and one graph launch on the host and
 per-stage GPU times come for free. The only host wait is where the boxes are read (``collect``).

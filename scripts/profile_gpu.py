@@ -67,7 +67,10 @@ def main() -> None:
 
     pipe = GpuPipeline(dirs["fp32"])
     pipe.detect(frames[0])
-    canvases = {"fp32": pipe._canvas[:1], "fp16": pipe._canvas[:1].astype(np.float16)}
+    canvas = pipe._canvas[:1]  # in the layout the pipeline's engine reads; the ONNX graphs take NHWC
+    if pipe._rpn.channels_first_input:
+        canvas = cp.ascontiguousarray(canvas.transpose(0, 2, 3, 1))
+    canvases = {"fp32": canvas, "fp16": canvas.astype(np.float16)}
     heads = cp.empty_like(pipe._heads[:1])
     print("| RPN variant | ms |\n| --- | --- |")
     for precision in ("fp32", "fp16"):

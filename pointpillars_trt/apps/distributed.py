@@ -29,7 +29,7 @@ import numpy as np
 from ..errors import InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, IO_THREADS, READ_THREADS, WRITE_PROCESSES, FrameReport, \
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
     expand_frame_paths, intensity_warning
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
@@ -259,8 +259,8 @@ class _DetectActor:
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
         write = partial(_write_record, plan=plan, row_classes=self.classes if rows else None)
-        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write, readers=READ_THREADS,
-                                  writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
+        self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write,
+                                  writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                                   points_per_frame=points_per_frame)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:

@@ -48,10 +48,9 @@ EXIT_FRAME_FAILURES = 1
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
 DEFAULT_GPU_BATCH = 8
 DEFAULT_GPU_PIPELINES = 4
-#: Reader threads of a run (the reads release the GIL; more readers only contend for it with the
-#: pipelines' threads: 8 gave 18 % fewer frames/s than 2 in a profile of the runner), and writer threads.
-READ_THREADS = min(2, os.cpu_count() or 1)
-IO_THREADS = min(8, os.cpu_count() or 1)
+#: Writer threads of a run (output encoding and file calls overlap the GPU; its reader threads follow
+#: the frames' size: ``frames.reader_threads``).
+WRITE_THREADS = min(8, os.cpu_count() or 1)
 #: Writer processes of a long GPU run: encoding outputs and the file calls then leave this process's
 #: GIL, which the pipelines' threads need (threads alone measured 2.5x slower than the GPU on JSON).
 WRITE_PROCESSES = max(1, min(4, (os.cpu_count() or 1) // 4))
@@ -598,8 +597,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned = False
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
-    runner = FrameRunner(detectors, batch_size=batch, read=read, write=write, readers=READ_THREADS,
-                         writers=IO_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
+    runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
+                         writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                          notice=report.note, points_per_frame=points_per_frame)
     try:
         for job in runner.run(frames):

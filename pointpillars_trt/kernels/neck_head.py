@@ -23,6 +23,7 @@ from ..errors import BackendError
 from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
 
 MAX_BRANCHES = 3  # the kernel's pointer arguments; PointPillars necks have three
+MAX_FEATURE_ELEMENTS = 2**31 - 1  # a feature map's offsets in the kernel are 32-bit (its pixel table)
 _K_ALIGN = 16     # input channels: the wmma k step
 _CU_ALIGN = 32    # upsampled channels: whole m16n8k16 head k steps, 64-byte weight rows
 _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
@@ -199,6 +200,14 @@ class NeckHeadParams:
         h, w = self.head_y // br.stride, self.head_x // br.stride
         return (batch, br.in_channels, h, w) if self.channels_first else (batch, h, w, br.in_channels)
 
+    def check_batch(self, batch: int) -> None:
+        """Refuse a batch whose feature maps the kernel's 32-bit offsets cannot reach."""
+        for i in range(len(self.branches)):
+            elements = math.prod(self.feature_shape(i, batch))
+            if elements > MAX_FEATURE_ELEMENTS:
+                raise BackendError(f"neck feature {i}: {elements} elements at batch {batch}; the neck-head kernel's "
+                                   f"32-bit offsets reach {MAX_FEATURE_ELEMENTS}. Note: Expected a smaller batch")
+
     def output_shape(self, batch: int) -> tuple[int, int, int, int]:
         return (batch, self.head_y, self.head_x, self.head_channels)
 
@@ -297,6 +306,7 @@ class NeckHeadStage:
         check_device_array(out, "heads", np.float32, p.output_shape(max(batch, 0)))
         for i, f in enumerate(features):
             check_device_array(f, f"neck feature {i}", self.dtype, p.feature_shape(i, batch))
+        p.check_batch(batch)
         return batch
 
     def launch(self, features: Sequence[Any], out: Any, stream: Any, *, checked_batch: int | None = None) -> None:

@@ -119,7 +119,7 @@ def plan_cache_name(key: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class ConvLayer:
-    """One backbone conv (3 x 3, padding 1) at batch-free NHWC shapes."""
+    """One backbone conv (3 x 3, padding 1): its channels, stride and input height x width."""
 
     block: int
     index: int
@@ -228,14 +228,14 @@ def channels_first(cfg: ModelConfig, precision: str) -> bool:
     return precision == "fp32" and cfg.heads is None
 
 
-def conv_filter(weight: np.ndarray, nchw: bool) -> np.ndarray:
+def conv_filter(weight: np.ndarray, channels_first: bool) -> np.ndarray:
     """ONNX conv weight (K, C, R, S) -> cuDNN's filter: KCRS as it is for NCHW convs, else KRSC."""
-    return np.ascontiguousarray(weight if nchw else weight.transpose(0, 2, 3, 1))
+    return np.ascontiguousarray(weight if channels_first else weight.transpose(0, 2, 3, 1))
 
 
-def layout_strides(n: int, c: int, h: int, w: int, nchw: bool) -> list[int]:
+def layout_strides(n: int, c: int, h: int, w: int, channels_first: bool) -> list[int]:
     """cuDNN dims are (N, C, H, W); these strides put W innermost (NCHW), else channels (NHWC)."""
-    return [c * h * w, h * w, w, 1] if nchw else [h * w * c, 1, w * c, c]
+    return [c * h * w, h * w, w, 1] if channels_first else [h * w * c, 1, w * c, c]
 
 
 # -- the engine ---------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ class CudnnEngine(Engine):
         self._cp, self._cudnn = cp, cudnn
         self._device = cp.cuda.Device(opt.device_id)
         dtype = opt.dtype
-        self._nchw = self.channels_first_input = nchw = channels_first(cfg, opt.precision)
+        self.channels_first_input = nchw = channels_first(cfg, opt.precision)
         try:
             with self._device:
                 self._handle = cudnn.create_handle()
@@ -425,7 +425,7 @@ class CudnnEngine(Engine):
 
     def _activation_shape(self, c: int, h: int, w: int) -> tuple[int, int, int]:
         """One frame's activation of ``c`` channels at ``h`` x ``w`` in the engine's layout."""
-        return (c, h, w) if self._nchw else (h, w, c)
+        return (c, h, w) if self.channels_first_input else (h, w, c)
 
     def _allocate(self, batch: int) -> None:
         """Activation buffers for ``batch``: one per branch (each block's last conv) + two to ping-pong."""
@@ -545,7 +545,7 @@ class CudnnEngine(Engine):
                       compute_data_type=c.data_type.FLOAT, handle=self._handle)
         (h, w), (p, q) = layer.in_hw, layer.out_hw
         cin, cout = layer.in_channels, layer.out_channels
-        nchw = self._nchw
+        nchw = self.channels_first_input
         x = g.tensor(name="X", dim=[batch, cin, h, w], stride=layout_strides(batch, cin, h, w, nchw), data_type=io)
         wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=layout_strides(cout, cin, 3, 3, nchw), data_type=io)
         bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=layout_strides(1, cout, 1, 1, nchw), data_type=io)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt.apps.frames import MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame
+from pointpillars_trt.apps.frames import MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame, reader_threads
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import write_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points, read_points_into
@@ -113,6 +113,18 @@ def test_points_per_frame_sizes_the_staging_so_large_frames_are_read_straight_in
     assert all(job.start is not None for job in with_hint)
     for a, b in zip(without, with_hint):
         assert a.error is None and b.error is None and same(a.detections, b.detections)
+
+
+def test_the_reader_threads_follow_the_frames_size(model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Crops (and frames of unknown size) are read by 2 threads, full scans by 8, within the CPUs."""
+    import pointpillars_trt.apps.frames as frames
+
+    monkeypatch.setattr(frames.os, "cpu_count", lambda: 16)
+    assert [reader_threads(n) for n in (None, 19_000, 121_000)] == [2, 2, 8]
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=2, read=read, points_per_frame=121_000) as runner:
+        assert runner._readers._max_workers == 8  # type: ignore[attr-defined]
+    monkeypatch.setattr(frames.os, "cpu_count", lambda: 1)
+    assert reader_threads(121_000) == 1
 
 
 def test_a_corrupt_frame_among_500_good_ones_fails_alone(model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

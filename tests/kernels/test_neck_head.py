@@ -152,6 +152,10 @@ def test_params_from_config_and_refusals():
     assert NeckHeadParams.from_config(tiny_config(), half=True, tf32=True).kernel_name == "neck_head_f16"
     nchw = NeckHeadParams.from_config(tiny_config(), half=False, channels_first=True)
     assert nchw.feature_shape(1, 2) == (2, 16, 6, 8) and "-DNH_IN_NCHW=1" in nchw.defines()
+    kitti = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, False, channels_first=True)
+    kitti.check_batch(64)
+    with pytest.raises(BackendError, match="neck feature 0: .* 32-bit offsets"):  # 64 x 248 x 216 x 700 > 2**31
+        kitti.check_batch(700)
     for half, tf32 in ((True, False), (False, True)):
         with pytest.raises(BackendError, match="float32 kernel only"):
             NeckHeadParams(p.branches, 12, 16, 72, half, tf32=tf32, channels_first=True)
@@ -189,7 +193,7 @@ ODD = ((24, 40, 1), (48, 8, 3))  # two branches, CU < CU_MAX, input channels not
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("mode", [*MODES, "f32_nchw"])
-@pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd", "many_heads"])
+@pytest.mark.parametrize("case", ["tiny", "kitti_like", "odd", "many_heads", "multi_pass"])
 @pytest.mark.parametrize("shape", [(8, 2, 2), (6, 3, 2), (4, 2, 1)], ids=["w8s2", "w6s3", "w4s2"])  # float16 warps, stages, blocks
 def test_kernel_matches_float64_reference(cp, mode, case, shape):
     from dataclasses import replace
@@ -199,9 +203,12 @@ def test_kernel_matches_float64_reference(cp, mode, case, shape):
     half, tf32 = MODES.get(mode, (False, False))
     if not half and shape != (8, 2, 2):
         pytest.skip("the float32 and TF32 kernels have one shape")
+    if case == "multi_pass" and (half or tf32):
+        pytest.skip("more than 128 upsampled channels: several passes of the float32 kernel")
     branches, hy, hx, batch, nh = {
         "tiny": (TINY, 12, 16, 3, 72), "kitti_like": (KITTI_LIKE, 40, 56, 2, 72), "odd": (ODD, 18, 27, 3, 13),
         "many_heads": (TINY, 12, 16, 2, 141),  # float32: two 64-channel head quads, then singles
+        "multi_pass": (((64, 256, 1), (128, 160, 2), (256, 136, 4)), 16, 24, 2, 72),  # float32: 2 passes, partial
     }[case]
     params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=half, tf32=tf32)
     nchw = mode == "f32_nchw"  # the IEEE fp32 backbone's channel-major features

@@ -79,7 +79,7 @@ class PipelineSet:
                   file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        """Wait for the batches in flight to be answered, then close the detectors."""
+        """Wait for the batches in flight to finish and be handed to their ``answer``, then close the detectors."""
         completions = getattr(self, "_completions", None)
         if completions is not None:
             completions.shutdown(wait=True)

@@ -19,8 +19,9 @@ detections.
 from __future__ import annotations
 
 import json
+import queue
 import sys
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -77,7 +78,13 @@ class TritonPythonModel:
 
         self.pipelines = PipelineSet(open_warm, pipelines)
         self.cfg = self.pipelines.detectors[0].cfg
-        self._sends = ThreadPoolExecutor(SEND_THREADS, thread_name_prefix="pp-send")
+        # (sender, detections or error) to answer; None stops a send thread. All started here: a thread
+        # that cannot start fails the instance's load, never a request's answer
+        self._replies: queue.SimpleQueue[tuple[Any, Detections | BaseException] | None] = queue.SimpleQueue()
+        self._send_threads = [threading.Thread(target=self._send_loop, name=f"pp-send-{i}", daemon=True)
+                              for i in range(SEND_THREADS)]
+        for thread in self._send_threads:
+            thread.start()
         self.columns = self.cfg.num_point_columns
 
     def execute(self, requests: list[Any]) -> None:
@@ -103,18 +110,24 @@ class TritonPythonModel:
         return None
 
     def finalize(self) -> None:
-        self.pipelines.close()  # the batches in flight hand their answers to the send threads,
-        self._sends.shutdown(wait=True)  # which send them all before the instance goes
+        try:
+            self.pipelines.close()  # the batches in flight hand their answers to the send threads,
+        finally:
+            for _ in self._send_threads:  # which send them all before the instance goes
+                self._replies.put(None)
+            for thread in self._send_threads:
+                thread.join()
 
     def _answer(self, senders: list[Any], found: list[Detections | BaseException]) -> None:
-        """Each request of a finished batch gets its detections or its frame's error, on the send
-        threads: every request gets its one final response (a request left without one would keep its
+        """Each request of a finished batch gets its detections or its frame's error, from a send
+        thread: every request gets its one final response (a request left without one would keep its
         client waiting for ever)."""
         for sender, result in zip(senders, found):
-            try:
-                self._sends.submit(_reply, sender, result)
-            except RuntimeError:  # the send threads are shut down: answer here
-                _reply(sender, result)
+            self._replies.put((sender, result))
+
+    def _send_loop(self) -> None:
+        while (reply := self._replies.get()) is not None:
+            _reply(*reply)
 
     def _frame(self, request: Any) -> np.ndarray:
         """The request's (N, C) float32 points (C: the model's point columns), checked here too (the
@@ -148,12 +161,17 @@ class TritonPythonModel:
 
 
 def _reply(sender: Any, result: Detections | BaseException) -> None:
-    """The request's detections, or its frame's error, as its one final response."""
+    """The request's detections, or its frame's error, as its one final response (never raises: a send
+    thread goes on with the next request)."""
     try:
-        response = _error(result) if isinstance(result, BaseException) else _response(result)
-    except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
-        response = _error(exc)
-    _send(sender, response)
+        try:
+            response = _error(result) if isinstance(result, BaseException) else _response(result)
+        except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
+            response = _error(exc)
+        _send(sender, response)
+    except Exception as exc:  # noqa: BLE001 - nobody reads a send thread's exceptions: say it
+        print(f"warning: pointpillars: a request could not be answered ({type(exc).__name__}: {exc})",
+              file=sys.stderr, flush=True)
 
 
 def _send(sender: Any, response: Any) -> None:

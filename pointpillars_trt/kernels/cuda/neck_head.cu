@@ -27,6 +27,8 @@
 // inputs; NH_BLOCK_THREADS and NH_BLOCK_ROWS, the launch shape the host computes (checked here).
 #include <cuda_fp16.h>
 
+static_assert(!(NH_IN_NCHW && (USE_MMA || USE_TF32)), "channel-major features are read by the float32 kernel only");
+
 namespace {
 constexpr int kCellsY = (HY + CELL - 1) / CELL;
 constexpr int kCellsX = (HX + CELL - 1) / CELL;
