@@ -141,11 +141,10 @@ class TritonServer:
         env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
         env["PYTHONPATH"] = os.pathsep.join(p for p in [*sys.path, env.get("PYTHONPATH", "")] if p)
         # glibc raises its mmap threshold after each large free, so request bodies then come from the
-        # heap and stay resident after they are freed; a fixed threshold hands the large ones back to the
-        # OS. 1 MiB: a camera-view frame's body (~0.3 MB) comes from the heap (mapped, it cost the server
-        # 151 page faults a frame instead of 62, and 30 % more CPU, in a profile), a full scan's (~1.9 MB)
-        # and a flood's from mmap
-        env.setdefault("MALLOC_MMAP_THRESHOLD_", str(1 << 20))
+        # heap and stay resident after they are freed; a fixed threshold hands them back to the OS. It
+        # costs page faults (a profile: 151 a camera-view frame in the server against 62 at 1 MiB), but at
+        # 1 MiB a flood of refused 32 MiB requests, read in growing pieces, left 171 MiB resident
+        env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - handed to the child
         try:
             self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
