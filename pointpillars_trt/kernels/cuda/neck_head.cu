@@ -64,6 +64,15 @@ __device__ __forceinline__ int input_pixel(const Pixel& p) {
 #endif
 }
 
+// Zero a thread's accumulator tile, unrolled so that it stays in registers.
+template <int N, int M>
+__device__ __forceinline__ void zero(float (&tile)[N][M]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+#pragma unroll
+        for (int j = 0; j < M; ++j) tile[i][j] = 0.0f;
+}
+
 // pix[i][r]: the input pixel of tile row first_row + r in branch i's map, for the block's ROWS rows.
 template <int ROWS>
 __device__ __forceinline__ void gather_rows(int (&pix)[3][ROWS], int first_row, int a, int b, int batch) {
@@ -357,10 +366,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head
 
     float acc[CU_MAX / 8][4];
     float acc_h[kHeadTiles][4];
-#pragma unroll
-    for (int h = 0; h < kHeadTiles; ++h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_h[h][e] = 0.0f;
+    zero(acc_h);
 
     int step = 0;
     branch_h<BRANCH(0)>(step, cx, gat, acc, acc_h);
@@ -479,10 +485,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
     gather_rows(s.pix, blockIdx.x * kRowsT, a, b, batch);
     float acc[CU_MAX / 8][4];
     float acc_h[kHeadTilesT][4];
-#pragma unroll
-    for (int h = 0; h < kHeadTilesT; ++h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_h[h][e] = 0.0f;
+    zero(acc_h);
     branch_t<BRANCH(0)>(x0, w, bias, s, s.pix[0], a, b, acc, acc_h);
 #if NB > 1
     branch_t<BRANCH(1)>(x1, w, bias, s, s.pix[1], a, b, acc, acc_h);
@@ -593,10 +596,7 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
     const float* wd = w + WOFF + ((a % K) * K + (b % K)) * KP * CU;  // [ci][co]
     for (int c0 = 0; c0 < CU; c0 += kPass) {
         float acc[4][8];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[i][j] = 0.0f;
+        zero(acc);
         StepRegs next;
         load_step<CIN, KP, CU, K>(next, feat, wd, pix, 0, c0);
         __syncthreads();  // the previous pass's (or branch's) u, over the stages, is read
@@ -670,10 +670,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 2) neck_head_f32(
     gather_rows(s.pix, blockIdx.x * kRows, a, b, batch);
     __syncthreads();  // the pixel table is written: each branch's first step loads before its first barrier
     float acc_h[4][kHeadCols];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < kHeadCols; ++j) acc_h[i][j] = 0.0f;
+    zero(acc_h);
     branch_f<BRANCH(0)>(x0, w, bias, s, s.pix[0], a, b, acc_h);
 #if NB > 1
     branch_f<BRANCH(1)>(x1, w, bias, s, s.pix[1], a, b, acc_h);
