@@ -4,7 +4,9 @@ Frames (local files, folders and globs, or any URI Ray Data reads, e.g. ``s3://`
 batches to a pool of actors. Each actor runs the streaming frame runner of local ``infer``
 (``apps/frames.py``: reader threads into pinned staging, K GPU pipelines of batch B, writer threads)
 over its detectors, built once in its ``__init__`` (a detector cannot be pickled, and building it
-once per worker is what makes the GPU worth it). Local files are read by the actor's reader threads;
+once per worker is what makes the GPU worth it). An actor takes two calls at a time, and both feed
+one run of its runner (``apps/frame_stream.py``): its pipelines go on from one block to the next
+while Ray returns the last block and hands it the next one. Local files are read by the actor's reader threads;
 URIs are read by Ray Data in parallel. Per-frame files (JSON, KITTI, BEV pictures) are written by the
 actors with infer's own writer (the paths must be on a file system every node sees) and flushed to
 disk once per actor call; JSON Lines / Parquet rows come back to the driver, which writes them in
@@ -28,6 +30,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
+from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
     expand_frame_paths, intensity_warning
@@ -40,9 +43,11 @@ if TYPE_CHECKING:
 
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
 ACTOR_CPUS_WITHOUT_GPU = 0.5
-#: Frames per actor call, as a multiple of the runner's batch x pipelines: enough for its readers,
-#: pipelines and writers to overlap within one call.
+#: Frames per actor call, as a multiple of the runner's batch x pipelines.
 BATCHES_PER_CALL = 8
+#: Calls an actor runs at once: while one call's block goes back to Ray and the next comes, the other
+#: keeps the actor's runner fed.
+CALLS_PER_ACTOR = 2
 
 
 @dataclass(frozen=True)
@@ -55,19 +60,17 @@ class DatasetSummary:
     workers: int
     out: str
     failures: list[tuple[str, str]] = field(default_factory=list)
-    first_result_seconds: float = 0.0  # when the first block of records came (the actors' start is in it)
-    first_block_frames: int = 0        # frames in that block
+    working_seconds: float = 0.0  # from the actors' first call to the end: their start (model load) left out
 
     @property
     def frames_per_second(self) -> float:
         return self.frames / self.seconds if self.seconds > 0 else 0.0
 
     @property
-    def steady_frames_per_second(self) -> float:
-        """Frames/s after the first block of records came: the rate of a long job once its actors run
-        (the overall rate when everything came in one block)."""
-        seconds, frames = self.seconds - self.first_result_seconds, self.frames - self.first_block_frames
-        return frames / seconds if frames > 0 and seconds > 0 else self.frames_per_second
+    def working_frames_per_second(self) -> float:
+        """Frames/s from the actors' first call on, as local ``infer`` counts its rate after the model's
+        load (the overall rate when no actor call was timed)."""
+        return self.frames / self.working_seconds if self.working_seconds > 0 else self.frames_per_second
 
 
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
@@ -173,7 +176,8 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         dataset = ray.data.from_items([{"path": s} for s in sources])
     dataset = dataset.map_batches(
         _DetectActor, batch_size=batch * pipes * BATCHES_PER_CALL, batch_format="numpy",
-        compute=ActorPoolStrategy(size=workers),
+        compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
+                                  enable_true_multi_threading=True),
         fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, **options,
                                "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu", max_batch=batch,
                                                   threads=options["runtime"].threads or threads)},
@@ -182,14 +186,13 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
 
     rows = RowParts(out, output_format, classes) if options["rows"] else None
     failures: list[tuple[str, str]] = []
-    frames = boxes = first_block = 0
-    first = 0.0
+    frames = boxes = 0
+    first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
     warned = False
     with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
-        for record, block in _records(dataset):
+        for record in _records(dataset):
             frames += 1
-            if not first:
-                first, first_block = time.perf_counter() - start, block
+            first_call = min(first_call, record["call_started"])
             source, error = record["source"], record["error"]
             if report is not None and record["intensity_8bit"] and not warned:
                 warned = True
@@ -212,29 +215,32 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     remove_stale_temp_files(out)  # of a writer process that died mid-write
     if report is not None:
         report.close()
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, first, first_block)
+    working = time.time() - first_call if frames else 0.0
+    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, working)
 
 
-#: The per-frame columns an actor returns to the driver.
-_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit", "row")
+#: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
+#: actor's call began, for the rate without the actors' start).
+_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit", "row",
+            "call_started")
 
 
-def _records(dataset: Any) -> Iterator[tuple[dict[str, Any], int]]:
-    """Each frame's record, with the number of records in the block it came in."""
+def _records(dataset: Any) -> Iterator[dict[str, Any]]:
+    """Each frame's record."""
     for batch in dataset.iter_batches(batch_format="numpy"):
-        block = len(batch[_COLUMNS[0]])
         for values in zip(*(batch[key] for key in _COLUMNS)):
             record = dict(zip(_COLUMNS, values))
             error = record["error"]  # a column of None and str arrives with NaN for None
             yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
                    "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
                    "num_out_of_view": int(record["num_out_of_view"]), "intensity_8bit": bool(record["intensity_8bit"]),
-                   "row": str(record["row"])}, block
+                   "row": str(record["row"]), "call_started": float(record["call_started"])}
 
 
 class _DetectActor:
-    """K detectors and one streaming frame runner per actor; a batch of rows {path[, bytes]} in, one
-    record per frame out (its outputs written as local infer writes them, or its row)."""
+    """K detectors and one streaming frame runner per actor, whose one run its calls feed (two at a
+    time); a batch of rows {path[, bytes]} in, one record per frame out (its outputs written as local
+    infer writes them, or its row)."""
 
     def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
@@ -263,6 +269,7 @@ class _DetectActor:
         self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write,
                                   writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                                   points_per_frame=points_per_frame)
+        self.stream = FrameStream(self.runner)
 
     def _failed_row(self, job: Any) -> str:
         """A failed frame's row for a row-format run; nothing ("") when the run writes files, whose
@@ -272,18 +279,19 @@ class _DetectActor:
         return dumps_strict(frame_row(job.source, None, job.error, self.classes), indent=None)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+        started = time.time()
         paths = [str(path) for path in batch["path"]]
         items: list[object] = [bytes(data) for data in batch["bytes"]] if "bytes" in batch else list(paths)
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         files: list[str] = []
-        for job in self.runner.run(items, sources=paths):
+        for job in self.stream.run(items, paths):
             written, row = job.written if job.error is None else (FrameOutput(), None)
             if job.error is None:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
                       "intensity_8bit": self.read.looked_8bit(job.item),
-                      "row": row if row is not None else self._failed_row(job)}
+                      "row": row if row is not None else self._failed_row(job), "call_started": started}
             for key in _COLUMNS:
                 columns[key].append(record[key])
         if files:
@@ -291,9 +299,10 @@ class _DetectActor:
         return columns
 
     def __del__(self) -> None:
-        runner = getattr(self, "runner", None)  # None when __init__ failed
-        if runner is not None:
-            runner.close()
+        for part in ("stream", "runner"):  # the stream's run first; either is missing when __init__ failed
+            found = getattr(self, part, None)
+            if found is not None:
+                found.close()
 
 
 def _write_record(source: str, det: Any, points: np.ndarray | None, *, plan: OutputPlan,

@@ -49,6 +49,11 @@ LARGE_FRAME_POINTS = 65_536
 #: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
 ReadFrame = Callable[[object, Allocate], np.ndarray]
 
+#: An item that ends the batch being cut: the frames before it go as a smaller batch at once (a caller
+#: that waits for a group of frames must not wait for the next group's to fill the batch). Not a frame:
+#: it takes no name from ``sources`` and yields no job.
+BATCH_BREAK = object()
+
 
 class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
@@ -207,7 +212,9 @@ class FrameRunner:
     # -- the run ------------------------------------------------------------------------------------
 
     def run(self, items: Iterable[object], sources: Iterable[str] | None = None) -> Iterator[FrameJob]:
-        """Every item's job, in input order, once it is detected and written (or failed)."""
+        """Every item's job, in input order, once it is detected and written (or failed). ``items`` are
+        read in a thread of the runner's, as its window allows (an iterator may block for the next
+        one); ``sources`` names them (default: ``frame_source``)."""
         ready: queue.Queue[_Batch | None] = queue.Queue()
         ordered: queue.Queue[_Batch | BaseException | None] = queue.Queue()
         window = threading.BoundedSemaphore(self._slots)
@@ -260,9 +267,16 @@ class FrameRunner:
         """Cut the items into batches, start their reads, and hand them on in order."""
         try:
             jobs: list[FrameJob] = []
-            for index, item in enumerate(items):
+            index = 0
+            for item in items:
+                if item is BATCH_BREAK:
+                    if jobs and not self._start_batch(jobs, ready, ordered, window, stop):
+                        return
+                    jobs = []
+                    continue
                 source = next(names) if names is not None else frame_source(item, index)
                 jobs.append(FrameJob(index, source, item))
+                index += 1
                 if len(jobs) == self.batch_size:
                     if not self._start_batch(jobs, ready, ordered, window, stop):
                         return

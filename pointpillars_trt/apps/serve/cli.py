@@ -195,6 +195,6 @@ def _run_ray(args: argparse.Namespace) -> int:
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
                                                              where=True))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
-          f"({summary.steady_frames_per_second:.1f} frames/s from the first result on: the workers' start left out)",
+          f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
           file=sys.stderr)
     return EXIT_FRAME_FAILURES if summary.failures else 0
