@@ -8,7 +8,7 @@ them, as it would a drive's recent files), then runs, each as the user would:
     and with ``--batch-size 1 --pipelines 1`` (the per-frame loop; its files are the reference the
     other runs must equal byte for byte); ``--format jsonl`` / ``parquet``; no ``--out``; full scans;
   * ``detector.infer_many`` (read + detect, nothing written) and ``detect_batch`` on frames in memory;
-  * ``infer --ray`` on this machine's GPUs (one worker a GPU), its files compared with local ``infer``;
+  * ``infer --ray`` with one and two workers a GPU, its files compared with local ``infer``'s;
   * Triton (``scripts/bench_serve.py``: closed-loop gRPC clients spread over several processes);
   * the resident memory of one long ``infer --out`` run, sampled from start to end.
 
@@ -66,6 +66,7 @@ def main() -> int:
         reference = infer("infer --out (JSON), --batch-size 1 --pipelines 1", camera, "--batch-size", "1",
                           "--pipelines", "1")
         default = infer("infer --out (JSON), defaults", camera)
+        default_rate = rows[-1][1]
         rows.append(("  same bytes as --batch-size 1 --pipelines 1", same_files(default, reference), ""))
         for k in args.pipelines:
             infer(f"infer --out (JSON), --pipelines {k}", camera, "--pipelines", str(k))
@@ -76,18 +77,26 @@ def main() -> int:
         if "in-process" not in args.skip:
             rows.extend(in_process(model, camera, args.device))
         many = linked_frames(Path(args.camera), scratch / "many", args.rss_frames)
+        local_rates = {count(camera): as_rate(default_rate)}
+        local_many = None
         if "rss" not in args.skip:
-            rows.append(rss_row(model, many, scratch / "rss_out", args.device))
+            local_many = scratch / "rss_out"
+            rows.append(rss_row(model, many, local_many, args.device))
+            local_rates[count(many)] = as_rate(rows[-1][1])
         if "ray" not in args.skip:
-            for name, frames, local in (("camera", camera, reference), (f"{count(many):,} frames", many, None)):
-                target = scratch / f"ray_{count(frames)}"
-                rates, seconds = run_rates([*PY, "infer", str(frames), *common, "--out", str(target), "--ray",
-                                            "--gpus-per-worker", "1"], RAY_RATES)
-                rows.append((f"infer --ray, 1 worker a GPU, {count(frames):,} frames", f"{rates[1]:,.0f}",
-                             f"from the actor's first call on (its model load left out, as infer's rate leaves "
-                             f"it out); {rates[0]:,.0f} with the actor's start, {seconds:.1f} s wall"))
-                if local is not None:
-                    rows.append(("  same bytes as local infer", same_files(target, local), ""))
+            for frames, local in ((camera, reference), (many, local_many)):
+                for workers, share in ((1, "1"), (2, "0.5")):
+                    target = scratch / f"ray_{count(frames)}_{workers}"
+                    rates, seconds = run_rates([*PY, "infer", str(frames), *common, "--out", str(target), "--ray",
+                                                "--workers", str(workers), "--gpus-per-worker", share], RAY_RATES)
+                    local_rate = local_rates.get(count(frames), 0.0)
+                    share_text = f" ({rates[1] / local_rate:.0%} of local infer's)" if local_rate else ""
+                    rows.append((f"infer --ray, {workers} worker(s) of {share} GPU, {count(frames):,} frames",
+                                 f"{rates[1]:,.0f}", f"from the actors' first call on{share_text}: their model load "
+                                 f"left out, as infer's rate leaves it out; {rates[0]:,.0f} with the actors' start, "
+                                 f"{seconds:.1f} s wall"))
+                    if local is not None:
+                        rows.append(("  same bytes as local infer", same_files(target, local), ""))
         if "triton" not in args.skip:
             rows.extend(triton(model, Path(args.camera)))
     return 0
@@ -126,6 +135,14 @@ def linked_frames(source: Path, folder: Path, count: int) -> Path:
     return folder
 
 
+def as_rate(text: str) -> float:
+    """A table cell's frames/s (0 when it holds none)."""
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
 def count(folder: Path) -> int:
     return len(os.listdir(folder))
 
@@ -155,7 +172,8 @@ def same_files(ours: Path | None, reference: Path | None) -> str:
     names = sorted(os.listdir(reference))
     if sorted(os.listdir(ours)) != names:
         return "NO (other files)"
-    return "yes" if all((ours / n).read_bytes() == (reference / n).read_bytes() for n in names) else "NO"
+    differ = [n for n in names if (ours / n).read_bytes() != (reference / n).read_bytes()]
+    return f"NO ({len(differ)} of {len(names)} files differ: {', '.join(differ[:3])})" if differ else "yes"
 
 
 def in_process(model: Path, frames: Path, device: str) -> list[tuple[str, str, str]]:
@@ -185,7 +203,7 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
     script = Path(__file__).with_name("bench_serve.py")
     done = subprocess.run([sys.executable, str(script), "--model", str(model), "--frames", str(frames), "--device",
                            "cuda", "--clients", "32", "--client-processes", "8", "--seconds", "8", "--max-batch", "8",
-                           "--instances", "2", "4", "8", "--pipelines", "1", "2"], capture_output=True, text=True)
+                           "--instances", "1", "2", "4", "--pipelines", "1"], capture_output=True, text=True)
     sys.stderr.write(done.stdout + done.stderr[-3000:])
     rows = []
     for line in done.stdout.splitlines():

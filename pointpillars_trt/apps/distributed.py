@@ -43,8 +43,12 @@ if TYPE_CHECKING:
 
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
 ACTOR_CPUS_WITHOUT_GPU = 0.5
-#: Frames per actor call, as a multiple of the runner's batch x pipelines.
-BATCHES_PER_CALL = 8
+#: Frames per actor call, as a multiple of the runner's batch x pipelines: for local files, whose
+#: blocks carry only their paths, 32 (on an H200, 20,000 crops ran 3,017 frames/s from the actor's first
+#: call on with 32, 2,656 with 8: each call costs the actor a flush and Ray a round trip); for URIs,
+#: whose blocks carry the frames' bytes (0.3-2 MB each), 8.
+BATCHES_PER_CALL = 32
+BATCHES_PER_CALL_WITH_BYTES = 8
 #: Calls an actor runs at once: while one call's block goes back to Ray and the next comes, the other
 #: keeps the actor's runner fed.
 CALLS_PER_ACTOR = 2
@@ -170,12 +174,14 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     context.execution_options.preserve_order = True  # rows in input order
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
-    if any("://" in s for s in sources):
+    uris = any("://" in s for s in sources)
+    if uris:
         dataset = ray.data.read_binary_files(sources, include_paths=True)
     else:  # local files: each actor's reader threads read them into its pinned staging
         dataset = ray.data.from_items([{"path": s} for s in sources])
     dataset = dataset.map_batches(
-        _DetectActor, batch_size=batch * pipes * BATCHES_PER_CALL, batch_format="numpy",
+        _DetectActor, batch_size=batch * pipes * (BATCHES_PER_CALL_WITH_BYTES if uris else BATCHES_PER_CALL),
+        batch_format="numpy",
         compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
                                   enable_true_multi_threading=True),
         fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, **options,
