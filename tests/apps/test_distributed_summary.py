@@ -1,4 +1,4 @@
-"""What ``detect_dataset`` reports of a run: its rates with and without the actors' start."""
+"""What ``detect_dataset`` reports of a run (its rates with and without the actors' start) and the workers it asks for."""
 
 from __future__ import annotations
 
@@ -11,3 +11,17 @@ def test_the_ray_rate_from_the_actors_first_call_leaves_their_start_out() -> Non
     assert summary.working_frames_per_second == 250.0
     untimed = DatasetSummary(frames=200, boxes=0, seconds=6.5, workers=1, out="o")
     assert untimed.working_frames_per_second == untimed.frames_per_second == 200 / 6.5
+
+
+def test_workers_default_to_two_a_gpu_and_to_half_the_cpus_without_one() -> None:
+    from pointpillars_trt.apps.distributed import check_resources
+    import pytest
+
+    from pointpillars_trt.errors import InputError
+
+    assert check_resources({"GPU": 2.0, "CPU": 32.0}, None, None) == (4, 0.5)
+    assert check_resources({"GPU": 2.0, "CPU": 32.0}, None, 1.0) == (2, 1.0)
+    assert check_resources({"GPU": 1.0, "CPU": 16.0}, 1, None) == (1, 0.5)
+    assert check_resources({"CPU": 8.0}, None, None) == (4, 0.0)
+    with pytest.raises(InputError, match="3 worker.s. x 0.5 GPU need 1.5 GPUs; the Ray cluster has 1"):
+        check_resources({"GPU": 1.0}, 3, None)

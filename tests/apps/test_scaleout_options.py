@@ -83,3 +83,24 @@ def test_remote_detector_timeout_is_checked_before_connecting(timeout: object) -
     pytest.importorskip("tritonclient.grpc", reason="tritonclient not installed")
     with pytest.raises(InputError, match="timeout"):
         RemoteDetector("127.0.0.1:1", timeout=timeout)  # type: ignore[arg-type]
+
+
+def instance_count(device: str) -> str:
+    """The instance_group line of the repository config ``serve`` writes without ``--instances``."""
+    from tiny import tiny_config
+
+    from pointpillars_trt.model_dir import ModelDir
+
+    text = model_config_text(ModelDir(".", tiny_config(), {}), instances=None, max_batch=8, max_queue_delay_us=0,
+                             device=device, max_points=10)
+    return next(line for line in text.splitlines() if line.startswith("instance_group"))
+
+
+def test_one_instance_on_the_cpu_by_default() -> None:
+    assert instance_count("cpu") == "instance_group [{ count: 1, kind: KIND_CPU }]"
+
+
+@pytest.mark.cuda
+def test_two_instances_a_gpu_by_default(cp) -> None:  # type: ignore[no-untyped-def]
+    assert instance_count("cuda") == "instance_group [{ count: 2, kind: KIND_GPU }]"
+    assert instance_count("cuda:0") == "instance_group [{ count: 2, kind: KIND_GPU, gpus: [0] }]"

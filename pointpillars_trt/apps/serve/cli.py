@@ -21,7 +21,8 @@ from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES
 from ..ranges import float_in, int_in, port
 from .client import MAX_IN_FLIGHT
-from .repository import DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, MODEL_NAME
+from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
+    MODEL_NAME
 
 if TYPE_CHECKING:
     from .health import ModelProbe
@@ -35,8 +36,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve = subparsers.add_parser("serve", help="serve the detector with Triton Inference Server (HTTP + gRPC)")
     serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
     serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
-    serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES), default=1,
-                       help=f"model instances per GPU (or on the CPU), 1..{MAX_INSTANCES}")
+    serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
+                       help=f"model instances per GPU (default {DEFAULT_GPU_INSTANCES}) or on the CPU (default 1), "
+                            f"1..{MAX_INSTANCES}")
     serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=1,
                        help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES}: one runs a batch while "
                             "Triton hands the instance the next (instances are processes, which time-slice the GPU)")
@@ -149,7 +151,7 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
                        help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
     group.add_argument("--gpus-per-worker", type=float_in(0, 64),
-                       help="with --ray: 1, 0.5 (two per GPU) or 0 (CPU); 0..64")
+                       help="with --ray: 0.5 (two per GPU: the default on a cluster with GPUs), 1, or 0 (CPU); 0..64")
 
 
 def scaleout_requested(args: argparse.Namespace) -> bool:

@@ -38,6 +38,12 @@ def resolve_model(model: str | os.PathLike[str]) -> ModelDir:
     return load_model_dir(path)
 
 
+#: Model instances a GPU gets by default: each is a process (its own interpreter lock), and on an H200
+#: with 16 cores, 32 gRPC clients got 2,761 frames/s from 2 instances, 2,695 from 4 and 2,510 from 8
+#: (on a busier machine: 1,414 from 1, 1,605 from 2, 1,857 from 4).
+DEFAULT_GPU_INSTANCES = 2
+
+
 def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
     """(KIND_GPU, [N] or None for every GPU) for a CUDA device, (KIND_CPU, None) for the CPU path;
     "auto" is decided here, where the server will run."""
@@ -49,20 +55,23 @@ def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
     return "KIND_GPU", [index] if ":" in device else None
 
 
-def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_queue_delay_us: int,
+def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int, max_queue_delay_us: int,
                       device: str, max_points: int, runtime: RuntimeOptions | None = None,
                       pipelines: int = 1) -> str:
     """config.pbtxt: ragged FP32 [-1, C] points (C: the model's point columns, 4 or 5 with the time lag),
     optional per-request thresholds (score_threshold and nms_iou FP32 [1], max_boxes INT32 [1]), the
     outputs (``velocity`` FP32 [-1, 2] too for a model that predicts it), dynamic batching up to
     ``max_batch`` frames, K instances
-    per GPU (or on the CPU); each instance's ``pipelines`` detectors (of that batch) run as ``runtime``
+    per GPU (default ``DEFAULT_GPU_INSTANCES``) or on the CPU (default 1); each instance's ``pipelines`` detectors (of that batch) run as ``runtime``
     says (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
     """
+    kind, gpus = gpu_instance_kind(device)
+    if instances is None:
+        instances = DEFAULT_GPU_INSTANCES if kind == "KIND_GPU" else 1
     limits = {"--instances": (instances, 1, MAX_INSTANCES), "--pipelines": (pipelines, 1, MAX_PIPELINES),
               "--max-batch": (max_batch, 1, MAX_BATCH),
               "--max-queue-delay-us": (max_queue_delay_us, 0, MAX_QUEUE_DELAY_US),
@@ -70,7 +79,6 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     for option, (value, low, high) in limits.items():
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"serve: {option} {value!r}: expected an integer in {low}..{high}")
-    kind, gpus = gpu_instance_kind(device)
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
               "pipelines": str(pipelines),
@@ -102,7 +110,7 @@ def model_config_text(model: ModelDir, *, instances: int, max_batch: int, max_qu
     return "\n".join(lines) + "\n"
 
 
-def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int = 1,
+def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int | None = None,
                      max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
                      max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None,
                      pipelines: int = 1) -> Path:
