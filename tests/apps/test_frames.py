@@ -1,4 +1,5 @@
-"""The streaming frame runner (apps/frames.py) on the CPU path, with the tiny model.
+"""The streaming frame runner (apps/frames.py, and apps/frame_stream.py's one run fed group by group)
+on the CPU path, with the tiny model.
 
 Oracle: the same detector run on each frame alone (``detector(points)``), and the frames' files read
 back by ``read_points``; the runner must give the same detections, in input order, whatever its
@@ -14,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt.apps.frames import MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame, reader_threads
+from pointpillars_trt.apps.frame_stream import FrameStream
+from pointpillars_trt.apps.frames import BATCH_BREAK, MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame, \
+    reader_threads
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import write_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points, read_points_into
@@ -295,3 +298,90 @@ def test_writer_processes_that_cannot_start_leave_the_writing_to_threads(model, 
     assert len(notices) == 1 and "the writer processes could not start" in notices[0], notices
     assert [job.error for job in jobs] == [None] * 12
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(Path(p).stem + ".json" for p in paths)
+
+
+class CountingDetector:
+    """The tiny model's CPU detector, recording the size of every batch it is given."""
+
+    def __init__(self, model) -> None:  # type: ignore[no-untyped-def]
+        self.detector = PointPillars(model, device="cpu", threads=1)
+        self.cfg = self.detector.cfg
+        self.batches: list[int] = []
+
+    def detect_batch(self, frames):  # type: ignore[no-untyped-def]
+        self.batches.append(len(frames))
+        return self.detector.detect_batch(frames)
+
+
+def test_groups_fed_to_one_run_from_several_threads_each_get_their_own_frames_in_order(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``FrameStream``, as a Ray actor's two calls at a time feed it: a corrupt frame fails alone."""
+    corrupt = tmp_path / "corrupt.bin"
+    corrupt.write_bytes(b"\0" * 10)
+    paths = [str(p) for p in frames[:41]]
+    paths[13] = str(corrupt)
+    alone = PointPillars(model, device="cpu")
+    expected = {path: alone(read_points(path)) for i, path in enumerate(paths) if i != 13}
+    groups = [paths[0:7], paths[7:20], paths[20:21], paths[21:41]]  # sizes 7, 13, 1, 20 with batch 4
+    got: dict[int, list] = {}  # type: ignore[type-arg]
+    with FrameRunner([CountingDetector(model) for _ in range(2)], batch_size=4, read=read, readers=3) as runner:
+        stream = FrameStream(runner)
+        try:
+            def call(index: int) -> None:
+                got[index] = list(stream.run(groups[index], groups[index]))
+
+            threads = [threading.Thread(target=call, args=(i,)) for i in range(len(groups))]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(timeout=60)
+            got[9] = list(stream.run(paths[:3], ["a", "b", "c"]))  # a later group, named by its caller
+        finally:
+            stream.close()
+    for index, group in enumerate(groups):
+        assert [job.source for job in got[index]] == group
+        for job in got[index]:
+            if job.source == paths[13]:
+                assert job.error is not None and "16" in job.error and job.detections is None  # 16 bytes a point
+            else:
+                assert job.error is None
+                reference = expected[job.source]
+                assert np.array_equal(job.detections.boxes, reference.boxes)
+                assert np.array_equal(job.detections.scores, reference.scores)
+    assert [job.source for job in got[9]] == ["a", "b", "c"]
+    assert all(job.error is None for job in got[9])
+
+
+def test_a_group_smaller_than_the_batch_goes_at_once(model, frames) -> None:  # type: ignore[no-untyped-def]
+    frames = [str(p) for p in frames[1:5]]
+    detector = CountingDetector(model)
+    with FrameRunner([detector], batch_size=8, read=read, readers=1) as runner:
+        stream = FrameStream(runner)
+        try:
+            jobs = list(stream.run(frames[:3], frames[:3]))  # would wait for 5 more frames without the break
+            assert [job.source for job in jobs] == frames[:3]
+            assert detector.batches == [3]
+        finally:
+            stream.close()
+        with pytest.raises(RuntimeError, match="closed"):
+            list(stream.run(frames[:1], frames[:1]))
+
+
+def test_a_batch_break_cuts_the_runners_batches(model, frames) -> None:  # type: ignore[no-untyped-def]
+    frames = [str(p) for p in frames[1:6]]
+    detector = CountingDetector(model)
+    items = [frames[0], BATCH_BREAK, frames[1], frames[2], frames[3], BATCH_BREAK, BATCH_BREAK, frames[4]]
+    with FrameRunner([detector], batch_size=2, read=read, readers=1) as runner:
+        jobs = list(runner.run(items))
+    assert [job.index for job in jobs] == [0, 1, 2, 3, 4]
+    assert [job.source for job in jobs] == frames[:5]
+    assert detector.batches == [1, 2, 1, 1]
+
+
+def test_an_empty_group_returns_at_once(model) -> None:  # type: ignore[no-untyped-def]
+    with FrameRunner([CountingDetector(model)], batch_size=2, read=read, readers=1) as runner:
+        stream = FrameStream(runner)
+        try:
+            assert list(stream.run([], [])) == []
+        finally:
+            stream.close()
+
