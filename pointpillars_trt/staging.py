@@ -61,7 +61,10 @@ class StagingBuffer:
         """Place ``frames`` back to back from an empty buffer, write the header, and copy them in,
         yielding each range [first, end) of ``rows`` (header included) as soon as it is filled: ranges of
         ``part_rows`` rows, then a shorter last one, so that a caller can send each to the device while
-        the next is copied. Raises ValueError when the frames do not fit."""
+        the next is copied. Raises ValueError when the frames do not fit, or when a part is shorter
+        than the header."""
+        if part_rows < HEADER_ROWS:
+            raise ValueError(f"part_rows {part_rows}: at least the {HEADER_ROWS} header rows")
         self.reset()
         placed: list[tuple[int, int]] = []
         for points in frames:

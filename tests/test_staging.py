@@ -23,7 +23,7 @@ def frames_of(sizes: list[int], columns: int = 4) -> list[np.ndarray]:
     ([5, 0, 17, 3], 8),             # parts cut across frames
     ([4, 8, 4], 8),                 # frames that end on a part's end
     ([28], 32),                     # header + frame exactly one part
-    ([30, 2, 1], 1),                # a row a part
+    ([30, 2, 1], 4),                # the shortest part: the header alone
 ])
 def test_put_in_parts_fills_the_packed_layout_and_yields_parts_that_tile_it(sizes: list[int], part_rows: int) -> None:
     frames = frames_of(sizes)
@@ -57,6 +57,8 @@ def test_time_lags_of_five_column_frames_go_beside_the_rows() -> None:
     assert np.array_equal(staging.rows[HEADER_ROWS : HEADER_ROWS + 12], np.concatenate(frames)[:, :4])
 
 
-def test_frames_that_do_not_fit_are_refused() -> None:
+def test_frames_that_do_not_fit_and_parts_shorter_than_the_header_are_refused() -> None:
     with pytest.raises(ValueError, match="do not fit"):
         list(StagingBuffer(10).put_in_parts(frames_of([6, 6]), 4))
+    with pytest.raises(ValueError, match="header"):
+        list(StagingBuffer(10).put_in_parts(frames_of([6]), HEADER_ROWS - 1))

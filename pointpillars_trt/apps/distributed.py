@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 #: CPUs an actor reserves on a CPU-only node: a whole CPU each starves Ray Data's read tasks of cores.
 ACTOR_CPUS_WITHOUT_GPU = 0.5
+#: CPUs a GPU actor reserves.
+ACTOR_CPUS_WITH_GPU = 1
 #: Frames per actor call, as a multiple of the runner's batch x pipelines: for local files, whose
 #: blocks carry only their paths, 32 (on an H200, 20,000 crops ran 3,017 frames/s from the actor's first
 #: call on with 32, 2,656 with 8: each call costs the actor a flush and Ray a round trip); for URIs,
@@ -145,21 +147,24 @@ def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
 
 def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
     """(workers, GPUs a worker) the cluster can run at once; one clear error instead of the actor pool
-    waiting forever for GPUs the cluster does not have."""
-    gpus = float(resources.get("GPU", 0))
+    waiting forever for GPUs (or a GPU actor's CPU) the cluster does not have."""
+    gpus, cpus = float(resources.get("GPU", 0)), int(resources.get("CPU", 1))
     if gpus_per_worker is None:
         gpus_per_worker = DEFAULT_GPUS_PER_WORKER if gpus > 0 else 0.0
     if gpus_per_worker < 0:
         raise InputError(f"gpus_per_worker {gpus_per_worker}: expected 0 (CPU), a fraction or a whole number")
     if workers is None:
-        cpus = int(resources.get("CPU", 1))
-        workers = int(gpus / gpus_per_worker) if gpus_per_worker else max(1, cpus // 2)
+        workers = min(int(gpus / gpus_per_worker), max(1, cpus // ACTOR_CPUS_WITH_GPU)) if gpus_per_worker \
+            else max(1, cpus // 2)
     if workers < 1:
         raise InputError(f"workers {workers}: expected >= 1 (the cluster has {gpus:g} GPUs)")
     if gpus_per_worker > 0 and workers * gpus_per_worker > gpus + 1e-9:
         raise InputError(f"{workers} worker(s) x {gpus_per_worker:g} GPU need {workers * gpus_per_worker:g} GPUs; the "
                          f"Ray cluster has {gpus:g}: lower --workers or --gpus-per-worker, or --gpus-per-worker 0 "
                          "for the CPU path")
+    if gpus_per_worker > 0 and workers * ACTOR_CPUS_WITH_GPU > cpus:
+        raise InputError(f"{workers} GPU worker(s) need {workers * ACTOR_CPUS_WITH_GPU} CPUs; the Ray cluster has {cpus}: "
+                         "lower --workers")
     return workers, gpus_per_worker
 
 
@@ -191,7 +196,8 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, **options,
                                "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu", max_batch=batch,
                                                   threads=options["runtime"].threads or threads)},
-        num_gpus=gpus_per_worker if on_gpu else None, num_cpus=1 if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
+        num_gpus=gpus_per_worker if on_gpu else None,
+        num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
     from tqdm import tqdm
 
     rows = RowParts(out, output_format, classes) if options["rows"] else None
@@ -225,8 +231,10 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     remove_stale_temp_files(out)  # of a writer process that died mid-write
     if report is not None:
         report.close()
-    working = time.time() - first_call if frames else 0.0
-    return DatasetSummary(frames, boxes, time.perf_counter() - start, workers, str(out), failures, working)
+    seconds = time.perf_counter() - start
+    # the actors' clocks against this one's: a skewed node cannot make the run look longer or negative
+    working = min(max(time.time() - first_call, 0.0), seconds) if frames else 0.0
+    return DatasetSummary(frames, boxes, seconds, workers, str(out), failures, working)
 
 
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the

@@ -33,14 +33,16 @@ class FrameStream:
         self._thread.start()
 
     def run(self, items: Sequence[object], sources: Sequence[str]) -> Iterator[FrameJob]:
-        """The jobs of one group of frames, in order (as ``FrameRunner.run`` yields them); safe to call
-        from several threads at once."""
+        """The jobs of one group of frames (``sources`` names them, one each), in order (as
+        ``FrameRunner.run`` yields them); safe to call from several threads at once."""
+        if len(items) != len(sources) or any(item is BATCH_BREAK for item in items):
+            raise ValueError(f"{len(items)} frames and {len(sources)} names: expected a name a frame")
         if not items:
             return
         jobs: queue.SimpleQueue[FrameJob | BaseException] = queue.SimpleQueue()
         with self._lock:
             if self._failure is not None:
-                raise self._failure
+                raise RuntimeError(f"the frame stream has ended ({self._failure})") from self._failure
             self._groups.append([len(items), jobs])
             for entry in zip(items, sources):
                 self._feed.put(entry)
@@ -48,12 +50,13 @@ class FrameStream:
         for _ in range(len(items)):
             job = jobs.get()
             if isinstance(job, BaseException):
-                raise job
+                raise RuntimeError(f"the frame stream has ended ({job})") from job
             yield job
 
     def close(self) -> None:
         """End the run once the groups handed in are done."""
-        self._feed.put(None)
+        with self._lock:  # after a group being handed in, never inside it
+            self._feed.put(None)
         self._thread.join(timeout=60)
 
     def _items(self) -> Iterator[object]:

@@ -23,5 +23,8 @@ def test_workers_default_to_two_a_gpu_and_to_half_the_cpus_without_one() -> None
     assert check_resources({"GPU": 2.0, "CPU": 32.0}, None, 1.0) == (2, 1.0)
     assert check_resources({"GPU": 1.0, "CPU": 16.0}, 1, None) == (1, 0.5)
     assert check_resources({"CPU": 8.0}, None, None) == (4, 0.0)
+    assert check_resources({"GPU": 2.0, "CPU": 3.0}, None, None) == (3, 0.5)  # an actor's CPU each
     with pytest.raises(InputError, match="3 worker.s. x 0.5 GPU need 1.5 GPUs; the Ray cluster has 1"):
-        check_resources({"GPU": 1.0}, 3, None)
+        check_resources({"GPU": 1.0, "CPU": 8.0}, 3, None)
+    with pytest.raises(InputError, match="4 GPU worker.s. need 4 CPUs; the Ray cluster has 2"):
+        check_resources({"GPU": 4.0, "CPU": 2.0}, 4, 1.0)
