@@ -3,8 +3,7 @@
     points --H2D--> voxelize.cu -> PFN -> scatter.cu -> RPN engine -> postprocess.cu --D2H--> boxes
 
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
-with each frame's point count and first row, then the frames back to back; arrays handed in go in
-parts of ``COPY_PART_ROWS`` rows, each copied while the next is staged), per-frame voxelize, PFN
+with each frame's point count and first row, then the frames back to back), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
 head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
@@ -42,10 +41,6 @@ from .kernels.scatter import ScatterStage
 from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
-#: Rows of the packed input (512 KiB) a batch of host arrays is sent in: each part's H2D copy runs while
-#: the next part is copied into pinned staging (a full scan, ~121k points, goes in 4 parts; a
-#: camera-view crop in one). Frames a caller staged itself (``submit_staged``) go in one copy.
-COPY_PART_ROWS = 32_768
 
 
 @dataclass
@@ -411,18 +406,25 @@ class GpuPipeline:
             slot.post.launch(self._heads[i], slot.voxelize.stats, self.stream)
 
     def _stage_input(self, frames: Sequence[object]) -> list[int]:
-        """Pack the batch into the input buffer: H2D copies of up to ``COPY_PART_ROWS`` rows for host
-        frames, device-to-device copies (and fills for the header) for frames already on the GPU."""
+        """Pack the batch into the input buffer: one H2D copy for host frames, device-to-device
+        copies (and fills for the header) for frames already on the GPU."""
         host = [f for f in frames if isinstance(f, np.ndarray)]
         device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in (device or host)]
         total = sum(counts)
         if total > self.max_points:
             self._grow(total)
-        if not device:
-            self._stage_host_frames(host)
-            return counts
         starts = np.cumsum([0, *counts[:-1]]).tolist()
+        if not device:
+            staging = self._staging
+            staging.reset()
+            for points, n in zip(host, counts):
+                start = staging.allocate(n)
+                assert start is not None  # grown above to hold the batch
+                staging.put(start, points)
+            used = staging.write_header([(n, start) for n, start in zip(counts, starts)])
+            self._copy_in(staging, used)
+            return counts
         with self.stream:
             for i, (points, n, start) in enumerate(zip(device, counts, starts)):
                 self._points[start : start + n] = points[:, :GPU_POINT_COLUMNS]  # device to device, on our stream
@@ -432,35 +434,15 @@ class GpuPipeline:
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
         return counts
 
-    def _stage_host_frames(self, frames: list[np.ndarray]) -> None:
-        """Copy the frames into the pipeline's pinned staging and send the packed input to the device in
-        parts of ``COPY_PART_ROWS`` rows, each sent as soon as it is staged."""
-        staging = self._staging
-        used = 0
-        for first, end in staging.put_in_parts(frames, COPY_PART_ROWS):
-            self._send_rows(staging, first, end)
-            used = end
-        self._send_times(staging, used)
-
     def _copy_in(self, staging: StagingBuffer, used: int) -> None:
-        """A staged batch's H2D copy: header and point rows (and, for a time-column model, a second copy
-        of the time lags)."""
+        """The batch's H2D copy: header and point rows, one async copy from the (pinned) staging (and, for
+        a time-column model, a second copy of the time lags)."""
         if (staging.times is None) != (self._times is None):
             raise InputError(f"staging buffer of {staging.columns} columns for a model of {self.cfg.num_point_columns}")
-        self._send_rows(staging, 0, used)
-        self._send_times(staging, used)
-
-    def _send_rows(self, staging: StagingBuffer, first: int, end: int) -> None:
-        """One async H2D copy of the staging rows [first, end) into the device input (none when empty)."""
-        if end <= first:
-            return
-        row_bytes = staging.rows.strides[0]
-        cp.cuda.runtime.memcpyAsync(self._input.data.ptr + first * row_bytes, staging.rows.ctypes.data + first * row_bytes,
-                                    (end - first) * row_bytes, cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
-        self.copies.h2d((end - first) * row_bytes)
-
-    def _send_times(self, staging: StagingBuffer, used: int) -> None:
-        """A time-column model's time lags, one copy for the batch."""
+        nbytes = used * staging.rows.strides[0]
+        cp.cuda.runtime.memcpyAsync(self._input.data.ptr, staging.rows.ctypes.data, nbytes,
+                                    cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
+        self.copies.h2d(nbytes)
         if self._times is not None and staging.times is not None:
             points = used - HEADER_ROWS
             self._times[:points].set(staging.times[:points], stream=self.stream)

@@ -11,7 +11,7 @@ second copy of the batch.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 
 import numpy as np
 
@@ -56,35 +56,6 @@ class StagingBuffer:
 
     def reset(self) -> None:
         self.used = 0
-
-    def put_in_parts(self, frames: Sequence[np.ndarray], part_rows: int) -> Iterator[tuple[int, int]]:
-        """Place ``frames`` back to back from an empty buffer, write the header, and copy them in,
-        yielding each range [first, end) of ``rows`` (header included) as soon as it is filled: ranges of
-        ``part_rows`` rows, then a shorter last one, so that a caller can send each to the device while
-        the next is copied. Raises ValueError when the frames do not fit, or when a part is shorter
-        than the header."""
-        if part_rows < HEADER_ROWS:
-            raise ValueError(f"part_rows {part_rows}: at least the {HEADER_ROWS} header rows")
-        self.reset()
-        placed: list[tuple[int, int]] = []
-        for points in frames:
-            start = self.allocate(len(points))
-            if start is None:
-                raise ValueError(f"{sum(len(f) for f in frames)} points do not fit in {self.capacity} rows")
-            placed.append((len(points), start))
-        used = self.write_header(placed)
-        sent = 0  # rows [0, sent) were yielded
-        for points, (count, start) in zip(frames, placed):
-            row, end = HEADER_ROWS + start, HEADER_ROWS + start + count
-            while row < end:
-                stop = min(end, sent + part_rows)
-                self.put(row - HEADER_ROWS, points[row - HEADER_ROWS - start : stop - HEADER_ROWS - start])
-                row = stop
-                if stop - sent == part_rows:
-                    yield sent, stop
-                    sent = stop
-        if used > sent:
-            yield sent, used
 
     def write_header(self, frames: list[tuple[int, int]]) -> int:
         """Write the (count, first row) pairs; returns the rows to copy (header + the last frame's end)."""

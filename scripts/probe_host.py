@@ -5,12 +5,9 @@ For each frame given, with the pipeline's per-stage timings off and on, prints t
 e2e (``detector(points)``), the input checks, ``submit`` (the copy into pinned staging, the H2D call,
 the graph launch), the wait for the GPU, ``collect`` (the timings' queries and the unpacking), and
 alone: the copy into pinned staging, the H2D copy with its synchronisation, and the graph launch on the
-host. ``--part-rows`` compares sizes of the parts a host frame is sent in (the pipeline's
-``COPY_PART_ROWS``; a value above the frame's rows sends it in one copy). Not a test: numbers depend on
-the machine.
+host. Not a test: numbers depend on the machine.
 
     python scripts/probe_host.py --model M.pth FRAME.bin [FRAME.bin ...] [--precision fp16] [--iterations 400]
-        [--part-rows 32768 1048576]
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from pointpillars_trt import gpu_pipeline
 from pointpillars_trt.convert.export import build_model_dir
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.pointcloud_io import read_points
@@ -36,26 +32,23 @@ def main() -> int:
     parser.add_argument("frames", nargs="+", help=".bin frames")
     parser.add_argument("--precision", default="fp16")
     parser.add_argument("--iterations", type=int, default=400)
-    parser.add_argument("--part-rows", type=int, nargs="+", default=[gpu_pipeline.COPY_PART_ROWS])
     args = parser.parse_args()
     model = Path(args.model)
     if not model.is_dir():
         model = build_model_dir(model, Path(tempfile.mkdtemp()) / "model", precision=args.precision).path
     detector = PointPillars.from_model_dir(model, device="cuda")
     pipeline = detector.gpu_pipeline
-    print(f"| frame | part rows | stage timings | {' | '.join(PARTS)} |\n| --- | ---: | --- |{' ---: |' * len(PARTS)}")
+    print(f"| frame | stage timings | {' | '.join(PARTS)} |\n| --- | --- |{' ---: |' * len(PARTS)}")
     for frame in args.frames:
         points = read_points(frame)
-        for part_rows in args.part_rows:
-            gpu_pipeline.COPY_PART_ROWS = part_rows  # read by the pipeline at every batch
-            for _ in range(50):
-                detector(points)
-            for timed in (False, True):
-                pipeline.stage_timings = timed
-                found = {part: statistics.median(values) * 1e6
-                         for part, values in measure(detector, points, args.iterations).items()}
-                print(f"| {Path(frame).name} ({len(points):,} points) | {part_rows:,} | {'on' if timed else 'off'} | "
-                      + " | ".join(f"{found[part]:.1f}" for part in PARTS) + " |", flush=True)
+        for _ in range(50):
+            detector(points)
+        for timed in (False, True):
+            pipeline.stage_timings = timed
+            found = {part: statistics.median(values) * 1e6 for part, values in measure(detector, points,
+                                                                                           args.iterations).items()}
+            print(f"| {Path(frame).name} ({len(points):,} points) | {'on' if timed else 'off'} | "
+                  + " | ".join(f"{found[part]:.1f}" for part in PARTS) + " |", flush=True)
     return 0
 
 
