@@ -4,8 +4,8 @@
 For each frame given, with the pipeline's per-stage timings off and on, prints the medians (us) of:
 e2e (``detector(points)``), the input checks, ``submit`` (the copy into pinned staging, the H2D call,
 the graph launch), the wait for the GPU, ``collect`` (the timings' queries and the unpacking), and
-alone: the copy into pinned staging, the H2D copy with its synchronisation, and the graph launch on the
-host. Not a test: numbers depend on the machine.
+alone: the copy into pinned staging, the pipeline's H2D copy with its synchronisation, and the graph
+launch on the host. Not a test: numbers depend on the machine.
 
     python scripts/probe_host.py --model M.pth FRAME.bin [FRAME.bin ...] [--precision fp16] [--iterations 400]
 """
@@ -80,7 +80,7 @@ def measure(detector: PointPillars, points: object, iterations: int) -> dict[str
         staging.put(first, frame)
         used = staging.write_header([(len(frame), first)])
         copied = clock()
-        pipeline._input[:used].set(staging.rows[:used], stream=pipeline.stream)
+        pipeline._copy_in(staging, used)  # the pipeline's own H2D copy
         pipeline.stream.synchronize()
         moved = clock()
         graph = pipeline._graphs[("frame", 1)]

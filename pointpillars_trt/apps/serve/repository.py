@@ -61,9 +61,9 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     """config.pbtxt: ragged FP32 [-1, C] points (C: the model's point columns, 4 or 5 with the time lag),
     optional per-request thresholds (score_threshold and nms_iou FP32 [1], max_boxes INT32 [1]), the
     outputs (``velocity`` FP32 [-1, 2] too for a model that predicts it), dynamic batching up to
-    ``max_batch`` frames, K instances
-    per GPU (default ``DEFAULT_GPU_INSTANCES``) or on the CPU (default 1); each instance's ``pipelines`` detectors (of that batch) run as ``runtime``
-    says (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
+    ``max_batch`` frames, K instances per GPU (default ``DEFAULT_GPU_INSTANCES``) or on the CPU
+    (default 1); each instance's ``pipelines`` detectors (of that batch) run as ``runtime`` says
+    (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
