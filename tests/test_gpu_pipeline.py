@@ -36,7 +36,7 @@ BACKENDS = _backends_here()
 
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.apps.bench.round_trip import HostRoundTripPipeline  # noqa: E402
-from pointpillars_trt.gpu_pipeline import GpuPipeline  # noqa: E402
+from pointpillars_trt.gpu_pipeline import BRANCHES, GpuPipeline  # noqa: E402
 from pointpillars_trt.reference import voxelize  # noqa: E402
 from pointpillars_trt.staging import HEADER_ROWS  # noqa: E402
 
@@ -392,6 +392,26 @@ def test_a_batch_gives_each_frame_its_batch_of_one_boxes(family_pair, batched, a
     assert [d.boxes.tobytes() for d in grown.detect_batch(frames)] == [d.boxes.tobytes() for d in singles]
     assert grown.max_batch == 4
     grown.close()
+
+
+@pytest.mark.parametrize("cuda_graph", [True, False])
+def test_frames_sharing_a_side_stream_keep_their_own_boxes(family_pair, assets, cuda_graph):  # type: ignore[no-untyped-def]
+    """A batch larger than ``BRANCHES``: frames i and i + BRANCHES run one after the other on the same
+    side stream, in a captured graph and eagerly; each still gets its batch-of-one bytes."""
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets) + _mixed_frames(assets)[::-1][: BRANCHES - 1]
+    singles = [gpu.detect(f) for f in frames]
+    pipe = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=len(frames), cuda_graph=cuda_graph)
+    try:
+        assert len(frames) > BRANCHES
+        for _ in range(2):
+            together = pipe.detect_batch(frames)
+            for i, (one, many) in enumerate(zip(singles, together)):
+                assert one.boxes.tobytes() == many.boxes.tobytes() and one.scores.tobytes() == many.scores.tobytes(), i
+                assert one.stats == many.stats, i
+        assert pipe.execution_mode == ("cuda_graph" if cuda_graph else "eager")
+    finally:
+        pipe.close()
 
 
 def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no-untyped-def]

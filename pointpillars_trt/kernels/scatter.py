@@ -9,7 +9,8 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
+from ._launch import (check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags,
+                      grid_blocks, launch_kernel, multiprocessors)
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,13 @@ class ScatterStage:
 
     KERNELS = ("scatter_clear", "scatter_write")
     _BLOCK = 256
+    _BLOCKS_PER_SM = 8
 
     def __init__(self, cfg: ModelConfig, dtype: Any = np.float32, channels_first: bool = False) -> None:
         cp = cupy_module()
         self.params = p = ScatterParams.from_config(cfg, dtype, channels_first)
         self._k = compile_kernels("scatter.cu", p.defines(), self.KERNELS)
+        self._grid = min(grid_blocks(p.max_pillars * p.channels, self._BLOCK), multiprocessors() * self._BLOCKS_PER_SM)
         with checked("scatter: allocating buffers"):
             self._written_cells = cp.zeros(p.max_pillars, np.int32)
             self._written_count = cp.zeros(1, np.int32)
@@ -74,9 +77,8 @@ class ScatterStage:
         check_device_array(coords, "coords", np.int32, (p.max_pillars, 4))
         check_device_count(num_pillars, "num_pillars")
         check_device_array(canvas, "canvas", p.dtype, p.frame_shape)
-        grid = grid_blocks(p.max_pillars * p.channels, self._BLOCK)
-        launch_kernel(self._k["scatter_clear"], grid, self._BLOCK,
+        launch_kernel(self._k["scatter_clear"], self._grid, self._BLOCK,
                       (self._written_cells, self._written_count, canvas), stream)
-        launch_kernel(self._k["scatter_write"], grid, self._BLOCK,
+        launch_kernel(self._k["scatter_write"], self._grid, self._BLOCK,
                       (pillar_features, coords, num_pillars, self._written_cells, self._written_count, canvas),
                       stream)

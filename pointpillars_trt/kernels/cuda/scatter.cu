@@ -15,7 +15,6 @@
 #include <cuda_fp16.h>
 
 namespace {
-constexpr long long kSlots = static_cast<long long>(MAX_PILLARS) * CHANNELS;
 #if CANVAS_HALF
 typedef __half canvas_t;
 __device__ __forceinline__ canvas_t to_canvas(float v) { return __float2half_rn(v); }
@@ -34,35 +33,40 @@ __device__ __forceinline__ long long canvas_index(int cell, int channel) {
 }
 }  // namespace
 
-// One thread per (pillar, channel) of the previous frame.
+// Both kernels stride a grid of a few blocks per SM over the (pillar, channel) slots of the live
+// pillars: a grid sized for MAX_PILLARS would be mostly blocks that find nothing to do.
+
+// Zeroes the canvas at each (pillar, channel) the previous frame wrote.
 extern "C" __global__ void scatter_clear(const int* __restrict__ written_cells,
                                          const int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
-    const long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (t >= kSlots) return;
-    const int pillar = static_cast<int>(t / CHANNELS);
-    if (pillar >= *written_count) return;
-    const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
-    canvas[canvas_index(written_cells[pillar], channel)] = to_canvas(0.0f);
+    const long long slots = static_cast<long long>(*written_count) * CHANNELS;
+    for (long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; t < slots;
+         t += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const int pillar = static_cast<int>(t / CHANNELS);
+        const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
+        canvas[canvas_index(written_cells[pillar], channel)] = to_canvas(0.0f);
+    }
 }
 
-// One thread per (pillar, channel): reads of the (P, CHANNELS) features are coalesced (and, NHWC,
-// the writes of the cell's channels).
+// Writes each (pillar, channel): reads of the (P, CHANNELS) features are coalesced (and, NHWC, the
+// writes of the cell's channels).
 extern "C" __global__ void scatter_write(const float* __restrict__ pillar_features,
                                          const int* __restrict__ coords,
                                          const int* __restrict__ num_pillars,
                                          int* __restrict__ written_cells,
                                          int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
-    const long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int live = min(*num_pillars, MAX_PILLARS);
-    if (t == 0) *written_count = live;
-    if (t >= kSlots) return;
-    const int pillar = static_cast<int>(t / CHANNELS);
-    if (pillar >= live) return;
-    const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
-    const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
-    const int cell = c.z * NX + c.w;
-    canvas[canvas_index(cell, channel)] = to_canvas(pillar_features[t]);
-    if (channel == 0) written_cells[pillar] = cell;
+    const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (first == 0) *written_count = live;
+    const long long slots = static_cast<long long>(live) * CHANNELS;
+    for (long long t = first; t < slots; t += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const int pillar = static_cast<int>(t / CHANNELS);
+        const int channel = static_cast<int>(t - static_cast<long long>(pillar) * CHANNELS);
+        const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
+        const int cell = c.z * NX + c.w;
+        canvas[canvas_index(cell, channel)] = to_canvas(pillar_features[t]);
+        if (channel == 0) written_cells[pillar] = cell;
+    }
 }
