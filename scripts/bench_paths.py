@@ -56,17 +56,17 @@ def main() -> int:
         full = linked_frames(Path(args.full), scratch / "full", args.full_frames)
         common = ["--model", str(model), "--device", args.device, "--no-progress"]
 
-        def infer(name: str, frames: Path, *extra: str, out: str | None = "out") -> Path | None:
+        def infer(name: str, frames: Path, *extra: str, out: str | None = "out") -> tuple[Path | None, float]:
+            """(its output folder, its frames/s), after adding its row."""
             target = scratch / f"{out}_{len(rows)}" if out else None
             command = [*PY, "infer", str(frames), *common, *(["--out", str(target)] if target else []), *extra]
             rate, seconds = run_rate(command)
             rows.append((name, f"{rate:,.0f}", f"{seconds:.1f} s wall, {count(frames)} frames"))
-            return target
+            return target, rate
 
-        reference = infer("infer --out (JSON), --batch-size 1 --pipelines 1", camera, "--batch-size", "1",
-                          "--pipelines", "1")
-        default = infer("infer --out (JSON), defaults", camera)
-        default_rate = rows[-1][1]
+        reference, _ = infer("infer --out (JSON), --batch-size 1 --pipelines 1", camera, "--batch-size", "1",
+                             "--pipelines", "1")
+        default, default_rate = infer("infer --out (JSON), defaults", camera)
         rows.append(("  same bytes as --batch-size 1 --pipelines 1", same_files(default, reference), ""))
         for k in args.pipelines:
             infer(f"infer --out (JSON), --pipelines {k}", camera, "--pipelines", str(k))
@@ -77,12 +77,12 @@ def main() -> int:
         if "in-process" not in args.skip:
             rows.extend(in_process(model, camera, args.device))
         many = linked_frames(Path(args.camera), scratch / "many", args.rss_frames)
-        local_rates = {count(camera): as_rate(default_rate)}
+        local_rates = {count(camera): default_rate}
         local_many = None
         if "rss" not in args.skip:
             local_many = scratch / "rss_out"
-            rows.append(rss_row(model, many, local_many, args.device))
-            local_rates[count(many)] = as_rate(rows[-1][1])
+            row, local_rates[count(many)] = rss_row(model, many, local_many, args.device)
+            rows.append(row)
         if "ray" not in args.skip:
             for frames, local in ((camera, reference), (many, local_many)):
                 for workers, share in ((1, "1"), (2, "0.5")):
@@ -133,14 +133,6 @@ def linked_frames(source: Path, folder: Path, count: int) -> Path:
     for index in range(count):
         os.link(frames[index % len(frames)], folder / f"{index:06d}.bin")
     return folder
-
-
-def as_rate(text: str) -> float:
-    """A table cell's frames/s (0 when it holds none)."""
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return 0.0
 
 
 def count(folder: Path) -> int:
@@ -218,7 +210,8 @@ def triton(model: Path, frames: Path) -> list[tuple[str, str, str]]:
     return rows
 
 
-def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[str, str, str]:
+def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[tuple[str, str, str], float]:
+    """The resident-memory row of local ``infer`` over ``frames``, and its frames/s (0 when it printed none)."""
     command = [*PY, "infer", str(frames), "--model", str(model), "--device", device, "--no-progress", "--out", str(out)]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     samples: list[tuple[float, int, dict[str, int]]] = []
@@ -240,17 +233,18 @@ def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[str, str
     stdout, _ = child.communicate()
     watcher.join()
     found = RATE.findall(stdout)
+    rate = float(found[-1].replace(",", "")) if found else 0.0
     total = count(frames)
     steady = [(rss, kinds) for written, rss, kinds in samples if written >= total * 0.1]
     if not steady:
-        return (f"RSS over {total} frames", "n/a", "too few samples")
+        return (f"RSS over {total} frames", "n/a", "too few samples"), rate
     (first, first_kinds), (last, last_kinds) = steady[0], steady[-1]
     drift = (last - first) / first * 100
     parts = ", ".join(f"{name[3:].lower()} {first_kinds[name] / 1024:.0f} -> {last_kinds[name] / 1024:.0f}"
                       for name in ("RssAnon", "RssFile", "RssShmem") if name in first_kinds and name in last_kinds)
-    return (f"infer --out, {total:,} frames: resident memory", found[-1] if found else "0",
+    return (f"infer --out, {total:,} frames: resident memory", f"{rate:,.0f}",
             f"RSS {first / 1024:.0f} MiB at 10 % of the frames -> {last / 1024:.0f} MiB at the end "
-            f"({drift:+.1f} %; {parts} MiB), peak {max(r for _, r, _ in samples) / 1024:.0f} MiB")
+            f"({drift:+.1f} %; {parts} MiB), peak {max(r for _, r, _ in samples) / 1024:.0f} MiB"), rate
 
 
 if __name__ == "__main__":
