@@ -35,7 +35,7 @@ def markdown_report(results: dict[str, Any]) -> str:
         [[r["frames"], r["ours"], _ms(r["ours_p50"]), r["baseline"], _ms(r["baseline_p50"]), f"{r['speedup']:.1f}x"]
          for r in results.get("ratios") or []])
     lines += _table(
-        "Throughput (independent pipelines, one stream and one host thread each)",
+        "Throughput (independent pipelines, each its own streams and host thread)",
         ["engine", "precision", "frames", "pipelines", "batch", "frames/s"],
         [[t["engine"], t["precision"], t["frames"], t["pipelines"], t.get("batch", 1), f"{t['fps']:.0f}"]
          for t in results.get("throughput") or []])
