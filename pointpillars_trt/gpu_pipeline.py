@@ -66,7 +66,7 @@ class CopyCounter:
 
 
 #: Side streams a batch's frames are spread over (frame i on branch i % BRANCHES). Measured on an H200
-#: (batch 8, camera-view crops): one pipeline +14-21 % with 2, 4 or 8; with 4 pipelines in one process,
+#: (batch 8, camera-view crops): one pipeline +14-23 % with 2, 4 or 8; with 4 pipelines in one process,
 #: 2 or 4 cost nothing but 8 cost 5-9 % (their 36 streams share the GPU's 8 hardware queues).
 BRANCHES = 4
 
