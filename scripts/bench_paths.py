@@ -233,7 +233,7 @@ def rss_row(model: Path, frames: Path, out: Path, device: str) -> tuple[tuple[st
     stdout, _ = child.communicate()
     watcher.join()
     found = RATE.findall(stdout)
-    rate = float(found[-1].replace(",", "")) if found else 0.0
+    rate = float(found[-1]) if found else 0.0
     total = count(frames)
     steady = [(rss, kinds) for written, rss, kinds in samples if written >= total * 0.1]
     if not steady:
