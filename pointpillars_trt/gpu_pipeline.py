@@ -407,11 +407,13 @@ class GpuPipeline:
         self._fork.record(self.stream)
         for branch in branches:
             branch.stream.wait_event(self._fork)
-        for index, slot in enumerate(self._slots[:batch]):
-            launch(index, slot, branches[index % len(branches)].stream)
-        for branch in branches:
-            branch.done.record(branch.stream)
-            self.stream.wait_event(branch.done)
+        try:
+            for index, slot in enumerate(self._slots[:batch]):
+                launch(index, slot, branches[index % len(branches)].stream)
+        finally:  # joined even when a launch raised: under capture an unjoined branch would hide that error
+            for branch in branches:
+                branch.done.record(branch.stream)
+                self.stream.wait_event(branch.done)
 
     def _launch_voxelize(self, batch: int) -> None:
         def voxelize(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:

@@ -414,6 +414,33 @@ def test_frames_sharing_a_side_stream_keep_their_own_boxes(family_pair, assets, 
         pipe.close()
 
 
+def test_a_launch_failing_under_capture_is_the_error_reported(family_pair, assets, monkeypatch):  # type: ignore[no-untyped-def]
+    """A frame's launch that raises after its batch forked onto the side streams: the branches are
+    joined all the same, so the capture ends cleanly and the warning names that launch's error (an
+    unjoined capture would report itself instead); the stages then run eagerly, bytes unchanged."""
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)
+    singles = [gpu.detect(f) for f in frames]
+    pipe = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=len(frames), cuda_graph=True)
+    try:
+        slot = pipe._slots[1]
+        launch = slot.voxelize.launch
+
+        def refusing(*args, **kwargs):  # type: ignore[no-untyped-def]
+            if pipe.stream.is_capturing():
+                raise RuntimeError("frame 1 refused under capture")
+            return launch(*args, **kwargs)
+
+        monkeypatch.setattr(slot.voxelize, "launch", refusing)
+        with pytest.warns(RuntimeWarning, match="frame 1 refused under capture"):
+            together = pipe.detect_batch(frames)
+        for i, (one, many) in enumerate(zip(singles, together)):
+            assert one.boxes.tobytes() == many.boxes.tobytes() and one.scores.tobytes() == many.scores.tobytes(), i
+        assert "voxelize" in pipe.graph_failures and "refused" in pipe.graph_failures["voxelize"]
+    finally:
+        pipe.close()
+
+
 def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no-untyped-def]
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
