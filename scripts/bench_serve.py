@@ -11,8 +11,13 @@ pipeline; compute_input and compute_output: moving tensors to and from the backe
 cores the server's processes (tritonserver and its backend stubs) and the clients kept busy. Not a
 test: numbers depend on the machine.
 
+``--ceiling`` adds, per instance count, a row for the same repository with ``model.py`` replaced by a
+model that does no detection: it copies each request's frame once (as the real model copies it into
+pinned staging) and answers at once with its outputs holding 12 zero boxes. That row is what Triton's
+gRPC frontend and Python backend carry on this machine with these clients, whatever the model does.
+
     python scripts/bench_serve.py --model M [--frames DIR] [--clients 32] [--client-processes 8] [--seconds 10]
-        [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4]
+        [--max-batch 1 8] [--instances 1 2 4] [--pipelines 1 4] [--ceiling]
 
 ``--max-batch`` is the largest batch Triton forms for an instance; with P pipelines an instance runs
 one batch on the GPU while Triton hands it the next.
@@ -49,9 +54,12 @@ def main() -> int:
     parser.add_argument("--max-batch", type=int, nargs="+", default=[1, 8], help="one server run per value")
     parser.add_argument("--max-queue-delay-us", type=int, default=2000)
     parser.add_argument("--instances", type=int, nargs="+", default=[1], help="one server run per value")
-    parser.add_argument("--pipelines", type=int, nargs="+", default=[1], help="per instance; one server run per value")
+    parser.add_argument("--pipelines", type=int, nargs="*", default=[1],
+                        help="per instance; one server run per value (none: only the --ceiling rows)")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tritonserver")
+    parser.add_argument("--ceiling", action="store_true",
+                        help="also a row per instance count for a model that answers at once (no detection)")
     args = parser.parse_args()
     frames = [read_velodyne_bin(p) for p in sorted(Path(args.frames).glob("*.bin"))]
     if not frames:
@@ -63,12 +71,19 @@ def main() -> int:
           f"{'mean batch':>10} | errors | {'queue ms':>8} | {'input ms':>8} | {'execute ms':>10} | {'output ms':>9} | "
           f"server cores | client cores")
     print("-" * 162)
-    settings = [(i, p, b) for i in args.instances for p in args.pipelines for b in args.max_batch]
+    settings: list[tuple[int, int | str, int]] = [
+        (i, p, b) for i in args.instances for p in args.pipelines for b in args.max_batch]
+    if args.ceiling:
+        settings += [(i, "ceiling", b) for i in args.instances for b in args.max_batch]
     for instances, pipelines, max_batch in settings:
         with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
-            write_repository(args.model, Path(scratch) / "repo", instances=instances, pipelines=pipelines,
+            repository = Path(scratch) / "repo"
+            write_repository(args.model, repository, instances=instances,
+                             pipelines=pipelines if isinstance(pipelines, int) else 1,
                              max_batch=max_batch, max_queue_delay_us=args.max_queue_delay_us, device=args.device)
-            with TritonServer(Path(scratch) / "repo", install=install, log=Path(scratch) / "server.log") as server:
+            if pipelines == "ceiling":
+                (repository / MODEL_NAME / "1" / "model.py").write_text(CEILING_MODEL, encoding="utf-8")
+            with TritonServer(repository, install=install, log=Path(scratch) / "server.log") as server:
                 row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
                                   args.protocol)
         print(f"{instances:>9} | {pipelines:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | "
@@ -76,6 +91,43 @@ def main() -> int:
               f"{row['input']:>8.2f} | {row['execute']:>10.2f} | {row['output']:>9.2f} | {row['server_cores']:>12.1f} | "
               f"{row['client_cores']:>12.1f}", flush=True)
     return 0
+
+
+#: The ``--ceiling`` model: the real model's inputs and outputs, no detection (see the module docstring).
+#: Tensors cross by DLPack as in the real model, whose hook also silences the stub's capsule renaming.
+CEILING_MODEL = '''\
+import json
+import sys
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+DTYPES = {"TYPE_FP32": np.float32, "TYPE_INT32": np.int32}
+
+
+def _quiet_dlpack_rename(unraisable):
+    if isinstance(unraisable.exc_value, ValueError) and "PyCapsule_GetPointer" in str(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        sys.unraisablehook = _quiet_dlpack_rename
+        config = json.loads(args["model_config"])
+        self.outputs = [(o["name"], DTYPES[o["data_type"]], [1] + [12 if d == -1 else d for d in o["dims"]])
+                        for o in config["output"]]
+        self.staging = np.empty(1 << 24, np.float32)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            points = np.from_dlpack(pb_utils.get_input_tensor_by_name(request, "points"))[0]
+            self.staging[: points.size] = points.reshape(-1)
+            tensors = [pb_utils.Tensor.from_dlpack(name, np.zeros(shape, dtype)) for name, dtype, shape in self.outputs]
+            responses.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        return responses
+'''
 
 
 def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: int, seconds: float,
