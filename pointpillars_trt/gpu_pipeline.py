@@ -36,8 +36,8 @@ from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, StagingBuffer
 from .kernels.pfn import PfnStage
-from .kernels.multihead_post import MultiHeadPostParams, MultiHeadPostprocessStage
-from .kernels.postprocess import OUTPUT_ROW, PostprocessStage, threshold_values
+from .kernels.multihead_post import MultiHeadPostprocessStage
+from .kernels.postprocess import PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
@@ -87,18 +87,12 @@ class _Slot:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
         self.scatter = ScatterStage(cfg, canvas_type, channels_first)
-        self.post: PostprocessStage | MultiHeadPostprocessStage = (
-            PostprocessStage(post_cfg, result, thresholds) if cfg.heads is None
-            else MultiHeadPostprocessStage(post_cfg, result, thresholds))
+        self.post = post_stage_type(cfg)(post_cfg, result, thresholds)
 
 
-def result_shape(cfg: ModelConfig) -> tuple[int, int]:
-    """(rows, values a row) of one frame's post-process result: the header row, then the most boxes
-    the model's post-process keeps (``max_boxes``, or that many a class for a multi-head model)."""
-    if cfg.heads is None:
-        return cfg.postprocess.max_boxes + 1, OUTPUT_ROW
-    params = MultiHeadPostParams.from_config(cfg)
-    return params.max_rows_out, params.row_floats
+def post_stage_type(cfg: ModelConfig) -> type[PostprocessStage] | type[MultiHeadPostprocessStage]:
+    """The post-process of the model's head layout: one head (KITTI style) or several (multi-head)."""
+    return PostprocessStage if cfg.heads is None else MultiHeadPostprocessStage
 
 
 def unsupported_reason(cfg: ModelConfig) -> str | None:
@@ -216,7 +210,7 @@ class GpuPipeline:
         canvas_type, channels_first = np.dtype(canvas_dtype(self.model.precision)), self._rpn.channels_first_input
         self._canvas = cp.zeros((b, *self._rpn.inputs[RPN_INPUT].shape[1:]), canvas_type)
         self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
-        rows, width = result_shape(self.post_cfg)
+        rows, width = post_stage_type(self.post_cfg).result_shape(self.post_cfg)
         self._results = cp.zeros((b, rows, width), np.float32)
         self._results_host = cupyx.empty_pinned((b, rows, width), np.float32)
         self._allocate_input(max_points)
@@ -576,11 +570,7 @@ class GpuPipeline:
         return ()
 
     def _unpack(self, result: np.ndarray, num_points: int) -> Detections:
-        velocity = None
-        if self.cfg.heads is None:
-            boxes, scores, labels, counters = PostprocessStage.unpack(result)
-        else:
-            boxes, scores, labels, counters, velocity = MultiHeadPostprocessStage.unpack(result)
+        boxes, scores, labels, counters, velocity = post_stage_type(self.cfg).unpack(result)
         stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
                            num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"])
         return Detections(boxes, scores, labels, self.cfg.classes, stats, velocity)

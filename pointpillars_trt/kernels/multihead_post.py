@@ -12,7 +12,7 @@ from ..anchors import NMS_CORNER_MARGIN, head_rows, multihead_anchors
 from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
-from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, threshold_values
+from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, Unpacked, threshold_values
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
 
@@ -148,10 +148,16 @@ class MultiHeadPostprocessStage:
                        self.stats, voxel_stats, num_extra, self.thresholds, self._kept, self.result), stream)
 
     @staticmethod
-    def unpack(result: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]:
+    def result_shape(cfg: ModelConfig) -> tuple[int, int]:
+        """(rows, values a row) of ``result``: the header row, then at most ``max_boxes`` boxes a class."""
+        params = MultiHeadPostParams.from_config(cfg)
+        return params.max_rows_out, params.row_floats
+
+    @staticmethod
+    def unpack(result: np.ndarray) -> Unpacked:
         """A host copy of ``result`` -> boxes (n, 7), scores (n,), labels (n,) int32, the header's
         counts by name and the velocities (n, 2) (None for a model without them); copies, never views."""
-        boxes, scores, labels, counts = PostprocessStage.unpack(result)  # the same first nine columns
+        boxes, scores, labels, counts, _ = PostprocessStage.unpack(result)  # the same first nine columns
         out = np.asarray(result, np.float32)
         velocity = out[1 : 1 + counts["count"], BOX_SIZE + 2 : BOX_SIZE + 4].copy() if out.shape[1] > BOX_SIZE + 2 else None
         return boxes, scores, labels, counts, velocity

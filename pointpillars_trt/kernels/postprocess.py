@@ -22,6 +22,9 @@ OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
 # (exact below 2**24), so that one device-to-host copy brings back everything a frame reports.
 POST_HEADER = ("count", "candidates", "selected")
 RESULT_HEADER = POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(POST_HEADER)]
+#: What a post-process stage's ``unpack`` returns: boxes, scores, labels, the header's counts by name,
+#: velocities (None for a model without them).
+Unpacked = tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int], np.ndarray | None]
 
 _SCORE_BLOCK = 256  # threads of the per-anchor kernels
 # Slots of the run-time thresholds buffer the kernels read on every launch (float32; max boxes is exact).
@@ -172,11 +175,11 @@ class PostprocessStage:
         self._offsets = (0, a * p.num_classes, a * (p.num_classes + 7))  # cls | box | dir channels
         na, slots = p.num_anchors, p.groups * p.sort_cap
         if result is not None:
-            check_device_array(result, "result", np.float32, (p.max_boxes + 1, OUTPUT_ROW))
+            check_device_array(result, "result", np.float32, self.result_shape(cfg))
         if thresholds is not None:
             check_device_array(thresholds, "thresholds", np.float32, (len(THRESHOLD_SLOTS),))
         with checked("postprocess: allocating buffers"):
-            self.result = result if result is not None else cp.zeros((p.max_boxes + 1, OUTPUT_ROW), np.float32)
+            self.result = result if result is not None else cp.zeros(self.result_shape(cfg), np.float32)
             self.stats = cp.zeros(len(POST_STATS), np.int32)
             self.thresholds = thresholds if thresholds is not None else cp.asarray(threshold_values(cfg))
             self._anchors = cp.asarray(np.ascontiguousarray(anchors(cfg), np.float32))
@@ -225,11 +228,18 @@ class PostprocessStage:
                  self._group_dir, self.stats, voxel_stats, num_extra, self.thresholds, self._kept, self.result), stream)
 
     @staticmethod
-    def unpack(result: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, int]]:
+    def result_shape(cfg: ModelConfig) -> tuple[int, int]:
+        """(rows, values a row) of ``result``: the header row, then at most ``max_boxes`` boxes."""
+        return cfg.postprocess.max_boxes + 1, OUTPUT_ROW
+
+    @staticmethod
+    def unpack(result: np.ndarray) -> Unpacked:
         """A host copy of ``result`` -> boxes (n, 7) float32, scores (n,) float32, labels (n,) int32
-        (0-based into cfg.classes) and the counts of ``RESULT_HEADER`` by name."""
+        (0-based into cfg.classes), the counts of ``RESULT_HEADER`` by name and velocities (None: this
+        post-process has none; the multi-head one returns the same five)."""
         out = np.asarray(result, np.float32)
         counts = {name: int(v) for name, v in zip(RESULT_HEADER, out[0].tolist())}
         rows = out[1 : 1 + counts["count"]]
         # copies, never views: the caller's pinned result buffer is rewritten by the next frame
-        return rows[:, :BOX_SIZE].copy(), rows[:, BOX_SIZE].copy(), rows[:, BOX_SIZE + 1].astype(np.int32), counts
+        return (rows[:, :BOX_SIZE].copy(), rows[:, BOX_SIZE].copy(), rows[:, BOX_SIZE + 1].astype(np.int32), counts,
+                None)

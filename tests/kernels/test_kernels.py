@@ -324,7 +324,8 @@ def run_post(cp: Any, stage: Any, maps: Maps, stream: Any) -> np.ndarray:
 def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig) -> dict[str, int]:
     from pointpillars_trt.reference import head_maps_to_anchor_major, postprocess
 
-    boxes, scores, labels, counts = gpu_post.PostprocessStage.unpack(result)
+    boxes, scores, labels, counts, velocity = gpu_post.PostprocessStage.unpack(result)
+    assert velocity is None
     ref = postprocess(*maps, cfg)
     logits = head_maps_to_anchor_major(*maps, cfg)[0].astype(np.float64)
     best = (1 / (1 + np.exp(-logits))).max(axis=1)
@@ -444,7 +445,7 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
             p = ref.num_pillars
             np.testing.assert_array_equal(canvas.get(), scatter(feats[:p], ref.coords, cfg)[0].transpose(1, 2, 0))
             result = post.result.get()
-            boxes, _, _, counts = gpu_post.PostprocessStage.unpack(result)
+            boxes, _, _, counts, _ = gpu_post.PostprocessStage.unpack(result)
             assert counts["pillars"] == p and counts["nonfinite"] == ref.num_nonfinite
             from pointpillars_trt.reference import postprocess
 
