@@ -404,7 +404,8 @@ class GpuPipeline:
         try:
             for index, slot in enumerate(self._slots[:batch]):
                 launch(index, slot, branches[index % len(branches)].stream)
-        finally:  # joined even when a launch raised: under capture an unjoined branch would hide that error
+        finally:  # joined even when a launch raised, so that under capture that launch's error is the one
+            # reported instead of CUDA's unjoined-capture error
             for branch in branches:
                 branch.done.record(branch.stream)
                 self.stream.wait_event(branch.done)

@@ -11,7 +11,7 @@ pipeline; compute_input and compute_output: moving tensors to and from the backe
 cores the server's processes (tritonserver and its backend stubs) and the clients kept busy. Not a
 test: numbers depend on the machine.
 
-``--ceiling`` adds, per instance count, a row for the same repository with ``model.py`` replaced by a
+``--ceiling`` adds, per instance count and max batch, a row for the same repository with ``model.py`` replaced by a
 model that does no detection: it copies each request's frame once (as the real model copies it into
 pinned staging) and answers at once with its outputs holding 12 zero boxes. That row is what Triton's
 gRPC frontend and Python backend carry on this machine with these clients, whatever the model does.
@@ -59,7 +59,7 @@ def main() -> int:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--tritonserver")
     parser.add_argument("--ceiling", action="store_true",
-                        help="also a row per instance count for a model that answers at once (no detection)")
+                        help="also a row per instance count and max batch for a model that answers at once (no detection)")
     args = parser.parse_args()
     frames = [read_velodyne_bin(p) for p in sorted(Path(args.frames).glob("*.bin"))]
     if not frames:
@@ -75,6 +75,8 @@ def main() -> int:
         (i, p, b) for i in args.instances for p in args.pipelines for b in args.max_batch]
     if args.ceiling:
         settings += [(i, "ceiling", b) for i in args.instances for b in args.max_batch]
+    if not settings:
+        parser.error("nothing to run: give --pipelines a value, or --ceiling")
     for instances, pipelines, max_batch in settings:
         with tempfile.TemporaryDirectory(prefix="pp-bench-serve-") as scratch:
             repository = Path(scratch) / "repo"
