@@ -35,8 +35,10 @@ class FrameStream:
     def run(self, items: Sequence[object], sources: Sequence[str]) -> Iterator[FrameJob]:
         """The jobs of one group of frames (``sources`` names them, one each), in order (as
         ``FrameRunner.run`` yields them); safe to call from several threads at once."""
-        if len(items) != len(sources) or any(item is BATCH_BREAK for item in items):
+        if len(items) != len(sources):
             raise ValueError(f"{len(items)} frames and {len(sources)} names: expected a name a frame")
+        if any(item is BATCH_BREAK for item in items):
+            raise ValueError("BATCH_BREAK among the frames: the stream puts it after each group itself")
         if not items:
             return
         jobs: queue.SimpleQueue[FrameJob | BaseException] = queue.SimpleQueue()
