@@ -13,8 +13,8 @@ batch, built when a batch is first bound; the neck (transposed convs, kernel == 
 cuDNN executions and one kernel on the caller's stream, no host sync, no allocation, so the
 pipeline can capture it in a CUDA graph.
 
-The plan of each conv shape is picked once (cuDNN heuristics, then timing of every candidate they
-offer when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
+The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
+when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
 cache, ``$POINTPILLARS_TRT_CACHE`` or ``~/.cache/pointpillars-trt``: never the model dir, whose one
 writer is ``build``) in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and
 compute capability, config digest, precision and batch. A missing, corrupt or mismatching entry is
@@ -53,14 +53,9 @@ MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 #: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
 #: checked against batch 1's on random inputs before they are used or cached; 4: no plan needs more
-#: than MAX_WORKSPACE; 5: IEEE fp32 plans are channel-major (NCHW); 6: tuned over every heuristic candidate
-PLAN_CACHE_FORMAT = 6
-#: Heuristic plans built and timed per conv shape when autotuning: all that cuDNN offers (~40 for the
-#: KITTI convs). The heuristics' order is not the speed order: on an H200 the fastest fp16 plan of a
-#: conv was 10th of 41 (0.0145 against 0.0163 ms for the best of the first 6); building one took < 5 ms.
-TUNE_CANDIDATES = 64
-TUNE_SCREEN_ITERS = 5  # executions of the screening round every candidate gets
-TUNE_KEEP = 1.25      # candidates within this factor of the screen's fastest are then timed in full
+#: than MAX_WORKSPACE; 5: IEEE fp32 plans are channel-major (NCHW)
+PLAN_CACHE_FORMAT = 5
+TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 #: Largest workspace a plan may ask for: some IEEE fp32 engines of wide convs ask for tens of GB.
 MAX_WORKSPACE = 256 * 2**20
 TUNE_ITERS = 20       # executions a timing round; a candidate's time is its best of TUNE_ROUNDS rounds
@@ -568,7 +563,7 @@ class CudnnEngine(Engine):
         return g, {"X": x, "W": wt, "B": bt, "Y": y}
 
     def _tune(self, layer: ConvLayer, batch: int, alone: _ConvPlan | None = None) -> _ConvPlan:
-        """Build the heuristics' candidates, time them on the engine's buffers, keep the fastest
+        """Build the first heuristic candidates, time them on the engine's buffers, keep the fastest
         (above batch 1: the fastest whose frames agree with ``alone``, batch 1's plan, within rounding)."""
         g, tensors = self._graph(layer, batch)
         built: list[int] = []
@@ -680,28 +675,23 @@ class CudnnEngine(Engine):
         ws = cp.empty(max([g.get_workspace_size_plan_at_index(i) for i in built] + [1]), np.uint8)
         stream = cp.cuda.Stream(non_blocking=True)
         self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
-        def round_ms(i: int, iters: int) -> float:
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            start.record(stream)
-            for _ in range(iters):
-                g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle)
-            stop.record(stream)
-            stop.synchronize()
-            return float(cp.cuda.get_elapsed_time(start, stop)) / iters
-
-        # A short screening round for every candidate (some take 0.5-8 ms where the best take 0.015),
-        # then TUNE_ROUNDS full rounds for those near the fastest; a candidate's time is its best round.
         times: dict[int, float] = {}
         for i in built:
             try:
-                round_ms(i, 2)  # warm-up
-                times[i] = round_ms(i, TUNE_SCREEN_ITERS)
+                for _ in range(2):
+                    g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle)
+                rounds = []
+                for _ in range(TUNE_ROUNDS):
+                    start, stop = cp.cuda.Event(), cp.cuda.Event()
+                    start.record(stream)
+                    for _ in range(TUNE_ITERS):
+                        g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle)
+                    stop.record(stream)
+                    stop.synchronize()
+                    rounds.append(cp.cuda.get_elapsed_time(start, stop) / TUNE_ITERS)
+                times[i] = min(rounds)
             except Exception:
                 continue
-        fastest = min(times.values(), default=0.0)
-        for i, screened in list(times.items()):
-            if screened <= TUNE_KEEP * fastest:
-                times[i] = min([screened] + [round_ms(i, TUNE_ITERS) for _ in range(TUNE_ROUNDS)])
         stream.synchronize()
         return times
 

@@ -61,7 +61,7 @@ class CudnnOptions:
     TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
     ``config_digest``: when given, must equal the digest of the model config (a stale model dir
     is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``fileio.user_cache_dir``).
-    ``autotune``: time every heuristic candidate of each conv once and cache the fastest (False:
+    ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
     the heuristic's first buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
     """
 
