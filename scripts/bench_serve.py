@@ -21,6 +21,11 @@ gRPC frontend and Python backend carry on this machine with these clients, whate
 
 ``--max-batch`` is the largest batch Triton forms for an instance; with P pipelines an instance runs
 one batch on the GPU while Triton hands it the next.
+
+``--perf-analyzer PATH`` makes Triton's own load generator (``perf_analyzer``, C++, from the
+``tritonclient`` 2.51 wheel's ``bin/``) the clients instead of the Python ones: ``--clients`` requests in
+flight (``--concurrency-range``), the frames as its ``--input-data``; its throughput and p50 / p99 are
+the row's. (Its shared-memory modes refuse the model's optional inputs, so frames go in the messages.)
 """
 
 from __future__ import annotations
@@ -60,13 +65,16 @@ def main() -> int:
     parser.add_argument("--tritonserver")
     parser.add_argument("--ceiling", action="store_true",
                         help="also a row per instance count and max batch for a model that answers at once (no detection)")
+    parser.add_argument("--perf-analyzer", help="perf_analyzer binary: Triton's C++ load generator as the clients")
     args = parser.parse_args()
     frames = [read_velodyne_bin(p) for p in sorted(Path(args.frames).glob("*.bin"))]
     if not frames:
         parser.error(f"--frames {args.frames}: no .bin files")
     install = find_tritonserver(args.tritonserver)
-    print(f"{len(frames)} frames (mean {np.mean([len(f) for f in frames]):.0f} points), {args.clients} "
-          f"{args.protocol} clients in {args.client_processes} processes, {args.seconds:g} s each, device {args.device}")
+    clients = (f"perf_analyzer, {args.clients} {args.protocol} requests in flight" if args.perf_analyzer else
+               f"{args.clients} {args.protocol} clients in {args.client_processes} processes")
+    print(f"{len(frames)} frames (mean {np.mean([len(f) for f in frames]):.0f} points), {clients}, "
+          f"{args.seconds:g} s each, device {args.device}")
     print(f"{'instances':>9} | {'pipelines':>9} | {'max batch':>9} | {'frames/s':>8} | {'p50 ms':>7} | {'p99 ms':>7} | "
           f"{'mean batch':>10} | errors | {'queue ms':>8} | {'input ms':>8} | {'execute ms':>10} | {'output ms':>9} | "
           f"server cores | client cores")
@@ -86,8 +94,12 @@ def main() -> int:
             if pipelines == "ceiling":
                 (repository / MODEL_NAME / "1" / "model.py").write_text(CEILING_MODEL, encoding="utf-8")
             with TritonServer(repository, install=install, log=Path(scratch) / "server.log") as server:
-                row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
-                                  args.protocol)
+                if args.perf_analyzer:
+                    row = run_perf_analyzer(server, args.perf_analyzer, frames, args.clients, args.seconds,
+                                            args.protocol, Path(scratch))
+                else:
+                    row = run_clients(server, args.frames, args.clients, args.client_processes, args.seconds,
+                                      args.protocol)
         print(f"{instances:>9} | {pipelines:>9} | {max_batch:>9} | {row['fps']:>8.1f} | {row['p50']:>7.1f} | "
               f"{row['p99']:>7.1f} | {row['batch']:>10.2f} | {row['errors']} | {row['queue']:>8.2f} | "
               f"{row['input']:>8.2f} | {row['execute']:>10.2f} | {row['output']:>9.2f} | {row['server_cores']:>12.1f} | "
@@ -214,6 +226,48 @@ def client_process(endpoint: str, protocol: str, frames_dir: str, threads: int, 
     cpu = time.process_time() - cpu_start
     remote.close()
     return latencies, errors[0], cpu
+
+
+def run_perf_analyzer(server: TritonServer, binary: str, frames: list[np.ndarray], clients: int, seconds: float,
+                      protocol: str, scratch: Path) -> dict[str, float]:
+    """perf_analyzer at concurrency ``clients``, three windows of ``seconds`` (any spread accepted: a run
+    never fails for want of stability); its frames/s and p50 / p99 over them, the server's own split of
+    that time, and cores (perf_analyzer's process as the clients')."""
+    import base64
+    import json
+    import subprocess
+
+    data = scratch / "frames.json"
+    data.write_text(json.dumps({"data": [
+        {"points": {"content": {"b64": base64.b64encode(np.ascontiguousarray(f, np.float32).tobytes()).decode()},
+                    "shape": list(f.shape)}} for f in frames]}))
+    csv = scratch / "perf.csv"
+    command = [binary, "-m", MODEL_NAME, "-u", server.endpoints[protocol], "-i", protocol,
+               "--concurrency-range", str(clients), "--input-data", str(data),
+               "--measurement-interval", str(int(seconds * 1000)), "--stability-percentage", "999",
+               "--max-trials", "3", "-f", str(csv)]
+    stats_before = server_stats(server)
+    assert server.process is not None
+    server_cpu = tree_cpu_seconds(server.process.pid)
+    started, before = time.time(), os.times()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=seconds * 8 + 120)
+    elapsed = time.time() - started
+    server_cpu = tree_cpu_seconds(server.process.pid) - server_cpu
+    if done.returncode != 0 or not csv.is_file():
+        tail = (done.stdout + done.stderr).strip().splitlines()[-3:]
+        raise SystemExit(f"error: perf_analyzer failed (exit {done.returncode}): {' | '.join(tail)}")
+    header, row = [line.split(",") for line in csv.read_text().splitlines()[:2]]
+    found = dict(zip(header, row))
+    stats = {name: after - stats_before[name] for name, after in server_stats(server).items()}
+    requests = max(stats["inferences"], 1)
+    after = os.times()  # children's times: perf_analyzer's, the one child waited for meanwhile
+    client_cpu = after.children_user + after.children_system - before.children_user - before.children_system
+    return {"fps": float(found["Inferences/Second"]), "p50": float(found["p50 latency"]) / 1e3,
+            "p99": float(found["p99 latency"]) / 1e3,
+            "batch": stats["inferences"] / stats["executions"] if stats["executions"] else 0.0, "errors": 0,
+            "queue": stats["queue_ns"] / requests / 1e6, "input": stats["compute_input_ns"] / requests / 1e6,
+            "execute": stats["compute_infer_ns"] / requests / 1e6, "output": stats["compute_output_ns"] / requests / 1e6,
+            "server_cores": server_cpu / elapsed, "client_cores": client_cpu / elapsed}
 
 
 def server_stats(server: TritonServer) -> dict[str, int]:
