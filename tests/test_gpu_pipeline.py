@@ -394,34 +394,6 @@ def test_a_batch_gives_each_frame_its_batch_of_one_boxes(family_pair, batched, a
     grown.close()
 
 
-def test_programmatic_launches_give_the_bytes_of_ordinary_ones(family_pair, batched, assets, monkeypatch):  # type: ignore[no-untyped-def]
-    """Kernels launched to overlap the end of the one before them (compute capability 9.0+) wait for its
-    results first: frames alone and in a batch give the bytes of a pipeline whose graphs were captured
-    with ordinary launches."""
-    import cupy as cp
-
-    from pointpillars_trt.kernels import programmatic_launch as pl
-
-    _, _, gpu = family_pair
-    hopper = int(cp.cuda.Device().compute_capability) >= 90
-    assert pl.programmatic_launch_enabled(cp.cuda.Device().id) is hopper
-    frames = _mixed_frames(assets)
-    early = [gpu.detect(f) for f in frames] + batched.detect_batch(frames)
-    monkeypatch.setenv(pl.PDL_ENV, "0")
-    pl.programmatic_launch_enabled.cache_clear()
-    plain = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=4)
-    try:
-        assert not pl.programmatic_launch_enabled(cp.cuda.Device().id)
-        ordinary = [plain.detect(f) for f in frames] + plain.detect_batch(frames)
-    finally:
-        plain.close()
-        monkeypatch.delenv(pl.PDL_ENV)
-        pl.programmatic_launch_enabled.cache_clear()
-    assert [d.boxes.tobytes() for d in early] == [d.boxes.tobytes() for d in ordinary]
-    assert [d.scores.tobytes() for d in early] == [d.scores.tobytes() for d in ordinary]
-    assert [d.stats for d in early] == [d.stats for d in ordinary]
-
-
 @pytest.mark.parametrize("cuda_graph", [True, False])
 def test_frames_sharing_a_side_stream_keep_their_own_boxes(family_pair, assets, cuda_graph):  # type: ignore[no-untyped-def]
     """A batch larger than ``BRANCHES``: frames i and i + BRANCHES run one after the other on the same

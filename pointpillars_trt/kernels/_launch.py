@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, InputError
-from .programmatic_launch import launch_programmatic, programmatic_launch_enabled
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
 _INCLUDE = re.compile(r'#include "([a-z_]+\.cuh)"')  # a header of kernels/cuda
@@ -79,20 +78,11 @@ def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...])
         return {name: module.get_function(name) for name in names}
 
 
-def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],
-                  stream: Any, shared_mem: int = 0) -> None:
-    """Enqueue one kernel on ``stream``; a launch the driver refuses raises BackendError. Captured into a
-    CUDA graph on a GPU of compute capability 9.0+, the launch is programmatic (:mod:`.programmatic_launch`):
-    the kernel may start while the one before it ends, and waits for its results in its first line.
-    Eager launches stay CuPy's (the driver call through ctypes costs more host time than it saves there)."""
+def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int, args: tuple[Any, ...], stream: Any) -> None:
+    """Enqueue one kernel on ``stream``; a launch the driver refuses raises BackendError."""
     grid = grid if isinstance(grid, tuple) else (grid,)
-    block = block if isinstance(block, tuple) else (block,)
     with checked(kernel.name):
-        if (stream is not None and programmatic_launch_enabled(cupy_module().cuda.Device().id)
-                and stream.is_capturing()):
-            launch_programmatic(kernel, grid, block, args, stream, shared_mem)
-        else:
-            kernel(grid, block, args, stream=stream, shared_mem=shared_mem)
+        kernel(grid, (block,), args, stream=stream)
 
 
 def f32_define(value: float) -> str:

@@ -10,7 +10,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import PFN_PILLARS_PER_BLOCK
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel, multiprocessors
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, multiprocessors
 
 
 @dataclass(frozen=True)
@@ -65,5 +65,7 @@ class PfnStage:
         p = self.params
         check_device_array(pillars, "pillars", np.float32, (p.max_pillars, p.max_points_per_pillar, p.num_features))
         check_device_count(num_pillars, "num_pillars")
-        launch_kernel(self._k["pfn_forward"], self._grid, (p.out_channels, self.PILLARS_PER_BLOCK),
-                      (pillars, self._weight, self._bias, num_pillars, self.out), stream)
+        kernel = self._k["pfn_forward"]
+        with checked(kernel.name):
+            kernel((self._grid,), (p.out_channels, self.PILLARS_PER_BLOCK),
+                   (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)

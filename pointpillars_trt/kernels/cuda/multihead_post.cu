@@ -19,7 +19,6 @@
 // SORT_CAP, MAX_BOXES (per segment; the run-time value is at most this), NMS_MARGIN,
 // STYLE_OPENPCDET, NMS_RECT_FLOATS, NMS_MASK_THREADS, ROW_FLOATS, SCORE_BLOCK, HEADER_EXTRA, SEG_* (columns of the
 // segment table), SEG_INTS, STAT_* / HEADER_* / THRESHOLD_* slots.
-#include "grid_dependency.cuh"
 #include "common.cuh"
 #include "result_header.cuh"
 #include "rotated_nms.cuh"
@@ -42,7 +41,6 @@ __device__ __forceinline__ size_t cell_of(int r) {
 extern "C" __global__ void __launch_bounds__(SCORE_BLOCK)
 mh_score(const float* __restrict__ heads, const int* __restrict__ segments, const float* __restrict__ thresholds,
          unsigned* __restrict__ key, unsigned long long* __restrict__ candidates, int* __restrict__ stats) {
-    pp_wait_for_prior_grids();
     const int s = blockIdx.y;
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
@@ -66,7 +64,6 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
           int* __restrict__ stats, int* __restrict__ group_count,
           float* __restrict__ group_box, float* __restrict__ group_velocity, float* __restrict__ group_rect,
           float* __restrict__ group_score) {
-    pp_wait_for_prior_grids();
     __shared__ unsigned long long keys[SORT_CAP];
     const int s = blockIdx.x;
     const int* seg = segments + s * SEG_INTS;
@@ -122,7 +119,6 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
 extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 mh_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    pp_wait_for_prior_grids();
     nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
 }
 
@@ -135,7 +131,6 @@ mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restr
           const float* __restrict__ group_box, const float* __restrict__ group_velocity,
           const float* __restrict__ group_score, int* __restrict__ stats, const int* __restrict__ extra,
           int num_extra, const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
-    pp_wait_for_prior_grids();
     const int max_boxes = max(1, min(MAX_BOXES, static_cast<int>(thresholds[THRESHOLD_MAX_BOXES])));
     int total = 0;
     for (int s = 0; s < NUM_SEGMENTS; ++s) total += greedy_nms_group(mask, s, group_count[s], max_boxes, kept + total);

@@ -17,7 +17,6 @@
 // neck_branch block), NECK_MAX_K (largest reduction of a branch: k * k * cin down, cin up), MID,
 // MAX_OUT, TILE_X (head_conv: tile width; TILE_X^2 threads), CI_CHUNK (middle channels staged at a
 // time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table).
-#include "grid_dependency.cuh"
 #include <cuda_fp16.h>
 
 namespace {
@@ -44,7 +43,6 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
                                        const float* __restrict__ bias, io_t* __restrict__ out, int batch, int in_h,
                                        int in_w, int cin, int out_h, int out_w, int cout, int k, int down,
                                        int out_stride, int out_offset) {
-    pp_wait_for_prior_grids();
     __shared__ float values[PIXELS][NECK_MAX_K];
     __shared__ long long target[PIXELS];  // output pixel of each of the block's pixels, -1 past the end
     const int reduce = down ? k * k * cin : cin;
@@ -178,7 +176,6 @@ extern "C" __global__ void __launch_bounds__(TILE_X * TILE_X)
 head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const float* __restrict__ bias,
           const int* __restrict__ branches, float* __restrict__ out, int num_branches, int height, int width,
           int out_channels) {
-    pp_wait_for_prior_grids();
     __shared__ float tile[CI_CHUNK][kHeadRows][kHeadCols];
     __shared__ float w_chunk[MAX_OUT][9][CI_CHUNK];
     const int g = blockIdx.z % num_branches, n = blockIdx.z / num_branches;

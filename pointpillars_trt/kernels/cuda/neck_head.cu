@@ -25,7 +25,6 @@
 // B{i}_HEAD; CU_MAX (largest B{i}_CU); USE_MMA = 1 for the float16 kernel, USE_TF32 = 1 for the TF32
 // one (CU_MAX <= NH_TF32_MAX_UP), both 0 for the float32 one; NH_IN_NCHW (float32 only): channel-major
 // inputs; NH_BLOCK_THREADS and NH_BLOCK_ROWS, the launch shape the host computes (checked here).
-#include "grid_dependency.cuh"
 #include <cuda_fp16.h>
 
 static_assert(!(NH_IN_NCHW && (USE_MMA || USE_TF32)), "channel-major features are read by the float32 kernel only");
@@ -354,7 +353,6 @@ __device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const Gather&
 extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head_f16(
         const __half* __restrict__ x0, const __half* __restrict__ x1, const __half* __restrict__ x2,
         const __half* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
-    pp_wait_for_prior_grids();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     const int warp = threadIdx.x / 32;
@@ -481,7 +479,6 @@ __device__ __forceinline__ void branch_t(const float* __restrict__ feat, const f
 extern "C" __global__ void __launch_bounds__(kThreadsT) neck_head_tf32(
         const float* __restrict__ x0, const float* __restrict__ x1, const float* __restrict__ x2,
         const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
-    pp_wait_for_prior_grids();
     __shared__ __align__(16) SmemT s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     const int warp = threadIdx.x / 32;
@@ -668,7 +665,6 @@ __device__ __forceinline__ void branch_f(const float* __restrict__ feat, const f
 extern "C" __global__ void __launch_bounds__(kThreads, 2) neck_head_f32(
         const float* __restrict__ x0, const float* __restrict__ x1, const float* __restrict__ x2,
         const float* __restrict__ w, const float* __restrict__ bias, float* __restrict__ out, int batch) {
-    pp_wait_for_prior_grids();
     __shared__ __align__(16) Smem s;
     const int a = blockIdx.y / CELL, b = blockIdx.y % CELL;
     gather_rows(s.pix, blockIdx.x * kRows, a, b, batch);

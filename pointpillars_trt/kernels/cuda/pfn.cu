@@ -7,7 +7,6 @@
 //
 // Compile-time configuration (-D options from pfn.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
 // OUT_CHANNELS, PILLARS_PER_BLOCK.
-#include "grid_dependency.cuh"
 namespace {
 constexpr int kPillarFloats = MAX_PTS * NUM_FEATURES;
 }  // namespace
@@ -17,7 +16,6 @@ constexpr int kPillarFloats = MAX_PTS * NUM_FEATURES;
 extern "C" __global__ void pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight,
                                        const float* __restrict__ bias, const int* __restrict__ num_pillars,
                                        float* __restrict__ out) {
-    pp_wait_for_prior_grids();
     __shared__ float s_weight[OUT_CHANNELS * NUM_FEATURES];
     __shared__ float s_points[PILLARS_PER_BLOCK][kPillarFloats];
     const int c = threadIdx.x;

@@ -26,7 +26,6 @@
 // DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
 // OUT_MAX_[XYZ], SCORE_BLOCK, NMS_RECT_FLOATS, NMS_MASK_THREADS, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
 // THRESHOLD_* (slots of `thresholds`: float32 score threshold, NMS IoU, max boxes).
-#include "grid_dependency.cuh"
 #include "common.cuh"
 #include "result_header.cuh"
 #include "rotated_nms.cuh"
@@ -118,7 +117,6 @@ __device__ Decoded decode(const float* box, const float* dir, const float* ancho
 
 extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* __restrict__ thresholds,
                                     unsigned* __restrict__ key, int* __restrict__ block_counts) {
-    pp_wait_for_prior_grids();
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const float threshold = thresholds[THRESHOLD_SCORE];
     int pass = 0;
@@ -133,7 +131,6 @@ extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* 
 }
 
 extern "C" __global__ void pp_offsets(int* __restrict__ block_counts, int* __restrict__ stats) {
-    pp_wait_for_prior_grids();
     __shared__ int totals[1];
     pp_scan_block_counts<1>(block_counts, kScoreBlocks, totals);
     __syncthreads();
@@ -143,7 +140,6 @@ extern "C" __global__ void pp_offsets(int* __restrict__ block_counts, int* __res
 extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
                                       const int* __restrict__ block_counts, const float* __restrict__ thresholds,
                                       unsigned* __restrict__ cand_key, int* __restrict__ cand_anchor) {
-    pp_wait_for_prior_grids();
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned k = a < kNumAnchors ? key[a] : 0u;
     const bool pass = a < kNumAnchors && passes(__uint_as_float(k), thresholds[THRESHOLD_SCORE]);
@@ -160,7 +156,6 @@ extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
 extern "C" __global__ void __launch_bounds__(1024)
 pp_select(const unsigned* __restrict__ cand_key, const int* __restrict__ cand_anchor,
           int* __restrict__ stats, int* __restrict__ sel_anchor, float* __restrict__ sel_score) {
-    pp_wait_for_prior_grids();
     __shared__ unsigned long long keys[SORT_CAP];
     const int n = stats[STAT_CANDIDATES];
     const int k = min(n, TOP_K);
@@ -191,7 +186,6 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
          const int* __restrict__ stats, const float* __restrict__ thresholds, int* __restrict__ group_count,
          float* __restrict__ group_box, float* __restrict__ group_rect,
          float* __restrict__ group_score, int* __restrict__ group_label, int* __restrict__ group_dir) {
-    pp_wait_for_prior_grids();
     const int k = stats[STAT_SELECTED];
 #if PER_CLASS
     const int g = blockIdx.x;
@@ -246,7 +240,6 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
 extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    pp_wait_for_prior_grids();
     nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
 }
 
@@ -295,7 +288,6 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
               const int* __restrict__ group_label, const int* __restrict__ group_dir,
               const int* __restrict__ stats, const int* __restrict__ extra, int num_extra,
               const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
-    pp_wait_for_prior_grids();
 #if PER_CLASS
     __shared__ unsigned long long final_keys[FINAL_CAP];
 #endif

@@ -12,7 +12,6 @@
 //
 // Compile-time configuration (-D options from scatter.py): NX, NY, CHANNELS, MAX_PILLARS, CANVAS_HALF,
 // CANVAS_NCHW.
-#include "grid_dependency.cuh"
 #include <cuda_fp16.h>
 
 namespace {
@@ -41,7 +40,6 @@ __device__ __forceinline__ long long canvas_index(int cell, int channel) {
 extern "C" __global__ void scatter_clear(const int* __restrict__ written_cells,
                                          const int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
-    pp_wait_for_prior_grids();
     const long long slots = static_cast<long long>(*written_count) * CHANNELS;
     for (long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; t < slots;
          t += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -59,7 +57,6 @@ extern "C" __global__ void scatter_write(const float* __restrict__ pillar_featur
                                          int* __restrict__ written_cells,
                                          int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
-    pp_wait_for_prior_grids();
     const int live = min(*num_pillars, MAX_PILLARS);
     const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (first == 0) *written_count = live;

@@ -32,7 +32,6 @@
 //   RANGE_MIN_[XYZ], RANGE_MAX_[XYZ], PILLAR_[XYZ], CENTER_OFFSET_[XYZ] (float literals),
 //   STAT_* (slots of the stats array),
 //   FEATURE_* (codes of the decoration channels).
-#include "grid_dependency.cuh"
 #include "common.cuh"
 
 namespace {
@@ -100,7 +99,6 @@ extern "C" __global__ void vox_classify(const float4* __restrict__ points, const
                                         const int* __restrict__ frame, int num_rows,
                                         int* __restrict__ point_cell, int* __restrict__ cell_first,
                                         int* __restrict__ cell_count) {
-    pp_wait_for_prior_grids();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= live_points(frame, num_rows)) return;
     const int row = first_row(frame, num_rows) + i;
@@ -118,7 +116,6 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
                                      const int* __restrict__ cell_count,
                                      int* __restrict__ cell_bucket, int* __restrict__ stats,
                                      int* __restrict__ block_counts) {
-    pp_wait_for_prior_grids();
     __shared__ int block_start;
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
@@ -149,7 +146,6 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
 
 extern "C" __global__ void vox_offsets(int* __restrict__ block_counts, int num_blocks,
                                        int* __restrict__ stats) {
-    pp_wait_for_prior_grids();
     __shared__ int totals[kBlockStride];
     pp_scan_block_counts<kBlockStride>(block_counts, num_blocks, totals);
     __syncthreads();
@@ -178,7 +174,6 @@ extern "C" __global__ void vox_number(const int* __restrict__ frame, int num_row
                                       int* __restrict__ pillar_total, int* __restrict__ coords,
                                       int* __restrict__ num_points, int* __restrict__ stats,
                                       int* __restrict__ large_pillars) {
-    pp_wait_for_prior_grids();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     const bool live = i < live_points(frame, num_rows);
     const int cell = live ? point_cell[i] : kOutOfRange;
@@ -214,7 +209,6 @@ extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
                                     const int* __restrict__ pillar_total,
                                     int* __restrict__ cell_first, int* __restrict__ cell_count,
                                     int* __restrict__ cell_fill, int* __restrict__ slot_point) {
-    pp_wait_for_prior_grids();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= live_points(frame, num_rows)) return;
     const int cell = point_cell[i];
@@ -243,7 +237,6 @@ extern "C" __global__ void vox_rank_large(const int* __restrict__ stats,
                                           const int* __restrict__ pillar_bucket,
                                           const int* __restrict__ pillar_total,
                                           int* __restrict__ slot_point) {
-    pp_wait_for_prior_grids();
     __shared__ int hist[256];
     __shared__ int kept[MAX_PTS];
     __shared__ int num_kept;
@@ -324,7 +317,6 @@ extern "C" __global__ void __launch_bounds__(kGatherWarps * 32)
 vox_gather(const float4* __restrict__ points, const float* __restrict__ times, const int* __restrict__ frame,
            int num_rows, const int* __restrict__ slot_point, const int* __restrict__ stats, int* __restrict__ coords,
            int* __restrict__ num_points, float* __restrict__ features) {
-    pp_wait_for_prior_grids();
     __shared__ float4 staged[kGatherWarps][MAX_PTS];
 #if HAS_TIME
     __shared__ float staged_time[kGatherWarps][MAX_PTS];
