@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Every plan cuDNN offers for each fp16 conv shape of the KITTI RPN, timed alone, against the engine's pick.
+
+For each distinct conv shape (a subprocess each: a plan that faults takes only its own shape down) at
+each batch: the heuristics' candidates (A + fallback, ~40 a shape), then plans made from every engine id
+and knob value the frontend lists (``create_execution_plan``, up to ``--per-engine`` combinations an
+engine; ``--heuristics-only`` skips them), each built and timed on the engine's own activations (best of
+3 rounds of 20 executions), within ``--budget`` seconds a shape. Prints the fastest plans with their
+error against the first plan timed, the heuristics' candidates in their order, and a table of the
+engine's pick against the fastest found. Random (seeded) weights; needs a CUDA GPU, CuPy and
+nvidia-cudnn-frontend. Not a test: numbers depend on the machine.
+
+    python scripts/probe_cudnn_plans.py [--batches 1,8] [--budget 45] [--heuristics-only]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import random
+import re
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pointpillars_trt.config import load_config
+from pointpillars_trt.convert.export import export_model_dir
+from pointpillars_trt.convert.weights import random_weights
+from pointpillars_trt.runtime.cudnn import (MAX_WORKSPACE, CudnnEngine, CudnnOptions, cudnn_unavailable_reason,
+                                            rpn_conv_layers)
+
+
+def timed(cp: Any, g: Any, pack: dict[int, int], ws: int, i: int, handle: Any, stream: Any, iters: int = 20,
+          rounds: int = 3) -> float:
+    for _ in range(2):
+        g._execute_plan_at_index(pack, ws, i, handle)
+    best = 1e9
+    for _ in range(rounds):
+        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a.record(stream)
+        for _ in range(iters):
+            g._execute_plan_at_index(pack, ws, i, handle)
+        b.record(stream)
+        b.synchronize()
+        best = min(best, cp.cuda.get_elapsed_time(a, b) / iters)
+    return best
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", default="1")
+    ap.add_argument("--budget", type=float, default=45.0, help="seconds of search per shape and batch")
+    ap.add_argument("--per-engine", type=int, default=48)
+    ap.add_argument("--shape", type=int, default=-1, help="only the n-th distinct shape (else one subprocess each)")
+    ap.add_argument("--heuristics-only", action="store_true")
+    ap.add_argument("--plan-cache", default=str(Path(tempfile.gettempdir()) / "pp-probe-cudnn-plans"),
+                    help="the engine's plan cache, shared by the shapes' subprocesses")
+    args = ap.parse_args()
+    reason = cudnn_unavailable_reason()
+    if reason:
+        print(f"error: cannot run: {reason}")
+        return 2
+    if args.shape < 0:
+        import subprocess
+        shapes = len({layer.shape_key for layer in rpn_conv_layers(load_config("openpcdet_kitti_3class"))})
+        for j in range(shapes):
+            try:
+                subprocess.run([sys.executable, __file__, "--batches", args.batches, "--budget", str(args.budget),
+                                "--per-engine", str(args.per_engine), "--shape", str(j), "--plan-cache",
+                                args.plan_cache] + (["--heuristics-only"] if args.heuristics_only else []),
+                               timeout=args.budget * 3 + 60)
+            except subprocess.TimeoutExpired:
+                print(f"\n## shape {j}: no answer within {args.budget * 3 + 60:.0f} s (a plan hung); next shape")
+        return 0
+    import cupy as cp
+    import cudnn
+
+    cfg = load_config("openpcdet_kitti_3class")
+    tmp = Path(tempfile.mkdtemp())
+    md = export_model_dir(random_weights(cfg, 0), cfg, tmp / "m", precision="fp16", source={"random_seed": 0})
+    batches = [int(b) for b in args.batches.split(",")]
+    eng = CudnnEngine(md.rpn_path, cfg, CudnnOptions(precision="fp16", max_batch=max(batches),
+                                                     plan_cache_dir=Path(args.plan_cache))).activate()
+    shape_in = eng.inputs["canvas"].shape[1:]
+    shape_out = eng.outputs["heads"].shape[1:]
+    rng = np.random.default_rng(0)
+    canvas = cp.asarray((np.abs(rng.standard_normal((max(batches), *shape_in))) * (rng.random((max(batches), *shape_in[:2], 1)) < 0.2)).astype(np.float16))
+    heads = cp.zeros((max(batches), *shape_out), np.float32)
+    print(f"# cuDNN {cudnn.backend_version()} frontend {cudnn.__version__}", flush=True)
+    summary = []
+    for batch in batches:
+        eng.bind("canvas", canvas[:batch].data.ptr, (batch, *shape_in))
+        eng.bind("heads", heads[:batch].data.ptr, (batch, *shape_out))
+        eng.run(cp.cuda.Stream.null.ptr)
+        cp.cuda.runtime.deviceSynchronize()
+        chosen = eng._plans[batch]
+        done = set()
+        for k, layer in enumerate(eng._layers):
+            if layer.shape_key in done:
+                continue
+            done.add(layer.shape_key)
+            if len(done) - 1 != args.shape:
+                continue
+            count_same = sum(1 for l in eng._layers if l.shape_key == layer.shape_key)
+            t0 = time.perf_counter()
+            g, tensors = eng._graph(layer, batch)
+            n_heur = int(g.get_execution_plan_count())
+            heur_engines = []
+            for i in range(n_heur):
+                m = re.match(r"eng(\d+)", str(g.get_plan_name_at_index(i)))
+                if m and int(m.group(1)) not in heur_engines:
+                    heur_engines.append(int(m.group(1)))
+            n_eng = int(g.get_engine_count())
+            order = heur_engines + [e for e in range(n_eng) if e not in heur_engines]
+            made = 0
+            for e in ([] if args.heuristics_only else order):
+                try:
+                    knobs = g.get_knobs_for_engine(e)
+                except Exception:
+                    continue
+                axes = []
+                for kn in knobs:
+                    lo, hi, st = int(kn.min_value), int(kn.max_value), max(int(kn.stride), 1)
+                    vals = list(range(lo, hi + 1, st))
+                    if len(vals) > 16:
+                        vals = vals[:: max(1, len(vals) // 16)]
+                    axes.append((kn.type, vals))
+                combos = list(itertools.product(*[[(t, v) for v in vals] for t, vals in axes])) if axes else [()]
+                random.Random(e).shuffle(combos)
+                for combo in combos[: args.per_engine]:
+                    try:
+                        g.create_execution_plan(e, dict(combo))
+                        made += 1
+                    except Exception as exc:
+                        if made == 0 and combo is combos[0]:
+                            print("  create failed:", str(exc)[:200], flush=True)
+            total = int(g.get_execution_plan_count())
+            uids = {name: int(t.get_uid()) for name, t in tensors.items()}
+            x_ptr = eng._activation_ptr(k, batch, input_side=True)
+            (oh, ow) = layer.out_hw
+            y = cp.zeros((batch, oh, ow, layer.out_channels), np.float16)
+            pack = eng._pack(uids, k, x_ptr, int(y.data.ptr))
+            ws = cp.empty(MAX_WORKSPACE, np.uint8)
+            stream = cp.cuda.Stream(non_blocking=True)
+            cudnn.set_stream(handle=eng._handle, stream=stream.ptr)
+            results = []
+            ref = None
+            seen_names = set()
+            errors: list[str] = []
+            for i in range(total):
+                if time.perf_counter() - t0 > args.budget:
+                    break
+                try:
+                    name = str(g.get_plan_name_at_index(i))
+                except Exception:
+                    name = f"?{i}"
+                if name in seen_names:
+                    continue
+                seen_names.add(name)
+                tb = time.perf_counter()
+                try:
+                    g.build_plan_at_index(i)
+                    tb = time.perf_counter() - tb
+                    if int(g.get_workspace_size_plan_at_index(i)) > MAX_WORKSPACE:
+                        continue
+                    ms = timed(cp, g, pack, int(ws.data.ptr), i, eng._handle, stream)
+                    g._execute_plan_at_index(pack, int(ws.data.ptr), i, eng._handle)
+                    stream.synchronize()
+                    out = y.astype(np.float32)
+                    if ref is None:
+                        ref = out.copy()
+                    err = float(cp.abs(out - ref).max() / max(float(cp.abs(ref).max()), 1e-6))
+                    results.append((ms, i, name, err, i < n_heur, tb))
+                except Exception as exc:
+                    errors.append(f"{i}: {str(exc)[:160]}")
+                    continue
+            results.sort()
+            pick = chosen[layer.shape_key].entry.get("plan_name")
+            pick_ms = next((r[0] for r in results if r[2] == pick), float("nan"))
+            heur_best = min((r for r in results if r[4]), default=None)
+            print(f"\n## batch {batch} {layer.shape_key} x{count_same}: engines {n_eng}, heuristic plans {n_heur}, "
+                  f"made {made}, timed {len(results)} in {time.perf_counter() - t0:.1f} s; engine pick {pick} "
+                  f"{pick_ms:.4f} ms; heuristic best {heur_best[0] if heur_best else float('nan'):.4f}", flush=True)
+            for ms, i, name, err, heur, tb in results[:8]:
+                print(f"  {ms:.4f} ms err {err:.1e} {'H' if heur else ' '} #{i} build {tb:.2f} s {name}", flush=True)
+            print(f"  errors {len(errors)}: {errors[:3]}", flush=True)
+            print(f"  heuristic order: " + " ".join(f"#{i}:{ms:.4f}" for ms, i, *_ in sorted(results, key=lambda r: r[1]) if i < n_heur), flush=True)
+            if results:
+                summary.append((batch, layer.shape_key, count_same, pick_ms, results[0][0], results[0][2], results[0][3]))
+        print(f"\n| batch | shape | n | engine pick ms | best found ms | err | best plan |", flush=True)
+        for b, key, n, p, best, name, err in summary:
+            if b == batch:
+                print(f"| {b} | {key} | {n} | {p:.4f} | {best:.4f} | {err:.1e} | {name} |")
+        tot_p = sum(n * p for b, _, n, p, *_ in summary if b == batch)
+        tot_b = sum(n * best for b, _, n, _, best, *_ in summary if b == batch)
+        print(f"batch {batch}: convs {tot_p:.4f} ms with the picks, {tot_b:.4f} ms with the best found", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
