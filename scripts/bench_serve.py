@@ -176,16 +176,12 @@ def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: 
                                                 for i, n in enumerate(shares) if n])
     sampler.join()
     server_cpu = window["end"] - window["start"]
-    stats = {name: after - stats_before[name] for name, after in server_stats(server).items()}
     latencies = [x for mine, _, _ in results for x in mine]
     errors = sum(e for _, e, _ in results)
     ms = np.array(latencies) * 1e3
-    requests = max(stats["inferences"], 1)
     return {"fps": len(latencies) / seconds, "p50": float(np.percentile(ms, 50)) if len(ms) else 0.0,
-            "p99": float(np.percentile(ms, 99)) if len(ms) else 0.0,
-            "batch": stats["inferences"] / stats["executions"] if stats["executions"] else 0.0, "errors": errors,
-            "queue": stats["queue_ns"] / requests / 1e6, "input": stats["compute_input_ns"] / requests / 1e6,
-            "execute": stats["compute_infer_ns"] / requests / 1e6, "output": stats["compute_output_ns"] / requests / 1e6,
+            "p99": float(np.percentile(ms, 99)) if len(ms) else 0.0, "errors": errors,
+            **server_split(server, stats_before),
             "server_cores": server_cpu / seconds, "client_cores": sum(c for _, _, c in results) / seconds}
 
 
@@ -258,16 +254,21 @@ def run_perf_analyzer(server: TritonServer, binary: str, frames: list[np.ndarray
         raise SystemExit(f"error: perf_analyzer failed (exit {done.returncode}): {' | '.join(tail)}")
     header, row = [line.split(",") for line in csv.read_text().splitlines()[:2]]
     found = dict(zip(header, row))
-    stats = {name: after - stats_before[name] for name, after in server_stats(server).items()}
-    requests = max(stats["inferences"], 1)
     after = os.times()  # children's times: perf_analyzer's, the one child waited for meanwhile
     client_cpu = after.children_user + after.children_system - before.children_user - before.children_system
     return {"fps": float(found["Inferences/Second"]), "p50": float(found["p50 latency"]) / 1e3,
-            "p99": float(found["p99 latency"]) / 1e3,
-            "batch": stats["inferences"] / stats["executions"] if stats["executions"] else 0.0, "errors": 0,
-            "queue": stats["queue_ns"] / requests / 1e6, "input": stats["compute_input_ns"] / requests / 1e6,
-            "execute": stats["compute_infer_ns"] / requests / 1e6, "output": stats["compute_output_ns"] / requests / 1e6,
+            "p99": float(found["p99 latency"]) / 1e3, "errors": 0, **server_split(server, stats_before),
             "server_cores": server_cpu / elapsed, "client_cores": client_cpu / elapsed}
+
+
+def server_split(server: TritonServer, before: dict[str, int]) -> dict[str, float]:
+    """Since ``before`` (``server_stats``): the mean batch Triton formed and a request's mean ms queued,
+    moving in, in ``execute`` and moving out."""
+    stats = {name: after - before[name] for name, after in server_stats(server).items()}
+    requests = max(stats["inferences"], 1)
+    return {"batch": stats["inferences"] / stats["executions"] if stats["executions"] else 0.0,
+            "queue": stats["queue_ns"] / requests / 1e6, "input": stats["compute_input_ns"] / requests / 1e6,
+            "execute": stats["compute_infer_ns"] / requests / 1e6, "output": stats["compute_output_ns"] / requests / 1e6}
 
 
 def server_stats(server: TritonServer) -> dict[str, int]:
