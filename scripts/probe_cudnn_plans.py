@@ -4,9 +4,9 @@
 For each distinct conv shape (a subprocess each: a plan that faults takes only its own shape down) at
 each batch: the heuristics' candidates (A + fallback, ~40 a shape), then plans made from every engine id
 and knob value the frontend lists (``create_execution_plan``, up to ``--per-engine`` combinations an
-engine; ``--heuristics-only`` skips them), each built and timed on the engine's own activations (best of
-3 rounds of 20 executions), within ``--budget`` seconds a shape. Prints the fastest plans with their
-error against the first plan timed, the heuristics' candidates in their order, and a table of the
+engine; ``--heuristics-only`` skips them), each built and timed as the engine's autotuning times its
+candidates, within ``--budget`` seconds a shape. Prints per shape the fastest plans with their error
+against the first plan timed, the heuristics' candidates in their order, and a table row of the
 engine's pick against the fastest found. Random (seeded) weights; needs a CUDA GPU, CuPy and
 nvidia-cudnn-frontend. Not a test: numbers depend on the machine.
 
@@ -22,7 +22,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -31,22 +30,6 @@ from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.convert.weights import random_weights
 from pointpillars_trt.runtime.cudnn import (MAX_WORKSPACE, CudnnEngine, CudnnOptions, cudnn_unavailable_reason,
                                             rpn_conv_layers)
-
-
-def timed(cp: Any, g: Any, pack: dict[int, int], ws: int, i: int, handle: Any, stream: Any, iters: int = 20,
-          rounds: int = 3) -> float:
-    for _ in range(2):
-        g._execute_plan_at_index(pack, ws, i, handle)
-    best = 1e9
-    for _ in range(rounds):
-        a, b = cp.cuda.Event(), cp.cuda.Event()
-        a.record(stream)
-        for _ in range(iters):
-            g._execute_plan_at_index(pack, ws, i, handle)
-        b.record(stream)
-        b.synchronize()
-        best = min(best, cp.cuda.get_elapsed_time(a, b) / iters)
-    return best
 
 
 def main() -> int:
@@ -166,7 +149,11 @@ def main() -> int:
                     tb = time.perf_counter() - tb
                     if int(g.get_workspace_size_plan_at_index(i)) > MAX_WORKSPACE:
                         continue
-                    ms = timed(cp, g, pack, int(ws.data.ptr), i, eng._handle, stream)
+                    timing = eng._time_plans(g, uids, layer, batch, [i])  # the engine's own tuning measure
+                    if i not in timing:
+                        raise RuntimeError("did not run")
+                    ms = timing[i]
+                    cudnn.set_stream(handle=eng._handle, stream=stream.ptr)  # the timing set its own stream
                     g._execute_plan_at_index(pack, int(ws.data.ptr), i, eng._handle)
                     stream.synchronize()
                     out = y.astype(np.float32)
@@ -187,16 +174,13 @@ def main() -> int:
             for ms, i, name, err, heur, tb in results[:8]:
                 print(f"  {ms:.4f} ms err {err:.1e} {'H' if heur else ' '} #{i} build {tb:.2f} s {name}", flush=True)
             print(f"  errors {len(errors)}: {errors[:3]}", flush=True)
-            print(f"  heuristic order: " + " ".join(f"#{i}:{ms:.4f}" for ms, i, *_ in sorted(results, key=lambda r: r[1]) if i < n_heur), flush=True)
+            print("  heuristic order: " + " ".join(f"#{i}:{ms:.4f}" for ms, i, *_ in sorted(results, key=lambda r: r[1]) if i < n_heur), flush=True)
             if results:
                 summary.append((batch, layer.shape_key, count_same, pick_ms, results[0][0], results[0][2], results[0][3]))
-        print(f"\n| batch | shape | n | engine pick ms | best found ms | err | best plan |", flush=True)
+        print("\n| batch | shape | convs | engine pick ms | best found ms | err | best plan |", flush=True)
         for b, key, n, p, best, name, err in summary:
             if b == batch:
                 print(f"| {b} | {key} | {n} | {p:.4f} | {best:.4f} | {err:.1e} | {name} |")
-        tot_p = sum(n * p for b, _, n, p, *_ in summary if b == batch)
-        tot_b = sum(n * best for b, _, n, _, best, *_ in summary if b == batch)
-        print(f"batch {batch}: convs {tot_p:.4f} ms with the picks, {tot_b:.4f} ms with the best found", flush=True)
     return 0
 
 
