@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -219,35 +220,51 @@ class PointPillars:
         """The config one call's post-process runs with (None: the detector's own)."""
         return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
-    def infer_many(self, frames: Iterable[object], *, batch_size: int = 1) -> Iterator[FrameResult]:
+    def infer_many(self, frames: Iterable[object], *, batch_size: int = 1,
+                   point_dim: int | None = None) -> Iterator[FrameResult]:
         """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame
-        yields its error and the rest go on. Results come in input order.
+        yields its error and the rest go on. Results come in input order; a failed read is yielded
+        as soon as the frames before it are, so any number of bad frames in a row costs no memory.
+        ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
+        multi-sweep models).
 
         The next frame is read from disk while the current batch runs (on the GPU the detect call
         releases the GIL while it waits for the device).
         """
-        from concurrent.futures import ThreadPoolExecutor
-
+        if isinstance(frames, (str, bytes, os.PathLike)):
+            raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
+                             "pass [path]")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
-        items = iter(enumerate(frames))
+        columns = self.cfg.num_point_columns
+        load = functools.partial(_load_frame, point_dim=columns if point_dim is None else point_dim, columns=columns)
+        return self._stream(iter(enumerate(frames)), batch_size, load)  # checked above, not at the first next()
+
+    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int,
+                load: Callable[[object], object]) -> Iterator[FrameResult]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        columns = self.cfg.num_point_columns
         window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
+        ready = 0  # frames of the window that will run
         with ThreadPoolExecutor(max_workers=1) as reader:
-            pending = _submit_next(reader, items)
+            pending = _submit_next(reader, items, load)
             while pending is not None:
                 source, future = pending
-                pending = _submit_next(reader, items)
+                pending = _submit_next(reader, items, load)
                 try:
-                    window.append((source, _device_or_host_points(future.result(), self.device, self.cfg.num_point_columns)))
+                    window.append((source, _device_or_host_points(future.result(), self.device, columns)))
+                    ready += 1
                 except PointPillarsError as exc:
                     window.append(FrameResult(source, None, exc))
                 except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone
                     error = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
                     window.append(FrameResult(source, None, error))
-                ready = sum(not isinstance(entry, FrameResult) for entry in window)
-                if ready == batch_size or pending is None:
+                # a full batch; the end; failures only (they go out in order at once); or as many
+                # failures waiting behind a part batch as a batch holds (memory stays flat)
+                if ready == batch_size or pending is None or not ready or len(window) - ready >= batch_size:
                     yield from self._run_window(window)
-                    window = []
+                    window, ready = [], 0
 
     def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
         frames = [entry for entry in window if not isinstance(entry, FrameResult)]
@@ -357,10 +374,12 @@ def _is_cuda_array(points: object) -> bool:
         return False
 
 
-def _load_frame(item: object) -> object:
+def _load_frame(item: object, *, point_dim: int, columns: int) -> object:
     """A point file (.bin, .npy, .pcd) read from disk (any failure is that file's InputError); an
     array as it is."""
-    return read_points(item) if isinstance(item, (str, os.PathLike)) else item
+    if isinstance(item, (str, os.PathLike)):
+        return read_points(item, point_dim=point_dim, columns=columns)
+    return item
 
 
 def frame_source(item: object, index: int) -> str:
@@ -368,10 +387,10 @@ def frame_source(item: object, index: int) -> str:
     return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
 
 
-def _submit_next(reader, items: Iterator[tuple[int, object]]):  # type: ignore[no-untyped-def]
+def _submit_next(reader, items: Iterator[tuple[int, object]], load: Callable[[object], object]):  # type: ignore[no-untyped-def]
     nxt = next(items, None)
     if nxt is None:
         return None
     index, item = nxt
-    return frame_source(item, index), reader.submit(_load_frame, item)
+    return frame_source(item, index), reader.submit(load, item)
 

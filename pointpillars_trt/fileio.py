@@ -28,6 +28,20 @@ SAFE_REPR_LIMIT = 160
 
 # --------------------------------------------------------------------------- messages
 
+def name_text(name: str) -> str:
+    """A file name as text every strict UTF-8 reader takes (JSON, Arrow): the name itself when it is
+    valid UTF-8, else its undecodable bytes (lone surrogates under Python's surrogateescape) as
+    ``\\xNN`` escapes, so an output record never carries a string a reader refuses."""
+    try:
+        name.encode("utf-8")
+        return name
+    except UnicodeEncodeError:
+        try:
+            return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:  # a surrogate no file system byte decodes to
+            return name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
     """A short, single-line, terminal-safe repr of an untrusted name or value for an error message.
 

@@ -37,17 +37,19 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 # --------------------------------------------------------------------------- entry point
 
 def read_points(
-    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int = 4
+    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int | None = None
 ) -> np.ndarray:
     """Read a lidar frame file as a C-contiguous (N, columns) float32 array of x, y, z, intensity
-    (and, for ``columns`` 5, each point's time lag: ``ModelConfig.point_columns``).
+    (and, for ``columns`` 5, each point's time lag: ``ModelConfig.point_columns``). ``columns``
+    defaults to 5 for ``point_dim`` 5 (a multi-sweep model's x, y, z, intensity, time), else 4.
 
     The format follows the extension (case-insensitive):
 
     * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
       nuScenes-style x, y, z, intensity, time); the first ``columns`` are kept. A size that is
-      not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a 5-value file
-      read as 4 (see :func:`looks_like_five_values`) is refused: both name ``--point-dim 5``.
+      not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a file of 5 values
+      a point read as 4, or of 4 read as 5 (see :func:`looks_misread`), is refused: both name the
+      ``--point-dim`` that fits.
       0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
@@ -60,6 +62,8 @@ def read_points(
     Only :class:`InputError` leaves this function: any other exception a reader raises (a bug, or a
     file shaped in a way no check foresaw) becomes one naming the file, so no reader can end a run.
     """
+    if columns is None:
+        columns = 5 if point_dim == 5 else 4
     try:
         return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     except InputError:
@@ -117,7 +121,7 @@ def read_points_into(
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     ext = os.path.splitext(os.fspath(path))[1].lower()
     if ext != ".bin" or point_dim != 4:
-        points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale)
+        points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4)
         rows = allocate(len(points))
         if rows is None:
             return points
@@ -137,7 +141,7 @@ def read_points_into(
         os.close(fd)
     if got != size:
         raise InputError(f"point file {safe_repr(path)} changed size while being read")
-    _check_not_five_values(target.reshape(-1), path, "point file")
+    _check_layout(target.reshape(-1), 4, path, "point file")
     if intensity_scale is not None:
         target[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return target
@@ -184,12 +188,18 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str) -> Non
                          f"more than the limit of {MAX_FRAME_POINTS} points a frame")
 
 
-def _check_not_five_values(values: np.ndarray, path: PathLike, what: str) -> None:
-    if looks_like_five_values(values):
+#: What a .bin of each row length is, for the message of a file read with the other one.
+_LAYOUTS = {4: "x, y, z, intensity, as KITTI writes them", 5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
+
+
+def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse a file whose values read as ``point_dim`` a point are rows of the other length (4 <-> 5)."""
+    if looks_misread(values, point_dim):
+        other = 9 - point_dim
         raise InputError(
-            f"{what} {safe_repr(path)} looks like 5 float32 values a point (x, y, z, intensity, ring/time, "
-            "as nuScenes writes them) read as 4: its 4th column holds negative and coordinate-like values, "
-            "not intensities; pass --point-dim 5"
+            f"{what} {safe_repr(path)} looks like {other} float32 values a point ({_LAYOUTS[other]}) read as "
+            f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
+            f"pass --point-dim {other} (Python: point_dim={other})"
         )
 
 
@@ -238,28 +248,31 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not 5 values a point read as 4."""
     _check_bin_size(source, len(data), int(point_dim), what)
     values = np.frombuffer(data, dtype="<f4")
-    if point_dim == 4:
-        _check_not_five_values(values, source, what)
+    if point_dim in _LAYOUTS:
+        _check_layout(values, int(point_dim), source, what)
     return values.reshape(-1, int(point_dim))[:, :columns]
 
 
 _LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
 
 
-def looks_like_five_values(values: np.ndarray) -> bool:
-    """True when flat float32 ``values`` are far more plausible as rows of 5 than as rows of 4.
+def looks_misread(values: np.ndarray, point_dim: int) -> bool:
+    """True when flat float32 ``values`` read as ``point_dim`` (4 or 5) values a point are far more
+    plausible as rows of the other length (5 or 4).
 
-    Read as 4 values a point, a 5-value file puts every field in turn into the intensity column,
-    so (1) the file holds whole rows of 5, (2) over 5 % of the "intensities" are negative (lidar
-    intensity never is), and (3) values 5 apart (the same field of neighbouring points) differ less
-    than values 4 apart. Real KITTI scans, ordered or shuffled, fail (2) and (3) by a wide margin.
-    Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
+    Read with the wrong row length, every field takes its turn in the intensity column, so (1) the
+    values form whole rows of both lengths, (2) over 5 % of the "intensities" are negative (lidar
+    intensity never is), and (3) values the other length apart (the same field of neighbouring points)
+    differ less than values ``point_dim`` apart. Real KITTI scans read as 4 and nuScenes sweeps read as
+    5, ordered or shuffled, fail (2) and (3) by a wide margin. Looks at two samples of at most
+    ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
     """
-    if values.size % 20 or values.size < 40:
+    if point_dim not in _LAYOUTS or values.size % 20 or values.size < 40:
         return False
+    other = 9 - point_dim
     middle = (values.size // 2) // 20 * 20
     samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
-    columns = [s[: s.size // 4 * 4].reshape(-1, 4)[:, 3] for s in samples]
+    columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
     if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
         return False
     intensity = np.concatenate(columns)
@@ -267,18 +280,20 @@ def looks_like_five_values(values: np.ndarray) -> bool:
     if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
         return False
     with np.errstate(over="ignore", invalid="ignore"):
-        step4 = np.concatenate([np.abs(s[4:] - s[:-4]) for s in samples])
-        step5 = np.concatenate([np.abs(s[5:] - s[:-5]) for s in samples])
-    step4, step5 = step4[np.isfinite(step4)], step5[np.isfinite(step5)]
-    return bool(step4.size and step5.size and np.median(step5) < np.median(step4))
+        step_read = np.concatenate([np.abs(s[point_dim:] - s[:-point_dim]) for s in samples])
+        step_other = np.concatenate([np.abs(s[other:] - s[:-other]) for s in samples])
+    step_read, step_other = step_read[np.isfinite(step_read)], step_other[np.isfinite(step_other)]
+    return bool(step_read.size and step_other.size and np.median(step_other) < np.median(step_read))
 
 
 def _other_dim_hint(size: int, point_dim: int) -> str:
-    """The size error's pointer to the other layout (--point-dim 5 for nuScenes-style files)."""
-    if point_dim == 4:
-        whole = "; its size fits 5 values a point" if size % 20 == 0 else ""
-        return f"{whole}: for x, y, z, intensity, ring/time files (nuScenes) pass --point-dim 5"
-    return "; its size fits 4 values a point (KITTI): pass --point-dim 4" if size % 16 == 0 else ""
+    """The size error's pointer to the other layout (4 <-> 5 values a point), or to neither."""
+    other = {4: 5, 5: 4}.get(point_dim)
+    if other is not None and size % (4 * other) == 0:
+        return f"; its size fits {other} values a point ({_LAYOUTS[other]}): pass --point-dim {other}"
+    if other is not None:
+        return "; it fits neither 4 nor 5 float32 values a point: is it a point file?"
+    return ""
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

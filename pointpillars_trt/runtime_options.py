@@ -7,6 +7,7 @@ the arithmetic (TF32), CUDA graphs, CPU threads, the batch size and the post-pro
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -57,8 +58,9 @@ class RuntimeOptions:
             if not isinstance(getattr(self, name), bool):
                 raise PointPillarsError(f"{name}: expected True or False, received {getattr(self, name)!r}")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
-            raise PointPillarsError(f"threads: expected a positive int or None, received {self.threads!r}")
+                                         or not 1 <= self.threads <= max_threads()):
+            raise PointPillarsError(f"threads: expected 1..{max_threads()} (this machine's cores) or None, "
+                                    f"received {self.threads!r}")
         if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
             raise PointPillarsError(f"max_batch: expected 1..{MAX_BATCH}, received {self.max_batch!r}")
         if not isinstance(self.thresholds, Thresholds):
@@ -85,3 +87,9 @@ class RuntimeOptions:
         values = dict(data)
         values["thresholds"] = Thresholds(**values.get("thresholds", {}))
         return cls(**values)
+
+
+def max_threads() -> int:
+    """The most CPU threads ONNX Runtime may be given: this machine's cores (more only contend for them,
+    and thousands take minutes and gigabytes just to start)."""
+    return os.cpu_count() or 1

@@ -72,7 +72,8 @@ def test_bin_frames_keep_the_model_columns(tmp_path: Path) -> None:
     path = tmp_path / "f.bin"
     rows.tofile(path)
     assert read_points(path, point_dim=5, columns=5).tolist() == rows.tolist()
-    assert read_points(path, point_dim=5).tolist() == rows[:, :4].tolist()
+    assert read_points(path, point_dim=5).tolist() == rows.tolist()  # point_dim 5: the time column too
+    assert read_points(path, point_dim=5, columns=4).tolist() == rows[:, :4].tolist()
     with pytest.raises(InputError, match=r"point_dim 4: the model reads 5 values a point \(x, y, z, intensity, time\); "
                                          r"read its frames with point_dim 5 \(--point-dim 5\)"):
         read_points(path, point_dim=4, columns=5)

@@ -245,3 +245,43 @@ def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path
         assert result.detections is None and isinstance(result.error, InputError), result
         assert "\n" not in str(result.error)
     assert results[-1].error is None and results[-1].detections is not None
+
+
+def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: Path) -> None:
+    """Thousands of unreadable paths in a row: each error comes out as soon as the frames before it did
+    (the reader is at most a couple of paths ahead), so memory and time stay flat; then a good frame."""
+    from tiny import tiny_model_dir
+
+    consumed = 0
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+
+    def paths():  # type: ignore[no-untyped-def]
+        nonlocal consumed
+        for index in range(5000):
+            consumed += 1
+            yield str(tmp_path / f"missing{index}.bin")
+        consumed += 1
+        yield str(good)
+
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = detector.infer_many(paths(), batch_size=4)
+        first = next(results)
+        assert first.error is not None and "missing0.bin" in first.source and consumed <= 3
+        rest = list(results)
+    assert len(rest) == 5000 and all(r.error is not None for r in rest[:-1])
+    assert rest[-1].error is None and rest[-1].detections is not None
+
+
+def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:
+    import os
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import PointPillarsError
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    with PointPillars(model, device="cpu") as detector:
+        with pytest.raises(InputError, match=r"got the single path 'a.bin': pass \[path\]"):
+            detector.infer_many("a.bin")
+    with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{os.cpu_count()} \(this machine's cores\)"):
+        PointPillars(model, device="cpu", threads=(os.cpu_count() or 1) + 1)

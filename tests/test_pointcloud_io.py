@@ -44,10 +44,11 @@ def test_bin_kitti_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_points(tmp_path / "upper.BIN"), pts)
 
 
-def test_bin_point_dim_5_keeps_first_four_columns(tmp_path: Path) -> None:
+def test_bin_point_dim_5_keeps_five_columns_unless_told(tmp_path: Path) -> None:
     rows = np.column_stack([sample(9), np.arange(9, dtype=np.float32)])  # nuScenes: x y z i ring
     (tmp_path / "n.bin").write_bytes(rows.astype("<f4").tobytes())
-    np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5), rows[:, :4])
+    np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5), rows)
+    np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5, columns=4), rows[:, :4])
     one_line_error(lambda: read_points(tmp_path / "n.bin"), "180 bytes", "multiple of 16")
     (tmp_path / "odd.bin").write_bytes(bytes(48))  # 48 bytes: 3 rows of 4, not rows of 5
     one_line_error(lambda: read_points(tmp_path / "odd.bin", point_dim=5), "48 bytes", "multiple of 20")
@@ -363,7 +364,7 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
     the plain definitions do, on frames with NaN, infinities, negative and 0-255 intensities: 8-bit when
     the finite intensities lie in [0, 255] with one above 1.5; never 5 values a point while no
     "intensity" is negative."""
-    from pointpillars_trt.pointcloud_io import looks_like_five_values
+    from pointpillars_trt.pointcloud_io import looks_misread
 
     rng = np.random.default_rng(7)
     for trial in range(300):
@@ -377,7 +378,7 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
         plain = bool(finite.size) and finite.min() >= 0 and 1.5 < finite.max() <= 255
         assert intensity_looks_8bit(pts) == plain, trial
         if not np.any(pts[:, 3] < 0):
-            assert not looks_like_five_values(pts.reshape(-1)), trial
+            assert not looks_misread(pts.reshape(-1), 4), trial
 
 
 def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:

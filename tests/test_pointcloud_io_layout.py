@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.pointcloud_io import looks_like_five_values, read_points
+from pointpillars_trt.pointcloud_io import looks_misread, read_points
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
 
@@ -41,8 +41,8 @@ def test_real_kitti_scans_never_look_like_five_values(assets: Path) -> None:
         rows = np.fromfile(path, "<f4").reshape(-1, 4)
         np.testing.assert_array_equal(read_points(path), rows)
         for trimmed in (rows, rows[: len(rows) // 5 * 5]):  # also with a point count that fits rows of 5
-            assert not looks_like_five_values(trimmed.ravel()), path
-            assert not looks_like_five_values(trimmed[rng.permutation(len(trimmed))].ravel()), path
+            assert not looks_misread(trimmed.ravel(), 4), path
+            assert not looks_misread(trimmed[rng.permutation(len(trimmed))].ravel(), 4), path
 
 
 def test_nuscenes_sweeps_read_as_four_are_refused(assets: Path) -> None:
@@ -53,7 +53,7 @@ def test_nuscenes_sweeps_read_as_four_are_refused(assets: Path) -> None:
     text = refused(ragged)
     assert "201060 bytes, not a multiple of 16" in text and "fits 5 values a point" in text
     for name in NUSCENES_FRAMES:
-        expected = np.fromfile(assets / name, "<f4").reshape(-1, 5)[:, :4]
+        expected = np.fromfile(assets / name, "<f4").reshape(-1, 5)
         np.testing.assert_array_equal(read_points(assets / name, point_dim=5), expected)
 
 
@@ -63,7 +63,7 @@ def test_synthetic_five_value_rows_refused_in_any_order(tmp_path: Path) -> None:
         path = tmp_path / f"{order}.bin"
         data.tofile(path)
         refused(path)
-        np.testing.assert_array_equal(read_points(path, point_dim=5), data[:, :4])
+        np.testing.assert_array_equal(read_points(path, point_dim=5), data)
 
 
 def test_four_value_rows_that_fit_five_are_read(tmp_path: Path) -> None:
@@ -81,8 +81,31 @@ def test_size_errors_name_the_other_point_dim(tmp_path: Path) -> None:
     sweep_rows(3, seed=4).tofile(tmp_path / "three.bin")  # 60 bytes: rows of 5, not of 4
     assert "fits 5 values a point" in refused(tmp_path / "three.bin")
     (tmp_path / "odd.bin").write_bytes(bytes(36))  # neither
-    text = refused(tmp_path / "odd.bin")
-    assert "fits" not in text
+    for point_dim in (4, 5):
+        with pytest.raises(InputError) as err:
+            read_points(tmp_path / "odd.bin", point_dim=point_dim)
+        assert "fits neither 4 nor 5 float32 values a point" in str(err.value) and "--point-dim" not in str(err.value)
     (tmp_path / "four.bin").write_bytes(bytes(48))  # rows of 4 read as 5
-    with pytest.raises(InputError, match="fits 4 values a point .KITTI.: pass --point-dim 4"):
+    with pytest.raises(InputError, match=r"fits 4 values a point \(x, y, z, intensity, as KITTI writes them\): pass --point-dim 4"):
         read_points(tmp_path / "four.bin", point_dim=5)
+
+
+def test_kitti_scans_read_as_five_values_are_refused(assets: Path, tmp_path: Path) -> None:
+    """A KITTI scan (4 values a point) read with point_dim 5: refused naming --point-dim 4 when its size
+    also fits rows of 5 (in scan order and shuffled), a size error naming it otherwise; nuScenes sweeps
+    read as 5 pass (``test_nuscenes_sweeps_read_as_four_are_refused``)."""
+    rng = np.random.default_rng(5)
+    for path in sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin")):
+        rows = np.fromfile(path, "<f4").reshape(-1, 4)
+        rows = rows[: len(rows) // 5 * 5]  # whole rows of 5 too
+        for order, data in (("scan", rows), ("shuffled", rows[rng.permutation(len(rows))])):
+            target = tmp_path / f"{path.stem}_{order}.bin"
+            data.tofile(target)
+            assert looks_misread(data.ravel(), 5), target
+            with pytest.raises(InputError) as err:
+                read_points(target, point_dim=5)
+            text = str(err.value)
+            assert "looks like 4 float32 values a point" in text and "pass --point-dim 4" in text, text
+            np.testing.assert_array_equal(read_points(target), data)
+    for name in NUSCENES_FRAMES:
+        assert not looks_misread(np.fromfile(assets / name, "<f4"), 5), name

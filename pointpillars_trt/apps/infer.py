@@ -26,14 +26,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
+from ..fileio import PendingFlush, check_writable_folder, name_text, process_alive, remove_stale_temp_files, \
+    safe_repr
 from ..graph_io import MAX_BATCH
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
-    is_full_disk_error, sources_in_parts, write_frame
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
+    frame_row, is_full_disk_error, output_complete, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import frame_preparer
@@ -76,6 +77,15 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def threads_arg(text: str) -> int:
+    from ..runtime_options import max_threads
+
+    value = positive_int(text)
+    if value > max_threads():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{max_threads()} (this machine's cores)")
     return value
 
 
@@ -151,7 +161,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("--pipelines", type=pipelines_arg, default=None,
                      help=f"GPU pipelines run side by side, each its own stream and thread (default: "
                           f"{DEFAULT_GPU_PIPELINES} on the GPU, 1 on the CPU); outputs do not depend on it")
-    run.add_argument("--threads", type=positive_int, default=None,
+    run.add_argument("--threads", type=threads_arg, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core)")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
     run.add_argument("--score-threshold", type=unit_float, default=None,
@@ -377,6 +387,8 @@ def output_format(args: argparse.Namespace) -> str:
 def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
     """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
     fmt = output_format(args)
+    if args.out is not None and not args.out.strip():
+        raise InputError("--out '': an empty folder name (an unset variable?); name the folder for the outputs")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         raise InputError(f"--out {safe_repr(args.out)} is an existing file; --out names a folder for one output "
@@ -387,6 +399,11 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if fmt in ROW_FORMATS and out is None:
         raise InputError(f"--format {fmt} needs --out DIR: its part files are written there")
+    earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
+    if earlier:
+        raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "
+                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: pass "
+                         "--skip-existing to run only the frames they lack, or give another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
@@ -494,16 +511,29 @@ def scratch_folder() -> Iterator[Path]:
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
                   skip_existing: bool) -> tuple[list[str], list[str]]:
     """(frames to run, frames skipped) under ``--skip-existing``: a frame is skipped when all its
-    outputs are there (they are complete: written atomically) or its row is in a part file."""
+    outputs are there and complete (this package writes them atomically; an empty or cut file came
+    from elsewhere, or from a crash before the run's flush, and is redone, said once) or its row is in
+    a part file (sources compared as absolute paths, so ``dir/`` and ``/abs/dir/`` are one frame)."""
     if not skip_existing or out is None:
         return list(frames), []
+    present: set[str] | None = None
     if fmt in ROW_FORMATS:
-        present = sources_in_parts(out, fmt)
-        has_outputs = [f in present and all(p.is_file() for p in plan.files_of(f)) for f in frames]
-    else:
-        has_outputs = [all(p.is_file() for p in plan.files_of(f)) for f in frames]
-    return ([f for f, skip in zip(frames, has_outputs) if not skip],
-            [f for f, skip in zip(frames, has_outputs) if skip])
+        present = {os.path.abspath(source) for source in sources_in_parts(out, fmt)}
+    todo: list[str] = []
+    skipped: list[str] = []
+    incomplete: list[Path] = []
+    for frame in frames:
+        if present is not None and os.path.abspath(name_text(frame)) not in present:
+            todo.append(frame)
+            continue
+        files = plan.files_of(frame)
+        cut = [path for path in files if path.exists() and not output_complete(path)]
+        incomplete.extend(cut)
+        (skipped if all(path.is_file() for path in files) and not cut else todo).append(frame)
+    if incomplete:
+        print(f"redoing the frames of {len(incomplete)} empty or incomplete output file(s) in {out} "
+              f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
+    return todo, skipped
 
 
 class FrameReport:
@@ -621,6 +651,18 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         if rows is not None:
             rows.close()
             to_flush.add(rows.files)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' rows are kept, durable, for a resume
+        if rows is not None and rows.rows:
+            kept = len(rows.rows)
+            try:
+                rows.close()
+                to_flush.add(rows.files)
+                to_flush.flush()
+                report.note(f"stopped: the rows of {kept} finished frame(s) are in {safe_repr(str(rows.files[-1]))}; "
+                            "rerun with --skip-existing to finish")
+            except (InputError, OSError) as exc:
+                report.note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
+        raise
     finally:
         runner.close()
         report.bar.close()

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import dumps_strict, safe_repr, write_bytes_atomic
+from ..fileio import dumps_strict, name_text, safe_repr, write_bytes_atomic
 from .messages import one_line
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     result.boxes = len(scores)
     writes: list[tuple[Path, Callable[[Path], None]]] = []
     if plan.json_dir is not None:
-        data = (dumps_strict(det.to_json_dict(stem)) + "\n").encode("utf-8")
+        data = (dumps_strict(det.to_json_dict(name_text(stem))) + "\n").encode("utf-8")
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
     if plan.kitti_dir is not None:
         calib = read_calibration(calib_for_frame(source, plan.calib_dir))
@@ -170,8 +170,8 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
     from ..detections import FrameStats
 
     found = det if det is not None else _Detections.empty(class_names, FrameStats(0))
-    record = found.to_json_dict(Path(source).stem)
-    return {"source": source, "error": error, **record}
+    record = found.to_json_dict(name_text(Path(source).stem))
+    return {"source": name_text(source), "error": None if error is None else name_text(error), **record}
 
 
 class RowParts:
@@ -219,6 +219,27 @@ class RowParts:
         buffer = io.BytesIO()
         pq.write_table(pa.Table.from_pylist(rows, schema=row_schema(self.class_names)), buffer)
         return buffer.getvalue()
+
+
+#: How each per-frame output file ends when whole (KITTI label files may be empty: no detections).
+_COMPLETE_ENDINGS = {".json": b"}\n", ".txt": b"\n", ".png": b"IEND\xaeB`\x82"}
+
+
+def output_complete(path: Path) -> bool:
+    """Whether a per-frame output file is whole: it ends as this package ends that kind of file (a
+    KITTI label file may be empty). Reads its last bytes only."""
+    ending = _COMPLETE_ENDINGS.get(path.suffix)
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if ending is None or (size == 0 and path.suffix == ".txt"):
+                return True
+            if size < len(ending):
+                return False
+            f.seek(size - len(ending))
+            return f.read(len(ending)) == ending
+    except OSError:
+        return False
 
 
 def existing_parts(folder: Path, output_format: str) -> list[Path]:

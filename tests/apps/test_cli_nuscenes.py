@@ -52,3 +52,15 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
                           "--format kitti: model openpcdet_nuscenes_multihead predicts box velocities",
                           "use --format json")
     assert not (tmp_path / "k").exists()
+
+
+@pytest.mark.slow
+def test_infer_many_reads_files_with_the_models_point_columns(nuscenes: Path, model: Path) -> None:
+    """``infer_many`` on paths of a multi-sweep model reads 5 values a point (its point columns), as the
+    detector on ``read_points(point_dim=5)``, which now keeps the time column by default."""
+    with PointPillars.from_model_dir(model, device="cpu") as detector:
+        (result,) = detector.infer_many([nuscenes / FRAME])
+        assert result.error is None and result.detections is not None
+        want = detector(read_points(nuscenes / FRAME, point_dim=5))
+    np.testing.assert_array_equal(result.detections.boxes, want.boxes)
+    assert result.detections.names == want.names and len(want) >= 10
