@@ -136,9 +136,9 @@ def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan
     the frames after it fail at once with ``NOT_WRITTEN``, until that file system has space again."""
     global _full_folder
     if _full_folder is not None:
-        if _free_bytes(_full_folder) < SPACE_TO_WRITE_AGAIN:
+        if _full_folder == plan.folder and _free_bytes(_full_folder) < SPACE_TO_WRITE_AGAIN:
             raise InputError(NOT_WRITTEN)
-        _full_folder = None
+        _full_folder = None  # space again, or another run's folder (an earlier run in this process)
     try:
         written = write_frame_outputs(det, source, plan, points, durable=False)
     except InputError as exc:

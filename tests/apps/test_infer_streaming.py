@@ -221,3 +221,97 @@ def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Pat
     assert remove_stale_temp_files(tmp_path) == 1
     assert not stale.exists() and live.exists() and user.exists()
     assert tempfile.gettempdir()
+
+
+def test_skip_existing_redoes_empty_and_cut_outputs(model_path, frames, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Outputs cut short or emptied outside the run (or by a crash before its flush) are redone, said
+    once; whole ones are skipped."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for path in reference.iterdir():
+        (out / path.name).write_bytes(path.read_bytes())
+    names = sorted(p.name for p in out.glob("*.json"))
+    (out / names[0]).write_bytes(b"")
+    (out / names[1]).write_bytes((reference / names[1]).read_bytes()[:40])
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
+    assert rc == 1 and "redoing the frames of 2 empty or incomplete output file(s)" in err, err
+    assert f"skipping {len(names) - 2} frame(s)" in err
+    assert files_of(out) == files_of(reference)
+
+
+def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_parts(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path, monkeypatch) -> None:
+    out = tmp_path / "rows"
+    monkeypatch.chdir(frames.parent)
+    rc, _, _ = infer(frames.name, "--model", str(model_path), "--out", str(out), "--format", "jsonl")
+    assert rc == 1 and len(list(out.glob("detections-*.jsonl"))) == 1
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl")
+    assert rc == 2 and err.count("\n") == 1 and "already holds 1 jsonl part file(s)" in err and "--skip-existing" in err
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
+                       "--skip-existing")
+    assert rc == 0 and "skipping 41 frame(s)" in err, err
+    assert len(list(out.glob("detections-*.jsonl"))) == 1
+
+
+def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+    from pyarrow import json as pa_json
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    first = sorted(frames.glob("0*.bin"))[0]
+    odd = os.fsdecode(b"z\xff.bin")
+    (folder / odd).write_bytes(first.read_bytes())
+    (folder / first.name).write_bytes(first.read_bytes())
+    for fmt in ("json", "jsonl", "parquet"):
+        out = tmp_path / fmt
+        rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt)
+        assert rc == 0, err
+        if fmt == "json":
+            record = json.loads((out / os.fsdecode(b"z\xff.json")).read_bytes().decode("utf-8", "strict"))
+            frames_named = [record["frame"]]
+        else:
+            (part,) = out.glob(f"detections-*.{fmt}")
+            table = pa_json.read_json(part) if fmt == "jsonl" else pq.read_table(part)
+            frames_named = table.column("frame").to_pylist()
+            assert any(source.endswith("z\\xff.bin") for source in table.column("source").to_pylist())
+        assert "z\\xff" in frames_named
+
+
+def test_interrupted_row_run_keeps_its_finished_rows(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C in a JSON Lines run: the rows of the frames finished so far are written (one part, flushed)
+    and said; --skip-existing then runs only the others, and every frame has exactly one row."""
+    from pointpillars_trt.model_dir import load_model_dir
+
+    folder = tmp_path / "many"
+    make_frames(folder, 2000, load_model_dir(model_path).cfg.voxel.point_range, seed=5)
+    out = tmp_path / "rows"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
+               str(out), "--device", "cpu", "--format", "jsonl", "--batch-size", "1", "--pipelines", "1"]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen = ""
+    while "frame" not in seen:  # the progress bar: frames are running
+        seen += child.stderr.read(1) if child.stderr is not None else ""
+        assert child.poll() is None or seen, "the run ended before it could be interrupted"
+    time.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    (part,) = out.glob("detections-*.jsonl")
+    kept = [json.loads(line)["source"] for line in part.read_text().splitlines()]
+    assert 0 < len(kept) < 2000 and f"the rows of {len(kept)} finished frame(s)" in err
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
+                       "--skip-existing")
+    assert rc == 0 and f"skipping {len(kept)} frame(s)" in err
+    rows = [json.loads(line)["source"] for p in sorted(out.glob("detections-*.jsonl"))
+            for line in p.read_text().splitlines()]
+    assert sorted(rows) == sorted(str(p) for p in folder.iterdir())
+
+
+def test_an_empty_out_and_threads_beyond_the_cores_are_one_error_line(model_path, frames) -> None:  # type: ignore[no-untyped-def]
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", "")
+    assert rc == 2 and err.count("\n") == 1 and "--out '': an empty folder name" in err
+    with pytest.raises(SystemExit) as exit_:
+        infer(str(frames), "--model", str(model_path), "--threads", str((os.cpu_count() or 1) + 1))
+    assert exit_.value.code == 2
