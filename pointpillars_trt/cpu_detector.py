@@ -6,6 +6,7 @@ against, so it runs exactly the stages of the GPU pipeline, in the same order, o
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
@@ -30,9 +31,15 @@ class CpuDetector:
         self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads), device="cpu")
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
+        self._lock = threading.Lock()  # one frame at a time, as the GPU pipeline: threads share a detector
 
     def detect(self, points: np.ndarray, post_config: ModelConfig | None = None) -> Detections:
-        """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``)."""
+        """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``). Non-finite boxes
+        of far-off logits are dropped and counted downstream, without NumPy's overflow warnings."""
+        with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            return self._detect(points, post_config)
+
+    def _detect(self, points: np.ndarray, post_config: ModelConfig | None) -> Detections:
         cfg, clock = self.cfg, _StageClock()
         pillars = voxelize(points, cfg)
         clock.lap("voxelize")

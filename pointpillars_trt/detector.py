@@ -13,9 +13,9 @@ import numpy as np
 
 from .config import ModelConfig, Thresholds, load_config
 from .detections import Detections
-from .errors import BackendError, InputError, PointPillarsError
+from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
-from .pointcloud_io import read_points
+from .pointcloud_io import intensity_looks_8bit, read_points
 from .runtime import BACKENDS
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
@@ -79,6 +79,11 @@ class PointPillars:
     """
 
     def __init__(self, model: ModelDir, options: RuntimeOptions | None = None, **settings: Any) -> None:
+        if not isinstance(model, ModelDir):
+            raise PointPillarsError(f"PointPillars(model): expected a ModelDir, got {type(model).__name__}; open a "
+                                    "checkpoint with PointPillars.from_checkpoint(path) or a model dir with "
+                                    "PointPillars.from_model_dir(path)")
+        self._closed = False
         self.model = model
         self.options = opts = _options(options, settings)
         t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
@@ -93,8 +98,13 @@ class PointPillars:
 
             reason = unsupported_reason(self.cfg)
             if reason is not None:  # an explicit cuda device gets GpuPipeline's error instead
-                warnings.warn(f"device auto: {reason}; running on the CPU", RuntimeWarning, stacklevel=2)
                 self.device, self.gpu_unused_reason = "cpu", reason
+        if self.device == "cpu" and self.gpu_unused_reason is not None:
+            warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
+                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=2)
+        # the first host frame's intensities are checked once (as infer does) for 0-255 values given to
+        # a model trained on 0-1; multi-sweep models are trained on 0-255
+        self._check_intensity = "intensity" in model.cfg.features.order and model.cfg.num_point_columns == 4
         backend = opts.backend
         on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
         if self.device == "cpu" and backend not in on_cpu:
@@ -165,8 +175,28 @@ class PointPillars:
         return self._impl if self.device == "cuda" else None
 
     def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
-        return self._impl.detect(_device_or_host_points(points, self.device, self.cfg.num_point_columns),
-                                 self._post_config(thresholds))
+        self._check_open()
+        frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
+        self._check_first_intensities(frame)
+        return self._impl.detect(frame, self._post_config(thresholds))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
+
+    def _check_first_intensities(self, frame: object) -> None:
+        """Warn (once) when the first host frame's intensities look like 0-255 for a 0-1 model."""
+        if self._check_intensity and isinstance(frame, np.ndarray):
+            self._check_intensity = False
+            if intensity_looks_8bit(frame):
+                warnings.warn("the points' intensities look like 0-255 values, but the model expects 0-1 "
+                              "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
+                              "intensity_scale=1/255)) if they are (checked on the first frame)",
+                              InputWarning, stacklevel=3)
+
+    def __reduce__(self) -> Any:
+        raise BackendError("a PointPillars detector holds ONNX Runtime sessions or GPU buffers and cannot be pickled "
+                           "or copied: open one in each process (PointPillars.from_model_dir(path))")
 
     def detect_batch(self, frames: Sequence[object], *, thresholds: Thresholds | None = None) -> list[Detections]:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
@@ -194,12 +224,15 @@ class PointPillars:
 
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
+        self._check_open()
         prepared = []
         for index, points in enumerate(frames):
             try:
                 prepared.append(_device_or_host_points(points, self.device, self.cfg.num_point_columns))
             except PointPillarsError as exc:
                 raise type(exc)(f"frame {index} of the batch: {exc}") from None
+        if prepared:
+            self._check_first_intensities(prepared[0])
         return prepared
 
     def warm_up(self, batch_sizes: Sequence[int] | None = None, points_per_frame: int | None = None) -> None:
@@ -218,6 +251,9 @@ class PointPillars:
 
     def _post_config(self, thresholds: Thresholds | None) -> ModelConfig | None:
         """The config one call's post-process runs with (None: the detector's own)."""
+        if thresholds is not None and not isinstance(thresholds, Thresholds):
+            raise ConfigError(f"thresholds: expected Thresholds(score_threshold=..., nms_iou=..., max_boxes=...), "
+                              f"got {type(thresholds).__name__}")
         return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
     def infer_many(self, frames: Iterable[object], *, batch_size: int = 1,
@@ -231,6 +267,7 @@ class PointPillars:
         The next frame is read from disk while the current batch runs (on the GPU the detect call
         releases the GIL while it waits for the device).
         """
+        self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
             raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
                              "pass [path]")
@@ -281,6 +318,7 @@ class PointPillars:
                 yield FrameResult(entry[0], found, None)
 
     def close(self) -> None:
+        self._closed = True
         self._impl.close()
 
     def __enter__(self) -> PointPillars:

@@ -26,6 +26,15 @@ class BackendError(PointPillarsError):
     """An engine backend (CUDA, CuPy, ONNX Runtime, TensorRT) that is absent or failed."""
 
 
+class CpuFallbackWarning(RuntimeWarning):
+    """``device="auto"`` ran a detector on the CPU (said once per call site; the CLI says it in its own
+    ``running on`` line instead)."""
+
+
+class InputWarning(UserWarning):
+    """Frames that are probably read wrong (e.g. 0-255 intensities for a model trained on 0-1)."""
+
+
 def escape_text(text: str, limit: int | None = None) -> str:
     """``text`` safe for a one-line message: every character that is not printable ASCII (newline, ESC,
     bidi overrides, non-ASCII) escaped, and cut to ``limit`` characters with ``...``. Only the first

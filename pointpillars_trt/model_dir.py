@@ -89,6 +89,9 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``."""
     folder = Path(path)
     if not folder.is_dir():
+        if folder.is_file():
+            raise ModelDirError(f"model dir {folder}: is a file, not a model dir (a .pth checkpoint opens with "
+                                "PointPillars.from_checkpoint, or build a model dir with `pointpillars-trt build`)")
         raise ModelDirError(f"model dir {folder}: not found (build one with `pointpillars-trt build`)")
     meta_path = folder / METADATA_FILE
     if not meta_path.is_file():

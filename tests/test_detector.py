@@ -285,3 +285,62 @@ def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path:
             detector.infer_many("a.bin")
     with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{os.cpu_count()} \(this machine's cores\)"):
         PointPillars(model, device="cpu", threads=(os.cpu_count() or 1) + 1)
+
+
+def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -> None:
+    """A closed detector, pickling, a dict for thresholds, a path for the model, a checkpoint file as a
+    model dir: each one PointPillarsError naming the fix. 0-255 intensities for a 0-1 model: one
+    InputWarning (the first frame only), and no NumPy warning leaks from the CPU post-process."""
+    import copy
+    import pickle
+    import warnings
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import ConfigError, InputWarning, PointPillarsError
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
+    rng = np.random.default_rng(0)
+    frame = np.column_stack([rng.uniform(lo, hi, (500, 3)), rng.uniform(0, 255, 500)]).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        detector = PointPillars(model, device="cpu")
+        detector(frame)
+        detector(frame)
+        detector.detect_batch([frame])
+    assert [str(w.message)[:60] for w in caught if issubclass(w.category, InputWarning)] == \
+        ["the points' intensities look like 0-255 values, but the mode"]
+    assert not [w for w in caught if not issubclass(w.category, InputWarning)], [str(w.message) for w in caught]
+    for action in (pickle.dumps, copy.deepcopy):
+        with pytest.raises(BackendError, match="cannot be pickled or copied: open one in each process"):
+            action(detector)
+    with pytest.raises(ConfigError, match=r"thresholds: expected Thresholds\(.*got dict"):
+        detector(frame, thresholds={"score_threshold": 0.5})  # type: ignore[arg-type]
+    detector.close()
+    for call in (lambda: detector(frame), lambda: detector.detect_batch([frame]), lambda: detector.infer_many([frame])):
+        with pytest.raises(BackendError, match="this detector is closed"):
+            call()
+    with pytest.raises(PointPillarsError, match=r"expected a ModelDir, got str; open a checkpoint with "
+                                                r"PointPillars.from_checkpoint"):
+        PointPillars("model.pth")  # type: ignore[arg-type]
+    (tmp_path / "x.pth").write_bytes(b"")
+    with pytest.raises(ModelDirError, match="is a file, not a model dir .*PointPillars.from_checkpoint"):
+        PointPillars.from_model_dir(tmp_path / "x.pth")
+
+
+def test_auto_on_a_machine_without_the_gpu_path_warns_once_per_call_site(tmp_path: Path) -> None:
+    import warnings
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import CpuFallbackWarning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model) as detector:
+            reason = detector.gpu_unused_reason
+    if detector.device == "cuda":
+        pytest.skip("the GPU path runs here: device auto does not fall back")
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, CpuFallbackWarning)]
+    assert reason is not None and fallbacks == [f"device auto: running on the CPU (~100x slower than the GPU "
+                                                f"pipeline): {reason}"]

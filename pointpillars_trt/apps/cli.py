@@ -12,11 +12,12 @@ import argparse
 import signal
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import PointPillarsError
+from ..errors import CpuFallbackWarning, InputWarning, PointPillarsError
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
@@ -46,7 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = parser.parse_args(argv)
-        return int(args.run(args))
+        with warnings.catch_warnings():  # the commands say both in their own lines (running on ..., warning: ...)
+            warnings.simplefilter("ignore", CpuFallbackWarning)
+            warnings.simplefilter("ignore", InputWarning)
+            return int(args.run(args))
     except KeyboardInterrupt as exc:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
