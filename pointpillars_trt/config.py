@@ -240,7 +240,7 @@ class ModelConfig:
         try:
             changes = {key: _THRESHOLD_RULES[key](value, key) for key, value in given.items() if value is not None}
         except _Invalid as exc:
-            raise ConfigError(f"with_thresholds: {exc}") from None
+            raise ConfigError(f"thresholds: {exc}") from None
         return replace(self, postprocess=replace(self.postprocess, **changes))
 
 

@@ -9,6 +9,7 @@ import ctypes.util
 import functools
 import json
 import math
+import hashlib
 import os
 import secrets
 import stat
@@ -182,7 +183,7 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> 
     created with mode 0o666 minus the umask, like a plain open() would, rather than mkstemp's 0o600.
     """
     target = Path(os.fspath(path))
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
+    tmp = target.with_name(f".{_temp_stem(target.name)}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -194,6 +195,20 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> 
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+#: Bytes of a target's name its temp file keeps: with the pid, token and suffix it stays within the
+#: 255-byte name limit of common file systems, so any name that fits there can be written.
+_TEMP_NAME_BYTES = 200
+
+
+def _temp_stem(name: str) -> str:
+    """``name``, or for a long one its first bytes and a hash (the temp file's name must fit too)."""
+    raw = os.fsencode(name)
+    if len(raw) <= _TEMP_NAME_BYTES:
+        return name
+    digest = hashlib.sha1(raw).hexdigest()[:12]
+    return os.fsdecode(raw[: _TEMP_NAME_BYTES - 13]).replace(".", "_") + "-" + digest
 
 
 def remove_stale_temp_files(folder: PathLike) -> int:

@@ -333,14 +333,14 @@ def test_with_thresholds_keeps_what_is_not_given() -> None:
 
 
 @pytest.mark.parametrize("argument, value, fragment", [
-    ("score_threshold", NAN, "with_thresholds: score_threshold: expected a finite number in [0, 1], got nan"),
-    ("score_threshold", 1.5, "with_thresholds: score_threshold: expected a finite number in [0, 1], got 1.5"),
-    ("score_threshold", "0.3", "with_thresholds: score_threshold: expected a finite number in [0, 1], got '0.3'"),
-    ("nms_iou", -0.1, "with_thresholds: nms_iou: expected a finite number in [0, 1], got -0.1"),
-    ("nms_iou", INF, "with_thresholds: nms_iou: expected a finite number in [0, 1], got inf"),
-    ("max_boxes", 0, "with_thresholds: max_boxes: expected an integer in 1..4096, got 0"),
-    ("max_boxes", True, "with_thresholds: max_boxes: expected an integer in 1..4096, got True"),
-    ("max_boxes", 10.0, "with_thresholds: max_boxes: expected an integer in 1..4096, got 10.0"),
+    ("score_threshold", NAN, "thresholds: score_threshold: expected a finite number in [0, 1], got nan"),
+    ("score_threshold", 1.5, "thresholds: score_threshold: expected a finite number in [0, 1], got 1.5"),
+    ("score_threshold", "0.3", "thresholds: score_threshold: expected a finite number in [0, 1], got '0.3'"),
+    ("nms_iou", -0.1, "thresholds: nms_iou: expected a finite number in [0, 1], got -0.1"),
+    ("nms_iou", INF, "thresholds: nms_iou: expected a finite number in [0, 1], got inf"),
+    ("max_boxes", 0, "thresholds: max_boxes: expected an integer in 1..4096, got 0"),
+    ("max_boxes", True, "thresholds: max_boxes: expected an integer in 1..4096, got True"),
+    ("max_boxes", 10.0, "thresholds: max_boxes: expected an integer in 1..4096, got 10.0"),
 ])
 def test_with_thresholds_refuses(argument: str, value: Any, fragment: str) -> None:
     cfg: ModelConfig = load_config("openpcdet_kitti_3class")

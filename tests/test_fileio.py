@@ -229,3 +229,20 @@ def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path,
     pending.add([tmp_path / "kept.txt"])
     pending.flush()
     assert synced == [str(tmp_path / "kept.txt"), str(tmp_path)]  # the file, then its folder (the rename)
+
+
+def test_a_name_at_the_file_systems_limit_is_written_atomically(tmp_path: Path) -> None:
+    """A 255-byte name (the usual limit) is written; its temp file (name shortened with a hash) is
+    gone afterwards, and a dead writer's such temp file is cleared as any other."""
+    import os
+
+    from pointpillars_trt.fileio import remove_stale_temp_files, write_bytes_atomic
+
+    name = "é" * 100 + "a" * 50 + ".json"  # 255 bytes in UTF-8
+    assert len(os.fsencode(name)) == 255
+    write_bytes_atomic(tmp_path / name, b"{}\n", durable=False)
+    assert os.listdir(tmp_path) == [name] and (tmp_path / name).read_bytes() == b"{}\n"
+    dead = 2**22 + 12345  # beyond pid_max on common systems: no such process
+    stale = f".{'b' * 180}-0123456789ab.{dead}.deadbeef.pp-tmp"
+    (tmp_path / stale).write_bytes(b"")
+    assert remove_stale_temp_files(tmp_path) == 1 and os.listdir(tmp_path) == [name]

@@ -606,6 +606,25 @@ def intensity_warning(source: str) -> str:
             "if they are (warned once)")
 
 
+#: Finite points a frame must have for "none of them in the model's range" to be worth a warning.
+MISPLACED_FROM = 100
+
+
+def misplaced(det: Detections) -> bool:
+    """A frame of many finite points of which none fell into the model's point range: probably not
+    metres in the lidar frame (millimetres, or axes swapped)."""
+    stats = det.stats
+    return stats.num_pillars == 0 and stats.num_points - stats.num_nonfinite >= MISPLACED_FROM
+
+
+def out_of_range_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> str:
+    finite = det.stats.num_points - det.stats.num_nonfinite
+    where = "" if point_range is None else " " + " ".join(
+        f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
+    return (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point range"
+            f"{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
+
+
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
                writers: WriterProcesses | None = None, points_per_frame: int | None = None) -> tuple[list[str], int]:
@@ -625,7 +644,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                        columns=getattr(detectors[0], "point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
-    warned = False
+    warned = out_of_range_warned = False
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -647,6 +666,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             if rows is not None:
                 rows.add(row)
             to_flush.add(written.files)
+            if not out_of_range_warned and job.detections is not None and misplaced(job.detections):
+                out_of_range_warned = True
+                report.note(out_of_range_warning(job.source, job.detections, plan.point_range))
             report.written(job.source, written, job.detections)
         if rows is not None:
             rows.close()

@@ -315,3 +315,21 @@ def test_an_empty_out_and_threads_beyond_the_cores_are_one_error_line(model_path
     with pytest.raises(SystemExit) as exit_:
         infer(str(frames), "--model", str(model_path), "--threads", str((os.cpu_count() or 1) + 1))
     assert exit_.value.code == 2
+
+
+def test_frames_of_millimetres_warn_once_naming_the_point_range(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.model_dir import load_model_dir
+
+    cfg_range = load_model_dir(model_path).cfg.voxel.point_range
+    folder = tmp_path / "mm"
+    paths = make_frames(folder, 3, cfg_range, seed=9)
+    for path in paths:
+        points = np.fromfile(path, np.float32).reshape(-1, 4)
+        points[:, :3] = points[:, :3] * 1000 + 1e5  # millimetres, away from the origin: nothing in range
+        points.tofile(path)
+    rc, _, err = infer(str(folder), "--model", str(model_path))
+    sizes = [len(np.fromfile(p, np.float32)) // 4 for p in paths]
+    expect = [p for p, n in zip(paths, sizes) if n >= 100]
+    assert rc == 0 and err.count("warning:") == (1 if expect else 0), err
+    if expect:
+        assert f"{str(expect[0])!r}: none of its" in err and "lies in the model's point range x " in err
