@@ -106,10 +106,7 @@ class PointPillars:
         # a model trained on 0-1; multi-sweep models are trained on 0-255
         self._check_intensity = "intensity" in model.cfg.features.order and model.cfg.num_point_columns == 4
         backend = opts.backend
-        on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
-        if self.device == "cpu" and backend not in on_cpu:
-            raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
-                               f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
+        _check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
@@ -144,6 +141,7 @@ class PointPillars:
         from .convert.export import model_dir_for_checkpoint
 
         opts = _options(options, settings)
+        _check_backend_runs_on(_pick_device(opts.device)[0], opts.backend)  # before any export
         row = BACKENDS.get(opts.backend)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
                                          tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32)
@@ -368,6 +366,13 @@ def _resolve_device(device: str) -> tuple[str, int]:
     """("cpu" | "cuda", GPU index) for a device string: auto, cpu, cuda or cuda:N."""
     kind, device_id, _ = _pick_device(device)
     return kind, device_id
+
+
+def _check_backend_runs_on(device: str, backend: str) -> None:
+    on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
+    if device == "cpu" and backend not in on_cpu:
+        raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
+                           f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
 
 
 def _pick_device(device: str) -> tuple[str, int, str | None]:

@@ -97,10 +97,15 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
     return points
 
 
+#: Largest intensity scale taken (0-255 -> 0-1 is 1/255, the reverse 255): more would push intensities
+#: past float32's range.
+MAX_INTENSITY_SCALE = 1000.0
+
+
 def _checked_scale(intensity_scale: float) -> float:
     scale = float(intensity_scale)
-    if not np.isfinite(scale) or scale <= 0:
-        raise InputError(f"intensity scale {safe_repr(intensity_scale)} is not a finite positive number")
+    if not np.isfinite(scale) or not 0 < scale <= MAX_INTENSITY_SCALE:
+        raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
     return scale
 
 

@@ -94,9 +94,12 @@ def test_bad_arrays_are_refused(detector: PointPillars, bad: object):
         detector(bad)
 
 
-def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars):
+def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars, assets: Path, tmp_path: Path):
     with pytest.raises(BackendError, match="GPU pipeline"):
         PointPillars(detector.model, device="cpu", backend="tensorrt")
+    with pytest.raises(BackendError, match="GPU pipeline"):  # from a checkpoint: before anything is exported
+        PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", backend="tensorrt", cache_dir=tmp_path)
+    assert not list(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -121,6 +121,13 @@ def positive_float(text: str) -> float:
     return _float_arg(text, lambda v: bool(np.isfinite(v)) and v > 0, "a finite positive number")
 
 
+def intensity_scale_arg(text: str) -> float:
+    from ..pointcloud_io import MAX_INTENSITY_SCALE
+
+    return _float_arg(text, lambda v: bool(np.isfinite(v)) and 0 < v <= MAX_INTENSITY_SCALE,
+                      f"a number in (0, {MAX_INTENSITY_SCALE:g}]")
+
+
 def unit_float(text: str) -> float:
     return _float_arg(text, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
@@ -174,7 +181,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=4,
                         help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
                              "time; multi-sweep models need them)")
-    points.add_argument("--intensity-scale", type=positive_float, default=None,
+    points.add_argument("--intensity-scale", type=intensity_scale_arg, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
     points.add_argument("--fov-only", action=argparse.BooleanOptionalAction, default=None,
@@ -611,14 +618,17 @@ MISPLACED_FROM = 100
 
 
 def misplaced(det: Detections) -> bool:
-    """A frame of many finite points of which none fell into the model's point range: probably not
-    metres in the lidar frame (millimetres, or axes swapped)."""
+    """A frame of many points of which none made a pillar: all non-finite (not float32 points?), or none
+    in the model's point range (millimetres, axes swapped)."""
     stats = det.stats
-    return stats.num_pillars == 0 and stats.num_points - stats.num_nonfinite >= MISPLACED_FROM
+    return stats.num_pillars == 0 and stats.num_points >= MISPLACED_FROM
 
 
 def out_of_range_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> str:
     finite = det.stats.num_points - det.stats.num_nonfinite
+    if not finite:
+        return (f"warning: {safe_repr(source)}: all its {det.stats.num_points} points are non-finite (NaN or "
+                "infinite): is it float32 x, y, z, intensity? (warned once)")
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
     return (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point range"

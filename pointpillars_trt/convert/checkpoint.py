@@ -242,18 +242,32 @@ def _layout_of(state: Mapping[Any, Any]) -> str | None:
     return best if hits[best] > 0 else None
 
 
+#: The key prefix torch's DataParallel / DistributedDataParallel wrappers give every weight of a model
+#: saved through them (``model.state_dict()`` instead of ``model.module.state_dict()``).
+WRAPPER_PREFIX = "module."
+
+
+def _without_wrapper_prefix(state: Mapping[Any, Any]) -> dict[str, Any]:
+    """``state`` with ``module.`` stripped when every key has it, else {}."""
+    if not state or not all(isinstance(k, str) and k.startswith(WRAPPER_PREFIX) for k in state):
+        return {}
+    return {k[len(WRAPPER_PREFIX):]: v for k, v in state.items()}
+
+
 def detect_layout(obj: Any, source: str = "checkpoint") -> tuple[Layout, dict[str, Any]]:
     """(layout, state dict) of a loaded checkpoint: a bare state dict or one wrapped in
-    ``model_state`` (OpenPCDet), ``state_dict`` or ``model``."""
+    ``model_state`` (OpenPCDet), ``state_dict`` or ``model``; keys all prefixed ``module.`` (a model
+    saved through DataParallel) are read without it."""
     if not isinstance(obj, dict):
         held = "tensor" if isinstance(obj, TensorRef) else escape_text(type(obj).__name__, 40)
         raise CheckpointError(f"{source}: the file holds a {held}, expected a state dict "
                               "or a dict holding one")
     candidates = [obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)] + [obj]
     for state in candidates:
-        layout = _layout_of(state)
-        if layout is not None:
-            return layout, state  # type: ignore[return-value]
+        for keys in (state, _without_wrapper_prefix(state)):
+            layout = _layout_of(keys) if keys else None
+            if layout is not None:
+                return layout, keys  # type: ignore[return-value]
     markers = "; ".join(f"{name}: {', '.join(n.markers)}" for name, n in _LAYOUTS.items())
     raise CheckpointError(f"{source}: unknown checkpoint layout: top-level keys "
                           f"[{_listing([key_text(k) for k in obj])}] have no known prefix ({markers})")

@@ -333,3 +333,15 @@ def test_frames_of_millimetres_warn_once_naming_the_point_range(model_path, tmp_
     assert rc == 0 and err.count("warning:") == (1 if expect else 0), err
     if expect:
         assert f"{str(expect[0])!r}: none of its" in err and "lies in the model's point range x " in err
+
+
+def test_frames_of_only_non_finite_points_warn_once(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    folder = tmp_path / "nan"
+    folder.mkdir()
+    for index in range(2):
+        np.full((500, 4), np.nan, np.float32).tofile(folder / f"{index:06d}.bin")
+    with pytest.raises(SystemExit) as exit_:  # argparse's one error line
+        infer(str(folder), "--model", str(model_path), "--intensity-scale", "1e39")
+    assert exit_.value.code == 2
+    rc, _, err = infer(str(folder), "--model", str(model_path))
+    assert rc == 0 and err.count("warning:") == 1 and "all its 500 points are non-finite" in err, err

@@ -566,3 +566,19 @@ def test_custom_config_end_to_end(layout: str, cfgs: dict[str, ModelConfig], tmp
     with pytest.raises(CheckpointError) as info:
         load_checkpoint(path)
     assert "wrong shape or dtype" in str(info.value) and str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_keys_saved_through_dataparallel_are_read_without_module_prefix(layout: str, raw: dict[str, Any]) -> None:
+    """A model saved as ``model.state_dict()`` of a DataParallel wrapper: every key ``module.``-prefixed.
+    Oracle: the same checkpoint without the wrapper (its layout and its tensors, key for key)."""
+    plain_layout, plain = detect_layout(raw[layout])
+    wrapped = {f"module.{key}": value for key, value in plain.items()}
+    for obj in (wrapped, {"model_state": wrapped}):
+        got_layout, got = detect_layout(obj)
+        assert got_layout == plain_layout == layout
+        assert list(got) == list(plain) and all(got[k] is plain[k] for k in plain)
+    half = dict(wrapped)
+    half["extra.weight"] = next(iter(plain.values()))  # not every key wrapped: not stripped
+    with pytest.raises(CheckpointError, match="unknown checkpoint layout"):
+        detect_layout(half)
