@@ -567,6 +567,13 @@ class FrameReport:
         self.bar.update(1)
         self.note(f"error: {safe_repr(source)}: {message}")
 
+    def take_back(self, sources: Sequence[str]) -> None:
+        """Frames counted as written whose outputs turned out not to be (their row part failed): the last
+        ``len(sources)`` frames that went through, now counted as failed."""
+        if sources:
+            del self.done[-len(sources):]
+            self.failed += len(sources)
+
     def fail_quietly(self) -> None:
         """A failed frame that a summary line accounts for (no line of its own)."""
         self.failed += 1
@@ -645,7 +652,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         writers.wait()
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
                          folder=out if fmt in ROW_FORMATS else None)
-    rows = RowParts(out, fmt, classes) if fmt in ROW_FORMATS and out is not None else None
+    rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,
                              getattr(getattr(detectors[0], "model", None), "fov_points_only", None))
@@ -666,32 +673,32 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 report.note(intensity_warning(job.source))
             if job.error is not None:
                 if rows is not None:
-                    rows.add(frame_row(job.source, None, job.error, classes))
+                    rows.add(frame_row(job.source, None, job.error, classes), None)
                 if disk.quiet(job.error):
                     report.fail_quietly()
                 else:
                     report.fail(job.source, job.error)
                 continue
             written, row = job.written
-            if rows is not None:
-                rows.add(row)
             to_flush.add(written.files)
             if not out_of_range_warned and job.detections is not None and misplaced(job.detections):
                 out_of_range_warned = True
                 report.note(out_of_range_warning(job.source, job.detections, plan.point_range))
             report.written(job.source, written, job.detections)
+            if rows is not None:
+                rows.add(row, job.source)
         if rows is not None:
             rows.close()
-            to_flush.add(rows.files)
+            to_flush.add(rows.parts.files)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' rows are kept, durable, for a resume
-        if rows is not None and rows.rows:
-            kept = len(rows.rows)
+        if rows is not None and rows.parts.rows:
+            kept = len(rows.parts.rows)
             try:
-                rows.close()
-                to_flush.add(rows.files)
+                rows.parts.close()
+                to_flush.add(rows.parts.files)
                 to_flush.flush()
-                report.note(f"stopped: the rows of {kept} finished frame(s) are in {safe_repr(str(rows.files[-1]))}; "
-                            "rerun with --skip-existing to finish")
+                report.note(f"stopped: the rows of {kept} finished frame(s) are in "
+                            f"{safe_repr(str(rows.parts.files[-1]))}; rerun with --skip-existing to finish")
             except (InputError, OSError) as exc:
                 report.note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
         raise
@@ -708,6 +715,38 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             raise InputError(f"the outputs in {safe_repr(str(out))} could not be flushed to disk: "
                              f"{exc.strerror or one_line(exc)}; none of this run's outputs can be trusted") from None
     return report.close()
+
+
+class _RowSink:
+    """The run's JSON Lines / Parquet rows: a part that cannot be written (a full disk) is one error line,
+    its rows are dropped and its frames taken back from the written ones, so the summary never claims
+    them (rerun with --skip-existing once there is space)."""
+
+    def __init__(self, parts: RowParts, report: FrameReport) -> None:
+        self.parts, self.report = parts, report
+        self._waiting: list[str] = []  # frames that went through whose rows are in the part being filled
+
+    def add(self, row: dict[str, Any], written: str | None) -> None:
+        """A frame's row; ``written``: its source when it went through (None: a failed frame's row)."""
+        if written is not None:
+            self._waiting.append(written)
+        self._write(lambda: self.parts.add(row))
+
+    def close(self) -> None:
+        self._write(self.parts.close)
+
+    def _write(self, write: Callable[[], None]) -> None:
+        parts = len(self.parts.files)
+        try:
+            write()
+        except InputError as exc:
+            self.report.note(f"error: {exc}; the rows of {len(self._waiting)} frame(s) are not written "
+                             "(free space, then rerun with --skip-existing)")
+            self.report.take_back(self._waiting)
+            self._waiting = []
+            return
+        if len(self.parts.files) > parts:
+            self._waiting = []
 
 
 class _DiskWatch:

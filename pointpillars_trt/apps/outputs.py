@@ -201,12 +201,13 @@ class RowParts:
             self._write_part()
 
     def _write_part(self) -> None:
+        """Write the rows as the next part; when that fails the rows are dropped (their frames are the
+        caller's to report) and the error raised."""
         path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
-        data = self._encode(self.rows)
+        data, self.rows = self._encode(self.rows), []
         _written(path, lambda p: write_bytes_atomic(p, data, durable=False))
         self.files.append(path)
         self._next += 1
-        self.rows = []
 
     def _encode(self, rows: list[dict[str, Any]]) -> bytes:
         if self.format == "jsonl":

@@ -345,3 +345,14 @@ def test_frames_of_only_non_finite_points_warn_once(model_path, tmp_path) -> Non
     assert exit_.value.code == 2
     rc, _, err = infer(str(folder), "--model", str(model_path))
     assert rc == 0 and err.count("warning:") == 1 and "all its 500 points are non-finite" in err, err
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not_claimed(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path, fmt) -> None:
+    with small_tmpfs(tmp_path / "small", "8k") as mount:
+        (mount / "filler").write_bytes(b"\0" * (8 * 1024 - 512))
+        rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(mount / "out"), "--format", fmt)
+        assert rc == 1 and stdout.startswith("0/41 frames"), (stdout, err)
+        assert err.count("the rows of 40 frame(s) are not written") == 1 and "No space left" in err, err
+        assert not list((mount / "out").glob("detections-*"))
