@@ -219,29 +219,35 @@ def _is_point_file(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS
 
 
-def expand_frame_paths(patterns: Sequence[str]) -> list[str]:
+def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None) -> list[str]:
     """Point files from files, folders and globs, in the order given (folders and globs sorted).
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
     files; otherwise a pattern with glob characters is expanded. A plain name that does not
-    exist is kept, so it is reported as that frame's error instead of vanishing.
+    exist is kept, so it is reported as that frame's error instead of vanishing. A folder without
+    point files or a pattern that matches nothing is an InputError, or, given ``errors`` and other
+    patterns that do give frames, a message appended there (the caller reports it; the rest runs).
     """
     frames: list[str] = []
+    problems: list[str] = []
     for pattern in patterns:
         if os.path.isdir(pattern):
             found = sorted(os.path.join(pattern, n) for n in os.listdir(pattern)
                            if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
             if not found:
-                raise InputError(f"folder {safe_repr(pattern)} holds no point files "
-                                 f"({', '.join(SUPPORTED_EXTENSIONS)})")
+                problems.append(f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})")
             frames.extend(found)
         elif os.path.lexists(pattern) or not glob.has_magic(pattern):
             frames.append(pattern)
         else:
             found = sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
             if not found:
-                raise InputError(f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern")
+                problems.append(f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern")
             frames.extend(found)
+    if problems and (errors is None or not frames):
+        raise InputError(problems[0])
+    if errors is not None:
+        errors.extend(problems)
     return frames
 
 
@@ -464,7 +470,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
     size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
     its outputs in processes, started while they open)."""
-    frames = expand_frame_paths(args.paths)
+    path_errors: list[str] = []
+    frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
     points_per_frame = likely_points_per_frame(frames, args.point_dim)
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
@@ -485,6 +492,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
+            for message in path_errors:  # the other paths run
+                print(f"error: {message}", file=sys.stderr)
             todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
@@ -499,7 +508,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             writers.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
-    return EXIT_FRAME_FAILURES if failures else 0
+    return EXIT_FRAME_FAILURES if failures or path_errors else 0
 
 
 @contextlib.contextmanager

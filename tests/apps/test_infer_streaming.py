@@ -356,3 +356,15 @@ def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not
         assert rc == 1 and stdout.startswith("0/41 frames"), (stdout, err)
         assert err.count("the rows of 40 frame(s) are not written") == 1 and "No space left" in err, err
         assert not list((mount / "out").glob("detections-*"))
+
+
+def test_a_path_that_gives_no_frames_is_its_own_error_and_the_others_run(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    empty = tmp_path / "x.bin"  # a folder named like a frame, holding no point files
+    empty.mkdir()
+    nothing = str(tmp_path / "*.pcd")
+    rc, stdout, err = infer(str(empty), nothing, str(frames), "--model", str(model_path))
+    assert rc == 1 and "\n40/41 frames" in stdout, (stdout, err)
+    assert f"error: folder {str(empty)!r} holds no point files" in err
+    assert f"error: {nothing!r}: no such file, and no file matches it as a pattern" in err
+    rc, _, err = infer(str(empty), nothing, "--model", str(model_path))  # nothing at all to run: a user error
+    assert rc == 2 and err.count("\n") == 1 and "holds no point files" in err
