@@ -115,13 +115,12 @@ def raw_infer(server: TritonServer, protocol: str, array: np.ndarray, datatype: 
         client.close()
 
 
-def infer_args(paths: list[str], model: Path, out: Path, server: str, protocol: str, *options: str) -> argparse.Namespace:
-    """What the CLI parses for ``infer PATHS --model M --out O --server S --protocol P OPTIONS``."""
+def infer_args(paths: list[str], out: Path, server: str, protocol: str, *options: str) -> argparse.Namespace:
+    """What the CLI parses for ``infer PATHS --out O --server S --protocol P OPTIONS``."""
     from pointpillars_trt.apps.cli import build_parser
 
-    return build_parser().parse_args(["infer", *paths, "--model", str(model), "--out", str(out), "--device", "cpu",
-                                      "--no-progress", "--server", server, "--protocol", protocol, "--in-flight", "4",
-                                      *options])
+    return build_parser().parse_args(["infer", *paths, "--out", str(out), "--no-progress", "--server", server,
+                                      "--protocol", protocol, "--in-flight", "4", *options])
 
 
 def report_lines(out: str, err: str, out_dir: Path) -> tuple[list[str], list[str]]:
@@ -383,6 +382,19 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
     for needle in ("max_batch_size: 2", 'key: "pipelines", value: { string_value: "3" }'):
         assert needle in config, needle
 
+    (model / "1" / "__pycache__").mkdir()  # the backend's, once served: still its own folder
+    write_repository(tiny.path, tmp_path / "repo", device="cpu")
+    user = tmp_path / "user" / MODEL_NAME / "src"  # a folder of that name that serve did not write
+    user.mkdir(parents=True)
+    (user / "important.py").write_text("precious")
+    with pytest.raises(InputError, match=r"exists and is not a model folder that serve wrote \(it holds 'src'\)"):
+        write_repository(tiny.path, tmp_path / "user", device="cpu")
+    assert (user / "important.py").read_text() == "precious"
+    (tmp_path / "linked").mkdir()
+    (tmp_path / "linked" / MODEL_NAME).symlink_to(model, target_is_directory=True)
+    with pytest.raises(InputError, match="is not a folder"):
+        write_repository(tiny.path, tmp_path / "linked", device="cpu")
+
 
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     script = ("import argparse, sys\n"
@@ -469,7 +481,7 @@ def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitt
                                                        str(assets / CHECKPOINT), "--out", str(local), "--device",
                                                        "cpu", "--no-progress", *options])
     assert rc == 1
-    args = infer_args([*frames, str(corrupt)], assets / CHECKPOINT, remote, kitti_server.endpoints["grpc"], "grpc",
+    args = infer_args([*frames, str(corrupt)], remote, kitti_server.endpoints["grpc"], "grpc",
                       *options)
     rc, out, err = run_captured(run_scaleout_infer, args)
     assert rc == 1 and out.startswith("2/3 frames") and f"error: '{corrupt}': " in err, (out, err)
@@ -485,6 +497,32 @@ def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitt
         assert (remote / names[0]).read_text().strip()
 
 
+def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  # type: ignore[no-untyped-def]
+        assets: Path, kitti_server, tmp_path: Path) -> None:
+    """--score-threshold / --nms-iou / --max-boxes go with each request: the files equal local infer's with
+    the same options (and differ from the defaults'); options only a local detector has are one error line."""
+    frames = sibling_calib_frames(assets, tmp_path / "kitti", ["000000", "000001"])
+    options = ["--score-threshold", "0.3", "--nms-iou", "0.2", "--max-boxes", "3"]
+    local, remote, plain = tmp_path / "local", tmp_path / "remote", tmp_path / "plain"
+    rc, _, err = run_captured(cli_main, ["infer", *frames, "--model", str(assets / CHECKPOINT), "--out", str(local),
+                                         "--device", "cpu", "--no-progress", *options])
+    assert rc == 0, err
+    rc, _, err = run_captured(run_scaleout_infer, infer_args(frames, remote, kitti_server.endpoints["grpc"], "grpc",
+                                                             *options))
+    assert rc == 0, err
+    rc, _, err = run_captured(run_scaleout_infer, infer_args(frames, plain, kitti_server.endpoints["grpc"], "grpc"))
+    assert rc == 0, err
+    names = sorted(p.name for p in local.iterdir())
+    assert names == sorted(p.name for p in remote.iterdir()) and len(names) == 2
+    for name in names:
+        assert (remote / name).read_bytes() == (local / name).read_bytes(), name
+        assert len(json.loads((remote / name).read_text())["scores"]) <= 3
+    assert any((plain / n).read_bytes() != (remote / n).read_bytes() for n in names), "the options must matter"
+    with pytest.raises(InputError, match=r"^--model, --backend, --device: the server's model and settings run"):
+        run_scaleout_infer(infer_args(frames, tmp_path / "x", kitti_server.endpoints["grpc"], "grpc", "--model",
+                                      str(assets / CHECKPOINT), "--device", "cuda:5", "--backend", "tensorrt"))
+
+
 def test_infer_over_the_server_without_a_calib_folder_fails_each_frame_as_local_infer(  # type: ignore[no-untyped-def]
         assets: Path, kitti_server, tmp_path: Path) -> None:
     folder = tmp_path / "frames"
@@ -492,7 +530,7 @@ def test_infer_over_the_server_without_a_calib_folder_fails_each_frame_as_local_
     shutil.copy(assets / "kitti/training/velodyne/000000.bin", folder)
     local = run_captured(cli_main, ["infer", str(folder), "--model", str(assets / CHECKPOINT), "--out",
                                     str(tmp_path / "local"), "--device", "cpu", "--no-progress", "--format", "kitti"])
-    args = infer_args([str(folder)], assets / CHECKPOINT, tmp_path / "remote", kitti_server.endpoints["grpc"], "grpc",
+    args = infer_args([str(folder)], tmp_path / "remote", kitti_server.endpoints["grpc"], "grpc",
                       "--format", "kitti")
     remote = run_captured(run_scaleout_infer, args)
     assert local[0] == remote[0] == 1
@@ -542,7 +580,7 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     rc, _, err = run_captured(cli_main, ["infer", *frames, "--model", str(nuscenes / NUSCENES_CHECKPOINT), "--out",
                                          str(local), "--device", "cpu", "--no-progress", "--point-dim", "5"])
     assert rc == 0, err
-    args = infer_args(frames, nuscenes / NUSCENES_CHECKPOINT, tmp_path / "remote", nuscenes_server.endpoints["grpc"],
+    args = infer_args(frames, tmp_path / "remote", nuscenes_server.endpoints["grpc"],
                       "grpc", "--point-dim", "5")
     rc, _, err = run_captured(run_scaleout_infer, args)
     assert rc == 0, err
@@ -550,7 +588,7 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     assert len(names) == 2 and names == sorted(p.name for p in (tmp_path / "remote").iterdir())
     for name in names:
         assert (tmp_path / "remote" / name).read_bytes() == (local / name).read_bytes(), name
-    args = infer_args(frames, nuscenes / NUSCENES_CHECKPOINT, tmp_path / "four", nuscenes_server.endpoints["grpc"],
+    args = infer_args(frames, tmp_path / "four", nuscenes_server.endpoints["grpc"],
                       "grpc")
     with pytest.raises(InputError, match=r"--point-dim 4: the served model reads 5 values a point"):
         run_scaleout_infer(args)

@@ -165,11 +165,28 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
         raise InputError("--server and --ray exclude each other: pick one")
     if args.ray:
         return _run_ray(args)
+    from ...config import Thresholds
     from ..infer import infer_with
     from .client import RemoteDetector
 
-    return infer_with(args, lambda _points: [RemoteDetector(args.server, protocol=args.protocol) for _ in range(2)],
-                      batch=args.in_flight)
+    _refuse_local_options(args)
+    thresholds = Thresholds(args.score_threshold, args.nms_iou, args.max_boxes)
+    return infer_with(args, lambda _points: [RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds)
+                                             for _ in range(2)], batch=args.in_flight)
+
+
+#: infer's options that choose how a local detector runs, with their defaults: the served model decides
+#: all of them, so ``--server`` refuses any that is set (the thresholds go with each request).
+_LOCAL_OPTIONS = {"model": None, "config": None, "precision": "fp32", "backend": "auto", "device": "auto",
+                  "threads": None, "no_tf32": False, "batch_size": None, "pipelines": None}
+
+
+def _refuse_local_options(args: argparse.Namespace) -> None:
+    given = [name for name, default in _LOCAL_OPTIONS.items() if getattr(args, name, default) != default]
+    if given:
+        options = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise InputError(f"{options}: the server's model and settings run the frames with --server (serve decides "
+                         "them); drop them, or run without --server")
 
 
 def _run_ray(args: argparse.Namespace) -> int:

@@ -14,6 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
+
+from ...config import Thresholds
 from ...detections import Detections
 from ...detector import FrameResult, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
@@ -38,7 +41,7 @@ class RemoteDetector:
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
-                 timeout: float = 60.0) -> None:
+                 timeout: float = 60.0, thresholds: Thresholds | None = None) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
@@ -51,6 +54,11 @@ class RemoteDetector:
         except ImportError:
             raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
+        # sent with every request (the server's optional inputs): the served model's own values otherwise
+        self.thresholds = {name: value for name, value in
+                           (("score_threshold", thresholds.score_threshold), ("nms_iou", thresholds.nms_iou),
+                            ("max_boxes", thresholds.max_boxes))
+                           if value is not None} if thresholds is not None else {}
         from tritonclient.utils import InferenceServerException
 
         self._module: Any = module
@@ -88,9 +96,14 @@ class RemoteDetector:
                              f"of server {self.server} (serve --max-points)")
         request = self._module.InferInput("points", [1, *frame.shape], "FP32")
         request.set_data_from_numpy(frame[None])
+        inputs = [request]
+        for name, value in self.thresholds.items():
+            wire, dtype = ("INT32", np.int32) if name == "max_boxes" else ("FP32", np.float32)
+            inputs.append(self._module.InferInput(name, [1, 1], wire))
+            inputs[-1].set_data_from_numpy(np.full((1, 1), value, dtype))
         outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
-            reply = self._client().infer(self.model, [request], outputs=outputs,
+            reply = self._client().infer(self.model, inputs, outputs=outputs,
                                          **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
         except self._server_error as exc:
             invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault

@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 from ...errors import InputError
+from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
@@ -110,6 +111,34 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     return "\n".join(lines) + "\n"
 
 
+#: What a model folder this module writes holds (``__pycache__``: the Python backend's, once served).
+_OWN_ENTRIES = {".": {"config.pbtxt", "1"}, "1": {"model", "model.py", "python_path.txt", "__pycache__"}}
+
+
+def _check_replaceable(target: Path) -> None:
+    """A ``target`` already there is replaced only when it is a model folder this module wrote: a user's
+    folder of that name (or a link) is refused, never deleted."""
+    if os.path.lexists(target):
+        foreign = _foreign_entry(target)
+        if foreign is not None:
+            raise InputError(f"--repository: {safe_repr(str(target))} exists and is not a model folder that serve "
+                             f"wrote ({foreign}); move it away or pick another --repository")
+
+
+def _foreign_entry(target: Path) -> str | None:
+    """What in ``target`` this module did not write (None: all of it is its own)."""
+    for sub, allowed in _OWN_ENTRIES.items():
+        folder = target / sub
+        if sub != "." and not os.path.lexists(folder):
+            continue
+        if folder.is_symlink() or not folder.is_dir():
+            return f"{safe_repr(sub)} is not a folder"
+        extra = sorted(set(os.listdir(folder)) - allowed)
+        if extra:
+            return f"it holds {safe_repr(extra[0])}"
+    return None
+
+
 def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int | None = None,
                      max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
                      max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None,
@@ -123,6 +152,7 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
     root = Path(repository)
     root.mkdir(parents=True, exist_ok=True)
     target = root / MODEL_NAME
+    _check_replaceable(target)
     staging = root / f".{MODEL_NAME}.{secrets.token_hex(4)}.tmp"
     try:
         version = staging / "1"
