@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import BackendError, InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
@@ -83,6 +83,27 @@ class DatasetSummary:
         return self.frames / self.working_seconds if self.working_seconds > 0 else self.frames_per_second
 
 
+#: Seconds a cluster address given as HOST:PORT has to accept a connection (Ray itself retries for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def _check_reachable(address: str | None) -> None:
+    """A ``HOST:PORT`` Ray address must accept a TCP connection: one clear error instead of Ray's
+    minutes of retries. "auto", ``ray://`` addresses and None are left to Ray."""
+    import socket
+
+    if address is None or address == "auto" or "://" in address or ":" not in address:
+        return
+    host, _, number = address.rpartition(":")
+    if not number.isdigit():
+        raise InputError(f"--ray-address {address!r}: expected auto or HOST:PORT")
+    try:
+        socket.create_connection((host.strip("[]"), int(number)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise BackendError(f"--ray-address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                           "start one (ray start --head) or leave --ray-address out for a local one") from None
+
+
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
@@ -126,6 +147,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
     started = not ray.is_initialized()
     if started:
+        _check_reachable(ray_address)
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
     try:
         return _run(ray, sources, str(found.path.resolve()), target, output_format, found.cfg.classes, options,

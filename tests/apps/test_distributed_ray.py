@@ -217,3 +217,24 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
     with pytest.raises(InputError, match="need 2 GPUs; the Ray cluster has 0"):  # instead of waiting forever
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
+
+
+def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries() -> None:
+    import socket
+
+    from pointpillars_trt.apps.distributed import _check_reachable
+    from pointpillars_trt.errors import BackendError
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        _check_reachable(f"127.0.0.1:{listening.getsockname()[1]}")  # answers: left to Ray
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
+            address = f"127.0.0.1:{closed.getsockname()[1]}"
+            with pytest.raises(BackendError, match=rf"--ray-address {address}: no Ray cluster answers there"):
+                _check_reachable(address)
+    for left_to_ray in (None, "auto", "ray://head:10001"):
+        _check_reachable(left_to_ray)
+    with pytest.raises(InputError, match="expected auto or HOST:PORT"):
+        _check_reachable("head:port")

@@ -431,6 +431,42 @@ def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_
             proc.wait()
 
 
+def test_a_port_something_listens_on_is_refused_before_the_server_starts(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Another server on --http-port would answer the readiness check: refused, nothing started."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        server = TritonServer(tmp_path / "repo", install=install, http_port=taken)
+        with pytest.raises(BackendError, match=rf"--http-port {taken}: something already listens on 127.0.0.1:{taken}"):
+            server.start(timeout=START_TIMEOUT)
+        assert server.process is None
+
+
+def test_serve_stops_promptly_on_sigint_while_it_starts(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C before the server is ready: it stops within its stop timeout, without saying ready."""
+    script = ("import argparse, sys\n"
+              "from pointpillars_trt.apps.serve.cli import add_serve_parser\n"
+              "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
+              "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script, "serve", "--model", str(tiny.path), "--repository",
+                             str(tmp_path / "repo"), "--device", "cpu", "--instances", "3", "--ready-timeout",
+                             str(START_TIMEOUT)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().startswith("wrote")
+        time.sleep(0.5)  # tritonserver is loading its instances
+        start = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=30)[0]
+        assert time.monotonic() - start < 15 and "ready" not in rest, rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # --------------------------------------------------------------------------- real KITTI frames, synthetic checkpoint
 
 def kitti_frames(assets: Path, count: int) -> list[str]:

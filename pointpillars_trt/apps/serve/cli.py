@@ -77,7 +77,7 @@ def run_serve(args: argparse.Namespace) -> int:
     from .health import warm_up
     from ...runtime_options import RuntimeOptions
     from .repository import write_repository
-    from .server import TritonServer, find_tritonserver
+    from .server import StartCancelled, TritonServer, find_tritonserver
 
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
@@ -99,15 +99,18 @@ def run_serve(args: argparse.Namespace) -> int:
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
     status = 0
     try:
-        server.start(timeout=args.ready_timeout)
+        server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
         try:
-            for name, endpoint in server.endpoints.items():
-                print(f"{name}: {endpoint}", flush=True)
-            print("ready (Ctrl-C to stop)", flush=True)
-            status = _watch(server, probe, stop, args.health_interval)
+            if not stop.is_set():  # a signal during the warm-up: stop without saying ready
+                for name, endpoint in server.endpoints.items():
+                    print(f"{name}: {endpoint}", flush=True)
+                print("ready (Ctrl-C to stop)", flush=True)
+                status = _watch(server, probe, stop, args.health_interval)
         finally:
             probe.close()
+    except StartCancelled:
+        pass  # stopped below, as after a signal once ready
     finally:
         code = server.stop()
         for signum, handler in previous.items():

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -73,6 +74,22 @@ def find_tritonserver(explicit: str | None = None) -> TritonInstall:
                                f"(looked in {python_backend} and {stub.parent})")
     libs = tuple(p for p in (root / "lib", root.parent.parent / "nvidia_pytriton.libs") if p.is_dir())
     return TritonInstall(binary, root / "backends", stub, libs)
+
+
+class StartCancelled(Exception):
+    """The caller's stop event was set while the server was starting (Ctrl-C, SIGTERM)."""
+
+
+def port_in_use(host: str, number: int) -> bool:
+    """Whether something already listens on ``host:number`` (a server there would answer our readiness
+    checks while ours fails to bind)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to bind
+        try:
+            sock.bind((host, number))
+        except OSError:
+            return True
+    return False
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -130,9 +147,15 @@ class TritonServer:
                 # a flood of oversized (refused) requests left ~0.3 GB resident for good
                 "--grpc-infer-allocation-pool-size=0"]
 
-    def start(self, timeout: float = 120.0) -> TritonServer:
+    def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
         """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
-        if the server exits or is not ready within ``timeout`` seconds)."""
+        if the server exits or is not ready within ``timeout`` seconds; a port something already listens
+        on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
+        for option, number in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
+                               ("--metrics-port", self.metrics_port)):
+            if port_in_use(self.host, number):
+                raise BackendError(f"{option} {number}: something already listens on {self.host}:{number} (another "
+                                   "server?); pick another port, or leave the option out for a free one")
         self._scratch = tempfile.mkdtemp(prefix="pp-triton-")
         backend_dir = self._backend_dir(Path(self._scratch))
         env = dict(os.environ)
@@ -154,7 +177,7 @@ class TritonServer:
             if out is not None:
                 out.close()
         try:
-            self._wait_ready(timeout)
+            self._wait_ready(timeout, stop)
         except BaseException:
             self.stop()
             raise
@@ -171,11 +194,13 @@ class TritonServer:
         (python / STUB).symlink_to(self.install.stub)
         return python.parent
 
-    def _wait_ready(self, timeout: float) -> None:
+    def _wait_ready(self, timeout: float, stop: threading.Event | None) -> None:
         url = f"http://{self.host}:{self.http_port}/v2/health/ready"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
+            if stop is not None and stop.is_set():
+                raise StartCancelled()
             if self.process.poll() is not None:
                 raise BackendError(f"tritonserver exited with code {self.process.returncode} before it was ready"
                                    + self._log_tail())
