@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_serve_triton import START_TIMEOUT, install, tiny  # noqa: F401 - fixtures: tritonserver, tiny model
+from test_serve_triton import START_TIMEOUT, install, random_frames, tiny, tiny_server  # noqa: F401 - fixtures: tritonserver, tiny model, a server of it
 
 from pointpillars_trt.apps.serve.repository import MODEL_NAME
 from pointpillars_trt.errors import BackendError
@@ -157,3 +157,25 @@ def test_install_advice_never_installs_pytriton_into_this_environment(monkeypatc
     assert "pip install --no-deps --target DIR nvidia-pytriton" in text and "--tritonserver" in text
     assert "do not install nvidia-pytriton into this environment" in text
     assert "[serve]' nvidia-pytriton" not in text
+
+
+def test_a_probe_that_times_out_while_other_requests_are_answered_is_not_a_failure(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A probe stuck behind real work (here: a timeout too short for any request) while the model answers
+    others (Triton's success count grows between checks) is not counted against the model."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.apps.serve.health import ModelProbe
+
+    frame = random_frames(tiny, 1)[0]
+    probe = ModelProbe(tiny_server.endpoints["http"], timeout=1e-4, failures_allowed=0)
+    remote = RemoteDetector(tiny_server.endpoints["grpc"])
+    try:
+        for _ in range(3):
+            before = remote.answered_count()
+            remote(frame)  # answered between two checks (more than the probe's own late answer)
+            remote(frame)
+            after = remote.answered_count()
+            assert before is not None and after is not None and after >= before + 2, (before, after)
+            assert probe.check() is None
+    finally:
+        probe.close()
+        remote.close()

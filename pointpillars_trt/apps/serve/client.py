@@ -120,6 +120,16 @@ class RemoteDetector:
             raise BackendError(f"{where} answered a malformed reply ({_one_line(exc)})") from None
         return reply_detections(arrays, names, self.served, where)
 
+    def answered_count(self) -> int | None:
+        """Requests the served model has answered successfully so far (Triton's statistics), or None
+        when the server does not say."""
+        try:
+            stats = self._client().get_inference_statistics(self.model, **({"as_json": True}
+                                                                          if self.protocol == "grpc" else {}))
+            return int(stats["model_stats"][0]["inference_stats"]["success"].get("count", 0))  # absent: none yet
+        except Exception:  # noqa: BLE001 - no statistics (a busy or dead server): the caller goes by its probe
+            return None
+
     def detect_batch(self, frames: Sequence[object], *, concurrency: int = 8) -> list[Detections]:
         """Detections of several frames, one request each, all in flight at once (up to
         ``concurrency``) so that the server's dynamic batcher can batch them; the first error is

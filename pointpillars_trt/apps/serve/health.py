@@ -19,28 +19,42 @@ _PROBE = np.zeros((1, 4), np.float32)
 class ModelProbe:
     """A client of the local server that sends the one-point frame and says what went wrong, if anything.
 
-    ``failures_allowed`` consecutive failures are tolerated (a probe stuck behind a long queue), the
-    next one is reported; a dead stub fails every probe at once, so it is found within
-    ``failures_allowed + 1`` intervals.
+    ``failures_allowed`` consecutive failures are tolerated, the next one is reported; a dead stub fails
+    every probe at once, so it is found within ``failures_allowed + 1`` intervals. A probe that fails
+    while the model's count of answered requests (Triton's statistics) grew since the last check is not
+    a failure: the probe waited behind a long queue of real work, and the model is busy, not dead.
     """
 
     def __init__(self, endpoint: str, *, timeout: float, failures_allowed: int = 1) -> None:
         self.remote = RemoteDetector(endpoint, protocol="http", timeout=timeout)
         self.failures_allowed = failures_allowed
         self.failures = 0
+        self._answered = self.remote.answered_count()
 
     def check(self) -> str | None:
         """None while the model answers; the last error once too many probes in a row have failed."""
         try:
             self.remote(_PROBE, "health probe")
         except (PointPillarsError, OSError) as exc:
+            answered, self._answered = self._answered, self.remote.answered_count()
+            # more than this probe (which the server may still answer after our timeout) answered meanwhile
+            if _timed_out(exc) and answered is not None and self._answered is not None and self._answered > answered + 1:
+                self.failures = 0  # busy, not dead
+                return None
             self.failures += 1
             return str(exc) if self.failures > self.failures_allowed else None
         self.failures = 0
+        self._answered = self.remote.answered_count()
         return None
 
     def close(self) -> None:
         self.remote.close()
+
+
+def _timed_out(exc: BaseException) -> bool:
+    """Whether a probe failed by waiting too long (rather than by an error the server answered)."""
+    text = str(exc).lower()
+    return "timed out" in text or "timeout" in text or "deadline" in text
 
 
 def warm_up(endpoint: str, timeout: float) -> ModelProbe:
