@@ -396,14 +396,21 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
         write_repository(tiny.path, tmp_path / "linked", device="cpu")
 
 
+#: ``serve`` run through its own parser in a child process (stdout piped, stderr dropped).
+SERVE_SCRIPT = ("import argparse, sys\n"
+                "from pointpillars_trt.apps.serve.cli import add_serve_parser\n"
+                "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
+                "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
+
+
+def serve_process(tiny, tmp_path: Path, *options: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+    return subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, "serve", "--model", str(tiny.path), "--repository",
+                             str(tmp_path / "repo"), "--device", "cpu", "--ready-timeout", str(START_TIMEOUT),
+                             *options], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    script = ("import argparse, sys\n"
-              "from pointpillars_trt.apps.serve.cli import add_serve_parser\n"
-              "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
-              "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
-    proc = subprocess.Popen([sys.executable, "-c", script, "serve", "--model", str(tiny.path), "--repository",
-                             str(tmp_path / "repo"), "--device", "cpu", "--ready-timeout", str(START_TIMEOUT)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = serve_process(tiny, tmp_path)
     try:
         lines: list[str] = []
         deadline = time.monotonic() + START_TIMEOUT + 10
@@ -447,13 +454,7 @@ def test_a_port_something_listens_on_is_refused_before_the_server_starts(install
 
 def test_serve_stops_promptly_on_sigint_while_it_starts(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C before the server is ready: it stops within its stop timeout, without saying ready."""
-    script = ("import argparse, sys\n"
-              "from pointpillars_trt.apps.serve.cli import add_serve_parser\n"
-              "p = argparse.ArgumentParser(); add_serve_parser(p.add_subparsers(dest='command'))\n"
-              "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
-    proc = subprocess.Popen([sys.executable, "-c", script, "serve", "--model", str(tiny.path), "--repository",
-                             str(tmp_path / "repo"), "--device", "cpu", "--instances", "3", "--ready-timeout",
-                             str(START_TIMEOUT)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = serve_process(tiny, tmp_path, "--instances", "3")
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith("wrote")
         time.sleep(0.5)  # tritonserver is loading its instances
