@@ -117,10 +117,6 @@ def _float_arg(text: str, ok: Callable[[float], bool], expected: str) -> float:
     return value
 
 
-def positive_float(text: str) -> float:
-    return _float_arg(text, lambda v: bool(np.isfinite(v)) and v > 0, "a finite positive number")
-
-
 def intensity_scale_arg(text: str) -> float:
     from ..pointcloud_io import MAX_INTENSITY_SCALE
 
