@@ -240,6 +240,10 @@ class FrameRunner:
                         _settle_write(job)
                     yield job
                 window.release()
+        except BaseException:  # Ctrl-C, or the caller stopped: a served model's requests in flight are
+            for detector in self.detectors:  # abandoned, so the joins below do not wait for their timeouts
+                getattr(detector, "cancel", lambda: None)()
+            raise
         finally:
             stop.set()
             _drain(ordered, window)

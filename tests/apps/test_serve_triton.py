@@ -629,3 +629,36 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
                       "grpc")
     with pytest.raises(InputError, match=r"--point-dim 4: the served model reads 5 values a point"):
         run_scaleout_infer(args)
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The server stops answering (SIGSTOP) with requests in flight: Ctrl-C ends infer --server within
+    seconds (exit 130), not after each request's 60 s timeout."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    frames = random_frames(tiny, 20)
+    for index in range(2000):
+        frames[index % len(frames)].astype(np.float32).tofile(folder / f"{index:06d}.bin")
+    out = tmp_path / "out"
+    with served(install, tiny.path, tmp_path / "server") as server:
+        assert server.process is not None
+        child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--server",
+                                  server.endpoints["grpc"], "--out", str(out), "--no-progress"],
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (out.is_dir() and any(out.glob("*.json"))):
+                time.sleep(0.05)
+            os.kill(server.process.pid, signal.SIGSTOP)  # answering frames, then hung with requests in flight
+            time.sleep(1)
+            assert child.poll() is None, "the run ended before the server hung"
+            start = time.monotonic()
+            child.send_signal(signal.SIGINT)
+            _, err = child.communicate(timeout=60)
+            assert child.returncode == 130 and time.monotonic() - start < 15, (child.returncode, err[-1000:])
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+            if child.poll() is None:
+                child.kill()
+                child.wait()

@@ -167,6 +167,14 @@ class RemoteDetector:
         points = read_points(item, point_dim=columns, columns=columns) if isinstance(item, (str, os.PathLike)) else item
         return self(points, source)
 
+    def cancel(self) -> None:
+        """Abandon the requests in flight (a run stopped by Ctrl-C): the connections close, so calls that
+        wait on a hung server fail at once instead of at their timeout. The detector is closed after."""
+        with self._lock:
+            clients = list(self._clients)
+        for client in clients:
+            client.close()
+
     def close(self) -> None:
         with self._lock:
             clients, self._clients = self._clients, []
