@@ -26,7 +26,8 @@ from pointpillars_trt.errors import BackendError
 pytestmark = pytest.mark.slow  # real tritonservers with deliberately broken models: CI runs them with -m slow
 
 HOSTILE = Path(__file__).resolve().parent.parent / "data" / "serve" / "hostile_model.py"
-MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count", "scores_as_int")
+MODES = ("missing_labels", "boxes_of_five", "label_out_of_range", "negative_count", "scores_as_int",
+         "score_above_one", "negative_size")
 
 
 def hostile_model(repo: Path, name: str, mode: str, *, class_names: bool = True) -> None:
@@ -72,6 +73,8 @@ def test_a_foreign_model_is_one_line_for_the_run(hostile_server: TritonServer, p
     ("label_out_of_range", r"labels outside 0..2"),
     ("negative_count", r"negative counts"),
     ("scores_as_int", r"scores as int32, expected float32|refused the frame"),  # whichever side notices first
+    ("score_above_one", r"scores outside \[0, 1\]"),
+    ("negative_size", r"boxes of negative size"),
 ])
 def test_a_bad_reply_is_that_frames_error(hostile_server: TritonServer, protocol: str, mode: str, problem: str) -> None:
     from pointpillars_trt.apps.serve.client import RemoteDetector

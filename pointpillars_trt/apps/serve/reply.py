@@ -119,6 +119,12 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
     labels = found["labels"].reshape(-1)
     if labels.size and not (0 <= labels.min() and labels.max() < len(class_names)):
         raise refuse(f"labels outside 0..{len(class_names) - 1} (its {len(class_names)} classes)")
+    scores, sizes = found["scores"].reshape(-1), found["boxes"].reshape(-1, 7)[:, 3:6]
+    with np.errstate(invalid="ignore"):  # non-finite values are the detections' to drop and count
+        if np.any((scores < 0) | (scores > 1)):
+            raise refuse("scores outside [0, 1]")
+        if np.any(sizes < 0):  # a decoded size is an anchor's times exp(delta): never negative
+            raise refuse("boxes of negative size")
     stats = {name: int(found[name][0, 0]) for name in STATS}
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")

@@ -33,5 +33,9 @@ class TritonPythonModel:
             arrays["scores"] = np.ones((1, 1), np.int32)
         elif self.mode == "negative_count":
             arrays["num_points"] = np.full((1, 1), -5, np.int32)
+        elif self.mode == "score_above_one":
+            arrays["scores"] = np.full((1, 1), 5.0, np.float32)
+        elif self.mode == "negative_size":
+            arrays["boxes"][0, 0, 3] = -1.0
         tensors = [pb_utils.Tensor.from_dlpack(name, np.ascontiguousarray(value)) for name, value in arrays.items()]
         return pb_utils.InferenceResponse(output_tensors=tensors)
