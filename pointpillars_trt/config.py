@@ -174,6 +174,12 @@ class ModelConfig:
         return len(self.point_columns)
 
     @property
+    def expects_unit_intensity(self) -> bool:
+        """Whether frames should carry 0-1 reflectance (KITTI) rather than 0-255 values: single-sweep
+        models with an intensity feature (multi-sweep ones, such as nuScenes', are trained on 0-255)."""
+        return "intensity" in self.features.order and self.num_point_columns == 4
+
+    @property
     def box_code_size(self) -> int:
         """Regression values a box code holds: x y z dx dy dz, the heading (1, or 2 as cos and sin),
         then the velocity (vx, vy) when the model predicts it."""

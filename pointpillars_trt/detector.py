@@ -103,8 +103,8 @@ class PointPillars:
             warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=2)
         # the first host frame's intensities are checked once (as infer does) for 0-255 values given to
-        # a model trained on 0-1; multi-sweep models are trained on 0-255
-        self._check_intensity = "intensity" in model.cfg.features.order and model.cfg.num_point_columns == 4
+        # a model trained on 0-1
+        self._check_intensity = model.cfg.expects_unit_intensity
         backend = opts.backend
         _check_backend_runs_on(self.device, backend)
         if self.device == "cuda":

@@ -7,9 +7,9 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import hashlib
 import json
 import math
-import hashlib
 import os
 import secrets
 import stat

@@ -197,10 +197,15 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str) -> Non
 _LAYOUTS = {4: "x, y, z, intensity, as KITTI writes them", 5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
 
 
+def _other_point_dim(point_dim: int) -> int | None:
+    """The row length a file read with ``point_dim`` values a point may really have (4 <-> 5), or None."""
+    return {4: 5, 5: 4}.get(point_dim)
+
+
 def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
     """Refuse a file whose values read as ``point_dim`` a point are rows of the other length (4 <-> 5)."""
-    if looks_misread(values, point_dim):
-        other = 9 - point_dim
+    other = _other_point_dim(point_dim)
+    if other is not None and looks_misread(values, point_dim):
         raise InputError(
             f"{what} {safe_repr(path)} looks like {other} float32 values a point ({_LAYOUTS[other]}) read as "
             f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
@@ -250,11 +255,10 @@ def _check_point_dim(point_dim: object, columns: int) -> None:
 
 def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
-    view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not 5 values a point read as 4."""
+    view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not rows of 4 read as 5 or of 5 as 4."""
     _check_bin_size(source, len(data), int(point_dim), what)
     values = np.frombuffer(data, dtype="<f4")
-    if point_dim in _LAYOUTS:
-        _check_layout(values, int(point_dim), source, what)
+    _check_layout(values, int(point_dim), source, what)
     return values.reshape(-1, int(point_dim))[:, :columns]
 
 
@@ -272,9 +276,9 @@ def looks_misread(values: np.ndarray, point_dim: int) -> bool:
     5, ordered or shuffled, fail (2) and (3) by a wide margin. Looks at two samples of at most
     ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
     """
-    if point_dim not in _LAYOUTS or values.size % 20 or values.size < 40:
+    other = _other_point_dim(point_dim)
+    if other is None or values.size % 20 or values.size < 40:
         return False
-    other = 9 - point_dim
     middle = (values.size // 2) // 20 * 20
     samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
@@ -293,7 +297,7 @@ def looks_misread(values: np.ndarray, point_dim: int) -> bool:
 
 def _other_dim_hint(size: int, point_dim: int) -> str:
     """The size error's pointer to the other layout (4 <-> 5 values a point), or to neither."""
-    other = {4: 5, 5: 4}.get(point_dim)
+    other = _other_point_dim(point_dim)
     if other is not None and size % (4 * other) == 0:
         return f"; its size fits {other} values a point ({_LAYOUTS[other]}): pass --point-dim {other}"
     if other is not None:

@@ -67,9 +67,7 @@ class FrameReader:
         # the model's point columns: its config's, else (a served model, whose config is not here) ``columns``
         self.columns = cfg.num_point_columns if cfg is not None else columns or 4
         self.point_dim, self.intensity_scale, self.prepare = point_dim, intensity_scale, prepare
-        # multi-sweep (time-column) models such as nuScenes' are trained on 0-255 intensities
-        self.check_intensity = intensity_scale is None and (
-            cfg is None or ("intensity" in cfg.features.order and self.columns == 4))
+        self.check_intensity = intensity_scale is None and (cfg is None or cfg.expects_unit_intensity)
         self._looks_8bit: set[int] = set()  # ids of the items whose frames looked 0-255, until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:

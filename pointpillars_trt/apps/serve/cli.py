@@ -178,14 +178,17 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
                                              for _ in range(2)], batch=args.in_flight)
 
 
-#: infer's options that choose how a local detector runs, with their defaults: the served model decides
-#: all of them, so ``--server`` refuses any that is set (the thresholds go with each request).
-_LOCAL_OPTIONS = {"model": None, "config": None, "precision": "fp32", "backend": "auto", "device": "auto",
-                  "threads": None, "no_tf32": False, "batch_size": None, "pipelines": None}
+#: infer's options that choose how a local detector runs: the served model decides all of them, so
+#: ``--server`` refuses any that differs from its default (the thresholds go with each request).
+_LOCAL_OPTIONS = ("model", "config", "precision", "backend", "device", "threads", "no_tf32", "batch_size",
+                  "pipelines")
 
 
 def _refuse_local_options(args: argparse.Namespace) -> None:
-    given = [name for name, default in _LOCAL_OPTIONS.items() if getattr(args, name, default) != default]
+    from ..infer import add_infer_parser
+
+    infer = add_infer_parser(argparse.ArgumentParser().add_subparsers())  # its defaults, as infer declares them
+    given = [name for name in _LOCAL_OPTIONS if getattr(args, name) != infer.get_default(name)]
     if given:
         options = ", ".join("--" + name.replace("_", "-") for name in given)
         raise InputError(f"{options}: the server's model and settings run the frames with --server (serve decides "

@@ -7,6 +7,7 @@ and yields results in input order; a frame the server or the reader refuses is t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections import deque
@@ -55,10 +56,8 @@ class RemoteDetector:
             raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
         # sent with every request (the server's optional inputs): the served model's own values otherwise
-        self.thresholds = {name: value for name, value in
-                           (("score_threshold", thresholds.score_threshold), ("nms_iou", thresholds.nms_iou),
-                            ("max_boxes", thresholds.max_boxes))
-                           if value is not None} if thresholds is not None else {}
+        given = dataclasses.asdict(thresholds) if thresholds is not None else {}
+        self.thresholds = {name: value for name, value in given.items() if value is not None}
         from tritonclient.utils import InferenceServerException
 
         self._module: Any = module
