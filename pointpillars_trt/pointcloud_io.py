@@ -203,7 +203,14 @@ def _other_point_dim(point_dim: int) -> int | None:
 
 
 def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
-    """Refuse a file whose values read as ``point_dim`` a point are rows of the other length (4 <-> 5)."""
+    """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, or rows of
+    the other length (4 <-> 5)."""
+    if looks_float64(values, point_dim):
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
+            f"float32 its values are fragments of numbers; save frames as float32 "
+            f"(points.astype(np.float32).tofile(path)) or as .npy"
+        )
     other = _other_point_dim(point_dim)
     if other is not None and looks_misread(values, point_dim):
         raise InputError(
@@ -293,6 +300,52 @@ def looks_misread(values: np.ndarray, point_dim: int) -> bool:
         step_other = np.concatenate([np.abs(s[other:] - s[:-other]) for s in samples])
     step_read, step_other = step_read[np.isfinite(step_read)], step_other[np.isfinite(step_other)]
     return bool(step_read.size and step_other.size and np.median(step_other) < np.median(step_read))
+
+
+#: Largest coordinate (metres) and intensity a frame read as float64 may hold to count as plausible.
+_FLOAT64_MAX_COORD, _FLOAT64_MAX_INTENSITY = 1e5, 65535.0
+_FLOAT64_GATE_ROWS = 64  # rows of the float64 reading looked at first: a float32 frame fails within them
+
+
+def looks_float64(values: np.ndarray, point_dim: int) -> bool:
+    """True when flat float32 ``values`` are really float64 rows of ``point_dim`` values (an array saved
+    with ``tofile`` before ``astype(np.float32)``).
+
+    Read as float32, each float64 splits in two words: the high one (sign, exponent, top of the
+    mantissa) reads as a modest number, the low one (the mantissa's tail) as 0, +-1e-19, +-2, +-4e19 or
+    noise. So the test: (1) the bytes read as float64 are a plausible frame (finite, coordinates within
+    100 km, intensities in [0, 65535]); (2) read as float32 they are not: over 25 % of the values are
+    fragments (non-finite, or nonzero below 1e-12 or above 1e12 in magnitude) or over 5 % of the
+    intensities are negative. A float32 frame read as float64 takes its magnitudes from every other
+    value (y and intensity for rows of 4): a y beyond ~16 m or a negative intensity fails (1), mostly in
+    the first rows looked at; real scans fail (2) besides. Looks at two samples of at most
+    ``_LAYOUT_SAMPLE`` values (microseconds).
+    """
+    row = 2 * point_dim  # float32 words in one float64 row
+    if values.size % row or values.size < row:
+        return False
+    middle = (values.size // 2) // row * row
+    samples = [values[: _LAYOUT_SAMPLE // row * row], values[middle : middle + _LAYOUT_SAMPLE // row * row]]
+    if not _plausible_as_float64(samples[0][: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
+        return False
+    if not all(_plausible_as_float64(s, point_dim) for s in samples):
+        return False
+    words = np.concatenate(samples)
+    with np.errstate(invalid="ignore"):
+        size = np.abs(words)
+        fragments = np.count_nonzero(~np.isfinite(words) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
+    intensity = np.concatenate([s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples])
+    return bool(fragments > 0.25 * words.size or np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
+
+
+def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
+    """Whether float32 ``words`` (whole float64 rows) read as float64 rows are a frame a lidar gives."""
+    rows = np.ascontiguousarray(words).view("<f8").reshape(-1, point_dim)
+    with np.errstate(invalid="ignore"):
+        coords_ok = np.all(np.abs(rows[:, :3]) <= _FLOAT64_MAX_COORD)  # False for NaN too
+        intensity = rows[:, 3]
+        return bool(coords_ok and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY))
+                    and np.all(np.isfinite(rows)))
 
 
 def _other_dim_hint(size: int, point_dim: int) -> str:

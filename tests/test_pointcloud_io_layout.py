@@ -1,4 +1,5 @@
-"""A 5-value (nuScenes-style) .bin read as 4 values a point is refused, naming ``--point-dim 5``.
+"""A 5-value (nuScenes-style) .bin read as 4 values a point is refused, naming ``--point-dim 5``; a
+frame saved as float64 is refused, naming the float32 fix.
 
 Oracles: the files' own bytes (``np.fromfile`` reshaped by hand), real KITTI scans (which must
 never trigger, in scan order or shuffled) and the nuScenes multi-sweep frames of the assets.
@@ -12,7 +13,8 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.pointcloud_io import looks_misread, read_points
+from pointpillars_trt.pointcloud_io import (looks_float64, looks_misread, read_bin_bytes_into, read_points,
+                                           read_points_into)
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
 
@@ -109,3 +111,63 @@ def test_kitti_scans_read_as_five_values_are_refused(assets: Path, tmp_path: Pat
             np.testing.assert_array_equal(read_points(target), data)
     for name in NUSCENES_FRAMES:
         assert not looks_misread(np.fromfile(assets / name, "<f4"), 5), name
+
+
+# --------------------------------------------------------------------------- float64 saved with tofile
+
+def float64_refused(path: Path, **kwargs: object) -> None:
+    with pytest.raises(InputError) as err:
+        read_points(path, **kwargs)  # type: ignore[arg-type]
+    text = str(err.value)
+    assert "\n" not in text and str(path) in text and "looks like float64 values" in text, text
+    assert "astype(np.float32)" in text, text
+
+
+def test_frames_saved_as_float64_are_refused(assets: Path, tmp_path: Path) -> None:
+    """Real KITTI scans and nuScenes sweeps cast to float64 and written with ``tofile`` (the bytes a user
+    gets from ``np.fromfile(..., np.float64)``'s inverse): refused through both readers ``infer`` uses,
+    in scan order and shuffled; read back as float64 by hand they are the original rows."""
+    rng = np.random.default_rng(6)
+    cases = [(path, 4) for path in sorted((assets / "kitti" / "training").rglob("velodyne*/*.bin"))]
+    cases += [(assets / name, 5) for name in NUSCENES_FRAMES]
+    for path, point_dim in cases:
+        rows = np.fromfile(path, "<f4").reshape(-1, point_dim)
+        for order, data in (("scan", rows), ("shuffled", rows[rng.permutation(len(rows))])):
+            target = tmp_path / f"{path.stem}_{point_dim}_{order}.bin"
+            data.astype("<f8").tofile(target)
+            np.testing.assert_array_equal(np.fromfile(target, "<f8").reshape(-1, point_dim), data)
+            assert looks_float64(np.fromfile(target, "<f4"), point_dim), target
+            float64_refused(target, point_dim=point_dim)
+            with pytest.raises(InputError, match="looks like float64 values"):  # object-store frames' reader
+                read_bin_bytes_into(target.read_bytes(), lambda n: np.empty((n, 4), np.float32), point_dim=point_dim,
+                                    columns=point_dim)
+            if point_dim == 4:  # the pinned-staging reader
+                with pytest.raises(InputError, match="looks like float64 values"):
+                    read_points_into(target, lambda n: np.empty((n, 4), np.float32))
+
+
+def test_computed_float64_frames_are_refused(tmp_path: Path) -> None:
+    """float64 values that never were float32 (their low words are noise, not zeros): refused too."""
+    rng = np.random.default_rng(8)
+    for n, scale, intensity in ((2000, 60.0, rng.uniform(0, 1, 2000)), (50_000, 5.0, rng.integers(0, 256, 50_000))):
+        rows = np.column_stack([rng.uniform(-scale, scale, (n, 3)), intensity]).astype("<f8")
+        rows.tofile(tmp_path / "computed.bin")
+        float64_refused(tmp_path / "computed.bin")
+
+
+def test_float32_frames_never_look_like_float64(assets: Path) -> None:
+    """Every real frame of the assets read with the row length its size allows, and random float32
+    frames of small and large extents (where a y and an intensity read as one float64 stay small),
+    with 0-1, 0-255 and centred intensities: never taken for float64."""
+    for path in sorted(assets.rglob("*.bin")):
+        values = np.fromfile(path, "<f4")
+        for point_dim in (4, 5):
+            if values.size % point_dim == 0:
+                assert not looks_float64(values, point_dim), (path, point_dim)
+    rng = np.random.default_rng(9)
+    for trial in range(400):
+        n = int(rng.integers(1, 4000)) * 2
+        scale = float(rng.choice([0.01, 0.5, 2.0, 15.0, 80.0]))
+        intensity = rng.choice([rng.uniform(0, 1, n), rng.integers(0, 256, n).astype(float), rng.normal(0, 1, n)])
+        rows = np.column_stack([rng.uniform(-scale, scale, (n, 3)), intensity]).astype("<f4")
+        assert not looks_float64(rows.ravel(), 4), trial

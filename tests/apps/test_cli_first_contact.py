@@ -54,6 +54,16 @@ def test_infer_refuses_a_five_value_file_read_as_four(assets: Path, tiny_model: 
     assert cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--point-dim", "5").rc == 0
 
 
+def test_infer_refuses_a_frame_saved_as_float64(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    frame = tmp_path / "float64.bin"
+    np.fromfile(tiny_frames[0], "<f4").astype("<f8").tofile(frame)
+    run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 1, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(frame) in errors[0] and "float64" in errors[0], run.err
+    assert "1/2 frames" in run.out
+
+
 # --------------------------------------------------------------------------- which device ran
 
 def test_infer_says_which_device_engine_and_precision_ran(tiny_model: Path, tiny_frames: list[Path]):
