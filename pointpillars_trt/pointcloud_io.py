@@ -49,7 +49,7 @@ def read_points(
       nuScenes-style x, y, z, intensity, time); the first ``columns`` are kept. A size that is
       not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a file of 5 values
       a point read as 4, or of 4 read as 5 (see :func:`looks_misread`), is refused: both name the
-      ``--point-dim`` that fits.
+      ``--point-dim`` that fits; so is a file of float64 values (:func:`looks_float64`).
       0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
