@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 
 import pytest
 
@@ -98,6 +99,20 @@ def instance_count(device: str) -> str:
 
 def test_one_instance_on_the_cpu_by_default() -> None:
     assert instance_count("cpu") == "instance_group [{ count: 1, kind: KIND_CPU }]"
+
+
+def test_cpu_instances_are_capped_at_the_cores() -> None:
+    """Each CPU instance is a process holding its own model and running on every core: one a core at most."""
+    from tiny import tiny_config
+
+    from pointpillars_trt.model_dir import ModelDir
+
+    cores = os.cpu_count() or 1
+    model = ModelDir(".", tiny_config(), {})
+    text = model_config_text(model, instances=cores, max_batch=8, max_queue_delay_us=0, device="cpu", max_points=10)
+    assert f"count: {cores}, kind: KIND_CPU" in text
+    with pytest.raises(InputError, match=rf"--instances {cores + 1} on the CPU: at most {cores}, one a core"):
+        model_config_text(model, instances=cores + 1, max_batch=8, max_queue_delay_us=0, device="cpu", max_points=10)
 
 
 @pytest.mark.cuda

@@ -14,7 +14,7 @@ from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
-from ...runtime_options import RuntimeOptions
+from ...runtime_options import RuntimeOptions, max_threads
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
@@ -63,7 +63,7 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     optional per-request thresholds (score_threshold and nms_iou FP32 [1], max_boxes INT32 [1]), the
     outputs (``velocity`` FP32 [-1, 2] too for a model that predicts it), dynamic batching up to
     ``max_batch`` frames, K instances per GPU (default ``DEFAULT_GPU_INSTANCES``) or on the CPU
-    (default 1); each instance's ``pipelines`` detectors (of that batch) run as ``runtime`` says
+    (default 1, at most one a core); each instance's ``pipelines`` detectors (of that batch) run as ``runtime`` says
     (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
 
@@ -80,6 +80,10 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     for option, (value, low, high) in limits.items():
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"serve: {option} {value!r}: expected an integer in {low}..{high}")
+    if kind == "KIND_CPU" and instances > max_threads():
+        raise InputError(f"serve: --instances {instances} on the CPU: at most {max_threads()}, one a core of this "
+                         "machine; each instance is a process with its own copy of the model (~0.7 GB for a KITTI "
+                         "model) that runs its frames on every core, so more instances only share the cores")
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
               "pipelines": str(pipelines),
