@@ -19,6 +19,8 @@ _PROBE = np.zeros((1, 4), np.float32)
 #: Share of its timeout a failed probe must have waited to count as timed out (the client's clock and
 #: the connection's differ by a little).
 _WAITED_OUT = 0.9
+#: Shortest timeout of the statistics requests (cheap: the server answers them from its counters).
+_STATS_TIMEOUT = 5.0
 
 
 class ModelProbe:
@@ -32,10 +34,16 @@ class ModelProbe:
 
     def __init__(self, endpoint: str, *, timeout: float, failures_allowed: int = 1) -> None:
         self.remote = RemoteDetector(endpoint, protocol="http", timeout=timeout)
+        # the statistics on a connection of their own: a probe's short timeout must not lose the count
+        try:
+            self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, _STATS_TIMEOUT))
+        except BaseException:
+            self.remote.close()
+            raise
         self.timeout = timeout
         self.failures_allowed = failures_allowed
         self.failures = 0
-        self._answered = self.remote.answered_count()
+        self._answered = self._stats.answered_count()
 
     def check(self) -> str | None:
         """None while the model answers; the last error once too many probes in a row have failed."""
@@ -46,18 +54,19 @@ class ModelProbe:
             # it waited out its timeout (rather than getting an error the server answered), and more than
             # this probe (which the server may still answer after our timeout) was answered meanwhile
             waited_out = time.monotonic() - start >= _WAITED_OUT * self.timeout
-            answered, self._answered = self._answered, self.remote.answered_count()
+            answered, self._answered = self._answered, self._stats.answered_count()
             if waited_out and answered is not None and self._answered is not None and self._answered > answered + 1:
                 self.failures = 0  # busy, not dead
                 return None
             self.failures += 1
             return str(exc) if self.failures > self.failures_allowed else None
         self.failures = 0
-        self._answered = self.remote.answered_count()
+        self._answered = self._stats.answered_count()
         return None
 
     def close(self) -> None:
         self.remote.close()
+        self._stats.close()
 
 
 def warm_up(endpoint: str, timeout: float) -> ModelProbe:
