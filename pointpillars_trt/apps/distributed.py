@@ -104,6 +104,16 @@ def _check_reachable(address: str | None) -> None:
                            "start one (ray start --head) or leave --ray-address out for a local one") from None
 
 
+def require_ray() -> Any:
+    """The ``ray`` module, with Ray Data importable, or one error saying what to install."""
+    try:
+        import ray
+        import ray.data  # noqa: F401 - Ray without its data extra (pandas, pyarrow) fails here, not mid-run
+    except ImportError:
+        raise BackendError("infer --ray needs Ray Data: pip install 'pointpillars-trt[ray]'") from None
+    return ray
+
+
 def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
@@ -129,7 +139,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
         # network address (Ray reads this when first imported)
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    import ray
+    ray = require_ray()
 
     if output_format not in OUTPUT_FORMATS:
         raise InputError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")

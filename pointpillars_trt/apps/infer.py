@@ -404,6 +404,11 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
                          "file per frame")
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
+    if args.skip_existing and out is None:
+        raise InputError("--skip-existing needs --out DIR: it skips the frames whose outputs are already there")
+    if args.keep_out_of_view and fmt != "kitti":
+        raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
+                         f"image); --format {fmt} keeps every box: drop it")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if fmt in ROW_FORMATS and out is None:

@@ -254,3 +254,17 @@ def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tiny_frames[1], "--model", cases[0][0], "--device", "cuda", "--backend", cases[0][1],
               "--no-progress")
     assert run.rc == 0 and f"running on {cases[0][3]}" in run.err.splitlines(), run
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--skip-existing"], "--skip-existing needs --out DIR"),
+    (["--keep-out-of-view", "--out", "OUT"], "--keep-out-of-view applies to --format kitti"),
+    (["--keep-out-of-view", "--out", "OUT", "--format", "jsonl"], "--format jsonl keeps every box"),
+])
+def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
+                                                          extra: list[str], expected: str):
+    out = tmp_path / "out"
+    run = cli("infer", tiny_frames[0], "--model", tiny_model, "--device", "cpu",
+              *[str(out) if value == "OUT" else value for value in extra])
+    assert_one_line_error(run, expected)
+    assert not out.exists()

@@ -119,3 +119,44 @@ def test_cpu_instances_are_capped_at_the_cores() -> None:
 def test_two_instances_a_gpu_by_default(cp) -> None:  # type: ignore[no-untyped-def]
     assert instance_count("cuda") == "instance_group [{ count: 2, kind: KIND_GPU }]"
     assert instance_count("cuda:0") == "instance_group [{ count: 2, kind: KIND_GPU, gpus: [0] }]"
+
+
+def run_error(argv: list[str]) -> str:
+    """The one ``error:`` line of ``pointpillars-trt ARGV``, which must exit 2 before touching anything."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    lines = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err.getvalue(), err.getvalue()
+    return lines[0]
+
+
+@pytest.mark.parametrize("extra, named, needed", [
+    (["--in-flight", "5"], "--in-flight", "--server"),
+    (["--protocol", "http"], "--protocol", "--server"),
+    (["--workers", "3"], "--workers", "--ray"),
+    (["--gpus-per-worker", "1", "--ray-address", "auto"], "--ray-address, --gpus-per-worker", "--ray"),
+    (["--server", "127.0.0.1:1", "--workers", "3"], "--workers", "--ray"),
+    (["--ray", "--in-flight", "5"], "--in-flight", "--server"),
+])
+def test_options_of_the_path_not_taken_are_refused(tmp_path, extra: list[str], named: str, needed: str) -> None:  # type: ignore[no-untyped-def]
+    """``--workers`` without ``--ray``, ``--in-flight`` without ``--server``, ...: refused, not ignored."""
+    line = run_error(["infer", str(tmp_path), "--out", str(tmp_path / "o"), *extra])
+    assert f"{named}: only used with {needed}" in line, line
+    assert not (tmp_path / "o").exists()
+
+
+def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without Ray installed (its import blocked in a fresh interpreter), ``infer --ray`` says what to install."""
+    import subprocess
+    import sys
+
+    frame = tmp_path / "f.bin"
+    frame.write_bytes(bytes(16))
+    script = ("import sys; sys.modules['ray'] = None; from pointpillars_trt.apps.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", script, "infer", str(frame), "--model", str(tmp_path / "m.pth"),
+                           "--out", str(tmp_path / "o"), "--ray"], capture_output=True, text=True, timeout=120)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(lines) == 1 and "pip install 'pointpillars-trt[ray]'" in lines[0], done.stderr

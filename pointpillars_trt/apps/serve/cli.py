@@ -142,12 +142,18 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
     return 0
 
 
+#: The scale-out options' defaults (add_scaleout_arguments), against which a given option is told apart.
+_SCALEOUT_DEFAULTS: dict[str, object] = {"protocol": "grpc", "in_flight": 8, "ray_address": None, "workers": None,
+                                         "gpus_per_worker": None}
+
+
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     """infer's options for running elsewhere: a Triton server, or a Ray cluster."""
     group = parser.add_argument_group("scale-out (a served model or a Ray cluster)")
     group.add_argument("--server", metavar="HOST:PORT", help="send frames to a `pointpillars-trt serve` server")
-    group.add_argument("--protocol", choices=("grpc", "http"), default="grpc", help="with --server")
-    group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=8,
+    group.add_argument("--protocol", choices=("grpc", "http"), default=_SCALEOUT_DEFAULTS["protocol"],
+                       help="with --server")
+    group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=_SCALEOUT_DEFAULTS["in_flight"],
                        help=f"with --server: concurrent requests, 1..{MAX_IN_FLIGHT}")
     group.add_argument("--ray", action="store_true", help="run on a Ray cluster (Ray Data, one detector per worker)")
     group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: a local one)")
@@ -158,7 +164,15 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def scaleout_requested(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "server", None) or getattr(args, "ray", False))
+    """Whether infer runs elsewhere (``--server`` or ``--ray``); refuses the options of the one not taken."""
+    server, ray = bool(getattr(args, "server", None)), bool(getattr(args, "ray", False))
+    for needed, taken, options in (("--server", server, ("protocol", "in_flight")),
+                                   ("--ray", ray, ("ray_address", "workers", "gpus_per_worker"))):
+        given = [name for name in options if getattr(args, name, None) != _SCALEOUT_DEFAULTS[name]]
+        if given and not taken:
+            raise InputError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only used with "
+                             f"{needed}; add {needed} or drop {'it' if len(given) == 1 else 'them'}")
+    return server or ray
 
 
 def run_scaleout_infer(args: argparse.Namespace) -> int:
@@ -196,12 +210,13 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
 
 
 def _run_ray(args: argparse.Namespace) -> int:
-    from ..distributed import detect_dataset
+    from ..distributed import detect_dataset, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..infer import FrameReport, check_outputs, expand_frame_paths
     from ..runtime_args import runtime_options_from_args
 
+    require_ray()  # before the model is read or exported
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
                          "file per frame there")
