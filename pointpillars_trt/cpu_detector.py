@@ -71,8 +71,9 @@ class CpuDetector:
         return [self.detect(points, post_config) for points in frames]
 
     def close(self) -> None:
-        self._pfn.close()
-        self._rpn.close()
+        with self._lock:  # after the frame in progress: a session closed mid-run aborts the process
+            self._pfn.close()
+            self._rpn.close()
 
 
 class _StageClock:

@@ -347,3 +347,41 @@ def test_auto_on_a_machine_without_the_gpu_path_warns_once_per_call_site(tmp_pat
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, CpuFallbackWarning)]
     assert reason is not None and fallbacks == [f"device auto: running on the CPU (~100x slower than the GPU "
                                                 f"pipeline): {reason}"]
+
+
+CLOSE_DURING_A_FRAME = """
+import sys, threading, time
+import numpy as np
+from pointpillars_trt.detector import PointPillars
+
+detector = PointPillars.from_checkpoint(sys.argv[1], device="cpu", cache_dir=sys.argv[3])
+points = np.fromfile(sys.argv[2], np.float32).reshape(-1, 4)
+done = {}
+
+def frame():
+    done["found"] = len(detector(points).boxes)
+    done["at"] = time.monotonic()
+
+thread = threading.Thread(target=frame)
+thread.start()
+while not detector._impl._lock.locked():  # the frame has started
+    time.sleep(0.0005)
+detector.close()
+closed_at = time.monotonic()
+thread.join()
+print("frame ended before close returned:", done["at"] <= closed_at, "boxes:", done["found"])
+"""
+
+
+def test_close_on_the_cpu_waits_for_the_frame_in_progress(assets: Path, cache: Path) -> None:
+    """``close`` from another thread while a frame runs (a real ONNX Runtime session, a full KITTI scan):
+    it returns once the frame is done, which ends normally (a session freed mid-run makes ONNX Runtime
+    abort the process at exit). In a subprocess, so that such an abort cannot take pytest with it."""
+    import subprocess
+    import sys
+
+    scan = sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0]
+    done = subprocess.run([sys.executable, "-c", CLOSE_DURING_A_FRAME, str(assets / CHECKPOINT), str(scan), str(cache)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
+    assert "frame ended before close returned: True boxes:" in done.stdout, (done.stdout, done.stderr[-2000:])

@@ -221,7 +221,7 @@ class FrameRunner:
         dispatcher = threading.Thread(target=self._dispatch, name="pp-dispatch", daemon=True,
                                       args=(items, names, ready, ordered, window, stop))
         workers = [threading.Thread(target=self._pipeline_loop, name=f"pp-pipeline-{i}", daemon=True,
-                                    args=(detector, ready)) for i, detector in enumerate(self.detectors)]
+                                    args=(detector, ready, stop)) for i, detector in enumerate(self.detectors)]
         dispatcher.start()
         for worker in workers:
             worker.start()
@@ -332,7 +332,7 @@ class FrameRunner:
         except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
             job.points, job.start, job.error = None, None, one_line(exc)
 
-    def _pipeline_loop(self, detector: Any, ready: queue.Queue[_Batch | None]) -> None:
+    def _pipeline_loop(self, detector: Any, ready: queue.Queue[_Batch | None], stop: threading.Event) -> None:
         while True:
             batch = ready.get()
             if batch is None:
@@ -340,6 +340,8 @@ class FrameRunner:
             try:
                 for read in batch.reads:
                     read.result()
+                if stop.is_set():  # the run was stopped: the batches still queued are not detected
+                    raise InputError("the run was stopped before this frame")
                 self._detect(detector, batch)
             except BaseException as exc:  # noqa: BLE001 - a failed batch fails its frames, not the run
                 for job in batch.jobs:

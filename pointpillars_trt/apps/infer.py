@@ -676,8 +676,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                          notice=report.note, points_per_frame=points_per_frame)
+    jobs = runner.run(frames)
     try:
-        for job in runner.run(frames):
+        for job in jobs:
             if read.looked_8bit(job.item) and not warned:
                 warned = True
                 report.note(intensity_warning(job.source))
@@ -713,6 +714,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 report.note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
         raise
     finally:
+        # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
+        jobs.close()
         runner.close()
         report.bar.close()
     if disk.unwritten:

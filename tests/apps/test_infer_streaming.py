@@ -368,3 +368,49 @@ def test_a_path_that_gives_no_frames_is_its_own_error_and_the_others_run(model_p
     assert f"error: {nothing!r}: no such file, and no file matches it as a pattern" in err
     rc, _, err = infer(str(empty), nothing, "--model", str(model_path))  # nothing at all to run: a user error
     assert rc == 2 and err.count("\n") == 1 and "holds no point files" in err
+
+
+INTERRUPT_ON_FIRST_FRAME = """
+import sys
+import threading
+from pointpillars_trt.apps import infer
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.detector import PointPillars
+
+def interrupted(*_args, **_kwargs):  # Ctrl-C arrives while the first frame is being reported
+    raise KeyboardInterrupt
+
+close = PointPillars.close
+
+def observed_close(self):  # which pipeline threads still run when a detector closes
+    running = [t.name for t in threading.enumerate() if t.name.startswith("pp-pipeline") and t.is_alive()]
+    print(f"pipelines running at close: {running}", file=sys.stderr)
+    close(self)
+
+infer.FrameReport.written = interrupted
+PointPillars.close = observed_close
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_pipelines_before_their_detectors_close(assets: Path, tmp_path: Path) -> None:
+    """Ctrl-C while the main thread reports a frame and the pipeline runs the next one (real checkpoint,
+    full KITTI scans: ~0.5 s a frame on the CPU): the run's pipelines stop before the detectors close, so
+    the exit is the clean 130, never ONNX Runtime's abort of a session still running when the process ends
+    (no pipeline thread runs when the detectors close)."""
+    scans = sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))
+    folder = tmp_path / "scans"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"{i:06d}.bin").write_bytes(scans[i % len(scans)].read_bytes())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    for attempt in range(3):
+        done = subprocess.run([sys.executable, "-c", INTERRUPT_ON_FIRST_FRAME, "infer", str(folder), "--model",
+                               str(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"), "--device",
+                               "cpu", "--out", str(tmp_path / f"out{attempt}"), "--pipelines", "2",
+                               "--no-progress"], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 130, done.stderr[-2000:]
+        assert "interrupted" in done.stderr and "terminate called" not in done.stderr, done.stderr[-2000:]
+        assert "pipelines running at close: []" in done.stderr, done.stderr[-2000:]
+        assert "Traceback" not in done.stderr, done.stderr[-2000:]
