@@ -174,9 +174,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("--max-boxes", type=positive_int, default=None,
                      help="at most this many boxes a frame (default: the model's)")
     points = infer.add_argument_group("points")
-    points.add_argument("--point-dim", type=int, choices=(4, 5), default=4,
+    points.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                         help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
-                             "time; multi-sweep models need them)")
+                             "time; multi-sweep models need them) (default: the model's, 4 for KITTI models)")
     points.add_argument("--intensity-scale", type=intensity_scale_arg, default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
@@ -474,7 +474,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
-    points_per_frame = likely_points_per_frame(frames, args.point_dim)
+    points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
                if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
     detectors: list[Any] = []
@@ -482,6 +482,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         detectors = open_detectors(points_per_frame)
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
+        if args.point_dim is None:  # the model's own point columns
+            args.point_dim = cfg.num_point_columns if cfg is not None else getattr(detectors[0], "point_columns", 4)
         if cfg is not None:
             check_model_inputs(cfg, fmt, args.point_dim, frames)
         else:  # a served model: what its config says of its points and outputs

@@ -44,7 +44,7 @@ def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, 
 
 def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path, model: Path, tmp_path: Path) -> None:
     frame = nuscenes / FRAME
-    assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu"),
+    assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "4"),
                           "--point-dim 4: model openpcdet_nuscenes_multihead reads 5 values a point "
                           "(x, y, z, intensity, time); pass --point-dim 5")
     assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "5",
@@ -64,3 +64,13 @@ def test_infer_many_reads_files_with_the_models_point_columns(nuscenes: Path, mo
         want = detector(read_points(nuscenes / FRAME, point_dim=5))
     np.testing.assert_array_equal(result.detections.boxes, want.boxes)
     assert result.detections.names == want.names and len(want) >= 10
+
+
+def test_point_dim_defaults_to_the_models_point_columns(nuscenes: Path, model: Path, tmp_path: Path) -> None:
+    """Without --point-dim a multi-sweep model reads its 5 values a point: the same file as with --point-dim 5."""
+    frame = nuscenes / FRAME
+    for name, extra in (("default", []), ("five", ["--point-dim", "5"])):
+        run = cli("infer", frame, "--model", model, "--device", "cpu", "--out", tmp_path / name, *extra)
+        assert run.rc == 0, run
+    (written,) = (tmp_path / "default").glob("*.json")
+    assert written.read_bytes() == (tmp_path / "five" / written.name).read_bytes()
