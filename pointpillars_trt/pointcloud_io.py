@@ -48,8 +48,9 @@ def read_points(
     * ``.bin``: little-endian float32 rows of ``point_dim`` values (4 for KITTI, 5 for
       nuScenes-style x, y, z, intensity, time); the first ``columns`` are kept. A size that is
       not a multiple of ``4 * point_dim`` bytes is an error naming the size, and a file of 5 values
-      a point read as 4, or of 4 read as 5 (see :func:`looks_misread`), is refused: both name the
-      ``--point-dim`` that fits; so is a file of float64 values (:func:`looks_float64`).
+      a point read as 4, or of 4 read as 5, or of 3 (no intensity) as either (see
+      :func:`misread_row_length`), is refused naming what fits; so is a file of float64 values
+      (:func:`looks_float64`) or of bytes that are no float32 coordinates (:func:`looks_like_noise`).
       0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
@@ -193,30 +194,38 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str) -> Non
                          f"more than the limit of {MAX_FRAME_POINTS} points a frame")
 
 
-#: What a .bin of each row length is, for the message of a file read with the other one.
-_LAYOUTS = {4: "x, y, z, intensity, as KITTI writes them", 5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
-
-
-def _other_point_dim(point_dim: int) -> int | None:
-    """The row length a file read with ``point_dim`` values a point may really have (4 <-> 5), or None."""
-    return {4: 5, 5: 4}.get(point_dim)
+#: What a .bin of each row length is, for the messages of a file read with another one.
+_LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI writes them",
+            5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
 
 
 def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
-    """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, or rows of
-    the other length (4 <-> 5)."""
+    """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, bytes that
+    are no float32 numbers at all, or rows of another length (3, 4 or 5)."""
     if looks_float64(values, point_dim):
         raise InputError(
             f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
             f"float32 its values are fragments of numbers; save frames as float32 "
             f"(points.astype(np.float32).tofile(path)) or as .npy"
         )
-    other = _other_point_dim(point_dim)
-    if other is not None and looks_misread(values, point_dim):
+    if looks_like_noise(values):
         raise InputError(
-            f"{what} {safe_repr(path)} looks like {other} float32 values a point ({_LAYOUTS[other]}) read as "
+            f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
+            f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} in "
+            "magnitude, as random bytes or another type's bytes read as float32 are; is it a point file?"
+        )
+    row = misread_row_length(values, point_dim)
+    if row == 3:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like 3 float32 values a point ({_LAYOUTS[3]}) read as {point_dim}: "
+            f"its 4th column holds negative and coordinate-like values, not intensities; the model reads x, y, "
+            "z, intensity: write each point's intensity too"
+        )
+    if row is not None:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({_LAYOUTS[row]}) read as "
             f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
-            f"pass --point-dim {other} (Python: point_dim={other})"
+            f"pass --point-dim {row} (Python: point_dim={row})"
         )
 
 
@@ -270,36 +279,77 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
 
 
 _LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
+_ROWS_ALIGN = 60  # whole rows of 3, 4 and 5 values
 
 
-def looks_misread(values: np.ndarray, point_dim: int) -> bool:
-    """True when flat float32 ``values`` read as ``point_dim`` (4 or 5) values a point are far more
-    plausible as rows of the other length (5 or 4).
+def _samples(values: np.ndarray, align: int, count: int = _LAYOUT_SAMPLE) -> list[np.ndarray]:
+    """At most ``count`` values from the start and from the middle (at a multiple of ``align``)."""
+    middle = (values.size // 2) // align * align
+    return [values[:count], values[middle:middle + count]]
+
+
+def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
+    """The row length (3, 4 or 5 values a point) that flat float32 ``values`` read as ``point_dim`` (4
+    or 5) values a point far more plausibly have, or None.
 
     Read with the wrong row length, every field takes its turn in the intensity column, so (1) the
-    values form whole rows of both lengths, (2) over 5 % of the "intensities" are negative (lidar
+    values form whole rows of the other length, (2) over 5 % of the "intensities" are negative (lidar
     intensity never is), and (3) values the other length apart (the same field of neighbouring points)
     differ less than values ``point_dim`` apart. Real KITTI scans read as 4 and nuScenes sweeps read as
     5, ordered or shuffled, fail (2) and (3) by a wide margin. Looks at two samples of at most
     ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
     """
-    other = _other_point_dim(point_dim)
-    if other is None or values.size % 20 or values.size < 40:
-        return False
-    middle = (values.size // 2) // 20 * 20
-    samples = [values[:_LAYOUT_SAMPLE], values[middle:middle + _LAYOUT_SAMPLE]]
+    if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
+        return None
+    others = [n for n in _LAYOUTS if n != point_dim and values.size % n == 0]
+    if not others:
+        return None
+    samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
     if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
-        return False
+        return None
     intensity = np.concatenate(columns)
     intensity = intensity[np.isfinite(intensity)]
     if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
-        return False
+        return None
+    steps = {n: _median_step(samples, n) for n in (point_dim, *others)}
+    best = min(others, key=lambda n: steps[n])
+    return best if steps[best] < steps[point_dim] else None
+
+
+def looks_misread(values: np.ndarray, point_dim: int) -> bool:
+    """Whether ``values`` read as ``point_dim`` values a point are rows of another length
+    (:func:`misread_row_length`)."""
+    return misread_row_length(values, point_dim) is not None
+
+
+def _median_step(samples: list[np.ndarray], lag: int) -> float:
+    """Median of the finite differences between values ``lag`` apart (inf where there is none)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        step_read = np.concatenate([np.abs(s[point_dim:] - s[:-point_dim]) for s in samples])
-        step_other = np.concatenate([np.abs(s[other:] - s[:-other]) for s in samples])
-    step_read, step_other = step_read[np.isfinite(step_read)], step_other[np.isfinite(step_other)]
-    return bool(step_read.size and step_other.size and np.median(step_other) < np.median(step_read))
+        steps = np.concatenate([np.abs(s[lag:] - s[:-lag]) for s in samples])
+    steps = steps[np.isfinite(steps)]
+    return float(np.median(steps)) if steps.size else float("inf")
+
+
+#: A frame is noise, not points, when over this share of its finite values lie beyond HIGH or below LOW
+#: (and not 0) in magnitude: random bytes read as float32 give ~52 %, real frames none.
+_NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
+_NOISE_SAMPLE = 4096  # values looked at from the start and from the middle: noise shows in a few
+
+
+def looks_like_noise(values: np.ndarray) -> bool:
+    """True when flat float32 ``values`` are not coordinates: over ``_NOISE_SHARE`` of the finite ones
+    are beyond ``_NOISE_HIGH`` (1,000 km) or nonzero below ``_NOISE_LOW`` in magnitude. Random bytes
+    (exponents spread evenly) give about half such values; a lidar frame none (non-finite values, which
+    organised clouds use for no return, are not counted). Looks at two samples of at most
+    ``_NOISE_SAMPLE`` values."""
+    counted = odd = 0
+    for sample in _samples(values, 1, _NOISE_SAMPLE):
+        size = np.abs(sample)
+        finite = size[np.isfinite(size)]
+        counted += finite.size
+        odd += np.count_nonzero((finite > _NOISE_HIGH) | ((finite > 0) & (finite < _NOISE_LOW)))
+    return bool(counted and odd > _NOISE_SHARE * counted)
 
 
 #: Largest coordinate (metres) and intensity a frame read as float64 may hold to count as plausible.
@@ -324,8 +374,7 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
     row = 2 * point_dim  # float32 words in one float64 row
     if values.size % row or values.size < row:
         return False
-    middle = (values.size // 2) // row * row
-    samples = [values[: _LAYOUT_SAMPLE // row * row], values[middle : middle + _LAYOUT_SAMPLE // row * row]]
+    samples = _samples(values, row, _LAYOUT_SAMPLE // row * row)
     if not _plausible_as_float64(samples[0][: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
         return False
     if not all(_plausible_as_float64(s, point_dim) for s in samples):
@@ -349,13 +398,15 @@ def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
 
 
 def _other_dim_hint(size: int, point_dim: int) -> str:
-    """The size error's pointer to the other layout (4 <-> 5 values a point), or to neither."""
-    other = _other_point_dim(point_dim)
-    if other is not None and size % (4 * other) == 0:
-        return f"; its size fits {other} values a point ({_LAYOUTS[other]}): pass --point-dim {other}"
-    if other is not None:
-        return "; it fits neither 4 nor 5 float32 values a point: is it a point file?"
-    return ""
+    """The size error's pointer to the row lengths (3, 4 or 5 values a point) the size fits, if any."""
+    if point_dim not in (4, 5):
+        return ""
+    fits = sorted((n for n in _LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
+    if not fits:
+        return "; it fits no rows of 3, 4 or 5 float32 values: is it a point file?"
+    named = [f"rows of {n} values ({_LAYOUTS[n]}" + ("; the model needs intensities)" if n == 3
+                                                     else f": if so, pass --point-dim {n})") for n in fits]
+    return f"; its size fits {' or '.join(named)}"
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

@@ -1,5 +1,5 @@
 """A 5-value (nuScenes-style) .bin read as 4 values a point is refused, naming ``--point-dim 5``; a
-frame saved as float64 is refused, naming the float32 fix.
+frame saved as float64 is refused, naming the float32 fix; x, y, z only and random bytes are refused.
 
 Oracles: the files' own bytes (``np.fromfile`` reshaped by hand), real KITTI scans (which must
 never trigger, in scan order or shuffled) and the nuScenes multi-sweep frames of the assets.
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.pointcloud_io import (looks_float64, looks_misread, read_bin_bytes_into, read_points,
-                                           read_points_into)
+from pointpillars_trt.pointcloud_io import (looks_float64, looks_like_noise, looks_misread, read_bin_bytes_into,
+                                           read_points, read_points_into)
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
 
@@ -53,7 +53,7 @@ def test_nuscenes_sweeps_read_as_four_are_refused(assets: Path) -> None:
     assert "looks like 5 float32 values a point" in refused(whole)
     ragged = assets / NUSCENES_FRAMES[1]  # 201,060 bytes: not rows of 4
     text = refused(ragged)
-    assert "201060 bytes, not a multiple of 16" in text and "fits 5 values a point" in text
+    assert "201060 bytes, not a multiple of 16" in text and "fits rows of 5 values" in text
     for name in NUSCENES_FRAMES:
         expected = np.fromfile(assets / name, "<f4").reshape(-1, 5)
         np.testing.assert_array_equal(read_points(assets / name, point_dim=5), expected)
@@ -81,15 +81,23 @@ def test_four_value_rows_that_fit_five_are_read(tmp_path: Path) -> None:
 
 def test_size_errors_name_the_other_point_dim(tmp_path: Path) -> None:
     sweep_rows(3, seed=4).tofile(tmp_path / "three.bin")  # 60 bytes: rows of 5, not of 4
-    assert "fits 5 values a point" in refused(tmp_path / "three.bin")
-    (tmp_path / "odd.bin").write_bytes(bytes(36))  # neither
+    assert "fits rows of 5 values" in refused(tmp_path / "three.bin")
+    (tmp_path / "odd.bin").write_bytes(bytes(44))  # none of 3, 4, 5
     for point_dim in (4, 5):
         with pytest.raises(InputError) as err:
             read_points(tmp_path / "odd.bin", point_dim=point_dim)
-        assert "fits neither 4 nor 5 float32 values a point" in str(err.value) and "--point-dim" not in str(err.value)
-    (tmp_path / "four.bin").write_bytes(bytes(48))  # rows of 4 read as 5
-    with pytest.raises(InputError, match=r"fits 4 values a point \(x, y, z, intensity, as KITTI writes them\): pass --point-dim 4"):
+        assert "fits no rows of 3, 4 or 5 float32 values" in str(err.value) and "--point-dim" not in str(err.value)
+    (tmp_path / "four.bin").write_bytes(bytes(32))  # rows of 4 read as 5
+    with pytest.raises(InputError, match=r"fits rows of 4 values \(x, y, z, intensity, as KITTI writes them: if so, "
+                                         r"pass --point-dim 4\)"):
         read_points(tmp_path / "four.bin", point_dim=5)
+    (tmp_path / "xyz.bin").write_bytes(bytes(36))  # rows of 3 (and of neither 4 nor 5)
+    for point_dim in (4, 5):
+        with pytest.raises(InputError) as err:
+            read_points(tmp_path / "xyz.bin", point_dim=point_dim)
+        text = str(err.value)
+        assert "fits rows of 3 values (x, y, z without intensity; the model needs intensities)" in text, text
+        assert "--point-dim" not in text, text
 
 
 def test_kitti_scans_read_as_five_values_are_refused(assets: Path, tmp_path: Path) -> None:
@@ -171,3 +179,43 @@ def test_float32_frames_never_look_like_float64(assets: Path) -> None:
         intensity = rng.choice([rng.uniform(0, 1, n), rng.integers(0, 256, n).astype(float), rng.normal(0, 1, n)])
         rows = np.column_stack([rng.uniform(-scale, scale, (n, 3)), intensity]).astype("<f4")
         assert not looks_float64(rows.ravel(), 4), trial
+
+
+# --------------------------------------------------------------------------- x, y, z only; noise
+
+def test_xyz_only_frames_are_refused_whichever_point_dim(assets: Path, tmp_path: Path) -> None:
+    """Real KITTI scans written without their intensity column (3 values a point), trimmed so that the
+    size also fits rows of 4 or of 5: refused as x, y, z only, never with a --point-dim to try."""
+    rng = np.random.default_rng(10)
+    for path in sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin")):
+        xyz = np.fromfile(path, "<f4").reshape(-1, 4)[:, :3]
+        for point_dim in (4, 5):
+            rows = xyz[: len(xyz) // point_dim * point_dim]
+            for order, data in (("scan", rows), ("shuffled", rows[rng.permutation(len(rows))])):
+                target = tmp_path / f"{path.stem}_{point_dim}_{order}.bin"
+                np.ascontiguousarray(data).tofile(target)
+                with pytest.raises(InputError) as err:
+                    read_points(target, point_dim=point_dim)
+                text = str(err.value)
+                assert "looks like 3 float32 values a point (x, y, z without intensity)" in text, text
+                assert "--point-dim" not in text and "\n" not in text, text
+
+
+def test_random_bytes_are_refused_and_real_frames_are_not_noise(assets: Path, tmp_path: Path) -> None:
+    """Random bytes of any length that fits the rows are refused as no coordinates; every real frame of
+    the assets, and an organised cloud whose no-return points are NaN (half of them), is not noise."""
+    rng = np.random.default_rng(11)
+    for size in (320_000, 16 * 1000, 20 * 4000):
+        path = tmp_path / f"random{size}.bin"
+        path.write_bytes(rng.bytes(size))
+        point_dim = 4 if size % 16 == 0 else 5
+        with pytest.raises(InputError, match="does not hold float32 point coordinates"):
+            read_points(path, point_dim=point_dim)
+    for path in sorted(assets.rglob("*.bin")):
+        assert not looks_like_noise(np.fromfile(path, "<f4")), path
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    organised = scan.copy()
+    organised[::2] = np.nan
+    assert not looks_like_noise(organised.ravel())
+    organised.tofile(tmp_path / "organised.bin")
+    assert read_points(tmp_path / "organised.bin").shape == scan.shape
