@@ -636,22 +636,25 @@ def intensity_warning(source: str) -> str:
 MISPLACED_FROM = 100
 
 
-def misplaced(det: Detections) -> bool:
-    """A frame of many points of which none made a pillar: all non-finite (not float32 points?), or none
-    in the model's point range (millimetres, axes swapped)."""
+def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
+    """(kind, warning) for a frame whose detections are probably not what its file meant: no point at
+    all (an empty file: a copy that failed?), or many points of which none made a pillar (all
+    non-finite: not float32 points?; or none in the model's point range: millimetres, axes swapped);
+    None for any other frame. Each kind is said once a run."""
     stats = det.stats
-    return stats.num_pillars == 0 and stats.num_points >= MISPLACED_FROM
-
-
-def out_of_range_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> str:
-    finite = det.stats.num_points - det.stats.num_nonfinite
+    if stats.num_points == 0:
+        return "empty", (f"warning: {safe_repr(source)} holds no points (an empty file: a copy that failed?); "
+                         "its output says 0 boxes (warned once)")
+    if stats.num_pillars or stats.num_points < MISPLACED_FROM:
+        return None
+    finite = stats.num_points - stats.num_nonfinite
     if not finite:
-        return (f"warning: {safe_repr(source)}: all its {det.stats.num_points} points are non-finite (NaN or "
-                "infinite): is it float32 x, y, z, intensity? (warned once)")
+        return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "
+                             "(NaN or infinite): is it float32 x, y, z, intensity? (warned once)")
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
-    return (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point range"
-            f"{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
+    return "range", (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point "
+                     f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
 
 
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
@@ -673,7 +676,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                        columns=getattr(detectors[0], "point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
-    warned = out_of_range_warned = False
+    warned = False  # the 0-255 intensities
+    warned_kinds: set[str] = set()  # frame_warning's
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -694,9 +698,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 continue
             written, row = job.written
             to_flush.add(written.files)
-            if not out_of_range_warned and job.detections is not None and misplaced(job.detections):
-                out_of_range_warned = True
-                report.note(out_of_range_warning(job.source, job.detections, plan.point_range))
+            warning = None if job.detections is None else frame_warning(job.source, job.detections, plan.point_range)
+            if warning is not None and warning[0] not in warned_kinds:
+                warned_kinds.add(warning[0])
+                report.note(warning[1])
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, job.source)

@@ -414,3 +414,22 @@ def test_ctrl_c_stops_the_pipelines_before_their_detectors_close(assets: Path, t
         assert "interrupted" in done.stderr and "terminate called" not in done.stderr, done.stderr[-2000:]
         assert "pipelines running at close: []" in done.stderr, done.stderr[-2000:]
         assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Two 0-byte frames among good ones: one warning naming the first, exit 0, and each empty frame's
+    output written with its 0 boxes (an empty frame is valid, but mostly a copy that failed)."""
+    folder = tmp_path / "some_empty"
+    folder.mkdir()
+    good = sorted(frames.glob("*.bin"))[:2]
+    for path in good:
+        (folder / path.name).write_bytes(path.read_bytes())
+    for name in ("a_empty.bin", "b_empty.bin"):
+        (folder / name).write_bytes(b"")
+    out = tmp_path / "out"
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out))
+    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    assert rc == 0 and len(warnings) == 1, err
+    assert "a_empty.bin" in warnings[0] and "holds no points" in warnings[0], warnings
+    for name in ("a_empty", "b_empty"):
+        assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
