@@ -206,6 +206,18 @@ def test_cli_prints_openpcdet_table_writes_strict_json_and_compares(tmp_path: Pa
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
 
 
+def test_compare_folder_missing_a_frame_fails_before_any_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    gt, pred = _41_cars_and_extra([], [])
+    write_frames(tmp_path / "label_2", gt)
+    write_frames(tmp_path / "pred", pred)
+    write_frames(tmp_path / "other", pred[:-1])  # the last frame's file is missing
+    args = _parser().parse_args(["eval", "--pred", str(tmp_path / "pred"), "--labels", str(tmp_path / "label_2"),
+                                 "--compare", str(tmp_path / "other")])
+    with pytest.raises(InputError, match="other"):
+        args.run(args)
+    assert "AP" not in capsys.readouterr().out  # no table printed before the error
+
+
 def test_ids_file_selects_frames_and_missing_files_are_named(tmp_path: Path) -> None:
     gt, pred = _41_cars_and_extra([], [])
     write_frames(tmp_path / "label_2", gt)

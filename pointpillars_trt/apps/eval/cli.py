@@ -65,11 +65,15 @@ def run_eval(args: argparse.Namespace) -> int:
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
     gt = load_ground_truth(labels, ids)
-    result = evaluate(gt, load_predictions(pred, ids, calib), classes)
+    predictions = load_predictions(pred, ids, calib)
+    # both folders read before anything is printed: a missing file in the second is one error, not a
+    # table followed by one
+    others = load_predictions(Path(args.compare), ids, calib) if args.compare else None
+    result = evaluate(gt, predictions, classes)
     print(f"{len(ids)} frames, predictions {pred}")
     print(format_table(result), end="")
-    if args.compare:
-        other = evaluate(gt, load_predictions(Path(args.compare), ids, calib), classes)
+    if others is not None:
+        other = evaluate(gt, others, classes)
         print()
         print(format_comparison(result, other, str(pred), str(args.compare)), end="")
     if args.json:
