@@ -13,14 +13,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-#: Files that exist where the NVIDIA driver sees a GPU, whatever Python packages are installed.
-GPU_PROBES = ("/dev/nvidia0", "/proc/driver/nvidia/version")
+from ..runtime.availability import GPU_PROBES, gpu_visible
+
 CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
-
-
-def gpu_visible(probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> bool:
-    """True when the NVIDIA driver shows a GPU here (any of ``probes`` exists)."""
-    return any(os.path.exists(p) for p in probes)
 
 
 def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> list[str]:
@@ -35,8 +30,8 @@ def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = G
     if note is not None:
         lines.append(note)
     if getattr(detector, "device", None) == "cpu" and detector.model.precision == "fp16":
-        lines.append("note: fp16 graphs run about 2x slower than fp32 on the CPU; for CPU runs build the "
-                     "model dir with --precision fp32")
+        lines.append("note: fp16 graphs run about 2x slower than fp32 on the CPU; for CPU runs use fp32 graphs "
+                     "(a checkpoint without --precision fp16, or a model dir built with --precision fp32)")
     return lines
 
 

@@ -146,8 +146,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     infer = sub.add_parser("infer", help="detect on lidar point files (.bin, .npy, .pcd); one output per frame",
                            description="Detect on lidar point files and write one output file per frame.")
     infer.add_argument("paths", nargs="+", metavar="PATH",
-                       help=f"point files ({', '.join(SUPPORTED_EXTENSIONS)}), folders of them, or globs "
-                            "(a path that exists is taken literally, even with [ or * in its name)")
+                       help=f"point files ({', '.join(SUPPORTED_EXTENSIONS)}), folders of them (their own "
+                            "files, not their subfolders), or globs such as 'seq*/velodyne/*.bin' (a path that "
+                            "exists is taken literally, even with [ or * in its name)")
     model = infer.add_argument_group("model")
     model.add_argument("--model", help="model dir (from build) or a .pth checkpoint (required unless --server)")
     model.add_argument("--config", help="config name or YAML path the model must have been built for "

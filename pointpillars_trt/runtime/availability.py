@@ -6,6 +6,17 @@ backend can run in the GPU pipeline here, else one line naming what is missing.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+
+#: Files that exist where the NVIDIA driver sees a GPU, whatever Python packages are installed.
+GPU_PROBES = ("/dev/nvidia0", "/proc/driver/nvidia/version")
+
+
+def gpu_visible(probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> bool:
+    """True when the NVIDIA driver shows a GPU here (any of ``probes`` exists)."""
+    return any(os.path.exists(p) for p in probes)
+
 
 def tensorrt_available() -> bool:
     """True when a TensorRT library imports: TensorRT 10/11, or else TensorRT for RTX."""

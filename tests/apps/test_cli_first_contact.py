@@ -95,6 +95,17 @@ def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path)
         assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
 
 
+def test_device_cuda_without_a_gpu_says_there_is_none(tiny_model: Path, tiny_frames: list[Path]):
+    """Asked for the GPU on a machine whose driver shows none: the error says so, not "install CuPy"."""
+    from pointpillars_trt.runtime.availability import gpu_visible
+
+    if gpu_visible():
+        pytest.skip("this machine shows an NVIDIA GPU")
+    run = cli("infer", tiny_frames[0], "--model", tiny_model, "--device", "cuda")
+    assert_one_line_error(run, "device cuda requested, but this machine shows no NVIDIA GPU", "device cpu or auto")
+    assert "CuPy" not in run.err
+
+
 def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Path]):
     from tiny import tiny_model_dir
 

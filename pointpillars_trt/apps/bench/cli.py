@@ -26,6 +26,7 @@ from .measure import device_memory_used_mib, measure_batches, measure_latency, m
 from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..infer import positive_int
+from ..ranges import int_in
 
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
@@ -42,19 +43,23 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config for the default random model")
     bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
-    bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                       help="where the pipeline runs (auto: the GPU when usable, else the CPU)")
     bench.add_argument("--iterations", type=positive_int, default=None,
                        help=f"timed frames per frame set (default: {GPU_ITERATIONS} on the GPU, "
                             f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
-    bench.add_argument("--warmup", type=int, default=20)
+    bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
+                       help="untimed frames before each latency run, 0..100000")
     bench.add_argument("--precisions", default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
     bench.add_argument("--streams", default="1,2,4", help="pipeline counts for the throughput test")
     bench.add_argument("--batches", default="1,2,4,8", help="batch sizes of the batch sweep (largest: also in the throughput test)")
     bench.add_argument("--sweep-precisions", default="fp16", help="precisions that get the batch sweep and throughput test")
     bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
-    bench.add_argument("--no-baselines", action="store_true")
-    bench.add_argument("--out", default="bench_out")
+    bench.add_argument("--no-baselines", action="store_true",
+                       help="skip the baselines run in this process on the same weights: the PyTorch peers and a "
+                            "pipeline that copies between the stages through the host")
+    bench.add_argument("--out", default="bench_out", help="folder for the report (JSON and Markdown tables)")
     bench.set_defaults(run=run_bench_command)
 
 
