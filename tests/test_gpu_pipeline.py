@@ -628,11 +628,12 @@ def test_fp16_engines_agree_with_the_fp32_oracle(fp16_models, assets, backend): 
     oracle.close()
 
 
-@pytest.mark.parametrize("batch", [3, 8])
+@pytest.mark.parametrize("batch", [2, 3, 5, 7, 8])
 def test_fp16_batches_give_each_frame_its_batch_of_one_boxes(fp16_models, assets, tmp_path, batch):  # type: ignore[no-untyped-def]
-    """fp16 at batch 3 and 8, the sizes where some cuDNN engines tuned at batch 1 computed a batch's last
-    frame differently (a score 0.07 off): every frame, the last included, gets batch 1's boxes; bit for
-    bit where each conv runs batch 1's engine, else within rounding."""
+    """fp16 at batches where some cuDNN engines tuned at batch 1 computed a batch's last frame differently
+    (a score 0.07 off at 3 and 8), or where the tuning took another engine (2, 3 on one machine): every
+    frame, the last included, gets batch 1's boxes; bit for bit where each conv's engine gives batch 1's
+    bytes (batch 1's own, or another checked to), else within rounding."""
     options = {"backend": "cudnn"} if "cudnn" in BACKENDS else {"backend": BACKENDS[0]}
     alone = GpuPipeline(fp16_models["fp16"], **options)
     pipe = GpuPipeline(fp16_models["fp16"], max_batch=batch, **options)
@@ -641,6 +642,11 @@ def test_fp16_batches_give_each_frame_its_batch_of_one_boxes(fp16_models, assets
     got = pipe.detect_batch(frames)
     layers = getattr(pipe._rpn, "_plans", {}).get(batch, {})
     invariant = bool(layers) and all(plan.entry.get("same_as_batch") == 1 for plan in layers.values())
+    print(f"batch {batch}: {'bit for bit' if invariant else 'within rounding'} "
+          f"({sum(plan.entry.get('same_as_batch') == 1 for plan in layers.values())} of {len(layers)} conv shapes exact)")
+    # a conv runs an engine that changes its bytes only where none of the tuned candidates keeps them
+    assert all(plan.entry.get("same_as_batch") == 1 or plan.entry.get("no_exact_candidate") == 1
+               for plan in layers.values()), {k: plan.entry.get("plan_name") for k, plan in layers.items()}
     for i, (g, w) in enumerate(zip(got, want)):
         assert len(g) == len(w), (i, len(g), len(w))
         assert float(np.abs(g.scores - w.scores).max(initial=0)) < 1e-2, i

@@ -22,7 +22,7 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -209,7 +209,7 @@ class FrameRunner:
 
     # -- the run ------------------------------------------------------------------------------------
 
-    def run(self, items: Iterable[object], sources: Iterable[str] | None = None) -> Iterator[FrameJob]:
+    def run(self, items: Iterable[object], sources: Iterable[str] | None = None) -> Generator[FrameJob, None, None]:
         """Every item's job, in input order, once it is detected and written (or failed). ``items`` are
         read in a thread of the runner's, as its window allows (an iterator may block for the next
         one); ``sources`` names them (default: ``frame_source``)."""

@@ -53,8 +53,9 @@ MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 #: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
 #: checked against batch 1's on random inputs before they are used or cached; 4: no plan needs more
-#: than MAX_WORKSPACE; 5: IEEE fp32 plans are channel-major (NCHW)
-PLAN_CACHE_FORMAT = 5
+#: than MAX_WORKSPACE; 5: IEEE fp32 plans are channel-major (NCHW); 6: a batch tuned on its own takes an
+#: engine whose frames equal batch 1's bit for bit where one of the candidates does
+PLAN_CACHE_FORMAT = 6
 TUNE_CANDIDATES = 6   # heuristic plans built and timed per conv shape when autotuning
 #: Largest workspace a plan may ask for: some IEEE fp32 engines of wide convs ask for tens of GB.
 MAX_WORKSPACE = 256 * 2**20
@@ -592,13 +593,16 @@ class CudnnEngine(Engine):
         if len(built) > 1:
             times = self._time_plans(g, uids, layer, batch, built)
         names = {i: _plan_name(g, i) for i in built}
-        for best in sorted(built, key=lambda i: times.get(i, float("inf"))):
+        # above batch 1, the fastest engine whose frames equal batch 1's bit for bit (a frame's boxes then
+        # do not depend on the batch it ran in), else the fastest that agrees within rounding
+        for best, exact in [(i, e) for e in ((True, False) if alone is not None else (False,))
+                            for i in sorted(built, key=lambda i: times.get(i, float("inf")))]:
             # A fresh graph with only this candidate built: execute() and serialize() both mean it.
             g, tensors = self._graph(layer, batch)
             g.build_plan_at_index(best)
             uids = {k: int(t.get_uid()) for k, t in tensors.items()}
             if alone is None or self._agrees(layer, batch, _ConvPlan(g, uids, int(g.get_workspace_size()), {}), alone,
-                                             exact=False):
+                                             exact=exact):
                 break
         else:
             raise BackendError(f"cuDNN engine: no engine cuDNN offers for {layer.name} ({layer.shape_key}) at batch "
@@ -609,6 +613,8 @@ class CudnnEngine(Engine):
             blob = None
         entry = {"plan_index": best, "plan_name": names[best], "uids": uids, "serialized": blob,
                  "tuned_ms": {f"{i}:{names[i]}": round(t, 5) for i, t in times.items()}}
+        if alone is not None:  # another engine than batch 1's: the same bytes, or none of the candidates gave them
+            entry["same_as_batch" if exact else "no_exact_candidate"] = 1
         return _ConvPlan(g, uids, int(g.get_workspace_size()), entry)
 
     def _same_engine(self, layer: ConvLayer, batch: int, single: Mapping[str, Any]) -> _ConvPlan | None:
