@@ -202,13 +202,14 @@ _LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI wri
 def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, bytes that
     are no float32 numbers at all, or rows of another length (3, 4 or 5)."""
-    if looks_float64(values, point_dim):
+    odd = _looks_odd(values[:_QUICK_WORDS], point_dim)
+    if odd and looks_float64(values, point_dim):
         raise InputError(
             f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
             f"float32 its values are fragments of numbers; save frames as float32 "
             f"(points.astype(np.float32).tofile(path)) or as .npy"
         )
-    if looks_like_noise(values):
+    if odd and looks_like_noise(values):
         raise InputError(
             f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
             f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} in "
@@ -288,6 +289,25 @@ def _samples(values: np.ndarray, align: int, count: int = _LAYOUT_SAMPLE) -> lis
     return [values[:count], values[middle:middle + count]]
 
 
+_QUICK_WORDS = 240  # whole rows of 3, 4, 5, 8 and 10 values: the first values every frame is looked at in
+
+
+def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
+    """The quick look every frame gets (a few microseconds): whether the first values hold fragments of
+    numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values or negative intensities,
+    which a real frame read right mostly has not. Only then do the float64 and noise checks look at the
+    file (they skip non-finite values: organised clouds mark no-return points so)."""
+    if words.size == 0:
+        return False
+    size = np.sort(np.abs(words))  # NaN last: a non-finite value also sends the frame to the full checks
+    if not float(size[-1]) <= _NOISE_HIGH:
+        return True
+    first = int(np.searchsorted(size, 0.0, side="right"))  # the smallest nonzero magnitude
+    if first < size.size and float(size[first]) < 1e-12:
+        return True
+    return bool(float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0)
+
+
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     """The row length (3, 4 or 5 values a point) that flat float32 ``values`` read as ``point_dim`` (4
     or 5) values a point far more plausibly have, or None.
@@ -334,7 +354,7 @@ def _median_step(samples: list[np.ndarray], lag: int) -> float:
 #: A frame is noise, not points, when over this share of its finite values lie beyond HIGH or below LOW
 #: (and not 0) in magnitude: random bytes read as float32 give ~52 %, real frames none.
 _NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
-_NOISE_SAMPLE = 4096  # values looked at from the start and from the middle: noise shows in a few
+_NOISE_SAMPLE = 512  # values looked at from the start and from the middle: noise shows in a few
 
 
 def looks_like_noise(values: np.ndarray) -> bool:
@@ -368,22 +388,26 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
     fragments (non-finite, or nonzero below 1e-12 or above 1e12 in magnitude) or over 5 % of the
     intensities are negative. A float32 frame read as float64 takes its magnitudes from every other
     value (y and intensity for rows of 4): a y beyond ~16 m or a negative intensity fails (1), mostly in
-    the first rows looked at; real scans fail (2) besides. Looks at two samples of at most
-    ``_LAYOUT_SAMPLE`` values (microseconds).
+    the first rows looked at; real scans fail (2) besides. Looks at the first ``_FLOAT64_GATE_ROWS``
+    rows, and only when they pass (1), at two samples of at most ``_LAYOUT_SAMPLE`` values.
     """
     row = 2 * point_dim  # float32 words in one float64 row
     if values.size % row or values.size < row:
         return False
+    if not _plausible_as_float64(values[: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
+        return False
     samples = _samples(values, row, _LAYOUT_SAMPLE // row * row)
-    if not _plausible_as_float64(samples[0][: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
-        return False
-    if not all(_plausible_as_float64(s, point_dim) for s in samples):
-        return False
-    words = np.concatenate(samples)
+    return all(_plausible_as_float64(s, point_dim) for s in samples) and _fragments_or_negative(
+        np.concatenate(samples), point_dim)
+
+
+def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
+    """Whether float32 ``words`` (whole rows) read as float32 are no frame: over 25 % fragments
+    (non-finite, or nonzero below 1e-12 or above 1e12 in magnitude) or over 5 % negative intensities."""
     with np.errstate(invalid="ignore"):
         size = np.abs(words)
         fragments = np.count_nonzero(~np.isfinite(words) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
-    intensity = np.concatenate([s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples])
+    intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]
     return bool(fragments > 0.25 * words.size or np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
 
 
