@@ -199,9 +199,10 @@ _LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI wri
             5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
 
 
-def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, bytes that
-    are no float32 numbers at all, or rows of another length (3, 4 or 5)."""
+    are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
+    point the model reads (5 for a multi-sweep model), for the advice."""
     odd = _looks_odd(values[:_QUICK_WORDS], point_dim)
     if odd and looks_float64(values, point_dim):
         raise InputError(
@@ -209,7 +210,7 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str)
             f"float32 its values are fragments of numbers; save frames as float32 "
             f"(points.astype(np.float32).tofile(path)) or as .npy"
         )
-    if odd and looks_like_noise(values):
+    if odd and looks_like_noise(values, point_dim):
         raise InputError(
             f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
             f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} in "
@@ -221,6 +222,12 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str)
             f"{what} {safe_repr(path)} looks like 3 float32 values a point ({_LAYOUTS[3]}) read as {point_dim}: "
             f"its 4th column holds negative and coordinate-like values, not intensities; the model reads x, y, "
             "z, intensity: write each point's intensity too"
+        )
+    if row is not None and row < columns:  # single sweeps given to a multi-sweep model
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({_LAYOUTS[row]}) read as "
+            f"{point_dim}; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep "
+            "frames (PointPillars.accumulate builds them from sweeps and their poses)"
         )
     if row is not None:
         raise InputError(
@@ -275,7 +282,7 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not rows of 4 read as 5 or of 5 as 4."""
     _check_bin_size(source, len(data), int(point_dim), what)
     values = np.frombuffer(data, dtype="<f4")
-    _check_layout(values, int(point_dim), source, what)
+    _check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
 
 
@@ -294,8 +301,8 @@ _QUICK_WORDS = 240  # whole rows of 3, 4, 5, 8 and 10 values: the first values e
 
 def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
     """The quick look every frame gets (a few microseconds): whether the first values hold fragments of
-    numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values or negative intensities,
-    which a real frame read right mostly has not. Only then do the float64 and noise checks look at the
+    numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values, negative intensities or
+    mostly zero words before nonzero ones, which a real frame read right mostly has not. Only then do the float64 and noise checks look at the
     file (they skip non-finite values: organised clouds mark no-return points so)."""
     if words.size == 0:
         return False
@@ -305,7 +312,16 @@ def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
     first = int(np.searchsorted(size, 0.0, side="right"))  # the smallest nonzero magnitude
     if first < size.size and float(size[first]) < 1e-12:
         return True
-    return bool(float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0)
+    if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:
+        return True
+    return _zero_low_words(words) > 0.5  # float64 values of few mantissa bits (whole numbers, say)
+
+
+def _zero_low_words(words: np.ndarray) -> float:
+    """The share of float32 word pairs whose first word is 0 and second is not: a float64's low and high
+    words when the value needs few mantissa bits; a float32 frame's x and y (or z and intensity) seldom."""
+    pairs = words[: words.size // 2 * 2].reshape(-1, 2)
+    return float(np.count_nonzero((pairs[:, 0] == 0) & (pairs[:, 1] != 0))) / max(len(pairs), 1)
 
 
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
@@ -357,15 +373,16 @@ _NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
 _NOISE_SAMPLE = 512  # values looked at from the start and from the middle: noise shows in a few
 
 
-def looks_like_noise(values: np.ndarray) -> bool:
+def looks_like_noise(values: np.ndarray, point_dim: int = 4) -> bool:
     """True when flat float32 ``values`` are not coordinates: over ``_NOISE_SHARE`` of the finite ones
     are beyond ``_NOISE_HIGH`` (1,000 km) or nonzero below ``_NOISE_LOW`` in magnitude. Random bytes
     (exponents spread evenly) give about half such values; a lidar frame none (non-finite values, which
     organised clouds use for no return, are not counted). Looks at two samples of at most
     ``_NOISE_SAMPLE`` values."""
     counted = odd = 0
-    for sample in _samples(values, 1, _NOISE_SAMPLE):
-        size = np.abs(sample)
+    for sample in _samples(values, point_dim, _NOISE_SAMPLE // point_dim * point_dim):
+        # x, y, z and intensity only: a 5th column may be an absolute timestamp (1.7e9 s, or in us)
+        size = np.abs(sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, :4])
         finite = size[np.isfinite(size)]
         counted += finite.size
         odd += np.count_nonzero((finite > _NOISE_HIGH) | ((finite > 0) & (finite < _NOISE_LOW)))
@@ -375,6 +392,7 @@ def looks_like_noise(values: np.ndarray) -> bool:
 #: Largest coordinate (metres) and intensity a frame read as float64 may hold to count as plausible.
 _FLOAT64_MAX_COORD, _FLOAT64_MAX_INTENSITY = 1e5, 65535.0
 _FLOAT64_GATE_ROWS = 64  # rows of the float64 reading looked at first: a float32 frame fails within them
+_FLOAT64_MIN_ROWS = 16  # fewer float64 rows (32 points of 4) are too few to tell
 
 
 def looks_float64(values: np.ndarray, point_dim: int) -> bool:
@@ -384,15 +402,15 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
     Read as float32, each float64 splits in two words: the high one (sign, exponent, top of the
     mantissa) reads as a modest number, the low one (the mantissa's tail) as 0, +-1e-19, +-2, +-4e19 or
     noise. So the test: (1) the bytes read as float64 are a plausible frame (finite, coordinates within
-    100 km, intensities in [0, 65535]); (2) read as float32 they are not: over 25 % of the values are
-    fragments (non-finite, or nonzero below 1e-12 or above 1e12 in magnitude) or over 5 % of the
-    intensities are negative. A float32 frame read as float64 takes its magnitudes from every other
-    value (y and intensity for rows of 4): a y beyond ~16 m or a negative intensity fails (1), mostly in
-    the first rows looked at; real scans fail (2) besides. Looks at the first ``_FLOAT64_GATE_ROWS``
+    100 km, intensities in [0, 65535]); (2) read as float32 they are not (``_fragments_or_negative``:
+    the would-be low words are fragments of numbers or zeros, or the intensities go negative). A float32
+    frame read as float64 takes its magnitudes from every other value (y and intensity for rows of 4): a
+    y beyond ~8 m or a negative intensity fails (1), mostly in the first rows looked at; real scans fail
+    (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the first ``_FLOAT64_GATE_ROWS``
     rows, and only when they pass (1), at two samples of at most ``_LAYOUT_SAMPLE`` values.
     """
     row = 2 * point_dim  # float32 words in one float64 row
-    if values.size % row or values.size < row:
+    if values.size % row or values.size < _FLOAT64_MIN_ROWS * row:
         return False
     if not _plausible_as_float64(values[: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
         return False
@@ -402,13 +420,18 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
 
 
 def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
-    """Whether float32 ``words`` (whole rows) read as float32 are no frame: over 25 % fragments
-    (non-finite, or nonzero below 1e-12 or above 1e12 in magnitude) or over 5 % negative intensities."""
+    """Whether float32 ``words`` (whole float64 rows) read as float32 are no frame: over a third of the
+    words that would be float64 low words are fragments (non-finite, or nonzero below 1e-12 or above
+    1e12 in magnitude), over half of the word pairs are a zero before a nonzero word, or over 5 % of
+    the intensities are negative."""
+    low = words[0::2]  # a float64's low word comes first (little-endian)
     with np.errstate(invalid="ignore"):
-        size = np.abs(words)
-        fragments = np.count_nonzero(~np.isfinite(words) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
+        size = np.abs(low)
+        fragments = np.count_nonzero(~np.isfinite(low) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
+    if fragments > low.size / 3 or _zero_low_words(words) > 0.5:
+        return True
     intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]
-    return bool(fragments > 0.25 * words.size or np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
+    return bool(np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
 
 
 def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:

@@ -286,8 +286,8 @@ def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path:
     with PointPillars(model, device="cpu") as detector:
         with pytest.raises(InputError, match=r"got the single path 'a.bin': pass \[path\]"):
             detector.infer_many("a.bin")
-    with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{os.cpu_count()} \(this machine's cores\)"):
-        PointPillars(model, device="cpu", threads=(os.cpu_count() or 1) + 1)
+    with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{len(os.sched_getaffinity(0))} \(this machine's cores\)"):
+        PointPillars(model, device="cpu", threads=len(os.sched_getaffinity(0)) + 1)
 
 
 def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -> None:

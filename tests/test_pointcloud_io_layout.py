@@ -113,7 +113,7 @@ def test_kitti_scans_read_as_five_values_are_refused(assets: Path, tmp_path: Pat
             data.tofile(target)
             assert looks_misread(data.ravel(), 5), target
             with pytest.raises(InputError) as err:
-                read_points(target, point_dim=5)
+                read_points(target, point_dim=5, columns=4)  # as a 4-column (KITTI) model reads it
             text = str(err.value)
             assert "looks like 4 float32 values a point" in text and "pass --point-dim 4" in text, text
             np.testing.assert_array_equal(read_points(target), data)
@@ -219,3 +219,45 @@ def test_random_bytes_are_refused_and_real_frames_are_not_noise(assets: Path, tm
     assert not looks_like_noise(organised.ravel())
     organised.tofile(tmp_path / "organised.bin")
     assert read_points(tmp_path / "organised.bin").shape == scan.shape
+
+
+def test_float64_crops_and_whole_numbers_are_refused_as_float64(assets: Path, tmp_path: Path) -> None:
+    """float64 frames without negative y (a crop ahead and to the left) and of whole-number values (whose
+    low words are all zero): refused as float64, naming the fix, not as random bytes or read silently."""
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    left = scan[(scan[:, 1] > 0) & (scan[:, 0] > 0)]
+    whole = np.column_stack([np.round(scan[:, :3] * 100), np.round(scan[:, 3] * 255)])  # centimetres, 0-255
+    for name, rows in (("left", left), ("left_head", left[:500]), ("whole", whole)):
+        target = tmp_path / f"{name}.bin"
+        rows.astype("<f8").tofile(target)
+        float64_refused(target)
+
+
+def test_small_frames_timestamps_and_centred_intensities_are_read(tmp_path: Path) -> None:
+    """What the new checks must leave alone: frames of 2-10 points with centred (negative) intensities,
+    and 5-value rows whose 5th column is an absolute timestamp (seconds or microseconds since 1970)."""
+    rng = np.random.default_rng(12)
+    for n in range(2, 11):
+        rows = np.column_stack([rng.uniform(-40, 40, (n, 3)), rng.normal(0, 1, n)]).astype("<f4")
+        rows.tofile(tmp_path / f"small{n}.bin")
+        np.testing.assert_array_equal(read_points(tmp_path / f"small{n}.bin"), rows)
+    n = 5000
+    xyz = np.column_stack([rng.uniform(0, 60, n), rng.uniform(-30, 30, n), rng.uniform(-2, 1, n)])
+    for stamp in (1.7e9, 1.7e15):
+        rows = np.column_stack([xyz, rng.uniform(0, 1, n), stamp + rng.uniform(0, 0.1, n)]).astype("<f4")
+        rows.tofile(tmp_path / "stamped.bin")
+        np.testing.assert_array_equal(read_points(tmp_path / "stamped.bin", point_dim=5), rows)
+        np.testing.assert_array_equal(read_points(tmp_path / "stamped.bin", point_dim=5, columns=4), rows[:, :4])
+
+
+def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:
+    """A KITTI scan (4 values a point) read for a model of 5 point columns: the error says the model needs
+    multi-sweep frames, not --point-dim 4 (which that model refuses)."""
+    rows = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    rows[: len(rows) // 5 * 5].tofile(tmp_path / "single.bin")
+    with pytest.raises(InputError) as err:
+        read_points(tmp_path / "single.bin", point_dim=5)  # columns 5: a multi-sweep model's read
+    text = str(err.value)
+    assert "this model reads 5 a point" in text and "PointPillars.accumulate" in text and "--point-dim" not in text
+    with pytest.raises(InputError, match="pass --point-dim 4"):
+        read_points(tmp_path / "single.bin", point_dim=5, columns=4)  # a KITTI model: the other layout fits

@@ -104,8 +104,12 @@ def _check_reachable(address: str | None) -> None:
                            "start one (ray start --head) or leave --ray-address out for a local one") from None
 
 
-def require_ray() -> Any:
-    """The ``ray`` module, with Ray Data importable, or one error saying what to install."""
+def require_ray(ray_address: str | None = None) -> Any:
+    """The ``ray`` module, with Ray Data importable, or one error saying what to install. Without
+    ``ray_address`` the cluster is started here and serves this process alone: Ray is told to keep it on
+    loopback instead of the host's network address (it reads this when first imported)."""
+    if ray_address is None:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray
         import ray.data  # noqa: F401 - Ray without its data extra (pandas, pyarrow) fails here, not mid-run
@@ -118,7 +122,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
-                   point_dim: int = 4, intensity_scale: float | None = None, ray_address: str | None = None,
+                   point_dim: int | None = None, intensity_scale: float | None = None, ray_address: str | None = None,
                    progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None,
                    prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
@@ -133,13 +137,10 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     that each frame is reported to, in input order, and closed at the end. ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
-    batch are set per actor from the resources it gets.
+    batch are set per actor from the resources it gets. ``point_dim``: values a point in ``.bin`` frames
+    (default: the model's point columns).
     """
-    if ray_address is None:
-        # a cluster started here serves this process alone: keep Ray on loopback instead of the host's
-        # network address (Ray reads this when first imported)
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-    ray = require_ray()
+    ray = require_ray(ray_address)
 
     if output_format not in OUTPUT_FORMATS:
         raise InputError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
@@ -152,6 +153,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       kitti_dir=target if output_format == "kitti" else None, png_dir=target if viz else None,
                       calib_dir=calib, image_shape=image_shape, keep_out_of_view=keep_out_of_view,
                       point_range=tuple(found.cfg.voxel.point_range))
+    if point_dim is None:  # the model's own point columns
+        point_dim = found.cfg.num_point_columns
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}

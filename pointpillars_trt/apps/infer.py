@@ -407,7 +407,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.skip_existing and out is None:
         raise InputError("--skip-existing needs --out DIR: it skips the frames whose outputs are already there")
-    if args.keep_out_of_view and fmt != "kitti":
+    if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
     if args.calib is not None and not os.path.isdir(args.calib):
@@ -475,6 +475,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
+    empty = empty_files_warning(frames)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
                if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
@@ -498,6 +499,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
             for message in path_errors:  # the other paths run
                 print(f"error: {message}", file=sys.stderr)
+            if empty is not None:
+                print(empty, file=sys.stderr)
             todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
@@ -637,15 +640,29 @@ def intensity_warning(source: str) -> str:
 MISPLACED_FROM = 100
 
 
+def empty_files_warning(frames: Sequence[str]) -> str | None:
+    """The one warning for the run's empty point files (0 bytes: mostly a copy that failed), said before
+    the run by every path (local, --server, --ray), or None."""
+    empty = []
+    for frame in frames:
+        try:
+            if "://" not in frame and os.stat(frame).st_size == 0:
+                empty.append(frame)
+        except OSError:
+            continue  # a missing file is that frame's error
+    if not empty:
+        return None
+    more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
+    return (f"warning: {safe_repr(empty[0])}{more} holds no points (an empty file: a copy that failed?); its "
+            "output says 0 boxes")
+
+
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
-    """(kind, warning) for a frame whose detections are probably not what its file meant: no point at
-    all (an empty file: a copy that failed?), or many points of which none made a pillar (all
-    non-finite: not float32 points?; or none in the model's point range: millimetres, axes swapped);
-    None for any other frame. Each kind is said once a run."""
+    """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
+    which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
+    millimetres, axes swapped); None for any other frame. Each kind is said once a run (empty files are
+    said before the run: ``empty_files_warning``)."""
     stats = det.stats
-    if stats.num_points == 0:
-        return "empty", (f"warning: {safe_repr(source)} holds no points (an empty file: a copy that failed?); "
-                         "its output says 0 boxes (warned once)")
     if stats.num_pillars or stats.num_points < MISPLACED_FROM:
         return None
     finite = stats.num_points - stats.num_nonfinite
@@ -723,9 +740,11 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         raise
     finally:
         # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
-        jobs.close()
-        runner.close()
-        report.bar.close()
+        try:
+            jobs.close()
+        finally:
+            runner.close()
+            report.bar.close()
     if disk.unwritten:
         report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
                     "written (free space, then rerun with --skip-existing)")

@@ -565,7 +565,8 @@ class CudnnEngine(Engine):
 
     def _tune(self, layer: ConvLayer, batch: int, alone: _ConvPlan | None = None) -> _ConvPlan:
         """Build the first heuristic candidates, time them on the engine's buffers, keep the fastest
-        (above batch 1: the fastest whose frames agree with ``alone``, batch 1's plan, within rounding)."""
+        (above batch 1: the fastest whose frames equal what ``alone``, batch 1's plan, gives them bit for
+        bit, else the fastest that agrees within rounding)."""
         g, tensors = self._graph(layer, batch)
         built: list[int] = []
         errors: list[str] = []

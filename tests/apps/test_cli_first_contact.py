@@ -267,6 +267,18 @@ def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     assert run.rc == 0 and f"running on {cases[0][3]}" in run.err.splitlines(), run
 
 
+def test_keep_out_of_view_with_eval_is_taken_whatever_the_format(tiny_model: Path, tiny_frames: list[Path],
+                                                                  tmp_path: Path):
+    """--eval writes KITTI lines for the evaluation whatever --format is: --keep-out-of-view applies there."""
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    (labels / f"{tiny_frames[1].stem}.txt").write_text(
+        "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--out", tmp_path / "out",
+              "--format", "json", "--eval", labels, "--keep-out-of-view", "--no-progress", *LOOSE)
+    assert run.rc == 0 and "Car AP@" in run.out, run
+
+
 @pytest.mark.parametrize("extra, expected", [
     (["--skip-existing"], "--skip-existing needs --out DIR"),
     (["--keep-out-of-view", "--out", "OUT"], "--keep-out-of-view applies to --format kitti"),

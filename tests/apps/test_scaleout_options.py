@@ -107,7 +107,7 @@ def test_cpu_instances_are_capped_at_the_cores() -> None:
 
     from pointpillars_trt.model_dir import ModelDir
 
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))  # the cores this process may run on
     model = ModelDir(".", tiny_config(), {})
     text = model_config_text(model, instances=cores, max_batch=8, max_queue_delay_us=0, device="cpu", max_points=10)
     assert f"count: {cores}, kind: KIND_CPU" in text
@@ -160,3 +160,19 @@ def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-unt
     lines = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert len(lines) == 1 and "pip install 'pointpillars-trt[ray]'" in lines[0], done.stderr
+
+
+def test_a_local_ray_cluster_stays_on_loopback(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``require_ray`` without an address tells Ray, before its first import, to keep the cluster it starts
+    on loopback (Ray reads the setting then); with an address the user's environment is left alone."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray", reason="ray not installed")
+    script = ("import os, sys; os.environ.pop('RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER', None); "
+              "from pointpillars_trt.apps.distributed import require_ray; "
+              "require_ray(None if sys.argv[1] == 'local' else sys.argv[1]); "
+              "import ray._private.ray_constants as c; print(c.ENABLE_RAY_CLUSTER)")
+    for address, expected in (("local", "False"), ("auto", "True")):
+        done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == expected, (address, done.stderr[-500:])

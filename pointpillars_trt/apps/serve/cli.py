@@ -213,10 +213,10 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..distributed import detect_dataset, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
-    from ..infer import FrameReport, check_outputs, expand_frame_paths
+    from ..infer import FrameReport, check_outputs, empty_files_warning, expand_frame_paths
     from ..runtime_args import runtime_options_from_args
 
-    require_ray()  # before the model is read or exported
+    require_ray(args.ray_address)  # before the model is read or exported
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
                          "file per frame there")
@@ -224,14 +224,16 @@ def _run_ray(args: argparse.Namespace) -> int:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
     frames = expand_frame_paths(args.paths)
     fmt, _, _ = check_outputs(args, frames)
+    empty = empty_files_warning(frames)
+    if empty is not None:
+        print(empty, file=sys.stderr, flush=True)
     model = resolve_model(args.model)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only)
     gpus = 0.0 if args.device == "cpu" and args.gpus_per_worker is None else args.gpus_per_worker
     summary = detect_dataset(frames, args.model, args.out, workers=args.workers, gpus_per_worker=gpus,
                              batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
-                             point_dim=args.point_dim or model.cfg.num_point_columns,
-                             intensity_scale=args.intensity_scale,
+                             point_dim=args.point_dim, intensity_scale=args.intensity_scale,
                              ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
                                                              where=True))
