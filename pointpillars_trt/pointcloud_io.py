@@ -203,11 +203,20 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str,
     """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, bytes that
     are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
     point the model reads (5 for a multi-sweep model), for the advice."""
-    odd = _looks_odd(values[:_QUICK_WORDS], point_dim)
+    with np.errstate(all="ignore"):  # NaN and huge values are what some of the checks look for
+        _check_values(values, point_dim, path, what, columns)
+
+
+def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
+    head = values[:_QUICK_WORDS]
+    if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
+        middle = (values.size // 2) // _QUICK_WORDS * _QUICK_WORDS
+        head = values[middle : middle + _QUICK_WORDS]
+    odd = _looks_odd(head, point_dim)
     if odd and looks_float64(values, point_dim):
         raise InputError(
             f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
-            f"float32 its values are fragments of numbers; save frames as float32 "
+            f"float32 each value splits in two; save frames as float32 "
             f"(points.astype(np.float32).tofile(path)) or as .npy"
         )
     if odd and looks_like_noise(values, point_dim):
@@ -314,14 +323,16 @@ def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
         return True
     if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:
         return True
-    return _zero_low_words(words) > 0.5  # float64 values of few mantissa bits (whole numbers, say)
+    return _zero_low_words(words) >= _ZERO_LOW_SHARE  # float64 values of few mantissa bits (whole numbers)
 
 
 def _zero_low_words(words: np.ndarray) -> float:
-    """The share of float32 word pairs whose first word is 0 and second is not: a float64's low and high
-    words when the value needs few mantissa bits; a float32 frame's x and y (or z and intensity) seldom."""
+    """Among float32 word pairs whose second word is not 0, the share whose first word is: all of them
+    for float64 values of few mantissa bits (whole numbers, say: the low words are 0), about half at
+    most for a float32 frame (a planar scan's z = 0 before each intensity, but x before y seldom 0)."""
     pairs = words[: words.size // 2 * 2].reshape(-1, 2)
-    return float(np.count_nonzero((pairs[:, 0] == 0) & (pairs[:, 1] != 0))) / max(len(pairs), 1)
+    high = pairs[:, 1] != 0
+    return float(np.count_nonzero((pairs[:, 0] == 0) & high)) / max(int(np.count_nonzero(high)), 1)
 
 
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
@@ -393,6 +404,7 @@ def looks_like_noise(values: np.ndarray, point_dim: int = 4) -> bool:
 _FLOAT64_MAX_COORD, _FLOAT64_MAX_INTENSITY = 1e5, 65535.0
 _FLOAT64_GATE_ROWS = 64  # rows of the float64 reading looked at first: a float32 frame fails within them
 _FLOAT64_MIN_ROWS = 16  # fewer float64 rows (32 points of 4) are too few to tell
+_ZERO_LOW_SHARE = 0.9  # of the nonzero would-be high words following a zero: float64 of whole numbers
 
 
 def looks_float64(values: np.ndarray, point_dim: int) -> bool:
@@ -422,13 +434,13 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
 def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
     """Whether float32 ``words`` (whole float64 rows) read as float32 are no frame: over a third of the
     words that would be float64 low words are fragments (non-finite, or nonzero below 1e-12 or above
-    1e12 in magnitude), over half of the word pairs are a zero before a nonzero word, or over 5 % of
-    the intensities are negative."""
+    1e12 in magnitude), nearly every nonzero would-be high word follows a zero (``_zero_low_words``), or
+    over 5 % of the intensities are negative."""
     low = words[0::2]  # a float64's low word comes first (little-endian)
     with np.errstate(invalid="ignore"):
         size = np.abs(low)
         fragments = np.count_nonzero(~np.isfinite(low) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
-    if fragments > low.size / 3 or _zero_low_words(words) > 0.5:
+    if fragments > low.size / 3 or _zero_low_words(words) >= _ZERO_LOW_SHARE:
         return True
     intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]
     return bool(np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
@@ -437,11 +449,13 @@ def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
 def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
     """Whether float32 ``words`` (whole float64 rows) read as float64 rows are a frame a lidar gives."""
     rows = np.ascontiguousarray(words).view("<f8").reshape(-1, point_dim)
-    with np.errstate(invalid="ignore"):
-        coords_ok = np.all(np.abs(rows[:, :3]) <= _FLOAT64_MAX_COORD)  # False for NaN too
-        intensity = rows[:, 3]
-        return bool(coords_ok and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY))
-                    and np.all(np.isfinite(rows)))
+    finite = np.isfinite(rows).all(axis=1)
+    if 2 * np.count_nonzero(finite) < len(rows):  # rows of NaN (no return) are skipped, not the majority
+        return False
+    rows = rows[finite]
+    intensity = rows[:, 3]
+    return bool(np.all(np.abs(rows[:, :3]) <= _FLOAT64_MAX_COORD)
+                and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY)))
 
 
 def _other_dim_hint(size: int, point_dim: int) -> str:

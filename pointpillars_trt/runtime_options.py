@@ -92,6 +92,6 @@ class RuntimeOptions:
 def max_threads() -> int:
     """The most CPU threads ONNX Runtime may be given: the cores this process may run on (more only contend
     for them, and thousands take minutes and gigabytes just to start)."""
-    if hasattr(os, "sched_getaffinity"):  # a container's or taskset's share, not the whole machine's
+    if hasattr(os, "sched_getaffinity"):  # the CPUs taskset or a cpuset allows (a CPU quota is not seen)
         return len(os.sched_getaffinity(0)) or 1
     return os.cpu_count() or 1

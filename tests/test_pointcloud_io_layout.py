@@ -261,3 +261,25 @@ def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path
     assert "this model reads 5 a point" in text and "PointPillars.accumulate" in text and "--point-dim" not in text
     with pytest.raises(InputError, match="pass --point-dim 4"):
         read_points(tmp_path / "single.bin", point_dim=5, columns=4)  # a KITTI model: the other layout fits
+
+
+def test_float64_with_zero_or_nan_rows_is_refused_and_planar_float32_is_read(assets: Path, tmp_path: Path) -> None:
+    """float64 frames that start with zero rows (an organised cloud's no-return points) or hold NaN rows
+    are refused too; float32 frames with a zero column (a planar scan: z = 0, some x = 0) or of whole
+    numbers (a test grid) are read as they are."""
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    zeros = scan.astype("<f8")
+    zeros[:40] = 0
+    nan_rows = scan.astype("<f8")
+    nan_rows[::3] = np.nan
+    for name, rows in (("zeros", zeros), ("nan_rows", nan_rows)):
+        rows.tofile(tmp_path / f"{name}.bin")
+        float64_refused(tmp_path / f"{name}.bin")
+    rng = np.random.default_rng(13)
+    n = 4000
+    planar = np.column_stack([rng.uniform(-7, 7, (n, 2)), np.zeros(n), rng.uniform(0.05, 1, n)]).astype("<f4")
+    planar[rng.random(n) < 0.02, 0] = 0
+    grid = np.array([[x, y, 0, 1] for x in range(8) for y in range(-7, 8)] * 20, "<f4")
+    for name, rows in (("planar", planar), ("grid", grid)):
+        rows.tofile(tmp_path / f"{name}.bin")
+        np.testing.assert_array_equal(read_points(tmp_path / f"{name}.bin"), rows)

@@ -108,7 +108,7 @@ def require_ray(ray_address: str | None = None) -> Any:
     """The ``ray`` module, with Ray Data importable, or one error saying what to install. Without
     ``ray_address`` the cluster is started here and serves this process alone: Ray is told to keep it on
     loopback instead of the host's network address (it reads this when first imported)."""
-    if ray_address is None:
+    if ray_address is None and not os.environ.get("RAY_ADDRESS"):  # RAY_ADDRESS: Ray joins that cluster
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     try:
         import ray

@@ -164,7 +164,8 @@ def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-unt
 
 def test_a_local_ray_cluster_stays_on_loopback(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``require_ray`` without an address tells Ray, before its first import, to keep the cluster it starts
-    on loopback (Ray reads the setting then); with an address the user's environment is left alone."""
+    on loopback (Ray reads the setting then); with an address, or RAY_ADDRESS set, the environment is left
+    alone."""
     import subprocess
     import sys
 
@@ -173,6 +174,9 @@ def test_a_local_ray_cluster_stays_on_loopback(tmp_path) -> None:  # type: ignor
               "from pointpillars_trt.apps.distributed import require_ray; "
               "require_ray(None if sys.argv[1] == 'local' else sys.argv[1]); "
               "import ray._private.ray_constants as c; print(c.ENABLE_RAY_CLUSTER)")
-    for address, expected in (("local", "False"), ("auto", "True")):
-        done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=120)
+    for address, ray_address, expected in (("local", "", "False"), ("auto", "", "True"),
+                                           ("local", "10.0.0.1:6379", "True")):  # RAY_ADDRESS: Ray joins that
+        env = {**os.environ, "RAY_ADDRESS": ray_address}
+        done = subprocess.run([sys.executable, "-c", script, address], capture_output=True, text=True, timeout=120,
+                              env=env)
         assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == expected, (address, done.stderr[-500:])
