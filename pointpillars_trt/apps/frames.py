@@ -239,7 +239,8 @@ class FrameRunner:
                     yield job
                 window.release()
         except BaseException:  # Ctrl-C, or the caller stopped: a served model's requests in flight are
-            for detector in self.detectors:  # abandoned, so the joins below do not wait for their timeouts
+            stop.set()  # abandoned (the pipelines take no batch after this), so the joins below do not
+            for detector in self.detectors:  # wait for their timeouts
                 getattr(detector, "cancel", lambda: None)()
             raise
         finally:

@@ -591,8 +591,8 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
         nuscenes: Path, nuscenes_server, tmp_path: Path) -> None:
     """The served nuScenes model declares [-1, 5] points and a velocity output; its client reads .bin
     frames with 5 values a point and gets the local detector's boxes and velocities bit for bit; a
-    frame of 4 values a point is that request's error; `infer --server --point-dim 5` writes the JSON
-    files local infer writes."""
+    frame of 4 values a point is that request's error; `infer --server` (with --point-dim 5 or by default)
+    writes the JSON files local infer writes; --point-dim 4 is refused."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
     from pointpillars_trt.pointcloud_io import read_points
 
@@ -625,8 +625,12 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     assert len(names) == 2 and names == sorted(p.name for p in (tmp_path / "remote").iterdir())
     for name in names:
         assert (tmp_path / "remote" / name).read_bytes() == (local / name).read_bytes(), name
-    args = infer_args(frames, tmp_path / "four", nuscenes_server.endpoints["grpc"],
-                      "grpc")
+    args = infer_args(frames, tmp_path / "default", nuscenes_server.endpoints["grpc"], "grpc")
+    rc, _, err = run_captured(run_scaleout_infer, args)  # --point-dim from the served model's columns
+    assert rc == 0, err
+    for name in names:
+        assert (tmp_path / "default" / name).read_bytes() == (local / name).read_bytes(), name
+    args = infer_args(frames, tmp_path / "four", nuscenes_server.endpoints["grpc"], "grpc", "--point-dim", "4")
     with pytest.raises(InputError, match=r"--point-dim 4: the served model reads 5 values a point"):
         run_scaleout_infer(args)
 

@@ -65,6 +65,7 @@ class RemoteDetector:
         self._local = threading.local()
         self._clients: list[Any] = []
         self._lock = threading.Lock()
+        self._cancelled = False
         self._pool: ThreadPoolExecutor | None = None
         try:
             ready = self._client().is_model_ready(model)
@@ -78,13 +79,21 @@ class RemoteDetector:
         self.point_columns = self.served.point_columns  # what infer reads a frame's points as
 
     def _client(self) -> Any:
+        """This thread's connection; none once the detector is cancelled (a request would wait out its
+        timeout on a server that hangs)."""
         client = getattr(self._local, "client", None)
         if client is None:
             kwargs = {"network_timeout": self.timeout, "connection_timeout": self.timeout} \
                 if self.protocol == "http" else {}
-            client = self._local.client = self._module.InferenceServerClient(self.server, **kwargs)
+            client = self._module.InferenceServerClient(self.server, **kwargs)
             with self._lock:
-                self._clients.append(client)
+                cancelled = self._cancelled
+                if not cancelled:
+                    self._clients.append(client)
+            if cancelled:
+                client.close()
+                raise BackendError(f"server {self.server}: the run was stopped")
+            self._local.client = client
         return client
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
@@ -170,6 +179,7 @@ class RemoteDetector:
         """Abandon the requests in flight (a run stopped by Ctrl-C): the connections close, so calls that
         wait on a hung server fail at once instead of at their timeout. The detector is closed after."""
         with self._lock:
+            self._cancelled = True  # no connection opens after this one: the requests not yet sent fail too
             clients = list(self._clients)
         for client in clients:
             client.close()
