@@ -385,10 +385,10 @@ def _pick_device(device: str) -> tuple[str, int, str | None]:
     reason = cuda_available(device_id)
     if reason is None:
         return "cuda", device_id, None
-    if kind == "cuda" and not gpu_visible():
-        raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
-                           f"{' or '.join(GPU_PROBES)}): run on the CPU here (device cpu or auto)")
     if kind == "cuda":
+        if not gpu_visible():  # no driver: what the GPU path lacks besides is beside the point
+            raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
+                               f"{' or '.join(GPU_PROBES)}): run on the CPU here (device cpu or auto)")
         raise BackendError(f"device {device} requested, but {reason}")
     return "cpu", 0, reason
 

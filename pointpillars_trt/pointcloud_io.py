@@ -210,8 +210,7 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str,
 def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
     head = values[:_QUICK_WORDS]
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
-        middle = (values.size // 2) // _QUICK_WORDS * _QUICK_WORDS
-        head = values[middle : middle + _QUICK_WORDS]
+        head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
     odd = _looks_odd(head, point_dim)
     if odd and looks_float64(values, point_dim):
         raise InputError(
@@ -288,7 +287,7 @@ def _check_point_dim(point_dim: object, columns: int) -> None:
 
 def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
-    view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, not rows of 4 read as 5 or of 5 as 4."""
+    view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``_check_layout``)."""
     _check_bin_size(source, len(data), int(point_dim), what)
     values = np.frombuffer(data, dtype="<f4")
     _check_layout(values, int(point_dim), source, what, columns)
@@ -311,8 +310,9 @@ _QUICK_WORDS = 240  # whole rows of 3, 4, 5, 8 and 10 values: the first values e
 def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
     """The quick look every frame gets (a few microseconds): whether the first values hold fragments of
     numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values, negative intensities or
-    mostly zero words before nonzero ones, which a real frame read right mostly has not. Only then do the float64 and noise checks look at the
-    file (they skip non-finite values: organised clouds mark no-return points so)."""
+    mostly zero words before nonzero ones, which a real frame read right mostly has not. Only then do
+    the float64 and noise checks look at the file (they skip non-finite values: organised clouds mark
+    no-return points so)."""
     if words.size == 0:
         return False
     size = np.sort(np.abs(words))  # NaN last: a non-finite value also sends the frame to the full checks
@@ -364,12 +364,6 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     return best if steps[best] < steps[point_dim] else None
 
 
-def looks_misread(values: np.ndarray, point_dim: int) -> bool:
-    """Whether ``values`` read as ``point_dim`` values a point are rows of another length
-    (:func:`misread_row_length`)."""
-    return misread_row_length(values, point_dim) is not None
-
-
 def _median_step(samples: list[np.ndarray], lag: int) -> float:
     """Median of the finite differences between values ``lag`` apart (inf where there is none)."""
     with np.errstate(over="ignore", invalid="ignore"):
@@ -384,6 +378,12 @@ _NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
 _NOISE_SAMPLE = 512  # values looked at from the start and from the middle: noise shows in a few
 
 
+def _fragments(magnitudes: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Which ``magnitudes`` no coordinate or intensity has: nonzero below ``low`` or above ``high``
+    (NaN: neither)."""
+    return (magnitudes > high) | ((magnitudes > 0) & (magnitudes < low))
+
+
 def looks_like_noise(values: np.ndarray, point_dim: int = 4) -> bool:
     """True when flat float32 ``values`` are not coordinates: over ``_NOISE_SHARE`` of the finite ones
     are beyond ``_NOISE_HIGH`` (1,000 km) or nonzero below ``_NOISE_LOW`` in magnitude. Random bytes
@@ -396,7 +396,7 @@ def looks_like_noise(values: np.ndarray, point_dim: int = 4) -> bool:
         size = np.abs(sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, :4])
         finite = size[np.isfinite(size)]
         counted += finite.size
-        odd += np.count_nonzero((finite > _NOISE_HIGH) | ((finite > 0) & (finite < _NOISE_LOW)))
+        odd += np.count_nonzero(_fragments(finite, _NOISE_LOW, _NOISE_HIGH))
     return bool(counted and odd > _NOISE_SHARE * counted)
 
 
@@ -418,8 +418,9 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
     the would-be low words are fragments of numbers or zeros, or the intensities go negative). A float32
     frame read as float64 takes its magnitudes from every other value (y and intensity for rows of 4): a
     y beyond ~8 m or a negative intensity fails (1), mostly in the first rows looked at; real scans fail
-    (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the first ``_FLOAT64_GATE_ROWS``
-    rows, and only when they pass (1), at two samples of at most ``_LAYOUT_SAMPLE`` values.
+    (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the
+    first ``_FLOAT64_GATE_ROWS`` rows, and only when they pass (1), at two samples of at most
+    ``_LAYOUT_SAMPLE`` values.
     """
     row = 2 * point_dim  # float32 words in one float64 row
     if values.size % row or values.size < _FLOAT64_MIN_ROWS * row:
@@ -438,8 +439,7 @@ def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
     over 5 % of the intensities are negative."""
     low = words[0::2]  # a float64's low word comes first (little-endian)
     with np.errstate(invalid="ignore"):
-        size = np.abs(low)
-        fragments = np.count_nonzero(~np.isfinite(low) | ((size > 0) & (size < 1e-12)) | (size > 1e12))
+        fragments = np.count_nonzero(~np.isfinite(low) | _fragments(np.abs(low), 1e-12, 1e12))
     if fragments > low.size / 3 or _zero_low_words(words) >= _ZERO_LOW_SHARE:
         return True
     intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]

@@ -365,7 +365,7 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
     the plain definitions do, on frames with NaN, infinities, negative and 0-255 intensities: 8-bit when
     the finite intensities lie in [0, 255] with one above 1.5; never 5 values a point while no
     "intensity" is negative."""
-    from pointpillars_trt.pointcloud_io import looks_misread
+    from pointpillars_trt.pointcloud_io import misread_row_length
 
     rng = np.random.default_rng(7)
     for trial in range(300):
@@ -379,7 +379,7 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
         plain = bool(finite.size) and finite.min() >= 0 and 1.5 < finite.max() <= 255
         assert intensity_looks_8bit(pts) == plain, trial
         if not np.any(pts[:, 3] < 0):
-            assert not looks_misread(pts.reshape(-1), 4), trial
+            assert misread_row_length(pts.reshape(-1), 4) is None, trial
 
 
 def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:

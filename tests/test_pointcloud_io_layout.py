@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.pointcloud_io import (looks_float64, looks_like_noise, looks_misread, read_bin_bytes_into,
+from pointpillars_trt.pointcloud_io import (looks_float64, looks_like_noise, misread_row_length, read_bin_bytes_into,
                                            read_points, read_points_into)
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
@@ -43,8 +43,8 @@ def test_real_kitti_scans_never_look_like_five_values(assets: Path) -> None:
         rows = np.fromfile(path, "<f4").reshape(-1, 4)
         np.testing.assert_array_equal(read_points(path), rows)
         for trimmed in (rows, rows[: len(rows) // 5 * 5]):  # also with a point count that fits rows of 5
-            assert not looks_misread(trimmed.ravel(), 4), path
-            assert not looks_misread(trimmed[rng.permutation(len(trimmed))].ravel(), 4), path
+            assert misread_row_length(trimmed.ravel(), 4) is None, path
+            assert misread_row_length(trimmed[rng.permutation(len(trimmed))].ravel(), 4) is None, path
 
 
 def test_nuscenes_sweeps_read_as_four_are_refused(assets: Path) -> None:
@@ -111,14 +111,14 @@ def test_kitti_scans_read_as_five_values_are_refused(assets: Path, tmp_path: Pat
         for order, data in (("scan", rows), ("shuffled", rows[rng.permutation(len(rows))])):
             target = tmp_path / f"{path.stem}_{order}.bin"
             data.tofile(target)
-            assert looks_misread(data.ravel(), 5), target
+            assert misread_row_length(data.ravel(), 5) == 4, target
             with pytest.raises(InputError) as err:
                 read_points(target, point_dim=5, columns=4)  # as a 4-column (KITTI) model reads it
             text = str(err.value)
             assert "looks like 4 float32 values a point" in text and "pass --point-dim 4" in text, text
             np.testing.assert_array_equal(read_points(target), data)
     for name in NUSCENES_FRAMES:
-        assert not looks_misread(np.fromfile(assets / name, "<f4"), 5), name
+        assert misread_row_length(np.fromfile(assets / name, "<f4"), 5) is None, name
 
 
 # --------------------------------------------------------------------------- float64 saved with tofile
