@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
-sys.path[:0] = [str(_TESTS), str(_TESTS / "runtime")]  # tiny.py and the tests' float64 RPN twin
+sys.path[:0] = [str(_TESTS)]  # the tests' float64 RPN twin (rpn_numpy.py)
 
 from pointpillars_trt.convert.export import export_model_dir  # noqa: E402
 from pointpillars_trt.convert.weights import random_weights  # noqa: E402
@@ -56,7 +56,7 @@ def main() -> int:
     import cupy as cp
     import cudnn
 
-    from test_runtime_cudnn import engine_canvas, initializers, random_canvas_nhwc, rpn_reference  # the tests' float64 twin
+    from rpn_numpy import engine_canvas, initializers, random_canvas_nhwc, rpn_reference
 
     cfg = load_config(args.config)
     batches = [int(b) for b in args.batches.split(",")]

@@ -78,11 +78,13 @@ def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...])
         return {name: module.get_function(name) for name in names}
 
 
-def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int, args: tuple[Any, ...], stream: Any) -> None:
-    """Enqueue one kernel on ``stream``; a launch the driver refuses raises BackendError."""
+def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int, args: tuple[Any, ...], stream: Any,
+                  shared_mem: int = 0) -> None:
+    """Enqueue one kernel on ``stream`` (``shared_mem``: bytes of dynamic shared memory); a launch the
+    driver refuses raises BackendError."""
     grid = grid if isinstance(grid, tuple) else (grid,)
     with checked(kernel.name):
-        kernel(grid, (block,), args, stream=stream)
+        kernel(grid, (block,), args, stream=stream, shared_mem=shared_mem)
 
 
 def f32_define(value: float) -> str:

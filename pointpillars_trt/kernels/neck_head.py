@@ -315,8 +315,4 @@ class NeckHeadStage:
         xs = list(features) + [features[0]] * (MAX_BRANCHES - len(features))
         p = self.params
         args = (*xs, self.weights, self.biases, out, np.int32(batch))
-        if p.shared_bytes:  # launch_kernel has no dynamic shared memory: the same checked launch, by hand
-            with checked(self.kernel_name):
-                self._kernel(self.grid(batch), (p.threads,), args, stream=stream, shared_mem=p.shared_bytes)
-        else:
-            launch_kernel(self._kernel, self.grid(batch), p.threads, args, stream)
+        launch_kernel(self._kernel, self.grid(batch), p.threads, args, stream, p.shared_bytes)
