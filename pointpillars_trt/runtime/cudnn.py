@@ -715,8 +715,11 @@ class CudnnEngine(Engine):
         self._cudnn.set_stream(handle=self._handle, stream=stream.ptr)
         times: dict[int, float] = {}
         for i in built:
+            def execute(index: int = i) -> None:
+                g._execute_plan_at_index(pack, int(ws.data.ptr), index, self._handle)
+
             try:
-                times[i] = self._time(lambda i=i: g._execute_plan_at_index(pack, int(ws.data.ptr), i, self._handle), stream)
+                times[i] = self._time(execute, stream)
             except Exception:
                 continue
         stream.synchronize()
