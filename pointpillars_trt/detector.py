@@ -17,7 +17,7 @@ from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, I
 from .fileio import safe_repr
 from .pointcloud_io import intensity_looks_8bit, read_points
 from .runtime import BACKENDS
-from .runtime.availability import GPU_PROBES, gpu_visible
+from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points
@@ -388,7 +388,7 @@ def _pick_device(device: str) -> tuple[str, int, str | None]:
     if kind == "cuda":
         if not gpu_visible():  # no driver: what the GPU path lacks besides is beside the point
             raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
-                               f"{' or '.join(GPU_PROBES)}): run on the CPU here (device cpu or auto)")
+                               f"{describe_probes()}): run on the CPU here (device cpu or auto)")
         raise BackendError(f"device {device} requested, but {reason}")
     return "cpu", 0, reason
 

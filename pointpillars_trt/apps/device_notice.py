@@ -8,17 +8,16 @@ slowly as fp32 ones.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ..runtime.availability import GPU_PROBES, gpu_visible
+from ..runtime.availability import GPU_PROBES, GpuProbe, gpu_visible
 
 CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
 
 
-def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> list[str]:
+def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> list[str]:
     """The lines to print before a run: ``running on <device, engine, precision>``, then a note when
     a visible GPU goes unused or fp16 graphs run on the CPU. Empty for a detector that does not say
     what runs it (a Triton client)."""
@@ -35,7 +34,7 @@ def device_notice(detector: Any, *, probes: Sequence[str | os.PathLike[str]] = G
     return lines
 
 
-def gpu_unused_note(reason: str | None, probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> str | None:
+def gpu_unused_note(reason: str | None, probes: Sequence[GpuProbe] = GPU_PROBES) -> str | None:
     """The note for a run that went to the CPU for ``reason`` while a GPU is visible (else None)."""
     if reason is None or not gpu_visible(probes):
         return None

@@ -9,13 +9,29 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-#: Files that exist where the NVIDIA driver sees a GPU, whatever Python packages are installed.
-GPU_PROBES = ("/dev/nvidia0", "/proc/driver/nvidia/version")
+#: A file that exists where the NVIDIA driver sees a GPU, or files that all must.
+GpuProbe = str | os.PathLike[str] | tuple[str | os.PathLike[str], ...]
+
+#: What the NVIDIA driver shows where it sees a GPU, whatever Python packages are installed. Linux:
+#: its device node or its /proc file. WSL2 has neither: a GPU of any vendor appears there as
+#: /dev/dxg, so it counts only with the CUDA driver library that NVIDIA's Windows driver maps in.
+GPU_PROBES: tuple[GpuProbe, ...] = ("/dev/nvidia0", "/proc/driver/nvidia/version",
+                                    ("/dev/dxg", "/usr/lib/wsl/lib/libcuda.so.1"))
 
 
-def gpu_visible(probes: Sequence[str | os.PathLike[str]] = GPU_PROBES) -> bool:
-    """True when the NVIDIA driver shows a GPU here (any of ``probes`` exists)."""
-    return any(os.path.exists(p) for p in probes)
+def gpu_visible(probes: Sequence[GpuProbe] = GPU_PROBES) -> bool:
+    """True when the NVIDIA driver shows a GPU here (every file of one of ``probes`` exists)."""
+    return any(all(os.path.exists(f) for f in _probe_files(p)) for p in probes)
+
+
+def describe_probes(probes: Sequence[GpuProbe] = GPU_PROBES) -> str:
+    """``probes`` as a message names what was looked for: "A, B or C with D"."""
+    *rest, last = [" with ".join(os.fspath(f) for f in _probe_files(p)) for p in probes]
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
+def _probe_files(probe: GpuProbe) -> tuple[str | os.PathLike[str], ...]:
+    return (probe,) if isinstance(probe, (str, os.PathLike)) else probe
 
 
 def tensorrt_available() -> bool:

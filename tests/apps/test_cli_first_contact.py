@@ -102,8 +102,31 @@ def test_device_cuda_without_a_gpu_says_there_is_none(tiny_model: Path, tiny_fra
     if gpu_visible():
         pytest.skip("this machine shows an NVIDIA GPU")
     run = cli("infer", tiny_frames[0], "--model", tiny_model, "--device", "cuda")
-    assert_one_line_error(run, "device cuda requested, but this machine shows no NVIDIA GPU", "device cpu or auto")
+    assert_one_line_error(run, "device cuda requested, but this machine shows no NVIDIA GPU", "device cpu or auto",
+                          "/dev/nvidia0", "/dev/dxg with /usr/lib/wsl/lib/libcuda.so.1")
     assert "CuPy" not in run.err
+
+
+def test_a_gpu_under_wsl2_is_visible_and_another_vendors_is_not(tmp_path: Path):
+    """WSL2 has no /dev/nvidia*: a GPU appears as /dev/dxg (any vendor's does) and NVIDIA's Windows driver
+    maps its CUDA library into /usr/lib/wsl/lib. Such a machine's files are made under a test folder, and
+    the package's own probes are looked for there."""
+    from pointpillars_trt.apps.device_notice import CUDA_EXTRA, gpu_unused_note
+    from pointpillars_trt.runtime.availability import GPU_PROBES, gpu_visible
+
+    def here(file: object) -> Path:
+        return tmp_path / str(file).lstrip("/")
+
+    probes = [tuple(map(here, probe)) if isinstance(probe, tuple) else here(probe) for probe in GPU_PROBES]
+    reason = "CuPy is not installed"
+    for file in ("/dev/dxg", "/usr/lib/wsl/lib/libd3d12.so", "/usr/lib/wsl/lib/libdxcore.so"):  # any vendor's GPU
+        here(file).parent.mkdir(parents=True, exist_ok=True)
+        here(file).write_text("")
+    assert not gpu_visible(probes) and gpu_unused_note(reason, probes) is None
+    here("/usr/lib/wsl/lib/libcuda.so.1").write_text("")  # an NVIDIA GPU
+    assert gpu_visible(probes)
+    assert gpu_unused_note(reason, probes) == ("note: a GPU is visible, but the GPU path is unusable: CuPy is "
+                                               f"not installed; for the GPU pipeline: {CUDA_EXTRA}")
 
 
 def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Path]):
