@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import BackendError, InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
+from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
@@ -118,7 +119,8 @@ def require_ray(ray_address: str | None = None) -> Any:
     return ray
 
 
-def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str] | ModelDir,
+                   out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
@@ -127,7 +129,9 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
-    running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's).
+    running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's). ``model``: a model dir
+    or a .pth checkpoint (exported into the cache), or the ``ModelDir`` a caller has opened already (as
+    ``infer --ray`` has: a checkpoint is not read twice).
 
     ``ray_address``: None starts a local cluster (unless Ray is already initialised), "auto" or
     HOST:PORT joins one. Outputs go to ``out`` as ``infer --out --format F`` writes them: per-frame
@@ -147,7 +151,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     sources = _sources(paths_or_uri)
     from .serve.repository import resolve_model
 
-    found = resolve_model(model)
+    found = model if isinstance(model, ModelDir) else resolve_model(model)
     target = Path(out)
     plan = OutputPlan(json_dir=target if output_format == "json" else None,
                       kitti_dir=target if output_format == "kitti" else None, png_dir=target if viz else None,

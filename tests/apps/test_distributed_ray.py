@@ -1,18 +1,21 @@
 """``detect_dataset`` on a real local Ray cluster (2 CPUs): the outputs of local ``infer``, frame for frame.
 
 Oracle: the ``infer`` command run in this process on the same folder (JSON files byte-identical; the
-Parquet rows equal its JSON records). The folder holds one corrupt frame, which must become an error
-record while the other frames go on. Without Ray installed, these tests skip.
+Parquet rows equal its JSON records; a checkpoint read as often as it reads it: once). The folder holds
+one corrupt frame, which must become an error record while the other frames go on. Without Ray
+installed, these tests skip.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import os
 import re
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +76,36 @@ def report_lines(out: str, err: str, out_dir: Path) -> list[str]:
             for line in (out + err).splitlines() if "frames/s with" not in line and not line.startswith("running on ")]
 
 
+#: The opens seen of each watched file (absolute path), while ``opens_of`` blocks run.
+_WATCHED: dict[str, list[tuple[object, ...]]] = {}
+
+
+def _record_open(event: str, args: tuple[object, ...]) -> None:
+    if event == "open" and _WATCHED and isinstance(args[0], (str, os.PathLike)):
+        opens = _WATCHED.get(os.path.abspath(os.fspath(args[0])))
+        if opens is not None:
+            opens.append(args)
+
+
+@functools.cache
+def _watch_opens() -> None:
+    sys.addaudithook(_record_open)  # for the life of the process: installed once, recording only while watched
+
+
+@contextlib.contextmanager
+def opens_of(path: Path) -> Iterator[list[tuple[object, ...]]]:
+    """Each open of ``path`` in this process while the block runs (Python's "open" audit event, raised
+    by open() and os.open whoever calls them)."""
+    _watch_opens()
+    key = os.path.abspath(path)
+    opens: list[tuple[object, ...]] = []
+    _WATCHED[key] = opens
+    try:
+        yield opens
+    finally:
+        del _WATCHED[key]
+
+
 def with_corrupt_frame(folder: Path) -> Path:
     (folder / CORRUPT).write_bytes(b"\0" * 10)  # not a multiple of 16 bytes
     return folder
@@ -130,8 +163,11 @@ def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cl
             shutil.copy(assets / "kitti/training/calib" / f"{frame_id}.txt", calib)
     with_corrupt_frame(velodyne)
     model = assets / CHECKPOINT
-    local = local_infer(velodyne, model, tmp_path / "local", "--format", "kitti")
-    rc, out, err = ray_infer(velodyne, model, tmp_path / "ray", "--format", "kitti")
+    with opens_of(model) as local_reads:
+        local = local_infer(velodyne, model, tmp_path / "local", "--format", "kitti")
+    with opens_of(model) as ray_reads:
+        rc, out, err = ray_infer(velodyne, model, tmp_path / "ray", "--format", "kitti")
+    assert len(ray_reads) == len(local_reads) == 1  # the checkpoint is read once; the workers open its model dir
     assert rc == 1 and out.startswith("3/5 frames"), (out, err)
     assert "has no file for frame id '000003'" in err and "2 of 5 frame(s) failed" in err
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
@@ -208,7 +244,7 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
     from pointpillars_trt.apps.distributed import detect_dataset
 
     model = tiny_model_dir(tmp_path / "model")
-    summary = detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=1,
+    summary = detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1,
                              gpus_per_worker=0, progress=False)
     assert summary.frames == 1 and summary.failures[0][0] == str(tmp_path / "gone.bin")
     with pytest.raises(InputError, match="output_format 'csv'"):
