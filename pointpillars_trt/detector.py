@@ -80,20 +80,25 @@ class PointPillars:
     """
 
     def __init__(self, model: ModelDir, options: RuntimeOptions | None = None, **settings: Any) -> None:
+        self._start(model, _options(options, settings))
+
+    def _start(self, model: ModelDir, opts: RuntimeOptions, picked: _PickedDevice | None = None) -> None:
+        """The constructor's work; ``picked``: ``_pick_device``'s answer where the caller has asked it
+        already (``from_checkpoint``, before it exports), so the GPU path is probed once per detector."""
         if not isinstance(model, ModelDir):
             raise PointPillarsError(f"PointPillars(model): expected a ModelDir, got {type(model).__name__}; open a "
                                     "checkpoint with PointPillars.from_checkpoint(path) or a model dir with "
                                     "PointPillars.from_model_dir(path)")
         self._closed = False
         self.model = model
-        self.options = opts = _options(options, settings)
+        self.options = opts
         t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=t.score_threshold, nms_iou=t.nms_iou,
                                                           max_boxes=t.max_boxes)
         if opts.precision is not None and opts.precision != model.precision:
             raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
                                "graphs (precision applies when exporting a checkpoint; rebuild for another)")
-        self.device, device_id, self.gpu_unused_reason = _pick_device(opts.device)
+        self.device, device_id, self.gpu_unused_reason = picked or _pick_device(opts.device)
         if self.device == "cuda" and str(opts.device) == "auto":
             from .gpu_pipeline import unsupported_reason
 
@@ -102,7 +107,7 @@ class PointPillars:
                 self.device, self.gpu_unused_reason = "cpu", reason
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
-                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=2)
+                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
         # the first host frame's intensities are checked once (as infer does) for 0-255 values given to
         # a model trained on 0-1
         self._check_intensity = model.cfg.expects_unit_intensity
@@ -142,11 +147,14 @@ class PointPillars:
         from .convert.export import model_dir_for_checkpoint
 
         opts = _options(options, settings)
-        _check_backend_runs_on(_pick_device(opts.device)[0], opts.backend)  # before any export
+        picked = _pick_device(opts.device)
+        _check_backend_runs_on(picked[0], opts.backend)  # before any export
         row = BACKENDS.get(opts.backend)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
                                          tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32)
-        return cls(model, opts)
+        detector = cls.__new__(cls)
+        detector._start(model, opts, picked)
+        return detector
 
     @property
     def engine_description(self) -> str:
@@ -376,7 +384,11 @@ def _check_backend_runs_on(device: str, backend: str) -> None:
                            f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
 
 
-def _pick_device(device: str) -> tuple[str, int, str | None]:
+#: ("cpu" | "cuda", GPU index, why device auto fell back to the CPU or None).
+_PickedDevice = tuple[str, int, str | None]
+
+
+def _pick_device(device: str) -> _PickedDevice:
     """``_resolve_device`` plus, when ``auto`` fell back to the CPU, the reason the GPU path was unusable."""
     kind, index = parse_device(device)
     device_id = index or 0

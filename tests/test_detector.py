@@ -349,6 +349,38 @@ def test_auto_on_a_machine_without_the_gpu_path_warns_once_per_call_site(tmp_pat
                                                 f"pipeline): {reason}"]
 
 
+def test_from_checkpoint_asks_where_to_run_once(assets: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """device auto from a checkpoint: whether the GPU path can run is asked once (before the export, which a
+    GPU-only backend on the CPU must not reach) and the detector runs where that answer says; a fallback to
+    the CPU is warned of once, at the caller's line. The real probe runs, counted on the way."""
+    import warnings
+
+    import pointpillars_trt.detector as detector_module
+    from pointpillars_trt.errors import CpuFallbackWarning
+
+    probe = detector_module.cuda_available
+    asked: list[int] = []
+
+    def counted(device_id: int = 0) -> str | None:
+        asked.append(device_id)
+        return probe(device_id)
+
+    monkeypatch.setattr(detector_module, "cuda_available", counted)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars.from_checkpoint(assets / CHECKPOINT, device="auto", cache_dir=cache) as detector:
+            reason = detector.gpu_unused_reason
+    assert asked == [0]
+    assert (detector.device == "cpu") == (reason is not None)
+    fallbacks = [w for w in caught if issubclass(w.category, CpuFallbackWarning)]
+    if reason is None:
+        assert not fallbacks
+        return
+    assert [str(w.message) for w in fallbacks] == [f"device auto: running on the CPU (~100x slower than the GPU "
+                                                   f"pipeline): {reason}"]
+    assert fallbacks[0].filename == __file__
+
+
 CLOSE_DURING_A_FRAME = """
 import sys, threading, time
 import numpy as np
