@@ -3,7 +3,8 @@
     points --H2D--> voxelize.cu -> PFN -> scatter.cu -> RPN engine -> postprocess.cu --D2H--> boxes
 
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
-with each frame's point count and first row, then the frames back to back), per-frame voxelize, PFN
+with each frame's point count and first row, then the frames back to back; a large frame alone is
+copied from the caller's array, its header set on the device), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
 head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
@@ -42,6 +43,7 @@ from .kernels.scatter import ScatterStage
 from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
+DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the caller's array, not through staging
 
 
 @dataclass
@@ -446,8 +448,9 @@ class GpuPipeline:
         self._per_frame(batch, post)
 
     def _stage_input(self, frames: Sequence[object]) -> list[int]:
-        """Pack the batch into the input buffer: one H2D copy for host frames, device-to-device
-        copies (and fills for the header) for frames already on the GPU."""
+        """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
+        from the caller's array), device-to-device copies (and fills for the header) for frames already
+        on the GPU."""
         host = [f for f in frames if isinstance(f, np.ndarray)]
         device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in (device or host)]
@@ -455,6 +458,9 @@ class GpuPipeline:
         if total > self.max_points:
             self._grow(total)
         starts = np.cumsum([0, *counts[:-1]]).tolist()
+        if not device and len(host) == 1 and self._copies_directly(host[0]):
+            self._copy_frame_in(host[0])
+            return counts
         if not device:
             staging = self._staging
             staging.reset()
@@ -473,6 +479,24 @@ class GpuPipeline:
                 self._header[2 * i : 2 * i + 1].fill(n)
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
         return counts
+
+    def _copies_directly(self, points: np.ndarray) -> bool:
+        """Whether a frame alone goes straight from the caller's array to the device: large float32 rows of
+        x, y, z, intensity in C order (no time column). The driver then stages it through its own pinned
+        buffers while the DMA runs; a frame of 121k points took 187 instead of 226 us this way on an H200
+        (a camera-view frame of 19k points: 40 us either way)."""
+        return (self._times is None and points.nbytes >= DIRECT_COPY_BYTES and points.dtype == np.float32
+                and points.ndim == 2 and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous)
+
+    def _copy_frame_in(self, points: np.ndarray) -> None:
+        """One frame's H2D copy from pageable memory (it returns once the driver holds the bytes); its
+        header pair (count, first row 0) is set on the device."""
+        header = self._header.data.ptr
+        cp.cuda.driver.memsetD32Async(header, points.shape[0], 1, self.stream.ptr)
+        cp.cuda.driver.memsetD32Async(header + 4, 0, 1, self.stream.ptr)
+        cp.cuda.runtime.memcpyAsync(self._points.data.ptr, points.ctypes.data, points.nbytes,
+                                    cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
+        self.copies.h2d(points.nbytes)
 
     def _copy_in(self, staging: StagingBuffer, used: int) -> None:
         """The batch's H2D copy: header and point rows, one async copy from the (pinned) staging (and, for

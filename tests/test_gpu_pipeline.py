@@ -36,7 +36,7 @@ BACKENDS = _backends_here()
 
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.apps.bench.round_trip import HostRoundTripPipeline  # noqa: E402
-from pointpillars_trt.gpu_pipeline import BRANCHES, GpuPipeline  # noqa: E402
+from pointpillars_trt.gpu_pipeline import BRANCHES, DIRECT_COPY_BYTES, GpuPipeline  # noqa: E402
 from pointpillars_trt.reference import voxelize  # noqa: E402
 from pointpillars_trt.staging import HEADER_ROWS  # noqa: E402
 
@@ -194,13 +194,17 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
     assert_same_detections(gpu.detect(cp.asarray(wide)), expected, "cupy (N, 5) input")
 
 
-def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets):  # type: ignore[no-untyped-def]
-    """Counted by CUPTI through the PyTorch profiler, independently of the pipeline's own counter."""
+@pytest.mark.parametrize("frame", [SHARED_FRAMES[0], SHARED_FRAMES[3]], ids=["camera view", "full scan"])
+def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets, frame):  # type: ignore[no-untyped-def]
+    """Counted by CUPTI through the PyTorch profiler, independently of the pipeline's own counter. A
+    full scan (over DIRECT_COPY_BYTES) goes straight from the caller's array, its header set on the device."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    points = read_velodyne_bin(assets / frame)
+    direct = points.nbytes >= DIRECT_COPY_BYTES
+    assert direct == (frame == SHARED_FRAMES[3])
     gpu.detect(points)  # warm-up: graphs captured
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -211,7 +215,24 @@ def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets):  # type: ignor
     d2h = [n for n in names if "DtoH" in n]
     assert len(h2d) == 1 and len(d2h) == 1, (h2d, d2h)
     assert gpu.copies.h2d_copies == 1 and gpu.copies.d2h_copies == 1
-    assert gpu.copies.h2d_bytes == points.nbytes + 16 * HEADER_ROWS  # the points and the header rows of counts and first rows
+    # the points, and through staging the header rows of counts and first rows
+    assert gpu.copies.h2d_bytes == points.nbytes + (0 if direct else 16 * HEADER_ROWS)
+
+
+def test_a_large_frame_from_the_callers_array_equals_it_through_staging(family_pair, assets):  # type: ignore[no-untyped-def]
+    """The direct copy (C-ordered float32 rows) and the staging copy (the same points in Fortran order)
+    give the same bytes, in either order: the header the direct copy sets is the one the kernels read."""
+    _, cpu, gpu = family_pair
+    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    direct = gpu.detect(points)
+    assert gpu.copies.h2d_bytes == points.nbytes
+    staged = gpu.detect(np.asfortranarray(points))
+    assert gpu.copies.h2d_bytes == points.nbytes + 16 * HEADER_ROWS
+    again = gpu.detect(points)
+    for a, b in ((direct, staged), (direct, again)):
+        np.testing.assert_array_equal(a.boxes, b.boxes)
+        np.testing.assert_array_equal(a.scores, b.scores)
+    assert_same_detections(direct, cpu.detect(points), "full scan, direct copy")
 
 
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
