@@ -31,7 +31,7 @@ import numpy as np
 from .config import ModelConfig
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
-from .kernels.graph_events import record_in_graph
+from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
@@ -492,8 +492,8 @@ class GpuPipeline:
         """One frame's H2D copy from pageable memory (it returns once the driver holds the bytes); its
         header pair (count, first row 0) is set on the device."""
         header = self._header.data.ptr
-        cp.cuda.driver.memsetD32Async(header, points.shape[0], 1, self.stream.ptr)
-        cp.cuda.driver.memsetD32Async(header + 4, 0, 1, self.stream.ptr)
+        memset_d32_async(header, points.shape[0], 1, self.stream)
+        memset_d32_async(header + 4, 0, 1, self.stream)
         cp.cuda.runtime.memcpyAsync(self._points.data.ptr, points.ctypes.data, points.nbytes,
                                     cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
         self.copies.h2d(points.nbytes)
