@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Three ways to bring a frame's points from a NumPy array to the device, timed host to host (the copy
+and a stream synchronisation): through pinned staging (a host copy, then the H2D copy), straight from
+the pageable array (the driver stages it while the DMA runs; what ``GpuPipeline`` does for a large frame
+alone), and with the array page-locked in place around the copy. Prints medians of 300; needs CuPy and
+a GPU. Not a test: numbers depend on the machine.
+
+    python scripts/probe_h2d.py [--points 19000,121000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", default="19000,121000")
+    args = ap.parse_args()
+    import cupy as cp
+    import cupyx
+
+    rt = cp.cuda.runtime
+    stream = cp.cuda.Stream(non_blocking=True)
+    print("| points | MB | pinned staging copy + H2D | pageable H2D | page-locked in place + H2D |\n| ---: | ---: | ---: | ---: | ---: |")
+    for n in (int(v) for v in args.points.split(",")):
+        array = np.random.default_rng(0).random((n, 4), dtype=np.float32)
+        device = cp.empty((n, 4), np.float32)
+        pinned = cupyx.empty_pinned((n, 4), np.float32)
+
+        def h2d(source: int) -> None:
+            rt.memcpyAsync(device.data.ptr, source, array.nbytes, rt.memcpyHostToDevice, stream.ptr)
+            stream.synchronize()
+
+        def staged() -> None:
+            np.copyto(pinned, array)
+            h2d(pinned.ctypes.data)
+
+        def registered() -> None:
+            rt.hostRegister(array.ctypes.data, array.nbytes, 0)
+            h2d(array.ctypes.data)
+            rt.hostUnregister(array.ctypes.data)
+
+        ways: list[Callable[[], None]] = [staged, lambda: h2d(array.ctypes.data), registered]
+        cells = []
+        for way in ways:
+            for _ in range(20):
+                way()
+            times = []
+            for _ in range(300):
+                start = time.perf_counter()
+                way()
+                times.append(time.perf_counter() - start)
+            cells.append(f"{statistics.median(times) * 1e6:.0f} us")
+        print(f"| {n:,} | {array.nbytes / 1e6:.2f} | " + " | ".join(cells) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
