@@ -10,7 +10,8 @@ import numpy as np
 from ..config import FEATURE_NAMES, STATIC_SHARED_BYTES, ModelConfig
 from ..errors import ConfigError, InputError
 from ..kernel_limits import GATHER_WARPS
-from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
+from ._launch import (check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks,
+                      launch_kernel, multiprocessors, slot_defines)
 
 # Slots of the voxelizer's device counters (int32); the last three are its own bookkeeping.
 VOXEL_STATS = (
@@ -96,6 +97,7 @@ class VoxelizeStage:
     KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_rank_large", "vox_gather")
     LARGE_PILLAR_BLOCKS = 64  # blocks of vox_rank_large (grid-stride over the frame's large pillars)
     GATHER_WARPS = GATHER_WARPS  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
+    _GATHER_BLOCKS_PER_SM = 8  # vox_gather's grid, striding over the live pillars (as scatter's and the PFN's)
 
     def __init__(self, cfg: ModelConfig, max_points: int) -> None:
         if max_points < 1:
@@ -105,6 +107,7 @@ class VoxelizeStage:
         self.max_points = int(max_points)
         self._k = compile_kernels("voxelize.cu", p.defines(), self.KERNELS)
         self._num_blocks = grid_blocks(self.max_points, _SCAN_BLOCK)
+        self._gather_blocks = min(grid_blocks(p.max_pillars, self.GATHER_WARPS), multiprocessors() * self._GATHER_BLOCKS_PER_SM)
         m, c, pmax, cells = p.max_points_per_pillar, len(p.features), p.max_pillars, p.num_cells
         i32 = np.int32
         with checked("voxelize: allocating buffers"):
@@ -167,7 +170,7 @@ class VoxelizeStage:
         launch_kernel(k["vox_rank_large"], self.LARGE_PILLAR_BLOCKS, 1024,
                       (self.stats, self._large_pillars, self._bucket, self._pillar_bucket, self._pillar_total,
                        self._slot_point), stream)
-        launch_kernel(k["vox_gather"], grid_blocks(self.params.max_pillars, self.GATHER_WARPS), self.GATHER_WARPS * 32,
+        launch_kernel(k["vox_gather"], self._gather_blocks, self.GATHER_WARPS * 32,
                       (points, times, frame, rows, self._slot_point, self.stats, self.coords, self.num_points,
                        self.features),
                       stream)

@@ -19,8 +19,8 @@
 //   vox_rank_large block per large pillar: the MAX_PTS smallest point indices by a radix select,
 //                 then their ranks among themselves: four passes over the pillar's points instead of
 //                 O(points^2) for a pillar holding very many points
-//   vox_gather    warp per pillar: decorated features, padded slots zero, stale rows of the
-//                 previous frame zeroed
+//   vox_gather    warp per pillar (grid-stride): decorated features, padded slots zero, stale rows of
+//                 the previous frame zeroed
 //
 // Compile-time configuration (all -D options from voxelize.py, nothing hard-coded here):
 //   NX NY NZ, MAX_PILLARS, MAX_PTS, NUM_FEATURES, FEATURE_CODES (4 bits per
@@ -323,51 +323,54 @@ vox_gather(const float4* __restrict__ points, const float* __restrict__ times, c
 #endif
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
-    const int pillar = blockIdx.x * kGatherWarps + warp;
     const int live = stats[STAT_PILLARS];
-    const int stale = stats[STAT_PREVIOUS_PILLARS];
-    if (pillar >= MAX_PILLARS || pillar >= max(live, stale)) return;
-    float* row = features + static_cast<size_t>(pillar) * (MAX_PTS * NUM_FEATURES);
-    if (pillar >= live) {  // written by the previous frame, not by this one: back to zero
-        for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) row[e] = 0.0f;
-        if (lane == 0) {
-            reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, 0, 0, 0);
-            num_points[pillar] = 0;
-        }
-        return;
-    }
-    const int n = num_points[pillar];
+    const int end = min(MAX_PILLARS, max(live, stats[STAT_PREVIOUS_PILLARS]));
     const int first = first_row(frame, num_rows);
-    for (int s = lane; s < MAX_PTS; s += 32) {
-        const int src = s < n ? first + slot_point[pillar * MAX_PTS + s] : -1;
-        staged[warp][s] = src >= 0 ? points[src] : make_float4(0, 0, 0, 0);
+    // Grid-stride over the pillars this frame or the previous one wrote: the grid is sized for the GPU,
+    // not for MAX_PILLARS (most of whose warps would find nothing to do).
+    for (int pillar = blockIdx.x * kGatherWarps + warp; pillar < end; pillar += gridDim.x * kGatherWarps) {
+        __syncwarp();  // the previous pillar's staged points are read by every lane
+        float* row = features + static_cast<size_t>(pillar) * (MAX_PTS * NUM_FEATURES);
+        if (pillar >= live) {  // written by the previous frame, not by this one: back to zero
+            for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) row[e] = 0.0f;
+            if (lane == 0) {
+                reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, 0, 0, 0);
+                num_points[pillar] = 0;
+            }
+            continue;
+        }
+        const int n = num_points[pillar];
+        for (int s = lane; s < MAX_PTS; s += 32) {
+            const int src = s < n ? first + slot_point[pillar * MAX_PTS + s] : -1;
+            staged[warp][s] = src >= 0 ? points[src] : make_float4(0, 0, 0, 0);
 #if HAS_TIME
-        staged_time[warp][s] = src >= 0 ? times[src] : 0.0f;
+            staged_time[warp][s] = src >= 0 ? times[src] : 0.0f;
 #endif
-    }
-    __syncwarp();
-    // Sequential float32 sum in slot order: the reference's order, hence its exact bits.
-    float3 sum = make_float3(0.0f, 0.0f, 0.0f);
-    for (int s = 0; s < n; ++s) {
-        sum.x = __fadd_rn(sum.x, staged[warp][s].x);
-        sum.y = __fadd_rn(sum.y, staged[warp][s].y);
-        sum.z = __fadd_rn(sum.z, staged[warp][s].z);
-    }
-    const float count = static_cast<float>(n);
-    const float3 mean =
-        make_float3(__fdiv_rn(sum.x, count), __fdiv_rn(sum.y, count), __fdiv_rn(sum.z, count));
-    const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
-    const float3 centre = make_float3(centre_of(c.w, PILLAR_X, CENTER_OFFSET_X),
-                                      centre_of(c.z, PILLAR_Y, CENTER_OFFSET_Y),
-                                      centre_of(c.y, PILLAR_Z, CENTER_OFFSET_Z));
-    for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) {
-        const int s = e / NUM_FEATURES;
-        const int ch = e - s * NUM_FEATURES;
+        }
+        __syncwarp();
+        // Sequential float32 sum in slot order: the reference's order, hence its exact bits.
+        float3 sum = make_float3(0.0f, 0.0f, 0.0f);
+        for (int s = 0; s < n; ++s) {
+            sum.x = __fadd_rn(sum.x, staged[warp][s].x);
+            sum.y = __fadd_rn(sum.y, staged[warp][s].y);
+            sum.z = __fadd_rn(sum.z, staged[warp][s].z);
+        }
+        const float count = static_cast<float>(n);
+        const float3 mean =
+            make_float3(__fdiv_rn(sum.x, count), __fdiv_rn(sum.y, count), __fdiv_rn(sum.z, count));
+        const int4 c = reinterpret_cast<const int4*>(coords)[pillar];
+        const float3 centre = make_float3(centre_of(c.w, PILLAR_X, CENTER_OFFSET_X),
+                                          centre_of(c.z, PILLAR_Y, CENTER_OFFSET_Y),
+                                          centre_of(c.y, PILLAR_Z, CENTER_OFFSET_Z));
+        for (int e = lane; e < MAX_PTS * NUM_FEATURES; e += 32) {
+            const int s = e / NUM_FEATURES;
+            const int ch = e - s * NUM_FEATURES;
 #if HAS_TIME
-        const float t = staged_time[warp][s];
+            const float t = staged_time[warp][s];
 #else
-        const float t = 0.0f;
+            const float t = 0.0f;
 #endif
-        row[e] = s < n ? feature(ch, staged[warp][s], t, mean, centre) : 0.0f;
+            row[e] = s < n ? feature(ch, staged[warp][s], t, mean, centre) : 0.0f;
+        }
     }
 }
