@@ -24,7 +24,7 @@ sys.path[:0] = [str(_HERE.parent / "tests")]  # the tests' float64 conv (rpn_num
 from pointpillars_trt.config import load_config  # noqa: E402
 from pointpillars_trt.convert.export import export_model_dir  # noqa: E402
 from pointpillars_trt.convert.weights import random_weights  # noqa: E402
-from pointpillars_trt.kernels.hold import hold_stream  # noqa: E402
+from pointpillars_trt.kernels.hold import gpu_ms  # noqa: E402
 from pointpillars_trt.runtime.cudnn import CudnnEngine, CudnnOptions, rpn_conv_layers  # noqa: E402
 
 TILES = ((128, 128, 3), (128, 64, 4), (64, 128, 4), (64, 64, 4))  # pixels, output channels, cp.async stages
@@ -44,21 +44,6 @@ def compile_kernel(cp, defines: dict[str, int]):  # type: ignore[no-untyped-def]
     module = cp.cuda.function.Module()
     module.load(nvrtc.getCUBIN(program))
     return module, module.get_function("conv3x3_wgmma")
-
-
-def gpu_ms(cp, run, stream, iters: int = 50) -> float:  # type: ignore[no-untyped-def]
-    """Best of 3 rounds queued behind a held stream (the GPU timed, not the launches)."""
-    best = float("inf")
-    for _ in range(3):
-        hold_stream(stream, 1.0)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record(stream)
-        for _ in range(iters):
-            run()
-        stop.record(stream)
-        stop.synchronize()
-        best = min(best, cp.cuda.get_elapsed_time(start, stop) / iters)
-    return best
 
 
 def main() -> int:
@@ -128,7 +113,7 @@ def main() -> int:
                     stream.synchronize()
                     errors.append(float(np.abs(cp.asnumpy(y[0]).astype(np.float64) - ref[0]).max() / np.abs(ref).max()))
                     same &= bool(cp.array_equal(alone[0], y[-1]))
-                    ms = gpu_ms(cp, run, stream)
+                    ms = gpu_ms(run, stream, iterations=50)
                     best = min(best, ms)
                     cells.append(f"{ms:.4f}")
                 total[0] += counts[key] * cudnn_ms

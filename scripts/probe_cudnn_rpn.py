@@ -2,7 +2,7 @@
 """Benchmark the cuDNN RPN engine on the KITTI config: GPU time per batch and precision, error vs float64.
 
 Random (seeded) weights exported to temporary model dirs; one CUDA graph of ``engine.run`` replayed
-and timed with events on the same stream. Also times the neck-head kernel alone and the engine's
+and timed with events on the same stream (best of 3 rounds, each behind a held stream). Also times the neck-head kernel alone and the engine's
 first start (tuning) against a second start (plan cache). Prints a table; needs a CUDA GPU, CuPy
 and nvidia-cudnn-frontend.
 
@@ -25,19 +25,8 @@ sys.path[:0] = [str(_TESTS)]  # the tests' float64 RPN twin (rpn_numpy.py)
 from pointpillars_trt.convert.export import export_model_dir  # noqa: E402
 from pointpillars_trt.convert.weights import random_weights  # noqa: E402
 from pointpillars_trt.config import load_config  # noqa: E402
+from pointpillars_trt.kernels.hold import gpu_ms  # noqa: E402
 from pointpillars_trt.runtime.cudnn import CudnnEngine, CudnnOptions, cudnn_unavailable_reason  # noqa: E402
-
-
-def gpu_ms(cp, fn, stream, iters: int) -> float:
-    for _ in range(3):
-        fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    start.record(stream)
-    for _ in range(iters):
-        fn()
-    stop.record(stream)
-    stop.synchronize()
-    return cp.cuda.get_elapsed_time(start, stop) / iters
 
 
 def main() -> int:
@@ -102,9 +91,9 @@ def main() -> int:
                 stream.begin_capture()
                 eng.run(stream.ptr)
                 graph = stream.end_capture()
-                ms = gpu_ms(cp, lambda: graph.launch(stream), stream, args.iters)
+                ms = gpu_ms(lambda: graph.launch(stream), stream, iterations=args.iters)
                 neck_head = eng._steps[-1]  # the engine's last step: the neck-and-heads kernel
-                neck_ms = gpu_ms(cp, lambda: neck_head(stream), stream, args.iters)
+                neck_ms = gpu_ms(lambda: neck_head(stream), stream, iterations=args.iters)
                 err = float("nan")
                 if ref is not None:
                     eng.run(stream.ptr)

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from pointpillars_trt.kernels.hold import hold_stream
+from pointpillars_trt.kernels.hold import gpu_ms
 from pointpillars_trt.kernels.neck_head import NeckBranch, NeckHeadParams, NeckHeadStage, NeckHeadWeights
 
 KITTI = NeckHeadParams((NeckBranch(64, 128, 1), NeckBranch(128, 128, 2), NeckBranch(256, 128, 4)), 248, 216, 72, True)
@@ -46,16 +46,7 @@ def main() -> int:
             stage.launch(feats, out, stream)
             stream.synchronize()
             same = bool(cp.array_equal(out, default))
-            best = float("inf")
-            for _ in range(3):
-                hold_stream(stream, 1.0)
-                start, stop = cp.cuda.Event(), cp.cuda.Event()
-                start.record(stream)
-                for _ in range(50):
-                    stage.launch(feats, out, stream)
-                stop.record(stream)
-                stop.synchronize()
-                best = min(best, cp.cuda.get_elapsed_time(start, stop) / 50)
+            best = gpu_ms(lambda stage=stage: stage.launch(feats, out, stream), stream, iterations=50)
             print(f"| {batch} | {warps} | {stages} | {blocks} | {best:.4f} | {'yes' if same else 'NO'} |", flush=True)
     return 0
 

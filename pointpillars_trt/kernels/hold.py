@@ -3,6 +3,7 @@ GPU work: timing a few microseconds of work a launch otherwise measures the host
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -16,3 +17,20 @@ def hold_stream(stream: Any, milliseconds: float) -> None:
     kernel = compile_kernels("hold.cu", (), ("hold_stream",))["hold_stream"]
     khz = int(cp.cuda.Device().attributes.get("ClockRate", 2_000_000))  # kHz; a guess where CUDA no longer reports it
     launch_kernel(kernel, 1, 1, (np.int64(milliseconds * khz),), stream)
+
+
+def gpu_ms(run: Callable[[], object], stream: Any, *, iterations: int, rounds: int = 3, hold_ms: float = 1.0) -> float:
+    """GPU ms of one ``run()`` (which enqueues on ``stream``): the best of ``rounds`` rounds of
+    ``iterations``, each queued behind ``hold_ms`` of held stream."""
+    cp = cupy_module()
+    best = float("inf")
+    for _ in range(rounds):
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        hold_stream(stream, hold_ms)
+        start.record(stream)
+        for _ in range(iterations):
+            run()
+        stop.record(stream)
+        stop.synchronize()
+        best = min(best, cp.cuda.get_elapsed_time(start, stop) / iterations)
+    return best

@@ -35,7 +35,6 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any, Mapping
 
 import numpy as np
@@ -43,7 +42,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import BackendError, InputError
 from ..fileio import read_regular_file, user_cache_dir, write_bytes_atomic
-from ..kernels.hold import hold_stream
+from ..kernels.hold import gpu_ms
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
@@ -687,24 +686,6 @@ class CudnnEngine(Engine):
         w, b = self._conv_weights[k]
         return {uids["X"]: x_ptr, uids["W"]: int(w.data.ptr), uids["B"]: int(b.data.ptr), uids["Y"]: y_ptr}
 
-    def _time(self, execute: Callable[[], object], stream: Any) -> float:
-        """ms of one ``execute()`` on ``stream``: the best of TUNE_ROUNDS rounds of TUNE_ITERS, after 2 warm-ups,
-        each round queued behind a held stream."""
-        cp = self._cp
-        for _ in range(2):
-            execute()
-        rounds = []
-        for _ in range(TUNE_ROUNDS):
-            start, stop = cp.cuda.Event(), cp.cuda.Event()
-            hold_stream(stream, TUNE_HOLD_MS)  # the round's launches queue up: the GPU is timed, not the host
-            start.record(stream)
-            for _ in range(TUNE_ITERS):
-                execute()
-            stop.record(stream)
-            stop.synchronize()
-            rounds.append(cp.cuda.get_elapsed_time(start, stop) / TUNE_ITERS)
-        return min(rounds)
-
     def _time_plans(self, g: Any, uids: dict[str, int], layer: ConvLayer, batch: int, built: list[int]) -> dict[int, float]:
         cp = self._cp
         k = self._layers.index(layer)
@@ -719,7 +700,10 @@ class CudnnEngine(Engine):
                 g._execute_plan_at_index(pack, int(ws.data.ptr), index, self._handle)
 
             try:
-                times[i] = self._time(execute, stream)
+                for _ in range(2):  # warm-up
+                    execute()
+                # the rounds' launches queue up behind a held stream: the GPU is timed, not the host
+                times[i] = gpu_ms(execute, stream, iterations=TUNE_ITERS, rounds=TUNE_ROUNDS, hold_ms=TUNE_HOLD_MS)
             except Exception:
                 continue
         stream.synchronize()
