@@ -2,8 +2,8 @@
 """Benchmark the cuDNN RPN engine on the KITTI config: GPU time per batch and precision, error vs float64.
 
 Random (seeded) weights exported to temporary model dirs; one CUDA graph of ``engine.run`` replayed
-and timed with events on the same stream (best of 3 rounds, each behind a held stream). Also times the neck-head kernel alone and the engine's
-first start (tuning) against a second start (plan cache). Prints a table; needs a CUDA GPU, CuPy
+and timed with events on the same stream (best of 3 rounds, each behind a held stream). Also times
+the neck-head kernel alone and the engine's first start (tuning) against a second start (plan cache). Prints a table; needs a CUDA GPU, CuPy
 and nvidia-cudnn-frontend.
 
     python scripts/probe_cudnn_rpn.py [--precisions fp16,tf32,fp32] [--batches 1,2,4,8] [--no-autotune]
