@@ -139,7 +139,11 @@ def nms_boxes(native: np.ndarray, cfg: ModelConfig) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class _Rects:
-    """Rectangles as the IoU kernels see them, float64: centre, half extents, rotation, corners."""
+    """Rectangles as the IoU kernels see them, float64: centre, half extents, rotation, corners.
+
+    Corner k of rectangle n is (xs[k, n], ys[k, n]): (x1, y1), (x2, y1), (x2, y2), (x1, y2) rotated about
+    the centre. Rectangles run along the last axis so that the work over many pairs is long vectors.
+    """
 
     cx: np.ndarray
     cy: np.ndarray
@@ -148,15 +152,15 @@ class _Rects:
     cos: np.ndarray
     sin: np.ndarray
     area: np.ndarray
-    corners: np.ndarray  # (N, 4, 2): (x1, y1), (x2, y1), (x2, y2), (x1, y2) rotated about the centre
+    xs: np.ndarray  # (4, N)
+    ys: np.ndarray  # (4, N)
     radius: np.ndarray
     margin: float
 
-    def take(self, idx: np.ndarray | int) -> _Rects:
-        pick = np.atleast_1d(np.asarray(idx))
+    def take(self, idx: np.ndarray) -> _Rects:
         return _Rects(
-            self.cx[pick], self.cy[pick], self.hx[pick], self.hy[pick], self.cos[pick], self.sin[pick],
-            self.area[pick], self.corners[pick], self.radius[pick], self.margin,
+            self.cx[idx], self.cy[idx], self.hx[idx], self.hy[idx], self.cos[idx], self.sin[idx],
+            self.area[idx], self.xs.take(idx, axis=1), self.ys.take(idx, axis=1), self.radius[idx], self.margin,
         )
 
 
@@ -176,69 +180,95 @@ def _rects(boxes: np.ndarray, style: str) -> _Rects:
         hx, hy, angle = (b[:, 2] - b[:, 0]) / 2, (b[:, 3] - b[:, 1]) / 2, b[:, 4]
         area = (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
     cos, sin = np.cos(sense * angle), np.sin(sense * angle)
-    lx = np.stack([-hx, hx, hx, -hx], axis=1)
-    ly = np.stack([-hy, -hy, hy, hy], axis=1)
-    corners = np.stack(
-        [cx[:, None] + lx * cos[:, None] - ly * sin[:, None], cy[:, None] + lx * sin[:, None] + ly * cos[:, None]],
-        axis=2,
-    )
-    return _Rects(cx, cy, hx, hy, cos, sin, area, corners, np.hypot(hx, hy), margin)
+    lx = np.stack([-hx, hx, hx, -hx])
+    ly = np.stack([-hy, -hy, hy, hy])
+    xs, ys = cx + lx * cos - ly * sin, cy + lx * sin + ly * cos
+    return _Rects(cx, cy, hx, hy, cos, sin, area, xs, ys, np.hypot(hx, hy), margin)
 
 
-def _inside(points: np.ndarray, r: _Rects) -> np.ndarray:
+def _inside(px: np.ndarray, py: np.ndarray, r: _Rects) -> np.ndarray:
     """Kernel check_in_box2d: rotate into the box frame, strict test against half extent + margin.
-    points (M, 4, 2), r of length M (or 1) -> (M, 4) bool."""
-    dx = points[..., 0] - r.cx[:, None]
-    dy = points[..., 1] - r.cy[:, None]
-    lx = dx * r.cos[:, None] + dy * r.sin[:, None]
-    ly = -dx * r.sin[:, None] + dy * r.cos[:, None]
-    return (np.abs(lx) < r.hx[:, None] + r.margin) & (np.abs(ly) < r.hy[:, None] + r.margin)
+    Points (4, M), r of length M -> (4, M) bool."""
+    dx, dy = px - r.cx, py - r.cy
+    lx = dx * r.cos + dy * r.sin
+    ly = -dx * r.sin + dy * r.cos
+    return (np.abs(lx) < r.hx + r.margin) & (np.abs(ly) < r.hy + r.margin)
 
 
-def _cross(p1: np.ndarray, p2: np.ndarray, p0: np.ndarray) -> np.ndarray:
-    return (p1[..., 0] - p0[..., 0]) * (p2[..., 1] - p0[..., 1]) - (p2[..., 0] - p0[..., 0]) * (p1[..., 1] - p0[..., 1])
+_NEXT = np.array([1, 2, 3, 0])  # edge k of a rectangle runs from its corner k to corner _NEXT[k]
 
 
-def _edge_crossings(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel ``intersection`` for every (edge i of a, edge j of b), flattened i-major: (M, 16, 2), (M, 16)."""
-    ca, cb = a.corners, b.corners
-    p0, p1 = ca[:, :, None, :], np.roll(ca, -1, axis=1)[:, :, None, :]
-    q0, q1 = cb[:, None, :, :], np.roll(cb, -1, axis=1)[:, None, :, :]
-    box_overlap = (
-        (np.minimum(p0[..., 0], p1[..., 0]) <= np.maximum(q0[..., 0], q1[..., 0]))
-        & (np.minimum(q0[..., 0], q1[..., 0]) <= np.maximum(p0[..., 0], p1[..., 0]))
-        & (np.minimum(p0[..., 1], p1[..., 1]) <= np.maximum(q0[..., 1], q1[..., 1]))
-        & (np.minimum(q0[..., 1], q1[..., 1]) <= np.maximum(p0[..., 1], p1[..., 1]))
-    )
-    s1, s2 = _cross(q0, p1, p0), _cross(p1, q1, p0)
-    s3, s4 = _cross(p0, q1, q0), _cross(q1, p1, q0)
-    valid = box_overlap & (s1 * s2 > 0) & (s3 * s4 > 0)
-    s5 = _cross(q1, p1, p0)
+def _sides(px: np.ndarray, py: np.ndarray, r: _Rects) -> np.ndarray:
+    """The kernel's cross(point k, corner i+1, corner i) for 4 points (px, py) (4, M) and every edge i
+    of r: the side of the edge each point lies on, (4, 4, M) indexed [i, k]."""
+    ex, ey = r.xs[_NEXT] - r.xs, r.ys[_NEXT] - r.ys
+    return (px[None] - r.xs[:, None]) * ey[:, None] - ex[:, None] * (py[None] - r.ys[:, None])
+
+
+def _edge_crossings(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Kernel ``intersection`` of edge i of a[n] with edge j of b[n] where they cross: n, the slot
+    4 i + j, and the point's x and y, each (K,). Most pairs an NMS compares cross at no edge."""
+    # The kernel's products for edge i = (p0, p1) of a and edge j = (q0, q1) of b: s1 = of_b[i, j],
+    # s5 = of_b[i, j+1] and s2 = -s5; s3 = of_a[j, i] and s4 = -of_a[j, i+1] (the same products
+    # subtracted the other way round; negating is exact). So s1 * s2 > 0 is of_b[i, j] * of_b[i, j+1] < 0.
+    of_b, of_a = _sides(b.xs, b.ys, a), _sides(a.xs, a.ys, b)
+    of_b_next = of_b[:, _NEXT]
+    box_overlap = np.ones(of_b.shape, bool)  # the edges' axis-aligned boxes overlap
+    for p, q in ((a.xs, b.xs), (a.ys, b.ys)):
+        p_lo, p_hi = np.minimum(p, p[_NEXT])[:, None], np.maximum(p, p[_NEXT])[:, None]
+        q_lo, q_hi = np.minimum(q, q[_NEXT])[None], np.maximum(q, q[_NEXT])[None]
+        box_overlap &= (p_lo <= q_hi) & (q_lo <= p_hi)
+    valid = box_overlap & (of_b * of_b_next < 0) & (of_a * of_a[:, _NEXT] < 0).transpose(1, 0, 2)
+    m = valid.shape[2]
+    at = np.flatnonzero(valid)  # (4 i + j) m + n
+    i, j, n = at // (4 * m), at // m % 4, at % m
+    p0, p1, q0, q1 = i * m + n, _NEXT[i] * m + n, j * m + n, _NEXT[j] * m + n  # into the flattened (4, M)
+    ax, ay, bx, by = a.xs.reshape(-1), a.ys.reshape(-1), b.xs.reshape(-1), b.ys.reshape(-1)
+    p0x, p0y, p1x, p1y = ax[p0], ay[p0], ax[p1], ay[p1]
+    q0x, q0y, q1x, q1y = bx[q0], by[q0], bx[q1], by[q1]
+    s1, s5 = of_b.reshape(-1)[at], of_b_next.reshape(-1)[at]
     with np.errstate(divide="ignore", invalid="ignore"):
-        denom = (s5 - s1)[..., None]
-        by_area = (s5[..., None] * q0 - s1[..., None] * q1) / denom
-        a0, b0 = p0[..., 1] - p1[..., 1], p1[..., 0] - p0[..., 0]
-        c0 = p0[..., 0] * p1[..., 1] - p1[..., 0] * p0[..., 1]
-        a1, b1 = q0[..., 1] - q1[..., 1], q1[..., 0] - q0[..., 0]
-        c1 = q0[..., 0] * q1[..., 1] - q1[..., 0] * q0[..., 1]
+        denom = s5 - s1
+        by_area = (s5 * q0x - s1 * q1x) / denom, (s5 * q0y - s1 * q1y) / denom
+        a0, b0 = p0y - p1y, p1x - p0x
+        c0 = p0x * p1y - p1x * p0y
+        a1, b1 = q0y - q1y, q1x - q0x
+        c1 = q0x * q1y - q1x * q0y
         det = a0 * b1 - a1 * b0
-        by_lines = np.stack([(b0 * c1 - b1 * c0) / det, (a1 * c0 - a0 * c1) / det], axis=-1)
-    points = np.where((np.abs(s5 - s1) > _EPS)[..., None], by_area, by_lines)
-    m = points.shape[0]
-    return points.reshape(m, 16, 2), valid.reshape(m, 16)
+        by_lines = (b0 * c1 - b1 * c0) / det, (a1 * c0 - a0 * c1) / det
+    use_area = np.abs(denom) > _EPS
+    return n, 4 * i + j, np.where(use_area, by_area[0], by_lines[0]), np.where(use_area, by_area[1], by_lines[1])
 
 
-def _overlap_area(a: _Rects, b: _Rects) -> np.ndarray:
-    """Kernel box_overlap, vectorised over pairs (a[i], b[i]) (a may have length 1)."""
-    m = b.cx.shape[0]
-    if a.cx.shape[0] != m:
-        a = a.take(np.zeros(m, np.int64))
-    cross_pts, cross_ok = _edge_crossings(a, b)
-    # Corners in the kernel's order: b corner k inside a, then a corner k inside b, k = 0..3.
-    corner_pts = np.stack([b.corners, a.corners], axis=2).reshape(m, 8, 2)
-    corner_ok = np.stack([_inside(b.corners, a), _inside(a.corners, b)], axis=2).reshape(m, 8)
-    ok = np.concatenate([cross_ok, corner_ok], axis=1)
-    pts = np.where(ok[..., None], np.concatenate([cross_pts, corner_pts], axis=1), 0.0)
+def _corners_inside(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The corners of b[n] then of a[n], x and y (8, M), and whether each lies inside the other
+    rectangle (kernel check_in_box2d), (8, M)."""
+    inside = np.concatenate([_inside(b.xs, b.ys, a), _inside(a.xs, a.ys, b)])
+    return np.concatenate([b.xs, a.xs]), np.concatenate([b.ys, a.ys]), inside
+
+
+_CORNER_SLOTS = 16 + np.array([0, 2, 4, 6, 1, 3, 5, 7])  # the kernel's: b corner k, then a corner k, k = 0..3
+
+
+def _overlap_points(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's candidate vertices of the overlap polygon of pairs (a[n], b[n]), and which of them
+    it keeps: (M, 24, 2), zero where not kept, and (M, 24). Its order: the 16 edge crossings, then
+    b corner k inside a and a corner k inside b, k = 0..3."""
+    m = a.cx.shape[0]
+    ok = np.zeros((m, 24), bool)
+    pts = np.zeros((m, 24, 2))
+    n, slot, x, y = _edge_crossings(a, b)
+    ok[n, slot] = True
+    pts[n, slot, 0], pts[n, slot, 1] = x, y
+    xs, ys, inside = _corners_inside(a, b)
+    ok[:, _CORNER_SLOTS] = inside.T
+    pts[:, _CORNER_SLOTS, 0] = np.where(inside, xs, 0.0).T
+    pts[:, _CORNER_SLOTS, 1] = np.where(inside, ys, 0.0).T
+    return pts, ok
+
+
+def _polygon_area(pts: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Kernel box_overlap's area: the kept vertices sorted by angle about their centroid, fan area (M,)."""
     count = ok.sum(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):  # no point at all: the kernel's 0/0 centre
         centre = pts.sum(axis=1) / count[:, None]
@@ -253,9 +283,30 @@ def _overlap_area(a: _Rects, b: _Rects) -> np.ndarray:
     return np.abs(area) / 2
 
 
-def _iou(a: _Rects, b: _Rects) -> np.ndarray:
-    overlap = _overlap_area(a, b)
-    return overlap / np.maximum(a.area + b.area - overlap, _EPS)
+def _area_bound(a: _Rects, b: _Rects) -> np.ndarray:
+    """An upper bound of the kernel's overlap area of pairs (a[n], b[n]) that skips the polygon's sort, (M,).
+
+    The fan's count - 1 cross products are each twice the area of a triangle with its corners in the
+    kept vertices' bounding box, so at most width * height; the factor covers their rounding. A kept
+    vertex that is not finite makes the bound infinite or NaN, which settles nothing; with fewer than
+    two vertices the area is 0, or NaN, which never suppresses.
+    """
+    n, _, x, y = _edge_crossings(a, b)
+    xs, ys, inside = _corners_inside(a, b)
+    count = np.bincount(n, minlength=inside.shape[1]) + inside.sum(axis=0)
+    extent = []
+    for crossings, corners in ((x, xs), (y, ys)):
+        hi = np.where(inside, corners, -np.inf).max(axis=0)
+        lo = np.where(inside, corners, np.inf).min(axis=0)
+        np.maximum.at(hi, n, crossings)
+        np.minimum.at(lo, n, crossings)
+        extent.append(hi - lo)
+    return np.where(count > 1, (count - 1) * extent[0] * extent[1] * (0.5 + 1e-9), 0.0)
+
+
+def _iou_of(overlap: np.ndarray, area_a: np.ndarray, area_b: np.ndarray) -> np.ndarray:
+    """The kernel's IoU from the overlap area; it grows with the overlap, rounding included."""
+    return overlap / np.maximum(area_a + area_b - overlap, _EPS)
 
 
 def rotated_iou_bev(box: np.ndarray, boxes: np.ndarray, style: str) -> np.ndarray:
@@ -267,11 +318,13 @@ def rotated_iou_bev(box: np.ndarray, boxes: np.ndarray, style: str) -> np.ndarra
     so near-touching boxes get a slightly larger IoU than the exact polygon gives.
     """
     one = np.asarray(box).reshape(1, -1)
-    ra = _rects(one, style)
     rb = _rects(np.asarray(boxes).reshape(-1, one.shape[1]), style)
-    if rb.cx.shape[0] == 0:
-        return np.zeros(0, np.float64)
-    return _iou(ra, rb)
+    ra = _rects(one, style).take(np.zeros(rb.cx.shape[0], np.int64))
+    return _iou_of(_polygon_area(*_overlap_points(ra, rb)), ra.area, rb.area)
+
+
+_NMS_BLOCK = 64  # at most this many boxes, in score order, get their candidate pairs at once
+_NMS_PAIRS = 4096  # pairs per vectorised IoU step: bounds the memory of a saturated frame
 
 
 def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, style: str) -> np.ndarray:
@@ -279,6 +332,13 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
 
     Boxes are visited by descending score (ties: lower index first); a box is suppressed by an
     earlier kept box when their IoU is strictly greater than the threshold (compared in float32).
+
+    A saturated frame (thousands of candidates, many of them huge or needle-thin boxes that reach
+    all others) took seconds box by box, so the work is batched: a block of boxes gets its candidate
+    pairs at once, and a pair skips the polygon's sort when a bound shows its IoU cannot pass. A block
+    box suppressed by an earlier one of the block had its pairs worked out in vain, so a block is at
+    most twice as long as the number of boxes the previous block kept. The kept boxes are exactly
+    those of the box-by-box loop.
     """
     s = np.asarray(scores, np.float32).reshape(-1)
     rects = _rects(np.asarray(boxes), style)
@@ -290,17 +350,39 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
     # Boxes whose centres are farther apart than their circumradii (plus both margins) have no
     # crossing edges and no corner inside: the kernel returns 0 for them, so they are skipped.
     reach = r.radius + 2 * r.margin
-    removed = np.zeros(order.shape[0], bool)
+    n = order.shape[0]
+    removed = np.zeros(n, bool)
     keep: list[int] = []
-    for i in range(order.shape[0]):
-        if removed[i]:
-            continue
-        keep.append(i)
-        rest = i + 1 + np.flatnonzero(~removed[i + 1:])
-        near = rest[np.hypot(r.cx[rest] - r.cx[i], r.cy[rest] - r.cy[i]) <= reach[i] + reach[rest]]
-        if near.size:
-            removed[near[_iou(r.take(i), r.take(near)) > threshold]] = True
+    rows = np.arange(min(n, 1))  # the first block: the best box alone
+    while rows.size:
+        later = rows[0] + 1 + np.flatnonzero(~removed[rows[0] + 1:])
+        with np.errstate(invalid="ignore", over="ignore"):  # non-finite boxes: the kernel's NaNs, unannounced
+            gap = np.hypot(r.cx[later][None, :] - r.cx[rows][:, None], r.cy[later][None, :] - r.cy[rows][:, None])
+            near = (later[None, :] > rows[:, None]) & (gap <= reach[rows][:, None] + reach[later][None, :])
+            row, col = np.nonzero(near)
+            first, second = rows[row], later[col]
+            hit = _suppresses(r, first, second, threshold)
+        hit_first, hit_second = first[hit], second[hit]
+        before = len(keep)
+        for i in rows.tolist():  # the greedy pass over the block, every suppression it can need known
+            if not removed[i]:
+                keep.append(i)
+                removed[hit_second[hit_first == i]] = True
+        block = min(2 * (len(keep) - before), _NMS_BLOCK)
+        rows = rows[-1] + 1 + np.flatnonzero(~removed[rows[-1] + 1:])[:block]
     return order[np.asarray(keep, np.int64)]
+
+
+def _suppresses(r: _Rects, first: np.ndarray, second: np.ndarray, threshold: float) -> np.ndarray:
+    """IoU(r[first[k]], r[second[k]]) > threshold for each pair k, bit for bit as ``rotated_iou_bev``
+    computes it; the polygon area only where ``_area_bound`` leaves the answer open."""
+    out = np.zeros(first.shape[0], bool)
+    for lo in range(0, first.shape[0], _NMS_PAIRS):
+        a, b = r.take(first[lo:lo + _NMS_PAIRS]), r.take(second[lo:lo + _NMS_PAIRS])
+        open_ = np.flatnonzero(~(_iou_of(_area_bound(a, b), a.area, b.area) <= threshold))
+        a, b = a.take(open_), b.take(open_)
+        out[lo + open_] = _iou_of(_polygon_area(*_overlap_points(a, b)), a.area, b.area) > threshold
+    return out
 
 
 # --------------------------------------------------------------------------- the detection step

@@ -4,7 +4,9 @@ Rotated IoU is checked against Sutherland-Hodgman polygon clipping with shoelace
 the kernels' corner margin against a convex hull that adds the corners the margin lets in. NMS is
 checked against the textbook greedy loop, anchors and decoding against per-anchor / per-box float64
 formulas, and the whole post-processing of both families against a slow implementation of the
-README's step lists that shares no code with the library.
+README's step lists that shares no code with the library. On saturated frames (thousands of
+candidates, absurd sizes) the IoU must equal, bit for bit, the kernels transcribed as the reference
+first computed them, and the NMS the box-by-box loop over that transcription.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +30,7 @@ from pointpillars_trt.reference import (
     rotated_iou_bev,
     to_openpcdet_boxes,
 )
+from pointpillars_trt.reference import post
 from pointpillars_trt.reference.post import apply_direction, from_openpcdet_boxes, nms_boxes
 
 Point = tuple[float, float]
@@ -309,6 +313,161 @@ def test_nms_identical_boxes_keeps_the_first_of_a_tie() -> None:
     box = make_box("openpcdet", 5, 5, 4, 2, 1.0)
     boxes = np.stack([box, box, box])
     assert nms_rotated(boxes, np.array([0.5, 0.7, 0.7], np.float32), 0.01, "openpcdet").tolist() == [1]
+
+
+# --------------------------------------------------------------------------- NMS of saturated frames
+
+def saturated_candidates(rng: np.random.Generator, style: str, n: int) -> np.ndarray:
+    """NMS input like a frame of 0-255 intensities fed to a 0-1 model makes: every anchor passes, on a
+    grid (shared edge lines), a quarter of them plain car anchors, the rest with blown-up codes: boxes
+    from micrometres to a hundred kilometres, needles among them, any heading; a tenth exact copies."""
+    cx, cy = rng.integers(0, 48, n) * 0.32, rng.integers(-24, 24, n) * 0.32
+    size = np.exp(rng.normal(0.0, 4.0, (n, 2)))
+    size[: n // 4] = (3.9, 1.6)
+    angle = np.where(rng.random(n) < 0.3, rng.choice([0.0, math.pi / 2], n), rng.uniform(-4.0, 4.0, n))
+    boxes = np.stack([make_box(style, *row) for row in zip(cx, cy, size[:, 0], size[:, 1], angle)])
+    copies = np.flatnonzero(rng.random(n) < 0.1)
+    boxes[copies] = boxes[rng.integers(0, n, copies.size)]
+    return boxes
+
+
+def kernel_iou_row(box: np.ndarray, boxes: np.ndarray, style: str) -> np.ndarray:
+    """IoU of one kernel input box against each of ``boxes``, transcribed straight from the kernels as
+    the NumPy reference first did it: five cross products for each of the 16 edge pairs, the 24
+    candidate vertices in the kernel's slots, the stable angular sort, the fan area. The library's
+    faster form must give these values bit for bit."""
+    b = np.vstack([box[None], boxes]).astype(np.float32).astype(np.float64)
+    if style == "openpcdet":
+        cx, cy, hx, hy, angle, sense = b[:, 0], b[:, 1], b[:, 3] / 2, b[:, 4] / 2, b[:, 6], 1.0
+        area = b[:, 3] * b[:, 4]
+    else:
+        cx, cy, angle, sense = (b[:, 0] + b[:, 2]) / 2, (b[:, 1] + b[:, 3]) / 2, b[:, 4], -1.0
+        hx, hy, area = (b[:, 2] - b[:, 0]) / 2, (b[:, 3] - b[:, 1]) / 2, (b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1])
+    cos, sin = np.cos(sense * angle), np.sin(sense * angle)
+    lx, ly = np.stack([-hx, hx, hx, -hx], axis=1), np.stack([-hy, -hy, hy, hy], axis=1)
+    corners = np.stack([cx[:, None] + lx * cos[:, None] - ly * sin[:, None],
+                        cy[:, None] + lx * sin[:, None] + ly * cos[:, None]], axis=2)
+    m = len(boxes)
+    a, o = np.zeros(m, np.int64), np.arange(1, m + 1)  # the box, the others
+
+    def inside(points: np.ndarray, r: np.ndarray) -> np.ndarray:
+        dx, dy = points[..., 0] - cx[r, None], points[..., 1] - cy[r, None]
+        lx, ly = dx * cos[r, None] + dy * sin[r, None], -dx * sin[r, None] + dy * cos[r, None]
+        return (np.abs(lx) < hx[r, None] + MARGIN[style]) & (np.abs(ly) < hy[r, None] + MARGIN[style])
+
+    def cross(p1: np.ndarray, p2: np.ndarray, p0: np.ndarray) -> np.ndarray:
+        d1, d2 = p1 - p0, p2 - p0
+        return d1[..., 0] * d2[..., 1] - d2[..., 0] * d1[..., 1]
+
+    p0, p1 = corners[a][:, :, None, :], np.roll(corners[a], -1, axis=1)[:, :, None, :]
+    q0, q1 = corners[o][:, None, :, :], np.roll(corners[o], -1, axis=1)[:, None, :, :]
+    box_overlap = ((np.minimum(p0[..., 0], p1[..., 0]) <= np.maximum(q0[..., 0], q1[..., 0]))
+                   & (np.minimum(q0[..., 0], q1[..., 0]) <= np.maximum(p0[..., 0], p1[..., 0]))
+                   & (np.minimum(p0[..., 1], p1[..., 1]) <= np.maximum(q0[..., 1], q1[..., 1]))
+                   & (np.minimum(q0[..., 1], q1[..., 1]) <= np.maximum(p0[..., 1], p1[..., 1])))
+    s1, s2, s3, s4, s5 = cross(q0, p1, p0), cross(p1, q1, p0), cross(p0, q1, q0), cross(q1, p1, q0), cross(q1, p1, p0)
+    valid = box_overlap & (s1 * s2 > 0) & (s3 * s4 > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        by_area = (s5[..., None] * q0 - s1[..., None] * q1) / (s5 - s1)[..., None]
+        a0, b0, c0 = p0[..., 1] - p1[..., 1], p1[..., 0] - p0[..., 0], p0[..., 0] * p1[..., 1] - p1[..., 0] * p0[..., 1]
+        a1, b1, c1 = q0[..., 1] - q1[..., 1], q1[..., 0] - q0[..., 0], q0[..., 0] * q1[..., 1] - q1[..., 0] * q0[..., 1]
+        det = a0 * b1 - a1 * b0
+        by_lines = np.stack([(b0 * c1 - b1 * c0) / det, (a1 * c0 - a0 * c1) / det], axis=-1)
+    crossings = np.where((np.abs(s5 - s1) > 1e-8)[..., None], by_area, by_lines).reshape(m, 16, 2)
+    corner_pts = np.stack([corners[o], corners[a]], axis=2).reshape(m, 8, 2)
+    ok = np.concatenate([valid.reshape(m, 16),
+                         np.stack([inside(corners[o], a), inside(corners[a], o)], axis=2).reshape(m, 8)], axis=1)
+    pts = np.where(ok[..., None], np.concatenate([crossings, corner_pts], axis=1), 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        centre = pts.sum(axis=1) / ok.sum(axis=1)[:, None]
+    angle_about = np.where(ok, np.arctan2(pts[..., 1] - centre[:, None, 1], pts[..., 0] - centre[:, None, 0]), np.inf)
+    order = np.argsort(angle_about, axis=1, kind="stable")
+    pts, ok = np.take_along_axis(pts, order[..., None], axis=1), np.take_along_axis(ok, order, axis=1)
+    rel = pts - pts[:, :1, :]
+    fan = rel[:, :-1, 0] * rel[:, 1:, 1] - rel[:, :-1, 1] * rel[:, 1:, 0]
+    overlap = np.abs(np.where(ok[:, 1:], fan, 0.0).sum(axis=1)) / 2
+    return overlap / np.maximum(area[a] + area[o] - overlap, 1e-8)
+
+
+def box_by_box_nms(boxes: np.ndarray, scores: np.ndarray, thr: float, style: str) -> list[int]:
+    """The greedy loop one kept box at a time, its ``kernel_iou_row`` against every later box not yet
+    suppressed: the straightforward NMS that the batched, bounded one must equal."""
+    threshold = float(np.float32(thr))
+    order = sorted(range(len(scores)), key=lambda i: (-float(scores[i]), i))
+    removed: set[int] = set()
+    keep: list[int] = []
+    for at, i in enumerate(order):
+        if i in removed:
+            continue
+        keep.append(i)
+        rest = [j for j in order[at + 1:] if j not in removed]
+        if rest:
+            iou = kernel_iou_row(boxes[i], boxes[rest], style)
+            removed.update(j for j, v in zip(rest, iou.tolist()) if v > threshold)
+    return keep
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_iou_is_the_kernel_transcription_bit_for_bit(style: str) -> None:
+    rng = np.random.default_rng(13)
+    boxes = saturated_candidates(rng, style, 300)
+    for i in range(0, 300, 7):
+        np.testing.assert_array_equal(rotated_iou_bev(boxes[i], boxes, style), kernel_iou_row(boxes[i], boxes, style))
+    plain = random_pairs(rng, style)
+    others = np.stack([p[2] for p in plain])
+    for _, box, _ in plain[::25]:
+        np.testing.assert_array_equal(rotated_iou_bev(box, others, style), kernel_iou_row(box, others, style))
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("thr", [0.01, 0.5])
+@pytest.mark.parametrize("pairs_a_step", [None, 97])  # None: the module's; 97 splits blocks mid-row
+def test_nms_on_saturated_candidates_matches_box_by_box(style: str, thr: float, pairs_a_step: int | None,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    if pairs_a_step is not None:
+        monkeypatch.setattr(post, "_NMS_PAIRS", pairs_a_step)
+    rng = np.random.default_rng(21)
+    n = 400
+    boxes = saturated_candidates(rng, style, n)
+    for scores in (np.ones(n, np.float32),  # the sigmoid saturated: one big tie
+                   np.round(rng.uniform(0.1, 1.0, n), 1).astype(np.float32)):
+        expected = box_by_box_nms(boxes, scores, thr, style)
+        assert nms_rotated(boxes, scores, thr, style).tolist() == expected
+        assert 20 < len(expected) < n - 20
+
+
+def counted(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
+    """Wrap ``post.<name>`` to add up the rows of its first array argument (pairs, for the NMS's
+    steps); returns the running total."""
+    total = [0]
+    original = getattr(post, name)
+
+    def counting(*args: Any) -> Any:
+        total[0] += next(len(arg) for arg in args if isinstance(arg, np.ndarray))
+        return original(*args)
+
+    monkeypatch.setattr(post, name, counting)
+    return total
+
+
+def test_nms_sorts_few_polygons_of_a_saturated_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Most pairs of a saturated frame are settled by the area bound, without the polygon's sort."""
+    pairs, sorted_ = counted(monkeypatch, "_suppresses"), counted(monkeypatch, "_polygon_area")
+    n = 1500
+    boxes = saturated_candidates(np.random.default_rng(5), "openpcdet", n)
+    nms_rotated(boxes, np.ones(n, np.float32), 0.01, "openpcdet")
+    assert pairs[0] > 50_000 and sorted_[0] < pairs[0] / 10
+
+
+def test_nms_of_one_crowd_compares_each_box_about_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Boxes suppressed by a block's first box had their pairs worked out in vain; blocks grow only
+    while their boxes are kept, so a crowd that one box suppresses costs about one row, not a block's."""
+    pairs = counted(monkeypatch, "_suppresses")
+    n = 2000
+    rng = np.random.default_rng(8)
+    boxes = np.stack([make_box("openpcdet", x, y, 4.0, 2.0, turn) for x, y, turn in rng.normal(0.0, 0.05, (n, 3))])
+    assert nms_rotated(boxes, rng.uniform(0.1, 1.0, n).astype(np.float32), 0.01, "openpcdet").size == 1
+    assert pairs[0] < 2 * n
 
 
 # --------------------------------------------------------------------------- anchors, decoding, direction
