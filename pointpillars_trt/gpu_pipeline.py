@@ -3,8 +3,8 @@
     points --H2D--> voxelize.cu -> PFN -> scatter.cu -> RPN engine -> postprocess.cu --D2H--> boxes
 
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
-with each frame's point count and first row, then the frames back to back; a large frame alone is
-copied from the caller's array, its header set on the device), per-frame voxelize, PFN
+with each frame's point count and first row, then the frames back to back; a large frame alone in
+pageable memory is copied from the caller's array, its header set on the device), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
 head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
@@ -44,6 +44,7 @@ from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the caller's array, not through staging
+_MEMORY_TYPE_UNREGISTERED = 0  # cudaMemoryTypeUnregistered: pageable host memory
 
 
 @dataclass
@@ -457,10 +458,10 @@ class GpuPipeline:
         total = sum(counts)
         if total > self.max_points:
             self._grow(total)
-        starts = np.cumsum([0, *counts[:-1]]).tolist()
         if not device and len(host) == 1 and self._copies_directly(host[0]):
             self._copy_frame_in(host[0])
             return counts
+        starts = np.cumsum([0, *counts[:-1]]).tolist()
         if not device:
             staging = self._staging
             staging.reset()
@@ -482,11 +483,14 @@ class GpuPipeline:
 
     def _copies_directly(self, points: np.ndarray) -> bool:
         """Whether a frame alone goes straight from the caller's array to the device: large float32 rows of
-        x, y, z, intensity in C order (no time column). The driver then stages it through its own pinned
-        buffers while the DMA runs; a frame of 121k points took 187 instead of 226 us this way on an H200
-        (a camera-view frame of 19k points: 40 us either way)."""
+        x, y, z, intensity in C order (no time column) in pageable memory. The driver then stages it
+        through its own pinned buffers while the DMA runs, and the copy call returns once it holds the
+        bytes; a frame of 121k points took 187 instead of 226 us this way on an H200 (a camera-view frame
+        of 19k points: 40 us either way). Page-locked memory would be read after ``submit`` returns, so it
+        goes through staging as every other frame does."""
         return (self._times is None and points.nbytes >= DIRECT_COPY_BYTES and points.dtype == np.float32
-                and points.ndim == 2 and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous)
+                and points.ndim == 2 and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous
+                and _pageable(points))
 
     def _copy_frame_in(self, points: np.ndarray) -> None:
         """One frame's H2D copy from pageable memory (it returns once the driver holds the bytes); its
@@ -621,6 +625,15 @@ class GpuPipeline:
         # ONNX Runtime session crashes the process, so release the engines first.
         if not self._closed:
             self.close()
+
+
+def _pageable(array: np.ndarray) -> bool:
+    """Whether ``array`` is ordinary (pageable) host memory, neither page-locked nor registered with CUDA."""
+    try:
+        attributes = cp.cuda.runtime.pointerGetAttributes(array.ctypes.data)
+    except cp.cuda.runtime.CUDARuntimeError:
+        return False
+    return getattr(attributes, "type", None) == _MEMORY_TYPE_UNREGISTERED
 
 
 def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp.ndarray:

@@ -2,7 +2,8 @@
 """A hand-written wgmma conv (``conv3x3_wgmma.cu`` beside this script) against the cuDNN engine's plans,
 per KITTI backbone conv shape: the kernel's error against a float64 NumPy conv, whether a frame's bytes
 are the same in a batch as alone, and GPU times per tiling beside the time of the plan the engine's
-autotuning picked for that shape. Needs an H100/H200 (sm_90a), CuPy and nvidia-cudnn-frontend. Not a
+autotuning picked for that shape (at batch 1; above it a shape that reuses batch 1's engine was not
+timed: nan). Needs an H100/H200 (sm_90a), CuPy and nvidia-cudnn-frontend. Not a
 test: a probe of whether the engine should run its own convs (on one H200 it should not: see
 docs/PERF_NOTES.md).
 
@@ -108,6 +109,8 @@ def main() -> int:
                         fn((-(-frames * oh * ow // rows), cout // cols), (rows // 64 * 128,),
                            (xs, d_w, d_b, out, np.int32(frames)), shared_mem=smem, stream=stream)
 
+                    y.fill(np.nan)  # a tiling that writes nothing cannot pass for a right one
+                    alone.fill(np.nan)
                     run()
                     run(out=alone, xs=d_x[-1:], frames=1)
                     stream.synchronize()

@@ -235,6 +235,26 @@ def test_a_large_frame_from_the_callers_array_equals_it_through_staging(family_p
     assert_same_detections(direct, cpu.detect(points), "full scan, direct copy")
 
 
+def test_a_frame_may_change_once_submit_returns(family_pair, assets):  # type: ignore[no-untyped-def]
+    """submit's promise (the frames are copied before it returns): a large pageable array (copied
+    directly) and the same points in page-locked memory (which an async copy would read later, so
+    staged) are overwritten at once after submit; collect still gives the frame's boxes."""
+    import cupyx
+
+    _, _, gpu = family_pair
+    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    expected = gpu.detect(points)
+    pinned = cupyx.empty_pinned(points.shape, np.float32)
+    for frame, staged in ((points.copy(), False), (pinned, True)):
+        frame[:] = points
+        gpu.submit([frame])
+        assert gpu.copies.h2d_bytes == points.nbytes + (16 * HEADER_ROWS if staged else 0)
+        frame[:] = 0.0  # the caller reuses its buffer
+        got = gpu.collect()[0]
+        np.testing.assert_array_equal(got.boxes, expected.boxes)
+        np.testing.assert_array_equal(got.scores, expected.scores)
+
+
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
     _, _, gpu = family_pair
     gpu.detect(read_velodyne_bin(assets / SHARED_FRAMES[0]))

@@ -3,6 +3,7 @@ GPU work: timing a few microseconds of work a launch otherwise measures the host
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -11,12 +12,21 @@ import numpy as np
 from ._launch import compile_kernels, cupy_module, launch_kernel
 
 
+_GUESSED_CLOCK_KHZ = 2_000_000  # where the device reports no SM clock rate
+
+
+@functools.cache
+def _clock_khz(device_id: int) -> int:
+    rate = int(cupy_module().cuda.Device(device_id).attributes.get("ClockRate", 0))
+    return rate if rate > 0 else _GUESSED_CLOCK_KHZ
+
+
 def hold_stream(stream: Any, milliseconds: float) -> None:
     """Enqueue a single-thread spin of about ``milliseconds`` (at the SM clock) on ``stream``."""
     cp = cupy_module()
     kernel = compile_kernels("hold.cu", (), ("hold_stream",))["hold_stream"]
-    khz = int(cp.cuda.Device().attributes.get("ClockRate", 2_000_000))  # kHz; a guess where CUDA no longer reports it
-    launch_kernel(kernel, 1, 1, (np.int64(milliseconds * khz),), stream)
+    cycles = np.int64(milliseconds * _clock_khz(cp.cuda.Device().id))
+    launch_kernel(kernel, 1, 1, (cycles,), stream)
 
 
 def gpu_ms(run: Callable[[], object], stream: Any, *, iterations: int, rounds: int = 3, hold_ms: float = 1.0) -> float:
