@@ -250,20 +250,50 @@ def _corners_inside(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray, np.nd
 _CORNER_SLOTS = 16 + np.array([0, 2, 4, 6, 1, 3, 5, 7])  # the kernel's: b corner k, then a corner k, k = 0..3
 
 
-def _overlap_points(a: _Rects, b: _Rects) -> tuple[np.ndarray, np.ndarray]:
-    """The kernel's candidate vertices of the overlap polygon of pairs (a[n], b[n]), and which of them
-    it keeps: (M, 24, 2), zero where not kept, and (M, 24). Its order: the 16 edge crossings, then
-    b corner k inside a and a corner k inside b, k = 0..3."""
-    m = a.cx.shape[0]
+@dataclass(frozen=True, eq=False)
+class _Overlap:
+    """What kernel box_overlap finds for pairs (a[n], b[n]) before it sorts: the edge crossings (pair
+    n, slot 4 i + j, x, y, each (K,)) and both rectangles' corners with whether each lies inside the
+    other (x, y, inside, each (8, M)). Worked out once for a pair, read by the area bound and, where
+    the bound leaves the answer open, by the polygon."""
+
+    n: np.ndarray
+    slot: np.ndarray
+    x: np.ndarray
+    y: np.ndarray
+    xs: np.ndarray
+    ys: np.ndarray
+    inside: np.ndarray
+
+    @property
+    def pairs(self) -> int:
+        return int(self.inside.shape[1])
+
+    def take(self, rows: np.ndarray) -> _Overlap:
+        """The pairs ``rows`` (ascending), renumbered 0, 1, ..."""
+        position = np.full(self.pairs, -1)
+        position[rows] = np.arange(rows.shape[0])
+        kept = position[self.n] >= 0
+        return _Overlap(position[self.n][kept], self.slot[kept], self.x[kept], self.y[kept],
+                        self.xs[:, rows], self.ys[:, rows], self.inside[:, rows])
+
+
+def _overlap(a: _Rects, b: _Rects) -> _Overlap:
+    return _Overlap(*_edge_crossings(a, b), *_corners_inside(a, b))
+
+
+def _overlap_points(o: _Overlap) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's candidate vertices of the overlap polygon of each pair, and which of them it keeps:
+    (M, 24, 2), zero where not kept, and (M, 24). Its order: the 16 edge crossings, then b corner k
+    inside a and a corner k inside b, k = 0..3."""
+    m = o.pairs
     ok = np.zeros((m, 24), bool)
     pts = np.zeros((m, 24, 2))
-    n, slot, x, y = _edge_crossings(a, b)
-    ok[n, slot] = True
-    pts[n, slot, 0], pts[n, slot, 1] = x, y
-    xs, ys, inside = _corners_inside(a, b)
-    ok[:, _CORNER_SLOTS] = inside.T
-    pts[:, _CORNER_SLOTS, 0] = np.where(inside, xs, 0.0).T
-    pts[:, _CORNER_SLOTS, 1] = np.where(inside, ys, 0.0).T
+    ok[o.n, o.slot] = True
+    pts[o.n, o.slot, 0], pts[o.n, o.slot, 1] = o.x, o.y
+    ok[:, _CORNER_SLOTS] = o.inside.T
+    pts[:, _CORNER_SLOTS, 0] = np.where(o.inside, o.xs, 0.0).T
+    pts[:, _CORNER_SLOTS, 1] = np.where(o.inside, o.ys, 0.0).T
     return pts, ok
 
 
@@ -283,19 +313,18 @@ def _polygon_area(pts: np.ndarray, ok: np.ndarray) -> np.ndarray:
     return np.abs(area) / 2
 
 
-def _area_bound(a: _Rects, b: _Rects) -> np.ndarray:
-    """An upper bound of the kernel's overlap area of pairs (a[n], b[n]) that skips the polygon's sort, (M,).
+def _area_bound(o: _Overlap) -> np.ndarray:
+    """An upper bound of the kernel's overlap area of each pair that skips the polygon's sort, (M,).
 
     The fan's count - 1 cross products are each twice the area of a triangle with its corners in the
     kept vertices' bounding box, so at most width * height; the factor covers their rounding. A kept
     vertex that is not finite makes the bound infinite or NaN, which settles nothing; with fewer than
     two vertices the area is 0, or NaN, which never suppresses.
     """
-    n, _, x, y = _edge_crossings(a, b)
-    xs, ys, inside = _corners_inside(a, b)
-    count = np.bincount(n, minlength=inside.shape[1]) + inside.sum(axis=0)
+    n, inside = o.n, o.inside
+    count = np.bincount(n, minlength=o.pairs) + inside.sum(axis=0)
     extent = []
-    for crossings, corners in ((x, xs), (y, ys)):
+    for crossings, corners in ((o.x, o.xs), (o.y, o.ys)):
         hi = np.where(inside, corners, -np.inf).max(axis=0)
         lo = np.where(inside, corners, np.inf).min(axis=0)
         np.maximum.at(hi, n, crossings)
@@ -320,7 +349,7 @@ def rotated_iou_bev(box: np.ndarray, boxes: np.ndarray, style: str) -> np.ndarra
     one = np.asarray(box).reshape(1, -1)
     rb = _rects(np.asarray(boxes).reshape(-1, one.shape[1]), style)
     ra = _rects(one, style).take(np.zeros(rb.cx.shape[0], np.int64))
-    return _iou_of(_polygon_area(*_overlap_points(ra, rb)), ra.area, rb.area)
+    return _iou_of(_polygon_area(*_overlap_points(_overlap(ra, rb))), ra.area, rb.area)
 
 
 _NMS_BLOCK = 64  # at most this many boxes, in score order, get their candidate pairs at once
@@ -379,9 +408,10 @@ def _suppresses(r: _Rects, first: np.ndarray, second: np.ndarray, threshold: flo
     out = np.zeros(first.shape[0], bool)
     for lo in range(0, first.shape[0], _NMS_PAIRS):
         a, b = r.take(first[lo:lo + _NMS_PAIRS]), r.take(second[lo:lo + _NMS_PAIRS])
-        open_ = np.flatnonzero(~(_iou_of(_area_bound(a, b), a.area, b.area) <= threshold))
-        a, b = a.take(open_), b.take(open_)
-        out[lo + open_] = _iou_of(_polygon_area(*_overlap_points(a, b)), a.area, b.area) > threshold
+        found = _overlap(a, b)
+        open_ = np.flatnonzero(~(_iou_of(_area_bound(found), a.area, b.area) <= threshold))
+        area = _polygon_area(*_overlap_points(found.take(open_)))
+        out[lo + open_] = _iou_of(area, a.area[open_], b.area[open_]) > threshold
     return out
 
 
