@@ -11,13 +11,16 @@ head maps into a (B, rows, 9) result, and one device-to-host copy of that result
 the two copies is enqueued on the pipeline's stream (a batch's per-frame parts on a few side streams
 forked from it and joined back, so that frames run side by side), with no host synchronisation: every
 count stays in device memory. The five stages and the result copy are
-captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, with event-record
-nodes between the stages, so a batch costs the input copy and one graph launch on the host and
-per-stage GPU times come for free. The only host wait is where the boxes are read (``collect``).
+captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, so a batch costs
+the input copy and one graph launch on the host. Per-stage GPU times (``stage_timings=True``) come from
+a second graph of the same batch with event-record nodes between the stages: each such node held the
+GPU 3-5 us on an H200, ~20 us a frame, so the untimed graph is the default. The only host wait is
+where the boxes are read (``collect``).
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -44,6 +47,7 @@ from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
 DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the caller's array, not through staging
+FRAME, TIMED_FRAME = "frame", "frame, timed"  # the keys of a batch's one graph, without and with stage events
 _MEMORY_TYPE_UNREGISTERED = 0  # cudaMemoryTypeUnregistered: pageable host memory
 
 
@@ -126,6 +130,8 @@ class GpuPipeline:
     sizes the result buffers. A batch may run with other thresholds (``detect_batch(frames,
     post_config)``): they live in a small device buffer the post-process kernels read, written on the
     stream only when they change, so neither a recompilation nor a new CUDA graph follows.
+    ``stage_timings`` (also an attribute, read at each ``submit``): each batch's per-stage GPU
+    milliseconds in ``last_timings``, from CUDA events between the stages (they cost GPU time).
 
     ``detect`` / ``detect_batch`` are safe to call from several threads (one batch at a time per
     pipeline); ``submit`` / ``collect`` are the lock-free halves for a single caller that overlaps host
@@ -136,7 +142,8 @@ class GpuPipeline:
 
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
                  max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, pfn_engine: bool = False,
-                 device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None) -> None:
+                 device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None,
+                 stage_timings: bool = False) -> None:
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
         if pfn_engine and max_batch != 1:
@@ -166,13 +173,11 @@ class GpuPipeline:
             self._thresholds = cp.asarray(self._threshold_values)
         self.copies = CopyCounter()
         self.last_timings: dict[str, float] = {}
-        # CUDA events around every stage (event-record nodes inside a batch's graph, records between the
-        # stages otherwise), read into last_timings by collect: 6 elapsed-time queries a batch, each of
-        # which gives up the interpreter lock and waits to take it back; a caller that never reads the
-        # timings (the streaming runner) turns them off
-        self.stage_timings = True
-        self._timed = True  # whether the batch in flight records them (stage_timings when it was submitted)
-        # (stage name, or "frame" for all five and the result copy; batch size) -> captured graph
+        # CUDA events around every stage (event-record nodes inside the timed graph of a batch, records
+        # between the stages otherwise), read into last_timings by collect: 6 elapsed-time queries a batch
+        self.stage_timings = stage_timings
+        self._timed = stage_timings  # whether the batch in flight records them (stage_timings at its submit)
+        # (stage name, or FRAME / TIMED_FRAME for all five and the result copy; batch size) -> captured graph
         self._graphs: dict[tuple[str, int], object] = {}
         # why a batch could not be one graph: then every batch size runs a graph a stage from there on
         self._frame_graph_error: str | None = None
@@ -216,6 +221,7 @@ class GpuPipeline:
         rows, width = post_stage_type(self.post_cfg).result_shape(self.post_cfg)
         self._results = cp.zeros((b, rows, width), np.float32)
         self._results_host = cupyx.empty_pinned((b, rows, width), np.float32)
+        self._result_bytes = rows * width * 4  # a frame's share of the one D2H copy
         self._allocate_input(max_points)
         weights = self._pfn_weights
         self._slots = [
@@ -253,6 +259,7 @@ class GpuPipeline:
         self._staging = StagingBuffer(capacity, cupyx.empty_pinned, columns)
         device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
         self._input, self.max_points = device_input, capacity
+        self._input_ptr = device_input.data.ptr
         self._header = device_input[:HEADER_ROWS].view(np.int32).reshape(-1)
         self._points = device_input[HEADER_ROWS:]
         self._times = cp.zeros(capacity, np.float32) if columns > GPU_POINT_COLUMNS else None  # the time lags
@@ -337,7 +344,7 @@ class GpuPipeline:
         self._set_thresholds(post_config or self.post_cfg)
         self._frame_points = stage_input()
         self._timed = self.stage_timings
-        graph = self._frame_graph(b) if self.use_graphs and self._frame_graph_error is None else None
+        graph = self._frame_graph(b, self._timed) if self.use_graphs and self._frame_graph_error is None else None
         if graph is not None:
             graph.launch(self.stream)  # type: ignore[attr-defined]
         else:
@@ -346,7 +353,7 @@ class GpuPipeline:
             for index, launch in enumerate(self._stage_launchers()):
                 self._run_stage(index, b, launch)
             self._copy_out(b)
-        self.copies.d2h(self._results[:b].nbytes)
+        self.copies.d2h(b * self._result_bytes)
         self._batch = b
 
     def _stage_launchers(self) -> tuple[Callable[[int], None], ...]:
@@ -452,26 +459,13 @@ class GpuPipeline:
         """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
         from the caller's array), device-to-device copies (and fills for the header) for frames already
         on the GPU."""
-        host = [f for f in frames if isinstance(f, np.ndarray)]
-        device = [] if len(host) == len(frames) else [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
-        counts = [int(f.shape[0]) for f in (device or host)]
-        total = sum(counts)
-        if total > self.max_points:
-            self._grow(total)
-        if not device and len(host) == 1 and self._copies_directly(host[0]):
-            self._copy_frame_in(host[0])
-            return counts
-        starts = np.cumsum([0, *counts[:-1]]).tolist()
-        if not device:
-            staging = self._staging
-            staging.reset()
-            for points, n in zip(host, counts):
-                start = staging.allocate(n)
-                assert start is not None  # grown above to hold the batch
-                staging.put(start, points)
-            used = staging.write_header([(n, start) for n, start in zip(counts, starts)])
-            self._copy_in(staging, used)
-            return counts
+        if all(isinstance(f, np.ndarray) for f in frames):
+            return self._stage_host(frames)  # type: ignore[arg-type]
+        device = [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
+        counts = [int(f.shape[0]) for f in device]
+        if sum(counts) > self.max_points:
+            self._grow(sum(counts))
+        starts = [0, *itertools.accumulate(counts[:-1])]
         with self.stream:
             for i, (points, n, start) in enumerate(zip(device, counts, starts)):
                 self._points[start : start + n] = points[:, :GPU_POINT_COLUMNS]  # device to device, on our stream
@@ -479,6 +473,27 @@ class GpuPipeline:
                     self._times[start : start + n] = points[:, GPU_POINT_COLUMNS]
                 self._header[2 * i : 2 * i + 1].fill(n)
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
+        return counts
+
+    def _stage_host(self, frames: Sequence[np.ndarray]) -> list[int]:
+        """Host frames: packed into the pinned staging and copied in one H2D copy (a large frame alone
+        straight from the caller's array)."""
+        counts = [f.shape[0] for f in frames]
+        total = sum(counts)
+        if total > self.max_points:
+            self._grow(total)
+        if len(frames) == 1 and self._copies_directly(frames[0]):
+            self._copy_frame_in(frames[0])
+            return counts
+        staging = self._staging
+        staging.reset()
+        placed = []
+        for points, n in zip(frames, counts):
+            start = staging.allocate(n)
+            assert start is not None  # grown above to hold the batch
+            staging.put(start, points)
+            placed.append((n, start))
+        self._copy_in(staging, staging.write_header(placed))
         return counts
 
     def _copies_directly(self, points: np.ndarray) -> bool:
@@ -508,28 +523,30 @@ class GpuPipeline:
         if (staging.times is None) != (self._times is None):
             raise InputError(f"staging buffer of {staging.columns} columns for a model of {self.cfg.num_point_columns}")
         nbytes = used * staging.rows.strides[0]
-        cp.cuda.runtime.memcpyAsync(self._input.data.ptr, staging.rows.ctypes.data, nbytes,
-                                    cp.cuda.runtime.memcpyHostToDevice, self.stream.ptr)
+        cp.cuda.runtime.memcpyAsync(self._input_ptr, staging.address, nbytes, cp.cuda.runtime.memcpyHostToDevice,
+                                    self.stream.ptr)
         self.copies.h2d(nbytes)
         if self._times is not None and staging.times is not None:
             points = used - HEADER_ROWS
             self._times[:points].set(staging.times[:points], stream=self.stream)
             self.copies.h2d(points * 4)
 
-    def _frame_graph(self, batch: int) -> object | None:
-        """The graph of a whole batch: the five stages, an event-record node after each, the result
-        copy; captured on first use. None, said once, when it cannot be captured: the stages are
-        then captured one by one, and any that cannot be runs eagerly."""
-        graph = self._graphs.get(("frame", batch))
+    def _frame_graph(self, batch: int, timed: bool) -> object | None:
+        """The graph of a whole batch: the five stages (``timed``: an event-record node before the
+        first and after each), the result copy; captured on first use. None, said once, when it cannot
+        be captured: the stages are then captured one by one, and any that cannot be runs eagerly."""
+        key = (TIMED_FRAME if timed else FRAME, batch)
+        graph = self._graphs.get(key)
         if graph is not None:
             return graph
 
         def run(capturing: bool) -> None:
-            if capturing:
+            events = capturing and timed
+            if events:
                 record_in_graph(self._events[0], self.stream)
             for index, launch in enumerate(self._stage_launchers()):
                 launch(batch)
-                if capturing:
+                if events:
                     record_in_graph(self._events[index + 1], self.stream)
             if capturing:
                 self._copy_out(batch)
@@ -540,7 +557,7 @@ class GpuPipeline:
             warnings.warn(f"GPU pipeline: a batch cannot be captured as one CUDA graph ({error}); "
                           "each stage replays a graph of its own", RuntimeWarning, stacklevel=4)
             return None
-        self._graphs[("frame", batch)] = graph
+        self._graphs[key] = graph
         return graph
 
     def _run_stage(self, index: int, batch: int, launch: Callable[[int], None]) -> None:

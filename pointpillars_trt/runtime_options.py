@@ -37,7 +37,9 @@ class RuntimeOptions:
     fp32, as the CPU path). ``cuda_graph``: replay each GPU stage from a captured CUDA graph.
     ``threads``: ONNX Runtime's CPU thread pool (None: ``OMP_NUM_THREADS``, else one per core).
     ``max_batch``: frames the GPU pipeline runs at once (1..MAX_BATCH). ``thresholds``: the post-process
-    values (None fields: the model's); their ``max_boxes`` is also the cap of per-call values."""
+    values (None fields: the model's); their ``max_boxes`` is also the cap of per-call values.
+    ``stage_timings``: GPU per-stage milliseconds in ``last_timings`` (CUDA events between the stages,
+    which cost ~20 us of GPU time a batch; the CPU path always has its wall-clock ones)."""
 
     device: str = "auto"
     backend: str = "auto"
@@ -47,6 +49,7 @@ class RuntimeOptions:
     threads: int | None = None
     max_batch: int = 1
     thresholds: Thresholds = field(default_factory=Thresholds)
+    stage_timings: bool = False
 
     def __post_init__(self) -> None:
         parse_device(self.device)
@@ -54,7 +57,7 @@ class RuntimeOptions:
             raise PointPillarsError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise PointPillarsError(f"precision {self.precision!r}: expected one of {', '.join(PRECISIONS)}")
-        for name in ("tf32", "cuda_graph"):
+        for name in ("tf32", "cuda_graph", "stage_timings"):
             if not isinstance(getattr(self, name), bool):
                 raise PointPillarsError(f"{name}: expected True or False, received {getattr(self, name)!r}")
         if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)

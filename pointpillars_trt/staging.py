@@ -32,6 +32,7 @@ class StagingBuffer:
         self.capacity = max(1, int(capacity))
         self.columns = columns
         self.rows = (alloc or np.empty)((HEADER_ROWS + self.capacity, 4), np.float32)
+        self.address = self.rows.ctypes.data  # where the one H2D copy reads (looked up once: ~2 us a call)
         self.header = self.rows[:HEADER_ROWS].view(np.int32).reshape(-1)
         self.points = self.rows[HEADER_ROWS:]
         self.times = (alloc or np.empty)((self.capacity, 1), np.float32)[:, 0] if columns == 5 else None

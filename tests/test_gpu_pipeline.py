@@ -256,14 +256,25 @@ def test_a_frame_may_change_once_submit_returns(family_pair, assets):  # type: i
 
 
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
+    """Off by default (no timings, the untimed graph); on, the timed graph of the same batch times
+    every stage."""
     _, _, gpu = family_pair
-    gpu.detect(read_velodyne_bin(assets / SHARED_FRAMES[0]))
+    points = read_velodyne_bin(assets / SHARED_FRAMES[0])
+    assert gpu.stage_timings is False
+    gpu.detect(points)
+    assert gpu.last_timings == {}
+    gpu.stage_timings = True
+    try:
+        gpu.detect(points)
+    finally:
+        gpu.stage_timings = False
     t = gpu.last_timings
     assert set(t) == {"voxelize", "pfn", "scatter", "rpn", "postprocess", "total"}
     assert all(v > 0 for v in t.values())
     assert sum(t[s] for s in ("voxelize", "pfn", "scatter", "rpn", "postprocess")) <= t["total"] * 1.001
     assert gpu.graph_failures == {}, gpu.graph_failures
     assert gpu.execution_mode == "cuda_graph"  # one graph a batch, its event-record nodes timed the stages
+    assert {("frame", 1), ("frame, timed", 1)} <= set(gpu._graphs)
 
 
 def test_a_graph_a_stage_when_the_batch_cannot_be_one_gives_the_same_bytes(family_pair, assets, monkeypatch):  # type: ignore[no-untyped-def]
@@ -283,7 +294,8 @@ def test_a_graph_a_stage_when_the_batch_cannot_be_one_gives_the_same_bytes(famil
         raise RuntimeError("no event-record nodes here")
 
     monkeypatch.setattr(gpu_pipeline, "record_in_graph", refuse)
-    per_stage = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    per_stage = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames),
+                             stage_timings=True)
     with pytest.warns(RuntimeWarning, match="cannot be captured as one CUDA graph .*no event-record nodes"):
         found = per_stage.detect_batch(frames)
     for _ in range(2):  # the first captured the stages' graphs, the second replays them
@@ -532,13 +544,14 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
 
 
 def test_stage_timings_off_skip_the_events_and_change_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
-    """With ``stage_timings`` off (the streaming runner's pipelines) a batch records no CUDA event and
-    leaves ``last_timings`` empty; its boxes are the same bytes; turned on again, the timings come back."""
+    """With ``stage_timings`` off (the default) a batch records no CUDA event and leaves
+    ``last_timings`` empty; its boxes are the timed graph's bytes; turned on again, the timings come back."""
     from pointpillars_trt.detector import PointPillars
 
     _, _, gpu = family_pair
     frames = _mixed_frames(assets)[1:]
-    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames))
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=len(frames),
+                            stage_timings=True)
     pipeline = detector.gpu_pipeline
     timed = detector.detect_batch(frames)
     assert set(pipeline.last_timings) == {*STAGES, "total"}

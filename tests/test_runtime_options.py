@@ -34,6 +34,7 @@ def test_parse_device_refuses(text: str) -> None:
 @pytest.mark.parametrize("bad, needle", [({"device": "gpu"}, "device"), ({"backend": "tensorrt-llm"}, "backend"),
                                          ({"max_batch": 9}, "max_batch"), ({"max_batch": True}, "max_batch"),
                                          ({"threads": 0}, "threads"), ({"tf32": 1}, "tf32"),
+                                         ({"stage_timings": "on"}, "stage_timings"),
                                          ({"precision": "int8"}, "precision"), ({"thresholds": 0.3}, "thresholds")])
 def test_options_are_validated(bad: dict, needle: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(PointPillarsError, match=needle):

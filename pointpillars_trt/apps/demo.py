@@ -61,7 +61,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     print(f"model : {cfg.name} with SEEDED RANDOM (UNTRAINED) weights, seed {seed} -> {model.path}")
     print("        the boxes below are meaningless; they only show the pipeline working\n")
 
-    with PointPillars(model, device=device, backend=backend) as detector:
+    with PointPillars(model, device=device, backend=backend, stage_timings=True) as detector:
         print_device_notice(detector, file=sys.stdout)
         start = time.perf_counter()
         detections = detector(points)

@@ -123,15 +123,6 @@ def reader_threads(points_per_frame: int | None) -> int:
     return min(8 if large else 2, os.cpu_count() or 1)
 
 
-def stop_stage_timings(detectors: Sequence[Any]) -> None:
-    """Turn off the GPU pipelines' per-stage timings, for runners that never read them: 12 of a batch's
-    20 CUDA calls, each of which gives up the interpreter lock and waits to take it back."""
-    for detector in detectors:
-        pipeline = getattr(detector, "gpu_pipeline", None)
-        if pipeline is not None:
-            pipeline.stage_timings = False
-
-
 @dataclass
 class FrameJob:
     """One frame on its way through the runner."""
@@ -168,9 +159,7 @@ class FrameRunner:
     writer processes fail with "not written", ``notice`` says so once, and the rest of the run writes in
     threads (as it does when they cannot start). ``points_per_frame`` sizes the staging buffers (e.g.
     ``likely_points_per_frame``; default ``INITIAL_POINTS_PER_FRAME``) and, unless ``readers`` is given,
-    the reader threads (``reader_threads``). The GPU pipelines' per-stage
-    timings are turned off (``last_timings`` stays empty): they cost CUDA calls that contend for the
-    interpreter lock.
+    the reader threads (``reader_threads``).
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
@@ -185,7 +174,6 @@ class FrameRunner:
         self.read, self.write, self.keep_points = read, write, keep_points
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
         self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
-        stop_stage_timings(self.detectors)
         readers = reader_threads(points_per_frame) if readers is None else max(1, readers)
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="pp-read")
         self._writer_threads = max(1, writers)

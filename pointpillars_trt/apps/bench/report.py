@@ -15,7 +15,8 @@ def markdown_report(results: dict[str, Any]) -> str:
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
               f"iterations per set: {results['iterations']} (warm-up frames per run in the table)"]
     lines += _table(
-        "Latency, one frame at a time (ms; stages: GPU time from CUDA events, e2e: host to host)",
+        ("Latency, one frame at a time (ms; e2e: host to host, stage timings off as by default; stages: GPU time "
+         "from CUDA events, a second pass with them on)"),
         ["engine", "precision", "frames", "avg points", "avg pillars", *STAGE_ORDER, "stages total", "e2e min",
          "e2e p50", "e2e p90", "e2e p99", "warm-up", "mode"],
         [[r["engine"], r["precision"], r["frames"], f"{r['avg_points']:.0f}", f"{r['avg_pillars']:.0f}",

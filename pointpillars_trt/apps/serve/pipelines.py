@@ -20,15 +20,13 @@ from typing import Any
 from ...config import Thresholds
 from ...detections import Detections
 from ...detector import FRAME_ERRORS, detect_each
-from ..frames import stop_stage_timings
 
 #: What a batch's answer gets: per frame, its detections or the error that frame alone raised.
 Answer = Callable[[list[Detections | BaseException]], None]
 
 
 class PipelineSet:
-    """``count`` detectors from ``open_detector()`` (per-stage timings off: nothing reads them), each
-    running one batch at a time. A detector that fails to open closes the ones opened before it."""
+    """``count`` detectors from ``open_detector()``, each running one batch at a time. A detector that fails to open closes the ones opened before it."""
 
     def __init__(self, open_detector: Callable[[], Any], count: int) -> None:
         self.detectors: list[Any] = []
@@ -38,7 +36,6 @@ class PipelineSet:
         except BaseException:
             self.close()
             raise
-        stop_stage_timings(self.detectors)
         self._idle: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for detector in self.detectors:
             self._idle.put(detector)
