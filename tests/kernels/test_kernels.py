@@ -223,6 +223,24 @@ def test_voxelize_a_pillar_of_100k_identical_points_is_fast_and_exact(cp: Any, s
 
 
 @pytest.mark.cuda
+def test_voxelize_large_pillars_of_many_sizes_keep_their_first_points(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """Pillars at vox_rank's limit (128 points), just over it, and up to tens of thousands of points,
+    shuffled into a cloud, so that their first points' indices spread over the digits of
+    vox_rank_large's radix select."""
+    rng = np.random.default_rng(17)
+    v = cfg.voxel
+    sizes = [128, 129, 300, 1000, 5000, 20000]
+    centres = [(v.point_range[0] + 2.0 + 3.0 * k, 1.0 + k, -1.0) for k in range(len(sizes))]
+    dense = [np.column_stack([np.tile(c, (n, 1)), rng.uniform(0, 1, (n, 1))]) for c, n in zip(centres, sizes)]
+    pts = np.concatenate([*dense, awkward_cloud(cfg, rng, 8000)]).astype(np.float32)
+    pts = pts[rng.permutation(pts.shape[0])]
+    run = VoxelRun(cp, cfg, capacity=65536)
+    got = run(pts, stream)
+    assert_matches_reference(got, pts, cfg)
+    assert (got["num_points"] == v.max_points_per_pillar).sum() >= len(sizes)
+
+
+@pytest.mark.cuda
 def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
     run = VoxelRun(cp, cfg, capacity=16384)
     rng = np.random.default_rng(21)
