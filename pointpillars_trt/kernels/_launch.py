@@ -68,7 +68,7 @@ def _module(file: str, defines: tuple[str, ...]) -> Any:
 def compiled_modules() -> int:
     """How many modules have been compiled in this process (one per file and define set): values that
     change per call, such as the post-process thresholds, are kernel arguments and never add one."""
-    return _module.cache_info().currsize
+    return _module.cache_info().currsize + _arch_module.cache_info().currsize
 
 
 def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
@@ -76,6 +76,57 @@ def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...])
     with checked(file):
         module = _module(file, defines)
         return {name: module.get_function(name) for name in names}
+
+
+@functools.lru_cache(maxsize=None)
+def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
+    from cupy_backends.cuda.libs import nvrtc
+
+    cp = cupy_module()
+    program = nvrtc.createProgram(kernel_source(file), file, (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
+        except nvrtc.NVRTCError as exc:
+            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{nvrtc.getProgramLog(program)}") from exc
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    module = cp.cuda.function.Module()
+    module.load(cubin)
+    return module
+
+
+class ArchKernel:
+    """A kernel of an architecture-specific module, used as CuPy's RawKernel is: called with (grid,
+    block, args, stream=, shared_mem=), named, with a settable ``max_dynamic_shared_size_bytes``."""
+
+    _MAX_DYNAMIC_SHARED = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+    def __init__(self, function: Any, name: str) -> None:
+        self._function = function
+        self.name = name
+
+    def __call__(self, grid: tuple[int, ...], block: tuple[int, ...], args: tuple[Any, ...], *, stream: Any,
+                 shared_mem: int = 0) -> None:
+        self._function(grid, block, args, shared_mem=shared_mem, stream=stream)
+
+    @property
+    def max_dynamic_shared_size_bytes(self) -> int:
+        return int(cupy_module().cuda.driver.funcGetAttribute(self._MAX_DYNAMIC_SHARED, self._function.ptr))
+
+    @max_dynamic_shared_size_bytes.setter
+    def max_dynamic_shared_size_bytes(self, value: int) -> None:
+        cupy_module().cuda.driver.funcSetAttribute(self._function.ptr, self._MAX_DYNAMIC_SHARED, value)
+
+
+def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...], arch: str) -> dict[str, ArchKernel]:
+    """``compile_kernels`` for an architecture-specific target (``sm_90a``: wgmma), which CuPy's own
+    compile path does not name; NVRTC straight to a cubin, once per define set and target. Such files
+    include no headers of the CUDA toolkit."""
+    with checked(file):
+        module = _arch_module(file, defines, arch)
+        return {name: ArchKernel(module.get_function(name), name) for name in names}
 
 
 def launch_kernel(kernel: Any, grid: int | tuple[int, ...], block: int, args: tuple[Any, ...], stream: Any,

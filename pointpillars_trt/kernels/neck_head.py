@@ -2,8 +2,9 @@
 
 ``cuda/neck_head.cu`` computes ``heads = sum_i relu(deconv_i(x_i)) W_i + b`` per head-map pixel without
 writing the channel concat: ``W_i`` is branch i's block of rows of the merged (NH, sum CU) head weight.
-float16 runs on tensor cores (mma.sync, float32 accumulation), the tf32 precision on tensor cores as TF32,
-IEEE float32 on plain FMA (register-tiled). The weights are packed
+float16 runs on tensor cores (mma.sync, float32 accumulation; on Hopper the transposed convs on warpgroup
+MMA, ``cuda/neck_head_wgmma.cu``), the tf32 precision on tensor cores as TF32, IEEE float32 on plain FMA
+(register-tiled). The weights are packed
 once into one device buffer whose offsets the kernel is compiled with (:class:`NeckHeadParams`);
 :func:`pack_neck_head` is the NumPy re-layout, tested against the plain ONNX-layout computation.
 """
@@ -20,7 +21,8 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import BackendError
-from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel
+from ._launch import (check_device_array, checked, compile_arch_kernels, compile_kernels, cupy_module, define_flags,
+                      grid_blocks, launch_kernel)
 
 MAX_BRANCHES = 3  # the kernel's pointer arguments; PointPillars necks have three
 MAX_FEATURE_ELEMENTS = 2**31 - 1  # a feature map's offsets in the kernel are 32-bit (its pixel table)
@@ -28,6 +30,8 @@ _K_ALIGN = 16     # input channels: the wmma k step
 _CU_ALIGN = 32    # upsampled channels: whole m16n8k16 head k steps, 64-byte weight rows
 _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
 _CHUNK = 64         # float16 kernel: input channels per pipeline step (kChunk in the .cu)
+WGMMA_UP = 128      # upsampled channels every branch must have for the wgmma kernel (its m64n128 tiles)
+WGMMA_CAPABILITY = "90"  # the GPUs that run it (sm_90a: H100, H200, GH200)
 #: Upsampled channels a branch may have for the TF32 kernel (its shared weight slice and its accumulators
 #: are sized for them); a wider neck runs the float32 kernel instead, and says so.
 TF32_MAX_UP = 128
@@ -68,6 +72,7 @@ class NeckHeadParams:
     min_blocks: int = 2  # float16 kernel: __launch_bounds__ blocks per SM (caps the registers)
     tf32: bool = False   # float32 inputs on tensor cores as TF32 (the tf32 precision) instead of plain FMA
     channels_first: bool = False  # float32 kernel: features (B, C, h, w), as the IEEE fp32 cuDNN backbone writes them
+    wgmma: bool = False  # float16 kernel with the transposed convs on Hopper's warpgroup MMA (warps: 4 a warpgroup)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.branches) <= MAX_BRANCHES:
@@ -91,6 +96,10 @@ class NeckHeadParams:
         if self.tf32 and self.widest_up > TF32_MAX_UP:
             raise BackendError(f"neck-head kernel: {self.widest_up} upsampled channels; the TF32 kernel takes up to "
                                f"{TF32_MAX_UP}")
+        if self.wgmma and not self.wgmma_fits:
+            raise BackendError(f"neck-head kernel: wgmma needs float16, {WGMMA_UP} upsampled channels a branch and "
+                               f"whole warpgroups; got half={self.half}, {[b.padded_up for b in self.branches]} "
+                               f"channels, {self.warps} warps")
         if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
             raise BackendError(
                 f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
@@ -115,6 +124,18 @@ class NeckHeadParams:
             return params
         return replace(params, tf32=True)
 
+    def for_gpu(self, compute_capability: str) -> NeckHeadParams:
+        """The fastest kernel of these params on a GPU of ``compute_capability`` (CuPy's "90" form): the
+        wgmma one where it runs and fits (fp16 camera-view KITTI neck and heads on an H200: 0.057 ms with
+        mma.sync), else these params."""
+        if compute_capability != WGMMA_CAPABILITY or not replace(self, warps=8).wgmma_fits:
+            return self
+        return replace(self, wgmma=True, warps=8, stages=3, min_blocks=1)
+
+    @property
+    def wgmma_fits(self) -> bool:
+        return self.half and self.warps % 4 == 0 and all(b.padded_up == WGMMA_UP for b in self.branches)
+
     @property
     def cell(self) -> int:
         """Side of the head-map cell whose pixels share no weight slice: lcm of the strides."""
@@ -131,6 +152,8 @@ class NeckHeadParams:
 
     @property
     def kernel_name(self) -> str:
+        if self.wgmma:
+            return "neck_head_wgmma"
         return "neck_head_f16" if self.half else "neck_head_tf32" if self.tf32 else "neck_head_f32"
 
     @property
@@ -151,6 +174,9 @@ class NeckHeadParams:
         """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the others, static)."""
         if not self.half:
             return 0
+        if self.wgmma:  # stages of max(A 128-byte rows + the 128 x 64 weight slice, the padded head block)
+            stage = _round_up(max(128 * (self.rows_per_block + WGMMA_UP), 2 * self.padded_heads * (WGMMA_UP + 8)), 1024)
+            return self.stages * stage + 1024 + 4 * 3 * self.rows_per_block  # + alignment, pixel indices
         cu_max = self.widest_up
         a_elems = self.rows_per_block * (_CHUNK + 8)
         w_elems = max(cu_max * (_CHUNK + 8), self.padded_heads * (cu_max + 8))
@@ -281,7 +307,11 @@ class NeckHeadStage:
         cp = cupy_module()
         self.params = params
         self.kernel_name = params.kernel_name
-        self._kernel = compile_kernels("neck_head.cu", params.defines(), (self.kernel_name,))[self.kernel_name]
+        if params.wgmma:
+            self._kernel: Any = compile_arch_kernels("neck_head_wgmma.cu", params.defines(), (self.kernel_name,),
+                                                     "sm_90a")[self.kernel_name]
+        else:
+            self._kernel = compile_kernels("neck_head.cu", params.defines(), (self.kernel_name,))[self.kernel_name]
         wbuf, bbuf = pack_neck_head(params, weights)
         with checked("neck_head: uploading weights"):
             self.weights = cp.asarray(wbuf)

@@ -338,7 +338,7 @@ class CudnnEngine(Engine):
                         weights.head_weight, weights.head_bias,
                     )
                     params = NeckHeadParams.from_config(cfg, half, tf32=opt.precision == "tf32", channels_first=nchw)
-                    self._neck = NeckHeadStage(params, nh_weights)
+                    self._neck = NeckHeadStage(params.for_gpu(self._device.compute_capability), nh_weights)
                 else:
                     self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
                                                      sum(cfg.head_channels.values()), half)

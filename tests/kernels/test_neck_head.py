@@ -185,6 +185,21 @@ def test_float16_launch_shape():
     assert NeckHeadParams(p.branches, 248, 216, 72, False).shared_bytes == 0
 
 
+def test_hopper_takes_the_wgmma_kernel_where_it_fits():
+    from dataclasses import replace
+
+    kitti = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, True)
+    fast = kitti.for_gpu("90")
+    assert (fast.wgmma, fast.kernel_name, fast.rows_per_block, fast.threads) == (True, "neck_head_wgmma", 128, 256)
+    # 3 stages of max(128 x 128 + 128 x 128 bytes, 72 x 136 halves) rounded to 1 KiB, the alignment, 3 x 128 pixels
+    assert fast.shared_bytes == 3 * 32768 + 1024 + 3 * 128 * 4 and f"-DNH_SMEM={fast.shared_bytes}" in fast.defines()
+    assert kitti.for_gpu("89") == kitti and kitti.for_gpu("100") == kitti  # Ada, Blackwell: no sm_90a
+    assert NeckHeadParams.from_config(tiny_config(), half=True).for_gpu("90").wgmma is False  # 16 channels a branch
+    assert replace(kitti, half=False).for_gpu("90").wgmma is False
+    with pytest.raises(BackendError, match="wgmma needs float16"):
+        replace(kitti, wgmma=True, warps=6)
+
+
 # -- GPU ------------------------------------------------------------------------------------------
 
 
@@ -239,3 +254,41 @@ def test_kernel_checks_its_arrays(cp):
     out = cp.zeros(params.output_shape(1), np.float32)
     with pytest.raises(InputError, match="neck feature 0"):
         stage.launch([cp.asarray(f) for f in feats], out, cp.cuda.Stream())  # float32, expected float16
+
+
+WGMMA_CASES = {
+    "kitti_like": (KITTI_LIKE, 40, 56, 2, 72),
+    "odd": (((24, 128, 1), (48, 128, 3)), 18, 27, 3, 13),  # input channels short of a chunk; 16 padded heads
+    "one_branch": (((64, 128, 2),), 16, 24, 3, 72),
+}
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", WGMMA_CASES)
+@pytest.mark.parametrize("shape", [(8, 3, 1), (4, 2, 2), (8, 2, 1)], ids=["w8s3", "w4s2", "w8s2"])  # warps, stages, blocks
+def test_wgmma_kernel_matches_float64_reference_and_is_batch_invariant(cp, case, shape):
+    from dataclasses import replace
+
+    from pointpillars_trt.kernels.neck_head import NeckHeadStage
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma kernel runs on compute capability 9.0 (H100, H200)")
+    branches, hy, hx, batch, nh = WGMMA_CASES[case]
+    params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=True, seed=5)
+    params = replace(params, wgmma=True, warps=shape[0], stages=shape[1], min_blocks=shape[2])
+    stage = NeckHeadStage(params, weights)
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    def run(frames):  # type: ignore[no-untyped-def]
+        out = cp.full(params.output_shape(frames[0].shape[0]), np.nan, np.float32)
+        stage.launch([cp.asarray(f.astype(np.float16)) for f in frames], out, stream)
+        stream.synchronize()
+        return cp.asnumpy(out)
+
+    got = run(feats)
+    assert np.isfinite(got).all(), "every output pixel is written"
+    ref = reference(weights, feats, round_u_half=True)
+    err = np.abs(got - ref).max() / np.abs(ref).max()
+    assert err <= 2e-3, f"max error {err:.2e} of max|ref|"
+    last = run([f[-1:] for f in feats])
+    assert last.tobytes() == got[-1:].tobytes(), "a frame's heads do not depend on its batch"

@@ -29,93 +29,8 @@
 
 static_assert(!(NH_IN_NCHW && (USE_MMA || USE_TF32)), "channel-major features are read by the float32 kernel only");
 
-namespace {
-constexpr int kCellsY = (HY + CELL - 1) / CELL;
-constexpr int kCellsX = (HX + CELL - 1) / CELL;
-
-#define BRANCH(i) B##i##_CIN, B##i##_KP, B##i##_CU, B##i##_STRIDE, B##i##_W, B##i##_BIAS, B##i##_HEAD
-
-// Pixel (n, y, x) of row `r` of this block's tile, or n = -1 past the batch or the map edge.
-struct Pixel {
-    int n, y, x;
-};
-
-__device__ __forceinline__ Pixel tile_pixel(int cell, int a, int b, int batch) {
-    Pixel p{-1, 0, 0};
-    if (cell >= batch * kCellsY * kCellsX) return p;
-    const int n = cell / (kCellsY * kCellsX);
-    const int rem = cell - n * kCellsY * kCellsX;
-    const int y = (rem / kCellsX) * CELL + a;
-    const int x = (rem % kCellsX) * CELL + b;
-    if (y < HY && x < HX) p = Pixel{n, y, x};
-    return p;
-}
-
-// Row p's pixel in branch i's input map (-1 past the batch or the map): NHWC its index (its channels
-// start at CIN times it), NCHW the offset of its channel 0 (channel k is k planes further).
-template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
-__device__ __forceinline__ int input_pixel(const Pixel& p) {
-    constexpr int kH = HY / K, kW = HX / K;
-    if (p.n < 0) return -1;
-#if NH_IN_NCHW
-    return (p.n * CIN * kH + p.y / K) * kW + p.x / K;
-#else
-    return (p.n * kH + p.y / K) * kW + p.x / K;
-#endif
-}
-
-// Zero a thread's accumulator tile, unrolled so that it stays in registers.
-template <int N, int M>
-__device__ __forceinline__ void zero(float (&tile)[N][M]) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-#pragma unroll
-        for (int j = 0; j < M; ++j) tile[i][j] = 0.0f;
-}
-
-// pix[i][r]: the input pixel of tile row first_row + r in branch i's map, for the block's ROWS rows.
-template <int ROWS>
-__device__ __forceinline__ void gather_rows(int (&pix)[3][ROWS], int first_row, int a, int b, int batch) {
-    for (int r = threadIdx.x; r < ROWS; r += blockDim.x) {
-        const Pixel p = tile_pixel(first_row + r, a, b, batch);
-        pix[0][r] = input_pixel<BRANCH(0)>(p);
-#if NB > 1
-        pix[1][r] = input_pixel<BRANCH(1)>(p);
-#endif
-#if NB > 2
-        pix[2][r] = input_pixel<BRANCH(2)>(p);
-#endif
-    }
-}
-
-#if USE_MMA || USE_TF32
-// A warp's head sums (C fragments of the NHP / 8 m16n8 head tiles, rows g and g + 8 of the warp's
-// 16 from tile row `row0`) plus the head bias, into the NHWC output: 8 float32 channels per (row,
-// head tile) across t, one 32-byte sector. Rows past the batch or the map edge are skipped.
-__device__ __forceinline__ void store_heads(const float (&acc_h)[NHP / 8][4], int row0, int a, int b, int batch,
-                                            const float* __restrict__ bias, float* __restrict__ out) {
-    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-    for (int half_row = 0; half_row < 2; ++half_row) {
-        const Pixel p = tile_pixel(row0 + g + 8 * half_row, a, b, batch);
-        if (p.n < 0) continue;
-        float* o = out + ((static_cast<long long>(p.n) * HY + p.y) * HX + p.x) * NH;
-#pragma unroll
-        for (int h = 0; h < NHP / 8; ++h) {
-            const int ch = h * 8 + 2 * t;
-            const float v0 = acc_h[h][2 * half_row] + bias[HEAD_BIAS + ch];
-            const float v1 = acc_h[h][2 * half_row + 1] + bias[HEAD_BIAS + ch + 1];
-            if (NH % 2 == 0) {
-                if (ch < NH) *reinterpret_cast<float2*>(o + ch) = make_float2(v0, v1);
-            } else {
-                if (ch < NH) o[ch] = v0;
-                if (ch + 1 < NH) o[ch + 1] = v1;
-            }
-        }
-    }
-}
-#endif
-}  // namespace
+#include "neck_head_common.cuh"
+#include "mma_sync.cuh"
 
 #if USE_MMA
 // ---------------------------------------------------------------------------------------------
@@ -162,46 +77,6 @@ constexpr int kSteps2 = 0;
 #endif
 constexpr int kSteps = kSteps0 + kSteps1 + kSteps2;
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global -> shared, asynchronously; src_bytes = 0 writes zeros (src is not read).
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
-__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldsm_x2(unsigned (&r)[2], const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1])
-                 : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ unsigned pack_relu(float lo, float hi) {
-    const __half2 h = __floats2half2_rn(fmaxf(lo, 0.0f), fmaxf(hi, 0.0f));
-    return *reinterpret_cast<const unsigned*>(&h);
-}
-
-// Per branch and tile row, the input pixel index (-1 past the batch or the map), in shared memory
-// after the stages: registers are the scarce resource here.
-struct Gather {
-    int pix[3][kRows];
-};
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
 __device__ __forceinline__ void load_chunk(int chunk, const __half* __restrict__ feat, const __half* __restrict__ w,
@@ -252,7 +127,7 @@ __device__ __forceinline__ void load_step(int step, const __half* __restrict__ f
 // Issue the loads of global step `step` (if any) into its stage, then commit a group (possibly empty:
 // the wait counts in the main loop assume one group per step).
 __device__ __forceinline__ void issue(int step, const __half* __restrict__ x0, const __half* __restrict__ x1,
-                                      const __half* __restrict__ x2, const __half* __restrict__ w, const Gather& gat,
+                                      const __half* __restrict__ x2, const __half* __restrict__ w, const RowPixels<kRows>& gat,
                                       int a, int b, __half* smem) {
     __half* st = smem + (step % kStages) * kStageElems;
     if (step < kSteps0) {
@@ -282,7 +157,7 @@ struct Ctx {
 };
 
 // Wait for step `step`'s stage, then put step + kStages - 1 in flight; returns the stage to read.
-__device__ __forceinline__ const __half* advance(int step, const Ctx& cx, const Gather& gat) {
+__device__ __forceinline__ const __half* advance(int step, const Ctx& cx, const RowPixels<kRows>& gat) {
     cp_async_wait<kStages - 2>();
     __syncthreads();  // the stage is complete for every thread, and the one refilled below is read by none
     issue(step + kStages - 1, cx.x0, cx.x1, cx.x2, cx.w, gat, cx.a, cx.b, cx.smem);
@@ -290,7 +165,7 @@ __device__ __forceinline__ const __half* advance(int step, const Ctx& cx, const 
 }
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
-__device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const Gather& gat, float (&acc)[CU_MAX / 8][4],
+__device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const RowPixels<kRows>& gat, float (&acc)[CU_MAX / 8][4],
                                          float (&acc_h)[kHeadTiles][4]) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % 4;
     const int lr = lane % 8, lm = lane / 8;
@@ -358,7 +233,7 @@ extern "C" __global__ void __launch_bounds__(kThreadsH, NH_MIN_BLOCKS) neck_head
     const int warp = threadIdx.x / 32;
     const Ctx cx{x0, x1, x2, w, bias, reinterpret_cast<__half*>(smem_raw), a, b};
 
-    Gather& gat = *reinterpret_cast<Gather*>(smem_raw + kStages * kStageElems * 2);
+    RowPixels<kRows>& gat = *reinterpret_cast<RowPixels<kRows>*>(smem_raw + kStages * kStageElems * 2);
     gather_rows(gat.pix, blockIdx.x * kRows, a, b, batch);
     __syncthreads();
 #pragma unroll
