@@ -4,7 +4,7 @@ shapes (warps a block, cp.async stages, blocks an SM) at KITTI sizes and random 
 (best of 3 rounds of 50 behind a held stream) and the largest difference from the mma.sync kernel's
 default shape, of the largest head value. Needs CuPy and a GPU. Not a test.
 
-    python scripts/probe_neck_head.py [--batches 1,8] [--kernels f16,wgmma]
+    python scripts/probe_neck_head.py [--batches 1,8] [--kernels f16,wgmma] [--f16-shapes default]
 """
 
 from __future__ import annotations
@@ -25,6 +25,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--kernels", default="f16,wgmma")
+    ap.add_argument("--f16-shapes", choices=("default", "all"), default="all",
+                    help="the mma.sync kernel's default shape only, or all 30")
     args = ap.parse_args()
     import cupy as cp
 
@@ -35,7 +37,8 @@ def main() -> int:
         tuple((0.1 * rng.standard_normal(b.up_channels)).astype(np.float32) for b in KITTI.branches),
         (0.05 * rng.standard_normal((72, 384))).astype(np.float32), (0.1 * rng.standard_normal(72)).astype(np.float32))
     stream = cp.cuda.Stream(non_blocking=True)
-    shapes = {"f16": itertools.product((4, 6, 8, 12, 16), (2, 3, 4), (1, 2)),
+    f16_default = ((KITTI.warps, KITTI.stages, KITTI.min_blocks),)
+    shapes = {"f16": f16_default if args.f16_shapes == "default" else itertools.product((4, 6, 8, 12, 16), (2, 3, 4), (1, 2)),
               "wgmma": itertools.product((4, 8), (2, 3, 4), (1, 2))}
     kernels = [k for k in args.kernels.split(",") if k != "wgmma" or cp.cuda.Device().compute_capability == "90"]
     runs = [(kernel, *shape) for kernel in kernels for shape in shapes[kernel]]

@@ -190,9 +190,11 @@ def test_hopper_takes_the_wgmma_kernel_where_it_fits():
 
     kitti = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, True)
     fast = kitti.for_gpu("90")
-    assert (fast.wgmma, fast.kernel_name, fast.rows_per_block, fast.threads) == (True, "neck_head_wgmma", 128, 256)
-    # 3 stages of max(128 x 128 + 128 x 128 bytes, 72 x 136 halves) rounded to 1 KiB, the alignment, 3 x 128 pixels
-    assert fast.shared_bytes == 3 * 32768 + 1024 + 3 * 128 * 4 and f"-DNH_SMEM={fast.shared_bytes}" in fast.defines()
+    assert (fast.wgmma, fast.kernel_name, fast.rows_per_block, fast.threads) == (True, "neck_head_wgmma", 64, 128)
+    # 3 stages of max(64 x 128 + 128 x 128 bytes, 72 x 136 halves) rounded to 1 KiB, the alignment, 3 x 64 pixels
+    assert fast.shared_bytes == 3 * 24576 + 1024 + 3 * 64 * 4 and f"-DNH_SMEM={fast.shared_bytes}" in fast.defines()
+    wide = replace(fast, warps=8)
+    assert wide.shared_bytes == 3 * 32768 + 1024 + 3 * 128 * 4
     assert kitti.for_gpu("89") == kitti and kitti.for_gpu("100") == kitti  # Ada, Blackwell: no sm_90a
     assert NeckHeadParams.from_config(tiny_config(), half=True).for_gpu("90").wgmma is False  # 16 channels a branch
     assert replace(kitti, half=False).for_gpu("90").wgmma is False
