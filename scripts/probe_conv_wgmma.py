@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,9 @@ def compile_kernel(cp, defines: dict[str, int]):  # type: ignore[no-untyped-def]
     """NVRTC straight to an sm_90a cubin (CuPy's compile path does not name arch-specific targets)."""
     from cupy_backends.cuda.libs import nvrtc
 
-    program = nvrtc.createProgram((_HERE / "conv3x3_wgmma.cu").read_text(), "conv3x3_wgmma.cu", (), ())
+    header = (resources.files("pointpillars_trt") / "kernels" / "cuda" / "wgmma.cuh").read_text()  # the package's
+    source = (_HERE / "conv3x3_wgmma.cu").read_text().replace('#include "wgmma.cuh"', header)
+    program = nvrtc.createProgram(source, "conv3x3_wgmma.cu", (), ())
     try:
         nvrtc.compileProgram(program, ["--gpu-architecture=sm_90a", "-std=c++17"]
                              + [f"-D{k}={v}" for k, v in defines.items()])

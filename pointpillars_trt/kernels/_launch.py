@@ -88,7 +88,8 @@ def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
         try:
             nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
         except nvrtc.NVRTCError as exc:
-            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{nvrtc.getProgramLog(program)}") from exc
+            log = nvrtc.getProgramLog(program)
+            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
         cubin = nvrtc.getCUBIN(program)
     finally:
         nvrtc.destroyProgram(program)
@@ -120,7 +121,8 @@ class ArchKernel:
         cupy_module().cuda.driver.funcSetAttribute(self._function.ptr, self._MAX_DYNAMIC_SHARED, value)
 
 
-def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...], arch: str) -> dict[str, ArchKernel]:
+def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...],
+                         arch: str) -> dict[str, ArchKernel]:
     """``compile_kernels`` for an architecture-specific target (``sm_90a``: wgmma), which CuPy's own
     compile path does not name; NVRTC straight to a cubin, once per define set and target. Such files
     include no headers of the CUDA toolkit."""

@@ -29,7 +29,7 @@ MAX_FEATURE_ELEMENTS = 2**31 - 1  # a feature map's offsets in the kernel are 32
 _K_ALIGN = 16     # input channels: the wmma k step
 _CU_ALIGN = 32    # upsampled channels: whole m16n8k16 head k steps, 64-byte weight rows
 _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
-_CHUNK = 64         # float16 kernel: input channels per pipeline step (kChunk in the .cu)
+_CHUNK = 64         # float16 kernels: input channels per pipeline step (kChunk in cuda/neck_head_common.cuh)
 WGMMA_UP = 128      # upsampled channels every branch must have for the wgmma kernel (its m64n128 tiles)
 WGMMA_CAPABILITY = "90"  # the GPUs that run it (sm_90a: H100, H200, GH200)
 #: Upsampled channels a branch may have for the TF32 kernel (its shared weight slice and its accumulators

@@ -29,8 +29,8 @@
 
 static_assert(!(NH_IN_NCHW && (USE_MMA || USE_TF32)), "channel-major features are read by the float32 kernel only");
 
-#include "neck_head_common.cuh"
 #include "mma_sync.cuh"
+#include "neck_head_common.cuh"
 
 #if USE_MMA
 // ---------------------------------------------------------------------------------------------
@@ -52,7 +52,6 @@ constexpr int kThreadsH = kWarps * 32;
 constexpr int kRows = 16 * kWarps;      // BM
 static_assert(kThreadsH == NH_BLOCK_THREADS && kRows == NH_BLOCK_ROWS, "the launch shape of gpu/neck_head.py");
 constexpr int kStages = NH_STAGES;
-constexpr int kChunk = 64;              // input channels per step
 constexpr int kAPitch = kChunk + 8;     // halves; +16 bytes: ldmatrix's 8 row reads hit distinct banks
 constexpr int kHPitch = CU_MAX + 8;
 constexpr int kHeadTiles = NHP / 8;
@@ -62,20 +61,6 @@ constexpr int kStageElems = kAElems + kWElems;
 constexpr int kRowsPerThread = kRows * (kChunk / 8) / kThreadsH;  // gathered rows per thread (4)
 static_assert(kStageElems * 2 * kStages + 3 * kRows * 4 == NH_SMEM, "NH_SMEM must match gpu/neck_head.py");
 static_assert(kStages >= 2 && kRowsPerThread * kThreadsH == kRows * (kChunk / 8), "pipeline shape");
-
-__host__ __device__ constexpr int chunks_of(int kp) { return (kp + kChunk - 1) / kChunk; }
-constexpr int kSteps0 = chunks_of(B0_KP) + 1;
-#if NB > 1
-constexpr int kSteps1 = chunks_of(B1_KP) + 1;
-#else
-constexpr int kSteps1 = 0;
-#endif
-#if NB > 2
-constexpr int kSteps2 = chunks_of(B2_KP) + 1;
-#else
-constexpr int kSteps2 = 0;
-#endif
-constexpr int kSteps = kSteps0 + kSteps1 + kSteps2;
 
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
@@ -127,7 +112,8 @@ __device__ __forceinline__ void load_step(int step, const __half* __restrict__ f
 // Issue the loads of global step `step` (if any) into its stage, then commit a group (possibly empty:
 // the wait counts in the main loop assume one group per step).
 __device__ __forceinline__ void issue(int step, const __half* __restrict__ x0, const __half* __restrict__ x1,
-                                      const __half* __restrict__ x2, const __half* __restrict__ w, const RowPixels<kRows>& gat,
+                                      const __half* __restrict__ x2, const __half* __restrict__ w,
+                                      const RowPixels<kRows>& gat,
                                       int a, int b, __half* smem) {
     __half* st = smem + (step % kStages) * kStageElems;
     if (step < kSteps0) {
@@ -165,9 +151,10 @@ __device__ __forceinline__ const __half* advance(int step, const Ctx& cx, const 
 }
 
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
-__device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const RowPixels<kRows>& gat, float (&acc)[CU_MAX / 8][4],
+__device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const RowPixels<kRows>& gat,
+                                         float (&acc)[CU_MAX / 8][4],
                                          float (&acc_h)[kHeadTiles][4]) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, t = lane % 4;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int lr = lane % 8, lm = lane / 8;
 #pragma unroll
     for (int j = 0; j < CU / 8; ++j)
@@ -196,31 +183,7 @@ __device__ __forceinline__ void branch_h(int& step, const Ctx& cx, const RowPixe
     // Head step: u = half(relu(acc + bias)) as A fragments, times the head block W_i^T (NHP x CU).
     const __half* st = advance(step, cx, gat);
     ++step;
-    const __half* sh = st + kAElems;
-#pragma unroll
-    for (int j = 0; j < CU / 16; ++j) {
-        const int c = j * 16 + 2 * t;
-        const float2 b_lo = __ldg(reinterpret_cast<const float2*>(cx.bias + BOFF + c));
-        const float2 b_hi = __ldg(reinterpret_cast<const float2*>(cx.bias + BOFF + c + 8));
-        unsigned fa[4];
-        fa[0] = pack_relu(acc[2 * j][0] + b_lo.x, acc[2 * j][1] + b_lo.y);
-        fa[1] = pack_relu(acc[2 * j][2] + b_lo.x, acc[2 * j][3] + b_lo.y);
-        fa[2] = pack_relu(acc[2 * j + 1][0] + b_hi.x, acc[2 * j + 1][1] + b_hi.y);
-        fa[3] = pack_relu(acc[2 * j + 1][2] + b_hi.x, acc[2 * j + 1][3] + b_hi.y);
-        const __half* pb = sh + ((lm >> 1) * 8 + lr) * kHPitch + j * 16 + (lm & 1) * 8;
-#pragma unroll
-        for (int h = 0; h + 1 < kHeadTiles; h += 2) {
-            unsigned fb[4];
-            ldsm_x4(fb, pb + h * 8 * kHPitch);
-            mma16816(acc_h[h], fa, fb[0], fb[1]);
-            mma16816(acc_h[h + 1], fa, fb[2], fb[3]);
-        }
-        if (kHeadTiles % 2) {
-            unsigned fb[2];
-            ldsm_x2(fb, sh + ((kHeadTiles - 1) * 8 + lr) * kHPitch + j * 16 + (lm & 1) * 8);
-            mma16816(acc_h[kHeadTiles - 1], fa, fb[0], fb[1]);
-        }
-    }
+    head_step<CU, BOFF>(&acc[0][0], cx.bias, reinterpret_cast<const unsigned short*>(st + kAElems), acc_h);
 }
 }  // namespace
 
