@@ -7,9 +7,9 @@
 // cell, as neck_head_f16's block). The block walks neck_head_f16's steps: per branch, its input
 // channels in chunks of 64 (A: the rows' gathered input pixels, W: the 128 x 64 deconv weight slice,
 // both 128-byte rows, swizzled), then one head step (W: the branch's NHP x 128 head block, padded
-// rows for ldmatrix); NH_STAGES - 1 steps in flight by cp.async in a ring of NH_STAGES stages. A
-// pixel's sums run over the same chunks in the same order wherever it falls, so a frame's heads do
-// not depend on the batch.
+// rows for ldmatrix); NH_STAGES - 1 steps in flight by cp.async in a ring of NH_STAGES stages, a stage
+// refilled while the next chunk's products are computed. A pixel's sums run over the same chunks in the
+// same order wherever it falls, so a frame's heads do not depend on the batch.
 //
 // Compile-time configuration: neck_head.cu's defines with USE_MMA = 1, every B{i}_CU = 128, NH_WARPS a
 // multiple of 4, NH_SMEM = NH_STAGES stage bytes + 1024 (alignment) + the rows' pixel indices
@@ -123,12 +123,12 @@ __device__ __forceinline__ void issue(int step, const Ctx& cx) {
     cp_async_commit();
 }
 
-// Wait for step `step`'s stage, then put step + kStages - 1 in flight; returns the stage to read.
-__device__ __forceinline__ unsigned char* advance(int step, const Ctx& cx) {
+// Wait until step `step`'s stage is complete for every thread; returns it. The caller then puts step +
+// kStages - 1 in flight (into the stage of step - 1) once nothing reads that stage any more.
+__device__ __forceinline__ unsigned char* ready(int step, const Ctx& cx) {
     cp_async_wait<kStages - 2>();
     fence_async_shared();
-    __syncthreads();  // the stage is complete for every thread, and the one refilled below is read by none
-    issue(step + kStages - 1, cx);
+    __syncthreads();
     return cx.smem + (step % kStages) * kStageBytes;
 }
 
@@ -139,7 +139,7 @@ __device__ __forceinline__ void branch(int& step, const Ctx& cx, float (&acc_h)[
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     for (int chunk = 0; chunk < chunks_of(KP); ++chunk, ++step) {
-        unsigned char* st = advance(step, cx);
+        unsigned char* st = ready(step, cx);
         const unsigned long long da = smem_desc(smem_addr(st + wg * 64 * 128));
         const unsigned long long db = smem_desc(smem_addr(st + kABytes));
         wgmma_fence();
@@ -148,14 +148,18 @@ __device__ __forceinline__ void branch(int& step, const Ctx& cx, float (&acc_h)[
             wgmma_m64n128(acc, da + 2 * kk, db + 2 * kk, chunk > 0 || kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();  // done before the next advance refills a stage it may read
+        wgmma_wait<1>();  // the previous chunk's products are done (in every warpgroup after the barrier),
+        __syncthreads();  // so its stage is refilled while this chunk's are computed
+        issue(step + kStages - 1, cx);
     }
+    wgmma_wait<0>();
 #pragma unroll
     for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(acc[i])::"memory");  // read only after the wait
 
     // Head step: register 4 j + e of m64n128 is column 8 j + 2 t + e % 2 of row g (+ 8 for e >= 2): warp
     // by warp, neck_head_f16's accumulator layout.
-    const half_bits* sh = reinterpret_cast<const half_bits*>(advance(step, cx));
+    const half_bits* sh = reinterpret_cast<const half_bits*>(ready(step, cx));
+    issue(step + kStages - 1, cx);  // the last chunk's products are done in every warpgroup (the barrier)
     ++step;
     head_step<CU, BOFF>(acc, cx.bias, sh, acc_h);
 }
