@@ -4,7 +4,8 @@
 
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
 with each frame's point count and first row, then the frames back to back; a large frame alone in
-pageable memory is copied from the caller's array, its header set on the device), per-frame voxelize, PFN
+pageable memory, or one in page-locked memory that ``detect`` waits for, is copied from the caller's
+array, its header set on the device), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
 head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
@@ -49,6 +50,7 @@ DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the b
 DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the caller's array, not through staging
 FRAME, TIMED_FRAME = "frame", "frame, timed"  # the keys of a batch's one graph, without and with stage events
 _MEMORY_TYPE_UNREGISTERED = 0  # cudaMemoryTypeUnregistered: pageable host memory
+_MEMORY_TYPE_HOST = 1          # cudaMemoryTypeHost: page-locked (cudaHostAlloc) or registered host memory
 
 
 @dataclass
@@ -305,16 +307,22 @@ class GpuPipeline:
                 self._grow_batch(min(len(frames), MAX_BATCH))
             results: list[Detections] = []
             for start in range(0, len(frames), self.max_batch):
-                self.submit(frames[start : start + self.max_batch], post_config)
+                self._submit(frames[start : start + self.max_batch], post_config, caller_waits=True)
                 results.extend(self.collect())
             return results
 
     def submit(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
-        ``collect`` must come before the next ``submit`` (the staging and result buffers are reused)."""
+        ``collect`` must come before the next ``submit`` (the staging and result buffers are reused).
+        The frames may change once it returns: they have been copied (to the device or to staging)."""
+        self._submit(frames, post_config, caller_waits=False)
+
+    def _submit(self, frames: Sequence[object], post_config: ModelConfig | None, *, caller_waits: bool) -> None:
+        """``caller_waits``: the caller collects before it touches the frames again (``detect``), so a
+        page-locked frame may be read by the DMA after this returns."""
         self._check_batch(len(frames))
         with self._device:
-            self._enqueue(len(frames), lambda: self._stage_input(frames), post_config)
+            self._enqueue(len(frames), lambda: self._stage_input(frames, caller_waits), post_config)
 
     def submit_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]],
                       post_config: ModelConfig | None = None) -> None:
@@ -455,12 +463,12 @@ class GpuPipeline:
 
         self._per_frame(batch, post)
 
-    def _stage_input(self, frames: Sequence[object]) -> list[int]:
+    def _stage_input(self, frames: Sequence[object], caller_waits: bool) -> list[int]:
         """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
         from the caller's array), device-to-device copies (and fills for the header) for frames already
         on the GPU."""
         if all(isinstance(f, np.ndarray) for f in frames):
-            return self._stage_host(frames)  # type: ignore[arg-type]
+            return self._stage_host(frames, caller_waits)  # type: ignore[arg-type]
         device = [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in device]
         if sum(counts) > self.max_points:
@@ -475,14 +483,14 @@ class GpuPipeline:
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
         return counts
 
-    def _stage_host(self, frames: Sequence[np.ndarray]) -> list[int]:
-        """Host frames: packed into the pinned staging and copied in one H2D copy (a large frame alone
-        straight from the caller's array)."""
+    def _stage_host(self, frames: Sequence[np.ndarray], caller_waits: bool) -> list[int]:
+        """Host frames: packed into the pinned staging and copied in one H2D copy (a frame alone, large
+        or page-locked, straight from the caller's array)."""
         counts = [f.shape[0] for f in frames]
         total = sum(counts)
         if total > self.max_points:
             self._grow(total)
-        if len(frames) == 1 and self._copies_directly(frames[0]):
+        if len(frames) == 1 and self._copies_directly(frames[0], caller_waits):
             self._copy_frame_in(frames[0])
             return counts
         staging = self._staging
@@ -496,20 +504,26 @@ class GpuPipeline:
         self._copy_in(staging, staging.write_header(placed))
         return counts
 
-    def _copies_directly(self, points: np.ndarray) -> bool:
-        """Whether a frame alone goes straight from the caller's array to the device: large float32 rows of
-        x, y, z, intensity in C order (no time column) in pageable memory. The driver then stages it
-        through its own pinned buffers while the DMA runs, and the copy call returns once it holds the
-        bytes; a frame of 121k points took 187 instead of 226 us this way on an H200 (a camera-view frame
-        of 19k points: 40 us either way). Page-locked memory would be read after ``submit`` returns, so it
-        goes through staging as every other frame does."""
-        return (self._times is None and points.nbytes >= DIRECT_COPY_BYTES and points.dtype == np.float32
-                and points.ndim == 2 and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous
-                and _pageable(points))
+    def _copies_directly(self, points: np.ndarray, caller_waits: bool) -> bool:
+        """Whether a frame alone goes straight from the caller's array to the device: float32 rows of x,
+        y, z, intensity in C order (no time column) that are either large and pageable or page-locked
+        with the caller waiting for the result. The driver stages pageable memory through its own
+        pinned buffers while the DMA runs, and the copy call returns once it holds the bytes: a frame
+        of 121k points took 187 instead of 226 us this way on an H200 (a camera-view frame of 19k
+        points: 40 us either way). Page-locked memory needs no host copy at all, but the DMA reads it
+        after the call returns: only ``detect``, which waits for the result, may hand it over; after
+        ``submit`` the caller may change it at once, so it goes through staging."""
+        if not (self._times is None and points.dtype == np.float32 and points.ndim == 2
+                and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous):
+            return False
+        memory = _memory_type(points)
+        if memory == _MEMORY_TYPE_UNREGISTERED:
+            return points.nbytes >= DIRECT_COPY_BYTES
+        return caller_waits and memory == _MEMORY_TYPE_HOST
 
     def _copy_frame_in(self, points: np.ndarray) -> None:
-        """One frame's H2D copy from pageable memory (it returns once the driver holds the bytes); its
-        header pair (count, first row 0) is set on the device."""
+        """One frame's H2D copy from the caller's array (from pageable memory it returns once the driver
+        holds the bytes); its header pair (count, first row 0) is set on the device."""
         header = self._header.data.ptr
         memset_d32_async(header, points.shape[0], 1, self.stream)
         memset_d32_async(header + 4, 0, 1, self.stream)
@@ -644,13 +658,13 @@ class GpuPipeline:
             self.close()
 
 
-def _pageable(array: np.ndarray) -> bool:
-    """Whether ``array`` is ordinary (pageable) host memory, neither page-locked nor registered with CUDA."""
+def _memory_type(array: np.ndarray) -> int | None:
+    """The CUDA memory type of ``array``'s data (pageable, page-locked host, ...); None when CUDA cannot tell."""
     try:
         attributes = cp.cuda.runtime.pointerGetAttributes(array.ctypes.data)
     except cp.cuda.runtime.CUDARuntimeError:
-        return False
-    return getattr(attributes, "type", None) == _MEMORY_TYPE_UNREGISTERED
+        return None
+    return getattr(attributes, "type", None)
 
 
 def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp.ndarray:

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Three ways to bring a frame's points from a NumPy array to the device, timed host to host (the copy
-and a stream synchronisation): through pinned staging (a host copy, then the H2D copy), straight from
-the pageable array (the driver stages it while the DMA runs; what ``GpuPipeline`` does for a large frame
-alone), and with the array page-locked in place around the copy. Prints medians of 300; needs CuPy and
-a GPU. Not a test: numbers depend on the machine.
+"""Ways to bring a frame's points from a NumPy array to the device, timed host to host (the copy and a
+stream synchronisation): through pinned staging (a host copy, then the H2D copy), straight from the
+pageable array (the driver stages it while the DMA runs), with the array page-locked in place around the
+copy, and through pinned staging filled by T threads in T chunks, each chunk's H2D copy issued as soon
+as it is in (the host copies overlap each other and the DMA). Prints medians of 300; needs CuPy and a
+GPU. Not a test: numbers depend on the machine.
 
-    python scripts/probe_h2d.py [--points 19000,121000]
+    python scripts/probe_h2d.py [--points 19000,121000] [--threads 2,4,8]
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import statistics
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -21,13 +23,18 @@ import numpy as np
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", default="19000,121000")
+    ap.add_argument("--threads", default="2,4,8")
     args = ap.parse_args()
     import cupy as cp
     import cupyx
 
     rt = cp.cuda.runtime
     stream = cp.cuda.Stream(non_blocking=True)
-    print("| points | MB | pinned staging copy + H2D | pageable H2D | page-locked in place + H2D |\n| ---: | ---: | ---: | ---: | ---: |")
+    threads = [int(v) for v in args.threads.split(",")]
+    pools = {t: ThreadPoolExecutor(t) for t in threads}
+    print("| points | MB | pinned staging copy + H2D | pageable H2D | page-locked in place + H2D | "
+          + " | ".join(f"{t} threads, chunked" for t in threads) + " |\n| ---: | ---: | ---: | ---: | ---: |"
+          + " ---: |" * len(threads))
     for n in (int(v) for v in args.points.split(",")):
         array = np.random.default_rng(0).random((n, 4), dtype=np.float32)
         device = cp.empty((n, 4), np.float32)
@@ -46,11 +53,25 @@ def main() -> int:
             h2d(array.ctypes.data)
             rt.hostUnregister(array.ctypes.data)
 
+        def chunked(pool: ThreadPoolExecutor, parts: int) -> None:
+            bounds = np.linspace(0, n, parts + 1).astype(int).tolist()
+            copies = [pool.submit(np.copyto, pinned[a:b], array[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+            row = array.strides[0]
+            for copy, a, b in zip(copies, bounds[:-1], bounds[1:]):
+                copy.result()
+                rt.memcpyAsync(device.data.ptr + a * row, pinned.ctypes.data + a * row, (b - a) * row,
+                               rt.memcpyHostToDevice, stream.ptr)
+            stream.synchronize()
+
         ways: list[Callable[[], None]] = [staged, lambda: h2d(array.ctypes.data), registered]
+        ways += [lambda t=t: chunked(pools[t], t) for t in threads]
         cells = []
         for way in ways:
+            device.fill(0)
             for _ in range(20):
                 way()
+            if not bool((device == cp.asarray(array)).all()):
+                raise SystemExit("error: a way of copying left the device rows different from the array")
             times = []
             for _ in range(300):
                 start = time.perf_counter()

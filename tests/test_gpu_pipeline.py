@@ -255,6 +255,24 @@ def test_a_frame_may_change_once_submit_returns(family_pair, assets):  # type: i
         np.testing.assert_array_equal(got.scores, expected.scores)
 
 
+@pytest.mark.parametrize("frame", [SHARED_FRAMES[0], SHARED_FRAMES[3]], ids=["camera view", "full scan"])
+def test_detect_reads_a_page_locked_frame_in_place(family_pair, assets, frame):  # type: ignore[no-untyped-def]
+    """A frame in page-locked memory, any size, goes to the device straight from it when the caller
+    waits (``detect``): no header rows copied, the same detections as from a pageable array."""
+    import cupyx
+
+    _, _, gpu = family_pair
+    points = read_velodyne_bin(assets / frame)
+    expected = gpu.detect(points)
+    pinned = cupyx.empty_pinned(points.shape, np.float32)
+    pinned[:] = points
+    got = gpu.detect(pinned)
+    assert gpu.copies.h2d_copies == 1 and gpu.copies.h2d_bytes == points.nbytes
+    np.testing.assert_array_equal(got.boxes, expected.boxes)
+    np.testing.assert_array_equal(got.scores, expected.scores)
+    np.testing.assert_array_equal(got.labels, expected.labels)
+
+
 def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyped-def]
     """Off by default (no timings, the untimed graph); on, the timed graph of the same batch times
     every stage."""

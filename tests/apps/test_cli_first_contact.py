@@ -255,8 +255,9 @@ def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(tiny_config().to_dict()))
     run = cli("bench", "--device", "cpu", "--config", config, "--frames", frames, "--no-baselines",
-              "--out", tmp_path / "b")
+              "--page-locked", "--out", tmp_path / "b")
     assert run.rc == 0, run
+    assert "--page-locked applies to GPU runs" in run.err
     assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
     assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
     assert "bench (CPU)" in run.err and "11/11" in run.err and "<" in run.err  # tqdm: done/total [elapsed<left]

@@ -21,7 +21,7 @@ from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
 from ...convert.onnx_export import ModelWeights
 from ...convert.weights import PointPillarsWeights, random_weights
-from .frames import folder_frame_sets, simulated_frame_sets
+from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
@@ -55,6 +55,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--streams", default="1,2,4", help="pipeline counts for the throughput test")
     bench.add_argument("--batches", default="1,2,4,8", help="batch sizes of the batch sweep (largest: also in the throughput test)")
     bench.add_argument("--sweep-precisions", default="fp16", help="precisions that get the batch sweep and throughput test")
+    bench.add_argument("--page-locked", action="store_true",
+                       help="also time each frame set with its frames in page-locked host memory, which detect "
+                            "copies to the device without a host copy (GPU only)")
     bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
     bench.add_argument("--no-baselines", action="store_true",
                        help="skip the baselines run in this process on the same weights: the PyTorch peers and a "
@@ -90,6 +93,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         note = gpu_unused_note(reason) if args.device == "auto" else None
         if note:
             print(note, file=sys.stderr)
+        if args.page_locked:
+            print("bench: --page-locked applies to GPU runs; the CPU run reads ordinary memory", file=sys.stderr)
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
@@ -158,6 +163,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
     best_p50: dict[str, tuple[str, float]] = {}
     first_name, first_frames = next(iter(frame_sets.items()))
     batches = [int(b) for b in args.batches.split(",")]
+    latency_sets = {**frame_sets, **(page_locked_frame_sets(frame_sets) if args.page_locked else {})}
     for backend in _gpu_backends(results):
         engine = BACKENDS[backend].label
         for precision in args.precisions.split(","):
@@ -171,7 +177,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 build_model_plans(md, precision=md.precision, tf32=tf32)
             before = device_memory_used_mib(release=True)
             pipe = GpuPipeline(md, backend=backend, tf32=tf32)
-            for name, frames in frame_sets.items():
+            for name, frames in latency_sets.items():
                 run = _timed_latency(pipe, frames, args)
                 results["runs"].append({"engine": engine, "precision": precision, "frames": name, **run,
                                         "mode": pipe.execution_mode})

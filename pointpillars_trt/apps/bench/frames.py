@@ -41,3 +41,16 @@ def folder_frame_sets(folders: list[str], columns: int = 4) -> dict[str, list[np
         sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_points(f, point_dim=columns, columns=columns)
                                                               for f in files]
     return sets
+
+
+def page_locked_frame_sets(frame_sets: dict[str, list[np.ndarray]]) -> dict[str, list[np.ndarray]]:
+    """The same frames in page-locked host memory (as a lidar driver's DMA buffers or an input from
+    cudaMallocHost would be), each set named with "(page-locked)"; needs CuPy."""
+    import cupyx
+
+    def pinned(points: np.ndarray) -> np.ndarray:
+        copy = cupyx.empty_pinned(points.shape, points.dtype)
+        copy[:] = points
+        return copy
+
+    return {f"{name} (page-locked)": [pinned(p) for p in frames] for name, frames in frame_sets.items()}
