@@ -26,7 +26,7 @@ from typing import Any, Literal, NoReturn, TypeVar, get_args
 import yaml
 
 from .errors import ConfigError, escape_text
-from .kernel_limits import GATHER_WARPS, PFN_PILLARS_PER_BLOCK, SORT_LIMIT, STATIC_SHARED_BYTES
+from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
 #: first four, nuScenes-style multi-sweep frames add each point's time lag behind the key sweep (s).
@@ -371,7 +371,7 @@ def short_repr(value: object, limit: int = 60) -> str:
 # the launch shapes they follow from are the kernels' own (kernel_limits.py).
 # vox_gather stages GATHER_WARPS x MAX_PTS float4 (16 B) in shared memory: 384 points.
 MAX_POINTS_PER_PILLAR = STATIC_SHARED_BYTES // (GATHER_WARPS * 16)
-MAX_PFN_CHANNELS = 1024 // PFN_PILLARS_PER_BLOCK  # pfn_forward runs (channels, pillars per block) threads
+MAX_PFN_CHANNELS = PFN_BLOCK_THREADS  # pfn_forward: a pillar's channels in one block, one channel a thread at worst
 MAX_FEATURES = 16  # FEATURE_CODES packs 4 bits per channel into 64 bits
 MAX_PILLARS = 2**20
 # Cell ids are int32 in every kernel. 2**26 cells (8192 x 8192) is ~300x the KITTI grid (432 x 496);
@@ -700,9 +700,6 @@ def _check(cfg: ModelConfig) -> None:
     if v.max_pillars * m * c >= INDEX_LIMIT:
         raise _Invalid(f"voxel.max_pillars: {v.max_pillars} pillars x {m} points x {c} features reach "
                        f"{INDEX_LIMIT} elements")
-    if 4 * (net.pfn_channels * c + PFN_PILLARS_PER_BLOCK * m * c) > STATIC_SHARED_BYTES:
-        raise _Invalid(f"voxel.max_points_per_pillar: {m} points x {c} features x {net.pfn_channels} PFN channels "
-                       f"exceed the GPU pillar net's {STATIC_SHARED_BYTES} bytes of shared memory")
     lens = {len(net.layer_nums), len(net.layer_strides), len(net.block_channels),
             len(net.upsample_strides), len(net.upsample_channels)}
     if len(lens) != 1:

@@ -4,5 +4,5 @@ GPU path cannot run. A leaf: plain numbers, importable without CuPy."""
 
 STATIC_SHARED_BYTES = 48 * 1024  # static shared memory of one CUDA block
 GATHER_WARPS = 8  # pillars per vox_gather block, one warp each (kernels/voxelize.py: -DGATHER_WARPS)
-PFN_PILLARS_PER_BLOCK = 4  # pillars per pfn_forward block (kernels/pfn.py: -DPILLARS_PER_BLOCK)
+PFN_BLOCK_THREADS = 256  # threads of a pfn_forward block: a pillar's channel groups x pillars (kernels/pfn.py)
 SORT_LIMIT = 4096  # keys of one in-block bitonic sort in postprocess.cu (32 KB of shared memory)

@@ -132,8 +132,6 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"voxel.max_points_per_pillar": 10 ** 8}, "voxel.max_points_per_pillar: expected an integer in 1..384"),
     ({"voxel.max_points_per_pillar": 0}, "voxel.max_points_per_pillar: expected an integer in 1..384, got 0"),
     ({"voxel.max_points_per_pillar": 385}, "voxel.max_points_per_pillar: expected an integer in 1..384, got 385"),
-    ({"voxel.max_points_per_pillar": 384}, "voxel.max_points_per_pillar: 384 points x 10 features x 64 PFN channels "
-                                           "exceed the GPU pillar net's 49152 bytes of shared memory"),
     ({"voxel.max_pillars": 0}, "voxel.max_pillars: expected an integer in 1..1048576, got 0"),
     ({"voxel.max_pillars": 2 ** 20 + 1}, "voxel.max_pillars: expected an integer in 1..1048576"),
     ({"voxel.max_pillars": 2 ** 20, "voxel.max_points_per_pillar": 256},
@@ -204,10 +202,16 @@ def test_kernel_limits_match_the_gpu_modules() -> None:
     """The validator's bounds and the kernels' launch shapes are one set of numbers (kernel_limits.py)."""
     from pointpillars_trt import kernel_limits
     from pointpillars_trt.kernels import postprocess, voxelize
-    from pointpillars_trt.kernels.pfn import PfnStage
+    from pointpillars_trt.kernels.pfn import PfnParams
 
     assert voxelize.VoxelizeStage.GATHER_WARPS == kernel_limits.GATHER_WARPS == 8
-    assert PfnStage.PILLARS_PER_BLOCK == kernel_limits.PFN_PILLARS_PER_BLOCK == 4
+    assert config_module.MAX_PFN_CHANNELS == kernel_limits.PFN_BLOCK_THREADS == 256
+    for channels in (1, 7, 30, 64, 255, 256):  # a pillar's threads in one block, the block within the limit
+        params = PfnParams(40000, 32, 10, channels)
+        threads, pillars = params.block
+        assert threads * params.channels_per_thread == channels and channels % params.channels_per_thread == 0
+        assert 1 <= threads * pillars <= kernel_limits.PFN_BLOCK_THREADS
+        assert f"-DPILLARS_PER_BLOCK={pillars}" in params.defines()
     assert postprocess._SORT_LIMIT == config_module.SORT_LIMIT == kernel_limits.SORT_LIMIT == 4096
     assert f"-DGATHER_WARPS={kernel_limits.GATHER_WARPS}" in voxelize.VoxelParams.from_config(
         load_config("openpcdet_kitti_3class")).defines()

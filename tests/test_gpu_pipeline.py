@@ -399,21 +399,38 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
     fast.close()
 
 
-def test_fused_pfn_kernel_against_float64(openpcdet_cfg):  # type: ignore[no-untyped-def]
-    """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only."""
+@pytest.mark.parametrize("channels, features, points", [
+    (64, 10, 32),   # KITTI: four channels a thread
+    (64, 11, 20),   # nuScenes (a time column)
+    (30, 9, 7),     # two channels a thread
+    (37, 10, 100),  # one channel a thread, more points than shared memory held before
+    (256, 10, 384),
+])
+def test_fused_pfn_kernel_against_float64(openpcdet_cfg, channels, features, points):  # type: ignore[no-untyped-def]
+    """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only, for any channel
+    count (four, two or one channels a thread) and pillar size."""
+    import dataclasses
+
     import cupy as cp
 
+    from pointpillars_trt.config import FEATURE_NAMES
     from pointpillars_trt.kernels.pfn import PfnStage
 
-    cfg = openpcdet_cfg
+    base = openpcdet_cfg
+    cfg = dataclasses.replace(
+        base, voxel=dataclasses.replace(base.voxel, max_points_per_pillar=points, max_pillars=3000),
+        features=dataclasses.replace(base.features, order=FEATURE_NAMES[:features]),
+        network=dataclasses.replace(base.network, pfn_channels=channels))
     rng = np.random.default_rng(3)
-    m, c, out = cfg.voxel.max_points_per_pillar, cfg.features.channels, cfg.network.pfn_channels
+    m, c, out = points, features, channels
     weight, bias = rng.normal(0, 0.5, (out, c)).astype(np.float32), rng.normal(0, 0.5, out).astype(np.float32)
     stage = PfnStage(cfg, weight, bias)
-    live = 1237
+    threads, pillars_a_block = stage.params.block
+    live = 1237  # not a whole number of blocks' pillars
+    assert live % pillars_a_block or pillars_a_block == 1
     pillars = np.zeros((cfg.voxel.max_pillars, m, c), np.float32)
     pillars[:live] = rng.normal(0, 2, (live, m, c))
-    pillars[:live, m // 2 :] = 0  # padded slots, as the voxelizer leaves them
+    pillars[:live, (m + 1) // 2 :] = 0  # padded slots, as the voxelizer leaves them
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:  # inputs, poison and launch in one stream order
         d_pillars, d_live = cp.asarray(pillars), cp.asarray(np.array([live], np.int32))

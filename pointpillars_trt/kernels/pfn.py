@@ -9,7 +9,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..kernel_limits import PFN_PILLARS_PER_BLOCK
+from ..kernel_limits import PFN_BLOCK_THREADS, STATIC_SHARED_BYTES
 from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, multiprocessors
 
 
@@ -27,10 +27,24 @@ class PfnParams:
         v = cfg.voxel
         return cls(v.max_pillars, v.max_points_per_pillar, cfg.features.channels, cfg.network.pfn_channels)
 
+    @property
+    def channels_per_thread(self) -> int:
+        """Channels one thread computes (4 where they divide evenly): a loaded feature feeds that many
+        multiply-adds."""
+        return next(k for k in (4, 2, 1) if self.out_channels % k == 0)
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """(threads a pillar, pillars a block): up to PFN_BLOCK_THREADS threads, and as many staged
+        pillars as static shared memory holds (a row: the pillar's floats, at most 7 more of padding)."""
+        groups = self.out_channels // self.channels_per_thread
+        row_bytes = 4 * (self.max_points_per_pillar * self.num_features + 7)
+        return groups, max(1, min(PFN_BLOCK_THREADS // groups, STATIC_SHARED_BYTES // row_bytes))
+
     def defines(self) -> tuple[str, ...]:
         return define_flags(MAX_PILLARS=self.max_pillars, MAX_PTS=self.max_points_per_pillar,
-                        NUM_FEATURES=self.num_features, OUT_CHANNELS=self.out_channels,
-                        PILLARS_PER_BLOCK=PfnStage.PILLARS_PER_BLOCK)
+                            NUM_FEATURES=self.num_features, OUT_CHANNELS=self.out_channels,
+                            CHANNELS_PER_THREAD=self.channels_per_thread, PILLARS_PER_BLOCK=self.block[1])
 
 
 class PfnStage:
@@ -42,7 +56,6 @@ class PfnStage:
     """
 
     KERNELS = ("pfn_forward",)
-    PILLARS_PER_BLOCK = PFN_PILLARS_PER_BLOCK
     _BLOCKS_PER_SM = 8
 
     def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:
@@ -54,7 +67,7 @@ class PfnStage:
                 f"({p.out_channels}, {p.num_features}) / ({p.out_channels},)"
             )
         self._k = compile_kernels("pfn.cu", p.defines(), self.KERNELS)
-        self._grid = min(grid_blocks(p.max_pillars, self.PILLARS_PER_BLOCK), multiprocessors() * self._BLOCKS_PER_SM)
+        self._grid = min(grid_blocks(p.max_pillars, p.block[1]), multiprocessors() * self._BLOCKS_PER_SM)
         with checked("pfn: allocating buffers"):
             self._weight = cp.asarray(np.ascontiguousarray(weight, np.float32))
             self._bias = cp.asarray(np.ascontiguousarray(bias, np.float32))
@@ -67,5 +80,5 @@ class PfnStage:
         check_device_count(num_pillars, "num_pillars")
         kernel = self._k["pfn_forward"]
         with checked(kernel.name):
-            kernel((self._grid,), (p.out_channels, self.PILLARS_PER_BLOCK),
+            kernel((self._grid,), p.block,
                    (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)
