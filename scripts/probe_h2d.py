@@ -2,9 +2,10 @@
 """Ways to bring a frame's points from a NumPy array to the device, timed host to host (the copy and a
 stream synchronisation): through pinned staging (a host copy, then the H2D copy), straight from the
 pageable array (the driver stages it while the DMA runs), with the array page-locked in place around the
-copy, and through pinned staging filled by T threads in T chunks, each chunk's H2D copy issued as soon
-as it is in (the host copies overlap each other and the DMA). Prints medians of 300; needs CuPy and a
-GPU. Not a test: numbers depend on the machine.
+copy, through pinned staging filled by T threads in T chunks, each chunk's H2D copy issued as soon as
+it is in (the host copies overlap each other and the DMA), and straight from the pageable array in two
+halves, one copied by the caller and one by a helper thread on a second stream. Prints medians of 300;
+needs CuPy and a GPU. Not a test: numbers depend on the machine.
 
     python scripts/probe_h2d.py [--points 19000,121000] [--threads 2,4,8]
 """
@@ -32,9 +33,10 @@ def main() -> int:
     stream = cp.cuda.Stream(non_blocking=True)
     threads = [int(v) for v in args.threads.split(",")]
     pools = {t: ThreadPoolExecutor(t) for t in threads}
+    helper, side = ThreadPoolExecutor(1), cp.cuda.Stream(non_blocking=True)
     print("| points | MB | pinned staging copy + H2D | pageable H2D | page-locked in place + H2D | "
-          + " | ".join(f"{t} threads, chunked" for t in threads) + " |\n| ---: | ---: | ---: | ---: | ---: |"
-          + " ---: |" * len(threads))
+          + " | ".join(f"{t} threads, chunked" for t in threads) + " | pageable halves, caller and a helper thread |"
+          + "\n| ---: | ---: | ---: | ---: | ---: |" + " ---: |" * (len(threads) + 1))
     for n in (int(v) for v in args.points.split(",")):
         array = np.random.default_rng(0).random((n, 4), dtype=np.float32)
         device = cp.empty((n, 4), np.float32)
@@ -63,8 +65,20 @@ def main() -> int:
                                rt.memcpyHostToDevice, stream.ptr)
             stream.synchronize()
 
+        def split_pageable() -> None:
+            half = n // 2 * array.strides[0]
+            helped = helper.submit(rt.memcpyAsync, device.data.ptr + half, array.ctypes.data + half, array.nbytes - half,
+                                   rt.memcpyHostToDevice, side.ptr)
+            rt.memcpyAsync(device.data.ptr, array.ctypes.data, half, rt.memcpyHostToDevice, stream.ptr)
+            helped.result()
+            joined = cp.cuda.Event(disable_timing=True)
+            joined.record(side)
+            stream.wait_event(joined)
+            stream.synchronize()
+
         ways: list[Callable[[], None]] = [staged, lambda: h2d(array.ctypes.data), registered]
         ways += [lambda t=t: chunked(pools[t], t) for t in threads]
+        ways.append(split_pageable)
         cells = []
         for way in ways:
             device.fill(0)

@@ -74,11 +74,14 @@ class PfnStage:
             self.out = cp.zeros((p.max_pillars, p.out_channels), np.float32)
             cp.cuda.runtime.deviceSynchronize()
 
-    def launch(self, pillars: Any, num_pillars: Any, stream: Any) -> None:
+    def launch(self, pillars: Any, point_counts: Any, num_pillars: Any, stream: Any) -> None:
+        """``point_counts``: each pillar's points (the voxelizer's ``num_points``); its slots past them
+        must be zero, as the voxelizer leaves them."""
         p = self.params
         check_device_array(pillars, "pillars", np.float32, (p.max_pillars, p.max_points_per_pillar, p.num_features))
+        check_device_array(point_counts, "point_counts", np.int32, (p.max_pillars,))
         check_device_count(num_pillars, "num_pillars")
         kernel = self._k["pfn_forward"]
         with checked(kernel.name):
             kernel((self._grid,), p.block,
-                   (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)
+                   (pillars, point_counts, self._weight, self._bias, num_pillars, self.out), stream=stream)
