@@ -31,6 +31,8 @@ extern "C" __global__ void __launch_bounds__(kThreads)
 pfn_forward(const float* __restrict__ pillars, const int* __restrict__ point_counts, const float* __restrict__ weight,
             const float* __restrict__ bias, const int* __restrict__ num_pillars, float* __restrict__ out) {
     __shared__ __align__(16) float s_points[PILLARS_PER_BLOCK * kRowFloats];
+    const int live = min(*num_pillars, MAX_PILLARS);
+    if (blockIdx.x * PILLARS_PER_BLOCK >= live) return;  // before the weight loads: small frames leave most blocks idle
     const int tid = threadIdx.y * kGroups + threadIdx.x;
     const int first_channel = threadIdx.x * CHANNELS_PER_THREAD;
     float w[CHANNELS_PER_THREAD][NUM_FEATURES];
@@ -41,7 +43,6 @@ pfn_forward(const float* __restrict__ pillars, const int* __restrict__ point_cou
 #pragma unroll
         for (int f = 0; f < NUM_FEATURES; ++f) w[j][f] = weight[(first_channel + j) * NUM_FEATURES + f];
     }
-    const int live = min(*num_pillars, MAX_PILLARS);
     for (int first = blockIdx.x * PILLARS_PER_BLOCK; first < live; first += gridDim.x * PILLARS_PER_BLOCK) {
         __syncthreads();  // the previous group's points are no longer read
         const int rows = min(PILLARS_PER_BLOCK, live - first);
