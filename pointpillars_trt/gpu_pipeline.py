@@ -441,7 +441,7 @@ class GpuPipeline:
 
         def pfn(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
             assert slot.pfn is not None  # every slot has its kernel unless the engine runs the PFN
-            slot.pfn.launch(slot.voxelize.features, slot.voxelize.num_points, slot.voxelize.num_pillars, stream)
+            slot.pfn.launch(slot.voxelize.features, slot.voxelize.num_pillars, stream)
 
         self._per_frame(batch, pfn)
 

@@ -56,7 +56,7 @@ class PfnStage:
     """
 
     KERNELS = ("pfn_forward",)
-    _BLOCKS_PER_SM = 3  # resident at once with KITTI's 4 channels a thread (80 registers x 256 threads)
+    _BLOCKS_PER_SM = 8
 
     def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:
         cp = cupy_module()
@@ -74,14 +74,11 @@ class PfnStage:
             self.out = cp.zeros((p.max_pillars, p.out_channels), np.float32)
             cp.cuda.runtime.deviceSynchronize()
 
-    def launch(self, pillars: Any, point_counts: Any, num_pillars: Any, stream: Any) -> None:
-        """``point_counts``: each pillar's points (the voxelizer's ``num_points``); its slots past them
-        must be zero, as the voxelizer leaves them."""
+    def launch(self, pillars: Any, num_pillars: Any, stream: Any) -> None:
         p = self.params
         check_device_array(pillars, "pillars", np.float32, (p.max_pillars, p.max_points_per_pillar, p.num_features))
-        check_device_array(point_counts, "point_counts", np.int32, (p.max_pillars,))
         check_device_count(num_pillars, "num_pillars")
         kernel = self._k["pfn_forward"]
         with checked(kernel.name):
             kernel((self._grid,), p.block,
-                   (pillars, point_counts, self._weight, self._bias, num_pillars, self.out), stream=stream)
+                   (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)

@@ -3,14 +3,12 @@
 // The network both families use: one linear map with BatchNorm folded in (weight, bias), ReLU, and the
 // max over all MAX_PTS slots (padded slots are zero and take part, as in the references). It runs only
 // on the live pillars (the count is read from device memory), so its cost follows the frame, not the
-// buffer size an engine with a fixed shape would pay for; and only on a pillar's points (its count
-// from the voxelizer): every padded slot gives the bias (0 x w summed is +0), taken once.
+// buffer size an engine with a fixed shape would pay for.
 //
-// A block stages PILLARS_PER_BLOCK pillars' points in shared memory (16-byte loads where the rows
-// allow), then each thread computes CHANNELS_PER_THREAD channels of one pillar with their weights in
-// registers: a feature read from shared memory feeds that many multiply-adds. Each channel's sum runs
-// over the features in order, then the bias, then the max over the slots; the max picks one of its
-// inputs, so the result is the same bits whatever the tiling and the order of the slots.
+// A block stages PILLARS_PER_BLOCK pillars in shared memory (16-byte loads where the rows allow), then
+// each thread computes CHANNELS_PER_THREAD channels of one pillar with their weights in registers: a
+// feature read from shared memory feeds that many multiply-adds. Each channel's sum runs over the
+// features in order, then the bias, then the max over the slots in order, whatever the tiling.
 //
 // Compile-time configuration (-D options from pfn.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
 // OUT_CHANNELS, CHANNELS_PER_THREAD (divides OUT_CHANNELS), PILLARS_PER_BLOCK.
@@ -28,11 +26,9 @@ static_assert(OUT_CHANNELS % CHANNELS_PER_THREAD == 0, "channels in whole groups
 // pillar y of each group of pillars; a grid-stride loop over pillar groups keeps the grid small when
 // the frame is.
 extern "C" __global__ void __launch_bounds__(kThreads)
-pfn_forward(const float* __restrict__ pillars, const int* __restrict__ point_counts, const float* __restrict__ weight,
-            const float* __restrict__ bias, const int* __restrict__ num_pillars, float* __restrict__ out) {
+pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight, const float* __restrict__ bias,
+            const int* __restrict__ num_pillars, float* __restrict__ out) {
     __shared__ __align__(16) float s_points[PILLARS_PER_BLOCK * kRowFloats];
-    const int live = min(*num_pillars, MAX_PILLARS);
-    if (blockIdx.x * PILLARS_PER_BLOCK >= live) return;  // before the weight loads: small frames leave most blocks idle
     const int tid = threadIdx.y * kGroups + threadIdx.x;
     const int first_channel = threadIdx.x * CHANNELS_PER_THREAD;
     float w[CHANNELS_PER_THREAD][NUM_FEATURES];
@@ -43,38 +39,34 @@ pfn_forward(const float* __restrict__ pillars, const int* __restrict__ point_cou
 #pragma unroll
         for (int f = 0; f < NUM_FEATURES; ++f) w[j][f] = weight[(first_channel + j) * NUM_FEATURES + f];
     }
+    const int live = min(*num_pillars, MAX_PILLARS);
     for (int first = blockIdx.x * PILLARS_PER_BLOCK; first < live; first += gridDim.x * PILLARS_PER_BLOCK) {
         __syncthreads();  // the previous group's points are no longer read
         const int rows = min(PILLARS_PER_BLOCK, live - first);
         const float* src = pillars + static_cast<long long>(first) * kPillarFloats;
-        const int* counts = point_counts + first;
         if constexpr (kPillarFloats % 4 == 0) {  // rows of whole 16-byte pieces, 16-byte aligned
             constexpr int kPieces = kPillarFloats / 4;
 #pragma unroll 4
             for (int i = tid; i < rows * kPieces; i += kThreads) {
                 const int y = i / kPieces;
-                const int piece = i - y * kPieces;
-                if (piece * 4 < __ldg(counts + y) * NUM_FEATURES)
-                    *reinterpret_cast<float4*>(s_points + y * kRowFloats + piece * 4) =
-                        __ldg(reinterpret_cast<const float4*>(src) + i);
+                *reinterpret_cast<float4*>(s_points + y * kRowFloats + (i - y * kPieces) * 4) =
+                    __ldg(reinterpret_cast<const float4*>(src) + i);
             }
         } else {
 #pragma unroll 4
             for (int i = tid; i < rows * kPillarFloats; i += kThreads) {
                 const int y = i / kPillarFloats;
-                const int e = i - y * kPillarFloats;
-                if (e < __ldg(counts + y) * NUM_FEATURES) s_points[y * kRowFloats + e] = __ldg(src + i);
+                s_points[y * kRowFloats + (i - y * kPillarFloats)] = __ldg(src + i);
             }
         }
         __syncthreads();
         if (threadIdx.y >= rows) continue;
         const float* x = s_points + threadIdx.y * kRowFloats;
-        const int n = min(max(__ldg(counts + threadIdx.y), 0), MAX_PTS);
         float best[CHANNELS_PER_THREAD];  // ReLU output is >= 0, so 0 is the identity of the max
 #pragma unroll
-        for (int j = 0; j < CHANNELS_PER_THREAD; ++j) best[j] = n < MAX_PTS ? fmaxf(0.0f, 0.0f + b[j]) : 0.0f;
+        for (int j = 0; j < CHANNELS_PER_THREAD; ++j) best[j] = 0.0f;
 #pragma unroll 2
-        for (int m = 0; m < n; ++m) {
+        for (int m = 0; m < MAX_PTS; ++m) {
             float v[NUM_FEATURES];
 #pragma unroll
             for (int f = 0; f < NUM_FEATURES; ++f) v[f] = x[m * NUM_FEATURES + f];
