@@ -22,9 +22,9 @@ constexpr int kThreads = kGroups * PILLARS_PER_BLOCK;
 static_assert(OUT_CHANNELS % CHANNELS_PER_THREAD == 0, "channels in whole groups");
 }  // namespace
 
-// Block (kGroups, PILLARS_PER_BLOCK): thread (g, y) computes channels g * CHANNELS_PER_THREAD on of
-// pillar y of each group of pillars; a grid-stride loop over pillar groups keeps the grid small when
-// the frame is.
+// Block (kGroups, PILLARS_PER_BLOCK): thread (g, y) computes the CHANNELS_PER_THREAD channels from
+// g * CHANNELS_PER_THREAD on, of pillar y of each group of pillars; a grid-stride loop over pillar
+// groups keeps the grid small when the frame is.
 extern "C" __global__ void __launch_bounds__(kThreads)
 pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight, const float* __restrict__ bias,
             const int* __restrict__ num_pillars, float* __restrict__ out) {
