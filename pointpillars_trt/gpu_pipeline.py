@@ -471,8 +471,9 @@ class GpuPipeline:
             return self._stage_host(frames, caller_waits)  # type: ignore[arg-type]
         device = [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in device]
-        if sum(counts) > self.max_points:
-            self._grow(sum(counts))
+        total = sum(counts)
+        if total > self.max_points:
+            self._grow(total)
         starts = [0, *itertools.accumulate(counts[:-1])]
         with self.stream:
             for i, (points, n, start) in enumerate(zip(device, counts, starts)):
@@ -516,6 +517,8 @@ class GpuPipeline:
         if not (self._times is None and points.dtype == np.float32 and points.ndim == 2
                 and points.shape[1] == GPU_POINT_COLUMNS and points.flags.c_contiguous):
             return False
+        if not caller_waits and points.nbytes < DIRECT_COPY_BYTES:
+            return False  # staged whatever its memory: no need to ask CUDA (a call a frame)
         memory = _memory_type(points)
         if memory == _MEMORY_TYPE_UNREGISTERED:
             return points.nbytes >= DIRECT_COPY_BYTES

@@ -26,7 +26,8 @@ Answer = Callable[[list[Detections | BaseException]], None]
 
 
 class PipelineSet:
-    """``count`` detectors from ``open_detector()``, each running one batch at a time. A detector that fails to open closes the ones opened before it."""
+    """``count`` detectors from ``open_detector()``, each running one batch at a time. A detector that
+    fails to open closes the ones opened before it."""
 
     def __init__(self, open_detector: Callable[[], Any], count: int) -> None:
         self.detectors: list[Any] = []
