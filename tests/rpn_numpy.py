@@ -69,11 +69,12 @@ def run_engine(engine, canvas: np.ndarray, stream=None) -> np.ndarray:
     import cupy as cp
 
     spec_out = engine.outputs["heads"]
-    d_in = cp.asarray(engine_canvas(engine, canvas))
-    d_out = cp.full((canvas.shape[0],) + spec_out.shape[1:], np.nan, np.float32)
+    stream = stream or cp.cuda.Stream(non_blocking=True)
+    with stream:  # input copy and NaN fill ordered before the run (a non-blocking stream skips the null stream)
+        d_in = cp.asarray(engine_canvas(engine, canvas))
+        d_out = cp.full((canvas.shape[0],) + spec_out.shape[1:], np.nan, np.float32)
     engine.bind("canvas", d_in.data.ptr, d_in.shape)
     engine.bind("heads", d_out.data.ptr, d_out.shape)
-    stream = stream or cp.cuda.Stream(non_blocking=True)
     engine.run(stream.ptr)
     stream.synchronize()
     return cp.asnumpy(d_out)

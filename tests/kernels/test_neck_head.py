@@ -232,9 +232,10 @@ def test_kernel_matches_float64_reference(cp, mode, case, shape):
     params = replace(params, warps=shape[0], stages=shape[1], min_blocks=shape[2], channels_first=nchw)
     stage = NeckHeadStage(params, weights)
     dtype = np.float16 if half else np.float32
-    d_feats = [cp.asarray(np.ascontiguousarray(f.transpose(0, 3, 1, 2) if nchw else f).astype(dtype)) for f in feats]
-    out = cp.full(params.output_shape(batch), np.nan, np.float32)
     stream = cp.cuda.Stream(non_blocking=True)
+    with stream:  # inputs and NaN fill in the launch's stream order
+        d_feats = [cp.asarray(np.ascontiguousarray(f.transpose(0, 3, 1, 2) if nchw else f).astype(dtype)) for f in feats]
+        out = cp.full(params.output_shape(batch), np.nan, np.float32)
     stage.launch(d_feats, out, stream)
     stream.synchronize()
     got = cp.asnumpy(out)
@@ -282,8 +283,10 @@ def test_wgmma_kernel_matches_float64_reference_and_is_batch_invariant(cp, case,
     stream = cp.cuda.Stream(non_blocking=True)
 
     def run(frames):  # type: ignore[no-untyped-def]
-        out = cp.full(params.output_shape(frames[0].shape[0]), np.nan, np.float32)
-        stage.launch([cp.asarray(f.astype(np.float16)) for f in frames], out, stream)
+        with stream:  # inputs and NaN fill in the launch's stream order
+            out = cp.full(params.output_shape(frames[0].shape[0]), np.nan, np.float32)
+            d_frames = [cp.asarray(f.astype(np.float16)) for f in frames]
+        stage.launch(d_frames, out, stream)
         stream.synchronize()
         return cp.asnumpy(out)
 

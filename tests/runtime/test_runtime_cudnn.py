@@ -233,24 +233,26 @@ def test_batch_equals_single_frames_and_graph_replay(tiny_dirs, tmp_path):
         print(f"batch 4 vs 4 x batch 1: bitwise equal = {same}, max diff {np.abs(batched - singles).max():.2e}")
         assert rel_err(batched, singles) <= 1e-3  # cuDNN may pick other algorithms per batch
         # Capture run() in a CUDA graph and replay it on new input.
-        d_in = cp.asarray(canvas.astype(np.float16))
-        d_out = cp.zeros((4, 12, 16, 72), np.float32)
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:  # copies and fills in the runs' stream order (a non-blocking stream skips the null stream)
+            d_in = cp.asarray(canvas.astype(np.float16))
+            d_out = cp.zeros((4, 12, 16, 72), np.float32)
         eng.bind("canvas", d_in.data.ptr, d_in.shape)
         eng.bind("heads", d_out.data.ptr, d_out.shape)
-        stream = cp.cuda.Stream(non_blocking=True)
         eng.run(stream.ptr)  # warm
         stream.synchronize()
         stream.begin_capture()
         eng.run(stream.ptr)
         graph = stream.end_capture()
-        d_out.fill(np.nan)
-        stream.synchronize()
-        graph.launch(stream)
+        with stream:
+            d_out.fill(np.nan)
+            graph.launch(stream)
         stream.synchronize()
         np.testing.assert_array_equal(cp.asnumpy(d_out), batched)
         second = random_canvas_nhwc(md.cfg, 4, seed=3)
-        d_in.set(second.astype(np.float16))
-        graph.launch(stream)
+        with stream:
+            d_in.set(second.astype(np.float16))
+            graph.launch(stream)
         stream.synchronize()
         np.testing.assert_array_equal(cp.asnumpy(d_out), run_engine(eng, second))
 
