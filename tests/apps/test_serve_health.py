@@ -18,6 +18,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_serve_triton import START_TIMEOUT, install, random_frames, tiny, tiny_server  # noqa: F401 - fixtures: tritonserver, tiny model, a server of it
 
@@ -179,3 +180,28 @@ def test_a_probe_that_times_out_while_other_requests_are_answered_is_not_a_failu
     finally:
         probe.close()
         remote.close()
+
+
+def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """``with_timeout`` (what a probe's short-timeout client is made with) answers like the detector it
+    came from, and closing either leaves the other working."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.errors import InputError
+
+    frame = random_frames(tiny, 5)[4]
+    base = RemoteDetector(tiny_server.endpoints["http"], protocol="http", timeout=30)
+    other = base.with_timeout(20)
+    try:
+        assert other.timeout == 20 and base.timeout == 30 and other.served == base.served
+        first = base(frame)
+        other.close()
+        again = base(frame)  # the copy's close did not close this one's connection
+        np.testing.assert_array_equal(first.boxes, again.boxes)
+        other = base.with_timeout(20)
+        base.close()
+        np.testing.assert_array_equal(other(frame).boxes, first.boxes)
+        with pytest.raises(InputError, match="timeout"):
+            base.with_timeout(0)
+    finally:
+        base.close()
+        other.close()

@@ -7,6 +7,7 @@ and yields results in input order; a frame the server or the reader refuses is t
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import os
 import threading
@@ -45,8 +46,7 @@ class RemoteDetector:
                  timeout: float = 60.0, thresholds: Thresholds | None = None) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
-            raise InputError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
+        _check_timeout(timeout)
         try:
             if protocol == "grpc":
                 import tritonclient.grpc as module
@@ -77,6 +77,16 @@ class RemoteDetector:
         self.served = check_model_config(config, f"server {server}: model {model!r}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
         self.point_columns = self.served.point_columns  # what infer reads a frame's points as
+
+    def with_timeout(self, timeout: float) -> RemoteDetector:
+        """The same server and model with another request timeout, on connections of its own, without
+        construction's round trips: a health probe's timeout may be shorter than they take on a busy host."""
+        _check_timeout(timeout)
+        other = copy.copy(self)
+        other.timeout = timeout
+        other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
+        other._cancelled, other._pool = False, None
+        return other
 
     def _client(self) -> Any:
         """This thread's connection; none once the detector is cancelled (a request would wait out its
@@ -192,6 +202,11 @@ class RemoteDetector:
             pool.shutdown(wait=True)
         for client in clients:
             client.close()
+
+
+def _check_timeout(timeout: object) -> None:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86400:
+        raise InputError(f"timeout {timeout!r}: expected seconds in (0, 86400]")
 
 
 def _result(source: str, future: Future[Detections]) -> FrameResult:

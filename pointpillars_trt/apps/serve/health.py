@@ -33,13 +33,10 @@ class ModelProbe:
     """
 
     def __init__(self, endpoint: str, *, timeout: float, failures_allowed: int = 1) -> None:
-        self.remote = RemoteDetector(endpoint, protocol="http", timeout=timeout)
-        # the statistics on a connection of their own: a probe's short timeout must not lose the count
-        try:
-            self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, _STATS_TIMEOUT))
-        except BaseException:
-            self.remote.close()
-            raise
+        # the statistics (and the setup's round trips) on a connection of their own: a probe's short
+        # timeout must neither fail the setup nor lose the count
+        self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, _STATS_TIMEOUT))
+        self.remote = self._stats.with_timeout(timeout)
         self.timeout = timeout
         self.failures_allowed = failures_allowed
         self.failures = 0
