@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A hand-written wgmma conv (``conv3x3_wgmma.cu`` beside this script) against the cuDNN engine's plans,
 per KITTI backbone conv shape: the kernel's error against a float64 NumPy conv, whether a frame's bytes
-are the same in a batch as alone, and GPU times per tiling beside the time of the plan the engine's
-autotuning picked for that shape (at batch 1; above it a shape that reuses batch 1's engine was not
-timed: nan). Needs an H100/H200 (sm_90a), CuPy and nvidia-cudnn-frontend. Not a
+are the same in a batch as alone, and GPU times per tiling beside the fastest cuDNN candidate the
+engine's autotuning timed for that shape (nan where it timed none). Needs an H100/H200 (sm_90a), CuPy
+and nvidia-cudnn-frontend. Not a
 test: a probe of whether the engine should run its own convs (on one H200 it should not: see
 docs/PERF_NOTES.md).
 

@@ -68,7 +68,7 @@ def test_plan_cache_key_changes_with_every_component():
     base = dict(cudnn_version=91900, frontend_version="1.16.0", gpu_name="NVIDIA H200", compute_capability="9.0",
                 config_digest="abc123", precision="fp16", batch=1)
     key = plan_cache_key(**base)
-    assert key == {"format": 7, "cudnn": 91900, "frontend": "1.16.0", "gpu": "NVIDIA H200", "compute_capability": "9.0",
+    assert key == {"format": 8, "cudnn": 91900, "frontend": "1.16.0", "gpu": "NVIDIA H200", "compute_capability": "9.0",
                    "config_digest": "abc123", "precision": "fp16", "batch": 1}
     name = plan_cache_name(key)
     assert name.startswith("rpn_fp16_b1_") and name.endswith(".json") and name == plan_cache_name(dict(key))
