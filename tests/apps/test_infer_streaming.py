@@ -9,6 +9,7 @@ reproduce; for rows, those same JSON records.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import json
 import os
@@ -27,6 +28,10 @@ from pointpillars_trt.apps.cli import main
 from pointpillars_trt.kitti import write_velodyne_bin
 
 REPO = Path(__file__).resolve().parents[2]
+NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
+#: the row formats; Parquet's tests read the parts back with pyarrow, which only the scale-out extra installs
+ROW_FORMATS = ["jsonl", pytest.param("parquet", marks=pytest.mark.skipif(
+    importlib.util.find_spec("pyarrow") is None, reason=NO_PYARROW))]
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +92,7 @@ def test_outputs_do_not_depend_on_batch_size_or_pipelines(model_path, frames, re
     assert files_of(out) == files_of(reference)
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_row_formats_hold_the_json_records_in_input_order(model_path, frames, reference, tmp_path, fmt) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / fmt
     rc, stdout, _ = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", fmt,
@@ -254,8 +259,8 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
 
 
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import pyarrow.parquet as pq
-    from pyarrow import json as pa_json
+    pq = pytest.importorskip("pyarrow.parquet", reason=NO_PYARROW)
+    pa_json = pytest.importorskip("pyarrow.json", reason=NO_PYARROW)
 
     folder = tmp_path / "frames"
     folder.mkdir()
@@ -347,7 +352,7 @@ def test_frames_of_only_non_finite_points_warn_once(model_path, tmp_path) -> Non
     assert rc == 0 and err.count("warning:") == 1 and "all its 500 points are non-finite" in err, err
 
 
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not_claimed(  # type: ignore[no-untyped-def]
         model_path, frames, tmp_path, fmt) -> None:
     with small_tmpfs(tmp_path / "small", "8k") as mount:
