@@ -503,9 +503,14 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                 print(f"error: {message}", file=sys.stderr)
             if empty is not None:
                 print(empty, file=sys.stderr)
-            todo, skipped = frames_to_run(frames, plan, fmt, out, args.skip_existing and scratch_dir is None)
+            todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out,
+                                                         args.skip_existing and scratch_dir is None)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
+            if failed_before:
+                print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
+                      f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame "
+                      f"with a row is not run again; give another --out to redo them", file=sys.stderr)
             done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
                                         points_per_frame)
             if out is not None:
@@ -534,23 +539,30 @@ def scratch_folder() -> Iterator[Path]:
 
 
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
-                  skip_existing: bool) -> tuple[list[str], list[str]]:
-    """(frames to run, frames skipped) under ``--skip-existing``: a frame is skipped when all its
-    outputs are there and complete (this package writes them atomically; an empty or cut file came
-    from elsewhere, or from a crash before the run's flush, and is redone, said once) or its row is in
-    a part file (sources compared as absolute paths, so ``dir/`` and ``/abs/dir/`` are one frame)."""
+                  skip_existing: bool) -> tuple[list[str], list[str], list[str]]:
+    """(frames to run, frames skipped, the skipped frames whose row is a failure's) under
+    ``--skip-existing``: a frame is skipped when all its outputs are there and complete (this package
+    writes them atomically; an empty or cut file came from elsewhere, or from a crash before the run's
+    flush, and is redone, said once) or its row is in a part file (sources compared as absolute paths,
+    so ``dir/`` and ``/abs/dir/`` are one frame). A failed frame writes no per-frame file, so only row
+    formats skip failures."""
     if not skip_existing or out is None:
-        return list(frames), []
-    present: set[str] | None = None
+        return list(frames), [], []
+    present: dict[str, bool] | None = None
     if fmt in ROW_FORMATS:
-        present = {os.path.abspath(source) for source in sources_in_parts(out, fmt)}
+        present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
     todo: list[str] = []
     skipped: list[str] = []
+    failed_before: list[str] = []
     incomplete: list[Path] = []
     for frame in frames:
-        if present is not None and os.path.abspath(name_text(frame)) not in present:
-            todo.append(frame)
-            continue
+        if present is not None:
+            failed = present.get(os.path.abspath(name_text(frame)))
+            if failed is None:
+                todo.append(frame)
+                continue
+            if failed:
+                failed_before.append(frame)
         files = plan.files_of(frame)
         cut = [path for path in files if path.exists() and not output_complete(path)]
         incomplete.extend(cut)
@@ -558,7 +570,7 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     if incomplete:
         print(f"redoing the frames of {len(incomplete)} empty or incomplete output file(s) in {out} "
               f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
-    return todo, skipped
+    return todo, skipped, failed_before
 
 
 class FrameReport:

@@ -252,13 +252,13 @@ def existing_parts(folder: Path, output_format: str) -> list[Path]:
                   if n.startswith(PART_PREFIX) and n.endswith(f".{output_format}") and _part_number(Path(n)) >= 0)
 
 
-def sources_in_parts(folder: Path, output_format: str) -> set[str]:
-    """The sources of the frames the part files already in ``folder`` hold a row of, whether they went
-    through or failed (for ``--skip-existing``: a source never gets a second row); a damaged part is an
-    error naming it."""
+def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
+    """The sources of the frames the part files already in ``folder`` hold a row of, each with whether
+    its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
+    is not rerun, and is said to be); a damaged part is an error naming it."""
     import json
 
-    done: set[str] = set()
+    done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
             if output_format == "jsonl":
@@ -267,9 +267,9 @@ def sources_in_parts(folder: Path, output_format: str) -> set[str]:
             else:
                 import pyarrow.parquet as pq
 
-                rows = pq.read_table(path, columns=["source"]).to_pylist()
-            done.update(str(row["source"]) for row in rows)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+                rows = pq.read_table(path, columns=["source", "error"]).to_pylist()
+            done.update((str(row["source"]), row.get("error") is not None) for row in rows)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
     return done
 

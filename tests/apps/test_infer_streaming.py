@@ -255,6 +255,8 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
                        "--skip-existing")
     assert rc == 0 and "skipping 41 frame(s)" in err, err
+    bad = next(p.name for p in frames.iterdir() if p.stat().st_size % 16)  # the frame whose row is an error
+    assert err.count("warning:") == 1 and "1 of them failed in an earlier run" in err and bad in err, err
     assert len(list(out.glob("detections-*.jsonl"))) == 1
 
 
