@@ -130,9 +130,13 @@ def unit_float(text: str) -> float:
 
 
 def image_shape_arg(text: str) -> tuple[int, int]:
-    parts = text.replace("x", ",").split(",")
+    """``H,W`` only: ``1242x375`` is how an image's size is usually written (width first), so a form
+    with an ``x`` would be read the wrong way round as often as not, and is refused."""
+    if "x" in text.lower():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242 for KITTI "
+                                         "(not WIDTHxHEIGHT)")
     try:
-        height, width = (int(p) for p in parts)
+        height, width = (int(p) for p in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242") from None
     if height < 1 or width < 1:

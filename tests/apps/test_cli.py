@@ -810,3 +810,17 @@ def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp
     assert rebuilt.rc == 0, rebuilt
     again = cli("infer", frame, "--model", model, "--config", custom, "--device", "cpu")
     assert again.rc == 0, again
+
+
+def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused() -> None:
+    """``--image-shape 1242x375`` is KITTI's size written width first: read as H,W it would clip every 2D
+    box to a 375-pixel-wide image, so the ``x`` form is refused, saying which order is meant."""
+    from pointpillars_trt.apps.infer import image_shape_arg
+
+    assert image_shape_arg("375,1242") == (375, 1242)
+    for text in ("1242x375", "375X1242"):
+        with pytest.raises(argparse.ArgumentTypeError, match="HEIGHT,WIDTH.*375,1242.*not WIDTHxHEIGHT"):
+            image_shape_arg(text)
+    for text in ("375", "a,b", "0,1242"):
+        with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
+            image_shape_arg(text)
