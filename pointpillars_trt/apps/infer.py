@@ -325,11 +325,13 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
         expected = load_config(args.config)
         built = load_model_dir(path).cfg
         if built.digest() != expected.digest():
-            raise ModelDirError(
-                f"model dir {safe_repr(args.model)} was built for config {safe_repr(built.name)}, not for "
-                f"--config {safe_repr(args.config)} ({expected.name}): drop --config, or rebuild with "
-                + rebuild_command(path, args.config)
-            )
+            named = safe_repr(args.config) + ("" if expected.name == args.config else f" ({expected.name})")
+            fix = ("rebuild with " + rebuild_command(path, args.config) if built.family == expected.family else
+                   f"build a model dir from a checkpoint of the {expected.family} layout: `pointpillars-trt build "
+                   f"--checkpoint YOUR_CHECKPOINT.pth --config {shlex.quote(args.config)} --out NEW_MODEL_DIR` (the "
+                   f"model dir's checkpoint has the {built.family} layout)")
+            raise ModelDirError(f"model dir {safe_repr(args.model)} was built for config {safe_repr(built.name)}, "
+                                f"not for --config {named}: drop --config, or {fix}")
     try:
         return PointPillars.from_model_dir(path, config=expected, options=options)
     except ModelDirError as exc:
