@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..errors import CpuFallbackWarning, InputWarning, PointPillarsError
+from ..errors import CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
@@ -123,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     which.add_argument("--pcdet-config", metavar="YAML",
                        help="OpenPCDet model config, e.g. tools/cfgs/kitti_models/pointpillar.yaml "
                             "(default: none; exclusive with --config)")
+    build.add_argument("--pcdet-base-dir", metavar="DIR",
+                       help="OpenPCDet's tools/ folder, where --pcdet-config's _BASE_CONFIG_ paths start (default: "
+                            "the nearest folder above the YAML that holds them)")
     build.add_argument("--backend", choices=BACKEND_NAMES, default="onnxruntime",
                        help="the backend the model dir is for: tensorrt also builds TensorRT plans, with TensorRT "
                             "(on and for this GPU) when it imports, else with TensorRT for RTX (no GPU needed; plans "
@@ -193,11 +196,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
     config: Any = args.config
     dataset: dict[str, Any] = {}
+    if args.pcdet_base_dir and not args.pcdet_config:
+        raise InputError("--pcdet-base-dir goes with --pcdet-config (where that YAML's _BASE_CONFIG_ paths start)")
     if args.pcdet_config:
         from ..convert.pcdet_config import config_from_pcdet_yaml, pcdet_dataset_facts
 
-        config = config_from_pcdet_yaml(args.pcdet_config)
-        dataset = pcdet_dataset_facts(args.pcdet_config)
+        config = config_from_pcdet_yaml(args.pcdet_config, base_dir=args.pcdet_base_dir)
+        dataset = pcdet_dataset_facts(args.pcdet_config, base_dir=args.pcdet_base_dir)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,
                             precision=args.precision, tf32=not args.no_tf32, dataset=dataset,
                             progress=lambda line: print(line, flush=True),

@@ -112,7 +112,7 @@ class _Bases:
         if found is None:
             where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
             raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} not found in {where}; "
-                              "pass base_dir (OpenPCDet's tools/ folder)")
+                              "give OpenPCDet's tools/ folder (build --pcdet-base-dir; base_dir in Python)")
         loaded = read_yaml(found)
         if not isinstance(loaded, dict):
             raise ConfigError(f"{found}: expected a mapping at the top level, got {short_repr(loaded)}")

@@ -814,6 +814,26 @@ def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp
     assert again.rc == 0, again
 
 
+@pytest.mark.slow
+def test_a_pcdet_config_away_from_openpcdets_tree_builds_with_its_tools_folder(checkpoint: Path, family: str,
+                                                                              tmp_path: Path):
+    """A YAML copied out of OpenPCDet's tree cannot find its _BASE_CONFIG_: the error names the option
+    that says where OpenPCDet's tools/ folder is, and that option builds the model."""
+    if family != "openpcdet":
+        pytest.skip("the OpenPCDet config file fits the OpenPCDet checkpoint")
+    tools = Path(__file__).resolve().parent.parent / "data/pcdet/tools"
+    alone = tmp_path / "lone" / "pointpillar.yaml"
+    alone.parent.mkdir()
+    alone.write_bytes((tools / "cfgs/kitti_models/pointpillar.yaml").read_bytes())
+    assert_one_line_error(cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--pcdet-config", alone),
+                          "_BASE_CONFIG_", "--pcdet-base-dir")
+    run = cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--pcdet-config", alone,
+              "--pcdet-base-dir", tools)
+    assert run.rc == 0 and "openpcdet_kitti_3class" in run.out, run
+    assert_one_line_error(cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m2", "--pcdet-base-dir", tools),
+                          "--pcdet-base-dir goes with --pcdet-config")
+
+
 def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused() -> None:
     """``--image-shape 1242x375`` is KITTI's size written width first: read as H,W it would clip every 2D
     box to a 375-pixel-wide image, so the ``x`` form is refused, saying which order is meant."""

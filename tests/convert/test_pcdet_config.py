@@ -178,7 +178,7 @@ def test_base_config_lookup(tmp_path: Path) -> None:
     alone = tmp_path / "pointpillar.yaml"
     alone.write_bytes(POINTPILLAR.read_bytes())
     with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ 'cfgs/dataset_configs/kitti_dataset.yaml' not found in any "
-                                          r"folder above .*; pass base_dir"):
+                                          r"folder above .*; give OpenPCDet's tools/ folder \(build --pcdet-base-dir; base_dir in Python\)"):
         config_from_pcdet_yaml(alone)
     assert config_from_pcdet_yaml(alone, base_dir=TOOLS).digest() == config_from_pcdet_yaml(POINTPILLAR).digest()
     with pytest.raises(ConfigError, match="not found in .*elsewhere"):
