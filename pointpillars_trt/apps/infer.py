@@ -656,6 +656,10 @@ def intensity_warning(source: str) -> str:
             "if they are (warned once)")
 
 
+#: What the frames of each warning said once have, for the count after the run.
+WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "nonfinite": "had only non-finite points",
+                 "range": "had no point in the model's point range"}
+
 #: Finite points a frame must have for "none of them in the model's range" to be worth a warning.
 MISPLACED_FROM = 100
 
@@ -722,8 +726,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                        columns=getattr(detectors[0], "point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
-    warned = False  # the 0-255 intensities
-    warned_kinds: set[str] = set()  # frame_warning's
+    warned: dict[str, int] = {}  # frames of each warning said once ("8bit": 0-255 intensities, frame_warning's)
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -731,9 +734,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     jobs = runner.run(frames)
     try:
         for job in jobs:
-            if read.looked_8bit(job.item) and not warned:
-                warned = True
-                report.note(intensity_warning(job.source))
+            if read.looked_8bit(job.item):
+                if not warned.get("8bit"):
+                    report.note(intensity_warning(job.source))
+                warned["8bit"] = warned.get("8bit", 0) + 1
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes), None)
@@ -745,9 +749,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             written, row = job.written
             to_flush.add(written.files)
             warning = None if job.detections is None else frame_warning(job.source, job.detections, plan.point_range)
-            if warning is not None and warning[0] not in warned_kinds:
-                warned_kinds.add(warning[0])
-                report.note(warning[1])
+            if warning is not None:
+                if not warned.get(warning[0]):
+                    report.note(warning[1])
+                warned[warning[0]] = warned.get(warning[0], 0) + 1
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, job.source)
@@ -775,6 +780,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 runner.close()
             finally:
                 report.bar.close()
+    for kind, count in warned.items():
+        if count > 1:
+            report.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
     if disk.unwritten:
         report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
                     "written (free space, then rerun with --skip-existing)")

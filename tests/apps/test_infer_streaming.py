@@ -324,7 +324,7 @@ def test_an_empty_out_and_threads_beyond_the_cores_are_one_error_line(model_path
     assert exit_.value.code == 2
 
 
-def test_frames_of_millimetres_warn_once_naming_the_point_range(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_frames_of_millimetres_warn_once_naming_the_point_range_then_are_counted(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.model_dir import load_model_dir
 
     cfg_range = load_model_dir(model_path).cfg.voxel.point_range
@@ -337,12 +337,15 @@ def test_frames_of_millimetres_warn_once_naming_the_point_range(model_path, tmp_
     rc, _, err = infer(str(folder), "--model", str(model_path))
     sizes = [len(np.fromfile(p, np.float32)) // 4 for p in paths]
     expect = [p for p, n in zip(paths, sizes) if n >= 100]
-    assert rc == 0 and err.count("warning:") == (1 if expect else 0), err
+    lines = 0 if not expect else 1 if len(expect) == 1 else 2  # the first frame's, then the count of them all
+    assert rc == 0 and err.count("warning:") == lines, err
     if expect:
         assert f"{str(expect[0])!r}: none of its" in err and "lies in the model's point range x " in err
+    if len(expect) > 1:
+        assert f"warning: {len(expect)} frames had no point in the model's point range in all" in err, err
 
 
-def test_frames_of_only_non_finite_points_warn_once(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_frames_of_only_non_finite_points_warn_once_then_are_counted(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     folder = tmp_path / "nan"
     folder.mkdir()
     for index in range(2):
@@ -351,7 +354,8 @@ def test_frames_of_only_non_finite_points_warn_once(model_path, tmp_path) -> Non
         infer(str(folder), "--model", str(model_path), "--intensity-scale", "1e39")
     assert exit_.value.code == 2
     rc, _, err = infer(str(folder), "--model", str(model_path))
-    assert rc == 0 and err.count("warning:") == 1 and "all its 500 points are non-finite" in err, err
+    assert rc == 0 and err.count("warning:") == 2 and "all its 500 points are non-finite" in err, err
+    assert "warning: 2 frames had only non-finite points in all (the first named above)" in err, err
 
 
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
