@@ -16,6 +16,7 @@ import glob
 import os
 import shlex
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -683,10 +684,12 @@ STAT_THREADS = 16
 
 
 def _size_or_none(path: str) -> int | None:
+    """A regular file's size; None for a missing file or a FIFO, device or folder (that frame's error)."""
     try:
-        return os.stat(path).st_size
-    except OSError:  # a missing file is that frame's error
+        info = os.stat(path)
+    except OSError:
         return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:

@@ -444,3 +444,19 @@ def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tm
     assert "a_empty.bin" in warnings[0] and "holds no points" in warnings[0], warnings
     for name in ("a_empty", "b_empty"):
         assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_fifo_among_the_frames_is_its_one_error_not_also_an_empty_file(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A FIFO's size is 0, but it is not an empty point file: one ``error:`` line names it, no warning
+    calls it empty, and the other frames run."""
+    from pointpillars_trt.model_dir import load_model_dir
+
+    folder = tmp_path / "frames"
+    make_frames(folder, 2, load_model_dir(model_path).cfg.voxel.point_range, seed=4)
+    os.mkfifo(folder / "pipe.bin")
+    (folder / "empty.bin").write_bytes(b"")
+    rc, stdout, err = infer(str(folder), "--model", str(model_path), "--out", str(tmp_path / "out"))
+    assert rc == 1 and stdout.startswith("3/4 frames"), (stdout, err)
+    assert err.count("error: ") == 1 and "pipe.bin" in err and "FIFO" in err, err
+    assert err.count("holds no points") == 1 and "empty.bin" in err and "(and 1 more)" not in err, err
