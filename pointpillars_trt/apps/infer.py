@@ -159,8 +159,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     model.add_argument("--model", help="model dir (from build) or a .pth checkpoint (required unless --server)")
     model.add_argument("--config", help="config name or YAML path the model must have been built for "
                                         "(default: the model dir's own; a checkpoint's layout)")
-    model.add_argument("--precision", choices=("fp32", "fp16"), default="fp32",
-                       help="graphs exported from a .pth --model (a model dir keeps its own)")
+    model.add_argument("--precision", choices=("fp32", "fp16"), default=None,
+                       help="graphs exported from a .pth --model (default: fp32; a model dir runs in the precision "
+                            "it was built in, and refuses another)")
     run = infer.add_argument_group("runtime")
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",

@@ -7,16 +7,25 @@ import argparse
 from pathlib import Path
 
 from ..config import Thresholds
+from ..errors import InputError
+from ..fileio import safe_repr
+from ..model_dir import load_model_dir
 from ..runtime_options import RuntimeOptions
 
 
 def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
     """``--device --backend --no-tf32 --threads --batch-size --score-threshold --nms-iou --max-boxes``
-    (and ``--precision`` when ``--model`` is a checkpoint to export; a model dir runs as built)."""
+    (and ``--precision`` when ``--model`` is a checkpoint to export; a model dir runs as built, and a
+    ``--precision`` other than the one it was built in is refused rather than ignored)."""
     model = getattr(args, "model", None)
     exports = model is not None and Path(model).is_file()
+    if model is not None and not exports and args.precision is not None and Path(model).is_dir():
+        built_in = load_model_dir(model).precision
+        if args.precision != built_in:
+            raise InputError(f"--precision {args.precision}: model dir {safe_repr(model)} was built in {built_in}; "
+                             f"drop --precision, or build a model dir with --precision {args.precision}")
     return RuntimeOptions(
         device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=args.threads,
-        max_batch=getattr(args, "batch_size", None) or 1, precision=args.precision if exports else None,
+        max_batch=getattr(args, "batch_size", None) or 1, precision=(args.precision or "fp32") if exports else None,
         thresholds=Thresholds(args.score_threshold, args.nms_iou, args.max_boxes),
     )

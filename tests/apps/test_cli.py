@@ -366,6 +366,15 @@ def test_infer_model_dir_of_other_config(model_dir: Path, family: str, assets: P
 
 
 @ONE_FAMILY
+def test_infer_refuses_a_precision_its_model_dir_was_not_built_in(model_dir: Path, family: str, assets: Path):
+    """A model dir runs as built: ``--precision fp16`` on an fp32 dir is refused with the fix, not ignored."""
+    run = cli("infer", assets / CAMERA_FRAME, "--model", model_dir, "--precision", "fp16", "--device", "cpu")
+    assert_one_line_error(run, "--precision fp16", str(model_dir), "built in fp32", "build a model dir with --precision fp16")
+    run = cli("infer", assets / CAMERA_FRAME, "--model", model_dir, "--precision", "fp32", "--device", "cpu")
+    assert run.rc == 0, run
+
+
+@ONE_FAMILY
 @pytest.mark.slow
 def test_infer_output_errors(model_dir: Path, family: str, assets: Path, tmp_path: Path):
     a_file = tmp_path / "a_file"
@@ -552,8 +561,9 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", "--model", tiny_model, "--device", "cpu",
               "--no-progress")
     warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
-    assert run.rc == 0 and len(warnings) == 1, run
+    assert run.rc == 0 and len(warnings) == 2, run  # the first frame's, then the count of them all
     assert str(tmp_path / "a.bin") in warnings[0] and "--intensity-scale" in warnings[0]
+    assert warnings[1] == "warning: 2 frames looked like 0-255 intensities in all (the first named above)", run
     # scaled: no warning, and the same outputs as the 0-1 frame
     run = cli("infer", tmp_path / "a.bin", "--intensity-scale", str(1 / 255), "--model", tiny_model,
               "--device", "cpu")
@@ -770,14 +780,17 @@ def test_every_option_has_help_and_default():
 
     parser = build_parser()
     sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    for name in ("build", "infer", "demo", "eval"):
+    for name in ("build", "infer", "demo", "eval", "bench", "serve"):
         command = sub.choices[name]
+        formatter = command._get_formatter()
         for action in command._actions:
             if not action.option_strings or action.dest == "help":
                 continue
             assert action.help, (name, action.dest)
-        text = command.format_help()
-        assert text.count("(default") >= len([a for a in command._actions if a.option_strings and a.dest != "help"]) - 1
+            said = formatter._get_help_string(action)  # type: ignore[attr-defined]
+            # each option says its default: in its own words, or the formatter's, never both
+            assert "default" in said, (name, action.dest, said)
+            assert "default" not in action.help or said == action.help, (name, action.dest, said)
 
 
 @pytest.mark.slow

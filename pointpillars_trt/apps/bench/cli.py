@@ -41,7 +41,7 @@ def add_bench_parser(sub: Any) -> None:
                     "precision, against a PyTorch re-implementation and a host round trip; writes bench.md, "
                     "bench.json and bench_stages.png. On the CPU it times the CPU path only.")
     bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
-    bench.add_argument("--config", default="openpcdet_kitti_3class", help="config for the default random model")
+    bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
     bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
     bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                        help="where the pipeline runs (auto: the GPU when usable, else the CPU)")
@@ -49,7 +49,8 @@ def add_bench_parser(sub: Any) -> None:
                        help=f"timed frames per frame set (default: {GPU_ITERATIONS} on the GPU, "
                             f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
     bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
-                       help="untimed frames before each latency run, 0..100000")
+                       help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
+                            "the CPU, 5 batches in the batch sweep and 10 frames for the PyTorch baselines)")
     bench.add_argument("--precisions", default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
     bench.add_argument("--streams", default="1,2,4", help="pipeline counts for the throughput test")
