@@ -76,9 +76,11 @@ def test_the_cli_builds_one_value_from_its_arguments(tmp_path: Path) -> None:
     checkpoint.write_bytes(b"")
     args = build_parser().parse_args(["infer", "x.bin", "--model", str(model_dir), "--device", "cuda:1", "--backend",
                                       "cudnn", "--batch-size", "4", "--threads", "1", "--no-tf32", "--score-threshold",
-                                      "0.25", "--nms-iou", "0.1", "--max-boxes", "50", "--precision", "fp16"])
+                                      "0.25", "--nms-iou", "0.1", "--max-boxes", "50"])
     assert runtime_options_from_args(args) == RuntimeOptions(
         device="cuda:1", backend="cudnn", tf32=False, threads=1, max_batch=4, precision=None,
         thresholds=Thresholds(0.25, 0.1, 50))  # a model dir runs as built: --precision is for exports
     args.model = str(checkpoint)
+    assert runtime_options_from_args(args).precision == "fp32"  # an export's default
+    args.precision = "fp16"
     assert runtime_options_from_args(args).precision == "fp16"
