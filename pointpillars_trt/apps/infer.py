@@ -36,7 +36,7 @@ from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
-    frame_row, is_full_disk_error, output_complete, sources_in_parts, write_frame
+    frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import frame_preparer
@@ -424,6 +424,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if fmt in ROW_FORMATS and out is None:
         raise InputError(f"--format {fmt} needs --out DIR: its part files are written there")
+    if fmt == "parquet":
+        require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
     if earlier:
         raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "

@@ -184,7 +184,7 @@ class RowParts:
         if output_format not in ROW_FORMATS:
             raise InputError(f"format {output_format!r}: expected one of {', '.join(ROW_FORMATS)}")
         if output_format == "parquet":
-            _require_pyarrow()
+            require_pyarrow()
         self.folder, self.format, self.class_names = folder, output_format, class_names
         self.rows_per_part = rows_per_part
         self.rows: list[dict[str, Any]] = []
@@ -279,7 +279,7 @@ def _part_number(path: Path) -> int:
     return int(digits) if digits.isdigit() else -1
 
 
-def _require_pyarrow() -> None:
+def require_pyarrow() -> None:
     try:
         import pyarrow  # noqa: F401
         import pyarrow.parquet  # noqa: F401

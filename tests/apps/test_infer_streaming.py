@@ -460,3 +460,14 @@ def test_a_fifo_among_the_frames_is_its_one_error_not_also_an_empty_file(model_p
     assert rc == 1 and stdout.startswith("3/4 frames"), (stdout, err)
     assert err.count("error: ") == 1 and "pipe.bin" in err and "FIFO" in err, err
     assert err.count("holds no points") == 1 and "empty.bin" in err and "(and 1 more)" not in err, err
+
+
+def test_parquet_without_pyarrow_is_refused_before_the_model_loads(frames, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Without pyarrow, ``--format parquet`` is one error line before anything loads: here the model is
+    not even a checkpoint, and the error is still pyarrow's."""
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # `import pyarrow` raises ImportError, as where it is absent
+    not_a_model = tmp_path / "m.pth"
+    not_a_model.write_bytes(b"not a checkpoint")
+    rc, _, err = infer(str(frames), "--model", str(not_a_model), "--out", str(tmp_path / "o"), "--format", "parquet")
+    assert rc == 2 and err.count("\n") == 1 and "--format parquet needs pyarrow" in err, err
+    assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
