@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
@@ -165,7 +167,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     started = not ray.is_initialized()
     if started:
         _check_reachable(ray_address)
-        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+        _init_keeping_sigterm(ray, ray_address)
     try:
         return _run(ray, sources, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
                     workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
@@ -173,6 +175,16 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     finally:
         if started:
             ray.shutdown()
+
+
+def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
+    """``ray.init``, then the caller's SIGTERM handler back: Ray's own dumps the driver's stacks and exits
+    with 15, where the CLI stops the run as on Ctrl-C (outputs so far complete, exit code 143)."""
+    in_main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if in_main else None
+    ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:

@@ -274,3 +274,41 @@ def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries
         _check_reachable(left_to_ray)
     with pytest.raises(InputError, match="expected auto or HOST:PORT"):
         _check_reachable("head:port")
+
+
+def test_sigterm_stops_a_ray_run_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM to ``infer --ray`` (its own local cluster, in a child process) is one ``terminated`` line and
+    exit code 143, as for local ``infer``: Ray's driver handler (a stack dump, exit 15) is not left in place."""
+    import signal
+    import subprocess
+    import time
+
+    from tiny import tiny_model_dir
+
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    model = tiny_model_dir(tmp_path / "model", seed=3)
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    for index in range(400):
+        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (3000, 3)), rng.uniform(0, 1, 3000)]).astype(np.float32),
+                           folder / f"{index:06d}.bin")
+    out = tmp_path / "out"
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model.path),
+                              "--out", str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "1",
+                              "--batch-size", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and child.poll() is None and not (out.is_dir() and list(out.glob("*.json"))):
+            time.sleep(0.05)
+        assert child.poll() is None, ("the run ended before it could be stopped", child.communicate()[1])
+        child.send_signal(signal.SIGTERM)
+        _, err = child.communicate(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 143 and "terminated" in err, err
+    assert "SIGTERM received" not in err, err
