@@ -150,6 +150,8 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 5
+    rc, out, _ = ray_infer(folder, Path(model.path), tmp_path / "rows", "--format", "jsonl")
+    assert rc == 1 and out.startswith(f"5/6 frames, 0 boxes, written to {tmp_path / 'rows'}"), out  # the part files' folder
 
 
 def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -236,7 +237,7 @@ def _run_ray(args: argparse.Namespace) -> int:
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
                              ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
-                                                             where=True))
+                                                             where=True, folder=Path(args.out)))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
           f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
           file=sys.stderr)
