@@ -204,6 +204,9 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
         gpus_per_worker = DEFAULT_GPUS_PER_WORKER if gpus > 0 else 0.0
     if gpus_per_worker < 0:
         raise InputError(f"gpus_per_worker {gpus_per_worker}: expected 0 (CPU), a fraction or a whole number")
+    if gpus_per_worker > gpus + 1e-9:
+        raise InputError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {gpus:g} GPUs; give "
+                         + ("--gpus-per-worker 0 for the CPU path" if gpus == 0 else f"at most {gpus:g}"))
     if workers is None:
         workers = min(int(gpus / gpus_per_worker), max(1, cpus // ACTOR_CPUS_WITH_GPU)) if gpus_per_worker \
             else max(1, cpus // 2)

@@ -28,3 +28,17 @@ def test_workers_default_to_two_a_gpu_and_to_half_the_cpus_without_one() -> None
         check_resources({"GPU": 1.0, "CPU": 8.0}, 3, None)
     with pytest.raises(InputError, match="4 GPU worker.s. need 4 CPUs; the Ray cluster has 2"):
         check_resources({"GPU": 4.0, "CPU": 2.0}, 4, 1.0)
+
+
+def test_a_worker_asking_for_more_gpus_than_the_cluster_has_names_the_option_and_the_fix() -> None:
+    import pytest
+
+    from pointpillars_trt.apps.distributed import check_resources
+    from pointpillars_trt.errors import InputError
+
+    with pytest.raises(InputError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPUs; give --gpus-per-worker 0 "
+                                         r"for the CPU path"):
+        check_resources({"CPU": 8.0}, None, 1.0)
+    with pytest.raises(InputError, match=r"--gpus-per-worker 2: the Ray cluster has 1 GPUs; give at most 1"):
+        check_resources({"GPU": 1.0, "CPU": 8.0}, 1, 2.0)
+    assert check_resources({"GPU": 1.0, "CPU": 8.0}, None, 1.0) == (1, 1.0)
