@@ -85,6 +85,19 @@ def _check_dataset(dataset: Any) -> None:
             raise TypeError(f"dataset.{key} = {value!r:.40} is not a known fact of its type")
 
 
+def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, config_arg: str,
+                      checkpoint: object) -> str:
+    """The ``build`` command that gives a model dir for ``wanted`` (``--config config_arg``): a rebuild from
+    ``checkpoint`` (its own, or CHECKPOINT.pth when it records none) where the checkpoint layouts match,
+    else a new model dir from a checkpoint of ``wanted``'s layout (this one's cannot be read as it)."""
+    if wanted.family == built.family:
+        return (f"rebuild with `pointpillars-trt build --checkpoint {shlex.quote(str(checkpoint or 'CHECKPOINT.pth'))} "
+                f"--config {shlex.quote(config_arg)} --out {shlex.quote(str(folder))}`")
+    return (f"build a model dir from a checkpoint of the {wanted.family} layout: `pointpillars-trt build --checkpoint "
+            f"YOUR_CHECKPOINT.pth --config {shlex.quote(config_arg)} --out NEW_MODEL_DIR` (the model dir's checkpoint "
+            f"has the {built.family} layout)")
+
+
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
     """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``."""
     folder = Path(path)
@@ -137,9 +150,8 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
             f"{folder}: built for config {cfg.name} (digest {stored_digest}), but {expected_config.name} "
-            f"(digest {expected_config.digest()}) was requested: rebuild with `pointpillars-trt build "
-            f"--checkpoint {shlex.quote(str(checkpoint or 'CHECKPOINT.pth'))} --config {shlex.quote(config)} "
-            f"--out {shlex.quote(str(folder))}`"
+            f"(digest {expected_config.digest()}) was requested: "
+            + config_change_fix(folder, cfg, expected_config, config, checkpoint)
         )
     return model
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 from pathlib import Path
@@ -223,19 +225,22 @@ def test_built_for_another_config(tmp_path: Path):
     message = str(info.value)
     assert "built for config tiny_openpcdet" in message and tiny_config("openpcdet").digest() in message
     assert "but tiny_zhulf0804" in message and expected.digest() in message
-    assert "rebuild with `pointpillars-trt build" in message and "\n" not in message
+    # its checkpoint has the other layout, so a rebuild from it would fail: a checkpoint of that layout is asked for
+    assert "from a checkpoint of the zhulf0804 layout: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth" in message
+    assert "rebuild" not in message and "\n" not in message
 
 
 def test_rebuild_hint_names_the_checkpoint(tmp_path: Path):
     cfg = tiny_config()
     export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32",
                      source={"checkpoint": "/ckpt/pp.pth", "sha256": "ab" * 32, "layout": "openpcdet"})
-    # tiny_zhulf0804 is no built-in config name, so the hint asks for the user's YAML rather than naming a
-    # config that `build` would refuse
-    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config YOUR_CONFIG.yaml --out"):
-        load_model_dir(tmp_path, expected_config=tiny_config("zhulf0804"))
-    with pytest.raises(ModelDirError, match="--checkpoint /ckpt/pp.pth --config zhulf0804_kitti_3class --out"):
-        load_model_dir(tmp_path, expected_config=load_config("zhulf0804_kitti_3class"))
+    # a variant of the same layout is no built-in config name, so the hint asks for the user's YAML rather
+    # than naming a config that `build` would refuse
+    variant = dataclasses.replace(cfg, name="my_variant", voxel=dataclasses.replace(cfg.voxel, max_pillars=200))
+    with pytest.raises(ModelDirError, match="rebuild with .*--checkpoint /ckpt/pp.pth --config YOUR_CONFIG.yaml --out"):
+        load_model_dir(tmp_path, expected_config=variant)
+    with pytest.raises(ModelDirError, match="rebuild with .*--checkpoint /ckpt/pp.pth --config openpcdet_kitti_3class --out"):
+        load_model_dir(tmp_path, expected_config=load_config("openpcdet_kitti_3class"))
 
 
 def test_unknown_precision(tmp_path: Path):

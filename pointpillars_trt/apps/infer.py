@@ -309,7 +309,7 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
     batch of ``max_batch`` frames, where the run decided it)."""
     from ..config import load_config
     from ..detector import PointPillars
-    from ..model_dir import load_model_dir
+    from ..model_dir import config_change_fix, load_model_dir
     from .runtime_args import runtime_options_from_args
 
     if not args.model:
@@ -329,9 +329,7 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
         if built.digest() != expected.digest():
             named = safe_repr(args.config) + ("" if expected.name == args.config else f" ({expected.name})")
             fix = ("rebuild with " + rebuild_command(path, args.config) if built.family == expected.family else
-                   f"build a model dir from a checkpoint of the {expected.family} layout: `pointpillars-trt build "
-                   f"--checkpoint YOUR_CHECKPOINT.pth --config {shlex.quote(args.config)} --out NEW_MODEL_DIR` (the "
-                   f"model dir's checkpoint has the {built.family} layout)")
+                   config_change_fix(path, built, expected, args.config, None))
             raise ModelDirError(f"model dir {safe_repr(args.model)} was built for config {safe_repr(built.name)}, "
                                 f"not for --config {named}: drop --config, or {fix}")
     try:
