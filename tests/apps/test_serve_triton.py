@@ -369,7 +369,7 @@ def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_p
                    '"max_boxes", data_type: TYPE_INT32, dims: [1], optional: true',
                    "max_queue_delay_microseconds: 500", "count: 2, kind: KIND_CPU", '"boxes", data_type: TYPE_FP32, dims: [-1, 7]',
                    '"labels", data_type: TYPE_INT32', '"num_points", data_type: TYPE_INT32, dims: [1]',
-                   'string_value: "Car,Pedestrian,Cyclist"'):
+                   'string_value: "Car,Pedestrian,Cyclist"', 'key: "max_boxes", value: { string_value: "500" }'):
         assert needle in config, needle
     assert (model / "1" / "model.py").is_file()
     assert sorted(p.name for p in (model / "1" / "model").iterdir()) == sorted(p.name for p in Path(tiny.path).iterdir())
@@ -666,3 +666,21 @@ def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def test_a_client_asking_for_more_boxes_than_the_server_returns_is_refused_before_any_frame(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """The served config says its detector's max_boxes cap (500 for the tiny model): a client asking for more
+    is one error at its start, naming the option and the cap, not the same error for every frame."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.config import Thresholds
+
+    for protocol in ("grpc", "http"):
+        endpoint = tiny_server.endpoints[protocol]
+        with pytest.raises(InputError, match=f"--max-boxes 501: server {endpoint} returns at most 500 boxes a frame"):
+            RemoteDetector(endpoint, protocol=protocol, thresholds=Thresholds(max_boxes=501))
+        remote = RemoteDetector(endpoint, protocol=protocol, thresholds=Thresholds(max_boxes=500))
+        try:
+            assert remote.served.max_boxes == 500
+            remote(random_frames(tiny, 4)[3])
+        finally:
+            remote.close()

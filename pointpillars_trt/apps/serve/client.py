@@ -75,6 +75,11 @@ class RemoteDetector:
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {server}: model {model!r}")
+        asked, cap = self.thresholds.get("max_boxes"), self.served.max_boxes
+        if isinstance(asked, int) and cap is not None and asked > cap:
+            self.close()
+            raise InputError(f"--max-boxes {asked}: server {server} returns at most {cap} boxes a frame (its "
+                             f"detector's cap, set when it was served); give at most {cap}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
         self.point_columns = self.served.point_columns  # what infer reads a frame's points as
 

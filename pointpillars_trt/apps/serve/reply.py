@@ -38,6 +38,7 @@ class ServedModel:
 
     class_names: tuple[str, ...]
     max_points: int | None  # the server's points cap, when its config says
+    max_boxes: int | None   # the most boxes a request may ask for (its detector's cap), when its config says
     point_columns: int      # values a point it takes
     velocity: bool          # whether its replies carry velocities
 
@@ -76,11 +77,16 @@ def check_model_config(config: object, where: str) -> ServedModel:
     wrong = [name for name, kind in _OUTPUT_TYPES.items() if outputs.get(name) != kind and (name != VELOCITY or velocity)]
     if wrong:
         raise refuse(f"its outputs lack or mistype {', '.join(wrong)}")
-    cap = params.get("max_points") if isinstance(params, Mapping) else None
-    cap_text = cap.get("string_value") if isinstance(cap, Mapping) else None
-    max_points = int(cap_text) if isinstance(cap_text, str) and cap_text.isdigit() else None
     assert dims is not None
-    return ServedModel(names, max_points, dims[1], velocity)
+    return ServedModel(names, _int_parameter(params, "max_points"), _int_parameter(params, "max_boxes"), dims[1],
+                       velocity)
+
+
+def _int_parameter(params: object, key: str) -> int | None:
+    """A whole-number parameter of a model config, or None where it is absent or not a number."""
+    entry = params.get(key) if isinstance(params, Mapping) else None
+    text = entry.get("string_value") if isinstance(entry, Mapping) else None
+    return int(text) if isinstance(text, str) and text.isdigit() else None
 
 
 def _dims(spec: Mapping[str, Any]) -> list[int] | None:

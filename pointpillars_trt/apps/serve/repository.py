@@ -85,10 +85,12 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
                          "machine; each instance is a process with its own copy of the model (~0.7 GB for a KITTI "
                          "model) that runs its frames on every core, so more instances only share the cores")
     gpu_list = f", gpus: [{', '.join(map(str, gpus))}]" if gpus else ""
+    runtime = runtime or RuntimeOptions()
+    max_boxes = runtime.thresholds.max_boxes or model.cfg.postprocess.max_boxes  # what a request may ask for at most
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
               "pipelines": str(pipelines),
-              "max_points": str(max_points), "class_names": ",".join(model.cfg.classes),
-              "runtime_options": json.dumps((runtime or RuntimeOptions()).to_dict()).replace('"', '\\"')}
+              "max_points": str(max_points), "max_boxes": str(max_boxes), "class_names": ",".join(model.cfg.classes),
+              "runtime_options": json.dumps(runtime.to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
     outputs += [(name, "TYPE_INT32", "[1]") for name in
                 ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
