@@ -205,3 +205,23 @@ def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, ti
     finally:
         base.close()
         other.close()
+
+
+@pytest.mark.slow
+def test_a_second_serve_cannot_rewrite_the_repository_of_a_running_one(serve: Serve, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The running serve holds its repository: another serve (or --repository-only) into it is one error
+    naming the holder's pid, and the served config is left as it was; a file as --repository is refused too."""
+    repo = tmp_path / "repo"
+    config = (repo / MODEL_NAME / "config.pbtxt").read_bytes()
+    second = subprocess.run([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(tiny.path),
+                             "--repository", str(repo), "--device", "cpu", "--repository-only", "--max-batch", "2"],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2 and second.stderr.count("\n") == 1, second.stderr
+    assert f"is in use by a running serve (pid {serve.proc.pid})" in second.stderr, second.stderr
+    assert (repo / MODEL_NAME / "config.pbtxt").read_bytes() == config
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    third = subprocess.run([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(tiny.path),
+                            "--repository", str(a_file), "--device", "cpu", "--repository-only"],
+                           capture_output=True, text=True, timeout=120)
+    assert third.returncode == 2 and "is a file; give a folder" in third.stderr, third.stderr

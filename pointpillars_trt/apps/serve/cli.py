@@ -27,7 +27,7 @@ from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES
 
 if TYPE_CHECKING:
     from .health import ModelProbe
-    from .server import TritonServer
+    from .server import TritonInstall, TritonServer
 
 #: Most Ray detector actors one run asks for.
 MAX_WORKERS = 4096
@@ -75,22 +75,32 @@ def run_serve(args: argparse.Namespace) -> int:
     the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
-    from .health import warm_up
-    from ...runtime_options import RuntimeOptions
-    from .repository import write_repository
-    from .server import StartCancelled, TritonServer, find_tritonserver
+    from .repository import repository_held
+    from .server import find_tritonserver
 
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
+    install = None if args.repository_only else find_tritonserver(args.tritonserver)  # before anything is written
+    with repository_held(args.repository):  # no second serve rewrites the model under this one
+        return _write_and_serve(args, install)
+
+
+def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) -> int:
+    """run_serve's work while it holds the repository (``install`` None: --repository-only)."""
+    from .health import warm_up
+    from ...runtime_options import RuntimeOptions
+    from .repository import write_repository
+    from .server import StartCancelled, TritonServer
+
     target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
     print(f"wrote {target}", flush=True)
-    if args.repository_only:
+    if install is None:
         return 0
-    server = TritonServer(args.repository, install=find_tritonserver(args.tritonserver), host=args.host,
+    server = TritonServer(args.repository, install=install, host=args.host,
                           http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port)
     stop = threading.Event()
 

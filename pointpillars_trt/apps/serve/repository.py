@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import shutil
 import sys
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import InputError
@@ -119,6 +122,34 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
 
 #: What a model folder this module writes holds (``__pycache__``: the Python backend's, once served).
 _OWN_ENTRIES = {".": {"config.pbtxt", "1"}, "1": {"model", "model.py", "python_path.txt", "__pycache__"}}
+
+
+#: Held (an exclusive flock) by the serve that writes and serves a repository, for as long as it runs.
+LOCK_FILE = ".pointpillars-serve.lock"
+
+
+@contextlib.contextmanager
+def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
+    """Hold ``repository`` for this process (created if missing): a second serve that would rewrite the
+    model under a running one is refused, naming the process that holds it. The lock goes with the
+    process, so a killed serve leaves nothing to clean up."""
+    root = Path(repository)
+    if root.exists() and not root.is_dir():
+        raise InputError(f"--repository {safe_repr(str(root))} is a file; give a folder (created if missing)")
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+            raise InputError(f"--repository {safe_repr(str(root))} is in use by a running serve (pid {holder}); "
+                             "stop it, or give another --repository") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _check_replaceable(target: Path) -> None:
