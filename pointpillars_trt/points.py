@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .config import POINT_COLUMN_NAMES
@@ -39,13 +41,17 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
         raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
     hint = transposed_hint(arr.shape)
+    if arr.ndim == 0 and isinstance(points, (str, bytes, os.PathLike)):
+        hint = (": a path, not points (read it with pointpillars_trt.pointcloud_io.read_points, or give paths to "
+                "infer_many)")
     if hint or arr.ndim != 2 or arr.shape[1] < 4:
         raise InputError(f"{source}: expected {expected}; got shape {arr.shape}{hint}")
     if arr.shape[1] < columns:
         raise InputError(f"{source}: the model reads {expected}, got {arr.shape[1]} columns per point "
                          f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})")
     if not np.issubdtype(arr.dtype, np.floating):
-        raise InputError(f"{source}: expected float32 points; got dtype {arr.dtype}")
+        raise InputError(f"{source}: expected float32 (or float64) points; got dtype {arr.dtype} "
+                         "(points.astype(np.float32) if its values are metres)")
     if arr.shape[0] > MAX_FRAME_POINTS:
         raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
     return np.ascontiguousarray(arr[:, :columns], dtype=np.float32)

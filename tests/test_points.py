@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -35,8 +37,11 @@ def test_refuses_other_shapes_and_dtypes() -> None:
         as_host_points(np.zeros((10, 3), np.float32))
     with pytest.raises(InputError, match=r"got shape \(40,\)"):
         as_host_points(np.zeros(40, np.float32))
-    with pytest.raises(InputError, match="dtype int64"):
+    with pytest.raises(InputError, match=r"dtype int64 \(points.astype\(np.float32\) if its values are metres\)"):
         as_host_points(np.zeros((10, 4), np.int64))
+    for path in ("000134.bin", Path("000134.bin")):  # a path where points belong: said so, with the reader
+        with pytest.raises(InputError, match=r"got shape \(\): a path, not points \(read it with .*read_points"):
+            as_host_points(path)
     with pytest.raises(InputError, match="cannot be read"):
         as_host_points([[1, 2, 3, 4], [1, 2]])
 

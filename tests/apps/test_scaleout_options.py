@@ -53,6 +53,9 @@ def parse_error(argv: list[str]) -> str:
     (SERVE, "--ready-timeout", "0", "(0, 86400]"),
     (SERVE, "--ready-timeout", "nan", "(0, 86400]"),
     (SERVE, "--ready-timeout", "-5", "(0, 86400]"),
+    (INFER, "--server", "127.0.0.1", "expected HOST:PORT"),  # no port: a client would try gRPC's 443
+    (INFER, "--server", "localhost:0", "expected HOST:PORT"),
+    (INFER, "--server", ":8001", "expected HOST:PORT"),
 ])
 def test_out_of_range_option_is_one_error_line(argv: list[str], option: str, value: str, expected: str) -> None:
     line = parse_error([*argv, f"{option}={value}"])

@@ -20,7 +20,7 @@ from ...errors import InputError
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES
-from ..ranges import float_in, int_in, port
+from ..ranges import float_in, host_port, int_in, port
 from .client import MAX_IN_FLIGHT
 from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
     MODEL_NAME
@@ -161,7 +161,8 @@ _SCALEOUT_DEFAULTS: dict[str, object] = {"protocol": "grpc", "in_flight": 8, "ra
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     """infer's options for running elsewhere: a Triton server, or a Ray cluster."""
     group = parser.add_argument_group("scale-out (a served model or a Ray cluster)")
-    group.add_argument("--server", metavar="HOST:PORT", help="send frames to a `pointpillars-trt serve` server")
+    group.add_argument("--server", metavar="HOST:PORT", type=host_port,
+                       help="send frames to a `pointpillars-trt serve` server")
     group.add_argument("--protocol", choices=("grpc", "http"), default=_SCALEOUT_DEFAULTS["protocol"],
                        help="with --server")
     group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=_SCALEOUT_DEFAULTS["in_flight"],

@@ -211,8 +211,8 @@ class TritonServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)
-        raise BackendError(f"tritonserver on {self.host}:{self.http_port} not ready after {timeout:.0f} s"
-                           + self._log_tail())
+        raise BackendError(f"tritonserver on {self.host}:{self.http_port} not ready after {timeout:.0f} s (a large "
+                           "model or a busy host may need a longer --ready-timeout)" + self._log_tail())
 
     def _log_tail(self) -> str:
         if self.log is None or not self.log.is_file():
