@@ -253,7 +253,7 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset(str(tmp_path), model.path, tmp_path / "out", output_format="csv")
     with pytest.raises(InputError, match="workers 0"):
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
-    with pytest.raises(InputError, match="need 2 GPUs; the Ray cluster has 0"):  # instead of waiting forever
+    with pytest.raises(InputError, match="--gpus-per-worker 1: the Ray cluster has 0 GPUs; give --gpus-per-worker 0"):  # instead of waiting forever
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
 
 
