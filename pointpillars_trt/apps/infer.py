@@ -731,6 +731,13 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned: dict[str, int] = {}  # frames of each warning said once ("8bit": 0-255 intensities, frame_warning's)
+
+    def warn_once(kind: str, text: Callable[[], str]) -> None:
+        """Say ``kind``'s warning for its first frame; count every frame for the line after the run."""
+        if not warned.get(kind):
+            report.note(text())
+        warned[kind] = warned.get(kind, 0) + 1
+
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -739,9 +746,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     try:
         for job in jobs:
             if read.looked_8bit(job.item):
-                if not warned.get("8bit"):
-                    report.note(intensity_warning(job.source))
-                warned["8bit"] = warned.get("8bit", 0) + 1
+                warn_once("8bit", functools.partial(intensity_warning, job.source))
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes), None)
@@ -754,9 +759,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             to_flush.add(written.files)
             warning = None if job.detections is None else frame_warning(job.source, job.detections, plan.point_range)
             if warning is not None:
-                if not warned.get(warning[0]):
-                    report.note(warning[1])
-                warned[warning[0]] = warned.get(warning[0], 0) + 1
+                kind, text = warning
+                warn_once(kind, lambda: text)
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, job.source)

@@ -47,8 +47,12 @@ port = int_in(1, 65535)
 def host_port(text: str) -> str:
     """An argparse ``type`` for HOST:PORT (a server address): without its port a client would try a
     default one (gRPC's 443) and report the server as unreachable."""
-    host, sep, number = text.rpartition(":")
-    if not sep or not host or not number.isdigit() or not 1 <= int(number) <= 65535:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:8001 (serve prints its "
-                                         "grpc and http endpoints when it is ready)")
-    return text
+    host, _, number = text.rpartition(":")
+    try:
+        if host and number.isdigit():  # digits only: int() would also take "+80" or "8_001"
+            port(number)
+            return text
+    except argparse.ArgumentTypeError:
+        pass
+    raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:8001 (serve prints its grpc "
+                                     "and http endpoints when it is ready)")
