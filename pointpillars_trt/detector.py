@@ -111,6 +111,7 @@ class PointPillars:
         # the first host frame's intensities are checked once (as infer does) for 0-255 values given to
         # a model trained on 0-1
         self._check_intensity = model.cfg.expects_unit_intensity
+        self._nonfinite_said = False  # boxes with NaN / inf values are said once
         backend = opts.backend
         _check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
@@ -185,14 +186,15 @@ class PointPillars:
         self._check_open()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
-        return self._impl.detect(frame, self._post_config(thresholds))
+        return self._said_if_nonfinite(self._impl.detect(frame, self._post_config(thresholds)))
 
     def _check_open(self) -> None:
         if self._closed:
             raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
 
     def _check_first_intensities(self, frame: object) -> None:
-        """Warn (once) when the first host frame's intensities look like 0-255 for a 0-1 model."""
+        """Warn (once) when the first host frame's intensities look like 0-255, or lie far beyond any
+        reflectance, for a 0-1 model."""
         if self._check_intensity and isinstance(frame, np.ndarray):
             self._check_intensity = False
             if intensity_looks_8bit(frame):
@@ -200,6 +202,26 @@ class PointPillars:
                               "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
                               "intensity_scale=1/255)) if they are (checked on the first frame)",
                               InputWarning, stacklevel=3)
+            elif frame.ndim == 2 and frame.shape[0] and frame.shape[1] >= 4:
+                largest = float(np.nanmax(np.abs(frame[:, 3]))) if np.isfinite(frame[:, 3]).any() else 0.0
+                if largest > 255.0:
+                    warnings.warn(f"the points' intensities reach {largest:.6g}, but the model expects 0-1 "
+                                  "reflectance (KITTI): check the point layout (columns a point, their order, "
+                                  "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
+                                  "boxes from such frames are not meaningful (checked on the first frame)",
+                                  InputWarning, stacklevel=3)
+
+    def _said_if_nonfinite(self, found: Detections) -> Detections:
+        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity: the network overflowed,
+        which values far outside its training range (coordinates, intensities) cause."""
+        if not self._nonfinite_said and not (np.isfinite(found.boxes).all() and np.isfinite(found.scores).all()):
+            self._nonfinite_said = True
+            bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
+            warnings.warn(f"{bad} of a frame's {len(found)} boxes hold NaN or infinite values: the network "
+                          "overflowed on its input, which values far outside what it was trained on cause (check "
+                          "the point layout and the intensity scale); infer leaves such boxes out and counts them "
+                          "(said once)", InputWarning, stacklevel=3)
+        return found
 
     def __reduce__(self) -> Any:
         raise BackendError("a PointPillars detector holds ONNX Runtime sessions or GPU buffers and cannot be pickled "
@@ -210,7 +232,8 @@ class PointPillars:
         size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
         ``thresholds`` apply to this call only."""
         prepared = self._prepared(frames)
-        return self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
+        found = self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
+        return [self._said_if_nonfinite(d) for d in found]
 
     def submit_batch(self, frames: Sequence[object], *,
                      thresholds: Thresholds | None = None) -> Callable[[], list[Detections]]:
@@ -223,11 +246,11 @@ class PointPillars:
         prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
         if self.device != "cuda" or not prepared:
-            found = self._impl.detect_batch(prepared, post_config) if prepared else []
+            found = [self._said_if_nonfinite(d) for d in self._impl.detect_batch(prepared, post_config)] if prepared else []
             return lambda: found
         pipeline = self.gpu_pipeline
         pipeline.submit(prepared, post_config)
-        return pipeline.collect  # type: ignore[no-any-return]
+        return lambda: [self._said_if_nonfinite(d) for d in pipeline.collect()]
 
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""

@@ -331,6 +331,38 @@ def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -
         PointPillars.from_model_dir(tmp_path / "x.pth")
 
 
+def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path) -> None:
+    """Intensities of 1e30 for a 0-1 model: one warning naming the largest value up front; the network
+    overflows on them (the boxes hold inf or NaN, counted here independently) and that is said once too,
+    whether the frames come one at a time, as a batch or through submit_batch."""
+    import warnings
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import InputWarning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
+    rng = np.random.default_rng(0)
+    frame = np.column_stack([rng.uniform(lo, hi, (500, 3)), rng.uniform(0, 1, 500)]).astype(np.float32)
+    frame[::7, 3] = 1e30
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            found = [detector(frame), *detector.detect_batch([frame, frame]), *detector.submit_batch([frame])()]
+    bad = [int(np.count_nonzero(~np.isfinite(d.boxes).all(axis=1) | ~np.isfinite(d.scores))) for d in found]
+    assert bad[0] > 0 and bad == [bad[0]] * 4, bad
+    said = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    assert len(said) == 2, said
+    assert said[0].startswith("the points' intensities reach 1e+30, but the model expects 0-1 reflectance")
+    assert said[1].startswith(f"{bad[0]} of a frame's {len(found[0])} boxes hold NaN or infinite values")
+    with warnings.catch_warnings(record=True) as caught:  # usual values: nothing to say
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            frame[:, 3] = rng.uniform(0, 1, 500)
+            assert all(np.isfinite(d.boxes).all() for d in [detector(frame), *detector.detect_batch([frame])])
+    assert not [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+
+
 def test_auto_on_a_machine_without_the_gpu_path_warns_once_per_call_site(tmp_path: Path) -> None:
     import warnings
 
