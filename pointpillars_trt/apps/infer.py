@@ -603,7 +603,8 @@ class FrameReport:
     def fail(self, source: str, message: str) -> None:
         self.failed += 1
         self.bar.update(1)
-        self.note(f"error: {safe_repr(source)}: {message}")
+        named = safe_repr(source)
+        self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once
 
     def take_back(self, sources: Sequence[str]) -> None:
         """Frames counted as written whose outputs turned out not to be (their row part failed): the last
@@ -646,7 +647,7 @@ class FrameReport:
             dropped.append(f"{self.out_of_view} outside the camera image")
         print(f"{len(self.done)}/{total} frames, {self.boxes} boxes"
               + (f" ({', '.join(dropped)} dropped)" if dropped else "")
-              + f"{where} ({total / max(seconds, 1e-9):.1f} frames/s)")
+              + where + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
         if self.failed:
             print(f"{self.failed} of {total} frame(s) failed (listed above)", file=sys.stderr)
         return self.done, self.failed
