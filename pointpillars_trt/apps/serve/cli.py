@@ -76,11 +76,13 @@ def run_serve(args: argparse.Namespace) -> int:
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
     from .repository import repository_held
-    from .server import find_tritonserver
+    from .server import check_bind_host, find_tritonserver
 
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
+    if not args.repository_only:
+        check_bind_host(args.host)
     install = None if args.repository_only else find_tritonserver(args.tritonserver)  # before anything is written
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ...errors import BackendError
+from ...errors import BackendError, InputError
 
 STUB = "triton_python_backend_stub"
 #: How to get a tritonserver binary without touching this environment: installing nvidia-pytriton here
@@ -90,6 +90,17 @@ def port_in_use(host: str, number: int) -> bool:
         except OSError:
             return True
     return False
+
+
+def check_bind_host(host: str) -> None:
+    """Refuse, in one line naming --host, an address the endpoints could not bind to (checked before a
+    repository is written or a server started)."""
+    try:
+        free_port(host)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise InputError(f"--host {host!r}: cannot bind there ({reason}); give an address of this machine: "
+                         "127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its own") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
