@@ -18,6 +18,7 @@ max_restarts=-1 and max_task_retries=-1).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -182,9 +183,25 @@ def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
     with 15, where the CLI stops the run as on Ctrl-C (outputs so far complete, exit code 143)."""
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if in_main else None
-    ray.init(address=ray_address, include_dashboard=False, log_to_driver=False)
+    ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _DropProgressBarNotice(logging.Filter):
+    """Ray Data's notice that its progress bars are off: infer turns them off for its own bar."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Progress bars disabled" not in record.getMessage()
+
+
+def _quiet_ray_data() -> None:
+    """Ray Data's per-dataset INFO lines (execution start, plan, finish) stay in its log folder; its
+    warnings and errors still reach stderr."""
+    logging.getLogger("ray.data").setLevel(logging.WARNING)
+    progress = logging.getLogger("ray.data._internal.progress")  # where that notice is logged
+    if not any(isinstance(f, _DropProgressBarNotice) for f in progress.filters):
+        progress.addFilter(_DropProgressBarNotice())
 
 
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
@@ -226,6 +243,8 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
          options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None, batch_size: int | None,
          pipelines: int | None, progress: bool, report: FrameReport | None) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
+
+    _quiet_ray_data()
 
     workers, gpus_per_worker = check_resources(ray.cluster_resources(), workers, gpus_per_worker)
     on_gpu = gpus_per_worker > 0
