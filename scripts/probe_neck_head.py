@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The float16 neck-and-heads kernels (mma.sync; on compute capability 9.0 also wgmma) over their launch
-shapes (warps a block, cp.async stages, blocks an SM) at KITTI sizes and random weights: GPU ms a launch
-(best of 3 rounds of 50 behind a held stream) and the largest difference from the mma.sync kernel's
-default shape, of the largest head value. Needs CuPy and a GPU. Not a test.
+shapes (warps a block, cp.async stages, and blocks an SM for mma.sync or persistent blocks a cell position
+for wgmma, 0: SMs / 16) at KITTI sizes and random weights: GPU ms a launch (best of 3 rounds of 50 behind
+a held stream) and the largest difference from the mma.sync kernel's default shape, of the largest head
+value. Needs CuPy and a GPU. Not a test.
 
     python scripts/probe_neck_head.py [--batches 1,8] [--kernels f16,wgmma] [--f16-shapes default]
 """
@@ -39,11 +40,12 @@ def main() -> int:
     stream = cp.cuda.Stream(non_blocking=True)
     f16_default = ((KITTI.warps, KITTI.stages, KITTI.min_blocks),)
     shapes = {"f16": f16_default if args.f16_shapes == "default" else itertools.product((4, 6, 8, 12, 16), (2, 3, 4), (1, 2)),
-              "wgmma": itertools.product((4, 8), (2, 3, 4), (1, 2))}
+              "wgmma": ((w, s, b) for w, s, b in itertools.product((4, 8, 12), (2, 3, 4), (0, 4, 6, 7))
+                        if replace(KITTI, warps=w, stages=s, min_blocks=1).wgmma_fits)}
     kernels = [k for k in args.kernels.split(",") if k != "wgmma" or cp.cuda.Device().compute_capability == "90"]
-    runs = [(kernel, *shape) for kernel in kernels for shape in shapes[kernel]]
-    print("| batch | kernel | warps | stages | blocks an SM | ms | max diff / max|default| |\n"
+    print("| batch | kernel | warps | stages | blocks an SM (f16) or a position (wgmma) | ms | max diff / max|default| |\n"
           "| ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+    runs = [(kernel, *shape) for kernel in kernels for shape in shapes[kernel]]
     for batch in (int(b) for b in args.batches.split(",")):
         feats = [cp.asarray(np.maximum(rng.standard_normal(KITTI.feature_shape(i, batch)), 0).astype(np.float16))
                  for i in range(len(KITTI.branches))]
@@ -53,7 +55,9 @@ def main() -> int:
         default = out.copy()
         scale = float(cp.abs(default).max())
         for kernel, warps, stages, blocks in runs:
-            params = replace(KITTI, wgmma=kernel == "wgmma", warps=warps, stages=stages, min_blocks=blocks)
+            wgmma = kernel == "wgmma"
+            params = replace(KITTI, wgmma=wgmma, warps=warps, stages=stages, min_blocks=1 if wgmma else blocks,
+                             blocks_per_position=blocks if wgmma else 0)
             stage = NeckHeadStage(params, weights)
             out.fill(np.nan)  # a shape that writes nothing cannot pass for the default
             stage.launch(feats, out, stream)

@@ -22,7 +22,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import BackendError
 from ._launch import (check_device_array, checked, compile_arch_kernels, compile_kernels, cupy_module, define_flags,
-                      grid_blocks, launch_kernel)
+                      grid_blocks, launch_kernel, multiprocessors)
 
 MAX_BRANCHES = 3  # the kernel's pointer arguments; PointPillars necks have three
 MAX_FEATURE_ELEMENTS = 2**31 - 1  # a feature map's offsets in the kernel are 32-bit (its pixel table)
@@ -32,6 +32,8 @@ _OFFSET_ALIGN = 16  # elements: 32-byte aligned weight blocks
 _CHUNK = 64         # float16 kernels: input channels per pipeline step (kChunk in cuda/neck_head_common.cuh)
 WGMMA_UP = 128      # upsampled channels every branch must have for the wgmma kernel (its m64n128 tiles)
 WGMMA_CAPABILITY = "90"  # the GPUs that run it (sm_90a: H100, H200, GH200)
+WGMMA_HEAD_N = 72  # head channels a head wgmma of that kernel computes (its heads in tiles of 72)
+WGMMA_MAX_SHARED = 232_448  # bytes of shared memory a block may have on compute capability 9.0 (227 KiB)
 #: Upsampled channels a branch may have for the TF32 kernel (its shared weight slice and its accumulators
 #: are sized for them); a wider neck runs the float32 kernel instead, and says so.
 TF32_MAX_UP = 128
@@ -73,6 +75,7 @@ class NeckHeadParams:
     tf32: bool = False   # float32 inputs on tensor cores as TF32 (the tf32 precision) instead of plain FMA
     channels_first: bool = False  # float32 kernel: features (B, C, h, w), as the IEEE fp32 cuDNN backbone writes them
     wgmma: bool = False  # float16 kernel with the transposed convs on Hopper's warpgroup MMA (warps: 4 a warpgroup)
+    blocks_per_position: int = 0  # wgmma kernel: persistent blocks a cell position; 0: the GPU's SMs / CELL**2
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.branches) <= MAX_BRANCHES:
@@ -97,9 +100,12 @@ class NeckHeadParams:
             raise BackendError(f"neck-head kernel: {self.widest_up} upsampled channels; the TF32 kernel takes up to "
                                f"{TF32_MAX_UP}")
         if self.wgmma and not self.wgmma_fits:
-            raise BackendError(f"neck-head kernel: wgmma needs float16, {WGMMA_UP} upsampled channels a branch and "
-                               f"whole warpgroups; got half={self.half}, {[b.padded_up for b in self.branches]} "
-                               f"channels, {self.warps} warps")
+            raise BackendError(f"neck-head kernel: wgmma needs float16, {WGMMA_UP} upsampled channels a branch, "
+                               f"whole warpgroups and its weights in {WGMMA_MAX_SHARED} bytes of shared memory; got "
+                               f"half={self.half}, {[b.padded_up for b in self.branches]} channels, {self.warps} "
+                               f"warps, {self.wgmma_shared_bytes} bytes")
+        if self.blocks_per_position < 0:
+            raise BackendError(f"neck-head kernel: {self.blocks_per_position} blocks a position. Note: Expected >= 0")
         if not (1 <= self.warps <= 16 and 2 <= self.stages <= 8 and 1 <= self.min_blocks <= 8):
             raise BackendError(
                 f"neck-head kernel: {self.warps} warps, {self.stages} stages, {self.min_blocks} blocks per SM. "
@@ -126,15 +132,27 @@ class NeckHeadParams:
 
     def for_gpu(self, compute_capability: str) -> NeckHeadParams:
         """The fastest kernel of these params on a GPU of ``compute_capability`` (CuPy's "90" form): the
-        wgmma one where it runs and fits, in the launch shape that was fastest at batches 1 and 8 (KITTI's
-        neck and heads on an H200: 0.045 ms a frame against 0.057 with mma.sync), else these params."""
-        if compute_capability != WGMMA_CAPABILITY or not replace(self, warps=4).wgmma_fits:
+        wgmma one where it runs and its weights fit in shared memory, in the launch shape that was fastest
+        at batches 1 and 8 (3 warpgroups of 2 stages; KITTI on an H200: 0.040 ms a frame, 0.251 a batch of
+        8), else these params."""
+        fast = replace(self, warps=12, stages=2, min_blocks=1)
+        if compute_capability != WGMMA_CAPABILITY or not fast.wgmma_fits:
             return self
-        return replace(self, wgmma=True, warps=4, stages=3, min_blocks=2)
+        return replace(fast, wgmma=True)
 
     @property
     def wgmma_fits(self) -> bool:
-        return self.half and self.warps % 4 == 0 and all(b.padded_up == WGMMA_UP for b in self.branches)
+        return (self.half and self.warps % 4 == 0 and all(b.padded_up == WGMMA_UP for b in self.branches)
+                and self.wgmma_shared_bytes <= WGMMA_MAX_SHARED)
+
+    @property
+    def wgmma_shared_bytes(self) -> int:
+        """The wgmma kernel's NH_SMEM: every 128 x 64-channel deconv slice of a cell position and its head
+        blocks (resident; head channels in tiles of 72), each warpgroup's stages of 64 rows x 64 channels,
+        1024 bytes of alignment."""
+        slices = sum(-(-b.padded_in // _CHUNK) for b in self.branches) * WGMMA_UP * _CHUNK * 2
+        heads = len(self.branches) * -(-self.padded_heads // WGMMA_HEAD_N) * WGMMA_HEAD_N * WGMMA_UP * 2
+        return slices + (self.warps // 4) * self.stages * 64 * _CHUNK * 2 + heads + 1024
 
     @property
     def cell(self) -> int:
@@ -174,9 +192,8 @@ class NeckHeadParams:
         """Dynamic shared memory of the float16 kernel (its NH_SMEM; 0 for the others, static)."""
         if not self.half:
             return 0
-        if self.wgmma:  # stages of max(A 128-byte rows + the 128 x 64 weight slice, the padded head block)
-            stage = _round_up(max(128 * (self.rows_per_block + WGMMA_UP), 2 * self.padded_heads * (WGMMA_UP + 8)), 1024)
-            return self.stages * stage + 1024 + 4 * 3 * self.rows_per_block  # + alignment, pixel indices
+        if self.wgmma:
+            return self.wgmma_shared_bytes
         cu_max = self.widest_up
         a_elems = self.rows_per_block * (_CHUNK + 8)
         w_elems = max(cu_max * (_CHUNK + 8), self.padded_heads * (cu_max + 8))
@@ -321,9 +338,13 @@ class NeckHeadStage:
         if params.shared_bytes > 48 * 1024:
             with checked(f"{self.kernel_name}: {params.shared_bytes} bytes of shared memory"):
                 self._kernel.max_dynamic_shared_size_bytes = params.shared_bytes
+        positions = params.cell * params.cell
+        self.blocks_per_position = params.blocks_per_position or max(1, multiprocessors() // positions)
 
     def grid(self, batch: int) -> tuple[int, int]:
         p = self.params
+        if p.wgmma:  # persistent: each block walks its position's tiles
+            return self.blocks_per_position, p.cell * p.cell
         cells = batch * (-(-p.head_y // p.cell)) * (-(-p.head_x // p.cell))
         return grid_blocks(cells, p.rows_per_block), p.cell * p.cell
 

@@ -190,16 +190,26 @@ def test_hopper_takes_the_wgmma_kernel_where_it_fits():
 
     kitti = NeckHeadParams(tuple(NeckBranch(*b) for b in KITTI_LIKE), 248, 216, 72, True)
     fast = kitti.for_gpu("90")
-    assert (fast.wgmma, fast.kernel_name, fast.rows_per_block, fast.threads) == (True, "neck_head_wgmma", 64, 128)
-    # 3 stages of max(64 x 128 + 128 x 128 bytes, 72 x 136 halves) rounded to 1 KiB, the alignment, 3 x 64 pixels
-    assert fast.shared_bytes == 3 * 24576 + 1024 + 3 * 64 * 4 and f"-DNH_SMEM={fast.shared_bytes}" in fast.defines()
-    wide = replace(fast, warps=8)
-    assert wide.shared_bytes == 3 * 32768 + 1024 + 3 * 128 * 4
+    assert (fast.wgmma, fast.kernel_name, fast.threads, fast.stages, fast.min_blocks) == (True, "neck_head_wgmma", 384, 2, 1)
+    # resident: 1 + 2 + 4 chunks of 128 x 64 halves and 3 head blocks of 72 x 128 halves; then 3 warpgroups x
+    # 2 stages of 64 x 64 halves; 1 KiB of alignment
+    assert fast.shared_bytes == 7 * 16384 + 3 * 72 * 128 * 2 + 3 * 2 * 8192 + 1024 == 220_160
+    assert f"-DNH_SMEM={fast.shared_bytes}" in fast.defines()
+    assert replace(fast, warps=4, stages=2).shared_bytes == 7 * 16384 + 3 * 72 * 128 * 2 + 2 * 8192 + 1024
+    many_heads = replace(fast, branches=(NeckBranch(16, 128, 1), NeckBranch(32, 128, 2)), head_channels=100)
+    assert many_heads.shared_bytes == 2 * 16384 + 2 * 2 * 72 * 128 * 2 + 2 * 3 * 8192 + 1024  # 104 heads: 2 tiles of 72
     assert kitti.for_gpu("89") == kitti and kitti.for_gpu("100") == kitti  # Ada, Blackwell: no sm_90a
     assert NeckHeadParams.from_config(tiny_config(), half=True).for_gpu("90").wgmma is False  # 16 channels a branch
     assert replace(kitti, half=False).for_gpu("90").wgmma is False
     with pytest.raises(BackendError, match="wgmma needs float16"):
         replace(kitti, wgmma=True, warps=6)
+    # a neck whose resident weights would not fit beside the stages (512 input channels: 8 more chunks)
+    wide = NeckHeadParams((*kitti.branches[:2], NeckBranch(512, 128, 4)), 248, 216, 72, True)
+    assert wide.for_gpu("90") == wide and wide.kernel_name == "neck_head_f16"
+    with pytest.raises(BackendError, match="bytes of shared memory"):
+        replace(fast, warps=8, stages=4)  # 2 x 4 stages: 236,544 bytes
+    with pytest.raises(BackendError, match="blocks a position"):
+        replace(fast, blocks_per_position=-1)
 
 
 # -- GPU ------------------------------------------------------------------------------------------
@@ -263,12 +273,15 @@ WGMMA_CASES = {
     "kitti_like": (KITTI_LIKE, 40, 56, 2, 72),
     "odd": (((24, 128, 1), (48, 128, 3)), 18, 27, 3, 13),  # input channels short of a chunk; 16 padded heads
     "one_branch": (((64, 128, 2),), 16, 24, 3, 72),
+    "wide_heads": (((16, 128, 1), (32, 128, 2)), 12, 16, 2, 100),  # two head tiles, the second partly padding
 }
 
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("case", WGMMA_CASES)
-@pytest.mark.parametrize("shape", [(8, 3, 1), (4, 2, 2), (8, 2, 1)], ids=["w8s3", "w4s2", "w8s2"])  # warps, stages, blocks
+# warps, stages, blocks an SM, persistent blocks a cell position (0: the SMs'; 1 and 2: several tiles a warpgroup)
+@pytest.mark.parametrize("shape", [(8, 3, 1, 0), (4, 2, 2, 1), (8, 2, 1, 2), (12, 2, 1, 1)],
+                         ids=["w8s3", "w4s2p1", "w8s2p2", "w12s2p1"])
 def test_wgmma_kernel_matches_float64_reference_and_is_batch_invariant(cp, case, shape):
     from dataclasses import replace
 
@@ -278,7 +291,8 @@ def test_wgmma_kernel_matches_float64_reference_and_is_batch_invariant(cp, case,
         pytest.skip("the wgmma kernel runs on compute capability 9.0 (H100, H200)")
     branches, hy, hx, batch, nh = WGMMA_CASES[case]
     params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=True, seed=5)
-    params = replace(params, wgmma=True, warps=shape[0], stages=shape[1], min_blocks=shape[2])
+    params = replace(params, wgmma=True, warps=shape[0], stages=shape[1], min_blocks=shape[2],
+                     blocks_per_position=shape[3])
     stage = NeckHeadStage(params, weights)
     stream = cp.cuda.Stream(non_blocking=True)
 
