@@ -521,7 +521,7 @@ def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitt
     args = infer_args([*frames, str(corrupt)], remote, kitti_server.endpoints["grpc"], "grpc",
                       *options)
     rc, out, err = run_captured(run_scaleout_infer, args)
-    assert rc == 1 and out.startswith("2/3 frames") and f"error: '{corrupt}': " in err, (out, err)
+    assert rc == 1 and out.startswith("2/3 frames") and f"error: point file '{corrupt}' is " in err, (out, err)
     assert "1 of 3 frame(s) failed" in err
     assert report_lines(out, err, remote) == report_lines(local_out, local_err, local)
     names = sorted(p.name for p in local.iterdir())
