@@ -66,10 +66,9 @@ constexpr int kSteps1 = kChunks1 + (NB > 1);
 constexpr int kSteps2 = kChunks2 + (NB > 2);
 constexpr int kSteps = kSteps0 + kSteps1 + kSteps2;
 
-// A branch's head step on mma.sync: u = half(relu(deconv + bias)) as A fragments straight from the
-// deconv's accumulators (`acc`, flat: registers 8 j .. 8 j + 7 hold u channels 16 j .. 16 j + 15 of rows
-// g and g + 8 as the C fragments of two m16n8 tiles, which is the A fragment of one m16n8k16 step),
-// times the branch's head block W_i^T (NHP x CU, rows of CU_MAX + 8 halves at `sh`, shared memory).
+// A branch's head step on mma.sync: u as A fragments straight from the deconv's accumulators
+// (u_fragment), times the branch's head block W_i^T (NHP x CU, rows of CU_MAX + 8 halves at `sh`,
+// shared memory).
 template <int CU, int BOFF>
 __device__ __forceinline__ void head_step(const float* acc, const float* __restrict__ bias, const unsigned short* sh,
                                           float (&acc_h)[NHP / 8][4]) {
@@ -78,14 +77,8 @@ __device__ __forceinline__ void head_step(const float* acc, const float* __restr
     const int lane = threadIdx.x % 32, t = lane % 4, lr = lane % 8, lm = lane / 8;
 #pragma unroll
     for (int j = 0; j < CU / 16; ++j) {
-        const int c = j * 16 + 2 * t;
-        const float2 b_lo = *reinterpret_cast<const float2*>(bias + BOFF + c);
-        const float2 b_hi = *reinterpret_cast<const float2*>(bias + BOFF + c + 8);
         unsigned fa[4];
-        fa[0] = pack_relu(acc[8 * j] + b_lo.x, acc[8 * j + 1] + b_lo.y);
-        fa[1] = pack_relu(acc[8 * j + 2] + b_lo.x, acc[8 * j + 3] + b_lo.y);
-        fa[2] = pack_relu(acc[8 * j + 4] + b_hi.x, acc[8 * j + 5] + b_hi.y);
-        fa[3] = pack_relu(acc[8 * j + 6] + b_hi.x, acc[8 * j + 7] + b_hi.y);
+        u_fragment<BOFF>(acc, bias, j, t, fa);
         const unsigned short* pb = sh + ((lm >> 1) * 8 + lr) * kPitch + j * 16 + (lm & 1) * 8;
 #pragma unroll
         for (int h = 0; h + 1 < kTiles; h += 2) {

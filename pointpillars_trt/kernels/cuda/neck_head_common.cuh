@@ -1,6 +1,6 @@
 // The neck-and-heads kernels' shared parts (neck_head.cu, neck_head_wgmma.cu): which head-map pixel a
-// block's tile row is, where it reads each branch's input, the float16 kernels' input chunks, the NHWC
-// store of the head sums.
+// block's tile row is, where it reads each branch's input, the float16 kernels' input chunks and u
+// fragments, the NHWC store of the head sums.
 // Needs neck_head.cu's defines (HY, HX, CELL, NH, NHP, HEAD_BIAS, CU_MAX, B{i}_*, NH_IN_NCHW, USE_MMA,
 // USE_TF32), mma_sync.cuh before it, and no header of the CUDA toolkit.
 namespace {
@@ -113,5 +113,20 @@ constexpr int kChunks2 = chunks_of(B2_KP);
 constexpr int kChunks2 = 0;
 #endif
 
+// u = half(relu(deconv + bias)) of upsampled channels 16 j .. 16 j + 15, rows g and g + 8 (t = lane % 4),
+// as the A fragment of one m16n8k16 step (and, warp by warp, of wgmma's m64k16): from the deconv's
+// accumulators `acc` (flat: registers 8 j .. 8 j + 7 are those channels as the C fragments of two m16n8
+// tiles) and the branch's bias at `bias` + BOFF.
+template <int BOFF>
+__device__ __forceinline__ void u_fragment(const float* acc, const float* __restrict__ bias, int j, int t,
+                                           unsigned (&fa)[4]) {
+    const int c = j * 16 + 2 * t;
+    const float2 b_lo = *reinterpret_cast<const float2*>(bias + BOFF + c);
+    const float2 b_hi = *reinterpret_cast<const float2*>(bias + BOFF + c + 8);
+    fa[0] = pack_relu(acc[8 * j] + b_lo.x, acc[8 * j + 1] + b_lo.y);
+    fa[1] = pack_relu(acc[8 * j + 2] + b_lo.x, acc[8 * j + 3] + b_lo.y);
+    fa[2] = pack_relu(acc[8 * j + 4] + b_hi.x, acc[8 * j + 5] + b_hi.y);
+    fa[3] = pack_relu(acc[8 * j + 6] + b_hi.x, acc[8 * j + 7] + b_hi.y);
+}
 #endif
 }  // namespace

@@ -173,18 +173,9 @@ __device__ __forceinline__ void branch(int& step, const Ctx& cx, int first, int 
 
     // u as A fragments: register 4 j + e of m64n128 is column 8 j + 2 t + e % 2 of row g (+ 8 for e >= 2),
     // so registers 8 j .. 8 j + 7 are the m64k16 fragment of channels 16 j .. 16 j + 15.
-    const int t = cx.lane % 4;
     unsigned fa[kUp / 16][4];
 #pragma unroll
-    for (int j = 0; j < kUp / 16; ++j) {
-        const int c = j * 16 + 2 * t;
-        const float2 b_lo = *reinterpret_cast<const float2*>(cx.bias + BOFF + c);
-        const float2 b_hi = *reinterpret_cast<const float2*>(cx.bias + BOFF + c + 8);
-        fa[j][0] = pack_relu(acc[8 * j] + b_lo.x, acc[8 * j + 1] + b_lo.y);
-        fa[j][1] = pack_relu(acc[8 * j + 2] + b_lo.x, acc[8 * j + 3] + b_lo.y);
-        fa[j][2] = pack_relu(acc[8 * j + 4] + b_hi.x, acc[8 * j + 5] + b_hi.y);
-        fa[j][3] = pack_relu(acc[8 * j + 6] + b_hi.x, acc[8 * j + 7] + b_hi.y);
-    }
+    for (int j = 0; j < kUp / 16; ++j) u_fragment<BOFF>(acc, cx.bias, j, cx.lane % 4, fa[j]);
     wgmma_fence();
     const unsigned long long dh = smem_desc(smem_addr(cx.smem + kHeadBase + index * kHeadBytes));
 #pragma unroll
