@@ -246,8 +246,9 @@ class PointPillars:
         prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
         if self.device != "cuda" or not prepared:
-            found = [self._said_if_nonfinite(d) for d in self._impl.detect_batch(prepared, post_config)] if prepared else []
-            return lambda: found
+            found = self._impl.detect_batch(prepared, post_config) if prepared else []
+            said = [self._said_if_nonfinite(d) for d in found]
+            return lambda: said
         pipeline = self.gpu_pipeline
         pipeline.submit(prepared, post_config)
         return lambda: [self._said_if_nonfinite(d) for d in pipeline.collect()]

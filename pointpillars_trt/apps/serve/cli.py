@@ -81,9 +81,10 @@ def run_serve(args: argparse.Namespace) -> int:
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
-    if not args.repository_only:
+    install = None
+    if not args.repository_only:  # before anything is written
         check_bind_host(args.host)
-    install = None if args.repository_only else find_tritonserver(args.tritonserver)  # before anything is written
+        install = find_tritonserver(args.tritonserver)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
 
