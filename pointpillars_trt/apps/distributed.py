@@ -23,6 +23,7 @@ import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import BackendError, InputError
+from ..errors import BackendError, CpuFallbackWarning, InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
@@ -213,12 +214,22 @@ def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     return found
 
 
-def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None) -> tuple[int, float]:
-    """(workers, GPUs a worker) the cluster can run at once; one clear error instead of the actor pool
-    waiting forever for GPUs (or a GPU actor's CPU) the cluster does not have."""
+def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None,
+                    device: str = "auto") -> tuple[int, float]:
+    """(workers, GPUs a worker) the cluster can run at once for ``device`` (auto, cpu or cuda); one clear
+    error instead of the actor pool waiting forever for GPUs (or a GPU actor's CPU) the cluster does not
+    have, or of an explicit cuda device run on the CPU."""
     gpus, cpus = float(resources.get("GPU", 0)), int(resources.get("CPU", 1))
+    if device.startswith("cuda:"):
+        raise InputError(f"--device {device}: Ray gives each worker its own GPUs; pass --device cuda")
+    if device == "cpu" and gpus_per_worker:
+        raise InputError(f"--device cpu with --gpus-per-worker {gpus_per_worker:g}: drop one of them")
+    if device == "cuda" and gpus == 0:
+        raise InputError("--device cuda: the Ray cluster has no GPUs; pass --device cpu (or auto) for the CPU path")
+    if device == "cuda" and gpus_per_worker == 0:
+        raise InputError("--device cuda with --gpus-per-worker 0: drop one of them")
     if gpus_per_worker is None:
-        gpus_per_worker = DEFAULT_GPUS_PER_WORKER if gpus > 0 else 0.0
+        gpus_per_worker = DEFAULT_GPUS_PER_WORKER if gpus > 0 and device != "cpu" else 0.0
     if gpus_per_worker < 0:
         raise InputError(f"gpus_per_worker {gpus_per_worker}: expected 0 (CPU), a fraction or a whole number")
     if gpus_per_worker > gpus + 1e-9:
@@ -246,8 +257,16 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
 
     _quiet_ray_data()
 
-    workers, gpus_per_worker = check_resources(ray.cluster_resources(), workers, gpus_per_worker)
+    device = options["runtime"].device
+    workers, gpus_per_worker = check_resources(ray.cluster_resources(), workers, gpus_per_worker, device)
     on_gpu = gpus_per_worker > 0
+    fallback = device == "auto" and not ray.cluster_resources().get("GPU")
+    where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
+             f"running on Ray: {workers} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
+    if report is not None:
+        report.note(where)
+    elif fallback:  # the Python API's CPU fallback, said as the detector says its own
+        warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
     threads = None if on_gpu else max(1, int(ray.cluster_resources().get("CPU", 1)) // workers)

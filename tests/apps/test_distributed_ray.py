@@ -24,8 +24,9 @@ import pytest
 
 from pointpillars_trt.apps.cli import main as cli_main
 from pointpillars_trt.apps.serve.cli import run_scaleout_infer
-from pointpillars_trt.errors import InputError
+from pointpillars_trt.errors import CpuFallbackWarning, InputError
 from pointpillars_trt.kitti import write_velodyne_bin
+from pointpillars_trt.runtime_options import RuntimeOptions
 
 pytestmark = pytest.mark.slow  # a real local Ray cluster per module: end to end, tens of seconds
 
@@ -38,7 +39,7 @@ def ray_cluster() -> Iterator[None]:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster on loopback only
     ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)  # the CPU path, GPU or not
     try:
         yield
     finally:
@@ -143,6 +144,7 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     local = local_infer(folder, Path(model.path), tmp_path / "local")
     rc, out, err = ray_infer(folder, Path(model.path), tmp_path / "ray")
     assert rc == 1 and out.startswith("5/6 frames, 0 boxes, written to"), out
+    assert "running on Ray: 2 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
     assert f"error: point file '{folder / CORRUPT}' is 10 bytes, not a multiple of 16" in err, err  # named once
     rates = re.search(r"([0-9.]+) frames/s with 2 worker\(s\) \(([0-9.]+) frames/s from the workers' first call on",
                       err)
@@ -255,6 +257,11 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
     with pytest.raises(InputError, match="--gpus-per-worker 1: the Ray cluster has 0 GPUs; give --gpus-per-worker 0"):  # instead of waiting forever
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
+    with pytest.raises(InputError, match="--device cuda: the Ray cluster has no GPUs"):  # not the CPU without a word
+        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
+    with pytest.warns(CpuFallbackWarning, match="device auto: running on Ray: 1 worker.s. on the CPU .the Ray cluster "
+                                                "has no GPUs."):
+        detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
 
 
 def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries() -> None:

@@ -42,3 +42,21 @@ def test_a_worker_asking_for_more_gpus_than_the_cluster_has_names_the_option_and
     with pytest.raises(InputError, match=r"--gpus-per-worker 2: the Ray cluster has 1 GPUs; give at most 1"):
         check_resources({"GPU": 1.0, "CPU": 8.0}, 1, 2.0)
     assert check_resources({"GPU": 1.0, "CPU": 8.0}, None, 1.0) == (1, 1.0)
+
+
+def test_the_device_decides_gpu_or_cpu_workers_and_an_explicit_cuda_device_is_never_run_on_the_cpu() -> None:
+    import pytest
+
+    from pointpillars_trt.apps.distributed import check_resources
+    from pointpillars_trt.errors import InputError
+
+    assert check_resources({"GPU": 2.0, "CPU": 32.0}, None, None, "cpu") == (16, 0.0)
+    assert check_resources({"GPU": 2.0, "CPU": 32.0}, None, None, "cuda") == (4, 0.5)
+    with pytest.raises(InputError, match="--device cuda: the Ray cluster has no GPUs; pass --device cpu"):
+        check_resources({"CPU": 8.0}, None, None, "cuda")
+    with pytest.raises(InputError, match="--device cuda with --gpus-per-worker 0: drop one of them"):
+        check_resources({"GPU": 1.0, "CPU": 8.0}, None, 0.0, "cuda")
+    with pytest.raises(InputError, match="--device cpu with --gpus-per-worker 1: drop one of them"):
+        check_resources({"GPU": 1.0, "CPU": 8.0}, None, 1.0, "cpu")
+    with pytest.raises(InputError, match="--device cuda:1: Ray gives each worker its own GPUs; pass --device cuda"):
+        check_resources({"GPU": 2.0, "CPU": 8.0}, None, None, "cuda:1")
