@@ -83,7 +83,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text:  # "(default: ...)", "default: ...", "the default ...", "%(default)s"
+        if "default" in text or action.required:  # "(default: ...)", "default: ...", "the default ...", "%(default)s"
             return text
         if action.default is None and action.option_strings and action.nargs != 0:
             return text + " (default: none)"

@@ -50,11 +50,12 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     if repeats < 1:
         raise PointPillarsError(f"--repeats {repeats}: expected a positive number of frames")
     cfg = load_config(config)
+    weights = random_weights(cfg, seed=seed)
     check_device(device)  # nothing written yet
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     write_velodyne_bin(points, out / "simulated_frame.bin")
-    model = export_model_dir(random_weights(cfg, seed=seed), cfg, out / "random_model", precision="fp32",
+    model = export_model_dir(weights, cfg, out / "random_model", precision="fp32",
                              source={"random_seed": seed, "note": "untrained, for demonstration only"})
     print(f"frame : SIMULATED 64-beam scan, {points.shape[0]} points, {len(objects)} objects placed "
           f"-> {out / 'simulated_frame.bin'}")

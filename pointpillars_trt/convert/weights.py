@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..config import ModelConfig
+from ..errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -80,12 +81,12 @@ _HEAD_OFFSET = {"cls": -6.0, "box": 0.0, "dir": 0.0}
 
 def _feature_moments(cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     """Rough (mean, std) of each decorated feature: coordinates spread uniformly over the range,
-    offsets over a pillar, intensity over [0, 1)."""
+    offsets over a pillar, intensity over [0, 1), a sweep's time lag over [0, 0.5) s."""
     r, size = cfg.voxel.point_range, cfg.voxel.pillar_size
     stats = []
     for name in cfg.features.order:
-        if name == "intensity":
-            stats.append((0.5, 1.0))
+        if name in ("intensity", "time"):
+            stats.append((0.5, 1.0) if name == "intensity" else (0.25, 0.5))
             continue
         axis = "xyz".index(name[-1])  # x, y, z, mean_dx ... center_dz
         absolute = name in ("x", "y", "z")
@@ -146,8 +147,12 @@ def random_weights(cfg: ModelConfig, seed: int = 0) -> PointPillarsWeights:
 
     He-scaled weights with BN statistics calibrated on a synthetic proxy canvas keep activations O(1)
     on lidar frames, and the class head leaves tens to a few hundred anchors above a 0.1 score, so the
-    whole pipeline has work to do. The detections mean nothing.
+    whole pipeline has work to do. The detections mean nothing. Single-head models only: a multi-head
+    model's weights come from its checkpoint.
     """
+    if cfg.heads is not None:
+        raise ConfigError(f"config {cfg.name}: seeded random weights are made for single-head models only (e.g. "
+                          "openpcdet_kitti_3class); for a multi-head model run its checkpoint (infer or bench --model CKPT)")
     rng = np.random.default_rng(seed)
     net, eps, channels = cfg.network, cfg.network.bn_eps, cfg.features.channels
 

@@ -1,5 +1,5 @@
-"""``pointpillars-trt demo``: cold first frame and steady-state times, and a refused --device cuda
-that writes nothing."""
+"""``pointpillars-trt demo``: cold first frame and steady-state times; a refused --device cuda, and a
+multi-head config (demo's and bench's random weights are single-head), that write nothing."""
 
 from __future__ import annotations
 
@@ -56,3 +56,14 @@ def test_demo_bad_device_is_an_argparse_error(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()):
         main(["demo", "--out", str(tmp_path / "d"), "--device", "gpu"])
     assert exit_info.value.code == 2 and not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize("command", ["demo", "bench"])
+def test_a_multi_head_config_is_refused_before_anything_is_written(tmp_path: Path, command: str) -> None:
+    out = tmp_path / command
+    rc, stdout, err = cli(command, "--out", out, "--config", "openpcdet_nuscenes_multihead", "--device", "cpu")
+    assert rc == 2 and stdout == "", (stdout, err)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: config openpcdet_nuscenes_multihead: seeded random weights are made for "
+                           "single-head models only") and "--model CKPT" in line
+    assert not out.exists()
