@@ -183,12 +183,13 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     return target
 
 
-def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str) -> None:
-    """Whole rows of ``point_dim`` float32 values, at most MAX_FRAME_POINTS of them."""
+def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4) -> None:
+    """Whole rows of ``point_dim`` float32 values, at most MAX_FRAME_POINTS of them (``columns``: the
+    values a point the model reads, for the advice)."""
     row = 4 * point_dim
     if size % row:
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
-                         f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim)}")
+                         f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns)}")
     if size > MAX_FRAME_POINTS * row:
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes ({size // row} points), "
                          f"more than the limit of {MAX_FRAME_POINTS} points a frame")
@@ -288,7 +289,7 @@ def _check_point_dim(point_dim: object, columns: int) -> None:
 def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``_check_layout``)."""
-    _check_bin_size(source, len(data), int(point_dim), what)
+    _check_bin_size(source, len(data), int(point_dim), what, columns)
     values = np.frombuffer(data, dtype="<f4")
     _check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
@@ -458,16 +459,24 @@ def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
                 and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY)))
 
 
-def _other_dim_hint(size: int, point_dim: int) -> str:
-    """The size error's pointer to the row lengths (3, 4 or 5 values a point) the size fits, if any."""
+def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
+    """The size error's pointer to the row lengths (3, 4 or 5 values a point) the size fits, if any;
+    rows shorter than the model's ``columns`` get what such a model needs instead of --point-dim."""
     if point_dim not in (4, 5):
         return ""
     fits = sorted((n for n in _LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
     if not fits:
         return "; it fits no rows of 3, 4 or 5 float32 values: is it a point file?"
-    named = [f"rows of {n} values ({_LAYOUTS[n]}" + ("; the model needs intensities)" if n == 3
-                                                     else f": if so, pass --point-dim {n})") for n in fits]
-    return f"; its size fits {' or '.join(named)}"
+
+    def advice(n: int) -> str:
+        if n == 3:
+            return "; the model needs intensities)"
+        if n < columns:
+            return (f"; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep frames, "
+                    "which PointPillars.accumulate builds from sweeps and their poses)")
+        return f": if so, pass --point-dim {n})"
+
+    return f"; its size fits {' or '.join(f'rows of {n} values ({_LAYOUTS[n]}{advice(n)}' for n in fits)}"
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

@@ -90,7 +90,12 @@ def test_size_errors_name_the_other_point_dim(tmp_path: Path) -> None:
     (tmp_path / "four.bin").write_bytes(bytes(32))  # rows of 4 read as 5
     with pytest.raises(InputError, match=r"fits rows of 4 values \(x, y, z, intensity, as KITTI writes them: if so, "
                                          r"pass --point-dim 4\)"):
+        read_points(tmp_path / "four.bin", point_dim=5, columns=4)  # a KITTI model
+    with pytest.raises(InputError) as err:  # a multi-sweep model, which refuses --point-dim 4
         read_points(tmp_path / "four.bin", point_dim=5)
+    text = str(err.value)
+    assert "fits rows of 4 values" in text and "this model reads 5 a point" in text, text
+    assert "PointPillars.accumulate" in text and "--point-dim" not in text, text
     (tmp_path / "xyz.bin").write_bytes(bytes(36))  # rows of 3 (and of neither 4 nor 5)
     for point_dim in (4, 5):
         with pytest.raises(InputError) as err:
