@@ -48,7 +48,9 @@ def cuda_available(device_id: int = 0) -> str | None:
     """None when the GPU pipeline can run here (on GPU ``device_id``), else the reason it cannot."""
     try:
         import cupy
-    except ImportError:
+    except ImportError:  # where no GPU shows either, installing CuPy would not help
+        if not gpu_visible():
+            return f"this machine shows no NVIDIA GPU (no {describe_probes()})"
         return "CuPy is not installed (pip install 'pointpillars-trt[cuda13]' or [cuda12])"
     try:
         count = cupy.cuda.runtime.getDeviceCount()

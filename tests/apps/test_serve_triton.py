@@ -409,6 +409,22 @@ def serve_process(tiny, tmp_path: Path, *options: str) -> subprocess.Popen[str]:
                              *options], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
 
 
+def test_a_repository_whose_instances_auto_put_on_the_cpu_says_so(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.detector import cuda_available
+
+    reason = cuda_available()
+    if reason is None:
+        pytest.skip("the GPU path runs here: auto gives GPU instances")
+    parser = argparse.ArgumentParser()
+    add_serve_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["serve", "--model", str(tiny.path), "--repository", str(tmp_path / "repo"),
+                              "--repository-only"])
+    rc, _, err = run_captured(args.run, args)
+    assert rc == 0 and err == f"note: device auto: the model's instances run on the CPU (KIND_CPU): {reason}; " \
+                              "write the repository on the machine whose GPU tritonserver will use\n", err
+    assert "kind: KIND_CPU" in (tmp_path / "repo" / MODEL_NAME / "config.pbtxt").read_text()
+
+
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = serve_process(tiny, tmp_path)
     try:

@@ -96,6 +96,13 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     from .repository import write_repository
     from .server import StartCancelled, TritonServer
 
+    if args.device == "auto":
+        from ...detector import cuda_available
+
+        reason = cuda_available()
+        if reason is not None:  # the repository's instances are decided here: a CPU one is said
+            print(f"note: device auto: the model's instances run on the CPU (KIND_CPU): {reason}; write the "
+                  "repository on the machine whose GPU tritonserver will use", file=sys.stderr, flush=True)
     target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
