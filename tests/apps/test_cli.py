@@ -788,8 +788,9 @@ def test_every_option_has_help_and_default():
                 continue
             assert action.help, (name, action.dest)
             said = formatter._get_help_string(action)  # type: ignore[attr-defined]
-            # each option says its default: in its own words, or the formatter's, never both
-            assert "default" in said, (name, action.dest, said)
+            # each option says its default (a required one that it is required): in its own words, or the
+            # formatter's, never both
+            assert ("required" if action.required else "default") in said, (name, action.dest, said)
             assert "default" not in action.help or said == action.help, (name, action.dest, said)
 
 

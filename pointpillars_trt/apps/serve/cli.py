@@ -35,8 +35,8 @@ MAX_WORKERS = 4096
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="serve the detector with Triton Inference Server (HTTP + gRPC)")
-    serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint")
-    serve.add_argument("--repository", required=True, help="Triton model repository folder to write (and serve)")
+    serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint (required)")
+    serve.add_argument("--repository", required=True, help="Triton model repository folder to write and serve (required)")
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
                        help=f"model instances per GPU (default {DEFAULT_GPU_INSTANCES}) or on the CPU (default 1), "
                             f"1..{MAX_INSTANCES}")
