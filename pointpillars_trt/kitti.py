@@ -161,14 +161,20 @@ def _frame_folder(frame_path: PathLike, given: PathLike | None, sibling: str, wh
     default = frame.parent.parent / sibling
     if given is None:
         return frame, default, default
-    folder = Path(os.path.abspath(os.fspath(given)))
-    frame_split, folder_split = _split_of(frame.parent), _split_of(folder)
+    refuse_other_split(frame_path, given, what)
+    return frame, Path(os.path.abspath(os.fspath(given))), default
+
+
+def refuse_other_split(frame_path: PathLike, folder: PathLike, what: str) -> None:
+    """InputError when ``folder`` (calib, labels) is under KITTI's other split than the frame: ids repeat
+    across training and testing, so a file of the same id there is another scene's."""
+    frame_split = _split_of(Path(os.path.abspath(os.fspath(frame_path))).parent)
+    folder_split = _split_of(Path(os.path.abspath(os.fspath(folder))))
     if frame_split and folder_split and frame_split != folder_split:
         raise InputError(
-            f"{what} folder {safe_repr(given)} belongs to {folder_split!r}, frame {safe_repr(frame_path)} "
+            f"{what} folder {safe_repr(folder)} belongs to {folder_split!r}, frame {safe_repr(frame_path)} "
             f"to {frame_split!r}: KITTI training and testing ids overlap, so one cannot stand in for the other"
         )
-    return frame, folder, default
 
 
 def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> Path:

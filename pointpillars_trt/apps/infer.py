@@ -31,6 +31,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, name_text, process_alive, remove_stale_temp_files, \
     safe_repr
 from ..graph_io import MAX_BATCH
+from ..kitti import refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
@@ -349,6 +350,11 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> Path | Non
     labels = Path(args.eval)
     if not labels.is_dir():
         raise InputError(f"--eval {safe_repr(args.eval)}: label folder does not exist or is not a folder")
+    first_of_folder: dict[Path, str] = {}  # a folder's first frame stands for the folder's split
+    for frame in frames:
+        first_of_folder.setdefault(Path(frame).parent, frame)
+    for frame in first_of_folder.values():
+        refuse_other_split(frame, labels, "--eval label")
     missing = [f for f in frames if not (labels / f"{Path(f).stem}.txt").is_file()]
     if missing:
         raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {len(missing)} frame(s), e.g. "

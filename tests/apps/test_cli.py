@@ -688,6 +688,15 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
     run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
     assert_one_line_error(run, "no label file", "000004.txt")
     assert not (tmp_path / "x").exists()
+    # frames of KITTI's testing split against training labels (the same ids, other scenes): refused too
+    testing = tmp_path / "testing" / "velodyne"
+    testing.mkdir(parents=True)
+    shutil.copy(tiny_frames[1], testing / tiny_frames[1].name)
+    shutil.copytree(labels, tmp_path / "training" / "label_2")
+    run = cli("infer", testing / tiny_frames[1].name, "--model", tiny_model, "--out", tmp_path / "t", "--eval",
+              tmp_path / "training" / "label_2")
+    assert_one_line_error(run, "belongs to 'training'", "to 'testing'", "ids overlap")
+    assert not (tmp_path / "t").exists()
 
 
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
