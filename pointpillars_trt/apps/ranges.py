@@ -40,6 +40,30 @@ def float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[st
     return parse
 
 
+def int_list_in(low: int, high: int) -> Callable[[str], list[int]]:
+    """An argparse ``type`` for a comma-separated list of integers in ``low..high`` ("1,2,4")."""
+    one = int_in(low, high)
+
+    def parse(text: str) -> list[int]:
+        return [one(item.strip()) for item in text.split(",")]
+
+    return parse
+
+
+def names_in(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """An argparse ``type`` for a comma-separated list of names out of ``choices`` ("fp32,fp16")."""
+
+    def parse(text: str) -> list[str]:
+        names = [item.strip() for item in text.split(",")]
+        unknown = [name for name in names if name not in choices]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"{unknown[0]!r}: expected names out of {', '.join(choices)}, "
+                                             "separated by commas")
+        return names
+
+    return parse
+
+
 #: TCP ports a server may bind or a client may reach (0, "any free port", is what leaving it out means).
 port = int_in(1, 65535)
 

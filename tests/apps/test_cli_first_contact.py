@@ -257,7 +257,8 @@ def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list
     run = cli("bench", "--device", "cpu", "--config", config, "--frames", frames, "--no-baselines",
               "--page-locked", "--out", tmp_path / "b")
     assert run.rc == 0, run
-    assert "--page-locked applies to GPU runs" in run.err
+    assert "bench: --page-locked, --no-baselines apply to GPU runs; the CPU run times the latency of the model's " \
+           "fp32 graphs only" in run.err
     assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
     assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
     assert "bench (CPU)" in run.err and "11/11" in run.err and "<" in run.err  # tqdm: done/total [elapsed<left]
@@ -315,3 +316,26 @@ def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny
               *[str(out) if value == "OUT" else value for value in extra])
     assert_one_line_error(run, expected)
     assert not out.exists()
+
+
+def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_the_cpu(tiny_frames: list[Path],
+                                                                                      tmp_path: Path):
+    from tiny import tiny_model_dir
+
+    for option, value, said in (("--precisions", "fp64", "'fp64': expected names out of fp32, tf32, fp16"),
+                                ("--streams", "x", "'x' is not an integer"),
+                                ("--batches", "1,0", "'0': expected an integer in 1..8"),
+                                ("--soak", "-1", "'-1': expected an integer in 0..")):
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(["bench", option, value, "--out", str(tmp_path / "b")])
+        assert exit_info.value.code == 2 and f"argument {option}: {said}" in err.getvalue(), err.getvalue()
+    assert not (tmp_path / "b").exists()
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(tiny_frames[1], frames)
+    model = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
+    run = cli("bench", "--device", "cpu", "--model", model, "--frames", frames, "--iterations", "1",
+              "--out", tmp_path / "b")
+    assert run.rc == 0, run
+    assert "running on CPU, ONNX Runtime, fp16: 1 timed frames a frame set" in run.err, run.err
+    assert {r["precision"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]} == {"fp16"}

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ...config import ModelConfig, load_config
 from ...detections import Detections
 from ...errors import BackendError, PointPillarsError
+from ...graph_io import MAX_BATCH
 from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
@@ -25,8 +26,13 @@ from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_s
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
-from ..infer import positive_int
-from ..ranges import int_in
+from ..infer import MAX_PIPELINES, positive_int
+from ..ranges import int_in, int_list_in, names_in
+
+#: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
+BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
+#: The options only a GPU run uses (their dests), said once when a CPU run is given any of them.
+GPU_ONLY_OPTIONS = ("precisions", "streams", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines")
 
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
@@ -43,6 +49,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
     bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
+    bench.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
+                       help="values a point in --frames' .bin files: 4 (KITTI) or 5 (nuScenes, with the time lag) "
+                            "(default: the model's)")
     bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                        help="where the pipeline runs (auto: the GPU when usable, else the CPU)")
     bench.add_argument("--iterations", type=positive_int, default=None,
@@ -51,15 +60,21 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
                        help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
                             "the CPU, 5 batches in the batch sweep and 10 frames for the PyTorch baselines)")
-    bench.add_argument("--precisions", default="fp32,tf32,fp16",
-                       help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16")
-    bench.add_argument("--streams", default="1,2,4", help="pipeline counts for the throughput test")
-    bench.add_argument("--batches", default="1,2,4,8", help="batch sizes of the batch sweep (largest: also in the throughput test)")
-    bench.add_argument("--sweep-precisions", default="fp16", help="precisions that get the batch sweep and throughput test")
+    bench.add_argument("--precisions", type=names_in(BENCH_PRECISIONS), default="fp32,tf32,fp16",
+                       help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16 (GPU only: the CPU "
+                            "runs the model's fp32 graphs, or the fp16 ones of an fp16 model dir)")
+    bench.add_argument("--streams", type=int_list_in(1, MAX_PIPELINES), default="1,2,4",
+                       help=f"pipeline counts for the throughput test, 1..{MAX_PIPELINES} (GPU only)")
+    bench.add_argument("--batches", type=int_list_in(1, MAX_BATCH), default="1,2,4,8",
+                       help=f"batch sizes of the batch sweep, 1..{MAX_BATCH} (largest: also in the throughput test; "
+                            "GPU only)")
+    bench.add_argument("--sweep-precisions", type=names_in(BENCH_PRECISIONS), default="fp16",
+                       help="precisions that get the batch sweep and throughput test (GPU only)")
     bench.add_argument("--page-locked", action="store_true",
                        help="also time each frame set with its frames in page-locked host memory, which detect "
                             "copies to the device without a host copy (GPU only)")
-    bench.add_argument("--soak", type=int, default=0, help="frames for the soak test (0: none)")
+    bench.add_argument("--soak", type=int_in(0, 10_000_000), default=0,
+                       help="frames for the soak test (0: none; GPU only)")
     bench.add_argument("--no-baselines", action="store_true",
                        help="skip the baselines run in this process on the same weights: the PyTorch peers and a "
                             "pipeline that copies between the stages through the host")
@@ -81,7 +96,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
-    frame_sets = (folder_frame_sets(args.frames, columns) if args.frames
+    frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns) if args.frames
                   else simulated_frame_sets(columns=columns))
     reason = cuda_available()
     device = "cpu" if args.device == "cpu" or (args.device == "auto" and reason) else "cuda"
@@ -90,12 +105,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
     if device == "cpu":
-        print(f"running on CPU, ONNX Runtime, fp32: {args.iterations} timed frames a frame set", file=sys.stderr)
-        note = gpu_unused_note(reason) if args.device == "auto" else None
-        if note:
-            print(note, file=sys.stderr)
-        if args.page_locked:
-            print("bench: --page-locked applies to GPU runs; the CPU run reads ordinary memory", file=sys.stderr)
+        _say_cpu_run(args, _cpu_model_dir(model, out).precision, reason)
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
@@ -136,12 +146,38 @@ def _model_dir(model: _Model, label: str, out: Path) -> ModelDir | None:
                             source={"benchmark": model.source})
 
 
+def _cpu_model_dir(model: _Model, out: Path) -> ModelDir:
+    """What the CPU run times: fp32 graphs (exported once under ``out``), or a given model dir's own."""
+    md = _model_dir(model, "fp32", out) or model.model_dir
+    assert md is not None
+    return md
+
+
+def _say_cpu_run(args: argparse.Namespace, precision: str, reason: str | None) -> None:
+    """The CPU run's line, why a visible GPU goes unused, and the GPU-only options given that it ignores."""
+    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed frames a frame set", file=sys.stderr)
+    note = gpu_unused_note(reason) if args.device == "auto" else None
+    if note:
+        print(note, file=sys.stderr)
+    defaults = _bench_defaults()
+    ignored = ["--" + dest.replace("_", "-") for dest in GPU_ONLY_OPTIONS if getattr(args, dest) != defaults[dest]]
+    if ignored:
+        print(f"bench: {', '.join(ignored)} apply to GPU runs; the CPU run times the latency of the model's "
+              f"{precision} graphs only", file=sys.stderr)
+
+
+def _bench_defaults() -> dict[str, Any]:
+    """bench's options as a command line without any parses them."""
+    parser = argparse.ArgumentParser()
+    add_bench_parser(parser.add_subparsers())
+    return vars(parser.parse_args(["bench"]))
+
+
 def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
                results: dict[str, Any]) -> None:
     from ...cpu_detector import CpuDetector
 
-    md = _model_dir(model, "fp32", out) or model.model_dir
-    assert md is not None
+    md = _cpu_model_dir(model, out)
     detector = CpuDetector(md)
     warmup = min(args.warmup, 1)  # the CPU path has nothing to warm up beyond one frame
     with tqdm(total=len(frame_sets) * (args.iterations + warmup), unit="frame", desc="bench (CPU)",
@@ -149,7 +185,8 @@ def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
         for name, frames in frame_sets.items():
             run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
                                   warmup=warmup, done=bar.update)
-            results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": "fp32", "frames": name, **run})
+            results["runs"].append({"engine": "cpu (numpy + onnxruntime)", "precision": md.precision, "frames": name,
+                                    **run})
     detector.close()
     results["notes"].append("CPU run: stage times are wall clock; the GPU targets do not apply")
 
@@ -163,11 +200,11 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
 
     best_p50: dict[str, tuple[str, float]] = {}
     first_name, first_frames = next(iter(frame_sets.items()))
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
     latency_sets = {**frame_sets, **(page_locked_frame_sets(frame_sets) if args.page_locked else {})}
     for backend in _gpu_backends(results):
         engine = BACKENDS[backend].label
-        for precision in args.precisions.split(","):
+        for precision in args.precisions:
             md = _model_dir(model, precision, out)
             if md is None:
                 continue
@@ -195,7 +232,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 results["soak"] = soak(pipe.detect, first_frames, args.soak)
                 args.soak = 0  # one soak per bench run, on the first engine
             pipe.close()
-            if precision not in args.sweep_precisions.split(","):
+            if precision not in args.sweep_precisions:
                 continue
             for b in batches:
                 before = device_memory_used_mib(release=True)
@@ -209,7 +246,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 results["memory"].append({"engine": engine, "precision": precision, "batch": b,
                                           "device_mib": device_memory_used_mib() - before})
                 batch_pipe.close()
-            for count in (int(s) for s in args.streams.split(",")):
+            for count in args.streams:
                 for b in sorted({1, batches[-1]}):
                     fps = measure_throughput(
                         lambda: GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b),  # noqa: B023

@@ -31,14 +31,15 @@ def simulated_frame_sets(seeds: tuple[int, ...] = SIMULATED_SEEDS, columns: int 
     return {"camera view (simulated)": [camera_view(p) for p in scans], "full scan (simulated)": scans}
 
 
-def folder_frame_sets(folders: list[str], columns: int = 4) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it; every .bin in it, sorted, read as ``columns`` values a point."""
+def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4) -> dict[str, list[np.ndarray]]:
+    """One set per folder, named after it; every .bin in it, sorted, of ``point_dim`` values a point, of
+    which the model reads ``columns``."""
     sets: dict[str, list[np.ndarray]] = {}
     for folder in folders:
         files = sorted(Path(folder).glob("*.bin"))
         if not files:
             raise InputError(f"{folder}: no .bin files to benchmark on")
-        sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_points(f, point_dim=columns, columns=columns)
+        sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_points(f, point_dim=point_dim, columns=columns)
                                                               for f in files]
     return sets
 
