@@ -31,6 +31,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, name_text, process_alive, remove_stale_temp_files, \
     safe_repr
 from ..graph_io import MAX_BATCH
+from ..kernel_limits import SORT_LIMIT
 from ..kitti import refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
@@ -41,6 +42,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import frame_preparer
+from .ranges import int_in
 from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
@@ -180,8 +182,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help="keep boxes scoring at least this (default: the model's; no rebuild needed)")
     run.add_argument("--nms-iou", type=unit_float, default=None,
                      help="NMS overlap above which the lower-scored box goes (default: the model's)")
-    run.add_argument("--max-boxes", type=positive_int, default=None,
-                     help="at most this many boxes a frame (default: the model's)")
+    run.add_argument("--max-boxes", type=int_in(1, SORT_LIMIT), default=None,
+                     help=f"at most this many boxes a frame, 1..{SORT_LIMIT} (default: the model's)")
     points = infer.add_argument_group("points")
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                         help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
@@ -424,6 +426,10 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
+    camera = [name for name, value in (("--calib", args.calib), ("--image-shape", args.image_shape)) if value is not None]
+    if camera and fmt != "kitti" and not args.eval and not args.fov_only:
+        raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
+                         f"and --fov-only; this --format {fmt} run uses neither: drop {'it' if len(camera) == 1 else 'them'}")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if fmt in ROW_FORMATS and out is None:

@@ -699,6 +699,18 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
     assert not (tmp_path / "t").exists()
 
 
+def test_options_that_a_run_would_ignore_are_refused_while_checking(tiny_model: Path, tiny_frames: list[Path],
+                                                                     tmp_path: Path):
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--calib", tmp_path),
+                          "--calib:", "--format kitti, --eval and --fov-only", "--format json", "drop it")
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--image-shape", "100,100",
+                              "--calib", tmp_path, "--out", tmp_path / "o"), "--calib and --image-shape:", "drop them")
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+        main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), "--max-boxes", "100000"])  # as it parses
+    assert exit_info.value.code == 2 and "--max-boxes: '100000': expected an integer in 1..4096" in err.getvalue()
+
+
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     other = tmp_path / "elsewhere"
     other.mkdir()
