@@ -213,7 +213,8 @@ def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str,
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
         head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
     odd = _looks_odd(head, point_dim)
-    if odd and looks_float64(values, point_dim):
+    # float64 rows of the other length too: 5 values a point read as 4 would pass for no float64 rows of 4
+    if odd and any(looks_float64(values, n) for n in dict.fromkeys((point_dim, *_FLOAT64_ROW_LENGTHS))):
         raise InputError(
             f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
             f"float32 each value splits in two; save frames as float32 "
@@ -406,6 +407,10 @@ _FLOAT64_MAX_COORD, _FLOAT64_MAX_INTENSITY = 1e5, 65535.0
 _FLOAT64_GATE_ROWS = 64  # rows of the float64 reading looked at first: a float32 frame fails within them
 _FLOAT64_MIN_ROWS = 16  # fewer float64 rows (32 points of 4) are too few to tell
 _ZERO_LOW_SHARE = 0.9  # of the nonzero would-be high words following a zero: float64 of whole numbers
+
+
+#: The float64 rows a file is tried as (x, y, z, intensity and nuScenes' 5th value), whatever it is read as.
+_FLOAT64_ROW_LENGTHS = (4, 5)
 
 
 def looks_float64(values: np.ndarray, point_dim: int) -> bool:

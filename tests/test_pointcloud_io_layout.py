@@ -238,6 +238,20 @@ def test_float64_crops_and_whole_numbers_are_refused_as_float64(assets: Path, tm
         float64_refused(target)
 
 
+def test_float64_rows_of_five_values_read_as_four_are_refused_as_float64(assets: Path, tmp_path: Path) -> None:
+    """A nuScenes frame (5 values a point) saved as float64 and read as rows of 4: as float64 rows of 4 its
+    y values land in the intensity column, so only the float64 rows of 5 give it away."""
+    frame = np.fromfile(sorted((assets / "nuscenes").glob("*.bin"))[0], "<f4").reshape(-1, 5)
+    kitti = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    for name, rows in (("nuscenes", frame[: len(frame) // 4 * 4]),
+                       ("kitti_and_zeros", np.column_stack([kitti, np.zeros(len(kitti))])[: len(kitti) // 4 * 4])):
+        target = tmp_path / f"{name}.bin"
+        rows.astype("<f8").tofile(target)
+        float64_refused(target)  # read as 4 values a point
+        with pytest.raises(InputError, match="looks like float64 values"):
+            read_points(target, point_dim=5)
+
+
 def test_small_frames_timestamps_and_centred_intensities_are_read(tmp_path: Path) -> None:
     """What the new checks must leave alone: frames of 2-10 points with centred (negative) intensities,
     and 5-value rows whose 5th column is an absolute timestamp (seconds or microseconds since 1970)."""
