@@ -208,6 +208,27 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str,
         _check_values(values, point_dim, path, what, columns)
 
 
+#: A multi-sweep frame's time lags (s behind the key sweep): nuScenes' 10 sweeps span ~0.45 s; beyond these
+#: bounds the 5th column holds something else (ring numbers, timestamps, lags of the wrong sign).
+TIME_LAG_RANGE = (-0.01, 2.0)
+
+
+def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse a multi-sweep model's frame whose 5th values (looked at from the start and the middle) are
+    no time lags: the PFN would take ring numbers or timestamps for lags without a word."""
+    rows = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4] for s in _samples(values, point_dim)]
+    lags = np.concatenate(rows)
+    lags = lags[np.isfinite(lags)]
+    low, high = TIME_LAG_RANGE
+    if lags.size and not (low <= lags.min() and lags.max() <= high):
+        raise InputError(
+            f"{what} {safe_repr(path)}: its 5th values run from {lags.min():.6g} to {lags.max():.6g}, but this "
+            f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
+            "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
+            "PointPillars.accumulate"
+        )
+
+
 def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
     head = values[:_QUICK_WORDS]
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
@@ -245,6 +266,8 @@ def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str,
             f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
             f"pass --point-dim {row} (Python: point_dim={row})"
         )
+    if columns == 5:  # a layout read right: are its 5th values time lags?
+        _check_time_lags(values, point_dim, path, what)
 
 
 def intensity_looks_8bit(points: np.ndarray) -> bool:
@@ -538,7 +561,10 @@ def read_npy(path: PathLike, *, what: str = "point file", columns: int = 4) -> n
     if len(data) != expected:
         raise InputError(f"{what} {shown} was truncated while being read")
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
-    return arr[:, :columns].astype(np.float32, order="C")  # a writable copy, native byte order
+    points = arr[:, :columns].astype(np.float32, order="C")  # a writable copy, native byte order
+    if columns == 5:
+        _check_time_lags(points.reshape(-1), columns, path, what)
+    return points
 
 
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -69,6 +69,7 @@ def test_host_points_keep_the_model_columns() -> None:
 
 def test_bin_frames_keep_the_model_columns(tmp_path: Path) -> None:
     rows = np.arange(10, dtype=np.float32).reshape(2, 5)
+    rows[:, 4] /= 100  # time lags
     path = tmp_path / "f.bin"
     rows.tofile(path)
     assert read_points(path, point_dim=5, columns=5).tolist() == rows.tolist()

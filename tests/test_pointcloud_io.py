@@ -45,7 +45,7 @@ def test_bin_kitti_rows(tmp_path: Path) -> None:
 
 
 def test_bin_point_dim_5_keeps_five_columns_unless_told(tmp_path: Path) -> None:
-    rows = np.column_stack([sample(9), np.arange(9, dtype=np.float32)])  # nuScenes: x y z i ring
+    rows = np.column_stack([sample(9), np.arange(9, dtype=np.float32) / 20])  # nuScenes: x y z i time lag
     (tmp_path / "n.bin").write_bytes(rows.astype("<f4").tobytes())
     np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5), rows)
     np.testing.assert_array_equal(read_points(tmp_path / "n.bin", point_dim=5, columns=4), rows[:, :4])

@@ -254,7 +254,8 @@ def test_float64_rows_of_five_values_read_as_four_are_refused_as_float64(assets:
 
 def test_small_frames_timestamps_and_centred_intensities_are_read(tmp_path: Path) -> None:
     """What the new checks must leave alone: frames of 2-10 points with centred (negative) intensities,
-    and 5-value rows whose 5th column is an absolute timestamp (seconds or microseconds since 1970)."""
+    and 5-value rows whose 5th column is an absolute timestamp (seconds or microseconds since 1970), for a
+    model that reads 4 values a point (one that reads time lags refuses them: the test below)."""
     rng = np.random.default_rng(12)
     for n in range(2, 11):
         rows = np.column_stack([rng.uniform(-40, 40, (n, 3)), rng.normal(0, 1, n)]).astype("<f4")
@@ -265,8 +266,31 @@ def test_small_frames_timestamps_and_centred_intensities_are_read(tmp_path: Path
     for stamp in (1.7e9, 1.7e15):
         rows = np.column_stack([xyz, rng.uniform(0, 1, n), stamp + rng.uniform(0, 0.1, n)]).astype("<f4")
         rows.tofile(tmp_path / "stamped.bin")
-        np.testing.assert_array_equal(read_points(tmp_path / "stamped.bin", point_dim=5), rows)
         np.testing.assert_array_equal(read_points(tmp_path / "stamped.bin", point_dim=5, columns=4), rows[:, :4])
+
+
+def test_a_multi_sweep_model_refuses_fifth_values_that_are_no_time_lags(assets: Path, tmp_path: Path) -> None:
+    """Ring numbers, absolute timestamps (s or us) and lags of the wrong sign in the 5th column: refused for a
+    model that reads time lags there (.bin and .npy), naming the values seen and the fix; the real
+    multi-sweep frames (lags 0 to 0.2 s) and a 4-value model's read of the same files pass."""
+    frame = np.fromfile(sorted((assets / "nuscenes").glob("*.bin"))[0], "<f4").reshape(-1, 5)
+    np.testing.assert_array_equal(read_points(sorted((assets / "nuscenes").glob("*.bin"))[0], point_dim=5), frame)
+    rng = np.random.default_rng(5)
+    for name, fifth, seen in (("ring", rng.integers(0, 32, len(frame)), "from 0 to 31"),
+                              ("stamp", 1.7e9 + frame[:, 4], "from 1.7e+09"),
+                              ("stamp_us", 1.7e15 + 1e6 * frame[:, 4], "from 1.7e+15"),
+                              ("negative", -frame[:, 4] - 0.05, "to -0.05")):
+        rows = frame.copy()
+        rows[:, 4] = fifth
+        rows.tofile(tmp_path / f"{name}.bin")
+        np.save(tmp_path / f"{name}.npy", rows)
+        for path in (tmp_path / f"{name}.bin", tmp_path / f"{name}.npy"):
+            with pytest.raises(InputError) as err:
+                read_points(path, point_dim=5)
+            text = str(err.value)
+            assert str(path) in text and seen in text and "time lag" in text, text
+            assert "PointPillars.accumulate" in text, text
+            np.testing.assert_array_equal(read_points(path, point_dim=5, columns=4), rows[:, :4])
 
 
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:

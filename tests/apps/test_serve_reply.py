@@ -58,6 +58,7 @@ def test_other_point_widths_and_a_mistyped_velocity_are_not_our_model(columns: i
 
 def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
     points = np.arange(30, dtype=np.float32).reshape(6, 5)
+    points[:, 4] /= 100  # time lags of 0.04 to 0.29 s
     got = read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=5, columns=5)
     np.testing.assert_array_equal(got, points)
     rows = np.zeros((6, 4), np.float32)
