@@ -5,8 +5,9 @@ frozen dataclasses; derived sizes (grid, head map, anchor count) are properties,
 Every config (a built-in, a user's YAML, a model dir's stored ``to_dict()``) passes one validator,
 ``config_from_dict``: strict types, no unknown or missing keys, and the bounds that both the NumPy
 reference and the CUDA kernels need, so a config runs on every path or is refused up front with a
-message naming the source and the key path. Config files are untrusted input: aliases, deep nesting
-and oversized files are refused, and no message echoes more than a short escaped excerpt of a value.
+message naming the source and the key path. Config files are untrusted input: aliases, deep nesting,
+repeated keys and oversized files are refused, and no message echoes more than a short escaped excerpt
+of a value.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import json
 import math
 import re
 import reprlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -299,13 +300,19 @@ MAX_YAML_DEPTH = 32  # configs nest 4 deep; the composer recurses once per level
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    """SafeLoader without aliases and with a nesting cap.
+    """SafeLoader without aliases or repeated keys, and with a nesting cap.
 
     Aliases are what make a 2 KB "billion laughs" file expand to gigabytes, and no config needs them;
-    deep nesting would otherwise end in a RecursionError inside the composer.
+    deep nesting would otherwise end in a RecursionError inside the composer; a key given twice in one
+    mapping (two ``voxel:`` blocks) would silently keep its last value, whichever one the author meant.
     """
 
     _depth = 0
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._path = ""  # key path of the node being composed, spelled as the validator spells paths
+        self._mapping_paths: dict[yaml.MappingNode, str] = {}  # for naming a repeated key by its path
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
@@ -316,11 +323,38 @@ class _ConfigLoader(yaml.SafeLoader):
             raise yaml.composer.ComposerError(
                 None, None, f"nested more than {MAX_YAML_DEPTH} levels deep", self.peek_event().start_mark
             )
+        outer = self._path
+        if isinstance(index, int):  # a sequence item; a mapping value's index is its key node
+            self._path = f"{outer}[{index}]"
+        elif isinstance(index, yaml.ScalarNode):
+            self._path = _join(outer, index.value)
         self._depth += 1
         try:
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
+            self._path = outer
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        node = super().compose_mapping_node(anchor)
+        self._mapping_paths[node] = self._path
+        return node
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """The mapping, refusing a key that repeats (compared as constructed values: ``1`` and ``0x1`` repeat)."""
+        if isinstance(node, yaml.MappingNode):
+            self.flatten_mapping(node)  # a key that an inline ``<<:`` merge gives too counts as given twice
+            first_seen: dict[Any, yaml.Node] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if not isinstance(key, Hashable):
+                    continue  # the base class refuses it with its own message
+                if key in first_seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{_join(self._mapping_paths[node], key)}: key given twice (first at line "
+                        f"{first_seen[key].start_mark.line + 1})", key_node.start_mark)
+                first_seen[key] = key_node
+        return super().construct_mapping(node, deep=deep)
 
 
 def read_yaml(path: Path) -> Any:
@@ -384,6 +418,10 @@ INDEX_LIMIT = 2**31
 # 64 classes keep postprocess.cu's 16-bit slot (class x max(64, next_pow2(top_k)) + rank) below 2**16.
 MAX_CLASSES = 64
 _COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range
+# Features a family's pillar encoder really computes twice: zhulf0804's overwrites the raw x, y with the
+# pillar-centre offsets it also appends. Any other repeat is a slip (x, x, z for x, y, z) that a checkpoint
+# with the same channel count would run with, silently feeding one channel a feature it was not trained on.
+_REPEATABLE_FEATURES: dict[str, tuple[str, ...]] = {"openpcdet": (), "zhulf0804": ("center_dx", "center_dy")}
 _RUNTIME_KEYS = ("score_threshold", "nms_iou", "max_boxes")  # post-process launch values, not identity
 # Fields added after the first families, as to_dict() spells their defaults: left out of to_dict() (and so of
 # the digest and of stored configs) while they hold these values.
@@ -714,7 +752,13 @@ def _check(cfg: ModelConfig) -> None:
                            f"(a divisor of both sides) and up by {up}; the head map needs anchors.stride {stride}")
     if min(cfg.head_map) < 2:
         raise _Invalid(f"anchors.stride: the head map {cfg.head_map[0]} x {cfg.head_map[1]} needs 2 cells per side")
-    raw = [name for name in cfg.features.order if name in POINT_COLUMN_NAMES]
+    order = cfg.features.order
+    repeated = [name for name in sorted(set(order), key=order.index)
+                if order.count(name) > 1 and name not in _REPEATABLE_FEATURES[cfg.family]]
+    if repeated:
+        raise _Invalid(f"features.order: {', '.join(repeated)} listed more than once in {short_repr(list(order))}; "
+                       "each entry is one input channel of the pillar net: did you mean another feature?")
+    raw = [name for name in order if name in POINT_COLUMN_NAMES]
     missing = [name for name in raw if name not in cfg.point_columns]
     if missing:
         raise _Invalid(f"features.order: {', '.join(missing)} is not a point column "

@@ -78,6 +78,9 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"postprocess.nms": "soft"}, "postprocess.nms: expected one of class_agnostic, per_class"),
     ({"features.order[2]": "r"}, "features.order[2]: expected one of x, y, z, intensity"),
     ({"features.order": ["x"] * 17}, "features.order: expected a list of 1..16 items"),
+    ({"features.order[1]": "x"}, "features.order: x listed more than once in ['x', 'x', 'z', 'intensity', "),
+    ({"features.order[0]": "center_dx", "features.order[1]": "center_dy"},  # only zhulf0804 repeats these
+     "features.order: center_dx, center_dy listed more than once in ['center_dx', 'center_dy', 'z', "),
     ({"label_base": 2}, "label_base: expected an integer in 0..1, got 2"),
     ({"voxel": [1, 2]}, "voxel: expected a mapping, got [1, 2]"),
     # finite floats only
@@ -295,6 +298,65 @@ def test_oversized_and_malformed_files(tmp_path: Path) -> None:
         load_config(_write(tmp_path / "obj.yaml", "name: !!python/object:os.system x"))
     with pytest.raises(ConfigError, match=r"not a valid config YAML \(ValueError\)"):
         load_config(_write(tmp_path / "digits.yaml", "name: " + "9" * 6000))
+
+
+def _builtin_text(name: str = "openpcdet_kitti_3class") -> str:
+    return (resources.files("pointpillars_trt") / "configs" / f"{name}.yaml").read_text()
+
+
+def _line_of(text: str, start: str, occurrence: int = 0) -> int:
+    """1-based number of the ``occurrence``-th line of ``text`` that starts with ``start``."""
+    return [i + 1 for i, line in enumerate(text.splitlines()) if line.startswith(start)][occurrence]
+
+
+# (edit of the built-in YAML, key path, start of the lines giving the key, which of them gives it again):
+# each edit gives one key a second time, which PyYAML alone would read as the second value
+REPEATED_KEYS = [
+    (lambda t: t + "voxel:\n  max_pillars: 1000\n", "voxel", "voxel:", 1),
+    (lambda t: t.replace("  max_pillars: 40000", "  max_pillars: 40000\n  max_pillars: 16000"),
+     "voxel.max_pillars", "  max_pillars:", 1),
+    (lambda t: t.replace("{class: Pedestrian, size", "{class: Pedestrian, class: Van, size"),
+     "anchors.classes[1].class", "    - {class: Pedestrian", 0),  # twice on one line
+]
+
+
+@pytest.mark.parametrize("edit, key_path, line_start, again", REPEATED_KEYS, ids=[k[1] for k in REPEATED_KEYS])
+def test_repeated_key_refused_with_its_path_and_line(tmp_path: Path, edit: Any, key_path: str, line_start: str,
+                                                     again: int) -> None:
+    text = edit(_builtin_text())
+    path = _write(tmp_path / "twice.yaml", text)
+    first, second = _line_of(text, line_start), _line_of(text, line_start, again)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a valid config YAML at line {second}, column "), message
+    assert message.endswith(f": {key_path}: key given twice (first at line {first})"), message
+
+
+def test_repeated_key_refused_even_with_the_same_value_or_spelled_otherwise(tmp_path: Path) -> None:
+    same = _write(tmp_path / "same.yaml", "name: a\nname: a\n")
+    with pytest.raises(ConfigError, match=r"same.yaml: .* line 2, column 1: name: key given twice \(first at line 1\)"):
+        load_config(same)
+    quoted = _write(tmp_path / "quoted.yaml", "voxel:\n  range_filter: a\n  'range_filter': b\n")
+    with pytest.raises(ConfigError, match=r"line 3, column 3: voxel.range_filter: key given twice \(first at line 2\)"):
+        load_config(quoted)
+    numbers = _write(tmp_path / "numbers.yaml", "classes: {1: a, 0x1: b}\n")  # one integer key, two spellings
+    with pytest.raises(ConfigError, match=r"line 1, column 17: classes.1: key given twice \(first at line 1\)"):
+        load_config(numbers)
+
+
+def test_the_same_key_in_different_mappings_is_fine() -> None:
+    raw = read_yaml(Path(str(resources.files("pointpillars_trt") / "configs" / "openpcdet_kitti_3class.yaml")))
+    assert [entry["class"] for entry in raw["anchors"]["classes"]] == ["Car", "Pedestrian", "Cyclist"]
+    assert config_module.parse_yaml(b"a: {k: 1}\nb: {k: 2}\nc: [{k: 3}, {k: 4}]\n", "x.yaml") == {
+        "a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 3}, {"k": 4}]}
+
+
+def test_zhulf0804_repeats_only_its_centre_offsets() -> None:
+    raw = builtin_raw("zhulf0804_kitti_3class")
+    assert raw["features"]["order"].count("center_dx") == 2  # its encoder overwrites raw x, y with them
+    message = refusal(edited({"features.order[2]": "intensity"}, "zhulf0804_kitti_3class"), "z.yaml")
+    assert message.startswith("z.yaml: features.order: intensity listed more than once in ['center_dx', "), message
 
 
 def test_messages_never_echo_a_long_value() -> None:

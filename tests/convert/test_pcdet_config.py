@@ -190,3 +190,21 @@ def test_pcdet_yaml_is_read_as_untrusted(tmp_path: Path) -> None:
     bomb.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
     with pytest.raises(ConfigError, match="YAML aliases"):
         config_from_pcdet_yaml(bomb)
+
+
+def test_pcdet_yaml_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
+    """PyYAML alone keeps the last value; OpenPCDet's own reader would too, so which one was trained on is unknown."""
+    text, line = POINTPILLAR.read_text(), "            NMS_THRESH: 0.01\n"
+    assert text.count(line) == 1
+    twice = _pcdet_yaml(tmp_path, {})
+    twice.write_text(text.replace(line, line + line.replace("0.01", "0.5")))
+    first = text.splitlines().index(line.rstrip("\n")) + 1
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(twice)
+    assert str(info.value) == (f"{twice}: not a valid config YAML at line {first + 1}, column 13: "
+                               f"MODEL.POST_PROCESSING.NMS_CONFIG.NMS_THRESH: key given twice (first at line {first})")
+    base = tmp_path / "tools" / "cfgs" / "dataset_configs" / "kitti_dataset.yaml"  # a base file is read the same way
+    twice.write_text(text)
+    base.write_text(base.read_text() + "DATASET: 'KittiDataset'\n")
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(base))}: .* column 1: DATASET: key given twice"):
+        config_from_pcdet_yaml(twice)
