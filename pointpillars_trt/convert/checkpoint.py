@@ -3,7 +3,8 @@ zhulf0804), checked against the model config.
 
 The file is read by the safe ``.pth`` reader (``pth.py``); here its keys are matched to the layout,
 only the tensors the layout uses are built (once their shapes match the config), and NaN / inf
-weights are refused. Every failure is one ``CheckpointError`` line naming the file.
+weights, and BatchNorms that would fold into NaN / inf (a negative variance), are refused. Every
+failure is one ``CheckpointError`` line naming the file.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ _BACKBONE_KERNEL = 3  # both families use 3x3 convs in every backbone block
 _IGNORED_SUFFIXES = (".num_batches_tracked",)
 _IGNORED_KEYS = ("global_step",)
 _WRAPPER_KEYS = ("model_state", "state_dict", "model")
+_FLOAT32_MAX = float(np.finfo(np.float32).max)  # the largest weight an exported float32 graph can hold
 
 
 @dataclass(frozen=True)
@@ -83,9 +85,13 @@ class _Plan:
     deblocks: tuple[_ConvPlan, ...]
     heads: tuple[tuple[str, tuple[int, ...]], ...]   # (key prefix, weight shape): class, box, direction
 
+    def convs(self) -> tuple[_ConvPlan, ...]:
+        """Every conv followed by a BatchNorm: PFN, blocks, deblocks."""
+        return (self.pfn, *(c for block in self.blocks for c in block), *self.deblocks)
+
     def keys(self) -> dict[str, tuple[int, ...]]:
         out: dict[str, tuple[int, ...]] = {}
-        for conv in (self.pfn, *(c for block in self.blocks for c in block), *self.deblocks):
+        for conv in self.convs():
             out[conv.weight] = conv.shape
             out.update({f"{conv.bn}.{f}": (conv.bn_channels,) for f in _BN_FIELDS})
         for prefix, shape in self.heads:
@@ -200,6 +206,28 @@ def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str
                               f"{'s' if len(bad) > 1 else ''}: {_listing(bad, 5)}")
 
 
+def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, tuple[str, float]], source: str) -> None:
+    """A BatchNorm folds into the conv before it as weight / sqrt(running_var + eps): a negative variance (NaN
+    from the square root) or a fold beyond float32 (inf) makes every score NaN, and the detector would return
+    no boxes, silently. ``folds``: BatchNorm prefix -> (weight key of its conv, eps); the values are finite."""
+    negative = []
+    for bn in folds:
+        var = state[f"{bn}.running_var"]
+        count = int(np.count_nonzero(var < 0))
+        if count:
+            negative.append(f"{bn}.running_var has {count} negative value{'s' if count > 1 else ''} (of {var.size})")
+    if negative:
+        raise CheckpointError(f"{source}: {_listing(negative, 5)}: a BatchNorm variance cannot be negative; "
+                              "is the checkpoint damaged?")
+    for bn, (weight, eps) in folds.items():
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what is looked for here
+            scale, shift = BatchNorm(*(state[f"{bn}.{f}"] for f in _BN_FIELDS)).scale_shift(eps)
+            largest = max(float(np.abs(scale).max() * np.abs(state[weight]).max()), float(np.abs(shift).max()))
+        if not largest <= _FLOAT32_MAX:
+            raise CheckpointError(f"{source}: {bn} folded into {weight} (weight / sqrt(running_var + {eps:g})) "
+                                  f"gives values up to {largest:.3g}, beyond float32; is the checkpoint damaged?")
+
+
 def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: ModelConfig, *,
                             source: str = "state dict") -> PointPillarsWeights | multihead.MultiHeadWeights:
     """Map a state dict of either layout onto ``PointPillarsWeights`` (``MultiHeadWeights`` for a
@@ -214,6 +242,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
                           f"the {layout} multi-head layout of config {cfg.name}", source)
         multihead.check_label_indices(state_dict, cfg, source)
         _check_finite(state_dict, keys, source)
+        _check_batchnorms(state_dict, multihead.batchnorm_folds(cfg), source)
         return multihead.weights_from_state_dict(get, cfg)
     plan = _plan(layout, cfg)
     _check_head_channels(state_dict, plan, layout, cfg, source)
@@ -223,6 +252,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
         return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in _BN_FIELDS)), conv.stride)
 
     _check_finite(state_dict, plan.keys(), source)
+    _check_batchnorms(state_dict, {conv.bn: (conv.weight, cfg.network.bn_eps) for conv in plan.convs()}, source)
     cls, box, direction = (Conv1x1(get(f"{prefix}.weight"), get(f"{prefix}.bias")) for prefix, _ in plan.heads)
     pfn = conv_bn(plan.pfn)
     return PointPillarsWeights(

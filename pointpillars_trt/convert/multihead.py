@@ -115,6 +115,13 @@ def expected_keys(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
+def batchnorm_folds(cfg: ModelConfig) -> dict[str, tuple[str, float]]:
+    """Each BatchNorm prefix -> (weight key of the conv it folds into, the eps the graph folds it with)."""
+    net, heads = cfg.network, _heads(cfg)
+    return {conv.bn: (conv.weight, heads.middle_bn_eps if conv.bn.startswith(HEAD_KEY) else net.bn_eps)
+            for conv in _plan(cfg) if conv.bn is not None}
+
+
 def label_keys(cfg: ModelConfig) -> dict[str, list[int]]:
     """Each head's ``head_label_indices`` key and the 1-based class ids the config says it holds."""
     return {f"{HEAD_KEY}{h}.{LABEL_INDICES}": [cfg.classes.index(name) + 1 for name in group]

@@ -9,13 +9,17 @@ the real problem, found before any large allocation.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
+import math
 import os
 import pickle
 import struct
 import subprocess
 import sys
 import threading
+import warnings
 import zipfile
 import zlib
 from pathlib import Path
@@ -27,10 +31,11 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zeros, pickle_torch, torch_global,
                            write_legacy, write_raw_zip, write_zip, zeros_crc)
 
-from pointpillars_trt.convert import pth
+from pointpillars_trt.apps.cli import main
+from pointpillars_trt.convert import multihead, pth
 from pointpillars_trt.convert.checkpoint import expected_keys, load_checkpoint, weights_from_state_dict
 from pointpillars_trt.convert.pth import MAX_TUPLE_NESTING, read_pth, short_repr
-from pointpillars_trt.config import ModelConfig
+from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.errors import CheckpointError
 
 WRITERS = {"zip": write_zip, "legacy": write_legacy}
@@ -123,8 +128,11 @@ def small_config(cfg: ModelConfig) -> ModelConfig:  # the same as CHILD's
 
 
 def small_state(layout: str, cfg: ModelConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random weights of the small config, with BatchNorm variances >= 0 as training leaves them."""
     rng = np.random.default_rng(seed)
-    return {k: rng.normal(size=shape).astype(np.float32) for k, shape in expected_keys(layout, small_config(cfg)).items()}
+    shapes = expected_keys(layout, small_config(cfg))
+    state = {k: rng.normal(size=shape).astype(np.float32) for k, shape in shapes.items()}
+    return {k: np.abs(v) if k.endswith(".running_var") else v for k, v in state.items()}
 
 
 def huge_view(storage: Storage) -> Tensor:
@@ -465,7 +473,7 @@ def test_size_cap_is_a_module_constant(monkeypatch: pytest.MonkeyPatch, tmp_path
     checkpoint_error(lambda: read_pth(path), str(path), "larger than the 100-byte limit")
 
 
-# --- 4. non-finite weights ---------------------------------------------------------------------------
+# --- 4. non-finite weights, and BatchNorms that fold into NaN / inf -----------------------------------
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
@@ -479,6 +487,71 @@ def test_non_finite_weights_are_refused_with_their_keys(fmt: str, zhulf_cfg: Mod
                      "backbone.multi_blocks.1.1.running_var (3 of 16 values)", "head.conv_cls.weight (1 of")
     checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="mine"),
                      "mine: non-finite")
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_negative_batchnorm_variance_is_refused_with_its_key(fmt: str, zhulf_cfg: ModelConfig, tmp_path: Path) -> None:
+    """sqrt(running_var + eps) of a negative variance is NaN: the model would build and find nothing, silently."""
+    state = small_state("zhulf0804", zhulf_cfg)
+    state["backbone.multi_blocks.1.1.running_var"][[0, 5]] = -0.25  # -0.25 + eps 0.001 < 0
+    path = WRITERS[fmt](state, tmp_path / "negvar.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # numpy's "invalid value encountered in sqrt" must not leak
+        msg = checkpoint_error(lambda: load_checkpoint(path, config=small_config(zhulf_cfg)))
+    assert msg == (f"{path}: backbone.multi_blocks.1.1.running_var has 2 negative values (of 16): "
+                   "a BatchNorm variance cannot be negative; is the checkpoint damaged?")
+
+
+def test_negative_variance_below_eps_is_refused_too(openpcdet_cfg: ModelConfig) -> None:
+    """-1e-4 + eps 1e-3 folds without a NaN, but no BatchNorm ever measured a negative variance."""
+    state = small_state("openpcdet", openpcdet_cfg)
+    state["vfe.pfn_layers.0.norm.running_var"][3] = -1e-4
+    checkpoint_error(lambda: weights_from_state_dict(state, "openpcdet", small_config(openpcdet_cfg), source="mine"),
+                     "mine: vfe.pfn_layers.0.norm.running_var has 1 negative value (of 8): ")
+
+
+def test_negative_variance_in_a_multihead_middle_batchnorm(tmp_path: Path) -> None:
+    """The multi-head layout is checked the same way, its heads' BatchNorms included."""
+    cfg = load_config("openpcdet_nuscenes_multihead")
+    rng = np.random.default_rng(0)
+    state: dict[str, np.ndarray] = {k: rng.uniform(0.5, 1.5, shape).astype(np.float32)
+                                    for k, shape in multihead.expected_keys(cfg).items()}
+    state.update({k: np.asarray(ids, np.int64) for k, ids in multihead.label_keys(cfg).items()})
+    key = f"{multihead.HEAD_KEY}2.conv_box.conv_reg.1.running_var"
+    assert key in state
+    state[key][7] = -1.0
+    checkpoint_error(lambda: weights_from_state_dict(state, "openpcdet", cfg, source="nus.pth"),
+                     f"nus.pth: {key} has 1 negative value (of {state[key].size}): a BatchNorm variance cannot be")
+
+
+def test_batchnorm_that_folds_beyond_float32_is_refused(zhulf_cfg: ModelConfig) -> None:
+    """gamma / sqrt(var + eps) with gamma near float32's max and var 0 is finite in the file, inf once folded."""
+    state = small_state("zhulf0804", zhulf_cfg)
+    state["neck.decoder_blocks.2.1.weight"][1] = 3e38
+    state["neck.decoder_blocks.2.1.running_var"][1] = 0.0
+    expected = 3e38 / math.sqrt(0.0 + 1e-3) * float(np.abs(state["neck.decoder_blocks.2.0.weight"]).max())
+    msg = checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="big"))
+    assert msg.startswith("big: neck.decoder_blocks.2.1 folded into neck.decoder_blocks.2.0.weight "
+                          "(weight / sqrt(running_var + 0.001)) gives values up to "), msg
+    assert msg.endswith(f"{expected:.3g}, beyond float32; is the checkpoint damaged?"), msg
+
+
+def test_build_refuses_a_negative_variance_in_one_line_and_writes_nothing(zhulf_cfg: ModelConfig,
+                                                                           tmp_path: Path) -> None:
+    """``pointpillars-trt build`` of a full-size checkpoint (the built-in config) with one negative variance."""
+    rng = np.random.default_rng(1)
+    state = {k: rng.normal(size=shape).astype(np.float32) for k, shape in expected_keys("zhulf0804", zhulf_cfg).items()}
+    state = {k: np.abs(v) if k.endswith(".running_var") else v for k, v in state.items()}
+    state["pillar_encoder.bn.running_var"][10] = -2.0
+    path = write_zip(state, tmp_path / "bad.pth")
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.simplefilter("error", RuntimeWarning)
+        rc = main(["build", "--checkpoint", str(path), "--out", str(tmp_path / "model")])
+    assert rc == 2 and out.getvalue() == "", (rc, out.getvalue())
+    assert err.getvalue() == (f"error: {path}: pillar_encoder.bn.running_var has 1 negative value (of 64): "
+                              "a BatchNorm variance cannot be negative; is the checkpoint damaged?\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.pth"]
 
 
 def test_non_finite_values_in_unused_tensors_are_fine(openpcdet_cfg: ModelConfig, tmp_path: Path) -> None:
