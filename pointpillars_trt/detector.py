@@ -15,7 +15,7 @@ from .config import ModelConfig, Thresholds, load_config
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
-from .pointcloud_io import intensity_looks_8bit, read_points
+from .pointcloud_io import intensity_mismatch, read_points
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
@@ -110,9 +110,8 @@ class PointPillars:
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
-        # the first host frame's intensities are checked once (as infer does) for 0-255 values given to
-        # a model trained on 0-1
-        self._check_intensity = model.cfg.expects_unit_intensity
+        # the first host frame's intensities are checked once (as infer does) against the model's scale
+        self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
         backend = opts.backend
         _check_backend_runs_on(self.device, backend)
@@ -195,23 +194,28 @@ class PointPillars:
             raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
 
     def _check_first_intensities(self, frame: object) -> None:
-        """Warn (once) when the first host frame's intensities look like 0-255, or lie far beyond any
-        reflectance, for a 0-1 model."""
+        """Warn (once) when the first host frame's intensities disagree with the scale the model was trained
+        on (``intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 for a 0-255 one)."""
         if self._check_intensity and isinstance(frame, np.ndarray):
             self._check_intensity = False
-            if intensity_looks_8bit(frame):
+            mismatch = intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
+            if mismatch == "8bit":
                 warnings.warn("the points' intensities look like 0-255 values, but the model expects 0-1 "
                               "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
                               "intensity_scale=1/255)) if they are (checked on the first frame)",
                               InputWarning, stacklevel=3)
-            elif frame.ndim == 2 and frame.shape[0] and frame.shape[1] >= 4:
-                largest = float(np.nanmax(np.abs(frame[:, 3]))) if np.isfinite(frame[:, 3]).any() else 0.0
-                if largest > 255.0:
-                    warnings.warn(f"the points' intensities reach {largest:.6g}, but the model expects 0-1 "
-                                  "reflectance (KITTI): check the point layout (columns a point, their order, "
-                                  "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
-                                  "boxes from such frames are not meaningful (checked on the first frame)",
-                                  InputWarning, stacklevel=3)
+            elif mismatch == "beyond":
+                largest = float(np.nanmax(np.abs(frame[:, 3])))
+                warnings.warn(f"the points' intensities reach {largest:.6g}, but the model expects 0-1 "
+                              "reflectance (KITTI): check the point layout (columns a point, their order, "
+                              "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
+                              "boxes from such frames are not meaningful (checked on the first frame)",
+                              InputWarning, stacklevel=3)
+            elif mismatch == "unit":
+                warnings.warn("the points' intensities all lie within 0-1, but the model was trained on 0-255 "
+                              "values (nuScenes): scale the 4th column by 255 (read_points(..., "
+                              "intensity_scale=255)) if they are 0-1 reflectance (checked on the first frame)",
+                              InputWarning, stacklevel=3)
 
     def _said_if_nonfinite(self, found: Detections) -> Detections:
         """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity: the network overflowed,

@@ -292,6 +292,35 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
     return lo >= 0.0 and 1.5 < hi <= 255.0
 
 
+#: Finite points a frame needs before "all its intensities lie in 0-1" says anything of its scale.
+UNIT_INTENSITY_MIN_POINTS = 1000
+
+
+def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
+    """How a frame's intensities disagree with the scale its model was trained on, or None: ``"8bit"``
+    (0-255 values for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1 model: another point layout
+    or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS points, all within 0-1, for a 0-255 model).
+    One pass over the column in the usual case."""
+    arr = np.asarray(points)
+    if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
+        return None
+    if expects_unit:
+        if intensity_looks_8bit(arr):
+            return "8bit"
+        hi = float(arr[:, 3].max())
+        if hi <= 255.0:  # NaN compares False: look at the finite values
+            return None
+        finite = arr[:, 3][np.isfinite(arr[:, 3])]
+        return "beyond" if finite.size and float(np.abs(finite).max()) > 255.0 else None
+    inten = arr[:, 3]
+    hi = float(inten.max())
+    if hi > 1.0:
+        return None
+    finite = inten[np.isfinite(inten)]
+    small = finite.size >= UNIT_INTENSITY_MIN_POINTS and float(finite.min()) >= 0.0 and float(finite.max()) <= 1.0
+    return "unit" if small else None
+
+
 # --------------------------------------------------------------------------- .bin
 
 def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:

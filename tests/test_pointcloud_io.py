@@ -290,6 +290,29 @@ def test_intensity_looks_8bit() -> None:
     assert not intensity_looks_8bit(np.array([[0, 0, 0, 1.4]], np.float32))
 
 
+def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
+    from pointpillars_trt.pointcloud_io import UNIT_INTENSITY_MIN_POINTS, intensity_mismatch
+
+    unit = sample(UNIT_INTENSITY_MIN_POINTS)
+    unit[:, 3] = np.linspace(0.0, 1.0, len(unit))
+    assert intensity_mismatch(unit, expects_unit=True) is None
+    assert intensity_mismatch(unit, expects_unit=False) == "unit"  # 0-1 values for a model of 0-255
+    assert intensity_mismatch(unit[:-1], expects_unit=False) is None  # too few points to tell
+    eight = unit.copy()
+    eight[:, 3] *= 255
+    assert intensity_mismatch(eight, expects_unit=True) == "8bit"
+    assert intensity_mismatch(eight, expects_unit=False) is None
+    beyond = unit.copy()
+    beyond[:, 3] *= 65535
+    beyond[0, 3] = np.nan
+    assert intensity_mismatch(beyond, expects_unit=True) == "beyond"
+    beyond[:, 3] = np.nan
+    assert intensity_mismatch(beyond, expects_unit=True) is None and intensity_mismatch(beyond, False) is None
+    centred = unit.copy()
+    centred[:, 3] -= 0.5  # negative values are no 0-1 reflectance
+    assert intensity_mismatch(centred, expects_unit=False) is None
+
+
 def test_intensity_scale(tmp_path: Path) -> None:
     pts = sample(5)
     pts[:, 3] = [0, 10, 100, 200, 255]

@@ -38,7 +38,7 @@ from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
-    expand_frame_paths, intensity_warning
+    FrameWarnings, expand_frame_paths, frame_warnings
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
@@ -296,15 +296,14 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     failures: list[tuple[str, str]] = []
     frames = boxes = 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
-    warned = False
+    warned = FrameWarnings(report.note) if report is not None else None
     with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
         for record in _records(dataset):
             frames += 1
             first_call = min(first_call, record["call_started"])
             source, error = record["source"], record["error"]
-            if report is not None and record["intensity_8bit"] and not warned:
-                warned = True
-                report.note(intensity_warning(source))
+            if warned is not None:
+                warned.add(record["warnings"])
             if rows is not None:
                 rows.add(json.loads(record["row"]))
             if error:
@@ -321,6 +320,8 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         rows.close()
         flush_to_disk(rows.files)
     remove_stale_temp_files(out)  # of a writer process that died mid-write
+    if warned is not None:
+        warned.close()
     if report is not None:
         report.close()
     seconds = time.perf_counter() - start
@@ -331,7 +332,7 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
 
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
 #: actor's call began, for the rate without the actors' start).
-_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "intensity_8bit", "row",
+_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "warnings", "row",
             "call_started")
 
 
@@ -343,7 +344,8 @@ def _records(dataset: Any) -> Iterator[dict[str, Any]]:
             error = record["error"]  # a column of None and str arrives with NaN for None
             yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
                    "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
-                   "num_out_of_view": int(record["num_out_of_view"]), "intensity_8bit": bool(record["intensity_8bit"]),
+                   "num_out_of_view": int(record["num_out_of_view"]),
+                   "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
                    "row": str(record["row"]), "call_started": float(record["call_started"])}
 
 
@@ -375,6 +377,7 @@ class _DetectActor:
         self.rows = rows  # the driver writes JSON Lines / Parquet rows: a failed frame's row is made here too
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
+        self.point_range = plan.point_range  # for the frames' warnings, said by the driver
         write = partial(_write_record, plan=plan, row_classes=self.classes if rows else None)
         self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write,
                                   writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -396,11 +399,13 @@ class _DetectActor:
         files: list[str] = []
         for job in self.stream.run(items, paths):
             written, row = job.written if job.error is None else (FrameOutput(), None)
+            intensity = self.read.intensity_mismatch_of(job.item)  # asked for every item, in input order
             if job.error is None:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "intensity_8bit": self.read.looked_8bit(job.item),
+                      "warnings": json.dumps([] if job.error else frame_warnings(
+                          job.source, job.detections, written, self.point_range, intensity)),
                       "row": row if row is not None else self._failed_row(job), "call_started": started}
             for key in _COLUMNS:
                 columns[key].append(record[key])

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..detector import detect_each, frame_source
 from ..errors import InputError
-from ..pointcloud_io import Allocate, intensity_looks_8bit, read_bin_bytes_into, read_points_into
+from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
 from ..staging import StagingBuffer
 from .messages import one_line
 
@@ -58,17 +58,19 @@ BATCH_BREAK = object()
 class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
     bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
-    ``prepare`` (e.g. the camera-FOV crop), then the check for 0-255 intensities given to a model
-    trained on 0-1 (``looked_8bit(item)``, asked in input order, finds the first such frame for the one
-    warning, whichever reader thread checked it first)."""
+    ``prepare`` (e.g. the camera-FOV crop), then the check of the intensities against the scale the
+    model was trained on (``intensity_mismatch_of(item)``, asked in input order, finds the first such
+    frame for the one warning, whichever reader thread checked it first)."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
         # the model's point columns: its config's, else (a served model, whose config is not here) ``columns``
         self.columns = cfg.num_point_columns if cfg is not None else columns or 4
         self.point_dim, self.intensity_scale, self.prepare = point_dim, intensity_scale, prepare
-        self.check_intensity = intensity_scale is None and (cfg is None or cfg.expects_unit_intensity)
-        self._looks_8bit: set[int] = set()  # ids of the items whose frames looked 0-255, until asked
+        # a served model (no config here) of 4 columns is a KITTI-style one: 0-1 reflectance
+        self.expects_unit = cfg.expects_unit_intensity if cfg is not None else self.columns == 4
+        self.check_intensity = intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
+        self._mismatches: dict[int, str] = {}  # item id -> intensity_mismatch of its frame, until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, bytes):
@@ -82,18 +84,20 @@ class FrameReader:
                                       intensity_scale=self.intensity_scale, columns=self.columns)
             if self.prepare is not None:
                 points = self.prepare(points, str(item))
-        if self.check_intensity and intensity_looks_8bit(points):
-            self._looks_8bit.add(id(item))
+        if self.check_intensity:
+            mismatch = intensity_mismatch(points, self.expects_unit)
+            if mismatch is not None:
+                self._mismatches[id(item)] = mismatch
         return points
 
-    def looked_8bit(self, item: object) -> bool:
-        """Whether ``item``'s frame looked like 0-255 intensities. Asked once per item in input order (the
-        runner's jobs hold their items until then); after the first yes, frames are no longer checked."""
-        if id(item) not in self._looks_8bit:
-            return False
-        self._looks_8bit.discard(id(item))
-        self.check_intensity = False
-        return True
+    def intensity_mismatch_of(self, item: object) -> str | None:
+        """How ``item``'s intensities disagreed with the model's scale (``intensity_mismatch``), or None.
+        Asked once per item in input order (the runner's jobs hold their items until then); after the first
+        mismatch, frames are no longer checked."""
+        mismatch = self._mismatches.pop(id(item), None)
+        if mismatch is not None:
+            self.check_intensity = False
+        return mismatch
 
 
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:

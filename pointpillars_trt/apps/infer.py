@@ -269,6 +269,9 @@ def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json"
     clashes = [paths for paths in by_name.values() if len(paths) > 1]
     if clashes:
         first = clashes[0]
+        if os.path.abspath(first[0]) == os.path.abspath(first[1]):
+            raise InputError(f"frame {safe_repr(first[0])} is given twice (by two arguments, or a folder and a file "
+                             "in it): give each frame once")
         raise InputError(
             f"frames {safe_repr(first[0])} and {safe_repr(first[1])} would write the same output file "
             f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({len(clashes)} such name(s)); "
@@ -277,9 +280,6 @@ def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json"
     taken = [Path(f).stem + suffix for f in frames for suffix in suffixes if Path(f).stem + suffix in reserved]
     if taken:
         raise InputError(f"a frame's output {safe_repr(taken[0])} would overwrite the run's own output of that name")
-
-
-_check_unique_names = check_unique_names  # the name apps/serve imports
 
 
 # --------------------------------------------------------------------------- the model
@@ -665,15 +665,61 @@ class FrameReport:
         return self.done, self.failed
 
 
-def intensity_warning(source: str) -> str:
-    return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
-            "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
-            "if they are (warned once)")
+def intensity_warning(source: str, kind: str) -> str:
+    """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``)."""
+    if kind == "8bit":
+        return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
+                "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
+                "if they are (warned once)")
+    if kind == "beyond":
+        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model expects 0-1 "
+                "reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
+                "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
+    return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
+            "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
+
+
+def frame_warnings(source: str, det: Detections | None, written: FrameOutput, point_range: Sequence[float] | None,
+                   intensity: str | None) -> list[tuple[str, str]]:
+    """(kind, warning) of each thing a frame's read and detections say is probably wrong with its file: its
+    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), ``frame_warning``'s, and boxes
+    left out for NaN or infinite values (the network overflowed). Local infer and Ray's workers alike."""
+    found = [(intensity, intensity_warning(source, intensity))] if intensity is not None else []
+    warning = None if det is None else frame_warning(source, det, point_range)
+    if warning is not None:
+        found.append(warning)
+    if written.nonfinite:
+        found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN or "
+                                  "infinite values and were left out: the network overflowed on values far outside "
+                                  "what it was trained on (check the point layout and the intensity scale) "
+                                  "(warned once)"))
+    return found
+
+
+class FrameWarnings:
+    """Each kind of frame warning said for its first frame, on ``note``; every frame counted, for the line
+    after the run."""
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self.note = note
+        self.counts: dict[str, int] = {}
+
+    def add(self, found: Sequence[tuple[str, str]]) -> None:
+        for kind, text in found:
+            if not self.counts.get(kind):
+                self.note(text)
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def close(self) -> None:
+        for kind, count in self.counts.items():
+            if count > 1:
+                self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
 
 
 #: What the frames of each warning said once have, for the count after the run.
-WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "nonfinite": "had only non-finite points",
-                 "range": "had no point in the model's point range"}
+WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "beyond": "had intensities beyond 255",
+                 "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
+                 "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values"}
 
 #: Finite points a frame must have for "none of them in the model's range" to be worth a warning.
 MISPLACED_FROM = 100
@@ -743,14 +789,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                        columns=getattr(detectors[0], "point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
-    warned: dict[str, int] = {}  # frames of each warning said once ("8bit": 0-255 intensities, frame_warning's)
-
-    def warn_once(kind: str, text: Callable[[], str]) -> None:
-        """Say ``kind``'s warning for its first frame; count every frame for the line after the run."""
-        if not warned.get(kind):
-            report.note(text())
-        warned[kind] = warned.get(kind, 0) + 1
-
+    warned = FrameWarnings(report.note)
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
@@ -758,8 +797,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     jobs = runner.run(frames)
     try:
         for job in jobs:
-            if read.looked_8bit(job.item):
-                warn_once("8bit", functools.partial(intensity_warning, job.source))
+            intensity = read.intensity_mismatch_of(job.item)
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes), None)
@@ -770,10 +808,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 continue
             written, row = job.written
             to_flush.add(written.files)
-            warning = None if job.detections is None else frame_warning(job.source, job.detections, plan.point_range)
-            if warning is not None:
-                kind, text = warning
-                warn_once(kind, lambda: text)
+            warned.add(frame_warnings(job.source, job.detections, written, plan.point_range, intensity))
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, job.source)
@@ -801,9 +836,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 runner.close()
             finally:
                 report.bar.close()
-    for kind, count in warned.items():
-        if count > 1:
-            report.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
+    warned.close()
     if disk.unwritten:
         report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
                     "written (free space, then rerun with --skip-existing)")

@@ -571,6 +571,29 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
 
 
 @pytest.mark.slow
+def test_intensities_beyond_255_and_overflowing_boxes_are_said_with_the_fix(assets: Path, tmp_path: Path):
+    """A KITTI crop with 16-bit intensities (x 65535) through the OpenPCDet-layout checkpoint: both the
+    intensities and the boxes the network overflowed on are said, once each, with the file and the fix
+    (the summary only counted the dropped boxes)."""
+    points = np.fromfile(assets / "kitti/training/velodyne_reduced/000134.bin", "<f4").reshape(-1, 4).copy()
+    points[:, 3] *= 65535
+    points.tofile(tmp_path / "wide.bin")
+    run = cli("infer", tmp_path / "wide.bin", "--model", assets / "checkpoints/pointpillar_openpcdet_synthetic.pth",
+              "--device", "cpu", "--no-progress", "--out", tmp_path / "out")
+    assert run.rc == 0, run
+    record = json.loads((tmp_path / "out" / "wide.json").read_text())
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert warnings[0] == (f"warning: '{tmp_path / 'wide.bin'}': intensities reach beyond 255, but the model expects "
+                           "0-1 reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
+                           "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
+    dropped = record["num_nonfinite_boxes"]
+    assert dropped > 0 and warnings[1] == (
+        f"warning: '{tmp_path / 'wide.bin'}': {dropped} of its boxes held NaN or infinite values and were left out: "
+        "the network overflowed on values far outside what it was trained on (check the point layout and the "
+        "intensity scale) (warned once)") and len(warnings) == 2, run.err
+
+
+@pytest.mark.slow
 def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\0" * 10)
@@ -717,6 +740,8 @@ def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_fra
     shutil.copy(tiny_frames[1], other / "000001.npy")  # bytes do not matter: refused before reading
     run = cli("infer", tiny_frames[1], other / "000001.npy", "--model", tiny_model, "--out", tmp_path / "out")
     assert_one_line_error(run, "same output file", "000001.json")
+    run = cli("infer", tiny_frames[1], tiny_frames[1], "--model", tiny_model, "--out", tmp_path / "out")
+    assert_one_line_error(run, f"frame '{tiny_frames[1]}' is given twice")
     assert not (tmp_path / "out").exists()
 
 

@@ -33,6 +33,14 @@ def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, 
     assert run.rc == 0, run
     assert (tmp_path / "out" / FRAME.replace(".bin", ".png")).stat().st_size > 10_000
     assert "intensities look like 0-255" not in run.err  # the nuScenes model is trained on 0-255 intensities
+    assert "intensities all lie within 0-1" not in run.err
+    unit = read_points(nuscenes / FRAME, point_dim=5, columns=5)
+    unit[:, 3] /= 255  # reflectance, as a KITTI-style source gives it
+    unit.tofile(tmp_path / "unit.bin")
+    run = cli("infer", tmp_path / "unit.bin", "--model", model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert f"warning: '{tmp_path / 'unit.bin'}': intensities all lie within 0-1, but the model was trained on 0-255 " \
+           "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)\n" in run.err, run.err
     record = json.loads((tmp_path / "out" / FRAME.replace(".bin", ".json")).read_text())
     want = PointPillars.from_model_dir(model, device="cpu")(read_points(nuscenes / FRAME, point_dim=5, columns=5))
     assert record["labels"] == want.names and len(want) >= 10

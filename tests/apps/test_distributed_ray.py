@@ -140,10 +140,12 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     for index, n in enumerate((0, 40, 900, 3000, 77)):
         write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
                            folder / f"{index:06d}.bin")
+    write_velodyne_bin(np.full((200, 4), np.nan, np.float32), folder / "000005.bin")  # a frame warning, said
     with_corrupt_frame(folder)
     local = local_infer(folder, Path(model.path), tmp_path / "local")
     rc, out, err = ray_infer(folder, Path(model.path), tmp_path / "ray")
-    assert rc == 1 and out.startswith("5/6 frames, 0 boxes, written to"), out
+    assert rc == 1 and out.startswith("6/7 frames, 0 boxes, written to"), out
+    assert f"warning: '{folder / '000005.bin'}': all its 200 points are non-finite" in err, err  # as local infer's
     assert "running on Ray: 2 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
     assert f"error: point file '{folder / CORRUPT}' is 10 bytes, not a multiple of 16" in err, err  # named once
     rates = re.search(r"([0-9.]+) frames/s with 2 worker\(s\) \(([0-9.]+) frames/s from the workers' first call on",
@@ -151,9 +153,9 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     assert rates is not None, err
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
-    assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 5
+    assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 6
     rc, out, _ = ray_infer(folder, Path(model.path), tmp_path / "rows", "--format", "jsonl")
-    assert rc == 1 and out.startswith(f"5/6 frames, 0 boxes, written to {tmp_path / 'rows'}"), out  # the part files' folder
+    assert rc == 1 and out.startswith(f"6/7 frames, 0 boxes, written to {tmp_path / 'rows'}"), out  # the part files' folder
 
 
 def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
