@@ -682,12 +682,18 @@ def intensity_warning(source: str, kind: str) -> str:
 def frame_warnings(source: str, det: Detections | None, written: FrameOutput, point_range: Sequence[float] | None,
                    intensity: str | None) -> list[tuple[str, str]]:
     """(kind, warning) of each thing a frame's read and detections say is probably wrong with its file: its
-    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), ``frame_warning``'s, and boxes
-    left out for NaN or infinite values (the network overflowed). Local infer and Ray's workers alike."""
+    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), ``frame_warning``'s, pillars left
+    out beyond max_pillars, and boxes left out for NaN or infinite values (the network overflowed). Local
+    infer and Ray's workers alike."""
     found = [(intensity, intensity_warning(source, intensity))] if intensity is not None else []
     warning = None if det is None else frame_warning(source, det, point_range)
     if warning is not None:
         found.append(warning)
+    if det is not None and det.stats.num_pillars_dropped:
+        found.append(("pillars", f"warning: {safe_repr(source)}: {det.stats.num_pillars_dropped} of its pillars lie "
+                                 f"beyond the model's voxel.max_pillars ({det.stats.num_pillars} kept) and were left "
+                                 "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps "
+                                 "frames this dense whole (warned once)"))
     if written.nonfinite:
         found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN or "
                                   "infinite values and were left out: the network overflowed on values far outside "
@@ -719,7 +725,8 @@ class FrameWarnings:
 #: What the frames of each warning said once have, for the count after the run.
 WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "beyond": "had intensities beyond 255",
                  "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
-                 "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values"}
+                 "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values",
+                 "pillars": "had pillars beyond the model's max_pillars"}
 
 #: Finite points a frame must have for "none of them in the model's range" to be worth a warning.
 MISPLACED_FROM = 100

@@ -593,6 +593,20 @@ def test_intensities_beyond_255_and_overflowing_boxes_are_said_with_the_fix(asse
         "intensity scale) (warned once)") and len(warnings) == 2, run.err
 
 
+def test_pillars_beyond_max_pillars_are_said(tiny_model: Path, tmp_path: Path):
+    """A point in every cell of the tiny model's 32 x 24 grid: 768 pillars, of which its max_pillars (256)
+    are kept; the other 512 are said once, with the fix."""
+    ix, iy = np.meshgrid(np.arange(32), np.arange(24))
+    x, y = (ix.ravel() + 0.5) * 0.16, -1.92 + (iy.ravel() + 0.5) * 0.16
+    np.column_stack([x, y, np.zeros_like(x), np.full_like(x, 0.5)]).astype(np.float32).tofile(tmp_path / "dense.bin")
+    run = cli("infer", tmp_path / "dense.bin", "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: '{tmp_path / 'dense.bin'}': 512 of its pillars lie beyond the model's "
+                        "voxel.max_pillars (256 kept) and were left out, as OpenPCDet leaves them out: a larger "
+                        "max_pillars in the model's config keeps frames this dense whole (warned once)"], run.err
+
+
 @pytest.mark.slow
 def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bad = tmp_path / "bad.bin"
