@@ -327,15 +327,39 @@ def check_writable_folder(path: PathLike, what: str = "folder") -> None:
         if probe_in.parent == probe_in:
             break
         probe_in = probe_in.parent
+    if probe_in == target and not target.is_dir():
+        raise InputError(f"{what} {shown} is an existing file, not a folder")
     if not probe_in.is_dir():
         raise InputError(f"{what} {shown}: {safe_repr(probe_in)} is a file, not a folder")
-    probe = probe_in / f".pp-write-probe.{os.getpid()}.{secrets.token_hex(4)}"
+    where = "" if probe_in == target else f" (it would be created in {safe_repr(probe_in)})"
+    _probe_writable(probe_in, f"{what} {shown}: cannot write there{where}")
+
+
+def check_writable_file(path: PathLike, what: str = "file") -> None:
+    """Refuse, before any work, a file target the atomic writer could not replace: an empty name, a
+    folder in its place, or a parent folder that is missing, a file or read-only (the writer's temp
+    file goes there, and a failure after the work would name that temp file). Nothing is left."""
+    shown = safe_repr(path)
+    if not os.fspath(path).strip():
+        raise InputError(f"{what} {shown}: an empty file name (an unset variable?); name the file to write")
+    target = Path(os.fspath(path))
+    if target.is_dir():
+        raise InputError(f"{what} {shown} is an existing folder; {what} names a file")
+    parent = target.parent
+    if not parent.is_dir():
+        problem = "is a file, not a folder" if parent.exists() else "does not exist"
+        raise InputError(f"{what} {shown}: its folder {safe_repr(parent)} {problem}")
+    _probe_writable(parent, f"{what} {shown}: cannot write in its folder {safe_repr(parent)}")
+
+
+def _probe_writable(folder: Path, message: str) -> None:
+    """Create and remove an empty temp folder in ``folder``; InputError ``message: reason`` when that fails."""
+    probe = folder / f".pp-write-probe.{os.getpid()}.{secrets.token_hex(4)}"
     try:
         os.mkdir(probe)
         os.rmdir(probe)
     except OSError as exc:
-        where = "" if probe_in == target else f" (it would be created in {safe_repr(probe_in)})"
-        raise InputError(f"{what} {shown}: cannot write there{where}: {exc.strerror or exc}") from None
+        raise InputError(f"{message}: {exc.strerror or exc}") from None
 
 
 def write_text_atomic(path: PathLike, text: str, *, durable: bool = True) -> None:

@@ -339,3 +339,17 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
     assert run.rc == 0, run
     assert "running on CPU, ONNX Runtime, fp16: 1 timed frames a frame set" in run.err, run.err
     assert {r["precision"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]} == {"fp16"}
+
+
+def test_bench_refuses_an_out_it_cannot_write_before_the_model_loads(tmp_path: Path):
+    """The model and frames do not exist: only a check made before they are read can name --out (before: the
+    whole benchmark ran, then ``error: 'outfile': File exists``)."""
+    a_file = tmp_path / "report.md"
+    a_file.write_text("mine\n")
+    absent = ("--model", tmp_path / "no-model", "--frames", tmp_path / "no-frames", "--device", "cpu")
+    run = cli("bench", *absent, "--out", a_file)
+    assert (run.rc, run.out, run.err) == (2, "", f"error: --out '{a_file}' is an existing file, not a folder\n"), run
+    run = cli("bench", *absent, "--out", a_file / "sub")
+    assert (run.rc, run.out, run.err) == (2, "", f"error: --out '{a_file / 'sub'}': '{a_file}' is a file, "
+                                                 "not a folder\n"), run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"] and a_file.read_text() == "mine\n"

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
+import math
 import os
 import threading
 import warnings
@@ -22,16 +24,16 @@ GT = "Car 0 0 0 100 150 180 210 1.5 1.6 3.9 -12 1.6 20 0.3\n"
 PRED = "Car 0 0 0 100 150 180 210 1.5 1.6 3.9 -12 1.6 20 0.3 0.9\n"
 
 
-def eval_cli(*args: object, deadline: float = 20.0) -> tuple[int, str]:
-    """``pointpillars-trt eval ARGS`` with warnings as errors: (exit code, stderr); fails past the deadline."""
-    result: list[tuple[int, str]] = []
+def eval_cli(*args: object, deadline: float = 20.0) -> tuple[int, str, str]:
+    """``pointpillars-trt eval ARGS`` with warnings as errors: (exit code, stderr, stdout); fails past the deadline."""
+    result: list[tuple[int, str, str]] = []
 
     def target() -> None:
-        err = io.StringIO()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
             warnings.simplefilter("error")
             rc = main(["eval", *map(str, args)])
-        result.append((rc, err.getvalue()))
+        result.append((rc, err.getvalue(), out.getvalue()))
 
     thread = threading.Thread(target=target, daemon=True)
     thread.start()
@@ -79,7 +81,7 @@ def test_unreadable_label_prediction_or_ids_file(folders: tuple[Path, Path], tmp
     ids.write_text("000000\n")
     target = {"label": labels / "000000.txt", "prediction": pred / "000000.txt", "ids": ids}[which]
     damage(target)
-    rc, err = eval_cli("--pred", pred, "--labels", labels, "--ids", ids)
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", ids)
     lines = err.strip().splitlines()
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
     assert f"{which if which != 'ids' else 'frame id'} file" in lines[0] and str(target) in lines[0]
@@ -93,18 +95,135 @@ def test_unreadable_label_prediction_or_ids_file(folders: tuple[Path, Path], tmp
 def test_huge_finite_values_are_refused_without_overflow_warnings(folders: tuple[Path, Path], line: str) -> None:
     labels, pred = folders
     (pred / "000000.txt").write_text(line + "\n")
-    rc, err = eval_cli("--pred", pred, "--labels", labels)
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
     assert rc == 2 and err.count("\n") == 1 and "000000.txt, line 1: a value beyond" in err, err
 
 
 def test_ids_that_are_paths_are_refused(folders: tuple[Path, Path], tmp_path: Path) -> None:
     labels, pred = folders
     (tmp_path / "ids.txt").write_text("000000\n../../etc/passwd\n")
-    rc, err = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
     assert rc == 2 and "'../../etc/passwd', not a file name" in err, err
 
 
 def test_a_clean_run_still_passes(folders: tuple[Path, Path]) -> None:
     """The same harness on good files: exit 0 and nothing on stderr (so the refusals above are real)."""
     labels, pred = folders
-    assert eval_cli("--pred", pred, "--labels", labels) == (0, "")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (0, "") and out.startswith("1 frames, predictions "), out
+
+
+# --------------------------------------------------------------------------- --json target
+
+def _files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+
+@pytest.mark.parametrize("where, problem", [
+    ("missing/ap.json", ": its folder '{root}/missing' does not exist"),
+    ("pred", " is an existing folder; --json names a file"),
+    ("a_file/ap.json", ": its folder '{root}/a_file' is a file, not a folder"),
+    ("", ": an empty file name (an unset variable?); name the file to write"),
+])
+def test_a_json_target_that_cannot_be_written_is_refused_before_evaluating(folders: tuple[Path, Path],
+                                                                           tmp_path: Path, where: str,
+                                                                           problem: str) -> None:
+    """Before: the whole evaluation ran, then the error named the writer's hidden temp file."""
+    labels, pred = folders
+    (tmp_path / "a_file").write_text("x")
+    before = _files(tmp_path)
+    target = str(tmp_path / where) if where else ""
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", target)
+    assert rc == 2 and err == f"error: --json '{target}'{problem.format(root=tmp_path)}\n", err
+    assert out == ""  # no table: nothing was evaluated
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs sysfs, where nobody (root neither) makes files")
+def test_a_json_target_in_a_folder_that_takes_no_files_is_refused_before_evaluating(folders: tuple[Path, Path]) -> None:
+    labels, pred = folders
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", "/sys/kernel/ap.json")
+    assert rc == 2 and out == "", (err, out)
+    assert err.startswith("error: --json '/sys/kernel/ap.json': cannot write in its folder '/sys/kernel': ")
+    assert err.count("\n") == 1 and "pp-tmp" not in err and "probe" not in err, err
+
+
+def test_json_report_is_written_and_said(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    labels, pred = folders
+    target = tmp_path / "ap.json"
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", target)
+    assert (rc, err) == (0, ""), err
+    assert out.endswith(f"\nwrote {target}\n"), out
+    report = json.loads(target.read_text())
+    assert set(report) == {"Car", "Pedestrian", "Cyclist", "loose"}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left
+
+
+# --------------------------------------------------------------------------- JSON predictions (infer --format json)
+
+#: Rect camera = lidar with its axes turned (x_cam = -y, y_cam = -z, z_cam = x), a pinhole P2 and no
+#: rectification, so the lidar box of the GT line can be written down by hand.
+CALIB = ("P2: 700 0 600 0 0 700 180 0 0 0 1 0\n"
+         "R0_rect: 1 0 0 0 1 0 0 0 1\n"
+         "Tr_velo_to_cam: 0 -1 0 0 0 0 -1 0 1 0 0 0\n")
+#: GT's car (bottom centre -12 1.6 20 in camera, h 1.5 w 1.6 l 3.9, rotation_y 0.3) as a lidar box:
+#: x = z_cam, y = -x_cam, z = -y_cam + h / 2; dx = l, dy = w, dz = h; heading = -(rotation_y + pi/2).
+GT_CAR_LIDAR = [20.0, 12.0, -0.85, 3.9, 1.6, 1.5, -0.3 - math.pi / 2]
+#: A car 10 m behind the camera: no part of it is in the image.
+BEHIND_LIDAR = [-10.0, 0.0, -0.85, 3.9, 1.6, 1.5, 0.0]
+
+
+def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[float]) -> tuple[Path, Path, Path]:
+    """(label folder, prediction folder of one infer-style JSON record, calib folder) for frame 000000."""
+    labels, pred, calib = tmp_path / "label_2", tmp_path / "pj", tmp_path / "calib"
+    for folder in (labels, pred, calib):
+        folder.mkdir(exist_ok=True)
+    (labels / "000000.txt").write_text(GT)
+    (calib / "000000.txt").write_text(CALIB)
+    record = {"frame": "000000", "boxes_lidar": boxes, "scores": scores, "labels": ["Car"] * len(scores)}
+    (pred / "000000.json").write_text(json.dumps(record))  # NaN and Infinity as Python's json writes them
+    return labels, pred, calib
+
+
+@pytest.mark.parametrize("boxes, scores, field, problem", [
+    ([[math.nan, *GT_CAR_LIDAR[1:]]], [0.9], "boxes_lidar[0]", "a NaN or infinite value"),
+    ([GT_CAR_LIDAR, [1e300, *GT_CAR_LIDAR[1:]]], [0.9, 0.8], "boxes_lidar[1]",
+     "a value beyond +-100000 (no KITTI box, pixel, angle or score is that large)"),
+    ([GT_CAR_LIDAR], [math.inf], "scores[0]", "a NaN or infinite value"),
+    ([GT_CAR_LIDAR], [1e6], "scores[0]", "a value beyond +-100000 (no KITTI box, pixel, angle or score is that large)"),
+])
+def test_non_finite_or_absurd_json_predictions_are_refused_like_label_lines(tmp_path: Path, boxes: list[list[float]],
+                                                                           scores: list[float], field: str,
+                                                                           problem: str) -> None:
+    """Before: the box was dropped without a word and the frame evaluated as if it had none (exit 0)."""
+    labels, pred, calib = _json_predictions(tmp_path, boxes, scores)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--json", tmp_path / "ap.json")
+    assert rc == 2 and err == f"error: prediction file '{pred / '000000.json'}', {field}: {problem}\n", err
+    assert out == "" and not (tmp_path / "ap.json").exists()
+
+
+def _ap_lines(table: str, metric: str) -> list[str]:
+    return [line for line in table.splitlines() if line.startswith(metric)]
+
+
+def test_json_boxes_outside_the_camera_image_are_left_out_and_counted(tmp_path: Path) -> None:
+    """An out-of-view box changes no AP (it is left out, as infer --format kitti leaves it out) and is
+    counted; the in-view box scores as the GT line itself does as a .txt prediction."""
+    labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    rc, err, alone = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, "") and alone.startswith(f"1 frames, predictions {pred}\n"), alone
+    _json_predictions(tmp_path, [GT_CAR_LIDAR, BEHIND_LIDAR], [0.9, 0.95])
+    rc, err, both = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, ""), err
+    first, table = both.split("\n", 1)
+    assert first == (f"1 frames, predictions {pred} (1 box(es) outside the camera image left out, "
+                     "as infer --format kitti leaves them out)")
+    assert table == alone.split("\n", 1)[1]
+    txt = tmp_path / "pred_txt"
+    txt.mkdir()
+    (txt / "000000.txt").write_text(PRED)
+    rc, err, as_txt = eval_cli("--pred", txt, "--labels", labels)
+    assert (rc, err) == (0, "")
+    for metric in ("bev  AP", "3d   AP"):  # the 2D box is the projection, not the label's: bbox and aos differ
+        assert _ap_lines(table, metric) == _ap_lines(as_txt, metric), metric
+    assert any(float(v) > 0 for line in _ap_lines(table, "3d   AP") for v in line.split(":")[1].split(","))

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ...config import ModelConfig, load_config
 from ...detections import Detections
 from ...errors import BackendError, PointPillarsError
+from ...fileio import check_writable_folder
 from ...graph_io import MAX_BATCH
 from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
@@ -94,6 +95,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from ...detector import cuda_available
 
     out = Path(args.out)
+    check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
     frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns) if args.frames

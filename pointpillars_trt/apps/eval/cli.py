@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from ...fileio import write_text_atomic
-from .io import list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
+from ...fileio import check_writable_file, write_text_atomic
+from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
 from .report import format_comparison, format_table
 
@@ -53,14 +53,25 @@ def _classes(text: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def _described(folder: Path | str, predictions: Annotations) -> str:
+    """A prediction folder as the report names it, with the JSON boxes outside the camera image that were
+    left out (as ``infer --format kitti`` leaves them out), so the count evaluated is no surprise."""
+    if not predictions.out_of_view:
+        return str(folder)
+    return (f"{folder} ({predictions.out_of_view} box(es) outside the camera image left out, as infer --format "
+            "kitti leaves them out)")
+
+
 def run_eval(args: argparse.Namespace) -> int:
-    """Evaluate, print the table (and the comparison), write --json; 0 on success."""
+    """Evaluate, print the table (and the comparison), write --json and say so; 0 on success."""
     classes = _classes(args.classes)
     pred = Path(args.pred)
     calib = Path(args.calib) if args.calib else None
     labels = Path(args.labels)
     if not labels.is_dir():
         raise InputError(f"label folder {labels} does not exist or is not a folder")
+    if args.json is not None:
+        check_writable_file(args.json, "--json")  # before the evaluation, not after it
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
@@ -70,13 +81,14 @@ def run_eval(args: argparse.Namespace) -> int:
     # table followed by one
     others = load_predictions(Path(args.compare), ids, calib) if args.compare else None
     result = evaluate(gt, predictions, classes)
-    print(f"{len(ids)} frames, predictions {pred}")
+    print(f"{len(ids)} frames, predictions {_described(pred, predictions)}")
     print(format_table(result), end="")
     if others is not None:
         other = evaluate(gt, others, classes)
         print()
-        print(format_comparison(result, other, str(pred), str(args.compare)), end="")
-    if args.json:
+        print(format_comparison(result, other, _described(pred, predictions), _described(args.compare, others)), end="")
+    if args.json is not None:
         text = json.dumps(result.to_json_dict(), indent=2, allow_nan=False)
         write_text_atomic(args.json, text + "\n")
+        print(f"wrote {args.json}")
     return 0

@@ -48,6 +48,7 @@ class Annotations:
     location: np.ndarray  # (N, 3) bottom centre, rect camera frame
     rotation_y: np.ndarray  # (N,)
     score: np.ndarray  # (N,); 0 for ground truth
+    out_of_view: int = 0  # JSON prediction boxes outside the camera image, left out as --format kitti leaves them
 
     @property
     def frame_of_row(self) -> np.ndarray:
@@ -84,14 +85,22 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool) ->
         numbers.append(number)
         rows.append(values if with_score else values + [0.0])
     table = np.array(rows, dtype=np.float64).reshape(-1, _PRED_FIELDS - 1)
+    bad = _first_bad_row(table)
+    if bad is not None:
+        raise InputError(f"{source}, line {numbers[bad[0]]}: {bad[1]}")
+    return names, table
+
+
+def _first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
+    """(row, problem) of the first row of a (N, K) table with a NaN, an infinity or a value beyond
+    MAX_LABEL_VALUE, or None: label lines and JSON predictions are refused alike, never silently dropped."""
     bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
     if bad.size:
-        raise InputError(f"{source}, line {numbers[bad[0]]}: a NaN or infinite value")
+        return int(bad[0]), "a NaN or infinite value"
     huge = np.flatnonzero((np.abs(table) > MAX_LABEL_VALUE).any(axis=1))
     if huge.size:
-        raise InputError(f"{source}, line {numbers[huge[0]]}: a value beyond +-{MAX_LABEL_VALUE:g} "
-                         "(no KITTI box, pixel, angle or score is that large)")
-    return names, table
+        return int(huge[0]), f"a value beyond +-{MAX_LABEL_VALUE:g} (no KITTI box, pixel, angle or score is that large)"
+    return None
 
 
 def _read_lines(path: Path, what: str) -> list[str]:
@@ -101,8 +110,9 @@ def _read_lines(path: Path, what: str) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
-    """One ``infer --format json`` record -> KITTI label lines, through the frame's calib file."""
+def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str], int]:
+    """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image), through
+    the frame's calib file. Out-of-view boxes are left out as ``infer --format kitti`` leaves them out."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -113,9 +123,14 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> list[str]:
     except (ValueError, KeyError, TypeError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
+    for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
+        bad = _first_bad_row(values)
+        if bad is not None:
+            raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
     calib = read_calibration(calib_dir / f"{path.stem}.txt")
     try:
-        return detections_to_kitti_lines(boxes, scores, labels, calib).lines
+        kitti = detections_to_kitti_lines(boxes, scores, labels, calib)
+        return kitti.lines, kitti.dropped_out_of_view
     except PointPillarsError as e:
         raise InputError(f"prediction file {safe_repr(path)}: {e}") from None
 
@@ -157,7 +172,8 @@ def read_frame_ids(path: Path) -> list[str]:
     return ids
 
 
-def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray]]) -> Annotations:
+def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray]],
+           out_of_view: int = 0) -> Annotations:
     table = np.concatenate([rows for _, rows in per_frame]) if per_frame else np.zeros((0, 15))
     return Annotations(
         frame_ids=tuple(frame_ids),
@@ -171,6 +187,7 @@ def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray
         location=table[:, 10:13],
         rotation_y=table[:, 13],
         score=table[:, 14],
+        out_of_view=out_of_view,
     )
 
 
@@ -187,12 +204,14 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
     """Prediction files of the given frames; each frame needs a file, even an empty one."""
     kind = prediction_format(pred_dir)
     per_frame = []
+    out_of_view = 0
     for frame in frame_ids:
         if kind == "kitti":
             path = pred_dir / f"{frame}.txt"
             lines = _read_lines(path, "prediction")
         else:
             path = pred_dir / f"{frame}.json"
-            lines = _json_prediction_lines(path, calib_dir)
+            lines, dropped = _json_prediction_lines(path, calib_dir)
+            out_of_view += dropped
         per_frame.append(parse_label_lines(lines, os.fspath(path), with_score=True))
-    return _stack(frame_ids, per_frame)
+    return _stack(frame_ids, per_frame, out_of_view)
