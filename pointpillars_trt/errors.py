@@ -35,6 +35,11 @@ class InputWarning(UserWarning):
     """Frames that are probably read wrong (e.g. 0-255 intensities for a model trained on 0-1)."""
 
 
+class LibraryNotice(RuntimeWarning):
+    """A backend runs on another library than its name says (TensorRT for RTX for ``tensorrt``): said once
+    per process; the CLI says it as a ``note:`` line instead of a warning with a source line."""
+
+
 def escape_text(text: str, limit: int | None = None) -> str:
     """``text`` safe for a one-line message: every character that is not printable ASCII (newline, ESC,
     bidi overrides, non-ASCII) escaped, and cut to ``limit`` characters with ``...``. Only the first

@@ -299,6 +299,19 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
 
 
+def test_a_cache_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path, assets: Path):
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    with pytest.raises(ModelDirError) as info:
+        model_dir_for_checkpoint(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", cache_dir=a_file / "c")
+    assert str(info.value) == (f"cache_dir {a_file / 'c'} cannot be written (Not a directory): pass a writable "
+                               "cache_dir, or build a model dir with `pointpillars-trt build` and use that instead of "
+                               "the checkpoint")
+    assert list(tmp_path.iterdir()) == [a_file]
+
+
 @pytest.mark.parametrize("text", ["[" * 200_000 + "]" * 200_000, '{"format_version": ' + "9" * 5000 + "}"])
 def test_a_hostile_model_json_is_one_clear_error(tmp_path: Path, text: str):
     tiny_model_dir(tmp_path)

@@ -9,18 +9,19 @@ exit code is 1. Ctrl-C exits with 130, SIGTERM with 143, both after cleaning up 
 from __future__ import annotations
 
 import argparse
+import functools
 import signal
 import sys
 import threading
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TextIO
 
-from ..errors import CpuFallbackWarning, InputError, InputWarning, PointPillarsError
+from ..errors import CpuFallbackWarning, InputError, InputWarning, LibraryNotice, PointPillarsError
 from ..fileio import safe_repr
 from ..model_dir import package_version
-from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES
+from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .infer import EXIT_FRAME_FAILURES, add_infer_parser, device_arg, one_line, positive_int
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
@@ -47,9 +48,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = parser.parse_args(argv)
-        with warnings.catch_warnings():  # the commands say both in their own lines (running on ..., warning: ...)
+        with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
+            warnings.showwarning = functools.partial(_show_warning, fallback=warnings.showwarning)
             return int(args.run(args))
     except KeyboardInterrupt as exc:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
@@ -60,6 +62,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: TextIO | None = None, line: str | None = None, *, fallback: Callable[..., None]) -> None:
+    """A ``LibraryNotice`` as one ``note:`` line on stderr, not a warning with a source line; others as before."""
+    if issubclass(category, LibraryNotice):
+        print(f"note: {one_line(str(message))}", file=sys.stderr, flush=True)
+    else:
+        fallback(message, category, filename, lineno, file, line)
 
 
 def error_message(exc: BaseException) -> str:
@@ -131,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(on and for this GPU) when it imports, else with TensorRT for RTX (no GPU needed; plans "
                             "for RTX GPUs); the others run the ONNX graphs")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="graph (and plan) precision")
-    build.add_argument("--no-tf32", action="store_true", help="TensorRT fp32 plans without TensorFloat-32 (IEEE fp32)")
+    build.add_argument("--no-tf32", action="store_true",
+                       help="--backend tensorrt: fp32 plans without TensorFloat-32 (IEEE fp32)")
     build.add_argument("--compute-capability", action="append", metavar="CC",
                        help="TensorRT for RTX: a GPU the plans are for, e.g. 7.5 for Turing (fp16 only); repeat for "
                             "more (default: this GPU when TensorRT for RTX runs on it, else 8.6, 8.9 and 12.0)")
@@ -191,9 +203,25 @@ def _scaleout_hooks(sub: Any, infer: argparse.ArgumentParser) -> None:
     infer.set_defaults(run=run)
 
 
+def _check_build_options(args: argparse.Namespace) -> None:
+    """Refuse, before any work, the TensorRT plan options of a build that makes no plans (they would be ignored)
+    and GPUs the plans cannot be built for (else the refusal comes after the ONNX export)."""
+    if BACKENDS[args.backend].artefact != "plan":
+        given = [option for option, value in (("--compute-capability", args.compute_capability),
+                                              ("--no-tf32", args.no_tf32)) if value]
+        if given:
+            raise InputError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --backend tensorrt "
+                             f"(plans); drop {'it' if len(given) == 1 else 'them'} or add --backend tensorrt")
+    elif args.compute_capability is not None:
+        from ..runtime.tensorrt_build import check_targets
+
+        check_targets(args.compute_capability, args.precision, option="--compute-capability")
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     from ..convert.export import build_model_dir
 
+    _check_build_options(args)
     config: Any = args.config
     dataset: dict[str, Any] = {}
     if args.pcdet_base_dir and not args.pcdet_config:

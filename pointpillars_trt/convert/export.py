@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -45,10 +46,10 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKEND_NAMES}")
     checked = check_precision(precision)
     plans = BACKENDS[backend].artefact == "plan"
-    if plans:  # fail before any work when the plans cannot be built here
-        from ..runtime.tensorrt import require_tensorrt
+    if plans:  # fail before any work when the plans cannot be built here, or not for those GPUs
+        from ..runtime.tensorrt_build import check_targets
 
-        require_tensorrt()
+        check_targets(compute_capabilities, checked)
     ckpt = load_checkpoint(checkpoint, config)
     return export_checkpoint(ckpt, checkpoint, out, precision=checked,
                              tensorrt_tf32=tf32 if plans else None, progress=progress,
@@ -65,18 +66,35 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     checked = check_precision(precision)
     ckpt = load_checkpoint(path, config)
     tensorrt_tf32 = tf32 if tensorrt_plans else None
-    folder = cache_root(cache_dir) / cache_key(ckpt.sha256, ckpt.config.digest(), checked, tensorrt_tf32)
+    root = cache_root(cache_dir)
+    folder = root / cache_key(ckpt.sha256, ckpt.config.digest(), checked, tensorrt_tf32)
     try:
         model = load_model_dir(folder, ckpt.config)
         if tensorrt_tf32 is None or model.has_plans():
             return model
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
+    _check_cache_writable(root, cache_dir)
     return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True)
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
     return Path(cache_dir) if cache_dir else user_cache_dir()
+
+
+def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) -> None:
+    """Refuse a cache that cannot take a new model dir, naming the cache and how to move it: a failed build
+    would only name a hashed folder in it, which says nothing of the cache or of POINTPILLARS_TRT_CACHE."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=root))
+    except OSError as exc:
+        variable = os.environ.get("POINTPILLARS_TRT_CACHE")
+        where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
+                 else f"model cache {root} (the default; POINTPILLARS_TRT_CACHE unset)")
+        fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
+        raise ModelDirError(f"{where} cannot be written ({exc.strerror or type(exc).__name__}): {fix}, or build a "
+                            "model dir with `pointpillars-trt build` and use that instead of the checkpoint") from None
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:

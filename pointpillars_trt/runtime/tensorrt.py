@@ -29,7 +29,7 @@ from typing import Any, Literal, Mapping
 
 import numpy as np
 
-from ..errors import BackendError, ModelDirError
+from ..errors import BackendError, LibraryNotice, ModelDirError
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
 from .tensorrt_library import (INSTALL_HINT, LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
@@ -240,9 +240,9 @@ def require_runnable(compute_capability: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _say_rtx_once() -> None:
-    warnings.warn(f"pointpillars-trt: TensorRT is not installed; the tensorrt backend uses "
-                  f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__}, whose plans run on compute capability "
-                  f"{'/'.join(RTX_COMPUTE_CAPABILITIES)} only", RuntimeWarning, stacklevel=4)
+    warnings.warn(f"TensorRT is not installed; the tensorrt backend uses {LIBRARY_TITLES['tensorrt_rtx']} "
+                  f"{trt.__version__}, whose plans run on compute capability {'/'.join(RTX_COMPUTE_CAPABILITIES)} "
+                  "only", LibraryNotice, stacklevel=4)
 
 
 @functools.lru_cache(maxsize=None)

@@ -65,15 +65,11 @@ def build_plan(
     if precision not in ("fp32", "fp16"):
         raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32' or 'fp16'")
     gpu_name: str | None = None
-    if lib == "tensorrt":  # TensorRT builds on, and for, the GPU device_id
-        if compute_capabilities is not None:
-            raise BackendError("compute_capabilities: TensorRT builds for the GPU it runs on. "
-                               "Note: pass device_id instead, or build with TensorRT for RTX")
+    targets = check_targets(compute_capabilities, precision, device_id=device_id)
+    if targets is None:  # TensorRT builds on, and for, the GPU device_id
         _use_device(device_id)
         gpu_name, capability = gpu_identity(device_id)
-        targets: tuple[str, ...] = (capability,)
-    else:
-        targets = _rtx_targets(compute_capabilities, precision, device_id)
+        targets = (capability,)
 
     builder = trt.Builder(_logger())
     network = builder.create_network(strongly_typed_flags(lib, trt.__version__))
@@ -147,19 +143,38 @@ def strongly_typed_flags(lib: Library, version: str) -> int:
     return 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
 
 
-def _rtx_targets(compute_capabilities: Sequence[str] | None, precision: Precision, device_id: int) -> tuple[str, ...]:
-    """The compute capabilities an RTX plan is built for (default: see ``rtx_default_targets``), checked against
-    those the library runs on."""
+def check_targets(compute_capabilities: Sequence[str] | None, precision: str, *, device_id: int = 0,
+                  option: str = "compute_capabilities") -> tuple[str, ...] | None:
+    """The compute capabilities a TensorRT for RTX plan is for (``compute_capabilities``, default: see
+    ``rtx_default_targets``), or None for TensorRT, which builds for GPU ``device_id``. Cheap, so callers run it
+    before any export work; ``option`` is what a refusal calls the list (the CLI: ``--compute-capability``)."""
+    if library() == "tensorrt":
+        if compute_capabilities is not None:
+            raise BackendError(f"{option}: TensorRT builds for the GPU it runs on. "
+                               "Note: drop it, or build with TensorRT for RTX")
+        return None
     targets = (rtx_default_targets(_visible_capability(device_id)) if compute_capabilities is None
                else tuple(compute_capabilities))
-    unknown = [cc for cc in targets if cc not in RTX_COMPUTE_CAPABILITIES]
-    if not targets or unknown:
-        raise BackendError(f"compute_capabilities: received {list(targets)}. "
-                           f"Note: Expected some of {', '.join(RTX_COMPUTE_CAPABILITIES)} (TensorRT for RTX)")
+    buildable = rtx_build_capabilities()
+    builds_for = f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__} builds for {', '.join(buildable)}"
+    if not targets:
+        raise BackendError(f"{option}: none given; {builds_for}")
+    unknown = [cc for cc in targets if cc not in buildable]
+    if unknown:
+        raise BackendError(f"{option} {unknown[0]}: {builds_for}")
     if "7.5" in targets and precision == "fp32":
-        raise BackendError("compute_capabilities: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
+        turing = f"{option} 7.5" if compute_capabilities is not None else "this GPU (compute capability 7.5)"
+        raise BackendError(f"{turing}: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
                            "Note: export the model with --precision fp16 for it")
     return targets
+
+
+def rtx_build_capabilities() -> tuple[str, ...]:
+    """The compute capabilities this TensorRT for RTX both builds plans for (its ``ComputeCapability`` members: an
+    older release lacks the newest GPUs) and runs them on (it builds for some, e.g. 8.0, that it never runs on)."""
+    rtx: Any = trt  # no such enum in TensorRT, nor in its type stubs
+    members = [name[2:] for name in rtx.ComputeCapability.__members__ if name.startswith("SM")]
+    return tuple(cc for cc in RTX_COMPUTE_CAPABILITIES if cc.replace(".", "") in members)
 
 
 def _visible_capability(device_id: int) -> str | None:

@@ -198,6 +198,69 @@ def test_build_tensorrt_without_tensorrt(checkpoint: Path, tmp_path: Path):
     assert not (tmp_path / "m").exists()  # refused before any work
 
 
+@ONE_FAMILY
+@pytest.mark.parametrize("capability, refusal", [
+    ("9.0", "{version} builds for 7.5, 8.6, 8.9, 12.0, 12.1"),
+    ("7.5", "has no fp32 matrix multiply on Turing (7.5). Note: export the model with --precision fp16 for it"),
+])
+def test_build_rtx_says_its_library_in_a_note_and_refuses_gpus_up_front(checkpoint: Path, tmp_path: Path,
+                                                                         capability: str, refusal: str):
+    from pointpillars_trt.runtime import tensorrt as trt_runtime
+    from pointpillars_trt.runtime.tensorrt_library import installed_library
+
+    if installed_library() != "tensorrt_rtx":
+        pytest.skip("the tensorrt backend does not use TensorRT for RTX here")
+    version = trt_runtime.trt.__version__
+    note = (f"note: TensorRT is not installed; the tensorrt backend uses TensorRT for RTX {version}, whose plans "
+            "run on compute capability 7.5/8.6/8.9/12.0/12.1 only")
+    error = f"error: --compute-capability {capability}: TensorRT for RTX {refusal.format(version=version)}"
+    args = ("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--backend", "tensorrt",
+            "--compute-capability", "8.6", "--compute-capability", capability)
+    trt_runtime._say_rtx_once.cache_clear()  # said once per process: this run is the first
+    first, second = cli(*args), cli(*args)
+    assert first.rc == second.rc == 2 and first.out == second.out == "", (first, second)
+    assert first.err.splitlines() == [note, error], first.err  # no RuntimeWarning with a source line
+    assert second.err.splitlines() == [error], second.err
+    assert list(tmp_path.iterdir()) == []  # refused before the ONNX export
+
+
+@ONE_FAMILY
+@pytest.mark.parametrize("backend", ["onnxruntime", "cudnn"])
+@pytest.mark.parametrize("options, line", [
+    (["--compute-capability", "8.6"],
+     "error: --compute-capability applies to --backend tensorrt (plans); drop it or add --backend tensorrt"),
+    (["--no-tf32"], "error: --no-tf32 applies to --backend tensorrt (plans); drop it or add --backend tensorrt"),
+    (["--no-tf32", "--compute-capability", "9.0"], "error: --compute-capability and --no-tf32 apply to --backend "
+                                                   "tensorrt (plans); drop them or add --backend tensorrt"),
+])
+def test_build_refuses_plan_options_without_plans(checkpoint: Path, tmp_path: Path, backend: str,
+                                                  options: list[str], line: str):
+    run = cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--backend", backend, *options)
+    assert run.rc == 2 and run.out == "" and run.err.splitlines() == [line], run
+    assert list(tmp_path.iterdir()) == []
+
+
+@ONE_FAMILY
+@pytest.mark.parametrize("variable", ["set", "unset"])
+def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: Path, assets: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, variable: str):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    if variable == "set":
+        monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(a_file / "cache"))
+        where = f"model cache POINTPILLARS_TRT_CACHE={a_file / 'cache'}"
+    else:  # the default: below $HOME
+        monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
+        monkeypatch.setenv("HOME", str(a_file))
+        where = f"model cache {a_file / '.cache' / 'pointpillars-trt'} (the default; POINTPILLARS_TRT_CACHE unset)"
+    run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [f"error: {where} cannot be written (Not a directory): set POINTPILLARS_TRT_CACHE "
+                                    "to a writable folder, or build a model dir with `pointpillars-trt build` and use "
+                                    "that instead of the checkpoint"], run.err
+    assert list(tmp_path.iterdir()) == [a_file] and a_file.read_text() == "x"
+
+
 def test_build_checkpoint_of_other_family(checkpoint: Path, family: str, tmp_path: Path):
     other = CONFIGS["zhulf0804" if family == "openpcdet" else "openpcdet"]
     assert_one_line_error(cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--config", other),

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import pytest
 
-from pointpillars_trt.errors import BackendError, ModelDirError
+from pointpillars_trt.errors import BackendError, LibraryNotice, ModelDirError
 from pointpillars_trt.runtime import tensorrt as trt_runtime
 from pointpillars_trt.runtime import tensorrt_build
 from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata, plan_metadata_path, read_plan
@@ -89,6 +89,24 @@ def test_api_generation_of_each_library():
 
 
 # -- the builder against the TensorRT 11 API of the installed RTX module ---------------------------------
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_rtx_is_said_once_to_python_callers_as_a_warning():
+    trt_runtime._say_rtx_once.cache_clear()
+    with pytest.warns(LibraryNotice, match=r"^TensorRT is not installed; the tensorrt backend uses TensorRT for RTX "):
+        trt_runtime.require_tensorrt()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        trt_runtime.require_tensorrt()
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_rtx_builds_for_the_gpus_it_both_has_a_target_for_and_runs_on():
+    assert tensorrt_build.rtx_build_capabilities() == ("7.5", "8.6", "8.9", "12.0", "12.1")  # 1.7+: all it runs on
+    assert "SM80" in trt_runtime.trt.ComputeCapability.__members__  # a target it never runs on: left out above
 
 
 def _used_attributes(path: Path) -> tuple[set[str], set[str]]:
@@ -286,7 +304,8 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
     with pytest.raises(BackendError, match="TensorRT could not build"):
         tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", precision="fp16",
                                   dynamic_rows=rows, compute_capabilities=["7.5"])
-    with pytest.raises(BackendError, match=r"received \['9.0'\]. Note: Expected some of 7.5, 8.6, 8.9, 12.0, 12.1"):
+    with pytest.raises(BackendError, match=r"^compute_capabilities 9.0: TensorRT for RTX \S+ builds for 7.5, 8.6, 8.9, "
+                                           r"12.0, 12.1$"):
         tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "h.plan", dynamic_rows=rows,
                                   compute_capabilities=["9.0"])
     assert not (tmp_path / "t32.plan").exists() and not (tmp_path / "h.plan").exists()
