@@ -439,7 +439,8 @@ def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tm
         (folder / name).write_bytes(b"")
     out = tmp_path / "out"
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out))
-    warnings = [line for line in err.splitlines() if line.startswith("warning:")]
+    # (the tiny model's 256 pillars leave some of the good frames' out: that warning is not counted here)
+    warnings = [line for line in err.splitlines() if line.startswith("warning:") and "max_pillars" not in line]
     assert rc == 0 and len(warnings) == 1, err
     assert "a_empty.bin" in warnings[0] and "holds no points" in warnings[0], warnings
     for name in ("a_empty", "b_empty"):
