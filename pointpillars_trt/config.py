@@ -24,6 +24,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, NoReturn, TypeVar, get_args
 
+import numpy as np
 import yaml
 
 from .errors import ConfigError, escape_text
@@ -243,11 +244,7 @@ class ModelConfig:
         self, *, score_threshold: float | None = None, nms_iou: float | None = None, max_boxes: int | None = None
     ) -> ModelConfig:
         """A validated copy with new post-process launch values (None keeps one); the digest is unchanged."""
-        given = {"score_threshold": score_threshold, "nms_iou": nms_iou, "max_boxes": max_boxes}
-        try:
-            changes = {key: _THRESHOLD_RULES[key](value, key) for key, value in given.items() if value is not None}
-        except _Invalid as exc:
-            raise ConfigError(f"thresholds: {exc}") from None
+        changes = _checked_thresholds({"score_threshold": score_threshold, "nms_iou": nms_iou, "max_boxes": max_boxes})
         return replace(self, postprocess=replace(self.postprocess, **changes))
 
 
@@ -261,6 +258,12 @@ class Thresholds:
     score_threshold: float | None = None
     nms_iou: float | None = None
     max_boxes: int | None = None
+
+    def __post_init__(self) -> None:
+        """Checked when made, and held as Python numbers (NumPy scalars converted), so that equal values
+        compare, hash and serialize (JSON, Triton requests) alike."""
+        for key, value in _checked_thresholds(asdict(self)).items():
+            object.__setattr__(self, key, value)
 
     def applied_to(self, cfg: ModelConfig) -> ModelConfig:
         """``cfg`` (a detector's config) with these values; ConfigError names a bad one, or a max boxes
@@ -440,27 +443,39 @@ def _bad(path: str, expected: str, value: object) -> NoReturn:
     raise _Invalid(f"{path}: expected {expected}, got {short_repr(value)}")
 
 
+def plain_number(value: object) -> object:
+    """A NumPy integer or floating scalar (a value read from an array or a config) as the Python int or
+    float it holds, so that number rules take it as the number it is; anything else (np.bool_ too) as is."""
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
 def _int(lo: int, hi: int) -> Rule[int]:
-    """Integers only: bools, floats (even 4.0) and strings are refused."""
+    """Integers only (NumPy ones too): bools, floats (even 4.0) and strings are refused."""
     expected = f"the integer {lo}" if lo == hi else f"an integer in {lo}..{hi}"
 
     def rule(value: Any, path: str) -> int:
-        if type(value) is not int or not lo <= value <= hi:
+        number = plain_number(value)
+        if type(number) is not int or not lo <= number <= hi:
             _bad(path, expected, value)
-        return value
+        return number
 
     return rule
 
 
 def _float(lo: float, hi: float, *, open_lo: bool = False) -> Rule[float]:
-    """Finite numbers (integers accepted) in [lo, hi], or (lo, hi] with ``open_lo``."""
+    """Finite numbers (integers and NumPy scalars accepted) in [lo, hi], or (lo, hi] with ``open_lo``."""
     expected = f"a finite number in {'(' if open_lo else '['}{lo:g}, {hi:g}]"
 
     def rule(value: Any, path: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        number = plain_number(value)
+        if isinstance(number, bool) or not isinstance(number, (int, float)):
             _bad(path, expected, value)
         try:
-            x = float(value)
+            x = float(number)
         except OverflowError:
             _bad(path, expected, value)
         if not (math.isfinite(x) and (lo < x if open_lo else lo <= x) and x <= hi):
@@ -549,6 +564,14 @@ _THRESHOLD_RULES: dict[str, Rule[Any]] = {
     "nms_iou": _UNIT,
     "max_boxes": _TOP_K,  # no path can keep more than SORT_LIMIT boxes
 }
+
+
+def _checked_thresholds(given: dict[str, Any]) -> dict[str, Any]:
+    """The given threshold values (None: not given, left out) checked by their rules, as Python numbers."""
+    try:
+        return {key: _THRESHOLD_RULES[key](value, key) for key, value in given.items() if value is not None}
+    except _Invalid as exc:
+        raise ConfigError(f"thresholds: {exc}") from None
 
 
 # --------------------------------------------------------------------------- the validator

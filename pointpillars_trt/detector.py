@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .config import ModelConfig, Thresholds, load_config
+from .config import ModelConfig, Thresholds, load_config, plain_number
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
@@ -262,6 +262,7 @@ class PointPillars:
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
         self._check_open()
+        _check_frame_list(frames, self.cfg.num_point_columns)
         prepared = []
         for index, points in enumerate(frames):
             try:
@@ -308,11 +309,12 @@ class PointPillars:
         if isinstance(frames, (str, bytes, os.PathLike)):
             raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
                              "pass [path]")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        batch = plain_number(batch_size)  # a NumPy integer is the int it holds
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         columns = self.cfg.num_point_columns
         load = functools.partial(_load_frame, point_dim=columns if point_dim is None else point_dim, columns=columns)
-        return self._stream(iter(enumerate(frames)), batch_size, load)  # checked above, not at the first next()
+        return self._stream(iter(enumerate(frames)), batch, load)  # checked above, not at the first next()
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int,
                 load: Callable[[object], object]) -> Iterator[FrameResult]:
@@ -442,6 +444,22 @@ def _omp_threads() -> int | None:
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _check_frame_list(frames: object, columns: int) -> None:
+    """Refuse what is not a list of frames, before it is iterated: None or a number (a bare TypeError
+    otherwise), a path (its characters would be the frames) and one frame given alone (its points would be)."""
+    expected = f"a list of frames ((N, {columns}) arrays)"
+    if isinstance(frames, (str, bytes, os.PathLike)):
+        raise InputError(f"frames: expected {expected}, got the path {safe_repr(frames)}: read it with "
+                         "pointpillars_trt.pointcloud_io.read_points, or pass paths to infer_many")
+    shape = getattr(frames, "shape", None)
+    if isinstance(shape, tuple) and len(shape) <= 2 and getattr(getattr(frames, "dtype", None), "kind", "") != "O":
+        raise InputError(f"frames: expected {expected}, got one array of shape {shape}: pass [points], or call "
+                         "detector(points) for a single frame")
+    if not isinstance(frames, Iterable):
+        raise InputError(f"frames: expected {expected}, got {safe_repr(frames)} ({type(frames).__name__}): pass "
+                         "[points] for one frame")
 
 
 def _device_or_host_points(points: object, device: str, columns: int) -> object:

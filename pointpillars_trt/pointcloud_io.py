@@ -795,12 +795,11 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
         if lines:
             if rows + len(lines) > points:
                 raise InputError(f"{what} {shown}: more ASCII data rows than POINTS {points}")
-            try:
-                table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
-            except ValueError as exc:
-                raise InputError(f"{what} {shown}: bad ASCII data ({_one_line(exc)})") from None
-            if table.shape[1] != per_row:
-                raise InputError(f"{what} {shown}: ASCII data rows have {table.shape[1]} values, expected {per_row}")
+            table = _ascii_table(lines, per_row)
+            if table is None:
+                bad = _first_bad_line(lines, per_row)
+                raise InputError(f"{what} {shown}: bad ASCII data at row {rows + bad + 1} of {points} (the first "
+                                 f"after DATA is row 1): {safe_repr(lines[bad], 80)} is not {per_row} numbers")
             out[rows:rows + len(lines)] = table[:, wanted]
             rows += len(lines)
         if not block:
@@ -808,3 +807,26 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     if rows != points:
         raise InputError(f"{what} {shown}: {rows} ASCII data rows, but POINTS is {points} (truncated)")
     return out
+
+
+def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
+    """ASCII data lines as a (rows, per_row) float64 table, or None where one is not ``per_row`` numbers."""
+    try:
+        table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
+    except ValueError:
+        return None
+    return table if table.shape[1] == per_row else None
+
+
+def _first_bad_line(lines: list[str], per_row: int) -> int:
+    """Index of the first of ``lines`` (a block that ``_ascii_table`` refused) that is not ``per_row``
+    numbers, found by bisecting with the same parser: np.loadtxt's own row numbers count from the block
+    start, and from 0 or 1 depending on the error."""
+    good, bad = 0, len(lines)  # lines[:good] parse; lines[:bad] do not
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        if _ascii_table(lines[:middle], per_row) is None:
+            bad = middle
+        else:
+            good = middle
+    return bad - 1

@@ -30,8 +30,9 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     """A C-contiguous (N, columns) float32 NumPy array; further columns (e.g. ring) are ignored.
 
     ``columns`` is the model's point columns (``ModelConfig.num_point_columns``). Float64 input is
-    converted (no information a float32 network could use is lost); anything that is not a 2-D float
-    array with at least ``columns`` columns is refused with a message naming ``source``: a (4, N) or
+    converted (no information a float32 network could use is lost); anything that is not a 2-D float32
+    or float64 array with at least ``columns`` columns is refused with a message naming ``source`` (float16,
+    which has already lost the coordinates' precision, with what to do): a (4, N) or
     (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of more than
     ``MAX_FRAME_POINTS`` points with its size.
     """
@@ -49,7 +50,11 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if arr.shape[1] < columns:
         raise InputError(f"{source}: the model reads {expected}, got {arr.shape[1]} columns per point "
                          f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})")
-    if not np.issubdtype(arr.dtype, np.floating):
+    if arr.dtype.kind == "f" and arr.dtype.itemsize < 4:
+        raise InputError(f"{source}: expected float32 (or float64) points; got dtype {arr.dtype}, which holds "
+                         "coordinates only to ~0.03 m at 60 m: keep the points float32 from where they are read, "
+                         "or pass points.astype(np.float32) to accept the loss")
+    if arr.dtype.kind != "f" or arr.dtype.itemsize not in (4, 8):  # as read_npy: float32 or float64, either byte order
         raise InputError(f"{source}: expected float32 (or float64) points; got dtype {arr.dtype} "
                          "(points.astype(np.float32) if its values are metres)")
     if arr.shape[0] > MAX_FRAME_POINTS:

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .config import Thresholds
+from .config import Thresholds, plain_number
 from .errors import PointPillarsError
 from .graph_io import MAX_BATCH, PRECISIONS
 from .runtime.backends import BACKEND_CHOICES
@@ -52,6 +52,8 @@ class RuntimeOptions:
     stage_timings: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("threads", "max_batch"):  # NumPy integers (e.g. read from a config array) held as ints
+            object.__setattr__(self, name, plain_number(getattr(self, name)))
         parse_device(self.device)
         if self.backend not in BACKEND_CHOICES:
             raise PointPillarsError(f"backend {self.backend!r}: expected one of {', '.join(BACKEND_CHOICES)}")

@@ -11,12 +11,14 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from pointpillars_trt import config as config_module
 from pointpillars_trt.config import (
     MAX_CONFIG_BYTES,
     ModelConfig,
+    Thresholds,
     builtin_config_names,
     config_from_dict,
     load_config,
@@ -407,9 +409,45 @@ def test_with_thresholds_keeps_what_is_not_given() -> None:
     ("max_boxes", 0, "thresholds: max_boxes: expected an integer in 1..4096, got 0"),
     ("max_boxes", True, "thresholds: max_boxes: expected an integer in 1..4096, got True"),
     ("max_boxes", 10.0, "thresholds: max_boxes: expected an integer in 1..4096, got 10.0"),
+    ("score_threshold", np.float32(NAN), "thresholds: score_threshold: expected a finite number in [0, 1], got "
+                                         "np.float32(nan)"),
+    ("nms_iou", np.float64(1.5), "thresholds: nms_iou: expected a finite number in [0, 1], got np.float64(1.5)"),
+    ("nms_iou", np.bool_(True), "thresholds: nms_iou: expected a finite number in [0, 1], got np.True_"),
+    ("max_boxes", np.int64(0), "thresholds: max_boxes: expected an integer in 1..4096, got np.int64(0)"),
+    ("max_boxes", np.float64(5.0), "thresholds: max_boxes: expected an integer in 1..4096, got np.float64(5.0)"),
+    ("max_boxes", np.str_("5"), "thresholds: max_boxes: expected an integer in 1..4096, got np.str_('5')"),
 ])
-def test_with_thresholds_refuses(argument: str, value: Any, fragment: str) -> None:
+@pytest.mark.parametrize("make", ["with_thresholds", "Thresholds"])
+def test_with_thresholds_refuses(argument: str, value: Any, fragment: str, make: str) -> None:
+    """The config's copy and a per-call ``Thresholds`` (refused when made) go by the same rules."""
     cfg: ModelConfig = load_config("openpcdet_kitti_3class")
     with pytest.raises(ConfigError) as info:
-        cfg.with_thresholds(**{argument: value})
+        cfg.with_thresholds(**{argument: value}) if make == "with_thresholds" else Thresholds(**{argument: value})
     assert str(info.value) == fragment
+
+
+@pytest.mark.parametrize("argument, value, expected", [
+    ("nms_iou", np.float32(0.5), 0.5), ("score_threshold", np.float32(0.25), 0.25), ("nms_iou", np.float64(0.1), 0.1),
+    ("score_threshold", np.int64(1), 1.0), ("max_boxes", np.int64(5), 5), ("max_boxes", np.uint16(7), 7),
+])
+def test_numpy_scalars_are_the_python_numbers_they_hold(argument: str, value: Any, expected: float | int) -> None:
+    """Values read from arrays or configs: taken as the Python number (0.5 and 0.25 are exact in float32), so a
+    ``Thresholds`` equals, hashes and serializes as one made from that number."""
+    cfg = load_config("openpcdet_kitti_3class")
+    got = getattr(cfg.with_thresholds(**{argument: value}).postprocess, argument)
+    assert got == expected and type(got) is type(expected)
+    thresholds, plain = Thresholds(**{argument: value}), Thresholds(**{argument: expected})
+    assert type(getattr(thresholds, argument)) is type(expected)
+    assert thresholds == plain and hash(thresholds) == hash(plain)
+    assert json.loads(json.dumps(dataclasses.asdict(thresholds)))[argument] == expected
+    assert thresholds.applied_to(cfg) == cfg.with_thresholds(**{argument: expected})
+
+
+def test_a_config_of_numpy_numbers_is_the_config_of_python_numbers() -> None:
+    """e.g. a dict built from arrays: it loads as the plain one, and its digest (JSON) works."""
+    changes = {"voxel.max_pillars": np.int64(16000), "voxel.pillar_size": [np.float32(0.16), 0.16, np.float64(4.0)],
+               "postprocess.nms_iou": np.float32(0.5)}
+    numpy_cfg = config_from_dict(edited(changes))
+    plain = config_from_dict(edited({"voxel.max_pillars": 16000, "postprocess.nms_iou": 0.5,
+                                     "voxel.pillar_size": [np.float32(0.16).item(), 0.16, 4.0]}))
+    assert numpy_cfg == plain and numpy_cfg.digest() == plain.digest()

@@ -87,8 +87,9 @@ def test_float64_input_is_converted(detector: PointPillars, points: np.ndarray, 
 
 
 @pytest.mark.parametrize("bad", [np.zeros((10, 3), np.float32), np.zeros(40, np.float32),
-                                 np.zeros((10, 4), np.int32), [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0]]],
-                         ids=["N3", "flat", "int", "ragged"])
+                                 np.zeros((10, 4), np.int32), [[1.0, 2.0, 3.0, 4.0], [1.0, 2.0]],
+                                 np.zeros((10, 4), np.float16)],
+                         ids=["N3", "flat", "int", "ragged", "float16"])
 def test_bad_arrays_are_refused(detector: PointPillars, bad: object):
     with pytest.raises(InputError, match="points"):
         detector(bad)
@@ -166,6 +167,34 @@ def test_detect_batch_and_batched_infer_many_equal_one_by_one(tmp_path: Path) ->
         for other in (many, result.detections):
             np.testing.assert_array_equal(one.boxes, other.boxes)
             np.testing.assert_array_equal(one.scores, other.scores)
+
+
+def test_what_is_not_a_list_of_frames_is_one_input_error_naming_it(tmp_path: Path) -> None:
+    """``detect_batch`` / ``submit_batch`` take a list of frames: None or a number (once a bare TypeError
+    from the loop), a path (its characters) or one frame alone (its points, each refused as a frame of
+    shape (4,)) is refused up front with what to pass; a stack of equal frames (B, N, 4) is still a batch;
+    a float16 frame is refused by its place in the batch, with the dtype's fix."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    rng = np.random.default_rng(6)
+    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
+    frames = [np.column_stack([rng.uniform(lo, hi, (300, 3)), rng.uniform(0, 1, 300)]).astype(np.float32)
+              for _ in range(2)]
+    refused = [(None, r"got None \(NoneType\): pass \[points\]"), (5, r"got 5 \(int\)"),
+               (frames[0], r"got one array of shape \(300, 4\): pass \[points\], or call detector\(points\)"),
+               (frames[0][0], r"got one array of shape \(4,\)"),
+               ("000134.bin", "got the path '000134.bin': read it with .*read_points, or pass paths to infer_many")]
+    with PointPillars(model, device="cpu") as detector:
+        for given, message in refused:
+            for call in (detector.detect_batch, detector.submit_batch):
+                with pytest.raises(InputError, match=r"^frames: expected a list of frames \(\(N, 4\) arrays\), "
+                                                     + message):
+                    call(given)
+        for one, other in zip(detector.detect_batch(np.stack(frames)), detector.detect_batch(frames)):
+            assert_same(one, other)
+        with pytest.raises(InputError, match=r"^frame 1 of the batch: .* dtype float16.*points.astype\(np.float32\)"):
+            detector.detect_batch([frames[0], frames[1].astype(np.float16)])
 
 
 @pytest.mark.slow
@@ -286,6 +315,10 @@ def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path:
     with PointPillars(model, device="cpu") as detector:
         with pytest.raises(InputError, match=r"got the single path 'a.bin': pass \[path\]"):
             detector.infer_many("a.bin")
+        assert list(detector.infer_many([], batch_size=np.int64(2))) == []  # e.g. read from a config array
+        for bad in (np.float64(2.0), np.bool_(True), 0):
+            with pytest.raises(PointPillarsError, match="batch_size: expected a positive int"):
+                detector.infer_many([], batch_size=bad)
     with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{len(os.sched_getaffinity(0))} \(this machine's cores\)"):
         PointPillars(model, device="cpu", threads=len(os.sched_getaffinity(0)) + 1)
 

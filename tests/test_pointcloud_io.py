@@ -169,7 +169,8 @@ def test_pcd_errors(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(short_ascii), "2 ASCII data rows", "POINTS is 4", "truncated")
     ragged = tmp_path / "ragged.pcd"
     ragged.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 2, "ascii") + b"1 2 3 4\n5 6 7\n")
-    one_line_error(lambda: read_points(ragged), "ragged.pcd", "ASCII data")
+    one_line_error(lambda: read_points(ragged), "ragged.pcd", "bad ASCII data at row 2 of 2",
+                   "'5 6 7' is not 4 numbers")
     comp = tmp_path / "comp.pcd"
     comp.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "binary_compressed") + bytes(40))
     one_line_error(lambda: read_points(comp), "binary_compressed is not supported")
@@ -381,6 +382,26 @@ def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Pat
     np.testing.assert_array_equal(points[0], [1.5, 2.5, -0.5, 0.25])
     np.testing.assert_array_equal(points[-1], [3, 4, 5, 0.5])
     assert peak < 3 * points.nbytes, peak / points.nbytes
+
+
+def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path) -> None:
+    """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its place in
+    the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
+    too few or too many values; the first row alone differing in count)."""
+    from pointpillars_trt.pointcloud_io import _PCD_ASCII_BLOCK
+
+    rows = 200_000
+    lines = [f"{i % 97}.5 -{i % 13}.25 0.5 0.125" for i in range(rows)]
+    assert len("\n".join(lines[:150_000])) > 2 * _PCD_ASCII_BLOCK  # the bad rows lie beyond the first blocks
+    header = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", rows, "ascii")
+    path = tmp_path / "deep.pcd"
+    for row, bad in ((150_000, "1.5 abc 0.5 0.125"), (150_001, "1.5 2.5 0.5"), (rows, "1 2 3 4 5"), (1, "1 2 3"),
+                     (2, "1_0 2 3 4")):
+        body = lines.copy()
+        body[row - 1] = bad
+        path.write_bytes(header + ("\n".join(body) + "\n").encode())
+        one_line_error(lambda: read_points(path), "deep.pcd", f"bad ASCII data at row {row} of {rows} (the first "
+                       f"after DATA is row 1): '{bad}' is not 4 numbers")
 
 
 def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:

@@ -46,6 +46,28 @@ def test_refuses_other_shapes_and_dtypes() -> None:
         as_host_points([[1, 2, 3, 4], [1, 2]])
 
 
+def test_float32_and_float64_only_as_the_npy_reader(tmp_path: Path) -> None:
+    """float16 (steps of 1/32 m between 32 and 64 m) is refused with the fix, as read_npy refuses its
+    .npy; so is long double; float32 and float64 of either byte order are read."""
+    from pointpillars_trt.pointcloud_io import read_points
+
+    pts = np.array([[60.01, -12.3, 1.2, 0.5], [33.3, 4.0, -1.5, 0.25]])
+    half = pts.astype(np.float16)
+    assert np.abs(half[:, 0] - pts[:, 0]).max() > 0.01  # what the message says is lost
+    with pytest.raises(InputError, match=r"^points: expected float32 \(or float64\) points; got dtype float16, .*"
+                                         r"~0.03 m at 60 m: .*pass points.astype\(np.float32\)"):
+        as_host_points(half)
+    np.save(tmp_path / "half.npy", half)
+    with pytest.raises(InputError, match="half.npy' holds dtype <f2.*expected float32 or float64"):
+        read_points(tmp_path / "half.npy")
+    with pytest.raises(InputError, match=r"dtype float128 \(points.astype\(np.float32\)"):
+        as_host_points(pts.astype(np.longdouble))
+    for dtype in (">f4", "<f4", ">f8", "<f8"):
+        got = as_host_points(pts.astype(dtype))
+        assert got.dtype == np.float32 and got.dtype.isnative
+        np.testing.assert_array_equal(got, pts.astype(np.float32))
+
+
 def test_refuses_more_than_16m_points_without_copying() -> None:
     assert MAX_FRAME_POINTS == 16 * 2**20
     huge = np.broadcast_to(np.zeros((1, 4), np.float32), (MAX_FRAME_POINTS + 1, 4))  # no memory behind it

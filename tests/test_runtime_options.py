@@ -6,6 +6,8 @@ Oracles: detectors opened both ways on a real tiny model dir, and the CLI's real
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +41,27 @@ def test_parse_device_refuses(text: str) -> None:
 def test_options_are_validated(bad: dict, needle: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(PointPillarsError, match=needle):
         RuntimeOptions(**bad)
+
+
+@pytest.mark.parametrize("bad, needle", [({"threads": np.float64(2.0)}, "threads"),
+                                         ({"max_batch": np.bool_(True)}, "max_batch"),
+                                         ({"max_batch": np.int64(0)}, "max_batch"),
+                                         ({"score_threshold": np.float32(np.nan)}, "score_threshold"),
+                                         ({"max_boxes": np.float32(5)}, "max_boxes")])
+def test_numpy_numbers_are_refused_by_the_same_rules(bad: dict, needle: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(PointPillarsError, match=needle):
+        RuntimeOptions.of(**bad)
+
+
+def test_numpy_numbers_are_held_as_python_numbers_and_round_trip_through_json() -> None:
+    """What a caller reads from an array or a config: the same options as the plain numbers give."""
+    options = RuntimeOptions.of(device="cpu", threads=np.int64(1), max_batch=np.int32(2),
+                                score_threshold=np.float32(0.25), nms_iou=np.float64(0.5), max_boxes=np.int64(5))
+    assert options == RuntimeOptions.of(device="cpu", threads=1, max_batch=2, score_threshold=0.25, nms_iou=0.5,
+                                        max_boxes=5)
+    values = (options.threads, options.max_batch, *dataclasses.astuple(options.thresholds))
+    assert [type(v) for v in values] == [int, int, float, float, int]
+    assert RuntimeOptions.from_dict(json.loads(json.dumps(options.to_dict()))) == options
 
 
 def test_flat_keywords_build_the_same_value_and_round_trip_through_json() -> None:
