@@ -623,14 +623,15 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
         points.tofile(tmp_path / f"{name}.bin")
     run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", "--model", tiny_model, "--device", "cpu",
               "--no-progress")
-    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    # (the tiny model's 256 pillars leave some of these frames' out: that warning is not counted here)
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ") and "max_pillars" not in line]
     assert run.rc == 0 and len(warnings) == 2, run  # the first frame's, then the count of them all
     assert str(tmp_path / "a.bin") in warnings[0] and "--intensity-scale" in warnings[0]
     assert warnings[1] == "warning: 2 frames looked like 0-255 intensities in all (the first named above)", run
     # scaled: no warning, and the same outputs as the 0-1 frame
     run = cli("infer", tmp_path / "a.bin", "--intensity-scale", str(1 / 255), "--model", tiny_model,
               "--device", "cpu")
-    assert run.rc == 0 and "warning" not in run.err, run
+    assert run.rc == 0 and "intensities" not in run.err, run
 
 
 @pytest.mark.slow
