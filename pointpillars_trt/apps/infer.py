@@ -637,8 +637,8 @@ class FrameReport:
         self.boxes, self.nonfinite, self.out_of_view = (self.boxes + written.boxes, self.nonfinite + written.nonfinite,
                                                         self.out_of_view + written.out_of_view)
         if not self.writes and det is not None:
-            names, scores = det.names, det.scores.tolist()
-            top = ", ".join(f"{n} {s:.2f}" for n, s in zip(names[:3], scores[:3]))
+            best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
+            top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)
             line = (f"{safe_repr(Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
                     + (f" [{top}]" if top else ""))
             if self.bar.disable:  # no bar to keep whole: a plain print costs a thirtieth of tqdm.write

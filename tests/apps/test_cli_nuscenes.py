@@ -82,3 +82,16 @@ def test_point_dim_defaults_to_the_models_point_columns(nuscenes: Path, model: P
         assert run.rc == 0, run
     (written,) = (tmp_path / "default").glob("*.json")
     assert written.read_bytes() == (tmp_path / "five" / written.name).read_bytes()
+
+
+def test_the_frame_line_shows_the_three_best_scores_of_a_multi_head_frame(nuscenes: Path, model: Path,
+                                                                          tmp_path: Path) -> None:
+    """Without --out each frame gets a line with its best three boxes; a multi-head model's boxes come
+    head by head, so the first three are not the best."""
+    run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--no-progress", "--out", tmp_path)
+    assert run.rc == 0, run
+    record = json.loads((tmp_path / FRAME.replace(".bin", ".json")).read_text())
+    best = sorted(zip(record["scores"], record["labels"]), key=lambda pair: -pair[0])[:3]
+    assert record["scores"][:3] != [score for score, _ in best]  # head order: the test means something
+    run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and f"[{', '.join(f'{label} {score:.2f}' for score, label in best)}]" in run.out, run.out
