@@ -19,6 +19,7 @@ from ..config import load_config
 from ..detections import Detections
 from ..errors import BackendError, PointPillarsError
 from ..fileio import safe_repr, write_json_atomic
+from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
 
@@ -111,5 +112,6 @@ def _detection_table(detections: Detections, limit: int) -> str:
             rows.append(f"  ... {len(detections) - limit} more")
             break
         x, y, z, dx, dy, dz, h = box.tolist()
+        h = normalize_heading(h)  # as detections.json holds it: in [-pi, pi)
         rows.append(f"{i:3d}  {name:<11} {score:5.3f} {x:7.2f} {y:7.2f} {z:6.2f} {dx:5.2f} {dy:5.2f} {dz:5.2f} {h:7.3f}")
     return "\n".join(rows)

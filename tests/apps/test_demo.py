@@ -35,6 +35,8 @@ def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
             assert stage in line, line
     record = json.loads((tmp_path / "detections.json").read_text())
     assert f"boxes: {len(record['scores'])}" in out and "num_nonfinite_boxes" in record
+    first = out.split("heading\n", 1)[1].splitlines()[0].split()
+    assert first[0] == "0" and float(first[-1]) == round(record["boxes_lidar"][0][6], 3)  # the heading it wrote
     assert record["num_points"] == (tmp_path / "simulated_frame.bin").stat().st_size // 16
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "bev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
