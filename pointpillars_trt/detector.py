@@ -413,7 +413,7 @@ def _check_backend_runs_on(device: str, backend: str) -> None:
     on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
     if device == "cpu" and backend not in on_cpu:
         raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
-                           f"(pass backend {' or '.join(on_cpu)}, or run where CUDA is available)")
+                           f"(pass --backend {' or '.join(on_cpu)}, or run where CUDA is available)")
 
 
 #: ("cpu" | "cuda", GPU index, why device auto fell back to the CPU or None).
@@ -432,7 +432,7 @@ def _pick_device(device: str) -> _PickedDevice:
     if kind == "cuda":
         if not gpu_visible():  # no driver: what the GPU path lacks besides is beside the point
             raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
-                               f"{describe_probes()}): run on the CPU here (device cpu or auto)")
+                               f"{describe_probes()}): run on the CPU here (--device cpu or auto)")
         raise BackendError(f"device {device} requested, but {reason}")
     return "cpu", 0, reason
 

@@ -192,7 +192,7 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
         if calib_dir is None:
             raise InputError(
                 f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(default)} does not exist "
-                "(give the calib folder)"
+                "(pass the calib folder: --calib DIR, or calib_dir in Python)"
             )
         raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
     path = folder / f"{frame.stem}.txt"
