@@ -603,6 +603,7 @@ class FrameReport:
 
         self.total, self.plan, self.where = total, plan, where
         self.done: list[str] = []
+        self._counted: list[tuple[int, int, int]] = []  # each done frame's (boxes, non-finite, out of view)
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
         self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
@@ -624,6 +625,10 @@ class FrameReport:
         if sources:
             del self.done[-len(sources):]
             self.failed += len(sources)
+            for boxes, nonfinite, out_of_view in self._counted[-len(sources):]:  # not on disk either
+                self.boxes, self.nonfinite, self.out_of_view = (self.boxes - boxes, self.nonfinite - nonfinite,
+                                                                self.out_of_view - out_of_view)
+            del self._counted[-len(sources):]
 
     def fail_quietly(self) -> None:
         """A failed frame that a summary line accounts for (no line of its own)."""
@@ -634,6 +639,7 @@ class FrameReport:
         """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
         self.bar.update(1)
         self.done.append(source)
+        self._counted.append((written.boxes, written.nonfinite, written.out_of_view))
         self.boxes, self.nonfinite, self.out_of_view = (self.boxes + written.boxes, self.nonfinite + written.nonfinite,
                                                         self.out_of_view + written.out_of_view)
         if not self.writes and det is not None:
