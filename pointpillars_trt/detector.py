@@ -20,7 +20,7 @@ from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
-from .points import as_host_points
+from .points import as_host_points, check_frame_list
 from .sweeps import accumulate_sweeps
 
 
@@ -262,7 +262,7 @@ class PointPillars:
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
         self._check_open()
-        _check_frame_list(frames, self.cfg.num_point_columns)
+        check_frame_list(frames, self.cfg.num_point_columns)
         prepared = []
         for index, points in enumerate(frames):
             try:
@@ -444,22 +444,6 @@ def _omp_threads() -> int | None:
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
-
-
-def _check_frame_list(frames: object, columns: int) -> None:
-    """Refuse what is not a list of frames, before it is iterated: None or a number (a bare TypeError
-    otherwise), a path (its characters would be the frames) and one frame given alone (its points would be)."""
-    expected = f"a list of frames ((N, {columns}) arrays)"
-    if isinstance(frames, (str, bytes, os.PathLike)):
-        raise InputError(f"frames: expected {expected}, got the path {safe_repr(frames)}: read it with "
-                         "pointpillars_trt.pointcloud_io.read_points, or pass paths to infer_many")
-    shape = getattr(frames, "shape", None)
-    if isinstance(shape, tuple) and len(shape) <= 2 and getattr(getattr(frames, "dtype", None), "kind", "") != "O":
-        raise InputError(f"frames: expected {expected}, got one array of shape {shape}: pass [points], or call "
-                         "detector(points) for a single frame")
-    if not isinstance(frames, Iterable):
-        raise InputError(f"frames: expected {expected}, got {safe_repr(frames)} ({type(frames).__name__}): pass "
-                         "[points] for one frame")
 
 
 def _device_or_host_points(points: object, device: str, columns: int) -> object:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 import numpy as np
 
 from .config import POINT_COLUMN_NAMES
 from .errors import InputError
+from .fileio import safe_repr
 
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
@@ -60,3 +62,19 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if arr.shape[0] > MAX_FRAME_POINTS:
         raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
     return np.ascontiguousarray(arr[:, :columns], dtype=np.float32)
+
+
+def check_frame_list(frames: object, columns: int) -> None:
+    """Refuse what is not a list of frames, before it is iterated: None or a number (a bare TypeError
+    otherwise), a path (its characters would be the frames) and one frame given alone (its points would be)."""
+    expected = f"a list of frames ((N, {columns}) arrays)"
+    if isinstance(frames, (str, bytes, os.PathLike)):
+        raise InputError(f"frames: expected {expected}, got the path {safe_repr(frames)}: read it with "
+                         "pointpillars_trt.pointcloud_io.read_points, or pass paths to infer_many")
+    shape = getattr(frames, "shape", None)
+    if isinstance(shape, tuple) and len(shape) <= 2 and getattr(getattr(frames, "dtype", None), "kind", "") != "O":
+        raise InputError(f"frames: expected {expected}, got one array of shape {shape}: pass [points], or call "
+                         "detector(points) for a single frame")
+    if not isinstance(frames, Iterable):
+        raise InputError(f"frames: expected {expected}, got {safe_repr(frames)} ({type(frames).__name__}): pass "
+                         "[points] for one frame")

@@ -14,6 +14,7 @@ import functools
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -299,6 +300,10 @@ def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) 
     assert reply.as_numpy("boxes").shape == (1, 0, 7) and reply.as_numpy("scores").shape == (1, 0)
     remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
     found = remote(np.zeros((0, 4), np.float32))
+    assert remote.detect_batch([]) == [] and remote.detect_batch(np.zeros((0, 5, 4), np.float32)) == []
+    for wrong, said in ((None, "got None"), (np.zeros((5, 4), np.float32), "got one array of shape (5, 4)")):
+        with pytest.raises(InputError, match=re.escape(f"frames: expected a list of frames ((N, 4) arrays), {said}")):
+            remote.detect_batch(wrong)  # type: ignore[arg-type]
     remote.close()
     assert found.boxes.shape == (0, 7) and len(found) == 0 and found.stats.num_points == 0
 

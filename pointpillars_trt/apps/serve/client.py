@@ -23,7 +23,7 @@ from ...detections import Detections
 from ...detector import FrameResult, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
 from ...pointcloud_io import read_points
-from ...points import as_host_points
+from ...points import as_host_points, check_frame_list
 from .reply import check_model_config, reply_detections, reply_output_names
 from .repository import MODEL_NAME
 
@@ -158,7 +158,8 @@ class RemoteDetector:
         ``concurrency``) so that the server's dynamic batcher can batch them; the first error is
         raised once every request is back (what ``infer`` runs its frames with)."""
         _check_concurrency(concurrency)
-        if not frames:
+        check_frame_list(frames, self.point_columns)
+        if len(frames) == 0:  # (a stacked array of frames has no truth value)
             return []
         with self._lock:
             if self._pool is None:
