@@ -322,13 +322,14 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
                                                                                       tmp_path: Path):
     from tiny import tiny_model_dir
 
-    for option, value, said in (("--precisions", "fp64", "'fp64': expected names out of fp32, tf32, fp16"),
-                                ("--streams", "x", "'x' is not an integer"),
-                                ("--batches", "1,0", "'0': expected an integer in 1..8"),
-                                ("--soak", "-1", "'-1': expected an integer in 0..")):
+    for option, value, said in (("--precisions", "fp64", "--precisions: 'fp64': expected names out of fp32, tf32, fp16"),
+                                ("--pipelines", "x", "--pipelines/--streams: 'x' is not an integer"),
+                                ("--streams", "0", "--pipelines/--streams: '0': expected an integer in 1..16"),
+                                ("--batches", "1,0", "--batches: '0': expected an integer in 1..8"),
+                                ("--soak", "-1", "--soak: '-1': expected an integer in 0..")):
         with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
             main(["bench", option, value, "--out", str(tmp_path / "b")])
-        assert exit_info.value.code == 2 and f"argument {option}: {said}" in err.getvalue(), err.getvalue()
+        assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
     assert not (tmp_path / "b").exists()
     frames = tmp_path / "frames"
     frames.mkdir()

@@ -33,7 +33,7 @@ from ..ranges import int_in, int_list_in, names_in
 #: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
 BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
 #: The options only a GPU run uses (their dests), said once when a CPU run is given any of them.
-GPU_ONLY_OPTIONS = ("precisions", "streams", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines")
+GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines")
 
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
@@ -64,8 +64,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--precisions", type=names_in(BENCH_PRECISIONS), default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16 (GPU only: the CPU "
                             "runs the model's fp32 graphs, or the fp16 ones of an fp16 model dir)")
-    bench.add_argument("--streams", type=int_list_in(1, MAX_PIPELINES), default="1,2,4",
-                       help=f"pipeline counts for the throughput test, 1..{MAX_PIPELINES} (GPU only)")
+    bench.add_argument("--pipelines", "--streams", dest="pipelines", type=int_list_in(1, MAX_PIPELINES),
+                       default="1,2,4", help=f"pipeline counts for the throughput test, 1..{MAX_PIPELINES} (as "
+                                             "infer's --pipelines; --streams is its older name; GPU only)")
     bench.add_argument("--batches", type=int_list_in(1, MAX_BATCH), default="1,2,4,8",
                        help=f"batch sizes of the batch sweep, 1..{MAX_BATCH} (largest: also in the throughput test; "
                             "GPU only)")
@@ -248,7 +249,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 results["memory"].append({"engine": engine, "precision": precision, "batch": b,
                                           "device_mib": device_memory_used_mib() - before})
                 batch_pipe.close()
-            for count in args.streams:
+            for count in args.pipelines:
                 for b in sorted({1, batches[-1]}):
                     fps = measure_throughput(
                         lambda: GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b),  # noqa: B023
