@@ -135,6 +135,8 @@ def read_points_into(
         return rows
     fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
     try:
+        if size % 16:
+            _refuse_text(path, os.pread(fd, _TEXT_SNIFF, 0) if hasattr(os, "pread") else b"", "point file")
         _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
@@ -181,6 +183,21 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     if intensity_scale is not None:
         target[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return target
+
+
+_TEXT_BYTES = np.zeros(256, bool)  # printable ASCII, tab, newline, carriage return
+_TEXT_BYTES[[9, 10, 13, *range(32, 127)]] = True
+_TEXT_SNIFF = 4096  # bytes looked at: no float32 frame's first 4 KB are all printable ASCII
+
+
+def _refuse_text(path: PathLike, head: bytes, what: str) -> None:
+    """InputError when a ``.bin``'s first bytes are all printable ASCII: a text file (a point list written
+    as numbers), which read as float32 is refused for its size with the wrong advice, or read as points
+    a few nanometres from the origin. The first 64 bytes settle it for nearly every frame."""
+    sniffed = np.frombuffer(head[:_TEXT_SNIFF], np.uint8)
+    if sniffed.size and _TEXT_BYTES[sniffed[:64]].all() and _TEXT_BYTES[sniffed].all():
+        raise InputError(f"{what} {safe_repr(path)} is text, not float32 values: a point list written as "
+                         "numbers? load it with numpy.loadtxt and save the (N, 4) array as float32 .bin or .npy")
 
 
 def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4) -> None:
@@ -230,6 +247,7 @@ def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: s
 
 
 def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
+    _refuse_text(path, values[: _TEXT_SNIFF // 4].tobytes(), what)
     head = values[:_QUICK_WORDS]
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
         head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
@@ -342,6 +360,8 @@ def _check_point_dim(point_dim: object, columns: int) -> None:
 def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``_check_layout``)."""
+    if len(data) % (4 * int(point_dim)):
+        _refuse_text(source, data[:_TEXT_SNIFF], what)
     _check_bin_size(source, len(data), int(point_dim), what, columns)
     values = np.frombuffer(data, dtype="<f4")
     _check_layout(values, int(point_dim), source, what, columns)

@@ -326,3 +326,20 @@ def test_float64_with_zero_or_nan_rows_is_refused_and_planar_float32_is_read(ass
     for name, rows in (("planar", planar), ("grid", grid)):
         rows.tofile(tmp_path / f"{name}.bin")
         np.testing.assert_array_equal(read_points(tmp_path / f"{name}.bin"), rows)
+
+
+def test_a_text_file_named_bin_is_refused_as_text_whatever_its_size_or_point_dim(assets: Path, tmp_path: Path) -> None:
+    """A point list written as numbers (np.savetxt) in a .bin: refused as text, with the fix, both where its
+    size fits no rows (before: "pass --point-dim 5", then "random bytes" with it) and where it does."""
+    rows = np.fromfile(assets / "kitti/training/velodyne_reduced/000134.bin", "<f4").reshape(-1, 4)[:500]
+    np.savetxt(tmp_path / "list.bin", rows)
+    (tmp_path / "list16.bin").write_bytes((tmp_path / "list.bin").read_bytes()[: 16 * 3000])
+    assert (tmp_path / "list.bin").stat().st_size % 16  # the size check would be first
+    for name in ("list.bin", "list16.bin"):
+        for point_dim in (4, 5):
+            with pytest.raises(InputError, match=f"'{tmp_path / name}' is text, not float32 values.*numpy.loadtxt"):
+                read_points(tmp_path / name, point_dim=point_dim, columns=4)
+        with pytest.raises(InputError, match="is text, not float32 values"):
+            read_points_into(tmp_path / name, lambda n: None)
+        with pytest.raises(InputError, match="is text, not float32 values"):
+            read_bin_bytes_into((tmp_path / name).read_bytes(), lambda n: None, source=name)
