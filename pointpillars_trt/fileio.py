@@ -13,6 +13,7 @@ import math
 import os
 import secrets
 import stat
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
@@ -375,6 +376,25 @@ class NonFiniteJSONError(PointPillarsError, ValueError):
     Callers drop non-finite detections before writing (``kitti.finite_detections``), so this
     means a bug or an unchecked value; the message names where in the object it sits.
     """
+
+
+class DuplicateKeyError(PointPillarsError, ValueError):
+    """A JSON object that repeats a key: ``json`` keeps the last value silently, so a file edited or merged by
+    hand would be read as something other than what it seems to say. The reader names the file."""
+
+
+def loads_json(data: str | bytes) -> Any:
+    """``json.loads`` of a file read from disk or given by a user, refusing a key repeated in one object with a
+    :class:`DuplicateKeyError` (a ValueError, as json's own errors are) naming the key."""
+    return json.loads(data, object_pairs_hook=_unique_keys)
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        repeated = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
+        raise DuplicateKeyError(f"key {safe_repr(repeated, 80)} appears twice in one object")
+    return out
 
 
 def _where(path: str, index: tuple[int, ...]) -> str:

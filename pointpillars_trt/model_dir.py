@@ -26,7 +26,7 @@ import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError
-from .fileio import read_regular_file, safe_repr
+from .fileio import DuplicateKeyError, loads_json, read_regular_file, safe_repr
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
@@ -110,8 +110,8 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     if not meta_path.is_file():
         raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir (build one with `pointpillars-trt build`)")
     try:
-        meta = json.loads(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        meta = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
         raise ModelDirError(f"{meta_path}: unreadable or not valid JSON ({exc})") from None
     except (RecursionError, ValueError) as exc:  # nested too deep, or numbers too long to be real
         raise ModelDirError(f"{meta_path}: not a model.json this package wrote ({type(exc).__name__})") from None

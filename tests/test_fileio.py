@@ -15,8 +15,10 @@ import pytest
 from pointpillars_trt import fileio
 from pointpillars_trt.errors import InputError, PointPillarsError
 from pointpillars_trt.fileio import (
+    DuplicateKeyError,
     NonFiniteJSONError,
     dumps_strict,
+    loads_json,
     read_file_head,
     read_regular_file,
     safe_repr,
@@ -246,3 +248,11 @@ def test_a_name_at_the_file_systems_limit_is_written_atomically(tmp_path: Path) 
     stale = f".{'b' * 180}-0123456789ab.{dead}.deadbeef.pp-tmp"
     (tmp_path / stale).write_bytes(b"")
     assert remove_stale_temp_files(tmp_path) == 1 and os.listdir(tmp_path) == [name]
+
+
+def test_loads_json_refuses_a_repeated_key_at_any_depth() -> None:
+    """json keeps the last of two values silently; the reader refuses, naming the first key that repeats."""
+    assert loads_json(b'{"a": {"b": 1, "c": [{"b": 2}]}, "b": 3}') == {"a": {"b": 1, "c": [{"b": 2}]}, "b": 3}
+    with pytest.raises(DuplicateKeyError, match="^key 'x' appears twice in one object$") as info:
+        loads_json('{"a": [{"y": 1, "x": 1, "y\\u0000": 0, "x": 2}]}')
+    assert isinstance(info.value, ValueError) and isinstance(info.value, PointPillarsError)

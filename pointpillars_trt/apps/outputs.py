@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import dumps_strict, name_text, safe_repr, write_bytes_atomic
+from ..fileio import dumps_strict, loads_json, name_text, safe_repr, write_bytes_atomic
 from .messages import one_line
 
 if TYPE_CHECKING:
@@ -256,14 +256,12 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     """The sources of the frames the part files already in ``folder`` hold a row of, each with whether
     its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
     is not rerun, and is said to be); a damaged part is an error naming it."""
-    import json
-
     done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
             if output_format == "jsonl":
                 with open(path, encoding="utf-8") as f:
-                    rows: Iterable[dict[str, Any]] = [json.loads(line) for line in f if line.strip()]
+                    rows: Iterable[dict[str, Any]] = [loads_json(line) for line in f if line.strip()]
             else:
                 import pyarrow.parquet as pq
 

@@ -3,8 +3,8 @@ zhulf0804), checked against the model config.
 
 The file is read by the safe ``.pth`` reader (``pth.py``); here its keys are matched to the layout,
 only the tensors the layout uses are built (once their shapes match the config), and NaN / inf
-weights, and BatchNorms that would fold into NaN / inf (a negative variance), are refused. Every
-failure is one ``CheckpointError`` line naming the file.
+weights, weights beyond float32's range, and BatchNorms that would fold into NaN / inf (a negative
+variance) are refused. Every failure is one ``CheckpointError`` line naming the file.
 """
 
 from __future__ import annotations
@@ -195,15 +195,21 @@ def _check_head_channels(state: Mapping[Any, Any], plan: _Plan, layout: str, cfg
 
 
 def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str) -> None:
-    """NaN or inf in any weight makes every score NaN: the detector would return no boxes, silently."""
-    bad = []
+    """NaN or inf in any weight makes every score NaN: the detector would return no boxes, silently. So does a
+    finite float64 weight beyond float32's range: it turns into inf when the weights are cast to float32."""
+    non_finite, too_large = [], []
     for key in keys:
-        count = int(np.size(state[key]) - np.count_nonzero(np.isfinite(state[key])))
+        values = state[key]
+        count = int(np.size(values) - np.count_nonzero(np.isfinite(values)))
         if count:
-            bad.append(f"{key} ({count} of {np.size(state[key])} values)")
-    if bad:
-        raise CheckpointError(f"{source}: non-finite weights (NaN or inf) in {len(bad)} tensor"
-                              f"{'s' if len(bad) > 1 else ''}: {_listing(bad, 5)}")
+            non_finite.append(f"{key} ({count} of {np.size(values)} values)")
+        elif values.dtype.itemsize > 4 and values.size and (largest := float(np.abs(values).max())) > _FLOAT32_MAX:
+            too_large.append(f"{key} (values up to {largest:.3g})")
+    problems = [f"{what} in {len(bad)} tensor{'s' if len(bad) > 1 else ''}: {_listing(bad, 5)}" for what, bad in
+                (("non-finite weights (NaN or inf)", non_finite),
+                 (f"weights beyond float32's range (+-{_FLOAT32_MAX:.3g})", too_large)) if bad]
+    if problems:
+        raise CheckpointError(f"{source}: {'; '.join(problems)}")
 
 
 def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, tuple[str, float]], source: str) -> None:

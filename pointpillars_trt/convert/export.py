@@ -178,9 +178,10 @@ def export_model_dir(
     folder = Path(out_dir)
     if not replace_foreign:
         _check_replaceable(folder)
+    named = str(source.get("checkpoint", f"the weights of model dir {folder}"))
     graphs = {
-        "pfn": (build_pfn_graph(weights, cfg, checked).SerializeToString(), pfn_io(cfg)),
-        "rpn": (build_rpn_graph(weights, cfg, checked).SerializeToString(), rpn_io(cfg, checked)),
+        "pfn": (build_pfn_graph(weights, cfg, checked, source=named).SerializeToString(), pfn_io(cfg)),
+        "rpn": (build_rpn_graph(weights, cfg, checked, source=named).SerializeToString(), rpn_io(cfg, checked)),
     }
     meta = {
         "format_version": FORMAT_VERSION,

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..config import ModelConfig
 from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, GraphTensor, Precision,
                         check_precision, pfn_io, rpn_io)
-from ..errors import ConfigError
+from ..errors import CheckpointError, ConfigError
 from .multihead import MultiHeadWeights, build_multihead_rpn_graph
 from .weights import PointPillarsWeights
 
@@ -25,17 +25,19 @@ ModelWeights = PointPillarsWeights | MultiHeadWeights  # a single-head or a mult
 OPSET = 17
 IR_VERSION = 8  # the IR that opset 17 came with: older ONNX Runtime and TensorRT parsers refuse newer IRs
 _ONNX_DTYPES = {"float32": TensorProto.FLOAT, "float16": TensorProto.FLOAT16}
+_FLOAT16_MAX = float(np.finfo(np.float16).max)  # 65504: the largest weight an fp16 graph can hold
 
 
-def build_pfn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
-    """Linear (BN folded) -> ReLU -> max over the point slots.
+def build_pfn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32", *,
+                    source: str = "weights") -> onnx.ModelProto:
+    """Linear (BN folded) -> ReLU -> max over the point slots; ``source`` (the checkpoint) names the weights in errors.
 
     No mask: the padded slots are zeros and take part in the max after BN and ReLU, as both families do.
     """
     _check_weights(weights, cfg)
     scale, shift = weights.pfn_bn.scale_shift(cfg.network.bn_eps)
     w = weights.pfn_linear.astype(np.float64) * scale[:, None]  # (64, C)
-    g = _GraphBuilder(precision)
+    g = _GraphBuilder(precision, source)
     x = g.input_cast(PFN_INPUT)
     y = g.node("MatMul", [x, g.const("pfn.weight", w.T)], "pfn.linear")
     y = g.node("Add", [y, g.const("pfn.bias", shift)], "pfn.bn")
@@ -44,18 +46,19 @@ def build_pfn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precisio
     return g.model("pointpillars_pfn", pfn_io(cfg))
 
 
-def build_rpn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32") -> onnx.ModelProto:
+def build_rpn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precision = "fp32", *,
+                    source: str = "weights") -> onnx.ModelProto:
     """NHWC canvas -> backbone blocks -> transposed-conv neck -> concat -> one merged 1x1 head -> NHWC
     heads (cls | box | dir), every BN folded into a conv bias.
 
     The transposes at both ends let engines that prefer NHWC (cuDNN, TensorRT, ONNX Runtime's NHWC
     kernels) run without layout changes between the pipeline's stages. A multi-head model's head is
-    ``multihead.build_multihead_rpn_graph``'s."""
+    ``multihead.build_multihead_rpn_graph``'s. ``source`` (the checkpoint) names the weights in errors."""
     _check_weights(weights, cfg)
     if isinstance(weights, MultiHeadWeights):
-        return build_multihead_rpn_graph(weights, cfg, _GraphBuilder(precision), rpn_io(cfg, precision))
+        return build_multihead_rpn_graph(weights, cfg, _GraphBuilder(precision, source), rpn_io(cfg, precision))
     eps = cfg.network.bn_eps
-    g = _GraphBuilder(precision)
+    g = _GraphBuilder(precision, source)
     x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
     upsampled = []
     for i, (block, deblock) in enumerate(zip(weights.blocks, weights.deblocks)):
@@ -88,13 +91,19 @@ def build_rpn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precisio
 class _GraphBuilder:
     """Collects nodes and initializers; in fp16 the weights are float16 and casts sit at the graph edges."""
 
-    def __init__(self, precision: str) -> None:
+    def __init__(self, precision: str, source: str) -> None:
         self.fp16 = check_precision(precision) == "fp16"
+        self.source = source
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: list[onnx.TensorProto] = []
 
     def const(self, name: str, value: np.ndarray) -> str:
+        """A weight as an initializer. In fp16 one beyond float16's range is refused: the cast would make it inf
+        (and every score NaN) silently. Float32's range was checked when the checkpoint was read."""
         dtype = np.float16 if self.fp16 else np.float32
+        if self.fp16 and (largest := float(np.abs(value).max(initial=0.0))) > _FLOAT16_MAX:
+            raise CheckpointError(f"{self.source}: {name} holds values up to {largest:.4g}, beyond float16's "
+                                  f"{_FLOAT16_MAX:g} (inf in an fp16 graph): build with --precision fp32")
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value, dtype=dtype), name))
         return name
 

@@ -41,7 +41,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import BackendError, InputError
-from ..fileio import read_regular_file, user_cache_dir, write_bytes_atomic
+from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_atomic
 from ..kernels.hold import gpu_ms
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
@@ -746,7 +746,7 @@ def _read_cache(path: Path, key: Mapping[str, Any]) -> dict[str, Any]:
     not a regular file (a FIFO never blocks), oversized, unreadable, nested too deep or for another
     key. The file holds serialized plans: it is read with the same bounds as a model dir's graphs."""
     try:
-        doc = json.loads(read_regular_file(path, max_bytes=MAX_CACHE_BYTES, what="cuDNN plan cache").decode("utf-8"))
+        doc = loads_json(read_regular_file(path, max_bytes=MAX_CACHE_BYTES, what="cuDNN plan cache").decode("utf-8"))
     except (InputError, UnicodeDecodeError, ValueError, RecursionError, MemoryError):
         return {}
     if not isinstance(doc, dict) or doc.get("key") != dict(key) or not isinstance(doc.get("layers"), dict):

@@ -30,6 +30,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 
 from ..errors import BackendError, LibraryNotice, ModelDirError
+from ..fileio import DuplicateKeyError, loads_json
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
 from .tensorrt_library import (INSTALL_HINT, LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
@@ -98,8 +99,8 @@ def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
         raise ModelDirError(f"Metadata of {plan_path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
     plan = plan_path.read_bytes()
     try:
-        metadata = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        metadata = loads_json(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError, DuplicateKeyError) as exc:
         raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
     if not isinstance(metadata, dict):
         raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")

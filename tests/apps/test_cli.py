@@ -19,6 +19,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 import zipfile
 from pathlib import Path
 from typing import NamedTuple
@@ -30,6 +31,7 @@ from _torch_writer import write_zip
 
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.config import ModelConfig, load_config
+from pointpillars_trt.convert.checkpoint import expected_keys
 from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import kitti_label_to_lidar_boxes, read_calibration, read_velodyne_bin
@@ -265,6 +267,24 @@ def test_build_checkpoint_of_other_family(checkpoint: Path, family: str, tmp_pat
     other = CONFIGS["zhulf0804" if family == "openpcdet" else "openpcdet"]
     assert_one_line_error(cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--config", other),
                           str(checkpoint), other)
+
+
+def test_build_fp16_refuses_a_weight_beyond_float16(zhulf_cfg: ModelConfig, tmp_path: Path):
+    """A head weight of 1e5 is fine in float32 but inf in float16: one error naming the checkpoint, the layer, the
+    largest magnitude and the fix, no numpy cast warning, nothing written; the fp32 build the error names works."""
+    rng = np.random.default_rng(0)
+    shapes = expected_keys("zhulf0804", zhulf_cfg)
+    state = {k: rng.uniform(0.5, 1.5, shape).astype(np.float32) for k, shape in shapes.items()}
+    state["head.conv_reg.weight"][3, 7, 0, 0] = -1e5
+    path = write_zip(state, tmp_path / "big.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        run = cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp16")
+    assert run.out == "", run
+    assert_one_line_error(run, f"error: {path}: head.weight holds values up to 1e+05, beyond float16's 65504 (inf in "
+                               "an fp16 graph): build with --precision fp32")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pth"]
+    assert cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp32").rc == 0
 
 
 # --------------------------------------------------------------------------- infer: JSON
@@ -836,6 +856,13 @@ def test_main_error_kinds_are_one_line(tiny_model: Path, tiny_frames: list[Path]
     assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu"), "RecursionError")
     (deep / "model.json").write_text('{"format_version": ' + "7" * 5000 + "}")
     assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu"), "ValueError")
+    # a repeated key, of which json would keep the last silently
+    text = (tiny_model / "model.json").read_text()
+    (deep / "model.json").write_text(text.replace('{\n', '{\n  "precision": "fp16",\n', 1))
+    assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu", "--out", tmp_path / "dup"),
+                          f"{deep / 'model.json'}: unreadable or not valid JSON (key 'precision' appears twice in one "
+                          "object)")
+    assert not (tmp_path / "dup").exists()
     # OSError: --out below a regular file
     a_file = tmp_path / "a_file"
     a_file.write_text("x")

@@ -490,6 +490,35 @@ def test_non_finite_weights_are_refused_with_their_keys(fmt: str, zhulf_cfg: Mod
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
+def test_float64_weights_beyond_float32_are_refused_with_their_keys(fmt: str, zhulf_cfg: ModelConfig,
+                                                                   tmp_path: Path) -> None:
+    """1e300 is finite in a float64 tensor but inf once cast to float32: refused at load time, with no raw
+    numpy "overflow encountered in cast" warning; the head and the PFN are not covered by the BatchNorm check."""
+    state: dict[str, np.ndarray] = small_state("zhulf0804", zhulf_cfg)
+    for key in ("head.conv_reg.bias", "pillar_encoder.conv.weight"):
+        state[key] = state[key].astype(np.float64)
+    state["head.conv_reg.bias"][2] = -1e300
+    state["pillar_encoder.conv.weight"][0, 0, 0] = 1e39
+    path = WRITERS[fmt](state, tmp_path / "big.pth")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        msg = checkpoint_error(lambda: load_checkpoint(path, config=small_config(zhulf_cfg)))
+    assert msg == (f"{path}: weights beyond float32's range (+-3.4e+38) in 2 tensors: pillar_encoder.conv.weight "
+                   "(values up to 1e+39), head.conv_reg.bias (values up to 1e+300)"), msg
+    state["head.conv_cls.weight"][0, 0, 0, 0] = np.nan  # both kinds in one error
+    checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="mine"),
+                     "mine: non-finite weights (NaN or inf) in 1 tensor: head.conv_cls.weight (1 of",
+                     "; weights beyond float32's range (+-3.4e+38) in 2 tensors: ")
+
+
+def test_float64_weights_within_float32_load(zhulf_cfg: ModelConfig, tmp_path: Path) -> None:
+    state = {k: v.astype(np.float64) for k, v in small_state("zhulf0804", zhulf_cfg).items()}
+    state["head.conv_reg.bias"][0] = 3e38
+    weights = load_checkpoint(write_zip(state, tmp_path / "f64.pth"), config=small_config(zhulf_cfg)).weights
+    assert weights.head_box.bias[0] == np.float32(3e38)
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_negative_batchnorm_variance_is_refused_with_its_key(fmt: str, zhulf_cfg: ModelConfig, tmp_path: Path) -> None:
     """sqrt(running_var + eps) of a negative variance is NaN: the model would build and find nothing, silently."""
     state = small_state("zhulf0804", zhulf_cfg)

@@ -10,7 +10,6 @@ lines with the frame's calibration exactly as ``--format kitti`` would write the
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError
-from ...fileio import read_regular_file, safe_repr
+from ...fileio import loads_json, read_regular_file, safe_repr
 from ...kitti import detections_to_kitti_lines, read_calibration
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
@@ -116,7 +115,7 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
-        record = json.loads("\n".join(_read_lines(path, "prediction")))
+        record = loads_json("\n".join(_read_lines(path, "prediction")))
         boxes = np.asarray(record["boxes_lidar"], dtype=np.float64).reshape(-1, 7)
         scores = np.asarray(record["scores"], dtype=np.float64).reshape(-1)
         labels = [str(v) for v in record["labels"]]
