@@ -30,6 +30,12 @@ PathLike = Union[str, "os.PathLike[str]"]
 _CALIB_SHAPES = {"P2": (3, 4), "R0_rect": (3, 3), "Tr_velo_to_cam": (3, 4)}
 _LABEL_FIELDS = 15  # type, truncated, occluded, alpha, bbox (4), h w l, x y z, rotation_y
 _CALIB_MAX_BYTES = 1 << 16
+#: How far R R^T may be from I, and det R from +1, in a calib's rotations: KITTI's own are within 1e-6
+#: (8 decimals a value); a matrix beyond this is not a rotation (a reflection, a scale, another matrix).
+ROTATION_TOLERANCE = 1e-2
+#: Metres the lidar may sit from the reference camera (Tr_velo_to_cam's translation): on a car they are
+#: well under 2 m apart (KITTI: 0.34 m), so more than this is another unit (millimetres) or another matrix.
+MAX_LIDAR_CAMERA_OFFSET = 10.0
 _LABEL_MAX_BYTES = 1 << 24
 #: (height, width) of KITTI object images (most are 375 x 1242; a few sequences 370 x 1224,
 #: 374 x 1238 or 376 x 1241). Used when a frame's image_2 PNG is not at hand.
@@ -107,8 +113,10 @@ def read_calibration(path: PathLike) -> Calibration:
     """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored.
 
     P2, R0_rect and Tr_velo_to_cam must be all finite, and R0_rect, the 3x3 rotation part of
-    Tr_velo_to_cam and the 3x3 left part of P2 invertible; otherwise an InputError names the
-    file and the matrix.
+    Tr_velo_to_cam and the 3x3 left part of P2 invertible; R0_rect and that rotation part must be
+    rotations (``ROTATION_TOLERANCE``), Tr_velo_to_cam's translation within ``MAX_LIDAR_CAMERA_OFFSET``
+    and P2's focal lengths positive, since any other matrix moves every point and box to where no
+    camera sees it, silently. Otherwise an InputError names the file and the matrix.
     """
     shown = safe_repr(path)
     text = read_regular_file(path, max_bytes=_CALIB_MAX_BYTES, what="calibration file").decode(
@@ -142,7 +150,38 @@ def read_calibration(path: PathLike) -> Calibration:
             raise InputError(
                 f"calibration file {shown}: {part} is singular (singular values {sv[0]:.3g} .. {sv[-1]:.3g})"
             )
+    for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam")):
+        problem = _not_rotation(matrices[key][:, :3])
+        if problem is not None:
+            raise InputError(f"calibration file {shown}: {part} is not a rotation ({problem}): it would put every "
+                             "point where the camera is not; give the frame's own KITTI calib file")
+    offset = float(np.linalg.norm(matrices["Tr_velo_to_cam"][:, 3]))
+    if offset > MAX_LIDAR_CAMERA_OFFSET:
+        raise InputError(
+            f"calibration file {shown}: the translation of Tr_velo_to_cam is {offset:.4g} m long, where a car's "
+            f"lidar sits well under {MAX_LIDAR_CAMERA_OFFSET:g} m from its camera: give it in metres "
+            "(millimetres?) as KITTI does"
+        )
+    focal = matrices["P2"][0, 0], matrices["P2"][1, 1]
+    if min(focal) <= 0:
+        raise InputError(f"calibration file {shown}: P2's focal lengths are {focal[0]:.4g} and {focal[1]:.4g} pixels, "
+                         "expected positive: give the frame's own KITTI calib file (P2 of the left colour camera)")
     return Calibration(**matrices)
+
+
+def _not_rotation(m: np.ndarray) -> str | None:
+    """What keeps a 3x3 matrix from being a rotation within ``ROTATION_TOLERANCE`` (a reflection, a
+    scale, another matrix), or None for a rotation."""
+    det = float(np.linalg.det(m))
+    error = float(np.abs(m @ m.T - np.eye(3)).max())
+    if error <= ROTATION_TOLERANCE and abs(det - 1) <= ROTATION_TOLERANCE:
+        return None
+    scale = abs(det) ** (1 / 3)
+    if np.abs(m @ m.T / scale**2 - np.eye(3)).max() > ROTATION_TOLERANCE:
+        return f"R R^T differs from the identity by up to {error:.3g}, determinant {det:.4g}"
+    if det < 0:
+        return f"a reflection: determinant {det:.4g}, an axis flipped"
+    return f"a rotation scaled by {scale:.4g} (millimetres?)"
 
 
 # --------------------------------------------------------------------------- pairing frames with calib/image

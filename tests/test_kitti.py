@@ -538,6 +538,62 @@ def test_read_calibration_refuses_singular_or_nonfinite(tmp_path: Path, key: str
     assert message in text and "bad_calib.txt" in text and "\n" not in text
 
 
+def damaged_calib(assets: Path, path: Path, key: str, change) -> Path:
+    """A real KITTI calib file with ``key``'s matrix replaced by ``change(matrix)``, the rest as it was."""
+    hand = parse_calib_by_hand(assets / CALIBS[0])
+    mats = {k: hand[k].reshape(shape) for k, shape in (("P2", (3, 4)), ("R0_rect", (3, 3)), ("Tr_velo_to_cam", (3, 4)))}
+    mats[key] = change(mats[key])
+    return write_calib(path, mats["P2"], mats["R0_rect"], mats["Tr_velo_to_cam"])
+
+
+def flip_x(m: np.ndarray) -> np.ndarray:
+    """The camera's x axis flipped: a reflection (det -1), as a calib with a sign lost."""
+    return np.diag([-1.0, 1, 1]) @ m
+
+
+def turn_around(m: np.ndarray) -> np.ndarray:
+    """The camera turned 180 degrees about its vertical axis: a true rotation, looking backwards."""
+    return np.diag([-1.0, 1, -1]) @ m
+
+
+@pytest.mark.parametrize(
+    "key, change, message",
+    [
+        ("Tr_velo_to_cam", flip_x, "the rotation part (3x3) of Tr_velo_to_cam is not a rotation (a reflection: "
+                                   "determinant -1,"),
+        ("R0_rect", flip_x, "R0_rect is not a rotation (a reflection: determinant -1,"),
+        ("Tr_velo_to_cam", lambda m: m * 1000, "Tr_velo_to_cam is not a rotation (a rotation scaled by 1000 "
+                                               "(millimetres?))"),
+        ("Tr_velo_to_cam", lambda m: m * [[1, 1, 0.5, 1]], "Tr_velo_to_cam is not a rotation (R R^T differs from the "
+                                                           "identity by up to 0.75"),
+        ("Tr_velo_to_cam", lambda m: np.column_stack([m[:, :3], m[:, 3] * 1000]),
+         "the translation of Tr_velo_to_cam is 338.6 m long"),
+        ("P2", lambda m: m * [[-1], [1], [1]], "P2's focal lengths are -707 and 707 pixels, expected positive"),
+    ],
+)
+def test_read_calibration_refuses_what_is_no_camera_calibration(tmp_path: Path, assets: Path, key: str, change,
+                                                                message: str) -> None:
+    path = damaged_calib(assets, tmp_path / "bad_calib.txt", key, change)
+    with pytest.raises(InputError) as err:
+        read_calibration(path)
+    text = str(err.value)
+    assert message in text and "bad_calib.txt" in text and "\n" not in text
+
+
+def test_read_calibration_rotation_checks_pass_kitti_and_a_backwards_camera(tmp_path: Path, assets: Path) -> None:
+    """Every real KITTI calib of the assets is a rotation far inside the tolerance (their 7-digit values are
+    orthogonal to ~1e-7); a camera turned backwards is still a valid calibration (infer warns on its empty crop)."""
+    from pointpillars_trt.kitti import ROTATION_TOLERANCE
+
+    for path in sorted(assets.glob("kitti/*/calib/*.txt")):
+        calib = read_calibration(path)
+        for m in (calib.R0_rect, calib.Tr_velo_to_cam[:, :3]):
+            assert np.abs(m @ m.T - np.eye(3)).max() < ROTATION_TOLERANCE / 1000
+    turned = read_calibration(damaged_calib(assets, tmp_path / "turned.txt", "Tr_velo_to_cam", turn_around))
+    np.testing.assert_array_equal(turned.Tr_velo_to_cam[2], -parse_calib_by_hand(assets / CALIBS[0])
+                                  ["Tr_velo_to_cam"].reshape(3, 4)[2])
+
+
 # --------------------------------------------------------------------------- pairing frames with calib / image
 
 @pytest.fixture()

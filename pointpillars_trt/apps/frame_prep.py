@@ -9,16 +9,21 @@ kitti``, ``--eval``), says so once, and lets ``--fov-only`` / ``--no-fov-only`` 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
+from ..fileio import safe_repr
 from ..kitti import KITTI_IMAGE_SHAPE, calib_for_frame, image_shape_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
+
+#: Finite points a frame must have (in the model's point range) for "none of them where they should be"
+#: to be worth a warning: none in the range (``infer.frame_warning``), none left by the crop.
+MISPLACED_FROM = 100
 
 FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected on (OpenPCDet's "
               "FOV_POINTS_ONLY, as its KITTI evaluation does); --no-fov-only keeps the full scans")
@@ -28,15 +33,52 @@ FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected 
 class CameraFovCrop:
     """Keeps the points of a frame that project into its camera image, with the calibration paired
     to the frame by id (``calib_dir``, else the sibling ``calib/``) and the image size of
-    ``image_shape``, else the frame's ``image_2`` PNG, else KITTI's usual 375 x 1242."""
+    ``image_shape``, else the frame's ``image_2`` PNG, else KITTI's usual 375 x 1242.
+
+    A calibration can be a true rotation and still wrong (a camera facing backwards): then the crop
+    leaves nothing of a frame with points in the model's ``point_range``, and the frame is kept in
+    ``emptied`` for ``emptied_warning`` to name its calib file (the reader threads crop; the warning
+    is said in input order)."""
 
     calib_dir: str | None = None
     image_shape: tuple[int, int] | None = None
+    point_range: tuple[float, ...] | None = None
+    #: source -> (calib file, points in the model's range) of each frame the crop emptied, until asked
+    emptied: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def __call__(self, points: np.ndarray, source: str) -> np.ndarray:
-        calib = read_calibration(calib_for_frame(source, self.calib_dir))
+        path = calib_for_frame(source, self.calib_dir)
         shape = self.image_shape or image_shape_for_frame(source) or KITTI_IMAGE_SHAPE
-        return crop_to_camera_fov(points, calib, shape)
+        kept = crop_to_camera_fov(points, read_calibration(path), shape)
+        if not len(kept) and len(points) >= MISPLACED_FROM:
+            in_range = _points_in_range(points, self.point_range)
+            if in_range >= MISPLACED_FROM:
+                self.emptied[source] = (str(path), in_range)
+        return kept
+
+    def emptied_warning(self, source: str) -> tuple[str, str] | None:
+        """("fov", warning) when the crop left nothing of ``source``'s points; None for any other frame. Ask
+        once for every frame: the answer is forgotten."""
+        found = self.emptied.pop(source, None)
+        if found is None:
+            return None
+        calib, in_range = found
+        return "fov", (f"warning: {safe_repr(source)}: the camera-FOV crop left none of its {in_range} points in the "
+                       f"model's range: calib file {safe_repr(calib)} puts them all outside the camera image (a "
+                       "camera facing backwards or sideways?); check it, or pass --no-fov-only (warned once)")
+
+
+def _points_in_range(points: np.ndarray, point_range: Sequence[float] | None) -> int:
+    """Finite points inside ``point_range`` (x y z min, then max; None: every finite point)."""
+    xyz = np.asarray(points)[:, :3]
+    if point_range is None:
+        return int(np.isfinite(xyz).all(axis=1).sum())
+    return int(((xyz >= point_range[:3]) & (xyz < point_range[3:6])).all(axis=1).sum())
+
+
+def emptied_warning(prepare: Prepare | None, source: str) -> tuple[str, str] | None:
+    """``CameraFovCrop.emptied_warning`` of the run's per-frame step, if it is the crop."""
+    return prepare.emptied_warning(source) if isinstance(prepare, CameraFovCrop) else None
 
 
 def fov_only_default(fmt: str, evaluating: bool, trained_fov_only: bool | None = None) -> bool:
@@ -46,10 +88,10 @@ def fov_only_default(fmt: str, evaluating: bool, trained_fov_only: bool | None =
 
 
 def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], None],
-                   trained_fov_only: bool | None = None) -> Prepare | None:
+                   trained_fov_only: bool | None = None, point_range: Sequence[float] | None = None) -> Prepare | None:
     """infer's per-frame step from its options and the model dir's recorded ``fov_points_only``
     (None: frames go to the detector as read); ``note`` receives the one-line notice when the crop
-    is on by default."""
+    is on by default; ``point_range``, the model's, decides which emptied frames are warned about."""
     fov_only = getattr(args, "fov_only", None)
     if fov_only is None:
         fov_only = fov_only_default(fmt, bool(getattr(args, "eval", None)), trained_fov_only)
@@ -57,4 +99,4 @@ def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], Non
             note(FOV_NOTICE)
     if not fov_only:
         return None
-    return CameraFovCrop(args.calib, args.image_shape)
+    return CameraFovCrop(args.calib, args.image_shape, None if point_range is None else tuple(point_range))

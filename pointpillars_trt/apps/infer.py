@@ -41,7 +41,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
     frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
-from .frame_prep import frame_preparer
+from .frame_prep import MISPLACED_FROM, emptied_warning, frame_preparer
 from .ranges import int_in
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -686,12 +686,15 @@ def intensity_warning(source: str, kind: str) -> str:
 
 
 def frame_warnings(source: str, det: Detections | None, written: FrameOutput, point_range: Sequence[float] | None,
-                   intensity: str | None) -> list[tuple[str, str]]:
+                   intensity: str | None, emptied: tuple[str, str] | None = None) -> list[tuple[str, str]]:
     """(kind, warning) of each thing a frame's read and detections say is probably wrong with its file: its
-    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), ``frame_warning``'s, pillars left
-    out beyond max_pillars, and boxes left out for NaN or infinite values (the network overflowed). Local
-    infer and Ray's workers alike."""
+    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), its calib leaving nothing to the
+    camera-FOV crop (``emptied``, ``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond
+    max_pillars, and boxes left out for NaN or infinite values (the network overflowed). Local infer and Ray's
+    workers alike."""
     found = [(intensity, intensity_warning(source, intensity))] if intensity is not None else []
+    if emptied is not None:
+        found.append(emptied)
     warning = None if det is None else frame_warning(source, det, point_range)
     if warning is not None:
         found.append(warning)
@@ -732,10 +735,8 @@ class FrameWarnings:
 WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "beyond": "had intensities beyond 255",
                  "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
                  "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values",
-                 "pillars": "had pillars beyond the model's max_pillars"}
-
-#: Finite points a frame must have for "none of them in the model's range" to be worth a warning.
-MISPLACED_FROM = 100
+                 "pillars": "had pillars beyond the model's max_pillars",
+                 "fov": "had none of their points left by the camera-FOV crop"}
 
 
 def empty_files_warning(frames: Sequence[str]) -> str | None:
@@ -796,7 +797,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,
-                             getattr(getattr(detectors[0], "model", None), "fov_points_only", None))
+                             getattr(getattr(detectors[0], "model", None), "fov_points_only", None), plan.point_range)
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
                        intensity_scale=args.intensity_scale, prepare=prepare,
                        columns=getattr(detectors[0], "point_columns", None))
@@ -811,6 +812,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     try:
         for job in jobs:
             intensity = read.intensity_mismatch_of(job.item)
+            emptied = emptied_warning(prepare, job.source)  # asked for every frame: the crop forgets it
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes), None)
@@ -821,7 +823,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 continue
             written, row = job.written
             to_flush.add(written.files)
-            warned.add(frame_warnings(job.source, job.detections, written, plan.point_range, intensity))
+            warned.add(frame_warnings(job.source, job.detections, written, plan.point_range, intensity, emptied))
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, job.source)

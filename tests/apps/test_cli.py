@@ -691,6 +691,39 @@ def test_pillars_beyond_max_pillars_are_said(tiny_model: Path, tmp_path: Path):
                         "max_pillars in the model's config keeps frames this dense whole (warned once)"], run.err
 
 
+def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: Path, tmp_path: Path):
+    """Three frames in front of the lidar, one calib each: KITTI's (labels written), the camera turned around
+    (a true rotation: the FOV crop empties the frame, which is said once with the calib file) and millimetres
+    (refused on the frame's error line naming the calib file; the other frames still run)."""
+    root = tmp_path / "training"
+    (root / "velodyne").mkdir(parents=True)
+    (root / "calib").mkdir()
+    rng = np.random.default_rng(0)
+    points = np.column_stack([rng.uniform(2, 5, 500), rng.uniform(-1, 1, 500), rng.uniform(-1, 0.5, 500),
+                              rng.uniform(0, 1, 500)]).astype(np.float32)
+    rows = {line.split(":")[0]: line for line in KITTI_CALIB.splitlines()}
+    tr = np.array(rows["Tr_velo_to_cam"].split()[1:], dtype=np.float64).reshape(3, 4)
+    for name, matrix in (("good", tr), ("turned", np.diag([-1.0, 1, -1]) @ tr), ("millimetres", tr * 1000)):
+        points.tofile(root / "velodyne" / f"{name}.bin")
+        calib = {**rows, "Tr_velo_to_cam": "Tr_velo_to_cam: " + " ".join(f"{v:.9e}" for v in matrix.ravel())}
+        (root / "calib" / f"{name}.txt").write_text("\n".join(calib.values()) + "\n")
+    run = cli("infer", root / "velodyne", "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+              "--out", tmp_path / "out", *LOOSE)
+    assert run.rc == 1, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: '{root / 'velodyne' / 'millimetres.bin'}': calibration file "
+                      f"'{root / 'calib' / 'millimetres.txt'}': the rotation part (3x3) of "
+                      "Tr_velo_to_cam is not a rotation (a rotation scaled by 1000 (millimetres?)): it would put every "
+                      "point where the camera is not; give the frame's own KITTI calib file"], run.err
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert warnings == [f"warning: '{root / 'velodyne' / 'turned.bin'}': the camera-FOV crop left none of its 500 "
+                        f"points in the model's range: calib file '{root / 'calib' / 'turned.txt'}' puts them all "
+                        "outside the camera image (a camera facing backwards or sideways?); check it, or pass "
+                        "--no-fov-only (warned once)"], run.err
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.txt", "turned.txt"]
+    assert (tmp_path / "out" / "turned.txt").read_text() == ""
+
+
 @pytest.mark.slow
 def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bad = tmp_path / "bad.bin"

@@ -250,7 +250,8 @@ def _run_ray(args: argparse.Namespace) -> int:
     if empty is not None:
         print(empty, file=sys.stderr, flush=True)
     model = resolve_model(args.model)
-    prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only)
+    prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
+                             model.cfg.voxel.point_range)
     summary = detect_dataset(frames, model, args.out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                              batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
