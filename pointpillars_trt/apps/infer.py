@@ -562,8 +562,8 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
                   skip_existing: bool) -> tuple[list[str], list[str], list[str]]:
     """(frames to run, frames skipped, the skipped frames whose row is a failure's) under
     ``--skip-existing``: a frame is skipped when all its outputs are there and complete (this package
-    writes them atomically; an empty or cut file came from elsewhere, or from a crash before the run's
-    flush, and is redone, said once) or its row is in a part file (sources compared as absolute paths,
+    writes them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
+    elsewhere, or from a crash before the run's flush, and is redone, said once) or its row is in a part file (sources compared as absolute paths,
     so ``dir/`` and ``/abs/dir/`` are one frame). A failed frame writes no per-frame file, so only row
     formats skip failures."""
     if not skip_existing or out is None:
@@ -588,7 +588,7 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
         incomplete.extend(cut)
         (skipped if all(path.is_file() for path in files) and not cut else todo).append(frame)
     if incomplete:
-        print(f"redoing the frames of {len(incomplete)} empty or incomplete output file(s) in {out} "
+        print(f"redoing the frames of {len(incomplete)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
     return todo, skipped, failed_before
 

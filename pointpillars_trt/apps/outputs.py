@@ -10,11 +10,12 @@ resumes it without redoing frames.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import numpy as np
 
@@ -224,11 +225,17 @@ class RowParts:
 
 #: How each per-frame output file ends when whole (KITTI label files may be empty: no detections).
 _COMPLETE_ENDINGS = {".json": b"}\n", ".txt": b"\n", ".png": b"IEND\xaeB`\x82"}
+#: The lists of a JSON frame record (``Detections.to_json_dict``), one entry a box, and its counts.
+_RECORD_LISTS = ("boxes_lidar", "scores", "labels")
+_RECORD_COUNTS = ("num_points", "num_pillars", "num_pillars_dropped", "num_nonfinite_points", "num_nonfinite_boxes")
+#: Bytes beyond any frame record (a few hundred thousand at most, for thousands of boxes): a larger file is not one.
+_RECORD_MAX_BYTES = 1 << 26
 
 
 def output_complete(path: Path) -> bool:
     """Whether a per-frame output file is whole: it ends as this package ends that kind of file (a
-    KITTI label file may be empty). Reads its last bytes only."""
+    KITTI label file may be empty), and a JSON file is also infer's record of that frame (any other
+    JSON ending in ``}`` would be skipped forever). Reads the last bytes of the others only."""
     ending = _COMPLETE_ENDINGS.get(path.suffix)
     try:
         with open(path, "rb") as f:
@@ -238,9 +245,40 @@ def output_complete(path: Path) -> bool:
             if size < len(ending):
                 return False
             f.seek(size - len(ending))
-            return f.read(len(ending)) == ending
+            if f.read(len(ending)) != ending:
+                return False
+            if path.suffix != ".json":
+                return True
+            if size > _RECORD_MAX_BYTES:
+                return False
+            f.seek(0)
+            data = f.read()
     except OSError:
         return False
+    return _is_frame_record(data, path.stem)
+
+
+def _is_frame_record(data: bytes, stem: str) -> bool:
+    """Whether ``data`` is the JSON record infer writes for frame ``stem``: that frame's name, its lists of
+    one entry a box (7 values a box, 2 a velocity), its integer counts."""
+    try:
+        record = json.loads(data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested beyond the parser
+        return False
+    if not isinstance(record, dict) or record.get("frame") != name_text(stem):
+        return False
+    boxes, scores, labels = (record.get(key) for key in _RECORD_LISTS)
+    if not (_rows_of(boxes, 7) and isinstance(scores, list) and isinstance(labels, list)
+            and len(boxes) == len(scores) == len(labels)):
+        return False
+    if "velocity" in record and not (_rows_of(record["velocity"], 2) and len(record["velocity"]) == len(boxes)):
+        return False
+    return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
+
+
+def _rows_of(values: Any, width: int) -> TypeGuard[list[Any]]:
+    """Whether ``values`` is a list of lists of ``width`` values each."""
+    return isinstance(values, list) and all(isinstance(row, list) and len(row) == width for row in values)
 
 
 def existing_parts(folder: Path, output_format: str) -> list[Path]:

@@ -228,9 +228,9 @@ def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Pat
     assert tempfile.gettempdir()
 
 
-def test_skip_existing_redoes_empty_and_cut_outputs(model_path, frames, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Outputs cut short or emptied outside the run (or by a crash before its flush) are redone, said
-    once; whole ones are skipped."""
+def test_skip_existing_redoes_empty_cut_and_foreign_outputs(model_path, frames, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Outputs cut short or emptied outside the run (or by a crash before its flush), and JSON files that are
+    whole JSON but not infer's record of their frame, are redone, said once; whole ones are skipped."""
     out = tmp_path / "out"
     out.mkdir()
     for path in reference.iterdir():
@@ -238,9 +238,14 @@ def test_skip_existing_redoes_empty_and_cut_outputs(model_path, frames, referenc
     names = sorted(p.name for p in out.glob("*.json"))
     (out / names[0]).write_bytes(b"")
     (out / names[1]).write_bytes((reference / names[1]).read_bytes()[:40])
+    (out / names[2]).write_text(json.dumps({"frame": names[2].removesuffix(".json"), "boxes_lidar": "garbage"}) + "\n")
+    (out / names[3]).write_bytes((reference / names[4]).read_bytes())  # whole, but another frame's record
+    record = json.loads((reference / names[5]).read_text())
+    record["labels"].append("Car")  # a label of no box
+    (out / names[5]).write_text(json.dumps(record, indent=2) + "\n")
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 1 and "redoing the frames of 2 empty or incomplete output file(s)" in err, err
-    assert f"skipping {len(names) - 2} frame(s)" in err
+    assert rc == 1 and "redoing the frames of 5 empty, incomplete or foreign output file(s)" in err, err
+    assert f"skipping {len(names) - 5} frame(s)" in err
     assert files_of(out) == files_of(reference)
 
 
