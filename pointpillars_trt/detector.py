@@ -205,7 +205,8 @@ class PointPillars:
                               "intensity_scale=1/255)) if they are (checked on the first frame)",
                               InputWarning, stacklevel=3)
             elif mismatch == "beyond":
-                largest = float(np.nanmax(np.abs(frame[:, 3])))
+                finite = frame[:, 3][np.isfinite(frame[:, 3])]  # what the mismatch was judged on
+                largest = float(np.abs(finite).max())
                 warnings.warn(f"the points' intensities reach {largest:.6g}, but the model expects 0-1 "
                               "reflectance (KITTI): check the point layout (columns a point, their order, "
                               "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "

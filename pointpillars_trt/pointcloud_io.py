@@ -190,14 +190,15 @@ _TEXT_BYTES[[9, 10, 13, *range(32, 127)]] = True
 _TEXT_SNIFF = 4096  # bytes looked at: no float32 frame's first 4 KB are all printable ASCII
 
 
-def _refuse_text(path: PathLike, head: bytes, what: str) -> None:
-    """InputError when a ``.bin``'s first bytes are all printable ASCII: a text file (a point list written
-    as numbers), which read as float32 is refused for its size with the wrong advice, or read as points
-    a few nanometres from the origin. The first 64 bytes settle it for nearly every frame."""
-    sniffed = np.frombuffer(head[:_TEXT_SNIFF], np.uint8)
-    if sniffed.size and _TEXT_BYTES[sniffed[:64]].all() and _TEXT_BYTES[sniffed].all():
+def _refuse_text(path: PathLike, head: bytes | np.ndarray, what: str) -> None:
+    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values, looked at in place)
+    are all printable ASCII: a text file (a point list written as numbers), which read as float32 is refused
+    for its size with the wrong advice, or read as points a few nanometres from the origin. The first 64
+    bytes settle it for nearly every frame."""
+    raw = head.view(np.uint8) if isinstance(head, np.ndarray) else np.frombuffer(head, np.uint8)
+    if raw.size and _TEXT_BYTES[raw[:64]].all() and _TEXT_BYTES[raw[:_TEXT_SNIFF]].all():
         raise InputError(f"{what} {safe_repr(path)} is text, not float32 values: a point list written as "
-                         "numbers? load it with numpy.loadtxt and save the (N, 4) array as float32 .bin or .npy")
+                         "numbers? load it with numpy.loadtxt and save the array as float32 .bin or .npy")
 
 
 def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4) -> None:
@@ -233,13 +234,20 @@ TIME_LAG_RANGE = (-0.01, 2.0)
 def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
     """Refuse a multi-sweep model's frame whose 5th values (looked at from the start and the middle) are
     no time lags: the PFN would take ring numbers or timestamps for lags without a word."""
-    rows = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4] for s in _samples(values, point_dim)]
-    lags = np.concatenate(rows)
-    lags = lags[np.isfinite(lags)]
+    lows, highs = [], []
+    for sample in _samples(values, point_dim):
+        lags = sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4]  # a strided view
+        lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
+        if np.isnan(lo) or np.isnan(hi):  # rows of NaN (no return) are skipped
+            lags = lags[np.isfinite(lags)]
+            lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
+        lows.append(lo)
+        highs.append(hi)
+    lo, hi = min(lows), max(highs)
     low, high = TIME_LAG_RANGE
-    if lags.size and not (low <= lags.min() and lags.max() <= high):
+    if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
         raise InputError(
-            f"{what} {safe_repr(path)}: its 5th values run from {lags.min():.6g} to {lags.max():.6g}, but this "
+            f"{what} {safe_repr(path)}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
             f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
             "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
             "PointPillars.accumulate"
@@ -247,7 +255,7 @@ def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: s
 
 
 def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
-    _refuse_text(path, values[: _TEXT_SNIFF // 4].tobytes(), what)
+    _refuse_text(path, np.ascontiguousarray(values[: _TEXT_SNIFF // 4]), what)
     head = values[:_QUICK_WORDS]
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
         head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
@@ -289,25 +297,10 @@ def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str,
 
 
 def intensity_looks_8bit(points: np.ndarray) -> bool:
-    """True when the 4th column looks like 0-255 intensities rather than KITTI's 0-1 reflectance.
-
-    That is: the finite intensities all lie in [0, 255] and the largest is above 1.5. A model
-    trained on KITTI then sees values ~100x too large; scale by 1/255 (``intensity_scale``).
-    """
-    arr = np.asarray(points)
-    if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
-        return False
-    inten = arr[:, 3]
-    hi = float(inten.max())  # no copy; a NaN anywhere makes it NaN
-    if hi <= 1.5:  # the usual 0-1 reflectance, all finite: one pass
-        return False
-    lo = float(inten.min())
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        inten = inten[np.isfinite(inten)]
-        if inten.size == 0:
-            return False
-        lo, hi = float(inten.min()), float(inten.max())
-    return lo >= 0.0 and 1.5 < hi <= 255.0
+    """True when the 4th column looks like 0-255 intensities rather than KITTI's 0-1 reflectance: the finite
+    intensities all lie in [0, 255] and the largest is above 1.5. A model trained on KITTI then sees values
+    ~100x too large; scale by 1/255 (``intensity_scale``)."""
+    return intensity_mismatch(points, expects_unit=True) == "8bit"
 
 
 #: Finite points a frame needs before "all its intensities lie in 0-1" says anything of its scale.
@@ -316,27 +309,27 @@ UNIT_INTENSITY_MIN_POINTS = 1000
 
 def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
     """How a frame's intensities disagree with the scale its model was trained on, or None: ``"8bit"``
-    (0-255 values for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1 model: another point layout
-    or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS points, all within 0-1, for a 0-255 model).
-    One pass over the column in the usual case."""
+    (finite values in [0, 255] reaching past 1.5, for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1
+    model: another point layout or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS finite values, all
+    within [0, 1], for a 0-255 model). One pass over the column (its maximum) for a frame on its model's scale."""
     arr = np.asarray(points)
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
         return None
-    if expects_unit:
-        if intensity_looks_8bit(arr):
-            return "8bit"
-        hi = float(arr[:, 3].max())
-        if hi <= 255.0:  # NaN compares False: look at the finite values
-            return None
-        finite = arr[:, 3][np.isfinite(arr[:, 3])]
-        return "beyond" if finite.size and float(np.abs(finite).max()) > 255.0 else None
     inten = arr[:, 3]
-    hi = float(inten.max())
-    if hi > 1.0:
+    hi = float(inten.max())  # no copy; a NaN anywhere makes it NaN, which passes neither test below
+    if (hi <= 1.5) if expects_unit else (hi > 1.0):
         return None
-    finite = inten[np.isfinite(inten)]
-    small = finite.size >= UNIT_INTENSITY_MIN_POINTS and float(finite.min()) >= 0.0 and float(finite.max()) <= 1.0
-    return "unit" if small else None
+    lo = float(inten.min())
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # rows of NaN (no return) are skipped
+        inten = inten[np.isfinite(inten)]
+        if inten.size == 0:
+            return None
+        lo, hi = float(inten.min()), float(inten.max())
+    if expects_unit:
+        if hi > 255.0 or lo < -255.0:
+            return "beyond"
+        return "8bit" if lo >= 0.0 and hi > 1.5 else None
+    return "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
 
 
 # --------------------------------------------------------------------------- .bin

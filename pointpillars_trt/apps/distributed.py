@@ -406,8 +406,8 @@ class _DetectActor:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "warnings": json.dumps([] if job.error else frame_warnings(
-                          job.source, job.detections, written, self.point_range, intensity, emptied)),
+                      "warnings": json.dumps(frame_warnings(job.source, None if job.error else job.detections,
+                                                            written, self.point_range, intensity, emptied)),
                       "row": row if row is not None else self._failed_row(job), "call_started": started}
             for key in _COLUMNS:
                 columns[key].append(record[key])

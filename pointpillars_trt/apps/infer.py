@@ -429,7 +429,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     camera = [name for name, value in (("--calib", args.calib), ("--image-shape", args.image_shape)) if value is not None]
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
-                         f"and --fov-only; this --format {fmt} run uses neither: drop {'it' if len(camera) == 1 else 'them'}")
+                         f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if fmt in ROW_FORMATS and out is None:
@@ -603,7 +603,6 @@ class FrameReport:
 
         self.total, self.plan, self.where = total, plan, where
         self.done: list[str] = []
-        self._counted: list[tuple[int, int, int]] = []  # each done frame's (boxes, non-finite, out of view)
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
         self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
@@ -619,16 +618,16 @@ class FrameReport:
         named = safe_repr(source)
         self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once
 
-    def take_back(self, sources: Sequence[str]) -> None:
+    def take_back(self, frames: Sequence[tuple[str, FrameOutput]]) -> None:
         """Frames counted as written whose outputs turned out not to be (their row part failed): the last
-        ``len(sources)`` frames that went through, now counted as failed."""
-        if sources:
-            del self.done[-len(sources):]
-            self.failed += len(sources)
-            for boxes, nonfinite, out_of_view in self._counted[-len(sources):]:  # not on disk either
-                self.boxes, self.nonfinite, self.out_of_view = (self.boxes - boxes, self.nonfinite - nonfinite,
-                                                                self.out_of_view - out_of_view)
-            del self._counted[-len(sources):]
+        ``len(frames)`` frames that went through, now counted as failed, their boxes no longer claimed."""
+        if frames:
+            del self.done[-len(frames):]
+            self.failed += len(frames)
+            for _, written in frames:
+                self.boxes, self.nonfinite, self.out_of_view = (self.boxes - written.boxes,
+                                                                self.nonfinite - written.nonfinite,
+                                                                self.out_of_view - written.out_of_view)
 
     def fail_quietly(self) -> None:
         """A failed frame that a summary line accounts for (no line of its own)."""
@@ -639,7 +638,6 @@ class FrameReport:
         """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
         self.bar.update(1)
         self.done.append(source)
-        self._counted.append((written.boxes, written.nonfinite, written.out_of_view))
         self.boxes, self.nonfinite, self.out_of_view = (self.boxes + written.boxes, self.nonfinite + written.nonfinite,
                                                         self.out_of_view + written.out_of_view)
         if not self.writes and det is not None:
@@ -811,11 +809,12 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     jobs = runner.run(frames)
     try:
         for job in jobs:
-            intensity = read.intensity_mismatch_of(job.item)
+            intensity = read.intensity_mismatch_of(job.item)  # said even when the frame then fails: asked once
             emptied = emptied_warning(prepare, job.source)  # asked for every frame: the crop forgets it
             if job.error is not None:
+                warned.add(frame_warnings(job.source, None, FrameOutput(), plan.point_range, intensity, emptied))
                 if rows is not None:
-                    rows.add(frame_row(job.source, None, job.error, classes), None)
+                    rows.add(frame_row(job.source, None, job.error, classes))
                 if disk.quiet(job.error):
                     report.fail_quietly()
                 else:
@@ -826,7 +825,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             warned.add(frame_warnings(job.source, job.detections, written, plan.point_range, intensity, emptied))
             report.written(job.source, written, job.detections)
             if rows is not None:
-                rows.add(row, job.source)
+                rows.add(row, (job.source, written))
         if rows is not None:
             rows.close()
             to_flush.add(rows.parts.files)
@@ -871,10 +870,11 @@ class _RowSink:
 
     def __init__(self, parts: RowParts, report: FrameReport) -> None:
         self.parts, self.report = parts, report
-        self._waiting: list[str] = []  # frames that went through whose rows are in the part being filled
+        # frames that went through (source, what was counted) whose rows are in the part being filled
+        self._waiting: list[tuple[str, FrameOutput]] = []
 
-    def add(self, row: dict[str, Any], written: str | None) -> None:
-        """A frame's row; ``written``: its source when it went through (None: a failed frame's row)."""
+    def add(self, row: dict[str, Any], written: tuple[str, FrameOutput] | None = None) -> None:
+        """A frame's row; ``written``: its source and counts when it went through (None: a failed frame's row)."""
         if written is not None:
             self._waiting.append(written)
         self._write(lambda: self.parts.add(row))

@@ -10,7 +10,6 @@ resumes it without redoing frames.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -262,8 +261,8 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
     """Whether ``data`` is the JSON record infer writes for frame ``stem``: that frame's name, its lists of
     one entry a box (7 values a box, 2 a velocity), its integer counts."""
     try:
-        record = json.loads(data)
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested beyond the parser
+        record = loads_json(data)
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, a key twice, nested beyond the parser
         return False
     if not isinstance(record, dict) or record.get("frame") != name_text(stem):
         return False

@@ -724,6 +724,19 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
     assert (tmp_path / "out" / "turned.txt").read_text() == ""
 
 
+def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path, tmp_path: Path):
+    """The first 0-255 frame is the one the reader flags (later frames are no longer checked): its warning is
+    said even though its output cannot be written (a folder stands where its JSON goes)."""
+    points = tiny_points(4)
+    points[:, 3] = np.round(points[:, 3] * 255)
+    points.tofile(tmp_path / "a.bin")
+    (tmp_path / "out" / "a.json").mkdir(parents=True)
+    run = cli("infer", tmp_path / "a.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
+              "--out", tmp_path / "out")
+    assert run.rc == 1 and "error: " in run.err, run
+    assert f"warning: '{tmp_path / 'a.bin'}': intensities look like 0-255 values" in run.err, run.err
+
+
 @pytest.mark.slow
 def test_tiny_batch_size_3_equals_batch_1_byte_for_byte(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bad = tmp_path / "bad.bin"

@@ -330,6 +330,7 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
         with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
             main(["bench", option, value, "--out", str(tmp_path / "b")])
         assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
+    assert_one_line_error(cli("bench", "--point-dim", "5", "--out", tmp_path / "b"), "--point-dim applies to --frames")
     assert not (tmp_path / "b").exists()
     frames = tmp_path / "frames"
     frames.mkdir()

@@ -301,6 +301,7 @@ def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) 
     remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
     found = remote(np.zeros((0, 4), np.float32))
     assert remote.detect_batch([]) == [] and remote.detect_batch(np.zeros((0, 5, 4), np.float32)) == []
+    assert len(remote.detect_batch(np.zeros((0, 4), np.float32) for _ in range(2))) == 2  # a generator of frames
     for wrong, said in ((None, "got None"), (np.zeros((5, 4), np.float32), "got one array of shape (5, 4)")):
         with pytest.raises(InputError, match=re.escape(f"frames: expected a list of frames ((N, 4) arrays), {said}")):
             remote.detect_batch(wrong)  # type: ignore[arg-type]

@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import BackendError, PointPillarsError
+from ...errors import BackendError, InputError, PointPillarsError
 from ...fileio import check_writable_folder
 from ...graph_io import MAX_BATCH
 from ...convert.export import export_model_dir
@@ -95,6 +95,9 @@ class _Model:
 def run_bench_command(args: argparse.Namespace) -> int:
     from ...detector import cuda_available
 
+    if args.point_dim is not None and not args.frames:
+        raise InputError("--point-dim applies to --frames (the values a point of their .bin files); the simulated "
+                         "scans have the model's: drop it")
     out = Path(args.out)
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
@@ -107,15 +110,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise BackendError(f"bench --device cuda: {reason}")
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
-    if device == "cpu":
-        _say_cpu_run(args, _cpu_model_dir(model, out).precision, reason)
+    cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
+    if cpu_model is not None:
+        _say_cpu_run(args, cpu_model.precision, reason)
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
         "batches": [], "memory": [],
     }
-    if device == "cpu":
-        _bench_cpu(model, frame_sets, args, out, results)
+    if cpu_model is not None:
+        _bench_cpu(cpu_model, frame_sets, args, results)
     else:
         _bench_gpu(model, frame_sets, args, out, results)
     for path in write_reports(results, out):
@@ -176,11 +180,10 @@ def _bench_defaults() -> dict[str, Any]:
     return vars(parser.parse_args(["bench"]))
 
 
-def _bench_cpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
+def _bench_cpu(md: ModelDir, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace,
                results: dict[str, Any]) -> None:
     from ...cpu_detector import CpuDetector
 
-    md = _cpu_model_dir(model, out)
     detector = CpuDetector(md)
     warmup = min(args.warmup, 1)  # the CPU path has nothing to warm up beyond one frame
     with tqdm(total=len(frame_sets) * (args.iterations + warmup), unit="frame", desc="bench (CPU)",

@@ -159,7 +159,8 @@ class RemoteDetector:
         raised once every request is back (what ``infer`` runs its frames with)."""
         _check_concurrency(concurrency)
         check_frame_list(frames, self.point_columns)
-        if len(frames) == 0:  # (a stacked array of frames has no truth value)
+        frames = list(frames)  # a generator too; a stacked array's frames
+        if not frames:
             return []
         with self._lock:
             if self._pool is None:
