@@ -35,7 +35,6 @@ import numpy as np
 from ..errors import BackendError, CpuFallbackWarning, InputError
 from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
-from .frame_prep import emptied_warning
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
@@ -400,14 +399,11 @@ class _DetectActor:
         files: list[str] = []
         for job in self.stream.run(items, paths):
             written, row = job.written if job.error is None else (FrameOutput(), None)
-            intensity = self.read.intensity_mismatch_of(job.item)  # asked for every item, in input order
-            emptied = emptied_warning(self.read.prepare, job.source)
             if job.error is None:
                 files.extend(written.files)
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "warnings": json.dumps(frame_warnings(job.source, None if job.error else job.detections,
-                                                            written, self.point_range, intensity, emptied)),
+                      "warnings": json.dumps(frame_warnings(job, self.read, self.point_range)),
                       "row": row if row is not None else self._failed_row(job), "call_started": started}
             for key in _COLUMNS:
                 columns[key].append(record[key])

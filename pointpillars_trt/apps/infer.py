@@ -35,7 +35,7 @@ from ..kernel_limits import SORT_LIMIT
 from ..kitti import refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
-from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
@@ -683,13 +683,18 @@ def intensity_warning(source: str, kind: str) -> str:
             "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
 
 
-def frame_warnings(source: str, det: Detections | None, written: FrameOutput, point_range: Sequence[float] | None,
-                   intensity: str | None, emptied: tuple[str, str] | None = None) -> list[tuple[str, str]]:
-    """(kind, warning) of each thing a frame's read and detections say is probably wrong with its file: its
-    intensities' scale (``intensity``, the reader's ``intensity_mismatch``), its calib leaving nothing to the
-    camera-FOV crop (``emptied``, ``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond
-    max_pillars, and boxes left out for NaN or infinite values (the network overflowed). Local infer and Ray's
-    workers alike."""
+def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:
+    """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
+    its intensities' scale (the reader's ``intensity_mismatch``), its calib leaving nothing to the camera-FOV
+    crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars, and boxes
+    left out for NaN or infinite values (the network overflowed); a failed frame's read only. Ask for every job
+    in input order (the reader and the crop forget what they found once asked). Local infer and Ray's workers
+    alike."""
+    source = job.source
+    intensity = read.intensity_mismatch_of(job.item)
+    emptied = emptied_warning(read.prepare, source)
+    det: Detections | None = None if job.error is not None else job.detections
+    written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
     found = [(intensity, intensity_warning(source, intensity))] if intensity is not None else []
     if emptied is not None:
         found.append(emptied)
@@ -809,10 +814,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     jobs = runner.run(frames)
     try:
         for job in jobs:
-            intensity = read.intensity_mismatch_of(job.item)  # said even when the frame then fails: asked once
-            emptied = emptied_warning(prepare, job.source)  # asked for every frame: the crop forgets it
+            warned.add(frame_warnings(job, read, plan.point_range))  # a failed frame's read too
             if job.error is not None:
-                warned.add(frame_warnings(job.source, None, FrameOutput(), plan.point_range, intensity, emptied))
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes))
                 if disk.quiet(job.error):
@@ -822,7 +825,6 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 continue
             written, row = job.written
             to_flush.add(written.files)
-            warned.add(frame_warnings(job.source, job.detections, written, plan.point_range, intensity, emptied))
             report.written(job.source, written, job.detections)
             if rows is not None:
                 rows.add(row, (job.source, written))
