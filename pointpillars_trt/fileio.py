@@ -354,13 +354,22 @@ def check_writable_file(path: PathLike, what: str = "file") -> None:
 
 
 def _probe_writable(folder: Path, message: str) -> None:
-    """Create and remove an empty temp folder in ``folder``; InputError ``message: reason`` when that fails."""
+    """InputError ``message: reason`` when ``folder`` cannot take a new entry (``unwritable_reason``)."""
+    reason = unwritable_reason(folder)
+    if reason is not None:
+        raise InputError(f"{message}: {reason}")
+
+
+def unwritable_reason(folder: Path) -> str | None:
+    """Why ``folder`` cannot take a new entry (an empty temp folder made and removed in it), or None: a
+    permission or a read-only mount shows only when something is written."""
     probe = folder / f".pp-write-probe.{os.getpid()}.{secrets.token_hex(4)}"
     try:
         os.mkdir(probe)
         os.rmdir(probe)
     except OSError as exc:
-        raise InputError(f"{message}: {exc.strerror or exc}") from None
+        return exc.strerror or str(exc)
+    return None
 
 
 def write_text_atomic(path: PathLike, text: str, *, durable: bool = True) -> None:

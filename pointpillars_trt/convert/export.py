@@ -14,7 +14,6 @@ import json
 import os
 import secrets
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import read_regular_file, safe_repr, user_cache_dir, write_bytes_atomic
+from ..fileio import read_regular_file, safe_repr, unwritable_reason, user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
@@ -87,14 +86,16 @@ def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) 
     would only name a hashed folder in it, which says nothing of the cache or of POINTPILLARS_TRT_CACHE."""
     try:
         root.mkdir(parents=True, exist_ok=True)
-        os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=root))
+        reason = unwritable_reason(root)
     except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+    if reason is not None:
         variable = os.environ.get("POINTPILLARS_TRT_CACHE")
         where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
                  else f"model cache {root} (the default; POINTPILLARS_TRT_CACHE unset)")
         fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
-        raise ModelDirError(f"{where} cannot be written ({exc.strerror or type(exc).__name__}): {fix}, or build a "
-                            "model dir with `pointpillars-trt build` and use that instead of the checkpoint") from None
+        raise ModelDirError(f"{where} cannot be written ({reason}): {fix}, or build a model dir with "
+                            "`pointpillars-trt build` and use that instead of the checkpoint")
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:

@@ -161,9 +161,8 @@ def check_targets(compute_capabilities: Sequence[str] | None, precision: str, *,
         raise BackendError(f"{option}: none given; {builds_for}")
     unknown = [cc for cc in targets if cc not in buildable]
     if unknown:
-        given = f"{option} {unknown[0]}" if compute_capabilities is not None else f"the default target {unknown[0]}"
-        raise BackendError(f"{given}: {builds_for}" + ("" if compute_capabilities is not None else
-                                                         f"; pass {option} with one of these"))
+        raise BackendError(f"{option} {unknown[0]}: {builds_for}" if compute_capabilities is not None else
+                           f"the default target {unknown[0]}: {builds_for}; pass {option} with one of these")
     if "7.5" in targets and precision == "fp32":
         turing = f"{option} 7.5" if compute_capabilities is not None else "this GPU (compute capability 7.5)"
         raise BackendError(f"{turing}: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
