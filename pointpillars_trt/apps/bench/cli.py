@@ -28,7 +28,7 @@ from .measure import device_memory_used_mib, measure_batches, measure_latency, m
 from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..infer import MAX_PIPELINES, positive_int
-from ..ranges import int_in, int_list_in, names_in
+from ..ranges import float_in, int_in, int_list_in, names_in
 
 #: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
 BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
@@ -38,6 +38,7 @@ GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "p
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
 CPU_ITERATIONS = 10
+THROUGHPUT_SECONDS = 1.0  # the least a throughput test runs, timed
 
 
 def add_bench_parser(sub: Any) -> None:
@@ -61,6 +62,10 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
                        help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
                             "the CPU, 5 batches in the batch sweep and 10 frames for the PyTorch baselines)")
+    bench.add_argument("--warmup-time", type=float_in(0.0, 600.0), default=1.0, metavar="SECONDS",
+                       help="GPU runs also warm up for at least this long, 0..600 (default: %(default)s; from idle, "
+                            "a GPU and its host take a fraction of a second to reach their steady clocks: with 20 "
+                            "frames alone a run's first frame set measured up to 0.05 ms slower)")
     bench.add_argument("--precisions", type=names_in(BENCH_PRECISIONS), default="fp32,tf32,fp16",
                        help="fp32 (IEEE), tf32 (fp32 graph, TensorFloat-32 convolutions), fp16 (GPU only: the CPU "
                             "runs the model's fp32 graphs, or the fp16 ones of an fp16 model dir)")
@@ -115,6 +120,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         _say_cpu_run(args, cpu_model.precision, reason)
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
+        "warmup_time_s": args.warmup_time if device == "cuda" else 0.0,
         "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
         "batches": [], "memory": [],
     }
@@ -244,7 +250,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 before = device_memory_used_mib(release=True)
                 batch_pipe = GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b)
                 sweep = measure_batches(batch_pipe.detect_batch, first_frames, b, max(20, args.iterations // b),
-                                        min(args.warmup, 5))
+                                        min(args.warmup, 5), args.warmup_time)
                 batch_pipe.stage_timings = True  # one more batch, timed, for its stage times
                 batch_pipe.detect_batch([first_frames[k % len(first_frames)] for k in range(b)])
                 results["batches"].append({"engine": engine, "precision": precision, "frames": first_name, **sweep,
@@ -256,7 +262,8 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 for b in sorted({1, batches[-1]}):
                     fps = measure_throughput(
                         lambda: GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b),  # noqa: B023
-                        first_frames, count, frames_per_pipeline=max(64, args.iterations // 2), batch=b)
+                        first_frames, count, frames_per_pipeline=max(64, args.iterations // 2), batch=b,
+                        warmup_s=args.warmup_time, seconds=THROUGHPUT_SECONDS)
                     results["throughput"].append({"engine": engine, "precision": precision, "frames": first_name,
                                                   "pipelines": count, "batch": b, "fps": fps})
             device_memory_used_mib(release=True)
@@ -268,7 +275,7 @@ def _timed_latency(pipe: Any, frames: list[np.ndarray], args: argparse.Namespace
     """``measure_latency`` of a GPU pipeline as users run it (stage timings off), with the stage times of
     a second pass with them on (their events cost GPU time, so they stay out of the e2e numbers)."""
     pipe.stage_timings = False
-    run = measure_latency(pipe.detect, dict, frames, args.iterations, args.warmup)
+    run = measure_latency(pipe.detect, dict, frames, args.iterations, args.warmup, args.warmup_time)
     pipe.stage_timings = True
     timed = measure_latency(pipe.detect, lambda: pipe.last_timings, frames, args.iterations, args.warmup)
     pipe.stage_timings = False

@@ -13,15 +13,29 @@ import numpy as np
 from .stats import latency_summary, median_per_stage
 
 
+def run_for(run: Callable[[int], Any], count: int, seconds: float) -> int:
+    """``run(i)`` for i = 0, 1, ... until ``count`` calls and ``seconds`` have both passed; returns the
+    calls. Warm-ups take time as well as a count: on a GPU that comes from idle, the clocks (its own
+    and the host's) settle over a fraction of a second (trtexec warms up for 200 ms by default)."""
+    start = time.perf_counter()
+    calls = 0
+    while calls < count or time.perf_counter() - start < seconds:
+        run(calls)
+        calls += 1
+    return calls
+
+
 def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], dict[str, float]],
-                    frames: Sequence[np.ndarray], iterations: int, warmup: int,
+                    frames: Sequence[np.ndarray], iterations: int, warmup: int, warmup_s: float = 0.0,
                     done: Callable[[int], Any] | None = None) -> dict[str, Any]:
-    """Host-to-host latency of ``detect`` with the frames rotated, after ``warmup`` untimed frames;
-    ``done(1)`` after each frame (a progress bar), outside the timed span."""
-    for i in range(warmup):
+    """Host-to-host latency of ``detect`` with the frames rotated, after ``warmup`` untimed frames and
+    ``warmup_s`` seconds; ``done(1)`` after each frame (a progress bar), outside the timed span."""
+    def untimed(i: int) -> None:
         detect(frames[i % len(frames)])
         if done is not None:
             done(1)
+
+    warmup = run_for(untimed, warmup, warmup_s)
     e2e: list[float] = []
     stages: list[dict[str, float]] = []
     pillars: list[int] = []
@@ -45,13 +59,12 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
 
 
 def measure_batches(detect_batch: Callable[[list[np.ndarray]], Any], frames: Sequence[np.ndarray], batch: int,
-                    iterations: int, warmup: int) -> dict[str, Any]:
+                    iterations: int, warmup: int, warmup_s: float = 0.0) -> dict[str, Any]:
     """Host-to-host latency of one batch of ``batch`` frames (rotated), and the frames per second it gives."""
     def group(i: int) -> list[np.ndarray]:
         return [frames[(i * batch + k) % len(frames)] for k in range(batch)]
 
-    for i in range(warmup):
-        detect_batch(group(i))
+    warmup = run_for(lambda i: detect_batch(group(i)), warmup, warmup_s)
     times = []
     for i in range(iterations):
         chunk = group(i)
@@ -64,25 +77,31 @@ def measure_batches(detect_batch: Callable[[list[np.ndarray]], Any], frames: Seq
 
 
 def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.ndarray], pipelines: int,
-                       frames_per_pipeline: int, batch: int = 1) -> float:
+                       frames_per_pipeline: int, batch: int = 1, warmup_s: float = 0.0,
+                       seconds: float = 0.0) -> float:
     """Frames per second of ``pipelines`` independent pipelines (own stream each, ``batch`` frames per
-    call), one host thread each."""
+    call), one host thread each, after all of them ran together for ``warmup_s`` seconds untimed; each
+    then runs ``frames_per_pipeline`` frames and for at least ``seconds`` (a run of a few dozen
+    batches lasts ~0.1 s: too short to hold still)."""
     workers = [make_pipeline() for _ in range(pipelines)]
     groups = [[frames[(k * batch + j) % len(frames)] for j in range(batch)] for k in range(len(frames))]
-    for w in workers:  # warm-up: graphs captured, sessions ready
+    for w in workers:  # graphs captured, sessions ready
         for g in groups[:2]:
             w.detect_batch(g)
     barrier = threading.Barrier(pipelines + 1)
     calls = max(1, frames_per_pipeline // batch)
+    made = [0] * pipelines  # timed calls, per pipeline
 
     def work(worker: Any, offset: int) -> None:
-        barrier.wait()
-        for i in range(calls):
-            worker.detect_batch(groups[(offset + i) % len(groups)])
+        barrier.wait()  # the warm-up, all pipelines at once
+        run_for(lambda i: worker.detect_batch(groups[(offset + i) % len(groups)]), 0, warmup_s)
+        barrier.wait()  # then the timed calls, started together
+        made[offset] = run_for(lambda i: worker.detect_batch(groups[(offset + i) % len(groups)]), calls, seconds)
 
     threads = [threading.Thread(target=work, args=(w, k)) for k, w in enumerate(workers)]
     for t in threads:
         t.start()
+    barrier.wait()
     barrier.wait()
     start = time.perf_counter()
     for t in threads:
@@ -90,7 +109,7 @@ def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.nda
     elapsed = time.perf_counter() - start
     for w in workers:
         w.close()
-    return pipelines * calls * batch / elapsed
+    return sum(made) * batch / elapsed
 
 
 def device_memory_used_mib(release: bool = False) -> float:

@@ -13,7 +13,8 @@ from ...fileio import write_json_atomic, write_text_atomic
 def markdown_report(results: dict[str, Any]) -> str:
     lines = [f"# pointpillars-trt bench — {results['device_name']}", ""]
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
-              f"iterations per set: {results['iterations']} (warm-up frames per run in the table)"]
+              f"iterations per set: {results['iterations']} (warm-up frames per run in the table"
+              + (f"; at least {results['warmup_time_s']:g} s of them" if results.get("warmup_time_s") else "") + ")"]
     lines += _table(
         ("Latency, one frame at a time (ms; e2e: host to host, stage timings off as by default; stages: GPU time "
          "from CUDA events, a second pass with them on)"),

@@ -1,0 +1,93 @@
+"""bench's measurements on the CPU: the warm-up runs for its frames and for its time, every call of it is
+untimed, and ``--warmup-time`` is checked while parsing."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pointpillars_trt.apps.bench.measure import measure_batches, measure_latency, measure_throughput, run_for
+from pointpillars_trt.apps.cli import main
+
+
+def test_run_for_runs_for_its_count_and_its_time() -> None:
+    calls: list[int] = []
+    assert run_for(calls.append, 5, 0.0) == 5 and calls == [0, 1, 2, 3, 4]
+    calls.clear()
+    start = time.perf_counter()
+    made = run_for(lambda i: (calls.append(i), time.sleep(0.01)), 2, 0.15)
+    spent = time.perf_counter() - start
+    assert made == len(calls) and calls == list(range(made))
+    assert spent >= 0.15 and 5 <= made <= 16, (made, spent)  # ~15 sleeps of 10 ms, not 2
+    assert run_for(calls.append, 0, 0.0) == 0
+
+
+class _Frames:
+    """``detect`` of a pipeline whose frame takes ``seconds``: it counts its calls."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    def __call__(self, frame: object) -> object:
+        self.calls += 1
+        time.sleep(self.seconds)
+        return type("D", (), {"stats": type("S", (), {"num_pillars": 1})()})()
+
+
+def test_latency_and_batches_report_the_warm_up_they_ran() -> None:
+    frames = [np.zeros((3, 4), np.float32)]
+    detect = _Frames(0.005)
+    run = measure_latency(detect, dict, frames, iterations=4, warmup=2, warmup_s=0.1)
+    assert run["iterations"] == 4 and run["warmup"] >= 10 and detect.calls == run["warmup"] + 4
+    assert run["e2e_ms"]["p50"] >= 5.0
+    batches = _Frames(0.005)
+    sweep = measure_batches(batches, frames, batch=2, iterations=3, warmup=1, warmup_s=0.05)
+    assert sweep["warmup"] >= 5 and batches.calls == sweep["warmup"] + 3
+
+
+def test_throughput_warms_all_pipelines_up_together_before_timing() -> None:
+    class Pipeline:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def detect_batch(self, frames: list[np.ndarray]) -> None:
+            self.calls += 1
+            time.sleep(0.002)
+
+        def close(self) -> None:
+            pass
+
+    made: list[Pipeline] = []
+
+    def make() -> Pipeline:
+        made.append(Pipeline())
+        return made[-1]
+
+    start = time.perf_counter()
+    fps = measure_throughput(make, [np.zeros((3, 4), np.float32)], pipelines=2, frames_per_pipeline=10,
+                             batch=1, warmup_s=0.2)
+    assert time.perf_counter() - start >= 0.2
+    # 2 graph-capturing calls, ~100 warm-up calls of 2 ms, 10 timed: the rate is of the 10 alone
+    assert all(p.calls >= 10 + 2 + 30 for p in made), [p.calls for p in made]
+    assert 2 / 0.002 / 4 < fps < 2 / 0.002 * 1.2, fps
+    made.clear()
+    start = time.perf_counter()
+    fps = measure_throughput(make, [np.zeros((3, 4), np.float32)], pipelines=2, frames_per_pipeline=10,
+                             batch=4, seconds=0.3)
+    # 10 frames are 2 batches of 4 (~5 ms): the timed part still lasts 0.3 s, and counts all its batches
+    assert time.perf_counter() - start >= 0.3 and all(p.calls >= 2 + 50 for p in made), [p.calls for p in made]
+    assert 2 * 4 / 0.002 / 4 < fps < 2 * 4 / 0.002 * 1.2, fps
+
+
+def test_warmup_time_is_checked_while_parsing(tmp_path: Path) -> None:
+    for value in ("-1", "nan", "601"):
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(["bench", "--warmup-time", value, "--out", str(tmp_path / "b")])
+        assert exit_info.value.code == 2 and "argument --warmup-time: " in err.getvalue(), err.getvalue()
+    assert not (tmp_path / "b").exists()
