@@ -38,7 +38,7 @@ from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
-    FrameWarnings, expand_frame_paths, frame_warnings
+    FrameWarnings, expand_frame_paths, frame_warnings, progress_bar
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
@@ -290,14 +290,12 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
                                                   threads=options["runtime"].threads or threads)},
         num_gpus=gpus_per_worker if on_gpu else None,
         num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
-    from tqdm import tqdm
-
     rows = RowParts(out, output_format, classes) if options["rows"] else None
     failures: list[tuple[str, str]] = []
     frames = boxes = 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
     warned = FrameWarnings(report.note) if report is not None else None
-    with tqdm(total=len(sources), unit="frame", disable=not progress or report is not None, desc="ray") as bar:
+    with progress_bar(len(sources), progress and report is None, desc="ray") as bar:
         for record in _records(dataset):
             frames += 1
             first_call = min(first_call, record["call_started"])

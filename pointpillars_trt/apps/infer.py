@@ -46,6 +46,8 @@ from .ranges import int_in
 from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from ..config import ModelConfig
     from ..detections import Detections
     from ..detector import PointPillars
@@ -216,7 +218,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     outputs.add_argument("--eval", metavar="LABEL_DIR",
                          help="after the run, KITTI AP of the predictions against this label_2 folder: "
                               f"prints the table and writes {EVAL_FILE} in --out (default: no evaluation)")
-    outputs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    outputs.add_argument("--no-progress", action="store_true",
+                         help="no progress bar (there is one only where stderr is a terminal)")
     infer.set_defaults(run=run_infer)
     return infer
 
@@ -593,19 +596,25 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     return todo, skipped, failed_before
 
 
+def progress_bar(total: int, wanted: bool, desc: str | None = None) -> tqdm[Any]:
+    """A bar of frames on stderr, drawn when ``wanted`` (no ``--no-progress``) and stderr is a terminal: in a
+    log file, CI's log or a pipe each redraw would be one more line."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="frame", desc=desc, disable=not wanted or not sys.stderr.isatty(), file=sys.stderr)
+
+
 class FrameReport:
     """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
     failed frame, one line a frame when nothing is written, and the summary at ``close``."""
 
     def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
                  folder: Path | None = None) -> None:
-        from tqdm import tqdm
-
         self.total, self.plan, self.where = total, plan, where
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
-        self.bar = tqdm(total=total, unit="frame", disable=not progress or total < 2, file=sys.stderr)
+        self.bar = progress_bar(total, progress and total > 1)
         self.start = time.perf_counter()
 
     def note(self, text: str) -> None:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -243,6 +246,42 @@ def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Pa
     assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--out", a_file),
                           "--out", "is an existing file", "folder")
     assert a_file.read_text() == "print('mine')\n"
+
+
+def infer_in_a_child(frames: list[Path], model: Path, repo_root: Path,
+                     stderr: int) -> subprocess.CompletedProcess[str]:
+    """``pointpillars-trt infer FRAMES --device cpu`` as a process of its own, its stderr to ``stderr`` (a
+    pipe, or a terminal's file descriptor)."""
+    return subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", *map(str, frames), "--model", str(model),
+                           "--device", "cpu"], stdout=subprocess.PIPE, stderr=stderr, text=True, timeout=120,
+                          cwd=repo_root)
+
+
+def test_infer_draws_its_progress_bar_on_a_terminal_only(tiny_model: Path, tiny_frames: list[Path], repo_root: Path):
+    """stderr to a pipe (as to a log file or CI's log): no bar, whose carriage-return redraws would pile up
+    there, and the summary as ever; stderr a terminal: the bar."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    done = infer_in_a_child(tiny_frames[1:4], tiny_model, repo_root, subprocess.PIPE)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("3/3 frames, "), done
+    assert done.stderr.startswith("running on CPU, ONNX Runtime, fp32\n"), done.stderr
+    assert "\r" not in done.stderr and "%|" not in done.stderr and "frame/s]" not in done.stderr, done.stderr
+    terminal, child_side = pty.openpty()
+    fcntl.ioctl(child_side, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # tqdm draws nothing in 0 columns
+    with os.fdopen(terminal, "rb", buffering=0) as screen:
+        try:
+            done = infer_in_a_child(tiny_frames[1:4], tiny_model, repo_root, child_side)
+        finally:
+            os.close(child_side)
+        shown = b""
+        with contextlib.suppress(OSError):  # EIO: the terminal is read out and its other side closed
+            while chunk := screen.read(4096):
+                shown += chunk
+    assert done.returncode == 0 and done.stdout.splitlines()[-1].startswith("3/3 frames, "), done
+    assert b"100%|" in shown and b"| 3/3 [" in shown, shown
 
 
 def test_bench_on_the_cpu_shows_progress_and_runs_fewer_frames(tiny_frames: list[Path], tmp_path: Path):
