@@ -382,6 +382,31 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
     assert {r["precision"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]} == {"fp16"}
 
 
+def test_bench_takes_infer_s_device_spellings(tiny_frames: list[Path], tmp_path: Path):
+    """``--device cuda:N`` as infer takes it: parsed, then refused here as ``--device cuda`` is (no GPU); a
+    malformed one gets infer's argparse error."""
+    from pointpillars_trt.detector import cuda_available
+    from pointpillars_trt.runtime.availability import gpu_visible
+
+    if gpu_visible():
+        pytest.skip("this machine shows an NVIDIA GPU")
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(tiny_frames[1], frames)
+    for device, index in (("cuda", 0), ("cuda:1", 1)):
+        run = cli("bench", "--device", device, "--frames", frames, "--out", tmp_path / "b")
+        assert_one_line_error(run, f"bench --device {device}: {cuda_available(index)}")
+        assert run.out == "" and not (tmp_path / "b").exists()
+    said = {}
+    for command in ("infer", "bench"):
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main([command, *(["x.bin"] if command == "infer" else []), "--device", "cuda:x"])
+        assert exit_info.value.code == 2, err.getvalue()
+        said[command] = err.getvalue().replace(f"pointpillars-trt {command}", "pointpillars-trt COMMAND")
+    assert said["bench"] == said["infer"], said
+    assert "argument --device: 'cuda:x': expected auto, cpu, cuda or cuda:N" in said["bench"], said
+
+
 def test_bench_refuses_an_out_it_cannot_write_before_the_model_loads(tmp_path: Path):
     """The model and frames do not exist: only a check made before they are read can name --out (before: the
     whole benchmark ran, then ``error: 'outfile': File exists``)."""

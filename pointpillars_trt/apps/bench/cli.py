@@ -27,7 +27,7 @@ from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_s
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
-from ..infer import MAX_PIPELINES, positive_int
+from ..infer import MAX_PIPELINES, device_arg, positive_int
 from ..ranges import float_in, int_in, int_list_in, names_in
 
 #: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
@@ -54,8 +54,8 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                        help="values a point in --frames' .bin files: 4 (KITTI) or 5 (nuScenes, with the time lag) "
                             "(default: the model's)")
-    bench.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                       help="where the pipeline runs (auto: the GPU when usable, else the CPU)")
+    bench.add_argument("--device", type=device_arg, default="auto",
+                       help="where the pipeline runs: auto (the GPU when usable, else the CPU), cpu, cuda or cuda:N")
     bench.add_argument("--iterations", type=positive_int, default=None,
                        help=f"timed frames per frame set (default: {GPU_ITERATIONS} on the GPU, "
                             f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
@@ -99,6 +99,7 @@ class _Model:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     from ...detector import cuda_available
+    from ...runtime_options import parse_device
 
     if args.point_dim is not None and not args.frames:
         raise InputError("--point-dim applies to --frames (the values a point of their .bin files); the simulated "
@@ -109,10 +110,12 @@ def run_bench_command(args: argparse.Namespace) -> int:
     columns = model.cfg.num_point_columns
     frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns) if args.frames
                   else simulated_frame_sets(columns=columns))
-    reason = cuda_available()
-    device = "cpu" if args.device == "cpu" or (args.device == "auto" and reason) else "cuda"
+    kind, index = parse_device(args.device)  # well formed: device_arg checked it
+    device_id = index or 0
+    reason = cuda_available(device_id)
+    device = "cpu" if kind == "cpu" or (kind == "auto" and reason) else "cuda"
     if device == "cuda" and reason:
-        raise BackendError(f"bench --device cuda: {reason}")
+        raise BackendError(f"bench --device {args.device}: {reason}")
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
     cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
@@ -121,13 +124,16 @@ def run_bench_command(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "warmup_time_s": args.warmup_time if device == "cuda" else 0.0,
-        "device_name": _device_name(device), "runs": [], "ratios": [], "throughput": [], "copies": [], "notes": [],
-        "batches": [], "memory": [],
+        "device_name": _device_name(device, device_id), "runs": [], "ratios": [], "throughput": [], "copies": [],
+        "notes": [], "batches": [], "memory": [],
     }
     if cpu_model is not None:
         _bench_cpu(cpu_model, frame_sets, args, results)
     else:
-        _bench_gpu(model, frame_sets, args, out, results)
+        import cupy as cp
+
+        with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
+            _bench_gpu(model, frame_sets, args, out, results, device_id)
     for path in write_reports(results, out):
         print(f"wrote {path}")
     print((out / "bench.md").read_text())
@@ -207,14 +213,14 @@ TORCH_BASELINE = "PyTorch eager re-implementation fp32"
 
 
 def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
-               results: dict[str, Any]) -> None:
+               results: dict[str, Any], device_id: int) -> None:
     from ...gpu_pipeline import GpuPipeline
 
     best_p50: dict[str, tuple[str, float]] = {}
     first_name, first_frames = next(iter(frame_sets.items()))
     batches = args.batches
     latency_sets = {**frame_sets, **(page_locked_frame_sets(frame_sets) if args.page_locked else {})}
-    for backend in _gpu_backends(results):
+    for backend in _gpu_backends(results, device_id):
         engine = BACKENDS[backend].label
         for precision in args.precisions:
             md = _model_dir(model, precision, out)
@@ -226,7 +232,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
 
                 build_model_plans(md, precision=md.precision, tf32=tf32)
             before = device_memory_used_mib(release=True)
-            pipe = GpuPipeline(md, backend=backend, tf32=tf32)
+            pipe = GpuPipeline(md, backend=backend, tf32=tf32, device_id=device_id)
             for name, frames in latency_sets.items():
                 run = _timed_latency(pipe, frames, args)
                 results["runs"].append({"engine": engine, "precision": precision, "frames": name, **run,
@@ -248,7 +254,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 continue
             for b in batches:
                 before = device_memory_used_mib(release=True)
-                batch_pipe = GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b)
+                batch_pipe = GpuPipeline(md, backend=backend, tf32=tf32, device_id=device_id, max_batch=b)
                 sweep = measure_batches(batch_pipe.detect_batch, first_frames, b, max(20, args.iterations // b),
                                         min(args.warmup, 5), args.warmup_time)
                 batch_pipe.stage_timings = True  # one more batch, timed, for its stage times
@@ -261,14 +267,15 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
             for count in args.pipelines:
                 for b in sorted({1, batches[-1]}):
                     fps = measure_throughput(
-                        lambda: GpuPipeline(md, backend=backend, tf32=tf32, max_batch=b),  # noqa: B023
+                        lambda: GpuPipeline(md, backend=backend, tf32=tf32, device_id=device_id,  # noqa: B023
+                                            max_batch=b),
                         first_frames, count, frames_per_pipeline=max(64, args.iterations // 2), batch=b,
                         warmup_s=args.warmup_time, seconds=THROUGHPUT_SECONDS)
                     results["throughput"].append({"engine": engine, "precision": precision, "frames": first_name,
                                                   "pipelines": count, "batch": b, "fps": fps})
             device_memory_used_mib(release=True)
     if not args.no_baselines:
-        _bench_baselines(model, frame_sets, args, out, results, best_p50)
+        _bench_baselines(model, frame_sets, args, out, results, best_p50, device_id)
 
 
 def _timed_latency(pipe: Any, frames: list[np.ndarray], args: argparse.Namespace) -> dict[str, Any]:
@@ -283,14 +290,14 @@ def _timed_latency(pipe: Any, frames: list[np.ndarray], args: argparse.Namespace
 
 
 def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace, out: Path,
-                     results: dict[str, Any], best_p50: dict[str, tuple[str, float]]) -> None:
+                     results: dict[str, Any], best_p50: dict[str, tuple[str, float]], device_id: int) -> None:
     from .round_trip import HostRoundTripPipeline
 
     md = _model_dir(model, "tf32", out)
     if md is not None and not onnxruntime_cuda_available():
         results["notes"].append("host-round-trip baseline skipped: it runs on onnxruntime-gpu")
     elif md is not None:
-        pipe = HostRoundTripPipeline(md, backend="onnxruntime", stage_timings=True)
+        pipe = HostRoundTripPipeline(md, backend="onnxruntime", stage_timings=True, device_id=device_id)
         _baseline_runs("host round trip (ours, onnxruntime tf32)", pipe.detect, lambda: pipe.last_timings,
                        frame_sets, args, results, best_p50)
         results["copies"].append({"engine": "host round trip", "frames": "last frame", **vars(pipe.copies)})
@@ -306,7 +313,7 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
     except ImportError as exc:
         results["notes"].append(f"PyTorch baseline skipped: {exc}")
         return
-    torch_model = TorchPointPillars(model.weights, model.cfg, device="cuda")
+    torch_model = TorchPointPillars(model.weights, model.cfg, device=f"cuda:{device_id}")
     classes = model.cfg.classes
     _baseline_runs(TORCH_BASELINE, lambda pts: Detections(*torch_model(pts), classes), lambda: {}, frame_sets,
                    args, results, best_p50)
@@ -328,11 +335,11 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
                                       "speedup": run["e2e_ms"]["p50"] / ours_p50})
 
 
-def _gpu_backends(results: dict[str, Any]) -> list[str]:
-    """The registry's backends that run here, by auto priority; a note for each that does not."""
+def _gpu_backends(results: dict[str, Any], device_id: int) -> list[str]:
+    """The registry's backends that run on GPU ``device_id``, by auto priority; a note for each that does not."""
     backends = []
     for row in sorted(BACKENDS.values(), key=lambda r: r.auto_priority):
-        reason = row.unavailable_reason() or row.runs_on(0)
+        reason = row.unavailable_reason() or row.runs_on(device_id)
         if reason is None:
             backends.append(row.name)
         else:
@@ -342,10 +349,10 @@ def _gpu_backends(results: dict[str, Any]) -> list[str]:
     return backends
 
 
-def _device_name(device: str) -> str:
+def _device_name(device: str, device_id: int) -> str:
     if device == "cpu":
         return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
     import cupy as cp
 
-    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    props = cp.cuda.runtime.getDeviceProperties(device_id)
     return props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
