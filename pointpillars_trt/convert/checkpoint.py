@@ -21,7 +21,7 @@ from ..config import ModelConfig, load_config
 from ..errors import CheckpointError, escape_text
 from .pth import StorageRef, TensorRef, key_text, open_pth, short_repr
 from . import multihead
-from .weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
+from .weights import BatchNorm, BatchNormFold, Conv1x1, ConvBN, PointPillarsWeights
 
 Layout = Literal["openpcdet", "zhulf0804"]
 LAYOUT_CONFIGS: dict[str, str] = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
@@ -74,6 +74,7 @@ class _ConvPlan:
     bn: str
     bn_channels: int
     stride: int
+    out_axis: int = 0  # of the weight, the BatchNorm's channels: 1 for a ConvTranspose2d (Cin, Cout, k, k)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ def _plan(layout: str, cfg: ModelConfig) -> _Plan:
         c_in = c_out
     deblocks = tuple(
         _ConvPlan(f"{names.deblock.format(i=i)}.0.weight", (c_in, c_out, s, s), f"{names.deblock.format(i=i)}.1",
-                  c_out, s)
+                  c_out, s, out_axis=1)
         for i, (c_in, s, c_out) in enumerate(zip(net.block_channels, net.upsample_kernels, net.upsample_channels))
     )
     heads = tuple((prefix, (cfg.head_channels[role], net.head_in_channels, 1, 1))
@@ -212,10 +213,10 @@ def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str
         raise CheckpointError(f"{source}: {'; '.join(problems)}")
 
 
-def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, tuple[str, float]], source: str) -> None:
+def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, BatchNormFold], source: str) -> None:
     """A BatchNorm folds into the conv before it as weight / sqrt(running_var + eps): a negative variance (NaN
     from the square root) or a fold beyond float32 (inf) makes every score NaN, and the detector would return
-    no boxes, silently. ``folds``: BatchNorm prefix -> (weight key of its conv, eps); the values are finite."""
+    no boxes, silently. ``folds``: BatchNorm prefix -> where it folds; the values are finite."""
     negative = []
     for bn in folds:
         var = state[f"{bn}.running_var"]
@@ -225,13 +226,21 @@ def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, tuple[str, f
     if negative:
         raise CheckpointError(f"{source}: {_listing(negative, 5)}: a BatchNorm variance cannot be negative; "
                               "is the checkpoint damaged?")
-    for bn, (weight, eps) in folds.items():
+    for bn, (weight, eps, out_axis) in folds.items():
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what is looked for here
             scale, shift = BatchNorm(*(state[f"{bn}.{f}"] for f in _BN_FIELDS)).scale_shift(eps)
-            largest = max(float(np.abs(scale).max() * np.abs(state[weight]).max()), float(np.abs(shift).max()))
+            largest = max(_largest_folded(scale, state[weight], out_axis), float(np.abs(shift).max()))
         if not largest <= _FLOAT32_MAX:
             raise CheckpointError(f"{source}: {bn} folded into {weight} (weight / sqrt(running_var + {eps:g})) "
                                   f"gives values up to {largest:.3g}, beyond float32; is the checkpoint damaged?")
+
+
+def _largest_folded(scale: np.ndarray, weight: np.ndarray, out_axis: int) -> float:
+    """The largest magnitude of ``weight`` once scaled by ``scale`` along ``out_axis``, without making it: each
+    output channel's |scale| times that channel's largest |weight| (the largest scale times the largest weight
+    would refuse a model whose two maxima lie in different channels)."""
+    per_channel = np.abs(weight).max(axis=tuple(a for a in range(weight.ndim) if a != out_axis))
+    return float((np.abs(scale) * per_channel).max())
 
 
 def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: ModelConfig, *,
@@ -258,7 +267,8 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
         return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in _BN_FIELDS)), conv.stride)
 
     _check_finite(state_dict, plan.keys(), source)
-    _check_batchnorms(state_dict, {conv.bn: (conv.weight, cfg.network.bn_eps) for conv in plan.convs()}, source)
+    _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)
+                                   for conv in plan.convs()}, source)
     cls, box, direction = (Conv1x1(get(f"{prefix}.weight"), get(f"{prefix}.bias")) for prefix, _ in plan.heads)
     pfn = conv_bn(plan.pfn)
     return PointPillarsWeights(

@@ -22,7 +22,7 @@ from ..config import HeadsConfig, ModelConfig
 from ..errors import CheckpointError, ConfigError
 from ..anchors import head_anchors
 from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO, box_parts
-from .weights import BatchNorm, ConvBN
+from .weights import BatchNorm, BatchNormFold, ConvBN
 
 _BN_FIELDS = tuple(f.name for f in fields(BatchNorm))  # torch's BatchNorm buffer names, in its order
 HEAD_KEY = "dense_head.rpn_heads."  # keys only a multi-head OpenPCDet checkpoint has
@@ -73,6 +73,7 @@ class _Conv:
     bn: str | None  # BatchNorm prefix, or None for an output conv with a bias
     channels: int  # output channels (the BN's size)
     stride: int = 1
+    out_axis: int = 0  # of the weight, the output channels: 1 for a ConvTranspose2d (Cin, Cout, k, k)
 
 
 def _plan(cfg: ModelConfig) -> list[_Conv]:
@@ -90,7 +91,8 @@ def _plan(cfg: ModelConfig) -> list[_Conv]:
     for i, (c_in, s, k, c_out) in enumerate(zip(net.block_channels, net.upsample_strides, net.upsample_kernels,
                                                 net.upsample_channels)):
         shape = (c_out, c_in, k, k) if s < 1 else (c_in, c_out, k, k)  # Conv2d or ConvTranspose2d
-        convs.append(_Conv(f"backbone_2d.deblocks.{i}.0.weight", shape, f"backbone_2d.deblocks.{i}.1", c_out, k))
+        convs.append(_Conv(f"backbone_2d.deblocks.{i}.0.weight", shape, f"backbone_2d.deblocks.{i}.1", c_out, k,
+                           out_axis=0 if s < 1 else 1))
     convs.append(_Conv("dense_head.shared_conv.0.weight", (heads.shared_channels, net.head_in_channels, 3, 3),
                        "dense_head.shared_conv.1", heads.shared_channels))
     mid = heads.middle_channels
@@ -115,10 +117,11 @@ def expected_keys(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return out
 
 
-def batchnorm_folds(cfg: ModelConfig) -> dict[str, tuple[str, float]]:
-    """Each BatchNorm prefix -> (weight key of the conv it folds into, the eps the graph folds it with)."""
+def batchnorm_folds(cfg: ModelConfig) -> dict[str, BatchNormFold]:
+    """Each BatchNorm prefix -> where it folds (the conv, the eps the graph folds it with, the output axis)."""
     net, heads = cfg.network, _heads(cfg)
-    return {conv.bn: (conv.weight, heads.middle_bn_eps if conv.bn.startswith(HEAD_KEY) else net.bn_eps)
+    return {conv.bn: BatchNormFold(conv.weight, heads.middle_bn_eps if conv.bn.startswith(HEAD_KEY) else net.bn_eps,
+                                   conv.out_axis)
             for conv in _plan(cfg) if conv.bn is not None}
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,16 @@ class BatchNorm:
         scale = self.weight.astype(np.float64) / np.sqrt(self.running_var.astype(np.float64) + eps)
         shift = self.bias.astype(np.float64) - self.running_mean.astype(np.float64) * scale
         return scale, shift
+
+
+class BatchNormFold(NamedTuple):
+    """Where a checkpoint's BatchNorm folds: the key of the conv weight before it, the eps it folds with, and
+    the axis of that weight that holds the output channels the BatchNorm scales (0 for Linear, Conv1d and
+    Conv2d; 1 for ConvTranspose2d, whose weight torch stores as (Cin, Cout, k, k))."""
+
+    weight: str
+    eps: float
+    out_axis: int
 
 
 @dataclass(frozen=True)

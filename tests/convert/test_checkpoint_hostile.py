@@ -558,11 +558,60 @@ def test_batchnorm_that_folds_beyond_float32_is_refused(zhulf_cfg: ModelConfig) 
     state = small_state("zhulf0804", zhulf_cfg)
     state["neck.decoder_blocks.2.1.weight"][1] = 3e38
     state["neck.decoder_blocks.2.1.running_var"][1] = 0.0
-    expected = 3e38 / math.sqrt(0.0 + 1e-3) * float(np.abs(state["neck.decoder_blocks.2.0.weight"]).max())
+    # a ConvTranspose2d stores (Cin, Cout, k, k): output channel 1 is column 1
+    expected = 3e38 / math.sqrt(0.0 + 1e-3) * float(np.abs(state["neck.decoder_blocks.2.0.weight"][:, 1]).max())
     msg = checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="big"))
     assert msg.startswith("big: neck.decoder_blocks.2.1 folded into neck.decoder_blocks.2.0.weight "
                           "(weight / sqrt(running_var + 0.001)) gives values up to "), msg
     assert msg.endswith(f"{expected:.3g}, beyond float32; is the checkpoint damaged?"), msg
+
+
+def fold_fits_float32(state: dict[str, np.ndarray], conv: str, bn: str, out_axis: int, eps: float) -> bool:
+    """The oracle: the folded weight (weight x scale along its output channels), in float64, within float32."""
+    scale = state[f"{bn}.weight"].astype(np.float64) / np.sqrt(state[f"{bn}.running_var"].astype(np.float64) + eps)
+    shape = [1] * state[conv].ndim
+    shape[out_axis] = -1
+    return bool(np.all(np.abs(state[conv].astype(np.float64) * scale.reshape(shape)) <= np.finfo(np.float32).max))
+
+
+@pytest.mark.parametrize("conv, bn, out_axis", [
+    ("backbone.multi_blocks.1.0.weight", "backbone.multi_blocks.1.1", 0),  # Conv2d (Cout, Cin, k, k)
+    ("neck.decoder_blocks.2.0.weight", "neck.decoder_blocks.2.1", 1),     # ConvTranspose2d (Cin, Cout, k, k)
+])
+def test_batchnorm_fold_is_checked_channel_by_channel(zhulf_cfg: ModelConfig, conv: str, bn: str,
+                                                      out_axis: int) -> None:
+    """A large scale on output channel 0 and a large weight on channel 1 fold within float32 (the product of
+    the two maxima, 1e40, is no value of the folded weight): accepted. The large weight in channel 0's
+    slice (along the conv's output axis) folds beyond float32: refused."""
+    state = small_state("zhulf0804", zhulf_cfg)
+    state[f"{bn}.weight"][0], state[f"{bn}.running_var"][0] = 1e36, 1.0  # scale 1e36 on output channel 0
+    state[f"{bn}.running_mean"][0] = 0.0
+    elsewhere = (1, 0) if out_axis == 0 else (0, 1)  # output channel 1 (input 0 / 1): the other axis' index 0
+    state[conv][elsewhere] = 1e4
+    assert fold_fits_float32(state, conv, bn, out_axis, 1e-3)
+    weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="fine")
+    state[conv][elsewhere[::-1]] = 1e4  # now in output channel 0 too
+    assert not fold_fits_float32(state, conv, bn, out_axis, 1e-3)
+    expected = 1e36 / math.sqrt(1.0 + 1e-3) * 1e4
+    checkpoint_error(lambda: weights_from_state_dict(state, "zhulf0804", small_config(zhulf_cfg), source="big"),
+                     f"big: {bn} folded into {conv} (weight / sqrt(running_var + 0.001)) gives values up to "
+                     f"{expected:.3g}, beyond float32; is the checkpoint damaged?")
+
+
+def test_multihead_neck_folds_are_checked_along_their_output_axis() -> None:
+    """The nuScenes neck: deblock 0 a strided Conv2d (Cout 128, Cin 64), deblock 1 a ConvTranspose2d of 128 in
+    and 128 out: either read along the other axis would refuse these weights, whose folds fit float32."""
+    cfg = load_config("openpcdet_nuscenes_multihead")
+    rng = np.random.default_rng(0)
+    state: dict[str, np.ndarray] = {k: rng.uniform(0.5, 1.5, shape).astype(np.float32)
+                                    for k, shape in multihead.expected_keys(cfg).items()}
+    state.update({k: np.asarray(ids, np.int64) for k, ids in multihead.label_keys(cfg).items()})
+    for i, out_axis in ((0, 0), (1, 1)):
+        conv, bn = f"backbone_2d.deblocks.{i}.0.weight", f"backbone_2d.deblocks.{i}.1"
+        state[f"{bn}.weight"][0], state[f"{bn}.running_mean"][0] = 1e36, 0.0
+        state[conv][(1, 0) if out_axis == 0 else (0, 1)] = 1e4
+        assert fold_fits_float32(state, conv, bn, out_axis, cfg.network.bn_eps)
+    weights_from_state_dict(state, "openpcdet", cfg, source="nus.pth")
 
 
 def test_build_refuses_a_negative_variance_in_one_line_and_writes_nothing(zhulf_cfg: ModelConfig,
