@@ -94,19 +94,23 @@ CONNECT_TIMEOUT = 10.0
 
 def _check_reachable(address: str | None) -> None:
     """A ``HOST:PORT`` Ray address must accept a TCP connection: one clear error instead of Ray's
-    minutes of retries. "auto", ``ray://`` addresses and None are left to Ray."""
+    minutes of retries. Where Ray reads RAY_ADDRESS instead (no address, or "auto"), that is checked.
+    "auto", ``ray://`` addresses and None are left to Ray."""
     import socket
 
+    named, unset = "--ray-address ", "leave --ray-address out"
+    if address in (None, "auto") and os.environ.get("RAY_ADDRESS"):
+        address, named, unset = os.environ["RAY_ADDRESS"], "RAY_ADDRESS=", "unset RAY_ADDRESS"
     if address is None or address == "auto" or "://" in address or ":" not in address:
         return
     host, _, number = address.rpartition(":")
     if not number.isdigit():
-        raise InputError(f"--ray-address {address!r}: expected auto or HOST:PORT")
+        raise InputError(f"{named}{address!r}: expected auto or HOST:PORT")
     try:
         socket.create_connection((host.strip("[]"), int(number)), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise BackendError(f"--ray-address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
-                           "start one (ray start --head) or leave --ray-address out for a local one") from None
+        raise BackendError(f"{named}{address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                           f"start one (ray start --head) or {unset} for a local one") from None
 
 
 def require_ray(ray_address: str | None = None) -> Any:

@@ -196,10 +196,14 @@ def test_a_local_ray_cluster_stays_on_loopback(tmp_path) -> None:  # type: ignor
         assert done.returncode == 0 and done.stdout.strip().splitlines()[-1] == expected, (address, done.stderr[-500:])
 
 
-def test_infer_ray_where_nothing_listens_is_one_error_at_once(tmp_path, repo_root) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("named, fix", [("--ray-address ", "leave --ray-address out"),
+                                        ("RAY_ADDRESS=", "unset RAY_ADDRESS")])
+def test_infer_ray_where_nothing_listens_is_one_error_at_once(tmp_path, repo_root, named: str,  # type: ignore[no-untyped-def]
+                                                              fix: str) -> None:
     """``ray.init`` at a HOST:PORT where nothing listens retries for minutes (Ray 2.60: still retrying, a
-    "Failed to connect to GCS" line every few seconds, after 2.5 minutes); ``infer --ray --ray-address`` there
-    is one ``error:`` line naming the address and the fix, well within the child's 60 s."""
+    "Failed to connect to GCS" line every few seconds, after 2.5 minutes); ``infer --ray`` there, the address
+    given by ``--ray-address`` or by RAY_ADDRESS (which Ray reads when none is given), is one ``error:`` line
+    naming the address and the fix, well within the child's 60 s."""
     import socket
     import subprocess
     import sys
@@ -210,12 +214,15 @@ def test_infer_ray_where_nothing_listens_is_one_error_at_once(tmp_path, repo_roo
     model = tiny_model_dir(tmp_path / "model", seed=3).path
     frame = tmp_path / "f.bin"
     frame.write_bytes(bytes(16))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as closed:
         closed.bind(("127.0.0.1", 0))  # bound, never listening: connections are refused
         address = f"127.0.0.1:{closed.getsockname()[1]}"
+        given = ["--ray-address", address] if named.startswith("--") else []
         done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model", str(model),
-                               "--out", str(tmp_path / "o"), "--device", "cpu", "--ray", "--ray-address", address],
-                              capture_output=True, text=True, timeout=60, cwd=repo_root)
+                               "--out", str(tmp_path / "o"), "--device", "cpu", "--ray", *given],
+                              capture_output=True, text=True, timeout=60, cwd=repo_root,
+                              env=env if given else {**env, "RAY_ADDRESS": address})
     assert done.returncode == 2, done
-    assert done.stderr == (f"error: --ray-address {address}: no Ray cluster answers there (Connection refused); "
-                           "start one (ray start --head) or leave --ray-address out for a local one\n"), done.stderr
+    assert done.stderr == (f"error: {named}{address}: no Ray cluster answers there (Connection refused); "
+                           f"start one (ray start --head) or {fix} for a local one\n"), done.stderr
