@@ -94,8 +94,8 @@ CONNECT_TIMEOUT = 10.0
 
 def _check_reachable(address: str | None) -> None:
     """A ``HOST:PORT`` Ray address must accept a TCP connection: one clear error instead of Ray's
-    minutes of retries. Where Ray reads RAY_ADDRESS instead (no address, or "auto"), that is checked.
-    "auto", ``ray://`` addresses and None are left to Ray."""
+    minutes of retries. With no address or "auto", Ray joins RAY_ADDRESS when it is set: that value is
+    checked in their place. What is then "auto", a ``ray://`` address or no address is left to Ray."""
     import socket
 
     named, unset = "--ray-address ", "leave --ray-address out"
@@ -105,7 +105,7 @@ def _check_reachable(address: str | None) -> None:
         return
     host, _, number = address.rpartition(":")
     if not number.isdigit():
-        raise InputError(f"{named}{address!r}: expected auto or HOST:PORT")
+        raise InputError(f"{named}{address!r}: expected auto or HOST:PORT; give one, or {unset}")
     try:
         socket.create_connection((host.strip("[]"), int(number)), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:

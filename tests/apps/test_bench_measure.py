@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import threading
 import time
 from pathlib import Path
 
@@ -27,7 +28,7 @@ def test_run_for_runs_for_its_count_and_its_time() -> None:
     assert run_for(calls.append, 0, 0.0) == 0
 
 
-class _Frames:
+class _SlowDetect:
     """``detect`` of a pipeline whose frame takes ``seconds``: it counts its calls."""
 
     def __init__(self, seconds: float) -> None:
@@ -42,11 +43,11 @@ class _Frames:
 
 def test_latency_and_batches_report_the_warm_up_they_ran() -> None:
     frames = [np.zeros((3, 4), np.float32)]
-    detect = _Frames(0.005)
+    detect = _SlowDetect(0.005)
     run = measure_latency(detect, dict, frames, iterations=4, warmup=2, warmup_s=0.1)
     assert run["iterations"] == 4 and run["warmup"] >= 10 and detect.calls == run["warmup"] + 4
     assert run["e2e_ms"]["p50"] >= 5.0
-    batches = _Frames(0.005)
+    batches = _SlowDetect(0.005)
     sweep = measure_batches(batches, frames, batch=2, iterations=3, warmup=1, warmup_s=0.05)
     assert sweep["warmup"] >= 5 and batches.calls == sweep["warmup"] + 3
 
@@ -80,7 +81,7 @@ def test_throughput_warms_all_pipelines_up_together_before_timing() -> None:
     start = time.perf_counter()
     fps = measure_throughput(make, [np.zeros((3, 4), np.float32)], pipelines=2, frames_per_pipeline=10,
                              batch=4, seconds=0.3)
-    # 10 frames are 2 batches of 4 (~5 ms): the timed part still lasts 0.3 s, and counts all its batches
+    # 10 frames are 2 batches of 4 (~4 ms): the timed part still lasts 0.3 s, and counts all its batches
     assert time.perf_counter() - start >= 0.3 and all(p.calls >= 2 + 50 for p in made), [p.calls for p in made]
     assert 2 * 4 / 0.002 / 4 < fps < 2 * 4 / 0.002 * 1.2, fps
 
@@ -91,3 +92,37 @@ def test_warmup_time_is_checked_while_parsing(tmp_path: Path) -> None:
             main(["bench", "--warmup-time", value, "--out", str(tmp_path / "b")])
         assert exit_info.value.code == 2 and "argument --warmup-time: " in err.getvalue(), err.getvalue()
     assert not (tmp_path / "b").exists()
+
+
+def test_a_pipeline_that_fails_stops_the_throughput_test_with_its_error() -> None:
+    """A pipeline raising in the warm-up or the timed part: the others stop waiting for it and its error
+    reaches the caller (the barriers between the parts would otherwise wait for it forever)."""
+    class Failing:
+        def __init__(self, fail_at: int) -> None:
+            self.calls, self.fail_at = 0, fail_at
+
+        def detect_batch(self, frames: list[np.ndarray]) -> None:
+            self.calls += 1
+            time.sleep(0.001)
+            if self.calls == self.fail_at:
+                raise RuntimeError(f"pipeline failed at call {self.fail_at}")
+
+        def close(self) -> None:
+            pass
+
+    for fail_at, warmup_s in ((4, 0.2), (40, 0.0)):  # in the warm-up; in the timed part
+        made = iter([Failing(10**9), Failing(fail_at), Failing(10**9)])
+        outcome: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                measure_throughput(lambda: next(made), [np.zeros((3, 4), np.float32)], pipelines=3,
+                                   frames_per_pipeline=100, warmup_s=warmup_s, seconds=0.2)
+            except RuntimeError as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(timeout=10)
+        assert not thread.is_alive(), f"the throughput test hung after a failure at call {fail_at}"
+        assert [str(e) for e in outcome] == [f"pipeline failed at call {fail_at}"]

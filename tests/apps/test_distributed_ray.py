@@ -283,7 +283,7 @@ def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries
                 _check_reachable(address)
     for left_to_ray in (None, "auto", "ray://head:10001"):
         _check_reachable(left_to_ray)
-    with pytest.raises(InputError, match="expected auto or HOST:PORT"):
+    with pytest.raises(InputError, match="'head:port': expected auto or HOST:PORT; give one, or leave --ray-address out$"):
         _check_reachable("head:port")
 
 

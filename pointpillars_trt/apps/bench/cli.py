@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
@@ -27,13 +26,14 @@ from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_s
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
-from ..infer import MAX_PIPELINES, device_arg, positive_int
+from ..infer import MAX_PIPELINES, device_arg, positive_int, progress_bar
 from ..ranges import float_in, int_in, int_list_in, names_in
 
 #: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
 BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
 #: The options only a GPU run uses (their dests), said once when a CPU run is given any of them.
-GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines")
+GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines",
+                    "warmup_time")
 
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
@@ -198,8 +198,8 @@ def _bench_cpu(md: ModelDir, frame_sets: dict[str, list[np.ndarray]], args: argp
 
     detector = CpuDetector(md)
     warmup = min(args.warmup, 1)  # the CPU path has nothing to warm up beyond one frame
-    with tqdm(total=len(frame_sets) * (args.iterations + warmup), unit="frame", desc="bench (CPU)",
-              file=sys.stderr) as bar:  # a CPU frame takes ~1 s: show progress and the time left
+    with progress_bar(len(frame_sets) * (args.iterations + warmup), True, desc="bench (CPU)") as bar:
+        # a CPU frame takes ~1 s: a terminal shows the progress and the time left
         for name, frames in frame_sets.items():
             run = measure_latency(detector.detect, lambda: detector.last_timings, frames, args.iterations,
                                   warmup=warmup, done=bar.update)
@@ -326,7 +326,7 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
                    args: argparse.Namespace, results: dict[str, Any], best_p50: dict[str, tuple[str, float]]) -> None:
     for name, frames in frame_sets.items():
         iterations = max(20, args.iterations // 4)
-        run = measure_latency(detect, timings, frames, iterations, min(args.warmup, 10))
+        run = measure_latency(detect, timings, frames, iterations, min(args.warmup, 10), args.warmup_time)
         results["runs"].append({"engine": label, "precision": "fp32", "frames": name, **run})
         if name in best_p50:
             ours, ours_p50 = best_p50[name]

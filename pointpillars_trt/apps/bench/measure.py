@@ -91,24 +91,39 @@ def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.nda
     barrier = threading.Barrier(pipelines + 1)
     calls = max(1, frames_per_pipeline // batch)
     made = [0] * pipelines  # timed calls, per pipeline
+    errors: list[BaseException] = []
 
-    def work(worker: Any, offset: int) -> None:
-        barrier.wait()  # the warm-up, all pipelines at once
-        run_for(lambda i: worker.detect_batch(groups[(offset + i) % len(groups)]), 0, warmup_s)
-        barrier.wait()  # then the timed calls, started together
-        made[offset] = run_for(lambda i: worker.detect_batch(groups[(offset + i) % len(groups)]), calls, seconds)
+    def work(worker: Any, index: int) -> None:
+        def call(i: int) -> None:  # pipeline `index` starts at its own frame group
+            worker.detect_batch(groups[(index + i) % len(groups)])
+
+        try:
+            barrier.wait()  # the warm-up, all pipelines at once
+            run_for(call, 0, warmup_s)
+            barrier.wait()  # then the timed calls, started together
+            made[index] = run_for(call, calls, seconds)
+        except threading.BrokenBarrierError:
+            pass  # another pipeline failed: its error is the one raised
+        except BaseException as exc:  # handed to the calling thread, raised there
+            errors.append(exc)
+            barrier.abort()  # no one waits for this pipeline any more
 
     threads = [threading.Thread(target=work, args=(w, k)) for k, w in enumerate(workers)]
     for t in threads:
         t.start()
-    barrier.wait()
-    barrier.wait()
+    try:
+        barrier.wait()
+        barrier.wait()
+    except threading.BrokenBarrierError:
+        pass
     start = time.perf_counter()
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - start
     for w in workers:
         w.close()
+    if errors:
+        raise errors[0]
     return sum(made) * batch / elapsed
 
 
