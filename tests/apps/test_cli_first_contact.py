@@ -407,6 +407,31 @@ def test_bench_takes_infer_s_device_spellings(tiny_frames: list[Path], tmp_path:
     assert "argument --device: 'cuda:x': expected auto, cpu, cuda or cuda:N" in said["bench"], said
 
 
+
+@pytest.mark.cuda
+def test_a_gpu_index_past_the_visible_ones_is_one_error_for_infer_and_bench(tiny_model: Path, tiny_frames: list[Path],
+                                                                          tmp_path: Path):
+    """On a GPU machine ``--device cuda:N`` with N past the visible GPUs names N and how many there are, before
+    anything runs (bench: before a model dir is exported or a report written)."""
+    from pointpillars_trt.detector import cuda_available
+
+    if cuda_available() is not None:
+        pytest.skip(f"needs CUDA: {cuda_available()}")
+    import cupy
+
+    count = cupy.cuda.runtime.getDeviceCount()
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    shutil.copy(tiny_frames[1], frames)
+    for command in ("infer", "bench"):
+        args = ([tiny_frames[1], "--model", tiny_model] if command == "infer"
+                else ["--frames", frames, "--out", tmp_path / "b"])
+        run = cli(command, *args, "--device", f"cuda:{count}")
+        assert run.rc != 0 and "Traceback" not in run.err, run
+        lines = run.err.strip().splitlines()
+        assert lines[-1].startswith("error: ") and f"GPU {count} does not exist ({count} visible)" in lines[-1], run.err
+    assert not (tmp_path / "b").exists()
+
 def test_bench_refuses_an_out_it_cannot_write_before_the_model_loads(tmp_path: Path):
     """The model and frames do not exist: only a check made before they are read can name --out (before: the
     whole benchmark ran, then ``error: 'outfile': File exists``)."""
