@@ -134,6 +134,25 @@ def test_concurrent_builds_into_one_folder_leave_one_consistent_model_dir(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
 
 
+
+def test_a_folder_swapped_out_while_it_is_checked_is_nothing_to_protect(tmp_path: Path):
+    """Another build of the same folder moves it aside between this build's check that it is a folder and
+    its listing of it: nothing is left to protect, so the build goes on (before: FileNotFoundError out of
+    the check, the intermittent failure of the concurrent-builds test above)."""
+    import shutil
+
+    from pointpillars_trt.convert.export import _check_replaceable
+
+    class SwappedOutWhileListed(type(tmp_path)):  # type: ignore[misc]
+        def iterdir(self):  # type: ignore[no-untyped-def]
+            shutil.rmtree(self)  # the other build's swap, just before the listing
+            return super().iterdir()
+
+    cfg, folder = tiny_config(), tmp_path / "model"
+    export_model_dir(tiny_weights(cfg, seed=1), cfg, folder, precision="fp32", source={"seed": 1})
+    _check_replaceable(SwappedOutWhileListed(folder))
+    assert not folder.exists()
+
 def test_a_build_that_loses_the_race_to_its_folder_leaves_the_winner_and_no_old_folder(tmp_path: Path, monkeypatch):  # type: ignore[no-untyped-def]
     """Another build moves its dir in between this build's moving the old dir aside and moving its own
     in: this build fails (reported), the winner's dir stays, and the old dir aside is removed, not left

@@ -237,12 +237,16 @@ def _check_replaceable(folder: Path) -> None:
     replacing the dir deletes every file in it."""
     if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
         raise ModelDirError(f"model dir {folder}: exists and is not a folder")
-    if not folder.is_dir() or not any(folder.iterdir()):
+    try:
+        entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+    except FileNotFoundError:  # swapped out meanwhile by another build of the same folder: nothing to protect
+        return
+    if not entries:
         return
     if not (folder / METADATA_FILE).is_file() or not _ours(folder / METADATA_FILE):
         raise ModelDirError(f"model dir {folder}: a non-empty folder that is not a model dir (no {METADATA_FILE} "
                             "written by pointpillars-trt); choose an empty or new folder")
-    others = sorted(p.name for p in folder.iterdir() if p.name not in _MODEL_DIR_ENTRIES)
+    others = [name for name in entries if name not in _MODEL_DIR_ENTRIES]
     if others:
         shown = ", ".join(safe_repr(name, 60) for name in others[:5]) + (", ..." if len(others) > 5 else "")
         raise ModelDirError(f"model dir {folder}: also holds {shown}, which a rebuild would delete; move them "
