@@ -162,7 +162,7 @@ class PostprocessStage:
     order. Copy it to the host once per frame and read it with ``unpack``.
     """
 
-    KERNELS = ("pp_score", "pp_offsets", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
+    KERNELS = ("pp_score", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
 
     def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
         cp = cupy_module()
@@ -211,9 +211,9 @@ class PostprocessStage:
         score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
         launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
                       stream)
-        launch_kernel(k["pp_offsets"], 1, 1024, (self._block_counts, self.stats), stream)
         launch_kernel(k["pp_compact"], score_blocks, _SCORE_BLOCK,
-                (self._key, self._block_counts, self.thresholds, self._cand_key, self._cand_anchor), stream)
+                (self._key, self._block_counts, self.thresholds, self.stats, self._cand_key, self._cand_anchor),
+                stream)
         launch_kernel(k["pp_select"], 1, 1024,
                 (self._cand_key, self._cand_anchor, self.stats, self._sel_anchor, self._sel_score), stream)
         group_grid, group_block = (p.groups, min(1024, p.sort_cap)) if p.per_class else (grid_blocks(p.sort_cap, 256), 256)

@@ -11,8 +11,8 @@
 // new CUDA graph: the graph holds the buffer's address, the kernels read its contents. Launch order,
 // one stream:
 //   pp_score      per anchor: max class probability; block counts of those passing the threshold
-//   pp_offsets    one block: compaction offsets, candidate count
-//   pp_compact    per anchor: candidates in anchor order
+//   pp_compact    per anchor: candidates in anchor order (each block sums the counts before its own;
+//                 block 0 writes the candidate count)
 //   pp_select     one block: top TOP_K by (score desc, anchor asc): radix select + bitonic sort
 //   pp_group      one block per NMS group (1 group class-agnostic, one per class otherwise):
 //                 members in NMS order, decoded boxes, NMS rectangles
@@ -130,21 +130,26 @@ extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* 
     if (threadIdx.x == 0) block_counts[blockIdx.x] = count;
 }
 
-extern "C" __global__ void pp_offsets(int* __restrict__ block_counts, int* __restrict__ stats) {
-    __shared__ int totals[1];
-    pp_scan_block_counts<1>(block_counts, kScoreBlocks, totals);
-    __syncthreads();
-    if (threadIdx.x == 0) stats[STAT_CANDIDATES] = totals[0];
-}
-
+// Each block finds its offset by summing pp_score's counts of the blocks before it (a few thousand
+// ints, from L2) rather than waiting on a one-block scan kernel between the two.
 extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
                                       const int* __restrict__ block_counts, const float* __restrict__ thresholds,
-                                      unsigned* __restrict__ cand_key, int* __restrict__ cand_anchor) {
+                                      int* __restrict__ stats, unsigned* __restrict__ cand_key,
+                                      int* __restrict__ cand_anchor) {
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned k = a < kNumAnchors ? key[a] : 0u;
     const bool pass = a < kNumAnchors && passes(__uint_as_float(k), thresholds[THRESHOLD_SCORE]);
+    int before = 0;
+    for (int b = threadIdx.x; b < static_cast<int>(blockIdx.x); b += blockDim.x) before += block_counts[b];
+    const int offset = pp_block_sum(before);
+    if (blockIdx.x == 0) {
+        int all = 0;
+        for (int b = threadIdx.x; b < kScoreBlocks; b += blockDim.x) all += block_counts[b];
+        all = pp_block_sum(all);
+        if (threadIdx.x == 0) stats[STAT_CANDIDATES] = all;
+    }
     int unused;
-    const int pos = block_counts[blockIdx.x] + pp_block_exclusive_scan(pass, &unused);
+    const int pos = offset + pp_block_exclusive_scan(pass, &unused);
     if (pass) {
         cand_key[pos] = k;
         cand_anchor[pos] = a;
