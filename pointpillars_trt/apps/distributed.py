@@ -262,9 +262,10 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     _quiet_ray_data()
 
     device = options["runtime"].device
-    workers, gpus_per_worker = check_resources(ray.cluster_resources(), workers, gpus_per_worker, device)
+    resources = ray.cluster_resources()
+    workers, gpus_per_worker = check_resources(resources, workers, gpus_per_worker, device)
     on_gpu = gpus_per_worker > 0
-    fallback = device == "auto" and not ray.cluster_resources().get("GPU")
+    fallback = device == "auto" and not resources.get("GPU")
     where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
              f"running on Ray: {workers} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
     if report is not None:
@@ -273,7 +274,7 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
-    threads = None if on_gpu else max(1, int(ray.cluster_resources().get("CPU", 1)) // workers)
+    threads = None if on_gpu else max(1, int(resources.get("CPU", 1)) // workers)
     out.mkdir(parents=True, exist_ok=True)
     context = DataContext.get_current()
     context.execution_options.preserve_order = True  # rows in input order

@@ -634,9 +634,13 @@ class FrameReport:
             del self.done[-len(frames):]
             self.failed += len(frames)
             for _, written in frames:
-                self.boxes, self.nonfinite, self.out_of_view = (self.boxes - written.boxes,
-                                                                self.nonfinite - written.nonfinite,
-                                                                self.out_of_view - written.out_of_view)
+                self._tally(written, -1)
+
+    def _tally(self, written: FrameOutput, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) a frame's counts of boxes written and left out."""
+        self.boxes += sign * written.boxes
+        self.nonfinite += sign * written.nonfinite
+        self.out_of_view += sign * written.out_of_view
 
     def fail_quietly(self) -> None:
         """A failed frame that a summary line accounts for (no line of its own)."""
@@ -647,8 +651,7 @@ class FrameReport:
         """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
         self.bar.update(1)
         self.done.append(source)
-        self.boxes, self.nonfinite, self.out_of_view = (self.boxes + written.boxes, self.nonfinite + written.nonfinite,
-                                                        self.out_of_view + written.out_of_view)
+        self._tally(written, 1)
         if not self.writes and det is not None:
             best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
             top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)

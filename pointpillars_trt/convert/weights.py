@@ -90,14 +90,18 @@ _HEAD_GAIN = {"cls": 0.15, "box": 0.02, "dir": 0.3}
 _HEAD_OFFSET = {"cls": -6.0, "box": 0.0, "dir": 0.0}
 
 
+#: (mean, std) of the features that are no coordinate or offset: intensity over [0, 1), time lag over [0, 0.5) s.
+_NON_SPATIAL_MOMENTS = {"intensity": (0.5, 1.0), "time": (0.25, 0.5)}
+
+
 def _feature_moments(cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     """Rough (mean, std) of each decorated feature: coordinates spread uniformly over the range,
     offsets over a pillar, intensity over [0, 1), a sweep's time lag over [0, 0.5) s."""
     r, size = cfg.voxel.point_range, cfg.voxel.pillar_size
     stats = []
     for name in cfg.features.order:
-        if name in ("intensity", "time"):
-            stats.append((0.5, 1.0) if name == "intensity" else (0.25, 0.5))
+        if name in _NON_SPATIAL_MOMENTS:
+            stats.append(_NON_SPATIAL_MOMENTS[name])
             continue
         axis = "xyz".index(name[-1])  # x, y, z, mean_dx ... center_dz
         absolute = name in ("x", "y", "z")
