@@ -12,7 +12,7 @@
 // one stream:
 //   pp_score      per anchor: max class probability; block counts of those passing the threshold
 //   pp_compact    per anchor: candidates in anchor order (each block sums the counts before its own;
-//                 block 0 writes the candidate count)
+//                 the last block writes the candidate count)
 //   pp_select     one block: top TOP_K by (score desc, anchor asc): radix select + bitonic sort
 //   pp_group      one block per NMS group (1 group class-agnostic, one per class otherwise):
 //                 members in NMS order, decoded boxes, NMS rectangles
@@ -35,7 +35,6 @@ namespace {
 
 constexpr int kPlane = HEAD_W * HEAD_H;
 constexpr int kNumAnchors = kPlane * ANCHORS_PER_CELL;
-constexpr int kScoreBlocks = (kNumAnchors + SCORE_BLOCK - 1) / SCORE_BLOCK;
 constexpr int kGroups = PER_CLASS ? NUM_CLASSES : 1;
 constexpr int kRowFloats = 9;  // x, y, z, dx, dy, dz, heading, score, label
 
@@ -142,14 +141,9 @@ extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
     int before = 0;
     for (int b = threadIdx.x; b < static_cast<int>(blockIdx.x); b += blockDim.x) before += block_counts[b];
     const int offset = pp_block_sum(before);
-    if (blockIdx.x == 0) {
-        int all = 0;
-        for (int b = threadIdx.x; b < kScoreBlocks; b += blockDim.x) all += block_counts[b];
-        all = pp_block_sum(all);
-        if (threadIdx.x == 0) stats[STAT_CANDIDATES] = all;
-    }
-    int unused;
-    const int pos = offset + pp_block_exclusive_scan(pass, &unused);
+    int own;
+    const int pos = offset + pp_block_exclusive_scan(pass, &own);
+    if (blockIdx.x == gridDim.x - 1 && threadIdx.x == 0) stats[STAT_CANDIDATES] = offset + own;
     if (pass) {
         cand_key[pos] = k;
         cand_anchor[pos] = a;
