@@ -28,6 +28,20 @@ def test_run_for_runs_for_its_count_and_its_time() -> None:
     assert run_for(calls.append, 0, 0.0) == 0
 
 
+def test_run_for_counts_its_time_from_the_end_of_the_first_call() -> None:
+    """A first call longer than the warm-up (a cold start) does not count towards its seconds."""
+    calls: list[int] = []
+
+    def call(i: int) -> None:
+        calls.append(i)
+        time.sleep(0.2 if i == 0 else 0.01)
+
+    start = time.perf_counter()
+    made = run_for(call, 2, 0.1)
+    spent = time.perf_counter() - start
+    assert spent >= 0.3 and 5 <= made <= 13, (made, spent)  # the cold call, then ~10 calls of 10 ms (2 before)
+
+
 class _SlowDetect:
     """``detect`` of a pipeline whose frame takes ``seconds``: it counts its calls."""
 

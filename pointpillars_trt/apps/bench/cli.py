@@ -63,7 +63,8 @@ def add_bench_parser(sub: Any) -> None:
                        help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
                             "the CPU, 5 batches in the batch sweep and 10 frames for the PyTorch baselines)")
     bench.add_argument("--warmup-time", type=float_in(0.0, 600.0), default=1.0, metavar="SECONDS",
-                       help="GPU runs also warm up for at least this long, 0..600 (default: %(default)s; from idle, "
+                       help="GPU runs also warm up for at least this long after their first frame (a first start's "
+                            "plan tuning and graph capture do not count), 0..600 (default: %(default)s; from idle, "
                             "a GPU and its host take a fraction of a second to reach their steady clocks: with 20 "
                             "frames alone a run's first frame set measured up to 0.05 ms slower)")
     bench.add_argument("--precisions", type=names_in(BENCH_PRECISIONS), default="fp32,tf32,fp16",

@@ -16,12 +16,17 @@ from .stats import latency_summary, median_per_stage
 def run_for(run: Callable[[int], Any], count: int, seconds: float) -> int:
     """``run(i)`` for i = 0, 1, ... until ``count`` calls and ``seconds`` have both passed; returns the
     calls. Warm-ups take time as well as a count: on a GPU that comes from idle, the clocks (its own
-    and the host's) settle over a fraction of a second (trtexec warms up for 200 ms by default)."""
-    start = time.perf_counter()
+    and the host's) settle over a fraction of a second (trtexec warms up for 200 ms by default). The
+    seconds count from the end of the first call: a pipeline's first call (the cuDNN engine's tuning,
+    the graph's capture) can take longer than the whole warm-up, which then ended after ``count``
+    calls of a machine still coming out of idle."""
     calls = 0
-    while calls < count or time.perf_counter() - start < seconds:
+    started: float | None = None
+    while calls < count or (seconds > 0 and (started is None or time.perf_counter() - started < seconds)):
         run(calls)
         calls += 1
+        if started is None:
+            started = time.perf_counter()
     return calls
 
 
