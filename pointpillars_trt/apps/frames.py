@@ -59,8 +59,9 @@ class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
     bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
     ``prepare`` (e.g. the camera-FOV crop), then the check of the intensities against the scale the
-    model was trained on (``intensity_mismatch_of(item)``, asked in input order, finds the first such
-    frame for the one warning, whichever reader thread checked it first)."""
+    model was trained on, for every frame (``intensity_mismatch_of(item)``, asked in input order, names the
+    first frame of each kind for its one warning, whichever reader thread checked it first, and counts
+    them all for the run's summary line)."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
@@ -92,12 +93,10 @@ class FrameReader:
 
     def intensity_mismatch_of(self, item: object) -> str | None:
         """How ``item``'s intensities disagreed with the model's scale (``intensity_mismatch``), or None.
-        Asked once per item in input order (the runner's jobs hold their items until then); after the first
-        mismatch, frames are no longer checked."""
-        mismatch = self._mismatches.pop(id(item), None)
-        if mismatch is not None:
-            self.check_intensity = False
-        return mismatch
+        Asked once per item in input order (the runner's jobs hold their items until then). Every frame is
+        checked, whatever the frames before it were: a run's frames may disagree in more than one way (each
+        kind gets its warning), and the summary counts every frame of a kind."""
+        return self._mismatches.pop(id(item), None)
 
 
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:

@@ -725,8 +725,8 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
 
 
 def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path, tmp_path: Path):
-    """The first 0-255 frame is the one the reader flags (later frames are no longer checked): its warning is
-    said even though its output cannot be written (a folder stands where its JSON goes)."""
+    """A 0-255 frame's warning is said even though its output cannot be written (a folder stands where its
+    JSON goes)."""
     points = tiny_points(4)
     points[:, 3] = np.round(points[:, 3] * 255)
     points.tofile(tmp_path / "a.bin")
@@ -735,6 +735,52 @@ def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path
               "--out", tmp_path / "out")
     assert run.rc == 1 and "error: " in run.err, run
     assert f"warning: '{tmp_path / 'a.bin'}': intensities look like 0-255 values" in run.err, run.err
+
+
+def intensity_warnings(err: str, folder: Path) -> list[str]:
+    """The ``warning:`` lines about intensities (the folder's name, which may say "intensity", left out)."""
+    return [line for line in err.splitlines()
+            if line.startswith("warning: ") and "intensities" in line.replace(str(folder), "")]
+
+def test_each_kind_of_intensity_scale_is_said_after_another_kind_and_unreadable_frames(tiny_model: Path,
+                                                                                       tmp_path: Path):
+    """A frame whose values all lie 1000 up (intensities beyond 255), three unreadable files, then two 0-255
+    frames: each kind gets its own warning naming its first frame with its fix, and the 0-255 frames are
+    counted both (a first mismatch of one kind used to stop the check for the rest of the run)."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    np.save(folder / "a_far.npy", tiny_points(1) + 1000)
+    (folder / "b_cut.bin").write_bytes(b"\0" * 10)
+    (folder / "b_junk.npy").write_bytes(b"junk")
+    (folder / "b_junk.pcd").write_bytes(b"junk")
+    for name in ("c_i255.bin", "d_i255.bin"):
+        points = tiny_points(2)
+        points[:, 3] *= 255
+        points.tofile(folder / name)
+    run = cli("infer", folder, "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and run.err.count("error: ") == 3, run
+    said = intensity_warnings(run.err, folder)
+    assert len(said) == 3, run.err
+    assert said[0].startswith(f"warning: '{folder / 'a_far.npy'}': intensities reach beyond 255"), said
+    assert said[1].startswith(f"warning: '{folder / 'c_i255.bin'}': intensities look like 0-255 values"), said
+    assert "--intensity-scale 0.00392156862745098" in said[1], said
+    assert said[2] == "warning: 2 frames looked like 0-255 intensities in all (the first named above)", said
+
+
+def test_the_count_of_0_255_frames_counts_every_frame_of_the_run(tiny_model: Path, tmp_path: Path):
+    """Twelve 0-255 frames, one at a time: the line after the run counts all twelve, not only the frames
+    read ahead before the first one's warning."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    points = tiny_points(3)
+    points[:, 3] *= 255
+    for index in range(12):
+        points.tofile(folder / f"{index:02d}.bin")
+    run = cli("infer", folder, "--model", tiny_model, "--device", "cpu", "--no-progress", "--batch-size", "1")
+    assert run.rc == 0, run
+    said = intensity_warnings(run.err, folder)
+    assert len(said) == 2 and said[0].startswith(f"warning: '{folder / '00.bin'}': intensities look like 0-255"), said
+    assert said[1] == "warning: 12 frames looked like 0-255 intensities in all (the first named above)", said
 
 
 @pytest.mark.slow
