@@ -58,10 +58,10 @@ BATCH_BREAK = object()
 class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
     bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
-    ``prepare`` (e.g. the camera-FOV crop), then the check of the intensities against the scale the
-    model was trained on, for every frame (``intensity_mismatch_of(item)``, asked in input order, names the
-    first frame of each kind for its one warning, whichever reader thread checked it first, and counts
-    them all for the run's summary line)."""
+    ``prepare`` (e.g. the camera-FOV crop), then what the read says is probably wrong with every frame:
+    no point at all (whatever its format), or intensities on another scale than the model was trained
+    on. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
+    warning, whichever reader thread read it first, and counts them all for the run's summary line."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
@@ -71,7 +71,7 @@ class FrameReader:
         # a served model (no config here) of 4 columns is a KITTI-style one: 0-1 reflectance
         self.expects_unit = cfg.expects_unit_intensity if cfg is not None else self.columns == 4
         self.check_intensity = intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
-        self._mismatches: dict[int, str] = {}  # item id -> intensity_mismatch of its frame, until asked
+        self._findings: dict[int, str] = {}  # item id -> what its frame's read found (finding_of), until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, bytes):
@@ -83,20 +83,24 @@ class FrameReader:
         else:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
                                       intensity_scale=self.intensity_scale, columns=self.columns)
-            if self.prepare is not None:
-                points = self.prepare(points, str(item))
-        if self.check_intensity:
+        empty = len(points) == 0  # as read: a crop that leaves none of a frame's points is said by the crop
+        if self.prepare is not None:  # a frame's bytes never get here with a crop (refused above)
+            points = self.prepare(points, str(item))
+        if empty:
+            self._findings[id(item)] = "empty"
+        elif self.check_intensity:
             mismatch = intensity_mismatch(points, self.expects_unit)
             if mismatch is not None:
-                self._mismatches[id(item)] = mismatch
+                self._findings[id(item)] = mismatch
         return points
 
-    def intensity_mismatch_of(self, item: object) -> str | None:
-        """How ``item``'s intensities disagreed with the model's scale (``intensity_mismatch``), or None.
-        Asked once per item in input order (the runner's jobs hold their items until then). Every frame is
-        checked, whatever the frames before it were: a run's frames may disagree in more than one way (each
-        kind gets its warning), and the summary counts every frame of a kind."""
-        return self._mismatches.pop(id(item), None)
+    def finding_of(self, item: object) -> str | None:
+        """What ``item``'s read found probably wrong with its frame: ``"empty"`` (no point at all), or how its
+        intensities disagreed with the model's scale (``intensity_mismatch``); None for a frame that read
+        well. Asked once per item in input order (the runner's jobs hold their items until then). Every
+        frame is checked, whatever the frames before it were: a run's frames may go wrong in more than one
+        way (each kind gets its warning), and the summary counts every frame of a kind."""
+        return self._findings.pop(id(item), None)
 
 
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:

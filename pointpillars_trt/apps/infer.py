@@ -16,12 +16,10 @@ import glob
 import os
 import shlex
 import shutil
-import stat
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -500,7 +498,6 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
-    empty = empty_files_warning(frames)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
                if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
@@ -524,8 +521,6 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
             for message in path_errors:  # the other paths run
                 print(f"error: {message}", file=sys.stderr)
-            if empty is not None:
-                print(empty, file=sys.stderr)
             todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out,
                                                          args.skip_existing and scratch_dir is None)
             if skipped:
@@ -681,6 +676,19 @@ class FrameReport:
         return self.done, self.failed
 
 
+def read_warning(source: str, kind: str) -> str:
+    """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``)."""
+    return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind)
+
+
+def empty_frame_warning(source: str) -> str:
+    """The warning for a frame of no point at all: a 0-byte ``.bin`` (a ``.bin`` of no point is 0 bytes), mostly
+    a copy that failed; a ``.npy`` or ``.pcd`` of 0 points, which something wrote that way."""
+    why = ("an empty file: a copy that failed? copy it again" if source.lower().endswith(".bin")
+           else "a file of 0 points: check what wrote it")
+    return f"warning: {safe_repr(source)} holds no points ({why}); its output says 0 boxes (warned once)"
+
+
 def intensity_warning(source: str, kind: str) -> str:
     """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``)."""
     if kind == "8bit":
@@ -697,17 +705,17 @@ def intensity_warning(source: str, kind: str) -> str:
 
 def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:
     """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
-    its intensities' scale (the reader's ``intensity_mismatch``), its calib leaving nothing to the camera-FOV
-    crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars, and boxes
-    left out for NaN or infinite values (the network overflowed); a failed frame's read only. Ask for every job
-    in input order (the reader and the crop forget what they found once asked). Local infer and Ray's workers
-    alike."""
+    no point at all or its intensities' scale (the reader's ``finding_of``), its calib leaving nothing to the
+    camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
+    and boxes left out for NaN or infinite values (the network overflowed); a failed frame's read only. Ask for
+    every job in input order (the reader and the crop forget what they found once asked). Local infer and Ray's
+    workers alike."""
     source = job.source
-    intensity = read.intensity_mismatch_of(job.item)
+    finding = read.finding_of(job.item)
     emptied = emptied_warning(read.prepare, source)
     det: Detections | None = None if job.error is not None else job.detections
     written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
-    found = [(intensity, intensity_warning(source, intensity))] if intensity is not None else []
+    found = [(finding, read_warning(source, finding))] if finding is not None else []
     if emptied is not None:
         found.append(emptied)
     warning = None if det is None else frame_warning(source, det, point_range)
@@ -747,45 +755,18 @@ class FrameWarnings:
 
 
 #: What the frames of each warning said once have, for the count after the run.
-WARNING_KINDS = {"8bit": "looked like 0-255 intensities", "beyond": "had intensities beyond 255",
-                 "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
+WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
+                 "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
                  "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values",
                  "pillars": "had pillars beyond the model's max_pillars",
                  "fov": "had none of their points left by the camera-FOV crop"}
 
 
-def empty_files_warning(frames: Sequence[str]) -> str | None:
-    """The one warning for the run's empty ``.bin`` files (0 bytes: mostly a copy that failed; an empty
-    ``.npy`` or ``.pcd`` fails as its frame's error), said before the run by every path (local, --server,
-    --ray), or None. The sizes are asked on a few threads: on a network filesystem a stat is a round trip."""
-    local = [f for f in frames if f.lower().endswith(".bin") and "://" not in f]
-    with ThreadPoolExecutor(max_workers=STAT_THREADS) as pool:
-        empty = [f for f, size in zip(local, pool.map(_size_or_none, local)) if size == 0]
-    if not empty:
-        return None
-    more = f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""
-    return (f"warning: {safe_repr(empty[0])}{more} holds no points (an empty file: a copy that failed?); its "
-            "output says 0 boxes")
-
-
-#: Threads that ask for the frames' sizes before a run (they wait on the filesystem, not the CPU).
-STAT_THREADS = 16
-
-
-def _size_or_none(path: str) -> int | None:
-    """A regular file's size; None for a missing file or a FIFO, device or folder (that frame's error)."""
-    try:
-        info = os.stat(path)
-    except OSError:
-        return None
-    return info.st_size if stat.S_ISREG(info.st_mode) else None
-
-
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
     """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
     which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
-    millimetres, axes swapped); None for any other frame. Each kind is said once a run (empty files are
-    said before the run: ``empty_files_warning``)."""
+    millimetres, axes swapped); None for any other frame. Each kind is said once a run (a frame of no point
+    at all is the reader's to say: ``FrameReader.finding_of``)."""
     stats = det.stats
     if stats.num_pillars or stats.num_points < MISPLACED_FROM:
         return None

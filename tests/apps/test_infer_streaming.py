@@ -434,8 +434,9 @@ def test_ctrl_c_stops_the_pipelines_before_their_detectors_close(assets: Path, t
 
 
 def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Two 0-byte frames among good ones: one warning naming the first, exit 0, and each empty frame's
-    output written with its 0 boxes (an empty frame is valid, but mostly a copy that failed)."""
+    """Two 0-byte frames among good ones: one warning naming the first, the count of both after the run,
+    exit 0, and each empty frame's output written with its 0 boxes (an empty frame is valid, but mostly a
+    copy that failed)."""
     folder = tmp_path / "some_empty"
     folder.mkdir()
     good = sorted(frames.glob("*.bin"))[:2]
@@ -447,9 +448,35 @@ def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tm
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out))
     # (the tiny model's 256 pillars leave some of the good frames' out: that warning is not counted here)
     warnings = [line for line in err.splitlines() if line.startswith("warning:") and "max_pillars" not in line]
-    assert rc == 0 and len(warnings) == 1, err
-    assert "a_empty.bin" in warnings[0] and "holds no points" in warnings[0], warnings
+    assert rc == 0 and len(warnings) == 2, err
+    assert warnings[0] == (f"warning: '{folder / 'a_empty.bin'}' holds no points (an empty file: a copy that "
+                           "failed? copy it again); its output says 0 boxes (warned once)"), warnings
+    assert warnings[1] == "warning: 2 frames held no points in all (the first named above)", warnings
     for name in ("a_empty", "b_empty"):
+        assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
+
+
+def test_frames_of_no_point_warn_whatever_their_format(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A .npy of shape (0, 4), a .pcd whose header says POINTS 0 and a 0-byte .bin among good frames: the
+    first is named once with the fix, all three are counted after the run (the 0-byte file once, not
+    also on a line of its own), exit 0, and each one's output says 0 points."""
+    folder = tmp_path / "no_points"
+    folder.mkdir()
+    for path in sorted(frames.glob("*.bin"))[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    np.save(folder / "a_rows.npy", np.zeros((0, 4), np.float32))
+    (folder / "b_header.pcd").write_bytes(b"VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\n"
+                                          b"COUNT 1 1 1 1\nWIDTH 0\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 0\n"
+                                          b"DATA binary\n")
+    (folder / "c_bytes.bin").write_bytes(b"")
+    out = tmp_path / "out"
+    rc, stdout, err = infer(str(folder), "--model", str(model_path), "--out", str(out))
+    warnings = [line for line in err.splitlines() if line.startswith("warning:") and "max_pillars" not in line]
+    assert rc == 0 and stdout.startswith("5/5 frames"), (stdout, err)
+    assert warnings == [f"warning: '{folder / 'a_rows.npy'}' holds no points (a file of 0 points: check what "
+                        "wrote it); its output says 0 boxes (warned once)",
+                        "warning: 3 frames held no points in all (the first named above)"], err
+    for name in ("a_rows", "b_header", "c_bytes"):
         assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
 
 

@@ -235,7 +235,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..distributed import detect_dataset, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
-    from ..infer import FrameReport, check_outputs, empty_files_warning, expand_frame_paths
+    from ..infer import FrameReport, check_outputs, expand_frame_paths
     from ..runtime_args import runtime_options_from_args
 
     require_ray(args.ray_address)  # before the model is read or exported
@@ -246,9 +246,6 @@ def _run_ray(args: argparse.Namespace) -> int:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
     frames = expand_frame_paths(args.paths)
     fmt, _, _ = check_outputs(args, frames)
-    empty = empty_files_warning(frames)
-    if empty is not None:
-        print(empty, file=sys.stderr, flush=True)
     model = resolve_model(args.model)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                              model.cfg.voxel.point_range)
