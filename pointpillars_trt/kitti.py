@@ -257,19 +257,36 @@ def read_png_size(path: PathLike) -> tuple[int, int]:
     return height, width
 
 
+def image_path_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> Path:
+    """Where the frame's camera image is looked for: ``<image folder>/<frame id>.png`` (see
+    :func:`image_shape_for_frame`)."""
+    frame, folder, _ = _frame_folder(frame_path, image_dir, "image_2", "image")
+    return folder / f"{frame.stem}.png"
+
+
 def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> tuple[int, int] | None:
     """(height, width) of the frame's camera image ``<image folder>/<frame id>.png``, or None
-    when there is none (then use ``KITTI_IMAGE_SHAPE``).
+    when there is none (then :func:`frame_image_shape` assumes ``KITTI_IMAGE_SHAPE``).
 
     The folder is ``image_dir``, else the frame's sibling ``image_2/``; like
     :func:`calib_for_frame`, a folder under the other KITTI split is refused. Only the PNG header
     is read. A file that is there but not a PNG is an InputError.
     """
-    frame, folder, _ = _frame_folder(frame_path, image_dir, "image_2", "image")
-    png = folder / f"{frame.stem}.png"
+    png = image_path_for_frame(frame_path, image_dir)
     if not png.exists():
         return None
     return read_png_size(png)
+
+
+def frame_image_shape(frame_path: PathLike, image_shape: tuple[int, int] | None = None) -> tuple[tuple[int, int], bool]:
+    """(height, width) of the frame's camera image: ``image_shape`` when given, else its ``image_2`` PNG's
+    (:func:`image_shape_for_frame`), else ``KITTI_IMAGE_SHAPE``; and whether that last one was assumed.
+    The size decides which points a camera-FOV crop keeps and where 2D boxes are clipped, so a caller
+    says when it was assumed: another camera's image (1224 x 370) gives other points and other boxes."""
+    if image_shape is not None:
+        return image_shape, False
+    found = image_shape_for_frame(frame_path)
+    return (KITTI_IMAGE_SHAPE, True) if found is None else (found, False)
 
 
 # --------------------------------------------------------------------------- boxes <-> label_2

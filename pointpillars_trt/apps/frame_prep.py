@@ -16,7 +16,7 @@ import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
 from ..fileio import safe_repr
-from ..kitti import KITTI_IMAGE_SHAPE, calib_for_frame, image_shape_for_frame, read_calibration
+from ..kitti import KITTI_IMAGE_SHAPE, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
@@ -29,11 +29,21 @@ FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected 
               "FOV_POINTS_ONLY, as its KITTI evaluation does); --no-fov-only keeps the full scans")
 
 
+def assumed_image_note(source: str, uses: str) -> str:
+    """The run's one note that a frame without a camera image got KITTI's usual image size for ``uses``
+    (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape."""
+    height, width = KITTI_IMAGE_SHAPE
+    return (f"note: {safe_repr(source)}: no camera image {safe_repr(str(image_path_for_frame(source)))} to take "
+            f"its size from, so KITTI's usual {width} x {height} image is assumed for {uses} (and for every "
+            "frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)")
+
+
 @dataclass(frozen=True)
 class CameraFovCrop:
     """Keeps the points of a frame that project into its camera image, with the calibration paired
     to the frame by id (``calib_dir``, else the sibling ``calib/``) and the image size of
-    ``image_shape``, else the frame's ``image_2`` PNG, else KITTI's usual 375 x 1242.
+    ``image_shape``, else the frame's ``image_2`` PNG, else KITTI's usual 375 x 1242 (the frame is then
+    kept in ``assumed`` for ``image_assumed``: the run says so once).
 
     A calibration can be a true rotation and still wrong (a camera facing backwards): then the crop
     leaves nothing of a frame with points in the model's ``point_range``, and the frame is kept in
@@ -45,16 +55,27 @@ class CameraFovCrop:
     point_range: tuple[float, ...] | None = None
     #: source -> (calib file, points in the model's range) of each frame the crop emptied, until asked
     emptied: dict[str, tuple[str, int]] = field(default_factory=dict, compare=False, repr=False)
+    #: sources cropped with the assumed KITTI image size (no image_shape, no image_2 PNG), until asked
+    assumed: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def __call__(self, points: np.ndarray, source: str) -> np.ndarray:
         path = calib_for_frame(source, self.calib_dir)
-        shape = self.image_shape or image_shape_for_frame(source) or KITTI_IMAGE_SHAPE
+        shape, assumed = frame_image_shape(source, self.image_shape)
+        if assumed:
+            self.assumed.add(source)
         kept = crop_to_camera_fov(points, read_calibration(path), shape)
         if not len(kept) and len(points) >= MISPLACED_FROM:
             in_range = _points_in_range(points, self.point_range)
             if in_range >= MISPLACED_FROM:
                 self.emptied[source] = (str(path), in_range)
         return kept
+
+    def image_assumed(self, source: str) -> bool:
+        """Whether ``source`` was cropped to the assumed KITTI image size. Ask once for every frame: the
+        answer is forgotten."""
+        found = source in self.assumed
+        self.assumed.discard(source)
+        return found
 
     def emptied_warning(self, source: str) -> tuple[str, str] | None:
         """("fov", warning) when the crop left nothing of ``source``'s points; None for any other frame. Ask
@@ -79,6 +100,11 @@ def _points_in_range(points: np.ndarray, point_range: Sequence[float] | None) ->
 def emptied_warning(prepare: Prepare | None, source: str) -> tuple[str, str] | None:
     """``CameraFovCrop.emptied_warning`` of the run's per-frame step, if it is the crop."""
     return prepare.emptied_warning(source) if isinstance(prepare, CameraFovCrop) else None
+
+
+def image_assumed(prepare: Prepare | None, source: str) -> bool:
+    """``CameraFovCrop.image_assumed`` of the run's per-frame step, if it is the crop."""
+    return prepare.image_assumed(source) if isinstance(prepare, CameraFovCrop) else False
 
 
 def fov_only_default(fmt: str, evaluating: bool, trained_fov_only: bool | None = None) -> bool:

@@ -39,7 +39,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
     frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
-from .frame_prep import MISPLACED_FROM, emptied_warning, frame_preparer
+from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
 from .ranges import int_in
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -203,11 +203,12 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     outputs.add_argument("--skip-existing", action="store_true",
                          help="skip frames whose outputs are already in --out (resume an interrupted run)")
     outputs.add_argument("--calib", metavar="DIR",
-                         help="KITTI calib folder of <frame id>.txt for --format kitti "
+                         help="KITTI calib folder of <frame id>.txt for --format kitti, --eval and --fov-only "
                               "(default: each frame's sibling calib/ folder)")
     outputs.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
-                         help="camera image size for KITTI 2D boxes (default: each frame's image_2 PNG "
-                              "when there is one, else 375,1242)")
+                         help="camera image size in pixels: it decides which points the camera-view crop "
+                              "(--fov-only) keeps and where KITTI 2D boxes are clipped (default: each frame's "
+                              "image_2 PNG when there is one, else 375,1242, said in one note)")
     outputs.add_argument("--keep-out-of-view", action="store_true",
                          help="--format kitti (or --eval): keep boxes outside the camera image (dropped and "
                               "counted otherwise)")
@@ -707,9 +708,9 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
     no point at all or its intensities' scale (the reader's ``finding_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
-    and boxes left out for NaN or infinite values (the network overflowed); a failed frame's read only. Ask for
-    every job in input order (the reader and the crop forget what they found once asked). Local infer and Ray's
-    workers alike."""
+    boxes left out for NaN or infinite values (the network overflowed), and the note that its crop or 2D boxes
+    assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
+    the crop forget what they found once asked). Local infer and Ray's workers alike."""
     source = job.source
     finding = read.finding_of(job.item)
     emptied = emptied_warning(read.prepare, source)
@@ -718,6 +719,10 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     found = [(finding, read_warning(source, finding))] if finding is not None else []
     if emptied is not None:
         found.append(emptied)
+    assumed = [uses for uses, was in (("its camera-view crop", image_assumed(read.prepare, source)),
+                                      ("its KITTI 2D boxes", written.image_assumed)) if was]
+    if assumed:
+        found.append(("image", assumed_image_note(source, " and ".join(assumed))))
     warning = None if det is None else frame_warning(source, det, point_range)
     if warning is not None:
         found.append(warning)
@@ -735,8 +740,9 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
 
 
 class FrameWarnings:
-    """Each kind of frame warning said for its first frame, on ``note``; every frame counted, for the line
-    after the run."""
+    """Each kind of frame warning said for its first frame, on ``note``; every frame of a kind in
+    ``WARNING_KINDS`` counted, for the line after the run (a note, such as the assumed image size,
+    is said once and not counted)."""
 
     def __init__(self, note: Callable[[str], None]) -> None:
         self.note = note
@@ -750,7 +756,7 @@ class FrameWarnings:
 
     def close(self) -> None:
         for kind, count in self.counts.items():
-            if count > 1:
+            if count > 1 and kind in WARNING_KINDS:
                 self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
 
 

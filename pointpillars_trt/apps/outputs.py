@@ -61,12 +61,14 @@ class OutputPlan:
 @dataclass
 class FrameOutput:
     """What writing a frame's outputs did: boxes written, non-finite and out-of-view boxes dropped,
-    and the files (not yet flushed to disk; names, which cross from a writer process cheaper than Paths)."""
+    the files (not yet flushed to disk; names, which cross from a writer process cheaper than Paths),
+    and whether its KITTI 2D boxes were clipped to an assumed image size (no image_shape, no image_2 PNG)."""
 
     boxes: int = 0
     nonfinite: int = 0
     out_of_view: int = 0
     files: list[str] = field(default_factory=list)
+    image_assumed: bool = False
 
 
 def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: np.ndarray | None = None, *,
@@ -77,7 +79,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     Everything is computed before the first file is written; each file is written atomically
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass).
     """
-    from ..kitti import calib_for_frame, detections_to_kitti_lines, finite_detections, image_shape_for_frame, \
+    from ..kitti import calib_for_frame, detections_to_kitti_lines, finite_detections, frame_image_shape, \
         read_calibration
 
     stem = Path(source).stem
@@ -90,7 +92,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
     if plan.kitti_dir is not None:
         calib = read_calibration(calib_for_frame(source, plan.calib_dir))
-        shape = plan.image_shape or image_shape_for_frame(source)
+        shape, result.image_assumed = frame_image_shape(source, plan.image_shape)
         kitti = detections_to_kitti_lines(det.boxes, det.scores, det.names, calib, shape,
                                           keep_out_of_view=plan.keep_out_of_view)
         result.out_of_view = kitti.dropped_out_of_view

@@ -193,6 +193,46 @@ def test_kitti_output_crops_to_the_camera_by_default(tiny_model: Path, tiny_fram
     assert full.rc == 0 and FOV_NOTE not in full.err, full
 
 
+def png_header(width: int, height: int) -> bytes:
+    """The first 24 bytes of a PNG of that size: all of it the image size is read from."""
+    return b"\x89PNG\r\n\x1a\n" + (13).to_bytes(4, "big") + b"IHDR" + width.to_bytes(4, "big") + height.to_bytes(4, "big")
+
+
+def test_an_assumed_image_size_is_one_note_a_run_and_a_given_size_says_nothing(tiny_model: Path,
+                                                                               tiny_frames: list[Path], tmp_path: Path):
+    """Without --image-shape or an image_2 PNG, the crop and the KITTI 2D boxes assume a 1242 x 375 image:
+    one note a run names what assumed it and how to give the size; a given size, or a PNG, is said nothing of."""
+    root = tmp_path / "training"
+    (root / "velodyne").mkdir(parents=True)
+    shutil.copytree(tiny_frames[1].parent.parent / "calib", root / "calib")
+    frames = [Path(shutil.copy(frame, root / "velodyne")) for frame in tiny_frames[1:4]]
+    base = ("--model", tiny_model, "--device", "cpu", "--no-progress", *LOOSE)
+
+    def notes(*flags: object) -> list[str]:
+        run = cli("infer", *frames, *base, *flags)
+        assert run.rc == 0, run
+        return [line for line in run.err.splitlines() if "--image-shape" in line]
+
+    start = (f"note: '{frames[0]}': no camera image '{root / 'image_2' / (frames[0].stem + '.png')}' to take its "
+             "size from, so KITTI's usual 1242 x 375 image is assumed for ")
+    end = " (and for every frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)"
+    assert notes("--format", "kitti", "--out", tmp_path / "k") == [
+        start + "its camera-view crop and its KITTI 2D boxes" + end]
+    assert notes("--fov-only") == [start + "its camera-view crop" + end]
+    assert notes("--format", "kitti", "--no-fov-only", "--out", tmp_path / "n") == [start + "its KITTI 2D boxes" + end]
+    assert notes() == []  # JSON of full scans: no camera image used
+    assert notes("--format", "kitti", "--out", tmp_path / "g", "--image-shape", "375,1242") == []
+    assert [p.read_bytes() for p in sorted((tmp_path / "g").iterdir())] == \
+        [p.read_bytes() for p in sorted((tmp_path / "k").iterdir())]  # the size assumed is the one given
+    (root / "image_2").mkdir()
+    for frame in frames:
+        (root / "image_2" / f"{frame.stem}.png").write_bytes(png_header(1224, 370))
+    assert notes("--format", "kitti", "--out", tmp_path / "p") == []
+    assert notes("--format", "kitti", "--out", tmp_path / "s", "--image-shape", "370,1224") == []
+    assert [p.read_bytes() for p in sorted((tmp_path / "p").iterdir())] == \
+        [p.read_bytes() for p in sorted((tmp_path / "s").iterdir())]  # the PNG's size is the one used
+
+
 def test_fov_only_without_calib_is_that_frames_error(tiny_model: Path, tmp_path: Path):
     frame = tmp_path / "loose" / "000009.bin"
     frame.parent.mkdir()
