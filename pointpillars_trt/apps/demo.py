@@ -90,14 +90,15 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
           + (f" (min {min(walls):.2f}, max {max(walls):.2f})" if len(walls) > 1 else ""))
     write_json_atomic(out / "detections.json", detections.to_json_dict("simulated_frame"))
     print(f"\nwrote {out / 'detections.json'}")
-    try:
-        from .viz import plot_bev
+    from .viz import no_png_line, plot_bev
 
-        plot_bev(points, detections.boxes, detections.names, detections.scores, out / "bev.png",
-                 point_range=cfg.voxel.point_range, title="SIMULATED scan, UNTRAINED random model")
-        print(f"wrote {out / 'bev.png'}")
-    except PointPillarsError as exc:  # matplotlib missing: the PNG is optional
-        print(f"no PNG: {exc}")
+    missing = no_png_line()  # the PNG is optional
+    if missing is not None:
+        print(missing)
+        return 0
+    plot_bev(points, detections.boxes, detections.names, detections.scores, out / "bev.png",
+             point_range=cfg.voxel.point_range, title="SIMULATED scan, UNTRAINED random model")
+    print(f"wrote {out / 'bev.png'}")
     return 0
 
 

@@ -56,6 +56,16 @@ def require_matplotlib() -> None:
         ) from None
 
 
+def no_png_line() -> str | None:
+    """The ``no PNG: ...`` line of a command whose PNG is optional (demo, bench) when matplotlib cannot be
+    imported, saying how to get it; None when it can: the run goes on without the picture, said."""
+    try:
+        require_matplotlib()
+    except PlotUnavailableError as exc:
+        return f"no PNG: {exc}"
+    return None
+
+
 #: Boxes labelled at most (the best-scoring ones); the rest keep their outline, coloured by score.
 MAX_LABELS = 25
 _LABEL_OFFSETS = ((4, 4), (4, -12), (-4, 4), (-4, -12), (0, 12), (0, -20))  # pixels: try in this order

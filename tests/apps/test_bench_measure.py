@@ -1,10 +1,13 @@
 """bench's measurements on the CPU: the warm-up runs for its frames and for its time, every call of it is
-untimed, and ``--warmup-time`` is checked while parsing."""
+untimed, ``--warmup-time`` is checked while parsing, and a CPU run's report says what it measured (the
+frames its averages are of, wall-clock stages, the chart left out without matplotlib)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import sys
 import threading
 import time
 from pathlib import Path
@@ -14,6 +17,8 @@ import pytest
 
 from pointpillars_trt.apps.bench.measure import measure_batches, measure_latency, measure_throughput, run_for
 from pointpillars_trt.apps.cli import main
+
+from test_cli import Run, brute_force_pillar_count, cli, tiny_points
 
 
 def test_run_for_runs_for_its_count_and_its_time() -> None:
@@ -140,3 +145,68 @@ def test_a_pipeline_that_fails_stops_the_throughput_test_with_its_error() -> Non
         thread.join(timeout=10)
         assert not thread.is_alive(), f"the throughput test hung after a failure at call {fail_at}"
         assert [str(e) for e in outcome] == [f"pipeline failed at call {fail_at}"]
+
+
+#: Points of the three frames of the small CPU bench: different sizes, so an average over the wrong frames shows.
+FRAME_POINTS = (40, 120, 300)
+
+
+BenchSetup = tuple[Path, Path, list[np.ndarray]]
+
+
+@pytest.fixture(scope="module")
+def bench_setup(tmp_path_factory: pytest.TempPathFactory) -> BenchSetup:
+    """(the tiny config's YAML, a folder of three .bin frames of FRAME_POINTS points, those frames)."""
+    import yaml
+    from tiny import tiny_config
+
+    root = tmp_path_factory.mktemp("bench")
+    config = root / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    frames = [tiny_points(seed, n) for seed, n in enumerate(FRAME_POINTS)]
+    (root / "frames").mkdir()
+    for k, points in enumerate(frames):
+        points.tofile(root / "frames" / f"{k:06d}.bin")
+    return config, root / "frames", frames
+
+
+def cpu_bench(setup: BenchSetup, out: Path, *flags: object) -> Run:
+    config, folder, _ = setup
+    run = cli("bench", "--device", "cpu", "--config", config, "--frames", folder, "--no-baselines", "--out", out,
+              *flags)
+    assert run.rc == 0, run
+    return run
+
+
+@pytest.mark.parametrize("iterations", [2, 7])
+def test_avg_points_and_avg_pillars_are_of_the_same_frames(bench_setup: BenchSetup, tmp_path: Path,
+                                                           iterations: int) -> None:
+    """Fewer iterations than frames time the first frames only; more time some frames twice: both columns
+    are then of each distinct frame timed, once (pillars counted here by brute force)."""
+    from tiny import tiny_config
+
+    cpu_bench(bench_setup, tmp_path, "--iterations", iterations)
+    timed = bench_setup[2][:iterations]
+    run = json.loads((tmp_path / "bench.json").read_text())["runs"][0]
+    assert run["avg_points"] == pytest.approx(np.mean([len(points) for points in timed]))
+    assert run["avg_pillars"] == pytest.approx(np.mean([brute_force_pillar_count(points, tiny_config())
+                                                        for points in timed]))
+
+
+def test_a_cpu_bench_says_its_stages_are_wall_clock_and_that_no_chart_is_drawn_without_matplotlib(
+        bench_setup: BenchSetup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib...` fail
+    run = cpu_bench(bench_setup, tmp_path, "--iterations", 1)
+    said = ("no PNG: matplotlib is not installed: install matplotlib to get the PNG "
+            "(pip install 'pointpillars-trt[plot]')")
+    assert said in run.out.splitlines(), run.out
+    assert [line for line in run.out.splitlines() if line.startswith("wrote ")] == \
+        [f"wrote {tmp_path / 'bench.md'}", f"wrote {tmp_path / 'bench.json'}"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == ["bench.json", "bench.md"]
+    report = (tmp_path / "bench.md").read_text()
+    assert f"- {said}" in report and said in json.loads((tmp_path / "bench.json").read_text())["notes"]
+    heading = next(line for line in report.splitlines() if line.startswith("## Latency"))
+    assert "stages: wall clock per stage" in heading and "CUDA events" not in heading, heading
+    assert "stage timings off" not in heading, heading  # the CPU path times its stages in the timed pass

@@ -26,6 +26,7 @@ from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_s
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
+from ..viz import no_png_line
 from ..infer import MAX_PIPELINES, device_arg, positive_int, progress_bar
 from ..ranges import float_in, int_in, int_list_in, names_in
 
@@ -47,7 +48,8 @@ def add_bench_parser(sub: Any) -> None:
         description="Measure per-stage GPU times, host-to-host latency, a batch sweep, the throughput of "
                     "concurrent pipelines, copies and device memory for every installed backend and "
                     "precision, against a PyTorch re-implementation and a host round trip; writes bench.md, "
-                    "bench.json and bench_stages.png. On the CPU it times the CPU path only.")
+                    "bench.json and bench_stages.png (the chart with matplotlib: without it, one line says so). "
+                    "On the CPU it times the CPU path only.")
     bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
     bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
@@ -125,8 +127,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     results: dict[str, Any] = {
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "warmup_time_s": args.warmup_time if device == "cuda" else 0.0,
-        "device_name": _device_name(device, device_id), "runs": [], "ratios": [], "throughput": [], "copies": [],
-        "notes": [], "batches": [], "memory": [],
+        "device": device, "device_name": _device_name(device, device_id), "runs": [], "ratios": [],
+        "throughput": [], "copies": [], "notes": [], "batches": [], "memory": [],
     }
     if cpu_model is not None:
         _bench_cpu(cpu_model, frame_sets, args, results)
@@ -135,8 +137,13 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
-    for path in write_reports(results, out):
+    missing = no_png_line()
+    if missing is not None:
+        results["notes"].append(missing)
+    for path in write_reports(results, out, chart=missing is None):
         print(f"wrote {path}")
+    if missing is not None:
+        print(missing)
     print((out / "bench.md").read_text())
     return 0
 

@@ -34,7 +34,10 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
                     frames: Sequence[np.ndarray], iterations: int, warmup: int, warmup_s: float = 0.0,
                     done: Callable[[int], Any] | None = None) -> dict[str, Any]:
     """Host-to-host latency of ``detect`` with the frames rotated, after ``warmup`` untimed frames and
-    ``warmup_s`` seconds; ``done(1)`` after each frame (a progress bar), outside the timed span."""
+    ``warmup_s`` seconds; ``done(1)`` after each frame (a progress bar), outside the timed span. The average
+    points and pillars are of the same frames: each distinct frame timed once (the whole set once
+    ``iterations`` reaches its size), so fewer iterations than frames do not weigh the pillars of a few
+    frames against the points of all."""
     def untimed(i: int) -> None:
         detect(frames[i % len(frames)])
         if done is not None:
@@ -43,21 +46,22 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
     warmup = run_for(untimed, warmup, warmup_s)
     e2e: list[float] = []
     stages: list[dict[str, float]] = []
-    pillars: list[int] = []
+    pillars: dict[int, int] = {}  # index of each distinct frame timed -> its pillars
     for i in range(iterations):
         frame = frames[i % len(frames)]
         start = time.perf_counter()
         det = detect(frame)
         e2e.append((time.perf_counter() - start) * 1e3)
         stages.append(dict(timings()))
-        pillars.append(det.stats.num_pillars)
+        pillars[i % len(frames)] = det.stats.num_pillars
         if done is not None:
             done(1)
     return {
         "e2e_ms": latency_summary(e2e),
         "stages_ms": median_per_stage(stages),
-        "avg_points": float(np.mean([f.shape[0] for f in frames])),
-        "avg_pillars": float(np.mean(pillars)) if pillars else 0.0,
+        "avg_points": float(np.mean([frames[k].shape[0] for k in pillars])) if pillars else 0.0,
+        "avg_pillars": float(np.mean(list(pillars.values()))) if pillars else 0.0,
+        "distinct_frames": len(pillars),
         "iterations": iterations,
         "warmup": warmup,
     }
