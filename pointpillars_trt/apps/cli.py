@@ -140,7 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
     build.add_argument("--backend", choices=BACKEND_NAMES, default="onnxruntime",
                        help="the backend the model dir is for: tensorrt also builds TensorRT plans, with TensorRT "
                             "(on and for this GPU) when it imports, else with TensorRT for RTX (no GPU needed; plans "
-                            "for RTX GPUs); the others run the ONNX graphs")
+                            "for RTX GPUs); onnxruntime and cudnn write the same model dir, ONNX graphs only, which "
+                            "the cuDNN engine and ONNX Runtime both run (infer's --backend picks)")
     build.add_argument("--precision", choices=("fp32", "fp16"), default="fp32", help="graph (and plan) precision")
     build.add_argument("--no-tf32", action="store_true",
                        help="--backend tensorrt: fp32 plans without TensorFloat-32 (IEEE fp32)")
@@ -155,7 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run the whole path on a simulated frame with a seeded, UNTRAINED model",
                           description="Run the whole path on a SIMULATED frame with a seeded, UNTRAINED model.")
     demo.add_argument("--out", default="demo_out", help="folder for the frame, model, JSON and PNG")
-    demo.add_argument("--config", default="openpcdet_kitti_3class", help="config name or YAML path")
+    demo.add_argument("--config", default="openpcdet_kitti_3class",
+                      help="config name or YAML path of a single-head model (a multi-head config, such as "
+                           "openpcdet_nuscenes_multihead, is refused: the seeded random weights are made for "
+                           "single-head models)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the scene and of the random weights")
     demo.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     demo.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
