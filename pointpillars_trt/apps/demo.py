@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import load_config
 from ..detections import Detections
 from ..errors import BackendError, PointPillarsError
-from ..fileio import safe_repr, write_json_atomic
+from ..fileio import check_writable_folder, safe_repr, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
@@ -53,6 +53,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     cfg = load_config(config)
     weights = random_weights(cfg, seed=seed)
     check_device(device)  # nothing written yet
+    check_writable_folder(out, "--out")  # a file in its place is one error line, as infer and bench say it
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     write_velodyne_bin(points, out / "simulated_frame.bin")

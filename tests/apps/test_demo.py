@@ -1,5 +1,6 @@
 """``pointpillars-trt demo``: cold first frame and steady-state times; a refused --device cuda, and a
-multi-head config (demo's and bench's random weights are single-head), that write nothing."""
+multi-head config (demo's and bench's random weights are single-head) and an --out that is a file, that
+write nothing."""
 
 from __future__ import annotations
 
@@ -69,3 +70,14 @@ def test_a_multi_head_config_is_refused_before_anything_is_written(tmp_path: Pat
     assert line.startswith("error: config openpcdet_nuscenes_multihead: seeded random weights are made for "
                            "single-head models only") and "--model CKPT" in line
     assert not out.exists()
+
+
+def test_an_out_that_is_a_file_is_one_error_naming_out_and_the_file_is_kept(tmp_path: Path) -> None:
+    """As infer and bench say it (before: ``error: '<file>': File exists`` from the mkdir)."""
+    a_file = tmp_path / "five.bin"
+    a_file.write_bytes(b"mine")
+    rc, stdout, err = cli("demo", "--out", a_file, "--device", "cpu")
+    assert (rc, stdout, err) == (2, "", f"error: --out '{a_file}' is an existing file, not a folder\n")
+    rc, stdout, err = cli("demo", "--out", a_file / "sub", "--device", "cpu")
+    assert (rc, stdout, err) == (2, "", f"error: --out '{a_file / 'sub'}': '{a_file}' is a file, not a folder\n")
+    assert sorted(tmp_path.iterdir()) == [a_file] and a_file.read_bytes() == b"mine"
