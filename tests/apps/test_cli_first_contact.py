@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -78,9 +79,16 @@ def test_infer_says_which_device_engine_and_precision_ran(tiny_model: Path, tiny
 def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path):
     from pointpillars_trt.apps.device_notice import device_notice
     from pointpillars_trt.detector import PointPillars, cuda_available
+    from pointpillars_trt.errors import CpuFallbackWarning
 
-    with PointPillars.from_model_dir(tiny_model, device="auto") as detector:
-        reason = cuda_available()
+    reason = cuda_available()
+    with warnings.catch_warnings(record=True) as caught:  # device auto falling back to the CPU warns once
+        warnings.simplefilter("always")
+        detector = PointPillars.from_model_dir(tiny_model, device="auto")
+    fallbacks = [str(w.message) for w in caught if issubclass(w.category, CpuFallbackWarning)]
+    assert fallbacks == ([] if reason is None else
+                         [f"device auto: running on the CPU (~100x slower than the GPU pipeline): {reason}"])
+    with detector:
         assert detector.gpu_unused_reason == reason
         if reason is None:
             assert detector.engine_description.startswith("GPU cuda:0, ")
