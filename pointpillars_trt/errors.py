@@ -10,6 +10,15 @@ class InputError(PointPillarsError):
     """A lidar frame (file or array) that cannot be used."""
 
 
+class InputErrors(InputError):
+    """Several inputs that cannot be used, found together (e.g. every path given to ``infer``): the CLI
+    says each on its own ``error:`` line, so one run shows every typo, not the first only."""
+
+    def __init__(self, messages: list[str]) -> None:
+        super().__init__("; ".join(messages))
+        self.messages = list(messages)
+
+
 class ConfigError(PointPillarsError):
     """A model config that is missing, malformed or inconsistent."""
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from ..errors import CpuFallbackWarning, InputError, InputWarning, LibraryNotice, PointPillarsError
+from ..errors import CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
@@ -57,11 +57,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
     except USER_ERRORS as exc:
-        print(f"error: {error_message(exc)}", file=sys.stderr, flush=True)
-        return EXIT_USER_ERROR
+        return _user_error(exc)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _user_error(exc: BaseException) -> int:
+    """One ``error:`` line (one a problem, for several inputs found unusable together); exit code 2."""
+    lines = [one_line(m) for m in exc.messages] if isinstance(exc, InputErrors) else [error_message(exc)]
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr, flush=True)
+    return EXIT_USER_ERROR
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

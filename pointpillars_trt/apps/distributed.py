@@ -38,7 +38,7 @@ from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
-    FrameWarnings, expand_frame_paths, frame_warnings, progress_bar
+    FrameWarnings, expand_frame_paths, frame_warnings, missing_path, progress_bar
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
@@ -210,11 +210,12 @@ def _quiet_ray_data() -> None:
 
 
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
-    """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are."""
+    """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are,
+    and so does a local path that does not exist (it fails as that frame's error in the summary)."""
     items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
     found: list[str] = []
     for item in items:
-        found.extend([item] if "://" in item else expand_frame_paths([item]))
+        found.extend([item] if "://" in item or missing_path(item) else expand_frame_paths([item]))
     return found
 
 

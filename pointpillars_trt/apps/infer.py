@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError, ModelDirError, PointPillarsError
+from ..errors import InputError, InputErrors, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, name_text, process_alive, remove_stale_temp_files, \
     safe_repr
 from ..graph_io import MAX_BATCH
@@ -157,7 +157,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     infer.add_argument("paths", nargs="+", metavar="PATH",
                        help=f"point files ({', '.join(SUPPORTED_EXTENSIONS)}), folders of them (their own "
                             "files, not their subfolders), or globs such as 'seq*/velodyne/*.bin' (a path that "
-                            "exists is taken literally, even with [ or * in its name)")
+                            "exists is taken literally, even with [ or * in its name); a path that gives no frame "
+                            "is an error, and when none gives one, infer stops before the model loads")
     model = infer.add_argument_group("model")
     model.add_argument("--model", help="model dir (from build) or a .pth checkpoint (required unless --server)")
     model.add_argument("--config", help="config name or YAML path the model must have been built for "
@@ -233,32 +234,54 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None)
     """Point files from files, folders and globs, in the order given (folders and globs sorted).
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
-    files; otherwise a pattern with glob characters is expanded. A plain name that does not
-    exist is kept, so it is reported as that frame's error instead of vanishing. A folder without
-    point files or a pattern that matches nothing is an InputError, or, given ``errors`` and other
-    patterns that do give frames, a message appended there (the caller reports it; the rest runs).
+    files; otherwise a pattern with glob characters is expanded. A path that gives no frame (it
+    does not exist, a folder without point files, a pattern that matches nothing) is a problem of
+    its own: all of them are one InputErrors (one message each, before any model loads), or, given
+    ``errors`` and other patterns that do give frames, messages appended there (the caller reports
+    them; the rest runs).
     """
     frames: list[str] = []
     problems: list[str] = []
     for pattern in patterns:
-        if os.path.isdir(pattern):
-            found = sorted(os.path.join(pattern, n) for n in os.listdir(pattern)
-                           if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
-            if not found:
-                problems.append(f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})")
-            frames.extend(found)
-        elif os.path.lexists(pattern) or not glob.has_magic(pattern):
-            frames.append(pattern)
-        else:
-            found = sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
-            if not found:
-                problems.append(f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern")
-            frames.extend(found)
+        found = _frames_of(pattern)
+        if not found:
+            problems.append(_no_frames(pattern))
+        frames.extend(found)
     if problems and (errors is None or not frames):
-        raise InputError(problems[0])
+        raise InputErrors(problems)
     if errors is not None:
         errors.extend(problems)
     return frames
+
+
+def _frames_of(pattern: str) -> list[str]:
+    """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
+    a pattern's matches; none when it does not exist."""
+    if os.path.isdir(pattern):
+        return sorted(os.path.join(pattern, n) for n in os.listdir(pattern)
+                      if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
+    if missing_path(pattern):
+        return []
+    if os.path.lexists(pattern):
+        return [pattern]
+    return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
+
+
+def missing_path(pattern: str) -> bool:
+    """A path that does not exist and is no glob pattern: nothing can come of it."""
+    return not os.path.lexists(pattern) and not glob.has_magic(pattern)
+
+
+def _no_frames(pattern: str) -> str:
+    """Why a path gives no frame. A missing path is named a point file only when it has a point file's
+    suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
+    if os.path.isdir(pattern):
+        return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
+    if glob.has_magic(pattern):
+        return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
+    if _is_point_file(pattern):
+        return f"point file {safe_repr(pattern)} does not exist"
+    return f"{safe_repr(pattern)}: no such file or folder"
 
 
 def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),
@@ -520,8 +543,6 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
-            for message in path_errors:  # the other paths run
-                print(f"error: {message}", file=sys.stderr)
             todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out,
                                                          args.skip_existing and scratch_dir is None)
             if skipped:
@@ -531,7 +552,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                       f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame "
                       f"with a row is not run again; give another --out to redo them", file=sys.stderr)
             done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
-                                        points_per_frame)
+                                        points_per_frame, path_errors)
             if out is not None:
                 remove_stale_temp_files(out)  # of a writer process that died mid-write
             if labels is not None:
@@ -602,16 +623,21 @@ def progress_bar(total: int, wanted: bool, desc: str | None = None) -> tqdm[Any]
 
 class FrameReport:
     """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
-    failed frame, one line a frame when nothing is written, and the summary at ``close``."""
+    failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
+    nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
+    folder of a row format's part files (else the plan's folder)."""
 
     def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
-                 folder: Path | None = None) -> None:
-        self.total, self.plan, self.where = total, plan, where
+                 folder: Path | None = None, input_errors: Sequence[str] = ()) -> None:
+        self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
         self.bar = progress_bar(total, progress and total > 1)
         self.start = time.perf_counter()
+        self.input_errors = len(input_errors)
+        for message in input_errors:  # the other paths run
+            self.note(f"error: {message}")
 
     def note(self, text: str) -> None:
         """A line on stderr that leaves the progress bar whole."""
@@ -659,22 +685,45 @@ class FrameReport:
                 self.bar.write(line)
 
     def close(self) -> tuple[list[str], int]:
-        """Print the summary (and the failure count); (frames that went through, number that failed)."""
+        """Print the summary (and the count of failures); (frames that went through, number that failed)."""
         self.bar.close()
         seconds = time.perf_counter() - self.start
         total = max(self.total, len(self.done) + self.failed)
-        where = f", written to {self.writes}" if self.where else ""
-        dropped = []
-        if self.nonfinite:
-            dropped.append(f"{self.nonfinite} non-finite")
-        if self.out_of_view:
-            dropped.append(f"{self.out_of_view} outside the camera image")
-        print(f"{len(self.done)}/{total} frames, {self.boxes} boxes"
-              + (f" ({', '.join(dropped)} dropped)" if dropped else "")
-              + where + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
-        if self.failed:
-            print(f"{self.failed} of {total} frame(s) failed (listed above)", file=sys.stderr)
+        labels = self._writes_labels()
+        boxes = self.boxes - self.out_of_view if labels else self.boxes
+        print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
+              + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
+        failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
+        if self.input_errors:
+            failures.append(f"{self.input_errors} path(s) gave no frame")
+        if failures:
+            print(f"{' and '.join(failures)} (listed above)", file=sys.stderr)
         return self.done, self.failed
+
+    def _writes_labels(self) -> bool:
+        """Whether the run's outputs are KITTI label files (they leave out the boxes outside the camera
+        image), not the label files --eval makes for itself beside JSON, rows or nothing."""
+        return self.where and self.plan.kitti_dir is not None and self.plan.kitti_dir == self.writes
+
+    def _left_out(self, labels: bool) -> str:
+        """What the summary's box count leaves out: non-finite boxes (from every output); boxes outside
+        the camera image from the label files, or, when those serve --eval only, from its evaluation."""
+        dropped = [f"{self.nonfinite} non-finite"] if self.nonfinite else []
+        if self.out_of_view and labels:
+            dropped.append(f"{self.out_of_view} outside the camera image")
+        text = f" ({', '.join(dropped)} dropped)" if dropped else ""
+        if self.out_of_view and not labels:
+            text += f" ({self.out_of_view} outside the camera image left out of the evaluation)"
+        return text
+
+    def _where(self) -> str:
+        """Where the outputs went; nothing is claimed for a run none of whose frames went through (a row
+        format's part files then hold the failed frames' rows only)."""
+        if not self.where:
+            return ""
+        if self.done:
+            return f", written to {self.writes}"
+        return ", no detections written" if self.rows else ", nothing written"
 
 
 def read_warning(source: str, kind: str) -> str:
@@ -788,14 +837,16 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
 
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
-               writers: WriterProcesses | None = None, points_per_frame: int | None = None) -> tuple[list[str], int]:
+               writers: WriterProcesses | None = None, points_per_frame: int | None = None,
+               input_errors: Sequence[str] = ()) -> tuple[list[str], int]:
     """Read, detect and write every frame through the streaming runner (``apps/frames.py``), writing in
     ``writers`` when given (the runner closes them), staging sized for ``points_per_frame``; the outputs
-    are flushed to disk before the summary; (frames that went through, number that failed)."""
+    are flushed to disk before the summary, which counts ``input_errors`` (paths that gave no frame)
+    too; (frames that went through, number that failed)."""
     if writers is not None:
         writers.wait()
     report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
-                         folder=out if fmt in ROW_FORMATS else None)
+                         folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,

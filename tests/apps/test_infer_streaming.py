@@ -384,7 +384,7 @@ def test_a_path_that_gives_no_frames_is_its_own_error_and_the_others_run(model_p
     assert f"error: folder {str(empty)!r} holds no point files" in err
     assert f"error: {nothing!r}: no such file, and no file matches it as a pattern" in err
     rc, _, err = infer(str(empty), nothing, "--model", str(model_path))  # nothing at all to run: a user error
-    assert rc == 2 and err.count("\n") == 1 and "holds no point files" in err
+    assert rc == 2 and err.count("\n") == 2 and "holds no point files" in err and "matches it as a pattern" in err
 
 
 INTERRUPT_ON_FIRST_FRAME = """

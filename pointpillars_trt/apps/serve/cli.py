@@ -236,6 +236,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..infer import FrameReport, check_outputs, expand_frame_paths
+    from ..outputs import ROW_FORMATS
     from ..runtime_args import runtime_options_from_args
 
     require_ray(args.ray_address)  # before the model is read or exported
@@ -244,7 +245,8 @@ def _run_ray(args: argparse.Namespace) -> int:
                          "file per frame there")
     if args.eval:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
-    frames = expand_frame_paths(args.paths)
+    path_errors: list[str] = []
+    frames = expand_frame_paths(args.paths, path_errors)
     fmt, _, _ = check_outputs(args, frames)
     model = resolve_model(args.model)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
@@ -255,8 +257,9 @@ def _run_ray(args: argparse.Namespace) -> int:
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
                              ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
                              report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
-                                                             where=True, folder=Path(args.out)))
+                                                             where=True, input_errors=path_errors,
+                                                             folder=Path(args.out) if fmt in ROW_FORMATS else None))
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
           f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
           file=sys.stderr)
-    return EXIT_FRAME_FAILURES if summary.failures else 0
+    return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0

@@ -1,0 +1,98 @@
+"""What infer says about the paths it was given and about what it wrote.
+
+Oracles: the paths' own state on disk (missing, empty), the files the run wrote (their lines, their
+records), and a JSON run of the same frame for the boxes a KITTI run leaves out.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from test_cli import cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("error: ")]
+
+
+# --------------------------------------------------------------------------- paths that give no frame
+
+def test_paths_that_give_no_frame_are_one_error_each_before_the_model_loads(tiny_model: Path, tmp_path: Path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing_bin, missing_folder, missing_plain = tmp_path / "gone.bin", f"{tmp_path}/seq/", tmp_path / "velodyne"
+    nothing = f"{tmp_path}/*.xyz"
+    run = cli("infer", missing_bin, missing_folder, missing_plain, empty, nothing, "--model", tiny_model,
+              "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [  # no "running on" line: the model was never loaded
+        f"error: point file {str(missing_bin)!r} does not exist",
+        f"error: {missing_folder!r}: no such file or folder",  # may have meant a folder: not called a point file
+        f"error: {str(missing_plain)!r}: no such file or folder",
+        f"error: folder {str(empty)!r} holds no point files (.bin, .npy, .pcd)",
+        f"error: {nothing!r}: no such file, and no file matches it as a pattern",
+    ], run.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_paths_that_give_no_frame_among_frames_are_counted_and_the_rest_run(tiny_model: Path,
+                                                                            tiny_frames: list[Path], tmp_path: Path):
+    empty, text = tmp_path / "empty", tmp_path / "text.bin"
+    empty.mkdir()
+    text.write_text("1 2 3 4\n")  # a frame that fails as itself
+    out = tmp_path / "out"
+    run = cli("infer", tiny_frames[1], tmp_path / "gone.bin", empty, text, tiny_frames[2], "--model", tiny_model,
+              "--out", out, "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and "Traceback" not in run.err, run
+    errors = error_lines(run.err)
+    assert len(errors) == 3, run.err  # the missing file, the empty folder, the text file
+    assert f"point file {str(tmp_path / 'gone.bin')!r} does not exist" in errors[0]
+    assert str(empty) in errors[1] and str(text) in errors[2]
+    assert run.out.startswith("2/3 frames, "), run.out
+    assert "1 of 3 frame(s) failed and 2 path(s) gave no frame (listed above)" in run.err, run.err
+    assert sorted(p.name for p in out.iterdir()) == ["000001.json", "000002.json"]
+
+
+# --------------------------------------------------------------------------- the summary line
+
+@pytest.fixture(scope="module")
+def kitti_model(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("kitti_model") / "model"
+    run = cli("build", "--checkpoint", assets / "checkpoints/pointpillar_openpcdet_synthetic.pth", "--out", out)
+    assert run.rc == 0, run
+    return out
+
+
+def test_kitti_summary_counts_the_label_lines_written(kitti_model: Path, assets: Path, tmp_path: Path):
+    frame, calib = assets / "kitti/training/velodyne/000001.bin", assets / "kitti/training/calib"
+    common = ("--model", kitti_model, "--device", "cpu", "--no-progress", "--no-fov-only")
+    as_json = cli("infer", frame, *common, "--out", tmp_path / "json")
+    assert as_json.rc == 0, as_json
+    detected = len(json.loads((tmp_path / "json/000001.json").read_text())["scores"])
+    as_kitti = cli("infer", frame, *common, "--format", "kitti", "--calib", calib, "--out", tmp_path / "kitti")
+    assert as_kitti.rc == 0, as_kitti
+    lines = len((tmp_path / "kitti/000001.txt").read_text().splitlines())
+    assert 0 < lines < detected  # a full scan: boxes behind the camera too
+    assert as_json.out.startswith(f"1/1 frames, {detected} boxes, written to "), as_json.out
+    assert as_kitti.out.startswith(f"1/1 frames, {lines} boxes ({detected - lines} outside the camera image "
+                                   "dropped), written to "), as_kitti.out
+
+
+@pytest.mark.parametrize(("fmt", "where"), [("json", "nothing written"), ("jsonl", "no detections written")])
+def test_a_run_where_no_frame_went_through_claims_nothing_written(tiny_model: Path, tmp_path: Path, fmt: str,
+                                                                  where: str):
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for name in ("a", "b"):
+        (frames / f"{name}.bin").write_text("1 2 3 4\n")
+    out = tmp_path / "out"
+    run = cli("infer", frames, "--model", tiny_model, "--out", out, "--format", fmt, "--device", "cpu",
+              "--no-progress")
+    assert run.rc == 1 and len(error_lines(run.err)) == 2, run
+    assert run.out == f"0/2 frames, 0 boxes, {where}\n", run.out
+    if fmt == "json":
+        assert list(out.iterdir()) == []
+
