@@ -4,12 +4,15 @@ Every user error (a bad file, config, model or option, a refusing file system, i
 deeply, memory running out) ends in one ``error:`` line and exit code 2, never a traceback; in a
 batch, each failed frame gets its own ``error:`` line, the others still get their outputs, and the
 exit code is 1. Ctrl-C exits with 130, SIGTERM with 143, both after cleaning up as a normal end does.
+A stdout whose reader has gone (``| head -1``) ends in no error line: the run goes on writing its files
+and exits 1 (see ``_StdoutGuard``).
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import os
 import signal
 import sys
 import threading
@@ -28,6 +31,8 @@ __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+#: A run whose stdout's reader went away, as Python's documentation has it for BrokenPipeError.
+EXIT_CLOSED_STDOUT = 1
 #: What ``main`` turns into one ``error:`` line and exit code 2.
 USER_ERRORS = (PointPillarsError, ValueError, RecursionError, MemoryError, OSError)
 
@@ -44,21 +49,31 @@ def _terminate(signum: int, _frame: object) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     previous = None
-    if threading.current_thread() is threading.main_thread():
+    stdout = sys.stdout
+    guard = _StdoutGuard(stdout)
+    if threading.current_thread() is threading.main_thread():  # the process's own run (not a caller's thread)
         previous = signal.signal(signal.SIGTERM, _terminate)
+        sys.stdout = guard
     try:
         args = parser.parse_args(argv)
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
             warnings.showwarning = functools.partial(_show_warning, fallback=warnings.showwarning)
-            return int(args.run(args))
+            code = int(args.run(args))
+        return code or (EXIT_CLOSED_STDOUT if guard.reader_gone else 0)
     except KeyboardInterrupt as exc:
         print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
         return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+    except BrokenPipeError as exc:
+        if guard.reader_gone:  # a run that stopped because stdout was its only output (infer without --out)
+            return EXIT_CLOSED_STDOUT
+        return _user_error(exc)  # another pipe (a served model's connection)
     except USER_ERRORS as exc:
         return _user_error(exc)
     finally:
+        if sys.stdout is guard:
+            sys.stdout = stdout
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
 
@@ -69,6 +84,45 @@ def _user_error(exc: BaseException) -> int:
     for line in lines:
         print(f"error: {line}", file=sys.stderr, flush=True)
     return EXIT_USER_ERROR
+
+
+class _StdoutGuard:
+    """``sys.stdout`` while a command runs. When the reader of a pipe goes away (``... | head -1``), the
+    rest of what the run prints goes to /dev/null, as Python's documentation recommends for BrokenPipeError
+    (https://docs.python.org/3/library/signal.html#note-on-sigpipe), and the run goes on: a run stopped at
+    its next print would leave files unwritten (eval's --json, a build's model dir, --eval's report); the
+    exit code is then 1, as that note's example has it. SIGPIPE stays ignored (Python's default), since
+    dying of it would stop the run mid-way too."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.reader_gone = False
+
+    def write(self, text: str) -> int:
+        try:
+            return self.stream.write(text)
+        except BrokenPipeError:
+            self._to_devnull()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            self._to_devnull()
+
+    def _to_devnull(self) -> None:
+        """Point stdout's file descriptor at /dev/null: what is buffered, and the interpreter's flush at
+        exit, then go nowhere instead of failing again."""
+        self.reader_gone = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self.stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -34,7 +34,7 @@ from ..kitti import refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
-from .messages import one_line
+from .messages import one_line, stdout_reader_gone
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
 from .device_notice import print_device_notice
@@ -683,6 +683,8 @@ class FrameReport:
                 print(line)
             else:
                 self.bar.write(line)
+            if stdout_reader_gone():  # these lines are the run's only output, and nobody reads them now
+                raise BrokenPipeError("stdout was closed")
 
     def close(self) -> tuple[list[str], int]:
         """Print the summary (and the count of failures); (frames that went through, number that failed)."""

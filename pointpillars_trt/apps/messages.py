@@ -1,6 +1,8 @@
-"""How the applications word what they print: one terminal-safe line an error."""
+"""How the applications word what they print: one terminal-safe line an error; whether anyone still reads it."""
 
 from __future__ import annotations
+
+import sys
 
 
 def one_line(exc: BaseException | str, limit: int = 600) -> str:
@@ -14,3 +16,9 @@ def one_line(exc: BaseException | str, limit: int = 600) -> str:
     if len(text) > limit:
         text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
     return text
+
+
+def stdout_reader_gone() -> bool:
+    """Whether the reader of stdout has gone (the CLI's guard found its pipe closed, e.g. ``| head -1``):
+    a run whose only output is its stdout lines can stop."""
+    return bool(getattr(sys.stdout, "reader_gone", False))

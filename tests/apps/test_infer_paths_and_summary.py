@@ -1,4 +1,5 @@
-"""What infer says about the paths it was given and about what it wrote.
+"""What infer says about the paths it was given and about what it wrote, and how the commands take a
+stdout whose reader has gone (``... | head -1``).
 
 Oracles: the paths' own state on disk (missing, empty), the files the run wrote (their lines, their
 records), and a JSON run of the same frame for the boxes a KITTI run leaves out.
@@ -7,11 +8,18 @@ records), and a JSON run of the same frame for the boxes a KITTI run leaves out.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from test_cli import cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+from pointpillars_trt.apps.outputs import output_complete
+
+from test_cli import LOOSE, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def error_lines(err: str) -> list[str]:
@@ -95,4 +103,44 @@ def test_a_run_where_no_frame_went_through_claims_nothing_written(tiny_model: Pa
     assert run.out == f"0/2 frames, 0 boxes, {where}\n", run.out
     if fmt == "json":
         assert list(out.iterdir()) == []
+
+
+# --------------------------------------------------------------------------- stdout closed by its reader
+
+def closed_after_first_line(*args: object) -> tuple[int, str, str]:
+    """``pointpillars-trt ARGS`` in a process whose stdout is a pipe this side closes once it has read the
+    first line (as ``| head -1`` does): (exit code, that line, stderr)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO_ROOT)}
+    with subprocess.Popen([sys.executable, "-m", "pointpillars_trt", *map(str, args)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, env=env, cwd=REPO_ROOT, text=True) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        first = proc.stdout.readline()
+        proc.stdout.close()
+        err = proc.stderr.read()
+        return proc.wait(timeout=300), first, err
+
+
+def test_infer_whose_stdout_closes_still_writes_every_file(tiny_model: Path, tiny_frames: list[Path],
+                                                           tmp_path: Path):
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    for frame in tiny_frames[1:4]:
+        (labels / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    out = tmp_path / "out"
+    # the summary is the first line; the evaluation table printed after it, and eval.json written after that
+    rc, first, err = closed_after_first_line("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out,
+                                             "--eval", labels, "--device", "cpu", "--no-progress", *LOOSE)
+    assert first.startswith("3/3 frames, "), (first, err)
+    assert rc == 1 and "error" not in err and "Traceback" not in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]
+    assert all(output_complete(p) for p in out.iterdir() if p.suffix == ".txt")
+    assert "Car" in json.loads((out / "eval.json").read_text())
+
+
+def test_infer_that_only_prints_stops_quietly_when_its_stdout_closes(tiny_model: Path, tiny_frames: list[Path]):
+    rc, first, err = closed_after_first_line("infer", *tiny_frames[1:], "--model", tiny_model, "--device", "cpu",
+                                             "--no-progress", *LOOSE)
+    assert first.startswith("'000001.bin': "), (first, err)
+    assert rc == 1 and "error" not in err and "Traceback" not in err, err
 
