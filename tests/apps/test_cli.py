@@ -400,7 +400,8 @@ def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path
     run = cli("infer", *bad_frames.values(), "--model", model_dir, "--out", tmp_path, "--device", "cpu",
               "--no-progress")
     assert run.rc == 1 and "Traceback" not in run.err, run
-    assert "3/5 frames" in run.out
+    assert "3/4 frames" in run.out  # the missing path gives no frame: an error of its own, counted apart
+    assert "1 of 4 frame(s) failed and 1 path(s) gave no frame" in run.err
     failures = sorted(line for line in run.err.splitlines() if line.startswith("error: "))
     assert len(failures) == 2
     assert str(bad_frames["missing"]) in failures[0] and "does not exist" in failures[0]
