@@ -535,6 +535,16 @@ def test_subprocess_bad_input_has_no_traceback(model_dir: Path, bad_frames: dict
 # download. The tiny model's scores are low, so runs pass loose runtime thresholds (LOOSE) to get boxes.
 
 LOOSE = ("--score-threshold", "0.005", "--nms-iou", "0.5", "--max-boxes", "25")
+
+
+def one_car_labels(folder: Path, frames: list[Path]) -> Path:
+    """``folder``/label_2 holding one KITTI Car line for each frame: ground truth for an --eval run."""
+    labels = folder / "label_2"
+    labels.mkdir()
+    for frame in frames:
+        (labels / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    return labels
 KITTI_CALIB = """P0: 7.215377e+02 0.0 6.095593e+02 0.0 0.0 7.215377e+02 1.728540e+02 0.0 0.0 0.0 1.0 0.0
 P2: 7.215377e+02 0.0 6.095593e+02 4.485728e+01 0.0 7.215377e+02 1.728540e+02 2.163791e-01 0.0 0.0 1.0 2.745884e-03
 R0_rect: 9.999239e-01 9.837760e-03 -7.445048e-03 -9.869795e-03 9.999421e-01 -4.278459e-03 7.402527e-03 4.351614e-03 9.999631e-01

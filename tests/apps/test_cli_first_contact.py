@@ -20,17 +20,13 @@ import pytest
 
 from pointpillars_trt.apps.cli import main
 
-from test_cli import LOOSE, assert_one_line_error, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+from test_cli import LOOSE, assert_one_line_error, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
 
 NUSCENES_WHOLE_ROWS = "nuscenes/nusc_dev_k000000_s05.bin"
 
 
 def test_eval_reads_the_folder_infer_eval_wrote(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
-    labels = tmp_path / "label_2"
-    labels.mkdir()
-    for frame in tiny_frames[1:4]:
-        (labels / f"{frame.stem}.txt").write_text(
-            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    labels = one_car_labels(tmp_path, tiny_frames[1:4])
     out = tmp_path / "out"
     run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out, "--eval", labels, "--device", "cpu",
               "--no-progress", *LOOSE)

@@ -17,7 +17,7 @@ import pytest
 
 from pointpillars_trt.apps.outputs import output_complete
 
-from test_cli import LOOSE, cli, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+from test_cli import LOOSE, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,11 +122,7 @@ def closed_after_first_line(*args: object) -> tuple[int, str, str]:
 
 def test_infer_whose_stdout_closes_still_writes_every_file(tiny_model: Path, tiny_frames: list[Path],
                                                            tmp_path: Path):
-    labels = tmp_path / "label_2"
-    labels.mkdir()
-    for frame in tiny_frames[1:4]:
-        (labels / f"{frame.stem}.txt").write_text(
-            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59\n")
+    labels = one_car_labels(tmp_path, tiny_frames[1:4])
     out = tmp_path / "out"
     # the summary is the first line; the evaluation table printed after it, and eval.json written after that
     rc, first, err = closed_after_first_line("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out,
