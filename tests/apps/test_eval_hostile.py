@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from pointpillars_trt.apps.cli import main
+from pointpillars_trt.apps.eval.io import load_predictions
+
+from test_cli_first_contact import png_header
 
 GT = "Car 0 0 0 100 150 180 210 1.5 1.6 3.9 -12 1.6 20 0.3\n"
 PRED = "Car 0 0 0 100 150 180 210 1.5 1.6 3.9 -12 1.6 20 0.3 0.9\n"
@@ -171,6 +174,15 @@ CALIB = ("P2: 700 0 600 0 0 700 180 0 0 0 1 0\n"
 GT_CAR_LIDAR = [20.0, 12.0, -0.85, 3.9, 1.6, 1.5, -0.3 - math.pi / 2]
 #: A car 10 m behind the camera: no part of it is in the image.
 BEHIND_LIDAR = [-10.0, 0.0, -0.85, 3.9, 1.6, 1.5, 0.0]
+#: A car 10 m ahead and 9 m to the right: its corners project to u = 1080 ... ~1450, past the image's right edge.
+RIGHT_EDGE_LIDAR = [10.0, -9.0, -0.85, 3.9, 1.6, 1.5, 0.0]
+
+
+def assumed_image_note(root: Path) -> str:
+    """eval's note for the one JSON frame whose camera image ``root``/image_2/000000.png is missing."""
+    return (f"note: 1 JSON prediction frame(s) have no camera image in {str(root.absolute() / 'image_2')!r} to take "
+            "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; put the frames' "
+            "image_2 PNGs there if the camera's image is another size\n")
 
 
 def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[float]) -> tuple[Path, Path, Path]:
@@ -211,10 +223,10 @@ def test_json_boxes_outside_the_camera_image_are_left_out_and_counted(tmp_path: 
     counted; the in-view box scores as the GT line itself does as a .txt prediction."""
     labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
     rc, err, alone = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
-    assert (rc, err) == (0, "") and alone.startswith(f"1 frames, predictions {pred}\n"), alone
+    assert (rc, err) == (0, assumed_image_note(tmp_path)) and alone.startswith(f"1 frames, predictions {pred}\n"), alone
     _json_predictions(tmp_path, [GT_CAR_LIDAR, BEHIND_LIDAR], [0.9, 0.95])
     rc, err, both = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
-    assert (rc, err) == (0, ""), err
+    assert (rc, err) == (0, assumed_image_note(tmp_path)), err
     first, table = both.split("\n", 1)
     assert first == (f"1 frames, predictions {pred} (1 box(es) outside the camera image left out, "
                      "as infer --format kitti leaves them out)")
@@ -227,3 +239,19 @@ def test_json_boxes_outside_the_camera_image_are_left_out_and_counted(tmp_path: 
     for metric in ("bev  AP", "3d   AP"):  # the 2D box is the projection, not the label's: bbox and aos differ
         assert _ap_lines(table, metric) == _ap_lines(as_txt, metric), metric
     assert any(float(v) > 0 for line in _ap_lines(table, "3d   AP") for v in line.split(":")[1].split(","))
+
+
+def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_say_the_size_assumed(
+        tmp_path: Path) -> None:
+    """Before: every JSON frame's 2D boxes were clipped to 1242 x 375 without a word, whatever the camera's image
+    (KITTI has 1224 x 370 too). Now the calib folder's sibling image_2/<id>.png gives the size, else a note says
+    KITTI's usual one was assumed."""
+    labels, pred, calib = _json_predictions(tmp_path, [RIGHT_EDGE_LIDAR], [0.9])
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, assumed_image_note(tmp_path))
+    assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1241.0  # x2 clipped to x <= W - 1
+    (tmp_path / "image_2").mkdir()
+    (tmp_path / "image_2" / "000000.png").write_bytes(png_header(1224, 370))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, "")
+    assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1223.0

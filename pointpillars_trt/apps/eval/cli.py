@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from ...errors import InputError
-from ...fileio import check_writable_file, write_text_atomic
+from ...fileio import check_writable_file, safe_repr, write_text_atomic
+from ...kitti import KITTI_IMAGE_SHAPE
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
 from .report import format_comparison, format_table
@@ -62,6 +64,19 @@ def _described(folder: Path | str, predictions: Annotations) -> str:
             "kitti leaves them out)")
 
 
+def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
+    """The note that JSON predictions' 2D boxes were clipped to KITTI's usual image size for ``frames`` frames
+    without a camera image beside the calib folder (another camera's image, e.g. KITTI's 1224 x 370, clips
+    them elsewhere)."""
+    if not frames or calib is None:
+        return None
+    height, width = KITTI_IMAGE_SHAPE
+    images = safe_repr(str(calib.absolute().parent / "image_2"))
+    return (f"note: {frames} JSON prediction frame(s) have no camera image in {images} to take "
+            f"their size from, so their 2D boxes were clipped to KITTI's usual {width} x {height} image; put the "
+            "frames' image_2 PNGs there if the camera's image is another size")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate, print the table (and the comparison), write --json and say so; 0 on success."""
     classes = _classes(args.classes)
@@ -81,6 +96,10 @@ def run_eval(args: argparse.Namespace) -> int:
     # table followed by one
     others = load_predictions(Path(args.compare), ids, calib) if args.compare else None
     result = evaluate(gt, predictions, classes)
+    # both folders hold the same frames: JSON ones assumed the size for the same frames
+    note = _assumed_image_note(calib, max(predictions.image_assumed, others.image_assumed if others else 0))
+    if note is not None:
+        print(note, file=sys.stderr)
     print(f"{len(ids)} frames, predictions {_described(pred, predictions)}")
     print(format_table(result), end="")
     if others is not None:

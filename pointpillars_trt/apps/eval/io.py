@@ -19,7 +19,7 @@ import numpy as np
 
 from ...errors import InputError, PointPillarsError
 from ...fileio import loads_json, read_regular_file, safe_repr
-from ...kitti import detections_to_kitti_lines, read_calibration
+from ...kitti import detections_to_kitti_lines, frame_image_shape, read_calibration
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
 _PRED_FIELDS = 16  # the same plus score
@@ -48,6 +48,7 @@ class Annotations:
     rotation_y: np.ndarray  # (N,)
     score: np.ndarray  # (N,); 0 for ground truth
     out_of_view: int = 0  # JSON prediction boxes outside the camera image, left out as --format kitti leaves them
+    image_assumed: int = 0  # JSON prediction frames without a camera image: 2D boxes clipped to KITTI's usual size
 
     @property
     def frame_of_row(self) -> np.ndarray:
@@ -109,9 +110,11 @@ def _read_lines(path: Path, what: str) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str], int]:
-    """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image), through
-    the frame's calib file. Out-of-view boxes are left out as ``infer --format kitti`` leaves them out."""
+def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str], int, bool]:
+    """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image, whether the
+    image size was assumed), through the frame's calib file and the size of its camera image (the calib
+    folder's sibling ``image_2/<id>.png``, else KITTI's usual size). Out-of-view boxes are left out as
+    ``infer --format kitti`` leaves them out."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -126,10 +129,12 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str
         bad = _first_bad_row(values)
         if bad is not None:
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
-    calib = read_calibration(calib_dir / f"{path.stem}.txt")
+    calib_file = calib_dir / f"{path.stem}.txt"
+    calib = read_calibration(calib_file)
+    image_shape, assumed = frame_image_shape(calib_file)
     try:
-        kitti = detections_to_kitti_lines(boxes, scores, labels, calib)
-        return kitti.lines, kitti.dropped_out_of_view
+        kitti = detections_to_kitti_lines(boxes, scores, labels, calib, image_shape)
+        return kitti.lines, kitti.dropped_out_of_view, assumed
     except PointPillarsError as e:
         raise InputError(f"prediction file {safe_repr(path)}: {e}") from None
 
@@ -172,7 +177,7 @@ def read_frame_ids(path: Path) -> list[str]:
 
 
 def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray]],
-           out_of_view: int = 0) -> Annotations:
+           out_of_view: int = 0, image_assumed: int = 0) -> Annotations:
     table = np.concatenate([rows for _, rows in per_frame]) if per_frame else np.zeros((0, 15))
     return Annotations(
         frame_ids=tuple(frame_ids),
@@ -187,6 +192,7 @@ def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray
         rotation_y=table[:, 13],
         score=table[:, 14],
         out_of_view=out_of_view,
+        image_assumed=image_assumed,
     )
 
 
@@ -203,14 +209,15 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
     """Prediction files of the given frames; each frame needs a file, even an empty one."""
     kind = prediction_format(pred_dir)
     per_frame = []
-    out_of_view = 0
+    out_of_view = image_assumed = 0
     for frame in frame_ids:
         if kind == "kitti":
             path = pred_dir / f"{frame}.txt"
             lines = _read_lines(path, "prediction")
         else:
             path = pred_dir / f"{frame}.json"
-            lines, dropped = _json_prediction_lines(path, calib_dir)
+            lines, dropped, assumed = _json_prediction_lines(path, calib_dir)
             out_of_view += dropped
+            image_assumed += assumed
         per_frame.append(parse_label_lines(lines, os.fspath(path), with_score=True))
-    return _stack(frame_ids, per_frame, out_of_view)
+    return _stack(frame_ids, per_frame, out_of_view, image_assumed)
