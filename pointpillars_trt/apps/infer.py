@@ -813,8 +813,9 @@ class FrameWarnings:
 
 #: What the frames of each warning said once have, for the count after the run.
 WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
-                 "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only", "nonfinite": "had only non-finite points",
-                 "range": "had no point in the model's point range", "overflow": "had boxes with NaN or infinite values",
+                 "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
+                 "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
+                 "overflow": "had boxes with NaN or infinite values",
                  "pillars": "had pillars beyond the model's max_pillars",
                  "fov": "had none of their points left by the camera-FOV crop"}
 

@@ -97,7 +97,7 @@ def run_eval(args: argparse.Namespace) -> int:
     others = load_predictions(Path(args.compare), ids, calib) if args.compare else None
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
-    note = _assumed_image_note(calib, max(predictions.image_assumed, others.image_assumed if others else 0))
+    note = _assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed))
     if note is not None:
         print(note, file=sys.stderr)
     print(f"{len(ids)} frames, predictions {_described(pred, predictions)}")
