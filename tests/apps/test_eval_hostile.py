@@ -181,8 +181,8 @@ RIGHT_EDGE_LIDAR = [10.0, -9.0, -0.85, 3.9, 1.6, 1.5, 0.0]
 def assumed_image_note(root: Path) -> str:
     """eval's note for the one JSON frame whose camera image ``root``/image_2/000000.png is missing."""
     return (f"note: 1 JSON prediction frame(s) have no camera image in {str(root.absolute() / 'image_2')!r} to take "
-            "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; put the frames' "
-            "image_2 PNGs there if the camera's image is another size\n")
+            "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; if the camera's "
+            "image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 PNGs there\n")
 
 
 def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[float]) -> tuple[Path, Path, Path]:
@@ -255,3 +255,34 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, "")
     assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1223.0
+
+
+#: A 0.2 m box 40 m ahead and 36.2 m to the right: its corners (x_cam 36.1 ... 36.3, depth 39.9 ... 40.1) project to
+#: u = 700 x_cam / depth + 600 = 1230.2 ... 1236.8 and v = 181.7 ... 208.1, inside a 1242 x 375 image and
+#: wholly right of a 1224 x 370 one (x <= 1223): which size clips it decides whether it is out of view.
+RIGHT_STRIP_LIDAR = [40.0, -36.2, -0.85, 0.2, 0.2, 1.5, 0.0]
+
+
+def test_image_shape_clips_json_predictions_for_every_frame_before_the_png_and_says_nothing(tmp_path: Path) -> None:
+    """Before: eval had no --image-shape, so a camera without image_2 PNGs at hand could only be evaluated at
+    KITTI's usual 1242 x 375. Now --image-shape sizes every frame's image, ahead of the PNG as in infer,
+    with no note; its value is read as infer reads it (H,W, the WxH form refused)."""
+    labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR, RIGHT_STRIP_LIDAR], [0.9, 0.8])
+    (tmp_path / "image_2").mkdir()
+    (tmp_path / "image_2" / "000000.png").write_bytes(png_header(1242, 375))
+    left_out = f"1 frames, predictions {pred} (1 box(es) outside the camera image left out, as infer --format kitti"
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, "") and out.startswith(f"1 frames, predictions {pred}\n"), out  # the PNG's 1242 x 375
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--image-shape", "370,1224")
+    assert (rc, err) == (0, "") and out.startswith(left_out), out  # the size given, not the PNG's
+    (tmp_path / "image_2" / "000000.png").unlink()
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--compare", pred,
+                            "--image-shape", "370,1224")
+    assert (rc, err) == (0, "") and out.startswith(left_out), out  # no PNG: the size given, and no note
+    assert out.count("(1 box(es) outside the camera image left out") == 3, out  # the --compare folder's too
+    stderr = io.StringIO()
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(stderr):
+        main(["eval", "--pred", str(pred), "--labels", str(labels), "--image-shape", "1224x370"])
+    assert stderr.getvalue() == ("error: pointpillars-trt eval: argument --image-shape: '1224x370': expected "
+                                 "HEIGHT,WIDTH in pixels, e.g. 375,1242 for KITTI (not WIDTHxHEIGHT) (see "
+                                 "pointpillars-trt eval --help)\n")

@@ -11,6 +11,7 @@ from typing import Any
 from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE
+from ..infer import image_shape_arg
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
 from .report import format_comparison, format_table
@@ -33,6 +34,10 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--calib", metavar="DIR",
                    help="KITTI calib folder, to place the lidar boxes of JSON predictions in the camera frame "
                         "(default: none; needed for JSON predictions only)")
+    p.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
+                   help="camera image size in pixels, for every frame: where the 2D boxes of JSON predictions "
+                        "are clipped (default: the calib folder's sibling image_2/<id>.png when there is one, "
+                        "else 375,1242, said in one note; JSON predictions only)")
     p.add_argument("--ids", metavar="FILE",
                    help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt "
                         "(default: every prediction file in --pred)")
@@ -66,15 +71,16 @@ def _described(folder: Path | str, predictions: Annotations) -> str:
 
 def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
     """The note that JSON predictions' 2D boxes were clipped to KITTI's usual image size for ``frames`` frames
-    without a camera image beside the calib folder (another camera's image, e.g. KITTI's 1224 x 370, clips
-    them elsewhere)."""
+    without --image-shape or a camera image beside the calib folder (another camera's image, e.g. KITTI's
+    1224 x 370, clips them elsewhere)."""
     if not frames or calib is None:
         return None
     height, width = KITTI_IMAGE_SHAPE
     images = safe_repr(str(calib.absolute().parent / "image_2"))
     return (f"note: {frames} JSON prediction frame(s) have no camera image in {images} to take "
-            f"their size from, so their 2D boxes were clipped to KITTI's usual {width} x {height} image; put the "
-            "frames' image_2 PNGs there if the camera's image is another size")
+            f"their size from, so their 2D boxes were clipped to KITTI's usual {width} x {height} image; if the "
+            "camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 "
+            "PNGs there")
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -91,10 +97,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
     gt = load_ground_truth(labels, ids)
-    predictions = load_predictions(pred, ids, calib)
+    predictions = load_predictions(pred, ids, calib, args.image_shape)
     # both folders read before anything is printed: a missing file in the second is one error, not a
     # table followed by one
-    others = load_predictions(Path(args.compare), ids, calib) if args.compare else None
+    others = load_predictions(Path(args.compare), ids, calib, args.image_shape) if args.compare else None
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
     note = _assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed))

@@ -110,11 +110,12 @@ def _read_lines(path: Path, what: str) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()
 
 
-def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str], int, bool]:
+def _json_prediction_lines(path: Path, calib_dir: Path | None,
+                           image_shape: tuple[int, int] | None) -> tuple[list[str], int, bool]:
     """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image, whether the
-    image size was assumed), through the frame's calib file and the size of its camera image (the calib
-    folder's sibling ``image_2/<id>.png``, else KITTI's usual size). Out-of-view boxes are left out as
-    ``infer --format kitti`` leaves them out."""
+    image size was assumed), through the frame's calib file and the size of its camera image (``image_shape``,
+    else the calib folder's sibling ``image_2/<id>.png``, else KITTI's usual size: infer's order). Out-of-view
+    boxes are left out as ``infer --format kitti`` leaves them out."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -131,9 +132,9 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None) -> tuple[list[str
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
     calib_file = calib_dir / f"{path.stem}.txt"
     calib = read_calibration(calib_file)
-    image_shape, assumed = frame_image_shape(calib_file)
+    shape, assumed = frame_image_shape(calib_file, image_shape)
     try:
-        kitti = detections_to_kitti_lines(boxes, scores, labels, calib, image_shape)
+        kitti = detections_to_kitti_lines(boxes, scores, labels, calib, shape)
         return kitti.lines, kitti.dropped_out_of_view, assumed
     except PointPillarsError as e:
         raise InputError(f"prediction file {safe_repr(path)}: {e}") from None
@@ -205,8 +206,11 @@ def load_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> Annotations:
     return _stack(frame_ids, per_frame)
 
 
-def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None) -> Annotations:
-    """Prediction files of the given frames; each frame needs a file, even an empty one."""
+def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None,
+                     image_shape: tuple[int, int] | None = None) -> Annotations:
+    """Prediction files of the given frames; each frame needs a file, even an empty one. JSON ones are placed
+    through ``calib_dir`` and clipped to ``image_shape`` (height, width) when given (see
+    :func:`_json_prediction_lines`)."""
     kind = prediction_format(pred_dir)
     per_frame = []
     out_of_view = image_assumed = 0
@@ -216,7 +220,7 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
             lines = _read_lines(path, "prediction")
         else:
             path = pred_dir / f"{frame}.json"
-            lines, dropped, assumed = _json_prediction_lines(path, calib_dir)
+            lines, dropped, assumed = _json_prediction_lines(path, calib_dir, image_shape)
             out_of_view += dropped
             image_assumed += assumed
         per_frame.append(parse_label_lines(lines, os.fspath(path), with_score=True))
