@@ -40,6 +40,8 @@ _LABEL_MAX_BYTES = 1 << 24
 #: (height, width) of KITTI object images (most are 375 x 1242; a few sequences 370 x 1224,
 #: 374 x 1238 or 376 x 1241). Used when a frame's image_2 PNG is not at hand.
 KITTI_IMAGE_SHAPE = (375, 1242)
+#: ``KITTI_IMAGE_SHAPE`` as the messages saying it was assumed name it, width first as image sizes are written.
+KITTI_IMAGE_WORDS = f"KITTI's usual {KITTI_IMAGE_SHAPE[1]} x {KITTI_IMAGE_SHAPE[0]} image"
 #: A point is in front of the camera when its depth (third coordinate of P2 @ [x y z 1]) exceeds
 #: this many metres; box edges crossing that plane are cut there before projecting.
 NEAR_DEPTH = 0.01

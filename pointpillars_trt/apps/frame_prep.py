@@ -16,7 +16,7 @@ import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
 from ..fileio import safe_repr
-from ..kitti import KITTI_IMAGE_SHAPE, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
+from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
@@ -32,9 +32,8 @@ FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected 
 def assumed_image_note(source: str, uses: str) -> str:
     """The run's one note that a frame without a camera image got KITTI's usual image size for ``uses``
     (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape."""
-    height, width = KITTI_IMAGE_SHAPE
     return (f"note: {safe_repr(source)}: no camera image {safe_repr(str(image_path_for_frame(source)))} to take "
-            f"its size from, so KITTI's usual {width} x {height} image is assumed for {uses} (and for every "
+            f"its size from, so {KITTI_IMAGE_WORDS} is assumed for {uses} (and for every "
             "frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)")
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
-from ...kitti import KITTI_IMAGE_SHAPE
+from ...kitti import KITTI_IMAGE_WORDS
 from ..infer import image_shape_arg
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
@@ -75,10 +75,9 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
     1224 x 370, clips them elsewhere)."""
     if not frames or calib is None:
         return None
-    height, width = KITTI_IMAGE_SHAPE
     images = safe_repr(str(calib.absolute().parent / "image_2"))
     return (f"note: {frames} JSON prediction frame(s) have no camera image in {images} to take "
-            f"their size from, so their 2D boxes were clipped to KITTI's usual {width} x {height} image; if the "
+            f"their size from, so their 2D boxes were clipped to {KITTI_IMAGE_WORDS}; if the "
             "camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 "
             "PNGs there")
 
