@@ -15,7 +15,7 @@ from .config import ModelConfig, Thresholds, load_config, plain_number
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
-from .pointcloud_io import intensity_mismatch, read_points
+from .pointcloud_io import find_intensity_mismatch, read_points
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
@@ -195,24 +195,24 @@ class PointPillars:
 
     def _check_first_intensities(self, frame: object) -> None:
         """Warn (once) when the first host frame's intensities disagree with the scale the model was trained
-        on (``intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 for a 0-255 one)."""
+        on (``find_intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 for a 0-255 one)."""
         if self._check_intensity and isinstance(frame, np.ndarray):
             self._check_intensity = False
-            mismatch = intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
-            if mismatch == "8bit":
+            found = find_intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
+            if found is None:
+                return
+            if found.kind == "8bit":
                 warnings.warn("the points' intensities look like 0-255 values, but the model expects 0-1 "
                               "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
                               "intensity_scale=1/255)) if they are (checked on the first frame)",
                               InputWarning, stacklevel=3)
-            elif mismatch == "beyond":
-                finite = frame[:, 3][np.isfinite(frame[:, 3])]  # what the mismatch was judged on
-                largest = float(np.abs(finite).max())
-                warnings.warn(f"the points' intensities reach {largest:.6g}, but the model expects 0-1 "
+            elif found.kind == "beyond":
+                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model expects 0-1 "
                               "reflectance (KITTI): check the point layout (columns a point, their order, "
                               "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
                               "boxes from such frames are not meaningful (checked on the first frame)",
                               InputWarning, stacklevel=3)
-            elif mismatch == "unit":
+            elif found.kind == "unit":
                 warnings.warn("the points' intensities all lie within 0-1, but the model was trained on 0-255 "
                               "values (nuScenes): scale the 4th column by 255 (read_points(..., "
                               "intensity_scale=255)) if they are 0-1 reflectance (checked on the first frame)",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import os
 from collections.abc import Callable
-from typing import IO, Union
+from typing import IO, NamedTuple, Union
 
 import numpy as np
 
@@ -307,11 +307,25 @@ def intensity_looks_8bit(points: np.ndarray) -> bool:
 UNIT_INTENSITY_MIN_POINTS = 1000
 
 
+class IntensityMismatch(NamedTuple):
+    """What :func:`find_intensity_mismatch` found: the ``kind`` of disagreement and the largest finite intensity
+    magnitude it was judged on, which a "beyond" warning names (so the column is not searched again)."""
+
+    kind: str
+    largest: float
+
+
 def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
     """How a frame's intensities disagree with the scale its model was trained on, or None: ``"8bit"``
     (finite values in [0, 255] reaching past 1.5, for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1
     model: another point layout or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS finite values, all
     within [0, 1], for a 0-255 model). One pass over the column (its maximum) for a frame on its model's scale."""
+    found = find_intensity_mismatch(points, expects_unit)
+    return None if found is None else found.kind
+
+
+def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> IntensityMismatch | None:
+    """:func:`intensity_mismatch` with the largest finite intensity magnitude it saw, for a warning to name."""
     arr = np.asarray(points)
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
         return None
@@ -326,10 +340,10 @@ def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
             return None
         lo, hi = float(inten.min()), float(inten.max())
     if expects_unit:
-        if hi > 255.0 or lo < -255.0:
-            return "beyond"
-        return "8bit" if lo >= 0.0 and hi > 1.5 else None
-    return "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
+        kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None
+    else:
+        kind = "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
+    return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|
 
 
 # --------------------------------------------------------------------------- .bin
