@@ -102,17 +102,18 @@ def main() -> None:
             canvas = np.zeros((batch, 496, 432, CHANNELS), np.float16)
             occupied = (rng.random((batch, 496, 432)) < (0 if fill == "none" else 1 if fill == "all" else args.occupancy))
             canvas[occupied] = np.abs(rng.standard_normal((int(occupied.sum()), CHANNELS)))
-            x = cp.asarray(canvas)
-            ys = [cp.empty((batch, *out_hw(hw, s), CHANNELS), np.float16) for hw, s, _ in shapes]
-            lives = [cp.empty((batch, *out_hw(hw, s)), np.uint8) for hw, s, _ in shapes]
+            with stream:  # (a non-blocking stream does not wait for the null stream's copies)
+                x = cp.asarray(canvas)
+                ys = [cp.empty((batch, *out_hw(hw, s), CHANNELS), np.float16) for hw, s, _ in shapes]
+                lives = [cp.empty((batch, *out_hw(hw, s)), np.uint8) for hw, s, _ in shapes]
+                convs_d = [(cp.asarray(w.view(np.uint16)), cp.asarray(b.astype(np.float32)),
+                            cp.asarray(bg.view(np.uint16))) for (w, b), bg in zip(convs, bgs)]
             inputs = [(x, lives[0]), (ys[0], lives[0])]
             runs = []
             for k, ((hw, s, _), kernel) in enumerate(zip(shapes, kernels)):
                 tiles = batch * -(-out_hw(hw, s)[0] // TILE[0]) * -(-out_hw(hw, s)[1] // TILE[1])
                 grid = min(cp.cuda.Device().attributes["MultiProcessorCount"], -(-tiles // warps(s)))
-                args_k = (*inputs[k][:1], inputs[k][1], cp.asarray(convs[k][0].view(np.uint16)),
-                          cp.asarray(convs[k][1].astype(np.float32)), cp.asarray(bgs[k].view(np.uint16)),
-                          np.int32(batch), ys[k], lives[k])
+                args_k = (*inputs[k], *convs_d[k], np.int32(batch), ys[k], lives[k])
                 runs.append(lambda kernel=kernel, grid=grid, a=args_k, s=s: kernel(
                     (grid,), (warps(s) * 32,), a, shared_mem=shared_bytes(s), stream=stream))
             for run in runs:
