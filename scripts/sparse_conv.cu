@@ -45,6 +45,22 @@ static_assert(CHANNELS == 64, "a lane loads a quarter of a 64-channel cell");
 static_assert(kFilterRowHalves * 2 % 128 == 16 && kCellHalves * 2 % 128 == 16, "rows 16 bytes off the bank period");
 
 __device__ __forceinline__ bool inside(int y, int x) { return y >= 0 && y < IN_H && x >= 0 && x < IN_W; }
+
+// The warp's input window from (wy0, wx0) into its shared slice, zeros outside the frame; visible to
+// the whole warp on return.
+__device__ __forceinline__ void stage_window(unsigned short* window, const unsigned short* frame_in, int wy0, int wx0,
+                                             int lane) {
+    for (int i = lane; i < kWinCells * kCellPieces; i += 32) {
+        const int cell = i / kCellPieces, piece = i % kCellPieces;
+        const int iy = wy0 + cell / kWinCols, ix = wx0 + cell % kWinCols;
+        const bool in_frame = inside(iy, ix);
+        cp_async16(window + cell * kCellHalves + piece * 8,
+                   in_frame ? frame_in + (iy * IN_W + ix) * CHANNELS + piece * 8 : frame_in, in_frame ? 16 : 0);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncwarp();
+}
 }  // namespace
 
 // Dynamic shared memory: the filter (CHANNELS x kFilterRowHalves), then each warp's window
@@ -83,16 +99,7 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
         // 1. The live flags of the tile's input window (0 outside the frame); the canvas's window is
         //    staged first and its flags read from it.
 #if FROM_CANVAS
-        for (int i = lane; i < kWinCells * kCellPieces; i += 32) {
-            const int cell = i / kCellPieces, piece = i % kCellPieces;
-            const int iy = wy0 + cell / kWinCols, ix = wx0 + cell % kWinCols;
-            const bool in_frame = inside(iy, ix);
-            cp_async16(window + cell * kCellHalves + piece * 8,
-                       in_frame ? frame_in + (iy * IN_W + ix) * CHANNELS + piece * 8 : frame_in, in_frame ? 16 : 0);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncwarp();
+        stage_window(window, frame_in, wy0, wx0, lane);
         for (int cell = lane; cell < kWinCells; cell += 32) {
             unsigned bits = 0u;
 #pragma unroll
@@ -138,16 +145,7 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
             continue;
         }
 #if !FROM_CANVAS
-        for (int i = lane; i < kWinCells * kCellPieces; i += 32) {  // stage the live tile's window
-            const int cell = i / kCellPieces, piece = i % kCellPieces;
-            const int iy = wy0 + cell / kWinCols, ix = wx0 + cell % kWinCols;
-            const bool in_frame = inside(iy, ix);
-            cp_async16(window + cell * kCellHalves + piece * 8,
-                       in_frame ? frame_in + (iy * IN_W + ix) * CHANNELS + piece * 8 : frame_in, in_frame ? 16 : 0);
-        }
-        cp_async_commit();
-        cp_async_wait<0>();
-        __syncwarp();
+        stage_window(window, frame_in, wy0, wx0, lane);  // the live tile's window
 #endif
 
         // 3b. The tile's 16 x CHANNELS outputs: rows g (tile row 0) and g + 8 (tile row 1), column g.
