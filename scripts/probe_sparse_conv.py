@@ -5,7 +5,7 @@ dilations, and its GPU time with no live cell, a given share of live canvas cell
 Needs CuPy and a GPU with mma.sync m16n8k16 (compute capability >= 8.0). Not a test: a probe of whether
 the fp16 engine should run its first block this way (on one H200 it should not: see docs/PERF_NOTES.md).
 
-    python scripts/probe_sparse_conv.py [--occupancy 0.02] [--batches 1,8]
+    python scripts/probe_sparse_conv.py [--occupancy 0.02] [--batches 1,8] [--tile-rows 2]
 """
 
 from __future__ import annotations
@@ -21,31 +21,38 @@ from pointpillars_trt.kernels.hold import gpu_ms
 
 _HERE = Path(__file__).resolve().parent
 CHANNELS = 64
-TILE = (2, 8)  # output cells a warp owns
+TILE_COLS = 8  # a warp's output cells: TILE_ROWS x 8 (--tile-rows)
+_FILTER_BYTES = CHANNELS * (9 * CHANNELS + 8) * 2
+#: A block's warps by (tile rows, stride), one block an SM: as many windows as fit beside the filter in
+#: shared memory, and (4 rows: two MMA tiles' sums, ~150 registers a thread) in the register file.
+_WARPS = {(2, 1): 16, (2, 2): 8, (4, 1): 12, (4, 2): 6}
 
 
-def warps(stride: int) -> int:
-    return 16 if stride == 1 else 8  # as many windows as fit beside the filter, one block an SM
+def window_bytes(stride: int, rows: int) -> int:
+    return ((rows - 1) * stride + 3) * ((TILE_COLS - 1) * stride + 3) * (CHANNELS * 2 + 16)
 
 
-def shared_bytes(stride: int) -> int:
-    window_cells = ((TILE[0] - 1) * stride + 3) * ((TILE[1] - 1) * stride + 3)
-    return CHANNELS * (9 * CHANNELS + 8) * 2 + warps(stride) * window_cells * (CHANNELS * 2 + 16)
+def warps(stride: int, rows: int) -> int:
+    return _WARPS[(rows, stride)]
+
+
+def shared_bytes(stride: int, rows: int) -> int:
+    return _FILTER_BYTES + warps(stride, rows) * window_bytes(stride, rows)
 
 
 def out_hw(in_hw: tuple[int, int], stride: int) -> tuple[int, int]:
     return tuple((d - 1) // stride + 1 for d in in_hw)  # type: ignore[return-value]
 
 
-def compile_kernel(cp, in_hw: tuple[int, int], stride: int, from_canvas: bool):  # type: ignore[no-untyped-def]
+def compile_kernel(cp, in_hw: tuple[int, int], stride: int, from_canvas: bool, rows: int):  # type: ignore[no-untyped-def]
     header = (resources.files("pointpillars_trt") / "kernels" / "cuda" / "mma_sync.cuh").read_text()
     source = (_HERE / "sparse_conv.cu").read_text().replace('#include "mma_sync.cuh"', header)
     (oh, ow) = out_hw(in_hw, stride)
     defines = dict(CHANNELS=CHANNELS, STRIDE=stride, IN_H=in_hw[0], IN_W=in_hw[1], OUT_H=oh, OUT_W=ow,
-                   FROM_CANVAS=int(from_canvas), WARPS=warps(stride))
+                   FROM_CANVAS=int(from_canvas), WARPS=warps(stride, rows), TILE_ROWS=rows)
     kernel = cp.RawModule(code=source, options=COMPILE_OPTIONS + tuple(f"-D{k}={v}" for k, v in defines.items())
                           ).get_function("sparse_conv")
-    kernel.max_dynamic_shared_size_bytes = shared_bytes(stride)
+    kernel.max_dynamic_shared_size_bytes = shared_bytes(stride, rows)
     return kernel
 
 
@@ -85,6 +92,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--occupancy", type=float, default=0.02, help="share of canvas cells with a pillar (camera view: ~0.02)")
     ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--tile-rows", type=int, choices=(2, 4), default=2, help="a warp's rows of 8 output cells")
     args = ap.parse_args()
     import cupy as cp
 
@@ -92,7 +100,8 @@ def main() -> None:
     convs = [((rng.standard_normal((CHANNELS, 3, 3, CHANNELS)) * np.sqrt(2 / 576)).astype(np.float16),
               (0.1 * rng.standard_normal(CHANNELS)).astype(np.float16)) for _ in range(2)]
     shapes = [((496, 432), 2, True), ((248, 216), 1, False)]  # KITTI: the canvas's conv, then block 1's
-    kernels = [compile_kernel(cp, *shape) for shape in shapes]
+    rows = args.tile_rows
+    kernels = [compile_kernel(cp, *shape, rows) for shape in shapes]
     bgs = [background(*convs[0], None)]
     bgs.append(background(*convs[1], bgs[0]))
     stream = cp.cuda.Stream(non_blocking=True)
@@ -111,11 +120,11 @@ def main() -> None:
             inputs = [(x, lives[0]), (ys[0], lives[0])]
             runs = []
             for k, ((hw, s, _), kernel) in enumerate(zip(shapes, kernels)):
-                tiles = batch * -(-out_hw(hw, s)[0] // TILE[0]) * -(-out_hw(hw, s)[1] // TILE[1])
-                grid = min(cp.cuda.Device().attributes["MultiProcessorCount"], -(-tiles // warps(s)))
+                tiles = batch * -(-out_hw(hw, s)[0] // rows) * -(-out_hw(hw, s)[1] // TILE_COLS)
+                grid = min(cp.cuda.Device().attributes["MultiProcessorCount"], -(-tiles // warps(s, rows)))
                 args_k = (*inputs[k], *convs_d[k], np.int32(batch), ys[k], lives[k])
                 runs.append(lambda kernel=kernel, grid=grid, a=args_k, s=s: kernel(
-                    (grid,), (warps(s) * 32,), a, shared_mem=shared_bytes(s), stream=stream))
+                    (grid,), (warps(s, rows) * 32,), a, shared_mem=shared_bytes(s, rows), stream=stream))
             for run in runs:
                 run()
             stream.synchronize()

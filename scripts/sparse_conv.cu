@@ -5,11 +5,11 @@
 //
 // Away from the pillars a conv's input is one constant vector (zero for the canvas, the previous
 // layer's background after it), so its output there is one constant vector too, `background` (the
-// host works it out once from the weights). Each warp owns a tile of 2 x 8 output cells and first
+// host works it out once from the weights). Each warp owns a tile of TILE_ROWS x 8 output cells and first
 // decides whether any cell of it is "live": its 3 x 3 window holds a live input cell, or (after the
 // canvas) reaches the zero padding at the frame's edge. A tile with no live cell is written with the
-// background; a live tile is computed with mma.sync (m16n8k16, float32 accumulation), its 16 cells
-// the MMA's rows and the 9 taps x CHANNELS inputs its K. Every cell's live flag is written to
+// background; a live tile is computed with mma.sync (m16n8k16, float32 accumulation), each 2 x 8 of
+// its cells one MMA tile's rows and the 9 taps x CHANNELS inputs its K. Every cell's live flag is written to
 // `out_live` for the next layer. The canvas has no flags: a canvas cell is live when any of its
 // channels is non-zero (a cell of zeros gives what an empty one does, so the test is exact).
 //
@@ -25,11 +25,12 @@
 //
 // Compile-time configuration (-D options from probe_sparse_conv.py): CHANNELS (64), STRIDE (1 or 2), IN_H,
 // IN_W, OUT_H, OUT_W, FROM_CANVAS (1: the input is the canvas; 0: the input's live flags are read),
-// WARPS (a block's warps).
+// WARPS (a block's warps), TILE_ROWS (a warp's rows of 8 output cells: 2 or 4).
 #include "mma_sync.cuh"
 
 namespace {
-constexpr int kTileRows = 2;
+constexpr int kTileRows = TILE_ROWS;  // 2 per MMA tile of 16 rows
+constexpr int kMmaTiles = kTileRows / 2;
 constexpr int kTileCols = 8;
 constexpr int kTaps = 9;
 constexpr int kCellPieces = CHANNELS / 8;        // 16-byte pieces of one cell
@@ -42,6 +43,7 @@ constexpr int kWinCells = kWinRows * kWinCols;
 constexpr int kTilesY = (OUT_H + kTileRows - 1) / kTileRows;
 constexpr int kTilesX = (OUT_W + kTileCols - 1) / kTileCols;
 static_assert(CHANNELS == 64, "a lane loads a quarter of a 64-channel cell");
+static_assert(kTileRows % 2 == 0 && kTileRows * 8 <= 32, "whole MMA tiles, a lane a cell at most");
 static_assert(kFilterRowHalves * 2 % 128 == 16 && kCellHalves * 2 % 128 == 16, "rows 16 bytes off the bank period");
 
 __device__ __forceinline__ bool inside(int y, int x) { return y >= 0 && y < IN_H && x >= 0 && x < IN_W; }
@@ -118,7 +120,7 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
 #endif
         __syncwarp();
 
-        // 2. Each cell's own flag (lanes 0-15: cell `lane`), then the tile's.
+        // 2. Each cell's own flag (lane `cell`), then the tile's.
         bool live = false;
         if (lane < kTileRows * kTileCols) {
             const int r = lane / kTileCols, c = lane % kTileCols;
@@ -148,10 +150,13 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
         stage_window(window, frame_in, wy0, wx0, lane);  // the live tile's window
 #endif
 
-        // 3b. The tile's 16 x CHANNELS outputs: rows g (tile row 0) and g + 8 (tile row 1), column g.
-        float acc[CHANNELS / 8][4];
+        // 3b. The tile's outputs, CHANNELS a cell: MMA tile t's rows g and g + 8 are column g of tile rows
+        //     2t and 2t + 1; the filter's fragments serve every MMA tile.
+        float acc[kMmaTiles][CHANNELS / 8][4];
 #pragma unroll
-        for (int nt = 0; nt < CHANNELS / 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        for (int t = 0; t < kMmaTiles; ++t)
+#pragma unroll
+            for (int nt = 0; nt < CHANNELS / 8; ++nt) acc[t][nt][0] = acc[t][nt][1] = acc[t][nt][2] = acc[t][nt][3] = 0.0f;
 #pragma unroll 1
         for (int tap = 0; tap < kTaps; ++tap) {
             const int dy = tap / 3, dx = tap % 3;
@@ -171,10 +176,13 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
                 const uint4 w0 = w[0], w1 = w[1];
                 const unsigned b[8] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
-                for (int m = 0; m < 4; ++m) {
-                    const unsigned frag[4] = {a[0][2 * m], a[1][2 * m], a[0][2 * m + 1], a[1][2 * m + 1]};
-                    mma16816(acc[nt], frag, b[2 * m], b[2 * m + 1]);
-                }
+                for (int t = 0; t < kMmaTiles; ++t)
+#pragma unroll
+                    for (int m = 0; m < 4; ++m) {
+                        const unsigned frag[4] = {a[2 * t][2 * m], a[2 * t + 1][2 * m], a[2 * t][2 * m + 1],
+                                                  a[2 * t + 1][2 * m + 1]};
+                        mma16816(acc[t][nt], frag, b[2 * m], b[2 * m + 1]);
+                    }
             }
         }
         const int ox = ox0 + g;
@@ -187,7 +195,7 @@ sparse_conv(const unsigned short* __restrict__ in, const unsigned char* __restri
             for (int r = 0; r < kTileRows; ++r) {
                 if (oy0 + r >= OUT_H) continue;
                 unsigned* dst = reinterpret_cast<unsigned*>(frame_out + ((oy0 + r) * OUT_W + ox) * CHANNELS + n);
-                *dst = pack_relu(acc[nt][2 * r] + b0, acc[nt][2 * r + 1] + b1);
+                *dst = pack_relu(acc[r / 2][nt][r % 2 * 2] + b0, acc[r / 2][nt][r % 2 * 2 + 1] + b1);
             }
         }
     }
