@@ -303,6 +303,15 @@ class PendingFlush:
                 os.close(fd)
 
 
+def sync_folder(path: PathLike) -> None:
+    """fsync a folder: the renames and removals in it are durable once it returns."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 @functools.cache
 def _syncfs() -> Any:
     """libc's syncfs (Linux), or None where there is none."""

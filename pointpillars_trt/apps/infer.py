@@ -35,8 +35,8 @@ from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line, stdout_reader_gone
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
-    frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
+from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, drop_failure_rows, \
+    existing_parts, frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
@@ -202,7 +202,11 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                               "frame; jsonl / parquet: a few large files of one row per frame (detections-*.jsonl "
                               "/ .parquet) (default: json, or kitti with --eval)")
     outputs.add_argument("--skip-existing", action="store_true",
-                         help="skip frames whose outputs are already in --out (resume an interrupted run)")
+                         help="skip frames whose outputs are already in --out (resume an interrupted run); with "
+                              "--format jsonl / parquet a frame whose row holds an error is skipped too")
+    outputs.add_argument("--retry-failed", action="store_true",
+                         help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
+                              "error, their old rows first removed from the part files (a frame keeps one row)")
     outputs.add_argument("--calib", metavar="DIR",
                          help="KITTI calib folder of <frame id>.txt for --format kitti, --eval and --fov-only "
                               "(default: each frame's sibling calib/ folder)")
@@ -448,6 +452,12 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.skip_existing and out is None:
         raise InputError("--skip-existing needs --out DIR: it skips the frames whose outputs are already there")
+    if args.retry_failed and not args.skip_existing:
+        raise InputError("--retry-failed reruns the failed frames that --skip-existing would skip: add --skip-existing")
+    if args.retry_failed and fmt not in ROW_FORMATS:
+        raise InputError(f"--retry-failed applies to --format jsonl / parquet, whose rows keep failed frames; "
+                         f"--format {fmt} writes no file for a failed frame, so --skip-existing reruns it: drop "
+                         "--retry-failed")
     if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
@@ -544,13 +554,12 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
             todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out,
-                                                         args.skip_existing and scratch_dir is None)
+                                                         args.skip_existing and scratch_dir is None,
+                                                         retry_failed=args.retry_failed)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
-            if failed_before:
-                print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
-                      f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame "
-                      f"with a row is not run again; give another --out to redo them", file=sys.stderr)
+            if failed_before and out is not None:
+                earlier_failures(failed_before, fmt, out, retry=args.retry_failed)
             done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
                                         points_per_frame, path_errors)
             if out is not None:
@@ -579,13 +588,14 @@ def scratch_folder() -> Iterator[Path]:
 
 
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
-                  skip_existing: bool) -> tuple[list[str], list[str], list[str]]:
-    """(frames to run, frames skipped, the skipped frames whose row is a failure's) under
-    ``--skip-existing``: a frame is skipped when all its outputs are there and complete (this package
-    writes them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
-    elsewhere, or from a crash before the run's flush, and is redone, said once) or its row is in a part file (sources compared as absolute paths,
-    so ``dir/`` and ``/abs/dir/`` are one frame). A failed frame writes no per-frame file, so only row
-    formats skip failures."""
+                  skip_existing: bool, retry_failed: bool = False) -> tuple[list[str], list[str], list[str]]:
+    """(frames to run, frames skipped, the frames whose row is a failure's) under ``--skip-existing``: a
+    frame is skipped when all its outputs are there and complete (this package writes them atomically;
+    an empty or cut file, or a JSON file not infer's record of the frame, came from elsewhere, or from a
+    crash before the run's flush, and is redone, said once) or its row is in a part file (sources
+    compared as absolute paths, so ``dir/`` and ``/abs/dir/`` are one frame). A failed frame writes no
+    per-frame file, so only row formats skip failures; ``retry_failed`` runs them instead (their rows
+    are the caller's to remove first: ``earlier_failures``)."""
     if not skip_existing or out is None:
         return list(frames), [], []
     present: dict[str, bool] | None = None
@@ -603,6 +613,9 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
                 continue
             if failed:
                 failed_before.append(frame)
+                if retry_failed:
+                    todo.append(frame)
+                    continue
         files = plan.files_of(frame)
         cut = [path for path in files if path.exists() and not output_complete(path)]
         incomplete.extend(cut)
@@ -611,6 +624,19 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
         print(f"redoing the frames of {len(incomplete)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
     return todo, skipped, failed_before
+
+
+def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
+    """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
+    (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
+    if retry:
+        drop_failure_rows(out, fmt, {os.path.abspath(name_text(frame)) for frame in failed_before})
+        print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
+              f"from the part files in {out}", file=sys.stderr)
+        return
+    print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
+          f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame with a row is "
+          "not run again; pass --retry-failed to rerun them", file=sys.stderr)
 
 
 def progress_bar(total: int, wanted: bool, desc: str | None = None) -> tqdm[Any]:

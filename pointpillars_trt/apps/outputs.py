@@ -10,8 +10,9 @@ resumes it without redoing frames.
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import dumps_strict, loads_json, name_text, safe_repr, write_bytes_atomic
+from ..fileio import dumps_strict, loads_json, name_text, safe_repr, sync_folder, write_bytes_atomic
 from .messages import one_line
 
 if TYPE_CHECKING:
@@ -294,7 +295,8 @@ def existing_parts(folder: Path, output_format: str) -> list[Path]:
 def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     """The sources of the frames the part files already in ``folder`` hold a row of, each with whether
     its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
-    is not rerun, and is said to be); a damaged part is an error naming it."""
+    is not rerun, and is said to be, unless ``--retry-failed`` removes its row first:
+    :func:`drop_failure_rows`); a damaged part is an error naming it."""
     done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
@@ -309,6 +311,60 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
     return done
+
+
+def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]) -> None:
+    """For ``--retry-failed``: rewrite each part file in ``folder`` that holds the failure row of one of
+    ``sources`` (absolute paths, compared as ``--skip-existing`` compares them) without those rows, so
+    that those frames can run again and a source still has one row at most. Each part is replaced
+    atomically and durably before any frame runs (a JSON Lines part keeps its other lines byte for byte,
+    a Parquet part its schema); a part left with no row is removed.
+
+    A crash after the rewrite, before the frames' new rows are written, leaves those frames with no
+    row at all, which a later ``--skip-existing`` run reruns anyway: no row is lost for good, none doubled.
+    """
+    changed = False
+    for path in existing_parts(folder, output_format):
+        try:
+            kept = _part_without(path, output_format, sources)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"--retry-failed: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
+        if kept is not None:
+            _written(path, functools.partial(write_bytes_atomic, data=kept) if kept else Path.unlink)
+            changed = True
+    if changed:
+        _written(folder, sync_folder)  # the renames and removals, before any new row is written
+
+
+def _part_without(path: Path, output_format: str, sources: Collection[str]) -> bytes | None:
+    """The part's bytes without the failure rows of ``sources`` (b"": no row left), or None when it
+    holds none of them."""
+    if output_format == "jsonl":
+        with open(path, "rb") as f:
+            lines = list(f)  # split at b"\n" only, each line's bytes kept as they are
+        kept = [line for line in lines if not (line.strip() and _is_failure_of(loads_json(line), sources))]
+        if len(kept) == len(lines):
+            return None
+        return b"".join(kept) if any(line.strip() for line in kept) else b""
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(path)
+    keep = [not _is_failure_of(row, sources) for row in table.select(["source", "error"]).to_pylist()]
+    if all(keep):
+        return None
+    if not any(keep):
+        return b""
+    buffer = io.BytesIO()
+    pq.write_table(table.filter(pa.array(keep, pa.bool_())), buffer)
+    return buffer.getvalue()
+
+
+def _is_failure_of(row: dict[str, Any], sources: Collection[str]) -> bool:
+    """Whether ``row`` is the failure row of one of ``sources`` (absolute paths)."""
+    return row.get("error") is not None and os.path.abspath(str(row["source"])) in sources
 
 
 def _part_number(path: Path) -> int:

@@ -392,6 +392,10 @@ def test_keep_out_of_view_with_eval_is_taken_whatever_the_format(tiny_model: Pat
     (["--skip-existing"], "--skip-existing needs --out DIR"),
     (["--keep-out-of-view", "--out", "OUT"], "--keep-out-of-view applies to --format kitti"),
     (["--keep-out-of-view", "--out", "OUT", "--format", "jsonl"], "--format jsonl keeps every box"),
+    (["--retry-failed", "--out", "OUT", "--format", "jsonl"], "--retry-failed reruns the failed frames that "
+                                                              "--skip-existing would skip: add --skip-existing"),
+    (["--retry-failed", "--skip-existing", "--out", "OUT"], "--format json writes no file for a failed frame, so "
+                                                            "--skip-existing reruns it: drop --retry-failed"),
 ])
 def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
                                                           extra: list[str], expected: str):

@@ -84,6 +84,15 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
 
 
+def part_rows(part: Path) -> list[dict[str, object]]:
+    """The rows of one JSON Lines or Parquet part file, read as a user would."""
+    if part.suffix == ".jsonl":
+        return [json.loads(line) for line in part.read_text().splitlines()]
+    import pyarrow.parquet as pq
+
+    return pq.read_table(part).to_pylist()
+
+
 def test_outputs_do_not_depend_on_batch_size_or_pipelines(model_path, frames, reference, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "out"
     rc, stdout, _ = infer(str(frames), "--model", str(model_path), "--out", str(out), "--batch-size", "3",
@@ -100,12 +109,7 @@ def test_row_formats_hold_the_json_records_in_input_order(model_path, frames, re
     assert rc == 1 and stdout.startswith("40/41 frames") and f"written to {out}" in stdout
     parts = sorted(out.glob(f"detections-*.{fmt}"))
     assert [p.name for p in parts] == [f"detections-00000.{fmt}"]
-    if fmt == "jsonl":
-        rows = [json.loads(line) for line in parts[0].read_text().splitlines()]
-    else:
-        import pyarrow.parquet as pq
-
-        rows = pq.read_table(parts[0]).to_pylist()
+    rows = part_rows(parts[0])
     assert [Path(r["source"]).name for r in rows] == sorted(p.name for p in frames.iterdir())
     for row in rows[:-1]:
         record = json.loads((reference / f"{row['frame']}.json").read_text())
@@ -262,7 +266,60 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     assert rc == 0 and "skipping 41 frame(s)" in err, err
     bad = next(p.name for p in frames.iterdir() if p.stat().st_size % 16)  # the frame whose row is an error
     assert err.count("warning:") == 1 and "1 of them failed in an earlier run" in err and bad in err, err
+    assert "pass --retry-failed to rerun them" in err
     assert len(list(out.glob("detections-*.jsonl"))) == 1
+
+
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
+                                                                      fmt) -> None:
+    """Two frames fail in two runs (the second's part holds its failure row only); once their files are
+    fixed, --skip-existing --retry-failed removes those rows (the first part keeps its other row as it
+    was, the second part goes) and runs them with the frames never run: one row a source, the fixed
+    frames' records those of the frames their bytes were copied from."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    good = sorted(frames.glob("0*.bin"))[:3]
+    for path in good:
+        (folder / path.name).write_bytes(path.read_bytes())
+    broken = {folder / "zz_a.bin": good[1], folder / "zz_b.bin": good[2]}  # each fixed with that frame's bytes
+    for path in broken:
+        path.write_bytes(b"\0" * 12)
+    out = tmp_path / fmt
+    first, second = [str(folder / good[0].name), str(folder / "zz_a.bin")], [str(folder / "zz_b.bin")]
+    assert infer(*first, "--model", str(model_path), "--out", str(out), "--format", fmt)[0] == 1
+    assert infer(*second, "--model", str(model_path), "--out", str(out), "--format", fmt, "--skip-existing")[0] == 1
+    first_part, second_part = sorted(out.glob(f"detections-*.{fmt}"))
+    kept_row, first_failure = part_rows(first_part)
+    assert kept_row["error"] is None and first_failure["error"] and part_rows(second_part)[0]["error"]
+    first_bytes = first_part.read_bytes()
+    for path, fixed in broken.items():
+        path.write_bytes(fixed.read_bytes())
+
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt,
+                       "--skip-existing", "--retry-failed")
+    assert rc == 0, err
+    assert "skipping 1 frame(s)" in err and "rerunning 2 frame(s) that failed in an earlier run" in err, err
+    assert "pass --retry-failed" not in err
+    parts = sorted(out.glob(f"detections-*.{fmt}"))
+    assert [p.name for p in parts] == [f"detections-00000.{fmt}", f"detections-00001.{fmt}"]
+    rows = [row for part in parts for row in part_rows(part)]
+    assert sorted(str(row["source"]) for row in rows) == sorted(str(p) for p in folder.iterdir())
+    assert all(row["error"] is None for row in rows)
+    assert part_rows(parts[0]) == [kept_row]
+    if fmt == "jsonl":  # the row kept is the very line the first run wrote
+        assert parts[0].read_bytes() == first_bytes.split(b"\n")[0] + b"\n"
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert pq.read_schema(parts[0]) == pq.read_schema(pa.BufferReader(first_bytes))
+    by_source = {Path(str(row["source"])).name: row for row in rows}
+    for path, fixed in broken.items():
+        record = json.loads((reference / f"{fixed.stem}.json").read_text())
+        record["frame"] = path.stem
+        assert {key: by_source[path.name][key] for key in record} == record
+        assert record["num_pillars"]  # detected on its points, not a failure's row of zeros
 
 
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
