@@ -461,7 +461,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
-    camera = [name for name, value in (("--calib", args.calib), ("--image-shape", args.image_shape)) if value is not None]
+    camera = camera_options_given(args)
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
                          f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
@@ -489,6 +489,12 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
 
         require_matplotlib()
     return fmt, out, labels
+
+
+def camera_options_given(args: argparse.Namespace) -> list[str]:
+    """Which of --calib and --image-shape were given: they serve only the outputs placed in the camera
+    image, so infer and eval say when a run has none."""
+    return [name for name, value in (("--calib", args.calib), ("--image-shape", args.image_shape)) if value is not None]
 
 
 def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str]) -> None:

@@ -257,6 +257,28 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
     assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1223.0
 
 
+def test_camera_options_with_only_txt_predictions_are_said_unused_and_change_nothing(folders: tuple[Path, Path],
+                                                                                    tmp_path: Path) -> None:
+    """Before: --calib and --image-shape were taken without a word with KITTI .txt predictions, whose own 2D
+    boxes they never touch. Now one note says so (the table is the same); a JSON folder, by --pred or
+    --compare, uses them, and then nothing is said."""
+    labels, pred = folders
+    rc, err, plain = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (0, "")
+    _, pj, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--image-shape", "370,1224")
+    assert rc == 0 and out == plain
+    assert err == (f"note: --calib and --image-shape not used: --pred {str(pred)!r} holds KITTI .txt predictions, "
+                   "which carry their own 2D boxes; they serve JSON predictions only: drop them\n"), err
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--image-shape", "370,1224", "--compare", pred)
+    assert rc == 0 and out.startswith(plain)
+    assert err == (f"note: --image-shape not used: --pred {str(pred)!r} and --compare {str(pred)!r} hold KITTI .txt "
+                   "predictions, which carry their own 2D boxes; it serves JSON predictions only: drop it\n"), err
+    for json_folder in (["--pred", pj], ["--pred", pred, "--compare", pj]):
+        rc, err, _ = eval_cli(*json_folder, "--labels", labels, "--calib", calib, "--image-shape", "375,1242")
+        assert (rc, err) == (0, ""), (json_folder, err)
+
+
 #: A 0.2 m box 40 m ahead and 36.2 m to the right: its corners (x_cam 36.1 ... 36.3, depth 39.9 ... 40.1) project to
 #: u = 700 x_cam / depth + 600 = 1230.2 ... 1236.8 and v = 181.7 ... 208.1, inside a 1242 x 375 image and
 #: wholly right of a 1224 x 370 one (x <= 1223): which size clips it decides whether it is out of view.

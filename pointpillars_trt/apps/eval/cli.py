@@ -11,8 +11,9 @@ from typing import Any
 from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
 from ...kitti import KITTI_IMAGE_WORDS
-from ..infer import image_shape_arg
-from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, read_frame_ids
+from ..infer import camera_options_given, image_shape_arg
+from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
+    read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
 from .report import format_comparison, format_table
 
@@ -82,6 +83,21 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
             "PNGs there")
 
 
+def _unused_camera_note(args: argparse.Namespace) -> str | None:
+    """The note that --calib / --image-shape went unused: they place and clip JSON predictions' boxes in
+    the camera image, and KITTI .txt predictions carry their own 2D boxes (results are the same without
+    them). None when they were not given, or a JSON folder used them."""
+    given = camera_options_given(args)
+    folders = [("--pred", args.pred)] + ([("--compare", args.compare)] if args.compare else [])
+    if not given or any(prediction_format(Path(folder)) == "json" for _, folder in folders):
+        return None
+    where = " and ".join(f"{option} {safe_repr(folder)}" for option, folder in folders)
+    one = len(given) == 1
+    return (f"note: {' and '.join(given)} not used: {where} {'holds' if len(folders) == 1 else 'hold'} KITTI .txt "
+            f"predictions, which carry their own 2D boxes; {'it serves' if one else 'they serve'} JSON predictions "
+            f"only: drop {'it' if one else 'them'}")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate, print the table (and the comparison), write --json and say so; 0 on success."""
     classes = _classes(args.classes)
@@ -102,9 +118,11 @@ def run_eval(args: argparse.Namespace) -> int:
     others = load_predictions(Path(args.compare), ids, calib, args.image_shape) if args.compare else None
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
-    note = _assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed))
-    if note is not None:
-        print(note, file=sys.stderr)
+    notes = (_assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed)),
+             _unused_camera_note(args))
+    for note in notes:
+        if note is not None:
+            print(note, file=sys.stderr)
     print(f"{len(ids)} frames, predictions {_described(pred, predictions)}")
     print(format_table(result), end="")
     if others is not None:
