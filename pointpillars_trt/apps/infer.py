@@ -203,7 +203,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                               "/ .parquet) (default: json, or kitti with --eval)")
     outputs.add_argument("--skip-existing", action="store_true",
                          help="skip frames whose outputs are already in --out (resume an interrupted run); with "
-                              "--format jsonl / parquet a frame whose row holds an error is skipped too")
+                              "--format jsonl / parquet a frame with a row is skipped (a frame keeps one row), even "
+                              "when its row holds an error or its --viz picture is missing")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
                               "error, their old rows first removed from the part files (a frame keeps one row)")
@@ -598,30 +599,16 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     """(frames to run, frames skipped, the frames whose row is a failure's) under ``--skip-existing``: a
     frame is skipped when all its outputs are there and complete (this package writes them atomically;
     an empty or cut file, or a JSON file not infer's record of the frame, came from elsewhere, or from a
-    crash before the run's flush, and is redone, said once) or its row is in a part file (sources
-    compared as absolute paths, so ``dir/`` and ``/abs/dir/`` are one frame). A failed frame writes no
-    per-frame file, so only row formats skip failures; ``retry_failed`` runs them instead (their rows
-    are the caller's to remove first: ``earlier_failures``)."""
+    crash before the run's flush, and is redone, said once); for row formats, when its row is in a part
+    file (``rows_to_run``)."""
     if not skip_existing or out is None:
         return list(frames), [], []
-    present: dict[str, bool] | None = None
     if fmt in ROW_FORMATS:
-        present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
+        return rows_to_run(frames, plan, fmt, out, retry_failed)
     todo: list[str] = []
     skipped: list[str] = []
-    failed_before: list[str] = []
     incomplete: list[Path] = []
     for frame in frames:
-        if present is not None:
-            failed = present.get(os.path.abspath(name_text(frame)))
-            if failed is None:
-                todo.append(frame)
-                continue
-            if failed:
-                failed_before.append(frame)
-                if retry_failed:
-                    todo.append(frame)
-                    continue
         files = plan.files_of(frame)
         cut = [path for path in files if path.exists() and not output_complete(path)]
         incomplete.extend(cut)
@@ -629,6 +616,35 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     if incomplete:
         print(f"redoing the frames of {len(incomplete)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
+    return todo, skipped, []
+
+
+def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path,
+                retry_failed: bool) -> tuple[list[str], list[str], list[str]]:
+    """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
+    paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
+    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is said
+    once instead. A failed frame's row holds its error and it has no picture; ``retry_failed`` runs it
+    (its row is the caller's to remove first: ``earlier_failures``)."""
+    present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
+    todo: list[str] = []
+    skipped: list[str] = []
+    failed_before: list[str] = []
+    unpictured: list[Path] = []
+    for frame in frames:
+        failed = present.get(os.path.abspath(name_text(frame)))
+        if failed:
+            failed_before.append(frame)
+        if failed is None or (failed and retry_failed):
+            todo.append(frame)
+            continue
+        skipped.append(frame)
+        if not failed:
+            unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
+    if unpictured:
+        print(f"warning: {len(unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
+              f"{safe_repr(unpictured[0].name)}), and a frame with a row is not run again: to draw them, rerun "
+              "those frames with --viz into another --out", file=sys.stderr)
     return todo, skipped, failed_before
 
 

@@ -322,6 +322,30 @@ def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path,
         assert record["num_pillars"]  # detected on its points, not a failure's row of zeros
 
 
+def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--skip-existing --viz into a JSON Lines run: a frame whose picture was removed, and a failed frame
+    (failures draw none), keep their one row and are not run again; the missing picture is said once,
+    with how to draw it."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for path in [*sorted(frames.glob("0*.bin"))[:2], frames / "zz_corrupt.bin"]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    out = tmp_path / "rows"
+    assert infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz")[0] == 1
+    (part,) = out.glob("detections-*.jsonl")
+    first_rows = part.read_bytes()
+    pictures = sorted(out.glob("*.png"))
+    assert len(pictures) == 2
+    pictures[0].unlink()
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz",
+                       "--skip-existing")
+    assert rc == 0 and "skipping 3 frame(s)" in err, err
+    assert err.count("warning:") == 2 and "1 of them failed in an earlier run" in err, err
+    assert (f"warning: 1 frame(s) with a row in {out} have no whole --viz picture (e.g. '{pictures[0].name}')" in err
+            and "rerun those frames with --viz into another --out" in err), err
+    assert list(out.glob("detections-*.jsonl")) == [part] and part.read_bytes() == first_rows
+
+
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     pq = pytest.importorskip("pyarrow.parquet", reason=NO_PYARROW)
     pa_json = pytest.importorskip("pyarrow.json", reason=NO_PYARROW)
