@@ -204,7 +204,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     outputs.add_argument("--skip-existing", action="store_true",
                          help="skip frames whose outputs are already in --out (resume an interrupted run); with "
                               "--format jsonl / parquet a frame with a row is skipped (a frame keeps one row), even "
-                              "when its row holds an error or its --viz picture is missing")
+                              "when its row holds an error or its --viz picture is missing; with --eval, --format "
+                              "kitti only (the evaluation reads the skipped frames' label files)")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
                               "error, their old rows first removed from the part files (a frame keeps one row)")
@@ -459,6 +460,10 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--retry-failed applies to --format jsonl / parquet, whose rows keep failed frames; "
                          f"--format {fmt} writes no file for a failed frame, so --skip-existing reruns it: drop "
                          "--retry-failed")
+    if args.skip_existing and args.eval and fmt != "kitti":
+        raise InputError(f"--skip-existing with --eval needs --format kitti: the evaluation reads the skipped frames' "
+                         f"label files in --out, which --format {fmt} does not write; pass --format kitti, or drop "
+                         "--skip-existing")
     if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
@@ -560,8 +565,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
-            todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out,
-                                                         args.skip_existing and scratch_dir is None,
+            todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out, args.skip_existing,
                                                          retry_failed=args.retry_failed)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)

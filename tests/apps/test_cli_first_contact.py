@@ -396,14 +396,40 @@ def test_keep_out_of_view_with_eval_is_taken_whatever_the_format(tiny_model: Pat
                                                               "--skip-existing would skip: add --skip-existing"),
     (["--retry-failed", "--skip-existing", "--out", "OUT"], "--format json writes no file for a failed frame, so "
                                                             "--skip-existing reruns it: drop --retry-failed"),
+    (["--skip-existing", "--out", "OUT", "--format", "jsonl", "--eval", "LABELS"],
+     "--skip-existing with --eval needs --format kitti: the evaluation reads the skipped frames' label files in "
+     "--out, which --format jsonl does not write; pass --format kitti, or drop --skip-existing"),
+    (["--skip-existing", "--retry-failed", "--out", "OUT", "--format", "parquet", "--eval", "LABELS"],
+     "--skip-existing with --eval needs --format kitti"),
+    (["--skip-existing", "--out", "OUT", "--format", "json", "--eval", "LABELS"],
+     "--skip-existing with --eval needs --format kitti"),
 ])
 def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
                                                           extra: list[str], expected: str):
     out = tmp_path / "out"
     run = cli("infer", tiny_frames[0], "--model", tiny_model, "--device", "cpu",
-              *[str(out) if value == "OUT" else value for value in extra])
+              *[{"OUT": str(out), "LABELS": str(tmp_path)}.get(value, value) for value in extra])
     assert_one_line_error(run, expected)
     assert not out.exists()
+
+
+def test_eval_with_skip_existing_in_kitti_evaluates_the_skipped_frames_too(tiny_model: Path, tiny_frames: list[Path],
+                                                                           tmp_path: Path):
+    """The fix the refusal of --skip-existing --eval --format jsonl names: with KITTI label files in --out, a
+    resumed run evaluates every frame, the skipped ones read from their files, as one run of them all does."""
+    labels = one_car_labels(tmp_path, tiny_frames[1:4])
+    out, whole = tmp_path / "out", tmp_path / "whole"
+
+    def run(frames: list[Path], folder: Path, *extra: str):
+        return cli("infer", *frames, "--model", tiny_model, "--device", "cpu", "--out", folder, "--eval", labels,
+                   "--no-progress", *LOOSE, *extra)
+
+    assert run(tiny_frames[1:3], out).rc == 0
+    resumed = run(tiny_frames[1:4], out, "--skip-existing")
+    assert resumed.rc == 0 and "skipping 2 frame(s)" in resumed.err, resumed
+    assert f"KITTI evaluation of 3 frame(s) against {labels}" in resumed.out, resumed
+    assert run(tiny_frames[1:4], whole).rc == 0
+    assert json.loads((out / "eval.json").read_text()) == json.loads((whole / "eval.json").read_text())
 
 
 def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_the_cpu(tiny_frames: list[Path],
