@@ -205,10 +205,11 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                          help="skip frames whose outputs are already in --out (resume an interrupted run); with "
                               "--format jsonl / parquet a frame with a row is skipped (a frame keeps one row), even "
                               "when its row holds an error or its --viz picture is missing; with --eval, --format "
-                              "kitti only (the evaluation reads the skipped frames' label files)")
+                              "kitti only (the evaluation reads the skipped frames' label files); not with --ray")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
-                              "error, their old rows first removed from the part files (a frame keeps one row)")
+                              "error, their old rows first removed from the part files (a frame keeps one row); not "
+                              "with --ray")
     outputs.add_argument("--calib", metavar="DIR",
                          help="KITTI calib folder of <frame id>.txt for --format kitti, --eval and --fov-only "
                               "(default: each frame's sibling calib/ folder)")

@@ -160,6 +160,22 @@ def test_options_of_the_path_not_taken_are_refused(tmp_path, extra: list[str], n
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("extra, named", [
+    (["--skip-existing"], "--skip-existing"),
+    (["--skip-existing", "--retry-failed", "--format", "jsonl"], "--skip-existing and --retry-failed"),
+])
+def test_resume_options_are_refused_with_ray(tmp_path, extra: list[str], named: str) -> None:  # type: ignore[no-untyped-def]
+    """A Ray job runs every frame given, so --skip-existing / --retry-failed there are refused, not ignored
+    (into a folder of parts, every row would repeat), before Ray or the model is touched."""
+    frame = tmp_path / "f.bin"
+    frame.write_bytes(bytes(16))
+    line = run_error(["infer", str(frame), "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--ray",
+                      *extra])
+    assert line == (f"error: {named}: not supported with --ray, whose workers run every frame given; resume without "
+                    "--ray (local infer), or run --ray into a new --out"), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Without Ray installed (its import blocked in a fresh interpreter), ``infer --ray`` says what to install."""
     import subprocess

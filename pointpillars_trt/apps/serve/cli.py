@@ -239,6 +239,11 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..outputs import ROW_FORMATS
     from ..runtime_args import runtime_options_from_args
 
+    resuming = [option for option, given in (("--skip-existing", args.skip_existing),
+                                             ("--retry-failed", args.retry_failed)) if given]
+    if resuming:  # before Ray is imported: the workers run every frame given, whatever --out holds
+        raise InputError(f"{' and '.join(resuming)}: not supported with --ray, whose workers run every frame given; "
+                         "resume without --ray (local infer), or run --ray into a new --out")
     require_ray(args.ray_address)  # before the model is read or exported
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
