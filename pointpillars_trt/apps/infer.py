@@ -480,9 +480,10 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
     if earlier:
+        resume = "" if getattr(args, "ray", False) else "pass --skip-existing to run only the frames they lack, or "
         raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "
-                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: pass "
-                         "--skip-existing to run only the frames they lack, or give another --out")
+                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: {resume}give "
+                         "another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame

@@ -242,3 +242,25 @@ def test_infer_ray_where_nothing_listens_is_one_error_at_once(tmp_path, repo_roo
     assert done.returncode == 2, done
     assert done.stderr == (f"error: {named}{address}: no Ray cluster answers there (Connection refused); "
                            f"start one (ray start --head) or {fix} for a local one\n"), done.stderr
+
+
+def test_a_ray_run_into_earlier_parts_is_not_told_to_resume(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Into a folder that holds an earlier run's parts, local infer is told to pass --skip-existing; a --ray
+    run, which refuses that option, is told only to give another --out."""
+    from pointpillars_trt.apps.cli import build_parser
+    from pointpillars_trt.apps.infer import check_outputs
+    from pointpillars_trt.apps.outputs import PART_PREFIX
+    from pointpillars_trt.errors import InputError
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / f"{PART_PREFIX}00000.jsonl").write_text("{}\n")
+    base = ["infer", str(tmp_path / "f.bin"), "--model", "m", "--out", str(out), "--format", "jsonl"]
+    messages = {}
+    for extra in ([], ["--ray"]):
+        with pytest.raises(InputError) as caught:
+            check_outputs(build_parser().parse_args(base + extra), [])
+        messages[bool(extra)] = str(caught.value)
+    assert "pass --skip-existing" in messages[False] and messages[False].endswith("give another --out")
+    assert "--skip-existing" not in messages[True] and messages[True].endswith("whose rows this run would repeat: "
+                                                                                "give another --out")
