@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
-from ...kitti import KITTI_IMAGE_WORDS
+from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given, image_shape_arg
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
@@ -38,7 +38,7 @@ def add_eval_parser(sub: Any) -> None:
     p.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
                    help="camera image size in pixels, for every frame: where the 2D boxes of JSON predictions "
                         "are clipped (default: the calib folder's sibling image_2/<id>.png when there is one, "
-                        "else 375,1242, said in one note; JSON predictions only)")
+                        f"else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, said in one note; JSON predictions only)")
     p.add_argument("--ids", metavar="FILE",
                    help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt "
                         "(default: every prediction file in --pred)")
