@@ -30,7 +30,7 @@ from ..fileio import PendingFlush, check_writable_folder, name_text, process_ali
     safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
-from ..kitti import refuse_other_split
+from ..kitti import KITTI_IMAGE_SHAPE, refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
@@ -216,7 +216,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     outputs.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
                          help="camera image size in pixels: it decides which points the camera-view crop "
                               "(--fov-only) keeps and where KITTI 2D boxes are clipped (default: each frame's "
-                              "image_2 PNG when there is one, else 375,1242, said in one note)")
+                              f"image_2 PNG when there is one, else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, "
+                              "said in one note)")
     outputs.add_argument("--keep-out-of-view", action="store_true",
                          help="--format kitti (or --eval): keep boxes outside the camera image (dropped and "
                               "counted otherwise)")
@@ -291,19 +292,30 @@ def _no_frames(pattern: str) -> str:
     return f"{safe_repr(pattern)}: no such file or folder"
 
 
+def refuse_repeated_frames(frames: Sequence[str]) -> None:
+    """A frame named twice (compared as absolute paths, as ``--skip-existing`` compares sources) would be
+    run and written twice (two rows of one source in a row format): refuse it before anything runs."""
+    seen: set[str] = set()
+    for frame in frames:
+        key = os.path.abspath(name_text(frame))
+        if key in seen:
+            raise InputError(f"frame {safe_repr(frame)} is given twice (by two arguments, or a folder and a file "
+                             "in it): give each frame once")
+        seen.add(key)
+
+
 def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),
                        reserved: Sequence[str] = ()) -> None:
     """Outputs are named after the frame (``<stem><suffix>``), so two frames of one stem would
-    overwrite each other: refuse them before anything runs."""
+    overwrite each other: refuse them before anything runs (a frame named twice first:
+    :func:`refuse_repeated_frames`)."""
+    refuse_repeated_frames(frames)
     by_name: dict[str, list[str]] = {}
     for frame in frames:
         by_name.setdefault(Path(frame).stem, []).append(frame)
     clashes = [paths for paths in by_name.values() if len(paths) > 1]
     if clashes:
         first = clashes[0]
-        if os.path.abspath(first[0]) == os.path.abspath(first[1]):
-            raise InputError(f"frame {safe_repr(first[0])} is given twice (by two arguments, or a folder and a file "
-                             "in it): give each frame once")
         raise InputError(
             f"frames {safe_repr(first[0])} and {safe_repr(first[1])} would write the same output file "
             f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({len(clashes)} such name(s)); "
@@ -487,6 +499,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
+        refuse_repeated_frames(frames)
         suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
         if suffixes:
             check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])

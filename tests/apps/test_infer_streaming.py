@@ -586,3 +586,19 @@ def test_parquet_without_pyarrow_is_refused_before_the_model_loads(frames, tmp_p
     rc, _, err = infer(str(frames), "--model", str(not_a_model), "--out", str(tmp_path / "o"), "--format", "parquet")
     assert rc == 2 and err.count("\n") == 1 and "--format parquet needs pyarrow" in err, err
     assert not (tmp_path / "o").exists() or not any((tmp_path / "o").iterdir())
+
+
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_a_frame_named_twice_is_refused_in_a_row_format(model_path, frames, tmp_path, monkeypatch, fmt) -> None:  # type: ignore[no-untyped-def]
+    """A row format keeps one row a source (sources compared as absolute paths, as --skip-existing compares
+    them): the same point file named again (here with ./ and absolute) is refused before anything runs,
+    as the per-frame formats refuse it."""
+    first, second = sorted(frames.glob("*.bin"))[:2]
+    monkeypatch.chdir(frames)
+    for again in (f"./{first.name}", str(first)):
+        out = tmp_path / "rows"
+        rc, _, err = infer(first.name, second.name, again, "--model", str(model_path), "--out", str(out),
+                           "--format", fmt)
+        assert (rc, err) == (2, f"error: frame {again!r} is given twice (by two arguments, or a folder and a "
+                                "file in it): give each frame once\n"), err
+        assert not out.exists()
