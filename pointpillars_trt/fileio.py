@@ -283,11 +283,7 @@ class PendingFlush:
     def flush(self) -> None:
         """Make every added file durable (see :func:`flush_to_disk`)."""
         for name in self._files:
-            fd = os.open(name, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_path(name)
         synced_devices: set[int] = set()
         for folder in self._folders:
             fd = os.open(folder, os.O_RDONLY)
@@ -303,8 +299,8 @@ class PendingFlush:
                 os.close(fd)
 
 
-def sync_folder(path: PathLike) -> None:
-    """fsync a folder: the renames and removals in it are durable once it returns."""
+def fsync_path(path: PathLike) -> None:
+    """fsync a file, or a folder (the renames and removals in it), by its path."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -307,9 +307,8 @@ def refuse_repeated_frames(frames: Sequence[str]) -> None:
 def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),
                        reserved: Sequence[str] = ()) -> None:
     """Outputs are named after the frame (``<stem><suffix>``), so two frames of one stem would
-    overwrite each other: refuse them before anything runs (a frame named twice first:
-    :func:`refuse_repeated_frames`)."""
-    refuse_repeated_frames(frames)
+    overwrite each other: refuse them before anything runs (a frame named twice is refused before
+    this, by :func:`refuse_repeated_frames`)."""
     by_name: dict[str, list[str]] = {}
     for frame in frames:
         by_name.setdefault(Path(frame).stem, []).append(frame)
@@ -504,6 +503,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         if suffixes:
             check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
     elif labels is not None:
+        refuse_repeated_frames(frames)
         check_unique_names(frames, [".txt"])
     if args.viz:
         from .viz import require_matplotlib

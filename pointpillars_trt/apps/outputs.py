@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import numpy as np
 
 from ..errors import InputError
-from ..fileio import dumps_strict, loads_json, name_text, safe_repr, sync_folder, write_bytes_atomic
+from ..fileio import dumps_strict, fsync_path, loads_json, name_text, safe_repr, write_bytes_atomic
 from .messages import one_line
 
 if TYPE_CHECKING:
@@ -333,7 +333,7 @@ def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]
             _written(path, functools.partial(write_bytes_atomic, data=kept) if kept else Path.unlink)
             changed = True
     if changed:
-        _written(folder, sync_folder)  # the renames and removals, before any new row is written
+        _written(folder, fsync_path)  # the renames and removals, before any new row is written
 
 
 def _part_without(path: Path, output_format: str, sources: Collection[str]) -> bytes | None:
