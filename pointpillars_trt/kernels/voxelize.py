@@ -98,6 +98,9 @@ class VoxelizeStage:
     LARGE_PILLAR_BLOCKS = 64  # blocks of vox_rank_large (grid-stride over the frame's large pillars)
     GATHER_WARPS = GATHER_WARPS  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
     _GATHER_BLOCKS_PER_SM = 8  # vox_gather's grid, striding over the live pillars (as scatter's and the PFN's)
+    # The per-point kernels' grid, striding over the frame's points: 2 blocks of 512 an SM take a full
+    # KITTI scan (~121k points) in one pass on an H200 and leave room for a batch's other frames.
+    _POINT_BLOCKS_PER_SM = 2
 
     def __init__(self, cfg: ModelConfig, max_points: int) -> None:
         if max_points < 1:
@@ -106,7 +109,9 @@ class VoxelizeStage:
         self.params = p = VoxelParams.from_config(cfg)
         self.max_points = int(max_points)
         self._k = compile_kernels("voxelize.cu", p.defines(), self.KERNELS)
-        self._num_blocks = grid_blocks(self.max_points, _SCAN_BLOCK)
+        self._num_chunks = grid_blocks(self.max_points, _SCAN_BLOCK)  # vox_count's counter rows
+        self._point_blocks = min(self._num_chunks, multiprocessors() * self._POINT_BLOCKS_PER_SM)
+        self.points_per_pass = self._point_blocks * _SCAN_BLOCK  # a larger frame takes the grid several passes
         self._gather_blocks = min(grid_blocks(p.max_pillars, self.GATHER_WARPS), multiprocessors() * self._GATHER_BLOCKS_PER_SM)
         m, c, pmax, cells = p.max_points_per_pillar, len(p.features), p.max_pillars, p.num_cells
         i32 = np.int32
@@ -122,7 +127,7 @@ class VoxelizeStage:
             self._cell_fill = cp.zeros(cells, i32)
             self._cell_bucket = cp.zeros(cells, i32)
             self._cell_pillar = cp.zeros(cells, i32)
-            self._block_counts = cp.zeros(self._num_blocks * 3, i32)
+            self._block_counts = cp.zeros(self._num_chunks * 3, i32)
             self._pillar_bucket = cp.zeros(pmax, i32)
             self._pillar_total = cp.zeros(pmax, i32)
             self._slot_point = cp.zeros(pmax * m, i32)
@@ -152,13 +157,14 @@ class VoxelizeStage:
             raise InputError("points: the device buffer must be 16-byte aligned (rows are read as float4)")
         k = self._k
         rows = np.int32(min(points.shape[0], self.max_points))
-        blocks = self._num_blocks
+        blocks = self._point_blocks
         launch_kernel(k["vox_classify"], blocks, _SCAN_BLOCK,
                       (points, times, frame, rows, self._point_cell, self._cell_first, self._cell_count), stream)
         launch_kernel(k["vox_count"], blocks, _SCAN_BLOCK,
                       (frame, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
                        self.stats, self._block_counts), stream)
-        launch_kernel(k["vox_offsets"], 1, 1024, (self._block_counts, np.int32(blocks), self.stats), stream)
+        launch_kernel(k["vox_offsets"], 1, 1024, (frame, rows, np.int32(_SCAN_BLOCK), self._block_counts, self.stats),
+                      stream)
         launch_kernel(k["vox_number"], blocks, _SCAN_BLOCK,
                       (frame, rows, self._point_cell, self._cell_first, self._cell_count, self._cell_bucket,
                        self._block_counts, self._cell_fill, self._cell_pillar, self._bucket, self._pillar_bucket,

@@ -241,6 +241,18 @@ def test_voxelize_large_pillars_of_many_sizes_keep_their_first_points(cp: Any, s
 
 
 @pytest.mark.cuda
+def test_voxelize_frames_larger_than_one_pass_of_the_grid(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """The per-point kernels' blocks stride over a frame's chunks of points: pillars are still numbered
+    in first-point order across the passes, and a small frame after a large one reads none of its counters."""
+    rng = np.random.default_rng(29)
+    run = VoxelRun(cp, cfg, capacity=1 << 19)
+    large = awkward_cloud(cfg, rng, 3 * run.stage.points_per_pass + 1000)
+    assert_matches_reference(run(large, stream), large, cfg, "four passes")
+    small = awkward_cloud(cfg, rng, 5000)
+    assert_matches_reference(run(small, stream), small, cfg, "one pass after four")
+
+
+@pytest.mark.cuda
 def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
     run = VoxelRun(cp, cfg, capacity=16384)
     rng = np.random.default_rng(21)

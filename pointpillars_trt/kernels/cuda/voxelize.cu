@@ -9,10 +9,13 @@
 // One frame = seven launches on one stream, all sized from capacities (the point capacity is a kernel
 // argument, so growing it needs no recompilation); the frame's point count and first row (its
 // `frame` header: two int32 on the device, so several frames can share one input buffer) and the
-// pillar count are read from device memory, so a CUDA graph can capture the frame.
+// pillar count are read from device memory, so a CUDA graph can capture the frame. The per-point
+// kernels take the frame's points in chunks of one block's threads, their blocks striding over the
+// chunks: a grid of a few blocks an SM, not one sized for the buffer (which holds a whole batch's
+// points), so the frames of a batch, each on its own stream, run side by side.
 //   vox_classify  per point: cell or drop code; atomicMin first point and atomicAdd count per cell
-//   vox_count     per point: first-point flags; first points reserve their cell's bucket; block sums
-//   vox_offsets   one block: pillar numbering offsets per block and the frame counters
+//   vox_count     per point: first-point flags; first points reserve their cell's bucket; chunk sums
+//   vox_offsets   one block: pillar numbering offsets per chunk and the frame counters
 //   vox_number    per point: pillar ids (first-point order), pillar rows, bucket fill
 //   vox_rank      per point: slot = rank in its cell; clears the per-cell scratch for the next frame
 //                 (pillars of more than kSmallPillar points are left to vox_rank_large)
@@ -40,7 +43,7 @@ constexpr int kOutOfRange = -1;
 constexpr int kNonFinite = -2;
 constexpr int kNoPoint = 0x7fffffff;
 
-// Per-block counters written by vox_count and scanned by vox_offsets.
+// Per-chunk counters written by vox_count and scanned by vox_offsets.
 enum BlockCount { kFirst = 0, kNonFiniteCount = 1, kInRange = 2, kBlockStride = 3 };
 
 // Pillars with more points than this rank their points in vox_rank_large.
@@ -54,6 +57,11 @@ __device__ __forceinline__ int first_row(const int* frame, int num_rows) {
 
 __device__ __forceinline__ int live_points(const int* frame, int num_rows) {
     return min(max(frame[0], 0), num_rows - first_row(frame, num_rows));
+}
+
+// Chunks of blockDim.x points the frame's points fill (vox_count writes one counter row each).
+__device__ __forceinline__ int point_chunks(const int* frame, int num_rows) {
+    return (live_points(frame, num_rows) + blockDim.x - 1) / blockDim.x;
 }
 
 // floor((p - lo) / size) in IEEE float32 (the reference's numerics); -1 outside [0, n).
@@ -99,14 +107,15 @@ extern "C" __global__ void vox_classify(const float4* __restrict__ points, const
                                         const int* __restrict__ frame, int num_rows,
                                         int* __restrict__ point_cell, int* __restrict__ cell_first,
                                         int* __restrict__ cell_count) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= live_points(frame, num_rows)) return;
-    const int row = first_row(frame, num_rows) + i;
-    const int cell = classify(points[row], time_of(times, row));
-    point_cell[i] = cell;
-    if (cell >= 0) {
-        atomicMin(&cell_first[cell], i);
-        atomicAdd(&cell_count[cell], 1);
+    const int live = live_points(frame, num_rows), first = first_row(frame, num_rows);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < live; i += gridDim.x * blockDim.x) {
+        const int row = first + i;
+        const int cell = classify(points[row], time_of(times, row));
+        point_cell[i] = cell;
+        if (cell >= 0) {
+            atomicMin(&cell_first[cell], i);
+            atomicAdd(&cell_count[cell], 1);
+        }
     }
 }
 
@@ -117,37 +126,42 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
                                      int* __restrict__ cell_bucket, int* __restrict__ stats,
                                      int* __restrict__ block_counts) {
     __shared__ int block_start;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
-    if (i < live_points(frame, num_rows)) {
-        cell = point_cell[i];
-        nonfinite = cell == kNonFinite;
-        in_range = cell >= 0;
-        first = is_first(i, cell, cell_first);
-        if (first) size = cell_count[cell];
-    }
-    // Buckets: one atomic per block reserves room for the block's cells. Where a bucket lies does
-    // not matter, only its contents.
-    int block_size;
-    const int offset = pp_block_exclusive_scan(size, &block_size);
-    if (threadIdx.x == 0) block_start = block_size ? atomicAdd(&stats[STAT_CURSOR], block_size) : 0;
-    __syncthreads();
-    if (first) cell_bucket[cell] = block_start + offset;
-    const int f = pp_block_sum(first);
-    const int n = pp_block_sum(nonfinite);
-    const int r = pp_block_sum(in_range);
-    if (threadIdx.x == 0) {
-        int* row = block_counts + blockIdx.x * kBlockStride;
-        row[kFirst] = f;
-        row[kNonFiniteCount] = n;
-        row[kInRange] = r;
+    const int live = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows);
+    for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
+        const int i = chunk * blockDim.x + threadIdx.x;
+        int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
+        if (i < live) {
+            cell = point_cell[i];
+            nonfinite = cell == kNonFinite;
+            in_range = cell >= 0;
+            first = is_first(i, cell, cell_first);
+            if (first) size = cell_count[cell];
+        }
+        // Buckets: one atomic per chunk reserves room for the chunk's cells. Where a bucket lies does
+        // not matter, only its contents.
+        int chunk_size;
+        const int offset = pp_block_exclusive_scan(size, &chunk_size);
+        if (threadIdx.x == 0) block_start = chunk_size ? atomicAdd(&stats[STAT_CURSOR], chunk_size) : 0;
+        __syncthreads();
+        if (first) cell_bucket[cell] = block_start + offset;
+        const int f = pp_block_sum(first);
+        const int n = pp_block_sum(nonfinite);
+        const int r = pp_block_sum(in_range);
+        if (threadIdx.x == 0) {
+            int* row = block_counts + chunk * kBlockStride;
+            row[kFirst] = f;
+            row[kNonFiniteCount] = n;
+            row[kInRange] = r;
+        }
     }
 }
 
-extern "C" __global__ void vox_offsets(int* __restrict__ block_counts, int num_blocks,
-                                       int* __restrict__ stats) {
+// Launched with the per-point kernels' block size: chunks are counted in their blocks.
+extern "C" __global__ void vox_offsets(const int* __restrict__ frame, int num_rows, int chunk_points,
+                                       int* __restrict__ block_counts, int* __restrict__ stats) {
     __shared__ int totals[kBlockStride];
-    pp_scan_block_counts<kBlockStride>(block_counts, num_blocks, totals);
+    const int chunks = (live_points(frame, num_rows) + chunk_points - 1) / chunk_points;
+    pp_scan_block_counts<kBlockStride>(block_counts, chunks, totals);
     __syncthreads();
     if (threadIdx.x == 0) {
         const int total = totals[kFirst];
@@ -174,31 +188,34 @@ extern "C" __global__ void vox_number(const int* __restrict__ frame, int num_row
                                       int* __restrict__ pillar_total, int* __restrict__ coords,
                                       int* __restrict__ num_points, int* __restrict__ stats,
                                       int* __restrict__ large_pillars) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool live = i < live_points(frame, num_rows);
-    const int cell = live ? point_cell[i] : kOutOfRange;
-    const bool first = live && is_first(i, cell, cell_first);
-    int unused;
-    const int pillar =
-        block_counts[blockIdx.x * kBlockStride + kFirst] + pp_block_exclusive_scan(first, &unused);
-    if (cell < 0) return;
-    const int start = cell_bucket[cell];
-    bucket[start + atomicAdd(&cell_fill[cell], 1)] = i;
-    if (!first) return;
-    if (pillar >= MAX_PILLARS) {
-        cell_pillar[cell] = -1;
-        return;
+    const int live_count = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows);
+    for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
+        const int i = chunk * blockDim.x + threadIdx.x;
+        const bool live = i < live_count;
+        const int cell = live ? point_cell[i] : kOutOfRange;
+        const bool first = live && is_first(i, cell, cell_first);
+        int unused;
+        const int pillar =
+            block_counts[chunk * kBlockStride + kFirst] + pp_block_exclusive_scan(first, &unused);
+        if (cell < 0) continue;
+        const int start = cell_bucket[cell];
+        bucket[start + atomicAdd(&cell_fill[cell], 1)] = i;
+        if (!first) continue;
+        if (pillar >= MAX_PILLARS) {
+            cell_pillar[cell] = -1;
+            continue;
+        }
+        cell_pillar[cell] = pillar;
+        const int count = cell_count[cell];
+        pillar_bucket[pillar] = start;
+        pillar_total[pillar] = count;
+        num_points[pillar] = min(count, MAX_PTS);
+        if (count > kSmallPillar) large_pillars[atomicAdd(&stats[STAT_LARGE_PILLARS], 1)] = pillar;
+        const int ix = cell % NX;
+        const int iy = (cell / NX) % NY;
+        const int iz = cell / (NX * NY);
+        reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, iz, iy, ix);
     }
-    cell_pillar[cell] = pillar;
-    const int count = cell_count[cell];
-    pillar_bucket[pillar] = start;
-    pillar_total[pillar] = count;
-    num_points[pillar] = min(count, MAX_PTS);
-    if (count > kSmallPillar) large_pillars[atomicAdd(&stats[STAT_LARGE_PILLARS], 1)] = pillar;
-    const int ix = cell % NX;
-    const int iy = (cell / NX) % NY;
-    const int iz = cell / (NX * NY);
-    reinterpret_cast<int4*>(coords)[pillar] = make_int4(0, iz, iy, ix);
 }
 
 extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
@@ -209,25 +226,26 @@ extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
                                     const int* __restrict__ pillar_total,
                                     int* __restrict__ cell_first, int* __restrict__ cell_count,
                                     int* __restrict__ cell_fill, int* __restrict__ slot_point) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= live_points(frame, num_rows)) return;
-    const int cell = point_cell[i];
-    if (cell < 0) return;
-    const int pillar = cell_pillar[cell];
-    // Every reader of these per-cell values ran in an earlier launch: reset them for the next frame.
-    cell_first[cell] = kNoPoint;
-    cell_count[cell] = 0;
-    cell_fill[cell] = 0;
-    if (pillar < 0) return;
-    const int total = pillar_total[pillar];
-    if (total > kSmallPillar) return;  // vox_rank_large's
-    const int* members = bucket + pillar_bucket[pillar];
-    // No early exit at rank MAX_PTS: a loop bound that waits on each load's result made the members'
-    // loads one after another (~0.3 us each from L2); unrolled, they are in flight together.
-    int rank = 0;
+    const int live = live_points(frame, num_rows);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < live; i += gridDim.x * blockDim.x) {
+        const int cell = point_cell[i];
+        if (cell < 0) continue;
+        const int pillar = cell_pillar[cell];
+        // Every reader of these per-cell values ran in an earlier launch: reset them for the next frame.
+        cell_first[cell] = kNoPoint;
+        cell_count[cell] = 0;
+        cell_fill[cell] = 0;
+        if (pillar < 0) continue;
+        const int total = pillar_total[pillar];
+        if (total > kSmallPillar) continue;  // vox_rank_large's
+        const int* members = bucket + pillar_bucket[pillar];
+        // No early exit at rank MAX_PTS: a loop bound that waits on each load's result made the members'
+        // loads one after another (~0.3 us each from L2); unrolled, they are in flight together.
+        int rank = 0;
 #pragma unroll 8
-    for (int j = 0; j < total; ++j) rank += members[j] < i;
-    if (rank < MAX_PTS) slot_point[pillar * MAX_PTS + rank] = i;
+        for (int j = 0; j < total; ++j) rank += members[j] < i;
+        if (rank < MAX_PTS) slot_point[pillar * MAX_PTS + rank] = i;
+    }
 }
 
 namespace {
