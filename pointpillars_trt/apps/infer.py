@@ -580,12 +580,16 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
             plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
             print_device_notice(detectors[0])  # once the run's set-up can no longer fail
-            todo, skipped, failed_before = frames_to_run(frames, plan, fmt, out, args.skip_existing,
-                                                         retry_failed=args.retry_failed)
+            todo, skipped, failed_before, unpictured = frames_to_run(frames, plan, fmt, out, args.skip_existing,
+                                                                     retry_failed=args.retry_failed)
             if skipped:
                 print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
             if failed_before and out is not None:
                 earlier_failures(failed_before, fmt, out, retry=args.retry_failed)
+            if unpictured:  # of the frames just said skipped
+                print(f"warning: {len(unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
+                      f"{safe_repr(unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
+                      "rerun those frames with --viz into another --out", file=sys.stderr)
             done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
                                         points_per_frame, path_errors)
             if out is not None:
@@ -613,15 +617,16 @@ def scratch_folder() -> Iterator[Path]:
         yield Path(path)
 
 
-def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None,
-                  skip_existing: bool, retry_failed: bool = False) -> tuple[list[str], list[str], list[str]]:
-    """(frames to run, frames skipped, the frames whose row is a failure's) under ``--skip-existing``: a
-    frame is skipped when all its outputs are there and complete (this package writes them atomically;
-    an empty or cut file, or a JSON file not infer's record of the frame, came from elsewhere, or from a
-    crash before the run's flush, and is redone, said once); for row formats, when its row is in a part
-    file (``rows_to_run``)."""
+def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
+                  retry_failed: bool = False) -> tuple[list[str], list[str], list[str], list[Path]]:
+    """(frames to run, frames skipped, the frames whose row is a failure's, the missing or cut ``--viz``
+    pictures of skipped frames) under ``--skip-existing``: a frame is skipped when all its outputs are
+    there and complete (this package writes them atomically; an empty or cut file, or a JSON file not
+    infer's record of the frame, came from elsewhere, or from a crash before the run's flush, and is
+    redone, said once); for row formats, when its row is in a part file (``rows_to_run``). The caller
+    says the skipped frames, then their failures and missing pictures."""
     if not skip_existing or out is None:
-        return list(frames), [], []
+        return list(frames), [], [], []
     if fmt in ROW_FORMATS:
         return rows_to_run(frames, plan, fmt, out, retry_failed)
     todo: list[str] = []
@@ -635,16 +640,16 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     if incomplete:
         print(f"redoing the frames of {len(incomplete)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
-    return todo, skipped, []
+    return todo, skipped, [], []
 
 
 def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path,
-                retry_failed: bool) -> tuple[list[str], list[str], list[str]]:
+                retry_failed: bool) -> tuple[list[str], list[str], list[str], list[Path]]:
     """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
     paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
-    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is said
-    once instead. A failed frame's row holds its error and it has no picture; ``retry_failed`` runs it
-    (its row is the caller's to remove first: ``earlier_failures``)."""
+    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
+    returned for the caller to say once instead. A failed frame's row holds its error and it has no
+    picture; ``retry_failed`` runs it (its row is the caller's to remove first: ``earlier_failures``)."""
     present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
     todo: list[str] = []
     skipped: list[str] = []
@@ -660,11 +665,7 @@ def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path,
         skipped.append(frame)
         if not failed:
             unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
-    if unpictured:
-        print(f"warning: {len(unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
-              f"{safe_repr(unpictured[0].name)}), and a frame with a row is not run again: to draw them, rerun "
-              "those frames with --viz into another --out", file=sys.stderr)
-    return todo, skipped, failed_before
+    return todo, skipped, failed_before, unpictured
 
 
 def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:

@@ -322,28 +322,34 @@ def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path,
         assert record["num_pillars"]  # detected on its points, not a failure's row of zeros
 
 
-def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """--skip-existing --viz into a JSON Lines run: a frame whose picture was removed, and a failed frame
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(model_path, frames, tmp_path,  # type: ignore[no-untyped-def]
+                                                                              fmt) -> None:
+    """--skip-existing --viz into a row run: a frame whose picture was removed, and a failed frame
     (failures draw none), keep their one row and are not run again; the missing picture is said once,
-    with how to draw it."""
+    with how to draw it, after the frames are said skipped and the failure among them (it was said
+    first, before the line it is about)."""
     folder = tmp_path / "frames"
     folder.mkdir()
     for path in [*sorted(frames.glob("0*.bin"))[:2], frames / "zz_corrupt.bin"]:
         (folder / path.name).write_bytes(path.read_bytes())
     out = tmp_path / "rows"
-    assert infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz")[0] == 1
-    (part,) = out.glob("detections-*.jsonl")
+    assert infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt, "--viz")[0] == 1
+    (part,) = out.glob(f"detections-*.{fmt}")
     first_rows = part.read_bytes()
     pictures = sorted(out.glob("*.png"))
     assert len(pictures) == 2
     pictures[0].unlink()
-    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz",
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt, "--viz",
                        "--skip-existing")
-    assert rc == 0 and "skipping 3 frame(s)" in err, err
-    assert err.count("warning:") == 2 and "1 of them failed in an earlier run" in err, err
-    assert (f"warning: 1 frame(s) with a row in {out} have no whole --viz picture (e.g. '{pictures[0].name}')" in err
-            and "rerun those frames with --viz into another --out" in err), err
-    assert list(out.glob("detections-*.jsonl")) == [part] and part.read_bytes() == first_rows
+    assert rc == 0 and err.count("warning:") == 2, err
+    lines = err.splitlines()
+    skipping = lines.index(f"skipping 3 frame(s) whose outputs are already in {out}")
+    assert lines[skipping + 1].startswith("warning: 1 of them failed in an earlier run"), err
+    assert lines[skipping + 2] == (
+        f"warning: 1 frame(s) with a row in {out} have no whole --viz picture (e.g. '{pictures[0].name}'), and a "
+        "frame with a row is not run again: to draw them, rerun those frames with --viz into another --out"), err
+    assert list(out.glob(f"detections-*.{fmt}")) == [part] and part.read_bytes() == first_rows
 
 
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
