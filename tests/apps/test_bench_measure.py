@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import FrameType
 
 import numpy as np
 import pytest
@@ -210,3 +211,24 @@ def test_a_cpu_bench_says_its_stages_are_wall_clock_and_that_no_chart_is_drawn_w
     heading = next(line for line in report.splitlines() if line.startswith("## Latency"))
     assert "stages: wall clock per stage" in heading and "CUDA events" not in heading, heading
     assert "stage timings off" not in heading, heading  # the CPU path times its stages in the timed pass
+
+
+def test_a_bench_checks_for_matplotlib_once_and_draws_its_chart(bench_setup: BenchSetup, tmp_path: Path) -> None:
+    """One check decides both the chart and the note (the chart writer checked a second time)."""
+    pytest.importorskip("matplotlib")
+    from pointpillars_trt.apps.viz import require_matplotlib
+
+    checks = 0
+
+    def count_checks(frame: FrameType, event: str, _arg: object) -> None:
+        nonlocal checks
+        if event == "call" and frame.f_code is require_matplotlib.__code__:
+            checks += 1
+
+    sys.setprofile(count_checks)  # the calls of this thread, which runs the command
+    try:
+        run = cpu_bench(bench_setup, tmp_path, "--iterations", 1)
+    finally:
+        sys.setprofile(None)
+    assert checks == 1
+    assert f"wrote {tmp_path / 'bench_stages.png'}" in run.out.splitlines() and "no PNG" not in run.out, run.out

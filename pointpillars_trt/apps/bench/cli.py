@@ -137,7 +137,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
-    missing = no_png_line()
+    missing = no_png_line()  # the run's one check for matplotlib: the chart and the note both follow it
     if missing is not None:
         results["notes"].append(missing)
     for path in write_reports(results, out, chart=missing is None):

@@ -7,7 +7,6 @@ from typing import Any
 
 from ...detections import STAGES as STAGE_ORDER
 from ...fileio import write_json_atomic, write_text_atomic
-from ..viz import require_matplotlib
 
 #: How the latency table's times were taken, by where the run ran (the CPU path always times its stages).
 TIMINGS = {"cuda": "e2e: host to host, stage timings off as by default; stages: GPU time from CUDA events, a "
@@ -80,8 +79,9 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def write_reports(results: dict[str, Any], out: Path, chart: bool = True) -> list[Path]:
-    """bench.md, bench.json and, with ``chart`` (matplotlib is there), bench_stages.png; the paths written."""
+def write_reports(results: dict[str, Any], out: Path, *, chart: bool) -> list[Path]:
+    """bench.md, bench.json and, with ``chart`` (the caller's one check found matplotlib: ``no_png_line``),
+    bench_stages.png; the paths written."""
     out.mkdir(parents=True, exist_ok=True)
     written = [out / "bench.md", out / "bench.json"]
     write_text_atomic(written[0], markdown_report(results))
@@ -93,8 +93,8 @@ def write_reports(results: dict[str, Any], out: Path, chart: bool = True) -> lis
 
 def stage_chart(results: dict[str, Any], path: Path) -> Path:
     """Left: stacked per-stage milliseconds of our engines (GPU or CPU time); right, on its own scale:
-    end-to-end p50 of every run, baselines included, so sub-millisecond stages stay readable."""
-    require_matplotlib()
+    end-to-end p50 of every run, baselines included, so sub-millisecond stages stay readable. Needs
+    matplotlib: ``write_reports``' caller has checked."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
