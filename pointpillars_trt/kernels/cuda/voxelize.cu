@@ -156,7 +156,7 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
     }
 }
 
-// Launched with the per-point kernels' block size: chunks are counted in their blocks.
+// chunk_points: the per-point kernels' block size, the chunk vox_count wrote a counter row for.
 extern "C" __global__ void vox_offsets(const int* __restrict__ frame, int num_rows, int chunk_points,
                                        int* __restrict__ block_counts, int* __restrict__ stats) {
     __shared__ int totals[kBlockStride];
