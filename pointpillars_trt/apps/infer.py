@@ -536,9 +536,10 @@ def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: 
                          f"({columns_text(columns)}); pass --point-dim {columns}")
 
 
-def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_range: Sequence[float] | None,
-                kitti_dir: Path | None = None) -> OutputPlan:
-    """The OutputPlan of infer's options (``kitti_dir``: where KITTI lines go when --out takes JSON)."""
+def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, kitti_dir: Path | None = None) -> OutputPlan:
+    """The OutputPlan of infer's options (``kitti_dir``: where KITTI lines go when --out takes JSON). Its
+    point range, which only draws the --viz pictures, is the model's: ``infer_with`` adds it once the model
+    is open; which files a frame's outputs are does not depend on it."""
     return OutputPlan(
         json_dir=out if fmt == "json" else None,
         kitti_dir=out if fmt == "kitti" and out is not None else kitti_dir,
@@ -546,7 +547,6 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, point_rang
         calib_dir=args.calib,
         image_shape=args.image_shape,
         keep_out_of_view=args.keep_out_of_view,
-        point_range=tuple(point_range) if point_range is not None else None,
     )
 
 
@@ -555,10 +555,29 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     """infer's run with the detectors ``open_detectors(points_per_frame)`` gives (one per pipeline:
     anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
     size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
-    its outputs in processes, started while they open)."""
+    its outputs in processes, started while they open). The detectors are opened only when a frame is
+    to run, or --eval needs the model's classes: a --skip-existing run whose frames are all done says
+    so and ends without loading a model."""
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
+    with scratch_folder() as scratch:
+        plan = output_plan(args, fmt, out, scratch if labels is not None and (fmt != "kitti" or out is None) else None)
+        resume = frames_to_run(frames, plan, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
+        if resume.todo or labels is not None or out is None:
+            failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors)
+        else:  # every frame's outputs are there, and no evaluation wants the model's classes
+            remove_stale_temp_files(out)
+            say_resume(resume, fmt, out, retry=args.retry_failed)
+            _, failures = frame_report(0, plan, args, fmt, out, path_errors).close()
+    return EXIT_FRAME_FAILURES if failures or path_errors else 0
+
+
+def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
+               frames: Sequence[str], fmt: str, out: Path | None, labels: Path | None, plan: OutputPlan,
+               resume: Resume, path_errors: Sequence[str]) -> int:
+    """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
+    it opens here; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
                if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
@@ -576,32 +595,22 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
-        with scratch_folder() as scratch:
-            scratch_dir = scratch if labels is not None and (fmt != "kitti" or out is None) else None
-            plan = output_plan(args, fmt, out, cfg.voxel.point_range if cfg is not None else None, scratch_dir)
-            print_device_notice(detectors[0])  # once the run's set-up can no longer fail
-            todo, skipped, failed_before, unpictured = frames_to_run(frames, plan, fmt, out, args.skip_existing,
-                                                                     retry_failed=args.retry_failed)
-            if skipped:
-                print(f"skipping {len(skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
-            if failed_before and out is not None:
-                earlier_failures(failed_before, fmt, out, retry=args.retry_failed)
-            if unpictured:  # of the frames just said skipped
-                print(f"warning: {len(unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
-                      f"{safe_repr(unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
-                      "rerun those frames with --viz into another --out", file=sys.stderr)
-            done, failures = run_frames(detectors, todo, plan, args, batch, fmt, out, classes, writers,
-                                        points_per_frame, path_errors)
-            if out is not None:
-                remove_stale_temp_files(out)  # of a writer process that died mid-write
-            if labels is not None:
-                _evaluate(labels, plan.kitti_dir, skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
+        if cfg is not None:  # the --viz pictures are drawn over the model's point range
+            plan = dataclasses.replace(plan, point_range=tuple(cfg.voxel.point_range))
+        print_device_notice(detectors[0])  # once the run's set-up can no longer fail
+        say_resume(resume, fmt, out, retry=args.retry_failed)
+        done, failures = run_frames(detectors, resume.todo, plan, args, batch, fmt, out, classes, writers,
+                                    points_per_frame, path_errors)
+        if out is not None:
+            remove_stale_temp_files(out)  # of a writer process that died mid-write
+        if labels is not None:
+            _evaluate(labels, plan.kitti_dir, resume.skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
     finally:
         if writers is not None:
             writers.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
-    return EXIT_FRAME_FAILURES if failures or path_errors else 0
+    return failures
 
 
 @contextlib.contextmanager
@@ -617,55 +626,74 @@ def scratch_folder() -> Iterator[Path]:
         yield Path(path)
 
 
+@dataclasses.dataclass
+class Resume:
+    """What ``--skip-existing`` makes of a run's frames (``frames_to_run``): the frames to run and those
+    skipped, the frames whose row is an earlier run's failure, the missing or cut ``--viz`` pictures of
+    skipped frames, and the empty, cut or foreign output files whose frames are redone."""
+
+    todo: list[str]
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    failed_before: list[str] = dataclasses.field(default_factory=list)
+    unpictured: list[Path] = dataclasses.field(default_factory=list)
+    redone: list[Path] = dataclasses.field(default_factory=list)
+
+
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
-                  retry_failed: bool = False) -> tuple[list[str], list[str], list[str], list[Path]]:
-    """(frames to run, frames skipped, the frames whose row is a failure's, the missing or cut ``--viz``
-    pictures of skipped frames) under ``--skip-existing``: a frame is skipped when all its outputs are
-    there and complete (this package writes them atomically; an empty or cut file, or a JSON file not
-    infer's record of the frame, came from elsewhere, or from a crash before the run's flush, and is
-    redone, said once); for row formats, when its row is in a part file (``rows_to_run``). The caller
-    says the skipped frames, then their failures and missing pictures."""
+                  retry_failed: bool = False) -> Resume:
+    """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
+    model needed): a frame is skipped when all its outputs are there and complete (this package writes
+    them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
+    elsewhere, or from a crash before the run's flush, and is redone); for row formats, when its row is in
+    a part file (``rows_to_run``). ``say_resume`` says what was found."""
     if not skip_existing or out is None:
-        return list(frames), [], [], []
+        return Resume(list(frames))
     if fmt in ROW_FORMATS:
         return rows_to_run(frames, plan, fmt, out, retry_failed)
-    todo: list[str] = []
-    skipped: list[str] = []
-    incomplete: list[Path] = []
+    resume = Resume([])
     for frame in frames:
         files = plan.files_of(frame)
         cut = [path for path in files if path.exists() and not output_complete(path)]
-        incomplete.extend(cut)
-        (skipped if all(path.is_file() for path in files) and not cut else todo).append(frame)
-    if incomplete:
-        print(f"redoing the frames of {len(incomplete)} empty, incomplete or foreign output file(s) in {out} "
-              f"(e.g. {safe_repr(incomplete[0].name)})", file=sys.stderr)
-    return todo, skipped, [], []
+        resume.redone.extend(cut)
+        (resume.skipped if all(path.is_file() for path in files) and not cut else resume.todo).append(frame)
+    return resume
 
 
-def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path,
-                retry_failed: bool) -> tuple[list[str], list[str], list[str], list[Path]]:
+def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, retry_failed: bool) -> Resume:
     """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
     paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
     source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
-    returned for the caller to say once instead. A failed frame's row holds its error and it has no
-    picture; ``retry_failed`` runs it (its row is the caller's to remove first: ``earlier_failures``)."""
+    kept for ``say_resume`` to say once instead. A failed frame's row holds its error and it has no
+    picture; ``retry_failed`` runs it (its row is removed first: ``earlier_failures``)."""
     present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
-    todo: list[str] = []
-    skipped: list[str] = []
-    failed_before: list[str] = []
-    unpictured: list[Path] = []
+    resume = Resume([])
     for frame in frames:
         failed = present.get(os.path.abspath(name_text(frame)))
         if failed:
-            failed_before.append(frame)
+            resume.failed_before.append(frame)
         if failed is None or (failed and retry_failed):
-            todo.append(frame)
+            resume.todo.append(frame)
             continue
-        skipped.append(frame)
+        resume.skipped.append(frame)
         if not failed:
-            unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
-    return todo, skipped, failed_before, unpictured
+            resume.unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
+    return resume
+
+
+def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> None:
+    """Say what ``frames_to_run`` found, in this order: the outputs redone, the frames skipped, then their
+    earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
+    if resume.redone:
+        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
+              f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
+    if resume.skipped:
+        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
+    if resume.failed_before and out is not None:
+        earlier_failures(resume.failed_before, fmt, out, retry=retry)
+    if resume.unpictured:  # of the frames just said skipped
+        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
+              f"{safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
+              "rerun those frames with --viz into another --out", file=sys.stderr)
 
 
 def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
@@ -906,6 +934,13 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
                      f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
 
 
+def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
+                 input_errors: Sequence[str]) -> FrameReport:
+    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped)."""
+    return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
+                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
+
+
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
                writers: WriterProcesses | None = None, points_per_frame: int | None = None,
@@ -916,8 +951,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     too; (frames that went through, number that failed)."""
     if writers is not None:
         writers.wait()
-    report = FrameReport(len(frames), plan, progress=not args.no_progress, where=bool(args.out),
-                         folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
+    report = frame_report(len(frames), plan, args, fmt, out, input_errors)
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,

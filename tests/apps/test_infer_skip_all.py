@@ -1,0 +1,180 @@
+"""``infer --skip-existing`` into a folder that already holds every frame's outputs: which frames to run
+is read from ``--out`` alone, so such a run (a cron job run again, a finished batch resumed) says the
+frames skipped and ends without loading the model.
+
+Oracle of "no model was opened": after a real first run (the CPU path, the synthetic OpenPCDet
+checkpoint, real KITTI frames), the checkpoint is moved away, so opening it can only fail (``--model
+...: no such checkpoint file``, exit 2). A run that still has a frame to run, or a failed frame to
+retry, must open it: it fails that way, and runs the frame once the checkpoint is back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from pointpillars_trt.apps.cli import main
+
+NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
+PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
+                                                           reason=NO_PYARROW))
+NO_CHECKPOINT = "no such checkpoint file or model dir"
+#: the summary of a run with no frame to run (a row format's says no detections, its folder has rows)
+NOTHING_RUN = {"json": "0/0 frames, 0 boxes, nothing written\n", "kitti": "0/0 frames, 0 boxes, nothing written\n",
+               "jsonl": "0/0 frames, 0 boxes, no detections written\n",
+               "parquet": "0/0 frames, 0 boxes, no detections written\n"}
+
+
+def infer(*args: object) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(["infer", *map(str, args), "--device", "cpu", "--no-progress"])
+    return rc, out.getvalue(), err.getvalue()
+
+
+class Job:
+    """Real KITTI frames (camera-view crops) and a copy of the synthetic checkpoint that ``hide`` moves away."""
+
+    def __init__(self, assets: Path, folder: Path, count: int) -> None:
+        self.assets, self.frames, self.model = assets, folder / "frames", folder / "model.pth"
+        self.frames.mkdir()
+        self.scans = sorted((assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))
+        for scan in self.scans[:count]:
+            shutil.copyfile(scan, self.frames / scan.name)
+        shutil.copyfile(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", self.model)
+
+    def add_frame(self) -> Path:
+        scan = self.scans[len(list(self.frames.iterdir()))]
+        shutil.copyfile(scan, self.frames / scan.name)
+        return self.frames / scan.name
+
+    def run(self, out: Path, fmt: str, *extra: object, also: Path | None = None) -> tuple[int, str, str]:
+        """infer of the frames (and the path ``also``) into ``out``."""
+        calib = ["--calib", self.assets / "kitti" / "training" / "calib"] if fmt == "kitti" else []
+        paths = [self.frames] if also is None else [self.frames, also]
+        return infer(*paths, "--model", self.model, "--out", out, "--format", fmt, *calib, *extra)
+
+    @contextlib.contextmanager
+    def hidden(self):  # type: ignore[no-untyped-def]
+        """The checkpoint moved away (opening --model fails) for the block."""
+        away = self.model.with_name("moved-away.pth")
+        self.model.rename(away)
+        try:
+            yield
+        finally:
+            away.rename(self.model)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def rows_of(out: Path, fmt: str) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = []
+    for part in sorted(out.glob(f"detections-*.{fmt}")):
+        if fmt == "jsonl":
+            rows += [json.loads(line) for line in part.read_text().splitlines()]
+        else:
+            import pyarrow.parquet as pq
+
+            rows += pq.read_table(part).to_pylist()
+    return rows
+
+
+@pytest.mark.parametrize("fmt", ["json", "kitti", "jsonl", PARQUET])
+def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(assets: Path, tmp_path: Path,
+                                                                            fmt: str) -> None:
+    job = Job(assets, tmp_path, 2)
+    out = tmp_path / "out"
+    rc, stdout, err = job.run(out, fmt)
+    assert rc == 0 and stdout.startswith("2/2 frames") and "running on CPU" in err, (stdout, err)
+    first = files_of(out)
+    with job.hidden():
+        rc, stdout, err = job.run(tmp_path / "control", fmt)  # a run with frames to run opens it, and cannot
+        assert rc == 2 and NO_CHECKPOINT in err, err
+        rc, stdout, err = job.run(out, fmt, "--skip-existing")
+        assert rc == 0, err
+        assert err == f"skipping 2 frame(s) whose outputs are already in {out}\n"  # no device notice: no model
+        assert stdout == NOTHING_RUN[fmt]
+        missing = tmp_path / "missing.bin"  # a path that gives no frame is still said, and exits 1
+        rc, stdout, err = job.run(out, fmt, "--skip-existing", also=missing)
+        assert rc == 1 and err.splitlines() == [f"skipping 2 frame(s) whose outputs are already in {out}",
+                                                f"error: point file {str(missing)!r} does not exist",
+                                                "1 path(s) gave no frame (listed above)"], err
+    assert files_of(out) == first
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(assets: Path, tmp_path: Path,
+                                                                       fmt: str) -> None:
+    job = Job(assets, tmp_path, 2)
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    assert job.run(out, fmt)[0] == 0
+    first = files_of(out)
+    new = job.add_frame()
+    with job.hidden():  # a frame to run: the model is opened, and cannot be
+        rc, _, err = job.run(out, fmt, "--skip-existing")
+        assert rc == 2 and NO_CHECKPOINT in err and "skipping" not in err and files_of(out) == first, err
+    rc, stdout, err = job.run(out, fmt, "--skip-existing")
+    assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
+    lines = err.splitlines()
+    assert lines[0] == "running on CPU, ONNX Runtime, fp32" and "skipping 2 frame(s)" in lines[1], err
+    assert job.run(whole, fmt)[0] == 0  # the three frames in one run
+    if fmt == "json":
+        assert files_of(out) == files_of(whole)
+    else:
+        rows = rows_of(out, fmt)
+        assert [Path(str(row["source"])).name for row in rows[2:]] == [new.name]
+        assert rows == rows_of(whole, fmt)
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", PARQUET])
+def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_to_rerun_it(
+        assets: Path, tmp_path: Path, fmt: str) -> None:
+    """Every frame has a row, one of them a failure's: --skip-existing skips them all without the model
+    (the earlier failure said after the skipping line, exit 0); --retry-failed has that frame to run, so it
+    opens the model (and, when it cannot, leaves the failure's row where it is)."""
+    job = Job(assets, tmp_path, 2)
+    broken = job.frames / "zz_broken.bin"
+    broken.write_bytes(b"\0" * 12)  # not a whole number of float32 x, y, z, intensity points
+    out = tmp_path / "out"
+    assert job.run(out, fmt)[0] == 1
+    first = files_of(out)
+    with job.hidden():
+        rc, stdout, err = job.run(out, fmt, "--skip-existing")
+        assert rc == 0 and stdout == NOTHING_RUN[fmt], (stdout, err)
+        lines = err.splitlines()
+        assert lines[0] == f"skipping 3 frame(s) whose outputs are already in {out}", err
+        assert lines[1].startswith("warning: 1 of them failed in an earlier run") and len(lines) == 2, err
+        rc, _, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
+        assert rc == 2 and NO_CHECKPOINT in err and files_of(out) == first, err
+    shutil.copyfile(job.scans[5], broken)  # fixed
+    rc, stdout, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
+    assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
+    assert "running on CPU" in err and "skipping 2 frame(s)" in err and "rerunning 1 frame(s)" in err, err
+    rows = rows_of(out, fmt)
+    assert sorted(Path(str(row["source"])).name for row in rows) == sorted(p.name for p in job.frames.iterdir())
+    assert all(row["error"] is None for row in rows) and rows[-1]["num_pillars"]
+
+
+def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_classes(assets: Path,
+                                                                                        tmp_path: Path) -> None:
+    """--eval evaluates the model's classes, which only the opened model says: a run with every frame
+    skipped still opens it, and evaluates every frame from the label files in --out."""
+    job = Job(assets, tmp_path, 2)
+    labels = assets / "kitti" / "training" / "label_2"
+    out = tmp_path / "out"
+    rc, first, _ = job.run(out, "kitti", "--eval", labels)
+    assert rc == 0 and "KITTI evaluation of 2 frame(s)" in first
+    with job.hidden():
+        rc, _, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
+        assert rc == 2 and NO_CHECKPOINT in err, err
+    rc, stdout, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
+    assert rc == 0 and "skipping 2 frame(s)" in err and "running on CPU" in err, err
+    assert stdout.split("\n", 1)[1] == first.split("\n", 1)[1]  # the same evaluation, after the summary line
