@@ -60,7 +60,7 @@ WRITE_THREADS = min(8, os.cpu_count() or 1)
 #: Writer processes of a long GPU run: encoding outputs and the file calls then leave this process's
 #: GIL, which the pipelines' threads need (threads alone measured 2.5x slower than the GPU on JSON).
 WRITE_PROCESSES = max(1, min(4, (os.cpu_count() or 1) // 4))
-WRITE_PROCESSES_FROM = 256  # frames; shorter runs do not pay the processes' start
+WRITE_PROCESSES_FROM = 256  # frames to run (not those skipped); shorter runs do not pay the processes' start
 
 
 # --------------------------------------------------------------------------- argument types
@@ -580,7 +580,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     it opens here; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
-               if gpu and out is not None and len(frames) >= WRITE_PROCESSES_FROM else None)
+               if gpu and out is not None and len(resume.todo) >= WRITE_PROCESSES_FROM else None)
     detectors: list[Any] = []
     try:
         detectors = open_detectors(points_per_frame)
