@@ -12,21 +12,14 @@ whether each set's boxes equal the default's, then the frames/s of every round.
 
 from __future__ import annotations
 
-import argparse
 import ctypes
-import tempfile
-import threading
-import time
-from pathlib import Path
 from typing import Any, Callable
 
 import cupy as cp
 import numpy as np
 
 import pointpillars_trt.gpu_pipeline as gpu_pipeline
-from pointpillars_trt.apps.bench.frames import folder_frame_sets
-from pointpillars_trt.convert.checkpoint import load_checkpoint
-from pointpillars_trt.convert.export import export_model_dir
+from profile_throughput import fp16_model_and_batches, run_all, throughput_options  # this folder's
 
 USE_NODE_PRIORITY = 8  # CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY
 
@@ -64,7 +57,7 @@ def node_priority_capture(cu: Any) -> Callable[..., tuple[object | None, str | N
                 graph = rt.streamEndCapture(self.stream.ptr)
             handle = ctypes.c_void_p()
             status = cu.cuGraphInstantiateWithFlags(ctypes.byref(handle), ctypes.c_void_p(graph), USE_NODE_PRIORITY)
-            if status:
+            if status or handle.value is None:
                 raise RuntimeError(f"cuGraphInstantiateWithFlags: CUDA driver error {status}")
         return NodePriorityGraph(cu, handle.value), None
 
@@ -72,12 +65,7 @@ def node_priority_capture(cu: Any) -> Callable[..., tuple[object | None, str | N
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--frames", required=True)
-    parser.add_argument("--pipelines", type=int, default=4)
-    parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=60)
+    parser = throughput_options(calls=60)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     cu = driver()
@@ -86,11 +74,8 @@ def main() -> None:
     cp.zeros(1)  # a context, for the priority range
     if cu.cuCtxGetStreamPriorityRange(ctypes.byref(least), ctypes.byref(greatest)):
         raise RuntimeError("cuCtxGetStreamPriorityRange failed")
-    ckpt = load_checkpoint(args.model)
-    model = export_model_dir(ckpt.weights, ckpt.config, Path(tempfile.mkdtemp()) / "fp16", precision="fp16", source={})
-    frames = next(iter(folder_frame_sets([args.frames]).values()))
+    model, groups = fp16_model_and_batches(args)
     b = args.batch
-    groups = [[frames[(k * b + j) % len(frames)] for j in range(b)] for k in range(len(frames))]
     captured = node_priority_capture(cu)
 
     def make(variant: str) -> gpu_pipeline.GpuPipeline:
@@ -105,18 +90,7 @@ def main() -> None:
         return pipe
 
     def rate(pipes: list[gpu_pipeline.GpuPipeline], calls: int) -> float:
-        def work(pipe: gpu_pipeline.GpuPipeline, index: int) -> None:
-            for i in range(calls):
-                pipe.detect_batch(groups[(index + i) % len(groups)])
-
-        start = time.perf_counter()
-        threads = [threading.Thread(target=work, args=(p, k)) for k, p in enumerate(pipes)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        cp.cuda.Device().synchronize()
-        return len(pipes) * b * calls / (time.perf_counter() - start)
+        return len(pipes) * b * calls / run_all(pipes, groups, calls)
 
     variants = ("default", "rpn high", "branches high")
     sets = {v: [make(v) for _ in range(args.pipelines)] for v in variants}

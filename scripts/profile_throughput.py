@@ -19,12 +19,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import cupy as cp
 import numpy as np
 
 from pointpillars_trt.apps.bench.frames import folder_frame_sets
 from pointpillars_trt.convert.checkpoint import load_checkpoint
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.gpu_pipeline import GpuPipeline
+from pointpillars_trt.model_dir import ModelDir
 
 #: Kernel kinds by name prefix; the rest are the RPN's cuDNN convolutions.
 KINDS = {"vox_": "voxelize", "pfn": "pfn", "scatter": "scatter", "neck_head": "neck and heads", "pp_": "post-process",
@@ -41,15 +43,13 @@ def run_all(pipes: Sequence[GpuPipeline], groups: Sequence[list[np.ndarray]], ca
         for i in range(calls):
             pipe.detect_batch(groups[(index + i) % len(groups)])
 
-    import torch
-
     start = time.perf_counter()
     threads = [threading.Thread(target=work, args=(pipe, k)) for k, pipe in enumerate(pipes)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    torch.cuda.synchronize()
+    cp.cuda.Device().synchronize()
     return time.perf_counter() - start
 
 
@@ -66,19 +66,30 @@ def busy_share(intervals: Sequence[tuple[float, float]]) -> float:
     return covered / (max(e for _, e in ordered) - ordered[0][0])
 
 
-def main() -> None:
+def throughput_options(calls: int) -> argparse.ArgumentParser:
+    """The options of the scripts that run pipelines side by side (``calls``: batches a pipeline a run)."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True)
     parser.add_argument("--frames", required=True)
     parser.add_argument("--pipelines", type=int, default=4)
     parser.add_argument("--batch", type=int, default=8)
-    parser.add_argument("--calls", type=int, default=40)
-    args = parser.parse_args()
+    parser.add_argument("--calls", type=int, default=calls)
+    return parser
+
+
+def fp16_model_and_batches(args: argparse.Namespace) -> tuple[ModelDir, list[list[np.ndarray]]]:
+    """The checkpoint exported for the fp16 pipeline, and the frames as batches (each frame starts one)."""
     ckpt = load_checkpoint(args.model)
     model = export_model_dir(ckpt.weights, ckpt.config, Path(tempfile.mkdtemp()) / "fp16", precision="fp16", source={})
     frames = next(iter(folder_frame_sets([args.frames]).values()))
     b = args.batch
-    groups = [[frames[(k * b + j) % len(frames)] for j in range(b)] for k in range(len(frames))]
+    return model, [[frames[(k * b + j) % len(frames)] for j in range(b)] for k in range(len(frames))]
+
+
+def main() -> None:
+    args = throughput_options(calls=40).parse_args()
+    model, groups = fp16_model_and_batches(args)
+    b = args.batch
     pipes = [GpuPipeline(model, max_batch=b) for _ in range(args.pipelines)]
     run_all(pipes, groups, 5)  # graphs captured
     made = args.pipelines * b * args.calls
