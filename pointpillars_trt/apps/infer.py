@@ -350,6 +350,17 @@ def rebuild_command(model_dir: Path, config: str | None) -> str:
     return f"`{command}`"
 
 
+def check_model_path(args: argparse.Namespace) -> Path:
+    """--model, given and there: checked before anything runs, also by a run that --skip-existing
+    leaves with no frame to run (and so never opens the model)."""
+    if not args.model:
+        raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
+    path = Path(args.model)
+    if not path.exists():
+        raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
+    return path
+
+
 def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointPillars:
     """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options (and a GPU
     batch of ``max_batch`` frames, where the run decided it)."""
@@ -358,11 +369,7 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
     from ..model_dir import config_change_fix, load_model_dir
     from .runtime_args import runtime_options_from_args
 
-    if not args.model:
-        raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
-    path = Path(args.model)
-    if not path.exists():
-        raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
+    path = check_model_path(args)
     options = runtime_options_from_args(args)
     if max_batch is not None:
         options = dataclasses.replace(options, max_batch=max_batch)
@@ -425,7 +432,7 @@ def run_infer(args: argparse.Namespace) -> int:
     batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
     return infer_with(args, lambda points: [open_warm(args, batch, points) for _ in range(pipelines)], batch=batch,
-                      gpu=device == "cuda")
+                      gpu=device == "cuda", check_model=lambda: check_model_path(args))
 
 
 def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None) -> PointPillars:
@@ -551,16 +558,19 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, kitti_dir:
 
 
 def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int,
-               gpu: bool = False) -> int:
+               gpu: bool = False, check_model: Callable[[], object] | None = None) -> int:
     """infer's run with the detectors ``open_detectors(points_per_frame)`` gives (one per pipeline:
     anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
     size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
     its outputs in processes, started while they open). The detectors are opened only when a frame is
     to run, or --eval needs the model's classes: a --skip-existing run whose frames are all done says
-    so and ends without loading a model."""
+    so and ends without loading a model; ``check_model`` (raising InputError) still says, after the
+    output options' checks, what can be told of the model without opening it."""
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
+    if check_model is not None:
+        check_model()
     with scratch_folder() as scratch:
         plan = output_plan(args, fmt, out, scratch if labels is not None and (fmt != "kitti" or out is None) else None)
         resume = frames_to_run(frames, plan, fmt, out, args.skip_existing, retry_failed=args.retry_failed)

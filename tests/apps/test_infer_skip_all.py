@@ -3,9 +3,10 @@ is read from ``--out`` alone, so such a run (a cron job run again, a finished ba
 frames skipped and ends without loading the model.
 
 Oracle of "no model was opened": after a real first run (the CPU path, the synthetic OpenPCDet
-checkpoint, real KITTI frames), the checkpoint is moved away, so opening it can only fail (``--model
-...: no such checkpoint file``, exit 2). A run that still has a frame to run, or a failed frame to
-retry, must open it: it fails that way, and runs the frame once the checkpoint is back.
+checkpoint, real KITTI frames), the checkpoint's bytes are replaced by others, so opening it can only
+fail (``not a torch checkpoint``, exit 2); the path is still there, since a --model that names nothing
+is refused before any run. A run that still has a frame to run, or a failed frame to retry, must open
+it: it fails that way, and runs the frame once the checkpoint is back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from pointpillars_trt.apps.cli import main
 NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
 PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
                                                            reason=NO_PYARROW))
-NO_CHECKPOINT = "no such checkpoint file or model dir"
+NO_CHECKPOINT = "not a torch checkpoint"
 #: the summary of a run with no frame to run (a row format's says no detections, its folder has rows)
 NOTHING_RUN = {"json": "0/0 frames, 0 boxes, nothing written\n", "kitti": "0/0 frames, 0 boxes, nothing written\n",
                "jsonl": "0/0 frames, 0 boxes, no detections written\n",
@@ -39,7 +40,7 @@ def infer(*args: object) -> tuple[int, str, str]:
 
 
 class Job:
-    """Real KITTI frames (camera-view crops) and a copy of the synthetic checkpoint that ``hide`` moves away."""
+    """Real KITTI frames (camera-view crops) and a copy of the synthetic checkpoint that ``spoiled`` replaces."""
 
     def __init__(self, assets: Path, folder: Path, count: int) -> None:
         self.assets, self.frames, self.model = assets, folder / "frames", folder / "model.pth"
@@ -61,14 +62,14 @@ class Job:
         return infer(*paths, "--model", self.model, "--out", out, "--format", fmt, *calib, *extra)
 
     @contextlib.contextmanager
-    def hidden(self):  # type: ignore[no-untyped-def]
-        """The checkpoint moved away (opening --model fails) for the block."""
-        away = self.model.with_name("moved-away.pth")
-        self.model.rename(away)
+    def spoiled(self):  # type: ignore[no-untyped-def]
+        """The checkpoint's bytes replaced by text (opening --model fails) for the block."""
+        kept = self.model.read_bytes()
+        self.model.write_text("not a checkpoint")
         try:
             yield
         finally:
-            away.rename(self.model)
+            self.model.write_bytes(kept)
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -95,7 +96,7 @@ def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(asse
     rc, stdout, err = job.run(out, fmt)
     assert rc == 0 and stdout.startswith("2/2 frames") and "running on CPU" in err, (stdout, err)
     first = files_of(out)
-    with job.hidden():
+    with job.spoiled():
         rc, stdout, err = job.run(tmp_path / "control", fmt)  # a run with frames to run opens it, and cannot
         assert rc == 2 and NO_CHECKPOINT in err, err
         rc, stdout, err = job.run(out, fmt, "--skip-existing")
@@ -108,6 +109,10 @@ def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(asse
                                                 f"error: point file {str(missing)!r} does not exist",
                                                 "1 path(s) gave no frame (listed above)"], err
     assert files_of(out) == first
+    absent = tmp_path / "absent.pth"  # a --model that names nothing is refused even with nothing to run
+    rc, _, err = infer(job.frames, "--model", absent, "--out", out, "--format", fmt, "--skip-existing")
+    assert rc == 2 and err == f"error: --model {str(absent)!r}: no such checkpoint file or model dir\n", err
+    assert files_of(out) == first
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
@@ -118,7 +123,7 @@ def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(assets: P
     assert job.run(out, fmt)[0] == 0
     first = files_of(out)
     new = job.add_frame()
-    with job.hidden():  # a frame to run: the model is opened, and cannot be
+    with job.spoiled():  # a frame to run: the model is opened, and cannot be
         rc, _, err = job.run(out, fmt, "--skip-existing")
         assert rc == 2 and NO_CHECKPOINT in err and "skipping" not in err and files_of(out) == first, err
     rc, stdout, err = job.run(out, fmt, "--skip-existing")
@@ -146,7 +151,7 @@ def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_
     out = tmp_path / "out"
     assert job.run(out, fmt)[0] == 1
     first = files_of(out)
-    with job.hidden():
+    with job.spoiled():
         rc, stdout, err = job.run(out, fmt, "--skip-existing")
         assert rc == 0 and stdout == NOTHING_RUN[fmt], (stdout, err)
         lines = err.splitlines()
@@ -172,7 +177,7 @@ def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_
     out = tmp_path / "out"
     rc, first, _ = job.run(out, "kitti", "--eval", labels)
     assert rc == 0 and "KITTI evaluation of 2 frame(s)" in first
-    with job.hidden():
+    with job.spoiled():
         rc, _, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
         assert rc == 2 and NO_CHECKPOINT in err, err
     rc, stdout, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
