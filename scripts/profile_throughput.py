@@ -28,7 +28,8 @@ from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.gpu_pipeline import GpuPipeline
 from pointpillars_trt.model_dir import ModelDir
 
-#: Kernel kinds by name prefix; the rest are the RPN's cuDNN convolutions.
+#: Kernel kinds by name prefix (a single-head model's); the rest are the RPN's cuDNN convolutions, and for
+#: a multi-head model also its head kernels.
 KINDS = {"vox_": "voxelize", "pfn": "pfn", "scatter": "scatter", "neck_head": "neck and heads", "pp_": "post-process",
          "Memcpy": "copies", "Memset": "memsets"}
 
@@ -78,7 +79,8 @@ def throughput_options(calls: int) -> argparse.ArgumentParser:
 
 
 def fp16_model_and_batches(args: argparse.Namespace) -> tuple[ModelDir, list[list[np.ndarray]]]:
-    """The checkpoint exported for the fp16 pipeline, and the frames as batches (each frame starts one)."""
+    """The checkpoint exported for the fp16 pipeline, and as many batches as frames: batch k holds the
+    frames from k * batch on, cycling over the set (as ``bench``'s throughput rows)."""
     ckpt = load_checkpoint(args.model)
     model = export_model_dir(ckpt.weights, ckpt.config, Path(tempfile.mkdtemp()) / "fp16", precision="fp16", source={})
     frames = next(iter(folder_frame_sets([args.frames]).values()))

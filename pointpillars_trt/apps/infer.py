@@ -564,8 +564,9 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
     its outputs in processes, started while they open). The detectors are opened only when a frame is
     to run, or --eval needs the model's classes: a --skip-existing run whose frames are all done says
-    so and ends without loading a model; ``check_model`` (raising InputError) still says, after the
-    output options' checks, what can be told of the model without opening it."""
+    so and ends without loading a model, and without the checks only an open model can make (its config,
+    point columns, device); ``check_model`` (raising InputError), run after the output options' checks,
+    is what every run checks of the model without opening it (``--model`` names something)."""
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
     fmt, out, labels = check_outputs(args, frames)
