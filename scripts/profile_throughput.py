@@ -23,6 +23,7 @@ import cupy as cp
 import numpy as np
 
 from pointpillars_trt.apps.bench.frames import folder_frame_sets
+from pointpillars_trt.apps.bench.measure import throughput_batches
 from pointpillars_trt.convert.checkpoint import load_checkpoint
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.gpu_pipeline import GpuPipeline
@@ -79,13 +80,11 @@ def throughput_options(calls: int) -> argparse.ArgumentParser:
 
 
 def fp16_model_and_batches(args: argparse.Namespace) -> tuple[ModelDir, list[list[np.ndarray]]]:
-    """The checkpoint exported for the fp16 pipeline, and as many batches as frames: batch k holds the
-    frames from k * batch on, cycling over the set (as ``bench``'s throughput rows)."""
+    """The checkpoint exported for the fp16 pipeline, and the frames in ``bench``'s throughput batches."""
     ckpt = load_checkpoint(args.model)
     model = export_model_dir(ckpt.weights, ckpt.config, Path(tempfile.mkdtemp()) / "fp16", precision="fp16", source={})
     frames = next(iter(folder_frame_sets([args.frames]).values()))
-    b = args.batch
-    return model, [[frames[(k * b + j) % len(frames)] for j in range(b)] for k in range(len(frames))]
+    return model, throughput_batches(frames, args.batch)
 
 
 def main() -> None:

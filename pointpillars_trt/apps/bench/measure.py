@@ -85,6 +85,12 @@ def measure_batches(detect_batch: Callable[[list[np.ndarray]], Any], frames: Seq
             "fps": 1e3 * batch / summary["p50"], "iterations": iterations, "warmup": warmup}
 
 
+def throughput_batches(frames: Sequence[np.ndarray], batch: int) -> list[list[np.ndarray]]:
+    """As many batches as frames, batch k holding the frames from k * ``batch`` on, cycling over the set:
+    the calls of the throughput rows (pipelines start at different batches of it)."""
+    return [[frames[(k * batch + j) % len(frames)] for j in range(batch)] for k in range(len(frames))]
+
+
 def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.ndarray], pipelines: int,
                        frames_per_pipeline: int, batch: int = 1, warmup_s: float = 0.0,
                        seconds: float = 0.0) -> float:
@@ -93,7 +99,7 @@ def measure_throughput(make_pipeline: Callable[[], Any], frames: Sequence[np.nda
     then runs ``frames_per_pipeline`` frames and for at least ``seconds`` (a run of a few dozen
     batches lasts ~0.1 s: too short to hold still)."""
     workers = [make_pipeline() for _ in range(pipelines)]
-    groups = [[frames[(k * batch + j) % len(frames)] for j in range(batch)] for k in range(len(frames))]
+    groups = throughput_batches(frames, batch)
     for w in workers:  # graphs captured, sessions ready
         for g in groups[:2]:
             w.detect_batch(g)
