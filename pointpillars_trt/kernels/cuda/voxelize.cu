@@ -59,9 +59,10 @@ __device__ __forceinline__ int live_points(const int* frame, int num_rows) {
     return min(max(frame[0], 0), num_rows - first_row(frame, num_rows));
 }
 
-// Chunks of blockDim.x points the frame's points fill (vox_count writes one counter row each).
-__device__ __forceinline__ int point_chunks(const int* frame, int num_rows) {
-    return (live_points(frame, num_rows) + blockDim.x - 1) / blockDim.x;
+// Chunks of chunk_points points the frame's points fill: the per-point kernels' chunk is their block,
+// and vox_count writes one counter row a chunk.
+__device__ __forceinline__ int point_chunks(const int* frame, int num_rows, int chunk_points) {
+    return (live_points(frame, num_rows) + chunk_points - 1) / chunk_points;
 }
 
 // floor((p - lo) / size) in IEEE float32 (the reference's numerics); -1 outside [0, n).
@@ -126,7 +127,7 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
                                      int* __restrict__ cell_bucket, int* __restrict__ stats,
                                      int* __restrict__ block_counts) {
     __shared__ int block_start;
-    const int live = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows);
+    const int live = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows, blockDim.x);
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
         const int i = chunk * blockDim.x + threadIdx.x;
         int first = 0, nonfinite = 0, in_range = 0, cell = kOutOfRange, size = 0;
@@ -160,7 +161,7 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
 extern "C" __global__ void vox_offsets(const int* __restrict__ frame, int num_rows, int chunk_points,
                                        int* __restrict__ block_counts, int* __restrict__ stats) {
     __shared__ int totals[kBlockStride];
-    const int chunks = (live_points(frame, num_rows) + chunk_points - 1) / chunk_points;
+    const int chunks = point_chunks(frame, num_rows, chunk_points);
     pp_scan_block_counts<kBlockStride>(block_counts, chunks, totals);
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -188,7 +189,7 @@ extern "C" __global__ void vox_number(const int* __restrict__ frame, int num_row
                                       int* __restrict__ pillar_total, int* __restrict__ coords,
                                       int* __restrict__ num_points, int* __restrict__ stats,
                                       int* __restrict__ large_pillars) {
-    const int live_count = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows);
+    const int live_count = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows, blockDim.x);
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
         const int i = chunk * blockDim.x + threadIdx.x;
         const bool live = i < live_count;
