@@ -13,6 +13,7 @@ Which calibration (and image size) belongs to a frame: :func:`calib_for_frame` a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,56 +119,58 @@ def read_calibration(path: PathLike) -> Calibration:
     Tr_velo_to_cam and the 3x3 left part of P2 invertible; R0_rect and that rotation part must be
     rotations (``ROTATION_TOLERANCE``), Tr_velo_to_cam's translation within ``MAX_LIDAR_CAMERA_OFFSET``
     and P2's focal lengths positive, since any other matrix moves every point and box to where no
-    camera sees it, silently. Otherwise an InputError names the file and the matrix.
+    camera sees it, silently. Otherwise an InputError names the file and the matrix. A dataset's calib
+    files repeat a few calibrations (one a recording day in KITTI), so a text seen before is not parsed
+    and checked again: its matrices are shared, read-only.
     """
-    shown = safe_repr(path)
-    text = read_regular_file(path, max_bytes=_CALIB_MAX_BYTES, what="calibration file").decode(
-        "ascii", errors="replace"
-    )
+    data = read_regular_file(path, max_bytes=_CALIB_MAX_BYTES, what="calibration file")
+    parsed = _calibration_of(data)
+    if isinstance(parsed, str):
+        raise InputError(f"calibration file {safe_repr(path)}: {parsed}")
+    return parsed
+
+
+@functools.lru_cache(maxsize=64)
+def _calibration_of(data: bytes) -> Calibration | str:
+    """``read_calibration``'s parse and checks of a calib file's bytes: the calibration, or what is wrong
+    with it (a message without the file name, which the caller puts in front)."""
     rows: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in data.decode("ascii", errors="replace").splitlines():
         key, sep, rest = line.partition(":")
         if sep:
             rows[key.strip()] = rest
     matrices: dict[str, np.ndarray] = {}
     for key, shape in _CALIB_SHAPES.items():
         if key not in rows:
-            raise InputError(f"calibration file {shown}: key {key} is missing")
+            return f"key {key} is missing"
         try:
             values = np.array([float(v) for v in rows[key].split()], dtype=np.float64)
         except ValueError:
-            raise InputError(f"calibration file {shown}: key {key} has a non-numeric value") from None
+            return f"key {key} has a non-numeric value"
         if values.size != shape[0] * shape[1]:
-            raise InputError(
-                f"calibration file {shown}: key {key} has {values.size} values, "
-                f"expected {shape[0] * shape[1]} ({shape[0]}x{shape[1]})"
-            )
+            return f"key {key} has {values.size} values, expected {shape[0] * shape[1]} ({shape[0]}x{shape[1]})"
         if not np.isfinite(values).all():
-            raise InputError(f"calibration file {shown}: key {key} has a NaN or infinite value")
+            return f"key {key} has a NaN or infinite value"
         matrices[key] = values.reshape(shape)
+        matrices[key].setflags(write=False)  # shared by every frame whose calib file has these bytes
     for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam"),
                       ("P2", "the left 3x3 part of P2")):
         sv = np.linalg.svd(matrices[key][:, :3], compute_uv=False)
         if not sv[0] > 0 or sv[-1] <= 1e-9 * sv[0]:
-            raise InputError(
-                f"calibration file {shown}: {part} is singular (singular values {sv[0]:.3g} .. {sv[-1]:.3g})"
-            )
+            return f"{part} is singular (singular values {sv[0]:.3g} .. {sv[-1]:.3g})"
     for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam")):
         problem = _not_rotation(matrices[key][:, :3])
         if problem is not None:
-            raise InputError(f"calibration file {shown}: {part} is not a rotation ({problem}): it would put every "
-                             "point where the camera is not; give the frame's own KITTI calib file")
+            return (f"{part} is not a rotation ({problem}): it would put every point where the camera is not; "
+                    "give the frame's own KITTI calib file")
     offset = float(np.linalg.norm(matrices["Tr_velo_to_cam"][:, 3]))
     if offset > MAX_LIDAR_CAMERA_OFFSET:
-        raise InputError(
-            f"calibration file {shown}: the translation of Tr_velo_to_cam is {offset:.4g} m long, where a car's "
-            f"lidar sits well under {MAX_LIDAR_CAMERA_OFFSET:g} m from its camera: give it in metres "
-            "(millimetres?) as KITTI does"
-        )
+        return (f"the translation of Tr_velo_to_cam is {offset:.4g} m long, where a car's lidar sits well under "
+                f"{MAX_LIDAR_CAMERA_OFFSET:g} m from its camera: give it in metres (millimetres?) as KITTI does")
     focal = matrices["P2"][0, 0], matrices["P2"][1, 1]
     if min(focal) <= 0:
-        raise InputError(f"calibration file {shown}: P2's focal lengths are {focal[0]:.4g} and {focal[1]:.4g} pixels, "
-                         "expected positive: give the frame's own KITTI calib file (P2 of the left colour camera)")
+        return (f"P2's focal lengths are {focal[0]:.4g} and {focal[1]:.4g} pixels, expected positive: give the "
+                "frame's own KITTI calib file (P2 of the left colour camera)")
     return Calibration(**matrices)
 
 

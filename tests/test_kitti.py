@@ -207,6 +207,27 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     text.write_text("\n".join(line.replace("P2: 7", "P2: x") for line in good))
     with pytest.raises(InputError, match=r"text\.txt': key P2 has a non-numeric value"):
         read_calibration(text)
+    again = tmp_path / "again.txt"  # the same bad bytes under another name: that name is the one said
+    again.write_bytes(text.read_bytes())
+    with pytest.raises(InputError, match=r"again\.txt': key P2 has a non-numeric value"):
+        read_calibration(again)
+
+
+def test_calibrations_with_the_same_bytes_share_read_only_matrices(assets: Path, tmp_path: Path) -> None:
+    """A dataset's calib files repeat a few calibrations: the second file with known bytes gives the first's
+    matrices (not parsed again), which no caller can change for the others; other bytes give their own."""
+    first = read_calibration(assets / CALIBS[0])
+    copy = tmp_path / "copy.txt"
+    copy.write_bytes((assets / CALIBS[0]).read_bytes())
+    second = read_calibration(copy)
+    assert second.P2 is first.P2 and second.Tr_velo_to_cam is first.Tr_velo_to_cam
+    for matrix in (first.P2, first.R0_rect, first.Tr_velo_to_cam):
+        with pytest.raises(ValueError, match="read-only"):
+            matrix[0, 0] = 0.0
+    moved = tmp_path / "moved.txt"
+    moved.write_text((assets / CALIBS[0]).read_text().replace("P2: 7", "P2: 8", 1))
+    other = read_calibration(moved)
+    assert other.P2[0, 0] == first.P2[0, 0] + 100 and np.array_equal(other.R0_rect, first.R0_rect)
 
 
 # --------------------------------------------------------------------------- label_2 lines
