@@ -578,10 +578,17 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if resume.todo or labels is not None or out is None:
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors)
         else:  # every frame's outputs are there, and no evaluation wants the model's classes
-            remove_stale_temp_files(out)
-            say_resume(resume, fmt, out, retry=args.retry_failed)
-            _, failures = frame_report(0, plan, args, fmt, out, path_errors).close()
+            failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
+
+
+def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, fmt: str, out: Path,
+                    input_errors: Sequence[str]) -> int:
+    """The end of a --skip-existing run that ``resume`` leaves no frame to run (local or ``--ray``): what
+    was found said and a summary of no frame, without a model or workers; the number of frames failed (0)."""
+    remove_stale_temp_files(out)  # of an earlier run that was killed mid-write
+    say_resume(resume, fmt, out, retry=args.retry_failed)
+    return frame_report(0, plan, args, fmt, out, input_errors).close()[1]
 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
