@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -146,7 +147,9 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     JSON / KITTI files (KITTI lines with ``calib`` or each frame's sibling calib/ folder,
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or JSON Lines / Parquet
     part files of one row per frame. ``report`` (given the output plan) makes the ``infer`` account
-    that each frame is reported to, in input order, and closed at the end. ``prepare(points,
+    that each frame is reported to, in input order, and closed at the end; it is called once the cluster's
+    resources are checked, just before the frames run (``infer --ray --retry-failed`` rewrites the part
+    files there, so a refused run leaves them as they were). ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
     batch are set per actor from the resources it gets. ``point_dim``: values a point in ``.bin`` frames
@@ -177,7 +180,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     try:
         return _run(ray, sources, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
                     workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
-                    progress=progress, report=report(plan) if report is not None else None)
+                    progress=progress, make_report=report)
     finally:
         if started:
             ray.shutdown()
@@ -257,7 +260,8 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
 
 def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format: str, classes: tuple[str, ...],
          options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None, batch_size: int | None,
-         pipelines: int | None, progress: bool, report: FrameReport | None) -> DatasetSummary:
+         pipelines: int | None, progress: bool,
+         make_report: Callable[[OutputPlan], FrameReport] | None) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
     _quiet_ray_data()
@@ -269,8 +273,10 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     fallback = device == "auto" and not resources.get("GPU")
     where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
              f"running on Ray: {workers} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
-    if report is not None:
-        report.note(where)
+    report: FrameReport | None = None
+    if make_report is not None:  # where the frames run said first, as local infer says its device
+        print(where, file=sys.stderr, flush=True)
+        report = make_report(options["plan"])
     elif fallback:  # the Python API's CPU fallback, said as the detector says its own
         warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
