@@ -205,11 +205,11 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                          help="skip frames whose outputs are already in --out (resume an interrupted run); with "
                               "--format jsonl / parquet a frame with a row is skipped (a frame keeps one row), even "
                               "when its row holds an error or its --viz picture is missing; with --eval, --format "
-                              "kitti only (the evaluation reads the skipped frames' label files); not with --ray")
+                              "kitti only (the evaluation reads the skipped frames' label files); with --ray too, "
+                              "whose workers get only the frames left (local paths: a URI cannot be listed here)")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
-                              "error, their old rows first removed from the part files (a frame keeps one row); not "
-                              "with --ray")
+                              "error, their old rows first removed from the part files (a frame keeps one row)")
     outputs.add_argument("--calib", metavar="DIR",
                          help="KITTI calib folder of <frame id>.txt for --format kitti, --eval and --fov-only "
                               "(default: each frame's sibling calib/ folder)")
@@ -498,10 +498,9 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
     if earlier:
-        resume = "" if getattr(args, "ray", False) else "pass --skip-existing to run only the frames they lack, or "
         raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "
-                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: {resume}give "
-                         "another --out")
+                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: pass "
+                         "--skip-existing to run only the frames they lack, or give another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame

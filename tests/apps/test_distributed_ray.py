@@ -46,14 +46,14 @@ def ray_cluster() -> Iterator[None]:
         ray.shutdown()
 
 
-def local_infer(frames: Path, model: Path, out: Path, *options: str) -> tuple[str, str]:
-    """The reference: ``pointpillars-trt infer FOLDER --out OUT --device cpu`` (exit 1: the corrupt frame);
-    its (stdout, stderr)."""
+def local_infer(frames: Path, model: Path, out: Path, *options: str, code: int = 1) -> tuple[str, str]:
+    """The reference: ``pointpillars-trt infer FOLDER --out OUT --device cpu`` (exit ``code``, 1: the corrupt
+    frame); its (stdout, stderr)."""
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         rc = cli_main(["infer", str(frames), "--model", str(model), "--out", str(out), "--device", "cpu",
                        "--no-progress", *options])
-    assert rc == 1
+    assert rc == code, stderr.getvalue()
     return stdout.getvalue(), stderr.getvalue()
 
 
@@ -120,6 +120,26 @@ def kitti_folder(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path
     return with_corrupt_frame(folder)
 
 
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from tiny import tiny_model_dir
+
+    return Path(tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model", seed=3).path)
+
+
+def write_frames(folder: Path, model: Path, counts: dict[str, int], seed: int = 0) -> None:
+    """Frames NAME.bin of COUNT points spread over the model's point range."""
+    from pointpillars_trt.model_dir import load_model_dir
+
+    point_range = load_model_dir(model).cfg.voxel.point_range
+    rng = np.random.default_rng(seed)
+    lo, hi = np.array(point_range[:3]), np.array(point_range[3:])
+    folder.mkdir(exist_ok=True)
+    for name, n in counts.items():
+        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
+                           folder / f"{name}.bin")
+
+
 def assert_same_json_files(ours: Path, reference: Path) -> list[str]:
     names = sorted(p.name for p in reference.iterdir())
     assert sorted(p.name for p in ours.iterdir()) == names
@@ -129,21 +149,14 @@ def assert_same_json_files(ours: Path, reference: Path) -> list[str]:
 
 
 def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrupt_frame(ray_cluster,  # type: ignore[no-untyped-def]
+                                                                                       tiny_model: Path,
                                                                                        tmp_path: Path) -> None:
-    from tiny import tiny_model_dir
-
-    model = tiny_model_dir(tmp_path / "model", seed=3)
     folder = tmp_path / "frames"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
-    for index, n in enumerate((0, 40, 900, 3000, 77)):
-        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, n)]).astype(np.float32),
-                           folder / f"{index:06d}.bin")
+    write_frames(folder, tiny_model, {f"{index:06d}": n for index, n in enumerate((0, 40, 900, 3000, 77))})
     write_velodyne_bin(np.full((200, 4), np.nan, np.float32), folder / "000005.bin")  # a frame warning, said
     with_corrupt_frame(folder)
-    local = local_infer(folder, Path(model.path), tmp_path / "local")
-    rc, out, err = ray_infer(folder, Path(model.path), tmp_path / "ray")
+    local = local_infer(folder, tiny_model, tmp_path / "local")
+    rc, out, err = ray_infer(folder, tiny_model, tmp_path / "ray")
     assert rc == 1 and out.startswith("6/7 frames, 0 boxes, written to"), out
     assert f"warning: '{folder / '000005.bin'}': all its 200 points are non-finite" in err, err  # as local infer's
     assert "running on Ray: 2 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
@@ -154,8 +167,97 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 6
-    rc, out, _ = ray_infer(folder, Path(model.path), tmp_path / "rows", "--format", "jsonl")
+    rc, out, _ = ray_infer(folder, tiny_model, tmp_path / "rows", "--format", "jsonl")
     assert rc == 1 and out.startswith(f"6/7 frames, 0 boxes, written to {tmp_path / 'rows'}"), out  # the part files' folder
+
+
+#: The mtime (ns) the first run's outputs are set back to: a file the resumed run rewrites gets another.
+LONG_AGO = 1_000_000_000 * 10**9
+
+
+def state_of(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(folder.iterdir())}
+
+
+def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs_are_missing(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """Of a finished Ray run's JSON files one is deleted and one cut short (as a kill outside the run leaves
+    them); ``--ray --skip-existing`` reruns those two frames alone (the other files keep their bytes and
+    their mtime, set long ago), says what it found and counts what ran as local infer's resume of the same
+    folder does, and leaves the files a full local infer writes. A rerun then finds every frame done: exit
+    0, said, without importing Ray (blocked in its interpreter) or reading --model (a file of no model)."""
+    import subprocess
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": n for index, n in enumerate((900, 3000, 40, 1500, 77))})
+    local_infer(folder, tiny_model, tmp_path / "local", code=0)
+    out = tmp_path / "ray"
+    rc, _, err = ray_infer(folder, tiny_model, out)
+    assert rc == 0, err
+    (out / "000001.json").unlink()
+    cut = out / "000003.json"
+    cut.write_bytes(cut.read_bytes()[:20])
+    for path in out.iterdir():
+        os.utime(path, ns=(LONG_AGO, LONG_AGO))
+    shutil.copytree(out, tmp_path / "local_resumed")  # local infer resumes the same folder: what it says
+    local = local_infer(folder, tiny_model, tmp_path / "local_resumed", "--skip-existing", code=0)
+
+    rc, stdout, err = ray_infer(folder, tiny_model, out, "--skip-existing")
+    assert rc == 0 and stdout.startswith(f"2/2 frames, 0 boxes, written to {out}"), (stdout, err)
+    assert f"skipping 3 frame(s) whose outputs are already in {out}\n" in err, err
+    assert f"redoing the frames of 1 empty, incomplete or foreign output file(s) in {out} (e.g. '000003.json')" in err
+    assert re.search(r"[0-9.]+ frames/s with 2 worker\(s\)", err), err
+    assert report_lines(stdout, err, out) == report_lines(*local, tmp_path / "local_resumed")
+    rewritten = sorted(name for name, (_, mtime) in state_of(out).items() if mtime != LONG_AGO)
+    assert rewritten == ["000001.json", "000003.json"]
+    assert len(assert_same_json_files(out, tmp_path / "local")) == 5
+
+    spoiled = tmp_path / "spoiled.pth"
+    spoiled.write_text("not a checkpoint")
+    before = state_of(out)
+    script = ("import sys; sys.modules['ray'] = None; from pointpillars_trt.apps.cli import main; "
+              "sys.exit(main(sys.argv[1:]))")
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    done = subprocess.run([sys.executable, "-c", script, "infer", str(folder), "--model", str(spoiled), "--out",
+                           str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "2", "--skip-existing"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0/0 frames, 0 boxes, nothing written\n"
+    assert done.stderr == f"skipping 5 frame(s) whose outputs are already in {out}\n"
+    assert state_of(out) == before
+
+
+def test_a_ray_jsonl_run_resumed_with_retry_failed_reruns_the_failed_and_new_frames_into_a_new_part(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """Rows: a first run's part holds a failed frame's row; once that frame is mended and two frames are added,
+    ``--ray --skip-existing --retry-failed`` removes the failed row from that part (its other lines kept byte
+    for byte), runs the three frames without a row into the next part (never over the first), and says and
+    writes what local infer's resume of the same folder does, byte for byte."""
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 900, "000001": 3000})
+    with_corrupt_frame(folder)
+    local_infer(folder, tiny_model, tmp_path / "local", "--format", "jsonl")
+    out = tmp_path / "ray"
+    rc, _, err = ray_infer(folder, tiny_model, out, "--format", "jsonl")
+    assert rc == 1, err
+    first = (out / "detections-00000.jsonl").read_text().splitlines()
+    assert [json.loads(line)["error"] is None for line in first] == [True, True, False]
+    write_frames(folder, tiny_model, {"000002": 40, "000003": 1500, "corrupt": 500}, seed=1)
+
+    resumed = ("--format", "jsonl", "--skip-existing", "--retry-failed")
+    local = local_infer(folder, tiny_model, tmp_path / "local", *resumed, code=0)
+    rc, stdout, err = ray_infer(folder, tiny_model, out, *resumed)
+    assert rc == 0 and stdout.startswith(f"3/3 frames, 0 boxes, written to {out}"), (stdout, err)
+    assert f"skipping 2 frame(s) whose outputs are already in {out}\n" in err, err
+    assert (f"rerunning 1 frame(s) that failed in an earlier run: their rows are removed from the part files in "
+            f"{out}\n") in err, err
+    assert report_lines(stdout, err, out) == report_lines(*local, tmp_path / "local")
+    assert assert_same_json_files(out, tmp_path / "local") == ["detections-00000.jsonl", "detections-00001.jsonl"]
+    assert (out / "detections-00000.jsonl").read_text().splitlines() == first[:2]
+    rows = [json.loads(line) for line in (out / "detections-00001.jsonl").read_text().splitlines()]
+    assert [(Path(row["source"]).name, row["error"]) for row in rows] == [("000002.bin", None), ("000003.bin", None),
+                                                                          (CORRUPT, None)]
 
 
 def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]

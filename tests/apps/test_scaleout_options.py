@@ -160,19 +160,26 @@ def test_options_of_the_path_not_taken_are_refused(tmp_path, extra: list[str], n
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.parametrize("extra, named", [
-    (["--skip-existing"], "--skip-existing"),
-    (["--skip-existing", "--retry-failed", "--format", "jsonl"], "--skip-existing and --retry-failed"),
+@pytest.mark.parametrize("paths, extra, expected", [
+    (["s3://bucket/drive42/"], ["--skip-existing"],
+     "error: --skip-existing: 's3://bucket/drive42/' is a URI, whose frames cannot be listed here to find those "
+     "already in --out; give them as a local path every Ray node sees (a copy, or the bucket mounted)"),
+    (["FRAME"], ["--retry-failed", "--format", "jsonl"],
+     "error: --retry-failed reruns the failed frames that --skip-existing would skip: add --skip-existing"),
+    (["FRAME"], ["--skip-existing", "--retry-failed"],
+     "error: --retry-failed applies to --format jsonl / parquet, whose rows keep failed frames; --format json writes "
+     "no file for a failed frame, so --skip-existing reruns it: drop --retry-failed"),
 ])
-def test_resume_options_are_refused_with_ray(tmp_path, extra: list[str], named: str) -> None:  # type: ignore[no-untyped-def]
-    """A Ray job runs every frame given, so --skip-existing / --retry-failed there are refused, not ignored
-    (into a folder of parts, every row would repeat), before Ray or the model is touched."""
+def test_resume_with_ray_that_cannot_apply_is_one_error_line(tmp_path, paths: list[str], extra: list[str],  # type: ignore[no-untyped-def]
+                                                             expected: str) -> None:
+    """--skip-existing / --retry-failed with --ray are local infer's, checked as it checks them; frames given as
+    a URI cannot be listed to compare with --out, which is said instead of resuming nothing or everything.
+    All before Ray or the model is touched."""
     frame = tmp_path / "f.bin"
     frame.write_bytes(bytes(16))
-    line = run_error(["infer", str(frame), "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--ray",
-                      *extra])
-    assert line == (f"error: {named}: not supported with --ray, whose workers run every frame given; resume without "
-                    "--ray (local infer), or run --ray into a new --out"), line
+    given = [str(frame) if path == "FRAME" else path for path in paths]
+    line = run_error(["infer", *given, "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"), "--ray", *extra])
+    assert line == expected, line
     assert not (tmp_path / "o").exists()
 
 
@@ -244,9 +251,9 @@ def test_infer_ray_where_nothing_listens_is_one_error_at_once(tmp_path, repo_roo
                            f"start one (ray start --head) or {fix} for a local one\n"), done.stderr
 
 
-def test_a_ray_run_into_earlier_parts_is_not_told_to_resume(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """Into a folder that holds an earlier run's parts, local infer is told to pass --skip-existing; a --ray
-    run, which refuses that option, is told only to give another --out."""
+def test_a_ray_run_into_earlier_parts_is_told_to_resume_as_local_infer_is(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Into a folder that holds an earlier run's parts, local infer and --ray alike are told to pass
+    --skip-existing (or give another --out)."""
     from pointpillars_trt.apps.cli import build_parser
     from pointpillars_trt.apps.infer import check_outputs
     from pointpillars_trt.apps.outputs import PART_PREFIX
@@ -261,6 +268,6 @@ def test_a_ray_run_into_earlier_parts_is_not_told_to_resume(tmp_path) -> None:  
         with pytest.raises(InputError) as caught:
             check_outputs(build_parser().parse_args(base + extra), [])
         messages[bool(extra)] = str(caught.value)
-    assert "pass --skip-existing" in messages[False] and messages[False].endswith("give another --out")
-    assert "--skip-existing" not in messages[True] and messages[True].endswith("whose rows this run would repeat: "
-                                                                                "give another --out")
+    assert messages[True] == messages[False]
+    assert messages[True].endswith("whose rows this run would repeat: pass --skip-existing to run only the frames "
+                                   "they lack, or give another --out"), messages[True]

@@ -8,18 +8,19 @@ command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scale
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 import time
-from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from ...errors import InputError
+from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
-from ..infer import EXIT_FRAME_FAILURES
+from ..infer import EXIT_FRAME_FAILURES, FrameReport
 from ..ranges import float_in, host_port, int_in, port
 from .client import MAX_IN_FLIGHT
 from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
@@ -232,39 +233,62 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
 
 
 def _run_ray(args: argparse.Namespace) -> int:
+    """``infer --ray``, resumed as local infer is: which frames to run is read from --out here, on the driver
+    (``frames_to_run``), and only those go to the workers; a run with none left says so and ends without
+    importing Ray or reading the model."""
     from ..distributed import detect_dataset, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
-    from ..infer import FrameReport, check_outputs, expand_frame_paths
-    from ..outputs import ROW_FORMATS
+    from ..infer import check_model_path, check_outputs, end_skipped_run, expand_frame_paths, frame_report, \
+        frames_to_run, output_plan, say_resume
+    from ..outputs import OutputPlan
     from ..runtime_args import runtime_options_from_args
 
-    resuming = [option for option, given in (("--skip-existing", args.skip_existing),
-                                             ("--retry-failed", args.retry_failed)) if given]
-    if resuming:  # before Ray is imported: the workers run every frame given, whatever --out holds
-        raise InputError(f"{' and '.join(resuming)}: not supported with --ray, whose workers run every frame given; "
-                         "resume without --ray (local infer), or run --ray into a new --out")
-    require_ray(args.ray_address)  # before the model is read or exported
     if not args.out or not args.model:
         raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
                          "file per frame there")
     if args.eval:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
+    _refuse_uri_resume(args)
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
-    fmt, _, _ = check_outputs(args, frames)
+    fmt, out, _ = check_outputs(args, frames)
+    assert out is not None  # --out is required above
+    files = output_plan(args, fmt, out)  # which files a frame's outputs are: what --skip-existing looks for
+    resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
+    if resume.todo:
+        require_ray(args.ray_address)  # before the model is read or exported
+    check_model_path(args)
+    if not resume.todo:  # every frame's outputs are there: no cluster, no model
+        failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
+        return EXIT_FRAME_FAILURES if failed or path_errors else 0
     model = resolve_model(args.model)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                              model.cfg.voxel.point_range)
-    summary = detect_dataset(frames, model, args.out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+
+    def report(plan: OutputPlan) -> FrameReport:
+        """Called once the cluster is checked: what --skip-existing found said (--retry-failed's rows
+        removed), then the account of the frames left."""
+        say_resume(resume, fmt, out, retry=args.retry_failed)
+        return frame_report(len(resume.todo), plan, args, fmt, out, path_errors)
+
+    summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                              batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
                              image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
                              point_dim=args.point_dim, intensity_scale=args.intensity_scale,
                              ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
-                             report=lambda plan: FrameReport(len(frames), plan, progress=not args.no_progress,
-                                                             where=True, input_errors=path_errors,
-                                                             folder=Path(args.out) if fmt in ROW_FORMATS else None))
+                             report=report)
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
           f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
           file=sys.stderr)
     return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0
+
+
+def _refuse_uri_resume(args: argparse.Namespace) -> None:
+    """--skip-existing compares the frames given with --out before any runs: a URI's frames (Ray Data lists
+    them only as it reads them) cannot be listed here."""
+    uris = [path for path in args.paths if "://" in path and not os.path.lexists(path)]
+    if args.skip_existing and uris:
+        raise InputError(f"--skip-existing: {safe_repr(uris[0])} is a URI, whose frames cannot be listed here to find "
+                         "those already in --out; give them as a local path every Ray node sees (a copy, or the "
+                         "bucket mounted)")
