@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -276,6 +276,47 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
     if "velocity" in record and not (_rows_of(record["velocity"], 2) and len(record["velocity"]) == len(boxes)):
         return False
     return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
+
+
+class RecordBoxes(NamedTuple):
+    """A frame's boxes as its record holds them: (N, 7) lidar boxes and (N,) scores, float64, and N class names."""
+
+    boxes: np.ndarray
+    scores: np.ndarray
+    names: list[str]
+
+
+def record_boxes(record: object) -> RecordBoxes:
+    """The boxes of infer's per-frame record (``Detections.to_json_dict``: a JSON file's, or a row of the part
+    files: ``frame_row``), the one way back from what a run wrote to boxes. ValueError says why ``record`` is
+    not such a record (a list missing or of another length, a box not of 7 numbers, a label not a name)."""
+    if not isinstance(record, Mapping):
+        raise ValueError("not a JSON object")
+    missing = [key for key in _RECORD_LISTS if key not in record]
+    if missing:
+        raise ValueError(f"no {missing[0]!r}")
+    boxes, scores = (_numbers(record[key], key) for key in _RECORD_LISTS[:2])
+    names = record["labels"]
+    if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+        raise ValueError("'labels' is not a list of class names")
+    if boxes.size == 0:
+        boxes = boxes.reshape(0, 7)
+    if boxes.ndim != 2 or boxes.shape[1] != 7:
+        raise ValueError("'boxes_lidar' is not a list of boxes of 7 values each")
+    if scores.ndim != 1 or not len(boxes) == len(scores) == len(names):
+        raise ValueError(f"{len(boxes)} boxes, {scores.size} scores and {len(names)} labels: expected one each a box")
+    return RecordBoxes(boxes, scores, names)
+
+
+def _numbers(values: Any, key: str) -> np.ndarray:
+    """A record's list (of lists) of numbers as float64 (a string, bool or null in it is no number)."""
+    try:
+        array = np.asarray(values)
+    except ValueError:  # ragged
+        raise ValueError(f"{key!r} is not a list of numbers of one shape") from None
+    if not isinstance(values, list) or (array.size and array.dtype.kind not in "iuf"):
+        raise ValueError(f"{key!r} is not a list of numbers")
+    return array.astype(np.float64)
 
 
 def _rows_of(values: Any, width: int) -> TypeGuard[list[Any]]:

@@ -20,6 +20,7 @@ import numpy as np
 from ...errors import InputError, PointPillarsError
 from ...fileio import loads_json, read_regular_file, safe_repr
 from ...kitti import detections_to_kitti_lines, frame_image_shape, read_calibration
+from ..outputs import record_boxes
 
 _GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
 _PRED_FIELDS = 16  # the same plus score
@@ -119,11 +120,8 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
-        record = loads_json("\n".join(_read_lines(path, "prediction")))
-        boxes = np.asarray(record["boxes_lidar"], dtype=np.float64).reshape(-1, 7)
-        scores = np.asarray(record["scores"], dtype=np.float64).reshape(-1)
-        labels = [str(v) for v in record["labels"]]
-    except (ValueError, KeyError, TypeError, RecursionError) as e:
+        boxes, scores, labels = record_boxes(loads_json("\n".join(_read_lines(path, "prediction"))))
+    except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
