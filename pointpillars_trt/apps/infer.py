@@ -553,6 +553,7 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, kitti_dir:
         calib_dir=args.calib,
         image_shape=args.image_shape,
         keep_out_of_view=args.keep_out_of_view,
+        kitti_of_record=fmt != "kitti",  # KITTI lines for --eval alone: as a resumed run rebuilds them
     )
 
 

@@ -46,6 +46,10 @@ class OutputPlan:
     image_shape: tuple[int, int] | None = None
     keep_out_of_view: bool = False
     point_range: tuple[float, ...] | None = None
+    #: The KITTI lines are made from the frame's record (its rounded boxes and scores), not its detections: they
+    #: serve --eval of a run whose outputs are records (JSON, rows), whose resumed run can rebuild a skipped frame's
+    #: lines from its record alone (``write_label_of_record``), and must then evaluate as one uninterrupted run.
+    kitti_of_record: bool = False
 
     @property
     def folder(self) -> Path | None:
@@ -75,29 +79,27 @@ class FrameOutput:
 def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: np.ndarray | None = None, *,
                         durable: bool = True) -> FrameOutput:
     """Write a frame's outputs per ``plan``: ``<stem>.json`` (the ``to_json_dict`` record),
-    ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration) and ``<stem>.png``.
+    ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration; of the record's boxes with
+    ``plan.kitti_of_record``) and ``<stem>.png``.
 
     Everything is computed before the first file is written; each file is written atomically
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass).
     """
-    from ..kitti import calib_for_frame, detections_to_kitti_lines, finite_detections, frame_image_shape, \
-        read_calibration
+    from ..kitti import finite_detections
 
     stem = Path(source).stem
     result = FrameOutput()
     boxes, scores, names, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores, det.names)
     result.boxes = len(scores)
     writes: list[tuple[Path, Callable[[Path], None]]] = []
+    of_record = plan.kitti_dir is not None and plan.kitti_of_record
+    record = det.to_json_dict(name_text(stem)) if plan.json_dir is not None or of_record else None
     if plan.json_dir is not None:
-        data = (dumps_strict(det.to_json_dict(name_text(stem))) + "\n").encode("utf-8")
+        data = (dumps_strict(record) + "\n").encode("utf-8")
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
     if plan.kitti_dir is not None:
-        calib = read_calibration(calib_for_frame(source, plan.calib_dir))
-        shape, result.image_assumed = frame_image_shape(source, plan.image_shape)
-        kitti = detections_to_kitti_lines(det.boxes, det.scores, det.names, calib, shape,
-                                          keep_out_of_view=plan.keep_out_of_view)
-        result.out_of_view = kitti.dropped_out_of_view
-        text = "".join(line + "\n" for line in kitti.lines).encode("utf-8")
+        text, result.out_of_view, result.image_assumed = _label_file(
+            record_boxes(record) if of_record else RecordBoxes(det.boxes, det.scores, det.names), source, plan)
         writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_bytes_atomic(p, text, durable=durable)))
     if plan.png_dir is not None and points is not None:
         from .viz import plot_bev
@@ -114,6 +116,17 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         _written(path, write)
         result.files.append(os.fspath(path))
     return result
+
+
+def _label_file(found: RecordBoxes, source: str, plan: OutputPlan) -> tuple[bytes, int, bool]:
+    """A frame's KITTI label file per ``plan`` (its own calibration and camera image size): (bytes, boxes
+    outside the camera image left out, whether the image size was assumed)."""
+    from ..kitti import calib_for_frame, detections_to_kitti_lines, frame_image_shape, read_calibration
+
+    calib = read_calibration(calib_for_frame(source, plan.calib_dir))
+    shape, assumed = frame_image_shape(source, plan.image_shape)
+    kitti = detections_to_kitti_lines(*found, calib, shape, keep_out_of_view=plan.keep_out_of_view)
+    return "".join(line + "\n" for line in kitti.lines).encode("utf-8"), kitti.dropped_out_of_view, assumed
 
 
 def _written(path: Path, write: Callable[[Path], None]) -> None:
@@ -279,7 +292,7 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
 
 
 class RecordBoxes(NamedTuple):
-    """A frame's boxes as its record holds them: (N, 7) lidar boxes and (N,) scores, float64, and N class names."""
+    """A frame's boxes: (N, 7) lidar boxes, (N,) scores (float64 when read back from a record) and N class names."""
 
     boxes: np.ndarray
     scores: np.ndarray
