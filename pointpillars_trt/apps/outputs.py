@@ -129,6 +129,27 @@ def _label_file(found: RecordBoxes, source: str, plan: OutputPlan) -> tuple[byte
     return "".join(line + "\n" for line in kitti.lines).encode("utf-8"), kitti.dropped_out_of_view, assumed
 
 
+def write_label_of_record(record: object, source: str, plan: OutputPlan) -> None:
+    """A skipped frame's KITTI label file in ``plan.kitti_dir``, rebuilt from the record an earlier run wrote of it
+    (its JSON file or row) as ``write_frame_outputs`` makes a frame's with ``kitti_of_record``, so that a resumed
+    run's --eval evaluates what one uninterrupted run would. ValueError: ``record`` is no record (``record_boxes``);
+    InputError: the frame's calibration or camera image, or the write."""
+    assert plan.kitti_dir is not None
+    text = _label_file(record_boxes(record), source, plan)[0]
+    _written(plan.kitti_dir / f"{Path(source).stem}.txt", lambda p: write_bytes_atomic(p, text, durable=False))
+
+
+def read_record(path: Path) -> object:
+    """The JSON value of a per-frame JSON file (``record_boxes`` says whether it is a record), read bounded;
+    InputError (the file) or ValueError (its JSON) naming nothing: the caller names the file."""
+    from ..fileio import read_regular_file
+
+    try:
+        return loads_json(read_regular_file(path, max_bytes=_RECORD_MAX_BYTES, what="JSON output"))
+    except RecursionError:
+        raise ValueError("nested beyond the JSON parser") from None
+
+
 def _written(path: Path, write: Callable[[Path], None]) -> None:
     """``write(path)``; a failure is one InputError naming the file."""
     try:
@@ -354,17 +375,38 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
-            if output_format == "jsonl":
-                with open(path, encoding="utf-8") as f:
-                    rows: Iterable[dict[str, Any]] = [loads_json(line) for line in f if line.strip()]
-            else:
-                import pyarrow.parquet as pq
-
-                rows = pq.read_table(path, columns=["source", "error"]).to_pylist()
-            done.update((str(row["source"]), row.get("error") is not None) for row in rows)
+            done.update((str(row["source"]), row.get("error") is not None)
+                        for row in _part_rows(path, output_format, ["source", "error"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
     return done
+
+
+def records_in_parts(folder: Path, output_format: str,
+                     sources: Collection[str]) -> Iterable[tuple[str, dict[str, Any], Path]]:
+    """(source, row, part file) of each row in ``folder``'s part files of one of ``sources`` (absolute paths,
+    compared as ``--skip-existing`` compares them) that is no failure's, part by part (a source's last row
+    comes last, as in ``sources_in_parts``): the records a resumed --eval rebuilds the skipped frames' KITTI
+    lines from. A part that cannot be read is an error naming it."""
+    for path in existing_parts(folder, output_format):
+        try:
+            rows = _part_rows(path, output_format)
+            found = [(source, row) for row in rows if row.get("error") is None
+                     and (source := os.path.abspath(str(row["source"]))) in sources]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise InputError(f"--eval: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
+        for source, row in found:
+            yield source, row, path
+
+
+def _part_rows(path: Path, output_format: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of a part file (of Parquet, ``columns`` only when given; a JSON Lines row is read whole)."""
+    if output_format == "jsonl":
+        with open(path, encoding="utf-8") as f:
+            return [loads_json(line) for line in f if line.strip()]
+    import pyarrow.parquet as pq
+
+    return list(pq.read_table(path, columns=columns).to_pylist())
 
 
 def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]) -> None:
