@@ -19,7 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +36,8 @@ from ..points import columns_text
 from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line, stdout_reader_gone
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, drop_failure_rows, \
-    existing_parts, frame_row, is_full_disk_error, output_complete, require_pyarrow, sources_in_parts, write_frame
+    existing_parts, frame_row, is_full_disk_error, output_complete, read_record, records_in_parts, require_pyarrow, \
+    sources_in_parts, write_frame, write_label_of_record
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
@@ -204,9 +205,10 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     outputs.add_argument("--skip-existing", action="store_true",
                          help="skip frames whose outputs are already in --out (resume an interrupted run); with "
                               "--format jsonl / parquet a frame with a row is skipped (a frame keeps one row), even "
-                              "when its row holds an error or its --viz picture is missing; with --eval, --format "
-                              "kitti only (the evaluation reads the skipped frames' label files); with --ray too, "
-                              "whose workers get only the frames left (local paths: a URI cannot be listed here)")
+                               "when its row holds an error or its --viz picture is missing; --eval evaluates the "
+                               "skipped frames too, from their outputs in --out (a record's KITTI lines made again as "
+                               "the run makes them); with --ray too, whose workers get only the frames left (local "
+                               "paths: a URI cannot be listed here)")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
                               "error, their old rows first removed from the part files (a frame keeps one row)")
@@ -479,10 +481,6 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         raise InputError(f"--retry-failed applies to --format jsonl / parquet, whose rows keep failed frames; "
                          f"--format {fmt} writes no file for a failed frame, so --skip-existing reruns it: drop "
                          "--retry-failed")
-    if args.skip_existing and args.eval and fmt != "kitti":
-        raise InputError(f"--skip-existing with --eval needs --format kitti: the evaluation reads the skipped frames' "
-                         f"label files in --out, which --format {fmt} does not write; pass --format kitti, or drop "
-                         "--skip-existing")
     if args.keep_out_of_view and fmt != "kitti" and not args.eval:  # --eval's KITTI lines keep them too
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
@@ -574,7 +572,9 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         check_model()
     with scratch_folder() as scratch:
         plan = output_plan(args, fmt, out, scratch if labels is not None and (fmt != "kitti" or out is None) else None)
-        resume = frames_to_run(frames, plan, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
+        # what is in --out decides, not the KITTI lines --eval makes for itself in the scratch folder
+        resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
+                               retry_failed=args.retry_failed)
         if resume.todo or labels is not None or out is None:
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors)
         else:  # every frame's outputs are there, and no evaluation wants the model's classes
@@ -622,7 +622,10 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if out is not None:
             remove_stale_temp_files(out)  # of a writer process that died mid-write
         if labels is not None:
-            _evaluate(labels, plan.kitti_dir, resume.skipped + done, frames, failures, classes, out)  # type: ignore[arg-type]
+            skipped = skipped_for_eval(resume, plan, fmt, out)
+            _evaluate(labels, plan.kitti_dir, frames, {*skipped.frames, *done},  # type: ignore[arg-type]
+                      failures + skipped.failed_before, skipped.unreadable, classes, out)
+            failures += skipped.unreadable
     finally:
         if writers is not None:
             writers.pool.shutdown(cancel_futures=True)
@@ -1090,18 +1093,79 @@ class _DiskWatch:
         return False
 
 
-def _evaluate(labels: Path, pred_dir: Path, done: Sequence[str], frames: Sequence[str], failed: int,
-              classes: Sequence[str], out: Path | None) -> None:
+@dataclasses.dataclass
+class SkippedForEval:
+    """What ``skipped_for_eval`` made of a resumed run's skipped frames: those to evaluate (their KITTI lines
+    in the plan's folder), and how many are left out as earlier failures and as unreadable outputs."""
+
+    frames: list[str] = dataclasses.field(default_factory=list)
+    failed_before: int = 0
+    unreadable: int = 0
+
+
+def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | None) -> SkippedForEval:
+    """The skipped frames --eval evaluates with the frames run, so that a resumed run evaluates as one
+    uninterrupted run: --format kitti's label files are in --out already; for the record formats each frame's
+    KITTI lines are made again from its JSON record or row (``write_label_of_record``) in the plan's scratch
+    folder. A frame whose row is an earlier failure is left out, as a failed frame is; one whose record cannot
+    be read or placed gets an ``error:`` line naming its file and is left out too, never silently."""
+    found = SkippedForEval()
+    failed = set(resume.failed_before)
+    wanted = [frame for frame in resume.skipped if frame not in failed]
+    found.failed_before = len(resume.skipped) - len(wanted)
+    if fmt == "kitti" or out is None or not wanted:
+        found.frames = wanted
+        return found
+
+    def left_out(frame: str, where: Path, problem: str) -> None:
+        found.unreadable += 1
+        row = "" if fmt == "json" else f" (the row of {safe_repr(name_text(frame))})"
+        print(f"error: {safe_repr(os.fspath(where))}{row}: {problem}; the frame is left out of the evaluation (fix "
+              f"what this names, or remove its {'file' if fmt == 'json' else 'row'} to run it again with "
+              "--skip-existing)", file=sys.stderr)
+
+    def rebuild(frame: str, where: Path, read: Callable[[], object]) -> None:
+        try:
+            write_label_of_record(read(), frame, plan)
+        except (ValueError, PointPillarsError) as exc:
+            left_out(frame, where, f"cannot be evaluated: {one_line(exc)}")
+        else:
+            found.frames.append(frame)
+
+    if fmt == "json":
+        for frame in wanted:
+            path = out / f"{Path(frame).stem}.json"
+            rebuild(frame, path, lambda: read_record(path))
+        return found
+    by_source = {os.path.abspath(name_text(frame)): frame for frame in wanted}
+    rebuilt: set[str] = set()
+    for source, row, part in records_in_parts(out, fmt, by_source):
+        if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands
+            continue
+        rebuilt.add(source)
+        rebuild(by_source[source], part, lambda: row)
+    for source, frame in by_source.items():
+        if source not in rebuilt:  # its row went since the run began
+            left_out(frame, out, "its row is no longer in the part files")
+    return found
+
+
+def _evaluate(labels: Path, pred_dir: Path, frames: Sequence[str], evaluated: Collection[str], failed: int,
+              unreadable: int, classes: Sequence[str], out: Path | None) -> None:
+    """KITTI AP of ``evaluated`` (KITTI lines in ``pred_dir``) in input order, whichever run wrote them; the
+    header counts the ``failed`` frames and those whose earlier outputs were ``unreadable``, left out."""
     from ..fileio import write_json_atomic
     from .eval.io import load_ground_truth, load_predictions
     from .eval.kitti_eval import evaluate
     from .eval.report import format_table
 
-    if not done:
+    if not evaluated:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
-    ids = [Path(f).stem for f in done]
+    ids = [Path(f).stem for f in frames if f in evaluated]
     result = evaluate(load_ground_truth(labels, ids), load_predictions(pred_dir, ids), _eval_classes(classes))
-    skipped = f" ({failed} failed frame(s) left out)" if failed else ""
+    left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
+        [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
+    skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""
     print(f"KITTI evaluation of {len(ids)} frame(s) against {labels}{skipped}")
     print(format_table(result), end="")
     if out is not None:

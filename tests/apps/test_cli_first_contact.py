@@ -396,13 +396,6 @@ def test_keep_out_of_view_with_eval_is_taken_whatever_the_format(tiny_model: Pat
                                                               "--skip-existing would skip: add --skip-existing"),
     (["--retry-failed", "--skip-existing", "--out", "OUT"], "--format json writes no file for a failed frame, so "
                                                             "--skip-existing reruns it: drop --retry-failed"),
-    (["--skip-existing", "--out", "OUT", "--format", "jsonl", "--eval", "LABELS"],
-     "--skip-existing with --eval needs --format kitti: the evaluation reads the skipped frames' label files in "
-     "--out, which --format jsonl does not write; pass --format kitti, or drop --skip-existing"),
-    (["--skip-existing", "--retry-failed", "--out", "OUT", "--format", "parquet", "--eval", "LABELS"],
-     "--skip-existing with --eval needs --format kitti"),
-    (["--skip-existing", "--out", "OUT", "--format", "json", "--eval", "LABELS"],
-     "--skip-existing with --eval needs --format kitti"),
 ])
 def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
                                                           extra: list[str], expected: str):
@@ -415,8 +408,8 @@ def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny
 
 def test_eval_with_skip_existing_in_kitti_evaluates_the_skipped_frames_too(tiny_model: Path, tiny_frames: list[Path],
                                                                            tmp_path: Path):
-    """The fix the refusal of --skip-existing --eval --format jsonl names: with KITTI label files in --out, a
-    resumed run evaluates every frame, the skipped ones read from their files, as one run of them all does."""
+    """With KITTI label files in --out, a resumed run evaluates every frame, the skipped ones read from their
+    files, as one run of them all does (the record formats: test_infer_eval_resume.py)."""
     labels = one_car_labels(tmp_path, tiny_frames[1:4])
     out, whole = tmp_path / "out", tmp_path / "whole"
 
