@@ -344,13 +344,23 @@ def check_writable_folder(path: PathLike, what: str = "folder") -> None:
 def check_writable_file(path: PathLike, what: str = "file") -> None:
     """Refuse, before any work, a file target the atomic writer could not replace: an empty name, a
     folder in its place, or a parent folder that is missing, a file or read-only (the writer's temp
-    file goes there, and a failure after the work would name that temp file). Nothing is left."""
+    file goes there, and a failure after the work would name that temp file). Nothing is left.
+
+    A device, FIFO or socket in its place (``/dev/null``, ``/dev/stdout``) is refused too: the atomic
+    rename would replace the node itself with a regular file (for root, ``/dev/null`` gone)."""
     shown = safe_repr(path)
     if not os.fspath(path).strip():
         raise InputError(f"{what} {shown}: an empty file name (an unset variable?); name the file to write")
     target = Path(os.fspath(path))
     if target.is_dir():
         raise InputError(f"{what} {shown} is an existing folder; {what} names a file")
+    try:
+        mode = os.stat(target).st_mode
+    except OSError:
+        mode = stat.S_IFREG  # nothing there (yet): the parent's checks below say the rest
+    if not stat.S_ISREG(mode):
+        raise InputError(f"{what} {shown} is {_kind_of(mode)}, which writing a file there would replace: "
+                         f"name a regular file (or leave {what} out)")
     parent = target.parent
     if not parent.is_dir():
         problem = "is a file, not a folder" if parent.exists() else "does not exist"

@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import stat
 import threading
 import warnings
 from collections.abc import Callable
@@ -139,6 +140,23 @@ def test_a_json_target_that_cannot_be_written_is_refused_before_evaluating(folde
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", target)
     assert rc == 2 and err == f"error: --json '{target}'{problem.format(root=tmp_path)}\n", err
     assert out == ""  # no table: nothing was evaluated
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_json_target_that_is_a_fifo_or_device_is_refused_not_replaced(folders: tuple[Path, Path],
+                                                                       tmp_path: Path) -> None:
+    """Before: the atomic rename replaced the node with a regular file and said "wrote" (``--json /dev/null``
+    run as root replaced /dev/null itself). A FIFO stands in for the device here."""
+    labels, pred = folders
+    fifo = tmp_path / "ap.json"
+    os.mkfifo(fifo)
+    before = _files(tmp_path)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", fifo)
+    assert rc == 2 and out == "", (err, out)
+    assert err == f"error: --json '{fifo}' is a FIFO (named pipe), which writing a file there would replace: " \
+                  "name a regular file (or leave --json out)\n", err
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
     assert _files(tmp_path) == before
 
 
