@@ -47,7 +47,6 @@ def _terminate(signum: int, _frame: object) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     previous = None
     stdout = sys.stdout
     guard = _StdoutGuard(stdout)
@@ -55,6 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
         sys.stdout = guard
     try:
+        parser = build_parser()  # in the try: Ctrl-C during its imports (a second or so) is "interrupted", no traceback
         args = parser.parse_args(argv)
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)

@@ -282,6 +282,28 @@ def test_help_says_what_each_command_does():
         assert len(paragraphs[1]) > 30, (command, paragraphs[1])
 
 
+#: A child that gets a real SIGINT just as the command line's parser imports the eval command (as Ctrl-C
+#: pressed in the first second of a run lands), then runs ``main(["--help"])``.
+CTRL_C_WHILE_THE_PARSER_IMPORTS = """
+import os, signal, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "pointpillars_trt.apps.eval.cli":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+from pointpillars_trt.apps.cli import main
+sys.meta_path.insert(0, CtrlC())
+sys.exit(main(["--help"]))
+"""
+
+
+def test_ctrl_c_while_the_command_line_is_built_is_one_line(repo_root: Path):
+    """Before: the parser was built outside main's handling, so Ctrl-C in a run's first second printed a traceback."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_THE_PARSER_IMPORTS], capture_output=True, text=True,
+                          timeout=120, cwd=repo_root)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", ""), done
+
+
 def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
     assert_one_line_error(run, "no such file or folder")  # before the model loads: nothing ran
