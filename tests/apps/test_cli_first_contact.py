@@ -304,6 +304,14 @@ def test_ctrl_c_while_the_command_line_is_built_is_one_line(repo_root: Path):
     assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", ""), done
 
 
+def test_the_command_line_parser_imports_no_onnx(repo_root: Path):
+    """Every command, ``--help`` included, built bench's parser, whose module imported the ONNX exporter: ~0.9 s of
+    ``import onnx`` (ml_dtypes) on each start, before any work. Only the commands that export load it now."""
+    code = "import sys; from pointpillars_trt.apps.cli import build_parser; build_parser(); print('onnx' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=repo_root)
+    assert (done.returncode, done.stdout) == (0, "False\n"), done
+
+
 def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
     assert_one_line_error(run, "no such file or folder")  # before the model loads: nothing ran

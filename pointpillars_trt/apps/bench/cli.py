@@ -8,7 +8,7 @@ import platform
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -17,11 +17,8 @@ from ...detections import Detections
 from ...errors import BackendError, InputError, PointPillarsError
 from ...fileio import check_writable_folder
 from ...graph_io import MAX_BATCH
-from ...convert.export import export_model_dir
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
-from ...convert.onnx_export import ModelWeights
-from ...convert.weights import PointPillarsWeights, random_weights
 from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
@@ -29,6 +26,9 @@ from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..infer import MAX_PIPELINES, device_arg, positive_int, progress_bar
 from ..ranges import float_in, int_in, int_list_in, names_in
+
+if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
+    from ...convert.onnx_export import ModelWeights
 
 #: What ``--precisions`` may name: tf32 is the fp32 graphs with TensorFloat-32 convolutions.
 BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
@@ -150,6 +150,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 def _load_model(spec: str | None, config: str) -> _Model:
     if spec is None:
+        from ...convert.weights import random_weights
+
         cfg = load_config(config)
         return _Model(cfg, random_weights(cfg, seed=0), f"{cfg.name}, seeded random weights (untrained)", None)
     if Path(spec).is_file():
@@ -165,6 +167,8 @@ def _model_dir(model: _Model, label: str, out: Path) -> ModelDir | None:
     """The model dir for a bench precision label (fp32, tf32, fp16): the user's own when it has that
     precision, else one exported under ``out`` (one per label, so TensorRT plans of TF32 and IEEE fp32
     never share a folder and a user's plans are never rebuilt)."""
+    from ...convert.export import export_model_dir
+
     graphs = "fp32" if label == "tf32" else label
     if model.model_dir is not None:
         return model.model_dir if model.model_dir.precision == graphs else None
@@ -313,6 +317,8 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
     if model.weights is None:
         results["notes"].append("PyTorch baseline skipped: a model dir holds no weights; pass a checkpoint")
         return
+    from ...convert.weights import PointPillarsWeights
+
     if not isinstance(model.weights, PointPillarsWeights):
         results["notes"].append("PyTorch baseline skipped: it re-implements single-head models only")
         return
