@@ -26,6 +26,7 @@ from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .infer import EXIT_FRAME_FAILURES, add_infer_parser, device_arg, one_line, positive_int
+from .ranges import path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
 EXIT_USER_ERROR = 2
@@ -187,15 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     build = sub.add_parser("build", help="checkpoint -> ONNX graphs (+ TensorRT plans) in a model dir",
                            description="Import a checkpoint and write a model dir (ONNX graphs, TensorRT plans).")
-    build.add_argument("--checkpoint", required=True, help="OpenPCDet or zhulf0804 .pth file (required)")
-    build.add_argument("--out", required=True, help="model dir to write (required)")
+    build.add_argument("--checkpoint", required=True, type=path_name,
+                       help="OpenPCDet or zhulf0804 .pth file (required)")
+    build.add_argument("--out", required=True, type=path_name, help="model dir to write (required)")
     which = build.add_mutually_exclusive_group()
     which.add_argument("--config", help="config name or YAML path of this package "
                                         "(default: from the checkpoint's layout)")
-    which.add_argument("--pcdet-config", metavar="YAML",
+    which.add_argument("--pcdet-config", metavar="YAML", type=path_name,
                        help="OpenPCDet model config, e.g. tools/cfgs/kitti_models/pointpillar.yaml "
                             "(default: none; exclusive with --config)")
-    build.add_argument("--pcdet-base-dir", metavar="DIR",
+    build.add_argument("--pcdet-base-dir", metavar="DIR", type=path_name,
                        help="OpenPCDet's tools/ folder, where --pcdet-config's _BASE_CONFIG_ paths start (default: "
                             "the nearest folder above the YAML that holds them)")
     build.add_argument("--backend", choices=BACKEND_NAMES, default="onnxruntime",
@@ -216,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole path on a simulated frame with a seeded, UNTRAINED model",
                           description="Run the whole path on a SIMULATED frame with a seeded, UNTRAINED model.")
-    demo.add_argument("--out", default="demo_out", help="folder for the frame, model, JSON and PNG")
+    demo.add_argument("--out", default="demo_out", type=path_name, help="folder for the frame, model, JSON and PNG")
     demo.add_argument("--config", default="openpcdet_kitti_3class",
                       help="config name or YAML path of a single-head model (a multi-head config, such as "
                            "openpcdet_nuscenes_multihead, is refused: the seeded random weights are made for "

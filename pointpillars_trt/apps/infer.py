@@ -41,7 +41,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
-from .ranges import int_in
+from .ranges import int_in, path_name
 from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
@@ -161,7 +161,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                             "exists is taken literally, even with [ or * in its name); a path that gives no frame "
                             "is an error, and when none gives one, infer stops before the model loads")
     model = infer.add_argument_group("model")
-    model.add_argument("--model", help="model dir (from build) or a .pth checkpoint (required unless --server)")
+    model.add_argument("--model", type=path_name,
+                       help="model dir (from build) or a .pth checkpoint (required unless --server)")
     model.add_argument("--config", help="config name or YAML path the model must have been built for "
                                         "(default: the model dir's own; a checkpoint's layout)")
     model.add_argument("--precision", choices=("fp32", "fp16"), default=None,
@@ -211,8 +212,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                                "paths: a URI cannot be listed here)")
     outputs.add_argument("--retry-failed", action="store_true",
                          help="with --skip-existing and --format jsonl / parquet: rerun the frames whose row holds an "
-                              "error, their old rows first removed from the part files (a frame keeps one row)")
-    outputs.add_argument("--calib", metavar="DIR",
+                               "error, their old rows first removed from the part files (a frame keeps one row)")
+    outputs.add_argument("--calib", metavar="DIR", type=path_name,
                          help="KITTI calib folder of <frame id>.txt for --format kitti, --eval and --fov-only "
                               "(default: each frame's sibling calib/ folder)")
     outputs.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
@@ -225,7 +226,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                               "counted otherwise)")
     outputs.add_argument("--viz", action="store_true",
                          help="also write a bird's-eye-view picture <frame>.png per frame (needs --out, matplotlib)")
-    outputs.add_argument("--eval", metavar="LABEL_DIR",
+    outputs.add_argument("--eval", metavar="LABEL_DIR", type=path_name,
                          help="after the run, KITTI AP of the predictions against this label_2 folder: "
                               f"prints the table and writes {EVAL_FILE} in --out (default: no evaluation)")
     outputs.add_argument("--no-progress", action="store_true",

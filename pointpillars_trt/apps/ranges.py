@@ -1,5 +1,5 @@
-"""Range-checked numeric command-line values: each option says what it accepts, and anything outside
-(a negative count, a port past 65535, a NaN timeout) is refused while the command line is parsed."""
+"""Range-checked command-line values: each option says what it accepts, and anything outside (a negative
+count, a port past 65535, a NaN timeout, an empty path) is refused while the command line is parsed."""
 
 from __future__ import annotations
 
@@ -80,3 +80,12 @@ def host_port(text: str) -> str:
         pass
     raise argparse.ArgumentTypeError(f"{text!r}: expected HOST:PORT, e.g. 127.0.0.1:8001 (serve prints its grpc "
                                      "and http endpoints when it is ready)")
+
+
+def path_name(text: str) -> str:
+    """An argparse ``type`` for a file or folder option: an empty name (``--out "$OUT"`` with $OUT unset) is
+    refused, since ``Path("")`` is the current folder, where demo, bench and serve would write and build and
+    eval would read, each naming '.' in its messages."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: an empty name (an unset variable?); name the file or folder")
+    return text

@@ -312,6 +312,35 @@ def test_the_command_line_parser_imports_no_onnx(repo_root: Path):
     assert (done.returncode, done.stdout) == (0, "False\n"), done
 
 
+@pytest.mark.parametrize("argv", [
+    ["demo", "--out", ""],
+    ["bench", "--device", "cpu", "--out", ""],
+    ["bench", "--device", "cpu", "--frames", ""],
+    ["build", "--checkpoint", "", "--out", "m"],
+    ["build", "--checkpoint", "x.pth", "--out", ""],
+    ["eval", "--pred", "", "--labels", "labels"],
+    ["eval", "--pred", "pred", "--labels", "", "--ids", ""],
+    ["infer", "x.bin", "--model", ""],
+    ["serve", "--model", "x.pth", "--repository", "", "--repository-only"],
+])
+def test_an_empty_path_is_refused_while_parsing_not_taken_as_the_current_folder(argv: list[str], tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    """``--out "$OUT"`` with $OUT unset. Before: ``Path("")`` is '.', so demo, bench and serve wrote into the current
+    folder (rc 0), build refused "model dir ." or read '.' as its checkpoint, eval read '.' as its predictions."""
+    if argv[0] == "serve":
+        pytest.importorskip("pointpillars_trt.apps.serve.cli")
+    monkeypatch.chdir(tmp_path)
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(err), \
+            contextlib.redirect_stdout(io.StringIO()):
+        main(argv)
+    assert exit_info.value.code == 2
+    lines = err.getvalue().strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: pointpillars-trt {argv[0]}: argument --"), lines
+    assert "'': an empty name (an unset variable?)" in lines[0], lines
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
     assert_one_line_error(run, "no such file or folder")  # before the model loads: nothing ran

@@ -25,7 +25,7 @@ from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..infer import MAX_PIPELINES, device_arg, positive_int, progress_bar
-from ..ranges import float_in, int_in, int_list_in, names_in
+from ..ranges import float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
     from ...convert.onnx_export import ModelWeights
@@ -50,9 +50,11 @@ def add_bench_parser(sub: Any) -> None:
                     "precision, against a PyTorch re-implementation and a host round trip; writes bench.md, "
                     "bench.json and bench_stages.png (the chart with matplotlib: without it, one line says so). "
                     "On the CPU it times the CPU path only.")
-    bench.add_argument("--model", help="model dir or .pth checkpoint (default: the demo's seeded random model)")
+    bench.add_argument("--model", type=path_name,
+                       help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
-    bench.add_argument("--frames", action="append", help="folder of .bin files (repeatable; default: simulated scans)")
+    bench.add_argument("--frames", action="append", type=path_name,
+                       help="folder of .bin files (repeatable; default: simulated scans)")
     bench.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                        help="values a point in --frames' .bin files: 4 (KITTI) or 5 (nuScenes, with the time lag) "
                             "(default: the model's)")
@@ -88,7 +90,8 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--no-baselines", action="store_true",
                        help="skip the baselines run in this process on the same weights: the PyTorch peers and a "
                             "pipeline that copies between the stages through the host")
-    bench.add_argument("--out", default="bench_out", help="folder for the report (JSON and Markdown tables)")
+    bench.add_argument("--out", default="bench_out", type=path_name,
+                       help="folder for the report (JSON and Markdown tables)")
     bench.set_defaults(run=run_bench_command)
 
 

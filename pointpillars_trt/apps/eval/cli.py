@@ -12,6 +12,7 @@ from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given, image_shape_arg
+from ..ranges import path_name
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
@@ -27,25 +28,25 @@ def add_eval_parser(sub: Any) -> None:
                     "and hard, for bbox, BEV, 3D and AOS, at 11 and 40 recall points, printed as OpenPCDet's "
                     "test.py prints it."
     )
-    p.add_argument("--pred", required=True, metavar="DIR",
+    p.add_argument("--pred", required=True, metavar="DIR", type=path_name,
                    help="predictions (required): KITTI .txt files with a score (infer --format kitti) "
                         "or infer --format json files (these need --calib)")
-    p.add_argument("--labels", required=True, metavar="DIR",
+    p.add_argument("--labels", required=True, metavar="DIR", type=path_name,
                    help="KITTI label_2 folder of <id>.txt ground truth (required)")
-    p.add_argument("--calib", metavar="DIR",
+    p.add_argument("--calib", metavar="DIR", type=path_name,
                    help="KITTI calib folder, to place the lidar boxes of JSON predictions in the camera frame "
                         "(default: none; needed for JSON predictions only)")
     p.add_argument("--image-shape", type=image_shape_arg, metavar="H,W", default=None,
                    help="camera image size in pixels, for every frame: where the 2D boxes of JSON predictions "
                         "are clipped (default: the calib folder's sibling image_2/<id>.png when there is one, "
                         f"else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, said in one note; JSON predictions only)")
-    p.add_argument("--ids", metavar="FILE",
+    p.add_argument("--ids", metavar="FILE", type=path_name,
                    help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt "
                         "(default: every prediction file in --pred)")
     p.add_argument("--json", metavar="OUT",
                    help="also write the --pred AP as JSON {class: {metric: {R11, R40}}, loose: {...}} "
                         "(default: no JSON)")
-    p.add_argument("--compare", metavar="OTHER_PRED_DIR",
+    p.add_argument("--compare", metavar="OTHER_PRED_DIR", type=path_name,
                    help="a second prediction folder, evaluated on the same frames and shown side by side "
                         "(default: no comparison)")
     p.add_argument("--classes", default=",".join(DEFAULT_CLASSES),

@@ -21,7 +21,7 @@ from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..infer import EXIT_FRAME_FAILURES, FrameReport
-from ..ranges import float_in, host_port, int_in, port
+from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import MAX_IN_FLIGHT
 from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
     MODEL_NAME
@@ -36,8 +36,10 @@ MAX_WORKERS = 4096
 
 def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:  # type: ignore[type-arg]
     serve = subparsers.add_parser("serve", help="serve the detector with Triton Inference Server (HTTP + gRPC)")
-    serve.add_argument("--model", required=True, help="model dir (from build) or a .pth checkpoint (required)")
-    serve.add_argument("--repository", required=True, help="Triton model repository folder to write and serve (required)")
+    serve.add_argument("--model", required=True, type=path_name,
+                       help="model dir (from build) or a .pth checkpoint (required)")
+    serve.add_argument("--repository", required=True, type=path_name,
+                       help="Triton model repository folder to write and serve (required)")
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
                        help=f"model instances per GPU (default {DEFAULT_GPU_INSTANCES}) or on the CPU (default 1), "
                             f"1..{MAX_INSTANCES}")
@@ -55,7 +57,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--http-port", type=port, help="1..65535 (default: a free port)")
     serve.add_argument("--grpc-port", type=port, help="1..65535 (default: a free port)")
     serve.add_argument("--metrics-port", type=port, help="1..65535 (default: a free port)")
-    serve.add_argument("--tritonserver", help="the tritonserver binary (default: $PP_TRITONSERVER, PATH, nvidia-pytriton)")
+    serve.add_argument("--tritonserver", type=path_name,
+                       help="the tritonserver binary (default: $PP_TRITONSERVER, PATH, nvidia-pytriton)")
     serve.add_argument("--ready-timeout", type=float_in(0, 86400, low_open=True), default=120.0,
                        help="seconds to wait for the server to be ready (and answer its warm-up request)")
     serve.add_argument("--health-interval", type=float_in(0.1, 3600), default=10.0,
