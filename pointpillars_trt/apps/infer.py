@@ -269,7 +269,11 @@ def _frames_of(pattern: str) -> list[str]:
     """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
     a pattern's matches; none when it does not exist."""
     if os.path.isdir(pattern):
-        return sorted(os.path.join(pattern, n) for n in os.listdir(pattern)
+        try:
+            names = os.listdir(pattern)
+        except OSError:  # a folder that cannot be listed gives no frame: _no_frames says why
+            return []
+        return sorted(os.path.join(pattern, n) for n in names
                       if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
     if missing_path(pattern):
         return []
@@ -287,12 +291,32 @@ def _no_frames(pattern: str) -> str:
     """Why a path gives no frame. A missing path is named a point file only when it has a point file's
     suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
     if os.path.isdir(pattern):
+        try:
+            os.listdir(pattern)
+        except OSError as exc:
+            return f"folder {safe_repr(pattern)} cannot be listed: {exc.strerror or exc}"
         return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
+    unreachable = _unreachable(pattern)
+    if unreachable is not None:
+        return (f"{safe_repr(pattern)} cannot be reached: {unreachable} (a folder on its path that this user "
+                "cannot search?)")
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):
         return f"point file {safe_repr(pattern)} does not exist"
     return f"{safe_repr(pattern)}: no such file or folder"
+
+
+def _unreachable(path: str) -> str | None:
+    """Why ``path`` cannot be looked at, when that is not its absence: ``os.path.lexists`` says False for any
+    error, so a file below a folder without search permission read as "does not exist"."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def refuse_repeated_frames(frames: Sequence[str]) -> None:

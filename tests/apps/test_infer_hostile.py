@@ -10,6 +10,9 @@ import contextlib
 import io
 import json
 import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -135,3 +138,45 @@ def test_infer_ray_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Pa
     assert rc == 1 and out.startswith("3/4 frames"), (out, err)
     assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
     assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["a.json", "c.json", "d.json"]
+
+
+def permission_bound_prefix() -> list[str] | None:
+    """A command prefix under which file permissions bind: none for a plain user; for root, ``setpriv`` dropping
+    the capabilities that override them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH); None where neither is possible."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or subprocess.run([setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", "true"],
+                                         capture_output=True).returncode != 0:
+        return None
+    return [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--"]
+
+
+def test_a_folder_this_user_cannot_open_gives_no_frame_and_the_rest_run(tiny_model: Path, frames: Path,
+                                                                        tmp_path: Path, repo_root: Path) -> None:
+    """Before: a folder that cannot be listed stopped the whole run (one ``error: 'locked': Permission denied``, no
+    frame run), and a file below it was said not to exist. Each is now a path that gives no frame, said apart."""
+    prefix = permission_bound_prefix()
+    if prefix is None:
+        pytest.skip("root without setpriv: permissions do not bind")
+    good = tmp_path / "good"
+    good.mkdir()
+    shutil.copy(frames / "a.bin", good / "a.bin")
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    shutil.copy(frames / "c.bin", locked / "c.bin")
+    out = tmp_path / "out"
+    locked.chmod(0)
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-m", "pointpillars_trt", "infer", str(good), str(locked),
+                               str(locked / "c.bin"), "--model", str(tiny_model), "--out", str(out), "--device", "cpu"],
+                              capture_output=True, text=True, timeout=120, cwd=repo_root)
+    finally:
+        locked.chmod(0o755)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: folder '{locked}' cannot be listed: Permission denied",
+                      f"error: '{locked / 'c.bin'}' cannot be reached: Permission denied (a folder on its path that "
+                      "this user cannot search?)"], done.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
+    assert done.stdout.startswith("1/1 frames") and "2 path(s) gave no frame" in done.stderr, done
