@@ -80,9 +80,16 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
-def _stat_error(what: str, shown: str, exc: OSError) -> InputError:
+def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
+    """One line for a path that could not be stat'ed or opened; a symbolic link whose target is gone is named
+    so (with its target), since ``ls`` shows the link and "does not exist" would contradict it."""
+    shown = safe_repr(path)
     if isinstance(exc, FileNotFoundError):
-        return InputError(f"{what} {shown} does not exist")
+        try:
+            return InputError(f"{what} {shown} is a broken symbolic link (to {safe_repr(os.readlink(path))}, "
+                              "which does not exist)")
+        except OSError:  # no link: the path itself is missing
+            return InputError(f"{what} {shown} does not exist")
     return InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}")
 
 
@@ -110,13 +117,13 @@ def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tu
     try:
         st = os.stat(name)
     except OSError as exc:
-        raise _stat_error(what, safe_repr(path), exc) from None
+        raise _stat_error(what, path, exc) from None
     _check_regular(st, path, max_bytes, what)
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOCTTY", 0)
     try:
         fd = os.open(name, flags)
     except OSError as exc:
-        raise _stat_error(what, safe_repr(path), exc) from None
+        raise _stat_error(what, path, exc) from None
     try:
         st = os.fstat(fd)
         _check_regular(st, path, max_bytes, what)

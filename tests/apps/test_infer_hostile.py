@@ -180,3 +180,17 @@ def test_a_folder_this_user_cannot_open_gives_no_frame_and_the_rest_run(tiny_mod
                       "this user cannot search?)"], done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["a.json"]
     assert done.stdout.startswith("1/1 frames") and "2 path(s) gave no frame" in done.stderr, done
+
+
+def test_a_broken_symbolic_link_is_named_so(tiny_model: Path, frames: Path, tmp_path: Path) -> None:
+    """Before: "point file '.../b.bin' does not exist", of a name ``ls`` lists."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    shutil.copy(frames / "a.bin", folder / "a.bin")
+    (folder / "b.bin").symlink_to("gone.bin")
+    out = tmp_path / "out"
+    rc, err = run_infer("infer", folder, "--model", tiny_model, "--out", out, "--device", "cpu", "--no-progress")
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and errors == [f"error: point file '{folder / 'b.bin'}' is a broken symbolic link (to 'gone.bin', "
+                                  "which does not exist)"], err
+    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
