@@ -110,6 +110,15 @@ def test_ids_that_are_paths_are_refused(folders: tuple[Path, Path], tmp_path: Pa
     assert rc == 2 and "'../../etc/passwd', not a file name" in err, err
 
 
+def test_ids_that_are_file_names_are_refused_with_the_fix(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """Before: "label file '.../000000.txt.txt' does not exist", a name nobody wrote."""
+    labels, pred = folders
+    (tmp_path / "ids.txt").write_text("000000.txt\n")
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    assert (rc, err) == (2, f"error: frame id file '{tmp_path / 'ids.txt'}' lists '000000.txt', a file name: list "
+                            "frame ids without the suffix ('000000'), as KITTI's ImageSets/*.txt do\n"), err
+
+
 def test_a_clean_run_still_passes(folders: tuple[Path, Path]) -> None:
     """The same harness on good files: exit 0 and nothing on stderr (so the refusals above are real)."""
     labels, pred = folders

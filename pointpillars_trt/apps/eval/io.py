@@ -161,6 +161,11 @@ def list_prediction_ids(pred_dir: Path) -> list[str]:
     return sorted(p.stem for p in _prediction_files(pred_dir) if p.suffix == suffix)
 
 
+#: Suffixes of the files a frame id names (labels, predictions, calib, images, point files): an id ending in
+#: one is a file name listed by mistake.
+FILE_NAME_SUFFIXES = (".txt", ".json", ".png", ".bin", ".npy", ".pcd")
+
+
 def read_frame_ids(path: Path) -> list[str]:
     """An ImageSets-style list: one frame id per line, blank lines ignored."""
     ids = [line.strip() for line in _read_lines(path, "frame id") if line.strip()]
@@ -168,6 +173,11 @@ def read_frame_ids(path: Path) -> list[str]:
     if odd is not None:
         raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(odd, 60)}, not a file name "
                          "(ids are names like 000123, looked up in each folder)")
+    named = next((i for i in ids if os.path.splitext(i)[1].lower() in FILE_NAME_SUFFIXES), None)
+    if named is not None:  # else looked up as '000000.txt.txt' and reported as a missing label file
+        stem = os.path.splitext(named)[0]
+        raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(named, 60)}, a file name: list frame ids "
+                         f"without the suffix ({safe_repr(stem, 60)}), as KITTI's ImageSets/*.txt do")
     if not ids:
         raise InputError(f"frame id file {safe_repr(path)} lists no frames")
     if len(set(ids)) != len(ids):
