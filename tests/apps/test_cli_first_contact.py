@@ -407,6 +407,33 @@ def test_bench_on_the_cpu_runs_fewer_frames_and_draws_no_bar_into_a_pipe(tiny_fr
     assert "bench (CPU)" not in run.err and "\r" not in run.err, run.err  # the bar is for a terminal (infer's test)
 
 
+def test_bench_reads_as_many_frames_as_it_times_and_names_a_file_or_missing_folder(tiny_frames: list[Path],
+                                                                                    tmp_path: Path):
+    """Before: every .bin of the folder was read into memory (KITTI's 7,481 full scans: ~14 GB) to time 10 or 200
+    of them, and a file or a missing folder given to --frames was "no .bin files to benchmark on"."""
+    import yaml
+    from tiny import tiny_config
+
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for frame in tiny_frames[1:4]:
+        shutil.copy(frame, frames)
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    common = ("bench", "--device", "cpu", "--config", config, "--out", tmp_path / "b")
+    run = cli(*common, "--frames", frames, "--iterations", "2")
+    assert run.rc == 0, run
+    assert f"note: --frames '{frames}': reading its first 2 of 3 .bin files, as many as --iterations 2 times" \
+        in run.err.splitlines(), run.err
+    timed = json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]
+    assert [r["frames"] for r in timed] == ["frames (first 2 of 3 frames)"]
+    first_two = [np.fromfile(f, np.float32).size // 4 for f in sorted(frames.iterdir())[:2]]
+    assert timed[0]["avg_points"] == pytest.approx(np.mean(first_two))
+    assert_one_line_error(cli(*common, "--frames", frames / tiny_frames[1].name),
+                          "--frames", "is a file; --frames names a folder of .bin files")
+    assert_one_line_error(cli(*common, "--frames", tmp_path / "nope"), "--frames", "no such folder")
+
+
 @pytest.mark.cuda
 def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     from tiny import tiny_model_dir

@@ -54,7 +54,8 @@ def add_bench_parser(sub: Any) -> None:
                        help="model dir or .pth checkpoint (default: the demo's seeded random model)")
     bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
     bench.add_argument("--frames", action="append", type=path_name,
-                       help="folder of .bin files (repeatable; default: simulated scans)")
+                       help="folder of .bin files, of which the first --iterations are read (repeatable; "
+                            "default: simulated scans)")
     bench.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                        help="values a point in --frames' .bin files: 4 (KITTI) or 5 (nuScenes, with the time lag) "
                             "(default: the model's)")
@@ -114,8 +115,6 @@ def run_bench_command(args: argparse.Namespace) -> int:
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
-    frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns) if args.frames
-                  else simulated_frame_sets(columns=columns))
     kind, index = parse_device(args.device)  # well formed: device_arg checked it
     device_id = index or 0
     reason = cuda_available(device_id)
@@ -124,6 +123,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise BackendError(f"bench --device {args.device}: {reason}")
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
+    frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
+                                    say=lambda line: print(line, file=sys.stderr))
+                  if args.frames else simulated_frame_sets(columns=columns))
     cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
     if cpu_model is not None:
         _say_cpu_run(args, cpu_model.precision, reason)

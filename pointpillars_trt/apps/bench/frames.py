@@ -4,12 +4,14 @@ a point, or nuScenes' 5 for a model with a time column)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..demo_scene import simulate_scan
 from ...errors import InputError
+from ...fileio import safe_repr
 from ...pointcloud_io import read_points
 
 CAMERA_HALF_FOV_DEG = 40.5   # KITTI's left colour camera sees about 81 degrees horizontally
@@ -31,16 +33,26 @@ def simulated_frame_sets(seeds: tuple[int, ...] = SIMULATED_SEEDS, columns: int 
     return {"camera view (simulated)": [camera_view(p) for p in scans], "full scan (simulated)": scans}
 
 
-def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it; every .bin in it, sorted, of ``point_dim`` values a point, of
-    which the model reads ``columns``."""
+def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
+                      say: Callable[[str], object] = print) -> dict[str, list[np.ndarray]]:
+    """One set per folder, named after it; its .bin files, sorted, of ``point_dim`` values a point, of which the
+    model reads ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run
+    times no more distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
     sets: dict[str, list[np.ndarray]] = {}
     for folder in folders:
-        files = sorted(Path(folder).glob("*.bin"))
+        path = Path(folder)
+        if not path.is_dir():
+            problem = "is a file; --frames names a folder of .bin files" if path.exists() else "no such folder"
+            raise InputError(f"--frames {safe_repr(folder)}: {problem}")
+        files = sorted(path.glob("*.bin"))
         if not files:
-            raise InputError(f"{folder}: no .bin files to benchmark on")
-        sets[f"{Path(folder).name} ({len(files)} frames)"] = [read_points(f, point_dim=point_dim, columns=columns)
-                                                              for f in files]
+            raise InputError(f"--frames {safe_repr(folder)}: no .bin files to benchmark on")
+        used = files[:limit]
+        if len(used) < len(files):
+            say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} .bin files, as "
+                f"many as --iterations {limit} times")
+        count = f"{len(files)} frames" if len(used) == len(files) else f"first {len(used)} of {len(files)} frames"
+        sets[f"{path.name} ({count})"] = [read_points(f, point_dim=point_dim, columns=columns) for f in used]
     return sets
 
 
