@@ -558,7 +558,7 @@ def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
         if n < columns:
             return (f"; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep frames, "
                     "which PointPillars.accumulate builds from sweeps and their poses)")
-        return f": if so, pass --point-dim {n})"
+        return f": if so, pass --point-dim {n}; Python: point_dim={n})"  # the readers serve the API too
 
     return f"; its size fits {' or '.join(f'rows of {n} values ({_LAYOUTS[n]}{advice(n)}' for n in fits)}"
 

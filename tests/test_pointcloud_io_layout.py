@@ -89,8 +89,8 @@ def test_size_errors_name_the_other_point_dim(tmp_path: Path) -> None:
         assert "fits no rows of 3, 4 or 5 float32 values" in str(err.value) and "--point-dim" not in str(err.value)
     (tmp_path / "four.bin").write_bytes(bytes(32))  # rows of 4 read as 5
     with pytest.raises(InputError, match=r"fits rows of 4 values \(x, y, z, intensity, as KITTI writes them: if so, "
-                                         r"pass --point-dim 4\)"):
-        read_points(tmp_path / "four.bin", point_dim=5, columns=4)  # a KITTI model
+                                         r"pass --point-dim 4; Python: point_dim=4\)"):
+        read_points(tmp_path / "four.bin", point_dim=5, columns=4)  # a KITTI model: the API's spelling too
     with pytest.raises(InputError) as err:  # a multi-sweep model, which refuses --point-dim 4
         read_points(tmp_path / "four.bin", point_dim=5)
     text = str(err.value)
