@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import BackendError, PointPillarsError
+from ..errors import PointPillarsError
 from ..fileio import check_writable_folder, safe_repr, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
@@ -28,17 +28,14 @@ DEFAULT_REPEATS = 10
 
 def check_device(device: str) -> None:
     """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, before anything is written."""
-    from ..detector import cuda_available
+    from ..detector import _pick_device
     from ..runtime_options import DEVICES_EXPECTED, parse_device
 
     try:
-        kind, index = parse_device(device)
+        parse_device(device)
     except PointPillarsError:
         raise PointPillarsError(f"--device {safe_repr(device)}: expected {DEVICES_EXPECTED}") from None
-    if kind == "cuda":
-        reason = cuda_available(index or 0)
-        if reason is not None:
-            raise BackendError(f"--device {device} requested, but {reason}; run with --device cpu (or auto)")
+    _pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
 
 
 def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",

@@ -102,16 +102,19 @@ def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path)
         assert device_notice(detector, probes=[driver_file]) == ["running on CPU, ONNX Runtime, fp32"]
 
 
-def test_device_cuda_without_a_gpu_says_there_is_none(tiny_model: Path, tiny_frames: list[Path]):
+def test_device_cuda_without_a_gpu_says_there_is_none(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     """Asked for the GPU on a machine whose driver shows none: the error says so, not "install CuPy"."""
     from pointpillars_trt.runtime.availability import gpu_visible
 
     if gpu_visible():
         pytest.skip("this machine shows an NVIDIA GPU")
-    run = cli("infer", tiny_frames[0], "--model", tiny_model, "--device", "cuda")
-    assert_one_line_error(run, "device cuda requested, but this machine shows no NVIDIA GPU", "device cpu or auto",
-                          "/dev/nvidia0", "/dev/dxg with /usr/lib/wsl/lib/libcuda.so.1")
-    assert "CuPy" not in run.err
+    for argv in (["infer", tiny_frames[0], "--model", tiny_model], ["bench", "--frames", tiny_frames[0].parent],
+                 ["demo"]):  # before: bench and demo said it in words of their own, bench without the fix
+        run = cli(*argv, "--device", "cuda", "--out", tmp_path / "o")
+        assert_one_line_error(run, "device cuda requested, but this machine shows no NVIDIA GPU", "device cpu or auto",
+                              "/dev/nvidia0", "/dev/dxg with /usr/lib/wsl/lib/libcuda.so.1")
+        assert "CuPy" not in run.err
+        assert not (tmp_path / "o").exists()
 
 
 def test_a_gpu_under_wsl2_is_visible_and_another_vendors_is_not(tmp_path: Path):
@@ -549,7 +552,7 @@ def test_bench_takes_infer_s_device_spellings(tiny_frames: list[Path], tmp_path:
     shutil.copy(tiny_frames[1], frames)
     for device, index in (("cuda", 0), ("cuda:1", 1)):
         run = cli("bench", "--device", device, "--frames", frames, "--out", tmp_path / "b")
-        assert_one_line_error(run, f"bench --device {device}: {cuda_available(index)}")
+        assert_one_line_error(run, f"device {device} requested, but {cuda_available(index)}", "--device cpu or auto")
         assert run.out == "" and not (tmp_path / "b").exists()
     said = {}
     for command in ("infer", "bench"):

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import BackendError, InputError, PointPillarsError
+from ...errors import InputError, PointPillarsError
 from ...fileio import check_writable_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
@@ -105,8 +105,7 @@ class _Model:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    from ...detector import cuda_available
-    from ...runtime_options import parse_device
+    from ...detector import _pick_device
 
     if args.point_dim is not None and not args.frames:
         raise InputError("--point-dim applies to --frames (the values a point of their .bin files); the simulated "
@@ -115,12 +114,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
-    kind, index = parse_device(args.device)  # well formed: device_arg checked it
-    device_id = index or 0
-    reason = cuda_available(device_id)
-    device = "cpu" if kind == "cpu" or (kind == "auto" and reason) else "cuda"
-    if device == "cuda" and reason:
-        raise BackendError(f"bench --device {args.device}: {reason}")
+    device, device_id, reason = _pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
     frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
