@@ -246,8 +246,9 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None)
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
     files; otherwise a pattern with glob characters is expanded. A path that gives no frame (it
-    does not exist, a folder without point files, a pattern that matches nothing) is a problem of
-    its own: all of them are one InputErrors (one message each, before any model loads), or, given
+    does not exist or cannot be reached, a folder without point files or that cannot be listed, a
+    pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
+    message each, before any model loads), or, given
     ``errors`` and other patterns that do give frames, messages appended there (the caller reports
     them; the rest runs).
     """
