@@ -35,7 +35,7 @@ from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line, stdout_reader_gone
-from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, drop_failure_rows, \
+from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, drop_failure_rows, \
     existing_parts, frame_row, is_full_disk_error, output_complete, read_record, records_in_parts, require_pyarrow, \
     sources_in_parts, write_frame, write_label_of_record
 from .device_notice import print_device_notice
@@ -516,8 +516,10 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
                          f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
-    if fmt in ROW_FORMATS and out is None:
-        raise InputError(f"--format {fmt} needs --out DIR: its part files are written there")
+    if out is None and args.format is not None and not (args.eval and fmt in FILE_FORMATS):
+        files = "its part files are" if fmt in ROW_FORMATS else "its files (one a frame) are"
+        raise InputError(f"--format {fmt} needs --out DIR: {files} written there (without --out infer prints a "
+                         "summary only)")
     if fmt == "parquet":
         require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []

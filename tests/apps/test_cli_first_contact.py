@@ -479,6 +479,9 @@ def test_keep_out_of_view_with_eval_is_taken_whatever_the_format(tiny_model: Pat
 
 @pytest.mark.parametrize("extra, expected", [
     (["--skip-existing"], "--skip-existing needs --out DIR"),
+    (["--format", "kitti"], "--format kitti needs --out DIR: its files (one a frame) are written there"),
+    (["--format", "json"], "--format json needs --out DIR: its files (one a frame) are written there"),
+    (["--format", "jsonl", "--eval", "LABELS"], "--format jsonl needs --out DIR: its part files are written there"),
     (["--keep-out-of-view", "--out", "OUT"], "--keep-out-of-view applies to --format kitti"),
     (["--keep-out-of-view", "--out", "OUT", "--format", "jsonl"], "--format jsonl keeps every box"),
     (["--retry-failed", "--out", "OUT", "--format", "jsonl"], "--retry-failed reruns the failed frames that "
