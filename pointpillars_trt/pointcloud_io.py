@@ -54,7 +54,7 @@ def read_points(
       0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
-    * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i);
+    * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i, or reflectance);
       binary_compressed is refused; 4 columns only.
 
     ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see :func:`intensity_looks_8bit`)
@@ -674,7 +674,7 @@ _PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "V
 
 
 def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
-    """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i) -> (N, 4)
+    """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
     float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
     WIDTH * HEIGHT and the data size; DATA binary_compressed is refused."""
     shown = safe_repr(path)
@@ -787,11 +787,17 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
     return dtype, points, data_kind
 
 
+#: The names a .pcd's intensity field goes by, the first found taken: PCL's, its short form, and KITTI's own
+#: word for the value (what KITTI-to-PCD converters write).
+_PCD_INTENSITY_FIELDS = ("intensity", "i", "reflectance")
+
+
 def _pcd_columns(header: dict[str, list[str]], dtype: np.dtype, shown: str, what: str) -> list[str]:
     """Names of the x, y, z and intensity fields, in that order (each must have COUNT 1)."""
     names = list(dtype.names or ())
-    inten = next((n for n in ("intensity", "i") if n in names), None)
-    missing = [n for n in ("x", "y", "z") if n not in names] + ([] if inten else ["intensity (or i)"])
+    inten = next((n for n in _PCD_INTENSITY_FIELDS if n in names), None)
+    missing = [n for n in ("x", "y", "z") if n not in names] + ([] if inten else [
+        f"intensity (or {' or '.join(_PCD_INTENSITY_FIELDS[1:])})"])
     if missing:
         raise InputError(
             f"{what} {shown}: FIELDS {safe_repr(' '.join(names), 80)} lack {', '.join(missing)}"

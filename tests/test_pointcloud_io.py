@@ -145,6 +145,14 @@ def test_pcd_binary_with_uint8_i_and_multi_count_field(tmp_path: Path) -> None:
     np.testing.assert_array_equal(scaled[:, :3], got[:, :3])
 
 
+def test_pcd_reflectance_field_is_the_intensity(tmp_path: Path) -> None:
+    """KITTI's word for the 4th value names the intensity field of some converters' .pcd files."""
+    pts = sample(3)
+    path = tmp_path / "r.pcd"
+    path.write_bytes(pcd_header("x y z reflectance", "4 4 4 4", "F F F F", "1 1 1 1", 3, "binary") + pts.tobytes())
+    np.testing.assert_array_equal(read_points(path), pts)
+
+
 def test_pcd_real_frame_binary_and_ascii(assets: Path, tmp_path: Path) -> None:
     pts = read_velodyne_bin(assets / "kitti/training/velodyne_reduced/000134.bin")
     n = len(pts)
@@ -176,7 +184,7 @@ def test_pcd_errors(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(comp), "binary_compressed is not supported")
     no_i = tmp_path / "noi.pcd"
     no_i.write_bytes(pcd_header("x y z", "4 4 4", "F F F", "1 1 1", 1, "ascii") + b"1 2 3\n")
-    one_line_error(lambda: read_points(no_i), "lack intensity (or i)")
+    one_line_error(lambda: read_points(no_i), "lack intensity (or i or reflectance)")
     bad_size = tmp_path / "size.pcd"
     bad_size.write_bytes(pcd_header("x y z intensity", "4 4 2 4", "F F F F", "1 1 1 1", 1, "ascii") + b"1 2 3 4\n")
     one_line_error(lambda: read_points(bad_size), "field 'z' has TYPE 'F' SIZE '2'")
