@@ -176,8 +176,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help=f"frames run at once on the GPU (1..{MAX_BATCH}; default: {DEFAULT_GPU_BATCH} on the GPU, "
                           "1 on the CPU); outputs do not depend on it")
     run.add_argument("--pipelines", type=pipelines_arg, default=None,
-                     help=f"GPU pipelines run side by side, each its own stream and thread (default: "
-                          f"{DEFAULT_GPU_PIPELINES} on the GPU, 1 on the CPU); outputs do not depend on it")
+                     help=f"pipelines run side by side, each its own thread (and on the GPU its own stream; on the "
+                          f"CPU each a detector with its own ONNX Runtime session) (default: {DEFAULT_GPU_PIPELINES} "
+                          "on the GPU, 1 on the CPU); outputs do not depend on it")
     run.add_argument("--threads", type=threads_arg, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core)")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
