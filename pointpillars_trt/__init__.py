@@ -5,18 +5,34 @@ The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``_
 ``PointPillarsError`` family.
 """
 
-from .config import ModelConfig, Thresholds, load_config
-from .detections import Detections, FrameStats
-from .errors import PointPillarsError
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .config import ModelConfig, Thresholds, load_config
+    from .detections import Detections, FrameStats
+    from .detector import PointPillars
+    from .errors import PointPillarsError
 
 __version__ = "0.1.0"
 __all__ = ["Detections", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "Thresholds", "load_config"]
+#: The module each public name lives in.
+_HOMES = {"Detections": "detections", "FrameStats": "detections", "ModelConfig": "config", "PointPillars": "detector",
+          "PointPillarsError": "errors", "Thresholds": "config", "load_config": "config"}
 
 
 def __getattr__(name: str) -> object:
-    # The detector pulls in ONNX Runtime; import it only when asked for.
-    if name == "PointPillars":
-        from .detector import PointPillars
+    """A public name, imported when first asked for: importing the package (as the command line's entry
+    does first) loads neither NumPy nor ONNX Runtime."""
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{home}", __name__), name)
+    globals()[name] = value
+    return value
 
-        return PointPillars
-    raise AttributeError(name)
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -2,6 +2,6 @@
 
 import sys
 
-from .apps.cli import main
+from .apps.console import main
 
 sys.exit(main())

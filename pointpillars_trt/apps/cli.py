@@ -25,15 +25,11 @@ from ..errors import CpuFallbackWarning, InputError, InputErrors, InputWarning, 
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
-from .infer import EXIT_FRAME_FAILURES, add_infer_parser, device_arg, one_line, positive_int
+from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
+from .infer import add_infer_parser, device_arg, one_line, positive_int
 from .ranges import path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
-EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
-#: A run whose stdout's reader went away, as Python's documentation has it for BrokenPipeError.
-EXIT_CLOSED_STDOUT = 1
 #: What ``main`` turns into one ``error:`` line and exit code 2.
 USER_ERRORS = (PointPillarsError, ValueError, RecursionError, MemoryError, OSError)
 

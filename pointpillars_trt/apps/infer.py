@@ -40,6 +40,7 @@ from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, Out
     sources_in_parts, write_frame, write_label_of_record
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
+from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
 from .ranges import int_in, path_name
 from ..runtime.backends import BACKEND_CHOICES
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ..detections import Detections
     from ..detector import PointPillars
 
-EXIT_FRAME_FAILURES = 1
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
 DEFAULT_GPU_BATCH = 8
 DEFAULT_GPU_PIPELINES = 4

@@ -344,6 +344,33 @@ def test_an_empty_path_is_refused_while_parsing_not_taken_as_the_current_folder(
     assert list(tmp_path.iterdir()) == []
 
 
+#: The same with the script's entry (``pointpillars-trt`` and ``python -m pointpillars_trt``): the SIGINT lands
+#: as NumPy starts to load, the first of the command line's imports.
+CTRL_C_WHILE_THE_ENTRY_IMPORTS = """
+import os, signal, sys
+class CtrlC:
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+sys.meta_path.insert(0, CtrlC())
+from pointpillars_trt.apps.console import main
+sys.exit(main())
+"""
+
+
+def test_ctrl_c_while_the_script_s_entry_imports_the_command_line_is_one_line(repo_root: Path):
+    """Before: the script's entry was apps.cli:main, so Ctrl-C while the package and its commands imported
+    (a quarter of a second) printed a traceback; the entry now imports nothing heavy before its handling."""
+    done = subprocess.run([sys.executable, "-c", CTRL_C_WHILE_THE_ENTRY_IMPORTS], capture_output=True, text=True,
+                          timeout=120, cwd=repo_root)
+    assert (done.returncode, done.stderr, done.stdout) == (130, "interrupted\n", ""), done
+    light = subprocess.run([sys.executable, "-c", "import sys, pointpillars_trt.apps.console; "
+                            "print(sorted({'numpy', 'yaml', 'onnxruntime'} & set(sys.modules)))"],
+                           capture_output=True, text=True, timeout=120, cwd=repo_root)
+    assert light.stdout == "[]\n", light
+
+
 def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tmp_path / "nope/", "--model", tiny_model, "--device", "cpu")
     assert_one_line_error(run, "no such file or folder")  # before the model loads: nothing ran

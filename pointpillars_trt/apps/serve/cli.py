@@ -20,7 +20,8 @@ from ...errors import InputError
 from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
-from ..infer import EXIT_FRAME_FAILURES, FrameReport
+from ..exit_codes import EXIT_FRAME_FAILURES
+from ..infer import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import MAX_IN_FLIGHT
 from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
