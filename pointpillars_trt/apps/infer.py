@@ -1037,16 +1037,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             rows.close()
             to_flush.add(rows.parts.files)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' rows are kept, durable, for a resume
-        if rows is not None and rows.parts.rows:
-            kept = len(rows.parts.rows)
-            try:
-                rows.parts.close()
-                to_flush.add(rows.parts.files)
-                to_flush.flush()
-                report.note(f"stopped: the rows of {kept} finished frame(s) are in "
-                            f"{safe_repr(str(rows.parts.files[-1]))}; rerun with --skip-existing to finish")
-            except (InputError, OSError) as exc:
-                report.note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
+        if rows is not None:
+            keep_finished_rows(rows.parts, to_flush, report.note)
         raise
     finally:
         # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
@@ -1068,6 +1060,28 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             raise InputError(f"the outputs in {safe_repr(str(out))} could not be flushed to disk: "
                              f"{exc.strerror or one_line(exc)}; none of this run's outputs can be trusted") from None
     return report.close()
+
+
+#: What an interrupted row run says of its finish.
+RESUME_HINT = "rerun with --skip-existing to finish"
+
+
+def keep_finished_rows(parts: RowParts, to_flush: PendingFlush, note: Callable[[str], None],
+                       hint: str | None = RESUME_HINT) -> None:
+    """On Ctrl-C or SIGTERM in a JSON Lines / Parquet run (local or ``--ray``): the rows of the frames finished so
+    far that no part holds yet are written as a last part, flushed with ``to_flush``'s files and said on
+    ``note`` (with ``hint``, how to finish), so that a --skip-existing rerun runs only the frames without a row."""
+    kept = len(parts.rows)
+    if not kept:
+        return
+    try:
+        parts.close()
+        to_flush.add(parts.files)
+        to_flush.flush()
+        note(f"stopped: the rows of {kept} finished frame(s) are in {safe_repr(str(parts.files[-1]))}"
+             + (f"; {hint}" if hint else ""))
+    except (InputError, OSError) as exc:
+        note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
 
 
 class _RowSink:
