@@ -34,12 +34,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError, CpuFallbackWarning, InputError
-from ..fileio import dumps_strict, flush_to_disk, remove_stale_temp_files
+from ..fileio import PendingFlush, dumps_strict, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, WRITE_PROCESSES, WRITE_THREADS, FrameReport, \
-    FrameWarnings, expand_frame_paths, frame_warnings, missing_path, progress_bar
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
+    FrameReport, FrameWarnings, expand_frame_paths, frame_warnings, keep_finished_rows, missing_path, progress_bar
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
 from ..runtime_options import RuntimeOptions
@@ -307,25 +307,31 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     frames = boxes = 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
     warned = FrameWarnings(report.note) if report is not None else None
-    with progress_bar(len(sources), progress and report is None, desc="ray") as bar:
-        for record in _records(dataset):
-            frames += 1
-            first_call = min(first_call, record["call_started"])
-            source, error = record["source"], record["error"]
-            if warned is not None:
-                warned.add(record["warnings"])
-            if rows is not None:
-                rows.add(json.loads(record["row"]))
-            if error:
-                failures.append((source, error))
-                if report is not None:
-                    report.fail(source, error)
-            else:
-                boxes += record["num_boxes"]
-                if report is not None:
-                    report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
-                                                       record["num_out_of_view"]))
-            bar.update(1)
+    try:
+        with progress_bar(len(sources), progress and report is None, desc="ray") as bar:
+            for record in _records(dataset):
+                frames += 1
+                first_call = min(first_call, record["call_started"])
+                source, error = record["source"], record["error"]
+                if warned is not None:
+                    warned.add(record["warnings"])
+                if rows is not None:
+                    rows.add(json.loads(record["row"]))
+                if error:
+                    failures.append((source, error))
+                    if report is not None:
+                        report.fail(source, error)
+                else:
+                    boxes += record["num_boxes"]
+                    if report is not None:
+                        report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
+                                                           record["num_out_of_view"]))
+                bar.update(1)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
+        if rows is not None:
+            keep_finished_rows(rows, PendingFlush(), report.note if report is not None else _say,
+                               RESUME_HINT if report is not None and not uris else None)
+        raise
     if rows is not None:
         rows.close()
         flush_to_disk(rows.files)
@@ -338,6 +344,11 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     # the actors' clocks against this one's: a skewed node cannot make the run look longer or negative
     working = min(max(time.time() - first_call, 0.0), seconds) if frames else 0.0
     return DatasetSummary(frames, boxes, seconds, workers, str(out), failures, working)
+
+
+def _say(text: str) -> None:
+    """A line on stderr, for a ``detect_dataset`` caller without an ``infer`` account."""
+    print(text, file=sys.stderr, flush=True)
 
 
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the

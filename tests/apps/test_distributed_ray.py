@@ -389,39 +389,65 @@ def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries
         _check_reachable("head:port")
 
 
-def test_sigterm_stops_a_ray_run_as_ctrl_c_does(tmp_path: Path) -> None:
-    """SIGTERM to ``infer --ray`` (its own local cluster, in a child process) is one ``terminated`` line and
-    exit code 143, as for local ``infer``: Ray's driver handler (a stack dump, exit 15) is not left in place."""
+def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """SIGTERM to ``infer --ray --format jsonl`` (its own local cluster, in a child process) once the driver has
+    received rows (the first frame's warning, said as its row arrives): the rows received are written as a last
+    part and said, then one ``terminated`` line and exit code 143, as local infer ends (Ray's driver handler, a
+    stack dump and exit 15, is not left in place); ``--skip-existing`` then runs only the frames without a row."""
     import signal
     import subprocess
+    import threading
     import time
 
     from tiny import tiny_model_dir
 
-    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     model = tiny_model_dir(tmp_path / "model", seed=3)
     folder = tmp_path / "frames"
-    folder.mkdir()
-    rng = np.random.default_rng(0)
-    lo, hi = np.array(model.cfg.voxel.point_range[:3]), np.array(model.cfg.voxel.point_range[3:])
-    for index in range(400):
-        write_velodyne_bin(np.column_stack([rng.uniform(lo, hi, (3000, 3)), rng.uniform(0, 1, 3000)]).astype(np.float32),
-                           folder / f"{index:06d}.bin")
+    write_frames(folder, model.path, {f"{index:06d}": 3000 for index in range(1, 400)})
+    (folder / "000000.bin").write_bytes(b"")  # its warning is said when its row reaches the driver
     out = tmp_path / "out"
     tests = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model.path),
                               "--out", str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "1",
-                              "--batch-size", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              "--batch-size", "1", "--format", "jsonl"],
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    received = threading.Event()
+
+    def read_stderr() -> None:
+        assert child.stderr is not None
+        for line in child.stderr:
+            lines.append(line)
+            if "holds no points" in line:
+                received.set()
+        received.set()  # the run ended: the wait below ends too
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and child.poll() is None and not (out.is_dir() and list(out.glob("*.json"))):
-            time.sleep(0.05)
-        assert child.poll() is None, ("the run ended before it could be stopped", child.communicate()[1])
+        received.wait(240)
+        assert child.poll() is None, ("the run ended before it could be stopped", "".join(lines))
         child.send_signal(signal.SIGTERM)
-        _, err = child.communicate(timeout=120)
+        child.wait(timeout=120)
+        reader.join(timeout=10)
     finally:
         if child.poll() is None:
             child.kill()
-    assert child.returncode == 143 and "terminated" in err, err
+    err = "".join(lines)
+    assert child.returncode == 143 and err.endswith("terminated\n"), err
     assert "SIGTERM received" not in err, err
+    (part,) = out.glob("detections-*.jsonl")
+    kept = [json.loads(line)["source"] for line in part.read_text().splitlines()]
+    frames = sorted(str(path) for path in folder.iterdir())
+    assert 0 < len(kept) < len(frames) and kept == frames[:len(kept)], err  # in input order, from the first
+    assert (f"stopped: the rows of {len(kept)} finished frame(s) are in '{part}'; rerun with --skip-existing to "
+            "finish\n") in err, err  # as local infer says it
+
+    rc, stdout, err = ray_infer(folder, model.path, out, "--format", "jsonl", "--skip-existing")
+    left = len(frames) - len(kept)
+    assert rc == 0 and stdout.startswith(f"{left}/{left} frames"), (stdout, err)
+    assert f"skipping {len(kept)} frame(s) whose outputs are already in {out}\n" in err, err
+    rows = [json.loads(line)["source"] for path in sorted(out.glob("detections-*.jsonl"))
+            for line in path.read_text().splitlines()]
+    assert rows == frames  # each frame's one row
