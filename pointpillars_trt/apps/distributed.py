@@ -37,7 +37,7 @@ from ..errors import BackendError, CpuFallbackWarning, InputError
 from ..fileio import PendingFlush, dumps_strict, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
-from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .frames import FrameBytes, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
     FrameReport, FrameWarnings, expand_frame_paths, frame_warnings, keep_finished_rows, missing_path, progress_bar
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
@@ -415,7 +415,8 @@ class _DetectActor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()
         paths = [str(path) for path in batch["path"]]
-        items: list[object] = [bytes(data) for data in batch["bytes"]] if "bytes" in batch else list(paths)
+        items: list[object] = ([FrameBytes(path, bytes(data)) for path, data in zip(paths, batch["bytes"])]
+                               if "bytes" in batch else list(paths))
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         files: list[str] = []
         for job in self.stream.run(items, paths):

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..detector import detect_each, frame_source
 from ..errors import InputError
+from ..fileio import safe_repr
 from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
 from ..staging import StagingBuffer
 from .messages import one_line
@@ -55,9 +56,18 @@ ReadFrame = Callable[[object, Allocate], np.ndarray]
 BATCH_BREAK = object()
 
 
+@dataclass(frozen=True)
+class FrameBytes:
+    """A frame's file as bytes, as Ray Data reads it from a URI, with the name it was read from: the frame's
+    messages name it as they name a local file."""
+
+    source: str
+    data: bytes
+
+
 class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
-    bytes, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
+    ``FrameBytes``, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
     ``prepare`` (e.g. the camera-FOV crop), then what the read says is probably wrong with every frame:
     no point at all (whatever its format), or intensities on another scale than the model was trained
     on. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
@@ -74,12 +84,16 @@ class FrameReader:
         self._findings: dict[int, str] = {}  # item id -> what its frame's read found (finding_of), until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
-        if isinstance(item, bytes):
+        if isinstance(item, FrameBytes):
             if self.prepare is not None:
                 raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a "
                                  "URI has none of: pass --no-fov-only")
-            points = read_bin_bytes_into(item, allocate, point_dim=self.point_dim, intensity_scale=self.intensity_scale,
-                                         columns=self.columns)
+            if os.path.splitext(item.source)[1].lower() != ".bin":  # read as one, it would be garbage or refused
+                raise InputError(f"point file {safe_repr(item.source)}: a frame read from a URI is read as a .bin "
+                                 "file (rows of float32 values), and this one is not: give other frames as local "
+                                 "paths")
+            points = read_bin_bytes_into(item.data, allocate, point_dim=self.point_dim,
+                                         intensity_scale=self.intensity_scale, source=item.source, columns=self.columns)
         else:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
                                       intensity_scale=self.intensity_scale, columns=self.columns)
