@@ -759,7 +759,7 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
           "not run again; pass --retry-failed to rerun them", file=sys.stderr)
 
 
-def progress_bar(total: int, wanted: bool, desc: str | None = None) -> tqdm[Any]:
+def progress_bar(total: int | None, wanted: bool, desc: str | None = None) -> tqdm[Any]:
     """A bar of frames on stderr, drawn when ``wanted`` (no ``--no-progress``) and stderr is a terminal: in a
     log file, CI's log or a pipe each redraw would be one more line."""
     from tqdm import tqdm
