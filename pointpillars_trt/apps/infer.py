@@ -242,7 +242,8 @@ def _is_point_file(name: str) -> bool:
     return os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS
 
 
-def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None) -> list[str]:
+def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
+                       as_given: Callable[[str], bool] | None = None) -> list[str]:
     """Point files from files, folders and globs, in the order given (folders and globs sorted).
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
@@ -251,12 +252,13 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None)
     pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
     message each, before any model loads), or, given
     ``errors`` and other patterns that do give frames, messages appended there (the caller reports
-    them; the rest runs).
+    them; the rest runs). Patterns ``as_given`` picks stay as they are, counted as giving frames
+    (``infer --ray``'s URIs, which Ray Data lists).
     """
     frames: list[str] = []
     problems: list[str] = []
     for pattern in patterns:
-        found = _frames_of(pattern)
+        found = [pattern] if as_given is not None and as_given(pattern) else _frames_of(pattern)
         if not found:
             problems.append(_no_frames(pattern))
         frames.extend(found)
@@ -306,6 +308,8 @@ def _no_frames(pattern: str) -> str:
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):
         return f"point file {safe_repr(pattern)} does not exist"
+    if "://" in pattern:
+        return f"{safe_repr(pattern)}: no such file or folder (a URI is read by infer --ray alone)"
     return f"{safe_repr(pattern)}: no such file or folder"
 
 
@@ -771,15 +775,16 @@ class FrameReport:
     """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
     failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
     nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
-    folder of a row format's part files (else the plan's folder)."""
+    folder of a row format's part files (else the plan's folder); ``total`` None: not known before the frames
+    run (the bar counts without one, the summary counts the frames that came)."""
 
-    def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
+    def __init__(self, total: int | None, plan: OutputPlan, *, progress: bool, where: bool,
                  folder: Path | None = None, input_errors: Sequence[str] = ()) -> None:
         self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
-        self.bar = progress_bar(total, progress and total > 1)
+        self.bar = progress_bar(total, progress and (total is None or total > 1))
         self.start = time.perf_counter()
         self.input_errors = len(input_errors)
         for message in input_errors:  # the other paths run
@@ -836,7 +841,7 @@ class FrameReport:
         """Print the summary (and the count of failures); (frames that went through, number that failed)."""
         self.bar.close()
         seconds = time.perf_counter() - self.start
-        total = max(self.total, len(self.done) + self.failed)
+        total = max(self.total or 0, len(self.done) + self.failed)
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
         print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
@@ -984,9 +989,10 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
                      f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
 
 
-def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
+def frame_report(total: int | None, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
                  input_errors: Sequence[str]) -> FrameReport:
-    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped)."""
+    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped; None: not known
+    before they run, as for URIs that Ray Data lists)."""
     return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
                        folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
 

@@ -57,11 +57,13 @@ def local_infer(frames: Path, model: Path, out: Path, *options: str, code: int =
     return stdout.getvalue(), stderr.getvalue()
 
 
-def ray_infer(frames: Path, model: Path, out: Path, *options: str) -> tuple[int, str, str]:
-    """``infer FOLDER --ray --workers 2 --batch-size 2`` as the CLI parses it: (exit code, stdout, stderr)."""
+def ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: str) -> tuple[int, str, str]:
+    """``infer FOLDER --ray --workers 2 --batch-size 2`` (FOLDER: one path or URI, or a list of them) as the CLI
+    parses it: (exit code, stdout, stderr)."""
     from pointpillars_trt.apps.cli import build_parser
 
-    args = build_parser().parse_args(["infer", str(frames), "--model", str(model), "--out", str(out), "--device",
+    paths = [str(frame) for frame in frames] if isinstance(frames, list) else [str(frames)]
+    args = build_parser().parse_args(["infer", *paths, "--model", str(model), "--out", str(out), "--device",
                                       "cpu", "--no-progress", "--ray", "--workers", "2", "--batch-size", "2",
                                       *options])
     stdout, stderr = io.StringIO(), io.StringIO()
@@ -346,6 +348,59 @@ def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nusce
         assert row["velocity"] == record["velocity"] and row["labels"] == record["labels"]
 
 
+def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
+                                                                              kitti_folder: Path, tmp_path: Path) -> None:
+    """A ``file://`` URI (Ray Data lists and reads it, as it reads ``s3://``) of a folder of KITTI frames, one of
+    them corrupt: the rows local ``infer`` writes of the folder, byte for byte (sources, boxes, the corrupt
+    frame's error), and the lines it says."""
+    model = assets / CHECKPOINT
+    local = local_infer(kitti_folder, model, tmp_path / "local", "--format", "jsonl")
+    rc, out, err = ray_infer(f"file://{kitti_folder}", model, tmp_path / "ray", "--format", "jsonl")
+    assert rc == 1 and out.startswith("4/5 frames, "), (out, err)
+    assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
+    assert assert_same_json_files(tmp_path / "ray", tmp_path / "local") == ["detections-00000.jsonl"]
+
+
+def test_frames_of_a_uri_that_clash_are_found_as_they_come(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What infer checks of local frames before the run, checked of a URI's frames as Ray Data lists them: a
+    frame whose output file another frame writes, and a frame listed twice (its one row kept), are each that
+    frame's error line; a local path that gives no frame beside a URI is one error line, and the rest runs."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    write_frames(first, tiny_model, {"000000": 900, "000001": 40})
+    write_frames(second, tiny_model, {"000001": 3000}, seed=1)
+    rc, out, err = ray_infer([f"file://{first}", str(second)], tiny_model, tmp_path / "json")
+    assert rc == 1 and out.startswith("2/3 frames, 0 boxes, written to"), (out, err)
+    assert (f"error: '{second / '000001.bin'}': its output '000001.json' is also that of '{first / '000001.bin'}', so "
+            "that file holds one of the two: run them into separate --out folders\n") in err, err
+    assert sorted(p.name for p in (tmp_path / "json").iterdir()) == ["000000.json", "000001.json"]
+
+    rows = tmp_path / "rows"
+    rc, out, err = ray_infer([f"file://{first}", str(tmp_path / "gone"), f"file://{first / '000001.bin'}"], tiny_model,
+                             rows, "--format", "jsonl")
+    assert rc == 1 and out.startswith("2/3 frames"), (out, err)
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+        f"error: '{tmp_path / 'gone'}': no such file or folder",
+        f"error: '{first / '000001.bin'}' is listed twice (by two of the paths given, or a folder and a file in it): "
+        "its outputs are those of its first listing"], err
+    sources = [json.loads(line)["source"] for line in (rows / "detections-00000.jsonl").read_text().splitlines()]
+    assert sources == [str(first / "000000.bin"), str(first / "000001.bin")]
+
+
+def test_a_uri_ray_data_cannot_read_is_one_error_line(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A URI of nothing, or of a scheme no file system reads, is one ``error:`` line and exit code 2 once Ray Data
+    has tried to list it, before a worker starts or anything is written (no traceback, no Ray warning)."""
+    frames = tmp_path / "frames"
+    write_frames(frames, tiny_model, {"000000": 40})
+    for uri, reason in ((f"file://{tmp_path / 'gone'}/", f"no such file or folder ('{tmp_path / 'gone'}')"),
+                        ("nosuch://bucket/drive42/", "Unrecognized filesystem type in URI: nosuch://bucket/drive42/")):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = cli_main(["infer", uri, "--model", str(tiny_model), "--out", str(tmp_path / "out"), "--ray",
+                           "--device", "cpu", "--workers", "1", "--no-progress"])
+        assert rc == 2 and err.getvalue() == f"error: '{uri}': Ray Data cannot read it: {reason}\n", err.getvalue()
+        assert not (tmp_path / "out").exists()
+
+
 def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     from tiny import tiny_model_dir
 
@@ -397,7 +452,6 @@ def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ra
     import signal
     import subprocess
     import threading
-    import time
 
     from tiny import tiny_model_dir
 

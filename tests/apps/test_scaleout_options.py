@@ -183,6 +183,25 @@ def test_resume_with_ray_that_cannot_apply_is_one_error_line(tmp_path, paths: li
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("paths, extra, expected", [
+    (["FRAME", "s3://bucket/drive42/"], ["--ray"],
+     "error: 'FRAME' and 's3://bucket/drive42/': Ray Data reads the frames of a run through one file system, and "
+     "these are on two (file://, s3://): run them separately"),
+    (["s3://bucket/drive42/"], [], "error: 's3://bucket/drive42/': no such file or folder (a URI is read by infer "
+                                   "--ray alone)"),
+])
+def test_uris_that_cannot_run_are_one_error_line_before_ray(tmp_path, paths: list[str], extra: list[str],  # type: ignore[no-untyped-def]
+                                                            expected: str) -> None:
+    """A URI beside a local path on another file system (Ray Data reads a run's files through one), and a URI
+    without --ray: said before Ray or the model is touched."""
+    frame = tmp_path / "f.bin"
+    frame.write_bytes(bytes(16))
+    given = [str(frame) if path == "FRAME" else path for path in paths]
+    line = run_error(["infer", *given, "--model", str(tmp_path / "m"), "--out", str(tmp_path / "o"), *extra])
+    assert line == expected.replace("FRAME", str(frame)), line
+    assert not (tmp_path / "o").exists()
+
+
 def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Without Ray installed (its import blocked in a fresh interpreter), ``infer --ray`` says what to install."""
     import subprocess

@@ -8,7 +8,6 @@ command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scale
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import sys
 import threading
@@ -182,7 +181,12 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
                        help="with --server")
     group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=_SCALEOUT_DEFAULTS["in_flight"],
                        help=f"with --server: concurrent requests, 1..{MAX_IN_FLIGHT}")
-    group.add_argument("--ray", action="store_true", help="run on a Ray cluster (Ray Data, one detector per worker)")
+    group.add_argument("--ray", action="store_true",
+                       help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
+                            "Ray Data reads (s3://bucket/drive42/, file:///data/frames/: each file in it and its "
+                            "subfolders is a frame), which Ray Data lists once the run has started: a frame of it "
+                            "whose output name another frame has, or listed twice, is found as it comes (that "
+                            "frame's error line), not refused before the run as local frames are"),
     group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: a local one)")
     group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
                        help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
@@ -239,8 +243,10 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
 def _run_ray(args: argparse.Namespace) -> int:
     """``infer --ray``, resumed as local infer is: which frames to run is read from --out here, on the driver
     (``frames_to_run``), and only those go to the workers; a run with none left says so and ends without
-    importing Ray or reading the model."""
-    from ..distributed import detect_dataset, require_ray
+    importing Ray or reading the model. URIs go to the workers as given: Ray Data lists them, so what infer
+    checks of the frames before they run (output names that clash, a frame given twice) is checked here of the
+    local frames, and of the others by ``detect_dataset`` as they come."""
+    from ..distributed import check_one_file_system, detect_dataset, is_uri, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..infer import check_model_path, check_outputs, end_skipped_run, expand_frame_paths, frame_report, \
@@ -255,8 +261,9 @@ def _run_ray(args: argparse.Namespace) -> int:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
     _refuse_uri_resume(args)
     path_errors: list[str] = []
-    frames = expand_frame_paths(args.paths, path_errors)
-    fmt, out, _ = check_outputs(args, frames)
+    frames = expand_frame_paths(args.paths, path_errors, as_given=is_uri)
+    check_one_file_system(frames)
+    fmt, out, _ = check_outputs(args, [frame for frame in frames if not is_uri(frame)])
     assert out is not None  # --out is required above
     files = output_plan(args, fmt, out)  # which files a frame's outputs are: what --skip-existing looks for
     resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
@@ -274,7 +281,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         """Called once the cluster is checked: what --skip-existing found said (--retry-failed's rows
         removed), then the account of the frames left."""
         say_resume(resume, fmt, out, retry=args.retry_failed)
-        return frame_report(len(resume.todo), plan, args, fmt, out, path_errors)
+        listed = not any(is_uri(frame) for frame in resume.todo)  # else Ray Data lists how many there are
+        return frame_report(len(resume.todo) if listed else None, plan, args, fmt, out, path_errors)
 
     summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                              batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
@@ -291,7 +299,9 @@ def _run_ray(args: argparse.Namespace) -> int:
 def _refuse_uri_resume(args: argparse.Namespace) -> None:
     """--skip-existing compares the frames given with --out before any runs: a URI's frames (Ray Data lists
     them only as it reads them) cannot be listed here."""
-    uris = [path for path in args.paths if "://" in path and not os.path.lexists(path)]
+    from ..distributed import is_uri
+
+    uris = [path for path in args.paths if is_uri(path)]
     if args.skip_existing and uris:
         raise InputError(f"--skip-existing: {safe_repr(uris[0])} is a URI, whose frames cannot be listed here to find "
                          "those already in --out; give them as a local path every Ray node sees (a copy, or the "
