@@ -39,8 +39,10 @@ from ..fileio import PendingFlush, dumps_strict, flush_to_disk, name_text, remov
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .frame_paths import expand_frame_paths, missing_path
+from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
-    FrameReport, FrameWarnings, expand_frame_paths, frame_warnings, keep_finished_rows, missing_path, progress_bar
+    keep_finished_rows
 from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame

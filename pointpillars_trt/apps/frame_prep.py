@@ -22,7 +22,7 @@ from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image
 Prepare = Callable[[np.ndarray, str], np.ndarray]
 
 #: Finite points a frame must have (in the model's point range) for "none of them where they should be"
-#: to be worth a warning: none in the range (``infer.frame_warning``), none left by the crop.
+#: to be worth a warning: none in the range (``frame_report.frame_warning``), none left by the crop.
 MISPLACED_FROM = 100
 
 FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected on (OpenPCDet's "

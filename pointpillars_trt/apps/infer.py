@@ -12,44 +12,39 @@ import argparse
 import contextlib
 import dataclasses
 import functools
-import glob
 import os
 import shlex
 import shutil
-import sys
 import tempfile
-import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..errors import InputError, InputErrors, ModelDirError, PointPillarsError
-from ..fileio import PendingFlush, check_writable_folder, name_text, process_alive, remove_stale_temp_files, \
-    safe_repr
+from ..errors import InputError, ModelDirError, PointPillarsError
+from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, refuse_other_split
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..points import columns_text
-from .frames import FrameJob, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
-from .messages import one_line, stdout_reader_gone
-from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, drop_failure_rows, \
-    existing_parts, frame_row, is_full_disk_error, output_complete, read_record, records_in_parts, require_pyarrow, \
-    sources_in_parts, write_frame, write_label_of_record
+from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .messages import one_line
+from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
+    frame_row, is_full_disk_error, require_pyarrow, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .exit_codes import EXIT_FRAME_FAILURES
-from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, frame_preparer, image_assumed
+from .frame_paths import check_unique_names, expand_frame_paths, refuse_repeated_frames
+from .frame_prep import frame_preparer
+from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import int_in, path_name
+from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
-    from tqdm import tqdm
-
     from ..config import ModelConfig
-    from ..detections import Detections
     from ..detector import PointPillars
 
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
@@ -234,128 +229,6 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                          help="no progress bar (there is one only where stderr is a terminal)")
     infer.set_defaults(run=run_infer)
     return infer
-
-
-# --------------------------------------------------------------------------- frames
-
-def _is_point_file(name: str) -> bool:
-    return os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS
-
-
-def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
-                       as_given: Callable[[str], bool] | None = None) -> list[str]:
-    """Point files from files, folders and globs, in the order given (folders and globs sorted).
-
-    A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
-    files; otherwise a pattern with glob characters is expanded. A path that gives no frame (it
-    does not exist or cannot be reached, a folder without point files or that cannot be listed, a
-    pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
-    message each, before any model loads), or, given
-    ``errors`` and other patterns that do give frames, messages appended there (the caller reports
-    them; the rest runs). Patterns ``as_given`` picks stay as they are, counted as giving frames
-    (``infer --ray``'s URIs, which Ray Data lists).
-    """
-    frames: list[str] = []
-    problems: list[str] = []
-    for pattern in patterns:
-        found = [pattern] if as_given is not None and as_given(pattern) else _frames_of(pattern)
-        if not found:
-            problems.append(_no_frames(pattern))
-        frames.extend(found)
-    if problems and (errors is None or not frames):
-        raise InputErrors(problems)
-    if errors is not None:
-        errors.extend(problems)
-    return frames
-
-
-def _frames_of(pattern: str) -> list[str]:
-    """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
-    a pattern's matches; none when it does not exist."""
-    if os.path.isdir(pattern):
-        try:
-            names = os.listdir(pattern)
-        except OSError:  # a folder that cannot be listed gives no frame: _no_frames says why
-            return []
-        return sorted(os.path.join(pattern, n) for n in names
-                      if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
-    if missing_path(pattern):
-        return []
-    if os.path.lexists(pattern):
-        return [pattern]
-    return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
-
-
-def missing_path(pattern: str) -> bool:
-    """A path that does not exist and is no glob pattern: nothing can come of it."""
-    return not os.path.lexists(pattern) and not glob.has_magic(pattern)
-
-
-def _no_frames(pattern: str) -> str:
-    """Why a path gives no frame. A missing path is named a point file only when it has a point file's
-    suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
-    if os.path.isdir(pattern):
-        try:
-            os.listdir(pattern)
-        except OSError as exc:
-            return f"folder {safe_repr(pattern)} cannot be listed: {exc.strerror or exc}"
-        return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
-    unreachable = _unreachable(pattern)
-    if unreachable is not None:
-        return (f"{safe_repr(pattern)} cannot be reached: {unreachable} (a folder on its path that this user "
-                "cannot search?)")
-    if glob.has_magic(pattern):
-        return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
-    if _is_point_file(pattern):
-        return f"point file {safe_repr(pattern)} does not exist"
-    if "://" in pattern:
-        return f"{safe_repr(pattern)}: no such file or folder (a URI is read by infer --ray alone)"
-    return f"{safe_repr(pattern)}: no such file or folder"
-
-
-def _unreachable(path: str) -> str | None:
-    """Why ``path`` cannot be looked at, when that is not its absence: ``os.path.lexists`` says False for any
-    error, so a file below a folder without search permission read as "does not exist"."""
-    try:
-        os.lstat(path)
-    except (FileNotFoundError, NotADirectoryError):
-        return None
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return None
-
-
-def refuse_repeated_frames(frames: Sequence[str]) -> None:
-    """A frame named twice (compared as absolute paths, as ``--skip-existing`` compares sources) would be
-    run and written twice (two rows of one source in a row format): refuse it before anything runs."""
-    seen: set[str] = set()
-    for frame in frames:
-        key = os.path.abspath(name_text(frame))
-        if key in seen:
-            raise InputError(f"frame {safe_repr(frame)} is given twice (by two arguments, or a folder and a file "
-                             "in it): give each frame once")
-        seen.add(key)
-
-
-def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),
-                       reserved: Sequence[str] = ()) -> None:
-    """Outputs are named after the frame (``<stem><suffix>``), so two frames of one stem would
-    overwrite each other: refuse them before anything runs (a frame named twice is refused before
-    this, by :func:`refuse_repeated_frames`)."""
-    by_name: dict[str, list[str]] = {}
-    for frame in frames:
-        by_name.setdefault(Path(frame).stem, []).append(frame)
-    clashes = [paths for paths in by_name.values() if len(paths) > 1]
-    if clashes:
-        first = clashes[0]
-        raise InputError(
-            f"frames {safe_repr(first[0])} and {safe_repr(first[1])} would write the same output file "
-            f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({len(clashes)} such name(s)); "
-            "run them into separate --out folders"
-        )
-    taken = [Path(f).stem + suffix for f in frames for suffix in suffixes if Path(f).stem + suffix in reserved]
-    if taken:
-        raise InputError(f"a frame's output {safe_repr(taken[0])} would overwrite the run's own output of that name")
 
 
 # --------------------------------------------------------------------------- the model
@@ -680,323 +553,6 @@ def scratch_folder() -> Iterator[Path]:
         yield Path(path)
 
 
-@dataclasses.dataclass
-class Resume:
-    """What ``--skip-existing`` makes of a run's frames (``frames_to_run``): the frames to run and those
-    skipped, the frames whose row is an earlier run's failure, the missing or cut ``--viz`` pictures of
-    skipped frames, and the empty, cut or foreign output files whose frames are redone."""
-
-    todo: list[str]
-    skipped: list[str] = dataclasses.field(default_factory=list)
-    failed_before: list[str] = dataclasses.field(default_factory=list)
-    unpictured: list[Path] = dataclasses.field(default_factory=list)
-    redone: list[Path] = dataclasses.field(default_factory=list)
-
-
-def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
-                  retry_failed: bool = False) -> Resume:
-    """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
-    model needed): a frame is skipped when all its outputs are there and complete (this package writes
-    them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
-    elsewhere, or from a crash before the run's flush, and is redone); for row formats, when its row is in
-    a part file (``rows_to_run``). ``say_resume`` says what was found."""
-    if not skip_existing or out is None:
-        return Resume(list(frames))
-    if fmt in ROW_FORMATS:
-        return rows_to_run(frames, plan, fmt, out, retry_failed)
-    resume = Resume([])
-    for frame in frames:
-        files = plan.files_of(frame)
-        cut = [path for path in files if path.exists() and not output_complete(path)]
-        resume.redone.extend(cut)
-        (resume.skipped if all(path.is_file() for path in files) and not cut else resume.todo).append(frame)
-    return resume
-
-
-def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, retry_failed: bool) -> Resume:
-    """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
-    paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
-    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
-    kept for ``say_resume`` to say once instead. A failed frame's row holds its error and it has no
-    picture; ``retry_failed`` runs it (its row is removed first: ``earlier_failures``)."""
-    present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
-    resume = Resume([])
-    for frame in frames:
-        failed = present.get(os.path.abspath(name_text(frame)))
-        if failed:
-            resume.failed_before.append(frame)
-        if failed is None or (failed and retry_failed):
-            resume.todo.append(frame)
-            continue
-        resume.skipped.append(frame)
-        if not failed:
-            resume.unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
-    return resume
-
-
-def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> None:
-    """Say what ``frames_to_run`` found, in this order: the outputs redone, the frames skipped, then their
-    earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
-    if resume.redone:
-        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
-              f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
-    if resume.skipped:
-        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
-    if resume.failed_before and out is not None:
-        earlier_failures(resume.failed_before, fmt, out, retry=retry)
-    if resume.unpictured:  # of the frames just said skipped
-        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
-              f"{safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
-              "rerun those frames with --viz into another --out", file=sys.stderr)
-
-
-def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
-    """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
-    (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
-    if retry:
-        drop_failure_rows(out, fmt, {os.path.abspath(name_text(frame)) for frame in failed_before})
-        print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
-              f"from the part files in {out}", file=sys.stderr)
-        return
-    print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
-          f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame with a row is "
-          "not run again; pass --retry-failed to rerun them", file=sys.stderr)
-
-
-def progress_bar(total: int | None, wanted: bool, desc: str | None = None) -> tqdm[Any]:
-    """A bar of frames on stderr, drawn when ``wanted`` (no ``--no-progress``) and stderr is a terminal: in a
-    log file, CI's log or a pipe each redraw would be one more line."""
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="frame", desc=desc, disable=not wanted or not sys.stderr.isatty(), file=sys.stderr)
-
-
-class FrameReport:
-    """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
-    failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
-    nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
-    folder of a row format's part files (else the plan's folder); ``total`` None: not known before the frames
-    run (the bar counts without one, the summary counts the frames that came)."""
-
-    def __init__(self, total: int | None, plan: OutputPlan, *, progress: bool, where: bool,
-                 folder: Path | None = None, input_errors: Sequence[str] = ()) -> None:
-        self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
-        self.done: list[str] = []
-        self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
-        self.writes = folder or plan.folder
-        self.bar = progress_bar(total, progress and (total is None or total > 1))
-        self.start = time.perf_counter()
-        self.input_errors = len(input_errors)
-        for message in input_errors:  # the other paths run
-            self.note(f"error: {message}")
-
-    def note(self, text: str) -> None:
-        """A line on stderr that leaves the progress bar whole."""
-        self.bar.write(text, file=sys.stderr)
-
-    def fail(self, source: str, message: str) -> None:
-        self.failed += 1
-        self.bar.update(1)
-        named = safe_repr(source)
-        self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once
-
-    def take_back(self, frames: Sequence[tuple[str, FrameOutput]]) -> None:
-        """Frames counted as written whose outputs turned out not to be (their row part failed): the last
-        ``len(frames)`` frames that went through, now counted as failed, their boxes no longer claimed."""
-        if frames:
-            del self.done[-len(frames):]
-            self.failed += len(frames)
-            for _, written in frames:
-                self._tally(written, -1)
-
-    def _tally(self, written: FrameOutput, sign: int) -> None:
-        """Add (``sign`` 1) or take back (-1) a frame's counts of boxes written and left out."""
-        self.boxes += sign * written.boxes
-        self.nonfinite += sign * written.nonfinite
-        self.out_of_view += sign * written.out_of_view
-
-    def fail_quietly(self) -> None:
-        """A failed frame that a summary line accounts for (no line of its own)."""
-        self.failed += 1
-        self.bar.update(1)
-
-    def written(self, source: str, written: FrameOutput, det: Detections | None = None) -> None:
-        """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
-        self.bar.update(1)
-        self.done.append(source)
-        self._tally(written, 1)
-        if not self.writes and det is not None:
-            best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
-            top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)
-            line = (f"{safe_repr(Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
-                    + (f" [{top}]" if top else ""))
-            if self.bar.disable:  # no bar to keep whole: a plain print costs a thirtieth of tqdm.write
-                print(line)
-            else:
-                self.bar.write(line)
-            if stdout_reader_gone():  # these lines are the run's only output, and nobody reads them now
-                raise BrokenPipeError("stdout was closed")
-
-    def close(self) -> tuple[list[str], int]:
-        """Print the summary (and the count of failures); (frames that went through, number that failed)."""
-        self.bar.close()
-        seconds = time.perf_counter() - self.start
-        total = max(self.total or 0, len(self.done) + self.failed)
-        labels = self._writes_labels()
-        boxes = self.boxes - self.out_of_view if labels else self.boxes
-        print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
-              + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
-        failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
-        if self.input_errors:
-            failures.append(f"{self.input_errors} path(s) gave no frame")
-        if failures:
-            print(f"{' and '.join(failures)} (listed above)", file=sys.stderr)
-        return self.done, self.failed
-
-    def _writes_labels(self) -> bool:
-        """Whether the run's outputs are KITTI label files (they leave out the boxes outside the camera
-        image), not the label files --eval makes for itself beside JSON, rows or nothing."""
-        return self.where and self.plan.kitti_dir is not None and self.plan.kitti_dir == self.writes
-
-    def _left_out(self, labels: bool) -> str:
-        """What the summary's box count leaves out: non-finite boxes (from every output); boxes outside
-        the camera image from the label files, or, when those serve --eval only, from its evaluation."""
-        dropped = [f"{self.nonfinite} non-finite"] if self.nonfinite else []
-        if self.out_of_view and labels:
-            dropped.append(f"{self.out_of_view} outside the camera image")
-        text = f" ({', '.join(dropped)} dropped)" if dropped else ""
-        if self.out_of_view and not labels:
-            text += f" ({self.out_of_view} outside the camera image left out of the evaluation)"
-        return text
-
-    def _where(self) -> str:
-        """Where the outputs went; nothing is claimed for a run none of whose frames went through (a row
-        format's part files then hold the failed frames' rows only)."""
-        if not self.where:
-            return ""
-        if self.done:
-            return f", written to {self.writes}"
-        return ", no detections written" if self.rows else ", nothing written"
-
-
-def read_warning(source: str, kind: str) -> str:
-    """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``)."""
-    return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind)
-
-
-def empty_frame_warning(source: str) -> str:
-    """The warning for a frame of no point at all: a 0-byte ``.bin`` (a ``.bin`` of no point is 0 bytes), mostly
-    a copy that failed; a ``.npy`` or ``.pcd`` of 0 points, which something wrote that way."""
-    why = ("an empty file: a copy that failed? copy it again" if source.lower().endswith(".bin")
-           else "a file of 0 points: check what wrote it")
-    return f"warning: {safe_repr(source)} holds no points ({why}); its output says 0 boxes (warned once)"
-
-
-def intensity_warning(source: str, kind: str) -> str:
-    """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``)."""
-    if kind == "8bit":
-        return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
-                "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
-                "if they are (warned once)")
-    if kind == "beyond":
-        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model expects 0-1 "
-                "reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
-                "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
-    return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
-            "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
-
-
-def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:
-    """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
-    no point at all or its intensities' scale (the reader's ``finding_of``), its calib leaving nothing to the
-    camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
-    boxes left out for NaN or infinite values (the network overflowed), and the note that its crop or 2D boxes
-    assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
-    the crop forget what they found once asked). Local infer and Ray's workers alike."""
-    source = job.source
-    finding = read.finding_of(job.item)
-    emptied = emptied_warning(read.prepare, source)
-    det: Detections | None = None if job.error is not None else job.detections
-    written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
-    found = [(finding, read_warning(source, finding))] if finding is not None else []
-    if emptied is not None:
-        found.append(emptied)
-    assumed = [uses for uses, was in (("its camera-view crop", image_assumed(read.prepare, source)),
-                                      ("its KITTI 2D boxes", written.image_assumed)) if was]
-    if assumed:
-        found.append(("image", assumed_image_note(source, " and ".join(assumed))))
-    warning = None if det is None else frame_warning(source, det, point_range)
-    if warning is not None:
-        found.append(warning)
-    if det is not None and det.stats.num_pillars_dropped:
-        found.append(("pillars", f"warning: {safe_repr(source)}: {det.stats.num_pillars_dropped} of its pillars lie "
-                                 f"beyond the model's voxel.max_pillars ({det.stats.num_pillars} kept) and were left "
-                                 "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps "
-                                 "frames this dense whole (warned once)"))
-    if written.nonfinite:
-        found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN or "
-                                  "infinite values and were left out: the network overflowed on values far outside "
-                                  "what it was trained on (check the point layout and the intensity scale) "
-                                  "(warned once)"))
-    return found
-
-
-class FrameWarnings:
-    """Each kind of frame warning said for its first frame, on ``note``; every frame of a kind in
-    ``WARNING_KINDS`` counted, for the line after the run (a note, such as the assumed image size,
-    is said once and not counted)."""
-
-    def __init__(self, note: Callable[[str], None]) -> None:
-        self.note = note
-        self.counts: dict[str, int] = {}
-
-    def add(self, found: Sequence[tuple[str, str]]) -> None:
-        for kind, text in found:
-            if not self.counts.get(kind):
-                self.note(text)
-            self.counts[kind] = self.counts.get(kind, 0) + 1
-
-    def close(self) -> None:
-        for kind, count in self.counts.items():
-            if count > 1 and kind in WARNING_KINDS:
-                self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
-
-
-#: What the frames of each warning said once have, for the count after the run.
-WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
-                 "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
-                 "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
-                 "overflow": "had boxes with NaN or infinite values",
-                 "pillars": "had pillars beyond the model's max_pillars",
-                 "fov": "had none of their points left by the camera-FOV crop"}
-
-
-def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
-    """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
-    which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
-    millimetres, axes swapped); None for any other frame. Each kind is said once a run (a frame of no point
-    at all is the reader's to say: ``FrameReader.finding_of``)."""
-    stats = det.stats
-    if stats.num_pillars or stats.num_points < MISPLACED_FROM:
-        return None
-    finite = stats.num_points - stats.num_nonfinite
-    if not finite:
-        return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "
-                             "(NaN or infinite): is it float32 x, y, z, intensity? (warned once)")
-    where = "" if point_range is None else " " + " ".join(
-        f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
-    return "range", (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point "
-                     f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
-
-
-def frame_report(total: int | None, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
-                 input_errors: Sequence[str]) -> FrameReport:
-    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped; None: not known
-    before they run, as for URIs that Ray Data lists)."""
-    return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
-                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
-
-
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
                writers: WriterProcesses | None = None, points_per_frame: int | None = None,
@@ -1140,63 +696,6 @@ class _DiskWatch:
             return True
         self._seen = True
         return False
-
-
-@dataclasses.dataclass
-class SkippedForEval:
-    """What ``skipped_for_eval`` made of a resumed run's skipped frames: those to evaluate (their KITTI lines
-    in the plan's folder), and how many are left out as earlier failures and as unreadable outputs."""
-
-    frames: list[str] = dataclasses.field(default_factory=list)
-    failed_before: int = 0
-    unreadable: int = 0
-
-
-def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | None) -> SkippedForEval:
-    """The skipped frames --eval evaluates with the frames run, so that a resumed run evaluates as one
-    uninterrupted run: --format kitti's label files are in --out already; for the record formats each frame's
-    KITTI lines are made again from its JSON record or row (``write_label_of_record``) in the plan's scratch
-    folder. A frame whose row is an earlier failure is left out, as a failed frame is; one whose record cannot
-    be read or placed gets an ``error:`` line naming its file and is left out too, never silently."""
-    found = SkippedForEval()
-    failed = set(resume.failed_before)
-    wanted = [frame for frame in resume.skipped if frame not in failed]
-    found.failed_before = len(resume.skipped) - len(wanted)
-    if fmt == "kitti" or out is None or not wanted:
-        found.frames = wanted
-        return found
-
-    def left_out(frame: str, where: Path, problem: str) -> None:
-        found.unreadable += 1
-        row = "" if fmt == "json" else f" (the row of {safe_repr(name_text(frame))})"
-        print(f"error: {safe_repr(os.fspath(where))}{row}: {problem}; the frame is left out of the evaluation (fix "
-              f"what this names, or remove its {'file' if fmt == 'json' else 'row'} to run it again with "
-              "--skip-existing)", file=sys.stderr)
-
-    def rebuild(frame: str, where: Path, read: Callable[[], object]) -> None:
-        try:
-            write_label_of_record(read(), frame, plan)
-        except (ValueError, PointPillarsError) as exc:
-            left_out(frame, where, f"cannot be evaluated: {one_line(exc)}")
-        else:
-            found.frames.append(frame)
-
-    if fmt == "json":
-        for frame in wanted:
-            path = out / f"{Path(frame).stem}.json"
-            rebuild(frame, path, lambda: read_record(path))
-        return found
-    by_source = {os.path.abspath(name_text(frame)): frame for frame in wanted}
-    rebuilt: set[str] = set()
-    for source, row, part in records_in_parts(out, fmt, by_source):
-        if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands
-            continue
-        rebuilt.add(source)
-        rebuild(by_source[source], part, lambda: row)
-    for source, frame in by_source.items():
-        if source not in rebuilt:  # its row went since the run began
-            left_out(frame, out, "its row is no longer in the part files")
-    return found
 
 
 def _evaluate(labels: Path, pred_dir: Path, frames: Sequence[str], evaluated: Collection[str], failed: int,

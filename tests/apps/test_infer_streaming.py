@@ -477,7 +477,7 @@ def test_a_path_that_gives_no_frames_is_its_own_error_and_the_others_run(model_p
 INTERRUPT_ON_FIRST_FRAME = """
 import sys
 import threading
-from pointpillars_trt.apps import infer
+from pointpillars_trt.apps import frame_report
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.detector import PointPillars
 
@@ -491,7 +491,7 @@ def observed_close(self):  # which pipeline threads still run when a detector cl
     print(f"pipelines running at close: {running}", file=sys.stderr)
     close(self)
 
-infer.FrameReport.written = interrupted
+frame_report.FrameReport.written = interrupted
 PointPillars.close = observed_close
 sys.exit(main(sys.argv[1:]))
 """

@@ -24,7 +24,8 @@ from .measure import device_memory_used_mib, measure_batches, measure_latency, m
 from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
-from ..infer import MAX_PIPELINES, device_arg, positive_int, progress_bar
+from ..frame_report import progress_bar
+from ..infer import MAX_PIPELINES, device_arg, positive_int
 from ..ranges import float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser

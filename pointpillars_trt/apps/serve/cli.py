@@ -20,7 +20,7 @@ from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES
-from ..infer import FrameReport
+from ..frame_report import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import MAX_IN_FLIGHT
 from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
@@ -249,8 +249,10 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..distributed import check_one_file_system, detect_dataset, is_uri, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
-    from ..infer import check_model_path, check_outputs, end_skipped_run, expand_frame_paths, frame_report, \
-        frames_to_run, output_plan, say_resume
+    from ..frame_paths import expand_frame_paths
+    from ..frame_report import frame_report
+    from ..infer import check_model_path, check_outputs, end_skipped_run, output_plan
+    from ..resume import frames_to_run, say_resume
     from ..outputs import OutputPlan
     from ..runtime_args import runtime_options_from_args
 

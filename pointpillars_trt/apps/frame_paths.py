@@ -1,0 +1,137 @@
+"""The command line's PATH arguments made into frames, and the checks on them before anything runs.
+
+Files, folders and globs become point files (``expand_frame_paths``); a path that gives no frame, a frame
+given twice and two frames that would write one output file are refused up front. Local infer,
+``infer --server`` and ``infer --ray`` read their frames here.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import InputError, InputErrors
+from ..fileio import name_text, safe_repr
+from ..pointcloud_io import SUPPORTED_EXTENSIONS
+
+
+def _is_point_file(name: str) -> bool:
+    return os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS
+
+
+def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
+                       as_given: Callable[[str], bool] | None = None) -> list[str]:
+    """Point files from files, folders and globs, in the order given (folders and globs sorted).
+
+    A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
+    files; otherwise a pattern with glob characters is expanded. A path that gives no frame (it
+    does not exist or cannot be reached, a folder without point files or that cannot be listed, a
+    pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
+    message each, before any model loads), or, given
+    ``errors`` and other patterns that do give frames, messages appended there (the caller reports
+    them; the rest runs). Patterns ``as_given`` picks stay as they are, counted as giving frames
+    (``infer --ray``'s URIs, which Ray Data lists).
+    """
+    frames: list[str] = []
+    problems: list[str] = []
+    for pattern in patterns:
+        found = [pattern] if as_given is not None and as_given(pattern) else _frames_of(pattern)
+        if not found:
+            problems.append(_no_frames(pattern))
+        frames.extend(found)
+    if problems and (errors is None or not frames):
+        raise InputErrors(problems)
+    if errors is not None:
+        errors.extend(problems)
+    return frames
+
+
+def _frames_of(pattern: str) -> list[str]:
+    """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
+    a pattern's matches; none when it does not exist."""
+    if os.path.isdir(pattern):
+        try:
+            names = os.listdir(pattern)
+        except OSError:  # a folder that cannot be listed gives no frame: _no_frames says why
+            return []
+        return sorted(os.path.join(pattern, n) for n in names
+                      if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
+    if missing_path(pattern):
+        return []
+    if os.path.lexists(pattern):
+        return [pattern]
+    return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
+
+
+def missing_path(pattern: str) -> bool:
+    """A path that does not exist and is no glob pattern: nothing can come of it."""
+    return not os.path.lexists(pattern) and not glob.has_magic(pattern)
+
+
+def _no_frames(pattern: str) -> str:
+    """Why a path gives no frame. A missing path is named a point file only when it has a point file's
+    suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
+    if os.path.isdir(pattern):
+        try:
+            os.listdir(pattern)
+        except OSError as exc:
+            return f"folder {safe_repr(pattern)} cannot be listed: {exc.strerror or exc}"
+        return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
+    unreachable = _unreachable(pattern)
+    if unreachable is not None:
+        return (f"{safe_repr(pattern)} cannot be reached: {unreachable} (a folder on its path that this user "
+                "cannot search?)")
+    if glob.has_magic(pattern):
+        return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
+    if _is_point_file(pattern):
+        return f"point file {safe_repr(pattern)} does not exist"
+    if "://" in pattern:
+        return f"{safe_repr(pattern)}: no such file or folder (a URI is read by infer --ray alone)"
+    return f"{safe_repr(pattern)}: no such file or folder"
+
+
+def _unreachable(path: str) -> str | None:
+    """Why ``path`` cannot be looked at, when that is not its absence: ``os.path.lexists`` says False for any
+    error, so a file below a folder without search permission read as "does not exist"."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
+def refuse_repeated_frames(frames: Sequence[str]) -> None:
+    """A frame named twice (compared as absolute paths, as ``--skip-existing`` compares sources) would be
+    run and written twice (two rows of one source in a row format): refuse it before anything runs."""
+    seen: set[str] = set()
+    for frame in frames:
+        key = os.path.abspath(name_text(frame))
+        if key in seen:
+            raise InputError(f"frame {safe_repr(frame)} is given twice (by two arguments, or a folder and a file "
+                             "in it): give each frame once")
+        seen.add(key)
+
+
+def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),
+                       reserved: Sequence[str] = ()) -> None:
+    """Outputs are named after the frame (``<stem><suffix>``), so two frames of one stem would
+    overwrite each other: refuse them before anything runs (a frame named twice is refused before
+    this, by :func:`refuse_repeated_frames`)."""
+    by_name: dict[str, list[str]] = {}
+    for frame in frames:
+        by_name.setdefault(Path(frame).stem, []).append(frame)
+    clashes = [paths for paths in by_name.values() if len(paths) > 1]
+    if clashes:
+        first = clashes[0]
+        raise InputError(
+            f"frames {safe_repr(first[0])} and {safe_repr(first[1])} would write the same output file "
+            f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({len(clashes)} such name(s)); "
+            "run them into separate --out folders"
+        )
+    taken = [Path(f).stem + suffix for f in frames for suffix in suffixes if Path(f).stem + suffix in reserved]
+    if taken:
+        raise InputError(f"a frame's output {safe_repr(taken[0])} would overwrite the run's own output of that name")

@@ -1,0 +1,261 @@
+"""What a run says of its frames as they go: the progress bar, one ``error:`` line a failed frame, the
+summary (``FrameReport``), and the warnings of frames whose file is probably wrong, each kind said once.
+
+Local infer, ``infer --server`` and ``infer --ray`` report through it alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..fileio import safe_repr
+from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, image_assumed
+from .frames import FrameJob, FrameReader
+from .messages import stdout_reader_gone
+from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from ..detections import Detections
+
+
+def progress_bar(total: int | None, wanted: bool, desc: str | None = None) -> tqdm[Any]:
+    """A bar of frames on stderr, drawn when ``wanted`` (no ``--no-progress``) and stderr is a terminal: in a
+    log file, CI's log or a pipe each redraw would be one more line."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="frame", desc=desc, disable=not wanted or not sys.stderr.isatty(), file=sys.stderr)
+
+
+class FrameReport:
+    """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
+    failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
+    nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
+    folder of a row format's part files (else the plan's folder); ``total`` None: not known before the frames
+    run (the bar counts without one, the summary counts the frames that came)."""
+
+    def __init__(self, total: int | None, plan: OutputPlan, *, progress: bool, where: bool,
+                 folder: Path | None = None, input_errors: Sequence[str] = ()) -> None:
+        self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
+        self.done: list[str] = []
+        self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
+        self.writes = folder or plan.folder
+        self.bar = progress_bar(total, progress and (total is None or total > 1))
+        self.start = time.perf_counter()
+        self.input_errors = len(input_errors)
+        for message in input_errors:  # the other paths run
+            self.note(f"error: {message}")
+
+    def note(self, text: str) -> None:
+        """A line on stderr that leaves the progress bar whole."""
+        self.bar.write(text, file=sys.stderr)
+
+    def fail(self, source: str, message: str) -> None:
+        self.failed += 1
+        self.bar.update(1)
+        named = safe_repr(source)
+        self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once
+
+    def take_back(self, frames: Sequence[tuple[str, FrameOutput]]) -> None:
+        """Frames counted as written whose outputs turned out not to be (their row part failed): the last
+        ``len(frames)`` frames that went through, now counted as failed, their boxes no longer claimed."""
+        if frames:
+            del self.done[-len(frames):]
+            self.failed += len(frames)
+            for _, written in frames:
+                self._tally(written, -1)
+
+    def _tally(self, written: FrameOutput, sign: int) -> None:
+        """Add (``sign`` 1) or take back (-1) a frame's counts of boxes written and left out."""
+        self.boxes += sign * written.boxes
+        self.nonfinite += sign * written.nonfinite
+        self.out_of_view += sign * written.out_of_view
+
+    def fail_quietly(self) -> None:
+        """A failed frame that a summary line accounts for (no line of its own)."""
+        self.failed += 1
+        self.bar.update(1)
+
+    def written(self, source: str, written: FrameOutput, det: Detections | None = None) -> None:
+        """Count a frame whose outputs are written (here, or by a worker elsewhere)."""
+        self.bar.update(1)
+        self.done.append(source)
+        self._tally(written, 1)
+        if not self.writes and det is not None:
+            best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
+            top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)
+            line = (f"{safe_repr(Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
+                    + (f" [{top}]" if top else ""))
+            if self.bar.disable:  # no bar to keep whole: a plain print costs a thirtieth of tqdm.write
+                print(line)
+            else:
+                self.bar.write(line)
+            if stdout_reader_gone():  # these lines are the run's only output, and nobody reads them now
+                raise BrokenPipeError("stdout was closed")
+
+    def close(self) -> tuple[list[str], int]:
+        """Print the summary (and the count of failures); (frames that went through, number that failed)."""
+        self.bar.close()
+        seconds = time.perf_counter() - self.start
+        total = max(self.total or 0, len(self.done) + self.failed)
+        labels = self._writes_labels()
+        boxes = self.boxes - self.out_of_view if labels else self.boxes
+        print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
+              + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
+        failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
+        if self.input_errors:
+            failures.append(f"{self.input_errors} path(s) gave no frame")
+        if failures:
+            print(f"{' and '.join(failures)} (listed above)", file=sys.stderr)
+        return self.done, self.failed
+
+    def _writes_labels(self) -> bool:
+        """Whether the run's outputs are KITTI label files (they leave out the boxes outside the camera
+        image), not the label files --eval makes for itself beside JSON, rows or nothing."""
+        return self.where and self.plan.kitti_dir is not None and self.plan.kitti_dir == self.writes
+
+    def _left_out(self, labels: bool) -> str:
+        """What the summary's box count leaves out: non-finite boxes (from every output); boxes outside
+        the camera image from the label files, or, when those serve --eval only, from its evaluation."""
+        dropped = [f"{self.nonfinite} non-finite"] if self.nonfinite else []
+        if self.out_of_view and labels:
+            dropped.append(f"{self.out_of_view} outside the camera image")
+        text = f" ({', '.join(dropped)} dropped)" if dropped else ""
+        if self.out_of_view and not labels:
+            text += f" ({self.out_of_view} outside the camera image left out of the evaluation)"
+        return text
+
+    def _where(self) -> str:
+        """Where the outputs went; nothing is claimed for a run none of whose frames went through (a row
+        format's part files then hold the failed frames' rows only)."""
+        if not self.where:
+            return ""
+        if self.done:
+            return f", written to {self.writes}"
+        return ", no detections written" if self.rows else ", nothing written"
+
+
+def read_warning(source: str, kind: str) -> str:
+    """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``)."""
+    return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind)
+
+
+def empty_frame_warning(source: str) -> str:
+    """The warning for a frame of no point at all: a 0-byte ``.bin`` (a ``.bin`` of no point is 0 bytes), mostly
+    a copy that failed; a ``.npy`` or ``.pcd`` of 0 points, which something wrote that way."""
+    why = ("an empty file: a copy that failed? copy it again" if source.lower().endswith(".bin")
+           else "a file of 0 points: check what wrote it")
+    return f"warning: {safe_repr(source)} holds no points ({why}); its output says 0 boxes (warned once)"
+
+
+def intensity_warning(source: str, kind: str) -> str:
+    """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``)."""
+    if kind == "8bit":
+        return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
+                "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
+                "if they are (warned once)")
+    if kind == "beyond":
+        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model expects 0-1 "
+                "reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
+                "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
+    return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
+            "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
+
+
+def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:
+    """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
+    no point at all or its intensities' scale (the reader's ``finding_of``), its calib leaving nothing to the
+    camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
+    boxes left out for NaN or infinite values (the network overflowed), and the note that its crop or 2D boxes
+    assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
+    the crop forget what they found once asked). Local infer and Ray's workers alike."""
+    source = job.source
+    finding = read.finding_of(job.item)
+    emptied = emptied_warning(read.prepare, source)
+    det: Detections | None = None if job.error is not None else job.detections
+    written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
+    found = [(finding, read_warning(source, finding))] if finding is not None else []
+    if emptied is not None:
+        found.append(emptied)
+    assumed = [uses for uses, was in (("its camera-view crop", image_assumed(read.prepare, source)),
+                                      ("its KITTI 2D boxes", written.image_assumed)) if was]
+    if assumed:
+        found.append(("image", assumed_image_note(source, " and ".join(assumed))))
+    warning = None if det is None else frame_warning(source, det, point_range)
+    if warning is not None:
+        found.append(warning)
+    if det is not None and det.stats.num_pillars_dropped:
+        found.append(("pillars", f"warning: {safe_repr(source)}: {det.stats.num_pillars_dropped} of its pillars lie "
+                                 f"beyond the model's voxel.max_pillars ({det.stats.num_pillars} kept) and were left "
+                                 "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps "
+                                 "frames this dense whole (warned once)"))
+    if written.nonfinite:
+        found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN or "
+                                  "infinite values and were left out: the network overflowed on values far outside "
+                                  "what it was trained on (check the point layout and the intensity scale) "
+                                  "(warned once)"))
+    return found
+
+
+class FrameWarnings:
+    """Each kind of frame warning said for its first frame, on ``note``; every frame of a kind in
+    ``WARNING_KINDS`` counted, for the line after the run (a note, such as the assumed image size,
+    is said once and not counted)."""
+
+    def __init__(self, note: Callable[[str], None]) -> None:
+        self.note = note
+        self.counts: dict[str, int] = {}
+
+    def add(self, found: Sequence[tuple[str, str]]) -> None:
+        for kind, text in found:
+            if not self.counts.get(kind):
+                self.note(text)
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+
+    def close(self) -> None:
+        for kind, count in self.counts.items():
+            if count > 1 and kind in WARNING_KINDS:
+                self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
+
+
+#: What the frames of each warning said once have, for the count after the run.
+WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
+                 "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
+                 "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
+                 "overflow": "had boxes with NaN or infinite values",
+                 "pillars": "had pillars beyond the model's max_pillars",
+                 "fov": "had none of their points left by the camera-FOV crop"}
+
+
+def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
+    """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
+    which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
+    millimetres, axes swapped); None for any other frame. Each kind is said once a run (a frame of no point
+    at all is the reader's to say: ``FrameReader.finding_of``)."""
+    stats = det.stats
+    if stats.num_pillars or stats.num_points < MISPLACED_FROM:
+        return None
+    finite = stats.num_points - stats.num_nonfinite
+    if not finite:
+        return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "
+                             "(NaN or infinite): is it float32 x, y, z, intensity? (warned once)")
+    where = "" if point_range is None else " " + " ".join(
+        f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
+    return "range", (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point "
+                     f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
+
+
+def frame_report(total: int | None, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
+                 input_errors: Sequence[str]) -> FrameReport:
+    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped; None: not known
+    before they run, as for URIs that Ray Data lists)."""
+    return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
+                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)

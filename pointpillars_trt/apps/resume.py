@@ -1,0 +1,160 @@
+"""What ``--skip-existing`` / ``--retry-failed`` make of a run's frames, and what a resumed ``--eval`` evaluates.
+
+Read from the outputs already in --out alone (no model needed): which frames run, which are skipped,
+which rows are earlier failures, and which skipped frames' outputs join the evaluation. Local infer and
+``infer --ray`` resume alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import PointPillarsError
+from ..fileio import name_text, safe_repr
+from .messages import one_line
+from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
+    sources_in_parts, write_label_of_record
+
+
+@dataclasses.dataclass
+class Resume:
+    """What ``--skip-existing`` makes of a run's frames (``frames_to_run``): the frames to run and those
+    skipped, the frames whose row is an earlier run's failure, the missing or cut ``--viz`` pictures of
+    skipped frames, and the empty, cut or foreign output files whose frames are redone."""
+
+    todo: list[str]
+    skipped: list[str] = dataclasses.field(default_factory=list)
+    failed_before: list[str] = dataclasses.field(default_factory=list)
+    unpictured: list[Path] = dataclasses.field(default_factory=list)
+    redone: list[Path] = dataclasses.field(default_factory=list)
+
+
+def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
+                  retry_failed: bool = False) -> Resume:
+    """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
+    model needed): a frame is skipped when all its outputs are there and complete (this package writes
+    them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
+    elsewhere, or from a crash before the run's flush, and is redone); for row formats, when its row is in
+    a part file (``rows_to_run``). ``say_resume`` says what was found."""
+    if not skip_existing or out is None:
+        return Resume(list(frames))
+    if fmt in ROW_FORMATS:
+        return rows_to_run(frames, plan, fmt, out, retry_failed)
+    resume = Resume([])
+    for frame in frames:
+        files = plan.files_of(frame)
+        cut = [path for path in files if path.exists() and not output_complete(path)]
+        resume.redone.extend(cut)
+        (resume.skipped if all(path.is_file() for path in files) and not cut else resume.todo).append(frame)
+    return resume
+
+
+def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, retry_failed: bool) -> Resume:
+    """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
+    paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
+    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
+    kept for ``say_resume`` to say once instead. A failed frame's row holds its error and it has no
+    picture; ``retry_failed`` runs it (its row is removed first: ``earlier_failures``)."""
+    present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
+    resume = Resume([])
+    for frame in frames:
+        failed = present.get(os.path.abspath(name_text(frame)))
+        if failed:
+            resume.failed_before.append(frame)
+        if failed is None or (failed and retry_failed):
+            resume.todo.append(frame)
+            continue
+        resume.skipped.append(frame)
+        if not failed:
+            resume.unpictured.extend(path for path in plan.files_of(frame) if not output_complete(path))
+    return resume
+
+
+def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> None:
+    """Say what ``frames_to_run`` found, in this order: the outputs redone, the frames skipped, then their
+    earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
+    if resume.redone:
+        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
+              f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
+    if resume.skipped:
+        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
+    if resume.failed_before and out is not None:
+        earlier_failures(resume.failed_before, fmt, out, retry=retry)
+    if resume.unpictured:  # of the frames just said skipped
+        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
+              f"{safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
+              "rerun those frames with --viz into another --out", file=sys.stderr)
+
+
+def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
+    """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
+    (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
+    if retry:
+        drop_failure_rows(out, fmt, {os.path.abspath(name_text(frame)) for frame in failed_before})
+        print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
+              f"from the part files in {out}", file=sys.stderr)
+        return
+    print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
+          f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame with a row is "
+          "not run again; pass --retry-failed to rerun them", file=sys.stderr)
+
+
+@dataclasses.dataclass
+class SkippedForEval:
+    """What ``skipped_for_eval`` made of a resumed run's skipped frames: those to evaluate (their KITTI lines
+    in the plan's folder), and how many are left out as earlier failures and as unreadable outputs."""
+
+    frames: list[str] = dataclasses.field(default_factory=list)
+    failed_before: int = 0
+    unreadable: int = 0
+
+
+def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | None) -> SkippedForEval:
+    """The skipped frames --eval evaluates with the frames run, so that a resumed run evaluates as one
+    uninterrupted run: --format kitti's label files are in --out already; for the record formats each frame's
+    KITTI lines are made again from its JSON record or row (``write_label_of_record``) in the plan's scratch
+    folder. A frame whose row is an earlier failure is left out, as a failed frame is; one whose record cannot
+    be read or placed gets an ``error:`` line naming its file and is left out too, never silently."""
+    found = SkippedForEval()
+    failed = set(resume.failed_before)
+    wanted = [frame for frame in resume.skipped if frame not in failed]
+    found.failed_before = len(resume.skipped) - len(wanted)
+    if fmt == "kitti" or out is None or not wanted:
+        found.frames = wanted
+        return found
+
+    def left_out(frame: str, where: Path, problem: str) -> None:
+        found.unreadable += 1
+        row = "" if fmt == "json" else f" (the row of {safe_repr(name_text(frame))})"
+        print(f"error: {safe_repr(os.fspath(where))}{row}: {problem}; the frame is left out of the evaluation (fix "
+              f"what this names, or remove its {'file' if fmt == 'json' else 'row'} to run it again with "
+              "--skip-existing)", file=sys.stderr)
+
+    def rebuild(frame: str, where: Path, read: Callable[[], object]) -> None:
+        try:
+            write_label_of_record(read(), frame, plan)
+        except (ValueError, PointPillarsError) as exc:
+            left_out(frame, where, f"cannot be evaluated: {one_line(exc)}")
+        else:
+            found.frames.append(frame)
+
+    if fmt == "json":
+        for frame in wanted:
+            path = out / f"{Path(frame).stem}.json"
+            rebuild(frame, path, lambda: read_record(path))
+        return found
+    by_source = {os.path.abspath(name_text(frame)): frame for frame in wanted}
+    rebuilt: set[str] = set()
+    for source, row, part in records_in_parts(out, fmt, by_source):
+        if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands
+            continue
+        rebuilt.add(source)
+        rebuild(by_source[source], part, lambda: row)
+    for source, frame in by_source.items():
+        if source not in rebuilt:  # its row went since the run began
+            left_out(frame, out, "its row is no longer in the part files")
+    return found
