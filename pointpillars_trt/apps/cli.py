@@ -26,7 +26,8 @@ from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
-from .infer import add_infer_parser, device_arg, one_line, positive_int
+from .infer import add_infer_parser, device_arg, positive_int
+from .messages import one_line
 from .ranges import path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
