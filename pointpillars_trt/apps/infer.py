@@ -366,8 +366,11 @@ def output_format(args: argparse.Namespace) -> str:
     return str(args.format or ("kitti" if args.eval else "json"))
 
 
-def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str, Path | None, Path | None]:
-    """infer's checks of its output options before anything runs: (format, --out, --eval labels)."""
+def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
+                  resumable: bool = True) -> tuple[str, Path | None, Path | None]:
+    """infer's checks of its output options before anything runs: (format, --out, --eval labels).
+    ``resumable``: whether --skip-existing could run these frames (not frames given as a URI), so that
+    a folder of earlier parts is met with that advice only where it works."""
     fmt = output_format(args)
     if args.out is not None and not args.out.strip():
         raise InputError("--out '': an empty folder name (an unset variable?); name the folder for the outputs")
@@ -402,9 +405,10 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str]) -> tuple[str,
         require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
     if earlier:
+        resume = "pass --skip-existing to run only the frames they lack, or " if resumable else ""
         raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "
-                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: pass "
-                         "--skip-existing to run only the frames they lack, or give another --out")
+                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: {resume}give "
+                         "another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame

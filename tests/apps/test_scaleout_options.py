@@ -290,3 +290,20 @@ def test_a_ray_run_into_earlier_parts_is_told_to_resume_as_local_infer_is(tmp_pa
     assert messages[True] == messages[False]
     assert messages[True].endswith("whose rows this run would repeat: pass --skip-existing to run only the frames "
                                    "they lack, or give another --out"), messages[True]
+
+
+def test_a_ray_run_of_a_uri_into_earlier_parts_is_not_told_to_pass_skip_existing(tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """--skip-existing refuses frames given as a URI (they cannot be listed here): a URI run into a folder
+    of earlier parts is told only to give another --out."""
+    pytest.importorskip("ray")
+    from pointpillars_trt.apps.cli import main
+    from pointpillars_trt.apps.outputs import PART_PREFIX
+
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / f"{PART_PREFIX}00000.jsonl").write_text("{}\n")
+    code = main(["infer", f"file://{tmp_path}/frames/", "--model", str(tmp_path / "m"), "--out", str(out),
+                 "--format", "jsonl", "--device", "cpu", "--ray"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("error:") == 1, err
+    assert err.rstrip().endswith("whose rows this run would repeat: give another --out"), err

@@ -265,7 +265,8 @@ def _run_ray(args: argparse.Namespace) -> int:
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors, as_given=is_uri)
     check_one_file_system(frames)
-    fmt, out, _ = check_outputs(args, [frame for frame in frames if not is_uri(frame)])
+    local = [frame for frame in frames if not is_uri(frame)]
+    fmt, out, _ = check_outputs(args, local, resumable=len(local) == len(frames))
     assert out is not None  # --out is required above
     files = output_plan(args, fmt, out)  # which files a frame's outputs are: what --skip-existing looks for
     resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
