@@ -364,7 +364,8 @@ def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(
 def test_frames_of_a_uri_that_clash_are_found_as_they_come(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """What infer checks of local frames before the run, checked of a URI's frames as Ray Data lists them: a
     frame whose output file another frame writes, and a frame listed twice (its one row kept), are each that
-    frame's error line; a local path that gives no frame beside a URI is one error line, and the rest runs."""
+    frame's error line, as is a URI's frame that is no .bin; a local path that gives no frame beside a URI is one
+    error line, and the rest runs."""
     first, second = tmp_path / "first", tmp_path / "second"
     write_frames(first, tiny_model, {"000000": 900, "000001": 40})
     write_frames(second, tiny_model, {"000001": 3000}, seed=1)
@@ -375,15 +376,20 @@ def test_frames_of_a_uri_that_clash_are_found_as_they_come(ray_cluster, tiny_mod
     assert sorted(p.name for p in (tmp_path / "json").iterdir()) == ["000000.json", "000001.json"]
 
     rows = tmp_path / "rows"
-    rc, out, err = ray_infer([f"file://{first}", str(tmp_path / "gone"), f"file://{first / '000001.bin'}"], tiny_model,
-                             rows, "--format", "jsonl")
-    assert rc == 1 and out.startswith("2/3 frames"), (out, err)
+    other = tmp_path / "other"  # a URI's frame that is no .bin: read as one it would be garbage
+    other.mkdir()
+    np.save(other / "000009.npy", np.zeros((10, 4), np.float32))
+    rc, out, err = ray_infer([f"file://{first}", str(tmp_path / "gone"), f"file://{first / '000001.bin'}",
+                              f"file://{other / '000009.npy'}"], tiny_model, rows, "--format", "jsonl")
+    assert rc == 1 and out.startswith("2/4 frames"), (out, err)
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         f"error: '{tmp_path / 'gone'}': no such file or folder",
         f"error: '{first / '000001.bin'}' is listed twice (by two of the paths given, or a folder and a file in it): "
-        "its outputs are those of its first listing"], err
+        "its outputs are those of its first listing",
+        f"error: point file '{other / '000009.npy'}': a frame read from a URI is read as a .bin file (rows of float32 "
+        "values), and this one is not: give other frames as local paths"], err
     sources = [json.loads(line)["source"] for line in (rows / "detections-00000.jsonl").read_text().splitlines()]
-    assert sources == [str(first / "000000.bin"), str(first / "000001.bin")]
+    assert sources == [str(first / "000000.bin"), str(first / "000001.bin"), str(other / "000009.npy")]  # its row: the error
 
 
 def test_a_uri_ray_data_cannot_read_is_one_error_line(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
