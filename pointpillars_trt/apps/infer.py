@@ -414,6 +414,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
         refuse_repeated_frames(frames)
         suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
+        if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
+            suffixes.append(".txt")
         if suffixes:
             check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
     elif labels is not None:

@@ -525,6 +525,23 @@ def test_output_options_that_would_do_nothing_are_refused(tiny_model: Path, tiny
     assert not out.exists()
 
 
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_eval_of_a_row_format_refuses_two_frames_of_one_id(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
+                                                           fmt: str):
+    """The evaluation makes a KITTI file a frame id whatever the format: before, two frames of one id in a row
+    format were both evaluated from the one file the second wrote (one frame's lines scored twice)."""
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    twin = tmp_path / "seq2" / tiny_frames[1].name
+    twin.parent.mkdir()
+    twin.write_bytes(tiny_frames[1].read_bytes())
+    labels = one_car_labels(tmp_path, tiny_frames[1:2])
+    run = cli("infer", tiny_frames[1], twin, "--model", tiny_model, "--device", "cpu", "--out", tmp_path / "out",
+              "--format", fmt, "--eval", labels, "--no-progress")
+    assert_one_line_error(run, f"would write the same output file '{tiny_frames[1].stem}.txt'")
+    assert not (tmp_path / "out").exists()
+
+
 def test_eval_with_skip_existing_in_kitti_evaluates_the_skipped_frames_too(tiny_model: Path, tiny_frames: list[Path],
                                                                            tmp_path: Path):
     """With KITTI label files in --out, a resumed run evaluates every frame, the skipped ones read from their
