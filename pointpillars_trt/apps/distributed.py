@@ -17,6 +17,7 @@ max_restarts=-1 and max_task_retries=-1).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -204,6 +205,13 @@ def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
     ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
+
+
+def cluster_messages_on_stderr() -> contextlib.AbstractContextManager[object]:
+    """While it is open, what Ray's driver prints of its cluster ("(raylet) A worker died or was killed ...", a
+    task retried) goes to stderr, as infer's other notes do: Ray prints those to stdout, where a script
+    reading infer's summary line would find them first."""
+    return contextlib.redirect_stdout(sys.stderr)
 
 
 class _DropProgressBarNotice(logging.Filter):

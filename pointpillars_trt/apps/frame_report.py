@@ -11,7 +11,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
@@ -40,11 +40,13 @@ class FrameReport:
     failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
     nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
     folder of a row format's part files (else the plan's folder); ``total`` None: not known before the frames
-    run (the bar counts without one, the summary counts the frames that came)."""
+    run (the bar counts without one, the summary counts the frames that came). ``stdout``: where the summary
+    goes (None: ``sys.stdout`` when it is printed)."""
 
     def __init__(self, total: int | None, plan: OutputPlan, *, progress: bool, where: bool,
-                 folder: Path | None = None, input_errors: Sequence[str] = ()) -> None:
+                 folder: Path | None = None, input_errors: Sequence[str] = (), stdout: TextIO | None = None) -> None:
         self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
+        self.stdout = stdout
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
@@ -109,7 +111,7 @@ class FrameReport:
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
         print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
-              + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""))
+              + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)
         failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
         if self.input_errors:
             failures.append(f"{self.input_errors} path(s) gave no frame")
@@ -254,8 +256,8 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
 
 
 def frame_report(total: int | None, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
-                 input_errors: Sequence[str]) -> FrameReport:
+                 input_errors: Sequence[str], stdout: TextIO | None = None) -> FrameReport:
     """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped; None: not known
-    before they run, as for URIs that Ray Data lists)."""
+    before they run, as for URIs that Ray Data lists), its summary printed to ``stdout``."""
     return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
-                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors)
+                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors, stdout=stdout)

@@ -74,9 +74,11 @@ def ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: 
 
 def report_lines(out: str, err: str, out_dir: Path) -> list[str]:
     """infer's stdout and stderr lines, without the run's rates, with its --out folder named OUT, and
-    without local infer's line on the device it runs on (Ray's workers run elsewhere)."""
+    without local infer's line on the device it runs on (Ray's workers run elsewhere) or the lines Ray prints
+    of its cluster ("(raylet) A worker died ...": a task it retried elsewhere)."""
     return [re.sub(r" \([0-9.]+ frames/s\)$", "", line).replace(str(out_dir), "OUT")
-            for line in (out + err).splitlines() if "frames/s with" not in line and not line.startswith("running on ")]
+            for line in (out + err).splitlines()
+            if "frames/s with" not in line and not line.startswith("running on ") and "(raylet)" not in line]
 
 
 #: The opens seen of each watched file (absolute path), while ``opens_of`` blocks run.
@@ -511,3 +513,32 @@ def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ra
     rows = [json.loads(line)["source"] for path in sorted(out.glob("detections-*.jsonl"))
             for line in path.read_text().splitlines()]
     assert rows == frames  # each frame's one row
+
+
+def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Ray's driver prints what the cluster publishes to it ("(raylet) A worker died ...", its task retried) on
+    stdout, where a script reads infer's summary line: a message published through the cluster while
+    ``cluster_messages_on_stderr`` is open is printed on stderr; once it is closed, on stdout again."""
+    import time
+
+    import ray
+    from ray._private.utils import publish_error_to_driver
+
+    from pointpillars_trt.apps.distributed import cluster_messages_on_stderr
+
+    worker = ray._private.worker.global_worker
+
+    def published(text: str, stream: io.StringIO) -> bool:
+        publish_error_to_driver("worker_died", text, gcs_client=worker.gcs_client, job_id=worker.current_job_id)
+        deadline = time.monotonic() + 30
+        while text not in stream.getvalue() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return text in stream.getvalue()
+
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with cluster_messages_on_stderr():
+            during = published("a worker died while the frames ran", stderr)
+        after = published("a worker died once they had run", stdout)
+    assert during and "while the frames ran" not in stdout.getvalue(), (stdout.getvalue(), stderr.getvalue())
+    assert after and "once they had run" not in stderr.getvalue(), (stdout.getvalue(), stderr.getvalue())

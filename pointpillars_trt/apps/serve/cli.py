@@ -246,7 +246,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     importing Ray or reading the model. URIs go to the workers as given: Ray Data lists them, so what infer
     checks of the frames before they run (output names that clash, a frame given twice) is checked here of the
     local frames, and of the others by ``detect_dataset`` as they come."""
-    from ..distributed import check_one_file_system, detect_dataset, is_uri, require_ray
+    from ..distributed import check_one_file_system, cluster_messages_on_stderr, detect_dataset, is_uri, require_ray
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..frame_paths import expand_frame_paths
@@ -279,20 +279,23 @@ def _run_ray(args: argparse.Namespace) -> int:
     model = resolve_model(args.model)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                              model.cfg.voxel.point_range)
+    summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
 
     def report(plan: OutputPlan) -> FrameReport:
         """Called once the cluster is checked: what --skip-existing found said (--retry-failed's rows
         removed), then the account of the frames left."""
         say_resume(resume, fmt, out, retry=args.retry_failed)
         listed = not any(is_uri(frame) for frame in resume.todo)  # else Ray Data lists how many there are
-        return frame_report(len(resume.todo) if listed else None, plan, args, fmt, out, path_errors)
+        return frame_report(len(resume.todo) if listed else None, plan, args, fmt, out, path_errors,
+                            stdout=summary_out)
 
-    summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                             batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt, calib=args.calib,
-                             image_shape=args.image_shape, keep_out_of_view=args.keep_out_of_view, viz=args.viz,
-                             point_dim=args.point_dim, intensity_scale=args.intensity_scale,
-                             ray_address=args.ray_address, prepare=prepare, runtime=runtime_options_from_args(args),
-                             report=report)
+    with cluster_messages_on_stderr():
+        summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                                 batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt,
+                                 calib=args.calib, image_shape=args.image_shape,
+                                 keep_out_of_view=args.keep_out_of_view, viz=args.viz, point_dim=args.point_dim,
+                                 intensity_scale=args.intensity_scale, ray_address=args.ray_address, prepare=prepare,
+                                 runtime=runtime_options_from_args(args), report=report)
     print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
           f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
           file=sys.stderr)
