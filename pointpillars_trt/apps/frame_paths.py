@@ -7,6 +7,7 @@ given twice and two frames that would write one output file are refused up front
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
 from collections.abc import Callable, Sequence
@@ -81,8 +82,7 @@ def _no_frames(pattern: str) -> str:
         return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
     unreachable = _unreachable(pattern)
     if unreachable is not None:
-        return (f"{safe_repr(pattern)} cannot be reached: {unreachable} (a folder on its path that this user "
-                "cannot search?)")
+        return f"{safe_repr(pattern)} cannot be reached: {unreachable}"
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):
@@ -100,7 +100,12 @@ def _unreachable(path: str) -> str | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
-        return exc.strerror or str(exc)
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            return f"{why} (a folder on its path that this user cannot search?)"
+        if exc.errno == errno.ELOOP:
+            return f"{why} (a symbolic link on its path that leads back to itself?)"
+        return why
     return None
 
 

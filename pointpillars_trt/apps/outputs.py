@@ -348,9 +348,15 @@ def _numbers(values: Any, key: str) -> np.ndarray:
         array = np.asarray(values)
     except ValueError:  # ragged
         raise ValueError(f"{key!r} is not a list of numbers of one shape") from None
-    if not isinstance(values, list) or (array.size and array.dtype.kind not in "iuf"):
+    if not isinstance(values, list) or (array.size and array.dtype.kind not in "iuf") or _holds_bool(values):
         raise ValueError(f"{key!r} is not a list of numbers")
     return array.astype(np.float64)
+
+
+def _holds_bool(values: list[Any]) -> bool:
+    """Whether a true or false is among ``values`` (or in a list in them): NumPy reads it as 1 or 0 beside
+    numbers."""
+    return any(isinstance(value, bool) or (isinstance(value, list) and _holds_bool(value)) for value in values)
 
 
 def _rows_of(values: Any, width: int) -> TypeGuard[list[Any]]:

@@ -21,6 +21,7 @@ import pytest
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import InputError
+from pointpillars_trt.fileio import safe_repr
 
 
 def bool_shape_npy(path: Path) -> Path:
@@ -180,6 +181,24 @@ def test_a_folder_this_user_cannot_open_gives_no_frame_and_the_rest_run(tiny_mod
                       "this user cannot search?)"], done.stderr
     assert sorted(p.name for p in out.iterdir()) == ["a.json"]
     assert done.stdout.startswith("1/1 frames") and "2 path(s) gave no frame" in done.stderr, done
+
+
+def test_a_path_through_a_symbolic_link_loop_or_too_long_a_name_is_not_blamed_on_permissions(
+        tiny_model: Path, frames: Path, tmp_path: Path) -> None:
+    """Before: each said "(a folder on its path that this user cannot search?)", a hint for permissions."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    shutil.copy(frames / "a.bin", folder / "a.bin")
+    (tmp_path / "loop").symlink_to("loop")
+    looped, long = tmp_path / "loop" / "b.bin", folder / ("x" * 300 + ".bin")
+    out = tmp_path / "out"
+    rc, err = run_infer("infer", folder, looped, long, "--model", tiny_model, "--out", out, "--device", "cpu",
+                        "--no-progress")
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert rc == 1 and errors == [
+        f"error: '{looped}' cannot be reached: Too many levels of symbolic links (a symbolic link on its path that "
+        "leads back to itself?)", f"error: {safe_repr(str(long))} cannot be reached: File name too long"], err
+    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
 
 
 def test_a_broken_symbolic_link_is_named_so(tiny_model: Path, frames: Path, tmp_path: Path) -> None:
