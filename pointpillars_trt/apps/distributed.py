@@ -21,7 +21,6 @@ import contextlib
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -36,17 +35,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError, CpuFallbackWarning, InputError
-from ..fileio import PendingFlush, dumps_strict, flush_to_disk, name_text, remove_stale_temp_files, safe_repr
+from ..fileio import PendingFlush, dumps_strict, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
-from .frame_paths import expand_frame_paths, missing_path
+from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
     keep_finished_rows
-from .messages import one_line
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     write_frame
+from .uri_frames import check_one_file_system, is_uri, list_uri_frames
 from ..runtime_options import RuntimeOptions
 
 if TYPE_CHECKING:
@@ -139,7 +138,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
                    point_dim: int | None = None, intensity_scale: float | None = None, ray_address: str | None = None,
-                   progress: bool = True, report: Callable[[OutputPlan], FrameReport] | None = None,
+                   progress: bool = True, report: Callable[[OutputPlan, int], FrameReport] | None = None,
                    prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
@@ -151,7 +150,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     HOST:PORT joins one. Outputs go to ``out`` as ``infer --out --format F`` writes them: per-frame
     JSON / KITTI files (KITTI lines with ``calib`` or each frame's sibling calib/ folder,
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or JSON Lines / Parquet
-    part files of one row per frame. ``report`` (given the output plan) makes the ``infer`` account
+    part files of one row per frame. ``report`` (given the output plan and the number of frames) makes the ``infer`` account
     that each frame is reported to, in input order, and closed at the end; it is called once the cluster's
     resources are checked, just before the frames run (``infer --ray --retry-failed`` rewrites the part
     files there, so a refused run leaves them as they were). ``prepare(points,
@@ -160,10 +159,10 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     batch are set per actor from the resources it gets. ``point_dim``: values a point in ``.bin`` frames
     (default: the model's point columns).
 
-    URIs (``is_uri``) are listed by Ray Data once the cluster is up: one that it cannot list is an InputError
-    before any actor starts, and the frames of a run must be on one file system (``check_one_file_system``).
-    Frames are listed only as they come, so a frame whose output file another frame of the run writes, or a
-    frame listed twice, is that frame's failure (``_OutputClaims``), not refused up front.
+    URIs (``is_uri``) are listed by Ray Data once the cluster is up, and taken as infer takes a local folder
+    (``list_uri_frames``): one that it cannot list is an InputError before any actor starts, and the frames of
+    a run must be on one file system (``check_one_file_system``). A frame given twice, or two frames whose
+    outputs are one file, is an InputError before any frame runs, as in local ``infer``.
     """
     ray = require_ray(ray_address)
 
@@ -181,6 +180,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       point_range=tuple(found.cfg.voxel.point_range))
     if point_dim is None:  # the model's own point columns
         point_dim = found.cfg.num_point_columns
+    if not any(is_uri(s) for s in sources):  # else checked once Ray Data has listed them
+        check_distinct_outputs(sources, plan.suffixes)
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
@@ -230,13 +231,6 @@ def _quiet_ray_data() -> None:
         progress.addFilter(_DropProgressBarNotice())
 
 
-def is_uri(path: str) -> bool:
-    """Whether ``path`` names frames that Ray Data lists and reads itself (``s3://bucket/drive42/``,
-    ``file:///data/frames``), not a local path: it holds ``://`` and names nothing here (a path that
-    exists is taken literally, as ``infer`` takes it)."""
-    return "://" in path and not os.path.lexists(path)
-
-
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are,
     and so does a local path that does not exist (among local files it fails as that frame's error in the
@@ -246,106 +240,6 @@ def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     for item in items:
         found.extend([item] if is_uri(item) or missing_path(item) else expand_frame_paths([item]))
     return found
-
-
-class _Unresolved(logging.Filter):
-    """The paths Ray Data's listing skips, with a warning only, for want of a file system that reads them
-    (an unknown scheme, a missing extra): kept here, to be refused in one error line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.found: list[tuple[str, str]] = []
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        said = re.fullmatch(r"Failed to resolve path '(.*?)': (.*), skipping", record.getMessage(), re.DOTALL)
-        if said is None:
-            return True
-        cause = re.search(r"Initial error: (.*?)(?:\. URL encoding fallback|$)", said[2], re.DOTALL)
-        self.found.append((said[1], cause[1] if cause else said[2]))
-        return False
-
-
-def _file_system(source: str) -> str:
-    """The scheme of the file system Ray Data reads ``source`` through (a local path's: file)."""
-    return source.split("://", 1)[0].lower() if is_uri(source) else "file"
-
-
-def check_one_file_system(sources: Sequence[str]) -> None:
-    """Frames given as URIs, with any local paths beside them, on one file system: Ray Data reads a run's
-    files through the first one's (a local path read from S3 fails mid-run, a local:// URI beside a local
-    path is refused by its listing)."""
-    systems: dict[str, str] = {}
-    for source in sources:
-        systems.setdefault(_file_system(source), source)
-    if len(systems) > 1:
-        (first, one), (second, other) = list(systems.items())[:2]
-        raise InputError(f"{safe_repr(one)} and {safe_repr(other)}: Ray Data reads the frames of a run through one "
-                         f"file system, and these are on two ({first}://, {second}://): run them separately")
-
-
-def _read_files(ray: Any, sources: list[str]) -> Any:
-    """Ray Data's dataset of the bytes of ``sources`` (URIs, with any local files beside them), listed now: a
-    URI it cannot list (no such file or folder, no file system for its scheme, a store that refuses) is one
-    InputError, where Ray Data would skip it with a warning or stop the run mid-way with a traceback."""
-    unresolved = _Unresolved()
-    logger = logging.getLogger(_PATH_LOGGER)
-    logger.addFilter(unresolved)
-    try:
-        dataset = ray.data.read_binary_files(sources, include_paths=True)
-    except (OSError, ValueError) as exc:
-        if not unresolved.found:  # else (all of them unresolved: "no files found") the reason is said below
-            raise InputError(_unreadable(sources, exc)) from None
-    finally:
-        logger.removeFilter(unresolved)
-    if unresolved.found:
-        path, reason = unresolved.found[0]
-        raise InputError(f"{safe_repr(path)}: Ray Data cannot read it: {one_line(reason)}")
-    return dataset
-
-
-#: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.
-_PATH_LOGGER = "ray.data.datasource.path_util"
-
-
-def _unreadable(sources: list[str], exc: OSError | ValueError) -> str:
-    """Why Ray Data's listing refused ``sources``, in one line."""
-    if isinstance(exc, FileNotFoundError) and exc.strerror is None:  # pyarrow's: the path alone
-        reason = f"no such file or folder ({safe_repr(str(exc))})"
-    else:
-        reason = one_line(exc.strerror or exc) if isinstance(exc, OSError) else one_line(exc)
-    named = f"{safe_repr(sources[0])}: Ray Data cannot read it" if len(sources) == 1 else \
-        "Ray Data cannot read the frames given"
-    return f"{named}: {reason}"
-
-
-class _OutputClaims:
-    """Which frame each output of the run is, as the records come: frames of a URI are listed by Ray Data
-    only once the run has started, so a frame whose output file name another frame has, or a frame listed
-    twice, is found here (local frames are compared before the run by ``infer``), as that frame's error."""
-
-    def __init__(self, plan: OutputPlan, rows: bool) -> None:
-        self.plan, self.rows = plan, rows
-        self.owners: dict[str, str] = {}
-
-    def clash(self, source: str, written: bool) -> tuple[str | None, bool]:
-        """(None, False) when the frame's outputs are claimed for it (its files only when ``written``: a
-        failed frame writes none, though it has a row); else (why they are not its own, whether the frame
-        was listed before: its row is then the first listing's)."""
-        same = os.path.abspath(name_text(source))
-        keys = [same] if self.rows else []
-        keys += [str(path) for path in self.plan.files_of(source)] if written else []
-        for key in keys:
-            other = self.owners.get(key)
-            if other is None:
-                continue
-            if os.path.abspath(name_text(other)) == same:
-                return (f"{safe_repr(source)} is listed twice (by two of the paths given, or a folder and a file in "
-                        "it): its outputs are those of its first listing"), True
-            return (f"{safe_repr(source)}: its output {safe_repr(Path(key).name)} is also that of {safe_repr(other)}, "
-                    "so that file holds one of the two: run them into separate --out folders"), False
-        for key in keys:
-            self.owners[key] = source
-        return None, False
 
 
 def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None,
@@ -387,7 +281,7 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
 def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format: str, classes: tuple[str, ...],
          options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None, batch_size: int | None,
          pipelines: int | None, progress: bool,
-         make_report: Callable[[OutputPlan], FrameReport] | None) -> DatasetSummary:
+         make_report: Callable[[OutputPlan, int], FrameReport] | None) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
     _quiet_ray_data()
@@ -405,13 +299,16 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     start = time.perf_counter()
     uris = any(is_uri(s) for s in sources)
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
-        dataset = _read_files(ray, sources)
+        frames, reads = list_uri_frames(ray, sources)
+        check_distinct_outputs(frames, options["plan"].suffixes)
+        dataset = ray.data.read_binary_files(reads, include_paths=True)
     else:  # local files: each actor's reader threads read them into its pinned staging
+        frames = sources
         dataset = ray.data.from_items([{"path": s} for s in sources])
     report: FrameReport | None = None
     if make_report is not None:  # where the frames run said first, as local infer says its device
         print(where, file=sys.stderr, flush=True)
-        report = make_report(options["plan"])
+        report = make_report(options["plan"], len(frames))
     elif fallback:  # the Python API's CPU fallback, said as the detector says its own
         warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
@@ -429,23 +326,20 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         num_gpus=gpus_per_worker if on_gpu else None,
         num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
     rows = RowParts(out, output_format, classes) if options["rows"] else None
-    claims = _OutputClaims(options["plan"], rows is not None)
     failures: list[tuple[str, str]] = []
-    frames = boxes = 0
+    done = boxes = 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
     warned = FrameWarnings(report.note) if report is not None else None
     try:
-        with progress_bar(None if uris else len(sources), progress and report is None, desc="ray") as bar:
+        with progress_bar(len(frames), progress and report is None, desc="ray") as bar:
             for record in _records(dataset):
-                frames += 1
+                done += 1
                 first_call = min(first_call, record["call_started"])
                 source, error = record["source"], record["error"]
-                clash, repeated = claims.clash(source, not error)
                 if warned is not None:
                     warned.add(record["warnings"])
-                if rows is not None and not repeated:  # a clash of its --viz picture: the row says it
-                    rows.add(frame_row(source, None, clash, classes) if clash else json.loads(record["row"]))
-                error = clash or error
+                if rows is not None:
+                    rows.add(json.loads(record["row"]))
                 if error:
                     failures.append((source, error))
                     if report is not None:
@@ -471,8 +365,8 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
         report.close()
     seconds = time.perf_counter() - start
     # the actors' clocks against this one's: a skewed node cannot make the run look longer or negative
-    working = min(max(time.time() - first_call, 0.0), seconds) if frames else 0.0
-    return DatasetSummary(frames, boxes, seconds, workers, str(out), failures, working)
+    working = min(max(time.time() - first_call, 0.0), seconds) if done else 0.0
+    return DatasetSummary(done, boxes, seconds, workers, str(out), failures, working)
 
 
 def _say(text: str) -> None:

@@ -109,6 +109,14 @@ def _unreachable(path: str) -> str | None:
     return None
 
 
+def check_distinct_outputs(frames: Sequence[str], suffixes: Sequence[str], reserved: Sequence[str] = ()) -> None:
+    """Each frame given once, and each of its output files (``<stem><suffix>``) its own: refused before
+    anything runs (:func:`refuse_repeated_frames`, :func:`check_unique_names`)."""
+    refuse_repeated_frames(frames)
+    if suffixes:
+        check_unique_names(frames, suffixes, reserved)
+
+
 def refuse_repeated_frames(frames: Sequence[str]) -> None:
     """A frame named twice (compared as absolute paths, as ``--skip-existing`` compares sources) would be
     run and written twice (two rows of one source in a row format): refuse it before anything runs."""

@@ -39,18 +39,17 @@ class FrameReport:
     """infer's account of a run, whichever path ran the frames: a progress bar, one ``error:`` line a
     failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
     nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
-    folder of a row format's part files (else the plan's folder); ``total`` None: not known before the frames
-    run (the bar counts without one, the summary counts the frames that came). ``stdout``: where the summary
-    goes (None: ``sys.stdout`` when it is printed)."""
+    folder of a row format's part files (else the plan's folder). ``stdout``: where the summary goes (None:
+    ``sys.stdout`` when it is printed)."""
 
-    def __init__(self, total: int | None, plan: OutputPlan, *, progress: bool, where: bool,
+    def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
                  folder: Path | None = None, input_errors: Sequence[str] = (), stdout: TextIO | None = None) -> None:
         self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
         self.stdout = stdout
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
-        self.bar = progress_bar(total, progress and (total is None or total > 1))
+        self.bar = progress_bar(total, progress and total > 1)
         self.start = time.perf_counter()
         self.input_errors = len(input_errors)
         for message in input_errors:  # the other paths run
@@ -107,7 +106,7 @@ class FrameReport:
         """Print the summary (and the count of failures); (frames that went through, number that failed)."""
         self.bar.close()
         seconds = time.perf_counter() - self.start
-        total = max(self.total or 0, len(self.done) + self.failed)
+        total = max(self.total, len(self.done) + self.failed)
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
         print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
@@ -255,9 +254,9 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
                      f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
 
 
-def frame_report(total: int | None, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
+def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
                  input_errors: Sequence[str], stdout: TextIO | None = None) -> FrameReport:
-    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped; None: not known
-    before they run, as for URIs that Ray Data lists), its summary printed to ``stdout``."""
+    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped), its summary printed
+    to ``stdout``."""
     return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
                        folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors, stdout=stdout)

@@ -36,7 +36,7 @@ from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, Out
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .exit_codes import EXIT_FRAME_FAILURES
-from .frame_paths import check_unique_names, expand_frame_paths, refuse_repeated_frames
+from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import int_in, path_name
@@ -412,15 +412,12 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
-        refuse_repeated_frames(frames)
         suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
         if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
             suffixes.append(".txt")
-        if suffixes:
-            check_unique_names(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
+        check_distinct_outputs(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
     elif labels is not None:
-        refuse_repeated_frames(frames)
-        check_unique_names(frames, [".txt"])
+        check_distinct_outputs(frames, [".txt"])
     if args.viz:
         from .viz import require_matplotlib
 
@@ -637,19 +634,23 @@ RESUME_HINT = "rerun with --skip-existing to finish"
 def keep_finished_rows(parts: RowParts, to_flush: PendingFlush, note: Callable[[str], None],
                        hint: str | None = RESUME_HINT) -> None:
     """On Ctrl-C or SIGTERM in a JSON Lines / Parquet run (local or ``--ray``): the rows of the frames finished so
-    far that no part holds yet are written as a last part, flushed with ``to_flush``'s files and said on
-    ``note`` (with ``hint``, how to finish), so that a --skip-existing rerun runs only the frames without a row."""
-    kept = len(parts.rows)
-    if not kept:
-        return
+    far that no part holds yet are written as a last part, the run's parts flushed with ``to_flush``'s files
+    (also when the stop came just as a part was written: none waits then) and said on ``note`` (with ``hint``,
+    how to finish), so that a --skip-existing rerun runs only the frames without a row."""
+    waiting, finished = len(parts.rows), parts.rows_written + len(parts.rows)
     try:
-        parts.close()
+        if waiting:
+            parts.close()
+        if not parts.files:
+            return
         to_flush.add(parts.files)
         to_flush.flush()
-        note(f"stopped: the rows of {kept} finished frame(s) are in {safe_repr(str(parts.files[-1]))}"
-             + (f"; {hint}" if hint else ""))
     except (InputError, OSError) as exc:
-        note(f"error: stopped, and the rows of {kept} finished frame(s) could not be kept: {one_line(exc)}")
+        note(f"error: stopped, and the rows of {finished} finished frame(s) could not be kept: {one_line(exc)}")
+        return
+    where = safe_repr(str(parts.files[-1])) + (f" and the {len(parts.files) - 1} part(s) before it"
+                                                if len(parts.files) > 1 else "")
+    note(f"stopped: the rows of {parts.rows_written} finished frame(s) are in {where}" + (f"; {hint}" if hint else ""))
 
 
 class _RowSink:

@@ -59,8 +59,16 @@ class OutputPlan:
     def files_of(self, source: str) -> list[Path]:
         """The files a frame's outputs go to (what ``--skip-existing`` looks for)."""
         stem = Path(source).stem
+        return [folder / f"{stem}{suffix}" for folder, suffix in self._folders()]
+
+    @property
+    def suffixes(self) -> list[str]:
+        """The suffixes of a frame's output files (each named ``<frame stem><suffix>``)."""
+        return [suffix for _, suffix in self._folders()]
+
+    def _folders(self) -> list[tuple[Path, str]]:
         pairs = ((self.json_dir, ".json"), (self.kitti_dir, ".txt"), (self.png_dir, ".png"))
-        return [folder / f"{stem}{suffix}" for folder, suffix in pairs if folder is not None]
+        return [(folder, suffix) for folder, suffix in pairs if folder is not None]
 
 
 @dataclass
@@ -226,6 +234,7 @@ class RowParts:
         self.rows_per_part = rows_per_part
         self.rows: list[dict[str, Any]] = []
         self.files: list[Path] = []
+        self.rows_written = 0  # the rows of this run's parts
         self._next = 1 + max((_part_number(p) for p in existing_parts(folder, output_format)), default=-1)
 
     def add(self, row: dict[str, Any]) -> None:
@@ -241,9 +250,10 @@ class RowParts:
         """Write the rows as the next part; when that fails the rows are dropped (their frames are the
         caller's to report) and the error raised."""
         path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
-        data, self.rows = self._encode(self.rows), []
+        data, count, self.rows = self._encode(self.rows), len(self.rows), []
         _written(path, lambda p: write_bytes_atomic(p, data, durable=False))
         self.files.append(path)
+        self.rows_written += count
         self._next += 1
 
     def _encode(self, rows: list[dict[str, Any]]) -> bytes:

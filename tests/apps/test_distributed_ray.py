@@ -72,6 +72,16 @@ def ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: 
     return rc, stdout.getvalue(), stderr.getvalue()
 
 
+def cli_ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: str) -> tuple[int, str, str]:
+    """``ray_infer`` through the command line's entry, which turns an InputError into its one ``error:`` line."""
+    paths = [str(frame) for frame in frames] if isinstance(frames, list) else [str(frames)]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        rc = cli_main(["infer", *paths, "--model", str(model), "--out", str(out), "--device", "cpu", "--no-progress",
+                       "--ray", "--workers", "1", *options])
+    return rc, stdout.getvalue(), stderr.getvalue()
+
+
 def report_lines(out: str, err: str, out_dir: Path) -> list[str]:
     """infer's stdout and stderr lines, without the run's rates, with its --out folder named OUT, and
     without local infer's line on the device it runs on (Ray's workers run elsewhere) or the lines Ray prints
@@ -363,35 +373,54 @@ def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(
     assert assert_same_json_files(tmp_path / "ray", tmp_path / "local") == ["detections-00000.jsonl"]
 
 
-def test_frames_of_a_uri_that_clash_are_found_as_they_come(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """What infer checks of local frames before the run, checked of a URI's frames as Ray Data lists them: a
-    frame whose output file another frame writes, and a frame listed twice (its one row kept), are each that
-    frame's error line, as is a URI's frame that is no .bin; a local path that gives no frame beside a URI is one
-    error line, and the rest runs."""
+def test_frames_of_a_uri_are_checked_before_the_run_as_local_frames_are(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                           tmp_path: Path) -> None:
+    """What infer checks of local frames before the run, checked of a URI's frames once Ray Data has listed
+    them: a frame whose output file another frame's would be, and a frame given twice (by a folder URI and a
+    URI of a file in it), are each one error line and exit code 2 before any frame runs or is written."""
     first, second = tmp_path / "first", tmp_path / "second"
     write_frames(first, tiny_model, {"000000": 900, "000001": 40})
     write_frames(second, tiny_model, {"000001": 3000}, seed=1)
-    rc, out, err = ray_infer([f"file://{first}", str(second)], tiny_model, tmp_path / "json")
-    assert rc == 1 and out.startswith("2/3 frames, 0 boxes, written to"), (out, err)
-    assert (f"error: '{second / '000001.bin'}': its output '000001.json' is also that of '{first / '000001.bin'}', so "
-            "that file holds one of the two: run them into separate --out folders\n") in err, err
-    assert sorted(p.name for p in (tmp_path / "json").iterdir()) == ["000000.json", "000001.json"]
+    for paths, expected in (
+            ([f"file://{first}", str(second)],
+             f"error: frames '{first / '000001.bin'}' and '{second / '000001.bin'}' would write the same output file "
+             "'000001.json' (1 such name(s)); run them into separate --out folders\n"),
+            ([f"file://{first}", f"file://{first / '000001.bin'}"],
+             f"error: frame '{first / '000001.bin'}' is given twice (by two arguments, or a folder and a file in it): "
+             "give each frame once\n")):
+        rc, out, err = cli_ray_infer(paths, tiny_model, tmp_path / "json")
+        assert (rc, out, err) == (2, "", expected), (out, err)
+        assert not (tmp_path / "json").exists() or not any((tmp_path / "json").iterdir())
 
-    rows = tmp_path / "rows"
-    other = tmp_path / "other"  # a URI's frame that is no .bin: read as one it would be garbage
-    other.mkdir()
-    np.save(other / "000009.npy", np.zeros((10, 4), np.float32))
-    rc, out, err = ray_infer([f"file://{first}", str(tmp_path / "gone"), f"file://{first / '000001.bin'}",
-                              f"file://{other / '000009.npy'}"], tiny_model, rows, "--format", "jsonl")
-    assert rc == 1 and out.startswith("2/4 frames"), (out, err)
+
+def test_a_folder_uri_gives_its_point_files_as_a_local_folder_does(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path) -> None:
+    """A folder URI's frames are the point files directly in it, in name order, as local infer lists a folder:
+    a subfolder's frames, a notes file and a picture are left out (Ray Data's listing holds them all); a
+    ``.npy`` in it is a frame, whose read as ``.bin`` is its error line; a URI of a folder that holds no point
+    file is one error line before the run."""
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000002": 50, "000000": 900, "000001": 40})
+    write_frames(folder / "sub", tiny_model, {"000003": 60})
+    (folder / "notes.txt").write_text("drive 42\n")
+    (folder / "000000.png").write_bytes(b"\x89PNG")
+    np.save(folder / "000009.npy", np.zeros((10, 4), np.float32))
+    rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "rows", "--format", "jsonl")
+    assert rc == 1 and out.startswith("3/4 frames"), (out, err)
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
-        f"error: '{tmp_path / 'gone'}': no such file or folder",
-        f"error: '{first / '000001.bin'}' is listed twice (by two of the paths given, or a folder and a file in it): "
-        "its outputs are those of its first listing",
-        f"error: point file '{other / '000009.npy'}': a frame read from a URI is read as a .bin file (rows of float32 "
+        f"error: point file '{folder / '000009.npy'}': a frame read from a URI is read as a .bin file (rows of float32 "
         "values), and this one is not: give other frames as local paths"], err
-    sources = [json.loads(line)["source"] for line in (rows / "detections-00000.jsonl").read_text().splitlines()]
-    assert sources == [str(first / "000000.bin"), str(first / "000001.bin"), str(other / "000009.npy")]  # its row: the error
+    sources = [json.loads(line)["source"] for line in (tmp_path / "rows" / "detections-00000.jsonl").read_text().splitlines()]
+    assert sources == [str(folder / name) for name in ("000000.bin", "000001.bin", "000002.bin", "000009.npy")]
+
+    empty = tmp_path / "empty"
+    (empty / "sub").mkdir(parents=True)
+    (empty / "notes.txt").write_text("nothing\n")
+    write_frames(empty / "sub", tiny_model, {"000004": 60})
+    rc, out, err = cli_ray_infer(f"file://{empty}/", tiny_model, tmp_path / "none")
+    assert (rc, out) == (2, ""), (out, err)
+    assert err == (f"error: 'file://{empty}/': Ray Data lists no point file in it (.bin, .npy, .pcd, subfolders left "
+                   "out, as infer lists a folder)\n"), err
 
 
 def test_a_uri_ray_data_cannot_read_is_one_error_line(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -408,6 +408,32 @@ def test_interrupted_row_run_keeps_its_finished_rows(model_path, tmp_path) -> No
     assert sorted(rows) == sorted(str(p) for p in folder.iterdir())
 
 
+@pytest.mark.parametrize("rows", [2, 3])
+def test_a_stop_just_as_a_part_is_written_still_flushes_and_names_the_parts(tmp_path: Path, rows: int,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C when the last row filled a part (2 rows, parts of 2: none waits for a part), or with one row
+    waiting (3): every part of the run is flushed to disk and the stop line counts all their rows."""
+    from pointpillars_trt.apps.infer import keep_finished_rows
+    from pointpillars_trt.apps.outputs import RowParts
+    from pointpillars_trt.fileio import PendingFlush
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    parts = RowParts(tmp_path, "jsonl", ("Car",), rows_per_part=2)
+    for i in range(rows):
+        parts.add({"source": f"{i:06d}.bin"})
+    pending = PendingFlush()
+    pending._syncfs = None  # each file fsynced, as where there is no syncfs: the spy sees them
+    notes: list[str] = []
+    keep_finished_rows(parts, pending, notes.append)
+    files = sorted(str(p) for p in tmp_path.glob("detections-*.jsonl"))
+    assert len(files) == (rows + 1) // 2 and sorted(set(synced) - {str(tmp_path)}) == files, synced
+    before = f" and the {len(files) - 1} part(s) before it" if len(files) > 1 else ""
+    assert notes == [f"stopped: the rows of {rows} finished frame(s) are in '{files[-1]}'{before}; rerun with "
+                     "--skip-existing to finish"]
+
+
 def test_an_empty_out_and_threads_beyond_the_cores_are_one_error_line(model_path, frames) -> None:  # type: ignore[no-untyped-def]
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", "")
     assert rc == 2 and err.count("\n") == 1 and "--out '': an empty folder name" in err

@@ -183,10 +183,9 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"with --server: concurrent requests, 1..{MAX_IN_FLIGHT}")
     group.add_argument("--ray", action="store_true",
                        help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
-                            "Ray Data reads (s3://bucket/drive42/, file:///data/frames/: each file in it and its "
-                            "subfolders is a frame), which Ray Data lists once the run has started: a frame of it "
-                            "whose output name another frame has, or listed twice, is found as it comes (that "
-                            "frame's error line), not refused before the run as local frames are"),
+                            "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "
+                            "cluster is up: its point files are the frames, as in a local folder (subfolders left "
+                            "out), checked before the run as local frames are"),
     group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: a local one)")
     group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
                        help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
@@ -243,10 +242,11 @@ def _refuse_local_options(args: argparse.Namespace) -> None:
 def _run_ray(args: argparse.Namespace) -> int:
     """``infer --ray``, resumed as local infer is: which frames to run is read from --out here, on the driver
     (``frames_to_run``), and only those go to the workers; a run with none left says so and ends without
-    importing Ray or reading the model. URIs go to the workers as given: Ray Data lists them, so what infer
-    checks of the frames before they run (output names that clash, a frame given twice) is checked here of the
-    local frames, and of the others by ``detect_dataset`` as they come."""
-    from ..distributed import check_one_file_system, cluster_messages_on_stderr, detect_dataset, is_uri, require_ray
+    importing Ray or reading the model. URIs go to ``detect_dataset`` as given: Ray Data lists them once the
+    cluster is up, and what infer checks of the frames before they run (output names that clash, a frame given
+    twice) is checked here of the local frames, and there of them all."""
+    from ..distributed import cluster_messages_on_stderr, detect_dataset, require_ray
+    from ..uri_frames import check_one_file_system, is_uri
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..frame_paths import expand_frame_paths
@@ -281,13 +281,11 @@ def _run_ray(args: argparse.Namespace) -> int:
                              model.cfg.voxel.point_range)
     summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
 
-    def report(plan: OutputPlan) -> FrameReport:
-        """Called once the cluster is checked: what --skip-existing found said (--retry-failed's rows
-        removed), then the account of the frames left."""
+    def report(plan: OutputPlan, frames: int) -> FrameReport:
+        """Called once the cluster is checked and the URIs are listed: what --skip-existing found said
+        (--retry-failed's rows removed), then the account of the ``frames`` left."""
         say_resume(resume, fmt, out, retry=args.retry_failed)
-        listed = not any(is_uri(frame) for frame in resume.todo)  # else Ray Data lists how many there are
-        return frame_report(len(resume.todo) if listed else None, plan, args, fmt, out, path_errors,
-                            stdout=summary_out)
+        return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
 
     with cluster_messages_on_stderr():
         summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
@@ -305,7 +303,7 @@ def _run_ray(args: argparse.Namespace) -> int:
 def _refuse_uri_resume(args: argparse.Namespace) -> None:
     """--skip-existing compares the frames given with --out before any runs: a URI's frames (Ray Data lists
     them only as it reads them) cannot be listed here."""
-    from ..distributed import is_uri
+    from ..uri_frames import is_uri
 
     uris = [path for path in args.paths if is_uri(path)]
     if args.skip_existing and uris:

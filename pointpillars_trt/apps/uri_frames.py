@@ -1,0 +1,133 @@
+"""The frames of ``infer --ray``'s URIs (``s3://bucket/drive42/``, ``file:///data/frames``), listed through Ray
+Data before anything runs and then taken as local ``infer`` takes a folder: its point files in name order,
+subfolders and other files left out, and the run's frames checked as local frames are (a frame given twice,
+two frames of one output file)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import posixpath
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from ..errors import InputError
+from ..fileio import safe_repr
+from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from .messages import one_line
+
+#: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.
+_PATH_LOGGER = "ray.data.datasource.path_util"
+
+
+def is_uri(path: str) -> bool:
+    """Whether ``path`` names frames that Ray Data lists and reads itself (``s3://bucket/drive42/``,
+    ``file:///data/frames``), not a local path: it holds ``://`` and names nothing here (a path that
+    exists is taken literally, as ``infer`` takes it)."""
+    return "://" in path and not os.path.lexists(path)
+
+
+def _file_system(source: str) -> str:
+    """The scheme of the file system Ray Data reads ``source`` through (a local path's: file)."""
+    return source.split("://", 1)[0].lower() if is_uri(source) else "file"
+
+
+def check_one_file_system(sources: Sequence[str]) -> None:
+    """Frames given as URIs, with any local paths beside them, on one file system: Ray Data reads a run's
+    files through the first one's (a local path read from S3 fails mid-run, a local:// URI beside a local
+    path is refused by its listing)."""
+    systems: dict[str, str] = {}
+    for source in sources:
+        systems.setdefault(_file_system(source), source)
+    if len(systems) > 1:
+        (first, one), (second, other) = list(systems.items())[:2]
+        raise InputError(f"{safe_repr(one)} and {safe_repr(other)}: Ray Data reads the frames of a run through one "
+                         f"file system, and these are on two ({first}://, {second}://): run them separately")
+
+
+def list_uri_frames(ray: Any, sources: list[str]) -> tuple[list[str], list[str]]:
+    """(each frame's name as Ray Data reports it, the path or URI to read it by), in the order given: a
+    URI of a file is that frame, a URI of a folder the point files directly in it, sorted by name (Ray Data
+    lists a folder's subfolders too, and every file in them); local paths beside the URIs stay as they are.
+    A URI that Ray Data cannot list, or that holds no point file, is an InputError before any actor starts."""
+    listed = _list(ray, sources)
+    names: list[str] = []
+    reads: list[str] = []
+    for source in sources:
+        if not is_uri(source):
+            names.append(source)
+            reads.append(source)
+            continue
+        prefix, found = _frames_under(source, listed)
+        if not found:
+            raise InputError(f"{safe_repr(source)}: Ray Data lists no point file in it "
+                             f"({', '.join(SUPPORTED_EXTENSIONS)}, subfolders left out, as infer lists a folder)")
+        names.extend(found)
+        reads.extend(prefix + name for name in found)
+    return names, reads
+
+
+def _frames_under(source: str, listed: set[str]) -> tuple[str, list[str]]:
+    """(what goes before a listed name to read it as a URI, the frames ``source`` gives of those listed).
+    Ray Data names a listed file by its path on the file system, without the scheme (``file:///d/a.bin``:
+    ``/d/a.bin``; ``s3://bucket/d/a.bin``: ``bucket/d/a.bin``; ``hdfs://host:8020/d/a.bin``: ``/d/a.bin``)."""
+    rest = source.split("://", 1)[1]
+    paths = [rest] + ([rest[rest.index("/"):]] if "/" in rest and not rest.startswith("/") else [])
+    for path in paths:
+        prefix, root = source[: len(source) - len(path)], path.rstrip("/") or "/"
+        if root in listed:  # a file
+            return prefix, [root]
+        inside = sorted(name for name in listed if posixpath.dirname(name) == root
+                        and os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS)
+        if inside:
+            return prefix, inside
+    return "", []
+
+
+def _list(ray: Any, sources: list[str]) -> set[str]:
+    """The files Ray Data lists of ``sources`` (URIs, with any local files beside them): a URI it cannot list
+    (no such file or folder, no file system for its scheme, a store that refuses) is one InputError, where Ray
+    Data would skip it with a warning or stop the run mid-way with a traceback."""
+    unresolved = _Unresolved()
+    logger = logging.getLogger(_PATH_LOGGER)
+    logger.addFilter(unresolved)
+    try:
+        dataset = ray.data.read_binary_files(sources, include_paths=True)
+    except (OSError, ValueError) as exc:
+        if not unresolved.found:  # else (all of them unresolved: "no files found") the reason is said below
+            raise InputError(_unreadable(sources, exc)) from None
+    finally:
+        logger.removeFilter(unresolved)
+    if unresolved.found:
+        path, reason = unresolved.found[0]
+        raise InputError(f"{safe_repr(path)}: Ray Data cannot read it: {one_line(reason)}")
+    return {str(name) for name in dataset.input_files()}
+
+
+class _Unresolved(logging.Filter):
+    """The paths Ray Data's listing skips, with a warning only, for want of a file system that reads them
+    (an unknown scheme, a missing extra): kept here, to be refused in one error line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.found: list[tuple[str, str]] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        said = re.fullmatch(r"Failed to resolve path '(.*?)': (.*), skipping", record.getMessage(), re.DOTALL)
+        if said is None:
+            return True
+        cause = re.search(r"Initial error: (.*?)(?:\. URL encoding fallback|$)", said[2], re.DOTALL)
+        self.found.append((said[1], cause[1] if cause else said[2]))
+        return False
+
+
+def _unreadable(sources: list[str], exc: OSError | ValueError) -> str:
+    """Why Ray Data's listing refused ``sources``, in one line."""
+    if isinstance(exc, FileNotFoundError) and exc.strerror is None:  # pyarrow's: the path alone
+        reason = f"no such file or folder ({safe_repr(str(exc))})"
+    else:
+        reason = one_line(exc.strerror or exc) if isinstance(exc, OSError) else one_line(exc)
+    named = f"{safe_repr(sources[0])}: Ray Data cannot read it" if len(sources) == 1 else \
+        "Ray Data cannot read the frames given"
+    return f"{named}: {reason}"
