@@ -200,12 +200,22 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
     """``ray.init``, then the caller's SIGTERM handler back: Ray's own dumps the driver's stacks and exits
-    with 15, where the CLI stops the run as on Ctrl-C (outputs so far complete, exit code 143)."""
+    with 15, where the CLI stops the run as on Ctrl-C (outputs so far complete, exit code 143). A SIGTERM
+    while the cluster starts (Ray's handler then exits the start) is handed to the caller's handler too,
+    once the part started is shut down."""
     in_main = threading.current_thread() is threading.main_thread()
     previous = signal.getsignal(signal.SIGTERM) if in_main else None
-    ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    if previous is not None:
-        signal.signal(signal.SIGTERM, previous)
+    try:
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    except SystemExit as exc:
+        if not callable(previous) or exc.code != signal.SIGTERM:
+            raise
+        ray.shutdown()
+        previous(signal.SIGTERM, None)  # the CLI's raises its stop
+        raise  # a handler that returned: Ray's exit stands
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def cluster_messages_on_stderr() -> contextlib.AbstractContextManager[object]:

@@ -481,6 +481,44 @@ def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries
         _check_reachable("head:port")
 
 
+#: A child running ``infer --ray`` whose SIGTERM comes while Ray starts its local cluster: just after ``ray.init``
+#: has put its own handler in place (which exits the start with code 15).
+_SIGTERM_DURING_INIT = """
+import os, signal, sys
+import ray._private.utils as utils
+set_handler = utils.set_sigterm_handler
+
+def set_and_terminate(handler):
+    set_handler(handler)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+utils.set_sigterm_handler = set_and_terminate
+from pointpillars_trt.apps.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_while_the_cluster_starts_ends_as_ctrl_c_does(tmp_path: Path) -> None:
+    """SIGTERM to ``infer --ray`` while ``ray.init`` starts its local cluster: one ``terminated`` line and exit
+    code 143, as at any other moment of the run (Ray's start-up handler exited with 15 and no word)."""
+    import signal
+    import subprocess
+
+    from tiny import tiny_model_dir
+
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    model = tiny_model_dir(tmp_path / "model", seed=3)
+    write_frames(tmp_path / "frames", model.path, {"000000": 40})
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", _SIGTERM_DURING_INIT, "infer", str(tmp_path / "frames"), "--model",
+                           str(model.path), "--out", str(tmp_path / "out"), "--device", "cpu", "--no-progress", "--ray",
+                           "--workers", "1"], env=env, capture_output=True, text=True, timeout=240)
+    assert (done.returncode, done.stderr.splitlines()[-1:]) == (128 + signal.SIGTERM, ["terminated"]), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """SIGTERM to ``infer --ray --format jsonl`` (its own local cluster, in a child process) once the driver has
     received rows (the first frame's warning, said as its row arrives): the rows received are written as a last
