@@ -185,20 +185,29 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     return target
 
 
-_TEXT_BYTES = np.zeros(256, bool)  # printable ASCII, tab, newline, carriage return
-_TEXT_BYTES[[9, 10, 13, *range(32, 127)]] = True
+_TEXT_CHARS = bytes([9, 10, 13, *range(32, 127)])  # printable ASCII, tab, newline, carriage return
 _TEXT_SNIFF = 4096  # bytes looked at: no float32 frame's first 4 KB are all printable ASCII
 
 
 def _refuse_text(path: PathLike, head: bytes | np.ndarray, what: str) -> None:
-    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values, looked at in place)
-    are all printable ASCII: a text file (a point list written as numbers), which read as float32 is refused
-    for its size with the wrong advice, or read as points a few nanometres from the origin. The first 64
-    bytes settle it for nearly every frame."""
-    raw = head.view(np.uint8) if isinstance(head, np.ndarray) else np.frombuffer(head, np.uint8)
-    if raw.size and _TEXT_BYTES[raw[:64]].all() and _TEXT_BYTES[raw[:_TEXT_SNIFF]].all():
+    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values) are all printable
+    ASCII: a text file (a point list written as numbers), which read as float32 is refused for its size with
+    the wrong advice, or read as points a few nanometres from the origin. The first 64 bytes settle it for
+    nearly every frame."""
+    if _is_text(_first_bytes(head, 64)) and _is_text(_first_bytes(head, _TEXT_SNIFF)):
         raise InputError(f"{what} {safe_repr(path)} is text, not float32 values: a point list written as "
                          "numbers? load it with numpy.loadtxt and save the array as float32 .bin or .npy")
+
+
+def _first_bytes(head: bytes | np.ndarray, count: int) -> bytes:
+    """The first ``count`` bytes of ``head`` (bytes, or values whose bytes are looked at)."""
+    return head[: count // head.itemsize].tobytes() if isinstance(head, np.ndarray) else bytes(head[:count])
+
+
+def _is_text(data: bytes) -> bool:
+    """Whether ``data`` is not empty and all printable ASCII: ``bytes.translate`` deleting the text bytes
+    takes a fraction of a NumPy call's time."""
+    return bool(data) and not data.translate(None, _TEXT_CHARS)
 
 
 def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4) -> None:
@@ -255,7 +264,7 @@ def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: s
 
 
 def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
-    _refuse_text(path, np.ascontiguousarray(values[: _TEXT_SNIFF // 4]), what)
+    _refuse_text(path, values[: _TEXT_SNIFF // 4], what)
     head = values[:_QUICK_WORDS]
     if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
         head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
