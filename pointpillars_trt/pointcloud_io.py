@@ -9,6 +9,7 @@ and counts them). Errors are one-line :class:`InputError` messages naming the fi
 from __future__ import annotations
 
 import ast
+import math
 import os
 from collections.abc import Callable
 from typing import IO, NamedTuple, Union
@@ -227,14 +228,6 @@ _LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI wri
             5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
 
 
-def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
-    """Refuse a file whose values read as ``point_dim`` float32 a point are float64 values, bytes that
-    are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
-    point the model reads (5 for a multi-sweep model), for the advice."""
-    with np.errstate(all="ignore"):  # NaN and huge values are what some of the checks look for
-        _check_values(values, point_dim, path, what, columns)
-
-
 #: A multi-sweep frame's time lags (s behind the key sweep): nuScenes' 10 sweeps span ~0.45 s; beyond these
 #: bounds the 5th column holds something else (ring numbers, timestamps, lags of the wrong sign).
 TIME_LAG_RANGE = (-0.01, 2.0)
@@ -263,25 +256,15 @@ def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: s
         )
 
 
-def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int) -> None:
+def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
+    """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
+    that are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
+    point the model reads (5 for a multi-sweep model), for the advice. The quick look every frame gets
+    (``_looks_odd``) computes on its values' bits, which raises no floating-point warning whatever the
+    bytes: NumPy's warnings are turned off only where odd values are computed on."""
     _refuse_text(path, values[: _TEXT_SNIFF // 4], what)
-    head = values[:_QUICK_WORDS]
-    if not head.any():  # an organised cloud's first points may be all zero (no return): look further in
-        head = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
-    odd = _looks_odd(head, point_dim)
-    # float64 rows of the other length too: 5 values a point read as 4 would pass for no float64 rows of 4
-    if odd and any(looks_float64(values, n) for n in dict.fromkeys((point_dim, *_FLOAT64_ROW_LENGTHS))):
-        raise InputError(
-            f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
-            f"float32 each value splits in two; save frames as float32 "
-            f"(points.astype(np.float32).tofile(path)) or as .npy"
-        )
-    if odd and looks_like_noise(values, point_dim):
-        raise InputError(
-            f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
-            f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} in "
-            "magnitude, as random bytes or another type's bytes read as float32 are; is it a point file?"
-        )
+    if _looks_odd(values, point_dim):
+        _refuse_float64_or_noise(values, point_dim, path, what)
     row = misread_row_length(values, point_dim)
     if row == 3:
         raise InputError(
@@ -302,7 +285,27 @@ def _check_values(values: np.ndarray, point_dim: int, path: PathLike, what: str,
             f"pass --point-dim {row} (Python: point_dim={row})"
         )
     if columns == 5:  # a layout read right: are its 5th values time lags?
-        _check_time_lags(values, point_dim, path, what)
+        with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
+            _check_time_lags(values, point_dim, path, what)
+
+
+def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse a frame the quick look found odd (``_looks_odd``) when it is float64 rows or bytes that are no
+    float32 numbers at all."""
+    with np.errstate(all="ignore"):  # NaN and huge values are what these checks look for
+        # float64 rows of the other length too: 5 values a point read as 4 would pass for no float64 rows of 4
+        if any(looks_float64(values, n) for n in dict.fromkeys((point_dim, *_FLOAT64_ROW_LENGTHS))):
+            raise InputError(
+                f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
+                f"float32 each value splits in two; save frames as float32 "
+                f"(points.astype(np.float32).tofile(path)) or as .npy"
+            )
+        if looks_like_noise(values, point_dim):
+            raise InputError(
+                f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
+                f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} "
+                "in magnitude, as random bytes or another type's bytes read as float32 are; is it a point file?"
+            )
 
 
 def intensity_looks_8bit(points: np.ndarray) -> bool:
@@ -397,32 +400,52 @@ def _samples(values: np.ndarray, align: int, count: int = _LAYOUT_SAMPLE) -> lis
 _QUICK_WORDS = 240  # whole rows of 3, 4, 5, 8 and 10 values: the first values every frame is looked at in
 
 
-def _looks_odd(words: np.ndarray, point_dim: int) -> bool:
-    """The quick look every frame gets (a few microseconds): whether the first values hold fragments of
+def _looks_odd(values: np.ndarray, point_dim: int) -> bool:
+    """The quick look every frame gets (a few microseconds): whether its first values (or, where those are
+    all 0, as many from the middle: an organised cloud's first points may be no return) hold fragments of
     numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values, negative intensities or
     mostly zero words before nonzero ones, which a real frame read right mostly has not. Only then do
     the float64 and noise checks look at the file (they skip non-finite values: organised clouds mark
-    no-return points so)."""
-    if words.size == 0:
-        return False
-    size = np.sort(np.abs(words))  # NaN last: a non-finite value also sends the frame to the full checks
-    if not float(size[-1]) <= _NOISE_HIGH:
+    no-return points so). Magnitudes are judged by their bits, so no float operation meets a NaN here."""
+    words = values[:_QUICK_WORDS]
+    magnitude = _magnitude_bits(words)
+    top = magnitude.max(initial=0)
+    if top == 0:
+        words = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
+        magnitude = _magnitude_bits(words)
+        top = magnitude.max(initial=0)
+    if top >= _BEYOND_HIGH_BITS:  # non-finite, or beyond _NOISE_HIGH
         return True
-    first = int(np.searchsorted(size, 0.0, side="right"))  # the smallest nonzero magnitude
-    if first < size.size and float(size[first]) < 1e-12:
+    nonzero = magnitude != 0
+    if magnitude.min(where=nonzero, initial=_TINY_BITS) < _TINY_BITS:
         return True
-    if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:
+    if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:  # all finite
         return True
-    return _zero_low_words(words) >= _ZERO_LOW_SHARE  # float64 values of few mantissa bits (whole numbers)
+    # float64 values of few mantissa bits (whole numbers) have zero low words; a float32 frame's seldom are
+    return not nonzero[: words.size // 2 * 2 : 2].all() and _zero_low_words(nonzero) >= _ZERO_LOW_SHARE
 
 
-def _zero_low_words(words: np.ndarray) -> float:
-    """Among float32 word pairs whose second word is not 0, the share whose first word is: all of them
-    for float64 values of few mantissa bits (whole numbers, say: the low words are 0), about half at
-    most for a float32 frame (a planar scan's z = 0 before each intensity, but x before y seldom 0)."""
-    pairs = words[: words.size // 2 * 2].reshape(-1, 2)
-    high = pairs[:, 1] != 0
-    return float(np.count_nonzero((pairs[:, 0] == 0) & high)) / max(int(np.count_nonzero(high)), 1)
+def _magnitude_bits(words: np.ndarray) -> np.ndarray:
+    """The magnitudes of float32 ``words`` as their bits without the sign: integers in the magnitudes' order
+    (NaN and inf above every finite one), compared without a float operation's cost or warnings."""
+    return words.view(np.int32) & 0x7FFFFFFF
+
+
+def _least_float32_bits(bound: float) -> int:
+    """The bits of the least float32 not below ``bound`` (> 0): a magnitude's bits (``_magnitude_bits``) are
+    below them exactly when it is below ``bound``."""
+    nearest = np.float32(bound)
+    return int(nearest.view(np.int32)) + (float(nearest) < bound)
+
+
+def _zero_low_words(nonzero: np.ndarray) -> float:
+    """Among float32 word pairs whose second word is not 0 (``nonzero``: which words are not), the share
+    whose first word is: all of them for float64 values of few mantissa bits (whole numbers, say: the low
+    words are 0), about half at most for a float32 frame (a planar scan's z = 0 before each intensity, but
+    x before y seldom 0)."""
+    pairs = nonzero[: nonzero.size // 2 * 2].reshape(-1, 2)
+    high = pairs[:, 1]
+    return float(np.count_nonzero(high > pairs[:, 0])) / max(int(np.count_nonzero(high)), 1)
 
 
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
@@ -443,21 +466,21 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
         return None
     samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
-    if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
-        return None
-    intensity = np.concatenate(columns)
-    intensity = intensity[np.isfinite(intensity)]
-    if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
-        return None
-    steps = {n: _median_step(samples, n) for n in (point_dim, *others)}
+    with np.errstate(all="ignore"):  # NaN and huge values are what the checks look past
+        if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
+            return None
+        intensity = np.concatenate(columns)
+        intensity = intensity[np.isfinite(intensity)]
+        if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
+            return None
+        steps = {n: _median_step(samples, n) for n in (point_dim, *others)}
     best = min(others, key=lambda n: steps[n])
     return best if steps[best] < steps[point_dim] else None
 
 
 def _median_step(samples: list[np.ndarray], lag: int) -> float:
     """Median of the finite differences between values ``lag`` apart (inf where there is none)."""
-    with np.errstate(over="ignore", invalid="ignore"):
-        steps = np.concatenate([np.abs(s[lag:] - s[:-lag]) for s in samples])
+    steps = np.concatenate([np.abs(s[lag:] - s[:-lag]) for s in samples])
     steps = steps[np.isfinite(steps)]
     return float(np.median(steps)) if steps.size else float("inf")
 
@@ -466,6 +489,10 @@ def _median_step(samples: list[np.ndarray], lag: int) -> float:
 #: (and not 0) in magnitude: random bytes read as float32 give ~52 %, real frames none.
 _NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
 _NOISE_SAMPLE = 512  # values looked at from the start and from the middle: noise shows in a few
+#: The quick look's bounds as magnitude bits (``_magnitude_bits``): from the first, magnitudes are beyond
+#: _NOISE_HIGH (or not finite); below the second (and not 0), below 1e-12.
+_BEYOND_HIGH_BITS = _least_float32_bits(math.nextafter(_NOISE_HIGH, math.inf))
+_TINY_BITS = _least_float32_bits(1e-12)
 
 
 def _fragments(magnitudes: np.ndarray, low: float, high: float) -> np.ndarray:
@@ -534,7 +561,7 @@ def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
     low = words[0::2]  # a float64's low word comes first (little-endian)
     with np.errstate(invalid="ignore"):
         fragments = np.count_nonzero(~np.isfinite(low) | _fragments(np.abs(low), 1e-12, 1e12))
-    if fragments > low.size / 3 or _zero_low_words(words) >= _ZERO_LOW_SHARE:
+    if fragments > low.size / 3 or _zero_low_words(words != 0) >= _ZERO_LOW_SHARE:
         return True
     intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]
     return bool(np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
