@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import math
 import os
+import struct
 from collections.abc import Callable
 from typing import IO, NamedTuple, Union
 
@@ -259,9 +260,9 @@ def _check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: s
 def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
     that are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
-    point the model reads (5 for a multi-sweep model), for the advice. The quick look every frame gets
-    (``_looks_odd``) computes on its values' bits, which raises no floating-point warning whatever the
-    bytes: NumPy's warnings are turned off only where odd values are computed on."""
+    point the model reads (5 for a multi-sweep model), for the advice. A frame read right gets integer
+    operations on its values' bits (``_looks_odd``, ``misread_row_length``), which raise no floating-point
+    warning whatever the bytes: NumPy's warnings are turned off only where odd values are computed on."""
     _refuse_text(path, values[: _TEXT_SNIFF // 4], what)
     if _looks_odd(values, point_dim):
         _refuse_float64_or_noise(values, point_dim, path, what)
@@ -342,7 +343,9 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
     if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
         return None
     inten = arr[:, 3]
-    hi = float(inten.max())  # no copy; a NaN anywhere makes it NaN, which passes neither test below
+    top = _nonnegative_max_bits(inten)
+    # no copy; a NaN anywhere makes the float maximum NaN, which passes neither test below
+    hi = float(inten.max()) if top is None else _FLOAT32.unpack(top.to_bytes(4, "little"))[0]
     if (hi <= 1.5) if expects_unit else (hi > 1.0):
         return None
     lo = float(inten.min())
@@ -356,6 +359,22 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
     else:
         kind = "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
     return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|
+
+
+#: The bits of float32 +inf: a float32 of bits up to these is neither negative (nor -0.0) nor NaN.
+_FLOAT32_INF_BITS = 0x7F800000
+_FLOAT32 = struct.Struct("<f")  # a float32 from its bits (as 4 little-endian bytes): no NumPy scalar to make
+
+
+def _nonnegative_max_bits(column: np.ndarray) -> int | None:
+    """The bits of the largest value of a float32 ``column`` (a strided view, say) when none has its sign
+    bit set and none is NaN, else None (also for other dtypes): such values order as their bits, and an
+    integer maximum over a strided column takes half the time of a float one, which tests every value for
+    NaN."""
+    if column.dtype != np.float32:
+        return None
+    top = int(column.view(np.uint32).max(initial=0))
+    return top if top <= _FLOAT32_INF_BITS else None
 
 
 # --------------------------------------------------------------------------- .bin
@@ -466,9 +485,9 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
         return None
     samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
-    with np.errstate(all="ignore"):  # NaN and huge values are what the checks look past
-        if all(float(column.min()) >= 0 for column in columns):  # the usual case: one pass, no copies (NaN goes on)
-            return None
+    if all(_nonnegative_max_bits(column) is not None for column in columns):  # the usual case: no copies, no NaN met
+        return None
+    with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
         intensity = np.concatenate(columns)
         intensity = intensity[np.isfinite(intensity)]
         if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
