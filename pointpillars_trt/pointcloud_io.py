@@ -435,13 +435,14 @@ def _looks_odd(values: np.ndarray, point_dim: int) -> bool:
         top = magnitude.max(initial=0)
     if top >= _BEYOND_HIGH_BITS:  # non-finite, or beyond _NOISE_HIGH
         return True
-    nonzero = magnitude != 0
-    if magnitude.min(where=nonzero, initial=_TINY_BITS) < _TINY_BITS:
+    # nonzero below 1e-12: more magnitudes below _TINY_BITS than zeros (counts cost less than a reduction)
+    if np.count_nonzero(magnitude < _TINY_BITS) > words.size - np.count_nonzero(magnitude):
         return True
     if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:  # all finite
         return True
     # float64 values of few mantissa bits (whole numbers) have zero low words; a float32 frame's seldom are
-    return not nonzero[: words.size // 2 * 2 : 2].all() and _zero_low_words(nonzero) >= _ZERO_LOW_SHARE
+    low = magnitude[: words.size // 2 * 2 : 2]
+    return bool(np.count_nonzero(low) < low.size) and _zero_low_words(magnitude != 0) >= _ZERO_LOW_SHARE
 
 
 def _magnitude_bits(words: np.ndarray) -> np.ndarray:
