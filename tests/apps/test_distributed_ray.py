@@ -69,7 +69,16 @@ def ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: 
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         rc = run_scaleout_infer(args)
-    return rc, stdout.getvalue(), stderr.getvalue()
+    return rc, *_cluster_lines_to_stderr(stdout.getvalue(), stderr.getvalue())
+
+
+def _cluster_lines_to_stderr(out: str, err: str) -> tuple[str, str]:
+    """(stdout, stderr) with the lines Ray's driver printed of the module's shared cluster ("(raylet) A worker
+    died ...", as Ray Data ends a run's actors) moved to stderr: that cluster outlives the run, so its messages
+    can come after infer's own redirect of them has closed (infer's own cluster is shut down before)."""
+    lines = out.splitlines(keepends=True)
+    ray_lines = [line for line in lines if "(raylet)" in line]
+    return "".join(line for line in lines if "(raylet)" not in line), err + "".join(ray_lines)
 
 
 def cli_ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: str) -> tuple[int, str, str]:
@@ -79,7 +88,7 @@ def cli_ray_infer(frames: Path | str | list[str], model: Path, out: Path, *optio
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
         rc = cli_main(["infer", *paths, "--model", str(model), "--out", str(out), "--device", "cpu", "--no-progress",
                        "--ray", "--workers", "1", *options])
-    return rc, stdout.getvalue(), stderr.getvalue()
+    return rc, *_cluster_lines_to_stderr(stdout.getvalue(), stderr.getvalue())
 
 
 def report_lines(out: str, err: str, out_dir: Path) -> list[str]:
