@@ -41,6 +41,14 @@ class Detections:
     def __len__(self) -> int:
         return int(self.scores.shape[0])
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled with its arrays as (dtype, shape, bytes): a frame's few boxes reach a writer process for ~4 us
+        of the sender's interpreter lock so, against ~8 as arrays (an array's own reduce costs more than its
+        data). Unpickled, the arrays are writable, as the original's."""
+        velocity = None if self.velocity is None else _packed(self.velocity)
+        return _rebuilt, (self.class_names, self.stats, _packed(self.boxes), _packed(self.scores),
+                          _packed(self.labels), velocity)
+
     @property
     def names(self) -> list[str]:
         return [self.class_names[i] for i in self.labels.tolist()]
@@ -84,3 +92,22 @@ class Detections:
         return cls(
             np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), class_names, stats
         )
+
+
+#: An array as pickled within a ``Detections``: (dtype, shape, bytes).
+_PackedArray = tuple[str, tuple[int, ...], bytes]
+
+
+def _packed(array: np.ndarray) -> _PackedArray:
+    return array.dtype.str, array.shape, array.tobytes()
+
+
+def _rebuilt(class_names: tuple[str, ...], stats: FrameStats, boxes: _PackedArray, scores: _PackedArray,
+             labels: _PackedArray, velocity: _PackedArray | None) -> Detections:
+    """The ``Detections`` that ``Detections.__reduce__`` took apart, its arrays on bytes of their own (writable)."""
+    return Detections(_array(*boxes), _array(*scores), _array(*labels), class_names, stats,
+                      None if velocity is None else _array(*velocity))
+
+
+def _array(dtype: str, shape: tuple[int, ...], data: bytes) -> np.ndarray:
+    return np.frombuffer(bytearray(data), dtype).reshape(shape)

@@ -24,3 +24,29 @@ def test_velocity_rows_follow_their_boxes_and_a_non_finite_one_drops_its_box() -
 def test_models_without_velocity_write_no_velocity_key() -> None:
     det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 1, 0]), ("car", "truck"), FrameStats(10))
     assert "velocity" not in det.to_json_dict("f")
+
+
+def test_detections_reach_a_writer_process_whole() -> None:
+    """What a writer process gets of a frame's ``Detections`` when it is pickled (its arrays as bytes:
+    ``Detections.__reduce__``) is the same ``Detections``: every field equal, arrays of the same dtype and shape,
+    writable, with or without velocities, with no box at all, from arrays in Fortran order."""
+    import dataclasses
+    import pickle
+
+    from pointpillars_trt.detections import Detections, FrameStats
+
+    rng = np.random.default_rng(3)
+    names = [f.name for f in dataclasses.fields(Detections)]
+    assert names == ["boxes", "scores", "labels", "class_names", "stats", "velocity"], "a new field: pack it too"
+    for n, velocity in ((5, None), (0, None), (7, np.asfortranarray(rng.normal(size=(7, 2)))), (3, np.zeros((3, 2)))):
+        boxes = np.asfortranarray(rng.normal(size=(n, 7)).astype(np.float32))
+        found = Detections(boxes, rng.random(n).astype(np.float32), rng.integers(0, 3, n).astype(np.int64),
+                           ("Car", "Pedestrian", "Cyclist"), FrameStats(99, 1, 7, 2), velocity)
+        back = pickle.loads(pickle.dumps(found))
+        for name in names:
+            ours, theirs = getattr(back, name), getattr(found, name)
+            if isinstance(theirs, np.ndarray):
+                assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and ours.flags.writeable, name
+                np.testing.assert_array_equal(ours, theirs)
+            else:
+                assert ours == theirs, name

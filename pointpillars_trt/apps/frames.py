@@ -29,7 +29,6 @@ from typing import Any
 
 import numpy as np
 
-from ..detections import Detections
 from ..detector import detect_each, frame_source
 from ..errors import InputError
 from ..fileio import safe_repr
@@ -384,13 +383,13 @@ class FrameRunner:
         write = self.write
         writing = [job for job in jobs if job.error is None] if write is not None else []
         if write is not None and writing:  # one task a batch: a hand-off costs the GIL more than a frame's write
+            frames = [(job.source, job.detections, job.points) for job in writing]
             writers = self._writers
-            frames, packed = _frames_for(writers, [(job.source, job.detections, job.points) for job in writing])
             try:
-                task = writers.submit(_write_each, write, frames, packed)
+                task = writers.submit(_write_each, write, frames)
             except BrokenExecutor as exc:
                 writers = self._threads_instead_of(writers, exc)
-                task = writers.submit(_write_each, write, frames, packed)
+                task = writers.submit(_write_each, write, frames)
             for place, job in enumerate(writing):
                 job._write = (task, place, writers)
 
@@ -433,51 +432,17 @@ def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> Stagi
     return bigger
 
 
-#: A batch's frames on their way to a write task: (source, detections, points) each.
-_WriteFrames = list[tuple[str, Any, "np.ndarray | None"]]
-
-
-def _write_each(write: Callable[[str, Any, np.ndarray | None], Any], frames: _WriteFrames,
-                packed: bool = False) -> list[tuple[bool, Any]]:
+def _write_each(write: Callable[[str, Any, np.ndarray | None], Any],
+                frames: list[tuple[str, Any, np.ndarray | None]]) -> list[tuple[bool, Any]]:
     """A batch's writes, in a writer thread or process: (True, what ``write`` returned) or (False, the
-    frame's one line of error) each; ANY exception fails only its frame. ``packed``: the frames' detections
-    come as ``_packed`` made them."""
+    frame's one line of error) each; ANY exception fails only its frame."""
     results: list[tuple[bool, Any]] = []
     for source, detections, points in frames:
         try:
-            results.append((True, write(source, _unpacked(detections) if packed else detections, points)))
+            results.append((True, write(source, detections, points)))
         except BaseException as exc:  # noqa: BLE001 - a frame that cannot be written fails alone
             results.append((False, one_line(exc)))
     return results
-
-
-def _frames_for(writers: Executor, frames: _WriteFrames) -> tuple[_WriteFrames, bool]:
-    """A batch's frames as ``writers`` take them, and whether their detections are packed: writer processes get
-    each frame's ``Detections`` as ``_packed`` makes it (they pickle it in this process, under its GIL)."""
-    if not isinstance(writers, ProcessPoolExecutor) or any(type(found) is not Detections for _, found, _ in frames):
-        return frames, False
-    return [(source, _packed(found), points) for source, found, points in frames], True
-
-
-def _packed(found: Detections) -> tuple[Any, ...]:
-    """``found`` for a writer process, its arrays as (dtype, shape, bytes): this process pickles a frame's few
-    boxes as arrays in ~8 us of its GIL (an array's reduce costs more than its data), packed in ~4."""
-    arrays = (found.boxes, found.scores, found.labels, found.velocity)
-    return (found.class_names, found.stats,
-            *(None if a is None else (a.dtype.str, a.shape, a.tobytes()) for a in arrays))
-
-
-def _unpacked(packed: tuple[Any, ...]) -> Detections:
-    """The ``Detections`` that ``_packed`` packed, its arrays writable as the original's."""
-    class_names, stats, boxes, scores, labels, velocity = packed
-    return Detections(_array(boxes), _array(scores), _array(labels), class_names, stats,
-                      None if velocity is None else _array(velocity))
-
-
-def _array(packed: tuple[str, tuple[int, ...], bytes]) -> np.ndarray:
-    """An array ``_packed`` packed, on bytes of its own (writable)."""
-    dtype, shape, data = packed
-    return np.frombuffer(bytearray(data), dtype).reshape(shape)
 
 
 def _settle_write(job: FrameJob) -> None:

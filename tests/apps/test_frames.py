@@ -272,33 +272,6 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     assert all(name in held or name.endswith(".pp-tmp") for name in on_disk - written)
 
 
-def test_detections_reach_a_writer_process_whole() -> None:
-    """What a writer process gets of each frame's ``Detections`` (their arrays as bytes: ``_packed``) is the
-    same ``Detections``: every field equal, arrays of the same dtype and shape, writable, with or without
-    velocities, with no box at all, from arrays in Fortran order."""
-    import dataclasses
-    import pickle
-
-    from pointpillars_trt.apps.frames import _packed, _unpacked
-    from pointpillars_trt.detections import Detections, FrameStats
-
-    rng = np.random.default_rng(3)
-    names = [f.name for f in dataclasses.fields(Detections)]
-    assert names == ["boxes", "scores", "labels", "class_names", "stats", "velocity"], "a new field: pack it too"
-    for n, velocity in ((5, None), (0, None), (7, np.asfortranarray(rng.normal(size=(7, 2)))), (3, np.zeros((3, 2)))):
-        boxes = np.asfortranarray(rng.normal(size=(n, 7)).astype(np.float32))
-        found = Detections(boxes, rng.random(n).astype(np.float32), rng.integers(0, 3, n).astype(np.int64),
-                           ("Car", "Pedestrian", "Cyclist"), FrameStats(99, 1, 7, 2), velocity)
-        back = _unpacked(pickle.loads(pickle.dumps(_packed(found))))
-        for name in names:
-            ours, theirs = getattr(back, name), getattr(found, name)
-            if isinstance(theirs, np.ndarray):
-                assert ours.dtype == theirs.dtype and ours.shape == theirs.shape and ours.flags.writeable, name
-                np.testing.assert_array_equal(ours, theirs)
-            else:
-                assert ours == theirs, name
-
-
 class _DiesOnArrival:
     """Unpickled in a new process, it ends that process (a writer process that cannot start)."""
 
