@@ -150,10 +150,10 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     HOST:PORT joins one. Outputs go to ``out`` as ``infer --out --format F`` writes them: per-frame
     JSON / KITTI files (KITTI lines with ``calib`` or each frame's sibling calib/ folder,
     ``image_shape``, ``keep_out_of_view``; ``viz`` adds the BEV pictures), or JSON Lines / Parquet
-    part files of one row per frame. ``report`` (given the output plan and the number of frames) makes the ``infer`` account
-    that each frame is reported to, in input order, and closed at the end; it is called once the cluster's
-    resources are checked, just before the frames run (``infer --ray --retry-failed`` rewrites the part
-    files there, so a refused run leaves them as they were). ``prepare(points,
+    part files of one row per frame. ``report`` (given the output plan and the number of frames) makes the
+    ``infer`` account that each frame is reported to, in input order, and closed at the end; it is called
+    once the cluster's resources are checked and any URIs listed, just before the frames run (``infer --ray
+    --retry-failed`` rewrites the part files there, so a refused run leaves them as they were). ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
     batch are set per actor from the resources it gets. ``point_dim``: values a point in ``.bin`` frames
@@ -180,7 +180,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       point_range=tuple(found.cfg.voxel.point_range))
     if point_dim is None:  # the model's own point columns
         point_dim = found.cfg.num_point_columns
-    if not any(is_uri(s) for s in sources):  # else checked once Ray Data has listed them
+    uris = any(is_uri(s) for s in sources)
+    if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
@@ -190,7 +191,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         _check_reachable(ray_address)
         _init_keeping_sigterm(ray, ray_address)
     try:
-        return _run(ray, sources, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
+        return _run(ray, sources, uris, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
                     workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
                     progress=progress, make_report=report)
     finally:
@@ -288,9 +289,9 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
     return workers, gpus_per_worker
 
 
-def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format: str, classes: tuple[str, ...],
-         options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None, batch_size: int | None,
-         pipelines: int | None, progress: bool,
+def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, output_format: str,
+         classes: tuple[str, ...], options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
+         batch_size: int | None, pipelines: int | None, progress: bool,
          make_report: Callable[[OutputPlan, int], FrameReport] | None) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
@@ -307,7 +308,6 @@ def _run(ray: Any, sources: list[str], model_dir: str, out: Path, output_format:
     context.execution_options.preserve_order = True  # rows in input order
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
-    uris = any(is_uri(s) for s in sources)
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
         frames, reads = list_uri_frames(ray, sources)
         check_distinct_outputs(frames, options["plan"].suffixes)

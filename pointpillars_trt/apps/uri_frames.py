@@ -52,6 +52,10 @@ def list_uri_frames(ray: Any, sources: list[str]) -> tuple[list[str], list[str]]
     lists a folder's subfolders too, and every file in them); local paths beside the URIs stay as they are.
     A URI that Ray Data cannot list, or that holds no point file, is an InputError before any actor starts."""
     listed = _list(ray, sources)
+    point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
+    for name in sorted(listed):
+        if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
+            point_files.setdefault(posixpath.dirname(name), []).append(name)
     names: list[str] = []
     reads: list[str] = []
     for source in sources:
@@ -59,7 +63,7 @@ def list_uri_frames(ray: Any, sources: list[str]) -> tuple[list[str], list[str]]
             names.append(source)
             reads.append(source)
             continue
-        prefix, found = _frames_under(source, listed)
+        prefix, found = _frames_under(source, listed, point_files)
         if not found:
             raise InputError(f"{safe_repr(source)}: Ray Data lists no point file in it "
                              f"({', '.join(SUPPORTED_EXTENSIONS)}, subfolders left out, as infer lists a folder)")
@@ -68,8 +72,9 @@ def list_uri_frames(ray: Any, sources: list[str]) -> tuple[list[str], list[str]]
     return names, reads
 
 
-def _frames_under(source: str, listed: set[str]) -> tuple[str, list[str]]:
-    """(what goes before a listed name to read it as a URI, the frames ``source`` gives of those listed).
+def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str]]) -> tuple[str, list[str]]:
+    """(what goes before a listed name to read it as a URI, the frames ``source`` gives of those ``listed``;
+    ``point_files``: each listed folder's).
     Ray Data names a listed file by its path on the file system, without the scheme (``file:///d/a.bin``:
     ``/d/a.bin``; ``s3://bucket/d/a.bin``: ``bucket/d/a.bin``; ``hdfs://host:8020/d/a.bin``: ``/d/a.bin``)."""
     rest = source.split("://", 1)[1]
@@ -78,10 +83,8 @@ def _frames_under(source: str, listed: set[str]) -> tuple[str, list[str]]:
         prefix, root = source[: len(source) - len(path)], path.rstrip("/") or "/"
         if root in listed:  # a file
             return prefix, [root]
-        inside = sorted(name for name in listed if posixpath.dirname(name) == root
-                        and os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS)
-        if inside:
-            return prefix, inside
+        if root in point_files:
+            return prefix, point_files[root]
     return "", []
 
 

@@ -419,7 +419,8 @@ def test_a_folder_uri_gives_its_point_files_as_a_local_folder_does(ray_cluster, 
     assert [line for line in err.splitlines() if line.startswith("error:")] == [
         f"error: point file '{folder / '000009.npy'}': a frame read from a URI is read as a .bin file (rows of float32 "
         "values), and this one is not: give other frames as local paths"], err
-    sources = [json.loads(line)["source"] for line in (tmp_path / "rows" / "detections-00000.jsonl").read_text().splitlines()]
+    part = tmp_path / "rows" / "detections-00000.jsonl"
+    sources = [json.loads(line)["source"] for line in part.read_text().splitlines()]
     assert sources == [str(folder / name) for name in ("000000.bin", "000001.bin", "000002.bin", "000009.npy")]
 
     empty = tmp_path / "empty"
