@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import cupy as cp
-import cupyx
 import numpy as np
 
 from .config import ModelConfig
@@ -39,7 +38,7 @@ from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
-from .staging import HEADER_ROWS, StagingBuffer
+from .staging import HEADER_ROWS, StagingBuffer, empty_pinned
 from .kernels.pfn import PfnStage
 from .kernels.multihead_post import MultiHeadPostprocessStage
 from .kernels.postprocess import PostprocessStage, threshold_values
@@ -222,7 +221,7 @@ class GpuPipeline:
         self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
         rows, width = post_stage_type(self.post_cfg).result_shape(self.post_cfg)
         self._results = cp.zeros((b, rows, width), np.float32)
-        self._results_host = cupyx.empty_pinned((b, rows, width), np.float32)
+        self._results_host = empty_pinned((b, rows, width), np.float32)
         self._result_bytes = rows * width * 4  # a frame's share of the one D2H copy
         self._allocate_input(max_points)
         weights = self._pfn_weights
@@ -258,7 +257,7 @@ class GpuPipeline:
         frames' points), so that one H2D copy brings a whole batch and the counts stay where the
         kernels read them. The pipeline's own pinned staging serves callers that hand it arrays."""
         columns = self.cfg.num_point_columns
-        self._staging = StagingBuffer(capacity, cupyx.empty_pinned, columns)
+        self._staging = StagingBuffer(capacity, empty_pinned, columns)
         device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
         self._input, self.max_points = device_input, capacity
         self._input_ptr = device_input.data.ptr

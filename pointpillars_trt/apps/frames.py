@@ -33,7 +33,7 @@ from ..detector import detect_each, frame_source
 from ..errors import InputError
 from ..fileio import safe_repr
 from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
-from ..staging import StagingBuffer
+from ..staging import StagingBuffer, empty_pinned
 from .messages import one_line
 
 #: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
@@ -194,7 +194,7 @@ class FrameRunner:
         self.batch_size = batch_size
         self.read, self.write, self.keep_points = read, write, keep_points
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
-        self._alloc = _pinned_alloc() if on_gpu else None  # pinned staging: the H2D copies from it
+        self._alloc = empty_pinned if on_gpu else None  # pinned staging: the H2D copies from it
         readers = reader_threads(points_per_frame) if readers is None else max(1, readers)
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="pp-read")
         self._writer_threads = max(1, writers)
@@ -530,10 +530,3 @@ def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> Non
             except ValueError:
                 return
 
-
-def _pinned_alloc() -> Callable[[tuple[int, int], type], np.ndarray] | None:
-    try:
-        import cupyx
-    except ImportError:
-        return None
-    return cupyx.empty_pinned  # type: ignore[no-any-return]

@@ -22,7 +22,8 @@ rebuilt. Above batch 1, each conv runs the fastest candidate (batch 1's engine a
 checked on random inputs, gives every frame of the batch batch 1's bytes (a frame's boxes then do not
 depend on its batch); else the fastest that agrees within rounding.
 
-``import cudnn`` and ``import cupy`` happen only when an engine is activated.
+``import cudnn`` (without PyTorch: :func:`frontend`) and ``import cupy`` happen only when an engine is
+activated.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Mapping
 
 import numpy as np
@@ -46,6 +48,7 @@ from ..kernels.hold import gpu_ms
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
+from .lean_import import import_without
 from .options import CudnnOptions
 
 CANVAS = "canvas"
@@ -74,7 +77,7 @@ def cudnn_unavailable_reason() -> str | None:
     except ImportError:
         return f"CuPy is not installed ({INSTALL_HINT})"
     try:
-        import cudnn
+        cudnn = frontend()
     except ImportError as exc:
         if importlib.util.find_spec("cudnn") is None:
             return f"nvidia-cudnn-frontend is not installed ({INSTALL_HINT})"
@@ -92,6 +95,13 @@ def cudnn_unavailable_reason() -> str | None:
     except Exception as exc:
         return f"no usable CUDA device ({exc})"
     return None if count > 0 else "no CUDA device"
+
+
+def frontend() -> ModuleType:
+    """The cuDNN frontend module (``cudnn``), imported without PyTorch unless the process has it already
+    (:func:`~pointpillars_trt.runtime.lean_import.import_without`): this engine hands it device pointers,
+    never torch tensors."""
+    return import_without("cudnn", ["torch"])
 
 
 def _version_text(version: int) -> str:
@@ -302,8 +312,9 @@ class CudnnEngine(Engine):
         reason = cudnn_unavailable_reason()
         if reason is not None:
             raise BackendError(f"cuDNN engine unavailable: {reason}")
-        import cudnn
         import cupy as cp
+
+        cudnn = frontend()
 
         from ..kernels.multihead_rpn import MultiHeadRpnKernels
         from ..kernels.neck_head import NeckHeadParams, NeckHeadStage, NeckHeadWeights

@@ -4,6 +4,11 @@ graph capture and the plan cache."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -217,6 +222,43 @@ def test_tiny_engine_matches_float64_rpn(tiny_dirs, tmp_path, precision):
     err = rel_err(got, ref)
     print(f"tiny {precision}: max error {err:.2e} of max|ref| {np.abs(ref).max():.3g}")
     assert err <= TOL[precision]
+
+
+OPEN_AND_DETECT = textwrap.dedent("""
+    import hashlib, sys
+    import numpy as np
+    if sys.argv[2] == "torch first":
+        import torch
+    from pointpillars_trt import PointPillars
+    detector = PointPillars.from_model_dir(sys.argv[1], device="cuda", backend="cudnn", score_threshold=0.0)
+    lo, hi = np.split(np.asarray(detector.cfg.voxel.point_range, np.float32), 2)
+    rng = np.random.default_rng(5)
+    points = np.column_stack([rng.uniform(lo, hi, (3000, 3)), rng.uniform(0, 1, (3000, 1))]).astype(np.float32)
+    found = detector(points)
+    print(len(found), hashlib.sha256(found.boxes.tobytes() + found.scores.tobytes()).hexdigest())
+    print(sorted(name for name in ("torch", "cupyx", "scipy") if name in sys.modules))
+""")
+
+
+@pytest.mark.cuda
+def test_the_engine_opens_without_torch_or_scipy_and_detects_the_same_with_torch_imported_first(tiny_dirs, tmp_path):
+    """The frontend's import pulls in PyTorch (and cupyx pulls in SciPy) where installed: seconds at every
+    process start. A process that opens the engine imports neither; one that imported torch itself keeps it,
+    and the frontend works the same there."""
+    _gpu()
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed here: the frontend has nothing to pull in")
+    runs: dict[str, list[str]] = {}
+    for mode in ("plain", "torch first"):
+        done = subprocess.run([sys.executable, "-c", OPEN_AND_DETECT, str(tiny_dirs["fp16"].path), mode],
+                              capture_output=True, text=True, timeout=600,
+                              env={**os.environ, "POINTPILLARS_TRT_CACHE": str(tmp_path / "cache")})
+        assert done.returncode == 0, done.stderr
+        runs[mode] = done.stdout.splitlines()[-2:]
+    print(runs)
+    assert runs["plain"][1] == "[]"
+    assert "'torch'" in runs["torch first"][1]
+    assert runs["plain"][0] == runs["torch first"][0] and not runs["plain"][0].startswith("0 ")  # boxes, the same
 
 
 @pytest.mark.cuda

@@ -13,6 +13,7 @@ from ..demo_scene import simulate_scan
 from ...errors import InputError
 from ...fileio import safe_repr
 from ...pointcloud_io import read_points
+from ...staging import empty_pinned
 
 CAMERA_HALF_FOV_DEG = 40.5   # KITTI's left colour camera sees about 81 degrees horizontally
 SIMULATED_SEEDS = (0, 1, 2, 3)
@@ -59,10 +60,8 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
 def page_locked_frame_sets(frame_sets: dict[str, list[np.ndarray]]) -> dict[str, list[np.ndarray]]:
     """The same frames in page-locked host memory (as a lidar driver's DMA buffers or an input from
     cudaMallocHost would be), each set named with "(page-locked)"; needs CuPy."""
-    import cupyx
-
     def pinned(points: np.ndarray) -> np.ndarray:
-        copy = cupyx.empty_pinned(points.shape, points.dtype)
+        copy = empty_pinned(points.shape, points.dtype)
         copy[:] = points
         return copy
 
