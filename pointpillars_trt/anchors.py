@@ -7,8 +7,7 @@ import functools
 
 import numpy as np
 
-from .config import HeadsConfig, ModelConfig
-from .errors import ConfigError
+from .config import ModelConfig
 
 # Corner-inside margin (metres) of each family's NMS kernel: OpenPCDet iou3d_nms (1 cm), mmdet3d-style
 # iou3d of zhulf0804 (1e-5 m).
@@ -70,13 +69,13 @@ def _center_axis(lo: float, hi: float, n: int) -> np.ndarray:
 
 def head_anchors(cfg: ModelConfig) -> tuple[int, ...]:
     """Anchors per BEV cell of each head of a multi-head model: its classes x the rotations."""
-    return tuple(len(group) * len(cfg.anchors.rotations) for group in _heads(cfg).groups)
+    return tuple(len(group) * len(cfg.anchors.rotations) for group in cfg.require_heads().groups)
 
 
 def head_rows(cfg: ModelConfig) -> list[tuple[int, int, int, int]]:
     """(class-channel offset, box-channel offset, anchors per cell, classes) of each head in the merged
     NHWC map: every head's class channels first, then every head's box channels."""
-    heads = _heads(cfg)
+    heads = cfg.require_heads()
     rotations, code = len(cfg.anchors.rotations), cfg.box_code_size
     out, cls_at, box_at = [], 0, cfg.head_channels["cls"]
     for group in heads.groups:
@@ -92,9 +91,3 @@ def multihead_anchors(cfg: ModelConfig) -> np.ndarray:
     nx, ny = cfg.head_map
     k, r = len(cfg.anchors.classes), len(cfg.anchors.rotations)
     return np.ascontiguousarray(anchors(cfg).reshape(ny, nx, k, r, 7).transpose(2, 3, 0, 1, 4).reshape(-1, 7))
-
-
-def _heads(cfg: ModelConfig) -> HeadsConfig:
-    if cfg.heads is None:
-        raise ConfigError(f"{cfg.name}: not a multi-head model")
-    return cfg.heads

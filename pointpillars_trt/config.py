@@ -193,6 +193,12 @@ class ModelConfig:
             raise ConfigError(f"{self.name}: {what} needs a direction classifier; this model has none")
         return self.direction
 
+    def require_heads(self) -> HeadsConfig:
+        """The heads of a multi-head model; refused for a single-head one."""
+        if self.heads is None:
+            raise ConfigError(f"{self.name}: not a multi-head model")
+        return self.heads
+
     @property
     def num_classes(self) -> int:
         return len(self.classes)

@@ -138,7 +138,6 @@ class PointPillars:
         expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
         return cls(load_model_dir(path, expected), _options(options, settings))
 
-    from_engines = from_model_dir
 
     @classmethod
     def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,

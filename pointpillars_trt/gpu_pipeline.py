@@ -15,7 +15,7 @@ count stays in device memory. The five stages and the result copy are
 captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, so a batch costs
 the input copy and one graph launch on the host. Per-stage GPU times (``stage_timings=True``) come from
 a second graph of the same batch with event-record nodes between the stages: each such node held the
-GPU 3-5 us on an H200, ~20 us a frame, so the untimed graph is the default. The only host wait is
+GPU 3-5 us on an H200, ~20 us a batch, so the untimed graph is the default. The only host wait is
 where the boxes are read (``collect``).
 """
 

@@ -741,7 +741,7 @@ def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
         try:
             header, header_end = _pcd_header(f, shown, what)
             dtype, points, data_kind = _pcd_layout(header, shown, what)
-            offsets = _pcd_columns(header, dtype, shown, what)
+            columns = _pcd_columns(dtype, shown, what)
             if data_kind == "binary":
                 expected = points * dtype.itemsize
                 if expected > _PCD_MAX_BINARY:
@@ -758,7 +758,7 @@ def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
                     raise InputError(f"{what} {shown} was truncated while being read")
                 table = np.frombuffer(data, dtype=dtype)
                 out = np.empty((points, 4), dtype=np.float32)
-                for col, name in enumerate(offsets):
+                for col, name in enumerate(columns):
                     out[:, col] = table[name]
                 return out
             per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
@@ -766,7 +766,7 @@ def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
             if size - header_end > limit:
                 raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                                  f"{limit} for POINTS {points} of {per_row} values")
-            return _pcd_ascii(f, dtype, points, offsets, shown, what)
+            return _pcd_ascii(f, dtype, points, columns, shown, what)
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
 
@@ -848,7 +848,7 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
 _PCD_INTENSITY_FIELDS = ("intensity", "i", "reflectance")
 
 
-def _pcd_columns(header: dict[str, list[str]], dtype: np.dtype, shown: str, what: str) -> list[str]:
+def _pcd_columns(dtype: np.dtype, shown: str, what: str) -> list[str]:
     """Names of the x, y, z and intensity fields, in that order (each must have COUNT 1)."""
     names = list(dtype.names or ())
     inten = next((n for n in _PCD_INTENSITY_FIELDS if n in names), None)

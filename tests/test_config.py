@@ -451,3 +451,10 @@ def test_a_config_of_numpy_numbers_is_the_config_of_python_numbers() -> None:
     plain = config_from_dict(edited({"voxel.max_pillars": 16000, "postprocess.nms_iou": 0.5,
                                      "voxel.pillar_size": [np.float32(0.16).item(), 0.16, 4.0]}))
     assert numpy_cfg == plain and numpy_cfg.digest() == plain.digest()
+
+
+def test_require_heads_gives_a_multihead_models_heads_and_refuses_a_single_head_one():
+    multi = load_config("openpcdet_nuscenes_multihead")
+    assert multi.require_heads() is multi.heads and len(multi.require_heads().groups) > 1
+    with pytest.raises(ConfigError, match="openpcdet_kitti_3class: not a multi-head model"):
+        load_config("openpcdet_kitti_3class").require_heads()

@@ -247,8 +247,6 @@ def _describe_commands(sub: Any) -> None:
             command.description = action.help[0].upper() + action.help[1:] + "."
 
 
-_parser = build_parser  # older name
-
 
 def _scaleout_hooks(sub: Any, infer: argparse.ArgumentParser) -> None:
     """``serve`` and ``infer --server/--ray`` when the serve module is there."""

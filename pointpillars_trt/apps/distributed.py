@@ -483,8 +483,6 @@ def _write_record(source: str, det: Any, points: np.ndarray | None, *, plan: Out
 
 def _absolute(plan: OutputPlan) -> OutputPlan:
     """The plan with its folders absolute (for a worker whose file system lacks the driver's cwd)."""
-    from dataclasses import replace
-
     def absolute(path: Path | None) -> Path | None:
         return Path(os.path.abspath(path)) if path is not None else None
 

@@ -20,14 +20,12 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, refuse_other_split
-from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
@@ -39,7 +37,7 @@ from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
-from .ranges import int_in, path_name
+from .ranges import float_in, int_in, path_name
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -90,43 +88,8 @@ def threads_arg(text: str) -> int:
     return value
 
 
-def batch_size_arg(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_BATCH:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{MAX_BATCH}")
-    return value
-
-
-def pipelines_arg(text: str) -> int:
-    value = positive_int(text)
-    if value > MAX_PIPELINES:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{MAX_PIPELINES}")
-    return value
-
-
 #: More pipelines than this on one GPU only add memory (each holds its own buffers and engine).
 MAX_PIPELINES = 16
-
-
-def _float_arg(text: str, ok: Callable[[float], bool], expected: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not ok(value):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
-    return value
-
-
-def intensity_scale_arg(text: str) -> float:
-    from ..pointcloud_io import MAX_INTENSITY_SCALE
-
-    return _float_arg(text, lambda v: bool(np.isfinite(v)) and 0 < v <= MAX_INTENSITY_SCALE,
-                      f"a number in (0, {MAX_INTENSITY_SCALE:g}]")
-
-
-def unit_float(text: str) -> float:
-    return _float_arg(text, lambda v: 0.0 <= v <= 1.0, "a number in [0, 1]")
 
 
 def image_shape_arg(text: str) -> tuple[int, int]:
@@ -167,19 +130,19 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                      help="GPU engine backend (the CPU path always uses ONNX Runtime)")
-    run.add_argument("--batch-size", type=batch_size_arg, default=None,
+    run.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,
                      help=f"frames run at once on the GPU (1..{MAX_BATCH}; default: {DEFAULT_GPU_BATCH} on the GPU, "
                           "1 on the CPU); outputs do not depend on it")
-    run.add_argument("--pipelines", type=pipelines_arg, default=None,
+    run.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=None,
                      help=f"pipelines run side by side, each its own thread (and on the GPU its own stream; on the "
                           f"CPU each a detector with its own ONNX Runtime session) (default: {DEFAULT_GPU_PIPELINES} "
                           "on the GPU, 1 on the CPU); outputs do not depend on it")
     run.add_argument("--threads", type=threads_arg, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core)")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
-    run.add_argument("--score-threshold", type=unit_float, default=None,
+    run.add_argument("--score-threshold", type=float_in(0.0, 1.0), default=None,
                      help="keep boxes scoring at least this (default: the model's; no rebuild needed)")
-    run.add_argument("--nms-iou", type=unit_float, default=None,
+    run.add_argument("--nms-iou", type=float_in(0.0, 1.0), default=None,
                      help="NMS overlap above which the lower-scored box goes (default: the model's)")
     run.add_argument("--max-boxes", type=int_in(1, SORT_LIMIT), default=None,
                      help=f"at most this many boxes a frame, 1..{SORT_LIMIT} (default: the model's)")
@@ -187,7 +150,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                         help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
                              "time; multi-sweep models need them) (default: the model's, 4 for KITTI models)")
-    points.add_argument("--intensity-scale", type=intensity_scale_arg, default=None,
+    points.add_argument("--intensity-scale", type=float_in(0.0, MAX_INTENSITY_SCALE, low_open=True), default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
     points.add_argument("--fov-only", action=argparse.BooleanOptionalAction, default=None,

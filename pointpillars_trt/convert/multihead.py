@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ..config import HeadsConfig, ModelConfig
-from ..errors import CheckpointError, ConfigError
+from ..config import ModelConfig
+from ..errors import CheckpointError
 from ..anchors import head_anchors
 from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO, box_parts
 from .weights import BatchNorm, BatchNormFold, ConvBN
@@ -58,12 +58,6 @@ class MultiHeadWeights:
     heads: tuple[HeadWeights, ...]
 
 
-def _heads(cfg: ModelConfig) -> HeadsConfig:
-    if cfg.heads is None:
-        raise ConfigError(f"{cfg.name}: not a multi-head model")
-    return cfg.heads
-
-
 # --------------------------------------------------------------------------- checkpoint keys
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ class _Conv:
 
 def _plan(cfg: ModelConfig) -> list[_Conv]:
     """Every conv of the layout in network order: PFN, blocks, deblocks, shared conv, heads."""
-    net, heads = cfg.network, _heads(cfg)
+    net, heads = cfg.network, cfg.require_heads()
     convs = [_Conv("vfe.pfn_layers.0.linear.weight", (net.pfn_channels, cfg.features.channels),
                    "vfe.pfn_layers.0.norm", net.pfn_channels)]
     c_in = net.pfn_channels
@@ -119,7 +113,7 @@ def expected_keys(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
 
 def batchnorm_folds(cfg: ModelConfig) -> dict[str, BatchNormFold]:
     """Each BatchNorm prefix -> where it folds (the conv, the eps the graph folds it with, the output axis)."""
-    net, heads = cfg.network, _heads(cfg)
+    net, heads = cfg.network, cfg.require_heads()
     return {conv.bn: BatchNormFold(conv.weight, heads.middle_bn_eps if conv.bn.startswith(HEAD_KEY) else net.bn_eps,
                                    conv.out_axis)
             for conv in _plan(cfg) if conv.bn is not None}
@@ -128,7 +122,7 @@ def batchnorm_folds(cfg: ModelConfig) -> dict[str, BatchNormFold]:
 def label_keys(cfg: ModelConfig) -> dict[str, list[int]]:
     """Each head's ``head_label_indices`` key and the 1-based class ids the config says it holds."""
     return {f"{HEAD_KEY}{h}.{LABEL_INDICES}": [cfg.classes.index(name) + 1 for name in group]
-            for h, group in enumerate(_heads(cfg).groups)}
+            for h, group in enumerate(cfg.require_heads().groups)}
 
 
 def check_label_indices(state: Mapping[str, Any], cfg: ModelConfig, source: str) -> None:
@@ -162,7 +156,7 @@ def weights_from_state_dict(get: Callable[[str], np.ndarray], cfg: ModelConfig) 
         at += extra + 1
     per_head = 2 * (1 + len(box_parts(cfg)))
     heads = []
-    for h in range(len(_heads(cfg).groups)):
+    for h in range(len(cfg.require_heads().groups)):
         convs = rest[h * per_head: (h + 1) * per_head]
         pairs = [(conv_bn(convs[i]), OutputConv(get(convs[i + 1].weight),
                                                 get(convs[i + 1].weight.removesuffix("weight") + "bias")))
@@ -181,7 +175,7 @@ def build_multihead_rpn_graph(weights: MultiHeadWeights, cfg: ModelConfig, g: An
     head's box channels (``ModelConfig.head_channels``), BN folded into the conv biases.
 
     ``g`` is the exporter's graph builder; ``io`` the RPN's tensor contract."""
-    net, heads = cfg.network, _heads(cfg)
+    net, heads = cfg.network, cfg.require_heads()
     x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
     upsampled = []
     for i, (block, deblock, s) in enumerate(zip(weights.blocks, weights.deblocks, net.upsample_strides)):

@@ -409,7 +409,7 @@ def _unpickle(stream: io.BytesIO, source: str, what: str, budget: _Budget) -> tu
     return obj, unpickler.storages
 
 
-def _open_record(archive: zipfile.ZipFile, name: str, limit: int, source: str) -> bytes:
+def _open_record(archive: zipfile.ZipFile, name: str, limit: int) -> bytes:
     """A zip record's bytes, refusing it unread when it declares more than ``limit`` bytes and never
     decompressing more than that (a declared size can lie; a bomb stops at ``limit`` + 1)."""
     info = archive.getinfo(name)
@@ -438,13 +438,13 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
     prefix = pickles[0][: -len("data.pkl")]
     shown = escape_text(pickles[0], 80)
     with _reading(source, f"cannot read {shown}"):
-        raw = _open_record(archive, pickles[0], min(MAX_PICKLE_BYTES, budget.total), source)
+        raw = _open_record(archive, pickles[0], min(MAX_PICKLE_BYTES, budget.total))
         budget.take(len(raw), shown)
         obj, refs = _unpickle(io.BytesIO(raw), source, shown, budget)
     byteorder_raw = b"little"
     if prefix + "byteorder" in names:
         with _reading(source, f"cannot read {escape_text(prefix, 80)}byteorder"):
-            byteorder_raw = _open_record(archive, prefix + "byteorder", _SMALL_RECORD_BYTES, source)
+            byteorder_raw = _open_record(archive, prefix + "byteorder", _SMALL_RECORD_BYTES)
     byteorder = byteorder_raw.decode("ascii", "replace")
     if byteorder not in ("little", "big"):
         raise CheckpointError(f"{source}: unknown byteorder record {short_repr(byteorder, 20)}")
@@ -461,7 +461,7 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
         name = f"{prefix}data/{ref.key}"
         with _reading(source, f"cannot read storage record {escape_text(name, 80)}"):
             budget.take(ref.nbytes, f"storage record {escape_text(name, 80)}")
-            raw = _open_record(archive, name, ref.nbytes, source)
+            raw = _open_record(archive, name, ref.nbytes)
         if len(raw) != ref.nbytes:
             raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {len(raw)} bytes, "
                                   f"expected {ref.nbytes} ({ref.numel} x {ref.dtype})")

@@ -1,15 +1,14 @@
 """Engine backends behind one interface and one registry (:mod:`.backends`); each backend module is
 imported only when an engine is opened.
 
-``import onnxruntime`` happens only in :mod:`.onnxruntime`, ``import tensorrt`` (or TensorRT for RTX's
-``tensorrt_rtx_bindings``) only in :mod:`.tensorrt_library`'s probe, :mod:`.tensorrt` and
-:mod:`.tensorrt_build`, and ``import cudnn`` only in :mod:`.cudnn`, so each backend works without the
-others installed.
+``import onnxruntime`` happens only in :mod:`.onnxruntime` and :mod:`.availability`'s probe,
+``import tensorrt`` (or TensorRT for RTX's ``tensorrt_rtx_bindings``) only in :mod:`.tensorrt_library`'s
+probe, :mod:`.tensorrt` and :mod:`.tensorrt_build`, and ``import cudnn`` only in :mod:`.cudnn`, so each
+backend works without the others installed.
 """
 
 from __future__ import annotations
 
-from typing import Union
 
 from .availability import cudnn_available, onnxruntime_cuda_available, tensorrt_available
 from .backends import (
@@ -19,10 +18,8 @@ from .backends import (
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import CudnnOptions, OrtOptions, TrtOptions
 
-EngineOptions = Union[OrtOptions, TrtOptions, CudnnOptions]
-
 __all__ = [
-    "BACKENDS", "BACKEND_CHOICES", "BACKEND_NAMES", "Backend", "CudnnOptions", "Device", "Engine", "EngineOptions",
+    "BACKENDS", "BACKEND_CHOICES", "BACKEND_NAMES", "Backend", "CudnnOptions", "Device", "Engine",
     "EngineRequest", "OrtOptions", "Shape", "TensorSpec", "TrtOptions",
     "backend_for", "cudnn_available", "engine_file", "engine_options_for",
     "onnxruntime_cuda_available", "open_engine", "pick_backend", "tensorrt_available",

@@ -10,8 +10,9 @@ context manager. It never owns buffers:
 * CPU engines (``device="cpu"``): :meth:`Engine.run_host` maps NumPy feeds to NumPy outputs; the
   CPU detector and the test oracle use it.
 
-``import onnxruntime`` happens only in :mod:`.onnxruntime` and ``import tensorrt`` (or
-``tensorrt_rtx_bindings``) only in the TensorRT modules, so either backend works without the other installed.
+``import onnxruntime`` happens only in :mod:`.onnxruntime` (and the availability probe,
+:mod:`.availability`) and ``import tensorrt`` (or ``tensorrt_rtx_bindings``) only in the TensorRT modules,
+so either backend works without the other installed.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ checked on random inputs, gives every frame of the batch batch 1's bytes (a fram
 depend on its batch); else the fastest that agrees within rounding.
 
 ``import cudnn`` (without PyTorch: :func:`frontend`) and ``import cupy`` happen only when an engine is
-activated.
+activated or its availability is probed (:func:`cudnn_unavailable_reason`).
 """
 
 from __future__ import annotations

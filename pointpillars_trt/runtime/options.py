@@ -2,7 +2,8 @@
 
 One frozen dataclass per backend (no grab-bag of keyword arguments that one backend silently
 ignores): an option a backend does not have cannot be passed to it, and every option that changes a
-built artefact (a TensorRT plan, a cuDNN plan cache entry) is part of the key or the metadata check.
+built artefact (a TensorRT plan, a cuDNN plan cache entry) is part of the key or the metadata check,
+but ``CudnnOptions.autotune`` (see there).
 """
 
 from __future__ import annotations
@@ -62,7 +63,9 @@ class CudnnOptions:
     ``config_digest``: when given, must equal the digest of the model config (a stale model dir
     is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``fileio.user_cache_dir``).
     ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
-    the heuristic's first buildable plan). ``max_batch``: the largest batch ``bind`` accepts.
+    the heuristic's first buildable plan, which is cached too and not part of the cache key: give such
+    runs a ``plan_cache_dir`` of their own, as the tests do). ``max_batch``: the largest batch ``bind``
+    accepts.
     """
 
     device_id: int = 0

@@ -25,7 +25,7 @@ import hashlib
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -44,7 +44,6 @@ elif LIBRARY == "tensorrt_rtx":  # the TensorRT 11 API under another module name
 else:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
     trt = None  # type: ignore[assignment]
 
-Precision = Literal["fp32", "fp16"]
 METADATA_FORMAT = 2  # 2: library, library_version and compute_capabilities (1 had tensorrt_version)
 REBUILD_HINT = "rebuild with `pointpillars-trt build --backend tensorrt`"
 

@@ -24,8 +24,9 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import BackendError, ModelDirError
 from ..fileio import write_bytes_atomic
+from ..graph_io import Precision
 from .base import Shape
-from .tensorrt import (METADATA_FORMAT, Precision, _logger, _shape, _use_device, gpu_identity, library,
+from .tensorrt import (METADATA_FORMAT, _logger, _shape, _use_device, gpu_identity, library,
                        plan_metadata_path, trt)
 from .tensorrt_library import LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, api_major, rtx_default_targets
 

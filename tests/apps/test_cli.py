@@ -935,6 +935,22 @@ def test_options_that_a_run_would_ignore_are_refused_while_checking(tiny_model: 
     assert exit_info.value.code == 2 and "--max-boxes: '100000': expected an integer in 1..4096" in err.getvalue()
 
 
+
+@pytest.mark.parametrize("option, value, said", [
+    ("--batch-size", "0", "--batch-size: '0': expected an integer in 1..8"),
+    ("--batch-size", "9", "--batch-size: '9': expected an integer in 1..8"),
+    ("--pipelines", "17", "--pipelines: '17': expected an integer in 1..16"),
+    ("--pipelines", "two", "--pipelines: 'two' is not an integer"),
+    ("--score-threshold", "1.5", "--score-threshold: '1.5': expected a number in [0, 1]"),
+    ("--nms-iou", "nan", "--nms-iou: 'nan': expected a number in [0, 1]"),
+    ("--intensity-scale", "0", "--intensity-scale: '0': expected a number in (0, 1000]"),
+])
+def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_frames: list[Path], option: str,
+                                                          value: str, said: str):
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+        main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), option, value])
+    assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
+
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     other = tmp_path / "elsewhere"
     other.mkdir()

@@ -18,7 +18,6 @@ from pointpillars_trt.errors import BackendError, ModelDirError
 from pointpillars_trt.runtime import OrtOptions, TrtOptions, open_engine
 from pointpillars_trt.runtime.tensorrt import (
     REBUILD_HINT,
-    TensorRTEngine,
     check_plan_metadata,
     gpu_identity,
     plan_metadata_path,

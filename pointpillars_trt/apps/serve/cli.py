@@ -23,8 +23,8 @@ from ..exit_codes import EXIT_FRAME_FAILURES
 from ..frame_report import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import MAX_IN_FLIGHT
-from .repository import DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES, MAX_QUEUE_DELAY_US, \
-    MODEL_NAME
+from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES_PER_INSTANCE,
+                         MAX_QUEUE_DELAY_US, MODEL_NAME)
 
 if TYPE_CHECKING:
     from .health import ModelProbe
@@ -43,9 +43,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
                        help=f"model instances per GPU (default {DEFAULT_GPU_INSTANCES}) or on the CPU (default 1), "
                             f"1..{MAX_INSTANCES}")
-    serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=1,
-                       help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES}: one runs a batch while "
-                            "Triton hands the instance the next (instances are processes, which time-slice the GPU)")
+    serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES_PER_INSTANCE), default=1,
+                       help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES_PER_INSTANCE}: one runs a batch "
+                            "while Triton hands the instance the next (instances are processes, which time-slice "
+                            "the GPU)")
     serve.add_argument("--max-batch", type=int_in(1, MAX_BATCH), default=8,
                        help=f"largest batch Triton forms for an instance, 1 (no batching)..{MAX_BATCH}")
     serve.add_argument("--max-queue-delay-us", type=int_in(0, MAX_QUEUE_DELAY_US), default=2000,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ...config import MAX_CLASSES
 from ...detections import Detections, FrameStats
 from ...errors import BackendError
 from ...fileio import safe_repr
@@ -29,7 +30,6 @@ _OUTPUT_TYPES = {"boxes": "TYPE_FP32", "scores": "TYPE_FP32", VELOCITY: "TYPE_FP
 _OUTPUT_DTYPES = {name: np.float32 if kind == "TYPE_FP32" else np.int32 for name, kind in _OUTPUT_TYPES.items()}
 #: A class name goes into JSON records and KITTI label lines (space-separated): no spaces, no control characters.
 _CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
-MAX_CLASSES = 1024
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ DEFAULT_MAX_POINTS = 1_000_000
 #: Most model instances per GPU (or on the CPU), pipelines per instance, and the longest a request may
 #: wait for a batch (10 s).
 MAX_INSTANCES = 64
-MAX_PIPELINES = 8
+MAX_PIPELINES_PER_INSTANCE = 8
 MAX_QUEUE_DELAY_US = 10_000_000
 _TEMPLATE = Path(__file__).with_name("triton_model.py")
 
@@ -76,7 +76,8 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     kind, gpus = gpu_instance_kind(device)
     if instances is None:
         instances = DEFAULT_GPU_INSTANCES if kind == "KIND_GPU" else 1
-    limits = {"--instances": (instances, 1, MAX_INSTANCES), "--pipelines": (pipelines, 1, MAX_PIPELINES),
+    limits = {"--instances": (instances, 1, MAX_INSTANCES),
+              "--pipelines": (pipelines, 1, MAX_PIPELINES_PER_INSTANCE),
               "--max-batch": (max_batch, 1, MAX_BATCH),
               "--max-queue-delay-us": (max_queue_delay_us, 0, MAX_QUEUE_DELAY_US),
               "--max-points": (max_points, 1, MAX_FRAME_POINTS)}
