@@ -221,6 +221,21 @@ def refuse_other_split(frame_path: PathLike, folder: PathLike, what: str) -> Non
         )
 
 
+def calib_folder(frame_path: PathLike, calib_dir: PathLike | None = None) -> Path:
+    """The folder :func:`calib_for_frame` looks in for the frame's file (``calib_dir``, else the frame's
+    sibling ``calib/``); an InputError when it is not there, so that a run can check once a frame folder
+    before it starts rather than fail every frame."""
+    _, folder, default = _frame_folder(frame_path, calib_dir, "calib", "calib")
+    if not folder.is_dir():
+        if calib_dir is None:
+            raise InputError(
+                f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(default)} does not exist "
+                "(pass the calib folder: --calib DIR, or calib_dir in Python)"
+            )
+        raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
+    return folder
+
+
 def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> Path:
     """The calibration file of a frame: ``<calib folder>/<frame id>.txt``, the id being the stem.
 
@@ -231,19 +246,13 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
     A missing folder or id is an InputError naming the id and the folder. Nothing is parsed;
     pass the result to :func:`read_calibration`.
     """
-    frame, folder, default = _frame_folder(frame_path, calib_dir, "calib", "calib")
-    if not folder.is_dir():
-        if calib_dir is None:
-            raise InputError(
-                f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(default)} does not exist "
-                "(pass the calib folder: --calib DIR, or calib_dir in Python)"
-            )
-        raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
-    path = folder / f"{frame.stem}.txt"
+    folder = calib_folder(frame_path, calib_dir)
+    stem = Path(os.path.abspath(os.fspath(frame_path))).stem
+    path = folder / f"{stem}.txt"
     if not path.is_file():
         raise InputError(
             f"calib folder {safe_repr(calib_dir if calib_dir is not None else folder)} has no file for frame id "
-            f"{safe_repr(frame.stem)} (expected {safe_repr(path.name)})"
+            f"{safe_repr(stem)} (expected {safe_repr(path.name)})"
         )
     return path
 

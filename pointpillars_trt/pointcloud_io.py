@@ -727,6 +727,8 @@ def _one_line(exc: BaseException) -> str:
 _PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8",
               ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8"}
 _PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS", "DATA")
+#: PCL's name for padding bytes, which a header may repeat (Ouster's and pcl_ros' clouds pad several fields).
+_PCD_PADDING = "_"
 
 
 def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
@@ -822,8 +824,10 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
             f"{what} {shown}: header has {len(fields)} FIELDS, {len(sizes)} SIZE, {len(types)} TYPE "
             f"and {len(counts)} COUNT values; expected the same number"
         )
-    if len(set(fields)) != len(fields):
+    named = [field for field in fields if field != _PCD_PADDING]
+    if len(set(named)) != len(named):
         raise InputError(f"{what} {shown}: FIELDS {safe_repr(' '.join(fields), 80)} repeats a name")
+    fields = [f"{field} {i}" if field == _PCD_PADDING else field for i, field in enumerate(fields)]  # unique
     parts: list[tuple[str, str, tuple[int, ...]]] = []
     for field, size, kind, count in zip(fields, sizes, types, counts):
         code = _PCD_TYPES.get((kind.upper(), int(size) if size.isdigit() else -1))

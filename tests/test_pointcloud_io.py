@@ -365,6 +365,29 @@ def test_pcd_huge_count_is_refused(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(path), "c.pcd", "field 'w' has COUNT")
 
 
+def test_pcd_padding_fields_may_repeat_as_in_ouster_clouds(tmp_path: Path) -> None:
+    """PCL names padding bytes ``_``; Ouster's ROS driver pads several fields, so its header repeats the
+    name. Those are skipped; any other name given twice is still refused."""
+    rows = 5
+    layout = [("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("pad0", "u1", (4,)), ("intensity", "<f4"), ("t", "<u4"),
+              ("reflectivity", "<u2"), ("ring", "<u2"), ("ambient", "<u2"), ("pad1", "u1", (2,)),
+              ("range", "<u4"), ("pad2", "u1", (12,))]
+    table = np.zeros(rows, np.dtype(layout))
+    rng = np.random.default_rng(4)
+    for name in ("x", "y", "z", "intensity"):
+        table[name] = rng.uniform(-50, 50, rows).astype(np.float32)
+    table["pad0"], table["pad2"], table["ring"] = 255, 7, 3
+    header = ("VERSION 0.7\nFIELDS x y z _ intensity t reflectivity ring ambient _ range _\n"
+              "SIZE 4 4 4 1 4 4 2 2 2 1 4 1\nTYPE F F F U F U U U U U U U\nCOUNT 1 1 1 4 1 1 1 1 1 2 1 12\n"
+              f"WIDTH {rows}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {rows}\nDATA binary\n")
+    path = tmp_path / "ouster.pcd"
+    path.write_bytes(header.encode() + table.tobytes())
+    got = read_points(path)
+    expected = np.column_stack([table[name] for name in ("x", "y", "z", "intensity")])
+    np.testing.assert_array_equal(got, expected)
+    path.write_bytes(header.replace("ambient", "ring").encode() + table.tobytes())
+    one_line_error(lambda: read_points(path), "ouster.pcd", "repeats a name")
+
 def test_any_reader_exception_is_that_files_input_error(tmp_path: Path) -> None:
     """os.stat raises ValueError (not OSError) on a NUL in a name, e.g. one read from a list file."""
     one_line_error(lambda: read_points(f"{tmp_path}/a\0b.bin"), "a\\x00b.bin", "cannot be read", "ValueError")

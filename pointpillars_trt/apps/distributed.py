@@ -44,7 +44,7 @@ from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_b
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
     keep_finished_rows
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
-    write_frame
+    refuse_foreign_outputs, write_frame
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
 from ..runtime_options import RuntimeOptions
 
@@ -183,6 +183,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     uris = any(is_uri(s) for s in sources)
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
+        refuse_foreign_outputs(target, sources, plan.suffixes)
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
@@ -311,6 +312,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
         frames, reads = list_uri_frames(ray, sources)
         check_distinct_outputs(frames, options["plan"].suffixes)
+        refuse_foreign_outputs(out, frames, options["plan"].suffixes)
         dataset = ray.data.read_binary_files(reads, include_paths=True)
     else:  # local files: each actor's reader threads read them into its pinned staging
         frames = sources

@@ -24,13 +24,13 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
-from ..kitti import KITTI_IMAGE_SHAPE, refuse_other_split
+from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, refuse_other_split
 from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
-    frame_row, is_full_disk_error, require_pyarrow, write_frame
+    frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .exit_codes import EXIT_FRAME_FAILURES
@@ -379,6 +379,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
             suffixes.append(".txt")
         check_distinct_outputs(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
+        refuse_foreign_outputs(out, frames, suffixes)
     elif labels is not None:
         check_distinct_outputs(frames, [".txt"])
     if args.viz:
@@ -386,6 +387,17 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
 
         require_matplotlib()
     return fmt, out, labels
+
+
+def _check_calib_folders(frames: Sequence[str]) -> None:
+    """Each frame folder's sibling ``calib/`` there (``kitti.calib_folder``), checked once a folder before the
+    frames run: without it every frame would fail alike."""
+    seen: set[str] = set()
+    for frame in frames:
+        folder = os.path.dirname(os.path.abspath(frame))
+        if folder not in seen:
+            seen.add(folder)
+            calib_folder(frame)
 
 
 def camera_options_given(args: argparse.Namespace) -> list[str]:
@@ -482,6 +494,8 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             check_model_inputs(cfg, fmt, args.point_dim, frames)
         else:  # a served model: what its config says of its points and outputs
             check_point_dim(getattr(detectors[0], "point_columns", 4), args.point_dim, frames, "the served model")
+        if args.calib is None and (fmt == "kitti" or labels is not None or args.fov_only):
+            _check_calib_folders(resume.todo)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)

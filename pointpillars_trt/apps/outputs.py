@@ -322,6 +322,57 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
     return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
 
 
+#: Values a line of a KITTI prediction file holds (a label line's 15 and the score).
+_PREDICTION_LINE_VALUES = 16
+
+
+def foreign_output(path: Path) -> str | None:
+    """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
+    or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
+    record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
+    values, no score), a calib file, another tool's JSON."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_RECORD_MAX_BYTES + 1)
+    except OSError:
+        return None
+    if path.suffix == ".json":
+        try:
+            record = loads_json(data)
+        except (ValueError, RecursionError):
+            return None
+        if isinstance(record, dict) and "frame" in record and "boxes_lidar" in record:
+            return None
+        return "JSON that is not a record infer writes"
+    if path.suffix == ".txt":
+        for line in data.split(b"\n")[:-1]:  # whole lines only: the last may be cut short
+            values = len(line.split())
+            if values and values != _PREDICTION_LINE_VALUES:
+                return (f"lines of {values} values (KITTI predictions have {_PREDICTION_LINE_VALUES}: a label "
+                        "file's 15 and a score)")
+    return None
+
+
+
+def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str]) -> None:
+    """Refuse, before anything runs, a run whose outputs would overwrite files in ``out`` that infer did
+    not write (:func:`foreign_output`): ``--out`` given as the label or calib folder replaced the ground truth
+    with predictions. ``out`` is listed once; only the names a frame would write are read."""
+    try:
+        present = set(os.listdir(out))
+    except OSError:  # not there yet (or unreadable: the write probe says so)
+        return
+    checked = [suffix for suffix in suffixes if suffix in (".json", ".txt")]
+    if not present or not checked:
+        return
+    for frame in frames:
+        stem = os.path.splitext(os.path.basename(frame))[0]
+        for suffix in checked:
+            if stem + suffix in present and (reason := foreign_output(out / (stem + suffix))) is not None:
+                raise InputError(f"--out {safe_repr(str(out))} holds {safe_repr(stem + suffix)}, which infer did not "
+                                 f"write ({reason}), and this run would overwrite it: give another --out, or move "
+                                 "such files away")
+
 class RecordBoxes(NamedTuple):
     """A frame's boxes: (N, 7) lidar boxes, (N,) scores (float64 when read back from a record) and N class names."""
 

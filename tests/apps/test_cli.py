@@ -492,13 +492,14 @@ def test_infer_kitti_calib_folder(model_dir: Path, family: str, assets: Path, tm
               tmp_path / "nowhere", "--out", tmp_path / "out")
     assert_one_line_error(run, "--calib", "nowhere")
     assert not (tmp_path / "out").exists()
-    # no --calib and no sibling calib/: that frame's error
+    # no --calib and no sibling calib/: one error before any frame runs, nothing written
     frame = tmp_path / "loose" / "velodyne" / "000134.bin"
     frame.parent.mkdir(parents=True)
     shutil.copy(assets / CAMERA_FRAME, frame)
     run = cli("infer", frame, "--model", model_dir, "--format", "kitti", "--out", tmp_path / "out2",
               "--device", "cpu")
-    assert run.rc == 1 and "no calibration folder" in run.err and "Traceback" not in run.err, run
+    assert_one_line_error(run, "no calibration folder", "000134.bin")
+    assert not (tmp_path / "out2").exists()
 
 
 # --------------------------------------------------------------------------- demo and the console script
@@ -950,6 +951,39 @@ def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_
     with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
         main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), option, value])
     assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
+
+def test_outputs_infer_did_not_write_are_never_overwritten(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """--out given as the label or calib folder (or one holding another tool's JSON) is refused before the
+    model loads, the files as they were; infer's own outputs, whole or cut short, are rewritten."""
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    label = "Car 0.00 0 -1.58 587.01 173.33 614.12 200.12 1.65 1.67 3.64 -0.65 1.71 46.70 -1.59\n"
+    (labels / "000002.txt").write_text(label * 2)
+    run = cli("infer", tiny_frames[1], tiny_frames[2], "--model", tiny_model, "--format", "kitti", "--calib",
+              tiny_frames[0].parent.parent / "calib", "--out", labels)
+    assert_one_line_error(run, "--out", "'000002.txt'", "infer did not write", "lines of 15 values", "another --out")
+    assert (labels / "000002.txt").read_text() == label * 2 and sorted(p.name for p in labels.iterdir()) == ["000002.txt"]
+    calib = tiny_frames[0].parent.parent / "calib"
+    before = (calib / "000001.txt").read_text()
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--format", "kitti", "--calib", calib,
+                              "--out", calib), "'000001.txt'", "infer did not write")
+    assert (calib / "000001.txt").read_text() == before
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "000003.json").write_text('{"frame": "000003", "note": "another tool"}\n')
+    assert_one_line_error(cli("infer", tiny_frames[3], "--model", tiny_model, "--out", other),
+                          "'000003.json'", "JSON that is not a record infer writes")
+    assert json.loads((other / "000003.json").read_text())["note"] == "another tool"
+    ours = tmp_path / "ours"
+    for fmt, name in (("json", "000004.json"), ("kitti", "000004.txt")):
+        extra = ["--score-threshold", "0"] + (["--calib", calib] if fmt == "kitti" else [])
+        assert cli("infer", tiny_frames[4], "--model", tiny_model, "--format", fmt, *extra, "--out", ours).rc == 0
+        whole = (ours / name).read_bytes()
+        assert whole.count(b"\n") >= 2 or len(whole) > 1000, whole  # boxes to cut through
+        assert cli("infer", tiny_frames[4], "--model", tiny_model, "--format", fmt, *extra, "--out", ours).rc == 0
+        (ours / name).write_bytes(whole[: len(whole) // 2])  # cut short, as by a crash
+        assert cli("infer", tiny_frames[4], "--model", tiny_model, "--format", fmt, *extra, "--out", ours).rc == 0
+        assert (ours / name).read_bytes() == whole
 
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     other = tmp_path / "elsewhere"

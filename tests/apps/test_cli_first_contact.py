@@ -240,12 +240,16 @@ def test_an_assumed_image_size_is_one_note_a_run_and_a_given_size_says_nothing(t
         [p.read_bytes() for p in sorted((tmp_path / "s").iterdir())]  # the PNG's size is the one used
 
 
-def test_fov_only_without_calib_is_that_frames_error(tiny_model: Path, tmp_path: Path):
+def test_a_frame_folder_without_calib_is_refused_before_any_frame_runs(tiny_model: Path, tmp_path: Path):
+    """--fov-only, --format kitti and --eval read each frame's KITTI calib file: a folder of frames with no
+    calib/ beside it is one error before any frame runs (it failed every frame alike)."""
     frame = tmp_path / "loose" / "000009.bin"
     frame.parent.mkdir()
     np.zeros((10, 4), np.float32).tofile(frame)
-    run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--fov-only")
-    assert run.rc == 1 and "no calibration folder" in run.err and "000009" in run.err, run
+    for extra in (["--fov-only"], ["--format", "kitti", "--out", str(tmp_path / "k")]):
+        run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", *extra)
+        assert_one_line_error(run, "no calibration folder", "000009", "--calib DIR")
+    assert not (tmp_path / "k").exists()
 
 
 # --------------------------------------------------------------------------- rough edges
