@@ -267,6 +267,12 @@ def _check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str,
     if _looks_odd(values, point_dim):
         _refuse_float64_or_noise(values, point_dim, path, what)
     row = misread_row_length(values, point_dim)
+    if row is not None and values.size % row:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({_LAYOUTS[row]}) read as "
+            f"{point_dim}, but it holds no whole rows of {row}: a file of {row} values a point cut short (a copy "
+            "that failed? copy it again)"
+        )
     if row == 3:
         raise InputError(
             f"{what} {safe_repr(path)} looks like 3 float32 values a point ({_LAYOUTS[3]}) read as {point_dim}: "
@@ -472,18 +478,17 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     """The row length (3, 4 or 5 values a point) that flat float32 ``values`` read as ``point_dim`` (4
     or 5) values a point far more plausibly have, or None.
 
-    Read with the wrong row length, every field takes its turn in the intensity column, so (1) the
-    values form whole rows of the other length, (2) over 5 % of the "intensities" are negative (lidar
-    intensity never is), and (3) values the other length apart (the same field of neighbouring points)
-    differ less than values ``point_dim`` apart. Real KITTI scans read as 4 and nuScenes sweeps read as
-    5, ordered or shuffled, fail (2) and (3) by a wide margin. Looks at two samples of at most
-    ``_LAYOUT_SAMPLE`` values, so it costs microseconds.
+    Read with the wrong row length, every field takes its turn in the intensity column, so (1) over 5 %
+    of the "intensities" are negative (lidar intensity never is), and (2) values the other length apart
+    (the same field of neighbouring points) differ less than values ``point_dim`` apart. Real KITTI scans
+    read as 4 and nuScenes sweeps read as 5, ordered or shuffled, fail both by a wide margin. The values
+    need not form whole rows of the other length: a file of 4 values a point cut short may hold whole rows
+    of 5 (the caller tells the two apart). Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so
+    it costs microseconds.
     """
     if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
         return None
-    others = [n for n in _LAYOUTS if n != point_dim and values.size % n == 0]
-    if not others:
-        return None
+    others = [n for n in _LAYOUTS if n != point_dim]
     samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
     if all(_nonnegative_max_bits(column) is not None for column in columns):  # the usual case: no copies, no NaN met
@@ -606,7 +611,7 @@ def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
         return ""
     fits = sorted((n for n in _LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
     if not fits:
-        return "; it fits no rows of 3, 4 or 5 float32 values: is it a point file?"
+        return "; it fits no rows of 3, 4 or 5 float32 values: is it a point file, or one cut short?"
 
     def advice(n: int) -> str:
         if n == 3:
@@ -616,7 +621,8 @@ def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
                     "which PointPillars.accumulate builds from sweeps and their poses)")
         return f": if so, pass --point-dim {n}; Python: point_dim={n})"  # the readers serve the API too
 
-    return f"; its size fits {' or '.join(f'rows of {n} values ({_LAYOUTS[n]}{advice(n)}' for n in fits)}"
+    return (f"; its size fits {' or '.join(f'rows of {n} values ({_LAYOUTS[n]}{advice(n)}' for n in fits)}, "
+            "unless the file was cut short (a copy that failed?)")
 
 
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:

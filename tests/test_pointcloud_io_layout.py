@@ -343,3 +343,16 @@ def test_a_text_file_named_bin_is_refused_as_text_whatever_its_size_or_point_dim
             read_points_into(tmp_path / name, lambda n: None)
         with pytest.raises(InputError, match="is text, not float32 values"):
             read_bin_bytes_into((tmp_path / name).read_bytes(), lambda n: None, source=name)
+
+
+def test_a_kitti_scan_cut_short_is_named_so_whatever_point_dim_is_tried(assets: Path, tmp_path: Path) -> None:
+    """A full scan cut at 200,020 bytes holds whole rows of 5 values, not of 4: the size error's advice was
+    --point-dim 5 alone, and with it the frame ran on shifted columns without a word (500 boxes at score 1).
+    Now the size error says the file may be cut short, and read as 5 it is named a 4-value file cut short."""
+    cut = tmp_path / "000000.bin"
+    cut.write_bytes((assets / "kitti/training/velodyne/000000.bin").read_bytes()[:200_020])
+    with pytest.raises(InputError, match=r"not a multiple of 16 .*pass --point-dim 5.*unless the file was cut short"):
+        read_points(cut, columns=4)
+    with pytest.raises(InputError, match=r"looks like 4 float32 values a point .* read as 5, but it holds no whole "
+                                         r"rows of 4: a file of 4 values a point cut short"):
+        read_points(cut, point_dim=5, columns=4)

@@ -231,6 +231,7 @@ class FrameWarnings:
 WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
                  "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
                  "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
+                 "onepillar": "had all their points in one pillar",
                  "overflow": "had boxes with NaN or infinite values",
                  "pillars": "had pillars beyond the model's max_pillars",
                  "fov": "had none of their points left by the camera-FOV crop"}
@@ -239,11 +240,15 @@ WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensiti
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
     """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
     which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
-    millimetres, axes swapped); None for any other frame. Each kind is said once a run (a frame of no point
-    at all is the reader's to say: ``FrameReader.finding_of``)."""
+    millimetres, axes swapped), or all of which made one (a file of zeros: a copy that failed?); None for any
+    other frame. Each kind is said once a run (a frame of no point at all is the reader's to say:
+    ``FrameReader.finding_of``)."""
     stats = det.stats
-    if stats.num_pillars or stats.num_points < MISPLACED_FROM:
+    if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1:
         return None
+    if stats.num_pillars == 1:
+        return "onepillar", (f"warning: {safe_repr(source)}: all its {stats.num_points} points fall in one pillar: "
+                             "a file of zeros (a copy that failed?) or of one repeated point (warned once)")
     finite = stats.num_points - stats.num_nonfinite
     if not finite:
         return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "

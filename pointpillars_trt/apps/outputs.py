@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,8 +31,10 @@ if TYPE_CHECKING:
 FILE_FORMATS = ("json", "kitti")
 ROW_FORMATS = ("jsonl", "parquet")
 OUTPUT_FORMATS = FILE_FORMATS + ROW_FORMATS
-#: Rows of one JSON Lines / Parquet part file: a kill loses at most the part being filled.
+#: Rows of one JSON Lines / Parquet part file, and the longest a part is filled before it is written (a
+#: slow run, say on the CPU, writes its rows a minute at a time): a kill loses at most the part being filled.
 ROWS_PER_PART = 10_000
+SECONDS_PER_PART = 60.0
 PART_PREFIX = "detections-"
 
 
@@ -221,25 +224,30 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
 
 class RowParts:
     """JSON Lines or Parquet rows in input order, in part files of ``ROWS_PER_PART`` rows
-    (``detections-00000.jsonl``, ...), each written atomically when full or at ``close``. A resumed
-    run numbers its parts after those already there."""
+    (``detections-00000.jsonl``, ...), each written atomically when full, when a row is added
+    ``seconds_per_part`` after the part's first, or at ``close``. A resumed run numbers its parts after
+    those already there."""
 
     def __init__(self, folder: Path, output_format: str, class_names: tuple[str, ...],
-                 rows_per_part: int = ROWS_PER_PART) -> None:
+                 rows_per_part: int = ROWS_PER_PART, seconds_per_part: float = SECONDS_PER_PART) -> None:
         if output_format not in ROW_FORMATS:
             raise InputError(f"format {output_format!r}: expected one of {', '.join(ROW_FORMATS)}")
         if output_format == "parquet":
             require_pyarrow()
         self.folder, self.format, self.class_names = folder, output_format, class_names
-        self.rows_per_part = rows_per_part
+        self.rows_per_part, self.seconds_per_part = rows_per_part, seconds_per_part
         self.rows: list[dict[str, Any]] = []
+        self._first_row_at = 0.0  # monotonic time of the part's first row
         self.files: list[Path] = []
         self.rows_written = 0  # the rows of this run's parts
         self._next = 1 + max((_part_number(p) for p in existing_parts(folder, output_format)), default=-1)
 
     def add(self, row: dict[str, Any]) -> None:
+        now = time.monotonic()
+        if not self.rows:
+            self._first_row_at = now
         self.rows.append(row)
-        if len(self.rows) >= self.rows_per_part:
+        if len(self.rows) >= self.rows_per_part or now - self._first_row_at >= self.seconds_per_part:
             self._write_part()
 
     def close(self) -> None:

@@ -252,6 +252,19 @@ def test_a_frame_folder_without_calib_is_refused_before_any_frame_runs(tiny_mode
     assert not (tmp_path / "k").exists()
 
 
+
+def test_a_file_of_zeros_is_warned_about_as_a_failed_copy(tiny_model: Path, tmp_path: Path):
+    """A .bin of zeros (a copy that failed to fill its blocks) has points, so no "holds no points" warning;
+    all of them make one pillar at the origin, which no scan does."""
+    frames = tmp_path / "zeros"
+    frames.mkdir()
+    for name in ("000001.bin", "000002.bin"):
+        np.zeros((1000, 4), np.float32).tofile(frames / name)
+    run = cli("infer", frames, "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert "warning: '" + str(frames / "000001.bin") + "': all its 1000 points fall in one pillar: a file of zeros" in run.err
+    assert "warning: 2 frames had all their points in one pillar in all (the first named above)" in run.err, run.err
+
 # --------------------------------------------------------------------------- rough edges
 
 @pytest.mark.parametrize("argv", [

@@ -634,3 +634,24 @@ def test_a_frame_named_twice_is_refused_in_a_row_format(model_path, frames, tmp_
         assert (rc, err) == (2, f"error: frame {again!r} is given twice (by two arguments, or a folder and a "
                                 "file in it): give each frame once\n"), err
         assert not out.exists()
+
+
+def test_a_part_is_written_once_its_first_row_is_old_enough(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A slow run (the CPU, ~2 frames/s) would fill a part of 10,000 rows in hours, all of them lost to a kill:
+    a part is also written when a row comes seconds_per_part after the part's first."""
+    from pointpillars_trt.apps.outputs import RowParts
+
+    parts = RowParts(tmp_path, "jsonl", ("Car",), rows_per_part=100, seconds_per_part=0.2)
+    parts.add({"source": "000000.bin"})
+    parts.add({"source": "000001.bin"})
+    assert list(tmp_path.iterdir()) == []  # young rows wait
+    time.sleep(0.25)
+    parts.add({"source": "000002.bin"})  # the part's first row is 0.25 s old: written with this one
+    written = sorted(tmp_path.glob("detections-*.jsonl"))
+    assert [p.name for p in written] == ["detections-00000.jsonl"]
+    assert [json.loads(line)["source"] for line in written[0].read_text().splitlines()] == [
+        "000000.bin", "000001.bin", "000002.bin"]
+    parts.add({"source": "000003.bin"})  # the next part starts its own clock
+    assert len(list(tmp_path.glob("detections-*.jsonl"))) == 1 and parts.rows_written == 3
+    parts.close()
+    assert len(list(tmp_path.glob("detections-*.jsonl"))) == 2 and parts.rows_written == 4
