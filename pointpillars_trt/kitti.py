@@ -134,6 +134,8 @@ def read_calibration(path: PathLike) -> Calibration:
 def _calibration_of(data: bytes) -> Calibration | str:
     """``read_calibration``'s parse and checks of a calib file's bytes: the calibration, or what is wrong
     with it (a message without the file name, which the caller puts in front)."""
+    if not data.strip():
+        return "the file is empty (a copy that failed?); it should hold KITTI's P2, R0_rect and Tr_velo_to_cam"
     rows: dict[str, str] = {}
     for line in data.decode("ascii", errors="replace").splitlines():
         key, sep, rest = line.partition(":")

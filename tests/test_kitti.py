@@ -199,6 +199,11 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     no_r0.write_text("\n".join(line for line in good if not line.startswith("R0_rect")))
     with pytest.raises(InputError, match=r"no_r0\.txt': key R0_rect is missing"):
         read_calibration(no_r0)
+    for name, text in (("empty.txt", ""), ("blank.txt", "\n \n")):
+        (tmp_path / name).write_text(text)
+        with pytest.raises(InputError, match=rf"{name}': the file is empty \(a copy that failed\?\); it should hold "
+                                             "KITTI's P2, R0_rect and Tr_velo_to_cam"):
+            read_calibration(tmp_path / name)
     short = tmp_path / "short.txt"
     short.write_text("\n".join(line.rsplit(" ", 1)[0] if line.startswith("P2") else line for line in good))
     with pytest.raises(InputError, match=r"short\.txt': key P2 has 11 values, expected 12"):

@@ -62,7 +62,7 @@ def _frames_of(pattern: str) -> list[str]:
     if missing_path(pattern):
         return []
     if os.path.lexists(pattern):
-        return [pattern]
+        return [pattern] if _is_point_file(pattern) else []  # a .txt given by name: refused with the rest
     return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
 
 
@@ -83,6 +83,10 @@ def _no_frames(pattern: str) -> str:
     unreachable = _unreachable(pattern)
     if unreachable is not None:
         return f"{safe_repr(pattern)} cannot be reached: {unreachable}"
+    if os.path.lexists(pattern):
+        ext = os.path.splitext(pattern)[1]
+        kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
+        return f"{safe_repr(pattern)} is not a point file: it has {kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):

@@ -453,7 +453,8 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
             done.update((str(row["source"]), row.get("error") is not None)
                         for row in _part_rows(path, output_format, ["source", "error"]))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
+            raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)} (move that "
+                             "part away, and this run redoes its frames)") from None
     return done
 
 
@@ -477,8 +478,15 @@ def records_in_parts(folder: Path, output_format: str,
 def _part_rows(path: Path, output_format: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a part file (of Parquet, ``columns`` only when given; a JSON Lines row is read whole)."""
     if output_format == "jsonl":
+        rows = []
         with open(path, encoding="utf-8") as f:
-            return [loads_json(line) for line in f if line.strip()]
+            for number, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        rows.append(loads_json(line))
+                    except ValueError as exc:  # json's own message counts within the line: name the line
+                        raise ValueError(f"line {number}: {exc}") from None
+        return rows
     import pyarrow.parquet as pq
 
     return list(pq.read_table(path, columns=columns).to_pylist())

@@ -265,6 +265,33 @@ def test_a_file_of_zeros_is_warned_about_as_a_failed_copy(tiny_model: Path, tmp_
     assert "warning: '" + str(frames / "000001.bin") + "': all its 1000 points fall in one pillar: a file of zeros" in run.err
     assert "warning: 2 frames had all their points in one pillar in all (the first named above)" in run.err, run.err
 
+
+def test_a_file_given_by_name_that_is_no_point_file_is_refused_before_the_model_loads(tiny_model: Path,
+                                                                                      tiny_frames: list[Path],
+                                                                                      tmp_path: Path):
+    """As --help says: a path that gives no frame is an error, and when none gives one infer stops before the
+    model loads (a .txt given by name used to be read as a frame, and fail, once the model was up)."""
+    notes = tmp_path / "000001.txt"
+    notes.write_text("not points\n")
+    bare = tmp_path / "000002"
+    bare.write_bytes(bytes(32))
+    assert_one_line_error(cli("infer", notes, "--model", tmp_path / "absent.pth"),
+                          f"{str(notes)!r} is not a point file: it has extension '.txt'; supported: .bin, .npy, .pcd")
+    run = cli("infer", bare, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 1 and f"{str(bare)!r} is not a point file: it has no extension" in run.err, run
+    assert "1/1 frames" in run.out, run
+
+
+def test_a_damaged_part_names_its_line_and_the_fix(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    out = tmp_path / "rows"
+    assert cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--device", "cpu", "--format", "jsonl",
+               "--out", out, "--no-progress").rc == 0
+    part = out / "detections-00000.jsonl"
+    part.write_text(part.read_text() + '{"source": "cut sh\n')
+    run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--device", "cpu", "--format", "jsonl", "--out", out,
+              "--skip-existing")
+    assert_one_line_error(run, f"cannot read {str(part)!r}: line 4:", "move that part away, and this run redoes its frames")
+
 # --------------------------------------------------------------------------- rough edges
 
 @pytest.mark.parametrize("argv", [
