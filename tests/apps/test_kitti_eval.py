@@ -274,6 +274,10 @@ def test_json_predictions_go_through_the_calibration(tmp_path: Path) -> None:
     result = evaluate(load_ground_truth(tmp_path / "label_2", ids), pred, ("Car",))
     for metric in ("bbox", "bev", "3d"):
         np.testing.assert_allclose(result.classes["Car"].ap[metric], 100.0)
+    # a record saved under another frame's name: refused, naming both (its boxes would meet the wrong labels)
+    (tmp_path / "pred" / f"{ids[1]}.json").write_text((tmp_path / "pred" / f"{ids[0]}.json").read_text())
+    with pytest.raises(InputError, match=f"{ids[1]}.json' is the record of frame '{ids[0]}', not of '{ids[1]}'"):
+        load_predictions(tmp_path / "pred", ids, tmp_path / "calib")
 
 
 # --------------------------------------------------------------------------- real labels, scale

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError
-from ...fileio import loads_json, read_regular_file, safe_repr
+from ...fileio import loads_json, name_text, read_regular_file, safe_repr
 from ...kitti import detections_to_kitti_lines, frame_image_shape, read_calibration
 from ..outputs import record_boxes
 
@@ -120,10 +120,15 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
-        boxes, scores, labels = record_boxes(loads_json("\n".join(_read_lines(path, "prediction"))))
+        record = loads_json("\n".join(_read_lines(path, "prediction")))
+        boxes, scores, labels = record_boxes(record)
     except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
+    frame = record.get("frame") if isinstance(record, dict) else None
+    if isinstance(frame, str) and frame != name_text(path.stem):  # a record saved under another frame's name
+        raise InputError(f"prediction file {safe_repr(path)} is the record of frame {safe_repr(frame, 60)}, not of "
+                         f"{safe_repr(path.stem, 60)}: its boxes would be scored against another frame's labels")
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
         bad = _first_bad_row(values)
         if bad is not None:
