@@ -390,14 +390,23 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
 
 
 def _check_calib_folders(frames: Sequence[str]) -> None:
-    """Each frame folder's sibling ``calib/`` there (``kitti.calib_folder``), checked once a folder before the
-    frames run: without it every frame would fail alike."""
+    """Refuse, before any frame runs, frames none of whose folders has its sibling ``calib/``
+    (``kitti.calib_folder``): every frame would fail alike. Where some have one, the frames of the others
+    fail one by one, and the rest run."""
     seen: set[str] = set()
+    first: InputError | None = None
     for frame in frames:
         folder = os.path.dirname(os.path.abspath(frame))
-        if folder not in seen:
-            seen.add(folder)
+        if folder in seen:
+            continue
+        seen.add(folder)
+        try:
             calib_folder(frame)
+            return
+        except InputError as exc:
+            first = first or exc
+    if first is not None:
+        raise first
 
 
 def camera_options_given(args: argparse.Namespace) -> list[str]:

@@ -240,9 +240,11 @@ def test_an_assumed_image_size_is_one_note_a_run_and_a_given_size_says_nothing(t
         [p.read_bytes() for p in sorted((tmp_path / "s").iterdir())]  # the PNG's size is the one used
 
 
-def test_a_frame_folder_without_calib_is_refused_before_any_frame_runs(tiny_model: Path, tmp_path: Path):
-    """--fov-only, --format kitti and --eval read each frame's KITTI calib file: a folder of frames with no
-    calib/ beside it is one error before any frame runs (it failed every frame alike)."""
+def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path, tiny_frames: list[Path],
+                                                                 tmp_path: Path):
+    """--fov-only, --format kitti and --eval read each frame's KITTI calib file: frames none of whose folders
+    has calib/ beside it are one error before any frame runs (every frame failed alike); where some folder
+    has one, the frames of the others fail one by one and the rest run."""
     frame = tmp_path / "loose" / "000009.bin"
     frame.parent.mkdir()
     np.zeros((10, 4), np.float32).tofile(frame)
@@ -250,6 +252,10 @@ def test_a_frame_folder_without_calib_is_refused_before_any_frame_runs(tiny_mode
         run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", *extra)
         assert_one_line_error(run, "no calibration folder", "000009", "--calib DIR")
     assert not (tmp_path / "k").exists()
+    run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--format", "kitti",
+              "--out", tmp_path / "k", "--no-progress")
+    assert run.rc == 1 and "no calibration folder for frame" in run.err and "1/2 frames" in run.out, run
+    assert sorted(os.listdir(tmp_path / "k")) == ["000001.txt"]
 
 
 
