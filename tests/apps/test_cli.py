@@ -936,7 +936,6 @@ def test_options_that_a_run_would_ignore_are_refused_while_checking(tiny_model: 
     assert exit_info.value.code == 2 and "--max-boxes: '100000': expected an integer in 1..4096" in err.getvalue()
 
 
-
 @pytest.mark.parametrize("option, value, said", [
     ("--batch-size", "0", "--batch-size: '0': expected an integer in 1..8"),
     ("--batch-size", "9", "--batch-size: '9': expected an integer in 1..8"),
