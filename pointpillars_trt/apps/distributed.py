@@ -349,7 +349,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                 first_call = min(first_call, record["call_started"])
                 source, error = record["source"], record["error"]
                 if warned is not None:
-                    warned.add(record["warnings"])
+                    warned.add(record["warnings"], source)
                 if rows is not None:
                     rows.add(json.loads(record["row"]))
                 if error:

@@ -208,23 +208,32 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
 
 class FrameWarnings:
     """Each kind of frame warning said for its first frame, on ``note``; every frame of a kind in
-    ``WARNING_KINDS`` counted, for the line after the run (a note, such as the assumed image size,
-    is said once and not counted)."""
+    ``WARNING_KINDS`` counted, for the line after the run, which names the next ``NAMED_AFTER_FIRST`` of
+    them (a note, such as the assumed image size, is said once and not counted)."""
+
+    NAMED_AFTER_FIRST = 3
 
     def __init__(self, note: Callable[[str], None]) -> None:
         self.note = note
         self.counts: dict[str, int] = {}
+        self.named: dict[str, list[str]] = {}  # the frames after the first of each kind, a few
 
-    def add(self, found: Sequence[tuple[str, str]]) -> None:
+    def add(self, found: Sequence[tuple[str, str]], source: str) -> None:
         for kind, text in found:
             if not self.counts.get(kind):
                 self.note(text)
+            elif len(named := self.named.setdefault(kind, [])) < self.NAMED_AFTER_FIRST:
+                named.append(source)
             self.counts[kind] = self.counts.get(kind, 0) + 1
 
     def close(self) -> None:
         for kind, count in self.counts.items():
             if count > 1 and kind in WARNING_KINDS:
-                self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above)")
+                named = self.named.get(kind, [])
+                more = count - 1 - len(named)
+                others = ", ".join(safe_repr(source) for source in named) + (f" and {more} more" if more else "")
+                self.note(f"warning: {count} frames {WARNING_KINDS[kind]} in all (the first named above; then "
+                          f"{others})")
 
 
 #: What the frames of each warning said once have, for the count after the run.

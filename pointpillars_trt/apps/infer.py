@@ -570,7 +570,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     jobs = runner.run(frames)
     try:
         for job in jobs:
-            warned.add(frame_warnings(job, read, plan.point_range))  # a failed frame's read too
+            warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
             if job.error is not None:
                 if rows is not None:
                     rows.add(frame_row(job.source, None, job.error, classes))

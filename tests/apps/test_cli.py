@@ -659,7 +659,8 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     warnings = [line for line in run.err.splitlines() if line.startswith("warning: ") and "max_pillars" not in line]
     assert run.rc == 0 and len(warnings) == 2, run  # the first frame's, then the count of them all
     assert str(tmp_path / "a.bin") in warnings[0] and "--intensity-scale" in warnings[0]
-    assert warnings[1] == "warning: 2 frames looked like 0-255 intensities in all (the first named above)", run
+    assert warnings[1] == ("warning: 2 frames looked like 0-255 intensities in all (the first named above; then "
+                           f"'{tmp_path / 'b.bin'}')"), run
     # scaled: no warning, and the same outputs as the 0-1 frame
     run = cli("infer", tmp_path / "a.bin", "--intensity-scale", str(1 / 255), "--model", tiny_model,
               "--device", "cpu")
@@ -776,7 +777,8 @@ def test_each_kind_of_intensity_scale_is_said_after_another_kind_and_unreadable_
     assert said[0].startswith(f"warning: '{folder / 'a_far.npy'}': intensities reach beyond 255"), said
     assert said[1].startswith(f"warning: '{folder / 'c_i255.bin'}': intensities look like 0-255 values"), said
     assert "--intensity-scale 0.00392156862745098" in said[1], said
-    assert said[2] == "warning: 2 frames looked like 0-255 intensities in all (the first named above)", said
+    assert said[2] == ("warning: 2 frames looked like 0-255 intensities in all (the first named above; then "
+                       f"'{folder / 'd_i255.bin'}')"), said
 
 
 def test_the_count_of_0_255_frames_counts_every_frame_of_the_run(tiny_model: Path, tmp_path: Path):
@@ -792,7 +794,8 @@ def test_the_count_of_0_255_frames_counts_every_frame_of_the_run(tiny_model: Pat
     assert run.rc == 0, run
     said = intensity_warnings(run.err, folder)
     assert len(said) == 2 and said[0].startswith(f"warning: '{folder / '00.bin'}': intensities look like 0-255"), said
-    assert said[1] == "warning: 12 frames looked like 0-255 intensities in all (the first named above)", said
+    assert said[1] == ("warning: 12 frames looked like 0-255 intensities in all (the first named above; then "
+                       f"'{folder / '01.bin'}', '{folder / '02.bin'}', '{folder / '03.bin'}' and 8 more)"), said
 
 
 @pytest.mark.slow

@@ -269,7 +269,8 @@ def test_a_file_of_zeros_is_warned_about_as_a_failed_copy(tiny_model: Path, tmp_
     run = cli("infer", frames, "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert run.rc == 0, run
     assert "warning: '" + str(frames / "000001.bin") + "': all its 1000 points fall in one pillar: a file of zeros" in run.err
-    assert "warning: 2 frames had all their points in one pillar in all (the first named above)" in run.err, run.err
+    assert ("warning: 2 frames had all their points in one pillar in all (the first named above; then "
+            f"'{frames / '000002.bin'}')") in run.err, run.err
 
 
 def test_a_file_given_by_name_that_is_no_point_file_is_refused_before_the_model_loads(tiny_model: Path,

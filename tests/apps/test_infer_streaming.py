@@ -473,7 +473,8 @@ def test_frames_of_only_non_finite_points_warn_once_then_are_counted(model_path,
     assert exit_.value.code == 2
     rc, _, err = infer(str(folder), "--model", str(model_path))
     assert rc == 0 and err.count("warning:") == 2 and "all its 500 points are non-finite" in err, err
-    assert "warning: 2 frames had only non-finite points in all (the first named above)" in err, err
+    assert ("warning: 2 frames had only non-finite points in all (the first named above; then "
+            f"'{folder / '000001.bin'}')") in err, err
 
 
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
@@ -564,7 +565,8 @@ def test_empty_files_warn_once_and_still_get_their_output(model_path, frames, tm
     assert rc == 0 and len(warnings) == 2, err
     assert warnings[0] == (f"warning: '{folder / 'a_empty.bin'}' holds no points (an empty file: a copy that "
                            "failed? copy it again); its output says 0 boxes (warned once)"), warnings
-    assert warnings[1] == "warning: 2 frames held no points in all (the first named above)", warnings
+    assert warnings[1] == ("warning: 2 frames held no points in all (the first named above; then "
+                           f"'{folder / 'b_empty.bin'}')"), warnings
     for name in ("a_empty", "b_empty"):
         assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
 
@@ -588,7 +590,8 @@ def test_frames_of_no_point_warn_whatever_their_format(model_path, frames, tmp_p
     assert rc == 0 and stdout.startswith("5/5 frames"), (stdout, err)
     assert warnings == [f"warning: '{folder / 'a_rows.npy'}' holds no points (a file of 0 points: check what "
                         "wrote it); its output says 0 boxes (warned once)",
-                        "warning: 3 frames held no points in all (the first named above)"], err
+                        "warning: 3 frames held no points in all (the first named above; then "
+                        f"'{folder / 'b_header.pcd'}', '{folder / 'c_bytes.bin'}')"], err
     for name in ("a_rows", "b_header", "c_bytes"):
         assert json.loads((out / f"{name}.json").read_text())["num_points"] == 0
 
