@@ -29,7 +29,7 @@ from .pointcloud_io import read_bin
 PathLike = Union[str, "os.PathLike[str]"]
 
 _CALIB_SHAPES = {"P2": (3, 4), "R0_rect": (3, 3), "Tr_velo_to_cam": (3, 4)}
-_LABEL_FIELDS = 15  # type, truncated, occluded, alpha, bbox (4), h w l, x y z, rotation_y
+LABEL_FIELDS = 15  # type, truncated, occluded, alpha, bbox (4), h w l, x y z, rotation_y
 _CALIB_MAX_BYTES = 1 << 16
 #: How far R R^T may be from I, and det R from +1, in a calib's rotations: KITTI's own are within 1e-6
 #: (8 decimals a value); a matrix beyond this is not a rotation (a reflection, a scale, another matrix).
@@ -530,17 +530,17 @@ def kitti_label_to_lidar_boxes(
         parts = line.split()
         if not parts or parts[0] == "DontCare":
             continue
-        if len(parts) not in (_LABEL_FIELDS, _LABEL_FIELDS + 1):
+        if len(parts) not in (LABEL_FIELDS, LABEL_FIELDS + 1):
             raise InputError(
-                f"{name}, line {number}: {len(parts)} fields, expected {_LABEL_FIELDS} "
-                f"(or {_LABEL_FIELDS + 1} with a score)"
+                f"{name}, line {number}: {len(parts)} fields, expected {LABEL_FIELDS} "
+                f"(or {LABEL_FIELDS + 1} with a score)"
             )
         try:
             values = [float(v) for v in parts[8:]]
         except ValueError:
             raise InputError(f"{name}, line {number}: a non-numeric value") from None
         names.append(parts[0])
-        rows.append(values + [float("nan")] * (_LABEL_FIELDS + 1 - len(parts)))
+        rows.append(values + [float("nan")] * (LABEL_FIELDS + 1 - len(parts)))
     table = np.array(rows, dtype=np.float64).reshape(-1, 8)
     h, w, l = table[:, 0], table[:, 1], table[:, 2]
     xyz = calib.rect_to_lidar(table[:, 3:6])

@@ -38,6 +38,12 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
 # --------------------------------------------------------------------------- entry point
 
+def unsupported_extension(ext: str) -> str:
+    """What a file of extension ``ext`` (none: "") is not, with the extensions point files have."""
+    kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
+    return f"{kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
+
+
 def read_points(
     path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int | None = None
 ) -> np.ndarray:
@@ -91,10 +97,7 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     else:
-        kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
-        raise InputError(
-            f"point file {safe_repr(path)} has {kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
-        )
+        raise InputError(f"point file {safe_repr(path)} has {unsupported_extension(ext)}")
     if intensity_scale is not None:
         points[:, 3] *= np.float32(_checked_scale(intensity_scale))
     return points

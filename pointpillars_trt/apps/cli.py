@@ -247,7 +247,6 @@ def _describe_commands(sub: Any) -> None:
             command.description = action.help[0].upper() + action.help[1:] + "."
 
 
-
 def _scaleout_hooks(sub: Any, infer: argparse.ArgumentParser) -> None:
     """``serve`` and ``infer --server/--ray`` when the serve module is there."""
     try:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import InputError, InputErrors
 from ..fileio import name_text, safe_repr
-from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 
 def _is_point_file(name: str) -> bool:
@@ -84,9 +84,7 @@ def _no_frames(pattern: str) -> str:
     if unreachable is not None:
         return f"{safe_repr(pattern)} cannot be reached: {unreachable}"
     if os.path.lexists(pattern):
-        ext = os.path.splitext(pattern)[1]
-        kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
-        return f"{safe_repr(pattern)} is not a point file: it has {kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
+        return f"{safe_repr(pattern)} is not a point file: it has {unsupported_extension(os.path.splitext(pattern)[1])}"
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):

@@ -330,10 +330,6 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
     return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
 
 
-#: Values a line of a KITTI prediction file holds (a label line's 15 and the score).
-_PREDICTION_LINE_VALUES = 16
-
-
 def foreign_output(path: Path) -> str | None:
     """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
     or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
@@ -353,13 +349,14 @@ def foreign_output(path: Path) -> str | None:
             return None
         return "JSON that is not a record infer writes"
     if path.suffix == ".txt":
+        from ..kitti import LABEL_FIELDS
+
         for line in data.split(b"\n")[:-1]:  # whole lines only: the last may be cut short
             values = len(line.split())
-            if values and values != _PREDICTION_LINE_VALUES:
-                return (f"lines of {values} values (KITTI predictions have {_PREDICTION_LINE_VALUES}: a label "
-                        "file's 15 and a score)")
+            if values and values != LABEL_FIELDS + 1:  # a prediction line: a label line's fields and the score
+                return (f"lines of {values} values (KITTI predictions have {LABEL_FIELDS + 1}: a label "
+                        f"file's {LABEL_FIELDS} and a score)")
     return None
-
 
 
 def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str]) -> None:
@@ -380,6 +377,7 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
                 raise InputError(f"--out {safe_repr(str(out))} holds {safe_repr(stem + suffix)}, which infer did not "
                                  f"write ({reason}), and this run would overwrite it: give another --out, or move "
                                  "such files away")
+
 
 class RecordBoxes(NamedTuple):
     """A frame's boxes: (N, 7) lidar boxes, (N,) scores (float64 when read back from a record) and N class names."""
