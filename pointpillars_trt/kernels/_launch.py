@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, InputError
+from .cubin_cache import cached_module
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
 _INCLUDE = re.compile(r'#include "([a-z_]+\.cuh)"')  # a header of kernels/cuda
@@ -83,19 +84,31 @@ def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
     from cupy_backends.cuda.libs import nvrtc
 
     cp = cupy_module()
-    program = nvrtc.createProgram(kernel_source(file), file, (), ())
-    try:
+    source = kernel_source(file)
+    options = [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines]
+
+    def compile_cubin() -> bytes:
+        program = nvrtc.createProgram(source, file, (), ())
         try:
-            nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
-        except nvrtc.NVRTCError as exc:
-            log = nvrtc.getProgramLog(program)
-            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
-        cubin = nvrtc.getCUBIN(program)
-    finally:
-        nvrtc.destroyProgram(program)
-    module = cp.cuda.function.Module()
-    module.load(cubin)
-    return module
+            try:
+                nvrtc.compileProgram(program, options)
+            except nvrtc.NVRTCError as exc:
+                log = nvrtc.getProgramLog(program)
+                raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
+            return bytes(nvrtc.getCUBIN(program))
+        finally:
+            nvrtc.destroyProgram(program)
+
+    def load(cubin: bytes) -> Any:
+        module = cp.cuda.function.Module()
+        try:
+            module.load(cubin)
+        except cp.cuda.driver.CUDADriverError as exc:
+            raise BackendError(f"{file}: the {arch} cubin does not load: {exc}") from exc
+        return module
+
+    identity = repr((source, options, nvrtc.getVersion()))
+    return cached_module(f"{file.removesuffix('.cu')}-{arch}", identity, compile_cubin, load)
 
 
 class ArchKernel:
@@ -124,8 +137,8 @@ class ArchKernel:
 def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...],
                          arch: str) -> dict[str, ArchKernel]:
     """``compile_kernels`` for an architecture-specific target (``sm_90a``: wgmma), which CuPy's own
-    compile path does not name; NVRTC straight to a cubin, once per define set and target. Such files
-    include no headers of the CUDA toolkit."""
+    compile path does not name; NVRTC straight to a cubin, once per define set and target (kept on disk:
+    ``cubin_cache``). Such files include no headers of the CUDA toolkit."""
     with checked(file):
         module = _arch_module(file, defines, arch)
         return {name: ArchKernel(module.get_function(name), name) for name in names}

@@ -29,6 +29,7 @@ activated or its availability is probed (:func:`cudnn_unavailable_reason`).
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
 import json
@@ -45,6 +46,7 @@ from ..config import ModelConfig
 from ..errors import BackendError, InputError
 from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_atomic
 from ..kernels.hold import gpu_ms
+from ..kernels.tuning_checks import TuningChecks
 from ..model_dir import graph_initializers
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
@@ -652,6 +654,11 @@ class CudnnEngine(Engine):
 
     # -- checks and timing --------------------------------------------------------------------------
 
+    @functools.cached_property
+    def _checks(self) -> TuningChecks:
+        """Compiled when a batch's plans are first tuned (never on a start that finds them cached)."""
+        return TuningChecks(self.options.dtype)
+
     def _agreement(self, layer: ConvLayer, batch: int, plan: _ConvPlan, alone: _ConvPlan) -> str | None:
         """How ``plan`` (at ``batch``) agrees with ``alone`` (batch 1's plan) on random inputs: "exact" when
         it gives every frame what ``alone`` gives that frame by itself, bit for bit; "close" when within
@@ -663,7 +670,8 @@ class CudnnEngine(Engine):
         stream = cp.cuda.Stream(non_blocking=True)
         with stream:  # the inputs are made on the stream the convs then run on
             x_shape = (batch, *self._activation_shape(layer.in_channels, h, width))
-            x = cp.random.default_rng(batch).random(x_shape, dtype=np.float32).astype(dtype)
+            x = cp.empty(x_shape, dtype)
+            self._checks.fill_uniform(x, seed=batch, stream=stream)
             y = cp.empty((batch, *self._activation_shape(layer.out_channels, oh, ow)), dtype)
             y_alone = cp.empty(y.shape, dtype)
             ws = cp.empty(max(plan.workspace, alone.workspace, 1), np.uint8)
@@ -675,13 +683,10 @@ class CudnnEngine(Engine):
         run(plan, int(x.data.ptr), int(y.data.ptr))
         for i in range(batch):
             run(alone, int(x[i].data.ptr), int(y_alone[i].data.ptr))
-        with stream:
-            if bool(cp.array_equal(y, y_alone)):
-                return "exact"
-            want = y_alone.astype(np.float32).reshape(batch, -1)
-            worst = cp.abs(y.astype(np.float32).reshape(batch, -1) - want).max(axis=1)
-            scale = cp.maximum(cp.abs(want).max(axis=1), 1.0)  # each frame against its own magnitude
-            return "close" if bool((worst <= 1e-2 * scale).all()) else None
+        comparison = self._checks.compare_frames(y, y_alone, stream)
+        if comparison.exact:
+            return "exact"
+        return "close" if comparison.within(1e-2) else None  # each frame against its own magnitude
 
     def _pack(self, uids: Mapping[str, int], k: int, x_ptr: int, y_ptr: int) -> dict[int, int]:
         """Conv ``k``'s tensor uids -> device pointers: its input, weights, bias and output."""
