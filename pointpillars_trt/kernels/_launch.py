@@ -10,8 +10,11 @@ without it.
 from __future__ import annotations
 
 import functools
+import os
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -19,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, InputError
-from .cubin_cache import cached_module
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
 _INCLUDE = re.compile(r'#include "([a-z_]+\.cuh)"')  # a header of kernels/cuda
@@ -61,15 +63,48 @@ def kernel_source(file: str) -> str:
     return "".join(lines)
 
 
-@functools.lru_cache(maxsize=None)
+#: (file, defines) -> the module's compile, started by ``compile_soon`` or by the first ``compile_kernels``
+_compiles: dict[tuple[str, tuple[str, ...]], Future[Any]] = {}
+_compiles_lock = threading.Lock()
+
+
+@functools.cache
+def _compile_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="pp-compile")
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the pool's threads
+    os.register_at_fork(after_in_child=_compile_pool.cache_clear)
+
+
+def _compile(file: str, defines: tuple[str, ...], device_id: int) -> Any:
+    cp = cupy_module()
+    with cp.cuda.Device(device_id):
+        module = cp.RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
+        module.compile()  # loaded on ``device_id``; another device loads it again when it asks
+    return module
+
+
+def compile_soon(programs: Iterable[tuple[str, tuple[str, ...]]], device_id: int) -> None:
+    """Start compiling ``programs`` ((file, defines) pairs) on background threads, side by side (NVRTC
+    runs without the interpreter lock): a pipeline's stage modules compile while its engine opens
+    instead of one after another after it, where no kernel cache has them yet (~0.3 s each on an
+    H200's host). ``compile_kernels`` waits for the one it asks for; a failed compile raises there."""
+    with _compiles_lock:
+        for file, defines in programs:
+            if (file, defines) not in _compiles:
+                _compiles[file, defines] = _compile_pool().submit(_compile, file, defines, device_id)
+
+
 def _module(file: str, defines: tuple[str, ...]) -> Any:
-    return cupy_module().RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
+    compile_soon([(file, defines)], cupy_module().cuda.Device().id)
+    return _compiles[file, defines].result()
 
 
 def compiled_modules() -> int:
     """How many modules have been compiled in this process (one per file and define set): values that
     change per call, such as the post-process thresholds, are kernel arguments and never add one."""
-    return _module.cache_info().currsize + _arch_module.cache_info().currsize
+    return len(_compiles) + _arch_module.cache_info().currsize
 
 
 def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
@@ -84,31 +119,19 @@ def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
     from cupy_backends.cuda.libs import nvrtc
 
     cp = cupy_module()
-    source = kernel_source(file)
-    options = [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines]
-
-    def compile_cubin() -> bytes:
-        program = nvrtc.createProgram(source, file, (), ())
+    program = nvrtc.createProgram(kernel_source(file), file, (), ())
+    try:
         try:
-            try:
-                nvrtc.compileProgram(program, options)
-            except nvrtc.NVRTCError as exc:
-                log = nvrtc.getProgramLog(program)
-                raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
-            return bytes(nvrtc.getCUBIN(program))
-        finally:
-            nvrtc.destroyProgram(program)
-
-    def load(cubin: bytes) -> Any:
-        module = cp.cuda.function.Module()
-        try:
-            module.load(cubin)
-        except cp.cuda.driver.CUDADriverError as exc:
-            raise BackendError(f"{file}: the {arch} cubin does not load: {exc}") from exc
-        return module
-
-    identity = repr((source, options, nvrtc.getVersion()))
-    return cached_module(f"{file.removesuffix('.cu')}-{arch}", identity, compile_cubin, load)
+            nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
+        except nvrtc.NVRTCError as exc:
+            log = nvrtc.getProgramLog(program)
+            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
+        cubin = nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+    module = cp.cuda.function.Module()
+    module.load(cubin)
+    return module
 
 
 class ArchKernel:
@@ -137,8 +160,8 @@ class ArchKernel:
 def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...],
                          arch: str) -> dict[str, ArchKernel]:
     """``compile_kernels`` for an architecture-specific target (``sm_90a``: wgmma), which CuPy's own
-    compile path does not name; NVRTC straight to a cubin, once per define set and target (kept on disk:
-    ``cubin_cache``). Such files include no headers of the CUDA toolkit."""
+    compile path does not name; NVRTC straight to a cubin, once per define set and target. Such files
+    include no headers of the CUDA toolkit."""
     with checked(file):
         module = _arch_module(file, defines, arch)
         return {name: ArchKernel(module.get_function(name), name) for name in names}

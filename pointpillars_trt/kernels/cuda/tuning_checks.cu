@@ -49,8 +49,8 @@ extern "C" __global__ void check_compare_frames(const value_t* got, const value_
         const float g = to_float(got[offset + i]), w = to_float(want[offset + i]);
         differ += got_bits[i] != want_bits[i];
         float d = fabsf(g - w), m = fabsf(w);
-        d = d == d ? d : INFINITY;
-        m = m == m ? m : INFINITY;
+        d = d == d ? d : __int_as_float(0x7f800000);  // infinity
+        m = m == m ? m : __int_as_float(0x7f800000);
         worst = fmaxf(worst, d);
         scale = fmaxf(scale, m);
     }
