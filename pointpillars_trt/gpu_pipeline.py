@@ -27,7 +27,6 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import cupy as cp
 import numpy as np
@@ -35,7 +34,6 @@ import numpy as np
 from .config import ModelConfig
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
-from .kernels._launch import compile_soon
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
@@ -103,15 +101,6 @@ class _Slot:
 def post_stage_type(cfg: ModelConfig) -> type[PostprocessStage] | type[MultiHeadPostprocessStage]:
     """The post-process of the model's head layout: one head (KITTI style) or several (multi-head)."""
     return PostprocessStage if cfg.heads is None else MultiHeadPostprocessStage
-
-
-def stage_programs(cfg: ModelConfig, post_cfg: ModelConfig, with_pfn: bool) -> list[tuple[str, tuple[str, ...]]]:
-    """The modules of the per-frame stages whose defines come from the configs alone (the scatter's also
-    depend on the RPN engine's layout), to be compiled while the engine opens."""
-    stages: list[tuple[Any, ModelConfig]] = [(VoxelizeStage, cfg), (post_stage_type(post_cfg), post_cfg)]
-    if with_pfn:
-        stages.append((PfnStage, cfg))
-    return [(stage.SOURCE, stage.PARAMS.from_config(config).defines()) for stage, config in stages]
 
 
 def unsupported_reason(cfg: ModelConfig) -> str | None:
@@ -199,7 +188,6 @@ class GpuPipeline:
         self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
         try:
             with self._device, self.stream:
-                compile_soon(stage_programs(self.cfg, self.post_cfg, with_pfn=not pfn_engine), device_id)
                 self._pfn = self._open_engine(engine_file(model, "pfn", self.backend)) if pfn_engine else None
                 self._rpn = self._open_engine(engine_file(model, "rpn", self.backend))
                 self._allocate(max_points)  # the canvas in the layout the RPN engine reads

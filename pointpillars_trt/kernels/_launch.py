@@ -10,11 +10,8 @@ without it.
 from __future__ import annotations
 
 import functools
-import os
 import re
-import threading
-from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from typing import Any
@@ -63,48 +60,15 @@ def kernel_source(file: str) -> str:
     return "".join(lines)
 
 
-#: (file, defines) -> the module's compile, started by ``compile_soon`` or by the first ``compile_kernels``
-_compiles: dict[tuple[str, tuple[str, ...]], Future[Any]] = {}
-_compiles_lock = threading.Lock()
-
-
-@functools.cache
-def _compile_pool() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1), thread_name_prefix="pp-compile")
-
-
-if hasattr(os, "register_at_fork"):  # a forked child has none of the pool's threads
-    os.register_at_fork(after_in_child=_compile_pool.cache_clear)
-
-
-def _compile(file: str, defines: tuple[str, ...], device_id: int) -> Any:
-    cp = cupy_module()
-    with cp.cuda.Device(device_id):
-        module = cp.RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
-        module.compile()  # loaded on ``device_id``; another device loads it again when it asks
-    return module
-
-
-def compile_soon(programs: Iterable[tuple[str, tuple[str, ...]]], device_id: int) -> None:
-    """Start compiling ``programs`` ((file, defines) pairs) on background threads, side by side (NVRTC
-    runs without the interpreter lock): a pipeline's stage modules compile while its engine opens
-    instead of one after another after it, where no kernel cache has them yet (~0.3 s each on an
-    H200's host). ``compile_kernels`` waits for the one it asks for; a failed compile raises there."""
-    with _compiles_lock:
-        for file, defines in programs:
-            if (file, defines) not in _compiles:
-                _compiles[file, defines] = _compile_pool().submit(_compile, file, defines, device_id)
-
-
+@functools.lru_cache(maxsize=None)
 def _module(file: str, defines: tuple[str, ...]) -> Any:
-    compile_soon([(file, defines)], cupy_module().cuda.Device().id)
-    return _compiles[file, defines].result()
+    return cupy_module().RawModule(code=kernel_source(file), options=COMPILE_OPTIONS + defines)
 
 
 def compiled_modules() -> int:
     """How many modules have been compiled in this process (one per file and define set): values that
     change per call, such as the post-process thresholds, are kernel arguments and never add one."""
-    return len(_compiles) + _arch_module.cache_info().currsize
+    return _module.cache_info().currsize + _arch_module.cache_info().currsize
 
 
 def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:

@@ -93,14 +93,12 @@ class MultiHeadPostprocessStage:
     :class:`~pointpillars_trt.kernels.postprocess.PostprocessStage`), rows 1..count the boxes in
     OpenPCDet's order. ``thresholds``: the run-time score threshold, NMS IoU and max boxes (a class)."""
 
-    SOURCE = "multihead_post.cu"
-    PARAMS = MultiHeadPostParams  # its defines come from the config alone: compile_soon can start them early
     KERNELS = ("mh_score", "mh_select", "mh_nms_mask", "mh_reduce")
 
     def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
         cp = cupy_module()
-        self.params = p = self.PARAMS.from_config(cfg)
-        self._k = compile_kernels(self.SOURCE, p.defines(), self.KERNELS)
+        self.params = p = MultiHeadPostParams.from_config(cfg)
+        self._k = compile_kernels("multihead_post.cu", p.defines(), self.KERNELS)
         self._mask_grid = mask_grid(len(p.segments), p.sort_cap)  # device attributes: read once, not per launch
         w, h = p.head_map
         self._heads_shape = (h, w, p.head_channels)

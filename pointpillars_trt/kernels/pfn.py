@@ -55,20 +55,18 @@ class PfnStage:
     owned here; rows past the pillar count keep stale values, which scatter never reads.
     """
 
-    SOURCE = "pfn.cu"
-    PARAMS = PfnParams  # its defines come from the config alone: compile_soon can start them early
     KERNELS = ("pfn_forward",)
     _BLOCKS_PER_SM = 8
 
     def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:
         cp = cupy_module()
-        self.params = p = self.PARAMS.from_config(cfg)
+        self.params = p = PfnParams.from_config(cfg)
         if weight.shape != (p.out_channels, p.num_features) or bias.shape != (p.out_channels,):
             raise ConfigError(
                 f"PFN weight {weight.shape} / bias {bias.shape} do not fit the config: expected "
                 f"({p.out_channels}, {p.num_features}) / ({p.out_channels},)"
             )
-        self._k = compile_kernels(self.SOURCE, p.defines(), self.KERNELS)
+        self._k = compile_kernels("pfn.cu", p.defines(), self.KERNELS)
         self._grid = min(grid_blocks(p.max_pillars, p.block[1]), multiprocessors() * self._BLOCKS_PER_SM)
         with checked("pfn: allocating buffers"):
             self._weight = cp.asarray(np.ascontiguousarray(weight, np.float32))

@@ -162,14 +162,12 @@ class PostprocessStage:
     order. Copy it to the host once per frame and read it with ``unpack``.
     """
 
-    SOURCE = "postprocess.cu"
-    PARAMS = PostParams  # its defines come from the config alone: compile_soon can start them early
     KERNELS = ("pp_score", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
 
     def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
         cp = cupy_module()
-        self.params = p = self.PARAMS.from_config(cfg)
-        self._k = compile_kernels(self.SOURCE, p.defines(), self.KERNELS)
+        self.params = p = PostParams.from_config(cfg)
+        self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
         self._mask_grid = mask_grid(p.groups, p.sort_cap)  # device attributes: read once, not per launch
         w, h = p.head_map
         self._heads_shape = (h, w, p.head_channels)

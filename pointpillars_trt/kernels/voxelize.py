@@ -94,8 +94,6 @@ class VoxelizeStage:
     device counters named by ``VOXEL_STATS``; ``num_pillars`` a one-element view of the pillar count.
     """
 
-    SOURCE = "voxelize.cu"
-    PARAMS = VoxelParams  # its defines come from the config alone: compile_soon can start them early
     KERNELS = ("vox_classify", "vox_count", "vox_offsets", "vox_number", "vox_rank", "vox_rank_large", "vox_gather")
     LARGE_PILLAR_BLOCKS = 64  # blocks of vox_rank_large (grid-stride over the frame's large pillars)
     GATHER_WARPS = GATHER_WARPS  # pillars per vox_gather block, one warp each (compiled in as -DGATHER_WARPS)
@@ -108,9 +106,9 @@ class VoxelizeStage:
         if max_points < 1:
             raise ConfigError(f"max_points: expected a positive point capacity, received {max_points}")
         cp = cupy_module()
-        self.params = p = self.PARAMS.from_config(cfg)
+        self.params = p = VoxelParams.from_config(cfg)
         self.max_points = int(max_points)
-        self._k = compile_kernels(self.SOURCE, p.defines(), self.KERNELS)
+        self._k = compile_kernels("voxelize.cu", p.defines(), self.KERNELS)
         self._num_chunks = grid_blocks(self.max_points, _SCAN_BLOCK)  # vox_count's counter rows
         self._point_blocks = min(self._num_chunks, multiprocessors() * self._POINT_BLOCKS_PER_SM)
         self.points_per_pass = self._point_blocks * _SCAN_BLOCK  # a larger frame takes the grid several passes

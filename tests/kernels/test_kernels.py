@@ -483,24 +483,6 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
             np.testing.assert_allclose(boxes, postprocess(*host_maps, cfg).boxes, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.cuda
-def test_modules_compiled_ahead_are_the_ones_the_stages_use_and_their_errors_surface_at_use(cp: Any,
-                                                                                              cfg: ModelConfig) -> None:
-    from pointpillars_trt.errors import BackendError
-    from pointpillars_trt.gpu_pipeline import stage_programs
-
-    device = cp.cuda.Device().id
-    _launch.compile_soon(stage_programs(cfg, cfg, with_pfn=False), device)
-    before = _launch.compiled_modules()
-    gpu_vox.VoxelizeStage(cfg, 4096)
-    gpu_post.PostprocessStage(cfg)
-    assert _launch.compiled_modules() == before, "a stage asked for a module compile_soon did not start"
-    broken = ("tuning_checks.cu", ("-DCHECK_HALF=(",))
-    _launch.compile_soon([broken], device)  # fails on its background thread; said where it is used
-    with pytest.raises(BackendError, match=r"tuning_checks.cu: kernel compilation failed"):
-        _launch.compile_kernels(*broken, ("check_fill_uniform",))
-
-
 # --------------------------------------------------------------------------- without a GPU
 
 
