@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import BackendError, CpuFallbackWarning, InputError
-from ..fileio import PendingFlush, dumps_strict, flush_to_disk, remove_stale_temp_files
+from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
@@ -44,7 +44,7 @@ from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_b
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
     keep_finished_rows
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
-    refuse_foreign_outputs, write_frame
+    refuse_foreign_outputs, row_text, write_frame
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
 from ..runtime_options import RuntimeOptions
 
@@ -351,7 +351,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                 if warned is not None:
                     warned.add(record["warnings"], source)
                 if rows is not None:
-                    rows.add(json.loads(record["row"]))
+                    rows.add(record["row"])
                 if error:
                     failures.append((source, error))
                     if report is not None:
@@ -434,7 +434,7 @@ class _DetectActor:
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
         self.point_range = plan.point_range  # for the frames' warnings, said by the driver
-        write = partial(_write_record, plan=plan, row_classes=self.classes if rows else None)
+        write = partial(write_frame, plan=plan, row_classes=self.classes if rows else None)
         self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write,
                                   writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                                   points_per_frame=points_per_frame)
@@ -445,7 +445,7 @@ class _DetectActor:
         driver never reads rows (building one for every frame cost ~120 us of the actor's GIL)."""
         if not self.rows:
             return ""
-        return dumps_strict(frame_row(job.source, None, job.error, self.classes), indent=None)
+        return row_text(frame_row(job.source, None, job.error, self.classes))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()
@@ -473,14 +473,6 @@ class _DetectActor:
             found = getattr(self, part, None)
             if found is not None:
                 found.close()
-
-
-def _write_record(source: str, det: Any, points: np.ndarray | None, *, plan: OutputPlan,
-                  row_classes: tuple[str, ...] | None) -> tuple[FrameOutput, str | None]:
-    """An actor's write step (in its writer threads or processes): infer's, with the row encoded for
-    the trip to the driver."""
-    written, row = write_frame(source, det, points, plan=plan, row_classes=row_classes)
-    return written, dumps_strict(row, indent=None) if row is not None else None
 
 
 def _absolute(plan: OutputPlan) -> OutputPlan:

@@ -30,7 +30,7 @@ from ..points import columns_text
 from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
-    frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, write_frame
+    frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .exit_codes import EXIT_FRAME_FAILURES
@@ -573,7 +573,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
             if job.error is not None:
                 if rows is not None:
-                    rows.add(frame_row(job.source, None, job.error, classes))
+                    rows.add(row_text(frame_row(job.source, None, job.error, classes)))
                 if disk.quiet(job.error):
                     report.fail_quietly()
                 else:
@@ -649,8 +649,8 @@ class _RowSink:
         # frames that went through (source, what was counted) whose rows are in the part being filled
         self._waiting: list[tuple[str, FrameOutput]] = []
 
-    def add(self, row: dict[str, Any], written: tuple[str, FrameOutput] | None = None) -> None:
-        """A frame's row; ``written``: its source and counts when it went through (None: a failed frame's row)."""
+    def add(self, row: str, written: tuple[str, FrameOutput] | None = None) -> None:
+        """A frame's row (its ``row_text``); ``written``: its source and counts when it went through (None: a failed frame's row)."""
         if written is not None:
             self._waiting.append(written)
         self._write(lambda: self.parts.add(row))

@@ -11,6 +11,7 @@ resumes it without redoing frames.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -178,9 +179,9 @@ _full_folder: Path | None = None  # in each writer process (or this one): where 
 
 
 def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan: OutputPlan,
-                row_classes: tuple[str, ...] | None = None) -> tuple[FrameOutput, dict[str, Any] | None]:
+                row_classes: tuple[str, ...] | None = None) -> tuple[FrameOutput, str | None]:
     """The streaming runner's write step (in a writer thread or process): the frame's files without
-    fsync, and its row when ``row_classes`` is given. After a write that found the file system full,
+    fsync, and its row's text (``row_text``) when ``row_classes`` is given. After a write that found the file system full,
     the frames after it fail at once with ``NOT_WRITTEN``, until that file system has space again."""
     global _full_folder
     if _full_folder is not None:
@@ -193,7 +194,7 @@ def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan
         if any(text in str(exc) for text in _FULL_DISK):
             _full_folder = plan.folder
         raise
-    return written, frame_row(source, det, None, row_classes) if row_classes is not None else None
+    return written, row_text(frame_row(source, det, None, row_classes)) if row_classes is not None else None
 
 
 def _free_bytes(folder: Path) -> int:
@@ -222,11 +223,28 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
     return {"source": name_text(source), "error": None if error is None else name_text(error), **record}
 
 
+def row_text(row: dict[str, Any]) -> str:
+    """A row as its line of the JSON Lines parts (``frame_row``'s plain values: the C encoder alone, no
+    walk of ``to_jsonable``): the form rows travel in from the writers, threads, processes or Ray actors,
+    so that the process that keeps the parts only joins lines (a Parquet part is parsed from them by
+    Arrow). A non-finite value is refused by ``dumps_strict``, naming its place."""
+    try:
+        return json.dumps(row, allow_nan=False, default=_plain_value)
+    except ValueError:
+        return dumps_strict(row, indent=None)
+
+
+def _plain_value(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serializable")
+
+
 class RowParts:
-    """JSON Lines or Parquet rows in input order, in part files of ``ROWS_PER_PART`` rows
-    (``detections-00000.jsonl``, ...), each written atomically when full, when a row is added
-    ``seconds_per_part`` after the part's first, or at ``close``. A resumed run numbers its parts after
-    those already there."""
+    """JSON Lines or Parquet rows in input order (each as its ``row_text``), in part files of
+    ``ROWS_PER_PART`` rows (``detections-00000.jsonl``, ...), each written atomically when full, when a row
+    is added ``seconds_per_part`` after the part's first, or at ``close``. A resumed run numbers its parts
+    after those already there."""
 
     def __init__(self, folder: Path, output_format: str, class_names: tuple[str, ...],
                  rows_per_part: int = ROWS_PER_PART, seconds_per_part: float = SECONDS_PER_PART) -> None:
@@ -236,13 +254,13 @@ class RowParts:
             require_pyarrow()
         self.folder, self.format, self.class_names = folder, output_format, class_names
         self.rows_per_part, self.seconds_per_part = rows_per_part, seconds_per_part
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[str] = []
         self._first_row_at = 0.0  # monotonic time of the part's first row
         self.files: list[Path] = []
         self.rows_written = 0  # the rows of this run's parts
         self._next = 1 + max((_part_number(p) for p in existing_parts(folder, output_format)), default=-1)
 
-    def add(self, row: dict[str, Any]) -> None:
+    def add(self, row: str) -> None:
         now = time.monotonic()
         if not self.rows:
             self._first_row_at = now
@@ -264,16 +282,22 @@ class RowParts:
         self.rows_written += count
         self._next += 1
 
-    def _encode(self, rows: list[dict[str, Any]]) -> bytes:
+    def _encode(self, rows: list[str]) -> bytes:
+        lines = ("\n".join(rows) + "\n").encode("utf-8")
         if self.format == "jsonl":
-            return "".join(dumps_strict(row, indent=None) + "\n" for row in rows).encode("utf-8")
+            return lines
         import io
 
-        import pyarrow as pa
+        import pyarrow.json as pa_json
         import pyarrow.parquet as pq
 
+        # a block holds whole rows: at least the longest one (a frame of thousands of boxes)
+        block = max(1 << 20, 2 * max(len(row) for row in rows))
+        table = pa_json.read_json(io.BytesIO(lines), read_options=pa_json.ReadOptions(block_size=block),
+                                  parse_options=pa_json.ParseOptions(explicit_schema=row_schema(self.class_names),
+                                                                     unexpected_field_behavior="error"))
         buffer = io.BytesIO()
-        pq.write_table(pa.Table.from_pylist(rows, schema=row_schema(self.class_names)), buffer)
+        pq.write_table(table, buffer)
         return buffer.getvalue()
 
 
@@ -552,6 +576,7 @@ def _part_number(path: Path) -> int:
 def require_pyarrow() -> None:
     try:
         import pyarrow  # noqa: F401
+        import pyarrow.json  # noqa: F401  (parts are parsed from their JSON lines)
         import pyarrow.parquet  # noqa: F401
     except ImportError:
         raise InputError("--format parquet needs pyarrow: pip install pyarrow (or use --format jsonl)") from None

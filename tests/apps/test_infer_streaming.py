@@ -422,7 +422,7 @@ def test_a_stop_just_as_a_part_is_written_still_flushes_and_names_the_parts(tmp_
     monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
     parts = RowParts(tmp_path, "jsonl", ("Car",), rows_per_part=2)
     for i in range(rows):
-        parts.add({"source": f"{i:06d}.bin"})
+        parts.add(json.dumps({"source": f"{i:06d}.bin"}))
     pending = PendingFlush()
     pending._syncfs = None  # each file fsynced, as where there is no syncfs: the spy sees them
     notes: list[str] = []
@@ -645,16 +645,50 @@ def test_a_part_is_written_once_its_first_row_is_old_enough(tmp_path) -> None:  
     from pointpillars_trt.apps.outputs import RowParts
 
     parts = RowParts(tmp_path, "jsonl", ("Car",), rows_per_part=100, seconds_per_part=0.2)
-    parts.add({"source": "000000.bin"})
-    parts.add({"source": "000001.bin"})
+    parts.add(json.dumps({"source": "000000.bin"}))
+    parts.add(json.dumps({"source": "000001.bin"}))
     assert list(tmp_path.iterdir()) == []  # young rows wait
     time.sleep(0.25)
-    parts.add({"source": "000002.bin"})  # the part's first row is 0.25 s old: written with this one
+    parts.add(json.dumps({"source": "000002.bin"}))  # the part's first row is 0.25 s old: written with this one
     written = sorted(tmp_path.glob("detections-*.jsonl"))
     assert [p.name for p in written] == ["detections-00000.jsonl"]
     assert [json.loads(line)["source"] for line in written[0].read_text().splitlines()] == [
         "000000.bin", "000001.bin", "000002.bin"]
-    parts.add({"source": "000003.bin"})  # the next part starts its own clock
+    parts.add(json.dumps({"source": "000003.bin"}))  # the next part starts its own clock
     assert len(list(tmp_path.glob("detections-*.jsonl"))) == 1 and parts.rows_written == 3
     parts.close()
     assert len(list(tmp_path.glob("detections-*.jsonl"))) == 2 and parts.rows_written == 4
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt) -> None:  # type: ignore[no-untyped-def]
+    """A row's text (what writers and Ray actors hand over) is the strict JSON of frame_row, and a part built
+    from the texts holds the rows a user reads back: against the standard library's encoder over
+    ``to_jsonable`` and Arrow's table from the row dicts."""
+    from pointpillars_trt.apps.outputs import RowParts, frame_row, row_schema, row_text
+    from pointpillars_trt.detections import Detections, FrameStats
+    from pointpillars_trt.fileio import NonFiniteJSONError, to_jsonable
+
+    classes = ("Car", "Pedestrian", "Cyclist")
+    rng = np.random.default_rng(3)
+    boxes = rng.normal(0, 20, (300, 7)).astype(np.float32)  # a frame of many boxes: rows longer than a few KB
+    rows = [frame_row("/data/\u00e9t\u00e9/000000.bin", Detections(boxes, rng.random(300).astype(np.float32),
+                                                                   rng.integers(0, 3, 300), classes,
+                                                                   FrameStats(np.int64(19_000))), None, classes),
+            frame_row("/data/000001.bin", None, "point file '000001.bin' is empty", classes)]
+    texts = [row_text(row) for row in rows]
+    assert texts == [json.dumps(to_jsonable(row), allow_nan=False) for row in rows]
+    parts = RowParts(tmp_path, fmt, classes)
+    for text in texts:
+        parts.add(text)
+    parts.close()
+    (part,) = tmp_path.glob(f"detections-*.{fmt}")
+    expected = [json.loads(text) for text in texts]
+    assert part_rows(part) == expected
+    if fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(part).equals(pa.Table.from_pylist(expected, schema=row_schema(classes)))
+    with pytest.raises(NonFiniteJSONError, match=r"\$\.scores\[0\]"):
+        row_text({**rows[1], "scores": [float("nan")]})
