@@ -15,7 +15,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
 
@@ -274,9 +274,13 @@ class RowParts:
 
     def _write_part(self) -> None:
         """Write the rows as the next part; when that fails the rows are dropped (their frames are the
-        caller's to report) and the error raised."""
+        caller's to report) and the error raised (an InputError)."""
         path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
-        data, count, self.rows = self._encode(self.rows), len(self.rows), []
+        rows, count, self.rows = self.rows, len(self.rows), []
+        try:
+            data = self._encode(rows)
+        except ValueError as exc:  # Arrow's parse errors are ValueErrors
+            raise InputError(f"{safe_repr(str(path))}: the rows could not be made into a part: {one_line(exc)}") from None
         _written(path, lambda p: write_bytes_atomic(p, data, durable=False))
         self.files.append(path)
         self.rows_written += count
@@ -291,10 +295,12 @@ class RowParts:
         import pyarrow.json as pa_json
         import pyarrow.parquet as pq
 
-        # a block holds whole rows: at least the longest one (a frame of thousands of boxes)
+        # a block holds whole rows: at least the longest one (a frame of thousands of boxes; rows are ASCII)
         block = max(1 << 20, 2 * max(len(row) for row in rows))
+        # velocities where the model gives them (a failed frame's row has none: null there)
+        schema = row_schema(self.class_names, velocity=any(_VELOCITY_KEY in row for row in rows))
         table = pa_json.read_json(io.BytesIO(lines), read_options=pa_json.ReadOptions(block_size=block),
-                                  parse_options=pa_json.ParseOptions(explicit_schema=row_schema(self.class_names),
+                                  parse_options=pa_json.ParseOptions(explicit_schema=schema,
                                                                      unexpected_field_behavior="error"))
         buffer = io.BytesIO()
         pq.write_table(table, buffer)
@@ -583,13 +589,17 @@ def require_pyarrow() -> None:
 
 
 #: Arrow types of the list fields of the per-frame JSON record; its scalar fields are typed by value.
+#: How a row's text (``row_text``: json.dumps' separators) holds the velocities of a model that predicts them;
+#: a string value cannot hold it (its quotes are escaped).
+_VELOCITY_KEY = '"velocity": ['
 _LIST_COLUMNS = {"boxes_lidar": "list<list<double>>", "scores": "list<double>", "labels": "list<string>",
                  "velocity": "list<list<double>>"}
 
 
-def row_schema(class_names: tuple[str, ...]) -> Any:
+def row_schema(class_names: tuple[str, ...], velocity: bool = False) -> Any:
     """The Arrow schema of :func:`frame_row`: one column per field of the record (probed on an empty
-    result, so a new field of ``Detections.to_json_dict`` becomes a new column)."""
+    result, so a new field of ``Detections.to_json_dict`` becomes a new column); ``velocity``: of a model
+    that predicts velocities (its records hold them)."""
     import pyarrow as pa
 
     from ..errors import BackendError
@@ -597,8 +607,13 @@ def row_schema(class_names: tuple[str, ...]) -> Any:
     lists = {"list<list<double>>": pa.list_(pa.list_(pa.float64())), "list<double>": pa.list_(pa.float64()),
              "list<string>": pa.list_(pa.string())}
     scalars = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
+    from ..detections import Detections, FrameStats
+
+    probe = Detections.empty(class_names, FrameStats(0))
+    if velocity:
+        probe = replace(probe, velocity=np.zeros((0, 2), np.float32))
     fields = [("source", pa.string()), ("error", pa.string())]
-    for key, value in frame_row("", None, None, class_names).items():
+    for key, value in frame_row("", probe, None, class_names).items():
         if key in ("source", "error"):
             continue
         if key in _LIST_COLUMNS:

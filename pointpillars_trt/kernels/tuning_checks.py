@@ -27,11 +27,13 @@ class FrameComparison:
 
     @property
     def exact(self) -> bool:
+        """Every value's bits equal (so 0.0 against -0.0 is not exact, and NaNs of the same bits are)."""
         return not self.unequal.any()
 
     def within(self, relative: float) -> bool:
-        """Every frame's worst difference within ``relative`` of its own magnitude (at least 1)."""
-        return bool((self.worst <= relative * np.maximum(self.scale, 1.0)).all())
+        """Every frame's worst difference finite and within ``relative`` of its own magnitude (at least 1):
+        a NaN or infinity on either side (counted as an infinite difference) never agrees."""
+        return bool((np.isfinite(self.worst) & (self.worst <= relative * np.maximum(self.scale, 1.0))).all())
 
 
 class TuningChecks:

@@ -660,11 +660,13 @@ def test_a_part_is_written_once_its_first_row_is_old_enough(tmp_path) -> None:  
     assert len(list(tmp_path.glob("detections-*.jsonl"))) == 2 and parts.rows_written == 4
 
 
+@pytest.mark.parametrize("velocity", [False, True], ids=["kitti", "velocity"])
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt) -> None:  # type: ignore[no-untyped-def]
+def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt, velocity) -> None:  # type: ignore[no-untyped-def]
     """A row's text (what writers and Ray actors hand over) is the strict JSON of frame_row, and a part built
     from the texts holds the rows a user reads back: against the standard library's encoder over
-    ``to_jsonable`` and Arrow's table from the row dicts."""
+    ``to_jsonable`` and Arrow's table from the row dicts. A model's velocities get their column (null in a
+    failed frame's row)."""
     from pointpillars_trt.apps.outputs import RowParts, frame_row, row_schema, row_text
     from pointpillars_trt.detections import Detections, FrameStats
     from pointpillars_trt.fileio import NonFiniteJSONError, to_jsonable
@@ -672,9 +674,9 @@ def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt
     classes = ("Car", "Pedestrian", "Cyclist")
     rng = np.random.default_rng(3)
     boxes = rng.normal(0, 20, (300, 7)).astype(np.float32)  # a frame of many boxes: rows longer than a few KB
-    rows = [frame_row("/data/\u00e9t\u00e9/000000.bin", Detections(boxes, rng.random(300).astype(np.float32),
-                                                                   rng.integers(0, 3, 300), classes,
-                                                                   FrameStats(np.int64(19_000))), None, classes),
+    found = Detections(boxes, rng.random(300).astype(np.float32), rng.integers(0, 3, 300), classes,
+                       FrameStats(np.int64(19_000)), rng.normal(0, 5, (300, 2)).astype(np.float32) if velocity else None)
+    rows = [frame_row("/data/\u00e9t\u00e9/000000.bin", found, None, classes),
             frame_row("/data/000001.bin", None, "point file '000001.bin' is empty", classes)]
     texts = [row_text(row) for row in rows]
     assert texts == [json.dumps(to_jsonable(row), allow_nan=False) for row in rows]
@@ -684,11 +686,26 @@ def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt
     parts.close()
     (part,) = tmp_path.glob(f"detections-*.{fmt}")
     expected = [json.loads(text) for text in texts]
-    assert part_rows(part) == expected
+    assert ("velocity" in expected[0]) is velocity
     if fmt == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        assert pq.read_table(part).equals(pa.Table.from_pylist(expected, schema=row_schema(classes)))
+        table = pq.read_table(part)
+        assert table.equals(pa.Table.from_pylist(expected, schema=row_schema(classes, velocity=velocity)))
+        assert ("velocity" in table.column_names) is velocity
+        expected[1].update({"velocity": None} if velocity else {})
+    assert part_rows(part) == expected
     with pytest.raises(NonFiniteJSONError, match=r"\$\.scores\[0\]"):
         row_text({**rows[1], "scores": [float("nan")]})
+
+
+def test_a_part_arrow_cannot_make_is_one_input_error_and_its_rows_are_dropped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.outputs import RowParts, frame_row, row_text
+    from pointpillars_trt.errors import InputError
+
+    parts = RowParts(tmp_path, "parquet", ("Car",))
+    parts.add(row_text({**frame_row("/data/000000.bin", None, None, ("Car",)), "weather": "rain"}))
+    with pytest.raises(InputError, match=r"detections-00000.parquet': the rows could not be made into a part: .*unexpected field"):
+        parts.close()
+    assert parts.rows == [] and parts.files == [] and not list(tmp_path.iterdir())

@@ -65,3 +65,18 @@ def test_refuses_other_activation_types():
 
     with pytest.raises(ValueError, match="float16 or float32"):
         TuningChecks(np.float64)
+
+
+def test_a_nan_or_infinity_never_agrees_within_rounding():
+    """What the comparison kernel reports for a frame with a NaN or infinity on either side (an infinite
+    difference, and for an infinite reference an infinite magnitude): never "close"."""
+    from pointpillars_trt.kernels.tuning_checks import FrameComparison
+
+    def compared(worst: float, scale: float) -> FrameComparison:
+        return FrameComparison(np.array([0, 3], np.uint32), np.array([0.0, worst], np.float32),
+                               np.array([1.0, scale], np.float32))
+
+    assert compared(0.004, 2.0).within(1e-2) and not compared(0.03, 2.0).within(1e-2)
+    assert not compared(np.inf, 2.0).within(1e-2)
+    assert not compared(np.inf, np.inf).within(1e-2)
+    assert not compared(np.inf, np.inf).exact
