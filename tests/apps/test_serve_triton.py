@@ -582,19 +582,19 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
                                       str(assets / CHECKPOINT), "--device", "cuda:5", "--backend", "tensorrt"))
 
 
-def test_infer_over_the_server_without_a_calib_folder_fails_each_frame_as_local_infer(  # type: ignore[no-untyped-def]
+def test_infer_over_the_server_without_a_calib_folder_is_one_error_before_any_frame_as_local_infer(  # type: ignore[no-untyped-def]
         assets: Path, kitti_server, tmp_path: Path) -> None:
     folder = tmp_path / "frames"
     folder.mkdir()
     shutil.copy(assets / "kitti/training/velodyne/000000.bin", folder)
     local = run_captured(cli_main, ["infer", str(folder), "--model", str(assets / CHECKPOINT), "--out",
                                     str(tmp_path / "local"), "--device", "cpu", "--no-progress", "--format", "kitti"])
-    args = infer_args([str(folder)], tmp_path / "remote", kitti_server.endpoints["grpc"], "grpc",
-                      "--format", "kitti")
-    remote = run_captured(run_scaleout_infer, args)
-    assert local[0] == remote[0] == 1
+    remote = run_captured(cli_main, ["infer", str(folder), "--out", str(tmp_path / "remote"), "--no-progress",
+                                     "--server", kitti_server.endpoints["grpc"], "--protocol", "grpc", "--format", "kitti"])
+    assert local[0] == remote[0] == 2
     assert report_lines(*remote[1:], tmp_path / "remote") == report_lines(*local[1:], tmp_path / "local")
-    assert "no calibration folder for frame" in remote[2]
+    assert remote[2].count("\n") == 1 and remote[2].startswith("error: no calibration folder for frame ")
+    assert not any((tmp_path / name).exists() and any((tmp_path / name).iterdir()) for name in ("local", "remote"))
 
 
 # --------------------------------------------------------------------------- nuScenes multi-head model
