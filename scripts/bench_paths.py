@@ -128,7 +128,10 @@ def build(model: Path, scratch: Path) -> Path:
 
 
 def linked_frames(source: Path, folder: Path, count: int) -> Path:
+    """A new ``folder`` of ``count`` hard links to ``source``'s .bin files, in turn (000000.bin, ...)."""
     frames = sorted(source.glob("*.bin"))
+    if not frames:
+        raise SystemExit(f"{source}: no .bin files")
     folder.mkdir()
     for index in range(count):
         os.link(frames[index % len(frames)], folder / f"{index:06d}.bin")

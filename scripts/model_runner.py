@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench_paths import linked_frames  # this folder's: the scripts run from here
 from pointpillars_trt.apps import frames as runner_module
 from pointpillars_trt.apps.cli import build_parser
 from pointpillars_trt.apps.infer import infer_with
@@ -66,14 +67,6 @@ class StandInDetector:
 
     def close(self) -> None:
         pass
-
-
-def linked_frames(source: Path, folder: Path, count: int) -> None:
-    frames = sorted(p for p in source.iterdir() if p.suffix == ".bin")
-    if not frames:
-        raise SystemExit(f"{source}: no .bin files")
-    for index in range(count):
-        os.link(frames[index % len(frames)], folder / f"{index:06d}.bin")
 
 
 @contextlib.contextmanager
@@ -125,14 +118,14 @@ def main() -> int:
                         rng.integers(0, len(cfg.classes), args.boxes), cfg.classes,
                         FrameStats(num_points=19_000, num_pillars=5_700))
              for _ in range(50)]
-    with tempfile.TemporaryDirectory() as frames:
-        linked_frames(args.frames, Path(frames), args.count)
+    with tempfile.TemporaryDirectory() as scratch:
+        frames = linked_frames(args.frames, Path(scratch) / "frames", args.count)
         print(f"{args.count} frames a run, stand-in GPU at {args.rate:,.0f} frames/s, {args.pipelines} pipelines x "
               f"batch {args.batch}, {os.cpu_count()} CPU cores\n")
         print("| --format | " + " | ".join(f"round {i + 1} frames/s" for i in range(args.rounds)) + " |")
         print("| --- |" + " ---: |" * args.rounds)
         for fmt in args.formats:
-            rates = [args.count / run(Path(frames), fmt, cfg, args, found) for _ in range(args.rounds)]
+            rates = [args.count / run(frames, fmt, cfg, args, found) for _ in range(args.rounds)]
             print(f"| {fmt} | " + " | ".join(f"{rate:,.0f}" for rate in rates) + " |", flush=True)
     return 0
 
