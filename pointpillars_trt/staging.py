@@ -40,13 +40,27 @@ class StagingBuffer:
                  columns: int = 4) -> None:
         if columns not in (4, 5):
             raise ValueError(f"columns: 4 or 5 (with time lags), received {columns}")
-        self.capacity = max(1, int(capacity))
-        self.columns = columns
-        self.rows = (alloc or np.empty)((HEADER_ROWS + self.capacity, 4), np.float32)
+        capacity = max(1, int(capacity))
+        allocate = alloc or np.empty
+        self._place(allocate((HEADER_ROWS + capacity, 4), np.float32),
+                    allocate((capacity, 1), np.float32)[:, 0] if columns == 5 else None)
+
+    @classmethod
+    def over(cls, rows: np.ndarray, times: np.ndarray | None) -> StagingBuffer:
+        """A buffer on arrays made elsewhere (e.g. another process's shared memory): ``rows`` of header and
+        point rows, ``times`` (or None) of one value a point row."""
+        buffer = cls.__new__(cls)
+        buffer._place(rows, times)
+        return buffer
+
+    def _place(self, rows: np.ndarray, times: np.ndarray | None) -> None:
+        self.rows = rows
+        self.capacity = rows.shape[0] - HEADER_ROWS
+        self.columns = 4 if times is None else 5
         self.address = self.rows.ctypes.data  # where the one H2D copy reads (looked up once: ~2 us a call)
         self.header = self.rows[:HEADER_ROWS].view(np.int32).reshape(-1)
         self.points = self.rows[HEADER_ROWS:]
-        self.times = (alloc or np.empty)((self.capacity, 1), np.float32)[:, 0] if columns == 5 else None
+        self.times = times
         self.used = 0
         self._lock = threading.Lock()
 

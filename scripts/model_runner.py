@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """infer's streaming runner with a stand-in GPU: the host's share of each output format, on any machine.
 
-The real runner runs (``infer_with``: path expansion, reader threads and their checks, the dispatcher,
+The real runner runs (``infer_with``: path expansion, reader processes and their checks, the dispatcher,
 writer processes, reports, part files, the flush), with detectors whose ``gpu_pipeline`` books each batch on
 a timeline shared by all pipelines at ``--rate`` frames/s and sleeps until the batch's end (the interpreter
 lock released, as a CUDA synchronisation releases it), returning fixed detections of ``--boxes`` boxes.
@@ -71,13 +71,14 @@ class StandInDetector:
 
 @contextlib.contextmanager
 def host_staging() -> Iterator[None]:
-    """Pageable staging in place of pinned memory, which needs CUDA."""
-    pinned = runner_module.empty_pinned
+    """Pageable staging in place of pinned memory, which needs CUDA (shared staging left unpinned)."""
+    pinned, shared = runner_module.empty_pinned, runner_module.SharedArrays
     runner_module.empty_pinned = lambda shape, dtype: np.empty(shape, dtype)  # type: ignore[assignment]
+    runner_module.SharedArrays = lambda pin: shared(pin=False)  # type: ignore[assignment,misc]
     try:
         yield
     finally:
-        runner_module.empty_pinned = pinned
+        runner_module.empty_pinned, runner_module.SharedArrays = pinned, shared  # type: ignore[misc]
 
 
 def run(folder: Path, fmt: str, cfg: ModelConfig, args: argparse.Namespace, found: list[Detections]) -> float:

@@ -546,14 +546,16 @@ def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no
     assert batched.copies.h2d_bytes == sum(f.nbytes for f in frames) + 16 * HEADER_ROWS
 
 
-def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
-    """Files read straight into pinned staging by the runner's readers, two pipelines of batch 3, full
-    scans larger than a fresh staging buffer (restaged once, then read straight in), an empty frame
-    and a corrupt file: each frame's boxes are the bytes of running it alone."""
-    from pointpillars_trt.apps.frames import FrameRunner
+@pytest.mark.parametrize("reader_processes", [0, 2])
+def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_path, reader_processes):  # type: ignore[no-untyped-def]
+    """Files read straight into pinned staging by the runner's reader threads, or by reader processes into
+    shared staging page-locked in place, two pipelines of batch 3, full scans larger than a fresh staging
+    buffer (restaged once, then read straight in), an empty frame and a corrupt file: each frame's boxes
+    are the bytes of running it alone."""
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import FrameReader, FrameRunner, WorkerProcesses
     from pointpillars_trt.detector import PointPillars
     from pointpillars_trt.kitti import write_velodyne_bin
-    from pointpillars_trt.pointcloud_io import read_points_into
 
     _, _, gpu = family_pair
     frames = _mixed_frames(assets) * 3
@@ -565,7 +567,11 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
     paths.insert(5, str(tmp_path / "corrupt.bin"))
     alone = [gpu.detect(points) for points in frames]
     detectors = [PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) for _ in range(2)]
-    with FrameRunner(detectors, batch_size=3, read=lambda item, allocate: read_points_into(item, allocate)) as runner:
+    pool = WorkerProcesses(reader_processes, read_batch) if reader_processes else None
+    notices: list[str] = []
+    with FrameRunner(detectors, batch_size=3, read=FrameReader(detectors[0].cfg, point_dim=4, intensity_scale=None),
+                     reader_processes=pool, notice=notices.append) as runner:
+        assert notices == [] and (runner._shared is not None) == bool(reader_processes)
         for _ in range(2):
             jobs = list(runner.run(paths))
             assert [job.source for job in jobs] == paths

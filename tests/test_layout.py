@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pointpillars_trt"
 FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "leaves": (0, ("errors", "config", "points", "fileio", "kernel_limits")),
     "contracts": (1, ("graph_io", "anchors", "model_dir", "pointcloud_io", "kitti", "detections", "camera_fov",
-                      "staging", "sweeps")),
+                      "staging", "shared_staging", "sweeps")),
     "reference": (2, ("reference",)),
     "kernels": (2, ("kernels",)),
     "runtime": (3, ("runtime",)),

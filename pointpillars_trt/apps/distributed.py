@@ -37,12 +37,13 @@ import numpy as np
 from ..errors import BackendError, CpuFallbackWarning, InputError
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
+from .frame_reads import read_batch
 from .frame_stream import FrameStream
-from .frames import FrameBytes, FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses, likely_points_per_frame
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, \
-    keep_finished_rows
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, READ_PROCESSES, RESUME_HINT, WRITE_PROCESSES, \
+    WRITE_THREADS, keep_finished_rows
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
@@ -419,15 +420,19 @@ class _DetectActor:
             os.chdir(cwd)
         else:
             plan = _absolute(plan)
-        # writer processes (started while the detectors open) take the writes off the pipelines' GIL
-        writers = WriterProcesses(WRITE_PROCESSES, write_frame) if runtime.device != "cpu" else None
+        # writer and reader processes (started while the detectors open) take the writes and the reads of
+        # local files off the pipelines' GIL
+        on_gpu = runtime.device != "cpu"
+        writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if on_gpu else None
+        readers = WorkerProcesses(READ_PROCESSES, read_batch) if on_gpu else None
         try:
             self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
             for detector in self.detectors:
                 detector.warm_up([batch] if detector.device == "cuda" else [1], points_per_frame)
         except BaseException:
-            if writers is not None:
-                writers.pool.shutdown(wait=False, cancel_futures=True)
+            for processes in (writers, readers):
+                if processes is not None:
+                    processes.pool.shutdown(wait=False, cancel_futures=True)
             raise
         self.classes = self.detectors[0].cfg.classes
         self.rows = rows  # the driver writes JSON Lines / Parquet rows: a failed frame's row is made here too
@@ -437,7 +442,7 @@ class _DetectActor:
         write = partial(write_frame, plan=plan, row_classes=self.classes if rows else None)
         self.runner = FrameRunner(self.detectors, batch_size=batch, read=self.read, write=write,
                                   writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
-                                  points_per_frame=points_per_frame)
+                                  points_per_frame=points_per_frame, reader_processes=readers)
         self.stream = FrameStream(self.runner)
 
     def _failed_row(self, job: Any) -> str:

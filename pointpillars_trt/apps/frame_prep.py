@@ -69,6 +69,22 @@ class CameraFovCrop:
                 self.emptied[source] = (str(path), in_range)
         return kept
 
+    def notes_of(self, source: str) -> tuple[tuple[str, int] | None, bool] | None:
+        """In a reader process: what the crop of ``source`` noted (``emptied``, ``assumed``), taken from here
+        for the runner's process to ``keep_notes``; None when it noted nothing."""
+        emptied = self.emptied.pop(source, None)
+        assumed = source in self.assumed
+        self.assumed.discard(source)
+        return None if emptied is None and not assumed else (emptied, assumed)
+
+    def keep_notes(self, source: str, notes: tuple[tuple[str, int] | None, bool]) -> None:
+        """What a reader process's crop of ``source`` noted (``notes_of``), kept as this process's crop would."""
+        emptied, assumed = notes
+        if emptied is not None:
+            self.emptied[source] = emptied
+        if assumed:
+            self.assumed.add(source)
+
     def image_assumed(self, source: str) -> bool:
         """Whether ``source`` was cropped to the assumed KITTI image size. Ask once for every frame: the
         answer is forgotten."""

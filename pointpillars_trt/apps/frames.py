@@ -1,10 +1,10 @@
 """The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
 
-    items --> reader threads ----------> K pipeline threads -----------> writers
-              (point files read straight   (one GPU pipeline each: its    (a batch's outputs a task, any
-               into a batch's pinned        own stream, batch B, one H2D   order; threads, or processes
-               staging buffer)              + one D2H copy a batch)        that take the encoding and
-                                                                           file calls off this GIL)
+    items --> readers -----------------> K pipeline threads -----------> writers
+              (threads, or processes a     (one GPU pipeline each: its    (a batch's outputs a task, any
+               batch a task: point files    own stream, batch B, one H2D   order; threads, or processes
+               read straight into the       + one D2H copy a batch)        that take the encoding and
+               batch's pinned staging)                                     file calls off this GIL)
                                                      results, in input order --> the caller
 
 Frames go in batches of B, in input order; K pipelines take the next ready batch as they free up,
@@ -16,8 +16,10 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 
 from __future__ import annotations
 
+import errno
 import multiprocessing
 import os
+import pickle
 import queue
 import sys
 import threading
@@ -33,7 +35,9 @@ from ..detector import detect_each, frame_source
 from ..errors import InputError
 from ..fileio import safe_repr
 from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
+from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import StagingBuffer, empty_pinned
+from .frame_reads import ProcessRead, ReadFrame, read_batch, read_into
 from .messages import one_line
 
 #: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
@@ -46,9 +50,6 @@ MAX_LIKELY_POINTS = 262_144
 #: Points a frame above which a run's frames count as large (full scans, ~121k points; a camera-view
 #: crop has ~19k) for ``reader_threads``.
 LARGE_FRAME_POINTS = 65_536
-
-#: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
-ReadFrame = Callable[[object, Allocate], np.ndarray]
 
 #: An item that ends the batch being cut: the frames before it go as a smaller batch at once (a caller
 #: that waits for a group of frames must not wait for the next group's to fill the batch). Not a frame:
@@ -116,6 +117,27 @@ class FrameReader:
         way (each kind gets its warning), and the summary counts every frame of a kind."""
         return self._findings.pop(id(item), None)
 
+    def notes_of(self, item: object) -> tuple[str | None, Any] | None:
+        """In a reader process, right after ``item``'s read: what the read noted of its frame (``finding_of``'s
+        answer, and the per-frame step's own notes), for the runner's process to ``keep_notes``."""
+        finding = self._findings.pop(id(item), None)
+        step = getattr(self.prepare, "notes_of", None)
+        step_notes = step(str(item)) if step is not None else None
+        return None if finding is None and step_notes is None else (finding, step_notes)
+
+    def keep_notes(self, item: object, notes: tuple[str | None, Any]) -> None:
+        """What a reader process's read noted of ``item``'s frame (``notes_of``), kept as this process's own read
+        would have kept it."""
+        finding, step_notes = notes
+        if finding is not None:
+            self._findings[id(item)] = finding
+        if step_notes is not None:
+            self.prepare.keep_notes(str(item), step_notes)  # type: ignore[union-attr]
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A reader as a reader process receives it: without the findings not yet asked for here."""
+        return {**self.__dict__, "_findings": {}}
+
 
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
     """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
@@ -163,7 +185,8 @@ class FrameJob:
 class _Batch:
     jobs: list[FrameJob]
     staging: StagingBuffer | None
-    reads: list[Future[None]] = field(default_factory=list)
+    reads: list[Future[Any]] = field(default_factory=list)  # a task a frame, or one a batch in a reader process
+    in_process: bool = False
     detected: threading.Event = field(default_factory=threading.Event)
 
 
@@ -181,13 +204,21 @@ class FrameRunner:
     threads (as it does when they cannot start). ``points_per_frame`` sizes the staging buffers (e.g.
     ``likely_points_per_frame``; default ``INITIAL_POINTS_PER_FRAME``) and, unless ``readers`` is given,
     the reader threads (``reader_threads``).
+
+    ``reader_processes`` (``read_batch`` warmed; ``read`` must then pickle) read the batches of local files
+    instead of threads, each batch's frames straight into its staging buffer in shared memory
+    (``shared_staging``): this process's interpreter lock then serves the launches, the writes' hand-offs
+    and the reports only. Frames given as bytes are read in threads. Where shared memory cannot hold the
+    staging (a container's small ``/dev/shm``), the run reads in threads and says so once; a reader
+    process that dies costs no frame (its batch is read again here) and the rest of the run reads in
+    threads, said once.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
                  write: Callable[[str, Any, np.ndarray | None], Any] | None = None, readers: int | None = None,
-                 writers: int = 4, writer_processes: WriterProcesses | None = None,
+                 writers: int = 4, writer_processes: WorkerProcesses | None = None,
                  keep_points: bool = False, notice: Callable[[str], None] | None = None,
-                 points_per_frame: int | None = None) -> None:
+                 points_per_frame: int | None = None, reader_processes: WorkerProcesses | None = None) -> None:
         if not detectors:
             raise ValueError("FrameRunner needs at least one detector")
         self.detectors = list(detectors)
@@ -209,12 +240,48 @@ class FrameRunner:
         self._writers_lock = threading.Lock()
         slots = 2 * len(self.detectors) + 2
         self._free: queue.Queue[StagingBuffer] = queue.Queue()
-        per_frame = max(INITIAL_POINTS_PER_FRAME, points_per_frame or 0)
+        capacity = batch_size * max(INITIAL_POINTS_PER_FRAME, points_per_frame or 0)
         cfg = getattr(self.detectors[0], "cfg", None)
         columns = cfg.num_point_columns if cfg is not None else 4  # 5: time lags staged beside the rows
-        for _ in range(slots):
-            self._free.put(StagingBuffer(batch_size * per_frame, self._alloc, columns))
+        self._reader_pool: WorkerProcesses | None = None
+        self._shared: SharedArrays | None = None
+        self._reader_data = b""  # the pickled ``read`` every reader process task carries
+        if reader_processes is not None:
+            why_not = self._read_in(reader_processes, SharedArrays(pin=on_gpu), slots, capacity, columns)
+            if why_not is not None:
+                self._notice(f"note: reading frames in threads: {why_not}")
+                reader_processes.pool.shutdown(wait=False, cancel_futures=True)
+        if self._shared is None:
+            for _ in range(slots):
+                self._free.put(StagingBuffer(capacity, self._alloc, columns))
         self._slots = slots
+        self._readers_lock = threading.Lock()
+
+    def _read_in(self, processes: WorkerProcesses, shared: SharedArrays, slots: int, capacity: int,
+                 columns: int) -> str | None:
+        """Read in ``processes``, into ``slots`` staging buffers from ``shared``; why not, when they cannot."""
+        if not shared_memory_available():
+            return "no shared memory (/dev/shm) to stage them in"
+        if not processes.wait():
+            return f"the reader processes could not start ({processes.failure})"
+        try:
+            data = pickle.dumps(self.read)
+        except Exception as exc:  # noqa: BLE001 - a reader that does not pickle reads in threads
+            return f"the reader does not pickle ({one_line(exc)})"
+        buffers: list[StagingBuffer] = []
+        try:
+            for _ in range(slots):
+                buffers.append(StagingBuffer(capacity, shared, columns))
+        except Exception as exc:  # noqa: BLE001 - /dev/shm full, or the pages could not be page-locked
+            shared.close()
+            mib = slots * capacity * 4 * (columns + 4) / 2**20
+            room = (" (a container's is 64 MB unless started with --shm-size)"
+                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC else "")
+            return f"{mib:,.0f} MiB of staging do not fit in /dev/shm{room}: {one_line(exc)}"
+        for buffer in buffers:
+            self._free.put(buffer)
+        self._shared, self._reader_pool, self._reader_data = shared, processes, data
+        return None
 
     # -- the run ------------------------------------------------------------------------------------
 
@@ -263,7 +330,11 @@ class FrameRunner:
 
     def close(self) -> None:
         self._readers.shutdown(wait=True, cancel_futures=True)
+        if self._reader_pool is not None:
+            self._reader_pool.pool.shutdown(wait=True, cancel_futures=True)
         self._writers.shutdown(wait=True, cancel_futures=True)
+        if self._shared is not None:
+            self._shared.close()
 
     def __enter__(self) -> FrameRunner:
         return self
@@ -309,38 +380,55 @@ class FrameRunner:
         staging = self._free.get()
         staging.reset()
         batch = _Batch(jobs, staging)
-        batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
+        pool = self._reader_pool
+        if pool is not None and self._shared is not None and self._shared.owns(staging) and all(
+                isinstance(job.item, (str, os.PathLike)) for job in jobs):
+            try:
+                batch.reads = [pool.pool.submit(read_batch, self._shared.handle(staging), self._reader_data,
+                                                [job.item for job in jobs])]
+                batch.in_process = True
+            except BrokenExecutor as exc:
+                self._read_in_threads(exc)
+        if not batch.in_process:
+            batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
         ordered.put(batch)
         ready.put(batch)
         return True
 
     def _read_job(self, job: FrameJob, staging: StagingBuffer) -> None:
-        given: list[np.ndarray] = []
+        job.points, job.start, job.error = read_into(self.read, job.item, staging)
 
-        def allocate(count: int) -> np.ndarray | None:
-            start = staging.allocate(count)
-            if start is None:
-                return None
-            job.start = start
-            given.append(staging.points[start : start + count])
-            return given[-1]
-
+    def _settle_reads(self, batch: _Batch) -> None:
+        """Wait for the batch's reads. A reader process's outcomes become its jobs' points (rows of the shared
+        staging), errors and notes; a task that failed as a whole (its process died) is read again here."""
+        staging = batch.staging
+        if not batch.in_process or staging is None:
+            for read in batch.reads:
+                read.result()
+            return
         try:
-            points = self.read(job.item, allocate)
-            if given and points is not given[-1]:  # the read kept fewer rows (e.g. a crop): back into its place
-                rows = given[-1]
-                if points.shape[0] <= rows.shape[0] and points.shape[1:] == rows.shape[1:]:
-                    rows[: len(points)] = points
-                    points = rows[: len(points)]
-                else:
-                    job.start = None
-            elif not given and staging.columns == points.shape[1]:  # read into an array of its own (time lags)
-                job.start = staging.allocate(len(points))
-                if job.start is not None:
-                    staging.put(job.start, points)
-            job.points = points
-        except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
-            job.points, job.start, job.error = None, None, one_line(exc)
+            results: list[ProcessRead] = batch.reads[0].result()
+        except Exception as exc:  # noqa: BLE001 - BrokenExecutor, or cancelled when the pool shut down
+            self._read_in_threads(exc)
+            for job in batch.jobs:
+                self._read_job(job, staging)
+            return
+        keep_notes = getattr(self.read, "keep_notes", None)
+        for job, result in zip(batch.jobs, results):
+            if result.notes is not None and keep_notes is not None:
+                keep_notes(job.item, result.notes)
+            job.error, job.start = result.error, result.start
+            if result.error is None:
+                job.points = result.own if result.start is None else _staged_rows(staging, result.start, result.rows)
+
+    def _read_in_threads(self, exc: BaseException) -> None:
+        """The rest of the run reads in threads (said once): a reader process died, or its pool broke."""
+        with self._readers_lock:
+            if self._reader_pool is not None:
+                self._reader_pool.pool.shutdown(wait=False, cancel_futures=True)
+                self._reader_pool = None
+                self._notice(f"warning: a reader process failed ({one_line(exc)}); the run reads its frames in "
+                             "threads from here")
 
     def _pipeline_loop(self, detector: Any, ready: queue.Queue[_Batch | None], stop: threading.Event) -> None:
         while True:
@@ -348,8 +436,7 @@ class FrameRunner:
             if batch is None:
                 return
             try:
-                for read in batch.reads:
-                    read.result()
+                self._settle_reads(batch)
                 if stop.is_set():  # the run was stopped: the batches still queued are not detected
                     raise InputError("the run was stopped before this frame")
                 self._detect(detector, batch)
@@ -398,7 +485,7 @@ class FrameRunner:
         staging = batch.staging
         assert staging is not None
         if any(job.start is None for job in jobs):  # a frame that did not fit: restage the batch
-            staging = batch.staging = _restaged(staging, jobs, self._alloc)
+            staging = batch.staging = self._restaged(staging, jobs)
         try:
             pipeline.submit_staged(staging, [(len(job.points), job.start) for job in jobs])  # type: ignore[arg-type]
             return list(pipeline.collect())
@@ -416,7 +503,29 @@ class FrameRunner:
             return self._writers
 
 
-def _restaged(staging: StagingBuffer, jobs: list[FrameJob], alloc: Any) -> StagingBuffer:
+    def _restaged(self, staging: StagingBuffer, jobs: list[FrameJob]) -> StagingBuffer:
+        """``_restaged`` in shared memory when ``staging`` was (reader processes read later batches into it),
+        else (or when shared memory has no room left) as ``staging`` was made; a shared one's files go."""
+        if self._shared is None or not self._shared.owns(staging):
+            return _restaged(staging, jobs, self._alloc)
+        try:
+            bigger = _restaged(staging, jobs, self._shared)
+        except OSError:
+            bigger = _restaged(staging, jobs, self._alloc)
+        self._shared.free(staging)
+        return bigger
+
+
+def _staged_rows(staging: StagingBuffer, start: int, count: int) -> np.ndarray:
+    """A frame's rows in ``staging``, with its time lags as a 5th column where the buffer has them."""
+    rows = staging.points[start : start + count]
+    if staging.times is None:
+        return rows
+    return np.concatenate([rows, staging.times[start : start + count, None]], axis=1)
+
+
+def _restaged(staging: StagingBuffer, jobs: list[FrameJob],
+              alloc: Callable[[tuple[int, ...], Any], np.ndarray] | None) -> StagingBuffer:
     """A staging buffer large enough for the whole batch, with every frame copied in (it replaces the
     old one in the pool, so later batches of this size read straight into it)."""
     total = sum(len(job.points) for job in jobs if job.points is not None)
@@ -482,10 +591,10 @@ def _task_failure(task: Future[Any], writers: Executor) -> BaseException | None:
                     return BrokenExecutor("the writer processes were shut down")
 
 
-class WriterProcesses:
-    """Writer processes for a runner, started ahead of it: spawning them and importing the package
-    takes about a second, which belongs with the model's load, not with the first frames' writes.
-    ``warm`` (a module-level function, e.g. the write step) is imported in each as it starts."""
+class WorkerProcesses:
+    """Writer or reader processes for a runner, started ahead of it: spawning them and importing the
+    package takes about a second, which belongs with the model's load, not with the first frames.
+    ``warm`` (a module-level function: the write step, or ``read_batch``) is imported in each as it starts."""
 
     def __init__(self, count: int, warm: Callable[..., Any]) -> None:
         self.count = count

@@ -27,7 +27,8 @@ from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, refuse_other_split
 from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
-from .frames import FrameReader, FrameRunner, WriterProcesses, likely_points_per_frame
+from .frame_reads import read_batch
+from .frames import FrameReader, FrameRunner, WorkerProcesses, likely_points_per_frame
 from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
@@ -55,6 +56,9 @@ WRITE_THREADS = min(8, os.cpu_count() or 1)
 #: GIL, which the pipelines' threads need (threads alone measured 2.5x slower than the GPU on JSON).
 WRITE_PROCESSES = max(1, min(4, (os.cpu_count() or 1) // 4))
 WRITE_PROCESSES_FROM = 256  # frames to run (not those skipped); shorter runs do not pay the processes' start
+#: Reader processes of a long GPU run (as many runs): reads in threads waited for this process's GIL
+#: (``shared_staging``); 4 processes read and checked 16,000 full scans a second on a 16-core H200 host.
+READ_PROCESSES = max(1, min(4, (os.cpu_count() or 1) // 4))
 
 
 # --------------------------------------------------------------------------- argument types
@@ -490,8 +494,9 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
     it opens here; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
-    writers = (WriterProcesses(WRITE_PROCESSES, write_frame)
-               if gpu and out is not None and len(resume.todo) >= WRITE_PROCESSES_FROM else None)
+    long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
+    writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
+    readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
     detectors: list[Any] = []
     try:
         detectors = open_detectors(points_per_frame)
@@ -513,7 +518,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail
         say_resume(resume, fmt, out, retry=args.retry_failed)
         done, failures = run_frames(detectors, resume.todo, plan, args, batch, fmt, out, classes, writers,
-                                    points_per_frame, path_errors)
+                                    points_per_frame, path_errors, readers)
         if out is not None:
             remove_stale_temp_files(out)  # of a writer process that died mid-write
         if labels is not None:
@@ -522,8 +527,9 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                       failures + skipped.failed_before, skipped.unreadable, classes, out)
             failures += skipped.unreadable
     finally:
-        if writers is not None:
-            writers.pool.shutdown(cancel_futures=True)
+        for processes in (writers, readers):
+            if processes is not None:
+                processes.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
     return failures
@@ -544,10 +550,11 @@ def scratch_folder() -> Iterator[Path]:
 
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
-               writers: WriterProcesses | None = None, points_per_frame: int | None = None,
-               input_errors: Sequence[str] = ()) -> tuple[list[str], int]:
+               writers: WorkerProcesses | None = None, points_per_frame: int | None = None,
+               input_errors: Sequence[str] = (), readers: WorkerProcesses | None = None) -> tuple[list[str], int]:
     """Read, detect and write every frame through the streaming runner (``apps/frames.py``), writing in
-    ``writers`` when given (the runner closes them), staging sized for ``points_per_frame``; the outputs
+    ``writers`` and reading in ``readers`` when given (the runner closes them), staging sized for
+    ``points_per_frame``; the outputs
     are flushed to disk before the summary, which counts ``input_errors`` (paths that gave no frame)
     too; (frames that went through, number that failed)."""
     if writers is not None:
@@ -566,7 +573,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
-                         notice=report.note, points_per_frame=points_per_frame)
+                         notice=report.note, points_per_frame=points_per_frame, reader_processes=readers)
     jobs = runner.run(frames)
     try:
         for job in jobs:

@@ -203,7 +203,7 @@ def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_pat
     """``writer_processes``: infer's write step runs in spawned processes and writes the same files."""
     import functools
 
-    from pointpillars_trt.apps.frames import WriterProcesses
+    from pointpillars_trt.apps.frames import WorkerProcesses
     from pointpillars_trt.apps.outputs import OutputPlan, write_frame
 
     paths = [str(p) for p in frames[:12]]
@@ -211,7 +211,7 @@ def test_writer_processes_write_what_writer_threads_write(model, frames, tmp_pat
         plan = OutputPlan(json_dir=tmp_path / str(processes))
         plan.json_dir.mkdir()
         write = functools.partial(write_frame, plan=plan)
-        writers = WriterProcesses(processes, write_frame) if processes else None
+        writers = WorkerProcesses(processes, write_frame) if processes else None
         if writers is not None:
             writers.wait()
         with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=read, write=write,
@@ -233,11 +233,11 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     import signal
     from concurrent.futures import BrokenExecutor
 
-    from pointpillars_trt.apps.frames import WriterProcesses
+    from pointpillars_trt.apps.frames import WorkerProcesses
     from pointpillars_trt.apps.outputs import OutputPlan, write_frame
 
     write = functools.partial(write_frame, plan=OutputPlan(json_dir=tmp_path))
-    writers = WriterProcesses(1, write_frame)
+    writers = WorkerProcesses(1, write_frame)
     writers.wait()
     pid = writers.pool.submit(os.getpid).result()
     notices: list[str] = []
@@ -284,10 +284,10 @@ class _DiesOnArrival:
 def test_writer_processes_that_cannot_start_leave_the_writing_to_threads(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     import functools
 
-    from pointpillars_trt.apps.frames import WriterProcesses
+    from pointpillars_trt.apps.frames import WorkerProcesses
     from pointpillars_trt.apps.outputs import OutputPlan, write_frame
 
-    writers = WriterProcesses(2, _DiesOnArrival())  # type: ignore[arg-type]
+    writers = WorkerProcesses(2, _DiesOnArrival())  # type: ignore[arg-type]
     notices: list[str] = []
     write = functools.partial(write_frame, plan=OutputPlan(json_dir=tmp_path))
     paths = [str(p) for p in frames[:12]]
@@ -389,3 +389,142 @@ def test_an_empty_group_returns_at_once(model) -> None:  # type: ignore[no-untyp
         finally:
             stream.close()
 
+
+
+# -- reader processes (frames read in spawned processes into shared staging) ---------------------------
+
+
+def _staging_files() -> set[str]:
+    import os
+
+    return {name for name in os.listdir("/dev/shm") if name.startswith(f"pp-staging-{os.getpid()}-")}
+
+
+def _calib_folder(folder: Path) -> Path:
+    """A KITTI calib file for frames 000000-000099: a camera looking along +x (the lidar's forward)."""
+    folder.mkdir()
+    text = ("P2: 700 0 600 0 0 700 180 0 0 0 1 0\nR0_rect: 1 0 0 0 1 0 0 0 1\n"
+            "Tr_velo_to_cam: 0 -1 0 0 0 0 -1 0 1 0 0 0\n")
+    for index in range(100):
+        (folder / f"{index:06d}.txt").write_text(text)
+    return folder
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """``reader_processes``: each batch read in a spawned process into shared staging gives, in input order,
+    the detections of each frame alone, the same errors, and the same findings (8-bit intensities, an
+    empty frame) and crop notes (the assumed image size, a frame the crop empties) as reader threads; a
+    frame too large for the staging is restaged; the staging's files are gone once the runner closes."""
+    from pointpillars_trt.apps.frame_prep import CameraFovCrop
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import FrameReader, WorkerProcesses
+
+    folder = tmp_path / "velodyne"
+    folder.mkdir()
+    rng = np.random.default_rng(4)
+    paths = []
+    for index in range(14):
+        n = 0 if index == 2 else 140_000 if index == 9 else int(rng.integers(200, 5000))
+        x = rng.uniform(-30, -1, n) if index == 5 else rng.uniform(1, 40, n)  # frame 5: all behind the camera
+        scale = 255 if index == 11 else 1
+        points = np.column_stack([x, rng.uniform(-20, 20, n), rng.uniform(-2, 0.5, n),
+                                  rng.uniform(0, scale, n)]).astype(np.float32)
+        paths.append(folder / f"{index:06d}.bin")
+        write_velodyne_bin(points, paths[-1])
+    (folder / "000012.bin").write_bytes(b"1.5 2.5 3.5 0.5\n" * 64)  # text, not float32 rows
+    calib = _calib_folder(tmp_path / "calib")
+    items = [str(p) for p in paths]
+    outcomes = []
+    for processes in (0, 2):
+        crop = CameraFovCrop(str(calib), None, (-40.0, -40.0, -3.0, 40.0, 40.0, 1.0))
+        reader = FrameReader(model.cfg, point_dim=4, intensity_scale=None, prepare=crop)
+        pool = WorkerProcesses(processes, read_batch) if processes else None
+        notices: list[str] = []
+        with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=reader, reader_processes=pool,
+                         notice=notices.append, points_per_frame=5000) as runner:
+            jobs = list(runner.run(items))
+            staged_in_files = bool(_staging_files())
+        assert not _staging_files()
+        assert notices == [] and staged_in_files == bool(processes)
+        outcomes.append([(job.source, job.error, job.detections, reader.finding_of(job.item),
+                          crop.image_assumed(job.source), crop.emptied_warning(job.source)) for job in jobs])
+    threads, in_processes = outcomes
+    assert [o[0] for o in in_processes] == items
+    alone = PointPillars(model, device="cpu")
+    reference = CameraFovCrop(str(calib), None)
+    for (source, error, found, finding, assumed, emptied), theirs in zip(in_processes, threads):
+        assert (error, finding, assumed, emptied) == theirs[1:2] + theirs[3:], source
+        if source.endswith("000012.bin"):
+            assert error is not None and "text" in error
+            continue
+        assert error is None and same(found, alone(reference(read_points(source), source))), source
+    assert [o[3] for o in in_processes].count("8bit") == 1 and in_processes[11][3] == "8bit"
+    assert in_processes[2][3] == "empty" and in_processes[5][5] is not None
+    assert all(o[4] for o in in_processes[:12])  # no image_2 beside the frames: KITTI's size assumed
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+def test_a_reader_process_that_dies_costs_no_frame(model, frames) -> None:  # type: ignore[no-untyped-def]
+    """A reader process killed mid-run: one warning, the batches it held read again in threads, and every
+    frame detected as alone."""
+    import os
+    import signal
+
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import FrameReader, WorkerProcesses
+
+    pool = WorkerProcesses(1, read_batch)
+    assert pool.wait()
+    pid = pool.pool.submit(os.getpid).result()
+    notices: list[str] = []
+    jobs = []
+    reader = FrameReader(model.cfg, point_dim=4, intensity_scale=None)
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=reader, reader_processes=pool,
+                     notice=notices.append) as runner:
+        for job in runner.run([str(p) for p in frames]):
+            jobs.append(job)
+            if len(jobs) == 1:
+                os.kill(pid, signal.SIGKILL)
+    assert len(notices) == 1 and notices[0].startswith("warning: a reader process failed"), notices
+    alone = PointPillars(model, device="cpu")
+    assert [job.index for job in jobs] == list(range(len(frames)))
+    assert all(job.error is None and same(job.detections, alone(read_points(p))) for job, p in zip(jobs, frames))
+
+
+def test_a_reader_that_does_not_pickle_reads_in_threads(model, frames) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import WorkerProcesses
+
+    notices: list[str] = []
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, reader_processes=WorkerProcesses(1, read_batch),
+                     read=lambda item, allocate: read_points_into(item, allocate), notice=notices.append) as runner:
+        jobs = list(runner.run([str(p) for p in frames[:8]]))
+    assert len(notices) == 1 and notices[0].startswith("note: reading frames in threads: the reader does not pickle")
+    alone = PointPillars(model, device="cpu")
+    assert all(same(job.detections, alone(read_points(p))) for job, p in zip(jobs, frames))
+
+
+def test_shared_staging_is_removed_when_its_process_is_killed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The resource tracker removes a killed process's staging files (they would hold memory until a reboot)."""
+    import os
+    import subprocess
+    import sys
+
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("needs /dev/shm")
+    code = ("import os, signal, sys\n"
+            "from pointpillars_trt.shared_staging import SharedArrays\n"
+            "from pointpillars_trt.staging import StagingBuffer\n"
+            "shared = SharedArrays(pin=False)\n"
+            "buffer = StagingBuffer(1000, shared, 5)\n"
+            "handle = shared.handle(buffer)\n"
+            "print(handle.rows, handle.times, flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    names = done.stdout.split()
+    assert len(names) == 2 and all(name.startswith("pp-staging-") for name in names), done
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and any(os.path.exists(f"/dev/shm/{name}") for name in names):
+        time.sleep(0.05)
+    assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
