@@ -21,6 +21,7 @@ import multiprocessing
 import os
 import pickle
 import queue
+import signal
 import sys
 import threading
 import time
@@ -623,7 +624,9 @@ class WorkerProcesses:
 
 
 def _imported(warm: Callable[..., Any]) -> None:
-    """Nothing: receiving ``warm`` imported what the writes need."""
+    """Receiving ``warm`` imported what the tasks need. Ctrl-C reaches the whole process group: the runner's
+    process handles it and shuts the pools down, so a worker ignores it (else each would print a traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> None:

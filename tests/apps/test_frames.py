@@ -528,3 +528,19 @@ def test_shared_staging_is_removed_when_its_process_is_killed(tmp_path) -> None:
     while time.monotonic() < deadline and any(os.path.exists(f"/dev/shm/{name}") for name in names):
         time.sleep(0.05)
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
+
+
+def test_worker_processes_leave_ctrl_c_to_the_runner() -> None:
+    """Ctrl-C reaches the whole process group; the workers ignore it (the runner's process shuts them down)
+    rather than each printing a traceback."""
+    import signal
+
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import WorkerProcesses
+
+    pool = WorkerProcesses(1, read_batch)
+    try:
+        assert pool.wait()
+        assert pool.pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+    finally:
+        pool.pool.shutdown()
