@@ -624,9 +624,11 @@ class WorkerProcesses:
 
 
 def _imported(warm: Callable[..., Any]) -> None:
-    """Receiving ``warm`` imported what the tasks need. Ctrl-C reaches the whole process group: the runner's
-    process handles it and shuts the pools down, so a worker ignores it (else each would print a traceback)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Receiving ``warm`` imported what the tasks need. Ctrl-C and a SIGTERM to the process group reach the
+    workers too: the runner's process handles them and shuts the pools down, so a worker ignores them (else
+    each would print a traceback, or die first and be reported as a failed reader or writer)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
 
 
 def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> None:

@@ -530,9 +530,9 @@ def test_shared_staging_is_removed_when_its_process_is_killed(tmp_path) -> None:
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
 
 
-def test_worker_processes_leave_ctrl_c_to_the_runner() -> None:
-    """Ctrl-C reaches the whole process group; the workers ignore it (the runner's process shuts them down)
-    rather than each printing a traceback."""
+def test_worker_processes_leave_ctrl_c_and_sigterm_to_the_runner() -> None:
+    """Ctrl-C (and a SIGTERM to the group) reaches the whole process group; the workers ignore them (the
+    runner's process shuts them down) rather than each printing a traceback or dying first."""
     import signal
 
     from pointpillars_trt.apps.frame_reads import read_batch
@@ -542,5 +542,6 @@ def test_worker_processes_leave_ctrl_c_to_the_runner() -> None:
     try:
         assert pool.wait()
         assert pool.pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+        assert pool.pool.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_IGN
     finally:
         pool.pool.shutdown()
