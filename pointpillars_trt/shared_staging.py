@@ -41,7 +41,8 @@ def shared_memory_available() -> bool:
 class SharedArrays:
     """An ``alloc(shape, dtype)`` for :class:`StagingBuffer` whose arrays lie in shared memory files (see the
     module's docstring); ``handle(buffer)`` names a buffer's files for :func:`attach` in another process.
-    ``free`` / ``close`` remove the files (the mappings die with the arrays that use them)."""
+    ``free`` / ``close`` remove the files (their memory goes once no process maps them: here, when the
+    arrays that use them are dropped; in a reader process, when ``attach`` next finds them gone)."""
 
     def __init__(self, pin: bool) -> None:
         self.pin = pin
@@ -98,11 +99,13 @@ class SharedArrays:
         found = self._files.pop(address, None)
         if found is None:
             return
-        if self.pin:
-            import cupy
+        try:
+            if self.pin:
+                import cupy
 
-            cupy.cuda.runtime.hostUnregister(address)
-        _remove(found[0])
+                cupy.cuda.runtime.hostUnregister(address)
+        finally:  # the file goes whatever CUDA says (e.g. torn down at exit)
+            _remove(found[0])
 
 
 def _remove(name: str) -> None:
@@ -127,9 +130,12 @@ _attached: dict[SharedStagingHandle, StagingBuffer] = {}
 
 
 def attach(handle: SharedStagingHandle) -> StagingBuffer:
-    """The staging buffer ``handle`` names, mapped into this process (once; later calls return it)."""
+    """The staging buffer ``handle`` names, mapped into this process (once; later calls return it). Buffers the
+    runner has removed since (replaced by larger ones) are unmapped here when a new one comes."""
     buffer = _attached.get(handle)
     if buffer is None:
+        for gone in [known for known in _attached if not os.path.exists(os.path.join(SHM_DIR, known.rows))]:
+            del _attached[gone]
         rows = _mapped(handle.rows, np.float32).reshape(-1, 4)
         times = None if handle.times is None else _mapped(handle.times, np.float32)
         buffer = _attached[handle] = StagingBuffer.over(rows, times)

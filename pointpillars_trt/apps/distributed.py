@@ -333,7 +333,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
         batch_format="numpy",
         compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
                                   enable_true_multi_threading=True),
-        fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, **options,
+        fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
+                               **options,
                                "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu", max_batch=batch,
                                                   threads=options["runtime"].threads or threads)},
         num_gpus=gpus_per_worker if on_gpu else None,
@@ -413,7 +414,7 @@ class _DetectActor:
 
     def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
-                 prepare: Prepare | None = None, points_per_frame: int | None = None) -> None:
+                 prepare: Prepare | None = None, points_per_frame: int | None = None, local_files: bool = True) -> None:
         from ..detector import PointPillars
 
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
@@ -424,7 +425,7 @@ class _DetectActor:
         # local files off the pipelines' GIL
         on_gpu = runtime.device != "cpu"
         writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if on_gpu else None
-        readers = WorkerProcesses(READ_PROCESSES, read_batch) if on_gpu else None
+        readers = WorkerProcesses(READ_PROCESSES, read_batch) if on_gpu and local_files else None  # URIs: bytes
         try:
             self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
             for detector in self.detectors:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import queue
@@ -48,6 +49,8 @@ INITIAL_POINTS_PER_FRAME = 32_768
 #: reports (a 128-beam scan; larger frames grow the buffers when they come, as without a hint).
 SIZE_SAMPLE = 16
 MAX_LIKELY_POINTS = 262_144
+#: Seconds a failed worker pool waits for the run to be found stopping before it warns (``_stopping``).
+STOP_GRACE = 0.2
 #: Points a frame above which a run's frames count as large (full scans, ~121k points; a camera-view
 #: crop has ~19k) for ``reader_threads``.
 LARGE_FRAME_POINTS = 65_536
@@ -235,6 +238,7 @@ class FrameRunner:
             self._notice(f"warning: the writer processes could not start ({writer_processes.failure}); "
                          "writing in threads")
             writer_processes = None
+        self._writer_processes = writer_processes
         self._writers: Executor = (
             writer_processes.pool if writer_processes is not None
             else ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write"))
@@ -257,6 +261,7 @@ class FrameRunner:
                 self._free.put(StagingBuffer(capacity, self._alloc, columns))
         self._slots = slots
         self._readers_lock = threading.Lock()
+        self._stop = threading.Event()  # the running run's: set when it is stopped
 
     def _read_in(self, processes: WorkerProcesses, shared: SharedArrays, slots: int, capacity: int,
                  columns: int) -> str | None:
@@ -275,10 +280,11 @@ class FrameRunner:
                 buffers.append(StagingBuffer(capacity, shared, columns))
         except Exception as exc:  # noqa: BLE001 - /dev/shm full, or the pages could not be page-locked
             shared.close()
-            mib = slots * capacity * 4 * (columns + 4) / 2**20
-            room = (" (a container's is 64 MB unless started with --shm-size)"
-                    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC else "")
-            return f"{mib:,.0f} MiB of staging do not fit in /dev/shm{room}: {one_line(exc)}"
+            if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+                mib = slots * capacity * 4 * columns / 2**20  # float32 rows, plus the time lags' column
+                return (f"{mib:,.0f} MiB of staging do not fit in /dev/shm (a container's is 64 MB unless "
+                        "started with --shm-size)")
+            return f"the staging could not be made in shared memory ({one_line(exc)})"
         for buffer in buffers:
             self._free.put(buffer)
         self._shared, self._reader_pool, self._reader_data = shared, processes, data
@@ -293,7 +299,7 @@ class FrameRunner:
         ready: queue.Queue[_Batch | None] = queue.Queue()
         ordered: queue.Queue[_Batch | BaseException | None] = queue.Queue()
         window = threading.BoundedSemaphore(self._slots)
-        stop = threading.Event()
+        stop = self._stop = threading.Event()
         names = iter(sources) if sources is not None else None
         dispatcher = threading.Thread(target=self._dispatch, name="pp-dispatch", daemon=True,
                                       args=(items, names, ready, ordered, window, stop))
@@ -381,14 +387,15 @@ class FrameRunner:
         staging = self._free.get()
         staging.reset()
         batch = _Batch(jobs, staging)
-        pool = self._reader_pool
+        with self._readers_lock:
+            pool = self._reader_pool
         if pool is not None and self._shared is not None and self._shared.owns(staging) and all(
                 isinstance(job.item, (str, os.PathLike)) for job in jobs):
             try:
                 batch.reads = [pool.pool.submit(read_batch, self._shared.handle(staging), self._reader_data,
                                                 [job.item for job in jobs])]
                 batch.in_process = True
-            except BrokenExecutor as exc:
+            except (BrokenExecutor, RuntimeError) as exc:  # RuntimeError: shut down after another task failed
                 self._read_in_threads(exc)
         if not batch.in_process:
             batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
@@ -423,13 +430,21 @@ class FrameRunner:
                 job.points = result.own if result.start is None else _staged_rows(staging, result.start, result.rows)
 
     def _read_in_threads(self, exc: BaseException) -> None:
-        """The rest of the run reads in threads (said once): a reader process died, or its pool broke."""
+        """The rest of the run reads in threads (said once): a reader process died, or a task failed. Returns
+        once no reader process is left to write into a staging buffer (every caller waits for the kill)."""
         with self._readers_lock:
             if self._reader_pool is not None:
-                self._reader_pool.pool.shutdown(wait=False, cancel_futures=True)
+                self._reader_pool.kill()
                 self._reader_pool = None
-                self._notice(f"warning: a reader process failed ({one_line(exc)}); the run reads its frames in "
-                             "threads from here")
+                if not self._stopping():
+                    self._notice(f"warning: a reader process failed ({one_line(exc)}); the run reads its frames "
+                                 "in threads from here")
+
+    def _stopping(self) -> bool:
+        """Whether the run is being stopped (Ctrl-C, SIGTERM), given a moment to say so: a SIGTERM to the
+        process group ends the workers at once, and their pool's failure would otherwise be reported as
+        one before the runner's own process has handled its signal."""
+        return self._stop.wait(STOP_GRACE)
 
     def _pipeline_loop(self, detector: Any, ready: queue.Queue[_Batch | None], stop: threading.Event) -> None:
         while True:
@@ -498,9 +513,13 @@ class FrameRunner:
         with self._writers_lock:
             if self._writers is broken:
                 self._writers = ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write")
-                broken.shutdown(wait=False, cancel_futures=True)
-                self._notice(f"warning: a writer process died ({one_line(exc)}); the frames then in the writer "
-                             "processes are not written, and the rest of the run writes in threads")
+                if self._writer_processes is not None and broken is self._writer_processes.pool:
+                    self._writer_processes.kill()
+                else:
+                    broken.shutdown(wait=False, cancel_futures=True)
+                if not self._stopping():
+                    self._notice(f"warning: a writer process died ({one_line(exc)}); the frames then in the writer "
+                                 "processes are not written, and the rest of the run writes in threads")
             return self._writers
 
 
@@ -603,6 +622,7 @@ class WorkerProcesses:
                                         initializer=_imported, initargs=(warm,))
         self._first = [self.pool.submit(os.getpid) for _ in range(count)]  # a task each: all of them start
         self.failure: str | None = None  # why they could not start, once ``wait`` found out
+        self.pids: set[int] = set()  # the processes' ids, once ``wait`` found them all started
         self._waited = False
 
     def wait(self, timeout: float = 120.0) -> bool:
@@ -617,18 +637,40 @@ class WorkerProcesses:
                     time.sleep(0.01)
                     started.update(task.result(timeout)
                                    for task in [self.pool.submit(os.getpid) for _ in range(self.count)])
+                self.pids = started
             except (BrokenExecutor, TimeoutError, OSError) as exc:
                 self.failure = one_line(exc)
                 self.pool.shutdown(wait=False, cancel_futures=True)
         return self.failure is None
 
+    def kill(self) -> None:
+        """End the pool now: its processes killed and reaped first (no executor lock taken: a broken pool's
+        manager thread holds one while it reaps them), then the pool shut down. When this returns no process
+        of the pool is left to write (a reader into staging the runner reads again and reuses)."""
+        mine = [process for process in multiprocessing.active_children() if process.pid in self.pids]
+        for process in mine:
+            process.kill()
+        for process in mine:
+            process.join(10)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
 
 def _imported(warm: Callable[..., Any]) -> None:
-    """Receiving ``warm`` imported what the tasks need. Ctrl-C and a SIGTERM to the process group reach the
-    workers too: the runner's process handles them and shuts the pools down, so a worker ignores them (else
-    each would print a traceback, or die first and be reported as a failed reader or writer)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
+    """Receiving ``warm`` imported what the tasks need. Ctrl-C reaches the whole process group: the runner's
+    process handles it and shuts the pools down, so a worker ignores it (else each would print a traceback).
+    SIGTERM keeps its default: a pool that lost a process ends the others with it, and waits for them under
+    a lock of its own (on Python 3.12, a worker that ignored it deadlocked the run). A worker whose runner's
+    process is gone (killed) ends itself: nothing else would, and the resource tracker removes the staging
+    files only once no worker holds its pipe."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = multiprocessing.parent_process()
+    if parent is not None:
+        threading.Thread(target=_exit_with, args=(parent.sentinel,), name="pp-parent-watch", daemon=True).start()
+
+
+def _exit_with(sentinel: int) -> None:
+    multiprocessing.connection.wait([sentinel])
+    os._exit(1)
 
 
 def _drain(ordered: queue.Queue[Any], window: threading.BoundedSemaphore) -> None:

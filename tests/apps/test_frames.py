@@ -492,6 +492,87 @@ def test_a_reader_process_that_dies_costs_no_frame(model, frames) -> None:  # ty
     assert all(job.error is None and same(job.detections, alone(read_points(p))) for job, p in zip(jobs, frames))
 
 
+class _SlowInChild:
+    """A reader that takes 0.3 s a frame in a reader process (none in the runner's): tasks queue up there."""
+
+    def __init__(self) -> None:
+        import os
+
+        self.runner = os.getpid()
+
+    def __call__(self, item, allocate):  # type: ignore[no-untyped-def]
+        import os
+
+        if os.getpid() != self.runner:
+            time.sleep(0.3)
+        return read_points_into(item, allocate)
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+def test_the_other_reader_processes_stop_writing_when_one_dies(model, frames) -> None:  # type: ignore[no-untyped-def]
+    """One of two reader processes killed while tasks queue in both: the pool fails every task and would
+    only SIGTERM the other (which readers ignore), so it could go on writing queued batches into staging
+    the runner reads again and reuses. Every frame must still be each frame alone."""
+    import os
+    import signal
+
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import WorkerProcesses
+
+    pool = WorkerProcesses(2, read_batch)
+    assert pool.wait()
+    victim = sorted(pool.pids)[0]
+    notices: list[str] = []
+    timer = threading.Timer(0.5, os.kill, (victim, signal.SIGKILL))
+    with FrameRunner([PointPillars(model, device="cpu")], batch_size=4, read=_SlowInChild(), reader_processes=pool,
+                     notice=notices.append) as runner:
+        timer.start()
+        jobs = list(runner.run([str(p) for p in frames]))
+    assert len(notices) == 1 and notices[0].startswith("warning: a reader process failed"), notices
+    assert not [p for p in __import__("multiprocessing").active_children() if p.pid in pool.pids]
+    alone = PointPillars(model, device="cpu")
+    assert [job.index for job in jobs] == list(range(len(frames)))
+    assert all(job.error is None and same(job.detections, alone(read_points(p))) for job, p in zip(jobs, frames))
+
+
+def test_workers_and_staging_go_when_the_runners_process_is_killed() -> None:
+    """The runner's process killed (OOM killer, kill -9): its workers end themselves, and then the resource
+    tracker removes the staging files (it waits for every process that holds its pipe)."""
+    import os
+    import subprocess
+    import sys
+
+    if not Path("/dev/shm").is_dir():
+        pytest.skip("needs /dev/shm")
+    code = ("import os, signal\n"
+            "from pointpillars_trt.apps.frame_reads import read_batch\n"
+            "from pointpillars_trt.apps.frames import WorkerProcesses\n"
+            "from pointpillars_trt.shared_staging import SharedArrays\n"
+            "from pointpillars_trt.staging import StagingBuffer\n"
+            "pool = WorkerProcesses(2, read_batch)\n"
+            "assert pool.wait()\n"
+            "shared = SharedArrays(pin=False)\n"
+            "buffer = StagingBuffer(1000, shared, 4)\n"
+            "print(shared.handle(buffer).rows, *sorted(pool.pids), flush=True)\n"
+            "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    name, *pids = done.stdout.split()
+    assert name.startswith("pp-staging-") and len(pids) == 2, done
+
+    def alive(pid: str) -> bool:
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return False
+        return Path(f"/proc/{pid}/status").exists() and "zombie" not in Path(f"/proc/{pid}/status").read_text()
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (any(alive(pid) for pid in pids) or os.path.exists(f"/dev/shm/{name}")):
+        time.sleep(0.05)
+    assert not any(alive(pid) for pid in pids)
+    assert not os.path.exists(f"/dev/shm/{name}")
+
+
 def test_a_reader_that_does_not_pickle_reads_in_threads(model, frames) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.frame_reads import read_batch
     from pointpillars_trt.apps.frames import WorkerProcesses
@@ -530,9 +611,10 @@ def test_shared_staging_is_removed_when_its_process_is_killed(tmp_path) -> None:
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
 
 
-def test_worker_processes_leave_ctrl_c_and_sigterm_to_the_runner() -> None:
-    """Ctrl-C (and a SIGTERM to the group) reaches the whole process group; the workers ignore them (the
-    runner's process shuts them down) rather than each printing a traceback or dying first."""
+def test_worker_processes_leave_ctrl_c_to_the_runner() -> None:
+    """Ctrl-C reaches the whole process group; the workers ignore it (the runner's process shuts them down)
+    rather than each printing a traceback. SIGTERM keeps its default: a pool that lost a process ends the
+    others with it and waits for them."""
     import signal
 
     from pointpillars_trt.apps.frame_reads import read_batch
@@ -542,6 +624,6 @@ def test_worker_processes_leave_ctrl_c_and_sigterm_to_the_runner() -> None:
     try:
         assert pool.wait()
         assert pool.pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
-        assert pool.pool.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_IGN
+        assert pool.pool.submit(signal.getsignal, signal.SIGTERM).result() == signal.SIG_DFL
     finally:
         pool.pool.shutdown()
