@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeoutError  # not the builtin one on Python 3.10
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -414,10 +415,9 @@ class FrameRunner:
             for read in batch.reads:
                 read.result()
             return
-        try:
-            results: list[ProcessRead] = batch.reads[0].result()
-        except Exception as exc:  # noqa: BLE001 - BrokenExecutor, or cancelled when the pool shut down
-            self._read_in_threads(exc)
+        results = self._process_results(batch.reads[0])
+        if isinstance(results, BaseException):
+            self._read_in_threads(results)
             for job in batch.jobs:
                 self._read_job(job, staging)
             return
@@ -429,16 +429,37 @@ class FrameRunner:
             if result.error is None:
                 job.points = result.own if result.start is None else _staged_rows(staging, result.start, result.rows)
 
+    def _process_results(self, task: Future[list[ProcessRead]]) -> list[ProcessRead] | BaseException:
+        """A reader-process task's results, or why it failed. A task submitted as its pool broke may never be
+        completed (Python 3.11's pool marks itself broken without the lock its submits take): once the pool
+        refuses work and the task is still pending, it counts as failed (``_read_in_threads`` then reaps the
+        processes before the batch is read again)."""
+        while True:
+            try:
+                return task.result(timeout=1.0)
+            except FutureTimeoutError:
+                pool = self._reader_pool
+                try:
+                    if pool is not None:
+                        pool.pool.submit(int)  # a no-op, refused once the pool is broken or shut down
+                except (BrokenExecutor, RuntimeError) as exc:
+                    if not task.done():
+                        return exc
+                if pool is None and not task.done():  # killed and reaped: it can never complete
+                    return BrokenExecutor("the reader processes were stopped")
+            except Exception as exc:  # noqa: BLE001 - BrokenExecutor, or cancelled when the pool shut down
+                return exc
+
     def _read_in_threads(self, exc: BaseException) -> None:
         """The rest of the run reads in threads (said once): a reader process died, or a task failed. Returns
         once no reader process is left to write into a staging buffer (every caller waits for the kill)."""
         with self._readers_lock:
-            if self._reader_pool is not None:
-                self._reader_pool.kill()
-                self._reader_pool = None
-                if not self._stopping():
-                    self._notice(f"warning: a reader process failed ({one_line(exc)}); the run reads its frames "
-                                 "in threads from here")
+            pool, self._reader_pool = self._reader_pool, None
+            if pool is not None:
+                pool.kill()
+        if pool is not None and not self._stopping():
+            self._notice(f"warning: a reader process failed ({one_line(exc)}); the run reads its frames in threads "
+                         "from here")
 
     def _stopping(self) -> bool:
         """Whether the run is being stopped (Ctrl-C, SIGTERM), given a moment to say so: a SIGTERM to the
@@ -511,16 +532,18 @@ class FrameRunner:
     def _threads_instead_of(self, broken: Executor, exc: BaseException) -> Executor:
         """Writer threads in place of a process pool that lost a process (said once)."""
         with self._writers_lock:
-            if self._writers is broken:
+            replaced = self._writers is broken
+            if replaced:
                 self._writers = ThreadPoolExecutor(max_workers=self._writer_threads, thread_name_prefix="pp-write")
                 if self._writer_processes is not None and broken is self._writer_processes.pool:
                     self._writer_processes.kill()
                 else:
                     broken.shutdown(wait=False, cancel_futures=True)
-                if not self._stopping():
-                    self._notice(f"warning: a writer process died ({one_line(exc)}); the frames then in the writer "
-                                 "processes are not written, and the rest of the run writes in threads")
-            return self._writers
+            writers = self._writers
+        if replaced and not self._stopping():
+            self._notice(f"warning: a writer process died ({one_line(exc)}); the frames then in the writer "
+                         "processes are not written, and the rest of the run writes in threads")
+        return writers
 
 
     def _restaged(self, staging: StagingBuffer, jobs: list[FrameJob]) -> StagingBuffer:
@@ -600,7 +623,7 @@ def _task_failure(task: Future[Any], writers: Executor) -> BaseException | None:
     while True:
         try:
             return task.exception(timeout=1.0)
-        except TimeoutError:
+        except FutureTimeoutError:
             try:
                 writers.submit(int)  # a no-op, refused once the pool is broken
             except BrokenExecutor as exc:
@@ -637,8 +660,10 @@ class WorkerProcesses:
                     time.sleep(0.01)
                     started.update(task.result(timeout)
                                    for task in [self.pool.submit(os.getpid) for _ in range(self.count)])
+                if len(started) < self.count:
+                    raise FutureTimeoutError(f"{len(started)} of {self.count} processes started in {timeout:g} s")
                 self.pids = started
-            except (BrokenExecutor, TimeoutError, OSError) as exc:
+            except (BrokenExecutor, FutureTimeoutError, OSError) as exc:
                 self.failure = one_line(exc)
                 self.pool.shutdown(wait=False, cancel_futures=True)
         return self.failure is None
@@ -646,7 +671,8 @@ class WorkerProcesses:
     def kill(self) -> None:
         """End the pool now: its processes killed and reaped first (no executor lock taken: a broken pool's
         manager thread holds one while it reaps them), then the pool shut down. When this returns no process
-        of the pool is left to write (a reader into staging the runner reads again and reuses)."""
+        of the pool is left to write (a reader into staging the runner reads again and reuses); one still
+        in the kernel 10 s after its SIGKILL (an uninterruptible read) runs no more of its own code."""
         mine = [process for process in multiprocessing.active_children() if process.pid in self.pids]
         for process in mine:
             process.kill()

@@ -510,9 +510,9 @@ class _SlowInChild:
 
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
 def test_the_other_reader_processes_stop_writing_when_one_dies(model, frames) -> None:  # type: ignore[no-untyped-def]
-    """One of two reader processes killed while tasks queue in both: the pool fails every task and would
-    only SIGTERM the other (which readers ignore), so it could go on writing queued batches into staging
-    the runner reads again and reuses. Every frame must still be each frame alone."""
+    """One of two reader processes killed while tasks queue in both: the pool fails every task at once,
+    while the other may still be writing a batch into staging the runner reads again and reuses; the runner
+    reaps it first. Every frame must still be each frame alone, and no reader process is left."""
     import os
     import signal
 
