@@ -46,7 +46,7 @@ class SharedArrays:
 
     def __init__(self, pin: bool) -> None:
         self.pin = pin
-        self._files: dict[int, tuple[str, int]] = {}  # array address -> (file name, bytes)
+        self._files: dict[int, str] = {}  # array address -> file name
 
     def __call__(self, shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
         dtype = np.dtype(dtype)
@@ -74,13 +74,13 @@ class SharedArrays:
             except BaseException:
                 _remove(name)
                 raise
-        self._files[array.ctypes.data] = (name, nbytes)
+        self._files[array.ctypes.data] = name
         return array
 
     def handle(self, buffer: StagingBuffer) -> SharedStagingHandle:
         """What another process needs to :func:`attach` to ``buffer`` (made by this allocator)."""
-        times = None if buffer.times is None else self._files[buffer.times.ctypes.data][0]
-        return SharedStagingHandle(self._files[buffer.rows.ctypes.data][0], buffer.capacity, buffer.columns, times)
+        times = None if buffer.times is None else self._files[buffer.times.ctypes.data]
+        return SharedStagingHandle(self._files[buffer.rows.ctypes.data], times)
 
     def owns(self, buffer: StagingBuffer) -> bool:
         return buffer.rows.ctypes.data in self._files
@@ -96,8 +96,8 @@ class SharedArrays:
             self._release(address)
 
     def _release(self, address: int) -> None:
-        found = self._files.pop(address, None)
-        if found is None:
+        name = self._files.pop(address, None)
+        if name is None:
             return
         try:
             if self.pin:
@@ -105,7 +105,7 @@ class SharedArrays:
 
                 cupy.cuda.runtime.hostUnregister(address)
         finally:  # the file goes whatever CUDA says (e.g. torn down at exit)
-            _remove(found[0])
+            _remove(name)
 
 
 def _remove(name: str) -> None:
@@ -118,11 +118,9 @@ def _remove(name: str) -> None:
 
 @dataclass(frozen=True)
 class SharedStagingHandle:
-    """A shared staging buffer as another process finds it: its files' names and its shape."""
+    """A shared staging buffer as another process finds it: its files' names (its shape is their sizes')."""
 
     rows: str
-    capacity: int
-    columns: int
     times: str | None = None
 
 

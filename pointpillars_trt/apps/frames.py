@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError  # not the builtin one on Python 3.10
 from dataclasses import dataclass, field
 from typing import Any
@@ -191,7 +191,7 @@ class _Batch:
     jobs: list[FrameJob]
     staging: StagingBuffer | None
     reads: list[Future[Any]] = field(default_factory=list)  # a task a frame, or one a batch in a reader process
-    in_process: bool = False
+    read_pool: Executor | None = None  # the reader-process pool that took the batch's one read task
     detected: threading.Event = field(default_factory=threading.Event)
 
 
@@ -395,10 +395,10 @@ class FrameRunner:
             try:
                 batch.reads = [pool.pool.submit(read_batch, self._shared.handle(staging), self._reader_data,
                                                 [job.item for job in jobs])]
-                batch.in_process = True
+                batch.read_pool = pool.pool
             except (BrokenExecutor, RuntimeError) as exc:  # RuntimeError: shut down after another task failed
                 self._read_in_threads(exc)
-        if not batch.in_process:
+        if batch.read_pool is None:
             batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
         ordered.put(batch)
         ready.put(batch)
@@ -411,16 +411,17 @@ class FrameRunner:
         """Wait for the batch's reads. A reader process's outcomes become its jobs' points (rows of the shared
         staging), errors and notes; a task that failed as a whole (its process died) is read again here."""
         staging = batch.staging
-        if not batch.in_process or staging is None:
+        if batch.read_pool is None or staging is None:
             for read in batch.reads:
                 read.result()
             return
-        results = self._process_results(batch.reads[0])
-        if isinstance(results, BaseException):
-            self._read_in_threads(results)
+        failure = _task_failure(batch.reads[0], batch.read_pool)
+        if failure is not None:
+            self._read_in_threads(failure)
             for job in batch.jobs:
                 self._read_job(job, staging)
             return
+        results: list[ProcessRead] = batch.reads[0].result()
         keep_notes = getattr(self.read, "keep_notes", None)
         for job, result in zip(batch.jobs, results):
             if result.notes is not None and keep_notes is not None:
@@ -428,27 +429,6 @@ class FrameRunner:
             job.error, job.start = result.error, result.start
             if result.error is None:
                 job.points = result.own if result.start is None else _staged_rows(staging, result.start, result.rows)
-
-    def _process_results(self, task: Future[list[ProcessRead]]) -> list[ProcessRead] | BaseException:
-        """A reader-process task's results, or why it failed. A task submitted as its pool broke may never be
-        completed (Python 3.11's pool marks itself broken without the lock its submits take): once the pool
-        refuses work and the task is still pending, it counts as failed (``_read_in_threads`` then reaps the
-        processes before the batch is read again)."""
-        while True:
-            try:
-                return task.result(timeout=1.0)
-            except FutureTimeoutError:
-                pool = self._reader_pool
-                try:
-                    if pool is not None:
-                        pool.pool.submit(int)  # a no-op, refused once the pool is broken or shut down
-                except (BrokenExecutor, RuntimeError) as exc:
-                    if not task.done():
-                        return exc
-                if pool is None and not task.done():  # killed and reaped: it can never complete
-                    return BrokenExecutor("the reader processes were stopped")
-            except Exception as exc:  # noqa: BLE001 - BrokenExecutor, or cancelled when the pool shut down
-                return exc
 
     def _read_in_threads(self, exc: BaseException) -> None:
         """The rest of the run reads in threads (said once): a reader process died, or a task failed. Returns
@@ -617,21 +597,24 @@ def _settle_write(job: FrameJob) -> None:
         job.error = value
 
 
-def _task_failure(task: Future[Any], writers: Executor) -> BaseException | None:
-    """The task's exception once it is done; a task still pending in a pool that broke (a submit that
-    raced the break is never completed by it) fails with the pool's error instead of waiting forever."""
+def _task_failure(task: Future[Any], pool: Executor) -> BaseException | None:
+    """A worker pool's task's exception once it is done (its cancellation too); a task still pending in a
+    pool that broke fails with the pool's error instead of waiting forever: a submit that raced the break
+    is never completed (Python 3.10/3.11 mark a pool broken without the lock its submits take)."""
     while True:
         try:
             return task.exception(timeout=1.0)
+        except CancelledError as exc:  # the pool was shut down with its pending tasks cancelled
+            return exc
         except FutureTimeoutError:
             try:
-                writers.submit(int)  # a no-op, refused once the pool is broken
+                pool.submit(int)  # a no-op, refused once the pool is broken
             except BrokenExecutor as exc:
                 if not task.done():
                     return exc
             except RuntimeError:  # shut down after the break: the task can no longer complete
                 if not task.done():
-                    return BrokenExecutor("the writer processes were shut down")
+                    return BrokenExecutor("the processes were shut down")
 
 
 class WorkerProcesses:

@@ -588,10 +588,10 @@ def require_pyarrow() -> None:
         raise InputError("--format parquet needs pyarrow: pip install pyarrow (or use --format jsonl)") from None
 
 
-#: Arrow types of the list fields of the per-frame JSON record; its scalar fields are typed by value.
 #: How a row's text (``row_text``: json.dumps' separators) holds the velocities of a model that predicts them;
 #: a string value cannot hold it (its quotes are escaped).
 _VELOCITY_KEY = '"velocity": ['
+#: Arrow types of the list fields of the per-frame JSON record; its scalar fields are typed by value.
 _LIST_COLUMNS = {"boxes_lidar": "list<list<double>>", "scores": "list<double>", "labels": "list<string>",
                  "velocity": "list<list<double>>"}
 
