@@ -350,10 +350,10 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                 done += 1
                 first_call = min(first_call, record["call_started"])
                 source, error = record["source"], record["error"]
+                if rows is not None:  # kept before its warnings are said: a stop right after them keeps it
+                    rows.add(record["row"])
                 if warned is not None:
                     warned.add(record["warnings"], source)
-                if rows is not None:
-                    rows.add(record["row"])
                 if error:
                     failures.append((source, error))
                     if report is not None:
