@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -302,8 +304,8 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models).
 
-        The next frame is read from disk while the current batch runs (on the GPU the detect call
-        releases the GIL while it waits for the device).
+        Up to two batches of frames are read ahead, on ``INFER_MANY_READERS`` threads, while the current
+        batch runs (on the GPU the detect call releases the GIL while it waits for the device).
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -318,16 +320,16 @@ class PointPillars:
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int,
                 load: Callable[[object], object]) -> Iterator[FrameResult]:
-        from concurrent.futures import ThreadPoolExecutor
-
         columns = self.cfg.num_point_columns
         window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
         ready = 0  # frames of the window that will run
-        with ThreadPoolExecutor(max_workers=1) as reader:
-            pending = _submit_next(reader, items, load)
-            while pending is not None:
-                source, future = pending
-                pending = _submit_next(reader, items, load)
+        reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
+        reads: collections.deque[tuple[str, Future[object]]] = collections.deque()
+        try:
+            _read_ahead(reader, reads, items, load, 2 * batch_size)
+            while reads:
+                source, future = reads.popleft()
+                _read_ahead(reader, reads, items, load, 2 * batch_size)
                 try:
                     window.append((source, _device_or_host_points(future.result(), self.device, columns)))
                     ready += 1
@@ -338,9 +340,11 @@ class PointPillars:
                     window.append(FrameResult(source, None, error))
                 # a full batch; the end; failures only (they go out in order at once); or as many
                 # failures waiting behind a part batch as a batch holds (memory stays flat)
-                if ready == batch_size or pending is None or not ready or len(window) - ready >= batch_size:
+                if ready == batch_size or not reads or not ready or len(window) - ready >= batch_size:
                     yield from self._run_window(window)
                     window, ready = [], 0
+        finally:  # the caller may stop early: reads not started are dropped, not waited for
+            reader.shutdown(wait=True, cancel_futures=True)
 
     def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
         frames = [entry for entry in window if not isinstance(entry, FrameResult)]
@@ -388,6 +392,10 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
             return [exc]
         return [result for frame in frames for result in detect_each(detector, [frame], thresholds)]
 
+
+#: Threads ``infer_many`` reads point files on: a batch of 8 camera-view crops is read while the batch
+#: before it runs on the GPU.
+INFER_MANY_READERS = 4
 
 _ENGINE_NAMES = {"cudnn": "cuDNN engine", "tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime (CUDA)"}
 
@@ -478,10 +486,12 @@ def frame_source(item: object, index: int) -> str:
     return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
 
 
-def _submit_next(reader, items: Iterator[tuple[int, object]], load: Callable[[object], object]):  # type: ignore[no-untyped-def]
-    nxt = next(items, None)
-    if nxt is None:
-        return None
-    index, item = nxt
-    return frame_source(item, index), reader.submit(load, item)
-
+def _read_ahead(reader: Executor, reads: collections.deque[tuple[str, Future[object]]],
+                items: Iterator[tuple[int, object]], load: Callable[[object], object], depth: int) -> None:
+    """Start reading the next items until ``depth`` reads are in flight (or the items end)."""
+    while len(reads) < depth:
+        nxt = next(items, None)
+        if nxt is None:
+            return
+        index, item = nxt
+        reads.append((frame_source(item, index), reader.submit(load, item)))
