@@ -304,8 +304,8 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models).
 
-        Up to two batches of frames are read ahead, on ``INFER_MANY_READERS`` threads, while the current
-        batch runs (on the GPU the detect call releases the GIL while it waits for the device).
+        Up to ``INFER_MANY_READ_AHEAD`` batches of frames are read ahead, on ``INFER_MANY_READERS`` threads,
+        while the current batch runs (on the GPU the detect call releases the GIL while it waits for the device).
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -326,10 +326,10 @@ class PointPillars:
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
         reads: collections.deque[tuple[str, Future[object]]] = collections.deque()
         try:
-            _read_ahead(reader, reads, items, load, 2 * batch_size)
+            _read_ahead(reader, reads, items, load, INFER_MANY_READ_AHEAD * batch_size)
             while reads:
                 source, future = reads.popleft()
-                _read_ahead(reader, reads, items, load, 2 * batch_size)
+                _read_ahead(reader, reads, items, load, INFER_MANY_READ_AHEAD * batch_size)
                 try:
                     window.append((source, _device_or_host_points(future.result(), self.device, columns)))
                     ready += 1
@@ -393,9 +393,9 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
         return [result for frame in frames for result in detect_each(detector, [frame], thresholds)]
 
 
-#: Threads ``infer_many`` reads point files on: a batch of 8 camera-view crops is read while the batch
-#: before it runs on the GPU.
+#: Threads ``infer_many`` reads point files on, and how many batches they read ahead of the batch that runs.
 INFER_MANY_READERS = 4
+INFER_MANY_READ_AHEAD = 2
 
 _ENGINE_NAMES = {"cudnn": "cuDNN engine", "tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime (CUDA)"}
 

@@ -279,8 +279,10 @@ class FrameRunner:
         try:
             for _ in range(slots):
                 buffers.append(StagingBuffer(capacity, shared, columns))
-        except Exception as exc:  # noqa: BLE001 - /dev/shm full, or the pages could not be page-locked
-            shared.close()
+        except BaseException as exc:  # /dev/shm full, the pages not page-locked; or Ctrl-C / SIGTERM meanwhile
+            shared.close()  # the files made so far go now, not at exit with the resource tracker's warning
+            if not isinstance(exc, Exception):
+                raise
             if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
                 mib = slots * capacity * 4 * columns / 2**20  # float32 rows, plus the time lags' column
                 return (f"{mib:,.0f} MiB of staging do not fit in /dev/shm (a container's is 64 MB unless "

@@ -576,6 +576,35 @@ def test_workers_and_staging_go_when_the_runners_process_is_killed() -> None:
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
 
 
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+def test_a_stop_while_the_shared_staging_is_made_leaves_no_file(model, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C (or SIGTERM, raised as a KeyboardInterrupt) while the runner makes its staging files: the files
+    made so far are removed at once, not left to the resource tracker at exit (which warns of them)."""
+    from pointpillars_trt.apps import frames as frames_module
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import FrameReader, WorkerProcesses
+    from pointpillars_trt.shared_staging import SharedArrays
+
+    class StoppedOnTheThird(SharedArrays):
+        made = 0
+
+        def __call__(self, shape, dtype):  # type: ignore[no-untyped-def]
+            StoppedOnTheThird.made += 1
+            if StoppedOnTheThird.made == 3:
+                raise KeyboardInterrupt
+            return super().__call__(shape, dtype)
+
+    monkeypatch.setattr(frames_module, "SharedArrays", StoppedOnTheThird)
+    pool = WorkerProcesses(1, read_batch)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            FrameRunner([PointPillars(model, device="cpu")], batch_size=4, reader_processes=pool,
+                        read=FrameReader(model.cfg, point_dim=4, intensity_scale=None))
+        assert StoppedOnTheThird.made == 3 and not _staging_files()
+    finally:
+        pool.pool.shutdown()
+
+
 def test_a_reader_that_does_not_pickle_reads_in_threads(model, frames) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.frame_reads import read_batch
     from pointpillars_trt.apps.frames import WorkerProcesses
