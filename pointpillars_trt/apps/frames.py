@@ -16,6 +16,7 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import multiprocessing
 import multiprocessing.connection
@@ -628,7 +629,10 @@ class WorkerProcesses:
         self.count = count
         self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
                                         initializer=_imported, initargs=(warm,))
-        self._first = [self.pool.submit(os.getpid) for _ in range(count)]  # a task each: all of them start
+        # a task each: all of them start. They start with Ctrl-C blocked (a spawned process inherits the
+        # mask), so one that comes while they import prints no traceback; here it waits for the unblock.
+        with _ctrl_c_blocked():
+            self._first = [self.pool.submit(os.getpid) for _ in range(count)]
         self.failure: str | None = None  # why they could not start, once ``wait`` found out
         self.pids: set[int] = set()  # the processes' ids, once ``wait`` found them all started
         self._waited = False
@@ -674,9 +678,24 @@ def _imported(warm: Callable[..., Any]) -> None:
     process is gone (killed) ends itself: nothing else would, and the resource tracker removes the staging
     files only once no worker holds its pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):  # blocked since the start (``WorkerProcesses``): now ignored
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="pp-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _ctrl_c_blocked() -> Iterator[None]:
+    """SIGINT blocked in this thread meanwhile (where the platform has signal masks)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _exit_with(sentinel: int) -> None:

@@ -8,6 +8,7 @@ threads, pipelines and batch size, and fail a bad frame alone.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -229,7 +230,6 @@ def test_a_writer_process_that_dies_fails_only_the_frames_it_held(model, frames,
     processes fail with "not written", one notice says the run goes on in threads, and every later frame
     is written."""
     import functools
-    import os
     import signal
     from concurrent.futures import BrokenExecutor
 
@@ -276,7 +276,6 @@ class _DiesOnArrival:
     """Unpickled in a new process, it ends that process (a writer process that cannot start)."""
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        import os
 
         return (os._exit, (3,))
 
@@ -395,7 +394,6 @@ def test_an_empty_group_returns_at_once(model) -> None:  # type: ignore[no-untyp
 
 
 def _staging_files() -> set[str]:
-    import os
 
     return {name for name in os.listdir("/dev/shm") if name.startswith(f"pp-staging-{os.getpid()}-")}
 
@@ -468,7 +466,6 @@ def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path)
 def test_a_reader_process_that_dies_costs_no_frame(model, frames) -> None:  # type: ignore[no-untyped-def]
     """A reader process killed mid-run: one warning, the batches it held read again in threads, and every
     frame detected as alone."""
-    import os
     import signal
 
     from pointpillars_trt.apps.frame_reads import read_batch
@@ -496,12 +493,10 @@ class _SlowInChild:
     """A reader that takes 0.3 s a frame in a reader process (none in the runner's): tasks queue up there."""
 
     def __init__(self) -> None:
-        import os
 
         self.runner = os.getpid()
 
     def __call__(self, item, allocate):  # type: ignore[no-untyped-def]
-        import os
 
         if os.getpid() != self.runner:
             time.sleep(0.3)
@@ -513,7 +508,6 @@ def test_the_other_reader_processes_stop_writing_when_one_dies(model, frames) ->
     """One of two reader processes killed while tasks queue in both: the pool fails every task at once,
     while the other may still be writing a batch into staging the runner reads again and reuses; the runner
     reaps it first. Every frame must still be each frame alone, and no reader process is left."""
-    import os
     import signal
 
     from pointpillars_trt.apps.frame_reads import read_batch
@@ -539,7 +533,6 @@ def test_workers_and_staging_go_when_the_runners_process_is_killed() -> None:
     """The runner's process killed (OOM killer, kill -9): its workers end themselves, and then the resource
     tracker removes the staging files, which would hold memory until a reboot (it waits for every process
     that holds its pipe)."""
-    import os
     import subprocess
     import sys
 
@@ -617,6 +610,27 @@ def test_a_reader_that_does_not_pickle_reads_in_threads(model, frames) -> None: 
     alone = PointPillars(model, device="cpu")
     assert all(same(job.detections, alone(read_points(p))) for job, p in zip(jobs, frames))
 
+
+
+def test_a_ctrl_c_while_the_workers_import_neither_stops_them_nor_prints_a_traceback(capfd) -> None:  # type: ignore[no-untyped-def]
+    """Ctrl-C reaches the whole process group, also while the worker processes are still importing (they
+    start while the model opens): they start with it blocked, so it neither ends them with a
+    KeyboardInterrupt traceback each nor breaks the pool; once started they ignore it."""
+    import signal
+
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import WorkerProcesses
+
+    pool = WorkerProcesses(2, read_batch)
+    try:
+        for process in list(pool.pool._processes.values()):  # just spawned: still importing
+            os.kill(process.pid, signal.SIGINT)
+        assert pool.wait(), pool.failure
+        assert pool.pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
+        assert signal.SIGINT not in pool.pool.submit(signal.pthread_sigmask, signal.SIG_BLOCK, set()).result()
+    finally:
+        pool.pool.shutdown()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_worker_processes_leave_ctrl_c_to_the_runner() -> None:
