@@ -294,20 +294,57 @@ def test_wgmma_kernel_matches_float64_reference_and_is_batch_invariant(cp, case,
     params = replace(params, wgmma=True, warps=shape[0], stages=shape[1], min_blocks=shape[2],
                      blocks_per_position=shape[3])
     stage = NeckHeadStage(params, weights)
-    stream = cp.cuda.Stream(non_blocking=True)
-
-    def run(frames):  # type: ignore[no-untyped-def]
-        with stream:  # inputs and NaN fill in the launch's stream order
-            out = cp.full(params.output_shape(frames[0].shape[0]), np.nan, np.float32)
-            d_frames = [cp.asarray(f.astype(np.float16)) for f in frames]
-        stage.launch(d_frames, out, stream)
-        stream.synchronize()
-        return cp.asnumpy(out)
-
-    got = run(feats)
+    got = run_half(cp, stage, params, feats)
     assert np.isfinite(got).all(), "every output pixel is written"
     ref = reference(weights, feats, round_u_half=True)
     err = np.abs(got - ref).max() / np.abs(ref).max()
     assert err <= 2e-3, f"max error {err:.2e} of max|ref|"
-    last = run([f[-1:] for f in feats])
+    last = run_half(cp, stage, params, [f[-1:] for f in feats])
     assert last.tobytes() == got[-1:].tobytes(), "a frame's heads do not depend on its batch"
+
+
+def run_half(cp, stage, params: NeckHeadParams, frames) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """``stage`` on float16 copies of ``frames`` (NHWC features), on a stream of its own; the heads."""
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:  # inputs and NaN fill in the launch's stream order
+        out = cp.full(params.output_shape(frames[0].shape[0]), np.nan, np.float32)
+        d_frames = [cp.asarray(f.astype(np.float16)) for f in frames]
+    stage.launch(d_frames, out, stream)
+    stream.synchronize()
+    return cp.asnumpy(out)
+
+
+@pytest.mark.cuda
+def test_the_wgmma_cubin_is_kept_loaded_without_nvrtc_and_compiled_again_when_damaged(cp, tmp_path, monkeypatch):
+    """The sm_90a module's cubin lands in the user cache; a later process (here: the module cache cleared)
+    loads it without NVRTC, whose compile puts its own SIGINT / SIGTERM handlers in Python's place, and
+    gets the same heads; a damaged file is compiled again and replaced."""
+    from dataclasses import replace
+
+    from cupy_backends.cuda.libs import nvrtc
+
+    from pointpillars_trt.kernels import _launch
+    from pointpillars_trt.kernels.neck_head import NeckHeadStage
+
+    if cp.cuda.Device().compute_capability != "90":
+        pytest.skip("the wgmma kernel runs on compute capability 9.0 (H100, H200)")
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path))
+    branches, hy, hx, batch, nh = WGMMA_CASES["kitti_like"]
+    params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=True, seed=6)
+    params = replace(params, wgmma=True, warps=8, stages=3, min_blocks=1, blocks_per_position=0)
+    _launch._arch_module.cache_clear()
+    compiled = run_half(cp, NeckHeadStage(params, weights), params, feats)
+    (kept,) = (tmp_path / "kernels").glob("neck_head_wgmma-sm_90a-*.cubin")
+    cubin = kept.read_bytes()
+
+    compile_program = nvrtc.compileProgram
+    monkeypatch.setattr(nvrtc, "compileProgram", lambda *_: pytest.fail("NVRTC ran although the cubin was kept"))
+    _launch._arch_module.cache_clear()
+    loaded = run_half(cp, NeckHeadStage(params, weights), params, feats)
+    assert loaded.tobytes() == compiled.tobytes()
+
+    monkeypatch.setattr(nvrtc, "compileProgram", compile_program)
+    kept.write_bytes(b"not a cubin")
+    _launch._arch_module.cache_clear()
+    again = run_half(cp, NeckHeadStage(params, weights), params, feats)
+    assert again.tobytes() == compiled.tobytes() and kept.read_bytes() == cubin
