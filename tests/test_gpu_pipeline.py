@@ -584,6 +584,31 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
         detector.close()
 
 
+def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
+    """``infer_many`` on the GPU, batches of 3 read two batches ahead on two threads, a corrupt file among the
+    frames: results in input order, the corrupt file's error alone, each frame's boxes the bytes of running
+    it alone."""
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.kitti import write_velodyne_bin
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets) * 3
+    paths = []
+    for index, points in enumerate(frames):
+        paths.append(str(tmp_path / f"{index:06d}.bin"))
+        write_velodyne_bin(points, paths[-1])
+    (tmp_path / "corrupt.bin").write_bytes(b"\0" * 20)
+    paths.insert(4, str(tmp_path / "corrupt.bin"))
+    alone = [gpu.detect(points) for points in frames]
+    with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
+        results = list(detector.infer_many(paths, batch_size=3))
+    assert [r.source for r in results] == paths
+    assert "20 bytes, not a multiple of 16" in str(results[4].error)
+    found = [r.detections for r in results if r.error is None]
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+    assert [d.scores.tobytes() for d in found] == [d.scores.tobytes() for d in alone]
+
+
 def test_stage_timings_off_skip_the_events_and_change_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
     """With ``stage_timings`` off (the default) a batch records no CUDA event and leaves
     ``last_timings`` empty; its boxes are the timed graph's bytes; turned on again, the timings come back."""
