@@ -16,7 +16,6 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import multiprocessing
 import multiprocessing.connection
@@ -41,6 +40,7 @@ from ..fileio import safe_repr
 from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import StagingBuffer, empty_pinned
+from ..stop_signals import stop_signals_blocked, unblock_stop_signals
 from .frame_reads import ProcessRead, ReadFrame, read_batch, read_into
 from .messages import one_line
 
@@ -629,9 +629,10 @@ class WorkerProcesses:
         self.count = count
         self.pool = ProcessPoolExecutor(count, mp_context=multiprocessing.get_context("spawn"),
                                         initializer=_imported, initargs=(warm,))
-        # a task each: all of them start. They start with Ctrl-C blocked (a spawned process inherits the
-        # mask), so one that comes while they import prints no traceback; here it waits for the unblock.
-        with _ctrl_c_blocked():
+        # a task each: all of them start. They start with Ctrl-C and SIGTERM blocked (a spawned process
+        # inherits the mask), so one that comes while they import prints no traceback; here it waits for
+        # the unblock, and the pool's threads, started meanwhile, never take one (the main thread does).
+        with stop_signals_blocked():
             self._first = [self.pool.submit(os.getpid) for _ in range(count)]
         self.failure: str | None = None  # why they could not start, once ``wait`` found out
         self.pids: set[int] = set()  # the processes' ids, once ``wait`` found them all started
@@ -678,24 +679,10 @@ def _imported(warm: Callable[..., Any]) -> None:
     process is gone (killed) ends itself: nothing else would, and the resource tracker removes the staging
     files only once no worker holds its pipe."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(signal, "pthread_sigmask"):  # blocked since the start (``WorkerProcesses``): now ignored
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    unblock_stop_signals()  # blocked since the start (``WorkerProcesses``)
     parent = multiprocessing.parent_process()
     if parent is not None:
         threading.Thread(target=_exit_with, args=(parent.sentinel,), name="pp-parent-watch", daemon=True).start()
-
-
-@contextlib.contextmanager
-def _ctrl_c_blocked() -> Iterator[None]:
-    """SIGINT blocked in this thread meanwhile (where the platform has signal masks)."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _exit_with(sentinel: int) -> None:

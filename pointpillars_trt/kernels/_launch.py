@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import BackendError, InputError
 from ..fileio import user_cache_dir, write_bytes_atomic
+from ..stop_signals import stop_signals_blocked
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do
 _INCLUDE = re.compile(r'#include "([a-z_]+\.cuh)"')  # a header of kernels/cuda
@@ -76,8 +77,9 @@ def compiled_modules() -> int:
 
 
 def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
-    """Compile ``file`` once per define set and fetch every declared kernel up front."""
-    with checked(file):
+    """Compile ``file`` once per define set and fetch every declared kernel up front (CuPy compiles with
+    NVRTC on its first use on a machine: stop signals held meanwhile, see ``stop_signals``)."""
+    with checked(file), stop_signals_blocked(keep_python_handlers=True):
         module = _module(file, defines)
         return {name: module.get_function(name) for name in names}
 
@@ -109,7 +111,7 @@ def _cubin_path(file: str, defines: tuple[str, ...], arch: str) -> Path:
 
     Kept so that NVRTC runs once a machine, not in every process: while it compiles, NVRTC's own SIGINT and
     SIGTERM handlers stand in for Python's, and a Ctrl-C or SIGTERM that came then was lost (an H200 run
-    of ``infer`` stopped ~1.2 s after its start went on to its end); it also saves ~0.04 s a start."""
+    of ``infer`` signalled ~1.2 s after its start went on to its end); it also saves ~0.04 s a start."""
     from cupy_backends.cuda.libs import nvrtc
 
     made_of = json.dumps([kernel_source(file), arch, COMPILE_OPTIONS, defines, nvrtc.getVersion()])
@@ -123,7 +125,8 @@ def _compile_cubin(file: str, defines: tuple[str, ...], arch: str) -> bytes:
     program = nvrtc.createProgram(kernel_source(file), file, (), ())
     try:
         try:
-            nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
+            with stop_signals_blocked(keep_python_handlers=True):
+                nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
         except nvrtc.NVRTCError as exc:
             log = nvrtc.getProgramLog(program)
             raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc

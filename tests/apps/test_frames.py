@@ -614,8 +614,8 @@ def test_a_reader_that_does_not_pickle_reads_in_threads(model, frames) -> None: 
 
 def test_a_ctrl_c_while_the_workers_import_neither_stops_them_nor_prints_a_traceback(capfd) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C reaches the whole process group, also while the worker processes are still importing (they
-    start while the model opens): they start with it blocked, so it neither ends them with a
-    KeyboardInterrupt traceback each nor breaks the pool; once started they ignore it."""
+    start while the model opens): they start with it (and SIGTERM) blocked, so it neither ends them with a
+    KeyboardInterrupt traceback each nor breaks the pool; once started they ignore it, and take SIGTERM."""
     import signal
 
     from pointpillars_trt.apps.frame_reads import read_batch
@@ -627,7 +627,8 @@ def test_a_ctrl_c_while_the_workers_import_neither_stops_them_nor_prints_a_trace
             os.kill(process.pid, signal.SIGINT)
         assert pool.wait(), pool.failure
         assert pool.pool.submit(signal.getsignal, signal.SIGINT).result() == signal.SIG_IGN
-        assert signal.SIGINT not in pool.pool.submit(signal.pthread_sigmask, signal.SIG_BLOCK, set()).result()
+        assert not {signal.SIGINT, signal.SIGTERM} & pool.pool.submit(signal.pthread_sigmask, signal.SIG_BLOCK, set()).result()
+        assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, set())  # this thread's back
     finally:
         pool.pool.shutdown()
     assert "Traceback" not in capfd.readouterr().err

@@ -3,6 +3,8 @@ and (marked `cuda`) the kernel in float16, TF32 and float32 against a float64 Nu
 
 from __future__ import annotations
 
+import signal
+
 import numpy as np
 import pytest
 
@@ -318,11 +320,13 @@ def run_half(cp, stage, params: NeckHeadParams, frames) -> np.ndarray:  # type: 
 def test_the_wgmma_cubin_is_kept_loaded_without_nvrtc_and_compiled_again_when_damaged(cp, tmp_path, monkeypatch):
     """The sm_90a module's cubin lands in the user cache; a later process (here: the module cache cleared)
     loads it without NVRTC, whose compile puts its own SIGINT / SIGTERM handlers in Python's place, and
-    gets the same heads; a damaged file is compiled again and replaced."""
+    gets the same heads; a damaged file is compiled again and replaced. After a compile Python's handlers
+    are as Python set them (NVRTC put them back with SA_RESTART)."""
     from dataclasses import replace
 
     from cupy_backends.cuda.libs import nvrtc
 
+    import signal_actions
     from pointpillars_trt.kernels import _launch
     from pointpillars_trt.kernels.neck_head import NeckHeadStage
 
@@ -333,7 +337,13 @@ def test_the_wgmma_cubin_is_kept_loaded_without_nvrtc_and_compiled_again_when_da
     params, weights, feats = make_case(branches, hy, hx, nh=nh, batch=batch, half=True, seed=6)
     params = replace(params, wgmma=True, warps=8, stages=3, min_blocks=1, blocks_per_position=0)
     _launch._arch_module.cache_clear()
-    compiled = run_half(cp, NeckHeadStage(params, weights), params, feats)
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a Python handler for both, as in the CLI
+    try:
+        python_own = [signal_actions.action(signum) for signum in (signal.SIGINT, signal.SIGTERM)]
+        compiled = run_half(cp, NeckHeadStage(params, weights), params, feats)
+        assert [signal_actions.action(signum) for signum in (signal.SIGINT, signal.SIGTERM)] == python_own
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     (kept,) = (tmp_path / "kernels").glob("neck_head_wgmma-sm_90a-*.cubin")
     cubin = kept.read_bytes()
 

@@ -1,0 +1,42 @@
+"""Ctrl-C (SIGINT) and SIGTERM held off while code runs that must not take them: processes being spawned
+(a child starts with the spawning thread's signal mask) and NVRTC compiling (it puts its own handlers in
+Python's place meanwhile; a signal that reached them was lost)."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+
+
+@contextlib.contextmanager
+def stop_signals_blocked(*, keep_python_handlers: bool = False) -> Iterator[None]:
+    """SIGINT and SIGTERM blocked in this thread meanwhile (where the platform has signal masks): one sent to
+    it waits, and is delivered to Python's handler when they are unblocked (one sent to the process goes
+    to another thread that does not block it, if there is one). ``keep_python_handlers``: then, on the main
+    thread, Python's handlers are set again first, as Python sets them (a library that swapped its own in
+    and back may have left other flags, e.g. SA_RESTART, under which a wait is not interrupted)."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        try:
+            if keep_python_handlers and threading.current_thread() is threading.main_thread():
+                for signum in STOP_SIGNALS:
+                    handler = signal.getsignal(signum)
+                    if handler is not None:  # None: a handler not set from Python, left alone
+                        signal.signal(signum, handler)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def unblock_stop_signals() -> None:
+    """Undo a ``stop_signals_blocked`` this process started under (a spawned child inherits the mask)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)

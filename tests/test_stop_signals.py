@@ -1,0 +1,50 @@
+"""``stop_signals``: a Ctrl-C or SIGTERM that comes while they are held reaches Python's handler once they are
+released, and Python's handlers come back as Python set them. Oracle: the kernel's own record of the handler
+(``sigaction``) and the exception the signal raises."""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+import pytest
+
+import signal_actions
+from pointpillars_trt.stop_signals import stop_signals_blocked
+
+pytestmark = pytest.mark.skipif(not signal_actions.available() or not hasattr(signal, "pthread_sigmask"),
+                                reason="Linux signal masks and sigaction layout")
+
+
+def test_a_ctrl_c_while_held_is_raised_once_they_are_released() -> None:
+    """Sent to this thread (a signal sent to the process goes to a thread that does not block it, if any)."""
+    reached = False
+    with pytest.raises(KeyboardInterrupt):
+        with stop_signals_blocked():
+            signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+            for _ in range(1000):  # bytecodes enough for a pending handler to have run
+                pass
+            reached = True
+    assert reached
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, set())
+
+
+def test_python_handlers_come_back_as_python_set_them() -> None:
+    """A library (NVRTC) that swaps its handlers in and back with signal() leaves SA_RESTART on Python's:
+    a wait would then not be interrupted by Ctrl-C. Held with ``keep_python_handlers``, the flags are
+    Python's again after."""
+    assert threading.current_thread() is threading.main_thread()
+    python_own = {signum: signal_actions.action(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # a Python handler, as the CLI sets one
+    try:
+        python_own[signal.SIGTERM] = signal_actions.action(signal.SIGTERM)
+        with stop_signals_blocked(keep_python_handlers=True):
+            for signum in python_own:
+                signal_actions.set_flags(signum, python_own[signum][1] | signal_actions.SA_RESTART)
+        assert {signum: signal_actions.action(signum) for signum in python_own} == python_own
+        with stop_signals_blocked():  # without it, the flags stay as the library left them
+            signal_actions.set_flags(signal.SIGINT, python_own[signal.SIGINT][1] | signal_actions.SA_RESTART)
+        assert signal_actions.action(signal.SIGINT)[1] & signal_actions.SA_RESTART
+        signal.signal(signal.SIGINT, signal.getsignal(signal.SIGINT))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
