@@ -395,8 +395,8 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 
 #: Threads ``infer_many`` reads point files on, and how many batches they read ahead of the batch that runs.
 #: More threads read no faster beside the detect calls, which need this process's interpreter lock back
-#: after each CUDA call (H200, batches of 8: 2 threads 2,083-2,128 camera-view crops/s and 892-989 full
-#: scans/s; 4 threads 1,535-1,687 / 1,101-1,115; 8 threads 1,131 / 722-795).
+#: after each CUDA call (H200, batches of 8, camera-view crops / full scans a second: 2 threads
+#: 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795).
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
 
