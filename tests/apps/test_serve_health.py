@@ -73,7 +73,10 @@ class Serve:
             _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            try:
+                self.proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:  # serve is gone: a process it left holds its output pipes
+                pytest.fail(f"serve's output still open {timeout} s on, its process {self.proc.returncode}")
             pytest.fail(f"serve did not exit within {timeout} s")
         return self.proc.returncode, err
 
@@ -131,12 +134,28 @@ def test_a_dead_model_worker_is_noticed_and_serve_exits_1(serve: Serve) -> None:
 
 @pytest.mark.slow
 def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> None:
+    """A tritonserver killed: serve says so and exits 1, its backend stub (which may outlive the server,
+    holding serve's output pipes) is killed with the server's process group, and no shared memory is left."""
     assert serve.shm_regions()
+    stubs = serve.stub_pids()
+    assert stubs
     os.kill(serve.server_pid(), signal.SIGKILL)
     rc, err = serve.finish()
     lines = error_lines(err)
     assert rc == 1 and len(lines) == 1 and "tritonserver exited with code -9" in lines[0], err[-2000:]
     assert serve.shm_regions() == []
+    deadline = time.monotonic() + 5  # SIGKILL takes a moment; a dead one waits as a zombie for its new parent
+    while [pid for pid in stubs if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in stubs if running(pid)]
+
+
+def running(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ through PYTHONPATH (so a virtualenv's packages, pointpillars_trt among them, are
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import secrets
@@ -246,7 +247,9 @@ class TritonServer:
 
     def stop(self) -> int | None:
         """SIGTERM, wait up to ``stop_timeout`` s, then SIGKILL the server's process group (its backend
-        stubs with it). Returns the exit code; removes the temp backend folder."""
+        stubs with it). Returns the exit code; removes the temp backend folder. A server that ended on its
+        own (crashed, killed) may have left stubs behind: what is left of its group is killed too (an
+        orphaned stub kept running, holding the serve command's output pipes)."""
         code = None
         if self.process is not None:
             self.signal(signal.SIGTERM)
@@ -254,6 +257,8 @@ class TritonServer:
             if code is None:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 code = self.process.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):  # none left: the usual case
+                os.killpg(self.process.pid, signal.SIGKILL)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
