@@ -304,8 +304,10 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models).
 
-        Up to ``INFER_MANY_READ_AHEAD`` batches of frames are read ahead, on ``INFER_MANY_READERS`` threads,
-        while the current batch runs (on the GPU the detect call releases the GIL while it waits for the device).
+        Frames given as a sequence (a list of paths) are read up to ``INFER_MANY_READ_AHEAD`` batches ahead, on
+        ``INFER_MANY_READERS`` threads, while the current batch runs (on the GPU the detect call releases the
+        GIL while it waits for the device); from any other iterable (a generator, a live source), one frame
+        ahead, so that a result never waits for frames that have not come yet.
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -316,20 +318,22 @@ class PointPillars:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         columns = self.cfg.num_point_columns
         load = functools.partial(_load_frame, point_dim=columns if point_dim is None else point_dim, columns=columns)
-        return self._stream(iter(enumerate(frames)), batch, load)  # checked above, not at the first next()
+        ahead = INFER_MANY_READ_AHEAD * batch if isinstance(frames, Sequence) else 1
+        return self._stream(iter(enumerate(frames)), batch, load, ahead)  # checked above, not at the first next()
 
-    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int,
-                load: Callable[[object], object]) -> Iterator[FrameResult]:
+    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, load: Callable[[object], object],
+                ahead: int) -> Iterator[FrameResult]:
         columns = self.cfg.num_point_columns
         window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
         ready = 0  # frames of the window that will run
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
         reads: collections.deque[tuple[str, Future[object]]] = collections.deque()
         try:
-            _read_ahead(reader, reads, items, load, INFER_MANY_READ_AHEAD * batch_size)
+            failed = _read_ahead(reader, reads, items, load, ahead)  # the caller's iterable raised it
             while reads:
                 source, future = reads.popleft()
-                _read_ahead(reader, reads, items, load, INFER_MANY_READ_AHEAD * batch_size)
+                if failed is None:
+                    failed = _read_ahead(reader, reads, items, load, ahead)
                 try:
                     window.append((source, _device_or_host_points(future.result(), self.device, columns)))
                     ready += 1
@@ -345,6 +349,8 @@ class PointPillars:
                     window, ready = [], 0
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
+        if failed is not None:  # after the results of the frames it gave before
+            raise failed
 
     def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
         frames = [entry for entry in window if not isinstance(entry, FrameResult)]
@@ -394,9 +400,10 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 
 
 #: Threads ``infer_many`` reads point files on, and how many batches they read ahead of the batch that runs.
-#: More threads read no faster beside the detect calls, which need this process's interpreter lock back
-#: after each CUDA call (H200, batches of 8, camera-view crops / full scans a second: 2 threads
-#: 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795).
+#: Beside the detect calls, which need this process's interpreter lock back after each CUDA call, more
+#: threads are not faster: H200, batches of 8, camera-view crops / full scans a second, 2 threads
+#: 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795. 2 taken: crops
+#: ~15 % faster than with 4, full scans ~10 % slower.
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
 
@@ -490,11 +497,17 @@ def frame_source(item: object, index: int) -> str:
 
 
 def _read_ahead(reader: Executor, reads: collections.deque[tuple[str, Future[object]]],
-                items: Iterator[tuple[int, object]], load: Callable[[object], object], depth: int) -> None:
-    """Start reading the next items until ``depth`` reads are in flight (or the items end)."""
+                items: Iterator[tuple[int, object]], load: Callable[[object], object],
+                depth: int) -> Exception | None:
+    """Start reading the next items until ``depth`` reads are in flight (or the items end); what the items'
+    iterable raised, if it did (the frames before it still run)."""
     while len(reads) < depth:
-        nxt = next(items, None)
+        try:
+            nxt = next(items, None)
+        except Exception as exc:  # noqa: BLE001 - the caller's own error, raised once its frames are done
+            return exc
         if nxt is None:
-            return
+            return None
         index, item = nxt
         reads.append((frame_source(item, index), reader.submit(load, item)))
+    return None

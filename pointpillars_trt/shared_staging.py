@@ -55,26 +55,31 @@ class SharedArrays:
         name = f"pp-staging-{os.getpid()}-{next(_names)}-{secrets.token_hex(4)}"
         path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            resource_tracker.register("/" + name, "shared_memory")
+        registered = pinned = False
+        try:  # whatever stops it (a full /dev/shm, Ctrl-C at any step), the file goes with it
             try:
+                resource_tracker.register("/" + name, "shared_memory")
+                registered = True
                 os.posix_fallocate(fd, 0, nbytes)
                 mapping = mmap.mmap(fd, nbytes)
-            except BaseException:
-                _remove(name)
-                raise
-        finally:
-            os.close(fd)
-        array = np.frombuffer(mapping, dtype, count).reshape(shape)
-        if self.pin:
-            import cupy
+            finally:
+                os.close(fd)
+            array = np.frombuffer(mapping, dtype, count).reshape(shape)
+            if self.pin:
+                import cupy
 
-            try:
                 cupy.cuda.runtime.hostRegister(array.ctypes.data, nbytes, 0)
-            except BaseException:
-                _remove(name)
-                raise
-        self._files[array.ctypes.data] = name
+                pinned = True
+            self._files[array.ctypes.data] = name
+        except BaseException:
+            try:
+                if pinned:
+                    import cupy
+
+                    cupy.cuda.runtime.hostUnregister(array.ctypes.data)
+            finally:
+                _remove(name, registered)
+            raise
         return array
 
     def handle(self, buffer: StagingBuffer) -> SharedStagingHandle:
@@ -108,12 +113,15 @@ class SharedArrays:
             _remove(name)
 
 
-def _remove(name: str) -> None:
+def _remove(name: str, registered: bool = True) -> None:
+    """Remove the file ``name``, and its entry with the resource tracker when it was ``registered`` (the
+    tracker reports a name it never had)."""
     try:
         os.unlink(os.path.join(SHM_DIR, name))
     except FileNotFoundError:
         pass
-    resource_tracker.unregister("/" + name, "shared_memory")
+    if registered:
+        resource_tracker.unregister("/" + name, "shared_memory")
 
 
 @dataclass(frozen=True)

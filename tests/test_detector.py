@@ -281,7 +281,7 @@ def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path
 
 def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: Path) -> None:
     """Thousands of unreadable paths in a row: each error comes out as soon as the frames before it did
-    (the readers are at most two batches ahead), so memory and time stay flat; then a good frame."""
+    (from a generator the reader is one path ahead), so memory and time stay flat; then a good frame."""
     from tiny import tiny_model_dir
 
     consumed = 0
@@ -299,36 +299,55 @@ def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: 
     with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
         results = detector.infer_many(paths(), batch_size=4)
         first = next(results)
-        assert first.error is not None and "missing0.bin" in first.source and consumed <= 2 * 4 + 1
+        assert first.error is not None and "missing0.bin" in first.source and consumed <= 3
         rest = list(results)
     assert len(rest) == 5000 and all(r.error is not None for r in rest[:-1])
     assert rest[-1].error is None and rest[-1].detections is not None
 
 
-def test_infer_many_stopped_early_reads_no_further_and_leaves_no_reader_thread(tmp_path: Path) -> None:
-    """A caller that stops after the first result: the reads not started are dropped (the items are
-    pulled no further) and the reader threads end with the iterator, not when it is collected."""
+def test_infer_many_stopped_early_leaves_no_reader_thread(tmp_path: Path) -> None:
+    """A caller that stops after the first result of a long list: the reads not started are dropped and
+    the reader threads end with the iterator (not when it is collected), at once."""
     import threading
+    import time
 
     from tiny import tiny_model_dir
 
-    consumed = 0
     good = tmp_path / "good.bin"
     np.zeros((10, 4), np.float32).tofile(good)
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = detector.infer_many([str(good)] * 1000, batch_size=2)
+        assert next(results).error is None
+        start = time.perf_counter()
+        results.close()
+        assert time.perf_counter() - start < 1.0
+        assert not [t for t in threading.enumerate() if t.name.startswith("pp-infer-many")]
 
-    def paths():  # type: ignore[no-untyped-def]
-        nonlocal consumed
-        for _ in range(1000):
-            consumed += 1
+
+def test_infer_many_reads_a_generator_one_frame_ahead(tmp_path: Path) -> None:
+    """From a generator (a live source) a result waits for one more frame at most, never for a batch's
+    read-ahead, and what the generator raises comes after the results of the frames it gave before."""
+    from tiny import tiny_model_dir
+
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+    given = 0
+
+    def frames():  # type: ignore[no-untyped-def]
+        nonlocal given
+        for _ in range(6):
+            given += 1
             yield str(good)
+        raise OSError("the sensor went away")
 
     with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
-        results = detector.infer_many(paths(), batch_size=2)
-        assert next(results).error is None
-        pulled = consumed
-        results.close()
-        assert pulled <= 2 * 2 + 2 and consumed == pulled
-        assert not [t for t in threading.enumerate() if t.name.startswith("pp-infer-many")]
+        results = detector.infer_many(frames(), batch_size=1)
+        seen = []
+        with pytest.raises(OSError, match="the sensor went away"):
+            for result in results:
+                assert given <= len(seen) + 2
+                seen.append(result)
+    assert len(seen) == 6 and all(r.error is None for r in seen)
 
 
 def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:

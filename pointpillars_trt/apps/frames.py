@@ -30,6 +30,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError  # not the builtin one on Python 3.10
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from typing import Any
 
 import numpy as np
@@ -632,6 +633,8 @@ class WorkerProcesses:
         # a task each: all of them start. They start with Ctrl-C and SIGTERM blocked (a spawned process
         # inherits the mask), so one that comes while they import prints no traceback; here it waits for
         # the unblock, and the pool's threads, started meanwhile, never take one (the main thread does).
+        # The resource tracker runs first: starting it unblocks both signals.
+        resource_tracker.ensure_running()
         with stop_signals_blocked():
             self._first = [self.pool.submit(os.getpid) for _ in range(count)]
         self.failure: str | None = None  # why they could not start, once ``wait`` found out

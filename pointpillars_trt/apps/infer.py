@@ -576,7 +576,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                          notice=report.note, points_per_frame=points_per_frame, reader_processes=readers)
     jobs = runner.run(frames)
     try:
-        for job in jobs:  # a frame's row is kept before anything is said of it: a stop right after keeps it
+        for job in jobs:  # a frame's row is kept before its warnings are said: a stop right after keeps it
             if job.error is not None:
                 if rows is not None:
                     rows.add(row_text(frame_row(job.source, None, job.error, classes)))
@@ -588,10 +588,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 continue
             written, row = job.written
             to_flush.add(written.files)
-            if rows is not None:
+            report.written(job.source, written, job.detections)  # counted before its row: a part that cannot
+            if rows is not None:  # be written takes the frames of its rows back from the written ones
                 rows.add(row, (job.source, written))
             warned.add(frame_warnings(job, read, plan.point_range), job.source)
-            report.written(job.source, written, job.detections)
         if rows is not None:
             rows.close()
             to_flush.add(rows.parts.files)

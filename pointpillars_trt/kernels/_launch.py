@@ -88,17 +88,22 @@ def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...])
 def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
     """The module of ``file`` for ``arch``, its cubin from the user cache when a process before compiled it."""
     cp = cupy_module()
-    cached = _cubin_path(file, defines, arch)
+    try:
+        cached: Path | None = _cubin_path(file, defines, arch)
+    except (RuntimeError, OSError):  # no home folder to find the cache in (a container's anonymous user)
+        cached = None
     module = cp.cuda.function.Module()
     try:
-        module.load(cached.read_bytes())
-        return module
+        if cached is not None:
+            module.load(cached.read_bytes())
+            return module
     except (OSError, cp.cuda.driver.CUDADriverError):  # none yet, unreadable or damaged: compiled again
         pass
     cubin = _compile_cubin(file, defines, arch)
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(cached, cubin, durable=False)
+        if cached is not None:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            write_bytes_atomic(cached, cubin, durable=False)
     except OSError:  # a read-only cache: compiled again by the next process
         pass
     module.load(cubin)
