@@ -546,6 +546,21 @@ def test_one_h2d_and_one_d2h_copy_per_batch(batched, assets):  # type: ignore[no
     assert batched.copies.h2d_bytes == sum(f.nbytes for f in frames) + 16 * HEADER_ROWS
 
 
+def _files_and_each_alone(gpu, assets, folder, corrupt_at: int):  # type: ignore[no-untyped-def]
+    """The mixed frames three times as .bin files in ``folder``, with a 20-byte corrupt file at place
+    ``corrupt_at`` among their paths; and each frame's detections run alone on ``gpu``."""
+    from pointpillars_trt.kitti import write_velodyne_bin
+
+    frames = _mixed_frames(assets) * 3
+    paths = []
+    for index, points in enumerate(frames):
+        paths.append(str(folder / f"{index:06d}.bin"))
+        write_velodyne_bin(points, paths[-1])
+    (folder / "corrupt.bin").write_bytes(b"\0" * 20)
+    paths.insert(corrupt_at, str(folder / "corrupt.bin"))
+    return paths, [gpu.detect(points) for points in frames]
+
+
 @pytest.mark.parametrize("reader_processes", [0, 2])
 def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_path, reader_processes):  # type: ignore[no-untyped-def]
     """Files read straight into pinned staging by the runner's reader threads, or by reader processes into
@@ -555,17 +570,9 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
     from pointpillars_trt.apps.frame_reads import read_batch
     from pointpillars_trt.apps.frames import FrameReader, FrameRunner, WorkerProcesses
     from pointpillars_trt.detector import PointPillars
-    from pointpillars_trt.kitti import write_velodyne_bin
 
     _, _, gpu = family_pair
-    frames = _mixed_frames(assets) * 3
-    paths = []
-    for index, points in enumerate(frames):
-        paths.append(str(tmp_path / f"{index:06d}.bin"))
-        write_velodyne_bin(points, paths[-1])
-    (tmp_path / "corrupt.bin").write_bytes(b"\0" * 20)
-    paths.insert(5, str(tmp_path / "corrupt.bin"))
-    alone = [gpu.detect(points) for points in frames]
+    paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=5)
     detectors = [PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) for _ in range(2)]
     pool = WorkerProcesses(reader_processes, read_batch) if reader_processes else None
     notices: list[str] = []
@@ -589,17 +596,9 @@ def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, t
     frames: results in input order, the corrupt file's error alone, each frame's boxes the bytes of running
     it alone."""
     from pointpillars_trt.detector import PointPillars
-    from pointpillars_trt.kitti import write_velodyne_bin
 
     _, _, gpu = family_pair
-    frames = _mixed_frames(assets) * 3
-    paths = []
-    for index, points in enumerate(frames):
-        paths.append(str(tmp_path / f"{index:06d}.bin"))
-        write_velodyne_bin(points, paths[-1])
-    (tmp_path / "corrupt.bin").write_bytes(b"\0" * 20)
-    paths.insert(4, str(tmp_path / "corrupt.bin"))
-    alone = [gpu.detect(points) for points in frames]
+    paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
     with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
         results = list(detector.infer_many(paths, batch_size=3))
     assert [r.source for r in results] == paths
