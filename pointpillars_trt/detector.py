@@ -306,8 +306,9 @@ class PointPillars:
 
         Frames given as a sequence (a list of paths) are read up to ``INFER_MANY_READ_AHEAD`` batches ahead, on
         ``INFER_MANY_READERS`` threads, while the current batch runs (on the GPU the detect call releases the
-        GIL while it waits for the device); from any other iterable (a generator, a live source), one frame
-        ahead, so that a result never waits for frames that have not come yet.
+        GIL while it waits for the device). From any other iterable (a generator, a live source) no frame
+        is taken beyond the batch being filled, so a batch's results never wait for later frames; what the
+        iterable raises comes after the results of the frames it gave.
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -318,22 +319,26 @@ class PointPillars:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         columns = self.cfg.num_point_columns
         load = functools.partial(_load_frame, point_dim=columns if point_dim is None else point_dim, columns=columns)
-        ahead = INFER_MANY_READ_AHEAD * batch if isinstance(frames, Sequence) else 1
+        ahead = INFER_MANY_READ_AHEAD * batch if isinstance(frames, Sequence) else None
         return self._stream(iter(enumerate(frames)), batch, load, ahead)  # checked above, not at the first next()
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, load: Callable[[object], object],
-                ahead: int) -> Iterator[FrameResult]:
+                ahead: int | None) -> Iterator[FrameResult]:
+        """``infer_many``'s loop; ``ahead``: frames read ahead, or None for the rest of the batch being filled."""
         columns = self.cfg.num_point_columns
         window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
         ready = 0  # frames of the window that will run
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
         reads: collections.deque[tuple[str, Future[object]]] = collections.deque()
+        ended, failed = False, None  # the items ended; what the caller's iterable raised
         try:
-            failed = _read_ahead(reader, reads, items, load, ahead)  # the caller's iterable raised it
-            while reads:
+            while True:
+                if not ended:
+                    depth = ahead if ahead is not None else batch_size - ready
+                    ended, failed = _read_ahead(reader, reads, items, load, depth)
+                if not reads:
+                    break
                 source, future = reads.popleft()
-                if failed is None:
-                    failed = _read_ahead(reader, reads, items, load, ahead)
                 try:
                     window.append((source, _device_or_host_points(future.result(), self.device, columns)))
                     ready += 1
@@ -344,9 +349,10 @@ class PointPillars:
                     window.append(FrameResult(source, None, error))
                 # a full batch; the end; failures only (they go out in order at once); or as many
                 # failures waiting behind a part batch as a batch holds (memory stays flat)
-                if ready == batch_size or not reads or not ready or len(window) - ready >= batch_size:
+                if ready == batch_size or (ended and not reads) or not ready or len(window) - ready >= batch_size:
                     yield from self._run_window(window)
                     window, ready = [], 0
+            yield from self._run_window(window)  # (empty: the last frame's round ran it)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
         if failed is not None:  # after the results of the frames it gave before
@@ -498,16 +504,16 @@ def frame_source(item: object, index: int) -> str:
 
 def _read_ahead(reader: Executor, reads: collections.deque[tuple[str, Future[object]]],
                 items: Iterator[tuple[int, object]], load: Callable[[object], object],
-                depth: int) -> Exception | None:
-    """Start reading the next items until ``depth`` reads are in flight (or the items end); what the items'
-    iterable raised, if it did (the frames before it still run)."""
+                depth: int) -> tuple[bool, Exception | None]:
+    """Start reading the next items until ``depth`` reads are in flight; whether the items ended, and what
+    their iterable raised if it did (the frames before it still run)."""
     while len(reads) < depth:
         try:
             nxt = next(items, None)
         except Exception as exc:  # noqa: BLE001 - the caller's own error, raised once its frames are done
-            return exc
+            return True, exc
         if nxt is None:
-            return None
+            return True, None
         index, item = nxt
         reads.append((frame_source(item, index), reader.submit(load, item)))
-    return None
+    return False, None

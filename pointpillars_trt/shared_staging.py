@@ -56,7 +56,7 @@ class SharedArrays:
         path = os.path.join(SHM_DIR, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         registered = pinned = False
-        try:  # whatever stops it (a full /dev/shm, Ctrl-C at any step), the file goes with it
+        try:  # whatever stops it once the file is there (a full /dev/shm, a failed page-lock, Ctrl-C), it goes
             try:
                 resource_tracker.register("/" + name, "shared_memory")
                 registered = True

@@ -15,15 +15,20 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
 @contextlib.contextmanager
 def stop_signals_blocked(*, keep_python_handlers: bool = False) -> Iterator[None]:
     """SIGINT and SIGTERM blocked in this thread meanwhile (where the platform has signal masks): one sent to
-    it waits, and is delivered to Python's handler when they are unblocked (one sent to the process goes
-    to another thread that does not block it, if there is one). ``keep_python_handlers``: then, on the main
+    it waits, and is delivered to Python's handler when they are unblocked. One sent to the process goes to
+    another thread that does not block it, if there is one: the command line starts NumPy's threads with
+    both blocked, so there it reaches the main thread. ``keep_python_handlers``: then, on the main
     thread, Python's handlers are set again first, as Python sets them (a library that swapped its own in
-    and back may have left other flags, e.g. SA_RESTART, under which a wait is not interrupted)."""
+    and back may have left other flags, e.g. SA_RESTART, under which a wait is not interrupted).
+
+    A Python handler that raises (a Ctrl-C already pending) may do so inside these calls: the mask is put
+    back whatever happens, so the thread never keeps the signals blocked."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # reads the mask only
     try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         yield
     finally:
         try:
@@ -33,7 +38,11 @@ def stop_signals_blocked(*, keep_python_handlers: bool = False) -> Iterator[None
                     if handler is not None:  # None: a handler not set from Python, left alone
                         signal.signal(signum, handler)
         finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            try:
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            except BaseException:  # a handler raised on the way in, before the mask was put back
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+                raise
 
 
 def unblock_stop_signals() -> None:

@@ -281,7 +281,8 @@ def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path
 
 def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: Path) -> None:
     """Thousands of unreadable paths in a row: each error comes out as soon as the frames before it did
-    (from a generator the reader is one path ahead), so memory and time stay flat; then a good frame."""
+    (from a generator no path is taken beyond the batch being filled), so memory and time stay flat; then a
+    good frame."""
     from tiny import tiny_model_dir
 
     consumed = 0
@@ -299,15 +300,15 @@ def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: 
     with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
         results = detector.infer_many(paths(), batch_size=4)
         first = next(results)
-        assert first.error is not None and "missing0.bin" in first.source and consumed <= 3
+        assert first.error is not None and "missing0.bin" in first.source and consumed <= 4
         rest = list(results)
     assert len(rest) == 5000 and all(r.error is not None for r in rest[:-1])
     assert rest[-1].error is None and rest[-1].detections is not None
 
 
 def test_infer_many_stopped_early_leaves_no_reader_thread(tmp_path: Path) -> None:
-    """A caller that stops after the first result of a long list: the reads not started are dropped and
-    the reader threads end with the iterator (not when it is collected), at once."""
+    """A caller that stops after the first result of a long list: the reader threads end with the iterator
+    (not when it is collected), at once."""
     import threading
     import time
 
@@ -324,9 +325,10 @@ def test_infer_many_stopped_early_leaves_no_reader_thread(tmp_path: Path) -> Non
         assert not [t for t in threading.enumerate() if t.name.startswith("pp-infer-many")]
 
 
-def test_infer_many_reads_a_generator_one_frame_ahead(tmp_path: Path) -> None:
-    """From a generator (a live source) a result waits for one more frame at most, never for a batch's
-    read-ahead, and what the generator raises comes after the results of the frames it gave before."""
+def test_infer_many_takes_from_a_generator_no_frame_beyond_the_batch(tmp_path: Path) -> None:
+    """From a generator (a live source) a batch's results come before the next frame is taken (they never
+    wait for a frame that has not come yet), and what the generator raises comes after the results of the
+    frames it gave before."""
     from tiny import tiny_model_dir
 
     good = tmp_path / "good.bin"
@@ -341,13 +343,13 @@ def test_infer_many_reads_a_generator_one_frame_ahead(tmp_path: Path) -> None:
         raise OSError("the sensor went away")
 
     with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
-        results = detector.infer_many(frames(), batch_size=1)
-        seen = []
-        with pytest.raises(OSError, match="the sensor went away"):
-            for result in results:
-                assert given <= len(seen) + 2
-                seen.append(result)
-    assert len(seen) == 6 and all(r.error is None for r in seen)
+        for batch in (1, 4):
+            given, seen = 0, []
+            with pytest.raises(OSError, match="the sensor went away"):
+                for result in detector.infer_many(frames(), batch_size=batch):
+                    assert given == min(6, -(-(len(seen) + 1) // batch) * batch), batch  # this batch's frames only
+                    seen.append(result)
+            assert len(seen) == 6 and all(r.error is None for r in seen)
 
 
 def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:

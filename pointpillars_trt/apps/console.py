@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import sys
 
+from ..stop_signals import stop_signals_blocked
 from .exit_codes import EXIT_INTERRUPTED
 
 
 def main() -> int:
     try:
-        from .cli import main as run
+        # held meanwhile, so that the threads these imports start (NumPy's BLAS pool) never take a Ctrl-C or
+        # SIGTERM: the main thread does, or it waits for it (``stop_signals``)
+        with stop_signals_blocked():
+            from .cli import main as run
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED

@@ -495,10 +495,12 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     it opens here; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
-    writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
-    readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
+    writers: WorkerProcesses | None = None
+    readers: WorkerProcesses | None = None
     detectors: list[Any] = []
-    try:
+    try:  # a Ctrl-C held while the readers spawn comes as their start ends: the writers are shut down too
+        writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
+        readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
         detectors = open_detectors(points_per_frame)
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)

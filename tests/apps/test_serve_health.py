@@ -75,8 +75,8 @@ class Serve:
             self.proc.kill()
             try:
                 self.proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:  # serve is gone: a process it left holds its output pipes
-                pytest.fail(f"serve's output still open {timeout} s on, its process {self.proc.returncode}")
+            except subprocess.TimeoutExpired:  # serve is killed: a process it left holds its output pipes
+                pytest.fail(f"serve's output pipes still open {timeout + 10:g} s on, held by a process it left")
             pytest.fail(f"serve did not exit within {timeout} s")
         return self.proc.returncode, err
 

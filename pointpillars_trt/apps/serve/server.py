@@ -138,6 +138,7 @@ class TritonServer:
         self.log = Path(log) if log is not None else None
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
+        self._group_killed = False  # what was left of the server's process group, once it ended
         self._scratch: str | None = None
         # the Python backend's shared-memory regions get this prefix, so that ``stop`` can remove
         # what a crashed server left in /dev/shm (and nothing of any other server)
@@ -257,8 +258,10 @@ class TritonServer:
             if code is None:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 code = self.process.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):  # none left: the usual case
-                os.killpg(self.process.pid, signal.SIGKILL)
+            if not self._group_killed:  # once: later, an empty group's id may be another process's
+                self._group_killed = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):  # none left: the usual case
+                    os.killpg(self.process.pid, signal.SIGKILL)
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
