@@ -97,3 +97,36 @@ def test_the_signals_are_never_left_blocked_when_a_ctrl_c_lands_inside_the_block
     done = subprocess.run([sys.executable, "-c", _STORM], capture_output=True, text=True, timeout=60)
     entered, raised, left_blocked = map(int, done.stdout.split())
     assert entered > 100 and raised > 10 and left_blocked == 0, (done.stdout, done.stderr[-2000:])
+
+
+_CLI_THREADS = r"""
+import os, sys
+sys.argv = ["pointpillars-trt", "--version"]
+from pointpillars_trt.apps import console
+try:
+    console.main()  # prints the version, and exits
+except SystemExit:
+    pass
+import numpy
+blocked = {}
+for task in os.listdir("/proc/self/task"):
+    status = open(f"/proc/self/task/{task}/status").read()
+    blocked[int(task)] = int(next(l for l in status.splitlines() if l.startswith("SigBlk")).split()[1], 16)
+stop = (1 << (2 - 1)) | (1 << (15 - 1))  # SIGINT, SIGTERM
+print(sum(1 for t in blocked if t != os.getpid()), all(m & stop == stop for t, m in blocked.items() if t != os.getpid()),
+      blocked[os.getpid()] & stop)
+"""
+
+
+def test_the_command_lines_numpy_threads_never_take_a_stop_signal() -> None:
+    """The command line imports NumPy (whose BLAS starts its threads then) with Ctrl-C and SIGTERM held:
+    those threads keep them blocked, so a signal to the process reaches the main thread or waits for it
+    (while NVRTC compiles, another thread would run NVRTC's handler and the signal be lost)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "3"}
+    done = subprocess.run([sys.executable, "-c", _CLI_THREADS], capture_output=True, text=True, timeout=60, env=env)
+    others, all_blocked, main_blocked = done.stdout.splitlines()[-1].split()
+    assert int(others) >= 1 and all_blocked == "True" and main_blocked == "0", (done.stdout, done.stderr[-2000:])
