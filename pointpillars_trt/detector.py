@@ -352,7 +352,9 @@ class PointPillars:
                 if ready == batch_size or (ended and not reads) or not ready or len(window) - ready >= batch_size:
                     yield from self._run_window(window)
                     window, ready = [], 0
-            yield from self._run_window(window)  # (empty: the last frame's round ran it)
+            # what the window holds when the items end right after it (from an iterable: a part batch with a
+            # failed read among it, which no round above ran: the batch was not full and no read was left)
+            yield from self._run_window(window)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
         if failed is not None:  # after the results of the frames it gave before

@@ -352,6 +352,24 @@ def test_infer_many_takes_from_a_generator_no_frame_beyond_the_batch(tmp_path: P
             assert len(seen) == 6 and all(r.error is None for r in seen)
 
 
+def test_infer_many_runs_a_generators_last_part_batch_that_ends_in_a_failed_read(tmp_path: Path) -> None:
+    """A generator that ends after three good frames and a missing file, batches of 4: the part batch is
+    still run when the generator ends, its failure in its place."""
+    from tiny import tiny_model_dir
+
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+
+    def frames():  # type: ignore[no-untyped-def]
+        yield from [str(good)] * 3
+        yield str(tmp_path / "missing.bin")
+
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = list(detector.infer_many(frames(), batch_size=4))
+    assert [r.error is None for r in results] == [True, True, True, False]
+    assert "missing.bin" in results[3].source and all(r.detections is not None for r in results[:3])
+
+
 def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:
     import os
 
