@@ -17,12 +17,13 @@ from .config import ModelConfig, Thresholds, load_config, plain_number
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
-from .pointcloud_io import find_intensity_mismatch, read_points
+from .pointcloud_io import find_intensity_mismatch, read_points_into
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points, check_frame_list
+from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
 from .sweeps import accumulate_sweeps
 
 
@@ -304,11 +305,13 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models).
 
-        Frames given as a sequence (a list of paths) are read up to ``INFER_MANY_READ_AHEAD`` batches ahead, on
-        ``INFER_MANY_READERS`` threads, while the current batch runs (on the GPU the detect call releases the
-        GIL while it waits for the device). From any other iterable (a generator, a live source) no frame
-        is taken beyond the batch being filled, so a batch's results never wait for later frames; what the
-        iterable raises comes after the results of the frames it gave.
+        The frames go in groups of ``batch_size``, each group one batch (less its failed reads). A group's
+        point files are read on ``INFER_MANY_READERS`` threads straight into a staging buffer of its own
+        (page-locked on the GPU, where the batch is copied to the device from it as it lies). Frames given
+        as a sequence (a list of paths) are read up to ``INFER_MANY_READ_AHEAD`` groups ahead while a group
+        runs; from any other iterable (a generator, a live source) no frame is taken beyond the group being
+        filled, so a batch's results never wait for later frames, and what the iterable raises comes after
+        the results of the frames it gave.
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -318,51 +321,52 @@ class PointPillars:
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         columns = self.cfg.num_point_columns
-        load = functools.partial(_load_frame, point_dim=columns if point_dim is None else point_dim, columns=columns)
-        ahead = INFER_MANY_READ_AHEAD * batch if isinstance(frames, Sequence) else None
-        return self._stream(iter(enumerate(frames)), batch, load, ahead)  # checked above, not at the first next()
+        dim = columns if point_dim is None else point_dim
+        read = functools.partial(read_points_into, point_dim=dim, columns=columns)
+        ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
+        likely = likely_points_per_frame(frames, dim) if isinstance(frames, Sequence) else None
+        staging = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
+                               empty_pinned if self.device == "cuda" else None)
+        return self._stream(iter(enumerate(frames)), batch, read, staging, ahead)  # checked above, not at next()
 
-    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, load: Callable[[object], object],
-                ahead: int | None) -> Iterator[FrameResult]:
-        """``infer_many``'s loop; ``ahead``: frames read ahead, or None for the rest of the batch being filled."""
-        columns = self.cfg.num_point_columns
-        window: list[FrameResult | tuple[str, object]] = []  # failed reads keep their place in the order
-        ready = 0  # frames of the window that will run
+    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame,
+                staging: _StagingPool, ahead: int) -> Iterator[FrameResult]:
+        """``infer_many``'s loop; ``ahead``: groups read ahead of the one that runs."""
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
-        reads: collections.deque[tuple[str, Future[object]]] = collections.deque()
+        groups: collections.deque[_Group] = collections.deque()
         ended, failed = False, None  # the items ended; what the caller's iterable raised
         try:
             while True:
-                if not ended:
-                    depth = ahead if ahead is not None else batch_size - ready
-                    ended, failed = _read_ahead(reader, reads, items, load, depth)
-                if not reads:
+                while not ended and len(groups) <= ahead:
+                    group, ended, failed = _start_group(reader, items, batch_size, read, staging.take())
+                    if group.frames:
+                        groups.append(group)
+                if not groups:
                     break
-                source, future = reads.popleft()
-                try:
-                    window.append((source, _device_or_host_points(future.result(), self.device, columns)))
-                    ready += 1
-                except PointPillarsError as exc:
-                    window.append(FrameResult(source, None, exc))
-                except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone
-                    error = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
-                    window.append(FrameResult(source, None, error))
-                # a full batch; the end; failures only (they go out in order at once); or as many
-                # failures waiting behind a part batch as a batch holds (memory stays flat)
-                if ready == batch_size or (ended and not reads) or not ready or len(window) - ready >= batch_size:
-                    yield from self._run_window(window)
-                    window, ready = [], 0
-            # what the window holds when the items end right after it (from an iterable: a part batch with a
-            # failed read among it, which no round above ran: the batch was not full and no read was left)
-            yield from self._run_window(window)
+                group = groups.popleft()
+                yield from self._run_group(group)
+                staging.give(group)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
         if failed is not None:  # after the results of the frames it gave before
             raise failed
 
-    def _run_window(self, window: list[FrameResult | tuple[str, object]]) -> Iterator[FrameResult]:
-        frames = [entry for entry in window if not isinstance(entry, FrameResult)]
-        results = iter(detect_each(self, [points for _, points in frames]))  # type: ignore[misc]
+    def _run_group(self, group: _Group) -> Iterator[FrameResult]:
+        """A group's frames as one batch, each failed read in its place."""
+        columns = self.cfg.num_point_columns
+        window: list[FrameResult | _GroupFrame] = []
+        for source, item, read in group.frames:
+            try:
+                points, start = read.result() if read is not None else (item, None)
+                window.append(_GroupFrame(source, _device_or_host_points(points, self.device, columns), start))
+            except PointPillarsError as exc:
+                window.append(FrameResult(source, None, exc))
+            except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone
+                unread = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
+                window.append(FrameResult(source, None, unread))
+        frames = [entry for entry in window if isinstance(entry, _GroupFrame)]
+        group.points = sum(len(frame.points) for frame in frames)
+        results = iter(self._detect_staged(group.staging, frames))
         for entry in window:
             if isinstance(entry, FrameResult):
                 yield entry
@@ -370,9 +374,25 @@ class PointPillars:
             found = next(results)
             if isinstance(found, BaseException):
                 error = found if isinstance(found, PointPillarsError) else PointPillarsError(str(found))
-                yield FrameResult(entry[0], None, error)
+                yield FrameResult(entry.source, None, error)
             else:
-                yield FrameResult(entry[0], found, None)
+                yield FrameResult(entry.source, found, None)
+
+    def _detect_staged(self, staging: StagingBuffer, frames: list[_GroupFrame]) -> list[Detections | BaseException]:
+        """``detect_each`` of the frames; on the GPU, when all of them lie in ``staging`` and fit the pipeline's
+        batch, one pass of the pipeline straight from it (no copy on this thread). When that pass fails, the
+        frames go through ``detect_each``, where each frame's own error shows."""
+        pipeline = self.gpu_pipeline
+        if (pipeline is not None and 0 < len(frames) <= pipeline.max_batch
+                and all(frame.start is not None for frame in frames)):
+            self._check_first_intensities(frames[0].points)
+            try:
+                with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
+                    pipeline.submit_staged(staging, [(len(frame.points), frame.start) for frame in frames])
+                    return [self._said_if_nonfinite(found) for found in pipeline.collect()]
+            except FRAME_ERRORS:
+                pass
+        return detect_each(self, [frame.points for frame in frames])
 
     def close(self) -> None:
         self._closed = True
@@ -407,11 +427,12 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
         return [result for frame in frames for result in detect_each(detector, [frame], thresholds)]
 
 
-#: Threads ``infer_many`` reads point files on, and how many batches they read ahead of the batch that runs.
-#: Beside the detect calls, which need this process's interpreter lock back after each CUDA call, more
-#: threads are not faster: H200, batches of 8, camera-view crops / full scans a second, 2 threads
-#: 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795. 2 taken: crops
-#: ~15 % faster than with 4, full scans ~10 % slower.
+#: Threads ``infer_many`` reads point files on, and how many groups (batches) they read ahead of the one that
+#: runs. Beside the detect calls, which need this process's interpreter lock back after each CUDA call, more
+#: threads were not faster when the calling thread still copied each frame into the pipeline's staging: H200,
+#: batches of 8, camera-view crops / full scans a second, 2 threads 2,083-2,961 / 892-1,311, 4 threads
+#: 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795. 2 taken: crops ~15 % faster than with 4, full scans
+#: ~10 % slower.
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
 
@@ -491,31 +512,66 @@ def _is_cuda_array(points: object) -> bool:
         return False
 
 
-def _load_frame(item: object, *, point_dim: int, columns: int) -> object:
-    """A point file (.bin, .npy, .pcd) read from disk (any failure is that file's InputError); an
-    array as it is."""
-    if isinstance(item, (str, os.PathLike)):
-        return read_points(item, point_dim=point_dim, columns=columns)
-    return item
-
-
 def frame_source(item: object, index: int) -> str:
     """How a frame is named in results and messages: its path, else ``frame <index>`` (an array)."""
     return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
 
 
-def _read_ahead(reader: Executor, reads: collections.deque[tuple[str, Future[object]]],
-                items: Iterator[tuple[int, object]], load: Callable[[object], object],
-                depth: int) -> tuple[bool, Exception | None]:
-    """Start reading the next items until ``depth`` reads are in flight; whether the items ended, and what
-    their iterable raised if it did (the frames before it still run)."""
-    while len(reads) < depth:
+@dataclass
+class _GroupFrame:
+    """A frame of an ``infer_many`` group that was read: its points, and their first row in the group's
+    staging buffer (None: an array of their own)."""
+
+    source: str
+    points: Any  # host rows, or a CUDA array given as a frame
+    start: int | None
+
+
+@dataclass
+class _Group:
+    """``batch_size`` items of ``infer_many`` and the staging buffer their point files are read into: each
+    item's name, the item, and its read (None for an array, which is not read)."""
+
+    staging: StagingBuffer
+    frames: list[tuple[str, object, Future[tuple[np.ndarray, int | None]] | None]]
+    points: int = 0  # the points of the frames read, once the group has run
+
+
+def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: int, read: ReadFrame,
+                 staging: StagingBuffer) -> tuple[_Group, bool, Exception | None]:
+    """The next ``size`` items, their point files' reads into ``staging`` started on ``reader``; whether the
+    items ended, and what their iterable raised if it did (the frames before it still run)."""
+    group = _Group(staging, [])
+    while len(group.frames) < size:
         try:
-            nxt = next(items, None)
+            taken = next(items, None)
         except Exception as exc:  # noqa: BLE001 - the caller's own error, raised once its frames are done
-            return True, exc
-        if nxt is None:
-            return True, None
-        index, item = nxt
-        reads.append((frame_source(item, index), reader.submit(load, item)))
-    return False, None
+            return group, True, exc
+        if taken is None:
+            return group, True, None
+        index, item = taken
+        is_file = isinstance(item, (str, os.PathLike))
+        group.frames.append((frame_source(item, index), item,
+                             reader.submit(staging.read_frame, read, item) if is_file else None))
+    return group, False, None
+
+
+class _StagingPool:
+    """``infer_many``'s staging buffers (``alloc``: page-locked on the GPU), one a group being read or run,
+    reused group after group; once a group's frames did not fit, they grow to 1.5 times its points."""
+
+    def __init__(self, capacity: int, columns: int,
+                 alloc: Callable[[tuple[int, ...], type], np.ndarray] | None) -> None:
+        self.capacity, self._columns, self._alloc = capacity, columns, alloc
+        self._free: list[StagingBuffer] = []
+
+    def take(self) -> StagingBuffer:
+        buffer = self._free.pop() if self._free else StagingBuffer(self.capacity, self._alloc, self._columns)
+        buffer.reset()
+        return buffer
+
+    def give(self, group: _Group) -> None:
+        if group.points > self.capacity:
+            self.capacity = group.points + group.points // 2
+        if group.staging.capacity >= self.capacity:  # a smaller one goes; the next is made at the new size
+            self._free.append(group.staging)

@@ -10,16 +10,47 @@ second copy of the batch.
 
 from __future__ import annotations
 
+import itertools
 import math
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from .graph_io import MAX_BATCH
+from .pointcloud_io import Allocate
 
 #: Header rows: (count, first row) int32 pairs of up to MAX_BATCH frames, four int32 a row.
 HEADER_ROWS = -(-2 * MAX_BATCH // 4)
+#: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
+#: grows to the largest batch seen).
+INITIAL_POINTS_PER_FRAME = 32_768
+#: Frames whose file sizes ``likely_points_per_frame`` looks at, and the most points a frame it
+#: reports (a 128-beam scan; larger frames grow the buffers when they come, as without a hint).
+SIZE_SAMPLE = 16
+MAX_LIKELY_POINTS = 262_144
+
+#: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see ``read_points_into``).
+ReadFrame = Callable[[object, Allocate], np.ndarray]
+
+
+def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
+    """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
+    staging buffers and the GPU pipelines are sized for the run's frames before it starts (a full
+    scan is ~4x a camera crop: growing them on the first batches costs a recapture in each pipeline);
+    None when none of the first items is a local ``.bin`` file."""
+    if isinstance(point_dim, bool) or not isinstance(point_dim, int) or point_dim < 1:
+        return None  # the reads refuse it, each with its error
+    sizes = []
+    for item in itertools.islice(items, SIZE_SAMPLE):  # any sequence, sliceable or not
+        name = str(item) if isinstance(item, (str, os.PathLike)) else ""
+        if name.lower().endswith(".bin") and "://" not in name:
+            try:
+                sizes.append(os.stat(name).st_size // (4 * point_dim))
+            except (OSError, ValueError):  # ValueError: a NUL in the name
+                continue  # the frame's own read says what is wrong with it
+    return min(max(sizes), MAX_LIKELY_POINTS) if sizes else None
 
 
 def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
@@ -70,6 +101,35 @@ class StagingBuffer:
         self.points[start : start + n] = points[:, :4]
         if self.times is not None:
             self.times[start : start + n] = points[:, 4]
+
+    def read_frame(self, read: ReadFrame, item: object) -> tuple[np.ndarray, int | None]:
+        """``read(item, allocate)`` into this buffer's rows (from several threads at once): the frame's points
+        and their first row here, or None when they are not here (no room left: an array of their own).
+        A frame the read gives as an array of its own (a model with time lags) is copied in."""
+        given: list[np.ndarray] = []
+        start: int | None = None
+
+        def allocate(count: int) -> np.ndarray | None:
+            nonlocal start
+            start = self.allocate(count)
+            if start is None:
+                return None
+            given.append(self.points[start : start + count])
+            return given[-1]
+
+        points = read(item, allocate)
+        if given and points is not given[-1]:  # the read kept fewer rows (e.g. a crop): back into its place
+            rows = given[-1]
+            if points.shape[0] <= rows.shape[0] and points.shape[1:] == rows.shape[1:]:
+                rows[: len(points)] = points
+                points = rows[: len(points)]
+            else:
+                start = None
+        elif not given and self.columns == points.shape[1]:  # read into an array of its own (time lags)
+            start = self.allocate(len(points))
+            if start is not None:
+                self.put(start, points)
+        return points, start
 
     def allocate(self, count: int) -> int | None:
         """The first of ``count`` free point rows (safe from several threads), or None when they do

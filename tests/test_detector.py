@@ -17,6 +17,7 @@ from pointpillars_trt import Detections, FrameStats
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError, ModelDirError
 from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.pointcloud_io import read_points
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 FRAME = "kitti/training/velodyne_reduced/000134.bin"
@@ -368,6 +369,30 @@ def test_infer_many_runs_a_generators_last_part_batch_that_ends_in_a_failed_read
         results = list(detector.infer_many(frames(), batch_size=4))
     assert [r.error is None for r in results] == [True, True, True, False]
     assert "missing.bin" in results[3].source and all(r.detections is not None for r in results[:3])
+
+
+def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: Path) -> None:
+    """Batches of 3 over 8 paths with a missing file at place 4: the frames go in groups of 3 paths, each one
+    ``detect_batch`` less its failed reads (3, 2, 2), each frame's detections those of running it alone."""
+    from tiny import tiny_model_dir
+
+    rng = np.random.default_rng(5)
+    paths = []
+    for index in range(7):
+        paths.append(str(tmp_path / f"{index}.bin"))
+        n = 500 * (index + 1)
+        np.column_stack([rng.uniform(0, 60, (n, 3)), rng.uniform(0, 1, (n, 1))]).astype(np.float32).tofile(paths[-1])
+    paths.insert(4, str(tmp_path / "missing.bin"))
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        batches: list[int] = []
+        detect_batch = detector.detect_batch
+        detector.detect_batch = lambda frames: (batches.append(len(frames)), detect_batch(frames))[1]  # type: ignore[method-assign]
+        results = list(detector.infer_many(paths, batch_size=3))
+        alone = [detect_batch([read_points(path)])[0] for path in paths if "missing" not in path]
+    assert batches == [3, 2, 2] and [r.source for r in results] == paths
+    assert results[4].error is not None and "missing.bin" in str(results[4].error)
+    found = [r.detections for r in results if r.error is None]
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
 
 
 def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:

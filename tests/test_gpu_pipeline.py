@@ -592,20 +592,28 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
 
 
 def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
-    """``infer_many`` on the GPU, batches of 3 read two batches ahead on two threads, a corrupt file among the
-    frames: results in input order, the corrupt file's error alone, each frame's boxes the bytes of running
-    it alone."""
+    """``infer_many`` on the GPU, groups of 3 read into their own pinned staging (from a list: two groups ahead,
+    the staging sized from the files; from a generator: a fresh buffer too small for a full scan, that group
+    run from copies and the buffers grown), a corrupt file among the frames: results in input order, the
+    corrupt file's error alone, each frame's boxes the bytes of running it alone; every group but the one
+    that did not fit runs straight from its staging."""
     from pointpillars_trt.detector import PointPillars
 
     _, _, gpu = family_pair
     paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
-    with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
-        results = list(detector.infer_many(paths, batch_size=3))
-    assert [r.source for r in results] == paths
-    assert "20 bytes, not a multiple of 16" in str(results[4].error)
-    found = [r.detections for r in results if r.error is None]
-    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
-    assert [d.scores.tobytes() for d in found] == [d.scores.tobytes() for d in alone]
+    groups = -(-len(paths) // 3)
+    for frames, copied_groups in ((paths, 0), ((path for path in paths), 1)):
+        with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
+            pipeline, staged = detector.gpu_pipeline, []
+            submit_staged = pipeline.submit_staged
+            pipeline.submit_staged = lambda staging, placed: (staged.append(len(placed)), submit_staged(staging, placed))
+            results = list(detector.infer_many(frames, batch_size=3))
+        assert [r.source for r in results] == paths
+        assert "20 bytes, not a multiple of 16" in str(results[4].error)
+        found = [r.detections for r in results if r.error is None]
+        assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+        assert [d.scores.tobytes() for d in found] == [d.scores.tobytes() for d in alone]
+        assert len(staged) == groups - copied_groups and sum(staged) == len(alone) - 3 * copied_groups, staged
 
 
 def test_stage_timings_off_skip_the_events_and_change_no_result(family_pair, assets):  # type: ignore[no-untyped-def]

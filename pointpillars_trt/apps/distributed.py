@@ -37,9 +37,10 @@ import numpy as np
 from ..errors import BackendError, CpuFallbackWarning, InputError
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..model_dir import ModelDir
+from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
-from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses, likely_points_per_frame
+from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, READ_PROCESSES, RESUME_HINT, WRITE_PROCESSES, \

@@ -5,18 +5,14 @@ see ``shared_staging``), each frame's outcome sent back as a few numbers and str
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..pointcloud_io import Allocate
 from ..shared_staging import SharedStagingHandle, attach
-from ..staging import StagingBuffer
+from ..staging import ReadFrame, StagingBuffer
 from .messages import one_line
-
-#: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see read_points_into).
-ReadFrame = Callable[[object, Allocate], np.ndarray]
 
 
 class FrameRead(NamedTuple):
@@ -30,30 +26,8 @@ class FrameRead(NamedTuple):
 
 def read_into(read: ReadFrame, item: object, staging: StagingBuffer) -> FrameRead:
     """``read`` ``item`` into ``staging``'s rows; ANY exception is the frame's error, never the run's."""
-    given: list[np.ndarray] = []
-    start: int | None = None
-
-    def allocate(count: int) -> np.ndarray | None:
-        nonlocal start
-        start = staging.allocate(count)
-        if start is None:
-            return None
-        given.append(staging.points[start : start + count])
-        return given[-1]
-
     try:
-        points = read(item, allocate)
-        if given and points is not given[-1]:  # the read kept fewer rows (e.g. a crop): back into its place
-            rows = given[-1]
-            if points.shape[0] <= rows.shape[0] and points.shape[1:] == rows.shape[1:]:
-                rows[: len(points)] = points
-                points = rows[: len(points)]
-            else:
-                start = None
-        elif not given and staging.columns == points.shape[1]:  # read into an array of its own (time lags)
-            start = staging.allocate(len(points))
-            if start is not None:
-                staging.put(start, points)
+        points, start = staging.read_frame(read, item)
         return FrameRead(points, start, None)
     except BaseException as exc:  # noqa: BLE001 - any reader failure is this frame's error, never the run's
         return FrameRead(None, None, one_line(exc))

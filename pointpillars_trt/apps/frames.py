@@ -40,18 +40,11 @@ from ..errors import InputError
 from ..fileio import safe_repr
 from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
-from ..staging import StagingBuffer, empty_pinned
+from ..staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals
-from .frame_reads import ProcessRead, ReadFrame, read_batch, read_into
+from .frame_reads import ProcessRead, read_batch, read_into
 from .messages import one_line
 
-#: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
-#: grows to the largest batch seen).
-INITIAL_POINTS_PER_FRAME = 32_768
-#: Frames whose file sizes ``likely_points_per_frame`` looks at, and the most points a frame it
-#: reports (a 128-beam scan; larger frames grow the buffers when they come, as without a hint).
-SIZE_SAMPLE = 16
-MAX_LIKELY_POINTS = 262_144
 #: Seconds a failed worker pool waits for the run to be found stopping before it warns (``_stopping``).
 STOP_GRACE = 0.2
 #: Points a frame above which a run's frames count as large (full scans, ~121k points; a camera-view
@@ -144,24 +137,6 @@ class FrameReader:
     def __getstate__(self) -> dict[str, Any]:
         """A reader as a reader process receives it: without the findings not yet asked for here."""
         return {**self.__dict__, "_findings": {}}
-
-
-def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
-    """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
-    staging buffers and the GPU pipelines are sized for the run's frames before it starts (a full
-    scan is ~4x a camera crop: growing them on the first batches costs a recapture in each pipeline);
-    None when none of the first items is a local ``.bin`` file."""
-    if isinstance(point_dim, bool) or not isinstance(point_dim, int) or point_dim < 1:
-        return None  # the reads refuse it, each with its error
-    sizes = []
-    for item in items[:SIZE_SAMPLE]:
-        name = str(item) if isinstance(item, (str, os.PathLike)) else ""
-        if name.lower().endswith(".bin") and "://" not in name:
-            try:
-                sizes.append(os.stat(name).st_size // (4 * point_dim))
-            except (OSError, ValueError):  # ValueError: a NUL in the name
-                continue  # the frame's own read says what is wrong with it
-    return min(max(sizes), MAX_LIKELY_POINTS) if sizes else None
 
 
 def reader_threads(points_per_frame: int | None) -> int:

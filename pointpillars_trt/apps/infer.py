@@ -27,8 +27,9 @@ from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, refuse_other_split
 from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
+from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
-from .frames import FrameReader, FrameRunner, WorkerProcesses, likely_points_per_frame
+from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.apps.frame_stream import FrameStream
-from pointpillars_trt.apps.frames import BATCH_BREAK, MAX_LIKELY_POINTS, FrameRunner, likely_points_per_frame, \
-    reader_threads
+from pointpillars_trt.apps.frames import BATCH_BREAK, FrameRunner, reader_threads
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import write_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points, read_points_into
+from pointpillars_trt.staging import MAX_LIKELY_POINTS, likely_points_per_frame
 
 
 @pytest.fixture(scope="module")
