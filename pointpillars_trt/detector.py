@@ -181,8 +181,8 @@ class PointPillars:
 
     @property
     def gpu_pipeline(self) -> Any:
-        """The GPU pipeline (``submit_staged`` / ``collect``, for runners that stage frames in memory of
-        their own), or None on the CPU path."""
+        """The GPU pipeline (``detect_staged``, for runners that stage frames in memory of their own), or None
+        on the CPU path."""
         return self._impl if self.device == "cuda" else None
 
     def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
@@ -305,13 +305,14 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models).
 
-        The frames go in groups of ``batch_size``, each group one batch (less its failed reads). A group's
-        point files are read on ``INFER_MANY_READERS`` threads straight into a staging buffer of its own
-        (page-locked on the GPU, where the batch is copied to the device from it as it lies). Frames given
-        as a sequence (a list of paths) are read up to ``INFER_MANY_READ_AHEAD`` groups ahead while a group
-        runs; from any other iterable (a generator, a live source) no frame is taken beyond the group being
-        filled, so a batch's results never wait for later frames, and what the iterable raises comes after
-        the results of the frames it gave.
+        The frames go in groups of ``batch_size`` (on the GPU at most the pipeline's batch, which grows to
+        it up to 8), each group one batch less its failed reads. A group's point files are read on
+        ``INFER_MANY_READERS`` threads straight into a staging buffer of its own (page-locked on the GPU,
+        where the batch is copied to the device from it as it lies). Frames given as a sequence (a list of
+        paths) are read up to ``INFER_MANY_READ_AHEAD`` groups ahead while a group runs; from any other
+        iterable (a generator, a live source) no frame is taken beyond the group being filled, so a batch's
+        results never wait for later frames, and what the iterable raises comes after the results of the
+        frames it gave.
         """
         self._check_open()
         if isinstance(frames, (str, bytes, os.PathLike)):
@@ -324,9 +325,13 @@ class PointPillars:
         dim = columns if point_dim is None else point_dim
         read = functools.partial(read_points_into, point_dim=dim, columns=columns)
         ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
-        likely = likely_points_per_frame(frames, dim) if isinstance(frames, Sequence) else None
+        pipeline = self.gpu_pipeline
+        if pipeline is not None:
+            batch = pipeline.fit_batch(batch)  # the batch a group's staging is run at in one pass
+        # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
+        likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
         staging = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
-                               empty_pinned if self.device == "cuda" else None)
+                               empty_pinned if pipeline is not None else None)
         return self._stream(iter(enumerate(frames)), batch, read, staging, ahead)  # checked above, not at next()
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame,
@@ -338,14 +343,15 @@ class PointPillars:
         try:
             while True:
                 while not ended and len(groups) <= ahead:
-                    group, ended, failed = _start_group(reader, items, batch_size, read, staging.take())
+                    group, ended, failed = _start_group(reader, items, batch_size, read, staging)
                     if group.frames:
                         groups.append(group)
                 if not groups:
                     break
                 group = groups.popleft()
                 yield from self._run_group(group)
-                staging.give(group)
+                if group.staging is not None:
+                    staging.give(group.staging)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
         if failed is not None:  # after the results of the frames it gave before
@@ -365,7 +371,6 @@ class PointPillars:
                 unread = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
                 window.append(FrameResult(source, None, unread))
         frames = [entry for entry in window if isinstance(entry, _GroupFrame)]
-        group.points = sum(len(frame.points) for frame in frames)
         results = iter(self._detect_staged(group.staging, frames))
         for entry in window:
             if isinstance(entry, FrameResult):
@@ -378,18 +383,19 @@ class PointPillars:
             else:
                 yield FrameResult(entry.source, found, None)
 
-    def _detect_staged(self, staging: StagingBuffer, frames: list[_GroupFrame]) -> list[Detections | BaseException]:
-        """``detect_each`` of the frames; on the GPU, when all of them lie in ``staging`` and fit the pipeline's
-        batch, one pass of the pipeline straight from it (no copy on this thread). When that pass fails, the
-        frames go through ``detect_each``, where each frame's own error shows."""
+    def _detect_staged(self, staging: StagingBuffer | None,
+                       frames: list[_GroupFrame]) -> list[Detections | BaseException]:
+        """``detect_each`` of the frames; on the GPU, when all of them lie in ``staging``, one pass of the pipeline
+        straight from it (no copy on this thread). When that pass fails, the frames go through ``detect_each``,
+        where each frame's own error shows (also that the detector was closed meanwhile)."""
         pipeline = self.gpu_pipeline
-        if (pipeline is not None and 0 < len(frames) <= pipeline.max_batch
+        if (pipeline is not None and staging is not None and frames and not self._closed
                 and all(frame.start is not None for frame in frames)):
             self._check_first_intensities(frames[0].points)
             try:
                 with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
-                    pipeline.submit_staged(staging, [(len(frame.points), frame.start) for frame in frames])
-                    return [self._said_if_nonfinite(found) for found in pipeline.collect()]
+                    found = pipeline.detect_staged(staging, [(len(frame.points), frame.start) for frame in frames])
+                    return [self._said_if_nonfinite(one) for one in found]
             except FRAME_ERRORS:
                 pass
         return detect_each(self, [frame.points for frame in frames])
@@ -529,19 +535,18 @@ class _GroupFrame:
 
 @dataclass
 class _Group:
-    """``batch_size`` items of ``infer_many`` and the staging buffer their point files are read into: each
-    item's name, the item, and its read (None for an array, which is not read)."""
+    """``batch_size`` items of ``infer_many`` and the staging buffer their point files are read into (taken at
+    the first of them): each item's name, the item, and its read (None for an array, which is not read)."""
 
-    staging: StagingBuffer
+    staging: StagingBuffer | None
     frames: list[tuple[str, object, Future[tuple[np.ndarray, int | None]] | None]]
-    points: int = 0  # the points of the frames read, once the group has run
 
 
 def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: int, read: ReadFrame,
-                 staging: StagingBuffer) -> tuple[_Group, bool, Exception | None]:
-    """The next ``size`` items, their point files' reads into ``staging`` started on ``reader``; whether the
-    items ended, and what their iterable raised if it did (the frames before it still run)."""
-    group = _Group(staging, [])
+                 staging: _StagingPool) -> tuple[_Group, bool, Exception | None]:
+    """The next ``size`` items, their point files' reads into a buffer of ``staging`` started on ``reader``;
+    whether the items ended, and what their iterable raised if it did (the frames before it still run)."""
+    group = _Group(None, [])
     while len(group.frames) < size:
         try:
             taken = next(items, None)
@@ -550,15 +555,19 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
         if taken is None:
             return group, True, None
         index, item = taken
-        is_file = isinstance(item, (str, os.PathLike))
-        group.frames.append((frame_source(item, index), item,
-                             reader.submit(staging.read_frame, read, item) if is_file else None))
+        future = None
+        if isinstance(item, (str, os.PathLike)):
+            if group.staging is None:
+                group.staging = staging.take()
+            future = reader.submit(group.staging.read_frame, read, item)
+        group.frames.append((frame_source(item, index), item, future))
     return group, False, None
 
 
 class _StagingPool:
     """``infer_many``'s staging buffers (``alloc``: page-locked on the GPU), one a group being read or run,
-    reused group after group; once a group's frames did not fit, they grow to 1.5 times its points."""
+    reused group after group; once a group's reads asked one for more rows than it has, the pool's buffers
+    are made 1.5 times that size (a smaller one given back is dropped)."""
 
     def __init__(self, capacity: int, columns: int,
                  alloc: Callable[[tuple[int, ...], type], np.ndarray] | None) -> None:
@@ -570,8 +579,8 @@ class _StagingPool:
         buffer.reset()
         return buffer
 
-    def give(self, group: _Group) -> None:
-        if group.points > self.capacity:
-            self.capacity = group.points + group.points // 2
-        if group.staging.capacity >= self.capacity:  # a smaller one goes; the next is made at the new size
-            self._free.append(group.staging)
+    def give(self, buffer: StagingBuffer) -> None:
+        if buffer.requested > self.capacity:
+            self.capacity = buffer.requested + buffer.requested // 2
+        if buffer.capacity >= self.capacity:
+            self._free.append(buffer)

@@ -134,9 +134,9 @@ class GpuPipeline:
     ``stage_timings`` (also an attribute, read at each ``submit``): each batch's per-stage GPU
     milliseconds in ``last_timings``, from CUDA events between the stages (they cost GPU time).
 
-    ``detect`` / ``detect_batch`` are safe to call from several threads (one batch at a time per
-    pipeline); ``submit`` / ``collect`` are the lock-free halves for a single caller that overlaps host
-    work with the GPU.
+    ``detect`` / ``detect_batch`` / ``detect_staged`` are safe to call from several threads (one batch at a
+    time per pipeline); ``submit`` / ``submit_staged`` / ``collect`` are the lock-free halves for a single
+    caller that overlaps host work with the GPU.
     """
 
     _closed = True  # until __init__ completes there is nothing to free
@@ -302,13 +302,33 @@ class GpuPipeline:
         than ``max_batch`` first grows the pipeline to it (once, up to MAX_BATCH). ``post_config``: the
         thresholds of this call (default: the pipeline's ``post_cfg``)."""
         with self._lock:
-            if len(frames) > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
-                self._grow_batch(min(len(frames), MAX_BATCH))
+            self._fit_batch(len(frames))
             results: list[Detections] = []
             for start in range(0, len(frames), self.max_batch):
                 self._submit(frames[start : start + self.max_batch], post_config, caller_waits=True)
                 results.extend(self.collect())
             return results
+
+    def fit_batch(self, frames: int) -> int:
+        """Grow the pipeline's batch to ``frames`` as a ``detect_batch`` of that many would (up to MAX_BATCH; a
+        ``pfn_engine`` pipeline stays at 1); the batch it now runs."""
+        with self._lock:
+            self._fit_batch(frames)
+            return self.max_batch
+
+    def _fit_batch(self, frames: int) -> None:
+        if frames > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
+            self._grow_batch(min(frames, MAX_BATCH))
+
+    def detect_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]],
+                      post_config: ModelConfig | None = None) -> list[Detections]:
+        """``detect_batch`` of frames a caller already placed in a ``StagingBuffer`` of its own (e.g. read from
+        files straight into pinned memory): ``frames`` are (point count, first row) pairs, at most
+        ``max_batch`` of them. ``submit_staged`` and ``collect`` under the pipeline's lock, so other threads'
+        ``detect`` calls on the pipeline wait for it."""
+        with self._lock:
+            self.submit_staged(staging, frames, post_config)
+            return self.collect()
 
     def submit(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;

@@ -93,6 +93,7 @@ class StagingBuffer:
         self.points = self.rows[HEADER_ROWS:]
         self.times = times
         self.used = 0
+        self.requested = 0  # rows asked for since the last reset, given or not: what the frames needed
         self._lock = threading.Lock()
 
     def put(self, start: int, points: np.ndarray) -> None:
@@ -108,9 +109,11 @@ class StagingBuffer:
         A frame the read gives as an array of its own (a model with time lags) is copied in."""
         given: list[np.ndarray] = []
         start: int | None = None
+        asked = False
 
         def allocate(count: int) -> np.ndarray | None:
-            nonlocal start
+            nonlocal start, asked
+            asked = True
             start = self.allocate(count)
             if start is None:
                 return None
@@ -125,7 +128,7 @@ class StagingBuffer:
                 points = rows[: len(points)]
             else:
                 start = None
-        elif not given and self.columns == points.shape[1]:  # read into an array of its own (time lags)
+        elif not asked and self.columns == points.shape[1]:  # read into an array of its own (time lags)
             start = self.allocate(len(points))
             if start is not None:
                 self.put(start, points)
@@ -135,13 +138,14 @@ class StagingBuffer:
         """The first of ``count`` free point rows (safe from several threads), or None when they do
         not fit."""
         with self._lock:
+            self.requested += count
             if self.used + count > self.capacity:
                 return None
             start, self.used = self.used, self.used + count
         return start
 
     def reset(self) -> None:
-        self.used = 0
+        self.used = self.requested = 0
 
     def write_header(self, frames: list[tuple[int, int]]) -> int:
         """Write the (count, first row) pairs; returns the rows to copy (header + the last frame's end)."""

@@ -48,17 +48,14 @@ class Timeline:
 
 
 class StandInPipeline:
-    """``submit_staged`` / ``collect`` as the runner calls them on a ``GpuPipeline``."""
+    """``detect_staged`` as the runner calls it on a ``GpuPipeline``."""
 
     def __init__(self, timeline: Timeline, found: list[Detections]) -> None:
-        self.timeline, self.found, self.end, self.frames = timeline, found, 0.0, 0
+        self.timeline, self.found = timeline, found
 
-    def submit_staged(self, staging: object, frames: list[tuple[int, int]]) -> None:
-        self.frames, self.end = len(frames), self.timeline.book(len(frames))
-
-    def collect(self) -> list[Detections]:
-        time.sleep(max(0.0, self.end - time.perf_counter()))
-        return [self.found[i % len(self.found)] for i in range(self.frames)]
+    def detect_staged(self, staging: object, frames: list[tuple[int, int]]) -> list[Detections]:
+        time.sleep(max(0.0, self.timeline.book(len(frames)) - time.perf_counter()))
+        return [self.found[i % len(self.found)] for i in range(len(frames))]
 
 
 class StandInDetector:

@@ -395,6 +395,36 @@ def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: 
     assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
 
 
+def test_infer_many_raises_what_a_sequence_raises_after_the_frames_before_it(tmp_path: Path) -> None:
+    """A sequence whose third item raises: the first two frames' results come first, then its error (nothing
+    of the sequence is looked at before the first result is asked for)."""
+    from collections.abc import Sequence
+
+    from tiny import tiny_model_dir
+
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+
+    class Frames(Sequence):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 4
+
+        def __getitem__(self, index):  # type: ignore[no-untyped-def]
+            if isinstance(index, slice) or index >= 4:
+                raise IndexError(index)
+            if index == 2:
+                raise OSError("the store went away")
+            return str(good)
+
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = detector.infer_many(Frames(), batch_size=1)
+        seen = []
+        with pytest.raises(OSError, match="the store went away"):
+            for result in results:
+                seen.append(result)
+    assert len(seen) == 2 and all(r.error is None for r in seen)
+
+
 def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:
     import os
 

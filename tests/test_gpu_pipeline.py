@@ -592,28 +592,49 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
 
 
 def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
-    """``infer_many`` on the GPU, groups of 3 read into their own pinned staging (from a list: two groups ahead,
-    the staging sized from the files; from a generator: a fresh buffer too small for a full scan, that group
-    run from copies and the buffers grown), a corrupt file among the frames: results in input order, the
-    corrupt file's error alone, each frame's boxes the bytes of running it alone; every group but the one
-    that did not fit runs straight from its staging."""
+    """``infer_many`` on the GPU, groups read into their own pinned staging (from a list: two groups ahead, the
+    staging sized from the files; from a generator: a fresh buffer too small for a full scan, that group run
+    from copies and the buffers grown; batches of 16 on a pipeline of 3: grown to 8), a corrupt file among
+    the frames: results in input order, the corrupt file's error alone, each frame's boxes the bytes of
+    running it alone; every group but the one that did not fit runs straight from its staging."""
     from pointpillars_trt.detector import PointPillars
 
     _, _, gpu = family_pair
     paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
-    groups = -(-len(paths) // 3)
-    for frames, copied_groups in ((paths, 0), ((path for path in paths), 1)):
+    for frames, batch, staged_batches in ((paths, 3, [3, 2, 3, 3, 1]), ((path for path in paths), 3, [2, 3, 3, 1]),
+                                          (paths, 16, [7, 5])):
         with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
             pipeline, staged = detector.gpu_pipeline, []
-            submit_staged = pipeline.submit_staged
-            pipeline.submit_staged = lambda staging, placed: (staged.append(len(placed)), submit_staged(staging, placed))
-            results = list(detector.infer_many(frames, batch_size=3))
+            detect_staged = pipeline.detect_staged
+            pipeline.detect_staged = lambda staging, placed: (staged.append(len(placed)), detect_staged(staging, placed))[1]
+            results = list(detector.infer_many(frames, batch_size=batch))
         assert [r.source for r in results] == paths
         assert "20 bytes, not a multiple of 16" in str(results[4].error)
         found = [r.detections for r in results if r.error is None]
         assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
         assert [d.scores.tobytes() for d in found] == [d.scores.tobytes() for d in alone]
-        assert len(staged) == groups - copied_groups and sum(staged) == len(alone) - 3 * copied_groups, staged
+        assert staged == staged_batches
+
+
+def test_infer_many_on_a_detector_closed_meanwhile_gives_each_later_frame_that_error(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
+    """A caller that closes the detector after the first result: the group already run keeps its results, every
+    later frame gets the closed detector's error, and nothing more is sent to the closed pipeline."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3)
+    pipeline, staged = detector.gpu_pipeline, []
+    detect_staged = pipeline.detect_staged
+    pipeline.detect_staged = lambda staging, placed: (staged.append(len(placed)), detect_staged(staging, placed))[1]
+    results = detector.infer_many(paths, batch_size=3)
+    first = next(results)
+    detector.close()
+    rest = list(results)
+    assert first.detections.boxes.tobytes() == alone[0].boxes.tobytes() and staged == [3]
+    assert [r.error is None for r in rest[:2]] == [True, True]
+    later = [r for r in rest[2:] if "corrupt" not in r.source]
+    assert all("this detector is closed" in str(r.error) for r in later) and len(later) == len(paths) - 4
 
 
 def test_stage_timings_off_skip_the_events_and_change_no_result(family_pair, assets):  # type: ignore[no-untyped-def]

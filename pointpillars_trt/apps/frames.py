@@ -483,8 +483,7 @@ class FrameRunner:
         if any(job.start is None for job in jobs):  # a frame that did not fit: restage the batch
             staging = batch.staging = self._restaged(staging, jobs)
         try:
-            pipeline.submit_staged(staging, [(len(job.points), job.start) for job in jobs])  # type: ignore[arg-type]
-            return list(pipeline.collect())
+            return list(pipeline.detect_staged(staging, [(len(job.points), job.start) for job in jobs]))  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - retried frame by frame, where each frame's own error shows
             return None
 

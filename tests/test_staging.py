@@ -1,0 +1,78 @@
+"""``StagingBuffer``: a frame's read straight into its rows, from several threads.
+
+Oracles: the file's own rows (``read_points``), and the rows counted by hand."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from pointpillars_trt.pointcloud_io import read_points, read_points_into
+from pointpillars_trt.staging import StagingBuffer
+
+
+def _frame(path: Path, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    points = np.column_stack([rng.uniform(-40, 40, (n, 3)), rng.uniform(0, 1, (n, 1))]).astype(np.float32)
+    points.tofile(path)
+    return points
+
+
+def test_frames_read_from_threads_land_in_their_own_rows(tmp_path: Path) -> None:
+    """Eight files read at once into one buffer: each frame's rows are its file's, where its start says."""
+    paths = [tmp_path / f"{i}.bin" for i in range(8)]
+    frames = [_frame(path, 1000 + 37 * i, i) for i, path in enumerate(paths)]
+    staging = StagingBuffer(sum(len(f) for f in frames))
+    placed: list[tuple[np.ndarray, int | None]] = [(np.empty(0), None)] * 8
+
+    def read(index: int) -> None:
+        placed[index] = staging.read_frame(read_points_into, paths[index])
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for frame, (points, start) in zip(frames, placed):
+        assert start is not None and np.array_equal(staging.points[start : start + len(frame)], frame)
+        assert np.shares_memory(points, staging.points) and np.array_equal(points, frame)
+    assert sorted(start for _, start in placed) == sorted({start for _, start in placed})  # type: ignore[type-var]
+    assert staging.used == staging.requested == sum(len(f) for f in frames)
+
+
+def test_a_frame_without_room_is_an_array_of_its_own_and_its_rows_are_counted(tmp_path: Path) -> None:
+    """A buffer of 1,500 rows and frames of 1,000 and 800 points: the second is read into an array of its own
+    (start None); ``requested`` counts both, the rows the frames needed."""
+    first, second = _frame(tmp_path / "a.bin", 1000, 1), _frame(tmp_path / "b.bin", 800, 2)
+    staging = StagingBuffer(1500)
+    a, a_start = staging.read_frame(read_points_into, tmp_path / "a.bin")
+    b, b_start = staging.read_frame(read_points_into, tmp_path / "b.bin")
+    assert a_start == 0 and np.array_equal(a, first)
+    assert b_start is None and not np.shares_memory(b, staging.points) and np.array_equal(b, second)
+    assert (staging.used, staging.requested) == (1000, 1800)
+    staging.reset()
+    assert (staging.used, staging.requested) == (0, 0)
+
+
+def test_a_cropped_read_goes_back_into_its_rows_and_time_lags_beside_them(tmp_path: Path) -> None:
+    """A read that keeps fewer rows than it was given (a crop) lies at the start of its rows; a frame of 5
+    columns (read into an array of its own) is copied in, its time lags into ``times``."""
+    frame = _frame(tmp_path / "a.bin", 1000, 3)
+    staging = StagingBuffer(2000)
+
+    def cropped(item: object, allocate):  # type: ignore[no-untyped-def]
+        points = read_points_into(item, allocate)  # type: ignore[arg-type]
+        return points[points[:, 0] > 0].copy()
+
+    points, start = staging.read_frame(cropped, tmp_path / "a.bin")
+    kept = frame[frame[:, 0] > 0]
+    assert start == 0 and np.array_equal(points, kept) and np.shares_memory(points, staging.points)
+
+    lags = np.column_stack([frame, np.linspace(0, 0.45, len(frame), dtype=np.float32)])
+    lags.tofile(tmp_path / "sweeps.bin")
+    timed = StagingBuffer(2000, columns=5)
+    points, start = timed.read_frame(lambda item, allocate: read_points(item, point_dim=5), tmp_path / "sweeps.bin")
+    assert start == 0 and np.array_equal(points, lags)
+    assert np.array_equal(timed.points[:1000], frame) and np.array_equal(timed.times[:1000], lags[:, 4])
