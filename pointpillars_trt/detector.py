@@ -17,7 +17,8 @@ from .config import ModelConfig, Thresholds, load_config, plain_number
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
-from .pointcloud_io import find_intensity_mismatch, read_points_into
+from .intensities import find_intensity_mismatch
+from .pointcloud_io import read_points_into
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device

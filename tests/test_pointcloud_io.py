@@ -12,7 +12,8 @@ import pytest
 
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import read_velodyne_bin
-from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, intensity_looks_8bit, read_points
+from pointpillars_trt.intensities import intensity_looks_8bit
+from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, read_points
 from pointpillars_trt.points import MAX_FRAME_POINTS
 
 
@@ -300,7 +301,7 @@ def test_intensity_looks_8bit() -> None:
 
 
 def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
-    from pointpillars_trt.pointcloud_io import UNIT_INTENSITY_MIN_POINTS, intensity_mismatch
+    from pointpillars_trt.intensities import UNIT_INTENSITY_MIN_POINTS, intensity_mismatch
 
     unit = sample(UNIT_INTENSITY_MIN_POINTS)
     unit[:, 3] = np.linspace(0.0, 1.0, len(unit))
@@ -440,7 +441,7 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
     the plain definitions do, on frames with NaN, infinities, negative and 0-255 intensities: 8-bit when
     the finite intensities lie in [0, 255] with one above 1.5; never 5 values a point while no
     "intensity" is negative."""
-    from pointpillars_trt.pointcloud_io import misread_row_length
+    from pointpillars_trt.point_layout import misread_row_length
 
     rng = np.random.default_rng(7)
     for trial in range(300):

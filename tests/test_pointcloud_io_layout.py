@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.pointcloud_io import (looks_float64, looks_like_noise, misread_row_length, read_bin_bytes_into,
-                                           read_points, read_points_into)
+from pointpillars_trt.point_layout import looks_float64, looks_like_noise, misread_row_length
+from pointpillars_trt.pointcloud_io import read_bin_bytes_into, read_points, read_points_into
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
 

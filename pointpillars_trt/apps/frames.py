@@ -38,7 +38,8 @@ import numpy as np
 from ..detector import detect_each, frame_source
 from ..errors import InputError
 from ..fileio import safe_repr
-from ..pointcloud_io import Allocate, intensity_mismatch, read_bin_bytes_into, read_points_into
+from ..intensities import intensity_mismatch
+from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals

@@ -1,0 +1,65 @@
+"""Whether a frame's intensities are on the scale its model was trained on (KITTI's 0-1 reflectance,
+nuScenes' 0-255 values): a frame on the other scale gives boxes without an error, all of them poor."""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+from .point_layout import nonnegative_max_bits
+
+_FLOAT32 = struct.Struct("<f")  # a float32 from its bits (as 4 little-endian bytes): no NumPy scalar to make
+
+
+def intensity_looks_8bit(points: np.ndarray) -> bool:
+    """True when the 4th column looks like 0-255 intensities rather than KITTI's 0-1 reflectance: the finite
+    intensities all lie in [0, 255] and the largest is above 1.5. A model trained on KITTI then sees values
+    ~100x too large; scale by 1/255 (``intensity_scale``)."""
+    return intensity_mismatch(points, expects_unit=True) == "8bit"
+
+
+#: Finite points a frame needs before "all its intensities lie in 0-1" says anything of its scale.
+UNIT_INTENSITY_MIN_POINTS = 1000
+
+
+class IntensityMismatch(NamedTuple):
+    """What :func:`find_intensity_mismatch` found: the ``kind`` of disagreement and the largest finite intensity
+    magnitude it was judged on, which a "beyond" warning names (so the column is not searched again)."""
+
+    kind: str
+    largest: float
+
+
+def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
+    """How a frame's intensities disagree with the scale its model was trained on, or None: ``"8bit"``
+    (finite values in [0, 255] reaching past 1.5, for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1
+    model: another point layout or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS finite values, all
+    within [0, 1], for a 0-255 model). One pass over the column (its maximum) for a frame on its model's scale."""
+    found = find_intensity_mismatch(points, expects_unit)
+    return None if found is None else found.kind
+
+
+def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> IntensityMismatch | None:
+    """:func:`intensity_mismatch` with the largest finite intensity magnitude it saw, for a warning to name."""
+    arr = np.asarray(points)
+    if arr.ndim != 2 or arr.shape[1] < 4 or arr.shape[0] == 0:
+        return None
+    inten = arr[:, 3]
+    top = nonnegative_max_bits(inten)
+    # no copy; a NaN anywhere makes the float maximum NaN, which passes neither test below
+    hi = float(inten.max()) if top is None else _FLOAT32.unpack(top.to_bytes(4, "little"))[0]
+    if (hi <= 1.5) if expects_unit else (hi > 1.0):
+        return None
+    lo = float(inten.min())
+    if not (np.isfinite(lo) and np.isfinite(hi)):  # rows of NaN (no return) are skipped
+        inten = inten[np.isfinite(inten)]
+        if inten.size == 0:
+            return None
+        lo, hi = float(inten.min()), float(inten.max())
+    if expects_unit:
+        kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None
+    else:
+        kind = "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
+    return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|

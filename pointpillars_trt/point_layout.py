@@ -1,0 +1,344 @@
+"""Whether the float32 values of a point file are really rows of x, y, z, intensity (and a time lag) as read.
+
+A file read with the wrong layout gives points without an error: text read as float32, float64 values
+split in two, random bytes, rows of 3 or 5 values read as 4. These checks look at a few thousand values
+(from the start and the middle of a frame) and refuse such a read with what fits instead; a frame read
+right costs a few integer operations on its values' bits.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Union
+
+import numpy as np
+
+from .errors import InputError
+from .fileio import safe_repr
+from .points import columns_text
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+_TEXT_CHARS = bytes([9, 10, 13, *range(32, 127)])  # printable ASCII, tab, newline, carriage return
+TEXT_SNIFF = 4096  # bytes looked at: no float32 frame's first 4 KB are all printable ASCII
+
+
+def refuse_text(path: PathLike, head: bytes | np.ndarray, what: str) -> None:
+    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values) are all printable
+    ASCII: a text file (a point list written as numbers), which read as float32 is refused for its size with
+    the wrong advice, or read as points a few nanometres from the origin. The first 64 bytes settle it for
+    nearly every frame."""
+    if _is_text(_first_bytes(head, 64)) and _is_text(_first_bytes(head, TEXT_SNIFF)):
+        raise InputError(f"{what} {safe_repr(path)} is text, not float32 values: a point list written as "
+                         "numbers? load it with numpy.loadtxt and save the array as float32 .bin or .npy")
+
+
+def _first_bytes(head: bytes | np.ndarray, count: int) -> bytes:
+    """The first ``count`` bytes of ``head`` (bytes, or values whose bytes are looked at)."""
+    return head[: count // head.itemsize].tobytes() if isinstance(head, np.ndarray) else bytes(head[:count])
+
+
+def _is_text(data: bytes) -> bool:
+    """Whether ``data`` is not empty and all printable ASCII: ``bytes.translate`` deleting the text bytes
+    takes a fraction of a NumPy call's time."""
+    return bool(data) and not data.translate(None, _TEXT_CHARS)
+
+
+#: What a .bin of each row length is, for the messages of a file read with another one.
+ROW_LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI writes them",
+            5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
+
+
+#: A multi-sweep frame's time lags (s behind the key sweep): nuScenes' 10 sweeps span ~0.45 s; beyond these
+#: bounds the 5th column holds something else (ring numbers, timestamps, lags of the wrong sign).
+TIME_LAG_RANGE = (-0.01, 2.0)
+
+
+def check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse a multi-sweep model's frame whose 5th values (looked at from the start and the middle) are
+    no time lags: the PFN would take ring numbers or timestamps for lags without a word."""
+    lows, highs = [], []
+    for sample in _samples(values, point_dim):
+        lags = sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4]  # a strided view
+        lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
+        if np.isnan(lo) or np.isnan(hi):  # rows of NaN (no return) are skipped
+            lags = lags[np.isfinite(lags)]
+            lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
+        lows.append(lo)
+        highs.append(hi)
+    lo, hi = min(lows), max(highs)
+    low, high = TIME_LAG_RANGE
+    if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
+        raise InputError(
+            f"{what} {safe_repr(path)}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
+            f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
+            "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
+            "PointPillars.accumulate"
+        )
+
+
+def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
+    """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
+    that are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
+    point the model reads (5 for a multi-sweep model), for the advice. A frame read right gets integer
+    operations on its values' bits (``_looks_odd``, ``misread_row_length``), which raise no floating-point
+    warning whatever the bytes: NumPy's warnings are turned off only where odd values are computed on."""
+    refuse_text(path, values[: TEXT_SNIFF // 4], what)
+    if _looks_odd(values, point_dim):
+        _refuse_float64_or_noise(values, point_dim, path, what)
+    row = misread_row_length(values, point_dim)
+    if row is not None and values.size % row:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
+            f"{point_dim}, but it holds no whole rows of {row}: a file of {row} values a point cut short (a copy "
+            "that failed? copy it again)"
+        )
+    if row == 3:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like 3 float32 values a point ({ROW_LAYOUTS[3]}) read as {point_dim}: "
+            f"its 4th column holds negative and coordinate-like values, not intensities; the model reads x, y, "
+            "z, intensity: write each point's intensity too"
+        )
+    if row is not None and row < columns:  # single sweeps given to a multi-sweep model
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
+            f"{point_dim}; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep "
+            "frames (PointPillars.accumulate builds them from sweeps and their poses)"
+        )
+    if row is not None:
+        raise InputError(
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
+            f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
+            f"pass --point-dim {row} (Python: point_dim={row})"
+        )
+    if columns == 5:  # a layout read right: are its 5th values time lags?
+        with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
+            check_time_lags(values, point_dim, path, what)
+
+
+def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse a frame the quick look found odd (``_looks_odd``) when it is float64 rows or bytes that are no
+    float32 numbers at all."""
+    with np.errstate(all="ignore"):  # NaN and huge values are what these checks look for
+        # float64 rows of the other length too: 5 values a point read as 4 would pass for no float64 rows of 4
+        if any(looks_float64(values, n) for n in dict.fromkeys((point_dim, *_FLOAT64_ROW_LENGTHS))):
+            raise InputError(
+                f"{what} {safe_repr(path)} looks like float64 values (8 bytes each), not float32: read as "
+                f"float32 each value splits in two; save frames as float32 "
+                f"(points.astype(np.float32).tofile(path)) or as .npy"
+            )
+        if looks_like_noise(values, point_dim):
+            raise InputError(
+                f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
+                f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} "
+                "in magnitude, as random bytes or another type's bytes read as float32 are; is it a point file?"
+            )
+
+
+_LAYOUT_SAMPLE = 1 << 15  # float32 values looked at from the start and from the middle of a file
+_ROWS_ALIGN = 60  # whole rows of 3, 4 and 5 values
+
+
+def _samples(values: np.ndarray, align: int, count: int = _LAYOUT_SAMPLE) -> list[np.ndarray]:
+    """At most ``count`` values from the start and from the middle (at a multiple of ``align``)."""
+    middle = (values.size // 2) // align * align
+    return [values[:count], values[middle:middle + count]]
+
+
+#: The bits of float32 +inf: a float32 of bits up to these is neither negative (nor -0.0) nor NaN.
+_FLOAT32_INF_BITS = 0x7F800000
+
+
+def nonnegative_max_bits(column: np.ndarray) -> int | None:
+    """The bits of the largest value of a float32 ``column`` (a strided view, say) when none has its sign
+    bit set and none is NaN, else None (also for other dtypes): such values order as their bits, and an
+    integer maximum over a strided column takes half the time of a float one, which tests every value for
+    NaN."""
+    if column.dtype != np.float32:
+        return None
+    top = int(column.view(np.uint32).max(initial=0))
+    return top if top <= _FLOAT32_INF_BITS else None
+
+
+_QUICK_WORDS = 240  # whole rows of 3, 4, 5, 8 and 10 values: the first values every frame is looked at in
+
+
+def _looks_odd(values: np.ndarray, point_dim: int) -> bool:
+    """The quick look every frame gets (a few microseconds): whether its first values (or, where those are
+    all 0, as many from the middle: an organised cloud's first points may be no return) hold fragments of
+    numbers (nonzero below 1e-12 or above 1e6 in magnitude), non-finite values, negative intensities or
+    mostly zero words before nonzero ones, which a real frame read right mostly has not. Only then do
+    the float64 and noise checks look at the file (they skip non-finite values: organised clouds mark
+    no-return points so). Magnitudes are judged by their bits, so no float operation meets a NaN here."""
+    words = values[:_QUICK_WORDS]
+    magnitude = _magnitude_bits(words)
+    top = magnitude.max(initial=0)
+    if top == 0:
+        words = _samples(values, _QUICK_WORDS, _QUICK_WORDS)[1]
+        magnitude = _magnitude_bits(words)
+        top = magnitude.max(initial=0)
+    if top >= _BEYOND_HIGH_BITS:  # non-finite, or beyond _NOISE_HIGH
+        return True
+    # nonzero below 1e-12: more magnitudes below _TINY_BITS than zeros (counts cost less than a reduction)
+    if np.count_nonzero(magnitude < _TINY_BITS) > words.size - np.count_nonzero(magnitude):
+        return True
+    if float(words[3 : words.size // point_dim * point_dim : point_dim].min(initial=0.0)) < 0:  # all finite
+        return True
+    # float64 values of few mantissa bits (whole numbers) have zero low words; a float32 frame's seldom are
+    low = magnitude[: words.size // 2 * 2 : 2]
+    return bool(np.count_nonzero(low) < low.size) and _zero_low_words(magnitude != 0) >= _ZERO_LOW_SHARE
+
+
+def _magnitude_bits(words: np.ndarray) -> np.ndarray:
+    """The magnitudes of float32 ``words`` as their bits without the sign: integers in the magnitudes' order
+    (NaN and inf above every finite one), compared without a float operation's cost or warnings."""
+    return words.view(np.int32) & 0x7FFFFFFF
+
+
+def _least_float32_bits(bound: float) -> int:
+    """The bits of the least float32 not below ``bound`` (> 0): a magnitude's bits (``_magnitude_bits``) are
+    below them exactly when it is below ``bound``."""
+    nearest = np.float32(bound)
+    return int(nearest.view(np.int32)) + (float(nearest) < bound)
+
+
+def _zero_low_words(nonzero: np.ndarray) -> float:
+    """Among float32 word pairs whose second word is not 0 (``nonzero``: which words are not), the share
+    whose first word is: all of them for float64 values of few mantissa bits (whole numbers, say: the low
+    words are 0), about half at most for a float32 frame (a planar scan's z = 0 before each intensity, but
+    x before y seldom 0)."""
+    pairs = nonzero[: nonzero.size // 2 * 2].reshape(-1, 2)
+    high = pairs[:, 1]
+    return float(np.count_nonzero(high > pairs[:, 0])) / max(int(np.count_nonzero(high)), 1)
+
+
+def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
+    """The row length (3, 4 or 5 values a point) that flat float32 ``values`` read as ``point_dim`` (4
+    or 5) values a point far more plausibly have, or None.
+
+    Read with the wrong row length, every field takes its turn in the intensity column, so (1) over 5 %
+    of the "intensities" are negative (lidar intensity never is), and (2) values the other length apart
+    (the same field of neighbouring points) differ less than values ``point_dim`` apart. Real KITTI scans
+    read as 4 and nuScenes sweeps read as 5, ordered or shuffled, fail both by a wide margin. The values
+    need not form whole rows of the other length: a file of 4 values a point cut short may hold whole rows
+    of 5 (the caller tells the two apart). Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so
+    it costs microseconds.
+    """
+    if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
+        return None
+    others = [n for n in ROW_LAYOUTS if n != point_dim]
+    samples = _samples(values, _ROWS_ALIGN)
+    columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
+    if all(nonnegative_max_bits(column) is not None for column in columns):  # the usual case: no copies, no NaN met
+        return None
+    with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
+        intensity = np.concatenate(columns)
+        intensity = intensity[np.isfinite(intensity)]
+        if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
+            return None
+        steps = {n: _median_step(samples, n) for n in (point_dim, *others)}
+    best = min(others, key=lambda n: steps[n])
+    return best if steps[best] < steps[point_dim] else None
+
+
+def _median_step(samples: list[np.ndarray], lag: int) -> float:
+    """Median of the finite differences between values ``lag`` apart (inf where there is none)."""
+    steps = np.concatenate([np.abs(s[lag:] - s[:-lag]) for s in samples])
+    steps = steps[np.isfinite(steps)]
+    return float(np.median(steps)) if steps.size else float("inf")
+
+
+#: A frame is noise, not points, when over this share of its finite values lie beyond HIGH or below LOW
+#: (and not 0) in magnitude: random bytes read as float32 give ~52 %, real frames none.
+_NOISE_SHARE, _NOISE_HIGH, _NOISE_LOW = 0.1, 1e6, 1e-30
+_NOISE_SAMPLE = 512  # values looked at from the start and from the middle: noise shows in a few
+#: The quick look's bounds as magnitude bits (``_magnitude_bits``): from the first, magnitudes are beyond
+#: _NOISE_HIGH (or not finite); below the second (and not 0), below 1e-12.
+_BEYOND_HIGH_BITS = _least_float32_bits(math.nextafter(_NOISE_HIGH, math.inf))
+_TINY_BITS = _least_float32_bits(1e-12)
+
+
+def _fragments(magnitudes: np.ndarray, low: float, high: float) -> np.ndarray:
+    """Which ``magnitudes`` no coordinate or intensity has: nonzero below ``low`` or above ``high``
+    (NaN: neither)."""
+    return (magnitudes > high) | ((magnitudes > 0) & (magnitudes < low))
+
+
+def looks_like_noise(values: np.ndarray, point_dim: int = 4) -> bool:
+    """True when flat float32 ``values`` are not coordinates: over ``_NOISE_SHARE`` of the finite ones
+    are beyond ``_NOISE_HIGH`` (1,000 km) or nonzero below ``_NOISE_LOW`` in magnitude. Random bytes
+    (exponents spread evenly) give about half such values; a lidar frame none (non-finite values, which
+    organised clouds use for no return, are not counted). Looks at two samples of at most
+    ``_NOISE_SAMPLE`` values."""
+    counted = odd = 0
+    for sample in _samples(values, point_dim, _NOISE_SAMPLE // point_dim * point_dim):
+        # x, y, z and intensity only: a 5th column may be an absolute timestamp (1.7e9 s, or in us)
+        size = np.abs(sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, :4])
+        finite = size[np.isfinite(size)]
+        counted += finite.size
+        odd += np.count_nonzero(_fragments(finite, _NOISE_LOW, _NOISE_HIGH))
+    return bool(counted and odd > _NOISE_SHARE * counted)
+
+
+#: Largest coordinate (metres) and intensity a frame read as float64 may hold to count as plausible.
+_FLOAT64_MAX_COORD, _FLOAT64_MAX_INTENSITY = 1e5, 65535.0
+_FLOAT64_GATE_ROWS = 64  # rows of the float64 reading looked at first: a float32 frame fails within them
+_FLOAT64_MIN_ROWS = 16  # fewer float64 rows (32 points of 4) are too few to tell
+_ZERO_LOW_SHARE = 0.9  # of the nonzero would-be high words following a zero: float64 of whole numbers
+
+
+#: The float64 rows a file is tried as (x, y, z, intensity and nuScenes' 5th value), whatever it is read as.
+_FLOAT64_ROW_LENGTHS = (4, 5)
+
+
+def looks_float64(values: np.ndarray, point_dim: int) -> bool:
+    """True when flat float32 ``values`` are really float64 rows of ``point_dim`` values (an array saved
+    with ``tofile`` before ``astype(np.float32)``).
+
+    Read as float32, each float64 splits in two words: the high one (sign, exponent, top of the
+    mantissa) reads as a modest number, the low one (the mantissa's tail) as 0, +-1e-19, +-2, +-4e19 or
+    noise. So the test: (1) the bytes read as float64 are a plausible frame (finite, coordinates within
+    100 km, intensities in [0, 65535]); (2) read as float32 they are not (``_fragments_or_negative``:
+    the would-be low words are fragments of numbers or zeros, or the intensities go negative). A float32
+    frame read as float64 takes its magnitudes from every other value (y and intensity for rows of 4): a
+    y beyond ~8 m or a negative intensity fails (1), mostly in the first rows looked at; real scans fail
+    (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the
+    first ``_FLOAT64_GATE_ROWS`` rows, and only when they pass (1), at two samples of at most
+    ``_LAYOUT_SAMPLE`` values.
+    """
+    row = 2 * point_dim  # float32 words in one float64 row
+    if values.size % row or values.size < _FLOAT64_MIN_ROWS * row:
+        return False
+    if not _plausible_as_float64(values[: _FLOAT64_GATE_ROWS * row], point_dim):  # the usual case: cheap
+        return False
+    samples = _samples(values, row, _LAYOUT_SAMPLE // row * row)
+    return all(_plausible_as_float64(s, point_dim) for s in samples) and _fragments_or_negative(
+        np.concatenate(samples), point_dim)
+
+
+def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
+    """Whether float32 ``words`` (whole float64 rows) read as float32 are no frame: over a third of the
+    words that would be float64 low words are fragments (non-finite, or nonzero below 1e-12 or above
+    1e12 in magnitude), nearly every nonzero would-be high word follows a zero (``_zero_low_words``), or
+    over 5 % of the intensities are negative."""
+    low = words[0::2]  # a float64's low word comes first (little-endian)
+    with np.errstate(invalid="ignore"):
+        fragments = np.count_nonzero(~np.isfinite(low) | _fragments(np.abs(low), 1e-12, 1e12))
+    if fragments > low.size / 3 or _zero_low_words(words != 0) >= _ZERO_LOW_SHARE:
+        return True
+    intensity = words[: words.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3]
+    return bool(np.count_nonzero(intensity < 0) > 0.05 * intensity.size)
+
+
+def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
+    """Whether float32 ``words`` (whole float64 rows) read as float64 rows are a frame a lidar gives."""
+    rows = np.ascontiguousarray(words).view("<f8").reshape(-1, point_dim)
+    finite = np.isfinite(rows).all(axis=1)
+    if 2 * np.count_nonzero(finite) < len(rows):  # rows of NaN (no return) are skipped, not the majority
+        return False
+    rows = rows[finite]
+    intensity = rows[:, 3]
+    return bool(np.all(np.abs(rows[:, :3]) <= _FLOAT64_MAX_COORD)
+                and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY)))
