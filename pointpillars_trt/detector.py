@@ -298,13 +298,13 @@ class PointPillars:
                               f"got {type(thresholds).__name__}")
         return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
-    def infer_many(self, frames: Iterable[object], *, batch_size: int = 1,
-                   point_dim: int | None = None) -> Iterator[FrameResult]:
+    def infer_many(self, frames: Iterable[object], *, batch_size: int = 1, point_dim: int | None = None,
+                   thresholds: Thresholds | None = None) -> Iterator[FrameResult]:
         """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame
         yields its error and the rest go on. Results come in input order; a failed read is yielded
         as soon as the frames before it are, so any number of bad frames in a row costs no memory.
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
-        multi-sweep models).
+        multi-sweep models); ``thresholds`` apply to this call only.
 
         The frames go in groups of ``batch_size`` (on the GPU at most the pipeline's batch, which grows to
         it up to 8), each group one batch less its failed reads. A group's point files are read on
@@ -322,6 +322,8 @@ class PointPillars:
         batch = plain_number(batch_size)  # a NumPy integer is the int it holds
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
+        post_config = self._post_config(thresholds)  # checked here, not at the first result
+        detect = functools.partial(self._detect_staged, thresholds=thresholds, post_config=post_config)
         columns = self.cfg.num_point_columns
         dim = columns if point_dim is None else point_dim
         read = functools.partial(read_points_into, point_dim=dim, columns=columns)
@@ -333,10 +335,10 @@ class PointPillars:
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
         staging = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
                                empty_pinned if pipeline is not None else None)
-        return self._stream(iter(enumerate(frames)), batch, read, staging, ahead)  # checked above, not at next()
+        return self._stream(iter(enumerate(frames)), batch, read, staging, ahead, detect)  # checked above, not at next()
 
-    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame,
-                staging: _StagingPool, ahead: int) -> Iterator[FrameResult]:
+    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame, staging: _StagingPool,
+                ahead: int, detect: _DetectGroup) -> Iterator[FrameResult]:
         """``infer_many``'s loop; ``ahead``: groups read ahead of the one that runs."""
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
         groups: collections.deque[_Group] = collections.deque()
@@ -350,7 +352,7 @@ class PointPillars:
                 if not groups:
                     break
                 group = groups.popleft()
-                yield from self._run_group(group)
+                yield from self._run_group(group, detect)
                 if group.staging is not None:
                     staging.give(group.staging)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
@@ -358,8 +360,9 @@ class PointPillars:
         if failed is not None:  # after the results of the frames it gave before
             raise failed
 
-    def _run_group(self, group: _Group) -> Iterator[FrameResult]:
-        """A group's frames as one batch, each failed read in its place."""
+    def _run_group(self, group: _Group, detect: _DetectGroup) -> Iterator[FrameResult]:
+        """A group's frames as one batch (``detect``: ``_detect_staged`` with the call's thresholds), each failed
+        read in its place."""
         columns = self.cfg.num_point_columns
         window: list[FrameResult | _GroupFrame] = []
         for source, item, read in group.frames:
@@ -372,7 +375,7 @@ class PointPillars:
                 unread = InputError(f"{safe_repr(source)}: cannot be read as points ({type(exc).__name__}: {safe_repr(str(exc), 100)})")
                 window.append(FrameResult(source, None, unread))
         frames = [entry for entry in window if isinstance(entry, _GroupFrame)]
-        results = iter(self._detect_staged(group.staging, frames))
+        results = iter(detect(group.staging, frames))
         for entry in window:
             if isinstance(entry, FrameResult):
                 yield entry
@@ -384,8 +387,8 @@ class PointPillars:
             else:
                 yield FrameResult(entry.source, found, None)
 
-    def _detect_staged(self, staging: StagingBuffer | None,
-                       frames: list[_GroupFrame]) -> list[Detections | BaseException]:
+    def _detect_staged(self, staging: StagingBuffer | None, frames: list[_GroupFrame], *, thresholds: Thresholds | None,
+                       post_config: ModelConfig | None) -> list[Detections | BaseException]:
         """``detect_each`` of the frames; on the GPU, when all of them lie in ``staging``, one pass of the pipeline
         straight from it (no copy on this thread). When that pass fails, the frames go through ``detect_each``,
         where each frame's own error shows (also that the detector was closed meanwhile)."""
@@ -395,11 +398,12 @@ class PointPillars:
             self._check_first_intensities(frames[0].points)
             try:
                 with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
-                    found = pipeline.detect_staged(staging, [(len(frame.points), frame.start) for frame in frames])
+                    placed = [(len(frame.points), frame.start) for frame in frames]
+                    found = pipeline.detect_staged(staging, placed, post_config)
                     return [self._said_if_nonfinite(one) for one in found]
             except FRAME_ERRORS:
                 pass
-        return detect_each(self, [frame.points for frame in frames])
+        return detect_each(self, [frame.points for frame in frames], thresholds)
 
     def close(self) -> None:
         self._closed = True
@@ -532,6 +536,10 @@ class _GroupFrame:
     source: str
     points: Any  # host rows, or a CUDA array given as a frame
     start: int | None
+
+
+#: ``_detect_staged`` with a call's thresholds bound: a group's staging and frames -> a result a frame.
+_DetectGroup = Callable[["StagingBuffer | None", "list[_GroupFrame]"], "list[Detections | BaseException]"]
 
 
 @dataclass

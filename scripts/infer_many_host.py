@@ -43,7 +43,7 @@ class StandInPipeline:
     def fit_batch(self, frames: int) -> int:
         return min(frames, self.max_batch)
 
-    def detect_staged(self, staging: object, frames: list[tuple[int, int]]) -> list[Detections]:
+    def detect_staged(self, staging: object, frames: list[tuple[int, int]], post_config: object = None) -> list[Detections]:
         time.sleep(max(0.0, self.timeline.book(len(frames)) - time.perf_counter()))
         return [self.empty] * len(frames)
 

@@ -53,7 +53,7 @@ class StandInPipeline:
     def __init__(self, timeline: Timeline, found: list[Detections]) -> None:
         self.timeline, self.found = timeline, found
 
-    def detect_staged(self, staging: object, frames: list[tuple[int, int]]) -> list[Detections]:
+    def detect_staged(self, staging: object, frames: list[tuple[int, int]], post_config: object = None) -> list[Detections]:
         time.sleep(max(0.0, self.timeline.book(len(frames)) - time.perf_counter()))
         return [self.found[i % len(self.found)] for i in range(len(frames))]
 

@@ -222,8 +222,9 @@ def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
 
 
 def test_per_call_thresholds_equal_a_detector_opened_with_them(tmp_path: Path) -> None:
-    """``detector(points, thresholds=...)`` / ``detect_batch(..., thresholds=...)`` give what a detector
-    opened with those values gives, for that call only; max boxes above the detector's is refused."""
+    """``detector(points, thresholds=...)`` / ``detect_batch(..., thresholds=...)`` / ``infer_many(...,
+    thresholds=...)`` give what a detector opened with those values gives, for that call only; max boxes
+    above the detector's is refused (by ``infer_many`` at the call)."""
     from tiny import tiny_model_dir
 
     from pointpillars_trt.config import Thresholds
@@ -238,19 +239,27 @@ def test_per_call_thresholds_equal_a_detector_opened_with_them(tmp_path: Path) -
                 Thresholds(score_threshold=0.0, nms_iou=0.1, max_boxes=4)]
     with PointPillars(model, device="cpu") as detector:
         default = [detector(f) for f in frames]
-        per_call = {t: (detector(frames[0], thresholds=t), detector.detect_batch(frames, thresholds=t))
+        for index, frame in enumerate(frames):
+            frame.tofile(tmp_path / f"{index}.bin")
+        paths = [str(tmp_path / f"{index}.bin") for index in range(len(frames))]
+        per_call = {t: (detector(frames[0], thresholds=t), detector.detect_batch(frames, thresholds=t),
+                        [r.detections for r in detector.infer_many(paths, batch_size=2, thresholds=t)])
                     for t in settings}
         assert_same(detector(frames[0]), default[0])  # the call's values do not stick
         with pytest.raises(ConfigError, match="max_boxes 501: the detector was opened with max_boxes 500"):
             detector(frames[0], thresholds=Thresholds(max_boxes=501))
         with pytest.raises(ConfigError, match="score_threshold"):
             detector.detect_batch(frames, thresholds=Thresholds(score_threshold=-1.0))
+        with pytest.raises(ConfigError, match="max_boxes 501"):
+            detector.infer_many(paths, thresholds=Thresholds(max_boxes=501))
     lengths = set()
-    for t, (single, batch) in per_call.items():
+    for t, (single, batch, streamed) in per_call.items():
         with PointPillars(model, device="cpu", score_threshold=t.score_threshold, nms_iou=t.nms_iou,
                           max_boxes=t.max_boxes) as opened:
             assert_same(single, opened(frames[0]))
             for got, frame in zip(batch, frames):
+                assert_same(got, opened(frame))
+            for got, frame in zip(streamed, frames):
                 assert_same(got, opened(frame))
         lengths.add(len(single))
     assert len(lengths | {len(default[0])}) == 4, "every setting must change the result to test anything"

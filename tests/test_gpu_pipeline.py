@@ -591,6 +591,19 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
         detector.close()
 
 
+def _counting_staged_batches(pipeline):  # type: ignore[no-untyped-def]
+    """The sizes of the batches ``pipeline.detect_staged`` runs from here on (the real call still runs)."""
+    staged: list[int] = []
+    detect_staged = pipeline.detect_staged
+
+    def counted(staging, placed, *post_config):  # type: ignore[no-untyped-def]
+        staged.append(len(placed))
+        return detect_staged(staging, placed, *post_config)
+
+    pipeline.detect_staged = counted
+    return staged
+
+
 def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     """``infer_many`` on the GPU, groups read into their own pinned staging (from a list: two groups ahead, the
     staging sized from the files; from a generator: a fresh buffer too small for a full scan, that group run
@@ -604,9 +617,7 @@ def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, t
     for frames, batch, staged_batches in ((paths, 3, [3, 2, 3, 3, 1]), ((path for path in paths), 3, [2, 3, 3, 1]),
                                           (paths, 16, [7, 5])):
         with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
-            pipeline, staged = detector.gpu_pipeline, []
-            detect_staged = pipeline.detect_staged
-            pipeline.detect_staged = lambda staging, placed: (staged.append(len(placed)), detect_staged(staging, placed))[1]
+            staged = _counting_staged_batches(detector.gpu_pipeline)
             results = list(detector.infer_many(frames, batch_size=batch))
         assert [r.source for r in results] == paths
         assert "20 bytes, not a multiple of 16" in str(results[4].error)
@@ -624,9 +635,7 @@ def test_infer_many_on_a_detector_closed_meanwhile_gives_each_later_frame_that_e
     _, _, gpu = family_pair
     paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
     detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3)
-    pipeline, staged = detector.gpu_pipeline, []
-    detect_staged = pipeline.detect_staged
-    pipeline.detect_staged = lambda staging, placed: (staged.append(len(placed)), detect_staged(staging, placed))[1]
+    staged = _counting_staged_batches(detector.gpu_pipeline)
     results = detector.infer_many(paths, batch_size=3)
     first = next(results)
     detector.close()
