@@ -25,6 +25,7 @@ from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
 from .points import as_host_points, check_frame_list
 from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
+from .stop_signals import stop_signals_blocked
 from .sweeps import accumulate_sweeps
 
 
@@ -122,9 +123,13 @@ class PointPillars:
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
-            self._impl: _Implementation = GpuPipeline(model, backend=backend, cuda_graph=opts.cuda_graph,
-                                                      tf32=opts.tf32, device_id=device_id, max_batch=opts.max_batch,
-                                                      post_config=self.cfg, stage_timings=opts.stage_timings)
+            # the threads that the CUDA driver and the engine libraries start while the pipeline opens take this
+            # thread's signal mask: with the stop signals held here, none of them ever runs NVRTC's handlers in
+            # Python's place (``stop_signals``); a Ctrl-C or SIGTERM that comes meanwhile acts once it is open
+            with stop_signals_blocked():
+                self._impl: _Implementation = GpuPipeline(
+                    model, backend=backend, cuda_graph=opts.cuda_graph, tf32=opts.tf32, device_id=device_id,
+                    max_batch=opts.max_batch, post_config=self.cfg, stage_timings=opts.stage_timings)
         else:
             from .cpu_detector import CpuDetector
 
@@ -329,8 +334,8 @@ class PointPillars:
         read = functools.partial(read_points_into, point_dim=dim, columns=columns)
         ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
         pipeline = self.gpu_pipeline
-        if pipeline is not None:
-            batch = pipeline.fit_batch(batch)  # the batch a group's staging is run at in one pass
+        if pipeline is not None:  # a group is run from its staging in one pass: at most the pipeline's batch
+            batch = min(batch, pipeline.fit_batch(batch))
         # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
         staging = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
@@ -576,7 +581,7 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
 class _StagingPool:
     """``infer_many``'s staging buffers (``alloc``: page-locked on the GPU), one a group being read or run,
     reused group after group; once a group's reads asked one for more rows than it has, the pool's buffers
-    are made 1.5 times that size (a smaller one given back is dropped)."""
+    are made that size (a power of two, ``StagingBuffer``), and a smaller one given back is dropped."""
 
     def __init__(self, capacity: int, columns: int,
                  alloc: Callable[[tuple[int, ...], type], np.ndarray] | None) -> None:
@@ -589,7 +594,7 @@ class _StagingPool:
         return buffer
 
     def give(self, buffer: StagingBuffer) -> None:
-        if buffer.requested > self.capacity:
-            self.capacity = buffer.requested + buffer.requested // 2
+        if buffer.requested > buffer.capacity:
+            self.capacity = max(self.capacity, buffer.requested)
         if buffer.capacity >= self.capacity:
             self._free.append(buffer)

@@ -30,6 +30,9 @@ import numpy as np
 from .staging import StagingBuffer
 
 SHM_DIR = "/dev/shm"
+#: cudaHostRegisterPortable: the pages count as page-locked for every GPU's context, not only the current one
+#: (a run whose pipelines are on another GPU than the first).
+HOST_REGISTER_PORTABLE = 1
 _names = itertools.count()
 
 
@@ -68,7 +71,7 @@ class SharedArrays:
             if self.pin:
                 import cupy
 
-                cupy.cuda.runtime.hostRegister(array.ctypes.data, nbytes, 0)
+                cupy.cuda.runtime.hostRegister(array.ctypes.data, nbytes, HOST_REGISTER_PORTABLE)
                 pinned = True
             self._files[array.ctypes.data] = name
         except BaseException:

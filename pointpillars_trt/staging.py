@@ -64,14 +64,17 @@ def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
 
 
 class StagingBuffer:
-    """``capacity`` point rows after the header, from ``alloc(shape, dtype)`` (e.g. :func:`empty_pinned`;
-    default: ordinary host memory); ``columns`` 5 adds ``times``, the rows' time lags."""
+    """``capacity`` point rows (rounded up to a power of two) after the header, from ``alloc(shape, dtype)``
+    (e.g. :func:`empty_pinned`; default: ordinary host memory); ``columns`` 5 adds ``times``, the rows' time
+    lags. The rounding keeps the sizes a long process asks for few: CuPy's pinned pool keeps a freed block
+    for a request of its exact size, so buffers of ever new sizes (sized from each run's frames) would
+    pile up page-locked memory, call after call."""
 
     def __init__(self, capacity: int, alloc: Callable[[tuple[int, int], type], np.ndarray] | None = None,
                  columns: int = 4) -> None:
         if columns not in (4, 5):
             raise ValueError(f"columns: 4 or 5 (with time lags), received {columns}")
-        capacity = max(1, int(capacity))
+        capacity = 1 << (max(1, int(capacity)) - 1).bit_length()
         allocate = alloc or np.empty
         self._place(allocate((HEADER_ROWS + capacity, 4), np.float32),
                     allocate((capacity, 1), np.float32)[:, 0] if columns == 5 else None)

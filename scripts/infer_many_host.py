@@ -41,7 +41,7 @@ class StandInPipeline:
                                 ("Car",), FrameStats(num_points=0, num_pillars=0))
 
     def fit_batch(self, frames: int) -> int:
-        return min(frames, self.max_batch)
+        return self.max_batch  # as a GpuPipeline grown to it
 
     def detect_staged(self, staging: object, frames: list[tuple[int, int]], post_config: object = None) -> list[Detections]:
         time.sleep(max(0.0, self.timeline.book(len(frames)) - time.perf_counter()))

@@ -606,16 +606,17 @@ def _counting_staged_batches(pipeline):  # type: ignore[no-untyped-def]
 
 def test_infer_many_reading_ahead_equals_each_frame_alone(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     """``infer_many`` on the GPU, groups read into their own pinned staging (from a list: two groups ahead, the
-    staging sized from the files; from a generator: a fresh buffer too small for a full scan, that group run
-    from copies and the buffers grown; batches of 16 on a pipeline of 3: grown to 8), a corrupt file among
-    the frames: results in input order, the corrupt file's error alone, each frame's boxes the bytes of
-    running it alone; every group but the one that did not fit runs straight from its staging."""
+    staging sized from the files; from a generator: a fresh buffer too small for the first group's full scan
+    and crop, that group run from copies and the buffers grown; batches of 16 on a pipeline of 3: grown to 8;
+    batches of 2 on it: 2), a corrupt file among the frames: results in input order, the corrupt file's error
+    alone, each frame's boxes the bytes of running it alone; every group but the one that did not fit runs
+    straight from its staging."""
     from pointpillars_trt.detector import PointPillars
 
     _, _, gpu = family_pair
     paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=4)
     for frames, batch, staged_batches in ((paths, 3, [3, 2, 3, 3, 1]), ((path for path in paths), 3, [2, 3, 3, 1]),
-                                          (paths, 16, [7, 5])):
+                                          (paths, 16, [7, 5]), (paths, 2, [2, 2, 1, 2, 2, 2, 1])):
         with PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3) as detector:
             staged = _counting_staged_batches(detector.gpu_pipeline)
             results = list(detector.infer_many(frames, batch_size=batch))

@@ -43,10 +43,11 @@ def test_frames_read_from_threads_land_in_their_own_rows(tmp_path: Path) -> None
 
 
 def test_a_frame_without_room_is_an_array_of_its_own_and_its_rows_are_counted(tmp_path: Path) -> None:
-    """A buffer of 1,500 rows and frames of 1,000 and 800 points: the second is read into an array of its own
+    """A buffer of 1,024 rows and frames of 1,000 and 800 points: the second is read into an array of its own
     (start None); ``requested`` counts both, the rows the frames needed."""
     first, second = _frame(tmp_path / "a.bin", 1000, 1), _frame(tmp_path / "b.bin", 800, 2)
-    staging = StagingBuffer(1500)
+    staging = StagingBuffer(1000)  # 1,024 rows: a power of two
+    assert staging.capacity == 1024 and StagingBuffer(1025).capacity == 2048 and StagingBuffer(1).capacity == 1
     a, a_start = staging.read_frame(read_points_into, tmp_path / "a.bin")
     b, b_start = staging.read_frame(read_points_into, tmp_path / "b.bin")
     assert a_start == 0 and np.array_equal(a, first)

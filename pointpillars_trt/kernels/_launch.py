@@ -85,29 +85,52 @@ def compile_kernels(file: str, defines: tuple[str, ...], names: tuple[str, ...])
 
 
 @functools.lru_cache(maxsize=None)
-def _arch_module(file: str, defines: tuple[str, ...], arch: str) -> Any:
-    """The module of ``file`` for ``arch``, its cubin from the user cache when a process before compiled it."""
+def _arch_module(file: str, defines: tuple[str, ...], arch: str, device_id: int) -> Any:
+    """The module of ``file`` for ``arch`` loaded on GPU ``device_id`` (a module belongs to one device's
+    context), its cubin from the user cache when a process before compiled it."""
     cp = cupy_module()
     try:
         cached: Path | None = _cubin_path(file, defines, arch)
     except (RuntimeError, OSError):  # no home folder to find the cache in (a container's anonymous user)
         cached = None
     module = cp.cuda.function.Module()
-    try:
-        if cached is not None:
-            module.load(cached.read_bytes())
+    cubin = read_cubin(cached) if cached is not None else None
+    if cubin is not None:
+        try:
+            module.load(cubin)
             return module
-    except (OSError, cp.cuda.driver.CUDADriverError):  # none yet, unreadable or damaged: compiled again
-        pass
+        except cp.cuda.driver.CUDADriverError:  # a cubin this driver refuses: compiled again
+            pass
     cubin = _compile_cubin(file, defines, arch)
-    try:
-        if cached is not None:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            write_bytes_atomic(cached, cubin, durable=False)
-    except OSError:  # a read-only cache: compiled again by the next process
-        pass
+    if cached is not None:
+        write_cubin(cached, cubin)
     module.load(cubin)
     return module
+
+
+#: A kept cubin's file: the SHA-256 of the cubin, then the cubin (the driver reads a cubin without its length,
+#: so a damaged one is told by its digest before the driver sees it).
+_DIGEST_BYTES = 32
+
+
+def read_cubin(path: Path) -> bytes | None:
+    """The cubin kept at ``path``; None when there is none, or it cannot be read, or it is damaged."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    digest, cubin = data[:_DIGEST_BYTES], data[_DIGEST_BYTES:]
+    return cubin if cubin and hashlib.sha256(cubin).digest() == digest else None
+
+
+def write_cubin(path: Path, cubin: bytes) -> None:
+    """Keep ``cubin`` at ``path`` with its digest (atomically: a reader never sees half a file); a cache that
+    cannot be written is left alone (the next process compiles again)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(path, hashlib.sha256(cubin).digest() + cubin, durable=False)
+    except OSError:
+        pass
 
 
 def _cubin_path(file: str, defines: tuple[str, ...], arch: str) -> Path:
@@ -127,17 +150,20 @@ def _cubin_path(file: str, defines: tuple[str, ...], arch: str) -> Path:
 def _compile_cubin(file: str, defines: tuple[str, ...], arch: str) -> bytes:
     from cupy_backends.cuda.libs import nvrtc
 
-    program = nvrtc.createProgram(kernel_source(file), file, (), ())
     try:
+        program = nvrtc.createProgram(kernel_source(file), file, (), ())
         try:
-            with stop_signals_blocked(keep_python_handlers=True):
-                nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
-        except nvrtc.NVRTCError as exc:
-            log = nvrtc.getProgramLog(program)
-            raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
-        return bytes(nvrtc.getCUBIN(program))
-    finally:
-        nvrtc.destroyProgram(program)
+            try:
+                with stop_signals_blocked(keep_python_handlers=True):
+                    nvrtc.compileProgram(program, [f"--gpu-architecture={arch}", *COMPILE_OPTIONS, *defines])
+            except nvrtc.NVRTCError as exc:
+                log = nvrtc.getProgramLog(program)
+                raise BackendError(f"{file}: kernel compilation for {arch} failed:\n{log}") from exc
+            return bytes(nvrtc.getCUBIN(program))
+        finally:
+            nvrtc.destroyProgram(program)
+    except nvrtc.NVRTCError as exc:  # NVRTC itself failed (out of memory, a broken install)
+        raise BackendError(f"{file}: NVRTC failed ({exc})") from exc
 
 
 class ArchKernel:
@@ -169,7 +195,7 @@ def compile_arch_kernels(file: str, defines: tuple[str, ...], names: tuple[str, 
     compile path does not name; NVRTC straight to a cubin, once per define set and target. Such files
     include no headers of the CUDA toolkit."""
     with checked(file):
-        module = _arch_module(file, defines, arch)
+        module = _arch_module(file, defines, arch, cupy_module().cuda.runtime.getDevice())
         return {name: ArchKernel(module.get_function(name), name) for name in names}
 
 
