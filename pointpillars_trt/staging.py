@@ -63,6 +63,11 @@ def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
     return np.ndarray(shape, dtype, buffer=memory)
 
 
+def rounded_capacity(capacity: int) -> int:
+    """The point rows a ``StagingBuffer`` asked for ``capacity`` rows holds: the next power of two."""
+    return 1 << (max(1, int(capacity)) - 1).bit_length()
+
+
 class StagingBuffer:
     """``capacity`` point rows (rounded up to a power of two) after the header, from ``alloc(shape, dtype)``
     (e.g. :func:`empty_pinned`; default: ordinary host memory); ``columns`` 5 adds ``times``, the rows' time
@@ -74,7 +79,7 @@ class StagingBuffer:
                  columns: int = 4) -> None:
         if columns not in (4, 5):
             raise ValueError(f"columns: 4 or 5 (with time lags), received {columns}")
-        capacity = 1 << (max(1, int(capacity)) - 1).bit_length()
+        capacity = rounded_capacity(capacity)
         allocate = alloc or np.empty
         self._place(allocate((HEADER_ROWS + capacity, 4), np.float32),
                     allocate((capacity, 1), np.float32)[:, 0] if columns == 5 else None)

@@ -41,7 +41,7 @@ from ..fileio import safe_repr
 from ..intensities import intensity_mismatch
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
-from ..staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned
+from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals
 from .frame_reads import ProcessRead, read_batch, read_into
 from .messages import one_line
@@ -262,7 +262,7 @@ class FrameRunner:
             if not isinstance(exc, Exception):
                 raise
             if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-                mib = slots * capacity * 4 * columns / 2**20  # float32 rows, plus the time lags' column
+                mib = slots * (HEADER_ROWS + rounded_capacity(capacity)) * 4 * columns / 2**20  # + time lags
                 return (f"{mib:,.0f} MiB of staging do not fit in /dev/shm (a container's is 64 MB unless "
                         "started with --shm-size)")
             return f"the staging could not be made in shared memory ({one_line(exc)})"
