@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
@@ -125,7 +125,8 @@ class PointPillars:
 
             # the threads that the CUDA driver and the engine libraries start while the pipeline opens take this
             # thread's signal mask: with the stop signals held here, none of them ever runs NVRTC's handlers in
-            # Python's place (``stop_signals``); a Ctrl-C or SIGTERM that comes meanwhile acts once it is open
+            # Python's place (``stop_signals``); a Ctrl-C or SIGTERM sent to this thread meanwhile acts once it
+            # is open (one the process gets may go to another of the caller's threads that does not block it)
             with stop_signals_blocked():
                 self._impl: _Implementation = GpuPipeline(
                     model, backend=backend, cuda_graph=opts.cuda_graph, tf32=opts.tf32, device_id=device_id,
@@ -338,11 +339,11 @@ class PointPillars:
             batch = min(batch, pipeline.fit_batch(batch))
         # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
-        staging = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
-                               empty_pinned if pipeline is not None else None)
-        return self._stream(iter(enumerate(frames)), batch, read, staging, ahead, detect)  # checked above, not at next()
+        pool = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
+                            empty_pinned if pipeline is not None else None)
+        return self._stream(iter(enumerate(frames)), batch, read, pool, ahead, detect)  # checked above, not at next()
 
-    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame, staging: _StagingPool,
+    def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame, pool: _StagingPool,
                 ahead: int, detect: _DetectGroup) -> Iterator[FrameResult]:
         """``infer_many``'s loop; ``ahead``: groups read ahead of the one that runs."""
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
@@ -351,15 +352,14 @@ class PointPillars:
         try:
             while True:
                 while not ended and len(groups) <= ahead:
-                    group, ended, failed = _start_group(reader, items, batch_size, read, staging)
-                    if group.frames:
+                    group, ended, failed = _start_group(reader, items, batch_size, read, pool)
+                    if group.items:
                         groups.append(group)
                 if not groups:
                     break
                 group = groups.popleft()
                 yield from self._run_group(group, detect)
-                if group.staging is not None:
-                    staging.give(group.staging)
+                pool.give(group)
         finally:  # the caller may stop early: reads not started are dropped, not waited for
             reader.shutdown(wait=True, cancel_futures=True)
         if failed is not None:  # after the results of the frames it gave before
@@ -370,9 +370,14 @@ class PointPillars:
         read in its place."""
         columns = self.cfg.num_point_columns
         window: list[FrameResult | _GroupFrame] = []
-        for source, item, read in group.frames:
+        for source, item, future in group.items:
             try:
-                points, start = read.result() if read is not None else (item, None)
+                if future is None:
+                    points, start = item, None
+                else:
+                    rows, start = future.result()
+                    group.rows_read += len(rows)
+                    points = rows
                 window.append(_GroupFrame(source, _device_or_host_points(points, self.device, columns), start))
             except PointPillarsError as exc:
                 window.append(FrameResult(source, None, exc))
@@ -444,11 +449,10 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 
 
 #: Threads ``infer_many`` reads point files on, and how many groups (batches) they read ahead of the one that
-#: runs. Beside the detect calls, which need this process's interpreter lock back after each CUDA call, more
-#: threads were not faster when the calling thread still copied each frame into the pipeline's staging: H200,
-#: batches of 8, camera-view crops / full scans a second, 2 threads 2,083-2,961 / 892-1,311, 4 threads
-#: 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795. 2 taken: crops ~15 % faster than with 4, full scans
-#: ~10 % slower.
+#: runs. Chosen when the calling thread still copied each frame into the pipeline's staging (the reads now
+#: land in the group's own): beside the detect calls, which need this process's interpreter lock back after
+#: each CUDA call, more threads were not faster then (H200, batches of 8, camera-view crops / full scans a
+#: second, 2 threads 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795).
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
 
@@ -544,24 +548,34 @@ class _GroupFrame:
 
 
 #: ``_detect_staged`` with a call's thresholds bound: a group's staging and frames -> a result a frame.
-_DetectGroup = Callable[["StagingBuffer | None", "list[_GroupFrame]"], "list[Detections | BaseException]"]
+_DetectGroup = Callable[[StagingBuffer | None, list[_GroupFrame]], list[Detections | BaseException]]
+
+
+class _GroupItem(NamedTuple):
+    """An item of an ``infer_many`` group: its name, the item, and its read into the group's staging (None for
+    an array, which is not read)."""
+
+    source: str
+    item: object
+    future: Future[tuple[np.ndarray, int | None]] | None
 
 
 @dataclass
 class _Group:
     """``batch_size`` items of ``infer_many`` and the staging buffer their point files are read into (taken at
-    the first of them): each item's name, the item, and its read (None for an array, which is not read)."""
+    the first of them); once run, the rows of the frames read (what the next buffers must hold)."""
 
     staging: StagingBuffer | None
-    frames: list[tuple[str, object, Future[tuple[np.ndarray, int | None]] | None]]
+    items: list[_GroupItem]
+    rows_read: int = 0
 
 
 def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: int, read: ReadFrame,
-                 staging: _StagingPool) -> tuple[_Group, bool, Exception | None]:
-    """The next ``size`` items, their point files' reads into a buffer of ``staging`` started on ``reader``;
+                 pool: _StagingPool) -> tuple[_Group, bool, Exception | None]:
+    """The next ``size`` items, their point files' reads into a buffer of ``pool`` started on ``reader``;
     whether the items ended, and what their iterable raised if it did (the frames before it still run)."""
     group = _Group(None, [])
-    while len(group.frames) < size:
+    while len(group.items) < size:
         try:
             taken = next(items, None)
         except Exception as exc:  # noqa: BLE001 - the caller's own error, raised once its frames are done
@@ -572,29 +586,44 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
         future = None
         if isinstance(item, (str, os.PathLike)):
             if group.staging is None:
-                group.staging = staging.take()
+                group.staging = pool.take()
             future = reader.submit(group.staging.read_frame, read, item)
-        group.frames.append((frame_source(item, index), item, future))
+        group.items.append(_GroupItem(frame_source(item, index), item, future))
     return group, False, None
 
 
 class _StagingPool:
     """``infer_many``'s staging buffers (``alloc``: page-locked on the GPU), one a group being read or run,
-    reused group after group; once a group's reads asked one for more rows than it has, the pool's buffers
-    are made that size (a power of two, ``StagingBuffer``), and a smaller one given back is dropped."""
+    reused group after group; once a group's frames did not fit, the pool's buffers are made to hold as many
+    rows (a power of two, ``StagingBuffer``), and a smaller one given back is dropped. Where page-locked
+    memory runs out, buffers of ordinary memory (the GPU copies from them too, more slowly), said once."""
 
     def __init__(self, capacity: int, columns: int,
-                 alloc: Callable[[tuple[int, ...], type], np.ndarray] | None) -> None:
+                 alloc: Callable[[tuple[int, int], type], np.ndarray] | None) -> None:
         self.capacity, self._columns, self._alloc = capacity, columns, alloc
         self._free: list[StagingBuffer] = []
 
     def take(self) -> StagingBuffer:
-        buffer = self._free.pop() if self._free else StagingBuffer(self.capacity, self._alloc, self._columns)
-        buffer.reset()
-        return buffer
+        if self._free:
+            buffer = self._free.pop()
+            buffer.reset()
+            return buffer
+        try:
+            return StagingBuffer(self.capacity, self._alloc, self._columns)
+        except Exception as exc:  # noqa: BLE001 - page-locked memory is a limited resource of its own
+            if self._alloc is None:
+                raise
+            warnings.warn(f"infer_many: page-locked memory for the frames' staging could not be had ({exc}); "
+                          "staging them in ordinary memory from here on (slower copies to the GPU)",
+                          RuntimeWarning, stacklevel=2)
+            self._alloc = None
+            return StagingBuffer(self.capacity, None, self._columns)
 
-    def give(self, buffer: StagingBuffer) -> None:
-        if buffer.requested > buffer.capacity:
-            self.capacity = max(self.capacity, buffer.requested)
+    def give(self, group: _Group) -> None:
+        buffer = group.staging
+        if buffer is None:
+            return
+        if group.rows_read > buffer.capacity:  # a frame did not fit: the next buffers hold a group like it
+            self.capacity = max(self.capacity, group.rows_read)
         if buffer.capacity >= self.capacity:
             self._free.append(buffer)

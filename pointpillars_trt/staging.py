@@ -37,9 +37,9 @@ ReadFrame = Callable[[object, Allocate], np.ndarray]
 
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
     """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
-    staging buffers and the GPU pipelines are sized for the run's frames before it starts (a full
-    scan is ~4x a camera crop: growing them on the first batches costs a recapture in each pipeline);
-    None when none of the first items is a local ``.bin`` file."""
+    staging buffers (and, for ``infer``, the GPU pipelines) are sized for the run's frames before it starts
+    (a full scan is ~4x a camera crop: growing them on the first batches costs a recapture in each
+    pipeline); None when none of the first items is a local ``.bin`` file."""
     if isinstance(point_dim, bool) or not isinstance(point_dim, int) or point_dim < 1:
         return None  # the reads refuse it, each with its error
     sizes = []
@@ -101,7 +101,6 @@ class StagingBuffer:
         self.points = self.rows[HEADER_ROWS:]
         self.times = times
         self.used = 0
-        self.requested = 0  # rows asked for since the last reset, given or not: what the frames needed
         self._lock = threading.Lock()
 
     def put(self, start: int, points: np.ndarray) -> None:
@@ -146,14 +145,13 @@ class StagingBuffer:
         """The first of ``count`` free point rows (safe from several threads), or None when they do
         not fit."""
         with self._lock:
-            self.requested += count
             if self.used + count > self.capacity:
                 return None
             start, self.used = self.used, self.used + count
         return start
 
     def reset(self) -> None:
-        self.used = self.requested = 0
+        self.used = 0
 
     def write_header(self, frames: list[tuple[int, int]]) -> int:
         """Write the (count, first row) pairs; returns the rows to copy (header + the last frame's end)."""

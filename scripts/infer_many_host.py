@@ -23,43 +23,38 @@ from pathlib import Path
 
 import numpy as np
 
+import model_runner  # this folder's, as bench_paths: the scripts run from here
 import pointpillars_trt.detector as detector_module
-from bench_paths import linked_frames  # this folder's: the scripts run from here
-from model_runner import Timeline
+from bench_paths import linked_frames
 from pointpillars_trt import PointPillars
 from pointpillars_trt.detections import Detections, FrameStats
-from pointpillars_trt.staging import StagingBuffer
+from pointpillars_trt.staging import INITIAL_POINTS_PER_FRAME, StagingBuffer
 
 
-class StandInPipeline:
-    """The calls ``infer_many`` makes on a ``GpuPipeline``, at the timeline's rate."""
+class StandInPipeline(model_runner.StandInPipeline):
+    """The calls ``infer_many`` makes on a ``GpuPipeline``: ``detect_staged`` at the timeline's rate, and
+    ``detect_batch`` from host arrays after copying each frame into the pipeline's own staging."""
 
-    def __init__(self, timeline: Timeline, max_batch: int) -> None:
-        self.timeline, self.max_batch = timeline, max_batch
-        self.staging = StagingBuffer(max_batch * 131_072)
-        self.empty = Detections(np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64),
-                                ("Car",), FrameStats(num_points=0, num_pillars=0))
+    def __init__(self, timeline: model_runner.Timeline, found: list[Detections], max_batch: int) -> None:
+        super().__init__(timeline, found)
+        self.max_batch = max_batch
+        self.staging = StagingBuffer(max_batch * INITIAL_POINTS_PER_FRAME)
 
     def fit_batch(self, frames: int) -> int:
         return self.max_batch  # as a GpuPipeline grown to it
 
-    def detect_staged(self, staging: object, frames: list[tuple[int, int]], post_config: object = None) -> list[Detections]:
-        time.sleep(max(0.0, self.timeline.book(len(frames)) - time.perf_counter()))
-        return [self.empty] * len(frames)
-
     def detect_batch(self, frames: list[np.ndarray], post_config: object = None) -> list[Detections]:
-        """``GpuPipeline.detect_batch`` from host arrays: each frame copied into the pipeline's staging."""
+        total = sum(len(points) for points in frames)
+        if total > self.staging.capacity:  # grown as the pipeline grows its own
+            self.staging = StagingBuffer(total)
         self.staging.reset()
         placed = []
         for points in frames:
             start = self.staging.allocate(len(points))
-            if start is not None:
-                self.staging.put(start, points)
-            placed.append((len(points), start or 0))
+            assert start is not None
+            self.staging.put(start, points)
+            placed.append((len(points), start))
         return self.detect_staged(self.staging, placed)
-
-    def close(self) -> None:
-        pass
 
 
 def main() -> int:
@@ -73,8 +68,11 @@ def main() -> int:
     args = parser.parse_args()
     opened = PointPillars.from_model_dir if args.model.is_dir() else PointPillars.from_checkpoint
     detector = opened(args.model, device="cpu")
-    timeline = Timeline(args.rate)
-    detector._impl, detector.device = StandInPipeline(timeline, args.batch), "cuda"  # gpu_pipeline: the stand-in
+    cpu_path = detector._impl
+    empty = [Detections(np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), ("Car",),
+                        FrameStats(num_points=0, num_pillars=0))]
+    stand_in = StandInPipeline(model_runner.Timeline(args.rate), empty, args.batch)
+    detector._impl, detector.device = stand_in, "cuda"  # its gpu_pipeline: the stand-in
     detector_module.empty_pinned = lambda shape, dtype: np.empty(shape, dtype)  # type: ignore[assignment]
     print(f"{args.count} frames a run, stand-in GPU at {args.rate:,.0f} frames/s, batch {args.batch}\n")
     print("| frames | " + " | ".join(f"round {i + 1} frames/s" for i in range(args.rounds)) + " |")
@@ -89,6 +87,8 @@ def main() -> int:
                 done = sum(1 for result in detector.infer_many(paths, batch_size=args.batch) if result.error is None)
                 rates.append(done / (time.perf_counter() - start))
             print(f"| {source.name} | " + " | ".join(f"{rate:,.0f}" for rate in rates) + " |", flush=True)
+    detector._impl, detector.device = cpu_path, "cpu"
+    detector.close()
     return 0
 
 

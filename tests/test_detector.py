@@ -404,6 +404,60 @@ def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: 
     assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
 
 
+def test_infer_many_grows_its_staging_for_frames_that_did_not_fit_not_for_failed_reads(tmp_path: Path,
+                                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """From a generator, batches of 2 (fresh buffers of 65,536 rows): a group of 5,000 + 70,000 points did not
+    fit, so the next buffers hold 131,072 rows; a file of 1 M rows of random bytes (refused when read) grows
+    nothing. Each frame's detections are those of running it alone."""
+    import pointpillars_trt.detector as detector_module
+    from pointpillars_trt.staging import StagingBuffer
+    from tiny import tiny_model_dir
+
+    rng = np.random.default_rng(4)
+    sizes = {"a": 5000, "big": 70_000, "b": 5000, "c": 5000, "d": 5000}
+    for name, n in sizes.items():
+        np.column_stack([rng.uniform(0, 60, (n, 3)), rng.uniform(0, 1, (n, 1))]).astype(np.float32).tofile(
+            tmp_path / f"{name}.bin")
+    (tmp_path / "noise.bin").write_bytes(rng.bytes(16 * 2**20))
+    order = ["a", "big", "b", "noise", "c", "d"]
+    made: list[int] = []
+
+    class Recorded(StagingBuffer):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            made.append(self.capacity)
+
+    monkeypatch.setattr(detector_module, "StagingBuffer", Recorded)
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = list(detector.infer_many((str(tmp_path / f"{name}.bin") for name in order), batch_size=2))
+        alone = [detector(read_points(tmp_path / f"{name}.bin")) for name in order if name != "noise"]
+    assert made == [65_536, 131_072]
+    assert [r.error is None for r in results] == [name != "noise" for name in order]
+    assert [r.detections.boxes.tobytes() for r in results if r.error is None] == [d.boxes.tobytes() for d in alone]
+
+
+def test_infer_manys_staging_goes_to_ordinary_memory_once_page_locked_memory_runs_out() -> None:
+    """A page-locked allocation that fails: said once, and that buffer and every later one are ordinary memory
+    (the GPU copies from it too); the page-locked allocator is not asked again."""
+    import warnings
+
+    from pointpillars_trt.detector import _StagingPool
+
+    asked: list[tuple[int, ...]] = []
+
+    def page_locked(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        asked.append(shape)
+        raise MemoryError("out of page-locked memory")
+
+    pool = _StagingPool(1000, 4, page_locked)
+    with pytest.warns(RuntimeWarning, match="page-locked memory .* could not be had .*out of page-locked memory"):
+        first = pool.take()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = pool.take()
+    assert len(asked) == 1 and first.capacity == second.capacity == 1024 and first.rows is not second.rows
+
+
 def test_infer_many_raises_what_a_sequence_raises_after_the_frames_before_it(tmp_path: Path) -> None:
     """A sequence whose third item raises: the first two frames' results come first, then its error (nothing
     of the sequence is looked at before the first result is asked for)."""

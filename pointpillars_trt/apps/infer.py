@@ -16,7 +16,7 @@ import os
 import shlex
 import shutil
 import tempfile
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +29,7 @@ from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
-from .frames import FrameJob, FrameReader, FrameRunner, WorkerProcesses
+from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
@@ -577,9 +577,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                          notice=report.note, points_per_frame=points_per_frame, reader_processes=readers)
-    jobs: Generator[FrameJob, None, None] | None = None  # no call between the runner and the try that closes it
+    jobs = runner.run(frames)  # a generator: no code of it runs before the loop
     try:
-        jobs = runner.run(frames)
         for job in jobs:  # a frame's row is kept before its warnings are said: a stop right after keeps it
             if job.error is not None:
                 if rows is not None:
@@ -606,8 +605,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     finally:
         # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
         try:
-            if jobs is not None:
-                jobs.close()
+            jobs.close()
         finally:
             try:
                 runner.close()

@@ -71,8 +71,9 @@ def _module(file: str, defines: tuple[str, ...]) -> Any:
 
 
 def compiled_modules() -> int:
-    """How many modules have been compiled in this process (one per file and define set): values that
-    change per call, such as the post-process thresholds, are kernel arguments and never add one."""
+    """How many modules have been compiled or loaded in this process (one per file and define set, and for an
+    architecture-specific one per GPU too): values that change per call, such as the post-process
+    thresholds, are kernel arguments and never add one."""
     return _module.cache_info().currsize + _arch_module.cache_info().currsize
 
 

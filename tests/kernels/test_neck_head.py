@@ -345,7 +345,7 @@ def test_the_wgmma_cubin_is_kept_loaded_without_nvrtc_and_compiled_again_when_da
     finally:
         signal.signal(signal.SIGTERM, previous)
     (kept,) = (tmp_path / "kernels").glob("neck_head_wgmma-sm_90a-*.cubin")
-    cubin = kept.read_bytes()
+    cubin = kept.read_bytes()  # digest and cubin
 
     compile_program = nvrtc.compileProgram
     monkeypatch.setattr(nvrtc, "compileProgram", lambda *_: pytest.fail("NVRTC ran although the cubin was kept"))
@@ -354,8 +354,9 @@ def test_the_wgmma_cubin_is_kept_loaded_without_nvrtc_and_compiled_again_when_da
     assert loaded.tobytes() == compiled.tobytes()
 
     monkeypatch.setattr(nvrtc, "compileProgram", compile_program)
-    for damaged in (b"not a cubin", cubin[: len(cubin) // 2]):  # a cut one: told by its digest, not the driver
-        kept.write_bytes(damaged)
+    cut = cubin[: len(cubin) // 2]  # its digest tells it, before the driver reads it
+    for damage in (lambda: kept.write_bytes(cut), lambda: _launch.write_cubin(kept, b"not a cubin")):  # then: the driver
+        damage()
         _launch._arch_module.cache_clear()
         again = run_half(cp, NeckHeadStage(params, weights), params, feats)
         assert again.tobytes() == compiled.tobytes() and kept.read_bytes() == cubin
