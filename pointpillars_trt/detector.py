@@ -17,6 +17,7 @@ from .config import ModelConfig, Thresholds, load_config, plain_number
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
+from .graph_io import MAX_BATCH
 from .intensities import find_intensity_mismatch
 from .pointcloud_io import read_points_into
 from .runtime import BACKENDS
@@ -337,9 +338,10 @@ class PointPillars:
         pipeline = self.gpu_pipeline
         if pipeline is not None:  # a group is run from its staging in one pass: at most the pipeline's batch
             batch = min(batch, pipeline.fit_batch(batch))
-        # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
+        # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn. At most
+        # a GPU batch's worth to begin with: a large CPU batch grows it by the frames it reads, not by its size
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
-        pool = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
+        pool = _StagingPool(min(batch, MAX_BATCH) * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
                             empty_pinned if pipeline is not None else None)
         return self._stream(iter(enumerate(frames)), batch, read, pool, ahead, detect)  # checked above, not at next()
 

@@ -382,7 +382,8 @@ def test_infer_many_runs_a_generators_last_part_batch_that_ends_in_a_failed_read
 
 def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: Path) -> None:
     """Batches of 3 over 8 paths with a missing file at place 4: the frames go in groups of 3 paths, each one
-    ``detect_batch`` less its failed reads (3, 2, 2), each frame's detections those of running it alone."""
+    ``detect_batch`` less its failed reads (3, 2, 2), each frame's detections those of running it alone. A
+    batch size of 10**9 over two paths is one batch of 2 (no staging made for the batch size)."""
     from tiny import tiny_model_dir
 
     rng = np.random.default_rng(5)
@@ -398,7 +399,9 @@ def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: 
         detector.detect_batch = lambda frames: (batches.append(len(frames)), detect_batch(frames))[1]  # type: ignore[method-assign]
         results = list(detector.infer_many(paths, batch_size=3))
         alone = [detect_batch([read_points(path)])[0] for path in paths if "missing" not in path]
-    assert batches == [3, 2, 2] and [r.source for r in results] == paths
+        huge = list(detector.infer_many(paths[:2], batch_size=10**9))  # its staging: sized by the frames read
+    assert batches == [3, 2, 2, 2] and [r.source for r in results] == paths
+    assert [r.detections.boxes.tobytes() for r in huge] == [r.detections.boxes.tobytes() for r in results[:2]]
     assert results[4].error is not None and "missing.bin" in str(results[4].error)
     found = [r.detections for r in results if r.error is None]
     assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
