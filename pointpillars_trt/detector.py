@@ -326,6 +326,8 @@ class PointPillars:
         if isinstance(frames, (str, bytes, os.PathLike)):
             raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
                              "pass [path]")
+        if getattr(getattr(frames, "dtype", None), "kind", "") != "U":  # an array of paths is a list of them
+            check_frame_list(frames, self.cfg.num_point_columns)  # None, a number, one frame's array: refused here
         batch = plain_number(batch_size)  # a NumPy integer is the int it holds
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")

@@ -383,7 +383,8 @@ def test_infer_many_runs_a_generators_last_part_batch_that_ends_in_a_failed_read
 def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: Path) -> None:
     """Batches of 3 over 8 paths with a missing file at place 4: the frames go in groups of 3 paths, each one
     ``detect_batch`` less its failed reads (3, 2, 2), each frame's detections those of running it alone. A
-    batch size of 10**9 over two paths is one batch of 2 (no staging made for the batch size)."""
+    batch size of 10**9 over two paths is one batch of 2 (no staging made for the batch size); a NumPy array of
+    paths runs as their list."""
     from tiny import tiny_model_dir
 
     rng = np.random.default_rng(5)
@@ -400,7 +401,8 @@ def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: 
         results = list(detector.infer_many(paths, batch_size=3))
         alone = [detect_batch([read_points(path)])[0] for path in paths if "missing" not in path]
         huge = list(detector.infer_many(paths[:2], batch_size=10**9))  # its staging: sized by the frames read
-    assert batches == [3, 2, 2, 2] and [r.source for r in results] == paths
+        assert [r.error is None for r in detector.infer_many(np.array(paths[:2]))] == [True, True]  # paths' array
+    assert batches == [3, 2, 2, 2, 1, 1] and [r.source for r in results] == paths
     assert [r.detections.boxes.tobytes() for r in huge] == [r.detections.boxes.tobytes() for r in results[:2]]
     assert results[4].error is not None and "missing.bin" in str(results[4].error)
     found = [r.detections for r in results if r.error is None]
@@ -501,6 +503,10 @@ def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path:
     with PointPillars(model, device="cpu") as detector:
         with pytest.raises(InputError, match=r"got the single path 'a.bin': pass \[path\]"):
             detector.infer_many("a.bin")
+        with pytest.raises(InputError, match=r"got one array of shape \(100, 4\): pass \[points\]"):
+            detector.infer_many(np.zeros((100, 4), np.float32))  # its rows would each be a frame's error
+        with pytest.raises(InputError, match="got None"):
+            detector.infer_many(None)  # type: ignore[arg-type]
         assert list(detector.infer_many([], batch_size=np.int64(2))) == []  # e.g. read from a config array
         for bad in (np.float64(2.0), np.bool_(True), 0):
             with pytest.raises(PointPillarsError, match="batch_size: expected a positive int"):
