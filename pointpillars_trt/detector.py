@@ -19,12 +19,12 @@ from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, I
 from .fileio import safe_repr
 from .graph_io import MAX_BATCH
 from .intensities import find_intensity_mismatch
-from .pointcloud_io import read_points_into
+from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
-from .points import as_host_points, check_frame_list
+from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list
 from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
 from .stop_signals import stop_signals_blocked
 from .sweeps import accumulate_sweeps
@@ -289,12 +289,23 @@ class PointPillars:
         at each of ``batch_sizes`` (default: 1 to the detector's batch on the GPU, 1 on the CPU), so that
         no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
         largest frame as read: a bound on frames cropped after reading) or for a session's first run."""
+        self._check_open()
+        n = plain_number(points_per_frame or 2_000)  # 0 or None: the default (a run whose first files are empty)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAME_POINTS:
+            raise PointPillarsError(f"points_per_frame: expected an int from 1 to {MAX_FRAME_POINTS}, received "
+                                    f"{safe_repr(points_per_frame)}")
+        sizes = list(range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1))
+        if batch_sizes is not None:
+            given = [plain_number(size) for size in _as_list(batch_sizes, "batch_sizes")]
+            if not all(not isinstance(size, bool) and isinstance(size, int) and 1 <= size <= MAX_BATCH
+                       for size in given):
+                raise PointPillarsError(f"batch_sizes: expected ints from 1 to {MAX_BATCH}, received "
+                                        f"{safe_repr(batch_sizes)}")
+            sizes = [int(size) for size in given]  # type: ignore[call-overload]
         lo, hi = np.split(np.asarray(self.cfg.voxel.point_range, np.float32), 2)
         rng = np.random.default_rng(0)
-        n = max(1, int(points_per_frame or 2_000))
         columns = [rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, (n, self.cfg.num_point_columns - 3))]
         frame = np.column_stack(columns).astype(np.float32)
-        sizes = batch_sizes or range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1)
         for batch in sizes:
             self.detect_batch([frame] * batch)
 
@@ -313,8 +324,8 @@ class PointPillars:
         ``point_dim``: values a point of ``.bin`` files (default: the model's point columns, 5 for
         multi-sweep models); ``thresholds`` apply to this call only.
 
-        The frames go in groups of ``batch_size`` (on the GPU at most the pipeline's batch, which grows to
-        it up to 8), each group one batch less its failed reads. A group's point files are read on
+        The frames go in groups of ``batch_size`` (at most 8; on the GPU at most the pipeline's batch, which
+        grows to it), each group one batch less its failed reads. A group's point files are read on
         ``INFER_MANY_READERS`` threads straight into a staging buffer of its own (page-locked on the GPU,
         where the batch is copied to the device from it as it lies). Frames given as a sequence (a list of
         paths) are read up to ``INFER_MANY_READ_AHEAD`` groups ahead while a group runs; from any other
@@ -335,15 +346,16 @@ class PointPillars:
         detect = functools.partial(self._detect_staged, thresholds=thresholds, post_config=post_config)
         columns = self.cfg.num_point_columns
         dim = columns if point_dim is None else point_dim
+        require_point_dim(dim, columns)  # here, not as every file's error
         read = functools.partial(read_points_into, point_dim=dim, columns=columns)
         ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
         pipeline = self.gpu_pipeline
+        batch = min(batch, MAX_BATCH)  # more frames a group would only hold more memory (a GPU pass takes 8)
         if pipeline is not None:  # a group is run from its staging in one pass: at most the pipeline's batch
             batch = min(batch, pipeline.fit_batch(batch))
-        # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn. At most
-        # a GPU batch's worth to begin with: a large CPU batch grows it by the frames it reads, not by its size
+        # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
-        pool = _StagingPool(min(batch, MAX_BATCH) * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
+        pool = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
                             empty_pinned if pipeline is not None else None)
         return self._stream(iter(enumerate(frames)), batch, read, pool, ahead, detect)  # checked above, not at next()
 
@@ -536,9 +548,22 @@ def _is_cuda_array(points: object) -> bool:
         return False
 
 
+def _as_list(values: object, name: str) -> list[object]:
+    """``values`` (an iterable, not a string) as a list, else PointPillarsError naming ``name``."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise PointPillarsError(f"{name}: expected a list, received {safe_repr(values)}")
+    return list(values)
+
+
 def frame_source(item: object, index: int) -> str:
-    """How a frame is named in results and messages: its path, else ``frame <index>`` (an array)."""
-    return os.fspath(item) if isinstance(item, (str, os.PathLike)) else f"frame {index}"
+    """How a frame is named in results and messages: its path, else ``frame <index>`` (an array, or a path-like
+    object whose path cannot be had: its read then fails naming why)."""
+    if isinstance(item, (str, os.PathLike)):
+        try:
+            return os.fsdecode(item)
+        except Exception:  # noqa: BLE001 - a path-like that misbehaves fails alone, when it is read
+            pass
+    return f"frame {index}"
 
 
 @dataclass

@@ -143,17 +143,17 @@ def _check_regular(st: os.stat_result, path: PathLike, max_bytes: int, what: str
 def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> bytes:
     """All bytes of a regular file of at most ``max_bytes`` (see :func:`open_regular_file`).
 
-    Never reads more than ``max_bytes`` (a file that grows while read is refused), so memory
-    stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
+    Never reads more than the file's size when opened (a file that grows while read is refused), so
+    memory stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
     """
-    f, _ = open_regular_file(path, max_bytes=max_bytes, what=what)
+    f, size = open_regular_file(path, max_bytes=max_bytes, what=what)
     with f:
         try:
-            data = f.read(max_bytes + 1)
+            data = f.read(size + 1)  # not max_bytes + 1: a read of n bytes sets n bytes aside first
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise InputError(f"{what} {safe_repr(path)} grew past the limit of {max_bytes} bytes while being read")
+    if len(data) > size:
+        raise InputError(f"{what} {safe_repr(path)} grew while being read (was it still being written?)")
     return data
 
 

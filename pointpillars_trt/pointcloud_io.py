@@ -82,7 +82,7 @@ def read_points(
 
 
 def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int) -> np.ndarray:
-    ext = os.path.splitext(os.fspath(path))[1].lower()
+    ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin":
         points = read_bin(path, point_dim=point_dim, columns=columns)
     elif ext == ".npy":
@@ -126,9 +126,10 @@ def read_points_into(
     them, every other file parsed and then copied in once. Returns those rows, or (when
     ``allocate`` has no room) an array of its own. The rows hold 4 columns: a model of other point
     columns (``columns``) gets an array of its own."""
+    require_point_dim(point_dim, columns)
     if columns != 4:
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
-    ext = os.path.splitext(os.fspath(path))[1].lower()
+    ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext != ".bin" or point_dim != 4:
         points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4)
         rows = allocate(len(points))
@@ -178,7 +179,7 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
     gives, checked as :func:`read_bin` checks a file; a model of other point ``columns`` (e.g. 5, with
     the time lag) gets an array of its own, as from :func:`read_points_into`."""
-    _check_point_dim(point_dim, columns)
+    require_point_dim(point_dim, columns)
     points = _bin_points(data, point_dim, columns, source, "point file")
     rows = allocate(len(points)) if columns == 4 else None
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
@@ -204,15 +205,21 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, column
 
 def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
-    _check_point_dim(point_dim, columns)
+    require_point_dim(point_dim, columns)
     data = _read_frame_bytes(path, 4 * int(point_dim), what)
     return _bin_points(data, point_dim, columns, path, what).astype(np.float32, order="C")  # writable, native order
 
 
-def _check_point_dim(point_dim: object, columns: int) -> None:
-    """``point_dim``: an integer >= 4 that holds the model's ``columns`` values a point."""
-    if isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer)) or point_dim < 4:
-        raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer >= 4 (x, y, z, intensity, ...)")
+#: Most values a point a ``.bin`` file is read with (lidar formats store 4 to ~10).
+MAX_POINT_DIM = 64
+
+
+def require_point_dim(point_dim: object, columns: int) -> None:
+    """``point_dim``: an integer from 4 to MAX_POINT_DIM that holds the model's ``columns`` values a point."""
+    if (isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer))
+            or not 4 <= point_dim <= MAX_POINT_DIM):
+        raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer from 4 to {MAX_POINT_DIM} (x, y, z, "
+                         "intensity, ...: values a point of the .bin files)")
     if point_dim < columns:
         raise InputError(f"point_dim {int(point_dim)}: the model reads {columns} values a point "
                          f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")

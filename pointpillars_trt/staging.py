@@ -44,7 +44,10 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
         return None  # the reads refuse it, each with its error
     sizes = []
     for item in itertools.islice(items, SIZE_SAMPLE):  # any sequence, sliceable or not
-        name = str(item) if isinstance(item, (str, os.PathLike)) else ""
+        try:
+            name = os.fsdecode(item) if isinstance(item, (str, os.PathLike)) else ""
+        except Exception:  # noqa: BLE001 - a path-like that misbehaves: its own read says so
+            continue
         if name.lower().endswith(".bin") and "://" not in name:
             try:
                 sizes.append(os.stat(name).st_size // (4 * point_dim))

@@ -463,6 +463,62 @@ def test_infer_manys_staging_goes_to_ordinary_memory_once_page_locked_memory_run
     assert len(asked) == 1 and first.capacity == second.capacity == 1024 and first.rows is not second.rows
 
 
+def test_infer_many_gives_a_misbehaving_path_like_its_own_error_and_checks_its_arguments_at_the_call(
+        tmp_path: Path) -> None:
+    """A path-like whose ``__fspath__`` raises fails alone (named by its place; the frames before and after it
+    keep their results); one that gives bytes reads as its path; ``point_dim`` is refused at the call, not as
+    every file's error; a huge batch size takes no more than 8 frames from a generator before the first
+    result."""
+    import os
+
+    from tiny import tiny_model_dir
+
+    good = tmp_path / "good.bin"
+    np.zeros((10, 4), np.float32).tofile(good)
+
+    class Broken(os.PathLike):  # type: ignore[type-arg]
+        def __fspath__(self) -> str:
+            raise RuntimeError("no path today")
+
+    class AsBytes(os.PathLike):  # type: ignore[type-arg]
+        def __fspath__(self) -> bytes:
+            return os.fsencode(good)
+
+    taken = 0
+
+    def frames():  # type: ignore[no-untyped-def]
+        nonlocal taken
+        while True:
+            taken += 1
+            yield str(good)
+
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        results = list(detector.infer_many([str(good), Broken(), AsBytes(), str(good)], batch_size=4))
+        for bad in (0, 3, "4", True, 4.0, 10**9):
+            with pytest.raises(InputError, match="point_dim .* is not an integer from 4 to 64"):
+                detector.infer_many([str(good)], point_dim=bad)  # type: ignore[arg-type]
+        assert next(detector.infer_many(frames(), batch_size=10**9)).error is None and taken == 8
+    assert [r.error is None for r in results] == [True, False, True, True]
+    assert results[1].source == "frame 1" and "(RuntimeError: 'no path today')" in str(results[1].error)
+    assert results[2].source == str(good)
+
+
+def test_warm_up_refuses_what_is_not_a_frame_size_or_a_batch_size(tmp_path: Path) -> None:
+    """Sizes that would build a frame of billions of points, or batches of a million frames, or that are no
+    numbers, are refused before any frame is made; 0 points means the default, as a run of empty files gives."""
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import PointPillarsError
+
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        for points in (10**9, -5, float("nan"), float("inf"), "100"):
+            with pytest.raises(PointPillarsError, match="points_per_frame: expected an int from 1 to 16777216"):
+                detector.warm_up(points_per_frame=points)  # type: ignore[arg-type]
+        for sizes in ("2", [2.5], [None], 5, [10**6], [0], [-1]):
+            with pytest.raises(PointPillarsError, match="batch_sizes: expected"):
+                detector.warm_up(sizes, points_per_frame=100)  # type: ignore[arg-type]
+        detector.warm_up([np.int64(2)], points_per_frame=0)
+
+
 def test_infer_many_raises_what_a_sequence_raises_after_the_frames_before_it(tmp_path: Path) -> None:
     """A sequence whose third item raises: the first two frames' results come first, then its error (nothing
     of the sequence is looked at before the first result is asked for)."""
