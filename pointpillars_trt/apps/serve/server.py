@@ -25,6 +25,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -106,9 +107,22 @@ def check_bind_host(host: str) -> None:
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port the OS has just handed out on ``host`` (closed again: a tiny race, fine for local use)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
+    return free_ports(host, 1)[0]
+
+
+def free_ports(host: str, count: int, avoid: Collection[int] = ()) -> list[int]:
+    """``count`` distinct ports the OS has just handed out on ``host``, none of ``avoid``: each held open until
+    all are picked (ports picked one after another, each closed at once, can come back the same: a server
+    then refuses to listen for two endpoints on one port), then closed again (a tiny race, fine for local use)."""
+    with contextlib.ExitStack() as held:
+        ports: list[int] = []
+        while len(ports) < count:
+            sock = held.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            port = int(sock.getsockname()[1])
+            if port not in avoid:
+                ports.append(port)
+        return ports
 
 
 def _interpreter_libdir() -> str:
@@ -132,9 +146,11 @@ class TritonServer:
         self.repository = Path(repository)
         self.install = install
         self.host = host
-        self.http_port = http_port or free_port(host)
-        self.grpc_port = grpc_port or free_port(host)
-        self.metrics_port = metrics_port or free_port(host)
+        given = [port for port in (http_port, grpc_port, metrics_port) if port]
+        picked = iter(free_ports(host, 3 - len(given), avoid=given))
+        self.http_port = http_port or next(picked)
+        self.grpc_port = grpc_port or next(picked)
+        self.metrics_port = metrics_port or next(picked)
         self.log = Path(log) if log is not None else None
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
