@@ -295,8 +295,8 @@ class PointPillars:
             raise PointPillarsError(f"points_per_frame: expected an int from 1 to {MAX_FRAME_POINTS}, received "
                                     f"{safe_repr(points_per_frame)}")
         sizes = list(range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1))
-        if batch_sizes is not None:
-            given = [plain_number(size) for size in _as_list(batch_sizes, "batch_sizes")]
+        given = [] if batch_sizes is None else [plain_number(size) for size in _as_list(batch_sizes, "batch_sizes")]
+        if given:  # none given (None, or an empty list): the default
             if not all(not isinstance(size, bool) and isinstance(size, int) and 1 <= size <= MAX_BATCH
                        for size in given):
                 raise PointPillarsError(f"batch_sizes: expected ints from 1 to {MAX_BATCH}, received "
@@ -334,11 +334,7 @@ class PointPillars:
         frames it gave.
         """
         self._check_open()
-        if isinstance(frames, (str, bytes, os.PathLike)):
-            raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
-                             "pass [path]")
-        if getattr(getattr(frames, "dtype", None), "kind", "") != "U":  # an array of paths is a list of them
-            check_frame_list(frames, self.cfg.num_point_columns)  # None, a number, one frame's array: refused here
+        check_frames_to_stream(frames, self.cfg.num_point_columns)
         batch = plain_number(batch_size)  # a NumPy integer is the int it holds
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
@@ -346,7 +342,7 @@ class PointPillars:
         detect = functools.partial(self._detect_staged, thresholds=thresholds, post_config=post_config)
         columns = self.cfg.num_point_columns
         dim = columns if point_dim is None else point_dim
-        require_point_dim(dim, columns)  # here, not as every file's error
+        require_point_dim(dim)  # here, not as every file's error (a .bin's rows against the model: at its read)
         read = functools.partial(read_points_into, point_dim=dim, columns=columns)
         ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
         pipeline = self.gpu_pipeline
@@ -546,6 +542,17 @@ def _is_cuda_array(points: object) -> bool:
         return int(dlpack_device()[0]) in _DLPACK_CUDA_DEVICES
     except Exception:  # noqa: BLE001 - a foreign object whose protocol misbehaves is treated as host data
         return False
+
+
+def check_frames_to_stream(frames: object, columns: int) -> None:
+    """What ``infer_many`` (local or remote) takes: an iterable of frames or paths. A single path, None, a
+    number or one frame's array is refused when it is called (one frame's rows would each be a frame's error);
+    a 1-D NumPy array of paths is a list of them."""
+    if isinstance(frames, (str, bytes, os.PathLike)):
+        raise InputError(f"infer_many: expected an iterable of frames, got the single path {safe_repr(frames)}: "
+                         "pass [path]")
+    if not (getattr(getattr(frames, "dtype", None), "kind", "") == "U" and getattr(frames, "ndim", 0) == 1):
+        check_frame_list(frames, columns)
 
 
 def _as_list(values: object, name: str) -> list[object]:

@@ -147,13 +147,17 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     memory stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
     """
     f, size = open_regular_file(path, max_bytes=max_bytes, what=what)
+    # not max_bytes + 1 for every file: a read of n bytes sets n bytes aside first. A file that says it is
+    # empty may not be (procfs, some FUSE mounts): up to the limit then
+    expected = size or max_bytes
     with f:
         try:
-            data = f.read(size + 1)  # not max_bytes + 1: a read of n bytes sets n bytes aside first
+            data = f.read(expected + 1)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > size:
-        raise InputError(f"{what} {safe_repr(path)} grew while being read (was it still being written?)")
+    if len(data) > expected:
+        grew = f"past the limit of {max_bytes} bytes" if not size else "while being read (was it still being written?)"
+        raise InputError(f"{what} {safe_repr(path)} grew {grew}")
     return data
 
 

@@ -126,7 +126,7 @@ def read_points_into(
     them, every other file parsed and then copied in once. Returns those rows, or (when
     ``allocate`` has no room) an array of its own. The rows hold 4 columns: a model of other point
     columns (``columns``) gets an array of its own."""
-    require_point_dim(point_dim, columns)
+    require_point_dim(point_dim)  # of a .bin's rows against the model's columns: at its read
     if columns != 4:
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
@@ -214,8 +214,9 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", co
 MAX_POINT_DIM = 64
 
 
-def require_point_dim(point_dim: object, columns: int) -> None:
-    """``point_dim``: an integer from 4 to MAX_POINT_DIM that holds the model's ``columns`` values a point."""
+def require_point_dim(point_dim: object, columns: int = 4) -> None:
+    """``point_dim``: an integer from 4 to MAX_POINT_DIM that holds the model's ``columns`` values a point (the
+    default, 4: any model's x, y, z and intensity; ``.npy`` and ``.pcd`` files carry their own row length)."""
     if (isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer))
             or not 4 <= point_dim <= MAX_POINT_DIM):
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer from 4 to {MAX_POINT_DIM} (x, y, z, "

@@ -119,6 +119,18 @@ def test_read_regular_file_reads_and_caps(tmp_path: Path) -> None:
     assert read_file_head(path, 3) == b"xxx"
 
 
+def test_read_regular_file_reads_what_a_file_that_says_it_is_empty_holds_up_to_the_limit() -> None:
+    """procfs (and some FUSE mounts) report a size of 0 for files that hold bytes: read up to the limit, as the
+    file's size would otherwise bound it; past the limit, refused."""
+    status = Path("/proc/self/status")
+    if not status.is_file() or status.stat().st_size != 0:
+        pytest.skip("no procfs file that reports a size of 0 here")
+    data = read_regular_file(status, max_bytes=1 << 20, what="status file")
+    assert data.startswith(b"Name:") and b"\nPid:" in data
+    with pytest.raises(InputError, match="status file '/proc/self/status' grew past the limit of 10 bytes"):
+        read_regular_file(status, max_bytes=10, what="status file")
+
+
 def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a directory, not a regular file"):
         read_regular_file(tmp_path, max_bytes=10)

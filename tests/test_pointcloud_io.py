@@ -473,3 +473,18 @@ def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:
         assert intensity_looks_8bit(points) == expected, points[:, 3]
         seen.add(expected)
     assert seen == {True, False}
+
+
+def test_npy_frames_of_five_columns_read_with_point_dim_4(tmp_path: Path) -> None:
+    """``point_dim`` is a .bin file's row length; a .npy carries its own: a 5-column model's .npy frame reads whole
+    whatever ``point_dim`` says (a run of .npy frames may keep --point-dim 4), while point_dim's own range is
+    checked for every file."""
+    from pointpillars_trt.pointcloud_io import read_points_into
+
+    rows = np.random.default_rng(3).uniform(0, 1, (10, 5)).astype(np.float32)
+    np.save(tmp_path / "f.npy", rows)
+    got = read_points_into(tmp_path / "f.npy", lambda n: None, point_dim=4, columns=5)
+    assert np.array_equal(got, rows)
+    for bad in (3, 65, 4.0, "4", True):
+        with pytest.raises(InputError, match="is not an integer from 4 to 64"):
+            read_points_into(tmp_path / "f.npy", lambda n: None, point_dim=bad, columns=5)  # type: ignore[arg-type]

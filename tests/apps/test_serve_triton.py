@@ -507,6 +507,8 @@ def test_kitti_frames_over_the_server_equal_the_local_detector(assets: Path, kit
     try:
         found = list(remote.infer_many(frames, concurrency=4))
         assert [r.source for r in found] == frames
+        with pytest.raises(InputError, match=r"got one array of shape \(\d+, 4\): pass \[points\]"):
+            remote.infer_many(read_velodyne_bin(frames[0]))  # refused at the call, as the local detector does
         for result, path in zip(found, frames):
             assert result.detections is not None and len(result.detections) > 0
             assert_same(result.detections, detector(read_velodyne_bin(path)))

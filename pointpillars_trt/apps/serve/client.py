@@ -20,7 +20,7 @@ import numpy as np
 
 from ...config import Thresholds
 from ...detections import Detections
-from ...detector import FrameResult, frame_source
+from ...detector import FrameResult, check_frames_to_stream, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
 from ...pointcloud_io import read_points
 from ...points import as_host_points, check_frame_list
@@ -175,8 +175,13 @@ class RemoteDetector:
         return [future.result() for future in futures]
 
     def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
-        """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order."""
+        """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order. The
+        arguments are checked here, as ``PointPillars.infer_many`` checks them, not at the first result."""
         _check_concurrency(concurrency)
+        check_frames_to_stream(frames, self.point_columns)
+        return self._stream(frames, concurrency)
+
+    def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
         window: deque[tuple[str, Future[Detections]]] = deque()
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
             for index, item in enumerate(frames):
