@@ -290,18 +290,18 @@ class PointPillars:
         no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
         largest frame as read: a bound on frames cropped after reading) or for a session's first run."""
         self._check_open()
-        n = plain_number(points_per_frame or 2_000)  # 0 or None: the default (a run whose first files are empty)
-        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_FRAME_POINTS:
+        n = _int_within(points_per_frame or 2_000, 1, MAX_FRAME_POINTS)  # 0 or None: the default (empty files)
+        if n is None:
             raise PointPillarsError(f"points_per_frame: expected an int from 1 to {MAX_FRAME_POINTS}, received "
                                     f"{safe_repr(points_per_frame)}")
-        sizes = list(range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1))
-        given = [] if batch_sizes is None else [plain_number(size) for size in _as_list(batch_sizes, "batch_sizes")]
-        if given:  # none given (None, or an empty list): the default
-            if not all(not isinstance(size, bool) and isinstance(size, int) and 1 <= size <= MAX_BATCH
-                       for size in given):
-                raise PointPillarsError(f"batch_sizes: expected ints from 1 to {MAX_BATCH}, received "
-                                        f"{safe_repr(batch_sizes)}")
-            sizes = [int(size) for size in given]  # type: ignore[call-overload]
+        given = [] if batch_sizes is None else [_int_within(size, 1, MAX_BATCH)
+                                                for size in _as_list(batch_sizes, "batch_sizes")]
+        if None in given:
+            raise PointPillarsError(f"batch_sizes: expected ints from 1 to {MAX_BATCH}, received "
+                                    f"{safe_repr(batch_sizes)}")
+        sizes = [size for size in given if size is not None]  # none given (None, or an empty list): the default
+        if not sizes:
+            sizes = list(range(1, (self.options.max_batch if self.device == "cuda" else 1) + 1))
         lo, hi = np.split(np.asarray(self.cfg.voxel.point_range, np.float32), 2)
         rng = np.random.default_rng(0)
         columns = [rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, (n, self.cfg.num_point_columns - 3))]
@@ -335,8 +335,8 @@ class PointPillars:
         """
         self._check_open()
         check_frames_to_stream(frames, self.cfg.num_point_columns)
-        batch = plain_number(batch_size)  # a NumPy integer is the int it holds
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        batch = _int_within(batch_size, 1)
+        if batch is None:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         post_config = self._post_config(thresholds)  # checked here, not at the first result
         detect = functools.partial(self._detect_staged, thresholds=thresholds, post_config=post_config)
@@ -553,6 +553,15 @@ def check_frames_to_stream(frames: object, columns: int) -> None:
                          "pass [path]")
     if not (getattr(getattr(frames, "dtype", None), "kind", "") == "U" and getattr(frames, "ndim", 0) == 1):
         check_frame_list(frames, columns)
+
+
+def _int_within(value: object, low: int, high: int | None = None) -> int | None:
+    """``value`` as the int it is (a NumPy integer: the int it holds), when it is one from ``low`` to ``high``
+    (None: no bound); else None. A bool is no int here."""
+    number = plain_number(value)
+    if isinstance(number, bool) or not isinstance(number, int) or number < low or (high is not None and number > high):
+        return None
+    return number
 
 
 def _as_list(values: object, name: str) -> list[object]:

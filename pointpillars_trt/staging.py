@@ -117,22 +117,19 @@ class StagingBuffer:
         """``read(item, allocate)`` into this buffer's rows (from several threads at once): the frame's points
         and their first row here, or None when they are not here (no room left: an array of their own).
         A frame the read gives as an array of its own (a model with time lags) is copied in."""
-        given: list[np.ndarray] = []
+        rows: np.ndarray | None = None  # the rows the read was given
         start: int | None = None
         asked = False
 
         def allocate(count: int) -> np.ndarray | None:
-            nonlocal start, asked
+            nonlocal rows, start, asked
             asked = True
             start = self.allocate(count)
-            if start is None:
-                return None
-            given.append(self.points[start : start + count])
-            return given[-1]
+            rows = None if start is None else self.points[start : start + count]
+            return rows
 
         points = read(item, allocate)
-        if given and points is not given[-1]:  # the read kept fewer rows (e.g. a crop): back into its place
-            rows = given[-1]
+        if rows is not None and points is not rows:  # the read kept fewer rows (e.g. a crop): back into its place
             if points.shape[0] <= rows.shape[0] and points.shape[1:] == rows.shape[1:]:
                 rows[: len(points)] = points
                 points = rows[: len(points)]
