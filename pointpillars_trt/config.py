@@ -459,6 +459,16 @@ def plain_number(value: object) -> object:
     return value
 
 
+def int_within(value: object, low: int, high: int | None = None) -> int | None:
+    """``value`` as the int it is (a NumPy integer: the int it holds) when it is one from ``low`` to ``high``
+    (None: no bound), else None: the one check of a count, size or index given as an argument (a bool is
+    no int here, nor is 4.0)."""
+    number = plain_number(value)
+    if type(number) is not int or number < low or (high is not None and number > high):
+        return None
+    return number
+
+
 def _int(lo: int, hi: int) -> Rule[int]:
     """Integers only (NumPy ones too): bools, floats (even 4.0) and strings are refused."""
     expected = f"the integer {lo}" if lo == hi else f"an integer in {lo}..{hi}"

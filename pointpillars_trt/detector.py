@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .config import ModelConfig, Thresholds, load_config, plain_number
+from .config import ModelConfig, Thresholds, int_within, load_config
 from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
@@ -290,11 +290,11 @@ class PointPillars:
         no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
         largest frame as read: a bound on frames cropped after reading) or for a session's first run."""
         self._check_open()
-        n = _int_within(points_per_frame or 2_000, 1, MAX_FRAME_POINTS)  # 0 or None: the default (empty files)
+        n = int_within(points_per_frame or 2_000, 1, MAX_FRAME_POINTS)  # 0 or None: the default (empty files)
         if n is None:
             raise PointPillarsError(f"points_per_frame: expected an int from 1 to {MAX_FRAME_POINTS}, received "
                                     f"{safe_repr(points_per_frame)}")
-        given = [] if batch_sizes is None else [_int_within(size, 1, MAX_BATCH)
+        given = [] if batch_sizes is None else [int_within(size, 1, MAX_BATCH)
                                                 for size in _as_list(batch_sizes, "batch_sizes")]
         if None in given:
             raise PointPillarsError(f"batch_sizes: expected ints from 1 to {MAX_BATCH}, received "
@@ -335,7 +335,7 @@ class PointPillars:
         """
         self._check_open()
         check_frames_to_stream(frames, self.cfg.num_point_columns)
-        batch = _int_within(batch_size, 1)
+        batch = int_within(batch_size, 1)
         if batch is None:
             raise PointPillarsError(f"batch_size: expected a positive int, received {batch_size!r}")
         post_config = self._post_config(thresholds)  # checked here, not at the first result
@@ -553,15 +553,6 @@ def check_frames_to_stream(frames: object, columns: int) -> None:
                          "pass [path]")
     if not (getattr(getattr(frames, "dtype", None), "kind", "") == "U" and getattr(frames, "ndim", 0) == 1):
         check_frame_list(frames, columns)
-
-
-def _int_within(value: object, low: int, high: int | None = None) -> int | None:
-    """``value`` as the int it is (a NumPy integer: the int it holds), when it is one from ``low`` to ``high``
-    (None: no bound); else None. A bool is no int here."""
-    number = plain_number(value)
-    if isinstance(number, bool) or not isinstance(number, int) or number < low or (high is not None and number > high):
-        return None
-    return number
 
 
 def _as_list(values: object, name: str) -> list[object]:

@@ -31,7 +31,7 @@ from pathlib import Path
 import cupy as cp
 import numpy as np
 
-from .config import ModelConfig
+from .config import ModelConfig, int_within
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
@@ -145,7 +145,7 @@ class GpuPipeline:
                  max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, pfn_engine: bool = False,
                  device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None,
                  stage_timings: bool = False) -> None:
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+        if int_within(max_batch, 1, MAX_BATCH) is None:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
         if pfn_engine and max_batch != 1:
             raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")

@@ -15,6 +15,7 @@ from typing import IO, Union
 
 import numpy as np
 
+from .config import int_within
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
 from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_text
@@ -217,12 +218,12 @@ MAX_POINT_DIM = 64
 def require_point_dim(point_dim: object, columns: int = 4) -> None:
     """``point_dim``: an integer from 4 to MAX_POINT_DIM that holds the model's ``columns`` values a point (the
     default, 4: any model's x, y, z and intensity; ``.npy`` and ``.pcd`` files carry their own row length)."""
-    if (isinstance(point_dim, bool) or not isinstance(point_dim, (int, np.integer))
-            or not 4 <= point_dim <= MAX_POINT_DIM):
+    dim = int_within(point_dim, 4, MAX_POINT_DIM)
+    if dim is None:
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer from 4 to {MAX_POINT_DIM} (x, y, z, "
                          "intensity, ...: values a point of the .bin files)")
-    if point_dim < columns:
-        raise InputError(f"point_dim {int(point_dim)}: the model reads {columns} values a point "
+    if dim < columns:
+        raise InputError(f"point_dim {dim}: the model reads {columns} values a point "
                          f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
 
 

@@ -11,7 +11,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from .config import Thresholds, plain_number
+from .config import Thresholds, int_within, plain_number
 from .errors import PointPillarsError
 from .graph_io import MAX_BATCH, PRECISIONS
 from .runtime.backends import BACKEND_CHOICES
@@ -62,11 +62,10 @@ class RuntimeOptions:
         for name in ("tf32", "cuda_graph", "stage_timings"):
             if not isinstance(getattr(self, name), bool):
                 raise PointPillarsError(f"{name}: expected True or False, received {getattr(self, name)!r}")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or not 1 <= self.threads <= max_threads()):
+        if self.threads is not None and int_within(self.threads, 1, max_threads()) is None:
             raise PointPillarsError(f"threads: expected 1..{max_threads()} (this machine's cores) or None, "
                                     f"received {self.threads!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or not 1 <= self.max_batch <= MAX_BATCH:
+        if int_within(self.max_batch, 1, MAX_BATCH) is None:
             raise PointPillarsError(f"max_batch: expected 1..{MAX_BATCH}, received {self.max_batch!r}")
         if not isinstance(self.thresholds, Thresholds):
             raise PointPillarsError(f"thresholds: expected Thresholds, received {type(self.thresholds).__name__}")

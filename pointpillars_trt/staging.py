@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from .config import int_within
 from .graph_io import MAX_BATCH
 from .pointcloud_io import Allocate
 
@@ -40,7 +41,7 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
     staging buffers (and, for ``infer``, the GPU pipelines) are sized for the run's frames before it starts
     (a full scan is ~4x a camera crop: growing them on the first batches costs a recapture in each
     pipeline); None when none of the first items is a local ``.bin`` file."""
-    if isinstance(point_dim, bool) or not isinstance(point_dim, int) or point_dim < 1:
+    if int_within(point_dim, 1) is None:
         return None  # the reads refuse it, each with its error
     sizes = []
     for item in itertools.islice(items, SIZE_SAMPLE):  # any sequence, sliceable or not

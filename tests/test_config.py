@@ -21,6 +21,7 @@ from pointpillars_trt.config import (
     Thresholds,
     builtin_config_names,
     config_from_dict,
+    int_within,
     load_config,
     read_yaml,
 )
@@ -458,3 +459,15 @@ def test_require_heads_gives_a_multihead_models_heads_and_refuses_a_single_head_
     assert multi.require_heads() is multi.heads and len(multi.require_heads().groups) > 1
     with pytest.raises(ConfigError, match="openpcdet_kitti_3class: not a multi-head model"):
         load_config("openpcdet_kitti_3class").require_heads()
+
+
+@pytest.mark.parametrize(("value", "low", "high", "expected"), [
+    (3, 1, 8, 3), (1, 1, 8, 1), (8, 1, 8, 8), (0, 1, 8, None), (9, 1, 8, None), (10**12, 1, None, 10**12),
+    (np.int64(5), 1, 8, 5), (np.uint8(0), 0, None, 0), (-1, 0, None, None),
+    (True, 0, 8, None), (np.bool_(True), 0, 8, None), (4.0, 1, 8, None), (np.float32(4), 1, 8, None),
+    ("4", 1, 8, None), (None, 0, None, None), ([4], 1, 8, None),
+])
+def test_int_within_takes_ints_and_numpy_integers_in_range_only(value: object, low: int, high: int | None,
+                                                                expected: int | None) -> None:
+    got = int_within(value, low, high)
+    assert got == expected and (got is None or type(got) is int)

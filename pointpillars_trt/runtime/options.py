@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 import numpy as np
 
+from ..config import int_within
 from ..errors import BackendError
 from ..graph_io import MAX_BATCH
 
@@ -31,8 +32,7 @@ class OrtOptions:
 
     def __post_init__(self) -> None:
         _check_device_id(self.device_id, "OrtOptions")
-        if self.threads is not None and (isinstance(self.threads, bool) or not isinstance(self.threads, int)
-                                         or self.threads < 1):
+        if self.threads is not None and int_within(self.threads, 1) is None:
             raise BackendError(f"OrtOptions.threads: expected a positive int or None, received {self.threads!r}")
 
 
@@ -91,7 +91,7 @@ class CudnnOptions:
             object.__setattr__(self, "plan_cache_dir", Path(self.plan_cache_dir))
         if not isinstance(self.autotune, bool):
             raise BackendError(f"CudnnOptions.autotune: expected a bool, received {self.autotune!r}")
-        if isinstance(self.max_batch, bool) or not isinstance(self.max_batch, int) or self.max_batch < 1:
+        if int_within(self.max_batch, 1) is None:
             raise BackendError(f"CudnnOptions.max_batch: expected an int >= 1, received {self.max_batch!r}")
 
     @property
@@ -101,5 +101,5 @@ class CudnnOptions:
 
 
 def _check_device_id(device_id: object, owner: str) -> None:
-    if isinstance(device_id, bool) or not isinstance(device_id, int) or device_id < 0:
+    if int_within(device_id, 0) is None:
         raise BackendError(f"{owner}.device_id: expected a CUDA device index >= 0, received {device_id!r}")

@@ -46,23 +46,12 @@ class Serve:
         assert self.lines and self.lines[-1].startswith("ready"), (self.lines, self.finish()[1][-2000:])
         self.http = next(line.split(": ", 1)[1] for line in self.lines if line.startswith("http: "))
 
-    def children(self, pid: int) -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, IndexError, ValueError):
-                continue
-        return found
-
     def server_pid(self) -> int:
-        (pid,) = self.children(self.proc.pid)
+        (pid,) = children(self.proc.pid)
         return pid
 
     def stub_pids(self) -> list[int]:
-        return [pid for pid in self.children(self.server_pid())
-                if "triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
+        return stub_pids(self.server_pid())
 
     def shm_regions(self) -> list[str]:
         return sorted(p.name for p in Path("/dev/shm").glob(f"pointpillars_trt_{self.proc.pid}_*"))
@@ -79,6 +68,24 @@ class Serve:
                 pytest.fail(f"serve's output pipes still open {timeout + 10:g} s on, held by a process it left")
             pytest.fail(f"serve did not exit within {timeout} s")
         return self.proc.returncode, err
+
+
+def children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
+
+
+def stub_pids(server: int) -> list[int]:
+    """The Python-backend stubs a tritonserver started."""
+    return [pid for pid in children(server)
+            if "triton_python_backend_stub" in Path(f"/proc/{pid}/cmdline").read_text(errors="replace")]
 
 
 @pytest.fixture()
@@ -149,6 +156,33 @@ def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> N
         time.sleep(0.05)
     assert not [pid for pid in stubs if running(pid)]
 
+
+
+@pytest.mark.slow
+def test_a_killed_server_is_not_reaped_until_its_process_group_is_killed(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The server's pid is its process group's id: reaped, it could be given to a new group leader, which
+    the group kill would then hit. So a server that ended stays a zombie (its id its own) while serve watches
+    it, and ``stop`` kills what is left of the group (the orphaned stub) before it reaps the server."""
+    from test_serve_triton import served
+
+    with served(install, tiny.path, tmp_path, max_points=1000) as server:
+        assert server.process is not None
+        leader = server.process.pid
+        stubs = stub_pids(leader)
+        assert stubs
+        os.kill(leader, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while server.exit_code() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.exit_code() == -signal.SIGKILL
+        assert Path(f"/proc/{leader}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"  # not reaped
+        assert os.getpgid(leader) == leader
+        assert server.stop() == -signal.SIGKILL
+        assert not Path(f"/proc/{leader}").exists()  # reaped by stop
+    deadline = time.monotonic() + 5
+    while [pid for pid in stubs if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [pid for pid in stubs if running(pid)]
 
 def running(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""

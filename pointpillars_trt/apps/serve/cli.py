@@ -154,8 +154,9 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
     """Wait for ``stop``; 1 (after one ``error:`` line) when the server exits or its model stops answering."""
     next_probe = time.monotonic() + interval
     while not stop.wait(min(0.5, interval)):
-        if server.process is not None and server.process.poll() is not None:
-            print(f"error: tritonserver exited with code {server.process.returncode}", file=sys.stderr, flush=True)
+        code = server.exit_code() if server.process is not None else None
+        if code is not None:
+            print(f"error: tritonserver exited with code {code}", file=sys.stderr, flush=True)
             return EXIT_FRAME_FAILURES
         if time.monotonic() < next_probe:
             continue

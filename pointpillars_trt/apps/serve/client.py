@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ...config import Thresholds
+from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
 from ...errors import BackendError, InputError, PointPillarsError
@@ -229,7 +229,7 @@ def _result(source: str, future: Future[Detections]) -> FrameResult:
 
 
 def _check_concurrency(concurrency: object) -> None:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= MAX_IN_FLIGHT:
+    if int_within(concurrency, 1, MAX_IN_FLIGHT) is None:
         raise InputError(f"concurrency {concurrency!r}: expected an integer in 1..{MAX_IN_FLIGHT}")
 
 

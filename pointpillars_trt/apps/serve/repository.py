@@ -12,6 +12,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+from ...config import int_within
 from ...errors import InputError
 from ...fileio import safe_repr
 from ...graph_io import MAX_BATCH
@@ -82,7 +83,7 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
               "--max-queue-delay-us": (max_queue_delay_us, 0, MAX_QUEUE_DELAY_US),
               "--max-points": (max_points, 1, MAX_FRAME_POINTS)}
     for option, (value, low, high) in limits.items():
-        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        if int_within(value, low, high) is None:
             raise InputError(f"serve: {option} {value!r}: expected an integer in {low}..{high}")
     if kind == "KIND_CPU" and instances > max_threads():
         raise InputError(f"serve: --instances {instances} on the CPU: at most {max_threads()}, one a core of this "

@@ -154,7 +154,6 @@ class TritonServer:
         self.log = Path(log) if log is not None else None
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
-        self._group_killed = False  # what was left of the server's process group, once it ended
         self._scratch: str | None = None
         # the Python backend's shared-memory regions get this prefix, so that ``stop`` can remove
         # what a crashed server left in /dev/shm (and nothing of any other server)
@@ -230,8 +229,9 @@ class TritonServer:
             assert self.process is not None
             if stop is not None and stop.is_set():
                 raise StartCancelled()
-            if self.process.poll() is not None:
-                raise BackendError(f"tritonserver exited with code {self.process.returncode} before it was ready"
+            code = self.exit_code()
+            if code is not None:
+                raise BackendError(f"tritonserver exited with code {code} before it was ready"
                                    + self._log_tail())
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as reply:
@@ -250,34 +250,37 @@ class TritonServer:
                   if line.startswith("E") or "rror" in line]
         return f" (last error in {self.log}: {errors[-1].strip()[:300]})" if errors else f" (see {self.log})"
 
-    def signal(self, signum: int) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signum)
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """The exit code once the server exits (None when still running after ``timeout``)."""
+    def exit_code(self) -> int | None:
+        """The server's exit code once it has ended (a signal's as -N, as Popen's), else None; the ended
+        server is not reaped, so that its process group's id stays its own until ``stop`` kills the group."""
         assert self.process is not None
-        try:
-            return self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
+        if self.process.returncode is not None:
+            return self.process.returncode
+        ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        if ended is None:
             return None
+        return ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+
+    def signal(self, signum: int) -> None:
+        if self.process is not None and self.exit_code() is None:
+            self.process.send_signal(signum)
 
     def stop(self) -> int | None:
         """SIGTERM, wait up to ``stop_timeout`` s, then SIGKILL the server's process group (its backend
         stubs with it). Returns the exit code; removes the temp backend folder. A server that ended on its
-        own (crashed, killed) may have left stubs behind: what is left of its group is killed too (an
-        orphaned stub kept running, holding the serve command's output pipes)."""
+        own (crashed, killed) may have left stubs behind (an orphaned stub kept running, holding the serve
+        command's output pipes): the group is killed every time, before the server is reaped, while its
+        id cannot be another process's."""
         code = None
         if self.process is not None:
-            self.signal(signal.SIGTERM)
-            code = self.wait(self.stop_timeout)
-            if code is None:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                code = self.process.wait()
-            if not self._group_killed:  # once: later, an empty group's id may be another process's
-                self._group_killed = True
+            if self.process.returncode is None:
+                self.signal(signal.SIGTERM)
+                deadline = time.monotonic() + self.stop_timeout
+                while self.exit_code() is None and time.monotonic() < deadline:
+                    time.sleep(0.05)
                 with contextlib.suppress(ProcessLookupError, PermissionError):  # none left: the usual case
                     os.killpg(self.process.pid, signal.SIGKILL)
+            code = self.process.wait()
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
