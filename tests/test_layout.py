@@ -7,6 +7,7 @@ Every import of every module is read from its syntax tree, the lazy ones inside 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -140,3 +141,21 @@ def test_the_named_arrows_are_absent() -> None:
     assert not edges(("runtime",), ("pipelines", "detector"))
     assert not edges(library, ("apps",))
     assert not edges(("reference",), ("kernels", "runtime"))
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    """Each module file of the package is named in the README's layout (a module added without a line there
+    leaves the next engineer a map with a hole in it)."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("\n## Development"):]
+    layout = layout[: layout.index("\n```", layout.index("```") + 3)]
+    missing = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
+                     if path.name not in ("__init__.py", "__main__.py") and not _named_in(path, layout))
+    assert not missing, f"add these to the README's layout: {missing}"
+
+
+def _named_in(module: Path, layout: str) -> bool:
+    """A module's own name as a word of the layout; a module two folders down (apps/serve/...) by its folder."""
+    if len(module.relative_to(PACKAGE).parts) > 2:
+        return f"{module.parent.name}/" in layout
+    return re.search(rf"(?<![\w.]){re.escape(module.stem)}\b", layout) is not None

@@ -146,7 +146,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core)")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
     run.add_argument("--score-threshold", type=float_in(0.0, 1.0), default=None,
-                     help="keep boxes scoring at least this (default: the model's; no rebuild needed)")
+                     help="keep boxes scoring at least this (zhulf0804 models: above it) (default: the model's; no rebuild needed)")
     run.add_argument("--nms-iou", type=float_in(0.0, 1.0), default=None,
                      help="NMS overlap above which the lower-scored box goes (default: the model's)")
     run.add_argument("--max-boxes", type=int_in(1, SORT_LIMIT), default=None,
@@ -162,7 +162,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                         help="detect only on the points inside the camera image (KITTI calib per frame, as "
                              "OpenPCDet's FOV_POINTS_ONLY) (default: on for --format kitti and --eval, else off)")
     outputs = infer.add_argument_group("outputs")
-    outputs.add_argument("--out", help="folder for one output file per frame (default: print a summary only)")
+    outputs.add_argument("--out", help="folder for one output file per frame (default: no files: a line a frame and a summary)")
     outputs.add_argument("--format", choices=OUTPUT_FORMATS, default=None,
                          help="json: a file of lidar boxes per frame; kitti: label_2 lines in the camera frame per "
                               "frame; jsonl / parquet: a few large files of one row per frame (detections-*.jsonl "
@@ -367,8 +367,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
     if out is None and args.format is not None and not (args.eval and fmt in FILE_FORMATS):
         files = "its part files are" if fmt in ROW_FORMATS else "its files (one a frame) are"
-        raise InputError(f"--format {fmt} needs --out DIR: {files} written there (without --out infer prints a "
-                         "summary only)")
+        raise InputError(f"--format {fmt} needs --out DIR: {files} written there (without --out infer writes no "
+                         "files: a line a frame and a summary)")
     if fmt == "parquet":
         require_pyarrow()  # before the model loads
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
