@@ -67,7 +67,7 @@ def multihead_postprocess(heads: np.ndarray, cfg: ModelConfig) -> RawDetections:
                 continue
             picked = members[_top_k(score[members], pp.pre_nms_top_k)]
             box, vel = decode_sincos(codes[picked], head_anchors[picked], cfg)
-            keep = nms_rotated(box, score[picked], pp.nms_iou, "openpcdet")[: pp.max_boxes]
+            keep = nms_rotated(box, score[picked], pp.nms_iou, "openpcdet", max_keep=pp.max_boxes)
             boxes.append(box[keep])
             velocity.append(vel[keep])
             scores.append(score[picked][keep])

@@ -356,8 +356,11 @@ _NMS_BLOCK = 64  # at most this many boxes, in score order, get their candidate 
 _NMS_PAIRS = 4096  # pairs per vectorised IoU step: bounds the memory of a saturated frame
 
 
-def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, style: str) -> np.ndarray:
-    """Greedy rotated NMS as the families run it; returns kept indices into ``boxes`` (int64).
+def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, style: str,
+                max_keep: int | None = None) -> np.ndarray:
+    """Greedy rotated NMS as the families run it; returns kept indices into ``boxes`` (int64), at most
+    ``max_keep`` of them (None: all): the first kept boxes do not depend on the later ones, so the pass
+    stops there (a saturated frame keeps its first max_boxes long before its thousands of candidates end).
 
     Boxes are visited by descending score (ties: lower index first); a box is suppressed by an
     earlier kept box when their IoU is strictly greater than the threshold (compared in float32).
@@ -383,7 +386,8 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
     removed = np.zeros(n, bool)
     keep: list[int] = []
     rows = np.arange(min(n, 1))  # the first block: the best box alone
-    while rows.size:
+    limit = n if max_keep is None else max_keep
+    while rows.size and len(keep) < limit:
         later = rows[0] + 1 + np.flatnonzero(~removed[rows[0] + 1:])
         with np.errstate(invalid="ignore", over="ignore"):  # non-finite boxes: the kernel's NaNs, unannounced
             gap = np.hypot(r.cx[later][None, :] - r.cx[rows][:, None], r.cy[later][None, :] - r.cy[rows][:, None])
@@ -394,7 +398,7 @@ def nms_rotated(boxes: np.ndarray, scores: np.ndarray, iou_threshold: float, sty
         hit_first, hit_second = first[hit], second[hit]
         before = len(keep)
         for i in rows.tolist():  # the greedy pass over the block, every suppression it can need known
-            if not removed[i]:
+            if not removed[i] and len(keep) < limit:
                 keep.append(i)
                 removed[hit_second[hit_first == i]] = True
         block = min(2 * (len(keep) - before), _NMS_BLOCK)
@@ -515,7 +519,7 @@ def _class_agnostic(
     rows = candidates[_top_k(score[candidates], pp.pre_nms_top_k)]
     boxes = _decode_rows(rows, codes, cfg)  # decoding is per element, so decoding only these is exact
     boxes[:, 6] = apply_direction(boxes[:, 6], dir_logits[rows].argmax(axis=1), cfg)
-    keep = nms_rotated(nms_boxes(boxes, cfg), score[rows], pp.nms_iou, cfg.box_coder)[: pp.max_boxes]
+    keep = nms_rotated(nms_boxes(boxes, cfg), score[rows], pp.nms_iou, cfg.box_coder, max_keep=pp.max_boxes)
     return boxes[keep], score[rows][keep], label[rows][keep]
 
 
@@ -533,7 +537,8 @@ def _per_class(
         members = np.flatnonzero(_passes(top_probs[:, c], cfg))
         if members.size == 0:
             continue
-        kept = members[nms_rotated(bev[members], top_probs[members, c], pp.nms_iou, cfg.box_coder)]
+        kept = members[nms_rotated(bev[members], top_probs[members, c], pp.nms_iou, cfg.box_coder,
+                                   max_keep=pp.max_boxes)]  # the output's top max_boxes take no more of a class
         kept_boxes = boxes[kept]
         kept_boxes[:, 6] = apply_direction(kept_boxes[:, 6], top_dirs[kept], cfg)
         parts_boxes.append(kept_boxes)

@@ -436,6 +436,28 @@ def test_nms_on_saturated_candidates_matches_box_by_box(style: str, thr: float, 
         assert 20 < len(expected) < n - 20
 
 
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("max_keep", [1, 7, 40, 1000])
+def test_nms_capped_at_max_keep_is_the_box_by_box_loops_first_kept(style: str, max_keep: int,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The families cut NMS's output at max_boxes; stopping the pass there keeps the same boxes, and a frame
+    that keeps its first max_boxes early leaves most of its candidates' pairs unexamined."""
+    n = 400
+    boxes = saturated_candidates(np.random.default_rng(21), style, n)
+    scores = np.round(np.random.default_rng(3).uniform(0.1, 1.0, n), 1).astype(np.float32)
+    expected = box_by_box_nms(boxes, scores, 0.01, style)
+    assert len(expected) > 40
+    pairs = counted(monkeypatch, "_suppresses")
+    assert nms_rotated(boxes, scores, 0.01, style, max_keep=max_keep).tolist() == expected[:max_keep]
+    capped = pairs[0]
+    nms_rotated(boxes, scores, 0.01, style)
+    full = pairs[0] - capped
+    if max_keep < len(expected):
+        assert capped < full
+    if max_keep <= len(expected) // 8:
+        assert capped < full / 4, (capped, full)
+
 def counted(monkeypatch: pytest.MonkeyPatch, name: str) -> list[int]:
     """Wrap ``post.<name>`` to add up the rows of its first array argument (pairs, for the NMS's
     steps); returns the running total."""
