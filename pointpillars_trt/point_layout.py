@@ -25,11 +25,28 @@ _TEXT_CHARS = bytes([9, 10, 13, *range(32, 127)])  # printable ASCII, tab, newli
 TEXT_SNIFF = 4096  # bytes looked at: no float32 frame's first 4 KB are all printable ASCII
 
 
-def refuse_text(path: PathLike, head: bytes | np.ndarray, what: str) -> None:
-    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values) are all printable
-    ASCII: a text file (a point list written as numbers), which read as float32 is refused for its size with
-    the wrong advice, or read as points a few nanometres from the origin. The first 64 bytes settle it for
-    nearly every frame."""
+#: Files of another format by their first bytes, what each is, and what to do with it. Each magic read as a
+#: float32 .bin's first x is a value no lidar gives (2e8 m, 1.5e-36, 1e10, 9e11, 1e-32), so a frame of
+#: points is never taken for one.
+_OTHER_FORMATS = (
+    (b"\x93NUMPY", "a NumPy .npy file", "name it .npy (read as a .bin, its header would be points)"),
+    (b"PK\x03\x04", "a zip archive (an .npz?)", "save the frame's points as float32 .bin or .npy"),
+    (b"# .PCD", "a PCD file", "name it .pcd"),
+    (b"VERSION", "a PCD file", "name it .pcd"),
+    (b"ply\n", "a PLY file", "convert it to float32 .bin or .npy"),
+)
+
+
+def refuse_other_formats(path: PathLike, head: bytes | np.ndarray, what: str) -> None:
+    """InputError when a ``.bin``'s first bytes (``head``: bytes, or its float32 values) are not raw float32
+    values: a file of another format by its magic bytes (a .npy named .bin would run with its header read as
+    points of absurd values), or text (a point list written as numbers), which read as float32 is refused for
+    its size with the wrong advice, or read as points a few nanometres from the origin. The first 64 bytes
+    settle it for nearly every frame."""
+    first = _first_bytes(head, 8)
+    for magic, kind, fix in _OTHER_FORMATS:
+        if first.startswith(magic):
+            raise InputError(f"{what} {safe_repr(path)} is {kind}, not raw float32 values: {fix}")
     if _is_text(_first_bytes(head, 64)) and _is_text(_first_bytes(head, TEXT_SNIFF)):
         raise InputError(f"{what} {safe_repr(path)} is text, not float32 values: a point list written as "
                          "numbers? load it with numpy.loadtxt and save the array as float32 .bin or .npy")
@@ -85,7 +102,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
     point the model reads (5 for a multi-sweep model), for the advice. A frame read right gets integer
     operations on its values' bits (``_looks_odd``, ``misread_row_length``), which raise no floating-point
     warning whatever the bytes: NumPy's warnings are turned off only where odd values are computed on."""
-    refuse_text(path, values[: TEXT_SNIFF // 4], what)
+    refuse_other_formats(path, values[: TEXT_SNIFF // 4], what)
     if _looks_odd(values, point_dim):
         _refuse_float64_or_noise(values, point_dim, path, what)
     row = misread_row_length(values, point_dim)

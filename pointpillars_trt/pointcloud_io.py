@@ -18,7 +18,7 @@ import numpy as np
 from .config import int_within
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
-from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_text
+from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_other_formats
 from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -141,7 +141,7 @@ def read_points_into(
     fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
     try:
         if size % 16:
-            refuse_text(path, os.pread(fd, TEXT_SNIFF, 0) if hasattr(os, "pread") else b"", "point file")
+            refuse_other_formats(path, os.pread(fd, TEXT_SNIFF, 0) if hasattr(os, "pread") else b"", "point file")
         _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
@@ -231,7 +231,7 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
     if len(data) % (4 * int(point_dim)):
-        refuse_text(source, data[:TEXT_SNIFF], what)
+        refuse_other_formats(source, data[:TEXT_SNIFF], what)
     _check_bin_size(source, len(data), int(point_dim), what, columns)
     values = np.frombuffer(data, dtype="<f4")
     check_layout(values, int(point_dim), source, what, columns)

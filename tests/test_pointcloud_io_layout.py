@@ -345,6 +345,37 @@ def test_a_text_file_named_bin_is_refused_as_text_whatever_its_size_or_point_dim
             read_bin_bytes_into((tmp_path / name).read_bytes(), lambda n: None, source=name)
 
 
+
+def test_files_of_other_formats_named_bin_are_refused_by_what_they_are(assets: Path, tmp_path: Path) -> None:
+    """A .npy renamed .bin ran with its header read as 8 points of values up to 1e31 (junk boxes, a slow
+    frame, and advice about --intensity-scale); an .npz, a PCD or a PLY file named .bin are named too,
+    whatever their sizes (the .npy's fits rows of 16 bytes, so only its values could have told)."""
+    rows = np.fromfile(assets / "kitti/training/velodyne_fov/000000.bin", "<f4").reshape(-1, 4)
+    np.save(tmp_path / "a.npy", rows)
+    (tmp_path / "npy.bin").write_bytes((tmp_path / "a.npy").read_bytes())
+    assert (tmp_path / "npy.bin").stat().st_size % 16 == 0
+    np.savez(tmp_path / "a.npz", points=rows)
+    (tmp_path / "npz.bin").write_bytes((tmp_path / "a.npz").read_bytes())
+    header = ("# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\n"
+              "TYPE F F F F\nCOUNT 1 1 1 1\nWIDTH {n}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS {n}\nDATA binary\n")
+    (tmp_path / "pcd.bin").write_bytes(header.format(n=len(rows)).encode() + rows.tobytes())
+    (tmp_path / "pcd_bare.bin").write_bytes(header.format(n=len(rows)).split("\n", 1)[1].encode() + rows.tobytes())
+    ply = f"ply\nformat binary_little_endian 1.0\nelement vertex {len(rows)}\nproperty float x\nend_header\n"
+    (tmp_path / "ply.bin").write_bytes(ply.encode() + rows.tobytes())
+    expected = {"npy.bin": "is a NumPy .npy file, not raw float32 values: name it .npy",
+                "npz.bin": "is a zip archive \\(an .npz\\?\\)", "pcd.bin": "is a PCD file.*name it .pcd",
+                "pcd_bare.bin": "is a PCD file.*name it .pcd", "ply.bin": "is a PLY file"}
+    for name, text in expected.items():
+        path = tmp_path / name
+        for point_dim in (4, 5):
+            with pytest.raises(InputError, match=f"'{path}' {text}"):
+                read_points(path, point_dim=point_dim, columns=4)
+        with pytest.raises(InputError, match=text):
+            read_points_into(path, lambda n: None)
+        with pytest.raises(InputError, match=text):
+            read_bin_bytes_into(path.read_bytes(), lambda n: None, source=name)
+    np.testing.assert_array_equal(read_points(tmp_path / "a.npy"), rows)  # named .npy, it reads
+
 def test_a_kitti_scan_cut_short_is_named_so_whatever_point_dim_is_tried(assets: Path, tmp_path: Path) -> None:
     """A full scan cut at 200,020 bytes holds whole rows of 5 values, not of 4: the size error's advice was
     --point-dim 5 alone, and with it the frame ran on shifted columns without a word (500 boxes at score 1).
