@@ -144,9 +144,10 @@ class FrameReport:
         return ", no detections written" if self.rows else ", nothing written"
 
 
-def read_warning(source: str, kind: str) -> str:
-    """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``)."""
-    return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind)
+def read_warning(source: str, kind: str, intensity_scale: float | None = None) -> str:
+    """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``), read with
+    ``intensity_scale`` (--intensity-scale, None: not given)."""
+    return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind, intensity_scale)
 
 
 def empty_frame_warning(source: str) -> str:
@@ -157,8 +158,17 @@ def empty_frame_warning(source: str) -> str:
     return f"warning: {safe_repr(source)} holds no points ({why}); its output says 0 boxes (warned once)"
 
 
-def intensity_warning(source: str, kind: str) -> str:
-    """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``)."""
+def intensity_warning(source: str, kind: str, scale: float | None = None) -> str:
+    """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``),
+    as read with --intensity-scale ``scale`` (None: not given)."""
+    if scale is not None:
+        told = {"8bit": "look like 0-255 values, but the model expects 0-1 reflectance (KITTI)",
+                "beyond": "reach beyond 255, but the model expects 0-1 reflectance (KITTI)",
+                "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)"}[kind]
+        right = ("1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files" if kind != "unit"
+                 else "255 for files of 0-1 reflectance, none for 0-255 files")
+        return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its intensities {told}; the "
+                f"scale multiplies the file's values: check it ({right}) (warned once)")
     if kind == "8bit":
         return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
                 "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
@@ -183,7 +193,7 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     emptied = emptied_warning(read.prepare, source)
     det: Detections | None = None if job.error is not None else job.detections
     written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
-    found = [(finding, read_warning(source, finding))] if finding is not None else []
+    found = [(finding, read_warning(source, finding, read.intensity_scale))] if finding is not None else []
     if emptied is not None:
         found.append(emptied)
     assumed = [uses for uses, was in (("its camera-view crop", image_assumed(read.prepare, source)),

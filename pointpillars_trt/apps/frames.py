@@ -82,7 +82,8 @@ class FrameReader:
         self.point_dim, self.intensity_scale, self.prepare = point_dim, intensity_scale, prepare
         # a served model (no config here) of 4 columns is a KITTI-style one: 0-1 reflectance
         self.expects_unit = cfg.expects_unit_intensity if cfg is not None else self.columns == 4
-        self.check_intensity = intensity_scale is None and (cfg is None or "intensity" in cfg.features.order)
+        # after --intensity-scale too: a scale the wrong way round (255 for 0-1 files) is as silent as none
+        self.check_intensity = cfg is None or "intensity" in cfg.features.order
         self._findings: dict[int, str] = {}  # item id -> what its frame's read found (finding_of), until asked
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:

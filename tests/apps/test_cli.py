@@ -665,6 +665,18 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     run = cli("infer", tmp_path / "a.bin", "--intensity-scale", str(1 / 255), "--model", tiny_model,
               "--device", "cpu")
     assert run.rc == 0 and "intensities" not in run.err, run
+    # a scale the wrong way round is said too, as the scale's doing: 0-1 frames x 255, and 0-255 ones x 255
+    unit = tiny_points(4)
+    assert unit[:, 3].max() > 0.1
+    unit.tofile(tmp_path / "unit.bin")
+    for frame, kind in (("unit.bin", "look like 0-255 values"), ("a.bin", "reach beyond 255")):
+        run = cli("infer", tmp_path / frame, "--intensity-scale", "255", "--model", tiny_model, "--device", "cpu",
+                  "--no-progress")
+        warnings = [line for line in run.err.splitlines() if line.startswith("warning: ") and "intensities" in line]
+        assert run.rc == 0 and warnings == [
+            f"warning: '{tmp_path / frame}': read with --intensity-scale 255, its intensities {kind}, but the model "
+            "expects 0-1 reflectance (KITTI); the scale multiplies the file's values: check it (1/255 = "
+            "0.00392156862745098 for files of 0-255 values, none for 0-1 files) (warned once)"], run.err
 
 
 @pytest.mark.slow
