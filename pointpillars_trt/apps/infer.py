@@ -613,8 +613,9 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 report.bar.close()
     warned.close()
     if disk.unwritten:
+        rerun = "--skip-existing --retry-failed" if rows is not None else "--skip-existing"  # rows: their errors
         report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
-                    "written (free space, then rerun with --skip-existing)")
+                    f"written (free space, then rerun with {rerun})")
     if to_flush:
         try:
             to_flush.flush()

@@ -217,6 +217,32 @@ def test_a_full_file_system_is_one_error_and_only_complete_files_are_claimed(mod
         assert err.count("error: ") <= 3  # the first failed write, the summary line, the corrupt frame
 
 
+
+def test_a_full_file_system_under_row_outputs_says_the_rerun_that_redoes_its_frames(model_path, frames,  # type: ignore[no-untyped-def]
+                                                                                   tmp_path) -> None:
+    """Row formats keep a row for each frame a full disk failed (its error; here its --viz picture did not
+    fit): the advice names --retry-failed as well, and following it once there is space gives every frame its
+    one good row."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    import re
+
+    with small_tmpfs(tmp_path / "small", "2m") as mount:
+        out = mount / "out"
+        (mount / "filler").write_bytes(b"\0" * (2 * 1024 * 1024 - 64 * 1024))  # room for rows, not pictures
+        rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz")
+        said = re.search(r"file system is full; \d+ more frame\(s\) not written \(free space, then rerun with "
+                         r"([^)]*)\)", err)
+        assert rc == 1 and said is not None, err
+        (mount / "filler").unlink()
+        assert subprocess.run(["mount", "-o", "remount,size=64m", str(mount)]).returncode == 0  # room for pictures
+        rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
+                           "--viz", *said.group(1).split())
+        rows = [json.loads(line) for part in sorted(out.glob("detections-*.jsonl"))
+                for line in part.read_text().splitlines()]
+    sources = sorted(row["source"] for row in rows)
+    assert sources == sorted(str(p) for p in frames.glob("*.bin")), err  # one row a frame
+    assert [row["source"] for row in rows if row["error"]] == [str(frames / "zz_corrupt.bin")], err
+
 def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Path) -> None:
     from pointpillars_trt.fileio import TEMP_SUFFIX, remove_stale_temp_files
 
