@@ -28,7 +28,7 @@ from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
 from .infer import add_infer_parser, device_arg, positive_int
 from .messages import one_line
-from .ranges import path_name
+from .ranges import int_in, path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
 #: What ``main`` turns into one ``error:`` line and exit code 2.
@@ -220,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                       help="config name or YAML path of a single-head model (a multi-head config, such as "
                            "openpcdet_nuscenes_multihead, is refused: the seeded random weights are made for "
                            "single-head models)")
-    demo.add_argument("--seed", type=int, default=0, help="seed of the scene and of the random weights")
+    demo.add_argument("--seed", type=int_in(0, 2**32 - 1), default=0,
+                      help="seed of the scene and of the random weights, 0..4294967295")
     demo.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     demo.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                       help="GPU engine backend")

@@ -26,16 +26,18 @@ from .device_notice import print_device_notice
 DEFAULT_REPEATS = 10
 
 
-def check_device(device: str) -> None:
-    """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, before anything is written."""
-    from ..detector import _pick_device
+def check_device(device: str, backend: str) -> None:
+    """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, and a GPU-only backend where the
+    frames would run on the CPU, before anything is written."""
+    from ..detector import _check_backend_runs_on, _pick_device
     from ..runtime_options import DEVICES_EXPECTED, parse_device
 
     try:
         parse_device(device)
     except PointPillarsError:
         raise PointPillarsError(f"--device {safe_repr(device)}: expected {DEVICES_EXPECTED}") from None
-    _pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
+    kind, _, _ = _pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
+    _check_backend_runs_on(kind, backend)
 
 
 def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",
@@ -49,7 +51,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
         raise PointPillarsError(f"--repeats {repeats}: expected a positive number of frames")
     cfg = load_config(config)
     weights = random_weights(cfg, seed=seed)
-    check_device(device)  # nothing written yet
+    check_device(device, backend)  # nothing written yet
     check_writable_folder(out, "--out")  # a file in its place is one error line, as infer and bench say it
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)

@@ -61,6 +61,27 @@ def test_demo_bad_device_is_an_argparse_error(tmp_path: Path) -> None:
     assert exit_info.value.code == 2 and not (tmp_path / "d").exists()
 
 
+
+def test_a_gpu_only_backend_on_the_cpu_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    out = tmp_path / "demo"
+    rc, stdout, err = cli("demo", "--out", out, "--device", "cpu", "--backend", "tensorrt")
+    assert rc == 2 and stdout == "", (stdout, err)
+    (line,) = err.strip().splitlines()
+    assert line.startswith("error: backend 'tensorrt' runs only in the GPU pipeline") and "--backend" in line, line
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(("seed", "said"), [("-1", "expected an integer in 0..4294967295"),
+                                            ("4294967296", "expected an integer in 0..4294967295"),
+                                            ("1.5", "is not an integer")])
+def test_a_seed_numpy_cannot_take_is_refused_naming_the_option(tmp_path: Path, seed: str, said: str) -> None:
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(err):
+        main(["demo", "--out", str(tmp_path / "d"), "--seed", seed])
+    (line,) = err.getvalue().strip().splitlines()
+    assert exit_info.value.code == 2 and f"argument --seed: '{seed}'" in line and said in line, line
+    assert not (tmp_path / "d").exists()
+
 @pytest.mark.parametrize("command", ["demo", "bench"])
 def test_a_multi_head_config_is_refused_before_anything_is_written(tmp_path: Path, command: str) -> None:
     out = tmp_path / command
