@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +128,32 @@ def test_pcd_ascii(tmp_path: Path) -> None:
     path.write_bytes(pcd_header("x y z rgb intensity", "4 4 4 4 4", "F F F F F", "1 1 1 1 1", 6, "ascii") + body.encode())
     np.testing.assert_array_equal(read_points(path), pts)
 
+
+
+def test_pcd_ascii_value_beyond_float32_is_refused_naming_its_row(tmp_path: Path) -> None:
+    """1e39 in an ASCII file became inf in the float32 rows with NumPy's overflow warning (and its source
+    line) on stderr; an unused field's large value, nan and inf (no return) are still read."""
+    path = tmp_path / "big.pcd"
+    header = pcd_header("x y z t intensity", "4 4 4 8 4", "F F F F F", "1 1 1 1 1", 3, "ascii")
+    path.write_bytes(header + b"1 2 3 1e300 0.5\nnan nan inf 0 0\n-1e39 6 7 0 0.5\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one_line_error(lambda: read_points(path), "big.pcd", "point 3 holds -1e+39, beyond float32's range")
+        path.write_bytes(header + b"1 2 3 1e300 0.5\nnan nan inf 0 0\n")
+        path.write_bytes(path.read_bytes().replace(b"POINTS 3", b"POINTS 2").replace(b"WIDTH 3", b"WIDTH 2"))
+        read = read_points(path)
+    assert read[0].tolist() == [1, 2, 3, 0.5] and np.isnan(read[1, 0]) and np.isinf(read[1, 2])
+    # binary fields of float64, and a float64 .npy, alike
+    rec = np.zeros(3, dtype=[("x", "<f8"), ("y", "<f4"), ("z", "<f4"), ("intensity", "<f8")])
+    rec["x"], rec["intensity"] = [1, np.inf, 2], [0.5, 0.5, 1e40]
+    path.write_bytes(pcd_header("x y z intensity", "8 4 4 8", "F F F F", "1 1 1 1", 3, "binary") + rec.tobytes())
+    npy = np.zeros((4, 4))
+    npy[2, 1] = 3e38 * 10
+    np.save(tmp_path / "big.npy", npy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        one_line_error(lambda: read_points(path), "big.pcd", "point 3 holds 1e+40, beyond float32's range")
+        one_line_error(lambda: read_points(tmp_path / "big.npy"), "big.npy", "point 3 holds 3e+39, beyond float32's")
 
 def test_pcd_binary_with_uint8_i_and_multi_count_field(tmp_path: Path) -> None:
     n = 5
