@@ -24,7 +24,7 @@ from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
-from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, refuse_other_split
+from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
 from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
@@ -394,10 +394,22 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     return fmt, out, labels
 
 
-def _check_calib_folders(frames: Sequence[str]) -> None:
+def _check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:
     """Refuse, before any frame runs, frames none of whose folders has its sibling ``calib/``
-    (``kitti.calib_folder``): every frame would fail alike. Where some have one, the frames of the others
-    fail one by one, and the rest run."""
+    (``kitti.calib_folder``), or none of which has its file in the ``--calib`` folder given: every frame
+    would fail alike. Where some have one, the frames of the others fail one by one, and the rest run."""
+    if calib_dir is not None:
+        missing: InputError | None = None
+        for frame in frames:  # the first frame's file is there, as a rule: one stat
+            try:
+                calib_for_frame(frame, calib_dir)
+                return
+            except InputError as exc:
+                missing = missing or exc
+        if missing is not None:
+            raise InputError(f"--calib {safe_repr(calib_dir)}: no calib file for any of the {len(frames)} frame(s): "
+                             f"{missing}")
+        return
     seen: set[str] = set()
     first: InputError | None = None
     for frame in frames:
@@ -494,6 +506,8 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                resume: Resume, path_errors: Sequence[str]) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
     it opens here; the number of frames that failed."""
+    if fmt == "kitti" or labels is not None or args.fov_only:  # before the model loads
+        _check_calib_folders(resume.todo, args.calib)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
@@ -511,8 +525,6 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             check_model_inputs(cfg, fmt, args.point_dim, frames)
         else:  # a served model: what its config says of its points and outputs
             check_point_dim(getattr(detectors[0], "point_columns", 4), args.point_dim, frames, "the served model")
-        if args.calib is None and (fmt == "kitti" or labels is not None or args.fov_only):
-            _check_calib_folders(resume.todo)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
