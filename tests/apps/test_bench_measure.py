@@ -232,3 +232,17 @@ def test_a_bench_checks_for_matplotlib_once_and_draws_its_chart(bench_setup: Ben
         sys.setprofile(None)
     assert checks == 1
     assert f"wrote {tmp_path / 'bench_stages.png'}" in run.out.splitlines() and "no PNG" not in run.out, run.out
+
+
+def test_a_folder_named_like_a_frame_is_no_frame_of_a_bench_set(tmp_path: Path) -> None:
+    """``--frames DIR`` lists its .bin files as ``infer DIR`` does: a subfolder named ``x.bin`` is left out
+    (it ended the bench as "a directory, not a regular file")."""
+    from pointpillars_trt.apps.bench.frames import folder_frame_sets
+
+    (tmp_path / "x.bin").mkdir()
+    for k in range(2):
+        tiny_points(k, 50).tofile(tmp_path / f"{k:06d}.bin")
+    said: list[str] = []
+    sets = folder_frame_sets([str(tmp_path)], limit=2, say=said.append)
+    assert [len(frames) for frames in sets.values()] == [2] and said == []
+    np.testing.assert_array_equal(sets[f"{tmp_path.name} (2 frames)"][1], tiny_points(1, 50))

@@ -45,7 +45,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
         if not path.is_dir():
             problem = "is a file; --frames names a folder of .bin files" if path.exists() else "no such folder"
             raise InputError(f"--frames {safe_repr(folder)}: {problem}")
-        files = sorted(path.glob("*.bin"))
+        files = sorted(p for p in path.glob("*.bin") if not p.is_dir())  # as infer lists a folder
         if not files:
             raise InputError(f"--frames {safe_repr(folder)}: no .bin files to benchmark on")
         used = files[:limit]
