@@ -80,6 +80,16 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def special_kind(path: PathLike) -> str | None:
+    """What ``path`` is when it exists but is neither a regular file nor a directory ("a FIFO (named pipe)",
+    "a character device", ...); None otherwise (missing, a file, a folder). Symbolic links are followed."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind_of(mode)
+
+
 def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
     """One line for a path that could not be stat'ed or opened; a symbolic link whose target is gone is named
     so (with its target), since ``ls`` shows the link and "does not exist" would contradict it."""

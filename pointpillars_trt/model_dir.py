@@ -26,7 +26,7 @@ import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError
-from .fileio import DuplicateKeyError, loads_json, read_regular_file, safe_repr
+from .fileio import DuplicateKeyError, loads_json, read_regular_file, safe_repr, special_kind
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
@@ -105,9 +105,15 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         if folder.is_file():
             raise ModelDirError(f"model dir {folder}: is a file, not a model dir (a .pth checkpoint opens with "
                                 "PointPillars.from_checkpoint, or build a model dir with `pointpillars-trt build`)")
+        kind = special_kind(folder)
+        if kind is not None:
+            raise ModelDirError(f"model dir {folder}: is {kind}, not a model dir or a .pth checkpoint")
         raise ModelDirError(f"model dir {folder}: not found (build one with `pointpillars-trt build`)")
     meta_path = folder / METADATA_FILE
     if not meta_path.is_file():
+        kind = special_kind(meta_path)
+        if kind is not None:
+            raise ModelDirError(f"{meta_path}: is {kind}, not a regular file; rebuild the model dir")
         raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir (build one with `pointpillars-trt build`)")
     try:
         meta = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
@@ -141,6 +147,9 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         )
     model = ModelDir(folder, cfg, meta)
     missing = [model.onnx_path(g).name for g in GRAPHS if not model.onnx_path(g).is_file()]
+    odd = [(name, special_kind(folder / name)) for name in missing if special_kind(folder / name) is not None]
+    if odd:
+        raise ModelDirError(f"{folder}: {odd[0][0]} is {odd[0][1]}, not a regular file; rebuild the model dir")
     if missing:
         raise ModelDirError(f"{folder}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
     for graph in GRAPHS:

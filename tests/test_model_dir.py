@@ -6,6 +6,7 @@ import dataclasses
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,20 @@ def test_missing_graph(tmp_path: Path, graph: str):
     with pytest.raises(ModelDirError, match=rf"{graph} missing"):
         load_model_dir(tmp_path)
 
+
+
+@pytest.mark.parametrize("name", ["pfn.onnx", "rpn.onnx", METADATA_FILE, ""])
+def test_a_fifo_or_device_in_a_model_dirs_place_is_named_for_what_it_is(tmp_path: Path, name: str):
+    """Each was "not found" or "missing", though ``ls`` shows it there."""
+    tiny_model_dir(tmp_path / "model")
+    target = tmp_path / "model" / name if name else tmp_path / "fifo.pth"
+    if name:
+        os.remove(target)
+    os.mkfifo(target)
+    with pytest.raises(ModelDirError, match=rf"{re.escape(target.name)}:? is a FIFO \(named pipe\), not a"):
+        load_model_dir(target.parent if name else target)
+    with pytest.raises(ModelDirError, match=r"null: is a character device, not a model dir"):
+        load_model_dir("/dev/null")
 
 @pytest.mark.parametrize("version", [1, 3, 0, None, "2"])
 def test_unknown_format_version(tmp_path: Path, version):  # type: ignore[no-untyped-def]
