@@ -99,9 +99,14 @@ class CameraFovCrop:
         if found is None:
             return None
         calib, in_range = found
+        cause = f"calib file {safe_repr(calib)} puts them all outside the camera image (a camera facing backwards or " \
+                "sideways?); check it"
+        if self.image_shape is not None:  # the size given is as likely a cause as the calibration
+            height, width = self.image_shape
+            cause = (f"calib file {safe_repr(calib)} and --image-shape {height},{width} put them all outside the camera "
+                     "image (a camera facing backwards or sideways, or an image size too small?); check both")
         return "fov", (f"warning: {safe_repr(source)}: the camera-FOV crop left none of its {in_range} points in the "
-                       f"model's range: calib file {safe_repr(calib)} puts them all outside the camera image (a "
-                       "camera facing backwards or sideways?); check it, or pass --no-fov-only (warned once)")
+                       f"model's range: {cause}, or pass --no-fov-only (warned once)")
 
 
 def _points_in_range(points: np.ndarray, point_range: Sequence[float] | None) -> int:

@@ -747,6 +747,15 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
                         "--no-fov-only (warned once)"], run.err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.txt", "turned.txt"]
     assert (tmp_path / "out" / "turned.txt").read_text() == ""
+    # a camera image of one pixel given with --image-shape: it is named beside the calib file
+    run = cli("infer", root / "velodyne" / "good.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
+              "--format", "kitti", "--out", tmp_path / "tiny_image", "--image-shape", "1,1", *LOOSE)
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert run.rc == 0 and warnings == [
+        f"warning: '{root / 'velodyne' / 'good.bin'}': the camera-FOV crop left none of its 500 points in the model's "
+        f"range: calib file '{root / 'calib' / 'good.txt'}' and --image-shape 1,1 put them all outside the camera "
+        "image (a camera facing backwards or sideways, or an image size too small?); check both, or pass "
+        "--no-fov-only (warned once)"], run.err
 
 
 def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path, tmp_path: Path):
