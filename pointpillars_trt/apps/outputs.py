@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import InputError
 from ..fileio import dumps_strict, fsync_path, loads_json, name_text, safe_repr, write_bytes_atomic
 from .messages import one_line
+from .uri_frames import is_uri
 
 if TYPE_CHECKING:
     from ..detections import Detections
@@ -212,7 +213,8 @@ def is_full_disk_error(error: str) -> bool:
 # --------------------------------------------------------------------------- one row a frame
 
 def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...]) -> dict[str, Any]:
-    """A frame's row of the JSON Lines / Parquet outputs: ``source``, ``error`` (None when it went
+    """A frame's row of the JSON Lines / Parquet outputs: ``source`` (as given), ``path`` (``source_path``:
+    what ``--skip-existing`` matches, wherever the resumed run starts from), ``error`` (None when it went
     through), then every field of the per-frame JSON record (``Detections.to_json_dict``); a failed
     frame has empty lists and zero counts, so every row has the same columns."""
     from ..detections import Detections as _Detections
@@ -220,7 +222,26 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
 
     found = det if det is not None else _Detections.empty(class_names, FrameStats(0))
     record = found.to_json_dict(name_text(Path(source).stem))
-    return {"source": name_text(source), "error": None if error is None else name_text(error), **record}
+    return {"source": name_text(source), "path": source_path(source),
+            "error": None if error is None else name_text(error), **record}
+
+
+def source_path(source: str) -> str:
+    """A frame's source as one name whatever the working directory: a local path made absolute (``dir/a.bin``
+    and ``/abs/dir/a.bin`` are one frame), a URI as it is."""
+    text = name_text(source)
+    return text if is_uri(text) else os.path.abspath(text)
+
+
+def row_path(row: dict[str, Any]) -> str:
+    """A row's ``source_path``: its ``path`` column, or (a part written before rows had one) its source
+    resolved against this working directory."""
+    path = row.get("path")
+    return str(path) if path else os.path.abspath(str(row["source"]))
+
+
+#: The columns a row's frame is known by (``frame_row``), read alone where a part's rows are looked up.
+_KEY_COLUMNS = ["source", "path", "error"]
 
 
 def row_text(row: dict[str, Any]) -> str:
@@ -478,8 +499,8 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
-            done.update((str(row["source"]), row.get("error") is not None)
-                        for row in _part_rows(path, output_format, ["source", "error"]))
+            done.update((row_path(row), row.get("error") is not None)
+                        for row in _part_rows(path, output_format, _KEY_COLUMNS))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)} (move that "
                              "part away, and this run redoes its frames)") from None
@@ -496,7 +517,7 @@ def records_in_parts(folder: Path, output_format: str,
         try:
             rows = _part_rows(path, output_format)
             found = [(source, row) for row in rows if row.get("error") is None
-                     and (source := os.path.abspath(str(row["source"]))) in sources]
+                     and (source := row_path(row)) in sources]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--eval: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
         for source, row in found:
@@ -517,6 +538,9 @@ def _part_rows(path: Path, output_format: str, columns: list[str] | None = None)
         return rows
     import pyarrow.parquet as pq
 
+    if columns is not None:  # those a part has (one written before rows had ``path`` lacks it)
+        names = set(pq.read_schema(path).names)
+        columns = [name for name in columns if name in names]
     return list(pq.read_table(path, columns=columns).to_pylist())
 
 
@@ -559,7 +583,8 @@ def _part_without(path: Path, output_format: str, sources: Collection[str]) -> b
     import pyarrow.parquet as pq
 
     table = pq.read_table(path)
-    keep = [not _is_failure_of(row, sources) for row in table.select(["source", "error"]).to_pylist()]
+    keys = [name for name in _KEY_COLUMNS if name in table.column_names]
+    keep = [not _is_failure_of(row, sources) for row in table.select(keys).to_pylist()]
     if all(keep):
         return None
     if not any(keep):
@@ -571,7 +596,7 @@ def _part_without(path: Path, output_format: str, sources: Collection[str]) -> b
 
 def _is_failure_of(row: dict[str, Any], sources: Collection[str]) -> bool:
     """Whether ``row`` is the failure row of one of ``sources`` (absolute paths)."""
-    return row.get("error") is not None and os.path.abspath(str(row["source"])) in sources
+    return row.get("error") is not None and row_path(row) in sources
 
 
 def _part_number(path: Path) -> int:
@@ -612,9 +637,9 @@ def row_schema(class_names: tuple[str, ...], velocity: bool = False) -> Any:
     probe = Detections.empty(class_names, FrameStats(0))
     if velocity:
         probe = replace(probe, velocity=np.zeros((0, 2), np.float32))
-    fields = [("source", pa.string()), ("error", pa.string())]
+    fields = [("source", pa.string()), ("path", pa.string()), ("error", pa.string())]
     for key, value in frame_row("", probe, None, class_names).items():
-        if key in ("source", "error"):
+        if key in ("source", "path", "error"):
             continue
         if key in _LIST_COLUMNS:
             fields.append((key, lists[_LIST_COLUMNS[key]]))

@@ -17,7 +17,7 @@ from ..errors import PointPillarsError
 from ..fileio import name_text, safe_repr
 from .messages import one_line
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
-    sources_in_parts, write_label_of_record
+    source_path, sources_in_parts, write_label_of_record
 
 
 @dataclasses.dataclass
@@ -55,14 +55,14 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
 
 def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, retry_failed: bool) -> Resume:
     """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
-    paths, so ``dir/`` and ``/abs/dir/`` are one frame) is skipped whatever else of it is missing, since a
+    paths, ``outputs.source_path``, so ``dir/`` and ``/abs/dir/`` are one frame, from any directory) is skipped whatever else of it is missing, since a
     source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
     kept for ``say_resume`` to say once instead. A failed frame's row holds its error and it has no
     picture; ``retry_failed`` runs it (its row is removed first: ``earlier_failures``)."""
-    present = {os.path.abspath(source): failed for source, failed in sources_in_parts(out, fmt).items()}
+    present = sources_in_parts(out, fmt)
     resume = Resume([])
     for frame in frames:
-        failed = present.get(os.path.abspath(name_text(frame)))
+        failed = present.get(source_path(frame))
         if failed:
             resume.failed_before.append(frame)
         if failed is None or (failed and retry_failed):
@@ -94,7 +94,7 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
     """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
     (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
     if retry:
-        drop_failure_rows(out, fmt, {os.path.abspath(name_text(frame)) for frame in failed_before})
+        drop_failure_rows(out, fmt, {source_path(frame) for frame in failed_before})
         print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
               f"from the part files in {out}", file=sys.stderr)
         return
@@ -147,7 +147,7 @@ def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | Non
             path = out / f"{Path(frame).stem}.json"
             rebuild(frame, path, lambda: read_record(path))
         return found
-    by_source = {os.path.abspath(name_text(frame)): frame for frame in wanted}
+    by_source = {source_path(frame): frame for frame in wanted}
     rebuilt: set[str] = set()
     for source, row, part in records_in_parts(out, fmt, by_source):
         if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands

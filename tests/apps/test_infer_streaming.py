@@ -294,6 +294,14 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     assert err.count("warning:") == 1 and "1 of them failed in an earlier run" in err and bad in err, err
     assert "pass --retry-failed to rerun them" in err
     assert len(list(out.glob("detections-*.jsonl"))) == 1
+    # resumed from inside the frames' folder, by names relative to it: the same frames (their rows' path)
+    monkeypatch.chdir(frames)
+    names = sorted(p.name for p in frames.iterdir())
+    rc, _, err = infer(*names, "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--skip-existing")
+    assert rc == 0 and "skipping 41 frame(s)" in err, err
+    rows = [json.loads(line) for line in next(out.glob("detections-*.jsonl")).read_text().splitlines()]
+    assert sorted(row["path"] for row in rows) == sorted(str(frames / name) for name in names)
+    assert {row["source"] for row in rows} == {f"{frames.name}/{name}" for name in names}  # as given
 
 
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
