@@ -292,6 +292,36 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
     assert executions < inferences, "the dynamic batcher never put two requests in one batch"
 
 
+def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every frame of a call was in flight at once (its pool was sized by the frames): 40 frames at
+    concurrency 2 timed out on a CPU server. A later call's larger concurrency is given as asked."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    now, peak, lock = [0], [0], threading.Lock()
+    send = RemoteDetector.__call__
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        try:
+            time.sleep(0.02)  # each request long enough for the others to pile up behind it
+            return send(self, *args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    remote = RemoteDetector(tiny_server.endpoints["grpc"])
+    frames = random_frames(tiny, 12)
+    try:
+        for concurrency in (2, 1, 6):
+            peak[0] = 0
+            found = remote.detect_batch(frames, concurrency=concurrency)
+            assert len(found) == len(frames) and peak[0] == concurrency, (concurrency, peak[0])
+    finally:
+        remote.close()
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.serve.client import RemoteDetector

@@ -67,6 +67,7 @@ class RemoteDetector:
         self._lock = threading.Lock()
         self._cancelled = False
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
         try:
             ready = self._client().is_model_ready(model)
             config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
@@ -90,7 +91,7 @@ class RemoteDetector:
         other = copy.copy(self)
         other.timeout = timeout
         other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
-        other._cancelled, other._pool = False, None
+        other._cancelled, other._pool, other._pool_size = False, None, 0
         return other
 
     def _client(self) -> Any:
@@ -163,11 +164,22 @@ class RemoteDetector:
         if not frames:
             return []
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(max_workers=max(concurrency, len(frames)),
-                                                thread_name_prefix="pp-remote")
+            if self._pool is None or self._pool_size < concurrency:  # a smaller one ends once its callers are done
+                self._pool, self._pool_size = ThreadPoolExecutor(max_workers=concurrency,
+                                                                 thread_name_prefix="pp-remote"), concurrency
             pool = self._pool
-        futures = [pool.submit(self, frame) for frame in frames]
+        in_flight = threading.Semaphore(concurrency)  # this call's; the pool may serve other threads' calls too
+
+        def detect(frame: object) -> Detections:
+            try:
+                return self(frame)
+            finally:
+                in_flight.release()
+
+        futures = []
+        for frame in frames:
+            in_flight.acquire()
+            futures.append(pool.submit(detect, frame))
         errors = [future.exception() for future in futures]
         for error in errors:
             if error is not None:
