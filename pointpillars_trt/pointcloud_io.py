@@ -15,7 +15,7 @@ from typing import IO, Union
 
 import numpy as np
 
-from .config import int_within
+from .config import int_within, plain_number
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
 from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_other_formats
@@ -98,7 +98,7 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
     else:
         raise InputError(f"point file {safe_repr(path)} has {unsupported_extension(ext)}")
     if intensity_scale is not None:
-        points[:, 3] *= np.float32(_checked_scale(intensity_scale))
+        points[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
     return points
 
 
@@ -107,8 +107,10 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
 MAX_INTENSITY_SCALE = 1000.0
 
 
-def _checked_scale(intensity_scale: float) -> float:
-    scale = float(intensity_scale)
+def checked_intensity_scale(intensity_scale: object) -> float:
+    """``intensity_scale`` as the float it is, when a finite number in (0, MAX_INTENSITY_SCALE] (not a bool)."""
+    number = plain_number(intensity_scale)
+    scale = float(number) if type(number) in (int, float) else float("nan")
     if not np.isfinite(scale) or not 0 < scale <= MAX_INTENSITY_SCALE:
         raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
     return scale
@@ -156,7 +158,7 @@ def read_points_into(
         raise InputError(f"point file {safe_repr(path)} changed size while being read")
     check_layout(target.reshape(-1), 4, path, "point file")
     if intensity_scale is not None:
-        target[:, 3] *= np.float32(_checked_scale(intensity_scale))
+        target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
     return target
 
 
@@ -186,7 +188,7 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
     target[...] = points
     if intensity_scale is not None:
-        target[:, 3] *= np.float32(_checked_scale(intensity_scale))
+        target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
     return target
 
 

@@ -34,17 +34,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..config import int_within
 from ..errors import BackendError, CpuFallbackWarning, InputError
-from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
+from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, safe_repr
+from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
+from ..pointcloud_io import checked_intensity_scale, require_point_dim
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, READ_PROCESSES, RESUME_HINT, WRITE_PROCESSES, \
-    WRITE_THREADS, keep_finished_rows
+from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, \
+    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
@@ -166,11 +169,14 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     a run must be on one file system (``check_one_file_system``). A frame given twice, or two frames whose
     outputs are one file, is an InputError before any frame runs, as in local ``infer``.
     """
+    _check_arguments(batch_size, pipelines, intensity_scale)
     ray = require_ray(ray_address)
 
     if output_format not in OUTPUT_FORMATS:
         raise InputError(f"output_format {output_format!r}: expected one of {', '.join(OUTPUT_FORMATS)}")
     sources = _sources(paths_or_uri)
+    if not sources:
+        raise InputError("paths_or_uri: no frames given (a list of point files, folders, globs or URIs)")
     check_one_file_system(sources)
     from .serve.repository import resolve_model
 
@@ -182,6 +188,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                       point_range=tuple(found.cfg.voxel.point_range))
     if point_dim is None:  # the model's own point columns
         point_dim = found.cfg.num_point_columns
+    require_point_dim(point_dim, found.cfg.num_point_columns)  # here, not as every frame's error in the workers
     uris = any(is_uri(s) for s in sources)
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
@@ -243,6 +250,16 @@ def _quiet_ray_data() -> None:
     progress = logging.getLogger("ray.data._internal.progress")  # where that notice is logged
     if not any(isinstance(f, _DropProgressBarNotice) for f in progress.filters):
         progress.addFilter(_DropProgressBarNotice())
+
+
+def _check_arguments(batch_size: object, pipelines: object, intensity_scale: object) -> None:
+    """The numbers ``detect_dataset`` hands every worker, checked before any starts (each would fail every
+    frame alike, or run with a batch of 0)."""
+    for name, value, high in (("batch_size", batch_size, MAX_BATCH), ("pipelines", pipelines, MAX_PIPELINES)):
+        if value is not None and int_within(value, 1, high) is None:
+            raise InputError(f"{name} {safe_repr(value)}: expected an integer in 1..{high} or None")
+    if intensity_scale is not None:
+        checked_intensity_scale(intensity_scale)
 
 
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:

@@ -394,7 +394,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     return fmt, out, labels
 
 
-def _check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:
+def check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:
     """Refuse, before any frame runs, frames none of whose folders has its sibling ``calib/``
     (``kitti.calib_folder``), or none of which has its file in the ``--calib`` folder given: every frame
     would fail alike. Where some have one, the frames of the others fail one by one, and the rest run."""
@@ -507,7 +507,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
     it opens here; the number of frames that failed."""
     if fmt == "kitti" or labels is not None or args.fov_only:  # before the model loads
-        _check_calib_folders(resume.todo, args.calib)
+        check_calib_folders(resume.todo, args.calib)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None

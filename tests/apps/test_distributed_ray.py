@@ -470,6 +470,7 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
 
 
+
 def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries() -> None:
     import socket
 

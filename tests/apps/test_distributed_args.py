@@ -1,0 +1,50 @@
+"""``detect_dataset`` and ``infer --ray`` refuse what every frame would fail alike, before a Ray cluster starts:
+the numbers handed to every worker, an empty frame list, KITTI outputs or the camera-FOV crop without calib
+folders. (Ray installed; no cluster is started here, unless a test fails.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_distributed_ray import cli_ray_infer, tiny_model, write_frames  # noqa: F401 - fixture: the tiny model dir
+
+from pointpillars_trt.errors import InputError
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"intensity_scale": float("nan")}, "intensity scale nan: expected a number in (0, 1000]"),
+    ({"intensity_scale": True}, "intensity scale True: expected a number"),
+    ({"point_dim": 3}, "point_dim 3 is not an integer from 4 to 64"),
+    ({"batch_size": 0}, "batch_size 0: expected an integer in 1..8 or None"),
+    ({"pipelines": 0}, "pipelines 0: expected an integer in 1..16 or None"),
+    ({"paths": []}, "paths_or_uri: no frames given"),
+])
+def test_detect_datasets_arguments_are_refused_before_any_worker_starts(tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                         given: dict, said: str) -> None:
+    """Each had run: every frame failed alike in the workers (a NaN scale, 3 values a point), or a batch of 0
+    ran, or an empty list started a cluster."""
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    frame = tmp_path / "a.bin"
+    np.zeros((10, 4), np.float32).tofile(frame)
+    paths = given.pop("paths", [str(frame)])
+    was = ray.is_initialized()
+    with pytest.raises(InputError, match=re.escape(said)):
+        detect_dataset(paths, tiny_model, tmp_path / "out", workers=1, gpus_per_worker=0, progress=False, **given)
+    assert ray.is_initialized() == was and not (tmp_path / "out").exists()
+
+
+def test_ray_kitti_output_without_calib_folders_is_one_error_before_the_cluster_starts(tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                                       tmp_path: Path) -> None:
+    """As local infer refuses it before the model loads (it started Ray and failed every frame alike)."""
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    write_frames(tmp_path / "loose", tiny_model, {"000001": 50, "000002": 50})
+    was = ray.is_initialized()
+    for options in (["--format", "kitti"], ["--fov-only"]):
+        rc, out, err = cli_ray_infer(tmp_path / "loose", tiny_model, tmp_path / "out", *options)
+        assert rc == 2 and err.count("error: ") == 1 and "no calibration folder for frame" in err, err
+        assert "running on Ray" not in out + err and ray.is_initialized() == was
