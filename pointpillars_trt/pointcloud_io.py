@@ -110,7 +110,7 @@ MAX_INTENSITY_SCALE = 1000.0
 def checked_intensity_scale(intensity_scale: object) -> float:
     """``intensity_scale`` as the float it is, when a finite number in (0, MAX_INTENSITY_SCALE] (not a bool)."""
     number = plain_number(intensity_scale)
-    scale = float(number) if type(number) in (int, float) else float("nan")
+    scale = float(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else float("nan")
     if not np.isfinite(scale) or not 0 < scale <= MAX_INTENSITY_SCALE:
         raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
     return scale
