@@ -82,6 +82,19 @@ def test_a_host_serve_cannot_bind_is_refused_before_anything_is_written(tmp_path
     assert not (tmp_path / "repo").exists()
 
 
+
+def test_a_host_name_is_served_on_its_numeric_address_and_ipv6_is_refused() -> None:
+    """tritonserver's HTTP and metrics endpoints take numeric addresses only: given ``localhost`` they listened
+    nowhere reachable, and the start waited out --ready-timeout."""
+    import socket
+
+    from pointpillars_trt.apps.serve.server import check_bind_host
+
+    assert check_bind_host("localhost") == socket.gethostbyname("localhost")
+    assert check_bind_host("127.0.0.1") == "127.0.0.1"
+    with pytest.raises(InputError, match=r"--host '::1': not an IPv4 address, nor a name of one"):
+        check_bind_host("::1")
+
 @pytest.mark.parametrize("options, option", [
     ({"instances": 0}, "--instances"), ({"max_batch": 99}, "--max-batch"),
     ({"max_queue_delay_us": -1}, "--max-queue-delay-us"), ({"max_points": True}, "--max-points"),

@@ -127,6 +127,18 @@ def test_ready_comes_after_a_served_warm_up_request_and_sigterm_exits_0(install,
 
 
 @pytest.mark.slow
+def test_serve_on_a_host_name_gets_ready_on_its_address(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    serve = Serve(tiny.path, tmp_path / "repo", "--host", "localhost", "--health-interval", "3600")
+    try:
+        assert serve.http.startswith("127.0.0.1:"), serve.lines
+        with urllib.request.urlopen(f"http://{serve.http}/v2/health/ready", timeout=5) as reply:
+            assert reply.status == 200
+    finally:
+        serve.proc.send_signal(signal.SIGTERM)
+        rc, err = serve.finish()
+    assert rc == 0 and "note: --host localhost: serving on 127.0.0.1" in err, err[-2000:]
+
+@pytest.mark.slow
 def test_a_dead_model_worker_is_noticed_and_serve_exits_1(serve: Serve) -> None:
     (stub,) = serve.stub_pids()
     os.kill(stub, signal.SIGKILL)

@@ -88,7 +88,11 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
     install = None
     if not args.repository_only:  # before anything is written
-        check_bind_host(args.host)
+        address = check_bind_host(args.host)
+        if address != args.host:
+            print(f"note: --host {args.host}: serving on {address} (tritonserver takes numeric addresses)",
+                  file=sys.stderr, flush=True)
+            args.host = address
         install = find_tritonserver(args.tritonserver)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import ipaddress
 import os
 import secrets
 import shutil
@@ -94,15 +95,27 @@ def port_in_use(host: str, number: int) -> bool:
     return False
 
 
-def check_bind_host(host: str) -> None:
-    """Refuse, in one line naming --host, an address the endpoints could not bind to (checked before a
-    repository is written or a server started)."""
+def check_bind_host(host: str) -> str:
+    """The numeric IPv4 address the endpoints bind to for ``host``: a host name (``localhost``) resolved,
+    since tritonserver's HTTP and metrics endpoints take numeric addresses only (given a name they listened
+    nowhere reachable and the start waited out its timeout). Refuses, in one line naming --host, an address
+    the endpoints could not bind to (checked before a repository is written or a server started)."""
     try:
-        free_port(host)
+        address = str(ipaddress.IPv4Address(host))
+    except ValueError:
+        try:
+            address = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+        except (OSError, UnicodeError) as exc:
+            raise InputError(f"--host {host!r}: not an IPv4 address, nor a name of one ({exc}); give an address of "
+                             "this machine: 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its "
+                             "own") from None
+    try:
+        free_port(address)
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise InputError(f"--host {host!r}: cannot bind there ({reason}); give an address of this machine: "
                          "127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its own") from None
+    return address
 
 
 def free_port(host: str = "127.0.0.1") -> int:
