@@ -23,6 +23,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -439,10 +440,10 @@ SERVE_SCRIPT = ("import argparse, sys\n"
                 "a = p.parse_args(sys.argv[1:]); sys.exit(a.run(a))\n")
 
 
-def serve_process(tiny, tmp_path: Path, *options: str) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
+def serve_process(tiny, tmp_path: Path, *options: str, stderr: Any = subprocess.DEVNULL) -> subprocess.Popen[str]:  # type: ignore[no-untyped-def]
     return subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, "serve", "--model", str(tiny.path), "--repository",
                              str(tmp_path / "repo"), "--device", "cpu", "--ready-timeout", str(START_TIMEOUT),
-                             *options], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                             *options], stdout=subprocess.PIPE, stderr=stderr, text=True)
 
 
 def test_a_repository_whose_instances_auto_put_on_the_cpu_says_so(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -504,16 +505,23 @@ def test_a_port_something_listens_on_is_refused_before_the_server_starts(install
         assert server.process is None
 
 
-def test_serve_stops_promptly_on_sigint_while_it_starts(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Ctrl-C before the server is ready: it stops within its stop timeout, without saying ready."""
-    proc = serve_process(tiny, tmp_path, "--instances", "2")
+@pytest.mark.parametrize(("signum", "after"), [(signal.SIGINT, 0.5), (signal.SIGTERM, 0.5), (signal.SIGINT, 0.0)])
+def test_serve_stops_promptly_and_cleanly_on_a_signal_while_it_starts(install, tiny, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                       signum: int, after: float) -> None:
+    """Ctrl-C or SIGTERM before the server is ready: it stops within its stop timeout, without saying ready,
+    and as the user's stop it is (exit 0, no error line: a tritonserver ended by the SIGTERM passed on before
+    it set its own handler had been "did not stop cleanly (exit code -15)", exit 1)."""
+    with open(tmp_path / "stderr", "w") as errors:  # tritonserver's log too: more than a pipe holds unread
+        proc = serve_process(tiny, tmp_path, "--instances", "2", stderr=errors)
     try:
         assert proc.stdout is not None and proc.stdout.readline().startswith("wrote")
-        time.sleep(0.5)  # tritonserver is loading its instances
+        time.sleep(after)  # tritonserver is starting, or loading its instances
         start = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signum)
         rest = proc.communicate(timeout=30)[0]
-        assert time.monotonic() - start < 15 and "ready" not in rest, rest
+        err = (tmp_path / "stderr").read_text()
+        assert time.monotonic() - start < 15 and "ready" not in rest.replace("before the server was ready", ""), rest
+        assert proc.returncode == 0 and "error:" not in err and rest.strip().endswith("ready"), (proc.returncode, err)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -128,6 +128,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
     status = 0
+    cancelled = False
     try:
         server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
@@ -140,13 +141,16 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         finally:
             probe.close()
     except StartCancelled:
-        pass  # stopped below, as after a signal once ready
+        cancelled = True  # stopped below, as after a signal once ready
     finally:
         code = server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if status:
         return status
+    if cancelled and code in (0, -signal.SIGTERM):  # SIGTERM before tritonserver set its handler: a stop all the same
+        print("stopped before the server was ready", flush=True)
+        return 0
     if code != 0:
         print(f"error: tritonserver did not stop cleanly (exit code {code})", file=sys.stderr, flush=True)
         return EXIT_FRAME_FAILURES
