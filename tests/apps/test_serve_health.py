@@ -139,6 +139,20 @@ def test_serve_on_a_host_name_gets_ready_on_its_address(install, tiny, tmp_path:
     assert rc == 0 and "note: --host localhost: serving on 127.0.0.1" in err, err[-2000:]
 
 @pytest.mark.slow
+def test_serve_killed_with_sigkill_leaves_no_server_or_stub_running(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """kill -9 (or the OOM killer) gives serve no chance to stop its server: the server ends with it (a parent-
+    death signal), and its stubs with the server, instead of running on as orphans holding the ports."""
+    serve = Serve(tiny.path, tmp_path / "repo", "--health-interval", "3600")
+    server, stubs = serve.server_pid(), serve.stub_pids()
+    assert stubs
+    serve.proc.kill()
+    serve.proc.wait()
+    deadline = time.monotonic() + 30
+    while [pid for pid in [server, *stubs] if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in [server, *stubs] if running(pid)]
+
+@pytest.mark.slow
 def test_a_dead_model_worker_is_noticed_and_serve_exits_1(serve: Serve) -> None:
     (stub,) = serve.stub_pids()
     os.kill(stub, signal.SIGKILL)

@@ -119,8 +119,8 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     print(f"wrote {target}", flush=True)
     if install is None:
         return 0
-    server = TritonServer(args.repository, install=install, host=args.host,
-                          http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port)
+    server = TritonServer(args.repository, install=install, host=args.host, http_port=args.http_port,
+                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

@@ -11,6 +11,7 @@ through PYTHONPATH (so a virtualenv's packages, pointpillars_trt among them, are
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import importlib.util
 import ipaddress
 import os
@@ -146,17 +147,33 @@ def _interpreter_libdir() -> str:
     return str(sysconfig.get_config_var("LIBDIR"))
 
 
+def _end_with_parent() -> None:
+    """In the server's process before it runs: SIGTERM it when the thread that started it ends, so that a
+    serve killed with SIGKILL (the OOM killer, ``kill -9``) leaves no server and stubs running, their ports
+    and shared memory held, as orphans of init. ``prctl`` was looked up before the fork."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+
+
 class TritonServer:
     """One ``tritonserver`` process on a repository; ``start`` returns once the server is ready.
 
     A context manager: leaving it stops the server (SIGTERM, then SIGKILL of its process group after
     ``stop_timeout`` seconds). ``log`` is a file for the server's output (None: this process's own).
+    ``end_with_parent``: the server gets SIGTERM when the thread that started it ends, this process killed
+    included (``serve`` starts it from its main thread; a server started from a short-lived thread must not).
     """
 
     def __init__(self, repository: str | os.PathLike[str], *, install: TritonInstall, host: str = "127.0.0.1",
                  http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
-                 log: str | os.PathLike[str] | None = None, stop_timeout: float = 10.0) -> None:
+                 log: str | os.PathLike[str] | None = None, stop_timeout: float = 10.0,
+                 end_with_parent: bool = False) -> None:
         self.repository = Path(repository)
+        self.end_with_parent = end_with_parent
         self.install = install
         self.host = host
         given = [port for port in (http_port, grpc_port, metrics_port) if port]
@@ -213,7 +230,8 @@ class TritonServer:
         try:
             self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT if out else None,
-                                            start_new_session=True)
+                                            start_new_session=True,
+                                            preexec_fn=_end_with_parent if self.end_with_parent else None)
         finally:
             if out is not None:
                 out.close()
