@@ -506,8 +506,6 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                resume: Resume, path_errors: Sequence[str]) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
     it opens here; the number of frames that failed."""
-    if fmt == "kitti" or labels is not None or args.fov_only:  # before the model loads
-        check_calib_folders(resume.todo, args.calib)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
@@ -525,6 +523,8 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             check_model_inputs(cfg, fmt, args.point_dim, frames)
         else:  # a served model: what its config says of its points and outputs
             check_point_dim(getattr(detectors[0], "point_columns", 4), args.point_dim, frames, "the served model")
+        if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
+            check_calib_folders(resume.todo, args.calib)
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)

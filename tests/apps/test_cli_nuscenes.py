@@ -5,6 +5,7 @@ re-implementation of OpenPCDet in tests/reference/test_reference_multihead.py)."
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -60,6 +61,15 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
                           "--format kitti: model openpcdet_nuscenes_multihead predicts box velocities",
                           "use --format json")
     assert not (tmp_path / "k").exists()
+    if importlib.util.find_spec("ray") is not None:  # --ray: the same refusals, before the cluster starts
+        import ray
+
+        was = ray.is_initialized()
+        for options, said in ((["--point-dim", "4"], "--point-dim 4: model openpcdet_nuscenes_multihead reads 5"),
+                              (["--format", "kitti"], "--format kitti: model openpcdet_nuscenes_multihead predicts")):
+            assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--ray", "--out",
+                                      tmp_path / "r", *options), said)
+        assert ray.is_initialized() == was and not (tmp_path / "r").exists()
 
 
 @pytest.mark.slow

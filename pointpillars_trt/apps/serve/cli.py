@@ -261,7 +261,8 @@ def _run_ray(args: argparse.Namespace) -> int:
     from .repository import resolve_model
     from ..frame_paths import expand_frame_paths
     from ..frame_report import frame_report
-    from ..infer import check_calib_folders, check_model_path, check_outputs, end_skipped_run, output_plan
+    from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
+        output_plan
     from ..resume import frames_to_run, say_resume
     from ..outputs import OutputPlan
     from ..runtime_args import runtime_options_from_args
@@ -287,10 +288,13 @@ def _run_ray(args: argparse.Namespace) -> int:
         failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
         return EXIT_FRAME_FAILURES if failed or path_errors else 0
     model = resolve_model(args.model)
+    local_todo = [frame for frame in resume.todo if not is_uri(frame)]
+    # before the cluster starts, as local infer checks them before any frame runs
+    check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                              model.cfg.voxel.point_range)
-    if fmt == "kitti" or prepare is not None:  # before the cluster starts, as local infer before the model loads
-        check_calib_folders([frame for frame in resume.todo if not is_uri(frame)], args.calib)
+    if fmt == "kitti" or prepare is not None:
+        check_calib_folders(local_todo, args.calib)
     summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
 
     def report(plan: OutputPlan, frames: int) -> FrameReport:

@@ -105,7 +105,7 @@ def check_bind_host(host: str) -> str:
         address = str(ipaddress.IPv4Address(host))
     except ValueError:
         try:
-            address = socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
+            address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
         except (OSError, UnicodeError) as exc:
             raise InputError(f"--host {host!r}: not an IPv4 address, nor a name of one ({exc}); give an address of "
                              "this machine: 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its "
