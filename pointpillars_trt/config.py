@@ -464,9 +464,9 @@ def int_within(value: object, low: int, high: int | None = None) -> int | None:
     (None: no bound), else None: the one check of a count, size or index given as an argument (a bool is
     no int here, nor is 4.0)."""
     number = plain_number(value)
-    if type(number) is not int or number < low or (high is not None and number > high):
+    if not isinstance(number, int) or isinstance(number, bool) or number < low or (high is not None and number > high):
         return None
-    return number
+    return int(number)  # an IntEnum's value as the int it is
 
 
 def _int(lo: int, hi: int) -> Rule[int]:

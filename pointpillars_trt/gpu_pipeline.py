@@ -145,8 +145,10 @@ class GpuPipeline:
                  max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, pfn_engine: bool = False,
                  device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None,
                  stage_timings: bool = False) -> None:
-        if int_within(max_batch, 1, MAX_BATCH) is None:
+        checked = int_within(max_batch, 1, MAX_BATCH)
+        if checked is None:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
+        max_batch = checked
         if pfn_engine and max_batch != 1:
             raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
         if pfn_engine and backend == "cudnn":

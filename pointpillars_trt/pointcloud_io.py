@@ -15,7 +15,7 @@ from typing import IO, Union
 
 import numpy as np
 
-from .config import int_within, plain_number
+from .config import int_within
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
 from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_other_formats
@@ -108,9 +108,12 @@ MAX_INTENSITY_SCALE = 1000.0
 
 
 def checked_intensity_scale(intensity_scale: object) -> float:
-    """``intensity_scale`` as the float it is, when a finite number in (0, MAX_INTENSITY_SCALE] (not a bool)."""
-    number = plain_number(intensity_scale)
-    scale = float(number) if isinstance(number, (int, float)) and not isinstance(number, bool) else float("nan")
+    """``intensity_scale`` as the float it is (a Fraction, a 0-d array too; not a bool), when finite and in
+    (0, MAX_INTENSITY_SCALE]."""
+    try:
+        scale = float("nan") if isinstance(intensity_scale, (bool, np.bool_)) else float(intensity_scale)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        scale = float("nan")
     if not np.isfinite(scale) or not 0 < scale <= MAX_INTENSITY_SCALE:
         raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
     return scale

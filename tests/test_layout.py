@@ -145,17 +145,35 @@ def test_the_named_arrows_are_absent() -> None:
 
 def test_the_readme_layout_names_every_module() -> None:
     """Each module file of the package is named in the README's layout (a module added without a line there
-    leaves the next engineer a map with a hole in it)."""
+    leaves the next engineer a map with a hole in it): a module as ``name.py`` (a folder's in that folder's
+    lines), a module two folders down by its folder's name there."""
     readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
     layout = readme[readme.index("\n## Development"):]
     layout = layout[: layout.index("\n```", layout.index("```") + 3)]
+    blocks = _folder_blocks(layout)
     missing = sorted(str(path.relative_to(PACKAGE)) for path in PACKAGE.rglob("*.py")
-                     if path.name not in ("__init__.py", "__main__.py") and not _named_in(path, layout))
+                     if path.name not in ("__init__.py", "__main__.py") and not _named_in(path, layout, blocks))
     assert not missing, f"add these to the README's layout: {missing}"
 
 
-def _named_in(module: Path, layout: str) -> bool:
-    """A module's own name as a word of the layout; a module two folders down (apps/serve/...) by its folder."""
-    if len(module.relative_to(PACKAGE).parts) > 2:
-        return f"{module.parent.name}/" in layout
-    return re.search(rf"(?<![\w.]){re.escape(module.stem)}\b", layout) is not None
+def _folder_blocks(layout: str) -> dict[str, str]:
+    """The layout's lines of each folder (``  kernels/  ...`` and the deeper-indented lines after it)."""
+    blocks: dict[str, str] = {}
+    folder = None
+    for line in layout.splitlines():
+        entry = re.match(r"  (\w+)/\s", line)
+        if entry:
+            folder = entry.group(1)
+        elif re.match(r"  \S", line):  # a top-level entry: no folder's lines
+            folder = None
+        if folder is not None:
+            blocks[folder] = blocks.get(folder, "") + line + "\n"
+    return blocks
+
+
+def _named_in(module: Path, layout: str, blocks: dict[str, str]) -> bool:
+    parts = module.relative_to(PACKAGE).parts
+    if len(parts) == 1:
+        return re.search(rf"(?<![\w.]){re.escape(module.name)}(?!\w)", layout) is not None
+    name = module.name if len(parts) == 2 else f"{parts[1]}/"
+    return re.search(rf"(?<![\w.]){re.escape(name)}", blocks.get(parts[0], "")) is not None

@@ -190,6 +190,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         point_dim = found.cfg.num_point_columns
     require_point_dim(point_dim, found.cfg.num_point_columns)  # here, not as every frame's error in the workers
     uris = any(is_uri(s) for s in sources)
+    plan = replace(plan, local_frames=not uris)
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
         refuse_foreign_outputs(target, sources, plan.suffixes)
@@ -455,6 +456,7 @@ class _DetectActor:
             raise
         self.classes = self.detectors[0].cfg.classes
         self.rows = rows  # the driver writes JSON Lines / Parquet rows: a failed frame's row is made here too
+        self.local_frames = plan.local_frames
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
                                 prepare=prepare)
         self.point_range = plan.point_range  # for the frames' warnings, said by the driver
@@ -469,7 +471,7 @@ class _DetectActor:
         driver never reads rows (building one for every frame cost ~120 us of the actor's GIL)."""
         if not self.rows:
             return ""
-        return row_text(frame_row(job.source, None, job.error, self.classes))
+        return row_text(frame_row(job.source, None, job.error, self.classes, local=self.local_frames))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()

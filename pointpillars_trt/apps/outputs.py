@@ -55,6 +55,9 @@ class OutputPlan:
     #: serve --eval of a run whose outputs are records (JSON, rows), whose resumed run can rebuild a skipped frame's
     #: lines from its record alone (``write_label_of_record``), and must then evaluate as one uninterrupted run.
     kitti_of_record: bool = False
+    #: The frames are local paths (a row's ``path``: made absolute); False: frames of a URI, each named as Ray Data
+    #: lists it (its ``path``: that name).
+    local_frames: bool = True
 
     @property
     def folder(self) -> Path | None:
@@ -195,7 +198,8 @@ def write_frame(source: str, det: Detections, points: np.ndarray | None, *, plan
         if any(text in str(exc) for text in _FULL_DISK):
             _full_folder = plan.folder
         raise
-    return written, row_text(frame_row(source, det, None, row_classes)) if row_classes is not None else None
+    return written, (row_text(frame_row(source, det, None, row_classes, local=plan.local_frames))
+                     if row_classes is not None else None)
 
 
 def _free_bytes(folder: Path) -> int:
@@ -212,9 +216,11 @@ def is_full_disk_error(error: str) -> bool:
 
 # --------------------------------------------------------------------------- one row a frame
 
-def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...]) -> dict[str, Any]:
+def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...],
+              local: bool = True) -> dict[str, Any]:
     """A frame's row of the JSON Lines / Parquet outputs: ``source`` (as given), ``path`` (``source_path``:
-    what ``--skip-existing`` matches, wherever the resumed run starts from), ``error`` (None when it went
+    what ``--skip-existing`` matches, wherever the resumed run starts from; ``local`` False: a frame of a URI,
+    its name as Ray Data lists it), ``error`` (None when it went
     through), then every field of the per-frame JSON record (``Detections.to_json_dict``); a failed
     frame has empty lists and zero counts, so every row has the same columns."""
     from ..detections import Detections as _Detections
@@ -222,7 +228,7 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
 
     found = det if det is not None else _Detections.empty(class_names, FrameStats(0))
     record = found.to_json_dict(name_text(Path(source).stem))
-    return {"source": name_text(source), "path": source_path(source),
+    return {"source": name_text(source), "path": source_path(source) if local else name_text(source),
             "error": None if error is None else name_text(error), **record}
 
 
@@ -237,7 +243,7 @@ def row_path(row: dict[str, Any]) -> str:
     """A row's ``source_path``: its ``path`` column, or (a part written before rows had one) its source
     resolved against this working directory."""
     path = row.get("path")
-    return str(path) if path else os.path.abspath(str(row["source"]))
+    return str(path) if path else source_path(str(row["source"]))
 
 
 #: The columns a row's frame is known by (``frame_row``), read alone where a part's rows are looked up.

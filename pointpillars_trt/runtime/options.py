@@ -31,9 +31,12 @@ class OrtOptions:
     tf32: bool = False
 
     def __post_init__(self) -> None:
-        _check_device_id(self.device_id, "OrtOptions")
-        if self.threads is not None and int_within(self.threads, 1) is None:
-            raise BackendError(f"OrtOptions.threads: expected a positive int or None, received {self.threads!r}")
+        _set_device_id(self, "OrtOptions")
+        if self.threads is not None:
+            threads = int_within(self.threads, 1)
+            if threads is None:
+                raise BackendError(f"OrtOptions.threads: expected a positive int or None, received {self.threads!r}")
+            object.__setattr__(self, "threads", threads)
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class TrtOptions:
     tf32: bool | None = None
 
     def __post_init__(self) -> None:
-        _check_device_id(self.device_id, "TrtOptions")
+        _set_device_id(self, "TrtOptions")
 
 
 CudnnPrecision = Literal["fp16", "tf32", "fp32"]
@@ -76,7 +79,7 @@ class CudnnOptions:
     max_batch: int = MAX_BATCH
 
     def __post_init__(self) -> None:
-        _check_device_id(self.device_id, "CudnnOptions")
+        _set_device_id(self, "CudnnOptions")
         if self.precision not in CUDNN_PRECISIONS:
             raise BackendError(f"CudnnOptions.precision: received {self.precision!r}. Note: Expected one of {CUDNN_PRECISIONS}")
         if self.config_digest is not None and (not isinstance(self.config_digest, str) or not self.config_digest):
@@ -91,8 +94,10 @@ class CudnnOptions:
             object.__setattr__(self, "plan_cache_dir", Path(self.plan_cache_dir))
         if not isinstance(self.autotune, bool):
             raise BackendError(f"CudnnOptions.autotune: expected a bool, received {self.autotune!r}")
-        if int_within(self.max_batch, 1) is None:
+        max_batch = int_within(self.max_batch, 1)
+        if max_batch is None:
             raise BackendError(f"CudnnOptions.max_batch: expected an int >= 1, received {self.max_batch!r}")
+        object.__setattr__(self, "max_batch", max_batch)
 
     @property
     def dtype(self) -> np.dtype:
@@ -100,6 +105,9 @@ class CudnnOptions:
         return np.dtype(np.float16 if self.precision == "fp16" else np.float32)
 
 
-def _check_device_id(device_id: object, owner: str) -> None:
-    if int_within(device_id, 0) is None:
-        raise BackendError(f"{owner}.device_id: expected a CUDA device index >= 0, received {device_id!r}")
+def _set_device_id(options: OrtOptions | TrtOptions | CudnnOptions, owner: str) -> None:
+    """``options.device_id`` checked and held as a plain int (a NumPy integer's value)."""
+    device_id = int_within(options.device_id, 0)
+    if device_id is None:
+        raise BackendError(f"{owner}.device_id: expected a CUDA device index >= 0, received {options.device_id!r}")
+    object.__setattr__(options, "device_id", device_id)

@@ -210,6 +210,33 @@ def test_a_killed_server_is_not_reaped_until_its_process_group_is_killed(install
         time.sleep(0.05)
     assert not [pid for pid in stubs if running(pid)]
 
+
+@pytest.mark.slow
+def test_a_server_reaped_elsewhere_is_an_ended_server_not_a_traceback(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Started by a process that ignores SIGCHLD (the kernel then reaps its children at once), a server that
+    ends cannot be waited for without reaping: it reads as ended (code 0, as Popen says), and stop cleans up."""
+    from test_serve_triton import served
+
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with served(install, tiny.path, tmp_path, max_points=1000) as server:
+            assert server.process is not None
+            stubs = stub_pids(server.process.pid)
+            os.kill(server.process.pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while server.exit_code() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert server.exit_code() == 0
+            assert server.stop() == 0 and server.shm_regions() == []
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    deadline = time.monotonic() + 10  # the orphaned stub ends once it finds its server gone
+    while [pid for pid in stubs if running(pid)] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in stubs:
+        if running(pid):
+            os.kill(pid, signal.SIGKILL)
+
 def running(pid: int) -> bool:
     """Whether process ``pid`` exists and is not a zombie."""
     try:

@@ -319,7 +319,7 @@ def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_se
         for concurrency in (2, 1, 6):
             peak[0] = 0
             found = remote.detect_batch(frames, concurrency=concurrency)
-            assert len(found) == len(frames) and peak[0] == concurrency, (concurrency, peak[0])
+            assert len(found) == len(frames) and min(2, concurrency) <= peak[0] <= concurrency, (concurrency, peak[0])
     finally:
         remote.close()
 

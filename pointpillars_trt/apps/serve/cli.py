@@ -116,8 +116,8 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
-    print(f"wrote {target}", flush=True)
     if install is None:
+        print(f"wrote {target}", flush=True)
         return 0
     server = TritonServer(args.repository, install=install, host=args.host, http_port=args.http_port,
                           grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
@@ -130,6 +130,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     status = 0
     cancelled = False
     try:
+        print(f"wrote {target}", flush=True)  # a signal from here on is a stop (a caller may wait for this line)
         server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
         try:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import importlib.util
 import ipaddress
 import os
@@ -147,12 +148,15 @@ def _interpreter_libdir() -> str:
     return str(sysconfig.get_config_var("LIBDIR"))
 
 
-def _end_with_parent() -> None:
+def _end_with_parent(parent: int) -> None:
     """In the server's process before it runs: SIGTERM it when the thread that started it ends, so that a
     serve killed with SIGKILL (the OOM killer, ``kill -9``) leaves no server and stubs running, their ports
-    and shared memory held, as orphans of init. ``prctl`` was looked up before the fork."""
+    and shared memory held, as orphans of init. ``prctl`` was looked up before the fork; a ``parent`` gone
+    before it took effect ends the server here."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 _PR_SET_PDEATHSIG = 1
@@ -231,7 +235,8 @@ class TritonServer:
             self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT if out else None,
                                             start_new_session=True,
-                                            preexec_fn=_end_with_parent if self.end_with_parent else None)
+                                            preexec_fn=functools.partial(_end_with_parent, os.getpid())
+                                            if self.end_with_parent else None)
         finally:
             if out is not None:
                 out.close()
@@ -287,21 +292,28 @@ class TritonServer:
         assert self.process is not None
         if self.process.returncode is not None:
             return self.process.returncode
-        ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        try:
+            ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already (SIGCHLD ignored by whoever started this process): as Popen
+            self.process.returncode = 0
+            return 0
         if ended is None:
             return None
         return ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
 
     def signal(self, signum: int) -> None:
+        """``signum`` to the server while it runs; sent by pid (Popen's own send would reap a server that has
+        just ended, before ``stop`` kills its group)."""
         if self.process is not None and self.exit_code() is None:
-            self.process.send_signal(signum)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signum)
 
     def stop(self) -> int | None:
         """SIGTERM, wait up to ``stop_timeout`` s, then SIGKILL the server's process group (its backend
         stubs with it). Returns the exit code; removes the temp backend folder. A server that ended on its
         own (crashed, killed) may have left stubs behind (an orphaned stub kept running, holding the serve
-        command's output pipes): the group is killed every time, before the server is reaped, while its
-        id cannot be another process's."""
+        command's output pipes): the group is killed before the server is reaped, while its id cannot be
+        another process's (unless the server was reaped elsewhere: then only what it left is cleaned up)."""
         code = None
         if self.process is not None:
             if self.process.returncode is None:
