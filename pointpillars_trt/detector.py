@@ -51,7 +51,14 @@ class FrameResult:
 
 
 def cuda_available(device_id: int = 0) -> str | None:
-    """None when the GPU pipeline can run here (on GPU ``device_id``), else the reason it cannot."""
+    """None when the GPU pipeline can run here (on GPU ``device_id``), else the reason it cannot. The CUDA
+    driver starts its threads at the first call that asks it anything (here, as a rule): the stop signals are
+    held meanwhile, so that those threads never take a Ctrl-C or SIGTERM (``stop_signals``)."""
+    with stop_signals_blocked():
+        return _cuda_unavailable_reason(device_id)
+
+
+def _cuda_unavailable_reason(device_id: int) -> str | None:
     try:
         import cupy
     except ImportError:  # where no GPU shows either, installing CuPy would not help
