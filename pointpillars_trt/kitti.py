@@ -161,7 +161,7 @@ def _calibration_of(data: bytes) -> Calibration | str:
         if not sv[0] > 0 or sv[-1] <= 1e-9 * sv[0]:
             return f"{part} is singular (singular values {sv[0]:.3g} .. {sv[-1]:.3g})"
     for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam")):
-        problem = _not_rotation(matrices[key][:, :3])
+        problem = rotation_problem(matrices[key][:, :3])
         if problem is not None:
             return (f"{part} is not a rotation ({problem}): it would put every point where the camera is not; "
                     "give the frame's own KITTI calib file")
@@ -176,7 +176,7 @@ def _calibration_of(data: bytes) -> Calibration | str:
     return Calibration(**matrices)
 
 
-def _not_rotation(m: np.ndarray) -> str | None:
+def rotation_problem(m: np.ndarray) -> str | None:
     """What keeps a 3x3 matrix from being a rotation within ``ROTATION_TOLERANCE`` (a reflection, a
     scale, another matrix), or None for a rotation."""
     det = float(np.linalg.det(m))
@@ -184,6 +184,8 @@ def _not_rotation(m: np.ndarray) -> str | None:
     if error <= ROTATION_TOLERANCE and abs(det - 1) <= ROTATION_TOLERANCE:
         return None
     scale = abs(det) ** (1 / 3)
+    if scale <= 1e-9:
+        return f"singular: determinant {det:.3g}"
     if np.abs(m @ m.T / scale**2 - np.eye(3)).max() > ROTATION_TOLERANCE:
         return f"R R^T differs from the identity by up to {error:.3g}, determinant {det:.4g}"
     if det < 0:

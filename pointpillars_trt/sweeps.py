@@ -15,8 +15,14 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError
+from .fileio import safe_repr
+from .kitti import rotation_problem
+from .point_layout import TIME_LAG_RANGE
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
+#: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
+#: so farther is the poses of another drive, or another unit.
+MAX_SWEEP_DISTANCE = 1000.0
 
 
 def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: Sequence[float], *,
@@ -27,7 +33,18 @@ def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: S
     sensor-to-world transform; ``timestamps[i]``: its time in seconds. Sweep i is moved by
     inv(poses[0]) @ poses[i] (in float64, then rounded to float32 once) and gets the time lag
     float32(timestamps[0] - timestamps[i]). ``ego_radius`` None keeps the ego points.
+
+    Refused (InputError, naming the sweep): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or
+    milliseconds, sweeps not key first), poses that are no rigid transforms (a scale, a shear, a reflection, a
+    singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep.
     """
+    try:
+        sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
+    except TypeError:
+        raise InputError("accumulate: sweeps, poses and timestamps are sequences (lists) of one item a sweep") from None
+    if ego_radius is not None and not (isinstance(ego_radius, (int, float)) and not isinstance(ego_radius, bool)
+                                       and np.isfinite(ego_radius) and ego_radius >= 0):
+        raise InputError(f"accumulate: ego_radius {safe_repr(ego_radius)}: expected metres >= 0, or None")
     if not (len(sweeps) == len(poses) == len(timestamps)) or not sweeps:
         raise InputError(f"accumulate: {len(sweeps)} sweeps, {len(poses)} poses and {len(timestamps)} timestamps; "
                          "expected one pose and one timestamp per sweep, at least one sweep")
@@ -39,13 +56,22 @@ def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: S
         if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f":
             raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                              "(N, 4) or more float columns of x, y, z, intensity")
-        lag = float(timestamps[0]) - float(stamp)
-        if not np.isfinite(lag):
-            raise InputError(f"accumulate: timestamp {i} is not a finite number of seconds")
+        lag = _seconds(timestamps[0], 0) - _seconds(stamp, i)
+        low, high = TIME_LAG_RANGE
+        if not low <= lag <= high:
+            raise InputError(f"accumulate: sweep {i} is {lag:.6g} s behind the key sweep, outside {low:g}..{high:g} s: "
+                             "timestamps in micro- or milliseconds? (give seconds); the key sweep first, then the "
+                             "earlier ones")
         if i and ego_radius is not None:
             far = (xp.abs(pts[:, 0]) >= ego_radius) | (xp.abs(pts[:, 1]) >= ego_radius)
             pts = pts[far]
-        move = xp.asarray(np.linalg.inv(key) @ _pose(pose, i))
+        relative = np.linalg.inv(key) @ _pose(pose, i)
+        with np.errstate(over="ignore"):  # a translation of 1e300 m: infinitely far, refused below
+            distance = float(np.linalg.norm(relative[:3, 3]))
+        if distance > MAX_SWEEP_DISTANCE:
+            raise InputError(f"accumulate: pose {i} puts its sweep {distance:.4g} m from the key sweep, farther than "
+                             f"a car moves in {high:g} s: the poses of another drive, or another unit?")
+        move = xp.asarray(relative)
         xyz = pts[:, :3].astype(xp.float64) @ move[:3, :3].T + move[:3, 3]
         out = xp.empty((pts.shape[0], 5), xp.float32)
         out[:, :3] = xyz
@@ -64,7 +90,21 @@ def _pose(pose: Any, i: int) -> np.ndarray:
         raise InputError(f"accumulate: pose {i} is not a (4, 4) array of numbers") from None
     if m.shape != (4, 4) or not np.isfinite(m).all() or not np.allclose(m[3], (0, 0, 0, 1)):
         raise InputError(f"accumulate: pose {i} is not a finite (4, 4) transform with last row 0, 0, 0, 1")
+    problem = rotation_problem(m[:3, :3])
+    if problem is not None:
+        raise InputError(f"accumulate: pose {i} is not a rigid transform: its 3x3 part is not a rotation ({problem})")
     return m
+
+
+def _seconds(stamp: object, i: int) -> float:
+    """A timestamp as float seconds, else InputError naming it."""
+    try:
+        seconds = float(stamp) if not isinstance(stamp, (bool, str, bytes)) else float("nan")  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if not np.isfinite(seconds):
+        raise InputError(f"accumulate: timestamp {i} is {safe_repr(stamp)}, not a finite number of seconds")
+    return seconds
 
 
 def _array_module(arr: Any) -> Any:

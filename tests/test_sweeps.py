@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -57,12 +59,41 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweeps, 2 poses and 1 timestamps"),
     (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
     (([np.zeros((2, 4), np.float32)], [np.eye(3)], [0.0]), "pose 0 is not a finite (4, 4) transform"),
-    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [float("nan")]), "timestamp 0 is not a finite number"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [float("nan")]), "timestamp 0 is nan, not a finite number"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.0, "x"]), "timestamp 1 is 'x', not a finite number"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.0, None]), "timestamp 1 is None, not a finite number"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.6e15, 1.6e15 - 50000]),
+     "sweep 1 is 50000 s behind the key sweep, outside -0.01..2 s: timestamps in micro- or milliseconds?"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [0.0, 0.05]),
+     "sweep 1 is -0.05 s behind the key sweep, outside -0.01..2 s"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.diag([2.0, 2, 2, 1])], [1.0, 0.9]),
+     "pose 1 is not a rigid transform: its 3x3 part is not a rotation (a rotation scaled by 2"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.diag([-1.0, 1, 1, 1])], [1.0, 0.9]),
+     "pose 1 is not a rigid transform: its 3x3 part is not a rotation (a reflection"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.diag([0.0, 0, 0, 1]), np.eye(4)], [1.0, 0.9]),
+     "pose 0 is not a rigid transform"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.array([[1, 0.5, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])],
+      [1.0, 0.9]), "pose 1 is not a rigid transform: its 3x3 part is not a rotation (R R^T differs"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.r_[np.c_[np.eye(3), [1e300, 0, 0]], [[0, 0, 0, 1]]]],
+      [1.0, 0.9]), "pose 1 puts its sweep inf m from the key sweep"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.r_[np.c_[np.eye(3), [3e4, 4e4, 0]], [[0, 0, 0, 1]]]],
+      [1.0, 0.9]), "pose 1 puts its sweep 5e+04 m from the key sweep, farther than a car moves in 2 s"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], float("nan")), "ego_radius nan: expected metres >= 0, or None"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], -1), "ego_radius -1: expected metres >= 0"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], "1"), "ego_radius '1': expected metres >= 0"),
 ])
 def test_bad_input_is_one_clear_error(args: tuple, message: str) -> None:  # type: ignore[type-arg]
-    with pytest.raises(InputError, match=r"^accumulate: ") as info:
-        accumulate_sweeps(*args)
+    sweeps, poses, stamps, *radius = args
+    with pytest.raises(InputError, match=r"^accumulate: ") as info, warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing of NumPy's on the way
+        accumulate_sweeps(sweeps, poses, stamps, **({"ego_radius": radius[0]} if radius else {}))
     assert message in str(info.value)
+
+
+def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
+    key = np.array([[5, 0, 0, 1]], np.float32)
+    frame = accumulate_sweeps((s for s in [key, key]), iter([np.eye(4)] * 2), (t for t in [1.0, 0.95]))
+    assert frame.shape == (2, 5) and frame[:, 4].tolist() == [0, np.float32(0.05)]
 
 
 @pytest.mark.cuda
