@@ -24,6 +24,7 @@ from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
 from .runtime_options import RuntimeOptions, parse_device
 from .model_dir import ModelDir, load_model_dir
+from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list
 from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
 from .stop_signals import stop_signals_blocked
@@ -533,10 +534,15 @@ _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
 
 def _device_or_host_points(points: object, device: str, columns: int) -> object:
-    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host."""
+    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host,
+    a multi-sweep model's with its 5th values checked as time lags (as its files' are when they are read)."""
     if device == "cuda" and _is_cuda_array(points):
         return points
-    return as_host_points(points, columns=columns)
+    host = as_host_points(points, columns=columns)
+    if columns == 5:
+        with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
+            check_time_lags(host.reshape(-1), columns, "points")
+    return host
 
 
 def _is_cuda_array(points: object) -> bool:

@@ -73,9 +73,10 @@ ROW_LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI 
 TIME_LAG_RANGE = (-0.01, 2.0)
 
 
-def check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
-    """Refuse a multi-sweep model's frame whose 5th values (looked at from the start and the middle) are
-    no time lags: the PFN would take ring numbers or timestamps for lags without a word."""
+def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
+    """Refuse a multi-sweep model's frame (``name``: how the message names it) whose 5th values (looked at from
+    the start and the middle) are no time lags: the PFN would take ring numbers or timestamps for lags without
+    a word."""
     lows, highs = [], []
     for sample in _samples(values, point_dim):
         lags = sample[: sample.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4]  # a strided view
@@ -89,7 +90,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, path: PathLike, what: st
     low, high = TIME_LAG_RANGE
     if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
         raise InputError(
-            f"{what} {safe_repr(path)}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
+            f"{name}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
             f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
             "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
             "PointPillars.accumulate"
@@ -132,7 +133,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
         )
     if columns == 5:  # a layout read right: are its 5th values time lags?
         with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
-            check_time_lags(values, point_dim, path, what)
+            check_time_lags(values, point_dim, f"{what} {safe_repr(path)}")
 
 
 def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:

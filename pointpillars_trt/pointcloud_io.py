@@ -321,7 +321,7 @@ def read_npy(path: PathLike, *, what: str = "point file", columns: int = 4) -> n
     points = np.empty((shape[0], columns), np.float32)  # a writable copy, native byte order
     _cast_float32(points, arr[:, :columns], shown, what)
     if columns == 5:
-        check_time_lags(points.reshape(-1), columns, path, what)
+        check_time_lags(points.reshape(-1), columns, f"{what} {safe_repr(path)}")
     return points
 
 

@@ -72,6 +72,24 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
         assert ray.is_initialized() == was and not (tmp_path / "r").exists()
 
 
+
+def test_arrays_whose_fifth_values_are_no_time_lags_are_refused_as_files_are(nuscenes: Path, model: Path) -> None:
+    """A frame given as an array (lags in ms, or of the wrong sign) ran without a word; a file of them is
+    refused when it is read."""
+    from pointpillars_trt.errors import InputError
+
+    frame = read_points(nuscenes / FRAME, point_dim=5)
+    with PointPillars.from_model_dir(model, device="cpu") as detector:
+        for scale in (1000.0, -1.0):
+            wrong = frame.copy()
+            wrong[:, 4] *= scale
+            with pytest.raises(InputError, match=r"^points: its 5th values run from .* time lag .*PointPillars.accumulate"):
+                detector(wrong)
+            with pytest.raises(InputError, match=r"^frame 1 of the batch: points: its 5th values"):
+                detector.detect_batch([frame[:10], wrong])
+            (result,) = detector.infer_many([wrong])
+            assert isinstance(result.error, InputError) and "its 5th values" in str(result.error)
+
 @pytest.mark.slow
 def test_infer_many_reads_files_with_the_models_point_columns(nuscenes: Path, model: Path) -> None:
     """``infer_many`` on paths of a multi-sweep model reads 5 values a point (its point columns), as the
