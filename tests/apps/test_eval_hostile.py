@@ -103,6 +103,27 @@ def test_huge_finite_values_are_refused_without_overflow_warnings(folders: tuple
     assert rc == 2 and err.count("\n") == 1 and "000000.txt, line 1: a value beyond" in err, err
 
 
+@pytest.mark.parametrize("which", ["pred", "labels"])
+@pytest.mark.parametrize("line, problem", [
+    ("Car 0 0 0 100 150 180 210 -1.5 1.6 3.9 -12 1.6 20 0.3", "a negative height, width or length"),
+    ("Car 0 0 0 100 150 180 210 1.5 1.6 -3.9 -12 1.6 20 0.3", "a negative height, width or length"),
+    ("Car 0 0 0 180 150 100 210 1.5 1.6 3.9 -12 1.6 20 0.3", "its 2D box runs backwards (left > right or top > bottom)"),
+    ("Car 0 0 0 100 210 180 150 1.5 1.6 3.9 -12 1.6 20 0.3", "its 2D box runs backwards"),
+])
+def test_negative_sizes_and_backwards_2d_boxes_are_refused(folders: tuple[Path, Path], which: str, line: str,
+                                                           problem: str) -> None:
+    """Each was evaluated (exit 0) with an AP it changed: 3D AP with negative sizes, bbox AP with a 2D box
+    whose corners are swapped. DontCare's -1 sizes are KITTI's own and stay."""
+    labels, pred = folders
+    target = (pred if which == "pred" else labels) / "000000.txt"
+    target.write_text(line + (" 0.9" if which == "pred" else "") + "\n")
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 2 and err.count("\n") == 1 and f"{target}, line 1: {problem}" in err, err
+    (labels / "000000.txt").write_text(GT + "DontCare -1 -1 -10 500 150 560 190 -1 -1 -1 -1000 -1000 -1000 -10\n")
+    (pred / "000000.txt").write_text(PRED)
+    assert eval_cli("--pred", pred, "--labels", labels)[0] == 0
+
+
 def test_ids_that_are_paths_are_refused(folders: tuple[Path, Path], tmp_path: Path) -> None:
     labels, pred = folders
     (tmp_path / "ids.txt").write_text("000000\n../../etc/passwd\n")
@@ -230,6 +251,8 @@ def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[flo
      "a value beyond +-100000 (no KITTI box, pixel, angle or score is that large)"),
     ([GT_CAR_LIDAR], [math.inf], "scores[0]", "a NaN or infinite value"),
     ([GT_CAR_LIDAR], [1e6], "scores[0]", "a value beyond +-100000 (no KITTI box, pixel, angle or score is that large)"),
+    ([GT_CAR_LIDAR, [*GT_CAR_LIDAR[:3], -3.9, 1.6, 1.5, GT_CAR_LIDAR[6]]], [0.9, 0.8], "boxes_lidar[1]",
+     "a negative dx, dy or dz"),
 ])
 def test_non_finite_or_absurd_json_predictions_are_refused_like_label_lines(tmp_path: Path, boxes: list[list[float]],
                                                                            scores: list[float], field: str,

@@ -327,9 +327,12 @@ def _synthetic_scene(rng: np.random.Generator, n_gt: int, n_dt: int) -> tuple[li
         gt.append([name, rng.choice([0.0, 0.2, 0.4]), float(rng.integers(0, 3)), ry, u - bh, v - bh, u + bh, v, h, w, l, x, 1.6, z, ry])
     dt = []
     for i in range(n_dt):
-        base = list(gt[i % n_gt]) if gt else ["Car", 0, 0, 0, 0, 0, 50, 50, 1.5, 1.6, 3.9, 0, 1.6, 20, 0]
-        name = "Car" if base[0] == "DontCare" else str(base[0])
+        clutter = not gt or gt[i % n_gt][0] == "DontCare"  # a detection of no object (DontCare's sizes are -1)
+        base = ["Car", 0, 0, 0, 0, 0, 50, 50, 1.5, 1.6, 3.9, 0, 1.6, 20, 0] if clutter else list(gt[i % n_gt])
+        name = str(base[0])
         noisy = np.array(base[3:], dtype=float) + rng.normal(0, 0.3, 12) * rng.uniform(0, 1)
+        noisy[5:8] = np.abs(noisy[5:8])  # sizes stay sizes
+        noisy[1:5] = [min(noisy[1], noisy[3]), min(noisy[2], noisy[4]), max(noisy[1], noisy[3]), max(noisy[2], noisy[4])]
         dt.append([name, -1, -1, *noisy, rng.random()])
     return [_format_row(r) for r in gt], [_format_row(r) for r in dt]
 

@@ -86,10 +86,22 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool) ->
         numbers.append(number)
         rows.append(values if with_score else values + [0.0])
     table = np.array(rows, dtype=np.float64).reshape(-1, _PRED_FIELDS - 1)
-    bad = _first_bad_row(table)
+    bad = _first_bad_row(table) or _first_misshapen_box(names, table)
     if bad is not None:
         raise InputError(f"{source}, line {numbers[bad[0]]}: {bad[1]}")
     return names, table
+
+
+def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, str] | None:
+    """(row, problem) of the first line whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
+    negative height, width or length (DontCare's -1 sizes aside), or None: either changed the AP without a word."""
+    backwards = np.flatnonzero((table[:, 3] > table[:, 5]) | (table[:, 4] > table[:, 6]))
+    sized = np.array([name != "DontCare" for name in names], bool)
+    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1)) if len(names) else np.zeros(0, np.int64)
+    found = [(int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)")] if backwards.size else []
+    if negative.size:
+        found.append((int(negative[0]), "a negative height, width or length"))
+    return min(found) if found else None
 
 
 def _first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
@@ -133,6 +145,9 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
         bad = _first_bad_row(values)
         if bad is not None:
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
+    negative = np.flatnonzero((boxes[:, 3:6] < 0).any(axis=1)) if boxes.size else []
+    if len(negative):
+        raise InputError(f"prediction file {safe_repr(path)}, boxes_lidar[{negative[0]}]: a negative dx, dy or dz")
     calib_file = calib_dir / f"{path.stem}.txt"
     calib = read_calibration(calib_file)
     shape, assumed = frame_image_shape(calib_file, image_shape)
