@@ -274,9 +274,13 @@ def _check_build_options(args: argparse.Namespace) -> None:
         if given:
             raise InputError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --backend tensorrt "
                              f"(plans); drop {'it' if len(given) == 1 else 'them'} or add --backend tensorrt")
-    elif args.compute_capability is not None:
+    elif args.no_tf32 and args.precision == "fp16":
+        raise InputError("--no-tf32 applies to fp32 plans (TensorFloat-32 is a way of running fp32 convolutions); "
+                         "fp16 plans have no TF32 to turn off: drop it, or build --precision fp32")
+    if BACKENDS[args.backend].artefact == "plan" and args.compute_capability is not None:
         from ..runtime.tensorrt_build import check_targets
 
+        args.compute_capability = list(dict.fromkeys(args.compute_capability))  # each GPU once
         check_targets(args.compute_capability, args.precision, option="--compute-capability")
 
 

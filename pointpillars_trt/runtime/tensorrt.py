@@ -79,7 +79,7 @@ def check_plan_metadata(
         checks.append(("config digest", metadata.get("config_digest"), expected_digest, "running"))
     if expected_precision is not None:
         checks.append(("precision", metadata.get("precision"), expected_precision, "requested"))
-    if expected_tf32 is not None:
+    if expected_tf32 is not None and metadata.get("precision") != "fp16":  # TF32 is a setting of fp32 plans only
         checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
     problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
     built_for = metadata.get("compute_capabilities")

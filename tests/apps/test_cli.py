@@ -243,6 +243,17 @@ def test_build_refuses_plan_options_without_plans(checkpoint: Path, tmp_path: Pa
 
 
 @ONE_FAMILY
+def test_build_refuses_no_tf32_for_fp16_plans(checkpoint: Path, tmp_path: Path):
+    """fp16 plans have no TF32 to turn off: the option did nothing but record tf32 false."""
+    run = cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--backend", "tensorrt", "--precision",
+              "fp16", "--no-tf32")
+    assert run.rc == 2 and run.out == "" and run.err.splitlines() == [
+        "error: --no-tf32 applies to fp32 plans (TensorFloat-32 is a way of running fp32 convolutions); fp16 plans "
+        "have no TF32 to turn off: drop it, or build --precision fp32"], run
+    assert list(tmp_path.iterdir()) == []
+
+
+@ONE_FAMILY
 @pytest.mark.parametrize("variable", ["set", "unset"])
 def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: Path, assets: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch, variable: str):

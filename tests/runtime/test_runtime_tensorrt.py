@@ -109,6 +109,15 @@ def test_a_plan_built_for_another_precision_or_tf32_mode_is_refused(recorded, pr
     assert what in str(info.value) and str(info.value).endswith(f"Note: {REBUILD_HINT}")
 
 
+@pytest.mark.parametrize("recorded_tf32", [True, False])
+@pytest.mark.parametrize("requested_tf32", [True, False])
+def test_an_fp16_plan_is_never_refused_for_its_tf32_setting(recorded_tf32: bool, requested_tf32: bool) -> None:
+    """TF32 is a setting of fp32 plans: an fp16 plan built with --no-tf32 was refused at every default load
+    ("tf32: built for False, requested True"), and the rebuild the message advised built the same plan."""
+    metadata = {**GOOD, "precision": "fp16", "tf32": recorded_tf32}
+    check_plan_metadata(metadata, **RUNNING, expected_precision="fp16", expected_tf32=requested_tf32)
+
+
 def test_all_mismatches_are_reported_together():
     with pytest.raises(ModelDirError) as info:
         check({"plan_sha256": "bb" * 32, "tensorrt_version": "10.13.0.35", "compute_capability": "9.0"})  # format 1
