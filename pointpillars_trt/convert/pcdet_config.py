@@ -114,8 +114,9 @@ class _Bases:
             raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} not found in {where}; "
                               "give OpenPCDet's tools/ folder (build --pcdet-base-dir; base_dir in Python)")
         loaded = read_yaml(found)
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{found}: expected a mapping at the top level, got {short_repr(loaded)}")
+        if not isinstance(loaded, dict):  # its contents are not quoted: a base path may name any file
+            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} ({found}) holds no YAML mapping (a "
+                              f"{type(loaded).__name__} at the top level): not an OpenPCDet config")
         return loaded
 
 

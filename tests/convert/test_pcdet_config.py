@@ -185,6 +185,19 @@ def test_base_config_lookup(tmp_path: Path) -> None:
         config_from_pcdet_yaml(alone, base_dir=tmp_path / "elsewhere")
 
 
+
+def test_a_base_config_that_is_no_mapping_is_refused_without_quoting_it(tmp_path: Path) -> None:
+    """A base path may name any file (an absolute one, or ../../ out of tools/): its text was quoted in the
+    error (the first line of /etc/passwd, for one)."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("root:x:0:0:root:/root:/bin/bash\n")
+    alone = tmp_path / "pointpillar.yaml"
+    alone.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", str(secret)))
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(alone)
+    message = str(info.value)
+    assert "root:" not in message and "holds no YAML mapping (a str at the top level): not an OpenPCDet config" in message
+
 def test_pcdet_yaml_is_read_as_untrusted(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
