@@ -140,6 +140,8 @@ def _calibration_of(data: bytes) -> Calibration | str:
     for line in data.decode("ascii", errors="replace").splitlines():
         key, sep, rest = line.partition(":")
         if sep:
+            if key.strip() in _CALIB_SHAPES and key.strip() in rows:  # which one is this camera's is unknown
+                return f"key {key.strip()} is given twice (two files joined?); give the frame's own KITTI calib file"
             rows[key.strip()] = rest
     matrices: dict[str, np.ndarray] = {}
     for key, shape in _CALIB_SHAPES.items():

@@ -216,6 +216,10 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     again.write_bytes(text.read_bytes())
     with pytest.raises(InputError, match=r"again\.txt': key P2 has a non-numeric value"):
         read_calibration(again)
+    joined = tmp_path / "joined.txt"  # two calib files in one: whose P2 is this camera's is unknown
+    joined.write_text("\n".join(good + [line.replace("P2: 7", "P2: 8") for line in good if line.startswith("P2")]))
+    with pytest.raises(InputError, match=r"joined\.txt': key P2 is given twice \(two files joined\?\)"):
+        read_calibration(joined)
 
 
 def test_calibrations_with_the_same_bytes_share_read_only_matrices(assets: Path, tmp_path: Path) -> None:
