@@ -26,7 +26,6 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import cupy as cp
 import numpy as np
@@ -190,8 +189,8 @@ class GpuPipeline:
         self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
         try:
             with self._device, self.stream:
-                self._pfn = self._open_engine(engine_file(model, "pfn", self.backend)) if pfn_engine else None
-                self._rpn = self._open_engine(engine_file(model, "rpn", self.backend))
+                self._pfn = self._open_engine("pfn") if pfn_engine else None
+                self._rpn = self._open_engine("rpn")
                 self._allocate(max_points)  # the canvas in the layout the RPN engine reads
                 self._bind_pfn_engine()
         except BaseException:
@@ -236,11 +235,13 @@ class GpuPipeline:
         if self.pfn_engine:
             self._pillar_features = cp.empty((cfg.voxel.max_pillars, cfg.network.pfn_channels), np.float32)
 
-    def _open_engine(self, path: Path) -> Engine:
+    def _open_engine(self, graph: str) -> Engine:
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
-                                config_digest=self.cfg.digest(), max_batch=self.max_batch)
+                                config_digest=self.cfg.digest(), max_batch=self.max_batch,
+                                graph_sha256=self.model.graph_sha256(graph))
         options = engine_options_for(self.backend, request)
-        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr, config=self.cfg)
+        return open_engine(engine_file(self.model, graph, self.backend), options, device="cuda",
+                           stream_ptr=self.stream.ptr, config=self.cfg)
 
     def _bind_pfn_engine(self) -> None:
         if self._pfn is not None:

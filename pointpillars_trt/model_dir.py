@@ -63,6 +63,12 @@ class ModelDir:
     def onnx_path(self, graph: str) -> Path:
         return self.path / f"{graph}.onnx"
 
+    def graph_sha256(self, graph: str) -> str | None:
+        """The SHA-256 ``model.json`` records of ``graph``'s ONNX file (``load_model_dir`` checked the file)."""
+        entry = self.metadata.get("graphs", {}).get(graph) if isinstance(self.metadata.get("graphs"), dict) else None
+        found = entry.get("sha256") if isinstance(entry, dict) else None
+        return found if isinstance(found, str) else None
+
     def plan_path(self, graph: str) -> Path:
         """Where the TensorRT plan of ``graph`` ("pfn" or "rpn") lives; it may not exist yet."""
         return self.path / f"{graph}.plan"

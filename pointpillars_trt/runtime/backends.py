@@ -37,6 +37,7 @@ class EngineRequest:
     precision: str  # the model dir's graph precision
     config_digest: str
     max_batch: int = 1
+    graph_sha256: str | None = None  # the model dir's record of the graph the engine is for
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
     BackendRow("tensorrt", "tensorrt (plans)", TrtOptions, "plan", (".plan", ".engine"), ("cuda",),
                tensorrt_unavailable_reason, _open_tensorrt,
                lambda r: TrtOptions(device_id=r.device_id, config_digest=r.config_digest, precision=r.precision,
-                                    tf32=r.tf32),
+                                    tf32=r.tf32, onnx_sha256=r.graph_sha256),
                auto_priority=0, suits=lambda model: model.has_plans(), runs_on=_tensorrt_runs_on),
     # fp32 graphs of single-head models: the cuDNN engine's TF32 and IEEE fp32 RPNs (0.53-0.58 / 2.92 ms
     # on an H200) measured faster than ONNX Runtime's (0.77 / 3.21 ms). A multi-head model's fp32 graphs

@@ -42,12 +42,15 @@ class OrtOptions:
 @dataclass(frozen=True)
 class TrtOptions:
     """TensorRT: what the plan must have been built for. ``precision`` and ``tf32`` are compared with the
-    plan's metadata (None: not checked); ``config_digest`` with the model config it was exported from."""
+    plan's metadata (None: not checked); ``config_digest`` with the model config it was exported from;
+    ``onnx_sha256`` with the graph it was built from (the model dir's, so that a plan of other weights is
+    refused)."""
 
     device_id: int = 0
     config_digest: str | None = None
     precision: str | None = None
     tf32: bool | None = None
+    onnx_sha256: str | None = None
 
     def __post_init__(self) -> None:
         _set_device_id(self, "TrtOptions")

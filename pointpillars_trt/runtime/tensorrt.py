@@ -65,6 +65,7 @@ def check_plan_metadata(
     expected_precision: str | None = None,
     expected_tf32: bool | None = None,
     plan_name: str = "plan",
+    expected_onnx_sha256: str | None = None,
 ) -> None:
     """Raise ModelDirError naming every way a plan does not fit this machine, config or request.
 
@@ -81,6 +82,8 @@ def check_plan_metadata(
         checks.append(("precision", metadata.get("precision"), expected_precision, "requested"))
     if expected_tf32 is not None and metadata.get("precision") != "fp16":  # TF32 is a setting of fp32 plans only
         checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
+    if expected_onnx_sha256 is not None:  # a plan copied in from another build would run other weights
+        checks.append(("ONNX graph sha256", metadata.get("onnx_sha256"), expected_onnx_sha256, "the model dir holds"))
     problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
     built_for = metadata.get("compute_capabilities")
     if not (isinstance(built_for, list) and compute_capability in built_for):
@@ -136,6 +139,7 @@ class TensorRTEngine(Engine):
             expected_precision=self.options.precision,
             expected_tf32=self.options.tf32,
             plan_name=self.path.name,
+            expected_onnx_sha256=self.options.onnx_sha256,
         )
         engine = trt.Runtime(_logger()).deserialize_cuda_engine(plan)
         if engine is None:

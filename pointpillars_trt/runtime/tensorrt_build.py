@@ -106,6 +106,7 @@ def build_plan(
     metadata: dict[str, Any] = {
         "format": METADATA_FORMAT,
         "onnx": onnx_path.name,
+        "onnx_sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),  # the graph the plan is of
         "plan_sha256": hashlib.sha256(plan_bytes).hexdigest(),
         "library": lib,
         "library_version": trt.__version__,

@@ -118,6 +118,21 @@ def test_an_fp16_plan_is_never_refused_for_its_tf32_setting(recorded_tf32: bool,
     check_plan_metadata(metadata, **RUNNING, expected_precision="fp16", expected_tf32=requested_tf32)
 
 
+def test_a_plan_of_another_graph_than_the_model_dirs_is_refused() -> None:
+    """Plans copied in from another build ran other weights than the model dir's ONNX graphs (and its CPU
+    path): the plan records the SHA-256 of the graph it was built from, and the model dir's must match."""
+    from pointpillars_trt.runtime.backends import EngineRequest, engine_options_for
+
+    metadata = {**GOOD, "onnx_sha256": "aa" * 32}
+    check_plan_metadata(metadata, **RUNNING, expected_onnx_sha256="aa" * 32)
+    for recorded in (metadata, GOOD):  # another graph's plan, and a plan that records none
+        with pytest.raises(ModelDirError, match=r"rpn\.plan does not match this setup \(ONNX graph sha256: built for "
+                                                r".*, the model dir holds 'bbbb"):
+            check_plan_metadata(recorded, **RUNNING, expected_onnx_sha256="bb" * 32, plan_name="rpn.plan")
+    request = EngineRequest(device_id=0, tf32=True, precision="fp16", config_digest="c", graph_sha256="bb" * 32)
+    assert engine_options_for("tensorrt", request).onnx_sha256 == "bb" * 32
+
+
 def test_all_mismatches_are_reported_together():
     with pytest.raises(ModelDirError) as info:
         check({"plan_sha256": "bb" * 32, "tensorrt_version": "10.13.0.35", "compute_capability": "9.0"})  # format 1

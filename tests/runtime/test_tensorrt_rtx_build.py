@@ -328,6 +328,9 @@ def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_
         assert re.search(rf"^  {graph}\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.9, 12\.0$",
                          done.stdout, re.M), done.stdout
     assert json.loads((out / "rpn.plan.json").read_text())["compute_capabilities"] == ["8.9", "12.0"]
+    graphs = json.loads((out / "model.json").read_text())["graphs"]
+    for graph in ("pfn", "rpn"):  # each plan names the graph it is of, as the model dir records it
+        assert json.loads((out / f"{graph}.plan.json").read_text())["onnx_sha256"] == graphs[graph]["sha256"]
     assert done.stderr.count("the tensorrt backend uses TensorRT for RTX") == 1  # said once
 
 

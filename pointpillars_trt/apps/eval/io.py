@@ -145,8 +145,8 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
         bad = _first_bad_row(values)
         if bad is not None:
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
-    negative = np.flatnonzero((boxes[:, 3:6] < 0).any(axis=1)) if boxes.size else []
-    if len(negative):
+    negative = np.flatnonzero((boxes.reshape(-1, 7)[:, 3:6] < 0).any(axis=1))
+    if negative.size:
         raise InputError(f"prediction file {safe_repr(path)}, boxes_lidar[{negative[0]}]: a negative dx, dy or dz")
     calib_file = calib_dir / f"{path.stem}.txt"
     calib = read_calibration(calib_file)
