@@ -143,6 +143,7 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
     checked = check_precision(precision)
     p_max = model.cfg.voxel.max_pillars
     dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": {RPN_INPUT: (1, 1, MAX_BATCH)}}
+    workspace = plan_workspace_bytes(model.cfg)
     for graph in GRAPHS:
         plan_path = model.plan_path(graph)
         if progress is not None:
@@ -150,9 +151,24 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
         metadata = build_plan(model.onnx_path(graph), plan_path, precision=checked,
                               dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
                               timing_cache_path=model.path / "timing.cache", tf32=tf32,
-                              compute_capabilities=compute_capabilities)
+                              compute_capabilities=compute_capabilities, workspace_bytes=workspace)
         if progress is not None:
             progress(describe_plan(plan_path, metadata))
+
+
+#: The TensorRT workspace of the plans of a canvas of KITTI's size (432 x 496 cells of 64 channels), and that
+#: canvas's cells x channels; a larger canvas gets a workspace in proportion (``plan_workspace_bytes``).
+KITTI_PLAN_WORKSPACE = 1 << 30
+KITTI_CANVAS = 432 * 496 * 64
+
+
+def plan_workspace_bytes(cfg: ModelConfig) -> int:
+    """The workspace TensorRT may give a plan's tactics: KITTI_PLAN_WORKSPACE for a canvas up to KITTI's, in
+    proportion beyond (the convolutions' tactics grow with the activations they work on: the plan of a grid of
+    0.08 m pillars, four KITTI canvases, was not built with 1 GiB, 2 or 3 GiB, and was with 4 GiB)."""
+    nx, ny, _ = cfg.voxel.grid
+    canvas = nx * ny * cfg.network.pfn_channels
+    return max(KITTI_PLAN_WORKSPACE, -(-KITTI_PLAN_WORKSPACE * canvas // KITTI_CANVAS))
 
 
 def export_model_dir(

@@ -236,6 +236,24 @@ def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family)
 
 @pytest.mark.tensorrt
 @needs_rtx
+def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):
+    """0.08 m pillars: four KITTI canvases. With the 1 GiB workspace of KITTI's plans the RPN plan was not built
+    (OutOfMemory, "requested 1093066528 bytes"); the workspace grows with the canvas."""
+    import dataclasses
+
+    from pointpillars_trt.config import load_config
+    from pointpillars_trt.convert.export import build_model_dir, plan_workspace_bytes
+
+    kitti = load_config("openpcdet_kitti_3class")
+    fine = dataclasses.replace(kitti, voxel=dataclasses.replace(kitti.voxel, pillar_size=(0.08, 0.08, 4.0)))
+    assert fine.voxel.grid[:2] == (2 * kitti.voxel.grid[0], 2 * kitti.voxel.grid[1])
+    assert plan_workspace_bytes(fine) == 4 * plan_workspace_bytes(kitti) == 4 << 30
+    model = build_model_dir(assets / "checkpoints" / CHECKPOINTS["openpcdet"], tmp_path / "fine", config=fine,
+                            backend="tensorrt", compute_capabilities=["8.6"])
+    assert read_plan(model.path / "rpn.plan")[1]["config_digest"] == fine.digest()
+
+@pytest.mark.tensorrt
+@needs_rtx
 def test_the_multi_head_nuscenes_graphs_build(tmp_path, nuscenes):
     """OpenPCDet's multi-head RPN (strided-conv neck branch, shared conv, 36 branch convs) and its 11-input
     PFN build as strongly typed fp16 plans, with the profiles of the KITTI graphs."""
