@@ -292,7 +292,12 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     """Load a built-in config by name (``openpcdet_kitti_3class``) or a YAML file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
-        return config_from_dict(read_yaml(path), str(path))
+        raw = read_yaml(path)
+        if isinstance(raw, dict) and {"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw):
+            raise ConfigError(f"{path}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
+                              "package's: give it with --pcdet-config (Python: convert.pcdet_config."
+                              "config_from_pcdet_yaml)")
+        return config_from_dict(raw, str(path))
     name = str(name_or_path)
     if name not in builtin_config_names():
         raise ConfigError(

@@ -254,6 +254,14 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
     assert str(info.value) == f"{path}: postprocess.score_treshold: unknown key (did you mean score_threshold?)"
 
 
+
+def test_an_openpcdet_model_config_names_the_option_that_reads_it(tmp_path: Path) -> None:
+    """Given to --config, OpenPCDet's pointpillar.yaml was refused for its first key (CLASS_NAMES), no fix."""
+    pcdet = Path(__file__).resolve().parent / "data" / "pcdet" / "tools" / "cfgs" / "kitti_models" / "pointpillar.yaml"
+    with pytest.raises(ConfigError, match=r"pointpillar\.yaml: an OpenPCDet model config \(MODEL, CLASS_NAMES, "
+                                          r"\.\.\.\), not one of this package's: give it with --pcdet-config"):
+        load_config(pcdet)
+
 def test_missing_file_and_wrong_top_level(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
         load_config(tmp_path / "nope.yaml")
