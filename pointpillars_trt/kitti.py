@@ -22,6 +22,7 @@ from typing import NamedTuple, TypeVar, Union, overload
 
 import numpy as np
 
+from .config import int_within
 from .errors import InputError
 from .fileio import read_file_head, read_regular_file, safe_repr, write_bytes_atomic
 from .pointcloud_io import read_bin
@@ -477,9 +478,16 @@ def detections_to_kitti_lines(
             f"detections: received {len(b)} boxes, {len(sc)} scores and {len(names)} names, "
             "expected the same count"
         )
-    height, width = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
-    if not (int(height) == height > 0 and int(width) == width > 0):
+    shape = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
+    sides = [int_within(side, 1) for side in shape] if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
+    if len(sides) != 2 or None in sides:
         raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers")
+    height, width = sides
+    if not isinstance(calib, Calibration):
+        raise InputError(f"calib: expected a Calibration (read_calibration), received {type(calib).__name__}")
+    spaced = next((name for name in names if not str(name) or len(str(name).split()) != 1), None)
+    if spaced is not None:  # a label line's type is one word
+        raise InputError(f"names: {safe_repr(spaced)} is no KITTI class name (one word, as Car or Person_sitting)")
     index = np.flatnonzero(np.isfinite(b).all(axis=1) & np.isfinite(sc))
     dropped_nonfinite = len(b) - len(index)
     b, sc = b[index], sc[index]

@@ -72,6 +72,9 @@ def read_points(
     """
     if columns is None:
         columns = 5 if point_dim == 5 else 4
+    if int_within(columns, 4, MAX_POINT_DIM) is None:
+        raise InputError(f"columns {safe_repr(columns)}: expected the model's values a point, 4 (x, y, z, intensity) "
+                         f"to {MAX_POINT_DIM}")
     try:
         return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     except InputError:

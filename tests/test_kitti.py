@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import struct
 import zlib
 from pathlib import Path
@@ -245,6 +246,22 @@ def test_calibrations_with_the_same_bytes_share_read_only_matrices(assets: Path,
 def calib134(assets: Path) -> Calibration:
     return read_calibration(assets / "kitti/training/calib/000134.txt")
 
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"image_shape": (375, 1242, 3)}, "image shape (375, 1242, 3) is not a (height, width) of positive integers"),
+    ({"image_shape": (float("nan"), 1242)}, "image shape (nan, 1242) is not a (height, width)"),
+    ({"image_shape": (True, True)}, "image shape (True, True) is not a (height, width)"),
+    ({"calib": None}, "calib: expected a Calibration (read_calibration), received NoneType"),
+    ({"names": ["Big Car"]}, "names: 'Big Car' is no KITTI class name (one word"),
+])
+def test_kitti_lines_refuse_arguments_that_make_no_label_lines(calib134: Calibration, given: dict, said: str) -> None:
+    """Each was a bare ValueError or AttributeError, every box dropped for a 1 x 1 image, or a line of 17 fields
+    that eval then refused."""
+    arguments = {"boxes": np.array([[10, 0, -1, 4, 1.8, 1.5, 0.3]]), "scores": [0.9], "names": ["Car"],
+                 "calib": calib134, **given}
+    with pytest.raises(InputError, match=re.escape(said)):
+        detections_to_kitti_lines(**arguments)
 
 def test_lines_match_an_independent_computation(assets: Path, calib134: Calibration) -> None:
     # Changed with issue 11: alpha is rotation_y - atan2(x, z) of the camera-frame location (was

@@ -515,3 +515,12 @@ def test_npy_frames_of_five_columns_read_with_point_dim_4(tmp_path: Path) -> Non
     for bad in (3, 65, 4.0, "4", True):
         with pytest.raises(InputError, match="is not an integer from 4 to 64"):
             read_points_into(tmp_path / "f.npy", lambda n: None, point_dim=bad, columns=5)  # type: ignore[arg-type]
+
+
+
+@pytest.mark.parametrize("columns", [3, 0, True, 65])
+def test_read_points_refuses_columns_no_model_reads(tmp_path: Path, columns: object) -> None:
+    """columns 3 gave an (N, 3) array, which every detector then refused with another message."""
+    path = tmp_path / "a.bin"
+    sample(4).tofile(path)
+    one_line_error(lambda: read_points(path, columns=columns), f"columns {columns!r}: expected the model's values a point")
