@@ -480,9 +480,9 @@ def detections_to_kitti_lines(
         )
     shape = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
     sides = [int_within(side, 1) for side in shape] if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
-    if len(sides) != 2 or None in sides:
+    height, width = (sides[0], sides[1]) if len(sides) == 2 else (None, None)
+    if height is None or width is None:
         raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers")
-    height, width = sides
     if not isinstance(calib, Calibration):
         raise InputError(f"calib: expected a Calibration (read_calibration), received {type(calib).__name__}")
     spaced = next((name for name in names if not str(name) or len(str(name).split()) != 1), None)
@@ -497,7 +497,7 @@ def detections_to_kitti_lines(
     lhw = b[:, [3, 5, 4]]
     ry = _wrap_angle(-b[:, 6] - np.pi / 2)
     alpha = _wrap_angle(ry - np.arctan2(loc[:, 0], loc[:, 2]))
-    box2d, in_view = project_boxes_to_image(camera_box_corners(loc, lhw, ry), calib, (int(height), int(width)))
+    box2d, in_view = project_boxes_to_image(camera_box_corners(loc, lhw, ry), calib, (height, width))
     centre = loc.copy()
     centre[:, 1] -= lhw[:, 1] / 2
     centre_depth = centre @ calib.P2[2, :3] + calib.P2[2, 3]
