@@ -14,6 +14,7 @@ Which calibration (and image size) belongs to a frame: :func:`calib_for_frame` a
 from __future__ import annotations
 
 import functools
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -324,6 +325,8 @@ def normalize_heading(h: float | np.ndarray) -> float | np.ndarray:
     whose nearest values to pi lie outside the range, the ends are the float32 values just inside.
     Non-finite values stay non-finite.
     """
+    if isinstance(h, (str, bytes)):
+        raise InputError(f"heading {safe_repr(h)}: expected radians (a number or an array of them)")
     a = np.asarray(h, dtype=np.float64)
     out = np.mod(a + np.pi, 2 * np.pi) - np.pi
     out = np.where(out >= np.pi, out - 2 * np.pi, out)  # mod can round up to exactly 2*pi
@@ -332,7 +335,7 @@ def normalize_heading(h: float | np.ndarray) -> float | np.ndarray:
         hi = np.nextafter(dt(np.pi), dt(0)) if float(dt(np.pi)) >= np.pi else dt(np.pi)
         lo = np.nextafter(dt(-np.pi), dt(0)) if float(dt(-np.pi)) < -np.pi else dt(-np.pi)
         return np.clip(out.astype(h.dtype), lo, hi)
-    if isinstance(h, np.ndarray):
+    if isinstance(h, np.ndarray) or out.ndim:  # a list or tuple of angles too
         return out
     return float(out)
 
@@ -551,6 +554,10 @@ def kitti_label_to_lidar_boxes(
             values = [float(v) for v in parts[8:]]
         except ValueError:
             raise InputError(f"{name}, line {number}: a non-numeric value") from None
+        if not all(math.isfinite(v) for v in values[:7]):  # a score may be left out (NaN below)
+            raise InputError(f"{name}, line {number}: a NaN or infinite value")
+        if min(values[:3]) < 0:
+            raise InputError(f"{name}, line {number}: a negative height, width or length")
         names.append(parts[0])
         rows.append(values + [float("nan")] * (LABEL_FIELDS + 1 - len(parts)))
     table = np.array(rows, dtype=np.float64).reshape(-1, 8)

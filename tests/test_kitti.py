@@ -530,6 +530,25 @@ def test_lines_refuse_a_bad_image_shape() -> None:
 
 # --------------------------------------------------------------------------- heading normalisation
 
+
+@pytest.mark.parametrize(("change", "said"), [
+    (("12.65", "nan"), "a NaN or infinite value"), (("3.69", "inf"), "a NaN or infinite value"),
+    (("1.50 1.78", "-1.50 1.78"), "a negative height, width or length"),
+])
+def test_label_lines_with_non_finite_values_or_negative_sizes_are_refused(calib134: Calibration,
+                                                                          change: tuple[str, str], said: str) -> None:
+    """They became NaN or inside-out boxes without a word (eval refuses the same lines)."""
+    good = "Car 0.00 0 -1.33 333.28 177.65 489.60 277.55 1.50 1.78 3.69 -3.29 1.46 12.65 -1.57"
+    assert len(kitti_label_to_lidar_boxes([good], calib134).boxes) == 1
+    with pytest.raises(InputError, match=rf"^label lines, line 1: {re.escape(said)}$"):
+        kitti_label_to_lidar_boxes([good.replace(*change)], calib134)
+
+
+def test_normalize_heading_takes_lists_and_refuses_text() -> None:
+    np.testing.assert_allclose(normalize_heading([1.0, 7.0]), [1.0, 7.0 - 2 * np.pi])
+    with pytest.raises(InputError, match="heading '1': expected radians"):
+        normalize_heading("1")  # type: ignore[call-overload]
+
 def test_normalize_heading_range_and_values() -> None:
     pi = math.pi
     cases = {0.0: 0.0, pi: -pi, -pi: -pi, 3 * pi: -pi, 2 * pi + 0.5: 0.5, -7.0: -7.0 + 2 * pi, 1.0: 1.0,
