@@ -115,6 +115,15 @@ def test_a_folder_that_is_not_a_model_dir_is_never_overwritten(tmp_path: Path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "old.plan"]
 
 
+
+def test_a_model_dir_below_a_file_names_the_file(tmp_path: Path):
+    """It said "cannot create a build folder beside it (File exists)"; the file in the way is the cause."""
+    (tmp_path / "a_file").write_text("x")
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match=rf"model dir .*a_file/sub/model: {re.escape(str(tmp_path / 'a_file'))} "
+                                            r"is a file, not a folder$"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path / "a_file" / "sub" / "model", precision="fp32", source={})
+
 def test_concurrent_builds_into_one_folder_leave_one_consistent_model_dir(tmp_path: Path):
     import hashlib
     from concurrent.futures import ThreadPoolExecutor

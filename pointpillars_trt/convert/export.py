@@ -284,6 +284,9 @@ def _staging_dir(folder: Path) -> Path:
         staging = folder.parent / f".{folder.name}.build-{os.getpid()}-{secrets.token_hex(4)}"
         staging.mkdir()
     except OSError as exc:
+        blocking = next((parent for parent in folder.parents if parent.exists()), None)
+        if blocking is not None and not blocking.is_dir():  # a file where a folder of the path should be
+            raise ModelDirError(f"model dir {folder}: {blocking} is a file, not a folder") from None
         raise ModelDirError(f"model dir {folder}: cannot create a build folder beside it "
                             f"({exc.strerror or type(exc).__name__})") from None
     return staging
