@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 from ..config import ModelConfig, config_from_dict, read_yaml, short_repr
 from ..errors import ConfigError
+from ..fileio import special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
 _MAX_BASES = 8  # base files one config may pull in; each is read whole
@@ -109,6 +110,9 @@ class _Bases:
         else:
             candidates = [folder / wanted for folder in self.source.resolve().parents]
         found = next((c for c in candidates if c.is_file()), None)
+        odd = next(((c, special_kind(c)) for c in candidates if special_kind(c) is not None), None)
+        if found is None and odd is not None:  # there, but no file: "not found" would contradict ls
+            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)}: {odd[0]} is {odd[1]}, not a YAML file")
         if found is None:
             where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
             raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} not found in {where}; "

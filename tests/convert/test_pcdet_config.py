@@ -198,6 +198,13 @@ def test_a_base_config_that_is_no_mapping_is_refused_without_quoting_it(tmp_path
     message = str(info.value)
     assert "root:" not in message and "holds no YAML mapping (a str at the top level): not an OpenPCDet config" in message
 
+
+def test_a_base_config_that_is_a_device_is_named_for_what_it_is(tmp_path: Path) -> None:
+    alone = tmp_path / "pointpillar.yaml"
+    alone.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", "/dev/zero"))
+    with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ '/dev/zero': /dev/zero is a character device, not a YAML file"):
+        config_from_pcdet_yaml(alone)
+
 def test_pcdet_yaml_is_read_as_untrusted(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
