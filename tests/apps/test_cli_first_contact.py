@@ -313,6 +313,7 @@ def test_a_damaged_part_names_its_line_and_the_fix(tiny_model: Path, tiny_frames
     ["infer", "x.bin", "--batch-size", "9"],
     ["eval", "--pred", "p", "--labels", "l", "--bogus"],
     ["bench", "--iterations", "0"],
+    ["bench", "--iterations", "1000000000"],  # a run that would never end
     ["demo", "--device", "gpu"],
     ["serve", "--model", "m", "--repository", "r", "--instances", "two"],
     [],

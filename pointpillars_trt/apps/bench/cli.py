@@ -25,7 +25,7 @@ from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES, device_arg, positive_int
+from ..infer import MAX_PIPELINES, device_arg
 from ..ranges import float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
@@ -62,8 +62,8 @@ def add_bench_parser(sub: Any) -> None:
                             "(default: the model's)")
     bench.add_argument("--device", type=device_arg, default="auto",
                        help="where the pipeline runs: auto (the GPU when usable, else the CPU), cpu, cuda or cuda:N")
-    bench.add_argument("--iterations", type=positive_int, default=None,
-                       help=f"timed frames per frame set (default: {GPU_ITERATIONS} on the GPU, "
+    bench.add_argument("--iterations", type=int_in(1, 1_000_000), default=None,
+                       help=f"timed frames per frame set, 1..1000000 (default: {GPU_ITERATIONS} on the GPU, "
                             f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
     bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
                        help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
