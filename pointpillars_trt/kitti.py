@@ -23,7 +23,7 @@ from typing import NamedTuple, TypeVar, Union, overload
 
 import numpy as np
 
-from .config import int_within
+from .config import int_within, plain_number
 from .errors import InputError
 from .fileio import read_file_head, read_regular_file, safe_repr, write_bytes_atomic
 from .pointcloud_io import read_bin
@@ -482,7 +482,9 @@ def detections_to_kitti_lines(
             "expected the same count"
         )
     shape = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
-    sides = [int_within(side, 1) for side in shape] if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
+    if isinstance(shape, np.ndarray):  # e.g. np.array(image.shape[:2])
+        shape = tuple(shape.tolist())
+    sides = [int_within(_whole(side), 1) for side in shape] if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
     height, width = (sides[0], sides[1]) if len(sides) == 2 else (None, None)
     if height is None or width is None:
         raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers")
@@ -522,6 +524,12 @@ class LabelBoxes(NamedTuple):
     names: list[str]
     boxes: np.ndarray  # (N, 7) float32 x, y, z_centre, dx=l, dy=w, dz=h, heading
     scores: np.ndarray  # (N,) float32; NaN where the line has no score (ground truth)
+
+
+def _whole(value: object) -> object:
+    """A float that holds a whole number (375.0) as that int; anything else as it is."""
+    number = plain_number(value)
+    return int(number) if isinstance(number, float) and number.is_integer() else number
 
 
 def kitti_label_to_lidar_boxes(

@@ -9,11 +9,12 @@ Arrays on the GPU (CuPy, or anything CuPy takes by DLPack) are accumulated on th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
+from .config import plain_number
 from .errors import InputError
 from .fileio import safe_repr
 from .kitti import rotation_problem
@@ -25,7 +26,7 @@ EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuSc
 MAX_SWEEP_DISTANCE = 1000.0
 
 
-def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: Sequence[float], *,
+def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: Iterable[float], *,
                       ego_radius: float | None = EGO_RADIUS) -> Any:
     """(N, 5) float32 x, y, z, intensity, time lag of the key sweep ``sweeps[0]`` and the earlier ones.
 
@@ -34,16 +35,19 @@ def accumulate_sweeps(sweeps: Sequence[Any], poses: Sequence[Any], timestamps: S
     inv(poses[0]) @ poses[i] (in float64, then rounded to float32 once) and gets the time lag
     float32(timestamps[0] - timestamps[i]). ``ego_radius`` None keeps the ego points.
 
-    Refused (InputError, naming the sweep): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or
-    milliseconds, sweeps not key first), poses that are no rigid transforms (a scale, a shear, a reflection, a
-    singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep.
+    Any iterables (lists, tuples, generators), one item a sweep. Refused (InputError, naming the sweep or the
+    argument): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or milliseconds, sweeps not key first),
+    timestamps that are no numbers, poses that are no rigid transforms (a scale, a shear, a reflection, a
+    singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, and an
+    ``ego_radius`` that is no number of metres >= 0.
     """
     try:
         sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
     except TypeError:
-        raise InputError("accumulate: sweeps, poses and timestamps are sequences (lists) of one item a sweep") from None
-    if ego_radius is not None and not (isinstance(ego_radius, (int, float)) and not isinstance(ego_radius, bool)
-                                       and np.isfinite(ego_radius) and ego_radius >= 0):
+        raise InputError("accumulate: sweeps, poses and timestamps are iterables (lists) of one item a sweep") from None
+    radius = plain_number(ego_radius)  # a NumPy number as the Python one it holds
+    if radius is not None and not (isinstance(radius, (int, float)) and not isinstance(radius, bool)
+                                   and np.isfinite(radius) and radius >= 0):
         raise InputError(f"accumulate: ego_radius {safe_repr(ego_radius)}: expected metres >= 0, or None")
     if not (len(sweeps) == len(poses) == len(timestamps)) or not sweeps:
         raise InputError(f"accumulate: {len(sweeps)} sweeps, {len(poses)} poses and {len(timestamps)} timestamps; "

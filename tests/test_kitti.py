@@ -248,6 +248,14 @@ def calib134(assets: Path) -> Calibration:
 
 
 
+def test_kitti_lines_take_an_image_shape_as_an_array_or_whole_floats(calib134: Calibration) -> None:
+    boxes, scores, names = np.array([[10, 0, -1, 4, 1.8, 1.5, 0.3]]), [0.9], ["Car"]
+    expected = detections_to_kitti_lines(boxes, scores, names, calib134, (375, 1242)).lines
+    assert expected
+    for shape in (np.array([375, 1242]), (375.0, 1242.0), [np.int64(375), np.int32(1242)]):
+        assert detections_to_kitti_lines(boxes, scores, names, calib134, shape).lines == expected  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(("given", "said"), [
     ({"image_shape": (375, 1242, 3)}, "image shape (375, 1242, 3) is not a (height, width) of positive integers"),
     ({"image_shape": (float("nan"), 1242)}, "image shape (nan, 1242) is not a (height, width)"),

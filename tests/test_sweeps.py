@@ -94,6 +94,8 @@ def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
     key = np.array([[5, 0, 0, 1]], np.float32)
     frame = accumulate_sweeps((s for s in [key, key]), iter([np.eye(4)] * 2), (t for t in [1.0, 0.95]))
     assert frame.shape == (2, 5) and frame[:, 4].tolist() == [0, np.float32(0.05)]
+    for radius in (np.float32(1.0), np.int64(1), 1):  # NumPy numbers are numbers
+        assert accumulate_sweeps([key, key], [np.eye(4)] * 2, [1.0, 0.95], ego_radius=radius).shape == (2, 5)
 
 
 @pytest.mark.cuda

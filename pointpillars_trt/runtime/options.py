@@ -41,8 +41,8 @@ class OrtOptions:
 
 @dataclass(frozen=True)
 class TrtOptions:
-    """TensorRT: what the plan must have been built for. ``precision`` and ``tf32`` are compared with the
-    plan's metadata (None: not checked); ``config_digest`` with the model config it was exported from;
+    """TensorRT: what the plan must have been built for. ``precision`` and ``tf32`` (fp32 plans only) are
+    compared with the plan's metadata (None: not checked); ``config_digest`` with the model config it was exported from;
     ``onnx_sha256`` with the graph it was built from (the model dir's, so that a plan of other weights is
     refused)."""
 

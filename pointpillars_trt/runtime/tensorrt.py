@@ -83,7 +83,8 @@ def check_plan_metadata(
     if expected_tf32 is not None and metadata.get("precision") != "fp16":  # TF32 is a setting of fp32 plans only
         checks.append(("tf32", metadata.get("tf32"), expected_tf32, "requested"))
     if expected_onnx_sha256 is not None:  # a plan copied in from another build would run other weights
-        checks.append(("ONNX graph sha256", metadata.get("onnx_sha256"), expected_onnx_sha256, "the model dir holds"))
+        recorded = metadata.get("onnx_sha256") or "no record (a plan built before plans recorded their graph)"
+        checks.append(("ONNX graph sha256", recorded, expected_onnx_sha256, "the model dir holds"))
     problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
     built_for = metadata.get("compute_capabilities")
     if not (isinstance(built_for, list) and compute_capability in built_for):
