@@ -63,10 +63,15 @@ class ModelDir:
     def onnx_path(self, graph: str) -> Path:
         return self.path / f"{graph}.onnx"
 
+    def graph_record(self, graph: str) -> dict[str, Any] | None:
+        """What ``model.json`` records of ``graph``'s ONNX file (its sha256 and size), if anything."""
+        graphs = self.metadata.get("graphs")
+        entry = graphs.get(graph) if isinstance(graphs, dict) else None
+        return entry if isinstance(entry, dict) else None
+
     def graph_sha256(self, graph: str) -> str | None:
         """The SHA-256 ``model.json`` records of ``graph``'s ONNX file (``load_model_dir`` checked the file)."""
-        entry = self.metadata.get("graphs", {}).get(graph) if isinstance(self.metadata.get("graphs"), dict) else None
-        found = entry.get("sha256") if isinstance(entry, dict) else None
+        found = (self.graph_record(graph) or {}).get("sha256")
         return found if isinstance(found, str) else None
 
     def plan_path(self, graph: str) -> Path:
@@ -153,7 +158,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         )
     model = ModelDir(folder, cfg, meta)
     missing = [model.onnx_path(g).name for g in GRAPHS if not model.onnx_path(g).is_file()]
-    odd = [(name, special_kind(folder / name)) for name in missing if special_kind(folder / name) is not None]
+    odd = [(name, kind) for name in missing if (kind := special_kind(folder / name)) is not None]
     if odd:
         raise ModelDirError(f"{folder}: {odd[0][0]} is {odd[0][1]}, not a regular file; rebuild the model dir")
     if missing:
@@ -180,10 +185,10 @@ def _verify_graph(model: ModelDir, graph: str) -> None:
     """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently),
     and its inputs and outputs the ones the record (and the config) say, so a mismatch is one error
     at load instead of a failure on every frame. The size is compared before anything is hashed."""
-    path, meta, meta_path = model.onnx_path(graph), model.metadata, model.path / METADATA_FILE
-    entry = meta.get("graphs", {}).get(graph) if isinstance(meta.get("graphs"), dict) else None
-    expected = entry.get("sha256") if isinstance(entry, dict) else None
-    if not isinstance(entry, dict) or not isinstance(expected, str):
+    path, meta_path = model.onnx_path(graph), model.path / METADATA_FILE
+    entry = model.graph_record(graph)
+    expected = model.graph_sha256(graph)
+    if entry is None or expected is None:
         raise ModelDirError(f"{meta_path}: no sha256 recorded for {path.name}; rebuild the model dir")
     recorded_size = entry.get("size")
     try:

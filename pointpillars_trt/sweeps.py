@@ -54,13 +54,14 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
                          "expected one pose and one timestamp per sweep, at least one sweep")
     xp = _array_module(sweeps[0])
     key = _pose(poses[0], 0)
+    to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)
     parts = []
     for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
         pts = xp.asarray(sweep)
         if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f":
             raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                              "(N, 4) or more float columns of x, y, z, intensity")
-        lag = _seconds(timestamps[0], 0) - _seconds(stamp, i)
+        lag = key_time - _seconds(stamp, i)
         low, high = TIME_LAG_RANGE
         if not low <= lag <= high:
             raise InputError(f"accumulate: sweep {i} is {lag:.6g} s behind the key sweep, outside {low:g}..{high:g} s: "
@@ -69,7 +70,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
         if i and ego_radius is not None:
             far = (xp.abs(pts[:, 0]) >= ego_radius) | (xp.abs(pts[:, 1]) >= ego_radius)
             pts = pts[far]
-        relative = np.linalg.inv(key) @ _pose(pose, i)
+        relative = to_key @ _pose(pose, i)
         with np.errstate(over="ignore"):  # a translation of 1e300 m: infinitely far, refused below
             distance = float(np.linalg.norm(relative[:3, 3]))
         if distance > MAX_SWEEP_DISTANCE:

@@ -498,7 +498,7 @@ def existing_parts(folder: Path, output_format: str) -> list[Path]:
 
 
 def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
-    """The sources of the frames the part files already in ``folder`` hold a row of, each with whether
+    """The frames the part files already in ``folder`` hold a row of (``row_path``: absolute paths), each with whether
     its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
     is not rerun, and is said to be, unless ``--retry-failed`` removes its row first:
     :func:`drop_failure_rows`); a damaged part is an error naming it."""

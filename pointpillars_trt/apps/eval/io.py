@@ -97,7 +97,7 @@ def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, 
     negative height, width or length (DontCare's -1 sizes aside), or None: either changed the AP without a word."""
     backwards = np.flatnonzero((table[:, 3] > table[:, 5]) | (table[:, 4] > table[:, 6]))
     sized = np.array([name != "DontCare" for name in names], bool)
-    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1)) if len(names) else np.zeros(0, np.int64)
+    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1))
     found = [(int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)")] if backwards.size else []
     if negative.size:
         found.append((int(negative[0]), "a negative height, width or length"))
