@@ -518,6 +518,77 @@ def detections_to_kitti_lines(
     return KittiLines(lines, int((~keep).sum()), dropped_nonfinite, index[keep].astype(np.int64))
 
 
+def _whole(value: object) -> object:
+    """A float that holds a whole number (375.0) as that int; anything else as it is."""
+    number = plain_number(value)
+    return int(number) if isinstance(number, float) and number.is_integer() else number
+
+
+#: Largest magnitude of any label value (metres, pixels, radians, score). KITTI's own extremes are
+#: DontCare's -1000 and image coordinates of a few thousand; far beyond, areas and volumes overflow.
+MAX_LABEL_VALUE = 1e5
+
+
+def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | None) -> tuple[list[str], np.ndarray]:
+    """KITTI label_2 lines -> (types, (N, 15) float64 values after the type; column 14 is the score).
+
+    ``with_score``: True for predictions, whose 16th field (the score) is required, because a missing score
+    would silently rank every detection alike; False for ground truth (15 fields, score 0); None for either
+    (a missing score is NaN). A line of another field count, a non-numeric value, a NaN or infinite value,
+    a value beyond MAX_LABEL_VALUE, a 2D box that runs backwards or a negative 3D size (DontCare's -1 aside)
+    is refused naming ``source`` and the line: any of them would change an AP or a box without a word.
+    """
+    counts = {True: (LABEL_FIELDS + 1,), False: (LABEL_FIELDS,), None: (LABEL_FIELDS, LABEL_FIELDS + 1)}[with_score]
+    expected = " or ".join(str(count) for count in counts)
+    names: list[str] = []
+    numbers: list[int] = []
+    rows: list[list[float]] = []
+    for number, line in enumerate(lines, start=1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) not in counts:
+            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}")
+        try:
+            values = [float(v) for v in parts[1:]]
+        except ValueError:
+            raise InputError(f"{source}, line {number}: a non-numeric value") from None
+        names.append(parts[0])
+        numbers.append(number)
+        rows.append(values if len(parts) > LABEL_FIELDS else values + [0.0 if with_score is False else math.nan])
+    table = np.array(rows, dtype=np.float64).reshape(-1, LABEL_FIELDS)
+    given = table.copy()
+    given[:, 14] = np.nan_to_num(given[:, 14], nan=0.0) if with_score is None else given[:, 14]  # a left-out score
+    bad = first_bad_row(given) or _first_misshapen_box(names, table)
+    if bad is not None:
+        raise InputError(f"{source}, line {numbers[bad[0]]}: {bad[1]}")
+    return names, table
+
+
+def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, str] | None:
+    """(row, problem) of the first line whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
+    negative height, width or length (DontCare's -1 sizes aside), or None."""
+    backwards = np.flatnonzero((table[:, 3] > table[:, 5]) | (table[:, 4] > table[:, 6]))
+    sized = np.array([name != "DontCare" for name in names], bool)
+    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1))
+    found = [(int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)")] if backwards.size else []
+    if negative.size:
+        found.append((int(negative[0]), "a negative height, width or length"))
+    return min(found) if found else None
+
+
+def first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
+    """(row, problem) of the first row of a (N, K) table with a NaN, an infinity or a value beyond
+    MAX_LABEL_VALUE, or None: label lines and JSON predictions are refused alike, never silently dropped."""
+    bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
+    if bad.size:
+        return int(bad[0]), "a NaN or infinite value"
+    huge = np.flatnonzero((np.abs(table) > MAX_LABEL_VALUE).any(axis=1))
+    if huge.size:
+        return int(huge[0]), f"a value beyond +-{MAX_LABEL_VALUE:g} (no KITTI box, pixel, angle or score is that large)"
+    return None
+
+
 class LabelBoxes(NamedTuple):
     """Objects of a KITTI label file in the lidar frame (OpenPCDet box convention)."""
 
@@ -526,16 +597,11 @@ class LabelBoxes(NamedTuple):
     scores: np.ndarray  # (N,) float32; NaN where the line has no score (ground truth)
 
 
-def _whole(value: object) -> object:
-    """A float that holds a whole number (375.0) as that int; anything else as it is."""
-    number = plain_number(value)
-    return int(number) if isinstance(number, float) and number.is_integer() else number
-
-
 def kitti_label_to_lidar_boxes(
     source: PathLike | Sequence[str], calib: Calibration
 ) -> LabelBoxes:
-    """KITTI label_2 lines (a file path or the lines) -> lidar boxes; DontCare rows are skipped.
+    """KITTI label_2 lines (a file path or the lines, checked by :func:`parse_label_lines`) -> lidar
+    boxes; DontCare rows are skipped.
 
     dx = l, dy = w, dz = h, z = bottom + h/2, heading = -(rotation_y + pi/2) wrapped to
     [-pi, pi), after taking the bottom centre from rect to lidar with the inverse of
@@ -547,32 +613,14 @@ def kitti_label_to_lidar_boxes(
         lines = data.decode("utf-8", errors="replace").splitlines()
     else:
         name, lines = "label lines", list(source)
-    names: list[str] = []
-    rows: list[list[float]] = []
-    for number, line in enumerate(lines, start=1):
-        parts = line.split()
-        if not parts or parts[0] == "DontCare":
-            continue
-        if len(parts) not in (LABEL_FIELDS, LABEL_FIELDS + 1):
-            raise InputError(
-                f"{name}, line {number}: {len(parts)} fields, expected {LABEL_FIELDS} "
-                f"(or {LABEL_FIELDS + 1} with a score)"
-            )
-        try:
-            values = [float(v) for v in parts[8:]]
-        except ValueError:
-            raise InputError(f"{name}, line {number}: a non-numeric value") from None
-        if not all(math.isfinite(v) for v in values[:7]):  # a score may be left out (NaN below)
-            raise InputError(f"{name}, line {number}: a NaN or infinite value")
-        if min(values[:3]) < 0:
-            raise InputError(f"{name}, line {number}: a negative height, width or length")
-        names.append(parts[0])
-        rows.append(values + [float("nan")] * (LABEL_FIELDS + 1 - len(parts)))
-    table = np.array(rows, dtype=np.float64).reshape(-1, 8)
-    h, w, l = table[:, 0], table[:, 1], table[:, 2]
-    xyz = calib.rect_to_lidar(table[:, 3:6])
+    all_names, table = parse_label_lines(lines, name, with_score=None)
+    objects = np.array([kind != "DontCare" for kind in all_names], bool)
+    names = [kind for kind, keep in zip(all_names, objects) if keep]
+    table = table[objects]
+    h, w, l = table[:, 7], table[:, 8], table[:, 9]
+    xyz = calib.rect_to_lidar(table[:, 10:13])
     xyz[:, 2] += h / 2
-    heading = -(table[:, 6] + np.pi / 2)
+    heading = -(table[:, 13] + np.pi / 2)
     boxes = np.column_stack([xyz, l, w, h, heading]).astype(np.float32)
     boxes[:, 6] = normalize_heading(boxes[:, 6].copy())
-    return LabelBoxes(names, boxes, table[:, 7].astype(np.float32))
+    return LabelBoxes(names, boxes, table[:, 14].astype(np.float32))

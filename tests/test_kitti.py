@@ -407,6 +407,19 @@ def test_label_parse_errors(tmp_path: Path, calib134: Calibration) -> None:
         kitti_label_to_lidar_boxes(["Car 0 0 0 1 1 1 1 1.5 x 3.9 1 1 10 0"], calib134)
     empty = kitti_label_to_lidar_boxes([], calib134)
     assert empty.names == [] and empty.boxes.shape == (0, 7) and empty.scores.shape == (0,)
+    good = "Car 0 0 0 1 1 2 2 1.5 1.6 3.9 1 1 10 0"
+    # the checks eval makes of label lines: any field, not only the 3D box's
+    for line, problem in ((good.replace(" 0 0 0 1", " 0 0 nan 1"), "a NaN or infinite value"),
+                          (good.replace("10 0", "1e6 0"), "a value beyond"),
+                          (good.replace("1 1 2 2", "3 1 2 2"), "its 2D box runs backwards"),
+                          (good.replace("1.6 3.9", "-1.6 3.9"), "a negative height, width or length")):
+        with pytest.raises(InputError, match=f"line 2: {problem}"):
+            kitti_label_to_lidar_boxes([good, line], calib134)
+    with pytest.raises(InputError, match="expected 15 or 16"):
+        kitti_label_to_lidar_boxes(["DontCare -1 -1 -10 1 1 2 2 -1 -1 -1 -1000 -1000 -1000"], calib134)
+    mixed = kitti_label_to_lidar_boxes([good, good + " 0.75", "DontCare -1 -1 -10 1 1 2 2 -1 -1 -1 -1000 -1000 -1000 -10"],
+                                       calib134)
+    assert mixed.names == ["Car", "Car"] and np.isnan(mixed.scores[0]) and mixed.scores[1] == np.float32(0.75)
 
 
 # --------------------------------------------------------------------------- evaluation-ready lines (issue 11)

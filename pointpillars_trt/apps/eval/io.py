@@ -19,18 +19,13 @@ import numpy as np
 
 from ...errors import InputError, PointPillarsError
 from ...fileio import loads_json, name_text, read_regular_file, safe_repr
-from ...kitti import detections_to_kitti_lines, frame_image_shape, read_calibration
+from ...kitti import detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration
 from ..outputs import record_boxes
 
-_GT_FIELDS = 15  # type, truncated, occluded, alpha, x1 y1 x2 y2, h w l, x y z, rotation_y
-_PRED_FIELDS = 16  # the same plus score
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
 REPORT_FILE = "eval.json"
 #: Largest label, prediction or frame-id file read (a KITTI label is ~1 KB, ImageSets/trainval.txt 52 KB).
 MAX_TEXT_BYTES = 64 * 2**20
-#: Largest magnitude of any label value (metres, pixels, radians, score). KITTI's own extremes are
-#: DontCare's -1000 and image coordinates of a few thousand; far beyond, areas and volumes overflow.
-MAX_LABEL_VALUE = 1e5
 
 
 @dataclass(frozen=True)
@@ -62,60 +57,6 @@ class Annotations:
         return np.column_stack([self.location, self.dimensions, self.rotation_y])
 
 
-def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool) -> tuple[list[str], np.ndarray]:
-    """Label lines -> (types, (N, 15) float64 values after the type; column 14 is the score).
-
-    Ground-truth lines have 15 fields and get score 0; prediction lines need the 16th (score),
-    because a missing score would silently rank every detection alike.
-    """
-    expected = _PRED_FIELDS if with_score else _GT_FIELDS
-    names: list[str] = []
-    numbers: list[int] = []
-    rows: list[list[float]] = []
-    for number, line in enumerate(lines, start=1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != expected:
-            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}")
-        try:
-            values = [float(v) for v in parts[1:]]
-        except ValueError:
-            raise InputError(f"{source}, line {number}: a non-numeric value") from None
-        names.append(parts[0])
-        numbers.append(number)
-        rows.append(values if with_score else values + [0.0])
-    table = np.array(rows, dtype=np.float64).reshape(-1, _PRED_FIELDS - 1)
-    bad = _first_bad_row(table) or _first_misshapen_box(names, table)
-    if bad is not None:
-        raise InputError(f"{source}, line {numbers[bad[0]]}: {bad[1]}")
-    return names, table
-
-
-def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, str] | None:
-    """(row, problem) of the first line whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
-    negative height, width or length (DontCare's -1 sizes aside), or None: either changed the AP without a word."""
-    backwards = np.flatnonzero((table[:, 3] > table[:, 5]) | (table[:, 4] > table[:, 6]))
-    sized = np.array([name != "DontCare" for name in names], bool)
-    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1))
-    found = [(int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)")] if backwards.size else []
-    if negative.size:
-        found.append((int(negative[0]), "a negative height, width or length"))
-    return min(found) if found else None
-
-
-def _first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
-    """(row, problem) of the first row of a (N, K) table with a NaN, an infinity or a value beyond
-    MAX_LABEL_VALUE, or None: label lines and JSON predictions are refused alike, never silently dropped."""
-    bad = np.flatnonzero(~np.isfinite(table).all(axis=1))
-    if bad.size:
-        return int(bad[0]), "a NaN or infinite value"
-    huge = np.flatnonzero((np.abs(table) > MAX_LABEL_VALUE).any(axis=1))
-    if huge.size:
-        return int(huge[0]), f"a value beyond +-{MAX_LABEL_VALUE:g} (no KITTI box, pixel, angle or score is that large)"
-    return None
-
-
 def _read_lines(path: Path, what: str) -> list[str]:
     """The lines of a text file, read bounded: a FIFO, a device or a file over MAX_TEXT_BYTES is
     refused before anything blocks or fills memory."""
@@ -142,7 +83,7 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
         raise InputError(f"prediction file {safe_repr(path)} is the record of frame {safe_repr(frame, 60)}, not of "
                          f"{safe_repr(path.stem, 60)}: its boxes would be scored against another frame's labels")
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
-        bad = _first_bad_row(values)
+        bad = first_bad_row(values)
         if bad is not None:
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
     negative = np.flatnonzero((boxes.reshape(-1, 7)[:, 3:6] < 0).any(axis=1))
