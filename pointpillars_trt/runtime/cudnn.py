@@ -404,6 +404,10 @@ class CudnnEngine(Engine):
         t0 = time.perf_counter()
         source = "loaded"
         try:
+            # A batch size prepared before (its plans kept, the buffers and the workspace large enough)
+            # is only re-packed: the device is synchronised only when memory changes hands, so an
+            # eager pipeline switching batch sizes never stalls the other pipelines on its GPU.
+            changed = batch > self._capacity or batch not in self._plans
             if batch > self._capacity:
                 self._allocate(batch)
             if batch not in self._plans:
@@ -413,8 +417,9 @@ class CudnnEngine(Engine):
                     cp.get_default_memory_pool().free_all_blocks()  # process's lifetime
             need = max([p.workspace for p in self._plans[batch].values()] + [1])
             if self._workspace is None or self._workspace.nbytes < need:
-                self._workspace = cp.empty(need, np.uint8)
-            cp.cuda.runtime.deviceSynchronize()
+                self._workspace, changed = cp.empty(need, np.uint8), True
+            if changed:
+                cp.cuda.runtime.deviceSynchronize()
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.memory.OutOfMemoryError) as exc:
             raise BackendError(f"cuDNN engine: CUDA error while preparing batch {batch}: {exc}") from exc
         plans = self._plans[batch]

@@ -305,6 +305,27 @@ def test_batch_equals_single_frames_and_graph_replay(tiny_dirs, tmp_path):
 
 
 @pytest.mark.cuda
+def test_switching_between_prepared_batch_sizes_never_synchronises_the_device(tiny_dirs, tmp_path, monkeypatch):
+    # an eager pipeline re-binds at every change of batch size (a run's last, partial batch); a device-wide
+    # synchronisation there would stall every other pipeline on the GPU
+    cp = _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16"]
+    frames = {b: random_canvas_nhwc(md.cfg, b, seed=b) for b in (1, 3)}
+    with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path)) as eng:
+        first = {b: run_engine(eng, canvas) for b, canvas in frames.items()}  # each size prepared once
+        calls = []
+        real = cp.cuda.runtime.deviceSynchronize
+        monkeypatch.setattr(cp.cuda.runtime, "deviceSynchronize", lambda: (calls.append(1), real())[1])
+        for b in (1, 3, 1, 3):
+            np.testing.assert_array_equal(run_engine(eng, frames[b]), first[b])
+        assert calls == []
+        run_engine(eng, random_canvas_nhwc(md.cfg, 2, seed=2))  # a new size: its plans and memory
+        assert calls
+
+
+@pytest.mark.cuda
 def test_errors_name_the_tensor(tiny_dirs, tmp_path):
     cp = _gpu()
     from pointpillars_trt.runtime.cudnn import CudnnEngine
