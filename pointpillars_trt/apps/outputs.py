@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeGuard
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -378,11 +378,12 @@ def _is_frame_record(data: bytes, stem: str) -> bool:
         return False
     if not isinstance(record, dict) or record.get("frame") != name_text(stem):
         return False
-    boxes, scores, labels = (record.get(key) for key in _RECORD_LISTS)
-    if not (_rows_of(boxes, 7) and isinstance(scores, list) and isinstance(labels, list)
-            and len(boxes) == len(scores) == len(labels)):
+    try:
+        boxes = record_boxes(record).boxes  # what eval and a resumed run read back must read back
+        velocity = _numbers(record["velocity"], "velocity") if "velocity" in record else None
+    except ValueError:
         return False
-    if "velocity" in record and not (_rows_of(record["velocity"], 2) and len(record["velocity"]) == len(boxes)):
+    if velocity is not None and velocity.shape != (len(boxes), 2) and not (velocity.size == len(boxes) == 0):
         return False
     return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
 
@@ -481,11 +482,6 @@ def _holds_bool(values: list[Any]) -> bool:
     """Whether a true or false is among ``values`` (or in a list in them): NumPy reads it as 1 or 0 beside
     numbers."""
     return any(isinstance(value, bool) or (isinstance(value, list) and _holds_bool(value)) for value in values)
-
-
-def _rows_of(values: Any, width: int) -> TypeGuard[list[Any]]:
-    """Whether ``values`` is a list of lists of ``width`` values each."""
-    return isinstance(values, list) and all(isinstance(row, list) and len(row) == width for row in values)
 
 
 def existing_parts(folder: Path, output_format: str) -> list[Path]:

@@ -273,9 +273,12 @@ def test_skip_existing_redoes_empty_cut_and_foreign_outputs(model_path, frames, 
     record = json.loads((reference / names[5]).read_text())
     record["labels"].append("Car")  # a label of no box
     (out / names[5]).write_text(json.dumps(record, indent=2) + "\n")
+    record = json.loads((reference / names[6]).read_text())
+    record.update(boxes_lidar=[[1, 2, 0, 4, 2, 1.5, 0]], scores=["high"], labels=["Car"])  # eval cannot read it
+    (out / names[6]).write_text(json.dumps(record, indent=2) + "\n")
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 1 and "redoing the frames of 5 empty, incomplete or foreign output file(s)" in err, err
-    assert f"skipping {len(names) - 5} frame(s)" in err
+    assert rc == 1 and "redoing the frames of 6 empty, incomplete or foreign output file(s)" in err, err
+    assert f"skipping {len(names) - 6} frame(s)" in err
     assert files_of(out) == files_of(reference)
 
 
