@@ -12,6 +12,7 @@ import json
 import math
 import os
 import secrets
+import shutil
 import stat
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -194,6 +195,25 @@ def user_cache_dir() -> Path:
 #: Suffix of the temp files the atomic writer renames into place; a run that was killed leaves them
 #: (hidden, named after the writer's pid) and :func:`remove_stale_temp_files` clears them.
 TEMP_SUFFIX = ".pp-tmp"
+
+
+def replace_folder(staging: Path, folder: Path) -> None:
+    """Swap a finished folder in: the old one renamed aside, the new one renamed in, the old one removed.
+    Two renames, so an interruption leaves the old folder or the new one whole, never a half-deleted one."""
+    if not folder.exists():
+        os.replace(staging, folder)
+        return
+    retired = folder.parent / f".{folder.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+    os.replace(folder, retired)
+    try:
+        os.replace(staging, folder)
+    except OSError:
+        try:
+            os.replace(retired, folder)  # put the old folder back
+        except OSError:  # a concurrent writer's complete folder took the place meanwhile: keep that one
+            shutil.rmtree(retired, ignore_errors=True)
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> None:

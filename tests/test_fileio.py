@@ -21,11 +21,34 @@ from pointpillars_trt.fileio import (
     loads_json,
     read_file_head,
     read_regular_file,
+    replace_folder,
     safe_repr,
     to_jsonable,
     write_json_atomic,
     write_text_atomic,
 )
+
+
+def test_replace_folder_swaps_whole_folders_and_puts_the_old_one_back_on_failure(tmp_path: Path) -> None:
+    target, new = tmp_path / "model", tmp_path / ".model.tmp"
+    replace_folder(_folder(new, {"a": "1"}), target)  # nothing there yet
+    assert _contents(target) == {"a": "1"} and sorted(os.listdir(tmp_path)) == ["model"]
+    replace_folder(_folder(new, {"b": "2", "c": "3"}), target)
+    assert _contents(target) == {"b": "2", "c": "3"} and sorted(os.listdir(tmp_path)) == ["model"]
+    with pytest.raises(FileNotFoundError):  # the new folder is gone: the old one goes back in place
+        replace_folder(tmp_path / ".missing", target)
+    assert _contents(target) == {"b": "2", "c": "3"} and sorted(os.listdir(tmp_path)) == ["model"]
+
+
+def _folder(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+    return path
+
+
+def _contents(path: Path) -> dict[str, str]:
+    return {child.name: child.read_text() for child in path.iterdir()}
 
 
 def test_atomic_text_replaces_and_leaves_no_temp(tmp_path: Path) -> None:

@@ -21,7 +21,8 @@ from typing import Any
 
 from ..config import ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import read_regular_file, safe_repr, unwritable_reason, user_cache_dir, write_bytes_atomic
+from ..fileio import (read_regular_file, replace_folder, safe_repr, unwritable_reason, user_cache_dir,
+                      write_bytes_atomic)
 from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
@@ -232,7 +233,7 @@ def export_model_dir(
         write_bytes_atomic(staging / METADATA_FILE, text.encode("utf-8"))
         if finish is not None:
             finish(ModelDir(staging, cfg, json.loads(text)))
-        _move_into_place(staging, folder)
+        replace_folder(staging, folder)
     except OSError as exc:
         raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
                             f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a "
@@ -290,24 +291,6 @@ def _staging_dir(folder: Path) -> Path:
         raise ModelDirError(f"model dir {folder}: cannot create a build folder beside it "
                             f"({exc.strerror or type(exc).__name__})") from None
     return staging
-
-
-def _move_into_place(staging: Path, folder: Path) -> None:
-    """Swap the finished build in: old dir aside, new dir in, old dir removed."""
-    if not folder.exists():
-        os.replace(staging, folder)
-        return
-    retired = folder.parent / f".{folder.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
-    os.replace(folder, retired)
-    try:
-        os.replace(staging, folder)
-    except OSError:
-        try:
-            os.replace(retired, folder)  # put the old model dir back
-        except OSError:  # a concurrent build's complete dir took the place meanwhile: keep that one
-            shutil.rmtree(retired, ignore_errors=True)
-        raise
-    shutil.rmtree(retired, ignore_errors=True)
 
 
 def _os_error_subject(exc: OSError, staging: Path, folder: Path) -> str:

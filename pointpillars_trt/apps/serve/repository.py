@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...config import int_within
 from ...errors import InputError
-from ...fileio import safe_repr
+from ...fileio import replace_folder, safe_repr
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
@@ -199,9 +199,7 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
         shutil.copyfile(_TEMPLATE, version / "model.py")
         (version / "python_path.txt").write_text("\n".join(p for p in sys.path if p) + "\n", encoding="utf-8")
         (staging / "config.pbtxt").write_text(text)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
+        replace_folder(staging, target)  # never a moment with a half-deleted model folder
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
