@@ -612,7 +612,7 @@ def require_pyarrow() -> None:
         import pyarrow.json  # noqa: F401  (parts are parsed from their JSON lines)
         import pyarrow.parquet  # noqa: F401
     except ImportError:
-        raise InputError("--format parquet needs pyarrow: pip install pyarrow (or use --format jsonl)") from None
+        raise InputError("--format parquet needs pyarrow: pip install pyarrow (the parquet extra), or use --format jsonl") from None
 
 
 #: How a row's text (``row_text``: json.dumps' separators) holds the velocities of a model that predicts them;

@@ -28,7 +28,7 @@ from pointpillars_trt.apps.cli import main
 from pointpillars_trt.kitti import write_velodyne_bin
 
 REPO = Path(__file__).resolve().parents[2]
-NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
+NO_PYARROW = "pyarrow is not installed (pip install '.[parquet]', or '.[test-scaleout]')"
 #: the row formats; Parquet's tests read the parts back with pyarrow, which only the scale-out extra installs
 ROW_FORMATS = ["jsonl", pytest.param("parquet", marks=pytest.mark.skipif(
     importlib.util.find_spec("pyarrow") is None, reason=NO_PYARROW))]
@@ -698,7 +698,7 @@ def test_a_part_is_written_once_its_first_row_is_old_enough(tmp_path) -> None:  
 
 
 @pytest.mark.parametrize("velocity", [False, True], ids=["kitti", "velocity"])
-@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt, velocity) -> None:  # type: ignore[no-untyped-def]
     """A row's text (what writers and Ray actors hand over) is the strict JSON of frame_row, and a part built
     from the texts holds the rows a user reads back: against the standard library's encoder over
@@ -738,6 +738,7 @@ def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt
 
 
 def test_a_part_arrow_cannot_make_is_one_input_error_and_its_rows_are_dropped(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("pyarrow", reason=NO_PYARROW)
     from pointpillars_trt.apps.outputs import RowParts, frame_row, row_text
     from pointpillars_trt.errors import InputError
 
