@@ -147,6 +147,12 @@ def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike,
                 f"float32 each value splits in two; save frames as float32 "
                 f"(points.astype(np.float32).tofile(path)) or as .npy"
             )
+        refuse_noise(values, point_dim, path, what)
+
+
+def refuse_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
+    """Refuse flat float32 ``values`` that are no point coordinates at all (:func:`looks_like_noise`)."""
+    with np.errstate(all="ignore"):
         if looks_like_noise(values, point_dim):
             raise InputError(
                 f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "

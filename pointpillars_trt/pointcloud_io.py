@@ -18,7 +18,7 @@ import numpy as np
 from .config import int_within
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
-from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_other_formats
+from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_noise, refuse_other_formats
 from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -149,7 +149,9 @@ def read_points_into(
     fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
     try:
         if size % 16:
-            refuse_other_formats(path, os.pread(fd, TEXT_SNIFF, 0) if hasattr(os, "pread") else b"", "point file")
+            head = os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b""
+            refuse_other_formats(path, head[:TEXT_SNIFF], "point file")
+            _refuse_misfit_noise(path, head, "point file")
         _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
@@ -240,10 +242,21 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
     if len(data) % (4 * int(point_dim)):
         refuse_other_formats(source, data[:TEXT_SNIFF], what)
+        _refuse_misfit_noise(source, data[:_MISFIT_HEAD_BYTES], what)
     _check_bin_size(source, len(data), int(point_dim), what, columns)
     values = np.frombuffer(data, dtype="<f4")
     check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
+
+
+#: Bytes of a file of a size that fits no rows looked at for noise (the noise check's samples are smaller).
+_MISFIT_HEAD_BYTES = 1 << 17
+
+
+def _refuse_misfit_noise(path: PathLike, head: bytes, what: str) -> None:
+    """Refuse a file whose size fits no rows of its row length and whose first bytes are no float32
+    coordinates: random bytes fit some other row length by chance, and the size error would point there."""
+    refuse_noise(np.frombuffer(head, "<f4", count=len(head) // 4), 4, path, what)
 
 
 def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:

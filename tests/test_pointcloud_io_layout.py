@@ -206,6 +206,19 @@ def test_xyz_only_frames_are_refused_whichever_point_dim(assets: Path, tmp_path:
                 assert "--point-dim" not in text and "\n" not in text, text
 
 
+@pytest.mark.parametrize(("size", "point_dim"), [(1000, 4), (1004, 4), (16 * 4001 + 4, 4), (16 * 1001, 5)])
+def test_random_bytes_of_a_size_no_rows_fit_are_refused_as_noise_not_sent_to_another_row_length(
+        tmp_path: Path, size: int, point_dim: int) -> None:
+    # such a size fits another row length by chance (1,000 bytes: 50 rows of 5): that hint would mislead
+    path = tmp_path / "random.bin"
+    path.write_bytes(np.random.default_rng(size).bytes(size))
+    for read in (lambda: read_points(path, point_dim=point_dim),
+                 lambda: read_points_into(path, lambda n: None, point_dim=point_dim)):
+        with pytest.raises(InputError, match="does not hold float32 point coordinates") as err:
+            read()
+        assert "--point-dim" not in str(err.value)
+
+
 def test_random_bytes_are_refused_and_real_frames_are_not_noise(assets: Path, tmp_path: Path) -> None:
     """Random bytes of any length that fits the rows are refused as no coordinates; every real frame of
     the assets, and an organised cloud whose no-return points are NaN (half of them), is not noise."""
