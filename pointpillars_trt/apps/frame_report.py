@@ -43,8 +43,10 @@ class FrameReport:
     ``sys.stdout`` when it is printed)."""
 
     def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
-                 folder: Path | None = None, input_errors: Sequence[str] = (), stdout: TextIO | None = None) -> None:
+                 folder: Path | None = None, input_errors: Sequence[str] = (), stdout: TextIO | None = None,
+                 skipped: int = 0) -> None:
         self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
+        self.skipped = skipped  # frames --skip-existing found done, said in the summary of a run of none
         self.stdout = stdout
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
@@ -109,7 +111,8 @@ class FrameReport:
         total = max(self.total, len(self.done) + self.failed)
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
-        print(f"{len(self.done)}/{total} frames, {boxes} boxes" + self._left_out(labels) + self._where()
+        skipped = f" to run ({self.skipped} skipped: their outputs were there)" if self.skipped and not total else ""
+        print(f"{len(self.done)}/{total} frames{skipped}, {boxes} boxes" + self._left_out(labels) + self._where()
               + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)
         failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
         if self.input_errors:
@@ -141,7 +144,7 @@ class FrameReport:
             return ""
         if self.done:
             return f", written to {self.writes}"
-        return ", no detections written" if self.rows else ", nothing written"
+        return ", no detections written" if self.rows and self.total else ", nothing written"
 
 
 def read_warning(source: str, kind: str, intensity_scale: float | None = None) -> str:
@@ -279,8 +282,9 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
 
 
 def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
-                 input_errors: Sequence[str], stdout: TextIO | None = None) -> FrameReport:
-    """The FrameReport of infer's run of ``total`` frames (none: every frame was skipped), its summary printed
-    to ``stdout``."""
+                 input_errors: Sequence[str], stdout: TextIO | None = None, skipped: int = 0) -> FrameReport:
+    """The FrameReport of infer's run of ``total`` frames (none: all ``skipped`` frames were done before), its
+    summary printed to ``stdout``."""
     return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
-                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors, stdout=stdout)
+                       folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors, stdout=stdout,
+                       skipped=skipped)

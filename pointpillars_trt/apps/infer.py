@@ -498,7 +498,7 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
     was found said and a summary of no frame, without a model or workers; the number of frames failed (0)."""
     remove_stale_temp_files(out)  # of an earlier run that was killed mid-write
     say_resume(resume, fmt, out, retry=args.retry_failed)
-    return frame_report(0, plan, args, fmt, out, input_errors).close()[1]
+    return frame_report(0, plan, args, fmt, out, input_errors, skipped=len(resume.skipped)).close()[1]
 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,

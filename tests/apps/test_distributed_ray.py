@@ -246,7 +246,7 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
                            str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "2", "--skip-existing"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "0/0 frames, 0 boxes, nothing written\n"
+    assert done.stdout == "0/0 frames to run (5 skipped: their outputs were there), 0 boxes, nothing written\n"
     assert done.stderr == f"skipping 5 frame(s) whose outputs are already in {out}\n"
     assert state_of(out) == before
 
