@@ -342,6 +342,23 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
 
 
+def test_a_cache_entry_shared_by_configs_of_other_launch_values_runs_each_with_its_own(tmp_path: Path, assets: Path):
+    # the cache key leaves the score threshold, NMS IoU and max boxes out: the entry a first config built
+    # must not hand its values to a second config that differs only in them (or the reverse)
+    from pointpillars_trt.config import load_config
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    cache = tmp_path / "cache"
+    builtin = load_config("openpcdet_kitti_3class")
+    strict = builtin.with_thresholds(score_threshold=0.3, nms_iou=0.2, max_boxes=5)
+    first = model_dir_for_checkpoint(checkpoint, config=strict, cache_dir=cache)
+    second = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    assert second.path == first.path
+    assert first.cfg.postprocess == strict.postprocess and second.cfg.postprocess == builtin.postprocess
+    assert model_dir_for_checkpoint(checkpoint, config=strict, cache_dir=cache).cfg.postprocess == strict.postprocess
+
+
 def test_a_cache_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path, assets: Path):
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 

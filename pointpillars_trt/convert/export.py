@@ -9,6 +9,7 @@ new one, never a mix.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -71,7 +72,9 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     try:
         model = load_model_dir(folder, ckpt.config)
         if tensorrt_tf32 is None or model.has_plans():
-            return model
+            # the key's digest leaves out the launch values (score threshold, NMS IoU, max boxes): a config
+            # that differs only in them shares the entry, and runs with its own values, not the first build's
+            return dataclasses.replace(model, cfg=ckpt.config)
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
