@@ -57,10 +57,14 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)
     parts = []
     for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
-        pts = xp.asarray(sweep)
-        if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f":
+        try:
+            pts = xp.asarray(sweep)
+        except (TypeError, ValueError) as exc:  # ragged lists
+            raise InputError(f"accumulate: sweep {i} cannot be read as an (N, 4) array ({exc})") from None
+        if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
             raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
-                             "(N, 4) or more float columns of x, y, z, intensity")
+                             "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "
+                             "already lost the coordinates' precision, as detect says of it)")
         lag = key_time - _seconds(stamp, i)
         low, high = TIME_LAG_RANGE
         if not low <= lag <= high:

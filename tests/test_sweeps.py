@@ -58,6 +58,8 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([], [], []), "0 sweeps, 0 poses and 0 timestamps"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweeps, 2 poses and 1 timestamps"),
     (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
+    (([[[1, 2, 3, 4], [1, 2]]], [np.eye(4)], [0.0]), "sweep 0 cannot be read as an (N, 4) array"),
+    (([np.zeros((2, 4), np.float16)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 4), dtype float16"),
     (([np.zeros((2, 4), np.float32)], [np.eye(3)], [0.0]), "pose 0 is not a finite (4, 4) transform"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [float("nan")]), "timestamp 0 is nan, not a finite number"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.0, "x"]), "timestamp 1 is 'x', not a finite number"),
