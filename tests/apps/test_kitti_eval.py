@@ -193,14 +193,16 @@ def test_cli_prints_openpcdet_table_writes_strict_json_and_compares(tmp_path: Pa
     write_frames(tmp_path / "other", [[] for _ in gt])
     out = tmp_path / "ap.json"
     args = _parser().parse_args(["eval", "--pred", str(tmp_path / "pred"), "--labels", str(tmp_path / "label_2"),
-                                 "--json", str(out), "--compare", str(tmp_path / "other"), "--classes", "car,Cyclist"])
+                                 "--json", str(out), "--compare", str(tmp_path / "other"), "--classes", "car,Pedestrian,Cyclist"])
     assert args.run(args) == 0
     text = capsys.readouterr().out
     assert "Car AP@0.70, 0.70, 0.70:\nbbox AP:100.0000, 100.0000, 100.0000\nbev  AP:100.0000" in text
     assert "Car AP_R40@0.70, 0.50, 0.50:" in text and "aos  AP:100.00, 100.00, 100.00" in text
     assert "100.00 -> 0.00 (-100.00)" in text
+    rows = [line for line in text.splitlines() if line.startswith(("Car R", "Pedestrian R", "Cyclist R"))]
+    assert len({line.index(")") for line in rows}) == 1  # the first cell ends in one column on every row
     data = json.loads(out.read_text())
-    assert set(data) == {"Car", "Cyclist", "loose"}
+    assert set(data) == {"Car", "Pedestrian", "Cyclist", "loose"}
     assert data["Car"]["3d"]["R40"] == [100.0, 100.0, 100.0]
     assert data["loose"]["Cyclist"]["bev"]["R11"] == [0.0, 0.0, 0.0]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temp file left

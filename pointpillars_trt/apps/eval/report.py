@@ -38,8 +38,7 @@ def format_comparison(a: EvalResult, b: EvalResult, label_a: str, label_b: str) 
     Classes and metrics missing from either run are left out, since there is nothing to compare.
     """
     cell = 24
-    head = f"{'':<34}" + "".join(f"{d:>{cell}}" for d in _DIFFICULTIES)
-    lines = [f"A = {label_a}", f"B = {label_b}", head + "   (A -> B, B - A)"]
+    rows: list[tuple[str, str]] = []
     for name in (n for n in a.classes if n in b.classes):
         ca, cb = a.classes[name], b.classes[name]
         metrics = [m for m in _metrics(a, name) if m in cb.ap]
@@ -47,10 +46,13 @@ def format_comparison(a: EvalResult, b: EvalResult, label_a: str, label_b: str) 
             header = ", ".join(f"{v:.2f}" for v in overlaps)
             for k, recall in enumerate(_RECALLS):
                 for metric in metrics:
-                    label = f"{name} {recall}@{header} {metric}"
                     cells = "".join(
                         f"{f'{va:.2f} -> {vb:.2f} ({vb - va:+.2f})':>{cell}}"
                         for va, vb in zip(ca.ap[metric][s, k], cb.ap[metric][s, k])
                     )
-                    lines.append(f"{label:<34}{cells}")
+                    rows.append((f"{name} {recall}@{header} {metric}", cells))
+    width = max([34, *(len(label) + 1 for label, _ in rows)])  # the longest label sets the column
+    head = f"{'':<{width}}" + "".join(f"{d:>{cell}}" for d in _DIFFICULTIES)
+    lines = [f"A = {label_a}", f"B = {label_b}", head + "   (A -> B, B - A)"]
+    lines += [f"{label:<{width}}{cells}" for label, cells in rows]
     return "\n".join(lines) + "\n"
