@@ -213,7 +213,8 @@ class PointPillars:
 
     def _check_first_intensities(self, frame: object) -> None:
         """Warn (once) when the first host frame's intensities disagree with the scale the model was trained
-        on (``find_intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 for a 0-255 one)."""
+        on (``find_intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 or values past 255 for a
+        0-255 one)."""
         if self._check_intensity and isinstance(frame, np.ndarray):
             self._check_intensity = False
             found = find_intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
@@ -229,6 +230,12 @@ class PointPillars:
                               "reflectance (KITTI): check the point layout (columns a point, their order, "
                               "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
                               "boxes from such frames are not meaningful (checked on the first frame)",
+                              InputWarning, stacklevel=3)
+            elif found.kind == "over255":
+                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model was trained on "
+                              "0-255 values (nuScenes): check the point layout (columns a point, their order, "
+                              "float32) and scale the 4th column (read_points(..., intensity_scale=...), 1/257 for "
+                              "16-bit values); boxes from such frames are not meaningful (checked on the first frame)",
                               InputWarning, stacklevel=3)
             elif found.kind == "unit":
                 warnings.warn("the points' intensities all lie within 0-1, but the model was trained on 0-255 "

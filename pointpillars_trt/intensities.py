@@ -36,7 +36,8 @@ def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
     """How a frame's intensities disagree with the scale its model was trained on, or None: ``"8bit"``
     (finite values in [0, 255] reaching past 1.5, for a 0-1 model), ``"beyond"`` (values past 255 for a 0-1
     model: another point layout or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS finite values, all
-    within [0, 1], for a 0-255 model). One pass over the column (its maximum) for a frame on its model's scale."""
+    within [0, 1], for a 0-255 model), ``"over255"`` (values past 255 for a 0-255 model: 16-bit intensities,
+    a scale given twice, another point layout). One pass over the column (its maximum) for a frame on its model's scale."""
     found = find_intensity_mismatch(points, expects_unit)
     return None if found is None else found.kind
 
@@ -50,7 +51,7 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
     top = nonnegative_max_bits(inten)
     # no copy; a NaN anywhere makes the float maximum NaN, which passes neither test below
     hi = float(inten.max()) if top is None else _FLOAT32.unpack(top.to_bytes(4, "little"))[0]
-    if (hi <= 1.5) if expects_unit else (hi > 1.0):
+    if (hi <= 1.5) if expects_unit else (1.0 < hi <= 255.0):
         return None
     lo = float(inten.min())
     if not (np.isfinite(lo) and np.isfinite(hi)):  # rows of NaN (no return) are skipped
@@ -61,5 +62,6 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
     if expects_unit:
         kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None
     else:
-        kind = "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None
+        kind = ("over255" if hi > 255.0 or lo < -255.0 else
+                "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None)
     return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|

@@ -343,6 +343,8 @@ def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
     beyond[:, 3] *= 65535
     beyond[0, 3] = np.nan
     assert intensity_mismatch(beyond, expects_unit=True) == "beyond"
+    assert intensity_mismatch(beyond, expects_unit=False) == "over255"  # 16-bit values for a model of 0-255
+    assert intensity_mismatch(-beyond, expects_unit=False) == "over255"
     beyond[:, 3] = np.nan
     assert intensity_mismatch(beyond, expects_unit=True) is None and intensity_mismatch(beyond, False) is None
     centred = unit.copy()

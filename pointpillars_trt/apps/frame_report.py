@@ -167,9 +167,10 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
     if scale is not None:
         told = {"8bit": "look like 0-255 values, but the model expects 0-1 reflectance (KITTI)",
                 "beyond": "reach beyond 255, but the model expects 0-1 reflectance (KITTI)",
-                "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)"}[kind]
-        right = ("1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files" if kind != "unit"
-                 else "255 for files of 0-1 reflectance, none for 0-255 files")
+                "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)",
+                "over255": "reach beyond 255, but the model was trained on 0-255 values (nuScenes)"}[kind]
+        right = ("1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
+                 if kind in ("8bit", "beyond") else "255 for files of 0-1 reflectance, none for 0-255 files")
         return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its intensities {told}; the "
                 f"scale multiplies the file's values: check it ({right}) (warned once)")
     if kind == "8bit":
@@ -180,6 +181,10 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
         return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model expects 0-1 "
                 "reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
                 "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
+    if kind == "over255":
+        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model was trained on 0-255 "
+                "values (nuScenes): check the point layout (--point-dim, float32 values) and pass --intensity-scale "
+                "for another scale (1/257 for 16-bit 0-65535 values); boxes from such frames mean little (warned once)")
     return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
             "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
 
@@ -252,6 +257,7 @@ class FrameWarnings:
 #: What the frames of each warning said once have, for the count after the run.
 WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
                  "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
+                 "over255": "had intensities beyond 255",
                  "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
                  "onepillar": "had all their points in one pillar",
                  "overflow": "had boxes with NaN or infinite values",

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.detector import PointPillars
+from pointpillars_trt.errors import InputWarning
 from pointpillars_trt.pointcloud_io import read_points
 from test_cli import assert_one_line_error, cli
 
@@ -42,6 +43,15 @@ def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, 
     assert run.rc == 0, run
     assert f"warning: '{tmp_path / 'unit.bin'}': intensities all lie within 0-1, but the model was trained on 0-255 " \
            "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)\n" in run.err, run.err
+    wide = read_points(nuscenes / FRAME, point_dim=5, columns=5)
+    wide[:, 3] *= 257  # 16-bit intensities
+    wide.tofile(tmp_path / "wide.bin")
+    run = cli("infer", tmp_path / "wide.bin", "--model", model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert f"warning: '{tmp_path / 'wide.bin'}': intensities reach beyond 255, but the model was trained on 0-255 " \
+           "values (nuScenes): check the point layout" in run.err and "1/257 for 16-bit" in run.err, run.err
+    with pytest.warns(InputWarning, match="intensities reach 6.*trained on 0-255"):
+        PointPillars.from_model_dir(model, device="cpu")(wide)
     record = json.loads((tmp_path / "out" / FRAME.replace(".bin", ".json")).read_text())
     want = PointPillars.from_model_dir(model, device="cpu")(read_points(nuscenes / FRAME, point_dim=5, columns=5))
     assert record["labels"] == want.names and len(want) >= 10
