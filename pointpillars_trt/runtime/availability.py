@@ -24,9 +24,9 @@ def gpu_visible(probes: Sequence[GpuProbe] = GPU_PROBES) -> bool:
     return any(all(os.path.exists(f) for f in _probe_files(p)) for p in probes)
 
 
-def describe_probes(probes: Sequence[GpuProbe] = GPU_PROBES) -> str:
-    """``probes`` as a message names what was looked for: "A, B or C with D"."""
-    *rest, last = [" with ".join(os.fspath(f) for f in _probe_files(p)) for p in probes]
+def describe_probes() -> str:
+    """GPU_PROBES as a message names what was looked for: "A, B or C with D"."""
+    *rest, last = [" with ".join(os.fspath(f) for f in _probe_files(p)) for p in GPU_PROBES]
     return f"{', '.join(rest)} or {last}" if rest else last
 
 
