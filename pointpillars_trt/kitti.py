@@ -107,12 +107,6 @@ class Calibration:
         m = np.linalg.inv(self.velo_to_rect)
         return np.asarray(xyz, dtype=np.float64) @ m[:3, :3].T + m[:3, 3]
 
-    def rect_to_image(self, xyz: np.ndarray) -> np.ndarray:
-        """(N, 3) rect camera points -> (N, 2) pixel coordinates (u, v) through P2."""
-        pts = np.asarray(xyz, dtype=np.float64)
-        uvw = pts @ self.P2[:, :3].T + self.P2[:, 3]
-        return uvw[:, :2] / uvw[:, 2:3]
-
 
 def read_calibration(path: PathLike) -> Calibration:
     """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored.
