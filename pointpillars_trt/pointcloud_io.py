@@ -64,7 +64,7 @@ def read_points(
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i, or reflectance);
       binary_compressed is refused; 4 columns only.
 
-    ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_looks_8bit``)
+    ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_mismatch``)
     multiplies the 4th column after reading.
 
     Only :class:`InputError` leaves this function: any other exception a reader raises (a bug, or a
