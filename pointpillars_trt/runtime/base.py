@@ -96,10 +96,6 @@ class Engine(abc.ABC):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    @property
-    def is_active(self) -> bool:
-        return self._active
-
     def activate(self: EngineT) -> EngineT:
         """Load the graph or plan (idempotent); returns ``self`` so ``open(...).activate()`` chains."""
         if not self._active:

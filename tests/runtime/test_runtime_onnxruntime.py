@@ -90,14 +90,14 @@ def test_tensor_specs_describe_the_graph(pfn, head):
 
 def test_lifecycle(pfn):
     engine = OnnxRuntimeEngine(pfn[0])
-    assert not engine.is_active
+    assert repr(engine).endswith(", inactive)")
     with pytest.raises(BackendError, match="not active"):
         engine.run_host({"pillars": pillars(2)})
     with engine as active:
-        assert active is engine and engine.is_active
+        assert active is engine and repr(engine).endswith(", active)")
         assert engine.activate() is engine  # idempotent
         engine.run_host({"pillars": pillars(2)})
-    assert not engine.is_active
+    assert repr(engine).endswith(", inactive)")
     with pytest.raises(BackendError, match="not active"):
         engine.inputs
     engine.close()  # twice is fine
