@@ -8,7 +8,6 @@ import pytest
 from pointpillars_trt.apps.eval.geometry import (
     bev_corners,
     bev_intersection_pairs,
-    bev_iou_pairs,
     box2d_coverage_pairs,
     box2d_iou_pairs,
     camera_box_iou_pairs,
@@ -18,6 +17,15 @@ from pointpillars_trt.kitti import camera_box_corners
 
 def _bev(x: float, z: float, l: float, w: float, ry: float) -> np.ndarray:
     return np.array([[x, z, l, w, ry]], dtype=np.float64)
+
+
+def bev_iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The BEV IoU of (P, 5) BEV boxes, as camera_box_iou_pairs gives it for 3D boxes of those footprints."""
+    def camera(boxes: np.ndarray) -> np.ndarray:  # (x, y, z, h, w, l, ry), 1 m tall, bottom at y = 0
+        x, z, l, w, ry = boxes.T
+        return np.stack([x, np.zeros_like(x), z, np.ones_like(x), w, l, ry], axis=1)
+
+    return camera_box_iou_pairs(camera(a), camera(b))[0]
 
 
 def test_identical_boxes_have_iou_one() -> None:

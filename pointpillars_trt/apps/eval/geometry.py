@@ -118,14 +118,6 @@ def bev_intersection_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return area
 
 
-def bev_iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of rotated BEV boxes a[i], b[i]."""
-    a, b = np.asarray(a, np.float64).reshape(-1, 5), np.asarray(b, np.float64).reshape(-1, 5)
-    inter = bev_intersection_pairs(a, b)
-    union = a[:, 2] * a[:, 3] + b[:, 2] * b[:, 3] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=inter > 0)
-
-
 def camera_box_iou_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(BEV IoU, 3D IoU) of 3D camera boxes a[i], b[i], sharing one BEV intersection.
 
