@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.apps.eval.geometry import (
-    bev_corners,
+    camera_bev_corners,
     bev_intersection_pairs,
     box2d_coverage_pairs,
     box2d_iou_pairs,
@@ -61,7 +61,7 @@ def test_corners_follow_kitti_rotation_y() -> None:
     for _ in range(5):
         x, z, l, w, ry = rng.uniform(-5, 5), rng.uniform(5, 40), rng.uniform(1, 5), rng.uniform(0.5, 2), rng.uniform(-3, 3)
         bottom = camera_box_corners(np.array([[x, 1.5, z]]), np.array([[l, 1.6, w]]), np.array([ry]))[0, :4][:, [0, 2]]
-        ours = bev_corners(_bev(x, z, l, w, ry))[0]
+        ours = camera_bev_corners(_bev(x, z, l, w, ry))[0]
         assert np.allclose(np.sort(bottom, axis=0), np.sort(ours, axis=0))
 
 
