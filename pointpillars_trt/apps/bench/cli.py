@@ -25,8 +25,8 @@ from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES, device_arg
-from ..ranges import float_in, int_in, int_list_in, names_in, path_name
+from ..infer import MAX_PIPELINES
+from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
     from ...convert.onnx_export import ModelWeights
