@@ -56,8 +56,9 @@ _SPLITS = ("training", "testing")
 def read_velodyne_bin(path: PathLike) -> np.ndarray:
     """Read a KITTI velodyne frame as (N, 4) float32 (see ``pointcloud_io.read_bin``).
 
-    Values are not checked here: non-finite points are the voxelizer's job (it drops and counts
-    them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
+    The layout is checked (``point_layout.check_layout``: text, float64 values or rows of another
+    length are refused), the values are not: non-finite points are the voxelizer's job (it drops and
+    counts them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
     device, directory) is refused before it is opened, and so is a file of more than
     ``points.MAX_FRAME_POINTS`` points, by its size.
     """

@@ -1,4 +1,5 @@
-"""The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
+"""The streaming frame runner of the applications: local ``infer``, each Ray actor, ``infer --server``
+(``PointPillars.infer_many`` reads and runs its groups with a loop of its own).
 
     items --> readers -----------------> K pipeline threads -----------> writers
               (threads, or processes a     (one GPU pipeline each: its    (a batch's outputs a task, any

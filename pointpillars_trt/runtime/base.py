@@ -74,7 +74,7 @@ class TensorSpec:
 
 
 class Engine(abc.ABC):
-    """Base of the TensorRT and ONNX Runtime engines: validation and the lifecycle live here once.
+    """Base of the TensorRT, ONNX Runtime and cuDNN engines: validation and the lifecycle live here once.
 
     Subclasses implement ``_load`` (returning the tensor specs), ``_unload``, and the backend halves
     of the hot path: ``_bind`` + ``_run`` for CUDA engines, ``_run_host`` for CPU engines.
