@@ -428,8 +428,8 @@ MAX_PILLARS = 2**20
 # tensor is indexable in int32 and within TensorRT's tensor volume.
 MAX_GRID_CELLS = 2**26
 INDEX_LIMIT = 2**31
-# With per-class NMS's next_pow2(classes x pre_nms_top_k) <= SORT_LIMIT (kernels/postprocess.py's rule),
-# 64 classes keep postprocess.cu's 16-bit slot (class x max(64, next_pow2(top_k)) + rank) below 2**16.
+# With per-class NMS's next_power_of_two(classes x pre_nms_top_k) <= SORT_LIMIT (kernels/postprocess.py's rule),
+# 64 classes keep postprocess.cu's 16-bit slot (class x max(64, next_power_of_two(top_k)) + rank) below 2**16.
 MAX_CLASSES = 64
 _COORD = 1e4  # metres: any lidar range, and well inside float32's exact-enough range
 # Features a family's pillar encoder really computes twice: zhulf0804's overwrites the raw x, y with the
@@ -755,8 +755,9 @@ def _check_heads(cfg: ModelConfig) -> None:
                        f"got {short_repr(names)}")
 
 
-def _next_pow2(n: int) -> int:
-    return 1 << (n - 1).bit_length()
+def next_power_of_two(n: int) -> int:
+    """The smallest power of two >= ``n`` (1 for ``n`` <= 1): sort widths, buffer capacities."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 def _check(cfg: ModelConfig) -> None:
@@ -815,7 +816,7 @@ def _check(cfg: ModelConfig) -> None:
         raise _Invalid(f"anchors.classes: names {short_repr(names)} do not match classes {short_repr(list(cfg.classes))}")
     pp = cfg.postprocess
     kept = cfg.num_classes * pp.pre_nms_top_k  # per class: what the final cut may sort
-    if pp.nms == "per_class" and _next_pow2(kept) > SORT_LIMIT:
+    if pp.nms == "per_class" and next_power_of_two(kept) > SORT_LIMIT:
         raise _Invalid(f"postprocess.pre_nms_top_k: per-class NMS sorts up to classes x pre_nms_top_k = "
                        f"{cfg.num_classes} x {pp.pre_nms_top_k} boxes (padded to a power of 2) in one "
                        f"block of {SORT_LIMIT} keys")

@@ -1,7 +1,9 @@
 """The CPU detector: NumPy reference stages around ONNX Runtime CPU sessions.
 
 It is the product's fallback on machines without CUDA and the oracle the GPU pipeline is tested
-against, so it runs exactly the stages of the GPU pipeline, in the same order, on the same graphs.
+against, so it runs the GPU pipeline's stages in the same order with the same weights: here the PFN
+and the RPN are ``pfn.onnx`` and ``rpn.onnx`` in ONNX Runtime, where the GPU path runs the fused
+``pfn.cu`` kernel (its weights read from ``pfn.onnx``) and an RPN engine (TensorRT, ONNX Runtime or cuDNN).
 """
 
 from __future__ import annotations

@@ -172,10 +172,10 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     return data
 
 
-def read_file_head(path: PathLike, count: int, *, what: str = "file", max_bytes: int = 2**40) -> bytes:
-    """The first ``count`` bytes (fewer if the file is shorter) of a regular file; see
-    :func:`open_regular_file` for what is refused."""
-    f, _ = open_regular_file(path, max_bytes=max_bytes, what=what)
+def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
+    """The first ``count`` bytes (fewer if the file is shorter) of a regular file of at most 2**40
+    bytes; see :func:`open_regular_file` for what is refused."""
+    f, _ = open_regular_file(path, max_bytes=2**40, what=what)
     with f:
         try:
             return f.read(count)
@@ -598,8 +598,8 @@ def _float_text(value: float) -> str:
     return float.__repr__(value)
 
 
-def write_json_atomic(path: PathLike, obj: Any, *, durable: bool = True) -> None:
-    """Atomic strict-JSON write, indented, NumPy values converted to plain numbers.
+def write_json_atomic(path: PathLike, obj: Any) -> None:
+    """Atomic, durable (fsync'ed) strict-JSON write, indented, NumPy values converted to plain numbers.
 
     A NaN or infinity anywhere raises :class:`NonFiniteJSONError` (a PointPillarsError and a
     ValueError) naming the file and the place, and nothing is written.
@@ -608,4 +608,4 @@ def write_json_atomic(path: PathLike, obj: Any, *, durable: bool = True) -> None
         text = dumps_strict(obj)
     except NonFiniteJSONError as exc:
         raise NonFiniteJSONError(f"cannot write {safe_repr(path)}: {exc}") from None
-    write_text_atomic(path, text + "\n", durable=durable)
+    write_text_atomic(path, text + "\n")

@@ -13,13 +13,6 @@ from .point_layout import nonnegative_max_bits
 _FLOAT32 = struct.Struct("<f")  # a float32 from its bits (as 4 little-endian bytes): no NumPy scalar to make
 
 
-def intensity_looks_8bit(points: np.ndarray) -> bool:
-    """True when the 4th column looks like 0-255 intensities rather than KITTI's 0-1 reflectance: the finite
-    intensities all lie in [0, 255] and the largest is above 1.5. A model trained on KITTI then sees values
-    ~100x too large; scale by 1/255 (``intensity_scale``)."""
-    return intensity_mismatch(points, expects_unit=True) == "8bit"
-
-
 #: Finite points a frame needs before "all its intensities lie in 0-1" says anything of its scale.
 UNIT_INTENSITY_MIN_POINTS = 1000
 

@@ -56,8 +56,9 @@ _SPLITS = ("training", "testing")
 def read_velodyne_bin(path: PathLike) -> np.ndarray:
     """Read a KITTI velodyne frame as (N, 4) float32 (see ``pointcloud_io.read_bin``).
 
-    Values are not checked here: non-finite points are the voxelizer's job (it drops and counts
-    them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
+    The layout is checked (``point_layout.check_layout``: text, float64 values or rows of another
+    length are refused), the values are not: non-finite points are the voxelizer's job (it drops and
+    counts them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
     device, directory) is refused before it is opened, and so is a file of more than
     ``points.MAX_FRAME_POINTS`` points, by its size.
     """
@@ -106,12 +107,6 @@ class Calibration:
         """(N, 3) rect camera points -> (N, 3) lidar points (exact inverse, not a transpose)."""
         m = np.linalg.inv(self.velo_to_rect)
         return np.asarray(xyz, dtype=np.float64) @ m[:3, :3].T + m[:3, 3]
-
-    def rect_to_image(self, xyz: np.ndarray) -> np.ndarray:
-        """(N, 3) rect camera points -> (N, 2) pixel coordinates (u, v) through P2."""
-        pts = np.asarray(xyz, dtype=np.float64)
-        uvw = pts @ self.P2[:, :3].T + self.P2[:, 3]
-        return uvw[:, :2] / uvw[:, 2:3]
 
 
 def read_calibration(path: PathLike) -> Calibration:

@@ -64,7 +64,7 @@ def read_points(
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i, or reflectance);
       binary_compressed is refused; 4 columns only.
 
-    ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_looks_8bit``)
+    ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_mismatch``)
     multiplies the 4th column after reading.
 
     Only :class:`InputError` leaves this function: any other exception a reader raises (a bug, or a
@@ -296,10 +296,10 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
 
 # --------------------------------------------------------------------------- .npy
 
-def read_npy(path: PathLike, *, what: str = "point file", columns: int = 4) -> np.ndarray:
+def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
     """A NumPy .npy array (N, >=columns) float32/float64 -> (N, columns) float32; read without unpickling,
     the header checked before any data is read."""
-    shown = safe_repr(path)
+    shown, what = safe_repr(path), "point file"
     f, size = open_regular_file(path, max_bytes=_NPY_MAX_BYTES, what=what)
     with f:
         try:
@@ -393,11 +393,11 @@ _PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "V
 _PCD_PADDING = "_"
 
 
-def read_pcd(path: PathLike, *, what: str = "point file") -> np.ndarray:
+def read_pcd(path: PathLike) -> np.ndarray:
     """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
     float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
     WIDTH * HEIGHT and the data size; DATA binary_compressed is refused."""
-    shown = safe_repr(path)
+    shown, what = safe_repr(path), "point file"
     f, size = open_regular_file(
         path, max_bytes=_PCD_MAX_HEADER + max(_PCD_MAX_BINARY, _PCD_MAX_ASCII), what=what
     )

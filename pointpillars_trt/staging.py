@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .config import int_within
+from .config import int_within, next_power_of_two
 from .graph_io import MAX_BATCH
 from .pointcloud_io import Allocate
 
@@ -69,7 +69,7 @@ def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
 
 def rounded_capacity(capacity: int) -> int:
     """The point rows a ``StagingBuffer`` asked for ``capacity`` rows holds: the next power of two."""
-    return 1 << (max(1, int(capacity)) - 1).bit_length()
+    return next_power_of_two(int(capacity))
 
 
 class StagingBuffer:

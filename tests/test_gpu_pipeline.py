@@ -27,9 +27,10 @@ if _REASON:
 
 
 def _backends_here() -> list[str]:
-    from pointpillars_trt.runtime import cudnn_available, onnxruntime_cuda_available
+    from pointpillars_trt.runtime import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason
 
-    return [name for name, ok in (("cudnn", cudnn_available()), ("onnxruntime", onnxruntime_cuda_available())) if ok]
+    probes = (("cudnn", cudnn_unavailable_reason), ("onnxruntime", onnxruntime_cuda_unavailable_reason))
+    return [name for name, unavailable_reason in probes if unavailable_reason() is None]
 
 
 BACKENDS = _backends_here()

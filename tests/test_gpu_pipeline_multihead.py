@@ -26,10 +26,11 @@ if _REASON:
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.gpu_pipeline import GpuPipeline  # noqa: E402
 from pointpillars_trt.model_dir import ModelDir  # noqa: E402
-from pointpillars_trt.runtime import cudnn_available  # noqa: E402
+from pointpillars_trt.runtime import cudnn_unavailable_reason  # noqa: E402
 
-if not cudnn_available():
-    pytest.skip("the multi-head GPU tests run the cuDNN engine, which is unavailable here", allow_module_level=True)
+_CUDNN_REASON = cudnn_unavailable_reason()
+if _CUDNN_REASON is not None:
+    pytest.skip(f"the multi-head GPU tests run the cuDNN engine: {_CUDNN_REASON}", allow_module_level=True)
 
 CHECKPOINT = "cbgs_pp_multihead_synthetic_dev.pth"
 FRAMES = ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")
@@ -113,10 +114,11 @@ def _nearest_score_gap(ref: Detections, got: Detections, top: int = 10) -> float
 def test_onnxruntime_cuda_rpn_equals_the_cpu_path(models: dict[str, ModelDir], oracle: Any,
                                                    frames: list[np.ndarray]) -> None:
     """The same pipeline with the RPN in ONNX Runtime's CUDA execution provider (IEEE fp32)."""
-    from pointpillars_trt.runtime import onnxruntime_cuda_available
+    from pointpillars_trt.runtime import onnxruntime_cuda_unavailable_reason
 
-    if not onnxruntime_cuda_available():
-        pytest.skip("ONNX Runtime has no CUDA execution provider here (onnxruntime-gpu)")
+    reason = onnxruntime_cuda_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
     pipe = GpuPipeline(models["fp32"], backend="onnxruntime", tf32=False)
     for name, points in zip(FRAMES, frames):
         assert_same(pipe.detect(points), oracle.detect(points), name)

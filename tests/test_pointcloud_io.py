@@ -13,7 +13,7 @@ import pytest
 
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import read_velodyne_bin
-from pointpillars_trt.intensities import intensity_looks_8bit
+from pointpillars_trt.intensities import intensity_mismatch
 from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, read_points
 from pointpillars_trt.points import MAX_FRAME_POINTS
 
@@ -167,7 +167,7 @@ def test_pcd_binary_with_uint8_i_and_multi_count_field(tmp_path: Path) -> None:
     got = read_points(path)
     expected = np.column_stack([pts[:, 0], rec["y"].astype(np.float32), pts[:, 2], [0, 17, 128, 255, 3]])
     np.testing.assert_array_equal(got, expected.astype(np.float32))
-    assert intensity_looks_8bit(got)
+    assert looks_8bit(got)
     scaled = read_points(path, intensity_scale=1 / 255)
     np.testing.assert_allclose(scaled[:, 3], np.array([0, 17, 128, 255, 3]) / 255, rtol=1e-6)
     np.testing.assert_array_equal(scaled[:, :3], got[:, :3])
@@ -312,23 +312,28 @@ def test_missing_and_directory(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- intensity
 
-def test_intensity_looks_8bit() -> None:
+def looks_8bit(points: np.ndarray) -> bool:
+    """Whether a frame's intensities look 0-255 to a model trained on KITTI's 0-1 reflectance."""
+    return intensity_mismatch(points, expects_unit=True) == "8bit"
+
+
+def test_intensity_mismatch_finds_8bit_frames() -> None:
     pts = sample(100)
-    assert not intensity_looks_8bit(pts)  # KITTI-like 0..1
+    assert not looks_8bit(pts)  # KITTI-like 0..1
     pts[:, 3] *= 255
-    assert intensity_looks_8bit(pts)
+    assert looks_8bit(pts)
     pts[0, 3] = np.nan
-    assert intensity_looks_8bit(pts)  # NaN ignored
+    assert looks_8bit(pts)  # NaN ignored
     pts[1, 3] = 300
-    assert not intensity_looks_8bit(pts)  # not 0..255
+    assert not looks_8bit(pts)  # not 0..255
     pts[1, 3] = -2
-    assert not intensity_looks_8bit(pts)
-    assert not intensity_looks_8bit(np.zeros((0, 4), np.float32))
-    assert not intensity_looks_8bit(np.array([[0, 0, 0, 1.4]], np.float32))
+    assert not looks_8bit(pts)
+    assert not looks_8bit(np.zeros((0, 4), np.float32))
+    assert not looks_8bit(np.array([[0, 0, 0, 1.4]], np.float32))
 
 
 def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
-    from pointpillars_trt.intensities import UNIT_INTENSITY_MIN_POINTS, intensity_mismatch
+    from pointpillars_trt.intensities import UNIT_INTENSITY_MIN_POINTS
 
     unit = sample(UNIT_INTENSITY_MIN_POINTS)
     unit[:, 3] = np.linspace(0.0, 1.0, len(unit))
@@ -482,13 +487,13 @@ def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_rando
                 pts[int(rng.integers(0, n)), 3] = value
         finite = pts[:, 3][np.isfinite(pts[:, 3])]
         plain = bool(finite.size) and finite.min() >= 0 and 1.5 < finite.max() <= 255
-        assert intensity_looks_8bit(pts) == plain, trial
+        assert looks_8bit(pts) == plain, trial
         if not np.any(pts[:, 3] < 0):
             assert misread_row_length(pts.reshape(-1), 4) is None, trial
 
 
-def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:
-    """Its one-pass shortcut (largest intensity <= 1.5) against the definition computed directly: the
+def test_8bit_mismatch_matches_its_definition_on_random_frames() -> None:
+    """intensity_mismatch's one-pass shortcut (largest intensity <= 1.5) against the definition computed directly: the
     finite intensities all in [0, 255] and the largest above 1.5, with NaN and infinities among them."""
     rng = np.random.default_rng(0)
     seen = set()
@@ -499,7 +504,7 @@ def test_intensity_looks_8bit_matches_its_definition_on_random_frames() -> None:
             points[int(rng.integers(0, len(points))), 3] = rng.choice([np.nan, np.inf, -np.inf])
         finite = points[:, 3][np.isfinite(points[:, 3])]
         expected = bool(finite.size) and bool(finite.min() >= 0) and bool(1.5 < finite.max() <= 255)
-        assert intensity_looks_8bit(points) == expected, points[:, 3]
+        assert looks_8bit(points) == expected, points[:, 3]
         seen.add(expected)
     assert seen == {True, False}
 

@@ -27,6 +27,11 @@ _Y_RANGE = (-39.68, 39.68)
 _DISTANCE = (8.0, 60.0)
 _AZIMUTH_DEG = 60.0
 _CANDIDATES = 512  # placement candidates drawn per object
+# The scan: azimuth step, range, Gaussian range noise (sigma, metres), share of returns lost.
+_AZIMUTH_STEP_DEG = 0.18
+_MAX_RANGE = 80.0
+_RANGE_NOISE = 0.01
+_DROPOUT = 0.02
 
 
 class SceneObject(NamedTuple):
@@ -36,26 +41,18 @@ class SceneObject(NamedTuple):
     box: np.ndarray
 
 
-def simulate_scan(
-    seed: int = 0,
-    num_beams: int = 64,
-    horizontal_step_deg: float = 0.18,
-    max_range: float = 80.0,
-    num_cars: int = 5,
-    num_pedestrians: int = 3,
-    num_cyclists: int = 2,
-    range_noise: float = 0.01,
-    dropout: float = 0.02,
-) -> tuple[np.ndarray, list[SceneObject]]:
-    """SIMULATED 360-degree scan: (N, 4) float32 points and the objects it contains.
+def simulate_scan(seed: int = 0, num_beams: int = 64, num_cars: int = 5) -> tuple[np.ndarray, list[SceneObject]]:
+    """SIMULATED 360-degree scan: (N, 4) float32 points and the objects it contains (``num_cars``
+    cars, 3 pedestrians, 2 cyclists).
 
     Beams: half from +2 to -8.33 deg, half from -8.83 to -24.8 deg (the two laser blocks of an
-    HDL-64E). Range noise is Gaussian with sigma ``range_noise``, clipped at 3 sigma, so every
-    point lies within 3 sigma of a surface. Objects are placed so none hides another, hence every
-    object is hit. The same seed gives the same frame.
+    HDL-64E), one ray every 0.18 deg of azimuth, returns up to 80 m, 2% of them dropped. Range noise
+    is Gaussian with sigma 1 cm, clipped at 3 sigma, so every point lies within 3 sigma of a surface.
+    Objects are placed so none hides another, hence every object is hit. The same seed gives the same
+    frame. ``num_beams`` and ``num_cars`` let a test ask for a small scan or a crowded one.
     """
     rng = np.random.default_rng(seed)
-    counts = {"Car": num_cars, "Cyclist": num_cyclists, "Pedestrian": num_pedestrians}
+    counts = {"Car": num_cars, "Cyclist": 2, "Pedestrian": 3}
     objects = _place_objects(rng, counts)
     reflectivity = np.array(
         [_GROUND_REFLECTIVITY] + [rng.uniform(*_REFLECTIVITY[o.name]) for o in objects]
@@ -65,7 +62,7 @@ def simulate_scan(
     elevation = np.deg2rad(
         np.concatenate([np.linspace(2.0, -8.33, upper), np.linspace(-8.83, -24.8, num_beams - upper)])
     )
-    azimuth = np.deg2rad(np.arange(-180.0, 180.0, horizontal_step_deg))
+    azimuth = np.deg2rad(np.arange(-180.0, 180.0, _AZIMUTH_STEP_DEG))
     el, az = np.meshgrid(elevation, azimuth, indexing="ij")
     dirs = np.stack([np.cos(el) * np.cos(az), np.cos(el) * np.sin(az), np.sin(el)], -1).reshape(-1, 3)
 
@@ -78,9 +75,9 @@ def simulate_scan(
         dist[closer] = t[closer]
         surface[closer] = k + 1
 
-    keep = (dist <= max_range) & (rng.random(len(dirs)) >= dropout)
+    keep = (dist <= _MAX_RANGE) & (rng.random(len(dirs)) >= _DROPOUT)
     dirs, dist, surface = dirs[keep], dist[keep], surface[keep]
-    noisy = dist + np.clip(rng.normal(0.0, range_noise, len(dist)), -3 * range_noise, 3 * range_noise)
+    noisy = dist + np.clip(rng.normal(0.0, _RANGE_NOISE, len(dist)), -3 * _RANGE_NOISE, 3 * _RANGE_NOISE)
     falloff = 0.6 + 0.4 * np.exp(-dist / 30.0)
     intensity = reflectivity[surface] * falloff + rng.uniform(-0.05, 0.05, len(dist))
     points = np.column_stack([dirs * noisy[:, None], np.clip(intensity, 0.0, 0.99)])

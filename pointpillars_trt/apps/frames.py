@@ -1,4 +1,5 @@
-"""The streaming frame runner every path shares: local ``infer``, each Ray actor, ``infer --server``.
+"""The streaming frame runner of the applications: local ``infer``, each Ray actor, ``infer --server``
+(``PointPillars.infer_many`` reads and runs its groups with a loop of its own).
 
     items --> readers -----------------> K pipeline threads -----------> writers
               (threads, or processes a     (one GPU pipeline each: its    (a batch's outputs a task, any
@@ -507,14 +508,14 @@ class FrameRunner:
 
 
     def _restaged(self, staging: StagingBuffer, jobs: list[FrameJob]) -> StagingBuffer:
-        """``_restaged`` in shared memory when ``staging`` was (reader processes read later batches into it),
+        """``_restage_batch`` into shared memory when ``staging`` was (reader processes read later batches into it),
         else (or when shared memory has no room left) as ``staging`` was made; a shared one's files go."""
         if self._shared is None or not self._shared.owns(staging):
-            return _restaged(staging, jobs, self._alloc)
+            return _restage_batch(staging, jobs, self._alloc)
         try:
-            bigger = _restaged(staging, jobs, self._shared)
+            bigger = _restage_batch(staging, jobs, self._shared)
         except OSError:
-            bigger = _restaged(staging, jobs, self._alloc)
+            bigger = _restage_batch(staging, jobs, self._alloc)
         self._shared.free(staging)
         return bigger
 
@@ -527,8 +528,8 @@ def _staged_rows(staging: StagingBuffer, start: int, count: int) -> np.ndarray:
     return np.concatenate([rows, staging.times[start : start + count, None]], axis=1)
 
 
-def _restaged(staging: StagingBuffer, jobs: list[FrameJob],
-              alloc: Callable[[tuple[int, ...], Any], np.ndarray] | None) -> StagingBuffer:
+def _restage_batch(staging: StagingBuffer, jobs: list[FrameJob],
+                   alloc: Callable[[tuple[int, ...], Any], np.ndarray] | None) -> StagingBuffer:
     """A staging buffer large enough for the whole batch, with every frame copied in (it replaces the
     old one in the pool, so later batches of this size read straight into it)."""
     total = sum(len(job.points) for job in jobs if job.points is not None)

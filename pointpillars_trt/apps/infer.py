@@ -39,7 +39,7 @@ from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
-from .ranges import float_in, int_in, path_name
+from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -60,56 +60,8 @@ WRITE_PROCESSES_FROM = 256  # frames to run (not those skipped); shorter runs do
 #: Reader processes of a long GPU run (as many runs): reads in threads waited for this process's GIL
 #: (``shared_staging``); 4 processes read and checked 16,000 full scans a second on a 16-core H200 host.
 READ_PROCESSES = max(1, min(4, (os.cpu_count() or 1) // 4))
-
-
-# --------------------------------------------------------------------------- argument types
-
-def device_arg(text: str) -> str:
-    from ..runtime_options import DEVICES_EXPECTED, parse_device
-
-    try:
-        parse_device(text)
-    except PointPillarsError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {DEVICES_EXPECTED}") from None
-    return text
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
-    return value
-
-
-def threads_arg(text: str) -> int:
-    from ..runtime_options import max_threads
-
-    value = positive_int(text)
-    if value > max_threads():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{max_threads()} (this machine's cores)")
-    return value
-
-
 #: More pipelines than this on one GPU only add memory (each holds its own buffers and engine).
 MAX_PIPELINES = 16
-
-
-def image_shape_arg(text: str) -> tuple[int, int]:
-    """``H,W`` only: ``1242x375`` is how an image's size is usually written (width first), so a form
-    with an ``x`` would be read the wrong way round as often as not, and is refused."""
-    if "x" in text.lower():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242 for KITTI "
-                                         "(not WIDTHxHEIGHT)")
-    try:
-        height, width = (int(p) for p in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242") from None
-    if height < 1 or width < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: height and width must be positive")
-    return height, width
 
 
 # --------------------------------------------------------------------------- parser

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import sys
 
+_ONE_LINE_LIMIT = 600  # characters of a message line; longer text loses its middle
 
-def one_line(exc: BaseException | str, limit: int = 600) -> str:
+
+def one_line(exc: BaseException | str) -> str:
     """An exception (or text) as one terminal-safe line: control characters escaped, line breaks
-    folded, long text shortened in the middle; an empty message becomes the exception's type."""
+    folded, text longer than 600 characters shortened in the middle; an empty message becomes the
+    exception's type."""
     text = str(exc)
     if not text.strip() and isinstance(exc, BaseException):
         text = type(exc).__name__
     text = " ".join(text.split())
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if len(text) > limit:
-        text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
+    if len(text) > _ONE_LINE_LIMIT:
+        text = text[: _ONE_LINE_LIMIT // 2 - 2] + " ... " + text[-(_ONE_LINE_LIMIT // 2 - 3):]
     return text
 
 

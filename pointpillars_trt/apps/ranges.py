@@ -7,6 +7,8 @@ import argparse
 import math
 from collections.abc import Callable
 
+from ..errors import PointPillarsError
+
 
 def int_in(low: int, high: int) -> Callable[[str], int]:
     """An argparse ``type`` for integers in ``low..high``."""
@@ -89,3 +91,50 @@ def path_name(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError(f"{text!r}: an empty name (an unset variable?); name the file or folder")
     return text
+
+
+def device_arg(text: str) -> str:
+    """An argparse ``type`` for a device: auto, cpu, cuda or cuda:N (the text itself is kept)."""
+    from ..runtime_options import DEVICES_EXPECTED, parse_device
+
+    try:
+        parse_device(text)
+    except PointPillarsError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {DEVICES_EXPECTED}") from None
+    return text
+
+
+def positive_int(text: str) -> int:
+    """An argparse ``type`` for integers >= 1, without an upper bound."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
+    return value
+
+
+def threads_arg(text: str) -> int:
+    """An argparse ``type`` for a thread count: 1 up to this machine's cores."""
+    from ..runtime_options import max_threads
+
+    value = positive_int(text)
+    if value > max_threads():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{max_threads()} (this machine's cores)")
+    return value
+
+
+def image_shape_arg(text: str) -> tuple[int, int]:
+    """``H,W`` only: ``1242x375`` is how an image's size is usually written (width first), so a form
+    with an ``x`` would be read the wrong way round as often as not, and is refused."""
+    if "x" in text.lower():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242 for KITTI "
+                                         "(not WIDTHxHEIGHT)")
+    try:
+        height, width = (int(p) for p in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242") from None
+    if height < 1 or width < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: height and width must be positive")
+    return height, width

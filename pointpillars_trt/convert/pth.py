@@ -101,9 +101,10 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return escape_text(text, limit)
 
 
-def key_text(key: Any, limit: int = 100) -> str:
-    """A state-dict key as listed in messages: plain text for a string, else its short repr."""
-    return escape_text(key, limit) if isinstance(key, str) else short_repr(key, limit)
+def key_text(key: Any) -> str:
+    """A state-dict key as listed in messages, at most 100 characters: plain text for a string, else
+    its short repr."""
+    return escape_text(key, 100) if isinstance(key, str) else short_repr(key, 100)
 
 
 # ---------------------------------------------------------------------------------------------

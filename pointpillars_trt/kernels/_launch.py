@@ -222,10 +222,6 @@ def slot_defines(prefix: str, names: tuple[str, ...]) -> dict[str, int]:
     return {f"{prefix}_{name.upper()}": i for i, name in enumerate(names)}
 
 
-def pow2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
-
-
 def grid_blocks(n: int, block: int) -> int:
     return max(1, -(-n // block))
 

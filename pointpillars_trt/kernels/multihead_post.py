@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 from ..anchors import NMS_CORNER_MARGIN, head_rows, multihead_anchors
-from ..config import BOX_SIZE, ModelConfig
+from ..config import BOX_SIZE, ModelConfig, next_power_of_two
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
 from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, Unpacked, threshold_values
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
 
 #: Columns of the segment table (int32, one row per class): where its head's values sit in the merged
 #: map, its head's anchors per cell and classes, its place in the head, the head's first anchor row.
@@ -57,7 +57,7 @@ class MultiHeadPostParams:
 
     @property
     def sort_cap(self) -> int:
-        return max(64, pow2(self.top_k))
+        return max(64, next_power_of_two(self.top_k))
 
     @property
     def max_rows(self) -> int:

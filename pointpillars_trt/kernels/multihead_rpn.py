@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError
+from ..kernel_limits import STATIC_SHARED_BYTES
 from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel, slot_defines
 
 BRANCH_COLUMNS = ("out_at", "count")  # the head_conv branch table: first channel in the head map, channels
@@ -21,7 +22,6 @@ _PIXELS = 16       # neck_branch: pixels a block
 _NECK_THREADS = 128
 _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
-_SHARED_LIMIT = 48 * 1024
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class MultiHeadRpnKernels:
         head_w, head_b, table = pack_head_branches(heads, mid)
         self.num_branches, self.max_out = head_w.shape[0], head_w.shape[1]
         head_shared = (_CI_CHUNK * (4 * _TILE_X + 2) * (_TILE_X + 2) + self.max_out * 9 * _CI_CHUNK) * 4
-        if _PIXELS * max_k * 4 > _SHARED_LIMIT or head_shared > _SHARED_LIMIT or mid % _CI_CHUNK:
+        if _PIXELS * max_k * 4 > STATIC_SHARED_BYTES or head_shared > STATIC_SHARED_BYTES or mid % _CI_CHUNK:
             raise BackendError(f"multi-head RPN kernels: {max_k} neck products, {self.max_out} outputs a head branch "
                                f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
         defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,

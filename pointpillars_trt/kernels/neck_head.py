@@ -21,6 +21,7 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import BackendError
+from ..kernel_limits import STATIC_SHARED_BYTES
 from ._launch import (check_device_array, checked, compile_arch_kernels, compile_kernels, cupy_module, define_flags,
                       grid_blocks, launch_kernel, multiprocessors)
 
@@ -335,7 +336,7 @@ class NeckHeadStage:
             self.biases = cp.asarray(bbuf)
             cp.cuda.runtime.deviceSynchronize()  # uploaded before any other stream reads them
         self.dtype = np.dtype(np.float16 if params.half else np.float32)
-        if params.shared_bytes > 48 * 1024:
+        if params.shared_bytes > STATIC_SHARED_BYTES:  # more dynamic shared memory than the default: opt in
             with checked(f"{self.kernel_name}: {params.shared_bytes} bytes of shared memory"):
                 self._kernel.max_dynamic_shared_size_bytes = params.shared_bytes
         positions = params.cell * params.cell

@@ -9,12 +9,12 @@ from typing import Any
 import numpy as np
 
 from ..anchors import NMS_CORNER_MARGIN, anchors
-from ..config import BOX_SIZE, ModelConfig
+from ..config import BOX_SIZE, ModelConfig, next_power_of_two
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, pow2, slot_defines
+from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
 
 POST_STATS = ("candidates", "selected")
 OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
@@ -86,11 +86,11 @@ class PostParams:
 
     @property
     def sort_cap(self) -> int:
-        return max(64, pow2(self.top_k))
+        return max(64, next_power_of_two(self.top_k))
 
     @property
     def final_cap(self) -> int:
-        return pow2(self.num_classes * self.top_k) if self.per_class else 1
+        return next_power_of_two(self.num_classes * self.top_k) if self.per_class else 1
 
     @property
     def num_anchors(self) -> int:

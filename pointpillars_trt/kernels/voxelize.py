@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from ..config import FEATURE_NAMES, STATIC_SHARED_BYTES, ModelConfig
+from ..config import FEATURE_NAMES, ModelConfig
 from ..errors import ConfigError, InputError
-from ..kernel_limits import GATHER_WARPS
+from ..kernel_limits import GATHER_WARPS, STATIC_SHARED_BYTES
 from ._launch import (check_device_array, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks,
                       launch_kernel, multiprocessors, slot_defines)
 

@@ -113,18 +113,6 @@ def to_openpcdet_boxes(native: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def from_openpcdet_boxes(boxes: np.ndarray, cfg: ModelConfig) -> np.ndarray:
-    """Inverse of ``to_openpcdet_boxes``: OpenPCDet boxes -> the family's convention, float32."""
-    b = np.asarray(boxes, np.float32).reshape(-1, 7)
-    if cfg.box_coder == "openpcdet":
-        return b.copy()
-    d = b.astype(np.float64)
-    out = np.stack(
-        [d[:, 0], d[:, 1], d[:, 2] - d[:, 5] / 2, d[:, 4], d[:, 3], d[:, 5], -d[:, 6] - np.pi / 2], axis=1
-    )
-    return out.astype(np.float32)
-
-
 def nms_boxes(native: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     """What the family hands its NMS kernel: OpenPCDet the 7-vector boxes, zhulf0804
     [x - w/2, y - l/2, x + w/2, y + l/2, yaw] computed in float32."""

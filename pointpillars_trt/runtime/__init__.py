@@ -10,7 +10,7 @@ backend works without the others installed.
 from __future__ import annotations
 
 
-from .availability import cudnn_available, onnxruntime_cuda_available, tensorrt_available
+from .availability import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason, tensorrt_available
 from .backends import (
     BACKEND_CHOICES, BACKEND_NAMES, BACKENDS, EngineRequest, backend_for, engine_file, engine_options_for,
     open_engine, pick_backend,
@@ -21,6 +21,6 @@ from .options import CudnnOptions, OrtOptions, TrtOptions
 __all__ = [
     "BACKENDS", "BACKEND_CHOICES", "BACKEND_NAMES", "Backend", "CudnnOptions", "Device", "Engine",
     "EngineRequest", "OrtOptions", "Shape", "TensorSpec", "TrtOptions",
-    "backend_for", "cudnn_available", "engine_file", "engine_options_for",
-    "onnxruntime_cuda_available", "open_engine", "pick_backend", "tensorrt_available",
+    "backend_for", "cudnn_unavailable_reason", "engine_file", "engine_options_for",
+    "onnxruntime_cuda_unavailable_reason", "open_engine", "pick_backend", "tensorrt_available",
 ]

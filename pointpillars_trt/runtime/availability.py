@@ -24,9 +24,9 @@ def gpu_visible(probes: Sequence[GpuProbe] = GPU_PROBES) -> bool:
     return any(all(os.path.exists(f) for f in _probe_files(p)) for p in probes)
 
 
-def describe_probes(probes: Sequence[GpuProbe] = GPU_PROBES) -> str:
-    """``probes`` as a message names what was looked for: "A, B or C with D"."""
-    *rest, last = [" with ".join(os.fspath(f) for f in _probe_files(p)) for p in probes]
+def describe_probes() -> str:
+    """GPU_PROBES as a message names what was looked for: "A, B or C with D"."""
+    *rest, last = [" with ".join(os.fspath(f) for f in _probe_files(p)) for p in GPU_PROBES]
     return f"{', '.join(rest)} or {last}" if rest else last
 
 
@@ -45,10 +45,6 @@ def tensorrt_unavailable_reason() -> str | None:
     return None if tensorrt_available() else "TensorRT is not importable (pip install tensorrt)"
 
 
-def onnxruntime_cuda_available() -> bool:
-    return onnxruntime_cuda_unavailable_reason() is None
-
-
 def onnxruntime_cuda_unavailable_reason() -> str | None:
     try:
         import onnxruntime
@@ -57,11 +53,6 @@ def onnxruntime_cuda_unavailable_reason() -> str | None:
     if "CUDAExecutionProvider" not in onnxruntime.get_available_providers():
         return "onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu)"
     return None
-
-
-def cudnn_available() -> bool:
-    """True when the cuDNN frontend engine can run here (frontend, cuDNN >= 9.5, CuPy, a GPU)."""
-    return cudnn_unavailable_reason() is None
 
 
 def cudnn_unavailable_reason() -> str | None:

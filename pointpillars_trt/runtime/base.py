@@ -74,7 +74,7 @@ class TensorSpec:
 
 
 class Engine(abc.ABC):
-    """Base of the TensorRT and ONNX Runtime engines: validation and the lifecycle live here once.
+    """Base of the TensorRT, ONNX Runtime and cuDNN engines: validation and the lifecycle live here once.
 
     Subclasses implement ``_load`` (returning the tensor specs), ``_unload``, and the backend halves
     of the hot path: ``_bind`` + ``_run`` for CUDA engines, ``_run_host`` for CPU engines.
@@ -95,10 +95,6 @@ class Engine(abc.ABC):
         self._bound: dict[str, tuple[int, Shape]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    @property
-    def is_active(self) -> bool:
-        return self._active
 
     def activate(self: EngineT) -> EngineT:
         """Load the graph or plan (idempotent); returns ``self`` so ``open(...).activate()`` chains."""

@@ -13,8 +13,7 @@ Two settings keep :meth:`run` free of host synchronisation:
 
 Dynamic pillar count: the graph's first dimension is symbolic and ONNX Runtime accepts any row
 count, but the pipeline binds ``Pmax`` rows every frame (padding rows are ignored downstream), so
-the shapes never change and the run can be captured, either by ORT (``cuda_graph=True``) or as
-part of the pipeline's whole-frame graph. Use one capture or the other, not both.
+the shapes never change and the run can be captured as part of the pipeline's whole-frame graph.
 
 Precision is a property of the ONNX file (an fp16 export has fp16 inside), not of this engine.
 """
@@ -50,8 +49,6 @@ class OnnxRuntimeEngine(Engine):
     compute stream at creation. ``tf32`` allows TensorFloat-32 convolutions (faster, ~1e-3 relative
     error; the engine's default is IEEE fp32, the GPU pipeline asks for TF32 as TensorRT does) and the
     NHWC layout tensor cores prefer.
-    ``cuda_graph`` lets ORT capture its kernels in its own CUDA graph on
-    the first run and replay it afterwards; the bound addresses and shapes are then frozen.
     """
 
     backend: Backend = "onnxruntime"
@@ -71,18 +68,14 @@ class OnnxRuntimeEngine(Engine):
                 f"{self.path.name}: CUDA mode needs the pipeline's stream (stream_ptr), received {stream_ptr!r}. "
                 "Note: ONNX Runtime treats 0 as 'no user stream' and would run on a stream of its own"
             )
-        if device == "cpu" and options.cuda_graph:
-            raise BackendError("cuda_graph=True needs device='cuda'")
         self.options = options
         self.device_id = options.device_id
         self.stream_ptr = int(stream_ptr)
-        self.cuda_graph = options.cuda_graph
         self.threads = options.threads
         self.tf32 = options.tf32
         self._session: ort.InferenceSession | None = None
         self._binding: ort.IOBinding | None = None
         self._run_options: ort.RunOptions | None = None
-        self._graph_captured = False
 
     def _load(self) -> list[TensorSpec]:
         if not self.path.is_file():
@@ -121,7 +114,6 @@ class OnnxRuntimeEngine(Engine):
         cuda_options = {
             "device_id": str(self.device_id),
             "user_compute_stream": str(self.stream_ptr),
-            "enable_cuda_graph": "1" if self.cuda_graph else "0",
             # TF32 convolutions move logits by ~1e-3 and can flip boxes near the score threshold
             "use_tf32": "1" if self.tf32 else "0",
             # Tensor-core convolutions want NHWC: measured on an H200, NHWC takes the RPN from 1.10 to
@@ -132,15 +124,9 @@ class OnnxRuntimeEngine(Engine):
 
     def _unload(self) -> None:
         self._session = self._binding = self._run_options = None
-        self._graph_captured = False
 
     def _bind(self, spec: TensorSpec, ptr: int, shape: Shape) -> None:
         assert self._binding is not None  # set by _load in CUDA mode
-        if self._graph_captured:
-            raise BackendError(
-                f"{spec.role} tensor: {spec.name} | Received a new address or shape after ONNX Runtime captured "
-                f"its CUDA graph. Note: with cuda_graph=True bind once, before the first run()"
-            )
         bind = self._binding.bind_input if spec.is_input else self._binding.bind_output
         bind(spec.name, "cuda", self.device_id, spec.dtype.type, list(shape), ptr)
 
@@ -155,7 +141,6 @@ class OnnxRuntimeEngine(Engine):
             self._session.run_with_iobinding(self._binding, self._run_options)
         except Exception as exc:  # ORT's pybind errors share no base but Exception
             raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
-        self._graph_captured = self.cuda_graph
 
     def _run_host(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self._session is not None

@@ -21,12 +21,10 @@ from ..graph_io import MAX_BATCH
 
 @dataclass(frozen=True)
 class OrtOptions:
-    """ONNX Runtime: ``cuda_graph`` lets ORT capture its own CUDA graph on the first run (bindings are
-    then frozen); ``threads`` sizes the CPU thread pool (None: ORT's default, one per core);
+    """ONNX Runtime: ``threads`` sizes the CPU thread pool (None: ORT's default, one per core);
     ``tf32`` allows TensorFloat-32 convolutions on the CUDA provider (False: IEEE fp32)."""
 
     device_id: int = 0
-    cuda_graph: bool = False
     threads: int | None = None
     tf32: bool = False
 

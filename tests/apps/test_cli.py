@@ -1189,7 +1189,7 @@ def test_a_pcdet_config_away_from_openpcdets_tree_builds_with_its_tools_folder(c
 def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused() -> None:
     """``--image-shape 1242x375`` is KITTI's size written width first: read as H,W it would clip every 2D
     box to a 375-pixel-wide image, so the ``x`` form is refused, saying which order is meant."""
-    from pointpillars_trt.apps.infer import image_shape_arg
+    from pointpillars_trt.apps.ranges import image_shape_arg
 
     assert image_shape_arg("375,1242") == (375, 1242)
     for text in ("1242x375", "375X1242"):

@@ -528,7 +528,7 @@ def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     from tiny import tiny_model_dir
 
     from pointpillars_trt.detector import PointPillars, cuda_available
-    from pointpillars_trt.runtime import cudnn_available, onnxruntime_cuda_available
+    from pointpillars_trt.runtime import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason
 
     reason = cuda_available()
     if reason is not None:
@@ -536,10 +536,10 @@ def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     fp16 = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
     fp32 = tiny_model_dir(tmp_path / "fp32", seed=3).path
     cases = []
-    if cudnn_available():
+    if cudnn_unavailable_reason() is None:
         cases += [(fp16, "cudnn", True, "GPU cuda:0, cuDNN engine, fp16"),
                   (fp32, "cudnn", False, "GPU cuda:0, cuDNN engine, IEEE fp32")]
-    if onnxruntime_cuda_available():
+    if onnxruntime_cuda_unavailable_reason() is None:
         cases += [(fp32, "onnxruntime", True, "GPU cuda:0, ONNX Runtime (CUDA), fp32 with TF32")]
     if not cases:
         pytest.skip("no GPU engine backend installed")

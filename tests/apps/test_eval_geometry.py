@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.apps.eval.geometry import (
-    bev_corners,
+    camera_bev_corners,
     bev_intersection_pairs,
-    bev_iou_pairs,
     box2d_coverage_pairs,
     box2d_iou_pairs,
     camera_box_iou_pairs,
@@ -18,6 +17,15 @@ from pointpillars_trt.kitti import camera_box_corners
 
 def _bev(x: float, z: float, l: float, w: float, ry: float) -> np.ndarray:
     return np.array([[x, z, l, w, ry]], dtype=np.float64)
+
+
+def bev_iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The BEV IoU of (P, 5) BEV boxes, as camera_box_iou_pairs gives it for 3D boxes of those footprints."""
+    def camera(boxes: np.ndarray) -> np.ndarray:  # (x, y, z, h, w, l, ry), 1 m tall, bottom at y = 0
+        x, z, l, w, ry = boxes.T
+        return np.stack([x, np.zeros_like(x), z, np.ones_like(x), w, l, ry], axis=1)
+
+    return camera_box_iou_pairs(camera(a), camera(b))[0]
 
 
 def test_identical_boxes_have_iou_one() -> None:
@@ -53,7 +61,7 @@ def test_corners_follow_kitti_rotation_y() -> None:
     for _ in range(5):
         x, z, l, w, ry = rng.uniform(-5, 5), rng.uniform(5, 40), rng.uniform(1, 5), rng.uniform(0.5, 2), rng.uniform(-3, 3)
         bottom = camera_box_corners(np.array([[x, 1.5, z]]), np.array([[l, 1.6, w]]), np.array([ry]))[0, :4][:, [0, 2]]
-        ours = bev_corners(_bev(x, z, l, w, ry))[0]
+        ours = camera_bev_corners(_bev(x, z, l, w, ry))[0]
         assert np.allclose(np.sort(bottom, axis=0), np.sort(ours, axis=0))
 
 

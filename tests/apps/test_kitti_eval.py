@@ -25,7 +25,7 @@ from pointpillars_trt.apps.eval.cli import add_eval_parser, run_eval
 from pointpillars_trt.apps.eval.io import load_ground_truth, load_predictions
 from pointpillars_trt.apps.eval.kitti_eval import EvalResult, evaluate
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.kitti import Calibration, camera_box_corners, kitti_label_to_lidar_boxes
+from pointpillars_trt.kitti import Calibration, camera_box_corners, kitti_label_to_lidar_boxes, project_boxes_to_image
 
 DIMS = {"Car": (1.5, 1.6, 3.9), "Van": (2.2, 1.9, 5.0), "Truck": (3.0, 2.5, 8.0),
         "Pedestrian": (1.8, 0.6, 0.8), "Person_sitting": (1.2, 0.6, 0.8), "Cyclist": (1.7, 0.6, 1.8)}
@@ -260,8 +260,7 @@ def test_json_predictions_go_through_the_calibration(tmp_path: Path) -> None:
         lines = []
         for slot, x in enumerate((-4.0, 4.0)):
             loc, lhw, ry = np.array([[x, 1.6, 15.0 + f % 5]]), np.array([[3.9, 1.5, 1.6]]), np.array([rng.uniform(-3, 3)])
-            uv = calib.rect_to_image(camera_box_corners(loc, lhw, ry)[0])
-            box = [*uv.min(axis=0), *uv.max(axis=0)]
+            box = project_boxes_to_image(camera_box_corners(loc, lhw, ry), calib, (375, 1242))[0][0]
             lines.append(f"Car 0 0 0 {box[0]} {box[1]} {box[2]} {box[3]} 1.5 1.6 3.9 {x} 1.6 {loc[0, 2]} {ry[0]}")
         frames.append(lines)
     ids = write_frames(tmp_path / "label_2", frames)

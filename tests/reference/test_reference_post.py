@@ -31,7 +31,7 @@ from pointpillars_trt.reference import (
     to_openpcdet_boxes,
 )
 from pointpillars_trt.reference import post
-from pointpillars_trt.reference.post import apply_direction, from_openpcdet_boxes, nms_boxes
+from pointpillars_trt.reference.post import apply_direction, nms_boxes
 
 Point = tuple[float, float]
 MARGIN = {"openpcdet": 1e-2, "zhulf0804": 1e-5}  # README (OpenPCDet) / mmdet3d-style kernel (zhulf0804)
@@ -585,7 +585,7 @@ def test_head_maps_to_anchor_major(openpcdet_cfg: ModelConfig) -> None:
 
 # --------------------------------------------------------------------------- box conventions
 
-def test_conversion_round_trip(zhulf_cfg: ModelConfig, openpcdet_cfg: ModelConfig) -> None:
+def test_conversion_to_openpcdet_boxes(zhulf_cfg: ModelConfig, openpcdet_cfg: ModelConfig) -> None:
     rng = np.random.default_rng(5)
     native = np.column_stack([rng.uniform(0, 70, 200), rng.uniform(-40, 40, 200), rng.uniform(-3, 0, 200),
                               rng.uniform(0.4, 2, 200), rng.uniform(0.5, 5, 200), rng.uniform(1, 2, 200),
@@ -594,9 +594,6 @@ def test_conversion_round_trip(zhulf_cfg: ModelConfig, openpcdet_cfg: ModelConfi
     for n, p in zip(native.tolist(), pcdet.tolist()):
         x, y, z, w, l, h, yaw = n
         np.testing.assert_allclose(p, [x, y, z + h / 2, l, w, h, -yaw - math.pi / 2], rtol=0, atol=1e-5)
-    np.testing.assert_allclose(from_openpcdet_boxes(pcdet, zhulf_cfg), native, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(to_openpcdet_boxes(from_openpcdet_boxes(pcdet, zhulf_cfg), zhulf_cfg), pcdet,
-                               rtol=0, atol=1e-5)
     assert np.array_equal(to_openpcdet_boxes(pcdet, openpcdet_cfg), pcdet)
 
 

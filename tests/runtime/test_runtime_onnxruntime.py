@@ -90,14 +90,14 @@ def test_tensor_specs_describe_the_graph(pfn, head):
 
 def test_lifecycle(pfn):
     engine = OnnxRuntimeEngine(pfn[0])
-    assert not engine.is_active
+    assert repr(engine).endswith(", inactive)")
     with pytest.raises(BackendError, match="not active"):
         engine.run_host({"pillars": pillars(2)})
     with engine as active:
-        assert active is engine and engine.is_active
+        assert active is engine and repr(engine).endswith(", active)")
         assert engine.activate() is engine  # idempotent
         engine.run_host({"pillars": pillars(2)})
-    assert not engine.is_active
+    assert repr(engine).endswith(", inactive)")
     with pytest.raises(BackendError, match="not active"):
         engine.inputs
     engine.close()  # twice is fine
@@ -282,29 +282,6 @@ def test_cuda_run_does_not_wait_and_follows_stream_order(cp, stream, pfn):
         stream.synchronize()
         run_behind_busy_stream(cp, stream, engine, staged, inputs["pillars"])
     np.testing.assert_allclose(cp.asnumpy(outputs["pillar_features"]), pfn_reference(second, weights), **GPU_TOL)
-
-
-@pytest.mark.cuda
-@pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
-def test_cuda_graph_of_onnxruntime_replays_with_new_input_data(cp, stream, pfn):
-    path, weights = pfn
-    with open_engine(path, OrtOptions(cuda_graph=True), device="cuda", stream_ptr=stream.ptr) as engine:
-        inputs = device_buffers(cp, stream, engine, {"pillars": pillars(128)})
-        outputs = bind_outputs(cp, stream, engine, {"pillar_features": (128, 16)})
-        for _ in range(4):  # ORT runs normally first, then captures, then replays
-            x = pillars(128)
-            inputs["pillars"].set(x, stream=stream)
-            engine.run(stream.ptr)
-            stream.synchronize()
-            np.testing.assert_allclose(cp.asnumpy(outputs["pillar_features"]), pfn_reference(x, weights), **GPU_TOL)
-        x = pillars(128)
-        with stream:
-            staged = cp.asarray(x)
-        run_behind_busy_stream(cp, stream, engine, staged, inputs["pillars"])  # a replay must not sync either
-        np.testing.assert_allclose(cp.asnumpy(outputs["pillar_features"]), pfn_reference(x, weights), **GPU_TOL)
-        moved = cp.empty_like(inputs["pillars"])
-        with pytest.raises(BackendError, match="after ONNX Runtime captured its CUDA graph"):
-            engine.bind("pillars", moved.data.ptr, moved.shape)
 
 
 @pytest.mark.cuda

@@ -148,7 +148,7 @@ def test_tensorrt_engines_need_cuda(tmp_path):
     with pytest.raises(BackendError, match="tensorrt runs on cuda only; received device=.cpu.. Note: use OrtOptions"):
         open_engine(tmp_path / "rpn.plan", device="cpu")
     with pytest.raises(BackendError, match="OrtOptions cannot open this file"):
-        open_engine(tmp_path / "rpn.plan", OrtOptions(cuda_graph=True))
+        open_engine(tmp_path / "rpn.plan", OrtOptions())
     with pytest.raises(BackendError, match="TrtOptions cannot open this file"):
         open_engine(tmp_path / "rpn.onnx", TrtOptions())
 

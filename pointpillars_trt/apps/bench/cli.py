@@ -18,15 +18,15 @@ from ...errors import InputError, PointPillarsError
 from ...fileio import check_writable_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
-from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_available
+from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
 from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES, device_arg
-from ..ranges import float_in, int_in, int_list_in, names_in, path_name
+from ..infer import MAX_PIPELINES
+from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
     from ...convert.onnx_export import ModelWeights
@@ -306,7 +306,7 @@ def _bench_baselines(model: _Model, frame_sets: dict[str, list[np.ndarray]], arg
     from .round_trip import HostRoundTripPipeline
 
     md = _model_dir(model, "tf32", out)
-    if md is not None and not onnxruntime_cuda_available():
+    if md is not None and onnxruntime_cuda_unavailable_reason() is not None:
         results["notes"].append("host-round-trip baseline skipped: it runs on onnxruntime-gpu")
     elif md is not None:
         pipe = HostRoundTripPipeline(md, backend="onnxruntime", stage_timings=True, device_id=device_id)

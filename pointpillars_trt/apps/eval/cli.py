@@ -11,8 +11,8 @@ from typing import Any
 from ...errors import InputError
 from ...fileio import check_writable_file, safe_repr, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
-from ..infer import camera_options_given, image_shape_arg
-from ..ranges import path_name
+from ..infer import camera_options_given
+from ..ranges import image_shape_arg, path_name
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate

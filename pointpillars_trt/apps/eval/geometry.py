@@ -44,8 +44,8 @@ def box2d_coverage_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.divide(inter, _box2d_area(a), out=np.zeros_like(inter), where=inter > 0)
 
 
-def bev_corners(boxes: np.ndarray) -> np.ndarray:
-    """(..., 5) BEV boxes -> (..., 4, 2) corners, counter-clockwise in the (x, z) plane.
+def camera_bev_corners(boxes: np.ndarray) -> np.ndarray:
+    """(..., 5) camera-frame BEV boxes (x, z, l, w, ry) -> (..., 4, 2) corners, counter-clockwise in the (x, z) plane.
 
     The rotation is KITTI's rotation_y about the downward y axis, which in (x, z) reads
     x' = cos(ry) x + sin(ry) z, z' = -sin(ry) x + cos(ry) z (a proper rotation, so the
@@ -109,21 +109,13 @@ def bev_intersection_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     near = np.flatnonzero(np.hypot(a[:, 0] - b[:, 0], a[:, 1] - b[:, 1]) < reach)
     if near.size == 0:
         return area
-    poly = bev_corners(a[near])
-    clip = bev_corners(b[near])
+    poly = camera_bev_corners(a[near])
+    clip = camera_bev_corners(b[near])
     count = np.full(len(near), 4)
     for i in range(4):
         poly, count = _clip(poly, count, clip[:, i], clip[:, (i + 1) % 4])
     area[near] = _polygon_area(poly, count)
     return area
-
-
-def bev_iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of rotated BEV boxes a[i], b[i]."""
-    a, b = np.asarray(a, np.float64).reshape(-1, 5), np.asarray(b, np.float64).reshape(-1, 5)
-    inter = bev_intersection_pairs(a, b)
-    union = a[:, 2] * a[:, 3] + b[:, 2] * b[:, 3] - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=inter > 0)
 
 
 def camera_box_iou_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

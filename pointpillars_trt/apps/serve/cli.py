@@ -23,8 +23,8 @@ from ..exit_codes import EXIT_FRAME_FAILURES
 from ..frame_report import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import MAX_IN_FLIGHT
-from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_MAX_POINTS, MAX_INSTANCES, MAX_PIPELINES_PER_INSTANCE,
-                         MAX_QUEUE_DELAY_US, MODEL_NAME)
+from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
+                         MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
 
 if TYPE_CHECKING:
     from .health import ModelProbe
@@ -51,7 +51,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                        help=f"largest batch Triton forms for an instance, 1 (no batching)..{MAX_BATCH}")
     serve.add_argument("--max-queue-delay-us", type=int_in(0, MAX_QUEUE_DELAY_US), default=2000,
                        help=f"how long a request may wait for others to fill a batch, 0..{MAX_QUEUE_DELAY_US}")
-    serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_MAX_POINTS,
+    serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_SERVED_MAX_POINTS,
                        help=f"largest frame a request may carry, 1..{MAX_FRAME_POINTS}")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda (every GPU) or cuda:N")
     serve.add_argument("--host", default="127.0.0.1", help="address the endpoints bind to")

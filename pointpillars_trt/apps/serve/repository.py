@@ -22,7 +22,7 @@ from ...runtime_options import RuntimeOptions, max_threads
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
-DEFAULT_MAX_POINTS = 1_000_000
+DEFAULT_SERVED_MAX_POINTS = 1_000_000
 #: Most model instances per GPU (or on the CPU), pipelines per instance, and the longest a request may
 #: wait for a batch (10 s).
 MAX_INSTANCES = 64
@@ -180,7 +180,7 @@ def _foreign_entry(target: Path) -> str | None:
 
 def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int | None = None,
                      max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
-                     max_points: int = DEFAULT_MAX_POINTS, runtime: RuntimeOptions | None = None,
+                     max_points: int = DEFAULT_SERVED_MAX_POINTS, runtime: RuntimeOptions | None = None,
                      pipelines: int = 1) -> Path:
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
