@@ -99,7 +99,7 @@ def _cudnn_options(r: EngineRequest) -> CudnnOptions:
 BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
     BackendRow("onnxruntime", "onnxruntime (CUDA EP)", OrtOptions, "onnx", (".onnx",), ("cpu", "cuda"),
                onnxruntime_cuda_unavailable_reason, _open_onnxruntime,
-               lambda r: OrtOptions(device_id=r.device_id, tf32=r.tf32),
+               lambda r: OrtOptions(device_id=r.device_id, tf32=r.tf32, graph_sha256=r.graph_sha256),
                auto_priority=2, suits=lambda model: True),
     BackendRow("tensorrt", "tensorrt (plans)", TrtOptions, "plan", (".plan", ".engine"), ("cuda",),
                tensorrt_unavailable_reason, _open_tensorrt,

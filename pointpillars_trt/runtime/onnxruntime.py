@@ -20,6 +20,7 @@ Precision is a property of the ONNX file (an fp16 export has fp16 inside), not o
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -27,7 +28,9 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile
 
-from ..errors import BackendError, ModelDirError
+from ..errors import BackendError, InputError, ModelDirError
+from ..fileio import read_regular_file
+from ..model_dir import MAX_GRAPH_BYTES
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import OrtOptions
 
@@ -93,8 +96,9 @@ class OnnxRuntimeEngine(Engine):
         options.enable_profiling = False
         if self.threads is not None:
             options.intra_op_num_threads = self.threads
+        model = str(self.path) if self.options.graph_sha256 is None else self._checked_graph(self.options.graph_sha256)
         try:
-            session = ort.InferenceSession(str(self.path), sess_options=options, providers=self._providers())
+            session = ort.InferenceSession(model, sess_options=options, providers=self._providers())
         except (InvalidProtobuf, InvalidGraph, NoSuchFile) as exc:
             raise ModelDirError(f"Cannot load ONNX graph {self.path}: {exc}. Note: re-export it") from exc
         except Exception as exc:  # ORT's pybind errors (Fail, EPFail, ...) share no base but Exception
@@ -107,6 +111,18 @@ class OnnxRuntimeEngine(Engine):
             self._run_options.add_run_config_entry(_NO_SYNC_RUN_OPTION, "1")
         self._session = session
         return [_spec(arg, True) for arg in session.get_inputs()] + [_spec(arg, False) for arg in session.get_outputs()]
+
+    def _checked_graph(self, expected_sha256: str) -> bytes:
+        """The graph file's bytes, which must be the ones the model dir records: the file may have been
+        replaced since the model dir was checked, and ORT reads what is there when the session is made."""
+        try:
+            data = read_regular_file(self.path, max_bytes=MAX_GRAPH_BYTES, what="graph")
+        except InputError as exc:
+            raise ModelDirError(str(exc)) from None
+        if hashlib.sha256(data).hexdigest() != expected_sha256:
+            raise ModelDirError(f"{self.path}: replaced since its model dir was opened (a build into the same "
+                                "folder?): not the graph its model.json records; open the model dir again")
+        return data
 
     def _providers(self) -> list[Any]:
         if self.device == "cpu":

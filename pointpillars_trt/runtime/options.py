@@ -22,11 +22,14 @@ from ..graph_io import MAX_BATCH
 @dataclass(frozen=True)
 class OrtOptions:
     """ONNX Runtime: ``threads`` sizes the CPU thread pool (None: ORT's default, one per core);
-    ``tf32`` allows TensorFloat-32 convolutions on the CUDA provider (False: IEEE fp32)."""
+    ``tf32`` allows TensorFloat-32 convolutions on the CUDA provider (False: IEEE fp32); ``graph_sha256``
+    (the model dir's record) is checked against the very bytes the session is made from, so a graph
+    replaced after the model dir was opened (a build into the same folder) is refused, not run."""
 
     device_id: int = 0
     threads: int | None = None
     tf32: bool = False
+    graph_sha256: str | None = None
 
     def __post_init__(self) -> None:
         _set_device_id(self, "OrtOptions")

@@ -349,3 +349,21 @@ def test_options_are_validated() -> None:
         OrtOptions(threads=0)
     with pytest.raises(BackendError, match="device_id"):
         OrtOptions(device_id=True)  # type: ignore[arg-type]
+
+
+def test_a_graph_replaced_after_its_model_dir_was_opened_is_refused_not_run(tmp_path: Path) -> None:
+    """A build into the same folder between the model dir's checks and the session's making (which reads the
+    file again) would pair one model's record with another's weights: the session's bytes are checked."""
+    from pointpillars_trt.cpu_detector import CpuDetector
+    from pointpillars_trt.model_dir import load_model_dir
+    from tiny import tiny_model_dir
+
+    tiny_model_dir(tmp_path / "a", seed=0)
+    other = tiny_model_dir(tmp_path / "b", seed=1)
+    model = load_model_dir(tmp_path / "a")
+    CpuDetector(model).close()  # the model dir as checked opens
+    model.rpn_path.write_bytes(other.rpn_path.read_bytes())  # same inputs and outputs, other weights
+    with pytest.raises(ModelDirError, match="rpn.onnx: replaced since its model dir was opened"):
+        CpuDetector(model)
+    with pytest.raises(ModelDirError, match="replaced since"):
+        open_engine(model.rpn_path, OrtOptions(graph_sha256=model.graph_sha256("rpn")), device="cpu")
