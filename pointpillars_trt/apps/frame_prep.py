@@ -25,8 +25,15 @@ Prepare = Callable[[np.ndarray, str], np.ndarray]
 #: to be worth a warning: none in the range (``frame_report.frame_warning``), none left by the crop.
 MISPLACED_FROM = 100
 
-FOV_NOTICE = ("note: KITTI output: only the points the camera sees are detected on (OpenPCDet's "
-              "FOV_POINTS_ONLY, as its KITTI evaluation does); --no-fov-only keeps the full scans")
+def fov_notice(fmt: str, cropped: bool) -> str:
+    """The run's one note on the camera-view crop it applies by default for KITTI output or --eval
+    (``cropped``), or leaves off because the model's dataset config said it was trained on full scans."""
+    why = "KITTI output" if fmt == "kitti" else "--eval"
+    if cropped:
+        return (f"note: {why}: only the points the camera sees are detected on (OpenPCDet's FOV_POINTS_ONLY, "
+                "as its KITTI evaluation does); --no-fov-only keeps the full scans")
+    return (f"note: {why}: the full scans are detected on, not only the points the camera sees: the model was "
+            "trained on full scans (its dataset config's FOV_POINTS_ONLY: False); --fov-only crops them")
 
 
 def assumed_image_note(source: str, uses: str) -> str:
@@ -136,13 +143,14 @@ def fov_only_default(fmt: str, evaluating: bool, trained_fov_only: bool | None =
 def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], None],
                    trained_fov_only: bool | None = None, point_range: Sequence[float] | None = None) -> Prepare | None:
     """infer's per-frame step from its options and the model dir's recorded ``fov_points_only``
-    (None: frames go to the detector as read); ``note`` receives the one-line notice when the crop
-    is on by default; ``point_range``, the model's, decides which emptied frames are warned about."""
+    (None: frames go to the detector as read); ``note`` receives the one-line notice of the default for KITTI
+    output or --eval (the crop, or none for a model trained on full scans); ``point_range``, the model's, decides which emptied frames are warned about."""
     fov_only = getattr(args, "fov_only", None)
     if fov_only is None:
-        fov_only = fov_only_default(fmt, bool(getattr(args, "eval", None)), trained_fov_only)
-        if fov_only:
-            note(FOV_NOTICE)
+        evaluating = bool(getattr(args, "eval", None))
+        fov_only = fov_only_default(fmt, evaluating, trained_fov_only)
+        if fmt == "kitti" or evaluating:
+            note(fov_notice(fmt, fov_only))
     if not fov_only:
         return None
     return CameraFovCrop(args.calib, args.image_shape, None if point_range is None else tuple(point_range))

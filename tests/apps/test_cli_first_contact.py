@@ -198,6 +198,21 @@ def test_kitti_output_crops_to_the_camera_by_default(tiny_model: Path, tiny_fram
     assert json_points("--fov-only")[0] == len(expected)
     full = cli("infer", frame, "--format", "kitti", "--out", tmp_path / "c", "--no-fov-only", *base)
     assert full.rc == 0 and FOV_NOTE not in full.err, full
+    assert f"note: KITTI output: {FOV_NOTE}" in default.err
+
+
+def test_the_default_crop_is_said_with_its_reason_kitti_output_or_eval() -> None:
+    import argparse
+
+    from pointpillars_trt.apps.frame_prep import frame_preparer
+
+    for fmt, evaluating, trained_fov_only, said in (
+            ("kitti", None, None, f"note: KITTI output: {FOV_NOTE}"), ("json", "labels", None, f"note: --eval: {FOV_NOTE}"),
+            ("json", "labels", False, "note: --eval: the full scans are detected on"), ("json", None, None, None)):
+        notes: list[str] = []
+        args = argparse.Namespace(fov_only=None, eval=evaluating, calib=None, image_shape=None)
+        frame_preparer(args, fmt, notes.append, trained_fov_only)
+        assert (notes[0].startswith(said) if said else notes == []), notes
 
 
 def png_header(width: int, height: int) -> bytes:

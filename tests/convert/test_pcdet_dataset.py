@@ -55,6 +55,8 @@ def test_model_trained_on_full_scans_is_not_cropped_by_default(assets: Path, tmp
         rc, err = run("infer", frame, "--model", model, "--device", "cpu", "--format", "kitti", "--out",
                       tmp_path / name, *flags, capsys=capsys)
         assert rc == 0 and FOV_NOTE not in err, err
+        trained_full = "note: KITTI output: the full scans are detected on" in err
+        assert trained_full is (name == "default"), err  # said when it is the default's doing
         outputs[name] = (tmp_path / name / "000001.txt").read_text()
     assert outputs["default"] == outputs["full"] != outputs["crop"]
 
