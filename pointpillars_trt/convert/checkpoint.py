@@ -19,7 +19,7 @@ import numpy as np
 
 from ..config import ModelConfig, load_config
 from ..errors import CheckpointError, escape_text
-from .pth import StorageRef, TensorRef, key_text, open_pth, short_repr
+from .pth import StorageRef, TensorRef, key_text, open_pth, pickled_repr
 from . import multihead
 from .weights import BatchNorm, BatchNormFold, Conv1x1, ConvBN, PointPillarsWeights
 
@@ -142,7 +142,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} {tuple(value.shape)}"
     if isinstance(value, TensorRef):  # a tensor not built because its shape or dtype is wrong
-        return f"{np.dtype(value.storage.dtype).name} {short_repr(value.size)}"
+        return f"{np.dtype(value.storage.dtype).name} {pickled_repr(value.size)}"
     if isinstance(value, StorageRef):
         return "bare storage"
     return escape_text(type(value).__name__, 40)

@@ -19,7 +19,7 @@ checked before it runs; zip records are refused on their declared size and never
 every view must lie inside its storage; ``open_pth`` leaves tensors as references for the caller to
 build (``checkpoint.py`` builds only those whose shapes match the config); ``read_pth`` builds at most
 ``MAX_INFLATION`` x the file size. Every failure is one ``CheckpointError`` line naming the file,
-with untrusted values shown by ``short_repr`` (short, control characters escaped).
+with untrusted values shown by ``pickled_repr`` (short, control characters escaped).
 """
 
 from __future__ import annotations
@@ -91,9 +91,10 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
     return f"<{escape_text(type(value).__name__, 40)}>"
 
 
-def short_repr(value: Any, limit: int = 60) -> str:
-    """A repr of an untrusted value for one-line messages: at most ``limit`` characters, control
-    characters escaped, nested containers and huge ints abbreviated (never raises)."""
+def pickled_repr(value: Any, limit: int = 60) -> str:
+    """A repr of an untrusted value from a checkpoint's pickle for one-line messages: at most ``limit``
+    characters, control characters escaped, nested containers, tensors and huge ints abbreviated (never
+    raises); ``config.short_repr`` is its counterpart for config values, which hold no tensors."""
     try:
         text = _bounded_repr(value, 3, limit)
     except Exception:  # e.g. RecursionError from a pathological object
@@ -104,7 +105,7 @@ def short_repr(value: Any, limit: int = 60) -> str:
 def key_text(key: Any) -> str:
     """A state-dict key as listed in messages, at most 100 characters: plain text for a string, else
     its short repr."""
-    return escape_text(key, 100) if isinstance(key, str) else short_repr(key, 100)
+    return escape_text(key, 100) if isinstance(key, str) else pickled_repr(key, 100)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +167,7 @@ def _is_count(value: Any) -> bool:
 
 
 def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_grad_hooks_metadata: Any) -> TensorRef:
-    record = f"(offset {short_repr(offset, 30)}, size {short_repr(size)}, stride {short_repr(stride)})"
+    record = f"(offset {pickled_repr(offset, 30)}, size {pickled_repr(size)}, stride {pickled_repr(stride)})"
     if not (isinstance(size, tuple) and isinstance(stride, tuple) and len(size) == len(stride) <= MAX_DIMS):
         raise _Malformed(f"bad tensor record {record}")
     if any(isinstance(v, int) and v < 0 for v in stride):
@@ -176,8 +177,8 @@ def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_grad_ho
     if 0 not in size:  # the view's full extent: its last element must lie in the storage
         last = offset + sum((n - 1) * s for n, s in zip(size, stride))
         if last >= storage.numel:
-            raise _Malformed(f"a tensor of size {short_repr(size)} reads element {last} of storage "
-                             f"{short_repr(storage.key)}, which has {storage.numel}")
+            raise _Malformed(f"a tensor of size {pickled_repr(size)} reads element {last} of storage "
+                             f"{pickled_repr(storage.key)}, which has {storage.numel}")
     return TensorRef(storage, offset, size, stride)
 
 
@@ -226,7 +227,7 @@ def _scan_pickle(stream: io.BytesIO) -> None:
         if name in _MEMO_PUTS or name == "MEMOIZE":
             index = len(memo) if name == "MEMOIZE" else arg
             if not (isinstance(index, int) and 0 <= index <= count):
-                raise _Malformed(f"memo index {short_repr(index)} at byte {pos} is out of range "
+                raise _Malformed(f"memo index {pickled_repr(index)} at byte {pos} is out of range "
                                  f"(the pickle has stored {len(memo)} objects so far)")
             if not stack:
                 raise _Malformed(f"{name} at byte {pos} with an empty stack")
@@ -234,7 +235,7 @@ def _scan_pickle(stream: io.BytesIO) -> None:
             continue
         if name in _MEMO_GETS:
             if arg not in memo:
-                raise _Malformed(f"memo index {short_repr(arg)} at byte {pos} was never stored")
+                raise _Malformed(f"memo index {pickled_repr(arg)} at byte {pos} was never stored")
             stack.append(memo[arg])
             continue
         if name == "MARK":
@@ -294,19 +295,19 @@ class _Unpickler(pickle.Unpickler):
     def persistent_load(self, pid: Any) -> StorageRef:
         # zip: ('storage', type, key, location, numel); legacy adds a view record, None since torch 0.4.
         if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
-            raise _Malformed(f"unsupported persistent id {short_repr(pid, 80)}")
+            raise _Malformed(f"unsupported persistent id {pickled_repr(pid, 80)}")
         _, storage_type, key, _location, numel, *view = pid
         if view and view[0] is not None:
             raise _Malformed("storage views (files from torch < 0.4) are not supported")
         if not (isinstance(storage_type, _StorageType) and isinstance(key, str) and _is_count(numel)):
-            raise _Malformed(f"bad storage record {short_repr(pid, 80)}")
+            raise _Malformed(f"bad storage record {pickled_repr(pid, 80)}")
         ref = StorageRef(key, storage_type.dtype, numel)
         if ref.nbytes > self.max_storage_bytes:
-            raise _Malformed(f"storage {short_repr(key)} declares {short_repr(numel)} x {ref.dtype} "
-                             f"({short_repr(ref.nbytes)} bytes), "
+            raise _Malformed(f"storage {pickled_repr(key)} declares {pickled_repr(numel)} x {ref.dtype} "
+                             f"({pickled_repr(ref.nbytes)} bytes), "
                              f"more than this file can hold ({self.max_storage_bytes} bytes)")
         if self.storages.setdefault(key, ref) != ref:
-            raise _Malformed(f"storage {short_repr(key)} is referenced with two types or sizes")
+            raise _Malformed(f"storage {pickled_repr(key)} is referenced with two types or sizes")
         return ref
 
 
@@ -345,7 +346,7 @@ class _Budget:
 
     def take(self, nbytes: int, what: str) -> None:
         if nbytes > self.left:
-            raise _Malformed(f"{what} needs {short_repr(nbytes)} bytes, more than a file of this size can "
+            raise _Malformed(f"{what} needs {pickled_repr(nbytes)} bytes, more than a file of this size can "
                              f"legitimately hold (at most {self.total} bytes in all)")
         self.left -= nbytes
 
@@ -371,7 +372,7 @@ class _Parsed:
         tensors whose shape was checked against the config)."""
         with _reading(self.source, "cannot rebuild tensors"):
             if counted:
-                self.budget.take(ref.nbytes, f"a tensor of size {short_repr(ref.size)}")
+                self.budget.take(ref.nbytes, f"a tensor of size {pickled_repr(ref.size)}")
             return _tensor(ref, self.storage(ref.storage), self.byteorder)
 
     def materialize(self) -> Any:
@@ -448,7 +449,7 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
             byteorder_raw = _open_record(archive, prefix + "byteorder", _SMALL_RECORD_BYTES)
     byteorder = byteorder_raw.decode("ascii", "replace")
     if byteorder not in ("little", "big"):
-        raise CheckpointError(f"{source}: unknown byteorder record {short_repr(byteorder, 20)}")
+        raise CheckpointError(f"{source}: unknown byteorder record {pickled_repr(byteorder, 20)}")
     # Check every storage record's declared size now (no decompression); read one when a tensor needs it.
     for ref in refs.values():
         name = f"{prefix}data/{ref.key}"
@@ -484,7 +485,7 @@ def _read_legacy(data: bytes, source: str) -> _Parsed:
         raise CheckpointError(not_torch)
     protocol, _ = _unpickle(stream, source, "legacy header", budget)
     if protocol != _LEGACY_PROTOCOL:
-        raise CheckpointError(f"{source}: legacy protocol version {short_repr(protocol, 20)}, "
+        raise CheckpointError(f"{source}: legacy protocol version {pickled_repr(protocol, 20)}, "
                               f"expected {_LEGACY_PROTOCOL}")
     _unpickle(stream, source, "legacy sys-info record", budget)
     obj, refs = _unpickle(stream, source, "main pickle", budget)
@@ -497,17 +498,17 @@ def _read_legacy(data: bytes, source: str) -> _Parsed:
     for key in keys:
         ref = refs.get(key)
         if ref is None:
-            raise CheckpointError(f"{source}: storage {short_repr(key)} is listed but no tensor uses it")
+            raise CheckpointError(f"{source}: storage {pickled_repr(key)} is listed but no tensor uses it")
         count = int.from_bytes(data[pos:pos + 8], "little", signed=True)
         if pos + 8 > len(data) or count != ref.numel or pos + 8 + ref.nbytes > len(data):
-            raise CheckpointError(f"{source}: storage {short_repr(key)} is truncated or corrupt: needs {ref.numel} "
+            raise CheckpointError(f"{source}: storage {pickled_repr(key)} is truncated or corrupt: needs {ref.numel} "
                                   f"x {ref.dtype} at byte {pos}, file has {len(data)} bytes")
         storages[key] = view[pos + 8:pos + 8 + ref.nbytes]
         pos += 8 + ref.nbytes
 
     def read_storage(ref: StorageRef) -> memoryview:
         if ref.key not in storages:
-            raise _Malformed(f"storage {short_repr(ref.key)} has no data")
+            raise _Malformed(f"storage {pickled_repr(ref.key)} has no data")
         return storages[ref.key]
 
     return _Parsed(obj, source, "little", budget, read_storage)
@@ -521,8 +522,8 @@ def _tensor(ref: TensorRef, raw: bytes | memoryview, byteorder: str) -> np.ndarr
     base = np.frombuffer(raw, dtype=dtype)
     last = ref.offset + sum((n - 1) * s for n, s in zip(ref.size, ref.stride))
     if last >= base.size:  # checked against the declared size already; this is the bytes actually read
-        raise _Malformed(f"a tensor of size {short_repr(ref.size)} reads element {last} of storage "
-                         f"{short_repr(ref.storage.key)}, which has {base.size}")
+        raise _Malformed(f"a tensor of size {pickled_repr(ref.size)} reads element {last} of storage "
+                         f"{pickled_repr(ref.storage.key)}, which has {base.size}")
     strides = tuple(s * dtype.itemsize for s in ref.stride)
     view = np.lib.stride_tricks.as_strided(base[ref.offset:], shape=ref.size, strides=strides, writeable=False)
     return np.array(view, dtype=native, order="C")

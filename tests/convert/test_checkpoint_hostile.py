@@ -34,7 +34,7 @@ from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zer
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.convert import multihead, pth
 from pointpillars_trt.convert.checkpoint import expected_keys, load_checkpoint, weights_from_state_dict
-from pointpillars_trt.convert.pth import MAX_TUPLE_NESTING, read_pth, short_repr
+from pointpillars_trt.convert.pth import MAX_TUPLE_NESTING, read_pth, pickled_repr
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.errors import CheckpointError
 
@@ -411,15 +411,15 @@ def test_control_characters_in_the_file_name(tmp_path: Path) -> None:
 
 
 def test_short_repr() -> None:
-    assert short_repr(10**5000) == "<16610-bit int>"
-    assert short_repr("a\x1b[2J\n") == "'a\\x1b[2J\\n'"
-    assert short_repr((1, 2)) == "(1, 2)" and short_repr((1,)) == "(1,)"
-    assert len(short_repr("x" * 10_000)) == 60 and short_repr("x" * 10_000).endswith("...")
+    assert pickled_repr(10**5000) == "<16610-bit int>"
+    assert pickled_repr("a\x1b[2J\n") == "'a\\x1b[2J\\n'"
+    assert pickled_repr((1, 2)) == "(1, 2)" and pickled_repr((1,)) == "(1,)"
+    assert len(pickled_repr("x" * 10_000)) == 60 and pickled_repr("x" * 10_000).endswith("...")
     deep: Any = 1
     for _ in range(100_000):
         deep = [deep]
-    assert short_repr(deep) == "[[[[...]]]]"
-    assert short_repr(list(range(100))) == "[0, 1, 2, 3, 4, 5, 6, 7, ...]"
+    assert pickled_repr(deep) == "[[[[...]]]]"
+    assert pickled_repr(list(range(100))) == "[0, 1, 2, 3, 4, 5, 6, 7, ...]"
 
 
 # --- 3. only regular files, and not too large ---------------------------------------------------------
