@@ -34,7 +34,7 @@ from .config import ModelConfig, int_within
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
-from .graph_io import MAX_BATCH, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
+from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, StagingBuffer, empty_pinned
@@ -89,7 +89,7 @@ class _Branch:
 class _Slot:
     """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
 
-    def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage | None,
+    def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage,
                  canvas_type: np.dtype, channels_first: bool, result: cp.ndarray, thresholds: cp.ndarray) -> None:
         self.voxelize = VoxelizeStage(cfg, capacity)
         self.pfn = pfn
@@ -124,12 +124,11 @@ class GpuPipeline:
     ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
     faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its
-    weights read from ``pfn.onnx``); ``pfn_engine=True`` (batch 1 only) runs ``pfn.onnx`` in the
-    engine instead, on every one of the ``max_pillars`` rows. ``post_config`` is the config the
-    post-process runs with (the model's, or a copy with other runtime thresholds); its ``max_boxes``
-    sizes the result buffers. A batch may run with other thresholds (``detect_batch(frames,
-    post_config)``): they live in a small device buffer the post-process kernels read, written on the
-    stream only when they change, so neither a recompilation nor a new CUDA graph follows.
+    weights read from ``pfn.onnx``). ``post_config`` is the config the post-process runs with (the
+    model's, or a copy with other runtime thresholds); its ``max_boxes`` sizes the result buffers. A
+    batch may run with other thresholds (``detect_batch(frames, post_config)``): they live in a small
+    device buffer the post-process kernels read, written on the stream only when they change, so
+    neither a recompilation nor a new CUDA graph follows.
     ``stage_timings`` (also an attribute, read at each ``submit``): each batch's per-stage GPU
     milliseconds in ``last_timings``, from CUDA events between the stages (they cost GPU time).
 
@@ -141,17 +140,12 @@ class GpuPipeline:
     _closed = True  # until __init__ completes there is nothing to free
 
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
-                 max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, pfn_engine: bool = False,
-                 device_id: int = 0, max_batch: int = 1, post_config: ModelConfig | None = None,
-                 stage_timings: bool = False) -> None:
+                 max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, device_id: int = 0, max_batch: int = 1,
+                 post_config: ModelConfig | None = None, stage_timings: bool = False) -> None:
         checked = int_within(max_batch, 1, MAX_BATCH)
         if checked is None:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
         max_batch = checked
-        if pfn_engine and max_batch != 1:
-            raise BackendError("pfn_engine=True runs the PFN graph on one frame's pillars: use max_batch=1")
-        if pfn_engine and backend == "cudnn":
-            raise BackendError("pfn_engine=True needs an ONNX engine (onnxruntime or tensorrt); cudnn runs the RPN only")
         reason = unsupported_reason(model.cfg)
         if reason is not None:
             raise BackendError(f"GPU pipeline: {reason} (device cpu runs it)")
@@ -160,7 +154,6 @@ class GpuPipeline:
         self.model = model
         self.backend = pick_backend(model, backend, device_id)
         self.tf32 = tf32
-        self.pfn_engine = pfn_engine
         self.device_id = device_id
         self.max_batch = max_batch
         self.use_graphs = cuda_graph
@@ -184,17 +177,14 @@ class GpuPipeline:
         # why a batch could not be one graph: then every batch size runs a graph a stage from there on
         self._frame_graph_error: str | None = None
         self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
-        self._pfn: Engine | None = None
         self._rpn: Engine | None = None
-        self._pfn_weights = None if pfn_engine else pfn_weights(model)  # read once, for every slot
+        self._pfn_weights = pfn_weights(model)  # read once, for every slot
         try:
             with self._device, self.stream:
-                self._pfn = self._open_engine("pfn") if pfn_engine else None
-                self._rpn = self._open_engine("rpn")
+                self._rpn = self._open_rpn()
                 self._allocate(max_points)  # the canvas in the layout the RPN engine reads
-                self._bind_pfn_engine()
         except BaseException:
-            self._close_engines()  # before the stream goes: a session outliving its stream crashes
+            self._close_rpn()  # before the stream goes: a session outliving its stream crashes
             raise
         self._batch = 0  # frames of the batch in flight (0: none)
         self._closed = False
@@ -225,29 +215,20 @@ class GpuPipeline:
         self._results_host = empty_pinned((b, rows, width), np.float32)
         self._result_bytes = rows * width * 4  # a frame's share of the one D2H copy
         self._allocate_input(max_points)
-        weights = self._pfn_weights
         self._slots = [
-            _Slot(cfg, self.post_cfg, self.max_points, None if weights is None else PfnStage(cfg, *weights),
+            _Slot(cfg, self.post_cfg, self.max_points, PfnStage(cfg, *self._pfn_weights),
                   canvas_type, channels_first, self._results[i], self._thresholds)
             for i in range(b)
         ]
         self._branches = [_Branch() for _ in range(min(b, BRANCHES))] if b > 1 else []
-        if self.pfn_engine:
-            self._pillar_features = cp.empty((cfg.voxel.max_pillars, cfg.network.pfn_channels), np.float32)
 
-    def _open_engine(self, graph: str) -> Engine:
+    def _open_rpn(self) -> Engine:
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
                                 config_digest=self.cfg.digest(), max_batch=self.max_batch,
-                                graph_sha256=self.model.graph_sha256(graph))
+                                graph_sha256=self.model.graph_sha256("rpn"))
         options = engine_options_for(self.backend, request)
-        return open_engine(engine_file(self.model, graph, self.backend), options, device="cuda",
+        return open_engine(engine_file(self.model, "rpn", self.backend), options, device="cuda",
                            stream_ptr=self.stream.ptr, config=self.cfg)
-
-    def _bind_pfn_engine(self) -> None:
-        if self._pfn is not None:
-            features = self._slots[0].voxelize.features
-            self._pfn.bind(PFN_INPUT, features.data.ptr, features.shape)
-            self._pfn.bind(PFN_OUTPUT, self._pillar_features.data.ptr, self._pillar_features.shape)
 
     def _bind_rpn(self, batch: int) -> None:
         """Bind the first ``batch`` canvases and head maps (a no-op when the batch size is unchanged)."""
@@ -279,7 +260,6 @@ class GpuPipeline:
             self._allocate_input(capacity)
             for slot, voxelize in zip(self._slots, voxelizers):
                 slot.voxelize = voxelize
-            self._bind_pfn_engine()
         self._graphs.clear()
 
     def _grow_batch(self, max_batch: int) -> None:
@@ -313,14 +293,14 @@ class GpuPipeline:
             return results
 
     def fit_batch(self, frames: int) -> int:
-        """Grow the pipeline's batch to ``frames`` as a ``detect_batch`` of that many would (up to MAX_BATCH; a
-        ``pfn_engine`` pipeline stays at 1); the batch it now runs."""
+        """Grow the pipeline's batch to ``frames`` as a ``detect_batch`` of that many would (up to MAX_BATCH); the
+        batch it now runs."""
         with self._lock:
             self._fit_batch(frames)
             return self.max_batch
 
     def _fit_batch(self, frames: int) -> None:
-        if frames > self.max_batch and self.max_batch < MAX_BATCH and not self.pfn_engine:
+        if frames > self.max_batch and self.max_batch < MAX_BATCH:
             self._grow_batch(min(frames, MAX_BATCH))
 
     def detect_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]],
@@ -457,20 +437,14 @@ class GpuPipeline:
         self._per_frame(batch, voxelize)
 
     def _launch_pfn(self, batch: int) -> None:
-        if self._pfn is not None:
-            self._pfn.run(self.stream.ptr)
-            return
-
         def pfn(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            assert slot.pfn is not None  # every slot has its kernel unless the engine runs the PFN
             slot.pfn.launch(slot.voxelize.features, slot.voxelize.num_pillars, stream)
 
         self._per_frame(batch, pfn)
 
     def _launch_scatter(self, batch: int) -> None:
         def scatter(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            features = self._pillar_features if slot.pfn is None else slot.pfn.out
-            slot.scatter.launch(features, slot.voxelize.coords, slot.voxelize.num_pillars, self._canvas[i], stream)
+            slot.scatter.launch(slot.pfn.out, slot.voxelize.coords, slot.voxelize.num_pillars, self._canvas[i], stream)
 
         self._per_frame(batch, scatter)
 
@@ -647,7 +621,7 @@ class GpuPipeline:
         if index == 0:
             return tuple(a for s in slots for a in (s.voxelize.features, s.voxelize.coords, s.voxelize.stats))
         if index == 1:
-            return (self._pillar_features,) if self._pfn is not None else tuple(s.pfn.out for s in slots if s.pfn)
+            return tuple(s.pfn.out for s in slots)
         if index == 2:
             return (self._canvas[:batch],)
         if index == 3:
@@ -661,24 +635,23 @@ class GpuPipeline:
         return Detections(boxes, scores, labels, self.cfg.classes, stats, velocity)
 
     def close(self) -> None:
-        """Free the graphs and engines while the stream they run on still exists (ONNX Runtime's
+        """Free the graphs and the RPN engine while the stream they run on still exists (ONNX Runtime's
         session synchronises its compute stream when destroyed). Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         self.stream.synchronize()
         self._graphs.clear()
-        self._close_engines()
+        self._close_rpn()
         self.stream.synchronize()
 
-    def _close_engines(self) -> None:
-        for engine in (self._pfn, self._rpn):
-            if engine is not None:
-                engine.close()
+    def _close_rpn(self) -> None:
+        if self._rpn is not None:
+            self._rpn.close()
 
     def __del__(self) -> None:
         # Garbage collection frees a cycle's members in no set order; a stream destroyed before its
-        # ONNX Runtime session crashes the process, so release the engines first.
+        # ONNX Runtime session crashes the process, so release the engine first.
         if not self._closed:
             self.close()
 

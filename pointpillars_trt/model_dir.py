@@ -1,12 +1,12 @@
-"""A model dir: the ONNX graphs of one build, their TensorRT plans, and ``model.json`` saying what they are.
+"""A model dir: the ONNX graphs of one build, the RPN's TensorRT plan, and ``model.json`` saying what they are.
 
 Layout (one precision per dir; a plan is specific to its precision and GPU anyway)::
 
     model.json   format version, full config + digest, weight source, precision, graph IO, versions
     pfn.onnx     pillars (P, M, C) -> pillar_features (P, 64)
     rpn.onnx     canvas (B, ny, nx, 64) -> heads (B, hy, hx, cls|box|dir), NHWC
-    pfn.plan     TensorRT plans, written by the TensorRT builder when asked for
-    rpn.plan
+    rpn.plan     the RPN's TensorRT plan (+ rpn.plan.json), written by the TensorRT builder when asked for; the
+                 GPU pipeline runs the PFN as a CUDA kernel, so a pfn.plan of an older build is ignored
 
 This module only reads model dirs; ``build.export`` is the one writer.
 """
@@ -75,11 +75,12 @@ class ModelDir:
         return found if isinstance(found, str) else None
 
     def plan_path(self, graph: str) -> Path:
-        """Where the TensorRT plan of ``graph`` ("pfn" or "rpn") lives; it may not exist yet."""
+        """Where the TensorRT plan of ``graph`` lives (builds write the RPN's only); it may not exist yet."""
         return self.path / f"{graph}.plan"
 
     def has_plans(self) -> bool:
-        return all(self.plan_path(g).is_file() for g in GRAPHS)
+        """Whether the TensorRT plan is built (``rpn.plan``; a ``pfn.plan`` of an older build is not needed)."""
+        return self.plan_path("rpn").is_file()
 
 
 

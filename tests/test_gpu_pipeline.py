@@ -364,17 +364,6 @@ def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path
     slow.close()
 
 
-def test_pfn_engine_path_matches(family_pair, assets):  # type: ignore[no-untyped-def]
-    """The PFN as an engine (pfn.onnx on max_pillars rows) gives what the fused kernel gives."""
-    _, cpu, gpu = family_pair
-    if gpu.backend != "onnxruntime":
-        pytest.skip("the PFN engine path runs pfn.onnx in ONNX Runtime")
-    engine_pfn = GpuPipeline(gpu.model, backend="onnxruntime", tf32=False, pfn_engine=True)
-    points = read_velodyne_bin(assets / SHARED_FRAMES[4])
-    assert_same_detections(engine_pfn.detect(points), cpu.detect(points), "pfn engine")
-    engine_pfn.close()
-
-
 def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: ignore[no-untyped-def]
     """TF32 (the default, as in TensorRT and PyTorch) moves logits by ~1e-3: boxes clear of the score
     threshold must all be found, with the same label and score.

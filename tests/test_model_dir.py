@@ -63,7 +63,7 @@ def test_round_trip(tmp_path: Path, family: str, precision: str):
 def test_export_overwrites_an_existing_dir_and_drops_its_stale_plans(tmp_path: Path):
     first = tiny_model_dir(tmp_path, seed=0)
     assert not first.has_plans() and engine_file(first, "rpn", "onnxruntime") == first.rpn_path
-    for graph in ("pfn", "rpn"):
+    for graph in ("pfn", "rpn"):  # pfn.plan: what builds before the PFN ran only as a CUDA kernel also wrote
         first.plan_path(graph).write_bytes(b"plan of the seed-0 graph")
         first.plan_path(graph).with_suffix(".plan.json").write_text("{}")
     assert first.has_plans() and engine_file(first, "rpn", "tensorrt") == tmp_path / "rpn.plan"
@@ -71,6 +71,19 @@ def test_export_overwrites_an_existing_dir_and_drops_its_stale_plans(tmp_path: P
     assert first.metadata["graphs"]["rpn"]["sha256"] != second.metadata["graphs"]["rpn"]["sha256"]
     assert load_model_dir(tmp_path).metadata["source"]["random_seed"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.json", "pfn.onnx", "rpn.onnx"]
+
+
+def test_plans_mean_rpn_plan_and_a_stray_pfn_plan_is_ignored(tmp_path: Path):
+    """Only rpn.plan is built and needed; a pfn.plan of an older build neither counts nor stops the dir loading."""
+    model = tiny_model_dir(tmp_path)
+    model.plan_path("pfn").write_bytes(b"pfn.plan of an older build")
+    model.plan_path("pfn").with_suffix(".plan.json").write_text("{}")
+    assert not load_model_dir(tmp_path, model.cfg).has_plans()
+    model.plan_path("rpn").write_bytes(b"rpn.plan")
+    loaded = load_model_dir(tmp_path, model.cfg)
+    assert loaded.has_plans() and loaded.metadata == model.metadata
+    model.plan_path("pfn").unlink()
+    assert load_model_dir(tmp_path, model.cfg).has_plans()
 
 
 def test_an_export_that_fails_leaves_the_previous_dir_untouched(tmp_path: Path):

@@ -1,4 +1,4 @@
-"""The one writer of model dirs: checkpoint -> ONNX graphs + metadata (+ TensorRT plans on request).
+"""The one writer of model dirs: checkpoint -> ONNX graphs + metadata (+ the RPN's TensorRT plan on request).
 
 The CLI's ``build`` and ``PointPillars.from_checkpoint`` (through its cache) both go through
 :func:`export_checkpoint`, so a model dir is the same whichever way it was made. A model dir is
@@ -24,7 +24,7 @@ from ..config import ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError
 from ..fileio import (read_regular_file, replace_folder, safe_repr, unwritable_reason, user_cache_dir,
                       write_bytes_atomic)
-from ..graph_io import MAX_BATCH, PFN_INPUT, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
+from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
 from .checkpoint import LoadedCheckpoint, load_checkpoint
@@ -132,32 +132,29 @@ def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out:
 def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True,
                       progress: Callable[[str], None] | None = None,
                       compute_capabilities: Sequence[str] | None = None) -> None:
-    """Build a TensorRT plan beside each ONNX graph of ``model``, sharing one timing cache in the dir.
+    """Build the TensorRT plan of ``model``'s RPN beside ``rpn.onnx``, its timing cache in the dir (the GPU
+    pipeline runs the PFN as a CUDA kernel, so ``pfn.onnx`` gets no plan).
 
     ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
 
-    The PFN is built for exactly ``max_pillars`` rows (the pipeline always binds that many), the RPN for
-    batches of 1 to ``MAX_BATCH`` frames (tuned for 1: the latency case), and each
-    plan records the config digest, precision and TF32 mode so a plan that does not fit the request is
-    refused at load time. ``progress`` receives a line before each build (library, profile) and one
-    after (plan size, build time). ``compute_capabilities``: see :func:`..runtime.tensorrt_build.build_plan`.
+    The plan is built for batches of 1 to ``MAX_BATCH`` frames (tuned for 1: the latency case) and records
+    the config digest, precision and TF32 mode so a plan that does not fit the request is refused at load
+    time. ``progress`` receives a line before the build (library, profile) and one after (plan size, build
+    time). ``compute_capabilities``: see :func:`..runtime.tensorrt_build.build_plan`.
     """
     from ..runtime.tensorrt_build import build_plan, describe_build, describe_plan
 
     checked = check_precision(precision)
-    p_max = model.cfg.voxel.max_pillars
-    dynamic = {"pfn": {PFN_INPUT: (1, p_max, p_max)}, "rpn": {RPN_INPUT: (1, 1, MAX_BATCH)}}
-    workspace = plan_workspace_bytes(model.cfg)
-    for graph in GRAPHS:
-        plan_path = model.plan_path(graph)
-        if progress is not None:
-            progress(describe_build(plan_path, dynamic[graph]))
-        metadata = build_plan(model.onnx_path(graph), plan_path, precision=checked,
-                              dynamic_rows=dynamic[graph], config_digest=model.cfg.digest(),
-                              timing_cache_path=model.path / "timing.cache", tf32=tf32,
-                              compute_capabilities=compute_capabilities, workspace_bytes=workspace)
-        if progress is not None:
-            progress(describe_plan(plan_path, metadata))
+    dynamic = {RPN_INPUT: (1, 1, MAX_BATCH)}
+    plan_path = model.plan_path("rpn")
+    if progress is not None:
+        progress(describe_build(plan_path, dynamic))
+    metadata = build_plan(model.rpn_path, plan_path, precision=checked, dynamic_rows=dynamic,
+                          config_digest=model.cfg.digest(), timing_cache_path=model.path / "timing.cache",
+                          tf32=tf32, compute_capabilities=compute_capabilities,
+                          workspace_bytes=plan_workspace_bytes(model.cfg))
+    if progress is not None:
+        progress(describe_plan(plan_path, metadata))
 
 
 #: The TensorRT workspace of the plans of a canvas of KITTI's size (432 x 496 cells of 64 channels), and that
@@ -191,7 +188,7 @@ def export_model_dir(
     ``source`` says where the weights came from (checkpoint path, sha256 and layout, or a random seed);
     it is stored as given and must be JSON-serialisable. ``dataset`` (stored when given) says what the
     training data config says about the points, e.g. ``{"fov_points_only": True}``. ``finish(model)`` runs on the new dir before it
-    is moved into place (the TensorRT plans are built there). An existing ``out_dir`` must be empty or
+    is moved into place (the TensorRT plan is built there). An existing ``out_dir`` must be empty or
     a model dir (or anything, with ``replace_foreign``: the package's own cache); it is replaced only once
     the new one is complete.
     """
@@ -246,7 +243,8 @@ def export_model_dir(
     return ModelDir(folder, cfg, json.loads(text))
 
 
-#: What a model dir may hold: model.json, the graphs, their TensorRT plans (+ metadata) and the cuDNN plan cache.
+#: What a model dir may hold: model.json, the graphs, TensorRT plans (+ metadata; pfn.plan: an older build's) and
+#: the cuDNN plan cache.
 _MODEL_DIR_ENTRIES = frozenset(
     {METADATA_FILE, "cudnn", *(f"{graph}.{ext}" for graph in GRAPHS for ext in ("onnx", "plan", "plan.json"))})
 

@@ -1,5 +1,5 @@
-"""TensorRT for RTX builds real plans on any machine (its builder needs no GPU): every graph the exporter
-writes builds, the plan metadata round-trips, wrong metadata is refused, and the builder touches no API
+"""TensorRT for RTX builds real plans on any machine (its builder needs no GPU): the RPN graph of every export
+builds (the only plan a model dir gets), the plan metadata round-trips, wrong metadata is refused, and the builder touches no API
 that TensorRT 11 removed. Running the plans needs an RTX GPU (test_runtime_tensorrt.py); on a GPU that
 TensorRT for RTX does not run on, the refusal is one line (the `cuda` test at the end)."""
 
@@ -191,8 +191,9 @@ def _input_shape(onnx_path: Path) -> list[int]:
 @pytest.mark.tensorrt
 @needs_rtx
 @pytest.mark.parametrize("family", sorted(CHECKPOINTS))
-def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family):
-    """Both precisions of one checkpoint family: PFN for 1..Pmax pillars (tuned for Pmax), RPN for batch 1..8."""
+def test_the_rpn_graph_of_every_export_builds_with_its_profile(tmp_path, assets, family):
+    """Both precisions of one checkpoint family: rpn.plan for batch 1..8 (tuned for 1), and no pfn.plan (the GPU
+    pipeline runs the PFN as a CUDA kernel)."""
     import tensorrt_rtx_bindings as rtx
 
     from pointpillars_trt.convert.export import build_model_dir
@@ -202,36 +203,59 @@ def test_every_exported_graph_builds_with_its_profiles(tmp_path, assets, family)
         lines: list[str] = []
         model = build_model_dir(assets / "checkpoints" / CHECKPOINTS[family], tmp_path / precision,
                                 backend="tensorrt", precision=precision, progress=lines.append)
-        p_max = model.cfg.voxel.max_pillars
-        expected_rows = {"pfn": (1, p_max, p_max), "rpn": (1, 1, 8)}
-        for graph in ("pfn", "rpn"):
-            plan_path = model.path / f"{graph}.plan"
-            plan, metadata = read_plan(plan_path)
-            assert json.loads(plan_metadata_path(plan_path).read_text()) == metadata
-            assert metadata["library"] == "tensorrt_rtx" and metadata["library_version"] == rtx.__version__
-            assert metadata["compute_capabilities"] == DEFAULT_TARGETS
-            assert metadata["precision"] == precision and metadata["config_digest"] == model.cfg.digest()
-            assert metadata["plan_sha256"] == hashlib.sha256(plan).hexdigest()
-            shape = _input_shape(model.path / f"{graph}.onnx")
-            assert shape.count(-1) == 1
-            (name, profile), = metadata["profile"].items()
-            assert profile == [[rows if d == -1 else d for d in shape] for rows in expected_rows[graph]], name
-            # the metadata fits an RTX GPU and a plan of another library, version or GPU does not
-            check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt_rtx",
-                                library_version=rtx.__version__, compute_capability=DEFAULT_TARGETS[-1],
-                                expected_digest=model.cfg.digest(), expected_precision=precision)
-            with pytest.raises(ModelDirError, match=r"library: built for 'tensorrt_rtx', running 'tensorrt'.*"
-                                                    "GPU compute capability: built for "
-                                                    + re.escape(f"{DEFAULT_TARGETS!r}, running '9.0'")):
-                check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt",
-                                    library_version=rtx.__version__, compute_capability="9.0")
-            sizes[precision, graph] = len(plan)
-            assert f"  {graph}.plan: {len(plan) / 1e6:.1f} MB in " in "\n".join(lines)
-        assert lines[0].startswith(f"building pfn.plan with TensorRT for RTX {rtx.__version__}: ")
-        assert lines[2].startswith("building rpn.plan") and "canvas 1..8 (tuned for 1)" in lines[2]
-        assert not (model.path / "timing.cache").exists()  # TensorRT for RTX has no timing cache
+        # one plan, no timing cache (TensorRT for RTX has none)
+        assert sorted(p.name for p in model.path.iterdir()) == [
+            "model.json", "pfn.onnx", "rpn.onnx", "rpn.plan", "rpn.plan.json"]
+        plan_path = model.plan_path("rpn")
+        plan, metadata = read_plan(plan_path)
+        assert json.loads(plan_metadata_path(plan_path).read_text()) == metadata
+        assert metadata["library"] == "tensorrt_rtx" and metadata["library_version"] == rtx.__version__
+        assert metadata["compute_capabilities"] == DEFAULT_TARGETS
+        assert metadata["precision"] == precision and metadata["config_digest"] == model.cfg.digest()
+        assert metadata["plan_sha256"] == hashlib.sha256(plan).hexdigest()
+        shape = _input_shape(model.rpn_path)
+        assert shape.count(-1) == 1
+        (name, profile), = metadata["profile"].items()
+        assert profile == [[rows if d == -1 else d for d in shape] for rows in (1, 1, 8)], name
+        # the metadata fits an RTX GPU and a plan of another library, version or GPU does not
+        check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt_rtx",
+                            library_version=rtx.__version__, compute_capability=DEFAULT_TARGETS[-1],
+                            expected_digest=model.cfg.digest(), expected_precision=precision)
+        with pytest.raises(ModelDirError, match=r"library: built for 'tensorrt_rtx', running 'tensorrt'.*"
+                                                "GPU compute capability: built for "
+                                                + re.escape(f"{DEFAULT_TARGETS!r}, running '9.0'")):
+            check_plan_metadata(metadata, plan_sha256=metadata["plan_sha256"], library="tensorrt",
+                                library_version=rtx.__version__, compute_capability="9.0")
+        sizes[precision] = len(plan)
+        assert len(lines) == 2, lines
+        assert lines[0].startswith(f"building rpn.plan with TensorRT for RTX {rtx.__version__}: ")
+        assert "canvas 1..8 (tuned for 1)" in lines[0]
+        assert lines[1].startswith(f"  rpn.plan: {len(plan) / 1e6:.1f} MB in ")
     # strongly typed: the fp16 export gives fp16 weights, so a plan about half the size of the fp32 one
-    assert sizes["fp16", "rpn"] < 0.6 * sizes["fp32", "rpn"]
+    assert sizes["fp16"] < 0.6 * sizes["fp32"]
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_a_model_dir_with_an_older_builds_pfn_plan_still_loads(tmp_path, assets):
+    """Builds before the PFN ran only as a CUDA kernel also wrote pfn.plan: such a model dir loads, counts as
+    built (only rpn.plan is needed), is reused from the cache without a rebuild, and a rebuild replaces it."""
+    from pointpillars_trt.convert.export import build_model_dir, model_dir_for_checkpoint
+    from pointpillars_trt.model_dir import load_model_dir
+
+    checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
+    cached = model_dir_for_checkpoint(checkpoint, precision="fp16", cache_dir=tmp_path / "cache",
+                                      tensorrt_plans=True)
+    rpn_plan = cached.plan_path("rpn").read_bytes()
+    stray = cached.plan_path("pfn")
+    stray.write_bytes(b"a pfn.plan of an older build")
+    plan_metadata_path(stray).write_text("{}")
+    assert load_model_dir(cached.path, cached.cfg).has_plans()
+    again = model_dir_for_checkpoint(checkpoint, precision="fp16", cache_dir=tmp_path / "cache", tensorrt_plans=True)
+    assert again.path == cached.path and stray.is_file()  # reused as it is: no rebuild
+    assert again.plan_path("rpn").read_bytes() == rpn_plan
+    rebuilt = build_model_dir(checkpoint, cached.path, backend="tensorrt", precision="fp16")
+    assert not rebuilt.plan_path("pfn").exists() and rebuilt.has_plans()
 
 
 @pytest.mark.tensorrt
@@ -255,17 +279,17 @@ def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):
 @pytest.mark.tensorrt
 @needs_rtx
 def test_the_multi_head_nuscenes_graphs_build(tmp_path, nuscenes):
-    """OpenPCDet's multi-head RPN (strided-conv neck branch, shared conv, 36 branch convs) and its 11-input
-    PFN build as strongly typed fp16 plans, with the profiles of the KITTI graphs."""
+    """OpenPCDet's multi-head RPN (strided-conv neck branch, shared conv, 36 branch convs) builds as a strongly
+    typed fp16 plan, with the batch profile of the KITTI graphs (and no pfn.plan)."""
     from pointpillars_trt.convert.export import build_model_dir
 
     model = build_model_dir(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", tmp_path / "m", backend="tensorrt",
                             precision="fp16")
-    for graph, rows in (("pfn", (1, 30000, 30000)), ("rpn", (1, 1, 8))):
-        _, metadata = read_plan(model.path / f"{graph}.plan")
-        assert metadata["precision"] == "fp16" and metadata["config_digest"] == model.cfg.digest()
-        (_, profile), = metadata["profile"].items()
-        assert [dims[0] for dims in profile] == list(rows), graph
+    _, metadata = read_plan(model.plan_path("rpn"))
+    assert metadata["precision"] == "fp16" and metadata["config_digest"] == model.cfg.digest()
+    (_, profile), = metadata["profile"].items()
+    assert [dims[0] for dims in profile] == [1, 1, 8]
+    assert not model.plan_path("pfn").exists()
 
 
 @pytest.fixture(scope="module")
@@ -340,15 +364,15 @@ def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_
                            "--compute-capability", "12.0", "--compute-capability", "8.9"],  # each GPU once
                           capture_output=True, text=True, timeout=300, cwd=repo_root)
     assert done.returncode == 0, done.stderr
-    sizes = {g: (out / f"{g}.plan").stat().st_size / 1e6 for g in ("pfn", "rpn")}
-    for graph, size in sizes.items():
-        assert f"building {graph}.plan with TensorRT for RTX" in done.stdout
-        assert re.search(rf"^  {graph}\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.9, 12\.0$",
-                         done.stdout, re.M), done.stdout
-    assert json.loads((out / "rpn.plan.json").read_text())["compute_capabilities"] == ["8.9", "12.0"]
-    graphs = json.loads((out / "model.json").read_text())["graphs"]
-    for graph in ("pfn", "rpn"):  # each plan names the graph it is of, as the model dir records it
-        assert json.loads((out / f"{graph}.plan.json").read_text())["onnx_sha256"] == graphs[graph]["sha256"]
+    size = (out / "rpn.plan").stat().st_size / 1e6
+    assert "building rpn.plan with TensorRT for RTX" in done.stdout and "pfn.plan" not in done.stdout
+    assert re.search(rf"^  rpn\.plan: {size:.1f} MB in \d+\.\d\d s, for compute capability 8\.9, 12\.0$",
+                     done.stdout, re.M), done.stdout
+    assert not (out / "pfn.plan").exists()
+    metadata = json.loads((out / "rpn.plan.json").read_text())
+    assert metadata["compute_capabilities"] == ["8.9", "12.0"]
+    # the plan names the graph it is of, as the model dir records it
+    assert metadata["onnx_sha256"] == json.loads((out / "model.json").read_text())["graphs"]["rpn"]["sha256"]
     assert done.stderr.count("the tensorrt backend uses TensorRT for RTX") == 1  # said once
 
 
