@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import cupy as cp
 import numpy as np
 
-from .config import ModelConfig, int_within
+from .config import ModelConfig, int_within, next_power_of_two
 from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
@@ -254,7 +254,7 @@ class GpuPipeline:
 
         The new voxelizers are built first, so a failed allocation leaves the old buffers working."""
         self.stream.synchronize()
-        capacity = 1 << (total_points - 1).bit_length()
+        capacity = next_power_of_two(total_points)
         with self._device, self.stream:
             voxelizers = [VoxelizeStage(self.cfg, capacity) for _ in self._slots]
             self._allocate_input(capacity)

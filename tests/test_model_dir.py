@@ -471,6 +471,7 @@ def test_a_model_dir_holding_user_files_is_not_rebuilt_over_them(tmp_path: Path)
     tiny_model_dir(tmp_path)
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "cudnn").mkdir()  # the cuDNN engine's plan cache is the model dir's own
+    (tmp_path / "timing.cache").write_bytes(b"\0")  # so is TensorRT's timing cache (build --backend tensorrt)
     cfg = tiny_config()
     with pytest.raises(ModelDirError, match=r"also holds 'notes.txt', which a rebuild would delete"):
         export_model_dir(tiny_weights(cfg, seed=1), cfg, tmp_path, precision="fp32", source={})

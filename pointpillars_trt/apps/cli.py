@@ -183,8 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
 
-    build = sub.add_parser("build", help="checkpoint -> ONNX graphs (+ TensorRT plans) in a model dir",
-                           description="Import a checkpoint and write a model dir (ONNX graphs, TensorRT plans).")
+    build = sub.add_parser("build", help="checkpoint -> ONNX graphs (+ a TensorRT plan of the RPN) in a model dir",
+                           description="Import a checkpoint and write a model dir (ONNX graphs, with --backend tensorrt a TensorRT "
+                                       "plan of the RPN).")
     build.add_argument("--checkpoint", required=True, type=path_name,
                        help="OpenPCDet or zhulf0804 .pth file (required)")
     build.add_argument("--out", required=True, type=path_name, help="model dir to write (required)")

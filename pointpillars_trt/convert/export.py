@@ -150,12 +150,15 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
     if progress is not None:
         progress(describe_build(plan_path, dynamic))
     metadata = build_plan(model.rpn_path, plan_path, precision=checked, dynamic_rows=dynamic,
-                          config_digest=model.cfg.digest(), timing_cache_path=model.path / "timing.cache",
+                          config_digest=model.cfg.digest(), timing_cache_path=model.path / TIMING_CACHE,
                           tf32=tf32, compute_capabilities=compute_capabilities,
                           workspace_bytes=plan_workspace_bytes(model.cfg))
     if progress is not None:
         progress(describe_plan(plan_path, metadata))
 
+
+#: TensorRT's timing cache, kept in the model dir so that a rebuild's tactics are timed once.
+TIMING_CACHE = "timing.cache"
 
 #: The TensorRT workspace of the plans of a canvas of KITTI's size (432 x 496 cells of 64 channels), and that
 #: canvas's cells x channels; a larger canvas gets a workspace in proportion (``plan_workspace_bytes``).
@@ -245,8 +248,9 @@ def export_model_dir(
 
 #: What a model dir may hold: model.json, the graphs, TensorRT plans (+ metadata; pfn.plan: an older build's) and
 #: the cuDNN plan cache.
-_MODEL_DIR_ENTRIES = frozenset(
-    {METADATA_FILE, "cudnn", *(f"{graph}.{ext}" for graph in GRAPHS for ext in ("onnx", "plan", "plan.json"))})
+#: What a model dir of ours may hold: a pfn.plan of an earlier version among them (builds now write rpn.plan only).
+_MODEL_DIR_ENTRIES = frozenset({METADATA_FILE, "cudnn", TIMING_CACHE,
+                                *(f"{graph}.{ext}" for graph in GRAPHS for ext in ("onnx", "plan", "plan.json"))})
 
 
 def _check_replaceable(folder: Path) -> None:

@@ -171,7 +171,8 @@ def open_engine(path: str | Path, options: object = None, *, device: Device = "c
 
 
 def engine_file(model: ModelDir, graph: str, backend: str) -> Path:
-    """The file ``backend`` loads for ``graph`` ("pfn" or "rpn") of a model dir."""
+    """The file ``backend`` loads for ``graph`` of a model dir (the GPU pipeline asks for "rpn" only: its
+    PFN is a CUDA kernel; a model dir holds plans of the RPN only)."""
     return model.plan_path(graph) if backend_row(backend).artefact == "plan" else model.onnx_path(graph)
 
 

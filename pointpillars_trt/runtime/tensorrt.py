@@ -12,10 +12,9 @@ a JSON file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuse
 metadata disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT; a
 library that cannot run on this GPU at all (TensorRT for RTX on a Hopper GPU) is refused before that.
 
-Dynamic pillar count: the PFN input's first dimension is dynamic in the plan, with an optimization
-profile of ``(min, opt, max)`` rows. The pipeline binds ``Pmax`` rows every frame, so build with
-``opt == max == Pmax``: the kernels are tuned for the only shape that runs, and a bound shape that
-never changes keeps ``execute_async_v3`` capturable in a CUDA graph.
+Dynamic batch: the RPN input's first dimension (frames) is dynamic in the plan, with an optimization
+profile of 1 to 8 frames tuned for 1; the pipeline binds a batch size once for each CUDA graph it
+captures, so ``execute_async_v3`` stays capturable.
 """
 
 from __future__ import annotations
