@@ -171,7 +171,8 @@ class PointPillars:
         _check_backend_runs_on(picked[0], opts.backend)  # before any export
         row = BACKENDS.get(opts.backend)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
-                                         tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32)
+                                         tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32,
+                                         device_id=picked[1])
         detector = cls.__new__(cls)
         detector._start(model, opts, picked)
         return detector

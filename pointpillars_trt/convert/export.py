@@ -59,8 +59,9 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
                              precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None,
-                             tensorrt_plans: bool = False, tf32: bool = True) -> ModelDir:
-    """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked).
+                             tensorrt_plans: bool = False, tf32: bool = True, device_id: int = 0) -> ModelDir:
+    """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked, built
+    on and for GPU ``device_id``, the GPU the detector runs on).
 
     The cache key holds everything that changes what is built: checkpoint hash, config digest,
     precision, and for TensorRT plans their TF32 setting."""
@@ -78,7 +79,8 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
-    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True)
+    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
+                             device_id=device_id)
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -115,15 +117,15 @@ def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out:
                       precision: Precision, tensorrt_tf32: bool | None = None,
                       replace_foreign: bool = False, progress: Callable[[str], None] | None = None,
                       compute_capabilities: Sequence[str] | None = None,
-                      dataset: dict[str, Any] | None = None) -> ModelDir:
-    """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode;
-    ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
+                      dataset: dict[str, Any] | None = None, device_id: int = 0) -> ModelDir:
+    """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode
+    on GPU ``device_id``; ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
     source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
 
     def plans(model: ModelDir) -> None:
         if tensorrt_tf32 is not None:
             build_model_plans(model, precision=precision, tf32=tensorrt_tf32, progress=progress,
-                              compute_capabilities=compute_capabilities)
+                              compute_capabilities=compute_capabilities, device_id=device_id)
 
     return export_model_dir(ckpt.weights, ckpt.config, out, precision=precision, source=source, finish=plans,
                             replace_foreign=replace_foreign, dataset=dataset)
@@ -131,8 +133,9 @@ def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out:
 
 def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = True,
                       progress: Callable[[str], None] | None = None,
-                      compute_capabilities: Sequence[str] | None = None) -> None:
-    """Build the TensorRT plan of ``model``'s RPN beside ``rpn.onnx``, its timing cache in the dir (the GPU
+                      compute_capabilities: Sequence[str] | None = None, device_id: int = 0) -> None:
+    """Build the TensorRT plan of ``model``'s RPN beside ``rpn.onnx`` on (and, with TensorRT, for) GPU
+    ``device_id``, its timing cache in the dir (the GPU
     pipeline runs the PFN as a CUDA kernel, so ``pfn.onnx`` gets no plan).
 
     ``tf32`` keeps TensorRT's default of TensorFloat-32 convolutions in fp32 (``--no-tf32``: IEEE fp32).
@@ -151,7 +154,7 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
         progress(describe_build(plan_path, dynamic))
     metadata = build_plan(model.rpn_path, plan_path, precision=checked, dynamic_rows=dynamic,
                           config_digest=model.cfg.digest(), timing_cache_path=model.path / TIMING_CACHE,
-                          tf32=tf32, compute_capabilities=compute_capabilities,
+                          tf32=tf32, compute_capabilities=compute_capabilities, device_id=device_id,
                           workspace_bytes=plan_workspace_bytes(model.cfg))
     if progress is not None:
         progress(describe_plan(plan_path, metadata))

@@ -260,6 +260,23 @@ def test_a_model_dir_with_an_older_builds_pfn_plan_still_loads(tmp_path, assets)
 
 @pytest.mark.tensorrt
 @needs_rtx
+def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_path, assets, monkeypatch):
+    """from_checkpoint(device="cuda:1", backend="tensorrt") builds its cached plan on GPU 1 (TensorRT builds for
+    the GPU it builds on): the device reaches the real builder, which records each call's GPU here."""
+    import pointpillars_trt.runtime.tensorrt_build as tensorrt_build
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    asked: list[int] = []
+    real = tensorrt_build.build_plan
+    monkeypatch.setattr(tensorrt_build, "build_plan",
+                        lambda *args, **kw: (asked.append(kw["device_id"]), real(*args, **kw))[1])
+    model = model_dir_for_checkpoint(assets / "checkpoints" / CHECKPOINTS["zhulf0804"], precision="fp16",
+                                     cache_dir=tmp_path / "cache", tensorrt_plans=True, device_id=1)
+    assert asked == [1] and model.has_plans()
+
+
+@pytest.mark.tensorrt
+@needs_rtx
 def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):
     """0.08 m pillars: four KITTI canvases. With the 1 GiB workspace of KITTI's plans the RPN plan was not built
     (OutOfMemory, "requested 1093066528 bytes"); the workspace grows with the canvas."""
