@@ -226,18 +226,14 @@ class PointPillars:
                               "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
                               "intensity_scale=1/255)) if they are (checked on the first frame)",
                               InputWarning, stacklevel=3)
-            elif found.kind == "beyond":
-                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model expects 0-1 "
-                              "reflectance (KITTI): check the point layout (columns a point, their order, "
-                              "float32) and scale the 4th column (read_points(..., intensity_scale=...)); "
-                              "boxes from such frames are not meaningful (checked on the first frame)",
-                              InputWarning, stacklevel=3)
-            elif found.kind == "over255":
-                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model was trained on "
-                              "0-255 values (nuScenes): check the point layout (columns a point, their order, "
-                              "float32) and scale the 4th column (read_points(..., intensity_scale=...), 1/257 for "
-                              "16-bit values); boxes from such frames are not meaningful (checked on the first frame)",
-                              InputWarning, stacklevel=3)
+            elif found.kind in ("beyond", "over255"):
+                trained = ("expects 0-1 reflectance (KITTI)" if found.kind == "beyond"
+                           else "was trained on 0-255 values (nuScenes)")
+                usual = "" if found.kind == "beyond" else ", 1/257 for 16-bit values"
+                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model {trained}: check "
+                              "the point layout (columns a point, their order, float32) and scale the 4th column "
+                              f"(read_points(..., intensity_scale=...){usual}); boxes from such frames are not "
+                              "meaningful (checked on the first frame)", InputWarning, stacklevel=3)
             elif found.kind == "unit":
                 warnings.warn("the points' intensities all lie within 0-1, but the model was trained on 0-255 "
                               "values (nuScenes): scale the 4th column by 255 (read_points(..., "
