@@ -537,6 +537,7 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
     expected = " or ".join(str(count) for count in counts)
     names: list[str] = []
     numbers: list[int] = []
+    scored: list[bool] = []
     rows: list[list[float]] = []
     for number, line in enumerate(lines, start=1):
         parts = line.split()
@@ -550,10 +551,11 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
             raise InputError(f"{source}, line {number}: a non-numeric value") from None
         names.append(parts[0])
         numbers.append(number)
-        rows.append(values if len(parts) > LABEL_FIELDS else values + [0.0 if with_score is False else math.nan])
+        scored.append(len(parts) > LABEL_FIELDS)
+        rows.append(values if scored[-1] else values + [0.0 if with_score is False else math.nan])
     table = np.array(rows, dtype=np.float64).reshape(-1, LABEL_FIELDS)
     given = table.copy()
-    given[:, 14] = np.nan_to_num(given[:, 14], nan=0.0) if with_score is None else given[:, 14]  # a left-out score
+    given[~np.array(scored, bool), 14] = 0.0  # a left-out score (NaN in the table) is no bad value
     bad = first_bad_row(given) or _first_misshapen_box(names, table)
     if bad is not None:
         raise InputError(f"{source}, line {numbers[bad[0]]}: {bad[1]}")

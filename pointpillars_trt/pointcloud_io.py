@@ -18,7 +18,8 @@ import numpy as np
 from .config import int_within
 from .errors import InputError
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
-from .point_layout import ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, refuse_noise, refuse_other_formats
+from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, refuse_noise,
+                           refuse_other_formats)
 from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -255,8 +256,12 @@ _MISFIT_HEAD_BYTES = 1 << 17
 
 def _refuse_misfit_noise(path: PathLike, head: bytes, what: str) -> None:
     """Refuse a file whose size fits no rows of its row length and whose first bytes are no float32
-    coordinates: random bytes fit some other row length by chance, and the size error would point there."""
-    refuse_noise(np.frombuffer(head, "<f4", count=len(head) // 4), 4, path, what)
+    coordinates read as rows of any length (3, 4 or 5 values: a 5th value may be a large timestamp): random
+    bytes fit some other row length by chance, and the size error would point there."""
+    words = np.frombuffer(head, "<f4", count=len(head) // 4)
+    with np.errstate(all="ignore"):
+        if all(looks_like_noise(words, n) for n in ROW_LAYOUTS):
+            refuse_noise(words, 4, path, what)
 
 
 def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:

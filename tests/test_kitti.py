@@ -408,7 +408,8 @@ def test_label_parse_errors(tmp_path: Path, calib134: Calibration) -> None:
     for line, problem in ((good.replace(" 0 0 0 1", " 0 0 nan 1"), "a NaN or infinite value"),
                           (good.replace("10 0", "1e6 0"), "a value beyond"),
                           (good.replace("1 1 2 2", "3 1 2 2"), "its 2D box runs backwards"),
-                          (good.replace("1.6 3.9", "-1.6 3.9"), "a negative height, width or length")):
+                          (good.replace("1.6 3.9", "-1.6 3.9"), "a negative height, width or length"),
+                          (good + " nan", "a NaN or infinite value"), (good + " inf", "a NaN or infinite value")):
         with pytest.raises(InputError, match=f"line 2: {problem}"):
             kitti_label_to_lidar_boxes([good, line], calib134)
     with pytest.raises(InputError, match="expected 15 or 16"):

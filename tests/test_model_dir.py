@@ -369,6 +369,7 @@ def test_a_cache_entry_shared_by_configs_of_other_launch_values_runs_each_with_i
     second = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert second.path == first.path
     assert first.cfg.postprocess == strict.postprocess and second.cfg.postprocess == builtin.postprocess
+    assert load_model_dir(second.path).cfg.postprocess == builtin.postprocess  # what Ray and serve reopen by path
     assert model_dir_for_checkpoint(checkpoint, config=strict, cache_dir=cache).cfg.postprocess == strict.postprocess
 
 

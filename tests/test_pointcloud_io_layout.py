@@ -219,6 +219,16 @@ def test_random_bytes_of_a_size_no_rows_fit_are_refused_as_noise_not_sent_to_ano
         assert "--point-dim" not in str(err.value)
 
 
+def test_a_5_value_frame_of_absolute_timestamps_read_as_4_is_sent_to_point_dim_5_not_called_noise(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    rows = np.column_stack([rng.uniform(-50, 50, (1001, 3)), rng.uniform(0, 1, 1001), 1.7e9 + rng.uniform(0, 0.1, 1001)])
+    path = tmp_path / "stamped.bin"
+    rows.astype("<f4").tofile(path)  # 20,020 bytes: no whole rows of 4
+    for read in (lambda: read_points(path), lambda: read_points_into(path, lambda n: None)):
+        with pytest.raises(InputError, match="pass --point-dim 5"):
+            read()
+
+
 def test_random_bytes_are_refused_and_real_frames_are_not_noise(assets: Path, tmp_path: Path) -> None:
     """Random bytes of any length that fits the rows are refused as no coordinates; every real frame of
     the assets, and an organised cloud whose no-return points are NaN (half of them), is not noise."""

@@ -170,7 +170,8 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
                 "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)",
                 "over255": "reach beyond 255, but the model was trained on 0-255 values (nuScenes)"}[kind]
         right = ("1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
-                 if kind in ("8bit", "beyond") else "255 for files of 0-1 reflectance, none for 0-255 files")
+                 if kind in ("8bit", "beyond") else "255 for files of 0-1 reflectance, none for 0-255 files"
+                 + (", 1/257 for 16-bit 0-65535 ones" if kind == "over255" else ""))
         return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its intensities {told}; the "
                 f"scale multiplies the file's values: check it ({right}) (warned once)")
     if kind == "8bit":

@@ -73,14 +73,24 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     try:
         model = load_model_dir(folder, ckpt.config)
         if tensorrt_tf32 is None or model.has_plans():
-            # the key's digest leaves out the launch values (score threshold, NMS IoU, max boxes): a config
-            # that differs only in them shares the entry, and runs with its own values, not the first build's
-            return dataclasses.replace(model, cfg=ckpt.config)
+            return _with_launch_values(model, ckpt.config)
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
     return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
                              device_id=device_id)
+
+
+def _with_launch_values(model: ModelDir, cfg: ModelConfig) -> ModelDir:
+    """The cached ``model`` with ``cfg``'s launch values (score threshold, NMS IoU, max boxes), which the cache
+    key's digest leaves out: a config that differs only in them shares the entry and must run with its own
+    values, not the first build's. The entry's model.json gets them too (the digest and the graphs stay), for
+    what reopens it by path: Ray's workers, serve's copy."""
+    if model.cfg.to_dict() == cfg.to_dict():
+        return model
+    meta = {**model.metadata, "config": cfg.to_dict()}
+    write_bytes_atomic(model.path / METADATA_FILE, (json.dumps(meta, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    return dataclasses.replace(model, cfg=cfg, metadata=meta)
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -249,9 +259,8 @@ def export_model_dir(
     return ModelDir(folder, cfg, json.loads(text))
 
 
-#: What a model dir may hold: model.json, the graphs, TensorRT plans (+ metadata; pfn.plan: an older build's) and
-#: the cuDNN plan cache.
-#: What a model dir of ours may hold: a pfn.plan of an earlier version among them (builds now write rpn.plan only).
+#: What a model dir of ours may hold: model.json, the graphs, the TensorRT plan (+ its metadata; a pfn.plan is an
+#: earlier version's), TensorRT's timing cache and the cuDNN plan cache.
 _MODEL_DIR_ENTRIES = frozenset({METADATA_FILE, "cudnn", TIMING_CACHE,
                                 *(f"{graph}.{ext}" for graph in GRAPHS for ext in ("onnx", "plan", "plan.json"))})
 

@@ -5,15 +5,13 @@ pipeline's buffers with IO binding, so no tensor is copied and no memory is allo
 Two settings keep :meth:`run` free of host synchronisation:
 
 * the run option ``disable_synchronize_execution_providers=1`` (ORT >= 1.14) drops the
-  ``cudaStreamSynchronize`` that ``Run()`` otherwise ends with. ORT's own CUDA graph replay honours
-  it only since microsoft/onnxruntime#28686 (merged June 2026); older versions synchronise after
-  every replay;
+  ``cudaStreamSynchronize`` that ``Run()`` otherwise ends with;
 * ``user_compute_stream`` (Python API since 1.17) orders ORT's kernels after the pipeline's previous
   stage and before the next one, and lets a CUDA graph captured on that stream include them.
 
-Dynamic pillar count: the graph's first dimension is symbolic and ONNX Runtime accepts any row
-count, but the pipeline binds ``Pmax`` rows every frame (padding rows are ignored downstream), so
-the shapes never change and the run can be captured as part of the pipeline's whole-frame graph.
+Dynamic first dimension: the CPU path runs the PFN graph on a frame's pillars (any row count); the
+GPU pipeline runs the RPN graph only, binding a batch size once for each CUDA graph it captures, so
+the run can be captured as part of the batch's graph.
 
 Precision is a property of the ONNX file (an fp16 export has fp16 inside), not of this engine.
 """

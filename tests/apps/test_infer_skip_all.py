@@ -22,7 +22,7 @@ import pytest
 
 from pointpillars_trt.apps.cli import main
 
-NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
+NO_PYARROW = "pyarrow is not installed (pip install '.[parquet]', or '.[test-scaleout]')"
 PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
                                                            reason=NO_PYARROW))
 NO_CHECKPOINT = "not a torch checkpoint"

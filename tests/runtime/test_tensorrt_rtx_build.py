@@ -261,8 +261,8 @@ def test_a_model_dir_with_an_older_builds_pfn_plan_still_loads(tmp_path, assets)
 @pytest.mark.tensorrt
 @needs_rtx
 def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_path, assets, monkeypatch):
-    """from_checkpoint(device="cuda:1", backend="tensorrt") builds its cached plan on GPU 1 (TensorRT builds for
-    the GPU it builds on): the device reaches the real builder, which records each call's GPU here."""
+    """A checkpoint's cached plan is built on the GPU asked for (TensorRT builds for the GPU it builds on;
+    from_checkpoint asks for the detector's): the device reaches the real builder, whose calls record it here."""
     import pointpillars_trt.runtime.tensorrt_build as tensorrt_build
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
