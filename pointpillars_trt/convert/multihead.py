@@ -11,7 +11,7 @@ channel ``a * code + j`` is value j of anchor a, which the graph keeps as is.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -176,23 +176,7 @@ def build_multihead_rpn_graph(weights: MultiHeadWeights, cfg: ModelConfig, g: An
 
     ``g`` is the exporter's graph builder; ``io`` the RPN's tensor contract."""
     net, heads = cfg.network, cfg.require_heads()
-    x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
-    upsampled = []
-    for i, (block, deblock, s) in enumerate(zip(weights.blocks, weights.deblocks, net.upsample_strides)):
-        for j, layer in enumerate(block):
-            x = _conv_bn_relu(g, x, layer, net.bn_eps, f"block{i}.conv{j}", pad=1, stride=layer.stride)
-        k = deblock.stride
-        scale, shift = deblock.bn.scale_shift(net.bn_eps)
-        if s < 1:  # Conv2d (Cout, Cin, k, k), stride k: BN is on axis 0
-            w = deblock.weight.astype(np.float64) * scale[:, None, None, None]
-            op = "Conv"
-        else:  # ConvTranspose2d (Cin, Cout, k, k): BN is on axis 1
-            w = deblock.weight.astype(np.float64) * scale[None, :, None, None]
-            op = "ConvTranspose"
-        u = g.node(op, [x, g.const(f"deblock{i}.weight", w), g.const(f"deblock{i}.bias", shift)],
-                   f"deblock{i}", kernel_shape=[k, k], strides=[k, k])
-        upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
-    features = g.node("Concat", upsampled, "neck.concat", axis=1)
+    features = backbone_and_neck(g, weights.blocks, weights.deblocks, cfg)
     shared = _conv_bn_relu(g, features, weights.shared, net.bn_eps, "shared", pad=1, stride=1)
     cls_maps, box_maps = [], []
     for h, head in enumerate(weights.heads):
@@ -208,6 +192,30 @@ def build_multihead_rpn_graph(weights: MultiHeadWeights, cfg: ModelConfig, g: An
     merged = g.node("Concat", cls_maps + box_maps, "heads.concat", axis=1)
     g.output_node("Transpose", [merged], "heads.nhwc", RPN_OUTPUT, perm=[0, 2, 3, 1])
     return g.model("pointpillars_rpn", io)
+
+
+def backbone_and_neck(g: Any, blocks: Sequence[Sequence[ConvBN]], deblocks: Sequence[ConvBN], cfg: ModelConfig) -> str:
+    """NHWC canvas -> the backbone's blocks of 3x3 conv + BN + ReLU -> each block's neck branch (a transposed
+    conv, or a strided conv where the upsample stride is below 1) + BN + ReLU -> their channel concat (NCHW):
+    every PointPillars RPN's trunk, BN folded into the conv biases; ``g`` is the exporter's graph builder."""
+    net = cfg.network
+    x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
+    upsampled = []
+    for i, (block, deblock, s) in enumerate(zip(blocks, deblocks, net.upsample_strides)):
+        for j, layer in enumerate(block):
+            x = _conv_bn_relu(g, x, layer, net.bn_eps, f"block{i}.conv{j}", pad=1, stride=layer.stride)
+        k = deblock.stride
+        scale, shift = deblock.bn.scale_shift(net.bn_eps)
+        if s < 1:  # Conv2d (Cout, Cin, k, k), stride k: BN is on axis 0
+            w = deblock.weight.astype(np.float64) * scale[:, None, None, None]
+            op = "Conv"
+        else:  # ConvTranspose2d (Cin, Cout, k, k): BN is on axis 1
+            w = deblock.weight.astype(np.float64) * scale[None, :, None, None]
+            op = "ConvTranspose"
+        u = g.node(op, [x, g.const(f"deblock{i}.weight", w), g.const(f"deblock{i}.bias", shift)],
+                   f"deblock{i}", kernel_shape=[k, k], strides=[k, k])
+        upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
+    return str(g.node("Concat", upsampled, "neck.concat", axis=1))
 
 
 def _conv_bn_relu(g: Any, x: str, layer: ConvBN, eps: float, name: str, *, pad: int, stride: int) -> str:

@@ -14,10 +14,10 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from ..config import ModelConfig
-from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, GraphIO, GraphTensor, Precision,
+from ..graph_io import (HEAD_PARTS, PFN_INPUT, PFN_OUTPUT, RPN_OUTPUT, GraphIO, GraphTensor, Precision,
                         check_precision, pfn_io, rpn_io)
 from ..errors import CheckpointError, ConfigError
-from .multihead import MultiHeadWeights, build_multihead_rpn_graph
+from .multihead import MultiHeadWeights, backbone_and_neck, build_multihead_rpn_graph
 from .weights import PointPillarsWeights
 
 ModelWeights = PointPillarsWeights | MultiHeadWeights  # a single-head or a multi-head (cfg.heads) model
@@ -57,28 +57,8 @@ def build_rpn_graph(weights: ModelWeights, cfg: ModelConfig, precision: Precisio
     _check_weights(weights, cfg)
     if isinstance(weights, MultiHeadWeights):
         return build_multihead_rpn_graph(weights, cfg, _GraphBuilder(precision, source), rpn_io(cfg, precision))
-    eps = cfg.network.bn_eps
     g = _GraphBuilder(precision, source)
-    x = g.node("Transpose", [RPN_INPUT], "canvas.nchw", perm=[0, 3, 1, 2])
-    upsampled = []
-    for i, (block, deblock) in enumerate(zip(weights.blocks, weights.deblocks)):
-        for j, layer in enumerate(block):
-            scale, shift = layer.bn.scale_shift(eps)
-            w = layer.weight.astype(np.float64) * scale[:, None, None, None]
-            x = g.node(
-                "Conv", [x, g.const(f"block{i}.conv{j}.weight", w), g.const(f"block{i}.conv{j}.bias", shift)],
-                f"block{i}.conv{j}", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[layer.stride] * 2,
-            )
-            x = g.node("Relu", [x], f"block{i}.relu{j}")
-        k = deblock.stride
-        scale, shift = deblock.bn.scale_shift(eps)
-        w = deblock.weight.astype(np.float64) * scale[None, :, None, None]  # (Cin, Cout, k, k): BN is on Cout
-        u = g.node(
-            "ConvTranspose", [x, g.const(f"deblock{i}.weight", w), g.const(f"deblock{i}.bias", shift)],
-            f"deblock{i}", kernel_shape=[k, k], strides=[k, k],
-        )
-        upsampled.append(g.node("Relu", [u], f"deblock{i}.relu"))
-    features = g.node("Concat", upsampled, "neck.concat", axis=1)
+    features = backbone_and_neck(g, weights.blocks, weights.deblocks, cfg)
     parts = [getattr(weights, f"head_{part}") for part in HEAD_PARTS]
     head_w = np.concatenate([p.weight for p in parts])
     head_b = np.concatenate([p.bias for p in parts])
