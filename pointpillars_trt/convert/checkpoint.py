@@ -21,7 +21,7 @@ from ..config import ModelConfig, load_config
 from ..errors import CheckpointError, escape_text
 from .pth import StorageRef, TensorRef, key_text, open_pth, pickled_repr
 from . import multihead
-from .weights import BatchNorm, BatchNormFold, Conv1x1, ConvBN, PointPillarsWeights
+from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvBN, PointPillarsWeights
 
 Layout = Literal["openpcdet", "zhulf0804"]
 LAYOUT_CONFIGS: dict[str, str] = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
@@ -31,7 +31,6 @@ MULTIHEAD_CONFIG = "openpcdet_nuscenes_multihead"  # an OpenPCDet layout with mu
 # The two key layouts
 # ---------------------------------------------------------------------------------------------
 
-_BN_FIELDS = ("weight", "bias", "running_mean", "running_var")
 _BACKBONE_KERNEL = 3  # both families use 3x3 convs in every backbone block
 _IGNORED_SUFFIXES = (".num_batches_tracked",)
 _IGNORED_KEYS = ("global_step",)
@@ -94,7 +93,7 @@ class _Plan:
         out: dict[str, tuple[int, ...]] = {}
         for conv in self.convs():
             out[conv.weight] = conv.shape
-            out.update({f"{conv.bn}.{f}": (conv.bn_channels,) for f in _BN_FIELDS})
+            out.update({f"{conv.bn}.{f}": (conv.bn_channels,) for f in BN_FIELDS})
         for prefix, shape in self.heads:
             out[f"{prefix}.weight"] = shape
             out[f"{prefix}.bias"] = shape[:1]
@@ -228,7 +227,7 @@ def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, BatchNormFol
                               "is the checkpoint damaged?")
     for bn, (weight, eps, out_axis) in folds.items():
         with np.errstate(over="ignore", invalid="ignore"):  # an overflow is what is looked for here
-            scale, shift = BatchNorm(*(state[f"{bn}.{f}"] for f in _BN_FIELDS)).scale_shift(eps)
+            scale, shift = BatchNorm(*(state[f"{bn}.{f}"] for f in BN_FIELDS)).scale_shift(eps)
             largest = max(_largest_folded(scale, state[weight], out_axis), float(np.abs(shift).max()))
         if not largest <= _FLOAT32_MAX:
             raise CheckpointError(f"{source}: {bn} folded into {weight} (weight / sqrt(running_var + {eps:g})) "
@@ -264,7 +263,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
 
     def conv_bn(conv: _ConvPlan) -> ConvBN:
-        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in _BN_FIELDS)), conv.stride)
+        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in BN_FIELDS)), conv.stride)
 
     _check_finite(state_dict, plan.keys(), source)
     _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)

@@ -12,7 +12,7 @@ channel ``a * code + j`` is value j of anchor a, which the graph keeps as is.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -22,9 +22,8 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..anchors import head_anchors
 from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO, box_parts
-from .weights import BatchNorm, BatchNormFold, ConvBN
+from .weights import BN_FIELDS, BatchNorm, BatchNormFold, ConvBN
 
-_BN_FIELDS = tuple(f.name for f in fields(BatchNorm))  # torch's BatchNorm buffer names, in its order
 HEAD_KEY = "dense_head.rpn_heads."  # keys only a multi-head OpenPCDet checkpoint has
 LABEL_INDICES = "head_label_indices"  # int64 buffer of each head: its classes, 1-based
 
@@ -107,7 +106,7 @@ def expected_keys(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
         if conv.bn is None:
             out[conv.weight.removesuffix("weight") + "bias"] = (conv.channels,)
         else:
-            out.update({f"{conv.bn}.{f}": (conv.channels,) for f in _BN_FIELDS})
+            out.update({f"{conv.bn}.{f}": (conv.channels,) for f in BN_FIELDS})
     return out
 
 
@@ -141,7 +140,7 @@ def weights_from_state_dict(get: Callable[[str], np.ndarray], cfg: ModelConfig) 
     """Group the checked tensors (``get(key)`` -> float32 array) into ``MultiHeadWeights``."""
     def conv_bn(conv: _Conv) -> ConvBN:
         assert conv.bn is not None  # the plan pairs every middle conv with its BN
-        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in _BN_FIELDS)), conv.stride)
+        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in BN_FIELDS)), conv.stride)
 
     plan = _plan(cfg)
     net = cfg.network

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import numpy as np
@@ -25,6 +25,10 @@ class BatchNorm:
         scale = self.weight.astype(np.float64) / np.sqrt(self.running_var.astype(np.float64) + eps)
         shift = self.bias.astype(np.float64) - self.running_mean.astype(np.float64) * scale
         return scale, shift
+
+
+#: torch's BatchNorm buffer names in a state dict, in the order BatchNorm takes them.
+BN_FIELDS = tuple(f.name for f in fields(BatchNorm))
 
 
 class BatchNormFold(NamedTuple):
