@@ -208,8 +208,13 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, column
     if size % row:
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
                          f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns)}")
-    if size > MAX_FRAME_POINTS * row:
-        raise InputError(f"{what} {safe_repr(path)} is {size} bytes ({size // row} points), "
+    _refuse_oversize(path, size, row, what)
+
+
+def _refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> None:
+    """Refuse a frame of more than MAX_FRAME_POINTS rows of ``row_bytes``, by its size in points."""
+    if size > MAX_FRAME_POINTS * row_bytes:
+        raise InputError(f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
                          f"more than the limit of {MAX_FRAME_POINTS} points a frame")
 
 
@@ -288,15 +293,10 @@ def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
 def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
     """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in
     points) before anything is read."""
-    limit = MAX_FRAME_POINTS * row_bytes
     f, size = open_regular_file(path, max_bytes=2**62, what=what)
     f.close()
-    if size > limit:
-        raise InputError(
-            f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
-            f"more than the limit of {MAX_FRAME_POINTS} points a frame"
-        )
-    return read_regular_file(path, max_bytes=limit, what=what)
+    _refuse_oversize(path, size, row_bytes, what)
+    return read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what)
 
 
 # --------------------------------------------------------------------------- .npy
