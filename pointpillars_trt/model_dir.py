@@ -159,7 +159,8 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         )
     model = ModelDir(folder, cfg, meta)
     missing = [model.onnx_path(g).name for g in GRAPHS if not model.onnx_path(g).is_file()]
-    odd = [(name, kind) for name in missing if (kind := special_kind(folder / name)) is not None]
+    odd = [(name, "a folder" if (folder / name).is_dir() else kind) for name in missing
+           if (folder / name).is_dir() or (kind := special_kind(folder / name)) is not None]
     if odd:
         raise ModelDirError(f"{folder}: {odd[0][0]} is {odd[0][1]}, not a regular file; rebuild the model dir")
     if missing:

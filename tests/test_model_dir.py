@@ -230,6 +230,21 @@ def test_missing_graph(tmp_path: Path, graph: str):
 
 
 
+def test_a_folder_in_a_graphs_place_and_a_linked_build_folder_are_named_for_what_they_are(tmp_path: Path):
+    """A folder named rpn.onnx was "missing"; a --out that is a link to a model dir "exists and is not a folder"."""
+    model = tiny_model_dir(tmp_path / "model")
+    os.remove(model.rpn_path)
+    model.rpn_path.mkdir()
+    with pytest.raises(ModelDirError, match="rpn.onnx is a folder, not a regular file"):
+        load_model_dir(model.path)
+    tiny_model_dir(tmp_path / "real")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    cfg = tiny_config()
+    with pytest.raises(ModelDirError, match=r"link: is a symbolic link \(to '.*real'\); a build replaces its folder"):
+        export_model_dir(tiny_weights(cfg), cfg, tmp_path / "link", precision="fp32", source={})
+    assert load_model_dir(tmp_path / "real")  # left whole
+
+
 @pytest.mark.parametrize("name", ["pfn.onnx", "rpn.onnx", METADATA_FILE, ""])
 def test_a_fifo_or_device_in_a_model_dirs_place_is_named_for_what_it_is(tmp_path: Path, name: str):
     """Each was "not found" or "missing", though ``ls`` shows it there."""

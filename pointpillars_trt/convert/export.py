@@ -269,7 +269,10 @@ def _check_replaceable(folder: Path) -> None:
     """Refuse to replace anything but nothing, an empty folder or a model dir of ours (never a user's
     folder): its model.json must be one this package wrote and it may hold nothing else, since
     replacing the dir deletes every file in it."""
-    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+    if folder.is_symlink():
+        raise ModelDirError(f"model dir {folder}: is a symbolic link (to {safe_repr(os.readlink(folder))}); a build "
+                            "replaces its folder, so give the folder itself, or a new one")
+    if folder.exists() and not folder.is_dir():
         raise ModelDirError(f"model dir {folder}: exists and is not a folder")
     try:
         entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
