@@ -281,7 +281,8 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
     finite = stats.num_points - stats.num_nonfinite
     if not finite:
         return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "
-                             "(NaN or infinite): is it float32 x, y, z, intensity? (warned once)")
+                             "(a NaN or infinite x, y, z, intensity or, in multi-sweep frames, time lag): is it "
+                             "float32 values in that order? (warned once)")
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
     return "range", (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point "
