@@ -150,9 +150,8 @@ def read_points_into(
     fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
     try:
         if size % 16:
-            head = os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b""
-            refuse_other_formats(path, head[:TEXT_SNIFF], "point file")
-            _refuse_misfit_noise(path, head, "point file")
+            _refuse_misfit_content(path, os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"",
+                                   "point file")
         _check_bin_size(path, size, 4, "point file")
         count = size // 16
         rows = allocate(count)
@@ -247,22 +246,23 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
     if len(data) % (4 * int(point_dim)):
-        refuse_other_formats(source, data[:TEXT_SNIFF], what)
-        _refuse_misfit_noise(source, data[:_MISFIT_HEAD_BYTES], what)
+        _refuse_misfit_content(source, data[:_MISFIT_HEAD_BYTES], what)
     _check_bin_size(source, len(data), int(point_dim), what, columns)
     values = np.frombuffer(data, dtype="<f4")
     check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
 
 
-#: Bytes of a file of a size that fits no rows looked at for noise (the noise check's samples are smaller).
+#: Bytes of a file of a size that fits no rows looked at for what it is (the noise check's samples are smaller).
 _MISFIT_HEAD_BYTES = 1 << 17
 
 
-def _refuse_misfit_noise(path: PathLike, head: bytes, what: str) -> None:
-    """Refuse a file whose size fits no rows of its row length and whose first bytes are no float32
-    coordinates read as rows of any length (3, 4 or 5 values: a 5th value may be a large timestamp): random
-    bytes fit some other row length by chance, and the size error would point there."""
+def _refuse_misfit_content(path: PathLike, head: bytes, what: str) -> None:
+    """Before the size error of a file whose size fits no rows of its row length, refuse it for what its
+    first bytes show: another format (text, .npy, PCD, PLY), or no float32 coordinates read as rows of any
+    length (3, 4 or 5 values: a 5th may be a large timestamp). Random bytes fit some other row length by
+    chance, and the size error would point there."""
+    refuse_other_formats(path, head[:TEXT_SNIFF], what)
     words = np.frombuffer(head, "<f4", count=len(head) // 4)
     with np.errstate(all="ignore"):
         if all(looks_like_noise(words, n) for n in ROW_LAYOUTS):
