@@ -169,23 +169,24 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
                 "beyond": "reach beyond 255, but the model expects 0-1 reflectance (KITTI)",
                 "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)",
                 "over255": "reach beyond 255, but the model was trained on 0-255 values (nuScenes)"}[kind]
-        right = ("1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
-                 if kind in ("8bit", "beyond") else "255 for files of 0-1 reflectance, none for 0-255 files"
-                 + (", 1/257 for 16-bit 0-65535 ones" if kind == "over255" else ""))
+        if kind in ("8bit", "beyond"):  # a model of 0-1 reflectance
+            right = "1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
+        else:
+            right = "255 for files of 0-1 reflectance, none for 0-255 files" + (
+                ", 1/257 for 16-bit 0-65535 ones" if kind == "over255" else "")
         return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its intensities {told}; the "
                 f"scale multiplies the file's values: check it ({right}) (warned once)")
     if kind == "8bit":
         return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
                 "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
                 "if they are (warned once)")
-    if kind == "beyond":
-        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model expects 0-1 "
-                "reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
-                "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
-    if kind == "over255":
-        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model was trained on 0-255 "
-                "values (nuScenes): check the point layout (--point-dim, float32 values) and pass --intensity-scale "
-                "for another scale (1/257 for 16-bit 0-65535 values); boxes from such frames mean little (warned once)")
+    if kind in ("beyond", "over255"):
+        trained = ("expects 0-1 reflectance (KITTI)" if kind == "beyond"
+                   else "was trained on 0-255 values (nuScenes)")
+        usual = "" if kind == "beyond" else " (1/257 for 16-bit 0-65535 values)"
+        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model {trained}: check the "
+                f"point layout (--point-dim, float32 values) and pass --intensity-scale for another scale{usual}; "
+                "boxes from such frames mean little (warned once)")
     return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
             "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
 
