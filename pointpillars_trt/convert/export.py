@@ -89,8 +89,13 @@ def _with_launch_values(model: ModelDir, cfg: ModelConfig) -> ModelDir:
     if model.cfg.to_dict() == cfg.to_dict():
         return model
     meta = {**model.metadata, "config": cfg.to_dict()}
-    write_bytes_atomic(model.path / METADATA_FILE, (json.dumps(meta, indent=2, allow_nan=False) + "\n").encode("utf-8"))
+    write_bytes_atomic(model.path / METADATA_FILE, _metadata_text(meta).encode("utf-8"))
     return dataclasses.replace(model, cfg=cfg, metadata=meta)
+
+
+def _metadata_text(meta: dict[str, Any]) -> str:
+    """A model.json's text, as every writer of one writes it."""
+    return json.dumps(meta, indent=2, allow_nan=False) + "\n"
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -239,7 +244,7 @@ def export_model_dir(
         },
     }
     try:
-        text = json.dumps(meta, indent=2, allow_nan=False) + "\n"  # before the dir is touched
+        text = _metadata_text(meta)  # before the dir is touched
     except (TypeError, ValueError) as exc:
         raise ModelDirError(f"model dir {folder}: metadata is not JSON-serialisable ({exc})") from None
     staging = _staging_dir(folder)
