@@ -474,6 +474,19 @@ def int_within(value: object, low: int, high: int | None = None) -> int | None:
     return int(number)  # an IntEnum's value as the int it is
 
 
+def finite_float(value: object) -> float | None:
+    """``value`` as the float it is when it is a finite number (a Fraction, a 0-d array, a NumPy scalar
+    too), else None: the one check of a real number given as an argument (a bool or a numeric string is
+    no number here)."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return number if math.isfinite(number) else None
+
+
 def _int(lo: int, hi: int) -> Rule[int]:
     """Integers only (NumPy ones too): bools, floats (even 4.0) and strings are refused."""
     expected = f"the integer {lo}" if lo == hi else f"an integer in {lo}..{hi}"

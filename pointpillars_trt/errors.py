@@ -1,6 +1,8 @@
 """One exception family, so callers (and the CLI) can tell user errors from bugs, and the one way
 their messages show untrusted text."""
 
+_ONE_LINE_LIMIT = 600  # characters of a message line; longer text loses its middle
+
 
 class PointPillarsError(Exception):
     """Base of every error this package raises on purpose."""
@@ -56,3 +58,23 @@ def escape_text(text: str, limit: int | None = None) -> str:
     cut = text if limit is None else text[: limit + 1]
     out = "".join(c if c.isprintable() and c.isascii() else c.encode("unicode_escape").decode("ascii") for c in cut)
     return out if limit is None or len(out) <= limit else out[: max(limit - 3, 0)] + "..."
+
+
+def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool = False) -> str:
+    """An exception (or text) as one terminal-safe line: control characters escaped, line breaks
+    folded, text longer than ``limit`` characters shortened in the middle; an empty message becomes the
+    exception's type. ``typed`` puts the type first (``KeyError: 'x'``), for exceptions nobody raised
+    on purpose, whose type is half the story."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - e.g. a KeyError holding a 5000-digit int
+        text = ""
+    if len(text) > 8 * limit:  # a huge message: only its ends can show, so only they are looked at
+        text = text[: 4 * limit] + " " + text[-4 * limit:]
+    text = " ".join(text.split())
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    if len(text) > limit:
+        text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
+    if isinstance(exc, BaseException) and (typed or not text):
+        return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text

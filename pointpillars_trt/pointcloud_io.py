@@ -15,8 +15,8 @@ from typing import IO, Union
 
 import numpy as np
 
-from .config import int_within
-from .errors import InputError
+from .config import finite_float, int_within
+from .errors import InputError, one_line
 from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, refuse_noise,
                            refuse_other_formats)
@@ -82,7 +82,7 @@ def read_points(
         raise
     except Exception as exc:  # noqa: BLE001 - the reader boundary: whatever a file does, it fails alone
         raise InputError(
-            f"point file {safe_repr(path)} cannot be read ({type(exc).__name__}: {_one_line(exc)})"
+            f"point file {safe_repr(path)} cannot be read ({one_line(exc, 100, typed=True)})"
         ) from None
 
 
@@ -114,11 +114,8 @@ MAX_INTENSITY_SCALE = 1000.0
 def checked_intensity_scale(intensity_scale: object) -> float:
     """``intensity_scale`` as the float it is (a Fraction, a 0-d array too; not a bool), when finite and in
     (0, MAX_INTENSITY_SCALE]."""
-    try:
-        scale = float("nan") if isinstance(intensity_scale, (bool, np.bool_)) else float(intensity_scale)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        scale = float("nan")
-    if not np.isfinite(scale) or not 0 < scale <= MAX_INTENSITY_SCALE:
+    scale = finite_float(intensity_scale)
+    if scale is None or not 0 < scale <= MAX_INTENSITY_SCALE:
         raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
     return scale
 
@@ -313,7 +310,7 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
-            raise InputError(f"{what} {shown} is not a valid .npy file: {_one_line(exc)}") from None
+            raise InputError(f"{what} {shown} is not a valid .npy file: {one_line(exc, 100)}") from None
         if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64 (N, 4)")
         hint = transposed_hint(shape)
@@ -383,10 +380,6 @@ def _is_size(value: object) -> bool:
 
 def _dtype_text(dtype: np.dtype) -> str:
     return safe_repr(dtype.str if dtype.fields is None else str(dtype.descr), limit=60).strip("'")
-
-
-def _one_line(exc: BaseException) -> str:
-    return safe_repr(str(exc), limit=100)
 
 
 # --------------------------------------------------------------------------- .pcd

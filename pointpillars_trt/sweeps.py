@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import plain_number
+from .config import finite_float, plain_number
 from .errors import InputError
 from .fileio import safe_repr
 from .kitti import rotation_problem
@@ -107,11 +107,8 @@ def _pose(pose: Any, i: int) -> np.ndarray:
 
 def _seconds(stamp: object, i: int) -> float:
     """A timestamp as float seconds, else InputError naming it."""
-    try:
-        seconds = float(stamp) if not isinstance(stamp, (bool, str, bytes)) else float("nan")  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        seconds = float("nan")
-    if not np.isfinite(seconds):
+    seconds = finite_float(stamp)
+    if seconds is None:
         raise InputError(f"accumulate: timestamp {i} is {safe_repr(stamp)}, not a finite number of seconds")
     return seconds
 

@@ -21,6 +21,7 @@ from pointpillars_trt.config import (
     Thresholds,
     builtin_config_names,
     config_from_dict,
+    finite_float,
     int_within,
     load_config,
     read_yaml,
@@ -479,3 +480,13 @@ def test_int_within_takes_ints_and_numpy_integers_in_range_only(value: object, l
                                                                 expected: int | None) -> None:
     got = int_within(value, low, high)
     assert got == expected and (got is None or type(got) is int)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (2, 2.0), (0.5, 0.5), (-3.25, -3.25), (np.float32(0.25), 0.25), (np.int64(7), 7.0), (np.array(1.5), 1.5),
+    (__import__("fractions").Fraction(1, 4), 0.25), (float("nan"), None), (float("inf"), None), (-float("inf"), None),
+    (10**400, None), (True, None), (np.bool_(False), None), ("1.5", None), (b"1", None), (None, None), ([1.0], None),
+])
+def test_finite_float_takes_finite_numbers_only(value: object, expected: float | None) -> None:
+    got = finite_float(value)
+    assert got == expected and (got is None or type(got) is float)

@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from ..errors import CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError
+from ..errors import (
+    CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError, one_line,
+)
 from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
 from .infer import add_infer_parser
-from .messages import one_line
 from .ranges import device_arg, int_in, path_name, positive_int
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]

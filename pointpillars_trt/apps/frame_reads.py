@@ -10,9 +10,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..errors import one_line
 from ..shared_staging import SharedStagingHandle, attach
 from ..staging import ReadFrame, StagingBuffer
-from .messages import one_line
 
 
 class FrameRead(NamedTuple):

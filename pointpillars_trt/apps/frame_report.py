@@ -18,7 +18,6 @@ import numpy as np
 from ..fileio import safe_repr
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, image_assumed
 from .frames import FrameJob, FrameReader
-from .messages import stdout_reader_gone
 from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
 
 if TYPE_CHECKING:
@@ -101,7 +100,9 @@ class FrameReport:
                 print(line)
             else:
                 self.bar.write(line)
-            if stdout_reader_gone():  # these lines are the run's only output, and nobody reads them now
+            # these lines are the run's only output: once the CLI's guard found stdout's reader gone
+            # (e.g. `| head -1`), the run can stop
+            if getattr(sys.stdout, "reader_gone", False):
                 raise BrokenPipeError("stdout was closed")
 
     def close(self) -> tuple[list[str], int]:

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..detector import detect_each, frame_source
-from ..errors import InputError
+from ..errors import InputError, one_line
 from ..fileio import safe_repr
 from ..intensities import intensity_mismatch
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
@@ -45,7 +45,6 @@ from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals
 from .frame_reads import ProcessRead, read_batch, read_into
-from .messages import one_line
 
 #: Seconds a failed worker pool waits for the run to be found stopping before it warns (``_stopping``).
 STOP_GRACE = 0.2

@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, ModelDirError, PointPillarsError
+from ..errors import InputError, ModelDirError, PointPillarsError, one_line
 from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
@@ -30,7 +30,6 @@ from ..points import columns_text
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
-from .messages import one_line
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
 from .device_notice import print_device_notice

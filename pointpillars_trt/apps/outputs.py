@@ -21,9 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from ..fileio import dumps_strict, fsync_path, loads_json, name_text, safe_repr, write_bytes_atomic
-from .messages import one_line
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:

@@ -13,9 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError
+from ..errors import PointPillarsError, one_line
 from ..fileio import name_text, safe_repr
-from .messages import one_line
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
     source_path, sources_in_parts, write_label_of_record
 

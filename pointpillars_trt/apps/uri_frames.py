@@ -12,10 +12,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError
+from ..errors import InputError, one_line
 from ..fileio import safe_repr
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
-from .messages import one_line
 
 #: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.
 _PATH_LOGGER = "ray.data.datasource.path_util"

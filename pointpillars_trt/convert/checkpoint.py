@@ -21,7 +21,7 @@ from ..config import ModelConfig, load_config
 from ..errors import CheckpointError, escape_text
 from .pth import StorageRef, TensorRef, key_text, open_pth, pickled_repr
 from . import multihead
-from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvBN, PointPillarsWeights
+from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, PointPillarsWeights
 
 Layout = Literal["openpcdet", "zhulf0804"]
 LAYOUT_CONFIGS: dict[str, str] = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
@@ -67,33 +67,22 @@ _LAYOUTS: dict[str, _Names] = {
 
 
 @dataclass(frozen=True)
-class _ConvPlan:
-    weight: str
-    shape: tuple[int, ...]
-    bn: str
-    bn_channels: int
-    stride: int
-    out_axis: int = 0  # of the weight, the BatchNorm's channels: 1 for a ConvTranspose2d (Cin, Cout, k, k)
-
-
-@dataclass(frozen=True)
 class _Plan:
     """Where every weight of a config lives in one layout, and its shape."""
 
-    pfn: _ConvPlan
-    blocks: tuple[tuple[_ConvPlan, ...], ...]
-    deblocks: tuple[_ConvPlan, ...]
+    pfn: ConvKeys
+    blocks: tuple[tuple[ConvKeys, ...], ...]
+    deblocks: tuple[ConvKeys, ...]
     heads: tuple[tuple[str, tuple[int, ...]], ...]   # (key prefix, weight shape): class, box, direction
 
-    def convs(self) -> tuple[_ConvPlan, ...]:
+    def convs(self) -> tuple[ConvKeys, ...]:
         """Every conv followed by a BatchNorm: PFN, blocks, deblocks."""
         return (self.pfn, *(c for block in self.blocks for c in block), *self.deblocks)
 
     def keys(self) -> dict[str, tuple[int, ...]]:
         out: dict[str, tuple[int, ...]] = {}
         for conv in self.convs():
-            out[conv.weight] = conv.shape
-            out.update({f"{conv.bn}.{f}": (conv.bn_channels,) for f in BN_FIELDS})
+            out.update(conv.keys())
         for prefix, shape in self.heads:
             out[f"{prefix}.weight"] = shape
             out[f"{prefix}.bias"] = shape[:1]
@@ -104,20 +93,20 @@ def _plan(layout: str, cfg: ModelConfig) -> _Plan:
     if layout not in _LAYOUTS:
         raise CheckpointError(f"unknown layout {layout!r}: expected one of {sorted(_LAYOUTS)}")
     names, net = _LAYOUTS[layout], cfg.network
-    pfn = _ConvPlan(names.pfn, (net.pfn_channels, cfg.features.channels, *names.pfn_kernel),
+    pfn = ConvKeys(names.pfn, (net.pfn_channels, cfg.features.channels, *names.pfn_kernel),
                     names.pfn_bn, net.pfn_channels, 1)
     blocks, c_in, k = [], net.pfn_channels, _BACKBONE_KERNEL
     for i, (extra, stride, c_out) in enumerate(zip(net.layer_nums, net.layer_strides, net.block_channels)):
         prefix = names.block.format(i=i)
         index = [names.first_conv + 3 * j for j in range(extra + 1)]  # (conv, BN, ReLU) triplets
         blocks.append(tuple(
-            _ConvPlan(f"{prefix}.{m}.weight", (c_out, c_in if j == 0 else c_out, k, k), f"{prefix}.{m + 1}",
+            ConvKeys(f"{prefix}.{m}.weight", (c_out, c_in if j == 0 else c_out, k, k), f"{prefix}.{m + 1}",
                       c_out, stride if j == 0 else 1)
             for j, m in enumerate(index)
         ))
         c_in = c_out
     deblocks = tuple(
-        _ConvPlan(f"{names.deblock.format(i=i)}.0.weight", (c_in, c_out, s, s), f"{names.deblock.format(i=i)}.1",
+        ConvKeys(f"{names.deblock.format(i=i)}.0.weight", (c_in, c_out, s, s), f"{names.deblock.format(i=i)}.1",
                   c_out, s, out_axis=1)
         for i, (c_in, s, c_out) in enumerate(zip(net.block_channels, net.upsample_kernels, net.upsample_channels))
     )
@@ -262,19 +251,16 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
     _check_head_channels(state_dict, plan, layout, cfg, source)
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
 
-    def conv_bn(conv: _ConvPlan) -> ConvBN:
-        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in BN_FIELDS)), conv.stride)
-
     _check_finite(state_dict, plan.keys(), source)
     _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)
                                    for conv in plan.convs()}, source)
     cls, box, direction = (Conv1x1(get(f"{prefix}.weight"), get(f"{prefix}.bias")) for prefix, _ in plan.heads)
-    pfn = conv_bn(plan.pfn)
+    pfn = plan.pfn.conv_bn(get)
     return PointPillarsWeights(
         pfn_linear=pfn.weight.reshape(plan.pfn.shape[:2]),  # zhulf0804's Conv1d (64, C, 1) is a linear map
         pfn_bn=pfn.bn,
-        blocks=tuple(tuple(conv_bn(c) for c in block) for block in plan.blocks),
-        deblocks=tuple(conv_bn(c) for c in plan.deblocks),
+        blocks=tuple(tuple(c.conv_bn(get) for c in block) for block in plan.blocks),
+        deblocks=tuple(c.conv_bn(get) for c in plan.deblocks),
         head_cls=cls,
         head_box=box,
         head_dir=direction,

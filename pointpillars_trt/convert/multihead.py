@@ -22,7 +22,7 @@ from ..config import ModelConfig
 from ..errors import CheckpointError
 from ..anchors import head_anchors
 from ..graph_io import RPN_INPUT, RPN_OUTPUT, GraphIO, box_parts
-from .weights import BN_FIELDS, BatchNorm, BatchNormFold, ConvBN
+from .weights import BatchNorm, BatchNormFold, ConvBN, ConvKeys
 
 HEAD_KEY = "dense_head.rpn_heads."  # keys only a multi-head OpenPCDet checkpoint has
 LABEL_INDICES = "head_label_indices"  # int64 buffer of each head: its classes, 1-based
@@ -59,42 +59,32 @@ class MultiHeadWeights:
 
 # --------------------------------------------------------------------------- checkpoint keys
 
-@dataclass(frozen=True)
-class _Conv:
-    weight: str
-    shape: tuple[int, ...]
-    bn: str | None  # BatchNorm prefix, or None for an output conv with a bias
-    channels: int  # output channels (the BN's size)
-    stride: int = 1
-    out_axis: int = 0  # of the weight, the output channels: 1 for a ConvTranspose2d (Cin, Cout, k, k)
-
-
-def _plan(cfg: ModelConfig) -> list[_Conv]:
+def _plan(cfg: ModelConfig) -> list[ConvKeys]:
     """Every conv of the layout in network order: PFN, blocks, deblocks, shared conv, heads."""
     net, heads = cfg.network, cfg.require_heads()
-    convs = [_Conv("vfe.pfn_layers.0.linear.weight", (net.pfn_channels, cfg.features.channels),
+    convs = [ConvKeys("vfe.pfn_layers.0.linear.weight", (net.pfn_channels, cfg.features.channels),
                    "vfe.pfn_layers.0.norm", net.pfn_channels)]
     c_in = net.pfn_channels
     for i, (extra, stride, c_out) in enumerate(zip(net.layer_nums, net.layer_strides, net.block_channels)):
         for j in range(extra + 1):  # (ZeroPad2d,) then (conv, BN, ReLU) triplets
             m = 1 + 3 * j
-            convs.append(_Conv(f"backbone_2d.blocks.{i}.{m}.weight", (c_out, c_in if j == 0 else c_out, 3, 3),
+            convs.append(ConvKeys(f"backbone_2d.blocks.{i}.{m}.weight", (c_out, c_in if j == 0 else c_out, 3, 3),
                                f"backbone_2d.blocks.{i}.{m + 1}", c_out, stride if j == 0 else 1))
         c_in = c_out
     for i, (c_in, s, k, c_out) in enumerate(zip(net.block_channels, net.upsample_strides, net.upsample_kernels,
                                                 net.upsample_channels)):
         shape = (c_out, c_in, k, k) if s < 1 else (c_in, c_out, k, k)  # Conv2d or ConvTranspose2d
-        convs.append(_Conv(f"backbone_2d.deblocks.{i}.0.weight", shape, f"backbone_2d.deblocks.{i}.1", c_out, k,
+        convs.append(ConvKeys(f"backbone_2d.deblocks.{i}.0.weight", shape, f"backbone_2d.deblocks.{i}.1", c_out, k,
                            out_axis=0 if s < 1 else 1))
-    convs.append(_Conv("dense_head.shared_conv.0.weight", (heads.shared_channels, net.head_in_channels, 3, 3),
+    convs.append(ConvKeys("dense_head.shared_conv.0.weight", (heads.shared_channels, net.head_in_channels, 3, 3),
                        "dense_head.shared_conv.1", heads.shared_channels))
     mid = heads.middle_channels
     for h, (group, anchors) in enumerate(zip(heads.groups, head_anchors(cfg))):
         branches = [(f"{HEAD_KEY}{h}.conv_cls", anchors * len(group))]
         branches += [(f"{HEAD_KEY}{h}.conv_box.conv_{name}", anchors * width) for name, width in box_parts(cfg)]
         for prefix, out in branches:
-            convs.append(_Conv(f"{prefix}.0.weight", (mid, heads.shared_channels, 3, 3), f"{prefix}.1", mid))
-            convs.append(_Conv(f"{prefix}.3.weight", (out, mid, 3, 3), None, out))
+            convs.append(ConvKeys(f"{prefix}.0.weight", (mid, heads.shared_channels, 3, 3), f"{prefix}.1", mid))
+            convs.append(ConvKeys(f"{prefix}.3.weight", (out, mid, 3, 3), None, out))
     return convs
 
 
@@ -102,11 +92,7 @@ def expected_keys(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every float key of the layout for this config, with its shape (BN step counters excluded)."""
     out: dict[str, tuple[int, ...]] = {}
     for conv in _plan(cfg):
-        out[conv.weight] = conv.shape
-        if conv.bn is None:
-            out[conv.weight.removesuffix("weight") + "bias"] = (conv.channels,)
-        else:
-            out.update({f"{conv.bn}.{f}": (conv.channels,) for f in BN_FIELDS})
+        out.update(conv.keys())
     return out
 
 
@@ -138,10 +124,6 @@ def check_label_indices(state: Mapping[str, Any], cfg: ModelConfig, source: str)
 
 def weights_from_state_dict(get: Callable[[str], np.ndarray], cfg: ModelConfig) -> MultiHeadWeights:
     """Group the checked tensors (``get(key)`` -> float32 array) into ``MultiHeadWeights``."""
-    def conv_bn(conv: _Conv) -> ConvBN:
-        assert conv.bn is not None  # the plan pairs every middle conv with its BN
-        return ConvBN(get(conv.weight), BatchNorm(*(get(f"{conv.bn}.{f}") for f in BN_FIELDS)), conv.stride)
-
     plan = _plan(cfg)
     net = cfg.network
     n_blocks = sum(extra + 1 for extra in net.layer_nums)
@@ -151,19 +133,19 @@ def weights_from_state_dict(get: Callable[[str], np.ndarray], cfg: ModelConfig) 
     shared, rest = rest[0], rest[1:]
     blocks, at = [], 0
     for extra in net.layer_nums:
-        blocks.append(tuple(conv_bn(c) for c in block_convs[at: at + extra + 1]))
+        blocks.append(tuple(c.conv_bn(get) for c in block_convs[at: at + extra + 1]))
         at += extra + 1
     per_head = 2 * (1 + len(box_parts(cfg)))
     heads = []
     for h in range(len(cfg.require_heads().groups)):
         convs = rest[h * per_head: (h + 1) * per_head]
-        pairs = [(conv_bn(convs[i]), OutputConv(get(convs[i + 1].weight),
+        pairs = [(convs[i].conv_bn(get), OutputConv(get(convs[i + 1].weight),
                                                 get(convs[i + 1].weight.removesuffix("weight") + "bias")))
                  for i in range(0, per_head, 2)]
         heads.append(HeadWeights(cls=pairs[0], box=tuple(pairs[1:])))
-    pfn_bn = conv_bn(pfn)
+    pfn_bn = pfn.conv_bn(get)
     return MultiHeadWeights(pfn_linear=pfn_bn.weight, pfn_bn=pfn_bn.bn, blocks=tuple(blocks),
-                            deblocks=tuple(conv_bn(c) for c in deblocks), shared=conv_bn(shared), heads=tuple(heads))
+                            deblocks=tuple(c.conv_bn(get) for c in deblocks), shared=shared.conv_bn(get), heads=tuple(heads))
 
 
 # --------------------------------------------------------------------------- the RPN graph

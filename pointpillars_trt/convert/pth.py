@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import CheckpointError, escape_text
+from ..errors import CheckpointError, escape_text, one_line
 
 # ---------------------------------------------------------------------------------------------
 # Limits: what a file can legitimately hold (tiny hostile files must not exhaust memory)
@@ -311,15 +311,6 @@ class _Unpickler(pickle.Unpickler):
         return ref
 
 
-def _one_line(exc: BaseException) -> str:
-    try:
-        text = str(exc)
-    except Exception:  # e.g. a KeyError holding a 5000-digit int
-        text = ""
-    text = escape_text(" ".join(text[:1000].split()), 200)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 @contextmanager
 def _reading(source: str, problem: str) -> Iterator[None]:
     """Turn whatever a damaged file makes zipfile / pickle / NumPy raise into one CheckpointError line
@@ -331,7 +322,7 @@ def _reading(source: str, problem: str) -> Iterator[None]:
     except _Malformed as exc:
         raise CheckpointError(f"{source}: {problem}: {exc}") from None
     except Exception as exc:  # corrupt input can surface as almost any exception type
-        raise CheckpointError(f"{source}: {problem} ({_one_line(exc)})") from None
+        raise CheckpointError(f"{source}: {problem} ({one_line(exc, 200, typed=True)})") from None
 
 
 @dataclass
@@ -560,7 +551,7 @@ def _read_bytes(path: Path, source: str) -> bytes:
     except FileNotFoundError:
         raise CheckpointError(f"{source}: checkpoint file not found") from None
     except (OSError, ValueError) as exc:  # ValueError: a NUL in the path
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _one_line(exc)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else one_line(exc, 200, typed=True)
         raise CheckpointError(f"{source}: cannot read ({reason})") from None
     except MemoryError:
         raise CheckpointError(f"{source}: not enough memory to read {info.st_size} bytes") from None

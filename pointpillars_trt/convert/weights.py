@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -51,6 +52,31 @@ class ConvBN:
     weight: np.ndarray
     bn: BatchNorm
     stride: int
+
+
+@dataclass(frozen=True)
+class ConvKeys:
+    """Where one conv of a checkpoint layout lives: its weight's key and shape, and after it either a
+    BatchNorm (``bn``: its key prefix) or, for an output conv, a bias (``bn`` None)."""
+
+    weight: str
+    shape: tuple[int, ...]
+    bn: str | None
+    channels: int  # output channels: the BatchNorm's or the bias's size
+    stride: int = 1
+    out_axis: int = 0  # of the weight, the output channels: 1 for a ConvTranspose2d (Cin, Cout, k, k)
+
+    def keys(self) -> dict[str, tuple[int, ...]]:
+        """Its state-dict keys with their shapes."""
+        if self.bn is None:
+            return {self.weight: self.shape, self.weight.removesuffix("weight") + "bias": (self.channels,)}
+        return {self.weight: self.shape, **{f"{self.bn}.{f}": (self.channels,) for f in BN_FIELDS}}
+
+    def conv_bn(self, get: Callable[[str], np.ndarray]) -> ConvBN:
+        """The conv and its BatchNorm from the checked tensors (``get(key)`` -> float32 array)."""
+        if self.bn is None:
+            raise ValueError(f"{self.weight} is an output conv: it has a bias, no BatchNorm")
+        return ConvBN(get(self.weight), BatchNorm(*(get(f"{self.bn}.{f}") for f in BN_FIELDS)), self.stride)
 
 
 @dataclass(frozen=True)

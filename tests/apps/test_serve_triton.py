@@ -323,6 +323,41 @@ def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_se
     finally:
         remote.close()
 
+def test_infer_in_flight_bounds_the_requests_of_the_whole_run(tiny, tiny_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                               monkeypatch) -> None:
+    """``infer --server --in-flight N`` keeps at most N requests in flight, and reaches N: the run's two
+    pipelines used to send batches of N at the client's default of 8 each (at most 8 a batch, 16 in all)."""
+    from pointpillars_trt.apps.serve.cli import run_scaleout_infer
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    now, peak, lock = [0], [0], threading.Lock()
+    send = RemoteDetector.__call__
+
+    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        try:
+            time.sleep(0.05)  # each request long enough for the others to pile up behind it
+            return send(self, *args, **kwargs)
+        finally:
+            with lock:
+                now[0] -= 1
+
+    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    paths = []
+    for index, frame in enumerate(frame for seed in range(4) for frame in random_frames(tiny, 8, seed)):
+        paths.append(str(tmp_path / f"{index:06d}.bin"))
+        frame.tofile(paths[-1])
+    for in_flight, least in ((3, 2), (12, 9)):
+        peak[0] = 0
+        args = infer_args(paths, tmp_path / f"out{in_flight}", tiny_server.endpoints["grpc"], "grpc",
+                          "--in-flight", str(in_flight))
+        rc, _, err = run_captured(run_scaleout_infer, args)
+        assert rc == 0, err
+        assert least <= peak[0] <= in_flight, (in_flight, peak[0])
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_an_empty_frame_comes_back_as_zero_by_seven(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.serve.client import RemoteDetector

@@ -191,7 +191,8 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--protocol", choices=("grpc", "http"), default=_SCALEOUT_DEFAULTS["protocol"],
                        help="with --server")
     group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=_SCALEOUT_DEFAULTS["in_flight"],
-                       help=f"with --server: concurrent requests, 1..{MAX_IN_FLIGHT}")
+                       help=f"with --server: the most requests in flight at once, 1..{MAX_IN_FLIGHT} "
+                            "(default: %(default)s)")
     group.add_argument("--ray", action="store_true",
                        help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
                             "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "
@@ -229,8 +230,15 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
 
     _refuse_local_options(args)
     thresholds = Thresholds(args.score_threshold, args.nms_iou, args.max_boxes)
-    return infer_with(args, lambda _points: [RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds)
-                                             for _ in range(2)], batch=args.in_flight)
+
+    def open_detectors(_points: int | None) -> list[RemoteDetector]:
+        # two pipelines of one detector: a batch's requests go out while the one before it is written, and
+        # the detector's --in-flight slots bound the requests of both
+        detector = RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds,
+                                  concurrency=args.in_flight)
+        return [detector, detector]
+
+    return infer_with(args, open_detectors, batch=args.in_flight)
 
 
 #: infer's options that choose how a local detector runs: the served model decides all of them, so

@@ -1,8 +1,8 @@
 """A client of the served detector: frames in, the same ``Detections`` as the local detector out.
 
-Requests go over Triton's gRPC or HTTP protocol (tritonclient, imported here only); ``infer_many``
-keeps ``concurrency`` requests in flight so that the server's dynamic batcher has batches to form,
-and yields results in input order; a frame the server or the reader refuses is that frame's error.
+Requests go over Triton's gRPC or HTTP protocol (tritonclient, imported here only); ``detect_batch``
+and ``infer_many`` keep ``concurrency`` requests in flight so that the server's dynamic batcher has
+batches to form, and give results in input order; a frame the server or the reader refuses is that frame's error.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, InputError, PointPillarsError
+from ...errors import BackendError, InputError, PointPillarsError, one_line
 from ...pointcloud_io import read_points
 from ...points import as_host_points, check_frame_list
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -39,14 +39,18 @@ class RemoteDetector:
     and is a pointpillars-trt model (reply.check_model_config), so a wrong address or a foreign
     endpoint fails here in one line, not once per frame. Every reply is checked too
     (reply.reply_detections): a bad one is that frame's error. Frames over the server's points cap
-    are refused here, before they are sent.
+    are refused here, before they are sent. ``concurrency``: the most requests in flight at once,
+    counted over every ``detect_batch`` call of this detector, from any thread (``infer --in-flight``).
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
-                 timeout: float = 60.0, thresholds: Thresholds | None = None) -> None:
+                 timeout: float = 60.0, thresholds: Thresholds | None = None, concurrency: int = 8) -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         _check_timeout(timeout)
+        _check_concurrency(concurrency)
+        self.concurrency = concurrency
+        self._slots = threading.Semaphore(concurrency)  # detect_batch's requests in flight, all its calls'
         try:
             if protocol == "grpc":
                 import tritonclient.grpc as module
@@ -72,7 +76,7 @@ class RemoteDetector:
             ready = self._client().is_model_ready(model)
             config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
-            raise BackendError(f"server {server} ({protocol}): cannot be reached ({_one_line(exc)})") from None
+            raise BackendError(f"server {server} ({protocol}): cannot be reached ({one_line(exc)})") from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {server}: model {model!r}")
@@ -92,6 +96,7 @@ class RemoteDetector:
         other.timeout = timeout
         other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
         other._cancelled, other._pool, other._pool_size = False, None, 0
+        other._slots = threading.Semaphore(self.concurrency)
         return other
 
     def _client(self) -> Any:
@@ -132,16 +137,16 @@ class RemoteDetector:
         except self._server_error as exc:
             invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault
             raise (InputError if invalid else BackendError)(
-                f"{prefix}server {self.server} refused the frame: {_one_line(exc)}"
+                f"{prefix}server {self.server} refused the frame: {one_line(exc)}"
             ) from None
         except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
-            raise BackendError(f"{prefix}server {self.server}: the request failed ({_one_line(exc)})") from None
+            raise BackendError(f"{prefix}server {self.server}: the request failed ({one_line(exc)})") from None
         where = f"{prefix}server {self.server}"
         try:
             names = reply_output_names(reply)
             arrays = {name: reply.as_numpy(name) for name in self.served.outputs}
         except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
-            raise BackendError(f"{where} answered a malformed reply ({_one_line(exc)})") from None
+            raise BackendError(f"{where} answered a malformed reply ({one_line(exc)})") from None
         return reply_detections(arrays, names, self.served, where)
 
     def answered_count(self) -> int | None:
@@ -154,11 +159,15 @@ class RemoteDetector:
         except Exception:  # noqa: BLE001 - no statistics (a busy or dead server): the caller goes by its probe
             return None
 
-    def detect_batch(self, frames: Sequence[object], *, concurrency: int = 8) -> list[Detections]:
+    def detect_batch(self, frames: Sequence[object], *, concurrency: int | None = None) -> list[Detections]:
         """Detections of several frames, one request each, all in flight at once (up to
-        ``concurrency``) so that the server's dynamic batcher can batch them; the first error is
-        raised once every request is back (what ``infer`` runs its frames with)."""
-        _check_concurrency(concurrency)
+        ``concurrency``; default: the detector's, shared with its other calls) so that the server's
+        dynamic batcher can batch them; the first error is raised once every request is back (what
+        ``infer`` runs its frames with)."""
+        if concurrency is not None:
+            _check_concurrency(concurrency)
+        in_flight = self._slots if concurrency is None else threading.Semaphore(concurrency)
+        concurrency = concurrency or self.concurrency
         check_frame_list(frames, self.point_columns)
         frames = list(frames)  # a generator too; a stacked array's frames
         if not frames:
@@ -168,7 +177,6 @@ class RemoteDetector:
                 self._pool, self._pool_size = ThreadPoolExecutor(max_workers=concurrency,
                                                                  thread_name_prefix="pp-remote"), concurrency
             pool = self._pool
-        in_flight = threading.Semaphore(concurrency)  # this call's; the pool may serve other threads' calls too
 
         def detect(frame: object) -> Detections:
             try:
@@ -186,12 +194,14 @@ class RemoteDetector:
                 raise error
         return [future.result() for future in futures]
 
-    def infer_many(self, frames: Iterable[object], *, concurrency: int = 8) -> Iterator[FrameResult]:
-        """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight; input order. The
-        arguments are checked here, as ``PointPillars.infer_many`` checks them, not at the first result."""
-        _check_concurrency(concurrency)
+    def infer_many(self, frames: Iterable[object], *, concurrency: int | None = None) -> Iterator[FrameResult]:
+        """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight (default: the
+        detector's); input order. The arguments are checked here, as ``PointPillars.infer_many`` checks
+        them, not at the first result."""
+        if concurrency is not None:
+            _check_concurrency(concurrency)
         check_frames_to_stream(frames, self.point_columns)
-        return self._stream(frames, concurrency)
+        return self._stream(frames, concurrency or self.concurrency)
 
     def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
         window: deque[tuple[str, Future[Detections]]] = deque()
@@ -243,7 +253,3 @@ def _result(source: str, future: Future[Detections]) -> FrameResult:
 def _check_concurrency(concurrency: object) -> None:
     if int_within(concurrency, 1, MAX_IN_FLIGHT) is None:
         raise InputError(f"concurrency {concurrency!r}: expected an integer in 1..{MAX_IN_FLIGHT}")
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split()) or type(exc).__name__
