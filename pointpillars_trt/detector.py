@@ -458,9 +458,13 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
                 ) -> list[Detections | BaseException]:
     """``detector.detect_batch(frames)``; when the batch fails, each frame on its own, so that only the
     frame at fault fails: a ``Detections`` or the exception, per frame. ``detector``: anything with
-    ``detect_batch`` (a ``PointPillars``, a remote detector); ``thresholds``: this call's, if any."""
+    ``detect_batch`` (a ``PointPillars``, a remote detector), or with a ``detect_each`` of its own whose
+    frames fail alone (a remote detector: one request a frame); ``thresholds``: this call's, if any."""
     if not frames:
         return []
+    own = getattr(detector, "detect_each", None)
+    if own is not None and thresholds is None:
+        return list(own(list(frames)))
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
             if thresholds is None:

@@ -323,6 +323,33 @@ def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_se
     finally:
         remote.close()
 
+def test_a_refused_frame_costs_the_others_of_its_batch_no_second_request(tiny, tiny_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                           monkeypatch) -> None:
+    """A batch of infer --server with one frame over the server's points cap: that frame fails alone and
+    each other frame is sent once (the batch used to be sent again frame by frame, one at a time)."""
+    from pointpillars_trt.apps.serve.cli import run_scaleout_infer
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    calls: list[int] = []
+    send = RemoteDetector.__call__
+
+    def counted(self, points, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(len(points))
+        return send(self, points, *args, **kwargs)
+
+    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    frames = random_frames(tiny, 8)
+    frames.insert(3, np.zeros((MAX_POINTS + 1, 4), np.float32))
+    paths = []
+    for index, frame in enumerate(frames):
+        paths.append(str(tmp_path / f"{index:06d}.bin"))
+        frame.tofile(paths[-1])
+    rc, out, err = run_captured(run_scaleout_infer, infer_args(paths, tmp_path / "out", tiny_server.endpoints["grpc"],
+                                                               "grpc", "--in-flight", "16"))
+    assert rc == 1 and out.startswith("8/9 frames") and f"{MAX_POINTS + 1} points, more than the cap" in err, (out, err)
+    assert sorted(calls) == sorted(len(frame) for frame in frames), calls
+
+
 def test_infer_in_flight_bounds_the_requests_of_the_whole_run(tiny, tiny_server, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                monkeypatch) -> None:
     """``infer --server --in-flight N`` keeps at most N requests in flight, and reaches N: the run's two

@@ -162,8 +162,18 @@ class RemoteDetector:
     def detect_batch(self, frames: Sequence[object], *, concurrency: int | None = None) -> list[Detections]:
         """Detections of several frames, one request each, all in flight at once (up to
         ``concurrency``; default: the detector's, shared with its other calls) so that the server's
-        dynamic batcher can batch them; the first error is raised once every request is back (what
-        ``infer`` runs its frames with)."""
+        dynamic batcher can batch them; the first error is raised once every request is back."""
+        results = self.detect_each(frames, concurrency=concurrency)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return results  # type: ignore[return-value]  # no exception among them
+
+    def detect_each(self, frames: Sequence[object], *, concurrency: int | None = None,
+                    ) -> list[Detections | BaseException]:
+        """``detect_batch``, with each frame's own outcome: its ``Detections``, or the exception that failed
+        it, so that a refused frame costs no other frame a second request (what ``infer`` runs its
+        frames with, through ``detector.detect_each``)."""
         if concurrency is not None:
             _check_concurrency(concurrency)
         in_flight = self._slots if concurrency is None else threading.Semaphore(concurrency)
@@ -188,11 +198,7 @@ class RemoteDetector:
         for frame in frames:
             in_flight.acquire()
             futures.append(pool.submit(detect, frame))
-        errors = [future.exception() for future in futures]
-        for error in errors:
-            if error is not None:
-                raise error
-        return [future.result() for future in futures]
+        return [future.exception() or future.result() for future in futures]
 
     def infer_many(self, frames: Iterable[object], *, concurrency: int | None = None) -> Iterator[FrameResult]:
         """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight (default: the
