@@ -124,7 +124,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
 
         def png(path: Path) -> None:
             plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
-                     title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity)
+                     title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity, durable=durable)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
     for path, write in writes:

@@ -115,6 +115,7 @@ def plot_bev(
     title: str = "PointPillars detections (bird's-eye view)",
     max_labels: int = MAX_LABELS,
     velocity: np.ndarray | None = None,
+    durable: bool = True,
 ) -> int:
     """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
     class colour (legend) with a heading tick and, when there are scores, filled by score (colour bar).
@@ -124,7 +125,8 @@ def plot_bev(
     y_max, z_max), e.g. the model's, crops the points and sets the axes; without it the axes cover
     all points and boxes. ``scores`` may be None (ground truth). ``velocity`` (N, 2) m/s, for models
     that predict it, draws the motion over the next second of each box faster than 0.2 m/s as an arrow
-    from its centre.
+    from its centre. ``durable=False`` leaves the file's fsync to a caller that flushes a run's files in
+    one pass (``fileio.write_bytes_atomic``).
     Returns the number of labels drawn. Raises PlotUnavailableError if matplotlib is missing.
     """
     require_matplotlib()
@@ -205,7 +207,7 @@ def plot_bev(
     labelled = _draw_labels(fig, ax, corners, names, scores, finite, max_labels)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
-    write_bytes_atomic(path, buffer.getvalue())
+    write_bytes_atomic(path, buffer.getvalue(), durable=durable)
     return labelled
 
 

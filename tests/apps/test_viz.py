@@ -110,3 +110,29 @@ def test_plot_bev_labels_top_boxes_with_colour_bar_and_legend(tmp_path: Path) ->
     boxes[0, 3] = np.inf
     plot_bev(np.zeros((0, 4), np.float32), boxes, names, scores, tmp_path / "inf.png")
     assert (tmp_path / "inf.png").read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("durable", [True, False])
+def test_a_runs_pictures_wait_for_its_one_flush_pass_as_its_other_files(tmp_path: Path, durable: bool,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``write_frame_outputs(durable=False)`` (a run that flushes its files in one pass) writes the BEV
+    picture without an fsync of its own, as the JSON beside it; ``durable=True`` fsyncs both."""
+    pytest.importorskip("matplotlib")
+    import os
+
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame_outputs
+    from pointpillars_trt.detections import Detections
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    classes = ("Car", "Pedestrian", "Cyclist")
+    det = Detections(np.array([[10, 0, -1, 4, 2, 1.5, 0.3]], np.float32), np.array([0.8], np.float32),
+                     np.array([0]), classes)
+    plan = OutputPlan(json_dir=tmp_path / "json", png_dir=tmp_path / "png")
+    for folder in (plan.json_dir, plan.png_dir):
+        folder.mkdir()
+    write_frame_outputs(det, "000001.bin", plan, simulate_scan(seed=0)[0], durable=durable)
+    assert (tmp_path / "png" / "000001.png").stat().st_size > 0 and (tmp_path / "json" / "000001.json").exists()
+    kinds = sorted(suffix for name in synced for suffix in (".json", ".png") if f"000001{suffix}" in name)
+    assert len(synced) == len(kinds) and kinds == ([".json", ".png"] if durable else []), synced
