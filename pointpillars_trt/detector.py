@@ -115,12 +115,6 @@ class PointPillars:
             raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
                                "graphs (precision applies when exporting a checkpoint; rebuild for another)")
         self.device, device_id, self.gpu_unused_reason = picked or _pick_device(opts.device)
-        if self.device == "cuda" and str(opts.device) == "auto":
-            from .gpu_pipeline import unsupported_reason
-
-            reason = unsupported_reason(self.cfg)
-            if reason is not None:  # an explicit cuda device gets GpuPipeline's error instead
-                self.device, self.gpu_unused_reason = "cpu", reason
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
@@ -187,8 +181,7 @@ class PointPillars:
             return f"CPU, ONNX Runtime, {precision}"
         if precision == "fp32":
             precision = "fp32 with TF32" if impl.tf32 else "IEEE fp32"
-        engine = _ENGINE_NAMES.get(impl.backend, impl.backend)
-        return f"GPU cuda:{impl.device_id}, {engine}, {precision}"
+        return f"GPU cuda:{impl.device_id}, {BACKENDS[impl.backend].title}, {precision}"
 
     @property
     def last_timings(self) -> dict[str, float]:
@@ -483,9 +476,6 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 #: second, 2 threads 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795).
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
-
-_ENGINE_NAMES = {"cudnn": "cuDNN engine", "tensorrt": "TensorRT", "onnxruntime": "ONNX Runtime (CUDA)"}
-
 
 def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> RuntimeOptions:
     """The options object, or the one the convenience keywords build; both at once is ambiguous."""

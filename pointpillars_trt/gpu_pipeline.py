@@ -102,14 +102,6 @@ def post_stage_type(cfg: ModelConfig) -> type[PostprocessStage] | type[MultiHead
     return PostprocessStage if cfg.heads is None else MultiHeadPostprocessStage
 
 
-def unsupported_reason(cfg: ModelConfig) -> str | None:
-    """Why the GPU pipeline cannot run a model (its stages exist for it on the CPU path), or None."""
-    columns = cfg.point_columns
-    if columns[:GPU_POINT_COLUMNS] != ("x", "y", "z", "intensity") or columns[GPU_POINT_COLUMNS:] not in ((), ("time",)):
-        return f"model {cfg.name} reads the point columns {', '.join(columns)}; the GPU pipeline feeds x, y, z, intensity[, time]"
-    return None
-
-
 _CAPTURE_LOCK = threading.Lock()
 
 
@@ -146,9 +138,6 @@ class GpuPipeline:
         if checked is None:
             raise BackendError(f"max_batch: expected 1..{MAX_BATCH}, received {max_batch!r}")
         max_batch = checked
-        reason = unsupported_reason(model.cfg)
-        if reason is not None:
-            raise BackendError(f"GPU pipeline: {reason} (device cpu runs it)")
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg
         self.model = model

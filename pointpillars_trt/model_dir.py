@@ -8,7 +8,7 @@ Layout (one precision per dir; a plan is specific to its precision and GPU anywa
     rpn.plan     the RPN's TensorRT plan (+ rpn.plan.json), written by the TensorRT builder when asked for; the
                  GPU pipeline runs the PFN as a CUDA kernel, so a pfn.plan of an older build is ignored
 
-This module only reads model dirs; ``build.export`` is the one writer.
+This module only reads model dirs; ``convert/export.py`` is the one writer.
 """
 
 from __future__ import annotations

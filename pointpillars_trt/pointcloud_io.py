@@ -1,4 +1,5 @@
-"""Lidar frame files -> (N, 4) float32 x, y, z, intensity: KITTI-style ``.bin``, ``.npy`` and ``.pcd``.
+"""Lidar frame files -> (N, columns) float32 rows x, y, z, intensity[, time]: KITTI-style ``.bin``,
+``.npy`` and ``.pcd``.
 
 Every reader refuses, before reading data, anything that is not a regular file (a FIFO,
 /dev/zero, a directory) and any frame of more than ``MAX_FRAME_POINTS`` points, so memory stays

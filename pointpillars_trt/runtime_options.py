@@ -34,7 +34,8 @@ class RuntimeOptions:
     """``device``: auto (the GPU when it can run here, else the CPU), cpu, cuda or cuda:N. ``backend``: the
     GPU engine (runtime/backends.py; auto picks). ``precision``: the graphs exported from a checkpoint
     (None: fp32; a model dir runs as built). ``tf32``: fp32 engines may use TensorFloat-32 (False: IEEE
-    fp32, as the CPU path). ``cuda_graph``: replay each GPU stage from a captured CUDA graph.
+    fp32, as the CPU path). ``cuda_graph``: replay a batch's stages and result copy from one captured CUDA graph
+    (False: launch them one by one).
     ``threads``: ONNX Runtime's CPU thread pool (None: ``OMP_NUM_THREADS``, else one per core).
     ``max_batch``: frames the GPU pipeline runs at once (1..MAX_BATCH). ``thresholds``: the post-process
     values (None fields: the model's); their ``max_boxes`` is also the cap of per-call values.

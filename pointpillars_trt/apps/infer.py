@@ -1,7 +1,8 @@
 """``pointpillars-trt infer``: detect on point files and write one output per frame.
 
 Frames are ``.bin`` (KITTI float32 rows), ``.npy`` or ``.pcd`` files, given as files, folders or
-globs. They are read ahead of the detector in a reader thread, run ``--batch-size`` at a time, and
+globs. They are read ahead of the detector (by reader threads, or reader processes on a long GPU run),
+run ``--batch-size`` at a time, and
 each frame's outputs (JSON record, KITTI label_2 lines, BEV picture) are written atomically. A bad
 frame is reported on one ``error:`` line and the others go on; the exit code is then 1.
 """

@@ -3,7 +3,8 @@
 Each row names the backend's options type, its availability probe (None when it can run in the GPU
 pipeline here, else one line saying why not), its opener (which imports the backend module only
 then), the artefact it loads from a model dir (the ONNX graph or a TensorRT plan), its place in the
-``auto`` choice and the label reports print. ``open_engine``, the engine options, the CLI's
+``auto`` choice, the label reports and option messages print (``name (what it is)``) and the title of
+the ``running on`` line. ``open_engine``, the engine options, the CLI's
 ``--backend`` choices, the bench rows, the availability checks and the pipeline's backend choice all
 read this table.
 """
@@ -47,6 +48,7 @@ class BackendRow:
 
     name: str
     label: str
+    title: str  # the engine's name in the "running on" line (PointPillars.engine_description)
     options_type: type
     artefact: Artefact
     suffixes: tuple[str, ...]  # engine files it opens when no options say which backend
@@ -97,11 +99,11 @@ def _cudnn_options(r: EngineRequest) -> CudnnOptions:
 
 
 BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
-    BackendRow("onnxruntime", "onnxruntime (CUDA EP)", OrtOptions, "onnx", (".onnx",), ("cpu", "cuda"),
+    BackendRow("onnxruntime", "onnxruntime (CUDA EP)", "ONNX Runtime (CUDA)", OrtOptions, "onnx", (".onnx",), ("cpu", "cuda"),
                onnxruntime_cuda_unavailable_reason, _open_onnxruntime,
                lambda r: OrtOptions(device_id=r.device_id, tf32=r.tf32, graph_sha256=r.graph_sha256),
                auto_priority=2, suits=lambda model: True),
-    BackendRow("tensorrt", "tensorrt (plans)", TrtOptions, "plan", (".plan", ".engine"), ("cuda",),
+    BackendRow("tensorrt", "tensorrt (plans)", "TensorRT", TrtOptions, "plan", (".plan", ".engine"), ("cuda",),
                tensorrt_unavailable_reason, _open_tensorrt,
                lambda r: TrtOptions(device_id=r.device_id, config_digest=r.config_digest, precision=r.precision,
                                     tf32=r.tf32, onnx_sha256=r.graph_sha256),
@@ -109,7 +111,7 @@ BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
     # fp32 graphs of single-head models: the cuDNN engine's TF32 and IEEE fp32 RPNs (0.53-0.58 / 2.92 ms
     # on an H200) measured faster than ONNX Runtime's (0.77 / 3.21 ms). A multi-head model's fp32 graphs
     # were not compared, so auto takes cuDNN for them only when ONNX Runtime has no CUDA provider.
-    BackendRow("cudnn", "cudnn (frontend graphs + neck-head kernel)", CudnnOptions, "onnx", (), ("cuda",),
+    BackendRow("cudnn", "cudnn (frontend graphs + neck-head kernel)", "cuDNN engine", CudnnOptions, "onnx", (), ("cuda",),
                cudnn_unavailable_reason, _open_cudnn, _cudnn_options,
                auto_priority=1,
                suits=lambda model: (model.precision == "fp16" or model.cfg.heads is None
