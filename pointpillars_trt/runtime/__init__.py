@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .availability import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason, tensorrt_available
 from .backends import (
-    BACKEND_CHOICES, BACKEND_NAMES, BACKENDS, EngineRequest, backend_for, engine_file, engine_options_for,
+    BACKEND_CHOICES, BACKEND_NAMES, BACKENDS, EngineRequest, engine_file, engine_options_for,
     open_engine, pick_backend,
 )
 from .base import Backend, Device, Engine, Shape, TensorSpec
@@ -21,6 +21,6 @@ from .options import CudnnOptions, OrtOptions, TrtOptions
 __all__ = [
     "BACKENDS", "BACKEND_CHOICES", "BACKEND_NAMES", "Backend", "CudnnOptions", "Device", "Engine",
     "EngineRequest", "OrtOptions", "Shape", "TensorSpec", "TrtOptions",
-    "backend_for", "cudnn_unavailable_reason", "engine_file", "engine_options_for",
+    "cudnn_unavailable_reason", "engine_file", "engine_options_for",
     "onnxruntime_cuda_unavailable_reason", "open_engine", "pick_backend", "tensorrt_available",
 ]

@@ -127,12 +127,6 @@ def backend_row(name: str) -> BackendRow:
     return BACKENDS[name]
 
 
-def backend_for(path: str | Path) -> str:
-    """The backend that opens a file by default, from its suffix (.onnx -> ONNX Runtime, .plan/.engine
-    -> TensorRT)."""
-    return _row_for_file(path).name
-
-
 def _row_for_file(path: str | Path) -> BackendRow:
     suffix = Path(path).suffix.lower()
     for row in BACKENDS.values():

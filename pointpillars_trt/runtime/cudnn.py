@@ -523,9 +523,6 @@ class CudnnEngine(Engine):
             precision=self.options.precision, batch=batch,
         )
 
-    def plan_cache_path(self, batch: int) -> Path:
-        return self.plan_cache_dir / plan_cache_name(self.plan_cache_key(batch))
-
     def _plans_for(self, batch: int) -> tuple[dict[str, _ConvPlan], str]:
         """One plan per conv shape: from the cache file where it holds a usable entry, else built (and saved)."""
         key = self.plan_cache_key(batch)

@@ -358,7 +358,7 @@ def test_second_start_uses_the_plan_cache(tiny_dirs, tmp_path):
     with CudnnEngine(md.rpn_path, md.cfg, opts) as eng:
         first = run_engine(eng, canvas)
         assert eng.build_log[-1]["plans"].startswith("built")
-        path = eng.plan_cache_path(1)
+        path = eng.plan_cache_dir / plan_cache_name(eng.plan_cache_key(1))
     t1 = time.perf_counter()
     assert path.is_file()
     with CudnnEngine(md.rpn_path, md.cfg, opts) as eng:

@@ -13,7 +13,7 @@ import onnxruntime as ort
 import pytest
 
 from pointpillars_trt.errors import BackendError, ModelDirError
-from pointpillars_trt.runtime import BACKEND_NAMES, Engine, OrtOptions, TensorSpec, backend_for, open_engine
+from pointpillars_trt.runtime import BACKEND_NAMES, Engine, OrtOptions, TensorSpec, open_engine
 from pointpillars_trt.runtime.onnxruntime import OnnxRuntimeEngine
 from tiny_graphs import cuda_skip_reason, head_graph, head_reference, pfn_graph, pfn_reference
 
@@ -161,9 +161,7 @@ def test_non_array_feed(pfn):
             engine.run_host({"pillars": pillars(1).tolist()})
 
 
-def test_backend_from_suffix(tmp_path):
-    assert backend_for("a/pfn.onnx") == "onnxruntime"
-    assert backend_for("a/rpn.plan") == "tensorrt"
+def test_a_file_of_no_engine_or_an_unknown_device_is_refused(tmp_path):
     with pytest.raises(BackendError, match="Cannot tell the backend of rpn.bin"):
         open_engine(tmp_path / "rpn.bin")
     with pytest.raises(BackendError, match="Unknown device 'gpu'"):
