@@ -19,16 +19,16 @@ CAMERA_HALF_FOV_DEG = 40.5   # KITTI's left colour camera sees about 81 degrees 
 SIMULATED_SEEDS = (0, 1, 2, 3)
 
 
-def camera_view(points: np.ndarray, half_fov_deg: float = CAMERA_HALF_FOV_DEG) -> np.ndarray:
+def camera_view(points: np.ndarray) -> np.ndarray:
     """The points in front of the car within the camera's horizontal field of view (a KITTI-like crop)."""
     x, y = points[:, 0], points[:, 1]
-    return points[(x > 0) & (np.abs(y) < x * math.tan(math.radians(half_fov_deg)))]
+    return points[(x > 0) & (np.abs(y) < x * math.tan(math.radians(CAMERA_HALF_FOV_DEG)))]
 
 
-def simulated_frame_sets(seeds: tuple[int, ...] = SIMULATED_SEEDS, columns: int = 4) -> dict[str, list[np.ndarray]]:
+def simulated_frame_sets(columns: int = 4) -> dict[str, list[np.ndarray]]:
     """Simulated scans and their camera-view crops; ``columns`` 5 adds a time-lag column of zeros (one
     sweep) and leaves out the crops (multi-sweep models see all around)."""
-    scans = [simulate_scan(seed=s)[0] for s in seeds]
+    scans = [simulate_scan(seed=s)[0] for s in SIMULATED_SEEDS]
     if columns == 5:
         return {"full scan (simulated, one sweep)": [np.hstack([p, np.zeros((len(p), 1), np.float32)]) for p in scans]}
     return {"camera view (simulated)": [camera_view(p) for p in scans], "full scan (simulated)": scans}
