@@ -18,7 +18,7 @@ from .detections import Detections
 from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
 from .fileio import safe_repr
 from .graph_io import MAX_BATCH
-from .intensities import find_intensity_mismatch
+from .intensities import find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
@@ -212,26 +212,10 @@ class PointPillars:
         if self._check_intensity and isinstance(frame, np.ndarray):
             self._check_intensity = False
             found = find_intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
-            if found is None:
-                return
-            if found.kind == "8bit":
-                warnings.warn("the points' intensities look like 0-255 values, but the model expects 0-1 "
-                              "reflectance (KITTI): scale the 4th column by 1/255 (read_points(..., "
-                              "intensity_scale=1/255)) if they are (checked on the first frame)",
-                              InputWarning, stacklevel=3)
-            elif found.kind in ("beyond", "over255"):
-                trained = ("expects 0-1 reflectance (KITTI)" if found.kind == "beyond"
-                           else "was trained on 0-255 values (nuScenes)")
-                usual = "" if found.kind == "beyond" else ", 1/257 for 16-bit values"
-                warnings.warn(f"the points' intensities reach {found.largest:.6g}, but the model {trained}: check "
-                              "the point layout (columns a point, their order, float32) and scale the 4th column "
-                              f"(read_points(..., intensity_scale=...){usual}); boxes from such frames are not "
-                              "meaningful (checked on the first frame)", InputWarning, stacklevel=3)
-            elif found.kind == "unit":
-                warnings.warn("the points' intensities all lie within 0-1, but the model was trained on 0-255 "
-                              "values (nuScenes): scale the 4th column by 255 (read_points(..., "
-                              "intensity_scale=255)) if they are 0-1 reflectance (checked on the first frame)",
-                              InputWarning, stacklevel=3)
+            if found is not None:
+                text = mismatch_text(found.kind, _scale_with_keyword, "columns a point, their order, float32",
+                                     found.largest)
+                warnings.warn(f"the points' {text} (checked on the first frame)", InputWarning, stacklevel=3)
 
     def _said_if_nonfinite(self, found: Detections) -> Detections:
         """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity: the network overflowed,
@@ -476,6 +460,13 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 #: second, 2 threads 2,083-2,961 / 892-1,311, 4 threads 1,535-2,345 / 1,101-1,422, 8 threads 1,131 / 722-795).
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
+
+def _scale_with_keyword(factor: str | None) -> str:
+    """How a Python caller scales a frame's intensities by ``factor`` (``intensities.mismatch_text``)."""
+    if factor is None:
+        return "scale the 4th column (read_points(..., intensity_scale=...))"
+    return f"scale the 4th column by {factor} (read_points(..., intensity_scale={factor}))"
+
 
 def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> RuntimeOptions:
     """The options object, or the one the convenience keywords build; both at once is ambiguous."""

@@ -4,6 +4,7 @@ nuScenes' 0-255 values): a frame on the other scale gives boxes without an error
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -58,3 +59,32 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
         kind = ("over255" if hi > 255.0 or lo < -255.0 else
                 "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None)
     return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|
+
+
+#: What each kind of mismatch says of a frame's intensities; {reach}: how far they reach.
+_FINDINGS = {
+    "8bit": "look like 0-255 values, but the model expects 0-1 reflectance (KITTI)",
+    "beyond": "reach {reach}, but the model expects 0-1 reflectance (KITTI)",
+    "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)",
+    "over255": "reach {reach}, but the model was trained on 0-255 values (nuScenes)",
+}
+
+
+def mismatch_finding(kind: str, largest: float | None = None) -> str:
+    """What a mismatch (``intensity_mismatch``'s ``kind``) says of a frame: "intensities look like ...";
+    ``largest``: the largest intensity found (None: said as "beyond 255")."""
+    return "intensities " + _FINDINGS[kind].format(reach="beyond 255" if largest is None else f"{largest:.6g}")
+
+
+def mismatch_text(kind: str, scale_with: Callable[[str | None], str], layout: str, largest: float | None = None) -> str:
+    """The one wording of a mismatch and its fix, wherever it is said: ``scale_with(factor)`` spells how the
+    reader of the warning scales the intensities by ``factor`` (None: by one of their choosing) where they
+    read it (a keyword of ``read_points``, a CLI option), ``layout`` what sets the point layout there."""
+    if kind == "8bit":
+        fix = f"{scale_with('1/255')} if they are"
+    elif kind == "unit":
+        fix = f"{scale_with('255')} if they are 0-1 reflectance"
+    else:
+        sixteen = " (1/257 for 16-bit 0-65535 values)" if kind == "over255" else ""
+        fix = f"check the point layout ({layout}) and {scale_with(None)}{sixteen}; boxes from such frames mean little"
+    return f"{mismatch_finding(kind, largest)}: {fix}"

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ..fileio import safe_repr
+from ..intensities import mismatch_finding, mismatch_text
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, image_assumed
 from .frames import FrameJob, FrameReader
 from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
@@ -166,30 +167,26 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
     """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``),
     as read with --intensity-scale ``scale`` (None: not given)."""
     if scale is not None:
-        told = {"8bit": "look like 0-255 values, but the model expects 0-1 reflectance (KITTI)",
-                "beyond": "reach beyond 255, but the model expects 0-1 reflectance (KITTI)",
-                "unit": "all lie within 0-1, but the model was trained on 0-255 values (nuScenes)",
-                "over255": "reach beyond 255, but the model was trained on 0-255 values (nuScenes)"}[kind]
         if kind in ("8bit", "beyond"):  # a model of 0-1 reflectance
             right = "1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
         else:
             right = "255 for files of 0-1 reflectance, none for 0-255 files" + (
                 ", 1/257 for 16-bit 0-65535 ones" if kind == "over255" else "")
-        return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its intensities {told}; the "
-                f"scale multiplies the file's values: check it ({right}) (warned once)")
-    if kind == "8bit":
-        return (f"warning: {safe_repr(source)}: intensities look like 0-255 values, but the model "
-                "expects 0-1 reflectance (KITTI); pass --intensity-scale 0.00392156862745098 (1/255) "
-                "if they are (warned once)")
-    if kind in ("beyond", "over255"):
-        trained = ("expects 0-1 reflectance (KITTI)" if kind == "beyond"
-                   else "was trained on 0-255 values (nuScenes)")
-        usual = "" if kind == "beyond" else " (1/257 for 16-bit 0-65535 values)"
-        return (f"warning: {safe_repr(source)}: intensities reach beyond 255, but the model {trained}: check the "
-                f"point layout (--point-dim, float32 values) and pass --intensity-scale for another scale{usual}; "
-                "boxes from such frames mean little (warned once)")
-    return (f"warning: {safe_repr(source)}: intensities all lie within 0-1, but the model was trained on 0-255 "
-            "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)")
+        return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its {mismatch_finding(kind)}; "
+                f"the scale multiplies the file's values: check it ({right}) (warned once)")
+    text = mismatch_text(kind, _scale_with_option, "--point-dim, float32 values")
+    return f"warning: {safe_repr(source)}: {text} (warned once)"
+
+
+def _scale_with_option(factor: str | None) -> str:
+    """How a CLI user scales a file's intensities by ``factor`` (``intensities.mismatch_text``)."""
+    if factor is None:
+        return "pass --intensity-scale for another scale"
+    return f"pass --intensity-scale {_OPTION_VALUES.get(factor, factor)}"
+
+
+#: A factor as --intensity-scale takes it (a float), with the fraction it is.
+_OPTION_VALUES = {"1/255": "0.00392156862745098 (1/255)"}
 
 
 def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:

@@ -42,7 +42,7 @@ def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, 
     run = cli("infer", tmp_path / "unit.bin", "--model", model, "--device", "cpu", "--no-progress")
     assert run.rc == 0, run
     assert f"warning: '{tmp_path / 'unit.bin'}': intensities all lie within 0-1, but the model was trained on 0-255 " \
-           "values (nuScenes); pass --intensity-scale 255 if they are 0-1 reflectance (warned once)\n" in run.err, run.err
+           "values (nuScenes): pass --intensity-scale 255 if they are 0-1 reflectance (warned once)\n" in run.err, run.err
     wide = read_points(nuscenes / FRAME, point_dim=5, columns=5)
     wide[:, 3] *= 257  # 16-bit intensities
     wide.tofile(tmp_path / "wide.bin")
