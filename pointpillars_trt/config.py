@@ -17,7 +17,6 @@ import hashlib
 import json
 import math
 import re
-import reprlib
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
@@ -27,7 +26,7 @@ from typing import Any, Literal, NoReturn, TypeVar, get_args
 import numpy as np
 import yaml
 
-from .errors import ConfigError, escape_text
+from .errors import ConfigError, escape_text, safe_repr
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
@@ -301,7 +300,7 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     name = str(name_or_path)
     if name not in builtin_config_names():
         raise ConfigError(
-            f"unknown config {short_repr(name)}: expected a YAML path or one of {builtin_config_names()}"
+            f"unknown config {safe_repr(name, 60)}: expected a YAML path or one of {builtin_config_names()}"
         )
     data = (resources.files("pointpillars_trt") / "configs" / f"{name}.yaml").read_bytes()
     return config_from_dict(parse_yaml(data, name), name)
@@ -400,19 +399,6 @@ def parse_yaml(data: bytes, source: str) -> Any:
         raise ConfigError(f"{source}: not a valid config YAML ({type(exc).__name__})") from None
 
 
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlong = 2, 50, 50, 30
-
-
-def short_repr(value: object, limit: int = 60) -> str:
-    """A bounded, escaped repr of an untrusted value (never the whole of a huge or nested one)."""
-    try:
-        text = _REPR.repr(value)
-    except Exception:  # noqa: BLE001 - e.g. an int too large to print; the type is enough
-        text = f"<{type(value).__name__}>"
-    return escape_text(text, limit)
-
-
 # --------------------------------------------------------------------------- field rules
 
 # Bounds of the CUDA kernels, enforced here so that the CPU path refuses what the GPU path cannot run;
@@ -451,7 +437,7 @@ class _Invalid(Exception):
 
 
 def _bad(path: str, expected: str, value: object) -> NoReturn:
-    raise _Invalid(f"{path}: expected {expected}, got {short_repr(value)}")
+    raise _Invalid(f"{path}: expected {expected}, got {safe_repr(value, 60)}")
 
 
 def plain_number(value: object) -> object:
@@ -564,7 +550,7 @@ def _optional(rule: Rule[T]) -> Rule[T | None]:
 
 
 def _join(path: str, key: object) -> str:
-    text = key if isinstance(key, str) and _NAME.fullmatch(key) else short_repr(key, 40)
+    text = key if isinstance(key, str) and _NAME.fullmatch(key) else safe_repr(key, 40)
     return f"{path}.{text}" if path else str(text)
 
 
@@ -760,12 +746,12 @@ def _check_heads(cfg: ModelConfig) -> None:
         return
     flat = [name for group in cfg.heads.groups for name in group]
     if flat != list(cfg.classes):
-        raise _Invalid(f"heads.groups: the heads' classes in order {short_repr(flat)} must be the classes "
-                       f"{short_repr(list(cfg.classes))}")
+        raise _Invalid(f"heads.groups: the heads' classes in order {safe_repr(flat, 60)} must be the classes "
+                       f"{safe_repr(list(cfg.classes), 60)}")
     names = [k.name for k in cfg.anchors.classes]
     if names != list(cfg.classes):
         raise _Invalid(f"anchors.classes: a multi-head model lists one anchor per class in the classes' order, "
-                       f"got {short_repr(names)}")
+                       f"got {safe_repr(names, 60)}")
 
 
 def next_power_of_two(n: int) -> int:
@@ -814,7 +800,7 @@ def _check(cfg: ModelConfig) -> None:
     repeated = [name for name in sorted(set(order), key=order.index)
                 if order.count(name) > 1 and name not in _REPEATABLE_FEATURES[cfg.family]]
     if repeated:
-        raise _Invalid(f"features.order: {', '.join(repeated)} listed more than once in {short_repr(list(order))}; "
+        raise _Invalid(f"features.order: {', '.join(repeated)} listed more than once in {safe_repr(list(order), 60)}; "
                        "each entry is one input channel of the pillar net: did you mean another feature?")
     raw = [name for name in order if name in POINT_COLUMN_NAMES]
     missing = [name for name in raw if name not in cfg.point_columns]
@@ -823,10 +809,10 @@ def _check(cfg: ModelConfig) -> None:
                        f"(point_columns: {', '.join(cfg.point_columns)})")
     _check_heads(cfg)
     if len(set(cfg.classes)) != len(cfg.classes):
-        raise _Invalid(f"classes: names repeat in {short_repr(list(cfg.classes))}")
+        raise _Invalid(f"classes: names repeat in {safe_repr(list(cfg.classes), 60)}")
     names = [k.name for k in cfg.anchors.classes]
     if sorted(names) != sorted(cfg.classes):
-        raise _Invalid(f"anchors.classes: names {short_repr(names)} do not match classes {short_repr(list(cfg.classes))}")
+        raise _Invalid(f"anchors.classes: names {safe_repr(names, 60)} do not match classes {safe_repr(list(cfg.classes), 60)}")
     pp = cfg.postprocess
     kept = cfg.num_classes * pp.pre_nms_top_k  # per class: what the final cut may sort
     if pp.nms == "per_class" and next_power_of_two(kept) > SORT_LIMIT:

@@ -15,8 +15,9 @@ import numpy as np
 
 from .config import ModelConfig, Thresholds, int_within, load_config
 from .detections import Detections
-from .errors import BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError
-from .fileio import safe_repr
+from .errors import (
+    BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, safe_repr,
+)
 from .graph_io import MAX_BATCH
 from .intensities import find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim

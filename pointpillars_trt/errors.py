@@ -1,7 +1,15 @@
 """One exception family, so callers (and the CLI) can tell user errors from bugs, and the one way
 their messages show untrusted text."""
 
+import os
+import reprlib
+
 _ONE_LINE_LIMIT = 600  # characters of a message line; longer text loses its middle
+#: Longest escaped repr :func:`safe_repr` returns (longer ones lose their middle).
+SAFE_REPR_LIMIT = 160
+#: Bounds of a repr of a value that is not a name: a huge or nested one is never printed whole.
+_VALUE_REPR = reprlib.Repr()
+_VALUE_REPR.maxlevel, _VALUE_REPR.maxstring, _VALUE_REPR.maxother, _VALUE_REPR.maxlong = 2, 50, 50, 30
 
 
 class PointPillarsError(Exception):
@@ -77,4 +85,31 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
         text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
     if isinstance(exc, BaseException) and (typed or not text):
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text
+
+
+def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
+    """A short, single-line, terminal-safe repr of an untrusted name or value for an error message.
+
+    Paths become their string; ``repr`` escapes control characters (ESC, newlines, bidi
+    overrides, undecodable bytes), so no ANSI sequence or line break from a file name reaches the
+    terminal. A value that is not a name (a number, a list, a mapping) is shown bounded (its first items,
+    two levels deep, cut after ``limit`` characters), so a huge or nested one costs nothing. A name longer
+    than ``limit`` characters loses its middle to ``...`` (its end, e.g. a file's suffix, stays).
+    """
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "surrogateescape")
+    if isinstance(value, str):
+        text = repr(value if len(value) <= 4 * limit else value[: 2 * limit] + value[-2 * limit:])
+    else:
+        try:
+            text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in _VALUE_REPR.repr(value))
+        except Exception:  # noqa: BLE001 - e.g. an int too large to print, a hostile __repr__: the type is enough
+            text = f"<{type(value).__name__}>"
+        return text if len(text) <= limit else text[: max(limit - 3, 2)] + "..."  # its first items, as reprlib
+    if len(text) > limit:
+        keep = max(limit - 3, 2)
+        text = text[: keep - keep // 2] + "..." + text[len(text) - keep // 2 :]
     return text

@@ -21,13 +21,9 @@ from typing import IO, Any, Union
 
 import numpy as np
 
-from .errors import InputError, PointPillarsError
+from .errors import InputError, PointPillarsError, safe_repr
 
 PathLike = Union[str, "os.PathLike[str]"]
-
-#: Longest escaped repr :func:`safe_repr` returns (longer ones lose their middle).
-SAFE_REPR_LIMIT = 160
-
 
 # --------------------------------------------------------------------------- messages
 
@@ -43,24 +39,6 @@ def name_text(name: str) -> str:
             return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         except UnicodeEncodeError:  # a surrogate no file system byte decodes to
             return name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
-    """A short, single-line, terminal-safe repr of an untrusted name or value for an error message.
-
-    Paths become their string; ``repr`` escapes control characters (ESC, newlines, bidi
-    overrides, undecodable bytes), so no ANSI sequence or line break from a file name reaches the
-    terminal. Longer than ``limit`` characters: the middle is replaced by ``...``.
-    """
-    if isinstance(value, os.PathLike):
-        value = os.fspath(value)
-    if isinstance(value, bytes):
-        value = value.decode("utf-8", "surrogateescape")
-    text = repr(value)
-    if len(text) > limit:
-        keep = max(limit - 3, 2)
-        text = text[: keep - keep // 2] + "..." + text[len(text) - keep // 2 :]
-    return text
 
 
 # --------------------------------------------------------------------------- bounded reads

@@ -24,8 +24,8 @@ from typing import NamedTuple, TypeVar, Union, overload
 import numpy as np
 
 from .config import int_within, plain_number
-from .errors import InputError
-from .fileio import read_file_head, read_regular_file, safe_repr, write_bytes_atomic
+from .errors import InputError, safe_repr
+from .fileio import read_file_head, read_regular_file, write_bytes_atomic
 from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
-from .errors import ConfigError, InputError, ModelDirError
-from .fileio import DuplicateKeyError, loads_json, read_regular_file, safe_repr, special_kind
+from .errors import ConfigError, InputError, ModelDirError, safe_repr
+from .fileio import DuplicateKeyError, loads_json, read_regular_file, special_kind
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output

@@ -14,8 +14,7 @@ from typing import Union
 
 import numpy as np
 
-from .errors import InputError
-from .fileio import safe_repr
+from .errors import InputError, safe_repr
 from .points import columns_text
 
 PathLike = Union[str, "os.PathLike[str]"]

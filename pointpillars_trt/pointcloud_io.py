@@ -17,8 +17,8 @@ from typing import IO, Union
 import numpy as np
 
 from .config import finite_float, int_within
-from .errors import InputError, one_line
-from .fileio import open_regular_fd, open_regular_file, read_regular_file, safe_repr
+from .errors import InputError, one_line, safe_repr
+from .fileio import open_regular_fd, open_regular_file, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, refuse_noise,
                            refuse_other_formats)
 from .points import MAX_FRAME_POINTS, columns_text, transposed_hint

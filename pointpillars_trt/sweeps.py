@@ -15,8 +15,7 @@ from typing import Any
 import numpy as np
 
 from .config import finite_float, plain_number
-from .errors import InputError
-from .fileio import safe_repr
+from .errors import InputError, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
-from pointpillars_trt.errors import one_line
+from pointpillars_trt.errors import one_line, safe_repr
 
 
 @pytest.mark.parametrize(("exc", "expected"), [
@@ -36,3 +39,38 @@ def test_one_line_survives_an_exception_whose_str_raises() -> None:
             raise RuntimeError("no text")
 
     assert one_line(Hostile(), typed=True) == "Hostile"
+
+
+def test_safe_repr_escapes_and_shortens() -> None:
+    shown = safe_repr(Path("/tmp/\x1b[31mred\n\u202eevil.bin"))
+    assert "\x1b" not in shown and "\n" not in shown and "\u202e" not in shown
+    assert "\\x1b[31mred\\n" in shown and "\\u202e" in shown
+    long = safe_repr("a" * 1000, limit=50)
+    assert len(long) <= 50 and "..." in long
+    assert safe_repr(b"\xff") == repr("\udcff")
+
+
+def test_safe_repr_of_a_huge_or_nested_value_is_bounded_and_quick() -> None:
+    """A value that is not a name is shown by its first items, two levels deep: a million-item list,
+    a 100,000-deep nesting and a 5,000-digit int cost no whole repr."""
+    deep: list[object] = []
+    for _ in range(100_000):
+        deep = [deep]
+    start = time.perf_counter()
+    shown = [safe_repr(list(range(10**6))), safe_repr(deep), safe_repr(10**5000), safe_repr({"k": [1, [2, [3]]]})]
+    assert time.perf_counter() - start < 0.5
+    assert shown[0].startswith("[0, 1, 2") and shown[0].endswith("...]") and len(shown[0]) <= 160
+    assert shown[1] == "[[[...]]]" and len(shown[2]) <= 160 and shown[3] == "{'k': [1, [...]]}"
+
+
+def test_safe_repr_of_a_value_whose_repr_raises_or_holds_control_characters() -> None:
+    class Hostile:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    class Loud:
+        def __repr__(self) -> str:
+            return "\x1b[2J\nboom"
+
+    assert safe_repr(Hostile()).startswith("<Hostile instance at 0x")
+    assert safe_repr(Loud()) == "\\x1b[2J\\nboom"

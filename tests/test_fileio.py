@@ -14,18 +14,7 @@ import pytest
 
 from pointpillars_trt import fileio
 from pointpillars_trt.errors import InputError, PointPillarsError
-from pointpillars_trt.fileio import (
-    DuplicateKeyError,
-    NonFiniteJSONError,
-    dumps_strict,
-    loads_json,
-    read_file_head,
-    read_regular_file,
-    replace_folder,
-    safe_repr,
-    to_jsonable,
-    write_json_atomic,
-    write_text_atomic,
+from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, read_file_head, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
 )
 
 
@@ -196,15 +185,6 @@ def test_read_regular_file_errno_text(tmp_path: Path) -> None:
     locked.chmod(0)
     with pytest.raises(InputError, match="cannot be read: Permission denied"):
         read_regular_file(locked, max_bytes=10)
-
-
-def test_safe_repr_escapes_and_shortens() -> None:
-    shown = safe_repr(Path("/tmp/\x1b[31mred\n\u202eevil.bin"))
-    assert "\x1b" not in shown and "\n" not in shown and "\u202e" not in shown
-    assert "\\x1b[31mred\\n" in shown and "\\u202e" in shown
-    long = safe_repr("a" * 1000, limit=50)
-    assert len(long) <= 50 and "..." in long
-    assert safe_repr(b"\xff") == repr("\udcff")
 
 
 def test_dumps_strict_is_byte_for_byte_the_standard_librarys_indented_json() -> None:

@@ -22,9 +22,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError, one_line,
+    CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError, one_line, safe_repr,
 )
-from ..fileio import safe_repr
 from ..model_dir import package_version
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import PointPillarsError
-from ..fileio import check_writable_folder, safe_repr, write_json_atomic
+from ..errors import PointPillarsError, safe_repr
+from ..fileio import check_writable_folder, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice

@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import int_within
-from ..errors import BackendError, CpuFallbackWarning, InputError
-from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, safe_repr
+from ..errors import BackendError, CpuFallbackWarning, InputError, safe_repr
+from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim

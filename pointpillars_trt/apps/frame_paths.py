@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import InputError, InputErrors
-from ..fileio import name_text, safe_repr
+from ..errors import InputError, InputErrors, safe_repr
+from ..fileio import name_text
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 

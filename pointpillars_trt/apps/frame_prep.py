@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
-from ..fileio import safe_repr
+from ..errors import safe_repr
 from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.

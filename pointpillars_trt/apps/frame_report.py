@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from ..fileio import safe_repr
+from ..errors import safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, image_assumed
 from .frames import FrameJob, FrameReader

@@ -37,8 +37,7 @@ from typing import Any
 import numpy as np
 
 from ..detector import detect_each, frame_source
-from ..errors import InputError, one_line
-from ..fileio import safe_repr
+from ..errors import InputError, one_line, safe_repr
 from ..intensities import intensity_mismatch
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available

@@ -21,8 +21,8 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, ModelDirError, PointPillarsError, one_line
-from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, safe_repr
+from ..errors import InputError, ModelDirError, PointPillarsError, one_line, safe_repr
+from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split

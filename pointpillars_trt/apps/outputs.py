@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError, one_line
-from ..fileio import dumps_strict, fsync_path, loads_json, name_text, safe_repr, write_bytes_atomic
+from ..errors import InputError, one_line, safe_repr
+from ..fileio import dumps_strict, fsync_path, loads_json, name_text, write_bytes_atomic
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:

@@ -13,8 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, one_line
-from ..fileio import name_text, safe_repr
+from ..errors import PointPillarsError, one_line, safe_repr
+from ..fileio import name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
     source_path, sources_in_parts, write_label_of_record
 

@@ -7,8 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..config import Thresholds
-from ..errors import InputError
-from ..fileio import safe_repr
+from ..errors import InputError, safe_repr
 from ..model_dir import load_model_dir
 from ..runtime_options import RuntimeOptions
 

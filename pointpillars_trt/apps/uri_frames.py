@@ -12,8 +12,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import InputError, one_line
-from ..fileio import safe_repr
+from ..errors import InputError, one_line, safe_repr
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 
 #: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.

@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig
-from ..errors import InputError, ModelDirError, PointPillarsError
-from ..fileio import (read_regular_file, replace_folder, safe_repr, unwritable_reason, user_cache_dir,
-                      write_bytes_atomic)
+from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
+from ..fileio import read_regular_file, replace_folder, unwritable_reason, user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)

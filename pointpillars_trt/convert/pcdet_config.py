@@ -15,8 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ModelConfig, config_from_dict, read_yaml, short_repr
-from ..errors import ConfigError
+from ..config import ModelConfig, config_from_dict, read_yaml
+from ..errors import ConfigError, safe_repr
 from ..fileio import special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
@@ -72,7 +72,7 @@ def _merged(path: Path, base_dir: str | Path | None) -> _Section:
     source = str(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: expected a mapping at the top level, got {short_repr(raw)}")
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {safe_repr(raw, 60)}")
     bases = _Bases(path, None if base_dir is None else Path(base_dir))
     return _Section(bases.overlay({}, raw), "", source)
 
@@ -98,7 +98,7 @@ class _Bases:
 
     def _load(self, rel: Any) -> dict[Any, Any]:
         if not isinstance(rel, str) or not rel:
-            raise ConfigError(f"{self.source}: {BASE_KEY} is {short_repr(rel)}; expected a file path")
+            raise ConfigError(f"{self.source}: {BASE_KEY} is {safe_repr(rel, 60)}; expected a file path")
         self.loaded += 1
         if self.loaded > _MAX_BASES:
             raise ConfigError(f"{self.source}: more than {_MAX_BASES} {BASE_KEY} files")
@@ -112,14 +112,14 @@ class _Bases:
         found = next((c for c in candidates if c.is_file()), None)
         odd = next(((c, special_kind(c)) for c in candidates if special_kind(c) is not None), None)
         if found is None and odd is not None:  # there, but no file: "not found" would contradict ls
-            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)}: {odd[0]} is {odd[1]}, not a YAML file")
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)}: {odd[0]} is {odd[1]}, not a YAML file")
         if found is None:
             where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
-            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} not found in {where}; "
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} not found in {where}; "
                               "give OpenPCDet's tools/ folder (build --pcdet-base-dir; base_dir in Python)")
         loaded = read_yaml(found)
         if not isinstance(loaded, dict):  # its contents are not quoted: a base path may name any file
-            raise ConfigError(f"{self.source}: {BASE_KEY} {short_repr(rel)} ({found}) holds no YAML mapping (a "
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} ({found}) holds no YAML mapping (a "
                               f"{type(loaded).__name__} at the top level): not an OpenPCDet config")
         return loaded
 
@@ -129,14 +129,14 @@ class _Section:
 
     def __init__(self, value: Any, path: str, source: str) -> None:
         if not isinstance(value, dict):
-            raise ConfigError(f"{source}: {path or 'the config'} is {short_repr(value)}; expected a mapping")
+            raise ConfigError(f"{source}: {path or 'the config'} is {safe_repr(value, 60)}; expected a mapping")
         self.value, self.path, self.source = value, path, source
 
     def key_path(self, key: str) -> str:
         return f"{self.path}.{key}" if self.path else key
 
     def refuse(self, key: str, supported: str) -> NoReturn:
-        raise ConfigError(f"{self.source}: {self.key_path(key)} is {short_repr(self.value.get(key))}; "
+        raise ConfigError(f"{self.source}: {self.key_path(key)} is {safe_repr(self.value.get(key), 60)}; "
                           f"supported: {supported}")
 
     def __getitem__(self, key: str) -> Any:
@@ -377,7 +377,7 @@ def _anchors(head: _Section) -> dict[str, Any]:
         for key in ("anchor_rotations", "align_center", "feature_map_stride"):
             shared.setdefault(key, entry[key])
             if entry[key] != shared[key]:
-                entry.refuse(key, f"the value of the first class ({short_repr(shared[key])})")
+                entry.refuse(key, f"the value of the first class ({safe_repr(shared[key], 60)})")
     return {
         "classes": classes,
         "rotations": shared["anchor_rotations"],

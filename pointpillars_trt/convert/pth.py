@@ -94,7 +94,7 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
 def pickled_repr(value: Any, limit: int = 60) -> str:
     """A repr of an untrusted value from a checkpoint's pickle for one-line messages: at most ``limit``
     characters, control characters escaped, nested containers, tensors and huge ints abbreviated (never
-    raises); ``config.short_repr`` is its counterpart for config values, which hold no tensors."""
+    raises); ``errors.safe_repr`` is its counterpart for other untrusted values, which hold no tensors."""
     try:
         text = _bounded_repr(value, 3, limit)
     except Exception:  # e.g. RecursionError from a pathological object

@@ -20,8 +20,8 @@ import pytest
 
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.detector import PointPillars
-from pointpillars_trt.errors import InputError
-from pointpillars_trt.fileio import safe_repr
+from pointpillars_trt.errors import InputError, safe_repr
+
 
 
 def bool_shape_npy(path: Path) -> Path:

@@ -410,7 +410,7 @@ def test_control_characters_in_the_file_name(tmp_path: Path) -> None:
     checkpoint_error(lambda: load_checkpoint(path), "evil\\x1b[31m\\nname.pth", "not a torch checkpoint")
 
 
-def test_short_repr() -> None:
+def test_pickled_repr() -> None:
     assert pickled_repr(10**5000) == "<16610-bit int>"
     assert pickled_repr("a\x1b[2J\n") == "'a\\x1b[2J\\n'"
     assert pickled_repr((1, 2)) == "(1, 2)" and pickled_repr((1,)) == "(1,)"

@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ..demo_scene import simulate_scan
-from ...errors import InputError
-from ...fileio import safe_repr
+from ...errors import InputError, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
 

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError
-from ...fileio import check_writable_file, safe_repr, write_text_atomic
+from ...errors import InputError, safe_repr
+from ...fileio import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
 from ..ranges import image_shape_arg, path_name

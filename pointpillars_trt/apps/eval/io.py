@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InputError, PointPillarsError
-from ...fileio import loads_json, name_text, read_regular_file, safe_repr
+from ...errors import InputError, PointPillarsError, safe_repr
+from ...fileio import loads_json, name_text, read_regular_file
 from ...kitti import detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration
 from ..outputs import record_boxes
 

@@ -15,8 +15,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ...errors import InputError
-from ...fileio import safe_repr
+from ...errors import InputError, safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES

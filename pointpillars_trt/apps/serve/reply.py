@@ -18,8 +18,8 @@ import numpy as np
 
 from ...config import MAX_CLASSES
 from ...detections import Detections, FrameStats
-from ...errors import BackendError
-from ...fileio import safe_repr
+from ...errors import BackendError, safe_repr
+
 
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 OUTPUTS = ("boxes", "scores", "labels", *STATS)

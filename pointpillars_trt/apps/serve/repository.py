@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...config import int_within
-from ...errors import InputError
-from ...fileio import replace_folder, safe_repr
+from ...errors import InputError, safe_repr
+from ...fileio import replace_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
