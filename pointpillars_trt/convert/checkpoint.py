@@ -250,10 +250,9 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
     plan = _plan(layout, cfg)
     _check_head_channels(state_dict, plan, layout, cfg, source)
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
-
     _check_finite(state_dict, plan.keys(), source)
     _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)
-                                   for conv in plan.convs()}, source)
+                                   for conv in plan.convs() if conv.bn is not None}, source)
     cls, box, direction = (Conv1x1(get(f"{prefix}.weight"), get(f"{prefix}.bias")) for prefix, _ in plan.heads)
     pfn = plan.pfn.conv_bn(get)
     return PointPillarsWeights(
