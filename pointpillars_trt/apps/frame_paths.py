@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..fileio import name_text
+from ..fileio import name_text, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 
@@ -61,8 +61,8 @@ def _frames_of(pattern: str) -> list[str]:
                       if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
     if missing_path(pattern):
         return []
-    if os.path.lexists(pattern):
-        return [pattern] if _is_point_file(pattern) else []  # a .txt given by name: refused with the rest
+    if os.path.lexists(pattern):  # a .txt or a FIFO given by name: refused with the rest, before the model loads
+        return [pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []
     return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
 
 
@@ -79,10 +79,14 @@ def _no_frames(pattern: str) -> str:
             os.listdir(pattern)
         except OSError as exc:
             return f"folder {safe_repr(pattern)} cannot be listed: {exc.strerror or exc}"
-        return f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
+        return (f"folder {safe_repr(pattern)} holds no point files ({', '.join(SUPPORTED_EXTENSIONS)})"
+                + _subfolders_hint(pattern))
     unreachable = _unreachable(pattern)
     if unreachable is not None:
         return f"{safe_repr(pattern)} cannot be reached: {unreachable}"
+    kind = special_kind(pattern)
+    if kind is not None:
+        return f"{safe_repr(pattern)} is {kind}, not a regular file: give point files"
     if os.path.lexists(pattern):
         return f"{safe_repr(pattern)} is not a point file: it has {unsupported_extension(os.path.splitext(pattern)[1])}"
     if glob.has_magic(pattern):
@@ -92,6 +96,32 @@ def _no_frames(pattern: str) -> str:
     if "://" in pattern:
         return f"{safe_repr(pattern)}: no such file or folder (a URI is read by infer --ray alone)"
     return f"{safe_repr(pattern)}: no such file or folder"
+
+
+#: Subfolders of a folder without point files that are looked into for the hint that they hold some.
+_SUBFOLDERS_LOOKED_AT = 64
+
+
+def _subfolders_hint(folder: str) -> str:
+    """'; subfolders are not searched: <a>, <b> hold point files' when some do (e.g. KITTI's ``training/``,
+    whose frames are in ``velodyne/``), else ''. At most ``_SUBFOLDERS_LOOKED_AT`` are looked into."""
+    holding: list[str] = []
+    try:
+        with os.scandir(folder) as entries:
+            subfolders = sorted(e.path for e in entries if e.is_dir())[:_SUBFOLDERS_LOOKED_AT]
+    except OSError:
+        return ""
+    for sub in subfolders:
+        try:
+            with os.scandir(sub) as entries:
+                if any(_is_point_file(e.name) and e.is_file() for e in entries):
+                    holding.append(sub)
+        except OSError:
+            continue
+    if not holding:
+        return ""
+    shown = ", ".join(safe_repr(sub) for sub in holding[:3]) + (f" and {len(holding) - 3} more" if len(holding) > 3 else "")
+    return f"; subfolders are not searched: {shown} {'holds' if len(holding) == 1 else 'hold'} point files, give them as paths"
 
 
 def _unreachable(path: str) -> str | None:

@@ -46,6 +46,26 @@ def test_paths_that_give_no_frame_are_one_error_each_before_the_model_loads(tiny
     assert not (tmp_path / "out").exists()
 
 
+def test_a_fifo_given_by_name_and_a_folder_of_frame_folders_give_no_frame_before_the_model_loads(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """A FIFO named as a frame is a path error (it would block a reader), and a folder whose point files are
+    in its subfolders (KITTI's training/ holding velodyne/) names them, since subfolders are not searched."""
+    fifo = tmp_path / "pipe.bin"
+    os.mkfifo(fifo)
+    training = tmp_path / "training"
+    for sub in ("velodyne", "calib", "label_2"):
+        (training / sub).mkdir(parents=True)
+    (training / "velodyne" / "000001.bin").write_bytes(tiny_frames[1].read_bytes())
+    (training / "calib" / "000001.txt").write_text("P2: 1 0 0 0 0 1 0 0 0 0 1 0\n")
+    run = cli("infer", fifo, training, "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [
+        f"error: {str(fifo)!r} is a FIFO (named pipe), not a regular file: give point files",
+        f"error: folder {str(training)!r} holds no point files (.bin, .npy, .pcd); subfolders are not searched: "
+        f"{str(training / 'velodyne')!r} holds point files, give them as paths",
+    ], run.err
+
+
 def test_paths_that_give_no_frame_among_frames_are_counted_and_the_rest_run(tiny_model: Path,
                                                                             tiny_frames: list[Path], tmp_path: Path):
     empty, text = tmp_path / "empty", tmp_path / "text.bin"
