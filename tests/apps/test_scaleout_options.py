@@ -173,6 +173,18 @@ def test_options_of_the_path_not_taken_are_refused(tmp_path, extra: list[str], n
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.parametrize("given, missing", [
+    (["--model", "M"], "--out DIR"), (["--out", "O"], "--model"), ([], "--model and --out DIR"),
+])
+def test_ray_without_its_model_or_out_names_only_what_is_missing(tmp_path, given: list[str], missing: str) -> None:  # type: ignore[no-untyped-def]
+    frame = tmp_path / "f.bin"
+    frame.write_bytes(bytes(16))
+    named = [str(tmp_path / "m") if arg == "M" else str(tmp_path / "o") if arg == "O" else arg for arg in given]
+    line = run_error(["infer", str(frame), *named, "--ray"])
+    assert line == (f"error: --ray needs {missing}: the workers load the model and write one output file per frame "
+                    "there"), line
+
+
 @pytest.mark.parametrize("paths, extra, expected", [
     (["s3://bucket/drive42/"], ["--skip-existing"],
      "error: --skip-existing: 's3://bucket/drive42/' is a URI, whose frames cannot be listed here to find those "

@@ -275,8 +275,9 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..outputs import OutputPlan
     from ..runtime_args import runtime_options_from_args
 
-    if not args.out or not args.model:
-        raise InputError("--ray needs --model and --out DIR: the workers load the model and write one output "
+    missing = [option for option, given in (("--model", args.model), ("--out DIR", args.out)) if not given]
+    if missing:
+        raise InputError(f"--ray needs {' and '.join(missing)}: the workers load the model and write one output "
                          "file per frame there")
     if args.eval:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
