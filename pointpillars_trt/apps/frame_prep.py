@@ -9,6 +9,7 @@ kitti``, ``--eval``), says so once, and lets ``--fov-only`` / ``--no-fov-only`` 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -154,3 +155,14 @@ def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], Non
     if not fov_only:
         return None
     return CameraFovCrop(args.calib, args.image_shape, None if point_range is None else tuple(point_range))
+
+
+def say_if_portrait(image_shape: tuple[int, int] | None) -> None:
+    """One ``warning:`` line when ``--image-shape`` is taller than wide: a lidar's camera image is wide
+    (KITTI's is 375,1242), so such a value is most likely WIDTH,HEIGHT given the wrong way round, which
+    silently moves the camera crop and the 2D boxes' clipping."""
+    if image_shape is not None and image_shape[0] > image_shape[1]:
+        height, width = image_shape
+        print(f"warning: --image-shape {height},{width} is HEIGHT,WIDTH: an image {width} wide and {height} high; "
+              f"a camera image is usually wider than high (KITTI's: 375,1242): give {width},{height} if it is "
+              f"{height} wide", file=sys.stderr, flush=True)

@@ -37,7 +37,7 @@ from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE
 from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths
-from .frame_prep import frame_preparer
+from .frame_prep import frame_preparer, say_if_portrait
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
@@ -312,6 +312,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
     camera = camera_options_given(args)
+    say_if_portrait(args.image_shape)
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
                          f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")

@@ -1186,6 +1186,23 @@ def test_a_pcdet_config_away_from_openpcdets_tree_builds_with_its_tools_folder(c
                           "--pcdet-base-dir goes with --pcdet-config")
 
 
+def test_an_image_shape_taller_than_wide_is_one_warning_in_infer_and_eval(tiny_model: Path, tiny_frames: list[Path],
+                                                                         tmp_path: Path) -> None:
+    """``--image-shape 1224,370`` (KITTI's size written width first) moves the camera crop and the 2D boxes'
+    clipping without an error: infer and eval say so once, before anything runs; a wide image says nothing."""
+    wrong = ("warning: --image-shape 1224,370 is HEIGHT,WIDTH: an image 370 wide and 1224 high; a camera image is "
+             "usually wider than high (KITTI's: 375,1242): give 370,1224 if it is 1224 wide")
+    for shape, said in (("1224,370", [wrong]), ("370,1224", [])):
+        run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--format",
+                  "kitti", "--out", tmp_path / shape, "--image-shape", shape, *LOOSE)
+        assert run.rc == 0 and [line for line in run.err.splitlines() if line.startswith("warning: --image")] == said, run
+        labels = tmp_path / f"labels{shape}"
+        labels.mkdir()
+        (labels / f"{tiny_frames[1].stem}.txt").write_text("")
+        run = cli("eval", "--pred", tmp_path / shape, "--labels", labels, "--image-shape", shape)
+        assert [line for line in run.err.splitlines() if line.startswith("warning: --image")] == said, run
+
+
 def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused() -> None:
     """``--image-shape 1242x375`` is KITTI's size written width first: read as H,W it would clip every 2D
     box to a 375-pixel-wide image, so the ``x`` form is refused, saying which order is meant."""

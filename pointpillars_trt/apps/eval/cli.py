@@ -12,6 +12,7 @@ from ...errors import InputError, safe_repr
 from ...fileio import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
+from ..frame_prep import say_if_portrait
 from ..ranges import image_shape_arg, path_name
 from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
@@ -109,6 +110,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise InputError(f"label folder {labels} does not exist or is not a folder")
     if args.json is not None:
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
+    say_if_portrait(args.image_shape)
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
