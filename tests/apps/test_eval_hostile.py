@@ -358,3 +358,18 @@ def test_image_shape_clips_json_predictions_for_every_frame_before_the_png_and_s
     assert stderr.getvalue() == ("error: pointpillars-trt eval: argument --image-shape: '1224x370': expected "
                                  "HEIGHT,WIDTH in pixels, e.g. 375,1242 for KITTI (not WIDTHxHEIGHT) (see "
                                  "pointpillars-trt eval --help)\n")
+
+
+@pytest.mark.parametrize("part", ["detections-00000.jsonl", "detections-00000.parquet"])
+def test_a_folder_of_row_parts_is_refused_with_how_to_evaluate_them(folders: tuple[Path, Path], tmp_path: Path,
+                                                                    part: str) -> None:
+    """eval --pred on an infer --format jsonl / parquet folder: its rows are not prediction files, and the
+    refusal says how those runs are evaluated, instead of "no .txt or .json files" alone."""
+    labels, _ = folders
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / part).write_text("{}\n")
+    rc, err, _ = eval_cli("--pred", rows, "--labels", labels)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert (f"has no .txt or .json files but 1 part file(s) of rows (e.g. '{part}'), which eval does not read: "
+            "evaluate them as that run's infer with --eval LABEL_DIR --skip-existing") in err, err

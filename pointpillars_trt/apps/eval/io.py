@@ -112,6 +112,12 @@ def prediction_format(pred_dir: Path) -> str:
     kinds = {p.suffix for p in _prediction_files(pred_dir)}
     if len(kinds) != 1:
         found = "both .txt and .json files" if kinds else "no .txt or .json files"
+        parts = sorted(p.name for p in pred_dir.glob("detections-*") if p.suffix in (".jsonl", ".parquet"))
+        if not kinds and parts:  # an infer --format jsonl / parquet folder: its rows are frames, not files
+            raise InputError(f"prediction folder {safe_repr(pred_dir)} has {found} but {len(parts)} part file(s) of "
+                             f"rows (e.g. {safe_repr(parts[0])}), which eval does not read: evaluate them as that run's "
+                             "infer with --eval LABEL_DIR --skip-existing and the same PATHS, --format and --out "
+                             "(nothing runs again), or write --format kitti")
         raise InputError(f"prediction folder {safe_repr(pred_dir)} has {found}; expected one kind")
     return "kitti" if kinds == {".txt"} else "json"
 
