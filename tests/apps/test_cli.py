@@ -948,6 +948,14 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
     run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
     assert_one_line_error(run, "no label file", "000004.txt")
     assert not (tmp_path / "x").exists()
+    # the calib folder given for the labels (files of other lines): refused before anything runs, not after
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for frame in tiny_frames[1:4]:
+        (calib / f"{frame.stem}.txt").write_text("P0: 1 0 0 0 0 1 0 0 0 0 1 0\n")
+    run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "c", "--eval", calib)
+    assert_one_line_error(run, f"{calib / '000001.txt'}, line 1: 13 fields, expected 15")
+    assert not (tmp_path / "c").exists() and run.out == ""
     # frames of KITTI's testing split against training labels (the same ids, other scenes): refused too
     testing = tmp_path / "testing" / "velodyne"
     testing.mkdir(parents=True)
