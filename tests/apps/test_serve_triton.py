@@ -448,6 +448,31 @@ def test_a_client_of_a_dead_address_fails_in_one_line(install) -> None:  # type:
         RemoteDetector(f"127.0.0.1:{free_port()}", protocol="http", timeout=2)
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_client_of_the_other_endpoint_is_told_which_protocol_it_may_be(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    """The default gRPC client given the HTTP port (or the other way round): the port answers, so the one line
+    says that something listens there and names the fix, beside the client library's own reason."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    other = "http" if protocol == "grpc" else "grpc"
+    address = tiny_server.endpoints[other]
+    with pytest.raises(BackendError) as caught:
+        RemoteDetector(address, protocol=protocol, timeout=5)
+    message = str(caught.value)
+    assert message.startswith(f"server {address} ({protocol}): ") and "\n" not in message, message
+    assert message.endswith(f"; something listens there but does not answer {protocol}: if it is the server's {other} "
+                            f"endpoint, pass --protocol {other} or give its {protocol} endpoint (serve prints both)"), message
+
+
+def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) -> None:  # type: ignore[no-untyped-def]
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.apps.serve.server import free_port
+
+    with pytest.raises(BackendError) as caught:
+        RemoteDetector(f"127.0.0.1:{free_port()}", protocol="grpc", timeout=2)
+    assert "cannot be reached" in str(caught.value) and "listens" not in str(caught.value), caught.value
+
+
 def test_no_such_binary_is_one_line_error() -> None:
     with pytest.raises(BackendError, match="tritonserver /no/such/tritonserver: not an executable file"):
         find_tritonserver("/no/such/tritonserver")

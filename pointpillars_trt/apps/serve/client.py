@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import socket
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -76,7 +77,8 @@ class RemoteDetector:
             ready = self._client().is_model_ready(model)
             config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
-            raise BackendError(f"server {server} ({protocol}): cannot be reached ({one_line(exc)})") from None
+            raise BackendError(f"server {server} ({protocol}): cannot be reached ({one_line(exc)})"
+                               + _other_protocol_hint(server, protocol)) from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {server}: model {model!r}")
@@ -242,6 +244,20 @@ class RemoteDetector:
             pool.shutdown(wait=True)
         for client in clients:
             client.close()
+
+
+def _other_protocol_hint(server: str, protocol: str) -> str:
+    """'; something listens there: ...' when ``server`` accepts a TCP connection that did not answer
+    ``protocol``: most likely the server's other endpoint (serve prints both), e.g. its HTTP port given to
+    the default gRPC client."""
+    host, _, port = server.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
+    except (OSError, ValueError):
+        return ""
+    other = "http" if protocol == "grpc" else "grpc"
+    return (f"; something listens there but does not answer {protocol}: if it is the server's {other} endpoint, "
+            f"pass --protocol {other} or give its {protocol} endpoint (serve prints both)")
 
 
 def _check_timeout(timeout: object) -> None:
