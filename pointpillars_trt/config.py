@@ -16,6 +16,7 @@ import difflib
 import hashlib
 import json
 import math
+import os
 import re
 from collections.abc import Callable, Hashable
 from dataclasses import asdict, dataclass, replace
@@ -26,7 +27,8 @@ from typing import Any, Literal, NoReturn, TypeVar, get_args
 import numpy as np
 import yaml
 
-from .errors import ConfigError, escape_text, safe_repr
+from .errors import ConfigError, InputError, escape_text, safe_repr
+from .fileio import read_regular_file
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
@@ -371,14 +373,14 @@ class _ConfigLoader(yaml.SafeLoader):
 
 
 def read_yaml(path: Path) -> Any:
-    """A YAML file's document, refusing files over MAX_CONFIG_BYTES before parsing them."""
+    """A YAML file's document, refusing anything but a regular file (a FIFO would block the read for ever)
+    and files over MAX_CONFIG_BYTES before parsing them."""
+    if not os.path.lexists(path):
+        raise ConfigError(f"{path}: config file not found")
     try:
-        with path.open("rb") as f:
-            data = f.read(MAX_CONFIG_BYTES + 1)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the config ({exc.strerror or type(exc).__name__})") from None
+        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES + 1, what="config file")
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
     return parse_yaml(data, str(path))
 
 

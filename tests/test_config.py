@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 import re
 import time
 from importlib import resources
@@ -490,3 +491,28 @@ def test_int_within_takes_ints_and_numpy_integers_in_range_only(value: object, l
 def test_finite_float_takes_finite_numbers_only(value: object, expected: float | None) -> None:
     got = finite_float(value)
     assert got == expected and (got is None or type(got) is float)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_a_config_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    """``--config`` / ``--pcdet-config`` naming a FIFO: one ConfigError naming its kind, not a read that waits
+    for a writer for ever (checked in a thread with a deadline)."""
+    import threading
+
+    fifo = tmp_path / "cfg.yaml"
+    os.mkfifo(fifo)
+    found: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            load_config(fifo)
+        except ConfigError as exc:
+            found.append(exc)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert found, "reading a FIFO config blocked"
+    assert "FIFO" in str(found[0]) and str(fifo) in str(found[0]), found[0]
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "none.yaml")
