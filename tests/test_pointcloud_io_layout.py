@@ -316,6 +316,20 @@ def test_a_multi_sweep_model_refuses_fifth_values_that_are_no_time_lags(assets: 
             np.testing.assert_array_equal(read_points(path, point_dim=5, columns=4), rows[:, :4])
 
 
+def test_ring_numbers_in_the_tail_of_a_long_multi_sweep_frame_are_refused(tmp_path: Path) -> None:
+    """A frame of 7 good sweeps whose last 20,000 points carry ring numbers in the 5th column (a sweep of
+    another layout concatenated last): every point's value is judged, not samples from the start and the
+    middle, which let it through to 8x the boxes."""
+    rows = sweep_rows(7 * 100_000, seed=9)
+    rows[-20_000:, 4] = np.arange(20_000) % 32
+    rows.tofile(tmp_path / "tail.bin")
+    with pytest.raises(InputError, match=r"its 5th values run from 0 to 31, .*time lag"):
+        read_points(tmp_path / "tail.bin", point_dim=5)
+    rows[-20_000:, 4] = 0.25
+    rows.tofile(tmp_path / "good.bin")
+    np.testing.assert_array_equal(read_points(tmp_path / "good.bin", point_dim=5), rows)
+
+
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:
     """A KITTI scan (4 values a point) read for a model of 5 point columns: the error says the model needs
     multi-sweep frames, not --point-dim 4 (which that model refuses)."""
