@@ -548,11 +548,14 @@ def _cast_float32(rows: np.ndarray, values: np.ndarray, shown: str, what: str, f
 def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
                what: str) -> np.ndarray:
     """The ASCII data rows after the header, parsed block by block into the (N, 4) float32 result, so
-    memory stays near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB)."""
+    memory stays near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB). A row longer
+    than its numbers can be is refused as soon as it is seen: carried from block to block, a file without
+    line breaks would cost time quadratic in its size."""
     names = list(dtype.names or ())
     starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
     per_row = int(starts[-1])
     wanted = [int(starts[names.index(c)]) for c in columns]
+    longest = per_row * _PCD_ASCII_BYTES_PER_VALUE + 64  # bytes of one row, as the size check counts them
     out = np.empty((points, 4), dtype=np.float32)
     rows, rest = 0, b""
     while True:
@@ -560,6 +563,10 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
         data = rest + block
         cut = len(data) if not block else data.rfind(b"\n") + 1
         rest = data[cut:]
+        if len(rest) > longest:  # a row no line break ends (zeros, one long line): refused, not carried over and over
+            row = rows + data[:cut].count(b"\n") + 1  # blank lines counted too: near enough to find it
+            raise InputError(f"{what} {shown}: ASCII data row {row} of {points} runs "
+                             f"past {longest} bytes without a line break; a row of {per_row} numbers is shorter")
         lines = [line for line in data[:cut].decode("ascii", errors="replace").splitlines() if line.strip()]
         if lines:
             if rows + len(lines) > points:

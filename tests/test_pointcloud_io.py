@@ -428,6 +428,27 @@ def test_any_reader_exception_is_that_files_input_error(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(f"{tmp_path}/a\0b.bin"), "a\\x00b.bin", "cannot be read", "ValueError")
 
 
+@pytest.mark.parametrize("tail", ["zeros", "one long line"])
+def test_ascii_pcd_data_without_line_breaks_is_refused_at_once(tmp_path: Path, tail: str) -> None:
+    """64 MiB of ASCII data with no line break after row 2 (a sparse file of zeros, or '1 ' repeated): carried
+    from block to block it cost time quadratic in the size (400 MB: 81 s, 4 GB of memory); refused as soon
+    as a row runs past what its numbers can take."""
+    import time
+
+    path = tmp_path / f"{tail.replace(' ', '_')}.pcd"
+    with open(path, "wb") as f:
+        f.write(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4_000_000, "ascii"))
+        f.write(b"1 2 3 0.5\n4 5 6 0.25\n")
+        if tail == "zeros":
+            f.truncate(64 * 2**20)
+        else:
+            f.write(b"1 " * (32 * 2**20))
+    start = time.perf_counter()
+    with pytest.raises(InputError, match=r"ASCII data row 3 of 4000000 runs past 192 bytes without a line break"):
+        read_points(path)
+    assert time.perf_counter() - start < 2.0
+
+
 def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Path) -> None:
     """512 Ki rows (9 MiB of text): parsed whole, the text, its line list and a float64 table took
     ~10x the 8 MiB result; block by block the peak stays under 3x."""
