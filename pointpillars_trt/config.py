@@ -356,14 +356,16 @@ class _ConfigLoader(yaml.SafeLoader):
         return node
 
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-        """The mapping, refusing a key that repeats (compared as constructed values: ``1`` and ``0x1`` repeat)."""
+        """The mapping, refusing a key that is no string (every config key is a name) or that repeats."""
         if isinstance(node, yaml.MappingNode):
             self.flatten_mapping(node)  # a key that an inline ``<<:`` merge gives too counts as given twice
             first_seen: dict[Any, yaml.Node] = {}
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
-                if not isinstance(key, Hashable):
-                    continue  # the base class refuses it with its own message
+                if not isinstance(key, str):  # numbers hash alike by design: 40k keys k * (2**61 - 1) cost minutes
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"{_join(self._mapping_paths[node], str(key)[:40])}: a key of type "
+                        f"{type(key).__name__}; a config's keys are names", key_node.start_mark)
                 if key in first_seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"{_join(self._mapping_paths[node], key)}: key given twice (first at line "
@@ -378,7 +380,7 @@ def read_yaml(path: Path) -> Any:
     if not os.path.lexists(path):
         raise ConfigError(f"{path}: config file not found")
     try:
-        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES + 1, what="config file")
+        data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES, what="config file")
     except InputError as exc:
         raise ConfigError(str(exc)) from None
     return parse_yaml(data, str(path))

@@ -51,6 +51,10 @@ MAX_PICKLE_BYTES = 64 * 1024**2     # one pickle (data.pkl, a legacy record): a 
 MAX_PICKLE_OPCODES = 2_000_000      # ~40 per tensor record; bounds the objects a pickle can build
 MAX_TUPLE_NESTING = 100             # hashing a deeper tuple recurses in C (a 1M-deep key crashes Python)
 MAX_PICKLE_BUILDS = 256             # BUILD copies its state: many BUILDs of one big state are quadratic
+#: Dict keys other than str and bytes (whose hashes are salted per process): numbers hash alike by design
+#: (k * (2**61 - 1) all hash to 0), so a few hundred KB of them made one dict cost minutes inside the C
+#: unpickler, deaf to signals. A checkpoint's are an optimizer's parameter indices: one per parameter.
+MAX_PICKLE_PLAIN_KEYS = 4096
 MAX_INFLATION = 4                   # storage bytes read + arrays built may exceed the file size this much
 INFLATION_SLACK = 16 * 1024**2      # ... plus this, so small files may hold small expanded views
 MAX_DIMS = 64                       # NumPy's limit
@@ -206,6 +210,14 @@ _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
 _MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
 _MEMO_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
 _TUPLES = frozenset({"TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "EMPTY_TUPLE"})
+#: Opcodes that push a str or bytes: hashes salted per process, so no file can make them collide.
+_SALTED = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+                     "BINUNICODE8", "BINBYTES", "SHORT_BINBYTES", "BINBYTES8"})
+_SALTED_ENTRY = -1  # a shadow-stack entry: a str or bytes (a tuple's depth is 1 or more, other objects 0)
+#: Opcodes that hash what they pop into a dict or set, and where those keys lie among the popped entries
+#: (SETITEM: dict, key, value; SETITEMS: key, value, ..., dict; DICT: key, value, ...; ADDITEMS: item, ..., set).
+_HASHED = {"SETITEM": slice(1, 2), "SETITEMS": slice(0, -1, 2), "DICT": slice(0, None, 2),
+           "ADDITEMS": slice(0, -1), "FROZENSET": slice(None)}
 
 
 def _scan_pickle(stream: io.BytesIO) -> None:
@@ -213,12 +225,14 @@ def _scan_pickle(stream: io.BytesIO) -> None:
     file cost a lot: memo indices beyond the opcodes seen (the C memo is an array sized by the
     largest index), byte counts beyond the data (``genops`` reads them from the stream and fails
     on a short read), tuples nested deeper than ``MAX_TUPLE_NESTING`` (tracked on a shadow stack,
-    since tuples are immutable their depth is known when built) and too many opcodes or BUILDs."""
+    since tuples are immutable their depth is known when built), too many opcodes or BUILDs, and more than
+    ``MAX_PICKLE_PLAIN_KEYS`` dict keys or set items that are no str or bytes (the shadow stack knows
+    which are)."""
     start = stream.tell()
-    stack: list[int] = []  # the tuple nesting depth of each stack entry
+    stack: list[int] = []  # each stack entry's tuple nesting depth, or _SALTED_ENTRY
     marks: list[int] = []
     memo: dict[int, int] = {}
-    builds = 0
+    builds = plain_keys = 0
     ops = pickletools.genops(stream)
     for count, (op, arg, pos) in enumerate(ops, 1):
         if count > MAX_PICKLE_OPCODES:
@@ -262,11 +276,18 @@ def _scan_pickle(stream: io.BytesIO) -> None:
         if below:
             popped += stack[-below:]
             del stack[-below:]
+        keys = _HASHED.get(name)
+        if keys is not None:
+            plain_keys += sum(1 for key in popped[keys] if key != _SALTED_ENTRY)
+            if plain_keys > MAX_PICKLE_PLAIN_KEYS:
+                raise _Malformed(f"more than {MAX_PICKLE_PLAIN_KEYS} dict keys or set items that are not strings")
         if name in _TUPLES:
-            depth = 1 + max(popped, default=0)
+            depth = 1 + max((d for d in popped if d > 0), default=0)
             if depth > MAX_TUPLE_NESTING:
                 raise _Malformed(f"tuples nested more than {MAX_TUPLE_NESTING} deep")
             stack.append(depth)
+        elif name in _SALTED:
+            stack.append(_SALTED_ENTRY)
         elif name == "DUP":
             stack += popped * 2
         else:

@@ -336,6 +336,38 @@ def test_100k_deep_tuple_key(fmt: str, tmp_path: Path) -> None:
     checkpoint_error(lambda: load_checkpoint(path), str(path), "unknown checkpoint layout", "((((")
 
 
+def colliding_keys(count: int, opcode: bytes) -> bytes:
+    """A pickle of ``count`` ints k * (2**61 - 1), which all hash to 0, as one dict's keys (SETITEMS or
+    protocol 0's DICT) or one set's items (ADDITEMS): inserting them is quadratic in ``count``."""
+    def long1(value: int) -> bytes:
+        raw = value.to_bytes((value.bit_length() + 8) // 8, "little", signed=True)
+        return b"\x8a" + bytes([len(raw)]) + raw
+
+    keys = b"".join(long1(k * (2**61 - 1)) + (b"N" if opcode != b"\x90" else b"") for k in range(1, count + 1))
+    if opcode == b"\x90":  # ADDITEMS
+        return b"\x80\x04\x8f(" + keys + b"\x90."
+    if opcode == b"d":  # DICT
+        return b"\x80\x02(" + keys + b"d."
+    return b"\x80\x02}(" + keys + b"u."
+
+
+@pytest.mark.parametrize("opcode", [b"u", b"d", b"\x90"], ids=["SETITEMS", "DICT", "ADDITEMS"])
+def test_dict_keys_that_all_hash_alike_are_refused_before_they_are_hashed(opcode: bytes, tmp_path: Path) -> None:
+    """40,000 int keys that all hash to 0 (a 500 KB file) took 30 s to unpickle, 1M took hours, deaf to
+    SIGTERM; more than MAX_PICKLE_PLAIN_KEYS keys that are no strings are refused by the opcode scan,
+    fewer load (an optimizer's parameter indices)."""
+    import time
+
+    path = write_pickle(colliding_keys(40_000, opcode), "zip", tmp_path / "collide.pth")
+    start = time.perf_counter()
+    checkpoint_error(lambda: read_pth(path), str(path), f"more than {pth.MAX_PICKLE_PLAIN_KEYS} dict keys or set "
+                     "items that are not strings")
+    assert time.perf_counter() - start < 2.0
+    path = write_pickle(colliding_keys(200, opcode), "zip", tmp_path / "few.pth")
+    found = read_pth(path)
+    assert len(found) == 200 and {hash(k) for k in found} == {0}
+
+
 def test_million_deep_tuple_key_does_not_crash_python(tmp_path: Path, repo_root: Path) -> None:
     """Hashing a 1M-deep tuple overflows the C stack (segfault) before any RecursionError."""
     path = write_pickle(deep_tuple_key(1_000_000), "zip", tmp_path / "deeper.pth")
