@@ -203,6 +203,36 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> 
     created with mode 0o666 minus the umask, like a plain open() would, rather than mkstemp's 0o600.
     """
     target = Path(os.fspath(path))
+    tmp = _temp_file_of(target, data, durable)
+    try:
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_new_file_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> None:
+    """:func:`write_bytes_atomic` of a file that must not exist yet: FileExistsError when ``path`` does (another
+    writer took the name first; two runs writing part files into one folder each keep theirs). The temp
+    file is hard-linked to its name, which fails where the name exists; where the file system has no hard
+    links, the name is claimed by creating it empty first."""
+    target = Path(os.fspath(path))
+    tmp = _temp_file_of(target, data, durable)
+    try:
+        try:
+            os.link(tmp, target)
+        except FileExistsError:
+            raise
+        except OSError:  # no hard links here (FAT, some network file systems)
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _temp_file_of(target: Path, data: bytes, durable: bool) -> Path:
+    """``data`` in a new temp file beside ``target`` (fsynced when ``durable``), for a rename or link onto it;
+    created with mode 0o666 minus the umask."""
     tmp = target.with_name(f".{_temp_stem(target.name)}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
@@ -211,10 +241,10 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> 
             if durable:
                 f.flush()
                 os.fsync(f.fileno())
-        os.replace(tmp, target)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+    return tmp
 
 
 #: Bytes of a target's name its temp file keeps: with the pid, token and suffix it stays within the

@@ -271,3 +271,17 @@ def test_loads_json_refuses_a_repeated_key_at_any_depth() -> None:
     with pytest.raises(DuplicateKeyError, match="^key 'x' appears twice in one object$") as info:
         loads_json('{"a": [{"y": 1, "x": 1, "y\\u0000": 0, "x": 2}]}')
     assert isinstance(info.value, ValueError) and isinstance(info.value, PointPillarsError)
+
+
+def test_write_new_file_atomic_never_replaces_a_file(tmp_path: Path) -> None:
+    """A name another writer took first: FileExistsError, its bytes untouched and no temp file left; a free
+    name gets the bytes whole."""
+    from pointpillars_trt.fileio import write_new_file_atomic
+
+    taken = tmp_path / "part.jsonl"
+    taken.write_bytes(b"theirs\n")
+    with pytest.raises(FileExistsError):
+        write_new_file_atomic(taken, b"mine\n", durable=False)
+    write_new_file_atomic(tmp_path / "free.jsonl", b"mine\n")
+    assert taken.read_bytes() == b"theirs\n" and (tmp_path / "free.jsonl").read_bytes() == b"mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["free.jsonl", "part.jsonl"]

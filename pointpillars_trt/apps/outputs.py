@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import dumps_strict, fsync_path, loads_json, name_text, write_bytes_atomic
+from ..fileio import dumps_strict, fsync_path, loads_json, name_text, write_bytes_atomic, write_new_file_atomic
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -166,9 +166,12 @@ def read_record(path: Path) -> object:
 
 
 def _written(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(path)``; a failure is one InputError naming the file."""
+    """``write(path)``; a failure is one InputError naming the file (FileExistsError stays itself: a name
+    another writer took, for a caller that takes the next)."""
     try:
         write(path)
+    except FileExistsError:
+        raise
     except OSError as exc:
         raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {exc.strerror or one_line(exc)}") from None
 
@@ -301,16 +304,25 @@ class RowParts:
     def _write_part(self) -> None:
         """Write the rows as the next part; when that fails the rows are dropped (their frames are the
         caller's to report) and the error raised (an InputError)."""
-        path = self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
         rows, count, self.rows = self.rows, len(self.rows), []
         try:
             data = self._encode(rows)
         except ValueError as exc:  # Arrow's parse errors are ValueErrors
-            raise InputError(f"{safe_repr(str(path))}: the rows could not be made into a part: {one_line(exc)}") from None
-        _written(path, lambda p: write_bytes_atomic(p, data, durable=False))
+            raise InputError(f"{safe_repr(str(self._path()))}: the rows could not be made into a part: "
+                             f"{one_line(exc)}") from None
+        while True:  # never over another run's part: a run writing into this folder at the same time keeps its rows
+            path = self._path()
+            try:
+                _written(path, lambda p: write_new_file_atomic(p, data, durable=False))
+                break
+            except FileExistsError:
+                self._next += 1
         self.files.append(path)
         self.rows_written += count
         self._next += 1
+
+    def _path(self) -> Path:
+        return self.folder / f"{PART_PREFIX}{self._next:05d}.{self.format}"
 
     def _encode(self, rows: list[str]) -> bytes:
         lines = ("\n".join(rows) + "\n").encode("utf-8")

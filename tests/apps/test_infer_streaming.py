@@ -747,3 +747,21 @@ def test_a_part_arrow_cannot_make_is_one_input_error_and_its_rows_are_dropped(tm
     with pytest.raises(InputError, match=r"detections-00000.parquet': the rows could not be made into a part: .*unexpected field"):
         parts.close()
     assert parts.rows == [] and parts.files == [] and not list(tmp_path.iterdir())
+
+
+def test_two_runs_writing_parts_into_one_folder_at_once_keep_all_their_rows(tmp_path: Path) -> None:
+    """Two runs started together in one --out both numbered their first part 00000: the second part written
+    replaced the first, whose rows were lost while its run reported them written. Now the second takes the
+    next free number."""
+    from pointpillars_trt.apps.outputs import RowParts
+
+    first, second = (RowParts(tmp_path, "jsonl", ("Car",), rows_per_part=2) for _ in range(2))
+    for run, parts in (("a", first), ("b", second)):
+        for i in range(3):
+            parts.add(json.dumps({"source": f"{run}{i}.bin"}))
+    first.close()
+    second.close()
+    rows = sorted(json.loads(line)["source"] for p in tmp_path.glob("detections-*.jsonl")
+                  for line in p.read_text().splitlines())
+    assert rows == ["a0.bin", "a1.bin", "a2.bin", "b0.bin", "b1.bin", "b2.bin"]
+    assert len({*first.files, *second.files}) == 4 and first.rows_written == second.rows_written == 3
