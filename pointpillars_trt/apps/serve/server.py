@@ -33,7 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from ...errors import BackendError, InputError
+from ...errors import BackendError, InputError, safe_repr
+from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
 #: How to get a tritonserver binary without touching this environment: installing nvidia-pytriton here
@@ -268,7 +269,7 @@ class TritonServer:
             code = self.exit_code()
             if code is not None:
                 raise BackendError(f"tritonserver exited with code {code} before it was ready"
-                                   + self._log_tail())
+                                   + self._log_tail() + other_models_note(self.repository))
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as reply:
                     if reply.status == 200:
@@ -341,3 +342,18 @@ class TritonServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+def other_models_note(repository: Path) -> str:
+    """'; the repository also holds ...' when it holds folders besides serve's model: tritonserver loads every
+    model folder of its repository, and one that fails to load stops it, which its exit code alone hides."""
+    try:
+        others = sorted(e.name for e in os.scandir(repository) if e.is_dir() and e.name != MODEL_NAME
+                        and not e.name.startswith("."))
+    except OSError:
+        return ""
+    if not others:
+        return ""
+    shown = ", ".join(safe_repr(name) for name in others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    return (f"; the repository also holds {shown}, which tritonserver loads as models too, and a folder that "
+            "fails to load stops it: move them away, or give serve a --repository of its own")
