@@ -785,6 +785,23 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
 
 
 @pytest.mark.slow
+def test_a_server_gone_mid_run_is_said_as_gone_not_as_a_refused_frame(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Requests to a server that stopped (crashed) after the client connected: "cannot be reached", a
+    BackendError, not "refused the frame" (an InputError, the frame's fault)."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frame = random_frames(tiny, 5)[4]
+    with served(install, tiny.path, tmp_path / "server") as server:
+        remote = RemoteDetector(server.endpoints["grpc"], timeout=10)
+        assert len(remote(frame).scores) >= 0
+    with pytest.raises(BackendError) as caught:
+        remote(frame, "000001.bin")
+    remote.close()
+    message = str(caught.value)
+    assert message.startswith(f"000001.bin: server {server.endpoints['grpc']} cannot be reached (stopped or "
+                              "restarting?): ") and "refused the frame" not in message, message
+
+
 def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """The server stops answering (SIGSTOP) with requests in flight: Ctrl-C ends infer --server within
     seconds (exit 130), not after each request's 60 s timeout."""

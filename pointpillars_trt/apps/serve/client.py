@@ -137,10 +137,13 @@ class RemoteDetector:
             reply = self._client().infer(self.model, inputs, outputs=outputs,
                                          **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
         except self._server_error as exc:
-            invalid = str(exc.status()) in ("StatusCode.INVALID_ARGUMENT", "400")  # gRPC, HTTP: the frame's fault
-            raise (InputError if invalid else BackendError)(
-                f"{prefix}server {self.server} refused the frame: {one_line(exc)}"
-            ) from None
+            status = str(exc.status())
+            if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
+                raise InputError(f"{prefix}server {self.server} refused the frame: {one_line(exc)}") from None
+            if status == "StatusCode.UNAVAILABLE":  # no server answers there (any more): not the frame's doing
+                raise BackendError(f"{prefix}server {self.server} cannot be reached (stopped or restarting?): "
+                                   f"{one_line(exc)}") from None
+            raise BackendError(f"{prefix}server {self.server} failed the request: {one_line(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
             raise BackendError(f"{prefix}server {self.server}: the request failed ({one_line(exc)})") from None
         where = f"{prefix}server {self.server}"
