@@ -138,6 +138,9 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     if not isinstance(meta, dict):
         raise ModelDirError(f"{meta_path}: expected a JSON object, found {type(meta).__name__}")
     version = meta.get("format_version")
+    if type(version) is not int:  # "2" read as 2 would be misread: the writer of this file was not this package
+        raise ModelDirError(f"{meta_path}: format_version {safe_repr(version, 40)} is a {type(version).__name__}, "
+                            f"not the integer this package writes ({FORMAT_VERSION}); rebuild the model dir")
     if version != FORMAT_VERSION:
         raise ModelDirError(
             f"{meta_path}: format_version {version!r} is not known to pointpillars-trt {package_version()} "

@@ -258,11 +258,21 @@ def test_a_fifo_or_device_in_a_model_dirs_place_is_named_for_what_it_is(tmp_path
     with pytest.raises(ModelDirError, match=r"null: is a character device, not a model dir"):
         load_model_dir("/dev/null")
 
-@pytest.mark.parametrize("version", [1, 3, 0, None, "2"])
+@pytest.mark.parametrize("version", [1, 3, 0])
 def test_unknown_format_version(tmp_path: Path, version):  # type: ignore[no-untyped-def]
     tiny_model_dir(tmp_path)
     _edit_metadata(tmp_path, lambda m: m.update(format_version=version))
     with pytest.raises(ModelDirError, match=rf"format_version {version!r} is not known"):
+        load_model_dir(tmp_path)
+
+
+@pytest.mark.parametrize("version, kind", [("2", "str"), (None, "NoneType"), (2.0, "float"), (True, "bool")])
+def test_a_format_version_that_is_no_integer_says_its_type(tmp_path: Path, version, kind: str):  # type: ignore[no-untyped-def]
+    """"2" for 2 read "format_version '2' is not known ... (it reads 2)", which looks like a contradiction."""
+    tiny_model_dir(tmp_path)
+    _edit_metadata(tmp_path, lambda m: m.update(format_version=version))
+    with pytest.raises(ModelDirError, match=rf"format_version {re.escape(repr(version))} is a {kind}, not the integer "
+                                            rf"this package writes \(\d+\); rebuild the model dir"):
         load_model_dir(tmp_path)
 
 
