@@ -25,7 +25,7 @@ import numpy as np
 
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
-from .fileio import read_file_head, read_regular_file, write_bytes_atomic
+from .fileio import read_file_head, read_regular_file, special_kind, write_bytes_atomic
 from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -252,6 +252,9 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
     folder = calib_folder(frame_path, calib_dir)
     stem = Path(os.path.abspath(os.fspath(frame_path))).stem
     path = folder / f"{stem}.txt"
+    kind = special_kind(path)
+    if kind is not None:
+        raise InputError(f"calib file {safe_repr(path)} is {kind}, not a regular file")
     if not path.is_file():
         raise InputError(
             f"calib folder {safe_repr(calib_dir if calib_dir is not None else folder)} has no file for frame id "

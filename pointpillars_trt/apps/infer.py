@@ -233,7 +233,7 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> Path | Non
         first_of_folder.setdefault(Path(frame).parent, frame)
     for frame in first_of_folder.values():
         refuse_other_split(frame, labels, "--eval label")
-    missing = [f for f in frames if not (labels / f"{Path(f).stem}.txt").is_file()]
+    missing = [f for f in frames if not os.path.lexists(labels / f"{Path(f).stem}.txt")]  # a FIFO: read below, by kind
     if missing:
         raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {len(missing)} frame(s), e.g. "
                          f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}")

@@ -160,3 +160,26 @@ def test_infer_that_only_prints_stops_quietly_when_its_stdout_closes(tiny_model:
     assert first.startswith("'000001.bin': "), (first, err)
     assert rc == 1 and "error" not in err and "Traceback" not in err, err
 
+
+
+def test_a_calib_or_label_file_that_is_a_fifo_is_named_by_its_kind(tiny_model: Path, tiny_frames: list[Path],
+                                                                   tmp_path: Path):
+    """A FIFO where a frame's calib or --eval label file belongs: said as a FIFO, not as a missing file
+    (which `ls` would contradict), and never read (it would block)."""
+    root = tmp_path / "training"
+    (root / "velodyne").mkdir(parents=True)
+    (root / "calib").mkdir()
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    frame = root / "velodyne" / "000001.bin"
+    frame.write_bytes(tiny_frames[1].read_bytes())
+    os.mkfifo(root / "calib" / "000001.txt")
+    os.mkfifo(labels / "000001.txt")
+    run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+              "--out", tmp_path / "kitti")
+    assert run.rc == 1 and (f"calib file '{root / 'calib' / '000001.txt'}' is a FIFO (named pipe), not a regular "
+                            "file") in run.err, run
+    run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--eval", labels,
+              "--calib", tmp_path, "--out", tmp_path / "eval")
+    assert run.rc == 2 and run.err.strip() == (f"error: label file '{labels / '000001.txt'}' is a FIFO (named pipe), "
+                                               "not a regular file"), run
