@@ -21,7 +21,7 @@ from .errors import InputError, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, refuse_noise,
                            refuse_other_formats)
-from .points import MAX_FRAME_POINTS, columns_text, transposed_hint
+from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -338,7 +338,7 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
         raise InputError(f"{what} {shown} was truncated while being read")
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     points = np.empty((shape[0], columns), np.float32)  # a writable copy, native byte order
-    _cast_float32(points, arr[:, :columns], shown, what)
+    cast_to_float32(points, arr[:, :columns], f"{what} {shown}")
     if columns == 5:
         check_time_lags(points.reshape(-1), columns, f"{what} {safe_repr(path)}")
     return points
@@ -422,7 +422,7 @@ def read_pcd(path: PathLike) -> np.ndarray:
                 table = np.frombuffer(data, dtype=dtype)
                 out = np.empty((points, 4), dtype=np.float32)
                 for col, name in enumerate(columns):
-                    _cast_float32(out[:, col], table[name], shown, what)
+                    cast_to_float32(out[:, col], table[name], f"{what} {shown}")
                 return out
             per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
             limit = min(points * per_row * _PCD_ASCII_BYTES_PER_VALUE + 4096, _PCD_MAX_ASCII)
@@ -530,21 +530,6 @@ def _pcd_columns(dtype: np.dtype, shown: str, what: str) -> list[str]:
     return chosen
 
 
-def _cast_float32(rows: np.ndarray, values: np.ndarray, shown: str, what: str, first_point: int = 0) -> None:
-    """``rows[...] = values``, refusing a finite value beyond float32's range (a float64 file's 1e39 became inf
-    with NumPy's overflow warning on stderr); inf and nan in a file (no return) are points' own values.
-    ``first_point``: the number of the points before ``values``, for the message."""
-    with np.errstate(over="ignore"):
-        rows[...] = values
-    if values.dtype.itemsize > 4 and np.isinf(rows).any():
-        beyond = np.argwhere((np.isinf(rows) & np.isfinite(values)).reshape(len(rows), -1))
-        if beyond.size:
-            point, column = (int(i) for i in beyond[0])
-            raise InputError(f"{what} {shown}: point {first_point + point + 1} holds "
-                             f"{float(values.reshape(len(values), -1)[point, column]):g}, beyond float32's range: "
-                             "not point coordinates in metres")
-
-
 def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
                what: str) -> np.ndarray:
     """The ASCII data rows after the header, parsed block by block into the (N, 4) float32 result, so
@@ -576,7 +561,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                 bad = _first_bad_line(lines, per_row)
                 raise InputError(f"{what} {shown}: bad ASCII data at row {rows + bad + 1} of {points} (the first "
                                  f"after DATA is row 1): {safe_repr(lines[bad], 80)} is not {per_row} numbers")
-            _cast_float32(out[rows:rows + len(lines)], table[:, wanted], shown, what, first_point=rows)
+            cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
         if not block:
             break

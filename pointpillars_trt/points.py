@@ -61,7 +61,26 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
                          "(points.astype(np.float32) if its values are metres)")
     if arr.shape[0] > MAX_FRAME_POINTS:
         raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
-    return np.ascontiguousarray(arr[:, :columns], dtype=np.float32)
+    if arr.dtype.itemsize == 4:
+        return np.ascontiguousarray(arr[:, :columns], dtype=np.float32)
+    host = np.empty((arr.shape[0], columns), np.float32)
+    cast_to_float32(host, arr[:, :columns], source)
+    return host
+
+
+def cast_to_float32(rows: np.ndarray, values: np.ndarray, name: str, first_point: int = 0) -> None:
+    """``rows[...] = values``, refusing a finite value beyond float32's range (a float64 frame's 1e39 became
+    inf with NumPy's overflow warning on stderr); inf and nan of the frame's own (no return) are points'
+    values. ``name``: the frame as messages name it; ``first_point``: the number of points before ``values``."""
+    with np.errstate(over="ignore"):
+        rows[...] = values
+    if values.dtype.itemsize > 4 and np.isinf(rows).any():
+        beyond = np.argwhere((np.isinf(rows) & np.isfinite(values)).reshape(len(rows), -1))
+        if beyond.size:
+            point, column = (int(i) for i in beyond[0])
+            raise InputError(f"{name}: point {first_point + point + 1} holds "
+                             f"{float(values.reshape(len(values), -1)[point, column]):g}, beyond float32's range: "
+                             "not point coordinates in metres")
 
 
 def check_frame_list(frames: object, columns: int) -> None:

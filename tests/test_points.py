@@ -76,3 +76,16 @@ def test_refuses_more_than_16m_points_without_copying() -> None:
     assert f"{MAX_FRAME_POINTS + 1} points" in str(err.value) and str(MAX_FRAME_POINTS) in str(err.value)
     at_limit = np.broadcast_to(np.zeros((1, 4), np.float32), (MAX_FRAME_POINTS, 4))
     assert as_host_points(at_limit).shape == (MAX_FRAME_POINTS, 4)
+
+
+def test_a_float64_frame_beyond_float32s_range_is_refused_without_a_numpy_warning() -> None:
+    """1e300 in a float64 array became inf with NumPy's "overflow encountered in cast" on stderr (the file
+    readers refuse it); now one InputError naming the point, as theirs; inf and NaN of its own stay."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(InputError, match=r"^points: point 2 holds -1e\+300, beyond float32's range"):
+            as_host_points(np.array([[1.0, 2.0, 3.0, 0.5], [0.0, -1e300, 0.0, 0.0]]))
+        kept = as_host_points(np.array([[1.5, np.inf, np.nan, 0.25]]))
+    assert kept.dtype == np.float32 and kept[0, 0] == 1.5 and np.isinf(kept[0, 1]) and np.isnan(kept[0, 2])
