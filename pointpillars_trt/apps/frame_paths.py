@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..fileio import name_text, special_kind
+from ..fileio import special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 
@@ -150,15 +150,18 @@ def check_distinct_outputs(frames: Sequence[str], suffixes: Sequence[str], reser
 
 
 def refuse_repeated_frames(frames: Sequence[str]) -> None:
-    """A frame named twice (compared as absolute paths, as ``--skip-existing`` compares sources) would be
-    run and written twice (two rows of one source in a row format): refuse it before anything runs."""
-    seen: set[str] = set()
+    """A frame named twice (compared as the files they resolve to: ``a/x.bin``, ``/abs/a/x.bin`` and
+    ``link-to-a/x.bin`` are one frame) would be run and written twice (two rows of one source in a row
+    format): refuse it before anything runs."""
+    seen: dict[str, str] = {}
     for frame in frames:
-        key = os.path.abspath(name_text(frame))
+        key = os.path.realpath(frame)
         if key in seen:
-            raise InputError(f"frame {safe_repr(frame)} is given twice (by two arguments, or a folder and a file "
-                             "in it): give each frame once")
-        seen.add(key)
+            other = seen[key]
+            also = "" if os.path.abspath(other) == os.path.abspath(frame) else f" (as {safe_repr(other)} too)"
+            raise InputError(f"frame {safe_repr(frame)} is given twice{also} (by two arguments, a folder and a file "
+                             "in it, or a symbolic link to it): give each frame once")
+        seen[key] = frame
 
 
 def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),

@@ -395,8 +395,8 @@ def test_frames_of_a_uri_are_checked_before_the_run_as_local_frames_are(ray_clus
              f"error: frames '{first / '000001.bin'}' and '{second / '000001.bin'}' would write the same output file "
              "'000001.json' (1 such name(s)); run them into separate --out folders\n"),
             ([f"file://{first}", f"file://{first / '000001.bin'}"],
-             f"error: frame '{first / '000001.bin'}' is given twice (by two arguments, or a folder and a file in it): "
-             "give each frame once\n")):
+             f"error: frame '{first / '000001.bin'}' is given twice (by two arguments, a folder and a file in it, or a "
+             "symbolic link to it): give each frame once\n")):
         rc, out, err = cli_ray_infer(paths, tiny_model, tmp_path / "json")
         assert (rc, out, err) == (2, "", expected), (out, err)
         assert not (tmp_path / "json").exists() or not any((tmp_path / "json").iterdir())

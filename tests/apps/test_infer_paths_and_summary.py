@@ -183,3 +183,18 @@ def test_a_calib_or_label_file_that_is_a_fifo_is_named_by_its_kind(tiny_model: P
               "--calib", tmp_path, "--out", tmp_path / "eval")
     assert run.rc == 2 and run.err.strip() == (f"error: label file '{labels / '000001.txt'}' is a FIFO (named pipe), "
                                                "not a regular file"), run
+
+
+def test_a_frame_given_again_through_a_symbolic_link_is_refused_before_the_model_loads(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """``frames/`` and ``link/`` (a symbolic link to it) give every frame twice: run twice, and written as two
+    rows of one frame in a row format; refused, naming both spellings."""
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    (frames / "000001.bin").write_bytes(tiny_frames[1].read_bytes())
+    (tmp_path / "link").symlink_to(frames)
+    run = cli("infer", frames, tmp_path / "link", "--model", tiny_model, "--device", "cpu", "--out", tmp_path / "o",
+              "--format", "jsonl")
+    assert run.rc == 2 and run.out == "" and run.err == (
+        f"error: frame '{tmp_path / 'link' / '000001.bin'}' is given twice (as '{frames / '000001.bin'}' too) (by two "
+        "arguments, a folder and a file in it, or a symbolic link to it): give each frame once\n"), run

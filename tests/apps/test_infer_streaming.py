@@ -671,8 +671,8 @@ def test_a_frame_named_twice_is_refused_in_a_row_format(model_path, frames, tmp_
         out = tmp_path / "rows"
         rc, _, err = infer(first.name, second.name, again, "--model", str(model_path), "--out", str(out),
                            "--format", fmt)
-        assert (rc, err) == (2, f"error: frame {again!r} is given twice (by two arguments, or a folder and a "
-                                "file in it): give each frame once\n"), err
+        assert (rc, err) == (2, f"error: frame {again!r} is given twice (by two arguments, a folder and a "
+                                "file in it, or a symbolic link to it): give each frame once\n"), err
         assert not out.exists()
 
 
