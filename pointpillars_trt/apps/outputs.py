@@ -10,6 +10,7 @@ resumes it without redoing frames.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -98,7 +99,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     ``plan.kitti_of_record``) and ``<stem>.png``.
 
     Everything is computed before the first file is written; each file is written atomically
-    (``durable=False``: without fsync, for a caller that flushes the run's files in one pass).
+    (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
+    fails, those written before it are removed: a frame's outputs are all there or none.
     """
     from ..kitti import finite_detections
 
@@ -127,9 +129,15 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                      title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity, durable=durable)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
-    for path, write in writes:
-        _written(path, write)
-        result.files.append(os.fspath(path))
+    try:
+        for path, write in writes:
+            _written(path, write)
+            result.files.append(os.fspath(path))
+    except BaseException:  # a frame is written whole or not at all: the summary counts it failed, and a resumed run
+        for written in result.files:  # redoes it (its JSON alone would count as done)
+            with contextlib.suppress(OSError):
+                os.unlink(written)
+        raise
     return result
 
 

@@ -136,3 +136,20 @@ def test_a_runs_pictures_wait_for_its_one_flush_pass_as_its_other_files(tmp_path
     assert (tmp_path / "png" / "000001.png").stat().st_size > 0 and (tmp_path / "json" / "000001.json").exists()
     kinds = sorted(suffix for name in synced for suffix in (".json", ".png") if f"000001{suffix}" in name)
     assert len(synced) == len(kinds) and kinds == ([".json", ".png"] if durable else []), synced
+
+
+def test_a_frame_whose_picture_cannot_be_written_leaves_none_of_its_files(tmp_path: Path) -> None:
+    """--viz on a full or broken output: the frame's JSON was left on disk while the summary counted the
+    frame failed and "nothing written", and a resumed run took the frame as done by its JSON."""
+    pytest.importorskip("matplotlib")
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame_outputs
+    from pointpillars_trt.detections import Detections
+
+    det = Detections(np.array([[10, 0, -1, 4, 2, 1.5, 0.3]], np.float32), np.array([0.8], np.float32),
+                     np.array([0]), ("Car",))
+    (tmp_path / "json").mkdir()
+    (tmp_path / "png").write_text("a file where the pictures' folder should be\n")
+    plan = OutputPlan(json_dir=tmp_path / "json", png_dir=tmp_path / "png")
+    with pytest.raises(PointPillarsError, match="cannot write"):
+        write_frame_outputs(det, "000001.bin", plan, simulate_scan(seed=0)[0], durable=False)
+    assert list((tmp_path / "json").iterdir()) == []
