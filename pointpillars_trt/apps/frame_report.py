@@ -272,8 +272,8 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
     other frame. Each kind is said once a run (a frame of no point at all is the reader's to say:
     ``FrameReader.finding_of``)."""
     stats = det.stats
-    if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1:
-        return None
+    if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1 or stats.num_pillars_dropped:
+        return None  # pillars dropped: more were made than the model keeps (max_pillars 1 keeps one), said apart
     if stats.num_pillars == 1:
         return "onepillar", (f"warning: {safe_repr(source)}: all its {stats.num_points} points fall in one pillar: "
                              "a file of zeros (a copy that failed?) or of one repeated point (warned once)")

@@ -722,3 +722,18 @@ def test_bench_refuses_an_out_it_cannot_write_before_the_model_loads(tmp_path: P
     assert (run.rc, run.out, run.err) == (2, "", f"error: --out '{a_file / 'sub'}': '{a_file}' is a file, "
                                                  "not a folder\n"), run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report.md"] and a_file.read_text() == "mine\n"
+
+
+def test_one_pillar_because_of_the_models_max_pillars_is_not_called_a_file_of_zeros() -> None:
+    """A model of max_pillars 1 fills its one pillar and drops the rest: the frame is not "all its points in
+    one pillar" (a file of zeros); the pillars-dropped warning says what happened."""
+    from pointpillars_trt.apps.frame_report import frame_warning
+    from pointpillars_trt.detections import Detections, FrameStats
+
+    def found(stats: FrameStats) -> Detections:
+        return Detections(np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64), ("Car",),
+                          stats)
+
+    zeros = frame_warning("a.bin", found(FrameStats(20_000, 0, 1, 0)), None)
+    assert zeros is not None and zeros[0] == "onepillar"
+    assert frame_warning("a.bin", found(FrameStats(20_000, 0, 1, 3_000)), None) is None
