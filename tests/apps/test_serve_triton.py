@@ -293,9 +293,9 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
     assert executions < inferences, "the dynamic batcher never put two requests in one batch"
 
 
-def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Every frame of a call was in flight at once (its pool was sized by the frames): 40 frames at
-    concurrency 2 timed out on a CPU server. A later call's larger concurrency is given as asked."""
+def count_requests_in_flight(monkeypatch, seconds: float) -> list[int]:  # type: ignore[no-untyped-def]
+    """Count ``RemoteDetector`` requests in flight at once (each held ``seconds`` longer, so that the others
+    pile up behind it); the returned list's one item is the peak so far (set it to 0 to start again)."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     now, peak, lock = [0], [0], threading.Lock()
@@ -306,13 +306,22 @@ def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_se
             now[0] += 1
             peak[0] = max(peak[0], now[0])
         try:
-            time.sleep(0.02)  # each request long enough for the others to pile up behind it
+            time.sleep(seconds)
             return send(self, *args, **kwargs)
         finally:
             with lock:
                 now[0] -= 1
 
     monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    return peak
+
+
+def test_detect_batch_keeps_at_most_concurrency_requests_in_flight(tiny, tiny_server, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every frame of a call was in flight at once (its pool was sized by the frames): 40 frames at
+    concurrency 2 timed out on a CPU server. A later call's larger concurrency is given as asked."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    peak = count_requests_in_flight(monkeypatch, seconds=0.02)
     remote = RemoteDetector(tiny_server.endpoints["grpc"])
     frames = random_frames(tiny, 12)
     try:
@@ -355,23 +364,8 @@ def test_infer_in_flight_bounds_the_requests_of_the_whole_run(tiny, tiny_server,
     """``infer --server --in-flight N`` keeps at most N requests in flight, and reaches N: the run's two
     pipelines used to send batches of N at the client's default of 8 each (at most 8 a batch, 16 in all)."""
     from pointpillars_trt.apps.serve.cli import run_scaleout_infer
-    from pointpillars_trt.apps.serve.client import RemoteDetector
 
-    now, peak, lock = [0], [0], threading.Lock()
-    send = RemoteDetector.__call__
-
-    def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-        with lock:
-            now[0] += 1
-            peak[0] = max(peak[0], now[0])
-        try:
-            time.sleep(0.05)  # each request long enough for the others to pile up behind it
-            return send(self, *args, **kwargs)
-        finally:
-            with lock:
-                now[0] -= 1
-
-    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    peak = count_requests_in_flight(monkeypatch, seconds=0.05)
     paths = []
     for index, frame in enumerate(frame for seed in range(4) for frame in random_frames(tiny, 8, seed)):
         paths.append(str(tmp_path / f"{index:06d}.bin"))
