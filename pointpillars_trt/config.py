@@ -18,7 +18,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -377,8 +377,12 @@ class _ConfigLoader(yaml.SafeLoader):
 def read_yaml(path: Path) -> Any:
     """A YAML file's document, refusing anything but a regular file (a FIFO would block the read for ever)
     and files over MAX_CONFIG_BYTES before parsing them."""
-    if not os.path.lexists(path):
-        raise ConfigError(f"{path}: config file not found")
+    try:
+        os.lstat(path)  # not os.path.lexists: a folder on the path this user cannot search is no missing file
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError:
+        pass  # read_regular_file names the problem
     try:
         data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES, what="config file")
     except InputError as exc:

@@ -82,7 +82,8 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
     text = " ".join(text.split())
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     if len(text) > limit:
-        text = text[: limit // 2 - 2] + " ... " + text[-(limit // 2 - 3):]
+        keep = max(limit - 5, 2)  # both ends, around " ... "
+        text = text[: keep - keep // 2] + " ... " + text[len(text) - keep // 2:]
     if isinstance(exc, BaseException) and (typed or not text):
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text
@@ -106,7 +107,7 @@ def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
     else:
         try:
             text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in _VALUE_REPR.repr(value))
-        except Exception:  # noqa: BLE001 - e.g. an int too large to print, a hostile __repr__: the type is enough
+        except Exception:  # noqa: BLE001 - e.g. an int too large to print (reprlib shows a raising __repr__ itself)
             text = f"<{type(value).__name__}>"
         return text if len(text) <= limit else text[: max(limit - 3, 2)] + "..."  # its first items, as reprlib
     if len(text) > limit:

@@ -225,7 +225,11 @@ def write_new_file_atomic(path: PathLike, data: bytes, *, durable: bool = True) 
             raise
         except OSError:  # no hard links here (FAT, some network file systems)
             os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except BaseException:
+                target.unlink(missing_ok=True)  # the empty placeholder: no part at all rather than an empty one
+                raise
     finally:
         tmp.unlink(missing_ok=True)
 

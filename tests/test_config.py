@@ -534,3 +534,6 @@ def test_a_config_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> 
     assert "FIFO" in str(found[0]) and str(fifo) in str(found[0]), found[0]
     with pytest.raises(ConfigError, match="config file not found"):
         load_config(tmp_path / "none.yaml")
+    (tmp_path / "afile").write_text("x")  # a path that cannot be looked at is not called missing
+    with pytest.raises(ConfigError, match=r"afile/x.yaml' cannot be read: Not a directory"):
+        load_config(tmp_path / "afile" / "x.yaml")

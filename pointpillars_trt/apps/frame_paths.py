@@ -150,12 +150,14 @@ def check_distinct_outputs(frames: Sequence[str], suffixes: Sequence[str], reser
 
 
 def refuse_repeated_frames(frames: Sequence[str]) -> None:
-    """A frame named twice (compared as the files they resolve to: ``a/x.bin``, ``/abs/a/x.bin`` and
-    ``link-to-a/x.bin`` are one frame) would be run and written twice (two rows of one source in a row
-    format): refuse it before anything runs."""
+    """A frame named twice (compared with their folders resolved: ``a/x.bin``, ``/abs/a/x.bin`` and
+    ``link-to-a/x.bin`` are one frame; two names linked to one stored file, as git-annex or DVC keep
+    frames, are two) would be run and written twice (two rows of one source in a row format): refuse it
+    before anything runs."""
     seen: dict[str, str] = {}
     for frame in frames:
-        key = os.path.realpath(frame)
+        absolute = os.path.abspath(frame)
+        key = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
         if key in seen:
             other = seen[key]
             also = "" if os.path.abspath(other) == os.path.abspath(frame) else f" (as {safe_repr(other)} too)"

@@ -100,7 +100,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
 
     Everything is computed before the first file is written; each file is written atomically
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
-    fails, those written before it are removed: a frame's outputs are all there or none.
+    fails, those it created before it are removed (files of an earlier run it replaced stay, with this
+    run's content): a frame's outputs are all there or none of this run's new ones.
     """
     from ..kitti import finite_detections
 
@@ -129,14 +130,18 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                      title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity, durable=durable)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
+    created: list[Path] = []  # files this call made where there were none (an earlier run's it only replaced)
     try:
         for path, write in writes:
+            new = not os.path.lexists(path)
             _written(path, write)
             result.files.append(os.fspath(path))
+            if new:
+                created.append(path)
     except BaseException:  # a frame is written whole or not at all: the summary counts it failed, and a resumed run
-        for written in result.files:  # redoes it (its JSON alone would count as done)
+        for made in created:  # redoes it (its new JSON alone would count as done); an earlier run's files stay
             with contextlib.suppress(OSError):
-                os.unlink(written)
+                os.unlink(made)
         raise
     return result
 

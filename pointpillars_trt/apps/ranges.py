@@ -74,7 +74,7 @@ def host_port(text: str) -> str:
     """An argparse ``type`` for HOST:PORT (a server address): without its port a client would try a
     default one (gRPC's 443) and report the server as unreachable."""
     host, _, number = text.rpartition(":")
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):  # ::1:8001 reads as ::0.1.128.1
+    if ":" in host and not text.startswith("["):  # ::1:8001 reads as ::0.1.128.1
         raise argparse.ArgumentTypeError(f"{text!r}: an IPv6 address goes in brackets before its port, e.g. "
                                          "[::1]:8001")
     try:

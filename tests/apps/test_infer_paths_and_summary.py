@@ -198,3 +198,19 @@ def test_a_frame_given_again_through_a_symbolic_link_is_refused_before_the_model
     assert run.rc == 2 and run.out == "" and run.err == (
         f"error: frame '{tmp_path / 'link' / '000001.bin'}' is given twice (as '{frames / '000001.bin'}' too) (by two "
         "arguments, a folder and a file in it, or a symbolic link to it): give each frame once\n"), run
+
+
+def test_two_frame_names_linked_to_one_stored_file_are_two_frames(tiny_model: Path, tiny_frames: list[Path],
+                                                                  tmp_path: Path):
+    """git-annex and DVC keep frames as links into a store, identical frames to one object: two names, two
+    frames, two outputs (only a frame reached twice through its folder is one frame given twice)."""
+    store = tmp_path / ".store"
+    store.mkdir()
+    (store / "blob").write_bytes(tiny_frames[1].read_bytes())
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    for name in ("000001.bin", "000002.bin"):
+        (frames / name).symlink_to(store / "blob")
+    run = cli("infer", frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out", tmp_path / "o")
+    assert run.rc == 0 and run.out.startswith("2/2 frames"), run
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["000001.json", "000002.json"]

@@ -57,6 +57,7 @@ def parse_error(argv: list[str]) -> str:
     (INFER, "--server", "localhost:0", "expected HOST:PORT"),
     (INFER, "--server", ":8001", "expected HOST:PORT"),
     (INFER, "--server", "::1:8001", "an IPv6 address goes in brackets before its port, e.g. [::1]:8001"),
+    (INFER, "--server", "[::1]", "expected HOST:PORT"),
 ])
 def test_out_of_range_option_is_one_error_line(argv: list[str], option: str, value: str, expected: str) -> None:
     line = parse_error([*argv, f"{option}={value}"])

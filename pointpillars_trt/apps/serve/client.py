@@ -77,8 +77,9 @@ class RemoteDetector:
             ready = self._client().is_model_ready(model)
             config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
+            answered = isinstance(exc, InferenceServerException) and str(exc.status()) != "StatusCode.UNAVAILABLE"
             raise BackendError(f"server {server} ({protocol}): cannot be reached ({one_line(exc)})"
-                               + _other_protocol_hint(server, protocol)) from None
+                               + ("" if answered else _other_protocol_hint(server, protocol))) from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {server}: model {model!r}")
@@ -251,7 +252,8 @@ class RemoteDetector:
 
 def _other_protocol_hint(server: str, protocol: str) -> str:
     """'; something listens there: ...' when ``server`` accepts a TCP connection that did not answer
-    ``protocol``: most likely the server's other endpoint (serve prints both), e.g. its HTTP port given to
+    ``protocol`` (the caller asks only after a transport failure, not an error a server of ``protocol``
+    returned): most likely the server's other endpoint (serve prints both), e.g. its HTTP port given to
     the default gRPC client."""
     host, _, port = server.rpartition(":")
     try:
