@@ -40,14 +40,16 @@ class FrameReport:
     failed frame and one a path that gave no frame (``input_errors``, said first), one line a frame when
     nothing is written, and the summary at ``close``. ``where``: the run writes outputs; ``folder``: the
     folder of a row format's part files (else the plan's folder). ``stdout``: where the summary goes (None:
-    ``sys.stdout`` when it is printed)."""
+    ``sys.stdout`` when it is printed). ``sources``: the run's frames, when known: a frame's line names it by
+    its file name, or, where two frames share one (``*/000000.bin``), by its path as given."""
 
     def __init__(self, total: int, plan: OutputPlan, *, progress: bool, where: bool,
                  folder: Path | None = None, input_errors: Sequence[str] = (), stdout: TextIO | None = None,
-                 skipped: int = 0) -> None:
+                 skipped: int = 0, sources: Sequence[str] = ()) -> None:
         self.total, self.plan, self.where, self.rows = total, plan, where, folder is not None
         self.skipped = skipped  # frames --skip-existing found done, said in the summary of a run of none
         self.stdout = stdout
+        self.by_path = len({Path(source).name for source in sources}) < len(sources)  # names alone would repeat
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
         self.writes = folder or plan.folder
@@ -95,7 +97,7 @@ class FrameReport:
         if not self.writes and det is not None:
             best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
             top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)
-            line = (f"{safe_repr(Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
+            line = (f"{safe_repr(source if self.by_path else Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
                     + (f" [{top}]" if top else ""))
             if self.bar.disable:  # no bar to keep whole: a plain print costs a thirtieth of tqdm.write
                 print(line)
@@ -289,9 +291,10 @@ def frame_warning(source: str, det: Detections, point_range: Sequence[float] | N
 
 
 def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
-                 input_errors: Sequence[str], stdout: TextIO | None = None, skipped: int = 0) -> FrameReport:
+                 input_errors: Sequence[str], stdout: TextIO | None = None, skipped: int = 0,
+                 sources: Sequence[str] = ()) -> FrameReport:
     """The FrameReport of infer's run of ``total`` frames (none: all ``skipped`` frames were done before), its
     summary printed to ``stdout``."""
     return FrameReport(total, plan, progress=not args.no_progress, where=bool(args.out),
                        folder=out if fmt in ROW_FORMATS else None, input_errors=input_errors, stdout=stdout,
-                       skipped=skipped)
+                       skipped=skipped, sources=sources)

@@ -530,7 +530,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     too; (frames that went through, number that failed)."""
     if writers is not None:
         writers.wait()
-    report = frame_report(len(frames), plan, args, fmt, out, input_errors)
+    report = frame_report(len(frames), plan, args, fmt, out, input_errors, sources=frames)
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,

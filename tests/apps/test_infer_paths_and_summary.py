@@ -214,3 +214,17 @@ def test_two_frame_names_linked_to_one_stored_file_are_two_frames(tiny_model: Pa
     run = cli("infer", frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out", tmp_path / "o")
     assert run.rc == 0 and run.out.startswith("2/2 frames"), run
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["000001.json", "000002.json"]
+
+
+def test_frames_of_one_name_in_two_folders_are_told_apart_in_the_lines_of_a_run_without_out(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """Without --out, infer prints a line a frame named by its file name: two 000001.bin of two folders
+    printed the same name twice; they are named by their paths then (and by the name alone otherwise)."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "000001.bin").write_bytes(tiny_frames[1].read_bytes())
+    run = cli("infer", tmp_path / "a", tmp_path / "b", "--model", tiny_model, "--device", "cpu", "--no-progress")
+    named = [line.split(": ")[0] for line in run.out.splitlines() if " boxes, " in line and " pillars" in line]
+    assert run.rc == 0 and named == [repr(str(tmp_path / "a" / "000001.bin")), repr(str(tmp_path / "b" / "000001.bin"))], run
+    run = cli("infer", tmp_path / "a", "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and run.out.startswith("'000001.bin': "), run
