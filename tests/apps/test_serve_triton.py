@@ -277,7 +277,8 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
         np.testing.assert_array_equal(reply.as_numpy("boxes")[0], local.boxes)  # type: ignore[attr-defined]
         np.testing.assert_array_equal(reply.as_numpy("scores")[0], local.scores)  # type: ignore[attr-defined]
         np.testing.assert_array_equal(reply.as_numpy("labels")[0], local.labels)  # type: ignore[attr-defined]
-    assert "max_boxes 501: the detector was opened with max_boxes 500" in str(done["max_boxes"][1])
+    assert ("max_boxes 501: this server returns at most 500 boxes a frame (its detector's cap, set when it was "
+            "served); ask for at most 500") in str(done["max_boxes"][1])  # a raw client's fix, not "open it with ..."
     plain = client.infer(MODEL_NAME, threshold_inputs(module, frames[0]))
     np.testing.assert_array_equal(plain.as_numpy("scores")[0], expected[0, 0].scores)  # the model's: setting 0
     assert "nms_iou: expected a finite number in [0, 1], got nan" in str(done["nms_iou"][1])

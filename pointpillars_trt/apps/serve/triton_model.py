@@ -155,6 +155,10 @@ class TritonPythonModel:
                 raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
             values[name] = kind(array.reshape(-1)[0])
         thresholds = Thresholds(**values)  # type: ignore[arg-type]
+        cap = self.cfg.postprocess.max_boxes
+        if thresholds.max_boxes is not None and thresholds.max_boxes > cap:  # the client's to lower: say so
+            raise InputError(f"max_boxes {thresholds.max_boxes}: this server returns at most {cap} boxes a frame "
+                             f"(its detector's cap, set when it was served); ask for at most {cap}")
         if values:
             thresholds.applied_to(self.cfg)  # a bad value fails this request alone
         return thresholds
