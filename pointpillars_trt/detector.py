@@ -462,6 +462,7 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
 INFER_MANY_READERS = 2
 INFER_MANY_READ_AHEAD = 2
 
+
 def _scale_with_keyword(factor: str | None) -> str:
     """How a Python caller scales a frame's intensities by ``factor`` (``intensities.mismatch_text``)."""
     if factor is None:

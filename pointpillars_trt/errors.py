@@ -79,11 +79,7 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
         text = ""
     if len(text) > 8 * limit:  # a huge message: only its ends can show, so only they are looked at
         text = text[: 4 * limit] + " " + text[-4 * limit:]
-    text = " ".join(text.split())
-    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    if len(text) > limit:
-        keep = max(limit - 5, 2)  # both ends, around " ... "
-        text = text[: keep - keep // 2] + " ... " + text[len(text) - keep // 2:]
+    text = _cut_middle(_printable(" ".join(text.split())), limit, " ... ")
     if isinstance(exc, BaseException) and (typed or not text):
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text
@@ -106,11 +102,23 @@ def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
         text = repr(value if len(value) <= 4 * limit else value[: 2 * limit] + value[-2 * limit:])
     else:
         try:
-            text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in _VALUE_REPR.repr(value))
+            text = _printable(_VALUE_REPR.repr(value))
         except Exception:  # noqa: BLE001 - e.g. an int too large to print (reprlib shows a raising __repr__ itself)
             text = f"<{type(value).__name__}>"
         return text if len(text) <= limit else text[: max(limit - 3, 2)] + "..."  # its first items, as reprlib
-    if len(text) > limit:
-        keep = max(limit - 3, 2)
-        text = text[: keep - keep // 2] + "..." + text[len(text) - keep // 2 :]
-    return text
+    return _cut_middle(text, limit, "...")
+
+
+def _printable(text: str) -> str:
+    """``text`` with every character that is not printable (control characters, line breaks, bidi overrides)
+    escaped as ``repr`` escapes it."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _cut_middle(text: str, limit: int, marker: str) -> str:
+    """``text``, or when longer than ``limit`` its two ends around ``marker`` (a file's suffix, an error's
+    last words stay)."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - len(marker), 2)
+    return text[: keep - keep // 2] + marker + text[len(text) - keep // 2:]

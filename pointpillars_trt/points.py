@@ -10,7 +10,6 @@ import numpy as np
 from .config import POINT_COLUMN_NAMES
 from .errors import InputError, safe_repr
 
-
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
 MAX_FRAME_POINTS = 16 * 2**20

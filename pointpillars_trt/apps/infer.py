@@ -34,7 +34,7 @@ from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
     frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
 from .device_notice import print_device_notice
-from .eval.io import REPORT_FILE as EVAL_FILE
+from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer, say_if_portrait
@@ -222,7 +222,7 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
 
 # --------------------------------------------------------------------------- the run
 
-def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> Path | None:
+def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTruth | None:
     if not args.eval:
         return None
     labels = Path(args.eval)
@@ -237,10 +237,9 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> Path | Non
     if missing:
         raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {len(missing)} frame(s), e.g. "
                          f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}")
-    from .eval.io import load_ground_truth
-
-    load_ground_truth(labels, [Path(frame).stem for frame in frames])  # each read (~0.2 ms) before a long run,
-    return labels  # not after it: a folder of other files (calib/ given for label_2/) fails here
+    # every label read (~0.07 ms a file) before a long run, not after it: a folder of other files (calib/ given
+    # for label_2/) fails here; the evaluation takes those of the frames that went through
+    return read_ground_truth(labels, [Path(frame).stem for frame in frames])
 
 
 def _eval_classes(classes: Sequence[str]) -> tuple[str, ...]:
@@ -290,8 +289,8 @@ def output_format(args: argparse.Namespace) -> str:
 
 
 def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
-                  resumable: bool = True) -> tuple[str, Path | None, Path | None]:
-    """infer's checks of its output options before anything runs: (format, --out, --eval labels).
+                  resumable: bool = True) -> tuple[str, Path | None, GroundTruth | None]:
+    """infer's checks of its output options before anything runs: (format, --out, --eval's labels, read).
     ``resumable``: whether --skip-existing could run these frames (not frames given as a URI), so that
     a folder of earlier parts is met with that advice only where it works."""
     fmt = output_format(args)
@@ -458,7 +457,7 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
-               frames: Sequence[str], fmt: str, out: Path | None, labels: Path | None, plan: OutputPlan,
+               frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None, plan: OutputPlan,
                resume: Resume, path_errors: Sequence[str]) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
     it opens here; the number of frames that failed."""
@@ -671,23 +670,23 @@ class _DiskWatch:
         return False
 
 
-def _evaluate(labels: Path, pred_dir: Path, frames: Sequence[str], evaluated: Collection[str], failed: int,
+def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evaluated: Collection[str], failed: int,
               unreadable: int, classes: Sequence[str], out: Path | None) -> None:
     """KITTI AP of ``evaluated`` (KITTI lines in ``pred_dir``) in input order, whichever run wrote them; the
     header counts the ``failed`` frames and those whose earlier outputs were ``unreadable``, left out."""
     from ..fileio import write_json_atomic
-    from .eval.io import load_ground_truth, load_predictions
+    from .eval.io import load_predictions
     from .eval.kitti_eval import evaluate
     from .eval.report import format_table
 
     if not evaluated:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
     ids = [Path(f).stem for f in frames if f in evaluated]
-    result = evaluate(load_ground_truth(labels, ids), load_predictions(pred_dir, ids), _eval_classes(classes))
+    result = evaluate(labels.of(ids), load_predictions(pred_dir, ids), _eval_classes(classes))
     left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
         [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""
-    print(f"KITTI evaluation of {len(ids)} frame(s) against {labels}{skipped}")
+    print(f"KITTI evaluation of {len(ids)} frame(s) against {labels.folder}{skipped}")
     print(format_table(result), end="")
     if out is not None:
         write_json_atomic(out / EVAL_FILE, result.to_json_dict())

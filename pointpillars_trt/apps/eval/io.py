@@ -174,11 +174,29 @@ def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray
 
 def load_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> Annotations:
     """KITTI label_2 files ``<label_dir>/<id>.txt`` of the given frames (DontCare rows kept)."""
-    per_frame = []
+    return read_ground_truth(label_dir, frame_ids).of(frame_ids)
+
+
+@dataclass(frozen=True)
+class GroundTruth:
+    """A label folder's files of a run's frames, each read once: ``infer --eval`` reads them all before the
+    run (a folder of other files fails there, not after every frame) and evaluates those of the frames that
+    went through (``of``)."""
+
+    folder: Path
+    per_frame: dict[str, tuple[list[str], np.ndarray]]  # frame id -> its parsed label lines
+
+    def of(self, frame_ids: Sequence[str]) -> Annotations:
+        return _stack(frame_ids, [self.per_frame[frame] for frame in frame_ids])
+
+
+def read_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> GroundTruth:
+    """The label files ``<label_dir>/<id>.txt`` of the given frames, parsed (``parse_label_lines``)."""
+    per_frame = {}
     for frame in frame_ids:
         path = label_dir / f"{frame}.txt"
-        per_frame.append(parse_label_lines(_read_lines(path, "label"), os.fspath(path), with_score=False))
-    return _stack(frame_ids, per_frame)
+        per_frame[frame] = parse_label_lines(_read_lines(path, "label"), os.fspath(path), with_score=False)
+    return GroundTruth(label_dir, per_frame)
 
 
 def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None,
