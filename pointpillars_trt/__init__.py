@@ -1,4 +1,4 @@
-"""pointpillars-trt: PointPillars lidar 3D detection as a zero-copy GPU pipeline.
+"""pointpillars-trt: PointPillars lidar 3D detection as a multi-stage GPU pipeline over buffers allocated once.
 
 The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``__call__`` /
 ``infer_many``), the ``Detections`` it returns, per-call ``Thresholds``, ``load_config`` and the
@@ -35,4 +35,5 @@ def __getattr__(name: str) -> object:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+    """The public names and the module's own dunders (not its helpers' imports)."""
+    return sorted({*__all__, "__version__", *(name for name in globals() if name.startswith("__"))})

@@ -314,6 +314,9 @@ MAX_CONFIG_BYTES = 1 << 20  # far above any real config; bounds the parser's tim
 MAX_YAML_DEPTH = 32  # configs nest 4 deep; the composer recurses once per level
 
 
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
 class _ConfigLoader(yaml.SafeLoader):
     """SafeLoader without aliases or repeated keys, and with a nesting cap.
 
@@ -342,6 +345,8 @@ class _ConfigLoader(yaml.SafeLoader):
         if isinstance(index, int):  # a sequence item; a mapping value's index is its key node
             self._path = f"{outer}[{index}]"
         elif isinstance(index, yaml.ScalarNode):
+            if index.tag != _STR_TAG:  # refused as composed: 30k number keys are never composed whole (~4 s)
+                raise self._key_error(outer, self.construct_object(index), index)
             self._path = _join(outer, index.value)
         self._depth += 1
         try:
@@ -355,6 +360,12 @@ class _ConfigLoader(yaml.SafeLoader):
         self._mapping_paths[node] = self._path
         return node
 
+    @staticmethod
+    def _key_error(path: str, key: object, node: yaml.Node) -> yaml.constructor.ConstructorError:
+        return yaml.constructor.ConstructorError(
+            None, None, f"{_join(path, str(key)[:40])}: a key of type {type(key).__name__}; a config's keys are names",
+            node.start_mark)
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         """The mapping, refusing a key that is no string (every config key is a name) or that repeats."""
         if isinstance(node, yaml.MappingNode):
@@ -363,9 +374,7 @@ class _ConfigLoader(yaml.SafeLoader):
             for key_node, _ in node.value:
                 key = self.construct_object(key_node, deep=deep)
                 if not isinstance(key, str):  # numbers hash alike by design: 40k keys k * (2**61 - 1) cost minutes
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"{_join(self._mapping_paths[node], str(key)[:40])}: a key of type "
-                        f"{type(key).__name__}; a config's keys are names", key_node.start_mark)
+                    raise self._key_error(self._mapping_paths[node], key, key_node)
                 if key in first_seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"{_join(self._mapping_paths[node], key)}: key given twice (first at line "

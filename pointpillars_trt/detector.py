@@ -19,7 +19,7 @@ from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, safe_repr,
 )
 from .graph_io import MAX_BATCH
-from .intensities import find_intensity_mismatch, mismatch_text
+from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .runtime.availability import describe_probes, gpu_visible
@@ -91,7 +91,8 @@ class PointPillars:
     post-process values (no rebuild: they are kernel inputs, not part of the model);
     ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
     call (``Thresholds``; max boxes up to the detector's), with no recompilation.
-    Safe to share between threads: frames are run one at a time per detector.
+    Safe to share between threads: ``detect``, ``detect_batch`` and ``infer_many`` run one batch at a time
+    per detector; ``submit_batch`` takes no lock (its caller owns the detector until ``finish``).
     ``engine_description`` says what runs the frames; ``gpu_unused_reason`` why ``device="auto"``
     ran them on the CPU (None when it did not).
     """
@@ -117,7 +118,7 @@ class PointPillars:
                                "graphs (precision applies when exporting a checkpoint; rebuild for another)")
         self.device, device_id, self.gpu_unused_reason = picked or _pick_device(opts.device)
         if self.device == "cpu" and self.gpu_unused_reason is not None:
-            warnings.warn("device auto: running on the CPU (~100x slower than the GPU pipeline): "
+            warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
@@ -186,8 +187,8 @@ class PointPillars:
 
     @property
     def last_timings(self) -> dict[str, float]:
-        """Milliseconds per stage of the last frame (GPU: CUDA events, only with the option
-        ``stage_timings=True``; CPU: wall clock)."""
+        """Milliseconds per stage of the last call's batch (its last frame on the CPU; GPU: CUDA events, only with
+        the option ``stage_timings=True``; CPU: wall clock)."""
         return self._impl.last_timings
 
     @property
@@ -207,10 +208,11 @@ class PointPillars:
             raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
 
     def _check_first_intensities(self, frame: object) -> None:
-        """Warn (once) when the first host frame's intensities disagree with the scale the model was trained
-        on (``find_intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 or values past 255 for a
-        0-255 one)."""
-        if self._check_intensity and isinstance(frame, np.ndarray):
+        """Warn (once) when the first host frame of INTENSITY_JUDGED_FROM points or more disagrees with the scale
+        the model was trained on (``find_intensity_mismatch``: 0-255 or values past 255 for a 0-1 model, 0-1 or
+        values past 255 for a 0-255 one). A smaller frame (a server's one-point health probe) says nothing of the
+        scale and leaves the check for the next."""
+        if self._check_intensity and isinstance(frame, np.ndarray) and len(frame) >= INTENSITY_JUDGED_FROM:
             self._check_intensity = False
             found = find_intensity_mismatch(frame, self.model.cfg.expects_unit_intensity)
             if found is not None:
@@ -296,8 +298,12 @@ class PointPillars:
         rng = np.random.default_rng(0)
         columns = [rng.uniform(lo, hi, (n, 3)), rng.uniform(0, 1, (n, self.cfg.num_point_columns - 3))]
         frame = np.column_stack(columns).astype(np.float32)
-        for batch in sizes:
-            self.detect_batch([frame] * batch)
+        armed, self._check_intensity = self._check_intensity, False  # synthetic 0-1 values: the user's first frame
+        try:                                                         # is the one checked
+            for batch in sizes:
+                self.detect_batch([frame] * batch)
+        finally:
+            self._check_intensity = armed
 
     def _post_config(self, thresholds: Thresholds | None) -> ModelConfig | None:
         """The config one call's post-process runs with (None: the detector's own)."""

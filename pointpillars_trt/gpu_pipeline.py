@@ -8,7 +8,8 @@ pageable memory, or one in page-locked memory that ``detect`` waits for, is copi
 array, its header set on the device), per-frame voxelize, PFN
 and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
 that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
-head maps into a (B, rows, 9) result, and one device-to-host copy of that result. Everything between
+head maps into a (B, rows, 9) result, and one device-to-host copy of that result (a time-lag model's lags
+are a second H2D copy, thresholds that changed since the last batch a 12-byte third). Everything between
 the two copies is enqueued on the pipeline's stream (a batch's per-frame parts on a few side streams
 forked from it and joined back, so that frames run side by side), with no host synchronisation: every
 count stays in device memory. The five stages and the result copy are
@@ -53,7 +54,8 @@ _MEMORY_TYPE_HOST = 1          # cudaMemoryTypeHost: page-locked (cudaHostAlloc)
 
 @dataclass
 class CopyCounter:
-    """Host<->device copies the pipeline issued for the last batch (the design promises 1 + 1)."""
+    """Host<->device copies the pipeline issued for the last batch: 1 + 1 (a time-lag model's lags one more H2D,
+    thresholds that changed one more)."""
 
     h2d_copies: int = 0
     h2d_bytes: int = 0
@@ -213,8 +215,7 @@ class GpuPipeline:
 
     def _open_rpn(self) -> Engine:
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
-                                config_digest=self.cfg.digest(), max_batch=self.max_batch,
-                                graph_sha256=self.model.graph_sha256("rpn"))
+                                config_digest=self.cfg.digest(), graph_sha256=self.model.graph_sha256("rpn"))
         options = engine_options_for(self.backend, request)
         return open_engine(engine_file(self.model, "rpn", self.backend), options, device="cuda",
                            stream_ptr=self.stream.ptr, config=self.cfg)
@@ -625,14 +626,16 @@ class GpuPipeline:
 
     def close(self) -> None:
         """Free the graphs and the RPN engine while the stream they run on still exists (ONNX Runtime's
-        session synchronises its compute stream when destroyed). Safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        self.stream.synchronize()
-        self._graphs.clear()
-        self._close_rpn()
-        self.stream.synchronize()
+        session synchronises its compute stream when destroyed), after the batch another thread runs. Safe to
+        call twice."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.stream.synchronize()
+            self._graphs.clear()
+            self._close_rpn()
+            self.stream.synchronize()
 
     def _close_rpn(self) -> None:
         if self._rpn is not None:

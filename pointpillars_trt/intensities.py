@@ -16,6 +16,9 @@ _FLOAT32 = struct.Struct("<f")  # a float32 from its bits (as 4 little-endian by
 
 #: Finite points a frame needs before "all its intensities lie in 0-1" says anything of its scale.
 UNIT_INTENSITY_MIN_POINTS = 1000
+#: Points of the first frame a detector judges the scale of (one warning a detector): a smaller one (a probe)
+#: is passed over, not taken as the first.
+INTENSITY_JUDGED_FROM = 100
 
 
 class IntensityMismatch(NamedTuple):

@@ -25,7 +25,7 @@ import numpy as np
 
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
-from .fileio import read_file_head, read_regular_file, special_kind, write_bytes_atomic
+from .fileio import read_file_head, read_regular_file, special_kind, text_lines, write_bytes_atomic
 from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -133,6 +133,10 @@ def _calibration_of(data: bytes) -> Calibration | str:
     with it (a message without the file name, which the caller puts in front)."""
     if not data.strip():
         return "the file is empty (a copy that failed?); it should hold KITTI's P2, R0_rect and Tr_velo_to_cam"
+    head = data[:4096]
+    if b"\0" in head or sum(byte > 127 for byte in head) > len(head) // 10:  # UTF-16 text, or binary data
+        return ("not a text file (NUL or non-ASCII bytes: binary data, or text in UTF-16); a KITTI calib file is "
+                "ASCII lines such as 'P2: ...', 'R0_rect: ...', 'Tr_velo_to_cam: ...'")
     rows: dict[str, str] = {}
     for line in data.decode("ascii", errors="replace").splitlines():
         key, sep, rest = line.partition(":")
@@ -339,6 +343,7 @@ def normalize_heading(h: float | np.ndarray) -> float | np.ndarray:
 
 
 def _wrap_angle(a: np.ndarray) -> np.ndarray:
+    """``normalize_heading`` in float64 whatever ``a`` is: KITTI lines of float32 boxes keep their angles exact."""
     return normalize_heading(np.asarray(a, dtype=np.float64))
 
 
@@ -547,7 +552,8 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
         if not parts:
             continue
         if len(parts) not in counts:
-            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}")
+            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}"
+                             + _field_count_hint(parts, with_score))
         try:
             values = [float(v) for v in parts[1:]]
         except ValueError:
@@ -565,13 +571,38 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
     return names, table
 
 
+def _field_count_hint(parts: Sequence[str], with_score: bool | None) -> str:
+    """What a label line of the wrong field count most likely is: a calib file's line, or ground truth (no score)
+    given as predictions; else the fields a label line holds."""
+    if parts[0].endswith(":"):
+        return f" (a line {parts[0]} ... is a calib file's: this is no KITTI label_2 file)"
+    if with_score and len(parts) == LABEL_FIELDS:
+        return (": a prediction line ends with its score; a line of 15 fields is ground truth, given as predictions "
+                "(--pred)?")
+    return (": type, truncated, occluded, alpha, the 2D box (4), dimensions (3), location (3), rotation_y"
+            + (", score" if with_score is not False else ""))
+
+
 def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, str] | None:
-    """(row, problem) of the first line whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
+    """(row, problem) of the first line whose truncation lies outside 0..1 or whose occlusion is no KITTI level
+    (they pick an object's difficulty: truncation 5 moved a Car out of "easy" without a word; -1, as DontCare
+    and predictions write them, aside), whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
     negative height, width or length (DontCare's -1 sizes aside), or None."""
+    truncated, occluded = table[:, 0], table[:, 1]
+    found: list[tuple[int, str]] = []
+    odd_truncation = np.flatnonzero((truncated != -1) & ((truncated < 0) | (truncated > 1)))
+    if odd_truncation.size:
+        row = int(odd_truncation[0])
+        found.append((row, f"truncated {truncated[row]:g} lies outside 0..1 (-1: not given)"))
+    odd_occlusion = np.flatnonzero(~np.isin(occluded, (-1, 0, 1, 2, 3)))
+    if odd_occlusion.size:
+        row = int(odd_occlusion[0])
+        found.append((row, f"occluded {occluded[row]:g} is no KITTI occlusion level 0, 1, 2 or 3 (-1: not given)"))
     backwards = np.flatnonzero((table[:, 3] > table[:, 5]) | (table[:, 4] > table[:, 6]))
+    if backwards.size:
+        found.append((int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)"))
     sized = np.array([name != "DontCare" for name in names], bool)
     negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1))
-    found = [(int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)")] if backwards.size else []
     if negative.size:
         found.append((int(negative[0]), "a negative height, width or length"))
     return min(found) if found else None
@@ -610,7 +641,7 @@ def kitti_label_to_lidar_boxes(
     if isinstance(source, (str, os.PathLike)):
         name = f"label file {safe_repr(source)}"
         data = read_regular_file(source, max_bytes=_LABEL_MAX_BYTES, what="label file")
-        lines = data.decode("utf-8", errors="replace").splitlines()
+        lines = text_lines(data, name)
     else:
         name, lines = "label lines", list(source)
     all_names, table = parse_label_lines(lines, name, with_score=None)

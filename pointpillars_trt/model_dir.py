@@ -126,7 +126,10 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         kind = special_kind(meta_path)
         if kind is not None:
             raise ModelDirError(f"{meta_path}: is {kind}, not a regular file; rebuild the model dir")
-        raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir (build one with `pointpillars-trt build`)")
+        inside = _model_dirs_in(folder)
+        fix = (f"the model dirs in it: {', '.join(inside[:3])}" + (f" and {len(inside) - 3} more" if len(inside) > 3 else "")
+               if inside else "build one with `pointpillars-trt build`")
+        raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir ({fix})")
     try:
         meta = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
@@ -276,6 +279,17 @@ def _io_text(specs: Any) -> str:
         return f"{spec.get('name')} {spec.get('dtype')} [{', '.join(map(str, spec['shape']))}]"
 
     return safe_repr("; ".join(map(one, specs)), 200)[1:-1]  # escaped (the record is untrusted), unquoted
+
+
+def _model_dirs_in(folder: Path, limit: int = 1000) -> list[str]:
+    """The subfolders of ``folder`` that hold a model.json (a folder of model dirs given for one), sorted; at most
+    ``limit`` entries are looked at."""
+    try:
+        with os.scandir(folder) as entries:
+            names = [entry.name for _, entry in zip(range(limit), entries) if entry.is_dir()]
+    except OSError:
+        return []
+    return sorted(name for name in names if (folder / name / METADATA_FILE).is_file())
 
 
 def package_version() -> str:

@@ -39,7 +39,7 @@ ReadFrame = Callable[[object, Allocate], np.ndarray]
 def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | None:
     """The most points among the first ``.bin`` files of a run (from their sizes: no read), so that the
     staging buffers (and, for ``infer``, the GPU pipelines) are sized for the run's frames before it starts
-    (a full scan is ~4x a camera crop: growing them on the first batches costs a recapture in each
+    (a full KITTI scan is ~6x a camera crop: growing them on the first batches costs a recapture in each
     pipeline); None when none of the first items is a local ``.bin`` file."""
     if int_within(point_dim, 1) is None:
         return None  # the reads refuse it, each with its error

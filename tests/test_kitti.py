@@ -217,6 +217,11 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     joined.write_text("\n".join(good + [line.replace("P2: 7", "P2: 8") for line in good if line.startswith("P2")]))
     with pytest.raises(InputError, match=r"joined\.txt': key P2 is given twice \(two files joined\?\)"):
         read_calibration(joined)
+    for name, data in (("utf16.txt", "\n".join(good).encode("utf-16")), ("random.txt", bytes(range(256)) * 8)):
+        (tmp_path / name).write_bytes(data)  # not "key P2 is missing": what the file is
+        with pytest.raises(InputError, match=rf"{name}': not a text file \(NUL or non-ASCII bytes: binary data, or "
+                                             r"text in UTF-16\); a KITTI calib file is ASCII lines"):
+            read_calibration(tmp_path / name)
 
 
 def test_calibrations_with_the_same_bytes_share_read_only_matrices(assets: Path, tmp_path: Path) -> None:
@@ -761,3 +766,36 @@ def test_image_shape_for_frame(kitti_tree: Path) -> None:
         image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin")
     with pytest.raises(InputError, match="belongs to 'training'"):
         image_shape_for_frame(kitti_tree / "testing" / "velodyne" / "000002.bin", kitti_tree / "training" / "image_2")
+
+
+def test_a_label_files_byte_order_mark_is_dropped_and_bytes_that_are_no_utf8_are_refused(tmp_path: Path) -> None:
+    """A BOM (Windows editors) made the first object's class '\\ufeffCar', which no evaluation counts; non-UTF-8
+    bytes were replaced without a word."""
+    line = "Car 0.00 0 -1.57 10.0 10.0 50.0 50.0 1.5 1.6 3.9 0.0 1.0 10.0 -1.57"
+    plain, marked = tmp_path / "plain.txt", tmp_path / "marked.txt"
+    plain.write_text(line + "\n" + line + "\n")
+    marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    want = kitti_label_to_lidar_boxes(plain, simple_calib())
+    got = kitti_label_to_lidar_boxes(marked, simple_calib())
+    assert got.names == want.names == ["Car", "Car"]
+    np.testing.assert_array_equal(got.boxes, want.boxes)
+    broken = tmp_path / "broken.txt"
+    broken.write_bytes(line.encode() + b"\n" + b"Car\xff" + line[3:].encode() + b"\n")
+    with pytest.raises(InputError, match=r"broken\.txt'?, line 2: bytes that are no UTF-8 text \(byte \d+\)"):
+        kitti_label_to_lidar_boxes(broken, simple_calib())
+
+
+@pytest.mark.parametrize(("fields_after_type", "problem"), [
+    ("5 0", r"truncated 5 lies outside 0\.\.1 \(-1: not given\)"),
+    ("0.5 9", r"occluded 9 is no KITTI occlusion level 0, 1, 2 or 3 \(-1: not given\)"),
+    ("0 0.5", "occluded 0.5 is no KITTI occlusion level"),
+])
+def test_truncation_and_occlusion_outside_kittis_levels_are_refused(fields_after_type: str, problem: str) -> None:
+    """They decide an object's difficulty: truncation 5 or occlusion 9 moved a Car out of 'easy' without a word."""
+    from pointpillars_trt.kitti import parse_label_lines
+
+    good = ["Car 0.12 1 -1.57 10 10 50 50 1.5 1.6 3.9 0 1 10 -1.57", "DontCare -1 -1 -10 1 1 5 5 -1 -1 -1 -1000 -1000 -1000 -10"]
+    assert parse_label_lines(good, "labels", with_score=False)[0] == ["Car", "DontCare"]
+    with pytest.raises(InputError, match=rf"labels, line 2: {problem}"):
+        parse_label_lines([good[0], f"Car {fields_after_type} -1.57 10 10 50 50 1.5 1.6 3.9 0 1 10 -1.57"], "labels",
+                          with_score=False)

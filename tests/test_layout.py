@@ -177,3 +177,14 @@ def _named_in(module: Path, layout: str, blocks: dict[str, str]) -> bool:
         return re.search(rf"(?<![\w.]){re.escape(module.name)}(?!\w)", layout) is not None
     name = module.name if len(parts) == 2 else f"{parts[1]}/"
     return re.search(rf"(?<![\w.]){re.escape(name)}", blocks.get(parts[0], "")) is not None
+
+
+def test_the_package_lists_its_public_names_and_not_its_helpers() -> None:
+    """``dir(pointpillars_trt)`` (what completion shows) holds the public API, each name importable, and none of
+    the names the package module uses to load it lazily."""
+    import pointpillars_trt
+
+    names = dir(pointpillars_trt)
+    assert set(pointpillars_trt.__all__) <= set(names) and "__version__" in names
+    assert not {"TYPE_CHECKING", "importlib", "annotations"} & set(names)
+    assert all(getattr(pointpillars_trt, name) is not None for name in pointpillars_trt.__all__)

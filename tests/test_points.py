@@ -44,6 +44,21 @@ def test_refuses_other_shapes_and_dtypes() -> None:
             as_host_points(path)
     with pytest.raises(InputError, match="cannot be read"):
         as_host_points([[1, 2, 3, 4], [1, 2]])
+    points = np.arange(4000, dtype=np.float32).reshape(-1, 4)
+    with pytest.raises(InputError, match=r"points: 16000 raw bytes, not points; view them as points with "
+                                         r"np.frombuffer\(data, np.float32\).reshape\(-1, 4\)"):
+        as_host_points(points.tobytes())
+    np.testing.assert_array_equal(as_host_points(np.frombuffer(points.tobytes(), np.float32).reshape(-1, 4)), points)
+
+
+def test_a_masked_array_is_refused_not_read_without_its_mask() -> None:
+    """np.asarray drops a mask: the masked points would have been detected on."""
+    points = np.ma.masked_array(np.ones((10, 4), np.float32), mask=np.zeros((10, 4), bool))
+    points.mask[3] = True
+    with pytest.raises(InputError, match=r"a masked array, whose mask would be ignored; pass the points kept "
+                                         r"\(np.ma.compress_rows\(points\)"):
+        as_host_points(points)
+    assert as_host_points(np.ma.compress_rows(points)).shape == (9, 4)
 
 
 def test_float32_and_float64_only_as_the_npy_reader(tmp_path: Path) -> None:

@@ -40,20 +40,51 @@ class Terminated(KeyboardInterrupt):
     removed, every output written so far complete."""
 
 
-def _terminate(signum: int, _frame: object) -> None:
-    raise Terminated(signum)
+class _StopOnce:
+    """SIGINT and SIGTERM in the main thread while a command runs: the first raises (KeyboardInterrupt, or
+    Terminated) so that the run stops cleanly; a later one while it stops is ignored, since cutting that
+    stop short (an ONNX Runtime session half closed) aborted the process ("terminate called", exit 134).
+    Ctrl-\\ (SIGQUIT) still ends it at once."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+
+    def __call__(self, signum: int, _frame: object) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt
+
+
+def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM an exception was raised while handling (a module whose import a Ctrl-C cut short
+    fails with ImportError "initialization failed"), else None."""
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    previous = None
+    previous: dict[int, Any] = {}
     stdout = sys.stdout
     guard = _StdoutGuard(stdout)
     if threading.current_thread() is threading.main_thread():  # the process's own run (not a caller's thread)
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        stop = _StopOnce()
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
         sys.stdout = guard
     try:
         parser = build_parser()  # in the try: Ctrl-C during its imports (a second or so) is "interrupted", no traceback
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if hasattr(args, "paths"):  # `infer a/ --model m b.bin`: paths after the options, as `ls a -l b` takes them
+            args.paths += [word for word in extra if not word.startswith("-")]
+            extra = [word for word in extra if word.startswith("-")]
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
@@ -61,19 +92,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             code = int(args.run(args))
         return code or (EXIT_CLOSED_STDOUT if guard.reader_gone else 0)
     except KeyboardInterrupt as exc:
-        print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
-        return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
+        return _stopped(exc)
     except BrokenPipeError as exc:
         if guard.reader_gone:  # a run that stopped because stdout was its only output (infer without --out)
             return EXIT_CLOSED_STDOUT
         return _user_error(exc)  # another pipe (a served model's connection)
     except USER_ERRORS as exc:
-        return _user_error(exc)
+        interrupt = _interrupt_behind(exc)
+        return _stopped(interrupt) if interrupt is not None else _user_error(exc)
+    except Exception as exc:  # an error a Ctrl-C caused (a library's import cut short) is that Ctrl-C
+        interrupt = _interrupt_behind(exc)
+        if interrupt is None:
+            raise
+        return _stopped(interrupt)
     finally:
         if sys.stdout is guard:
             sys.stdout = stdout
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _stopped(exc: KeyboardInterrupt) -> int:
+    """The one line and exit code of a run stopped by Ctrl-C (130) or SIGTERM (143)."""
+    print("terminated" if isinstance(exc, Terminated) else "interrupted", file=sys.stderr, flush=True)
+    return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
 def _user_error(exc: BaseException) -> int:
@@ -298,14 +340,30 @@ def _cmd_build(args: argparse.Namespace) -> int:
 
         config = config_from_pcdet_yaml(args.pcdet_config, base_dir=args.pcdet_base_dir)
         dataset = pcdet_dataset_facts(args.pcdet_config, base_dir=args.pcdet_base_dir)
+    replaced = _model_dir_summary(args.out)
     model = build_model_dir(args.checkpoint, args.out, config=config, backend=args.backend,
                             precision=args.precision, tf32=not args.no_tf32, dataset=dataset,
                             progress=lambda line: print(line, flush=True),
                             compute_capabilities=args.compute_capability)
     print(f"wrote {model.path} ({model.cfg.name}, {args.precision}, {args.backend})")
+    if replaced is not None:
+        print(f"  (in place of the model dir built there before: {replaced})")
     for name in sorted(p.name for p in Path(model.path).iterdir()):
         print(f"  {name}")
     return 0
+
+
+def _model_dir_summary(path: str) -> str | None:
+    """"config, precision, source" of the model dir at ``path``, which a build there replaces; None if none."""
+    from ..model_dir import load_model_dir
+
+    try:
+        model = load_model_dir(path)
+    except PointPillarsError:
+        return None
+    source = model.metadata.get("source")
+    checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
+    return f"{model.cfg.name}, {model.precision}" + (f", from {safe_repr(checkpoint)}" if checkpoint else "")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

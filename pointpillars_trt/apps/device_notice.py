@@ -1,7 +1,7 @@
 """The line every command prints before it runs frames: which device, engine and precision.
 
-A run that lands on the CPU on a machine with an NVIDIA GPU (no CUDA extra installed, say) is 100x
-slower than the user expects, so it is never silent: the notice says why the GPU path is unusable
+A run that lands on the CPU on a machine with an NVIDIA GPU (no CUDA extra installed, say) is more than
+a thousand times slower than the user expects, so it is never silent: the notice says why the GPU path is unusable
 and how to fix it. An fp16 model dir on the CPU is said too: its graphs gain no speed there (1.1-1.4x the
 time of fp32 graphs measured), only fp16 rounding.
 """

@@ -47,7 +47,7 @@ from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, \
-    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows
+    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, say_finished_files
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
@@ -384,9 +384,11 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                                                            record["num_out_of_view"]))
                 bar.update(1)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
+        hint = RESUME_HINT if report is not None and not uris else None
         if rows is not None:
-            keep_finished_rows(rows, PendingFlush(), report.note if report is not None else _say,
-                               RESUME_HINT if report is not None and not uris else None)
+            keep_finished_rows(rows, PendingFlush(), report.note if report is not None else _say, hint)
+        elif report is not None:
+            say_finished_files(len(report.done), out, None, report.note, hint)
         raise
     if rows is not None:
         rows.close()

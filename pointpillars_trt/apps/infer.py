@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, ModelDirError, PointPillarsError, one_line, safe_repr
-from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files
+from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
+from ..model_dir import ModelDir
 from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
@@ -40,6 +41,7 @@ from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer, say_if_portrait
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
+from .run_settings import SettingsRecord, settings_record
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -183,6 +185,9 @@ def check_model_path(args: argparse.Namespace) -> Path:
         raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
     path = Path(args.model)
     if not path.exists():
+        if path.is_symlink():  # lexists, not exists: a loop, or a link to nothing
+            raise InputError(f"--model {safe_repr(args.model)}: a symbolic link that leads to no file (a loop, or its "
+                             f"target {safe_repr(os.readlink(path))} is gone)")
         raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
     return path
 
@@ -298,8 +303,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         raise InputError("--out '': an empty folder name (an unset variable?); name the folder for the outputs")
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
-        raise InputError(f"--out {safe_repr(args.out)} is an existing file; --out names a folder for one output "
-                         "file per frame")
+        kind = special_kind(out) or "an existing file"
+        raise InputError(f"--out {safe_repr(args.out)} is {kind}; --out names a folder for one output file per frame")
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.skip_existing and out is None:
@@ -440,8 +445,12 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         # what is in --out decides, not the KITTI lines --eval makes for itself in the scratch folder
         resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
                                retry_failed=args.retry_failed)
+        record = settings_record(args, fmt, out)
+        if record is not None:
+            record.check(args.skip_existing, len(resume.skipped))
         if resume.todo or labels is not None or out is None:
-            failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors)
+            failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
+                                  record)
         else:  # every frame's outputs are there, and no evaluation wants the model's classes
             failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
@@ -458,9 +467,10 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
                frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None, plan: OutputPlan,
-               resume: Resume, path_errors: Sequence[str]) -> int:
+               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
-    it opens here; the number of frames that failed."""
+    it opens here, ``record`` (--out's settings) written before the first output; the number of frames that
+    failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
@@ -483,6 +493,9 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
+        if record is not None and resume.todo:
+            opened = getattr(detectors[0], "model", None)  # a checkpoint's export: its sha256, not read again
+            record.write(opened if isinstance(opened, ModelDir) else None)
         if cfg is not None:  # the --viz pictures are drawn over the model's point range
             plan = dataclasses.replace(plan, point_range=tuple(cfg.voxel.point_range))
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail
@@ -565,9 +578,11 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         if rows is not None:
             rows.close()
             to_flush.add(rows.parts.files)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' rows are kept, durable, for a resume
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' outputs are kept, durable, for a resume
         if rows is not None:
             keep_finished_rows(rows.parts, to_flush, report.note)
+        elif out is not None:
+            say_finished_files(len(report.done), out, to_flush, report.note)
         raise
     finally:
         # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
@@ -616,6 +631,24 @@ def keep_finished_rows(parts: RowParts, to_flush: PendingFlush, note: Callable[[
     where = safe_repr(str(parts.files[-1])) + (f" and the {len(parts.files) - 1} part(s) before it"
                                                 if len(parts.files) > 1 else "")
     note(f"stopped: the rows of {parts.rows_written} finished frame(s) are in {where}" + (f"; {hint}" if hint else ""))
+
+
+def say_finished_files(finished: int, out: Path, to_flush: PendingFlush | None, note: Callable[[str], None],
+                       hint: str | None = RESUME_HINT) -> None:
+    """On Ctrl-C or SIGTERM in a run of a file a frame (JSON, KITTI; local or ``--ray``): the outputs of the
+    ``finished`` frames made durable (``to_flush``: a local run's files; a Ray worker flushes its own) and
+    said with ``hint``, how to finish, as ``keep_finished_rows`` says a row run's."""
+    if not finished:
+        return
+    if to_flush:
+        try:
+            to_flush.flush()
+        except OSError as exc:
+            note(f"error: stopped, and the outputs of {finished} finished frame(s) in {safe_repr(str(out))} could "
+                 f"not be flushed to disk: {exc.strerror or one_line(exc)}")
+            return
+    note(f"stopped: the outputs of {finished} finished frame(s) are in {safe_repr(str(out))}"
+         + (f"; {hint}" if hint else ""))
 
 
 class _RowSink:

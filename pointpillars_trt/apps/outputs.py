@@ -98,7 +98,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration; of the record's boxes with
     ``plan.kitti_of_record``) and ``<stem>.png``.
 
-    Everything is computed before the first file is written; each file is written atomically
+    The record and the KITTI lines are made before the first file is written (the picture is drawn as it is
+    written, last); each file is written atomically
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
     fails, those it created before it are removed (files of an earlier run it replaced stay, with this
     run's content): a frame's outputs are all there or none of this run's new ones.

@@ -63,7 +63,8 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     on and for GPU ``device_id``, the GPU the detector runs on).
 
     The cache key holds everything that changes what is built: checkpoint hash, config digest,
-    precision, and for TensorRT plans their TF32 setting."""
+    precision, and for TensorRT plans the library, its version and their TF32 setting (not the GPU: a cache
+    shared by GPUs of two kinds holds the plans of the one that built them, which the other refuses)."""
     checked = check_precision(precision)
     ckpt = load_checkpoint(path, config)
     tensorrt_tf32 = tf32 if tensorrt_plans else None
@@ -120,10 +121,13 @@ def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:
     """The cache folder name of a build; ``tensorrt_tf32`` is None when no TensorRT plans are built. Plans of
-    TensorRT and of TensorRT for RTX get folders of their own (neither library runs the other's)."""
-    from ..runtime.tensorrt_library import installed_library
+    TensorRT and of TensorRT for RTX, and of each version of either, get folders of their own (no library runs
+    another's plans, nor a version another version's: after an upgrade the plans are built again)."""
+    from ..runtime.tensorrt_library import installed_library, library_version
 
-    plans = "onnx" if tensorrt_tf32 is None else f"{installed_library() or 'tensorrt'}:tf32={tensorrt_tf32}"
+    library = installed_library()
+    plans = ("onnx" if tensorrt_tf32 is None else
+             f"{library or 'tensorrt'}-{library_version(library) if library else ''}:tf32={tensorrt_tf32}")
     return hashlib.sha256(f"{checkpoint_sha256}:{config_digest}:{precision}:{plans}".encode()).hexdigest()[:20]
 
 

@@ -166,6 +166,10 @@ class _Malformed(ValueError):
     """A record that unpickled but does not describe a tensor; reported with the file name."""
 
 
+class _NotAStateDict(_Malformed):
+    """A whole pickle that is no damaged state dict but another kind of object; reported as what it is."""
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _INT64_LIMIT
 
@@ -236,7 +240,8 @@ def _scan_pickle(stream: io.BytesIO) -> None:
     ops = pickletools.genops(stream)
     for count, (op, arg, pos) in enumerate(ops, 1):
         if count > MAX_PICKLE_OPCODES:
-            raise _Malformed(f"more than {MAX_PICKLE_OPCODES} pickle opcodes")
+            raise _NotAStateDict(f"more than {MAX_PICKLE_OPCODES} pickle opcodes: a state dict of tensors takes a few "
+                                 "thousand; this pickle holds its numbers as Python objects (lists, say), not tensors")
         name = op.name
         if name in _MEMO_PUTS or name == "MEMOIZE":
             index = len(memo) if name == "MEMOIZE" else arg
@@ -340,6 +345,8 @@ def _reading(source: str, problem: str) -> Iterator[None]:
         yield
     except CheckpointError:
         raise
+    except _NotAStateDict as exc:
+        raise CheckpointError(f"{source}: {exc}") from None
     except _Malformed as exc:
         raise CheckpointError(f"{source}: {problem}: {exc}") from None
     except Exception as exc:  # corrupt input can surface as almost any exception type
@@ -484,10 +491,25 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
     return _Parsed(obj, source, byteorder, budget, read_storage)
 
 
+#: Files people export a PointPillars to, which a --model of theirs may name instead of its folder.
+_MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine": "a TensorRT engine",
+                ".trt": "a TensorRT engine"}
+
+
+def _other_model_file(source: str) -> str:
+    """For a file named like an exported graph or engine: what to give instead (its model dir, or the .pth)."""
+    kind = _MODEL_FILES.get(os.path.splitext(source.strip("'\""))[1].lower())
+    if kind is None:
+        return ""
+    return (f"; it is named as {kind}: give the model dir that holds it (the folder `pointpillars-trt build` "
+            "writes, with its model.json) or the .pth checkpoint it was exported from")
+
+
 def _read_legacy(data: bytes, source: str) -> _Parsed:
     stream = io.BytesIO(data)
     budget = _Budget(MAX_INFLATION * len(data) + INFLATION_SLACK)
-    not_torch = f"{source}: not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)"
+    not_torch = f"{source}: not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)" + \
+        _other_model_file(source)
     try:
         _scan_pickle(stream)
         magic = _Unpickler(stream, source, 0).load()

@@ -19,7 +19,6 @@ from typing import Any, Literal
 
 from ..config import ModelConfig
 from ..errors import BackendError
-from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from .availability import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason, tensorrt_unavailable_reason
 from .base import Device, Engine
@@ -37,7 +36,6 @@ class EngineRequest:
     tf32: bool
     precision: str  # the model dir's graph precision
     config_digest: str
-    max_batch: int = 1
     graph_sha256: str | None = None  # the model dir's record of the graph the engine is for
 
 
@@ -94,8 +92,8 @@ def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: i
 
 def _cudnn_options(r: EngineRequest) -> CudnnOptions:
     precision = "fp16" if r.precision == "fp16" else "tf32" if r.tf32 else "fp32"
-    return CudnnOptions(device_id=r.device_id, precision=precision, config_digest=r.config_digest,
-                        max_batch=max(r.max_batch, MAX_BATCH))
+    # batches up to MAX_BATCH (CudnnOptions' default): a pipeline that grows its batch keeps its engine
+    return CudnnOptions(device_id=r.device_id, precision=precision, config_digest=r.config_digest)
 
 
 BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
@@ -173,8 +171,8 @@ def engine_file(model: ModelDir, graph: str, backend: str) -> Path:
 
 
 def engine_options_for(backend: str, request: EngineRequest) -> Any:
-    """The options the GPU pipeline opens a backend's engines with: every request (GPU, TF32, batch, and
-    what a prebuilt plan must match) reaches the backend that serves it."""
+    """The options the GPU pipeline opens a backend's engines with: every request (GPU, TF32, and what a
+    prebuilt plan must match) reaches the backend that serves it."""
     return backend_row(backend).options_for(request)
 
 

@@ -51,6 +51,11 @@ def installed_library() -> Library | None:
     return None
 
 
+def library_version(library: Library) -> str:
+    """The version of an installed ``library`` (``installed_library``'s answer), as its plans record it."""
+    return str(importlib.import_module(LIBRARY_MODULES[library]).__version__)
+
+
 def api_major(library: Library, version: str) -> int:
     """The TensorRT API generation a library version speaks: TensorRT for RTX speaks the 11 API."""
     return 11 if library == "tensorrt_rtx" else int(version.split(".")[0])

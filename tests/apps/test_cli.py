@@ -29,6 +29,7 @@ import onnxruntime as ort
 import pytest
 from _torch_writer import write_zip
 
+from out_folder import output_names, output_paths
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.convert.checkpoint import expected_keys
@@ -295,7 +296,12 @@ def test_build_fp16_refuses_a_weight_beyond_float16(zhulf_cfg: ModelConfig, tmp_
     assert_one_line_error(run, f"error: {path}: head.weight holds values up to 1e+05, beyond float16's 65504 (inf in "
                                "an fp16 graph): build with --precision fp32")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pth"]
-    assert cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp32").rc == 0
+    run = cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp32")
+    assert run.rc == 0 and "in place of" not in run.out, run
+    again = cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp32", "--config",
+                "zhulf0804_kitti_3class")  # a build over a model dir says what it replaced
+    assert again.rc == 0 and again.out.splitlines()[1] == (
+        f"  (in place of the model dir built there before: zhulf0804_kitti_3class, fp32, from {str(path)!r})"), again
 
 
 # --------------------------------------------------------------------------- infer: JSON
@@ -305,7 +311,7 @@ def test_infer_json_equals_api(infer_json: tuple[Run, Path], api_detections: dic
     run, out = infer_json
     assert run.rc == 0 and "Traceback" not in run.err, run
     assert "3/3 frames" in run.out
-    assert sorted(os.listdir(out)) == ["000000.json", "000002.json", "000134.json"]  # no temp files left
+    assert output_names(out) == ["000000.json", "000002.json", "000134.json"]  # no temp files left
     for rel, det in api_detections.items():
         stem = Path(rel).stem
         record = json.loads((out / f"{stem}.json").read_text())
@@ -358,7 +364,7 @@ def test_infer_kitti_round_trips_to_json(checkpoint: Path, infer_json: tuple[Run
     run = cli("infer", frames["training"], frames["testing"], "--model", checkpoint, "--format", "kitti",
               "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
     assert run.rc == 0 and "Traceback" not in run.err, run
-    assert sorted(os.listdir(tmp_path / "out")) == ["000002.txt", "000134.txt"]
+    assert output_names(tmp_path / "out") == ["000002.txt", "000134.txt"]
 
     calib = tmp_path / "kitti/training/calib"
     parsed = kitti_label_to_lidar_boxes(tmp_path / "out" / "000134.txt", read_calibration(calib / "000134.txt"))
@@ -383,7 +389,7 @@ def test_infer_kitti_wrong_split_calib_is_that_frames_error(model_dir: Path, fam
     errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and str(frames["testing"]) in errors[0], run.err
     assert "'training'" in errors[0] and "'testing'" in errors[0]  # refused, never silently reused
-    assert sorted(os.listdir(out)) == ["000134.txt"]
+    assert output_names(out) == ["000134.txt"]
     assert "1 of 2 frame(s) failed" in run.err
 
 
@@ -417,7 +423,7 @@ def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path
     assert len(failures) == 2
     assert str(bad_frames["missing"]) in failures[0] and "does not exist" in failures[0]
     assert str(bad_frames["odd"]) in failures[1] and "not a multiple of 16" in failures[1]
-    assert sorted(os.listdir(tmp_path)) == ["empty.json", "nonfinite.json", "outside.json"]
+    assert output_names(tmp_path) == ["empty.json", "nonfinite.json", "outside.json"]
 
     def record(name: str) -> dict:
         return json.loads((tmp_path / f"{name}.json").read_text())
@@ -485,7 +491,7 @@ def test_infer_output_errors(model_dir: Path, family: str, assets: Path, tmp_pat
     failures = [line for line in run.err.splitlines() if line.startswith("error: ")]
     assert len(failures) == 1 and str(assets / CAMERA_FRAME) in failures[0]
     assert "cannot write" in failures[0] and str(out / "000134.json") in failures[0]
-    assert sorted(os.listdir(out)) == ["000002.json", "000134.json"] and (out / "000002.json").is_file()
+    assert output_names(out) == ["000002.json", "000134.json"] and (out / "000002.json").is_file()
 
 
 @ONE_FAMILY
@@ -594,7 +600,7 @@ def tiny_frames(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 
 
 def outputs(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    return {p.name: p.read_bytes() for p in output_paths(folder)}
 
 
 def test_tiny_literal_bracket_name_glob_and_folder(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
@@ -603,13 +609,13 @@ def test_tiny_literal_bracket_name_glob_and_folder(tiny_model: Path, tiny_frames
     # the literal name works although [0] is a glob class (which would match 'scan0.bin' only)
     run = cli("infer", bracket, "--model", tiny_model, "--out", tmp_path / "a", "--device", "cpu", *LOOSE)
     assert run.rc == 0, run
-    assert sorted(os.listdir(tmp_path / "a")) == ["scan[0].json"]
+    assert output_names(tmp_path / "a") == ["scan[0].json"]
     record = json.loads((tmp_path / "a" / "scan[0].json").read_text())
     assert record["frame"] == "scan[0]" and record["num_points"] == 2000 and len(record["scores"]) > 0
     # a glob still expands; a folder gives all its point files
     run = cli("infer", str(bracket.parent / "00000[12].bin"), "--model", tiny_model, "--out", tmp_path / "b",
               "--device", "cpu", "--no-progress")
-    assert run.rc == 0 and sorted(os.listdir(tmp_path / "b")) == ["000001.json", "000002.json"], run
+    assert run.rc == 0 and output_names(tmp_path / "b") == ["000001.json", "000002.json"], run
     run = cli("infer", bracket.parent, "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert run.rc == 0 and "7/7 frames" in run.out, run
     assert_one_line_error(cli("infer", str(bracket.parent / "nothing*.bin"), "--model", tiny_model),
@@ -642,7 +648,7 @@ def test_tiny_transposed_npy_is_refused_with_hint(tiny_model: Path, tmp_path: Pa
     assert run.rc == 1 and "Traceback" not in run.err, run
     errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "transposed.npy" in errors[0] and "looks transposed" in errors[0]
-    assert sorted(os.listdir(tmp_path / "out")) == ["good.json"]
+    assert output_names(tmp_path / "out") == ["good.json"]
 
 
 def test_tiny_point_dim_5(tiny_model: Path, tmp_path: Path):
@@ -756,7 +762,7 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
                         f"points in the model's range: calib file '{root / 'calib' / 'turned.txt'}' puts them all "
                         "outside the camera image (a camera facing backwards or sideways?); check it, or pass "
                         "--no-fov-only (warned once)"], run.err
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.txt", "turned.txt"]
+    assert output_names(tmp_path / "out") == ["good.txt", "turned.txt"]
     assert (tmp_path / "out" / "turned.txt").read_text() == ""
     # a camera image of one pixel given with --image-shape: it is named beside the calib file
     run = cli("infer", root / "velodyne" / "good.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
@@ -919,7 +925,7 @@ def test_tiny_viz_writes_pngs(tiny_model: Path, tiny_frames: list[Path], tmp_pat
     run = cli("infer", *tiny_frames[1:3], "--model", tiny_model, "--out", tmp_path, "--device", "cpu", "--viz",
               "--no-progress", *LOOSE)
     assert run.rc == 0, run
-    assert sorted(os.listdir(tmp_path)) == ["000001.json", "000001.png", "000002.json", "000002.png"]
+    assert output_names(tmp_path) == ["000001.json", "000001.png", "000002.json", "000002.png"]
     assert all((tmp_path / f"00000{i}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for i in (1, 2))
     assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--viz"), "--viz needs --out")
 
@@ -936,14 +942,14 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
               "--no-progress", *LOOSE)
     assert run.rc == 0, run
     assert "Car AP@0.70, 0.70, 0.70:" in run.out and "3d   AP:" in run.out
-    assert sorted(os.listdir(out)) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]  # kitti by default
+    assert output_names(out) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]  # kitti by default
     result = json.loads((out / "eval.json").read_text())
     assert "Car" in json.dumps(result)
     # --format json with --eval: JSON outputs, the KITTI predictions go to a temporary folder
     run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "j", "--eval", labels,
               "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
     assert run.rc == 0 and "Car AP@" in run.out, run
-    assert sorted(os.listdir(tmp_path / "j")) == ["000001.json", "000002.json", "000003.json", "eval.json"]
+    assert output_names(tmp_path / "j") == ["000001.json", "000002.json", "000003.json", "eval.json"]
     # a frame without a label file: refused before anything runs
     run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
     assert_one_line_error(run, "no label file", "000004.txt")
@@ -954,7 +960,8 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
     for frame in tiny_frames[1:4]:
         (calib / f"{frame.stem}.txt").write_text("P0: 1 0 0 0 0 1 0 0 0 0 1 0\n")
     run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "c", "--eval", calib)
-    assert_one_line_error(run, f"{calib / '000001.txt'}, line 1: 13 fields, expected 15")
+    assert_one_line_error(run, f"{calib / '000001.txt'}, line 1: 13 fields, expected 15 (a line P0: ... is a calib "
+                               "file's: this is no KITTI label_2 file)")
     assert not (tmp_path / "c").exists() and run.out == ""
     # frames of KITTI's testing split against training labels (the same ids, other scenes): refused too
     testing = tmp_path / "testing" / "velodyne"

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from out_folder import output_names, output_paths
 from pointpillars_trt.apps.cli import main
 
 from test_cli import LOOSE, assert_one_line_error, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
@@ -83,7 +84,8 @@ def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path)
         detector = PointPillars.from_model_dir(tiny_model, device="auto")
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, CpuFallbackWarning)]
     assert fallbacks == ([] if reason is None else
-                         [f"device auto: running on the CPU (~100x slower than the GPU pipeline): {reason}"])
+                         [f"device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
+                          f"{reason}"])
     with detector:
         assert detector.gpu_unused_reason == reason
         if reason is None:
@@ -244,15 +246,15 @@ def test_an_assumed_image_size_is_one_note_a_run_and_a_given_size_says_nothing(t
     assert notes("--format", "kitti", "--no-fov-only", "--out", tmp_path / "n") == [start + "its KITTI 2D boxes" + end]
     assert notes() == []  # JSON of full scans: no camera image used
     assert notes("--format", "kitti", "--out", tmp_path / "g", "--image-shape", "375,1242") == []
-    assert [p.read_bytes() for p in sorted((tmp_path / "g").iterdir())] == \
-        [p.read_bytes() for p in sorted((tmp_path / "k").iterdir())]  # the size assumed is the one given
+    assert [p.read_bytes() for p in output_paths(tmp_path / "g")] == \
+        [p.read_bytes() for p in output_paths(tmp_path / "k")]  # the size assumed is the one given
     (root / "image_2").mkdir()
     for frame in frames:
         (root / "image_2" / f"{frame.stem}.png").write_bytes(png_header(1224, 370))
     assert notes("--format", "kitti", "--out", tmp_path / "p") == []
     assert notes("--format", "kitti", "--out", tmp_path / "s", "--image-shape", "370,1224") == []
-    assert [p.read_bytes() for p in sorted((tmp_path / "p").iterdir())] == \
-        [p.read_bytes() for p in sorted((tmp_path / "s").iterdir())]  # the PNG's size is the one used
+    assert [p.read_bytes() for p in output_paths(tmp_path / "p")] == \
+        [p.read_bytes() for p in output_paths(tmp_path / "s")]  # the PNG's size is the one used
 
 
 def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path, tiny_frames: list[Path],
@@ -270,7 +272,7 @@ def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path
     run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--format", "kitti",
               "--out", tmp_path / "k", "--no-progress")
     assert run.rc == 1 and "no calibration folder for frame" in run.err and "1/2 frames" in run.out, run
-    assert sorted(os.listdir(tmp_path / "k")) == ["000001.txt"]
+    assert output_names(tmp_path / "k") == ["000001.txt"]
     # a --calib folder that holds none of the frames' files: one error, before any frame runs
     empty_calib = tmp_path / "calib"
     empty_calib.mkdir()
@@ -454,6 +456,14 @@ def test_missing_path_and_out_file_say_so(tiny_model: Path, tiny_frames: list[Pa
     assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--out", a_file),
                           "--out", "is an existing file", "folder")
     assert a_file.read_text() == "print('mine')\n"
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", tiny_model, "--out", fifo),
+                          f"--out {str(fifo)!r} is a FIFO (named pipe); --out names a folder")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", loop),
+                          f"--model {str(loop)!r}: a symbolic link that leads to no file (a loop, or its target")
 
 
 def infer_in_a_child(frames: list[Path], model: Path, repo_root: Path,

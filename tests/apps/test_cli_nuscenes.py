@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from out_folder import output_paths
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import InputWarning
 from pointpillars_trt.pointcloud_io import read_points
@@ -118,7 +119,7 @@ def test_point_dim_defaults_to_the_models_point_columns(nuscenes: Path, model: P
     for name, extra in (("default", []), ("five", ["--point-dim", "5"])):
         run = cli("infer", frame, "--model", model, "--device", "cpu", "--out", tmp_path / name, *extra)
         assert run.rc == 0, run
-    (written,) = (tmp_path / "default").glob("*.json")
+    (written,) = output_paths(tmp_path / "default")
     assert written.read_bytes() == (tmp_path / "five" / written.name).read_bytes()
 
 

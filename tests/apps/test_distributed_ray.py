@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from out_folder import output_names
 from pointpillars_trt.apps.cli import main as cli_main
 from pointpillars_trt.apps.serve.cli import run_scaleout_infer
 from pointpillars_trt.errors import CpuFallbackWarning, InputError
@@ -164,11 +165,12 @@ def write_frames(folder: Path, model: Path, counts: dict[str, int], seed: int = 
 
 
 def assert_same_json_files(ours: Path, reference: Path) -> list[str]:
+    """Both folders hold the same files, byte for byte (their settings records too); the names of the outputs."""
     names = sorted(p.name for p in reference.iterdir())
     assert sorted(p.name for p in ours.iterdir()) == names
     for name in names:
         assert (ours / name).read_bytes() == (reference / name).read_bytes(), name
-    return names
+    return output_names(reference)
 
 
 def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrupt_frame(ray_cluster,  # type: ignore[no-untyped-def]

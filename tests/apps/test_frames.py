@@ -185,6 +185,8 @@ def test_reads_stay_a_bounded_window_ahead_of_a_slow_consumer(model, frames) -> 
 def test_frames_in_memory_and_an_iterator_of_items(model) -> None:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(4)
     arrays = [rng.uniform(0, 2, (n, 4)).astype(np.float32) for n in (5, 0, 300)]
+    for points in arrays:
+        points[:, 3] /= 2  # reflectance in 0-1, as the model's
 
     def from_memory(item, allocate):  # type: ignore[no-untyped-def]
         rows = allocate(len(item))

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from out_folder import output_names
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import InputError, safe_repr
@@ -72,7 +73,7 @@ def test_infer_cli_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Pa
     assert rc == 1 and "Traceback" not in err.getvalue(), err.getvalue()
     errors = [line for line in err.getvalue().splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "c.json", "d.json"]
+    assert output_names(tmp_path) == ["a.json", "c.json", "d.json"]
     with PointPillars.from_model_dir(tiny_model, device="cpu") as detector:
         want = detector(np.fromfile(frames / "d.bin", np.float32).reshape(-1, 4))
     got = json.loads((tmp_path / "d.json").read_text())
@@ -138,7 +139,7 @@ def test_infer_ray_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Pa
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert rc == 1 and out.startswith("3/4 frames"), (out, err)
     assert len(errors) == 1 and "b.npy" in errors[0] and "shape (True, 4)" in errors[0], errors
-    assert sorted(p.name for p in (tmp_path / "ray").iterdir()) == ["a.json", "c.json", "d.json"]
+    assert output_names(tmp_path / "ray") == ["a.json", "c.json", "d.json"]
 
 
 def permission_bound_prefix() -> list[str] | None:
@@ -179,7 +180,7 @@ def test_a_folder_this_user_cannot_open_gives_no_frame_and_the_rest_run(tiny_mod
     assert errors == [f"error: folder '{locked}' cannot be listed: Permission denied",
                       f"error: '{locked / 'c.bin'}' cannot be reached: Permission denied (a folder on its path that "
                       "this user cannot search?)"], done.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
+    assert output_names(out) == ["a.json"]
     assert done.stdout.startswith("1/1 frames") and "2 path(s) gave no frame" in done.stderr, done
 
 
@@ -198,7 +199,7 @@ def test_a_path_through_a_symbolic_link_loop_or_too_long_a_name_is_not_blamed_on
     assert rc == 1 and errors == [
         f"error: '{looped}' cannot be reached: Too many levels of symbolic links (a symbolic link on its path that "
         "leads back to itself?)", f"error: {safe_repr(str(long))} cannot be reached: File name too long"], err
-    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
+    assert output_names(out) == ["a.json"]
 
 
 def test_a_broken_symbolic_link_is_named_so(tiny_model: Path, frames: Path, tmp_path: Path) -> None:
@@ -212,4 +213,4 @@ def test_a_broken_symbolic_link_is_named_so(tiny_model: Path, frames: Path, tmp_
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert rc == 1 and errors == [f"error: point file '{folder / 'b.bin'}' is a broken symbolic link (to 'gone.bin', "
                                   "which does not exist)"], err
-    assert sorted(p.name for p in out.iterdir()) == ["a.json"]
+    assert output_names(out) == ["a.json"]

@@ -7,6 +7,8 @@ records), and a JSON run of the same frame for the boxes a KITTI run leaves out.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -15,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from out_folder import output_names
+from pointpillars_trt.apps.cli import main
 from pointpillars_trt.apps.outputs import output_complete
 
 from test_cli import LOOSE, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
@@ -81,7 +85,7 @@ def test_paths_that_give_no_frame_among_frames_are_counted_and_the_rest_run(tiny
     assert str(empty) in errors[1] and str(text) in errors[2]
     assert run.out.startswith("2/3 frames, "), run.out
     assert "1 of 3 frame(s) failed and 2 path(s) gave no frame (listed above)" in run.err, run.err
-    assert sorted(p.name for p in out.iterdir()) == ["000001.json", "000002.json"]
+    assert output_names(out) == ["000001.json", "000002.json"]
 
 
 # --------------------------------------------------------------------------- the summary line
@@ -122,7 +126,7 @@ def test_a_run_where_no_frame_went_through_claims_nothing_written(tiny_model: Pa
     assert run.rc == 1 and len(error_lines(run.err)) == 2, run
     assert run.out == f"0/2 frames, 0 boxes, {where}\n", run.out
     if fmt == "json":
-        assert list(out.iterdir()) == []
+        assert output_names(out) == []
 
 
 # --------------------------------------------------------------------------- stdout closed by its reader
@@ -149,7 +153,7 @@ def test_infer_whose_stdout_closes_still_writes_every_file(tiny_model: Path, tin
                                              "--eval", labels, "--device", "cpu", "--no-progress", *LOOSE)
     assert first.startswith("3/3 frames, "), (first, err)
     assert rc == 1 and "error" not in err and "Traceback" not in err, err
-    assert sorted(p.name for p in out.iterdir()) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]
+    assert output_names(out) == ["000001.txt", "000002.txt", "000003.txt", "eval.json"]
     assert all(output_complete(p) for p in out.iterdir() if p.suffix == ".txt")
     assert "Car" in json.loads((out / "eval.json").read_text())
 
@@ -213,7 +217,7 @@ def test_two_frame_names_linked_to_one_stored_file_are_two_frames(tiny_model: Pa
         (frames / name).symlink_to(store / "blob")
     run = cli("infer", frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out", tmp_path / "o")
     assert run.rc == 0 and run.out.startswith("2/2 frames"), run
-    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["000001.json", "000002.json"]
+    assert output_names(tmp_path / "o") == ["000001.json", "000002.json"]
 
 
 def test_frames_of_one_name_in_two_folders_are_told_apart_in_the_lines_of_a_run_without_out(
@@ -228,3 +232,17 @@ def test_frames_of_one_name_in_two_folders_are_told_apart_in_the_lines_of_a_run_
     assert run.rc == 0 and named == [repr(str(tmp_path / "a" / "000001.bin")), repr(str(tmp_path / "b" / "000001.bin"))], run
     run = cli("infer", tmp_path / "a", "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert run.rc == 0 and run.out.startswith("'000001.bin': "), run
+
+
+def test_paths_after_the_options_are_frames_too(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
+    """`infer a.bin --model M b.bin` runs both frames (argparse alone refused b.bin as an unknown argument);
+    an unknown option is still one error line."""
+    first, second = tiny_frames[1], tiny_frames[2]
+    run = cli("infer", first, "--model", tiny_model, "--out", tmp_path / "o", "--device", "cpu", "--no-progress",
+              *LOOSE, second)
+    assert run.rc == 0 and run.out.startswith("2/2 frames"), run
+    assert output_names(tmp_path / "o") == sorted([f"{first.stem}.json", f"{second.stem}.json"])
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+        main(["infer", str(first), "--model", str(tiny_model), str(second), "--bogus"])
+    assert exit_info.value.code == 2 and err.getvalue() == (
+        "error: pointpillars-trt: unrecognized arguments: --bogus (see pointpillars-trt --help)\n")

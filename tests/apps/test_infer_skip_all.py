@@ -2,11 +2,11 @@
 is read from ``--out`` alone, so such a run (a cron job run again, a finished batch resumed) says the
 frames skipped and ends without loading the model.
 
-Oracle of "no model was opened": after a real first run (the CPU path, the synthetic OpenPCDet
-checkpoint, real KITTI frames), the checkpoint's bytes are replaced by others, so opening it can only
-fail (``not a torch checkpoint``, exit 2); the path is still there, since a --model that names nothing
-is refused before any run. A run that still has a frame to run, or a failed frame to retry, must open
-it: it fails that way, and runs the frame once the checkpoint is back.
+Oracle of "no model was opened": after a real first run (the CPU path, a model dir built from the
+synthetic OpenPCDet checkpoint, real KITTI frames), the bytes of its RPN graph are replaced by others, so
+opening it can only fail (``damaged or replaced``, exit 2); its ``model.json``, which names the model in
+--out's settings record, stays as it was. A run that still has a frame to run, or a failed frame to retry,
+must open it: it fails that way, and runs the frame once the graph is back.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pointpillars_trt.apps.cli import main
 NO_PYARROW = "pyarrow is not installed (pip install '.[parquet]', or '.[test-scaleout]')"
 PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
                                                            reason=NO_PYARROW))
-NO_CHECKPOINT = "not a torch checkpoint"
+NO_MODEL = "damaged or replaced"
 def nothing_run(skipped: int) -> str:
     """The summary of a run with no frame to run: every format's says nothing was written, and how many were skipped."""
     return f"0/0 frames to run ({skipped} skipped: their outputs were there), 0 boxes, nothing written\n"
@@ -38,16 +38,26 @@ def infer(*args: object) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-class Job:
-    """Real KITTI frames (camera-view crops) and a copy of the synthetic checkpoint that ``spoiled`` replaces."""
+@pytest.fixture(scope="module")
+def model_dir(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model dir of the synthetic OpenPCDet checkpoint, built once for the module."""
+    path = tmp_path_factory.mktemp("built") / "model"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["build", "--checkpoint", str(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"),
+                     "--out", str(path)]) == 0
+    return path
 
-    def __init__(self, assets: Path, folder: Path, count: int) -> None:
-        self.assets, self.frames, self.model = assets, folder / "frames", folder / "model.pth"
+
+class Job:
+    """Real KITTI frames (camera-view crops) and a copy of the model dir whose RPN graph ``spoiled`` replaces."""
+
+    def __init__(self, assets: Path, folder: Path, count: int, model_dir: Path) -> None:
+        self.assets, self.frames, self.model = assets, folder / "frames", folder / "model"
         self.frames.mkdir()
         self.scans = sorted((assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))
         for scan in self.scans[:count]:
             shutil.copyfile(scan, self.frames / scan.name)
-        shutil.copyfile(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", self.model)
+        shutil.copytree(model_dir, self.model)
 
     def add_frame(self) -> Path:
         scan = self.scans[len(list(self.frames.iterdir()))]
@@ -62,13 +72,14 @@ class Job:
 
     @contextlib.contextmanager
     def spoiled(self):  # type: ignore[no-untyped-def]
-        """The checkpoint's bytes replaced by text (opening --model fails) for the block."""
-        kept = self.model.read_bytes()
-        self.model.write_text("not a checkpoint")
+        """The RPN graph's bytes replaced by text (opening --model fails) for the block."""
+        graph = self.model / "rpn.onnx"
+        kept = graph.read_bytes()
+        graph.write_text("not a graph")
         try:
             yield
         finally:
-            self.model.write_bytes(kept)
+            graph.write_bytes(kept)
 
 
 def files_of(folder: Path) -> dict[str, bytes]:
@@ -88,16 +99,16 @@ def rows_of(out: Path, fmt: str) -> list[dict[str, object]]:
 
 
 @pytest.mark.parametrize("fmt", ["json", "kitti", "jsonl", PARQUET])
-def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(assets: Path, tmp_path: Path,
-                                                                            fmt: str) -> None:
-    job = Job(assets, tmp_path, 2)
+def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(
+        assets: Path, model_dir: Path, tmp_path: Path, fmt: str) -> None:
+    job = Job(assets, tmp_path, 2, model_dir)
     out = tmp_path / "out"
     rc, stdout, err = job.run(out, fmt)
     assert rc == 0 and stdout.startswith("2/2 frames") and "running on CPU" in err, (stdout, err)
     first = files_of(out)
     with job.spoiled():
         rc, stdout, err = job.run(tmp_path / "control", fmt)  # a run with frames to run opens it, and cannot
-        assert rc == 2 and NO_CHECKPOINT in err, err
+        assert rc == 2 and NO_MODEL in err, err
         rc, stdout, err = job.run(out, fmt, "--skip-existing")
         assert rc == 0, err
         assert err == f"skipping 2 frame(s) whose outputs are already in {out}\n"  # no device notice: no model
@@ -108,23 +119,23 @@ def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(asse
                                                 f"error: point file {str(missing)!r} does not exist",
                                                 "1 path(s) gave no frame (listed above)"], err
     assert files_of(out) == first
-    absent = tmp_path / "absent.pth"  # a --model that names nothing is refused even with nothing to run
+    absent = tmp_path / "absent"  # a --model that names nothing is refused even with nothing to run
     rc, _, err = infer(job.frames, "--model", absent, "--out", out, "--format", fmt, "--skip-existing")
     assert rc == 2 and err == f"error: --model {str(absent)!r}: no such checkpoint file or model dir\n", err
     assert files_of(out) == first
 
 
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
-def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(assets: Path, tmp_path: Path,
-                                                                       fmt: str) -> None:
-    job = Job(assets, tmp_path, 2)
+def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(
+        assets: Path, model_dir: Path, tmp_path: Path, fmt: str) -> None:
+    job = Job(assets, tmp_path, 2, model_dir)
     out, whole = tmp_path / "out", tmp_path / "whole"
     assert job.run(out, fmt)[0] == 0
     first = files_of(out)
     new = job.add_frame()
     with job.spoiled():  # a frame to run: the model is opened, and cannot be
         rc, _, err = job.run(out, fmt, "--skip-existing")
-        assert rc == 2 and NO_CHECKPOINT in err and "skipping" not in err and files_of(out) == first, err
+        assert rc == 2 and NO_MODEL in err and "skipping" not in err and files_of(out) == first, err
     rc, stdout, err = job.run(out, fmt, "--skip-existing")
     assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
     lines = err.splitlines()
@@ -140,11 +151,11 @@ def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(assets: P
 
 @pytest.mark.parametrize("fmt", ["jsonl", PARQUET])
 def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_to_rerun_it(
-        assets: Path, tmp_path: Path, fmt: str) -> None:
+        assets: Path, model_dir: Path, tmp_path: Path, fmt: str) -> None:
     """Every frame has a row, one of them a failure's: --skip-existing skips them all without the model
     (the earlier failure said after the skipping line, exit 0); --retry-failed has that frame to run, so it
     opens the model (and, when it cannot, leaves the failure's row where it is)."""
-    job = Job(assets, tmp_path, 2)
+    job = Job(assets, tmp_path, 2, model_dir)
     broken = job.frames / "zz_broken.bin"
     broken.write_bytes(b"\0" * 12)  # not a whole number of float32 x, y, z, intensity points
     out = tmp_path / "out"
@@ -157,7 +168,7 @@ def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_
         assert lines[0] == f"skipping 3 frame(s) whose outputs are already in {out}", err
         assert lines[1].startswith("warning: 1 of them failed in an earlier run") and len(lines) == 2, err
         rc, _, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
-        assert rc == 2 and NO_CHECKPOINT in err and files_of(out) == first, err
+        assert rc == 2 and NO_MODEL in err and files_of(out) == first, err
     shutil.copyfile(job.scans[5], broken)  # fixed
     rc, stdout, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
     assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
@@ -167,18 +178,18 @@ def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_
     assert all(row["error"] is None for row in rows) and rows[-1]["num_pillars"]
 
 
-def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_classes(assets: Path,
-                                                                                        tmp_path: Path) -> None:
+def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_classes(
+        assets: Path, model_dir: Path, tmp_path: Path) -> None:
     """--eval evaluates the model's classes, which only the opened model says: a run with every frame
     skipped still opens it, and evaluates every frame from the label files in --out."""
-    job = Job(assets, tmp_path, 2)
+    job = Job(assets, tmp_path, 2, model_dir)
     labels = assets / "kitti" / "training" / "label_2"
     out = tmp_path / "out"
     rc, first, _ = job.run(out, "kitti", "--eval", labels)
     assert rc == 0 and "KITTI evaluation of 2 frame(s)" in first
     with job.spoiled():
         rc, _, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
-        assert rc == 2 and NO_CHECKPOINT in err, err
+        assert rc == 2 and NO_MODEL in err, err
     rc, stdout, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
     assert rc == 0 and "skipping 2 frame(s)" in err and "running on CPU" in err, err
     assert stdout.split("\n", 1)[1] == first.split("\n", 1)[1]  # the same evaluation, after the summary line

@@ -232,7 +232,10 @@ def test_ids_file_selects_frames_and_missing_files_are_named(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize("line, problem", [
-    ("Car 0 0 0 1 2 3 4 1 1 1 0 0 0 0", "15 fields, expected 16"),
+    ("Car 0 0 0 1 2 3 4 1 1 1 0 0 0 0", "15 fields, expected 16: a prediction line ends with its score; a line "
+                                        r"of 15 fields is ground truth, given as predictions \(--pred\)\?"),
+    ("Car 0 0 0 1 2 3 4 1 1 1 0 0 0", "14 fields, expected 16: type, truncated, occluded, alpha, the 2D box "
+                                      r"\(4\), dimensions \(3\), location \(3\), rotation_y, score"),
     ("Car 0 0 0 1 2 3 4 1 1 1 0 0 0 0 high", "non-numeric"),
     ("Car 0 0 0 1 2 3 4 1 1 1 0 0 nan 0 0.5", "NaN or infinite"),
 ])
@@ -240,6 +243,18 @@ def test_bad_prediction_lines_are_input_errors(tmp_path: Path, line: str, proble
     ids = write_frames(tmp_path / "pred", [[line]])
     with pytest.raises(InputError, match=rf"000000\.txt, line 1: .*{problem}"):
         load_predictions(tmp_path / "pred", ids)
+
+
+def test_a_prediction_file_of_an_upper_case_suffix_is_refused_not_passed_over(tmp_path: Path) -> None:
+    from pointpillars_trt.apps.eval.io import list_prediction_ids
+
+    line = "Car 0 0 0 1 2 3 4 1 1 1 0 0 0 0 0.5"
+    write_frames(tmp_path / "pred", [[line], [line]])
+    assert list_prediction_ids(tmp_path / "pred") == ["000000", "000001"]
+    (tmp_path / "pred" / "000001.txt").rename(tmp_path / "pred" / "000001.TXT")
+    with pytest.raises(InputError, match=r"holds '000001.TXT', which eval would pass over: name prediction files "
+                                         r"\.txt or \.json in lower case"):
+        list_prediction_ids(tmp_path / "pred")
 
 
 def test_json_predictions_go_through_the_calibration(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from out_folder import output_names
 from pointpillars_trt.apps.cli import main as cli_main
 from pointpillars_trt.apps.serve.cli import add_serve_parser, run_scaleout_infer
 from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
@@ -587,6 +588,20 @@ def test_a_port_something_listens_on_is_refused_before_the_server_starts(install
         assert server.process is None
 
 
+def test_serve_refuses_a_busy_port_before_it_writes_the_repository(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        done = subprocess.run([sys.executable, "-c", SERVE_SCRIPT, "serve", "--model", str(tiny.path), "--repository",
+                               str(tmp_path / "repo"), "--device", "cpu", "--http-port", str(taken)],
+                              capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and f"--http-port {taken}: something already listens" in done.stderr, done.stderr
+    assert "wrote" not in done.stdout and not (tmp_path / "repo").exists()
+
+
 @pytest.mark.parametrize(("signum", "after"), [(signal.SIGINT, 0.5), (signal.SIGTERM, 0.5), (signal.SIGINT, 0.0)])
 def test_serve_stops_promptly_and_cleanly_on_a_signal_while_it_starts(install, tiny, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                        signum: int, after: float) -> None:
@@ -668,8 +683,8 @@ def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitt
     assert rc == 1 and out.startswith("2/3 frames") and f"error: point file '{corrupt}' is " in err, (out, err)
     assert "1 of 3 frame(s) failed" in err
     assert report_lines(out, err, remote) == report_lines(local_out, local_err, local)
-    names = sorted(p.name for p in local.iterdir())
-    assert names == sorted(p.name for p in remote.iterdir()) and len(names) == 2
+    names = output_names(local)
+    assert names == output_names(remote) and len(names) == 2
     for name in names:
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
     if output_format == "json":
@@ -693,8 +708,8 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
     assert rc == 0, err
     rc, _, err = run_captured(run_scaleout_infer, infer_args(frames, plain, kitti_server.endpoints["grpc"], "grpc"))
     assert rc == 0, err
-    names = sorted(p.name for p in local.iterdir())
-    assert names == sorted(p.name for p in remote.iterdir()) and len(names) == 2
+    names = output_names(local)
+    assert names == output_names(remote) and len(names) == 2
     for name in names:
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
         assert len(json.loads((remote / name).read_text())["scores"]) <= 3
@@ -731,6 +746,19 @@ def nuscenes_server(install, nuscenes: Path, tmp_path_factory: pytest.TempPathFa
         yield server
 
 
+def test_serve_warms_up_and_probes_a_multi_sweep_model_with_its_five_values_a_point(  # type: ignore[no-untyped-def]
+        nuscenes_server) -> None:
+    """``serve``'s warm-up request and health probes send a point of the served model's columns: a probe of 4
+    values made every multi-sweep model fail its warm-up ("got 4 columns per point")."""
+    from pointpillars_trt.apps.serve.health import warm_up
+
+    probe = warm_up(nuscenes_server.endpoints["http"], timeout=30)
+    try:
+        assert probe.check() is None and probe.failures == 0
+    finally:
+        probe.close()
+
+
 def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_velocities(  # type: ignore[no-untyped-def]
         nuscenes: Path, nuscenes_server, tmp_path: Path) -> None:
     """The served nuScenes model declares [-1, 5] points and a velocity output; its client reads .bin
@@ -765,8 +793,8 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
                       "grpc", "--point-dim", "5")
     rc, _, err = run_captured(run_scaleout_infer, args)
     assert rc == 0, err
-    names = sorted(p.name for p in local.iterdir())
-    assert len(names) == 2 and names == sorted(p.name for p in (tmp_path / "remote").iterdir())
+    names = output_names(local)
+    assert len(names) == 2 and names == output_names(tmp_path / "remote")
     for name in names:
         assert (tmp_path / "remote" / name).read_bytes() == (local / name).read_bytes(), name
     args = infer_args(frames, tmp_path / "default", nuscenes_server.endpoints["grpc"], "grpc")

@@ -275,6 +275,20 @@ def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_pa
     assert asked == [1] and model.has_plans()
 
 
+@needs_rtx
+def test_plans_of_another_library_version_get_a_cache_entry_of_their_own(monkeypatch):
+    """After an upgrade of the library a checkpoint's plans are built again, not refused as stale every run."""
+    import importlib
+
+    from pointpillars_trt.convert.export import cache_key
+    from pointpillars_trt.runtime.tensorrt_library import LIBRARY_MODULES
+
+    key = cache_key("a" * 64, DIGEST, "fp16", True)
+    assert key != cache_key("a" * 64, DIGEST, "fp16", None) and key != cache_key("a" * 64, DIGEST, "fp16", False)
+    monkeypatch.setattr(importlib.import_module(LIBRARY_MODULES["tensorrt_rtx"]), "__version__", "0.0.1")
+    assert cache_key("a" * 64, DIGEST, "fp16", True) != key
+
+
 @pytest.mark.tensorrt
 @needs_rtx
 def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError, safe_repr
-from ...fileio import loads_json, name_text, read_regular_file
+from ...fileio import loads_json, name_text, read_regular_file, text_lines
 from ...kitti import detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration
 from ..outputs import record_boxes
 
@@ -61,7 +61,7 @@ def _read_lines(path: Path, what: str) -> list[str]:
     """The lines of a text file, read bounded: a FIFO, a device or a file over MAX_TEXT_BYTES is
     refused before anything blocks or fills memory."""
     data = read_regular_file(path, max_bytes=MAX_TEXT_BYTES, what=f"{what} file")
-    return data.decode("utf-8", errors="replace").splitlines()
+    return text_lines(data, f"{what} file {safe_repr(os.fspath(path))}")
 
 
 def _json_prediction_lines(path: Path, calib_dir: Path | None,
@@ -100,15 +100,23 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
 
 
 def _prediction_files(pred_dir: Path) -> list[Path]:
-    """The .txt and .json files of a prediction folder, less the report ``infer --eval`` wrote there
-    (so the folder ``infer --eval --out`` made evaluates as it is)."""
-    return [p for p in pred_dir.iterdir() if p.suffix in (".txt", ".json") and p.name != REPORT_FILE]
+    """The .txt and .json files of a prediction folder, less the report ``infer --eval`` wrote there and
+    hidden files (infer's settings record), so the folder ``infer --eval --out`` made evaluates as it is."""
+    return [p for p in pred_dir.iterdir()
+            if p.suffix in (".txt", ".json") and p.name != REPORT_FILE and not p.name.startswith(".")]
 
 
 def prediction_format(pred_dir: Path) -> str:
     """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
     if not pred_dir.is_dir():
         raise InputError(f"prediction folder {safe_repr(pred_dir)} does not exist or is not a folder")
+    odd_case = sorted(p.name for p in pred_dir.iterdir()
+                      if p.suffix.lower() in (".txt", ".json") and p.suffix not in (".txt", ".json"))
+    if odd_case:  # on a case-sensitive file system its frame id would find no file: it would be passed over
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} holds {safe_repr(odd_case[0])}"
+                         + (f" and {len(odd_case) - 1} more" if len(odd_case) > 1 else "")
+                         + ", which eval would pass over: name prediction files .txt or .json in lower case, as "
+                         "infer writes them")
     kinds = {p.suffix for p in _prediction_files(pred_dir)}
     if len(kinds) != 1:
         found = "both .txt and .json files" if kinds else "no .txt or .json files"

@@ -111,15 +111,18 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         if reason is not None:  # the repository's instances are decided here: a CPU one is said
             print(f"note: device auto: the model's instances run on the CPU (KIND_CPU): {reason}; write the "
                   "repository on the machine whose GPU tritonserver will use", file=sys.stderr, flush=True)
+    server = None if install is None else TritonServer(
+        args.repository, install=install, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port, end_with_parent=True)
+    if server is not None:
+        server.check_ports()  # a busy port refused before the repository is written
     target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
-    if install is None:
+    if server is None:
         print(f"wrote {target}", flush=True)
         return 0
-    server = TritonServer(args.repository, install=install, host=args.host, http_port=args.http_port,
-                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -152,7 +155,10 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         print("stopped before the server was ready", flush=True)
         return 0
     if code != 0:
-        print(f"error: tritonserver did not stop cleanly (exit code {code})", file=sys.stderr, flush=True)
+        why = (f"did not finish its requests within {server.stop_timeout:g} s of the stop and was killed: the requests "
+               "still queued or running were dropped (their clients got UNAVAILABLE)" if code == -signal.SIGKILL else
+               f"did not stop cleanly (exit code {code})")
+        print(f"error: tritonserver {why}", file=sys.stderr, flush=True)
         return EXIT_FRAME_FAILURES
     print(f"stopped (tritonserver exit code {code})", flush=True)
     return 0
@@ -272,6 +278,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
         output_plan
     from ..resume import frames_to_run, say_resume
+    from ..run_settings import settings_record
     from ..outputs import OutputPlan
     from ..runtime_args import runtime_options_from_args
 
@@ -293,6 +300,9 @@ def _run_ray(args: argparse.Namespace) -> int:
     if resume.todo:
         require_ray(args.ray_address)  # before the model is read or exported
     check_model_path(args)
+    record = settings_record(args, fmt, out)
+    assert record is not None
+    record.check(args.skip_existing, len(resume.skipped))
     if not resume.todo:  # every frame's outputs are there: no cluster, no model
         failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
         return EXIT_FRAME_FAILURES if failed or path_errors else 0
@@ -308,7 +318,8 @@ def _run_ray(args: argparse.Namespace) -> int:
 
     def report(plan: OutputPlan, frames: int) -> FrameReport:
         """Called once the cluster is checked and the URIs are listed: what --skip-existing found said
-        (--retry-failed's rows removed), then the account of the ``frames`` left."""
+        (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
+        record.write(model)
         say_resume(resume, fmt, out, retry=args.retry_failed)
         return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
 

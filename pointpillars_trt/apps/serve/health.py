@@ -15,7 +15,6 @@ import numpy as np
 from ...errors import BackendError, PointPillarsError
 from .client import RemoteDetector
 
-_PROBE = np.zeros((1, 4), np.float32)
 #: Share of its timeout a failed probe must have waited to count as timed out (the client's clock and
 #: the connection's differ by a little).
 _WAITED_OUT = 0.9
@@ -41,12 +40,14 @@ class ModelProbe:
         self.failures_allowed = failures_allowed
         self.failures = 0
         self._answered = self._stats.answered_count()
+        # one point at the origin, of as many values as the served model reads (a multi-sweep model: 5)
+        self._probe = np.zeros((1, self.remote.point_columns), np.float32)
 
     def check(self) -> str | None:
         """None while the model answers; the last error once too many probes in a row have failed."""
         start = time.monotonic()
         try:
-            self.remote(_PROBE, "health probe")
+            self.remote(self._probe, "health probe")
         except (PointPillarsError, OSError) as exc:
             # it waited out its timeout (rather than getting an error the server answered), and more than
             # this probe (which the server may still answer after our timeout) was answered meanwhile

@@ -210,15 +210,19 @@ class TritonServer:
                 # a flood of oversized (refused) requests left ~0.3 GB resident for good
                 "--grpc-infer-allocation-pool-size=0"]
 
-    def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
-        """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
-        if the server exits or is not ready within ``timeout`` seconds; a port something already listens
-        on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
+    def check_ports(self) -> None:
+        """Refuse a port something already listens on (BackendError naming its option), before any work."""
         for option, number in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
                                ("--metrics-port", self.metrics_port)):
             if port_in_use(self.host, number):
                 raise BackendError(f"{option} {number}: something already listens on {self.host}:{number} (another "
                                    "server?); pick another port, or leave the option out for a free one")
+
+    def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
+        """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
+        if the server exits or is not ready within ``timeout`` seconds; a port something already listens
+        on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
+        self.check_ports()
         self._scratch = tempfile.mkdtemp(prefix="pp-triton-")
         backend_dir = self._backend_dir(Path(self._scratch))
         env = dict(os.environ)
