@@ -41,7 +41,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if isinstance(points, np.ma.MaskedArray):  # np.asarray drops the mask: the masked points would be detected on
         raise InputError(f"{source}: a masked array, whose mask would be ignored; pass the points kept "
                          "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
-    if isinstance(points, (bytes, bytearray, memoryview)) and len(points) > 4096:  # no path is this long
+    if isinstance(points, (bytes, bytearray)) and len(points) > 4096:  # no path is this long
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     try:

@@ -49,6 +49,7 @@ def test_refuses_other_shapes_and_dtypes() -> None:
                                          r"np.frombuffer\(data, np.float32\).reshape\(-1, 4\)"):
         as_host_points(points.tobytes())
     np.testing.assert_array_equal(as_host_points(np.frombuffer(points.tobytes(), np.float32).reshape(-1, 4)), points)
+    np.testing.assert_array_equal(as_host_points(memoryview(points)), points)  # a typed buffer of points is points
 
 
 def test_a_masked_array_is_refused_not_read_without_its_mask() -> None:

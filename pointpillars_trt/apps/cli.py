@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import glob
 import os
 import signal
 import sys
@@ -42,15 +43,19 @@ class Terminated(KeyboardInterrupt):
 
 class _StopOnce:
     """SIGINT and SIGTERM in the main thread while a command runs: the first raises (KeyboardInterrupt, or
-    Terminated) so that the run stops cleanly; a later one while it stops is ignored, since cutting that
-    stop short (an ONNX Runtime session half closed) aborted the process ("terminate called", exit 134).
-    Ctrl-\\ (SIGQUIT) still ends it at once."""
+    Terminated) so that the run stops cleanly; a later one while it stops is said once and otherwise ignored,
+    since cutting that stop short (an ONNX Runtime session half closed) aborted the process ("terminate
+    called", exit 134). Ctrl-\\ (SIGQUIT) still ends it at once."""
 
     def __init__(self) -> None:
         self.stopping = False
+        self.said = False
 
     def __call__(self, signum: int, _frame: object) -> None:
         if self.stopping:
+            if not self.said:  # os.write: a print here could land inside another print of the main thread
+                self.said = True
+                os.write(2, b"still stopping: finishing the outputs of the frames done (Ctrl-\\ quits at once)\n")
             return
         self.stopping = True
         raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt
@@ -74,15 +79,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     stdout = sys.stdout
     guard = _StdoutGuard(stdout)
     if threading.current_thread() is threading.main_thread():  # the process's own run (not a caller's thread)
-        stop = _StopOnce()
-        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)}
+        stop = _StopOnce()  # a signal ignored by whoever started this process (`cmd &` in a script) stays ignored
+        previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)
+                    if signal.getsignal(signum) is not signal.SIG_IGN}
         sys.stdout = guard
     try:
         parser = build_parser()  # in the try: Ctrl-C during its imports (a second or so) is "interrupted", no traceback
         args, extra = parser.parse_known_args(argv)
         if hasattr(args, "paths"):  # `infer a/ --model m b.bin`: paths after the options, as `ls a -l b` takes them
-            args.paths += [word for word in extra if not word.startswith("-")]
-            extra = [word for word in extra if word.startswith("-")]
+            extra = _paths_after_options(args.paths, extra)
         if extra:
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
@@ -110,6 +115,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stdout = stdout
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def _paths_after_options(paths: list[str], extra: Sequence[str]) -> list[str]:
+    """Move the words argparse left over that are paths (they exist, or are glob patterns; any word after
+    ``--``) into ``paths``; the rest, unknown options and stray values (``--fov-only yes``), are returned."""
+    left: list[str] = []
+    after_dashes = False
+    for word in extra:
+        if word == "--" and not after_dashes:
+            after_dashes = True
+        elif after_dashes or (not word.startswith("-") and (os.path.lexists(word) or glob.has_magic(word))):
+            paths.append(word)
+        else:
+            left.append(word)
+    return left
 
 
 def _stopped(exc: KeyboardInterrupt) -> int:

@@ -445,9 +445,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         # what is in --out decides, not the KITTI lines --eval makes for itself in the scratch folder
         resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
                                retry_failed=args.retry_failed)
-        record = settings_record(args, fmt, out)
-        if record is not None:
-            record.check(args.skip_existing, len(resume.skipped))
+        record = settings_record(args, fmt, out, frames)
         if resume.todo or labels is not None or out is None:
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
                                   record)
@@ -493,9 +491,10 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
-        if record is not None and resume.todo:
-            opened = getattr(detectors[0], "model", None)  # a checkpoint's export: its sha256, not read again
-            record.write(opened if isinstance(opened, ModelDir) else None)
+        if record is not None and resume.todo:  # the model open, no output yet
+            opened = getattr(detectors[0], "model", None)
+            record.settle(opened if isinstance(opened, ModelDir) else None, cfg, args.point_dim,
+                          skip_existing=args.skip_existing, skipped=len(resume.skipped))
         if cfg is not None:  # the --viz pictures are drawn over the model's point range
             plan = dataclasses.replace(plan, point_range=tuple(cfg.voxel.point_range))
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail

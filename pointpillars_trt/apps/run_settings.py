@@ -1,80 +1,91 @@
 """The settings that made the outputs in an ``infer --out`` folder, recorded there so that a resumed run
 (``--skip-existing``) never mixes outputs of two models or two sets of thresholds without a word.
 
-The record (``SETTINGS_FILE``, hidden JSON in ``--out``) holds what decides a frame's outputs: the model
-(its ``model.json`` or checkpoint by sha256, or the server), the post-process thresholds, how points are
-read and cropped, and how KITTI lines are placed. It leaves out how the frames run (device, backend,
-batch, pipelines): outputs agree across those within rounding.
+The record (``SETTINGS_FILE``, hidden JSON in ``--out``) holds what decides a frame's outputs, as the run
+applied it (defaults resolved, so that giving a default explicitly changes nothing): the model (its weights'
+sha256, config digest and precision, or the server), the post-process thresholds, how points are read and
+cropped, and how KITTI lines are placed. It leaves out how the frames run (device, backend, batch, pipelines):
+outputs agree across those within rounding. It is settled once the model is open, before the first output: a
+run with nothing left to run writes nothing and is not checked.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from ..config import ModelConfig
 from ..errors import InputError, PointPillarsError, one_line, safe_repr
 from ..fileio import loads_json, read_regular_file, write_json_atomic
-from ..model_dir import METADATA_FILE, ModelDir, package_version
+from ..kitti import calib_folder
+from ..model_dir import ModelDir, package_version
+from .eval.io import REPORT_FILE
+from .frame_prep import fov_only_default
 
 #: The record's name in --out: hidden, and no frame's output name (those are ``<frame>.<suffix>``).
 SETTINGS_FILE = ".pointpillars-trt-run.json"
 SETTINGS_VERSION = 1
 _SETTINGS_MAX_BYTES = 1 << 16
+#: Suffixes of a frame's own output files (its row formats' parts hold many frames and are refused apart).
+_FRAME_FILE_SUFFIXES = (".json", ".txt", ".png")
 
-#: What a setting left out means, for messages.
-_DEFAULT_WORDS = {"--point-dim": "the model's point columns", "--fov-only": "not given"}
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, read in chunks (a checkpoint of some hundred MB is never held whole)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as stream:
-        while chunk := stream.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
+#: How each setting reads in a message when the run left it to its default.
+_NOT_GIVEN = {"--calib": "each frame's sibling calib/", "--image-shape": "each frame's image_2 PNG, else 375,1242"}
 
 
-def model_identity(args: argparse.Namespace, opened: ModelDir | None = None) -> dict[str, object]:
-    """What names the model that makes a run's outputs: a model dir by its ``model.json`` (which records
-    its graphs' sha256, its config and precision), a checkpoint by the sha256 of its bytes with the config
-    and precision it is exported with (taken from ``opened``, the model dir exported from it, where the
-    run has one: the checkpoint is not read twice), a served model by its server's address. ``path`` is
-    for messages only."""
+def model_identity(args: argparse.Namespace, opened: ModelDir | None) -> dict[str, object]:
+    """What names the model that made a run's outputs: the weights it was exported from (a checkpoint's sha256,
+    or a seed), its config digest and precision, read from ``opened``, the model dir the run opened (a
+    checkpoint's export: the checkpoint and the model dir built from it are one model; a model dir rebuilt
+    alike is still itself); a served model by its server's address. ``path`` is for messages only."""
     server = getattr(args, "server", None)
     if server:
         return {"server": str(server)}
-    path = Path(args.model).resolve()
-    if path.is_dir():
-        return {"path": str(path), "sha256": file_sha256(path / METADATA_FILE)}
-    source = opened.metadata.get("source") if opened is not None else None
-    exported = source.get("sha256") if isinstance(source, dict) else None  # the cache entry of these bytes
-    return {"path": str(path), "sha256": exported if isinstance(exported, str) else file_sha256(path),
-            "config": args.config, "precision": args.precision or "fp32"}
+    if opened is None:  # no model dir to read it from: named by its path alone
+        return {"path": os.path.abspath(str(args.model))}
+    source = opened.metadata.get("source")
+    weights = {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source
+    return {"path": os.path.abspath(str(args.model)), "weights": weights, "config": opened.cfg.digest(),
+            "config_name": opened.cfg.name, "precision": opened.precision}
 
 
-def output_settings_without_model(args: argparse.Namespace, fmt: str) -> dict[str, object]:
-    """The settings of this run that decide its outputs besides the model, keyed by the option that sets each
-    (None: not given, so the model's or infer's default)."""
-    calib = os.path.abspath(args.calib) if args.calib is not None else None
-    # the camera-view crop: as given, else the default for KITTI output and --eval (the model's own policy)
-    fov = args.fov_only if args.fov_only is not None else ("KITTI output default" if fmt == "kitti" or args.eval
-                                                           else None)
+def output_settings(args: argparse.Namespace, fmt: str, frames: Sequence[str], opened: ModelDir | None,
+                    cfg: ModelConfig | None, point_dim: int) -> dict[str, object]:
+    """This run's settings as applied, keyed by the option that sets each: ``cfg`` the detector's config (its
+    thresholds applied; None for a served model, whose own apply to what the run leaves out), ``point_dim``
+    the values read a point."""
+    post = cfg.postprocess if cfg is not None else None
+    crop = args.fov_only if args.fov_only is not None else \
+        fov_only_default(fmt, bool(args.eval), opened.fov_points_only if opened is not None else None)
     return {
-        "--score-threshold": args.score_threshold,
-        "--nms-iou": args.nms_iou,
-        "--max-boxes": args.max_boxes,
-        "--point-dim": args.point_dim,
-        "--intensity-scale": args.intensity_scale,
-        "--fov-only": fov,
-        "--calib": calib,
+        "--model": model_identity(args, opened),
+        "--score-threshold": post.score_threshold if post is not None else args.score_threshold,
+        "--nms-iou": post.nms_iou if post is not None else args.nms_iou,
+        "--max-boxes": post.max_boxes if post is not None else args.max_boxes,
+        "--point-dim": point_dim,
+        "--intensity-scale": args.intensity_scale if args.intensity_scale is not None else 1.0,
+        "--fov-only": bool(crop),
+        "--calib": _calib_given(args.calib, frames),
         "--image-shape": list(args.image_shape) if args.image_shape is not None else None,
         "--keep-out-of-view": bool(args.keep_out_of_view),
     }
+
+
+def _calib_given(calib: str | None, frames: Sequence[str]) -> str | None:
+    """--calib as an absolute path, or None where it is the folder each frame would take anyway (its sibling
+    calib/), so that naming the default changes nothing."""
+    if calib is None:
+        return None
+    given = os.path.realpath(calib)
+    siblings = set()
+    for folder in {os.path.dirname(os.path.abspath(frame)) for frame in frames}:
+        with contextlib.suppress(PointPillarsError):
+            siblings.add(os.path.realpath(calib_folder(os.path.join(folder, "x.bin"))))
+    return None if siblings == {given} else os.path.abspath(calib)
 
 
 def _shown(option: str, value: object) -> str:
@@ -82,42 +93,55 @@ def _shown(option: str, value: object) -> str:
         where = value.get("server") or value.get("path")
         return f"{'server ' if 'server' in value else ''}{safe_repr(where)}"
     if value is None:
-        return _DEFAULT_WORDS.get(option, "the model's default")
+        return "not given (" + _NOT_GIVEN.get(option, "the model's default") + ")"
     return safe_repr(value) if isinstance(value, str) else str(value)
 
 
-def _same_model(earlier: object, now: Mapping[str, object]) -> bool:
-    """One model: the same server, or the same bytes (a model dir or checkpoint moved is still itself)."""
+def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
+    """How the recorded model differs from this run's, for messages; None when it is the same model (the same
+    server, or the same weights, config and precision, wherever its files now lie)."""
     if not isinstance(earlier, Mapping):
-        return False
-    return ({k: v for k, v in earlier.items() if k != "path"} == {k: v for k, v in now.items() if k != "path"})
+        return "a model not recorded there"
+    if "server" in now or "server" in earlier:
+        return None if earlier.get("server") == now.get("server") else \
+            f"{_shown('--model', earlier)} there, {_shown('--model', now)} now"
+    what = [f"precision {earlier.get('precision')} there, {now['precision']} now"] \
+        if earlier.get("precision") != now["precision"] else []
+    if earlier.get("config") != now["config"]:
+        what.append(f"config {safe_repr(earlier.get('config_name'))} there, {safe_repr(now['config_name'])} now")
+    if earlier.get("weights") != now["weights"]:
+        what.append("other weights")
+    if not what:
+        return None
+    return f"{_shown('--model', earlier)} there, {_shown('--model', now)} now: {', '.join(what)}"
 
 
 def differences(earlier: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
     """The settings of ``now`` that differ from ``earlier``'s, each as "OPTION X there, Y now"."""
     changed = []
     for option, value in now.items():
-        was = earlier.get(option)
-        same = _same_model(was, value) if option == "--model" and isinstance(value, Mapping) else was == value
-        if not same:
-            there = "another model" if option == "--model" and _shown(option, was) == _shown(option, value) else \
-                _shown(option, was)
-            changed.append(f"{option} {there} there, {_shown(option, value)} now")
+        if option == "--model" and isinstance(value, Mapping):
+            model = _model_difference(earlier.get(option), value)
+            if model is not None:
+                changed.append(f"--model {model}")
+        elif option not in earlier:
+            changed.append(f"{option} not recorded there, {_shown(option, value)} now")
+        elif earlier[option] != value:
+            changed.append(f"{option} {_shown(option, earlier[option])} there, {_shown(option, value)} now")
     return changed
 
 
 class SettingsRecord:
-    """The record of ``--out``'s settings as this run found it, and what it makes of this run's settings:
-    ``check`` before the model loads, ``write`` once the run's set-up can no longer fail (before the first
-    output), so that a run that never starts leaves the earlier record as it was. The run's settings are
-    taken when asked (the point columns infer fills in later are not its settings)."""
+    """The record of ``--out``'s settings as this run found it; ``settle`` compares this run's with it once
+    the model is open and, before the run's first output, refuses a ``--skip-existing`` run of other settings
+    or writes this run's (a run that never gets that far leaves the record as it was)."""
 
-    def __init__(self, out: Path, args: argparse.Namespace, fmt: str) -> None:
+    def __init__(self, out: Path, args: argparse.Namespace, fmt: str, frames: Sequence[str]) -> None:
         self.out = out
         self.path = out / SETTINGS_FILE
-        self._args, self._fmt = args, fmt
-        self._given = output_settings_without_model(args, fmt)
+        self._args, self._fmt, self._frames = args, fmt, frames
         self.earlier: dict[str, object] | None = None
+        self.mixed = False  # the folder holds outputs of more than one set of settings
         self.unreadable: str | None = None  # why the earlier record could not be read
         self._read()
 
@@ -129,48 +153,39 @@ class SettingsRecord:
             settings = record.get("settings") if isinstance(record, dict) else None
             if not isinstance(settings, dict):
                 raise ValueError("not a settings record")
+            if record.get("format_version") != SETTINGS_VERSION:
+                raise ValueError(f"format_version {safe_repr(record.get('format_version'))}, not "
+                                 f"{SETTINGS_VERSION}: another version of pointpillars-trt wrote it")
         except (PointPillarsError, ValueError, RecursionError) as exc:
             self.unreadable = one_line(exc)
             return
         self.earlier = settings
+        self.mixed = record.get("mixed") is True
 
-    def settings(self, opened: ModelDir | None = None) -> dict[str, object]:
-        """This run's settings (``opened``: see ``model_identity``)."""
-        return {"--model": model_identity(self._args, opened), **self._given}
-
-    def check(self, skip_existing: bool, skipped: int) -> None:
-        """Refuse a ``--skip-existing`` run whose settings differ from those of the outputs it would keep;
-        say once (stderr) when the outputs kept cannot be checked (no record, or one that cannot be read)."""
-        if not skip_existing or not skipped:
-            return
-        if self.earlier is None:
-            why = f"cannot be read ({self.unreadable})" if self.unreadable else "is missing (an older version wrote them)"
-            print(f"note: the record of the settings that made the outputs in {safe_repr(str(self.out))} "
-                  f"({SETTINGS_FILE}) {why}: the {skipped} frame(s) skipped are taken as made with this run's",
-                  file=sys.stderr)
-            return
-        changed = differences(self.earlier, self.settings())
-        if changed:
-            raise InputError(f"--skip-existing: the outputs in {safe_repr(str(self.out))} were made with other "
-                             f"settings ({'; '.join(changed)}): resuming would mix outputs of both in one "
-                             "folder; run with the settings of those outputs, or give another --out")
-
-    def write(self, opened: ModelDir | None = None) -> None:
-        """Record this run's settings in --out before its first output; outputs of other settings kept there
-        (a run without --skip-existing rewrites only its own frames) are said in one warning."""
-        settings = self.settings(opened)
+    def settle(self, opened: ModelDir | None, cfg: ModelConfig | None, point_dim: int, *, skip_existing: bool,
+               skipped: int) -> None:
+        """Once the model is open and before the first output: with ``--skip-existing`` and ``skipped`` frames
+        kept, refuse settings other than those the kept outputs were made with (or a folder of several); say
+        once when they cannot be checked; then record this run's settings, marked mixed when the folder keeps
+        outputs of other settings (a plain run rewrites only its own frames)."""
+        settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim)
         changed = differences(self.earlier, settings) if self.earlier is not None else []
-        if changed:
-            print(f"warning: {safe_repr(str(self.out))} holds outputs made with other settings "
-                  f"({'; '.join(changed)}); this run rewrites its own frames' outputs, and any other frames' "
-                  "stay as they were: give another --out to keep the two apart", file=sys.stderr)
-        if self.earlier == settings:
+        if skip_existing and skipped:
+            self._check_resume(changed, skipped)
+        mixed = (self.mixed or bool(changed)) and self._keeps_other_frames()
+        if changed and mixed:
+            print(f"warning: {safe_repr(str(self.out))} holds outputs of other frames made with other settings "
+                  f"({'; '.join(changed)}); this run rewrites only its own frames' outputs: give another --out to "
+                  "keep the two apart (a --skip-existing run into this folder will be refused)", file=sys.stderr)
+        if self.earlier == settings and self.mixed == mixed:
             return
+        record: dict[str, object] = {"format_version": SETTINGS_VERSION,
+                                     "written_by": f"pointpillars-trt {package_version()}", "settings": settings}
+        if mixed:
+            record["mixed"] = True
         try:
             self.out.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.path, {"format_version": SETTINGS_VERSION,
-                                          "written_by": f"pointpillars-trt {package_version()}",
-                                          "settings": settings})
+            write_json_atomic(self.path, record)
         except OSError as exc:  # a full disk: the frames' own writes say so; an earlier record of other settings goes
             with contextlib.suppress(OSError):
                 os.unlink(self.path)
@@ -178,7 +193,32 @@ class SettingsRecord:
                   f"({exc.strerror or one_line(exc)}): a --skip-existing run into it cannot check them",
                   file=sys.stderr)
 
+    def _check_resume(self, changed: list[str], skipped: int) -> None:
+        where = safe_repr(str(self.out))
+        if changed:
+            raise InputError(f"--skip-existing: the outputs in {where} were made with other settings "
+                             f"({'; '.join(changed)}): resuming would mix outputs of both in one folder; run with "
+                             "the settings of those outputs, or give another --out")
+        if self.mixed:
+            raise InputError(f"--skip-existing: the outputs in {where} were made with more than one set of settings "
+                             "(a run without --skip-existing rewrote some frames with other settings): which frames "
+                             "to keep cannot be told; run them again without --skip-existing, or give another --out")
+        if self.earlier is None:
+            why = f"cannot be read ({self.unreadable})" if self.unreadable else "is missing (an older version wrote them)"
+            print(f"note: the record of the settings that made the outputs in {where} ({SETTINGS_FILE}) {why}: the "
+                  f"{skipped} frame(s) skipped are taken as made with this run's", file=sys.stderr)
 
-def settings_record(args: argparse.Namespace, fmt: str, out: Path | None) -> SettingsRecord | None:
-    """The settings record of ``--out`` for this run (None without --out)."""
-    return None if out is None else SettingsRecord(out, args, fmt)
+    def _keeps_other_frames(self) -> bool:
+        """Whether --out holds a frame output (a file a frame) of a frame this run does not rewrite."""
+        ours = {os.path.splitext(os.path.basename(frame))[0] for frame in self._frames}
+        try:
+            names = os.listdir(self.out)
+        except OSError:
+            return False
+        return any(not name.startswith(".") and name != REPORT_FILE and os.path.splitext(name)[1] in
+                   _FRAME_FILE_SUFFIXES and os.path.splitext(name)[0] not in ours for name in names)
+
+
+def settings_record(args: argparse.Namespace, fmt: str, out: Path | None, frames: Sequence[str]) -> SettingsRecord | None:
+    """The settings record of ``--out`` for this run of ``frames`` (None without --out)."""
+    return None if out is None else SettingsRecord(out, args, fmt, frames)

@@ -195,13 +195,15 @@ def plot_bev(
         counts = {n: sum(1 for m, ok in zip(names, finite) if ok and m == n) for n in present}
         handles = [Line2D([], [], color=_CLASS_COLOURS.get(n, _OTHER_COLOUR), label=f"{n} ({counts[n]})")
                    for n in present]
-        legend = ax.legend(handles=handles, loc="upper right", fontsize=8, facecolor="black", edgecolor="grey",
-                           title="class", title_fontsize=8)
+        # below the plot, not over it: in its upper right corner it hid boxes there
+        legend = ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=min(len(handles), 6),
+                           fontsize=8, facecolor="black", edgecolor="grey", title="class (box outline)",
+                           title_fontsize=8)
         for text in legend.get_texts():
             text.set_color("white")
         legend.get_title().set_color("white")
     if score_map is not None:
-        fig.colorbar(score_map, ax=ax, label="score", fraction=0.04, pad=0.02)
+        fig.colorbar(score_map, ax=ax, label="score (box fill)", fraction=0.04, pad=0.02)
     fig.tight_layout()
 
     labelled = _draw_labels(fig, ax, corners, names, scores, finite, max_labels)

@@ -117,6 +117,9 @@ class _Bases:
             where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
             raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} not found in {where}; "
                               "give OpenPCDet's tools/ folder (build --pcdet-base-dir; base_dir in Python)")
+        if found.resolve() == self.source.resolve():  # its own keys again, in place of the base they need
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} names this file itself; name the "
+                              "base config it builds on (e.g. cfgs/dataset_configs/kitti_dataset.yaml)")
         loaded = read_yaml(found)
         if not isinstance(loaded, dict):  # its contents are not quoted: a base path may name any file
             raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} ({found}) holds no YAML mapping (a "
@@ -373,6 +376,13 @@ def _anchors(head: _Section) -> dict[str, Any]:
         if not isinstance(bottoms, list) or len(bottoms) != 1:
             entry.refuse("anchor_bottom_heights", "one height per class, e.g. [-1.78]")
         entry.expect("align_center", True, False)
+        rotations, stride = entry["anchor_rotations"], entry["feature_map_stride"]
+        # each entry's own value checked before the entries are compared: a bad first one is named, not the next
+        if not isinstance(rotations, list) or not rotations or \
+                not all(isinstance(r, (int, float)) and not isinstance(r, bool) for r in rotations):
+            entry.refuse("anchor_rotations", "a list of rotations in radians, e.g. [0, 1.57]")
+        if type(stride) is not int or stride < 1:
+            entry.refuse("feature_map_stride", "a positive integer, e.g. 2")
         classes.append({"class": entry["class_name"], "size": sizes[0], "bottom": bottoms[0]})
         for key in ("anchor_rotations", "align_center", "feature_map_stride"):
             shared.setdefault(key, entry[key])

@@ -242,7 +242,11 @@ def test_paths_after_the_options_are_frames_too(tiny_model: Path, tiny_frames: l
               *LOOSE, second)
     assert run.rc == 0 and run.out.startswith("2/2 frames"), run
     assert output_names(tmp_path / "o") == sorted([f"{first.stem}.json", f"{second.stem}.json"])
-    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
-        main(["infer", str(first), "--model", str(tiny_model), str(second), "--bogus"])
-    assert exit_info.value.code == 2 and err.getvalue() == (
-        "error: pointpillars-trt: unrecognized arguments: --bogus (see pointpillars-trt --help)\n")
+    run = cli("infer", first, "--model", tiny_model, "--out", tmp_path / "d", "--device", "cpu", "--no-progress",
+              *LOOSE, "--", second)  # after --, a path whatever it looks like
+    assert run.rc == 0 and run.out.startswith("2/2 frames"), run
+    for stray, unknown in ((["--bogus"], "--bogus"), (["--fov-only", "yes"], "yes")):  # not a path: refused, no run
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(["infer", str(first), "--model", str(tiny_model), str(second), *stray])
+        assert exit_info.value.code == 2 and err.getvalue() == (
+            f"error: pointpillars-trt: unrecognized arguments: {unknown} (see pointpillars-trt --help)\n")

@@ -1,6 +1,8 @@
 """The settings record ``infer --out`` keeps in its folder: a ``--skip-existing`` run of other settings (another
-model, other thresholds, another crop) is refused rather than mix outputs of both; a plain run into such a
-folder says so; a model moved elsewhere is still itself. The tiny model (a model dir) on the CPU path."""
+model, other thresholds, another crop) is refused rather than mix outputs of both; defaults given explicitly are
+the same settings; a plain run that leaves outputs of other settings beside its own says so and marks the folder
+mixed; a model moved elsewhere, or a checkpoint and the model dir built from it, is one model. The tiny model
+(a model dir) on the CPU path, and the synthetic checkpoint where a checkpoint is the point."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 from out_folder import output_names
 from pointpillars_trt.apps.run_settings import SETTINGS_FILE
+from pointpillars_trt.model_dir import load_model_dir
 
 from test_cli import LOOSE, Run, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
 
@@ -24,29 +27,50 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
 
 
-def test_a_resumed_run_of_other_thresholds_or_another_model_is_refused_and_changes_nothing(
+def record_of(out: Path) -> dict[str, object]:
+    return json.loads((out / SETTINGS_FILE).read_text())
+
+
+def test_a_resumed_run_of_other_thresholds_another_model_or_crop_is_refused_and_changes_nothing(
         tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
     assert infer(tiny_frames[:3], tiny_model, out).rc == 0
     before = files_of(out)
-    record = json.loads(before[SETTINGS_FILE])["settings"]
-    assert record["--model"]["sha256"] == hashlib.sha256((tiny_model / "model.json").read_bytes()).hexdigest()
-    assert record["--score-threshold"] == 0.005 and record["--max-boxes"] == 25 and record["--fov-only"] is None
+    settings = record_of(out)["settings"]
+    meta = json.loads((tiny_model / "model.json").read_text())  # what the record names the model by, read apart
+    assert settings["--model"] == {"path": str(tiny_model), "weights": meta["source"], "config": meta["config_digest"],
+                                   "config_name": meta["config"]["name"], "precision": meta["precision"]}
+    assert settings["--score-threshold"] == 0.005 and settings["--max-boxes"] == 25 and settings["--fov-only"] is False
+    assert settings["--point-dim"] == 4 and settings["--intensity-scale"] == 1.0
 
     run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--score-threshold", "0.2")  # the last one wins
-    assert run.rc == 2 and run.err == (
+    assert run.rc == 2 and run.err.splitlines()[-1] == (
         f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--score-threshold 0.005 "
         "there, 0.2 now): resuming would mix outputs of both in one folder; run with the settings of those outputs, "
-        "or give another --out\n"), run
+        "or give another --out"), run
     other = tmp_path / "other"  # the same config, other weights
     from tiny import tiny_model_dir
 
     tiny_model_dir(other, seed=4)
     run = infer(tiny_frames, other, out, "--skip-existing")
-    assert run.rc == 2 and f"(--model {str(tiny_model)!r} there, {str(other)!r} now)" in run.err, run
+    assert run.rc == 2 and f"(--model {str(tiny_model)!r} there, {str(other)!r} now: other weights)" in run.err, run
     run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--fov-only")
-    assert run.rc == 2 and "(--fov-only not given there, True now)" in run.err, run
+    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
     assert files_of(out) == before
+
+
+def test_defaults_given_explicitly_are_the_same_settings(tiny_model: Path, tiny_frames: list[Path],
+                                                         tmp_path: Path) -> None:
+    """KITTI lines of the tiny model: its point columns, scale 1, the frames' sibling calib/ and the camera-view
+    crop KITTI output takes by default, given by hand, resume the folder made without them."""
+    out, whole = tmp_path / "out", tmp_path / "whole"
+    calib = tiny_frames[0].parent.parent / "calib"
+    assert infer(tiny_frames[1:3], tiny_model, out, "--format", "kitti").rc == 0
+    run = infer(tiny_frames[1:4], tiny_model, out, "--format", "kitti", "--skip-existing", "--point-dim", "4",
+                "--intensity-scale", "1", "--calib", calib, "--fov-only")
+    assert run.rc == 0 and "skipping 2 frame(s)" in run.err and run.out.startswith("1/1 frames"), run
+    assert infer(tiny_frames[1:4], tiny_model, whole, "--format", "kitti").rc == 0
+    assert files_of(out) == files_of(whole)
 
 
 def test_the_same_model_moved_resumes_and_the_record_follows_it(tiny_model: Path, tiny_frames: list[Path],
@@ -57,25 +81,31 @@ def test_the_same_model_moved_resumes_and_the_record_follows_it(tiny_model: Path
     shutil.copytree(tiny_model, moved)
     run = infer(tiny_frames, moved, out, "--skip-existing")
     assert run.rc == 0 and "skipping 3 frame(s)" in run.err and run.out.startswith("4/4 frames"), run
-    assert json.loads((out / SETTINGS_FILE).read_text())["settings"]["--model"]["path"] == str(moved)
+    assert record_of(out)["settings"]["--model"]["path"] == str(moved)
     assert infer(tiny_frames, moved, whole).rc == 0
     assert {name: (out / name).read_bytes() for name in output_names(out)} == \
         {name: (whole / name).read_bytes() for name in output_names(whole)}
 
 
-def test_a_plain_run_into_outputs_of_other_settings_says_so_and_records_its_own(
+def test_a_plain_run_beside_outputs_of_other_settings_says_so_and_marks_the_folder_mixed(
         tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert infer(tiny_frames, tiny_model, out).rc == 0
+    assert infer(tiny_frames[:6], tiny_model, out).rc == 0
     run = infer(tiny_frames[:1], tiny_model, out, "--max-boxes", "2")
     assert run.rc == 0, run
     assert [line for line in run.err.splitlines() if "other settings" in line] == [
-        f"warning: {str(out)!r} holds outputs made with other settings (--max-boxes 25 there, 2 now); this run "
-        "rewrites its own frames' outputs, and any other frames' stay as they were: give another --out to keep "
-        "the two apart"]
-    assert json.loads((out / SETTINGS_FILE).read_text())["settings"]["--max-boxes"] == 2
-    again = infer(tiny_frames[:1], tiny_model, out, "--max-boxes", "2")  # the same settings: nothing to say
-    assert again.rc == 0 and "other settings" not in again.err, again
+        f"warning: {str(out)!r} holds outputs of other frames made with other settings (--max-boxes 25 there, 2 now); "
+        "this run rewrites only its own frames' outputs: give another --out to keep the two apart (a --skip-existing "
+        "run into this folder will be refused)"]
+    assert record_of(out)["mixed"] is True and record_of(out)["settings"]["--max-boxes"] == 2
+    # neither settings made all the outputs kept (a resume with a frame to run: one with none writes nothing)
+    for max_boxes, said in (("2", "were made with more than one set of settings"),
+                            ("25", "were made with other settings (--max-boxes 2 there, 25 now)")):
+        run = infer(tiny_frames, tiny_model, out, "--max-boxes", max_boxes, "--skip-existing")
+        assert run.rc == 2 and said in run.err, run
+    again = infer(tiny_frames[:6], tiny_model, out, "--max-boxes", "2")  # every frame again: one set of settings
+    assert again.rc == 0 and "other settings" not in again.err and "mixed" not in record_of(out), again
+    assert infer(tiny_frames, tiny_model, out, "--max-boxes", "2", "--skip-existing").rc == 0
 
 
 def test_outputs_without_a_record_or_with_one_unreadable_are_resumed_with_a_note(
@@ -88,28 +118,35 @@ def test_outputs_without_a_record_or_with_one_unreadable_are_resumed_with_a_note
         f"note: the record of the settings that made the outputs in {str(out)!r} ({SETTINGS_FILE}) is missing (an "
         "older version wrote them): the 2 frame(s) skipped are taken as made with this run's"), run
     assert (out / SETTINGS_FILE).is_file()  # the run's own frames went in with its settings
+    record = record_of(out)
+    (out / SETTINGS_FILE).write_text(json.dumps({**record, "format_version": 99}))
+    run = infer(tiny_frames[:4], tiny_model, out, "--skip-existing")
+    assert run.rc == 0 and "cannot be read (format_version 99, not 1: another version" in run.err, run
     (out / SETTINGS_FILE).unlink()
     (out / SETTINGS_FILE).mkdir()  # neither readable nor replaceable: said, and the frames still run
-    run = infer(tiny_frames[:4], tiny_model, out, "--skip-existing")
+    run = infer(tiny_frames[:5], tiny_model, out, "--skip-existing")
     assert run.rc == 0 and run.out.startswith("1/1 frames"), run
     assert "cannot be read (" in run.err and f"warning: cannot record this run's settings in " \
         f"{str(out / SETTINGS_FILE)!r}" in run.err, run
-    assert len(output_names(out)) == 4
+    assert len(output_names(out)) == 5
 
 
-def test_a_checkpoints_record_holds_the_sha256_of_its_bytes(assets: Path, tmp_path: Path) -> None:
-    """A checkpoint is named by its bytes (taken from its export, not read again): independent of hashlib here."""
+def test_a_checkpoint_and_the_model_dir_built_from_it_are_one_model(assets: Path, tmp_path: Path) -> None:
+    """A checkpoint is named by the sha256 of its bytes (checked here with hashlib), its config and precision:
+    the model dir `build` makes of it resumes the folder the checkpoint wrote."""
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
-    frame = assets / "kitti" / "training" / "velodyne_fov" / "000001.bin"
+    frames = sorted((assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))[:2]
     out = tmp_path / "out"
-    run = cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress")
+    run = cli("infer", frames[0], "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress")
     assert run.rc == 0, run
-    model = json.loads((out / SETTINGS_FILE).read_text())["settings"]["--model"]
-    assert model == {"path": str(checkpoint), "sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(),
-                     "config": None, "precision": "fp32"}
-    run = cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress",
-              "--skip-existing", "--precision", "fp16")
-    assert run.rc == 2 and f"(--model another model there, {str(checkpoint)!r} now)" in run.err, run
+    model = record_of(out)["settings"]["--model"]
+    assert model["weights"] == {"sha256": hashlib.sha256(checkpoint.read_bytes()).hexdigest(), "layout": "openpcdet"}
+    assert (model["config_name"], model["precision"]) == ("openpcdet_kitti_3class", "fp32")
+    assert cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "built").rc == 0
+    assert load_model_dir(tmp_path / "built").cfg.digest() == model["config"]
+    run = cli("infer", *frames, "--model", tmp_path / "built", "--out", out, "--device", "cpu", "--no-progress",
+              "--skip-existing")
+    assert run.rc == 0 and "skipping 1 frame(s)" in run.err and run.out.startswith("1/1 frames"), run
 
 
 def test_eval_of_the_folder_takes_its_outputs_not_the_record(tiny_model: Path, tiny_frames: list[Path],

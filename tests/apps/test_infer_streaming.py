@@ -502,6 +502,27 @@ def test_ctrl_c_pressed_again_while_the_run_stops_does_not_cut_its_stop_short(mo
         shutil.rmtree(tmp_path / "out")
 
 
+def test_a_ctrl_c_its_starter_ignores_leaves_the_run_going(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A job started with SIGINT ignored (`cmd &` in a script) keeps it ignored: Ctrl-C at the terminal that
+    started the script does not stop it."""
+    from pointpillars_trt.model_dir import load_model_dir
+
+    folder = tmp_path / "many"
+    make_frames(folder, 200, load_model_dir(model_path).cfg.voxel.point_range, seed=7)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
+               str(tmp_path / "out"), "--device", "cpu", "--batch-size", "1", "--pipelines", "1"]
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    seen = ""
+    while "frame" not in seen:
+        seen += child.stderr.read(1) if child.stderr is not None else ""
+        assert child.poll() is None or seen, "the run ended before the signal"
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=120)
+    assert child.returncode == 0 and out.startswith("200/200 frames") and "interrupted" not in err, err[-2000:]
+
+
 def test_a_stop_signal_raises_once_and_is_ignored_while_the_run_stops() -> None:
     from pointpillars_trt.apps.cli import Terminated, _StopOnce
 

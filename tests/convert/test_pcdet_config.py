@@ -142,6 +142,11 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
      "class ([0, 1.57])"),
     ({"MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[2].feature_map_stride": 4},
      "MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[2].feature_map_stride is 4"),
+    # a bad first entry is named itself, not the good entry after it
+    ({"MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].anchor_rotations": []},
+     "MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].anchor_rotations is []; supported: a list of rotations in radians"),
+    ({"MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].feature_map_stride": "2"},
+     "MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].feature_map_stride is '2'; supported: a positive integer"),
     ({"MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].align_center": "yes"},
      "MODEL.DENSE_HEAD.ANCHOR_GENERATOR_CONFIG[0].align_center is 'yes'; supported: True or False"),
     ({"MODEL.POST_PROCESSING.OUTPUT_RAW_SCORE": True}, "MODEL.POST_PROCESSING.OUTPUT_RAW_SCORE is True"),
@@ -183,6 +188,10 @@ def test_base_config_lookup(tmp_path: Path) -> None:
     assert config_from_pcdet_yaml(alone, base_dir=TOOLS).digest() == config_from_pcdet_yaml(POINTPILLAR).digest()
     with pytest.raises(ConfigError, match="not found in .*elsewhere"):
         config_from_pcdet_yaml(alone, base_dir=tmp_path / "elsewhere")
+    itself = tmp_path / "itself.yaml"  # not "DATA_CONFIG.POINT_FEATURE_ENCODING is missing": what is wrong
+    itself.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", "itself.yaml"))
+    with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ 'itself.yaml' names this file itself; name the base config"):
+        config_from_pcdet_yaml(itself, base_dir=tmp_path)
 
 
 

@@ -110,8 +110,8 @@ def prediction_format(pred_dir: Path) -> str:
     """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
     if not pred_dir.is_dir():
         raise InputError(f"prediction folder {safe_repr(pred_dir)} does not exist or is not a folder")
-    odd_case = sorted(p.name for p in pred_dir.iterdir()
-                      if p.suffix.lower() in (".txt", ".json") and p.suffix not in (".txt", ".json"))
+    odd_case = sorted(p.name for p in pred_dir.iterdir()  # frame ids (KITTI's are digits), not a README.TXT
+                      if p.suffix.lower() in (".txt", ".json") and p.suffix not in (".txt", ".json") and p.stem.isdigit())
     if odd_case:  # on a case-sensitive file system its frame id would find no file: it would be passed over
         raise InputError(f"prediction folder {safe_repr(pred_dir)} holds {safe_repr(odd_case[0])}"
                          + (f" and {len(odd_case) - 1} more" if len(odd_case) > 1 else "")

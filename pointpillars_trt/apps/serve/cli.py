@@ -80,7 +80,7 @@ def run_serve(args: argparse.Namespace) -> int:
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
     from .repository import repository_held
-    from .server import check_bind_host, find_tritonserver
+    from .server import check_bind_host, find_tritonserver, refuse_busy_ports
 
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
     if len(set(ports)) != len(ports):
@@ -93,6 +93,9 @@ def run_serve(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             args.host = address
         install = find_tritonserver(args.tritonserver)
+        # a busy port given is refused before the repository is made or written (free ones are picked at the start)
+        refuse_busy_ports(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
+                                      "--metrics-port": args.metrics_port})
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
 
@@ -111,18 +114,15 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         if reason is not None:  # the repository's instances are decided here: a CPU one is said
             print(f"note: device auto: the model's instances run on the CPU (KIND_CPU): {reason}; write the "
                   "repository on the machine whose GPU tritonserver will use", file=sys.stderr, flush=True)
-    server = None if install is None else TritonServer(
-        args.repository, install=install, host=args.host, http_port=args.http_port, grpc_port=args.grpc_port,
-        metrics_port=args.metrics_port, end_with_parent=True)
-    if server is not None:
-        server.check_ports()  # a busy port refused before the repository is written
     target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
-    if server is None:
+    if install is None:
         print(f"wrote {target}", flush=True)
         return 0
+    server = TritonServer(args.repository, install=install, host=args.host, http_port=args.http_port,
+                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:
@@ -300,9 +300,8 @@ def _run_ray(args: argparse.Namespace) -> int:
     if resume.todo:
         require_ray(args.ray_address)  # before the model is read or exported
     check_model_path(args)
-    record = settings_record(args, fmt, out)
+    record = settings_record(args, fmt, out, frames)
     assert record is not None
-    record.check(args.skip_existing, len(resume.skipped))
     if not resume.todo:  # every frame's outputs are there: no cluster, no model
         failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
         return EXIT_FRAME_FAILURES if failed or path_errors else 0
@@ -319,7 +318,10 @@ def _run_ray(args: argparse.Namespace) -> int:
     def report(plan: OutputPlan, frames: int) -> FrameReport:
         """Called once the cluster is checked and the URIs are listed: what --skip-existing found said
         (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
-        record.write(model)
+        record.settle(model, model.cfg.with_thresholds(score_threshold=args.score_threshold, nms_iou=args.nms_iou,
+                                                       max_boxes=args.max_boxes),
+                      args.point_dim or model.cfg.num_point_columns, skip_existing=args.skip_existing,
+                      skipped=len(resume.skipped))
         say_resume(resume, fmt, out, retry=args.retry_failed)
         return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
 

@@ -164,6 +164,14 @@ _PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
+def refuse_busy_ports(host: str, ports: dict[str, int | None]) -> None:
+    """BackendError naming the first option whose port (None: not given) something already listens on."""
+    for option, number in ports.items():
+        if number is not None and port_in_use(host, number):
+            raise BackendError(f"{option} {number}: something already listens on {host}:{number} (another "
+                               "server?); pick another port, or leave the option out for a free one")
+
+
 class TritonServer:
     """One ``tritonserver`` process on a repository; ``start`` returns once the server is ready.
 
@@ -211,12 +219,9 @@ class TritonServer:
                 "--grpc-infer-allocation-pool-size=0"]
 
     def check_ports(self) -> None:
-        """Refuse a port something already listens on (BackendError naming its option), before any work."""
-        for option, number in (("--http-port", self.http_port), ("--grpc-port", self.grpc_port),
-                               ("--metrics-port", self.metrics_port)):
-            if port_in_use(self.host, number):
-                raise BackendError(f"{option} {number}: something already listens on {self.host}:{number} (another "
-                                   "server?); pick another port, or leave the option out for a free one")
+        """Refuse a port something already listens on (BackendError naming its option)."""
+        refuse_busy_ports(self.host, {"--http-port": self.http_port, "--grpc-port": self.grpc_port,
+                                      "--metrics-port": self.metrics_port})
 
     def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
         """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
