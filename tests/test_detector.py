@@ -25,6 +25,13 @@ STAGES = {"voxelize", "pfn", "scatter", "rpn", "postprocess", "total"}
 MODEL_FILES = ("pfn.onnx", "rpn.onnx", "model.json")
 
 
+def frame_in_range(model, points: int, intensity_top: float = 1.0, seed: int = 0) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """A frame of ``points`` points spread over ``model``'s point range, intensities uniform in 0..``intensity_top``."""
+    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
+    rng = np.random.default_rng(seed)
+    return np.column_stack([rng.uniform(lo, hi, (points, 3)), rng.uniform(0, intensity_top, points)]).astype(np.float32)
+
+
 def assert_same(a: Detections, b: Detections) -> None:
     np.testing.assert_array_equal(a.boxes, b.boxes)
     np.testing.assert_array_equal(a.scores, b.scores)
@@ -583,9 +590,7 @@ def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -
     from pointpillars_trt.errors import ConfigError, InputWarning, PointPillarsError
 
     model = tiny_model_dir(tmp_path / "m", seed=3)
-    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
-    rng = np.random.default_rng(0)
-    frame = np.column_stack([rng.uniform(lo, hi, (500, 3)), rng.uniform(0, 255, 500)]).astype(np.float32)
+    frame = frame_in_range(model, 500, intensity_top=255)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         detector = PointPillars(model, device="cpu")
@@ -622,9 +627,7 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
     from pointpillars_trt.errors import InputWarning
 
     model = tiny_model_dir(tmp_path / "m", seed=3)
-    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
-    rng = np.random.default_rng(0)
-    frame = np.column_stack([rng.uniform(lo, hi, (500, 3)), rng.uniform(0, 1, 500)]).astype(np.float32)
+    frame = frame_in_range(model, 500)
     frame[::7, 3] = 1e30
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -639,7 +642,7 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
     with warnings.catch_warnings(record=True) as caught:  # usual values: nothing to say
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:
-            frame[:, 3] = rng.uniform(0, 1, 500)
+            frame = frame_in_range(model, 500)
             assert all(np.isfinite(d.boxes).all() for d in [detector(frame), *detector.detect_batch([frame])])
     assert not [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
 
@@ -653,9 +656,7 @@ def test_neither_a_warm_up_nor_a_one_point_probe_uses_up_the_intensity_check(tmp
     from pointpillars_trt.errors import InputWarning
 
     model = tiny_model_dir(tmp_path / "m", seed=3)
-    lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
-    rng = np.random.default_rng(0)
-    frame = np.column_stack([rng.uniform(lo, hi, (500, 3)), rng.integers(0, 256, 500)]).astype(np.float32)
+    frame = frame_in_range(model, 500, intensity_top=255)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:

@@ -237,6 +237,11 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
     rewritten = sorted(name for name, (_, mtime) in state_of(out).items() if mtime != LONG_AGO)
     assert rewritten == ["000001.json", "000003.json"]
     assert len(assert_same_json_files(out, tmp_path / "local")) == 5
+    from pointpillars_trt.apps.run_settings import SETTINGS_FILE
+
+    record = json.loads((out / SETTINGS_FILE).read_text())  # the driver records the run as local infer does
+    assert record["settings"] == json.loads((tmp_path / "local" / SETTINGS_FILE).read_text())["settings"]
+    assert record["settings"]["--model"]["weights"] == {"random_seed": 3, "tiny": True}
 
     spoiled = tmp_path / "spoiled"  # the same model.json (the settings record's model), a graph no open survives
     shutil.copytree(tiny_model, spoiled)

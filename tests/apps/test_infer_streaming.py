@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -417,6 +418,21 @@ def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, f
         assert "z\\xff" in frames_named
 
 
+def started_infer(model_path: Path, folder: Path, out: Path, *options: str, **popen: Any) -> subprocess.Popen[str]:
+    """``infer FOLDER --model M --out OUT --device cpu OPTIONS`` in a child process, returned once its progress
+    bar says frames are running (stdout: ``popen``'s, else none; stderr: a pipe holding what follows)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
+    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
+               str(out), "--device", "cpu", *options]
+    child = subprocess.Popen(command, env=env, stdout=popen.pop("stdout", subprocess.DEVNULL), stderr=subprocess.PIPE,
+                             text=True, **popen)
+    seen = ""
+    while "frame" not in seen:
+        seen += child.stderr.read(1) if child.stderr is not None else ""
+        assert child.poll() is None or seen, "the run ended before it was running frames"
+    return child
+
+
 def test_interrupted_row_run_keeps_its_finished_rows(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Ctrl-C in a JSON Lines run: the rows of the frames finished so far are written (one part, flushed)
     and said; --skip-existing then runs only the others, and every frame has exactly one row."""
@@ -425,14 +441,7 @@ def test_interrupted_row_run_keeps_its_finished_rows(model_path, tmp_path) -> No
     folder = tmp_path / "many"
     make_frames(folder, 2000, load_model_dir(model_path).cfg.voxel.point_range, seed=5)
     out = tmp_path / "rows"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
-               str(out), "--device", "cpu", "--format", "jsonl", "--batch-size", "1", "--pipelines", "1"]
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    while "frame" not in seen:  # the progress bar: frames are running
-        seen += child.stderr.read(1) if child.stderr is not None else ""
-        assert child.poll() is None or seen, "the run ended before it could be interrupted"
+    child = started_infer(model_path, folder, out, "--format", "jsonl", "--batch-size", "1", "--pipelines", "1")
     time.sleep(0.3)
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
@@ -456,14 +465,7 @@ def test_interrupted_json_run_says_how_many_frames_it_wrote_and_how_to_finish(mo
     folder = tmp_path / "many"
     make_frames(folder, 2000, load_model_dir(model_path).cfg.voxel.point_range, seed=5)
     out = tmp_path / "files"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
-               str(out), "--device", "cpu", "--batch-size", "1", "--pipelines", "1"]
-    child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    seen = ""
-    while "frame" not in seen:  # the progress bar: frames are running
-        seen += child.stderr.read(1) if child.stderr is not None else ""
-        assert child.poll() is None or seen, "the run ended before it could be interrupted"
+    child = started_infer(model_path, folder, out, "--batch-size", "1", "--pipelines", "1")
     time.sleep(0.3)
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
@@ -484,15 +486,8 @@ def test_ctrl_c_pressed_again_while_the_run_stops_does_not_cut_its_stop_short(mo
 
     folder = tmp_path / "many"
     make_frames(folder, 400, load_model_dir(model_path).cfg.voxel.point_range, seed=6)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
-               str(tmp_path / "out"), "--device", "cpu", "--format", "jsonl"]
     for attempt in range(3):
-        child = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seen = ""
-        while "frame" not in seen:  # the progress bar: frames are running
-            seen += child.stderr.read(1) if child.stderr is not None else ""
-            assert child.poll() is None or seen, "the run ended before it could be interrupted"
+        child = started_infer(model_path, folder, tmp_path / "out", "--format", "jsonl")
         for _ in range(3):
             child.send_signal(signal.SIGINT)
             time.sleep(0.02)
@@ -509,18 +504,25 @@ def test_a_ctrl_c_its_starter_ignores_leaves_the_run_going(model_path, tmp_path)
 
     folder = tmp_path / "many"
     make_frames(folder, 200, load_model_dir(model_path).cfg.voxel.point_range, seed=7)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests")])}
-    command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model_path), "--out",
-               str(tmp_path / "out"), "--device", "cpu", "--batch-size", "1", "--pipelines", "1"]
-    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
-    seen = ""
-    while "frame" not in seen:
-        seen += child.stderr.read(1) if child.stderr is not None else ""
-        assert child.poll() is None or seen, "the run ended before the signal"
+    child = started_infer(model_path, folder, tmp_path / "out", "--batch-size", "1", "--pipelines", "1",
+                          stdout=subprocess.PIPE, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     child.send_signal(signal.SIGINT)
     out, err = child.communicate(timeout=120)
     assert child.returncode == 0 and out.startswith("200/200 frames") and "interrupted" not in err, err[-2000:]
+
+
+def test_an_error_a_ctrl_c_caused_is_reported_as_that_ctrl_c() -> None:
+    """A Ctrl-C cutting a library's import short surfaces as ImportError ("initialization failed") raised while
+    handling it: the run says "interrupted" (130), not a traceback; an error of its own stays an error."""
+    from pointpillars_trt.apps.cli import _interrupt_behind
+
+    with pytest.raises(ImportError) as caught:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")  # noqa: B904 - as the library raises it
+    assert isinstance(_interrupt_behind(caught.value), KeyboardInterrupt)
+    assert _interrupt_behind(ValueError("a frame's own error")) is None
 
 
 def test_a_stop_signal_raises_once_and_is_ignored_while_the_run_stops() -> None:

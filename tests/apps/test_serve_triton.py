@@ -714,6 +714,14 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
         assert len(json.loads((remote / name).read_text())["scores"]) <= 3
     assert any((plain / n).read_bytes() != (remote / n).read_bytes() for n in names), "the options must matter"
+    from pointpillars_trt.apps.run_settings import SETTINGS_FILE
+
+    settings = json.loads((remote / SETTINGS_FILE).read_text())["settings"]  # the served model named by its server
+    assert settings["--model"] == {"server": kitti_server.endpoints["grpc"]} and settings["--max-boxes"] == 3
+    more = [*frames, str(assets / "kitti/training/velodyne_fov/000003.bin")]  # a frame to run: checked
+    with pytest.raises(InputError, match=r"other settings \(--score-threshold 0.3 there, not given \(the model's "
+                                         r"default\) now; --nms-iou 0.2 there"):
+        run_scaleout_infer(infer_args(more, remote, kitti_server.endpoints["grpc"], "grpc", "--skip-existing"))
     with pytest.raises(InputError, match=r"^--model, --backend, --device: the server's model and settings run"):
         run_scaleout_infer(infer_args(frames, tmp_path / "x", kitti_server.endpoints["grpc"], "grpc", "--model",
                                       str(assets / CHECKPOINT), "--device", "cuda:5", "--backend", "tensorrt"))
