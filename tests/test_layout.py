@@ -132,7 +132,8 @@ def test_no_import_cycle_in_apps() -> None:
 
 
 def test_the_named_arrows_are_absent() -> None:
-    """The issue's four: kernels -> engines, engines -> the pipeline, the library -> apps, oracle -> GPU code."""
+    """Four arrows the floors forbid by name: kernels -> engines, engines -> the pipeline, the library -> apps,
+    oracle -> GPU code."""
     def edges(src: tuple[str, ...], dst: tuple[str, ...]) -> list[tuple[str, str]]:
         return [(m, t) for m, ts in GRAPH.items() for t in ts if floor_of(m) in src and floor_of(t) in dst]
 

@@ -175,7 +175,9 @@ def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> N
     os.kill(serve.server_pid(), signal.SIGKILL)
     rc, err = serve.finish()
     lines = error_lines(err)
-    assert rc == 1 and len(lines) == 1 and "tritonserver exited with code -9" in lines[0], err[-2000:]
+    assert rc == 1 and len(lines) == 1 and lines[0] == (
+        "error: tritonserver exited with code -9 (SIGKILL: killed by the kernel's out-of-memory killer, or kill -9); "
+        "restart serve (a supervisor such as systemd's Restart=on-failure does it for you)"), err[-2000:]
     assert serve.shm_regions() == []
     deadline = time.monotonic() + 5  # SIGKILL takes a moment; a dead one waits as a zombie for its new parent
     while [pid for pid in stubs if running(pid)] and time.monotonic() < deadline:

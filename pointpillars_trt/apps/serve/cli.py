@@ -170,7 +170,12 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
     while not stop.wait(min(0.5, interval)):
         code = server.exit_code() if server.process is not None else None
         if code is not None:
-            print(f"error: tritonserver exited with code {code}", file=sys.stderr, flush=True)
+            died = "" if code >= 0 or -code not in signal.valid_signals() else \
+                f" ({signal.Signals(-code).name}: " + ("killed by the kernel's out-of-memory killer, or kill -9)"
+                                                       if code == -signal.SIGKILL else
+                                                       "it crashed; its own log above says why)")
+            print(f"error: tritonserver exited with code {code}{died}; restart serve (a supervisor such as systemd's "
+                  "Restart=on-failure does it for you)", file=sys.stderr, flush=True)
             return EXIT_FRAME_FAILURES
         if time.monotonic() < next_probe:
             continue
