@@ -26,6 +26,7 @@ from ..errors import (
     CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError, one_line, safe_repr,
 )
 from ..model_dir import package_version
+from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
 from .infer import add_infer_parser
@@ -118,14 +119,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _paths_after_options(paths: list[str], extra: Sequence[str]) -> list[str]:
-    """Move the words argparse left over that are paths (they exist, or are glob patterns; any word after
-    ``--``) into ``paths``; the rest, unknown options and stray values (``--fov-only yes``), are returned."""
+    """Move the words argparse left over that are paths (they exist, are glob patterns or name a point file, which
+    the run then says is missing; any word after ``--``) into ``paths``; the rest, unknown options and stray
+    values (``--fov-only yes``), are returned."""
     left: list[str] = []
     after_dashes = False
     for word in extra:
         if word == "--" and not after_dashes:
             after_dashes = True
-        elif after_dashes or (not word.startswith("-") and (os.path.lexists(word) or glob.has_magic(word))):
+        elif after_dashes or (not word.startswith("-") and (os.path.lexists(word) or glob.has_magic(word) or
+                                                           word.lower().endswith(SUPPORTED_EXTENSIONS))):
             paths.append(word)
         else:
             left.append(word)

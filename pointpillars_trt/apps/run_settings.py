@@ -25,13 +25,14 @@ from ..kitti import calib_folder
 from ..model_dir import ModelDir, package_version
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
+from .outputs import existing_parts
 
 #: The record's name in --out: hidden, and no frame's output name (those are ``<frame>.<suffix>``).
 SETTINGS_FILE = ".pointpillars-trt-run.json"
 SETTINGS_VERSION = 1
 _SETTINGS_MAX_BYTES = 1 << 16
-#: Suffixes of a frame's own output files (its row formats' parts hold many frames and are refused apart).
-_FRAME_FILE_SUFFIXES = (".json", ".txt", ".png")
+#: The suffix of a frame's own output file, by format (row formats' parts hold many frames).
+_FRAME_FILE_SUFFIXES = {"json": ".json", "kitti": ".txt"}
 
 #: How each setting reads in a message when the run left it to its default.
 _NOT_GIVEN = {"--calib": "each frame's sibling calib/", "--image-shape": "each frame's image_2 PNG, else 375,1242"}
@@ -116,6 +117,11 @@ def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
     return f"{_shown('--model', earlier)} there, {_shown('--model', now)} now: {', '.join(what)}"
 
 
+def _listed(changed: Sequence[str], most: int = 3) -> str:
+    """The first ``most`` differences, and how many more: a refusal stays one readable line."""
+    return "; ".join(changed[:most]) + (f"; and {len(changed) - most} more" if len(changed) > most else "")
+
+
 def differences(earlier: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
     """The settings of ``now`` that differ from ``earlier``'s, each as "OPTION X there, Y now"."""
     changed = []
@@ -140,27 +146,37 @@ class SettingsRecord:
         self.out = out
         self.path = out / SETTINGS_FILE
         self._args, self._fmt, self._frames = args, fmt, frames
-        self.earlier: dict[str, object] | None = None
-        self.mixed = False  # the folder holds outputs of more than one set of settings
+        self.earlier: dict[str, object] | None = None  # the settings of this format's outputs
+        self.mixed = False  # this format's outputs were made with more than one set of settings
+        self._others: dict[str, object] = {}  # the entries of the other formats' outputs, kept as they are
         self.unreadable: str | None = None  # why the earlier record could not be read
-        self._read()
 
     def _read(self) -> None:
+        """The record holds an entry for each output format (JSON and KITTI files of one frame may share a folder,
+        made with other settings each: the crop is KITTI output's by default)."""
+        self.earlier, self.mixed, self._others, self.unreadable = None, False, {}, None
         if not os.path.lexists(self.path):
             return
         try:
             record = loads_json(read_regular_file(self.path, max_bytes=_SETTINGS_MAX_BYTES, what="settings record"))
-            settings = record.get("settings") if isinstance(record, dict) else None
-            if not isinstance(settings, dict):
+            if not isinstance(record, dict) or type(record.get("format_version")) is not int or \
+                    record["format_version"] != SETTINGS_VERSION:
+                found = record.get("format_version") if isinstance(record, dict) else None
+                raise ValueError(f"format_version {safe_repr(found)}, not {SETTINGS_VERSION}: not a record of this "
+                                 "version of pointpillars-trt")
+            outputs = record.get("outputs")
+            if not isinstance(outputs, dict):
                 raise ValueError("not a settings record")
-            if record.get("format_version") != SETTINGS_VERSION:
-                raise ValueError(f"format_version {safe_repr(record.get('format_version'))}, not "
-                                 f"{SETTINGS_VERSION}: another version of pointpillars-trt wrote it")
+            entry = outputs.get(self._fmt)
+            if entry is not None and not (isinstance(entry, dict) and isinstance(entry.get("settings"), dict)):
+                raise ValueError(f"its {self._fmt} entry is not a settings record")
         except (PointPillarsError, ValueError, RecursionError) as exc:
             self.unreadable = one_line(exc)
             return
-        self.earlier = settings
-        self.mixed = record.get("mixed") is True
+        self._others = {fmt: value for fmt, value in outputs.items() if fmt != self._fmt}
+        if entry is not None:
+            self.earlier = entry["settings"]
+            self.mixed = entry.get("mixed") is True
 
     def settle(self, opened: ModelDir | None, cfg: ModelConfig | None, point_dim: int, *, skip_existing: bool,
                skipped: int) -> None:
@@ -168,6 +184,7 @@ class SettingsRecord:
         kept, refuse settings other than those the kept outputs were made with (or a folder of several); say
         once when they cannot be checked; then record this run's settings, marked mixed when the folder keeps
         outputs of other settings (a plain run rewrites only its own frames)."""
+        self._read()  # again: another run into this folder may have settled since this one started
         settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim)
         changed = differences(self.earlier, settings) if self.earlier is not None else []
         if skip_existing and skipped:
@@ -175,14 +192,13 @@ class SettingsRecord:
         mixed = (self.mixed or bool(changed)) and self._keeps_other_frames()
         if changed and mixed:
             print(f"warning: {safe_repr(str(self.out))} holds outputs of other frames made with other settings "
-                  f"({'; '.join(changed)}); this run rewrites only its own frames' outputs: give another --out to "
+                  f"({_listed(changed)}); this run rewrites only its own frames' outputs: give another --out to "
                   "keep the two apart (a --skip-existing run into this folder will be refused)", file=sys.stderr)
         if self.earlier == settings and self.mixed == mixed:
             return
-        record: dict[str, object] = {"format_version": SETTINGS_VERSION,
-                                     "written_by": f"pointpillars-trt {package_version()}", "settings": settings}
-        if mixed:
-            record["mixed"] = True
+        entry: dict[str, object] = {"settings": settings, **({"mixed": True} if mixed else {})}
+        record = {"format_version": SETTINGS_VERSION, "written_by": f"pointpillars-trt {package_version()}",
+                  "outputs": {**self._others, self._fmt: entry}}
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path, record)
@@ -197,26 +213,32 @@ class SettingsRecord:
         where = safe_repr(str(self.out))
         if changed:
             raise InputError(f"--skip-existing: the outputs in {where} were made with other settings "
-                             f"({'; '.join(changed)}): resuming would mix outputs of both in one folder; run with "
+                             f"({_listed(changed)}): resuming would mix outputs of both in one folder; run with "
                              "the settings of those outputs, or give another --out")
         if self.mixed:
             raise InputError(f"--skip-existing: the outputs in {where} were made with more than one set of settings "
                              "(a run without --skip-existing rewrote some frames with other settings): which frames "
                              "to keep cannot be told; run them again without --skip-existing, or give another --out")
         if self.earlier is None:
-            why = f"cannot be read ({self.unreadable})" if self.unreadable else "is missing (an older version wrote them)"
+            why = (f"cannot be read ({self.unreadable})" if self.unreadable else
+                   "is missing (an older version wrote the outputs, or it was removed)" if not os.path.lexists(self.path) else
+                   f"has no entry for its {self._fmt} outputs (runs of other formats wrote it)")
             print(f"note: the record of the settings that made the outputs in {where} ({SETTINGS_FILE}) {why}: the "
                   f"{skipped} frame(s) skipped are taken as made with this run's", file=sys.stderr)
 
     def _keeps_other_frames(self) -> bool:
-        """Whether --out holds a frame output (a file a frame) of a frame this run does not rewrite."""
+        """Whether --out holds an output of this format of a frame this run does not rewrite: a file of another
+        frame, or for row formats any earlier part (a run only adds a part: every earlier row stays)."""
+        suffix = _FRAME_FILE_SUFFIXES.get(self._fmt)
+        if suffix is None:
+            return bool(existing_parts(self.out, self._fmt))
         ours = {os.path.splitext(os.path.basename(frame))[0] for frame in self._frames}
         try:
             names = os.listdir(self.out)
         except OSError:
             return False
-        return any(not name.startswith(".") and name != REPORT_FILE and os.path.splitext(name)[1] in
-                   _FRAME_FILE_SUFFIXES and os.path.splitext(name)[0] not in ours for name in names)
+        return any(not name.startswith(".") and name != REPORT_FILE and os.path.splitext(name)[1] == suffix and
+                   os.path.splitext(name)[0] not in ours for name in names)
 
 
 def settings_record(args: argparse.Namespace, fmt: str, out: Path | None, frames: Sequence[str]) -> SettingsRecord | None:

@@ -240,8 +240,8 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
     from pointpillars_trt.apps.run_settings import SETTINGS_FILE
 
     record = json.loads((out / SETTINGS_FILE).read_text())  # the driver records the run as local infer does
-    assert record["settings"] == json.loads((tmp_path / "local" / SETTINGS_FILE).read_text())["settings"]
-    assert record["settings"]["--model"]["weights"] == {"random_seed": 3, "tiny": True}
+    assert record["outputs"] == json.loads((tmp_path / "local" / SETTINGS_FILE).read_text())["outputs"]
+    assert record["outputs"]["json"]["settings"]["--model"]["weights"] == {"random_seed": 3, "tiny": True}
 
     spoiled = tmp_path / "spoiled"  # the same model.json (the settings record's model), a graph no open survives
     shutil.copytree(tiny_model, spoiled)
@@ -539,11 +539,14 @@ def test_sigterm_while_the_cluster_starts_ends_as_ctrl_c_does(tmp_path: Path) ->
     assert "Traceback" not in done.stderr, done.stderr
 
 
-def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """SIGTERM to ``infer --ray --format jsonl`` (its own local cluster, in a child process) once the driver has
-    received rows (the first frame's warning, said as its row arrives): the rows received are written as a last
-    part and said, then one ``terminated`` line and exit code 143, as local infer ends (Ray's driver handler, a
-    stack dump and exit 15, is not left in place); ``--skip-existing`` then runs only the frames without a row."""
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cluster, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                           fmt: str) -> None:
+    """SIGTERM to ``infer --ray`` (its own local cluster, in a child process) once the driver has received frames
+    (the first frame's warning, said as its record arrives): a row run's rows received are written as a last part
+    and said, a JSON run says the files its workers reported (and that they may have written more); then one
+    ``terminated`` line and exit code 143, as local infer ends (Ray's driver handler, a stack dump and exit 15,
+    is not left in place); ``--skip-existing`` then runs only the frames without outputs."""
     import signal
     import subprocess
     import threading
@@ -559,7 +562,7 @@ def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ra
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(model.path),
                               "--out", str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "1",
-                              "--batch-size", "1", "--format", "jsonl"],
+                              "--batch-size", "1", "--format", fmt],
                              env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     lines: list[str] = []
     received = threading.Event()
@@ -586,9 +589,18 @@ def test_sigterm_stops_a_ray_row_run_as_ctrl_c_does_keeping_the_rows_received(ra
     err = "".join(lines)
     assert child.returncode == 143 and err.endswith("terminated\n"), err
     assert "SIGTERM received" not in err, err
+    frames = sorted(str(path) for path in folder.iterdir())
+    if fmt == "json":
+        said = re.search(rf"stopped: the outputs of (\d+) finished frame\(s\) are in {re.escape(repr(str(out)))} \(and "
+                         r"the workers may have written more\); rerun with --skip-existing to finish\n", err)
+        kept_files = output_names(out)
+        assert said is not None and 0 < int(said.group(1)) <= len(kept_files) <= len(frames), err  # workers go on
+        rc, stdout, err = ray_infer(folder, model.path, out, "--skip-existing")
+        assert rc == 0 and f"skipping {len(kept_files)} frame(s)" in err, (stdout, err)
+        assert output_names(out) == sorted(f"{Path(frame).stem}.json" for frame in frames)
+        return
     (part,) = out.glob("detections-*.jsonl")
     kept = [json.loads(line)["source"] for line in part.read_text().splitlines()]
-    frames = sorted(str(path) for path in folder.iterdir())
     assert 0 < len(kept) < len(frames) and kept == frames[:len(kept)], err  # in input order, from the first
     assert (f"stopped: the rows of {len(kept)} finished frame(s) are in '{part}'; rerun with --skip-existing to "
             "finish\n") in err, err  # as local infer says it

@@ -245,6 +245,9 @@ def test_paths_after_the_options_are_frames_too(tiny_model: Path, tiny_frames: l
     run = cli("infer", first, "--model", tiny_model, "--out", tmp_path / "d", "--device", "cpu", "--no-progress",
               *LOOSE, "--", second)  # after --, a path whatever it looks like
     assert run.rc == 0 and run.out.startswith("2/2 frames"), run
+    missing = tmp_path / "missing.bin"  # named as a point file: a frame the run says is missing
+    run = cli("infer", first, "--model", tiny_model, "--device", "cpu", "--no-progress", *LOOSE, missing)
+    assert run.rc == 1 and f"error: point file {str(missing)!r} does not exist" in run.err, run
     for stray, unknown in ((["--bogus"], "--bogus"), (["--fov-only", "yes"], "yes")):  # not a path: refused, no run
         with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
             main(["infer", str(first), "--model", str(tiny_model), str(second), *stray])

@@ -27,8 +27,9 @@ def files_of(folder: Path) -> dict[str, bytes]:
     return {name: (folder / name).read_bytes() for name in sorted(os.listdir(folder))}
 
 
-def record_of(out: Path) -> dict[str, object]:
-    return json.loads((out / SETTINGS_FILE).read_text())
+def record_of(out: Path, fmt: str = "json") -> dict[str, object]:
+    """The record's entry of ``fmt`` outputs: their settings, and whether they are mixed."""
+    return json.loads((out / SETTINGS_FILE).read_text())["outputs"][fmt]
 
 
 def test_a_resumed_run_of_other_thresholds_another_model_or_crop_is_refused_and_changes_nothing(
@@ -116,12 +117,13 @@ def test_outputs_without_a_record_or_with_one_unreadable_are_resumed_with_a_note
     run = infer(tiny_frames[:3], tiny_model, out, "--skip-existing")
     assert run.rc == 0 and run.err.splitlines()[0] == (
         f"note: the record of the settings that made the outputs in {str(out)!r} ({SETTINGS_FILE}) is missing (an "
-        "older version wrote them): the 2 frame(s) skipped are taken as made with this run's"), run
+        "older version wrote the outputs, or it was removed): the 2 frame(s) skipped are taken as made with this "
+        "run's"), run
     assert (out / SETTINGS_FILE).is_file()  # the run's own frames went in with its settings
-    record = record_of(out)
+    record = json.loads((out / SETTINGS_FILE).read_text())
     (out / SETTINGS_FILE).write_text(json.dumps({**record, "format_version": 99}))
     run = infer(tiny_frames[:4], tiny_model, out, "--skip-existing")
-    assert run.rc == 0 and "cannot be read (format_version 99, not 1: another version" in run.err, run
+    assert run.rc == 0 and "cannot be read (format_version 99, not 1: not a record of this version" in run.err, run
     (out / SETTINGS_FILE).unlink()
     (out / SETTINGS_FILE).mkdir()  # neither readable nor replaceable: said, and the frames still run
     run = infer(tiny_frames[:5], tiny_model, out, "--skip-existing")
@@ -158,3 +160,33 @@ def test_eval_of_the_folder_takes_its_outputs_not_the_record(tiny_model: Path, t
     labels = one_car_labels(tmp_path, tiny_frames[:2])
     run = cli("eval", "--pred", out, "--labels", labels, "--calib", tiny_frames[0].parent.parent / "calib")
     assert run.rc == 0 and run.out.startswith("2 frames, predictions "), run
+
+
+def test_json_and_kitti_outputs_of_one_folder_keep_their_own_settings(tiny_model: Path, tiny_frames: list[Path],
+                                                                      tmp_path: Path) -> None:
+    """JSON files (as read) and KITTI lines (camera-view crop by default) of the same frames in one folder: each
+    format's resume is checked against the settings of its own outputs, not the last run's."""
+    out = tmp_path / "out"
+    assert infer(tiny_frames[1:3], tiny_model, out).rc == 0
+    assert infer(tiny_frames[1:3], tiny_model, out, "--format", "kitti").rc == 0
+    assert record_of(out)["settings"]["--fov-only"] is False and record_of(out, "kitti")["settings"]["--fov-only"]
+    for extra in ([], ["--format", "kitti"]):
+        run = infer(tiny_frames[1:4], tiny_model, out, "--skip-existing", *extra)
+        assert run.rc == 0 and "skipping 2 frame(s)" in run.err and "other settings" not in run.err, run
+    run = infer(tiny_frames[1:5], tiny_model, out, "--skip-existing", "--fov-only")  # JSON of another crop: refused
+    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
+
+
+def test_rows_of_other_frames_made_with_other_settings_mark_the_folder_mixed(tiny_model: Path,
+                                                                            tiny_frames: list[Path],
+                                                                            tmp_path: Path) -> None:
+    """Row parts keep every earlier row: new frames of other settings beside them (a resume with nothing to skip)
+    are said and mark the folder mixed, which the next resume refuses."""
+    out = tmp_path / "out"
+    assert infer(tiny_frames[1:3], tiny_model, out, "--format", "jsonl").rc == 0
+    run = infer(tiny_frames[3:5], tiny_model, out, "--format", "jsonl", "--skip-existing", "--max-boxes", "2")
+    assert run.rc == 0 and "holds outputs of other frames made with other settings (--max-boxes 25 there, 2 now)" \
+        in run.err, run
+    assert record_of(out, "jsonl")["mixed"] is True
+    run = infer(tiny_frames[1:6], tiny_model, out, "--format", "jsonl", "--skip-existing", "--max-boxes", "2")
+    assert run.rc == 2 and "were made with more than one set of settings" in run.err, run

@@ -716,7 +716,7 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
     assert any((plain / n).read_bytes() != (remote / n).read_bytes() for n in names), "the options must matter"
     from pointpillars_trt.apps.run_settings import SETTINGS_FILE
 
-    settings = json.loads((remote / SETTINGS_FILE).read_text())["settings"]  # the served model named by its server
+    settings = json.loads((remote / SETTINGS_FILE).read_text())["outputs"]["json"]["settings"]  # named by its server
     assert settings["--model"] == {"server": kitti_server.endpoints["grpc"]} and settings["--max-boxes"] == 3
     more = [*frames, str(assets / "kitti/training/velodyne_fov/000003.bin")]  # a frame to run: checked
     with pytest.raises(InputError, match=r"other settings \(--score-threshold 0.3 there, not given \(the model's "
