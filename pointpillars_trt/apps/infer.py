@@ -32,8 +32,8 @@ from ..points import columns_text
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
-from .outputs import FILE_FORMATS, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, existing_parts, \
-    frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
+from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
+    existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
@@ -340,7 +340,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
-        suffixes = {"json": [".json"], "kitti": [".txt"]}.get(fmt, []) + ([".png"] if args.viz else [])
+        suffixes = ([FILE_SUFFIXES[fmt]] if fmt in FILE_SUFFIXES else []) + ([".png"] if args.viz else [])
         if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
             suffixes.append(".txt")
         check_distinct_outputs(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])

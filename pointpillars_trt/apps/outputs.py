@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 FILE_FORMATS = ("json", "kitti")
 ROW_FORMATS = ("jsonl", "parquet")
 OUTPUT_FORMATS = FILE_FORMATS + ROW_FORMATS
+#: The suffix of a frame's file in each per-frame format.
+FILE_SUFFIXES = {"json": ".json", "kitti": ".txt"}
 #: Rows of one JSON Lines / Parquet part file, and the longest a part is filled before it is written (a
 #: slow run, say on the CPU, writes its rows a minute at a time): a kill loses at most the part being filled.
 ROWS_PER_PART = 10_000

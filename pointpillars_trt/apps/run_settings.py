@@ -25,14 +25,12 @@ from ..kitti import calib_folder
 from ..model_dir import ModelDir, package_version
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
-from .outputs import existing_parts
+from .outputs import FILE_SUFFIXES, existing_parts
 
 #: The record's name in --out: hidden, and no frame's output name (those are ``<frame>.<suffix>``).
 SETTINGS_FILE = ".pointpillars-trt-run.json"
 SETTINGS_VERSION = 1
 _SETTINGS_MAX_BYTES = 1 << 16
-#: The suffix of a frame's own output file, by format (row formats' parts hold many frames).
-_FRAME_FILE_SUFFIXES = {"json": ".json", "kitti": ".txt"}
 
 #: How each setting reads in a message when the run left it to its default.
 _NOT_GIVEN = {"--calib": "each frame's sibling calib/", "--image-shape": "each frame's image_2 PNG, else 375,1242"}
@@ -106,11 +104,11 @@ def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
     if "server" in now or "server" in earlier:
         return None if earlier.get("server") == now.get("server") else \
             f"{_shown('--model', earlier)} there, {_shown('--model', now)} now"
-    what = [f"precision {earlier.get('precision')} there, {now['precision']} now"] \
-        if earlier.get("precision") != now["precision"] else []
-    if earlier.get("config") != now["config"]:
-        what.append(f"config {safe_repr(earlier.get('config_name'))} there, {safe_repr(now['config_name'])} now")
-    if earlier.get("weights") != now["weights"]:
+    what = [f"precision {earlier.get('precision')} there, {now.get('precision')} now"] \
+        if earlier.get("precision") != now.get("precision") else []
+    if earlier.get("config") != now.get("config"):
+        what.append(f"config {safe_repr(earlier.get('config_name'))} there, {safe_repr(now.get('config_name'))} now")
+    if earlier.get("weights") != now.get("weights"):  # a model named by its path alone has none to compare
         what.append("other weights")
     if not what:
         return None
@@ -229,7 +227,7 @@ class SettingsRecord:
     def _keeps_other_frames(self) -> bool:
         """Whether --out holds an output of this format of a frame this run does not rewrite: a file of another
         frame, or for row formats any earlier part (a run only adds a part: every earlier row stays)."""
-        suffix = _FRAME_FILE_SUFFIXES.get(self._fmt)
+        suffix = FILE_SUFFIXES.get(self._fmt)
         if suffix is None:
             return bool(existing_parts(self.out, self._fmt))
         ours = {os.path.splitext(os.path.basename(frame))[0] for frame in self._frames}

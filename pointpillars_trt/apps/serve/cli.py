@@ -305,12 +305,12 @@ def _run_ray(args: argparse.Namespace) -> int:
     if resume.todo:
         require_ray(args.ray_address)  # before the model is read or exported
     check_model_path(args)
-    record = settings_record(args, fmt, out, frames)
-    assert record is not None
     if not resume.todo:  # every frame's outputs are there: no cluster, no model
         failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
         return EXIT_FRAME_FAILURES if failed or path_errors else 0
     model = resolve_model(args.model)
+    record = settings_record(args, fmt, out, frames)
+    assert record is not None  # --out is required above
     local_todo = [frame for frame in resume.todo if not is_uri(frame)]
     # before the cluster starts, as local infer checks them before any frame runs
     check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
