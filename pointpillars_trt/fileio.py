@@ -460,16 +460,18 @@ class DuplicateKeyError(PointPillarsError, ValueError):
     hand would be read as something other than what it seems to say. The reader names the file."""
 
 
-def text_lines(data: bytes, source: str) -> list[str]:
-    """The lines of a UTF-8 text file's bytes (KITTI labels, predictions, id lists): a byte-order mark that
+def read_text_lines(path: PathLike, *, max_bytes: int, what: str) -> list[str]:
+    """The lines of a UTF-8 text file (KITTI labels, predictions, id lists), read bounded (a FIFO, a device
+    or a file over ``max_bytes`` is refused before anything blocks or fills memory): a byte-order mark that
     editors on Windows put first is dropped (kept, it made the first line's class "\\ufeffCar", which no
-    evaluation counts), and bytes that are no UTF-8 are refused naming ``source`` and where, not replaced."""
+    evaluation counts), and bytes that are no UTF-8 are refused naming the file and where, not replaced."""
+    data = read_regular_file(path, max_bytes=max_bytes, what=what)
     try:
         return data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise InputError(f"{source}, line {line}: bytes that are no UTF-8 text (byte {exc.start}); "
-                         "is it a text file?") from None
+        raise InputError(f"{what} {safe_repr(os.fspath(path))}, line {line}: bytes that are no UTF-8 text "
+                         f"(byte {exc.start}); is it a text file?") from None
 
 
 def loads_json(data: str | bytes) -> Any:

@@ -25,7 +25,7 @@ import numpy as np
 
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
-from .fileio import read_file_head, read_regular_file, special_kind, text_lines, write_bytes_atomic
+from .fileio import read_file_head, read_regular_file, read_text_lines, special_kind, write_bytes_atomic
 from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -620,6 +620,14 @@ def first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
     return None
 
 
+def read_label_file(path: PathLike, *, with_score: bool | None,
+                    what: str = "label file") -> tuple[list[str], np.ndarray]:
+    """A KITTI label_2 file (ground truth or predictions), read bounded and checked by
+    :func:`parse_label_lines`: (types, (N, 15) values)."""
+    lines = read_text_lines(path, max_bytes=_LABEL_MAX_BYTES, what=what)
+    return parse_label_lines(lines, f"{what} {safe_repr(os.fspath(path))}", with_score=with_score)
+
+
 class LabelBoxes(NamedTuple):
     """Objects of a KITTI label file in the lidar frame (OpenPCDet box convention)."""
 
@@ -639,12 +647,9 @@ def kitti_label_to_lidar_boxes(
     R0_rect @ Tr_velo_to_cam.
     """
     if isinstance(source, (str, os.PathLike)):
-        name = f"label file {safe_repr(source)}"
-        data = read_regular_file(source, max_bytes=_LABEL_MAX_BYTES, what="label file")
-        lines = text_lines(data, name)
+        all_names, table = read_label_file(source, with_score=None)
     else:
-        name, lines = "label lines", list(source)
-    all_names, table = parse_label_lines(lines, name, with_score=None)
+        all_names, table = parse_label_lines(list(source), "label lines", with_score=None)
     objects = np.array([kind != "DontCare" for kind in all_names], bool)
     names = [kind for kind, keep in zip(all_names, objects) if keep]
     table = table[objects]

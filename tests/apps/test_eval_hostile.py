@@ -100,7 +100,7 @@ def test_huge_finite_values_are_refused_without_overflow_warnings(folders: tuple
     labels, pred = folders
     (pred / "000000.txt").write_text(line + "\n")
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
-    assert rc == 2 and err.count("\n") == 1 and "000000.txt, line 1: a value beyond" in err, err
+    assert rc == 2 and err.count("\n") == 1 and "000000.txt', line 1: a value beyond" in err, err
 
 
 @pytest.mark.parametrize("which", ["pred", "labels"])
@@ -118,7 +118,7 @@ def test_negative_sizes_and_backwards_2d_boxes_are_refused(folders: tuple[Path, 
     target = (pred if which == "pred" else labels) / "000000.txt"
     target.write_text(line + (" 0.9" if which == "pred" else "") + "\n")
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
-    assert rc == 2 and err.count("\n") == 1 and f"{target}, line 1: {problem}" in err, err
+    assert rc == 2 and err.count("\n") == 1 and f"{target}', line 1: {problem}" in err, err
     (labels / "000000.txt").write_text(GT + "DontCare -1 -1 -10 500 150 560 190 -1 -1 -1 -1000 -1000 -1000 -10\n")
     (pred / "000000.txt").write_text(PRED)
     assert eval_cli("--pred", pred, "--labels", labels)[0] == 0

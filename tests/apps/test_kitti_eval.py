@@ -241,7 +241,7 @@ def test_ids_file_selects_frames_and_missing_files_are_named(tmp_path: Path) -> 
 ])
 def test_bad_prediction_lines_are_input_errors(tmp_path: Path, line: str, problem: str) -> None:
     ids = write_frames(tmp_path / "pred", [[line]])
-    with pytest.raises(InputError, match=rf"000000\.txt, line 1: .*{problem}"):
+    with pytest.raises(InputError, match=rf"000000\.txt', line 1: .*{problem}"):
         load_predictions(tmp_path / "pred", ids)
 
 

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError, safe_repr
-from ...fileio import loads_json, name_text, read_regular_file, text_lines
-from ...kitti import detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration
+from ...fileio import loads_json, name_text, read_text_lines
+from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
+                      read_label_file)
 from ..outputs import record_boxes
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
@@ -57,13 +58,6 @@ class Annotations:
         return np.column_stack([self.location, self.dimensions, self.rotation_y])
 
 
-def _read_lines(path: Path, what: str) -> list[str]:
-    """The lines of a text file, read bounded: a FIFO, a device or a file over MAX_TEXT_BYTES is
-    refused before anything blocks or fills memory."""
-    data = read_regular_file(path, max_bytes=MAX_TEXT_BYTES, what=f"{what} file")
-    return text_lines(data, f"{what} file {safe_repr(os.fspath(path))}")
-
-
 def _json_prediction_lines(path: Path, calib_dir: Path | None,
                            image_shape: tuple[int, int] | None) -> tuple[list[str], int, bool]:
     """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image, whether the
@@ -73,7 +67,7 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
-        record = loads_json("\n".join(_read_lines(path, "prediction")))
+        record = loads_json("\n".join(read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="prediction file")))
         boxes, scores, labels = record_boxes(record)
     except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
@@ -143,7 +137,8 @@ FILE_NAME_SUFFIXES = (".txt", ".json", ".png", ".bin", ".npy", ".pcd")
 
 def read_frame_ids(path: Path) -> list[str]:
     """An ImageSets-style list: one frame id per line, blank lines ignored."""
-    ids = [line.strip() for line in _read_lines(path, "frame id") if line.strip()]
+    lines = read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="frame id file")
+    ids = [line.strip() for line in lines if line.strip()]
     odd = next((i for i in ids if i in (".", "..") or any(c in i for c in "/\\\0")), None)
     if odd is not None:
         raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(odd, 60)}, not a file name "
@@ -202,8 +197,7 @@ def read_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> GroundTruth:
     """The label files ``<label_dir>/<id>.txt`` of the given frames, parsed (``parse_label_lines``)."""
     per_frame = {}
     for frame in frame_ids:
-        path = label_dir / f"{frame}.txt"
-        per_frame[frame] = parse_label_lines(_read_lines(path, "label"), os.fspath(path), with_score=False)
+        per_frame[frame] = read_label_file(label_dir / f"{frame}.txt", with_score=False)
     return GroundTruth(label_dir, per_frame)
 
 
@@ -217,12 +211,11 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
     out_of_view = image_assumed = 0
     for frame in frame_ids:
         if kind == "kitti":
-            path = pred_dir / f"{frame}.txt"
-            lines = _read_lines(path, "prediction")
-        else:
-            path = pred_dir / f"{frame}.json"
-            lines, dropped, assumed = _json_prediction_lines(path, calib_dir, image_shape)
-            out_of_view += dropped
-            image_assumed += assumed
-        per_frame.append(parse_label_lines(lines, os.fspath(path), with_score=True))
+            per_frame.append(read_label_file(pred_dir / f"{frame}.txt", with_score=True, what="prediction file"))
+            continue
+        path = pred_dir / f"{frame}.json"
+        lines, dropped, assumed = _json_prediction_lines(path, calib_dir, image_shape)
+        out_of_view += dropped
+        image_assumed += assumed
+        per_frame.append(parse_label_lines(lines, f"prediction file {safe_repr(os.fspath(path))}", with_score=True))
     return _stack(frame_ids, per_frame, out_of_view, image_assumed)
