@@ -330,13 +330,16 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
-        frames, reads = list_uri_frames(ray, sources)
+        listed = list_uri_frames(ray, sources)
+        frames = listed.names + [name for name, _ in listed.refused]
         check_distinct_outputs(frames, options["plan"].suffixes)
         refuse_foreign_outputs(out, frames, options["plan"].suffixes)
-        dataset = ray.data.read_binary_files(reads, include_paths=True)
+        dataset = ray.data.read_binary_files(listed.reads, include_paths=True)
+        refused = listed.refused
     else:  # local files: each actor's reader threads read them into its pinned staging
         frames = sources
         dataset = ray.data.from_items([{"path": s} for s in sources])
+        refused = []
     report: FrameReport | None = None
     if make_report is not None:  # where the frames run said first, as local infer says its device
         print(where, file=sys.stderr, flush=True)
@@ -359,12 +362,18 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
         num_gpus=gpus_per_worker if on_gpu else None,
         num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
     rows = RowParts(out, output_format, classes) if options["rows"] else None
-    failures: list[tuple[str, str]] = []
-    done = boxes = 0
+    failures = list(refused)  # point files of a file:// folder that Ray Data cannot read (a FIFO): failed first
+    for source, error in refused:
+        if rows is not None:
+            rows.add(row_text(frame_row(source, None, error, classes, local=False)))
+        if report is not None:
+            report.fail(source, error)
+    done, boxes = len(refused), 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
     warned = FrameWarnings(report.note) if report is not None else None
     try:
         with progress_bar(len(frames), progress and report is None, desc="ray") as bar:
+            bar.update(len(refused))
             for record in _records(dataset):
                 done += 1
                 first_call = min(first_call, record["call_started"])

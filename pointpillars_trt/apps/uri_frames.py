@@ -10,9 +10,10 @@ import os
 import posixpath
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import InputError, one_line, safe_repr
+from ..fileio import special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 
 #: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.
@@ -44,30 +45,63 @@ def check_one_file_system(sources: Sequence[str]) -> None:
                          f"file system, and these are on two ({first}://, {second}://): run them separately")
 
 
-def list_uri_frames(ray: Any, sources: list[str]) -> tuple[list[str], list[str]]:
-    """(each frame's name as Ray Data reports it, the path or URI to read it by), in the order given: a
-    URI of a file is that frame, a URI of a folder the point files directly in it, sorted by name (Ray Data
-    lists a folder's subfolders too, and every file in them); local paths beside the URIs stay as they are.
-    A URI that Ray Data cannot list, or that holds no point file, is an InputError before any actor starts."""
+class UriFrames(NamedTuple):
+    """The frames of a run's URIs: ``names`` as Ray Data reports them, ``reads`` the paths or URIs to read
+    them by (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` folder
+    that Ray Data's listing leaves out because it is no regular file (a FIFO, a device), which local
+    ``infer`` reports as a failed frame."""
+
+    names: list[str]
+    reads: list[str]
+    refused: list[tuple[str, str]]
+
+
+def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
+    """The frames of ``sources``, in the order given: a URI of a file is that frame, a URI of a folder the
+    point files directly in it, sorted by name (Ray Data lists a folder's subfolders too, and every file in
+    them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
+    point file, is an InputError before any actor starts."""
     listed = _list(ray, sources)
     point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
     for name in sorted(listed):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
             point_files.setdefault(posixpath.dirname(name), []).append(name)
-    names: list[str] = []
-    reads: list[str] = []
+    frames = UriFrames([], [], [])
     for source in sources:
         if not is_uri(source):
-            names.append(source)
-            reads.append(source)
+            frames.names.append(source)
+            frames.reads.append(source)
             continue
         prefix, found = _frames_under(source, listed, point_files)
+        refused = _special_point_files(source, set(found))
         if not found:
+            others = f"; {refused[0][1]}" if refused else ""
             raise InputError(f"{safe_repr(source)}: Ray Data lists no point file in it "
-                             f"({', '.join(SUPPORTED_EXTENSIONS)}, subfolders left out, as infer lists a folder)")
-        names.extend(found)
-        reads.extend(prefix + name for name in found)
-    return names, reads
+                             f"({', '.join(SUPPORTED_EXTENSIONS)}, subfolders left out, as infer lists a folder){others}")
+        frames.names.extend(found)
+        frames.reads.extend(prefix + name for name in found)
+        frames.refused.extend(refused)
+    return frames
+
+
+def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
+    """(path, error) of each entry with a point file's name in the local folder a ``file://`` URI names that
+    is neither a folder nor among the files Ray Data ``found`` there: it lists regular files only, and would
+    leave a FIFO or a device out without a word."""
+    if _file_system(source) != "file":
+        return []
+    folder = source.split("://", 1)[1].rstrip("/") or "/"
+    try:
+        with os.scandir(folder) as entries:
+            names = sorted(e.path for e in entries if os.path.splitext(e.name)[1].lower() in SUPPORTED_EXTENSIONS)
+    except OSError:  # a file, or a folder that cannot be listed: Ray Data's listing says what it found
+        return []
+    refused = []
+    for path in names:
+        kind = special_kind(path)
+        if path not in found and kind is not None:
+            refused.append((path, f"point file {safe_repr(path)} is {kind}, not a regular file"))
+    return refused
 
 
 def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str]]) -> tuple[str, list[str]]:

@@ -415,22 +415,29 @@ def test_a_folder_uri_gives_its_point_files_as_a_local_folder_does(ray_cluster, 
                                                                    tmp_path: Path) -> None:
     """A folder URI's frames are the point files directly in it, in name order, as local infer lists a folder:
     a subfolder's frames, a notes file and a picture are left out (Ray Data's listing holds them all); a
-    ``.npy`` in it is a frame, whose read as ``.bin`` is its error line; a URI of a folder that holds no point
-    file is one error line before the run."""
+    ``.npy`` in it is a frame, whose read as ``.bin`` is its error line; a FIFO named as a point file, which
+    Ray Data's listing leaves out without a word, is a failed frame as in local infer (its error line and row);
+    a URI of a folder that holds no point file is one error line before the run."""
     folder = tmp_path / "frames"
     write_frames(folder, tiny_model, {"000002": 50, "000000": 900, "000001": 40})
     write_frames(folder / "sub", tiny_model, {"000003": 60})
     (folder / "notes.txt").write_text("drive 42\n")
     (folder / "000000.png").write_bytes(b"\x89PNG")
     np.save(folder / "000009.npy", np.zeros((10, 4), np.float32))
+    os.mkfifo(folder / "000005.bin")
     rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "rows", "--format", "jsonl")
-    assert rc == 1 and out.startswith("3/4 frames"), (out, err)
-    assert [line for line in err.splitlines() if line.startswith("error:")] == [
+    assert rc == 1 and out.startswith("3/5 frames"), (out, err)
+    fifo_error = f"error: point file '{folder / '000005.bin'}' is a FIFO (named pipe), not a regular file"
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [fifo_error,
         f"error: point file '{folder / '000009.npy'}': a frame read from a URI is read as a .bin file (rows of float32 "
         "values), and this one is not: give other frames as local paths"], err
+    _, local_err = local_infer(folder, tiny_model, tmp_path / "local")
+    assert fifo_error in local_err.splitlines(), local_err
     part = tmp_path / "rows" / "detections-00000.jsonl"
-    sources = [json.loads(line)["source"] for line in part.read_text().splitlines()]
-    assert sources == [str(folder / name) for name in ("000000.bin", "000001.bin", "000002.bin", "000009.npy")]
+    rows = [json.loads(line) for line in part.read_text().splitlines()]
+    assert [row["source"] for row in rows] == [str(folder / name) for name in (
+        "000005.bin", "000000.bin", "000001.bin", "000002.bin", "000009.npy")]
+    assert rows[0]["error"] == fifo_error.removeprefix("error: ") and rows[0]["scores"] == []
 
     empty = tmp_path / "empty"
     (empty / "sub").mkdir(parents=True)
