@@ -22,8 +22,8 @@ from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
-from .runtime.availability import describe_probes, gpu_visible
-from .runtime_options import RuntimeOptions, parse_device
+from .devices import PickedDevice, check_backend_runs_on, pick_device
+from .runtime_options import RuntimeOptions
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list
@@ -52,35 +52,6 @@ class FrameResult:
     error: PointPillarsError | None
 
 
-def cuda_available(device_id: int = 0) -> str | None:
-    """None when the GPU pipeline can run here (on GPU ``device_id``), else the reason it cannot. The CUDA
-    driver starts its threads at the first call that asks it anything (here, as a rule): the stop signals are
-    held meanwhile, so that those threads never take a Ctrl-C or SIGTERM (``stop_signals``)."""
-    with stop_signals_blocked():
-        return _cuda_unavailable_reason(device_id)
-
-
-def _cuda_unavailable_reason(device_id: int) -> str | None:
-    try:
-        import cupy
-    except ImportError:  # where no GPU shows either, installing CuPy would not help
-        if not gpu_visible():
-            return f"this machine shows no NVIDIA GPU (no {describe_probes()})"
-        return "CuPy is not installed (pip install 'pointpillars-trt[cuda13]' or [cuda12])"
-    try:
-        count = cupy.cuda.runtime.getDeviceCount()
-        if count < 1:
-            return "no CUDA device is visible"
-        if device_id >= count:
-            return f"GPU {device_id} does not exist ({count} visible)"
-    except Exception as exc:  # CuPy raises its own CUDARuntimeError without a driver
-        return f"CUDA is unusable ({exc})"
-    reasons = {name: row.unavailable_reason() for name, row in BACKENDS.items()}
-    if all(reasons.values()):
-        return "no GPU engine backend: " + "; ".join(f"{name}: {reason}" for name, reason in reasons.items())
-    return None
-
-
 class PointPillars:
     """A PointPillars detector loaded from a model dir or a checkpoint, run as ``options`` say
     (``RuntimeOptions``: device, backend, TF32, CUDA graphs, threads, batch size, thresholds).
@@ -100,8 +71,8 @@ class PointPillars:
     def __init__(self, model: ModelDir, options: RuntimeOptions | None = None, **settings: Any) -> None:
         self._start(model, _options(options, settings))
 
-    def _start(self, model: ModelDir, opts: RuntimeOptions, picked: _PickedDevice | None = None) -> None:
-        """The constructor's work; ``picked``: ``_pick_device``'s answer where the caller has asked it
+    def _start(self, model: ModelDir, opts: RuntimeOptions, picked: PickedDevice | None = None) -> None:
+        """The constructor's work; ``picked``: ``pick_device``'s answer where the caller has asked it
         already (``from_checkpoint``, before it exports), so the GPU path is probed once per detector."""
         if not isinstance(model, ModelDir):
             raise PointPillarsError(f"PointPillars(model): expected a ModelDir, got {type(model).__name__}; open a "
@@ -116,7 +87,7 @@ class PointPillars:
         if opts.precision is not None and opts.precision != model.precision:
             raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
                                "graphs (precision applies when exporting a checkpoint; rebuild for another)")
-        self.device, device_id, self.gpu_unused_reason = picked or _pick_device(opts.device)
+        self.device, device_id, self.gpu_unused_reason = picked or pick_device(opts.device)
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
@@ -124,7 +95,7 @@ class PointPillars:
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
         backend = opts.backend
-        _check_backend_runs_on(self.device, backend)
+        check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
@@ -163,12 +134,12 @@ class PointPillars:
         from .convert.export import model_dir_for_checkpoint
 
         opts = _options(options, settings)
-        picked = _pick_device(opts.device)
-        _check_backend_runs_on(picked[0], opts.backend)  # before any export
+        picked = pick_device(opts.device)
+        check_backend_runs_on(picked.kind, opts.backend)  # before any export
         row = BACKENDS.get(opts.backend)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
                                          tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32,
-                                         device_id=picked[1])
+                                         device_id=picked.gpu)
         detector = cls.__new__(cls)
         detector._start(model, opts, picked)
         return detector
@@ -485,40 +456,6 @@ def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> Runtim
     if not isinstance(options, RuntimeOptions):
         raise PointPillarsError(f"options: expected RuntimeOptions, received {type(options).__name__}")
     return options
-
-
-def _resolve_device(device: str) -> tuple[str, int]:
-    """("cpu" | "cuda", GPU index) for a device string: auto, cpu, cuda or cuda:N."""
-    kind, device_id, _ = _pick_device(device)
-    return kind, device_id
-
-
-def _check_backend_runs_on(device: str, backend: str) -> None:
-    on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
-    if device == "cpu" and backend not in on_cpu:
-        raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
-                           f"(pass --backend {' or '.join(on_cpu)}, or run where CUDA is available)")
-
-
-#: ("cpu" | "cuda", GPU index, why device auto fell back to the CPU or None).
-_PickedDevice = tuple[str, int, str | None]
-
-
-def _pick_device(device: str) -> _PickedDevice:
-    """``_resolve_device`` plus, when ``auto`` fell back to the CPU, the reason the GPU path was unusable."""
-    kind, index = parse_device(device)
-    device_id = index or 0
-    if kind == "cpu":
-        return "cpu", 0, None
-    reason = cuda_available(device_id)
-    if reason is None:
-        return "cuda", device_id, None
-    if kind == "cuda":
-        if not gpu_visible():  # no driver: what the GPU path lacks besides is beside the point
-            raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
-                               f"{describe_probes()}): run on the CPU here (--device cpu or auto)")
-        raise BackendError(f"device {device} requested, but {reason}")
-    return "cpu", 0, reason
 
 
 def _omp_threads() -> int | None:

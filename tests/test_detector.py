@@ -692,17 +692,17 @@ def test_from_checkpoint_asks_where_to_run_once(assets: Path, cache: Path, monke
     the CPU is warned of once, at the caller's line. The real probe runs, counted on the way."""
     import warnings
 
-    import pointpillars_trt.detector as detector_module
+    import pointpillars_trt.devices as devices_module
     from pointpillars_trt.errors import CpuFallbackWarning
 
-    probe = detector_module.cuda_available
+    probe = devices_module.cuda_available
     asked: list[int] = []
 
     def counted(device_id: int = 0) -> str | None:
         asked.append(device_id)
         return probe(device_id)
 
-    monkeypatch.setattr(detector_module, "cuda_available", counted)
+    monkeypatch.setattr(devices_module, "cuda_available", counted)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with PointPillars.from_checkpoint(assets / CHECKPOINT, device="auto", cache_dir=cache) as detector:

@@ -13,7 +13,7 @@ import pytest
 
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.detections import STAGES, Detections
-from pointpillars_trt.detector import cuda_available
+from pointpillars_trt.devices import cuda_available
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import ModelDir

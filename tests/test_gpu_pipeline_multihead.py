@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.detections import Detections
-from pointpillars_trt.detector import cuda_available
+from pointpillars_trt.devices import cuda_available
 from pointpillars_trt.pointcloud_io import read_points
 
 pytestmark = pytest.mark.cuda

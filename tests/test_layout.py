@@ -26,7 +26,7 @@ FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "runtime": (3, ("runtime",)),
     "convert": (4, ("convert",)),
     "pipelines": (5, ("gpu_pipeline", "cpu_detector", "baselines")),
-    "detector": (6, ("detector", "runtime_options")),
+    "detector": (6, ("detector", "runtime_options", "devices")),
     "apps": (7, ("apps",)),
     "entry": (8, ("__init__", "__main__")),
 }

@@ -29,15 +29,15 @@ DEFAULT_REPEATS = 10
 def check_device(device: str, backend: str) -> None:
     """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, and a GPU-only backend where the
     frames would run on the CPU, before anything is written."""
-    from ..detector import _check_backend_runs_on, _pick_device
+    from ..devices import check_backend_runs_on, pick_device
     from ..runtime_options import DEVICES_EXPECTED, parse_device
 
     try:
         parse_device(device)
     except PointPillarsError:
         raise PointPillarsError(f"--device {safe_repr(device)}: expected {DEVICES_EXPECTED}") from None
-    kind, _, _ = _pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
-    _check_backend_runs_on(kind, backend)
+    kind, _, _ = pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
+    check_backend_runs_on(kind, backend)
 
 
 def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",

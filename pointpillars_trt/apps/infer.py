@@ -280,10 +280,10 @@ def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None
 
 def resolved_device(device: str) -> str:
     """"cuda" or "cpu": where ``--device`` runs (auto decided here)."""
-    from ..detector import _resolve_device
+    from ..devices import pick_device
 
     try:
-        return _resolve_device(device)[0]
+        return pick_device(device).kind
     except PointPillarsError:
         return "cuda"  # an explicit cuda device that cannot run: opening the model says why
 

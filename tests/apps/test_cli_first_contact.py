@@ -75,7 +75,8 @@ def test_infer_says_which_device_engine_and_precision_ran(tiny_model: Path, tiny
 
 def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path):
     from pointpillars_trt.apps.device_notice import device_notice
-    from pointpillars_trt.detector import PointPillars, cuda_available
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.devices import cuda_available
     from pointpillars_trt.errors import CpuFallbackWarning
 
     reason = cuda_available()
@@ -552,7 +553,8 @@ def test_bench_reads_as_many_frames_as_it_times_and_names_a_file_or_missing_fold
 def test_engine_description_on_the_gpu(tiny_frames: list[Path], tmp_path: Path):
     from tiny import tiny_model_dir
 
-    from pointpillars_trt.detector import PointPillars, cuda_available
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.devices import cuda_available
     from pointpillars_trt.runtime import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason
 
     reason = cuda_available()
@@ -673,7 +675,7 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
 def test_bench_takes_infer_s_device_spellings(tiny_frames: list[Path], tmp_path: Path):
     """``--device cuda:N`` as infer takes it: parsed, then refused here as ``--device cuda`` is (no GPU); a
     malformed one gets infer's argparse error."""
-    from pointpillars_trt.detector import cuda_available
+    from pointpillars_trt.devices import cuda_available
     from pointpillars_trt.runtime.availability import gpu_visible
 
     if gpu_visible():
@@ -701,7 +703,7 @@ def test_a_gpu_index_past_the_visible_ones_is_one_error_for_infer_and_bench(tiny
                                                                           tmp_path: Path):
     """On a GPU machine ``--device cuda:N`` with N past the visible GPUs names N and how many there are, before
     anything runs (bench: before a model dir is exported or a report written)."""
-    from pointpillars_trt.detector import cuda_available
+    from pointpillars_trt.devices import cuda_available
 
     if cuda_available() is not None:
         pytest.skip(f"needs CUDA: {cuda_available()}")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pointpillars_trt.apps.cli import main
-from pointpillars_trt.detector import cuda_available
+from pointpillars_trt.devices import cuda_available
 
 
 def cli(*args: object) -> tuple[int, str, str]:

@@ -530,7 +530,7 @@ def serve_process(tiny, tmp_path: Path, *options: str, stderr: Any = subprocess.
 
 
 def test_a_repository_whose_instances_auto_put_on_the_cpu_says_so(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    from pointpillars_trt.detector import cuda_available
+    from pointpillars_trt.devices import cuda_available
 
     reason = cuda_available()
     if reason is None:

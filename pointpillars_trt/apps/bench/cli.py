@@ -106,7 +106,7 @@ class _Model:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    from ...detector import _pick_device
+    from ...devices import pick_device
 
     if args.point_dim is not None and not args.frames:
         raise InputError("--point-dim applies to --frames (the values a point of their .bin files); the simulated "
@@ -115,7 +115,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
-    device, device_id, reason = _pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
+    device, device_id, reason = pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
     frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,

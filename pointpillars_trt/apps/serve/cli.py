@@ -108,7 +108,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     from .server import StartCancelled, TritonServer
 
     if args.device == "auto":
-        from ...detector import cuda_available
+        from ...devices import cuda_available
 
         reason = cuda_available()
         if reason is not None:  # the repository's instances are decided here: a CPU one is said

@@ -52,9 +52,9 @@ DEFAULT_GPU_INSTANCES = 2
 def gpu_instance_kind(device: str) -> tuple[str, list[int] | None]:
     """(KIND_GPU, [N] or None for every GPU) for a CUDA device, (KIND_CPU, None) for the CPU path;
     "auto" is decided here, where the server will run."""
-    from ...detector import _resolve_device
+    from ...devices import pick_device
 
-    kind, index = _resolve_device(device)
+    kind, index, _ = pick_device(device)
     if kind == "cpu":
         return "KIND_CPU", None
     return "KIND_GPU", [index] if ":" in device else None
