@@ -960,7 +960,7 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
     for frame in tiny_frames[1:4]:
         (calib / f"{frame.stem}.txt").write_text("P0: 1 0 0 0 0 1 0 0 0 0 1 0\n")
     run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", tmp_path / "c", "--eval", calib)
-    assert_one_line_error(run, f"{calib / '000001.txt'}, line 1: 13 fields, expected 15 (a line P0: ... is a calib "
+    assert_one_line_error(run, f"{calib / '000001.txt'}', line 1: 13 fields, expected 15 (a line P0: ... is a calib "
                                "file's: this is no KITTI label_2 file)")
     assert not (tmp_path / "c").exists() and run.out == ""
     # frames of KITTI's testing split against training labels (the same ids, other scenes): refused too
