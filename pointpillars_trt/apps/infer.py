@@ -431,9 +431,10 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
     size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
     its outputs in processes, started while they open). The detectors are opened only when a frame is
-    to run, or --eval needs the model's classes: a --skip-existing run whose frames are all done says
-    so and ends without loading a model, and without the checks only an open model can make (its config,
-    point columns, device); ``check_model`` (raising InputError), run after the output options' checks,
+    to run, --eval needs the model's classes, or --out's settings record may name other settings than this
+    run's: a --skip-existing run whose frames are all done, of its settings, says so and ends without
+    loading a model, and without the checks only an open model can make (its config, point columns,
+    device); ``check_model`` (raising InputError), run after the output options' checks,
     is what every run checks of the model without opening it (``--model`` names something)."""
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
@@ -446,10 +447,10 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
                                retry_failed=args.retry_failed)
         record = settings_record(args, fmt, out, frames)
-        if resume.todo or labels is not None or out is None:
+        if resume.todo or labels is not None or out is None or (record is not None and record.may_differ_from_kept()):
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
                                   record)
-        else:  # every frame's outputs are there, and no evaluation wants the model's classes
+        else:  # every frame's outputs are there, of this run's settings, and no evaluation wants the model
             failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
 
@@ -491,7 +492,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             remove_stale_temp_files(out)
-        if record is not None and resume.todo:  # the model open, no output yet
+        if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
             record.settle(opened if isinstance(opened, ModelDir) else None, cfg, args.point_dim,
                           skip_existing=args.skip_existing, skipped=len(resume.skipped))

@@ -5,24 +5,26 @@ The record (``SETTINGS_FILE``, hidden JSON in ``--out``) holds what decides a fr
 applied it (defaults resolved, so that giving a default explicitly changes nothing): the model (its weights'
 sha256, config digest and precision, or the server), the post-process thresholds, how points are read and
 cropped, and how KITTI lines are placed. It leaves out how the frames run (device, backend, batch, pipelines):
-outputs agree across those within rounding. It is settled once the model is open, before the first output: a
-run with nothing left to run writes nothing and is not checked.
+outputs agree across those within rounding. It is settled once the model is open, before the first output; a
+run with nothing left to run opens the model for it only where the options given or the model's files may
+differ from the record (or there is none to tell by).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from ..config import ModelConfig
+from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, one_line, safe_repr
-from ..fileio import loads_json, read_regular_file, write_json_atomic
+from ..fileio import loads_json, open_regular_file, read_regular_file, write_json_atomic
 from ..kitti import calib_folder
-from ..model_dir import ModelDir, package_version
+from ..model_dir import ModelDir, load_model_dir, package_version
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
 from .outputs import FILE_SUFFIXES, existing_parts
@@ -207,6 +209,26 @@ class SettingsRecord:
                   f"({exc.strerror or one_line(exc)}): a --skip-existing run into it cannot check them",
                   file=sys.stderr)
 
+    def may_differ_from_kept(self) -> bool:
+        """For a ``--skip-existing`` run that leaves no frame to run (no model opened): whether its settings may
+        differ from those the kept outputs were made with, as far as the options given and the model's files
+        tell; True also where no record tells. The caller then opens the model and ``settle`` decides (a
+        refusal, or the note that they cannot be checked), as for a run with frames left."""
+        self._read()
+        if self.earlier is None or self.mixed:
+            return True
+        earlier, args = self.earlier, self._args
+        now = output_settings(args, self._fmt, self._frames, None, None, args.point_dim or 0)
+        for option, value in now.items():
+            if option == "--model" or (option in _MODEL_DEFAULTS and getattr(args, _MODEL_DEFAULTS[option]) is None):
+                continue  # the model's own value, which its record names
+            if option == "--fov-only" and args.fov_only is None:  # the default: the same where the model is
+                if not _same_crop_default(self._fmt, bool(args.eval), earlier.get(option)):
+                    return True
+            elif value != earlier.get(option):
+                return True
+        return _model_may_differ(args, earlier.get("--model"))
+
     def _check_resume(self, changed: list[str], skipped: int) -> None:
         where = safe_repr(str(self.out))
         if changed:
@@ -237,6 +259,54 @@ class SettingsRecord:
             return False
         return any(not name.startswith(".") and name != REPORT_FILE and os.path.splitext(name)[1] == suffix and
                    os.path.splitext(name)[0] not in ours for name in names)
+
+
+#: The settings a run leaves to the model when their option is not given (option: its args attribute).
+_MODEL_DEFAULTS = {"--score-threshold": "score_threshold", "--nms-iou": "nms_iou", "--max-boxes": "max_boxes",
+                   "--point-dim": "point_dim"}
+
+
+def _same_crop_default(fmt: str, evaluating: bool, recorded: object) -> bool:
+    """Whether the camera-view crop by default (``fov_only_default``) is surely the ``recorded`` one for the same
+    model: KITTI output is cropped unless the model says it was trained on full scans (as for the record's run,
+    of the same format); other output only for --eval (which the record's run may have had or not)."""
+    if fmt == "kitti":
+        return True
+    return recorded is True if evaluating else recorded is False
+
+
+def _model_may_differ(args: argparse.Namespace, earlier: object) -> bool:
+    """Whether ``--model`` (or ``--server``) may not be the model the record names, told from its files alone:
+    another path, a checkpoint of other bytes (its sha256), another --config or --precision, a model dir of
+    other weights, config or precision."""
+    if not isinstance(earlier, Mapping):
+        return True
+    server = getattr(args, "server", None)
+    if server or "server" in earlier:
+        return earlier.get("server") != (str(server) if server else None)
+    path = Path(str(args.model))
+    if earlier.get("path") != os.path.abspath(path):
+        return True
+    try:
+        if path.is_dir():
+            return _model_difference(earlier, model_identity(args, load_model_dir(path))) is not None
+        weights = earlier.get("weights")
+        same_bytes = isinstance(weights, Mapping) and weights.get("sha256") == _sha256_of(path)
+    except (OSError, PointPillarsError):
+        return True  # opening the model says what is wrong with it
+    config = getattr(args, "config", None)
+    return not same_bytes or earlier.get("precision") != (getattr(args, "precision", None) or "fp32") or \
+        (config is not None and load_config(config).digest() != earlier.get("config"))
+
+
+def _sha256_of(path: Path) -> str:
+    """The sha256 of a checkpoint's bytes (what its export records as its weights), read in chunks."""
+    f, _ = open_regular_file(path, max_bytes=1 << 40, what="checkpoint")
+    digest = hashlib.sha256()
+    with f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def settings_record(args: argparse.Namespace, fmt: str, out: Path | None, frames: Sequence[str]) -> SettingsRecord | None:

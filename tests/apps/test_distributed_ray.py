@@ -243,20 +243,23 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
     assert record["outputs"] == json.loads((tmp_path / "local" / SETTINGS_FILE).read_text())["outputs"]
     assert record["outputs"]["json"]["settings"]["--model"]["weights"] == {"random_seed": 3, "tiny": True}
 
-    spoiled = tmp_path / "spoiled"  # the same model.json (the settings record's model), a graph no open survives
-    shutil.copytree(tiny_model, spoiled)
-    (spoiled / "rpn.onnx").write_text("not a graph")
-    before = state_of(out)
+    before = state_of(out)  # every frame done, of the recorded settings: no cluster, no Ray (it cannot import)
     script = ("import sys; sys.modules['ray'] = None; from pointpillars_trt.apps.cli import main; "
               "sys.exit(main(sys.argv[1:]))")
     tests = Path(__file__).resolve().parents[1]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
-    done = subprocess.run([sys.executable, "-c", script, "infer", str(folder), "--model", str(spoiled), "--out",
+    done = subprocess.run([sys.executable, "-c", script, "infer", str(folder), "--model", str(tiny_model), "--out",
                            str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "2", "--skip-existing"],
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0/0 frames to run (5 skipped: their outputs were there), 0 boxes, nothing written\n"
     assert done.stderr == f"skipping 5 frame(s) whose outputs are already in {out}\n"
+    assert state_of(out) == before
+    other = subprocess.run([sys.executable, "-c", script, "infer", str(folder), "--model", str(tiny_model), "--out",
+                            str(out), "--device", "cpu", "--no-progress", "--ray", "--skip-existing",
+                            "--score-threshold", "0.2"], capture_output=True, text=True, timeout=120, env=env)
+    assert other.returncode == 2 and other.stderr.startswith(  # other settings: refused, still without Ray
+        f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--score-threshold "), other
     assert state_of(out) == before
 
 

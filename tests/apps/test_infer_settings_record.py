@@ -190,3 +190,48 @@ def test_rows_of_other_frames_made_with_other_settings_mark_the_folder_mixed(tin
     assert record_of(out, "jsonl")["mixed"] is True
     run = infer(tiny_frames[1:6], tiny_model, out, "--format", "jsonl", "--skip-existing", "--max-boxes", "2")
     assert run.rc == 2 and "were made with more than one set of settings" in run.err, run
+
+
+def test_a_resume_with_nothing_left_to_run_is_checked_too(tiny_model: Path, tiny_frames: list[Path],
+                                                          tmp_path: Path) -> None:
+    """Every frame's outputs kept: a run of the same settings ends without opening the model (no "running on"
+    line); one whose options given or model files differ opens it and is refused as a run with frames left is,
+    --eval's too (which would score the kept outputs as this run's); a model dir rebuilt in place with other
+    weights is another model."""
+    out, model = tmp_path / "out", tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    assert infer(tiny_frames[:3], model, out).rc == 0
+    before = files_of(out)
+    run = infer(tiny_frames[:3], model, out, "--skip-existing", "--max-boxes", "25", "--point-dim", "4")
+    assert run.rc == 0 and "running on" not in run.err and run.out.startswith("0/0 frames to run (3 skipped"), run
+    run = infer(tiny_frames[:3], model, out, "--skip-existing", "--score-threshold", "0.2")
+    assert run.rc == 2 and run.err.splitlines()[-1].startswith(
+        f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--score-threshold "
+        "0.005 there, 0.2 now)"), run
+    labels = one_car_labels(tmp_path, tiny_frames[:3])
+    run = infer(tiny_frames[:3], model, out, "--skip-existing", "--format", "json", "--eval", labels, "--no-fov-only",
+                "--score-threshold", "0.2")
+    assert run.rc == 2 and "(--score-threshold 0.005 there, 0.2 now)" in run.err and "AP" not in run.out, run
+    from tiny import tiny_model_dir
+
+    shutil.rmtree(model)
+    tiny_model_dir(model, seed=4)
+    run = infer(tiny_frames[:3], model, out, "--skip-existing")
+    assert run.rc == 2 and f"(--model {str(model)!r} there, {str(model)!r} now: other weights)" in run.err, run
+    assert files_of(out) == before
+
+
+def test_a_checkpoint_rewritten_in_place_is_another_model_when_nothing_is_left_to_run(assets: Path,
+                                                                                       tmp_path: Path) -> None:
+    """The same path with other bytes: its sha256 (read without opening the model) differs from the record's."""
+    checkpoint = tmp_path / "model.pth"
+    shutil.copyfile(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", checkpoint)
+    frame = sorted((assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))[0]
+    out = tmp_path / "out"
+    assert cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress").rc == 0
+    again = cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress",
+                "--skip-existing")
+    assert again.rc == 0 and "running on" not in again.err, again
+    shutil.copyfile(assets / "checkpoints" / "pointpillars_zhulf0804_synthetic.pth", checkpoint)
+    run = cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress", "--skip-existing")
+    assert run.rc == 2 and "other weights" in run.err and "error: --skip-existing" in run.err, run

@@ -305,12 +305,24 @@ def _run_ray(args: argparse.Namespace) -> int:
     if resume.todo:
         require_ray(args.ray_address)  # before the model is read or exported
     check_model_path(args)
-    if not resume.todo:  # every frame's outputs are there: no cluster, no model
-        failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
-        return EXIT_FRAME_FAILURES if failed or path_errors else 0
-    model = resolve_model(args.model)
     record = settings_record(args, fmt, out, frames)
     assert record is not None  # --out is required above
+    model = resolve_model(args.model) if resume.todo or record.may_differ_from_kept() else None
+
+    def settle() -> None:
+        """--out's settings record against this run's, as applied by ``model``."""
+        assert model is not None
+        record.settle(model, model.cfg.with_thresholds(score_threshold=args.score_threshold, nms_iou=args.nms_iou,
+                                                       max_boxes=args.max_boxes),
+                      args.point_dim or model.cfg.num_point_columns, skip_existing=args.skip_existing,
+                      skipped=len(resume.skipped))
+
+    if not resume.todo:  # every frame's outputs are there: no cluster (nor a model, where they are of these settings)
+        if model is not None:
+            settle()
+        failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
+        return EXIT_FRAME_FAILURES if failed or path_errors else 0
+    assert model is not None
     local_todo = [frame for frame in resume.todo if not is_uri(frame)]
     # before the cluster starts, as local infer checks them before any frame runs
     check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
@@ -323,10 +335,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     def report(plan: OutputPlan, frames: int) -> FrameReport:
         """Called once the cluster is checked and the URIs are listed: what --skip-existing found said
         (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
-        record.settle(model, model.cfg.with_thresholds(score_threshold=args.score_threshold, nms_iou=args.nms_iou,
-                                                       max_boxes=args.max_boxes),
-                      args.point_dim or model.cfg.num_point_columns, skip_existing=args.skip_existing,
-                      skipped=len(resume.skipped))
+        settle()
         say_resume(resume, fmt, out, retry=args.retry_failed)
         return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
 
