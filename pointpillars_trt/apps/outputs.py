@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import io
 import json
 import os
 import time
@@ -23,7 +24,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import dumps_strict, fsync_path, loads_json, name_text, write_bytes_atomic, write_new_file_atomic
+from ..fileio import (dumps_strict, fsync_path, loads_json, name_text, open_regular_file, special_kind, write_bytes_atomic,
+                      write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -344,8 +346,6 @@ class RowParts:
         lines = ("\n".join(rows) + "\n").encode("utf-8")
         if self.format == "jsonl":
             return lines
-        import io
-
         import pyarrow.json as pa_json
         import pyarrow.parquet as pq
 
@@ -366,6 +366,8 @@ _COMPLETE_ENDINGS = {".json": b"}\n", ".txt": b"\n", ".png": b"IEND\xaeB`\x82"}
 #: The lists of a JSON frame record (``Detections.to_json_dict``), one entry a box, and its counts.
 _RECORD_LISTS = ("boxes_lidar", "scores", "labels")
 _RECORD_COUNTS = ("num_points", "num_pillars", "num_pillars_dropped", "num_nonfinite_points", "num_nonfinite_boxes")
+#: No limit on an output's size where it is opened only to be checked (read in part, or row by row).
+_ANY_SIZE = 1 << 62
 #: Bytes beyond any frame record (a few hundred thousand at most, for thousands of boxes): a larger file is not one.
 _RECORD_MAX_BYTES = 1 << 26
 
@@ -376,8 +378,8 @@ def output_complete(path: Path) -> bool:
     JSON ending in ``}`` would be skipped forever). Reads the last bytes of the others only."""
     ending = _COMPLETE_ENDINGS.get(path.suffix)
     try:
-        with open(path, "rb") as f:
-            size = f.seek(0, os.SEEK_END)
+        f, size = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")  # a FIFO there: never complete
+        with f:
             if ending is None or (size == 0 and path.suffix == ".txt"):
                 return True
             if size < len(ending):
@@ -391,7 +393,7 @@ def output_complete(path: Path) -> bool:
                 return False
             f.seek(0)
             data = f.read()
-    except OSError:
+    except (OSError, InputError):
         return False
     return _is_frame_record(data, path.stem)
 
@@ -419,11 +421,15 @@ def foreign_output(path: Path) -> str | None:
     """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
     or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
     record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
-    values, no score), a calib file, another tool's JSON."""
+    values, no score), a calib file, another tool's JSON; a FIFO, a device or a folder (reading it could block)."""
+    kind = "a folder" if path.is_dir() else special_kind(path)
+    if kind is not None:
+        return f"it is {kind}, not a regular file"
     try:
-        with open(path, "rb") as f:
+        f, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")
+        with f:
             data = f.read(_RECORD_MAX_BYTES + 1)
-    except OSError:
+    except (OSError, InputError):
         return None
     if path.suffix == ".json":
         try:
@@ -452,12 +458,11 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
         present = set(os.listdir(out))
     except OSError:  # not there yet (or unreadable: the write probe says so)
         return
-    checked = [suffix for suffix in suffixes if suffix in (".json", ".txt")]
-    if not present or not checked:
+    if not present:
         return
     for frame in frames:
         stem = os.path.splitext(os.path.basename(frame))[0]
-        for suffix in checked:
+        for suffix in suffixes:
             if stem + suffix in present and (reason := foreign_output(out / (stem + suffix))) is not None:
                 raise InputError(f"--out {safe_repr(str(out))} holds {safe_repr(stem + suffix)}, which infer did not "
                                  f"write ({reason}), and this run would overwrite it: give another --out, or move "
@@ -555,9 +560,13 @@ def records_in_parts(folder: Path, output_format: str,
 
 def _part_rows(path: Path, output_format: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a part file (of Parquet, ``columns`` only when given; a JSON Lines row is read whole)."""
+    kind = special_kind(path)
+    if kind is not None:  # reading a FIFO would wait for a writer
+        raise ValueError(f"it is {kind}, not a regular file")
     if output_format == "jsonl":
         rows = []
-        with open(path, encoding="utf-8") as f:
+        opened, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="part file")
+        with io.TextIOWrapper(opened, encoding="utf-8") as f:
             for number, line in enumerate(f, 1):
                 if line.strip():
                     try:
@@ -606,8 +615,6 @@ def _part_without(path: Path, output_format: str, sources: Collection[str]) -> b
         if len(kept) == len(lines):
             return None
         return b"".join(kept) if any(line.strip() for line in kept) else b""
-    import io
-
     import pyarrow as pa
     import pyarrow.parquet as pq
 

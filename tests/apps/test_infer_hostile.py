@@ -214,3 +214,23 @@ def test_a_broken_symbolic_link_is_named_so(tiny_model: Path, frames: Path, tmp_
     assert rc == 1 and errors == [f"error: point file '{folder / 'b.bin'}' is a broken symbolic link (to 'gone.bin', "
                                   "which does not exist)"], err
     assert output_names(out) == ["a.json"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+@pytest.mark.parametrize("name, options", [
+    ("a.json", ()), ("a.json", ("--skip-existing",)), ("a.txt", ("--format", "kitti", "--no-fov-only")),
+    ("a.png", ("--viz", "--skip-existing")), ("detections-00000.jsonl", ("--format", "jsonl", "--skip-existing")),
+])
+def test_a_fifo_in_an_outputs_place_is_one_error_not_a_hang(tiny_model: Path, frames: Path, tmp_path: Path,
+                                                           name: str, options: tuple[str, ...]) -> None:
+    """A FIFO where a frame's output (or a part file) would be: checking it opened it and waited for a writer
+    forever; now it is refused before any frame runs, and the FIFO stays. In a process of its own, bounded in time."""
+    out = tmp_path / "out"
+    out.mkdir()
+    os.mkfifo(out / name)
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frames / "a.bin"), "--model",
+                           str(tiny_model), "--out", str(out), "--device", "cpu", "--no-progress", *options],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and "is a FIFO (named pipe), not a regular file" in done.stderr
+    assert os.listdir(out) == [name]
