@@ -24,7 +24,7 @@ from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, one_line, safe_repr
 from ..fileio import loads_json, open_regular_file, read_regular_file, write_json_atomic
 from ..kitti import calib_folder
-from ..model_dir import ModelDir, load_model_dir, package_version
+from ..model_dir import MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
 from .outputs import FILE_SUFFIXES, existing_parts
@@ -289,14 +289,23 @@ def _model_may_differ(args: argparse.Namespace, earlier: object) -> bool:
         return True
     try:
         if path.is_dir():
-            return _model_difference(earlier, model_identity(args, load_model_dir(path))) is not None
+            return _model_difference(earlier, _model_dir_identity(path)) is not None
         weights = earlier.get("weights")
         same_bytes = isinstance(weights, Mapping) and weights.get("sha256") == _sha256_of(path)
-    except (OSError, PointPillarsError):
+    except (OSError, PointPillarsError, ValueError, KeyError, TypeError):
         return True  # opening the model says what is wrong with it
     config = getattr(args, "config", None)
     return not same_bytes or earlier.get("precision") != (getattr(args, "precision", None) or "fp32") or \
         (config is not None and load_config(config).digest() != earlier.get("config"))
+
+
+def _model_dir_identity(path: Path) -> dict[str, object]:
+    """``model_identity`` of a model dir as its ``model.json`` states it, read alone (its graphs are not read:
+    a run with nothing left to run opens no model); a model.json that is not one raises."""
+    meta = loads_json(read_regular_file(path / METADATA_FILE, max_bytes=MAX_METADATA_BYTES, what="model.json"))
+    source = meta["source"]
+    return {"weights": {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source,
+            "config": meta["config_digest"], "config_name": meta["config"]["name"], "precision": meta["precision"]}
 
 
 def _sha256_of(path: Path) -> str:
