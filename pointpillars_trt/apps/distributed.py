@@ -50,6 +50,7 @@ from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ
     WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, say_finished_files
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
+from .run_settings import SETTINGS_FILE
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
 from ..runtime_options import RuntimeOptions
 
@@ -335,7 +336,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
         listed = list_uri_frames(ray, sources)
         frames = listed.names + [name for name, _ in listed.refused]
-        check_distinct_outputs(frames, options["plan"].suffixes)
+        check_distinct_outputs(frames, options["plan"].suffixes, reserved=[SETTINGS_FILE])
         refuse_foreign_outputs(out, frames, options["plan"].suffixes)
         dataset = ray.data.read_binary_files(listed.reads, include_paths=True)
         refused = listed.refused

@@ -41,7 +41,7 @@ from .frame_paths import check_distinct_outputs, expand_frame_paths
 from .frame_prep import frame_preparer, say_if_portrait
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
-from .run_settings import SettingsRecord, settings_record
+from .run_settings import SETTINGS_FILE, SettingsRecord, settings_record
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -343,7 +343,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         suffixes = ([FILE_SUFFIXES[fmt]] if fmt in FILE_SUFFIXES else []) + ([".png"] if args.viz else [])
         if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
             suffixes.append(".txt")
-        check_distinct_outputs(frames, suffixes, reserved=[EVAL_FILE] if labels is not None else [])
+        check_distinct_outputs(frames, suffixes, reserved=[SETTINGS_FILE, *([EVAL_FILE] if labels is not None else [])])
         refuse_foreign_outputs(out, frames, suffixes)
     elif labels is not None:
         check_distinct_outputs(frames, [".txt"])

@@ -257,7 +257,7 @@ class SettingsRecord:
             names = os.listdir(self.out)
         except OSError:
             return False
-        return any(not name.startswith(".") and name != REPORT_FILE and os.path.splitext(name)[1] == suffix and
+        return any(name not in (SETTINGS_FILE, REPORT_FILE) and os.path.splitext(name)[1] == suffix and
                    os.path.splitext(name)[0] not in ours for name in names)
 
 

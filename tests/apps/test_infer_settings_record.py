@@ -235,3 +235,25 @@ def test_a_checkpoint_rewritten_in_place_is_another_model_when_nothing_is_left_t
     shutil.copyfile(assets / "checkpoints" / "pointpillars_zhulf0804_synthetic.pth", checkpoint)
     run = cli("infer", frame, "--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress", "--skip-existing")
     assert run.rc == 2 and "other weights" in run.err and "error: --skip-existing" in run.err, run
+
+
+def test_a_hidden_frames_output_counts_and_no_frame_may_write_over_the_record(tiny_model: Path,
+                                                                              tiny_frames: list[Path],
+                                                                              tmp_path: Path) -> None:
+    """A frame named ``.a.bin`` writes ``.a.json``, an output like any other: kept beside a run of other settings
+    it marks the folder mixed (hidden names were passed over, and a resume kept it as this run's). A frame whose
+    output would be the record's own name is refused before anything runs (it overwrote the record)."""
+    frames, out = tmp_path / "frames", tmp_path / "out"
+    frames.mkdir()
+    shutil.copyfile(tiny_frames[1], frames / ".a.bin")
+    shutil.copyfile(tiny_frames[2], frames / "b.bin")
+    assert infer([frames / ".a.bin", frames / "b.bin"], tiny_model, out, "--score-threshold", "0.5").rc == 0
+    run = infer([frames / "b.bin"], tiny_model, out)
+    assert run.rc == 0 and "holds outputs of other frames made with other settings" in run.err, run
+    assert record_of(out)["mixed"] is True
+    shutil.copyfile(tiny_frames[3], frames / SETTINGS_FILE.replace(".json", ".bin"))
+    before = files_of(out)
+    run = infer([frames / "b.bin", frames / SETTINGS_FILE.replace(".json", ".bin")], tiny_model, out)
+    assert run.rc == 2 and run.err == (f"error: a frame's output {SETTINGS_FILE!r} would overwrite the run's own "
+                                       "output of that name\n"), run
+    assert files_of(out) == before
