@@ -373,3 +373,23 @@ def test_a_folder_of_row_parts_is_refused_with_how_to_evaluate_them(folders: tup
     assert rc == 2 and err.count("\n") == 1, err
     assert (f"has no .txt or .json files but 1 part file(s) of rows (e.g. '{part}'), which eval does not read: "
             "evaluate them as that run's infer with --eval LABEL_DIR --skip-existing") in err, err
+
+
+def test_json_naming_an_input_file_is_refused_before_anything_is_read(folders: tuple[Path, Path],
+                                                                      tmp_path: Path) -> None:
+    """``--json`` naming a label or prediction file, or the --ids list, replaced it with the AP table (exit 0);
+    infer's eval.json beside the predictions, or a new file, is written."""
+    labels, pred = folders
+    ids = tmp_path / "ids.txt"
+    ids.write_text("000000\n")
+    before = {path: path.read_bytes() for path in (labels / "000000.txt", pred / "000000.txt", ids)}
+    for target, option, folder in ((labels / "000000.txt", "--labels", labels), (pred / "000000.txt", "--pred", pred)):
+        rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--json", target)
+        assert (rc, err) == (2, f"error: --json {str(target)!r} is a file of {option} {str(folder)!r}, which this "
+                                "evaluation reads: write it elsewhere\n"), err
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", ids, "--json", ids)
+    assert rc == 2 and "is the --ids file this evaluation reads" in err, err
+    assert {path: path.read_bytes() for path in before} == before
+    for target in (pred / "eval.json", pred / "eval.json", tmp_path / "ap.json"):
+        rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", target)
+        assert rc == 0 and f"wrote {target}" in out and json.loads(target.read_text()), err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
 from ..frame_prep import say_if_portrait
 from ..ranges import image_shape_arg, path_name
-from .io import Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
+from .io import REPORT_FILE, Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
 from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
 from .report import format_comparison, format_table
@@ -100,6 +101,21 @@ def _unused_camera_note(args: argparse.Namespace) -> str | None:
             f"only: drop {'it' if one else 'them'}")
 
 
+def _refuse_json_over_an_input(args: argparse.Namespace) -> None:
+    """--json naming a file the evaluation reads (a label, prediction or calib file, the --ids list) would
+    replace it with the AP table: refused before anything is read (infer's ``eval.json`` beside its predictions
+    may be rewritten)."""
+    target = os.path.realpath(args.json)
+    if args.ids and target == os.path.realpath(args.ids):
+        raise InputError(f"--json {safe_repr(args.json)} is the --ids file this evaluation reads: write it elsewhere")
+    for option, folder in (("--pred", args.pred), ("--labels", args.labels), ("--compare", args.compare),
+                           ("--calib", args.calib)):
+        if folder and os.path.dirname(target) == os.path.realpath(folder) and os.path.lexists(target) and \
+                os.path.basename(target) != REPORT_FILE:  # infer's own report beside its predictions: no input
+            raise InputError(f"--json {safe_repr(args.json)} is a file of {option} {safe_repr(folder)}, which this "
+                             "evaluation reads: write it elsewhere")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate, print the table (and the comparison), write --json and say so; 0 on success."""
     classes = _classes(args.classes)
@@ -109,6 +125,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if not labels.is_dir():
         raise InputError(f"label folder {labels} does not exist or is not a folder")
     if args.json is not None:
+        _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
     say_if_portrait(args.image_shape)
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
