@@ -353,8 +353,33 @@ def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
     beyond[:, 3] = np.nan
     assert intensity_mismatch(beyond, expects_unit=True) is None and intensity_mismatch(beyond, False) is None
     centred = unit.copy()
-    centred[:, 3] -= 0.5  # negative values are no 0-1 reflectance
-    assert intensity_mismatch(centred, expects_unit=False) is None
+    centred[:, 3] -= 0.5  # negative values are no 0-1 reflectance, nor any intensity
+    assert intensity_mismatch(centred, expects_unit=False) == "negative"
+    assert intensity_mismatch(centred, expects_unit=True) == "negative"
+
+
+def test_intensities_of_another_column_are_found_by_their_negative_values(assets: Path) -> None:
+    """A real frame with z read as the intensity (the ground's z is negative), its columns in the order i, x,
+    y, z, or its intensities negated: 128 boxes at score 1.00 came of such a file without a word. A few
+    stray negative values (under NEGATIVE_SHARE of the points) are no other column."""
+    from pointpillars_trt.intensities import NEGATIVE_SHARE, find_intensity_mismatch
+
+    frame = np.fromfile(assets / "kitti" / "training" / "velodyne_fov" / "000000.bin", "<f4").reshape(-1, 4)
+    assert intensity_mismatch(frame, expects_unit=True) is None
+    z_as_i = frame.copy()
+    z_as_i[:, 3] = frame[:, 2]
+    rolled = np.ascontiguousarray(np.roll(frame, 1, axis=1))  # i, x, y, z
+    for points in (z_as_i, rolled, frame * np.float32([1, 1, 1, -1])):
+        for unit in (True, False):
+            found = find_intensity_mismatch(points, expects_unit=unit)
+            assert found is not None and found.kind == "negative", found
+            assert found.largest == -float(points[:, 3].min())
+    stray = frame.copy()
+    count = int(NEGATIVE_SHARE * len(frame)) - 1
+    stray[:count, 3] = -0.01
+    assert intensity_mismatch(stray, expects_unit=True) is None
+    stray[: count + 2, 3] = -0.01
+    assert intensity_mismatch(stray, expects_unit=True) == "negative"
 
 
 def test_intensity_scale(tmp_path: Path) -> None:
