@@ -87,9 +87,6 @@ class FrameReader:
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, FrameBytes):
-            if self.prepare is not None:
-                raise InputError("the camera-FOV crop needs the frame's calib file, which a frame read from a "
-                                 "URI has none of: pass --no-fov-only")
             if os.path.splitext(item.source)[1].lower() != ".bin":  # read as one, it would be garbage or refused
                 raise InputError(f"point file {safe_repr(item.source)}: a frame read from a URI is read as a .bin "
                                  "file (rows of float32 values), and this one is not: give other frames as local "
@@ -100,8 +97,8 @@ class FrameReader:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
                                       intensity_scale=self.intensity_scale, columns=self.columns)
         empty = len(points) == 0  # as read: a crop that leaves none of a frame's points is said by the crop
-        if self.prepare is not None:  # a frame's bytes never get here with a crop (refused above)
-            points = self.prepare(points, str(item))
+        if self.prepare is not None:  # a frame of a URI by the name Ray Data lists it by (file://: its path here)
+            points = self.prepare(points, item.source if isinstance(item, FrameBytes) else str(item))
         if empty:
             self._findings[id(item)] = "empty"
         elif self.check_intensity:

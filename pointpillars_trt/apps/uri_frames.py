@@ -56,6 +56,27 @@ class UriFrames(NamedTuple):
     refused: list[tuple[str, str]]
 
 
+def calib_probes(frames: Sequence[str], calib: str | None) -> list[str]:
+    """What stands for the URIs among ``frames`` where a run checks its frames' calib folders before the cluster
+    starts (the camera-FOV crop and KITTI lines read a frame's calib file on the worker, by the name Ray Data
+    lists it by): a ``file://`` URI's path here (a folder's as a frame in it). Without ``--calib``, a URI of
+    another file system names no calib file on this machine: refused, before any frame runs."""
+    probes = []
+    for frame in frames:
+        if not is_uri(frame):
+            continue
+        if _file_system(frame) != "file":
+            if calib is None:
+                raise InputError(f"{safe_repr(frame)}: the camera-FOV crop and KITTI lines need each frame's calib "
+                                 "file, and a frame of a URI has its sibling calib/ on this machine only for file:// "
+                                 "URIs: pass --calib DIR (each frame's <id>.txt, on every worker), or --no-fov-only "
+                                 "with --format json")
+            continue
+        path = frame.split("://", 1)[1]
+        probes.append(path if os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS else os.path.join(path, "x.bin"))
+    return [] if calib is not None else probes
+
+
 def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
     """The frames of ``sources``, in the order given: a URI of a file is that frame, a URI of a folder the
     point files directly in it, sorted by name (Ray Data lists a folder's subfolders too, and every file in

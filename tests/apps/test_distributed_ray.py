@@ -394,6 +394,27 @@ def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(
     assert assert_same_json_files(tmp_path / "ray", tmp_path / "local") == ["detections-00000.jsonl"]
 
 
+def test_a_file_uri_gets_the_camera_view_crop_and_kitti_lines_of_local_infer(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
+                                                                            tmp_path: Path) -> None:
+    """KITTI lines of a ``file://`` URI's frames, cropped to the camera view by default, as local infer writes
+    them of the folder (each frame's sibling calib/ found by the path Ray Data lists it by; every frame failed
+    "a frame read from a URI has no calib"); a URI of another file system without --calib is one error line
+    before the cluster is asked for anything."""
+    velodyne = tmp_path / "training" / "velodyne"
+    velodyne.mkdir(parents=True)
+    shutil.copytree(assets / "kitti" / "training" / "calib", tmp_path / "training" / "calib")
+    for name in ("000000.bin", "000001.bin"):
+        shutil.copy(assets / "kitti" / "training" / "velodyne" / name, velodyne / name)
+    model = assets / CHECKPOINT
+    local_infer(velodyne, model, tmp_path / "local", "--format", "kitti", code=0)
+    rc, out, err = ray_infer(f"file://{velodyne}/", model, tmp_path / "ray", "--format", "kitti")
+    assert rc == 0 and out.startswith("2/2 frames"), (out, err)
+    assert assert_same_json_files(tmp_path / "ray", tmp_path / "local") == ["000000.txt", "000001.txt"]
+    rc, out, err = cli_ray_infer("s3://bucket/velodyne/", model, tmp_path / "s3", "--format", "kitti")
+    assert (rc, out) == (2, "") and err.splitlines()[-1].startswith(
+        "error: 's3://bucket/velodyne/': the camera-FOV crop and KITTI lines need each frame's calib file"), err
+
+
 def test_frames_of_a_uri_are_checked_before_the_run_as_local_frames_are(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
                                                                            tmp_path: Path) -> None:
     """What infer checks of local frames before the run, checked of a URI's frames once Ray Data has listed

@@ -275,7 +275,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     cluster is up, and what infer checks of the frames before they run (output names that clash, a frame given
     twice) is checked here of the local frames, and there of them all."""
     from ..distributed import cluster_messages_on_stderr, detect_dataset, require_ray
-    from ..uri_frames import check_one_file_system, is_uri
+    from ..uri_frames import calib_probes, check_one_file_system, is_uri
     from ..frame_prep import frame_preparer
     from .repository import resolve_model
     from ..frame_paths import expand_frame_paths
@@ -328,8 +328,8 @@ def _run_ray(args: argparse.Namespace) -> int:
     check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
     prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                              model.cfg.voxel.point_range)
-    if fmt == "kitti" or prepare is not None:
-        check_calib_folders(local_todo, args.calib)
+    if fmt == "kitti" or prepare is not None:  # each frame's calib: of a file:// URI, the folder it names here
+        check_calib_folders(local_todo + calib_probes(resume.todo, args.calib), args.calib)
     summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
 
     def report(plan: OutputPlan, frames: int) -> FrameReport:
