@@ -4,7 +4,10 @@ folders. (Ray installed; no cluster is started here, unless a test fails.)"""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -48,3 +51,21 @@ def test_ray_kitti_output_without_calib_folders_is_one_error_before_the_cluster_
         rc, out, err = cli_ray_infer(tmp_path / "loose", tiny_model, tmp_path / "out", *options)
         assert rc == 2 and err.count("error: ") == 1 and "no calibration folder for frame" in err, err
         assert "running on Ray" not in out + err and ray.is_initialized() == was
+
+
+@pytest.mark.slow
+def test_ray_address_auto_without_a_cluster_is_one_error_in_this_tools_words(tmp_path: Path, assets: Path) -> None:
+    """Ray's own message told to set its CLI's ``--address`` flag; with no cluster to join (a Ray temp folder of
+    its own, so no other test's cluster is found), one error line naming --ray-address, exit 2."""
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path / "ray")
+    frame = assets / "kitti" / "training" / "velodyne_reduced" / "000134.bin"
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model",
+                           str(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"), "--out",
+                           str(tmp_path / "out"), "--ray", "--ray-address", "auto", "--device", "cpu"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert (done.returncode, done.stdout) == (2, ""), done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "error: --ray-address auto: Ray found no running cluster on this machine to join: start one (ray start "
+        "--head), give its HOST:PORT, or leave the address out for a local one"), done.stderr
