@@ -104,7 +104,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("--nms-iou", type=float_in(0.0, 1.0), default=None,
                      help="NMS overlap above which the lower-scored box goes (default: the model's)")
     run.add_argument("--max-boxes", type=int_in(1, SORT_LIMIT), default=None,
-                     help=f"at most this many boxes a frame, 1..{SORT_LIMIT} (default: the model's)")
+                     help=f"at most this many boxes a frame (a multi-head model such as nuScenes': a class, as "
+                          f"OpenPCDet's multi-class NMS keeps them), 1..{SORT_LIMIT} (default: the model's)")
     points = infer.add_argument_group("points")
     points.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
                         help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "

@@ -334,3 +334,15 @@ def test_a_ray_run_of_a_uri_into_earlier_parts_is_not_told_to_pass_skip_existing
     err = capsys.readouterr().err
     assert code == 2 and err.count("error:") == 1, err
     assert err.rstrip().endswith("whose rows this run would repeat: give another --out"), err
+
+
+def test_a_repository_held_and_let_go_keeps_no_pid_and_can_be_held_again(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """While held, the lock file names this process (what a second serve's refusal quotes); once let go it names
+    no one, and another hold takes it."""
+    from pointpillars_trt.apps.serve.repository import LOCK_FILE, repository_held
+
+    with repository_held(tmp_path / "repo"):
+        assert (tmp_path / "repo" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    assert (tmp_path / "repo" / LOCK_FILE).read_text() == ""
+    with repository_held(tmp_path / "repo"):
+        assert (tmp_path / "repo" / LOCK_FILE).read_text() == f"{os.getpid()}\n"

@@ -149,7 +149,11 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
                              "stop it, or give another --repository") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield
+        try:
+            yield
+        finally:
+            os.ftruncate(fd, 0)  # no pid of a process that has ended is left in it (the empty file stays: unlinked,
+            # another serve could lock a file this name no longer leads to)
     finally:
         os.close(fd)  # releases the lock
 
