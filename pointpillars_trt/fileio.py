@@ -4,6 +4,7 @@ names and values enter messages."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -15,7 +16,7 @@ import secrets
 import shutil
 import stat
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
 
@@ -373,6 +374,28 @@ def _syncfs() -> Any:
     if func is not None:
         func.argtypes, func.restype = [ctypes.c_int], ctypes.c_int
     return func
+
+
+@contextlib.contextmanager
+def folder_held(folder: PathLike, refusal: str) -> Iterator[None]:
+    """``folder`` (made if missing) held by this process while the block runs: an exclusive ``flock`` on the
+    folder itself (no file of its own in it), so a second process that asks for it while it is held gets an
+    InputError of ``refusal``; the lock goes with the process. Where the file system has no such locks
+    (some network ones), the block runs unheld."""
+    os.makedirs(folder, exist_ok=True)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(refusal) from None
+        except (ImportError, OSError):  # no flock here: nothing to hold it by
+            pass
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def check_writable_folder(path: PathLike, what: str = "folder") -> None:

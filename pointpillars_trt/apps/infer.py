@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, ModelDirError, PointPillarsError, one_line, safe_repr
-from ..fileio import PendingFlush, check_writable_folder, process_alive, remove_stale_temp_files, special_kind
+from ..fileio import PendingFlush, check_writable_folder, folder_held, process_alive, remove_stale_temp_files, \
+    special_kind
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
@@ -476,6 +477,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     writers: WorkerProcesses | None = None
     readers: WorkerProcesses | None = None
     detectors: list[Any] = []
+    held = contextlib.ExitStack()  # --out, held from its first write to the run's end
     try:  # a Ctrl-C held while the readers spawn comes as their start ends: the writers are shut down too
         writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
         readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
@@ -491,7 +493,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
             check_calib_folders(resume.todo, args.calib)
         if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
+            held.enter_context(out_held(out))
             remove_stale_temp_files(out)
         if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
@@ -516,7 +518,15 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                 processes.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
+        held.close()
     return failures
+
+
+def out_held(out: Path) -> contextlib.AbstractContextManager[None]:
+    """``--out`` (made if missing) held by this run until it ends: a second run into it meanwhile, whose
+    outputs and settings record would interleave with this one's, is refused before it writes anything."""
+    return folder_held(out, f"--out {safe_repr(str(out))} is being written by another infer run now (two runs "
+                            "into one folder mix their outputs and settings): wait for it to end, or give another --out")
 
 
 @contextlib.contextmanager

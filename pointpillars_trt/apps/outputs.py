@@ -421,8 +421,9 @@ def foreign_output(path: Path) -> str | None:
     """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
     or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
     record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
-    values, no score), a calib file, another tool's JSON; a FIFO, a device or a folder (reading it could block)."""
-    kind = "a folder" if path.is_dir() else special_kind(path)
+    values, no score), a calib file, another tool's JSON; a FIFO or a device (reading it could block; a folder
+    there fails that frame's write alone)."""
+    kind = special_kind(path)
     if kind is not None:
         return f"it is {kind}, not a regular file"
     try:

@@ -257,3 +257,22 @@ def test_a_hidden_frames_output_counts_and_no_frame_may_write_over_the_record(ti
     assert run.rc == 2 and run.err == (f"error: a frame's output {SETTINGS_FILE!r} would overwrite the run's own "
                                        "output of that name\n"), run
     assert files_of(out) == before
+
+
+def test_a_run_into_an_out_folder_another_run_is_writing_is_refused(tiny_model: Path, tiny_frames: list[Path],
+                                                                    tmp_path: Path) -> None:
+    """Two runs into one --out at once left outputs of one run's settings under the other's record (and, for
+    rows, two rows a frame): while one holds it (here, this process, as a run does), another is refused before
+    it writes anything, and runs once it is let go."""
+    from pointpillars_trt.apps.infer import out_held
+
+    out = tmp_path / "out"
+    assert infer(tiny_frames[:2], tiny_model, out).rc == 0
+    before = files_of(out)
+    with out_held(out):
+        run = infer(tiny_frames[:3], tiny_model, out, "--score-threshold", "0.5")
+    assert run.rc == 2 and run.err.splitlines()[-1] == (
+        f"error: --out {str(out)!r} is being written by another infer run now (two runs into one folder mix their "
+        "outputs and settings): wait for it to end, or give another --out"), run
+    assert files_of(out) == before
+    assert infer(tiny_frames[:3], tiny_model, out, "--skip-existing").rc == 0

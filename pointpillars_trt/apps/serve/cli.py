@@ -8,6 +8,7 @@ command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scale
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import threading
@@ -281,7 +282,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_paths import expand_frame_paths
     from ..frame_report import frame_report
     from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
-        output_plan
+        out_held, output_plan
     from ..resume import frames_to_run, say_resume
     from ..run_settings import settings_record
     from ..outputs import OutputPlan
@@ -331,15 +332,17 @@ def _run_ray(args: argparse.Namespace) -> int:
     if fmt == "kitti" or prepare is not None:  # each frame's calib: of a file:// URI, the folder it names here
         check_calib_folders(local_todo + calib_probes(resume.todo, args.calib), args.calib)
     summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
+    held = contextlib.ExitStack()  # --out, from the run's first write to its end
 
     def report(plan: OutputPlan, frames: int) -> FrameReport:
-        """Called once the cluster is checked and the URIs are listed: what --skip-existing found said
-        (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
+        """Called once the cluster is checked and the URIs are listed: --out held, what --skip-existing found
+        said (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
+        held.enter_context(out_held(out))
         settle()
         say_resume(resume, fmt, out, retry=args.retry_failed)
         return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
 
-    with cluster_messages_on_stderr():
+    with held, cluster_messages_on_stderr():
         summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
                                  batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt,
                                  calib=args.calib, image_shape=args.image_shape,
