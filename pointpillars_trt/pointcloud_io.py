@@ -34,6 +34,8 @@ _NPY_MAX_BYTES = _NPY_MAX_HEADER + MAX_FRAME_POINTS * 8 * 8  # 16 Mi points of 8
 _PCD_MAX_BINARY = MAX_FRAME_POINTS * 64  # 1 GiB of binary point data
 _PCD_MAX_ASCII = 2**31  # 2 GiB of ASCII point data
 _PCD_MAX_COUNT = 4096  # values in one field of a point (PCL's largest stock field, a histogram, has 352)
+_PCD_MAX_ROW_VALUES = 8192  # values of a point's fields together: a wider row is no point cloud's (and an ASCII
+# row's length bound, which grows with it, kept parsing a file of no line break for minutes in gigabytes)
 _PCD_ASCII_BYTES_PER_VALUE = 32  # bound on an ASCII PCD's data: POINTS * values * this
 _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
@@ -498,6 +500,10 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
         if not count.isdigit() or not 1 <= int(count) <= _PCD_MAX_COUNT:
             raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}")
         parts.append((field, "<" + code, (int(count),) if int(count) > 1 else ()))
+    values = sum(shape[0] if shape else 1 for _, _, shape in parts)
+    if values > _PCD_MAX_ROW_VALUES:
+        raise InputError(f"{what} {shown}: a point of {values} values (FIELDS times COUNT), more than the limit of "
+                         f"{_PCD_MAX_ROW_VALUES}: not a point cloud this reads")
     dtype = np.dtype([(name, code, shape) if shape else (name, code) for name, code, shape in parts])
     width, height = _pcd_int(header, "WIDTH", shown, what), _pcd_int(header, "HEIGHT", shown, what)
     points = _pcd_int(header, "POINTS", shown, what) if "POINTS" in header else width * height

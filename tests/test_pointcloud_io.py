@@ -577,3 +577,14 @@ def test_read_points_refuses_columns_no_model_reads(tmp_path: Path, columns: obj
     path = tmp_path / "a.bin"
     sample(4).tofile(path)
     one_line_error(lambda: read_points(path, columns=columns), f"columns {columns!r}: expected the model's values a point")
+
+def test_pcd_of_a_point_too_wide_is_refused_at_its_header(tmp_path: Path) -> None:
+    """A header of one point of ~16 M values (3,900 fields of COUNT 4096), then ASCII data without a line break:
+    its row-length bound grew with the row, and the refusal came after ~50 s and 5.7 GB. Refused by the header."""
+    fields = ["x", "y", "z", "intensity"] + [f"a{i}" for i in range(3900)]
+    header = (f"VERSION 0.7\nFIELDS {' '.join(fields)}\nSIZE {' '.join(['4'] * len(fields))}\n"
+              f"TYPE {' '.join(['F'] * len(fields))}\nCOUNT {' '.join(['1'] * 4 + ['4096'] * 3900)}\n"
+              "WIDTH 1\nHEIGHT 1\nPOINTS 1\nDATA ascii\n")
+    path = tmp_path / "wide.pcd"
+    path.write_bytes(header.encode() + b"0 " * (1 << 20))
+    one_line_error(lambda: read_points(path), "a point of 15974404 values (FIELDS times COUNT), more than the limit")
