@@ -77,6 +77,7 @@ def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     previous: dict[int, Any] = {}
+    args: argparse.Namespace | None = None  # the command's options, once parsed
     stdout = sys.stdout
     guard = _StdoutGuard(stdout)
     if threading.current_thread() is threading.main_thread():  # the process's own run (not a caller's thread)
@@ -102,10 +103,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError as exc:
         if guard.reader_gone:  # a run that stopped because stdout was its only output (infer without --out)
             return EXIT_CLOSED_STDOUT
-        return _user_error(exc)  # another pipe (a served model's connection)
+        return _user_error(exc, args)  # another pipe (a served model's connection)
     except USER_ERRORS as exc:
         interrupt = _interrupt_behind(exc)
-        return _stopped(interrupt) if interrupt is not None else _user_error(exc)
+        return _stopped(interrupt) if interrupt is not None else _user_error(exc, args)
     except Exception as exc:  # an error a Ctrl-C caused (a library's import cut short) is that Ctrl-C
         interrupt = _interrupt_behind(exc)
         if interrupt is None:
@@ -141,9 +142,11 @@ def _stopped(exc: KeyboardInterrupt) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) else EXIT_INTERRUPTED
 
 
-def _user_error(exc: BaseException) -> int:
-    """One ``error:`` line (one a problem, for several inputs found unusable together); exit code 2."""
-    lines = [one_line(m) for m in exc.messages] if isinstance(exc, InputErrors) else [error_message(exc)]
+def _user_error(exc: BaseException, args: argparse.Namespace | None) -> int:
+    """One ``error:`` line (one a problem, for several inputs found unusable together); exit code 2. ``args``:
+    the command's options (None before they are parsed), for a fix only its options offer."""
+    batched = args is not None and getattr(args, "batch_size", None) != 1 and hasattr(args, "batch_size")
+    lines = [one_line(m) for m in exc.messages] if isinstance(exc, InputErrors) else [error_message(exc, batched)]
     for line in lines:
         print(f"error: {line}", file=sys.stderr, flush=True)
     return EXIT_USER_ERROR
@@ -197,8 +200,9 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         fallback(message, category, filename, lineno, file, line)
 
 
-def error_message(exc: BaseException) -> str:
-    """One line for an exception ``main`` reports: file names escaped, no errno prefix."""
+def error_message(exc: BaseException, batched: bool = False) -> str:
+    """One line for an exception ``main`` reports: file names escaped, no errno prefix; ``batched``: the
+    command runs frames in batches of more than one (``--batch-size 1`` is then a fix for running out of memory)."""
     if isinstance(exc, OSError) and not isinstance(exc, PointPillarsError):
         reason = exc.strerror or one_line(exc)
         if exc.filename is not None:
@@ -209,7 +213,8 @@ def error_message(exc: BaseException) -> str:
         return "input nested too deeply to process (recursion limit reached); is a file damaged or hostile?"
     if isinstance(exc, MemoryError):
         detail = one_line(exc) if str(exc).strip() else ""
-        return "out of memory" + (f" ({detail})" if detail else "") + "; try a smaller input or --batch-size 1"
+        return "out of memory" + (f" ({detail})" if detail else "") + "; try a smaller input" + (
+            " or --batch-size 1" if batched else "")
     return one_line(exc)
 
 

@@ -1080,7 +1080,8 @@ def test_main_error_kinds_are_one_line(tiny_model: Path, tiny_frames: list[Path]
 def test_error_message_of_memory_error_and_others():
     from pointpillars_trt.apps.cli import error_message
 
-    assert error_message(MemoryError()).startswith("out of memory")
+    assert error_message(MemoryError()) == "out of memory; try a smaller input"  # eval: no --batch-size to offer
+    assert error_message(MemoryError(), batched=True) == "out of memory; try a smaller input or --batch-size 1"
     assert "\n" not in error_message(ValueError("two\nlines\x1b[0m"))
     assert error_message(FileNotFoundError(2, "No such file or directory", "a\nb")) == \
         "'a\\nb': No such file or directory"

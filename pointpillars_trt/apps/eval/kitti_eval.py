@@ -46,6 +46,8 @@ _MAX_TRUNCATION = (0.15, 0.3, 0.5)
 _SAMPLE_POINTS = 41
 _NO_ALPHA = -10.0  # what a detector without orientation writes; AOS is then skipped
 _FRAME_CHUNK = 256  # frames whose GT x detection pairs are built at once (bounds memory)
+_PAIR_CHUNK = 1 << 18  # GT x detection pairs whose overlaps are computed at once: a frame of thousands of boxes
+# on each side (4,000 x 4,000 took 4.1 GB at once) is taken in slices
 
 COUNTS, IGNORED, OTHER = 0, 1, -1  # per-object role for one class and difficulty
 
@@ -87,13 +89,17 @@ class EvalResult:
 # --------------------------------------------------------------------------- overlaps
 
 
-def _frame_pairs(counts_a: np.ndarray, counts_b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (ia, ib) of every same-frame pair of two concatenated tables."""
+def _frame_pairs(counts_a: np.ndarray, counts_b: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices (ia, ib) of the same-frame pairs of two concatenated tables numbered ``first`` to ``stop``
+    (pairs are numbered frame by frame, a row of a's pairs after another): a slice, so that a frame of
+    thousands of boxes on each side is taken a bounded number of pairs at a time."""
     start_a = np.cumsum(counts_a) - counts_a
     start_b = np.cumsum(counts_b) - counts_b
     per_frame = counts_a * counts_b
-    frame = np.repeat(np.arange(len(per_frame)), per_frame)
-    local = np.arange(per_frame.sum()) - np.repeat(np.cumsum(per_frame) - per_frame, per_frame)
+    ends = np.cumsum(per_frame)
+    number = np.arange(first, stop)
+    frame = np.searchsorted(ends, number, side="right")
+    local = number - (ends[frame] - per_frame[frame])
     return start_a[frame] + local // counts_b[frame], start_b[frame] + local % counts_b[frame]
 
 
@@ -121,16 +127,18 @@ def _overlap_pairs(gt: Annotations, dt: Annotations) -> _Pairs:
     bbox, bev, iou3d = [np.zeros(0)], [np.zeros(0)], [np.zeros(0)]
     gt_boxes, dt_boxes = gt.boxes3d, dt.boxes3d
     for (f0, f1, g0, _), (_, _, d0, _) in zip(_chunks(gt.counts), _chunks(dt.counts)):
-        ig, idt = _frame_pairs(gt.counts[f0:f1], dt.counts[f0:f1])
-        ig, idt = ig + g0, idt + d0
-        o2d = box2d_iou_pairs(gt.bbox[ig], dt.bbox[idt])
-        obev, o3d = camera_box_iou_pairs(gt_boxes[ig], dt_boxes[idt])
-        keep = (o2d > 0) | (obev > 0)
-        gts.append(ig[keep])
-        dts.append(idt[keep])
-        bbox.append(o2d[keep])
-        bev.append(obev[keep])
-        iou3d.append(o3d[keep])
+        total = int(np.dot(gt.counts[f0:f1].astype(np.int64), dt.counts[f0:f1]))
+        for first in range(0, total, _PAIR_CHUNK):
+            ig, idt = _frame_pairs(gt.counts[f0:f1], dt.counts[f0:f1], first, min(first + _PAIR_CHUNK, total))
+            ig, idt = ig + g0, idt + d0
+            o2d = box2d_iou_pairs(gt.bbox[ig], dt.bbox[idt])
+            obev, o3d = camera_box_iou_pairs(gt_boxes[ig], dt_boxes[idt])
+            keep = (o2d > 0) | (obev > 0)
+            gts.append(ig[keep])
+            dts.append(idt[keep])
+            bbox.append(o2d[keep])
+            bev.append(obev[keep])
+            iou3d.append(o3d[keep])
     return _Pairs(
         np.concatenate(gts),
         np.concatenate(dts),
@@ -143,9 +151,11 @@ def _dontcare_coverage(gt: Annotations, dt: Annotations) -> np.ndarray:
     is_dc = gt.names == "DontCare"
     dc_counts = np.bincount(gt.frame_of_row[is_dc], minlength=len(gt.counts))
     dc_boxes = gt.bbox[is_dc]
-    idc, idt = _frame_pairs(dc_counts, dt.counts)
     coverage = np.zeros(len(dt.score))
-    np.maximum.at(coverage, idt, box2d_coverage_pairs(dt.bbox[idt], dc_boxes[idc]))
+    total = int(np.dot(dc_counts.astype(np.int64), dt.counts))
+    for first in range(0, total, _PAIR_CHUNK):
+        idc, idt = _frame_pairs(dc_counts, dt.counts, first, min(first + _PAIR_CHUNK, total))
+        np.maximum.at(coverage, idt, box2d_coverage_pairs(dt.bbox[idt], dc_boxes[idc]))
     return coverage
 
 
