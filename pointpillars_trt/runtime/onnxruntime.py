@@ -19,6 +19,7 @@ Precision is a property of the ONNX file (an fp16 export has fp16 inside), not o
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,7 +27,7 @@ import numpy as np
 import onnxruntime as ort
 from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile
 
-from ..errors import BackendError, InputError, ModelDirError
+from ..errors import BackendError, InputError, ModelDirError, one_line, safe_repr
 from ..fileio import read_regular_file
 from ..model_dir import MAX_GRAPH_BYTES
 from .base import Backend, Device, Engine, Shape, TensorSpec
@@ -89,7 +90,9 @@ class OnnxRuntimeEngine(Engine):
         if self.device == "cuda":
             _preload_cuda_libraries()
         options = ort.SessionOptions()
-        options.log_severity_level = 3  # errors only: ORT warns about every provider it does not use
+        # fatal only: ORT warns about every provider it does not use, and logs each failed allocation in colour
+        # across several lines; a failure reaches the caller as its exception, said in one line
+        options.log_severity_level = 4
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.enable_profiling = False
         if self.threads is not None:
@@ -154,15 +157,27 @@ class OnnxRuntimeEngine(Engine):
         try:
             self._session.run_with_iobinding(self._binding, self._run_options)
         except Exception as exc:  # ORT's pybind errors share no base but Exception
-            raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
+            raise _run_failure(exc, self.path.name) from exc
 
     def _run_host(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self._session is not None
         try:
             results = self._session.run(list(self._outputs), dict(feeds))
         except Exception as exc:  # ORT's pybind errors share no base but Exception
-            raise BackendError(f"ONNX Runtime run failed for {self.path.name}: {exc}") from exc
+            raise _run_failure(exc, self.path.name) from exc
         return dict(zip(self._outputs, results))
+
+
+def _run_failure(exc: Exception, graph: str) -> BackendError:
+    """ORT's failed run in one line: running out of memory said so (its arena's message names a buffer's size),
+    anything else with ORT's own text."""
+    text = one_line(exc)
+    asked = re.search(r"Failed to allocate memory for requested buffer of size (\d+)", text)
+    if asked is not None or "bad_alloc" in text:
+        size = f" ({int(asked[1]) / 2**20:.0f} MiB asked for one buffer)" if asked is not None else ""
+        return BackendError(f"ONNX Runtime ran out of memory running {graph}{size}: a model of a finer pillar grid "
+                            "or more pillars needs more; free memory, or run on the GPU")
+    return BackendError(f"ONNX Runtime run failed for {graph}: {safe_repr(text, 300)}")
 
 
 def _preload_cuda_libraries() -> None:

@@ -365,3 +365,31 @@ def test_a_graph_replaced_after_its_model_dir_was_opened_is_refused_not_run(tmp_
         CpuDetector(model)
     with pytest.raises(ModelDirError, match="replaced since"):
         open_engine(model.rpn_path, OrtOptions(graph_sha256=model.graph_sha256("rpn")), device="cpu")
+
+
+def test_a_run_that_runs_out_of_memory_is_one_line_that_says_so(tmp_path: Path) -> None:
+    """A graph whose output ONNX Runtime cannot allocate (a 1 TiB buffer, from a shape given at run time): one
+    short BackendError naming the graph and what it asked for, and nothing of ORT's own multi-line log on
+    stderr (its session logs fatal errors only). In a process of its own, its stderr read whole."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["shape"], ["big"], value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.0]))],
+        "huge", [helper.make_tensor_value_info("shape", TensorProto.INT64, [1])],
+        [helper.make_tensor_value_info("big", TensorProto.FLOAT, [-1])])
+    path = tmp_path / "huge.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    code = ("import sys, numpy as np\n"
+            "from pointpillars_trt.runtime.onnxruntime import OnnxRuntimeEngine\n"
+            "from pointpillars_trt.errors import BackendError\n"
+            "with OnnxRuntimeEngine(sys.argv[1]) as engine:\n"
+            "    try:\n"
+            "        engine.run_host({'shape': np.array([2**38], np.int64)})\n"
+            "    except BackendError as exc:\n"
+            "        print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == (
+        "ONNX Runtime ran out of memory running huge.onnx (1048576 MiB asked for one buffer): a model of a finer "
+        "pillar grid or more pillars needs more; free memory, or run on the GPU\n"), (done.stdout, done.stderr)
+    assert done.stderr == "", done.stderr
