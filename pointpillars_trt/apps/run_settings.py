@@ -318,6 +318,18 @@ def _sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def recorded_fov_only(out: Path, fmt: str) -> bool | None:
+    """Whether the ``fmt`` outputs in ``out`` were made with the camera-view crop, as its settings record says
+    (None: no readable record of them, or a folder of more than one set of settings)."""
+    try:
+        record = loads_json(read_regular_file(out / SETTINGS_FILE, max_bytes=_SETTINGS_MAX_BYTES, what="settings record"))
+        entry = record["outputs"][fmt]
+        crop = entry["settings"]["--fov-only"]
+    except (OSError, PointPillarsError, ValueError, RecursionError, KeyError, TypeError):
+        return None
+    return crop if isinstance(crop, bool) and entry.get("mixed") is not True else None
+
+
 def settings_record(args: argparse.Namespace, fmt: str, out: Path | None, frames: Sequence[str]) -> SettingsRecord | None:
     """The settings record of ``--out`` for this run of ``frames`` (None without --out)."""
     return None if out is None else SettingsRecord(out, args, fmt, frames)

@@ -86,6 +86,20 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
             "PNGs there")
 
 
+def _full_scan_note(folder: Path) -> str | None:
+    """The note that infer made a folder's predictions on full scans (its settings record says so): KITTI's
+    benchmark counts objects in the camera's view, and OpenPCDet's KITTI models see only those points, so
+    such predictions score lower than the same model on camera-view crops. None without such a record."""
+    from ..run_settings import recorded_fov_only
+
+    if recorded_fov_only(folder, prediction_format(folder)) is not False:
+        return None
+    return (f"note: the predictions in {safe_repr(str(folder))} were made on full scans (--fov-only false in its "
+            "settings record): KITTI's benchmark, and OpenPCDet's evaluation, detect on the camera-view points "
+            "only; unless the model was trained on full scans, run infer with --fov-only (the default of "
+            "--format kitti and --eval) for comparable APs")
+
+
 def _unused_camera_note(args: argparse.Namespace) -> str | None:
     """The note that --calib / --image-shape went unused: they place and clip JSON predictions' boxes in
     the camera image, and KITTI .txt predictions carry their own 2D boxes (results are the same without
@@ -139,7 +153,8 @@ def run_eval(args: argparse.Namespace) -> int:
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
     notes = (_assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed)),
-             _unused_camera_note(args))
+             _unused_camera_note(args), _full_scan_note(pred),
+             _full_scan_note(Path(args.compare)) if args.compare else None)
     for note in notes:
         if note is not None:
             print(note, file=sys.stderr)
