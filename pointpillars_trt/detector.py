@@ -91,6 +91,10 @@ class PointPillars:
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
+        if self.device == "cpu" and model.precision == "fp16":
+            warnings.warn("fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs "
+                          "use fp32 graphs (a checkpoint without precision='fp16', or a model dir built with "
+                          "--precision fp32)", InputWarning, stacklevel=3)
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once

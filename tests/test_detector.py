@@ -754,3 +754,22 @@ def test_close_on_the_cpu_waits_for_the_frame_in_progress(assets: Path, cache: P
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
     assert "frame ended before close returned: True boxes:" in done.stdout, (done.stdout, done.stderr[-2000:])
+
+
+def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path) -> None:
+    """The CLI notes that fp16 graphs gain nothing on the CPU; the Python API said nothing. An fp32 model: no word."""
+    import warnings
+
+    from pointpillars_trt.errors import InputWarning
+    from tiny import tiny_model_dir
+
+    fp16, fp32 = tiny_model_dir(tmp_path / "fp16", precision="fp16"), tiny_model_dir(tmp_path / "fp32")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        PointPillars(fp16, device="cpu").close()
+        PointPillars(fp32, device="cpu").close()
+    said = [w for w in caught if issubclass(w.category, InputWarning)]
+    assert [str(w.message) for w in said] == [
+        "fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs use fp32 graphs "
+        "(a checkpoint without precision='fp16', or a model dir built with --precision fp32)"]
+    assert said[0].filename == __file__
