@@ -42,13 +42,6 @@ def name_text(name: str) -> str:
             return name.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def name_key(name: str) -> str:
-    """A file name as text that tells every name apart, for matching (``name_text`` shows the byte 0xFF and the
-    four characters ``\\xff`` alike): its backslashes doubled, then its undecodable bytes as ``\\xNN``. A
-    name without a backslash or an undecodable byte is itself."""
-    return name_text(name.replace("\\", "\\\\"))
-
-
 # --------------------------------------------------------------------------- bounded reads
 
 _KIND_NAMES = (

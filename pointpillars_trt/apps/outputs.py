@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import (dumps_strict, fsync_path, loads_json, name_key, name_text, open_regular_file, special_kind, write_bytes_atomic,
+from ..fileio import (dumps_strict, fsync_path, loads_json, name_text, open_regular_file, special_kind, write_bytes_atomic,
                       write_new_file_atomic)
 from .uri_frames import is_uri
 
@@ -254,20 +254,16 @@ def frame_row(source: str, det: Detections | None, error: str | None, class_name
 
 def source_path(source: str) -> str:
     """A frame's source as one name whatever the working directory: a local path made absolute (``dir/a.bin``
-    and ``/abs/dir/a.bin`` are one frame) in ``name_key``'s text (a name of the byte 0xFF and one of the four
-    characters ``\\xff`` are two frames), a URI as it is."""
+    and ``/abs/dir/a.bin`` are one frame), a URI as it is."""
     text = name_text(source)
-    return text if is_uri(text) else name_key(os.path.abspath(source))
+    return text if is_uri(text) else os.path.abspath(text)
 
 
 def row_path(row: dict[str, Any]) -> str:
     """A row's ``source_path``: its ``path`` column, or (a part written before rows had one) its source
     resolved against this working directory."""
     path = row.get("path")
-    if path:
-        return str(path)
-    source = str(row["source"])
-    return source if is_uri(source) else name_key(os.path.abspath(source))
+    return str(path) if path else source_path(str(row["source"]))
 
 
 #: The columns a row's frame is known by (``frame_row``), read alone where a part's rows are looked up.

@@ -234,26 +234,3 @@ def test_a_fifo_in_an_outputs_place_is_one_error_not_a_hang(tiny_model: Path, fr
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: ") and "is a FIFO (named pipe), not a regular file" in done.stderr
     assert os.listdir(out) == [name]
-
-
-@pytest.mark.skipif(sys.platform != "linux", reason="needs a file system of byte names")
-def test_a_name_of_an_undecodable_byte_and_one_of_its_escape_are_two_frames_to_resume(tiny_model: Path,
-                                                                                      frames: Path,
-                                                                                      tmp_path: Path) -> None:
-    """A frame named by the byte 0xFF and one named by the four characters \\xff: their rows' ``path`` told them
-    apart by neither (both \\xff), so a resume after the first skipped the second for good. Now the second runs."""
-    folder = tmp_path / "names"
-    folder.mkdir()
-    raw = os.path.join(os.fsencode(folder), b"\xff.bin")
-    literal = folder / "\\xff.bin"
-    shutil.copyfile(frames / "a.bin", raw)
-    shutil.copyfile(frames / "c.bin", literal)
-    out = tmp_path / "rows"
-    rc, err = run_infer("infer", os.fsdecode(raw), "--model", tiny_model, "--out", out, "--device", "cpu",
-                        "--no-progress", "--format", "jsonl")
-    assert rc == 0, err
-    rc, err = run_infer("infer", folder, "--model", tiny_model, "--out", out, "--device", "cpu", "--no-progress",
-                        "--format", "jsonl", "--skip-existing")
-    assert rc == 0 and "skipping 1 frame(s)" in err, err
-    rows = [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
-    assert sorted(row["path"] for row in rows) == sorted([str(folder) + "/\\xff.bin", str(folder) + "/\\\\xff.bin"])
