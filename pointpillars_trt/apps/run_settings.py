@@ -268,11 +268,10 @@ _MODEL_DEFAULTS = {"--score-threshold": "score_threshold", "--nms-iou": "nms_iou
 
 def _same_crop_default(fmt: str, evaluating: bool, recorded: object) -> bool:
     """Whether the camera-view crop by default (``fov_only_default``) is surely the ``recorded`` one for the same
-    model: KITTI output is cropped unless the model says it was trained on full scans (as for the record's run,
-    of the same format); other output only for --eval (which the record's run may have had or not)."""
-    if fmt == "kitti":
-        return True
-    return recorded is True if evaluating else recorded is False
+    model: KITTI output and --eval are cropped unless the model says it was trained on full scans, so a recorded
+    crop is this run's, and a recorded full scan may have been an option's (--no-fov-only) or the model's; other
+    output is not cropped."""
+    return recorded is True if fmt == "kitti" or evaluating else recorded is False
 
 
 def _model_may_differ(args: argparse.Namespace, earlier: object) -> bool:

@@ -222,6 +222,10 @@ def test_a_resume_with_nothing_left_to_run_is_checked_too(tiny_model: Path, tiny
     run = infer(tiny_frames[:3], model, out, "--skip-existing", "--format", "json", "--eval", labels, "--no-fov-only",
                 "--score-threshold", "0.2")
     assert run.rc == 2 and "(--score-threshold 0.005 there, 0.2 now)" in run.err and "AP" not in run.out, run
+    kitti = tmp_path / "kitti"  # KITTI lines of full scans: a resume that crops by default is refused
+    assert infer(tiny_frames[:2], model, kitti, "--format", "kitti", "--no-fov-only").rc == 0
+    run = infer(tiny_frames[:2], model, kitti, "--format", "kitti", "--skip-existing")
+    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
     from tiny import tiny_model_dir
 
     shutil.rmtree(model)
