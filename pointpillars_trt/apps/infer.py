@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import InputError, ModelDirError, PointPillarsError, one_line, safe_repr
-from ..fileio import PendingFlush, check_writable_folder, folder_held, process_alive, remove_stale_temp_files, \
-    special_kind
+from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, process_alive,
+                      remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
@@ -443,7 +443,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     fmt, out, labels = check_outputs(args, frames)
     if check_model is not None:
         check_model()
-    with scratch_folder() as scratch:
+    held_now = out is not None and out.is_dir()  # then held before it is read: no other run changes what decides
+    with scratch_folder() as scratch, out_held(out) if out is not None and held_now else contextlib.nullcontext():
         plan = output_plan(args, fmt, out, scratch if labels is not None and (fmt != "kitti" or out is None) else None)
         # what is in --out decides, not the KITTI lines --eval makes for itself in the scratch folder
         resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
@@ -451,7 +452,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         record = settings_record(args, fmt, out, frames)
         if resume.todo or labels is not None or out is None or (record is not None and record.may_differ_from_kept()):
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
-                                  record)
+                                  record, out_held_already=held_now)
         else:  # every frame's outputs are there, of this run's settings, and no evaluation wants the model
             failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
@@ -468,10 +469,11 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
                frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None, plan: OutputPlan,
-               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None) -> int:
+               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None, *,
+               out_held_already: bool) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
-    it opens here, ``record`` (--out's settings) written before the first output; the number of frames that
-    failed."""
+    it opens here, ``record`` (--out's settings) written before the first output; --out held from here unless
+    ``out_held_already``; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
@@ -493,7 +495,9 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
             check_calib_folders(resume.todo, args.calib)
         if out is not None:
-            held.enter_context(out_held(out))
+            if not out_held_already:  # made here: then it holds nothing, unless another run made it meanwhile
+                held.enter_context(out_held(out))
+                refuse_outputs_of_another_run(out)
             remove_stale_temp_files(out)
         if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
@@ -504,7 +508,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail
         say_resume(resume, fmt, out, retry=args.retry_failed)
         done, failures = run_frames(detectors, resume.todo, plan, args, batch, fmt, out, classes, writers,
-                                    points_per_frame, path_errors, readers)
+                                    points_per_frame, path_errors, readers, skipped=len(resume.skipped))
         if out is not None:
             remove_stale_temp_files(out)  # of a writer process that died mid-write
         if labels is not None:
@@ -520,6 +524,17 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             detector.close()
         held.close()
     return failures
+
+
+def refuse_outputs_of_another_run(out: Path) -> None:
+    """``--out`` did not exist when this run decided its frames, and now holds something: another run made it
+    and wrote there meanwhile, so what this run would write (another part of the same rows, outputs of other
+    settings) was decided without it."""
+    entries = [name for name in os.listdir(out) if not name.endswith(TEMP_SUFFIX)]
+    if entries:
+        raise InputError(f"--out {safe_repr(str(out))} was made by another run while this one started (it holds "
+                         f"{safe_repr(sorted(entries)[0])}): run this one again (with --skip-existing to keep those "
+                         "outputs), or give another --out")
 
 
 def out_held(out: Path) -> contextlib.AbstractContextManager[None]:
@@ -545,15 +560,16 @@ def scratch_folder() -> Iterator[Path]:
 def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan, args: argparse.Namespace,
                batch: int, fmt: str, out: Path | None, classes: tuple[str, ...],
                writers: WorkerProcesses | None = None, points_per_frame: int | None = None,
-               input_errors: Sequence[str] = (), readers: WorkerProcesses | None = None) -> tuple[list[str], int]:
+               input_errors: Sequence[str] = (), readers: WorkerProcesses | None = None,
+               skipped: int = 0) -> tuple[list[str], int]:
     """Read, detect and write every frame through the streaming runner (``apps/frames.py``), writing in
     ``writers`` and reading in ``readers`` when given (the runner closes them), staging sized for
     ``points_per_frame``; the outputs
     are flushed to disk before the summary, which counts ``input_errors`` (paths that gave no frame)
-    too; (frames that went through, number that failed)."""
+    too, and the ``skipped`` frames of a resumed run of none; (frames that went through, number that failed)."""
     if writers is not None:
         writers.wait()
-    report = frame_report(len(frames), plan, args, fmt, out, input_errors, sources=frames)
+    report = frame_report(len(frames), plan, args, fmt, out, input_errors, skipped=skipped, sources=frames)
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk = _DiskWatch()
     prepare = frame_preparer(args, fmt, report.note,

@@ -214,6 +214,11 @@ def test_a_resume_with_nothing_left_to_run_is_checked_too(tiny_model: Path, tiny
     before = files_of(out)
     run = infer(tiny_frames[:3], model, out, "--skip-existing", "--max-boxes", "25", "--point-dim", "4")
     assert run.rc == 0 and "running on" not in run.err and run.out.startswith("0/0 frames to run (3 skipped"), run
+    elsewhere = tmp_path / "elsewhere"  # the same model at another path: opened to tell, the same (the record follows)
+    shutil.copytree(model, elsewhere)
+    run = infer(tiny_frames[:3], elsewhere, out, "--skip-existing")
+    assert run.rc == 0 and "running on" in run.err and run.out.startswith("0/0 frames to run (3 skipped"), run
+    before = files_of(out)
     run = infer(tiny_frames[:3], model, out, "--skip-existing", "--score-threshold", "0.2")
     assert run.rc == 2 and run.err.splitlines()[-1].startswith(
         f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--score-threshold "
@@ -231,7 +236,7 @@ def test_a_resume_with_nothing_left_to_run_is_checked_too(tiny_model: Path, tiny
     shutil.rmtree(model)
     tiny_model_dir(model, seed=4)
     run = infer(tiny_frames[:3], model, out, "--skip-existing")
-    assert run.rc == 2 and f"(--model {str(model)!r} there, {str(model)!r} now: other weights)" in run.err, run
+    assert run.rc == 2 and f"(--model {str(elsewhere)!r} there, {str(model)!r} now: other weights)" in run.err, run
     assert files_of(out) == before
 
 
@@ -290,3 +295,27 @@ def test_a_run_into_an_out_folder_another_run_is_writing_is_refused(tiny_model: 
         "outputs and settings): wait for it to end, or give another --out"), run
     assert files_of(out) == before
     assert infer(tiny_frames[:3], tiny_model, out, "--skip-existing").rc == 0
+
+
+def test_an_out_folder_another_run_made_while_this_one_started_is_refused(tiny_model: Path, tiny_frames: list[Path],
+                                                                          tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """--out missing when the run decides its frames, then made and written by another run while this one opens
+    its model (here: a row part written from within the real open): what this run decided went by that run's
+    outputs unseen (its rows would be a frame's second), so it is refused before it writes; run again, it resumes."""
+    import pointpillars_trt.apps.infer as infer_module
+
+    out = tmp_path / "out"
+    real_open = infer_module.open_warm
+
+    def open_while_another_run_writes(*args, **kwargs):  # type: ignore[no-untyped-def]
+        out.mkdir(exist_ok=True)
+        (out / "detections-00000.jsonl").write_text("")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(infer_module, "open_warm", open_while_another_run_writes)
+    run = infer(tiny_frames[:2], tiny_model, out, "--format", "jsonl", "--skip-existing")
+    assert run.rc == 2 and run.err.splitlines()[-1] == (
+        f"error: --out {str(out)!r} was made by another run while this one started (it holds "
+        "'detections-00000.jsonl'): run this one again (with --skip-existing to keep those outputs), or give "
+        "another --out"), run
+    assert sorted(os.listdir(out)) == ["detections-00000.jsonl"]

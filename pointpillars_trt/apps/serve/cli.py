@@ -282,7 +282,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_paths import expand_frame_paths
     from ..frame_report import frame_report
     from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
-        out_held, output_plan
+        out_held, output_plan, refuse_outputs_of_another_run
     from ..resume import frames_to_run, say_resume
     from ..run_settings import settings_record
     from ..outputs import OutputPlan
@@ -302,57 +302,63 @@ def _run_ray(args: argparse.Namespace) -> int:
     fmt, out, _ = check_outputs(args, local, resumable=len(local) == len(frames))
     assert out is not None  # --out is required above
     files = output_plan(args, fmt, out)  # which files a frame's outputs are: what --skip-existing looks for
-    resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
-    if resume.todo:
-        require_ray(args.ray_address)  # before the model is read or exported
-    check_model_path(args)
-    record = settings_record(args, fmt, out, frames)
-    assert record is not None  # --out is required above
-    model = resolve_model(args.model) if resume.todo or record.may_differ_from_kept() else None
-
-    def settle() -> None:
-        """--out's settings record against this run's, as applied by ``model``."""
-        assert model is not None
-        record.settle(model, model.cfg.with_thresholds(score_threshold=args.score_threshold, nms_iou=args.nms_iou,
-                                                       max_boxes=args.max_boxes),
-                      args.point_dim or model.cfg.num_point_columns, skip_existing=args.skip_existing,
-                      skipped=len(resume.skipped))
-
-    if not resume.todo:  # every frame's outputs are there: no cluster (nor a model, where they are of these settings)
-        if model is not None:
-            settle()
-        failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
-        return EXIT_FRAME_FAILURES if failed or path_errors else 0
-    assert model is not None
-    local_todo = [frame for frame in resume.todo if not is_uri(frame)]
-    # before the cluster starts, as local infer checks them before any frame runs
-    check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
-    prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
-                             model.cfg.voxel.point_range)
-    if fmt == "kitti" or prepare is not None:  # each frame's calib: of a file:// URI, the folder it names here
-        check_calib_folders(local_todo + calib_probes(resume.todo, args.calib), args.calib)
-    summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
-    held = contextlib.ExitStack()  # --out, from the run's first write to its end
-
-    def report(plan: OutputPlan, frames: int) -> FrameReport:
-        """Called once the cluster is checked and the URIs are listed: --out held, what --skip-existing found
-        said (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
+    held = contextlib.ExitStack()  # --out, from before it is read (made here: from the run's first write) to the end
+    held_now = out.is_dir()  # then held before it is read: no other run changes what decides the frames
+    if held_now:
         held.enter_context(out_held(out))
-        settle()
-        say_resume(resume, fmt, out, retry=args.retry_failed)
-        return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
+    with held:
+        resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
+        if resume.todo:
+            require_ray(args.ray_address)  # before the model is read or exported
+        check_model_path(args)
+        record = settings_record(args, fmt, out, frames)
+        assert record is not None  # --out is required above
+        model = resolve_model(args.model) if resume.todo or record.may_differ_from_kept() else None
 
-    with held, cluster_messages_on_stderr():
-        summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
-                                 batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt,
-                                 calib=args.calib, image_shape=args.image_shape,
-                                 keep_out_of_view=args.keep_out_of_view, viz=args.viz, point_dim=args.point_dim,
-                                 intensity_scale=args.intensity_scale, ray_address=args.ray_address, prepare=prepare,
-                                 runtime=runtime_options_from_args(args), report=report)
-    print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
-          f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
-          file=sys.stderr)
-    return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0
+        def settle() -> None:
+            """--out's settings record against this run's, as applied by ``model``."""
+            assert model is not None
+            record.settle(model, model.cfg.with_thresholds(score_threshold=args.score_threshold, nms_iou=args.nms_iou,
+                                                           max_boxes=args.max_boxes),
+                          args.point_dim or model.cfg.num_point_columns, skip_existing=args.skip_existing,
+                          skipped=len(resume.skipped))
+
+        if not resume.todo:  # every frame's outputs are there: no cluster (nor a model, where they are of these settings)
+            if model is not None:
+                settle()
+            failed = end_skipped_run(args, resume, files, fmt, out, path_errors)
+            return EXIT_FRAME_FAILURES if failed or path_errors else 0
+        assert model is not None
+        local_todo = [frame for frame in resume.todo if not is_uri(frame)]
+        # before the cluster starts, as local infer checks them before any frame runs
+        check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
+        prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
+                                 model.cfg.voxel.point_range)
+        if fmt == "kitti" or prepare is not None:  # each frame's calib: of a file:// URI, the folder it names here
+            check_calib_folders(local_todo + calib_probes(resume.todo, args.calib), args.calib)
+        summary_out = sys.stdout  # the summary's alone: the cluster's messages go to stderr while the frames run
+
+        def report(plan: OutputPlan, frames: int) -> FrameReport:
+            """Called once the cluster is checked and the URIs are listed: --out held, what --skip-existing found
+            said (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
+            if not held_now:  # made by this run: then it holds nothing, unless another run made it meanwhile
+                held.enter_context(out_held(out))
+                refuse_outputs_of_another_run(out)
+            settle()
+            say_resume(resume, fmt, out, retry=args.retry_failed)
+            return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
+
+        with cluster_messages_on_stderr():
+            summary = detect_dataset(resume.todo, model, out, workers=args.workers, gpus_per_worker=args.gpus_per_worker,
+                                     batch_size=args.batch_size, pipelines=args.pipelines, output_format=fmt,
+                                     calib=args.calib, image_shape=args.image_shape,
+                                     keep_out_of_view=args.keep_out_of_view, viz=args.viz, point_dim=args.point_dim,
+                                     intensity_scale=args.intensity_scale, ray_address=args.ray_address, prepare=prepare,
+                                     runtime=runtime_options_from_args(args), report=report)
+        print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
+              f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
+              file=sys.stderr)
+        return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0
 
 
 def _refuse_uri_resume(args: argparse.Namespace) -> None:
