@@ -5,10 +5,12 @@ from __future__ import annotations
 import collections
 import functools
 import os
+import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
@@ -90,11 +92,11 @@ class PointPillars:
         self.device, device_id, self.gpu_unused_reason = picked or pick_device(opts.device)
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
-                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=3)
+                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=_callers_level())
         if self.device == "cpu" and model.precision == "fp16":
             warnings.warn("fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs "
                           "use fp32 graphs (a checkpoint without precision='fp16', or a model dir built with "
-                          "--precision fp32)", InputWarning, stacklevel=3)
+                          "--precision fp32)", InputWarning, stacklevel=_callers_level())
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
@@ -460,6 +462,16 @@ def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> Runtim
     if not isinstance(options, RuntimeOptions):
         raise PointPillarsError(f"options: expected RuntimeOptions, received {type(options).__name__}")
     return options
+
+
+def _callers_level() -> int:
+    """The ``stacklevel`` of a warning, given in a function of this module, that names the first caller outside
+    it (the user's line, whether they called ``PointPillars(...)``, ``from_model_dir`` or ``from_checkpoint``)."""
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _omp_threads() -> int | None:

@@ -56,17 +56,18 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
     if top is not None and ((hi <= 1.5) if expects_unit else (1.0 < hi <= 255.0)):
         return None  # no negative value (nor NaN) among them: the bits' maximum told
     lo = float(inten.min())
+    finite = inten.size
     if not (np.isfinite(lo) and np.isfinite(hi)):  # rows of NaN (no return) are skipped
         inten = inten[np.isfinite(inten)]
         if inten.size == 0:
             return None
-        lo, hi = float(inten.min()), float(inten.max())
+        lo, hi, finite = float(inten.min()), float(inten.max()), inten.size
     if expects_unit:
         kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None
     else:
         kind = ("over255" if hi > 255.0 or lo < -255.0 else
                 "unit" if inten.size >= UNIT_INTENSITY_MIN_POINTS and lo >= 0.0 and hi <= 1.0 else None)
-    if kind is None and lo < 0.0 and np.count_nonzero(inten < 0.0) >= NEGATIVE_SHARE * np.count_nonzero(np.isfinite(inten)):
+    if kind is None and lo < 0.0 and np.count_nonzero(inten < 0.0) >= NEGATIVE_SHARE * finite:
         return IntensityMismatch("negative", -lo)  # the lowest intensity's magnitude
     return None if kind is None else IntensityMismatch(kind, max(hi, -lo))  # the largest |intensity|
 

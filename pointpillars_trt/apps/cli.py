@@ -145,7 +145,8 @@ def _stopped(exc: KeyboardInterrupt) -> int:
 def _user_error(exc: BaseException, args: argparse.Namespace | None) -> int:
     """One ``error:`` line (one a problem, for several inputs found unusable together); exit code 2. ``args``:
     the command's options (None before they are parsed), for a fix only its options offer."""
-    batched = args is not None and getattr(args, "batch_size", None) != 1 and hasattr(args, "batch_size")
+    batched = args is not None and hasattr(args, "batch_size") and (
+        args.batch_size is not None and args.batch_size > 1 or args.batch_size is None and args.device != "cpu")
     lines = [one_line(m) for m in exc.messages] if isinstance(exc, InputErrors) else [error_message(exc, batched)]
     for line in lines:
         print(f"error: {line}", file=sys.stderr, flush=True)

@@ -223,10 +223,13 @@ def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
     previous = signal.getsignal(signal.SIGTERM) if in_main else None
     try:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    except ConnectionError:  # "auto" with no cluster to join: Ray's message names its own CLI's flag
-        named = "RAY_ADDRESS=auto" if ray_address is None else f"--ray-address {ray_address}"
-        raise BackendError(f"{named}: Ray found no running cluster on this machine to join: start one (ray start "
-                           "--head), give its HOST:PORT, or leave the address out for a local one") from None
+    except ConnectionError:  # no cluster to join: Ray's message names its own CLI's flag
+        address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS", "")
+        named, unset = (f"--ray-address {address}", "leave --ray-address out") if ray_address is not None else \
+            (f"RAY_ADDRESS={address}", "unset RAY_ADDRESS")
+        where = "on this machine " if address == "auto" else ""
+        raise BackendError(f"{named}: Ray found no running cluster {where}to join: start one (ray start --head), "
+                           f"give its address, or {unset} for a local one") from None
     except SystemExit as exc:
         if not callable(previous) or exc.code != signal.SIGTERM:
             raise

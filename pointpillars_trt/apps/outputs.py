@@ -426,6 +426,8 @@ def foreign_output(path: Path) -> str | None:
     kind = special_kind(path)
     if kind is not None:
         return f"it is {kind}, not a regular file"
+    if path.suffix not in (".json", ".txt"):  # a picture: nothing in it tells whose it is
+        return None
     try:
         f, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")
         with f:

@@ -276,8 +276,8 @@ def _same_crop_default(fmt: str, evaluating: bool, recorded: object) -> bool:
 
 def _model_may_differ(args: argparse.Namespace, earlier: object) -> bool:
     """Whether ``--model`` (or ``--server``) may not be the model the record names, told from its files alone:
-    another path, a checkpoint of other bytes (its sha256), another --config or --precision, a model dir of
-    other weights, config or precision."""
+    another path or server; a checkpoint of other bytes (its sha256), or exported with another --config or
+    --precision; a model dir whose model.json names other weights, config or precision."""
     if not isinstance(earlier, Mapping):
         return True
     server = getattr(args, "server", None)

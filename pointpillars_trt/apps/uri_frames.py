@@ -81,13 +81,20 @@ def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
     """The frames of ``sources``, in the order given: a URI of a file is that frame, a URI of a folder the
     point files directly in it, sorted by name (Ray Data lists a folder's subfolders too, and every file in
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
-    point file, is an InputError before any actor starts."""
+    point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
+    Data's listing takes for a missing file, ending the run) is a refused frame."""
+    special = {source: _special_kind_here(source) for source in sources if _special_kind_here(source) is not None}
+    sources = [source for source in sources if source not in special]
+    if not sources:
+        first, kind = next(iter(special.items()))
+        raise InputError(f"point file {safe_repr(first)} is {kind}, not a regular file")
     listed = _list(ray, sources)
     point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
     for name in sorted(listed):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
             point_files.setdefault(posixpath.dirname(name), []).append(name)
-    frames = UriFrames([], [], [])
+    frames = UriFrames([], [], [(source, f"point file {safe_repr(source)} is {kind}, not a regular file")
+                                for source, kind in special.items()])
     for source in sources:
         if not is_uri(source):
             frames.names.append(source)
@@ -105,6 +112,13 @@ def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
     return frames
 
 
+def _special_kind_here(source: str) -> str | None:
+    """What a ``file://`` URI names here when that is neither a regular file nor a folder (a FIFO, a device)."""
+    if not is_uri(source) or _file_system(source) != "file":
+        return None
+    return special_kind(source.split("://", 1)[1])
+
+
 def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
     """(path, error) of each entry with a point file's name in the local folder a ``file://`` URI names that
     is neither a folder nor among the files Ray Data ``found`` there: it lists regular files only, and would
@@ -119,8 +133,8 @@ def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
         return []
     refused = []
     for path in names:
-        kind = special_kind(path)
-        if path not in found and kind is not None:
+        kind = None if path in found else special_kind(path)
+        if kind is not None:
             refused.append((path, f"point file {safe_repr(path)} is {kind}, not a regular file"))
     return refused
 

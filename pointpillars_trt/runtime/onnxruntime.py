@@ -157,26 +157,27 @@ class OnnxRuntimeEngine(Engine):
         try:
             self._session.run_with_iobinding(self._binding, self._run_options)
         except Exception as exc:  # ORT's pybind errors share no base but Exception
-            raise _run_failure(exc, self.path.name) from exc
+            raise _run_failure(exc, self.path.name, self.device) from exc
 
     def _run_host(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         assert self._session is not None
         try:
             results = self._session.run(list(self._outputs), dict(feeds))
         except Exception as exc:  # ORT's pybind errors share no base but Exception
-            raise _run_failure(exc, self.path.name) from exc
+            raise _run_failure(exc, self.path.name, self.device) from exc
         return dict(zip(self._outputs, results))
 
 
-def _run_failure(exc: Exception, graph: str) -> BackendError:
+def _run_failure(exc: Exception, graph: str, device: str) -> BackendError:
     """ORT's failed run in one line: running out of memory said so (its arena's message names a buffer's size),
     anything else with ORT's own text."""
     text = one_line(exc)
     asked = re.search(r"Failed to allocate memory for requested buffer of size (\d+)", text)
     if asked is not None or "bad_alloc" in text:
         size = f" ({int(asked[1]) / 2**20:.0f} MiB asked for one buffer)" if asked is not None else ""
+        elsewhere = ", or run on the GPU" if device == "cpu" else ""
         return BackendError(f"ONNX Runtime ran out of memory running {graph}{size}: a model of a finer pillar grid "
-                            "or more pillars needs more; free memory, or run on the GPU")
+                            f"or more pillars needs more; free memory{elsewhere}")
     return BackendError(f"ONNX Runtime run failed for {graph}: {safe_repr(text, 300)}")
 
 

@@ -68,4 +68,4 @@ def test_ray_address_auto_without_a_cluster_is_one_error_in_this_tools_words(tmp
     assert (done.returncode, done.stdout) == (2, ""), done.stderr
     assert done.stderr.splitlines()[-1] == (
         "error: --ray-address auto: Ray found no running cluster on this machine to join: start one (ray start "
-        "--head), give its HOST:PORT, or leave the address out for a local one"), done.stderr
+        "--head), give its address, or leave --ray-address out for a local one"), done.stderr

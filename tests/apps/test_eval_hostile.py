@@ -377,15 +377,17 @@ def test_a_folder_of_row_parts_is_refused_with_how_to_evaluate_them(folders: tup
 
 def test_json_naming_an_input_file_is_refused_before_anything_is_read(folders: tuple[Path, Path],
                                                                       tmp_path: Path) -> None:
-    """``--json`` naming a label or prediction file, or the --ids list, replaced it with the AP table (exit 0);
-    infer's eval.json beside the predictions, or a new file, is written."""
+    """``--json`` naming a label or prediction file, or the --ids list, replaced it with the AP table (exit 0), and
+    a new file in the prediction folder was read as a prediction by the next evaluation; infer's eval.json beside
+    the predictions, or a file elsewhere, is written."""
     labels, pred = folders
     ids = tmp_path / "ids.txt"
     ids.write_text("000000\n")
     before = {path: path.read_bytes() for path in (labels / "000000.txt", pred / "000000.txt", ids)}
-    for target, option, folder in ((labels / "000000.txt", "--labels", labels), (pred / "000000.txt", "--pred", pred)):
+    for target, option, folder in ((labels / "000000.txt", "--labels", labels), (pred / "000000.txt", "--pred", pred),
+                                   (pred / "ap.json", "--pred", pred)):  # new there: read as a prediction next time
         rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--json", target)
-        assert (rc, err) == (2, f"error: --json {str(target)!r} is a file of {option} {str(folder)!r}, which this "
+        assert (rc, err) == (2, f"error: --json {str(target)!r} lies in {option} {str(folder)!r}, whose files this "
                                 "evaluation reads: write it elsewhere\n"), err
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", ids, "--json", ids)
     assert rc == 2 and "is the --ids file this evaluation reads" in err, err

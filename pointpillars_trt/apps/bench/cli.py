@@ -50,7 +50,7 @@ def add_bench_parser(sub: Any) -> None:
                     "concurrent pipelines, copies and device memory for every installed backend and "
                     "precision, against a PyTorch re-implementation and a host round trip; writes bench.md, "
                     "bench.json and bench_stages.png (the chart with matplotlib: without it, one line says so), and the model dirs "
-                    "exported of a checkpoint (models/PRECISION/). "
+                    "it exports to time (models/PRECISION/). "
                     "On the CPU it times the CPU path only.")
     bench.add_argument("--model", type=path_name,
                        help="model dir or .pth checkpoint (default: the demo's seeded random model)")

@@ -117,16 +117,16 @@ def _unused_camera_note(args: argparse.Namespace) -> str | None:
 
 def _refuse_json_over_an_input(args: argparse.Namespace) -> None:
     """--json naming a file the evaluation reads (a label, prediction or calib file, the --ids list) would
-    replace it with the AP table: refused before anything is read (infer's ``eval.json`` beside its predictions
-    may be rewritten)."""
+    replace it with the AP table, and a new file in one of its folders would be read as one by the next
+    evaluation: refused before anything is read (infer's ``eval.json`` beside its predictions may be written)."""
     target = os.path.realpath(args.json)
     if args.ids and target == os.path.realpath(args.ids):
         raise InputError(f"--json {safe_repr(args.json)} is the --ids file this evaluation reads: write it elsewhere")
     for option, folder in (("--pred", args.pred), ("--labels", args.labels), ("--compare", args.compare),
                            ("--calib", args.calib)):
-        if folder and os.path.dirname(target) == os.path.realpath(folder) and os.path.lexists(target) and \
+        if folder and os.path.dirname(target) == os.path.realpath(folder) and \
                 os.path.basename(target) != REPORT_FILE:  # infer's own report beside its predictions: no input
-            raise InputError(f"--json {safe_repr(args.json)} is a file of {option} {safe_repr(folder)}, which this "
+            raise InputError(f"--json {safe_repr(args.json)} lies in {option} {safe_repr(folder)}, whose files this "
                              "evaluation reads: write it elsewhere")
 
 
