@@ -16,7 +16,7 @@ import secrets
 import shutil
 import stat
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, Union
 
@@ -377,11 +377,11 @@ def _syncfs() -> Any:
 
 
 @contextlib.contextmanager
-def folder_held(folder: PathLike, refusal: str) -> Iterator[None]:
+def folder_held(folder: PathLike, refusal: str, unheld: Callable[[str], None] | None = None) -> Iterator[None]:
     """``folder`` (made if missing) held by this process while the block runs: an exclusive ``flock`` on the
     folder itself (no file of its own in it), so a second process that asks for it while it is held gets an
     InputError of ``refusal``; the lock goes with the process. Where the file system has no such locks
-    (some network ones), the block runs unheld."""
+    (some network ones), the block runs unheld, and ``unheld`` is told why."""
     os.makedirs(folder, exist_ok=True)
     fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
@@ -391,8 +391,9 @@ def folder_held(folder: PathLike, refusal: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise InputError(refusal) from None
-        except (ImportError, OSError):  # no flock here: nothing to hold it by
-            pass
+        except (ImportError, OSError) as exc:  # no flock here: nothing to hold it by
+            if unheld is not None:
+                unheld(exc.strerror or str(exc) if isinstance(exc, OSError) else "no file locks on this system")
         yield
     finally:
         os.close(fd)  # releases the lock

@@ -285,3 +285,30 @@ def test_write_new_file_atomic_never_replaces_a_file(tmp_path: Path) -> None:
     write_new_file_atomic(tmp_path / "free.jsonl", b"mine\n")
     assert taken.read_bytes() == b"theirs\n" and (tmp_path / "free.jsonl").read_bytes() == b"mine\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["free.jsonl", "part.jsonl"]
+
+
+def test_a_folder_held_refuses_a_second_holder_and_says_where_it_cannot_be_held(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two holds of one folder (two opens, as two processes make): the second is refused with the text given;
+    after the first ends, it is held again. Where the file system has no locks (flock failing with ENOLCK, as
+    on some network file systems), the block runs and the caller is told why, once."""
+    import errno
+    import fcntl
+
+    folder = tmp_path / "out"
+    with fileio.folder_held(folder, "held elsewhere"):
+        assert folder.is_dir()
+        with pytest.raises(InputError, match="^held elsewhere$"), fileio.folder_held(folder, "held elsewhere"):
+            pass
+    with fileio.folder_held(folder, "held elsewhere"):
+        pass
+
+    def no_locks(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    told: list[str] = []
+    ran = []
+    with fileio.folder_held(folder, "held elsewhere", told.append):
+        ran.append(True)
+    assert ran == [True] and told == [os.strerror(errno.ENOLCK)]

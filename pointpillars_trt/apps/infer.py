@@ -16,6 +16,7 @@ import functools
 import os
 import shlex
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
@@ -540,8 +541,13 @@ def refuse_outputs_of_another_run(out: Path) -> None:
 def out_held(out: Path) -> contextlib.AbstractContextManager[None]:
     """``--out`` (made if missing) held by this run until it ends: a second run into it meanwhile, whose
     outputs and settings record would interleave with this one's, is refused before it writes anything."""
+    def unheld(why: str) -> None:
+        print(f"note: --out {safe_repr(str(out))} cannot be locked ({why}): a second run into it meanwhile would not "
+              "be refused", file=sys.stderr, flush=True)
+
     return folder_held(out, f"--out {safe_repr(str(out))} is being written by another infer run now (two runs "
-                            "into one folder mix their outputs and settings): wait for it to end, or give another --out")
+                            "into one folder mix their outputs and settings): wait for it to end, or give another --out",
+                       unheld)
 
 
 @contextlib.contextmanager
