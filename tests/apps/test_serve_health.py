@@ -8,6 +8,7 @@ statistics endpoint (the warm-up request was served) and /dev/shm (the stub's re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -344,3 +345,25 @@ def test_a_second_serve_cannot_rewrite_the_repository_of_a_running_one(serve: Se
                             "--repository", str(a_file), "--device", "cpu", "--repository-only"],
                            capture_output=True, text=True, timeout=120)
     assert third.returncode == 2 and "is a file; give a folder" in third.stderr, third.stderr
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_health_probe_waits_on_a_hung_server_is_acted_on_at_once(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The server frozen (SIGSTOP): the health probe waits out its timeout (here 60 s), and a SIGTERM meanwhile was
+    acted on only once it had (a supervisor's stop timeout would have killed serve first). Now serve stops the
+    server at once: it exits within the server's stop timeout (10 s), the frozen server killed."""
+    serve = Serve(tiny.path, tmp_path / "repo", "--health-interval", "1")
+    server = serve.server_pid()
+    try:
+        os.kill(server, signal.SIGSTOP)
+        time.sleep(3)  # a probe is waiting on the frozen server
+        start = time.monotonic()
+        serve.proc.send_signal(signal.SIGTERM)
+        rc, err = serve.finish(timeout=40)
+        took = time.monotonic() - start
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGCONT)
+    assert took < 20, (took, err[-2000:])
+    assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
+    assert not Path(f"/proc/{server}").exists() or "zombie" in Path(f"/proc/{server}/status").read_text().lower()

@@ -180,13 +180,34 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
             return EXIT_FRAME_FAILURES
         if time.monotonic() < next_probe:
             continue
-        error = probe.check()
+        error = _check_until_stopped(probe, stop)
         if error is not None and not stop.is_set():
             print(f"error: model {MODEL_NAME} stopped answering ({error}); its worker died or hangs: stopping "
                   "the server", file=sys.stderr, flush=True)
             return EXIT_FRAME_FAILURES
         next_probe = time.monotonic() + interval
     return 0
+
+
+def _check_until_stopped(probe: ModelProbe, stop: threading.Event) -> str | None:
+    """``probe.check()``, in a thread of its own, waited for only until ``stop``: a hung model keeps a probe
+    waiting up to its timeout (and its statistics call as long again), and a Ctrl-C or SIGTERM meanwhile must
+    stop serve at once, not minutes later (a supervisor's stop timeout would kill it first). The thread is
+    left behind on a stop: the process ends soon after."""
+    found: list[str | None] = []
+
+    def check() -> None:
+        try:
+            found.append(probe.check())
+        except Exception:  # noqa: BLE001 - its client closed under it by a stop: the stop is what is said
+            if not stop.is_set():
+                raise
+
+    thread = threading.Thread(target=check, name="health-probe", daemon=True)
+    thread.start()
+    while thread.is_alive() and not stop.wait(0.2):
+        pass
+    return found[0] if found else None
 
 
 #: The scale-out options' defaults (add_scaleout_arguments), against which a given option is told apart.
