@@ -346,3 +346,21 @@ def test_a_repository_held_and_let_go_keeps_no_pid_and_can_be_held_again(tmp_pat
     assert (tmp_path / "repo" / LOCK_FILE).read_text() == ""
     with repository_held(tmp_path / "repo"):
         assert (tmp_path / "repo" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+
+
+def test_a_repository_in_the_model_dir_is_refused_before_anything_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """It copied the model dir into itself until the path grew too long, left a repo/ folder in the model dir
+    (which build then refused) and ended in a raw shutil.Error of hundreds of characters."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "model").path
+    before = sorted(os.listdir(model))
+    for repository in (model / "repo", model):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(["serve", "--model", str(model), "--repository", str(repository), "--repository-only",
+                       "--device", "cpu"])
+        assert rc == 2 and err.getvalue() == (
+            f"error: --repository {str(repository)!r} lies in the model dir {str(model)!r}, which the repository "
+            "holds a copy of: give a folder outside it\n"), err.getvalue()
+        assert sorted(os.listdir(model)) == before

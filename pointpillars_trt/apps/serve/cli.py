@@ -80,7 +80,7 @@ def run_serve(args: argparse.Namespace) -> int:
     the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
-    from .repository import repository_held
+    from .repository import refuse_repository_in_model, repository_held
     from .server import check_bind_host, find_tritonserver, refuse_busy_ports
 
     ports = [p for p in (args.http_port, args.grpc_port, args.metrics_port) if p is not None]
@@ -97,6 +97,7 @@ def run_serve(args: argparse.Namespace) -> int:
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
         refuse_busy_ports(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
                                       "--metrics-port": args.metrics_port})
+    refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
 

@@ -126,6 +126,18 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
 _OWN_ENTRIES = {".": {"config.pbtxt", "1"}, "1": {"model", "model.py", "python_path.txt", "__pycache__"}}
 
 
+def refuse_repository_in_model(model: str | os.PathLike[str], repository: str | os.PathLike[str]) -> None:
+    """A repository in (or as) the model dir would copy the model dir into itself, over and over (the
+    repository holds a copy of it): refused before anything is written."""
+    folder = os.path.realpath(model)
+    if not os.path.isdir(folder):
+        return
+    target = os.path.realpath(repository)
+    if target == folder or target.startswith(folder.rstrip(os.sep) + os.sep):
+        raise InputError(f"--repository {safe_repr(str(repository))} lies in the model dir {safe_repr(str(model))}, "
+                         "which the repository holds a copy of: give a folder outside it")
+
+
 #: Held (an exclusive flock) by the serve that writes and serves a repository, for as long as it runs.
 LOCK_FILE = ".pointpillars-serve.lock"
 
