@@ -376,6 +376,15 @@ def _syncfs() -> Any:
     return func
 
 
+def lies_in(path: PathLike, folder: PathLike) -> bool:
+    """Whether ``path`` is ``folder`` or below it, links resolved (a folder that is not there holds nothing)."""
+    inside = os.path.realpath(folder)
+    if not os.path.isdir(inside):
+        return False
+    target = os.path.realpath(path)
+    return target == inside or target.startswith(inside.rstrip(os.sep) + os.sep)
+
+
 @contextlib.contextmanager
 def folder_held(folder: PathLike, refusal: str, unheld: Callable[[str], None] | None = None) -> Iterator[None]:
     """``folder`` (made if missing) held by this process while the block runs: an exclusive ``flock`` on the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import sys
 import threading
 import time
@@ -246,3 +247,19 @@ def test_a_folder_named_like_a_frame_is_no_frame_of_a_bench_set(tmp_path: Path) 
     sets = folder_frame_sets([str(tmp_path)], limit=2, say=said.append)
     assert [len(frames) for frames in sets.values()] == [2] and said == []
     np.testing.assert_array_equal(sets[f"{tmp_path.name} (2 frames)"][1], tiny_points(1, 50))
+
+
+def test_bench_out_in_the_model_dir_is_refused_before_the_model_loads(tmp_path: Path) -> None:
+    """bench wrote its report into a model dir, which build then refused to rebuild."""
+    from pointpillars_trt.apps.cli import main
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "model").path
+    before = sorted(os.listdir(model))
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["bench", "--model", str(model), "--out", str(model / "bench"), "--device", "cpu"])
+    assert rc == 2 and err.getvalue() == (
+        f"error: --out {str(model / 'bench')!r} lies in the model dir {str(model)!r}, whose one writer is build (a "
+        "rebuild would refuse the files bench leaves there): give a folder outside it\n"), err.getvalue()
+    assert sorted(os.listdir(model)) == before

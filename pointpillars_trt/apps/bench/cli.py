@@ -14,8 +14,8 @@ import numpy as np
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import InputError, PointPillarsError
-from ...fileio import check_writable_folder
+from ...errors import InputError, PointPillarsError, safe_repr
+from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
@@ -113,6 +113,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise InputError("--point-dim applies to --frames (the values a point of their .bin files); the simulated "
                          "scans have the model's: drop it")
     out = Path(args.out)
+    if args.model is not None and lies_in(out, args.model):
+        raise InputError(f"--out {safe_repr(str(out))} lies in the model dir {safe_repr(str(args.model))}, whose one "
+                         "writer is build (a rebuild would refuse the files bench leaves there): give a folder outside it")
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ...config import int_within
 from ...errors import InputError, safe_repr
-from ...fileio import replace_folder
+from ...fileio import lies_in, replace_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
@@ -129,11 +129,7 @@ _OWN_ENTRIES = {".": {"config.pbtxt", "1"}, "1": {"model", "model.py", "python_p
 def refuse_repository_in_model(model: str | os.PathLike[str], repository: str | os.PathLike[str]) -> None:
     """A repository in (or as) the model dir would copy the model dir into itself, over and over (the
     repository holds a copy of it): refused before anything is written."""
-    folder = os.path.realpath(model)
-    if not os.path.isdir(folder):
-        return
-    target = os.path.realpath(repository)
-    if target == folder or target.startswith(folder.rstrip(os.sep) + os.sep):
+    if lies_in(repository, model):
         raise InputError(f"--repository {safe_repr(str(repository))} lies in the model dir {safe_repr(str(model))}, "
                          "which the repository holds a copy of: give a folder outside it")
 
