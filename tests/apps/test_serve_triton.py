@@ -881,3 +881,26 @@ def test_a_client_asking_for_more_boxes_than_the_server_returns_is_refused_befor
             remote(random_frames(tiny, 4)[3])
         finally:
             remote.close()
+
+
+def test_frames_that_raise_mid_way_keep_the_results_of_those_sent_before(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """A generator of 5 frames that then raises: the 5 results (those in flight when it raised among them: 3 of
+    them were lost) come first, in order, then its error, as ``PointPillars.infer_many`` has it."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = random_frames(tiny, 5)
+
+    def five_then_fail() -> Iterator[np.ndarray]:
+        yield from frames
+        raise RuntimeError("the frame source broke")
+
+    remote = RemoteDetector(tiny_server.endpoints["http"], protocol="http")
+    got = []
+    try:
+        with pytest.raises(RuntimeError, match="the frame source broke"):
+            for result in remote.infer_many(five_then_fail(), concurrency=2):
+                got.append(result)
+    finally:
+        remote.close()
+    assert [result.source for result in got] == [f"frame {i}" for i in range(5)]
+    assert all(result.error is None and result.detections is not None for result in got)

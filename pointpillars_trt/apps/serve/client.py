@@ -216,15 +216,23 @@ class RemoteDetector:
         return self._stream(frames, concurrency or self.concurrency)
 
     def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
+        """The frames' results in input order; an error of ``frames`` itself (a generator that raises) comes
+        after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it."""
         window: deque[tuple[str, Future[Detections]]] = deque()
+        failure: Exception | None = None
         with ThreadPoolExecutor(max_workers=concurrency) as pool:
-            for index, item in enumerate(frames):
-                source = frame_source(item, index)
-                window.append((source, pool.submit(self._detect_item, item, source)))
-                if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
-                    yield _result(*window.popleft())
-            while window:
+            try:
+                for index, item in enumerate(frames):
+                    source = frame_source(item, index)
+                    window.append((source, pool.submit(self._detect_item, item, source)))
+                    if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
+                        yield _result(*window.popleft())
+            except Exception as exc:  # of the frames (a Ctrl-C or a closed generator is no Exception: it stops)
+                failure = exc
+            while window:  # those sent are answered first
                 yield _result(*window.popleft())
+        if failure is not None:
+            raise failure
 
     def _detect_item(self, item: object, source: str) -> Detections:
         columns = self.point_columns
