@@ -391,17 +391,17 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                 source, error = record["source"], record["error"]
                 if rows is not None:  # kept before its warnings are said: a stop right after them keeps it
                     rows.add(record["row"])
+                if not error:  # counted before its warnings are said, as its row is kept
+                    boxes += record["num_boxes"]
+                    if report is not None:
+                        report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
+                                                           record["num_out_of_view"]))
                 if warned is not None:
                     warned.add(record["warnings"], source)
                 if error:
                     failures.append((source, error))
                     if report is not None:
                         report.fail(source, error)
-                else:
-                    boxes += record["num_boxes"]
-                    if report is not None:
-                        report.written(source, FrameOutput(record["num_boxes"], record["num_nonfinite_dropped"],
-                                                           record["num_out_of_view"]))
                 bar.update(1)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
         hint = RESUME_HINT if report is not None and not uris else None
