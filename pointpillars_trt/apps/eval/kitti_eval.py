@@ -18,6 +18,7 @@ the i-th candidate GT of every frame picks at the same time, for every threshold
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,18 +90,20 @@ class EvalResult:
 # --------------------------------------------------------------------------- overlaps
 
 
-def _frame_pairs(counts_a: np.ndarray, counts_b: np.ndarray, first: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices (ia, ib) of the same-frame pairs of two concatenated tables numbered ``first`` to ``stop``
-    (pairs are numbered frame by frame, a row of a's pairs after another): a slice, so that a frame of
-    thousands of boxes on each side is taken a bounded number of pairs at a time."""
+def _frame_pairs(counts_a: np.ndarray, counts_b: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Row indices (ia, ib) of every same-frame pair of two concatenated tables, at most _PAIR_CHUNK pairs at a
+    time (pairs are numbered frame by frame, a row of a's pairs after another), so that a frame of thousands
+    of boxes on each side is taken a bounded number of pairs at a time."""
     start_a = np.cumsum(counts_a) - counts_a
     start_b = np.cumsum(counts_b) - counts_b
-    per_frame = counts_a * counts_b
+    per_frame = counts_a.astype(np.int64) * counts_b
     ends = np.cumsum(per_frame)
-    number = np.arange(first, stop)
-    frame = np.searchsorted(ends, number, side="right")
-    local = number - (ends[frame] - per_frame[frame])
-    return start_a[frame] + local // counts_b[frame], start_b[frame] + local % counts_b[frame]
+    total = int(ends[-1]) if len(ends) else 0
+    for first in range(0, total, _PAIR_CHUNK):
+        number = np.arange(first, min(first + _PAIR_CHUNK, total))
+        frame = np.searchsorted(ends, number, side="right")
+        local = number - (ends[frame] - per_frame[frame])
+        yield start_a[frame] + local // counts_b[frame], start_b[frame] + local % counts_b[frame]
 
 
 @dataclass(frozen=True)
@@ -127,9 +130,7 @@ def _overlap_pairs(gt: Annotations, dt: Annotations) -> _Pairs:
     bbox, bev, iou3d = [np.zeros(0)], [np.zeros(0)], [np.zeros(0)]
     gt_boxes, dt_boxes = gt.boxes3d, dt.boxes3d
     for (f0, f1, g0, _), (_, _, d0, _) in zip(_chunks(gt.counts), _chunks(dt.counts)):
-        total = int(np.dot(gt.counts[f0:f1].astype(np.int64), dt.counts[f0:f1]))
-        for first in range(0, total, _PAIR_CHUNK):
-            ig, idt = _frame_pairs(gt.counts[f0:f1], dt.counts[f0:f1], first, min(first + _PAIR_CHUNK, total))
+        for ig, idt in _frame_pairs(gt.counts[f0:f1], dt.counts[f0:f1]):
             ig, idt = ig + g0, idt + d0
             o2d = box2d_iou_pairs(gt.bbox[ig], dt.bbox[idt])
             obev, o3d = camera_box_iou_pairs(gt_boxes[ig], dt_boxes[idt])
@@ -152,9 +153,7 @@ def _dontcare_coverage(gt: Annotations, dt: Annotations) -> np.ndarray:
     dc_counts = np.bincount(gt.frame_of_row[is_dc], minlength=len(gt.counts))
     dc_boxes = gt.bbox[is_dc]
     coverage = np.zeros(len(dt.score))
-    total = int(np.dot(dc_counts.astype(np.int64), dt.counts))
-    for first in range(0, total, _PAIR_CHUNK):
-        idc, idt = _frame_pairs(dc_counts, dt.counts, first, min(first + _PAIR_CHUNK, total))
+    for idc, idt in _frame_pairs(dc_counts, dt.counts):
         np.maximum.at(coverage, idt, box2d_coverage_pairs(dt.bbox[idt], dc_boxes[idc]))
     return coverage
 
