@@ -47,9 +47,9 @@ def check_one_file_system(sources: Sequence[str]) -> None:
 
 class UriFrames(NamedTuple):
     """The frames of a run's URIs: ``names`` as Ray Data reports them, ``reads`` the paths or URIs to read
-    them by (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` folder
-    that Ray Data's listing leaves out because it is no regular file (a FIFO, a device), which local
-    ``infer`` reports as a failed frame."""
+    them by (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` URI, or in
+    a ``file://`` folder, that Ray Data's listing leaves out or takes for missing because it is no regular file
+    (a FIFO, a device), which local ``infer`` reports as a failed frame."""
 
     names: list[str]
     reads: list[str]
@@ -72,7 +72,7 @@ def calib_probes(frames: Sequence[str], calib: str | None) -> list[str]:
                                  "URIs: pass --calib DIR (each frame's <id>.txt, on every worker), or --no-fov-only "
                                  "with --format json")
             continue
-        path = frame.split("://", 1)[1]
+        path = _uri_path(frame)
         probes.append(path if os.path.splitext(path)[1].lower() in SUPPORTED_EXTENSIONS else os.path.join(path, "x.bin"))
     return [] if calib is not None else probes
 
@@ -83,18 +83,17 @@ def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
     point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
     Data's listing takes for a missing file, ending the run) is a refused frame."""
-    special = {source: _special_kind_here(source) for source in sources if _special_kind_here(source) is not None}
-    sources = [source for source in sources if source not in special]
+    kinds = {source: _special_kind_here(source) for source in sources}
+    special = [(source, _not_regular(source, kind)) for source, kind in kinds.items() if kind is not None]
+    sources = [source for source in sources if kinds[source] is None]
     if not sources:
-        first, kind = next(iter(special.items()))
-        raise InputError(f"point file {safe_repr(first)} is {kind}, not a regular file")
+        raise InputError(special[0][1])
     listed = _list(ray, sources)
     point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
     for name in sorted(listed):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
             point_files.setdefault(posixpath.dirname(name), []).append(name)
-    frames = UriFrames([], [], [(source, f"point file {safe_repr(source)} is {kind}, not a regular file")
-                                for source, kind in special.items()])
+    frames = UriFrames([], [], special)
     for source in sources:
         if not is_uri(source):
             frames.names.append(source)
@@ -116,7 +115,7 @@ def _special_kind_here(source: str) -> str | None:
     """What a ``file://`` URI names here when that is neither a regular file nor a folder (a FIFO, a device)."""
     if not is_uri(source) or _file_system(source) != "file":
         return None
-    return special_kind(source.split("://", 1)[1])
+    return special_kind(_uri_path(source))
 
 
 def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
@@ -125,7 +124,7 @@ def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
     leave a FIFO or a device out without a word."""
     if _file_system(source) != "file":
         return []
-    folder = source.split("://", 1)[1].rstrip("/") or "/"
+    folder = _uri_path(source).rstrip("/") or "/"
     try:
         with os.scandir(folder) as entries:
             names = sorted(e.path for e in entries if os.path.splitext(e.name)[1].lower() in SUPPORTED_EXTENSIONS)
@@ -135,8 +134,18 @@ def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
     for path in names:
         kind = None if path in found else special_kind(path)
         if kind is not None:
-            refused.append((path, f"point file {safe_repr(path)} is {kind}, not a regular file"))
+            refused.append((path, _not_regular(path, kind)))
     return refused
+
+
+def _uri_path(uri: str) -> str:
+    """What follows a URI's scheme: for ``file://`` URIs, the path on this machine."""
+    return uri.split("://", 1)[1]
+
+
+def _not_regular(path: str, kind: str) -> str:
+    """The error of a point file that is ``kind`` (a FIFO, a device), as a local read says it."""
+    return f"point file {safe_repr(path)} is {kind}, not a regular file"
 
 
 def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str]]) -> tuple[str, list[str]]:
@@ -144,7 +153,7 @@ def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str
     ``point_files``: each listed folder's).
     Ray Data names a listed file by its path on the file system, without the scheme (``file:///d/a.bin``:
     ``/d/a.bin``; ``s3://bucket/d/a.bin``: ``bucket/d/a.bin``; ``hdfs://host:8020/d/a.bin``: ``/d/a.bin``)."""
-    rest = source.split("://", 1)[1]
+    rest = _uri_path(source)
     paths = [rest] + ([rest[rest.index("/"):]] if "/" in rest and not rest.startswith("/") else [])
     for path in paths:
         prefix, root = source[: len(source) - len(path)], path.rstrip("/") or "/"
