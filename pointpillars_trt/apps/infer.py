@@ -444,8 +444,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     fmt, out, labels = check_outputs(args, frames)
     if check_model is not None:
         check_model()
-    held_now = out is not None and out.is_dir()  # then held before it is read: no other run changes what decides
-    with scratch_folder() as scratch, out_held(out) if out is not None and held_now else contextlib.nullcontext():
+    with scratch_folder() as scratch, OutHold(out) as hold:
         plan = output_plan(args, fmt, out, scratch if labels is not None and (fmt != "kitti" or out is None) else None)
         # what is in --out decides, not the KITTI lines --eval makes for itself in the scratch folder
         resume = frames_to_run(frames, output_plan(args, fmt, out), fmt, out, args.skip_existing,
@@ -453,7 +452,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         record = settings_record(args, fmt, out, frames)
         if resume.todo or labels is not None or out is None or (record is not None and record.may_differ_from_kept()):
             failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
-                                  record, out_held_already=held_now)
+                                  record, hold)
         else:  # every frame's outputs are there, of this run's settings, and no evaluation wants the model
             failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
@@ -470,17 +469,15 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
 
 def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
                frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None, plan: OutputPlan,
-               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None, *,
-               out_held_already: bool) -> int:
+               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None, hold: OutHold) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
-    it opens here, ``record`` (--out's settings) written before the first output; --out held from here unless
-    ``out_held_already``; the number of frames that failed."""
+    it opens here, ``record`` (--out's settings) written before the first output, ``hold`` told of that first
+    write; the number of frames that failed."""
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
     readers: WorkerProcesses | None = None
     detectors: list[Any] = []
-    held = contextlib.ExitStack()  # --out, held from its first write to the run's end
     try:  # a Ctrl-C held while the readers spawn comes as their start ends: the writers are shut down too
         writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
         readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
@@ -496,9 +493,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
             check_calib_folders(resume.todo, args.calib)
         if out is not None:
-            if not out_held_already:  # made here: then it holds nothing, unless another run made it meanwhile
-                held.enter_context(out_held(out))
-                refuse_outputs_of_another_run(out)
+            hold.before_first_write()
             remove_stale_temp_files(out)
         if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
@@ -523,11 +518,39 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                 processes.pool.shutdown(cancel_futures=True)
         for detector in detectors:
             detector.close()
-        held.close()
     return failures
 
 
-def refuse_outputs_of_another_run(out: Path) -> None:
+class OutHold:
+    """``--out`` held by a run (``out_held``) to its end: from the start where it exists already, so that no other
+    run changes what this one reads of it to decide its frames; else from the run's first write
+    (``before_first_write``), when it must still hold nothing (another run that made and wrote it meanwhile is
+    refused). Nothing without --out."""
+
+    def __init__(self, out: Path | None) -> None:
+        self._out = out
+        self._stack = contextlib.ExitStack()
+        self._held = False
+        if out is not None and out.is_dir():
+            self._hold(out)
+
+    def _hold(self, out: Path) -> None:
+        self._stack.enter_context(out_held(out))
+        self._held = True
+
+    def before_first_write(self) -> None:
+        if self._out is not None and not self._held:
+            self._hold(self._out)
+            _refuse_outputs_of_another_run(self._out)
+
+    def __enter__(self) -> OutHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.close()
+
+
+def _refuse_outputs_of_another_run(out: Path) -> None:
     """``--out`` did not exist when this run decided its frames, and now holds something: another run made it
     and wrote there meanwhile, so what this run would write (another part of the same rows, outputs of other
     settings) was decided without it."""

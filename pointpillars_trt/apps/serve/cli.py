@@ -8,7 +8,6 @@ command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scale
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
 import threading
@@ -304,7 +303,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_paths import expand_frame_paths
     from ..frame_report import frame_report
     from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
-        out_held, output_plan, refuse_outputs_of_another_run
+        OutHold, output_plan
     from ..resume import frames_to_run, say_resume
     from ..run_settings import settings_record
     from ..outputs import OutputPlan
@@ -324,11 +323,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     fmt, out, _ = check_outputs(args, local, resumable=len(local) == len(frames))
     assert out is not None  # --out is required above
     files = output_plan(args, fmt, out)  # which files a frame's outputs are: what --skip-existing looks for
-    held = contextlib.ExitStack()  # --out, from before it is read (made here: from the run's first write) to the end
-    held_now = out.is_dir()  # then held before it is read: no other run changes what decides the frames
-    if held_now:
-        held.enter_context(out_held(out))
-    with held:
+    with OutHold(out) as hold:
         resume = frames_to_run(frames, files, fmt, out, args.skip_existing, retry_failed=args.retry_failed)
         if resume.todo:
             require_ray(args.ray_address)  # before the model is read or exported
@@ -363,9 +358,7 @@ def _run_ray(args: argparse.Namespace) -> int:
         def report(plan: OutputPlan, frames: int) -> FrameReport:
             """Called once the cluster is checked and the URIs are listed: --out held, what --skip-existing found
             said (--retry-failed's rows removed), then the account of the ``frames`` left; --out's settings recorded."""
-            if not held_now:  # made by this run: then it holds nothing, unless another run made it meanwhile
-                held.enter_context(out_held(out))
-                refuse_outputs_of_another_run(out)
+            hold.before_first_write()
             settle()
             say_resume(resume, fmt, out, retry=args.retry_failed)
             return frame_report(frames, plan, args, fmt, out, path_errors, stdout=summary_out)
