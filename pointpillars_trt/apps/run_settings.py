@@ -19,6 +19,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, one_line, safe_repr
@@ -48,10 +49,14 @@ def model_identity(args: argparse.Namespace, opened: ModelDir | None) -> dict[st
         return {"server": str(server)}
     if opened is None:  # no model dir to read it from: named by its path alone
         return {"path": os.path.abspath(str(args.model))}
-    source = opened.metadata.get("source")
-    weights = {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source
-    return {"path": os.path.abspath(str(args.model)), "weights": weights, "config": opened.cfg.digest(),
-            "config_name": opened.cfg.name, "precision": opened.precision}
+    return {"path": os.path.abspath(str(args.model)), "weights": _weights_of(opened.metadata.get("source")),
+            "config": opened.cfg.digest(), "config_name": opened.cfg.name, "precision": opened.precision}
+
+
+def _weights_of(source: object) -> object:
+    """What names a model's weights, of the ``source`` its model.json records: the checkpoint's sha256 and
+    layout (or a seed), not where the checkpoint lay."""
+    return {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source
 
 
 def output_settings(args: argparse.Namespace, fmt: str, frames: Sequence[str], opened: ModelDir | None,
@@ -158,15 +163,7 @@ class SettingsRecord:
         if not os.path.lexists(self.path):
             return
         try:
-            record = loads_json(read_regular_file(self.path, max_bytes=_SETTINGS_MAX_BYTES, what="settings record"))
-            if not isinstance(record, dict) or type(record.get("format_version")) is not int or \
-                    record["format_version"] != SETTINGS_VERSION:
-                found = record.get("format_version") if isinstance(record, dict) else None
-                raise ValueError(f"format_version {safe_repr(found)}, not {SETTINGS_VERSION}: not a record of this "
-                                 "version of pointpillars-trt")
-            outputs = record.get("outputs")
-            if not isinstance(outputs, dict):
-                raise ValueError("not a settings record")
+            outputs = _recorded_outputs(self.path)
             entry = outputs.get(self._fmt)
             if entry is not None and not (isinstance(entry, dict) and isinstance(entry.get("settings"), dict)):
                 raise ValueError(f"its {self._fmt} entry is not a settings record")
@@ -302,9 +299,8 @@ def _model_dir_identity(path: Path) -> dict[str, object]:
     """``model_identity`` of a model dir as its ``model.json`` states it, read alone (its graphs are not read:
     a run with nothing left to run opens no model); a model.json that is not one raises."""
     meta = loads_json(read_regular_file(path / METADATA_FILE, max_bytes=MAX_METADATA_BYTES, what="model.json"))
-    source = meta["source"]
-    return {"weights": {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source,
-            "config": meta["config_digest"], "config_name": meta["config"]["name"], "precision": meta["precision"]}
+    return {"weights": _weights_of(meta["source"]), "config": meta["config_digest"], "config_name": meta["config"]["name"],
+            "precision": meta["precision"]}
 
 
 def _sha256_of(path: Path) -> str:
@@ -317,12 +313,26 @@ def _sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _recorded_outputs(path: Path) -> dict[str, Any]:
+    """The entries (an output format's: its settings, whether mixed) of the settings record at ``path``; a file
+    that is no record of this version raises (ValueError, PointPillarsError, RecursionError)."""
+    record = loads_json(read_regular_file(path, max_bytes=_SETTINGS_MAX_BYTES, what="settings record"))
+    if not isinstance(record, dict) or type(record.get("format_version")) is not int or \
+            record["format_version"] != SETTINGS_VERSION:
+        found = record.get("format_version") if isinstance(record, dict) else None
+        raise ValueError(f"format_version {safe_repr(found)}, not {SETTINGS_VERSION}: not a record of this "
+                         "version of pointpillars-trt")
+    outputs = record.get("outputs")
+    if not isinstance(outputs, dict):
+        raise ValueError("not a settings record")
+    return outputs
+
+
 def recorded_fov_only(out: Path, fmt: str) -> bool | None:
     """Whether the ``fmt`` outputs in ``out`` were made with the camera-view crop, as its settings record says
     (None: no readable record of them, or a folder of more than one set of settings)."""
     try:
-        record = loads_json(read_regular_file(out / SETTINGS_FILE, max_bytes=_SETTINGS_MAX_BYTES, what="settings record"))
-        entry = record["outputs"][fmt]
+        entry = _recorded_outputs(out / SETTINGS_FILE)[fmt]
         crop = entry["settings"]["--fov-only"]
     except (OSError, PointPillarsError, ValueError, RecursionError, KeyError, TypeError):
         return None
