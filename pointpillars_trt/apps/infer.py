@@ -195,12 +195,28 @@ def check_model_path(args: argparse.Namespace) -> Path:
     return path
 
 
+def checked_model_dir_config(path: Path, config: str | None) -> ModelConfig | None:
+    """The config ``--config`` names (None without it), refused unless the model dir at ``path`` was built for it."""
+    from ..config import load_config
+    from ..model_dir import config_change_fix, load_model_dir
+
+    if not config:
+        return None
+    expected = load_config(config)
+    built = load_model_dir(path).cfg
+    if built.digest() != expected.digest():
+        named = safe_repr(config) + ("" if expected.name == config else f" ({expected.name})")
+        fix = ("rebuild with " + rebuild_command(path, config) if built.family == expected.family else
+               config_change_fix(path, built, expected, config, None))
+        raise ModelDirError(f"model dir {safe_repr(str(path))} was built for config {safe_repr(built.name)}, "
+                            f"not for --config {named}: drop --config, or {fix}")
+    return expected
+
+
 def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointPillars:
     """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options (and a GPU
     batch of ``max_batch`` frames, where the run decided it)."""
-    from ..config import load_config
     from ..detector import PointPillars
-    from ..model_dir import config_change_fix, load_model_dir
     from .runtime_args import runtime_options_from_args
 
     path = check_model_path(args)
@@ -209,16 +225,7 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
         options = dataclasses.replace(options, max_batch=max_batch)
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=args.config, options=options)
-    expected: ModelConfig | None = None
-    if args.config:
-        expected = load_config(args.config)
-        built = load_model_dir(path).cfg
-        if built.digest() != expected.digest():
-            named = safe_repr(args.config) + ("" if expected.name == args.config else f" ({expected.name})")
-            fix = ("rebuild with " + rebuild_command(path, args.config) if built.family == expected.family else
-                   config_change_fix(path, built, expected, args.config, None))
-            raise ModelDirError(f"model dir {safe_repr(args.model)} was built for config {safe_repr(built.name)}, "
-                                f"not for --config {named}: drop --config, or {fix}")
+    expected = checked_model_dir_config(path, args.config)
     try:
         return PointPillars.from_model_dir(path, config=expected, options=options)
     except ModelDirError as exc:

@@ -749,3 +749,26 @@ def test_one_pillar_because_of_the_models_max_pillars_is_not_called_a_file_of_ze
     zeros = frame_warning("a.bin", found(FrameStats(20_000, 0, 1, 0)), None)
     assert zeros is not None and zeros[0] == "onepillar"
     assert frame_warning("a.bin", found(FrameStats(20_000, 0, 1, 3_000)), None) is None
+
+
+def test_bench_checks_a_model_against_config_as_infer_does(tiny_frames: list[Path], tmp_path: Path):
+    """``--config`` with ``--model`` is the config the model must have (it used to be ignored there): a model
+    dir built for another config, or a checkpoint of another family, is refused before anything is timed."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3).path
+    for command in ("bench", "infer"):
+        extra = ["--out", tmp_path / "b"] if command == "bench" else [tiny_frames[1]]
+        run = cli(command, "--device", "cpu", "--model", model, "--config", "openpcdet_kitti_3class", *extra)
+        assert_one_line_error(run, f"model dir '{model}' was built for config 'tiny_openpcdet', not for --config "
+                                   "'openpcdet_kitti_3class'", "drop --config")
+    assert not (tmp_path / "b").exists()
+
+
+def test_bench_refuses_a_checkpoint_of_another_family_than_config(assets: Path, tmp_path: Path):
+    checkpoint = assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"
+    run = cli("bench", "--device", "cpu", "--model", checkpoint, "--config", "zhulf0804_kitti_3class",
+              "--out", tmp_path / "b")
+    assert_one_line_error(run, str(checkpoint), "checkpoint has the openpcdet layout, but config zhulf0804_kitti_3class "
+                                                "is for the zhulf0804 family")
+    assert not (tmp_path / "b" / "bench.json").exists()

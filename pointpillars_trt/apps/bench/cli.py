@@ -25,7 +25,7 @@ from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES
+from ..infer import MAX_PIPELINES, checked_model_dir_config
 from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
@@ -37,6 +37,8 @@ BENCH_PRECISIONS = ("fp32", "tf32", "fp16")
 GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "page_locked", "soak", "no_baselines",
                     "warmup_time")
 
+#: The random model's config without --model (the demo's).
+DEFAULT_CONFIG = "openpcdet_kitti_3class"
 #: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
 GPU_ITERATIONS = 200
 CPU_ITERATIONS = 10
@@ -54,7 +56,8 @@ def add_bench_parser(sub: Any) -> None:
                     "On the CPU it times the CPU path only.")
     bench.add_argument("--model", type=path_name,
                        help="model dir or .pth checkpoint (default: the demo's seeded random model)")
-    bench.add_argument("--config", default="openpcdet_kitti_3class", help="config of the random model used without --model (default: %(default)s)")
+    bench.add_argument("--config", help=f"config of the random model used without --model (default: {DEFAULT_CONFIG}); "
+                                        "with --model, the config the model must have")
     bench.add_argument("--frames", action="append", type=path_name,
                        help="folder of .bin files, of which the first --iterations are read (repeatable; "
                             "default: simulated scans)")
@@ -152,17 +155,19 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load_model(spec: str | None, config: str) -> _Model:
+def _load_model(spec: str | None, config: str | None) -> _Model:
+    """The model timed: ``--model`` checked against ``--config`` as infer checks it, else a seeded random one."""
     if spec is None:
         from ...convert.weights import random_weights
 
-        cfg = load_config(config)
+        cfg = load_config(config or DEFAULT_CONFIG)
         return _Model(cfg, random_weights(cfg, seed=0), f"{cfg.name}, seeded random weights (untrained)", None)
     if Path(spec).is_file():
         from ...convert.checkpoint import load_checkpoint
 
-        ckpt = load_checkpoint(spec)
+        ckpt = load_checkpoint(spec, config=config)
         return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
+    checked_model_dir_config(Path(spec), config)
     md = load_model_dir(spec)
     return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
 
