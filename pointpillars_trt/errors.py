@@ -45,6 +45,15 @@ class BackendError(PointPillarsError):
     """An engine backend (CUDA, CuPy, ONNX Runtime, TensorRT) that is absent or failed."""
 
 
+class DetectorLost(BackendError):
+    """A detector that can run no more frames: a served model's server that stopped answering (a request
+    failed on its side and it answered no liveness probe either). Every frame after fails at once with it,
+    rather than waiting out a request timeout each; a run counts those frames into one line."""
+
+    #: Words every message of it carries: a frame's error line (text, once it left the runner) is told by them.
+    MARK = " is down: "
+
+
 class CpuFallbackWarning(RuntimeWarning):
     """``device="auto"`` ran a detector on the CPU (said once per call site; the CLI says it in its own
     ``running on`` line instead)."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InputError, ModelDirError, PointPillarsError, one_line, safe_repr
+from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, one_line, safe_repr
 from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, process_alive,
                       remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
@@ -607,7 +607,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         writers.wait()
     report = frame_report(len(frames), plan, args, fmt, out, input_errors, skipped=skipped, sources=frames)
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
-    disk = _DiskWatch()
+    disk, lost = _SharedCause(is_full_disk_error), _SharedCause(lambda error: DetectorLost.MARK in error)
     prepare = frame_preparer(args, fmt, report.note,
                              getattr(getattr(detectors[0], "model", None), "fov_points_only", None), plan.point_range)
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
@@ -627,7 +627,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                 if rows is not None:
                     rows.add(row_text(frame_row(job.source, None, job.error, classes)))
                 warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
-                if disk.quiet(job.error):
+                if disk.quiet(job.error) or lost.quiet(job.error):
                     report.fail_quietly()
                 else:
                     report.fail(job.source, job.error)
@@ -657,10 +657,13 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             finally:
                 report.bar.close()
     warned.close()
-    if disk.unwritten:
-        rerun = "--skip-existing --retry-failed" if rows is not None else "--skip-existing"  # rows: their errors
-        report.note(f"error: {safe_repr(str(out))}: {disk.full_message}; {disk.unwritten} more frame(s) not "
-                    f"written (free space, then rerun with {rerun})")
+    rerun = "--skip-existing --retry-failed" if rows is not None else "--skip-existing"  # rows: their errors
+    if disk.after_first:
+        report.note(f"error: {safe_repr(str(out))}: the output file system is full; {disk.after_first} more frame(s) "
+                    f"not written (free space, then rerun with {rerun})")
+    if lost.after_first:
+        report.note(f"error: {lost.after_first} more frame(s) not run: the server is down (said above); "
+                    f"once it answers again, rerun with {rerun}")
     if to_flush:
         try:
             to_flush.flush()
@@ -749,20 +752,21 @@ class _RowSink:
             self._waiting = []
 
 
-class _DiskWatch:
-    """The first frame that found the file system full gets its error line; the frames after it are
-    counted into one summary line instead of an error line each."""
+class _SharedCause:
+    """Frame errors of one run-wide cause (``of_cause``: a full file system, a server that is down): the first
+    frame's gets its error line; the frames after it are counted into one summary line instead of a line each."""
 
-    def __init__(self) -> None:
-        self.full_message = "the output file system is full"
-        self.unwritten = 0
+    def __init__(self, of_cause: Callable[[str], bool]) -> None:
+        self._of_cause = of_cause
+        self.after_first = 0
         self._seen = False
 
     def quiet(self, error: str) -> bool:
-        if not is_full_disk_error(error):
+        """Whether ``error`` goes unsaid: one of the cause's, after its first."""
+        if not self._of_cause(error):
             return False
         if self._seen:
-            self.unwritten += 1
+            self.after_first += 1
             return True
         self._seen = True
         return False

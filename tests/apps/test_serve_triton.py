@@ -30,6 +30,7 @@ import numpy as np
 import pytest
 
 from out_folder import output_names
+from pointpillars_trt.apps.run_settings import SETTINGS_FILE
 from pointpillars_trt.apps.cli import main as cli_main
 from pointpillars_trt.apps.serve.cli import add_serve_parser, run_scaleout_infer
 from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
@@ -816,21 +817,85 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
 
 
 @pytest.mark.slow
-def test_a_server_gone_mid_run_is_said_as_gone_not_as_a_refused_frame(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    """Requests to a server that stopped (crashed) after the client connected: "cannot be reached", a
-    BackendError, not "refused the frame" (an InputError, the frame's fault)."""
+def test_a_server_gone_mid_run_is_said_as_down_not_as_a_refused_frame(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Requests to a server that stopped (crashed) after the client connected: "cannot be reached", and no
+    answer to the liveness probe either: the server is down (DetectorLost), not "refused the frame" (an
+    InputError, the frame's fault); the next frame fails at once with the same reason, without a request."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.errors import DetectorLost
 
     frame = random_frames(tiny, 5)[4]
     with served(install, tiny.path, tmp_path / "server") as server:
         remote = RemoteDetector(server.endpoints["grpc"], timeout=10)
         assert len(remote(frame).scores) >= 0
-    with pytest.raises(BackendError) as caught:
+    endpoint = server.endpoints["grpc"]
+    with pytest.raises(DetectorLost) as caught:
         remote(frame, "000001.bin")
-    remote.close()
     message = str(caught.value)
-    assert message.startswith(f"000001.bin: server {server.endpoints['grpc']} cannot be reached (stopped or "
-                              "restarting?): ") and "refused the frame" not in message, message
+    assert message.startswith(f"000001.bin: server {endpoint} is down: cannot be reached (stopped or restarting?): ") \
+        and "answered no liveness probe within 5 s" in message and "refused the frame" not in message, message
+    with pytest.raises(DetectorLost) as again:
+        remote(frame, "000002.bin")
+    assert str(again.value) == message.replace("000001.bin", "000002.bin")
+    remote.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_infer_against_a_server_that_hangs_ends_after_one_timeout_and_resumes(install, tiny, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                             fmt: str) -> None:
+    """The server stops answering (SIGSTOP) mid-run: the requests in flight time out (--request-timeout 3), it
+    answers no liveness probe, and the frames left fail at once: one error line says the server is down, one
+    line counts the rest, exit 1, seconds after the timeout instead of one timeout a frame; the frames done
+    before stay written, and the rerun that line names, once the server answers again, finishes the folder."""
+    from test_infer_skip_all import rows_of
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    frames = random_frames(tiny, 10)
+    count = 2000
+    for index in range(count):
+        frames[index % len(frames)].astype(np.float32).tofile(folder / f"{index:06d}.bin")
+    out = tmp_path / "out"
+    with served(install, tiny.path, tmp_path / "server") as server:
+        assert server.process is not None
+        command = [sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--out", str(out), "--format", fmt,
+                   "--no-progress", "--in-flight", "4", "--request-timeout", "3", "--server", server.endpoints["grpc"]]
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not (out.is_dir() and any(out.glob("[!.]*.json" if fmt == "json"
+                                                                                     else SETTINGS_FILE))):
+                time.sleep(0.02)  # the first frames written (rows: the settings record, before the first frame)
+            time.sleep(0.0 if fmt == "json" else 0.3)
+            os.kill(server.process.pid, signal.SIGSTOP)
+            time.sleep(0.5)
+            assert child.poll() is None, "the run ended before the server hung"
+            stopped = time.monotonic()
+            _, err = child.communicate(timeout=120)
+            took = time.monotonic() - stopped
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        assert child.returncode == 1 and took < 30, (child.returncode, took, err[-2000:])
+        errors = [line for line in err.splitlines() if line.startswith("error: ")]
+        down = [line for line in errors if f"server {server.endpoints['grpc']} is down: " in line]
+        assert len(down) == 1 and "answered no liveness probe within 3 s" in down[0], errors
+        assert len(errors) <= 7, errors  # the requests in flight that timed out before the probe, then one a cause
+        counted = re.search(r"^error: (\d+) more frame\(s\) not run: the server is down \(said above\); once it "
+                            r"answers again, rerun with (--skip-existing.*)$", errors[-1])
+        assert counted and int(counted.group(1)) > count // 2, errors
+        assert counted.group(2) == ("--skip-existing --retry-failed" if fmt == "jsonl" else "--skip-existing")
+        resumed = subprocess.run([*command, *counted.group(2).split()], capture_output=True, text=True, timeout=300)
+        assert resumed.returncode == 0, resumed.stderr[-2000:]
+    if fmt == "json":
+        assert len([name for name in output_names(out) if name.endswith(".json")]) == count
+    else:
+        rows = rows_of(out, fmt)
+        assert len(rows) == count and {row["error"] for row in rows} == {None}
+        assert len({row["path"] for row in rows}) == count
 
 
 def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

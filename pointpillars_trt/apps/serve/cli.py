@@ -21,7 +21,7 @@ from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES
 from ..frame_report import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
-from .client import MAX_IN_FLIGHT
+from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
 from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
                          MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
 
@@ -211,8 +211,8 @@ def _check_until_stopped(probe: ModelProbe, stop: threading.Event) -> str | None
 
 
 #: The scale-out options' defaults (add_scaleout_arguments), against which a given option is told apart.
-_SCALEOUT_DEFAULTS: dict[str, object] = {"protocol": "grpc", "in_flight": 8, "ray_address": None, "workers": None,
-                                         "gpus_per_worker": None}
+_SCALEOUT_DEFAULTS: dict[str, object] = {"protocol": "grpc", "in_flight": 8, "request_timeout": 60.0,
+                                         "ray_address": None, "workers": None, "gpus_per_worker": None}
 
 
 def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
@@ -225,6 +225,11 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--in-flight", type=int_in(1, MAX_IN_FLIGHT), default=_SCALEOUT_DEFAULTS["in_flight"],
                        help=f"with --server: the most requests in flight at once, 1..{MAX_IN_FLIGHT} "
                             "(default: %(default)s)")
+    group.add_argument("--request-timeout", metavar="SECONDS", type=float_in(0, 86400, low_open=True),
+                       default=_SCALEOUT_DEFAULTS["request_timeout"],
+                       help="with --server: seconds a request may take (default: %(default)g); a server that then "
+                            f"answers no liveness probe within {LIVE_PROBE_SECONDS:g} s is taken for down, and the "
+                            "frames left fail at once, counted in one line")
     group.add_argument("--ray", action="store_true",
                        help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
                             "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "
@@ -240,7 +245,7 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
 def scaleout_requested(args: argparse.Namespace) -> bool:
     """Whether infer runs elsewhere (``--server`` or ``--ray``); refuses the options of the one not taken."""
     server, ray = bool(getattr(args, "server", None)), bool(getattr(args, "ray", False))
-    for needed, taken, options in (("--server", server, ("protocol", "in_flight")),
+    for needed, taken, options in (("--server", server, ("protocol", "in_flight", "request_timeout")),
                                    ("--ray", ray, ("ray_address", "workers", "gpus_per_worker"))):
         given = [name for name in options if getattr(args, name, None) != _SCALEOUT_DEFAULTS[name]]
         if given and not taken:
@@ -267,7 +272,7 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
         # two pipelines of one detector: a batch's requests go out while the one before it is written, and
         # the detector's --in-flight slots bound the requests of both
         detector = RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds,
-                                  concurrency=args.in_flight)
+                                  concurrency=args.in_flight, timeout=args.request_timeout)
         return [detector, detector]
 
     return infer_with(args, open_detectors, batch=args.in_flight)

@@ -22,7 +22,7 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, InputError, PointPillarsError, one_line
+from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line
 from ...pointcloud_io import read_points
 from ...points import as_host_points, check_frame_list
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -31,6 +31,9 @@ from .repository import MODEL_NAME
 PROTOCOLS = ("grpc", "http")
 #: Most requests one client keeps in flight (each holds a frame and a thread).
 MAX_IN_FLIGHT = 1024
+#: Seconds the liveness probe after a request that failed on the server's side waits (at most the request
+#: timeout): a server that answers it is busy, not down, and its next frames are sent.
+LIVE_PROBE_SECONDS = 5.0
 
 
 class RemoteDetector:
@@ -42,6 +45,9 @@ class RemoteDetector:
     (reply.reply_detections): a bad one is that frame's error. Frames over the server's points cap
     are refused here, before they are sent. ``concurrency``: the most requests in flight at once,
     counted over every ``detect_batch`` call of this detector, from any thread (``infer --in-flight``).
+    A request that fails on the server's side (a timeout, a dropped connection) is followed by a liveness
+    probe; a server that answers none is down (``DetectorLost``): the requests in flight are abandoned and
+    every later frame fails at once, so a hung server costs one timeout, not one a frame.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
@@ -71,6 +77,8 @@ class RemoteDetector:
         self._clients: list[Any] = []
         self._lock = threading.Lock()
         self._cancelled = False
+        self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
+        self._probing = threading.Lock()  # one liveness probe at a time: the requests failing with it wait for it
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         try:
@@ -99,6 +107,7 @@ class RemoteDetector:
         other.timeout = timeout
         other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
         other._cancelled, other._pool, other._pool_size = False, None, 0
+        other._down, other._probing = None, threading.Lock()
         other._slots = threading.Semaphore(self.concurrency)
         return other
 
@@ -111,18 +120,21 @@ class RemoteDetector:
                 if self.protocol == "http" else {}
             client = self._module.InferenceServerClient(self.server, **kwargs)
             with self._lock:
-                cancelled = self._cancelled
-                if not cancelled:
+                cancelled, down = self._cancelled, self._down
+                if not cancelled and down is None:
                     self._clients.append(client)
-            if cancelled:
+            if cancelled or down is not None:
                 client.close()
-                raise BackendError(f"server {self.server}: the run was stopped")
+                raise (BackendError(f"server {self.server}: the run was stopped") if down is None else
+                       DetectorLost(down))
             self._local.client = client
         return client
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
         frame = as_host_points(points, source or "points", self.point_columns)
         prefix = f"{source}: " if source else ""
+        if self._down is not None:
+            raise DetectorLost(prefix + self._down)
         if self.max_points is not None and frame.shape[0] > self.max_points:
             raise InputError(f"{prefix}{frame.shape[0]} points, more than the cap of {self.max_points} "
                              f"of server {self.server} (serve --max-points)")
@@ -142,11 +154,13 @@ class RemoteDetector:
             if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
                 raise InputError(f"{prefix}server {self.server} refused the frame: {one_line(exc)}") from None
             if status == "StatusCode.UNAVAILABLE":  # no server answers there (any more): not the frame's doing
-                raise BackendError(f"{prefix}server {self.server} cannot be reached (stopped or restarting?): "
-                                   f"{one_line(exc)}") from None
-            raise BackendError(f"{prefix}server {self.server} failed the request: {one_line(exc)}") from None
+                raise self._server_failure(prefix, f"cannot be reached (stopped or restarting?): {one_line(exc)}") \
+                    from None
+            raise self._server_failure(prefix, f"failed the request: {one_line(exc)}") from None
+        except BackendError:  # no connection: the run was stopped, or the server is down
+            raise
         except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
-            raise BackendError(f"{prefix}server {self.server}: the request failed ({one_line(exc)})") from None
+            raise self._server_failure(prefix, f"did not answer the request ({one_line(exc)})") from None
         where = f"{prefix}server {self.server}"
         try:
             names = reply_output_names(reply)
@@ -154,6 +168,41 @@ class RemoteDetector:
         except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
             raise BackendError(f"{where} answered a malformed reply ({one_line(exc)})") from None
         return reply_detections(arrays, names, self.served, where)
+
+    def _server_failure(self, prefix: str, what: str) -> BackendError:
+        """The error of a request that failed on the server's side: ``what`` befell it, a BackendError of the
+        frame while the server answers a liveness probe; else the server is down (DetectorLost), and its
+        connections are closed so that the requests still waiting on it fail at once too."""
+        with self._probing:
+            if self._down is None and not self._cancelled and not self._answers_probe():
+                with self._lock:
+                    self._down = (f"server {self.server}{DetectorLost.MARK}{what}, and it answered no liveness "
+                                  f"probe within {self._probe_seconds():g} s; no frame is sent to it after this")
+                    clients = list(self._clients)
+                for client in clients:
+                    client.close()
+        if self._down is not None:
+            return DetectorLost(prefix + self._down)
+        return BackendError(f"{prefix}server {self.server} {what}")
+
+    def _probe_seconds(self) -> float:
+        return min(LIVE_PROBE_SECONDS, self.timeout)
+
+    def _answers_probe(self) -> bool:
+        """Whether the server says it is live within ``_probe_seconds``, on a connection of the probe's own."""
+        seconds = self._probe_seconds()
+        try:
+            if self.protocol == "grpc":
+                client = self._module.InferenceServerClient(self.server)
+                live = client.is_server_live(client_timeout=seconds)
+            else:
+                client = self._module.InferenceServerClient(self.server, connection_timeout=seconds,
+                                                            network_timeout=seconds)
+                live = client.is_server_live()
+            client.close()
+            return bool(live)
+        except Exception:  # noqa: BLE001 - refused, reset or timed out alike: no answer
+            return False
 
     def answered_count(self) -> int | None:
         """Requests the served model has answered successfully so far (Triton's statistics), or None
