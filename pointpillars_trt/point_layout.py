@@ -1,7 +1,7 @@
 """Whether the float32 values of a point file are really rows of x, y, z, intensity (and a time lag) as read.
 
 A file read with the wrong layout gives points without an error: text read as float32, float64 values
-split in two, random bytes, rows of 3 or 5 values read as 4. These checks look at a few thousand values
+split in two, random bytes, rows of 3, 5, 6 or 8 values read as 4. These checks look at a few thousand values
 (from the start and the middle of a frame) and refuse such a read with what fits instead; a frame read
 right costs a few integer operations on its values' bits.
 """
@@ -65,6 +65,13 @@ def _is_text(data: bytes) -> bool:
 #: What a .bin of each row length is, for the messages of a file read with another one.
 ROW_LAYOUTS = {3: "x, y, z without intensity", 4: "x, y, z, intensity, as KITTI writes them",
             5: "x, y, z, intensity, ring/time, as nuScenes writes them"}
+#: The longest row a misread file is looked at for (wider ones are exports no lidar tool writes as raw .bin).
+WIDEST_ROW_GUESS = 16
+
+
+def row_layout(values: int) -> str:
+    """What a .bin of ``values`` float32 values a point holds, for a message."""
+    return ROW_LAYOUTS.get(values, f"x, y, z, intensity and {values - 4} more values")
 
 
 #: A multi-sweep frame's time lags (s behind the key sweep): nuScenes' 10 sweeps span ~0.45 s; beyond these
@@ -94,7 +101,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
 
 def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
-    that are no float32 numbers at all, or rows of another length (3, 4 or 5); ``columns``: the values a
+    that are no float32 numbers at all, or rows of another length (3 to WIDEST_ROW_GUESS); ``columns``: the values a
     point the model reads (5 for a multi-sweep model), for the advice. A frame read right gets integer
     operations on its values' bits (``_looks_odd``, ``misread_row_length``), which raise no floating-point
     warning whatever the bytes: NumPy's warnings are turned off only where odd values are computed on."""
@@ -104,7 +111,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
     row = misread_row_length(values, point_dim)
     if row is not None and values.size % row:
         raise InputError(
-            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({row_layout(row)}) read as "
             f"{point_dim}, but it holds no whole rows of {row}: a file of {row} values a point cut short (a copy "
             "that failed? copy it again)"
         )
@@ -116,15 +123,15 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
         )
     if row is not None and row < columns:  # single sweeps given to a multi-sweep model
         raise InputError(
-            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({row_layout(row)}) read as "
             f"{point_dim}; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep "
             "frames (PointPillars.accumulate builds them from sweeps and their poses)"
         )
     if row is not None:
         raise InputError(
-            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({ROW_LAYOUTS[row]}) read as "
-            f"{point_dim}: its 4th column holds negative and coordinate-like values, not intensities; "
-            f"pass --point-dim {row} (Python: point_dim={row})"
+            f"{what} {safe_repr(path)} looks like {row} float32 values a point ({row_layout(row)}) read as "
+            f"{point_dim}: values {row} apart follow each other as one field of neighbouring points does, values "
+            f"{point_dim} apart do not; pass --point-dim {row} (Python: point_dim={row})"
         )
     if columns == 5:  # a layout read right: are its 5th values time lags?
         with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
@@ -234,32 +241,60 @@ def _zero_low_words(nonzero: np.ndarray) -> float:
 
 
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
-    """The row length (3, 4 or 5 values a point) that flat float32 ``values`` read as ``point_dim`` (4
-    or 5) values a point far more plausibly have, or None.
+    """The row length (3 to WIDEST_ROW_GUESS values a point) that flat float32 ``values`` read as ``point_dim``
+    (4 or 5) values a point far more plausibly have, or None.
 
-    Read with the wrong row length, every field takes its turn in the intensity column, so (1) over 5 %
-    of the "intensities" are negative (lidar intensity never is), and (2) values the other length apart
-    (the same field of neighbouring points) differ less than values ``point_dim`` apart. Real KITTI scans
-    read as 4 and nuScenes sweeps read as 5, ordered or shuffled, fail both by a wide margin. The values
-    need not form whole rows of the other length: a file of 4 values a point cut short may hold whole rows
-    of 5 (the caller tells the two apart). Looks at two samples of at most ``_LAYOUT_SAMPLE`` values, so
-    it costs microseconds.
+    Read with the wrong row length, the fields take turns in each column, so the "intensities" hold negative
+    values (lidar intensity never is) or values past the 0-1 scale, and values the other length apart (one
+    field of neighbouring points) differ less than values ``point_dim`` apart: by any margin when over 5 % of
+    the "intensities" are negative, by ``_ROW_STEP_MARGIN`` when they only pass 0-1 (0-255 intensities read
+    right are no evidence). Real KITTI scans read as 4 and nuScenes sweeps read as 5, ordered or shuffled,
+    fail by a wide margin. The values need not form whole rows of the other length: a file of 4 values a
+    point cut short may hold whole rows of 5 (the caller tells the two apart). A frame of 0-1 intensities
+    costs one look at two samples' intensity column; one of 0-255 intensities in scan order, a look at its
+    neighbouring points too (~60 us); the rest, a comparison of every row length (a few ms).
     """
     if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
         return None
-    others = [n for n in ROW_LAYOUTS if n != point_dim]
     samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
-    if all(nonnegative_max_bits(column) is not None for column in columns):  # the usual case: no copies, no NaN met
+    tops = [nonnegative_max_bits(column) for column in columns]
+    if all(top is not None and top <= _UNIT_TOP_BITS for top in tops):  # the usual case: 0-1 reflectance
         return None
     with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
         intensity = np.concatenate(columns)
         intensity = intensity[np.isfinite(intensity)]
-        if intensity.size == 0 or np.count_nonzero(intensity < 0) <= 0.05 * intensity.size:
+        if intensity.size == 0:
             return None
-        steps = {n: _median_step(samples, n) for n in (point_dim, *others)}
-    best = min(others, key=lambda n: steps[n])
-    return best if steps[best] < steps[point_dim] else None
+        negative = np.count_nonzero(intensity < 0) > 0.05 * intensity.size
+        if not negative and (intensity.max() <= 1.5 or _rows_read_right(samples, point_dim)):
+            return None  # 0-1 beside NaN rows; or 0-255 intensities (any scale) of points that follow each other
+        looked_at = [s[:_STEP_SAMPLE] for s in samples]
+        steps = {n: _median_step(looked_at, n) for n in range(3, WIDEST_ROW_GUESS + 1)}
+    least = min(steps[n] for n in steps if n != point_dim)
+    # the shortest row about as good as the best: rows of 5 in shuffled order step as far at 10 and 15 values
+    best = min(n for n in steps if n != point_dim and steps[n] <= least * 1.5)
+    # negative "intensities" are evidence enough of a misread; values past the 0-1 scale alone are not
+    return best if steps[best] * (1.0 if negative else _ROW_STEP_MARGIN) < steps[point_dim] else None
+
+
+#: The bits of float32 1.5, the top of a 0-1 reflectance column with room for calibration overshoot.
+_UNIT_TOP_BITS = int(np.array(1.5, "<f4").view("<u4"))
+#: How much closer values of another row length apart must be than values ``point_dim`` apart for it to be
+#: the file's: real frames read right miss by 10-100 times, misread ones win by more than that.
+_ROW_STEP_MARGIN = 4.0
+#: Values of each sample whose steps at every row length are compared (a few milliseconds in all).
+_STEP_SAMPLE = 4096
+#: Values of each sample that the quick look at neighbouring points compares: it runs on every nuScenes frame.
+_NEIGHBOUR_SAMPLE = 256
+
+
+def _rows_read_right(samples: list[np.ndarray], point_dim: int) -> bool:
+    """Whether one field of neighbouring points (values ``point_dim`` apart) changes far less than one value
+    from the next (another field), as in a scan read right (50-300 times less); in misread rows the two
+    change alike, and so do they in shuffled points, which the caller then looks at closer."""
+    head = [s[:_NEIGHBOUR_SAMPLE] for s in samples]
+    return _median_step(head, point_dim) * _ROW_STEP_MARGIN * 4 < _median_step(head, 1)
 
 
 def _median_step(samples: list[np.ndarray], lag: int) -> float:

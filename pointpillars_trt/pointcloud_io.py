@@ -19,8 +19,8 @@ import numpy as np
 from .config import finite_float, int_within
 from .errors import InputError, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, read_regular_file
-from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, refuse_noise,
-                           refuse_other_formats)
+from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
+                           refuse_noise, refuse_other_formats, row_layout)
 from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -149,10 +149,8 @@ def read_points_into(
         return rows
     fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
     try:
-        if size % 16:
-            _refuse_misfit_content(path, os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"",
-                                   "point file")
-        _check_bin_size(path, size, 4, "point file")
+        _check_bin_size(path, size, 4, "point file",
+                        head=lambda: os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"")
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
@@ -200,13 +198,17 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     return target
 
 
-def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4) -> None:
+def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, columns: int = 4, *,
+                    head: Callable[[], bytes]) -> None:
     """Whole rows of ``point_dim`` float32 values, at most MAX_FRAME_POINTS of them (``columns``: the
-    values a point the model reads, for the advice)."""
+    values a point the model reads, for the advice). A size that fits no rows: the file is refused for what
+    its first bytes (``head()``) show (``_refuse_misfit_content``), else for its size, with the row length
+    those bytes have when the size fits it, or else the row lengths the size fits."""
     row = 4 * point_dim
     if size % row:
+        words = _refuse_misfit_content(path, head()[:_MISFIT_HEAD_BYTES], what)
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
-                         f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns)}")
+                         f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns, words)}")
     _refuse_oversize(path, size, row, what)
 
 
@@ -245,9 +247,7 @@ def require_point_dim(point_dim: object, columns: int = 4) -> None:
 def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
-    if len(data) % (4 * int(point_dim)):
-        _refuse_misfit_content(source, data[:_MISFIT_HEAD_BYTES], what)
-    _check_bin_size(source, len(data), int(point_dim), what, columns)
+    _check_bin_size(source, len(data), int(point_dim), what, columns, head=lambda: data)
     values = np.frombuffer(data, dtype="<f4")
     check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
@@ -257,24 +257,28 @@ def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, wha
 _MISFIT_HEAD_BYTES = 1 << 17
 
 
-def _refuse_misfit_content(path: PathLike, head: bytes, what: str) -> None:
+def _refuse_misfit_content(path: PathLike, head: bytes, what: str) -> np.ndarray:
     """Before the size error of a file whose size fits no rows of its row length, refuse it for what its
     first bytes show: another format (text, .npy, PCD, PLY), or no float32 coordinates read as rows of any
     length (3, 4 or 5 values: a 5th may be a large timestamp). Random bytes fit some other row length by
-    chance, and the size error would point there."""
+    chance, and the size error would point there. Returns those bytes' float32 values."""
     refuse_other_formats(path, head[:TEXT_SNIFF], what)
     words = np.frombuffer(head, "<f4", count=len(head) // 4)
     with np.errstate(all="ignore"):
         if all(looks_like_noise(words, n) for n in ROW_LAYOUTS):
             refuse_noise(words, 4, path, what)
+    return words
 
 
-def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
-    """The size error's pointer to the row lengths (3, 4 or 5 values a point) the size fits, if any;
-    rows shorter than the model's ``columns`` get what such a model needs instead of --point-dim."""
+def _other_dim_hint(size: int, point_dim: int, columns: int, words: np.ndarray) -> str:
+    """The size error's pointer to the row length the file's first values (``words``) have, when its size
+    fits it, else to the row lengths (3, 4 or 5 values a point) the size fits, if any; rows shorter than the
+    model's ``columns`` get what such a model needs instead of --point-dim."""
     if point_dim not in (4, 5):
         return ""
-    fits = sorted((n for n in ROW_LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
+    seen = misread_row_length(words[: words.size // point_dim * point_dim], point_dim)
+    fits = [seen] if seen is not None and size % (4 * seen) == 0 else \
+        sorted((n for n in ROW_LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
     if not fits:
         return "; it fits no rows of 3, 4 or 5 float32 values: is it a point file, or one cut short?"
 
@@ -286,7 +290,7 @@ def _other_dim_hint(size: int, point_dim: int, columns: int) -> str:
                     "which PointPillars.accumulate builds from sweeps and their poses)")
         return f": if so, pass --point-dim {n}; Python: point_dim={n})"  # the readers serve the API too
 
-    return (f"; its size fits {' or '.join(f'rows of {n} values ({ROW_LAYOUTS[n]}{advice(n)}' for n in fits)}, "
+    return (f"; its size fits {' or '.join(f'rows of {n} values ({row_layout(n)}{advice(n)}' for n in fits)}, "
             "unless the file was cut short (a copy that failed?)")
 
 

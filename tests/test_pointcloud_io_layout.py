@@ -424,3 +424,44 @@ def test_a_kitti_scan_cut_short_is_named_so_whatever_point_dim_is_tried(assets: 
     with pytest.raises(InputError, match=r"looks like 4 float32 values a point .* read as 5, but it holds no whole "
                                          r"rows of 4: a file of 4 values a point cut short"):
         read_points(cut, point_dim=5, columns=4)
+
+
+@pytest.mark.parametrize("wide", [6, 8])
+def test_wider_rows_of_non_negative_extras_read_as_4_name_their_row_length(assets: Path, tmp_path: Path,
+                                                                           wide: int) -> None:
+    """A real KITTI scan written with extra columns of non-negative values (a ring, a time, a flag up to 7):
+    read as 4 values a point, its "intensities" never go negative, but they pass the 0-1 scale; the error names
+    the row length the file has, found from which values follow each other (it said "0-255 intensities" with
+    a scale fix, or the rows of 3 its size also fits)."""
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    rows = np.zeros((len(scan), wide), "<f4")
+    rows[:, :4] = scan
+    rows[:, 4] = np.arange(len(scan)) % 64  # a ring number
+    rows[:, 5:] = np.linspace(0.0, 7.0, wide - 5)  # constants: a time, a return number, a flag
+    if len(rows) * wide % 4:
+        rows = rows[:-1]
+    path = tmp_path / f"wide{wide}.bin"
+    rows.tofile(path)
+    for read in (lambda: read_points(path), lambda: read_points_into(path, lambda n: None)):
+        with pytest.raises(InputError) as err:
+            read()
+        text = str(err.value)
+        assert f"pass --point-dim {wide} (Python: point_dim={wide})" in text or \
+            f"pass --point-dim {wide}; Python: point_dim={wide}" in text, text
+        assert f"intensity and {wide - 4} more values" in text and "rows of 3" not in text, text
+    np.testing.assert_array_equal(read_points(path, point_dim=wide), rows[:, :4])
+
+
+def test_frames_read_right_with_intensities_past_1_are_not_taken_for_wider_rows(assets: Path) -> None:
+    """0-255 intensities (KITTI scans x 255; nuScenes sweeps), in scan order or shuffled: no row length is
+    found for them, whichever row length up to 16 the look compares."""
+    rng = np.random.default_rng(4)
+    for path in sorted((assets / "kitti").rglob("*.bin")):
+        rows = np.fromfile(path, "<f4").reshape(-1, 4).copy()
+        rows[:, 3] *= 255
+        for data in (rows, rows[rng.permutation(len(rows))]):
+            assert misread_row_length(np.ascontiguousarray(data).ravel(), 4) is None, path
+    for name in NUSCENES_FRAMES:
+        rows = np.fromfile(assets / name, "<f4").reshape(-1, 5)
+        for data in (rows, rows[rng.permutation(len(rows))]):
+            assert misread_row_length(np.ascontiguousarray(data).ravel(), 5) is None, name
