@@ -27,6 +27,13 @@ def columns_text(columns: int) -> str:
     return ", ".join(POINT_COLUMN_NAMES[:columns])
 
 
+def refuse_masked(points: object, source: str) -> None:
+    """Refuse a NumPy masked array: ``np.asarray`` drops its mask, and the masked points would be detected on."""
+    if isinstance(points, np.ma.MaskedArray):
+        raise InputError(f"{source}: a masked array, whose mask would be ignored; pass the points kept "
+                         "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
+
+
 def as_host_points(points: object, source: str = "points", columns: int = 4) -> np.ndarray:
     """A C-contiguous (N, columns) float32 NumPy array; further columns (e.g. ring) are ignored.
 
@@ -38,9 +45,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     ``MAX_FRAME_POINTS`` points with its size.
     """
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
-    if isinstance(points, np.ma.MaskedArray):  # np.asarray drops the mask: the masked points would be detected on
-        raise InputError(f"{source}: a masked array, whose mask would be ignored; pass the points kept "
-                         "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
+    refuse_masked(points, source)
     if isinstance(points, (bytes, bytearray)) and len(points) > 4096:  # no path is this long
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")

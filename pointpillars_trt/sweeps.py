@@ -18,11 +18,14 @@ from .config import finite_float, plain_number
 from .errors import InputError, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE
+from .points import refuse_masked
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
 #: so farther is the poses of another drive, or another unit.
 MAX_SWEEP_DISTANCE = 1000.0
+#: Seconds a timestamp's type must hold its value to: nuScenes sweeps are 50 ms apart.
+LAG_RESOLUTION = 1e-3
 
 
 def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: Iterable[float], *,
@@ -56,6 +59,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)
     parts = []
     for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
+        refuse_masked(sweep, f"accumulate: sweep {i}")
         try:
             pts = xp.asarray(sweep)
         except (TypeError, ValueError) as exc:  # ragged lists
@@ -105,10 +109,17 @@ def _pose(pose: Any, i: int) -> np.ndarray:
 
 
 def _seconds(stamp: object, i: int) -> float:
-    """A timestamp as float seconds, else InputError naming it."""
+    """A timestamp as float seconds, else InputError naming it; one held in a float type too coarse for the lags
+    (float32 seconds since 1970 step by 128 s: sweeps 50 ms apart would all get a lag of 0 or 128 s) is refused."""
     seconds = finite_float(stamp)
     if seconds is None:
         raise InputError(f"accumulate: timestamp {i} is {safe_repr(stamp)}, not a finite number of seconds")
+    dtype = getattr(stamp, "dtype", None)  # a NumPy or CuPy scalar's
+    if isinstance(dtype, np.dtype) and dtype.kind == "f":
+        step = float(np.spacing(np.abs(np.asarray(seconds, dtype))))
+        if step > LAG_RESOLUTION:
+            raise InputError(f"accumulate: timestamp {i} is {dtype} {seconds:.10g}, which holds seconds of that size "
+                             f"only to {step:g} s: give float64 (or Python float) timestamps")
     return seconds
 
 

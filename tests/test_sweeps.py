@@ -80,6 +80,10 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
       [1.0, 0.9]), "pose 1 puts its sweep inf m from the key sweep"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.r_[np.c_[np.eye(3), [3e4, 4e4, 0]], [[0, 0, 0, 1]]]],
       [1.0, 0.9]), "pose 1 puts its sweep 5e+04 m from the key sweep, farther than a car moves in 2 s"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [np.float32(1.7e9), np.float32(1.7e9 - 0.05)]),
+     "timestamp 0 is float32 1700000000, which holds seconds of that size only to 128 s: give float64"),
+    (([np.ma.masked_array(np.zeros((2, 4), np.float32), mask=[[0] * 4, [1] * 4])], [np.eye(4)], [0.0]),
+     "sweep 0: a masked array, whose mask would be ignored"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], float("nan")), "ego_radius nan: expected metres >= 0, or None"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], -1), "ego_radius -1: expected metres >= 0"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], "1"), "ego_radius '1': expected metres >= 0"),
@@ -96,6 +100,9 @@ def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
     key = np.array([[5, 0, 0, 1]], np.float32)
     frame = accumulate_sweeps((s for s in [key, key]), iter([np.eye(4)] * 2), (t for t in [1.0, 0.95]))
     assert frame.shape == (2, 5) and frame[:, 4].tolist() == [0, np.float32(0.05)]
+    # float32 timestamps small enough to hold milliseconds (seconds since the drive's start) are taken
+    small = accumulate_sweeps([key, key], [np.eye(4)] * 2, [np.float32(1000.0), np.float32(999.95)])
+    assert abs(float(small[1, 4]) - 0.05) < 1e-4
     for radius in (np.float32(1.0), np.int64(1), 1):  # NumPy numbers are numbers
         assert accumulate_sweeps([key, key], [np.eye(4)] * 2, [1.0, 0.95], ego_radius=radius).shape == (2, 5)
 
