@@ -21,11 +21,13 @@ def config(columns: int = 4, velocity: bool = False) -> dict:  # type: ignore[ty
             "input": [{"name": "points", "data_type": "TYPE_FP32", "dims": ["-1", str(columns)]}], "output": outputs}
 
 
+SENT = 7  # points of the frame each reply answers
+
+
 def reply(count: int, velocity: bool) -> dict[str, np.ndarray]:
     arrays = {"boxes": np.ones((1, count, 7), np.float32), "scores": np.full((1, count), 0.5, np.float32),
-              "labels": np.ones((1, count), np.int32),
-              **{n: np.zeros((1, 1), np.int32) for n in ("num_points", "num_nonfinite", "num_pillars",
-                                                          "num_pillars_dropped")}}
+              "labels": np.ones((1, count), np.int32), "num_points": np.full((1, 1), SENT, np.int32),
+              **{n: np.zeros((1, 1), np.int32) for n in ("num_nonfinite", "num_pillars", "num_pillars_dropped")}}
     if velocity:
         arrays["velocity"] = np.arange(2 * count, dtype=np.float32).reshape(1, count, 2)
     return arrays
@@ -35,15 +37,15 @@ def test_a_multi_sweep_model_with_velocities_is_read_from_its_config_and_replies
     kitti, nuscenes = check_model_config(config(), "m"), check_model_config(config(5, True), "m")
     assert (kitti.point_columns, kitti.velocity, kitti.max_points) == (4, False, 900)
     assert (nuscenes.point_columns, nuscenes.velocity, nuscenes.class_names) == (5, True, ("car", "truck"))
-    found = reply_detections(reply(3, True), list(reply(3, True)), nuscenes, "server")
+    found = reply_detections(reply(3, True), list(reply(3, True)), nuscenes, "server", SENT)
     np.testing.assert_array_equal(found.velocity, np.arange(6, dtype=np.float32).reshape(3, 2))
-    assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server").velocity is None
+    assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT).velocity is None
     with pytest.raises(BackendError, match=r"server answered with outputs .*; missing velocity"):
-        reply_detections(reply(3, False), list(reply(3, False)), nuscenes, "server")
+        reply_detections(reply(3, False), list(reply(3, False)), nuscenes, "server", SENT)
     bad = reply(3, True)
     bad["velocity"] = bad["velocity"][:, :2]
     with pytest.raises(BackendError, match=r"inconsistent shapes .*velocity \(1, 2, 2\)"):
-        reply_detections(bad, list(bad), nuscenes, "server")
+        reply_detections(bad, list(bad), nuscenes, "server", SENT)
 
 
 @pytest.mark.parametrize("columns,velocity_type", [(6, None), (4, "TYPE_INT32")])
@@ -67,3 +69,13 @@ def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
     with pytest.raises(InputError, match=r"point_dim 4: the model reads 5 values a point \(x, y, z, intensity, time\); "
                                          r"read its frames with point_dim 5 \(--point-dim 5\)"):
         read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=4, columns=5, source="frame.bin")
+
+
+def test_a_reply_counting_other_points_than_were_sent_is_refused() -> None:
+    """A reply whose num_points is not the frame's point count answers another frame (a proxy or server that
+    mixed up replies): refused naming both counts, not taken as this frame's boxes."""
+    kitti = check_model_config(config(), "m")
+    assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT).stats.num_points == SENT
+    with pytest.raises(BackendError, match=rf"server answered num_points {SENT} to a frame of {SENT + 1} points "
+                                           r"\(another frame's reply\?\)"):
+        reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT + 1)

@@ -167,7 +167,7 @@ class RemoteDetector:
             arrays = {name: reply.as_numpy(name) for name in self.served.outputs}
         except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
             raise BackendError(f"{where} answered a malformed reply ({one_line(exc)})") from None
-        return reply_detections(arrays, names, self.served, where)
+        return reply_detections(arrays, names, self.served, where, frame.shape[0])
 
     def _server_failure(self, prefix: str, what: str) -> BackendError:
         """The error of a request that failed on the server's side: ``what`` befell it, a BackendError of the

@@ -97,9 +97,10 @@ def _dims(spec: Mapping[str, Any]) -> list[int] | None:
 
 
 def reply_detections(arrays: Mapping[str, object], names: list[str], served: ServedModel,
-                     where: str) -> Detections:
+                     where: str, sent_points: int) -> Detections:
     """Detections of one reply: ``arrays`` the outputs as NumPy arrays (None when absent), ``names``
-    the outputs the reply holds. A BackendError naming ``where`` when anything is off."""
+    the outputs the reply holds, to a request of ``sent_points`` points (a reply that counts others is another
+    frame's). A BackendError naming ``where`` when anything is off."""
 
     def refuse(problem: str) -> BackendError:
         return BackendError(f"{where} answered {problem}")
@@ -134,6 +135,8 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
     stats = {name: int(found[name][0, 0]) for name in STATS}
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")
+    if stats["num_points"] != sent_points:
+        raise refuse(f"num_points {stats['num_points']} to a frame of {sent_points} points (another frame's reply?)")
     velocity = found[VELOCITY].reshape(-1, 2) if served.velocity else None
     return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1), labels.astype(np.int32),
                       class_names, FrameStats(**stats), velocity)
