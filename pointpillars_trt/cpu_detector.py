@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .config import ModelConfig
+from .errors import BackendError
 from .detections import Detections, FrameStats
 from .model_dir import ModelDir
 from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype
@@ -36,11 +37,14 @@ class CpuDetector:
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
         self._lock = threading.Lock()  # one frame at a time, as the GPU pipeline: threads share a detector
+        self._closed = False
 
     def detect(self, points: np.ndarray, post_config: ModelConfig | None = None) -> Detections:
         """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``). Non-finite boxes
         of far-off logits are dropped and counted downstream, without NumPy's overflow warnings."""
         with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            if self._closed:  # by another thread, between the frames of a batch
+                raise BackendError("this detector was closed before the frame ran")
             return self._detect(points, post_config)
 
     def _detect(self, points: np.ndarray, post_config: ModelConfig | None) -> Detections:
@@ -76,6 +80,7 @@ class CpuDetector:
 
     def close(self) -> None:
         with self._lock:  # after the frame in progress: a session closed mid-run aborts the process
+            self._closed = True
             self._pfn.close()
             self._rpn.close()
 
