@@ -302,6 +302,26 @@ def test_a_probe_that_times_out_while_other_requests_are_answered_is_not_a_failu
         remote.close()
 
 
+def test_a_probe_of_a_server_that_hung_for_a_while_asks_it_again_once_it_answers(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """The server frozen (SIGSTOP) through a check: the probe times out and the server answers no liveness probe
+    (the client takes it for down), a failure; thawed, the next check asks the server again and it answers
+    (a client taken for down would fail every later check at once, and serve would call a live model dead)."""
+    from pointpillars_trt.apps.serve.health import ModelProbe
+
+    server = tiny_server.process
+    assert server is not None
+    probe = ModelProbe(tiny_server.endpoints["http"], timeout=1.0, failures_allowed=5)
+    try:
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            assert probe.check() is None and probe.failures == 1
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        assert probe.check() is None and probe.failures == 0
+    finally:
+        probe.close()
+
+
 def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """``with_timeout`` (what a probe's short-timeout client is made with) answers like the detector it
     came from, and closing either leaves the other working."""

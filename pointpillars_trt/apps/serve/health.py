@@ -12,7 +12,7 @@ import time
 
 import numpy as np
 
-from ...errors import BackendError, PointPillarsError
+from ...errors import BackendError, DetectorLost, PointPillarsError
 from .client import RemoteDetector
 
 #: Share of its timeout a failed probe must have waited to count as timed out (the client's clock and
@@ -49,6 +49,9 @@ class ModelProbe:
         try:
             self.remote(self._probe, "health probe")
         except (PointPillarsError, OSError) as exc:
+            if isinstance(exc, DetectorLost):  # down for this check; the next one asks the server again
+                self.remote.close()
+                self.remote = self._stats.with_timeout(self.timeout)
             # it waited out its timeout (rather than getting an error the server answered), and more than
             # this probe (which the server may still answer after our timeout) was answered meanwhile
             waited_out = time.monotonic() - start >= _WAITED_OUT * self.timeout
