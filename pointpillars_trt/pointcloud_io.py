@@ -225,7 +225,8 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", co
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
     require_point_dim(point_dim, columns)
     data = _read_frame_bytes(path, 4 * int(point_dim), what)
-    return _bin_points(data, point_dim, columns, path, what).astype(np.float32, order="C")  # writable, native order
+    # a view of the file's own buffer when its rows are the columns kept (writable); else the columns copied
+    return np.require(_bin_points(data, point_dim, columns, path, what), np.float32, ["C", "W"])
 
 
 #: Most values a point a ``.bin`` file is read with (lidar formats store 4 to ~10).
@@ -244,10 +245,10 @@ def require_point_dim(point_dim: object, columns: int = 4) -> None:
                          f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
 
 
-def _bin_points(data: bytes, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
+def _bin_points(data: bytes | bytearray, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
-    _check_bin_size(source, len(data), int(point_dim), what, columns, head=lambda: data)
+    _check_bin_size(source, len(data), int(point_dim), what, columns, head=lambda: bytes(data[:_MISFIT_HEAD_BYTES]))
     values = np.frombuffer(data, dtype="<f4")
     check_layout(values, int(point_dim), source, what, columns)
     return values.reshape(-1, int(point_dim))[:, :columns]
@@ -294,13 +295,25 @@ def _other_dim_hint(size: int, point_dim: int, columns: int, words: np.ndarray) 
             "unless the file was cut short (a copy that failed?)")
 
 
-def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytes:
-    """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in
-    points) before anything is read."""
-    f, size = open_regular_file(path, max_bytes=2**62, what=what)
-    f.close()
-    _refuse_oversize(path, size, row_bytes, what)
-    return read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what)
+def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytearray:
+    """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in points) before
+    anything is read, in a buffer NumPy views writable: no copy makes them an array the caller may scale."""
+    fd, size = open_regular_fd(path, max_bytes=2**62, what=what)
+    try:
+        _refuse_oversize(path, size, row_bytes, what)
+        if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read up to the limit
+            return bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what))
+        data = bytearray(size + 1)  # a byte more than the size: a file that grew while read is refused
+        try:
+            got = _read_fully(fd, memoryview(data))
+        except OSError as exc:
+            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if got > size:
+        raise InputError(f"{what} {safe_repr(path)} grew while being read (was it still being written?)")
+    del data[got:]
+    return data
 
 
 # --------------------------------------------------------------------------- .npy
