@@ -2,8 +2,9 @@
 
 A file read with the wrong layout gives points without an error: text read as float32, float64 values
 split in two, random bytes, rows of 3, 5, 6 or 8 values read as 4. These checks look at a few thousand values
-(from the start and the middle of a frame) and refuse such a read with what fits instead; a frame read
-right costs a few integer operations on its values' bits.
+(from the start and the middle of a frame) and refuse such a read with what fits instead; a frame of 0-1
+intensities read right costs a few integer operations on its values' bits, one of 0-255 intensities a look
+at a few hundred of its values too (~35 us).
 """
 
 from __future__ import annotations
@@ -101,10 +102,11 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
 
 def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
-    that are no float32 numbers at all, or rows of another length (3 to WIDEST_ROW_GUESS); ``columns``: the values a
-    point the model reads (5 for a multi-sweep model), for the advice. A frame read right gets integer
-    operations on its values' bits (``_looks_odd``, ``misread_row_length``), which raise no floating-point
-    warning whatever the bytes: NumPy's warnings are turned off only where odd values are computed on."""
+    that are no float32 numbers at all, or rows of another length (3 to WIDEST_ROW_GUESS); ``columns``: the
+    values a point the model reads (5 for a multi-sweep model), for the advice. The quick looks
+    (``_looks_odd``, ``misread_row_length``'s at the intensities) are integer operations on the values' bits,
+    which raise no floating-point warning whatever the bytes: NumPy's warnings are turned off only where odd
+    values are computed on."""
     refuse_other_formats(path, values[: TEXT_SNIFF // 4], what)
     if _looks_odd(values, point_dim):
         _refuse_float64_or_noise(values, point_dim, path, what)
@@ -276,14 +278,41 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     least = min(steps[n] for n in steps if n != point_dim)
     # the shortest row about as good as the best: rows of 5 in shuffled order step as far at 10 and 15 values
     best = min(n for n in steps if n != point_dim and steps[n] <= least * 1.5)
-    # negative "intensities" are evidence enough of a misread; values past the 0-1 scale alone are not
-    return best if steps[best] * (1.0 if negative else _ROW_STEP_MARGIN) < steps[point_dim] else None
+    if negative:  # negative "intensities" are evidence enough of a misread
+        return best if steps[best] < steps[point_dim] else None
+    # values past the 0-1 scale alone are not: rows a multiple of point_dim long may be points in pairs (lasers
+    # fired low / high in turn, dual returns), which step like that too; the extra values of wider rows differ
+    if steps[best] * _ROW_STEP_MARGIN >= steps[point_dim] or (best % point_dim == 0
+                                                              and not _extras_differ(values, best, point_dim)):
+        return None
+    return best
 
 
+def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
+    """Whether the values after a row's first ``point_dim`` (``values`` as rows of ``row``, a multiple of it)
+    are no further points: the first two columns of some later slot are negative in a share of their nonzero
+    values unlike x's and y's, over rows from the whole frame (x and y of points around a lidar, or in front
+    of it, are negative in like shares, point after point, and a missing return is written as zeros; a ring
+    number, a time or a flag is never negative)."""
+    whole = values[: values.size // row * row].reshape(-1, row)
+    rows = whole[:: max(1, len(whole) // _SPREAD_ROWS)]  # rows from all around the lidar: signs go with azimuth
+
+    def negative_share(start: int) -> np.ndarray:
+        pair = rows[:, start:start + 2]
+        nonzero = np.count_nonzero(pair, axis=0)
+        return np.where(nonzero > 0, np.count_nonzero(pair < 0, axis=0) / np.maximum(nonzero, 1), np.nan)
+
+    first = negative_share(0)
+    return any(bool(np.any(np.abs(first - negative_share(start)) > 0.25))
+               for start in range(point_dim, row, point_dim))
+
+
+#: Rows, spread over a frame, whose signs ``_extras_differ`` compares.
+_SPREAD_ROWS = 1024
 #: The bits of float32 1.5, the top of a 0-1 reflectance column with room for calibration overshoot.
 _UNIT_TOP_BITS = int(np.array(1.5, "<f4").view("<u4"))
 #: How much closer values of another row length apart must be than values ``point_dim`` apart for it to be
-#: the file's: real frames read right miss by 10-100 times, misread ones win by more than that.
+#: the file's when only the intensities' scale hints at a misread: misread rows win by 10-1000 times.
 _ROW_STEP_MARGIN = 4.0
 #: Values of each sample whose steps at every row length are compared (a few milliseconds in all).
 _STEP_SAMPLE = 4096
@@ -293,12 +322,13 @@ _NEIGHBOUR_SAMPLE = 256
 
 def _rows_read_right(samples: list[np.ndarray], point_dim: int) -> bool:
     """Whether one field of neighbouring points (values ``point_dim`` apart) changes far less than one value
-    from the next (another field), as in a scan read right (50-300 times less); in misread rows the two
-    change alike, and so do they in shuffled points, which the caller then looks at closer. Medians by
+    from the next (another field), as in a scan read right (50-300 times less in ring order, 5-10 in firing
+    order); in misread rows the two change alike, and so do they in shuffled points, which the caller then
+    looks at closer. Medians by
     partition of one small sample: it runs on every frame of 0-255 intensities (~20 us)."""
     head = np.concatenate([s[:_NEIGHBOUR_SAMPLE] for s in samples])
     same_field = _middle(np.abs(head[point_dim:] - head[:-point_dim]))
-    return same_field * _ROW_STEP_MARGIN * 4 < _middle(np.abs(head[1:] - head[:-1]))
+    return same_field * _ROW_STEP_MARGIN < _middle(np.abs(head[1:] - head[:-1]))
 
 
 def _middle(values: np.ndarray) -> float:

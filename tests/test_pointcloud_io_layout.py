@@ -465,3 +465,38 @@ def test_frames_read_right_with_intensities_past_1_are_not_taken_for_wider_rows(
         rows = np.fromfile(assets / name, "<f4").reshape(-1, 5)
         for data in (rows, rows[rng.permutation(len(rows))]):
             assert misread_row_length(np.ascontiguousarray(data).ravel(), 5) is None, name
+
+
+def spinning_scan(elevations_deg: list[float], seed: int, azimuths: int = 1800) -> np.ndarray:
+    """A spinning lidar's points in firing order (each azimuth's lasers in the order they fire, e.g. a VLP-16's
+    -15, +1, -13, +3, ... degrees), over a ground plane 1.73 m down and a wall 5-25 m out; 0-255 intensities."""
+    rng = np.random.default_rng(seed)
+    azimuth, elevation = (a.ravel() for a in np.meshgrid(np.linspace(0, 2 * np.pi, azimuths, endpoint=False),
+                                                          np.deg2rad(elevations_deg), indexing="ij"))
+    wall = 15 + 10 * np.sin(3 * azimuth) + rng.normal(0, 0.3, azimuth.size)
+    reach = np.where(elevation < 0, np.minimum(1.73 / np.maximum(np.sin(-elevation), 1e-6), wall), wall)
+    keep = (reach < 120) & (rng.random(azimuth.size) > 0.1)
+    reach, azimuth, elevation = reach[keep], azimuth[keep], elevation[keep]
+    return np.column_stack([reach * np.cos(elevation) * np.cos(azimuth), reach * np.cos(elevation) * np.sin(azimuth),
+                            reach * np.sin(elevation), rng.gamma(2, 15, reach.size).clip(0, 255)]).astype("<f4")
+
+
+def test_points_in_firing_order_or_dual_returns_are_not_taken_for_wider_rows(tmp_path: Path) -> None:
+    """Points two rows apart can be closer than neighbours (lasers fired low and high in turn; a dual-return
+    lidar's two returns of a ray, a missing one written as zeros): read as 4 values a point with 0-255
+    intensities, they look like rows of 8 by their steps alone, but the 5th-6th values are a point's x and y,
+    negative as often as the first point's: read, not refused."""
+    vlp16 = [-15, 1, -13, 3, -11, 5, -9, 7, -7, 9, -5, 11, -3, 13, -1, 15]
+    low = list(-30.67 + 1.3333 * np.arange(16))
+    hdl32 = [angle for pair in zip(low, [a + 21.33 for a in low]) for angle in pair]
+    for elevations in (vlp16, hdl32):
+        for seed in range(2):
+            scan = spinning_scan(elevations, seed)
+            assert misread_row_length(scan.ravel(), 4) is None
+            dual = np.repeat(scan, 2, axis=0)
+            dual[1::2, :3] *= 1.02  # the second return, a little farther along the same ray
+            dual[1::2][np.random.default_rng(seed).random(len(scan)) < 0.6] = 0  # most rays return once
+            assert misread_row_length(dual.ravel(), 4) is None
+            path = tmp_path / f"dual{seed}.bin"
+            dual.tofile(path)
+            np.testing.assert_array_equal(read_points(path), dual)

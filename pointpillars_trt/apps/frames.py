@@ -191,7 +191,8 @@ class FrameRunner:
     and the reports only. Frames given as bytes are read in threads. Where shared memory cannot hold the
     staging (a container's small ``/dev/shm``), the run reads in threads and says so once; a reader
     process that dies costs no frame (its batch is read again here) and the rest of the run reads in
-    threads, said once.
+    threads, said once. A detector whose ``lost`` names why it can run no more frames (a served model's
+    server that is down) ends the reads: every batch after fails with that reason unread.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
@@ -365,6 +366,13 @@ class FrameRunner:
         staging = self._free.get()
         staging.reset()
         batch = _Batch(jobs, staging)
+        lost = next((why for why in (getattr(detector, "lost", None) for detector in self.detectors) if why), None)
+        if lost is not None:  # a detector that can run no more frames (a server that is down): none is read
+            for job in jobs:
+                job.error = lost
+            ordered.put(batch)
+            ready.put(batch)
+            return True
         with self._readers_lock:
             pool = self._reader_pool
         if pool is not None and self._shared is not None and self._shared.owns(staging) and all(

@@ -29,7 +29,7 @@ from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
 from ..model_dir import ModelDir
-from ..pointcloud_io import MAX_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
+from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
@@ -109,9 +109,10 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help=f"at most this many boxes a frame (a multi-head model such as nuScenes': a class, as "
                           f"OpenPCDet's multi-class NMS keeps them), 1..{SORT_LIMIT} (default: the model's)")
     points = infer.add_argument_group("points")
-    points.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
-                        help=".bin values a point: 4 (KITTI x y z intensity) or 5 (nuScenes x y z intensity "
-                             "time; multi-sweep models need them) (default: the model's, 4 for KITTI models)")
+    points.add_argument("--point-dim", type=int_in(4, MAX_POINT_DIM), default=None,
+                        help=".bin values a point: 4 (KITTI x y z intensity), 5 (nuScenes x y z intensity "
+                             "time; multi-sweep models need them), or more (rows with more values after those, "
+                             f"which are left out), up to {MAX_POINT_DIM} (default: the model's, 4 for KITTI models)")
     points.add_argument("--intensity-scale", type=float_in(0.0, MAX_INTENSITY_SCALE, low_open=True), default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
@@ -662,8 +663,8 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         report.note(f"error: {safe_repr(str(out))}: the output file system is full; {disk.after_first} more frame(s) "
                     f"not written (free space, then rerun with {rerun})")
     if lost.after_first:
-        report.note(f"error: {lost.after_first} more frame(s) not run: the server is down (said above); "
-                    f"once it answers again, rerun with {rerun}")
+        report.note(f"error: {lost.after_first} more frame(s) not run: the server is down (said above); once it "
+                    "answers again, " + (f"rerun with {rerun}" if out is not None else "run them again"))
     if to_flush:
         try:
             to_flush.flush()

@@ -772,3 +772,27 @@ def test_bench_refuses_a_checkpoint_of_another_family_than_config(assets: Path, 
     assert_one_line_error(run, str(checkpoint), "checkpoint has the openpcdet layout, but config zhulf0804_kitti_3class "
                                                 "is for the zhulf0804 family")
     assert not (tmp_path / "b" / "bench.json").exists()
+
+
+def test_the_point_dim_a_wide_file_is_refused_with_is_one_infer_takes(assets: Path, tmp_path: Path):
+    """A KITTI scan written 8 values a point (a ring number and three constants after x, y, z, intensity): read
+    as 4 it is refused naming --point-dim 8, and with --point-dim 8 it gives the 4-value scan's own outputs."""
+    scan_path = sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0]
+    scan = np.fromfile(scan_path, "<f4").reshape(-1, 4)
+    wide = np.zeros((len(scan), 8), "<f4")
+    wide[:, :4] = scan
+    wide[:, 4] = np.arange(len(scan)) % 64
+    wide[:, 5:] = (0.0, 3.5, 7.0)
+    frames = tmp_path / "wide"
+    frames.mkdir()
+    wide.tofile(frames / scan_path.name)
+    model = assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"
+    refused = cli("infer", frames, "--model", model, "--device", "cpu", "--no-progress", "--out", tmp_path / "a")
+    assert refused.rc == 1 and "pass --point-dim 8 (Python: point_dim=8)" in refused.err, refused
+    read = cli("infer", frames, "--model", model, "--device", "cpu", "--no-progress", "--point-dim", "8",
+               "--out", tmp_path / "b")
+    plain = cli("infer", scan_path, "--model", model, "--device", "cpu", "--no-progress", "--out", tmp_path / "c")
+    assert read.rc == 0 and plain.rc == 0, (read, plain)
+    name = scan_path.with_suffix(".json").name
+    ours, theirs = (json.loads((tmp_path / folder / name).read_text()) for folder in ("b", "c"))
+    assert ours == theirs and len(ours["scores"]) > 0

@@ -17,6 +17,7 @@ from ...detections import Detections
 from ...errors import InputError, PointPillarsError, safe_repr
 from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
+from ...pointcloud_io import MAX_POINT_DIM
 from ...model_dir import ModelDir, load_model_dir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
 from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
@@ -61,9 +62,9 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--frames", action="append", type=path_name,
                        help="folder of .bin files, of which the first --iterations are read (repeatable; "
                             "default: simulated scans)")
-    bench.add_argument("--point-dim", type=int, choices=(4, 5), default=None,
-                       help="values a point in --frames' .bin files: 4 (KITTI) or 5 (nuScenes, with the time lag) "
-                            "(default: the model's)")
+    bench.add_argument("--point-dim", type=int_in(4, MAX_POINT_DIM), default=None,
+                       help="values a point in --frames' .bin files: 4 (KITTI), 5 (nuScenes, with the time lag) or "
+                            f"more, up to {MAX_POINT_DIM} (default: the model's)")
     bench.add_argument("--device", type=device_arg, default="auto",
                        help="where the pipeline runs: auto (the GPU when usable, else the CPU), cpu, cuda or cuda:N")
     bench.add_argument("--iterations", type=int_in(1, 1_000_000), default=None,

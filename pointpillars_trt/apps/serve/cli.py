@@ -228,8 +228,8 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--request-timeout", metavar="SECONDS", type=float_in(0, 86400, low_open=True),
                        default=_SCALEOUT_DEFAULTS["request_timeout"],
                        help="with --server: seconds a request may take (default: %(default)g); a server that then "
-                            f"answers no liveness probe within {LIVE_PROBE_SECONDS:g} s is taken for down, and the "
-                            "frames left fail at once, counted in one line")
+                            f"answers no liveness probe within {LIVE_PROBE_SECONDS:g} s (or the timeout, if shorter) "
+                            "is taken for down, and the frames left fail at once, counted in one line")
     group.add_argument("--ray", action="store_true",
                        help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
                             "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "

@@ -169,6 +169,12 @@ class RemoteDetector:
             raise BackendError(f"{where} answered a malformed reply ({one_line(exc)})") from None
         return reply_detections(arrays, names, self.served, where, frame.shape[0])
 
+    @property
+    def lost(self) -> str | None:
+        """Why the server is taken for down (the ``DetectorLost`` every frame now gets), or None: a runner reads
+        no more frames for it."""
+        return self._down
+
     def _server_failure(self, prefix: str, what: str) -> BackendError:
         """The error of a request that failed on the server's side: ``what`` befell it, a BackendError of the
         frame while the server answers a liveness probe; else the server is down (DetectorLost), and its
@@ -177,7 +183,8 @@ class RemoteDetector:
             if self._down is None and not self._cancelled and not self._answers_probe():
                 with self._lock:
                     self._down = (f"server {self.server}{DetectorLost.MARK}{what}, and it answered no liveness "
-                                  f"probe within {self._probe_seconds():g} s; no frame is sent to it after this")
+                                  f"probe within {self._probe_seconds():g} s; this client sends it no frame after "
+                                  "this")
                     clients = list(self._clients)
                 for client in clients:
                     client.close()
@@ -192,17 +199,16 @@ class RemoteDetector:
         """Whether the server says it is live within ``_probe_seconds``, on a connection of the probe's own."""
         seconds = self._probe_seconds()
         try:
-            if self.protocol == "grpc":
-                client = self._module.InferenceServerClient(self.server)
-                live = client.is_server_live(client_timeout=seconds)
-            else:
-                client = self._module.InferenceServerClient(self.server, connection_timeout=seconds,
-                                                            network_timeout=seconds)
-                live = client.is_server_live()
-            client.close()
-            return bool(live)
+            client = self._module.InferenceServerClient(self.server, **({} if self.protocol == "grpc" else {
+                "connection_timeout": seconds, "network_timeout": seconds}))
+        except Exception:  # noqa: BLE001 - an address it cannot even connect to: no answer
+            return False
+        try:
+            return bool(client.is_server_live(**({"client_timeout": seconds} if self.protocol == "grpc" else {})))
         except Exception:  # noqa: BLE001 - refused, reset or timed out alike: no answer
             return False
+        finally:
+            client.close()
 
     def answered_count(self) -> int | None:
         """Requests the served model has answered successfully so far (Triton's statistics), or None
