@@ -325,12 +325,11 @@ def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | No
     pth = open_pth(path)
     source = pth.source
     layout, state = detect_layout(pth.obj, source)
-    if config is None:
-        config = _builtin_config(layout, state)
-    cfg = config if isinstance(config, ModelConfig) else load_config(config)
+    own = _builtin_config(layout, state)
+    cfg = load_config(own) if config is None else config if isinstance(config, ModelConfig) else load_config(config)
     if cfg.family != layout:
         raise CheckpointError(f"{source}: checkpoint has the {layout} layout, but config {cfg.name} "
-                              f"is for the {cfg.family} family")
+                              f"is for the {cfg.family} family; {_own_config_fix(own)}")
     # Build only the tensors the layout uses, and only once their shape and dtype match the config:
     # the rest (optimizer state, step counters, wrong or expanded views) is never materialised.
     expected = expected_keys(layout, cfg)
@@ -342,5 +341,21 @@ def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | No
                      if k in multihead.label_keys(cfg) and isinstance(v, TensorRef) and len(v.size) == 1
                      and v.size[0] <= cfg.num_classes})
     state = {**state, **used}
-    weights = weights_from_state_dict(state, layout, cfg, source=source)
+    try:
+        weights = weights_from_state_dict(state, layout, cfg, source=source)
+    except CheckpointError:
+        if config is None or cfg.name == own or not _fits(state, expected_keys(layout, load_config(own))):
+            raise
+        raise CheckpointError(f"{source}: a checkpoint of config {own} (its keys and shapes are that config's), not "
+                              f"of config {cfg.name}; {_own_config_fix(own)}") from None
     return LoadedCheckpoint(Path(path), layout, cfg.name, weights, pth.sha256, cfg)
+
+
+def _own_config_fix(own: str) -> str:
+    """How to read a checkpoint with the config its layout and keys name (``own``)."""
+    return f"drop --config to read it with {own} (Python: config=None)"
+
+
+def _fits(state: Mapping[Any, Any], expected: dict[str, tuple[int, ...]]) -> bool:
+    """Whether every tensor ``expected`` names is in ``state`` with that shape (built or not)."""
+    return all(_shape_of(state.get(key)) == shape for key, shape in expected.items())

@@ -111,7 +111,15 @@ def test_head_classes_must_match_the_config(checkpoint: Path) -> None:
         weights_from_state_dict(state, "openpcdet", load_config(NAME), source="ckpt")
 
 
-def test_kitti_config_refuses_the_multihead_checkpoint(checkpoint: Path) -> None:
-    with pytest.raises(CheckpointError, match=r"state dict does not match the openpcdet layout of config "
-                                              r"openpcdet_kitti_3class"):
+def test_kitti_config_refuses_the_multihead_checkpoint_naming_its_own(checkpoint: Path) -> None:
+    """A config given that the checkpoint's keys do not fit, when they fit its layout's own config exactly: the
+    error names that config and the fix, not 263 unexpected keys."""
+    with pytest.raises(CheckpointError) as refused:
         load_checkpoint(checkpoint, "openpcdet_kitti_3class")
+    assert str(refused.value) == (f"{checkpoint}: a checkpoint of config openpcdet_nuscenes_multihead (its keys and "
+                                  "shapes are that config's), not of config openpcdet_kitti_3class; drop --config to "
+                                  "read it with openpcdet_nuscenes_multihead (Python: config=None)")
+    with pytest.raises(CheckpointError, match=r"checkpoint has the openpcdet layout, but config zhulf0804_kitti_3class "
+                                              r"is for the zhulf0804 family; drop --config to read it with "
+                                              r"openpcdet_nuscenes_multihead \(Python: config=None\)$"):
+        load_checkpoint(checkpoint, "zhulf0804_kitti_3class")
