@@ -322,6 +322,40 @@ def test_a_probe_of_a_server_that_hung_for_a_while_asks_it_again_once_it_answers
         probe.close()
 
 
+@pytest.mark.slow
+def test_a_client_of_a_live_server_whose_model_worker_died_takes_it_for_down_after_a_few_requests(  # type: ignore[no-untyped-def]  # noqa: F811
+        install, tiny, tmp_path: Path) -> None:
+    """The model's Python-backend stub killed (SIGKILL): the server stays live and fails every request; a client of
+    2 requests in flight takes it for down after 4 failures in a row (not at the first: one failed request of a
+    live server is that frame's), then fails each frame at once, naming the count and the last error."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.errors import DetectorLost
+    from test_serve_triton import served
+
+    frame = random_frames(tiny, 5)[4]
+    with served(install, tiny.path, tmp_path / "server") as server:
+        assert server.process is not None
+        remote = RemoteDetector(server.endpoints["grpc"], timeout=30, concurrency=2)
+        try:
+            remote(frame)
+            for pid in stub_pids(server.process.pid):
+                os.kill(pid, signal.SIGKILL)
+            said = []
+            for _ in range(6):
+                try:
+                    remote(frame, "f.bin")
+                    said.append("answered")
+                except BackendError as exc:
+                    said.append(type(exc).__name__ + ": " + str(exc))
+            assert [line.split(":")[0] for line in said] == ["BackendError"] * 3 + ["DetectorLost"] * 3, said
+            assert said[3].startswith(f"DetectorLost: f.bin: server {server.endpoints['grpc']} is down: it failed 4 "
+                                      "requests in a row, the last: failed the request: ") and \
+                said[3].endswith("; this client sends it no frame after this"), said[3]
+            assert said[4] == said[5] == said[3] and remote.lost is not None and DetectorLost.MARK in remote.lost
+        finally:
+            remote.close()
+
+
 def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """``with_timeout`` (what a probe's short-timeout client is made with) answers like the detector it
     came from, and closing either leaves the other working."""

@@ -46,8 +46,9 @@ class RemoteDetector:
     are refused here, before they are sent. ``concurrency``: the most requests in flight at once,
     counted over every ``detect_batch`` call of this detector, from any thread (``infer --in-flight``).
     A request that fails on the server's side (a timeout, a dropped connection) is followed by a liveness
-    probe; a server that answers none is down (``DetectorLost``): the requests in flight are abandoned and
-    every later frame fails at once, so a hung server costs one timeout, not one a frame.
+    probe; a server that answers none, or fails ``concurrency + 2`` requests in a row, is down
+    (``DetectorLost``): the requests in flight are abandoned and every later frame fails at once, so a hung
+    server costs one timeout, not one a frame.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
@@ -78,6 +79,7 @@ class RemoteDetector:
         self._lock = threading.Lock()
         self._cancelled = False
         self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
+        self._failed_in_row = 0  # requests failed on the server's side since the last one answered
         self._probing = threading.Lock()  # one liveness probe at a time: the requests failing with it wait for it
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
@@ -107,7 +109,7 @@ class RemoteDetector:
         other.timeout = timeout
         other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
         other._cancelled, other._pool, other._pool_size = False, None, 0
-        other._down, other._probing = None, threading.Lock()
+        other._down, other._probing, other._failed_in_row = None, threading.Lock(), 0
         other._slots = threading.Semaphore(self.concurrency)
         return other
 
@@ -167,7 +169,9 @@ class RemoteDetector:
             arrays = {name: reply.as_numpy(name) for name in self.served.outputs}
         except Exception as exc:  # noqa: BLE001 - a malformed reply body fails in tritonclient's own ways
             raise BackendError(f"{where} answered a malformed reply ({one_line(exc)})") from None
-        return reply_detections(arrays, names, self.served, where, frame.shape[0])
+        found = reply_detections(arrays, names, self.served, where, frame.shape[0])
+        self._failed_in_row = 0
+        return found
 
     @property
     def lost(self) -> str | None:
@@ -177,17 +181,25 @@ class RemoteDetector:
 
     def _server_failure(self, prefix: str, what: str) -> BackendError:
         """The error of a request that failed on the server's side: ``what`` befell it, a BackendError of the
-        frame while the server answers a liveness probe; else the server is down (DetectorLost), and its
-        connections are closed so that the requests still waiting on it fail at once too."""
+        frame while the server answers a liveness probe and has not failed ``concurrency + 2`` requests in a
+        row (a model whose worker died fails every request of a live server); else the server is down
+        (DetectorLost), and its connections are closed so that the requests still waiting on it fail at once."""
+        what = what.rstrip(".")
         with self._probing:
-            if self._down is None and not self._cancelled and not self._answers_probe():
-                with self._lock:
-                    self._down = (f"server {self.server}{DetectorLost.MARK}{what}, and it answered no liveness "
-                                  f"probe within {self._probe_seconds():g} s; this client sends it no frame after "
-                                  "this")
-                    clients = list(self._clients)
-                for client in clients:
-                    client.close()
+            self._failed_in_row += 1
+            if self._down is None and not self._cancelled:
+                failed = self._failed_in_row
+                why = (f"{what}, and it answered no liveness probe within {self._probe_seconds():g} s"
+                       if not self._answers_probe() else
+                       f"it failed {failed} requests in a row, the last: {what}"
+                       if failed >= self.concurrency + 2 else None)
+                if why is not None:
+                    with self._lock:
+                        self._down = (f"server {self.server}{DetectorLost.MARK}{why}; this client sends it no "
+                                      "frame after this")
+                        clients = list(self._clients)
+                    for client in clients:
+                        client.close()
         if self._down is not None:
             return DetectorLost(prefix + self._down)
         return BackendError(f"{prefix}server {self.server} {what}")
