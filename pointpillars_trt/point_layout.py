@@ -2,9 +2,9 @@
 
 A file read with the wrong layout gives points without an error: text read as float32, float64 values
 split in two, random bytes, rows of 3, 5, 6 or 8 values read as 4. These checks look at a few thousand values
-(from the start and the middle of a frame) and refuse such a read with what fits instead; a frame of 0-1
-intensities read right costs a few integer operations on its values' bits, one of 0-255 intensities a look
-at a few hundred of its values too (~35 us).
+(from the start and the middle of a frame) and refuse such a read with what fits instead; a frame read
+right costs a few integer operations on its values' bits and a look at a few hundred of its values
+(~50 us).
 """
 
 from __future__ import annotations
@@ -252,9 +252,10 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     the "intensities" are negative, by ``_ROW_STEP_MARGIN`` when they only pass 0-1 (0-255 intensities read
     right are no evidence). Real KITTI scans read as 4 and nuScenes sweeps read as 5, ordered or shuffled,
     fail by a wide margin. The values need not form whole rows of the other length: a file of 4 values a
-    point cut short may hold whole rows of 5 (the caller tells the two apart). A frame of 0-1 intensities
-    costs one look at two samples' intensity column; one of 0-255 intensities in scan order, a look at its
-    neighbouring points too (~20 us); the rest, a comparison of every row length (about a millisecond).
+    point cut short may hold whole rows of 5 (the caller tells the two apart). 0-1 "intensities" may still be
+    rows of twice ``point_dim`` whose second half is a ring, a time, flags or padding: their x and y differ
+    from a point's in sign (``_extras_differ``, ~50 us). A frame of 0-255 intensities in scan order costs a
+    look at its neighbouring points (~20 us); the rest, a comparison of every row length (about a millisecond).
     """
     if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
         return None
@@ -264,6 +265,8 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
         if all(top is not None for top in tops):  # the usual case: no negative value, no NaN
             negative, unit = False, all(top <= _UNIT_TOP_BITS for top in tops)  # type: ignore[operator]
+            if unit:  # 0-1 "intensities" hide rows of twice point_dim whose second half is ring, time, flags
+                return 2 * point_dim if _extras_differ(values, 2 * point_dim, point_dim) else None
         else:
             intensity = np.concatenate(columns)
             intensity = intensity[np.isfinite(intensity)]
@@ -290,25 +293,22 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
 
 def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
     """Whether the values after a row's first ``point_dim`` (``values`` as rows of ``row``, a multiple of it)
-    are no further points: the first two columns of some later slot are negative in a share of their nonzero
-    values unlike x's and y's, over rows from the whole frame (x and y of points around a lidar, or in front
-    of it, are negative in like shares, point after point, and a missing return is written as zeros; a ring
-    number, a time or a flag is never negative)."""
-    whole = values[: values.size // row * row].reshape(-1, row)
-    rows = whole[:: max(1, len(whole) // _SPREAD_ROWS)]  # rows from all around the lidar: signs go with azimuth
-
-    def negative_share(start: int) -> np.ndarray:
-        pair = rows[:, start:start + 2]
-        nonzero = np.count_nonzero(pair, axis=0)
-        return np.where(nonzero > 0, np.count_nonzero(pair < 0, axis=0) / np.maximum(nonzero, 1), np.nan)
-
-    first = negative_share(0)
-    return any(bool(np.any(np.abs(first - negative_share(start)) > 0.25))
-               for start in range(point_dim, row, point_dim))
+    are no further points: some later slot's first two columns are all zeros where the first slot's are not
+    (padding), or negative in a share of their finite nonzero values unlike x's and y's, over rows from the
+    whole frame (x and y of points around a lidar, or in front of it, are negative in like shares, point after
+    point; a missing return is written as zeros or NaN; a ring number, a time or a flag is never negative)."""
+    count = values.size // row
+    rows = values[: count * row].reshape(-1, row)[:: max(1, count // _SPREAD_ROWS)]  # signs go with azimuth
+    xy = rows[:, [column for start in range(0, row, point_dim) for column in (start, start + 1)]]
+    counted = np.count_nonzero(np.isfinite(xy) & (xy != 0), axis=0).reshape(-1, 2)  # a slot a row of it
+    share = (np.count_nonzero(xy < 0, axis=0).reshape(-1, 2) / np.maximum(counted, 1))
+    padding = (counted == 0).all(axis=1)
+    unlike = ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] > 0)).any(axis=1)
+    return not padding[0] and bool((padding[1:] | unlike).any())
 
 
 #: Rows, spread over a frame, whose signs ``_extras_differ`` compares.
-_SPREAD_ROWS = 1024
+_SPREAD_ROWS = 512
 #: The bits of float32 1.5, the top of a 0-1 reflectance column with room for calibration overshoot.
 _UNIT_TOP_BITS = int(np.array(1.5, "<f4").view("<u4"))
 #: How much closer values of another row length apart must be than values ``point_dim`` apart for it to be

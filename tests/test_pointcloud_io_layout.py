@@ -426,18 +426,24 @@ def test_a_kitti_scan_cut_short_is_named_so_whatever_point_dim_is_tried(assets: 
         read_points(cut, point_dim=5, columns=4)
 
 
-@pytest.mark.parametrize("wide", [6, 8])
+@pytest.mark.parametrize("wide,extras", [(6, "ring, flag"), (8, "ring, flags"), (8, "range, ring, time, 0"),
+                                         (8, "zeros")])
 def test_wider_rows_of_non_negative_extras_read_as_4_name_their_row_length(assets: Path, tmp_path: Path,
-                                                                           wide: int) -> None:
-    """A real KITTI scan written with extra columns of non-negative values (a ring, a time, a flag up to 7):
-    read as 4 values a point, its "intensities" never go negative, but they pass the 0-1 scale; the error names
-    the row length the file has, found from which values follow each other (it said "0-255 intensities" with
-    a scale fix, or the rows of 3 its size also fits)."""
+                                                                           wide: int, extras: str) -> None:
+    """A real KITTI scan written with extra columns of non-negative values (a ring, a range, a time, flags,
+    zero padding): read as 4 values a point, its "intensities" never go negative, and may pass the 0-1 scale
+    or not; the error names the row length the file has, found from which values follow each other, or from
+    the extra values' signs, unlike a point's x and y (it said "0-255 intensities" with a scale fix, the rows
+    of 3 its size also fits, or nothing)."""
     scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
     rows = np.zeros((len(scan), wide), "<f4")
     rows[:, :4] = scan
-    rows[:, 4] = np.arange(len(scan)) % 64  # a ring number
-    rows[:, 5:] = np.linspace(0.0, 7.0, wide - 5)  # constants: a time, a return number, a flag
+    index = np.arange(len(scan))
+    if extras == "range, ring, time, 0":  # the 0 is read as every other point's intensity: within 0-1
+        rows[:, 4:7] = np.column_stack([np.hypot(scan[:, 0], scan[:, 1]), index % 64, index * 1e-6])
+    elif extras != "zeros":
+        rows[:, 4] = index % 64  # a ring number
+        rows[:, 5:] = np.linspace(0.0, 7.0, wide - 5)  # constants: a return number, a flag
     if len(rows) * wide % 4:
         rows = rows[:-1]
     path = tmp_path / f"wide{wide}.bin"
