@@ -132,8 +132,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
     if row is not None:
         raise InputError(
             f"{what} {safe_repr(path)} looks like {row} float32 values a point ({row_layout(row)}) read as "
-            f"{point_dim}: values {row} apart follow each other as one field of neighbouring points does, values "
-            f"{point_dim} apart do not; pass --point-dim {row} (Python: point_dim={row})"
+            f"{point_dim}; pass --point-dim {row} (Python: point_dim={row})"
         )
     if columns == 5:  # a layout read right: are its 5th values time lags?
         with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
@@ -298,12 +297,14 @@ def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
     whole frame (x and y of points around a lidar, or in front of it, are negative in like shares, point after
     point; a missing return is written as zeros or NaN; a ring number, a time or a flag is never negative)."""
     count = values.size // row
-    rows = values[: count * row].reshape(-1, row)[:: max(1, count // _SPREAD_ROWS)]  # signs go with azimuth
+    if count < _SPREAD_ROWS:  # too few rows for shares to tell anything (a small frame of random points)
+        return False
+    rows = values[: count * row].reshape(-1, row)[:: count // _SPREAD_ROWS]  # signs go with azimuth
     xy = rows[:, [column for start in range(0, row, point_dim) for column in (start, start + 1)]]
     counted = np.count_nonzero(np.isfinite(xy) & (xy != 0), axis=0).reshape(-1, 2)  # a slot a row of it
     share = (np.count_nonzero(xy < 0, axis=0).reshape(-1, 2) / np.maximum(counted, 1))
     padding = (counted == 0).all(axis=1)
-    unlike = ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] > 0)).any(axis=1)
+    unlike = ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] >= _SPREAD_ROWS // 8)).any(axis=1)
     return not padding[0] and bool((padding[1:] | unlike).any())
 
 
