@@ -263,9 +263,10 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     tops = [nonnegative_max_bits(column) for column in columns]
     with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
         if all(top is not None for top in tops):  # the usual case: no negative value, no NaN
-            negative, unit = False, all(top <= _UNIT_TOP_BITS for top in tops)  # type: ignore[operator]
-            if unit:  # 0-1 "intensities" hide rows of twice point_dim whose second half is ring, time, flags
+            if all(top <= _UNIT_TOP_BITS for top in tops):  # type: ignore[operator]
+                # 0-1 "intensities" may hide rows of twice point_dim whose second half is ring, time, flags
                 return 2 * point_dim if _extras_differ(values, 2 * point_dim, point_dim) else None
+            negative = unit = False
         else:
             intensity = np.concatenate(columns)
             intensity = intensity[np.isfinite(intensity)]
@@ -325,8 +326,8 @@ def _rows_read_right(samples: list[np.ndarray], point_dim: int) -> bool:
     """Whether one field of neighbouring points (values ``point_dim`` apart) changes far less than one value
     from the next (another field), as in a scan read right (50-300 times less in ring order, 5-10 in firing
     order); in misread rows the two change alike, and so do they in shuffled points, which the caller then
-    looks at closer. Medians by
-    partition of one small sample: it runs on every frame of 0-255 intensities (~20 us)."""
+    looks at closer. Medians by partition of one small sample: it runs on every frame of 0-255 intensities
+    (~20 us)."""
     head = np.concatenate([s[:_NEIGHBOUR_SAMPLE] for s in samples])
     same_field = _middle(np.abs(head[point_dim:] - head[:-point_dim]))
     return same_field * _ROW_STEP_MARGIN < _middle(np.abs(head[1:] - head[:-1]))

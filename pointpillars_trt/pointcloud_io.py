@@ -154,10 +154,9 @@ def read_points_into(
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
-        try:
-            got = _read_fully(fd, memoryview(target).cast("B")) if count else 0  # type: ignore[arg-type]
-        except OSError as exc:
-            raise InputError(f"point file {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+        got = 0
+        if count:
+            got = _read_fully(fd, memoryview(target).cast("B"), path, "point file")  # type: ignore[arg-type]
     finally:
         os.close(fd)
     if got != size:
@@ -168,18 +167,22 @@ def read_points_into(
     return target
 
 
-def _read_fully(fd: int, target: memoryview) -> int:
-    """Read into ``target`` until it is full or the file ends (a read may return less than asked)."""
-    if not hasattr(os, "readv"):  # not POSIX: through a file object that leaves the descriptor open
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.readinto(target)
-    got = 0
-    while got < len(target):
-        n = os.readv(fd, [target[got:]])
-        if n == 0:
-            break
-        got += n
-    return got
+def _read_fully(fd: int, target: memoryview, path: PathLike, what: str) -> int:
+    """Read into ``target`` until it is full or the file ends (a read may return less than asked); an OSError
+    becomes the InputError of ``what`` at ``path``."""
+    try:
+        if not hasattr(os, "readv"):  # not POSIX: through a file object that leaves the descriptor open
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                return f.readinto(target)
+        got = 0
+        while got < len(target):
+            n = os.readv(fd, [target[got:]])
+            if n == 0:
+                break
+            got += n
+        return got
+    except OSError as exc:
+        raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
 
 
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
@@ -304,10 +307,7 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytearray:
         if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read up to the limit
             return bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what))
         data = bytearray(size + 1)  # a byte more than the size: a file that grew while read is refused
-        try:
-            got = _read_fully(fd, memoryview(data))
-        except OSError as exc:
-            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+        got = _read_fully(fd, memoryview(data), path, what)
     finally:
         os.close(fd)
     if got > size:
