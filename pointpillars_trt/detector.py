@@ -357,13 +357,12 @@ class PointPillars:
         window: list[FrameResult | _GroupFrame] = []
         for source, item, future in group.items:
             try:
-                if future is None:
-                    points, start = item, None
-                else:
-                    rows, start = future.result()
-                    group.rows_read += len(rows)
-                    points = rows
-                window.append(_GroupFrame(source, _device_or_host_points(points, self.device, columns), start))
+                if future is None:  # the caller's array
+                    points, start = _device_or_host_points(item, self.device, columns), None
+                else:  # a file's points, checked by its read
+                    points, start = future.result()
+                    group.rows_read += len(points)
+                window.append(_GroupFrame(source, points, start))
             except PointPillarsError as exc:
                 window.append(FrameResult(source, None, exc))
             except Exception as exc:  # noqa: BLE001 - an array whose protocols misbehave fails alone

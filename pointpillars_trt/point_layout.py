@@ -78,14 +78,17 @@ def row_layout(values: int) -> str:
 #: A multi-sweep frame's time lags (s behind the key sweep): nuScenes' 10 sweeps span ~0.45 s; beyond these
 #: bounds the 5th column holds something else (ring numbers, timestamps, lags of the wrong sign).
 TIME_LAG_RANGE = (-0.01, 2.0)
+_STRIDED_LAGS = 1 << 14  # more time lags than this are copied side by side before their minimum and maximum
 
 
 def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
     """Refuse a multi-sweep model's frame (``name``: how the message names it) whose 5th values are no time
     lags: the PFN would take ring numbers or timestamps for lags without a word. Every point's is looked at
-    (a minimum and a maximum of the column, ~1 ms for 300k points), since accumulated sweeps are
+    (a minimum and a maximum of the column, ~0.4 ms for 300k points), since accumulated sweeps are
     concatenated and any part of a frame may be the one of another layout."""
     lags = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4]  # a strided view
+    if lags.size > _STRIDED_LAGS:  # one strided pass, then two vectorised ones: ~2x faster than two strided
+        lags = lags.copy()
     lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
     if np.isnan(lo) or np.isnan(hi):  # rows of NaN (no return) are skipped
         lags = lags[np.isfinite(lags)]

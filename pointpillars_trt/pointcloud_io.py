@@ -21,7 +21,7 @@ from .errors import InputError, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, transposed_hint
+from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -140,7 +140,15 @@ def read_points_into(
     if columns != 4:
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
-    if ext != ".bin" or point_dim != 4:
+    if ext == ".bin" and point_dim != 4:  # wider rows: their first 4 values copied in, once
+        wide = _bin_rows(path, point_dim, 4, "point file")
+        rows = allocate(len(wide))
+        target = rows if rows is not None else np.empty((len(wide), 4), np.float32)
+        copy_leading_columns(target, wide)
+        if intensity_scale is not None:
+            target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
+        return target
+    if ext != ".bin":
         points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4)
         rows = allocate(len(points))
         if rows is None:
@@ -195,7 +203,7 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     points = _bin_points(data, point_dim, columns, source, "point file")
     rows = allocate(len(points)) if columns == 4 else None
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
-    target[...] = points
+    copy_leading_columns(target, points)
     if intensity_scale is not None:
         target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
     return target
@@ -227,9 +235,18 @@ def _refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> No
 def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
     require_point_dim(point_dim, columns)
-    data = _read_frame_bytes(path, 4 * int(point_dim), what)
-    # a view of the file's own buffer when its rows are the columns kept (writable); else the columns copied
-    return np.require(_bin_points(data, point_dim, columns, path, what), np.float32, ["C", "W"])
+    points = _bin_rows(path, point_dim, columns, what)
+    if points.flags.c_contiguous:  # the rows are the columns kept: a view of the file's own (writable) buffer
+        return points
+    kept = np.empty(points.shape, np.float32)
+    copy_leading_columns(kept, points)
+    return kept
+
+
+def _bin_rows(path: PathLike, point_dim: int, columns: int, what: str) -> np.ndarray:
+    """A ``.bin`` file's first ``columns`` values a point, checked (``_bin_points``): a view of its bytes, strided
+    when its rows hold more."""
+    return _bin_points(_read_frame_bytes(path, 4 * int(point_dim), what), point_dim, columns, path, what)
 
 
 #: Most values a point a ``.bin`` file is read with (lidar formats store 4 to ~10).

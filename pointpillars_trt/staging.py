@@ -21,6 +21,7 @@ import numpy as np
 from .config import int_within, next_power_of_two
 from .graph_io import MAX_BATCH
 from .pointcloud_io import Allocate
+from .points import copy_leading_columns
 
 #: Header rows: (count, first row) int32 pairs of up to MAX_BATCH frames, four int32 a row.
 HEADER_ROWS = -(-2 * MAX_BATCH // 4)
@@ -110,7 +111,7 @@ class StagingBuffer:
     def put(self, start: int, points: np.ndarray) -> None:
         """Copy a frame of ``columns`` values a point into rows ``start`` on (its time lags into ``times``)."""
         n = points.shape[0]
-        self.points[start : start + n] = points[:, :4]
+        copy_leading_columns(self.points[start : start + n], points)
         if self.times is not None:
             self.times[start : start + n] = points[:, 4]
 

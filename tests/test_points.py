@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points
+from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points, copy_leading_columns
 
 
 def test_accepts_n_by_4_and_wider_float() -> None:
@@ -21,6 +21,23 @@ def test_accepts_n_by_4_and_wider_float() -> None:
     square = np.eye(4, dtype=np.float32)  # 4 points of 4 values: not mistaken for a transposed frame
     np.testing.assert_array_equal(as_host_points(square), square)
     assert as_host_points(np.zeros((0, 4), np.float32)).shape == (0, 4)
+
+
+@pytest.mark.parametrize("layout", ["5 wide", "8 wide", "fortran", "every other column", "big-endian", "empty"])
+def test_the_leading_columns_copy_equals_the_slice_whatever_the_rows_lie_like(layout: str) -> None:
+    """``copy_leading_columns`` (a row's values copied as one block where they lie side by side) against
+    NumPy's own copy of the slice, value by value, for rows it copies as blocks and rows it cannot."""
+    rng = np.random.default_rng(7)
+    values = rng.normal(0, 30, (257, 10)).astype(np.float32)
+    rows = {"5 wide": values[:, :5].copy(), "8 wide": values[:, :8].copy(),
+            "fortran": np.asfortranarray(values[:, :5]), "every other column": values[:, ::2],
+            "big-endian": values[:, :5].astype(">f4"), "empty": values[:0, :5].copy()}[layout]
+    for k in (4, 5):
+        target = np.full((len(rows), k), np.nan, np.float32)
+        copy_leading_columns(target, rows)
+        expected = np.array([[float(v) for v in row[:k]] for row in rows], np.float32).reshape(-1, k)
+        np.testing.assert_array_equal(target, expected)
+        np.testing.assert_array_equal(as_host_points(rows, columns=k), expected)
 
 
 @pytest.mark.parametrize("shape", [(4, 100), (4, 5), (5, 1000), (4, 3)])

@@ -4,6 +4,7 @@ Oracles: the file's own rows (``read_points``), and the rows counted by hand."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from pathlib import Path
 
@@ -55,6 +56,21 @@ def test_a_frame_without_room_is_an_array_of_its_own(tmp_path: Path) -> None:
     assert staging.used == 1000
     staging.reset()
     assert staging.used == 0
+
+
+def test_a_wider_rows_frame_lands_its_first_four_values_in_the_rows(tmp_path: Path) -> None:
+    """A ``.bin`` of 5 or 8 values a point read for a 4-column model (``--point-dim``): its x, y, z and
+    intensity land in the staging rows (no array of its own), equal to the file's values parsed apart."""
+    frame = _frame(tmp_path / "unused.bin", 700, 4)
+    for dim in (5, 8):
+        extra = np.arange(len(frame) * (dim - 4), dtype=np.float32).reshape(len(frame), dim - 4) % 7
+        np.column_stack([frame, extra]).astype("<f4").tofile(tmp_path / f"wide{dim}.bin")
+        staging = StagingBuffer(1000)
+        points, start = staging.read_frame(functools.partial(read_points_into, point_dim=dim), tmp_path / f"wide{dim}.bin")
+        parsed = np.frombuffer((tmp_path / f"wide{dim}.bin").read_bytes(), "<f4").reshape(-1, dim)[:, :4]
+        assert start == 0 and np.shares_memory(points, staging.points)
+        np.testing.assert_array_equal(staging.points[: len(frame)], parsed)
+        np.testing.assert_array_equal(points, frame)
 
 
 def test_a_cropped_read_goes_back_into_its_rows_and_time_lags_beside_them(tmp_path: Path) -> None:
