@@ -356,6 +356,43 @@ def test_a_client_of_a_live_server_whose_model_worker_died_takes_it_for_down_aft
             remote.close()
 
 
+def test_a_frame_refused_before_its_connection_opens_is_named(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A thread whose first request comes after the run was stopped (no connection opens then) or after the
+    server was taken for down gets the error with its frame's name, as every other frame's error has."""
+    import threading
+
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.errors import BackendError, DetectorLost
+
+    frame = random_frames(tiny, 5)[4]
+    said: list[BaseException] = []
+
+    def fresh_thread(detector: RemoteDetector, source: str) -> None:
+        def call() -> None:
+            try:
+                detector._client(f"{source}: ")  # the connection of a thread that has none yet
+            except BaseException as exc:  # noqa: BLE001 - what it raises is the test's subject
+                said.append(exc)
+        thread = threading.Thread(target=call)
+        thread.start()
+        thread.join(30)
+
+    stopped = RemoteDetector(tiny_server.endpoints["grpc"], timeout=30)
+    down = RemoteDetector(tiny_server.endpoints["grpc"], timeout=30)
+    try:
+        stopped(frame)
+        stopped.cancel()
+        fresh_thread(stopped, "a.bin")
+        down._down = f"server {down.server}{DetectorLost.MARK}it answered no liveness probe"
+        fresh_thread(down, "b.bin")
+    finally:
+        stopped.close()
+        down.close()
+    assert [type(exc) for exc in said] == [BackendError, DetectorLost], said
+    assert str(said[0]) == f"a.bin: server {stopped.server}: the run was stopped"
+    assert str(said[1]) == f"b.bin: server {down.server} is down: it answered no liveness probe"
+
+
 def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """``with_timeout`` (what a probe's short-timeout client is made with) answers like the detector it
     came from, and closing either leaves the other working."""

@@ -113,9 +113,9 @@ class RemoteDetector:
         other._slots = threading.Semaphore(self.concurrency)
         return other
 
-    def _client(self) -> Any:
+    def _client(self, prefix: str = "") -> Any:
         """This thread's connection; none once the detector is cancelled (a request would wait out its
-        timeout on a server that hangs)."""
+        timeout on a server that hangs) or the server is down (``prefix``: the frame's, for that error)."""
         client = getattr(self._local, "client", None)
         if client is None:
             kwargs = {"network_timeout": self.timeout, "connection_timeout": self.timeout} \
@@ -127,8 +127,8 @@ class RemoteDetector:
                     self._clients.append(client)
             if cancelled or down is not None:
                 client.close()
-                raise (BackendError(f"server {self.server}: the run was stopped") if down is None else
-                       DetectorLost(down))
+                raise (BackendError(f"{prefix}server {self.server}: the run was stopped") if down is None else
+                       DetectorLost(prefix + down))
             self._local.client = client
         return client
 
@@ -149,7 +149,7 @@ class RemoteDetector:
             inputs[-1].set_data_from_numpy(np.full((1, 1), value, dtype))
         outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
-            reply = self._client().infer(self.model, inputs, outputs=outputs,
+            reply = self._client(prefix).infer(self.model, inputs, outputs=outputs,
                                          **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
         except self._server_error as exc:
             status = str(exc.status())
