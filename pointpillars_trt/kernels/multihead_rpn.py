@@ -2,7 +2,9 @@
 cuDNN engine, which runs the 3x3 convs around them.
 
 The weights are re-laid out once here (NumPy, tested against plain convolutions): a neck branch as
-(k * k * cin, cout) rows, the heads' output convs as one (branches, MAX_OUT, 9, MID) block.
+(k * k * cin, cout) rows, the heads' output convs as one (branches, MAX_OUT, 9, MID) block; for the fp16
+engine's tensor-core kernels (``neck_branch_mma``, ``head_conv_mma``) as float16 blocks of each tap's
+outputs by their reduce.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ _PIXELS = 16       # neck_branch: pixels a block
 _NECK_THREADS = 128
 _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
+_MMA_TILE = (8, 16)  # head_conv_mma: tile rows x columns (a warp takes two rows of 16 pixels)
+_NECK_MMA_TILE = (64, 128)  # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
+_NECK_MMA_CHUNK = 32        # neck_branch_mma: reduce values staged at a time (cin must be a multiple)
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,23 @@ def pack_neck_weight(weight: np.ndarray, down: bool) -> np.ndarray:
     w = np.asarray(weight, np.float32)
     per_tap = w.transpose(2, 3, 1, 0) if down else w.transpose(2, 3, 0, 1)  # (ky, kx, cin, cout)
     return np.ascontiguousarray(per_tap.reshape(-1, per_tap.shape[-1]))
+
+
+def pack_neck_weight_for_mma(weight: np.ndarray, branch: NeckBranch) -> np.ndarray:
+    """ONNX weight -> neck_branch_mma's (taps, cout, reduce) float16: a strided conv as one tap whose reduce
+    runs over ``pack_neck_weight``'s rows (tap * cin + ci), a transposed conv as k * k taps of cin each."""
+    rows = pack_neck_weight(weight, branch.down)
+    taps = 1 if branch.down else branch.k * branch.k
+    return _float16_values(rows.reshape(taps, -1, branch.out_channels).transpose(0, 2, 1), "neck")
+
+
+def _float16_values(weights: np.ndarray, what: str) -> np.ndarray:
+    """``weights`` as float16, refused where that would round one: the fp16 engine's weights are float16
+    values already, and the float16 kernels must compute with exactly those."""
+    packed = np.ascontiguousarray(weights, np.float16)
+    if not np.array_equal(packed.astype(np.float32), weights):
+        raise BackendError(f"multi-head RPN: {what} weights that are not float16 values given to the float16 kernels")
+    return packed
 
 
 @dataclass(frozen=True)
@@ -73,14 +95,23 @@ def pack_head_branches(branches: Sequence[HeadBranch], mid: int) -> tuple[np.nda
     return weights, biases, table
 
 
+def pack_head_weights_for_mma(weights: np.ndarray) -> np.ndarray:
+    """``pack_head_branches``' (G, MAX_OUT, 9, MID) weights -> (G, 9, HEAD_N, MID) float16 for head_conv_mma,
+    HEAD_N = MAX_OUT rounded up to a multiple of 8 (an n8 tile), zero past each branch's outputs. The fp16
+    engine's weights are float16 values already: refused if rounding would change one."""
+    g, max_out, taps, mid = weights.shape
+    padded = np.zeros((g, taps, -(-max_out // 8) * 8, mid), np.float32)
+    padded[:, :, :max_out] = weights.transpose(0, 2, 1, 3)
+    return _float16_values(padded, "head")
+
+
 class MultiHeadRpnKernels:
-    """Compiled ``neck_branch`` and ``head_conv`` with their packed weights on the device.
+    """Compiled ``neck_branch`` and ``head_conv`` with their packed weights on the device, on tensor cores
+    (``neck_branch_mma``, ``head_conv_mma``) for float16 wherever the shapes fit them.
 
     ``half``: float16 activations (the fp16 engine), else float32. ``neck`` are (branch, weight in
     the ONNX layout, bias) triples; ``heads`` the output convs in merged-map order, branch g reading
     middle channels [g * mid, (g + 1) * mid)."""
-
-    KERNELS = ("neck_branch", "head_conv")
 
     def __init__(self, neck: Sequence[tuple[NeckBranch, np.ndarray, np.ndarray]], heads: Sequence[HeadBranch],
                  mid: int, head_channels: int, half: bool) -> None:
@@ -95,14 +126,25 @@ class MultiHeadRpnKernels:
         if _PIXELS * max_k * 4 > STATIC_SHARED_BYTES or head_shared > STATIC_SHARED_BYTES or mid % _CI_CHUNK:
             raise BackendError(f"multi-head RPN kernels: {max_k} neck products, {self.max_out} outputs a head branch "
                                f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
+        head_n = -(-self.max_out // 8) * 8
+        tile_h, tile_w = _MMA_TILE
+        mma_shared = ((tile_h + 2) * (tile_w + 2) + 9 * head_n) * (mid + 8) * 2
+        # the fp16 engine's output convs on tensor cores where their tile and weights fit the shared memory
+        self.head_kernel = "head_conv_mma" if half and mma_shared <= STATIC_SHARED_BYTES else "head_conv"
         defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
-                               TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS),
-                               **slot_defines("BRANCH", BRANCH_COLUMNS))
-        self._k = compile_kernels("multihead_rpn.cu", defines, self.KERNELS)
+                               TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
+                               MMA_TILE_H=tile_h, MMA_TILE_W=tile_w, **slot_defines("BRANCH", BRANCH_COLUMNS))
+        # the fp16 engine's neck branches on tensor cores where their rows come in whole stages
+        self.neck_on_mma = [half and b.in_channels % _NECK_MMA_CHUNK == 0 and b.out_channels % 2 == 0
+                            for b in self.neck]
+        kernels = ("neck_branch", self.head_kernel, *(("neck_branch_mma",) if any(self.neck_on_mma) else ()))
+        self._k = compile_kernels("multihead_rpn.cu", defines, kernels)
         with checked("multi-head RPN: uploading weights"):
-            self._neck_weights = [(cp.asarray(pack_neck_weight(w, b.down)), cp.asarray(np.asarray(bias, np.float32)))
-                                  for b, w, bias in neck]
-            self._head_weight = cp.asarray(head_w)
+            self._neck_weights = [(cp.asarray(pack_neck_weight_for_mma(w, b) if mma else pack_neck_weight(w, b.down)),
+                                   cp.asarray(np.asarray(bias, np.float32)))
+                                  for (b, w, bias), mma in zip(neck, self.neck_on_mma)]
+            self._head_weight = cp.asarray(pack_head_weights_for_mma(head_w) if self.head_kernel == "head_conv_mma"
+                                           else head_w)
             self._head_bias = cp.asarray(head_b)
             self._table = cp.asarray(table)
             cp.cuda.runtime.deviceSynchronize()
@@ -119,14 +161,28 @@ class MultiHeadRpnKernels:
                 np.int32(out_h), np.int32(out_w), np.int32(b.out_channels), np.int32(b.k), np.int32(b.down),
                 np.int32(channels), np.int32(offset))
         pixels, taps = (out_h * out_w, 1) if b.down else (in_h * in_w, b.k * b.k)
-        launch_kernel(self._k["neck_branch"], (grid_blocks(batch * pixels, _PIXELS), taps), _NECK_THREADS, args, stream)
+        if self.neck_on_mma[i]:
+            if x.data.ptr % 16 or concat.data.ptr % 4:
+                raise BackendError(f"neck branch {i}: its input must be 16-byte aligned, the concat 4-byte aligned")
+            rows, cols = _NECK_MMA_TILE
+            launch_kernel(self._k["neck_branch_mma"],
+                          (grid_blocks(batch * pixels, rows), taps, grid_blocks(b.out_channels, cols)), 128, args, stream)
+        else:
+            launch_kernel(self._k["neck_branch"], (grid_blocks(batch * pixels, _PIXELS), taps), _NECK_THREADS, args,
+                          stream)
 
     def launch_heads(self, mid: Any, out: Any, stream: Any) -> None:
         """``mid`` (B, H, W, branches * MID) -> the merged head map ``out`` (B, H, W, head_channels) float32."""
         check_device_array(mid, "head middle maps", self.io_dtype, (None, None, None, self.num_branches * self.mid))
         batch, h, w, _ = mid.shape
         check_device_array(out, "head map", np.float32, (batch, h, w, self.head_channels))
-        grid = (grid_blocks(w, _TILE_X), grid_blocks(h, 4 * _TILE_X), batch * self.num_branches)
-        launch_kernel(self._k["head_conv"], grid, _TILE_X * _TILE_X,
+        if self.head_kernel == "head_conv_mma":
+            if mid.data.ptr % 16:
+                raise BackendError("head middle maps: the device buffer must be 16-byte aligned (copied in 16-byte rows)")
+            tile_h, tile_w = _MMA_TILE
+            grid, threads = (grid_blocks(w, tile_w), grid_blocks(h, tile_h), batch * self.num_branches), 16 * tile_h
+        else:
+            grid, threads = (grid_blocks(w, _TILE_X), grid_blocks(h, 4 * _TILE_X), batch * self.num_branches), _TILE_X**2
+        launch_kernel(self._k[self.head_kernel], grid, threads,
                       (mid, self._head_weight, self._head_bias, self._table, out, np.int32(self.num_branches),
                        np.int32(h), np.int32(w), np.int32(self.head_channels)), stream)

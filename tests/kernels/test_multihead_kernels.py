@@ -12,7 +12,10 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.config import load_config
-from pointpillars_trt.kernels.multihead_rpn import HeadBranch, NeckBranch, pack_head_branches, pack_neck_weight
+from pointpillars_trt.errors import BackendError
+from pointpillars_trt.kernels.multihead_rpn import (HeadBranch, NeckBranch, pack_head_branches,
+                                                    pack_head_weights_for_mma, pack_neck_weight,
+                                                    pack_neck_weight_for_mma)
 from pointpillars_trt.reference.multihead import multihead_postprocess
 
 CFG = load_config("openpcdet_nuscenes_multihead")
@@ -77,6 +80,34 @@ def test_neck_rows_compute_the_convolution(down: bool, k: int) -> None:
     np.testing.assert_allclose(packed_neck(x, packed, b, branch), want, atol=1e-9)
 
 
+@pytest.mark.parametrize("down,k", [(True, 2), (False, 1), (False, 2)])
+def test_neck_weights_for_the_tensor_cores_compute_the_convolution(down: bool, k: int) -> None:
+    """neck_branch_mma's (taps, cout, reduce) float16 block: output channel c of tap (a strided conv's one, a
+    transposed conv's ky * k + kx) sums its reduce values times row c, as the convolution's definition does."""
+    rng = np.random.default_rng(20 + k + 10 * down)
+    cin, cout = 8, 6
+    shape = (cout, cin, k, k) if down else (cin, cout, k, k)
+    w = rng.normal(size=shape).astype(np.float16).astype(np.float32)
+    b = rng.normal(size=cout).astype(np.float32)
+    x = rng.normal(size=(2, 4, 6, cin)).astype(np.float32)
+    branch = NeckBranch(cin, cout, k, down)
+    packed = pack_neck_weight_for_mma(w, branch).astype(np.float64)
+    assert packed.shape == ((1, cout, k * k * cin) if down else (k * k, cout, cin))
+    if down:
+        n, h, width, _ = x.shape
+        patches = x.reshape(n, h // k, k, width // k, k, cin).transpose(0, 1, 3, 2, 4, 5).reshape(n, h // k, width // k, -1)
+        got = np.maximum(patches @ packed[0].T + b, 0)
+        np.testing.assert_allclose(got, strided_conv(x, w, b, k), atol=1e-9)
+    else:
+        got = np.zeros((2, 4 * k, 6 * k, cout))
+        for tap in range(k * k):
+            ky, kx = divmod(tap, k)
+            got[:, ky::k, kx::k, :] = x @ packed[tap].T
+        np.testing.assert_allclose(np.maximum(got + b, 0), transposed_conv(x, w, b, k), atol=1e-9)
+    with pytest.raises(BackendError, match="not float16 values"):
+        pack_neck_weight_for_mma(w + np.float32(1e-4), branch)
+
+
 def _head_branches(rng: np.random.Generator, mid: int, counts: list[int]) -> tuple[list[HeadBranch], int]:
     branches, at = [], 0
     for n in counts:
@@ -103,6 +134,27 @@ def test_head_blocks_compute_each_branchs_convolution() -> None:
             window = padded[:, ky : ky + 5, kx : kx + 7, g * mid : (g + 1) * mid]
             got += window @ weights[g, : table[g, 1], tap, :].T.astype(np.float64)
         np.testing.assert_allclose(got + biases[g, : table[g, 1]], want, atol=1e-9)
+
+
+def test_head_weights_for_the_tensor_cores_are_each_taps_outputs_by_channels() -> None:
+    """head_conv_mma's (G, 9, HEAD_N, MID) float16 block: weight (g, tap, o, ci) is branch g's output o's weight
+    for channel ci at tap (ky * 3 + kx), HEAD_N the outputs rounded up to 8, zero past a branch's outputs;
+    weights that are not float16 values are refused (the kernel would round them)."""
+    rng = np.random.default_rng(5)
+    mid = 16
+    branches, _ = _head_branches(rng, mid, [2, 10, 3])
+    branches = [HeadBranch(b.out_at, b.weight.astype(np.float16).astype(np.float32), b.bias) for b in branches]
+    weights, _, _ = pack_head_branches(branches, mid)
+    packed = pack_head_weights_for_mma(weights)
+    assert packed.dtype == np.float16 and packed.shape == (3, 9, 16, mid)
+    for g, branch in enumerate(branches):
+        n = branch.weight.shape[0]
+        for tap in range(9):
+            ky, kx = divmod(tap, 3)
+            np.testing.assert_array_equal(packed[g, tap, :n].astype(np.float32), branch.weight[:, :, ky, kx])
+        assert not packed[g, :, n:].any()
+    with pytest.raises(BackendError, match="not float16 values"):
+        pack_head_weights_for_mma(weights + np.float32(1e-4))
 
 
 # --------------------------------------------------------------------------- on the GPU
@@ -188,3 +240,69 @@ def test_post_process_equals_the_reference(cp: Any, crowded: bool) -> None:
         assert counts["pillars"] == 1  # the voxelizer's counts follow the stage's own in the header
         if crowded:
             assert counts["selected"] < counts["candidates"]  # the car head's top-k cut 3,000 candidates
+
+
+@pytest.mark.cuda
+def test_head_convs_on_tensor_cores_over_many_tiles_equal_the_convolutions(cp: Any) -> None:
+    """The fp16 kernels' output convs (head_conv_mma) at the model's 64 middle channels, on two frames of a
+    19 x 37 map (tiles cut at both edges), for branches of 2 to 12 outputs (one and two n8 tiles): each
+    branch's 3x3 conv of its channels, worked out in float64 from the same float16 values."""
+    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
+
+    rng = np.random.default_rng(11)
+    mid = 64
+    branches, total = _head_branches(rng, mid, [2, 8, 12, 4, 6, 9])
+    branches = [HeadBranch(b.out_at, (b.weight / 8).astype(np.float16).astype(np.float32),
+                           b.bias.astype(np.float16).astype(np.float32)) for b in branches]
+    neck = [(NeckBranch(8, 8, 1, False), rng.normal(size=(8, 8, 1, 1)).astype(np.float16).astype(np.float32),
+             np.zeros(8, np.float32))]
+    kernels = MultiHeadRpnKernels(neck, branches, mid, total, half=True)
+    assert kernels.head_kernel == "head_conv_mma"
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    middle = rng.normal(size=(2, 19, 37, len(branches) * mid)).astype(np.float16)
+    heads = cp.full((2, 19, 37, total), np.nan, np.float32)
+    kernels.launch_heads(cp.asarray(middle), heads, stream)
+    stream.synchronize()
+    want = np.concatenate([conv3x3(middle[..., g * mid : (g + 1) * mid], b.weight, b.bias)
+                           for g, b in enumerate(branches)], axis=-1)
+    got = cp.asnumpy(heads)
+    assert np.isfinite(got).all()  # every output written
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)
+    assert np.array_equal(got, got.astype(np.float16).astype(np.float32))  # rounded to float16 as the graph's convs
+
+
+@pytest.mark.cuda
+def test_neck_branches_on_tensor_cores_equal_the_convolutions(cp: Any) -> None:
+    """The fp16 kernels' neck branches (neck_branch_mma) at the model's channel counts: a strided conv 64 ->
+    136 (two blocks of output channels, the second partial), a transposed conv of k = 1 and one of k = 2,
+    into their slices of a 10 x 18 concat over two frames, against each convolution's definition in float64
+    from the same float16 values."""
+    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
+
+    rng = np.random.default_rng(13)
+    specs = [NeckBranch(64, 136, 2, True), NeckBranch(128, 128, 1, False), NeckBranch(256, 128, 2, False)]
+    inputs = [(20, 36), (10, 18), (5, 9)]
+    neck = []
+    for spec in specs:
+        shape = (spec.out_channels, spec.in_channels, spec.k, spec.k) if spec.down else (spec.in_channels, spec.out_channels, spec.k, spec.k)
+        neck.append((spec, (rng.normal(size=shape) / 8).astype(np.float16).astype(np.float32),
+                     rng.normal(size=spec.out_channels).astype(np.float16).astype(np.float32)))
+    branches, total = _head_branches(rng, 64, [2])
+    branches = [HeadBranch(0, branches[0].weight.astype(np.float16).astype(np.float32), branches[0].bias)]
+    kernels = MultiHeadRpnKernels(neck, branches, 64, total, half=True)
+    assert kernels.neck_on_mma == [True, True, True]
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    channels = sum(spec.out_channels for spec in specs)
+    concat = cp.full((2, 10, 18, channels), np.nan, np.float16)
+    want = np.zeros((2, 10, 18, channels))
+    offset = 0
+    for i, ((spec, w, b), (h, width)) in enumerate(zip(neck, inputs)):
+        x = rng.normal(size=(2, h, width, spec.in_channels)).astype(np.float16)
+        kernels.launch_neck(i, cp.asarray(x), concat, offset, stream)
+        want[..., offset : offset + spec.out_channels] = (strided_conv(x, w, b, spec.k) if spec.down
+                                                          else transposed_conv(x, w, b, spec.k))
+        offset += spec.out_channels
+    stream.synchronize()
+    got = cp.asnumpy(concat).astype(np.float64)
+    assert np.isfinite(got).all()  # every output written
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-3)

@@ -12,12 +12,20 @@
 //                one head) is a 3x3 conv (padding 1) of channels [g * MID, (g + 1) * MID) of the
 //                middle buffer to its `n` channels of the merged head map, + bias, no ReLU.
 //                Weights (branches, MAX_OUT, 9, MID) float32, zero past a branch's `n`.
+//   head_conv_mma  the same convs on tensor cores (float16 only: IO_HALF): mma.sync m16n8k16, float32
+//                sums. Weights (branches, 9, HEAD_N, MID) float16, HEAD_N = MAX_OUT rounded up to 8.
+//   neck_branch_mma  neck_branch on tensor cores (IO_HALF; cin a multiple of 32): a GEMM of gathered
+//                rows. Weights (taps, cout, reduce) float16: DOWN one tap of reduce = k * k * cin
+//                (tap * cin + ci), UP k * k taps of reduce = cin.
 //
 // Compile-time configuration (-D options from multihead_rpn.py): IO_HALF, PIXELS (pixels per
 // neck_branch block), NECK_MAX_K (largest reduction of a branch: k * k * cin down, cin up), MID,
 // MAX_OUT, TILE_X (head_conv: tile width; TILE_X^2 threads), CI_CHUNK (middle channels staged at a
-// time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table).
+// time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table), and for
+// head_conv_mma HEAD_N, MMA_TILE_H and MMA_TILE_W (its tile of pixels: a warp takes two rows of 16).
 #include <cuda_fp16.h>
+
+#include "mma_sync.cuh"
 
 namespace {
 
@@ -192,3 +200,233 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
         head_conv_branch<MAX_OUT>(mid, w, bias, out, tile, w_chunk, n, g, count, out_at, mid_channels, height, width,
                                   out_channels);
 }
+
+#if IO_HALF
+namespace {
+
+constexpr int kMmaWarps = MMA_TILE_H / 2;           // a warp: two rows of the tile, 16 pixels each
+constexpr int kMmaRows = MMA_TILE_H + 2, kMmaCols = MMA_TILE_W + 2;  // the tile with its 3x3 halo
+constexpr int kMmaPitch = MID + 8;                   // halves a pixel (a weight row): +16 bytes keeps the
+                                                     // fragments' 8 rows x 4 words in distinct banks
+constexpr int kMmaChunks = MID / 8;                  // 16-byte chunks of a pixel's MID channels
+static_assert(MMA_TILE_W == 16 && MMA_TILE_H % 2 == 0 && MID % 16 == 0 && HEAD_N % 8 == 0, "head_conv_mma's shape");
+
+__device__ __forceinline__ unsigned half_pair(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
+
+}  // namespace
+
+// Block: an MMA_TILE_H x 16 tile of one frame's head map, one branch, kMmaWarps warps. The branch's
+// MID channels of the tile and its halo, and its weights, are staged once in shared memory (cp.async);
+// the conv is then an implicit GEMM, pixels x outputs over 9 taps x MID channels: warp w multiplies
+// rows 2w and 2w + 1 (an m16 tile each) by the branch's outputs in n8 tiles, as many as its count
+// needs. Grid: (tiles x, tiles y, batch * branches). branches: (out_at, count) per branch.
+extern "C" __global__ void __launch_bounds__(32 * kMmaWarps)
+head_conv_mma(const __half* __restrict__ mid, const __half* __restrict__ weight, const float* __restrict__ bias,
+              const int* __restrict__ branches, float* __restrict__ out, int num_branches, int height, int width,
+              int out_channels) {
+    __shared__ __align__(16) __half tile[kMmaRows * kMmaCols][kMmaPitch];
+    __shared__ __align__(16) __half w_tile[9 * HEAD_N][kMmaPitch];
+    const int branch = blockIdx.z % num_branches, n = blockIdx.z / num_branches;
+    const int out_at = branches[branch * BRANCH_INTS + BRANCH_OUT_AT];
+    const int count = branches[branch * BRANCH_INTS + BRANCH_COUNT];
+    const int y0 = blockIdx.y * MMA_TILE_H, x0 = blockIdx.x * MMA_TILE_W;
+    const int mid_channels = num_branches * MID;
+    for (int i = threadIdx.x; i < kMmaRows * kMmaCols * kMmaChunks; i += blockDim.x) {
+        const int pixel = i / kMmaChunks, chunk = i - pixel * kMmaChunks;
+        const int y = y0 + pixel / kMmaCols - 1, x = x0 + pixel % kMmaCols - 1;
+        const bool inside = y >= 0 && y < height && x >= 0 && x < width;
+        const __half* src = inside ? mid + ((static_cast<long long>(n) * height + y) * width + x) * mid_channels +
+                                         branch * MID + chunk * 8
+                                   : mid;  // not read: zeros are written
+        cp_async16(&tile[pixel][chunk * 8], src, inside ? 16 : 0);
+    }
+    const __half* w = weight + static_cast<long long>(branch) * 9 * HEAD_N * MID;
+    for (int i = threadIdx.x; i < 9 * HEAD_N * kMmaChunks; i += blockDim.x) {
+        const int row = i / kMmaChunks, chunk = i - row * kMmaChunks;
+        cp_async16(&w_tile[row][chunk * 8], w + static_cast<long long>(row) * MID + chunk * 8, 16);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int n_tiles = (count + 7) / 8;  // uniform over the block: one branch
+    float acc[2][HEAD_N / 8][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < HEAD_N / 8; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
+#pragma unroll 1
+    for (int tap = 0; tap < 9; ++tap) {
+        const int dy = tap / 3, dx = tap % 3;
+#pragma unroll
+        for (int k0 = 0; k0 < MID; k0 += 16) {
+            unsigned a[2][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {  // A: pixels (g, g + 8) of tile row 2 warp + m, channels k0 + 2t (+ 8)
+                const __half* p0 = tile[(2 * warp + m + dy) * kMmaCols + g + dx] + k0 + 2 * t;
+                const __half* p1 = p0 + 8 * kMmaPitch;
+                a[m][0] = half_pair(p0);
+                a[m][1] = half_pair(p1);
+                a[m][2] = half_pair(p0 + 8);
+                a[m][3] = half_pair(p1 + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < HEAD_N / 8; ++j) {
+                if (j >= n_tiles) break;
+                const __half* q = w_tile[tap * HEAD_N + 8 * j + g] + k0 + 2 * t;  // B: output 8 j + g
+                const unsigned b0 = half_pair(q), b1 = half_pair(q + 8);
+                mma16816(acc[0][j], a[0], b0, b1);
+                mma16816(acc[1][j], a[1], b0, b1);
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+        const int y = y0 + 2 * warp + m;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // C: pixel g (+ 8), outputs 8 j + 2t (+ 1)
+            const int x = x0 + g + 8 * h;
+            if (y >= height || x >= width) continue;
+            float* dst = out + ((static_cast<long long>(n) * height + y) * width + x) * out_channels + out_at;
+#pragma unroll
+            for (int j = 0; j < HEAD_N / 8; ++j) {
+#pragma unroll
+                for (int v = 0; v < 2; ++v) {
+                    const int o = 8 * j + 2 * t + v;
+                    if (o < count) dst[o] = rounded(acc[m][j][2 * h + v] + bias[branch * MAX_OUT + o]);
+                }
+            }
+        }
+    }
+}
+#endif
+
+#if IO_HALF
+namespace {
+
+constexpr int kNeckRows = 64, kNeckCols = 128, kNeckChunk = 32;  // a block's GEMM tile; reduce values a stage
+constexpr int kNeckPitch = kNeckChunk + 8;  // halves a staged row: the fragments' 8 rows x 4 words in distinct banks
+
+// The input row GEMM row `row` of the block reads (its pixel's values [r0, r0 + 32) of the reduce), or null
+// past the frame's pixels; and, with `target`, the output pixel it gives.
+__device__ __forceinline__ const __half* neck_source(const __half* in, long long pixel, long long total, int r0,
+                                                     int in_h, int in_w, int cin, int grid_h, int grid_w, int k,
+                                                     int down) {
+    if (pixel >= total) return nullptr;
+    const int n = static_cast<int>(pixel / (grid_h * grid_w));
+    const int rem = static_cast<int>(pixel - static_cast<long long>(n) * grid_h * grid_w);
+    int y = rem / grid_w, x = rem - (rem / grid_w) * grid_w, ci = r0;
+    if (down) {
+        const int patch = r0 / cin;
+        ci = r0 - patch * cin;
+        y = y * k + patch / k;
+        x = x * k + patch % k;
+    }
+    return in + ((static_cast<long long>(n) * in_h + y) * in_w + x) * cin + ci;
+}
+
+}  // namespace
+
+// Block: 64 GEMM rows (DOWN: output pixels; UP: input pixels of tap blockIdx.y) x 128 output channels
+// (blockIdx.z), 4 warps of 32 rows x 64 channels. The reduce goes through shared memory 32 values at a
+// time, two stages of cp.async, the next stage loading while the warps multiply the last.
+// Grid: (ceil(pixels / 64), UP ? k * k : 1, ceil(cout / 128)), pixels as neck_branch's.
+extern "C" __global__ void __launch_bounds__(128)
+neck_branch_mma(const __half* __restrict__ in, const __half* __restrict__ weight, const float* __restrict__ bias,
+                __half* __restrict__ out, int batch, int in_h, int in_w, int cin, int out_h, int out_w, int cout,
+                int k, int down, int out_stride, int out_offset) {
+    __shared__ __align__(16) __half a_s[2][kNeckRows][kNeckPitch];
+    __shared__ __align__(16) __half b_s[2][kNeckCols][kNeckPitch];
+    const int reduce = down ? k * k * cin : cin;
+    const int tap = blockIdx.y, ky = tap / k, kx = tap % k;
+    const int grid_h = down ? out_h : in_h, grid_w = down ? out_w : in_w;
+    const long long total = static_cast<long long>(batch) * grid_h * grid_w;
+    const long long first = static_cast<long long>(blockIdx.x) * kNeckRows;
+    const int c_first = blockIdx.z * kNeckCols;
+    const __half* w = weight + static_cast<long long>(tap) * cout * reduce;
+
+    auto stage = [&](int buffer, int r0) {
+        for (int i = threadIdx.x; i < kNeckRows * 4; i += blockDim.x) {  // 4 pieces of 16 bytes a row
+            const int row = i / 4, piece = i % 4;
+            const __half* src = neck_source(in, first + row, total, r0, in_h, in_w, cin, grid_h, grid_w, k, down);
+            cp_async16(&a_s[buffer][row][piece * 8], src ? src + piece * 8 : in, src ? 16 : 0);
+        }
+        for (int i = threadIdx.x; i < kNeckCols * 4; i += blockDim.x) {
+            const int row = i / 4, piece = i % 4, c = c_first + row;
+            const bool live = c < cout;
+            cp_async16(&b_s[buffer][row][piece * 8], live ? w + static_cast<long long>(c) * reduce + r0 + piece * 8 : w,
+                       live ? 16 : 0);
+        }
+        cp_async_commit();
+    };
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    const int wm = warp / 2, wn = warp % 2;  // the warp's 32 rows and 64 channels
+    float acc[2][8][4];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
+    const int chunks = reduce / kNeckChunk;
+    stage(0, 0);
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+        const int buffer = chunk & 1;
+        if (chunk + 1 < chunks) {
+            stage(buffer ^ 1, (chunk + 1) * kNeckChunk);
+            cp_async_wait<1>();
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k0 = 0; k0 < kNeckChunk; k0 += 16) {
+            unsigned a[2][4];
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                const __half* p0 = &a_s[buffer][wm * 32 + m * 16 + g][k0 + 2 * t];
+                const __half* p1 = p0 + 8 * kNeckPitch;
+                a[m][0] = *reinterpret_cast<const unsigned*>(p0);
+                a[m][1] = *reinterpret_cast<const unsigned*>(p1);
+                a[m][2] = *reinterpret_cast<const unsigned*>(p0 + 8);
+                a[m][3] = *reinterpret_cast<const unsigned*>(p1 + 8);
+            }
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const __half* q = &b_s[buffer][wn * 64 + j * 8 + g][k0 + 2 * t];
+                const unsigned b0 = *reinterpret_cast<const unsigned*>(q), b1 = *reinterpret_cast<const unsigned*>(q + 8);
+                mma16816(acc[0][j], a[0], b0, b1);
+                mma16816(acc[1][j], a[1], b0, b1);
+            }
+        }
+        __syncthreads();  // the buffer is read no more: the stage after next may load into it
+    }
+#pragma unroll
+    for (int m = 0; m < 2; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // C: rows g (+ 8) of the m16 tile, channels 8 j + 2t (+ 1)
+            const long long pixel = first + wm * 32 + m * 16 + g + 8 * h;
+            if (pixel >= total) continue;
+            long long at = pixel;
+            if (!down) {
+                const int n = static_cast<int>(pixel / (grid_h * grid_w));
+                const int rem = static_cast<int>(pixel - static_cast<long long>(n) * grid_h * grid_w);
+                const int y = rem / grid_w, x = rem - (rem / grid_w) * grid_w;
+                at = (static_cast<long long>(n) * out_h + y * k + ky) * out_w + x * k + kx;
+            }
+            __half* dst = out + at * out_stride + out_offset;
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int c = c_first + wn * 64 + j * 8 + 2 * t;
+                if (c < cout)  // cout is even: the pair is whole
+                    *reinterpret_cast<__half2*>(dst + c) =
+                        __floats2half2_rn(fmaxf(acc[m][j][2 * h] + bias[c], 0.0f), fmaxf(acc[m][j][2 * h + 1] + bias[c + 1], 0.0f));
+            }
+        }
+    }
+}
+#endif
