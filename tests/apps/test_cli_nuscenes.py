@@ -134,3 +134,29 @@ def test_the_frame_line_shows_the_three_best_scores_of_a_multi_head_frame(nuscen
     assert record["scores"][:3] != [score for score, _ in best]  # head order: the test means something
     run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--no-progress")
     assert run.rc == 0 and f"[{', '.join(f'{label} {score:.2f}' for score, label in best)}]" in run.out, run.out
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
+def test_reader_processes_hand_on_whole_multi_sweep_frames(nuscenes: Path, model: Path) -> None:
+    """Frames with time lags that reader processes staged (rows and lags apart in shared staging) reach the
+    detector and the writer whole: the CPU path's detections and the written points are the file's, as with
+    reader threads."""
+    from pointpillars_trt.apps.frame_reads import read_batch
+    from pointpillars_trt.apps.frames import FrameReader, FrameRunner, WorkerProcesses
+
+    items = [str(nuscenes / FRAME), str(nuscenes / "nusc_dev_k000000_s05.bin")]
+    with PointPillars.from_model_dir(model, device="cpu") as detector:
+        want = [detector(read_points(item, point_dim=5)) for item in items]
+        for processes in (0, 2):
+            written: list[tuple[str, np.ndarray]] = []
+            reader = FrameReader(detector.cfg, point_dim=5, intensity_scale=None)
+            pool = WorkerProcesses(processes, read_batch) if processes else None
+            with FrameRunner([detector], batch_size=2, read=reader, reader_processes=pool, keep_points=True,
+                             write=lambda source, found, points: written.append((source, points))) as runner:
+                jobs = list(runner.run(items))
+            assert [job.error for job in jobs] == [None, None], processes
+            for job, expected in zip(jobs, want):
+                np.testing.assert_array_equal(job.detections.boxes, expected.boxes)
+            assert sorted(source for source, _ in written) == sorted(items)
+            for source, points in written:
+                np.testing.assert_array_equal(points, read_points(source, point_dim=5))
