@@ -50,6 +50,18 @@ def cp():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session")
+def gpu_engine(cp):  # type: ignore[no-untyped-def]
+    """For the GPU tests that open a detector on ``cuda`` whatever its engine: skipped, with the reason, where
+    no GPU engine backend can run (a GPU without the cuDNN frontend, ONNX Runtime's CUDA provider or TensorRT)."""
+    from pointpillars_trt.devices import cuda_available
+
+    reason = cuda_available(0)
+    if reason is not None:
+        pytest.skip(reason)
+    return cp
+
+
+@pytest.fixture(scope="session")
 def nuscenes(assets: Path) -> Path:
     """The nuScenes multi-head checkpoint and multi-sweep frames of the shared assets."""
     folder = assets / "nuscenes"

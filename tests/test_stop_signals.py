@@ -157,7 +157,7 @@ print(len(started), all(mask & stop == stop for mask in started), after[os.getpi
 
 
 @pytest.mark.cuda
-def test_the_threads_a_gpu_detector_starts_never_take_a_stop_signal(cp, assets, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_threads_a_gpu_detector_starts_never_take_a_stop_signal(gpu_engine, assets, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """The threads that open with a GPU detector (the CUDA driver's, the engine libraries') start with Ctrl-C and
     SIGTERM blocked, so a signal to the process never runs NVRTC's handlers in one of them; the opening thread
     has them unblocked again after."""

@@ -145,7 +145,7 @@ def test_cpu_instances_are_capped_at_the_cores() -> None:
 
 
 @pytest.mark.cuda
-def test_two_instances_a_gpu_by_default(cp) -> None:  # type: ignore[no-untyped-def]
+def test_two_instances_a_gpu_by_default(gpu_engine) -> None:  # type: ignore[no-untyped-def]
     assert instance_count("cuda") == "instance_group [{ count: 2, kind: KIND_GPU }]"
     assert instance_count("cuda:0") == "instance_group [{ count: 2, kind: KIND_GPU, gpus: [0] }]"
 
