@@ -265,7 +265,7 @@ def require_point_dim(point_dim: object, columns: int = 4) -> None:
                          f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
 
 
-def _bin_points(data: bytes | bytearray, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
+def _bin_points(data: bytes | np.ndarray, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
     _check_bin_size(source, len(data), int(point_dim), what, columns, head=lambda: bytes(data[:_MISFIT_HEAD_BYTES]))
@@ -315,22 +315,23 @@ def _other_dim_hint(size: int, point_dim: int, columns: int, words: np.ndarray) 
             "unless the file was cut short (a copy that failed?)")
 
 
-def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> bytearray:
+def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
     """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in points) before
-    anything is read, in a buffer NumPy views writable: no copy makes them an array the caller may scale."""
+    anything is read, as uint8 NumPy views writable: no copy makes them an array the caller may scale. The
+    buffer is not zeroed first (a ``bytearray`` is: ~0.2 ms more for a 5 MB multi-sweep frame)."""
     fd, size = open_regular_fd(path, max_bytes=2**62, what=what)
     try:
         _refuse_oversize(path, size, row_bytes, what)
         if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read up to the limit
-            return bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what))
-        data = bytearray(size + 1)  # a byte more than the size: a file that grew while read is refused
+            return np.frombuffer(bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what)),
+                                 np.uint8)
+        data = np.empty(size + 1, np.uint8)  # a byte more than the size: a file that grew while read is refused
         got = _read_fully(fd, memoryview(data), path, what)
     finally:
         os.close(fd)
     if got > size:
         raise InputError(f"{what} {safe_repr(path)} grew while being read (was it still being written?)")
-    del data[got:]
-    return data
+    return data[:got]
 
 
 # --------------------------------------------------------------------------- .npy
