@@ -326,7 +326,7 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
             return np.frombuffer(bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what)),
                                  np.uint8)
         data = np.empty(size + 1, np.uint8)  # a byte more than the size: a file that grew while read is refused
-        got = _read_fully(fd, memoryview(data), path, what)
+        got = _read_fully(fd, data.data, path, what)
     finally:
         os.close(fd)
     if got > size:
