@@ -134,9 +134,10 @@ class MultiHeadRpnKernels:
         defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
                                TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
                                MMA_TILE_H=tile_h, MMA_TILE_W=tile_w, **slot_defines("BRANCH", BRANCH_COLUMNS))
-        # the fp16 engine's neck branches on tensor cores where their rows come in whole stages
-        self.neck_on_mma = [half and b.in_channels % _NECK_MMA_CHUNK == 0 and b.out_channels % 2 == 0
-                            for b in self.neck]
+        # the fp16 engine's neck branches on tensor cores where their rows come in whole stages and every
+        # branch's channels are even (their outputs are written in pairs, at even offsets of the concat)
+        even = all(b.out_channels % 2 == 0 for b in self.neck)
+        self.neck_on_mma = [half and even and b.in_channels % _NECK_MMA_CHUNK == 0 for b in self.neck]
         kernels = ("neck_branch", self.head_kernel, *(("neck_branch_mma",) if any(self.neck_on_mma) else ()))
         self._k = compile_kernels("multihead_rpn.cu", defines, kernels)
         with checked("multi-head RPN: uploading weights"):
@@ -162,8 +163,9 @@ class MultiHeadRpnKernels:
                 np.int32(channels), np.int32(offset))
         pixels, taps = (out_h * out_w, 1) if b.down else (in_h * in_w, b.k * b.k)
         if self.neck_on_mma[i]:
-            if x.data.ptr % 16 or concat.data.ptr % 4:
-                raise BackendError(f"neck branch {i}: its input must be 16-byte aligned, the concat 4-byte aligned")
+            if x.data.ptr % 16 or concat.data.ptr % 4 or offset % 2 or channels % 2:
+                raise BackendError(f"neck branch {i}: its input must be 16-byte aligned, the concat 4-byte aligned "
+                                   "with an even offset and channel count")
             rows, cols = _NECK_MMA_TILE
             launch_kernel(self._k["neck_branch_mma"],
                           (grid_blocks(batch * pixels, rows), taps, grid_blocks(b.out_channels, cols)), 128, args, stream)
