@@ -141,13 +141,8 @@ def read_points_into(
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin" and point_dim != 4:  # wider rows: their first 4 values copied in, once
-        wide = _bin_rows(path, point_dim, 4, "point file")
-        rows = allocate(len(wide))
-        target = rows if rows is not None else np.empty((len(wide), 4), np.float32)
-        copy_leading_columns(target, wide)
-        if intensity_scale is not None:
-            target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
-        return target
+        return _bin_into(_read_frame_bytes(path, 4 * point_dim, "point file"), allocate, point_dim, intensity_scale,
+                         path, 4)
     if ext != ".bin":
         points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4)
         rows = allocate(len(points))
@@ -200,6 +195,13 @@ def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
     gives, checked as :func:`read_bin` checks a file; a model of other point ``columns`` (e.g. 5, with
     the time lag) gets an array of its own, as from :func:`read_points_into`."""
     require_point_dim(point_dim, columns)
+    return _bin_into(data, allocate, point_dim, intensity_scale, source, columns)
+
+
+def _bin_into(data: bytes | np.ndarray, allocate: Allocate, point_dim: int, intensity_scale: float | None,
+              source: PathLike, columns: int) -> np.ndarray:
+    """A ``.bin`` frame's bytes, checked (``_bin_points``), with their first ``columns`` values a point copied into
+    the rows ``allocate`` gives (a model of 4 columns; else, or without room, an array of their own)."""
     points = _bin_points(data, point_dim, columns, source, "point file")
     rows = allocate(len(points)) if columns == 4 else None
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
@@ -235,18 +237,12 @@ def _refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> No
 def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
     require_point_dim(point_dim, columns)
-    points = _bin_rows(path, point_dim, columns, what)
+    points = _bin_points(_read_frame_bytes(path, 4 * int(point_dim), what), point_dim, columns, path, what)
     if points.flags.c_contiguous:  # the rows are the columns kept: a view of the file's own (writable) buffer
         return points
     kept = np.empty(points.shape, np.float32)
     copy_leading_columns(kept, points)
     return kept
-
-
-def _bin_rows(path: PathLike, point_dim: int, columns: int, what: str) -> np.ndarray:
-    """A ``.bin`` file's first ``columns`` values a point, checked (``_bin_points``): a view of its bytes, strided
-    when its rows hold more."""
-    return _bin_points(_read_frame_bytes(path, 4 * int(point_dim), what), point_dim, columns, path, what)
 
 
 #: Most values a point a ``.bin`` file is read with (lidar formats store 4 to ~10).
