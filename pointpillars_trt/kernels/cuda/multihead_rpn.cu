@@ -213,6 +213,16 @@ static_assert(MMA_TILE_W == 16 && MMA_TILE_H % 2 == 0 && MID % 16 == 0 && HEAD_N
 
 __device__ __forceinline__ unsigned half_pair(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
 
+// An m16n8k16 A fragment from shared memory: rows g and g + 8 (`p0` points at row g's values 2t, 2t + 1 of
+// the k16 step; rows lie `pitch` halves apart), columns 2t (+ 1) and 2t + 8 (+ 1).
+__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const __half* p0, int pitch) {
+    const __half* p1 = p0 + 8 * pitch;
+    a[0] = half_pair(p0);
+    a[1] = half_pair(p1);
+    a[2] = half_pair(p0 + 8);
+    a[3] = half_pair(p1 + 8);
+}
+
 }  // namespace
 
 // Block: an MMA_TILE_H x 16 tile of one frame's head map, one branch, kMmaWarps warps. The branch's
@@ -265,14 +275,8 @@ head_conv_mma(const __half* __restrict__ mid, const __half* __restrict__ weight,
         for (int k0 = 0; k0 < MID; k0 += 16) {
             unsigned a[2][4];
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {  // A: pixels (g, g + 8) of tile row 2 warp + m, channels k0 + 2t (+ 8)
-                const __half* p0 = tile[(2 * warp + m + dy) * kMmaCols + g + dx] + k0 + 2 * t;
-                const __half* p1 = p0 + 8 * kMmaPitch;
-                a[m][0] = half_pair(p0);
-                a[m][1] = half_pair(p1);
-                a[m][2] = half_pair(p0 + 8);
-                a[m][3] = half_pair(p1 + 8);
-            }
+            for (int m = 0; m < 2; ++m)  // A: pixels (g, g + 8) of tile row 2 warp + m, channels k0 + 2t (+ 8)
+                a_fragment(a[m], tile[(2 * warp + m + dy) * kMmaCols + g + dx] + k0 + 2 * t, kMmaPitch);
 #pragma unroll
             for (int j = 0; j < HEAD_N / 8; ++j) {
                 if (j >= n_tiles) break;
@@ -387,18 +391,11 @@ neck_branch_mma(const __half* __restrict__ in, const __half* __restrict__ weight
         for (int k0 = 0; k0 < kNeckChunk; k0 += 16) {
             unsigned a[2][4];
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {
-                const __half* p0 = &a_s[buffer][wm * 32 + m * 16 + g][k0 + 2 * t];
-                const __half* p1 = p0 + 8 * kNeckPitch;
-                a[m][0] = *reinterpret_cast<const unsigned*>(p0);
-                a[m][1] = *reinterpret_cast<const unsigned*>(p1);
-                a[m][2] = *reinterpret_cast<const unsigned*>(p0 + 8);
-                a[m][3] = *reinterpret_cast<const unsigned*>(p1 + 8);
-            }
+            for (int m = 0; m < 2; ++m) a_fragment(a[m], &a_s[buffer][wm * 32 + m * 16 + g][k0 + 2 * t], kNeckPitch);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const __half* q = &b_s[buffer][wn * 64 + j * 8 + g][k0 + 2 * t];
-                const unsigned b0 = *reinterpret_cast<const unsigned*>(q), b1 = *reinterpret_cast<const unsigned*>(q + 8);
+                const unsigned b0 = half_pair(q), b1 = half_pair(q + 8);
                 mma16816(acc[0][j], a[0], b0, b1);
                 mma16816(acc[1][j], a[1], b0, b1);
             }
