@@ -28,7 +28,7 @@ from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_h
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
-from ..model_dir import ModelDir
+from ..model_dir import ModelDir, load_model_dir
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
@@ -48,7 +48,6 @@ from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
 if TYPE_CHECKING:
-    from ..config import ModelConfig
     from ..detector import PointPillars
 
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
@@ -196,22 +195,23 @@ def check_model_path(args: argparse.Namespace) -> Path:
     return path
 
 
-def checked_model_dir_config(path: Path, config: str | None) -> ModelConfig | None:
-    """The config ``--config`` names (None without it), refused unless the model dir at ``path`` was built for it."""
+def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
+    """The model dir at ``path``, refused unless it was built for the config ``--config`` names (when given)."""
     from ..config import load_config
-    from ..model_dir import config_change_fix, load_model_dir
+    from ..model_dir import config_change_fix
 
     if not config:
-        return None
-    expected = load_config(config)
-    built = load_model_dir(path).cfg
+        return load_model_dir(path)
+    expected = load_config(config)  # a --config that names no config is said first
+    model = load_model_dir(path)
+    built = model.cfg
     if built.digest() != expected.digest():
         named = safe_repr(config) + ("" if expected.name == config else f" ({expected.name})")
         fix = ("rebuild with " + rebuild_command(path, config) if built.family == expected.family else
                config_change_fix(path, built, expected, config, None))
         raise ModelDirError(f"model dir {safe_repr(str(path))} was built for config {safe_repr(built.name)}, "
                             f"not for --config {named}: drop --config, or {fix}")
-    return expected
+    return model
 
 
 def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointPillars:
@@ -226,9 +226,9 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
         options = dataclasses.replace(options, max_batch=max_batch)
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=args.config, options=options)
-    expected = checked_model_dir_config(path, args.config)
+    checked = load_model_dir_of_config(path, args.config) if args.config else None  # its refusal as it is said
     try:
-        return PointPillars.from_model_dir(path, config=expected, options=options)
+        return PointPillars(checked if checked is not None else load_model_dir(path), options)
     except ModelDirError as exc:
         text = str(exc)
         if "rebuild" in text and "pointpillars-trt build" not in text:

@@ -18,7 +18,7 @@ from ...errors import InputError, PointPillarsError, safe_repr
 from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...pointcloud_io import MAX_POINT_DIM
-from ...model_dir import ModelDir, load_model_dir
+from ...model_dir import ModelDir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
 from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
@@ -26,7 +26,7 @@ from .report import write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES, checked_model_dir_config
+from ..infer import MAX_PIPELINES, load_model_dir_of_config
 from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
@@ -168,8 +168,7 @@ def _load_model(spec: str | None, config: str | None) -> _Model:
 
         ckpt = load_checkpoint(spec, config=config)
         return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
-    checked_model_dir_config(Path(spec), config)
-    md = load_model_dir(spec)
+    md = load_model_dir_of_config(Path(spec), config)
     return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
 
 
