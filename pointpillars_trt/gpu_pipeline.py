@@ -112,9 +112,8 @@ class GpuPipeline:
 
     ``backend`` picks the RPN engine: ``tensorrt`` plans, ``cudnn`` (cuDNN frontend graphs + our
     neck-head kernel: the fastest path without TensorRT) or ``onnxruntime`` (CUDA execution provider,
-    IO binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports, then cuDNN
-    (for a multi-head model's fp32 graphs only when ONNX Runtime has no CUDA), then ONNX Runtime
-    (saying so once when it falls back).
+    IO binding); ``auto`` prefers TensorRT when the model dir has plans and TensorRT imports, then cuDNN,
+    then ONNX Runtime (saying so once when it falls back).
     ``tf32`` lets fp32 engines use TensorFloat-32, as TensorRT and PyTorch do by default (about 3x
     faster convolutions, ~1e-3 relative error in the head maps); ``tf32=False`` is IEEE fp32, the
     CPU oracle's arithmetic. The PFN runs as the fused ``pfn.cu`` kernel on the live pillars only (its

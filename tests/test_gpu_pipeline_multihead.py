@@ -125,13 +125,18 @@ def test_onnxruntime_cuda_rpn_equals_the_cpu_path(models: dict[str, ModelDir], o
     pipe.close()
 
 
-def test_fp16_finds_the_best_boxes(models: dict[str, ModelDir], oracle: Any, frames: list[np.ndarray]) -> None:
-    """fp16 (float16 canvas and convs, float32 sums): the 10 best boxes of each frame by the IEEE fp32 CPU
-    path are found within 10 cm with their labels and scores within 1e-2, as for the KITTI model."""
-    pipe = GpuPipeline(models["fp16"], backend="cudnn")
+@pytest.mark.parametrize("precision", ["fp16", "tf32"])
+def test_tensor_core_precisions_find_the_best_boxes(models: dict[str, ModelDir], oracle: Any, frames: list[np.ndarray],
+                                                    precision: str) -> None:
+    """fp16 (float16 canvas and convs, float32 sums) and tf32 (float32 values, TF32 products), the neck and
+    heads on tensor cores: the 10 best boxes of each frame by the IEEE fp32 CPU path are found within 10 cm
+    with their labels and scores within 1e-2, as for the KITTI model."""
+    pipe = GpuPipeline(models["fp16" if precision == "fp16" else "fp32"], backend="cudnn", tf32=True)
     worst = max(_nearest_score_gap(oracle.detect(points), pipe.detect(points)) for points in frames)
+    kernels = pipe._rpn._neck  # type: ignore[union-attr]
+    assert kernels.precision == precision and kernels.head_kernel == "head_conv_mma" and all(kernels.neck_on_mma)
     pipe.close()
-    print(f"multi-head fp16: worst best-box score difference {worst:.2e}")
+    print(f"multi-head {precision}: worst best-box score difference {worst:.2e}")
     assert worst < 1e-2
 
 

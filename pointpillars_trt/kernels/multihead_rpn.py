@@ -2,13 +2,14 @@
 cuDNN engine, which runs the 3x3 convs around them.
 
 The weights are re-laid out once here (NumPy, tested against plain convolutions): a neck branch as
-(k * k * cin, cout) rows, the heads' output convs as one (branches, MAX_OUT, 9, MID) block; for the fp16
-engine's tensor-core kernels (``neck_branch_mma``, ``head_conv_mma``) as float16 blocks of each tap's
-outputs by their reduce.
+(k * k * cin, cout) rows, the heads' output convs as one (branches, MAX_OUT, 9, MID) block; for the
+tensor-core kernels (``neck_branch_mma``, ``head_conv_mma``: fp16, and tf32 as TF32) as blocks of each
+tap's outputs by their reduce, float16 or TF32 values.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,15 +19,19 @@ import numpy as np
 from ..errors import BackendError
 from ..kernel_limits import STATIC_SHARED_BYTES
 from ._launch import check_device_array, checked, compile_kernels, cupy_module, define_flags, grid_blocks, launch_kernel, slot_defines
+from .neck_head import round_to_tf32
 
 BRANCH_COLUMNS = ("out_at", "count")  # the head_conv branch table: first channel in the head map, channels
 _PIXELS = 16       # neck_branch: pixels a block
 _NECK_THREADS = 128
 _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
-_MMA_TILE = (8, 16)  # head_conv_mma: tile rows x columns (a warp takes two rows of 16 pixels)
+_MMA_TILE = {2: (8, 16), 4: (4, 16)}  # head_conv_mma by value size: tile rows x columns (a warp: two rows of 16)
+_HEAD_CHUNK_BYTES = 128  # head_conv_mma: middle channels staged at a time (at most MID)
+_MMA_K = {2: 16, 4: 8}   # k of one mma: m16n8k16 float16, m16n8k8 TF32
 _NECK_MMA_TILE = (64, 128)  # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
-_NECK_MMA_CHUNK = 32        # neck_branch_mma: reduce values staged at a time (cin must be a multiple)
+_NECK_MMA_CHUNK_BYTES = 64  # neck_branch_mma: reduce values staged at a time (a row of cin must hold whole ones)
+TENSOR_CORE_PRECISIONS = ("fp16", "tf32")  # IEEE fp32 keeps the FMA kernels
 
 
 @dataclass(frozen=True)
@@ -52,17 +57,24 @@ def pack_neck_weight(weight: np.ndarray, down: bool) -> np.ndarray:
     return np.ascontiguousarray(per_tap.reshape(-1, per_tap.shape[-1]))
 
 
-def pack_neck_weight_for_mma(weight: np.ndarray, branch: NeckBranch) -> np.ndarray:
-    """ONNX weight -> neck_branch_mma's (taps, cout, reduce) float16: a strided conv as one tap whose reduce
-    runs over ``pack_neck_weight``'s rows (tap * cin + ci), a transposed conv as k * k taps of cin each."""
+def pack_neck_weight_for_mma(weight: np.ndarray, branch: NeckBranch, precision: str) -> np.ndarray:
+    """ONNX weight -> neck_branch_mma's (taps, cout, reduce) block (``tensor_core_values``): a strided conv as
+    one tap whose reduce runs over ``pack_neck_weight``'s rows (tap * cin + ci), a transposed conv as k * k
+    taps of cin each."""
     rows = pack_neck_weight(weight, branch.down)
     taps = 1 if branch.down else branch.k * branch.k
-    return _float16_values(rows.reshape(taps, -1, branch.out_channels).transpose(0, 2, 1), "neck")
+    return tensor_core_values(rows.reshape(taps, -1, branch.out_channels).transpose(0, 2, 1), precision, "neck")
 
 
-def _float16_values(weights: np.ndarray, what: str) -> np.ndarray:
-    """``weights`` as float16, refused where that would round one: the fp16 engine's weights are float16
-    values already, and the float16 kernels must compute with exactly those."""
+def tensor_core_values(weights: np.ndarray, precision: str, what: str) -> np.ndarray:
+    """``weights`` as the tensor-core kernels read them. fp16: float16, refused where that would round one
+    (the fp16 engine's weights are float16 values already, and the kernels must compute with exactly
+    those). tf32: float32 rounded to TF32 as the kernels round their inputs (the tensor cores would
+    truncate)."""
+    if precision == "tf32":
+        return np.ascontiguousarray(round_to_tf32(np.asarray(weights, np.float32)))
+    if precision != "fp16":
+        raise BackendError(f"multi-head RPN: no tensor-core kernels for precision {precision}")
     packed = np.ascontiguousarray(weights, np.float16)
     if not np.array_equal(packed.astype(np.float32), weights):
         raise BackendError(f"multi-head RPN: {what} weights that are not float16 values given to the float16 kernels")
@@ -95,30 +107,32 @@ def pack_head_branches(branches: Sequence[HeadBranch], mid: int) -> tuple[np.nda
     return weights, biases, table
 
 
-def pack_head_weights_for_mma(weights: np.ndarray) -> np.ndarray:
-    """``pack_head_branches``' (G, MAX_OUT, 9, MID) weights -> (G, 9, HEAD_N, MID) float16 for head_conv_mma,
-    HEAD_N = MAX_OUT rounded up to a multiple of 8 (an n8 tile), zero past each branch's outputs. The fp16
-    engine's weights are float16 values already: refused if rounding would change one."""
+def pack_head_weights_for_mma(weights: np.ndarray, precision: str) -> np.ndarray:
+    """``pack_head_branches``' (G, MAX_OUT, 9, MID) weights -> (G, 9, HEAD_N, MID) for head_conv_mma
+    (``tensor_core_values``), HEAD_N = MAX_OUT rounded up to a multiple of 8 (an n8 tile), zero past each
+    branch's outputs."""
     g, max_out, taps, mid = weights.shape
     padded = np.zeros((g, taps, -(-max_out // 8) * 8, mid), np.float32)
     padded[:, :, :max_out] = weights.transpose(0, 2, 1, 3)
-    return _float16_values(padded, "head")
+    return tensor_core_values(padded, precision, "head")
 
 
 class MultiHeadRpnKernels:
     """Compiled ``neck_branch`` and ``head_conv`` with their packed weights on the device, on tensor cores
-    (``neck_branch_mma``, ``head_conv_mma``) for float16 wherever the shapes fit them.
+    (``neck_branch_mma``, ``head_conv_mma``) for fp16 and tf32 wherever the shapes fit them.
 
-    ``half``: float16 activations (the fp16 engine), else float32. ``neck`` are (branch, weight in
-    the ONNX layout, bias) triples; ``heads`` the output convs in merged-map order, branch g reading
-    middle channels [g * mid, (g + 1) * mid)."""
+    ``precision``: the cuDNN engine's (fp16: float16 activations; tf32 and IEEE fp32: float32). ``neck``
+    are (branch, weight in the ONNX layout, bias) triples; ``heads`` the output convs in merged-map order,
+    branch g reading middle channels [g * mid, (g + 1) * mid)."""
 
     def __init__(self, neck: Sequence[tuple[NeckBranch, np.ndarray, np.ndarray]], heads: Sequence[HeadBranch],
-                 mid: int, head_channels: int, half: bool) -> None:
+                 mid: int, head_channels: int, precision: str) -> None:
         cp = cupy_module()
         self.neck = [branch for branch, _, _ in neck]
-        self.half, self.mid, self.head_channels = half, mid, head_channels
+        self.precision, self.mid, self.head_channels = precision, mid, head_channels
+        half, mma = precision == "fp16", precision in TENSOR_CORE_PRECISIONS
         self.io_dtype = np.dtype(np.float16 if half else np.float32)
+        size = self.io_dtype.itemsize
         max_k = max(b.reduce for b in self.neck)
         head_w, head_b, table = pack_head_branches(heads, mid)
         self.num_branches, self.max_out = head_w.shape[0], head_w.shape[1]
@@ -127,25 +141,31 @@ class MultiHeadRpnKernels:
             raise BackendError(f"multi-head RPN kernels: {max_k} neck products, {self.max_out} outputs a head branch "
                                f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
         head_n = -(-self.max_out // 8) * 8
-        tile_h, tile_w = _MMA_TILE
-        mma_shared = ((tile_h + 2) * (tile_w + 2) + 9 * head_n) * (mid + 8) * 2
-        # the fp16 engine's output convs on tensor cores where their tile and weights fit the shared memory
-        self.head_kernel = "head_conv_mma" if half and mma_shared <= STATIC_SHARED_BYTES else "head_conv"
+        self._mma_tile = tile_h, tile_w = _MMA_TILE[size]
+        head_chunk = math.gcd(mid, _HEAD_CHUNK_BYTES // size)
+        mma_shared = ((tile_h + 2) * (tile_w + 2) + 9 * head_n) * (head_chunk + 8) * size
+        # the output convs on tensor cores where their chunks hold whole mma steps and their tile and weights
+        # fit the shared memory
+        head_fits = head_chunk % _MMA_K[size] == 0 and mma_shared <= STATIC_SHARED_BYTES
+        self.head_kernel = "head_conv_mma" if mma and head_fits else "head_conv"
         defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
                                TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
-                               MMA_TILE_H=tile_h, MMA_TILE_W=tile_w, **slot_defines("BRANCH", BRANCH_COLUMNS))
-        # the fp16 engine's neck branches on tensor cores where their rows come in whole stages and every
-        # branch's channels are even (their outputs are written in pairs, at even offsets of the concat)
+                               HEAD_CHUNK=head_chunk, MMA_TILE_H=tile_h, MMA_TILE_W=tile_w,
+                               **slot_defines("BRANCH", BRANCH_COLUMNS))
+        # the neck branches on tensor cores where their rows come in whole stages and every branch's channels
+        # are even (their outputs are written in pairs, at even offsets of the concat)
         even = all(b.out_channels % 2 == 0 for b in self.neck)
-        self.neck_on_mma = [half and even and b.in_channels % _NECK_MMA_CHUNK == 0 for b in self.neck]
+        stage = _NECK_MMA_CHUNK_BYTES // size
+        self.neck_on_mma = [mma and even and b.in_channels % stage == 0 for b in self.neck]
         kernels = ("neck_branch", self.head_kernel, *(("neck_branch_mma",) if any(self.neck_on_mma) else ()))
         self._k = compile_kernels("multihead_rpn.cu", defines, kernels)
         with checked("multi-head RPN: uploading weights"):
-            self._neck_weights = [(cp.asarray(pack_neck_weight_for_mma(w, b) if mma else pack_neck_weight(w, b.down)),
+            self._neck_weights = [(cp.asarray(pack_neck_weight_for_mma(w, b, precision) if on_mma
+                                              else pack_neck_weight(w, b.down)),
                                    cp.asarray(np.asarray(bias, np.float32)))
-                                  for (b, w, bias), mma in zip(neck, self.neck_on_mma)]
-            self._head_weight = cp.asarray(pack_head_weights_for_mma(head_w) if self.head_kernel == "head_conv_mma"
-                                           else head_w)
+                                  for (b, w, bias), on_mma in zip(neck, self.neck_on_mma)]
+            self._head_weight = cp.asarray(pack_head_weights_for_mma(head_w, precision)
+                                           if self.head_kernel == "head_conv_mma" else head_w)
             self._head_bias = cp.asarray(head_b)
             self._table = cp.asarray(table)
             cp.cuda.runtime.deviceSynchronize()
@@ -163,8 +183,9 @@ class MultiHeadRpnKernels:
                 np.int32(channels), np.int32(offset))
         pixels, taps = (out_h * out_w, 1) if b.down else (in_h * in_w, b.k * b.k)
         if self.neck_on_mma[i]:
-            if x.data.ptr % 16 or concat.data.ptr % 4 or offset % 2 or channels % 2:
-                raise BackendError(f"neck branch {i}: its input must be 16-byte aligned, the concat 4-byte aligned "
+            pair = 2 * self.io_dtype.itemsize
+            if x.data.ptr % 16 or concat.data.ptr % pair or offset % 2 or channels % 2:
+                raise BackendError(f"neck branch {i}: its input must be 16-byte aligned, the concat {pair}-byte aligned "
                                    "with an even offset and channel count")
             rows, cols = _NECK_MMA_TILE
             launch_kernel(self._k["neck_branch_mma"],
@@ -181,7 +202,7 @@ class MultiHeadRpnKernels:
         if self.head_kernel == "head_conv_mma":
             if mid.data.ptr % 16:
                 raise BackendError("head middle maps: the device buffer must be 16-byte aligned (copied in 16-byte rows)")
-            tile_h, tile_w = _MMA_TILE
+            tile_h, tile_w = self._mma_tile
             grid, threads = (grid_blocks(w, tile_w), grid_blocks(h, tile_h), batch * self.num_branches), 16 * tile_h
         else:
             grid, threads = (grid_blocks(w, _TILE_X), grid_blocks(h, 4 * _TILE_X), batch * self.num_branches), _TILE_X**2

@@ -106,14 +106,13 @@ BACKENDS: dict[str, BackendRow] = {row.name: row for row in (
                lambda r: TrtOptions(device_id=r.device_id, config_digest=r.config_digest, precision=r.precision,
                                     tf32=r.tf32, onnx_sha256=r.graph_sha256),
                auto_priority=0, suits=lambda model: model.has_plans(), runs_on=_tensorrt_runs_on),
-    # fp32 graphs of single-head models: the cuDNN engine's TF32 and IEEE fp32 RPNs (0.53-0.58 / 2.92 ms
-    # on an H200) measured faster than ONNX Runtime's (0.77 / 3.21 ms). A multi-head model's fp32 graphs
-    # were not compared, so auto takes cuDNN for them only when ONNX Runtime has no CUDA provider.
+    # fp32 graphs: the cuDNN engine's TF32 and IEEE fp32 RPNs measured faster than ONNX Runtime's, for
+    # single-head models (0.53-0.58 / 2.92 ms against 0.77 / 3.21 on an H200) and multi-head ones (0.90 /
+    # 4.98 ms against 2.35 / 6.85 on an H100).
     BackendRow("cudnn", "cudnn (frontend graphs + neck-head kernel)", "cuDNN engine", CudnnOptions, "onnx", (), ("cuda",),
                cudnn_unavailable_reason, _open_cudnn, _cudnn_options,
                auto_priority=1,
-               suits=lambda model: (model.precision == "fp16" or model.cfg.heads is None
-                                    or onnxruntime_cuda_unavailable_reason() is not None)),
+               suits=lambda model: True),
 )}
 BACKEND_NAMES: tuple[str, ...] = tuple(BACKENDS)
 BACKEND_CHOICES: tuple[str, ...] = (AUTO, *BACKEND_NAMES)  # what --backend accepts where the pipeline picks

@@ -355,7 +355,7 @@ class CudnnEngine(Engine):
                     self._neck = NeckHeadStage(params.for_gpu(self._device.compute_capability), nh_weights)
                 else:
                     self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
-                                                     sum(cfg.head_channels.values()), half)
+                                                     sum(cfg.head_channels.values()), opt.precision)
                 props = cp.cuda.runtime.getDeviceProperties(opt.device_id)
                 self._gpu = (props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                              f"{props['major']}.{props['minor']}")

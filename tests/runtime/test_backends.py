@@ -89,21 +89,19 @@ def test_pick_backend_names_what_cannot_run_here(tmp_path: Path) -> None:
         assert picked == max(BACKENDS.values(), key=lambda r: r.auto_priority).name
 
 
-def test_auto_takes_the_cudnn_engine_for_single_head_fp32_model_dirs(tmp_path: Path) -> None:
+def test_auto_takes_the_cudnn_engine_before_onnxruntime_for_every_model_dir(tmp_path: Path) -> None:
     """The measured order (docs/BENCHMARK_H200.md): the cuDNN engine's fp16, TF32 and IEEE fp32 RPNs beat
-    ONNX Runtime's on the single-head models; a multi-head model's fp32 graphs go to cuDNN only when ONNX
-    Runtime has no CUDA provider (not compared there)."""
+    ONNX Runtime's, on the single-head models and on the multi-head one."""
     from types import SimpleNamespace
 
     from tiny import tiny_model_dir
 
     from pointpillars_trt.config import load_config
-    from pointpillars_trt.runtime.availability import onnxruntime_cuda_unavailable_reason
 
-    cudnn = BACKENDS["cudnn"]
+    cudnn, ort = BACKENDS["cudnn"], BACKENDS["onnxruntime"]
+    assert cudnn.auto_priority < ort.auto_priority
     for precision in ("fp32", "fp16"):
         assert cudnn.suits(tiny_model_dir(tmp_path / precision, precision=precision))
     multi_head = load_config("openpcdet_nuscenes_multihead")
-    assert cudnn.suits(SimpleNamespace(precision="fp16", cfg=multi_head))  # type: ignore[arg-type]
-    ort_has_cuda = onnxruntime_cuda_unavailable_reason() is None
-    assert cudnn.suits(SimpleNamespace(precision="fp32", cfg=multi_head)) is not ort_has_cuda  # type: ignore[arg-type]
+    for precision in ("fp32", "fp16"):
+        assert cudnn.suits(SimpleNamespace(precision=precision, cfg=multi_head))  # type: ignore[arg-type]

@@ -1,6 +1,7 @@
-// PTX wrappers of the float16 tensor-core kernels (neck_head.cu, neck_head_wgmma.cu): cp.async, ldmatrix,
-// mma.sync m16n8k16 (float32 accumulation) and the float16 packing of their operands. No header of the
-// CUDA toolkit (the wgmma kernel is compiled for sm_90a without an include path).
+// PTX wrappers of the tensor-core kernels (neck_head.cu, neck_head_wgmma.cu, multihead_rpn.cu): cp.async,
+// ldmatrix, mma.sync m16n8k16 on float16 and m16n8k8 on TF32 (float32 accumulation both) and the packing
+// of their operands. No header of the CUDA toolkit (the wgmma kernel is compiled for sm_90a without an
+// include path).
 namespace {
 
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
@@ -31,6 +32,21 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// float32 -> TF32 (10 mantissa bits), to nearest with ties away from zero: the tensor cores would truncate.
+__device__ __forceinline__ unsigned to_tf32(float v) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
+    return r;
+}
+
+// b0, b1: TF32 values already (the packed weights are rounded once on the host).
+__device__ __forceinline__ void mma1688(float (&d)[4], const unsigned (&a)[4], float b0, float b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
 // relu(lo), relu(hi) rounded to float16 (to nearest even), lo in the low half: an A fragment register.

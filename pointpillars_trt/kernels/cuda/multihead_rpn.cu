@@ -12,17 +12,19 @@
 //                one head) is a 3x3 conv (padding 1) of channels [g * MID, (g + 1) * MID) of the
 //                middle buffer to its `n` channels of the merged head map, + bias, no ReLU.
 //                Weights (branches, MAX_OUT, 9, MID) float32, zero past a branch's `n`.
-//   head_conv_mma  the same convs on tensor cores (float16 only: IO_HALF): mma.sync m16n8k16, float32
-//                sums. Weights (branches, 9, HEAD_N, MID) float16, HEAD_N = MAX_OUT rounded up to 8.
-//   neck_branch_mma  neck_branch on tensor cores (IO_HALF; cin a multiple of 32): a GEMM of gathered
-//                rows. Weights (taps, cout, reduce) float16: DOWN one tap of reduce = k * k * cin
+//   head_conv_mma  the same convs on tensor cores, float32 sums: float16 on mma.sync m16n8k16, or float32
+//                as TF32 on m16n8k8 (the tf32 precision; never for IEEE fp32). Weights (branches, 9, HEAD_N,
+//                MID) in the input type (TF32 values for float32), HEAD_N = MAX_OUT rounded up to 8.
+//   neck_branch_mma  neck_branch on tensor cores, as head_conv_mma (cin a multiple of 64 bytes): a GEMM of
+//                gathered rows. Weights (taps, cout, reduce): DOWN one tap of reduce = k * k * cin
 //                (tap * cin + ci), UP k * k taps of reduce = cin.
 //
 // Compile-time configuration (-D options from multihead_rpn.py): IO_HALF, PIXELS (pixels per
 // neck_branch block), NECK_MAX_K (largest reduction of a branch: k * k * cin down, cin up), MID,
 // MAX_OUT, TILE_X (head_conv: tile width; TILE_X^2 threads), CI_CHUNK (middle channels staged at a
 // time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table), and for
-// head_conv_mma HEAD_N, MMA_TILE_H and MMA_TILE_W (its tile of pixels: a warp takes two rows of 16).
+// head_conv_mma HEAD_N, HEAD_CHUNK (middle channels staged at a time; divides MID), MMA_TILE_H and
+// MMA_TILE_W (its tile of pixels: a warp takes two rows of 16).
 #include <cuda_fp16.h>
 
 #include "mma_sync.cuh"
@@ -201,20 +203,19 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
                                   out_channels);
 }
 
-#if IO_HALF
 namespace {
 
-constexpr int kMmaWarps = MMA_TILE_H / 2;           // a warp: two rows of the tile, 16 pixels each
-constexpr int kMmaRows = MMA_TILE_H + 2, kMmaCols = MMA_TILE_W + 2;  // the tile with its 3x3 halo
-constexpr int kMmaPitch = MID + 8;                   // halves a pixel (a weight row): +16 bytes keeps the
-                                                     // fragments' 8 rows x 4 words in distinct banks
-constexpr int kMmaChunks = MID / 8;                  // 16-byte chunks of a pixel's MID channels
-static_assert(MMA_TILE_W == 16 && MMA_TILE_H % 2 == 0 && MID % 16 == 0 && HEAD_N % 8 == 0, "head_conv_mma's shape");
+// The tensor-core kernels' operands: float16 on mma.sync m16n8k16, or float32 as TF32 on m16n8k8 (the tf32
+// precision; IEEE fp32 runs the FMA kernels above). Either way a lane holds A's and B's values at k
+// (2t, 2t + 1) of a step's first 8: for TF32 that permutes the PTX layout's (t, t + 4), which A and B share,
+// so the sum is the same and a pair is one load.
+#if IO_HALF
+constexpr int kMmaK = 16;  // k of one mma
 
 __device__ __forceinline__ unsigned half_pair(const __half* p) { return *reinterpret_cast<const unsigned*>(p); }
 
-// An m16n8k16 A fragment from shared memory: rows g and g + 8 (`p0` points at row g's values 2t, 2t + 1 of
-// the k16 step; rows lie `pitch` halves apart), columns 2t (+ 1) and 2t + 8 (+ 1).
+// An A fragment from shared memory: rows g and g + 8 (`p0` points at row g's values 2t, 2t + 1 of the k
+// step; rows lie `pitch` values apart), columns 2t (+ 1) and 2t + 8 (+ 1).
 __device__ __forceinline__ void a_fragment(unsigned (&a)[4], const __half* p0, int pitch) {
     const __half* p1 = p0 + 8 * pitch;
     a[0] = half_pair(p0);
@@ -223,41 +224,67 @@ __device__ __forceinline__ void a_fragment(unsigned (&a)[4], const __half* p0, i
     a[3] = half_pair(p1 + 8);
 }
 
+// d += A times B's column at `q` (its values 2t, 2t + 1 of the k step; 2t + 8, 2t + 9 follow 8 on).
+__device__ __forceinline__ void mma_step(float (&d)[4], const unsigned (&a)[4], const __half* q) {
+    mma16816(d, a, half_pair(q), half_pair(q + 8));
+}
+
+__device__ __forceinline__ void store_pair(__half* dst, float lo, float hi) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(lo, hi);
+}
+#else
+constexpr int kMmaK = 8;
+
+// As above for m16n8k8: rows g and g + 8, k 2t and 2t + 1, rounded to TF32 as they are read.
+__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float* p0, int pitch) {
+    const float2 lo = *reinterpret_cast<const float2*>(p0), hi = *reinterpret_cast<const float2*>(p0 + 8 * pitch);
+    a[0] = to_tf32(lo.x);
+    a[1] = to_tf32(hi.x);
+    a[2] = to_tf32(lo.y);
+    a[3] = to_tf32(hi.y);
+}
+
+// B's values are TF32 already (rounded when packed).
+__device__ __forceinline__ void mma_step(float (&d)[4], const unsigned (&a)[4], const float* q) {
+    const float2 b = *reinterpret_cast<const float2*>(q);
+    mma1688(d, a, b.x, b.y);
+}
+
+__device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
+    *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);
+}
+#endif
+
+constexpr int kPiece = 16 / static_cast<int>(sizeof(io_t));  // values in the 16 bytes of one cp.async
+
+constexpr int kMmaWarps = MMA_TILE_H / 2;           // a warp: two rows of the tile, 16 pixels each
+constexpr int kMmaRows = MMA_TILE_H + 2, kMmaCols = MMA_TILE_W + 2;  // the tile with its 3x3 halo
+constexpr int kMmaPitch = HEAD_CHUNK + 8;            // values a pixel (a weight row): the +8 puts the fragments'
+                                                     // loads of a warp (or half-warp) in distinct banks
+constexpr int kMmaPieces = HEAD_CHUNK / kPiece;      // 16-byte pieces of a pixel's staged channels
+static_assert(MMA_TILE_W == 16 && MMA_TILE_H % 2 == 0 && MID % HEAD_CHUNK == 0 && HEAD_CHUNK % kMmaK == 0 &&
+                  HEAD_CHUNK % kPiece == 0 && HEAD_N % 8 == 0,
+              "head_conv_mma's shape");
+
 }  // namespace
 
-// Block: an MMA_TILE_H x 16 tile of one frame's head map, one branch, kMmaWarps warps. The branch's
-// MID channels of the tile and its halo, and its weights, are staged once in shared memory (cp.async);
-// the conv is then an implicit GEMM, pixels x outputs over 9 taps x MID channels: warp w multiplies
-// rows 2w and 2w + 1 (an m16 tile each) by the branch's outputs in n8 tiles, as many as its count
-// needs. Grid: (tiles x, tiles y, batch * branches). branches: (out_at, count) per branch.
+// Block: an MMA_TILE_H x 16 tile of one frame's head map, one branch, kMmaWarps warps. The conv is an
+// implicit GEMM, pixels x outputs over 9 taps x MID channels, HEAD_CHUNK channels at a time: the chunk's
+// channels of the tile and its halo, and its weights, are staged in shared memory (cp.async); warp w
+// multiplies rows 2w and 2w + 1 (an m16 tile each) by the branch's outputs in n8 tiles, as many as its
+// count needs. Grid: (tiles x, tiles y, batch * branches). branches: (out_at, count) per branch.
 extern "C" __global__ void __launch_bounds__(32 * kMmaWarps)
-head_conv_mma(const __half* __restrict__ mid, const __half* __restrict__ weight, const float* __restrict__ bias,
+head_conv_mma(const io_t* __restrict__ mid, const io_t* __restrict__ weight, const float* __restrict__ bias,
               const int* __restrict__ branches, float* __restrict__ out, int num_branches, int height, int width,
               int out_channels) {
-    __shared__ __align__(16) __half tile[kMmaRows * kMmaCols][kMmaPitch];
-    __shared__ __align__(16) __half w_tile[9 * HEAD_N][kMmaPitch];
+    __shared__ __align__(16) io_t tile[kMmaRows * kMmaCols][kMmaPitch];
+    __shared__ __align__(16) io_t w_tile[9 * HEAD_N][kMmaPitch];
     const int branch = blockIdx.z % num_branches, n = blockIdx.z / num_branches;
     const int out_at = branches[branch * BRANCH_INTS + BRANCH_OUT_AT];
     const int count = branches[branch * BRANCH_INTS + BRANCH_COUNT];
     const int y0 = blockIdx.y * MMA_TILE_H, x0 = blockIdx.x * MMA_TILE_W;
     const int mid_channels = num_branches * MID;
-    for (int i = threadIdx.x; i < kMmaRows * kMmaCols * kMmaChunks; i += blockDim.x) {
-        const int pixel = i / kMmaChunks, chunk = i - pixel * kMmaChunks;
-        const int y = y0 + pixel / kMmaCols - 1, x = x0 + pixel % kMmaCols - 1;
-        const bool inside = y >= 0 && y < height && x >= 0 && x < width;
-        const __half* src = inside ? mid + ((static_cast<long long>(n) * height + y) * width + x) * mid_channels +
-                                         branch * MID + chunk * 8
-                                   : mid;  // not read: zeros are written
-        cp_async16(&tile[pixel][chunk * 8], src, inside ? 16 : 0);
-    }
-    const __half* w = weight + static_cast<long long>(branch) * 9 * HEAD_N * MID;
-    for (int i = threadIdx.x; i < 9 * HEAD_N * kMmaChunks; i += blockDim.x) {
-        const int row = i / kMmaChunks, chunk = i - row * kMmaChunks;
-        cp_async16(&w_tile[row][chunk * 8], w + static_cast<long long>(row) * MID + chunk * 8, 16);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
+    const io_t* w = weight + static_cast<long long>(branch) * 9 * HEAD_N * MID;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_tiles = (count + 7) / 8;  // uniform over the block: one branch
@@ -269,21 +296,40 @@ head_conv_mma(const __half* __restrict__ mid, const __half* __restrict__ weight,
 #pragma unroll
             for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
 #pragma unroll 1
-    for (int tap = 0; tap < 9; ++tap) {
-        const int dy = tap / 3, dx = tap % 3;
+    for (int c0 = 0; c0 < MID; c0 += HEAD_CHUNK) {
+        if (c0) __syncthreads();  // the chunk before is no longer read
+        for (int i = threadIdx.x; i < kMmaRows * kMmaCols * kMmaPieces; i += blockDim.x) {
+            const int pixel = i / kMmaPieces, piece = i - pixel * kMmaPieces;
+            const int y = y0 + pixel / kMmaCols - 1, x = x0 + pixel % kMmaCols - 1;
+            const bool inside = y >= 0 && y < height && x >= 0 && x < width;
+            const io_t* src = inside ? mid + ((static_cast<long long>(n) * height + y) * width + x) * mid_channels +
+                                           branch * MID + c0 + piece * kPiece
+                                     : mid;  // not read: zeros are written
+            cp_async16(&tile[pixel][piece * kPiece], src, inside ? 16 : 0);
+        }
+        for (int i = threadIdx.x; i < 9 * HEAD_N * kMmaPieces; i += blockDim.x) {
+            const int row = i / kMmaPieces, piece = i - row * kMmaPieces;
+            cp_async16(&w_tile[row][piece * kPiece], w + static_cast<long long>(row) * MID + c0 + piece * kPiece, 16);
+        }
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();
+#pragma unroll 1
+        for (int tap = 0; tap < 9; ++tap) {
+            const int dy = tap / 3, dx = tap % 3;
 #pragma unroll
-        for (int k0 = 0; k0 < MID; k0 += 16) {
-            unsigned a[2][4];
+            for (int k0 = 0; k0 < HEAD_CHUNK; k0 += kMmaK) {
+                unsigned a[2][4];
 #pragma unroll
-            for (int m = 0; m < 2; ++m)  // A: pixels (g, g + 8) of tile row 2 warp + m, channels k0 + 2t (+ 8)
-                a_fragment(a[m], tile[(2 * warp + m + dy) * kMmaCols + g + dx] + k0 + 2 * t, kMmaPitch);
+                for (int m = 0; m < 2; ++m)  // A: pixels (g, g + 8) of tile row 2 warp + m, channels k0 + 2t ...
+                    a_fragment(a[m], tile[(2 * warp + m + dy) * kMmaCols + g + dx] + k0 + 2 * t, kMmaPitch);
 #pragma unroll
-            for (int j = 0; j < HEAD_N / 8; ++j) {
-                if (j >= n_tiles) break;
-                const __half* q = w_tile[tap * HEAD_N + 8 * j + g] + k0 + 2 * t;  // B: output 8 j + g
-                const unsigned b0 = half_pair(q), b1 = half_pair(q + 8);
-                mma16816(acc[0][j], a[0], b0, b1);
-                mma16816(acc[1][j], a[1], b0, b1);
+                for (int j = 0; j < HEAD_N / 8; ++j) {
+                    if (j >= n_tiles) break;
+                    const io_t* q = w_tile[tap * HEAD_N + 8 * j + g] + k0 + 2 * t;  // B: output 8 j + g
+                    mma_step(acc[0][j], a[0], q);
+                    mma_step(acc[1][j], a[1], q);
+                }
             }
         }
     }
@@ -306,17 +352,16 @@ head_conv_mma(const __half* __restrict__ mid, const __half* __restrict__ weight,
         }
     }
 }
-#endif
 
-#if IO_HALF
 namespace {
 
-constexpr int kNeckRows = 64, kNeckCols = 128, kNeckChunk = 32;  // a block's GEMM tile; reduce values a stage
-constexpr int kNeckPitch = kNeckChunk + 8;  // halves a staged row: the fragments' 8 rows x 4 words in distinct banks
+constexpr int kNeckRows = 64, kNeckCols = 128;  // a block's GEMM tile
+constexpr int kNeckChunk = 4 * kPiece;            // reduce values a stage: 64 bytes of a row
+constexpr int kNeckPitch = kNeckChunk + 8;        // values a staged row: a warp's fragment loads in distinct banks
 
-// The input row GEMM row `row` of the block reads (its pixel's values [r0, r0 + 32) of the reduce), or null
+// The input row GEMM row `row` of the block reads (its pixel's values [r0, r0 + kNeckChunk) of the reduce), or null
 // past the frame's pixels; and, with `target`, the output pixel it gives.
-__device__ __forceinline__ const __half* neck_source(const __half* in, long long pixel, long long total, int r0,
+__device__ __forceinline__ const io_t* neck_source(const io_t* in, long long pixel, long long total, int r0,
                                                      int in_h, int in_w, int cin, int grid_h, int grid_w, int k,
                                                      int down) {
     if (pixel >= total) return nullptr;
@@ -335,34 +380,34 @@ __device__ __forceinline__ const __half* neck_source(const __half* in, long long
 }  // namespace
 
 // Block: 64 GEMM rows (DOWN: output pixels; UP: input pixels of tap blockIdx.y) x 128 output channels
-// (blockIdx.z), 4 warps of 32 rows x 64 channels. The reduce goes through shared memory 32 values at a
-// time, two stages of cp.async, the next stage loading while the warps multiply the last.
+// (blockIdx.z), 4 warps of 32 rows x 64 channels. The reduce goes through shared memory kNeckChunk values
+// at a time (cin a multiple), two stages of cp.async, the next stage loading while the warps multiply the last.
 // Grid: (ceil(pixels / 64), UP ? k * k : 1, ceil(cout / 128)), pixels as neck_branch's.
 extern "C" __global__ void __launch_bounds__(128)
-neck_branch_mma(const __half* __restrict__ in, const __half* __restrict__ weight, const float* __restrict__ bias,
-                __half* __restrict__ out, int batch, int in_h, int in_w, int cin, int out_h, int out_w, int cout,
+neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, const float* __restrict__ bias,
+                io_t* __restrict__ out, int batch, int in_h, int in_w, int cin, int out_h, int out_w, int cout,
                 int k, int down, int out_stride, int out_offset) {
-    __shared__ __align__(16) __half a_s[2][kNeckRows][kNeckPitch];
-    __shared__ __align__(16) __half b_s[2][kNeckCols][kNeckPitch];
+    __shared__ __align__(16) io_t a_s[2][kNeckRows][kNeckPitch];
+    __shared__ __align__(16) io_t b_s[2][kNeckCols][kNeckPitch];
     const int reduce = down ? k * k * cin : cin;
     const int tap = blockIdx.y, ky = tap / k, kx = tap % k;
     const int grid_h = down ? out_h : in_h, grid_w = down ? out_w : in_w;
     const long long total = static_cast<long long>(batch) * grid_h * grid_w;
     const long long first = static_cast<long long>(blockIdx.x) * kNeckRows;
     const int c_first = blockIdx.z * kNeckCols;
-    const __half* w = weight + static_cast<long long>(tap) * cout * reduce;
+    const io_t* w = weight + static_cast<long long>(tap) * cout * reduce;
 
     auto stage = [&](int buffer, int r0) {
         for (int i = threadIdx.x; i < kNeckRows * 4; i += blockDim.x) {  // 4 pieces of 16 bytes a row
             const int row = i / 4, piece = i % 4;
-            const __half* src = neck_source(in, first + row, total, r0, in_h, in_w, cin, grid_h, grid_w, k, down);
-            cp_async16(&a_s[buffer][row][piece * 8], src ? src + piece * 8 : in, src ? 16 : 0);
+            const io_t* src = neck_source(in, first + row, total, r0, in_h, in_w, cin, grid_h, grid_w, k, down);
+            cp_async16(&a_s[buffer][row][piece * kPiece], src ? src + piece * kPiece : in, src ? 16 : 0);
         }
         for (int i = threadIdx.x; i < kNeckCols * 4; i += blockDim.x) {
             const int row = i / 4, piece = i % 4, c = c_first + row;
             const bool live = c < cout;
-            cp_async16(&b_s[buffer][row][piece * 8], live ? w + static_cast<long long>(c) * reduce + r0 + piece * 8 : w,
-                       live ? 16 : 0);
+            cp_async16(&b_s[buffer][row][piece * kPiece],
+                       live ? w + static_cast<long long>(c) * reduce + r0 + piece * kPiece : w, live ? 16 : 0);
         }
         cp_async_commit();
     };
@@ -388,16 +433,15 @@ neck_branch_mma(const __half* __restrict__ in, const __half* __restrict__ weight
         }
         __syncthreads();
 #pragma unroll
-        for (int k0 = 0; k0 < kNeckChunk; k0 += 16) {
+        for (int k0 = 0; k0 < kNeckChunk; k0 += kMmaK) {
             unsigned a[2][4];
 #pragma unroll
             for (int m = 0; m < 2; ++m) a_fragment(a[m], &a_s[buffer][wm * 32 + m * 16 + g][k0 + 2 * t], kNeckPitch);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                const __half* q = &b_s[buffer][wn * 64 + j * 8 + g][k0 + 2 * t];
-                const unsigned b0 = half_pair(q), b1 = half_pair(q + 8);
-                mma16816(acc[0][j], a[0], b0, b1);
-                mma16816(acc[1][j], a[1], b0, b1);
+                const io_t* q = &b_s[buffer][wn * 64 + j * 8 + g][k0 + 2 * t];
+                mma_step(acc[0][j], a[0], q);
+                mma_step(acc[1][j], a[1], q);
             }
         }
         __syncthreads();  // the buffer is read no more: the stage after next may load into it
@@ -415,15 +459,13 @@ neck_branch_mma(const __half* __restrict__ in, const __half* __restrict__ weight
                 const int y = rem / grid_w, x = rem - (rem / grid_w) * grid_w;
                 at = (static_cast<long long>(n) * out_h + y * k + ky) * out_w + x * k + kx;
             }
-            __half* dst = out + at * out_stride + out_offset;
+            io_t* dst = out + at * out_stride + out_offset;
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int c = c_first + wn * 64 + j * 8 + 2 * t;
                 if (c < cout)  // cout is even: the pair is whole
-                    *reinterpret_cast<__half2*>(dst + c) =
-                        __floats2half2_rn(fmaxf(acc[m][j][2 * h] + bias[c], 0.0f), fmaxf(acc[m][j][2 * h + 1] + bias[c + 1], 0.0f));
+                    store_pair(dst + c, fmaxf(acc[m][j][2 * h] + bias[c], 0.0f), fmaxf(acc[m][j][2 * h + 1] + bias[c + 1], 0.0f));
             }
         }
     }
 }
-#endif

@@ -281,19 +281,6 @@ struct SmemT {
     int pix[3][kRowsT];
 };
 
-__device__ __forceinline__ unsigned to_tf32(float v) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(v));
-    return r;
-}
-
-__device__ __forceinline__ void mma1688(float (&d)[4], const unsigned (&a)[4], float b0, float b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
-}
-
 template <int CIN, int KP, int CU, int K, int WOFF, int BOFF, int HOFF>
 __device__ __forceinline__ void branch_t(const float* __restrict__ feat, const float* __restrict__ w,
                                          const float* __restrict__ bias, SmemT& s, const int* pix, int a, int b,
