@@ -26,11 +26,11 @@ _PIXELS = 16       # neck_branch: pixels a block
 _NECK_THREADS = 128
 _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
-_MMA_TILE = {2: (8, 16), 4: (4, 16)}  # head_conv_mma by value size: tile rows x columns (a warp: two rows of 16)
-_HEAD_CHUNK_BYTES = 128  # head_conv_mma: middle channels staged at a time (at most MID)
+_MMA_TILE = (16, 16)     # head_conv_mma: tile rows x columns (a warp takes two rows of 16 pixels)
+_HEAD_CHUNK_BYTES = 64   # head_conv_mma: middle channels staged at a time (at most MID)
 _MMA_K = {2: 16, 4: 8}   # k of one mma: m16n8k16 float16, m16n8k8 TF32
-_NECK_MMA_TILE = (64, 128)  # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
-_NECK_MMA_CHUNK_BYTES = 64  # neck_branch_mma: reduce values staged at a time (a row of cin must hold whole ones)
+_NECK_MMA_TILE = (64, 64)   # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
+_NECK_STAGE_BYTES = 128     # neck_branch_mma: reduce values staged at a time (a row of cin must hold whole ones)
 TENSOR_CORE_PRECISIONS = ("fp16", "tf32")  # IEEE fp32 keeps the FMA kernels
 
 
@@ -141,7 +141,7 @@ class MultiHeadRpnKernels:
             raise BackendError(f"multi-head RPN kernels: {max_k} neck products, {self.max_out} outputs a head branch "
                                f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
         head_n = -(-self.max_out // 8) * 8
-        self._mma_tile = tile_h, tile_w = _MMA_TILE[size]
+        tile_h, tile_w = _MMA_TILE
         head_chunk = math.gcd(mid, _HEAD_CHUNK_BYTES // size)
         mma_shared = ((tile_h + 2) * (tile_w + 2) + 9 * head_n) * (head_chunk + 8) * size
         # the output convs on tensor cores where their chunks hold whole mma steps and their tile and weights
@@ -151,12 +151,14 @@ class MultiHeadRpnKernels:
         defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
                                TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
                                HEAD_CHUNK=head_chunk, MMA_TILE_H=tile_h, MMA_TILE_W=tile_w,
+                               NECK_COLS=_NECK_MMA_TILE[1], NECK_STAGE_BYTES=_NECK_STAGE_BYTES,
                                **slot_defines("BRANCH", BRANCH_COLUMNS))
         # the neck branches on tensor cores where their rows come in whole stages and every branch's channels
         # are even (their outputs are written in pairs, at even offsets of the concat)
         even = all(b.out_channels % 2 == 0 for b in self.neck)
-        stage = _NECK_MMA_CHUNK_BYTES // size
-        self.neck_on_mma = [mma and even and b.in_channels % stage == 0 for b in self.neck]
+        stage = _NECK_STAGE_BYTES // size
+        neck_fits = 2 * sum(_NECK_MMA_TILE) * (stage + 8) * size <= STATIC_SHARED_BYTES  # two stages of rows and weights
+        self.neck_on_mma = [mma and even and neck_fits and b.in_channels % stage == 0 for b in self.neck]
         kernels = ("neck_branch", self.head_kernel, *(("neck_branch_mma",) if any(self.neck_on_mma) else ()))
         self._k = compile_kernels("multihead_rpn.cu", defines, kernels)
         with checked("multi-head RPN: uploading weights"):
@@ -202,7 +204,7 @@ class MultiHeadRpnKernels:
         if self.head_kernel == "head_conv_mma":
             if mid.data.ptr % 16:
                 raise BackendError("head middle maps: the device buffer must be 16-byte aligned (copied in 16-byte rows)")
-            tile_h, tile_w = self._mma_tile
+            tile_h, tile_w = _MMA_TILE
             grid, threads = (grid_blocks(w, tile_w), grid_blocks(h, tile_h), batch * self.num_branches), 16 * tile_h
         else:
             grid, threads = (grid_blocks(w, _TILE_X), grid_blocks(h, 4 * _TILE_X), batch * self.num_branches), _TILE_X**2

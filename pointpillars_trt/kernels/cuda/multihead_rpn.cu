@@ -15,7 +15,7 @@
 //   head_conv_mma  the same convs on tensor cores, float32 sums: float16 on mma.sync m16n8k16, or float32
 //                as TF32 on m16n8k8 (the tf32 precision; never for IEEE fp32). Weights (branches, 9, HEAD_N,
 //                MID) in the input type (TF32 values for float32), HEAD_N = MAX_OUT rounded up to 8.
-//   neck_branch_mma  neck_branch on tensor cores, as head_conv_mma (cin a multiple of 64 bytes): a GEMM of
+//   neck_branch_mma  neck_branch on tensor cores, as head_conv_mma (cin whole stages): a GEMM of
 //                gathered rows. Weights (taps, cout, reduce): DOWN one tap of reduce = k * k * cin
 //                (tap * cin + ci), UP k * k taps of reduce = cin.
 //
@@ -24,7 +24,8 @@
 // MAX_OUT, TILE_X (head_conv: tile width; TILE_X^2 threads), CI_CHUNK (middle channels staged at a
 // time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table), and for
 // head_conv_mma HEAD_N, HEAD_CHUNK (middle channels staged at a time; divides MID), MMA_TILE_H and
-// MMA_TILE_W (its tile of pixels: a warp takes two rows of 16).
+// MMA_TILE_W (its tile of pixels: a warp takes two rows of 16), and for neck_branch_mma NECK_COLS (output
+// channels a block) and NECK_STAGE_BYTES (bytes of a row's reduce staged at a time).
 #include <cuda_fp16.h>
 
 #include "mma_sync.cuh"
@@ -355,9 +356,12 @@ head_conv_mma(const io_t* __restrict__ mid, const io_t* __restrict__ weight, con
 
 namespace {
 
-constexpr int kNeckRows = 64, kNeckCols = 128;  // a block's GEMM tile
-constexpr int kNeckChunk = 4 * kPiece;            // reduce values a stage: 64 bytes of a row
-constexpr int kNeckPitch = kNeckChunk + 8;        // values a staged row: a warp's fragment loads in distinct banks
+constexpr int kNeckRows = 64, kNeckCols = NECK_COLS;  // a block's GEMM tile
+constexpr int kWarpCols = kNeckCols / 2;                 // a warp's output channels (4 warps: 2 x 2)
+constexpr int kNeckPieces = NECK_STAGE_BYTES / 16;       // 16-byte pieces of a row a stage
+constexpr int kNeckChunk = kNeckPieces * kPiece;         // reduce values a stage
+constexpr int kNeckPitch = kNeckChunk + 8;  // values a staged row: a warp's fragment loads in distinct banks
+static_assert(kWarpCols % 8 == 0 && kNeckChunk % kMmaK == 0, "neck_branch_mma's shape");
 
 // The input row GEMM row `row` of the block reads (its pixel's values [r0, r0 + kNeckChunk) of the reduce), or null
 // past the frame's pixels; and, with `target`, the output pixel it gives.
@@ -379,8 +383,8 @@ __device__ __forceinline__ const io_t* neck_source(const io_t* in, long long pix
 
 }  // namespace
 
-// Block: 64 GEMM rows (DOWN: output pixels; UP: input pixels of tap blockIdx.y) x 128 output channels
-// (blockIdx.z), 4 warps of 32 rows x 64 channels. The reduce goes through shared memory kNeckChunk values
+// Block: 64 GEMM rows (DOWN: output pixels; UP: input pixels of tap blockIdx.y) x NECK_COLS output channels
+// (blockIdx.z), 4 warps of 32 rows x NECK_COLS / 2 channels. The reduce goes through shared memory kNeckChunk values
 // at a time (cin a multiple), two stages of cp.async, the next stage loading while the warps multiply the last.
 // Grid: (ceil(pixels / 64), UP ? k * k : 1, ceil(cout / 128)), pixels as neck_branch's.
 extern "C" __global__ void __launch_bounds__(128)
@@ -398,13 +402,13 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
     const io_t* w = weight + static_cast<long long>(tap) * cout * reduce;
 
     auto stage = [&](int buffer, int r0) {
-        for (int i = threadIdx.x; i < kNeckRows * 4; i += blockDim.x) {  // 4 pieces of 16 bytes a row
-            const int row = i / 4, piece = i % 4;
+        for (int i = threadIdx.x; i < kNeckRows * kNeckPieces; i += blockDim.x) {
+            const int row = i / kNeckPieces, piece = i % kNeckPieces;
             const io_t* src = neck_source(in, first + row, total, r0, in_h, in_w, cin, grid_h, grid_w, k, down);
             cp_async16(&a_s[buffer][row][piece * kPiece], src ? src + piece * kPiece : in, src ? 16 : 0);
         }
-        for (int i = threadIdx.x; i < kNeckCols * 4; i += blockDim.x) {
-            const int row = i / 4, piece = i % 4, c = c_first + row;
+        for (int i = threadIdx.x; i < kNeckCols * kNeckPieces; i += blockDim.x) {
+            const int row = i / kNeckPieces, piece = i % kNeckPieces, c = c_first + row;
             const bool live = c < cout;
             cp_async16(&b_s[buffer][row][piece * kPiece],
                        live ? w + static_cast<long long>(c) * reduce + r0 + piece * kPiece : w, live ? 16 : 0);
@@ -414,11 +418,11 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wm = warp / 2, wn = warp % 2;  // the warp's 32 rows and 64 channels
-    float acc[2][8][4];
+    float acc[2][kWarpCols / 8][4];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
-        for (int j = 0; j < 8; ++j)
+        for (int j = 0; j < kWarpCols / 8; ++j)
 #pragma unroll
             for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
     const int chunks = reduce / kNeckChunk;
@@ -438,8 +442,8 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
 #pragma unroll
             for (int m = 0; m < 2; ++m) a_fragment(a[m], &a_s[buffer][wm * 32 + m * 16 + g][k0 + 2 * t], kNeckPitch);
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const io_t* q = &b_s[buffer][wn * 64 + j * 8 + g][k0 + 2 * t];
+            for (int j = 0; j < kWarpCols / 8; ++j) {
+                const io_t* q = &b_s[buffer][wn * kWarpCols + j * 8 + g][k0 + 2 * t];
                 mma_step(acc[0][j], a[0], q);
                 mma_step(acc[1][j], a[1], q);
             }
@@ -461,8 +465,8 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
             }
             io_t* dst = out + at * out_stride + out_offset;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = c_first + wn * 64 + j * 8 + 2 * t;
+            for (int j = 0; j < kWarpCols / 8; ++j) {
+                const int c = c_first + wn * kWarpCols + j * 8 + 2 * t;
                 if (c < cout)  // cout is even: the pair is whole
                     store_pair(dst + c, fmaxf(acc[m][j][2 * h] + bias[c], 0.0f), fmaxf(acc[m][j][2 * h + 1] + bias[c + 1], 0.0f));
             }
