@@ -121,21 +121,16 @@ class MultiHeadRpnKernels:
     """Compiled ``neck_branch`` and ``head_conv`` with their packed weights on the device, on tensor cores
     (``neck_branch_mma``, ``head_conv_mma``) for fp16 and tf32 wherever the shapes fit them.
 
-    ``precision``: the cuDNN engine's (fp16: float16 activations; tf32 and IEEE fp32: float32).
-    ``channels_first``: the activations (the neck's inputs and concat, the middle maps) NCHW, as the IEEE
-    fp32 engine's channel-major convs read and write them (fp32 only); the head map is NHWC either way.
-    ``neck`` are (branch, weight in the ONNX layout, bias) triples; ``heads`` the output convs in
-    merged-map order, branch g reading middle channels [g * mid, (g + 1) * mid)."""
+    ``precision``: the cuDNN engine's (fp16: float16 activations; tf32 and IEEE fp32: float32). ``neck``
+    are (branch, weight in the ONNX layout, bias) triples; ``heads`` the output convs in merged-map order,
+    branch g reading middle channels [g * mid, (g + 1) * mid)."""
 
     def __init__(self, neck: Sequence[tuple[NeckBranch, np.ndarray, np.ndarray]], heads: Sequence[HeadBranch],
-                 mid: int, head_channels: int, precision: str, channels_first: bool = False) -> None:
-        if channels_first and precision != "fp32":
-            raise BackendError(f"multi-head RPN kernels: channel-major activations are for IEEE fp32, not {precision}")
+                 mid: int, head_channels: int, precision: str) -> None:
         cp = cupy_module()
         self.neck = [branch for branch, _, _ in neck]
         self.precision, self.mid, self.head_channels = precision, mid, head_channels
         half, mma = precision == "fp16", precision in TENSOR_CORE_PRECISIONS
-        self.channels_first = channels_first
         self.io_dtype = np.dtype(np.float16 if half else np.float32)
         size = self.io_dtype.itemsize
         max_k = max(b.reduce for b in self.neck)
@@ -153,7 +148,7 @@ class MultiHeadRpnKernels:
         # fit the shared memory
         head_fits = head_chunk % _MMA_K[size] == 0 and mma_shared <= STATIC_SHARED_BYTES
         self.head_kernel = "head_conv_mma" if mma and head_fits else "head_conv"
-        defines = define_flags(IO_HALF=int(half), IN_NCHW=int(channels_first), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
+        defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
                                TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
                                HEAD_CHUNK=head_chunk, MMA_TILE_H=tile_h, MMA_TILE_W=tile_w,
                                NECK_COLS=_NECK_MMA_TILE[1], NECK_STAGE_BYTES=_NECK_STAGE_BYTES,
@@ -177,28 +172,13 @@ class MultiHeadRpnKernels:
             self._table = cp.asarray(table)
             cp.cuda.runtime.deviceSynchronize()
 
-    def _activation(self, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
-        """(batch, height, width, channels) of an activation in the kernels' layout."""
-        if self.channels_first:
-            n, c, h, w = shape
-            return n, h, w, c
-        n, h, w, c = shape
-        return n, h, w, c
-
-    def _pattern(self, channels: int | None) -> tuple[int | None, ...]:
-        """A check_device_array shape of an activation with ``channels`` channels (None: any)."""
-        return (None, channels, None, None) if self.channels_first else (None, None, None, channels)
-
     def launch_neck(self, i: int, x: Any, concat: Any, offset: int, stream: Any) -> None:
-        """Branch ``i``: ``x`` (B, h, w, cin) -> channels [offset, offset + cout) of ``concat`` (B, H, W, C); both
-        (B, C, H, W) when channel-major."""
+        """Branch ``i``: ``x`` (B, h, w, cin) -> channels [offset, offset + cout) of ``concat`` (B, H, W, C)."""
         b = self.neck[i]
-        check_device_array(x, f"neck branch {i} input", self.io_dtype, self._pattern(b.in_channels))
-        check_device_array(concat, "neck concat", self.io_dtype, self._pattern(None))
-        batch, in_h, in_w, _ = self._activation(x.shape)
-        concat_batch, out_h, out_w, channels = self._activation(concat.shape)
-        if concat_batch != batch:
-            raise BackendError(f"neck branch {i}: input batch {batch}, concat batch {concat_batch}")
+        check_device_array(x, f"neck branch {i} input", self.io_dtype, (None, None, None, b.in_channels))
+        check_device_array(concat, "neck concat", self.io_dtype, (x.shape[0], None, None, None))
+        batch, in_h, in_w, _ = x.shape
+        _, out_h, out_w, channels = concat.shape
         weight, bias = self._neck_weights[i]
         args = (x, weight, bias, concat, np.int32(batch), np.int32(in_h), np.int32(in_w), np.int32(b.in_channels),
                 np.int32(out_h), np.int32(out_w), np.int32(b.out_channels), np.int32(b.k), np.int32(b.down),
@@ -217,10 +197,9 @@ class MultiHeadRpnKernels:
                           stream)
 
     def launch_heads(self, mid: Any, out: Any, stream: Any) -> None:
-        """``mid`` (B, H, W, branches * MID), or (B, branches * MID, H, W) when channel-major -> the merged head
-        map ``out`` (B, H, W, head_channels) float32."""
-        check_device_array(mid, "head middle maps", self.io_dtype, self._pattern(self.num_branches * self.mid))
-        batch, h, w, _ = self._activation(mid.shape)
+        """``mid`` (B, H, W, branches * MID) -> the merged head map ``out`` (B, H, W, head_channels) float32."""
+        check_device_array(mid, "head middle maps", self.io_dtype, (None, None, None, self.num_branches * self.mid))
+        batch, h, w, _ = mid.shape
         check_device_array(out, "head map", np.float32, (batch, h, w, self.head_channels))
         if self.head_kernel == "head_conv_mma":
             if mid.data.ptr % 16:

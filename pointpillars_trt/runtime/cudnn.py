@@ -3,8 +3,8 @@
 Tensors (batch dynamic up to ``CudnnOptions.max_batch``):
 
 * input ``canvas`` (B, ny, nx, pfn_channels): float16 for precision fp16, float32 otherwise; for IEEE
-  fp32 (precision fp32) channel-major, (B, pfn_channels, ny, nx), as every activation then is
-  (:func:`channels_first`);
+  fp32 (precision fp32, single-head models) channel-major, (B, pfn_channels, ny, nx), as every backbone
+  activation then is (:func:`channels_first`);
 * output ``heads`` (B, hy, hx, cls + box + dir) float32, each part in the ONNX heads' channel order.
 
 Every backbone conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and
@@ -238,12 +238,11 @@ def backbone_conv_weights(get: Getter, cfg: ModelConfig) -> tuple[tuple[np.ndarr
     )
 
 
-def channels_first(precision: str) -> bool:
-    """Whether the engine's canvas and activations are NCHW: for IEEE fp32, whose cuDNN convs are
-    channel-major kernels; NHWC tensors would get a transpose before and after each (0.30 of a 2.94 ms
-    RPN on an H200; 0.63 of the multi-head model's 5.07 ms of kernels on an H100). fp16 and tf32 convs run
-    NHWC kernels."""
-    return precision == "fp32"
+def channels_first(cfg: ModelConfig, precision: str) -> bool:
+    """Whether the engine's canvas and backbone activations are NCHW: for IEEE fp32 (single-head models),
+    whose cuDNN convs are channel-major kernels; NHWC tensors would get a transpose before and after
+    each (0.30 of a 2.94 ms RPN on an H200). fp16 and tf32 convs run NHWC kernels."""
+    return precision == "fp32" and cfg.heads is None
 
 
 def conv_filter(weight: np.ndarray, channels_first: bool) -> np.ndarray:
@@ -339,7 +338,7 @@ class CudnnEngine(Engine):
         self._cp, self._cudnn = cp, cudnn
         self._device = cp.cuda.Device(opt.device_id)
         dtype = opt.dtype
-        self.channels_first_input = nchw = channels_first(opt.precision)
+        self.channels_first_input = nchw = channels_first(cfg, opt.precision)
         try:
             with self._device:
                 self._handle = cudnn.create_handle()
@@ -356,7 +355,7 @@ class CudnnEngine(Engine):
                     self._neck = NeckHeadStage(params.for_gpu(self._device.compute_capability), nh_weights)
                 else:
                     self._neck = MultiHeadRpnKernels(multi.neck, multi.heads, cfg.heads.middle_channels,
-                                                     sum(cfg.head_channels.values()), opt.precision, nchw)
+                                                     sum(cfg.head_channels.values()), opt.precision)
                 props = cp.cuda.runtime.getDeviceProperties(opt.device_id)
                 self._gpu = (props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"]),
                              f"{props['major']}.{props['minor']}")
@@ -468,10 +467,9 @@ class CudnnEngine(Engine):
         self._buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
         if self.cfg.heads is not None:  # the neck's concat, then the shared and middle convs' outputs
             hx, hy = self.cfg.head_map
-            self._buffers["neck"] = cp.zeros((batch, *self._activation_shape(self.cfg.network.head_in_channels, hy, hx)),
-                                             dtype)
+            self._buffers["neck"] = cp.zeros((batch, hy, hx, self.cfg.network.head_in_channels), dtype)
             for layer in self._layers[-2:]:
-                self._buffers[layer.label] = cp.zeros((batch, *self._activation_shape(layer.out_channels, hy, hx)), dtype)
+                self._buffers[layer.label] = cp.zeros((batch, hy, hx, layer.out_channels), dtype)
         self._capacity = batch
 
     def _activation_ptr(self, k: int, batch: int, *, input_side: bool) -> int:

@@ -176,15 +176,6 @@ def test_head_weights_for_the_tensor_cores_are_each_taps_outputs_by_channels(pre
         assert not packed[g, :, n:].any()
 
 
-@pytest.mark.parametrize("precision", ["fp16", "tf32"])
-def test_channel_major_activations_are_refused_outside_ieee_fp32(precision: str) -> None:
-    """Only the IEEE fp32 engine is channel-major; the tensor-core kernels read NHWC."""
-    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
-
-    with pytest.raises(BackendError, match=f"channel-major activations are for IEEE fp32, not {precision}"):
-        MultiHeadRpnKernels([], [], 64, 0, precision, channels_first=True)
-
-
 # --------------------------------------------------------------------------- on the GPU
 
 
@@ -197,18 +188,11 @@ def activations(values: np.ndarray, precision: str) -> np.ndarray:
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("precision,channels_first", [("fp32", False), ("fp32", True), ("tf32", False), ("fp16", False)])
-def test_rpn_kernels_against_the_convolutions(cp: Any, precision: str, channels_first: bool) -> None:
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+def test_rpn_kernels_against_the_convolutions(cp: Any, precision: str) -> None:
     """Small channel counts, where the neck branches mostly do not fit the tensor-core kernels (cin 16 and 24
-    are not whole stages of 128 bytes) and the heads do; IEEE fp32 runs none on tensor cores, and reads and
-    writes its activations NCHW as the channel-major engine does (the head map NHWC as always)."""
+    are not whole stages of 128 bytes) and the heads do; IEEE fp32 runs none on tensor cores."""
     from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
-
-    def device(x: np.ndarray) -> Any:  # an NHWC array in the kernels' layout
-        return cp.asarray(np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if channels_first else x)
-
-    def host(x: Any) -> np.ndarray:  # back to NHWC
-        return cp.asnumpy(x).transpose(0, 2, 3, 1) if channels_first else cp.asnumpy(x)
 
     rng = np.random.default_rng(["fp32", "fp16", "tf32"].index(precision))
     specs = [NeckBranch(16, 8, 2, True), NeckBranch(24, 8, 1, False), NeckBranch(32, 8, 2, False)]
@@ -222,25 +206,25 @@ def test_rpn_kernels_against_the_convolutions(cp: Any, precision: str, channels_
     branches, total = _head_branches(rng, mid, [2, 6, 3, 4, 10])  # head_conv sums 4, 8 or all 10 outputs
     branches = [HeadBranch(b.out_at, activations(b.weight / 4, precision).astype(np.float32),
                            activations(b.bias, precision).astype(np.float32)) for b in branches]
-    kernels = MultiHeadRpnKernels(neck, branches, mid, total, precision, channels_first)
+    kernels = MultiHeadRpnKernels(neck, branches, mid, total, precision)
     assert kernels.neck_on_mma == {"fp32": [False] * 3, "tf32": [False, False, True], "fp16": [False] * 3}[precision]
     assert kernels.head_kernel == ("head_conv" if precision == "fp32" else "head_conv_mma")
     stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
-    concat = device(np.full((2, 8, 10, 24), np.nan, kernels.io_dtype))
+    concat = cp.zeros((2, 8, 10, 24), kernels.io_dtype)
     want_concat = np.zeros((2, 8, 10, 24), np.float64)
     offset = 0
     for i, ((spec, w, b), (_, h, width)) in enumerate(zip(neck, inputs)):
         x = activations(rng.normal(size=(2, h, width, spec.in_channels)), precision)
-        kernels.launch_neck(i, device(x), concat, offset, stream)
+        kernels.launch_neck(i, cp.asarray(x), concat, offset, stream)
         want = strided_conv(x, w, b, spec.k) if spec.down else transposed_conv(x, w, b, spec.k)
         want_concat[..., offset : offset + spec.out_channels] = want
         offset += spec.out_channels
     middle = activations(rng.normal(size=(2, 8, 10, len(branches) * mid)), precision)
     heads = cp.full((2, 8, 10, total), np.nan, np.float32)
-    kernels.launch_heads(device(middle), heads, stream)
+    kernels.launch_heads(cp.asarray(middle), heads, stream)
     stream.synchronize()
     tol = 2e-3 if precision == "fp16" else 1e-4  # float16 outputs; float32 sums of the same values
-    np.testing.assert_allclose(host(concat).astype(np.float64), want_concat, rtol=tol, atol=tol)
+    np.testing.assert_allclose(cp.asnumpy(concat).astype(np.float64), want_concat, rtol=tol, atol=tol)
     want_heads = np.concatenate([conv3x3(middle[..., g * mid : (g + 1) * mid], b.weight, b.bias)
                                  for g, b in enumerate(branches)], axis=-1)
     np.testing.assert_allclose(cp.asnumpy(heads), want_heads, rtol=tol, atol=tol)

@@ -102,8 +102,10 @@ def test_conv_layers_refuse_branches_off_the_head_map():
         rpn_conv_layers(bad)
 
 
-def test_only_ieee_fp32_engines_are_channel_major():
-    assert [channels_first(p) for p in ("fp16", "tf32", "fp32")] == [False, False, True]
+def test_only_ieee_fp32_single_head_engines_are_channel_major():
+    kitti, nuscenes = load_config("openpcdet_kitti_3class"), load_config("openpcdet_nuscenes_multihead")
+    assert [channels_first(kitti, p) for p in ("fp16", "tf32", "fp32")] == [False, False, True]
+    assert not channels_first(nuscenes, "fp32")  # its neck and head kernels read NHWC
 
 
 @pytest.mark.parametrize("nchw", [False, True])

@@ -19,11 +19,7 @@
 //                gathered rows. Weights (taps, cout, reduce): DOWN one tap of reduce = k * k * cin
 //                (tap * cin + ci), UP k * k taps of reduce = cin.
 //
-// neck_branch and head_conv read NHWC, or NCHW with IN_NCHW (float32 only: the IEEE fp32 engine's
-// channel-major activations, the neck's concat written so too); the tensor-core kernels read NHWC. The head
-// map is NHWC either way.
-//
-// Compile-time configuration (-D options from multihead_rpn.py): IO_HALF, IN_NCHW, PIXELS (pixels per
+// Compile-time configuration (-D options from multihead_rpn.py): IO_HALF, PIXELS (pixels per
 // neck_branch block), NECK_MAX_K (largest reduction of a branch: k * k * cin down, cin up), MID,
 // MAX_OUT, TILE_X (head_conv: tile width; TILE_X^2 threads), CI_CHUNK (middle channels staged at a
 // time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table), and for
@@ -33,8 +29,6 @@
 #include <cuda_fp16.h>
 
 #include "mma_sync.cuh"
-
-static_assert(!(IN_NCHW && IO_HALF), "channel-major activations are float32 only");
 
 namespace {
 
@@ -52,15 +46,6 @@ __device__ __forceinline__ float rounded(float v) { return v; }
 
 }  // namespace
 
-// Element (n, c, y, x) of an activation of `channels` channels at h x w: NHWC, or NCHW (IN_NCHW).
-__device__ __forceinline__ long long act_index(int n, int c, int y, int x, int channels, int h, int w) {
-#if IN_NCHW
-    return ((static_cast<long long>(n) * channels + c) * h + y) * w + x;
-#else
-    return ((static_cast<long long>(n) * h + y) * w + x) * channels + c;
-#endif
-}
-
 // Block: PIXELS consecutive pixels of one tap, every output channel (threads stride over them), so
 // each weight read serves PIXELS sums. DOWN: PIXELS output pixels, each summing its k x k patch;
 // UP: PIXELS input pixels, each giving output pixel (iy * k + ky, ix * k + kx) of tap blockIdx.y.
@@ -70,13 +55,12 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
                                        int in_w, int cin, int out_h, int out_w, int cout, int k, int down,
                                        int out_stride, int out_offset) {
     __shared__ float values[PIXELS][NECK_MAX_K];
-    __shared__ long long target[PIXELS];  // where each of the block's pixels writes its channel 0, -1 past the end
+    __shared__ long long target[PIXELS];  // output pixel of each of the block's pixels, -1 past the end
     const int reduce = down ? k * k * cin : cin;
     const int tap = blockIdx.y, ky = tap / k, kx = tap % k;
     const int grid_h = down ? out_h : in_h, grid_w = down ? out_w : in_w;
     const long long total = static_cast<long long>(batch) * grid_h * grid_w;
     const long long first = static_cast<long long>(blockIdx.x) * PIXELS;
-    const long long channel_step = IN_NCHW ? static_cast<long long>(out_h) * out_w : 1;  // between output channels
     for (int p = threadIdx.x; p < PIXELS; p += blockDim.x) {
         const long long pixel = first + p;
         long long at = -1;
@@ -84,17 +68,12 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
             const int n = static_cast<int>(pixel / (grid_h * grid_w));
             const int rem = static_cast<int>(pixel - static_cast<long long>(n) * grid_h * grid_w);
             const int y = rem / grid_w, x = rem - (rem / grid_w) * grid_w;
-            at = down ? act_index(n, out_offset, y, x, out_stride, out_h, out_w)
-                      : act_index(n, out_offset, y * k + ky, x * k + kx, out_stride, out_h, out_w);
+            at = down ? pixel : (static_cast<long long>(n) * out_h + y * k + ky) * out_w + x * k + kx;
         }
         target[p] = at;
     }
     for (int i = threadIdx.x; i < PIXELS * reduce; i += blockDim.x) {
-#if IN_NCHW
-        const int p = i % PIXELS, r = i / PIXELS;  // neighbouring threads: neighbouring pixels of a channel plane
-#else
-        const int p = i / reduce, r = i - p * reduce;  // neighbouring threads: neighbouring channels of a pixel
-#endif
+        const int p = i / reduce, r = i - p * reduce;
         const long long pixel = first + p;
         float v = 0.0f;
         if (pixel < total) {
@@ -108,7 +87,7 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
                 iy = y * k + patch / k;
                 ix = x * k + patch % k;
             }
-            v = load(in + act_index(n, ci, iy, ix, cin, in_h, in_w));
+            v = load(in + ((static_cast<long long>(n) * in_h + iy) * in_w + ix) * cin + ci);
         }
         values[p][r] = v;
     }
@@ -126,7 +105,7 @@ extern "C" __global__ void neck_branch(const io_t* __restrict__ in, const float*
         const float b = bias[c];
 #pragma unroll
         for (int p = 0; p < PIXELS; ++p)
-            if (target[p] >= 0) out[target[p] + c * channel_step] = store_value(fmaxf(acc[p] + b, 0.0f));
+            if (target[p] >= 0) out[target[p] * out_stride + out_offset + c] = store_value(fmaxf(acc[p] + b, 0.0f));
     }
 }
 
@@ -153,16 +132,12 @@ __device__ __forceinline__ void head_conv_branch(const io_t* __restrict__ mid, c
     for (int c0 = 0; c0 < MID; c0 += CI_CHUNK) {
         __syncthreads();  // the previous chunk is no longer read
         for (int i = threadIdx.x; i < kHeadRows * kHeadCols * CI_CHUNK; i += kThreads) {
-#if IN_NCHW
-            const int c = i % kHeadCols, r = (i / kHeadCols) % kHeadRows, ci = i / (kHeadCols * kHeadRows);
-#else
             const int ci = i % CI_CHUNK, cell = i / CI_CHUNK;
             const int r = cell / kHeadCols, c = cell % kHeadCols;
-#endif
             const int y = y0 + r - 1, x = x0 + c - 1;
             float v = 0.0f;
             if (y >= 0 && y < height && x >= 0 && x < width)
-                v = load(mid + act_index(n, g * MID + c0 + ci, y, x, mid_channels, height, width));
+                v = load(mid + ((static_cast<long long>(n) * height + y) * width + x) * mid_channels + g * MID + c0 + ci);
             tile[ci][r][c] = v;
         }
         for (int i = threadIdx.x; i < N * 9 * CI_CHUNK; i += kThreads) {
