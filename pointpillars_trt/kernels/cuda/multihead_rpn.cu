@@ -289,13 +289,7 @@ head_conv_mma(const io_t* __restrict__ mid, const io_t* __restrict__ weight, con
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int n_tiles = (count + 7) / 8;  // uniform over the block: one branch
-    float acc[2][HEAD_N / 8][4];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int j = 0; j < HEAD_N / 8; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
+    float acc[2][HEAD_N / 8][4] = {};
 #pragma unroll 1
     for (int c0 = 0; c0 < MID; c0 += HEAD_CHUNK) {
         if (c0) __syncthreads();  // the chunk before is no longer read
@@ -417,14 +411,8 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
     };
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int wm = warp / 2, wn = warp % 2;  // the warp's 32 rows and 64 channels
-    float acc[2][kWarpCols / 8][4];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int j = 0; j < kWarpCols / 8; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) acc[m][j][v] = 0.0f;
+    const int wm = warp / 2, wn = warp % 2;  // the warp's 32 rows and kWarpCols channels
+    float acc[2][kWarpCols / 8][4] = {};
     const int chunks = reduce / kNeckChunk;
     stage(0, 0);
     for (int chunk = 0; chunk < chunks; ++chunk) {
