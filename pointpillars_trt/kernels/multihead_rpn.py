@@ -27,10 +27,12 @@ _NECK_THREADS = 128
 _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 threads)
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
 _MMA_TILE = (16, 16)     # head_conv_mma: tile rows x columns (a warp takes two rows of 16 pixels)
-_HEAD_CHUNK_BYTES = 64   # head_conv_mma: middle channels staged at a time (at most MID)
+_HEAD_CHUNK_BYTES = 64   # head_conv_mma: bytes of a pixel's middle channels staged at a time (at most MID's)
 _MMA_K = {2: 16, 4: 8}   # k of one mma: m16n8k16 float16, m16n8k8 TF32
 _NECK_MMA_TILE = (64, 64)   # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
-_NECK_STAGE_BYTES = 128     # neck_branch_mma: reduce values staged at a time (a row of cin must hold whole ones)
+_NECK_STAGE_BYTES = (128, 64)  # neck_branch_mma: bytes of a row's reduce staged at a time, the first that
+                               # every branch's cin holds whole (the faster first)
+PRECISIONS = ("fp16", "tf32", "fp32")
 TENSOR_CORE_PRECISIONS = ("fp16", "tf32")  # IEEE fp32 keeps the FMA kernels
 
 
@@ -127,6 +129,8 @@ class MultiHeadRpnKernels:
 
     def __init__(self, neck: Sequence[tuple[NeckBranch, np.ndarray, np.ndarray]], heads: Sequence[HeadBranch],
                  mid: int, head_channels: int, precision: str) -> None:
+        if precision not in PRECISIONS:
+            raise BackendError(f"multi-head RPN kernels: precision {precision!r}; expected one of {PRECISIONS}")
         cp = cupy_module()
         self.neck = [branch for branch, _, _ in neck]
         self.precision, self.mid, self.head_channels = precision, mid, head_channels
@@ -148,17 +152,20 @@ class MultiHeadRpnKernels:
         # fit the shared memory
         head_fits = head_chunk % _MMA_K[size] == 0 and mma_shared <= STATIC_SHARED_BYTES
         self.head_kernel = "head_conv_mma" if mma and head_fits else "head_conv"
-        defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
-                               TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
-                               HEAD_CHUNK=head_chunk, MMA_TILE_H=tile_h, MMA_TILE_W=tile_w,
-                               NECK_COLS=_NECK_MMA_TILE[1], NECK_STAGE_BYTES=_NECK_STAGE_BYTES,
-                               **slot_defines("BRANCH", BRANCH_COLUMNS))
         # the neck branches on tensor cores where their rows come in whole stages and every branch's channels
         # are even (their outputs are written in pairs, at even offsets of the concat)
         even = all(b.out_channels % 2 == 0 for b in self.neck)
-        stage = _NECK_STAGE_BYTES // size
+        stage_bytes = next((n for n in _NECK_STAGE_BYTES if all(b.in_channels * size % n == 0 for b in self.neck)),
+                           _NECK_STAGE_BYTES[-1])
+        stage = stage_bytes // size
         neck_fits = 2 * sum(_NECK_MMA_TILE) * (stage + 8) * size <= STATIC_SHARED_BYTES  # two stages of rows and weights
         self.neck_on_mma = [mma and even and neck_fits and b.in_channels % stage == 0 for b in self.neck]
+        defines = define_flags(IO_HALF=int(half), PIXELS=_PIXELS, NECK_MAX_K=max_k, MID=mid, MAX_OUT=self.max_out,
+                               TILE_X=_TILE_X, CI_CHUNK=_CI_CHUNK, BRANCH_INTS=len(BRANCH_COLUMNS), HEAD_N=head_n,
+                               HEAD_CHUNK=head_chunk, MMA_TILE_H=tile_h, MMA_TILE_W=tile_w,
+                               HEAD_MMA=int(self.head_kernel == "head_conv_mma"), NECK_MMA=int(any(self.neck_on_mma)),
+                               NECK_COLS=_NECK_MMA_TILE[1], NECK_STAGE_BYTES=stage_bytes,
+                               **slot_defines("BRANCH", BRANCH_COLUMNS))
         kernels = ("neck_branch", self.head_kernel, *(("neck_branch_mma",) if any(self.neck_on_mma) else ()))
         self._k = compile_kernels("multihead_rpn.cu", defines, kernels)
         with checked("multi-head RPN: uploading weights"):

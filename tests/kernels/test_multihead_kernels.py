@@ -176,6 +176,13 @@ def test_head_weights_for_the_tensor_cores_are_each_taps_outputs_by_channels(pre
         assert not packed[g, :, n:].any()
 
 
+def test_an_unknown_precision_is_refused() -> None:
+    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
+
+    with pytest.raises(BackendError, match="precision 'bf16'; expected one of"):
+        MultiHeadRpnKernels([], [], 64, 0, "bf16")
+
+
 # --------------------------------------------------------------------------- on the GPU
 
 
@@ -190,8 +197,9 @@ def activations(values: np.ndarray, precision: str) -> np.ndarray:
 @pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
 def test_rpn_kernels_against_the_convolutions(cp: Any, precision: str) -> None:
-    """Small channel counts, where the neck branches mostly do not fit the tensor-core kernels (cin 16 and 24
-    are not whole stages of 128 bytes) and the heads do; IEEE fp32 runs none on tensor cores."""
+    """Small channel counts, where some neck branches fit the tensor-core kernels and some do not (their stage:
+    64 bytes, as cin 24 is not whole 128-byte stages; fp16 cin 16 and 24 are not whole 64-byte ones, tf32 cin
+    24); IEEE fp32 runs none on tensor cores."""
     from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
 
     rng = np.random.default_rng(["fp32", "fp16", "tf32"].index(precision))
@@ -207,7 +215,7 @@ def test_rpn_kernels_against_the_convolutions(cp: Any, precision: str) -> None:
     branches = [HeadBranch(b.out_at, activations(b.weight / 4, precision).astype(np.float32),
                            activations(b.bias, precision).astype(np.float32)) for b in branches]
     kernels = MultiHeadRpnKernels(neck, branches, mid, total, precision)
-    assert kernels.neck_on_mma == {"fp32": [False] * 3, "tf32": [False, False, True], "fp16": [False] * 3}[precision]
+    assert kernels.neck_on_mma == {"fp32": [False] * 3, "tf32": [True, False, True], "fp16": [False, False, True]}[precision]
     assert kernels.head_kernel == ("head_conv" if precision == "fp32" else "head_conv_mma")
     stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
     concat = cp.zeros((2, 8, 10, 24), kernels.io_dtype)
@@ -367,3 +375,30 @@ def test_neck_branches_on_tensor_cores_equal_the_convolutions(cp: Any, precision
     assert np.isfinite(got).all()  # every output written
     tol = 2e-3 if precision == "fp16" else 1e-4
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("precision", ["fp32", "tf32", "fp16"])
+def test_a_head_branch_too_wide_for_the_tensor_core_tile_runs_on_the_fma_kernel(cp: Any, precision: str) -> None:
+    """A branch of 40 outputs at 64 middle channels: the tensor-core tile and its weights would not fit the
+    shared memory, so the heads run on head_conv in every precision, and the module (which then holds no
+    tensor-core kernel) compiles and computes the convolutions."""
+    from pointpillars_trt.kernels.multihead_rpn import MultiHeadRpnKernels
+
+    rng = np.random.default_rng(17)
+    mid = 64
+    branches, total = _head_branches(rng, mid, [2, 40])
+    branches = [HeadBranch(b.out_at, tensor_core_weights(b.weight / 8, "fp16"), b.bias) for b in branches]
+    neck = [(NeckBranch(64, 8, 1, False), tensor_core_weights(rng.normal(size=(64, 8, 1, 1)), "fp16"),
+             np.zeros(8, np.float32))]
+    kernels = MultiHeadRpnKernels(neck, branches, mid, total, precision)
+    assert kernels.head_kernel == "head_conv"
+    middle = activations(rng.normal(size=(1, 9, 11, len(branches) * mid)), precision)
+    heads = cp.full((1, 9, 11, total), np.nan, np.float32)
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    kernels.launch_heads(cp.asarray(middle), heads, stream)
+    stream.synchronize()
+    want = np.concatenate([conv3x3(middle[..., g * mid : (g + 1) * mid], b.weight, b.bias)
+                           for g, b in enumerate(branches)], axis=-1)
+    tol = 2e-3 if precision == "fp16" else 1e-4
+    np.testing.assert_allclose(cp.asnumpy(heads), want, rtol=tol, atol=tol)

@@ -25,7 +25,9 @@
 // time; divides MID), BRANCH_INTS and BRANCH_* (columns of the head_conv branch table), and for
 // head_conv_mma HEAD_N, HEAD_CHUNK (middle channels staged at a time; divides MID), MMA_TILE_H and
 // MMA_TILE_W (its tile of pixels: a warp takes two rows of 16), and for neck_branch_mma NECK_COLS (output
-// channels a block) and NECK_STAGE_BYTES (bytes of a row's reduce staged at a time).
+// channels a block) and NECK_STAGE_BYTES (bytes of a row's reduce staged at a time). HEAD_MMA and NECK_MMA
+// compile the tensor-core kernels: only where they are launched, as a shape too large for their shared
+// memory would fail the whole module.
 #include <cuda_fp16.h>
 
 #include "mma_sync.cuh"
@@ -258,6 +260,11 @@ __device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
 
 constexpr int kPiece = 16 / static_cast<int>(sizeof(io_t));  // values in the 16 bytes of one cp.async
 
+}  // namespace
+
+#if HEAD_MMA
+namespace {
+
 constexpr int kMmaWarps = MMA_TILE_H / 2;           // a warp: two rows of the tile, 16 pixels each
 constexpr int kMmaRows = MMA_TILE_H + 2, kMmaCols = MMA_TILE_W + 2;  // the tile with its 3x3 halo
 constexpr int kMmaPitch = HEAD_CHUNK + 8;            // values a pixel (a weight row): the +8 puts the fragments'
@@ -347,14 +354,17 @@ head_conv_mma(const io_t* __restrict__ mid, const io_t* __restrict__ weight, con
         }
     }
 }
+#endif
 
+#if NECK_MMA
 namespace {
 
 constexpr int kNeckRows = 64, kNeckCols = NECK_COLS;  // a block's GEMM tile
 constexpr int kWarpCols = kNeckCols / 2;                 // a warp's output channels (4 warps: 2 x 2)
 constexpr int kNeckPieces = NECK_STAGE_BYTES / 16;       // 16-byte pieces of a row a stage
 constexpr int kNeckChunk = kNeckPieces * kPiece;         // reduce values a stage
-constexpr int kNeckPitch = kNeckChunk + 8;  // values a staged row: a warp's fragment loads in distinct banks
+constexpr int kNeckPitch = kNeckChunk + 8;  // values a staged row: a warp's (a half-warp's, 64-bit) fragment
+                                            // loads in distinct banks
 static_assert(kWarpCols % 8 == 0 && kNeckChunk % kMmaK == 0, "neck_branch_mma's shape");
 
 // The input row GEMM row `row` of the block reads (its pixel's values [r0, r0 + kNeckChunk) of the reduce), or null
@@ -380,7 +390,7 @@ __device__ __forceinline__ const io_t* neck_source(const io_t* in, long long pix
 // Block: 64 GEMM rows (DOWN: output pixels; UP: input pixels of tap blockIdx.y) x NECK_COLS output channels
 // (blockIdx.z), 4 warps of 32 rows x NECK_COLS / 2 channels. The reduce goes through shared memory kNeckChunk values
 // at a time (cin a multiple), two stages of cp.async, the next stage loading while the warps multiply the last.
-// Grid: (ceil(pixels / 64), UP ? k * k : 1, ceil(cout / 128)), pixels as neck_branch's.
+// Grid: (ceil(pixels / 64), UP ? k * k : 1, ceil(cout / NECK_COLS)), pixels as neck_branch's.
 extern "C" __global__ void __launch_bounds__(128)
 neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, const float* __restrict__ bias,
                 io_t* __restrict__ out, int batch, int in_h, int in_w, int cin, int out_h, int out_w, int cout,
@@ -461,3 +471,4 @@ neck_branch_mma(const io_t* __restrict__ in, const io_t* __restrict__ weight, co
         }
     }
 }
+#endif
