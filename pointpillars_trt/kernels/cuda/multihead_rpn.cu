@@ -206,6 +206,7 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
                                   out_channels);
 }
 
+#if HEAD_MMA || NECK_MMA
 namespace {
 
 // The tensor-core kernels' operands: float16 on mma.sync m16n8k16, or float32 as TF32 on m16n8k8 (the tf32
@@ -261,6 +262,7 @@ __device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
 constexpr int kPiece = 16 / static_cast<int>(sizeof(io_t));  // values in the 16 bytes of one cp.async
 
 }  // namespace
+#endif
 
 #if HEAD_MMA
 namespace {
