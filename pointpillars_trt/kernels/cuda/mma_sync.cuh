@@ -49,6 +49,25 @@ __device__ __forceinline__ void mma1688(float (&d)[4], const unsigned (&a)[4], f
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(__float_as_uint(b0)), "r"(__float_as_uint(b1)));
 }
 
+// The m16n8k8 TF32 operands from float32 rows in shared memory. A lane holds A's and B's values at k
+// (2t, 2t + 1) of a step of 8, where the PTX layout names (t, t + 4): A and B share the permutation, so the
+// sum is the same and a pair is one 64-bit load.
+// An A fragment, rounded to TF32 as it is read: rows g and g + 8 (`p0` points at row g's values 2t, 2t + 1;
+// rows lie `pitch` values apart).
+__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float* p0, int pitch) {
+    const float2 lo = *reinterpret_cast<const float2*>(p0), hi = *reinterpret_cast<const float2*>(p0 + 8 * pitch);
+    a[0] = to_tf32(lo.x);
+    a[1] = to_tf32(hi.x);
+    a[2] = to_tf32(lo.y);
+    a[3] = to_tf32(hi.y);
+}
+
+// d += A times B's column at `q` (its values 2t, 2t + 1: TF32 values already).
+__device__ __forceinline__ void mma_step(float (&d)[4], const unsigned (&a)[4], const float* q) {
+    const float2 b = *reinterpret_cast<const float2*>(q);
+    mma1688(d, a, b.x, b.y);
+}
+
 // relu(lo), relu(hi) rounded to float16 (to nearest even), lo in the low half: an A fragment register.
 __device__ __forceinline__ unsigned pack_relu(float lo, float hi) {
     unsigned r;

@@ -209,10 +209,9 @@ head_conv(const io_t* __restrict__ mid, const float* __restrict__ weight, const 
 #if HEAD_MMA || NECK_MMA
 namespace {
 
-// The tensor-core kernels' operands: float16 on mma.sync m16n8k16, or float32 as TF32 on m16n8k8 (the tf32
-// precision; IEEE fp32 runs the FMA kernels above). Either way a lane holds A's and B's values at k
-// (2t, 2t + 1) of a step's first 8: for TF32 that permutes the PTX layout's (t, t + 4), which A and B share,
-// so the sum is the same and a pair is one load.
+// The tensor-core kernels' operands: float16 on mma.sync m16n8k16 (below), or float32 as TF32 on m16n8k8
+// (the tf32 precision: mma_sync.cuh's a_fragment and mma_step; IEEE fp32 runs the FMA kernels above). Either
+// way a lane holds A's and B's values at k (2t, 2t + 1) of a step's first 8.
 #if IO_HALF
 constexpr int kMmaK = 16;  // k of one mma
 
@@ -238,21 +237,6 @@ __device__ __forceinline__ void store_pair(__half* dst, float lo, float hi) {
 }
 #else
 constexpr int kMmaK = 8;
-
-// As above for m16n8k8: rows g and g + 8, k 2t and 2t + 1, rounded to TF32 as they are read.
-__device__ __forceinline__ void a_fragment(unsigned (&a)[4], const float* p0, int pitch) {
-    const float2 lo = *reinterpret_cast<const float2*>(p0), hi = *reinterpret_cast<const float2*>(p0 + 8 * pitch);
-    a[0] = to_tf32(lo.x);
-    a[1] = to_tf32(hi.x);
-    a[2] = to_tf32(lo.y);
-    a[3] = to_tf32(hi.y);
-}
-
-// B's values are TF32 already (rounded when packed).
-__device__ __forceinline__ void mma_step(float (&d)[4], const unsigned (&a)[4], const float* q) {
-    const float2 b = *reinterpret_cast<const float2*>(q);
-    mma1688(d, a, b.x, b.y);
-}
 
 __device__ __forceinline__ void store_pair(float* dst, float lo, float hi) {
     *reinterpret_cast<float2*>(dst) = make_float2(lo, hi);

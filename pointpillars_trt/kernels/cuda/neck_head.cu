@@ -308,14 +308,10 @@ __device__ __forceinline__ void branch_t(const float* __restrict__ feat, const f
         __syncthreads();
 #pragma unroll
         for (int kk = 0; kk < kChunkT; kk += 8) {
-            const float2 lo = *reinterpret_cast<const float2*>(&s.a[warp * 16 + g][kk + 2 * t]);
-            const float2 hi = *reinterpret_cast<const float2*>(&s.a[warp * 16 + g + 8][kk + 2 * t]);
-            const unsigned fa[4] = {to_tf32(lo.x), to_tf32(hi.x), to_tf32(lo.y), to_tf32(hi.y)};
+            unsigned fa[4];
+            a_fragment(fa, &s.a[warp * 16 + g][kk + 2 * t], kPitchT);
 #pragma unroll
-            for (int j = 0; j < CU / 8; ++j) {
-                const float2 fb = *reinterpret_cast<const float2*>(&s.w[j * 8 + g][kk + 2 * t]);
-                mma1688(acc[j], fa, fb.x, fb.y);
-            }
+            for (int j = 0; j < CU / 8; ++j) mma_step(acc[j], fa, &s.w[j * 8 + g][kk + 2 * t]);
         }
     }
     // u = tf32(relu(acc + bias)) as A fragments, times the head block W_i^T (NHP x CU) from global memory.
