@@ -28,7 +28,6 @@ _TILE_X = 8        # head_conv: tile width (its height is 4 TILE_X; TILE_X^2 thr
 _CI_CHUNK = 16     # head_conv: middle channels staged in shared memory at a time
 _MMA_TILE = (16, 16)     # head_conv_mma: tile rows x columns (a warp takes two rows of 16 pixels)
 _HEAD_CHUNK_BYTES = 64   # head_conv_mma: bytes of a pixel's middle channels staged at a time (at most MID's)
-_MMA_K = {2: 16, 4: 8}   # k of one mma: m16n8k16 float16, m16n8k8 TF32
 _NECK_MMA_TILE = (64, 64)   # neck_branch_mma: a block's GEMM rows (pixels) x output channels, 4 warps
 _NECK_STAGE_BYTES = (128, 64)  # neck_branch_mma: bytes of a row's reduce staged at a time, the first that
                                # every branch's cin holds whole (the faster first)
@@ -146,12 +145,10 @@ class MultiHeadRpnKernels:
                                f"or {mid} middle channels (a multiple of {_CI_CHUNK}) do not fit the kernels")
         head_n = -(-self.max_out // 8) * 8
         tile_h, tile_w = _MMA_TILE
-        head_chunk = math.gcd(mid, _HEAD_CHUNK_BYTES // size)
+        head_chunk = math.gcd(mid, _HEAD_CHUNK_BYTES // size)  # whole mma steps: mid is a multiple of 16
         mma_shared = ((tile_h + 2) * (tile_w + 2) + 9 * head_n) * (head_chunk + 8) * size
-        # the output convs on tensor cores where their chunks hold whole mma steps and their tile and weights
-        # fit the shared memory
-        head_fits = head_chunk % _MMA_K[size] == 0 and mma_shared <= STATIC_SHARED_BYTES
-        self.head_kernel = "head_conv_mma" if mma and head_fits else "head_conv"
+        # the output convs on tensor cores where their tile and weights fit the shared memory
+        self.head_kernel = "head_conv_mma" if mma and mma_shared <= STATIC_SHARED_BYTES else "head_conv"
         # the neck branches on tensor cores where their rows come in whole stages and every branch's channels
         # are even (their outputs are written in pairs, at even offsets of the concat)
         even = all(b.out_channels % 2 == 0 for b in self.neck)
