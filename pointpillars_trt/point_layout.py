@@ -246,7 +246,8 @@ def _zero_low_words(nonzero: np.ndarray) -> float:
 
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     """The row length (3 to WIDEST_ROW_GUESS values a point) that flat float32 ``values`` read as ``point_dim``
-    (4 or 5) values a point far more plausibly have, or None.
+    values a point far more plausibly have, or None. Rows wider than 5 are looked at for rows of 3, 4 or 5
+    only (``_narrower_rows``); the rest of this is for rows of 4 or 5.
 
     Read with the wrong row length, the fields take turns in each column, so the "intensities" hold negative
     values (lidar intensity never is) or values past the 0-1 scale, and values the other length apart (one
@@ -259,8 +260,10 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     from a point's in sign (``_extras_differ``, ~50 us). A frame of 0-255 intensities in scan order costs a
     look at its neighbouring points (~20 us); the rest, a comparison of every row length (about a millisecond).
     """
-    if point_dim not in (4, 5) or values.size < _ROWS_ALIGN or values.size % point_dim:
+    if point_dim < 4 or values.size < _ROWS_ALIGN or values.size % point_dim:
         return None
+    if point_dim > 5:
+        return _narrower_rows(values, point_dim)
     samples = _samples(values, _ROWS_ALIGN)
     columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
     tops = [nonnegative_max_bits(column) for column in columns]
@@ -294,22 +297,81 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     return best
 
 
+def _narrower_rows(values: np.ndarray, point_dim: int) -> int | None:
+    """The known row length (3, 4 or 5 values a point) that flat ``values`` read as ``point_dim`` (over 5)
+    values a point have, or None where nothing shows it. Two kinds of evidence, either enough:
+    - in scan order, one field recurs at the file's own row length: values that far apart change far less
+      (by ``_ROW_STEP_MARGIN``) than values any other distance up to ``point_dim`` apart, bar its multiples;
+    - where ``point_dim`` is a multiple of it (rows of 4 read as 8), where both distances are steps within
+      one field, the values past a row's first point must also be further points (``_extras_are_points``)
+      stepping no farther than at ``point_dim``; then, read as rows of 4 or 5, 4th values that are never
+      negative (intensities) show it in any order.
+    Wider files read right (a ring, a time, a range or flags after the intensity) show neither: their extra
+    values are no x and y, and they step least at their own length."""
+    looked_at = [s[:_STEP_SAMPLE] for s in _samples(values, _ROWS_ALIGN)]
+    with np.errstate(all="ignore"):  # NaN and huge values are what the steps look past
+        steps = {n: _median_step(looked_at, n) for n in range(3, point_dim + 1)}
+    for row in sorted((n for n in ROW_LAYOUTS if values.size % n == 0), key=steps.__getitem__):
+        in_scan_order = steps[row] * _ROW_STEP_MARGIN < min(steps[n] for n in steps if n % row)
+        if point_dim % row:
+            if in_scan_order:
+                return row
+        elif steps[row] <= 1.5 * steps[point_dim] and _extras_are_points(values, point_dim, row) and (
+                in_scan_order or (row >= 4 and _no_negative_intensities(values, row))):
+            return row
+    return None
+
+
+def _no_negative_intensities(values: np.ndarray, row: int) -> bool:
+    """Whether, read as rows of ``row`` values, at most 5 % of the finite 4th values of the two samples are
+    negative (lidar intensity never is; another field read there is, as often as x and y are)."""
+    column = np.concatenate([s[: s.size // row * row].reshape(-1, row)[:, 3] for s in _samples(values, row)])
+    finite = column[np.isfinite(column)]
+    return finite.size > 0 and np.count_nonzero(finite < 0) <= 0.05 * finite.size
+
+
+def _slot_signs(values: np.ndarray, row: int, point_dim: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """For ``values`` as rows of ``row`` (a multiple of ``point_dim``) spread over the whole frame, the first
+    two columns of each ``point_dim``-value slot of a row: how many of each are finite and nonzero, and the
+    share of those that are negative (arrays of shape (slots, 2)); None for too few rows to tell anything (a
+    small frame of random points). x and y of points around a lidar, or in front of it, are negative in like
+    shares, point after point; a missing return is written as zeros or NaN; a ring number, a time or a flag
+    is never negative."""
+    count = values.size // row
+    if count < _SPREAD_ROWS:
+        return None
+    rows = values[: count * row].reshape(-1, row)[:: count // _SPREAD_ROWS]  # signs go with azimuth
+    xy = rows[:, [column for start in range(0, row, point_dim) for column in (start, start + 1)]]
+    counted = np.count_nonzero(np.isfinite(xy) & (xy != 0), axis=0).reshape(-1, 2)
+    return counted, np.count_nonzero(xy < 0, axis=0).reshape(-1, 2) / np.maximum(counted, 1)
+
+
+def _unlike_slots(counted: np.ndarray, share: np.ndarray) -> np.ndarray:
+    """Which slots after the first have x or y negative in a share unlike the first slot's (judged where
+    enough of their values are nonzero)."""
+    return ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] >= _SPREAD_ROWS // 8)).any(axis=1)
+
+
 def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
     """Whether the values after a row's first ``point_dim`` (``values`` as rows of ``row``, a multiple of it)
     are no further points: some later slot's first two columns are all zeros where the first slot's are not
-    (padding), or negative in a share of their finite nonzero values unlike x's and y's, over rows from the
-    whole frame (x and y of points around a lidar, or in front of it, are negative in like shares, point after
-    point; a missing return is written as zeros or NaN; a ring number, a time or a flag is never negative)."""
-    count = values.size // row
-    if count < _SPREAD_ROWS:  # too few rows for shares to tell anything (a small frame of random points)
+    (padding), or negative in a share unlike x's and y's (``_slot_signs``)."""
+    signs = _slot_signs(values, row, point_dim)
+    if signs is None:
         return False
-    rows = values[: count * row].reshape(-1, row)[:: count // _SPREAD_ROWS]  # signs go with azimuth
-    xy = rows[:, [column for start in range(0, row, point_dim) for column in (start, start + 1)]]
-    counted = np.count_nonzero(np.isfinite(xy) & (xy != 0), axis=0).reshape(-1, 2)  # a slot a row of it
-    share = (np.count_nonzero(xy < 0, axis=0).reshape(-1, 2) / np.maximum(counted, 1))
+    counted, share = signs
     padding = (counted == 0).all(axis=1)
-    unlike = ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] >= _SPREAD_ROWS // 8)).any(axis=1)
-    return not padding[0] and bool((padding[1:] | unlike).any())
+    return not padding[0] and bool((padding[1:] | _unlike_slots(counted, share)).any())
+
+
+def _extras_are_points(values: np.ndarray, row: int, point_dim: int) -> bool:
+    """Whether every slot of ``point_dim`` values in rows of ``row`` (``_slot_signs``) is a point: its x and y
+    mostly nonzero, and negative in the first slot's shares."""
+    signs = _slot_signs(values, row, point_dim)
+    if signs is None:
+        return False
+    counted, share = signs
+    return bool((counted >= _SPREAD_ROWS // 8).all() and not _unlike_slots(counted, share).any())
 
 
 #: Rows, spread over a frame, whose signs ``_extras_differ`` compares.

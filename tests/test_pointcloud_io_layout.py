@@ -506,3 +506,84 @@ def test_points_in_firing_order_or_dual_returns_are_not_taken_for_wider_rows(tmp
             path = tmp_path / f"dual{seed}.bin"
             dual.tofile(path)
             np.testing.assert_array_equal(read_points(path), dual)
+
+
+def with_extras(points: np.ndarray, extras: tuple[str, ...]) -> np.ndarray:
+    """``points`` (x, y, z, intensity[, lag]) with columns after them that lidar tools write: a ring, a time,
+    a range, flags, 0-255 reflectivity, ambient light, zero padding."""
+    index, rng = np.arange(len(points)), np.random.default_rng(len(extras))
+    made = {"ring": index % 64, "time": index * 1e-6, "range": np.hypot(points[:, 0], points[:, 1]),
+            "zeros": np.zeros(len(points)), "flag": np.full(len(points), 2.0),
+            "reflectivity": rng.integers(0, 256, len(points)), "ambient": rng.integers(0, 4000, len(points))}
+    return np.column_stack([points, *(made[name] for name in extras)]).astype("<f4")
+
+
+@pytest.mark.parametrize("extras", [("ring",), ("ring", "flag"), ("range", "ring", "time", "zeros"),
+                                    ("zeros",) * 4, ("time", "reflectivity", "ring", "ambient", "range"),
+                                    ("zeros", "zeros"), ("time",) * 8])
+def test_wider_files_read_with_their_own_row_length_are_read(assets: Path, tmp_path: Path,
+                                                             extras: tuple[str, ...]) -> None:
+    """Real KITTI scans and crops, a spinning lidar's scan in firing order and nuScenes sweeps, written with
+    extra columns and read with their own row length, in scan order or shuffled: read, never taken for rows
+    of 3, 4 or 5 read as wider ones."""
+    kitti = sorted((assets / "kitti" / "training").glob("velodyne*/*.bin"))[::4]
+    frames = [np.fromfile(path, "<f4").reshape(-1, 4) for path in kitti]
+    frames += [spinning_scan([-15, 1, -13, 3, -11, 5, -9, 7, -7, 9, -5, 11, -3, 13, -1, 15], 0)]
+    frames += [np.fromfile(assets / name, "<f4").reshape(-1, 5) for name in NUSCENES_FRAMES]
+    rng = np.random.default_rng(9)
+    for number, points in enumerate(frames):
+        rows = with_extras(points, extras)
+        for data in (rows, rows[rng.permutation(len(rows))]):
+            path = tmp_path / f"wide{number}.bin"
+            data.tofile(path)
+            np.testing.assert_array_equal(read_points(path, point_dim=rows.shape[1], columns=4), data[:, :4])
+
+
+@pytest.mark.parametrize("wide", [6, 7, 8, 12, 16])
+def test_four_value_scans_read_as_wider_rows_are_refused_naming_point_dim_4(assets: Path, tmp_path: Path,
+                                                                              wide: int) -> None:
+    """A KITTI scan or crop (4 values a point) read with a wider row length: each row holds parts of two or
+    more points, and the model would take every other point's x, y, z, intensity (rows of 8) or fields mixed
+    up, without a word (it looked at rows of 4 or 5 only). Refused for rows of 4, from the steps of scan order
+    or, for multiples of 4, also shuffled, from the extra values being x, y, z and intensities."""
+    rng = np.random.default_rng(wide)
+    for name in sorted((assets / "kitti" / "training").glob("velodyne*/*.bin"))[::3]:
+        scan = np.fromfile(name, "<f4").reshape(-1, 4)
+        orders = (scan, scan[rng.permutation(len(scan))]) if wide % 4 == 0 else (scan,)
+        for data in orders:
+            flat = np.ascontiguousarray(data).ravel()
+            path = tmp_path / "scan.bin"
+            flat[: flat.size // np.lcm(4, wide) * np.lcm(4, wide)].tofile(path)
+            for read in (lambda: read_points(path, point_dim=wide),
+                         lambda: read_points_into(path, lambda n: None, point_dim=wide)):
+                with pytest.raises(InputError, match=rf"looks like 4 float32 values a point \(x, y, z, intensity, "
+                                                      rf"as KITTI writes them\) read as {wide}; pass --point-dim 4"):
+                    read()
+
+
+def test_five_and_three_value_frames_read_as_wider_rows_name_what_they_are(assets: Path, tmp_path: Path) -> None:
+    """nuScenes sweeps (5 values a point) read as 8 or 10 name --point-dim 5; x, y, z rows read as 6 or 9 name
+    the missing intensities; a multi-sweep model given single sweeps read as 8 names accumulate."""
+    rng = np.random.default_rng(3)
+    for name in NUSCENES_FRAMES:
+        sweep = np.fromfile(assets / name, "<f4").reshape(-1, 5)
+        for wide, orders in ((8, (sweep,)), (10, (sweep, sweep[rng.permutation(len(sweep))]))):
+            for data in orders:
+                flat = np.ascontiguousarray(data).ravel()
+                path = tmp_path / "sweep.bin"
+                flat[: flat.size // np.lcm(5, wide) * np.lcm(5, wide)].tofile(path)
+                with pytest.raises(InputError, match=rf"looks like 5 float32 values a point .* read as {wide}; "
+                                                      "pass --point-dim 5"):
+                    read_points(path, point_dim=wide)
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    for wide in (6, 9):
+        path = tmp_path / "xyz.bin"
+        xyz = scan[:, :3].ravel()
+        xyz[: xyz.size // wide * wide].tofile(path)
+        with pytest.raises(InputError, match=rf"looks like 3 float32 values a point .* read as {wide}: .*"
+                                              "write each point's intensity too"):
+            read_points(path, point_dim=wide)
+    path = tmp_path / "single.bin"
+    scan.ravel()[: scan.size // 8 * 8].tofile(path)
+    with pytest.raises(InputError, match=r"read as 8; this model reads 5 a point .*PointPillars.accumulate"):
+        read_points(path, point_dim=8, columns=5)
