@@ -73,14 +73,15 @@ def test_the_same_port_twice_is_refused_before_anything_starts(tmp_path) -> None
     assert not (tmp_path / "repo").exists()
 
 
-def test_a_host_serve_cannot_bind_is_refused_before_anything_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("option", ["--host", "--http-host"])
+def test_a_host_serve_cannot_bind_is_refused_before_anything_is_written(tmp_path, option: str) -> None:  # type: ignore[no-untyped-def]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         rc = main(["serve", "--model", str(tmp_path / "missing"), "--repository", str(tmp_path / "repo"),
-                   "--host", "192.0.2.1"])  # TEST-NET-1: documentation only, never an address of this machine
+                   option, "192.0.2.1"])  # TEST-NET-1: documentation only, never an address of this machine
     lines = err.getvalue().splitlines()
     assert rc == 2 and len(lines) == 1, lines
-    assert lines[0].startswith("error: --host '192.0.2.1': cannot bind there (") and "0.0.0.0" in lines[0], lines
+    assert lines[0].startswith(f"error: {option} '192.0.2.1': cannot bind there (") and "0.0.0.0" in lines[0], lines
     assert not (tmp_path / "repo").exists()
 
 

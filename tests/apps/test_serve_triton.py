@@ -575,6 +575,60 @@ def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_
             proc.wait()
 
 
+def huge_json_request(endpoint: str) -> None:
+    """An HTTP inference request whose JSON data declares 2**40 points (16 TiB) and holds 10: Triton allocates
+    the declared size before it reads the data."""
+    import http.client
+
+    host, port = endpoint.rsplit(":", 1)
+    body = json.dumps({"inputs": [{"name": "points", "shape": [1, 2**40, 4], "datatype": "FP32",
+                                   "data": [0.0] * 40}]}).encode()
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+    try:
+        connection.request("POST", f"/v2/models/{MODEL_NAME}/infer", body=body)
+        connection.getresponse().read()
+    except (OSError, http.client.HTTPException):
+        pass  # the server went down under it
+    finally:
+        connection.close()
+
+
+def test_http_on_loopback_only_and_a_request_that_aborts_triton_is_said_with_the_fix(install, tiny,  # type: ignore[no-untyped-def]
+                                                                                     tmp_path: Path) -> None:
+    """--http-host binds HTTP apart from --host (gRPC and metrics), and the warm-up probe goes there. An HTTP
+    request whose JSON data declares a huge shape aborts Triton (std::bad_alloc, in the nvidia-pytriton build CI
+    installs): serve exits 1 with one error line that names that request and --http-host 127.0.0.1."""
+    with open(tmp_path / "serve.err", "w") as err:
+        proc = serve_process(tiny, tmp_path, "--host", "127.0.0.1", "--http-host", "127.0.0.2", stderr=err)
+    try:
+        lines = []
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.strip())
+            if line.startswith("ready"):
+                break
+        endpoints = dict(line.split(": ", 1) for line in lines if ": " in line)
+        assert endpoints["http"].startswith("127.0.0.2:") and endpoints["grpc"].startswith("127.0.0.1:"), lines
+        port = endpoints["http"].rsplit(":", 1)[1]
+        with urllib.request.urlopen(f"http://127.0.0.2:{port}/v2/health/ready", timeout=5) as reply:
+            assert reply.status == 200
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=2)
+        huge_json_request(endpoints["http"])
+        assert proc.wait(timeout=60) == 1
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    errors = [line for line in (tmp_path / "serve.err").read_text().splitlines() if line.startswith("error:")]
+    assert errors == ["error: tritonserver exited with code -6 (SIGABRT: it crashed; its own log above says why; a "
+                      "std::bad_alloc there is most likely an HTTP request whose JSON data declared a huge shape, "
+                      "which Triton allocates before it reads the data: where untrusted clients reach the server, "
+                      "serve HTTP on loopback only, --http-host 127.0.0.1); restart serve (a supervisor such as "
+                      "systemd's Restart=on-failure does it for you)"], errors
+    assert "std::bad_alloc" in (tmp_path / "serve.err").read_text()
+
+
 def test_a_port_something_listens_on_is_refused_before_the_server_starts(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """Another server on --http-port would answer the readiness check: refused, nothing started."""
     import socket

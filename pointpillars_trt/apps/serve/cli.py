@@ -54,6 +54,11 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                        help=f"largest frame a request may carry, 1..{MAX_FRAME_POINTS}")
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda (every GPU) or cuda:N")
     serve.add_argument("--host", default="127.0.0.1", help="address the endpoints bind to")
+    serve.add_argument("--http-host",
+                       help="address the HTTP endpoint binds to (default: --host). Triton allocates an HTTP "
+                            "request's JSON data by the shape it declares, and a huge one aborts the server: where "
+                            "untrusted clients reach --host, keep HTTP on 127.0.0.1 (serve's own health probe "
+                            "uses it) and let them use gRPC")
     serve.add_argument("--http-port", type=port, help="1..65535 (default: a free port)")
     serve.add_argument("--grpc-port", type=port, help="1..65535 (default: a free port)")
     serve.add_argument("--metrics-port", type=port, help="1..65535 (default: a free port)")
@@ -87,15 +92,17 @@ def run_serve(args: argparse.Namespace) -> int:
         raise InputError(f"--http-port, --grpc-port and --metrics-port must differ; got {ports}")
     install = None
     if not args.repository_only:  # before anything is written
-        address = check_bind_host(args.host)
-        if address != args.host:
-            print(f"note: --host {args.host}: serving on {address} (tritonserver takes numeric addresses)",
-                  file=sys.stderr, flush=True)
-            args.host = address
+        for option, name in (("--host", "host"), ("--http-host", "http_host")):
+            given = getattr(args, name)
+            address = given if given is None else check_bind_host(given, option)
+            if address != given:
+                print(f"note: {option} {given}: serving on {address} (tritonserver takes numeric addresses)",
+                      file=sys.stderr, flush=True)
+                setattr(args, name, address)
         install = find_tritonserver(args.tritonserver)
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
-        refuse_busy_ports(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
-                                      "--metrics-port": args.metrics_port})
+        refuse_busy_ports(args.http_host or args.host, {"--http-port": args.http_port})
+        refuse_busy_ports(args.host, {"--grpc-port": args.grpc_port, "--metrics-port": args.metrics_port})
     refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
@@ -122,7 +129,8 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     if install is None:
         print(f"wrote {target}", flush=True)
         return 0
-    server = TritonServer(args.repository, install=install, host=args.host, http_port=args.http_port,
+    server = TritonServer(args.repository, install=install, host=args.host, http_host=args.http_host,
+                          http_port=args.http_port,
                           grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
     stop = threading.Event()
 
@@ -174,6 +182,8 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
             died = "" if code >= 0 or -code not in signal.valid_signals() else \
                 f" ({signal.Signals(-code).name}: " + ("killed by the kernel's out-of-memory killer, or kill -9)"
                                                        if code == -signal.SIGKILL else
+                                                       "it crashed; its own log above says why" + _ABORT_NOTE
+                                                       if code == -signal.SIGABRT else
                                                        "it crashed; its own log above says why)")
             print(f"error: tritonserver exited with code {code}{died}; restart serve (a supervisor such as systemd's "
                   "Restart=on-failure does it for you)", file=sys.stderr, flush=True)
@@ -187,6 +197,12 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
             return EXIT_FRAME_FAILURES
         next_probe = time.monotonic() + interval
     return 0
+
+
+#: What an aborted server's "std::bad_alloc" most likely was.
+_ABORT_NOTE = ("; a std::bad_alloc there is most likely an HTTP request whose JSON data declared a huge shape, which "
+               "Triton allocates before it reads the data: where untrusted clients reach the server, serve HTTP on "
+               "loopback only, --http-host 127.0.0.1)")
 
 
 def _check_until_stopped(probe: ModelProbe, stop: threading.Event) -> str | None:

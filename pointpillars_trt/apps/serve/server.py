@@ -98,25 +98,25 @@ def port_in_use(host: str, number: int) -> bool:
     return False
 
 
-def check_bind_host(host: str) -> str:
+def check_bind_host(host: str, option: str = "--host") -> str:
     """The numeric IPv4 address the endpoints bind to for ``host``: a host name (``localhost``) resolved,
     since tritonserver's HTTP and metrics endpoints take numeric addresses only (given a name they listened
-    nowhere reachable and the start waited out its timeout). Refuses, in one line naming --host, an address
-    the endpoints could not bind to (checked before a repository is written or a server started)."""
+    nowhere reachable and the start waited out its timeout). Refuses, in one line naming ``option``, an
+    address the endpoints could not bind to (checked before a repository is written or a server started)."""
     try:
         address = str(ipaddress.IPv4Address(host))
     except ValueError:
         try:
             address = str(socket.getaddrinfo(host, None, socket.AF_INET, socket.SOCK_STREAM)[0][4][0])
         except (OSError, UnicodeError) as exc:
-            raise InputError(f"--host {host!r}: not an IPv4 address, nor a name of one ({exc}); give an address of "
+            raise InputError(f"{option} {host!r}: not an IPv4 address, nor a name of one ({exc}); give an address of "
                              "this machine: 127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its "
                              "own") from None
     try:
         free_port(address)
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise InputError(f"--host {host!r}: cannot bind there ({reason}); give an address of this machine: "
+        raise InputError(f"{option} {host!r}: cannot bind there ({reason}); give an address of this machine: "
                          "127.0.0.1 (this machine only), 0.0.0.0 (every interface) or one of its own") from None
     return address
 
@@ -179,16 +179,22 @@ class TritonServer:
     ``stop_timeout`` seconds). ``log`` is a file for the server's output (None: this process's own).
     ``end_with_parent``: the server gets SIGTERM when the thread that started it ends, this process killed
     included (``serve`` starts it from its main thread; a server started from a short-lived thread must not).
+    ``http_host``: where the HTTP endpoint binds (default ``host``): Triton allocates an HTTP request's JSON
+    data by its declared shape, and a huge one aborts the server, so a server that untrusted clients reach
+    may keep HTTP (which its readiness check and ``serve``'s probe use) on loopback and serve gRPC on ``host``.
     """
 
     def __init__(self, repository: str | os.PathLike[str], *, install: TritonInstall, host: str = "127.0.0.1",
-                 http_port: int | None = None, grpc_port: int | None = None, metrics_port: int | None = None,
-                 log: str | os.PathLike[str] | None = None, stop_timeout: float = 10.0,
-                 end_with_parent: bool = False) -> None:
+                 http_host: str | None = None, http_port: int | None = None, grpc_port: int | None = None,
+                 metrics_port: int | None = None, log: str | os.PathLike[str] | None = None,
+                 stop_timeout: float = 10.0, end_with_parent: bool = False) -> None:
         self.repository = Path(repository)
         self.end_with_parent = end_with_parent
         self.install = install
         self.host = host
+        self.http_host = http_host or host
+        if not http_port and self.http_host != host:  # a port free where HTTP binds
+            http_port = free_ports(self.http_host, 1, avoid=[port for port in (grpc_port, metrics_port) if port])[0]
         given = [port for port in (http_port, grpc_port, metrics_port) if port]
         picked = iter(free_ports(host, 3 - len(given), avoid=given))
         self.http_port = http_port or next(picked)
@@ -204,12 +210,12 @@ class TritonServer:
 
     @property
     def endpoints(self) -> dict[str, str]:
-        return {"http": f"{self.host}:{self.http_port}", "grpc": f"{self.host}:{self.grpc_port}",
+        return {"http": f"{self.http_host}:{self.http_port}", "grpc": f"{self.host}:{self.grpc_port}",
                 "metrics": f"http://{self.host}:{self.metrics_port}/metrics"}
 
     def command(self, backend_dir: Path) -> list[str]:
         return [str(self.install.binary), f"--model-repository={self.repository.resolve()}",
-                f"--backend-directory={backend_dir}", f"--http-address={self.host}", f"--http-port={self.http_port}",
+                f"--backend-directory={backend_dir}", f"--http-address={self.http_host}", f"--http-port={self.http_port}",
                 f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
                 f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
                 f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 2)}",
@@ -220,8 +226,8 @@ class TritonServer:
 
     def check_ports(self) -> None:
         """Refuse a port something already listens on (BackendError naming its option)."""
-        refuse_busy_ports(self.host, {"--http-port": self.http_port, "--grpc-port": self.grpc_port,
-                                      "--metrics-port": self.metrics_port})
+        refuse_busy_ports(self.http_host, {"--http-port": self.http_port})
+        refuse_busy_ports(self.host, {"--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port})
 
     def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
         """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
@@ -269,7 +275,7 @@ class TritonServer:
         return python.parent
 
     def _wait_ready(self, timeout: float, stop: threading.Event | None) -> None:
-        url = f"http://{self.host}:{self.http_port}/v2/health/ready"
+        url = f"http://{self.http_host}:{self.http_port}/v2/health/ready"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
@@ -286,7 +292,7 @@ class TritonServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)
-        raise BackendError(f"tritonserver on {self.host}:{self.http_port} not ready after {timeout:.0f} s (a large "
+        raise BackendError(f"tritonserver on {self.http_host}:{self.http_port} not ready after {timeout:.0f} s (a large "
                            "model or a busy host may need a longer --ready-timeout)" + self._log_tail())
 
     def _log_tail(self) -> str:
