@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import stat
@@ -31,15 +32,23 @@ PathLike = Union[str, "os.PathLike[str]"]
 def name_text(name: str) -> str:
     """A file name as text every strict UTF-8 reader takes (JSON, Arrow): the name itself when it is
     valid UTF-8, else its undecodable bytes (lone surrogates under Python's surrogateescape) as
-    ``\\xNN`` escapes, so an output record never carries a string a reader refuses."""
+    ``\\xNN`` escapes, so an output record never carries a string a reader refuses. Names stay told
+    apart (``--skip-existing`` matches frames by this text): where escapes are written, and in a valid
+    name that holds text like one (a backslash, x and two hex digits), each backslash is written twice, so
+    a file named ``z\\xff.bin`` and one named z, byte 0xff, .bin get different texts."""
     try:
         name.encode("utf-8")
-        return name
     except UnicodeEncodeError:
+        doubled = name.replace("\\", "\\\\")
         try:
-            return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+            return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         except UnicodeEncodeError:  # a surrogate no file system byte decodes to
-            return name.encode("utf-8", "backslashreplace").decode("utf-8")
+            return doubled.encode("utf-8", "backslashreplace").decode("utf-8")
+    return name.replace("\\", "\\\\") if _LIKE_AN_ESCAPE.search(name) else name
+
+
+#: Text in a valid name that reads like the escape of an undecodable byte.
+_LIKE_AN_ESCAPE = re.compile(r"\\x[0-9a-fA-F]{2}")
 
 
 # --------------------------------------------------------------------------- bounded reads

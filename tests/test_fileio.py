@@ -14,7 +14,7 @@ import pytest
 
 from pointpillars_trt import fileio
 from pointpillars_trt.errors import InputError, PointPillarsError
-from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, read_file_head, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
+from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, name_text, read_file_head, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
 )
 
 
@@ -312,3 +312,18 @@ def test_a_folder_held_refuses_a_second_holder_and_says_where_it_cannot_be_held(
     with fileio.folder_held(folder, "held elsewhere", told.append):
         ran.append(True)
     assert ran == [True] and told == [os.strerror(errno.ENOLCK)]
+
+
+def test_name_text_tells_every_file_name_apart_and_gives_strict_utf8() -> None:
+    """Names as ``--skip-existing`` matches them: a file named with the text of an escape (``z\\xff.bin``) and
+    one whose name holds the byte 0xff, with and without backslashes of their own, get distinct texts, each
+    valid UTF-8, and a name of plain text is itself."""
+    names = [os.fsdecode(raw) for raw in (b"z\xff.bin", b"z\\xff.bin", b"z\\\\xff.bin", b"a\\b\xff.bin",
+                                          b"a\\\\b\\xff.bin", b"a\\b.bin", b"plain.bin", b"\xc3\xa9t\xc3\xa9.bin")]
+    texts = [name_text(name) for name in names]
+    assert len(set(texts)) == len(names), texts
+    for text in texts:
+        text.encode("utf-8", "strict")
+    assert name_text("plain.bin") == "plain.bin" and name_text("a\\b.bin") == "a\\b.bin"
+    assert name_text("été.bin") == "été.bin"
+    assert name_text(os.fsdecode(b"z\xff.bin")) == "z\\xff.bin"

@@ -311,6 +311,25 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     assert {row["source"] for row in rows} == {f"{frames.name}/{name}" for name in names}  # as given
 
 
+def test_a_frame_named_like_another_frames_escaped_byte_is_not_skipped_as_that_frame(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """A file named z, byte 0xff, .bin is written as z\\xff.bin in its rows; a second file named with that very
+    text (a backslash, x, f, f) is another frame: --skip-existing runs it (it was taken for the first's)."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    first = sorted(frames.glob("0*.bin"))[0]
+    (folder / os.fsdecode(b"z\xff.bin")).write_bytes(first.read_bytes())
+    out = tmp_path / "rows"
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl")
+    assert rc == 0, err
+    (folder / "z\\xff.bin").write_bytes(first.read_bytes())
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
+                       "--skip-existing")
+    assert rc == 0 and "skipping 1 frame(s)" in err, err
+    rows = [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
+    assert sorted(row["path"] for row in rows) == [str(folder / "z\\\\xff.bin"), str(folder / "z\\xff.bin")]
+
+
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
                                                                       fmt) -> None:
