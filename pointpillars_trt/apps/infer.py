@@ -414,6 +414,15 @@ def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str]
                          "frames, which KITTI label files (camera-frame boxes) cannot carry; use --format json")
 
 
+def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> None:
+    """--point-dim given for a run without a ``.bin`` frame is refused: it sets the row length of ``.bin``
+    files alone (``.npy`` and ``.pcd`` files carry their own), so it would change nothing, unlike what its
+    user believes of the frames."""
+    if point_dim is not None and frames and not any(str(f).lower().endswith(".bin") for f in frames):
+        raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and none of these "
+                         f"{len(frames)} frame(s) is one (.npy and .pcd files carry their own row length): drop it")
+
+
 def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: str) -> None:
     """.bin frames of fewer values a point than the model's point columns are refused up front."""
     if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
@@ -449,6 +458,7 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     is what every run checks of the model without opening it (``--model`` names something)."""
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors)
+    refuse_unused_point_dim(args.point_dim, frames)
     fmt, out, labels = check_outputs(args, frames)
     if check_model is not None:
         check_model()

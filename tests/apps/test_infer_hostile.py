@@ -234,3 +234,19 @@ def test_a_fifo_in_an_outputs_place_is_one_error_not_a_hang(tiny_model: Path, fr
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: ") and "is a FIFO (named pipe), not a regular file" in done.stderr
     assert os.listdir(out) == [name]
+
+
+def test_point_dim_for_a_run_without_a_bin_frame_is_refused_and_kept_where_one_is(frames: Path,
+                                                                                   tmp_path: Path) -> None:
+    """--point-dim sets the row length of .bin files alone: given for .npy / .pcd frames only, it would change
+    nothing the user expects it to, so it is one error before the model loads (a missing one here); beside a
+    .bin frame it stands (the run then fails on the model, not on the option)."""
+    folder = tmp_path / "npy"
+    folder.mkdir()
+    np.save(folder / "a.npy", np.fromfile(frames / "a.bin", np.float32).reshape(-1, 4))
+    rc, err = run_infer("infer", folder, "--model", tmp_path / "no-model", "--point-dim", "5", "--device", "cpu")
+    assert rc == 2 and err == ("error: --point-dim 5: it sets the values a point of .bin frames, and none of these 1 "
+                               "frame(s) is one (.npy and .pcd files carry their own row length): drop it\n"), err
+    rc, err = run_infer("infer", folder, frames / "a.bin", "--model", tmp_path / "no-model", "--point-dim", "5",
+                        "--device", "cpu")
+    assert rc == 2 and "--point-dim" not in err and "no-model" in err, err

@@ -324,7 +324,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..frame_paths import expand_frame_paths
     from ..frame_report import frame_report
     from ..infer import check_calib_folders, check_model_inputs, check_model_path, check_outputs, end_skipped_run, \
-        OutHold, output_plan
+        OutHold, output_plan, refuse_unused_point_dim
     from ..resume import frames_to_run, say_resume
     from ..run_settings import settings_record
     from ..outputs import OutputPlan
@@ -339,6 +339,7 @@ def _run_ray(args: argparse.Namespace) -> int:
     _refuse_uri_resume(args)
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors, as_given=is_uri)
+    refuse_unused_point_dim(args.point_dim, frames)
     check_one_file_system(frames)
     local = [frame for frame in frames if not is_uri(frame)]
     fmt, out, _ = check_outputs(args, local, resumable=len(local) == len(frames))
