@@ -4,7 +4,7 @@ A file read with the wrong layout gives points without an error: text read as fl
 split in two, random bytes, rows of 3, 5, 6 or 8 values read as 4. These checks look at a few thousand values
 (from the start and the middle of a frame) and refuse such a read with what fits instead; a frame read
 right costs a few integer operations on its values' bits and a look at a few hundred of its values
-(~50 us).
+(~50 us); one of rows wider than 5 values, a comparison of its steps at every row length up to 16 (~0.1-0.5 ms).
 """
 
 from __future__ import annotations
@@ -247,7 +247,8 @@ def _zero_low_words(nonzero: np.ndarray) -> float:
 def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     """The row length (3 to WIDEST_ROW_GUESS values a point) that flat float32 ``values`` read as ``point_dim``
     values a point far more plausibly have, or None. Rows wider than 5 are looked at for rows of 3, 4 or 5
-    only (``_narrower_rows``); the rest of this is for rows of 4 or 5.
+    only (``_narrower_rows``: ~0.1-0.5 ms, the steps at every row length up to 16); the rest of this is for
+    rows of 4 or 5.
 
     Read with the wrong row length, the fields take turns in each column, so the "intensities" hold negative
     values (lidar intensity never is) or values past the 0-1 scale, and values the other length apart (one
@@ -265,7 +266,7 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     if point_dim > 5:
         return _narrower_rows(values, point_dim)
     samples = _samples(values, _ROWS_ALIGN)
-    columns = [s[: s.size // point_dim * point_dim].reshape(-1, point_dim)[:, 3] for s in samples]
+    columns = _fourth_values(samples, point_dim)
     tops = [nonnegative_max_bits(column) for column in columns]
     with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
         if all(top is not None for top in tops):  # the usual case: no negative value, no NaN
@@ -278,7 +279,7 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
             intensity = intensity[np.isfinite(intensity)]
             if intensity.size == 0:
                 return None
-            negative = np.count_nonzero(intensity < 0) > 0.05 * intensity.size
+            negative = _often_negative(intensity)
             unit = intensity.max() <= 1.5
         if not negative and (unit or _rows_read_right(samples, point_dim)):
             return None  # 0-1 reflectance (beside NaN rows); 0-255 (any scale) of points that follow each other
@@ -297,37 +298,70 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     return best
 
 
-def _narrower_rows(values: np.ndarray, point_dim: int) -> int | None:
-    """The known row length (3, 4 or 5 values a point) that flat ``values`` read as ``point_dim`` (over 5)
-    values a point have, or None where nothing shows it. Two kinds of evidence, either enough:
+def _fourth_values(samples: list[np.ndarray], row: int) -> list[np.ndarray]:
+    """Each sample's 4th values of its rows, read as rows of ``row`` values: the intensities of a layout read
+    right (strided views)."""
+    return [s[: s.size // row * row].reshape(-1, row)[:, 3] for s in samples]
+
+
+def _often_negative(finite: np.ndarray) -> bool:
+    """Whether over 5 % of ``finite`` "intensities" are negative, which no lidar intensity is (another field,
+    x or y, read there is, about as often as not)."""
+    return bool(np.count_nonzero(finite < 0) > 0.05 * finite.size)
+
+
+def _narrower_rows(values: np.ndarray, wide: int) -> int | None:
+    """The known row length (3, 4 or 5 values a point) that flat ``values`` read as ``wide`` (over 5) values a
+    point have, or None where nothing shows it. Two kinds of evidence, either enough:
     - in scan order, one field recurs at the file's own row length: values that far apart change far less
-      (by ``_ROW_STEP_MARGIN``) than values any other distance up to ``point_dim`` apart, bar its multiples;
-    - where ``point_dim`` is a multiple of it (rows of 4 read as 8), where both distances are steps within
-      one field, the values past a row's first point must also be further points (``_extras_are_points``)
-      stepping no farther than at ``point_dim``; then, read as rows of 4 or 5, 4th values that are never
-      negative (intensities) show it in any order.
-    Wider files read right (a ring, a time, a range or flags after the intensity) show neither: their extra
-    values are no x and y, and they step least at their own length."""
+      (by ``_ROW_STEP_MARGIN``) than values any other distance up to 16 (and ``wide``) apart, bar its multiples;
+    - where ``wide`` is a multiple of it (rows of 4 read as 8), where both distances are steps within one
+      field, the values past a row's first point must also be further points (``_extras_are_points``), each
+      as far from the one before as a row's first point is from the last of the row before
+      (``_points_follow_on``), and no farther from it than values ``wide`` apart; then, read as rows of 4 or
+      5, 4th values that are never negative (intensities) show it in any order.
+    Wider files read right (a ring, a time, a range or flags after the intensity; a point's copy in another
+    frame) show neither: their extra values are no x and y, or stand apart from their row's first point
+    unlike the points of one stream, and they step least at their own length."""
     looked_at = [s[:_STEP_SAMPLE] for s in _samples(values, _ROWS_ALIGN)]
     with np.errstate(all="ignore"):  # NaN and huge values are what the steps look past
-        steps = {n: _median_step(looked_at, n) for n in range(3, point_dim + 1)}
-    for row in sorted((n for n in ROW_LAYOUTS if values.size % n == 0), key=steps.__getitem__):
-        in_scan_order = steps[row] * _ROW_STEP_MARGIN < min(steps[n] for n in steps if n % row)
-        if point_dim % row:
+        steps = {n: _median_step(looked_at, n) for n in {*range(3, min(wide, WIDEST_ROW_GUESS) + 1), wide}}
+    for narrow in sorted((n for n in ROW_LAYOUTS if values.size % n == 0), key=steps.__getitem__):
+        in_scan_order = steps[narrow] * _ROW_STEP_MARGIN < min(steps[n] for n in steps if n % narrow)
+        if wide % narrow:
             if in_scan_order:
-                return row
-        elif steps[row] <= 1.5 * steps[point_dim] and _extras_are_points(values, point_dim, row) and (
-                in_scan_order or (row >= 4 and _no_negative_intensities(values, row))):
-            return row
+                return narrow
+        elif steps[narrow] <= 1.5 * steps[wide] and _extras_are_points(values, wide, narrow) \
+                and _points_follow_on(values, wide, narrow) \
+                and (in_scan_order or (narrow >= 4 and _no_negative_intensities(values, narrow))):
+            return narrow
     return None
 
 
 def _no_negative_intensities(values: np.ndarray, row: int) -> bool:
     """Whether, read as rows of ``row`` values, at most 5 % of the finite 4th values of the two samples are
-    negative (lidar intensity never is; another field read there is, as often as x and y are)."""
-    column = np.concatenate([s[: s.size // row * row].reshape(-1, row)[:, 3] for s in _samples(values, row)])
+    negative."""
+    column = np.concatenate(_fourth_values(_samples(values, row), row))
     finite = column[np.isfinite(column)]
-    return finite.size > 0 and np.count_nonzero(finite < 0) <= 0.05 * finite.size
+    return finite.size > 0 and not _often_negative(finite)
+
+
+def _points_follow_on(values: np.ndarray, wide: int, narrow: int) -> bool:
+    """Whether, in rows of ``wide`` values, each ``narrow``-value slot is as far from the slot before it (within
+    a row) as a row's first slot is from the last slot of the row before, field by field (median steps of each
+    column within a factor of 2 of each other; both 0 counts as alike): where one stream of points of
+    ``narrow`` values cut into rows puts them, in any order. A point's copy in another frame beside it (x, y,
+    z, then ego x, ego y, ego z), or a second return a little farther along the same ray, lies nearer its own
+    point than the next row's point does in some field."""
+    rows = [s[: s.size // wide * wide].reshape(-1, wide) for s in _samples(values, wide, _FOLLOW_SAMPLE // wide * wide)]
+    with np.errstate(all="ignore"):  # NaN and huge values are what the medians look past
+        for column in range(narrow):
+            within = _middle(np.concatenate([np.abs(r[:, narrow + column :: narrow] - r[:, column : wide - narrow : narrow])
+                                             .ravel() for r in rows]))
+            across = _middle(np.concatenate([np.abs(r[1:, column] - r[:-1, wide - narrow + column]) for r in rows]))
+            if not (within == across == 0 or 0.5 * across <= within <= 2 * across):
+                return False
+    return True
 
 
 def _slot_signs(values: np.ndarray, row: int, point_dim: int) -> tuple[np.ndarray, np.ndarray] | None:
@@ -366,7 +400,7 @@ def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
 
 def _extras_are_points(values: np.ndarray, row: int, point_dim: int) -> bool:
     """Whether every slot of ``point_dim`` values in rows of ``row`` (``_slot_signs``) is a point: its x and y
-    mostly nonzero, and negative in the first slot's shares."""
+    nonzero in at least an eighth of the rows looked at, and negative in the first slot's shares."""
     signs = _slot_signs(values, row, point_dim)
     if signs is None:
         return False
@@ -374,7 +408,7 @@ def _extras_are_points(values: np.ndarray, row: int, point_dim: int) -> bool:
     return bool((counted >= _SPREAD_ROWS // 8).all() and not _unlike_slots(counted, share).any())
 
 
-#: Rows, spread over a frame, whose signs ``_extras_differ`` compares.
+#: Rows, spread over a frame, whose slots' signs ``_slot_signs`` compares.
 _SPREAD_ROWS = 512
 #: The bits of float32 1.5, the top of a 0-1 reflectance column with room for calibration overshoot.
 _UNIT_TOP_BITS = int(np.array(1.5, "<f4").view("<u4"))
@@ -383,6 +417,8 @@ _UNIT_TOP_BITS = int(np.array(1.5, "<f4").view("<u4"))
 _ROW_STEP_MARGIN = 4.0
 #: Values of each sample whose steps at every row length are compared (a few milliseconds in all).
 _STEP_SAMPLE = 4096
+#: Values of each sample whose rows ``_points_follow_on`` compares (at least ~1,600 steps across rows of 20).
+_FOLLOW_SAMPLE = 1 << 15
 #: Values of each sample that the quick look at neighbouring points compares: it runs on every nuScenes frame.
 _NEIGHBOUR_SAMPLE = 256
 

@@ -10,6 +10,7 @@ and counts them). Errors are one-line :class:`InputError` messages naming the fi
 from __future__ import annotations
 
 import ast
+import math
 import os
 from collections.abc import Callable
 from typing import IO, Union
@@ -290,10 +291,12 @@ def _refuse_misfit_content(path: PathLike, head: bytes, what: str) -> np.ndarray
 def _other_dim_hint(size: int, point_dim: int, columns: int, words: np.ndarray) -> str:
     """The size error's pointer to the row length the file's first values (``words``) have, when its size
     fits it, else to the row lengths (3, 4 or 5 values a point) the size fits, if any; rows shorter than the
-    model's ``columns`` get what such a model needs instead of --point-dim."""
-    if point_dim not in (4, 5):
+    model's ``columns`` get what such a model needs instead of --point-dim. Rows wider than 5 get the pointer
+    to the row length their first values have only (a wide file cut short fits rows of 4 as often as not)."""
+    whole = math.lcm(point_dim, *ROW_LAYOUTS)  # whole rows of point_dim and of every layout that may be seen
+    seen = misread_row_length(words[: words.size // whole * whole], point_dim)
+    if point_dim > 5 and seen is None:
         return ""
-    seen = misread_row_length(words[: words.size // point_dim * point_dim], point_dim)
     fits = [seen] if seen is not None and size % (4 * seen) == 0 else \
         sorted((n for n in ROW_LAYOUTS if n != point_dim and size % (4 * n) == 0), key=lambda n: n == 3)
     if not fits:

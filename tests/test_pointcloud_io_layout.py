@@ -510,22 +510,28 @@ def test_points_in_firing_order_or_dual_returns_are_not_taken_for_wider_rows(tmp
 
 def with_extras(points: np.ndarray, extras: tuple[str, ...]) -> np.ndarray:
     """``points`` (x, y, z, intensity[, lag]) with columns after them that lidar tools write: a ring, a time,
-    a range, flags, 0-255 reflectivity, ambient light, zero padding."""
+    a range, flags, 0-255 reflectivity, ambient light, zero padding, the point in the ego frame (a lidar
+    mounted 3 m ahead, 2 m left and 1 m up), a second return 2 % farther along the same ray."""
     index, rng = np.arange(len(points)), np.random.default_rng(len(extras))
     made = {"ring": index % 64, "time": index * 1e-6, "range": np.hypot(points[:, 0], points[:, 1]),
             "zeros": np.zeros(len(points)), "flag": np.full(len(points), 2.0),
-            "reflectivity": rng.integers(0, 256, len(points)), "ambient": rng.integers(0, 4000, len(points))}
+            "reflectivity": rng.integers(0, 256, len(points)), "ambient": rng.integers(0, 4000, len(points)),
+            "ego x": points[:, 0] + 3, "ego y": points[:, 1] + 2, "ego z": points[:, 2] - 1,
+            "second x": points[:, 0] * 1.02, "second y": points[:, 1] * 1.02, "second z": points[:, 2] * 1.02,
+            "second intensity": points[:, 3] * 0.5}
     return np.column_stack([points, *(made[name] for name in extras)]).astype("<f4")
 
 
 @pytest.mark.parametrize("extras", [("ring",), ("ring", "flag"), ("range", "ring", "time", "zeros"),
                                     ("zeros",) * 4, ("time", "reflectivity", "ring", "ambient", "range"),
-                                    ("zeros", "zeros"), ("time",) * 8])
+                                    ("zeros", "zeros"), ("time",) * 8, ("ego x", "ego y", "ego z", "time"),
+                                    ("second x", "second y", "second z", "second intensity")])
 def test_wider_files_read_with_their_own_row_length_are_read(assets: Path, tmp_path: Path,
                                                              extras: tuple[str, ...]) -> None:
     """Real KITTI scans and crops, a spinning lidar's scan in firing order and nuScenes sweeps, written with
     extra columns and read with their own row length, in scan order or shuffled: read, never taken for rows
-    of 3, 4 or 5 read as wider ones."""
+    of 3, 4 or 5 read as wider ones (the point's copy in the ego frame and a second return were, shuffled:
+    their extra values are x, y and z too)."""
     kitti = sorted((assets / "kitti" / "training").glob("velodyne*/*.bin"))[::4]
     frames = [np.fromfile(path, "<f4").reshape(-1, 4) for path in kitti]
     frames += [spinning_scan([-15, 1, -13, 3, -11, 5, -9, 7, -7, 9, -5, 11, -3, 13, -1, 15], 0)]
@@ -587,3 +593,17 @@ def test_five_and_three_value_frames_read_as_wider_rows_name_what_they_are(asset
     scan.ravel()[: scan.size // 8 * 8].tofile(path)
     with pytest.raises(InputError, match=r"read as 8; this model reads 5 a point .*PointPillars.accumulate"):
         read_points(path, point_dim=8, columns=5)
+
+
+def test_a_scan_read_as_wider_rows_its_size_does_not_fit_is_pointed_to_its_row_length(assets: Path,
+                                                                                         tmp_path: Path) -> None:
+    """A KITTI scan read with rows of 6, 7 or 9, which its size does not fit: the size error names rows of 4
+    (it said the size alone above 5 values a point)."""
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4")
+    for wide in (6, 7, 9):
+        values = scan if scan.size % wide else scan[:-4]
+        path = tmp_path / "scan.bin"
+        values.tofile(path)
+        with pytest.raises(InputError, match=rf"not a multiple of {4 * wide} \({wide} float32 values a point\); its "
+                                              r"size fits rows of 4 values .* pass --point-dim 4"):
+            read_points(path, point_dim=wide)

@@ -365,3 +365,25 @@ def test_a_repository_in_the_model_dir_is_refused_before_anything_is_written(tmp
             f"error: --repository {str(repository)!r} lies in the model dir {str(model)!r}, which the repository "
             "holds a copy of: give a folder outside it\n"), err.getvalue()
         assert sorted(os.listdir(model)) == before
+
+
+def test_an_aborted_server_is_said_with_its_likely_request_and_the_fix_where_http_is_reachable() -> None:
+    """serve's line for a tritonserver that ended while it served: an abort names Triton's bad_alloc on an HTTP
+    request of a huge declared shape, and --http-host 127.0.0.1 only where HTTP listens beyond loopback; a
+    SIGKILL names the out-of-memory killer; an exit code alone says nothing more."""
+    import signal
+
+    from pointpillars_trt.apps.serve.cli import server_exit_text
+
+    cause = "a std::bad_alloc there is most likely an HTTP request whose JSON data declared a huge shape"
+    fix = "HTTP listens on 0.0.0.0, where untrusted clients may reach it; serve it on loopback only, --http-host 127.0.0.1"
+    for host in ("127.0.0.1", "127.0.0.2"):
+        text = server_exit_text(-signal.SIGABRT, host)
+        assert cause in text and "--http-host" not in text, text
+    assert fix in server_exit_text(-signal.SIGABRT, "0.0.0.0") and fix.replace("0.0.0.0", "10.1.2.3") in \
+        server_exit_text(-signal.SIGABRT, "10.1.2.3")
+    assert "out-of-memory killer" in server_exit_text(-signal.SIGKILL, "0.0.0.0")
+    assert server_exit_text(3, "0.0.0.0") == ("tritonserver exited with code 3; restart serve (a supervisor such as "
+                                              "systemd's Restart=on-failure does it for you)")
+    assert "\n" not in server_exit_text(-signal.SIGSEGV, "0.0.0.0") and "SIGSEGV: it crashed" in \
+        server_exit_text(-signal.SIGSEGV, "0.0.0.0")

@@ -8,6 +8,7 @@ command ``add_scaleout_arguments(infer)``, with infer's run going to ``run_scale
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import signal
 import sys
 import threading
@@ -101,8 +102,7 @@ def run_serve(args: argparse.Namespace) -> int:
                 setattr(args, name, address)
         install = find_tritonserver(args.tritonserver)
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
-        refuse_busy_ports(args.http_host or args.host, {"--http-port": args.http_port})
-        refuse_busy_ports(args.host, {"--grpc-port": args.grpc_port, "--metrics-port": args.metrics_port})
+        refuse_busy_ports(args.host, args.http_host or args.host, args.http_port, args.grpc_port, args.metrics_port)
     refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
@@ -179,14 +179,7 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
     while not stop.wait(min(0.5, interval)):
         code = server.exit_code() if server.process is not None else None
         if code is not None:
-            died = "" if code >= 0 or -code not in signal.valid_signals() else \
-                f" ({signal.Signals(-code).name}: " + ("killed by the kernel's out-of-memory killer, or kill -9)"
-                                                       if code == -signal.SIGKILL else
-                                                       "it crashed; its own log above says why" + _ABORT_NOTE
-                                                       if code == -signal.SIGABRT else
-                                                       "it crashed; its own log above says why)")
-            print(f"error: tritonserver exited with code {code}{died}; restart serve (a supervisor such as systemd's "
-                  "Restart=on-failure does it for you)", file=sys.stderr, flush=True)
+            print(f"error: {server_exit_text(code, server.http_host)}", file=sys.stderr, flush=True)
             return EXIT_FRAME_FAILURES
         if time.monotonic() < next_probe:
             continue
@@ -199,10 +192,25 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
     return 0
 
 
-#: What an aborted server's "std::bad_alloc" most likely was.
-_ABORT_NOTE = ("; a std::bad_alloc there is most likely an HTTP request whose JSON data declared a huge shape, which "
-               "Triton allocates before it reads the data: where untrusted clients reach the server, serve HTTP on "
-               "loopback only, --http-host 127.0.0.1)")
+def server_exit_text(code: int, http_host: str) -> str:
+    """What serve says of a tritonserver that exited with ``code`` (a signal's as -N) while it served, HTTP on
+    ``http_host``. An abort is most often Triton's ``std::bad_alloc`` on an HTTP request whose JSON data
+    declares a huge shape (it allocates the declared size before it reads the data); where HTTP listens
+    beyond this machine, the fix is said too."""
+    if code >= 0 or -code not in signal.valid_signals():
+        why = ""
+    elif code == -signal.SIGKILL:
+        why = " (SIGKILL: killed by the kernel's out-of-memory killer, or kill -9)"
+    elif code == -signal.SIGABRT:
+        fix = "" if ipaddress.ip_address(http_host).is_loopback else \
+            f": HTTP listens on {http_host}, where untrusted clients may reach it; serve it on loopback only, " \
+            "--http-host 127.0.0.1, and let them use gRPC"
+        why = (" (SIGABRT: it crashed; its own log above says why; a std::bad_alloc there is most likely an HTTP "
+               f"request whose JSON data declared a huge shape, which Triton allocates before it reads the data{fix})")
+    else:
+        why = f" ({signal.Signals(-code).name}: it crashed; its own log above says why)"
+    return (f"tritonserver exited with code {code}{why}; restart serve (a supervisor such as systemd's "
+            "Restart=on-failure does it for you)")
 
 
 def _check_until_stopped(probe: ModelProbe, stop: threading.Event) -> str | None:

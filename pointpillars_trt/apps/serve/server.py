@@ -164,11 +164,14 @@ _PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
-def refuse_busy_ports(host: str, ports: dict[str, int | None]) -> None:
-    """BackendError naming the first option whose port (None: not given) something already listens on."""
-    for option, number in ports.items():
-        if number is not None and port_in_use(host, number):
-            raise BackendError(f"{option} {number}: something already listens on {host}:{number} (another "
+def refuse_busy_ports(host: str, http_host: str, http_port: int | None, grpc_port: int | None,
+                      metrics_port: int | None) -> None:
+    """BackendError naming the first option whose port (None: not given) something already listens on: the
+    HTTP endpoint's on ``http_host``, the others on ``host``."""
+    for option, address, number in (("--http-port", http_host, http_port), ("--grpc-port", host, grpc_port),
+                                    ("--metrics-port", host, metrics_port)):
+        if number is not None and port_in_use(address, number):
+            raise BackendError(f"{option} {number}: something already listens on {address}:{number} (another "
                                "server?); pick another port, or leave the option out for a free one")
 
 
@@ -226,8 +229,7 @@ class TritonServer:
 
     def check_ports(self) -> None:
         """Refuse a port something already listens on (BackendError naming its option)."""
-        refuse_busy_ports(self.http_host, {"--http-port": self.http_port})
-        refuse_busy_ports(self.host, {"--grpc-port": self.grpc_port, "--metrics-port": self.metrics_port})
+        refuse_busy_ports(self.host, self.http_host, self.http_port, self.grpc_port, self.metrics_port)
 
     def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
         """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
