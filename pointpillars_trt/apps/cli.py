@@ -220,11 +220,13 @@ def error_message(exc: BaseException, batched: bool = False) -> str:
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, unless its help already says what the default is."""
+    """Shows each option's default, unless its help already says what the default is, the option is required
+    (also "required unless ..."), or it is a flag (off unless given: "(default: False)" says nothing)."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if "default" in text or action.required:  # "(default: ...)", "default: ...", "the default ...", "%(default)s"
+        # "(default: ...)", "default: ...", "the default ...", "%(default)s"
+        if "default" in text or action.required or "required" in text or action.nargs == 0:
             return text
         if action.default is None and action.option_strings and action.nargs != 0:
             return text + " (default: none)"

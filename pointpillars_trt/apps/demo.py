@@ -77,7 +77,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
             walls.append((time.perf_counter() - start) * 1e3)
             steady.append(dict(detector.last_timings))
         where = detector.device
-    print(f"device: {where}   pillars: {detections.stats.num_pillars}   boxes: {len(detections)}\n")
+    print(f"pillars: {detections.stats.num_pillars}   boxes: {len(detections)}\n")  # where it ran: the first line
     print(_detection_table(detections, limit=15))
     clock = "CUDA events" if where == "cuda" else "wall clock"
     print(f"\nstage times (ms, {clock}):")

@@ -1142,9 +1142,14 @@ def test_every_option_has_help_and_default():
                 continue
             assert action.help, (name, action.dest)
             said = formatter._get_help_string(action)  # type: ignore[attr-defined]
-            # each option says its default (a required one that it is required): in its own words, or the
-            # formatter's, never both
-            assert ("required" if action.required else "default") in said, (name, action.dest, said)
+            if action.nargs == 0:  # a flag, off unless given: no "(default: False)"
+                assert said == action.help, (name, action.dest, said)
+                continue
+            # each option says its default (a required one, also "required unless ...", that it is required): in
+            # its own words, or the formatter's, never both
+            required = action.required or "required" in action.help
+            assert ("required" if required else "default") in said, (name, action.dest, said)
+            assert "default" not in said or not required or said == action.help, (name, action.dest, said)
             assert "default" not in action.help or said == action.help, (name, action.dest, said)
 
 

@@ -518,7 +518,7 @@ def test_bench_on_the_cpu_runs_fewer_frames_and_draws_no_bar_into_a_pipe(tiny_fr
     assert "bench: --page-locked, --no-baselines apply to GPU runs; the CPU run times the latency of the model's " \
            "fp32 graphs only" in run.err
     assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
-    assert "running on CPU, ONNX Runtime, fp32: 10 timed frames a frame set" in run.err
+    assert "running on CPU, ONNX Runtime, fp32: 10 timed frames per frame set" in run.err
     assert "bench (CPU)" not in run.err and "\r" not in run.err, run.err  # the bar is for a terminal (infer's test)
 
 
@@ -668,7 +668,7 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
     run = cli("bench", "--device", "cpu", "--model", model, "--frames", frames, "--iterations", "1",
               "--out", tmp_path / "b")
     assert run.rc == 0, run
-    assert "running on CPU, ONNX Runtime, fp16: 1 timed frames a frame set" in run.err, run.err
+    assert "running on CPU, ONNX Runtime, fp16: 1 timed frames per frame set" in run.err, run.err
     assert {r["precision"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]} == {"fp16"}
 
 

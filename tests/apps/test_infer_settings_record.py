@@ -160,12 +160,12 @@ def test_eval_of_the_folder_takes_its_outputs_not_the_record(tiny_model: Path, t
     labels = one_car_labels(tmp_path, tiny_frames[:2])
     run = cli("eval", "--pred", out, "--labels", labels, "--calib", tiny_frames[0].parent.parent / "calib")
     assert run.rc == 0 and run.out.startswith("2 frames, predictions "), run
-    # the record says the predictions came of full scans: said, since the benchmark's are camera-view crops
+    # the record says the predictions came without the camera-view crop: said, since the benchmark's are crops
     assert run.err.splitlines()[-1] == (
-        f"note: the predictions in {str(out)!r} were made on full scans (--fov-only false in its settings record): "
-        "KITTI's benchmark, and OpenPCDet's evaluation, detect on the camera-view points only; unless the model "
-        "was trained on full scans, run infer with --fov-only (the default of --format kitti and --eval) for "
-        "comparable APs"), run
+        f"note: the predictions in {str(out)!r} were made without infer's camera-view crop (--fov-only false in its "
+        "settings record): KITTI's benchmark, and OpenPCDet's evaluation, detect on the camera-view points only; "
+        "unless the frames were camera-view crops already or the model was trained on full scans, run infer with "
+        "--fov-only (the default of --format kitti and --eval) for comparable APs"), run
     cropped = tmp_path / "cropped"
     assert infer(tiny_frames[:2], tiny_model, cropped, "--fov-only").rc == 0
     run = cli("eval", "--pred", cropped, "--labels", labels, "--calib", tiny_frames[0].parent.parent / "calib")

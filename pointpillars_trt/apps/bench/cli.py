@@ -195,7 +195,7 @@ def _cpu_model_dir(model: _Model, out: Path) -> ModelDir:
 
 def _say_cpu_run(args: argparse.Namespace, precision: str, reason: str | None) -> None:
     """The CPU run's line, why a visible GPU goes unused, and the GPU-only options given that it ignores."""
-    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed frames a frame set", file=sys.stderr)
+    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed frames per frame set", file=sys.stderr)
     note = gpu_unused_note(reason) if args.device == "auto" else None
     if note:
         print(note, file=sys.stderr)

@@ -17,8 +17,9 @@ TIMINGS = {"cuda": "e2e: host to host, stage timings off as by default; stages: 
 def markdown_report(results: dict[str, Any]) -> str:
     lines = [f"# pointpillars-trt bench — {results['device_name']}", ""]
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
-              f"iterations per set: {results['iterations']} (warm-up frames per run in the table"
-              + (f"; at least {results['warmup_time_s']:g} s of them" if results.get("warmup_time_s") else "") + ")"]
+              f"timed frames per frame set: {results['iterations']} (the warm-up frames of each run: the table's "
+              "warm-up column" + (f"; at least {results['warmup_time_s']:g} s of them" if results.get("warmup_time_s")
+                                  else "") + ")"]
     lines += _table(
         (f"Latency, one frame at a time (ms; {TIMINGS[results['device']]}; avg points and avg "
          "pillars: of the distinct frames timed, each once: the whole set once the iterations reach its size)"),

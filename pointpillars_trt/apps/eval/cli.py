@@ -87,17 +87,19 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
 
 
 def _full_scan_note(folder: Path) -> str | None:
-    """The note that infer made a folder's predictions on full scans (its settings record says so): KITTI's
-    benchmark counts objects in the camera's view, and OpenPCDet's KITTI models see only those points, so
-    such predictions score lower than the same model on camera-view crops. None without such a record."""
+    """The note that infer made a folder's predictions without its camera-view crop (its settings record says
+    so), as on full scans: KITTI's benchmark counts objects in the camera's view, and OpenPCDet's KITTI models
+    see only those points, so such predictions score lower than the same model on camera-view crops. None
+    without such a record."""
     from ..run_settings import recorded_fov_only
 
     if recorded_fov_only(folder, prediction_format(folder)) is not False:
         return None
-    return (f"note: the predictions in {safe_repr(str(folder))} were made on full scans (--fov-only false in its "
-            "settings record): KITTI's benchmark, and OpenPCDet's evaluation, detect on the camera-view points "
-            "only; unless the model was trained on full scans, run infer with --fov-only (the default of "
-            "--format kitti and --eval) for comparable APs")
+    return (f"note: the predictions in {safe_repr(str(folder))} were made without infer's camera-view crop "
+            "(--fov-only false in its settings record): KITTI's benchmark, and OpenPCDet's evaluation, detect on "
+            "the camera-view points only; unless the frames were camera-view crops already or the model was "
+            "trained on full scans, run infer with --fov-only (the default of --format kitti and --eval) for "
+            "comparable APs")
 
 
 def _unused_camera_note(args: argparse.Namespace) -> str | None:

@@ -41,7 +41,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--repository", required=True, type=path_name,
                        help="Triton model repository folder to write and serve (required)")
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
-                       help=f"model instances per GPU (default {DEFAULT_GPU_INSTANCES}) or on the CPU (default 1), "
+                       help=f"model instances per GPU (default: {DEFAULT_GPU_INSTANCES}) or on the CPU (default: 1), "
                             f"1..{MAX_INSTANCES}")
     serve.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES_PER_INSTANCE), default=1,
                        help=f"GPU pipelines in each instance, 1..{MAX_PIPELINES_PER_INSTANCE}: one runs a batch "
