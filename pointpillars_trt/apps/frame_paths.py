@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -27,7 +28,8 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
     """Point files from files, folders and globs, in the order given (folders and globs sorted).
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
-    files; otherwise a pattern with glob characters is expanded. A path that gives no frame (it
+    files but hidden ones (said once a folder); otherwise a pattern with glob characters is expanded
+    (``**``: folders at any depth). A path that gives no frame (it
     does not exist or cannot be reached, a folder without point files or that cannot be listed, a
     pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
     message each, before any model loads), or, given
@@ -57,13 +59,18 @@ def _frames_of(pattern: str) -> list[str]:
             names = os.listdir(pattern)
         except OSError:  # a folder that cannot be listed gives no frame: _no_frames says why
             return []
-        return sorted(os.path.join(pattern, n) for n in names
-                      if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n)))
+        files = [n for n in names if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n))]
+        hidden = sorted(n for n in files if n.startswith("."))
+        if hidden:  # as a glob and ls leave them out: macOS's ._*.bin metadata files, editors' temporary copies
+            print(f"note: folder {safe_repr(pattern)}: {len(hidden)} hidden file(s) left out (e.g. "
+                  f"{safe_repr(hidden[0])}: macOS metadata?); give one by name to run it", file=sys.stderr, flush=True)
+        return sorted(os.path.join(pattern, n) for n in files if not n.startswith("."))
     if missing_path(pattern):
         return []
     if os.path.lexists(pattern):  # a .txt or a FIFO given by name: refused with the rest, before the model loads
         return [pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []
-    return sorted(p for p in glob.glob(pattern) if not os.path.isdir(p))
+    # ** matches folders at any depth, as in a shell with globstar (without it, ** was one folder deep)
+    return sorted(p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p))
 
 
 def missing_path(pattern: str) -> bool:

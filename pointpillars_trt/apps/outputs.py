@@ -422,18 +422,19 @@ def foreign_output(path: Path) -> str | None:
     or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
     record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
     values, no score), a calib file, another tool's JSON; a FIFO or a device (reading it could block; a folder
-    there fails that frame's write alone)."""
+    there fails that frame's write alone); a picture that names other software than infer's plotting (a camera
+    image: ``--out`` given as ``image_2``)."""
     kind = special_kind(path)
     if kind is not None:
         return f"it is {kind}, not a regular file"
-    if path.suffix not in (".json", ".txt"):  # a picture: nothing in it tells whose it is
-        return None
     try:
         f, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")
         with f:
-            data = f.read(_RECORD_MAX_BYTES + 1)
+            data = f.read(_PNG_HEAD_BYTES if path.suffix == ".png" else _RECORD_MAX_BYTES + 1)
     except (OSError, InputError):
         return None
+    if path.suffix == ".png":
+        return _foreign_picture(data)
     if path.suffix == ".json":
         try:
             record = loads_json(data)
@@ -451,6 +452,23 @@ def foreign_output(path: Path) -> str | None:
                 return (f"lines of {values} values (KITTI predictions have {LABEL_FIELDS + 1}: a label "
                         f"file's {LABEL_FIELDS} and a score)")
     return None
+
+
+#: Bytes of a PNG looked at for its "Software" text, which Matplotlib writes before the image data.
+_PNG_HEAD_BYTES = 4096
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: The "Software" texts of infer's pictures: its own, and Matplotlib's default, which earlier versions wrote.
+_OUR_SOFTWARE = (b"tEXtSoftware\x00pointpillars-trt", b"tEXtSoftware\x00Matplotlib")
+
+
+def _foreign_picture(head: bytes) -> str | None:
+    """Why a PNG's first bytes show it is no picture of infer's (None when they do, or when it is cut short
+    or damaged: then it is redrawn)."""
+    if not head.startswith(_PNG_SIGNATURE) or (b"IDAT" not in head and len(head) < _PNG_HEAD_BYTES):
+        return None  # empty, cut short before its data, or no PNG at all: not a picture anybody keeps
+    if any(marker in head for marker in _OUR_SOFTWARE):
+        return None
+    return "a picture that infer did not draw (a camera image?)"
 
 
 def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str]) -> None:

@@ -25,6 +25,9 @@ _OTHER_COLOUR = "tab:purple"
 class PlotUnavailableError(PointPillarsError):
     """matplotlib is not installed; the caller can skip the PNG and say how to get it."""
 
+#: The PNG "Software" text of infer's pictures: what tells them from a camera image of the same name.
+VIZ_SOFTWARE = "pointpillars-trt infer --viz"
+
 
 def bev_corners(boxes: np.ndarray) -> np.ndarray:
     """(N, 4, 2) BEV corners of OpenPCDet boxes: front-left, front-right, rear-right, rear-left.
@@ -208,7 +211,7 @@ def plot_bev(
 
     labelled = _draw_labels(fig, ax, corners, names, scores, finite, max_labels)
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png")
+    fig.savefig(buffer, format="png", metadata={"Software": VIZ_SOFTWARE})  # whose it is (outputs.foreign_output)
     write_bytes_atomic(path, buffer.getvalue(), durable=durable)
     return labelled
 

@@ -1001,6 +1001,38 @@ def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_
         main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), option, value])
     assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
 
+def test_viz_never_draws_over_a_camera_image_and_redraws_its_own_pictures(tiny_model: Path, tiny_frames: list[Path],
+                                                                          tmp_path: Path):
+    """--viz into a folder of camera images (KITTI's image_2) is refused before the model loads, the image as it
+    was (it was replaced by the bird's-eye view, which later runs took for the camera's size); infer's own
+    pictures, and those earlier versions drew (Matplotlib's default "Software" text), are drawn again."""
+    pytest.importorskip("matplotlib", reason="--viz draws with matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    images = tmp_path / "image_2"
+    images.mkdir()
+    camera = images / f"{tiny_frames[1].stem}.png"
+    fig = plt.figure(figsize=(2, 1))
+    fig.savefig(camera, format="png", metadata={"Software": "a camera driver"})
+    plt.close(fig)
+    before = camera.read_bytes()
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--viz", "--out", images, "--device", "cpu")
+    assert_one_line_error(run, f"'{camera.name}'", "infer did not write", "a picture that infer did not draw")
+    assert camera.read_bytes() == before and sorted(p.name for p in images.iterdir()) == [camera.name]
+    ours = tmp_path / "ours"
+    assert cli("infer", tiny_frames[1], "--model", tiny_model, "--viz", "--out", ours, "--device", "cpu").rc == 0
+    picture = ours / camera.name
+    assert b"tEXtSoftware\x00pointpillars-trt infer --viz" in picture.read_bytes()[:4096]
+    fig = plt.figure(figsize=(2, 1))
+    fig.savefig(picture, format="png")  # Matplotlib's own "Software" text, as earlier versions' pictures have
+    plt.close(fig)
+    assert cli("infer", tiny_frames[1], "--model", tiny_model, "--viz", "--out", ours, "--device", "cpu").rc == 0
+    assert b"pointpillars-trt infer --viz" in picture.read_bytes()[:4096]
+
+
 def test_outputs_infer_did_not_write_are_never_overwritten(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     """--out given as the label or calib folder (or one holding another tool's JSON) is refused before the
     model loads, the files as they were; infer's own outputs, whole or cut short, are rewritten."""

@@ -32,6 +32,25 @@ def error_lines(err: str) -> list[str]:
 
 # --------------------------------------------------------------------------- paths that give no frame
 
+def test_globs_reach_any_depth_with_two_stars_and_folders_leave_hidden_files_out(tmp_path: Path) -> None:
+    """``seq/**/*.bin`` takes the frames of every folder below ``seq`` (a shell with globstar does; it took one
+    level only); a folder leaves its hidden files out, as a glob does (macOS's ._*.bin metadata files ran as
+    frames), saying so once with the first one's name."""
+    from pointpillars_trt.apps.frame_paths import expand_frame_paths
+
+    seq = tmp_path / "seq"
+    for name in ("top.bin", "a/y.bin", "a/b/x.bin", "a/b/.hidden.bin", "._top.bin"):
+        (seq / name).parent.mkdir(parents=True, exist_ok=True)
+        (seq / name).write_bytes(b"\0" * 16)
+    assert expand_frame_paths([f"{seq}/**/*.bin"]) == [str(seq / "a/b/x.bin"), str(seq / "a/y.bin"), str(seq / "top.bin")]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert expand_frame_paths([str(seq)]) == [str(seq / "top.bin")]
+    assert err.getvalue() == (f"note: folder {str(seq)!r}: 1 hidden file(s) left out (e.g. '._top.bin': macOS "
+                              "metadata?); give one by name to run it\n")
+    assert expand_frame_paths([str(seq / "._top.bin")]) == [str(seq / "._top.bin")]  # by name: run
+
+
 def test_paths_that_give_no_frame_are_one_error_each_before_the_model_loads(tiny_model: Path, tmp_path: Path):
     empty = tmp_path / "empty"
     empty.mkdir()
