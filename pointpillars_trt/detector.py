@@ -18,14 +18,14 @@ import numpy as np
 from .config import ModelConfig, Thresholds, int_within, load_config
 from .detections import Detections
 from .errors import (
-    BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, safe_repr,
+    BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, SettingNotice, safe_repr,
 )
 from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .devices import PickedDevice, check_backend_runs_on, pick_device
-from .runtime_options import RuntimeOptions
+from .runtime_options import RuntimeOptions, max_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list
@@ -474,9 +474,23 @@ def _callers_level() -> int:
 
 
 def _omp_threads() -> int | None:
-    """OMP_NUM_THREADS as ONNX Runtime's CPU thread count (ORT itself ignores the variable)."""
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    return int(value) if value.isdigit() and int(value) > 0 else None
+    """OMP_NUM_THREADS as ONNX Runtime's CPU thread count (ORT itself ignores the variable), at most this
+    machine's cores (thousands of threads took minutes and gigabytes to start, and would not stop on SIGTERM);
+    a value that is no thread count is left out. Either is said once (``SettingNotice``)."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not value:
+        return None
+    count = int(value) if value.isdigit() else 0
+    cores = max_threads()
+    if count < 1:
+        warnings.warn(f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{cores}): left out, ONNX Runtime "
+                      "picks its own", SettingNotice, stacklevel=3)
+        return None
+    if count > cores:
+        warnings.warn(f"OMP_NUM_THREADS={count} is more than this machine's {cores} cores: {cores} threads",
+                      SettingNotice, stacklevel=3)
+        return cores
+    return count
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged

@@ -68,6 +68,11 @@ class LibraryNotice(RuntimeWarning):
     per process; the CLI says it as a ``note:`` line instead of a warning with a source line."""
 
 
+class SettingNotice(RuntimeWarning):
+    """A setting from the environment taken otherwise than it was given (``OMP_NUM_THREADS`` past this
+    machine's cores, or no thread count at all): said once per value; the CLI says it as a ``note:`` line."""
+
+
 def escape_text(text: str, limit: int | None = None) -> str:
     """``text`` safe for a one-line message: every character that is not printable ASCII (newline, ESC,
     bidi overrides, non-ASCII) escaped, and cut to ``limit`` characters with ``...``. Only the first

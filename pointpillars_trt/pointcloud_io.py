@@ -113,14 +113,18 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
 #: Largest intensity scale taken (0-255 -> 0-1 is 1/255, the reverse 255): more would push intensities
 #: past float32's range.
 MAX_INTENSITY_SCALE = 1000.0
+#: The least: 1/65535 (16-bit intensities to 0-1) and a margin; below it every intensity is about 0 (1e-300 is
+#: exactly 0 in float32), which no model reads as an intensity.
+MIN_INTENSITY_SCALE = 1e-6
 
 
 def checked_intensity_scale(intensity_scale: object) -> float:
     """``intensity_scale`` as the float it is (a Fraction, a 0-d array too; not a bool), when finite and in
-    (0, MAX_INTENSITY_SCALE]."""
+    [MIN_INTENSITY_SCALE, MAX_INTENSITY_SCALE]."""
     scale = finite_float(intensity_scale)
-    if scale is None or not 0 < scale <= MAX_INTENSITY_SCALE:
-        raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in (0, {MAX_INTENSITY_SCALE:g}]")
+    if scale is None or not MIN_INTENSITY_SCALE <= scale <= MAX_INTENSITY_SCALE:
+        raise InputError(f"intensity scale {safe_repr(intensity_scale)}: expected a number in "
+                         f"[{MIN_INTENSITY_SCALE:g}, {MAX_INTENSITY_SCALE:g}]")
     return scale
 
 

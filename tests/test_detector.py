@@ -8,6 +8,7 @@ file modification times (for the cache), and the config's class names.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -795,3 +796,33 @@ def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path
         "fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs use fp32 graphs "
         "(a checkpoint without precision='fp16', or a model dir built with --precision fp32)"]
     assert [w.filename for w in said] == 2 * [__file__]
+
+
+@pytest.mark.parametrize("value, threads, said", [
+    ("", None, None), ("1", 1, None), (" 1 ", 1, None),
+    ("99999", "cores", "OMP_NUM_THREADS=99999 is more than this machine's {cores} cores: {cores} threads"),
+    ("abc", None, "OMP_NUM_THREADS='abc' is no thread count (1..{cores}): left out, ONNX Runtime picks its own"),
+    ("0", None, "OMP_NUM_THREADS='0' is no thread count"), ("-3", None, "OMP_NUM_THREADS='-3' is no thread count"),
+    ("4,2", None, "OMP_NUM_THREADS='4,2' is no thread count"),
+])
+def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
+        monkeypatch: pytest.MonkeyPatch, value: str, threads: object, said: str | None) -> None:
+    """OMP_NUM_THREADS sets ONNX Runtime's CPU threads: past the cores this process may run on (99999 started
+    ~15,000 threads, 16 GB, and would not stop on SIGTERM) it is capped, and a value that is no count is left
+    out; each said as a SettingNotice (the CLI's note: line), a plain count silently."""
+    import warnings
+
+    from pointpillars_trt import detector as detector_module
+    from pointpillars_trt.errors import SettingNotice
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = detector_module._omp_threads()
+    assert got == (cores if threads == "cores" else threads)
+    notices = [str(w.message) for w in caught if issubclass(w.category, SettingNotice)]
+    if said is None:
+        assert notices == []
+    else:
+        assert len(notices) == 1 and notices[0].startswith(said.format(cores=cores)), notices

@@ -391,7 +391,8 @@ def test_intensity_scale(tmp_path: Path) -> None:
     np.testing.assert_array_equal(got[:, :3], pts[:, :3])
     one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=float("nan")), "intensity scale")
     one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=0), "intensity scale")
-    one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=1e39), "intensity scale", "(0, 1000]")
+    one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=1e-300), "intensity scale", "[1e-06, 1000]")
+    one_line_error(lambda: read_points(tmp_path / "s.bin", intensity_scale=1e39), "intensity scale", "[1e-06, 1000]")
 
 
 # --------------------------------------------------------------------------- hostile .npy headers

@@ -29,7 +29,7 @@ from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
 from ..model_dir import ModelDir, load_model_dir
-from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, SUPPORTED_EXTENSIONS
+from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
@@ -112,7 +112,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                         help=".bin values a point: 4 (KITTI x y z intensity), 5 (nuScenes x y z intensity "
                              "time; multi-sweep models need them), or more (rows with more values after those, "
                              f"which are left out), up to {MAX_POINT_DIM} (default: the model's, 4 for KITTI models)")
-    points.add_argument("--intensity-scale", type=float_in(0.0, MAX_INTENSITY_SCALE, low_open=True), default=None,
+    points.add_argument("--intensity-scale", type=float_in(MIN_INTENSITY_SCALE, MAX_INTENSITY_SCALE), default=None,
                         help="multiply intensities by this, e.g. 0.00392156862745098 (1/255) for 0-255 "
                              "intensities given to a model trained on 0-1 (default: as read)")
     points.add_argument("--fov-only", action=argparse.BooleanOptionalAction, default=None,

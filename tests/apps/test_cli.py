@@ -993,7 +993,8 @@ def test_options_that_a_run_would_ignore_are_refused_while_checking(tiny_model: 
     ("--pipelines", "two", "--pipelines: 'two' is not an integer"),
     ("--score-threshold", "1.5", "--score-threshold: '1.5': expected a number in [0, 1]"),
     ("--nms-iou", "nan", "--nms-iou: 'nan': expected a number in [0, 1]"),
-    ("--intensity-scale", "0", "--intensity-scale: '0': expected a number in (0, 1000]"),
+    ("--intensity-scale", "0", "--intensity-scale: '0': expected a number in [1e-06, 1000]"),
+    ("--intensity-scale", "1e-300", "--intensity-scale: '1e-300': expected a number in [1e-06, 1000]"),
 ])
 def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_frames: list[Path], option: str,
                                                           value: str, said: str):

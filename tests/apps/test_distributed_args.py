@@ -18,7 +18,7 @@ from pointpillars_trt.errors import InputError
 
 
 @pytest.mark.parametrize(("given", "said"), [
-    ({"intensity_scale": float("nan")}, "intensity scale nan: expected a number in (0, 1000]"),
+    ({"intensity_scale": float("nan")}, "intensity scale nan: expected a number in [1e-06, 1000]"),
     ({"intensity_scale": True}, "intensity scale True: expected a number"),
     ({"point_dim": 3}, "point_dim 3 is not an integer from 4 to 64"),
     ({"batch_size": 0}, "batch_size 0: expected an integer in 1..8 or None"),
