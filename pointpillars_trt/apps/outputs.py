@@ -118,7 +118,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     of_record = plan.kitti_dir is not None and plan.kitti_of_record
     record = det.to_json_dict(name_text(stem)) if plan.json_dir is not None or of_record else None
     if plan.json_dir is not None:
-        data = (dumps_strict(record) + "\n").encode("utf-8")
+        # the frame's source beside its name: --skip-existing tells apart frames of one name in two folders
+        data = (dumps_strict({"frame": record["frame"], "source": source_path(source), **record}) + "\n").encode("utf-8")
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
     if plan.kitti_dir is not None:
         text, result.out_of_view, result.image_assumed = _label_file(
@@ -396,6 +397,19 @@ def output_complete(path: Path) -> bool:
     except (OSError, InputError):
         return False
     return _is_frame_record(data, path.stem)
+
+
+def recorded_source(path: Path) -> str | None:
+    """The ``source`` (``source_path``) a per-frame JSON record names, or None when it names none (written
+    before records had one) or cannot be read."""
+    try:
+        f, _ = open_regular_file(path, max_bytes=_RECORD_MAX_BYTES, what="output")
+        with f:
+            record = loads_json(f.read())
+    except (OSError, InputError, ValueError, RecursionError):
+        return None
+    source = record.get("source") if isinstance(record, dict) else None
+    return source if isinstance(source, str) else None
 
 
 def _is_frame_record(data: bytes, stem: str) -> bool:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import PointPillarsError, one_line, safe_repr
 from ..fileio import name_text
-from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
-    source_path, sources_in_parts, write_label_of_record
+from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, recorded_source, \
+    records_in_parts, source_path, sources_in_parts, write_label_of_record
 
 
 @dataclasses.dataclass
@@ -30,6 +30,7 @@ class Resume:
     failed_before: list[str] = dataclasses.field(default_factory=list)
     unpictured: list[Path] = dataclasses.field(default_factory=list)
     redone: list[Path] = dataclasses.field(default_factory=list)
+    other_source: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (frame, source its record names)
 
 
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
@@ -37,8 +38,10 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
     model needed): a frame is skipped when all its outputs are there and complete (this package writes
     them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
-    elsewhere, or from a crash before the run's flush, and is redone); for row formats, when its row is in
-    a part file (``rows_to_run``). ``say_resume`` says what was found."""
+    elsewhere, or from a crash before the run's flush, and is redone), and its JSON record names it as its
+    source (a frame of the same name from another folder runs; a record without a source, or a KITTI label
+    file, is matched by the name alone); for row formats, when its row is in a part file (``rows_to_run``).
+    ``say_resume`` says what was found."""
     if not skip_existing or out is None:
         return Resume(list(frames))
     if fmt in ROW_FORMATS:
@@ -48,7 +51,13 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
         files = plan.files_of(frame)
         cut = [path for path in files if path.exists() and not output_complete(path)]
         resume.redone.extend(cut)
-        (resume.skipped if all(path.is_file() for path in files) and not cut else resume.todo).append(frame)
+        done = all(path.is_file() for path in files) and not cut
+        if done and plan.json_dir is not None:  # the record names its frame's source (None: an older record)
+            source = recorded_source(plan.json_dir / f"{Path(frame).stem}.json")
+            if source is not None and source != source_path(frame):
+                resume.other_source.append((frame, source))
+                done = False
+        (resume.skipped if done else resume.todo).append(frame)
     return resume
 
 
@@ -79,6 +88,11 @@ def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> No
     if resume.redone:
         print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
+    if resume.other_source:
+        frame, source = resume.other_source[0]
+        print(f"note: {len(resume.other_source)} frame(s) have a name whose outputs in {out} are another frame's "
+              f"(e.g. {safe_repr(frame)}: {safe_repr(Path(frame).stem + '.json')} is the record of {safe_repr(source)}): "
+              "they run, and their outputs replace those", file=sys.stderr)
     if resume.skipped:
         print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
     if resume.failed_before and out is not None:

@@ -330,6 +330,35 @@ def test_a_frame_named_like_another_frames_escaped_byte_is_not_skipped_as_that_f
     assert sorted(row["path"] for row in rows) == [str(folder / "z\\\\xff.bin"), str(folder / "z\\xff.bin")]
 
 
+def test_a_json_resume_runs_a_frame_whose_name_is_another_folders_frames(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """JSON records name their frame's source: --skip-existing with a.bin of another folder runs it (it was
+    skipped, the other frame's boxes kept as its own), says so, and its record replaces the other's; a record
+    of an earlier version, without a source, is still matched by its name."""
+    first, second = sorted(frames.glob("0*.bin"))[:2]
+    folders = [tmp_path / "A", tmp_path / "B"]
+    for folder, frame in zip(folders, (first, second)):
+        folder.mkdir()
+        (folder / "a.bin").write_bytes(frame.read_bytes())
+    out = tmp_path / "out"
+    assert infer(str(folders[0] / "a.bin"), "--model", str(model_path), "--out", str(out))[0] == 0
+    assert json.loads((out / "a.json").read_text())["source"] == str(folders[0] / "a.bin")
+    rc, _, err = infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(out), "--skip-existing")
+    assert rc == 0 and "skipping" not in err, err
+    assert (f"note: 1 frame(s) have a name whose outputs in {out} are another frame's (e.g. "
+            f"{str(folders[1] / 'a.bin')!r}: 'a.json' is the record of {str(folders[0] / 'a.bin')!r}): they run, and "
+            "their outputs replace those") in err, err
+    record = json.loads((out / "a.json").read_text())
+    alone = tmp_path / "alone"
+    assert infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(alone))[0] == 0
+    assert record == json.loads((alone / "a.json").read_text())  # B's own boxes now
+    rc, _, err = infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(out), "--skip-existing")
+    assert rc == 0 and "skipping 1 frame(s)" in err, err
+    del record["source"]  # as an earlier version wrote it: matched by its name
+    (out / "a.json").write_text(json.dumps(record, indent=2) + "\n")
+    rc, _, err = infer(str(folders[0] / "a.bin"), "--model", str(model_path), "--out", str(out), "--skip-existing")
+    assert rc == 0 and "skipping 1 frame(s)" in err, err
+
+
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
                                                                       fmt) -> None:
@@ -378,6 +407,7 @@ def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path,
     for path, fixed in broken.items():
         record = json.loads((reference / f"{fixed.stem}.json").read_text())
         record["frame"] = path.stem
+        del record["source"]  # a row's source is the frame as given (its path column: as the record's source)
         assert {key: by_source[path.name][key] for key in record} == record
         assert record["num_pillars"]  # detected on its points, not a failure's row of zeros
 
