@@ -118,6 +118,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     of_record = plan.kitti_dir is not None and plan.kitti_of_record
     record = det.to_json_dict(name_text(stem)) if plan.json_dir is not None or of_record else None
     if plan.json_dir is not None:
+        assert record is not None
         # the frame's source beside its name: --skip-existing tells apart frames of one name in two folders
         data = (dumps_strict({"frame": record["frame"], "source": source_path(source), **record}) + "\n").encode("utf-8")
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
