@@ -38,8 +38,9 @@ def intensity_mismatch(points: np.ndarray, expects_unit: bool) -> str | None:
     model: another point layout or scale), ``"unit"`` (at least UNIT_INTENSITY_MIN_POINTS finite values, all
     within [0, 1], for a 0-255 model), ``"over255"`` (values past 255 for a 0-255 model: 16-bit intensities,
     a scale given twice, another point layout), ``"negative"`` (at least NEGATIVE_SHARE of the finite values
-    below zero, within those bounds: another column read as the intensity). One pass over the column (its
-    maximum) for a frame on its model's scale without a negative value."""
+    below zero, within those bounds: another column read as the intensity), ``"zero"`` (at least
+    UNIT_INTENSITY_MIN_POINTS values, every one 0: a file written without intensities, zeros in their place).
+    One pass over the column (its maximum) for a frame on its model's scale without a negative value."""
     found = find_intensity_mismatch(points, expects_unit)
     return None if found is None else found.kind
 
@@ -51,6 +52,8 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
         return None
     inten = arr[:, 3]
     top = nonnegative_max_bits(inten)
+    if top == 0 and inten.size >= UNIT_INTENSITY_MIN_POINTS:  # every value +0.0: the bits' maximum told
+        return IntensityMismatch("zero", 0.0)
     # no copy; a NaN anywhere makes the float maximum NaN, which passes neither test below
     hi = float(inten.max()) if top is None else _FLOAT32.unpack(top.to_bytes(4, "little"))[0]
     if top is not None and ((hi <= 1.5) if expects_unit else (1.0 < hi <= 255.0)):
@@ -62,6 +65,8 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
         if inten.size == 0:
             return None
         lo, hi, finite = float(inten.min()), float(inten.max()), inten.size
+    if lo == hi == 0.0 and finite >= UNIT_INTENSITY_MIN_POINTS:  # zeros, some of them -0.0, beside NaN rows
+        return IntensityMismatch("zero", 0.0)
     if expects_unit:
         kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None
     else:
@@ -80,6 +85,7 @@ _FINDINGS = {
     "over255": "reach {reach}, but the model was trained on 0-255 values (nuScenes)",
     "negative": "are negative for many points, which no reflectance or intensity is (another column read as the "
                 "intensity?)",
+    "zero": "are all 0 (written without intensities, zeros in their place?), but the model was trained on them",
 }
 
 
@@ -99,6 +105,9 @@ def mismatch_text(kind: str, scale_with: Callable[[str | None], str], layout: st
         fix = f"{scale_with('255')} if they are 0-1 reflectance"
     elif kind == "negative":
         fix = f"check the point layout ({layout}): x, y, z, intensity in that order; boxes from such frames mean little"
+    elif kind == "zero":
+        fix = "write each point's intensity (or check the point layout: x, y, z, intensity in that order); boxes " \
+              "from such frames mean little"
     else:
         sixteen = " (1/257 for 16-bit 0-65535 values)" if kind == "over255" else ""
         fix = f"check the point layout ({layout}) and {scale_with(None)}{sixteen}; boxes from such frames mean little"

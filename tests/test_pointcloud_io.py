@@ -356,6 +356,14 @@ def test_intensity_mismatch_names_the_scale_a_frame_disagrees_with() -> None:
     centred[:, 3] -= 0.5  # negative values are no 0-1 reflectance, nor any intensity
     assert intensity_mismatch(centred, expects_unit=False) == "negative"
     assert intensity_mismatch(centred, expects_unit=True) == "negative"
+    zero = sample(UNIT_INTENSITY_MIN_POINTS + 1)
+    zero[:, 3] = 0.0  # a file written without intensities, zeros in their place: either model
+    assert intensity_mismatch(zero, expects_unit=True) == "zero" and intensity_mismatch(zero, False) == "zero"
+    assert intensity_mismatch(zero[:-2], expects_unit=True) is None  # too few points to tell
+    zero[7, 3] = 0.01  # one return of some reflectance: a dark scene, not a missing column
+    assert intensity_mismatch(zero, expects_unit=True) is None
+    zero[7, 3], zero[8] = -0.0, np.nan  # -0.0 is 0 too; a row of no return is passed over
+    assert intensity_mismatch(zero, expects_unit=True) == "zero"
 
 
 def test_intensities_of_another_column_are_found_by_their_negative_values(assets: Path) -> None:

@@ -168,7 +168,7 @@ def empty_frame_warning(source: str) -> str:
 def intensity_warning(source: str, kind: str, scale: float | None = None) -> str:
     """The warning for a frame whose intensities disagree with the model's scale (``intensity_mismatch``),
     as read with --intensity-scale ``scale`` (None: not given)."""
-    if scale is not None and kind != "negative":  # no scale makes an intensity negative
+    if scale is not None and kind not in ("negative", "zero"):  # no scale makes an intensity negative, or all 0
         if kind in ("8bit", "beyond"):  # a model of 0-1 reflectance
             right = "1/255 = 0.00392156862745098 for files of 0-255 values, none for 0-1 files"
         else:
@@ -260,6 +260,7 @@ class FrameWarnings:
 WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensities",
                  "beyond": "had intensities beyond 255", "unit": "had intensities within 0-1 only",
                  "over255": "had intensities beyond 255", "negative": "had negative intensities",
+                 "zero": "had every intensity 0",
                  "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
                  "onepillar": "had all their points in one pillar",
                  "overflow": "had boxes with NaN or infinite values",

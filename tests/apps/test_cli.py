@@ -819,6 +819,27 @@ def test_each_kind_of_intensity_scale_is_said_after_another_kind_and_unreadable_
                        f"'{folder / 'd_i255.bin'}')"), said
 
 
+def test_frames_of_every_intensity_zero_are_warned_of_once_and_counted(tiny_model: Path, tmp_path: Path):
+    """Two frames written without intensities (zeros in their place) among a frame that has them: one warning
+    naming the first, with the fix, and the count of both after the run; every frame is written."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for name in ("a_zero.bin", "b_zero.bin", "c_read.bin"):
+        points = np.concatenate([tiny_points(4)] * 4)  # over the 1,000 points a frame needs to be judged
+        if "zero" in name:
+            points[:, 3] = 0.0
+        points.tofile(folder / name)
+    run = cli("infer", folder, "--model", tiny_model, "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    said = [line for line in run.err.splitlines() if line.startswith("warning:") and "intensit" in line]
+    assert said == [f"warning: '{folder / 'a_zero.bin'}': intensities are all 0 (written without intensities, zeros in "
+                    "their place?), but the model was trained on them: write each point's intensity (or check the "
+                    "point layout: x, y, z, intensity in that order); boxes from such frames mean little (warned once)",
+                    "warning: 2 frames had every intensity 0 in all (the first named above; then "
+                    f"'{folder / 'b_zero.bin'}')"], run.err
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.json")) == ["a_zero.json", "b_zero.json", "c_read.json"]
+
+
 def test_the_count_of_0_255_frames_counts_every_frame_of_the_run(tiny_model: Path, tmp_path: Path):
     """Twelve 0-255 frames, one at a time: the line after the run counts all twelve, not only the frames
     read ahead before the first one's warning."""
