@@ -831,7 +831,7 @@ def test_frames_of_every_intensity_zero_are_warned_of_once_and_counted(tiny_mode
         points.tofile(folder / name)
     run = cli("infer", folder, "--model", tiny_model, "--out", tmp_path / "out", "--device", "cpu", "--no-progress")
     assert run.rc == 0, run
-    said = [line for line in run.err.splitlines() if line.startswith("warning:") and "intensit" in line]
+    said = [line for line in run.err.splitlines() if line.startswith("warning:") and "max_pillars" not in line]
     assert said == [f"warning: '{folder / 'a_zero.bin'}': intensities are all 0 (written without intensities, zeros in "
                     "their place?), but the model was trained on them: write each point's intensity (or check the "
                     "point layout: x, y, z, intensity in that order); boxes from such frames mean little (warned once)",
