@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import PointPillarsError, safe_repr
+from ..errors import InputError, PointPillarsError, safe_repr
 from ..fileio import check_writable_folder, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
@@ -53,11 +53,13 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     weights = random_weights(cfg, seed=seed)
     check_device(device, backend)  # nothing written yet
     check_writable_folder(out, "--out")  # a file in its place is one error line, as infer and bench say it
+    refuse_foreign_demo_outputs(out)
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
-    write_velodyne_bin(points, out / "simulated_frame.bin")
+    # the model first: a folder of that name that is no model dir is refused before anything is written
     model = export_model_dir(weights, cfg, out / "random_model", precision="fp32",
                              source={"random_seed": seed, "note": "untrained, for demonstration only"})
+    write_velodyne_bin(points, out / "simulated_frame.bin")
     print(f"frame : SIMULATED 64-beam scan, {points.shape[0]} points, {len(objects)} objects placed "
           f"-> {out / 'simulated_frame.bin'}")
     print(f"model : {cfg.name} with SEEDED RANDOM (UNTRAINED) weights, seed {seed} -> {model.path}")
@@ -100,6 +102,18 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
              point_range=cfg.voxel.point_range, title="SIMULATED scan, UNTRAINED random model")
     print(f"wrote {out / 'bev.png'}")
     return 0
+
+
+def refuse_foreign_demo_outputs(out: Path) -> None:
+    """Refuse, before anything is written, an --out whose ``detections.json`` or ``bev.png`` the demo did not
+    write (``outputs.foreign_output``: a user's own results or pictures there were replaced)."""
+    from .outputs import foreign_output
+
+    for name in ("detections.json", "bev.png"):
+        reason = foreign_output(out / name) if (out / name).exists() else None
+        if reason is not None:
+            raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which the demo did not write ({reason}), "
+                             "and the demo would overwrite it: give another --out")
 
 
 def _stage_line(timings: dict[str, float]) -> str:

@@ -41,6 +41,27 @@ def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
     assert record["num_points"] == (tmp_path / "simulated_frame.bin").stat().st_size // 16
     if importlib.util.find_spec("matplotlib") is not None:
         assert (tmp_path / "bev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rc, _, err = cli("demo", "--out", tmp_path, "--device", "cpu", "--repeats", "1")  # its own outputs: rewritten
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("name, content, why", [
+    ("detections.json", b'{"mine": 1}\n', "JSON that is not a record infer writes"),
+    ("bev.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 5000, "a picture that infer did not draw (a camera image?)"),
+], ids=["json", "png"])
+def test_demo_never_overwrites_results_it_did_not_write(tmp_path: Path, name: str, content: bytes, why: str) -> None:
+    """A user's detections.json or picture in --out (they were replaced) is refused before anything is written;
+    so is a folder named random_model that is no model dir (the simulated frame was written before that)."""
+    (tmp_path / name).write_bytes(content)
+    rc, _, err = cli("demo", "--out", tmp_path, "--device", "cpu")
+    assert rc == 2 and err == (f"error: --out {str(tmp_path)!r} holds {name!r}, which the demo did not write ({why}), "
+                               "and the demo would overwrite it: give another --out\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name] and (tmp_path / name).read_bytes() == content
+    mine = tmp_path / "models"
+    (mine / "random_model").mkdir(parents=True)
+    (mine / "random_model" / "notes.txt").write_text("precious")
+    rc, _, err = cli("demo", "--out", mine, "--device", "cpu")
+    assert rc == 2 and "not a model dir" in err and sorted(p.name for p in mine.iterdir()) == ["random_model"], err
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
