@@ -38,13 +38,15 @@ def name_text(name: str) -> str:
     a file named ``z\\xff.bin`` and one named z, byte 0xff, .bin get different texts."""
     try:
         name.encode("utf-8")
+        if not _LIKE_AN_ESCAPE.search(name):
+            return name
     except UnicodeEncodeError:
-        doubled = name.replace("\\", "\\\\")
-        try:
-            return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        except UnicodeEncodeError:  # a surrogate no file system byte decodes to
-            return doubled.encode("utf-8", "backslashreplace").decode("utf-8")
-    return name.replace("\\", "\\\\") if _LIKE_AN_ESCAPE.search(name) else name
+        pass
+    doubled = name.replace("\\", "\\\\")
+    try:  # a valid name comes through as it is, its backslashes doubled
+        return doubled.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no file system byte decodes to
+        return doubled.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 #: Text in a valid name that reads like the escape of an undecodable byte.

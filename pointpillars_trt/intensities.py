@@ -52,12 +52,10 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
         return None
     inten = arr[:, 3]
     top = nonnegative_max_bits(inten)
-    if top == 0 and inten.size >= UNIT_INTENSITY_MIN_POINTS:  # every value +0.0: the bits' maximum told
-        return IntensityMismatch("zero", 0.0)
     # no copy; a NaN anywhere makes the float maximum NaN, which passes neither test below
     hi = float(inten.max()) if top is None else _FLOAT32.unpack(top.to_bytes(4, "little"))[0]
-    if top is not None and ((hi <= 1.5) if expects_unit else (1.0 < hi <= 255.0)):
-        return None  # no negative value (nor NaN) among them: the bits' maximum told
+    if top and ((hi <= 1.5) if expects_unit else (1.0 < hi <= 255.0)):
+        return None  # no negative value (nor NaN) among them, not all 0: the bits' maximum told
     lo = float(inten.min())
     finite = inten.size
     if not (np.isfinite(lo) and np.isfinite(hi)):  # rows of NaN (no return) are skipped
@@ -65,7 +63,7 @@ def find_intensity_mismatch(points: np.ndarray, expects_unit: bool) -> Intensity
         if inten.size == 0:
             return None
         lo, hi, finite = float(inten.min()), float(inten.max()), inten.size
-    if lo == hi == 0.0 and finite >= UNIT_INTENSITY_MIN_POINTS:  # zeros, some of them -0.0, beside NaN rows
+    if lo == hi == 0.0 and finite >= UNIT_INTENSITY_MIN_POINTS:  # zeros (+0.0 or -0.0), beside any NaN rows
         return IntensityMismatch("zero", 0.0)
     if expects_unit:
         kind = "beyond" if hi > 255.0 or lo < -255.0 else "8bit" if lo >= 0.0 and hi > 1.5 else None

@@ -229,7 +229,7 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         # "(default: ...)", "default: ...", "the default ...", "%(default)s"
         if "default" in text or action.required or "required" in text or action.nargs == 0:
             return text
-        if action.default is None and action.option_strings and action.nargs != 0:
+        if action.default is None and action.option_strings:
             return text + " (default: none)"
         return super()._get_help_string(action) or text
 

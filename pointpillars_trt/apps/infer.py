@@ -418,16 +418,21 @@ def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> Non
     """--point-dim given for a run without a ``.bin`` frame is refused: it sets the row length of ``.bin``
     files alone (``.npy`` and ``.pcd`` files carry their own), so it would change nothing, unlike what its
     user believes of the frames."""
-    if point_dim is not None and frames and not any(str(f).lower().endswith(".bin") for f in frames):
+    if point_dim is not None and frames and not _any_bin(frames):
         raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and none of these "
                          f"{len(frames)} frame(s) is one (.npy and .pcd files carry their own row length): drop it")
 
 
 def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: str) -> None:
     """.bin frames of fewer values a point than the model's point columns are refused up front."""
-    if point_dim < columns and any(str(f).lower().endswith(".bin") for f in frames):
+    if point_dim < columns and _any_bin(frames):
         raise InputError(f"--point-dim {point_dim}: {model} reads {columns} values a point "
                          f"({columns_text(columns)}); pass --point-dim {columns}")
+
+
+def _any_bin(frames: Sequence[str]) -> bool:
+    """Whether any frame is a ``.bin`` file, the one format --point-dim applies to."""
+    return any(str(f).lower().endswith(".bin") for f in frames)
 
 
 def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, kitti_dir: Path | None = None) -> OutputPlan:

@@ -377,7 +377,9 @@ _RECORD_MAX_BYTES = 1 << 26
 def output_complete(path: Path) -> bool:
     """Whether a per-frame output file is whole: it ends as this package ends that kind of file (a
     KITTI label file may be empty), and a JSON file is also infer's record of that frame (any other
-    JSON ending in ``}`` would be skipped forever). Reads the last bytes of the others only."""
+    JSON ending in ``}`` would be skipped forever: ``whole_record``). Reads the last bytes of the others only."""
+    if path.suffix == ".json":
+        return whole_record(path) is not None
     ending = _COMPLETE_ENDINGS.get(path.suffix)
     try:
         f, size = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")  # a FIFO there: never complete
@@ -387,49 +389,42 @@ def output_complete(path: Path) -> bool:
             if size < len(ending):
                 return False
             f.seek(size - len(ending))
-            if f.read(len(ending)) != ending:
-                return False
-            if path.suffix != ".json":
-                return True
-            if size > _RECORD_MAX_BYTES:
-                return False
-            f.seek(0)
-            data = f.read()
+            return f.read(len(ending)) == ending
     except (OSError, InputError):
         return False
-    return _is_frame_record(data, path.stem)
 
 
-def recorded_source(path: Path) -> str | None:
-    """The ``source`` (``source_path``) a per-frame JSON record names, or None when it names none (written
-    before records had one) or cannot be read."""
+def whole_record(path: Path) -> dict[str, Any] | None:
+    """infer's record of frame ``path.stem`` in a per-frame JSON file that is whole (it ends as infer ends
+    them), or None: read once, for ``output_complete`` and for the ``source`` a resume compares."""
     try:
-        f, _ = open_regular_file(path, max_bytes=_RECORD_MAX_BYTES, what="output")
+        f, size = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")  # a FIFO there: never complete
         with f:
-            record = loads_json(f.read())
-    except (OSError, InputError, ValueError, RecursionError):
+            if size > _RECORD_MAX_BYTES:
+                return None
+            data = f.read()
+    except (OSError, InputError):
         return None
-    source = record.get("source") if isinstance(record, dict) else None
-    return source if isinstance(source, str) else None
+    return _frame_record(data, path.stem) if data.endswith(_COMPLETE_ENDINGS[".json"]) else None
 
 
-def _is_frame_record(data: bytes, stem: str) -> bool:
-    """Whether ``data`` is the JSON record infer writes for frame ``stem``: that frame's name, its lists of
-    one entry a box (7 values a box, 2 a velocity), its integer counts."""
+def _frame_record(data: bytes, stem: str) -> dict[str, Any] | None:
+    """``data`` as the JSON record infer writes for frame ``stem`` (that frame's name, its lists of one entry a
+    box, 7 values a box and 2 a velocity, its integer counts), or None when it is not one."""
     try:
         record = loads_json(data)
     except (ValueError, RecursionError):  # not JSON, not UTF-8, a key twice, nested beyond the parser
-        return False
+        return None
     if not isinstance(record, dict) or record.get("frame") != name_text(stem):
-        return False
+        return None
     try:
         boxes = record_boxes(record).boxes  # what eval and a resumed run read back must read back
         velocity = _numbers(record["velocity"], "velocity") if "velocity" in record else None
     except ValueError:
-        return False
+        return None
     if velocity is not None and velocity.shape != (len(boxes), 2) and not (velocity.size == len(boxes) == 0):
-        return False
-    return all(type(record.get(key)) is int for key in _RECORD_COUNTS)
+        return None
+    return record if all(type(record.get(key)) is int for key in _RECORD_COUNTS) else None
 
 
 def foreign_output(path: Path) -> str | None:

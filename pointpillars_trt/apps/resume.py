@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import PointPillarsError, one_line, safe_repr
 from ..fileio import name_text
-from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, recorded_source, \
-    records_in_parts, source_path, sources_in_parts, write_label_of_record
+from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
+    source_path, sources_in_parts, whole_record, write_label_of_record
 
 
 @dataclasses.dataclass
@@ -49,14 +49,16 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     resume = Resume([])
     for frame in frames:
         files = plan.files_of(frame)
-        cut = [path for path in files if path.exists() and not output_complete(path)]
+        json_file = plan.json_dir / f"{Path(frame).stem}.json" if plan.json_dir is not None else None
+        record = whole_record(json_file) if json_file is not None and json_file.exists() else None  # read once
+        cut = [path for path in files
+               if path.exists() and not (record is not None if path == json_file else output_complete(path))]
         resume.redone.extend(cut)
         done = all(path.is_file() for path in files) and not cut
-        if done and plan.json_dir is not None:  # the record names its frame's source (None: an older record)
-            source = recorded_source(plan.json_dir / f"{Path(frame).stem}.json")
-            if source is not None and source != source_path(frame):
-                resume.other_source.append((frame, source))
-                done = False
+        source = record.get("source") if record is not None else None  # None: a record of an earlier version
+        if done and isinstance(source, str) and source != source_path(frame):
+            resume.other_source.append((frame, source))
+            done = False
         (resume.skipped if done else resume.todo).append(frame)
     return resume
 

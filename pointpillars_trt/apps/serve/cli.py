@@ -197,6 +197,7 @@ def server_exit_text(code: int, http_host: str) -> str:
     ``http_host``. An abort is most often Triton's ``std::bad_alloc`` on an HTTP request whose JSON data
     declares a huge shape (it allocates the declared size before it reads the data); where HTTP listens
     beyond this machine, the fix is said too."""
+    crashed = "it crashed; its own log above says why"
     if code >= 0 or -code not in signal.valid_signals():
         why = ""
     elif code == -signal.SIGKILL:
@@ -205,10 +206,10 @@ def server_exit_text(code: int, http_host: str) -> str:
         fix = "" if ipaddress.ip_address(http_host).is_loopback else \
             f": HTTP listens on {http_host}, where untrusted clients may reach it; serve it on loopback only, " \
             "--http-host 127.0.0.1, and let them use gRPC"
-        why = (" (SIGABRT: it crashed; its own log above says why; a std::bad_alloc there is most likely an HTTP "
-               f"request whose JSON data declared a huge shape, which Triton allocates before it reads the data{fix})")
+        why = (f" (SIGABRT: {crashed}; a std::bad_alloc there is most likely an HTTP request whose JSON data "
+               f"declared a huge shape, which Triton allocates before it reads the data{fix})")
     else:
-        why = f" ({signal.Signals(-code).name}: it crashed; its own log above says why)"
+        why = f" ({signal.Signals(-code).name}: {crashed})"
     return (f"tritonserver exited with code {code}{why}; restart serve (a supervisor such as systemd's "
             "Restart=on-failure does it for you)")
 
