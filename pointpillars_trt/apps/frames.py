@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeoutError  # not the builtin one on Python 3.10
@@ -196,6 +197,10 @@ class FrameRunner:
     process that dies costs no frame (its batch is read again here) and the rest of the run reads in
     threads, said once. A detector whose ``lost`` names why it can run no more frames (a served model's
     server that is down) ends the reads: every batch after fails with that reason unread.
+
+    A run stopped early (Ctrl-C, SIGTERM) still finishes the writes under way; ``written_when_stopped`` then
+    gives the jobs of its last batches whose outputs were written, so the caller's count of them matches
+    the files on disk.
     """
 
     def __init__(self, detectors: Sequence[Any], *, batch_size: int, read: ReadFrame,
@@ -242,6 +247,9 @@ class FrameRunner:
         self._slots = slots
         self._readers_lock = threading.Lock()
         self._stop = threading.Event()  # the running run's: set when it is stopped
+        # the running run's batches handed on in order that the caller has not finished with, oldest first;
+        # once it ended, those it left (``written_when_stopped``)
+        self._unfinished: deque[_Batch] = deque()
 
     def _read_in(self, processes: WorkerProcesses, shared: SharedArrays, slots: int, capacity: int,
                  columns: int) -> str | None:
@@ -282,6 +290,7 @@ class FrameRunner:
         ordered: queue.Queue[_Batch | BaseException | None] = queue.Queue()
         window = threading.BoundedSemaphore(self._slots)
         stop = self._stop = threading.Event()
+        unfinished = self._unfinished = deque()
         names = iter(sources) if sources is not None else None
         dispatcher = threading.Thread(target=self._dispatch, name="pp-dispatch", daemon=True,
                                       args=(items, names, ready, ordered, window, stop))
@@ -302,6 +311,7 @@ class FrameRunner:
                     if job._write is not None:
                         _settle_write(job)
                     yield job
+                unfinished.popleft()  # the caller is done with each of its jobs: it asked for the next
                 window.release()
         except BaseException:  # Ctrl-C, or the caller stopped: a served model's requests in flight are
             stop.set()  # abandoned (the pipelines take no batch after this), so the joins below do not
@@ -316,6 +326,19 @@ class FrameRunner:
             dispatcher.join(timeout=5)
             for worker in workers:
                 worker.join(timeout=30)
+
+    def written_when_stopped(self) -> list[FrameJob]:
+        """After a run that stopped early, once ``close`` has let the writes under way finish (those not begun
+        are cancelled): the jobs of the batches the caller had not finished with whose outputs were written, in
+        input order; those it took already are among them (it counted them, or, stopped just then, may not have)."""
+        written = []
+        for batch in list(self._unfinished):  # list(): a C-level copy, whole even beside a dispatcher still running
+            for job in batch.jobs:
+                if job._write is not None:
+                    _settle_write(job)
+                if job.error is None and job.written is not None:
+                    written.append(job)
+        return written
 
     def close(self) -> None:
         self._readers.shutdown(wait=True, cancel_futures=True)
@@ -373,6 +396,7 @@ class FrameRunner:
         if lost is not None:  # a detector that can run no more frames (a server that is down): none is read
             for job in jobs:
                 job.error = lost
+            self._unfinished.append(batch)
             ordered.put(batch)
             ready.put(batch)
             return True
@@ -388,6 +412,7 @@ class FrameRunner:
                 self._read_in_threads(exc)
         if batch.read_pool is None:
             batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
+        self._unfinished.append(batch)
         ordered.put(batch)
         ready.put(batch)
         return True
@@ -574,12 +599,13 @@ def _write_each(write: Callable[[str, Any, np.ndarray | None], Any],
 
 
 def _settle_write(job: FrameJob) -> None:
-    """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run); a failed write, or a
-    write task that failed as a whole (a writer process died), is this frame's error."""
+    """Wait for the frame's write (a Ctrl-C or SIGTERM while waiting ends the run, the write kept on the job for
+    ``written_when_stopped``); a failed write, or a write task that failed as a whole (a writer process died),
+    is this frame's error."""
     assert job._write is not None
     task, place, writers = job._write
-    job._write = None
     failure = _task_failure(task, writers)
+    job._write = None
     if isinstance(failure, BrokenExecutor):
         job.error = f"not written: a writer process died ({one_line(failure)}); rerun with --skip-existing"
         return

@@ -638,40 +638,44 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                          notice=report.note, points_per_frame=points_per_frame, reader_processes=readers)
     jobs = runner.run(frames)  # a generator: no code of it runs before the loop
     try:
-        for job in jobs:  # a frame's row is kept before its warnings are said: a stop right after keeps it
-            if job.error is not None:
-                if rows is not None:
-                    rows.add(row_text(frame_row(job.source, None, job.error, classes)))
-                warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
-                if disk.quiet(job.error) or lost.quiet(job.error):
-                    report.fail_quietly()
-                else:
-                    report.fail(job.source, job.error)
-                continue
-            written, row = job.written
-            to_flush.add(written.files)
-            report.written(job.source, written, job.detections)  # counted before its row: a part that cannot
-            if rows is not None:  # be written takes the frames of its rows back from the written ones
-                rows.add(row, (job.source, written))
-            warned.add(frame_warnings(job, read, plan.point_range), job.source)
-        if rows is not None:
-            rows.close()
-            to_flush.add(rows.parts.files)
+        try:
+            for job in jobs:  # a frame's row is kept before its warnings are said: a stop right after keeps it
+                if job.error is not None:
+                    if rows is not None:
+                        rows.add(row_text(frame_row(job.source, None, job.error, classes)))
+                    warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
+                    if disk.quiet(job.error) or lost.quiet(job.error):
+                        report.fail_quietly()
+                    else:
+                        report.fail(job.source, job.error)
+                    continue
+                written, row = job.written
+                to_flush.add(written.files)
+                report.written(job.source, written, job.detections)  # counted before its row: a part that cannot
+                if rows is not None:  # be written takes the frames of its rows back from the written ones
+                    rows.add(row, (job.source, written))
+                warned.add(frame_warnings(job, read, plan.point_range), job.source)
+            if rows is not None:
+                rows.close()
+                to_flush.add(rows.parts.files)
+        finally:
+            # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
+            # (the writes under way finish first)
+            try:
+                jobs.close()
+            finally:
+                try:
+                    runner.close()
+                finally:
+                    report.bar.close()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the finished frames' outputs are kept, durable, for a resume
+        if out is not None:
+            count_written_when_stopped(runner, report, rows, to_flush)
         if rows is not None:
             keep_finished_rows(rows.parts, to_flush, report.note)
         elif out is not None:
             say_finished_files(len(report.done), out, to_flush, report.note)
         raise
-    finally:
-        # the run's pipelines stop here, whatever ended the loop: before the caller closes their detectors
-        try:
-            jobs.close()
-        finally:
-            try:
-                runner.close()
-            finally:
-                report.bar.close()
     warned.close()
     rerun = "--skip-existing --retry-failed" if rows is not None else "--skip-existing"  # rows: their errors
     if disk.after_first:
@@ -687,6 +691,22 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             raise InputError(f"the outputs in {safe_repr(str(out))} could not be flushed to disk: "
                              f"{exc.strerror or one_line(exc)}; none of this run's outputs can be trusted") from None
     return report.close()
+
+
+def count_written_when_stopped(runner: FrameRunner, report: FrameReport, rows: _RowSink | None,
+                               to_flush: PendingFlush) -> None:
+    """On Ctrl-C or SIGTERM, once ``runner`` is closed: the frames whose writes finished after the stop (or just
+    before it, the loop not yet told), counted with the others, their files flushed and their rows kept with
+    them, so that what the stop says matches the outputs on disk."""
+    counted = set(report.done)
+    for job in runner.written_when_stopped():
+        if job.source in counted:
+            continue
+        written, row = job.written
+        to_flush.add(written.files)
+        report.written(job.source, written)
+        if rows is not None:
+            rows.add(row, (job.source, written))
 
 
 #: What an interrupted row run says of its finish.
