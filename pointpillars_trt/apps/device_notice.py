@@ -3,7 +3,7 @@
 A run that lands on the CPU on a machine with an NVIDIA GPU (no CUDA extra installed, say) is more than
 a thousand times slower than the user expects, so it is never silent: the notice says why the GPU path is unusable
 and how to fix it. An fp16 model dir on the CPU is said too: its graphs gain no speed there (1.1-1.4x the
-time of fp32 graphs measured), only fp16 rounding.
+time of fp32 graphs measured), only fp16 rounding; and so is ``--no-tf32`` there, which changes nothing.
 """
 
 from __future__ import annotations
@@ -15,12 +15,15 @@ from typing import Any
 from ..runtime.availability import GPU_PROBES, GpuProbe, gpu_visible
 
 CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
+#: Said when a run given ``--no-tf32`` (``RuntimeOptions.tf32`` False) runs on the CPU, where it changes nothing.
+CPU_TF32_NOTE = ("note: --no-tf32 changes nothing on the CPU: TensorFloat-32 is a setting of the GPU engines, and the "
+                 "CPU path computes fp32 graphs in IEEE float32 already")
 
 
 def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> list[str]:
     """The lines to print before a run: ``running on <device, engine, precision>``, then a note when
-    a visible GPU goes unused or fp16 graphs run on the CPU. Empty for a detector that does not say
-    what runs it (a Triton client)."""
+    a visible GPU goes unused, fp16 graphs run on the CPU, or the CPU runs a detector told not to use TF32.
+    Empty for a detector that does not say what runs it (a Triton client)."""
     description = getattr(detector, "engine_description", None)
     if description is None:
         return []
@@ -32,6 +35,9 @@ def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> 
         lines.append("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU "
                      "runs use fp32 graphs (a checkpoint without --precision fp16, or a model dir built with "
                      "--precision fp32)")
+    options = getattr(detector, "options", None)
+    if getattr(detector, "device", None) == "cpu" and options is not None and not options.tf32:
+        lines.append(CPU_TF32_NOTE)
     return lines
 
 

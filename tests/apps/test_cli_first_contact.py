@@ -152,6 +152,26 @@ def test_fp16_model_dir_on_the_cpu_is_said(tmp_path: Path, tiny_frames: list[Pat
     assert "fp16 graphs run no faster than fp32 on the CPU" in run.err and "--precision fp32" in run.err
 
 
+def test_no_tf32_on_the_cpu_is_said_once_and_changes_nothing(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """--no-tf32 sets the GPU engines' arithmetic: a run on the CPU (asked for, or where auto lands without a usable
+    GPU) says once that it changes nothing there, and writes the same bytes as a run without it, which says
+    nothing of it."""
+    from pointpillars_trt.devices import cuda_available
+
+    note = ("note: --no-tf32 changes nothing on the CPU: TensorFloat-32 is a setting of the GPU engines, and the CPU "
+            "path computes fp32 graphs in IEEE float32 already")
+    runs = {}
+    for device, options in (("cpu", ["--no-tf32"]), ("cpu", []), ("auto", ["--no-tf32"])):
+        out = tmp_path / f"{device}{len(options)}"
+        run = cli("infer", *tiny_frames[1:4], "--model", tiny_model, "--out", out, "--device", device, "--no-progress",
+                  *options)
+        assert run.rc == 0, run
+        on_cpu = device == "cpu" or cuda_available() is not None
+        assert run.err.splitlines().count(note) == (1 if options and on_cpu else 0), run.err
+        runs[device, len(options)] = {p.name: p.read_bytes() for p in output_paths(out)}
+    assert runs["cpu", 1] == runs["cpu", 0] and len(runs["cpu", 0]) == 3
+
+
 # --------------------------------------------------------------------------- KITTI camera-FOV policy
 
 FOV_NOTE = "only the points the camera sees are detected on"

@@ -193,8 +193,10 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 6
-    rc, out, _ = ray_infer(folder, tiny_model, tmp_path / "rows", "--format", "jsonl")
+    assert "--no-tf32" not in err, err
+    rc, out, err = ray_infer(folder, tiny_model, tmp_path / "rows", "--format", "jsonl", "--no-tf32")
     assert rc == 1 and out.startswith(f"6/7 frames, 0 boxes, written to {tmp_path / 'rows'}"), out  # the part files' folder
+    assert err.count("note: --no-tf32 changes nothing on the CPU") == 1, err  # the workers' CPU: said once, as locally
 
 
 #: The mtime (ns) the first run's outputs are set back to: a file the resumed run rewrites gets another.
