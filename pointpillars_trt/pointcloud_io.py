@@ -4,7 +4,8 @@
 Every reader refuses, before reading data, anything that is not a regular file (a FIFO,
 /dev/zero, a directory) and any frame of more than ``MAX_FRAME_POINTS`` points, so memory stays
 bounded and nothing blocks. Values are not checked: NaN/inf rows are kept (the detector drops
-and counts them). Errors are one-line :class:`InputError` messages naming the file.
+and counts them). Errors are one-line :class:`InputError` messages naming the file. What a file says that
+the read leaves unapplied (a ``.pcd``'s sensor pose, its VIEWPOINT) is said (``ViewpointNote``).
 """
 
 from __future__ import annotations
@@ -12,19 +13,24 @@ from __future__ import annotations
 import ast
 import math
 import os
+import re
+import warnings
 from collections.abc import Callable
 from typing import IO, Union
 
 import numpy as np
 
 from .config import finite_float, int_within
-from .errors import InputError, one_line, safe_repr
+from .errors import InputError, InputWarning, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns, transposed_hint
 
 PathLike = Union[str, "os.PathLike[str]"]
+#: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
+#: which the read leaves unapplied; None: said as an :class:`InputWarning`.
+ViewpointNote = Callable[[str], None]
 
 #: Extensions :func:`read_points` understands (lower case).
 SUPPORTED_EXTENSIONS = (".bin", ".npy", ".pcd")
@@ -50,7 +56,8 @@ def unsupported_extension(ext: str) -> str:
 
 
 def read_points(
-    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int | None = None
+    path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int | None = None,
+    viewpoint_note: ViewpointNote | None = None,
 ) -> np.ndarray:
     """Read a lidar frame file as a C-contiguous (N, columns) float32 array of x, y, z, intensity
     (and, for ``columns`` 5, each point's time lag: ``ModelConfig.point_columns``). ``columns``
@@ -67,7 +74,9 @@ def read_points(
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
     * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i, or reflectance);
-      binary_compressed is refused; 4 columns only.
+      binary_compressed is refused; 4 columns only. The points come as stored, in the file's own frame: a
+      ``VIEWPOINT`` (the sensor's pose) other than the identity is not applied, as PCL's loader does not
+      apply it, and is told to ``viewpoint_note`` (None: an :class:`InputWarning`); a malformed one is refused.
 
     ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_mismatch``)
     multiplies the 4th column after reading.
@@ -81,7 +90,8 @@ def read_points(
         raise InputError(f"columns {safe_repr(columns)}: expected the model's values a point, 4 (x, y, z, intensity) "
                          f"to {MAX_POINT_DIM}")
     try:
-        return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
+        return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
+                            viewpoint_note=viewpoint_note)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001 - the reader boundary: whatever a file does, it fails alone
@@ -90,7 +100,8 @@ def read_points(
         ) from None
 
 
-def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int) -> np.ndarray:
+def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int,
+                 viewpoint_note: ViewpointNote | None) -> np.ndarray:
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin":
         points = read_bin(path, point_dim=point_dim, columns=columns)
@@ -100,7 +111,7 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
         if columns != 4:
             raise InputError(f"point file {safe_repr(path)}: .pcd frames are read as x, y, z, intensity; "
                              f"this model reads {columns} values a point ({columns_text(columns)}): use .bin or .npy")
-        points = read_pcd(path)
+        points = read_pcd(path, viewpoint_note=viewpoint_note)
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     else:
@@ -134,7 +145,7 @@ Allocate = Callable[[int], Union[np.ndarray, None]]
 
 def read_points_into(
     path: PathLike, allocate: Allocate, *, point_dim: int = 4, intensity_scale: float | None = None,
-    columns: int = 4,
+    columns: int = 4, viewpoint_note: ViewpointNote | None = None,
 ) -> np.ndarray:
     """:func:`read_points`, with the points landing in the rows ``allocate(n)`` gives (e.g. pinned
     host memory the GPU copies from): a KITTI ``.bin`` of 4 values a point is read straight into
@@ -143,13 +154,15 @@ def read_points_into(
     columns (``columns``) gets an array of its own."""
     require_point_dim(point_dim)  # of a .bin's rows against the model's columns: at its read
     if columns != 4:
-        return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns)
+        return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
+                           viewpoint_note=viewpoint_note)
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin" and point_dim != 4:  # wider rows: their first 4 values copied in, once
         return _bin_into(_read_frame_bytes(path, 4 * point_dim, "point file"), allocate, point_dim, intensity_scale,
                          path, 4)
     if ext != ".bin":
-        points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4)
+        points = read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=4,
+                             viewpoint_note=viewpoint_note)
         rows = allocate(len(points))
         if rows is None:
             return points
@@ -430,12 +443,20 @@ _PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("
 _PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS", "DATA")
 #: PCL's name for padding bytes, which a header may repeat (Ouster's and pcl_ros' clouds pad several fields).
 _PCD_PADDING = "_"
+#: A VIEWPOINT value: a decimal number as PCL writes one (no nan, inf, hex or ``1_0``).
+_PCD_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+#: The VIEWPOINT of a cloud whose points need no moving (PCL's default): tx ty tz 0, quaternion qw qx qy qz 1 0 0 0
+#: or its negation, the same rotation.
+_PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0))
 
 
-def read_pcd(path: PathLike) -> np.ndarray:
+def read_pcd(path: PathLike, *, viewpoint_note: ViewpointNote | None = None) -> np.ndarray:
     """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
     float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
-    WIDTH * HEIGHT and the data size; DATA binary_compressed is refused."""
+    WIDTH * HEIGHT and the data size; DATA binary_compressed is refused. The points are read as stored, as
+    PCL's loader reads them: a VIEWPOINT other than the identity is not applied, but told, once the points are
+    read, to ``viewpoint_note`` (None: warned as an InputWarning), since a model that expects them in the
+    sensor's pose would see them elsewhere."""
     shown, what = safe_repr(path), "point file"
     f, size = open_regular_file(
         path, max_bytes=_PCD_MAX_HEADER + max(_PCD_MAX_BINARY, _PCD_MAX_ASCII), what=what
@@ -443,35 +464,70 @@ def read_pcd(path: PathLike) -> np.ndarray:
     with f:
         try:
             header, header_end = _pcd_header(f, shown, what)
-            dtype, points, data_kind = _pcd_layout(header, shown, what)
-            columns = _pcd_columns(dtype, shown, what)
-            if data_kind == "binary":
-                expected = points * dtype.itemsize
-                if expected > _PCD_MAX_BINARY:
-                    raise InputError(f"{what} {shown}: POINTS {points} x {dtype.itemsize} bytes a point is more "
-                                     f"than the limit of {_PCD_MAX_BINARY} bytes")
-                if size - header_end != expected:
-                    raise InputError(
-                        f"{what} {shown}: {size - header_end} bytes of binary data, but POINTS {points} x "
-                        f"{dtype.itemsize} bytes a point needs {expected}"
-                        + (" (truncated)" if size - header_end < expected else "")
-                    )
-                data = f.read(expected)
-                if len(data) != expected:
-                    raise InputError(f"{what} {shown} was truncated while being read")
-                table = np.frombuffer(data, dtype=dtype)
-                out = np.empty((points, 4), dtype=np.float32)
-                for col, name in enumerate(columns):
-                    cast_to_float32(out[:, col], table[name], f"{what} {shown}")
-                return out
-            per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
-            limit = min(points * per_row * _PCD_ASCII_BYTES_PER_VALUE + 4096, _PCD_MAX_ASCII)
-            if size - header_end > limit:
-                raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
-                                 f"{limit} for POINTS {points} of {per_row} values")
-            return _pcd_ascii(f, dtype, points, columns, shown, what)
+            viewpoint = _pcd_viewpoint(header, shown, what)
+            points = _pcd_points(f, size, header, header_end, shown, what)
         except OSError as exc:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+    if viewpoint is not None:
+        text = viewpoint_text(path, viewpoint)
+        if viewpoint_note is None:
+            warnings.warn(text, InputWarning, stacklevel=2)
+        else:
+            viewpoint_note(text)
+    return points
+
+
+def viewpoint_text(path: PathLike, viewpoint: list[str]) -> str:
+    """What a read says of a .pcd whose VIEWPOINT (its values as written) it left unapplied: the file, the pose,
+    and how to have the points moved by it."""
+    return (f"{safe_repr(path)}: its VIEWPOINT {' '.join(viewpoint)} (the sensor's pose: tx ty tz qw qx qy qz) is "
+            "not the identity; its points are read as stored, in the file's own frame, without that pose applied "
+            "(as PCL reads them): if the model should see them moved by it, transform them first (p' = R(q) p + t) "
+            "and save them with VIEWPOINT 0 0 0 1 0 0 0")
+
+
+def _pcd_viewpoint(header: dict[str, list[str]], shown: str, what: str) -> list[str] | None:
+    """The header's VIEWPOINT values as written, where they are not the identity (None where they are, or the
+    header has none); anything but 7 finite decimal numbers is refused."""
+    values = header.get("VIEWPOINT")
+    if values is None:
+        return None
+    if len(values) != 7 or not all(_PCD_NUMBER.fullmatch(v) and math.isfinite(float(v)) for v in values):
+        raise InputError(f"{what} {shown}: header VIEWPOINT {safe_repr(' '.join(values), 80)} is not 7 numbers "
+                         "(tx ty tz qw qx qy qz: the sensor's position and orientation)")
+    return None if tuple(float(v) for v in values) in _PCD_IDENTITY_VIEWPOINTS else values
+
+
+def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, shown: str,
+                what: str) -> np.ndarray:
+    """The (N, 4) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at ``header_end``."""
+    dtype, points, data_kind = _pcd_layout(header, shown, what)
+    columns = _pcd_columns(dtype, shown, what)
+    if data_kind == "binary":
+        expected = points * dtype.itemsize
+        if expected > _PCD_MAX_BINARY:
+            raise InputError(f"{what} {shown}: POINTS {points} x {dtype.itemsize} bytes a point is more "
+                             f"than the limit of {_PCD_MAX_BINARY} bytes")
+        if size - header_end != expected:
+            raise InputError(
+                f"{what} {shown}: {size - header_end} bytes of binary data, but POINTS {points} x "
+                f"{dtype.itemsize} bytes a point needs {expected}"
+                + (" (truncated)" if size - header_end < expected else "")
+            )
+        data = f.read(expected)
+        if len(data) != expected:
+            raise InputError(f"{what} {shown} was truncated while being read")
+        table = np.frombuffer(data, dtype=dtype)
+        out = np.empty((points, 4), dtype=np.float32)
+        for col, name in enumerate(columns):
+            cast_to_float32(out[:, col], table[name], f"{what} {shown}")
+        return out
+    per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
+    limit = min(points * per_row * _PCD_ASCII_BYTES_PER_VALUE + 4096, _PCD_MAX_ASCII)
+    if size - header_end > limit:
+        raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
+                         f"{limit} for POINTS {points} of {per_row} values")
+    return _pcd_ascii(f, dtype, points, columns, shown, what)
 
 
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt.errors import InputError
+from pointpillars_trt.errors import InputError, InputWarning
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.intensities import intensity_mismatch
 from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, read_points
@@ -111,12 +111,15 @@ def test_npy_truncated_or_not_npy(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- .pcd
 
 def pcd_header(fields: str, size: str, type_: str, count: str, n: int, data: str, width: int | None = None,
-               points: int | None = None) -> bytes:
+               points: int | None = None, viewpoint: str | None = "0 0 0 1 0 0 0") -> bytes:
+    """A .pcd header as PCL writes one (``viewpoint`` None: without the VIEWPOINT line, which PCL reads as the
+    identity)."""
     return (
         "# .PCD v0.7 - Point Cloud Data file format\nVERSION 0.7\n"
         f"FIELDS {fields}\nSIZE {size}\nTYPE {type_}\nCOUNT {count}\n"
-        f"WIDTH {n if width is None else width}\nHEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\n"
-        f"POINTS {n if points is None else points}\nDATA {data}\n"
+        f"WIDTH {n if width is None else width}\nHEIGHT 1\n"
+        + ("" if viewpoint is None else f"VIEWPOINT {viewpoint}\n")
+        + f"POINTS {n if points is None else points}\nDATA {data}\n"
     ).encode()
 
 
@@ -233,6 +236,47 @@ def test_pcd_errors(tmp_path: Path) -> None:
     junk.write_bytes(b"\x1b[2Jhello\n")
     text = one_line_error(lambda: read_points(junk), "not a PCD file")
     assert "\x1b" not in text
+
+
+def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_path: Path) -> None:
+    """The points of a .pcd come as stored whatever its VIEWPOINT (PCL's loader applies none): the same rows with
+    the identity, with none, and with a sensor pose, in binary and ASCII. Only the pose is said: one
+    InputWarning naming the file, the values as written and the fix, or one call of ``viewpoint_note`` with the
+    same text (then no warning)."""
+    pts = sample(5)
+    pose = "1.5 -2 0.25 0.7071068 0 0 0.7071068"  # 90 degrees about z, moved: what a sensor mounted on a car has
+    rows = {"binary": pts.tobytes(),
+            "ascii": "".join(f"{a:.9g} {b:.9g} {c:.9g} {d:.9g}\n" for a, b, c, d in pts.tolist()).encode()}
+    for data, body in rows.items():
+        for name, viewpoint, said in (("identity", "0 0 0 1 0 0 0", False), ("none", None, False),
+                                      ("negated", "0 0 0 -1 0 0 0", False), ("pose", pose, True)):
+            path = tmp_path / f"{name}_{data}.pcd"
+            path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 5, data,
+                                        viewpoint=viewpoint) + body)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                np.testing.assert_array_equal(read_points(path), pts)
+            notes: list[str] = []
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                np.testing.assert_array_equal(read_points(path, viewpoint_note=notes.append), pts)
+            texts = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+            assert len(caught) == len(texts) == len(notes) == int(said), (name, data, texts, notes)
+            if said:
+                assert texts == notes
+                assert texts[0].startswith(f"{str(path)!r}: its VIEWPOINT {pose} (the sensor's pose: tx ty tz qw qx qy "
+                                           "qz) is not the identity; its points are read as stored"), texts[0]
+                assert "transform them first" in texts[0] and "VIEWPOINT 0 0 0 1 0 0 0" in texts[0]
+
+
+def test_pcd_malformed_viewpoint_is_refused_naming_the_file(tmp_path: Path) -> None:
+    for index, viewpoint in enumerate(("0 0 0 1 0 0", "0 0 0 1 0 0 0 0", "0 0 0 1 0 0 x", "nan 0 0 1 0 0 0",
+                                       "1e999 0 0 1 0 0 0", "0x1 0 0 1 0 0 0", "")):
+        path = tmp_path / f"bad{index}.pcd"
+        path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 1, "ascii",
+                                    viewpoint=viewpoint) + b"1 2 3 0.5\n")
+        one_line_error(lambda: read_points(path), f"bad{index}.pcd",  # noqa: B023
+                       f"header VIEWPOINT {viewpoint!r} is not 7 numbers (tx ty tz qw qx qy qz")
 
 
 # --------------------------------------------------------------------------- extensions, special files

@@ -193,7 +193,8 @@ _OPTION_VALUES = {"1/255": "0.00392156862745098 (1/255)"}
 
 def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float] | None) -> list[tuple[str, str]]:
     """(kind, warning) of each thing a finished job's read and detections say is probably wrong with its file:
-    no point at all or its intensities' scale (the reader's ``finding_of``), its calib leaving nothing to the
+    no point at all or its intensities' scale (the reader's ``finding_of``), a ``.pcd`` VIEWPOINT the read left
+    unapplied (``viewpoint_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
     boxes left out for NaN or infinite values (the network overflowed), and the note that its crop or 2D boxes
     assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
@@ -204,6 +205,9 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     det: Detections | None = None if job.error is not None else job.detections
     written: FrameOutput = FrameOutput() if job.error is not None else job.written[0]
     found = [(finding, read_warning(source, finding, read.intensity_scale))] if finding is not None else []
+    viewpoint = read.viewpoint_of(job.item)
+    if viewpoint is not None:  # a run's frames share their sensor's pose, as a rule: said once, not counted
+        found.append(("viewpoint", f"warning: {viewpoint} (warned once)"))
     if emptied is not None:
         found.append(emptied)
     assumed = [uses for uses, was in (("its camera-view crop", image_assumed(read.prepare, source)),

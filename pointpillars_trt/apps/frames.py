@@ -18,6 +18,7 @@ reader or writer raises becomes that frame's error. Memory stays flat however lo
 from __future__ import annotations
 
 import errno
+import functools
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -73,7 +74,8 @@ class FrameReader:
     ``prepare`` (e.g. the camera-FOV crop), then what the read says is probably wrong with every frame:
     no point at all (whatever its format), or intensities on another scale than the model was trained
     on. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
-    warning, whichever reader thread read it first, and counts them all for the run's summary line."""
+    warning, whichever reader thread read it first, and counts them all for the run's summary line.
+    ``viewpoint_of(item)`` gives what the read said of a ``.pcd`` VIEWPOINT it left unapplied."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
@@ -85,6 +87,7 @@ class FrameReader:
         # after --intensity-scale too: a scale the wrong way round (255 for 0-1 files) is as silent as none
         self.check_intensity = cfg is None or "intensity" in cfg.features.order
         self._findings: dict[int, str] = {}  # item id -> what its frame's read found (finding_of), until asked
+        self._viewpoints: dict[int, str] = {}  # item id -> its .pcd VIEWPOINT left unapplied (viewpoint_of)
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, FrameBytes):
@@ -96,7 +99,8 @@ class FrameReader:
                                          intensity_scale=self.intensity_scale, source=item.source, columns=self.columns)
         else:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
-                                      intensity_scale=self.intensity_scale, columns=self.columns)
+                                      intensity_scale=self.intensity_scale, columns=self.columns,
+                                      viewpoint_note=functools.partial(self._viewpoints.__setitem__, id(item)))
         empty = len(points) == 0  # as read: a crop that leaves none of a frame's points is said by the crop
         if self.prepare is not None:  # a frame of a URI by the name Ray Data lists it by (file://: its path here)
             points = self.prepare(points, item.source if isinstance(item, FrameBytes) else str(item))
@@ -116,26 +120,35 @@ class FrameReader:
         way (each kind gets its warning), and the summary counts every frame of a kind."""
         return self._findings.pop(id(item), None)
 
-    def notes_of(self, item: object) -> tuple[str | None, Any] | None:
+    def viewpoint_of(self, item: object) -> str | None:
+        """What the read of ``item`` said of its ``.pcd`` VIEWPOINT, which it left unapplied (``viewpoint_text``: the
+        file and the pose), or None; asked once per item, as ``finding_of``."""
+        return self._viewpoints.pop(id(item), None)
+
+    def notes_of(self, item: object) -> tuple[str | None, str | None, Any] | None:
         """In a reader process, right after ``item``'s read: what the read noted of its frame (``finding_of``'s
-        answer, and the per-frame step's own notes), for the runner's process to ``keep_notes``."""
-        finding = self._findings.pop(id(item), None)
+        and ``viewpoint_of``'s answers, and the per-frame step's own notes), for the runner's process to
+        ``keep_notes``."""
+        finding, viewpoint = self.finding_of(item), self.viewpoint_of(item)
         step = getattr(self.prepare, "notes_of", None)
         step_notes = step(str(item)) if step is not None else None
-        return None if finding is None and step_notes is None else (finding, step_notes)
+        return None if finding is None and viewpoint is None and step_notes is None else (finding, viewpoint,
+                                                                                           step_notes)
 
-    def keep_notes(self, item: object, notes: tuple[str | None, Any]) -> None:
+    def keep_notes(self, item: object, notes: tuple[str | None, str | None, Any]) -> None:
         """What a reader process's read noted of ``item``'s frame (``notes_of``), kept as this process's own read
         would have kept it."""
-        finding, step_notes = notes
+        finding, viewpoint, step_notes = notes
         if finding is not None:
             self._findings[id(item)] = finding
+        if viewpoint is not None:
+            self._viewpoints[id(item)] = viewpoint
         if step_notes is not None:
             self.prepare.keep_notes(str(item), step_notes)  # type: ignore[union-attr]
 
     def __getstate__(self) -> dict[str, Any]:
         """A reader as a reader process receives it: without the findings not yet asked for here."""
-        return {**self.__dict__, "_findings": {}}
+        return {**self.__dict__, "_findings": {}, "_viewpoints": {}}
 
 
 def reader_threads(points_per_frame: int | None) -> int:

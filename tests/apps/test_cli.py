@@ -640,6 +640,40 @@ def test_tiny_npy_and_pcd_inputs_equal_bin(tiny_model: Path, tmp_path: Path):
             assert records[name][key] == records["f_bin"][key], (name, key)
 
 
+def test_a_pcd_viewpoint_is_warned_once_a_run_and_its_points_read_as_stored(tiny_model: Path, tmp_path: Path):
+    """Two .pcd files of one sensor pose (a VIEWPOINT that is not the identity) in one run: one warning, naming the
+    first of them and the pose, and each frame detected on its points as stored (the pose not applied): its boxes
+    those of a .bin of the same rows. Files of the identity VIEWPOINT: no warning, the same boxes."""
+    pose = "0.5 0 1.8 0.9659258 0 0 0.258819"  # 30 degrees about z, 1.8 m up: were it applied, other boxes
+    frames: list[Path] = []
+    for seed, name in ((12, "a"), (13, "b")):
+        points = tiny_points(seed)
+        points.tofile(tmp_path / f"{name}_bin.bin")
+        for kind, viewpoint in (("pose", pose), ("identity", "0 0 0 1 0 0 0")):
+            header = ("VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+                      f"WIDTH {len(points)}\nHEIGHT 1\nVIEWPOINT {viewpoint}\nPOINTS {len(points)}\nDATA binary\n")
+            (tmp_path / f"{name}_{kind}.pcd").write_bytes(header.encode() + points.astype("<f4").tobytes())
+        frames.append(tmp_path / f"{name}_bin.bin")
+    for kind in ("pose", "identity"):
+        out = tmp_path / kind
+        posed = [tmp_path / f"{name}_{kind}.pcd" for name in "ab"]
+        run = cli("infer", *frames, *posed, "--model", tiny_model, "--out", out, "--device", "cpu", "--no-progress",
+                  *LOOSE)
+        assert run.rc == 0, run
+        said = [line for line in run.err.splitlines() if "VIEWPOINT" in line]
+        if kind == "identity":
+            assert said == [], run.err
+        else:
+            assert len(said) == 1 and said[0].startswith(f"warning: {str(posed[0])!r}: its VIEWPOINT {pose} "), run.err
+            assert "read as stored" in said[0] and "transform them first" in said[0], said[0]
+        for name in "ab":
+            from_pcd = json.loads((out / f"{name}_{kind}.json").read_text())
+            from_bin = json.loads((out / f"{name}_bin.json").read_text())
+            assert len(from_bin["scores"]) > 0
+            for key in ("boxes_lidar", "scores", "labels", "num_points", "num_pillars"):
+                assert from_pcd[key] == from_bin[key], (kind, name, key)
+
+
 def test_tiny_transposed_npy_is_refused_with_hint(tiny_model: Path, tmp_path: Path):
     np.save(tmp_path / "transposed.npy", tiny_points(1).T.copy())
     tiny_points(2).tofile(tmp_path / "good.bin")

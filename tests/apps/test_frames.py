@@ -414,8 +414,9 @@ def _calib_folder(folder: Path) -> Path:
 def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``reader_processes``: each batch read in a spawned process into shared staging gives, in input order,
     the detections of each frame alone, the same errors, and the same findings (8-bit intensities, an
-    empty frame) and crop notes (the assumed image size, a frame the crop empties) as reader threads; a
-    frame too large for the staging is restaged; the staging's files are gone once the runner closes."""
+    empty frame), .pcd VIEWPOINT notes and crop notes (the assumed image size, a frame the crop empties) as
+    reader threads; a frame too large for the staging is restaged; the staging's files are gone once the
+    runner closes."""
     from pointpillars_trt.apps.frame_prep import CameraFovCrop
     from pointpillars_trt.apps.frame_reads import read_batch
     from pointpillars_trt.apps.frames import FrameReader, WorkerProcesses
@@ -433,6 +434,11 @@ def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path)
         paths.append(folder / f"{index:06d}.bin")
         write_velodyne_bin(points, paths[-1])
     (folder / "000012.bin").write_bytes(b"1.5 2.5 3.5 0.5\n" * 64)  # text, not float32 rows
+    posed = np.fromfile(paths[3], "<f4")  # frame 3's rows, in a .pcd of a sensor pose the read leaves unapplied
+    paths.append(folder / "000014.pcd")
+    paths[-1].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+                          + f"WIDTH {len(posed) // 4}\nHEIGHT 1\nVIEWPOINT 1 2 3 0 0 0 1\nPOINTS {len(posed) // 4}\n"
+                            "DATA binary\n".encode() + posed.tobytes())
     calib = _calib_folder(tmp_path / "calib")
     items = [str(p) for p in paths]
     outcomes = []
@@ -448,18 +454,23 @@ def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path)
         assert not _staging_files()
         assert notices == [] and staged_in_files == bool(processes)
         outcomes.append([(job.source, job.error, job.detections, reader.finding_of(job.item),
-                          crop.image_assumed(job.source), crop.emptied_warning(job.source)) for job in jobs])
+                          crop.image_assumed(job.source), crop.emptied_warning(job.source),
+                          reader.viewpoint_of(job.item)) for job in jobs])
     threads, in_processes = outcomes
     assert [o[0] for o in in_processes] == items
     alone = PointPillars(model, device="cpu")
     reference = CameraFovCrop(str(calib), None)
-    for (source, error, found, finding, assumed, emptied), theirs in zip(in_processes, threads):
-        assert (error, finding, assumed, emptied) == theirs[1:2] + theirs[3:], source
+    for (source, error, found, finding, assumed, emptied, viewpoint), theirs in zip(in_processes, threads):
+        assert (error, finding, assumed, emptied, viewpoint) == theirs[1:2] + theirs[3:], source
         if source.endswith("000012.bin"):
             assert error is not None and "text" in error
             continue
-        assert error is None and same(found, alone(reference(read_points(source), source))), source
+        points = read_points(source, viewpoint_note=lambda _: None)
+        assert error is None and same(found, alone(reference(points, source))), source
     assert [o[3] for o in in_processes].count("8bit") == 1 and in_processes[11][3] == "8bit"
+    assert [o[6] is not None for o in in_processes] == [False] * 14 + [True]
+    assert in_processes[14][6].startswith(f"{items[14]!r}: its VIEWPOINT 1 2 3 0 0 0 1 ")
+    assert same(in_processes[14][2], in_processes[3][2])  # its points as stored: frame 3's
     assert in_processes[2][3] == "empty" and in_processes[5][5] is not None
     assert all(o[4] for o in in_processes[:12])  # no image_2 beside the frames: KITTI's size assumed
 
