@@ -18,17 +18,17 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, NoReturn, TypeVar, get_args
+from typing import Any, Literal, NoReturn, TypeVar, Union, get_args
 
 import numpy as np
 import yaml
 
 from .errors import ConfigError, InputError, escape_text, safe_repr
-from .fileio import read_regular_file
+from .fileio import path_argument, read_regular_file
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
@@ -294,10 +294,8 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         raw = read_yaml(path)
-        if isinstance(raw, dict) and {"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw):
-            raise ConfigError(f"{path}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
-                              "package's: give it with --pcdet-config (Python: convert.pcdet_config."
-                              "config_from_pcdet_yaml)")
+        _refuse_pcdet_config(raw, str(path), "give it with --pcdet-config (Python: "
+                             "convert.pcdet_config.config_from_pcdet_yaml)")
         return config_from_dict(raw, str(path))
     name = str(name_or_path)
     if name not in builtin_config_names():
@@ -306,6 +304,38 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
         )
     data = (resources.files("pointpillars_trt") / "configs" / f"{name}.yaml").read_bytes()
     return config_from_dict(parse_yaml(data, name), name)
+
+
+#: What an API's ``config=`` takes: a built-in config's name or a YAML path, a ``ModelConfig``, or a dict of its
+#: fields (``ModelConfig.to_dict()``, or a config YAML as loaded); None: the checkpoint's or model dir's own.
+ConfigArgument = Union[str, "os.PathLike[str]", ModelConfig, Mapping[str, Any], None]
+_CONFIG_ARGUMENT = ("a built-in config name (one of {names}), a config YAML path, a ModelConfig, or a dict of "
+                    "its fields (ModelConfig.to_dict())")
+
+
+def config_argument(config: object) -> ModelConfig | None:
+    """The ``ModelConfig`` an API's ``config=`` names (``ConfigArgument``; None stays None), or one
+    ConfigError saying what to pass: a wrong type would otherwise fail as a TypeError or AttributeError deep in
+    the loader, and an OpenPCDet config read into a dict is not this package's layout."""
+    if config is None or isinstance(config, ModelConfig):
+        return config
+    if isinstance(config, (str, bytes, os.PathLike)):
+        return load_config(path_argument(config, "config", ConfigError, "a config name or YAML path"))
+    if isinstance(config, Mapping):
+        _refuse_pcdet_config(config, "config", "pass its YAML file's path to "
+                             "pointpillars_trt.convert.pcdet_config.config_from_pcdet_yaml(path) and give "
+                             "config= the ModelConfig it returns")
+        return config_from_dict(dict(config), "config dict")
+    raise ConfigError(f"config: expected {_CONFIG_ARGUMENT.format(names=', '.join(builtin_config_names()))}; got "
+                      f"{safe_repr(config, 60)} ({type(config).__name__})")
+
+
+def _refuse_pcdet_config(raw: object, source: str, fix: str) -> None:
+    """Refuse an OpenPCDet model config (its top-level MODEL, CLASS_NAMES, DATA_CONFIG keys), which is no
+    config of this package's layout, naming ``fix``: how to read it instead."""
+    if isinstance(raw, Mapping) and {"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw):
+        raise ConfigError(f"{source}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
+                          f"package's: {fix}")
 
 
 # --------------------------------------------------------------------------- untrusted YAML

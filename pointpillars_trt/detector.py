@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from .config import ModelConfig, Thresholds, int_within, load_config
+from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
 from .detections import Detections
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, SettingNotice, safe_repr,
@@ -123,22 +123,24 @@ class PointPillars:
     accumulate = staticmethod(accumulate_sweeps)
 
     @classmethod
-    def from_model_dir(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
+    def from_model_dir(cls, path: str | os.PathLike[str], *, config: ConfigArgument = None,
                        options: RuntimeOptions | None = None, **settings: Any) -> PointPillars:
         """Open a model dir built by ``pointpillars-trt build``; ``config``: the config it must have been
-        built for; ``options`` / ``settings``: see the class."""
-        expected = load_config(config) if isinstance(config, (str, os.PathLike)) else config
-        return cls(load_model_dir(path, expected), _options(options, settings))
+        built for (a name, YAML path, ``ModelConfig`` or dict); ``options`` / ``settings``: see the class."""
+        return cls(load_model_dir(path, config_argument(config)), _options(options, settings))
 
 
     @classmethod
-    def from_checkpoint(cls, path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
+    def from_checkpoint(cls, path: str | os.PathLike[str], *, config: ConfigArgument = None,
                         cache_dir: str | os.PathLike[str] | None = None, options: RuntimeOptions | None = None,
                         **settings: Any) -> PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
-        precision (``options.precision``, default fp32) and (for TensorRT plans) TF32 mode."""
+        precision (``options.precision``, default fp32) and (for TensorRT plans) TF32 mode. ``config``: the
+        checkpoint's config (a name, YAML path, ``ModelConfig`` or dict; default: its layout's built-in one)."""
         from .convert.export import model_dir_for_checkpoint
+        from .convert.pth import checkpoint_path
 
+        path, config = checkpoint_path(path), config_argument(config)  # before a device is probed
         opts = _options(options, settings)
         picked = pick_device(opts.device)
         check_backend_runs_on(picked.kind, opts.backend)  # before any export

@@ -53,6 +53,27 @@ def name_text(name: str) -> str:
 _LIKE_AN_ESCAPE = re.compile(r"\\x[0-9a-fA-F]{2}")
 
 
+# --------------------------------------------------------------------------- path arguments
+
+def path_argument(value: object, what: str, error: type[PointPillarsError], expected: str) -> Path:
+    """``value`` as a ``Path`` where an API takes one path: a str, bytes (decoded as ``os.fsdecode`` does) or
+    path-like object, without a NUL character. Anything else (None, a number, a list of paths) is ``error``
+    naming ``what`` and ``expected`` (what to pass), rather than the TypeError or ValueError that opening it
+    would raise far from the call."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        try:
+            text = os.fsdecode(value)
+        except TypeError:  # a path-like whose __fspath__ gives neither str nor bytes
+            text = None
+        if text == "":  # Path("") is the current folder, which no caller means
+            raise error(f"{what}: an empty path; pass {expected}")
+        if text is not None and "\0" in text:
+            raise error(f"{what} {safe_repr(text)}: a path cannot hold a NUL character; pass {expected}")
+        if text is not None:
+            return Path(text)
+    raise error(f"{what}: expected {expected}, got {safe_repr(value)} ({type(value).__name__})")
+
+
 # --------------------------------------------------------------------------- bounded reads
 
 _KIND_NAMES = (

@@ -26,7 +26,7 @@ import numpy as np
 
 from .config import ModelConfig, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError, safe_repr
-from .fileio import DuplicateKeyError, loads_json, read_regular_file, special_kind
+from .fileio import DuplicateKeyError, loads_json, path_argument, read_regular_file, special_kind
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
@@ -112,7 +112,8 @@ def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, con
 
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
     """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``."""
-    folder = Path(path)
+    folder = path_argument(path, "model dir", ModelDirError, "the path of a folder `pointpillars-trt build` wrote "
+                           "(a str or pathlib.Path)")
     if not folder.is_dir():
         if folder.is_file():
             raise ModelDirError(f"model dir {folder}: is a file, not a model dir (a .pth checkpoint opens with "

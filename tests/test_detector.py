@@ -80,6 +80,36 @@ def test_from_model_dir(detector: PointPillars, points: np.ndarray, expected: De
         PointPillars.from_model_dir(detector.model.path, config="zhulf0804_kitti_3class", device="cpu")
 
 
+def test_loaders_refuse_a_path_or_config_of_the_wrong_type_saying_what_to_pass(detector: PointPillars, assets: Path,
+                                                                               cache: Path, tmp_path: Path) -> None:
+    """None, a number, a list or a NUL for a path, a number or an OpenPCDet config dict for ``config``: each one
+    error of the loader's own type naming what to pass (no TypeError / ValueError / AttributeError from deep in
+    the loader). A config as a dict of its fields, and a bytes path or name, are taken as what they hold."""
+    from pointpillars_trt.errors import CheckpointError, ConfigError
+
+    checkpoint = assets / CHECKPOINT
+    for bad in (None, 3, [str(checkpoint)], "a\0b.pth", ""):
+        with pytest.raises(CheckpointError, match=r"^checkpoint.*(expected the \.pth file's path|NUL|empty path)"):
+            PointPillars.from_checkpoint(bad, device="cpu", cache_dir=cache)  # type: ignore[arg-type]
+    for bad in (None, 3, "a\0b"):
+        with pytest.raises(ModelDirError, match=r"^model dir.*(expected the path of a folder|NUL)"):
+            PointPillars.from_model_dir(bad, device="cpu")  # type: ignore[arg-type]
+    for bad in (123, 1.5, [detector.cfg.name]):
+        with pytest.raises(ConfigError, match=r"^config: expected a built-in config name .* a ModelConfig, or a dict"):
+            PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=cache, config=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^config dict: a: unknown key"):
+        PointPillars.from_model_dir(detector.model.path, device="cpu", config={"a": 1})
+    with pytest.raises(ConfigError, match=r"an OpenPCDet model config .*config_from_pcdet_yaml\(path\)"):
+        PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=cache,
+                                     config={"CLASS_NAMES": ["Car"], "MODEL": {"NAME": "PointPillar"}})
+    as_dict = detector.cfg.to_dict()
+    with PointPillars.from_checkpoint(os.fsencode(checkpoint), device="cpu", cache_dir=cache, config=as_dict) as det:
+        assert det.cfg == detector.cfg and det.model.path == detector.model.path
+    with PointPillars.from_model_dir(os.fsencode(detector.model.path), device="cpu",
+                                     config=os.fsencode(detector.cfg.name)) as det:
+        assert det.cfg == detector.cfg
+
+
 def test_result_fields(expected: Detections, points: np.ndarray, detector: PointPillars):
     n = len(expected)
     assert n > 0

@@ -17,9 +17,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..config import ModelConfig, load_config
+from ..config import ConfigArgument, ModelConfig, config_argument, load_config
 from ..errors import CheckpointError, escape_text
-from .pth import StorageRef, TensorRef, key_text, open_pth, pickled_repr
+from .pth import StorageRef, TensorRef, checkpoint_path, key_text, open_pth, pickled_repr
 from . import multihead
 from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, PointPillarsWeights
 
@@ -320,13 +320,14 @@ class LoadedCheckpoint:
     config: ModelConfig
 
 
-def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | None = None) -> LoadedCheckpoint:
+def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None) -> LoadedCheckpoint:
     """Read a ``.pth`` of either family and check it against ``config`` (default: the layout's built-in one)."""
+    given = config_argument(config)  # before the file is read: a wrong type is the caller's slip, not the file's
     pth = open_pth(path)
     source = pth.source
     layout, state = detect_layout(pth.obj, source)
     own = _builtin_config(layout, state)
-    cfg = load_config(own) if config is None else config if isinstance(config, ModelConfig) else load_config(config)
+    cfg = load_config(own) if given is None else given
     if cfg.family != layout:
         raise CheckpointError(f"{source}: checkpoint has the {layout} layout, but config {cfg.name} "
                               f"is for the {cfg.family} family; {_own_config_fix(own)}")
@@ -348,7 +349,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ModelConfig | str | No
             raise
         raise CheckpointError(f"{source}: a checkpoint of config {own} (its keys and shapes are that config's), not "
                               f"of config {cfg.name}; {_own_config_fix(own)}") from None
-    return LoadedCheckpoint(Path(path), layout, cfg.name, weights, pth.sha256, cfg)
+    return LoadedCheckpoint(checkpoint_path(path), layout, cfg.name, weights, pth.sha256, cfg)
 
 
 def _own_config_fix(own: str) -> str:

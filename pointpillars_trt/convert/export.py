@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..config import ModelConfig
+from ..config import ConfigArgument, ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
 from ..fileio import read_regular_file, replace_folder, unwritable_reason, user_cache_dir, write_bytes_atomic
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
@@ -32,7 +32,7 @@ from .onnx_export import OPSET, ModelWeights, build_pfn_graph, build_rpn_graph
 
 
 def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
-                    config: str | ModelConfig | None = None, backend: str = "onnxruntime", precision: str = "fp32",
+                    config: ConfigArgument = None, backend: str = "onnxruntime", precision: str = "fp32",
                     tf32: bool = True, progress: Callable[[str], None] | None = None,
                     compute_capabilities: Sequence[str] | None = None,
                     dataset: dict[str, Any] | None = None) -> ModelDir:
@@ -51,12 +51,12 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
 
         check_targets(compute_capabilities, checked)
     ckpt = load_checkpoint(checkpoint, config)
-    return export_checkpoint(ckpt, checkpoint, out, precision=checked,
+    return export_checkpoint(ckpt, out, precision=checked,
                              tensorrt_tf32=tf32 if plans else None, progress=progress,
                              compute_capabilities=compute_capabilities, dataset=dataset)
 
 
-def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | ModelConfig | None = None,
+def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgument = None,
                              precision: str = "fp32", cache_dir: str | os.PathLike[str] | None = None,
                              tensorrt_plans: bool = False, tf32: bool = True, device_id: int = 0) -> ModelDir:
     """The cached model dir of a checkpoint, exported on first use (with TensorRT plans when asked, built
@@ -77,7 +77,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: str | Mode
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
-    return export_checkpoint(ckpt, path, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
+    return export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
                              device_id=device_id)
 
 
@@ -131,14 +131,14 @@ def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensor
     return hashlib.sha256(f"{checkpoint_sha256}:{config_digest}:{precision}:{plans}".encode()).hexdigest()[:20]
 
 
-def export_checkpoint(ckpt: LoadedCheckpoint, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def export_checkpoint(ckpt: LoadedCheckpoint, out: str | os.PathLike[str], *,
                       precision: Precision, tensorrt_tf32: bool | None = None,
                       replace_foreign: bool = False, progress: Callable[[str], None] | None = None,
                       compute_capabilities: Sequence[str] | None = None,
                       dataset: dict[str, Any] | None = None, device_id: int = 0) -> ModelDir:
     """The one checkpoint -> model dir path; ``tensorrt_tf32`` set builds TensorRT plans with that TF32 mode
     on GPU ``device_id``; ``replace_foreign`` lets a cache entry that is junk (not a model dir) be replaced."""
-    source = {"checkpoint": str(Path(path).resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
+    source = {"checkpoint": str(ckpt.path.resolve()), "sha256": ckpt.sha256, "layout": ckpt.layout}
 
     def plans(model: ModelDir) -> None:
         if tensorrt_tf32 is not None:

@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import CheckpointError, escape_text, one_line
+from ..fileio import path_argument
 
 # ---------------------------------------------------------------------------------------------
 # Limits: what a file can legitimately hold (tiny hostile files must not exhaust memory)
@@ -611,12 +612,17 @@ def _source(path: Path) -> str:
     return escape_text(str(path))
 
 
+def checkpoint_path(path: object) -> Path:
+    """The path of a ``.pth`` an API was given, or CheckpointError saying what to pass (``path_argument``)."""
+    return path_argument(path, "checkpoint", CheckpointError, "the .pth file's path (a str or pathlib.Path)")
+
+
 def read_pth(path: str | os.PathLike[str]) -> Any:
     """The object a ``torch.save`` file holds, with every tensor as a NumPy array (no torch needed).
 
     Arrays built (expanded views included) and records decompressed are limited to ``MAX_INFLATION``
     times the file size plus ``INFLATION_SLACK``; ``load_checkpoint`` builds only the tensors it uses."""
-    path = Path(path)
+    path = checkpoint_path(path)
     source = _source(path)
     return _parse(_read_bytes(path, source), source).materialize()
 
@@ -641,7 +647,7 @@ class PthFile:
 
 def open_pth(path: str | os.PathLike[str]) -> PthFile:
     """Read and parse a ``.pth`` without building its tensors."""
-    path = Path(path)
+    path = checkpoint_path(path)
     source = _source(path)
     data = _read_bytes(path, source)
     return PthFile(source, hashlib.sha256(data).hexdigest(), _parse(data, source))
