@@ -74,6 +74,21 @@ def path_argument(value: object, what: str, error: type[PointPillarsError], expe
     raise error(f"{what}: expected {expected}, got {safe_repr(value)} ({type(value).__name__})")
 
 
+# --------------------------------------------------------------------------- untrusted numbers
+
+#: Most digits of an integer a file here may hold: a count, a size or a value (int64's largest has 19).
+MAX_INT_DIGITS = 20
+_OVERLONG_NUMBER = re.compile(rf"[0-9]{{{MAX_INT_DIGITS + 1},}}")
+
+
+def overlong_number(text: str) -> int | None:
+    """The digits of the first decimal number in ``text`` longer than ``MAX_INT_DIGITS`` (None: none is), to
+    refuse before ``int()`` or ``ast.literal_eval`` reads it: no count or value is that long, and past 4,300
+    digits Python's own error names a setting (``sys.set_int_max_str_digits``) that is not the fix."""
+    found = _OVERLONG_NUMBER.search(text)
+    return None if found is None else len(found.group())
+
+
 # --------------------------------------------------------------------------- bounded reads
 
 _KIND_NAMES = (
@@ -541,8 +556,17 @@ def read_text_lines(path: PathLike, *, max_bytes: int, what: str) -> list[str]:
 
 def loads_json(data: str | bytes) -> Any:
     """``json.loads`` of a file read from disk or given by a user, refusing a key repeated in one object with a
-    :class:`DuplicateKeyError` (a ValueError, as json's own errors are) naming the key."""
-    return json.loads(data, object_pairs_hook=_unique_keys)
+    :class:`DuplicateKeyError` (a ValueError, as json's own errors are) naming the key, and an integer of more
+    than ``MAX_INT_DIGITS`` digits with a ValueError saying it is not a number a record holds."""
+    return json.loads(data, object_pairs_hook=_unique_keys, parse_int=_json_int)
+
+
+def _json_int(text: str) -> int:
+    """A JSON integer's value, refused when overlong (``overlong_number``)."""
+    digits = overlong_number(text)
+    if digits is not None:
+        raise ValueError(f"an integer of {digits} digits: not a number a record holds")
+    return int(text)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

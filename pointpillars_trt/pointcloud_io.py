@@ -22,7 +22,7 @@ import numpy as np
 
 from .config import finite_float, int_within
 from .errors import InputError, InputWarning, one_line, safe_repr
-from .fileio import open_regular_fd, open_regular_file, read_regular_file
+from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns, transposed_hint
@@ -415,7 +415,11 @@ def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     raw = f.read(length)
     if len(raw) != length:
         raise EOFError("file ends inside the header")
-    header = ast.literal_eval(raw.decode("utf-8" if major == 3 else "latin1"))
+    text = raw.decode("utf-8" if major == 3 else "latin1")
+    digits = overlong_number(text)
+    if digits is not None:
+        raise ValueError(f"its header holds a number of {digits} digits: not a size")
+    header = ast.literal_eval(text)
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise ValueError("header is not a dict of descr, fortran_order and shape")
     shape, fortran = header["shape"], header["fortran_order"]
@@ -557,9 +561,16 @@ def _pcd_int(header: dict[str, list[str]], key: str, shown: str, what: str) -> i
     values = header.get(key)
     if values is None:
         raise InputError(f"{what} {shown}: header key {key} is missing")
-    if len(values) != 1 or not values[0].isdigit():
+    count = _pcd_count(values[0]) if len(values) == 1 else None
+    if count is None:
         raise InputError(f"{what} {shown}: header {key} {safe_repr(' '.join(values), 40)} is not a count")
-    return int(values[0])
+    return count
+
+
+def _pcd_count(text: str) -> int | None:
+    """The count a header value holds (ASCII digits, no sign), or None for any other text and for a number too
+    long to be a count (``overlong_number``)."""
+    return int(text) if text.isascii() and text.isdigit() and overlong_number(text) is None else None
 
 
 def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np.dtype, int, str]:
@@ -587,13 +598,15 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
     fields = [f"{field} {i}" if field == _PCD_PADDING else field for i, field in enumerate(fields)]  # unique
     parts: list[tuple[str, str, tuple[int, ...]]] = []
     for field, size, kind, count in zip(fields, sizes, types, counts):
-        code = _PCD_TYPES.get((kind.upper(), int(size) if size.isdigit() else -1))
+        code = _PCD_TYPES.get((kind.upper(), _pcd_count(size)))
         if code is None:
             raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has TYPE {safe_repr(kind, 10)} "
                              f"SIZE {safe_repr(size, 10)}; expected F 4/8, I or U 1/2/4/8")
-        if not count.isdigit() or not 1 <= int(count) <= _PCD_MAX_COUNT:
-            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}")
-        parts.append((field, "<" + code, (int(count),) if int(count) > 1 else ()))
+        repeats = _pcd_count(count)
+        if repeats is None or not 1 <= repeats <= _PCD_MAX_COUNT:
+            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}, not a "
+                             f"count from 1 to {_PCD_MAX_COUNT}")
+        parts.append((field, "<" + code, (repeats,) if repeats > 1 else ()))
     values = sum(shape[0] if shape else 1 for _, _, shape in parts)
     if values > _PCD_MAX_ROW_VALUES:
         raise InputError(f"{what} {shown}: a point of {values} values (FIELDS times COUNT), more than the limit of "

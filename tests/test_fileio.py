@@ -265,6 +265,13 @@ def test_a_name_at_the_file_systems_limit_is_written_atomically(tmp_path: Path) 
     assert remove_stale_temp_files(tmp_path) == 1 and os.listdir(tmp_path) == [name]
 
 
+def test_loads_json_refuses_an_integer_too_long_to_be_a_number_a_record_holds() -> None:
+    """A score of 5,001 digits: one ValueError saying so, not Python's int() limit naming a setting to raise."""
+    assert loads_json('{"n": -12345678901234567890, "s": [1, 0.5]}') == {"n": -12345678901234567890, "s": [1, 0.5]}
+    with pytest.raises(ValueError, match=r"^an integer of 5001 digits: not a number a record holds$"):
+        loads_json('{"scores": [1' + "0" * 5000 + "]}")
+
+
 def test_loads_json_refuses_a_repeated_key_at_any_depth() -> None:
     """json keeps the last of two values silently; the reader refuses, naming the first key that repeats."""
     assert loads_json(b'{"a": {"b": 1, "c": [{"b": 2}]}, "b": 3}') == {"a": {"b": 1, "c": [{"b": 2}]}, "b": 3}

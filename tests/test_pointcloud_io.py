@@ -471,6 +471,29 @@ def test_npy_hostile_header_is_one_error(tmp_path: Path, header: str, data_bytes
     one_line_error(lambda: read_points(path), "h.npy", needle)
 
 
+LONG = "9" * 5000  # past Python's 4,300-digit limit on int(), whose error names a setting, not the fix
+
+
+@pytest.mark.parametrize("key, needle", [
+    ("WIDTH", "header WIDTH '999"), ("HEIGHT", "header HEIGHT '999"), ("POINTS", "header POINTS '999"),
+    ("SIZE", "field 'x' has TYPE 'F' SIZE '999"), ("COUNT", "field 'x' has COUNT '999"),
+])
+def test_pcd_header_number_of_thousands_of_digits_is_not_a_count(tmp_path: Path, key: str, needle: str) -> None:
+    values = {"SIZE": "4 4 4 4", "COUNT": "1 1 1 1", "WIDTH": "1", "HEIGHT": "1", "POINTS": "1"}
+    values[key] = f"{LONG} {values[key].split(' ', 1)[1]}" if " " in values[key] else LONG
+    header = "VERSION 0.7\nFIELDS x y z intensity\nTYPE F F F F\n" + "".join(f"{k} {v}\n" for k, v in values.items())
+    path = tmp_path / "d.pcd"
+    path.write_bytes((header + "DATA binary\n").encode() + bytes(16))
+    text = one_line_error(lambda: read_points(path), "d.pcd", needle)
+    assert "set_int_max_str_digits" not in text
+
+
+def test_npy_shape_of_thousands_of_digits_is_not_a_size(tmp_path: Path) -> None:
+    path = write_npy_header(tmp_path / "h.npy", "{'descr': '<f4', 'fortran_order': False, 'shape': (" + LONG + ", 4), }")
+    text = one_line_error(lambda: read_points(path), "h.npy", "not a valid .npy", "a number of 5000 digits: not a size")
+    assert "set_int_max_str_digits" not in text
+
+
 def test_pcd_huge_count_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "c.pcd"
     path.write_text("VERSION .7\nFIELDS x y z intensity w\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
