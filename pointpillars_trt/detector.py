@@ -28,7 +28,7 @@ from .devices import PickedDevice, check_backend_runs_on, pick_device
 from .runtime_options import RuntimeOptions, max_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
-from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list
+from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_frame_path
 from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
 from .stop_signals import stop_signals_blocked
 from .sweeps import accumulate_sweeps
@@ -543,7 +543,7 @@ def _as_list(values: object, name: str) -> list[object]:
 def frame_source(item: object, index: int) -> str:
     """How a frame is named in results and messages: its path, else ``frame <index>`` (an array, or a path-like
     object whose path cannot be had: its read then fails naming why)."""
-    if isinstance(item, (str, os.PathLike)):
+    if is_frame_path(item):
         try:
             return os.fsdecode(item)
         except Exception:  # noqa: BLE001 - a path-like that misbehaves fails alone, when it is read
@@ -598,7 +598,7 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
             return group, True, None
         index, item = taken
         future = None
-        if isinstance(item, (str, os.PathLike)):
+        if is_frame_path(item):
             if group.staging is None:
                 group.staging = pool.take()
             future = reader.submit(group.staging.read_frame, read, item)

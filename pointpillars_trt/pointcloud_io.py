@@ -11,6 +11,7 @@ the read leaves unapplied (a ``.pcd``'s sensor pose, its VIEWPOINT) is said (``V
 from __future__ import annotations
 
 import ast
+import itertools
 import math
 import os
 import re
@@ -114,11 +115,28 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
         points = read_pcd(path, viewpoint_note=viewpoint_note)
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
+    elif os.path.isdir(path):
+        raise InputError(f"point file {safe_repr(path)} is a folder, not a point file: pass its files, e.g. "
+                         f"sorted(Path({safe_repr(os.fsdecode(path))}).glob('*{_first_extension_in(path)}'))")
     else:
         raise InputError(f"point file {safe_repr(path)} has {unsupported_extension(ext)}")
     if intensity_scale is not None:
         points[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
     return points
+
+
+def _first_extension_in(folder: PathLike, limit: int = 1000) -> str:
+    """The point-file extension of the first such file among ``folder``'s first ``limit`` entries (.bin when
+    none is), for a message naming how to list them."""
+    try:
+        with os.scandir(folder) as entries:
+            for entry in itertools.islice(entries, limit):
+                ext = os.path.splitext(os.fsdecode(entry.name))[1].lower()
+                if ext in SUPPORTED_EXTENSIONS:
+                    return ext
+    except OSError:
+        pass
+    return ".bin"
 
 
 #: Largest intensity scale taken (0-255 -> 0-1 is 1/255, the reverse 255): more would push intensities

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import TypeGuard
 
 import numpy as np
 
@@ -13,6 +14,14 @@ from .errors import InputError, safe_repr
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
 MAX_FRAME_POINTS = 16 * 2**20
+#: Longest path given as bytes (Linux's PATH_MAX): longer bytes are a frame's raw data, not a file's name.
+MAX_PATH_BYTES = 4096
+
+
+def is_frame_path(item: object) -> TypeGuard[str | bytes | os.PathLike[str] | os.PathLike[bytes]]:
+    """Whether an item of a stream of frames (``infer_many``) names a point file rather than holding points: a
+    str or path-like object, or bytes short enough to be a path (decoded as ``os.fsdecode`` decodes them)."""
+    return isinstance(item, (str, os.PathLike)) or (isinstance(item, bytes) and len(item) <= MAX_PATH_BYTES)
 
 
 def transposed_hint(shape: tuple[int, ...]) -> str:
@@ -46,7 +55,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     """
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
     refuse_masked(points, source)
-    if isinstance(points, (bytes, bytearray)) and len(points) > 4096:  # no path is this long
+    if isinstance(points, (bytes, bytearray)) and len(points) > MAX_PATH_BYTES:
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     try:
@@ -110,7 +119,8 @@ def cast_to_float32(rows: np.ndarray, values: np.ndarray, name: str, first_point
 
 def check_frame_list(frames: object, columns: int) -> None:
     """Refuse what is not a list of frames, before it is iterated: None or a number (a bare TypeError
-    otherwise), a path (its characters would be the frames) and one frame given alone (its points would be)."""
+    otherwise), a path (its characters would be the frames), one frame given alone (its points would be) and a
+    mapping (its keys would be)."""
     expected = f"a list of frames ((N, {columns}) arrays)"
     if isinstance(frames, (str, bytes, os.PathLike)):
         raise InputError(f"frames: expected {expected}, got the path {safe_repr(frames)}: read it with "
@@ -119,6 +129,9 @@ def check_frame_list(frames: object, columns: int) -> None:
     if isinstance(shape, tuple) and len(shape) <= 2 and getattr(getattr(frames, "dtype", None), "kind", "") != "O":
         raise InputError(f"frames: expected {expected}, got one array of shape {shape}: pass [points], or call "
                          "detector(points) for a single frame")
+    if isinstance(frames, Mapping):  # iterating it would give its keys
+        raise InputError(f"frames: expected {expected}, got a {type(frames).__name__}, whose keys would be taken as "
+                         "the frames: pass list(frames.values())")
     if not isinstance(frames, Iterable):
         raise InputError(f"frames: expected {expected}, got {safe_repr(frames)} ({type(frames).__name__}): pass "
                          "[points] for one frame")

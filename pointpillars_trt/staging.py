@@ -21,7 +21,7 @@ import numpy as np
 from .config import int_within, next_power_of_two
 from .graph_io import MAX_BATCH
 from .pointcloud_io import Allocate
-from .points import copy_leading_columns
+from .points import copy_leading_columns, is_frame_path
 
 #: Header rows: (count, first row) int32 pairs of up to MAX_BATCH frames, four int32 a row.
 HEADER_ROWS = -(-2 * MAX_BATCH // 4)
@@ -47,7 +47,7 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
     sizes = []
     for item in itertools.islice(items, SIZE_SAMPLE):  # any sequence, sliceable or not
         try:
-            name = os.fsdecode(item) if isinstance(item, (str, os.PathLike)) else ""
+            name = os.fsdecode(item) if is_frame_path(item) else ""
         except Exception:  # noqa: BLE001 - a path-like that misbehaves: its own read says so
             continue
         if name.lower().endswith(".bin") and "://" not in name:

@@ -212,7 +212,8 @@ def test_what_is_not_a_list_of_frames_is_one_input_error_naming_it(tmp_path: Pat
     """``detect_batch`` / ``submit_batch`` take a list of frames: None or a number (once a bare TypeError
     from the loop), a path (its characters) or one frame alone (its points, each refused as a frame of
     shape (4,)) is refused up front with what to pass; a stack of equal frames (B, N, 4) is still a batch;
-    a float16 frame is refused by its place in the batch, with the dtype's fix."""
+    a float16 frame is refused by its place in the batch, with the dtype's fix. A dict (its keys would be the
+    frames) is refused naming its values, by infer_many too."""
     from tiny import tiny_model_dir
 
     model = tiny_model_dir(tmp_path / "m", seed=3)
@@ -223,13 +224,16 @@ def test_what_is_not_a_list_of_frames_is_one_input_error_naming_it(tmp_path: Pat
     refused = [(None, r"got None \(NoneType\): pass \[points\]"), (5, r"got 5 \(int\)"),
                (frames[0], r"got one array of shape \(300, 4\): pass \[points\], or call detector\(points\)"),
                (frames[0][0], r"got one array of shape \(4,\)"),
-               ("000134.bin", "got the path '000134.bin': read it with .*read_points, or pass paths to infer_many")]
+               ("000134.bin", "got the path '000134.bin': read it with .*read_points, or pass paths to infer_many"),
+               ({"a": frames[0]}, r"got a dict, whose keys would be taken as the frames: pass list\(frames.values\(\)\)")]
     with PointPillars(model, device="cpu") as detector:
         for given, message in refused:
             for call in (detector.detect_batch, detector.submit_batch):
                 with pytest.raises(InputError, match=r"^frames: expected a list of frames \(\(N, 4\) arrays\), "
                                                      + message):
                     call(given)
+        with pytest.raises(InputError, match=r"^frames: .*got a dict, whose keys .*: pass list\(frames.values\(\)\)"):
+            detector.infer_many({"a": frames[0]})
         for one, other in zip(detector.detect_batch(np.stack(frames)), detector.detect_batch(frames)):
             assert_same(one, other)
         with pytest.raises(InputError, match=r"^frame 1 of the batch: .* dtype float16.*points.astype\(np.float32\)"):
@@ -325,6 +329,30 @@ def test_infer_many_turns_every_unreadable_frame_into_that_frames_error(tmp_path
         assert result.detections is None and isinstance(result.error, InputError), result
         assert "\n" not in str(result.error)
     assert results[-1].error is None and results[-1].detections is not None
+
+
+def test_infer_many_reads_bytes_paths_and_says_a_folder_is_one(tmp_path: Path) -> None:
+    """A bytes path (as os.fsencode gives) is read as the file it names, with the same detections as its str
+    path; a folder with no extension is said to be a folder, with how to list its files of the kind it holds
+    (.pcd here), not that it has no extension."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    good = frames / "good.bin"
+    frame_in_range(model, 400, seed=2).tofile(good)
+    clouds = tmp_path / "clouds"
+    clouds.mkdir()
+    (clouds / "a.pcd").write_bytes(b"")
+    with PointPillars(model, device="cpu") as detector:
+        as_str, as_bytes, folder = detector.infer_many([str(good), os.fsencode(good), str(clouds)])
+    assert as_bytes.source == str(good) and as_bytes.error is None and as_str.detections is not None
+    assert as_bytes.detections is not None
+    assert_same(as_bytes.detections, as_str.detections)
+    assert folder.detections is None and isinstance(folder.error, InputError)
+    assert str(folder.error) == (f"point file {str(clouds)!r} is a folder, not a point file: pass its files, e.g. "
+                                 f"sorted(Path({str(clouds)!r}).glob('*.pcd'))")
 
 
 def test_infer_many_yields_failed_reads_at_once_however_many_in_a_row(tmp_path: Path) -> None:

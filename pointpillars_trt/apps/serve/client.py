@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 import socket
 import threading
 from collections import deque
@@ -24,7 +23,7 @@ from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
 from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line
 from ...pointcloud_io import read_points
-from ...points import as_host_points, check_frame_list
+from ...points import as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
 from .repository import MODEL_NAME
 
@@ -303,7 +302,7 @@ class RemoteDetector:
 
     def _detect_item(self, item: object, source: str) -> Detections:
         columns = self.point_columns
-        points = read_points(item, point_dim=columns, columns=columns) if isinstance(item, (str, os.PathLike)) else item
+        points = read_points(item, point_dim=columns, columns=columns) if is_frame_path(item) else item
         return self(points, source)
 
     def cancel(self) -> None:
