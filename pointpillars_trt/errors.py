@@ -68,6 +68,11 @@ class LibraryNotice(RuntimeWarning):
     per process; the CLI says it as a ``note:`` line instead of a warning with a source line."""
 
 
+class CheckpointNotice(RuntimeWarning):
+    """A checkpoint read one of two ways it allows (the same state dict under two keys: the one taken), said
+    once per read; the CLI says it as a ``note:`` line."""
+
+
 class SettingNotice(RuntimeWarning):
     """A setting from the environment taken otherwise than it was given (``OMP_NUM_THREADS`` past this
     machine's cores, or no thread count at all): said once per value; the CLI says it as a ``note:`` line."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError, SettingNotice, one_line, safe_repr,
+    CheckpointNotice, CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError,
+    SettingNotice, one_line, safe_repr,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -194,9 +195,9 @@ class _StdoutGuard:
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None, *, fallback: Callable[..., None]) -> None:
-    """A ``LibraryNotice`` or ``SettingNotice`` as one ``note:`` line on stderr, not a warning with a source
+    """A ``CheckpointNotice``, ``LibraryNotice`` or ``SettingNotice`` as one ``note:`` line on stderr, not a warning with a source
     line; others as before."""
-    if issubclass(category, (LibraryNotice, SettingNotice)):
+    if issubclass(category, (CheckpointNotice, LibraryNotice, SettingNotice)):
         print(f"note: {one_line(str(message))}", file=sys.stderr, flush=True)
     else:
         fallback(message, category, filename, lineno, file, line)

@@ -10,7 +10,8 @@ variance) are refused. Every failure is one ``CheckpointError`` line naming the 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import warnings
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -18,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..config import ConfigArgument, ModelConfig, config_argument, load_config
-from ..errors import CheckpointError, escape_text
+from ..errors import CheckpointError, CheckpointNotice, escape_text
 from .pth import StorageRef, TensorRef, checkpoint_path, key_text, open_pth, pickled_repr
 from . import multihead
 from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, PointPillarsWeights
@@ -284,23 +285,76 @@ def _without_wrapper_prefix(state: Mapping[Any, Any]) -> dict[str, Any]:
     return {k[len(WRAPPER_PREFIX):]: v for k, v in state.items()}
 
 
-def detect_layout(obj: Any, source: str = "checkpoint") -> tuple[Layout, dict[str, Any]]:
+def detect_layout(obj: Any, source: str = "checkpoint",
+                  tensor: Callable[[TensorRef], np.ndarray] | None = None) -> tuple[Layout, dict[str, Any]]:
     """(layout, state dict) of a loaded checkpoint: a bare state dict or one wrapped in
     ``model_state`` (OpenPCDet), ``state_dict`` or ``model``; keys all prefixed ``module.`` (a model
-    saved through DataParallel) are read without it."""
+    saved through DataParallel) are read without it. Two wrappers holding state dicts of a layout are refused
+    when their contents differ (which one is the model is the writer's to say), and said (a ``CheckpointNotice``)
+    naming the one read when they are equal; ``tensor`` builds a tensor record to compare (None: records are
+    equal only when they are the same view of the same storage)."""
     if not isinstance(obj, dict):
         held = "tensor" if isinstance(obj, TensorRef) else escape_text(type(obj).__name__, 40)
         raise CheckpointError(f"{source}: the file holds a {held}, expected a state dict "
                               "or a dict holding one")
-    candidates = [obj[k] for k in _WRAPPER_KEYS if isinstance(obj.get(k), dict)] + [obj]
-    for state in candidates:
-        for keys in (state, _without_wrapper_prefix(state)):
-            layout = _layout_of(keys) if keys else None
-            if layout is not None:
-                return layout, keys  # type: ignore[return-value]
+    found = [(key, *usable) for key in _WRAPPER_KEYS if (usable := _usable_state(obj.get(key))) is not None]
+    if found:
+        (key, layout, state), others = found[0], found[1:]
+        for other, _, other_state in others:
+            if not _same_state(state, other_state, tensor):
+                raise CheckpointError(f"{source}: holds two different state dicts, under {key!r} and {other!r}: "
+                                      "which one is the model is not known here; save the model's alone "
+                                      f"(torch.save(ckpt[{key!r}], 'model.pth'), or ckpt[{other!r}])")
+        if others:
+            names = " and ".join(repr(other) for other, _, _ in others)
+            warnings.warn(f"{source}: holds the same state dict under {key!r} and {names}: read the one under "
+                          f"{key!r}", CheckpointNotice, stacklevel=3)
+        return layout, state
+    usable = _usable_state(obj)
+    if usable is not None:
+        return usable
     markers = "; ".join(f"{name}: {', '.join(n.markers)}" for name, n in _LAYOUTS.items())
     raise CheckpointError(f"{source}: unknown checkpoint layout: top-level keys "
                           f"[{_listing([key_text(k) for k in obj])}] have no known prefix ({markers})")
+
+
+def _usable_state(value: Any) -> tuple[Layout, dict[str, Any]] | None:
+    """(layout, state dict) where ``value`` is a state dict of a known layout (its keys all ``module.``-prefixed
+    or none), else None."""
+    if not isinstance(value, dict):
+        return None
+    for keys in (value, _without_wrapper_prefix(value)):
+        layout = _layout_of(keys) if keys else None
+        if layout is not None:
+            return layout, keys  # type: ignore[return-value]
+    return None
+
+
+def _same_state(a: Mapping[Any, Any], b: Mapping[Any, Any], tensor: Callable[[TensorRef], np.ndarray] | None) -> bool:
+    """Whether two state dicts hold the same keys with the same values: tensors of the same dtype, shape and
+    bytes (``tensor`` builds a record where the two are not the same view of one storage)."""
+    if a.keys() != b.keys():
+        return False
+    for key, x in a.items():
+        y = b[key]
+        if isinstance(x, TensorRef) and isinstance(y, TensorRef) and x != y:
+            if tensor is None or x.storage.dtype != y.storage.dtype or x.size != y.size:
+                return False
+            x, y = tensor(x), tensor(y)
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            if x.dtype != y.dtype or x.shape != y.shape or x.tobytes() != y.tobytes():
+                return False
+        elif x is not y and (type(x) is not type(y) or not _plain_equal(x, y)):
+            return False
+    return True
+
+
+def _plain_equal(x: Any, y: Any) -> bool:
+    """``x == y`` for values that are not tensors (a step counter, a name); False where it is not a bool."""
+    try:
+        return (x == y) is True
+    except Exception:  # noqa: BLE001 - a value from the file whose comparison fails is not the same
+        return False
 
 
 def _builtin_config(layout: str, state: Mapping[Any, Any]) -> str:
@@ -325,7 +379,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
     given = config_argument(config)  # before the file is read: a wrong type is the caller's slip, not the file's
     pth = open_pth(path)
     source = pth.source
-    layout, state = detect_layout(pth.obj, source)
+    layout, state = detect_layout(pth.obj, source, pth.parsed.tensor)
     own = _builtin_config(layout, state)
     cfg = load_config(own) if given is None else given
     if cfg.family != layout:

@@ -511,6 +511,30 @@ def test_wrapped_state_dicts(wrapper: str, states: dict[str, Any]) -> None:
     assert layout == "zhulf0804" and found is state
 
 
+def test_two_state_dicts_are_refused_when_they_differ_and_said_when_equal(states: dict[str, Any],
+                                                                          loaded: dict[str, Any], tmp_path: Path) -> None:
+    """OpenPCDet's ``model_state`` beside a ``state_dict`` of the same layout: which one is the model is
+    unknown when they differ in one value (refused, naming both keys); equal ones (stored twice, each in a
+    storage of its own) are read, with a note naming the one taken. Oracle: the plain checkpoint's weights."""
+    import warnings
+
+    from pointpillars_trt.errors import CheckpointNotice
+
+    state = states["openpcdet"]
+    changed = dict(state, **{"dense_head.conv_cls.bias": state["dense_head.conv_cls.bias"] + 1})
+    path = write_zip({"model_state": state, "state_dict": changed, "epoch": 3}, tmp_path / "two.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, "two different state dicts, under 'model_state' and "
+                     "'state_dict'", "torch.save(ckpt['model_state'], 'model.pth'), or ckpt['state_dict']")
+    path = write_zip({"model_state": state, "state_dict": dict(state)}, tmp_path / "twice.pth")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ckpt = load_checkpoint(path)
+    assert [str(w.message) for w in caught if w.category is CheckpointNotice] == [
+        f"{path}: holds the same state dict under 'model_state' and 'state_dict': read the one under 'model_state'"]
+    for got, want in zip(weight_arrays(ckpt.weights), weight_arrays(loaded["openpcdet"].weights)):
+        assert np.array_equal(got, want)
+
+
 def test_unknown_layout_and_non_dict(tmp_path: Path) -> None:
     path = write_zip({"encoder.weight": np.zeros(3, np.float32)}, tmp_path / "other.pth")
     checkpoint_error(lambda: load_checkpoint(path), path, "unknown checkpoint layout", "encoder.weight",
