@@ -202,6 +202,18 @@ def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str
         raise CheckpointError(f"{source}: {'; '.join(problems)}")
 
 
+def _check_trained(state: Mapping[str, Any], keys: Mapping[str, Any], source: str) -> None:
+    """Refuse a checkpoint whose conv and linear weights are all zero: it builds and runs, every score 0.5 and
+    the boxes the anchors themselves, which no trained model gives; such a file was preallocated or never
+    written (an interrupted save or copy). ``keys``: the tensors the layout uses (1-D ones are BatchNorms and
+    biases, left out)."""
+    weights = [key for key in keys if key.endswith(".weight") and np.ndim(state[key]) >= 2]
+    if weights and not any(np.any(state[key]) for key in weights):
+        raise CheckpointError(f"{source}: all {len(weights)} conv and linear weight tensors are zeros, which no "
+                              "trained model has: was the file preallocated or never written (an interrupted save "
+                              "or copy)? Save or copy the checkpoint again")
+
+
 def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, BatchNormFold], source: str) -> None:
     """A BatchNorm folds into the conv before it as weight / sqrt(running_var + eps): a negative variance (NaN
     from the square root) or a fold beyond float32 (inf) makes every score NaN, and the detector would return
@@ -246,12 +258,14 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
                           f"the {layout} multi-head layout of config {cfg.name}", source)
         multihead.check_label_indices(state_dict, cfg, source)
         _check_finite(state_dict, keys, source)
+        _check_trained(state_dict, keys, source)
         _check_batchnorms(state_dict, multihead.batchnorm_folds(cfg), source)
         return multihead.weights_from_state_dict(get, cfg)
     plan = _plan(layout, cfg)
     _check_head_channels(state_dict, plan, layout, cfg, source)
     _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
     _check_finite(state_dict, plan.keys(), source)
+    _check_trained(state_dict, plan.keys(), source)
     _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)
                                    for conv in plan.convs() if conv.bn is not None}, source)
     cls, box, direction = (Conv1x1(get(f"{prefix}.weight"), get(f"{prefix}.bias")) for prefix, _ in plan.heads)

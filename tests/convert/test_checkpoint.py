@@ -535,6 +535,23 @@ def test_two_state_dicts_are_refused_when_they_differ_and_said_when_equal(states
         assert np.array_equal(got, want)
 
 
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_checkpoint_of_zero_weights_is_refused_naming_an_unwritten_file(layout: str, states: dict[str, Any],
+                                                                          tmp_path: Path) -> None:
+    """Every conv and linear weight zero (what a preallocated file holds): the model would run, every score 0.5,
+    so it is refused. One non-zero weight, or zero biases and BatchNorms beside trained weights, is read."""
+    state = states[layout]
+    conv = [k for k, v in state.items() if k.endswith(".weight") and v.ndim >= 2]
+    zeroed = {k: np.zeros_like(v) if k in conv else v for k, v in state.items()}
+    path = write_zip(zeroed, tmp_path / "zeros.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, f"all {len(conv)} conv and linear weight tensors are zeros",
+                     "preallocated or never written")
+    zeroed[conv[-1]] = state[conv[-1]]
+    assert load_checkpoint(write_zip(zeroed, tmp_path / "one.pth")).layout == layout
+    others = {k: np.zeros_like(v) if v.ndim == 1 and v.dtype.kind == "f" else v for k, v in state.items()}
+    assert load_checkpoint(write_zip(others, tmp_path / "bn.pth")).layout == layout
+
+
 def test_unknown_layout_and_non_dict(tmp_path: Path) -> None:
     path = write_zip({"encoder.weight": np.zeros(3, np.float32)}, tmp_path / "other.pth")
     checkpoint_error(lambda: load_checkpoint(path), path, "unknown checkpoint layout", "encoder.weight",
