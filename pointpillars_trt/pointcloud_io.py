@@ -26,7 +26,8 @@ from .errors import InputError, InputWarning, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns, transposed_hint
+from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns,
+                     transposed_hint)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
@@ -639,9 +640,8 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
     return dtype, points, data_kind
 
 
-#: The names a .pcd's intensity field goes by, the first found taken: PCL's, its short form, and KITTI's own
-#: word for the value (what KITTI-to-PCD converters write).
-_PCD_INTENSITY_FIELDS = ("intensity", "i", "reflectance")
+#: The names a .pcd's intensity field goes by, the first found taken.
+_PCD_INTENSITY_FIELDS = COLUMN_NAMES["intensity"]
 
 
 def _pcd_columns(dtype: np.dtype, shown: str, what: str) -> list[str]:

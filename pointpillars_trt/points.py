@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterable, Mapping
 from typing import TypeGuard
@@ -22,6 +23,43 @@ def is_frame_path(item: object) -> TypeGuard[str | bytes | os.PathLike[str] | os
     """Whether an item of a stream of frames (``infer_many``) names a point file rather than holding points: a
     str or path-like object, or bytes short enough to be a path (decoded as ``os.fsdecode`` decodes them)."""
     return isinstance(item, (str, os.PathLike)) or (isinstance(item, bytes) and len(item) <= MAX_PATH_BYTES)
+
+
+#: The names each point column goes by (a .pcd field, a table's column), the first found taken: the intensity's
+#: as PCL names it, its short form and KITTI's own word (what KITTI-to-PCD converters write); the time lag's as
+#: this package names it and as OpenPCDet does (``timestamp``).
+COLUMN_NAMES: dict[str, tuple[str, ...]] = {
+    "x": ("x",), "y": ("y",), "z": ("z",), "intensity": ("intensity", "i", "reflectance"),
+    "time": ("time", "timestamp", "time_lag"),
+}
+_MAX_NAMED_COLUMNS = 1024  # a table's column names looked at: a point's values are far fewer
+
+
+def check_named_columns(points: object, source: str, columns: int) -> None:
+    """Refuse a table (a pandas or polars DataFrame: its ``.columns``) whose column names (``COLUMN_NAMES``, any
+    case) put a point column the model reads elsewhere than at its place: its values are read by position, so
+    ``df[['i', 'x', 'y', 'z']]`` would be detected on with the intensity as x. Names not recognised say nothing."""
+    raw = getattr(points, "columns", None)
+    if raw is None or isinstance(points, np.ndarray):
+        return
+    try:
+        names = [name if isinstance(name, str) else None for name in itertools.islice(raw, _MAX_NAMED_COLUMNS)]
+    except Exception:  # noqa: BLE001 - a foreign table whose columns misbehave: its values still tell
+        return
+    wanted = POINT_COLUMN_NAMES[:columns]
+    found: dict[str, int] = {}
+    for position, name in enumerate(names):
+        column = next((c for c in wanted if name is not None and name.lower() in COLUMN_NAMES[c]), None)
+        if column is not None and column not in found:
+            found[column] = position
+    misplaced = next((c for c in wanted if found.get(c, wanted.index(c)) != wanted.index(c)), None)
+    if misplaced is None:
+        return
+    fix = (f"pass points[{[names[found[c]] for c in wanted]!r}]" if len(found) == columns else
+           f"put the columns of {columns_text(columns)} first, in that order")
+    raise InputError(f"{source}: a table whose columns {safe_repr(names, 120)} hold {misplaced} in column "
+                     f"{found[misplaced]}, not {wanted.index(misplaced)}: its values are read by position "
+                     f"({columns_text(columns)} first), not by name; {fix}")
 
 
 def transposed_hint(shape: tuple[int, ...]) -> str:
@@ -80,6 +118,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
                          "(points.astype(np.float32) if its values are metres)")
     if arr.shape[0] > MAX_FRAME_POINTS:
         raise InputError(f"{source}: {arr.shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
+    check_named_columns(points, source, columns)
     if arr.dtype == np.float32 and arr[:, :columns].flags.c_contiguous:
         return arr[:, :columns]
     host = np.empty((arr.shape[0], columns), np.float32)

@@ -23,6 +23,33 @@ def test_accepts_n_by_4_and_wider_float() -> None:
     assert as_host_points(np.zeros((0, 4), np.float32)).shape == (0, 4)
 
 
+@pytest.mark.parametrize("names, columns, message", [
+    (["i", "x", "y", "z"], 4, r"hold x in column 1, not 0: .*pass points\[\['x', 'y', 'z', 'i'\]\]$"),
+    (["x", "y", "z", "ring", "intensity"], 4, r"hold intensity in column 4, not 3: .*\[\['x', 'y', 'z', 'intensity'\]\]$"),
+    (["X", "Y", "Reflectance", "Z"], 4, r"hold z in column 3, not 2: .*\[\['X', 'Y', 'Z', 'Reflectance'\]\]$"),
+    (["x", "y", "z", "timestamp", "intensity"], 5,
+     r"hold intensity in column 4, not 3: .*\[\['x', 'y', 'z', 'intensity', 'timestamp'\]\]$"),
+    (["y", "x", "z", "ring"], 4, r"hold x in column 1, not 0: .*put the columns of x, y, z, intensity first"),
+])
+def test_a_tables_named_columns_in_another_order_are_refused_naming_the_reorder(names: list[str], columns: int,
+                                                                                 message: str) -> None:
+    """A DataFrame is read by position (np.asarray drops the names): columns whose names put x, y, z, the
+    intensity or the time lag elsewhere than the model reads them are refused, with the selection that fixes it."""
+    pd = pytest.importorskip("pandas")
+    values = np.arange(10 * len(names), dtype=np.float32).reshape(10, len(names))
+    with pytest.raises(InputError, match=r"^points: a table whose columns \[.*\] " + message):
+        as_host_points(pd.DataFrame(values, columns=names), columns=columns)
+
+
+def test_a_table_in_the_models_order_or_of_unknown_names_is_read_by_position() -> None:
+    pd = pytest.importorskip("pandas")
+    values = np.arange(50, dtype=np.float32).reshape(10, 5)
+    for names in (["x", "y", "z", "intensity", "ring"], ["X", "Y", "Z", "i", "t"], list("abcde"), [0, 1, 2, 3, 4]):
+        np.testing.assert_array_equal(as_host_points(pd.DataFrame(values, columns=names)), values[:, :4])
+    named = pd.DataFrame(values, columns=["x", "y", "z", "reflectance", "time_lag"])
+    np.testing.assert_array_equal(as_host_points(named, columns=5), values)
+
+
 @pytest.mark.parametrize("layout", ["5 wide", "8 wide", "fortran", "every other column", "big-endian", "empty"])
 def test_the_leading_columns_copy_equals_the_slice_whatever_the_rows_lie_like(layout: str) -> None:
     """``copy_leading_columns`` (a row's values copied as one block where they lie side by side) against
