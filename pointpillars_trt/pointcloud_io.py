@@ -22,12 +22,12 @@ from typing import IO, Union
 import numpy as np
 
 from .config import finite_float, int_within
-from .errors import InputError, InputWarning, one_line, safe_repr
+from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, cast_to_float32, columns_text, copy_leading_columns,
-                     transposed_hint)
+from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, beyond_float32, cast_to_float32, columns_text,
+                     copy_leading_columns, transposed_hint)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
@@ -692,6 +692,16 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                 bad = _first_bad_line(lines, per_row)
                 raise InputError(f"{what} {shown}: bad ASCII data at row {rows + bad + 1} of {points} (the first "
                                  f"after DATA is row 1): {safe_repr(lines[bad], 80)} is not {per_row} numbers")
+            misfit = _outside_declared_type(table, lines, dtype, columns, wanted)
+            if misfit is not None:
+                row, name, token = misfit
+                field = dtype[name]
+                if field.kind == "f":  # 1e999 as 1e39
+                    raise beyond_float32(f"{what} {shown}", rows + row + 1, escape_text(token, 40))
+                raise InputError(f"{what} {shown}: ASCII data row {rows + row + 1} of {points}: field {name} is TYPE "
+                                 f"{field.kind.upper()} SIZE {field.itemsize} ({field.name}), which cannot hold "
+                                 f"{safe_repr(token, 40)}: the header does not describe the data; correct the "
+                                 f"field's TYPE and SIZE")
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
         if not block:
@@ -699,6 +709,34 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     if rows != points:
         raise InputError(f"{what} {shown}: {rows} ASCII data rows, but POINTS is {points} (truncated)")
     return out
+
+
+def _outside_declared_type(table: np.ndarray, lines: list[str], dtype: np.dtype, columns: list[str],
+                           wanted: list[int]) -> tuple[int, str, str] | None:
+    """(row, field, text) of the first value of the fields read (``columns``, at ``wanted`` in ``table``) that its
+    declared TYPE and SIZE cannot hold (None: none): in an integer field a fraction, a sign or a size beyond the
+    type, or nan / inf; in a float field a number that became infinity when it was parsed (``1e999``: the word
+    inf is a value a float holds; a finite one beyond float32, ``1e39``, is ``cast_to_float32``'s to refuse).
+    The values were parsed as float64, so such a file was read as what its header says it is not."""
+    found: list[tuple[int, str, str]] = []
+    for name, column in zip(columns, wanted):
+        field, values = dtype[name], table[:, column]
+        with np.errstate(invalid="ignore"):
+            if field.kind == "f":
+                rows = (r for r in np.flatnonzero(np.isinf(values)) if not _infinity_text(lines[r].split()[column]))
+            else:
+                info = np.iinfo(field)
+                rows = iter(np.flatnonzero(~(np.isfinite(values) & (values == np.floor(values))
+                                             & (values >= info.min) & (values <= info.max))))
+        row = next(rows, None)
+        if row is not None:
+            found.append((int(row), name, lines[row].split()[column]))
+    return min(found, default=None)
+
+
+def _infinity_text(token: str) -> bool:
+    """Whether an ASCII value is infinity written as a word (inf, -Infinity), not a number too large to hold."""
+    return token.lstrip("+-").lower() in ("inf", "infinity")
 
 
 def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:

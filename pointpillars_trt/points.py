@@ -151,9 +151,13 @@ def cast_to_float32(rows: np.ndarray, values: np.ndarray, name: str, first_point
         beyond = np.argwhere((np.isinf(rows) & np.isfinite(values)).reshape(len(rows), -1))
         if beyond.size:
             point, column = (int(i) for i in beyond[0])
-            raise InputError(f"{name}: point {first_point + point + 1} holds "
-                             f"{float(values.reshape(len(values), -1)[point, column]):g}, beyond float32's range: "
-                             "not point coordinates in metres")
+            raise beyond_float32(name, first_point + point + 1, f"{float(values.reshape(len(values), -1)[point, column]):g}")
+
+
+def beyond_float32(name: str, point: int, value: str) -> InputError:
+    """The error of a frame ``name`` whose ``point`` (counted from 1) holds ``value`` (as read or written), a
+    number beyond float32's range."""
+    return InputError(f"{name}: point {point} holds {value}, beyond float32's range: not point coordinates in metres")
 
 
 def check_frame_list(frames: object, columns: int) -> None:

@@ -158,6 +158,37 @@ def test_pcd_ascii_value_beyond_float32_is_refused_naming_its_row(tmp_path: Path
         one_line_error(lambda: read_points(path), "big.pcd", "point 3 holds 1e+40, beyond float32's range")
         one_line_error(lambda: read_points(tmp_path / "big.npy"), "big.npy", "point 3 holds 3e+39, beyond float32's")
 
+def test_pcd_ascii_number_too_large_even_for_float64_is_refused_as_one_beyond_float32(tmp_path: Path) -> None:
+    """1e999 parses as infinity where 1e39 was refused: both are numbers beyond float32's range, in a field of
+    either float size; the word inf (and nan) stays a value the points hold."""
+    header = pcd_header("x y z intensity", "4 8 4 4", "F F F F", "1 1 1 1", 2, "ascii")
+    path = tmp_path / "huge.pcd"
+    for row in (b"1 2 3 0.5\n1e999 2 3 0.5\n", b"1 2 3 0.5\n1 -1E+999 3 0.5\n", b"1 2 3 0.5\n1e39 2 3 0.5\n"):
+        path.write_bytes(header + row)
+        one_line_error(lambda: read_points(path), "huge.pcd", "point 2 holds", "beyond float32's range")
+    path.write_bytes(header + b"-inf 2 +Infinity 0.5\nnan 2 3 INF\n")
+    got = read_points(path)
+    assert got[0, 0] == -np.inf and got[0, 2] == np.inf and np.isnan(got[1, 0]) and got[1, 3] == np.inf
+
+
+@pytest.mark.parametrize("value", ["-5", "300", "0.5", "nan", "inf"])
+def test_pcd_ascii_value_its_declared_integer_type_cannot_hold_is_refused(tmp_path: Path, value: str) -> None:
+    """A field of TYPE U SIZE 1 holds 0..255 whole numbers: a row with -5, 300 or 0.5 there (once read as
+    that value) says the header does not describe the data. The same row with TYPE F is read."""
+    body = f"1 2 3 7\n4 5 6 {value}\n".encode()
+    path = tmp_path / "u.pcd"
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 1", "F F F U", "1 1 1 1", 2, "ascii") + body)
+    one_line_error(lambda: read_points(path), "u.pcd", f"row 2 of 2: field intensity is TYPE U SIZE 1 (uint8), "
+                   f"which cannot hold '{value}'", "correct the field's TYPE and SIZE")
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 1", "F F F I", "1 1 1 1", 2, "ascii") + body)
+    if value == "-5":
+        assert read_points(path)[1, 3] == -5
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 2, "ascii") + body)
+    assert read_points(path)[0].tolist() == [1, 2, 3, 7]
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 1", "F F F U", "1 1 1 1", 2, "ascii") + b"1 2 3 0\n4 5 6 255\n")
+    assert read_points(path)[:, 3].tolist() == [0, 255]
+
+
 def test_pcd_binary_with_uint8_i_and_multi_count_field(tmp_path: Path) -> None:
     n = 5
     rec = np.zeros(n, dtype=[("x", "<f4"), ("normal", "<f4", (3,)), ("y", "<f8"), ("z", "<f4"), ("i", "u1")])
