@@ -16,7 +16,7 @@ import math
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import IO, Union
 
 import numpy as np
@@ -461,8 +461,10 @@ def _dtype_text(dtype: np.dtype) -> str:
 
 # --------------------------------------------------------------------------- .pcd
 
-_PCD_TYPES = {("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8",
-              ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8"}
+_PCD_TYPES: dict[tuple[str, int | None], str] = {
+    ("F", 4): "f4", ("F", 8): "f8", ("I", 1): "i1", ("I", 2): "i2", ("I", 4): "i4", ("I", 8): "i8",
+    ("U", 1): "u1", ("U", 2): "u2", ("U", 4): "u4", ("U", 8): "u8",
+}
 _PCD_KEYS = ("VERSION", "FIELDS", "SIZE", "TYPE", "COUNT", "WIDTH", "HEIGHT", "VIEWPOINT", "POINTS", "DATA")
 #: PCL's name for padding bytes, which a header may repeat (Ouster's and pcl_ros' clouds pad several fields).
 _PCD_PADDING = "_"
@@ -723,14 +725,15 @@ def _outside_declared_type(table: np.ndarray, lines: list[str], dtype: np.dtype,
         field, values = dtype[name], table[:, column]
         with np.errstate(invalid="ignore"):
             if field.kind == "f":
-                rows = (r for r in np.flatnonzero(np.isinf(values)) if not _infinity_text(lines[r].split()[column]))
+                rows: Iterator[int] = (int(r) for r in np.flatnonzero(np.isinf(values))
+                                       if not _infinity_text(lines[r].split()[column]))
             else:
                 info = np.iinfo(field)
-                rows = iter(np.flatnonzero(~(np.isfinite(values) & (values == np.floor(values))
-                                             & (values >= info.min) & (values <= info.max))))
+                rows = (int(r) for r in np.flatnonzero(~(np.isfinite(values) & (values == np.floor(values))
+                                                         & (values >= info.min) & (values <= info.max))))
         row = next(rows, None)
         if row is not None:
-            found.append((int(row), name, lines[row].split()[column]))
+            found.append((row, name, lines[row].split()[column]))
     return min(found, default=None)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 import socket
 import threading
 from collections import deque
@@ -302,7 +303,7 @@ class RemoteDetector:
 
     def _detect_item(self, item: object, source: str) -> Detections:
         columns = self.point_columns
-        points = read_points(item, point_dim=columns, columns=columns) if is_frame_path(item) else item
+        points = read_points(os.fsdecode(item), point_dim=columns, columns=columns) if is_frame_path(item) else item
         return self(points, source)
 
     def cancel(self) -> None:
