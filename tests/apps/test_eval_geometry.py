@@ -118,3 +118,43 @@ def test_2d_iou_and_coverage() -> None:
     inner = np.array([[2.0, 2.0, 4.0, 4.0]])
     assert box2d_coverage_pairs(inner, a)[0] == pytest.approx(1.0)
     assert box2d_iou_pairs(a, np.array([[10.0, 0.0, 20.0, 10.0]]))[0] == 0.0
+
+
+@pytest.mark.parametrize("l, w", [(0.0, 0.0), (0.0, 2.0), (2.0, 0.0)])
+def test_a_box_of_no_area_overlaps_nothing(l: float, w: float) -> None:
+    """A point or a segment inside a 2 x 2 square shares no area with it. Before, the point (l = w = 0) kept the
+    square whole when clipping (its edges have no direction): intersection 4, union 4 + 0 - 4 = 0, IoU inf,
+    which matched any ground truth as a true positive in BEV and 3D."""
+    square = np.array([[0.0, 1.5, 10.0, 1.5, 2.0, 2.0, 0.3]])  # x y z h w l ry: 2 x 2 footprint, 1.5 m tall
+    flat = np.array([[0.0, 1.5, 10.0, 1.5, w, l, 0.3]])
+    with np.errstate(all="raise"):  # no division by zero, no invalid value on the way
+        assert bev_intersection_pairs(square[:, [0, 2, 5, 4, 6]], flat[:, [0, 2, 5, 4, 6]])[0] == 0.0
+        for first, second in ((square, flat), (flat, square), (flat, flat)):
+            bev, iou3d = camera_box_iou_pairs(first, second)
+            assert (bev[0], iou3d[0]) == (0.0, 0.0)
+
+
+def test_a_small_box_inside_a_large_one_has_the_ratio_of_their_areas() -> None:
+    """Continuity next to the degenerate case: a 1 cm x 1 cm box centred in a 2 m x 2 m one shares its own area,
+    IoU 0.0001 / 4 (BEV) and, both 1.5 m tall on the same floor, 0.00015 / 6 (3D)."""
+    square = np.array([[0.0, 1.5, 10.0, 1.5, 2.0, 2.0, 0.3]])
+    tiny = np.array([[0.0, 1.5, 10.0, 1.5, 0.01, 0.01, 1.1]])
+    bev, iou3d = camera_box_iou_pairs(tiny, square)
+    assert bev[0] == pytest.approx(0.0001 / 4, rel=1e-9)
+    assert iou3d[0] == pytest.approx(0.00015 / 6, rel=1e-9)
+
+
+def test_a_box_of_no_height_has_no_3d_overlap_but_its_bev_one() -> None:
+    square = np.array([[0.0, 1.5, 10.0, 1.5, 2.0, 2.0, 0.0]])
+    flat = np.array([[0.0, 1.0, 10.0, 0.0, 2.0, 1.0, 0.0]])  # 1 x 2 footprint inside the square's, 0 m tall
+    with np.errstate(all="raise"):
+        bev, iou3d = camera_box_iou_pairs(square, flat)
+    assert (bev[0], iou3d[0]) == (pytest.approx(2 / 4), 0.0)
+
+
+def test_2d_boxes_of_no_area_overlap_nothing() -> None:
+    image_box = np.array([[100.0, 100.0, 200.0, 200.0]])
+    with np.errstate(all="raise"):
+        for degenerate in ([150.0, 150.0, 150.0, 150.0], [120.0, 150.0, 180.0, 150.0], [0.0, 0.0, 0.0, 0.0]):
+            box = np.array([degenerate])
+            assert box2d_iou_pairs(image_box, box)[0] == 0.0 and box2d_iou_pairs(box, box)[0] == 0.0

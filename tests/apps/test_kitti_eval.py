@@ -11,6 +11,7 @@ Two rules shape every expected value here:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import shutil
 import time
@@ -175,6 +176,25 @@ def test_height_limits(tmp_path: Path) -> None:
     easy, moderate, _ = ap(run(tmp_path / "b", gt, pred), "Car", "bbox")
     assert easy == pytest.approx(100.0)
     assert moderate == pytest.approx(41 / 42 * 100)
+
+
+def test_a_prediction_of_no_length_and_width_matches_nothing(tmp_path: Path) -> None:
+    """The reader refuses such a line; the evaluation itself scores it as no match, whatever built the table.
+    One car and one prediction on it, the only true positive filling sample 0 of 41: R11 AP 100 / 11 where it
+    matches. Its copy of no footprint has BEV and 3D AP 0 (before: 100 / 11, an infinite IoU), while its 2D box,
+    the label's own, still matches."""
+    dims = (1.5, 2.0, 4.0)  # at ry 0 a footprint whose area is exact in floats: a union of 0, not of ~1e-16
+    ids = write_frames(tmp_path / "label_2", [[obj("Car", 0, dims=dims, ry=0.0)]])
+    write_frames(tmp_path / "pred", [[obj("Car", 0, score=0.9, dims=dims, ry=0.0)]])
+    gt, pred = load_ground_truth(tmp_path / "label_2", ids), load_predictions(tmp_path / "pred", ids)
+    one_hit = 100.0 / 11
+    np.testing.assert_allclose(ap(evaluate(gt, pred, ("Car",)), "Car", "3d", "R11"), one_hit)  # the same box
+    flat = dataclasses.replace(pred, dimensions=pred.dimensions * np.array([1.0, 0.0, 0.0]))  # h w l -> h 0 0
+    result = evaluate(gt, flat, ("Car",))
+    for metric in ("bev", "3d"):
+        for loose in (False, True):
+            np.testing.assert_array_equal(ap(result, "Car", metric, "R11", loose), 0.0)
+    np.testing.assert_allclose(ap(result, "Car", "bbox", "R11"), one_hit)
 
 
 # --------------------------------------------------------------------------- files, CLI, report

@@ -25,6 +25,13 @@ def box2d_intersection_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where((iw > 0) & (ih > 0), iw * ih, 0.0)
 
 
+def _ratio(inter: np.ndarray, union: np.ndarray) -> np.ndarray:
+    """Intersection over union, 0 where nothing is shared or the union is empty (a box of no area), never
+    beyond 1: a degenerate box is no match for anything, not an infinite one."""
+    iou = np.divide(inter, union, out=np.zeros_like(inter), where=(inter > 0) & (union > 0))
+    return np.clip(iou, 0.0, 1.0)
+
+
 def _box2d_area(a: np.ndarray) -> np.ndarray:
     return (a[..., 2] - a[..., 0]) * (a[..., 3] - a[..., 1])
 
@@ -34,7 +41,7 @@ def box2d_iou_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
     inter = box2d_intersection_pairs(a, b)
     union = _box2d_area(a) + _box2d_area(b) - inter
-    return np.divide(inter, union, out=np.zeros_like(inter), where=inter > 0)
+    return _ratio(inter, union)
 
 
 def box2d_coverage_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -101,12 +108,17 @@ def _polygon_area(poly: np.ndarray, count: np.ndarray) -> np.ndarray:
 
 
 def bev_intersection_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Exact area shared by rotated BEV boxes a[i] and b[i] ((P, 5) each)."""
+    """Exact area shared by rotated BEV boxes a[i] and b[i] ((P, 5) each); 0 where either has no area.
+
+    A box of zero length and width is a point, whose four clipping lines have no direction: clipping by
+    them would keep the other box whole, so such pairs (and any with a length or width <= 0) share nothing.
+    """
     a, b = np.asarray(a, np.float64).reshape(-1, 5), np.asarray(b, np.float64).reshape(-1, 5)
     area = np.zeros(len(a))
     # Boxes whose circumscribed circles do not meet cannot overlap; skip them up front.
     reach = (np.hypot(a[:, 2], a[:, 3]) + np.hypot(b[:, 2], b[:, 3])) / 2
-    near = np.flatnonzero(np.hypot(a[:, 0] - b[:, 0], a[:, 1] - b[:, 1]) < reach)
+    sized = (a[:, 2:4] > 0).all(axis=1) & (b[:, 2:4] > 0).all(axis=1)
+    near = np.flatnonzero(sized & (np.hypot(a[:, 0] - b[:, 0], a[:, 1] - b[:, 1]) < reach))
     if near.size == 0:
         return area
     poly = camera_bev_corners(a[near])
@@ -128,9 +140,8 @@ def camera_box_iou_pairs(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.n
     bev_cols = [0, 2, 5, 4, 6]  # x, z, l, w, ry
     inter_bev = bev_intersection_pairs(a[:, bev_cols], b[:, bev_cols])
     union_bev = a[:, 4] * a[:, 5] + b[:, 4] * b[:, 5] - inter_bev
-    bev = np.divide(inter_bev, union_bev, out=np.zeros_like(inter_bev), where=inter_bev > 0)
+    bev = _ratio(inter_bev, union_bev)
     span = np.minimum(a[:, 1], b[:, 1]) - np.maximum(a[:, 1] - a[:, 3], b[:, 1] - b[:, 3])
     inter = inter_bev * np.maximum(span, 0.0)
     union = a[:, 3] * a[:, 4] * a[:, 5] + b[:, 3] * b[:, 4] * b[:, 5] - inter
-    iou3d = np.divide(inter, union, out=np.zeros_like(inter), where=inter > 0)
-    return bev, iou3d
+    return bev, _ratio(inter, union)
