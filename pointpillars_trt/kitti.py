@@ -538,8 +538,8 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
     ``with_score``: True for predictions, whose 16th field (the score) is required, because a missing score
     would silently rank every detection alike; False for ground truth (15 fields, score 0); None for either
     (a missing score is NaN). A line of another field count, a non-numeric value, a NaN or infinite value,
-    a value beyond MAX_LABEL_VALUE, a 2D box that runs backwards or a negative 3D size (DontCare's -1 aside)
-    is refused naming ``source`` and the line: any of them would change an AP or a box without a word.
+    a value beyond MAX_LABEL_VALUE, a 2D box that runs backwards or a 3D size of 0 or less (DontCare's -1
+    aside) is refused naming ``source`` and the line: any of them would change an AP or a box without a word.
     """
     counts = {True: (LABEL_FIELDS + 1,), False: (LABEL_FIELDS,), None: (LABEL_FIELDS, LABEL_FIELDS + 1)}[with_score]
     expected = " or ".join(str(count) for count in counts)
@@ -587,7 +587,7 @@ def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, 
     """(row, problem) of the first line whose truncation lies outside 0..1 or whose occlusion is no KITTI level
     (they pick an object's difficulty: truncation 5 moved a Car out of "easy" without a word; -1, as DontCare
     and predictions write them, aside), whose 2D box runs backwards (x1 > x2 or y1 > y2) or whose 3D box has a
-    negative height, width or length (DontCare's -1 sizes aside), or None."""
+    zero or negative height, width or length (DontCare's -1 sizes aside), or None."""
     truncated, occluded = table[:, 0], table[:, 1]
     found: list[tuple[int, str]] = []
     odd_truncation = np.flatnonzero((truncated != -1) & ((truncated < 0) | (truncated > 1)))
@@ -602,9 +602,11 @@ def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, 
     if backwards.size:
         found.append((int(backwards[0]), "its 2D box runs backwards (left > right or top > bottom)"))
     sized = np.array([name != "DontCare" for name in names], bool)
-    negative = np.flatnonzero(sized & (table[:, 7:10] < 0).any(axis=1))
-    if negative.size:
-        found.append((int(negative[0]), "a negative height, width or length"))
+    unsized = np.flatnonzero(sized & (table[:, 7:10] <= 0).any(axis=1))
+    if unsized.size:  # a zero length and width matched any box around it: no object has no size
+        row = int(unsized[0])
+        h, w, l = table[row, 7:10]
+        found.append((row, f"a zero or negative height, width or length (h w l = {h:g} {w:g} {l:g})"))
     return min(found) if found else None
 
 

@@ -413,7 +413,8 @@ def test_label_parse_errors(tmp_path: Path, calib134: Calibration) -> None:
     for line, problem in ((good.replace(" 0 0 0 1", " 0 0 nan 1"), "a NaN or infinite value"),
                           (good.replace("10 0", "1e6 0"), "a value beyond"),
                           (good.replace("1 1 2 2", "3 1 2 2"), "its 2D box runs backwards"),
-                          (good.replace("1.6 3.9", "-1.6 3.9"), "a negative height, width or length"),
+                          (good.replace("1.6 3.9", "-1.6 3.9"), "a zero or negative height, width or length"),
+                          (good.replace("1.6 3.9", "0 0"), r"a zero or negative height, width or length \(h w l = 1.5 0 0\)"),
                           (good + " nan", "a NaN or infinite value"), (good + " inf", "a NaN or infinite value")):
         with pytest.raises(InputError, match=f"line 2: {problem}"):
             kitti_label_to_lidar_boxes([good, line], calib134)
@@ -556,7 +557,9 @@ def test_lines_refuse_a_bad_image_shape() -> None:
 
 @pytest.mark.parametrize(("change", "said"), [
     (("12.65", "nan"), "a NaN or infinite value"), (("3.69", "inf"), "a NaN or infinite value"),
-    (("1.50 1.78", "-1.50 1.78"), "a negative height, width or length"),
+    (("1.50 1.78", "-1.50 1.78"), "a zero or negative height, width or length (h w l = -1.5 1.78 3.69)"),
+    (("1.78 3.69", "0.00 0.00"), "a zero or negative height, width or length (h w l = 1.5 0 0)"),
+    (("1.50 1.78", "0 1.78"), "a zero or negative height, width or length (h w l = 0 1.78 3.69)"),
 ])
 def test_label_lines_with_non_finite_values_or_negative_sizes_are_refused(calib134: Calibration,
                                                                           change: tuple[str, str], said: str) -> None:

@@ -105,14 +105,19 @@ def test_huge_finite_values_are_refused_without_overflow_warnings(folders: tuple
 
 @pytest.mark.parametrize("which", ["pred", "labels"])
 @pytest.mark.parametrize("line, problem", [
-    ("Car 0 0 0 100 150 180 210 -1.5 1.6 3.9 -12 1.6 20 0.3", "a negative height, width or length"),
-    ("Car 0 0 0 100 150 180 210 1.5 1.6 -3.9 -12 1.6 20 0.3", "a negative height, width or length"),
+    ("Car 0 0 0 100 150 180 210 -1.5 1.6 3.9 -12 1.6 20 0.3",
+     "a zero or negative height, width or length (h w l = -1.5 1.6 3.9)"),
+    ("Car 0 0 0 100 150 180 210 1.5 1.6 -3.9 -12 1.6 20 0.3", "a zero or negative height, width or length"),
+    ("Car 0 0 0 100 150 180 210 1.5 0 0 -12 1.6 20 0.3",
+     "a zero or negative height, width or length (h w l = 1.5 0 0)"),
+    ("Car 0 0 0 100 150 180 210 0.00 1.6 3.9 -12 1.6 20 0.3", "a zero or negative height, width or length"),
     ("Car 0 0 0 180 150 100 210 1.5 1.6 3.9 -12 1.6 20 0.3", "its 2D box runs backwards (left > right or top > bottom)"),
     ("Car 0 0 0 100 210 180 150 1.5 1.6 3.9 -12 1.6 20 0.3", "its 2D box runs backwards"),
 ])
 def test_negative_sizes_and_backwards_2d_boxes_are_refused(folders: tuple[Path, Path], which: str, line: str,
                                                            problem: str) -> None:
-    """Each was evaluated (exit 0) with an AP it changed: 3D AP with negative sizes, bbox AP with a 2D box
+    """Each was evaluated (exit 0) with an AP it changed: 3D AP with negative sizes, BEV and 3D AP with a
+    prediction of zero length and width (a true positive on any ground truth around it), bbox AP with a 2D box
     whose corners are swapped. DontCare's -1 sizes are KITTI's own and stay."""
     labels, pred = folders
     target = (pred if which == "pred" else labels) / "000000.txt"
@@ -252,7 +257,9 @@ def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[flo
     ([GT_CAR_LIDAR], [math.inf], "scores[0]", "a NaN or infinite value"),
     ([GT_CAR_LIDAR], [1e6], "scores[0]", "a value beyond +-100000 (no KITTI box, pixel, angle or score is that large)"),
     ([GT_CAR_LIDAR, [*GT_CAR_LIDAR[:3], -3.9, 1.6, 1.5, GT_CAR_LIDAR[6]]], [0.9, 0.8], "boxes_lidar[1]",
-     "a negative dx, dy or dz"),
+     "a zero or negative dx, dy or dz"),
+    ([[*GT_CAR_LIDAR[:3], 0.0, 0.0, 1.5, GT_CAR_LIDAR[6]], GT_CAR_LIDAR], [0.9, 0.8], "boxes_lidar[0]",
+     "a zero or negative dx, dy or dz"),
 ])
 def test_non_finite_or_absurd_json_predictions_are_refused_like_label_lines(tmp_path: Path, boxes: list[list[float]],
                                                                            scores: list[float], field: str,

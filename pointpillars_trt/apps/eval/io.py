@@ -80,9 +80,10 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
         bad = first_bad_row(values)
         if bad is not None:
             raise InputError(f"prediction file {safe_repr(path)}, {field}[{bad[0]}]: {bad[1]}")
-    negative = np.flatnonzero((boxes.reshape(-1, 7)[:, 3:6] < 0).any(axis=1))
-    if negative.size:
-        raise InputError(f"prediction file {safe_repr(path)}, boxes_lidar[{negative[0]}]: a negative dx, dy or dz")
+    unsized = np.flatnonzero((boxes.reshape(-1, 7)[:, 3:6] <= 0).any(axis=1))
+    if unsized.size:
+        raise InputError(f"prediction file {safe_repr(path)}, boxes_lidar[{unsized[0]}]: a zero or negative dx, dy "
+                         "or dz")
     calib_file = calib_dir / f"{path.stem}.txt"
     calib = read_calibration(calib_file)
     shape, assumed = frame_image_shape(calib_file, image_shape)
