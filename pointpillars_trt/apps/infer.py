@@ -814,13 +814,17 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
     header counts the ``failed`` frames and those whose earlier outputs were ``unreadable``, left out."""
     from ..fileio import write_json_atomic
     from .eval.io import load_predictions
-    from .eval.kitti_eval import evaluate
+    from .eval.kitti_eval import check_prediction_types, evaluate
     from .eval.report import format_table
 
     if not evaluated:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
     ids = [Path(f).stem for f in frames if f in evaluated]
-    result = evaluate(labels.of(ids), load_predictions(pred_dir, ids), _eval_classes(classes))
+    predictions, eval_classes = load_predictions(pred_dir, ids), _eval_classes(classes)
+    warning = check_prediction_types(predictions, pred_dir, eval_classes)  # a model's classes KITTI has not
+    if warning is not None:
+        print(warning, file=sys.stderr)
+    result = evaluate(labels.of(ids), predictions, eval_classes)
     left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
         [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""

@@ -402,3 +402,122 @@ def test_json_naming_an_input_file_is_refused_before_anything_is_read(folders: t
     for target in (pred / "eval.json", pred / "eval.json", tmp_path / "ap.json"):
         rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--json", target)
         assert rc == 0 and f"wrote {target}" in out and json.loads(target.read_text()), err
+
+
+# --------------------------------------------------------------------------- predictions that would score 0 unsaid
+def _strict_r11(table: str, metric: str) -> str:
+    """The first (Car, strict overlaps, R11) line of a metric, e.g. '3d   AP:9.0909, 9.0909, 9.0909'."""
+    return _ap_lines(table, metric)[0]
+
+
+def _with_2d_box(line: str, box: str) -> str:
+    parts = line.split()
+    return " ".join(parts[:4] + box.split() + parts[8:]) + "\n"
+
+
+@pytest.mark.parametrize("kind", ["1", "Vehicle", "0"])
+def test_predictions_of_no_evaluated_class_are_refused_naming_their_types(folders: tuple[Path, Path],
+                                                                         kind: str) -> None:
+    """A model writing its class index (or another dataset's name) as the type: every line matched no class,
+    every AP was 0, exit 0 and not a word. Now one error names the types and the fix; nothing is printed."""
+    labels, pred = folders
+    (pred / "000000.txt").write_text(PRED.replace("Car", kind, 1) * 2 + PRED.replace("Car", "2", 1))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    order = f"'{kind}' (2), '2' (1)"  # the most frequent first
+    assert (rc, out) == (2, ""), out
+    assert err == (f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, Pedestrian, Cyclist), "
+                   f"so every AP would be 0: their types are {order}; name each line's type as KITTI does (Car, "
+                   "Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any letter case), "
+                   "not by a class index or another dataset's name\n"), err
+
+
+def test_predictions_of_kitti_classes_not_evaluated_are_refused_naming_the_classes_option(
+        folders: tuple[Path, Path]) -> None:
+    """Van predictions evaluated for Car, Pedestrian and Cyclist (Van is don't-care for Car, never a hit): the
+    error says how to evaluate them, and that evaluation runs without a word."""
+    labels, pred = folders
+    (pred / "000000.txt").write_text(PRED.replace("Car", "Van", 1) + PRED.replace("Car", "Tram", 1))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (2, f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, Pedestrian, "
+                            "Cyclist), so every AP would be 0: their types are 'Tram' (1), 'Van' (1); evaluate them "
+                            "with eval --classes Van\n"), err
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Van")
+    assert (rc, err) == (0, "") and out.splitlines()[1] == "Van AP@0.70, 0.70, 0.70:", out
+    (pred / "000000.txt").write_text(PRED.replace("Car", "Tram", 1))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 2 and err.endswith("their types are 'Tram' (1); eval evaluates Car, Pedestrian, Cyclist, Van, "
+                                    "Person_sitting, Truck only\n"), err
+
+
+def test_types_kitti_has_not_beside_evaluated_ones_are_warned_of_and_change_no_ap(folders: tuple[Path, Path]) -> None:
+    """A model of KITTI's classes and others (say, a Vehicle class): one warning counts the lines of each
+    unknown type; the AP is the one of the KITTI lines alone. Letter case is read as the reader reads it
+    (car is Car), so it is no unknown type."""
+    labels, pred = folders
+    rc, err, alone = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (0, "")
+    vehicle = _with_2d_box(PRED, "400 150 480 210").replace("-12 1.6 20", "-2 1.6 20").replace("Car", "Vehicle", 1)
+    (pred / "000000.txt").write_text(PRED.replace("Car", "car", 1) + vehicle * 3 + vehicle.replace("Vehicle", "9"))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 0 and out == alone, out
+    assert err == (f"warning: 4 of the 5 prediction lines in {str(pred)!r} are of types KITTI has not, 'Vehicle' "
+                   "(3), '9' (1): they match no ground truth and count for no class; name each line's type as KITTI "
+                   "does (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any "
+                   "letter case)\n"), err
+
+
+def test_a_compare_folder_is_checked_as_the_pred_folder_is(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    labels, pred = folders
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "000000.txt").write_text(PRED + PRED.replace("Car", "Vehicle", 1))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--compare", other)
+    assert rc == 0 and err.startswith(f"warning: 1 of the 2 prediction lines in {str(other)!r} are of types KITTI "
+                                      "has not, 'Vehicle' (1)") and err.count("\n") == 1, err
+    (other / "000000.txt").write_text(PRED.replace("Car", "1", 1))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--compare", other)
+    assert (rc, out) == (2, "") and err.startswith(f"error: no prediction line in {str(other)!r}"), err
+
+
+def test_predictions_that_found_nothing_stay_valid(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """A model may find nothing: empty prediction files (or DontCare lines alone) are no error and no warning."""
+    labels, pred = folders
+    (labels / "000001.txt").write_text(GT)
+    for text in ("", "", "DontCare -1 -1 -10 0 0 0 0 -1 -1 -1 -1000 -1000 -1000 -10 0.5\n"):
+        (pred / "000000.txt").write_text(text)
+        (pred / "000001.txt").write_text("")
+        rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+        assert (rc, err) == (0, "") and _strict_r11(out, "3d   AP") == "3d   AP:0.0000, 0.0000, 0.0000", (err, out)
+
+
+def test_json_predictions_of_no_kitti_type_are_refused_too(tmp_path: Path) -> None:
+    labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    record = json.loads((pred / "000000.json").read_text())
+    (pred / "000000.json").write_text(json.dumps({**record, "labels": ["Vehicle"]}))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert rc == 2 and err.startswith(f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, "
+                                      "Pedestrian, Cyclist), so every AP would be 0: their types are 'Vehicle' (1)")
+
+
+def test_infer_eval_warns_of_a_models_classes_kitti_has_not(folders: tuple[Path, Path],
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``infer --eval`` reads back the lines the run wrote, typed with the model's class names: a model of other
+    classes besides KITTI's (nuScenes' barrier, say) gets the same warning; one of none of them the same error."""
+    from pointpillars_trt.apps.infer import _evaluate
+    from pointpillars_trt.apps.eval.io import read_ground_truth
+    from pointpillars_trt.errors import InputError
+
+    labels, pred = folders
+    (pred / "000000.txt").write_text(PRED + PRED.replace("Car", "barrier", 1))
+    gt = read_ground_truth(labels, ["000000"])
+    _evaluate(gt, pred, ["000000.bin"], {"000000.bin"}, 0, 0, ["Car", "barrier"], None)
+    captured = capsys.readouterr()
+    assert captured.err == (f"warning: 1 of the 2 prediction lines in {str(pred)!r} are of types KITTI has not, "
+                            "'barrier' (1): they match no ground truth and count for no class; name each line's "
+                            "type as KITTI does (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or "
+                            "DontCare, in any letter case)\n")
+    assert "3d   AP:9.0909, 9.0909, 9.0909" in captured.out
+    (pred / "000000.txt").write_text(PRED.replace("Car", "Vehicle", 1))
+    with pytest.raises(InputError, match=r"no prediction line in .* is of a class evaluated \(Car, Pedestrian, "
+                                         r"Cyclist\), so every AP would be 0: their types are 'Vehicle' \(1\)"):
+        _evaluate(gt, pred, ["000000.bin"], {"000000.bin"}, 0, 0, ["Vehicle"], None)

@@ -17,7 +17,7 @@ from ..frame_prep import say_if_portrait
 from ..ranges import image_shape_arg, path_name
 from .io import REPORT_FILE, Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
-from .kitti_eval import DEFAULT_CLASSES, canonical_class, evaluate
+from .kitti_eval import DEFAULT_CLASSES, canonical_class, check_prediction_types, evaluate
 from .report import format_comparison, format_table
 
 
@@ -117,6 +117,12 @@ def _unused_camera_note(args: argparse.Namespace) -> str | None:
             f"only: drop {'it' if one else 'them'}")
 
 
+def _prediction_warnings(folder: Path, predictions: Annotations, classes: tuple[str, ...]) -> tuple[str | None, ...]:
+    """The ``warning:`` lines of a prediction folder that reads but would score 0 without a word: types KITTI
+    has not; an InputError when no line is of an evaluated class."""
+    return (check_prediction_types(predictions, folder, classes),)
+
+
 def _refuse_json_over_an_input(args: argparse.Namespace) -> None:
     """--json naming a file the evaluation reads (a label, prediction or calib file, the --ids list) would
     replace it with the AP table, and a new file in one of its folders would be read as one by the next
@@ -152,9 +158,13 @@ def run_eval(args: argparse.Namespace) -> int:
     # both folders read before anything is printed: a missing file in the second is one error, not a
     # table followed by one
     others = load_predictions(Path(args.compare), ids, calib, args.image_shape) if args.compare else None
+    said = _prediction_warnings(pred, predictions, classes)  # an error when no line could score: before any line
+    if others is not None:
+        said += _prediction_warnings(Path(args.compare), others, classes)
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
-    notes = (_assumed_image_note(calib, max(predictions.image_assumed, 0 if others is None else others.image_assumed)),
+    notes = (*said, _assumed_image_note(calib, max(predictions.image_assumed,
+                                                       0 if others is None else others.image_assumed)),
              _unused_camera_note(args), _full_scan_note(pred),
              _full_scan_note(Path(args.compare)) if args.compare else None)
     for note in notes:

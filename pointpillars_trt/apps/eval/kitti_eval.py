@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputError
+from ...errors import InputError, safe_repr
 from .geometry import box2d_coverage_pairs, box2d_iou_pairs, camera_box_iou_pairs
 from .io import Annotations
 
@@ -40,6 +40,8 @@ CLASS_OVERLAPS: dict[str, tuple[tuple[float, float, float], tuple[float, float, 
     "Truck": ((0.7, 0.7, 0.7), (0.5, 0.5, 0.5)),
 }
 DEFAULT_CLASSES = ("Car", "Pedestrian", "Cyclist")
+#: Every object type a KITTI label_2 line may name (any letter case is read as the same type).
+KITTI_TYPES = ("Car", "Van", "Truck", "Pedestrian", "Person_sitting", "Cyclist", "Tram", "Misc", "DontCare")
 _DONT_CARE_FOR = {"car": "van", "pedestrian": "person_sitting"}
 _MIN_HEIGHT = (40.0, 25.0, 25.0)
 _MAX_OCCLUSION = (0.0, 1.0, 2.0)
@@ -321,6 +323,44 @@ def canonical_class(name: str) -> str:
         if known.lower() == name.strip().lower():
             return known
     raise InputError(f"class {name!r} is not a KITTI class (known: {', '.join(CLASS_OVERLAPS)})")
+
+
+def _type_counts(names: np.ndarray) -> str:
+    """'Vehicle' (12), '1' (3), ... for the types ``names`` holds, most frequent first, at most five named."""
+    kinds, counts = np.unique(names, return_counts=True)
+    order = np.lexsort((kinds, -counts))
+    shown = ", ".join(f"{safe_repr(str(kinds[i]), 40)} ({counts[i]})" for i in order[:5])
+    return shown + (f" and {len(kinds) - 5} more type(s)" if len(kinds) > 5 else "")
+
+
+def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, ...]) -> str | None:
+    """The ``warning:`` line for prediction lines of a type KITTI has not (a class index such as ``1``, another
+    dataset's ``Vehicle``): they match no ground truth and count for no class, so a model writing them scores
+    0 without a word. None when every type is KITTI's or there is no line (a model may find nothing). Raises
+    InputError when no line is of an evaluated class (``classes``): every AP would be 0 for the names alone."""
+    lower = np.char.lower(dt.names.astype(str))
+    objects = lower != "dontcare"
+    if not objects.any():
+        return None
+    unknown = ~np.isin(lower, [t.lower() for t in KITTI_TYPES])
+    where = safe_repr(str(folder))
+    kitti_names = "Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any letter case"
+    if not np.isin(lower, [c.lower() for c in classes]).any():
+        found = _type_counts(dt.names[objects])
+        if unknown.any():
+            fix = (f"name each line's type as KITTI does ({kitti_names}), not by a class index or another "
+                   "dataset's name")
+        else:
+            evaluable = [c for c in CLASS_OVERLAPS if c.lower() in set(lower.tolist())]
+            fix = (f"evaluate them with eval --classes {','.join(evaluable)}" if evaluable else
+                   f"eval evaluates {', '.join(CLASS_OVERLAPS)} only")
+        raise InputError(f"no prediction line in {where} is of a class evaluated ({', '.join(classes)}), so every "
+                         f"AP would be 0: their types are {found}; {fix}")
+    if not unknown.any():
+        return None
+    return (f"warning: {int(unknown.sum())} of the {int(objects.sum())} prediction lines in {where} are of types "
+            f"KITTI has not, {_type_counts(dt.names[unknown])}: they match no ground truth and count for no class; "
+            f"name each line's type as KITTI does ({kitti_names})")
 
 
 def evaluate(gt: Annotations, dt: Annotations, classes: tuple[str, ...] = DEFAULT_CLASSES) -> EvalResult:
