@@ -415,6 +415,54 @@ def _with_2d_box(line: str, box: str) -> str:
     return " ".join(parts[:4] + box.split() + parts[8:]) + "\n"
 
 
+@pytest.mark.parametrize("box", ["0 0 0 0", "-1 -1 -1 -1", "100 150 180 170"])
+def test_predictions_without_a_real_2d_box_are_warned_of_with_the_fix(folders: tuple[Path, Path], box: str) -> None:
+    """A lidar-only model's KITTI lines often carry 0 0 0 0 or -1 -1 -1 -1 as their 2D box. KITTI's minimum 2D
+    height (25 px at the lowest) then ignores every prediction, in 3D and BEV too: AP 0 everywhere, said by
+    nothing. The one car, found by the same 3D box with its real 2D box, has 3D AP 100 / 11 at R11 (one true
+    positive fills sample 0 of 11); with a 2D box under 25 px high it has 0, and one warning says why."""
+    labels, pred = folders
+    rc, err, real = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (0, "") and _strict_r11(real, "3d   AP") == "3d   AP:9.0909, 9.0909, 9.0909"
+    (pred / "000000.txt").write_text(_with_2d_box(PRED, box))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 0 and err.count("\n") == 1, err
+    shown = " ".join(f"{float(v):g}" for v in box.split())
+    assert err == (f"warning: 1 of the 1 prediction lines in {str(pred)!r} have a 2D box under 25 px high (e.g. "
+                   f"frame '000000': {shown}), which KITTI's evaluation ignores at every difficulty, in BEV and 3D "
+                   "too, so they score no AP; boxes without a real 2D box need one projected into the camera image: "
+                   "write them with pointpillars-trt infer --format kitti (through each frame's calib/ folder, or "
+                   "--calib DIR), or give them as infer's --format json records to eval --pred with --calib DIR\n")
+    for metric in ("bbox AP", "bev  AP", "3d   AP"):
+        assert _strict_r11(out, metric) == f"{metric}:0.0000, 0.0000, 0.0000"
+
+
+def test_low_2d_boxes_are_warned_of_only_when_they_are_most_lines(folders: tuple[Path, Path]) -> None:
+    """Far objects have low 2D boxes; a model's far detections are no mistake. Half the lines that low (one of
+    two) says nothing, two of three does; the count is of the lines, DontCare aside, whatever their class."""
+    labels, pred = folders
+    low = _with_2d_box(PRED, "500 150 560 170")  # 20 px high
+    (pred / "000000.txt").write_text(PRED + low)
+    assert eval_cli("--pred", pred, "--labels", labels)[:2] == (0, "")
+    (pred / "000000.txt").write_text(PRED + low + low.replace("Car", "Pedestrian"))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 0 and err.startswith(f"warning: 2 of the 3 prediction lines in {str(pred)!r} have a 2D box under "
+                                      "25 px high (e.g. frame '000000': 500 150 560 170)"), err
+    (pred / "000000.txt").write_text(PRED + "DontCare -1 -1 -10 0 0 0 0 -1 -1 -1 -1000 -1000 -1000 -10 0.5\n" * 3)
+    assert eval_cli("--pred", pred, "--labels", labels)[:2] == (0, "")
+
+
+def test_json_predictions_are_not_warned_of_for_low_2d_boxes(tmp_path: Path) -> None:
+    """Their 2D boxes are projected from the 3D ones: a low one is a far or small object, not a missing box."""
+    far = [60.0, 0.0, -0.85, 3.9, 1.6, 1.5, 0.0]  # 1.5 m tall 58 to 62 m ahead: 700 * 1.5 / depth, ~17-18 px high
+    labels, pred, calib = _json_predictions(tmp_path, [far], [0.9])
+    (tmp_path / "image_2").mkdir()
+    (tmp_path / "image_2" / "000000.png").write_bytes(png_header(1242, 375))
+    bbox = load_predictions(pred, ["000000"], calib).bbox
+    assert 15 < bbox[0, 3] - bbox[0, 1] < 20, bbox
+    assert eval_cli("--pred", pred, "--labels", labels, "--calib", calib)[:2] == (0, "")
+
+
 @pytest.mark.parametrize("kind", ["1", "Vehicle", "0"])
 def test_predictions_of_no_evaluated_class_are_refused_naming_their_types(folders: tuple[Path, Path],
                                                                          kind: str) -> None:

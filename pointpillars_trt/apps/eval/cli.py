@@ -17,7 +17,8 @@ from ..frame_prep import say_if_portrait
 from ..ranges import image_shape_arg, path_name
 from .io import REPORT_FILE, Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
-from .kitti_eval import DEFAULT_CLASSES, canonical_class, check_prediction_types, evaluate
+from .kitti_eval import (DEFAULT_CLASSES, canonical_class, check_prediction_heights, check_prediction_types,
+                         evaluate)
 from .report import format_comparison, format_table
 
 
@@ -119,8 +120,11 @@ def _unused_camera_note(args: argparse.Namespace) -> str | None:
 
 def _prediction_warnings(folder: Path, predictions: Annotations, classes: tuple[str, ...]) -> tuple[str | None, ...]:
     """The ``warning:`` lines of a prediction folder that reads but would score 0 without a word: types KITTI
-    has not; an InputError when no line is of an evaluated class."""
-    return (check_prediction_types(predictions, folder, classes),)
+    has not, and (KITTI .txt predictions, whose 2D boxes are their own) 2D boxes too low for every difficulty;
+    an InputError when no line is of an evaluated class."""
+    types = check_prediction_types(predictions, folder, classes)
+    heights = check_prediction_heights(predictions, folder) if prediction_format(folder) == "kitti" else None
+    return types, heights
 
 
 def _refuse_json_over_an_input(args: argparse.Namespace) -> None:

@@ -363,6 +363,25 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
             f"name each line's type as KITTI does ({kitti_names})")
 
 
+def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
+    """The ``warning:`` line for a folder of KITTI .txt predictions most of whose lines have a 2D box lower than
+    the lowest minimum height (25 px), as lidar-only boxes written with ``0 0 0 0`` or ``-1 -1 -1 -1`` for their
+    2D box have: KITTI's evaluation ignores such detections at every difficulty, in BEV and 3D as well as bbox,
+    so they score 0 AP. None when at most half are that low."""
+    objects = np.flatnonzero(np.char.lower(dt.names.astype(str)) != "dontcare")
+    low = objects[np.abs(dt.bbox[objects, 3] - dt.bbox[objects, 1]) < min(_MIN_HEIGHT)]
+    if 2 * len(low) <= len(objects):
+        return None
+    first = int(low[0])
+    box = " ".join(f"{v:g}" for v in dt.bbox[first])
+    return (f"warning: {len(low)} of the {len(objects)} prediction lines in {safe_repr(str(folder))} have a 2D box "
+            f"under {min(_MIN_HEIGHT):g} px high (e.g. frame {safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: "
+            f"{box}), which KITTI's evaluation ignores at every difficulty, in BEV and 3D too, so they score no AP; "
+            "boxes without a real 2D box need one projected into the camera image: write them with pointpillars-trt "
+            "infer --format kitti (through each frame's calib/ folder, or --calib DIR), or give them as infer's "
+            "--format json records to eval --pred with --calib DIR")
+
+
 def evaluate(gt: Annotations, dt: Annotations, classes: tuple[str, ...] = DEFAULT_CLASSES) -> EvalResult:
     """KITTI AP of detections ``dt`` against ground truth ``gt`` (the same frames, same order)."""
     if gt.frame_ids != dt.frame_ids:
