@@ -35,7 +35,8 @@ from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
-    existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, row_text, write_frame
+    existing_parts, frame_row, is_full_disk_error, records_of_other_sources, refuse_foreign_outputs, require_pyarrow, \
+    row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
@@ -356,6 +357,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
             suffixes.append(".txt")
         check_distinct_outputs(frames, suffixes, reserved=[SETTINGS_FILE, *([EVAL_FILE] if labels is not None else [])])
         refuse_foreign_outputs(out, frames, suffixes)
+        if fmt == "json" and not args.skip_existing:
+            refuse_other_sources(out, frames)
     elif labels is not None:
         check_distinct_outputs(frames, [".txt"])
     if args.viz:
@@ -363,6 +366,19 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
 
         require_matplotlib()
     return fmt, out, labels
+
+
+def refuse_other_sources(out: Path, frames: Sequence[str]) -> None:
+    """A run (without --skip-existing) whose JSON records would replace those ``out`` holds of other point files of
+    the same names (``records_of_other_sources``: another sequence's 000000.bin) is refused before anything runs:
+    those results would be gone without a word. A rerun of the same frames replaces their records as before."""
+    others = records_of_other_sources(out, frames)
+    if others:
+        frame, source = others[0]
+        raise InputError(f"--out {safe_repr(str(out))} holds the records of {len(others)} frame(s) of the same name "
+                         f"from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the record of "
+                         f"{safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: give "
+                         "another --out (one a sequence), or remove those records from it first")
 
 
 def check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:

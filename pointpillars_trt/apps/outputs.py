@@ -15,6 +15,7 @@ import functools
 import io
 import json
 import os
+import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -24,8 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import (dumps_strict, fsync_path, loads_json, name_text, open_regular_file, special_kind, write_bytes_atomic,
-                      write_new_file_atomic)
+from ..fileio import (dumps_strict, fsync_path, loads_json, name_text, open_regular_file, read_file_head, special_kind,
+                      write_bytes_atomic, write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -498,6 +499,55 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
                 raise InputError(f"--out {safe_repr(str(out))} holds {safe_repr(stem + suffix)}, which infer did not "
                                  f"write ({reason}), and this run would overwrite it: give another --out, or move "
                                  "such files away")
+
+
+def records_of_other_sources(out: Path, frames: Iterable[str]) -> list[tuple[str, str]]:
+    """(frame, the source its record names) for each frame whose JSON record in ``out`` is that of another point
+    file of the same name (KITTI raw and tracking sequences all start at 000000.bin), which a run of ``frames``
+    would replace. Only the records of the frames' names are read; a record of the same file (by another path to
+    its folder: a symbolic link), of an earlier version (no source), or that is no whole record is none of
+    them. ``out`` is listed once."""
+    try:
+        present = set(os.listdir(out))
+    except OSError:
+        return []
+    resolved: dict[str, str] = {}  # folder -> its real path (a run's frames lie in a few folders)
+
+    def file_key(path: str) -> str:  # as ``refuse_repeated_frames`` compares frames: their folders resolved
+        folder, name = os.path.split(path)
+        if folder not in resolved:
+            resolved[folder] = os.path.realpath(folder)
+        return os.path.join(resolved[folder], name)
+
+    found: list[tuple[str, str]] = []
+    for frame in frames:
+        name = os.path.splitext(os.path.basename(frame))[0] + ".json"
+        if name not in present:
+            continue
+        source, own = _recorded_source(out / name), source_path(frame)
+        if source is not None and source != own and file_key(source) != file_key(own):
+            found.append((frame, source))
+    return found
+
+
+def _recorded_source(path: Path) -> str | None:
+    """The ``source`` a per-frame JSON record names, read from the record's head, where infer writes it after the
+    frame's name (None: none there, as in a record of an earlier version, or no record of that frame)."""
+    try:
+        head = read_file_head(path, _RECORD_HEAD_BYTES, what="output")
+        found = _SOURCE_AT_HEAD.match(head)
+        if found is None or loads_json(found[1]) != name_text(path.stem):
+            return None
+        source = loads_json(found[2])
+    except (OSError, InputError, ValueError):
+        return None
+    return source if isinstance(source, str) else None
+
+
+#: The head of a per-frame JSON record that holds its frame and source (``write_frame_outputs`` writes them first;
+#: a path's JSON text is at most a few kilobytes), and those two JSON strings in it.
+_RECORD_HEAD_BYTES = 1 << 15
+_SOURCE_AT_HEAD = re.compile(rb'\{\s*"frame":\s*("(?:[^"\\]|\\.)*"),\s*"source":\s*("(?:[^"\\]|\\.)*")')
 
 
 class RecordBoxes(NamedTuple):

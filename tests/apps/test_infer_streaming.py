@@ -359,6 +359,35 @@ def test_a_json_resume_runs_a_frame_whose_name_is_another_folders_frames(model_p
     assert rc == 0 and "skipping 1 frame(s)" in err, err
 
 
+def test_a_json_run_refuses_to_replace_another_folders_records_of_the_same_names(model_path, frames,  # type: ignore[no-untyped-def]
+                                                                                 tmp_path) -> None:
+    """Two sequences both start at 000000.bin: a second run into the first's --out (without --skip-existing) is
+    refused before anything runs, naming how many, an example and the fix, and the first's records stay; the same
+    frames run again (also by a symbolic link to their folder) replace their own records without a word, and a
+    --format kitti run, whose label files hold no source, runs."""
+    first, second = sorted(frames.glob("0*.bin"))[:2]
+    seq_a, seq_b = tmp_path / "seqA", tmp_path / "seqB"
+    for folder, frame in ((seq_a, first), (seq_b, second)):
+        folder.mkdir()
+        for name in ("000000.bin", "000001.bin"):
+            (folder / name).write_bytes(frame.read_bytes())
+    out = tmp_path / "out"
+    assert infer(str(seq_a), "--model", str(model_path), "--out", str(out))[0] == 0
+    kept = files_of(out)
+    rc, stdout, err = infer(str(seq_b), "--model", str(model_path), "--out", str(out))
+    assert rc == 2 and stdout == "" and err.count("\n") == 1, err
+    assert err == (f"error: --out {str(out)!r} holds the records of 2 frame(s) of the same name from other point "
+                   f"files (e.g. '000000.json' is the record of {str(seq_a / '000000.bin')!r}, not of "
+                   f"{str(seq_b / '000000.bin')!r}), which this run would replace: give another --out (one a "
+                   "sequence), or remove those records from it first\n")
+    assert files_of(out) == kept
+    rc, _, err = infer(str(seq_a), "--model", str(model_path), "--out", str(out))
+    assert rc == 0 and "error" not in err and "note: 1 frame" not in err, err
+    (tmp_path / "link").symlink_to(seq_a)
+    rc, _, err = infer(str(tmp_path / "link"), "--model", str(model_path), "--out", str(out))
+    assert rc == 0 and "error" not in err, err
+    assert infer(str(seq_b), "--model", str(model_path), "--out", str(tmp_path / "b"))[0] == 0  # the fix, as said
+
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
                                                                       fmt) -> None:
