@@ -9,6 +9,7 @@ kitti``, ``--eval``), says so once, and lets ``--fov-only`` / ``--no-fov-only`` 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
-from ..errors import safe_repr
+from ..errors import InputError, safe_repr
 from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
@@ -155,6 +156,42 @@ def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], Non
     if not fov_only:
         return None
     return CameraFovCrop(args.calib, args.image_shape, None if point_range is None else tuple(point_range))
+
+
+def check_image_shape(image_shape: tuple[int, int] | None, calib: str | os.PathLike[str] | None) -> None:
+    """``--image-shape`` checked against a camera calibration (``calib``: a KITTI calib file, or a folder of them,
+    whose first is read; None, or one that cannot be read: no check): its principal point (P2's cx, cy) lies in
+    the camera's image, so an image that does not hold it is surely not that camera's, most likely WIDTH,HEIGHT
+    given for HEIGHT,WIDTH (1242,375 crops and clips as if the image were 375 pixels wide): refused, with the
+    value meant. Else ``say_if_portrait``."""
+    if image_shape is None:
+        return
+    height, width = image_shape
+    found = _calib_file(calib) if calib is not None else None
+    try:
+        p2 = read_calibration(found).P2 if found is not None else None
+    except (InputError, OSError):  # the run names a calib file it cannot read where it reads it
+        p2 = None
+    if p2 is not None and p2[2, 2] > 0:
+        cx, cy = p2[0, 2] / p2[2, 2], p2[1, 2] / p2[2, 2]
+        if not (0 <= cx < width and 0 <= cy < height):
+            meant = (f"did you mean --image-shape {width},{height}?" if 0 <= cx < height and 0 <= cy < width else
+                     "give the size of the camera images this calibration is of")
+            raise InputError(f"--image-shape {height},{width} is HEIGHT,WIDTH: an image {width} wide and {height} high, "
+                             f"which does not hold the camera's principal point in {safe_repr(os.fspath(found))} (P2: "
+                             f"x {cx:.0f}, y {cy:.0f}): {meant}")
+    say_if_portrait(image_shape)
+
+
+def _calib_file(calib: str | os.PathLike[str]) -> str | None:
+    """``calib`` itself, or the first calib file (.txt, by name) of a folder; None when there is none."""
+    if not os.path.isdir(calib):
+        return os.fspath(calib) if os.path.isfile(calib) else None
+    try:
+        names = sorted(name for name in os.listdir(calib) if name.endswith(".txt"))
+    except OSError:
+        return None
+    return os.path.join(calib, names[0]) if names else None
 
 
 def say_if_portrait(image_shape: tuple[int, int] | None) -> None:

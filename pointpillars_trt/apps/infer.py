@@ -41,7 +41,7 @@ from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths
-from .frame_prep import frame_preparer, say_if_portrait
+from .frame_prep import check_image_shape, frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .run_settings import SETTINGS_FILE, SettingsRecord, settings_record
@@ -331,12 +331,12 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         raise InputError(f"--keep-out-of-view applies to --format kitti (label lines of the boxes in the camera "
                          f"image); --format {fmt} keeps every box: drop it")
     camera = camera_options_given(args)
-    say_if_portrait(args.image_shape)
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
                          f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
     if args.calib is not None and not os.path.isdir(args.calib):
         raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
+    check_image_shape(args.image_shape, _first_calib_file(frames, args.calib) if args.image_shape else None)
     if out is None and args.format is not None and not (args.eval and fmt in FILE_FORMATS):
         files = "its part files are" if fmt in ROW_FORMATS else "its files (one a frame) are"
         raise InputError(f"--format {fmt} needs --out DIR: {files} written there (without --out infer writes no "
@@ -366,6 +366,14 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
 
         require_matplotlib()
     return fmt, out, labels
+
+
+def _first_calib_file(frames: Sequence[str], calib_dir: str | None) -> Path | None:
+    """The first frame's calib file (``calib_for_frame``), or None: no frame, or none there (said where it is read)."""
+    try:
+        return calib_for_frame(frames[0], calib_dir) if frames else None
+    except PointPillarsError:
+        return None
 
 
 def refuse_other_sources(out: Path, frames: Sequence[str]) -> None:

@@ -798,13 +798,18 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
                         "--no-fov-only (warned once)"], run.err
     assert output_names(tmp_path / "out") == ["good.txt", "turned.txt"]
     assert (tmp_path / "out" / "turned.txt").read_text() == ""
-    # a camera image of one pixel given with --image-shape: it is named beside the calib file
-    run = cli("infer", root / "velodyne" / "good.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
-              "--format", "kitti", "--out", tmp_path / "tiny_image", "--image-shape", "1,1", *LOOSE)
+    # a camera image too small for the points, given with --image-shape (it holds the principal point, at its corner;
+    # the points lie below it, near the ground): it is named beside the calib file
+    low = points.copy()
+    low[:, 2] = rng.uniform(-1.7, -1.4, len(low))
+    low.tofile(root / "velodyne" / "low.bin")
+    (root / "calib" / "low.txt").write_bytes((root / "calib" / "good.txt").read_bytes())
+    run = cli("infer", root / "velodyne" / "low.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
+              "--format", "kitti", "--out", tmp_path / "tiny_image", "--image-shape", "174,611", *LOOSE)
     warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
     assert run.rc == 0 and warnings == [
-        f"warning: '{root / 'velodyne' / 'good.bin'}': the camera-FOV crop left none of its 500 points in the model's "
-        f"range: calib file '{root / 'calib' / 'good.txt'}' and --image-shape 1,1 put them all outside the camera "
+        f"warning: '{root / 'velodyne' / 'low.bin'}': the camera-FOV crop left none of its 500 points in the model's "
+        f"range: calib file '{root / 'calib' / 'low.txt'}' and --image-shape 174,611 put them all outside the camera "
         "image (a camera facing backwards or sideways, or an image size too small?); check both, or pass "
         "--no-fov-only (warned once)"], run.err
 
@@ -1297,11 +1302,12 @@ def test_a_pcdet_config_away_from_openpcdets_tree_builds_with_its_tools_folder(c
 
 def test_an_image_shape_taller_than_wide_is_one_warning_in_infer_and_eval(tiny_model: Path, tiny_frames: list[Path],
                                                                          tmp_path: Path) -> None:
-    """``--image-shape 1224,370`` (KITTI's size written width first) moves the camera crop and the 2D boxes'
-    clipping without an error: infer and eval say so once, before anything runs; a wide image says nothing."""
-    wrong = ("warning: --image-shape 1224,370 is HEIGHT,WIDTH: an image 370 wide and 1224 high; a camera image is "
-             "usually wider than high (KITTI's: 375,1242): give 370,1224 if it is 1224 wide")
-    for shape, said in (("1224,370", [wrong]), ("370,1224", [])):
+    """``--image-shape 1300,1250`` (taller than wide, yet holding the camera's principal point) moves the camera crop
+    and the 2D boxes' clipping without an error: infer and eval say so once, before anything runs; a wide image
+    says nothing."""
+    wrong = ("warning: --image-shape 1300,1250 is HEIGHT,WIDTH: an image 1250 wide and 1300 high; a camera image is "
+             "usually wider than high (KITTI's: 375,1242): give 1250,1300 if it is 1300 wide")
+    for shape, said in (("1300,1250", [wrong]), ("370,1224", [])):
         run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--format",
                   "kitti", "--out", tmp_path / shape, "--image-shape", shape, *LOOSE)
         assert run.rc == 0 and [line for line in run.err.splitlines() if line.startswith("warning: --image")] == said, run
@@ -1310,6 +1316,33 @@ def test_an_image_shape_taller_than_wide_is_one_warning_in_infer_and_eval(tiny_m
         (labels / f"{tiny_frames[1].stem}.txt").write_text("")
         run = cli("eval", "--pred", tmp_path / shape, "--labels", labels, "--image-shape", shape)
         assert [line for line in run.err.splitlines() if line.startswith("warning: --image")] == said, run
+
+
+def test_an_image_shape_given_width_first_is_refused_against_the_calib(tiny_model: Path, tiny_frames: list[Path],
+                                                                       tmp_path: Path) -> None:
+    """``--image-shape 1224,370`` (KITTI's size written width first) is an image 370 pixels wide, which does not
+    hold the camera's principal point (P2's cx 610): infer (its first frame's calib file) and eval (its --calib
+    folder) refuse it before anything runs, saying the value meant; an image that holds no principal point either
+    way round is refused with what to give."""
+    calib = tiny_frames[1].parent.parent / "calib"
+    meant = (f"error: --image-shape 1224,370 is HEIGHT,WIDTH: an image 370 wide and 1224 high, which does not hold the "
+             f"camera's principal point in {{}} (P2: x 610, y 173): did you mean --image-shape 370,1224?")
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+              "--out", tmp_path / "o", "--image-shape", "1224,370", *LOOSE)
+    assert (run.rc, run.out, run.err) == (2, "", meant.format(repr(str(calib / "000001.txt"))) + "\n"), run
+    assert not (tmp_path / "o").exists()
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+              "--out", tmp_path / "o", "--image-shape", "100,100", *LOOSE)
+    assert run.rc == 2 and run.err.count("\n") == 1 and run.err.endswith(
+        "(P2: x 610, y 173): give the size of the camera images this calibration is of\n"), run
+    assert cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+               "--out", tmp_path / "o", "--image-shape", "370,1224", *LOOSE).rc == 0
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    (labels / f"{tiny_frames[1].stem}.txt").write_text("")
+    run = cli("eval", "--pred", tmp_path / "o", "--labels", labels, "--calib", calib, "--image-shape", "1224,370")
+    first = min(path.name for path in calib.iterdir())
+    assert (run.rc, run.out, run.err) == (2, "", meant.format(repr(str(calib / first))) + "\n"), run
 
 
 def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused() -> None:

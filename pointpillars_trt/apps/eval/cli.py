@@ -13,7 +13,7 @@ from ...errors import InputError, safe_repr
 from ...fileio import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
-from ..frame_prep import say_if_portrait
+from ..frame_prep import check_image_shape
 from ..ranges import image_shape_arg, path_name
 from .io import REPORT_FILE, Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
@@ -153,7 +153,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json is not None:
         _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
-    say_if_portrait(args.image_shape)
+    check_image_shape(args.image_shape, calib)
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
