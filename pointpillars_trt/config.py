@@ -284,6 +284,37 @@ class Thresholds:
         return tuned
 
 
+def _is_pcdet_model_config(raw: object) -> bool:
+    """Whether a parsed YAML is an OpenPCDet model config: its top-level MODEL, CLASS_NAMES, DATA_CONFIG keys."""
+    return isinstance(raw, Mapping) and bool({"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw))
+
+
+def is_pcdet_model_config(name_or_path: str | Path) -> bool:
+    """Whether a ``--config`` names an OpenPCDet model config (``tools/cfgs/kitti_models/pointpillar.yaml``), which
+    ``build --pcdet-config`` reads, not this package's loader; False also where the file cannot be read as YAML
+    (``load_config`` then says why)."""
+    path = Path(name_or_path)
+    if not (path.suffix in (".yaml", ".yml") or path.is_file()):
+        return False
+    try:
+        return _is_pcdet_model_config(read_yaml(path))
+    except (ConfigError, InputError, OSError):
+        return False
+
+
+def pcdet_build_command(yaml_path: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None = None,
+                        out: str | None = None) -> str:
+    """The ``build`` command (in backquotes) that makes a model dir of a checkpoint and its OpenPCDet model config
+    (placeholders for what is not known)."""
+    import shlex
+
+    def word(value: str | os.PathLike[str] | None, placeholder: str) -> str:
+        return placeholder if value is None else shlex.quote(os.fspath(value))
+
+    return (f"`pointpillars-trt build --checkpoint {word(checkpoint, 'YOUR_CHECKPOINT.pth')} --pcdet-config "
+            f"{word(yaml_path, 'YAML')} --out {word(out, 'MODEL_DIR')}`")
+
+
 def builtin_config_names() -> list[str]:
     folder = resources.files("pointpillars_trt") / "configs"
     return sorted(p.name[:-5] for p in folder.iterdir() if p.name.endswith(".yaml"))
@@ -294,7 +325,8 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         raw = read_yaml(path)
-        _refuse_pcdet_config(raw, str(path), "give it with --pcdet-config (Python: "
+        _refuse_pcdet_config(raw, str(path), f"{pcdet_build_command(path)} reads it, then `pointpillars-trt infer "
+                             "PATH --model MODEL_DIR` runs the model dir it writes (Python: "
                              "convert.pcdet_config.config_from_pcdet_yaml)")
         return config_from_dict(raw, str(path))
     name = str(name_or_path)
@@ -331,9 +363,9 @@ def config_argument(config: object) -> ModelConfig | None:
 
 
 def _refuse_pcdet_config(raw: object, source: str, fix: str) -> None:
-    """Refuse an OpenPCDet model config (its top-level MODEL, CLASS_NAMES, DATA_CONFIG keys), which is no
+    """Refuse an OpenPCDet model config (``_is_pcdet_model_config``), which is no
     config of this package's layout, naming ``fix``: how to read it instead."""
-    if isinstance(raw, Mapping) and {"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw):
+    if _is_pcdet_model_config(raw):
         raise ConfigError(f"{source}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
                           f"package's: {fix}")
 

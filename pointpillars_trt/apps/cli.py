@@ -366,6 +366,13 @@ def _cmd_build(args: argparse.Namespace) -> int:
     _check_build_options(args)
     config: Any = args.config
     dataset: dict[str, Any] = {}
+    if args.config:
+        from ..config import is_pcdet_model_config, pcdet_build_command
+
+        if is_pcdet_model_config(args.config):
+            raise InputError(f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), "
+                             "not one of this package's: give it as --pcdet-config, "
+                             f"{pcdet_build_command(args.config, args.checkpoint, args.out)}")
     if args.pcdet_base_dir and not args.pcdet_config:
         raise InputError("--pcdet-base-dir goes with --pcdet-config (where that YAML's _BASE_CONFIG_ paths start)")
     if args.pcdet_config:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config import is_pcdet_model_config, pcdet_build_command
 from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, one_line, safe_repr
 from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, process_alive,
                       remove_stale_temp_files, special_kind)
@@ -193,6 +194,14 @@ def check_model_path(args: argparse.Namespace) -> Path:
             raise InputError(f"--model {safe_repr(args.model)}: a symbolic link that leads to no file (a loop, or its "
                              f"target {safe_repr(os.readlink(path))} is gone)")
         raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
+    if args.config and is_pcdet_model_config(args.config):
+        what = f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which infer does not read"
+        if path.is_dir():
+            raise InputError(f"{what}: drop it (model dir {safe_repr(args.model)} holds the config it was built for), "
+                             f"or rebuild the model dir with it: {pcdet_build_command(args.config, None, args.model)}")
+        raise InputError(f"{what}: build a model dir of the checkpoint with it, "
+                         f"{pcdet_build_command(args.config, args.model)}, then run `pointpillars-trt infer PATH --model "
+                         "MODEL_DIR` (no --config)")
     return path
 
 

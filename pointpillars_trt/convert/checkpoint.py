@@ -398,7 +398,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
     cfg = load_config(own) if given is None else given
     if cfg.family != layout:
         raise CheckpointError(f"{source}: checkpoint has the {layout} layout, but config {cfg.name} "
-                              f"is for the {cfg.family} family; {_own_config_fix(own)}")
+                              f"is for the {cfg.family} family; {_own_config_fix(own, config)}")
     # Build only the tensors the layout uses, and only once their shape and dtype match the config:
     # the rest (optimizer state, step counters, wrong or expanded views) is never materialised.
     expected = expected_keys(layout, cfg)
@@ -416,13 +416,15 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
         if config is None or cfg.name == own or not _fits(state, expected_keys(layout, load_config(own))):
             raise
         raise CheckpointError(f"{source}: a checkpoint of config {own} (its keys and shapes are that config's), not "
-                              f"of config {cfg.name}; {_own_config_fix(own)}") from None
+                              f"of config {cfg.name}; {_own_config_fix(own, config)}") from None
     return LoadedCheckpoint(checkpoint_path(path), layout, cfg.name, weights, pth.sha256, cfg)
 
 
-def _own_config_fix(own: str) -> str:
-    """How to read a checkpoint with the config its layout and keys name (``own``)."""
-    return f"drop --config to read it with {own} (Python: config=None)"
+def _own_config_fix(own: str, given: ConfigArgument) -> str:
+    """How to read a checkpoint with the config its layout and keys name (``own``), ``given`` the config it was given:
+    a ModelConfig (the command line's: build --pcdet-config's), else a name, path or dict (the command line's --config)."""
+    option = "--pcdet-config" if isinstance(given, ModelConfig) else "--config"
+    return f"drop {option} to read it with {own} (Python: config=None)"
 
 
 def _fits(state: Mapping[Any, Any], expected: dict[str, tuple[int, ...]]) -> bool:

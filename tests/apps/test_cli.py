@@ -1280,6 +1280,36 @@ def test_rebuild_hint_names_a_working_command(checkpoint: Path, family: str, tmp
     assert again.rc == 0, again
 
 
+@ONE_FAMILY
+def test_an_openpcdet_model_config_given_to_config_names_a_command_that_reads_it(checkpoint: Path, assets: Path,
+                                                                                 tmp_path: Path) -> None:
+    """OpenPCDet's pointpillar.yaml given to infer's or build's --config names the build command that reads it (with
+    the checkpoint given), which runs as written, and then infer of the model dir it wrote; a zhulf0804 checkpoint
+    built with --pcdet-config is told to drop --pcdet-config, the option given (not --config)."""
+    import shlex
+
+    yaml = Path(__file__).resolve().parent.parent / "data/pcdet/tools/cfgs/kitti_models/pointpillar.yaml"
+    frame = assets / CAMERA_FRAME
+    run = cli("infer", frame, "--model", checkpoint, "--config", yaml, "--device", "cpu")
+    assert_one_line_error(run, f"--config {str(yaml)!r}: an OpenPCDet model config", "which infer does not read",
+                          "then run `pointpillars-trt infer PATH --model MODEL_DIR` (no --config)")
+    words = shlex.split(run.err.split("`")[1])
+    assert words == ["pointpillars-trt", "build", "--checkpoint", str(checkpoint), "--pcdet-config", str(yaml),
+                     "--out", "MODEL_DIR"], run.err
+    built = cli(*words[1:-1], tmp_path / "m")
+    assert built.rc == 0, built
+    assert cli("infer", frame, "--model", tmp_path / "m", "--device", "cpu").rc == 0
+    run = cli("infer", frame, "--model", tmp_path / "m", "--config", yaml, "--device", "cpu")
+    assert_one_line_error(run, "which infer does not read: drop it (model dir", "--out " + str(tmp_path / "m"))
+    run = cli("build", "--checkpoint", checkpoint, "--config", yaml, "--out", tmp_path / "m2")
+    assert_one_line_error(run, "not one of this package's: give it as --pcdet-config, `pointpillars-trt build "
+                               f"--checkpoint {checkpoint} --pcdet-config {yaml} --out {tmp_path / 'm2'}`")
+    other = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
+    run = cli("build", "--checkpoint", other, "--pcdet-config", yaml, "--out", tmp_path / "m3")
+    assert_one_line_error(run, "zhulf0804 layout", "drop --pcdet-config to read it with zhulf0804_kitti_3class")
+    assert "--config" not in run.err.replace("--pcdet-config", "")
+
+
 @pytest.mark.slow
 def test_a_pcdet_config_away_from_openpcdets_tree_builds_with_its_tools_folder(checkpoint: Path, family: str,
                                                                               tmp_path: Path):
