@@ -73,6 +73,17 @@ port = int_in(1, 65535)
 def host_port(text: str) -> str:
     """An argparse ``type`` for HOST:PORT (a server address): without its port a client would try a
     default one (gRPC's 443) and report the server as unreachable."""
+    scheme, sep, rest = text.partition("://")
+    if sep:  # a URL, as Triton's docs and clients write a server: the protocol is an option of its own
+        address = rest.split("/", 1)[0] or "HOST:PORT"
+        protocol = {"http": "http", "grpc": "grpc"}.get(scheme.lower())
+        if scheme.lower() in ("https", "grpcs"):
+            raise argparse.ArgumentTypeError(f"{text!r}: the client speaks no TLS: give the server's plain HTTP or "
+                                             "gRPC endpoint as HOST:PORT without a scheme, and its protocol with "
+                                             "--protocol, e.g. --server 127.0.0.1:8001 --protocol grpc")
+        fix = f"--server {address} " + (f"--protocol {protocol}" if protocol else "and --protocol grpc or http")
+        raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT without a scheme, and the protocol with "
+                                         f"--protocol: {fix}")
     host, _, number = text.rpartition(":")
     if ":" in host and not text.startswith("["):  # ::1:8001 reads as ::0.1.128.1
         raise argparse.ArgumentTypeError(f"{text!r}: an IPv6 address goes in brackets before its port, e.g. "

@@ -58,6 +58,11 @@ def parse_error(argv: list[str]) -> str:
     (INFER, "--server", ":8001", "expected HOST:PORT"),
     (INFER, "--server", "::1:8001", "an IPv6 address goes in brackets before its port, e.g. [::1]:8001"),
     (INFER, "--server", "[::1]", "expected HOST:PORT"),
+    # a URL, as Triton's clients write a server: the fix, without the scheme, with the protocol it named
+    (INFER, "--server", "http://127.0.0.1:59891", "'http://127.0.0.1:59891': give HOST:PORT without a scheme, and the "
+                                                  "protocol with --protocol: --server 127.0.0.1:59891 --protocol http"),
+    (INFER, "--server", "grpc://[::1]:8001/", "--server [::1]:8001 --protocol grpc"),
+    (INFER, "--server", "https://triton:443", "the client speaks no TLS: give the server's plain HTTP or gRPC endpoint"),
 ])
 def test_out_of_range_option_is_one_error_line(argv: list[str], option: str, value: str, expected: str) -> None:
     line = parse_error([*argv, f"{option}={value}"])
