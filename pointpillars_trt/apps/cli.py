@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(args, "paths"):  # `infer a/ --model m b.bin`: paths after the options, as `ls a -l b` takes them
             extra = _paths_after_options(args.paths, extra)
         if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}{_flag_hints(parser, args, extra)}")
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
@@ -135,6 +135,45 @@ def _paths_after_options(paths: list[str], extra: Sequence[str]) -> list[str]:
         else:
             left.append(word)
     return left
+
+
+def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the command ``args`` are of (whose ``--help`` lists its options), else ``parser``."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found: argparse.ArgumentParser = action.choices.get(str(getattr(args, "command", "")), parser)
+            return found
+    return parser
+
+
+#: OpenPCDet's tools/demo.py and test.py options: (an option or argument of the command that takes their place, the
+#: hint), the first pair the command has (infer's point files: its PATH argument).
+_OPENPCDET_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+    "--ckpt": (("--checkpoint", "OpenPCDet's --ckpt is --checkpoint here"),
+               ("--model", "OpenPCDet's --ckpt is --model here (a .pth, or the model dir build writes)")),
+    "--cfg_file": (("--pcdet-config", "OpenPCDet's --cfg_file is --pcdet-config here"),
+                   ("--model", "OpenPCDet's --cfg_file goes to build: `pointpillars-trt build --checkpoint CKPT "
+                               "--pcdet-config YAML --out MODEL_DIR`, then --model MODEL_DIR")),
+    "--data_path": (("PATH", "OpenPCDet's --data_path is the PATH argument here (point files, folders of them "
+                                   "or globs)"),),
+    "--ext": (("PATH", "--ext is not needed: every .bin, .npy and .pcd file of a folder is read"),),
+}
+
+
+def _flag_hints(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: Sequence[str]) -> str:
+    """What the command takes in place of the unknown options in ``extra`` that OpenPCDet's tools take (``--ckpt``),
+    and of options written with underscores (``--batch_size``): "; OpenPCDet's --ckpt is --model here; ...", or ""."""
+    actions = _command_parser(parser, args)._actions
+    known = {option for action in actions for option in action.option_strings} | \
+        {action.metavar for action in actions if not action.option_strings and isinstance(action.metavar, str)}
+    hints = []
+    for word in dict.fromkeys(word.split("=", 1)[0] for word in extra if word.startswith("--")):
+        hint = next((text for option, text in _OPENPCDET_OPTIONS.get(word, ()) if option in known), None)
+        if hint is None and word.replace("_", "-") in known:
+            hint = f"{word} is {word.replace('_', '-')}"
+        if hint is not None:
+            hints.append(hint)
+    return "; " + "; ".join(hints) if hints else ""
 
 
 def _stopped(exc: KeyboardInterrupt) -> int:

@@ -271,4 +271,29 @@ def test_paths_after_the_options_are_frames_too(tiny_model: Path, tiny_frames: l
         with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
             main(["infer", str(first), "--model", str(tiny_model), str(second), *stray])
         assert exit_info.value.code == 2 and err.getvalue() == (
-            f"error: pointpillars-trt: unrecognized arguments: {unknown} (see pointpillars-trt --help)\n")
+            f"error: pointpillars-trt infer: unrecognized arguments: {unknown} (see pointpillars-trt infer --help)\n")
+
+
+def test_unknown_options_name_the_commands_help_and_what_takes_openpcdets_options_place() -> None:
+    """An unknown option names the command's own --help, which lists its options; OpenPCDet's demo.py options
+    (--ckpt, --cfg_file, --data_path, --ext) get what takes their place in that command, and an option written with
+    underscores the option it is."""
+    def refusal(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(list(argv))
+        assert exit_info.value.code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+        return err.getvalue()
+
+    assert refusal("infer", "frames/", "--ckpt", "x.pth", "--cfg_file", "y.yaml", "--data_path", "d", "--ext", "bin",
+                   "--batch_size", "4") == (
+        "error: pointpillars-trt infer: unrecognized arguments: --ckpt x.pth --cfg_file y.yaml --data_path d --ext bin "
+        "--batch_size 4; OpenPCDet's --ckpt is --model here (a .pth, or the model dir build writes); OpenPCDet's "
+        "--cfg_file goes to build: `pointpillars-trt build --checkpoint CKPT --pcdet-config YAML --out MODEL_DIR`, then "
+        "--model MODEL_DIR; OpenPCDet's --data_path is the PATH argument here (point files, folders of them or globs); "
+        "--ext is not needed: every .bin, .npy and .pcd file of a folder is read; --batch_size is --batch-size (see "
+        "pointpillars-trt infer --help)\n")
+    assert refusal("build", "--checkpoint", "x.pth", "--out", "m", "--ckpt=x.pth", "--cfg_file", "y.yaml") == (
+        "error: pointpillars-trt build: unrecognized arguments: --ckpt=x.pth --cfg_file y.yaml; OpenPCDet's --ckpt is "
+        "--checkpoint here; OpenPCDet's --cfg_file is --pcdet-config here (see pointpillars-trt build --help)\n")
+    assert refusal("eval", "--pred", "p", "--labels", "l", "--ckpt", "x.pth") == (
+        "error: pointpillars-trt eval: unrecognized arguments: --ckpt x.pth (see pointpillars-trt eval --help)\n")
