@@ -168,8 +168,11 @@ def check_image_shape(image_shape: tuple[int, int] | None, calib: str | os.PathL
         return
     height, width = image_shape
     found = _calib_file(calib) if calib is not None else None
+    if found is None:
+        say_if_portrait(image_shape)
+        return
     try:
-        p2 = read_calibration(found).P2 if found is not None else None
+        p2 = read_calibration(found).P2
     except (InputError, OSError):  # the run names a calib file it cannot read where it reads it
         p2 = None
     if p2 is not None and p2[2, 2] > 0:
