@@ -151,7 +151,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                          help="also write a bird's-eye-view picture <frame>.png per frame (needs --out, matplotlib)")
     outputs.add_argument("--eval", metavar="LABEL_DIR", type=path_name,
                          help="after the run, KITTI AP of the predictions against this label_2 folder: "
-                              f"prints the table and writes {EVAL_FILE} in --out (default: no evaluation)")
+                              f"prints the table and writes {EVAL_FILE} in --out (default: no evaluation); not with "
+                              "--ray: evaluate the label files it writes with `pointpillars-trt eval`")
     outputs.add_argument("--no-progress", action="store_true",
                          help="no progress bar (there is one only where stderr is a terminal)")
     infer.set_defaults(run=run_infer)

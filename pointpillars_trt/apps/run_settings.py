@@ -16,8 +16,9 @@ import argparse
 import contextlib
 import hashlib
 import os
+import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -94,13 +95,37 @@ def _calib_given(calib: str | None, frames: Sequence[str]) -> str | None:
     return None if siblings == {given} else os.path.abspath(calib)
 
 
-def _shown(option: str, value: object) -> str:
+#: The settings of a flag: how each value is typed (``--no-fov-only``), or left out ("no --keep-out-of-view").
+_FLAGS = {"--fov-only": {True: "--fov-only", False: "--no-fov-only"},
+          "--keep-out-of-view": {True: "--keep-out-of-view", False: "no --keep-out-of-view"}}
+
+
+def _shown(option: str, value: object, defaulted: bool = False) -> str:
+    """A recorded setting as a user types it (``--no-fov-only``; ``--image-shape``'s 375,1242); ``defaulted``: the
+    run left it to its default (the model's, for a threshold), said after it."""
     if option == "--model" and isinstance(value, Mapping):
         where = value.get("server") or value.get("path")
         return f"{'server ' if 'server' in value else ''}{safe_repr(where)}"
     if value is None:
         return "not given (" + _NOT_GIVEN.get(option, "the model's default") + ")"
-    return safe_repr(value) if isinstance(value, str) else str(value)
+    if option in _FLAGS and isinstance(value, bool):
+        text = _FLAGS[option][value]
+    elif option == "--image-shape" and isinstance(value, list):
+        text = ",".join(str(v) for v in value)
+    else:
+        text = safe_repr(value) if isinstance(value, str) else str(value)
+    return text + ((" (the model's)" if option in _MODEL_DEFAULTS else " (the default)") if defaulted else "")
+
+
+def _matching(option: str, value: object) -> str | None:
+    """The option words that give a setting the ``value`` recorded (None: none; the model is no option value)."""
+    if option == "--model":
+        return None
+    if option in _FLAGS and isinstance(value, bool):
+        return _FLAGS[option][value] if not _FLAGS[option][value].startswith("no ") else f"drop {option}"
+    if value is None:
+        return f"drop {option}"
+    return f"{option} {_shown(option, value) if not isinstance(value, str) else shlex.quote(value)}"
 
 
 def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
@@ -127,19 +152,34 @@ def _listed(changed: Sequence[str], most: int = 3) -> str:
     return "; ".join(changed[:most]) + (f"; and {len(changed) - most} more" if len(changed) > most else "")
 
 
-def differences(earlier: Mapping[str, object], now: Mapping[str, object]) -> list[str]:
-    """The settings of ``now`` that differ from ``earlier``'s, each as "OPTION X there, Y now"."""
+def differences(earlier: Mapping[str, object], now: Mapping[str, object],
+                defaulted: Collection[str] = ()) -> list[str]:
+    """The settings of ``now`` that differ from ``earlier``'s, each as "OPTION X there, Y now" (a flag as typed:
+    "--no-fov-only there, --fov-only (the default) now"); ``defaulted``: the options the run left to their default."""
     changed = []
     for option, value in now.items():
         if option == "--model" and isinstance(value, Mapping):
             model = _model_difference(earlier.get(option), value)
             if model is not None:
                 changed.append(f"--model {model}")
-        elif option not in earlier:
-            changed.append(f"{option} not recorded there, {_shown(option, value)} now")
+            continue
+        shown = _shown(option, value, option in defaulted)
+        named = "" if option in _FLAGS else f"{option} "
+        if option not in earlier:
+            changed.append(f"{option} not recorded there, {shown} now")
         elif earlier[option] != value:
-            changed.append(f"{option} {_shown(option, earlier[option])} there, {_shown(option, value)} now")
+            changed.append(f"{named}{_shown(option, earlier[option])} there, {shown} now")
     return changed
+
+
+def matching_options(earlier: Mapping[str, object], now: Mapping[str, object]) -> str:
+    """How to run with ``earlier``'s settings where ``now``'s differ, as options ("pass --no-fov-only --max-boxes 25,
+    drop --calib"), or "" where none would (another model)."""
+    words = [_matching(option, earlier[option]) for option, value in now.items()
+             if option in earlier and earlier[option] != value]
+    given = [word for word in words if word is not None and not word.startswith("drop ")]
+    dropped = [word for word in words if word is not None and word.startswith("drop ")]
+    return ", ".join((["pass " + " ".join(given)] if given else []) + dropped)
 
 
 class SettingsRecord:
@@ -183,9 +223,10 @@ class SettingsRecord:
         outputs of other settings (a plain run rewrites only its own frames)."""
         self._read()  # again: another run into this folder may have settled since this one started
         settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim)
-        changed = differences(self.earlier, settings) if self.earlier is not None else []
+        changed = differences(self.earlier, settings, self._defaulted()) if self.earlier is not None else []
         if skip_existing and skipped:
-            self._check_resume(changed, skipped)
+            matching = matching_options(self.earlier, settings) if self.earlier is not None and changed else ""
+            self._check_resume(changed, skipped, matching)
         mixed = (self.mixed or bool(changed)) and self._keeps_other_frames()
         if changed and mixed:
             print(f"warning: {safe_repr(str(self.out))} holds outputs of other frames made with other settings "
@@ -226,12 +267,19 @@ class SettingsRecord:
                 return True
         return _model_may_differ(args, earlier.get("--model"))
 
-    def _check_resume(self, changed: list[str], skipped: int) -> None:
+    def _defaulted(self) -> set[str]:
+        """The options of the record this run left to their default (not given)."""
+        attributes = {**_MODEL_DEFAULTS, "--fov-only": "fov_only", "--intensity-scale": "intensity_scale"}
+        return {option for option, name in attributes.items() if getattr(self._args, name, None) is None} | \
+            ({"--keep-out-of-view"} if not getattr(self._args, "keep_out_of_view", False) else set())
+
+    def _check_resume(self, changed: list[str], skipped: int, matching: str = "") -> None:
         where = safe_repr(str(self.out))
         if changed:
+            how = f" ({matching})" if matching else ""
             raise InputError(f"--skip-existing: the outputs in {where} were made with other settings "
                              f"({_listed(changed)}): resuming would mix outputs of both in one folder; run with "
-                             "the settings of those outputs, or give another --out")
+                             f"the settings of those outputs{how}, or give another --out")
         if self.mixed:
             raise InputError(f"--skip-existing: the outputs in {where} were made with more than one set of settings "
                              "(a run without --skip-existing rewrote some frames with other settings): which frames "

@@ -47,16 +47,23 @@ def test_a_resumed_run_of_other_thresholds_another_model_or_crop_is_refused_and_
     run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--score-threshold", "0.2")  # the last one wins
     assert run.rc == 2 and run.err.splitlines()[-1] == (
         f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--score-threshold 0.005 "
-        "there, 0.2 now): resuming would mix outputs of both in one folder; run with the settings of those outputs, "
-        "or give another --out"), run
+        "there, 0.2 now): resuming would mix outputs of both in one folder; run with the settings of those outputs "
+        "(pass --score-threshold 0.005), or give another --out"), run
     other = tmp_path / "other"  # the same config, other weights
     from tiny import tiny_model_dir
 
     tiny_model_dir(other, seed=4)
     run = infer(tiny_frames, other, out, "--skip-existing")
     assert run.rc == 2 and f"(--model {str(tiny_model)!r} there, {str(other)!r} now: other weights)" in run.err, run
-    run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--fov-only")
-    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
+    run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--fov-only")  # options named as typed, with the fix
+    assert run.rc == 2 and "(--no-fov-only there, --fov-only now): " in run.err and \
+        "run with the settings of those outputs (pass --no-fov-only), or give another --out" in run.err, run
+    run = infer(tiny_frames, tiny_model, out, "--skip-existing", "--fov-only", "--intensity-scale", "2",
+                "--image-shape", "370,1224", "--max-boxes", "3")
+    assert run.rc == 2 and run.err.splitlines()[-1].endswith(
+        "(--max-boxes 25 there, 3 now; --intensity-scale 1.0 there, 2.0 now; --no-fov-only there, --fov-only now; "
+        "and 1 more): resuming would mix outputs of both in one folder; run with the settings of those outputs (pass "
+        "--max-boxes 25 --intensity-scale 1.0 --no-fov-only, drop --image-shape), or give another --out"), run
     assert files_of(out) == before
 
 
@@ -184,7 +191,7 @@ def test_json_and_kitti_outputs_of_one_folder_keep_their_own_settings(tiny_model
         run = infer(tiny_frames[1:4], tiny_model, out, "--skip-existing", *extra)
         assert run.rc == 0 and "skipping 2 frame(s)" in run.err and "other settings" not in run.err, run
     run = infer(tiny_frames[1:5], tiny_model, out, "--skip-existing", "--fov-only")  # JSON of another crop: refused
-    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
+    assert run.rc == 2 and "(--no-fov-only there, --fov-only now)" in run.err and "(pass --no-fov-only)" in run.err, run
 
 
 def test_rows_of_other_frames_made_with_other_settings_mark_the_folder_mixed(tiny_model: Path,
@@ -230,7 +237,9 @@ def test_a_resume_with_nothing_left_to_run_is_checked_too(tiny_model: Path, tiny
     kitti = tmp_path / "kitti"  # KITTI lines of full scans: a resume that crops by default is refused
     assert infer(tiny_frames[:2], model, kitti, "--format", "kitti", "--no-fov-only").rc == 0
     run = infer(tiny_frames[:2], model, kitti, "--format", "kitti", "--skip-existing")
-    assert run.rc == 2 and "(--fov-only False there, True now)" in run.err, run
+    assert run.rc == 2 and "(--no-fov-only there, --fov-only (the default) now)" in run.err and \
+        "(pass --no-fov-only)" in run.err, run
+    assert infer(tiny_frames[:2], model, kitti, "--format", "kitti", "--skip-existing", "--no-fov-only").rc == 0  # so
     from tiny import tiny_model_dir
 
     shutil.rmtree(model)
