@@ -29,6 +29,7 @@ import io
 import os
 import pickle
 import pickletools
+import shlex
 import stat
 import zipfile
 from collections import OrderedDict
@@ -497,8 +498,17 @@ _MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine":
                 ".trt": "a TensorRT engine"}
 
 
+#: The record a model dir holds (``model_dir.METADATA_FILE``), which a --model of a file in one may name.
+_MODEL_DIR_RECORD = "model.json"
+
+
 def _other_model_file(source: str) -> str:
-    """For a file named like an exported graph or engine: what to give instead (its model dir, or the .pth)."""
+    """For a file named like an exported graph or engine, or a model dir's record: what to give instead (its model
+    dir, or the .pth)."""
+    if os.path.basename(source) == _MODEL_DIR_RECORD:
+        folder = os.path.dirname(source) or "."
+        return (f"; it is named as a model dir's record: give the model dir that holds it ('{folder}'), the folder "
+                "`pointpillars-trt build` writes")
     kind = _MODEL_FILES.get(os.path.splitext(source.strip("'\""))[1].lower())
     if kind is None:
         return ""
@@ -578,6 +588,10 @@ def _read_bytes(path: Path, source: str) -> bytes:
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
+            if os.path.isfile(os.path.join(path, _MODEL_DIR_RECORD)):
+                raise CheckpointError(f"{source}: is a model dir (the folder `pointpillars-trt build` writes), not a "
+                                      f"checkpoint: run it with `pointpillars-trt infer PATH --model {shlex.quote(source)}` (Python: "
+                                      "PointPillars.from_model_dir), or give the .pth it was built from")
             raise CheckpointError(f"{source}: is a directory, expected a .pth file")
         if not stat.S_ISREG(info.st_mode):
             raise CheckpointError(f"{source}: is {_kind(info.st_mode)}, expected a regular .pth file")

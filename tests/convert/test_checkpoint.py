@@ -421,7 +421,22 @@ def test_empty_missing_and_directory(tmp_path: Path) -> None:
     empty.write_bytes(b"")
     checkpoint_error(lambda: load_checkpoint(empty), empty, "empty file")
     checkpoint_error(lambda: load_checkpoint(tmp_path / "nope.pth"), tmp_path / "nope.pth", "not found")
-    checkpoint_error(lambda: load_checkpoint(tmp_path), tmp_path, "is a directory")
+    checkpoint_error(lambda: load_checkpoint(tmp_path), tmp_path, "is a directory, expected a .pth file")
+
+
+def test_a_model_dir_or_its_record_given_as_a_checkpoint_names_the_model_dir(tmp_path: Path) -> None:
+    """A model dir (a folder with its model.json) given where a .pth goes is said to be one, with the command and
+    the call that open it; its model.json given as the checkpoint names the folder that holds it."""
+    model = tmp_path / "my model"
+    model.mkdir()
+    (model / "model.json").write_text("{}\n")
+    msg = checkpoint_error(lambda: load_checkpoint(model), model)
+    assert msg == (f"{model}: is a model dir (the folder `pointpillars-trt build` writes), not a checkpoint: run it "
+                   f"with `pointpillars-trt infer PATH --model '{model}'` (Python: PointPillars.from_model_dir), or "
+                   "give the .pth it was built from")
+    msg = checkpoint_error(lambda: load_checkpoint(model / "model.json"), model / "model.json")
+    assert msg.endswith(f"; it is named as a model dir's record: give the model dir that holds it ('{model}'), the "
+                        "folder `pointpillars-trt build` writes"), msg
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
