@@ -626,8 +626,25 @@ def read_label_file(path: PathLike, *, with_score: bool | None,
                     what: str = "label file") -> tuple[list[str], np.ndarray]:
     """A KITTI label_2 file (ground truth or predictions), read bounded and checked by
     :func:`parse_label_lines`: (types, (N, 15) values)."""
-    lines = read_text_lines(path, max_bytes=_LABEL_MAX_BYTES, what=what)
+    try:
+        lines = read_text_lines(path, max_bytes=_LABEL_MAX_BYTES, what=what)
+    except InputError as exc:
+        padded = _zero_padded(Path(path))
+        if padded is None:
+            raise
+        raise InputError(f"{exc}; {safe_repr(padded.name)} is there: KITTI frame ids are zero-padded to 6 digits "
+                         f"(give {padded.stem}, not {Path(path).stem})") from None
     return parse_label_lines(lines, f"{what} {safe_repr(os.fspath(path))}", with_score=with_score)
+
+
+def _zero_padded(path: Path) -> Path | None:
+    """The KITTI file of ``path``'s frame id zero-padded to 6 digits (``0.txt`` -> ``000000.txt``), when ``path`` is
+    missing and that file is there (an id list written without the padding); else None."""
+    stem = path.stem
+    if not (stem.isascii() and stem.isdigit() and len(stem) < 6) or os.path.lexists(path):
+        return None
+    padded = path.with_name(f"{int(stem):06d}{path.suffix}")
+    return padded if padded.is_file() else None
 
 
 class LabelBoxes(NamedTuple):

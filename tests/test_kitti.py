@@ -802,3 +802,19 @@ def test_truncation_and_occlusion_outside_kittis_levels_are_refused(fields_after
     with pytest.raises(InputError, match=rf"labels, line 2: {problem}"):
         parse_label_lines([good[0], f"Car {fields_after_type} -1.57 10 10 50 50 1.5 1.6 3.9 0 1 10 -1.57"], "labels",
                           with_score=False)
+
+
+def test_a_missing_label_file_of_an_unpadded_id_names_the_zero_padded_one(tmp_path: Path) -> None:
+    """``eval --ids`` listing 0 looked up 0.txt, said missing without a word on the 000000.txt beside it; an id
+    missing either way, or one padded already, is said missing as before."""
+    from pointpillars_trt.kitti import read_label_file
+
+    (tmp_path / "000000.txt").write_text("")
+    with pytest.raises(InputError) as info:
+        read_label_file(tmp_path / "0.txt", with_score=False)
+    assert str(info.value) == (f"label file {str(tmp_path / '0.txt')!r} does not exist; '000000.txt' is there: KITTI "
+                               "frame ids are zero-padded to 6 digits (give 000000, not 0)")
+    for missing in ("7.txt", "000007.txt"):
+        with pytest.raises(InputError) as info:
+            read_label_file(tmp_path / missing, with_score=False)
+        assert str(info.value) == f"label file {str(tmp_path / missing)!r} does not exist"
