@@ -74,7 +74,8 @@ MAX_PIPELINES = 16
 def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     """Register ``infer`` on the main CLI's subparsers."""
     infer = sub.add_parser("infer", help="detect on lidar point files (.bin, .npy, .pcd); one output per frame",
-                           description="Detect on lidar point files and write one output file per frame.")
+                           description="Detect on lidar point files and write their detections: a file per frame, or with "
+                                       "--format jsonl / parquet a few part files of one row per frame.")
     infer.add_argument("paths", nargs="+", metavar="PATH",
                        help=f"point files ({', '.join(SUPPORTED_EXTENSIONS)}), folders of them (their own "
                             "files, not their subfolders), or globs such as 'seq*/velodyne/*.bin' (a path that "
@@ -121,7 +122,8 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                         help="detect only on the points inside the camera image (KITTI calib per frame, as "
                              "OpenPCDet's FOV_POINTS_ONLY) (default: on for --format kitti and --eval, else off)")
     outputs = infer.add_argument_group("outputs")
-    outputs.add_argument("--out", help="folder for one output file per frame (default: no files: a line a frame and a summary)")
+    outputs.add_argument("--out", help="folder for the outputs: a file per frame, or with --format jsonl / parquet part "
+                                       "files of one row per frame (default: no files: a line a frame and a summary)")
     outputs.add_argument("--format", choices=OUTPUT_FORMATS, default=None,
                          help="json: a file of lidar boxes per frame; kitti: label_2 lines in the camera frame per "
                               "frame; jsonl / parquet: a few large files of one row per frame (detections-*.jsonl "
@@ -326,7 +328,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     out = Path(args.out) if args.out else None
     if out is not None and out.exists() and not out.is_dir():
         kind = special_kind(out) or "an existing file"
-        raise InputError(f"--out {safe_repr(args.out)} is {kind}; --out names a folder for one output file per frame")
+        raise InputError(f"--out {safe_repr(args.out)} is {kind}; --out names a folder for the outputs")
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.skip_existing and out is None:

@@ -189,8 +189,8 @@ def test_ray_without_its_model_or_out_names_only_what_is_missing(tmp_path, given
     frame.write_bytes(bytes(16))
     named = [str(tmp_path / "m") if arg == "M" else str(tmp_path / "o") if arg == "O" else arg for arg in given]
     line = run_error(["infer", str(frame), *named, "--ray"])
-    assert line == (f"error: --ray needs {missing}: the workers load the model and write one output file per frame "
-                    "there"), line
+    assert line == (f"error: --ray needs {missing}: the workers load the model, and the outputs (a file a frame, or "
+                    "the part files of --format jsonl / parquet) are written there"), line
 
 
 @pytest.mark.parametrize("paths, extra, expected", [

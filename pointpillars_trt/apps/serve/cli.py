@@ -341,8 +341,8 @@ def _run_ray(args: argparse.Namespace) -> int:
 
     missing = [option for option, given in (("--model", args.model), ("--out DIR", args.out)) if not given]
     if missing:
-        raise InputError(f"--ray needs {' and '.join(missing)}: the workers load the model and write one output "
-                         "file per frame there")
+        raise InputError(f"--ray needs {' and '.join(missing)}: the workers load the model, and the outputs (a file "
+                         "a frame, or the part files of --format jsonl / parquet) are written there")
     if args.eval:
         raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
     _refuse_uri_resume(args)
