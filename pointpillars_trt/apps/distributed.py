@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import int_within
-from ..errors import BackendError, CpuFallbackWarning, InputError, safe_repr
+from ..errors import BackendError, CpuFallbackWarning, InputError, one_line, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
@@ -48,7 +48,7 @@ from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, \
-    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, say_finished_files
+    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
@@ -68,6 +68,10 @@ ACTOR_CPUS_WITH_GPU = 1
 #: whose blocks carry the frames' bytes (0.3-2 MB each), 8.
 BATCHES_PER_CALL = 32
 BATCHES_PER_CALL_WITH_BYTES = 8
+#: Frames per call of a CPU actor (rounded up to a multiple of its batch x pipelines): a CPU frame takes
+#: ~1.4 s on one of two cores (a camera crop), so a call of 32 ran ~45 s before its rows reached the driver,
+#: and a stop lost them all; each call's own cost (a flush, a round trip) is milliseconds.
+FRAMES_PER_CALL_ON_CPU = 8
 #: GPUs an actor takes by default: two actors a GPU, each its own process (interpreter lock, readers,
 #: pipelines): on an H200 with 16 cores, 20,000 crops ran 3,746 and 4,206 frames/s from the actors'
 #: first call on with two actors, 2,502 and 2,952 with one (the engine alone does ~5,000).
@@ -206,13 +210,16 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if started:
         _check_reachable(ray_address)
         _init_keeping_sigterm(ray, ray_address)
+    stopped: list[Callable[[bool], None]] = []  # on a stop, what is said once the workers are stopped
     try:
         return _run(ray, sources, uris, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
                     workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
-                    progress=progress, make_report=report)
+                    progress=progress, make_report=report, on_stop=stopped)
     finally:
         if started:
-            ray.shutdown()
+            ray.shutdown()  # the workers with it: what they wrote is then all there is
+        for say in stopped:
+            say(started)
 
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
@@ -322,10 +329,18 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
     return workers, gpus_per_worker
 
 
+def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
+    """Frames an actor call gets, for actors that run ``batch_frames`` frames at once (batch x pipelines)."""
+    if not on_gpu:
+        return batch_frames * max(1, -(-FRAMES_PER_CALL_ON_CPU // batch_frames))
+    return batch_frames * (BATCHES_PER_CALL_WITH_BYTES if uris else BATCHES_PER_CALL)
+
+
 def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, output_format: str,
          classes: tuple[str, ...], options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
          batch_size: int | None, pipelines: int | None, progress: bool,
-         make_report: Callable[[OutputPlan, int], FrameReport] | None) -> DatasetSummary:
+         make_report: Callable[[OutputPlan, int], FrameReport] | None,
+         on_stop: list[Callable[[bool], None]]) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
     _quiet_ray_data()
@@ -352,40 +367,44 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
         frames = sources
         dataset = ray.data.from_items([{"path": s} for s in sources])
         refused = []
-    report: FrameReport | None = None
-    if make_report is not None:  # where the frames run said first, as local infer says its device
-        print(where, file=sys.stderr, flush=True)
-        if not on_gpu and not options["runtime"].tf32:
-            print(CPU_TF32_NOTE, file=sys.stderr, flush=True)
-        report = make_report(options["plan"], len(frames))
-    elif fallback:  # the Python API's CPU fallback, said as the detector says its own
-        warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
+    per_call = frames_per_call(batch * pipes, on_gpu, uris)
     threads = None if on_gpu else max(1, int(resources.get("CPU", 1)) // workers)
-    out.mkdir(parents=True, exist_ok=True)
-    dataset = dataset.map_batches(
-        _DetectActor, batch_size=batch * pipes * (BATCHES_PER_CALL_WITH_BYTES if uris else BATCHES_PER_CALL),
-        batch_format="numpy",
-        compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
-                                  enable_true_multi_threading=True),
-        fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
-                               **options,
-                               "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu", max_batch=batch,
-                                                  threads=options["runtime"].threads or threads)},
-        num_gpus=gpus_per_worker if on_gpu else None,
-        num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
-    rows = RowParts(out, output_format, classes) if options["rows"] else None
+    hint = RESUME_HINT if make_report is not None and not uris else None
+    # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
+    before = {} if options["rows"] else _outputs_in(out, frames, options["plan"].suffixes)
+    report: FrameReport | None = None
+    rows: RowParts | None = None
     failures = list(refused)  # point files of a file:// folder that Ray Data cannot read (a FIFO): failed first
-    for source, error in refused:
-        if rows is not None:
-            rows.add(row_text(frame_row(source, None, error, classes, local=False)))
-        if report is not None:
-            report.fail(source, error)
     done, boxes = len(refused), 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
-    warned = FrameWarnings(report.note) if report is not None else None
-    try:
+    try:  # from here on, a stop says what it kept
+        if make_report is not None:  # where the frames run said first, as local infer says its device
+            print(where, file=sys.stderr, flush=True)
+            if not on_gpu and not options["runtime"].tf32:
+                print(CPU_TF32_NOTE, file=sys.stderr, flush=True)
+            report = make_report(options["plan"], len(frames))
+        elif fallback:  # the Python API's CPU fallback, said as the detector says its own
+            warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
+        warned = FrameWarnings(report.note) if report is not None else None
+        out.mkdir(parents=True, exist_ok=True)
+        dataset = dataset.map_batches(
+            _DetectActor, batch_size=per_call, batch_format="numpy",
+            compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
+                                      enable_true_multi_threading=True),
+            fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
+                                   **options,
+                                   "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu",
+                                                      max_batch=batch, threads=options["runtime"].threads or threads)},
+            num_gpus=gpus_per_worker if on_gpu else None,
+            num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
+        rows = RowParts(out, output_format, classes) if options["rows"] else None
+        for source, error in refused:
+            if rows is not None:
+                rows.add(row_text(frame_row(source, None, error, classes, local=False)))
+            if report is not None:
+                report.fail(source, error)
         with progress_bar(len(frames), progress and report is None, desc="ray") as bar:
             bar.update(len(refused))
             for record in _records(dataset):
@@ -407,11 +426,11 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                         report.fail(source, error)
                 bar.update(1)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
-        hint = RESUME_HINT if report is not None and not uris else None
-        if rows is not None:
-            keep_finished_rows(rows, PendingFlush(), report.note if report is not None else _say, hint)
-        elif report is not None:
-            say_finished_files(len(report.done), out, None, report.note, hint)
+        note = report.note if report is not None else _say
+        if options["rows"]:
+            _keep_rows(rows, note, hint, per_call)
+        else:  # the workers write the files: counted on disk once they are stopped
+            on_stop.append(partial(_say_outputs_on_disk, out, frames, options["plan"].suffixes, before, note, hint))
         raise
     if rows is not None:
         rows.close()
@@ -427,6 +446,60 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     return DatasetSummary(done, boxes, seconds, workers, str(out), failures, working)
 
 
+def _keep_rows(rows: RowParts | None, note: Callable[[str], None], hint: str | None, per_call: int) -> None:
+    """On a stop of a JSON Lines / Parquet run: the rows received kept and said, as local infer keeps them;
+    when none had come (a worker sends a call's rows at its end; ``rows`` None: the stop came first), that
+    said, not nothing."""
+    if rows is not None and (rows.rows or rows.files):
+        keep_finished_rows(rows, PendingFlush(), note, hint)
+        return
+    note(f"stopped before any frame's row reached this driver (each worker sends its rows {per_call} frame(s) at a "
+         "time): no row was kept" + (f"; {hint}" if hint else ""))
+
+
+def _outputs_in(out: Path, frames: Sequence[str], suffixes: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """(inode, mtime) of each output file of ``frames`` (``<stem><suffix>``) now in ``out``: one listing, and a
+    stat of those found."""
+    wanted = {Path(frame).stem + suffix for frame in frames for suffix in suffixes}
+    found: dict[str, tuple[int, int]] = {}
+    try:
+        with os.scandir(out) as entries:
+            for entry in entries:
+                if entry.name in wanted:
+                    with contextlib.suppress(OSError):
+                        info = entry.stat()
+                        found[entry.name] = (info.st_ino, info.st_mtime_ns)
+    except OSError:
+        pass
+    return found
+
+
+def _say_outputs_on_disk(out: Path, frames: Sequence[str], suffixes: Sequence[str],
+                         before: dict[str, tuple[int, int]], note: Callable[[str], None], hint: str | None,
+                         workers_stopped: bool) -> None:
+    """On a stop of a JSON / KITTI run: the frames whose output files the run wrote (each there, and not as
+    ``before`` found it: the atomic writer's rename gives a file a new inode) counted on disk, flushed to it and
+    said. The driver hears of a frame only with its call's block, so its own account would miss those the
+    workers wrote since. ``workers_stopped``: False where this run did not start the Ray session, whose
+    workers may still write the frames they hold."""
+    remove_stale_temp_files(out)  # of writes the stop cut short
+    now = _outputs_in(out, frames, suffixes)
+    written = [[Path(frame).stem + suffix for suffix in suffixes] for frame in frames]
+    done = [names for names in written if all(name in now and now[name] != before.get(name) for name in names)]
+    more = "" if workers_stopped else " so far (the Ray session's workers may still write the frames they hold)"
+    tail = more + (f"; {hint}" if hint else "")
+    if not done:
+        note(f"stopped before any frame's outputs were written to {safe_repr(str(out))}{tail}")
+        return
+    try:
+        flush_to_disk([out / name for names in done for name in names])
+    except OSError as exc:
+        note(f"error: stopped, and the outputs of {len(done)} finished frame(s) in {safe_repr(str(out))} could not "
+             f"be flushed to disk: {exc.strerror or one_line(exc)}")
+        return
+    note(f"stopped: the outputs of {len(done)} finished frame(s) are in {safe_repr(str(out))}{tail}")
+
+
 def _say(text: str) -> None:
     """A line on stderr, for a ``detect_dataset`` caller without an ``infer`` account."""
     print(text, file=sys.stderr, flush=True)
@@ -440,7 +513,7 @@ _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of
 
 def _records(dataset: Any) -> Iterator[dict[str, Any]]:
     """Each frame's record."""
-    for batch in dataset.iter_batches(batch_format="numpy"):
+    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):  # each block as it comes, not 256 rows
         for values in zip(*(batch[key] for key in _COLUMNS)):
             record = dict(zip(_COLUMNS, values))
             error = record["error"]  # a column of None and str arrives with NaN for None

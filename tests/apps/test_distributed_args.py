@@ -69,3 +69,14 @@ def test_ray_address_auto_without_a_cluster_is_one_error_in_this_tools_words(tmp
     assert done.stderr.splitlines()[-1] == (
         "error: --ray-address auto: Ray found no running cluster on this machine to join: start one (ray start "
         "--head), give its address, or leave --ray-address out for a local one"), done.stderr
+
+
+def test_a_cpu_workers_calls_are_a_few_frames_so_their_rows_reach_the_driver_within_seconds() -> None:
+    """A CPU frame takes seconds on a small machine, and the driver gets a call's rows only at its end (all a stop
+    keeps): a CPU call is about 8 frames (a multiple of its batch x pipelines, which it fills), where a GPU call
+    stays 32 batches (8 for URIs, whose bytes travel with the block)."""
+    from pointpillars_trt.apps.distributed import frames_per_call
+
+    assert [frames_per_call(n, False, False) for n in (1, 3, 8, 16)] == [8, 9, 8, 16]
+    assert frames_per_call(1, False, True) == 8
+    assert (frames_per_call(32, True, False), frames_per_call(32, True, True)) == (1024, 256)

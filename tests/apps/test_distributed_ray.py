@@ -581,7 +581,7 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cl
                                                                            fmt: str) -> None:
     """SIGTERM to ``infer --ray`` (its own local cluster, in a child process) once the driver has received frames
     (the first frame's warning, said as its record arrives): a row run's rows received are written as a last part
-    and said, a JSON run says the files its workers reported (and that they may have written more); then one
+    and said, a JSON run says the files its workers wrote, counted on disk once they are stopped; then one
     ``terminated`` line and exit code 143, as local infer ends (Ray's driver handler, a stack dump and exit 15,
     is not left in place); ``--skip-existing`` then runs only the frames without outputs."""
     import signal
@@ -628,10 +628,11 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cl
     assert "SIGTERM received" not in err, err
     frames = sorted(str(path) for path in folder.iterdir())
     if fmt == "json":
-        said = re.search(rf"stopped: the outputs of (\d+) finished frame\(s\) are in {re.escape(repr(str(out)))} \(and "
-                         r"the workers may have written more\); rerun with --skip-existing to finish\n", err)
+        said = re.search(rf"stopped: the outputs of (\d+) finished frame\(s\) are in {re.escape(repr(str(out)))}; "
+                         r"rerun with --skip-existing to finish\n", err)
         kept_files = output_names(out)
-        assert said is not None and 0 < int(said.group(1)) <= len(kept_files) <= len(frames), err  # workers go on
+        # counted on disk once the workers are stopped (the driver hears of a frame only with its call's block)
+        assert said is not None and 0 < int(said.group(1)) == len(kept_files) < len(frames), (err, len(kept_files))
         rc, stdout, err = ray_infer(folder, model.path, out, "--skip-existing")
         assert rc == 0 and f"skipping {len(kept_files)} frame(s)" in err, (stdout, err)
         assert output_names(out) == sorted(f"{Path(frame).stem}.json" for frame in frames)
@@ -649,6 +650,53 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cl
     rows = [json.loads(line)["source"] for path in sorted(out.glob("detections-*.jsonl"))
             for line in path.read_text().splitlines()]
     assert rows == frames  # each frame's one row
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "json"])
+def test_a_ray_run_stopped_before_any_frame_came_back_says_so(ray_cluster, tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                              fmt: str) -> None:
+    """SIGTERM to ``infer --ray`` just as its frames start (its workers still loading the model): a row run says that
+    no row had reached the driver and none was kept (it said only "terminated"), and a JSON run that no frame's
+    outputs were written, although --out holds an earlier run's outputs of the same frames (they are not this
+    run's); ``--skip-existing`` is offered, and the outputs there (none, or the earlier run's) are left as they
+    were."""
+    import signal
+    import subprocess
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(40)})
+    out = tmp_path / "out"
+    if fmt == "json":  # an earlier run's outputs (rows of one are refused: the run would repeat them)
+        rc, _, err = ray_infer(folder, tiny_model, out, "--format", fmt)  # on the module's cluster
+        assert rc == 0, err
+    before = state_of(out) if out.exists() else {}
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    env.pop("RAY_ADDRESS", None)
+    child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model",
+                              str(tiny_model), "--out", str(out), "--device", "cpu", "--no-progress", "--ray", "--workers", "1",
+                              "--format", fmt], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stderr is not None
+        lines = []
+        for line in child.stderr:
+            lines.append(line)
+            if line.startswith("running on Ray"):
+                child.send_signal(signal.SIGTERM)
+                break
+        lines.extend(child.stderr)
+        child.wait(timeout=120)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    err = "".join(lines)
+    assert child.returncode == 143 and err.endswith("terminated\n"), err
+    said = ("stopped before any frame's row reached this driver (each worker sends its rows 8 frame(s) at a time): no "
+            "row was kept" if fmt == "jsonl" else f"stopped before any frame's outputs were written to {str(out)!r}")
+    assert f"{said}; rerun with --skip-existing to finish\n" in err, err
+    after = state_of(out) if out.exists() else {}
+    assert {name: state for name, state in after.items() if not name.startswith(".")} == \
+        {name: state for name, state in before.items() if not name.startswith(".")}
 
 
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
