@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config import int_within
 from ..errors import BackendError, CpuFallbackWarning, InputError, one_line, safe_repr
-from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files
+from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim
@@ -285,11 +285,14 @@ def _check_arguments(batch_size: object, pipelines: object, intensity_scale: obj
 def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are,
     and so does a local path that does not exist (among local files it fails as that frame's error in the
-    summary; beside URIs, Ray Data's listing refuses it)."""
+    summary; beside URIs, Ray Data's listing refuses it), or that is a FIFO, a device or a socket (its read
+    fails as that frame's error, as local infer's read of one in a folder: ``infer --ray`` hands the frames
+    of its folders here one by one)."""
     items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
     found: list[str] = []
     for item in items:
-        found.extend([item] if is_uri(item) or missing_path(item) else expand_frame_paths([item]))
+        as_given = is_uri(item) or missing_path(item) or special_kind(item) is not None
+        found.extend([item] if as_given else expand_frame_paths([item]))
     return found
 
 

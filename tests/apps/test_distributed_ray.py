@@ -699,6 +699,21 @@ def test_a_ray_run_stopped_before_any_frame_came_back_says_so(ray_cluster, tiny_
         {name: state for name, state in before.items() if not name.startswith(".")}
 
 
+def test_a_fifo_in_a_folder_is_that_frames_error_as_in_local_infer(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path) -> None:
+    """A FIFO among a folder's point files: its own error line, the other frames written (it refused the whole run
+    with --ray), as local infer reports it."""
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 40, "000001": 900})
+    os.mkfifo(folder / "fifo.bin")
+    local = local_infer(folder, tiny_model, tmp_path / "local")
+    rc, out, err = ray_infer(folder, tiny_model, tmp_path / "ray")
+    assert rc == 1 and out.startswith("2/3 frames"), (out, err)
+    assert f"error: point file '{folder / 'fifo.bin'}' is a FIFO (named pipe), not a regular file\n" in err, err
+    assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
+    assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 2
+
+
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
     """Ray's driver prints what the cluster publishes to it ("(raylet) A worker died ...", its task retried) on
     stdout, where a script reads infer's summary line: a message published through the cluster while
