@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import int_within
-from ..errors import BackendError, CpuFallbackWarning, InputError, one_line, safe_repr
+from ..errors import BackendError, CpuFallbackWarning, InputError, SettingNotice, one_line, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
@@ -153,7 +153,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
                    point_dim: int | None = None, intensity_scale: float | None = None, ray_address: str | None = None,
                    progress: bool = True, report: Callable[[OutputPlan, int], FrameReport] | None = None,
-                   prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
+                   prepare: Prepare | None = None, runtime: RuntimeOptions | None = None,
+                   threads: int | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's). ``model``: a model dir
@@ -170,7 +171,9 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     --retry-failed`` rewrites the part files there, so a refused run leaves them as they were). ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
-    batch are set per actor from the resources it gets. ``point_dim``: values a point in ``.bin`` frames
+    batch are set per actor from the resources it gets. ``threads``: a CPU actor's ONNX Runtime threads
+    (default: ``runtime``'s, else the cluster's CPUs shared among the actors); more than an actor's cores run
+    as many as it has, said once (as a note). ``point_dim``: values a point in ``.bin`` frames
     (default: the model's point columns).
 
     URIs (``is_uri``) are listed by Ray Data once the cluster is up, and taken as infer takes a local folder
@@ -179,6 +182,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     outputs are one file, is an InputError before any frame runs, as in local ``infer``.
     """
     _check_arguments(batch_size, pipelines, intensity_scale)
+    if threads is not None and int_within(threads, 1) is None:
+        raise InputError(f"threads {safe_repr(threads)}: expected an integer >= 1 or None")
     ray = require_ray(ray_address)
 
     if output_format not in OUTPUT_FORMATS:
@@ -203,9 +208,11 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
         refuse_foreign_outputs(target, sources, plan.suffixes)
+    runtime = runtime or RuntimeOptions()
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
-               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime or RuntimeOptions()}
+               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime,
+               "threads": int(threads) if threads is not None else runtime.threads}
     started = not ray.is_initialized()
     if started:
         _check_reachable(ray_address)
@@ -373,7 +380,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
-    threads = None if on_gpu else max(1, int(resources.get("CPU", 1)) // workers)
+    asked = options.pop("threads")  # capped by each actor to its own cores, which this machine's need not be
+    threads = None if on_gpu else asked or max(1, int(resources.get("CPU", 1)) // workers)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
     before = {} if options["rows"] else _outputs_in(out, frames, options["plan"].suffixes)
@@ -382,6 +390,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     failures = list(refused)  # point files of a file:// folder that Ray Data cannot read (a FIFO): failed first
     done, boxes = len(refused), 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
+    capped_said = False
     try:  # from here on, a stop says what it kept
         if make_report is not None:  # where the frames run said first, as local infer says its device
             print(where, file=sys.stderr, flush=True)
@@ -397,9 +406,12 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
             compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
                                       enable_true_multi_threading=True),
             fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
-                                   **options,
+                                   **options, "threads": threads,
+                                   # how the note names them: infer's option, or detect_dataset's argument
+                                   "threads_asked": None if asked is None else f"--threads {asked}"
+                                   if report is not None else f"threads={asked}",
                                    "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu",
-                                                      max_batch=batch, threads=options["runtime"].threads or threads)},
+                                                      max_batch=batch, threads=None)},
             num_gpus=gpus_per_worker if on_gpu else None,
             num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
         rows = RowParts(out, output_format, classes) if options["rows"] else None
@@ -423,6 +435,10 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                                                            record["num_out_of_view"]))
                 if warned is not None:
                     warned.add(record["warnings"], source)
+                elif any(kind == THREADS_CAPPED for kind, _ in record["warnings"]) and not capped_said:
+                    capped_said = True  # the Python API's caller: a notice, as the detector's own thread cap
+                    warnings.warn(next(text for kind, text in record["warnings"] if kind == THREADS_CAPPED)
+                                  .removeprefix("note: "), SettingNotice, stacklevel=3)
                 if error:
                     failures.append((source, error))
                     if report is not None:
@@ -508,6 +524,10 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
+#: The kind of the note an actor adds to its first frame's warnings when it runs fewer CPU threads than asked
+#: (its cores): said once a run.
+THREADS_CAPPED = "threads"
+
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
 #: actor's call began, for the rate without the actors' start).
 _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "warnings", "row",
@@ -534,8 +554,19 @@ class _DetectActor:
 
     def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
-                 prepare: Prepare | None = None, points_per_frame: int | None = None, local_files: bool = True) -> None:
+                 prepare: Prepare | None = None, points_per_frame: int | None = None, local_files: bool = True,
+                 threads: int | None = None, threads_asked: str | None = None) -> None:
         from ..detector import PointPillars
+        from ..runtime_options import max_threads
+
+        #: the note for the driver, with this actor's first frame: threads asked for beyond its cores
+        self._capped: list[tuple[str, str]] = []
+        if threads is not None and runtime.device == "cpu":
+            cores = max_threads()
+            if threads > cores and threads_asked:
+                self._capped = [(THREADS_CAPPED, f"note: {threads_asked} is more than a Ray worker's {cores} cores: "
+                                                 f"{cores} threads there")]
+            runtime = replace(runtime, threads=min(threads, cores))
 
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)
@@ -585,9 +616,10 @@ class _DetectActor:
             written, row = job.written if job.error is None else (FrameOutput(), None)
             if job.error is None:
                 files.extend(written.files)
+            found, self._capped = self._capped + frame_warnings(job, self.read, self.point_range), []
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
-                      "warnings": json.dumps(frame_warnings(job, self.read, self.point_range)),
+                      "warnings": json.dumps(found),
                       "row": row if row is not None else self._failed_row(job), "call_started": started}
             for key in _COLUMNS:
                 columns[key].append(record[key])

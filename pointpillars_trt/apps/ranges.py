@@ -130,13 +130,9 @@ def positive_int(text: str) -> int:
 
 
 def threads_arg(text: str) -> int:
-    """An argparse ``type`` for a thread count: 1 up to this machine's cores."""
-    from ..runtime_options import max_threads
-
-    value = positive_int(text)
-    if value > max_threads():
-        raise argparse.ArgumentTypeError(f"{text!r}: expected 1..{max_threads()} (this machine's cores)")
-    return value
+    """An argparse ``type`` for a thread count, 1 or more: more than the cores where the detector runs (this
+    machine's, or a Ray worker's) is capped to them there, with a note (``runtime_options_from_args``)."""
+    return positive_int(text)
 
 
 def image_shape_arg(text: str) -> tuple[int, int]:

@@ -4,12 +4,13 @@ and the Ray actors all pass to ``PointPillars``."""
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
 
 from ..config import Thresholds
-from ..errors import InputError, safe_repr
+from ..errors import InputError, SettingNotice, safe_repr
 from ..model_dir import load_model_dir
-from ..runtime_options import RuntimeOptions
+from ..runtime_options import RuntimeOptions, max_threads
 
 
 def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
@@ -24,7 +25,21 @@ def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
             raise InputError(f"--precision {args.precision}: model dir {safe_repr(model)} was built in {built_in}; "
                              f"drop --precision, or build a model dir with --precision {args.precision}")
     return RuntimeOptions(
-        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=args.threads,
+        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=_threads(args),
         max_batch=getattr(args, "batch_size", None) or 1, precision=(args.precision or "fp32") if exports else None,
         thresholds=Thresholds(args.score_threshold, args.nms_iou, args.max_boxes),
     )
+
+
+def _threads(args: argparse.Namespace) -> int | None:
+    """``--threads``, at most this machine's cores (more is said in a note, as ``OMP_NUM_THREADS`` beyond them
+    is); None with ``--ray``, whose workers take it (``detect_dataset(threads=...)``) and cap it to theirs."""
+    threads: int | None = args.threads
+    if threads is None or getattr(args, "ray", False):
+        return None
+    cores = max_threads()
+    if threads > cores:
+        warnings.warn(f"--threads {threads} is more than this machine's {cores} cores: {cores} threads",
+                      SettingNotice, stacklevel=3)
+        return cores
+    return threads

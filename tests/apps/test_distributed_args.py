@@ -24,6 +24,7 @@ from pointpillars_trt.errors import InputError
     ({"batch_size": 0}, "batch_size 0: expected an integer in 1..8 or None"),
     ({"pipelines": 0}, "pipelines 0: expected an integer in 1..16 or None"),
     ({"paths": []}, "paths_or_uri: no frames given"),
+    ({"threads": 0}, "threads 0: expected an integer >= 1 or None"),
 ])
 def test_detect_datasets_arguments_are_refused_before_any_worker_starts(tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                          given: dict, said: str) -> None:

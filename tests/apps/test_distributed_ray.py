@@ -714,6 +714,27 @@ def test_a_fifo_in_a_folder_is_that_frames_error_as_in_local_infer(ray_cluster, 
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 2
 
 
+def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                   tmp_path: Path) -> None:
+    """``--threads`` with --ray is the workers' (refused before, against the driver's cores): more than a worker's
+    cores runs as many as it has, said once for the run (two workers); detect_dataset's caller gets it as a
+    SettingNotice."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.errors import SettingNotice
+
+    cores = len(os.sched_getaffinity(0))
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(4)})
+    rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / "ray", "--workers", "2", "--threads", str(cores + 1))
+    assert rc == 0 and out.startswith("4/4 frames"), (out, err)
+    assert err.count(f"note: --threads {cores + 1} is more than a Ray worker's {cores} cores: {cores} threads "
+                     "there\n") == 1, err
+    with pytest.warns(SettingNotice, match=rf"threads={cores + 1} is more than a Ray worker's {cores} cores"):
+        summary = detect_dataset([str(folder)], tiny_model, tmp_path / "api", workers=1, gpus_per_worker=0,
+                                 threads=cores + 1, progress=False)
+    assert summary.frames == 4 and not summary.failures
+
+
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
     """Ray's driver prints what the cluster publishes to it ("(raylet) A worker died ...", its task retried) on
     stdout, where a script reads infer's summary line: a message published through the cluster while
