@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -125,6 +126,34 @@ def test_ready_comes_after_a_served_warm_up_request_and_sigterm_exits_0(install,
         rc, err = serve.finish()
     assert rc == 0 and not error_lines(err), err[-2000:]
     assert serve.shm_regions() == []
+
+
+@pytest.mark.slow
+def test_another_model_folder_in_the_repository_is_neither_loaded_nor_loadable(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A repository that holds another model, one whose model.py fails to import (tritonserver loaded every folder
+    of it, and that one stopped the server): serve's model alone is served, the other is not even tried, and
+    Triton's load requests stay refused (one may carry a model's code); the repository keeps both folders."""
+    repo = tmp_path / "repo"
+    (repo / "othermodel" / "1").mkdir(parents=True)
+    (repo / "othermodel" / "config.pbtxt").write_text(
+        'backend: "python"\nmax_batch_size: 0\ninput [{name: "x" data_type: TYPE_FP32 dims: [1]}]\n'
+        'output [{name: "y" data_type: TYPE_FP32 dims: [1]}]\n')
+    (repo / "othermodel" / "1" / "model.py").write_text("import no_such_module_of_othermodel\n")
+    serve = Serve(tiny.path, repo, "--health-interval", "3600")
+    try:
+        index = urllib.request.Request(f"http://{serve.http}/v2/repository/index", data=b"{}", method="POST")
+        with urllib.request.urlopen(index, timeout=5) as reply:
+            assert [model["name"] for model in json.loads(reply.read())] == [MODEL_NAME]
+        load = urllib.request.Request(f"http://{serve.http}/v2/repository/models/othermodel/load", data=b"{}",
+                                      method="POST")
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(load, timeout=5)
+        assert refused.value.code >= 400
+    finally:
+        serve.proc.send_signal(signal.SIGTERM)
+        rc, err = serve.finish()
+    assert rc == 0 and not error_lines(err) and "no_such_module_of_othermodel" not in err, err[-2000:]
+    assert sorted(p.name for p in repo.iterdir() if not p.name.startswith(".")) == ["othermodel", MODEL_NAME]
 
 
 @pytest.mark.slow

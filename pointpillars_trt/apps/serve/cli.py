@@ -131,7 +131,8 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         return 0
     server = TritonServer(args.repository, install=install, host=args.host, http_host=args.http_host,
                           http_port=args.http_port,
-                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True)
+                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True,
+                          model=MODEL_NAME)  # the repository's other model folders are not served
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: FrameType | None) -> None:

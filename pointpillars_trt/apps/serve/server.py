@@ -185,13 +185,19 @@ class TritonServer:
     ``http_host``: where the HTTP endpoint binds (default ``host``): Triton allocates an HTTP request's JSON
     data by its declared shape, and a huge one aborts the server, so a server that untrusted clients reach
     may keep HTTP (which its readiness check and ``serve``'s probe use) on loopback and serve gRPC on ``host``.
+    ``model``: the one model of the repository to serve (None: every model folder in it, as tritonserver serves a
+    repository). tritonserver then runs on a repository of its own (a temp folder whose one entry links to that
+    model's folder), so that another model folder in ``repository`` is never loaded (one that failed to load
+    stopped the server, or kept it from ever being ready), and Triton's load and unload requests stay refused
+    (its explicit model control would take them, and a load request may carry a model's code).
     """
 
     def __init__(self, repository: str | os.PathLike[str], *, install: TritonInstall, host: str = "127.0.0.1",
                  http_host: str | None = None, http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, log: str | os.PathLike[str] | None = None,
-                 stop_timeout: float = 10.0, end_with_parent: bool = False) -> None:
+                 stop_timeout: float = 10.0, end_with_parent: bool = False, model: str | None = None) -> None:
         self.repository = Path(repository)
+        self.model = model
         self.end_with_parent = end_with_parent
         self.install = install
         self.host = host
@@ -216,8 +222,9 @@ class TritonServer:
         return {"http": f"{self.http_host}:{self.http_port}", "grpc": f"{self.host}:{self.grpc_port}",
                 "metrics": f"http://{self.host}:{self.metrics_port}/metrics"}
 
-    def command(self, backend_dir: Path) -> list[str]:
-        return [str(self.install.binary), f"--model-repository={self.repository.resolve()}",
+    def command(self, backend_dir: Path, served: Path | None = None) -> list[str]:
+        """tritonserver's command line; ``served``: the repository it runs on (default: ``repository``)."""
+        return [str(self.install.binary), f"--model-repository={served or self.repository.resolve()}",
                 f"--backend-directory={backend_dir}", f"--http-address={self.http_host}", f"--http-port={self.http_port}",
                 f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
                 f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
@@ -238,6 +245,11 @@ class TritonServer:
         self.check_ports()
         self._scratch = tempfile.mkdtemp(prefix="pp-triton-")
         backend_dir = self._backend_dir(Path(self._scratch))
+        served = None
+        if self.model is not None:  # a repository of the one model: a link to its folder
+            served = Path(self._scratch) / "models"
+            served.mkdir()
+            (served / self.model).symlink_to(self.repository.resolve() / self.model, target_is_directory=True)
         env = dict(os.environ)
         env["LD_LIBRARY_PATH"] = os.pathsep.join(
             [_interpreter_libdir(), *map(str, self.install.libs), *filter(None, [env.get("LD_LIBRARY_PATH")])])
@@ -250,7 +262,7 @@ class TritonServer:
         env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - handed to the child
         try:
-            self.process = subprocess.Popen(self.command(backend_dir), env=env, stdin=subprocess.DEVNULL,
+            self.process = subprocess.Popen(self.command(backend_dir, served), env=env, stdin=subprocess.DEVNULL,
                                             stdout=out, stderr=subprocess.STDOUT if out else None,
                                             start_new_session=True,
                                             preexec_fn=functools.partial(_end_with_parent, os.getpid())
@@ -285,8 +297,9 @@ class TritonServer:
                 raise StartCancelled()
             code = self.exit_code()
             if code is not None:
+                others = other_models_note(self.repository) if self.model is None else ""
                 raise BackendError(f"tritonserver exited with code {code} before it was ready"
-                                   + self._log_tail() + other_models_note(self.repository))
+                                   + self._log_tail() + others)
             try:
                 with urllib.request.urlopen(url, timeout=1.0) as reply:
                     if reply.status == 200:
@@ -362,8 +375,9 @@ class TritonServer:
 
 
 def other_models_note(repository: Path) -> str:
-    """'; the repository also holds ...' when it holds folders besides serve's model: tritonserver loads every
-    model folder of its repository, and one that fails to load stops it, which its exit code alone hides."""
+    """'; the repository also holds ...' when it holds folders besides serve's model: a server of the whole
+    repository (no ``model``) loads every model folder of it, and one that fails to load stops it, which its exit
+    code alone hides."""
     try:
         others = sorted(e.name for e in os.scandir(repository) if e.is_dir() and e.name != MODEL_NAME
                         and not e.name.startswith("."))
