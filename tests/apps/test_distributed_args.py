@@ -81,3 +81,12 @@ def test_a_cpu_workers_calls_are_a_few_frames_so_their_rows_reach_the_driver_wit
     assert [frames_per_call(n, False, False) for n in (1, 3, 8, 16)] == [8, 9, 8, 16]
     assert frames_per_call(1, False, True) == 8
     assert (frames_per_call(32, True, False), frames_per_call(32, True, True)) == (1024, 256)
+
+
+def test_the_ray_address_help_names_ray_address_as_the_default(capsys: pytest.CaptureFixture[str]) -> None:
+    from pointpillars_trt.apps.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["infer", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: $RAY_ADDRESS's cluster where it is set, else a local one)" in text, text

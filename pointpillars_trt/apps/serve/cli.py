@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from ...errors import InputError, safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
-from ..exit_codes import EXIT_FRAME_FAILURES
+from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..frame_report import FrameReport
 from ..ranges import float_in, host_port, int_in, path_name, port
 from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
@@ -80,7 +80,8 @@ def run_serve(args: argparse.Namespace) -> int:
     endpoints and "ready", then watch the model (a one-point request every --health-interval s).
 
     On SIGINT/SIGTERM the server is stopped (the signal is forwarded; killed if it has not exited within
-    its stop timeout): exit 0 when it stopped cleanly, else 1 with one ``error:`` line. A model that
+    its stop timeout): exit 0 when it stopped cleanly, else 1 with one ``error:`` line; a signal before "ready"
+    exits as other commands stopped by one do (130 for Ctrl-C, 143 for SIGTERM). A model that
     stops answering (a dead Python-backend stub leaves Triton "ready" while every request fails) stops
     the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
     recovers from anything a reload in place would, and a crash loop stays visible.
@@ -134,13 +135,15 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
                           grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True,
                           model=MODEL_NAME)  # the repository's other model folders are not served
     stop = threading.Event()
+    signals: list[int] = []  # the stop's
 
-    def on_signal(_signum: int, _frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        signals.append(signum)
         stop.set()
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
     status = 0
-    cancelled = False
+    ready = False
     try:
         print(f"wrote {target}", flush=True)  # a signal from here on is a stop (a caller may wait for this line)
         server.start(timeout=args.ready_timeout, stop=stop)
@@ -150,20 +153,21 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
                 for name, endpoint in server.endpoints.items():
                     print(f"{name}: {endpoint}", flush=True)
                 print("ready (Ctrl-C to stop)", flush=True)
+                ready = True
                 status = _watch(server, probe, stop, args.health_interval)
         finally:
             probe.close()
     except StartCancelled:
-        cancelled = True  # stopped below, as after a signal once ready
+        pass  # stopped below, as after a signal once ready
     finally:
         code = server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     if status:
         return status
-    if cancelled and code in (0, -signal.SIGTERM):  # SIGTERM before tritonserver set its handler: a stop all the same
+    if not ready and code in (0, -signal.SIGTERM):  # SIGTERM before tritonserver set its handler: a stop all the same
         print("stopped before the server was ready", flush=True)
-        return 0
+        return EXIT_TERMINATED if signals[:1] == [signal.SIGTERM] else EXIT_INTERRUPTED
     if code != 0:
         why = (f"did not finish its requests within {server.stop_timeout:g} s of the stop and was killed: the requests "
                "still queued or running were dropped (their clients got UNAVAILABLE)" if code == -signal.SIGKILL else
@@ -261,7 +265,8 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
                             "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "
                             "cluster is up: its point files are the frames, as in a local folder (subfolders left "
                             "out), checked before the run as local frames are"),
-    group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: a local one)")
+    group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: $RAY_ADDRESS's "
+                                             "cluster where it is set, else a local one)")
     group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
                        help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
     group.add_argument("--gpus-per-worker", type=float_in(0, 64),
