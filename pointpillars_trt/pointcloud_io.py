@@ -26,16 +26,14 @@ from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, beyond_float32, cast_to_float32, columns_text,
-                     copy_leading_columns, transposed_hint)
+from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, SUPPORTED_EXTENSIONS, beyond_float32, cast_to_float32,
+                     columns_text, copy_leading_columns, transposed_hint)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
 #: which the read leaves unapplied; None: said as an :class:`InputWarning`.
 ViewpointNote = Callable[[str], None]
 
-#: Extensions :func:`read_points` understands (lower case).
-SUPPORTED_EXTENSIONS = (".bin", ".npy", ".pcd")
 
 _NPY_MAX_HEADER = 1 << 16
 _PCD_MAX_HEADER = 1 << 16

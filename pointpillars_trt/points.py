@@ -19,10 +19,20 @@ MAX_FRAME_POINTS = 16 * 2**20
 MAX_PATH_BYTES = 4096
 
 
+#: Extensions of the point files the readers understand (lower case).
+SUPPORTED_EXTENSIONS = (".bin", ".npy", ".pcd")
+
+
 def is_frame_path(item: object) -> TypeGuard[str | bytes | os.PathLike[str] | os.PathLike[bytes]]:
     """Whether an item of a stream of frames (``infer_many``) names a point file rather than holding points: a
-    str or path-like object, or bytes short enough to be a path (decoded as ``os.fsdecode`` decodes them)."""
-    return isinstance(item, (str, os.PathLike)) or (isinstance(item, bytes) and len(item) <= MAX_PATH_BYTES)
+    str or path-like object, or bytes that read as a path (decoded as ``os.fsdecode`` decodes them): short, no NUL
+    byte, and a point file's extension or something there. Other bytes are a frame's raw values, which
+    ``as_host_points`` refuses with the ``np.frombuffer`` that views them as points."""
+    if isinstance(item, (str, os.PathLike)):
+        return True
+    if not isinstance(item, bytes) or len(item) > MAX_PATH_BYTES or b"\0" in item:
+        return False
+    return os.fsdecode(item).lower().endswith(SUPPORTED_EXTENSIONS) or os.path.lexists(item)
 
 
 #: The names each point column goes by (a .pcd field, a table's column), the first found taken: the intensity's
@@ -93,7 +103,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     """
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
     refuse_masked(points, source)
-    if isinstance(points, (bytes, bytearray)) and len(points) > MAX_PATH_BYTES:
+    if isinstance(points, bytearray) or (isinstance(points, bytes) and not is_frame_path(points)):
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     try:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points, copy_leading_columns
+from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points, copy_leading_columns, is_frame_path
 
 
 def test_accepts_n_by_4_and_wider_float() -> None:
@@ -92,6 +93,9 @@ def test_refuses_other_shapes_and_dtypes() -> None:
     with pytest.raises(InputError, match=r"points: 16000 raw bytes, not points; view them as points with "
                                          r"np.frombuffer\(data, np.float32\).reshape\(-1, 4\)"):
         as_host_points(points.tobytes())
+    small = np.array([[1.5, 2.5, 0.5, 0.25]] * 10, np.float32).tobytes()  # 160 bytes: no path's length bounds it
+    with pytest.raises(InputError, match=r"points: 160 raw bytes, not points; view them as points with np.frombuffer"):
+        as_host_points(small)
     np.testing.assert_array_equal(as_host_points(np.frombuffer(points.tobytes(), np.float32).reshape(-1, 4)), points)
     np.testing.assert_array_equal(as_host_points(memoryview(points)), points)  # a typed buffer of points is points
 
@@ -149,3 +153,14 @@ def test_a_float64_frame_beyond_float32s_range_is_refused_without_a_numpy_warnin
             as_host_points(np.array([[1.0, 2.0, 3.0, 0.5], [0.0, -1e300, 0.0, 0.0]]))
         kept = as_host_points(np.array([[1.5, np.inf, np.nan, 0.25]]))
     assert kept.dtype == np.float32 and kept[0, 0] == 1.5 and np.isinf(kept[0, 1]) and np.isnan(kept[0, 2])
+
+
+def test_bytes_name_a_point_file_only_when_they_read_as_a_path(tmp_path: Path) -> None:
+    """infer_many takes bytes as a path (os.fsencode's) when they read as one, else as a frame's raw values."""
+    folder = os.fsencode(tmp_path)
+    assert is_frame_path(b"/no/such/folder/000000.bin") and is_frame_path(b"frame.PCD")  # a point file's name
+    assert is_frame_path(folder)  # something there (a folder: its reader says what to pass)
+    assert not is_frame_path(b"/no/such/file")  # neither
+    assert not is_frame_path(b"/data/000000.bin\0")  # a NUL byte: no path holds one
+    assert not is_frame_path(np.ones((10, 4), np.float32).tobytes())  # a frame's raw values
+    assert not is_frame_path(b"x" * 4097 + b".bin")  # longer than any path
