@@ -35,13 +35,11 @@ def is_frame_path(item: object) -> TypeGuard[str | bytes | os.PathLike[str] | os
     return os.fsdecode(item).lower().endswith(SUPPORTED_EXTENSIONS) or os.path.lexists(item)
 
 
-#: The names each point column goes by (a .pcd field, a table's column), the first found taken: the intensity's
-#: as PCL names it, its short form and KITTI's own word (what KITTI-to-PCD converters write); the time lag's as
-#: this package names it and as OpenPCDet does (``timestamp``).
-COLUMN_NAMES: dict[str, tuple[str, ...]] = {
-    "x": ("x",), "y": ("y",), "z": ("z",), "intensity": ("intensity", "i", "reflectance"),
-    "time": ("time", "timestamp", "time_lag"),
-}
+#: The names each point column (``POINT_COLUMN_NAMES``, in its order) goes by in a .pcd field or a table's column,
+#: the first found taken: the intensity's as PCL names it, its short form and KITTI's own word (what KITTI-to-PCD
+#: converters write); the time lag's as this package names it and as OpenPCDet does (``timestamp``).
+COLUMN_NAMES: dict[str, tuple[str, ...]] = dict(zip(POINT_COLUMN_NAMES, (
+    ("x",), ("y",), ("z",), ("intensity", "i", "reflectance"), ("time", "timestamp", "time_lag")), strict=True))
 _MAX_NAMED_COLUMNS = 1024  # a table's column names looked at: a point's values are far fewer
 
 
@@ -57,11 +55,12 @@ def check_named_columns(points: object, source: str, columns: int) -> None:
     except Exception:  # noqa: BLE001 - a foreign table whose columns misbehave: its values still tell
         return
     wanted = POINT_COLUMN_NAMES[:columns]
-    found: dict[str, int] = {}
-    for position, name in enumerate(names):
-        column = next((c for c in wanted if name is not None and name.lower() in COLUMN_NAMES[c]), None)
-        if column is not None and column not in found:
-            found[column] = position
+    lowered = [name.lower() if name is not None else None for name in names]
+    found: dict[str, int] = {}  # a column -> where its first name found lies (``intensity`` before an index ``i``)
+    for column in wanted:
+        place = next((lowered.index(alias) for alias in COLUMN_NAMES[column] if alias in lowered), None)
+        if place is not None:
+            found[column] = place
     misplaced = next((c for c in wanted if found.get(c, wanted.index(c)) != wanted.index(c)), None)
     if misplaced is None:
         return

@@ -31,6 +31,8 @@ def test_accepts_n_by_4_and_wider_float() -> None:
     (["x", "y", "z", "timestamp", "intensity"], 5,
      r"hold intensity in column 4, not 3: .*\[\['x', 'y', 'z', 'intensity', 'timestamp'\]\]$"),
     (["y", "x", "z", "ring"], 4, r"hold x in column 1, not 0: .*put the columns of x, y, z, intensity first"),
+    (["i", "x", "y", "z", "intensity"], 4,  # "i" an index here: the full name is the intensity
+     r"hold x in column 1, not 0: .*\[\['x', 'y', 'z', 'intensity'\]\]$"),
 ])
 def test_a_tables_named_columns_in_another_order_are_refused_naming_the_reorder(names: list[str], columns: int,
                                                                                  message: str) -> None:
