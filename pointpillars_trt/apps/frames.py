@@ -306,7 +306,7 @@ class FrameRunner:
         unfinished = self._unfinished = deque()
         names = iter(sources) if sources is not None else None
         dispatcher = threading.Thread(target=self._dispatch, name="pp-dispatch", daemon=True,
-                                      args=(items, names, ready, ordered, window, stop))
+                                      args=(items, names, ready, ordered, window, stop, unfinished))
         workers = [threading.Thread(target=self._pipeline_loop, name=f"pp-pipeline-{i}", daemon=True,
                                     args=(detector, ready, stop)) for i, detector in enumerate(self.detectors)]
         dispatcher.start()
@@ -371,14 +371,14 @@ class FrameRunner:
 
     def _dispatch(self, items: Iterable[object], names: Iterator[str] | None, ready: queue.Queue[_Batch | None],
                   ordered: queue.Queue[_Batch | BaseException | None], window: threading.BoundedSemaphore,
-                  stop: threading.Event) -> None:
+                  stop: threading.Event, unfinished: deque[_Batch]) -> None:
         """Cut the items into batches, start their reads, and hand them on in order."""
         try:
             jobs: list[FrameJob] = []
             index = 0
             for item in items:
                 if item is BATCH_BREAK:
-                    if jobs and not self._start_batch(jobs, ready, ordered, window, stop):
+                    if jobs and not self._start_batch(jobs, ready, ordered, window, stop, unfinished):
                         return
                     jobs = []
                     continue
@@ -386,11 +386,11 @@ class FrameRunner:
                 jobs.append(FrameJob(index, source, item))
                 index += 1
                 if len(jobs) == self.batch_size:
-                    if not self._start_batch(jobs, ready, ordered, window, stop):
+                    if not self._start_batch(jobs, ready, ordered, window, stop, unfinished):
                         return
                     jobs = []
             if jobs:
-                self._start_batch(jobs, ready, ordered, window, stop)
+                self._start_batch(jobs, ready, ordered, window, stop, unfinished)
         except BaseException as exc:  # an iterator of items that fails ends the run with its error
             ordered.put(exc)
             return
@@ -398,7 +398,7 @@ class FrameRunner:
 
     def _start_batch(self, jobs: list[FrameJob], ready: queue.Queue[_Batch | None],
                      ordered: queue.Queue[_Batch | BaseException | None], window: threading.BoundedSemaphore,
-                     stop: threading.Event) -> bool:
+                     stop: threading.Event, unfinished: deque[_Batch]) -> bool:
         while not window.acquire(timeout=0.1):
             if stop.is_set():
                 return False
@@ -409,7 +409,7 @@ class FrameRunner:
         if lost is not None:  # a detector that can run no more frames (a server that is down): none is read
             for job in jobs:
                 job.error = lost
-            self._unfinished.append(batch)
+            unfinished.append(batch)
             ordered.put(batch)
             ready.put(batch)
             return True
@@ -425,7 +425,7 @@ class FrameRunner:
                 self._read_in_threads(exc)
         if batch.read_pool is None:
             batch.reads = [self._readers.submit(self._read_job, job, staging) for job in jobs]
-        self._unfinished.append(batch)
+        unfinished.append(batch)
         ordered.put(batch)
         ready.put(batch)
         return True
