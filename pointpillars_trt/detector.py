@@ -100,6 +100,7 @@ class PointPillars:
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
+        self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
         backend = opts.backend
         check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
@@ -211,6 +212,13 @@ class PointPillars:
                           "(said once)", InputWarning, stacklevel=3)
         return found
 
+    def _say_viewpoint(self, text: str) -> None:
+        """A ``.pcd`` VIEWPOINT an ``infer_many`` read left unapplied (``read_points``' ``viewpoint_note``): warned once
+        a detector, not once a file, since a run's files share their sensor's pose as a rule."""
+        if not self._viewpoint_said:
+            self._viewpoint_said = True
+            warnings.warn(f"{text} (said once)", InputWarning, stacklevel=2)
+
     def __reduce__(self) -> Any:
         raise BackendError("a PointPillars detector holds ONNX Runtime sessions or GPU buffers and cannot be pickled "
                            "or copied: open one in each process (PointPillars.from_model_dir(path))")
@@ -318,7 +326,7 @@ class PointPillars:
         columns = self.cfg.num_point_columns
         dim = columns if point_dim is None else point_dim
         require_point_dim(dim)  # here, not as every file's error (a .bin's rows against the model: at its read)
-        read = functools.partial(read_points_into, point_dim=dim, columns=columns)
+        read = functools.partial(read_points_into, point_dim=dim, columns=columns, viewpoint_note=self._say_viewpoint)
         ahead = INFER_MANY_READ_AHEAD if isinstance(frames, Sequence) else 0
         pipeline = self.gpu_pipeline
         batch = min(batch, MAX_BATCH)  # more frames a group would only hold more memory (a GPU pass takes 8)

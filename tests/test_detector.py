@@ -16,7 +16,7 @@ import pytest
 
 from pointpillars_trt import Detections, FrameStats
 from pointpillars_trt.detector import PointPillars
-from pointpillars_trt.errors import BackendError, InputError, ModelDirError
+from pointpillars_trt.errors import BackendError, InputError, InputWarning, ModelDirError
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points
 
@@ -884,3 +884,23 @@ def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
         assert notices == []
     else:
         assert len(notices) == 1 and notices[0].startswith(said.format(cores=cores)), notices
+
+
+def test_infer_many_says_an_unapplied_pcd_viewpoint_once(detector: PointPillars, points: np.ndarray,
+                                                         tmp_path: Path) -> None:
+    """.pcd files whose VIEWPOINT is a pose (read as stored, as PCL reads them) get one warning a detector, naming
+    the first, not one a file; their points are the same as a .bin's of the same values."""
+    rows = np.ascontiguousarray(points[:2000])
+    header = ("# .PCD v0.7\nVERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+              f"WIDTH {len(rows)}\nHEIGHT 1\nVIEWPOINT 1 2 0 1 0 0 0\nPOINTS {len(rows)}\nDATA binary\n").encode()
+    posed = [tmp_path / f"posed{i}.pcd" for i in range(3)]
+    for path in posed:
+        path.write_bytes(header + rows.tobytes())
+    (tmp_path / "same.bin").write_bytes(rows.tobytes())
+    with pytest.warns(InputWarning) as caught:
+        results = list(detector.infer_many([str(p) for p in posed] + [str(tmp_path / "same.bin")]))
+    said = [str(w.message) for w in caught if "VIEWPOINT" in str(w.message)]
+    assert len(said) == 1 and str(posed[0]) in said[0] and "said once" in said[0]
+    assert all(r.error is None for r in results)
+    for result in results[:3]:
+        assert_same(result.detections, results[3].detections)  # type: ignore[arg-type]
