@@ -643,6 +643,46 @@ def test_a_port_something_listens_on_is_refused_before_the_server_starts(install
         assert server.process is None
 
 
+def test_a_server_that_fails_to_start_leaves_no_temp_folder(install, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The binary gone between finding and starting it: Popen fails inside ``with`` (whose __exit__ then never
+    runs), and the server's temp folder (its one-model repository) goes with the error."""
+    import dataclasses
+    import tempfile
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    gone = dataclasses.replace(install, binary=tmp_path / "gone" / "tritonserver")
+    with pytest.raises(FileNotFoundError), TritonServer(tmp_path / "repo", install=gone, model=MODEL_NAME):
+        pass
+    assert list(temp.iterdir()) == []
+
+
+def test_a_temp_folder_of_a_dead_serve_is_swept_at_the_next_start(install, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A serve killed with SIGKILL leaves its folder: the next start removes it, and leaves a live one's."""
+    import dataclasses
+    import tempfile
+
+    from pointpillars_trt.apps.serve.server import SCRATCH_PREFIX
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    stale = temp / f"{SCRATCH_PREFIX}{ended.pid}-abcd1234"
+    (stale / "models").mkdir(parents=True)
+    (stale / "models" / MODEL_NAME).symlink_to(tmp_path, target_is_directory=True)
+    live = temp / f"{SCRATCH_PREFIX}{os.getppid()}-abcd1234"
+    live.mkdir()
+    gone = dataclasses.replace(install, binary=tmp_path / "gone" / "tritonserver")
+    with pytest.raises(FileNotFoundError):
+        TritonServer(tmp_path / "repo", install=gone, model=MODEL_NAME).start(timeout=START_TIMEOUT)
+    assert sorted(temp.iterdir()) == [live] and tmp_path.is_dir()
+
+
 def test_serve_refuses_a_busy_port_before_it_writes_the_repository(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     import socket
 

@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ...errors import BackendError, InputError, safe_repr
+from ...fileio import process_alive
 from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
@@ -243,11 +244,22 @@ class TritonServer:
         if the server exits or is not ready within ``timeout`` seconds; a port something already listens
         on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
         self.check_ports()
-        self._scratch = tempfile.mkdtemp(prefix="pp-triton-")
-        backend_dir = self._backend_dir(Path(self._scratch))
+        remove_stale_scratch()
+        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        try:  # the scratch folder goes on any failure: a caller's ``with`` never reaches __exit__ when this raises
+            self.process = self._launch(Path(self._scratch))
+            self._wait_ready(timeout, stop)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _launch(self, scratch: Path) -> subprocess.Popen[bytes]:
+        """tritonserver started on ``scratch`` (its backend folder, and the one-model repository)."""
+        backend_dir = self._backend_dir(scratch)
         served = None
         if self.model is not None:  # a repository of the one model: a link to its folder
-            served = Path(self._scratch) / "models"
+            served = scratch / "models"
             served.mkdir()
             (served / self.model).symlink_to(self.repository.resolve() / self.model, target_is_directory=True)
         env = dict(os.environ)
@@ -262,20 +274,14 @@ class TritonServer:
         env.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
         out = open(self.log, "ab") if self.log is not None else None  # noqa: SIM115 - handed to the child
         try:
-            self.process = subprocess.Popen(self.command(backend_dir, served), env=env, stdin=subprocess.DEVNULL,
-                                            stdout=out, stderr=subprocess.STDOUT if out else None,
-                                            start_new_session=True,
-                                            preexec_fn=functools.partial(_end_with_parent, os.getpid())
-                                            if self.end_with_parent else None)
+            return subprocess.Popen(self.command(backend_dir, served), env=env, stdin=subprocess.DEVNULL,
+                                    stdout=out, stderr=subprocess.STDOUT if out else None,
+                                    start_new_session=True,
+                                    preexec_fn=functools.partial(_end_with_parent, os.getpid())
+                                    if self.end_with_parent else None)
         finally:
             if out is not None:
                 out.close()
-        try:
-            self._wait_ready(timeout, stop)
-        except BaseException:
-            self.stop()
-            raise
-        return self
 
     def _backend_dir(self, scratch: Path) -> Path:
         """The install's backends folder, or (pytriton layout) a copy of its Python backend with the stub."""
@@ -372,6 +378,30 @@ class TritonServer:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.stop()
+
+
+#: A server's temp folder (its backend folder, its one-model repository): ``pp-triton-<pid>-XXXX`` in the temp dir
+SCRATCH_PREFIX = "pp-triton-"
+
+
+def remove_stale_scratch() -> int:
+    """Delete the temp folders of servers whose starting process no longer runs (a serve killed with SIGKILL
+    leaves its folder behind); returns how many. Folders of live processes are left alone."""
+    removed = 0
+    folder = tempfile.gettempdir()
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        pid, dash, _ = name[len(SCRATCH_PREFIX):].partition("-")
+        if not (name.startswith(SCRATCH_PREFIX) and dash and pid.isdigit()) or process_alive(int(pid)):
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += not os.path.exists(path)
+    return removed
 
 
 def other_models_note(repository: Path) -> str:
