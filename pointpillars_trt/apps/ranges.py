@@ -70,6 +70,10 @@ def names_in(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
 port = int_in(1, 65535)
 
 
+#: tritonserver's own ports where it is not told others (a URL without its port names these)
+TRITON_PORTS = {"http": 8000, "grpc": 8001}
+
+
 def host_port(text: str) -> str:
     """An argparse ``type`` for HOST:PORT (a server address): without its port a client would try a
     default one (gRPC's 443) and report the server as unreachable."""
@@ -81,7 +85,12 @@ def host_port(text: str) -> str:
             raise argparse.ArgumentTypeError(f"{text!r}: the client speaks no TLS: give the server's plain HTTP or "
                                              "gRPC endpoint as HOST:PORT without a scheme, and its protocol with "
                                              "--protocol, e.g. --server 127.0.0.1:8001 --protocol grpc")
-        fix = f"--server {address} " + (f"--protocol {protocol}" if protocol else "and --protocol grpc or http")
+        if rest.split("/", 1)[0] and (address.endswith("]") or ":" not in address):  # no port: Triton's defaults
+            fix = (f"--server {address}:{TRITON_PORTS[protocol]} --protocol {protocol}" if protocol else
+                   f"--server {address}:{TRITON_PORTS['grpc']} --protocol grpc, or --server "
+                   f"{address}:{TRITON_PORTS['http']} --protocol http")
+        else:
+            fix = f"--server {address} " + (f"--protocol {protocol}" if protocol else "and --protocol grpc or http")
         raise argparse.ArgumentTypeError(f"{text!r}: give HOST:PORT without a scheme, and the protocol with "
                                          f"--protocol: {fix}")
     host, _, number = text.rpartition(":")

@@ -3,6 +3,7 @@ one ``error:`` line naming the option and its range, before any model, server or
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import os
@@ -62,11 +63,29 @@ def parse_error(argv: list[str]) -> str:
     (INFER, "--server", "http://127.0.0.1:59891", "'http://127.0.0.1:59891': give HOST:PORT without a scheme, and the "
                                                   "protocol with --protocol: --server 127.0.0.1:59891 --protocol http"),
     (INFER, "--server", "grpc://[::1]:8001/", "--server [::1]:8001 --protocol grpc"),
+    # a URL without its port: Triton's default port of its protocol (a fix without one was refused in turn)
+    (INFER, "--server", "http://localhost", "--server localhost:8000 --protocol http"),
+    (INFER, "--server", "grpc://[::1]/", "--server [::1]:8001 --protocol grpc"),
+    (INFER, "--server", "tcp://triton", "--server triton:8001 --protocol grpc, or --server triton:8000 --protocol http"),
     (INFER, "--server", "https://triton:443", "the client speaks no TLS: give the server's plain HTTP or gRPC endpoint"),
 ])
 def test_out_of_range_option_is_one_error_line(argv: list[str], option: str, value: str, expected: str) -> None:
     line = parse_error([*argv, f"{option}={value}"])
     assert option in line and expected in line, line
+
+
+@pytest.mark.parametrize("url", ["http://localhost", "grpc://triton.example/", "http://127.0.0.1:59891"])
+def test_the_fix_a_url_server_is_told_is_taken(url: str) -> None:
+    """The --server and --protocol the error suggests, given instead, parse."""
+    import re
+
+    from pointpillars_trt.apps.ranges import host_port
+
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        host_port(url)
+    fix = re.search(r"--server (\S+) --protocol (\w+)$", str(refused.value))
+    assert fix is not None, refused.value
+    assert host_port(fix[1]) == fix[1]
 
 
 def test_the_same_port_twice_is_refused_before_anything_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
