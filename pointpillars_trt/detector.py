@@ -25,7 +25,7 @@ from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatc
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .devices import PickedDevice, check_backend_runs_on, pick_device
-from .runtime_options import RuntimeOptions, max_threads
+from .runtime_options import RuntimeOptions, capped_threads, max_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_frame_path
@@ -117,8 +117,7 @@ class PointPillars:
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model, threads=opts.threads if opts.threads is not None else _omp_threads(),
-                                     post_config=self.cfg)
+            self._impl = CpuDetector(model, threads=_threads(opts.threads), post_config=self.cfg)
 
     #: Separate sweeps -> one multi-sweep frame for time-column models (``sweeps.accumulate_sweeps``).
     accumulate = staticmethod(accumulate_sweeps)
@@ -483,23 +482,25 @@ def _callers_level() -> int:
     return level
 
 
-def _omp_threads() -> int | None:
-    """OMP_NUM_THREADS as ONNX Runtime's CPU thread count (ORT itself ignores the variable), at most this
-    machine's cores (thousands of threads took minutes and gigabytes to start, and would not stop on SIGTERM);
-    a value that is no thread count is left out. Either is said once (``SettingNotice``)."""
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if not value:
-        return None
-    count = int(value) if value.isdigit() else 0
-    cores = max_threads()
-    if count < 1:
-        warnings.warn(f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{cores}): left out, ONNX Runtime "
-                      "picks its own", SettingNotice, stacklevel=3)
-        return None
-    if count > cores:
-        warnings.warn(f"OMP_NUM_THREADS={count} is more than this machine's {cores} cores: {cores} threads",
-                      SettingNotice, stacklevel=3)
-        return cores
+def _threads(asked: int | None) -> int | None:
+    """ONNX Runtime's CPU thread count: ``asked`` (the options' threads), else OMP_NUM_THREADS (ORT itself ignores
+    the variable), at most this machine's cores (thousands of threads took minutes and gigabytes to start, and
+    would not stop on SIGTERM; ``capped_threads``); an OMP_NUM_THREADS that is no thread count is left out. Either
+    is said once (``SettingNotice``)."""
+    if asked is not None:
+        count, what = asked, f"threads={asked}"
+    else:
+        value = os.environ.get("OMP_NUM_THREADS", "").strip()
+        if not value:
+            return None
+        count, what = (int(value) if value.isdigit() else 0), f"OMP_NUM_THREADS={value}"
+        if count < 1:
+            warnings.warn(f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left out, "
+                          "ONNX Runtime picks its own", SettingNotice, stacklevel=_callers_level())
+            return None
+    count, note = capped_threads(count, what)
+    if note is not None:
+        warnings.warn(note, SettingNotice, stacklevel=_callers_level())
     return count
 
 

@@ -36,7 +36,8 @@ class RuntimeOptions:
     (None: fp32; a model dir runs as built). ``tf32``: fp32 engines may use TensorFloat-32 (False: IEEE
     fp32, as the CPU path). ``cuda_graph``: replay a batch's stages and result copy from one captured CUDA graph
     (False: launch them one by one).
-    ``threads``: ONNX Runtime's CPU thread pool (None: ``OMP_NUM_THREADS``, else one per core).
+    ``threads``: ONNX Runtime's CPU thread pool (None: ``OMP_NUM_THREADS``, else one per core); more than the
+    cores where the detector runs (a Ray worker's, say) runs as many as they are, said in a note there.
     ``max_batch``: frames the GPU pipeline runs at once (1..MAX_BATCH). ``thresholds``: the post-process
     values (None fields: the model's); their ``max_boxes`` is also the cap of per-call values.
     ``stage_timings``: GPU per-stage milliseconds in ``last_timings`` (CUDA events between the stages,
@@ -63,9 +64,8 @@ class RuntimeOptions:
         for name in ("tf32", "cuda_graph", "stage_timings"):
             if not isinstance(getattr(self, name), bool):
                 raise PointPillarsError(f"{name}: expected True or False, received {getattr(self, name)!r}")
-        if self.threads is not None and int_within(self.threads, 1, max_threads()) is None:
-            raise PointPillarsError(f"threads: expected 1..{max_threads()} (this machine's cores) or None, "
-                                    f"received {self.threads!r}")
+        if self.threads is not None and int_within(self.threads, 1) is None:
+            raise PointPillarsError(f"threads: expected an integer >= 1 or None, received {self.threads!r}")
         if int_within(self.max_batch, 1, MAX_BATCH) is None:
             raise PointPillarsError(f"max_batch: expected 1..{MAX_BATCH}, received {self.max_batch!r}")
         if not isinstance(self.thresholds, Thresholds):
@@ -92,6 +92,16 @@ class RuntimeOptions:
         values = dict(data)
         values["thresholds"] = Thresholds(**values.get("thresholds", {}))
         return cls(**values)
+
+
+def capped_threads(count: int, what: str) -> tuple[int, str | None]:
+    """``count`` CPU threads at most the cores of this process (``max_threads``), where the detector runs, and
+    the note that says so when they are fewer (None: ``count`` as asked); ``what`` names the setting in it
+    (``--threads 64``, ``OMP_NUM_THREADS=64``): the one check, wherever a thread count is taken."""
+    cores = max_threads()
+    if count <= cores:
+        return count, None
+    return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
 
 
 def max_threads() -> int:

@@ -615,11 +615,11 @@ def test_infer_many_raises_what_a_sequence_raises_after_the_frames_before_it(tmp
     assert len(seen) == 2 and all(r.error is None for r in seen)
 
 
-def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path: Path) -> None:
+def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores_run_on_the_cores(tmp_path: Path) -> None:
     import os
 
     from tiny import tiny_model_dir
-    from pointpillars_trt.errors import PointPillarsError
+    from pointpillars_trt.errors import PointPillarsError, SettingNotice
 
     model = tiny_model_dir(tmp_path / "m", seed=3)
     with PointPillars(model, device="cpu") as detector:
@@ -633,8 +633,11 @@ def test_infer_many_refuses_a_single_path_and_threads_beyond_the_cores(tmp_path:
         for bad in (np.float64(2.0), np.bool_(True), 0):
             with pytest.raises(PointPillarsError, match="batch_size: expected a positive int"):
                 detector.infer_many([], batch_size=bad)
-    with pytest.raises(PointPillarsError, match=rf"threads: expected 1..{len(os.sched_getaffinity(0))} \(this machine's cores\)"):
-        PointPillars(model, device="cpu", threads=len(os.sched_getaffinity(0)) + 1)
+    cores = len(os.sched_getaffinity(0))
+    with pytest.warns(SettingNotice, match=rf"^threads={cores + 1} is more than the {cores} cores where the detector "
+                                           rf"runs: {cores} threads$") as said:
+        PointPillars(model, device="cpu", threads=cores + 1).close()
+    assert [w.filename for w in said] == [__file__]  # the caller's line
 
 
 def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -> None:
@@ -858,7 +861,7 @@ def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path
 
 @pytest.mark.parametrize("value, threads, said", [
     ("", None, None), ("1", 1, None), (" 1 ", 1, None),
-    ("99999", "cores", "OMP_NUM_THREADS=99999 is more than this machine's {cores} cores: {cores} threads"),
+    ("99999", "cores", "OMP_NUM_THREADS=99999 is more than the {cores} cores where the detector runs: {cores} threads"),
     ("abc", None, "OMP_NUM_THREADS='abc' is no thread count (1..{cores}): left out, ONNX Runtime picks its own"),
     ("0", None, "OMP_NUM_THREADS='0' is no thread count"), ("-3", None, "OMP_NUM_THREADS='-3' is no thread count"),
     ("4,2", None, "OMP_NUM_THREADS='4,2' is no thread count"),
@@ -877,7 +880,7 @@ def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = detector_module._omp_threads()
+        got = detector_module._threads(None)
     assert got == (cores if threads == "cores" else threads)
     notices = [str(w.message) for w in caught if issubclass(w.category, SettingNotice)]
     if said is None:

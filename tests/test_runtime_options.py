@@ -43,6 +43,18 @@ def test_options_are_validated(bad: dict, needle: str) -> None:  # type: ignore[
         RuntimeOptions(**bad)
 
 
+def test_threads_beyond_this_machines_cores_are_taken_and_capped_where_the_detector_runs() -> None:
+    """RuntimeOptions travel to Ray workers and Triton instances whose cores this machine's need not be: the
+    range alone is checked here (beyond them it was refused), and ``capped_threads`` caps where they run."""
+    from pointpillars_trt.runtime_options import capped_threads, max_threads
+
+    cores = max_threads()
+    assert RuntimeOptions(threads=cores + 63).threads == cores + 63
+    assert capped_threads(cores, "--threads N") == (cores, None)
+    assert capped_threads(cores + 1, f"--threads {cores + 1}") == (
+        cores, f"--threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads")
+
+
 @pytest.mark.parametrize("bad, needle", [({"threads": np.float64(2.0)}, "threads"),
                                          ({"max_batch": np.bool_(True)}, "max_batch"),
                                          ({"max_batch": np.int64(0)}, "max_batch"),

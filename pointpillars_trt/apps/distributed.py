@@ -153,8 +153,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    image_shape: tuple[int, int] | None = None, keep_out_of_view: bool = False, viz: bool = False,
                    point_dim: int | None = None, intensity_scale: float | None = None, ray_address: str | None = None,
                    progress: bool = True, report: Callable[[OutputPlan, int], FrameReport] | None = None,
-                   prepare: Prepare | None = None, runtime: RuntimeOptions | None = None,
-                   threads: int | None = None) -> DatasetSummary:
+                   prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
     """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's). ``model``: a model dir
@@ -171,9 +170,9 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     --retry-failed`` rewrites the part files there, so a refused run leaves them as they were). ``prepare(points,
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
-    batch are set per actor from the resources it gets. ``threads``: a CPU actor's ONNX Runtime threads
-    (default: ``runtime``'s, else the cluster's CPUs shared among the actors); more than an actor's cores run
-    as many as it has, said once (as a note). ``point_dim``: values a point in ``.bin`` frames
+    batch are set per actor from the resources it gets. Its ``threads``: a CPU actor's ONNX Runtime threads
+    (None: the cluster's CPUs shared among the actors); more than an actor's cores run as many as it has, said
+    once (as a note). ``point_dim``: values a point in ``.bin`` frames
     (default: the model's point columns).
 
     URIs (``is_uri``) are listed by Ray Data once the cluster is up, and taken as infer takes a local folder
@@ -182,8 +181,6 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     outputs are one file, is an InputError before any frame runs, as in local ``infer``.
     """
     _check_arguments(batch_size, pipelines, intensity_scale)
-    if threads is not None and int_within(threads, 1) is None:
-        raise InputError(f"threads {safe_repr(threads)}: expected an integer >= 1 or None")
     ray = require_ray(ray_address)
 
     if output_format not in OUTPUT_FORMATS:
@@ -211,8 +208,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     runtime = runtime or RuntimeOptions()
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
-               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime,
-               "threads": int(threads) if threads is not None else runtime.threads}
+               "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime}
     started = not ray.is_initialized()
     if started:
         _check_reachable(ray_address)
@@ -380,7 +376,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
-    asked = options.pop("threads")  # capped by each actor to its own cores, which this machine's need not be
+    asked = options["runtime"].threads  # capped by each actor to its own cores, which this machine's need not be
     threads = None if on_gpu else asked or max(1, int(resources.get("CPU", 1)) // workers)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
@@ -406,12 +402,12 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
             compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
                                       enable_true_multi_threading=True),
             fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
-                                   **options, "threads": threads,
-                                   # how the note names them: infer's option, or detect_dataset's argument
+                                   **options,
+                                   # how the note names them: infer's option, or the runtime options' field
                                    "threads_asked": None if asked is None else f"--threads {asked}"
                                    if report is not None else f"threads={asked}",
                                    "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu",
-                                                      max_batch=batch, threads=None)},
+                                                      max_batch=batch, threads=threads)},
             num_gpus=gpus_per_worker if on_gpu else None,
             num_cpus=ACTOR_CPUS_WITH_GPU if on_gpu else ACTOR_CPUS_WITHOUT_GPU)
         rows = RowParts(out, output_format, classes) if options["rows"] else None
@@ -555,18 +551,18 @@ class _DetectActor:
     def __init__(self, model_dir: str, runtime: RuntimeOptions, batch: int, pipelines: int,
                  plan: OutputPlan, point_dim: int, intensity_scale: float | None, rows: bool, cwd: str,
                  prepare: Prepare | None = None, points_per_frame: int | None = None, local_files: bool = True,
-                 threads: int | None = None, threads_asked: str | None = None) -> None:
+                 threads_asked: str | None = None) -> None:
         from ..detector import PointPillars
-        from ..runtime_options import max_threads
+        from ..runtime_options import capped_threads
 
-        #: the note for the driver, with this actor's first frame: threads asked for beyond its cores
+        #: the note for the driver, with this actor's first frame: threads asked for beyond its cores (the
+        #: default share of the cluster's CPUs, ``threads_asked`` None, is capped without one)
         self._capped: list[tuple[str, str]] = []
-        if threads is not None and runtime.device == "cpu":
-            cores = max_threads()
-            if threads > cores and threads_asked:
-                self._capped = [(THREADS_CAPPED, f"note: {threads_asked} is more than a Ray worker's {cores} cores: "
-                                                 f"{cores} threads there")]
-            runtime = replace(runtime, threads=min(threads, cores))
+        if runtime.threads is not None and runtime.device == "cpu":
+            count, note = capped_threads(runtime.threads, threads_asked or f"threads={runtime.threads}")
+            if note is not None and threads_asked:
+                self._capped = [(THREADS_CAPPED, f"note: {note}")]
+            runtime = replace(runtime, threads=count)
 
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here
             os.chdir(cwd)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config import Thresholds
 from ..errors import InputError, SettingNotice, safe_repr
 from ..model_dir import load_model_dir
-from ..runtime_options import RuntimeOptions, max_threads
+from ..runtime_options import RuntimeOptions, capped_threads
 
 
 def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
@@ -33,13 +33,11 @@ def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
 
 def _threads(args: argparse.Namespace) -> int | None:
     """``--threads``, at most this machine's cores (more is said in a note, as ``OMP_NUM_THREADS`` beyond them
-    is); None with ``--ray``, whose workers take it (``detect_dataset(threads=...)``) and cap it to theirs."""
+    is); with ``--ray`` as given: the workers cap it to theirs (``detect_dataset``), saying so once."""
     threads: int | None = args.threads
     if threads is None or getattr(args, "ray", False):
-        return None
-    cores = max_threads()
-    if threads > cores:
-        warnings.warn(f"--threads {threads} is more than this machine's {cores} cores: {cores} threads",
-                      SettingNotice, stacklevel=3)
-        return cores
+        return threads
+    threads, note = capped_threads(threads, f"--threads {threads}")
+    if note is not None:
+        warnings.warn(note, SettingNotice, stacklevel=3)
     return threads

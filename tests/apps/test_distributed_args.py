@@ -24,7 +24,6 @@ from pointpillars_trt.errors import InputError
     ({"batch_size": 0}, "batch_size 0: expected an integer in 1..8 or None"),
     ({"pipelines": 0}, "pipelines 0: expected an integer in 1..16 or None"),
     ({"paths": []}, "paths_or_uri: no frames given"),
-    ({"threads": 0}, "threads 0: expected an integer >= 1 or None"),
 ])
 def test_detect_datasets_arguments_are_refused_before_any_worker_starts(tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                          given: dict, said: str) -> None:
@@ -90,3 +89,4 @@ def test_the_ray_address_help_names_ray_address_as_the_default(capsys: pytest.Ca
         build_parser().parse_args(["infer", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: $RAY_ADDRESS's cluster where it is set, else a local one)" in text, text
+

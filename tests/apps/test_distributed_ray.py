@@ -727,11 +727,12 @@ def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, 
     write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(4)})
     rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / "ray", "--workers", "2", "--threads", str(cores + 1))
     assert rc == 0 and out.startswith("4/4 frames"), (out, err)
-    assert err.count(f"note: --threads {cores + 1} is more than a Ray worker's {cores} cores: {cores} threads "
-                     "there\n") == 1, err
-    with pytest.warns(SettingNotice, match=rf"threads={cores + 1} is more than a Ray worker's {cores} cores"):
+    assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: "
+                     f"{cores} threads\n") == 1, err
+    # the runtime options' threads are the workers' too (they were refused against this machine's cores)
+    with pytest.warns(SettingNotice, match=rf"^threads={cores + 1} is more than the {cores} cores where the detector"):
         summary = detect_dataset([str(folder)], tiny_model, tmp_path / "api", workers=1, gpus_per_worker=0,
-                                 threads=cores + 1, progress=False)
+                                 runtime=RuntimeOptions(threads=cores + 1), progress=False)
     assert summary.frames == 4 and not summary.failures
 
 

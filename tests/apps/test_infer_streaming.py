@@ -651,7 +651,7 @@ def test_an_empty_out_is_one_error_line_and_threads_beyond_the_cores_one_note(mo
     cores = len(os.sched_getaffinity(0))
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(tmp_path), "--threads", str(cores + 1))
     assert rc == 1 and err.count("error: ") == 1 and "zz_corrupt.bin" in err, err  # the folder's corrupt frame
-    assert err.count(f"note: --threads {cores + 1} is more than this machine's {cores} cores: {cores} threads\n") == 1
+    assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads\n") == 1
 
 
 def test_frames_of_millimetres_warn_once_naming_the_point_range_then_are_counted(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -406,7 +406,7 @@ def _run_ray(args: argparse.Namespace) -> int:
                                      calib=args.calib, image_shape=args.image_shape,
                                      keep_out_of_view=args.keep_out_of_view, viz=args.viz, point_dim=args.point_dim,
                                      intensity_scale=args.intensity_scale, ray_address=args.ray_address, prepare=prepare,
-                                     runtime=runtime_options_from_args(args), threads=args.threads, report=report)
+                                     runtime=runtime_options_from_args(args), report=report)
         print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
               f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
               file=sys.stderr)
