@@ -210,10 +210,13 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime}
     started = not ray.is_initialized()
+    # a cluster of this machine alone, started for the run: its workers' pids are this machine's, and shut down
+    # with it (a joined cluster's workers may run elsewhere, or on after the stop)
+    local = started and ray_address is None and not os.environ.get("RAY_ADDRESS")
     if started:
         _check_reachable(ray_address)
         _init_keeping_sigterm(ray, ray_address)
-    stopped: list[Callable[[bool], None]] = []  # on a stop, what is said once the workers are stopped
+    stopped: list[Callable[[bool, bool], None]] = []  # on a stop, what is said once the workers are stopped
     try:
         return _run(ray, sources, uris, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
                     workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
@@ -222,7 +225,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         if started:
             ray.shutdown()  # the workers with it: what they wrote is then all there is
         for say in stopped:
-            say(started)
+            say(started, local)
 
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
@@ -346,7 +349,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
          classes: tuple[str, ...], options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
          batch_size: int | None, pipelines: int | None, progress: bool,
          make_report: Callable[[OutputPlan, int], FrameReport] | None,
-         on_stop: list[Callable[[bool], None]]) -> DatasetSummary:
+         on_stop: list[Callable[[bool, bool], None]]) -> DatasetSummary:
     from ray.data import ActorPoolStrategy, DataContext
 
     _quiet_ray_data()
@@ -491,13 +494,17 @@ def _outputs_in(out: Path, frames: Sequence[str], suffixes: Sequence[str]) -> di
 
 def _say_outputs_on_disk(out: Path, frames: Sequence[str], suffixes: Sequence[str],
                          before: dict[str, tuple[int, int]], note: Callable[[str], None], hint: str | None,
-                         workers_stopped: bool) -> None:
+                         workers_stopped: bool, local: bool) -> None:
     """On a stop of a JSON / KITTI run: the frames whose output files the run wrote (each there, and not as
     ``before`` found it: the atomic writer's rename gives a file a new inode) counted on disk, flushed to it and
     said. The driver hears of a frame only with its call's block, so its own account would miss those the
     workers wrote since. ``workers_stopped``: False where this run did not start the Ray session, whose
-    workers may still write the frames they hold."""
-    remove_stale_temp_files(out)  # of writes the stop cut short
+    workers may still write the frames they hold. ``local``: they ran on a cluster of this machine that the run
+    started, and are stopped: the temp files of the writes the stop cut short are removed (a pid of a worker on
+    another host says nothing here, and a worker still writing has its temp file in use: a later run into
+    ``out`` removes them)."""
+    if workers_stopped and local:
+        remove_stale_temp_files(out)
     now = _outputs_in(out, frames, suffixes)
     written = [[Path(frame).stem + suffix for suffix in suffixes] for frame in frames]
     done = [names for names in written if all(name in now and now[name] != before.get(name) for name in names)]

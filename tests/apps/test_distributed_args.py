@@ -90,3 +90,23 @@ def test_the_ray_address_help_names_ray_address_as_the_default(capsys: pytest.Ca
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: $RAY_ADDRESS's cluster where it is set, else a local one)" in text, text
 
+
+@pytest.mark.parametrize(("workers_stopped", "local", "swept"), [(True, True, True), (False, False, False),
+                                                                 (True, False, False)])
+def test_a_stop_removes_cut_writes_only_once_a_local_clusters_workers_are_stopped(  # type: ignore[no-untyped-def]
+        tmp_path: Path, workers_stopped: bool, local: bool, swept: bool) -> None:
+    """A stop of a joined cluster's run: its workers may still write (their temp files in use), or run on
+    another host, whose pids say nothing here: their temp files are left to a later run."""
+    import subprocess
+    import sys
+
+    from pointpillars_trt.apps.distributed import _say_outputs_on_disk
+    from pointpillars_trt.fileio import TEMP_SUFFIX
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    temp = tmp_path / f".000001.json.{ended.pid}.abcd{TEMP_SUFFIX}"
+    temp.write_text("{")
+    said: list[str] = []
+    _say_outputs_on_disk(tmp_path, ["000001.bin"], [".json"], {}, said.append, None, workers_stopped, local)
+    assert temp.exists() != swept and len(said) == 1, said
