@@ -35,10 +35,19 @@ def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> 
         lines.append("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU "
                      "runs use fp32 graphs (a checkpoint without --precision fp16, or a model dir built with "
                      "--precision fp32)")
-    options = getattr(detector, "options", None)
-    if getattr(detector, "device", None) == "cpu" and options is not None and not options.tf32:
-        lines.append(CPU_TF32_NOTE)
+    note = cpu_tf32_note(getattr(detector, "device", None), getattr(detector, "options", None))
+    if note is not None:
+        lines.append(note)
     return lines
+
+
+def cpu_tf32_note(device: str | None, options: Any) -> str | None:
+    """``CPU_TF32_NOTE`` for a run on ``device`` whose ``options`` (``RuntimeOptions``; None: not known) turn
+    TF32 off and that runs on the CPU, where it changes nothing (else None): a local run's detector, or Ray's
+    CPU workers."""
+    if device == "cpu" and options is not None and not options.tf32:
+        return CPU_TF32_NOTE
+    return None
 
 
 def gpu_unused_note(reason: str | None, probes: Sequence[GpuProbe] = GPU_PROBES) -> str | None:

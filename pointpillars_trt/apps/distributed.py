@@ -41,7 +41,7 @@ from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim
 from ..staging import likely_points_per_frame
-from .device_notice import CPU_TF32_NOTE
+from .device_notice import cpu_tf32_note
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
@@ -393,8 +393,9 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     try:  # from here on, a stop says what it kept
         if make_report is not None:  # where the frames run said first, as local infer says its device
             print(where, file=sys.stderr, flush=True)
-            if not on_gpu and not options["runtime"].tf32:
-                print(CPU_TF32_NOTE, file=sys.stderr, flush=True)
+            tf32_note = cpu_tf32_note("cuda" if on_gpu else "cpu", options["runtime"])
+            if tf32_note is not None:
+                print(tf32_note, file=sys.stderr, flush=True)
             report = make_report(options["plan"], len(frames))
         elif fallback:  # the Python API's CPU fallback, said as the detector says its own
             warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
