@@ -370,7 +370,7 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
             suffixes.append(".txt")
         check_distinct_outputs(frames, suffixes, reserved=[SETTINGS_FILE, *([EVAL_FILE] if labels is not None else [])])
         refuse_foreign_outputs(out, frames, suffixes)
-        if fmt == "json" and not args.skip_existing:
+        if fmt == "json":  # with --skip-existing too: before the resume decides which frames run
             refuse_other_sources(out, frames)
     elif labels is not None:
         check_distinct_outputs(frames, [".txt"])
@@ -390,9 +390,11 @@ def _first_calib_file(frames: Sequence[str], calib_dir: str | None) -> Path | No
 
 
 def refuse_other_sources(out: Path, frames: Sequence[str]) -> None:
-    """A run (without --skip-existing) whose JSON records would replace those ``out`` holds of other point files of
-    the same names (``records_of_other_sources``: another sequence's 000000.bin) is refused before anything runs:
-    those results would be gone without a word. A rerun of the same frames replaces their records as before."""
+    """A run whose JSON records would replace those ``out`` holds of other point files of the same names
+    (``records_of_other_sources``: another sequence's 000000.bin) is refused before anything runs, with
+    --skip-existing too (it would run those frames, their records not being theirs): those results would be gone
+    without a word. A rerun of the same frames (by a symbolic link to their folder too) replaces their records, or
+    with --skip-existing skips them, as before."""
     others = records_of_other_sources(out, frames)
     if others:
         frame, source = others[0]

@@ -504,30 +504,37 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
 def records_of_other_sources(out: Path, frames: Iterable[str]) -> list[tuple[str, str]]:
     """(frame, the source its record names) for each frame whose JSON record in ``out`` is that of another point
     file of the same name (KITTI raw and tracking sequences all start at 000000.bin), which a run of ``frames``
-    would replace. Only the records of the frames' names are read; a record of the same file (by another path to
-    its folder: a symbolic link), of an earlier version (no source), or that is no whole record is none of
-    them. ``out`` is listed once."""
+    would replace. Only the records of the frames' names are read; a record of the same file (``names_frame``: by
+    another path to its folder too, a symbolic link), of an earlier version (no source), or that is no whole record
+    is none of them. ``out`` is listed once."""
     try:
         present = set(os.listdir(out))
     except OSError:
         return []
-    resolved: dict[str, str] = {}  # folder -> its real path (a run's frames lie in a few folders)
-
-    def file_key(path: str) -> str:  # as ``refuse_repeated_frames`` compares frames: their folders resolved
-        folder, name = os.path.split(path)
-        if folder not in resolved:
-            resolved[folder] = os.path.realpath(folder)
-        return os.path.join(resolved[folder], name)
-
     found: list[tuple[str, str]] = []
     for frame in frames:
         name = os.path.splitext(os.path.basename(frame))[0] + ".json"
         if name not in present:
             continue
-        source, own = _recorded_source(out / name), source_path(frame)
-        if source is not None and source != own and file_key(source) != file_key(own):
+        source = _recorded_source(out / name)
+        if source is not None and not names_frame(source, frame):
             found.append((frame, source))
     return found
+
+
+def names_frame(source: str, frame: str) -> bool:
+    """Whether ``source``, the point file a JSON record names, is ``frame``: compared as absolute paths
+    (``source_path``), then, where those differ, with their folders' symbolic links resolved, as
+    ``refuse_repeated_frames`` compares frames (``link-to-a/x.bin`` is ``a/x.bin``; two names linked to one
+    stored file are two frames)."""
+    own = source_path(frame)
+    return source == own or _folder_resolved(source) == _folder_resolved(own)
+
+
+def _folder_resolved(path: str) -> str:
+    """``path`` with its folder's symbolic links resolved (its file name as it is)."""
+    folder, name = os.path.split(path)
+    return os.path.join(os.path.realpath(folder), name)
 
 
 def _recorded_source(path: Path) -> str | None:

@@ -30,7 +30,6 @@ class Resume:
     failed_before: list[str] = dataclasses.field(default_factory=list)
     unpictured: list[Path] = dataclasses.field(default_factory=list)
     redone: list[Path] = dataclasses.field(default_factory=list)
-    other_source: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (frame, source its record names)
 
 
 def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path | None, skip_existing: bool,
@@ -38,10 +37,10 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
     model needed): a frame is skipped when all its outputs are there and complete (this package writes
     them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
-    elsewhere, or from a crash before the run's flush, and is redone), and its JSON record names it as its
-    source (a frame of the same name from another folder runs; a record without a source, or a KITTI label
-    file, is matched by the name alone); for row formats, when its row is in a part file (``rows_to_run``).
-    ``say_resume`` says what was found."""
+    elsewhere, or from a crash before the run's flush, and is redone); a JSON record, as a KITTI label file, is
+    matched by its frame's name, since a run into records of other point files of the frames' names is refused
+    before this (``infer.check_outputs``: ``refuse_other_sources``); for row formats, when its row is in a part
+    file (``rows_to_run``). ``say_resume`` says what was found."""
     if not skip_existing or out is None:
         return Resume(list(frames))
     if fmt in ROW_FORMATS:
@@ -55,10 +54,6 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
                if path.exists() and not (record is not None if path == json_file else output_complete(path))]
         resume.redone.extend(cut)
         done = all(path.is_file() for path in files) and not cut
-        source = record.get("source") if record is not None else None  # None: a record of an earlier version
-        if done and isinstance(source, str) and source != source_path(frame):
-            resume.other_source.append((frame, source))
-            done = False
         (resume.skipped if done else resume.todo).append(frame)
     return resume
 
@@ -90,11 +85,6 @@ def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> No
     if resume.redone:
         print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
               f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
-    if resume.other_source:
-        frame, source = resume.other_source[0]
-        print(f"note: {len(resume.other_source)} frame(s) have a name whose outputs in {out} are another frame's "
-              f"(e.g. {safe_repr(frame)}: {safe_repr(Path(frame).stem + '.json')} is the record of {safe_repr(source)}): "
-              "they run, and their outputs replace those", file=sys.stderr)
     if resume.skipped:
         print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
     if resume.failed_before and out is not None:
