@@ -272,16 +272,36 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
     return read_ground_truth(labels, [Path(frame).stem for frame in frames])
 
 
-def _eval_classes(classes: Sequence[str]) -> tuple[str, ...]:
-    from .eval.kitti_eval import DEFAULT_CLASSES, canonical_class
+def eval_classes(classes: Sequence[str]) -> tuple[tuple[str, ...], list[str]]:
+    """What --eval makes of a model of ``classes``, checked once the model is open, before any frame runs: (the
+    classes it scores, in KITTI's spelling and the model's order; the model's classes that are none of them, whose
+    boxes are left out of the scores). InputError where none of the model's classes is one of them: every AP
+    would be 0, found only after the whole run."""
+    from .eval.kitti_eval import canonical_class
 
-    names: list[str] = []
+    scored: list[str] = []
+    others: list[str] = []
     for name in classes:
         try:
-            names.append(canonical_class(name))
+            scored.append(canonical_class(name))
         except PointPillarsError:
-            continue
-    return tuple(dict.fromkeys(names)) or DEFAULT_CLASSES
+            others.append(name)
+    if not scored:
+        raise InputError(f"{_eval_scores()}; this model's classes ({_class_list(classes)}) have none of them, so "
+                         "every AP would be 0: drop --eval, or give a --model of KITTI's classes")
+    return tuple(dict.fromkeys(scored)), others
+
+
+def _eval_scores() -> str:
+    """What --eval scores, as ``eval_classes``' error and note begin."""
+    from .eval.kitti_eval import CLASS_OVERLAPS
+
+    return f"--eval scores KITTI's classes ({', '.join(CLASS_OVERLAPS)})"
+
+
+def _class_list(classes: Sequence[str]) -> str:
+    """'bus', 'trailer', ... : class names as messages quote them."""
+    return ", ".join(safe_repr(name) for name in classes)
 
 
 def run_infer(args: argparse.Namespace) -> int:
@@ -546,6 +566,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         detectors = open_detectors(points_per_frame)
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
+        scored, unscored = eval_classes(classes) if labels is not None else ((), [])
         if args.point_dim is None:  # the model's own point columns
             args.point_dim = cfg.num_point_columns if cfg is not None else getattr(detectors[0], "point_columns", 4)
         if cfg is not None:
@@ -564,6 +585,9 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if cfg is not None:  # the --viz pictures are drawn over the model's point range
             plan = dataclasses.replace(plan, point_range=tuple(cfg.voxel.point_range))
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail
+        if unscored:
+            print(f"note: {_eval_scores()}; this model's classes {_class_list(unscored)} are none of them: their "
+                  "boxes are left out of the scores", file=sys.stderr)
         say_resume(resume, fmt, out, retry=args.retry_failed)
         done, failures = run_frames(detectors, resume.todo, plan, args, batch, fmt, out, classes, writers,
                                     points_per_frame, path_errors, readers, skipped=len(resume.skipped))
@@ -572,7 +596,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if labels is not None:
             skipped = skipped_for_eval(resume, plan, fmt, out)
             _evaluate(labels, plan.kitti_dir, frames, {*skipped.frames, *done},  # type: ignore[arg-type]
-                      failures + skipped.failed_before, skipped.unreadable, classes, out)
+                      failures + skipped.failed_before, skipped.unreadable, scored, out)
             failures += skipped.unreadable
     finally:
         for processes in (writers, readers):
@@ -848,22 +872,21 @@ class _SharedCause:
 
 
 def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evaluated: Collection[str], failed: int,
-              unreadable: int, classes: Sequence[str], out: Path | None) -> None:
-    """KITTI AP of ``evaluated`` (KITTI lines in ``pred_dir``) in input order, whichever run wrote them; the
-    header counts the ``failed`` frames and those whose earlier outputs were ``unreadable``, left out."""
+              unreadable: int, classes: tuple[str, ...], out: Path | None) -> None:
+    """KITTI AP for ``classes`` (``eval_classes``' scored) of ``evaluated`` (KITTI lines in ``pred_dir``) in input
+    order, whichever run wrote them; the header counts the ``failed`` frames and those whose earlier outputs were
+    ``unreadable``, left out. The lines are infer's own, typed with the model's class names, which ``eval_classes``
+    compared with KITTI's before the run: no line is checked for its type here."""
     from ..fileio import write_json_atomic
     from .eval.io import load_predictions
-    from .eval.kitti_eval import check_prediction_types, evaluate
+    from .eval.kitti_eval import evaluate
     from .eval.report import format_table
 
     if not evaluated:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
     ids = [Path(f).stem for f in frames if f in evaluated]
-    predictions, eval_classes = load_predictions(pred_dir, ids), _eval_classes(classes)
-    warning = check_prediction_types(predictions, pred_dir, eval_classes)  # a model's classes KITTI has not
-    if warning is not None:
-        print(warning, file=sys.stderr)
-    result = evaluate(labels.of(ids), predictions, eval_classes)
+    predictions = load_predictions(pred_dir, ids)
+    result = evaluate(labels.of(ids), predictions, classes)
     left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
         [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""

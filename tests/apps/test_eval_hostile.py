@@ -545,27 +545,3 @@ def test_json_predictions_of_no_kitti_type_are_refused_too(tmp_path: Path) -> No
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert rc == 2 and err.startswith(f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, "
                                       "Pedestrian, Cyclist), so every AP would be 0: their types are 'Vehicle' (1)")
-
-
-def test_infer_eval_warns_of_a_models_classes_kitti_has_not(folders: tuple[Path, Path],
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """``infer --eval`` reads back the lines the run wrote, typed with the model's class names: a model of other
-    classes besides KITTI's (nuScenes' barrier, say) gets the same warning; one of none of them the same error."""
-    from pointpillars_trt.apps.infer import _evaluate
-    from pointpillars_trt.apps.eval.io import read_ground_truth
-    from pointpillars_trt.errors import InputError
-
-    labels, pred = folders
-    (pred / "000000.txt").write_text(PRED + PRED.replace("Car", "barrier", 1))
-    gt = read_ground_truth(labels, ["000000"])
-    _evaluate(gt, pred, ["000000.bin"], {"000000.bin"}, 0, 0, ["Car", "barrier"], None)
-    captured = capsys.readouterr()
-    assert captured.err == (f"warning: 1 of the 2 prediction lines in {str(pred)!r} are of types KITTI has not, "
-                            "'barrier' (1): they match no ground truth and count for no class; name each line's "
-                            "type as KITTI does (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or "
-                            "DontCare, in any letter case)\n")
-    assert "3d   AP:9.0909, 9.0909, 9.0909" in captured.out
-    (pred / "000000.txt").write_text(PRED.replace("Car", "Vehicle", 1))
-    with pytest.raises(InputError, match=r"no prediction line in .* is of a class evaluated \(Car, Pedestrian, "
-                                         r"Cyclist\), so every AP would be 0: their types are 'Vehicle' \(1\)"):
-        _evaluate(gt, pred, ["000000.bin"], {"000000.bin"}, 0, 0, ["Vehicle"], None)

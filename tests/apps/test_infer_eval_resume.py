@@ -194,3 +194,47 @@ def test_record_boxes_reads_back_what_a_record_holds() -> None:
     assert found.scores.tolist() == [0.5, 0.25] and found.names == ["Car", "Pedestrian"]
     empty = record_boxes({"boxes_lidar": [], "scores": [], "labels": []})
     assert empty.boxes.shape == (0, 7) and empty.scores.shape == (0,) and empty.names == []
+
+
+def renamed_model(folder: Path, classes: tuple[str, str, str]) -> Path:
+    """The tiny model (its weights too) with its three classes named ``classes``: a model of nuScenes' classes."""
+    from pointpillars_trt.config import config_from_dict
+    from pointpillars_trt.convert.export import export_model_dir
+    from tiny import tiny_config, tiny_weights
+
+    raw = tiny_config().to_dict()
+    names = dict(zip(raw["classes"], classes))
+    anchors = [{**anchor, "name": names[anchor["name"]]} for anchor in raw["anchors"]["classes"]]
+    cfg = config_from_dict({**raw, "classes": classes, "anchors": {**raw["anchors"], "classes": anchors}}, "renamed")
+    return export_model_dir(tiny_weights(cfg, 3), cfg, folder, precision="fp32", source={"random_seed": 3}).path
+
+
+def test_a_model_of_other_classes_besides_kitti_s_is_evaluated_for_those_with_one_note(scene: Path,
+                                                                                       tmp_path: Path) -> None:
+    """A model of KITTI's Car and nuScenes' bus and trailer: one note before the run names the classes left out
+    of the scores (it was a warning after the run telling infer's user to rename the lines infer wrote)."""
+    model = renamed_model(tmp_path / "model", ("Car", "bus", "trailer"))
+    done = run(model, frames_of(scene), tmp_path / "out", "kitti", scene / "label_2")
+    assert done.rc == 0 and "types KITTI has not" not in done.err and "name each line" not in done.err, done
+    assert [line for line in done.err.splitlines() if line.startswith("note: --eval")] == [
+        "note: --eval scores KITTI's classes (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck); this model's "
+        "classes 'bus', 'trailer' are none of them: their boxes are left out of the scores"], done.err
+    types = {line.split()[0] for path in (tmp_path / "out").glob("0*.txt") for line in path.read_text().splitlines()}
+    assert {"bus", "trailer"} & types, types  # lines of the classes left out were written and evaluated without a word
+    assert "Car AP@" in done.out and "Pedestrian AP@" not in done.out, done.out
+
+
+def test_a_model_of_no_kitti_class_is_refused_before_any_frame_runs(scene: Path, tmp_path: Path) -> None:
+    """A model of nuScenes' classes alone: one error before any frame runs (it came after every frame ran)."""
+    model = renamed_model(tmp_path / "model", ("bus", "trailer", "barrier"))
+    out = tmp_path / "out"
+    done = run(model, frames_of(scene), out, "json", scene / "label_2")
+    assert (done.rc, done.out) == (2, ""), done
+    assert done.err == ("error: --eval scores KITTI's classes (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck); "
+                        "this model's classes ('bus', 'trailer', 'barrier') have none of them, so every AP would be 0: "
+                        "drop --eval, or give a --model of KITTI's classes\n"), done.err
+    assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
+    assert run(model, frames_of(scene), tmp_path / "fixed", "json", scene / "label_2").rc == 2
+    fixed = cli("infer", *frames_of(scene), "--model", model, "--device", "cpu", "--out", tmp_path / "fixed",
+                "--no-progress")
+    assert fixed.rc == 0, fixed  # the fix, as said: without --eval
