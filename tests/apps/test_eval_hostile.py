@@ -475,7 +475,7 @@ def test_predictions_of_no_evaluated_class_are_refused_naming_their_types(folder
     assert (rc, out) == (2, ""), out
     assert err == (f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, Pedestrian, Cyclist), "
                    f"so every AP would be 0: their types are {order}; name each line's type as KITTI does (Car, "
-                   "Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any letter case), "
+                   "Van, Truck, Pedestrian, Person_sitting, Cyclist, Tram, Misc or DontCare, in any letter case), "
                    "not by a class index or another dataset's name\n"), err
 
 
@@ -510,7 +510,7 @@ def test_types_kitti_has_not_beside_evaluated_ones_are_warned_of_and_change_no_a
     assert rc == 0 and out == alone, out
     assert err == (f"warning: 4 of the 5 prediction lines in {str(pred)!r} are of types KITTI has not, 'Vehicle' "
                    "(3), '9' (1): they match no ground truth and count for no class; name each line's type as KITTI "
-                   "does (Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any "
+                   "does (Car, Van, Truck, Pedestrian, Person_sitting, Cyclist, Tram, Misc or DontCare, in any "
                    "letter case)\n"), err
 
 

@@ -344,7 +344,7 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
         return None
     unknown = ~np.isin(lower, [t.lower() for t in KITTI_TYPES])
     where = safe_repr(str(folder))
-    kitti_names = "Car, Pedestrian, Cyclist, Van, Person_sitting, Truck, Tram, Misc or DontCare, in any letter case"
+    kitti_names = f"{', '.join(KITTI_TYPES[:-1])} or {KITTI_TYPES[-1]}, in any letter case"
     if not np.isin(lower, [c.lower() for c in classes]).any():
         found = _type_counts(dt.names[objects])
         if unknown.any():
