@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -420,9 +420,12 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
                 rows.add(row_text(frame_row(source, None, error, classes, local=False)))
             if report is not None:
                 report.fail(source, error)
-        with progress_bar(len(frames), progress and report is None, desc="ray") as bar:
+        # on a stop, the records' iteration is closed first: Ray Data's executor then ends before ray.shutdown(), where
+        # a thread of it that touched Ray afterwards ended the process (exit code 1, no stop line)
+        with progress_bar(len(frames), progress and report is None, desc="ray") as bar, \
+                contextlib.closing(_records(dataset)) as records:
             bar.update(len(refused))
-            for record in _records(dataset):
+            for record in records:
                 done += 1
                 first_call = min(first_call, record["call_started"])
                 source, error = record["source"], record["error"]
@@ -538,17 +541,25 @@ _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of
             "call_started")
 
 
-def _records(dataset: Any) -> Iterator[dict[str, Any]]:
-    """Each frame's record."""
-    for batch in dataset.iter_batches(batch_size=None, batch_format="numpy"):  # each block as it comes, not 256 rows
-        for values in zip(*(batch[key] for key in _COLUMNS)):
-            record = dict(zip(_COLUMNS, values))
-            error = record["error"]  # a column of None and str arrives with NaN for None
-            yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
-                   "num_boxes": int(record["num_boxes"]), "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
-                   "num_out_of_view": int(record["num_out_of_view"]),
-                   "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
-                   "row": str(record["row"]), "call_started": float(record["call_started"])}
+def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
+    """Each frame's record; closed, it shuts Ray Data's executor down at once (its iterator closed, not left to
+    the garbage collector)."""
+    batches = dataset.iter_batches(batch_size=None, batch_format="numpy")  # each block as it comes, not 256 rows
+    try:
+        for batch in batches:
+            for values in zip(*(batch[key] for key in _COLUMNS)):
+                record = dict(zip(_COLUMNS, values))
+                error = record["error"]  # a column of None and str arrives with NaN for None
+                yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
+                       "num_boxes": int(record["num_boxes"]),
+                       "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
+                       "num_out_of_view": int(record["num_out_of_view"]),
+                       "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
+                       "row": str(record["row"]), "call_started": float(record["call_started"])}
+    finally:
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
 
 
 class _DetectActor:
