@@ -107,6 +107,14 @@ def _kind_of(mode: int) -> str:
     return "not a regular file"
 
 
+def folder_resolved(path: str) -> str:
+    """``path`` made absolute with its folder's symbolic links resolved, its file name as it is: the one key of a
+    frame file (``a/x.bin``, ``/abs/a/x.bin`` and ``link-to-a/x.bin`` are one frame; two names linked to one stored
+    file, as git-annex or DVC keep frames, are two)."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(os.path.realpath(folder), name)
+
+
 def special_kind(path: PathLike) -> str | None:
     """What ``path`` is when it exists but is neither a regular file nor a directory ("a FIFO (named pipe)",
     "a character device", ...); None otherwise (missing, a file, a folder). Symbolic links are followed."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..fileio import special_kind
+from ..fileio import folder_resolved, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 
@@ -163,8 +163,7 @@ def refuse_repeated_frames(frames: Sequence[str]) -> None:
     before anything runs."""
     seen: dict[str, str] = {}
     for frame in frames:
-        absolute = os.path.abspath(frame)
-        key = os.path.join(os.path.realpath(os.path.dirname(absolute)), os.path.basename(absolute))
+        key = folder_resolved(frame)
         if key in seen:
             other = seen[key]
             also = "" if os.path.abspath(other) == os.path.abspath(frame) else f" (as {safe_repr(other)} too)"

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import (dumps_strict, fsync_path, loads_json, name_text, open_regular_file, read_file_head, special_kind,
-                      write_bytes_atomic, write_new_file_atomic)
+from ..fileio import (dumps_strict, folder_resolved, fsync_path, loads_json, name_text, open_regular_file, read_file_head,
+                      special_kind, write_bytes_atomic, write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -524,17 +524,10 @@ def records_of_other_sources(out: Path, frames: Iterable[str]) -> list[tuple[str
 
 def names_frame(source: str, frame: str) -> bool:
     """Whether ``source``, the point file a JSON record names, is ``frame``: compared as absolute paths
-    (``source_path``), then, where those differ, with their folders' symbolic links resolved, as
-    ``refuse_repeated_frames`` compares frames (``link-to-a/x.bin`` is ``a/x.bin``; two names linked to one
-    stored file are two frames)."""
+    (``source_path``), then, where those differ, as ``refuse_repeated_frames`` compares frames
+    (``folder_resolved``: ``link-to-a/x.bin`` is ``a/x.bin``)."""
     own = source_path(frame)
-    return source == own or _folder_resolved(source) == _folder_resolved(own)
-
-
-def _folder_resolved(path: str) -> str:
-    """``path`` with its folder's symbolic links resolved (its file name as it is)."""
-    folder, name = os.path.split(path)
-    return os.path.join(os.path.realpath(folder), name)
+    return source == own or folder_resolved(source) == folder_resolved(own)
 
 
 def _recorded_source(path: Path) -> str | None:
