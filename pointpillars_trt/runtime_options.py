@@ -104,6 +104,25 @@ def capped_threads(count: int, what: str) -> tuple[int, str | None]:
     return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
 
 
+def pipeline_threads(pipelines: int, threads: int | None) -> tuple[int | None, str | None]:
+    """The ONNX Runtime threads of each of ``pipelines`` CPU pipelines (``threads``: the count asked for each,
+    at most the cores; None: none asked) and the note that says how they share the cores where the detector
+    runs (None: one pipeline). Unasked, every session would take a thread per core and the pipelines would
+    contend for them, so the cores are split; ``OMP_NUM_THREADS`` is the user's own count and stays."""
+    if pipelines < 2 or (threads is None and os.environ.get("OMP_NUM_THREADS", "").strip()):
+        return threads, None
+    cores = max_threads()
+    if threads is None:
+        each = max(1, cores // pipelines)
+        crowded = "; more pipelines than cores only contend for them" if pipelines > cores else ""
+        return each, (f"{pipelines} pipelines on the CPU share its {cores} cores: {each} ONNX Runtime "
+                      f"thread{'s' if each > 1 else ''} each{crowded}")
+    if threads * pipelines <= cores:
+        return threads, None
+    return threads, (f"--pipelines {pipelines} with --threads {threads}: {threads * pipelines} ONNX Runtime threads "
+                     f"contend for {cores} cores; --threads {max(1, cores // pipelines)} gives each pipeline its share")
+
+
 def max_threads() -> int:
     """The most CPU threads ONNX Runtime may be given: the cores this process may run on (more only contend
     for them, and thousands take minutes and gigabytes just to start)."""

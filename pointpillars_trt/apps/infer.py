@@ -18,12 +18,13 @@ import shlex
 import shutil
 import sys
 import tempfile
+import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..config import is_pcdet_model_config, pcdet_build_command
-from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, one_line, safe_repr
+from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, safe_repr
 from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, process_alive,
                       remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
@@ -32,6 +33,7 @@ from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_oth
 from ..model_dir import ModelDir, load_model_dir
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
+from ..runtime_options import max_threads, pipeline_threads
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
@@ -98,7 +100,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                           "1 on the CPU); outputs do not depend on it")
     run.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=None,
                      help=f"pipelines run side by side, each its own thread (and on the GPU its own stream; on the "
-                          f"CPU each a detector with its own ONNX Runtime session) (default: {DEFAULT_GPU_PIPELINES} "
+                          f"CPU each a detector with its own ONNX Runtime session and its share of the cores) (default: {DEFAULT_GPU_PIPELINES} "
                           "on the GPU, 1 on the CPU); outputs do not depend on it")
     run.add_argument("--threads", type=threads_arg, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core); more "
@@ -228,9 +230,9 @@ def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
     return model
 
 
-def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointPillars:
+def open_model(args: argparse.Namespace, max_batch: int | None = None, threads: int | None = None) -> PointPillars:
     """The detector of ``--model`` (a model dir or a .pth) with the CLI's runtime options (and a GPU
-    batch of ``max_batch`` frames, where the run decided it)."""
+    batch of ``max_batch`` frames, ONNX Runtime ``threads`` on the CPU, where the run decided them)."""
     from ..detector import PointPillars
     from .runtime_args import runtime_options_from_args
 
@@ -238,6 +240,8 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None) -> PointP
     options = runtime_options_from_args(args)
     if max_batch is not None:
         options = dataclasses.replace(options, max_batch=max_batch)
+    if threads is not None:
+        options = dataclasses.replace(options, threads=threads)
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=args.config, options=options)
     checked = load_model_dir_of_config(path, args.config) if args.config else None  # its refusal as it is said
@@ -309,15 +313,27 @@ def run_infer(args: argparse.Namespace) -> int:
     device = resolved_device(args.device)
     batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
-    return infer_with(args, lambda points: [open_warm(args, batch, points) for _ in range(pipelines)], batch=batch,
-                      gpu=device == "cuda", check_model=lambda: check_model_path(args))
+
+    def open_pipelines(points_per_frame: int | None) -> list[PointPillars]:
+        threads = None
+        if device == "cpu":
+            asked = None if args.threads is None else min(args.threads, max_threads())
+            threads, note = pipeline_threads(pipelines, asked)
+            if note is not None:
+                warnings.warn(note, SettingNotice, stacklevel=2)
+        return [open_warm(args, batch, points_per_frame, threads) for _ in range(pipelines)]
+
+    return infer_with(args, open_pipelines, batch=batch, gpu=device == "cuda",
+                      check_model=lambda: check_model_path(args))
 
 
-def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None) -> PointPillars:
+def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None,
+              threads: int | None = None) -> PointPillars:
     """``open_model`` for a run of ``batch`` frames at a time, warmed up at that batch on the GPU with
     frames of ``points_per_frame`` points (its CUDA graphs captured and its buffers sized with the
-    model's load, not on the run's first frames)."""
-    detector = open_model(args, max_batch=batch)
+    model's load, not on the run's first frames); ``threads``: each CPU pipeline's share of the cores
+    (None: ``--threads``)."""
+    detector = open_model(args, max_batch=batch, threads=threads)
     if detector.device == "cuda":
         detector.warm_up([batch], points_per_frame)
     return detector

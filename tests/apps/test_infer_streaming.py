@@ -661,6 +661,36 @@ def test_an_empty_out_is_one_error_line_and_threads_beyond_the_cores_one_note(mo
     assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads\n") == 1
 
 
+def test_cpu_pipelines_share_the_cores_said_in_one_note(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
+                                                          monkeypatch) -> None:
+    """--pipelines 2 on the CPU: each ONNX Runtime session takes its share of the cores (each would take
+    them all, and the two contend), said once; the outputs are one pipeline's."""
+    import pointpillars_trt.apps.infer as infer_app
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    opened: list[int | None] = []
+    real_open_warm = infer_app.open_warm
+
+    def recording_open_warm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        detector = real_open_warm(*args, **kwargs)
+        opened.append(detector.options.threads)
+        return detector
+
+    monkeypatch.setattr(infer_app, "open_warm", recording_open_warm)
+    cores = len(os.sched_getaffinity(0))
+    out = tmp_path / "out"
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--pipelines", "2")
+    each = max(1, cores // 2)
+    assert rc == 1 and opened == [each, each], (opened, err)
+    assert err.count(f"note: 2 pipelines on the CPU share its {cores} cores: {each} ONNX Runtime thread") == 1, err
+    assert files_of(out) == files_of(reference)
+    opened.clear()
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--pipelines", "2", "--threads", str(cores))
+    assert rc == 1 and opened == [cores, cores]
+    assert err.count(f"note: --pipelines 2 with --threads {cores}: {2 * cores} ONNX Runtime threads contend for "
+                     f"{cores} cores; --threads {each} gives each pipeline its share\n") == 1, err
+
+
 def test_frames_of_millimetres_warn_once_naming_the_point_range_then_are_counted(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.model_dir import load_model_dir
 
