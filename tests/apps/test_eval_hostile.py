@@ -11,6 +11,7 @@ import io
 import json
 import math
 import os
+import shutil
 import stat
 import threading
 import warnings
@@ -461,6 +462,39 @@ def test_json_predictions_are_not_warned_of_for_low_2d_boxes(tmp_path: Path) -> 
     bbox = load_predictions(pred, ["000000"], calib).bbox
     assert 15 < bbox[0, 3] - bbox[0, 1] < 20, bbox
     assert eval_cli("--pred", pred, "--labels", labels, "--calib", calib)[:2] == (0, "")
+
+
+def _with_source(pred: Path, source: Path) -> None:
+    """Give ``pred``'s record of frame 000000 the ``source`` infer writes in it: the point file it read."""
+    record = json.loads((pred / "000000.json").read_text())
+    (pred / "000000.json").write_text(json.dumps({**record, "source": str(source)}))
+
+
+def test_json_predictions_of_the_other_kitti_split_than_the_labels_are_refused_naming_file_and_fix(
+        tmp_path: Path) -> None:
+    """KITTI's training and testing ids overlap: records of testing/velodyne/000000.bin scored against
+    training/label_2/000000.txt, another scene (exit 0, an AP said by nothing). Now, as infer --eval refuses such
+    frames, one error line names the record, both splits and the fix, and nothing is printed or written, for
+    --compare's folder too; a record of the labels' split, or one without a source (an earlier version's), scores."""
+    kitti = tmp_path / "kitti"
+    (kitti / "training").mkdir(parents=True)
+    labels, pred, calib = _json_predictions(kitti / "training", [GT_CAR_LIDAR], [0.9])
+    rc, err, plain = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)  # no source
+    assert rc == 0, err
+    _with_source(pred, kitti / "training" / "velodyne" / "000000.bin")
+    assert eval_cli("--pred", pred, "--labels", labels, "--calib", calib) == (rc, err, plain)
+    other = tmp_path / "other"
+    shutil.copytree(pred, other)
+    testing_frame = kitti / "testing" / "velodyne" / "000000.bin"
+    _with_source(other, testing_frame)
+    for folders, refused in ((("--pred", other), other), (("--pred", pred, "--compare", other), other)):
+        rc, err, out = eval_cli(*folders, "--labels", labels, "--calib", calib, "--json", tmp_path / "ap.json")
+        assert (rc, out) == (2, ""), out
+        assert err == (f"error: prediction file {str(refused / '000000.json')!r}: --labels folder {str(labels)!r} "
+                       f"belongs to 'training', frame {str(testing_frame)!r} to 'testing': KITTI training and testing "
+                       "ids overlap, so one cannot stand in for the other; evaluate predictions of frames of the "
+                       "labels' split, or give --labels of the frames' own split\n"), err
+        assert not (tmp_path / "ap.json").exists()
 
 
 @pytest.mark.parametrize("kind", ["1", "Vehicle", "0"])

@@ -158,10 +158,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
     gt = load_ground_truth(labels, ids)
-    predictions = load_predictions(pred, ids, calib, args.image_shape)
+    predictions = load_predictions(pred, ids, calib, args.image_shape, labels)
     # both folders read before anything is printed: a missing file in the second is one error, not a
     # table followed by one
-    others = load_predictions(Path(args.compare), ids, calib, args.image_shape) if args.compare else None
+    others = load_predictions(Path(args.compare), ids, calib, args.image_shape, labels) if args.compare else None
     said = _prediction_warnings(pred, predictions, classes)  # an error when no line could score: before any line
     if others is not None:
         said += _prediction_warnings(Path(args.compare), others, classes)

@@ -20,7 +20,7 @@ import numpy as np
 from ...errors import InputError, PointPillarsError, safe_repr
 from ...fileio import loads_json, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
-                      read_label_file)
+                      read_label_file, refuse_other_split)
 from ..outputs import record_boxes
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
@@ -58,12 +58,14 @@ class Annotations:
         return np.column_stack([self.location, self.dimensions, self.rotation_y])
 
 
-def _json_prediction_lines(path: Path, calib_dir: Path | None,
-                           image_shape: tuple[int, int] | None) -> tuple[list[str], int, bool]:
+def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tuple[int, int] | None,
+                           labels_dir: Path | None) -> tuple[list[str], int, bool]:
     """One ``infer --format json`` record -> (KITTI label lines, boxes outside the camera image, whether the
     image size was assumed), through the frame's calib file and the size of its camera image (``image_shape``,
     else the calib folder's sibling ``image_2/<id>.png``, else KITTI's usual size: infer's order). Out-of-view
-    boxes are left out as ``infer --format kitti`` leaves them out."""
+    boxes are left out as ``infer --format kitti`` leaves them out. A record whose ``source`` (the point file
+    infer read) lies under KITTI's other split than ``labels_dir`` is refused as ``infer --eval`` refuses such
+    a frame: the same ids there are other scenes, which would score as wrong boxes without a word."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -76,6 +78,13 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None,
     if isinstance(frame, str) and frame != name_text(path.stem):  # a record saved under another frame's name
         raise InputError(f"prediction file {safe_repr(path)} is the record of frame {safe_repr(frame, 60)}, not of "
                          f"{safe_repr(path.stem, 60)}: its boxes would be scored against another frame's labels")
+    source = record.get("source") if isinstance(record, dict) else None  # none in an earlier version's record
+    if isinstance(source, str) and labels_dir is not None:
+        try:
+            refuse_other_split(source, labels_dir, "--labels")
+        except InputError as e:
+            raise InputError(f"prediction file {safe_repr(path)}: {e}; evaluate predictions of frames of the labels' "
+                             "split, or give --labels of the frames' own split") from None
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
         bad = first_bad_row(values)
         if bad is not None:
@@ -203,10 +212,11 @@ def read_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> GroundTruth:
 
 
 def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None,
-                     image_shape: tuple[int, int] | None = None) -> Annotations:
+                     image_shape: tuple[int, int] | None = None, labels_dir: Path | None = None) -> Annotations:
     """Prediction files of the given frames; each frame needs a file, even an empty one. JSON ones are placed
-    through ``calib_dir`` and clipped to ``image_shape`` (height, width) when given (see
-    :func:`_json_prediction_lines`)."""
+    through ``calib_dir``, clipped to ``image_shape`` (height, width) when given, and refused when their source
+    is of KITTI's other split than ``labels_dir`` (see :func:`_json_prediction_lines`; KITTI .txt predictions
+    name no source)."""
     kind = prediction_format(pred_dir)
     per_frame = []
     out_of_view = image_assumed = 0
@@ -215,7 +225,7 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
             per_frame.append(read_label_file(pred_dir / f"{frame}.txt", with_score=True, what="prediction file"))
             continue
         path = pred_dir / f"{frame}.json"
-        lines, dropped, assumed = _json_prediction_lines(path, calib_dir, image_shape)
+        lines, dropped, assumed = _json_prediction_lines(path, calib_dir, image_shape, labels_dir)
         out_of_view += dropped
         image_assumed += assumed
         per_frame.append(parse_label_lines(lines, f"prediction file {safe_repr(os.fspath(path))}", with_score=True))
