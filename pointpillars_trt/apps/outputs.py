@@ -242,7 +242,7 @@ def is_full_disk_error(error: str) -> bool:
 def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...],
               local: bool = True) -> dict[str, Any]:
     """A frame's row of the JSON Lines / Parquet outputs: ``source`` (as given), ``path`` (``source_path``:
-    what ``--skip-existing`` matches, wherever the resumed run starts from; ``local`` False: a frame of a URI,
+    what ``--skip-existing`` matches, by ``source_key``, wherever the resumed run starts from; ``local`` False: a frame of a URI,
     its name as Ray Data lists it), ``error`` (None when it went
     through), then every field of the per-frame JSON record (``Detections.to_json_dict``); a failed
     frame has empty lists and zero counts, so every row has the same columns."""
@@ -262,11 +262,23 @@ def source_path(source: str) -> str:
     return text if is_uri(text) else os.path.abspath(text)
 
 
-def row_path(row: dict[str, Any]) -> str:
-    """A row's ``source_path``: its ``path`` column, or (a part written before rows had one) its source
-    resolved against this working directory."""
+def source_key(path: str) -> str:
+    """The one key a ``source_path`` is matched by, in JSON records and rows alike: its folder's symbolic links
+    resolved (``fileio.folder_resolved``, as ``refuse_repeated_frames`` takes frames: ``link-to-a/x.bin`` is
+    ``a/x.bin``), so a resume through a link to the folder skips the frames already written; a URI as it is."""
+    return path if is_uri(path) else folder_resolved(path)
+
+
+def frame_key(frame: str) -> str:
+    """A frame, as given, as ``source_key`` names it: what ``--skip-existing`` looks its row up by."""
+    return source_key(source_path(frame))
+
+
+def row_key(row: dict[str, Any]) -> str:
+    """A row's frame as ``source_key`` names it: of its ``path`` column, or (a part written before rows had one)
+    of its source resolved against this working directory."""
     path = row.get("path")
-    return str(path) if path else source_path(str(row["source"]))
+    return source_key(str(path) if path else source_path(str(row["source"])))
 
 
 #: The columns a row's frame is known by (``frame_row``), read alone where a part's rows are looked up.
@@ -524,10 +536,9 @@ def records_of_other_sources(out: Path, frames: Iterable[str]) -> list[tuple[str
 
 def names_frame(source: str, frame: str) -> bool:
     """Whether ``source``, the point file a JSON record names, is ``frame``: compared as absolute paths
-    (``source_path``), then, where those differ, as ``refuse_repeated_frames`` compares frames
-    (``folder_resolved``: ``link-to-a/x.bin`` is ``a/x.bin``)."""
+    (``source_path``), then, where those differ, by ``source_key`` (``link-to-a/x.bin`` is ``a/x.bin``)."""
     own = source_path(frame)
-    return source == own or folder_resolved(source) == folder_resolved(own)
+    return source == own or source_key(source) == source_key(own)
 
 
 def _recorded_source(path: Path) -> str | None:
@@ -609,14 +620,14 @@ def existing_parts(folder: Path, output_format: str) -> list[Path]:
 
 
 def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
-    """The frames the part files already in ``folder`` hold a row of (``row_path``: absolute paths), each with whether
+    """The frames the part files already in ``folder`` hold a row of (``row_key``), each with whether
     its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
     is not rerun, and is said to be, unless ``--retry-failed`` removes its row first:
     :func:`drop_failure_rows`); a damaged part is an error naming it."""
     done: dict[str, bool] = {}
     for path in existing_parts(folder, output_format):
         try:
-            done.update((row_path(row), row.get("error") is not None)
+            done.update((row_key(row), row.get("error") is not None)
                         for row in _part_rows(path, output_format, _KEY_COLUMNS))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)} (move that "
@@ -626,15 +637,15 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
 
 def records_in_parts(folder: Path, output_format: str,
                      sources: Collection[str]) -> Iterable[tuple[str, dict[str, Any], Path]]:
-    """(source, row, part file) of each row in ``folder``'s part files of one of ``sources`` (absolute paths,
-    compared as ``--skip-existing`` compares them) that is no failure's, part by part (a source's last row
+    """(source, row, part file) of each row in ``folder``'s part files of one of ``sources`` (``frame_key``s,
+    as ``--skip-existing`` compares them) that is no failure's, part by part (a source's last row
     comes last, as in ``sources_in_parts``): the records a resumed --eval rebuilds the skipped frames' KITTI
     lines from. A part that cannot be read is an error naming it."""
     for path in existing_parts(folder, output_format):
         try:
             rows = _part_rows(path, output_format)
             found = [(source, row) for row in rows if row.get("error") is None
-                     and (source := row_path(row)) in sources]
+                     and (source := row_key(row)) in sources]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--eval: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
         for source, row in found:
@@ -667,7 +678,7 @@ def _part_rows(path: Path, output_format: str, columns: list[str] | None = None)
 
 def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]) -> None:
     """For ``--retry-failed``: rewrite each part file in ``folder`` that holds the failure row of one of
-    ``sources`` (absolute paths, compared as ``--skip-existing`` compares them) without those rows, so
+    ``sources`` (``frame_key``s, as ``--skip-existing`` compares them) without those rows, so
     that those frames can run again and a source still has one row at most. Each part is replaced
     atomically and durably before any frame runs (a JSON Lines part keeps its other lines byte for byte,
     a Parquet part its schema); a part left with no row is removed.
@@ -714,8 +725,8 @@ def _part_without(path: Path, output_format: str, sources: Collection[str]) -> b
 
 
 def _is_failure_of(row: dict[str, Any], sources: Collection[str]) -> bool:
-    """Whether ``row`` is the failure row of one of ``sources`` (absolute paths)."""
-    return row.get("error") is not None and row_path(row) in sources
+    """Whether ``row`` is the failure row of one of ``sources`` (``frame_key``s)."""
+    return row.get("error") is not None and row_key(row) in sources
 
 
 def _part_number(path: Path) -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import PointPillarsError, one_line, safe_repr
 from ..fileio import name_text
-from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, output_complete, read_record, records_in_parts, \
-    source_path, sources_in_parts, whole_record, write_label_of_record
+from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
+    records_in_parts, sources_in_parts, whole_record, write_label_of_record
 
 
 @dataclasses.dataclass
@@ -59,15 +59,16 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
 
 
 def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, retry_failed: bool) -> Resume:
-    """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared as absolute
-    paths, ``outputs.source_path``, so ``dir/`` and ``/abs/dir/`` are one frame, from any directory) is skipped whatever else of it is missing, since a
-    source never gets a second row; a missing or cut ``--viz`` picture of a frame that went through is
-    kept for ``say_resume`` to say once instead. A failed frame's row holds its error and it has no
-    picture; ``retry_failed`` runs it (its row is removed first: ``earlier_failures``)."""
+    """``frames_to_run`` for row formats: a frame whose row is in a part file (sources compared by
+    ``outputs.frame_key``, so ``dir/``, ``/abs/dir/`` and a symbolic link to that folder are one frame, from any
+    directory) is skipped whatever else of it is missing, since a source never gets a second row; a missing or
+    cut ``--viz`` picture of a frame that went through is kept for ``say_resume`` to say once instead. A failed
+    frame's row holds its error and it has no picture; ``retry_failed`` runs it (its row is removed first:
+    ``earlier_failures``)."""
     present = sources_in_parts(out, fmt)
     resume = Resume([])
     for frame in frames:
-        failed = present.get(source_path(frame))
+        failed = present.get(frame_key(frame))
         if failed:
             resume.failed_before.append(frame)
         if failed is None or (failed and retry_failed):
@@ -99,7 +100,7 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
     """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
     (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
     if retry:
-        drop_failure_rows(out, fmt, {source_path(frame) for frame in failed_before})
+        drop_failure_rows(out, fmt, {frame_key(frame) for frame in failed_before})
         print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
               f"from the part files in {out}", file=sys.stderr)
         return
@@ -152,7 +153,7 @@ def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | Non
             path = out / f"{Path(frame).stem}.json"
             rebuild(frame, path, lambda: read_record(path))
         return found
-    by_source = {source_path(frame): frame for frame in wanted}
+    by_source = {frame_key(frame): frame for frame in wanted}
     rebuilt: set[str] = set()
     for source, row, part in records_in_parts(out, fmt, by_source):
         if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands

@@ -366,6 +366,39 @@ def test_a_json_resume_refuses_another_folders_records_and_skips_its_own_by_a_li
                  "--skip-existing")[0] == 0  # the fix, as said
 
 
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_a_row_resume_through_a_symbolic_link_to_the_folder_skips_the_frames_already_written(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path, fmt) -> None:
+    """Rows were matched by absolute path alone: the same frames reached through a link to their folder were run
+    again, each adding a second row. Now they are skipped as JSON records are (a frame new to the run still runs,
+    its row naming it as given), and --retry-failed through the link replaces a failed frame's row: one row a
+    point file."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    good = sorted(frames.glob("0*.bin"))[:3]
+    for path in good[:2]:
+        (folder / path.name).write_bytes(path.read_bytes())
+    (folder / "zz.bin").write_bytes(b"\0" * 12)  # a frame that fails: 12 bytes, no whole point of 4 values
+    out = tmp_path / fmt
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt)
+    assert rc == 1, err
+    link = tmp_path / "link"
+    link.symlink_to(folder)
+    (folder / good[2].name).write_bytes(good[2].read_bytes())  # new since the first run
+    rc, _, err = infer(str(link), "--model", str(model_path), "--out", str(out), "--format", fmt, "--skip-existing")
+    assert rc == 0 and "skipping 3 frame(s)" in err and "1 of them failed in an earlier run" in err, err
+    (folder / "zz.bin").write_bytes(good[0].read_bytes())
+    rc, _, err = infer(str(link / "zz.bin"), "--model", str(model_path), "--out", str(out), "--format", fmt,
+                       "--skip-existing", "--retry-failed")
+    assert rc == 0 and "rerunning 1 frame(s) that failed in an earlier run" in err, err
+    rows = [row for part in sorted(out.glob(f"detections-*.{fmt}")) for row in part_rows(part)]
+    assert sorted(os.path.realpath(str(row["path"])) for row in rows) == sorted(
+        os.path.realpath(p) for p in folder.iterdir())
+    assert all(row["error"] is None for row in rows), rows
+    assert sorted(str(row["path"]) for row in rows if str(row["path"]).startswith(str(link))) == [
+        str(link / good[2].name), str(link / "zz.bin")]
+
+
 def test_a_json_run_refuses_to_replace_another_folders_records_of_the_same_names(model_path, frames,  # type: ignore[no-untyped-def]
                                                                                  tmp_path) -> None:
     """Two sequences both start at 000000.bin: a second run into the first's --out (without --skip-existing) is
