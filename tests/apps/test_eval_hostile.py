@@ -475,7 +475,8 @@ def test_json_predictions_of_the_other_kitti_split_than_the_labels_are_refused_n
     """KITTI's training and testing ids overlap: records of testing/velodyne/000000.bin scored against
     training/label_2/000000.txt, another scene (exit 0, an AP said by nothing). Now, as infer --eval refuses such
     frames, one error line names the record, both splits and the fix, and nothing is printed or written, for
-    --compare's folder too; a record of the labels' split, or one without a source (an earlier version's), scores."""
+    --compare's folder too, and for a --calib folder of the other split; a record of the labels' split, or one
+    without a source (an earlier version's), scores."""
     kitti = tmp_path / "kitti"
     (kitti / "training").mkdir(parents=True)
     labels, pred, calib = _json_predictions(kitti / "training", [GT_CAR_LIDAR], [0.9])
@@ -495,6 +496,15 @@ def test_json_predictions_of_the_other_kitti_split_than_the_labels_are_refused_n
                        "ids overlap, so one cannot stand in for the other; evaluate predictions of frames of the "
                        "labels' split, or give --labels of the frames' own split\n"), err
         assert not (tmp_path / "ap.json").exists()
+    testing_calib = kitti / "testing" / "calib"  # the testing split's calib files place training frames' boxes
+    shutil.copytree(calib, testing_calib)
+    training_frame = kitti / "training" / "velodyne" / "000000.bin"
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", testing_calib)
+    assert (rc, out) == (2, ""), out
+    assert err == (f"error: prediction file {str(pred / '000000.json')!r}: --calib folder {str(testing_calib)!r} "
+                   f"belongs to 'testing', frame {str(training_frame)!r} to 'training': KITTI training and testing "
+                   "ids overlap, so one cannot stand in for the other; evaluate predictions of frames of the "
+                   "calib files' split, or give --calib of the frames' own split\n"), err
 
 
 @pytest.mark.parametrize("kind", ["1", "Vehicle", "0"])

@@ -64,8 +64,8 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
     image size was assumed), through the frame's calib file and the size of its camera image (``image_shape``,
     else the calib folder's sibling ``image_2/<id>.png``, else KITTI's usual size: infer's order). Out-of-view
     boxes are left out as ``infer --format kitti`` leaves them out. A record whose ``source`` (the point file
-    infer read) lies under KITTI's other split than ``labels_dir`` is refused as ``infer --eval`` refuses such
-    a frame: the same ids there are other scenes, which would score as wrong boxes without a word."""
+    infer read) lies under KITTI's other split than ``labels_dir`` or ``calib_dir`` is refused as ``infer`` refuses
+    such a frame: the same ids there are other scenes, which would score as wrong boxes without a word."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -79,12 +79,14 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
         raise InputError(f"prediction file {safe_repr(path)} is the record of frame {safe_repr(frame, 60)}, not of "
                          f"{safe_repr(path.stem, 60)}: its boxes would be scored against another frame's labels")
     source = record.get("source") if isinstance(record, dict) else None  # none in an earlier version's record
-    if isinstance(source, str) and labels_dir is not None:
-        try:
-            refuse_other_split(source, labels_dir, "--labels")
-        except InputError as e:
-            raise InputError(f"prediction file {safe_repr(path)}: {e}; evaluate predictions of frames of the labels' "
-                             "split, or give --labels of the frames' own split") from None
+    if isinstance(source, str):
+        for option, folder, whose in (("--labels", labels_dir, "labels'"), ("--calib", calib_dir, "calib files'")):
+            try:
+                if folder is not None:
+                    refuse_other_split(source, folder, option)
+            except InputError as e:
+                raise InputError(f"prediction file {safe_repr(path)}: {e}; evaluate predictions of frames of the "
+                                 f"{whose} split, or give {option} of the frames' own split") from None
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
         bad = first_bad_row(values)
         if bad is not None:
@@ -215,7 +217,7 @@ def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path |
                      image_shape: tuple[int, int] | None = None, labels_dir: Path | None = None) -> Annotations:
     """Prediction files of the given frames; each frame needs a file, even an empty one. JSON ones are placed
     through ``calib_dir``, clipped to ``image_shape`` (height, width) when given, and refused when their source
-    is of KITTI's other split than ``labels_dir`` (see :func:`_json_prediction_lines`; KITTI .txt predictions
+    is of KITTI's other split than ``labels_dir`` or ``calib_dir`` (see :func:`_json_prediction_lines`; KITTI .txt predictions
     name no source)."""
     kind = prediction_format(pred_dir)
     per_frame = []
