@@ -117,7 +117,7 @@ class PointPillars:
         else:
             from .cpu_detector import CpuDetector
 
-            self._impl = CpuDetector(model, threads=_threads(opts.threads), post_config=self.cfg)
+            self._impl = CpuDetector(model, threads=onnxruntime_threads(opts.threads), post_config=self.cfg)
 
     #: Separate sweeps -> one multi-sweep frame for time-column models (``sweeps.accumulate_sweeps``).
     accumulate = staticmethod(accumulate_sweeps)
@@ -482,7 +482,7 @@ def _callers_level() -> int:
     return level
 
 
-def _threads(asked: int | None) -> int | None:
+def onnxruntime_threads(asked: int | None) -> int | None:
     """ONNX Runtime's CPU thread count: ``asked`` (the options' threads), else OMP_NUM_THREADS (ORT itself ignores
     the variable), at most this machine's cores (thousands of threads took minutes and gigabytes to start, and
     would not stop on SIGTERM; ``capped_threads``); an OMP_NUM_THREADS that is no thread count is left out. Either

@@ -880,7 +880,7 @@ def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
     monkeypatch.setenv("OMP_NUM_THREADS", value)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        got = detector_module._threads(None)
+        got = detector_module.onnxruntime_threads(None)
     assert got == (cores if threads == "cores" else threads)
     notices = [str(w.message) for w in caught if issubclass(w.category, SettingNotice)]
     if said is None:

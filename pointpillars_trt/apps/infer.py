@@ -194,12 +194,7 @@ def check_model_path(args: argparse.Namespace) -> Path:
     leaves with no frame to run (and so never opens the model)."""
     if not args.model:
         raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
-    path = Path(args.model)
-    if not path.exists():
-        if path.is_symlink():  # lexists, not exists: a loop, or a link to nothing
-            raise InputError(f"--model {safe_repr(args.model)}: a symbolic link that leads to no file (a loop, or its "
-                             f"target {safe_repr(os.readlink(path))} is gone)")
-        raise InputError(f"--model {safe_repr(args.model)}: no such checkpoint file or model dir")
+    path = existing_model_path(args.model)
     if args.config and is_pcdet_model_config(args.config):
         what = f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which infer does not read"
         if path.is_dir():
@@ -208,6 +203,18 @@ def check_model_path(args: argparse.Namespace) -> Path:
         raise InputError(f"{what}: build a model dir of the checkpoint with it, "
                          f"{pcdet_build_command(args.config, args.model)}, then run `pointpillars-trt infer PATH --model "
                          "MODEL_DIR` (no --config)")
+    return path
+
+
+def existing_model_path(model: str) -> Path:
+    """``--model``'s path when something is there (its loader says whether it is a checkpoint file or a model dir);
+    else one error line, infer's and bench's alike, that names both (a missing ``x.pth`` is no missing model dir)."""
+    path = Path(model)
+    if not path.exists():
+        if path.is_symlink():  # lexists, not exists: a loop, or a link to nothing
+            raise InputError(f"--model {safe_repr(model)}: a symbolic link that leads to no file (a loop, or its "
+                             f"target {safe_repr(os.readlink(path))} is gone)")
+        raise InputError(f"--model {safe_repr(model)}: no such checkpoint file or model dir")
     return path
 
 

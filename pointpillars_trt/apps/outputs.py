@@ -142,7 +142,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     try:
         for path, write in writes:
             new = not os.path.lexists(path)
-            _written(path, write)
+            checked_write(path, write)
             result.files.append(os.fspath(path))
             if new:
                 created.append(path)
@@ -172,7 +172,7 @@ def write_label_of_record(record: object, source: str, plan: OutputPlan) -> None
     InputError: the frame's calibration or camera image, or the write."""
     assert plan.kitti_dir is not None
     text = _label_file(record_boxes(record), source, plan)[0]
-    _written(plan.kitti_dir / f"{Path(source).stem}.txt", lambda p: write_bytes_atomic(p, text, durable=False))
+    checked_write(plan.kitti_dir / f"{Path(source).stem}.txt", lambda p: write_bytes_atomic(p, text, durable=False))
 
 
 def read_record(path: Path) -> object:
@@ -186,7 +186,7 @@ def read_record(path: Path) -> object:
         raise ValueError("nested beyond the JSON parser") from None
 
 
-def _written(path: Path, write: Callable[[Path], None]) -> None:
+def checked_write(path: Path, write: Callable[[Path], None]) -> None:
     """``write(path)``; a failure is one InputError naming the file (FileExistsError stays itself: a name
     another writer took, for a caller that takes the next)."""
     try:
@@ -346,7 +346,7 @@ class RowParts:
         while True:  # never over another run's part: a run writing into this folder at the same time keeps its rows
             path = self._path()
             try:
-                _written(path, lambda p: write_new_file_atomic(p, data, durable=False))
+                checked_write(path, lambda p: write_new_file_atomic(p, data, durable=False))
                 break
             except FileExistsError:
                 self._next += 1
@@ -491,7 +491,7 @@ def _foreign_picture(head: bytes) -> str | None:
         return None  # empty, cut short before its data, or no PNG at all: not a picture anybody keeps
     if any(marker in head for marker in _OUR_SOFTWARE):
         return None
-    return "a picture that infer did not draw (a camera image?)"
+    return "a picture that pointpillars-trt did not draw (a camera image?)"
 
 
 def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str]) -> None:
@@ -693,10 +693,10 @@ def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--retry-failed: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
         if kept is not None:
-            _written(path, functools.partial(write_bytes_atomic, data=kept) if kept else Path.unlink)
+            checked_write(path, functools.partial(write_bytes_atomic, data=kept) if kept else Path.unlink)
             changed = True
     if changed:
-        _written(folder, fsync_path)  # the renames and removals, before any new row is written
+        checked_write(folder, fsync_path)  # the renames and removals, before any new row is written
 
 
 def _part_without(path: Path, output_format: str, sources: Collection[str]) -> bytes | None:

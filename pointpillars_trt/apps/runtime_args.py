@@ -25,13 +25,13 @@ def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
             raise InputError(f"--precision {args.precision}: model dir {safe_repr(model)} was built in {built_in}; "
                              f"drop --precision, or build a model dir with --precision {args.precision}")
     return RuntimeOptions(
-        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=_threads(args),
+        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=threads_of_args(args),
         max_batch=getattr(args, "batch_size", None) or 1, precision=(args.precision or "fp32") if exports else None,
         thresholds=Thresholds(args.score_threshold, args.nms_iou, args.max_boxes),
     )
 
 
-def _threads(args: argparse.Namespace) -> int | None:
+def threads_of_args(args: argparse.Namespace) -> int | None:
     """``--threads``, at most this machine's cores (more is said in a note, as ``OMP_NUM_THREADS`` beyond them
     is); with ``--ray`` as given: the workers cap it to theirs (``detect_dataset``), saying so once."""
     threads: int | None = args.threads

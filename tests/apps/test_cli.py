@@ -1081,7 +1081,7 @@ def test_viz_never_draws_over_a_camera_image_and_redraws_its_own_pictures(tiny_m
     plt.close(fig)
     before = camera.read_bytes()
     run = cli("infer", tiny_frames[1], "--model", tiny_model, "--viz", "--out", images, "--device", "cpu")
-    assert_one_line_error(run, f"'{camera.name}'", "infer did not write", "a picture that infer did not draw")
+    assert_one_line_error(run, f"'{camera.name}'", "infer did not write", "a picture that pointpillars-trt did not draw")
     assert camera.read_bytes() == before and sorted(p.name for p in images.iterdir()) == [camera.name]
     ours = tmp_path / "ours"
     assert cli("infer", tiny_frames[1], "--model", tiny_model, "--viz", "--out", ours, "--device", "cpu").rc == 0

@@ -47,7 +47,7 @@ def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name, content, why", [
     ("detections.json", b'{"mine": 1}\n', "JSON that is not a record infer writes"),
-    ("bev.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 5000, "a picture that infer did not draw (a camera image?)"),
+    ("bev.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 5000, "a picture that pointpillars-trt did not draw (a camera image?)"),
 ], ids=["json", "png"])
 def test_demo_never_overwrites_results_it_did_not_write(tmp_path: Path, name: str, content: bytes, why: str) -> None:
     """A user's detections.json or picture in --out (they were replaced) is refused before anything is written;

@@ -22,12 +22,12 @@ from ...model_dir import ModelDir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
 from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
-from .report import write_reports
+from .report import refuse_foreign_reports, write_reports
 from ..device_notice import gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
-from ..infer import MAX_PIPELINES, load_model_dir_of_config
-from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name
+from ..infer import MAX_PIPELINES, existing_model_path, load_model_dir_of_config
+from ..ranges import device_arg, float_in, int_in, int_list_in, names_in, path_name, threads_arg
 
 if TYPE_CHECKING:  # the exporter imports ONNX (~1 s): loaded by the runs that export, not by every parser
     from ...convert.onnx_export import ModelWeights
@@ -60,13 +60,17 @@ def add_bench_parser(sub: Any) -> None:
     bench.add_argument("--config", help=f"config of the random model used without --model (default: {DEFAULT_CONFIG}); "
                                         "with --model, the config the model must have")
     bench.add_argument("--frames", action="append", type=path_name,
-                       help="folder of .bin files, of which the first --iterations are read (repeatable; "
+                       help="folder of point files, listed as infer lists a folder (hidden files left out), of "
+                            "which the first --iterations are read (repeatable: a set each, named after its folder; "
                             "default: simulated scans)")
     bench.add_argument("--point-dim", type=int_in(4, MAX_POINT_DIM), default=None,
                        help="values a point in --frames' .bin files: 4 (KITTI), 5 (nuScenes, with the time lag) or "
                             f"more, up to {MAX_POINT_DIM} (default: the model's)")
     bench.add_argument("--device", type=device_arg, default="auto",
                        help="where the pipeline runs: auto (the GPU when usable, else the CPU), cpu, cuda or cuda:N")
+    bench.add_argument("--threads", type=threads_arg, default=None,
+                       help="CPU run: ONNX Runtime threads, as infer's --threads (default: $OMP_NUM_THREADS, else one "
+                            "per core); at most the cores, more said in a note")
     bench.add_argument("--iterations", type=int_in(1, 1_000_000), default=None,
                        help=f"timed frames per frame set, 1..1000000 (default: {GPU_ITERATIONS} on the GPU, "
                             f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
@@ -121,6 +125,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise InputError(f"--out {safe_repr(str(out))} lies in the model dir {safe_repr(str(args.model))}, whose one "
                          "writer is build (a rebuild would refuse the files bench leaves there): give a folder outside it")
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
+    missing = no_png_line()  # the run's one check for matplotlib: the chart and the note both follow it
+    refuse_foreign_reports(out, chart=missing is None)
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
     device, device_id, reason = pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
@@ -143,9 +149,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
     else:
         import cupy as cp
 
+        if args.threads is not None:
+            print("bench: --threads applies to CPU runs; the GPU run's engines take no thread count", file=sys.stderr)
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
-    missing = no_png_line()  # the run's one check for matplotlib: the chart and the note both follow it
     if missing is not None:
         results["notes"].append(missing)
     for path in write_reports(results, out, chart=missing is None):
@@ -163,12 +170,13 @@ def _load_model(spec: str | None, config: str | None) -> _Model:
 
         cfg = load_config(config or DEFAULT_CONFIG)
         return _Model(cfg, random_weights(cfg, seed=0), f"{cfg.name}, seeded random weights (untrained)", None)
-    if Path(spec).is_file():
+    path = existing_model_path(spec)
+    if path.is_file():
         from ...convert.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(spec, config=config)
         return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
-    md = load_model_dir_of_config(Path(spec), config)
+    md = load_model_dir_of_config(path, config)
     return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
 
 
@@ -216,8 +224,12 @@ def _bench_defaults() -> dict[str, Any]:
 def _bench_cpu(md: ModelDir, frame_sets: dict[str, list[np.ndarray]], args: argparse.Namespace,
                results: dict[str, Any]) -> None:
     from ...cpu_detector import CpuDetector
+    from ...detector import onnxruntime_threads
+    from ..runtime_args import threads_of_args
 
-    detector = CpuDetector(md)
+    threads = onnxruntime_threads(threads_of_args(args))  # as infer's CPU detector takes them
+    results["threads"] = threads
+    detector = CpuDetector(md, threads=threads)
     warmup = min(args.warmup, 1)  # the CPU path has nothing to warm up beyond one frame
     with progress_bar(len(frame_sets) * (args.iterations + warmup), True, desc="bench (CPU)") as bar:
         # a CPU frame takes ~1 s: a terminal shows the progress and the time left

@@ -1,15 +1,17 @@
-"""Frame sets for the benchmark: the demo's simulated scans, or folders of .bin files (KITTI's 4 values
-a point, or nuScenes' 5 for a model with a time column)."""
+"""Frame sets for the benchmark: the demo's simulated scans, or folders of point files (.bin of KITTI's 4
+values a point, or nuScenes' 5 for a model with a time column)."""
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..demo_scene import simulate_scan
+from ..frame_paths import expand_frame_paths
 from ...errors import InputError, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
@@ -35,25 +37,52 @@ def simulated_frame_sets(columns: int = 4) -> dict[str, list[np.ndarray]]:
 
 def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
                       say: Callable[[str], object] = print) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it; its .bin files, sorted, of ``point_dim`` values a point, of which the
-    model reads ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run
-    times no more distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
-    sets: dict[str, list[np.ndarray]] = {}
+    """One set per folder, named after it (``set_names``); its point files as infer lists a folder (sorted, hidden
+    ones left out: ``expand_frame_paths``), a .bin of ``point_dim`` values a point, of which the model reads
+    ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run times no more
+    distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
     for folder in folders:
-        path = Path(folder)
-        if not path.is_dir():
-            problem = "is a file; --frames names a folder of .bin files" if path.exists() else "no such folder"
+        if not os.path.isdir(folder):
+            problem = "is a file; --frames names a folder of point files" if os.path.exists(folder) else "no such folder"
             raise InputError(f"--frames {safe_repr(folder)}: {problem}")
-        files = sorted(p for p in path.glob("*.bin") if not p.is_dir())  # as infer lists a folder
-        if not files:
-            raise InputError(f"--frames {safe_repr(folder)}: no .bin files to benchmark on")
+    refuse_repeated_folders(folders)
+    sets: dict[str, list[np.ndarray]] = {}
+    for folder, name in zip(folders, set_names(folders)):
+        files = expand_frame_paths([folder])
         used = files[:limit]
         if len(used) < len(files):
-            say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} .bin files, as "
+            say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} point files, as "
                 f"many as --iterations {limit} times")
         count = f"{len(files)} frames" if len(used) == len(files) else f"first {len(used)} of {len(files)} frames"
-        sets[f"{path.name} ({count})"] = [read_points(f, point_dim=point_dim, columns=columns) for f in used]
+        sets[f"{name} ({count})"] = [read_points(f, point_dim=point_dim, columns=columns) for f in used]
     return sets
+
+
+def refuse_repeated_folders(folders: list[str]) -> None:
+    """A folder given twice (``velodyne`` and ``./velodyne/``, or a symbolic link to it) would be timed twice as
+    two sets: refused before anything is read."""
+    seen: dict[str, str] = {}
+    for folder in folders:
+        key = os.path.realpath(folder)
+        if key in seen:
+            also = "" if os.path.abspath(seen[key]) == os.path.abspath(folder) else f" (as {safe_repr(seen[key])} too)"
+            raise InputError(f"--frames {safe_repr(folder)} is given twice{also}: give each folder once")
+        seen[key] = folder
+
+
+def set_names(folders: list[str]) -> list[str]:
+    """Each folder's name, with as many of its parent folders as tell it from the others given
+    (``training/velodyne_reduced`` and ``testing/velodyne_reduced``): the report's rows are keyed by a set's
+    name, and two folders of one name were one set, the first one's frames gone without a word. The
+    folders are distinct (``refuse_repeated_folders``), so their absolute paths at the most tell them apart."""
+    parts = [Path(os.path.abspath(folder)).parts for folder in folders]
+    depth = [1] * len(folders)
+    while True:
+        names = [str(Path(*p[-d:])) for p, d in zip(parts, depth)]
+        shared = {name for name in names if names.count(name) > 1}
+        if not shared:
+            return names
+        depth = [d + 1 if name in shared else d for name, d in zip(names, depth)]
 
 
 def page_locked_frame_sets(frame_sets: dict[str, list[np.ndarray]]) -> dict[str, list[np.ndarray]]:

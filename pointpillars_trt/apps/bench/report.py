@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import io
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ...detections import STAGES as STAGE_ORDER
-from ...fileio import write_json_atomic, write_text_atomic
+from ...errors import InputError, safe_repr
+from ...fileio import loads_json, read_file_head, special_kind, write_bytes_atomic, write_json_atomic, write_text_atomic
+from ..outputs import checked_write, foreign_output
+
+#: What bench writes in --out: the reports, then the chart (with matplotlib).
+REPORT_FILES = ("bench.md", "bench.json")
+CHART_FILE = "bench_stages.png"
+#: How bench's Markdown report starts, and the keys its JSON report has: what tells them from a user's own files.
+MARKDOWN_TITLE = "# pointpillars-trt bench"
+JSON_KEYS = ("model", "config", "device_name", "runs")
+#: The PNG "Software" text of bench's chart (``outputs.foreign_output`` takes a pointpillars-trt picture as its own).
+CHART_SOFTWARE = "pointpillars-trt bench"
+#: Bytes beyond any bench.json (a few hundred kilobytes for a long GPU run): a larger file is no report of bench's.
+_REPORT_MAX_BYTES = 1 << 26
 
 #: How the latency table's times were taken, by where the run ran (the CPU path always times its stages).
 TIMINGS = {"cuda": "e2e: host to host, stage timings off as by default; stages: GPU time from CUDA events, a "
@@ -15,8 +31,10 @@ TIMINGS = {"cuda": "e2e: host to host, stage timings off as by default; stages: 
 
 
 def markdown_report(results: dict[str, Any]) -> str:
-    lines = [f"# pointpillars-trt bench — {results['device_name']}", ""]
+    lines = [f"{MARKDOWN_TITLE} — {results['device_name']}", ""]
     lines += [f"model: {results['model']}  ", f"config: {results['config']}  ",
+              *([f"ONNX Runtime threads: {results.get('threads') or 'its default, one per core'}  "]
+                if results["device"] == "cpu" else []),
               f"timed frames per frame set: {results['iterations']} (the warm-up frames of each run: the table's "
               "warm-up column" + (f"; at least {results['warmup_time_s']:g} s of them" if results.get("warmup_time_s")
                                   else "") + ")"]
@@ -80,20 +98,62 @@ def _ms(value: float | None) -> str:
     return "—" if value is None else f"{value:.3f}"
 
 
-def write_reports(results: dict[str, Any], out: Path, *, chart: bool) -> list[Path]:
+def refuse_foreign_reports(out: Path, *, chart: bool) -> None:
+    """Refuse, before anything runs, an --out where a file that bench did not write is in a report's place: a
+    user's own bench.md or bench.json was replaced without a word, and a folder or a FIFO there failed the
+    write after the whole run. bench's own earlier reports (and, with ``chart``, its chart) are replaced."""
+    for name in (*REPORT_FILES, *([CHART_FILE] if chart else [])):
+        reason = foreign_report(out / name) if os.path.lexists(out / name) else None
+        if reason is not None:
+            raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which bench did not write ({reason}): give "
+                             "another --out, or move it away")
+
+
+def foreign_report(path: Path) -> str | None:
+    """Why the file at ``path``, in the place of one of bench's outputs, is none that bench writes (None: it is
+    one, or a link to nothing, which the write replaces); the chart as ``outputs.foreign_output`` judges a picture."""
+    if path.is_dir():
+        return "it is a directory"
+    kind = special_kind(path)
+    if kind is not None:
+        return f"it is {kind}, not a regular file"
+    if path.name == CHART_FILE:
+        return foreign_output(path)
+    try:
+        data = read_file_head(path, _REPORT_MAX_BYTES + 1, what="report")
+    except (OSError, InputError):
+        return None  # a link to nothing (replaced), or unreadable (the write says why it fails, naming it)
+    if len(data) > _REPORT_MAX_BYTES:
+        return "larger than any report of bench's"
+    if path.suffix == ".md":
+        return None if data.startswith(MARKDOWN_TITLE.encode()) else f"it does not start with {MARKDOWN_TITLE!r}"
+    try:
+        report = loads_json(data)
+    except (ValueError, RecursionError):
+        return "not JSON"
+    if isinstance(report, dict) and all(key in report for key in JSON_KEYS):
+        return None
+    return "JSON without the keys of bench's report"
+
+
+def write_reports(results: dict[str, Any], out: Path, *, chart: bool) -> Iterator[Path]:
     """bench.md, bench.json and, with ``chart`` (the caller's one check found matplotlib: ``no_png_line``),
-    bench_stages.png; the paths written."""
+    bench_stages.png; each path once it is written (one that fails is an InputError naming it, after the
+    paths written before it)."""
     out.mkdir(parents=True, exist_ok=True)
-    written = [out / "bench.md", out / "bench.json"]
-    write_text_atomic(written[0], markdown_report(results))
-    write_json_atomic(written[1], results)
+    markdown, data = out / REPORT_FILES[0], out / REPORT_FILES[1]
+    checked_write(markdown, lambda p: write_text_atomic(p, markdown_report(results)))
+    yield markdown
+    checked_write(data, lambda p: write_json_atomic(p, results))
+    yield data
     if chart:
-        written.append(stage_chart(results, out / "bench_stages.png"))
-    return written
+        picture = stage_chart(results)
+        checked_write(out / CHART_FILE, lambda p: write_bytes_atomic(p, picture))
+        yield out / CHART_FILE
 
 
-def stage_chart(results: dict[str, Any], path: Path) -> Path:
-    """Left: stacked per-stage milliseconds of our engines (GPU or CPU time); right, on its own scale:
+def stage_chart(results: dict[str, Any]) -> bytes:
+    """The chart's PNG. Left: stacked per-stage milliseconds of our engines (GPU or CPU time); right, on its own scale:
     end-to-end p50 of every run, baselines included, so sub-millisecond stages stay readable. Needs
     matplotlib: ``write_reports``' caller has checked."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -121,10 +181,9 @@ def stage_chart(results: dict[str, Any], path: Path) -> Path:
     ax_e2e.set_title("host to host", fontsize=9)
     fig.suptitle(f"{results['device_name']}", fontsize=10)
     fig.tight_layout()
-    tmp = path.with_name(path.name + ".tmp")
-    fig.savefig(tmp, format="png", dpi=110)
-    tmp.replace(path)
-    return path
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, metadata={"Software": CHART_SOFTWARE})  # whose it is: foreign_report
+    return buffer.getvalue()
 
 
 def _label(run: dict[str, Any]) -> str:

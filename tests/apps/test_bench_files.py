@@ -1,0 +1,194 @@
+"""What bench reads and writes, on the CPU: its frame folders (named apart, listed as infer lists them), the
+ONNX Runtime threads it runs and records, --model as infer checks it, and its reports in --out (a user's own
+files and a folder in their place refused before the run, a write that fails named)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_cli import Run, assert_one_line_error, cli, tiny_points
+
+
+@pytest.fixture(scope="module")
+def tiny_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import yaml
+    from tiny import tiny_config
+
+    path = tmp_path_factory.mktemp("config") / "tiny.yaml"
+    path.write_text(yaml.safe_dump(tiny_config().to_dict()))
+    return path
+
+
+def frame_folder(folder: Path, *points: int) -> Path:
+    """``folder`` made, with a .bin frame of each number of ``points``."""
+    folder.mkdir(parents=True)
+    for k, n in enumerate(points):
+        tiny_points(k, n).tofile(folder / f"{k:06d}.bin")
+    return folder
+
+
+def bench(config: Path, out: Path, *flags: object) -> Run:
+    return cli("bench", "--device", "cpu", "--config", config, "--iterations", 1, "--out", out, *flags)
+
+
+def report(out: Path) -> dict:  # type: ignore[type-arg]
+    return json.loads((out / "bench.json").read_text())
+
+
+def test_two_frame_folders_of_one_name_are_two_sets(tiny_yaml: Path, tmp_path: Path) -> None:
+    """KITTI's training/velodyne and testing/velodyne: both were keyed ``velodyne (1 frames)``, and the first
+    one's row was gone from the report without a word."""
+    training = frame_folder(tmp_path / "training" / "velodyne", 40)
+    testing = frame_folder(tmp_path / "testing" / "velodyne", 300)
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", training, "--frames", testing)
+    assert run.rc == 0, run
+    rows = {r["frames"]: r["avg_points"] for r in report(tmp_path / "b")["runs"]}
+    assert rows == {"training/velodyne (1 frames)": 40, "testing/velodyne (1 frames)": 300}
+    markdown = (tmp_path / "b" / "bench.md").read_text()
+    assert "| training/velodyne (1 frames) |" in markdown and "| testing/velodyne (1 frames) |" in markdown
+
+
+def test_set_names_take_as_many_parent_folders_as_tell_them_apart() -> None:
+    from pointpillars_trt.apps.bench.frames import set_names
+
+    assert set_names(["/d/x/a/v", "/d/y/a/v", "/d/z/b/v", "/d/w"]) == ["x/a/v", "y/a/v", "b/v", "w"]
+    assert set_names(["/v", "/d/v"]) == ["/v", "d/v"]
+
+
+def test_one_frame_folder_given_twice_is_refused(tiny_yaml: Path, tmp_path: Path) -> None:
+    folder = frame_folder(tmp_path / "velodyne", 40)
+    (tmp_path / "link").symlink_to(folder)
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", folder, "--frames", f"{folder}/")
+    assert_one_line_error(run, f"--frames '{folder}/' is given twice: give each folder once")
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", folder, "--frames", tmp_path / "link")
+    assert_one_line_error(run, f"--frames '{tmp_path / 'link'}' is given twice (as '{folder}' too)")
+    assert not (tmp_path / "b").exists()
+
+
+def test_a_frame_folder_is_listed_as_infer_lists_it(tiny_yaml: Path, tmp_path: Path) -> None:
+    """A macOS ``._000000.bin`` (resource-fork metadata) ended the bench with "does not hold float32"; infer
+    leaves hidden files out, saying so once."""
+    folder = frame_folder(tmp_path / "velodyne", 120)
+    (folder / "._000000.bin").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", folder)
+    assert run.rc == 0, run
+    assert f"note: folder '{folder}': 1 hidden file(s) left out (e.g. '._000000.bin': macOS metadata?); give one " \
+           "by name to run it" in run.err.splitlines(), run.err
+    assert [(r["frames"], r["avg_points"]) for r in report(tmp_path / "b")["runs"]] == [("velodyne (1 frames)", 120)]
+
+
+@pytest.mark.parametrize("setting, threads, said", [
+    ({"OMP_NUM_THREADS": "1"}, 1, None),
+    ({"--threads": "1"}, 1, None),
+    ({"--threads": "100000"}, "cores", "note: --threads 100000 is more than the {cores} cores where the detector "
+                                       "runs: {cores} threads"),
+    ({}, None, None),
+], ids=["omp", "option", "beyond-the-cores", "default"])
+def test_a_cpu_bench_runs_and_records_the_threads_infer_would(tiny_yaml: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch, setting: dict[str, str],
+                                                              threads: object, said: str | None) -> None:
+    """ONNX Runtime took every core whatever OMP_NUM_THREADS said (infer and the API honour it)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    if "OMP_NUM_THREADS" in setting:
+        monkeypatch.setenv("OMP_NUM_THREADS", setting["OMP_NUM_THREADS"])
+    flags = ["--threads", setting["--threads"]] if "--threads" in setting else []
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", frame_folder(tmp_path / "f", 50), *flags)
+    assert run.rc == 0, run
+    expected = cores if threads == "cores" else threads
+    assert report(tmp_path / "b")["threads"] == expected
+    line = f"ONNX Runtime threads: {expected or 'its default, one per core'}  "
+    assert line in (tmp_path / "b" / "bench.md").read_text().splitlines()
+    notes = [line for line in run.err.splitlines() if "threads" in line]
+    assert notes == ([said.format(cores=cores)] if said else []), run.err
+
+
+@pytest.mark.parametrize("spec, said", [
+    ("nosuch.pth", "--model 'nosuch.pth': no such checkpoint file or model dir"),
+    ("loop", "--model 'loop': a symbolic link that leads to no file (a loop, or its target 'loop' is gone)"),
+])
+def test_a_missing_model_is_said_as_infer_says_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str,
+                                                  said: str) -> None:
+    """It was "model dir nosuch.pth: not found (build one with ...)", for a checkpoint path too."""
+    monkeypatch.chdir(tmp_path)
+    Path("loop").symlink_to("loop")
+    tiny_points(0, 50).tofile("x.bin")
+    for command in (["bench", "--device", "cpu", "--out", "b"], ["infer", "x.bin"]):
+        run = cli(*command, "--model", spec)
+        assert (run.rc, run.err) == (2, f"error: {said}\n"), run
+    assert not Path("b").exists()
+
+
+def foreign_picture() -> bytes:
+    """A PNG whose "Software" text names a camera driver."""
+    pytest.importorskip("matplotlib")
+    import io
+
+    from matplotlib.figure import Figure
+
+    buffer = io.BytesIO()
+    Figure(figsize=(1, 1)).savefig(buffer, format="png", metadata={"Software": "a camera driver"})
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize("name, make, why", [
+    ("bench.md", lambda p: p.write_text("# my notes on the runs\n"),
+     "it does not start with '# pointpillars-trt bench'"),
+    ("bench.json", lambda p: p.write_text('{"fps": 1000}\n'), "JSON without the keys of bench's report"),
+    ("bench.json", lambda p: p.write_text("fps 1000\n"), "not JSON"),
+    ("bench_stages.png", lambda p: p.write_bytes(foreign_picture()),
+     "a picture that pointpillars-trt did not draw (a camera image?)"),
+    ("bench_stages.png", lambda p: p.mkdir(), "it is a directory"),
+    ("bench.md", os.mkfifo, "it is a FIFO (named pipe), not a regular file"),
+], ids=["markdown", "json", "not-json", "picture", "folder", "fifo"])
+def test_what_bench_did_not_write_in_its_reports_places_is_refused_before_the_run(
+        tiny_yaml: Path, tmp_path: Path, name: str, make: object, why: str) -> None:
+    """A user's own bench.md was replaced without a word; a folder named bench_stages.png failed the write
+    after the whole run (``Is a directory``, leaving ``bench_stages.png.tmp``)."""
+    if name == "bench_stages.png":
+        pytest.importorskip("matplotlib")  # without it no chart is written, and nothing is in its way
+    out = tmp_path / "b"
+    out.mkdir()
+    make(out / name)  # type: ignore[operator]
+    before = sorted(os.listdir(out))
+    run = bench(tiny_yaml, out, "--frames", frame_folder(tmp_path / "f", 50))
+    assert (run.rc, run.out, run.err) == (2, "", f"error: --out '{out}' holds '{name}', which bench did not write "
+                                                 f"({why}): give another --out, or move it away\n"), run
+    assert sorted(os.listdir(out)) == before  # no model exported there, nothing written
+
+
+def test_bench_replaces_its_own_reports(tiny_yaml: Path, tmp_path: Path) -> None:
+    frames = frame_folder(tmp_path / "f", 50)
+    for _ in range(2):
+        run = bench(tiny_yaml, tmp_path / "b", "--frames", frames)
+        assert run.rc == 0, run
+    assert f"wrote {tmp_path / 'b' / 'bench.md'}" in run.out.splitlines()
+
+
+def test_a_report_that_cannot_be_written_is_named_after_those_written(tiny_yaml: Path, tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk when the chart was written: ``error: No space left on device`` named no file, and bench.md and
+    bench.json, on disk, were never said written."""
+    pytest.importorskip("matplotlib")
+    real_replace = os.replace
+
+    def full_disk(src: object, dst: object, **kwargs: object) -> None:
+        if os.path.basename(os.fspath(dst)) == "bench_stages.png":  # type: ignore[arg-type]
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    out = tmp_path / "b"
+    run = bench(tiny_yaml, out, "--frames", frame_folder(tmp_path / "f", 50))
+    assert run.rc == 2 and run.err.splitlines()[-1] == \
+        f"error: cannot write '{out / 'bench_stages.png'}': {os.strerror(errno.ENOSPC)}", run
+    assert [line for line in run.out.splitlines() if line.startswith("wrote ")] == \
+        [f"wrote {out / 'bench.md'}", f"wrote {out / 'bench.json'}"]
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["bench.json", "bench.md"]  # no temp file left
+    assert report(out)["runs"] and np.isfinite(report(out)["runs"][0]["e2e_ms"]["p50"])
