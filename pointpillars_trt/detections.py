@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,32 @@ class FrameStats:
     num_nonfinite: int = 0     # rows dropped for NaN / inf
     num_pillars: int = 0       # non-empty pillars fed to the network
     num_pillars_dropped: int = 0  # non-empty pillars past the configured maximum
+
+
+#: Finite points a frame must have (in the model's point range) for "none of them where they should be"
+#: to be worth a warning: none in the range (``misread_finding``), none left by infer's camera-FOV crop.
+MISPLACED_FROM = 100
+
+
+def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> tuple[str, str] | None:
+    """(kind, finding) for a frame whose stats say its file was probably misread: many points of which none
+    made a pillar (all non-finite: not float32 points?; or none in the model's ``point_range``: millimetres,
+    axes swapped), or all of which made one (a file of zeros: a copy that failed?); None for any other frame.
+    The finding follows the frame's name ("FRAME: all its 500 points ..."); the CLI and the detector say
+    each kind once, from the stats every frame's detections carry (no second look at the points)."""
+    if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1 or stats.num_pillars_dropped:
+        return None  # pillars dropped: more were made than the model keeps (max_pillars 1 keeps one), said apart
+    if stats.num_pillars == 1:
+        return "onepillar", (f"all its {stats.num_points} points fall in one pillar: a file of zeros (a copy that "
+                             "failed?) or of one repeated point")
+    finite = stats.num_points - stats.num_nonfinite
+    if not finite:
+        return "nonfinite", (f"all its {stats.num_points} points are non-finite (a NaN or infinite x, y, z, "
+                             "intensity or, in multi-sweep frames, time lag): is it float32 values in that order?")
+    where = "" if point_range is None else " " + " ".join(
+        f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
+    return "range", (f"none of its {finite} finite points lies in the model's point range{where}: are they metres "
+                     "in the lidar frame (x forward, y left, z up)?")
 
 
 @dataclass(frozen=True)

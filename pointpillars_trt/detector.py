@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
-from .detections import Detections
+from .detections import Detections, misread_finding
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, SettingNotice, safe_repr,
 )
@@ -100,6 +100,7 @@ class PointPillars:
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
+        self._misread_said: set[str] = set()  # the kinds of probably misread frame said (``misread_finding``)
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
         backend = opts.backend
         check_backend_runs_on(self.device, backend)
@@ -180,7 +181,8 @@ class PointPillars:
         self._check_open()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
-        return self._said_if_nonfinite(self._impl.detect(frame, self._post_config(thresholds)))
+        found = self._said_if_nonfinite(self._impl.detect(frame, self._post_config(thresholds)))
+        return self._said_if_misread(found, "the frame")
 
     def _check_open(self) -> None:
         if self._closed:
@@ -211,6 +213,20 @@ class PointPillars:
                           "(said once)", InputWarning, stacklevel=3)
         return found
 
+    def _said_if_misread(self, found: Detections, name: str) -> Detections:
+        """Warn (once a detector for each kind) when a frame's stats say its points were probably misread
+        (``misread_finding``: none of its many points made a pillar, or all of them one), as infer warns of its
+        files; ``name``: the frame, as the warning names it. Its detections are returned as they are."""
+        finding = misread_finding(found.stats, self.cfg.voxel.point_range)
+        if finding is not None and finding[0] not in self._misread_said:
+            self._misread_said.add(finding[0])
+            warnings.warn(f"{name}: {finding[1]} (said once)", InputWarning, stacklevel=_callers_level())
+        return found
+
+    def _said_of_batch(self, found: list[Detections]) -> list[Detections]:
+        """``_said_if_misread`` of a batch's frames, each named by its place in the batch."""
+        return [self._said_if_misread(one, f"frame {index} of the batch") for index, one in enumerate(found)]
+
     def _say_viewpoint(self, text: str) -> None:
         """A ``.pcd`` VIEWPOINT an ``infer_many`` read left unapplied (``read_points``' ``viewpoint_note``): warned once
         a detector, not once a file, since a run's files share their sensor's pose as a rule."""
@@ -226,6 +242,11 @@ class PointPillars:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
         size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
         ``thresholds`` apply to this call only."""
+        return self._said_of_batch(self._detect_batch(frames, thresholds))
+
+    def _detect_batch(self, frames: Sequence[object], thresholds: Thresholds | None = None) -> list[Detections]:
+        """``detect_batch`` less the warning of a probably misread frame, which ``infer_many`` says naming the
+        frame's source rather than its place in a batch."""
         prepared = self._prepared(frames)
         found = self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
         return [self._said_if_nonfinite(d) for d in found]
@@ -242,11 +263,11 @@ class PointPillars:
         post_config = self._post_config(thresholds)
         if self.device != "cuda" or not prepared:
             found = self._impl.detect_batch(prepared, post_config) if prepared else []
-            said = [self._said_if_nonfinite(d) for d in found]
+            said = self._said_of_batch([self._said_if_nonfinite(d) for d in found])
             return lambda: said
         pipeline = self.gpu_pipeline
         pipeline.submit(prepared, post_config)
-        return lambda: [self._said_if_nonfinite(d) for d in pipeline.collect()]
+        return lambda: self._said_of_batch([self._said_if_nonfinite(d) for d in pipeline.collect()])
 
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
@@ -388,13 +409,14 @@ class PointPillars:
                 error = found if isinstance(found, PointPillarsError) else PointPillarsError(str(found))
                 yield FrameResult(entry.source, None, error)
             else:
-                yield FrameResult(entry.source, found, None)
+                yield FrameResult(entry.source, self._said_if_misread(found, safe_repr(entry.source)), None)
 
     def _detect_staged(self, staging: StagingBuffer | None, frames: list[_GroupFrame], *, thresholds: Thresholds | None,
                        post_config: ModelConfig | None) -> list[Detections | BaseException]:
-        """``detect_each`` of the frames; on the GPU, when all of them lie in ``staging``, one pass of the pipeline
-        straight from it (no copy on this thread). When that pass fails, the frames go through ``detect_each``,
-        where each frame's own error shows (also that the detector was closed meanwhile)."""
+        """``each_alone`` of the frames; on the GPU, when all of them lie in ``staging``, one pass of the pipeline
+        straight from it (no copy on this thread). When that pass fails, the frames go through ``each_alone``,
+        where each frame's own error shows (also that the detector was closed meanwhile). A probably misread
+        frame is not said here: ``_run_group`` says it, naming its source."""
         pipeline = self.gpu_pipeline
         if (pipeline is not None and staging is not None and frames and not self._closed
                 and all(frame.start is not None for frame in frames)):
@@ -406,7 +428,8 @@ class PointPillars:
                     return [self._said_if_nonfinite(one) for one in found]
             except FRAME_ERRORS:
                 pass
-        return detect_each(self, [frame.points for frame in frames], thresholds)
+        batch = functools.partial(self._detect_batch, thresholds=thresholds)
+        return each_alone(batch, [frame.points for frame in frames])
 
     def close(self) -> None:
         self._closed = True
@@ -434,15 +457,24 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
     own = getattr(detector, "detect_each", None)
     if own is not None and thresholds is None:
         return list(own(list(frames)))
+    batch = detector.detect_batch if thresholds is None else functools.partial(detector.detect_batch,
+                                                                                 thresholds=thresholds)
+    return each_alone(batch, frames)
+
+
+def each_alone(batch: Callable[[list[object]], Sequence[Detections]], frames: Sequence[object],
+               ) -> list[Detections | BaseException]:
+    """``batch(frames)``; when it fails, each frame on its own, so that only the frame at fault fails: a
+    ``Detections`` or the exception, per frame."""
+    if not frames:
+        return []
     try:
         with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
-            if thresholds is None:
-                return list(detector.detect_batch(list(frames)))
-            return list(detector.detect_batch(list(frames), thresholds=thresholds))
+            return list(batch(list(frames)))
     except FRAME_ERRORS as exc:
         if len(frames) == 1:
             return [exc]
-        return [result for frame in frames for result in detect_each(detector, [frame], thresholds)]
+        return [result for frame in frames for result in each_alone(batch, [frame])]
 
 
 #: Threads ``infer_many`` reads point files on, and how many groups (batches) they read ahead of the one that

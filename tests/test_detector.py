@@ -448,7 +448,7 @@ def test_infer_many_runs_a_generators_last_part_batch_that_ends_in_a_failed_read
 
 def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: Path) -> None:
     """Batches of 3 over 8 paths with a missing file at place 4: the frames go in groups of 3 paths, each one
-    ``detect_batch`` less its failed reads (3, 2, 2), each frame's detections those of running it alone. A
+    batch of the engine less its failed reads (3, 2, 2), each frame's detections those of running it alone. A
     batch size of 10**9 over two paths is one batch of 2 (no staging made for the batch size); a NumPy array of
     paths runs as their list."""
     from tiny import tiny_model_dir
@@ -462,12 +462,14 @@ def test_infer_many_runs_each_group_of_batch_size_frames_as_one_batch(tmp_path: 
     paths.insert(4, str(tmp_path / "missing.bin"))
     with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
         batches: list[int] = []
-        detect_batch = detector.detect_batch
-        detector.detect_batch = lambda frames: (batches.append(len(frames)), detect_batch(frames))[1]  # type: ignore[method-assign]
+        impl = detector._impl
+        run_batch = impl.detect_batch
+        impl.detect_batch = lambda frames, post: (batches.append(len(frames)), run_batch(frames, post))[1]  # type: ignore[method-assign]
         results = list(detector.infer_many(paths, batch_size=3))
-        alone = [detect_batch([read_points(path)])[0] for path in paths if "missing" not in path]
         huge = list(detector.infer_many(paths[:2], batch_size=10**9))  # its staging: sized by the frames read
         assert [r.error is None for r in detector.infer_many(np.array(paths[:2]))] == [True, True]  # paths' array
+        impl.detect_batch = run_batch  # type: ignore[method-assign]
+        alone = [detector.detect_batch([read_points(path)])[0] for path in paths if "missing" not in path]
     assert batches == [3, 2, 2, 2, 1, 1] and [r.source for r in results] == paths
     assert [r.detections.boxes.tobytes() for r in huge] == [r.detections.boxes.tobytes() for r in results[:2]]
     assert results[4].error is not None and "missing.bin" in str(results[4].error)
@@ -707,6 +709,85 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
             frame = frame_in_range(model, 500)
             assert all(np.isfinite(d.boxes).all() for d in [detector(frame), *detector.detect_batch([frame])])
     assert not [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+
+
+#: What infer says of a frame of 500 points none of which made a pillar, or all of them one, after the frame's name;
+#: {z}: the tiny model's z range.
+MISREAD = {
+    "nonfinite": "all its 500 points are non-finite (a NaN or infinite x, y, z, intensity or, in multi-sweep frames, "
+                 "time lag): is it float32 values in that order?",
+    "range": "none of its 500 finite points lies in the model's point range x 0..5.12 y -1.92..1.92 z {z}: are they "
+             "metres in the lidar frame (x forward, y left, z up)?",
+    "onepillar": "all its 500 points fall in one pillar: a file of zeros (a copy that failed?) or of one repeated point",
+}
+
+
+def misread_frames(model) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
+    """A frame of each kind of ``MISREAD``: its intensities NaN, its x shifted by 500 m, one point 500 times."""
+    frame = frame_in_range(model, 500)
+    nan, far = frame.copy(), frame.copy()
+    nan[:, 3] = np.nan
+    far[:, 0] += 500
+    return {"nonfinite": nan, "range": far, "onepillar": np.repeat(frame[:1], 500, axis=0)}
+
+
+def detect_as(detector: PointPillars, entry: str, frames: list[np.ndarray], folder: Path) -> list[Detections]:
+    """``frames`` through the API's ``entry``: one call a frame, one batch, or ``infer_many`` of .bin files of them
+    in ``folder`` (frame0.bin, ...)."""
+    if entry == "call":
+        return [detector(frame) for frame in frames]
+    if entry == "detect_batch":
+        return detector.detect_batch(frames)
+    if entry == "submit_batch":
+        return detector.submit_batch(frames)()
+    for index, frame in enumerate(frames):
+        frame.tofile(folder / f"frame{index}.bin")
+    results = list(detector.infer_many([str(folder / f"frame{index}.bin") for index in range(len(frames))]))
+    assert all(result.error is None for result in results), [result.error for result in results]
+    return [result.detections for result in results]  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("entry", ["call", "detect_batch", "submit_batch", "infer_many"])
+def test_frames_infer_warns_of_are_said_once_a_kind_and_still_detected(tmp_path: Path, entry: str) -> None:
+    """Frames whose points are all non-finite, all out of the model's point range, or all in one pillar: infer
+    warns of each kind, the API gave their empty detections without a word. Now one InputWarning a kind a
+    detector, in infer's words, naming the frame (its place in a batch, or its file) and the caller's line; the
+    detections are returned all the same; a usual frame says nothing."""
+    import warnings
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.apps.frame_report import frame_warning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    z = "{:g}..{:g}".format(*model.cfg.voxel.point_range[2::3])
+    bad = misread_frames(model)
+    frames = [frame_in_range(model, 500), *bad.values(), *bad.values()]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            found = detect_as(detector, entry, frames, tmp_path)
+    said = [w for w in caught if issubclass(w.category, InputWarning)]
+    names = {"call": ["the frame"] * 3, "detect_batch": [f"frame {i} of the batch" for i in (1, 2, 3)],
+             "infer_many": [f"'{tmp_path / f'frame{i}.bin'}'" for i in (1, 2, 3)]}
+    names["submit_batch"] = names["detect_batch"]
+    texts = [MISREAD[kind].format(z=z) for kind in bad]
+    assert [str(w.message) for w in said] == [f"{name}: {text} (said once)" for name, text in zip(names[entry], texts)]
+    assert [w.filename for w in said] == [__file__] * 3  # the caller's line
+    assert len(found) == 7 and found[0].stats.num_pillars > 1
+    assert found[1].stats == FrameStats(500, 500, 0, 0) and found[2].stats == FrameStats(500, 0, 0, 0)
+    assert found[3].stats.num_pillars == 1
+    for first, again in zip(found[1:4], found[4:]):
+        assert_same(first, again)
+    for kind, text, det in zip(bad, texts, found[1:4]):  # the words infer says of such a file
+        assert frame_warning("a.bin", det, model.cfg.voxel.point_range) == (kind, f"warning: 'a.bin': {text} "
+                                                                                  "(warned once)")
+    with warnings.catch_warnings(record=True) as caught:  # once a detector: the next one says it again
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            detect_as(detector, entry, [bad["nonfinite"]], tmp_path)
+            detect_as(detector, entry, [frame_in_range(model, 500, seed=1)], tmp_path)
+    said = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    assert len(said) == 1 and MISREAD["nonfinite"] in said[0], said
 
 
 def test_neither_a_warm_up_nor_a_one_point_probe_uses_up_the_intensity_check(tmp_path: Path) -> None:

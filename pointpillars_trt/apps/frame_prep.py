@@ -17,15 +17,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..camera_fov import crop_to_camera_fov
+from ..detections import MISPLACED_FROM
 from ..errors import InputError, safe_repr
 from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
 
-#: Finite points a frame must have (in the model's point range) for "none of them where they should be"
-#: to be worth a warning: none in the range (``frame_report.frame_warning``), none left by the crop.
-MISPLACED_FROM = 100
 
 def fov_notice(fmt: str, cropped: bool) -> str:
     """The run's one note on the camera-view crop it applies by default for KITTI output or --eval

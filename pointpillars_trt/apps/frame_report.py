@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
+from ..detections import misread_finding
 from ..errors import safe_repr
 from ..intensities import mismatch_finding, mismatch_text
-from .frame_prep import MISPLACED_FROM, assumed_image_note, emptied_warning, image_assumed
+from .frame_prep import assumed_image_note, emptied_warning, image_assumed
 from .frames import FrameJob, FrameReader
 from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
 
@@ -273,26 +274,15 @@ WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensiti
 
 
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:
-    """(kind, warning) for a frame whose detections are probably not what its file meant: many points of
-    which none made a pillar (all non-finite: not float32 points?; or none in the model's point range:
-    millimetres, axes swapped), or all of which made one (a file of zeros: a copy that failed?); None for any
+    """(kind, warning) for a frame whose detections are probably not what its file meant
+    (``detections.misread_finding``: none of its many points made a pillar, or all made one); None for any
     other frame. Each kind is said once a run (a frame of no point at all is the reader's to say:
     ``FrameReader.finding_of``)."""
-    stats = det.stats
-    if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1 or stats.num_pillars_dropped:
-        return None  # pillars dropped: more were made than the model keeps (max_pillars 1 keeps one), said apart
-    if stats.num_pillars == 1:
-        return "onepillar", (f"warning: {safe_repr(source)}: all its {stats.num_points} points fall in one pillar: "
-                             "a file of zeros (a copy that failed?) or of one repeated point (warned once)")
-    finite = stats.num_points - stats.num_nonfinite
-    if not finite:
-        return "nonfinite", (f"warning: {safe_repr(source)}: all its {stats.num_points} points are non-finite "
-                             "(a NaN or infinite x, y, z, intensity or, in multi-sweep frames, time lag): is it "
-                             "float32 values in that order? (warned once)")
-    where = "" if point_range is None else " " + " ".join(
-        f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
-    return "range", (f"warning: {safe_repr(source)}: none of its {finite} finite points lies in the model's point "
-                     f"range{where}: are they metres in the lidar frame (x forward, y left, z up)? (warned once)")
+    found = misread_finding(det.stats, point_range)
+    if found is None:
+        return None
+    kind, finding = found
+    return kind, f"warning: {safe_repr(source)}: {finding} (warned once)"
 
 
 def frame_report(total: int, plan: OutputPlan, args: argparse.Namespace, fmt: str, out: Path | None,
