@@ -42,7 +42,9 @@ def tensorrt_available() -> bool:
 
 
 def tensorrt_unavailable_reason() -> str | None:
-    return None if tensorrt_available() else "TensorRT is not importable (pip install tensorrt)"
+    from .tensorrt_library import unavailable_reason
+
+    return None if tensorrt_available() else unavailable_reason()
 
 
 def onnxruntime_cuda_unavailable_reason() -> str | None:

@@ -32,8 +32,8 @@ from ..errors import BackendError, LibraryNotice, ModelDirError
 from ..fileio import DuplicateKeyError, loads_json
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
-from .tensorrt_library import (INSTALL_HINT, LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
-                               library_unsupported_reason)
+from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library, library_state,
+                               library_unsupported_reason, unavailable_reason)
 
 LIBRARY: Library | None = installed_library()
 if LIBRARY == "tensorrt":
@@ -221,9 +221,9 @@ def require_tensorrt() -> None:
 
 
 def library() -> Library:
-    """The library this backend runs (raises when none is installed)."""
+    """The library this backend runs (raises when none is installed, or an installed one fails to import)."""
     if LIBRARY is None:
-        raise BackendError(f"TensorRT is not installed. Note: {INSTALL_HINT}")
+        raise BackendError(unavailable_reason())
     if LIBRARY == "tensorrt_rtx":
         _say_rtx_once()
     return LIBRARY
@@ -244,7 +244,7 @@ def require_runnable(compute_capability: str) -> None:
 
 @functools.lru_cache(maxsize=None)
 def _say_rtx_once() -> None:
-    warnings.warn(f"TensorRT is not installed; the tensorrt backend uses {LIBRARY_TITLES['tensorrt_rtx']} "
+    warnings.warn(f"{library_state('tensorrt')}; the tensorrt backend uses {LIBRARY_TITLES['tensorrt_rtx']} "
                   f"{trt.__version__}, whose plans run on compute capability {'/'.join(RTX_COMPUTE_CAPABILITIES)} "
                   "only", LibraryNotice, stacklevel=4)
 

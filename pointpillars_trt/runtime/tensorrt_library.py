@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
+import re
 from typing import Literal
 
 Library = Literal["tensorrt", "tensorrt_rtx"]
@@ -40,15 +42,61 @@ INSTALL_HINT = ("pip install 'pointpillars-trt[tensorrt]' (TensorRT 10/11, any s
 def installed_library() -> Library | None:
     """The library the ``tensorrt`` backend uses here: TensorRT when it imports, else TensorRT for RTX.
 
-    ``tensorrt-stubs`` alone also imports as ``tensorrt``, without a ``Builder``: that is not TensorRT."""
+    ``tensorrt-stubs`` alone also imports as ``tensorrt``, without a ``Builder``: that is not TensorRT. A
+    library that is installed but fails to import is left for :func:`import_failures` to say."""
     for library, module_name in LIBRARY_MODULES.items():
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
+        if importlib.util.find_spec(module_name) is None or library in import_failures():
             continue
-        if hasattr(module, "Builder"):
+        if hasattr(importlib.import_module(module_name), "Builder"):
             return library
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def import_failures() -> dict[Library, str]:
+    """Each installed library (its module is found) that fails to import, with its error in one line:
+    "not installed" and its pip hint would send the user to reinstall what is there (a missing CUDA
+    runtime, say, stays missing)."""
+    failures: dict[Library, str] = {}
+    for library, module_name in LIBRARY_MODULES.items():
+        if importlib.util.find_spec(module_name) is None:
+            continue
+        try:
+            importlib.import_module(module_name)
+        except Exception as exc:  # noqa: BLE001 - whatever the import raised is the one line the user needs
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            failures[library] = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+    return failures
+
+
+def import_failure_fix(library: Library, error: str) -> str:
+    """What fixes ``library``'s import ``error``: a shared library the loader did not find is put on its path
+    (the CUDA runtime named as such), anything else is a broken install to reinstall."""
+    missing = re.search(r"(lib[\w.+-]*?\.so(?:\.\d+)*): cannot open shared object file", error)
+    if missing is None:
+        return f"reinstall it: pip install --force-reinstall 'pointpillars-trt[{library.replace('_', '-')}]'"
+    name = missing.group(1)
+    cuda = re.fullmatch(r"libcudart\.so\.(\d+)", name)
+    needs = f"the CUDA {cuda.group(1)} runtime ({name})" if cuda else name
+    return f"it needs {needs}: install it, or add the folder that holds {name} to LD_LIBRARY_PATH"
+
+
+def unavailable_reason() -> str:
+    """Why the ``tensorrt`` backend has no library here, in one line with the fix: the import error of each
+    installed library that fails to import, else that none is installed."""
+    failures = import_failures()
+    if not failures:
+        return f"TensorRT is not installed. Note: {INSTALL_HINT}"
+    return "; ".join(f"{library_state(library)}. Note: {import_failure_fix(library, error)}"
+                     for library, error in failures.items())
+
+
+def library_state(library: Library) -> str:
+    """"X is not installed" or "X is installed but does not import (its error)": what a fallback says of the
+    library it could not use."""
+    error = import_failures().get(library)
+    title = LIBRARY_TITLES[library]
+    return f"{title} is not installed" if error is None else f"{title} is installed but does not import ({error})"
 
 
 def library_version(library: Library) -> str:

@@ -201,6 +201,60 @@ def test_build_tensorrt_without_tensorrt(checkpoint: Path, tmp_path: Path):
     assert not (tmp_path / "m").exists()  # refused before any work
 
 
+MISSING_LIBNVINFER = "libnvinfer.so.10: cannot open shared object file: No such file or directory"
+MISSING_CUDART = "libcudart.so.13: cannot open shared object file: No such file or directory"
+
+
+def failing_modules(folder: Path, errors: dict[str, str]) -> Path:
+    """``folder`` holding a package per module name whose import raises ImportError(its error): a library
+    that is installed (found) but does not load, as when the CUDA runtime it links is missing."""
+    for module, error in errors.items():
+        (folder / module).mkdir(parents=True)
+        (folder / module / "__init__.py").write_text(f"raise ImportError({error!r})\n")
+    return folder
+
+
+def cli_with_path_first(folder: Path, repo_root: Path, *args: object) -> Run:
+    """``pointpillars-trt ARGS`` in a process whose imports look in ``folder`` first."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(folder), str(repo_root)])}
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", *map(str, args)], capture_output=True,
+                          text=True, timeout=300, cwd=repo_root, env=env)
+    return Run(done.returncode, done.stdout, done.stderr)
+
+
+@ONE_FAMILY
+def test_build_tensorrt_says_the_import_error_of_installed_libraries(checkpoint: Path, repo_root: Path,
+                                                                    tmp_path: Path):
+    """Both libraries installed, neither loads: the error is each one's own, with the fix it needs, not
+    "not installed" with a pip command that changes nothing."""
+    shims = failing_modules(tmp_path / "shims", {"tensorrt": MISSING_LIBNVINFER,
+                                                 "tensorrt_rtx_bindings": MISSING_CUDART})
+    run = cli_with_path_first(shims, repo_root, "build", "--checkpoint", checkpoint, "--out", tmp_path / "m",
+                              "--backend", "tensorrt")
+    assert run.err.splitlines() == [
+        f"error: TensorRT is installed but does not import (ImportError: {MISSING_LIBNVINFER}). Note: it needs "
+        "libnvinfer.so.10: install it, or add the folder that holds libnvinfer.so.10 to LD_LIBRARY_PATH; "
+        f"TensorRT for RTX is installed but does not import (ImportError: {MISSING_CUDART}). Note: it needs the "
+        "CUDA 13 runtime (libcudart.so.13): install it, or add the folder that holds libcudart.so.13 to "
+        "LD_LIBRARY_PATH"], run
+    assert run.rc == 2 and not (tmp_path / "m").exists()
+
+
+@ONE_FAMILY
+def test_the_rtx_note_says_why_tensorrt_is_not_used(checkpoint: Path, repo_root: Path, tmp_path: Path):
+    from pointpillars_trt.runtime.tensorrt_library import installed_library
+
+    if installed_library() != "tensorrt_rtx":
+        pytest.skip("TensorRT for RTX is not what the tensorrt backend uses here")
+    shims = failing_modules(tmp_path / "shims", {"tensorrt": MISSING_LIBNVINFER})
+    run = cli_with_path_first(shims, repo_root, "build", "--checkpoint", checkpoint, "--out", tmp_path / "m",
+                              "--backend", "tensorrt", "--compute-capability", "9.0")
+    note, error = run.err.splitlines()
+    assert note.startswith(f"note: TensorRT is installed but does not import (ImportError: {MISSING_LIBNVINFER}); "
+                           "the tensorrt backend uses TensorRT for RTX "), run
+    assert error.startswith("error: --compute-capability 9.0: TensorRT for RTX"), run
+
+
 @ONE_FAMILY
 @pytest.mark.parametrize("capability, refusal", [
     ("9.0", "{version} builds for 7.5, 8.6, 8.9, 12.0, 12.1"),

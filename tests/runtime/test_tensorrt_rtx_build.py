@@ -24,7 +24,8 @@ from pointpillars_trt.runtime import tensorrt as trt_runtime
 from pointpillars_trt.runtime import tensorrt_build
 from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata, plan_metadata_path, read_plan
 from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, api_major,
-                                                      installed_library, library_unsupported_reason,
+                                                      import_failure_fix, installed_library,
+                                                      library_unsupported_reason,
                                                       rtx_default_targets)
 from tiny_graphs import cuda_skip_reason, pfn_graph
 
@@ -70,6 +71,20 @@ def test_rtx_is_refused_on_other_gpus_and_tensorrt_is_not(capability):
     assert library_unsupported_reason("tensorrt_rtx", capability) == (
         f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1)")
     assert library_unsupported_reason("tensorrt", capability) is None
+
+
+@pytest.mark.parametrize("library, error, fix", [
+    ("tensorrt_rtx", "ImportError: libcudart.so.12: cannot open shared object file: No such file or directory",
+     "it needs the CUDA 12 runtime (libcudart.so.12): install it, or add the folder that holds libcudart.so.12 "
+     "to LD_LIBRARY_PATH"),
+    ("tensorrt", "ImportError: libnvinfer.so.10: cannot open shared object file: No such file or directory",
+     "it needs libnvinfer.so.10: install it, or add the folder that holds libnvinfer.so.10 to LD_LIBRARY_PATH"),
+    ("tensorrt_rtx", "AttributeError: module 'tensorrt_rtx_libs' has no attribute 'x'",
+     "reinstall it: pip install --force-reinstall 'pointpillars-trt[tensorrt-rtx]'"),
+    ("tensorrt", "RuntimeError", "reinstall it: pip install --force-reinstall 'pointpillars-trt[tensorrt]'"),
+])
+def test_an_import_failure_gets_the_fix_it_needs(library, error, fix):
+    assert import_failure_fix(library, error) == fix
 
 
 @pytest.mark.parametrize("visible, targets", [
