@@ -18,12 +18,14 @@ from pathlib import Path
 from ..config import load_config
 from ..detections import Detections
 from ..errors import InputError, PointPillarsError, safe_repr
-from ..fileio import check_writable_folder, write_json_atomic
+from ..fileio import check_writable_folder, special_kind, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
 
 DEFAULT_REPEATS = 10
+#: The files the demo writes in its --out, beside its model dir ``random_model``.
+DEMO_FILES = ("simulated_frame.bin", "detections.json", "bev.png")
 
 
 def check_device(device: str, backend: str) -> None:
@@ -105,10 +107,19 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
 
 
 def refuse_foreign_demo_outputs(out: Path) -> None:
-    """Refuse, before anything is written, an --out whose ``detections.json`` or ``bev.png`` the demo did not
-    write (``outputs.foreign_output``: a user's own results or pictures there were replaced)."""
+    """Refuse, before anything is written, an --out holding in one of the demo's files' places a folder or
+    another node that is no regular file (its write would fail after the whole run, with the frame and the
+    model already written), or a ``detections.json`` or ``bev.png`` the demo did not write
+    (``outputs.foreign_output``: a user's own results or pictures there were replaced). Its model dir,
+    ``random_model``, is the export's to refuse, before anything is written."""
     from .outputs import foreign_output
 
+    for name in DEMO_FILES:
+        path = out / name
+        kind = "a directory" if path.is_dir() else special_kind(path)
+        if kind is not None:
+            raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which is {kind}, not a regular file, "
+                             "and the demo writes that file: remove it or give another --out")
     for name in ("detections.json", "bev.png"):
         reason = foreign_output(out / name) if (out / name).exists() else None
         if reason is not None:

@@ -8,6 +8,7 @@ import contextlib
 import importlib.util
 import io
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -62,6 +63,25 @@ def test_demo_never_overwrites_results_it_did_not_write(tmp_path: Path, name: st
     (mine / "random_model" / "notes.txt").write_text("precious")
     rc, _, err = cli("demo", "--out", mine, "--device", "cpu")
     assert rc == 2 and "not a model dir" in err and sorted(p.name for p in mine.iterdir()) == ["random_model"], err
+
+
+@pytest.mark.parametrize("name", ["simulated_frame.bin", "detections.json", "bev.png"])
+@pytest.mark.parametrize("kind", ["a directory", "a FIFO (named pipe)"])
+def test_a_folder_or_fifo_in_an_output_place_is_refused_before_anything_is_written(tmp_path: Path, name: str,
+                                                                                   kind: str) -> None:
+    """Before: the whole run, the model and the frame written, then the atomic rename's "Is a directory"
+    naming the temp file (a FIFO's place was replaced by a regular file)."""
+    out = tmp_path / "demo"
+    out.mkdir()
+    if kind == "a directory":
+        (out / name).mkdir()
+    else:
+        os.mkfifo(out / name)
+    rc, stdout, err = cli("demo", "--out", out, "--device", "cpu", "--repeats", "1")
+    assert (rc, stdout) == (2, ""), (stdout, err)
+    assert err == (f"error: --out {str(out)!r} holds {name!r}, which is {kind}, not a regular file, and the demo "
+                   "writes that file: remove it or give another --out\n"), err
+    assert [p.name for p in out.iterdir()] == [name]
 
 
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
