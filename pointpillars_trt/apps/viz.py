@@ -123,6 +123,7 @@ def plot_bev(
     """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
     class colour (legend) with a heading tick and, when there are scores, filled by score (colour bar).
 
+    Points with a non-finite x, y or z are left out (the height colours span the finite ones).
     Only the ``max_labels`` best-scoring boxes get a text label, placed so that labels never
     overlap (a label with no free spot is left out). ``point_range`` (x_min, y_min, z_min, x_max,
     y_max, z_max), e.g. the model's, crops the points and sets the axes; without it the axes cover
@@ -142,6 +143,7 @@ def plot_bev(
 
     pts = np.asarray(points, dtype=np.float32)
     pts = pts[:, :4] if pts.ndim == 2 else pts.reshape(-1, 4)  # a time column, if any, is not drawn
+    pts = pts[np.isfinite(pts[:, :3]).all(axis=1)]  # NaN/inf have no place, and made the height colours NaN
     corners = bev_corners(boxes)
     if len(names) != len(corners) or (scores is not None and len(scores) != len(corners)):
         raise PointPillarsError(
@@ -157,7 +159,6 @@ def plot_bev(
         pts = pts[inside]
     else:
         xy = np.concatenate([pts[:, :2], corners[finite].reshape(-1, 2), np.zeros((1, 2))])  # + sensor
-        xy = xy[np.isfinite(xy).all(axis=1)]
         (x0, y0), (x1, y1) = xy.min(axis=0) - 1.0, xy.max(axis=0) + 1.0
 
     aspect = float(np.clip((y1 - y0) / (x1 - x0), 0.3, 3.0))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,46 @@ def test_plot_bev_without_boxes_or_points(tmp_path: Path) -> None:
     out = tmp_path / "empty.png"
     plot_bev(np.zeros((0, 4), np.float32), np.zeros((0, 7)), [], None, out)
     assert out.read_bytes().startswith(PNG_MAGIC)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf], ids=["nan", "inf"])
+@pytest.mark.parametrize("point_range", [(0, -39.68, -3, 69.12, 39.68, 1), None], ids=["cropped", "whole"])
+def test_non_finite_points_are_left_out_and_the_height_colours_span_the_finite_ones(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point_range: tuple[float, ...] | None, bad: float) -> None:
+    """Before: NaN colour limits (the points lost their height colours) and, for inf, NumPy's RuntimeWarning."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    points, objects = simulate_scan(seed=0)
+    points = points.copy()
+    points[::7, 2] = bad
+    points[1::7, 2] = -bad
+    points[2::7, 0] = -np.inf
+    kept = np.isfinite(points[:, :3]).all(axis=1)
+    finite_points = points[kept]
+    z = np.sort(finite_points[:, 2].astype(np.float64))
+    if point_range is not None:
+        x0, y0, _, x1, y1, _ = point_range
+        xy = finite_points[:, :2]
+        z = np.sort(finite_points[(xy[:, 0] >= x0) & (xy[:, 0] <= x1) & (xy[:, 1] >= y0) & (xy[:, 1] <= y1), 2]
+                    .astype(np.float64))
+    # NumPy's default percentile: linear between the two closest ranks
+    lo_rank, hi_rank = 0.01 * (len(z) - 1), 0.995 * (len(z) - 1)
+    expected = [z[int(r)] + (r - int(r)) * (z[min(int(r) + 1, len(z) - 1)] - z[int(r)]) for r in (lo_rank, hi_rank)]
+
+    drawn: list[Figure] = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), savefig(fig, *a, **k))[1])
+    boxes = np.stack([o.box for o in objects])
+    names = [o.name for o in objects]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        plot_bev(points, boxes, names, None, tmp_path / "nan.png", point_range=point_range)
+        plot_bev(finite_points, boxes, names, None, tmp_path / "finite.png", point_range=point_range)
+    (scatter,) = drawn[0].axes[0].collections
+    assert scatter.get_clim() == pytest.approx(expected, rel=1e-6)
+    assert len(scatter.get_offsets()) == len(z)
+    assert (tmp_path / "nan.png").read_bytes() == (tmp_path / "finite.png").read_bytes()
 
 
 def test_plot_bev_mismatched_names(tmp_path: Path) -> None:
