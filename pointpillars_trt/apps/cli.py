@@ -30,8 +30,9 @@ from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
+from .demo import DEFAULT_REPEATS, MAX_REPEATS
 from .infer import add_infer_parser
-from .ranges import device_arg, int_in, path_name, positive_int
+from .ranges import device_arg, int_in, path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
 #: What ``main`` turns into one ``error:`` line and exit code 2.
@@ -340,8 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     demo.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",
                       help="GPU engine backend")
-    demo.add_argument("--repeats", type=positive_int, default=10,
-                      help="frames run after the first (cold) one for the steady-state times")
+    demo.add_argument("--repeats", type=int_in(1, MAX_REPEATS), default=DEFAULT_REPEATS,
+                      help=f"frames run after the first (cold) one for the steady-state times, 1..{MAX_REPEATS} "
+                           "(about a second a frame on the CPU)")
     demo.set_defaults(run=_cmd_demo)
 
     from .eval.cli import add_eval_parser

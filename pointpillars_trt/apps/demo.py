@@ -24,6 +24,8 @@ from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
 
 DEFAULT_REPEATS = 10
+#: The most --repeats: a CPU frame takes about a second, and the steady-state median is settled long before.
+MAX_REPEATS = 1000
 #: The files the demo writes in its --out, beside its model dir ``random_model``.
 DEMO_FILES = ("simulated_frame.bin", "detections.json", "bev.png")
 
@@ -49,8 +51,8 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     from ..detector import PointPillars
     from ..kitti import write_velodyne_bin
 
-    if repeats < 1:
-        raise PointPillarsError(f"--repeats {repeats}: expected a positive number of frames")
+    if not 1 <= repeats <= MAX_REPEATS:
+        raise PointPillarsError(f"--repeats {repeats}: expected a number of frames in 1..{MAX_REPEATS}")
     cfg = load_config(config)
     weights = random_weights(cfg, seed=seed)
     check_device(device, backend)  # nothing written yet

@@ -123,6 +123,17 @@ def test_a_seed_numpy_cannot_take_is_refused_naming_the_option(tmp_path: Path, s
     assert exit_info.value.code == 2 and f"argument --seed: '{seed}'" in line and said in line, line
     assert not (tmp_path / "d").exists()
 
+@pytest.mark.parametrize("repeats", ["0", "1001", "100000000000"])
+def test_repeats_beyond_its_range_are_refused_naming_the_option(tmp_path: Path, repeats: str) -> None:
+    """Before: any positive count ran, 1e11 about a second a frame on the CPU, with nothing shown."""
+    err = io.StringIO()
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(err):
+        main(["demo", "--out", str(tmp_path / "d"), "--repeats", repeats])
+    (line,) = err.getvalue().strip().splitlines()
+    assert exit_info.value.code == 2 and f"argument --repeats: '{repeats}': expected an integer in 1..1000" in line
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.parametrize("command", ["demo", "bench"])
 def test_a_multi_head_config_is_refused_before_anything_is_written(tmp_path: Path, command: str) -> None:
     out = tmp_path / command
