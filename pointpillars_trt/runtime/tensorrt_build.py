@@ -163,13 +163,22 @@ def check_targets(compute_capabilities: Sequence[str] | None, precision: str, *,
         raise BackendError(f"{option}: none given; {builds_for}")
     unknown = [cc for cc in targets if cc not in buildable]
     if unknown:
-        raise BackendError(f"{option} {unknown[0]}: {builds_for}" if compute_capabilities is not None else
+        meant = meant_capability(unknown[0], buildable)
+        hint = f" (major.minor: did you mean {meant}?)" if meant is not None else ""
+        raise BackendError(f"{option} {unknown[0]}: {builds_for}{hint}" if compute_capabilities is not None else
                            f"the default target {unknown[0]}: {builds_for}; pass {option} with one of these")
     if "7.5" in targets and precision == "fp32":
         turing = f"{option} 7.5" if compute_capabilities is not None else "this GPU (compute capability 7.5)"
         raise BackendError(f"{turing}: TensorRT for RTX has no fp32 matrix multiply on Turing (7.5). "
                            "Note: export the model with --precision fp16 for it")
     return targets
+
+
+def meant_capability(given: str, capabilities: Sequence[str]) -> str | None:
+    """The one of ``capabilities`` whose digits ``given`` spells without the dot ("86", "sm_86": 8.6), else
+    None: nvcc's and the SM enum's spelling, which the "builds for" list alone does not point out."""
+    digits = "".join(ch for ch in given if ch.isdecimal())
+    return next((cc for cc in capabilities if digits and cc.replace(".", "") == digits), None)
 
 
 def rtx_build_capabilities() -> tuple[str, ...]:

@@ -258,6 +258,8 @@ def test_the_rtx_note_says_why_tensorrt_is_not_used(checkpoint: Path, repo_root:
 @ONE_FAMILY
 @pytest.mark.parametrize("capability, refusal", [
     ("9.0", "{version} builds for 7.5, 8.6, 8.9, 12.0, 12.1"),
+    ("86", "{version} builds for 7.5, 8.6, 8.9, 12.0, 12.1 (major.minor: did you mean 8.6?)"),
+    ("8.6.1", "{version} builds for 7.5, 8.6, 8.9, 12.0, 12.1"),
     ("7.5", "has no fp32 matrix multiply on Turing (7.5). Note: export the model with --precision fp16 for it"),
 ])
 def test_build_rtx_says_its_library_in_a_note_and_refuses_gpus_up_front(checkpoint: Path, tmp_path: Path,

@@ -97,6 +97,14 @@ def test_rtx_builds_for_the_gpu_here_when_it_runs_there(visible, targets):
     assert rtx_default_targets(visible) == targets
 
 
+@pytest.mark.parametrize("given, meant", [
+    ("86", "8.6"), ("sm_86", "8.6"), ("SM120", "12.0"), ("121", "12.1"), ("75", "7.5"),
+    ("90", None), ("8.6.1", None), ("abc", None), ("", None), ("8", None),
+])
+def test_a_capability_spelled_without_its_dot_is_pointed_to(given, meant):
+    assert tensorrt_build.meant_capability(given, RTX_COMPUTE_CAPABILITIES) == meant
+
+
 def test_api_generation_of_each_library():
     assert api_major("tensorrt", "10.13.0.35") == 10
     assert api_major("tensorrt", "11.4.0.7") == 11
