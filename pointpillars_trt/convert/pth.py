@@ -516,9 +516,8 @@ def _other_model_file(source: str) -> str:
             "writes, with its model.json) or the .pth checkpoint it was exported from")
 
 
-def _read_legacy(data: bytes, source: str) -> _Parsed:
-    stream = io.BytesIO(data)
-    budget = _Budget(MAX_INFLATION * len(data) + INFLATION_SLACK)
+def _read_legacy_magic(stream: io.BytesIO, source: str) -> None:
+    """Read a legacy stream's first pickle, which must be its magic number: else the file is no torch file."""
     not_torch = f"{source}: not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)" + \
         _other_model_file(source)
     try:
@@ -528,6 +527,12 @@ def _read_legacy(data: bytes, source: str) -> _Parsed:
         raise CheckpointError(not_torch) from None
     if not (isinstance(magic, int) and magic == _LEGACY_MAGIC):
         raise CheckpointError(not_torch)
+
+
+def _read_legacy(data: bytes, source: str) -> _Parsed:
+    stream = io.BytesIO(data)
+    budget = _Budget(MAX_INFLATION * len(data) + INFLATION_SLACK)
+    _read_legacy_magic(stream, source)
     protocol, _ = _unpickle(stream, source, "legacy header", budget)
     if protocol != _LEGACY_PROTOCOL:
         raise CheckpointError(f"{source}: legacy protocol version {pickled_repr(protocol, 20)}, "
@@ -603,6 +608,8 @@ def _read_bytes(path: Path, source: str) -> bytes:
             if info.st_size > MAX_CHECKPOINT_BYTES:
                 raise CheckpointError(f"{source}: file is {info.st_size} bytes, larger than the "
                                       f"{MAX_CHECKPOINT_BYTES}-byte limit for a checkpoint")
+            _check_format(file.read(_HEAD_BYTES), source)
+            file.seek(0)
             data = file.read(info.st_size)
             if file.read(1):
                 raise CheckpointError(f"{source}: file grew while it was read")
@@ -613,13 +620,30 @@ def _read_bytes(path: Path, source: str) -> bytes:
         raise CheckpointError(f"{source}: cannot read ({reason})") from None
     except MemoryError:
         raise CheckpointError(f"{source}: not enough memory to read {info.st_size} bytes") from None
-    if not data:
-        raise CheckpointError(f"{source}: empty file, expected a torch checkpoint")
     return data
 
 
+#: Bytes of a file's start that tell its format: a legacy stream's first pickle (its magic number) takes 16 of them
+#: in torch's pickle protocol, and under 40 in any.
+_HEAD_BYTES = 4096
+
+
+def _check_format(head: bytes, source: str) -> None:
+    """Refuse, from its first bytes (``head``), a file that is neither torch format, before the rest is read: a
+    gigabyte of anything else would be read whole first."""
+    if not head:
+        raise CheckpointError(f"{source}: empty file, expected a torch checkpoint")
+    if not _is_zip(head):
+        _read_legacy_magic(io.BytesIO(head), source)
+
+
+def _is_zip(data: bytes) -> bool:
+    """Whether ``data`` starts as a zip archive (torch's format since 1.6) does."""
+    return data[:2] == b"PK"
+
+
 def _parse(data: bytes, source: str) -> _Parsed:
-    return _read_zip(data, source) if data[:2] == b"PK" else _read_legacy(data, source)
+    return _read_zip(data, source) if _is_zip(data) else _read_legacy(data, source)
 
 
 def _source(path: Path) -> str:

@@ -500,6 +500,15 @@ def test_file_larger_than_the_cap_is_refused_with_its_size(tmp_path: Path, repo_
             f"{pth.MAX_CHECKPOINT_BYTES}-byte limit")
 
 
+def test_a_gigabyte_that_is_no_checkpoint_is_refused_from_its_first_bytes(tmp_path: Path, repo_root: Path) -> None:
+    """1 GiB of zeros (neither torch format) was read whole before its format was looked at (1.1 GB peak RSS: past
+    the child's limit); its first bytes say what it is not."""
+    path = tmp_path / "zeros.pth"
+    with open(path, "wb") as f:  # sparse: no disk space used
+        f.truncate(1 << 30)
+    refused("load", path, repo_root, "not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)")
+
+
 def test_size_cap_is_a_module_constant(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     path = write_zip({"w": np.zeros(100, np.float32)}, tmp_path / "t.pth")
     monkeypatch.setattr(pth, "MAX_CHECKPOINT_BYTES", 100)
