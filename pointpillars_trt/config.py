@@ -289,6 +289,12 @@ def _is_pcdet_model_config(raw: object) -> bool:
     return isinstance(raw, Mapping) and bool({"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw))
 
 
+def is_package_config(raw: object) -> bool:
+    """Whether a parsed YAML is a config of this package's (its top-level family and voxel keys, no OpenPCDet
+    one), which ``build --pcdet-config`` would find missing every OpenPCDet key of."""
+    return isinstance(raw, Mapping) and {"family", "voxel"} <= set(raw) and not _is_pcdet_model_config(raw)
+
+
 def is_pcdet_model_config(name_or_path: str | Path) -> bool:
     """Whether a ``--config`` names an OpenPCDet model config (``tools/cfgs/kitti_models/pointpillar.yaml``), which
     ``build --pcdet-config`` reads, not this package's loader; False also where the file cannot be read as YAML

@@ -74,8 +74,9 @@ class CheckpointNotice(RuntimeWarning):
 
 
 class SettingNotice(RuntimeWarning):
-    """A setting from the environment taken otherwise than it was given (``OMP_NUM_THREADS`` past this
-    machine's cores, or no thread count at all): said once per value; the CLI says it as a ``note:`` line."""
+    """A setting taken otherwise than it was given: from the environment (``OMP_NUM_THREADS`` past this machine's
+    cores, or no thread count at all), or from an OpenPCDet config (its test-time point shuffle, which runs off):
+    said once per value; the CLI says it as a ``note:`` line."""
 
 
 def escape_text(text: str, limit: int | None = None) -> str:

@@ -15,8 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ModelConfig, config_from_dict, read_yaml
-from ..errors import ConfigError, safe_repr
+from ..config import ModelConfig, config_from_dict, is_package_config, read_yaml
+from ..errors import ConfigError, SettingNotice, safe_repr
 from ..fileio import special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
@@ -73,8 +73,22 @@ def _merged(path: Path, base_dir: str | Path | None) -> _Section:
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {safe_repr(raw, 60)}")
-    bases = _Bases(path, None if base_dir is None else Path(base_dir))
+    if is_package_config(raw):
+        raise ConfigError(f"{source}: one of this package's configs (family, voxel, network, ...), not an OpenPCDet "
+                          "model config: give it as --config, not --pcdet-config (Python: config=PATH, not "
+                          "config_from_pcdet_yaml)")
+    bases = _Bases(path, None if base_dir is None else _base_folder(Path(base_dir), source))
     return _Section(bases.overlay({}, raw), "", source)
+
+
+def _base_folder(folder: Path, source: str) -> Path:
+    """``base_dir`` (OpenPCDet's tools/ folder), refused unless it is a folder: "not found in FOLDER/cfgs/..." would
+    blame the YAML's base path for the folder's typo."""
+    if not folder.is_dir():
+        what = "a file, not a folder" if folder.is_file() else special_kind(folder) or "no such folder"
+        raise ConfigError(f"{source}: --pcdet-base-dir {safe_repr(str(folder))}: {what}; give OpenPCDet's tools/ "
+                          "folder, where the YAML's _BASE_CONFIG_ paths start (base_dir in Python)")
+    return folder
 
 
 class _Bases:
@@ -272,7 +286,7 @@ def _voxel_processor(data: _Section) -> _Section:
                 warnings.warn(f"{data.source}: {entry.key_path('SHUFFLE_ENABLED')} shuffles the points at test time; "
                               "this package keeps them in input order, as OpenPCDet does with the shuffle off (a shuffle "
                               "changes the pillar order and which points full pillars drop, from run to run)",
-                              UserWarning, stacklevel=4)
+                              SettingNotice, stacklevel=4)
             elif shuffle is not False:
                 entry.refuse("SHUFFLE_ENABLED", "True or False at test time")
         elif kind == "transform_points_to_voxels":

@@ -29,6 +29,19 @@ def model(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def test_build_of_openpcdets_nuscenes_yaml_says_its_test_time_shuffle_in_one_note(nuscenes: Path, tmp_path: Path) -> None:
+    """OpenPCDet's cbgs_pp_multihead.yaml shuffles the points at test time, which this package does not: one note
+    line (every nuScenes build says it), not a Python warning with the line of code that read the YAML."""
+    yaml = Path(__file__).resolve().parent.parent / "data/pcdet/tools/cfgs/nuscenes_models/cbgs_pp_multihead.yaml"
+    run = cli("build", "--checkpoint", nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", "--pcdet-config", yaml,
+              "--out", tmp_path / "model")
+    assert run.rc == 0 and "openpcdet_nuscenes_multihead" in run.out, run
+    assert run.err.splitlines() == [
+        f"note: {yaml}: DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED shuffles the points at test time; this package "
+        "keeps them in input order, as OpenPCDet does with the shuffle off (a shuffle changes the pillar order and "
+        "which points full pillars drop, from run to run)"], run.err
+
+
 @pytest.mark.slow
 def test_infer_writes_velocity_and_nuscenes_labels(nuscenes: Path, model: Path, tmp_path: Path) -> None:
     run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--point-dim", "5",

@@ -14,7 +14,7 @@ from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.anchors import head_anchors
 from pointpillars_trt.convert.multihead import MultiHeadWeights, expected_keys
 from pointpillars_trt.convert.pcdet_config import config_from_pcdet_yaml
-from pointpillars_trt.errors import CheckpointError, ConfigError
+from pointpillars_trt.errors import CheckpointError, ConfigError, SettingNotice
 from test_config import edited
 
 CBGS = Path(__file__).resolve().parent.parent / "data" / "pcdet" / "tools" / "cfgs" / "nuscenes_models" / \
@@ -23,7 +23,7 @@ NAME = "openpcdet_nuscenes_multihead"
 
 
 def test_pcdet_yaml_gives_the_builtin_config() -> None:
-    with pytest.warns(UserWarning, match=r"SHUFFLE_ENABLED shuffles the points at test time; this package keeps "
+    with pytest.warns(SettingNotice, match=r"SHUFFLE_ENABLED shuffles the points at test time; this package keeps "
                                          r"them in input order"):
         imported = config_from_pcdet_yaml(CBGS)  # no name: the built-in's, as `build --pcdet-config` reads it
     builtin = load_config(NAME)
@@ -46,7 +46,7 @@ def test_pcdet_multihead_direction_classifier_is_refused(tmp_path: Path) -> None
     assert str(info.value) == f"{path}: MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"
     no_dir = text.replace("USE_DIRECTION_CLASSIFIER: True", "USE_DIRECTION_CLASSIFIER: False")
     path.write_text(no_dir)
-    with pytest.warns(UserWarning):
+    with pytest.warns(SettingNotice, match="SHUFFLE_ENABLED"):
         assert config_from_pcdet_yaml(path, base_dir=CBGS.parent.parent.parent, name=NAME) == load_config(NAME)
 
 

@@ -186,13 +186,32 @@ def test_base_config_lookup(tmp_path: Path) -> None:
                                           r"folder above .*; give OpenPCDet's tools/ folder \(build --pcdet-base-dir; base_dir in Python\)"):
         config_from_pcdet_yaml(alone)
     assert config_from_pcdet_yaml(alone, base_dir=TOOLS).digest() == config_from_pcdet_yaml(POINTPILLAR).digest()
+    (tmp_path / "elsewhere").mkdir()
     with pytest.raises(ConfigError, match="not found in .*elsewhere"):
         config_from_pcdet_yaml(alone, base_dir=tmp_path / "elsewhere")
+    # a base folder that is none: its own error, not "not found in /nonexist/cfgs/..." (the YAML's base path blamed)
+    for folder, what in ((tmp_path / "nonexist", "no such folder"), (alone, "a file, not a folder")):
+        with pytest.raises(ConfigError) as info:
+            config_from_pcdet_yaml(alone, base_dir=folder)
+        assert str(info.value) == (f"{alone}: --pcdet-base-dir {str(folder)!r}: {what}; give OpenPCDet's tools/ "
+                                   "folder, where the YAML's _BASE_CONFIG_ paths start (base_dir in Python)")
     itself = tmp_path / "itself.yaml"  # not "DATA_CONFIG.POINT_FEATURE_ENCODING is missing": what is wrong
     itself.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", "itself.yaml"))
     with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ 'itself.yaml' names this file itself; name the base config"):
         config_from_pcdet_yaml(itself, base_dir=tmp_path)
 
+
+
+@pytest.mark.parametrize("name", ["openpcdet_kitti_3class", "openpcdet_nuscenes_multihead", "zhulf0804_kitti_3class"])
+def test_a_config_of_this_package_is_told_to_go_as_config(repo_root: Path, name: str) -> None:
+    """This package's own YAML given where an OpenPCDet one goes: what it is and the option that reads it, not
+    "DATA_CONFIG is missing"."""
+    own = repo_root / "pointpillars_trt" / "configs" / f"{name}.yaml"
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(own)
+    assert str(info.value) == (f"{own}: one of this package's configs (family, voxel, network, ...), not an OpenPCDet "
+                               "model config: give it as --config, not --pcdet-config (Python: config=PATH, not "
+                               "config_from_pcdet_yaml)")
 
 
 def test_a_base_config_that_is_no_mapping_is_refused_without_quoting_it(tmp_path: Path) -> None:
