@@ -343,6 +343,26 @@ def remove_stale_temp_files(folder: PathLike) -> int:
     return removed
 
 
+def remove_stale_folders(folder: PathLike, prefix: str) -> int:
+    """Delete the folders in ``folder`` named ``{prefix}{pid}-...`` whose process ``pid`` no longer runs (a run
+    killed before it could remove its own: a build's staging folder, a server's scratch folder); returns how many.
+    Folders of live processes, and links, are left alone."""
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        pid, dash, _ = name[len(prefix):].partition("-")
+        if not (name.startswith(prefix) and dash and pid.isdigit()) or process_alive(int(pid)):
+            continue
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed += not os.path.lexists(path)
+    return removed
+
+
 def process_alive(pid: int) -> bool:
     """Whether process ``pid`` runs (this one included): whose temp files may not be cleared."""
     if pid == os.getpid():

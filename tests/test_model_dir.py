@@ -363,6 +363,47 @@ def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
         load_model_dir(tmp_path / "a")
 
 
+KILLED_BUILD = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from tiny import tiny_config, tiny_weights
+from pointpillars_trt.convert.export import export_model_dir
+
+def stall(model):
+    print(model.path, flush=True)  # the staging folder, with the graphs and model.json in it
+    time.sleep(120)
+
+cfg = tiny_config("openpcdet")
+export_model_dir(tiny_weights(cfg, 0), cfg, Path(sys.argv[1]), precision="fp32", source={}, finish=stall)
+"""
+
+
+def test_the_staging_folder_of_a_killed_build_is_removed_by_the_next_build_beside_it(tmp_path: Path):
+    """A build killed (SIGKILL, out of memory) leaves its staging folder beside the model dir: the next build of
+    that model dir removes it, and keeps the staging folder of a build that still runs and other folders."""
+    import signal
+    import subprocess
+    import sys
+
+    tests = Path(__file__).resolve().parent
+    build = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "m"), str(tests)],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(tests.parent)})
+    try:
+        assert build.stdout is not None
+        killed = Path(build.stdout.readline().strip())
+    finally:
+        build.send_signal(signal.SIGKILL)
+        build.wait()
+    assert killed.parent == tmp_path and killed.name.startswith(f".m.build-{build.pid}-") and killed.is_dir()
+    running = tmp_path / f".m.build-{os.getppid()}-0123abcd"  # a live process's build
+    other = tmp_path / f".other.build-{build.pid}-0123abcd"  # another model dir's: its own build sweeps it
+    for folder in (running, other):
+        folder.mkdir()
+    tiny_model_dir(tmp_path / "m")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", running.name, other.name])
+
+
 def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 

@@ -15,7 +15,6 @@ import dataclasses
 import functools
 import os
 import shlex
-import shutil
 import sys
 import tempfile
 import warnings
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import is_pcdet_model_config, pcdet_build_command
 from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, safe_repr
-from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, process_alive,
+from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, remove_stale_folders,
                       remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
@@ -686,11 +685,7 @@ def out_held(out: Path) -> contextlib.AbstractContextManager[None]:
 def scratch_folder() -> Iterator[Path]:
     """A temp folder that dies with the run; folders of earlier runs that were killed are cleared."""
     prefix = "pp-infer-"
-    root = Path(tempfile.gettempdir())
-    for stale in root.glob(f"{prefix}*-*"):
-        pid = stale.name[len(prefix):].split("-", 1)[0]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(stale, ignore_errors=True)
+    remove_stale_folders(tempfile.gettempdir(), prefix)
     with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as path:
         yield Path(path)
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ...errors import BackendError, InputError, safe_repr
-from ...fileio import process_alive
+from ...fileio import remove_stale_folders
 from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
@@ -387,21 +387,7 @@ SCRATCH_PREFIX = "pp-triton-"
 def remove_stale_scratch() -> int:
     """Delete the temp folders of servers whose starting process no longer runs (a serve killed with SIGKILL
     leaves its folder behind); returns how many. Folders of live processes are left alone."""
-    removed = 0
-    folder = tempfile.gettempdir()
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
-        pid, dash, _ = name[len(SCRATCH_PREFIX):].partition("-")
-        if not (name.startswith(SCRATCH_PREFIX) and dash and pid.isdigit()) or process_alive(int(pid)):
-            continue
-        path = os.path.join(folder, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-            removed += not os.path.exists(path)
-    return removed
+    return remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)
 
 
 def other_models_note(repository: Path) -> str:
