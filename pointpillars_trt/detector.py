@@ -138,10 +138,14 @@ class PointPillars:
         """Import a .pth and export its graphs once into a cache folder keyed by file hash, config,
         precision (``options.precision``, default fp32) and (for TensorRT plans) TF32 mode. ``config``: the
         checkpoint's config (a name, YAML path, ``ModelConfig`` or dict; default: its layout's built-in one)."""
-        from .convert.export import model_dir_for_checkpoint
+        from .convert.export import cache_root, model_dir_for_checkpoint
         from .convert.pth import checkpoint_path
 
-        path, config = checkpoint_path(path), config_argument(config)  # before a device is probed
+        # the arguments checked before a device is probed; the config goes on to the loader as given, since a
+        # refusal of it names the fix by its kind (a name or path: --config; a dict: config=None)
+        path = checkpoint_path(path)
+        config_argument(config)
+        cache_root(cache_dir)
         opts = _options(options, settings)
         picked = pick_device(opts.device)
         check_backend_runs_on(picked.kind, opts.backend)  # before any export

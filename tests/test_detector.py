@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pointpillars_trt import Detections, FrameStats
+from pointpillars_trt.config import load_config
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError, InputWarning, ModelDirError
 from pointpillars_trt.kitti import read_velodyne_bin
@@ -108,6 +110,39 @@ def test_loaders_refuse_a_path_or_config_of_the_wrong_type_saying_what_to_pass(d
     with PointPillars.from_model_dir(os.fsencode(detector.model.path), device="cpu",
                                      config=os.fsencode(detector.cfg.name)) as det:
         assert det.cfg == detector.cfg
+
+
+def test_a_cache_dir_that_is_no_folder_is_one_error_naming_it(assets: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A number (a TypeError from pathlib), an empty string (the default cache, silently) and a file (mkdir's
+    "File exists") as ``cache_dir``: each one ModelDirError naming cache_dir and what it is."""
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "default"))
+    a_file = tmp_path / "a_file"
+    a_file.write_text("x")
+    for bad, said in ((3, r"cache_dir: expected a folder's path \(a str or pathlib.Path\), or None for the default "
+                          r"cache, got 3 \(int\)$"),
+                      ("", r"cache_dir: an empty path; pass a folder's path"),
+                      (a_file, rf"cache_dir {re.escape(str(a_file))} cannot be written \(a file, not a folder\): pass "
+                               "a writable cache_dir")):
+        with pytest.raises(ModelDirError, match=said):
+            PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=bad)  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+
+
+def test_a_config_of_another_layout_is_told_to_go_as_the_caller_gave_it(assets: Path, cache: Path) -> None:
+    """A config of the other layout: the fix names what the caller gave (no --pcdet-config, which only build
+    has): a name, as infer's --config or Python's config= give it, is dropped; a dict is Python's alone."""
+    from pointpillars_trt.errors import CheckpointError
+
+    wrong = "checkpoint has the openpcdet layout, but config zhulf0804_kitti_3class is for the zhulf0804 family; "
+    with pytest.raises(CheckpointError) as refused:
+        PointPillars.from_checkpoint(assets / CHECKPOINT, config="zhulf0804_kitti_3class", device="cpu", cache_dir=cache)
+    assert str(refused.value).endswith(wrong + "drop --config to read it with openpcdet_kitti_3class (Python: "
+                                               "config=None)")
+    with pytest.raises(CheckpointError) as refused:
+        PointPillars.from_checkpoint(assets / CHECKPOINT, config=load_config("zhulf0804_kitti_3class").to_dict(),
+                                     device="cpu", cache_dir=cache)
+    assert str(refused.value).endswith(wrong + "pass config=None to read it with openpcdet_kitti_3class")
 
 
 def test_result_fields(expected: Detections, points: np.ndarray, detector: PointPillars):

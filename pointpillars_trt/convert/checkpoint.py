@@ -421,8 +421,11 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
 
 
 def _own_config_fix(own: str, given: ConfigArgument) -> str:
-    """How to read a checkpoint with the config its layout and keys name (``own``), ``given`` the config it was given:
-    a ModelConfig (the command line's: build --pcdet-config's), else a name, path or dict (the command line's --config)."""
+    """How to read a checkpoint with the config its layout and keys name (``own``), ``given`` the config argument as
+    the caller gave it: a name or path (the command line's --config, or Python's config=), a ModelConfig (the command
+    line's: build --pcdet-config's, or Python's) or a dict (Python's only)."""
+    if isinstance(given, Mapping):
+        return f"pass config=None to read it with {own}"
     option = "--pcdet-config" if isinstance(given, ModelConfig) else "--config"
     return f"drop {option} to read it with {own} (Python: config=None)"
 

@@ -22,8 +22,8 @@ from typing import Any
 
 from ..config import ConfigArgument, ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
-from ..fileio import (read_regular_file, remove_stale_folders, replace_folder, unwritable_reason, user_cache_dir,
-                      write_bytes_atomic)
+from ..fileio import (path_argument, read_regular_file, remove_stale_folders, replace_folder, special_kind,
+                      unwritable_reason, user_cache_dir, write_bytes_atomic)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
@@ -67,9 +67,9 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
     precision, and for TensorRT plans the library, its version and their TF32 setting (not the GPU: a cache
     shared by GPUs of two kinds holds the plans of the one that built them, which the other refuses)."""
     checked = check_precision(precision)
+    root = cache_root(cache_dir)  # a cache_dir that is no path is said before the checkpoint is read
     ckpt = load_checkpoint(path, config)
     tensorrt_tf32 = tf32 if tensorrt_plans else None
-    root = cache_root(cache_dir)
     folder = root / cache_key(ckpt.sha256, ckpt.config.digest(), checked, tensorrt_tf32)
     try:
         model = load_model_dir(folder, ckpt.config)
@@ -100,7 +100,12 @@ def _metadata_text(meta: dict[str, Any]) -> str:
 
 
 def cache_root(cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    return Path(cache_dir) if cache_dir else user_cache_dir()
+    """The model cache: ``cache_dir`` when given, else the user's (``user_cache_dir``). A ``cache_dir`` that is
+    no path (a number, an empty string, which Path reads as the current folder) is refused, naming it."""
+    if cache_dir is None:
+        return user_cache_dir()
+    return path_argument(cache_dir, "cache_dir", ModelDirError,
+                         "a folder's path (a str or pathlib.Path), or None for the default cache")
 
 
 def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) -> None:
@@ -109,6 +114,8 @@ def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) 
     try:
         root.mkdir(parents=True, exist_ok=True)
         reason = unwritable_reason(root)
+    except FileExistsError:  # mkdir's word for something else in the folder's place
+        reason = f"{special_kind(root) or ('a file' if root.is_file() else 'a broken symbolic link')}, not a folder"
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
     if reason is not None:
