@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -435,8 +437,72 @@ def test_a_cache_entry_shared_by_configs_of_other_launch_values_runs_each_with_i
     second = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert second.path == first.path
     assert first.cfg.postprocess == strict.postprocess and second.cfg.postprocess == builtin.postprocess
-    assert load_model_dir(second.path).cfg.postprocess == builtin.postprocess  # what Ray and serve reopen by path
     assert model_dir_for_checkpoint(checkpoint, config=strict, cache_dir=cache).cfg.postprocess == strict.postprocess
+
+
+def test_serves_copy_of_a_cache_entry_built_with_other_launch_values_holds_those_of_its_config(
+        tmp_path: Path, assets: Path, monkeypatch: pytest.MonkeyPatch):
+    # serve exports a checkpoint with its own config into the cache and copies the entry into the repository,
+    # which Triton reopens by path: the copy's model.json holds that config's launch values, not the entry's
+    from pointpillars_trt.apps.serve.repository import write_repository
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    builtin = load_config("openpcdet_kitti_3class")
+    entry = model_dir_for_checkpoint(checkpoint, config=builtin.with_thresholds(score_threshold=0.3, max_boxes=5))
+    served = write_repository(checkpoint, tmp_path / "repo", device="cpu") / "1" / "model"
+    assert load_model_dir(served).cfg.postprocess == builtin.postprocess
+    assert load_model_dir(entry.path).cfg.postprocess.max_boxes == 5  # the entry itself is left as it was
+
+
+@pytest.fixture
+def read_only(monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], None]:
+    """Make a folder's file system refuse every change under it (EROFS), as a read-only mount does, root or not
+    (chmod does not stop root): the system calls that create, replace or remove an entry fail there."""
+    roots: list[str] = []
+
+    def under(path: object) -> bool:
+        return isinstance(path, (str, os.PathLike)) and any(
+            os.path.abspath(os.fspath(path)).startswith(root + os.sep) for root in roots)
+
+    def refusing(call: str, writes: Callable[..., bool] = lambda *args: True) -> None:
+        real = getattr(os, call)
+
+        def refused(*args: object, **kwargs: object) -> object:
+            if any(under(arg) for arg in args[:2]) and writes(*args):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), os.fspath(args[0]))  # type: ignore[arg-type]
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(os, call, refused)
+
+    refusing("open", lambda path, flags, *rest: bool(flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT)))
+    for call in ("mkdir", "rmdir", "unlink", "replace", "rename", "link"):
+        refusing(call)
+    return lambda folder: roots.append(os.path.abspath(folder))
+
+
+def test_a_read_only_cache_entry_opens_with_other_launch_values_without_a_write(tmp_path: Path, assets: Path,
+                                                                               read_only: Callable[[Path], None]):
+    # a config that differs from the entry's only in its launch values is no reason to write the cache: on a
+    # read-only one that write was an OSError naming a hidden temp file
+    from pointpillars_trt.config import load_config
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+    from pointpillars_trt.detector import PointPillars
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    cache = tmp_path / "cache"
+    builtin = load_config("openpcdet_kitti_3class")
+    entry = model_dir_for_checkpoint(checkpoint, cache_dir=cache).path
+    files = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in sorted(cache.rglob("*"))
+             if path.is_file()}
+    read_only(cache)
+    stricter = {**builtin.to_dict(), "postprocess": {**builtin.to_dict()["postprocess"], "score_threshold": 0.4}}
+    detector = PointPillars.from_checkpoint(checkpoint, config=stricter, cache_dir=cache, device="cpu")
+    assert detector.model.path == entry and detector.cfg.postprocess.score_threshold == 0.4
+    assert {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in sorted(cache.rglob("*"))
+            if path.is_file()} == files
+    assert load_model_dir(entry).cfg.postprocess == builtin.postprocess
 
 
 def test_a_cache_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path, assets: Path):

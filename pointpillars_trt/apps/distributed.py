@@ -27,14 +27,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import int_within
+from ..config import ModelConfig, Thresholds, int_within
 from ..errors import BackendError, CpuFallbackWarning, InputError, SettingNotice, one_line, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
@@ -205,7 +205,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
         refuse_foreign_outputs(target, sources, plan.suffixes)
-    runtime = runtime or RuntimeOptions()
+    runtime = _with_launch_values(runtime or RuntimeOptions(), found.cfg)
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime}
@@ -226,6 +226,15 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
             ray.shutdown()  # the workers with it: what they wrote is then all there is
         for say in stopped:
             say(started, local)
+
+
+def _with_launch_values(runtime: RuntimeOptions, cfg: ModelConfig) -> RuntimeOptions:
+    """``runtime`` with the model's launch values (score threshold, NMS IoU, max boxes) where it leaves them to the
+    model: the actors reopen the model dir by path, and a cache entry's model.json holds those of the config that
+    built it, not those of the config it was opened with (``convert.export._with_launch_values``)."""
+    post = cfg.postprocess
+    given = {key: getattr(post, key) if value is None else value for key, value in asdict(runtime.thresholds).items()}
+    return replace(runtime, thresholds=Thresholds(**given))
 
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:

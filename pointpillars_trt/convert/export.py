@@ -85,13 +85,20 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
 def _with_launch_values(model: ModelDir, cfg: ModelConfig) -> ModelDir:
     """The cached ``model`` with ``cfg``'s launch values (score threshold, NMS IoU, max boxes), which the cache
     key's digest leaves out: a config that differs only in them shares the entry and must run with its own
-    values, not the first build's. The entry's model.json gets them too (the digest and the graphs stay), for
-    what reopens it by path: Ray's workers, serve's copy."""
+    values, not the first build's. They are held in memory only: the entry's model.json keeps those of the
+    config that built it, so a cache that is read-only (or shared by runs of other values) is never written
+    for them. What reopens the entry by path gets them from the returned model dir: Ray's workers as
+    thresholds, serve's copy in its model.json (``copy_model_dir``)."""
     if model.cfg.to_dict() == cfg.to_dict():
         return model
-    meta = {**model.metadata, "config": cfg.to_dict()}
-    write_bytes_atomic(model.path / METADATA_FILE, _metadata_text(meta).encode("utf-8"))
-    return dataclasses.replace(model, cfg=cfg, metadata=meta)
+    return dataclasses.replace(model, cfg=cfg, metadata={**model.metadata, "config": cfg.to_dict()})
+
+
+def copy_model_dir(model: ModelDir, dest: Path) -> None:
+    """A copy of ``model``'s folder at the new path ``dest``, its model.json written from ``model``'s metadata:
+    a cache entry's launch values (``_with_launch_values``) are in memory only, and the copy is reopened by path."""
+    shutil.copytree(model.path, dest)
+    write_bytes_atomic(dest / METADATA_FILE, _metadata_text(model.metadata).encode("utf-8"))
 
 
 def _metadata_text(meta: dict[str, Any]) -> str:

@@ -353,6 +353,24 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
     assert assert_same_json_files(tmp_path / "ray_jsonl", tmp_path / "local_jsonl") == ["detections-00000.jsonl"]
 
 
+def test_a_cache_entry_built_with_other_launch_values_runs_with_those_of_the_config_it_was_opened_with(  # type: ignore[no-untyped-def]
+        ray_cluster, assets: Path, kitti_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checkpoint's cache entry was built for a config that differs from its own only in its launch values,
+    which the entry's model.json holds: the workers, which reopen the entry by path, run the values of the
+    checkpoint's own config, as local infer does (which opens the entry with them)."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.config import load_config
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    model = assets / CHECKPOINT
+    model_dir_for_checkpoint(model, config=load_config("openpcdet_kitti_3class").with_thresholds(max_boxes=1))
+    local_infer(kitti_folder, model, tmp_path / "local")
+    detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0, progress=False)
+    names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+    assert max(len(json.loads((tmp_path / "local" / name).read_text())["scores"]) for name in names) > 1
+
+
 def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nuscenes: Path,  # type: ignore[no-untyped-def]
                                                                tmp_path: Path) -> None:
     """The nuScenes multi-head model: Ray's workers read the frames with 5 values a point and write the

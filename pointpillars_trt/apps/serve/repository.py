@@ -197,6 +197,8 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
     place, replacing an older one; other models in the repository are left alone."""
+    from ...convert.export import copy_model_dir
+
     found = resolve_model(model)
     text = model_config_text(found, instances=instances, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
                              device=device, max_points=max_points, runtime=runtime, pipelines=pipelines)
@@ -207,7 +209,7 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
     staging = root / f".{MODEL_NAME}.{secrets.token_hex(4)}.tmp"
     try:
         version = staging / "1"
-        shutil.copytree(found.path, version / "model")
+        copy_model_dir(found, version / "model")  # with the launch values of a cache entry opened for them
         shutil.copyfile(_TEMPLATE, version / "model.py")
         (version / "python_path.txt").write_text("\n".join(p for p in sys.path if p) + "\n", encoding="utf-8")
         (staging / "config.pbtxt").write_text(text)
