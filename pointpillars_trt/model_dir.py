@@ -17,6 +17,7 @@ import hashlib
 import json
 import shlex
 import os
+import dataclasses
 from dataclasses import dataclass
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -44,6 +45,16 @@ class ModelDir:
     @property
     def precision(self) -> str:
         return str(self.metadata["precision"])
+
+    def with_launch_values(self, cfg: ModelConfig) -> ModelDir:
+        """This model dir run with ``cfg``'s launch values (score threshold, NMS IoU, max boxes): ``cfg`` is a config
+        of its digest, which leaves them out, so a config that differs only in them opens it and runs with its own
+        values, not the build's. Held in memory only (the folder may be read-only, or shared by runs of other
+        values); what reopens the folder by path gets them from this value (``convert.export.copy_model_dir``, Ray's
+        thresholds)."""
+        if self.cfg.to_dict() == cfg.to_dict():
+            return self
+        return dataclasses.replace(self, cfg=cfg, metadata={**self.metadata, "config": cfg.to_dict()})
 
     @property
     def fov_points_only(self) -> bool | None:
@@ -111,7 +122,8 @@ def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, con
 
 
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
-    """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``."""
+    """Open a model dir, checking that it is complete, readable and (if given) built for ``expected_config``, whose
+    launch values it then runs with (``ModelDir.with_launch_values``)."""
     folder = path_argument(path, "model dir", ModelDirError, "the path of a folder `pointpillars-trt build` wrote "
                            "(a str or pathlib.Path)")
     if not folder.is_dir():
@@ -182,7 +194,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
             f"(digest {expected_config.digest()}) was requested: "
             + config_change_fix(folder, cfg, expected_config, config, checkpoint)
         )
-    return model
+    return model if expected_config is None else model.with_launch_values(expected_config)
 
 
 #: Largest graph file read: protobuf's own limit for one ONNX file (larger ones keep external data).

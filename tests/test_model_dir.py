@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+import yaml
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
@@ -454,6 +455,25 @@ def test_serves_copy_of_a_cache_entry_built_with_other_launch_values_holds_those
     served = write_repository(checkpoint, tmp_path / "repo", device="cpu") / "1" / "model"
     assert load_model_dir(served).cfg.postprocess == builtin.postprocess
     assert load_model_dir(entry.path).cfg.postprocess.max_boxes == 5  # the entry itself is left as it was
+
+
+def test_a_model_dir_opened_for_a_config_of_its_digest_runs_with_that_configs_launch_values(tmp_path: Path,
+                                                                                            assets: Path) -> None:
+    # `infer --model DIR --config strict.yaml` and from_model_dir(DIR, config=strict), where strict differs from
+    # the build's config only in its launch values: they ran the dir's values without a word
+    from pointpillars_trt.apps.infer import load_model_dir_of_config
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    built = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "cache")
+    builtin = load_config("openpcdet_kitti_3class")
+    strict = builtin.with_thresholds(score_threshold=0.3, nms_iou=0.2, max_boxes=5)
+    yaml_path = tmp_path / "strict.yaml"
+    yaml_path.write_text(yaml.safe_dump(strict.to_dict()))
+    assert load_model_dir(built.path, strict).cfg.postprocess == strict.postprocess
+    assert load_model_dir_of_config(built.path, str(yaml_path)).cfg.postprocess == strict.postprocess
+    assert load_model_dir(built.path, builtin).cfg.postprocess == builtin.postprocess
+    assert load_model_dir(built.path).cfg.postprocess == builtin.postprocess  # the folder is left as it was
 
 
 @pytest.fixture

@@ -231,7 +231,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
 def _with_launch_values(runtime: RuntimeOptions, cfg: ModelConfig) -> RuntimeOptions:
     """``runtime`` with the model's launch values (score threshold, NMS IoU, max boxes) where it leaves them to the
     model: the actors reopen the model dir by path, and a cache entry's model.json holds those of the config that
-    built it, not those of the config it was opened with (``convert.export._with_launch_values``)."""
+    built it, not those of the config it was opened with (``ModelDir.with_launch_values``)."""
     post = cfg.postprocess
     given = {key: getattr(post, key) if value is None else value for key, value in asdict(runtime.thresholds).items()}
     return replace(runtime, thresholds=Thresholds(**given))

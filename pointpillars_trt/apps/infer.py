@@ -218,7 +218,8 @@ def existing_model_path(model: str) -> Path:
 
 
 def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
-    """The model dir at ``path``, refused unless it was built for the config ``--config`` names (when given)."""
+    """The model dir at ``path``, refused unless it was built for the config ``--config`` names (when given), whose
+    launch values it then runs with."""
     from ..config import load_config
     from ..model_dir import config_change_fix
 
@@ -233,7 +234,7 @@ def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
                config_change_fix(path, built, expected, config, None))
         raise ModelDirError(f"model dir {safe_repr(str(path))} was built for config {safe_repr(built.name)}, "
                             f"not for --config {named}: drop --config, or {fix}")
-    return model
+    return model.with_launch_values(expected)
 
 
 def open_model(args: argparse.Namespace, max_batch: int | None = None, threads: int | None = None) -> PointPillars:

@@ -9,7 +9,6 @@ new one, never a mix.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -74,7 +73,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
     try:
         model = load_model_dir(folder, ckpt.config)
         if tensorrt_tf32 is None or model.has_plans():
-            return _with_launch_values(model, ckpt.config)
+            return model.with_launch_values(ckpt.config)
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
@@ -82,21 +81,10 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
                              device_id=device_id)
 
 
-def _with_launch_values(model: ModelDir, cfg: ModelConfig) -> ModelDir:
-    """The cached ``model`` with ``cfg``'s launch values (score threshold, NMS IoU, max boxes), which the cache
-    key's digest leaves out: a config that differs only in them shares the entry and must run with its own
-    values, not the first build's. They are held in memory only: the entry's model.json keeps those of the
-    config that built it, so a cache that is read-only (or shared by runs of other values) is never written
-    for them. What reopens the entry by path gets them from the returned model dir: Ray's workers as
-    thresholds, serve's copy in its model.json (``copy_model_dir``)."""
-    if model.cfg.to_dict() == cfg.to_dict():
-        return model
-    return dataclasses.replace(model, cfg=cfg, metadata={**model.metadata, "config": cfg.to_dict()})
-
-
 def copy_model_dir(model: ModelDir, dest: Path) -> None:
     """A copy of ``model``'s folder at the new path ``dest``, its model.json written from ``model``'s metadata:
-    a cache entry's launch values (``_with_launch_values``) are in memory only, and the copy is reopened by path."""
+    launch values a model dir was opened with (``ModelDir.with_launch_values``) are in memory only, and the copy is
+    reopened by path."""
     shutil.copytree(model.path, dest)
     write_bytes_atomic(dest / METADATA_FILE, _metadata_text(model.metadata).encode("utf-8"))
 

@@ -371,6 +371,34 @@ def test_a_cache_entry_built_with_other_launch_values_runs_with_those_of_the_con
     assert max(len(json.loads((tmp_path / "local" / name).read_text())["scores"]) for name in names) > 1
 
 
+def test_config_and_precision_name_the_model_the_workers_run_as_they_do_locally(  # type: ignore[no-untyped-def]
+        ray_cluster, assets: Path, kitti_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--config`` and ``--precision`` name the model local infer exports from a checkpoint, and ``--config`` the
+    launch values a model dir of its digest runs with: the workers ran the checkpoint's default config in fp32,
+    and a model dir's own thresholds, whatever the run named (19 boxes of a frame where local infer kept 5)."""
+    import pointpillars_trt
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    checkpoint = assets / CHECKPOINT
+    strict = tmp_path / "strict.yaml"  # the checkpoint's own config but for its score threshold
+    own = Path(pointpillars_trt.__file__).parent / "configs" / "openpcdet_kitti_3class.yaml"
+    strict.write_text(re.sub(r"(?m)^(\s*score_threshold:).*$", r"\1 0.6", own.read_text()))
+    model_dir = model_dir_for_checkpoint(checkpoint).path
+    for name, model, options in (("config", checkpoint, ("--config", str(strict))),
+                                 ("precision", checkpoint, ("--precision", "fp16")),
+                                 ("dir_config", model_dir, ("--config", str(strict)))):
+        local_infer(kitti_folder, model, tmp_path / f"local_{name}", *options)
+        rc, _, err = ray_infer(kitti_folder, model, tmp_path / f"ray_{name}", *options)
+        assert rc == 1, err
+        assert assert_same_json_files(tmp_path / f"ray_{name}", tmp_path / f"local_{name}"), name
+    plain = tmp_path / "local_plain"
+    local_infer(kitti_folder, checkpoint, plain)
+    for name in ("config", "precision"):  # each option changes what local infer writes: the comparison can fail
+        assert any((plain / n).read_bytes() != (tmp_path / f"local_{name}" / n).read_bytes()
+                   for n in output_names(plain)), name
+
+
 def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nuscenes: Path,  # type: ignore[no-untyped-def]
                                                                tmp_path: Path) -> None:
     """The nuScenes multi-head model: Ray's workers read the frames with 5 values a point and write the

@@ -367,7 +367,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         check_model_path(args)
         record = settings_record(args, fmt, out, frames)
         assert record is not None  # --out is required above
-        model = resolve_model(args.model) if resume.todo or record.may_differ_from_kept() else None
+        model = resolve_model(args.model, args.config, args.precision) \
+            if resume.todo or record.may_differ_from_kept() else None
 
         def settle() -> None:
             """--out's settings record against this run's, as applied by ``model``."""

@@ -31,15 +31,22 @@ MAX_QUEUE_DELAY_US = 10_000_000
 _TEMPLATE = Path(__file__).with_name("triton_model.py")
 
 
-def resolve_model(model: str | os.PathLike[str]) -> ModelDir:
-    """A model dir as given, or the cached model dir exported from a .pth checkpoint."""
+def resolve_model(model: str | os.PathLike[str], config: str | None = None, precision: str | None = None) -> ModelDir:
+    """A model dir as given, or the cached model dir exported from a .pth checkpoint, as local ``infer`` opens
+    ``--model`` with ``--config`` and ``--precision`` (a model dir: refused unless built for ``config``, whose launch
+    values it then runs with; a checkpoint: exported with ``config`` in ``precision``, default fp32): what reopens
+    it by path (Ray's workers) runs the model the run names."""
     path = Path(model)
     if not path.exists():
         raise InputError(f"--model {model}: no such checkpoint file or model dir")
     if path.is_file():
         from ...convert.export import model_dir_for_checkpoint
 
-        return model_dir_for_checkpoint(path)
+        return model_dir_for_checkpoint(path, config=config, precision=precision or "fp32")
+    if config:
+        from ..infer import load_model_dir_of_config
+
+        return load_model_dir_of_config(path, config)
     return load_model_dir(path)
 
 
