@@ -38,35 +38,39 @@ INSTALL_HINT = ("pip install 'pointpillars-trt[tensorrt]' (TensorRT 10/11, any s
                 f"{'/'.join(RTX_COMPUTE_CAPABILITIES)})")
 
 
-@functools.lru_cache(maxsize=None)
 def installed_library() -> Library | None:
     """The library the ``tensorrt`` backend uses here: TensorRT when it imports, else TensorRT for RTX.
 
     ``tensorrt-stubs`` alone also imports as ``tensorrt``, without a ``Builder``: that is not TensorRT. A
     library that is installed but fails to import is left for :func:`import_failures` to say."""
-    for library, module_name in LIBRARY_MODULES.items():
-        if importlib.util.find_spec(module_name) is None or library in import_failures():
-            continue
-        if hasattr(importlib.import_module(module_name), "Builder"):
-            return library
-    return None
+    return _probe()[0]
+
+
+def import_failures() -> dict[Library, str]:
+    """Each installed library (its module is found) tried before the one the backend uses (all, when none
+    imports) that failed to import, with its error in one line: "not installed" and its pip hint would send
+    the user to reinstall what is there (a missing CUDA runtime, say, stays missing)."""
+    return _probe()[1]
 
 
 @functools.lru_cache(maxsize=None)
-def import_failures() -> dict[Library, str]:
-    """Each installed library (its module is found) that fails to import, with its error in one line:
-    "not installed" and its pip hint would send the user to reinstall what is there (a missing CUDA
-    runtime, say, stays missing)."""
+def _probe() -> tuple[Library | None, dict[Library, str]]:
+    """(``installed_library``, ``import_failures``): the libraries imported in the backend's order, none after
+    the first that imports with a ``Builder`` (the other's bindings would load a second set of TensorRT and CUDA
+    libraries into the process for nothing)."""
     failures: dict[Library, str] = {}
     for library, module_name in LIBRARY_MODULES.items():
         if importlib.util.find_spec(module_name) is None:
             continue
         try:
-            importlib.import_module(module_name)
+            module = importlib.import_module(module_name)
         except Exception as exc:  # noqa: BLE001 - whatever the import raised is the one line the user needs
             first_line = (str(exc).strip().splitlines() or [""])[0]
             failures[library] = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
-    return failures
+            continue
+        if hasattr(module, "Builder"):
+            return library, failures
+    return None, failures
 
 
 def import_failure_fix(library: Library, error: str) -> str:

@@ -482,3 +482,19 @@ def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, repo_
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_tensorrt_that_imports_leaves_tensorrt_for_rtx_unloaded(tmp_path: Path) -> None:
+    """The backend takes TensorRT when it imports: TensorRT for RTX, installed beside it, is not imported (its
+    bindings would load a second TensorRT and CUDA runtime into the process), nor said to have failed."""
+    shims = tmp_path / "shims"
+    (shims / "tensorrt").mkdir(parents=True)
+    (shims / "tensorrt" / "__init__.py").write_text("class Builder:\n    pass\n__version__ = '10.99'\n")
+    (shims / "tensorrt_rtx_bindings").mkdir()
+    (shims / "tensorrt_rtx_bindings" / "__init__.py").write_text("raise ImportError('imported')\n")
+    probe = ("import sys; from pointpillars_trt.runtime.tensorrt_library import import_failures, installed_library; "
+             "print(installed_library(), import_failures(), 'tensorrt_rtx_bindings' in sys.modules)")
+    repo = Path(__file__).resolve().parents[2]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{shims}:{repo}"}
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
+    assert done.stdout.split() == ["tensorrt", "{}", "False"], done
