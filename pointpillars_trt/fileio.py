@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import socket
 import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -324,43 +325,60 @@ def _temp_stem(name: str) -> str:
 def remove_stale_temp_files(folder: PathLike) -> int:
     """Delete the atomic writer's temp files in ``folder`` left by processes that no longer run
     (a run killed mid-write); returns how many. Temp files of live writers are left alone."""
-    removed = 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
+    def writer(name: str) -> str | None:
         if not (name.startswith(".") and name.endswith(TEMP_SUFFIX)):
-            continue
+            return None
         parts = name[: -len(TEMP_SUFFIX)].rsplit(".", 2)
-        if len(parts) != 3 or not parts[1].isdigit() or process_alive(int(parts[1])):
-            continue
+        return parts[1] if len(parts) == 3 else None
+
+    removed = 0
+    for path in _left_by_dead_processes(folder, writer):
         try:
-            os.unlink(os.path.join(folder, name))
+            os.unlink(path)
             removed += 1
         except OSError:
             pass
     return removed
 
 
+#: This host, as the names of ``owned_prefix`` carry it (a short hash of its name).
+_HOST_TAG = hashlib.sha1(socket.gethostname().encode("utf-8", "surrogateescape")).hexdigest()[:8]
+
+
+def owned_prefix(prefix: str) -> str:
+    """``{prefix}{pid}-{host}-``: how a process names a folder of its own that ``remove_stale_folders`` may sweep
+    once it is gone. The host matters where the folder's file system is shared (an NFS home, a volume of several
+    containers): another machine's build or server is alive whatever this one's process table says."""
+    return f"{prefix}{os.getpid()}-{_HOST_TAG}-"
+
+
 def remove_stale_folders(folder: PathLike, prefix: str) -> int:
-    """Delete the folders in ``folder`` named ``{prefix}{pid}-...`` whose process ``pid`` no longer runs (a run
-    killed before it could remove its own: a build's staging folder, a server's scratch folder); returns how many.
-    Folders of live processes, and links, are left alone."""
+    """Delete the folders in ``folder`` named by ``owned_prefix(prefix)`` on this host whose process no longer
+    runs (a run killed before it could remove its own: a build's staging folder, a server's scratch folder);
+    returns how many. Folders of live processes or of other hosts, and links, are left alone."""
+    def owner(name: str) -> str | None:
+        pid, host, rest = (name[len(prefix):].split("-", 2) + ["", ""])[:3]
+        return pid if name.startswith(prefix) and host == _HOST_TAG and rest else None
+
     removed = 0
-    try:
-        names = os.listdir(folder)
-    except OSError:
-        return 0
-    for name in names:
-        pid, dash, _ = name[len(prefix):].partition("-")
-        if not (name.startswith(prefix) and dash and pid.isdigit()) or process_alive(int(pid)):
-            continue
-        path = os.path.join(folder, name)
+    for path in _left_by_dead_processes(folder, owner):
         if os.path.isdir(path) and not os.path.islink(path):
             shutil.rmtree(path, ignore_errors=True)
             removed += not os.path.lexists(path)
     return removed
+
+
+def _left_by_dead_processes(folder: PathLike, pid_of_name: Callable[[str], str | None]) -> Iterator[str]:
+    """The paths of the entries in ``folder`` whose name gives a process id (``pid_of_name``; None: not one of
+    those looked for) of a process that no longer runs."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        pid = pid_of_name(name)
+        if pid is not None and pid.isdigit() and not process_alive(int(pid)):
+            yield os.path.join(folder, name)
 
 
 def process_alive(pid: int) -> bool:

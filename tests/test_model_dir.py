@@ -384,7 +384,8 @@ export_model_dir(tiny_weights(cfg, 0), cfg, Path(sys.argv[1]), precision="fp32",
 
 def test_the_staging_folder_of_a_killed_build_is_removed_by_the_next_build_beside_it(tmp_path: Path):
     """A build killed (SIGKILL, out of memory) leaves its staging folder beside the model dir: the next build of
-    that model dir removes it, and keeps the staging folder of a build that still runs and other folders."""
+    that model dir removes it, and keeps the staging folder of a build that still runs, of another host, and other
+    folders."""
     import signal
     import subprocess
     import sys
@@ -399,12 +400,15 @@ def test_the_staging_folder_of_a_killed_build_is_removed_by_the_next_build_besid
         build.send_signal(signal.SIGKILL)
         build.wait()
     assert killed.parent == tmp_path and killed.name.startswith(f".m.build-{build.pid}-") and killed.is_dir()
-    running = tmp_path / f".m.build-{os.getppid()}-0123abcd"  # a live process's build
-    other = tmp_path / f".other.build-{build.pid}-0123abcd"  # another model dir's: its own build sweeps it
-    for folder in (running, other):
+    host = killed.name.split("-")[2]  # this host's tag
+    running = tmp_path / f".m.build-{os.getppid()}-{host}-0123abcd"  # a live process's build
+    other = tmp_path / f".other.build-{build.pid}-{host}-0123abcd"  # another model dir's: its own build sweeps it
+    # a build of another host sharing the folder (NFS, a volume of several containers): its pid says nothing here
+    elsewhere = tmp_path / f".m.build-{build.pid}-0000ffff-0123abcd"
+    for folder in (running, other, elsewhere):
         folder.mkdir()
     tiny_model_dir(tmp_path / "m")
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", running.name, other.name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m", running.name, other.name, elsewhere.name])
 
 
 def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):

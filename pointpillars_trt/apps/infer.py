@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import is_pcdet_model_config, pcdet_build_command
 from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, safe_repr
-from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, remove_stale_folders,
-                      remove_stale_temp_files, special_kind)
+from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
+                      remove_stale_folders, remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
@@ -687,7 +687,7 @@ def scratch_folder() -> Iterator[Path]:
     """A temp folder that dies with the run; folders of earlier runs that were killed are cleared."""
     prefix = "pp-infer-"
     remove_stale_folders(tempfile.gettempdir(), prefix)
-    with tempfile.TemporaryDirectory(prefix=f"{prefix}{os.getpid()}-") as path:
+    with tempfile.TemporaryDirectory(prefix=owned_prefix(prefix)) as path:
         yield Path(path)
 
 

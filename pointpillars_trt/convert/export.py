@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import ConfigArgument, ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
-from ..fileio import (path_argument, read_regular_file, remove_stale_folders, replace_folder, special_kind,
+from ..fileio import (owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder, special_kind,
                       unwritable_reason, user_cache_dir, write_bytes_atomic)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
@@ -311,13 +311,13 @@ def _ours(meta_path: Path) -> bool:
 
 
 def _staging_dir(folder: Path) -> Path:
-    """A new folder beside ``folder`` for its build (``.NAME.build-PID-TOKEN``); the staging folders of earlier
+    """A new folder beside ``folder`` for its build (``.NAME.build-PID-HOST-TOKEN``: ``owned_prefix``); the staging folders of earlier
     builds of it whose process is gone (killed: SIGKILL, out of memory) are removed first, or they would stay."""
     prefix = f".{folder.name}.build-"
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_folders(folder.parent, prefix)
-        staging = folder.parent / f"{prefix}{os.getpid()}-{secrets.token_hex(4)}"
+        staging = folder.parent / f"{owned_prefix(prefix)}{secrets.token_hex(4)}"
         staging.mkdir()
     except OSError as exc:
         blocking = next((parent for parent in folder.parents if parent.exists()), None)

@@ -666,21 +666,25 @@ def test_a_temp_folder_of_a_dead_serve_is_swept_at_the_next_start(install, tmp_p
     import tempfile
 
     from pointpillars_trt.apps.serve.server import SCRATCH_PREFIX
+    from pointpillars_trt.fileio import owned_prefix
 
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()
-    stale = temp / f"{SCRATCH_PREFIX}{ended.pid}-abcd1234"
+    host = owned_prefix("").split("-")[1]  # this host's tag: a folder of another host's serve is never swept
+    stale = temp / f"{SCRATCH_PREFIX}{ended.pid}-{host}-abcd1234"
     (stale / "models").mkdir(parents=True)
     (stale / "models" / MODEL_NAME).symlink_to(tmp_path, target_is_directory=True)
-    live = temp / f"{SCRATCH_PREFIX}{os.getppid()}-abcd1234"
-    live.mkdir()
+    live = temp / f"{SCRATCH_PREFIX}{os.getppid()}-{host}-abcd1234"
+    elsewhere = temp / f"{SCRATCH_PREFIX}{ended.pid}-0000ffff-abcd1234"
+    for kept in (live, elsewhere):
+        kept.mkdir()
     gone = dataclasses.replace(install, binary=tmp_path / "gone" / "tritonserver")
     with pytest.raises(FileNotFoundError):
         TritonServer(tmp_path / "repo", install=gone, model=MODEL_NAME).start(timeout=START_TIMEOUT)
-    assert sorted(temp.iterdir()) == [live] and tmp_path.is_dir()
+    assert sorted(temp.iterdir()) == sorted([live, elsewhere]) and tmp_path.is_dir()
 
 
 def test_serve_refuses_a_busy_port_before_it_writes_the_repository(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ...errors import BackendError, InputError, safe_repr
-from ...fileio import remove_stale_folders
+from ...fileio import owned_prefix, remove_stale_folders
 from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
@@ -245,7 +245,7 @@ class TritonServer:
         on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
         self.check_ports()
         remove_stale_scratch()
-        self._scratch = tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-")
+        self._scratch = tempfile.mkdtemp(prefix=owned_prefix(SCRATCH_PREFIX))
         try:  # the scratch folder goes on any failure: a caller's ``with`` never reaches __exit__ when this raises
             self.process = self._launch(Path(self._scratch))
             self._wait_ready(timeout, stop)
