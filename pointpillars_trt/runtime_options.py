@@ -104,23 +104,27 @@ def capped_threads(count: int, what: str) -> tuple[int, str | None]:
     return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
 
 
-def pipeline_threads(pipelines: int, threads: int | None) -> tuple[int | None, str | None]:
-    """The ONNX Runtime threads of each of ``pipelines`` CPU pipelines (``threads``: the count asked for each,
-    at most the cores; None: none asked) and the note that says how they share the cores where the detector
-    runs (None: one pipeline). Unasked, every session would take a thread per core and the pipelines would
-    contend for them, so the cores are split; ``OMP_NUM_THREADS`` is the user's own count and stays."""
-    if pipelines < 2 or (threads is None and os.environ.get("OMP_NUM_THREADS", "").strip()):
+def pipeline_threads(pipelines: int, threads: int | None, what: str) -> tuple[int | None, str | None]:
+    """The ONNX Runtime threads of each of ``pipelines`` CPU pipelines (``threads``: the count asked for each, at
+    most the cores, by the setting ``what`` names (``--threads 2``, ``OMP_NUM_THREADS=2``); None: none asked) and
+    the note that says how they share the cores where the detector runs (None: one pipeline, or no contention).
+    Unasked, every session would take a thread per core and the pipelines would contend for them, so the cores
+    are split."""
+    if pipelines < 2:
         return threads, None
     cores = max_threads()
+    share = cores // pipelines
     if threads is None:
-        each = max(1, cores // pipelines)
-        crowded = "; more pipelines than cores only contend for them" if pipelines > cores else ""
+        each = max(1, share)
+        crowded = f"; more pipelines than cores only contend for them: --pipelines {cores}" if not share else ""
         return each, (f"{pipelines} pipelines on the CPU share its {cores} cores: {each} ONNX Runtime "
                       f"thread{'s' if each > 1 else ''} each{crowded}")
     if threads * pipelines <= cores:
         return threads, None
-    return threads, (f"--pipelines {pipelines} with --threads {threads}: {threads * pipelines} ONNX Runtime threads "
-                     f"contend for {cores} cores; --threads {max(1, cores // pipelines)} gives each pipeline its share")
+    fix = (f"--threads {share} gives each pipeline its share" if share else
+           f"--pipelines {max(1, cores // threads)} runs them without contending")
+    return threads, (f"--pipelines {pipelines} with {what}: {threads * pipelines} ONNX Runtime threads contend for "
+                     f"{cores} cores; {fix}")
 
 
 def max_threads() -> int:

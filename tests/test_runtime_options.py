@@ -57,23 +57,25 @@ def test_threads_beyond_this_machines_cores_are_taken_and_capped_where_the_detec
 
 @pytest.mark.parametrize("cores, pipelines, asked, each, note", [
     (8, 1, None, None, None),
+    (8, 1, 16, 16, None),
     (8, 2, None, 4, "2 pipelines on the CPU share its 8 cores: 4 ONNX Runtime threads each"),
     (8, 3, None, 2, "3 pipelines on the CPU share its 8 cores: 2 ONNX Runtime threads each"),
     (2, 3, None, 1, "3 pipelines on the CPU share its 2 cores: 1 ONNX Runtime thread each; more pipelines than "
-                    "cores only contend for them"),
+                    "cores only contend for them: --pipelines 2"),
     (8, 2, 4, 4, None),
     (8, 2, 5, 5, "--pipelines 2 with --threads 5: 10 ONNX Runtime threads contend for 8 cores; --threads 4 gives "
                  "each pipeline its share"),
+    (2, 4, 1, 1, "--pipelines 4 with --threads 1: 4 ONNX Runtime threads contend for 2 cores; --pipelines 2 runs "
+                 "them without contending"),
+    (8, 9, 3, 3, "--pipelines 9 with --threads 3: 27 ONNX Runtime threads contend for 8 cores; --pipelines 2 runs "
+                 "them without contending"),
 ])
 def test_cpu_pipelines_split_the_cores_unless_threads_are_asked(monkeypatch, cores, pipelines, asked, each,  # type: ignore[no-untyped-def]
                                                                 note) -> None:
     import pointpillars_trt.runtime_options as runtime_options
 
     monkeypatch.setattr(runtime_options, "max_threads", lambda: cores)
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    assert runtime_options.pipeline_threads(pipelines, asked) == (each, note)
-    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the user's own count: left to the detector
-    assert runtime_options.pipeline_threads(pipelines, None) == (None, None)
+    assert runtime_options.pipeline_threads(pipelines, asked, f"--threads {asked}") == (each, note)
 
 
 @pytest.mark.parametrize("bad, needle", [({"threads": np.float64(2.0)}, "threads"),

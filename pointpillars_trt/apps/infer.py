@@ -32,7 +32,7 @@ from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_oth
 from ..model_dir import ModelDir, load_model_dir
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
-from ..runtime_options import max_threads, pipeline_threads
+from ..runtime_options import pipeline_threads
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
@@ -244,11 +244,9 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None, threads: 
     from .runtime_args import runtime_options_from_args
 
     path = check_model_path(args)
-    options = runtime_options_from_args(args)
+    options = runtime_options_from_args(args, threads)
     if max_batch is not None:
         options = dataclasses.replace(options, max_batch=max_batch)
-    if threads is not None:
-        options = dataclasses.replace(options, threads=threads)
     if path.is_file():
         return PointPillars.from_checkpoint(path, config=args.config, options=options)
     checked = load_model_dir_of_config(path, args.config) if args.config else None  # its refusal as it is said
@@ -322,10 +320,17 @@ def run_infer(args: argparse.Namespace) -> int:
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
 
     def open_pipelines(points_per_frame: int | None) -> list[PointPillars]:
+        from ..detector import onnxruntime_threads
+        from .runtime_args import threads_of_args
+
         threads = None
-        if device == "cpu":
-            asked = None if args.threads is None else min(args.threads, max_threads())
-            threads, note = pipeline_threads(pipelines, asked)
+        if device == "cpu" and pipelines > 1:
+            asked = threads_of_args(args)  # --threads, at most the cores (said)
+            what = f"--threads {asked}"
+            if asked is None:  # OMP_NUM_THREADS where it is a thread count (said where it is not)
+                asked = onnxruntime_threads(None)
+                what = f"OMP_NUM_THREADS={asked}"
+            threads, note = pipeline_threads(pipelines, asked, what)
             if note is not None:
                 warnings.warn(note, SettingNotice, stacklevel=2)
         return [open_warm(args, batch, points_per_frame, threads) for _ in range(pipelines)]

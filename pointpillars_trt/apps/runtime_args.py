@@ -13,10 +13,11 @@ from ..model_dir import load_model_dir
 from ..runtime_options import RuntimeOptions, capped_threads
 
 
-def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
+def runtime_options_from_args(args: argparse.Namespace, threads: int | None = None) -> RuntimeOptions:
     """``--device --backend --no-tf32 --threads --batch-size --score-threshold --nms-iou --max-boxes``
     (and ``--precision`` when ``--model`` is a checkpoint to export; a model dir runs as built, and a
-    ``--precision`` other than the one it was built in is refused rather than ignored)."""
+    ``--precision`` other than the one it was built in is refused rather than ignored); ``threads``: the CPU
+    threads the run decided (a pipeline's share of the cores), else ``--threads``."""
     model = getattr(args, "model", None)
     exports = model is not None and Path(model).is_file()
     if model is not None and not exports and args.precision is not None and Path(model).is_dir():
@@ -25,7 +26,7 @@ def runtime_options_from_args(args: argparse.Namespace) -> RuntimeOptions:
             raise InputError(f"--precision {args.precision}: model dir {safe_repr(model)} was built in {built_in}; "
                              f"drop --precision, or build a model dir with --precision {args.precision}")
     return RuntimeOptions(
-        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=threads_of_args(args),
+        device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=threads or threads_of_args(args),
         max_batch=getattr(args, "batch_size", None) or 1, precision=(args.precision or "fp32") if exports else None,
         thresholds=Thresholds(args.score_threshold, args.nms_iou, args.max_boxes),
     )

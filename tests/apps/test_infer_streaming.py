@@ -722,6 +722,12 @@ def test_cpu_pipelines_share_the_cores_said_in_one_note(model_path, frames, refe
     assert rc == 1 and opened == [cores, cores]
     assert err.count(f"note: --pipelines 2 with --threads {cores}: {2 * cores} ONNX Runtime threads contend for "
                      f"{cores} cores; --threads {each} gives each pipeline its share\n") == 1, err
+    opened.clear()  # an OMP_NUM_THREADS that is no count: said once, and the cores split as when it is unset
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    rc, _, err = infer(str(frames), "--model", str(model_path), "--pipelines", "2")
+    assert rc == 1 and opened == [each, each]
+    assert err.count("note: OMP_NUM_THREADS='abc' is no thread count") == 1, err
+    assert err.count(f"note: 2 pipelines on the CPU share its {cores} cores") == 1, err
 
 
 def test_frames_of_millimetres_warn_once_naming_the_point_range_then_are_counted(model_path, tmp_path) -> None:  # type: ignore[no-untyped-def]
