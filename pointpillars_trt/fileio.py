@@ -126,6 +126,22 @@ def special_kind(path: PathLike) -> str | None:
     return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else _kind_of(mode)
 
 
+def not_a_file(path: PathLike) -> str | None:
+    """What is in ``path``'s place when a file written there could not replace it: "a directory", or another node
+    that is no regular file ("a FIFO (named pipe)", ...); None: a regular file, nothing, or a link to nothing."""
+    return "a directory" if os.path.isdir(path) else special_kind(path)
+
+
+def not_a_folder(path: PathLike) -> str | None:
+    """What is in ``path``'s place when it is no folder: "a file", another node ("a FIFO (named pipe)", ...), "a
+    broken symbolic link" or "nothing"; None: a folder (or a link to one)."""
+    if os.path.isdir(path):
+        return None
+    if os.path.isfile(path):
+        return "a file"
+    return special_kind(path) or ("a broken symbolic link" if os.path.islink(path) else "nothing")
+
+
 def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
     """One line for a path that could not be stat'ed or opened; a symbolic link whose target is gone is named
     so (with its target), since ``ls`` shows the link and "does not exist" would contradict it."""

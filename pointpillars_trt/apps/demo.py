@@ -18,7 +18,7 @@ from pathlib import Path
 from ..config import load_config
 from ..detections import Detections
 from ..errors import InputError, PointPillarsError, safe_repr
-from ..fileio import check_writable_folder, special_kind, write_json_atomic
+from ..fileio import check_writable_folder, not_a_file, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
@@ -112,17 +112,19 @@ def refuse_foreign_demo_outputs(out: Path) -> None:
     """Refuse, before anything is written, an --out holding in one of the demo's files' places a folder or
     another node that is no regular file (its write would fail after the whole run, with the frame and the
     model already written), or a ``detections.json`` or ``bev.png`` the demo did not write
-    (``outputs.foreign_output``: a user's own results or pictures there were replaced). Its model dir,
-    ``random_model``, is the export's to refuse, before anything is written."""
+    (``outputs.foreign_output``: a user's own results or pictures there were replaced); ``bev.png`` only where
+    matplotlib draws it. Its model dir, ``random_model``, is the export's to refuse, before anything is written."""
     from .outputs import foreign_output
+    from .viz import no_png_line
 
-    for name in DEMO_FILES:
+    written = DEMO_FILES if no_png_line() is None else tuple(n for n in DEMO_FILES if n != "bev.png")
+    for name in written:
         path = out / name
-        kind = "a directory" if path.is_dir() else special_kind(path)
+        kind = not_a_file(path)
         if kind is not None:
             raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which is {kind}, not a regular file, "
                              "and the demo writes that file: remove it or give another --out")
-    for name in ("detections.json", "bev.png"):
+    for name in written[1:]:  # simulated_frame.bin is not judged: any frame's bytes could be the demo's
         reason = foreign_output(out / name) if (out / name).exists() else None
         if reason is not None:
             raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which the demo did not write ({reason}), "

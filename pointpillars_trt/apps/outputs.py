@@ -445,8 +445,8 @@ def foreign_output(path: Path) -> str | None:
     or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
     record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
     values, no score), a calib file, another tool's JSON; a FIFO or a device (reading it could block; a folder
-    there fails that frame's write alone); a picture that names other software than infer's plotting (a camera
-    image: ``--out`` given as ``image_2``)."""
+    there fails that frame's write alone); a picture that names other software than this package's plotting (a
+    camera image: ``--out`` given as ``image_2``)."""
     kind = special_kind(path)
     if kind is not None:
         return f"it is {kind}, not a regular file"
@@ -480,12 +480,13 @@ def foreign_output(path: Path) -> str | None:
 #: Bytes of a PNG looked at for its "Software" text, which Matplotlib writes before the image data.
 _PNG_HEAD_BYTES = 4096
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: The "Software" texts of infer's pictures: its own, and Matplotlib's default, which earlier versions wrote.
+#: The "Software" texts of this package's pictures (infer's, demo's, bench's chart): its own, and Matplotlib's
+#: default, which earlier versions wrote.
 _OUR_SOFTWARE = (b"tEXtSoftware\x00pointpillars-trt", b"tEXtSoftware\x00Matplotlib")
 
 
 def _foreign_picture(head: bytes) -> str | None:
-    """Why a PNG's first bytes show it is no picture of infer's (None when they do, or when it is cut short
+    """Why a PNG's first bytes show it is no picture of this package's (None when they do, or when it is cut short
     or damaged: then it is redrawn)."""
     if not head.startswith(_PNG_SIGNATURE) or (b"IDAT" not in head and len(head) < _PNG_HEAD_BYTES):
         return None  # empty, cut short before its data, or no PNG at all: not a picture anybody keeps

@@ -25,7 +25,7 @@ _OTHER_COLOUR = "tab:purple"
 class PlotUnavailableError(PointPillarsError):
     """matplotlib is not installed; the caller can skip the PNG and say how to get it."""
 
-#: The PNG "Software" text of infer's pictures: what tells them from a camera image of the same name.
+#: The PNG "Software" text of this package's pictures: what tells them from a camera image of the same name.
 VIZ_SOFTWARE = "pointpillars-trt infer --viz"
 
 

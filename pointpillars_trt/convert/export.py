@@ -21,7 +21,7 @@ from typing import Any
 
 from ..config import ConfigArgument, ModelConfig
 from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
-from ..fileio import (owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder, special_kind,
+from ..fileio import (not_a_folder, owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder,
                       unwritable_reason, user_cache_dir, write_bytes_atomic)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
@@ -73,7 +73,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
     try:
         model = load_model_dir(folder, ckpt.config)
         if tensorrt_tf32 is None or model.has_plans():
-            return model.with_launch_values(ckpt.config)
+            return model  # with ckpt.config's launch values (load_model_dir)
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
@@ -110,7 +110,7 @@ def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) 
         root.mkdir(parents=True, exist_ok=True)
         reason = unwritable_reason(root)
     except FileExistsError:  # mkdir's word for something else in the folder's place
-        reason = f"{special_kind(root) or ('a file' if root.is_file() else 'a broken symbolic link')}, not a folder"
+        reason = f"{not_a_folder(root)}, not a folder"
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
     if reason is not None:

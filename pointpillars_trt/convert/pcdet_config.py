@@ -17,7 +17,7 @@ from typing import Any, NoReturn
 
 from ..config import ModelConfig, config_from_dict, is_package_config, read_yaml
 from ..errors import ConfigError, SettingNotice, safe_repr
-from ..fileio import special_kind
+from ..fileio import not_a_folder, special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
 _MAX_BASES = 8  # base files one config may pull in; each is read whole
@@ -84,8 +84,9 @@ def _merged(path: Path, base_dir: str | Path | None) -> _Section:
 def _base_folder(folder: Path, source: str) -> Path:
     """``base_dir`` (OpenPCDet's tools/ folder), refused unless it is a folder: "not found in FOLDER/cfgs/..." would
     blame the YAML's base path for the folder's typo."""
-    if not folder.is_dir():
-        what = "a file, not a folder" if folder.is_file() else special_kind(folder) or "no such folder"
+    kind = not_a_folder(folder)
+    if kind is not None:
+        what = "no such folder" if kind == "nothing" else f"{kind}, not a folder"
         raise ConfigError(f"{source}: --pcdet-base-dir {safe_repr(str(folder))}: {what}; give OpenPCDet's tools/ "
                           "folder, where the YAML's _BASE_CONFIG_ paths start (base_dir in Python)")
     return folder

@@ -144,7 +144,7 @@ def foreign_picture() -> bytes:
     ("bench.json", lambda p: p.write_text("fps 1000\n"), "not JSON"),
     ("bench_stages.png", lambda p: p.write_bytes(foreign_picture()),
      "a picture that pointpillars-trt did not draw (a camera image?)"),
-    ("bench_stages.png", lambda p: p.mkdir(), "it is a directory"),
+    ("bench_stages.png", lambda p: p.mkdir(), "it is a directory, not a regular file"),
     ("bench.md", os.mkfifo, "it is a FIFO (named pipe), not a regular file"),
 ], ids=["markdown", "json", "not-json", "picture", "folder", "fifo"])
 def test_what_bench_did_not_write_in_its_reports_places_is_refused_before_the_run(

@@ -154,3 +154,22 @@ def test_an_out_that_is_a_file_is_one_error_naming_out_and_the_file_is_kept(tmp_
     rc, stdout, err = cli("demo", "--out", a_file / "sub", "--device", "cpu")
     assert (rc, stdout, err) == (2, "", f"error: --out '{a_file / 'sub'}': '{a_file}' is a file, not a folder\n")
     assert sorted(tmp_path.iterdir()) == [a_file] and a_file.read_bytes() == b"mine"
+
+
+def test_without_matplotlib_a_folder_named_bev_png_is_left_alone(tmp_path: Path) -> None:
+    """No matplotlib: the demo draws no bev.png, so a folder of that name in --out is none of its business (it
+    was refused, saying the demo writes that file)."""
+    import subprocess
+    import sys
+
+    shims = tmp_path / "shims"
+    (shims / "matplotlib").mkdir(parents=True)
+    (shims / "matplotlib" / "__init__.py").write_text("raise ImportError('no matplotlib here')\n")
+    out = tmp_path / "demo"
+    (out / "bev.png").mkdir(parents=True)
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shims), str(repo)])}
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "demo", "--out", str(out), "--device", "cpu",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "no PNG: " in done.stdout and (out / "bev.png").is_dir() and (out / "detections.json").is_file()

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...detections import STAGES as STAGE_ORDER
 from ...errors import InputError, safe_repr
-from ...fileio import loads_json, read_file_head, special_kind, write_bytes_atomic, write_json_atomic, write_text_atomic
+from ...fileio import loads_json, read_file_head, not_a_file, write_bytes_atomic, write_json_atomic, write_text_atomic
 from ..outputs import checked_write, foreign_output
 
 #: What bench writes in --out: the reports, then the chart (with matplotlib).
@@ -112,9 +112,7 @@ def refuse_foreign_reports(out: Path, *, chart: bool) -> None:
 def foreign_report(path: Path) -> str | None:
     """Why the file at ``path``, in the place of one of bench's outputs, is none that bench writes (None: it is
     one, or a link to nothing, which the write replaces); the chart as ``outputs.foreign_output`` judges a picture."""
-    if path.is_dir():
-        return "it is a directory"
-    kind = special_kind(path)
+    kind = not_a_file(path)
     if kind is not None:
         return f"it is {kind}, not a regular file"
     if path.name == CHART_FILE:
