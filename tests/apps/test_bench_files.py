@@ -69,6 +69,11 @@ def test_one_frame_folder_given_twice_is_refused(tiny_yaml: Path, tmp_path: Path
     run = bench(tiny_yaml, tmp_path / "b", "--frames", folder, "--frames", tmp_path / "link")
     assert_one_line_error(run, f"--frames '{tmp_path / 'link'}' is given twice (as '{folder}' too)")
     assert not (tmp_path / "b").exists()
+    junk = tmp_path / "junk.pth"  # no checkpoint: the frames' refusal comes before the model is read
+    junk.write_bytes(b"\0" * 4096)
+    run = cli("bench", "--device", "cpu", "--model", junk, "--iterations", 1, "--out", tmp_path / "b", "--frames",
+              folder, "--frames", f"{folder}/")
+    assert_one_line_error(run, f"--frames '{folder}/' is given twice: give each folder once")
 
 
 def test_a_frame_folder_is_listed_as_infer_lists_it(tiny_yaml: Path, tmp_path: Path) -> None:

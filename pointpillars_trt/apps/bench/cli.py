@@ -20,7 +20,7 @@ from ...graph_io import MAX_BATCH
 from ...pointcloud_io import MAX_POINT_DIM
 from ...model_dir import ModelDir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
-from .frames import folder_frame_sets, page_locked_frame_sets, simulated_frame_sets
+from .frames import folder_frame_sets, list_frame_folders, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import refuse_foreign_reports, write_reports
 from ..device_notice import gpu_unused_note
@@ -127,13 +127,14 @@ def run_bench_command(args: argparse.Namespace) -> int:
     check_writable_folder(out, "--out")  # before the model loads and the frames are read, not once timed
     missing = no_png_line()  # the run's one check for matplotlib: the chart and the note both follow it
     refuse_foreign_reports(out, chart=missing is None)
+    frame_files = list_frame_folders(args.frames) if args.frames else []  # before the model is read
     model = _load_model(args.model, args.config)
     columns = model.cfg.num_point_columns
     device, device_id, reason = pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
     frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
-                                    say=lambda line: print(line, file=sys.stderr))
+                                    say=lambda line: print(line, file=sys.stderr), listed=frame_files)
                   if args.frames else simulated_frame_sets(columns=columns))
     cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
     if cpu_model is not None:

@@ -35,20 +35,27 @@ def simulated_frame_sets(columns: int = 4) -> dict[str, list[np.ndarray]]:
     return {"camera view (simulated)": [camera_view(p) for p in scans], "full scan (simulated)": scans}
 
 
-def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
-                      say: Callable[[str], object] = print) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it (``set_names``); its point files as infer lists a folder (sorted, hidden
-    ones left out: ``expand_frame_paths``), a .bin of ``point_dim`` values a point, of which the model reads
-    ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run times no more
-    distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
+def list_frame_folders(folders: list[str]) -> list[list[str]]:
+    """Each ``--frames`` folder's point files, as infer lists a folder (sorted, hidden ones left out:
+    ``expand_frame_paths``); checked before the model loads: a file or nothing in a folder's place, a folder
+    given twice or one without point files is one error line."""
     for folder in folders:
         if not os.path.isdir(folder):
             problem = "is a file; --frames names a folder of point files" if os.path.exists(folder) else "no such folder"
             raise InputError(f"--frames {safe_repr(folder)}: {problem}")
     refuse_repeated_folders(folders)
+    return [expand_frame_paths([folder]) for folder in folders]
+
+
+def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
+                      say: Callable[[str], object] = print,
+                      listed: list[list[str]] | None = None) -> dict[str, list[np.ndarray]]:
+    """One set per folder, named after it (``set_names``), of its point files (``listed``: ``list_frame_folders``
+    of them, when the caller checked them already), a .bin of ``point_dim`` values a point, of which the model
+    reads ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run times no
+    more distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
     sets: dict[str, list[np.ndarray]] = {}
-    for folder, name in zip(folders, set_names(folders)):
-        files = expand_frame_paths([folder])
+    for folder, files, name in zip(folders, listed or list_frame_folders(folders), set_names(folders)):
         used = files[:limit]
         if len(used) < len(files):
             say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} point files, as "
