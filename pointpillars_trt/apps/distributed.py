@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..config import ModelConfig, Thresholds, int_within
-from ..errors import BackendError, CpuFallbackWarning, InputError, SettingNotice, one_line, safe_repr
+from ..devices import check_backend_runs_on
+from ..errors import BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, one_line, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim
+from ..runtime.backends import BACKENDS
 from ..staging import likely_points_per_frame
 from .device_notice import cpu_tf32_note
 from .frame_reads import read_batch
@@ -206,6 +208,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         check_distinct_outputs(sources, plan.suffixes)
         refuse_foreign_outputs(target, sources, plan.suffixes)
     runtime = _with_launch_values(runtime or RuntimeOptions(), found.cfg)
+    if runtime.device == "cpu":  # before the cluster starts; else once its GPUs say where the workers run
+        check_worker_backend(found, runtime.backend, "cpu")
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
                "points_per_frame": likely_points_per_frame(sources, point_dim),
                "rows": output_format in ROW_FORMATS, "cwd": os.getcwd(), "runtime": runtime}
@@ -218,8 +222,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         _init_keeping_sigterm(ray, ray_address)
     stopped: list[Callable[[bool, bool], None]] = []  # on a stop, what is said once the workers are stopped
     try:
-        return _run(ray, sources, uris, str(found.path.resolve()), target, output_format, found.cfg.classes, options,
-                    workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
+        return _run(ray, sources, uris, found, target, output_format, options, workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
                     progress=progress, make_report=report, on_stop=stopped)
     finally:
         if started:
@@ -347,6 +350,21 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
     return workers, gpus_per_worker
 
 
+def check_worker_backend(model: ModelDir, backend: str, kind: str) -> None:
+    """What a worker on ``kind`` ("cpu" or "cuda") would refuse of ``backend`` as it opens ``model``, as local infer
+    refuses it, refused before any worker starts (a worker's refusal came back as Ray's traceback, from every
+    worker): a GPU-only engine for workers on the CPU, or TensorRT plans the model dir does not hold (the export
+    of a checkpoint has none: plans are built on and for the GPU that runs them, which the driver need not have)."""
+    check_backend_runs_on(kind, backend)
+    row = BACKENDS.get(backend)
+    if kind == "cuda" and row is not None and row.artefact == "plan" and not model.has_plans():
+        raise ModelDirError(f"--backend {backend}: the workers run the TensorRT plans of --model, and "
+                            f"{safe_repr(str(model.path))} holds none (a checkpoint is exported without them): build "
+                            "a model dir with plans on a machine with the workers' kind of GPU, `pointpillars-trt "
+                            "build --checkpoint CKPT --backend tensorrt --out DIR`, and pass --model DIR, or drop "
+                            "--backend (auto runs its ONNX graphs)")
+
+
 def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
     """Frames an actor call gets, for actors that run ``batch_frames`` frames at once (batch x pipelines)."""
     if not on_gpu:
@@ -354,8 +372,8 @@ def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
     return batch_frames * (BATCHES_PER_CALL_WITH_BYTES if uris else BATCHES_PER_CALL)
 
 
-def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, output_format: str,
-         classes: tuple[str, ...], options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
+def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, output_format: str,
+         options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
          batch_size: int | None, pipelines: int | None, progress: bool,
          make_report: Callable[[OutputPlan, int], FrameReport] | None,
          on_stop: list[Callable[[bool, bool], None]]) -> DatasetSummary:
@@ -367,6 +385,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model_dir: str, out: Path, ou
     resources = ray.cluster_resources()
     workers, gpus_per_worker = check_resources(resources, workers, gpus_per_worker, device)
     on_gpu = gpus_per_worker > 0
+    check_worker_backend(model, options["runtime"].backend, "cuda" if on_gpu else "cpu")
+    model_dir, classes = str(model.path.resolve()), model.cfg.classes
     fallback = device == "auto" and not resources.get("GPU")
     where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
              f"running on Ray: {workers} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))

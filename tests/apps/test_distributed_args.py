@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from test_distributed_ray import cli_ray_infer, tiny_model, write_frames  # noqa: F401 - fixture: the tiny model dir
 
-from pointpillars_trt.errors import InputError
+from pointpillars_trt.errors import InputError, ModelDirError
+from pointpillars_trt.runtime_options import RuntimeOptions
 
 
 @pytest.mark.parametrize(("given", "said"), [
@@ -51,6 +52,55 @@ def test_ray_kitti_output_without_calib_folders_is_one_error_before_the_cluster_
         rc, out, err = cli_ray_infer(tmp_path / "loose", tiny_model, tmp_path / "out", *options)
         assert rc == 2 and err.count("error: ") == 1 and "no calibration folder for frame" in err, err
         assert "running on Ray" not in out + err and ray.is_initialized() == was
+
+
+def test_a_gpu_only_backend_for_cpu_workers_is_local_infers_error_line_before_the_cluster_starts(  # type: ignore[no-untyped-def]
+        tiny_model: Path, tmp_path: Path) -> None:
+    """``--device cpu --backend cudnn``: local infer's one error line, before Ray starts (each worker refused it as
+    it opened the model, which came back as Ray's traceback of some 270 lines, exit code 1)."""
+    import contextlib
+    import io
+
+    from pointpillars_trt.apps.cli import main as cli_main
+
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    write_frames(tmp_path / "frames", tiny_model, {"000001": 50})
+    local_err = io.StringIO()
+    with contextlib.redirect_stderr(local_err):
+        assert cli_main(["infer", str(tmp_path / "frames"), "--model", str(tiny_model), "--out", str(tmp_path / "local"),
+                         "--device", "cpu", "--backend", "cudnn"]) == 2
+    assert local_err.getvalue().startswith("error: backend 'cudnn' runs only in the GPU pipeline"), local_err.getvalue()
+    was = ray.is_initialized()
+    rc, out, err = cli_ray_infer(tmp_path / "frames", tiny_model, tmp_path / "out", "--backend", "cudnn")
+    assert (rc, out, err) == (2, "", local_err.getvalue())
+    assert ray.is_initialized() == was and not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_tensorrt_plans_the_model_dir_lacks_are_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers on GPUs told ``--backend tensorrt`` of a model dir without plans (as a checkpoint's export under --ray
+    is): one error naming the fix, before any worker starts (each worker failed to open the model: Ray's
+    traceback). The cluster's one GPU is one in name only: a worker that started would fail on it."""
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    write_frames(tmp_path / "frames", tiny_model, {"000001": 50})
+    assert not ray.is_initialized()
+    # set by an earlier infer --ray of this process for its own cluster: with it, a cluster started here by a Ray
+    # imported before it was set refuses this driver (no token)
+    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
+    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        with pytest.raises(ModelDirError, match=r"^--backend tensorrt: the workers run the TensorRT plans of --model, "
+                                                r"and .* holds none .*`pointpillars-trt build --checkpoint CKPT "
+                                                r"--backend tensorrt --out DIR`"):
+            detect_dataset([str(tmp_path / "frames")], tiny_model, tmp_path / "out", workers=1, progress=False,
+                           runtime=RuntimeOptions(device="cuda", backend="tensorrt"))
+    finally:
+        ray.shutdown()
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow

@@ -782,6 +782,21 @@ def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, 
     assert summary.frames == 4 and not summary.failures
 
 
+def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """Device auto on a cluster of CPUs with ``backend="cudnn"``: refused as local infer refuses it on a machine
+    without a GPU, once the cluster's resources say where the workers run (each worker refused it as it opened the
+    model: Ray's traceback)."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.errors import BackendError
+
+    write_frames(tmp_path / "frames", tiny_model, {"000001": 50})
+    with pytest.raises(BackendError, match=r"^backend 'cudnn' runs only in the GPU pipeline; the CPU path uses ONNX"):
+        detect_dataset([str(tmp_path / "frames")], tiny_model, tmp_path / "out", workers=1, progress=False,
+                       runtime=RuntimeOptions(backend="cudnn"))
+    assert not (tmp_path / "out").exists()
+
+
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
     """Ray's driver prints what the cluster publishes to it ("(raylet) A worker died ...", its task retried) on
     stdout, where a script reads infer's summary line: a message published through the cluster while
