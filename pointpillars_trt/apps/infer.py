@@ -609,9 +609,10 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
             record.settle(opened if isinstance(opened, ModelDir) else None, cfg, args.point_dim,
-                          skip_existing=args.skip_existing, skipped=len(resume.skipped))
-        if cfg is not None:  # the --viz pictures are drawn over the model's point range
-            plan = dataclasses.replace(plan, point_range=tuple(cfg.voxel.point_range))
+                          skip_existing=args.skip_existing, skipped=len(resume.skipped),
+                          trained_fov_only=trained_fov_only(detectors[0]))
+        # the --viz pictures are drawn over the model's point range
+        plan = dataclasses.replace(plan, point_range=model_point_range(detectors[0]))
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail
         if unscored:
             print(f"note: {_eval_scores()}; this model's classes {_class_list(unscored)} are none of them: their "
@@ -633,6 +634,20 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         for detector in detectors:
             detector.close()
     return failures
+
+
+def trained_fov_only(detector: Any) -> bool | None:
+    """Whether ``detector``'s model was trained on the points the camera sees only, which the default camera-view
+    crop follows: as its model dir records it, or a served model's server says (None: not recorded)."""
+    model = getattr(detector, "model", None)
+    return model.fov_points_only if isinstance(model, ModelDir) else getattr(detector, "fov_points_only", None)
+
+
+def model_point_range(detector: Any) -> tuple[float, ...] | None:
+    """``detector``'s model's point range (x, y, z minimum, then maximum): its config's, or a served model's as its
+    server says (None: not said)."""
+    cfg = getattr(detector, "cfg", None)
+    return tuple(cfg.voxel.point_range) if cfg is not None else getattr(detector, "point_range", None)
 
 
 class OutHold:
@@ -712,7 +727,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     rows = _RowSink(RowParts(out, fmt, classes), report) if fmt in ROW_FORMATS and out is not None else None
     disk, lost = _SharedCause(is_full_disk_error), _SharedCause(lambda error: DetectorLost.MARK in error)
     prepare = frame_preparer(args, fmt, report.note,
-                             getattr(getattr(detectors[0], "model", None), "fov_points_only", None), plan.point_range)
+                             trained_fov_only(detectors[0]), plan.point_range)
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
                        intensity_scale=args.intensity_scale, prepare=prepare,
                        columns=getattr(detectors[0], "point_columns", None))

@@ -61,13 +61,14 @@ def _weights_of(source: object) -> object:
 
 
 def output_settings(args: argparse.Namespace, fmt: str, frames: Sequence[str], opened: ModelDir | None,
-                    cfg: ModelConfig | None, point_dim: int) -> dict[str, object]:
+                    cfg: ModelConfig | None, point_dim: int, trained_fov_only: bool | None = None) -> dict[str, object]:
     """This run's settings as applied, keyed by the option that sets each: ``cfg`` the detector's config (its
     thresholds applied; None for a served model, whose own apply to what the run leaves out), ``point_dim``
-    the values read a point."""
+    the values read a point; the default crop follows ``opened``'s record of its training points, else
+    ``trained_fov_only`` (a served model's, as its server says)."""
     post = cfg.postprocess if cfg is not None else None
     crop = args.fov_only if args.fov_only is not None else \
-        fov_only_default(fmt, bool(args.eval), opened.fov_points_only if opened is not None else None)
+        fov_only_default(fmt, bool(args.eval), opened.fov_points_only if opened is not None else trained_fov_only)
     return {
         "--model": model_identity(args, opened),
         "--score-threshold": post.score_threshold if post is not None else args.score_threshold,
@@ -216,13 +217,14 @@ class SettingsRecord:
             self.mixed = entry.get("mixed") is True
 
     def settle(self, opened: ModelDir | None, cfg: ModelConfig | None, point_dim: int, *, skip_existing: bool,
-               skipped: int) -> None:
+               skipped: int, trained_fov_only: bool | None = None) -> None:
         """Once the model is open and before the first output: with ``--skip-existing`` and ``skipped`` frames
         kept, refuse settings other than those the kept outputs were made with (or a folder of several); say
         once when they cannot be checked; then record this run's settings, marked mixed when the folder keeps
-        outputs of other settings (a plain run rewrites only its own frames)."""
+        outputs of other settings (a plain run rewrites only its own frames). ``trained_fov_only``: a served
+        model's record of its training points (``opened``, a model dir, has its own)."""
         self._read()  # again: another run into this folder may have settled since this one started
-        settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim)
+        settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim, trained_fov_only)
         changed = differences(self.earlier, settings, self._defaulted()) if self.earlier is not None else []
         if skip_existing and skipped:
             matching = matching_options(self.earlier, settings) if self.earlier is not None and changed else ""

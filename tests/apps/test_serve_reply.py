@@ -79,3 +79,45 @@ def test_a_reply_counting_other_points_than_were_sent_is_refused() -> None:
     with pytest.raises(BackendError, match=rf"server answered num_points {SENT} to a frame of {SENT + 1} points "
                                            r"\(another frame's reply\?\)"):
         reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT + 1)
+
+
+def served_parameters(dataset: dict[str, bool]) -> dict[str, dict[str, str]]:
+    """The parameters of the repository config ``serve`` writes for the tiny model whose model.json records
+    ``dataset``, in the JSON form Triton gives a client."""
+    import re
+
+    from tiny import tiny_config
+
+    from pointpillars_trt.apps.serve.repository import model_config_text
+    from pointpillars_trt.model_dir import ModelDir
+
+    text = model_config_text(ModelDir(".", tiny_config(), {"dataset": dataset}), instances=1, max_batch=8,
+                             max_queue_delay_us=0, device="cpu", max_points=10)
+    return {key: {"string_value": value} for key, value in
+            re.findall(r'parameters \{ key: "(\w+)", value: \{ string_value: "(.*)" \} \}', text)}
+
+
+@pytest.mark.parametrize("dataset, trained", [({"fov_points_only": False}, False), ({"fov_points_only": True}, True),
+                                              ({}, None)])
+def test_a_served_models_point_range_and_training_crop_reach_the_client(dataset: dict[str, bool],
+                                                                        trained: bool | None) -> None:
+    """``infer --server`` draws its --viz pictures over the model's point range and crops by default as the model
+    was trained, as local infer does by the model dir: serve's config says both (it said neither: the pictures
+    spanned all the points, and a model trained on full scans got its KITTI frames cropped)."""
+    from tiny import tiny_config
+
+    served = check_model_config({**config(), "parameters": served_parameters(dataset)}, "m")
+    assert served.point_range == tuple(tiny_config().voxel.point_range) and served.fov_points_only is trained
+
+
+@pytest.mark.parametrize("key, value, said", [("point_range", "0,0,0,1,1", "point_range '0,0,0,1,1' is not six numbers"),
+                                              ("point_range", "0,0,0,1,nan,1", "point_range '0,0,0,1,nan,1' is not six"),
+                                              ("point_range", "5,0,0,1,1,1", "point_range '5,0,0,1,1,1' is not six"),
+                                              ("fov_points_only", "yes", "fov_points_only 'yes' is neither true nor")])
+def test_a_served_point_range_or_training_crop_that_is_none_is_not_our_model(key: str, value: str, said: str) -> None:
+    cfg = config()
+    cfg["parameters"][key] = {"string_value": value}
+    with pytest.raises(BackendError, match=rf"^server s: model 'm' is not a pointpillars-trt model: {said}"):
+        check_model_config(cfg, "server s: model 'm'")
+    del cfg["parameters"][key]  # a server of an earlier version says neither: taken as unknown
+    assert (check_model_config(cfg, "m").point_range, check_model_config(cfg, "m").fov_points_only) == (None, None)

@@ -828,6 +828,44 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
                                       str(assets / CHECKPOINT), "--device", "cuda:5", "--backend", "tensorrt"))
 
 
+def full_scan_model(assets: Path, folder: Path) -> Path:
+    """A model dir of the synthetic checkpoint whose model.json records that it was trained on full scans
+    (``FOV_POINTS_ONLY: False``, as ``build --pcdet-config`` records it from the dataset config)."""
+    from pointpillars_trt.convert.export import copy_model_dir, model_dir_for_checkpoint
+    from pointpillars_trt.model_dir import METADATA_FILE
+
+    copy_model_dir(model_dir_for_checkpoint(assets / CHECKPOINT), folder)
+    meta = json.loads((folder / METADATA_FILE).read_text())
+    (folder / METADATA_FILE).write_text(json.dumps({**meta, "dataset": {"fov_points_only": False}}))
+    return folder
+
+
+def test_infer_over_the_server_crops_and_draws_as_local_infer_by_the_served_models_own_facts(  # type: ignore[no-untyped-def]
+        assets: Path, install, tmp_path: Path) -> None:
+    """A served model trained on full scans: --format kitti detects on them as local infer does (the client,
+    which did not know, cropped them to the camera view), and --viz draws over the model's point range as local
+    infer does (it drew over all the points: another picture)."""
+    model = full_scan_model(assets, tmp_path / "model")
+    frames = sibling_calib_frames(assets, tmp_path / "kitti", ["000000", "000001"])
+    runs = {"kitti": ["--format", "kitti"], "viz": ["--viz"], "cropped": ["--format", "kitti", "--fov-only"]}
+    with served(install, model, tmp_path / "served") as server:
+        for name, options in runs.items():
+            local, remote = tmp_path / f"local_{name}", tmp_path / f"remote_{name}"
+            rc, local_out, local_err = run_captured(cli_main, ["infer", *frames, "--model", str(model), "--out",
+                                                               str(local), "--device", "cpu", "--no-progress", *options])
+            assert rc == 0, local_err
+            rc, out, err = run_captured(run_scaleout_infer, infer_args(frames, remote, server.endpoints["grpc"],
+                                                                       "grpc", *options))
+            assert rc == 0, err
+            assert report_lines(out, err, remote) == report_lines(local_out, local_err, local), name
+            names = output_names(local)
+            assert names == output_names(remote) and len(names) == 2 * (1 + (name == "viz")), names
+            for file in names:
+                assert (remote / file).read_bytes() == (local / file).read_bytes(), (name, file)
+    kitti, cropped = tmp_path / "local_kitti", tmp_path / "local_cropped"  # the crop changes what is found
+    assert any((kitti / n).read_bytes() != (cropped / n).read_bytes() for n in output_names(kitti))
+
+
 def test_infer_over_the_server_without_a_calib_folder_is_one_error_before_any_frame_as_local_infer(  # type: ignore[no-untyped-def]
         assets: Path, kitti_server, tmp_path: Path) -> None:
     folder = tmp_path / "frames"

@@ -100,6 +100,8 @@ class RemoteDetector:
                              f"detector's cap, set when it was served); give at most {cap}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
         self.point_columns = self.served.point_columns  # what infer reads a frame's points as
+        # what infer draws its --viz pictures over and decides its default crop by, as of a local model dir
+        self.point_range, self.fov_points_only = self.served.point_range, self.served.fov_points_only
 
     def with_timeout(self, timeout: float) -> RemoteDetector:
         """The same server and model with another request timeout, on connections of its own, without

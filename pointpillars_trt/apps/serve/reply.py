@@ -9,8 +9,9 @@ shapes, else that frame fails alone.
 
 from __future__ import annotations
 
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,8 @@ class ServedModel:
     max_boxes: int | None   # the most boxes a request may ask for (its detector's cap), when its config says
     point_columns: int      # values a point it takes
     velocity: bool          # whether its replies carry velocities
+    point_range: tuple[float, ...] | None = None  # the model's (x, y, z min, then max), when its config says
+    fov_points_only: bool | None = None  # trained on the camera view's points only, when its config says
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -79,14 +82,45 @@ def check_model_config(config: object, where: str) -> ServedModel:
         raise refuse(f"its outputs lack or mistype {', '.join(wrong)}")
     assert dims is not None
     return ServedModel(names, _int_parameter(params, "max_points"), _int_parameter(params, "max_boxes"), dims[1],
-                       velocity)
+                       velocity, _point_range(params, refuse), _bool_parameter(params, "fov_points_only", refuse))
+
+
+def _string_parameter(params: object, key: str) -> str | None:
+    """A parameter's text, or None where it is absent."""
+    entry = params.get(key) if isinstance(params, Mapping) else None
+    text = entry.get("string_value") if isinstance(entry, Mapping) else None
+    return text if isinstance(text, str) else None
+
+
+def _point_range(params: object, refuse: Callable[[str], BackendError]) -> tuple[float, ...] | None:
+    """The ``point_range`` parameter: six finite numbers, each maximum above its minimum (None: absent)."""
+    text = _string_parameter(params, "point_range")
+    if text is None:
+        return None
+    try:
+        values = tuple(float(word) for word in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 6 or not all(math.isfinite(v) for v in values) or \
+            not all(low < high for low, high in zip(values[:3], values[3:])):
+        raise refuse(f"point_range {safe_repr(text, 80)} is not six numbers (x, y, z minimum, then maximum)")
+    return values
+
+
+def _bool_parameter(params: object, key: str, refuse: Callable[[str], BackendError]) -> bool | None:
+    """A true / false parameter (None: absent)."""
+    text = _string_parameter(params, key)
+    if text is None:
+        return None
+    if text not in ("true", "false"):
+        raise refuse(f"{key} {safe_repr(text, 40)} is neither true nor false")
+    return text == "true"
 
 
 def _int_parameter(params: object, key: str) -> int | None:
     """A whole-number parameter of a model config, or None where it is absent or not a number."""
-    entry = params.get(key) if isinstance(params, Mapping) else None
-    text = entry.get("string_value") if isinstance(entry, Mapping) else None
-    return int(text) if isinstance(text, str) and text.isdigit() else None
+    text = _string_parameter(params, key)
+    return int(text) if text is not None and text.isdigit() else None
 
 
 def _dims(spec: Mapping[str, Any]) -> list[int] | None:

@@ -77,6 +77,9 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     (default 1, at most one a core); each instance's ``pipelines`` detectors (of that batch) run as ``runtime`` says
     (stored as JSON; the device is the instance's). Instances are processes, which time-slice a
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
+    The model's point range and, where its model dir records it, whether it was trained on the camera view's
+    points only are parameters too: ``infer --server`` draws its --viz pictures and decides its default crop by
+    them, as local ``infer`` does by the model dir.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
@@ -102,6 +105,8 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     params = {"model_dir": "model", "device": "cpu" if kind == "KIND_CPU" else "cuda",
               "pipelines": str(pipelines),
               "max_points": str(max_points), "max_boxes": str(max_boxes), "class_names": ",".join(model.cfg.classes),
+              "point_range": ",".join(repr(float(v)) for v in model.cfg.voxel.point_range),
+              **({} if model.fov_points_only is None else {"fov_points_only": str(model.fov_points_only).lower()}),
               "runtime_options": json.dumps(runtime.to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
     outputs += [(name, "TYPE_INT32", "[1]") for name in
