@@ -25,7 +25,7 @@ from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatc
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .devices import PickedDevice, check_backend_runs_on, pick_device
-from .runtime_options import RuntimeOptions, capped_threads, max_threads
+from .runtime_options import RuntimeOptions, capped_threads, environment_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_frame_path
@@ -526,14 +526,12 @@ def onnxruntime_threads(asked: int | None) -> int | None:
     if asked is not None:
         count, what = asked, f"threads={asked}"
     else:
-        value = os.environ.get("OMP_NUM_THREADS", "").strip()
-        if not value:
+        found, left_out = environment_threads()
+        if found is None:
+            if left_out is not None:
+                warnings.warn(left_out, SettingNotice, stacklevel=_callers_level())
             return None
-        count, what = (int(value) if value.isdigit() else 0), f"OMP_NUM_THREADS={value}"
-        if count < 1:
-            warnings.warn(f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left out, "
-                          "ONNX Runtime picks its own", SettingNotice, stacklevel=_callers_level())
-            return None
+        count, what = found, f"OMP_NUM_THREADS={found}"
     count, note = capped_threads(count, what)
     if note is not None:
         warnings.warn(note, SettingNotice, stacklevel=_callers_level())

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .config import Thresholds, int_within, plain_number
-from .errors import PointPillarsError
+from .errors import PointPillarsError, safe_repr
 from .graph_io import MAX_BATCH, PRECISIONS
 from .runtime.backends import BACKEND_CHOICES
 
@@ -102,6 +102,19 @@ def capped_threads(count: int, what: str) -> tuple[int, str | None]:
     if count <= cores:
         return count, None
     return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
+
+
+def environment_threads() -> tuple[int | None, str | None]:
+    """``OMP_NUM_THREADS`` as the CPU thread count a detector takes when none is asked for (ONNX Runtime itself
+    ignores the variable): (the count, None); (None, None) where it is unset; (None, the note that says so) where
+    it is no thread count, which is left out."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    if not value:
+        return None, None
+    if value.isdigit() and int(value) >= 1:
+        return int(value), None
+    return None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left out, ONNX Runtime "
+                  "picks its own")
 
 
 def pipeline_threads(pipelines: int, threads: int | None, what: str) -> tuple[int | None, str | None]:

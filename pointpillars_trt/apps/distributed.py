@@ -55,7 +55,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames
-from ..runtime_options import RuntimeOptions
+from ..runtime_options import RuntimeOptions, environment_threads
 
 if TYPE_CHECKING:
     from .frame_prep import Prepare
@@ -173,8 +173,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     source)`` runs on each frame after it is read (``infer``'s camera-FOV crop).
     ``runtime``: how each actor's detectors run (as local ``infer`` runs them); device, CPU threads and
     batch are set per actor from the resources it gets. Its ``threads``: a CPU actor's ONNX Runtime threads
-    (None: the cluster's CPUs shared among the actors); more than an actor's cores run as many as it has, said
-    once (as a note). ``point_dim``: values a point in ``.bin`` frames
+    (None: this process's OMP_NUM_THREADS, as a local detector takes it, else the cluster's CPUs shared among the
+    actors); more than an actor's cores run as many as it has, said once (as a note). ``point_dim``: values a point in ``.bin`` frames
     (default: the model's point columns).
 
     URIs (``is_uri``) are listed by Ray Data once the cluster is up, and taken as infer takes a local folder
@@ -365,6 +365,18 @@ def check_worker_backend(model: ModelDir, backend: str, kind: str) -> None:
                             "--backend (auto runs its ONNX graphs)")
 
 
+def _threads_asked(threads: int | None, cli: bool) -> tuple[int | None, str | None]:
+    """The ONNX Runtime threads each CPU worker's pipelines are asked for, as a local detector takes them: ``threads``
+    (infer's --threads, ``cli``, or the runtime options' field), else this process's OMP_NUM_THREADS; with how the
+    workers' note names them. (None, None): neither, and the workers share the cluster's CPUs."""
+    if threads is not None:
+        return threads, f"--threads {threads}" if cli else f"threads={threads}"
+    found, left_out = environment_threads()
+    if left_out is not None:
+        warnings.warn(left_out, SettingNotice, stacklevel=4)
+    return found, None if found is None else f"OMP_NUM_THREADS={found}"
+
+
 def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
     """Frames an actor call gets, for actors that run ``batch_frames`` frames at once (batch x pipelines)."""
     if not on_gpu:
@@ -408,7 +420,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
-    asked = options["runtime"].threads  # capped by each actor to its own cores, which this machine's need not be
+    # capped by each actor to its own cores, which this machine's need not be
+    asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, make_report is not None)
     threads = None if on_gpu else asked or max(1, int(resources.get("CPU", 1)) // workers)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
@@ -436,9 +449,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
                                       enable_true_multi_threading=True),
             fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
                                    **options,
-                                   # how the note names them: infer's option, or the runtime options' field
-                                   "threads_asked": None if asked is None else f"--threads {asked}"
-                                   if report is not None else f"threads={asked}",
+                                   "threads_asked": named,
                                    "runtime": replace(options["runtime"], device="cuda" if on_gpu else "cpu",
                                                       max_batch=batch, threads=threads)},
             num_gpus=gpus_per_worker if on_gpu else None,

@@ -102,8 +102,9 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                           f"CPU each a detector with its own ONNX Runtime session and its share of the cores) (default: {DEFAULT_GPU_PIPELINES} "
                           "on the GPU, 1 on the CPU); outputs do not depend on it")
     run.add_argument("--threads", type=threads_arg, default=None,
-                     help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core); more "
-                          "than the cores (with --ray: a worker's) runs as many as there are, said in a note")
+                     help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core; with "
+                          "--ray, else the cluster's CPUs shared among the workers); more than the cores (with --ray: "
+                          "a worker's) runs as many as there are, said in a note")
     run.add_argument("--no-tf32", action="store_true", help="GPU fp32 engines in IEEE fp32 (as the CPU path)")
     run.add_argument("--score-threshold", type=float_in(0.0, 1.0), default=None,
                      help="keep boxes scoring at least this (zhulf0804 models: above it) (default: the model's; no rebuild needed)")

@@ -782,6 +782,25 @@ def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, 
     assert summary.frames == 4 and not summary.failures
 
 
+def test_omp_num_threads_is_the_workers_thread_count_as_it_is_local_infers(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """OMP_NUM_THREADS, local infer's thread count where --threads is not given, is the CPU workers' too, said as
+    local infer says it (beyond the cores, or no count); --ray left it out without a word (its workers took the
+    cluster's CPUs shared among them whatever it said)."""
+    cores = len(os.sched_getaffinity(0))
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(2)})
+    for value, note in ((str(cores + 1), f"note: OMP_NUM_THREADS={cores + 1} is more than the {cores} cores where the "
+                                         f"detector runs: {cores} threads\n"),
+                        ("many", "note: OMP_NUM_THREADS='many' is no thread count")):
+        monkeypatch.setenv("OMP_NUM_THREADS", value)
+        _, local_err = local_infer(folder, tiny_model, tmp_path / f"local_{value}", code=0)
+        rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / f"ray_{value}")
+        assert rc == 0 and out.startswith("2/2 frames"), (out, err)
+        assert local_err.count(note) == err.count(note) == 1, (local_err, err)
+        assert_same_json_files(tmp_path / f"ray_{value}", tmp_path / f"local_{value}")
+
+
 def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
         ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
     """Device auto on a cluster of CPUs with ``backend="cudnn"``: refused as local infer refuses it on a machine
