@@ -15,6 +15,9 @@ from typing import Any
 from ..runtime.availability import GPU_PROBES, GpuProbe, gpu_visible
 
 CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
+#: Said when fp16 graphs run on the CPU (a local run's detector, or Ray's CPU workers).
+CPU_FP16_NOTE = ("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU runs use "
+                 "fp32 graphs (a checkpoint without --precision fp16, or a model dir built with --precision fp32)")
 #: Said when a run given ``--no-tf32`` (``RuntimeOptions.tf32`` False) runs on the CPU, where it changes nothing.
 CPU_TF32_NOTE = ("note: --no-tf32 changes nothing on the CPU: TensorFloat-32 is a setting of the GPU engines, and the "
                  "CPU path computes fp32 graphs in IEEE float32 already")
@@ -32,9 +35,7 @@ def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> 
     if note is not None:
         lines.append(note)
     if getattr(detector, "device", None) == "cpu" and detector.model.precision == "fp16":
-        lines.append("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU "
-                     "runs use fp32 graphs (a checkpoint without --precision fp16, or a model dir built with "
-                     "--precision fp32)")
+        lines.append(CPU_FP16_NOTE)
     note = cpu_tf32_note(getattr(detector, "device", None), getattr(detector, "options", None))
     if note is not None:
         lines.append(note)

@@ -375,7 +375,8 @@ def test_config_and_precision_name_the_model_the_workers_run_as_they_do_locally(
         ray_cluster, assets: Path, kitti_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``--config`` and ``--precision`` name the model local infer exports from a checkpoint, and ``--config`` the
     launch values a model dir of its digest runs with: the workers ran the checkpoint's default config in fp32,
-    and a model dir's own thresholds, whatever the run named (19 boxes of a frame where local infer kept 5)."""
+    and a model dir's own thresholds, whatever the run named (19 boxes of a frame where local infer kept 5).
+    fp16 graphs on the CPU workers are said as local infer says them of its CPU detector."""
     import pointpillars_trt
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
@@ -388,10 +389,12 @@ def test_config_and_precision_name_the_model_the_workers_run_as_they_do_locally(
     for name, model, options in (("config", checkpoint, ("--config", str(strict))),
                                  ("precision", checkpoint, ("--precision", "fp16")),
                                  ("dir_config", model_dir, ("--config", str(strict)))):
-        local_infer(kitti_folder, model, tmp_path / f"local_{name}", *options)
+        _, local_err = local_infer(kitti_folder, model, tmp_path / f"local_{name}", *options)
         rc, _, err = ray_infer(kitti_folder, model, tmp_path / f"ray_{name}", *options)
         assert rc == 1, err
         assert assert_same_json_files(tmp_path / f"ray_{name}", tmp_path / f"local_{name}"), name
+        fp16 = "note: fp16 graphs run no faster than fp32 on the CPU"  # said of the CPU workers, as locally (it was not)
+        assert local_err.count(fp16) == err.count(fp16) == (name == "precision"), (local_err, err)
     plain = tmp_path / "local_plain"
     local_infer(kitti_folder, checkpoint, plain)
     for name in ("config", "precision"):  # each option changes what local infer writes: the comparison can fail
