@@ -54,6 +54,8 @@ def parse_error(argv: list[str]) -> str:
     (SERVE, "--ready-timeout", "0", "(0, 86400]"),
     (SERVE, "--ready-timeout", "nan", "(0, 86400]"),
     (SERVE, "--ready-timeout", "-5", "(0, 86400]"),
+    # checked while parsing, as infer's (it was refused only once a checkpoint was exported)
+    (SERVE, "--device", "gpu", "'gpu': expected auto, cpu, cuda or cuda:N"),
     (INFER, "--server", "127.0.0.1", "expected HOST:PORT"),  # no port: a client would try gRPC's 443
     (INFER, "--server", "localhost:0", "expected HOST:PORT"),
     (INFER, "--server", ":8001", "expected HOST:PORT"),

@@ -21,7 +21,7 @@ from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..frame_report import FrameReport
-from ..ranges import float_in, host_port, int_in, path_name, port
+from ..ranges import device_arg, float_in, host_port, int_in, path_name, port
 from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
 from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
                          MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
@@ -53,7 +53,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                        help=f"how long a request may wait for others to fill a batch, 0..{MAX_QUEUE_DELAY_US}")
     serve.add_argument("--max-points", type=int_in(1, MAX_FRAME_POINTS), default=DEFAULT_SERVED_MAX_POINTS,
                        help=f"largest frame a request may carry, 1..{MAX_FRAME_POINTS}")
-    serve.add_argument("--device", default="auto", help="auto, cpu, cuda (every GPU) or cuda:N")
+    serve.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda (every GPU) or cuda:N")
     serve.add_argument("--host", default="127.0.0.1", help="address the endpoints bind to")
     serve.add_argument("--http-host",
                        help="address the HTTP endpoint binds to (default: --host). Triton allocates an HTTP "
