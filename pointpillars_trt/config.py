@@ -272,6 +272,13 @@ class Thresholds:
         for key, value in _checked_thresholds(asdict(self)).items():
             object.__setattr__(self, key, value)
 
+    def filled_from(self, cfg: ModelConfig) -> Thresholds:
+        """These values, each one left to the model (None) taken from ``cfg``: for what reopens a model dir by path
+        and would read the values of the config that built it, not those of the config it was opened with
+        (``ModelDir.with_launch_values``: Ray's workers)."""
+        post = cfg.postprocess
+        return Thresholds(*(getattr(post, key) if value is None else value for key, value in asdict(self).items()))
+
     def applied_to(self, cfg: ModelConfig) -> ModelConfig:
         """``cfg`` (a detector's config) with these values; ConfigError names a bad one, or a max boxes
         above ``cfg``'s, the cap its result buffers are sized for."""

@@ -27,14 +27,14 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..config import ModelConfig, Thresholds, int_within
+from ..config import int_within
 from ..devices import check_backend_runs_on
 from ..errors import BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, one_line, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
@@ -207,7 +207,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if not uris:  # else checked once Ray Data has listed them
         check_distinct_outputs(sources, plan.suffixes)
         refuse_foreign_outputs(target, sources, plan.suffixes)
-    runtime = _with_launch_values(runtime or RuntimeOptions(), found.cfg)
+    runtime = runtime or RuntimeOptions()
+    runtime = replace(runtime, thresholds=runtime.thresholds.filled_from(found.cfg))  # the workers reopen it by path
     if runtime.device == "cpu":  # before the cluster starts; else once its GPUs say where the workers run
         check_worker_backend(found, runtime.backend, "cpu")
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
@@ -229,15 +230,6 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
             ray.shutdown()  # the workers with it: what they wrote is then all there is
         for say in stopped:
             say(started, local)
-
-
-def _with_launch_values(runtime: RuntimeOptions, cfg: ModelConfig) -> RuntimeOptions:
-    """``runtime`` with the model's launch values (score threshold, NMS IoU, max boxes) where it leaves them to the
-    model: the actors reopen the model dir by path, and a cache entry's model.json holds those of the config that
-    built it, not those of the config it was opened with (``ModelDir.with_launch_values``)."""
-    post = cfg.postprocess
-    given = {key: getattr(post, key) if value is None else value for key, value in asdict(runtime.thresholds).items()}
-    return replace(runtime, thresholds=Thresholds(**given))
 
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:

@@ -36,9 +36,9 @@ def resolve_model(model: str | os.PathLike[str], config: str | None = None, prec
     ``--model`` with ``--config`` and ``--precision`` (a model dir: refused unless built for ``config``, whose launch
     values it then runs with; a checkpoint: exported with ``config`` in ``precision``, default fp32): what reopens
     it by path (Ray's workers) runs the model the run names."""
-    path = Path(model)
-    if not path.exists():
-        raise InputError(f"--model {model}: no such checkpoint file or model dir")
+    from ..infer import existing_model_path
+
+    path = existing_model_path(os.fspath(model))
     if path.is_file():
         from ...convert.export import model_dir_for_checkpoint
 
