@@ -36,7 +36,7 @@ import numpy as np
 
 from ..config import int_within
 from ..devices import check_backend_runs_on
-from ..errors import BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, one_line, safe_repr
+from ..errors import BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, safe_repr
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
@@ -50,7 +50,7 @@ from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
 from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, \
-    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows
+    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, say_finished_files
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
@@ -551,13 +551,9 @@ def _say_outputs_on_disk(out: Path, frames: Sequence[str], suffixes: Sequence[st
     if not done:
         note(f"stopped before any frame's outputs were written to {safe_repr(str(out))}{tail}")
         return
-    try:
-        flush_to_disk([out / name for names in done for name in names])
-    except OSError as exc:
-        note(f"error: stopped, and the outputs of {len(done)} finished frame(s) in {safe_repr(str(out))} could not "
-             f"be flushed to disk: {exc.strerror or one_line(exc)}")
-        return
-    note(f"stopped: the outputs of {len(done)} finished frame(s) are in {safe_repr(str(out))}{tail}")
+    to_flush = PendingFlush()
+    to_flush.add(out / name for names in done for name in names)
+    say_finished_files(len(done), out, to_flush, note, tail)
 
 
 def _say(text: str) -> None:

@@ -838,24 +838,20 @@ def keep_finished_rows(parts: RowParts, to_flush: PendingFlush, note: Callable[[
     note(f"stopped: the rows of {parts.rows_written} finished frame(s) are in {where}" + (f"; {hint}" if hint else ""))
 
 
-def say_finished_files(finished: int, out: Path, to_flush: PendingFlush | None, note: Callable[[str], None],
-                       hint: str | None = RESUME_HINT) -> None:
+def say_finished_files(finished: int, out: Path, to_flush: PendingFlush, note: Callable[[str], None],
+                       tail: str = f"; {RESUME_HINT}") -> None:
     """On Ctrl-C or SIGTERM in a run of a file a frame (JSON, KITTI; local or ``--ray``): the outputs of the
-    ``finished`` frames made durable (``to_flush``: a local run's files) and said with ``hint``, how to finish,
-    as ``keep_finished_rows`` says a row run's. Without ``to_flush`` (``--ray``: each worker flushes its own) the
-    workers may have written frames the driver has not heard of yet: said too, even of none."""
-    if not finished and to_flush is not None:
+    ``finished`` frames made durable (``to_flush``: their files) and said, then ``tail`` (how to finish), as
+    ``keep_finished_rows`` says a row run's."""
+    if not finished:
         return
-    if to_flush:
-        try:
-            to_flush.flush()
-        except OSError as exc:
-            note(f"error: stopped, and the outputs of {finished} finished frame(s) in {safe_repr(str(out))} could "
-                 f"not be flushed to disk: {exc.strerror or one_line(exc)}")
-            return
-    more = "" if to_flush is not None else " (and the workers may have written more)"
-    note(f"stopped: the outputs of {finished} finished frame(s) are in {safe_repr(str(out))}{more}"
-         + (f"; {hint}" if hint else ""))
+    try:
+        to_flush.flush()
+    except OSError as exc:
+        note(f"error: stopped, and the outputs of {finished} finished frame(s) in {safe_repr(str(out))} could "
+             f"not be flushed to disk: {exc.strerror or one_line(exc)}")
+        return
+    note(f"stopped: the outputs of {finished} finished frame(s) are in {safe_repr(str(out))}{tail}")
 
 
 class _RowSink:
