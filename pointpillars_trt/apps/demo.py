@@ -50,6 +50,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     from ..convert.weights import random_weights
     from ..detector import PointPillars
     from ..kitti import write_velodyne_bin
+    from .viz import no_png_line
 
     if not 1 <= repeats <= MAX_REPEATS:
         raise PointPillarsError(f"--repeats {repeats}: expected a number of frames in 1..{MAX_REPEATS}")
@@ -57,7 +58,8 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     weights = random_weights(cfg, seed=seed)
     check_device(device, backend)  # nothing written yet
     check_writable_folder(out, "--out")  # a file in its place is one error line, as infer and bench say it
-    refuse_foreign_demo_outputs(out)
+    missing = no_png_line()  # the run's one check for matplotlib: the PNG is optional, its place checked if drawn
+    refuse_foreign_demo_outputs(out, chart=missing is None)
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     # the model first: a folder of that name that is no model dir is refused before anything is written
@@ -96,9 +98,8 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
           + (f" (min {min(walls):.2f}, max {max(walls):.2f})" if len(walls) > 1 else ""))
     write_json_atomic(out / "detections.json", detections.to_json_dict("simulated_frame"))
     print(f"\nwrote {out / 'detections.json'}")
-    from .viz import no_png_line, plot_bev
+    from .viz import plot_bev
 
-    missing = no_png_line()  # the PNG is optional
     if missing is not None:
         print(missing)
         return 0
@@ -108,16 +109,16 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     return 0
 
 
-def refuse_foreign_demo_outputs(out: Path) -> None:
+def refuse_foreign_demo_outputs(out: Path, chart: bool) -> None:
     """Refuse, before anything is written, an --out holding in one of the demo's files' places a folder or
     another node that is no regular file (its write would fail after the whole run, with the frame and the
     model already written), or a ``detections.json`` or ``bev.png`` the demo did not write
-    (``outputs.foreign_output``: a user's own results or pictures there were replaced); ``bev.png`` only where
-    matplotlib draws it. Its model dir, ``random_model``, is the export's to refuse, before anything is written."""
+    (``outputs.foreign_output``: a user's own results or pictures there were replaced); ``bev.png`` only with
+    ``chart`` (matplotlib draws it). Its model dir, ``random_model``, is the export's to refuse, before anything is
+    written."""
     from .outputs import foreign_output
-    from .viz import no_png_line
 
-    written = DEMO_FILES if no_png_line() is None else tuple(n for n in DEMO_FILES if n != "bev.png")
+    written = DEMO_FILES if chart else tuple(n for n in DEMO_FILES if n != "bev.png")
     for name in written:
         path = out / name
         kind = not_a_file(path)

@@ -43,6 +43,7 @@ import numpy as np
 
 from ..errors import CheckpointError, escape_text, one_line
 from ..fileio import path_argument
+from ..model_dir import METADATA_FILE
 
 # ---------------------------------------------------------------------------------------------
 # Limits: what a file can legitimately hold (tiny hostile files must not exhaust memory)
@@ -498,14 +499,10 @@ _MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine":
                 ".trt": "a TensorRT engine"}
 
 
-#: The record a model dir holds (``model_dir.METADATA_FILE``), which a --model of a file in one may name.
-_MODEL_DIR_RECORD = "model.json"
-
-
 def _other_model_file(source: str) -> str:
     """For a file named like an exported graph or engine, or a model dir's record: what to give instead (its model
     dir, or the .pth)."""
-    if os.path.basename(source) == _MODEL_DIR_RECORD:
+    if os.path.basename(source) == METADATA_FILE:
         folder = os.path.dirname(source) or "."
         return (f"; it is named as a model dir's record: give the model dir that holds it ('{folder}'), the folder "
                 "`pointpillars-trt build` writes")
@@ -593,7 +590,7 @@ def _read_bytes(path: Path, source: str) -> bytes:
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
-            if os.path.isfile(os.path.join(path, _MODEL_DIR_RECORD)):
+            if os.path.isfile(os.path.join(path, METADATA_FILE)):
                 raise CheckpointError(f"{source}: is a model dir (the folder `pointpillars-trt build` writes), not a "
                                       f"checkpoint: run it with `pointpillars-trt infer PATH --model {shlex.quote(source)}` (Python: "
                                       "PointPillars.from_model_dir), or give the .pth it was built from")
