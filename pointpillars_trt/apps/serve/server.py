@@ -244,7 +244,7 @@ class TritonServer:
         if the server exits or is not ready within ``timeout`` seconds; a port something already listens
         on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
         self.check_ports()
-        remove_stale_scratch()
+        remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)  # of serves killed before they removed theirs
         self._scratch = tempfile.mkdtemp(prefix=owned_prefix(SCRATCH_PREFIX))
         try:  # the scratch folder goes on any failure: a caller's ``with`` never reaches __exit__ when this raises
             self.process = self._launch(Path(self._scratch))
@@ -380,14 +380,9 @@ class TritonServer:
         self.stop()
 
 
-#: A server's temp folder (its backend folder, its one-model repository): ``pp-triton-<pid>-XXXX`` in the temp dir
+#: A server's temp folder (its backend folder, its one-model repository): ``pp-triton-<pid>-<host>-XXXX`` in the
+#: temp dir (``owned_prefix``)
 SCRATCH_PREFIX = "pp-triton-"
-
-
-def remove_stale_scratch() -> int:
-    """Delete the temp folders of servers whose starting process no longer runs (a serve killed with SIGKILL
-    leaves its folder behind); returns how many. Folders of live processes are left alone."""
-    return remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)
 
 
 def other_models_note(repository: Path) -> str:
