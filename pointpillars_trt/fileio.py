@@ -112,8 +112,22 @@ def folder_resolved(path: str) -> str:
     """``path`` made absolute with its folder's symbolic links resolved, its file name as it is: the one key of a
     frame file (``a/x.bin``, ``/abs/a/x.bin`` and ``link-to-a/x.bin`` are one frame; two names linked to one stored
     file, as git-annex or DVC keep frames, are two)."""
-    folder, name = os.path.split(os.path.abspath(path))
-    return os.path.join(os.path.realpath(folder), name)
+    return folder_resolver()(path)
+
+
+def folder_resolver() -> Callable[[str], str]:
+    """``folder_resolved`` for one pass over many paths: each folder's links resolved once (a realpath is ~10 us,
+    and a pass's frames or rows lie in a few folders). A new one a pass, so that links changed between passes
+    count."""
+    real: dict[str, str] = {}
+
+    def resolved(path: str) -> str:
+        folder, name = os.path.split(os.path.abspath(path))
+        if folder not in real:
+            real[folder] = os.path.realpath(folder)
+        return os.path.join(real[folder], name)
+
+    return resolved
 
 
 def special_kind(path: PathLike) -> str | None:

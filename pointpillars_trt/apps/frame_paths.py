@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..fileio import folder_resolved, special_kind
+from ..fileio import folder_resolver, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
 
 
@@ -162,8 +162,9 @@ def refuse_repeated_frames(frames: Sequence[str]) -> None:
     frames, are two) would be run and written twice (two rows of one source in a row format): refuse it
     before anything runs."""
     seen: dict[str, str] = {}
+    resolve = folder_resolver()
     for frame in frames:
-        key = folder_resolved(frame)
+        key = resolve(frame)
         if key in seen:
             other = seen[key]
             also = "" if os.path.abspath(other) == os.path.abspath(frame) else f" (as {safe_repr(other)} too)"

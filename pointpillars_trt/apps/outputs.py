@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import (dumps_strict, folder_resolved, fsync_path, loads_json, name_text, open_regular_file, read_file_head,
-                      special_kind, write_bytes_atomic, write_new_file_atomic)
+from ..fileio import (dumps_strict, folder_resolved, folder_resolver, fsync_path, loads_json, name_text, open_regular_file,
+                      read_file_head, special_kind, write_bytes_atomic, write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -262,23 +262,24 @@ def source_path(source: str) -> str:
     return text if is_uri(text) else os.path.abspath(text)
 
 
-def source_key(path: str) -> str:
+def source_key(path: str, resolve: Callable[[str], str] = folder_resolved) -> str:
     """The one key a ``source_path`` is matched by, in JSON records and rows alike: its folder's symbolic links
     resolved (``fileio.folder_resolved``, as ``refuse_repeated_frames`` takes frames: ``link-to-a/x.bin`` is
     ``a/x.bin``), so a resume through a link to the folder skips the frames already written; a URI as it is."""
-    return path if is_uri(path) else folder_resolved(path)
+    return path if is_uri(path) else resolve(path)
 
 
-def frame_key(frame: str) -> str:
-    """A frame, as given, as ``source_key`` names it: what ``--skip-existing`` looks its row up by."""
-    return source_key(source_path(frame))
+def frame_key(frame: str, resolve: Callable[[str], str] = folder_resolved) -> str:
+    """A frame, as given, as ``source_key`` names it (``resolve``: a pass's ``folder_resolver``): what
+    ``--skip-existing`` looks its row up by."""
+    return source_key(source_path(frame), resolve)
 
 
-def row_key(row: dict[str, Any]) -> str:
+def row_key(row: dict[str, Any], resolve: Callable[[str], str] = folder_resolved) -> str:
     """A row's frame as ``source_key`` names it: of its ``path`` column, or (a part written before rows had one)
-    of its source resolved against this working directory."""
+    of its source resolved against this working directory (``resolve``: a pass's ``folder_resolver``)."""
     path = row.get("path")
-    return source_key(str(path) if path else source_path(str(row["source"])))
+    return source_key(str(path) if path else source_path(str(row["source"])), resolve)
 
 
 #: The columns a row's frame is known by (``frame_row``), read alone where a part's rows are looked up.
@@ -626,9 +627,10 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     is not rerun, and is said to be, unless ``--retry-failed`` removes its row first:
     :func:`drop_failure_rows`); a damaged part is an error naming it."""
     done: dict[str, bool] = {}
+    resolve = folder_resolver()
     for path in existing_parts(folder, output_format):
         try:
-            done.update((row_key(row), row.get("error") is not None)
+            done.update((row_key(row, resolve), row.get("error") is not None)
                         for row in _part_rows(path, output_format, _KEY_COLUMNS))
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)} (move that "
@@ -642,11 +644,12 @@ def records_in_parts(folder: Path, output_format: str,
     as ``--skip-existing`` compares them) that is no failure's, part by part (a source's last row
     comes last, as in ``sources_in_parts``): the records a resumed --eval rebuilds the skipped frames' KITTI
     lines from. A part that cannot be read is an error naming it."""
+    resolve = folder_resolver()
     for path in existing_parts(folder, output_format):
         try:
             rows = _part_rows(path, output_format)
             found = [(source, row) for row in rows if row.get("error") is None
-                     and (source := row_key(row)) in sources]
+                     and (source := row_key(row, resolve)) in sources]
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--eval: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)}") from None
         for source, row in found:

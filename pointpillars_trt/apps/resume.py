@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import PointPillarsError, one_line, safe_repr
-from ..fileio import name_text
+from ..fileio import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
 
@@ -67,8 +67,9 @@ def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, re
     ``earlier_failures``)."""
     present = sources_in_parts(out, fmt)
     resume = Resume([])
+    resolve = folder_resolver()
     for frame in frames:
-        failed = present.get(frame_key(frame))
+        failed = present.get(frame_key(frame, resolve))
         if failed:
             resume.failed_before.append(frame)
         if failed is None or (failed and retry_failed):
@@ -153,7 +154,8 @@ def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | Non
             path = out / f"{Path(frame).stem}.json"
             rebuild(frame, path, lambda: read_record(path))
         return found
-    by_source = {frame_key(frame): frame for frame in wanted}
+    resolve = folder_resolver()
+    by_source = {frame_key(frame, resolve): frame for frame in wanted}
     rebuilt: set[str] = set()
     for source, row, part in records_in_parts(out, fmt, by_source):
         if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands
