@@ -161,16 +161,24 @@ def refuse_repeated_frames(frames: Sequence[str]) -> None:
     ``link-to-a/x.bin`` are one frame; two names linked to one stored file, as git-annex or DVC keep
     frames, are two) would be run and written twice (two rows of one source in a row format): refuse it
     before anything runs."""
+    repeated = first_repeat(frames, folder_resolver())
+    if repeated is not None:
+        frame, also = repeated
+        raise InputError(f"frame {safe_repr(frame)} is given twice{also} (by two arguments, a folder and a file "
+                         "in it, or a symbolic link to it): give each frame once")
+
+
+def first_repeat(paths: Sequence[str], key: Callable[[str], str]) -> tuple[str, str] | None:
+    """The first of ``paths`` whose ``key`` an earlier one has (None: none), with the words that name that earlier
+    one where it is spelt otherwise (`` (as 'a/x.bin' too)``; "" where the two are one path spelt alike)."""
     seen: dict[str, str] = {}
-    resolve = folder_resolver()
-    for frame in frames:
-        key = resolve(frame)
-        if key in seen:
-            other = seen[key]
-            also = "" if os.path.abspath(other) == os.path.abspath(frame) else f" (as {safe_repr(other)} too)"
-            raise InputError(f"frame {safe_repr(frame)} is given twice{also} (by two arguments, a folder and a file "
-                             "in it, or a symbolic link to it): give each frame once")
-        seen[key] = frame
+    for path in paths:
+        name = key(path)
+        other = seen.get(name)
+        if other is not None:
+            return path, "" if os.path.abspath(other) == os.path.abspath(path) else f" (as {safe_repr(other)} too)"
+        seen[name] = path
+    return None
 
 
 def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json",),

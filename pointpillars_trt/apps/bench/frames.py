@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from ..demo_scene import simulate_scan
-from ..frame_paths import expand_frame_paths
+from ..frame_paths import expand_frame_paths, first_repeat
 from ...errors import InputError, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
@@ -68,13 +68,10 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
 def refuse_repeated_folders(folders: list[str]) -> None:
     """A folder given twice (``velodyne`` and ``./velodyne/``, or a symbolic link to it) would be timed twice as
     two sets: refused before anything is read."""
-    seen: dict[str, str] = {}
-    for folder in folders:
-        key = os.path.realpath(folder)
-        if key in seen:
-            also = "" if os.path.abspath(seen[key]) == os.path.abspath(folder) else f" (as {safe_repr(seen[key])} too)"
-            raise InputError(f"--frames {safe_repr(folder)} is given twice{also}: give each folder once")
-        seen[key] = folder
+    repeated = first_repeat(folders, os.path.realpath)
+    if repeated is not None:
+        folder, also = repeated
+        raise InputError(f"--frames {safe_repr(folder)} is given twice{also}: give each folder once")
 
 
 def set_names(folders: list[str]) -> list[str]:
