@@ -63,20 +63,25 @@ class InputWarning(UserWarning):
     """Frames that are probably read wrong (e.g. 0-255 intensities for a model trained on 0-1)."""
 
 
-class LibraryNotice(RuntimeWarning):
+class Notice(RuntimeWarning):
+    """Something run otherwise than named or given, said once; the CLI says each kind below as a ``note:`` line
+    instead of a warning with a source line."""
+
+
+class LibraryNotice(Notice):
     """A backend runs on another library than its name says (TensorRT for RTX for ``tensorrt``): said once
-    per process; the CLI says it as a ``note:`` line instead of a warning with a source line."""
+    per process."""
 
 
-class CheckpointNotice(RuntimeWarning):
+class CheckpointNotice(Notice):
     """A checkpoint read one of two ways it allows (the same state dict under two keys: the one taken), said
-    once per read; the CLI says it as a ``note:`` line."""
+    once per read."""
 
 
-class SettingNotice(RuntimeWarning):
+class SettingNotice(Notice):
     """A setting taken otherwise than it was given: from the environment (``OMP_NUM_THREADS`` past this machine's
     cores, or no thread count at all), or from an OpenPCDet config (its test-time point shuffle, which runs off):
-    said once per value; the CLI says it as a ``note:`` line."""
+    said once per value."""
 
 
 def escape_text(text: str, limit: int | None = None) -> str:

@@ -23,8 +23,7 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    CheckpointNotice, CpuFallbackWarning, InputError, InputErrors, InputWarning, LibraryNotice, PointPillarsError,
-    SettingNotice, one_line, safe_repr,
+    CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line, safe_repr,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -235,9 +234,9 @@ class _StdoutGuard:
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
                   file: TextIO | None = None, line: str | None = None, *, fallback: Callable[..., None]) -> None:
-    """A ``CheckpointNotice``, ``LibraryNotice`` or ``SettingNotice`` as one ``note:`` line on stderr, not a warning with a source
-    line; others as before."""
-    if issubclass(category, (CheckpointNotice, LibraryNotice, SettingNotice)):
+    """A ``Notice`` (a library, checkpoint or setting taken otherwise than named) as one ``note:`` line on stderr,
+    not a warning with a source line; others as before."""
+    if issubclass(category, Notice):
         print(f"note: {one_line(str(message))}", file=sys.stderr, flush=True)
     else:
         fallback(message, category, filename, lineno, file, line)
