@@ -54,6 +54,11 @@ class DetectorLost(BackendError):
     MARK = " is down: "
 
 
+#: What a command says as one ``error:`` line (exit code 2) rather than a traceback: this package's errors and the
+#: operating system's, values and memory a bad input exhausted.
+USER_ERRORS = (PointPillarsError, ValueError, RecursionError, MemoryError, OSError)
+
+
 class CpuFallbackWarning(RuntimeWarning):
     """``device="auto"`` ran a detector on the CPU (said once per call site; the CLI says it in its own
     ``running on`` line instead)."""

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line, safe_repr,
+    USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line,
+    safe_repr,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -34,8 +35,6 @@ from .infer import add_infer_parser
 from .ranges import device_arg, int_in, path_name
 
 __all__ = ["EXIT_FRAME_FAILURES", "EXIT_INTERRUPTED", "EXIT_USER_ERROR", "build_parser", "main"]
-#: What ``main`` turns into one ``error:`` line and exit code 2.
-USER_ERRORS = (PointPillarsError, ValueError, RecursionError, MemoryError, OSError)
 
 
 class Terminated(KeyboardInterrupt):

@@ -17,10 +17,12 @@ max_restarts=-1 and max_task_retries=-1).
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import logging
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -36,7 +38,9 @@ import numpy as np
 
 from ..config import int_within
 from ..devices import check_backend_runs_on
-from ..errors import BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, safe_repr
+from ..errors import (
+    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, safe_repr,
+)
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
@@ -566,9 +570,9 @@ def _say(text: str) -> None:
 THREADS_CAPPED = "threads"
 
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
-#: actor's call began, for the rate without the actors' start).
+#: actor's call began, for the rate without the actors' start; ``refusal``: ``_DetectActor.refusal``).
 _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "warnings", "row",
-            "call_started")
+            "call_started", "refusal")
 
 
 def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
@@ -579,6 +583,8 @@ def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
         for batch in batches:
             for values in zip(*(batch[key] for key in _COLUMNS)):
                 record = dict(zip(_COLUMNS, values))
+                if record["refusal"]:  # a worker refused the model: the run stops on its error
+                    raise pickle.loads(base64.b64decode(str(record["refusal"])))
                 error = record["error"]  # a column of None and str arrives with NaN for None
                 yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
                        "num_boxes": int(record["num_boxes"]),
@@ -622,15 +628,22 @@ class _DetectActor:
         on_gpu = runtime.device != "cpu"
         writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if on_gpu else None
         readers = WorkerProcesses(READ_PROCESSES, read_batch) if on_gpu and local_files else None  # URIs: bytes
+        #: why this actor refused the model as it opened it (its pickled exception, base64): every call answers
+        #: with it, and the driver raises it, as local infer would have (raised here, it came back as Ray's
+        #: traceback of a dead actor, from every worker)
+        self.refusal = ""
         try:
             self.detectors = [PointPillars.from_model_dir(model_dir, options=runtime) for _ in range(pipelines)]
             for detector in self.detectors:
                 detector.warm_up([batch] if detector.device == "cuda" else [1], points_per_frame)
-        except BaseException:
+        except BaseException as exc:
             for processes in (writers, readers):
                 if processes is not None:
                     processes.pool.shutdown(wait=False, cancel_futures=True)
-            raise
+            if not isinstance(exc, USER_ERRORS):
+                raise
+            self.refusal = base64.b64encode(pickle.dumps(exc)).decode("ascii")
+            return
         self.classes = self.detectors[0].cfg.classes
         self.rows = rows  # the driver writes JSON Lines / Parquet rows: a failed frame's row is made here too
         self.local_frames = plan.local_frames
@@ -653,6 +666,8 @@ class _DetectActor:
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()
         paths = [str(path) for path in batch["path"]]
+        if self.refusal:
+            return {key: [self.refusal if key == "refusal" else "" for _ in paths] for key in _COLUMNS}
         items: list[object] = ([FrameBytes(path, bytes(data)) for path, data in zip(paths, batch["bytes"])]
                                if "bytes" in batch else list(paths))
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
@@ -665,7 +680,8 @@ class _DetectActor:
             record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
                       "warnings": json.dumps(found),
-                      "row": row if row is not None else self._failed_row(job), "call_started": started}
+                      "row": row if row is not None else self._failed_row(job), "call_started": started,
+                      "refusal": ""}
             for key in _COLUMNS:
                 columns[key].append(record[key])
         if files:

@@ -819,6 +819,25 @@ def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_wo
     assert not (tmp_path / "out").exists()
 
 
+def test_a_model_a_worker_refuses_as_it_opens_it_is_the_error_local_detection_raises(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """Precision fp16 asked of an fp32 model dir is refused by the detector each worker opens (nothing checks it
+    before): the run raises the detector's own error, not Ray's traceback of a dead actor."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.errors import BackendError
+
+    options = RuntimeOptions(precision="fp16", device="cpu")
+    with pytest.raises(BackendError) as local:
+        PointPillars.from_model_dir(tiny_model, options=options)
+    write_frames(tmp_path / "frames", tiny_model, {"000001": 50, "000002": 60})
+    with pytest.raises(BackendError) as on_ray:
+        detect_dataset([str(tmp_path / "frames")], tiny_model, tmp_path / "out", workers=2, progress=False,
+                       runtime=options)
+    assert str(on_ray.value) == str(local.value) and "holds fp32 graphs" in str(local.value)
+    assert not list((tmp_path / "out").glob("*.json"))
+
+
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
     """Ray's driver prints what the cluster publishes to it ("(raylet) A worker died ...", its task retried) on
     stdout, where a script reads infer's summary line: a message published through the cluster while
