@@ -373,6 +373,13 @@ def _threads_asked(threads: int | None, cli: bool) -> tuple[int | None, str | No
     return found, None if found is None else f"OMP_NUM_THREADS={found}"
 
 
+def worker_pipeline_threads(cluster_cpus: float, workers: int, pipelines: int) -> int:
+    """The ONNX Runtime threads of each pipeline of a CPU worker none were asked for: the worker's share of the
+    cluster's CPUs split among its pipelines, as local infer splits its cores (each taking the whole share, the
+    pipelines contended for it)."""
+    return max(1, int(cluster_cpus) // workers // pipelines)
+
+
 def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
     """Frames an actor call gets, for actors that run ``batch_frames`` frames at once (batch x pipelines)."""
     if not on_gpu:
@@ -418,7 +425,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
     # capped by each actor to its own cores, which this machine's need not be
     asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, make_report is not None)
-    threads = None if on_gpu else asked or max(1, int(resources.get("CPU", 1)) // workers)
+    threads = None if on_gpu else asked or worker_pipeline_threads(resources.get("CPU", 1), workers, pipes)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
     before = {} if options["rows"] else _outputs_in(out, frames, options["plan"].suffixes)
@@ -427,7 +434,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     failures = list(refused)  # point files of a file:// folder that Ray Data cannot read (a FIFO): failed first
     done, boxes = len(refused), 0
     first_call = float("inf")  # wall clock (the actors' and this process's) when an actor's first call began
-    capped_said = False
+    settings_said: set[str] = set()  # the kinds of SETTING_NOTES said to the Python API's caller
     try:  # from here on, a stop says what it kept
         if make_report is not None:  # where the frames run said first, as local infer says its device
             print(where, file=sys.stderr, flush=True)
@@ -476,10 +483,11 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
                                                            record["num_out_of_view"]))
                 if warned is not None:
                     warned.add(record["warnings"], source)
-                elif any(kind == THREADS_CAPPED for kind, _ in record["warnings"]) and not capped_said:
-                    capped_said = True  # the Python API's caller: a notice, as the detector's own thread cap
-                    warnings.warn(next(text for kind, text in record["warnings"] if kind == THREADS_CAPPED)
-                                  .removeprefix("note: "), SettingNotice, stacklevel=3)
+                else:  # the Python API's caller: a notice, as the detector's own thread cap
+                    for kind, text in record["warnings"]:
+                        if kind in SETTING_NOTES and kind not in settings_said:
+                            settings_said.add(kind)
+                            warnings.warn(text.removeprefix("note: "), SettingNotice, stacklevel=3)
                 if error:
                     failures.append((source, error))
                     if report is not None:
@@ -565,9 +573,11 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-#: The kind of the note an actor adds to its first frame's warnings when it runs fewer CPU threads than asked
-#: (its cores): said once a run.
+#: The kinds of the notes an actor adds to its first frame's warnings, each said once a run: it runs fewer CPU
+#: threads than asked (its cores); its pipelines' threads asked contend for its cores.
 THREADS_CAPPED = "threads"
+THREADS_CONTEND = "pipeline threads"
+SETTING_NOTES = (THREADS_CAPPED, THREADS_CONTEND)
 
 #: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
 #: actor's call began, for the rate without the actors' start; ``refusal``: ``_DetectActor.refusal``).
@@ -608,7 +618,7 @@ class _DetectActor:
                  prepare: Prepare | None = None, points_per_frame: int | None = None, local_files: bool = True,
                  threads_asked: str | None = None) -> None:
         from ..detector import PointPillars
-        from ..runtime_options import capped_threads
+        from ..runtime_options import capped_threads, pipeline_threads
 
         #: the note for the driver, with this actor's first frame: threads asked for beyond its cores (the
         #: default share of the cluster's CPUs, ``threads_asked`` None, is capped without one)
@@ -617,6 +627,10 @@ class _DetectActor:
             count, note = capped_threads(runtime.threads, threads_asked or f"threads={runtime.threads}")
             if note is not None and threads_asked:
                 self._capped = [(THREADS_CAPPED, f"note: {note}")]
+            if threads_asked:  # each pipeline's count, as local infer's --threads: said where they contend
+                _, crowded = pipeline_threads(pipelines, count, threads_asked)
+                if crowded is not None:
+                    self._capped.append((THREADS_CONTEND, f"note: {crowded}"))
             runtime = replace(runtime, threads=count)
 
         if os.path.isdir(cwd):  # the driver's relative paths (frames, --out, --calib) mean the same here

@@ -160,3 +160,11 @@ def test_a_stop_removes_cut_writes_only_once_a_local_clusters_workers_are_stoppe
     said: list[str] = []
     _say_outputs_on_disk(tmp_path, ["000001.bin"], [".json"], {}, said.append, None, workers_stopped, local)
     assert temp.exists() != swept and len(said) == 1, said
+
+
+def test_a_cpu_workers_pipelines_share_its_cpus_when_no_thread_count_is_asked() -> None:
+    """Each pipeline of a CPU worker gets its share of the worker's share of the cluster (at least one thread)."""
+    from pointpillars_trt.apps.distributed import worker_pipeline_threads
+
+    assert [worker_pipeline_threads(16.0, 2, pipelines) for pipelines in (1, 2, 3, 16)] == [8, 4, 2, 1]
+    assert worker_pipeline_threads(2.0, 4, 1) == 1

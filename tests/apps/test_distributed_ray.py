@@ -804,6 +804,22 @@ def test_omp_num_threads_is_the_workers_thread_count_as_it_is_local_infers(  # t
         assert_same_json_files(tmp_path / f"ray_{value}", tmp_path / f"local_{value}")
 
 
+def test_pipelines_whose_threads_contend_for_a_workers_cores_are_said_as_local_infer_says_them(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """``--pipelines 2 --threads CORES`` on the CPU: each pipeline takes the threads asked, and the note on their
+    contention is local infer's, once (--ray said nothing); the boxes are local infer's."""
+    cores = len(os.sched_getaffinity(0))
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(3)})
+    options = ("--pipelines", "2", "--threads", str(cores))
+    note = f"note: --pipelines 2 with --threads {cores}: {2 * cores} ONNX Runtime threads contend for {cores} cores"
+    _, local_err = local_infer(folder, tiny_model, tmp_path / "local", *options, code=0)
+    rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / "ray", "--workers", "2", *options)
+    assert rc == 0 and out.startswith("3/3 frames"), (out, err)
+    assert local_err.count(note) == err.count(note) == 1, (local_err, err)
+    assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+
+
 def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
         ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
     """Device auto on a cluster of CPUs with ``backend="cudnn"``: refused as local infer refuses it on a machine
