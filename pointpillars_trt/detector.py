@@ -86,9 +86,7 @@ class PointPillars:
         t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=t.score_threshold, nms_iou=t.nms_iou,
                                                           max_boxes=t.max_boxes)
-        if opts.precision is not None and opts.precision != model.precision:
-            raise BackendError(f"precision {opts.precision}: the model dir {model.path} holds {model.precision} "
-                               "graphs (precision applies when exporting a checkpoint; rebuild for another)")
+        check_precision(model, opts.precision)
         self.device, device_id, self.gpu_unused_reason = picked or pick_device(opts.device)
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
@@ -516,6 +514,14 @@ def _callers_level() -> int:
     while frame is not None and frame.f_code.co_filename == __file__:
         frame, level = frame.f_back, level + 1
     return level
+
+
+def check_precision(model: ModelDir, precision: str | None) -> None:
+    """Refuse a precision (the runtime options') other than the one ``model``'s graphs were built in: it is chosen
+    when a checkpoint is exported, and a model dir runs as built."""
+    if precision is not None and precision != model.precision:
+        raise BackendError(f"precision {precision}: the model dir {model.path} holds {model.precision} "
+                           "graphs (precision applies when exporting a checkpoint; rebuild for another)")
 
 
 def onnxruntime_threads(asked: int | None) -> int | None:

@@ -195,6 +195,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if not sources:
         raise InputError("paths_or_uri: no frames given (a list of point files, folders, globs or URIs)")
     check_one_file_system(sources)
+    from ..detector import check_precision  # the detector's modules load with a run, not with the CLI
     from .serve.repository import resolve_model
 
     found = model if isinstance(model, ModelDir) else resolve_model(model)
@@ -213,6 +214,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         refuse_foreign_outputs(target, sources, plan.suffixes)
     runtime = runtime or RuntimeOptions()
     runtime = replace(runtime, thresholds=runtime.thresholds.filled_from(found.cfg))  # the workers reopen it by path
+    check_precision(found, runtime.precision)  # as each worker would refuse it, before the cluster starts
     if runtime.device == "cpu":  # before the cluster starts; else once its GPUs say where the workers run
         check_worker_backend(found, runtime.backend, "cpu")
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
@@ -400,7 +402,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     resources = ray.cluster_resources()
     workers, gpus_per_worker = check_resources(resources, workers, gpus_per_worker, device)
     on_gpu = gpus_per_worker > 0
-    check_worker_backend(model, options["runtime"].backend, "cuda" if on_gpu else "cpu")
+    if on_gpu or device != "cpu":  # device cpu: checked before the cluster started
+        check_worker_backend(model, options["runtime"].backend, "cuda" if on_gpu else "cpu")
     model_dir, classes = str(model.path.resolve()), model.cfg.classes
     fallback = device == "auto" and not resources.get("GPU")
     where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else

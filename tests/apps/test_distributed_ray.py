@@ -837,21 +837,34 @@ def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_wo
 
 def test_a_model_a_worker_refuses_as_it_opens_it_is_the_error_local_detection_raises(  # type: ignore[no-untyped-def]
         ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
-    """Precision fp16 asked of an fp32 model dir is refused by the detector each worker opens (nothing checks it
-    before): the run raises the detector's own error, not Ray's traceback of a dead actor."""
-    from pointpillars_trt.apps.distributed import detect_dataset
+    """Precision fp16 asked of an fp32 model dir, refused by the detector an actor opens (as a GPU worker refuses
+    plans built with another TF32 setting, or a TensorRT it lacks): the records raise the detector's own error,
+    not Ray's traceback of a dead actor. ``detect_dataset`` refuses this one before the cluster starts."""
+    import ray
+
+    from pointpillars_trt.apps.distributed import _DetectActor, _records, detect_dataset
+    from pointpillars_trt.apps.outputs import OutputPlan
     from pointpillars_trt.detector import PointPillars
     from pointpillars_trt.errors import BackendError
 
     options = RuntimeOptions(precision="fp16", device="cpu")
     with pytest.raises(BackendError) as local:
         PointPillars.from_model_dir(tiny_model, options=options)
+    assert "holds fp32 graphs" in str(local.value)
     write_frames(tmp_path / "frames", tiny_model, {"000001": 50, "000002": 60})
+    frames = sorted(str(path) for path in (tmp_path / "frames").iterdir())
+    actor_options = {"model_dir": str(tiny_model), "runtime": options, "batch": 1, "pipelines": 1,
+                     "plan": OutputPlan(json_dir=tmp_path / "out"), "point_dim": 4, "intensity_scale": None,
+                     "rows": False, "cwd": os.getcwd()}
+    dataset = ray.data.from_items([{"path": frame} for frame in frames]).map_batches(
+        _DetectActor, batch_size=1, batch_format="numpy", fn_constructor_kwargs=actor_options,
+        compute=ray.data.ActorPoolStrategy(size=2), num_cpus=0.5)
     with pytest.raises(BackendError) as on_ray:
-        detect_dataset([str(tmp_path / "frames")], tiny_model, tmp_path / "out", workers=2, progress=False,
-                       runtime=options)
-    assert str(on_ray.value) == str(local.value) and "holds fp32 graphs" in str(local.value)
-    assert not list((tmp_path / "out").glob("*.json"))
+        list(_records(dataset))
+    assert str(on_ray.value) == str(local.value)
+    with pytest.raises(BackendError) as before:
+        detect_dataset(frames, tiny_model, tmp_path / "api", workers=2, progress=False, runtime=options)
+    assert str(before.value) == str(local.value) and not (tmp_path / "api").exists()
 
 
 def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_cluster) -> None:  # type: ignore[no-untyped-def]
