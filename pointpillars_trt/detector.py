@@ -86,7 +86,7 @@ class PointPillars:
         t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
         self.cfg: ModelConfig = model.cfg.with_thresholds(score_threshold=t.score_threshold, nms_iou=t.nms_iou,
                                                           max_boxes=t.max_boxes)
-        check_precision(model, opts.precision)
+        refuse_other_precision(model, opts.precision)
         self.device, device_id, self.gpu_unused_reason = picked or pick_device(opts.device)
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
@@ -516,7 +516,7 @@ def _callers_level() -> int:
     return level
 
 
-def check_precision(model: ModelDir, precision: str | None) -> None:
+def refuse_other_precision(model: ModelDir, precision: str | None) -> None:
     """Refuse a precision (the runtime options') other than the one ``model``'s graphs were built in: it is chosen
     when a checkpoint is exported, and a model dir runs as built."""
     if precision is not None and precision != model.precision:

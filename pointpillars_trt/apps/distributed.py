@@ -195,7 +195,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
     if not sources:
         raise InputError("paths_or_uri: no frames given (a list of point files, folders, globs or URIs)")
     check_one_file_system(sources)
-    from ..detector import check_precision  # the detector's modules load with a run, not with the CLI
+    from ..detector import refuse_other_precision  # the detector's modules load with a run, not with the CLI
     from .serve.repository import resolve_model
 
     found = model if isinstance(model, ModelDir) else resolve_model(model)
@@ -214,7 +214,7 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
         refuse_foreign_outputs(target, sources, plan.suffixes)
     runtime = runtime or RuntimeOptions()
     runtime = replace(runtime, thresholds=runtime.thresholds.filled_from(found.cfg))  # the workers reopen it by path
-    check_precision(found, runtime.precision)  # as each worker would refuse it, before the cluster starts
+    refuse_other_precision(found, runtime.precision)  # as each worker would refuse it, before the cluster starts
     if runtime.device == "cpu":  # before the cluster starts; else once its GPUs say where the workers run
         check_worker_backend(found, runtime.backend, "cpu")
     options = {"plan": plan, "point_dim": point_dim, "intensity_scale": intensity_scale, "prepare": prepare,
