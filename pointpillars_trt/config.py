@@ -315,17 +315,21 @@ def is_pcdet_model_config(name_or_path: str | Path) -> bool:
         return False
 
 
-def pcdet_build_command(yaml_path: str | os.PathLike[str], checkpoint: str | os.PathLike[str] | None = None,
-                        out: str | None = None) -> str:
-    """The ``build`` command (in backquotes) that makes a model dir of a checkpoint and its OpenPCDet model config
-    (placeholders for what is not known)."""
+def build_command(checkpoint: str | os.PathLike[str] | None, out: str | os.PathLike[str] | None, *,
+                  config: str | None = None, pcdet_config: str | os.PathLike[str] | None = None) -> str:
+    """The ``pointpillars-trt build`` command, in backquotes, that makes a model dir at ``out`` of ``checkpoint``
+    (placeholders where they are not known), with ``--config`` or ``--pcdet-config`` where given: the one spelling
+    of every fix that is a build."""
     import shlex
 
-    def word(value: str | os.PathLike[str] | None, placeholder: str) -> str:
-        return placeholder if value is None else shlex.quote(os.fspath(value))
-
-    return (f"`pointpillars-trt build --checkpoint {word(checkpoint, 'YOUR_CHECKPOINT.pth')} --pcdet-config "
-            f"{word(yaml_path, 'YAML')} --out {word(out, 'MODEL_DIR')}`")
+    words = ["pointpillars-trt", "build", "--checkpoint",
+             "YOUR_CHECKPOINT.pth" if checkpoint is None else os.fspath(checkpoint)]
+    if config is not None:
+        words += ["--config", config]
+    if pcdet_config is not None:
+        words += ["--pcdet-config", os.fspath(pcdet_config)]
+    words += ["--out", "MODEL_DIR" if out is None else os.fspath(out)]
+    return "`" + " ".join(shlex.quote(word) for word in words) + "`"
 
 
 def builtin_config_names() -> list[str]:
@@ -338,7 +342,7 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
         raw = read_yaml(path)
-        _refuse_pcdet_config(raw, str(path), f"{pcdet_build_command(path)} reads it, then `pointpillars-trt infer "
+        _refuse_pcdet_config(raw, str(path), f"{build_command(None, None, pcdet_config=path)} reads it, then `pointpillars-trt infer "
                              "PATH --model MODEL_DIR` runs the model dir it writes (Python: "
                              "convert.pcdet_config.config_from_pcdet_yaml)")
         return config_from_dict(raw, str(path))

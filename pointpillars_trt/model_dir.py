@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shlex
 import os
 import dataclasses
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .config import ModelConfig, builtin_config_names, config_from_dict
+from .config import ModelConfig, build_command, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError, safe_repr
 from .fileio import DuplicateKeyError, loads_json, path_argument, read_regular_file, special_kind
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
@@ -108,17 +107,36 @@ def _check_dataset(dataset: Any) -> None:
             raise TypeError(f"dataset.{key} = {value!r:.40} is not a known fact of its type")
 
 
-def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, config_arg: str,
-                      checkpoint: object) -> str:
+def recorded_checkpoint(folder: Path) -> str | None:
+    """The checkpoint ``folder`` was built from, as its model.json records it, where that file is still there (the
+    metadata read as it lies: a model dir refused as damaged still names it)."""
+    try:
+        with open(folder / METADATA_FILE, "rb") as f:
+            meta = json.loads(f.read(1 << 22))
+        recorded = meta.get("source", {}).get("checkpoint") if isinstance(meta, dict) else None
+    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
+        return None
+    return recorded if isinstance(recorded, str) and os.path.isfile(recorded) else None
+
+
+def rebuild_command(folder: Path, config: str | None = None) -> str:
+    """The ``build`` command that rebuilds ``folder`` from the checkpoint it records (a placeholder, said, where
+    that is no longer there), for ``--config config`` where given."""
+    checkpoint = recorded_checkpoint(folder)
+    command = build_command(checkpoint, folder, config=config)
+    return command if checkpoint is not None else (f"{command} (the model dir records no checkpoint that is still "
+                                                   "there: name yours)")
+
+
+def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, config_arg: str) -> str:
     """The ``build`` command that gives a model dir for ``wanted`` (``--config config_arg``): a rebuild from
-    ``checkpoint`` (its own, or CHECKPOINT.pth when it records none) where the checkpoint layouts match,
-    else a new model dir from a checkpoint of ``wanted``'s layout (this one's cannot be read as it)."""
+    its own checkpoint where the checkpoint layouts match, else a new model dir from a checkpoint of ``wanted``'s
+    layout (this one's cannot be read as it)."""
     if wanted.family == built.family:
-        return (f"rebuild with `pointpillars-trt build --checkpoint {shlex.quote(str(checkpoint or 'CHECKPOINT.pth'))} "
-                f"--config {shlex.quote(config_arg)} --out {shlex.quote(str(folder))}`")
-    return (f"build a model dir from a checkpoint of the {wanted.family} layout: `pointpillars-trt build --checkpoint "
-            f"YOUR_CHECKPOINT.pth --config {shlex.quote(config_arg)} --out NEW_MODEL_DIR` (the model dir's checkpoint "
-            f"has the {built.family} layout)")
+        return "rebuild with " + rebuild_command(folder, config_arg)
+    return (f"build a model dir from a checkpoint of the {wanted.family} layout: "
+            f"{build_command(None, 'NEW_MODEL_DIR', config=config_arg)} (the model dir's checkpoint has the "
+            f"{built.family} layout)")
 
 
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:
@@ -164,7 +182,9 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         )
     try:
         cfg = config_from_dict(meta["config"], str(meta_path))
-        stored_digest, source = str(meta["config_digest"]), meta["source"]
+        stored_digest = str(meta["config_digest"])
+        if not isinstance(meta["source"], dict):  # where the weights came from (a rebuild's checkpoint)
+            raise TypeError(f"source is {type(meta['source']).__name__}, expected an object")
         check_precision(meta["precision"])
         _check_dataset(meta.get("dataset", {}))
     except KeyError as exc:
@@ -187,12 +207,11 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     for graph in GRAPHS:
         _verify_graph(model, graph)
     if expected_config is not None and expected_config.digest() != stored_digest:
-        checkpoint = source.get("checkpoint") if isinstance(source, dict) else None
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
             f"{folder}: built for config {cfg.name} (digest {stored_digest}), but {expected_config.name} "
             f"(digest {expected_config.digest()}) was requested: "
-            + config_change_fix(folder, cfg, expected_config, config, checkpoint)
+            + config_change_fix(folder, cfg, expected_config, config)
         )
     return model if expected_config is None else model.with_launch_values(expected_config)
 

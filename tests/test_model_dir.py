@@ -314,17 +314,25 @@ def test_built_for_another_config(tmp_path: Path):
     assert "rebuild" not in message and "\n" not in message
 
 
-def test_rebuild_hint_names_the_checkpoint(tmp_path: Path):
+def test_rebuild_hint_names_the_checkpoint_while_it_is_there(tmp_path: Path):
     cfg = tiny_config()
-    export_model_dir(tiny_weights(cfg), cfg, tmp_path, precision="fp32",
-                     source={"checkpoint": "/ckpt/pp.pth", "sha256": "ab" * 32, "layout": "openpcdet"})
+    checkpoint = tmp_path / "pp.pth"
+    checkpoint.write_bytes(b"weights")
+    export_model_dir(tiny_weights(cfg), cfg, tmp_path / "model", precision="fp32",
+                     source={"checkpoint": str(checkpoint), "sha256": "ab" * 32, "layout": "openpcdet"})
     # a variant of the same layout is no built-in config name, so the hint asks for the user's YAML rather
     # than naming a config that `build` would refuse
     variant = dataclasses.replace(cfg, name="my_variant", voxel=dataclasses.replace(cfg.voxel, max_pillars=200))
-    with pytest.raises(ModelDirError, match="rebuild with .*--checkpoint /ckpt/pp.pth --config YOUR_CONFIG.yaml --out"):
-        load_model_dir(tmp_path, expected_config=variant)
-    with pytest.raises(ModelDirError, match="rebuild with .*--checkpoint /ckpt/pp.pth --config openpcdet_kitti_3class --out"):
-        load_model_dir(tmp_path, expected_config=load_config("openpcdet_kitti_3class"))
+    with pytest.raises(ModelDirError, match=f"rebuild with .*--checkpoint {checkpoint} --config YOUR_CONFIG.yaml --out"):
+        load_model_dir(tmp_path / "model", expected_config=variant)
+    with pytest.raises(ModelDirError, match=f"rebuild with .*--checkpoint {checkpoint} --config openpcdet_kitti_3class "
+                                            "--out"):
+        load_model_dir(tmp_path / "model", expected_config=load_config("openpcdet_kitti_3class"))
+    # once the checkpoint is gone, a command naming it would fail: the placeholder, said
+    checkpoint.unlink()
+    with pytest.raises(ModelDirError, match=r"--checkpoint YOUR_CHECKPOINT.pth --config YOUR_CONFIG.yaml --out .*\(the "
+                                            "model dir records no checkpoint that is still there: name yours\\)$"):
+        load_model_dir(tmp_path / "model", expected_config=variant)
 
 
 def test_unknown_precision(tmp_path: Path):

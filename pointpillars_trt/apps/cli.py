@@ -406,12 +406,12 @@ def _cmd_build(args: argparse.Namespace) -> int:
     config: Any = args.config
     dataset: dict[str, Any] = {}
     if args.config:
-        from ..config import is_pcdet_model_config, pcdet_build_command
+        from ..config import build_command, is_pcdet_model_config
 
         if is_pcdet_model_config(args.config):
             raise InputError(f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), "
                              "not one of this package's: give it as --pcdet-config, "
-                             f"{pcdet_build_command(args.config, args.checkpoint, args.out)}")
+                             f"{build_command(args.checkpoint, args.out, pcdet_config=args.config)}")
     if args.pcdet_base_dir and not args.pcdet_config:
         raise InputError("--pcdet-base-dir goes with --pcdet-config (where that YAML's _BASE_CONFIG_ paths start)")
     if args.pcdet_config:

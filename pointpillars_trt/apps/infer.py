@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import functools
 import os
-import shlex
 import sys
 import tempfile
 import warnings
@@ -22,14 +21,14 @@ from collections.abc import Callable, Collection, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import is_pcdet_model_config, pcdet_build_command
+from ..config import build_command, is_pcdet_model_config
 from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, safe_repr
 from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
                       remove_stale_folders, remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
-from ..model_dir import ModelDir, load_model_dir
+from ..model_dir import ModelDir, config_change_fix, load_model_dir, rebuild_command
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
 from ..runtime_options import pipeline_threads
@@ -166,29 +165,6 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
 
 # --------------------------------------------------------------------------- the model
 
-def rebuild_command(model_dir: Path, config: str | None) -> str:
-    """A ``pointpillars-trt build`` command that rebuilds ``model_dir`` from the checkpoint it records."""
-    import json
-
-    checkpoint = None
-    try:
-        with open(model_dir / "model.json", "rb") as f:
-            meta = json.loads(f.read(1 << 22))
-        recorded = meta.get("source", {}).get("checkpoint") if isinstance(meta, dict) else None
-        if isinstance(recorded, str) and os.path.isfile(recorded):
-            checkpoint = recorded
-    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
-        pass
-    words = ["pointpillars-trt", "build", "--checkpoint", checkpoint or "YOUR_CHECKPOINT.pth"]
-    if config:
-        words += ["--config", config]
-    words += ["--out", os.fspath(model_dir)]
-    command = " ".join(shlex.quote(w) if w != "YOUR_CHECKPOINT.pth" else w for w in words)
-    if checkpoint is None:
-        return f"`{command}` (the model dir records no checkpoint that is still there: name yours)"
-    return f"`{command}`"
-
-
 def check_model_path(args: argparse.Namespace) -> Path:
     """--model, given and there: checked before anything runs, also by a run that --skip-existing
     leaves with no frame to run (and so never opens the model)."""
@@ -199,9 +175,9 @@ def check_model_path(args: argparse.Namespace) -> Path:
         what = f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which infer does not read"
         if path.is_dir():
             raise InputError(f"{what}: drop it (model dir {safe_repr(args.model)} holds the config it was built for), "
-                             f"or rebuild the model dir with it: {pcdet_build_command(args.config, None, args.model)}")
+                             f"or rebuild the model dir with it: {build_command(None, args.model, pcdet_config=args.config)}")
         raise InputError(f"{what}: build a model dir of the checkpoint with it, "
-                         f"{pcdet_build_command(args.config, args.model)}, then run `pointpillars-trt infer PATH --model "
+                         f"{build_command(args.model, None, pcdet_config=args.config)}, then run `pointpillars-trt infer PATH --model "
                          "MODEL_DIR` (no --config)")
     return path
 
@@ -222,7 +198,6 @@ def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
     """The model dir at ``path``, refused unless it was built for the config ``--config`` names (when given), whose
     launch values it then runs with."""
     from ..config import load_config
-    from ..model_dir import config_change_fix
 
     if not config:
         return load_model_dir(path)
@@ -231,8 +206,7 @@ def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
     built = model.cfg
     if built.digest() != expected.digest():
         named = safe_repr(config) + ("" if expected.name == config else f" ({expected.name})")
-        fix = ("rebuild with " + rebuild_command(path, config) if built.family == expected.family else
-               config_change_fix(path, built, expected, config, None))
+        fix = config_change_fix(path, built, expected, config)
         raise ModelDirError(f"model dir {safe_repr(str(path))} was built for config {safe_repr(built.name)}, "
                             f"not for --config {named}: drop --config, or {fix}")
     return model.with_launch_values(expected)
