@@ -36,7 +36,7 @@ from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
-    existing_parts, frame_row, is_full_disk_error, records_of_other_sources, refuse_foreign_outputs, require_pyarrow, \
+    existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
     row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
@@ -392,9 +392,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
         if labels is not None and ".txt" not in suffixes:  # the evaluation's KITTI lines: a file a frame id
             suffixes.append(".txt")
         check_distinct_outputs(frames, suffixes, reserved=[SETTINGS_FILE, *([EVAL_FILE] if labels is not None else [])])
-        refuse_foreign_outputs(out, frames, suffixes)
-        if fmt == "json":  # with --skip-existing too: before the resume decides which frames run
-            refuse_other_sources(out, frames)
+        # JSON records of other point files too, with --skip-existing too: before the resume decides which frames run
+        refuse_foreign_outputs(out, frames, suffixes, other_sources=fmt == "json")
     elif labels is not None:
         check_distinct_outputs(frames, [".txt"])
     if args.viz:
@@ -410,21 +409,6 @@ def _first_calib_file(frames: Sequence[str], calib_dir: str | None) -> Path | No
         return calib_for_frame(frames[0], calib_dir) if frames else None
     except PointPillarsError:
         return None
-
-
-def refuse_other_sources(out: Path, frames: Sequence[str]) -> None:
-    """A run whose JSON records would replace those ``out`` holds of other point files of the same names
-    (``records_of_other_sources``: another sequence's 000000.bin) is refused before anything runs, with
-    --skip-existing too (it would run those frames, their records not being theirs): those results would be gone
-    without a word. A rerun of the same frames (by a symbolic link to their folder too) replaces their records, or
-    with --skip-existing skips them, as before."""
-    others = records_of_other_sources(out, frames)
-    if others:
-        frame, source = others[0]
-        raise InputError(f"--out {safe_repr(str(out))} holds the records of {len(others)} frame(s) of the same name "
-                         f"from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the record of "
-                         f"{safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: give "
-                         "another --out (one a sequence), or remove those records from it first")
 
 
 def check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:

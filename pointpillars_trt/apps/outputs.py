@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
 from ..fileio import (dumps_strict, folder_resolved, folder_resolver, fsync_path, loads_json, name_text, open_regular_file,
-                      read_file_head, special_kind, write_bytes_atomic, write_new_file_atomic)
+                      special_kind, write_bytes_atomic, write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -448,25 +448,25 @@ def foreign_output(path: Path) -> str | None:
     values, no score), a calib file, another tool's JSON; a FIFO or a device (reading it could block; a folder
     there fails that frame's write alone); a picture that names other software than this package's plotting (a
     camera image: ``--out`` given as ``image_2``)."""
+    return _existing_output(path)[0]
+
+
+def _existing_output(path: Path) -> tuple[str | None, str | None]:
+    """(``foreign_output``'s answer, the point file a JSON record there names, or None: none, or an earlier
+    version's record), from one read of the file."""
     kind = special_kind(path)
     if kind is not None:
-        return f"it is {kind}, not a regular file"
+        return f"it is {kind}, not a regular file", None
     try:
         f, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")
         with f:
             data = f.read(_PNG_HEAD_BYTES if path.suffix == ".png" else _RECORD_MAX_BYTES + 1)
     except (OSError, InputError):
-        return None
+        return None, None
     if path.suffix == ".png":
-        return _foreign_picture(data)
+        return _foreign_picture(data), None
     if path.suffix == ".json":
-        try:
-            record = loads_json(data)
-        except (ValueError, RecursionError):
-            return None
-        if isinstance(record, dict) and "frame" in record and "boxes_lidar" in record:
-            return None
-        return "JSON that is not a record infer writes"
+        return _json_output(data, path.stem)
     if path.suffix == ".txt":
         from ..kitti import LABEL_FIELDS
 
@@ -474,8 +474,26 @@ def foreign_output(path: Path) -> str | None:
             values = len(line.split())
             if values and values != LABEL_FIELDS + 1:  # a prediction line: a label line's fields and the score
                 return (f"lines of {values} values (KITTI predictions have {LABEL_FIELDS + 1}: a label "
-                        f"file's {LABEL_FIELDS} and a score)")
-    return None
+                        f"file's {LABEL_FIELDS} and a score)"), None
+    return None, None
+
+
+def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
+    """``_existing_output`` of the bytes of a .json file in the place of frame ``stem``'s record. A record cut
+    short (a run killed mid-write) is infer's to rewrite; the source its head names still counts."""
+    try:
+        record = loads_json(data)
+    except (ValueError, RecursionError):
+        found = _SOURCE_AT_HEAD.match(data)
+        try:
+            frame, source = (loads_json(found[1]), loads_json(found[2])) if found is not None else (None, None)
+        except ValueError:
+            frame, source = None, None
+        return None, source if frame == name_text(stem) and isinstance(source, str) else None
+    if not (isinstance(record, dict) and "frame" in record and "boxes_lidar" in record):
+        return "JSON that is not a record infer writes", None
+    source = record.get("source")
+    return None, source if record["frame"] == name_text(stem) and isinstance(source, str) else None
 
 
 #: Bytes of a PNG looked at for its "Software" text, which Matplotlib writes before the image data.
@@ -496,44 +514,40 @@ def _foreign_picture(head: bytes) -> str | None:
     return "a picture that pointpillars-trt did not draw (a camera image?)"
 
 
-def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str]) -> None:
+def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collection[str],
+                           other_sources: bool = False) -> None:
     """Refuse, before anything runs, a run whose outputs would overwrite files in ``out`` that infer did
     not write (:func:`foreign_output`): ``--out`` given as the label or calib folder replaced the ground truth
-    with predictions. ``out`` is listed once; only the names a frame would write are read."""
+    with predictions. With ``other_sources``, also a run whose JSON records would replace those of other point
+    files of the same names (KITTI raw and tracking sequences all start at 000000.bin; with --skip-existing too,
+    which would run those frames, their records not being theirs): those results would be gone without a word. A
+    rerun of the same frames (by a symbolic link to their folder too: ``names_frame``) replaces their records, or
+    with --skip-existing skips them. ``out`` is listed once; only the names a frame would write are read, once."""
     try:
         present = set(os.listdir(out))
     except OSError:  # not there yet (or unreadable: the write probe says so)
         return
     if not present:
         return
+    others: list[tuple[str, str]] = []  # (frame, the source its record names)
     for frame in frames:
         stem = os.path.splitext(os.path.basename(frame))[0]
         for suffix in suffixes:
-            if stem + suffix in present and (reason := foreign_output(out / (stem + suffix))) is not None:
+            if stem + suffix not in present:
+                continue
+            reason, source = _existing_output(out / (stem + suffix))
+            if reason is not None:
                 raise InputError(f"--out {safe_repr(str(out))} holds {safe_repr(stem + suffix)}, which infer did not "
                                  f"write ({reason}), and this run would overwrite it: give another --out, or move "
                                  "such files away")
-
-
-def records_of_other_sources(out: Path, frames: Iterable[str]) -> list[tuple[str, str]]:
-    """(frame, the source its record names) for each frame whose JSON record in ``out`` is that of another point
-    file of the same name (KITTI raw and tracking sequences all start at 000000.bin), which a run of ``frames``
-    would replace. Only the records of the frames' names are read; a record of the same file (``names_frame``: by
-    another path to its folder too, a symbolic link), of an earlier version (no source), or that is no whole record
-    is none of them. ``out`` is listed once."""
-    try:
-        present = set(os.listdir(out))
-    except OSError:
-        return []
-    found: list[tuple[str, str]] = []
-    for frame in frames:
-        name = os.path.splitext(os.path.basename(frame))[0] + ".json"
-        if name not in present:
-            continue
-        source = _recorded_source(out / name)
-        if source is not None and not names_frame(source, frame):
-            found.append((frame, source))
-    return found
+            if other_sources and source is not None and not names_frame(source, frame):
+                others.append((frame, source))
+    if others:
+        frame, source = others[0]
+        raise InputError(f"--out {safe_repr(str(out))} holds the records of {len(others)} frame(s) of the same name "
+                         f"from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the record of "
+                         f"{safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: give "
+                         "another --out (one a sequence), or remove those records from it first")
 
 
 def names_frame(source: str, frame: str) -> bool:
@@ -543,25 +557,8 @@ def names_frame(source: str, frame: str) -> bool:
     return source == own or source_key(source) == source_key(own)
 
 
-def _recorded_source(path: Path) -> str | None:
-    """The ``source`` a per-frame JSON record names, read from the record's head, where infer writes it after the
-    frame's name (None: none there, as in a record of an earlier version, or no record of that frame). Not
-    ``whole_record``, which a resume needs to judge a record whole: this check runs before every JSON run, and
-    the head alone keeps it at ~50 us a record however many boxes it holds."""
-    try:
-        head = read_file_head(path, _RECORD_HEAD_BYTES, what="output")
-        found = _SOURCE_AT_HEAD.match(head)
-        if found is None or loads_json(found[1]) != name_text(path.stem):
-            return None
-        source = loads_json(found[2])
-    except (OSError, InputError, ValueError):
-        return None
-    return source if isinstance(source, str) else None
-
-
-#: The head of a per-frame JSON record that holds its frame and source (``write_frame_outputs`` writes them first;
-#: a path's JSON text is at most a few kilobytes), and those two JSON strings in it.
-_RECORD_HEAD_BYTES = 1 << 15
+#: The head of a per-frame JSON record (``write_frame_outputs`` writes its frame and source first), and those two
+#: JSON strings in it: what a record cut short still says of its frame.
 _SOURCE_AT_HEAD = re.compile(rb'\{\s*"frame":\s*("(?:[^"\\]|\\.)*"),\s*"source":\s*("(?:[^"\\]|\\.)*")')
 
 

@@ -39,7 +39,7 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
     them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
     elsewhere, or from a crash before the run's flush, and is redone); a JSON record, as a KITTI label file, is
     matched by its frame's name, since a run into records of other point files of the frames' names is refused
-    before this (``infer.check_outputs``: ``refuse_other_sources``); for row formats, when its row is in a part
+    before this (``infer.check_outputs``: ``refuse_foreign_outputs``); for row formats, when its row is in a part
     file (``rows_to_run``). ``say_resume`` says what was found."""
     if not skip_existing or out is None:
         return Resume(list(frames))

@@ -427,6 +427,34 @@ def test_a_json_run_refuses_to_replace_another_folders_records_of_the_same_names
     rc, _, err = infer(str(tmp_path / "link"), "--model", str(model_path), "--out", str(out))
     assert rc == 0 and "error" not in err, err
     assert infer(str(seq_b), "--model", str(model_path), "--out", str(tmp_path / "b"))[0] == 0  # the fix, as said
+    # a record cut short (a run killed mid-write) still names its source at its head: still refused
+    (out / "000001.json").unlink()
+    record = kept["000000.json"]
+    (out / "000000.json").write_bytes(record[:record.index(b'"source"') + len(str(seq_a / "000000.bin")) + 20])
+    rc, _, err = infer(str(seq_b), "--model", str(model_path), "--out", str(out))
+    assert rc == 2 and "holds the records of 1 frame(s) of the same name from other point files" in err, err
+
+
+def test_the_checks_of_a_json_run_read_each_existing_record_once(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Whether an existing record is infer's, and of which point file, is judged from one read (two before: ~75
+    us a record, 20,000 of them before a resumed run)."""
+    from pointpillars_trt.apps.outputs import refuse_foreign_outputs
+
+    folder, out = tmp_path / "seq", tmp_path / "out"
+    folder.mkdir()
+    frame = folder / "000000.bin"
+    frame.write_bytes(sorted(frames.glob("0*.bin"))[0].read_bytes())
+    assert infer(str(frame), "--model", str(model_path), "--out", str(out))[0] == 0
+    opens: list[object] = []
+
+    def audit(event: str, args: tuple[object, ...]) -> None:
+        if event == "open" and str(args[0]).endswith("000000.json"):
+            opens.append(args)
+
+    sys.addaudithook(audit)  # for the rest of the process: it records only this name
+    refuse_foreign_outputs(out, [str(frame)], [".json"], other_sources=True)
+    assert len(opens) == 1, opens
+    opens.clear()
 
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
