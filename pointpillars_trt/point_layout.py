@@ -16,7 +16,7 @@ from typing import Union
 import numpy as np
 
 from .errors import InputError, safe_repr
-from .points import columns_text
+from .points import MULTI_SWEEP_FIX, columns_text
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -34,6 +34,7 @@ _OTHER_FORMATS = (
     (b"# .PCD", "a PCD file", "name it .pcd"),
     (b"VERSION", "a PCD file", "name it .pcd"),
     (b"ply\n", "a PLY file", "convert it to float32 .bin or .npy"),
+    (b"ply\r\n", "a PLY file", "convert it to float32 .bin or .npy"),  # as Windows tools end its lines
 )
 
 
@@ -129,8 +130,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
     if row is not None and row < columns:  # single sweeps given to a multi-sweep model
         raise InputError(
             f"{what} {safe_repr(path)} looks like {row} float32 values a point ({row_layout(row)}) read as "
-            f"{point_dim}; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep "
-            "frames (PointPillars.accumulate builds them from sweeps and their poses)"
+            f"{point_dim}; this model reads {columns} a point ({columns_text(columns)}): {MULTI_SWEEP_FIX}"
         )
     if row is not None:
         raise InputError(

@@ -26,8 +26,8 @@ from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, SUPPORTED_EXTENSIONS, beyond_float32, cast_to_float32,
-                     columns_text, copy_leading_columns, transposed_hint)
+from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
+                     cast_to_float32, columns_text, copy_leading_columns, structured_fix, transposed_hint)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
@@ -49,10 +49,19 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
 # --------------------------------------------------------------------------- entry point
 
+#: What to do with files of the point formats users have that are not read, by extension.
+_CONVERSIONS = {
+    ".npz": "save the frame's array from the archive as .npy (np.save('frame.npy', np.load(path)[name]))",
+    ".ply": "convert it to .pcd (e.g. pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity",
+}
+
+
 def unsupported_extension(ext: str) -> str:
-    """What a file of extension ``ext`` (none: "") is not, with the extensions point files have."""
+    """What a file of extension ``ext`` (none: "") is not, with the extensions point files have, and for a
+    point format that is not read, how to convert it."""
     kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
-    return f"{kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}"
+    convert = _CONVERSIONS.get(ext.lower())
+    return f"{kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}" + (f"; {convert}" if convert else "")
 
 
 def read_points(
@@ -382,9 +391,15 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
             raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
         except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
             raise InputError(f"{what} {shown} is not a valid .npy file: {one_line(exc, 100)}") from None
-        if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
+        if dtype.fields is not None and not dtype.hasobject:
+            fix = structured_fix(dtype, columns, "np.load(path)", "re-save them with np.save(path, {})")
+            raise InputError(f"{what} {shown} holds a structured array, shape {shape}; expected float32 or float64 "
+                             f"(N, {columns}) columns; {fix}")
+        if dtype.hasobject or dtype.subdtype is not None:
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64 (N, 4)")
         hint = transposed_hint(shape)
+        if columns == 5 and len(shape) == 2 and shape[1] == 4:
+            hint = f"; single sweeps? this model reads {columns_text(columns)}: {MULTI_SWEEP_FIX}"
         if len(shape) != 2 or shape[1] < columns or hint:
             raise InputError(
                 f"{what} {shown} holds shape {shape}, dtype {_dtype_text(dtype)}; "

@@ -71,6 +71,27 @@ def check_named_columns(points: object, source: str, columns: int) -> None:
                      f"({columns_text(columns)} first), not by name; {fix}")
 
 
+#: What a multi-sweep model's user does with single sweeps (rows of x, y, z, intensity): the fix each reader names.
+MULTI_SWEEP_FIX = "give it multi-sweep frames (PointPillars.accumulate builds them from sweeps and their poses)"
+
+
+def structured_fix(dtype: np.dtype, columns: int, array: str, use: str) -> str:
+    """How a structured array (named fields, as ROS's and pypcd's clouds are: no (N, columns) rows to read) of
+    ``dtype`` becomes the model's ``columns``, its fields picked by name (``COLUMN_NAMES``, any case) from the
+    array Python spells ``array`` and used as ``use`` says ({}: the columns); or which of them its fields lack."""
+    names = list(dtype.names or ())
+    lowered = {name.lower(): name for name in reversed(names)}  # the first of names alike but for case
+    chosen = {column: next((lowered[alias] for alias in COLUMN_NAMES[column] if alias in lowered), None)
+              for column in POINT_COLUMN_NAMES[:columns]}
+    missing = [f"{column} (or {' or '.join(COLUMN_NAMES[column][1:])})" if len(COLUMN_NAMES[column]) > 1 else column
+               for column, name in chosen.items() if name is None]
+    if missing:
+        return f"its fields {safe_repr(names, 120)} lack {', '.join(missing)}"
+    columns_of = f"structured_to_unstructured({array}[{list(chosen.values())!r}], np.float32)"
+    return (f"its fields {safe_repr(names, 120)} hold them: {use.format(columns_of)} (structured_to_unstructured "
+            "from numpy.lib.recfunctions)")
+
+
 def transposed_hint(shape: tuple[int, ...]) -> str:
     """'; it looks transposed ...' when a 2-D shape reads as (4 or 5, N) points-as-columns, else ''."""
     if len(shape) == 2 and shape[0] in (4, 5) and shape[1] != shape[0] and (shape[1] > shape[0] or shape[0] == 4):
@@ -110,6 +131,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
         raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
     hint = transposed_hint(arr.shape)
+    if arr.dtype.names is not None and not arr.dtype.hasobject:
+        hint = f": a structured array, not columns; {structured_fix(arr.dtype, columns, 'points', 'pass {}')}"
     if arr.ndim == 0 and isinstance(points, (str, bytes, os.PathLike)):
         hint = (": a path, not points (read it with pointpillars_trt.pointcloud_io.read_points, or give paths to "
                 "infer_many)")
@@ -117,7 +140,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
         raise InputError(f"{source}: expected {expected}; got shape {arr.shape}{hint}")
     if arr.shape[1] < columns:
         raise InputError(f"{source}: the model reads {expected}, got {arr.shape[1]} columns per point "
-                         f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})")
+                         f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})"
+                         + (f"; single sweeps? {MULTI_SWEEP_FIX}" if columns == 5 and arr.shape[1] == 4 else ""))
     if arr.dtype.kind == "f" and arr.dtype.itemsize < 4:
         raise InputError(f"{source}: expected float32 (or float64) points; got dtype {arr.dtype}, which holds "
                          "coordinates only to ~0.03 m at 60 m: keep the points float32 from where they are read, "

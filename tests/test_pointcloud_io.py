@@ -695,3 +695,59 @@ def test_pcd_of_a_point_too_wide_is_refused_at_its_header(tmp_path: Path) -> Non
     path = tmp_path / "wide.pcd"
     path.write_bytes(header.encode() + b"0 " * (1 << 20))
     one_line_error(lambda: read_points(path), "a point of 15974404 values (FIELDS times COUNT), more than the limit")
+
+
+def test_npy_structured_array_is_refused_with_the_resave_that_reads_it(tmp_path: Path) -> None:
+    """A structured .npy (as ROS's and pypcd's clouds save) was refused naming its dtype alone: now with the
+    re-save of its named fields as columns, which, done as said, reads as the same points."""
+    from numpy.lib.recfunctions import structured_to_unstructured
+
+    n = 30
+    cloud = np.zeros(n, dtype=[("intensity", "<f4"), ("x", "<f8"), ("y", "<f4"), ("z", "<f4"), ("ring", "<u2")])
+    for name, values in zip(("x", "y", "z", "intensity", "ring"), sample(n).T.tolist() + [list(range(n))]):
+        cloud[name] = values
+    path = tmp_path / "cloud.npy"
+    np.save(path, cloud)
+    text = one_line_error(lambda: read_points(path), "cloud.npy' holds a structured array, shape (30,); expected "
+                          "float32 or float64 (N, 4) columns; its fields ['intensity', 'x', 'y', 'z', 'ring'] hold "
+                          "them: re-save them with np.save(path, ")
+    fix = text.split(" re-save them with ", 1)[1].split(" (structured_to_unstructured from", 1)[0]
+    eval(fix, {"np": np, "structured_to_unstructured": structured_to_unstructured, "path": path})
+    expected = np.array([[row["x"], row["y"], row["z"], row["intensity"]] for row in cloud], np.float32)
+    np.testing.assert_array_equal(read_points(path), expected)
+    np.save(path, cloud[["x", "y", "z", "ring"]])
+    one_line_error(lambda: read_points(path), "fields ['x', 'y', 'z', 'ring'] lack intensity (or i or reflectance)")
+
+
+def test_npy_of_single_sweeps_given_to_a_multi_sweep_model_names_accumulate(tmp_path: Path) -> None:
+    np.save(tmp_path / "sweep.npy", sample(10))
+    one_line_error(lambda: read_points(tmp_path / "sweep.npy", columns=5), "holds shape (10, 4)",
+                   "expected (N, 5) or more columns of x, y, z, intensity, time; single sweeps? ",
+                   "give it multi-sweep frames (PointPillars.accumulate builds them")
+
+
+def test_npz_and_ply_are_refused_with_how_to_convert_them(tmp_path: Path) -> None:
+    """An .npz (NumPy's archive) or .ply was refused by its extension alone; now with the conversion, which, for
+    the .npz done as said, reads as the same points."""
+    points = sample(12)
+    np.savez(tmp_path / "frame.npz", points=points)
+    text = one_line_error(lambda: read_points(tmp_path / "frame.npz"), "extension '.npz'; supported: .bin, .npy, "
+                          ".pcd; save the frame's array from the archive as .npy (np.save(")
+    fix = text.split(" as .npy (", 1)[1][:-1].replace("[name]", "['points']")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        eval(fix, {"np": np, "path": tmp_path / "frame.npz"})
+    finally:
+        os.chdir(cwd)
+    np.testing.assert_array_equal(read_points(tmp_path / "frame.npy"), points)
+    (tmp_path / "frame.PLY").write_bytes(b"ply\nformat ascii 1.0\nend_header\n")
+    one_line_error(lambda: read_points(tmp_path / "frame.PLY"), "extension '.ply'", "convert it to .pcd")
+
+
+def test_bin_that_is_a_ply_file_with_windows_line_ends_is_named_so(tmp_path: Path) -> None:
+    """A PLY header ending its lines in \\r\\n was refused as random bytes ("is it a point file?")."""
+    path = tmp_path / "cloud.bin"
+    path.write_bytes(b"ply\r\nformat binary_little_endian 1.0\r\nelement vertex 100\r\nend_header\r\n"
+                     + sample(100).tobytes())
+    one_line_error(lambda: read_points(path), "cloud.bin' is a PLY file, not raw float32 values")

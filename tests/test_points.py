@@ -166,3 +166,39 @@ def test_bytes_name_a_point_file_only_when_they_read_as_a_path(tmp_path: Path) -
     assert not is_frame_path(b"/data/000000.bin\0")  # a NUL byte: no path holds one
     assert not is_frame_path(np.ones((10, 4), np.float32).tobytes())  # a frame's raw values
     assert not is_frame_path(b"x" * 4097 + b".bin")  # longer than any path
+
+
+def ros_cloud(n: int = 50) -> np.ndarray:
+    """A structured array as ROS's PointCloud2 readers and pypcd give one: fields by name, a packed rgb between
+    x, y, z and an 8-bit intensity."""
+    rng = np.random.default_rng(11)
+    cloud = np.zeros(n, dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("rgb", "<f4"), ("Intensity", "u1")])
+    for name, (low, high) in zip(("x", "y", "z", "Intensity"), ((0, 60), (-30, 30), (-2, 1), (0, 255))):
+        cloud[name] = rng.uniform(low, high, n)
+    return cloud
+
+
+def test_a_structured_array_is_refused_with_the_conversion_that_reads_it() -> None:
+    """A structured array (named fields) was refused as of "shape (50,)", which said nothing of why: now its
+    fields are named, with the call that turns them into the model's columns, which reads as the same points."""
+    from numpy.lib.recfunctions import structured_to_unstructured
+
+    points = ros_cloud()
+    with pytest.raises(InputError) as err:
+        as_host_points(points)
+    text = str(err.value)
+    assert text.startswith("points: expected an (N, 4) array of x, y, z, intensity; got shape (50,): a structured "
+                           "array, not columns; its fields ['x', 'y', 'z', 'rgb', 'Intensity'] hold them: pass ")
+    fix = text.split(" hold them: pass ", 1)[1].split(" (structured_to_unstructured from", 1)[0]
+    converted = eval(fix, {"np": np, "structured_to_unstructured": structured_to_unstructured, "points": points})
+    expected = np.array([[row["x"], row["y"], row["z"], row["Intensity"]] for row in points], np.float32)
+    np.testing.assert_array_equal(as_host_points(converted), expected)
+    with pytest.raises(InputError, match=r"\['x', 'y', 'z', 'rgb', 'Intensity'\] lack time \(or timestamp or "
+                                         r"time_lag\)$"):
+        as_host_points(points, columns=5)
+
+
+def test_single_sweeps_given_to_a_multi_sweep_model_are_refused_naming_accumulate() -> None:
+    with pytest.raises(InputError, match=r"got 4 columns per point .*; single sweeps\? give it multi-sweep frames "
+                                         r"\(PointPillars.accumulate builds them"):
+        as_host_points(np.zeros((10, 4), np.float32), columns=5)
