@@ -159,6 +159,11 @@ def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike,
 def refuse_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
     """Refuse flat float32 ``values`` that are no point coordinates at all (:func:`looks_like_noise`)."""
     with np.errstate(all="ignore"):
+        if looks_like_noise(values, point_dim) and not looks_like_noise(values.view(">f4"), point_dim):
+            raise InputError(
+                f"{what} {safe_repr(path)} looks like big-endian float32 values (read as little-endian, they are "
+                "no coordinates): convert it, np.fromfile(path, '>f4').astype('<f4').tofile(path)"
+            )
         if looks_like_noise(values, point_dim):
             raise InputError(
                 f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "

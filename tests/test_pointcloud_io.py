@@ -751,3 +751,16 @@ def test_bin_that_is_a_ply_file_with_windows_line_ends_is_named_so(tmp_path: Pat
     path.write_bytes(b"ply\r\nformat binary_little_endian 1.0\r\nelement vertex 100\r\nend_header\r\n"
                      + sample(100).tobytes())
     one_line_error(lambda: read_points(path), "cloud.bin' is a PLY file, not raw float32 values")
+
+
+def test_big_endian_bin_is_named_so_with_the_conversion_that_reads_it(assets: Path, tmp_path: Path) -> None:
+    """A KITTI frame written big-endian was refused as random bytes ("is it a point file?"); now as big-endian
+    float32, with the conversion, which, done as said, reads as the frame."""
+    frame = np.fromfile(assets / "kitti/training/velodyne_fov/000000.bin", "<f4").reshape(-1, 4)
+    path = tmp_path / "be.bin"
+    frame.astype(">f4").tofile(path)
+    text = one_line_error(lambda: read_points(path), "be.bin' looks like big-endian float32 values")
+    eval(text.split("convert it, ", 1)[1], {"np": np, "path": path})
+    np.testing.assert_array_equal(read_points(path), frame)
+    (tmp_path / "noise.bin").write_bytes(np.random.default_rng(5).bytes(16 * 1000))  # random either way round
+    one_line_error(lambda: read_points(tmp_path / "noise.bin"), "does not hold float32 point coordinates")
