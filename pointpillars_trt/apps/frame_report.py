@@ -7,6 +7,7 @@ Local infer, ``infer --server`` and ``infer --ray`` report through it alike.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -177,8 +178,13 @@ def intensity_warning(source: str, kind: str, scale: float | None = None) -> str
                 ", 1/257 for 16-bit 0-65535 ones" if kind == "over255" else "")
         return (f"warning: {safe_repr(source)}: read with --intensity-scale {scale:g}, its {mismatch_finding(kind)}; "
                 f"the scale multiplies the file's values: check it ({right}) (warned once)")
-    text = mismatch_text(kind, _scale_with_option, "--point-dim, float32 values")
+    text = mismatch_text(kind, _scale_with_option, _LAYOUT_OF.get(os.path.splitext(source)[1].lower(),
+                                                                  "--point-dim, float32 values"))
     return f"warning: {safe_repr(source)}: {text} (warned once)"
+
+
+#: What sets the point layout of a file that is no ``.bin`` (--point-dim is a ``.bin``'s alone).
+_LAYOUT_OF = {".npy": "the array's columns", ".pcd": "the file's FIELDS"}
 
 
 def _scale_with_option(factor: str | None) -> str:

@@ -250,3 +250,22 @@ def test_point_dim_for_a_run_without_a_bin_frame_is_refused_and_kept_where_one_i
     rc, err = run_infer("infer", folder, frames / "a.bin", "--model", tmp_path / "no-model", "--point-dim", "5",
                         "--device", "cpu")
     assert rc == 2 and "--point-dim" not in err and "no-model" in err, err
+
+
+def test_an_intensity_warning_names_what_sets_the_layout_of_its_kind_of_file(tiny_model: Path, frames: Path,
+                                                                             tmp_path: Path) -> None:
+    """Negative intensities (columns out of order?) in a .npy or .pcd frame: the warning's layout check names the
+    array's columns or the file's FIELDS, not --point-dim, which a run of such frames refuses."""
+    points = np.fromfile(frames / "a.bin", np.float32).reshape(-1, 4).copy()
+    points[:, 3] = -0.5
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    np.save(folder / "n.npy", points)
+    header = ("VERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+              f"WIDTH {len(points)}\nHEIGHT 1\nPOINTS {len(points)}\nDATA binary\n")
+    (folder / "p.pcd").write_bytes(header.encode() + points.tobytes())
+    for name, setting in (("n.npy", "the array's columns"), ("p.pcd", "the file's FIELDS")):
+        rc, err = run_infer("infer", folder / name, "--model", tiny_model, "--out", tmp_path / name, "--device",
+                            "cpu", "--no-progress")
+        assert rc == 0 and f"check the point layout ({setting}): x, y, z, intensity" in err, err
+        assert "--point-dim" not in err, err
