@@ -589,3 +589,22 @@ def test_json_predictions_of_no_kitti_type_are_refused_too(tmp_path: Path) -> No
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert rc == 2 and err.startswith(f"error: no prediction line in {str(pred)!r} is of a class evaluated (Car, "
                                       "Pedestrian, Cyclist), so every AP would be 0: their types are 'Vehicle' (1)")
+
+
+def test_json_records_without_a_source_and_calib_of_the_labels_other_split_are_refused(tmp_path: Path) -> None:
+    """A record of an earlier version names no point file; its boxes were placed through testing/calib/000000.txt,
+    another scene's calibration, and scored against training/label_2 (exit 0, not a word). Now the labels' split
+    stands for the record's frame: one error names the file, both folders and the fix, and nothing is printed."""
+    kitti = tmp_path / "kitti"
+    (kitti / "training").mkdir(parents=True)
+    labels, pred, calib = _json_predictions(kitti / "training", [GT_CAR_LIDAR], [0.9])
+    testing_calib = kitti / "testing" / "calib"
+    shutil.copytree(calib, testing_calib)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", testing_calib)
+    assert (rc, out) == (2, ""), out
+    assert err == (f"error: prediction file {str(pred / '000000.json')!r}: --calib folder {str(testing_calib)!r} "
+                   f"belongs to 'testing', frame {str(labels / '000000.txt')!r} to 'training': KITTI training and "
+                   "testing ids overlap, so one cannot stand in for the other; give --calib of the labels' split\n"), err
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)  # the fix, followed
+    assert rc == 0, err
+

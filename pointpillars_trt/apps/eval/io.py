@@ -65,7 +65,9 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
     else the calib folder's sibling ``image_2/<id>.png``, else KITTI's usual size: infer's order). Out-of-view
     boxes are left out as ``infer --format kitti`` leaves them out. A record whose ``source`` (the point file
     infer read) lies under KITTI's other split than ``labels_dir`` or ``calib_dir`` is refused as ``infer`` refuses
-    such a frame: the same ids there are other scenes, which would score as wrong boxes without a word."""
+    such a frame: the same ids there are other scenes, which would score as wrong boxes without a word; a record
+    without a source (an earlier version's) is taken to be of the labels' split, so ``calib_dir`` of the other one
+    is refused."""
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
@@ -87,6 +89,11 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
             except InputError as e:
                 raise InputError(f"prediction file {safe_repr(path)}: {e}; evaluate predictions of frames of the "
                                  f"{whose} split, or give {option} of the frames' own split") from None
+    elif labels_dir is not None:  # an earlier version's record names no point file: the labels' split is its frame's
+        try:
+            refuse_other_split(labels_dir / f"{path.stem}.txt", calib_dir, "--calib")
+        except InputError as e:
+            raise InputError(f"prediction file {safe_repr(path)}: {e}; give --calib of the labels' split") from None
     for field, values in (("boxes_lidar", boxes), ("scores", scores.reshape(-1, 1))):
         bad = first_bad_row(values)
         if bad is not None:
