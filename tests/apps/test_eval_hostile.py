@@ -526,7 +526,7 @@ def test_predictions_of_no_evaluated_class_are_refused_naming_their_types(folder
 def test_predictions_of_kitti_classes_not_evaluated_are_refused_naming_the_classes_option(
         folders: tuple[Path, Path]) -> None:
     """Van predictions evaluated for Car, Pedestrian and Cyclist (Van is don't-care for Car, never a hit): the
-    error says how to evaluate them, and that evaluation runs without a word."""
+    error says how to evaluate them, and that evaluation runs, saying that these labels hold no Van to find."""
     labels, pred = folders
     (pred / "000000.txt").write_text(PRED.replace("Car", "Van", 1) + PRED.replace("Car", "Tram", 1))
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
@@ -534,7 +534,10 @@ def test_predictions_of_kitti_classes_not_evaluated_are_refused_naming_the_class
                             "Cyclist), so every AP would be 0: their types are 'Tram' (1), 'Van' (1); evaluate them "
                             "with eval --classes Van\n"), err
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Van")
-    assert (rc, err) == (0, "") and out.splitlines()[1] == "Van AP@0.70, 0.70, 0.70:", out
+    assert (rc, err) == (0, "note: the ground truth of these 1 frame(s) has no object to count for Van (every "
+                            "difficulty): AP there is 0 whatever the predictions (a difficulty counts an object by "
+                            "its occlusion, truncation and 2D box height)\n"), err
+    assert out.splitlines()[1] == "Van AP@0.70, 0.70, 0.70:", out
     (pred / "000000.txt").write_text(PRED.replace("Car", "Tram", 1))
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
     assert rc == 2 and err.endswith("their types are 'Tram' (1); eval evaluates Car, Pedestrian, Cyclist, Van, "
@@ -608,3 +611,34 @@ def test_json_records_without_a_source_and_calib_of_the_labels_other_split_are_r
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)  # the fix, followed
     assert rc == 0, err
 
+
+def test_label_lines_of_types_kitti_has_not_are_warned_of(folders: tuple[Path, Path]) -> None:
+    """Labels converted from another dataset keep its names ('Vehicle'): such an object is no class's ground truth,
+    and a detection on it a false positive. The AP halved (one hit, one false positive: R11 from 1/11 to 0.5/11)
+    without a word; now one warning counts the lines of each unknown type and says the fix. Letter case is no
+    unknown type."""
+    labels, pred = folders
+    spot = "Car 0 0 0 400 150 480 210 1.5 1.6 3.9 -2 1.6 20 0.3"  # 10 m right of GT's car
+    (labels / "000000.txt").write_text(GT.replace("Car", "car", 1) + f"{spot.replace('Car', 'Vehicle')}\n" * 2)
+    (pred / "000000.txt").write_text(PRED + f"{spot} 0.95\n")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Car")
+    assert rc == 0 and _strict_r11(out, "3d   AP") == "3d   AP:4.5455, 4.5455, 4.5455", out
+    assert err == (f"warning: 2 of the 3 label lines in {str(labels)!r} are of types KITTI has not, 'Vehicle' (2): "
+                   "they are no class's ground truth, and detections of them count as false positives; name each "
+                   "line's type as KITTI does (Car, Van, Truck, Pedestrian, Person_sitting, Cyclist, Tram, Misc or "
+                   "DontCare, in any letter case)\n"), err
+
+
+def test_classes_predicted_without_ground_truth_to_count_are_noted(folders: tuple[Path, Path]) -> None:
+    """A Pedestrian predicted in frames whose labels hold none, and a Car occluded (occlusion 1: moderate and hard
+    count it, easy ignores it): AP 0 there, whatever the predictions, printed as a model that missed everything.
+    Now one note names each class and difficulty; Cyclist, predicted nowhere, goes unsaid."""
+    labels, pred = folders
+    (labels / "000000.txt").write_text(GT.replace("Car 0 0", "Car 0 1", 1))
+    (pred / "000000.txt").write_text(PRED + "Pedestrian 0 0 0 400 150 440 230 1.8 0.6 0.8 2 1.6 20 0 0.8\n")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    # Car: easy counts nothing; moderate and hard one hit of one object, a single sample: 1/11
+    assert rc == 0 and _strict_r11(out, "3d   AP") == "3d   AP:0.0000, 9.0909, 9.0909", out
+    assert err == ("note: the ground truth of these 1 frame(s) has no object to count for Car (easy); Pedestrian "
+                   "(every difficulty): AP there is 0 whatever the predictions (a difficulty counts an object by its "
+                   "occlusion, truncation and 2D box height)\n"), err

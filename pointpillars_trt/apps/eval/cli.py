@@ -17,8 +17,8 @@ from ..frame_prep import check_image_shape
 from ..ranges import image_shape_arg, path_name
 from .io import REPORT_FILE, Annotations, list_prediction_ids, load_ground_truth, load_predictions, prediction_format, \
     read_frame_ids
-from .kitti_eval import (DEFAULT_CLASSES, canonical_class, check_prediction_heights, check_prediction_types,
-                         evaluate)
+from .kitti_eval import (DEFAULT_CLASSES, canonical_class, check_label_types, check_prediction_heights,
+                         check_prediction_types, evaluate, uncounted_note)
 from .report import format_comparison, format_table
 
 
@@ -167,9 +167,10 @@ def run_eval(args: argparse.Namespace) -> int:
         said += _prediction_warnings(Path(args.compare), others, classes)
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
-    notes = (*said, _assumed_image_note(calib, max(predictions.image_assumed,
-                                                       0 if others is None else others.image_assumed)),
-             _unused_camera_note(args), _full_scan_note(pred),
+    evaluated = (predictions,) if others is None else (predictions, others)
+    assumed = max(one.image_assumed for one in evaluated)
+    notes = (check_label_types(gt, labels), *said, uncounted_note(result, *evaluated),
+             _assumed_image_note(calib, assumed), _unused_camera_note(args), _full_scan_note(pred),
              _full_scan_note(Path(args.compare)) if args.compare else None)
     for note in notes:
         if note is not None:

@@ -30,6 +30,7 @@ from .io import Annotations
 
 METRICS = ("bbox", "bev", "3d")
 OVERLAP_SETS = ("strict", "loose")
+DIFFICULTIES = ("easy", "moderate", "hard")
 # (strict, loose) minimum overlaps per metric (bbox, bev, 3d), as OpenPCDet's official evaluation.
 CLASS_OVERLAPS: dict[str, tuple[tuple[float, float, float], tuple[float, float, float]]] = {
     "Car": ((0.7, 0.7, 0.7), (0.7, 0.5, 0.5)),
@@ -58,11 +59,13 @@ COUNTS, IGNORED, OTHER = 0, 1, -1  # per-object role for one class and difficult
 @dataclass(frozen=True)
 class ClassResult:
     """AP in percent of one class: ap[metric][set, recall, difficulty]; set 0 strict, 1 loose;
-    recall 0 = R11, 1 = R40; difficulty easy, moderate, hard."""
+    recall 0 = R11, 1 = R40; difficulty easy, moderate, hard. ``counted``: the ground-truth objects each
+    difficulty counts (easy, moderate, hard); where none, every AP there is 0 whatever the detections."""
 
     name: str
     overlaps: tuple[tuple[float, float, float], tuple[float, float, float]]
     ap: dict[str, np.ndarray]
+    counted: tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -363,6 +366,43 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
             f"name each line's type as KITTI does ({kitti_names})")
 
 
+def check_label_types(gt: Annotations, folder: object) -> str | None:
+    """The ``warning:`` line for label lines of a type KITTI has not (another dataset's ``Vehicle``, a class
+    index): such an object is no class's ground truth, neither a miss nor a match, and a detection on it counts
+    as a false positive, so labels converted with other names score low without a word. None when every type
+    is KITTI's."""
+    lower = np.char.lower(gt.names.astype(str))
+    unknown = ~np.isin(lower, [t.lower() for t in KITTI_TYPES])
+    if not unknown.any():
+        return None
+    return (f"warning: {int(unknown.sum())} of the {len(lower)} label lines in {safe_repr(str(folder))} are of "
+            f"types KITTI has not, {_type_counts(gt.names[unknown])}: they are no class's ground truth, and "
+            f"detections of them count as false positives; name each line's type as KITTI does "
+            f"({', '.join(KITTI_TYPES[:-1])} or {KITTI_TYPES[-1]}, in any letter case)")
+
+
+def _uncounted_difficulties(counted: tuple[int, int, int]) -> str:
+    """'every difficulty', or the names of the difficulties that counted no object ('easy, moderate')."""
+    if not any(counted):
+        return "every difficulty"
+    return ", ".join(name for name, count in zip(DIFFICULTIES, counted) if not count)
+
+
+def uncounted_note(result: EvalResult, *predictions: Annotations) -> str | None:
+    """The ``note:`` line for the classes the predictions name that have no ground-truth object to count at
+    some difficulty in the frames evaluated (a small subset, labels of other types): AP there is 0 whatever the
+    detections, as OpenPCDet prints it, which reads as a model that missed everything. None when there is
+    none such (a class predicted nowhere is no surprise at 0)."""
+    predicted = {str(name) for dt in predictions for name in np.char.lower(dt.names.astype(str))}
+    empty = [f"{name} ({_uncounted_difficulties(cls.counted)})" for name, cls in result.classes.items()
+             if name.lower() in predicted and not all(cls.counted)]
+    if not empty:
+        return None
+    return (f"note: the ground truth of these {result.num_frames} frame(s) has no object to count for "
+            f"{'; '.join(empty)}: AP there is 0 whatever the predictions (a difficulty counts an object by its "
+            "occlusion, truncation and 2D box height)")
+
+
 def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
     """The ``warning:`` line for a folder of KITTI .txt predictions most of whose lines have a 2D box lower than
     the lowest minimum height (25 px), as lidar-only boxes written with ``0 0 0 0`` or ``-1 -1 -1 -1`` for their
@@ -396,8 +436,10 @@ def evaluate(gt: Annotations, dt: Annotations, classes: tuple[str, ...] = DEFAUL
     for name in names:
         metrics = METRICS + (("aos",) if with_aos else ())
         ap = {m: np.zeros((len(OVERLAP_SETS), 2, 3)) for m in metrics}
+        counted = []
         for difficulty in range(3):
             gt_role, dt_role = _roles(gt, dt, gt_names, dt_names, name, difficulty)
+            counted.append(int(np.count_nonzero(gt_role == COUNTS)))
             data = _Inputs(gt_role, dt_role, frame_of_gt, dt.score, gt.alpha, dt.alpha, dc_coverage)
             for s, overlaps in enumerate(CLASS_OVERLAPS[name]):
                 for metric, min_overlap in zip(METRICS, overlaps):
@@ -405,5 +447,5 @@ def evaluate(gt: Annotations, dt: Annotations, classes: tuple[str, ...] = DEFAUL
                     ap[metric][s, :, difficulty] = _average_precision(precision)
                     if with_aos and metric == "bbox":
                         ap["aos"][s, :, difficulty] = _average_precision(aos)
-        results[name] = ClassResult(name, CLASS_OVERLAPS[name], ap)
+        results[name] = ClassResult(name, CLASS_OVERLAPS[name], ap, (counted[0], counted[1], counted[2]))
     return EvalResult(results, len(gt.frame_ids))

@@ -6,11 +6,10 @@ published OpenPCDet runs; the comparison puts two runs (say TensorRT vs PyTorch)
 
 from __future__ import annotations
 
-from .kitti_eval import METRICS, EvalResult
+from .kitti_eval import DIFFICULTIES, METRICS, EvalResult
 
 _LINE_LABELS = {"bbox": "bbox AP", "bev": "bev  AP", "3d": "3d   AP", "aos": "aos  AP"}
 _RECALLS = ("R11", "R40")
-_DIFFICULTIES = ("easy", "moderate", "hard")
 
 
 def _metrics(result: EvalResult, name: str) -> list[str]:
@@ -52,7 +51,7 @@ def format_comparison(a: EvalResult, b: EvalResult, label_a: str, label_b: str) 
                     )
                     rows.append((f"{name} {recall}@{header} {metric}", cells))
     width = max([34, *(len(label) + 1 for label, _ in rows)])  # the longest label sets the column
-    head = f"{'':<{width}}" + "".join(f"{d:>{cell}}" for d in _DIFFICULTIES)
+    head = f"{'':<{width}}" + "".join(f"{d:>{cell}}" for d in DIFFICULTIES)
     lines = [f"A = {label_a}", f"B = {label_b}", head + "   (A -> B, B - A)"]
     lines += [f"{label:<{width}}{cells}" for label, cells in rows]
     return "\n".join(lines) + "\n"
