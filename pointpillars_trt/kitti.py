@@ -606,7 +606,9 @@ def _first_misshapen_box(names: Sequence[str], table: np.ndarray) -> tuple[int, 
     if unsized.size:  # a zero length and width matched any box around it: no object has no size
         row = int(unsized[0])
         h, w, l = table[row, 7:10]
-        found.append((row, f"a zero or negative height, width or length (h w l = {h:g} {w:g} {l:g})"))
+        typed = (f"; a don't-care region is typed DontCare, as KITTI and OpenPCDet's evaluation spell it (not "
+                 f"{safe_repr(names[row])})" if names[row].lower() == "dontcare" else "")
+        found.append((row, f"a zero or negative height, width or length (h w l = {h:g} {w:g} {l:g}){typed}"))
     return min(found) if found else None
 
 

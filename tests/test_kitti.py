@@ -420,6 +420,11 @@ def test_label_parse_errors(tmp_path: Path, calib134: Calibration) -> None:
             kitti_label_to_lidar_boxes([good, line], calib134)
     with pytest.raises(InputError, match="expected 15 or 16"):
         kitti_label_to_lidar_boxes(["DontCare -1 -1 -10 1 1 2 2 -1 -1 -1 -1000 -1000 -1000"], calib134)
+    # a don't-care region spelt in another case has no sizes either: its refusal names the spelling
+    with pytest.raises(InputError, match=r"line 1: a zero or negative height, width or length \(h w l = -1 -1 -1\); a "
+                                         r"don't-care region is typed DontCare, as KITTI and OpenPCDet's evaluation "
+                                         r"spell it \(not 'dontcare'\)"):
+        kitti_label_to_lidar_boxes(["dontcare -1 -1 -10 1 1 2 2 -1 -1 -1 -1000 -1000 -1000 -10"], calib134)
     mixed = kitti_label_to_lidar_boxes([good, good + " 0.75", "DontCare -1 -1 -10 1 1 2 2 -1 -1 -1 -1000 -1000 -1000 -10"],
                                        calib134)
     assert mixed.names == ["Car", "Car"] and np.isnan(mixed.scores[0]) and mixed.scores[1] == np.float32(0.75)

@@ -873,14 +873,18 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
     compared with KITTI's before the run: no line is checked for its type here."""
     from ..fileio import write_json_atomic
     from .eval.io import load_predictions
-    from .eval.kitti_eval import evaluate
+    from .eval.kitti_eval import check_label_types, evaluate, uncounted_note
     from .eval.report import format_table
 
     if not evaluated:
         raise InputError("--eval: no frame went through, so there is nothing to evaluate")
     ids = [Path(f).stem for f in frames if f in evaluated]
     predictions = load_predictions(pred_dir, ids)
-    result = evaluate(labels.of(ids), predictions, classes)
+    truth = labels.of(ids)
+    result = evaluate(truth, predictions, classes)
+    for note in (check_label_types(truth, labels.folder), uncounted_note(result, predictions)):  # as eval says them
+        if note is not None:
+            print(note, file=sys.stderr)
     left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
         [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""

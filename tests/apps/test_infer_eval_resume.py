@@ -238,3 +238,26 @@ def test_a_model_of_no_kitti_class_is_refused_before_any_frame_runs(scene: Path,
     fixed = cli("infer", *frames_of(scene), "--model", model, "--device", "cpu", "--out", tmp_path / "fixed",
                 "--no-progress")
     assert fixed.rc == 0, fixed  # the fix, as said: without --eval
+
+
+def test_infer_eval_says_what_eval_says_of_label_types_and_classes_with_nothing_to_count(tiny_model: Path,
+                                                                                         scene: Path,
+                                                                                         tmp_path: Path) -> None:
+    """Labels whose lines of every class but Car are typed 'Vehicle': ``infer --eval`` says eval's warning of those
+    types and its note on the classes predicted with no object to count (it printed AP 0 for them without a word),
+    each once, word for word as ``eval`` of the same predictions says them."""
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    renamed = 0
+    for path in sorted((scene / "label_2").iterdir()):
+        lines = [line if line.startswith("Car ") else "Vehicle " + line.split(" ", 1)[1]
+                 for line in path.read_text().splitlines(keepends=True)]
+        renamed += sum(line.startswith("Vehicle ") for line in lines)
+        (labels / path.name).write_text("".join(lines))
+    assert renamed, "the scene's labels hold only cars"
+    done = run(tiny_model, frames_of(scene), tmp_path / "out", "kitti", labels)
+    assert done.rc == 0, done
+    said = [line for line in done.err.splitlines() if "types KITTI has not" in line or "no object to count" in line]
+    assert len(said) == 2 and "'Vehicle' (" in said[0] and "AP there is 0 whatever the predictions" in said[1], done.err
+    evaluated = cli("eval", "--pred", tmp_path / "out", "--labels", labels, "--calib", scene / "calib")
+    assert evaluated.rc == 0 and all(line in evaluated.err.splitlines() for line in said), (evaluated, said)
