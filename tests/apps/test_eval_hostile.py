@@ -642,3 +642,45 @@ def test_classes_predicted_without_ground_truth_to_count_are_noted(folders: tupl
     assert err == ("note: the ground truth of these 1 frame(s) has no object to count for Car (easy); Pedestrian "
                    "(every difficulty): AP there is 0 whatever the predictions (a difficulty counts an object by its "
                    "occlusion, truncation and 2D box height)\n"), err
+
+
+def test_a_frame_of_more_box_pairs_than_eval_compares_is_one_error(folders: tuple[Path, Path]) -> None:
+    """1,001 label objects against 1,000 predicted boxes in one frame (files of ~100 KB): every pair's overlap
+    was computed (100,000 lines a side would take hours); now one error names the frame, the counts and the
+    bound, before any overlap is computed. 1,000 x 1,000 is evaluated."""
+    from pointpillars_trt.apps.eval.kitti_eval import MAX_FRAME_PAIRS
+
+    labels, pred = folders
+    spread = "".join(GT.replace("-12 1.6 20", f"{-12 + 0.01 * i:.2f} 1.6 {20 + 5 * i}") for i in range(1000))
+    (pred / "000000.txt").write_text("".join(PRED.replace("-12 1.6 20", f"{-12 + 0.01 * i:.2f} 1.6 {20 + 5 * i}")
+                                             for i in range(1000)))
+    (labels / "000000.txt").write_text(spread)
+    assert MAX_FRAME_PAIRS == 1000 * 1000
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Car")
+    assert rc == 0 and "Car AP@" in out, err
+    (labels / "000000.txt").write_text(spread + GT)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Car")
+    assert (rc, out) == (2, "") and err == (
+        "error: frame '000000': 1,001 label objects x 1,000 predicted boxes = 1,001,000 pairs to compare, more than "
+        "eval compares in one frame (1,000,000; a KITTI frame holds tens of objects, a detector keeps hundreds of "
+        "boxes): are these the label and prediction files you meant?\n"), err
+
+
+def test_more_overlapping_box_pairs_than_eval_matches_in_bounded_memory_is_one_error(
+        folders: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Boxes that all overlap one another, more pairs of them than the bound (lowered here to 8: 3 x 3 boxes on one
+    spot make 9): one error, no table; at the bound, evaluated."""
+    from pointpillars_trt.apps.eval import kitti_eval
+
+    labels, pred = folders
+    monkeypatch.setattr(kitti_eval, "MAX_OVERLAPPING_PAIRS", 9)
+    (labels / "000000.txt").write_text(GT * 3)
+    (pred / "000000.txt").write_text(PRED * 3)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Car")
+    assert rc == 0 and "Car AP@" in out, err
+    monkeypatch.setattr(kitti_eval, "MAX_OVERLAPPING_PAIRS", 8)
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Car")
+    assert (rc, out) == (2, "") and err == (
+        "error: the predicted boxes overlap label objects in more than 8 pairs, more than eval matches in bounded "
+        "memory (an object overlaps a few boxes of its frame as a rule): are these the label and prediction files "
+        "you meant?\n"), err

@@ -52,6 +52,13 @@ _NO_ALPHA = -10.0  # what a detector without orientation writes; AOS is then ski
 _FRAME_CHUNK = 256  # frames whose GT x detection pairs are built at once (bounds memory)
 _PAIR_CHUNK = 1 << 18  # GT x detection pairs whose overlaps are computed at once: a frame of thousands of boxes
 # on each side (4,000 x 4,000 took 4.1 GB at once) is taken in slices
+#: Bounds on the work of one evaluation. A frame's GT x detection pairs: a KITTI frame holds tens of objects and a
+#: detector keeps hundreds of boxes (OpenPCDet's NMS_POST_MAXSIZE: 500), and 1,000 x 1,000 pairs take ~0.4 s,
+#: ~8 s where every box overlaps every other (a 2-core host); 100,000 lines on each side would take hours.
+MAX_FRAME_PAIRS = 1_000_000
+#: Same-frame pairs whose boxes overlap, over the whole evaluation: each is kept and matched in memory, once for
+#: each of the matching's score thresholds.
+MAX_OVERLAPPING_PAIRS = 5_000_000
 
 COUNTS, IGNORED, OTHER = 0, 1, -1  # per-object role for one class and difficulty
 
@@ -130,7 +137,17 @@ def _chunks(counts: np.ndarray) -> list[tuple[int, int, int, int]]:
 
 
 def _overlap_pairs(gt: Annotations, dt: Annotations) -> _Pairs:
-    """Overlaps of every same-frame GT x detection pair, kept where the 2D or BEV boxes meet."""
+    """Overlaps of every same-frame GT x detection pair, kept where the 2D or BEV boxes meet. A frame of more than
+    MAX_FRAME_PAIRS pairs, or more than MAX_OVERLAPPING_PAIRS kept in all, is refused: files of thousands of boxes
+    a frame, which no detector or label set writes, would take hours and gigabytes."""
+    pairs = gt.counts.astype(np.int64) * dt.counts
+    if len(pairs) and pairs.max() > MAX_FRAME_PAIRS:
+        frame = int(pairs.argmax())
+        raise InputError(f"frame {safe_repr(gt.frame_ids[frame])}: {int(gt.counts[frame]):,} label objects x "
+                         f"{int(dt.counts[frame]):,} predicted boxes = {int(pairs[frame]):,} pairs to compare, more "
+                         f"than eval compares in one frame ({MAX_FRAME_PAIRS:,}; a KITTI frame holds tens of objects, "
+                         "a detector keeps hundreds of boxes): are these the label and prediction files you meant?")
+    kept = 0
     gts, dts = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     bbox, bev, iou3d = [np.zeros(0)], [np.zeros(0)], [np.zeros(0)]
     gt_boxes, dt_boxes = gt.boxes3d, dt.boxes3d
@@ -140,6 +157,11 @@ def _overlap_pairs(gt: Annotations, dt: Annotations) -> _Pairs:
             o2d = box2d_iou_pairs(gt.bbox[ig], dt.bbox[idt])
             obev, o3d = camera_box_iou_pairs(gt_boxes[ig], dt_boxes[idt])
             keep = (o2d > 0) | (obev > 0)
+            kept += int(keep.sum())
+            if kept > MAX_OVERLAPPING_PAIRS:
+                raise InputError(f"the predicted boxes overlap label objects in more than {MAX_OVERLAPPING_PAIRS:,} "
+                                 "pairs, more than eval matches in bounded memory (an object overlaps a few boxes of "
+                                 "its frame as a rule): are these the label and prediction files you meant?")
             gts.append(ig[keep])
             dts.append(idt[keep])
             bbox.append(o2d[keep])
