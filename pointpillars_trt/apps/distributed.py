@@ -623,8 +623,9 @@ class _DetectActor:
         from ..detector import PointPillars
         from ..runtime_options import capped_threads, pipeline_threads
 
-        #: the note for the driver, with this actor's first frame: threads asked for beyond its cores (the
-        #: default share of the cluster's CPUs, ``threads_asked`` None, is capped without one)
+        #: the notes for the driver, with this actor's first frame: threads asked for beyond its cores (the
+        #: default share of the cluster's CPUs, ``threads_asked`` None, is capped without one), and its
+        #: pipelines' threads asked that contend for them
         self._capped: list[tuple[str, str]] = []
         if runtime.threads is not None and runtime.device == "cpu":
             count, note = capped_threads(runtime.threads, threads_asked or f"threads={runtime.threads}")
