@@ -471,8 +471,19 @@ def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) ->
 
 
 def test_no_such_binary_is_one_line_error() -> None:
-    with pytest.raises(BackendError, match="tritonserver /no/such/tritonserver: not an executable file"):
+    with pytest.raises(BackendError, match="^--tritonserver /no/such/tritonserver: not an executable file; "):
         find_tritonserver("/no/such/tritonserver")
+
+
+def test_a_ready_timeout_under_a_second_is_said_as_given(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A real server given 0.25 s to get ready (its Python backend alone takes longer) was 'not ready after 0 s':
+    the value given is said as given."""
+    write_repository(tiny.path, tmp_path / "repo", device="cpu")
+    server = TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", model=MODEL_NAME)
+    with pytest.raises(BackendError, match=r"not ready after 0\.25 s \(a large model or a busy host may need a "
+                                           r"longer --ready-timeout\)"):
+        server.start(timeout=0.25)
+    assert server.exit_code() is not None  # stopped again
 
 
 def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...config import int_within
-from ...errors import InputError, safe_repr
+from ...errors import InputError, one_line, safe_repr
 from ...fileio import lies_in, replace_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
@@ -158,8 +158,13 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
     root = Path(repository)
     if root.exists() and not root.is_dir():
         raise InputError(f"--repository {safe_repr(str(root))} is a file; give a folder (created if missing)")
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:  # a read-only mount, a folder of another user, a file on the way: the option is named
+        raise InputError(f"--repository {safe_repr(str(root))}: cannot write there ({exc.strerror or one_line(exc)}); "
+                         "give a folder serve can write (created if missing): it writes the model's copy there and "
+                         "Triton serves it from there") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -40,11 +40,12 @@ from .repository import MODEL_NAME
 STUB = "triton_python_backend_stub"
 #: How to get a tritonserver binary without touching this environment: installing nvidia-pytriton here
 #: would pull in PyTriton's numpy<2 pin, and the backend stub then crashes on the first request.
-INSTALL_ADVICE = ("tritonserver not found: unpack NVIDIA's wheel into a folder of its own with "
-                  "`pip install --no-deps --target DIR nvidia-pytriton` and pass --tritonserver "
-                  "DIR/pytriton/tritonserver/bin/tritonserver (or set $PP_TRITONSERVER, or put a Triton "
-                  "install's tritonserver on PATH); do not install nvidia-pytriton into this environment: "
-                  "its numpy<2 pin breaks the model's Python backend")
+INSTALL_STEPS = ("unpack NVIDIA's wheel into a folder of its own with "
+                 "`pip install --no-deps --target DIR nvidia-pytriton` and pass --tritonserver "
+                 "DIR/pytriton/tritonserver/bin/tritonserver (or set $PP_TRITONSERVER, or put a Triton "
+                 "install's tritonserver on PATH); do not install nvidia-pytriton into this environment: "
+                 "its numpy<2 pin breaks the model's Python backend")
+INSTALL_ADVICE = "tritonserver not found: " + INSTALL_STEPS
 _SHM = Path("/dev/shm")
 PYTHON_BACKEND_FILES = ("libtriton_python.so", "triton_python_backend_utils.py")
 
@@ -62,6 +63,9 @@ class TritonInstall:
 def find_tritonserver(explicit: str | None = None) -> TritonInstall:
     """``explicit``, else $PP_TRITONSERVER, else ``tritonserver`` on PATH, else the nvidia-pytriton one."""
     candidate = explicit or os.environ.get("PP_TRITONSERVER") or shutil.which("tritonserver")
+    # where the path came from: a stale $PP_TRITONSERVER is easily forgotten, so the error names it
+    source = "--tritonserver" if explicit else "$PP_TRITONSERVER" if os.environ.get("PP_TRITONSERVER") \
+        else "tritonserver"
     if candidate is None:
         spec = importlib.util.find_spec("pytriton")
         if spec is None or not spec.submodule_search_locations:
@@ -69,7 +73,8 @@ def find_tritonserver(explicit: str | None = None) -> TritonInstall:
         candidate = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver", "bin", "tritonserver")
     binary = Path(candidate).resolve()
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        raise BackendError(f"tritonserver {candidate}: not an executable file")
+        raise BackendError(f"{source} {candidate}: not an executable file; give the tritonserver binary of a "
+                           f"Triton install, or get one: {INSTALL_STEPS}")
     root = binary.parent.parent
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     python_backend = root / "backends" / "python"
@@ -313,7 +318,7 @@ class TritonServer:
             except (urllib.error.URLError, OSError):
                 pass
             time.sleep(0.2)
-        raise BackendError(f"tritonserver on {self.http_host}:{self.http_port} not ready after {timeout:.0f} s (a large "
+        raise BackendError(f"tritonserver on {self.http_host}:{self.http_port} not ready after {timeout:g} s (a large "
                            "model or a busy host may need a longer --ready-timeout)" + self._log_tail())
 
     def _log_tail(self) -> str:
