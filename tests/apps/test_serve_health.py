@@ -447,6 +447,31 @@ def test_a_detector_with_another_timeout_answers_on_its_own_connections(tiny, ti
         other.close()
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_request_that_outlasts_its_timeout_says_so_and_names_the_option(tiny, tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A request the server takes longer to answer than the timeout (here 0.1 ms, shorter than any frame
+    takes) was 'failed the request: [StatusCode.DEADLINE_EXCEEDED] ...' (gRPC) or 'did not answer the request
+    (timed out)' (HTTP), which named neither the cause nor the fix; a run's next frames fail the same way at any
+    retry. Now both protocols say it outlasted the timeout, named as the caller names it, and that a server
+    taking longer needs a longer one."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frame = random_frames(tiny, 6)[5]
+    endpoint = tiny_server.endpoints[protocol]
+    base = RemoteDetector(endpoint, protocol=protocol, timeout=30, timeout_option="--request-timeout")
+    short = base.with_timeout(0.0001)  # construction's own round trips would outlast it
+    try:
+        with pytest.raises(BackendError) as caught:
+            short(frame, "f.bin")
+        said = str(caught.value)  # the liveness probe after it has as short a timeout, and may take it for down
+        assert said.startswith(f"f.bin: server {endpoint} ") and "did not answer within its --request-timeout of " \
+            "0.0001 s (a server that takes longer a frame needs a longer --request-timeout)" in said, said
+        assert base(frame).stats.num_points == len(frame)  # the server itself answers
+    finally:
+        short.close()
+        base.close()
+
+
 @pytest.mark.slow
 def test_a_second_serve_cannot_rewrite_the_repository_of_a_running_one(serve: Serve, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """The running serve holds its repository: another serve (or --repository-only) into it is one error

@@ -303,7 +303,8 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
         # two pipelines of one detector: a batch's requests go out while the one before it is written, and
         # the detector's --in-flight slots bound the requests of both
         detector = RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds,
-                                  concurrency=args.in_flight, timeout=args.request_timeout)
+                                  concurrency=args.in_flight, timeout=args.request_timeout,
+                                  timeout_option="--request-timeout")
         return [detector, detector]
 
     return infer_with(args, open_detectors, batch=args.in_flight)

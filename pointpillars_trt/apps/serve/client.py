@@ -48,11 +48,13 @@ class RemoteDetector:
     A request that fails on the server's side (a timeout, a dropped connection) is followed by a liveness
     probe; a server that answers none, or fails ``concurrency + 2`` requests in a row, is down
     (``DetectorLost``): the requests in flight are abandoned and every later frame fails at once, so a hung
-    server costs one timeout, not one a frame.
+    server costs one timeout, not one a frame. A request that outlasts ``timeout`` says so, naming
+    ``timeout_option`` (the caller's name for it, e.g. ``--request-timeout``): a slow server needs a longer one.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
-                 timeout: float = 60.0, thresholds: Thresholds | None = None, concurrency: int = 8) -> None:
+                 timeout: float = 60.0, thresholds: Thresholds | None = None, concurrency: int = 8,
+                 timeout_option: str = "timeout") -> None:
         if protocol not in PROTOCOLS:
             raise InputError(f"--protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         _check_timeout(timeout)
@@ -67,6 +69,7 @@ class RemoteDetector:
         except ImportError:
             raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
+        self.timeout_option = timeout_option
         # sent with every request (the server's optional inputs): the served model's own values otherwise
         given = dataclasses.asdict(thresholds) if thresholds is not None else {}
         self.thresholds = {name: value for name, value in given.items() if value is not None}
@@ -160,9 +163,13 @@ class RemoteDetector:
             if status == "StatusCode.UNAVAILABLE":  # no server answers there (any more): not the frame's doing
                 raise self._server_failure(prefix, f"cannot be reached (stopped or restarting?): {one_line(exc)}") \
                     from None
+            if status == "StatusCode.DEADLINE_EXCEEDED":
+                raise self._server_failure(prefix, self._timed_out()) from None
             raise self._server_failure(prefix, f"failed the request: {one_line(exc)}") from None
         except BackendError:  # no connection: the run was stopped, or the server is down
             raise
+        except TimeoutError:  # HTTP's
+            raise self._server_failure(prefix, self._timed_out()) from None
         except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
             raise self._server_failure(prefix, f"did not answer the request ({one_line(exc)})") from None
         where = f"{prefix}server {self.server}"
@@ -205,6 +212,12 @@ class RemoteDetector:
         if self._down is not None:
             return DetectorLost(prefix + self._down)
         return BackendError(f"{prefix}server {self.server} {what}")
+
+    def _timed_out(self) -> str:
+        """What befell a request that outlasted the timeout: a frame that takes the server longer (a CPU server,
+        a long queue) fails so at every try, so the fix is said, not only the gRPC or socket error."""
+        return (f"did not answer within its {self.timeout_option} of {self.timeout:g} s (a server that takes "
+                f"longer a frame needs a longer {self.timeout_option})")
 
     def _probe_seconds(self) -> float:
         return min(LIVE_PROBE_SECONDS, self.timeout)
