@@ -96,12 +96,33 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
         lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
     low, high = TIME_LAG_RANGE
     if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
+        rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
+        if _lags_in_fourth_column(rows[:, 3]):
+            raise InputError(
+                f"{name}: its 4th values look like the time lags this model reads 5th, and its 5th (from {lo:.6g} "
+                f"to {hi:.6g}) like intensities: the columns are x, y, z, time, intensity; the model reads x, y, z, "
+                "intensity, time lag: swap the last two (points[:, [0, 1, 2, 4, 3]])"
+            )
         raise InputError(
             f"{name}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
             f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
             "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
             "PointPillars.accumulate"
         )
+
+
+#: The most distinct values a column of time lags holds: one a sweep (nuScenes accumulates 10).
+_MOST_SWEEPS = 32
+
+
+def _lags_in_fourth_column(column: np.ndarray) -> bool:
+    """Whether a frame's 4th values are a multi-sweep frame's time lags (a refused frame's columns swapped):
+    within TIME_LAG_RANGE, more than one of them, and few distinct ones (a sweep's points share its lag; an
+    intensity scaled to 0-1 takes hundreds of values)."""
+    finite = column[np.isfinite(column)]
+    if finite.size == 0 or finite.min() < TIME_LAG_RANGE[0] or finite.max() > TIME_LAG_RANGE[1]:
+        return False
+    return 1 < np.unique(finite).size <= _MOST_SWEEPS
 
 
 def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:

@@ -330,6 +330,32 @@ def test_ring_numbers_in_the_tail_of_a_long_multi_sweep_frame_are_refused(tmp_pa
     np.testing.assert_array_equal(read_points(tmp_path / "good.bin", point_dim=5), rows)
 
 
+def test_a_multi_sweep_frame_whose_intensity_and_time_columns_are_swapped_is_told_so(assets: Path,
+                                                                                     tmp_path: Path) -> None:
+    """x, y, z, time, intensity (a writer's other order): refused as of ring numbers or timestamps, with
+    accumulate for its fix, which does not help; now the message names the swap and the reorder, and the
+    reorder reads the frame. Intensities scaled to 0-1 (hundreds of distinct values) beside ring numbers are no
+    swap: the message stays."""
+    frame = read_points(sorted((assets / "nuscenes").glob("*.bin"))[0], point_dim=5)
+    swapped = np.ascontiguousarray(frame[:, [0, 1, 2, 4, 3]])
+    swapped.tofile(tmp_path / "swapped.bin")
+    with pytest.raises(InputError) as err:
+        read_points(tmp_path / "swapped.bin", point_dim=5)
+    text = str(err.value)
+    assert "its 4th values look like the time lags this model reads 5th" in text, text
+    assert "swap the last two (points[:, [0, 1, 2, 4, 3]])" in text and "accumulate" not in text, text
+    points = swapped[:, [0, 1, 2, 4, 3]]  # the fix, as said, and the frame re-saved
+    points.tofile(tmp_path / "fixed.bin")
+    np.testing.assert_array_equal(read_points(tmp_path / "fixed.bin", point_dim=5), frame)
+    rings = frame.copy()
+    rings[:, 3] = np.random.default_rng(3).uniform(0, 1, len(frame))
+    rings[:, 4] = np.arange(len(frame)) % 32
+    rings.tofile(tmp_path / "rings.bin")
+    with pytest.raises(InputError, match="not ring numbers or timestamps") as err:
+        read_points(tmp_path / "rings.bin", point_dim=5)
+    assert "swap" not in str(err.value)
+
+
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:
     """A KITTI scan (4 values a point) read for a model of 5 point columns: the error says the model needs
     multi-sweep frames, not --point-dim 4 (which that model refuses)."""
