@@ -109,12 +109,12 @@ def _check_dataset(dataset: Any) -> None:
 
 def recorded_checkpoint(folder: Path) -> str | None:
     """The checkpoint ``folder`` was built from, as its model.json records it, where that file is still there (the
-    metadata read as it lies: a model dir refused as damaged still names it)."""
+    metadata read as it lies: a model dir refused as damaged still names it; a model.json that is no regular file,
+    such as a FIFO, is not read: it would block)."""
     try:
-        with open(folder / METADATA_FILE, "rb") as f:
-            meta = json.loads(f.read(1 << 22))
+        meta = loads_json(read_regular_file(folder / METADATA_FILE, max_bytes=MAX_METADATA_BYTES, what="model.json"))
         recorded = meta.get("source", {}).get("checkpoint") if isinstance(meta, dict) else None
-    except (OSError, ValueError, RecursionError, AttributeError, TypeError):
+    except (OSError, InputError, ValueError, RecursionError, AttributeError, TypeError):
         return None
     return recorded if isinstance(recorded, str) and os.path.isfile(recorded) else None
 

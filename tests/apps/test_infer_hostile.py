@@ -269,3 +269,19 @@ def test_an_intensity_warning_names_what_sets_the_layout_of_its_kind_of_file(tin
                             "cpu", "--no-progress")
         assert rc == 0 and f"check the point layout ({setting}): x, y, z, intensity" in err, err
         assert "--point-dim" not in err, err
+
+
+def test_a_model_dir_whose_model_json_is_a_fifo_is_one_error_not_a_hang(tiny_model: Path, frames: Path,
+                                                                       tmp_path: Path) -> None:
+    """model.json a FIFO: refused as one, but the rebuild command of the refusal opened it for the checkpoint it
+    records and waited for a writer forever. In a process of its own, bounded in time."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    (model / "model.json").unlink()
+    os.mkfifo(model / "model.json")
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frames / "a.bin"), "--model",
+                           str(model), "--device", "cpu", "--no-progress"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"error: {model / 'model.json'}: is a FIFO (named pipe), not a regular file; "
+                                  "rebuild the model dir: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth"), \
+        done.stderr
