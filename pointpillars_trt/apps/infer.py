@@ -869,8 +869,9 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
               unreadable: int, classes: tuple[str, ...], out: Path | None) -> None:
     """KITTI AP for ``classes`` (``eval_classes``' scored) of ``evaluated`` (KITTI lines in ``pred_dir``) in input
     order, whichever run wrote them; the header counts the ``failed`` frames and those whose earlier outputs were
-    ``unreadable``, left out. The lines are infer's own, typed with the model's class names, which ``eval_classes``
-    compared with KITTI's before the run: no line is checked for its type here."""
+    ``unreadable``, left out. The prediction lines are infer's own, typed with the model's class names, which
+    ``eval_classes`` compared with KITTI's before the run: none is checked for its type here. The label lines' types
+    and the classes with nothing to count are said as ``eval`` says them."""
     from ..fileio import write_json_atomic
     from .eval.io import load_predictions
     from .eval.kitti_eval import check_label_types, evaluate, uncounted_note
