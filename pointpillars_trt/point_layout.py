@@ -87,7 +87,8 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
     lags: the PFN would take ring numbers or timestamps for lags without a word. Every point's is looked at
     (a minimum and a maximum of the column, ~0.4 ms for 300k points), since accumulated sweeps are
     concatenated and any part of a frame may be the one of another layout."""
-    lags = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)[:, 4]  # a strided view
+    rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
+    lags = rows[:, 4]  # a strided view
     if lags.size > _STRIDED_LAGS:  # one strided pass, then two vectorised ones: ~2x faster than two strided
         lags = lags.copy()
     lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
@@ -96,7 +97,6 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
         lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
     low, high = TIME_LAG_RANGE
     if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
-        rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
         if _lags_in_fourth_column(rows[:, 3]):
             raise InputError(
                 f"{name}: its 4th values look like the time lags this model reads 5th, and its 5th (from {lo:.6g} "
@@ -180,12 +180,12 @@ def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike,
 def refuse_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:
     """Refuse flat float32 ``values`` that are no point coordinates at all (:func:`looks_like_noise`)."""
     with np.errstate(all="ignore"):
-        if looks_like_noise(values, point_dim) and not looks_like_noise(values.view(">f4"), point_dim):
-            raise InputError(
-                f"{what} {safe_repr(path)} looks like big-endian float32 values (read as little-endian, they are "
-                "no coordinates): convert it, np.fromfile(path, '>f4').astype('<f4').tofile(path)"
-            )
         if looks_like_noise(values, point_dim):
+            if not looks_like_noise(values.view(">f4"), point_dim):
+                raise InputError(
+                    f"{what} {safe_repr(path)} looks like big-endian float32 values (read as little-endian, they "
+                    "are no coordinates): convert it, np.fromfile(path, '>f4').astype('<f4').tofile(path)"
+                )
             raise InputError(
                 f"{what} {safe_repr(path)} does not hold float32 point coordinates: over "
                 f"{_NOISE_SHARE:.0%} of its values are beyond {_NOISE_HIGH:g} or nonzero below {_NOISE_LOW:g} "
