@@ -43,6 +43,9 @@ CLASS_OVERLAPS: dict[str, tuple[tuple[float, float, float], tuple[float, float, 
 DEFAULT_CLASSES = ("Car", "Pedestrian", "Cyclist")
 #: Every object type a KITTI label_2 line may name (any letter case is read as the same type).
 KITTI_TYPES = ("Car", "Van", "Truck", "Pedestrian", "Person_sitting", "Cyclist", "Tram", "Misc", "DontCare")
+#: KITTI_TYPES as a line's type is compared (in lower case), and as the messages that name them list them.
+_KITTI_TYPES_LOWER = [name.lower() for name in KITTI_TYPES]
+_KITTI_TYPES_TEXT = f"{', '.join(KITTI_TYPES[:-1])} or {KITTI_TYPES[-1]}, in any letter case"
 _DONT_CARE_FOR = {"car": "van", "pedestrian": "person_sitting"}
 _MIN_HEIGHT = (40.0, 25.0, 25.0)
 _MAX_OCCLUSION = (0.0, 1.0, 2.0)
@@ -367,13 +370,12 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
     objects = lower != "dontcare"
     if not objects.any():
         return None
-    unknown = ~np.isin(lower, [t.lower() for t in KITTI_TYPES])
+    unknown = ~np.isin(lower, _KITTI_TYPES_LOWER)
     where = safe_repr(str(folder))
-    kitti_names = f"{', '.join(KITTI_TYPES[:-1])} or {KITTI_TYPES[-1]}, in any letter case"
     if not np.isin(lower, [c.lower() for c in classes]).any():
         found = _type_counts(dt.names[objects])
         if unknown.any():
-            fix = (f"name each line's type as KITTI does ({kitti_names}), not by a class index or another "
+            fix = (f"name each line's type as KITTI does ({_KITTI_TYPES_TEXT}), not by a class index or another "
                    "dataset's name")
         else:
             evaluable = [c for c in CLASS_OVERLAPS if c.lower() in set(lower.tolist())]
@@ -385,7 +387,7 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
         return None
     return (f"warning: {int(unknown.sum())} of the {int(objects.sum())} prediction lines in {where} are of types "
             f"KITTI has not, {_type_counts(dt.names[unknown])}: they match no ground truth and count for no class; "
-            f"name each line's type as KITTI does ({kitti_names})")
+            f"name each line's type as KITTI does ({_KITTI_TYPES_TEXT})")
 
 
 def check_label_types(gt: Annotations, folder: object) -> str | None:
@@ -394,13 +396,13 @@ def check_label_types(gt: Annotations, folder: object) -> str | None:
     as a false positive, so labels converted with other names score low without a word. None when every type
     is KITTI's."""
     lower = np.char.lower(gt.names.astype(str))
-    unknown = ~np.isin(lower, [t.lower() for t in KITTI_TYPES])
+    unknown = ~np.isin(lower, _KITTI_TYPES_LOWER)
     if not unknown.any():
         return None
     return (f"warning: {int(unknown.sum())} of the {len(lower)} label lines in {safe_repr(str(folder))} are of "
             f"types KITTI has not, {_type_counts(gt.names[unknown])}: they are no class's ground truth, and "
             f"detections of them count as false positives; name each line's type as KITTI does "
-            f"({', '.join(KITTI_TYPES[:-1])} or {KITTI_TYPES[-1]}, in any letter case)")
+            f"({_KITTI_TYPES_TEXT})")
 
 
 def _uncounted_difficulties(counted: tuple[int, int, int]) -> str:
