@@ -374,6 +374,9 @@ class PointPillars:
                         groups.append(group)
                 if not groups:
                     break
+                if self._closed:  # since the call: said once, not as each frame's error after its read
+                    raise BackendError("this detector was closed before infer_many's results were all read: read "
+                                       "them before close(), inside its with block")
                 group = groups.popleft()
                 yield from self._run_group(group, detect)
                 pool.give(group)

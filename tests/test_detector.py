@@ -716,6 +716,34 @@ def test_first_contact_mistakes_are_one_clear_error_or_warning(tmp_path: Path) -
         PointPillars.from_model_dir(tmp_path / "x.pth")
 
 
+def test_infer_many_read_after_close_is_one_error_not_each_frames(tmp_path: Path) -> None:
+    """``infer_many``'s results read after ``close`` (a ``with`` block left before iterating them, or a close
+    midway): one BackendError saying so, not a FrameResult error for each frame left (each file read first);
+    the results yielded before the close stand, and no reader thread is left."""
+    import threading
+
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    paths = []
+    for index in range(6):
+        paths.append(str(tmp_path / f"{index}.bin"))
+        frame_in_range(model, 200, seed=index).tofile(paths[-1])
+    with PointPillars(model, device="cpu") as detector:
+        unread = detector.infer_many(paths, batch_size=2)
+    with pytest.raises(BackendError, match="closed before infer_many's results were all read: read them before "
+                                           r"close\(\), inside its with block"):
+        next(unread)
+    detector = PointPillars(model, device="cpu")
+    results = detector.infer_many(iter(paths), batch_size=2)
+    first = [next(results), next(results)]
+    detector.close()
+    assert [r.source for r in first] == paths[:2] and all(r.error is None for r in first)
+    with pytest.raises(BackendError, match="closed before infer_many's results were all read"):
+        next(results)
+    assert not [t for t in threading.enumerate() if t.name.startswith("pp-infer-many")]
+
+
 def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path) -> None:
     """Intensities of 1e30 for a 0-1 model: one warning naming the largest value up front; the network
     overflows on them (the boxes hold inf or NaN, counted here independently) and that is said once too,
