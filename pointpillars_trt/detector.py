@@ -9,7 +9,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import FrameType
 from typing import Any, NamedTuple, Protocol
 
@@ -236,6 +236,15 @@ class PointPillars:
             self._viewpoint_said = True
             warnings.warn(f"{text} (said once)", InputWarning, stacklevel=2)
 
+    def __setattr__(self, name: str, value: object) -> None:
+        """Refuse ``detector.score_threshold = 0.5`` (or ``nms_iou``, ``max_boxes``): the attribute would be a new
+        one that nothing reads, and the boxes would still come at the detector's own thresholds."""
+        if name in THRESHOLD_NAMES:
+            raise ConfigError(f"detector.{name} = {safe_repr(value)}: setting it would change nothing; a detector's "
+                              f"thresholds are set when it is opened (from_checkpoint(..., {name}=...)) or for one "
+                              f"call (detector(points, thresholds=Thresholds({name}=...)))")
+        super().__setattr__(name, value)
+
     def __reduce__(self) -> Any:
         raise BackendError("a PointPillars detector holds ONNX Runtime sessions or GPU buffers and cannot be pickled "
                            "or copied: open one in each process (PointPillars.from_model_dir(path))")
@@ -446,6 +455,9 @@ class PointPillars:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+
+#: The thresholds a detector is opened with or given for one call (``Thresholds``' fields).
+THRESHOLD_NAMES = frozenset(field.name for field in fields(Thresholds))
 
 #: What one frame may raise without failing the frames batched with it (it becomes that frame's error).
 FRAME_ERRORS = (PointPillarsError, ValueError, RuntimeError, MemoryError, OSError, RecursionError)

@@ -744,6 +744,27 @@ def test_infer_many_read_after_close_is_one_error_not_each_frames(tmp_path: Path
     assert not [t for t in threading.enumerate() if t.name.startswith("pp-infer-many")]
 
 
+def test_setting_a_threshold_as_an_attribute_is_refused_naming_the_ways_that_work(tmp_path: Path) -> None:
+    """``detector.score_threshold = 0.5`` (or nms_iou, max_boxes) would make an attribute nothing reads and
+    the boxes would come at the old thresholds: one ConfigError naming the keyword and ``Thresholds``; the
+    detector's results are those of its own thresholds still. Other attributes are the caller's to set."""
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.errors import ConfigError
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    frame = frame_in_range(model, 500)
+    with PointPillars(model, device="cpu") as detector:
+        before = detector(frame)
+        for name, value in (("score_threshold", 0.9), ("nms_iou", 0.5), ("max_boxes", 1)):
+            with pytest.raises(ConfigError, match=rf"^detector.{name} = {value}: setting it would change nothing; .*"
+                                                  rf"\(\.\.\., {name}=\.\.\.\).*Thresholds\({name}=\.\.\.\)"):
+                setattr(detector, name, value)
+        assert_same(detector(frame), before)
+        detector.frame_id = 7  # type: ignore[attr-defined]
+        assert detector.frame_id == 7  # type: ignore[attr-defined]
+
+
 def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path) -> None:
     """Intensities of 1e30 for a 0-1 model: one warning naming the largest value up front; the network
     overflows on them (the boxes hold inf or NaN, counted here independently) and that is said once too,
