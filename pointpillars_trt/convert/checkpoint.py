@@ -142,8 +142,14 @@ def _listing(items: list[str], limit: int = 10) -> str:
     return shown + (f", ... and {len(items) - limit} more" if len(items) > limit else "")
 
 
+def _config_fix(layout: str, differs: str) -> str:
+    """The build option that reads a checkpoint whose ``differs`` (its network, its classes) are not the config's:
+    the model's own YAML for OpenPCDet, a config of this package for zhulf0804 (whose code base has none)."""
+    return "--pcdet-config <your model yaml>" if layout == "openpcdet" else f"--config <a config YAML of its {differs}>"
+
+
 def _check_state_dict(state: Mapping[Any, Any], expected: dict[str, tuple[int, ...]],
-                      what: str, source: str) -> None:
+                      what: str, source: str, layout: str) -> None:
     missing = [k for k in expected if k not in state]
     unexpected = [key_text(k) for k in state if k not in expected and not _ignored(k)]
     wrong = [
@@ -157,6 +163,7 @@ def _check_state_dict(state: Mapping[Any, Any], expected: dict[str, tuple[int, .
                  f"{len(unexpected)} unexpected, {len(wrong)} with a wrong shape or dtype)"]
         lines += [f"  {title}: {_listing(items)}" for title, items in
                   (("missing", missing), ("unexpected", unexpected), ("wrong shape or dtype", wrong)) if items]
+        lines.append(f"  a checkpoint of another network than the config's: build it with {_config_fix(layout, 'network')}")
         raise CheckpointError("\n".join(lines))
 
 
@@ -178,8 +185,7 @@ def _check_head_channels(state: Mapping[Any, Any], plan: _Plan, layout: str, cfg
         if got is not None and len(got) == len(shape) and got[1:] == shape[1:] and got[0] != shape[0]:
             other.append(f"{prefix} has {got[0]} output channels, {cfg.name} {shape[0]}")
     if other:
-        fix = ("--pcdet-config <your model yaml>" if layout == "openpcdet"
-               else "--config <a config YAML of its classes and anchors>")
+        fix = _config_fix(layout, "classes and anchors")
         raise CheckpointError(f"{source}: looks like a model trained with other classes/anchors "
                               f"({'; '.join(other)}): build it with {fix}")
 
@@ -255,7 +261,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
         keys = multihead.expected_keys(cfg)
         labels = multihead.label_keys(cfg)
         _check_state_dict({k: v for k, v in state_dict.items() if k not in labels}, keys,
-                          f"the {layout} multi-head layout of config {cfg.name}", source)
+                          f"the {layout} multi-head layout of config {cfg.name}", source, layout)
         multihead.check_label_indices(state_dict, cfg, source)
         _check_finite(state_dict, keys, source)
         _check_trained(state_dict, keys, source)
@@ -263,7 +269,7 @@ def weights_from_state_dict(state_dict: Mapping[str, Any], layout: str, cfg: Mod
         return multihead.weights_from_state_dict(get, cfg)
     plan = _plan(layout, cfg)
     _check_head_channels(state_dict, plan, layout, cfg, source)
-    _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source)
+    _check_state_dict(state_dict, plan.keys(), f"the {layout} layout of config {cfg.name}", source, layout)
     _check_finite(state_dict, plan.keys(), source)
     _check_trained(state_dict, plan.keys(), source)
     _check_batchnorms(state_dict, {conv.bn: BatchNormFold(conv.weight, cfg.network.bn_eps, conv.out_axis)
@@ -371,6 +377,26 @@ def _plain_equal(x: Any, y: Any) -> bool:
         return False
 
 
+#: Key prefixes of modules that no model of either layout has, and what they are: a checkpoint holding any is of
+#: another detector or code base, which a list of a hundred missing and unexpected keys would not say.
+_OTHER_MODELS: dict[str, str] = {
+    "backbone_3d.": "OpenPCDet's 3D backbone (SECOND, PV-RCNN, Voxel R-CNN, CenterPoint, PointRCNN)",
+    "pfe.": "OpenPCDet's point feature encoder (PV-RCNN)",
+    "point_head.": "OpenPCDet's point head (PointRCNN, PV-RCNN, Part-A2)",
+    "roi_head.": "OpenPCDet's second-stage RoI head (PV-RCNN, Voxel R-CNN, Part-A2, PointRCNN)",
+    "dense_head.heads_list.": "OpenPCDet's CenterHead (CenterPoint)",
+    "voxel_encoder.": "MMDetection3D's voxel encoder (its PointPillars and SECOND)",
+}
+
+
+def _check_pointpillars(state: Mapping[Any, Any], source: str) -> None:
+    """Refuse a state dict with keys of a module neither layout has (``_OTHER_MODELS``), naming it."""
+    for prefix, what in _OTHER_MODELS.items():
+        if any(isinstance(k, str) and k.startswith(prefix) for k in state):
+            raise CheckpointError(f"{source}: not a model this package builds: its {prefix}* keys are {what}; it "
+                                  "builds the PointPillars of OpenPCDet (PointPillar) and of zhulf0804/PointPillars")
+
+
 def _builtin_config(layout: str, state: Mapping[Any, Any]) -> str:
     """The built-in config of a layout, told apart by keys: multi-head OpenPCDet models have per-head keys."""
     if layout == "openpcdet" and any(isinstance(k, str) and k.startswith(multihead.HEAD_KEY) for k in state):
@@ -394,6 +420,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
     pth = open_pth(path)
     source = pth.source
     layout, state = detect_layout(pth.obj, source, pth.parsed.tensor)
+    _check_pointpillars(state, source)
     own = _builtin_config(layout, state)
     cfg = load_config(own) if given is None else given
     if cfg.family != layout:

@@ -490,6 +490,63 @@ def test_mismatch_lists_missing_unexpected_and_misshaped(states: dict[str, Any],
     assert lines[2] == "  unexpected: head.extra.weight"
     assert lines[3] == ("  wrong shape or dtype: backbone.multi_blocks.0.0.weight: got float32 (64, 64, 1, 1), "
                         "expected float (64, 64, 3, 3), head.conv_cls.bias: got int64 (18,), expected float (18,)")
+    assert lines[4] == "  a checkpoint of another network than the config's: build it with --config <a config YAML of its network>"
+
+
+def test_a_network_other_than_the_builtin_configs_is_told_to_build_with_its_yaml(states: dict[str, Any],
+                                                                                 tmp_path: Path) -> None:
+    """An OpenPCDet PointPillar of two backbone blocks (its head reads 256 channels): the keys that differ, then the
+    option that reads it, last, where the command line's one line keeps it whole."""
+    state = {k: v for k, v in states["openpcdet"].items() if not k.startswith(("backbone_2d.blocks.2",
+                                                                                "backbone_2d.deblocks.2"))}
+    for head in ("conv_cls", "conv_box", "conv_dir_cls"):
+        state[f"dense_head.{head}.weight"] = state[f"dense_head.{head}.weight"][:, :256]
+    path = write_zip({"model_state": state}, tmp_path / "two_blocks.pth")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    lines = str(info.value).splitlines()
+    assert "(35 missing, 0 unexpected, 3 with a wrong shape or dtype)" in lines[0]
+    assert lines[-1] == "  a checkpoint of another network than the config's: build it with --pcdet-config <your model yaml>"
+
+
+def _bn(prefix: str, channels: int) -> dict[str, np.ndarray]:
+    return {f"{prefix}.{name}": np.full(channels, value, np.float32)
+            for name, value in (("weight", 1), ("bias", 0), ("running_mean", 0), ("running_var", 1))}
+
+
+@pytest.mark.parametrize("model, prefix, named", [
+    ("second", "backbone_3d.", "SECOND"),
+    ("pv_rcnn", "backbone_3d.", "PV-RCNN"),
+    ("centerpoint_pillar", "dense_head.heads_list.", "CenterPoint"),
+    ("mmdet3d_pointpillars", "voxel_encoder.", "MMDetection3D"),
+])
+def test_a_checkpoint_of_another_model_is_named_for_what_it_is(model: str, prefix: str, named: str,
+                                                               states: dict[str, Any], tmp_path: Path) -> None:
+    """Keys of a module neither layout has (a 3D backbone, a CenterHead, MMDetection3D's pillar encoder): one line
+    naming that module and the models that have it, in place of a hundred missing and unexpected keys."""
+    pillars = {k: v for k, v in states["openpcdet"].items() if k.startswith(("vfe.", "backbone_2d."))}
+    sparse = {"backbone_3d.conv_input.0.weight": np.ones((3, 3, 3, 4, 16), np.float32),
+              **_bn("backbone_3d.conv_input.1", 16)}
+    anchor_head = {"dense_head.conv_cls.weight": np.ones((18, 512, 1, 1), np.float32),
+                   "dense_head.conv_cls.bias": np.zeros(18, np.float32)}
+    checkpoints = {  # the modules of each model's state dict, as OpenPCDet's and MMDetection3D's models name them
+        "second": {"model_state": {**sparse, "backbone_2d.blocks.0.1.weight": np.ones((128, 256, 3, 3), np.float32),
+                                   **anchor_head}},
+        "pv_rcnn": {"model_state": {**sparse, "pfe.SA_layers.0.mlps.0.0.weight": np.ones((16, 4, 1, 1), np.float32),
+                                    **anchor_head, "point_head.cls_layers.0.weight": np.ones((256, 640), np.float32),
+                                    "roi_head.shared_fc_layer.0.weight": np.ones((256, 27648, 1), np.float32)}},
+        "centerpoint_pillar": {"model_state": {**pillars, "dense_head.shared_conv.0.weight": np.ones((64, 384, 3, 3),
+                                                                                                   np.float32),
+                                               "dense_head.heads_list.0.hm.1.weight": np.ones((1, 64, 3, 3), np.float32)}},
+        "mmdet3d_pointpillars": {"meta": {"mmdet3d_version": "1.0.0"}, "state_dict": {
+            "voxel_encoder.pfn_layers.0.linear.weight": states["openpcdet"]["vfe.pfn_layers.0.linear.weight"],
+            "backbone.blocks.0.0.weight": states["openpcdet"]["backbone_2d.blocks.0.1.weight"],
+            "neck.deblocks.0.0.weight": states["openpcdet"]["backbone_2d.deblocks.0.0.weight"],
+            "bbox_head.conv_cls.weight": states["openpcdet"]["dense_head.conv_cls.weight"]}},
+    }
+    path = write_legacy(checkpoints[model], tmp_path / f"{model}.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, f"not a model this package builds: its {prefix}* keys are",
+                     named, "it builds the PointPillars of OpenPCDet (PointPillar) and of zhulf0804/PointPillars")
 
 
 def test_long_key_lists_are_truncated(states: dict[str, Any], zhulf_cfg: ModelConfig) -> None:
