@@ -126,6 +126,8 @@ _STORAGE_DTYPES = {  # torch storage class -> NumPy type code (byte order applie
     "LongStorage": "i8", "IntStorage": "i4", "ShortStorage": "i2", "CharStorage": "i1",
     "ByteStorage": "u1", "BoolStorage": "b1",
 }
+#: The tensor types read, as a refusal of another type lists them.
+_READ_DTYPES = ", ".join(np.dtype(code).name for code in _STORAGE_DTYPES.values())
 
 
 # Everything the unpickler hands to the pickle machine is an immutable NamedTuple, so a crafted
@@ -314,10 +316,18 @@ class _Unpickler(pickle.Unpickler):
 
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED_GLOBALS.get((module, name))
+        shown = f"'{escape_text(str(module), 60)}.{escape_text(str(name), 60)}'"
+        if found is None and module == "torch" and str(name).endswith("Storage"):  # bfloat16, complex, quantized
+            raise CheckpointError(
+                f"{self.source}: holds tensors of storage type {shown}, which this reader does not read (it reads "
+                f"{_READ_DTYPES}): save the weights as float32, e.g. torch.save({{k: v.float() if v.is_floating_point() "
+                "else v for k, v in model.state_dict().items()}, 'model.pth')"
+            )
         if found is None:
             raise CheckpointError(
-                f"{self.source}: refusing to load global '{escape_text(str(module), 60)}.{escape_text(str(name), 60)}': "
-                "a checkpoint may name only tensors, torch storage types and OrderedDict (plain pickle would run this)"
+                f"{self.source}: refusing to load global {shown}: a checkpoint may name only tensors, torch storage "
+                "types and OrderedDict (plain pickle would run this); for a model saved whole, save its state dict "
+                "alone: torch.save(model.state_dict(), 'model.pth')"
             )
         return found
 

@@ -420,7 +420,7 @@ def test_control_characters_in_a_global_name(tmp_path: Path) -> None:
     body = b"\x80\x04" + binunicode("os\nfake line") + binunicode("sys\x1b[31m" + "m" * 500) + b"\x93."
     path = write_pickle(body, "zip", tmp_path / "nl.pth")
     msg = checkpoint_error(lambda: read_pth(path), "refusing", "'os\\nfake line.sys\\x1b[31mmmm")
-    assert len(msg) < len(str(path)) + 300
+    assert len(msg) < len(str(path)) + 400  # the names cut to 60 characters each, then the fix
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
