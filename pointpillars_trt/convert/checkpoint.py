@@ -333,9 +333,27 @@ def detect_layout(obj: Any, source: str = "checkpoint",
     usable = _usable_state(obj)
     if usable is not None:
         return usable
+    _refuse_prefixed_state(obj, source)
     markers = "; ".join(f"{name}: {', '.join(n.markers)}" for name, n in _LAYOUTS.items())
     raise CheckpointError(f"{source}: unknown checkpoint layout: top-level keys "
                           f"[{_listing([key_text(k) for k in obj])}] have no known prefix ({markers})")
+
+
+def _refuse_prefixed_state(obj: dict[Any, Any], source: str) -> None:
+    """Refuse, with the save that reads it, a state dict of a known layout whose keys all start with one more name:
+    the attribute a wrapper module (a Lightning module's ``self.model``) holds the model in. Its keys would otherwise
+    be reported as having no known prefix, naming the top-level keys (``state_dict``, ``epoch``) instead."""
+    places = [(f"ckpt[{key!r}]", obj[key]) for key in _WRAPPER_KEYS if isinstance(obj.get(key), dict)]
+    for place, state in [*places, ("ckpt", obj)]:
+        first = {k.split(".", 1)[0] for k in state if isinstance(k, str) and "." in k}
+        if len(first) != 1 or len(state) < 2 or not all(isinstance(k, str) and "." in k for k in state):
+            continue
+        prefix = f"{first.pop()}."
+        if _usable_state({k[len(prefix):]: v for k, v in state.items()}) is not None:
+            shown = pickled_repr(prefix)
+            raise CheckpointError(f"{source}: the state dict in {place} has every key prefixed {shown} (the attribute a "
+                                  "wrapper module, such as a Lightning module, holds the model in): save it without, "
+                                  f"torch.save({{k[{len(prefix)}:]: v for k, v in {place}.items()}}, 'model.pth')")
 
 
 def _usable_state(value: Any) -> tuple[Layout, dict[str, Any]] | None:

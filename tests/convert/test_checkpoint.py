@@ -649,6 +649,25 @@ def test_a_checkpoint_of_zero_weights_is_refused_naming_an_unwritten_file(layout
     assert load_checkpoint(write_zip(others, tmp_path / "bn.pth")).layout == layout
 
 
+@pytest.mark.parametrize("layout, prefix, wrap, place", [
+    ("openpcdet", "model.", lambda s: {"epoch": 3, "state_dict": s, "pytorch-lightning_version": "2.1.0"},
+     "ckpt['state_dict']"),
+    ("zhulf0804", "net.", lambda s: s, "ckpt"),
+    ("zhulf0804", "detector.", lambda s: {"model": s, "epoch": 3}, "ckpt['model']"),
+])
+def test_a_state_dict_in_a_wrapper_modules_attribute_is_told_how_to_save_it(
+        layout: str, prefix: str, wrap: Callable[[dict[str, Any]], Any], place: str, states: dict[str, Any],
+        tmp_path: Path) -> None:
+    """Every key under one more name (a Lightning module's self.model): the place and prefix are named with the save
+    that reads it, instead of the top-level keys said to have no known prefix. The save, done, reads."""
+    state = {prefix + k: v for k, v in states[layout].items()}
+    path = write_zip(wrap(state), tmp_path / "wrapped.pth")
+    checkpoint_error(lambda: load_checkpoint(path), path, f"the state dict in {place} has every key prefixed "
+                     f"'{prefix}'", f"torch.save({{k[{len(prefix)}:]: v for k, v in {place}.items()}}, 'model.pth')")
+    saved = write_zip({k.removeprefix(prefix): v for k, v in state.items()}, tmp_path / "model.pth")
+    assert load_checkpoint(saved).layout == layout
+
+
 def test_unknown_layout_and_non_dict(tmp_path: Path) -> None:
     path = write_zip({"encoder.weight": np.zeros(3, np.float32)}, tmp_path / "other.pth")
     checkpoint_error(lambda: load_checkpoint(path), path, "unknown checkpoint layout", "encoder.weight",
