@@ -461,6 +461,29 @@ def test_a_client_of_the_other_endpoint_is_told_which_protocol_it_may_be(tiny_se
                             f"endpoint, pass --protocol {other} or give its {protocol} endpoint (serve prints both)"), message
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_client_of_a_frozen_server_is_told_so_within_its_timeout(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    """The server stopped (SIGSTOP) when a client connects: its connections are accepted and never answered. The
+    client gives up after its timeout (gRPC's own connect timeout is 20 s) and says the server did not answer,
+    not that the address may be the other protocol's endpoint (which fails at once)."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    address = tiny_server.endpoints[protocol]
+    os.kill(tiny_server.process.pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendError) as caught:
+            RemoteDetector(address, protocol=protocol, timeout=2, timeout_option="--request-timeout")
+        took = time.monotonic() - started
+    finally:
+        os.kill(tiny_server.process.pid, signal.SIGCONT)
+    message = str(caught.value)
+    assert took < 8, (took, message)
+    assert message.startswith(f"server {address} ({protocol}): did not answer within 2 s: is the server stopped or "
+                              "hung") and message.endswith("needs a longer --request-timeout"), message
+    assert "listens" not in message and "\n" not in message, message
+
+
 def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.serve.client import RemoteDetector
     from pointpillars_trt.apps.serve.server import free_port

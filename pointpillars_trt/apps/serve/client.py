@@ -87,12 +87,11 @@ class RemoteDetector:
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         try:
-            ready = self._client().is_model_ready(model)
-            config = self._client().get_model_config(model, **({"as_json": True} if protocol == "grpc" else {}))
+            ready = self._client().is_model_ready(model, **self._deadline(timeout))
+            config = self._client().get_model_config(model, **({"as_json": True, **self._deadline(timeout)}
+                                                                if protocol == "grpc" else {}))
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
-            answered = isinstance(exc, InferenceServerException) and str(exc.status()) != "StatusCode.UNAVAILABLE"
-            raise BackendError(f"server {server} ({protocol}): cannot be reached ({one_line(exc)})"
-                               + ("" if answered else _other_protocol_hint(server, protocol))) from None
+            raise BackendError(self._unreachable(exc)) from None
         if not ready:
             raise BackendError(f"server {server}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {server}: model {model!r}")
@@ -155,7 +154,7 @@ class RemoteDetector:
         outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
             reply = self._client(prefix).infer(self.model, inputs, outputs=outputs,
-                                         **({"client_timeout": self.timeout} if self.protocol == "grpc" else {}))
+                                               **self._deadline(self.timeout))
         except self._server_error as exc:
             status = str(exc.status())
             if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
@@ -213,6 +212,25 @@ class RemoteDetector:
             return DetectorLost(prefix + self._down)
         return BackendError(f"{prefix}server {self.server} {what}")
 
+    def _deadline(self, seconds: float) -> dict[str, float]:
+        """A gRPC call's own timeout (HTTP's is the connection's, set when it is made)."""
+        return {"client_timeout": seconds} if self.protocol == "grpc" else {}
+
+    def _unreachable(self, exc: Exception) -> str:
+        """Why construction's first requests failed. A server that does not answer within the timeout (stopped,
+        hung, overloaded) is said to be so; a transport failure at once from something that listens is most likely
+        the server's other endpoint (``_other_protocol_hint``)."""
+        where = f"server {self.server} ({self.protocol})"
+        status = str(exc.status()) if isinstance(exc, self._server_error) else None
+        if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED" or (
+                status == "StatusCode.UNAVAILABLE" and "timed out" in str(exc)):  # gRPC's own connect timeout
+            return (f"{where}: did not answer within {self.timeout:g} s: is the server stopped or hung (its log "
+                    f"says), or the address another machine's? A server that is only slow needs a longer "
+                    f"{self.timeout_option}")
+        answered = status is not None and status != "StatusCode.UNAVAILABLE"
+        return f"{where}: cannot be reached ({one_line(exc)})" + ("" if answered else
+                                                                  _other_protocol_hint(self.server, self.protocol))
+
     def _timed_out(self) -> str:
         """What befell a request that outlasted the timeout: a frame that takes the server longer (a CPU server,
         a long queue) fails so at every try, so the fix is said, not only the gRPC or socket error."""
@@ -231,7 +249,7 @@ class RemoteDetector:
         except Exception:  # noqa: BLE001 - an address it cannot even connect to: no answer
             return False
         try:
-            return bool(client.is_server_live(**({"client_timeout": seconds} if self.protocol == "grpc" else {})))
+            return bool(client.is_server_live(**self._deadline(seconds)))
         except Exception:  # noqa: BLE001 - refused, reset or timed out alike: no answer
             return False
         finally:
