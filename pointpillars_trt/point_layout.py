@@ -97,7 +97,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
         lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
     low, high = TIME_LAG_RANGE
     if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
-        if _lags_in_fourth_column(rows[:, 3]):
+        if holds_time_lags(rows[:, 3]):
             raise InputError(
                 f"{name}: its 4th values look like the time lags this model reads 5th, and its 5th (from {lo:.6g} "
                 f"to {hi:.6g}) like intensities: the columns are x, y, z, time, intensity; the model reads x, y, z, "
@@ -115,14 +115,19 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
 _MOST_SWEEPS = 32
 
 
-def _lags_in_fourth_column(column: np.ndarray) -> bool:
-    """Whether a frame's 4th values are a multi-sweep frame's time lags (a refused frame's columns swapped):
-    within TIME_LAG_RANGE, more than one of them, and few distinct ones (a sweep's points share its lag; an
-    intensity scaled to 0-1 takes hundreds of values)."""
+def holds_time_lags(column: np.ndarray) -> bool:
+    """Whether a column holds a multi-sweep frame's time lags (the 4th of a frame whose last two columns are
+    swapped; the 5th of a sweep that was accumulated already): within TIME_LAG_RANGE, more than one of them,
+    few distinct ones (a sweep's points share its lag; an intensity scaled to 0-1 takes hundreds of values,
+    a single sweep's own time column one), not all whole numbers (a return number of 1 or 2)."""
     finite = column[np.isfinite(column)]
-    if finite.size == 0 or finite.min() < TIME_LAG_RANGE[0] or finite.max() > TIME_LAG_RANGE[1]:
+    if finite.size == 0:
         return False
-    return 1 < np.unique(finite).size <= _MOST_SWEEPS
+    lo, hi = finite.min(), finite.max()
+    if lo < TIME_LAG_RANGE[0] or hi > TIME_LAG_RANGE[1] or lo == hi:
+        return False
+    distinct = np.unique(finite)
+    return distinct.size <= _MOST_SWEEPS and not np.array_equal(distinct, np.round(distinct))
 
 
 def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:

@@ -17,8 +17,8 @@ import numpy as np
 from .config import finite_float, plain_number
 from .errors import InputError, safe_repr
 from .kitti import rotation_problem
-from .point_layout import TIME_LAG_RANGE
-from .points import refuse_masked
+from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
+from .points import refuse_masked, transposed_hint
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -40,8 +40,9 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     Any iterables (lists, tuples, generators), one item a sweep. Refused (InputError, naming the sweep or the
     argument): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or milliseconds, sweeps not key first),
     timestamps that are no numbers, poses that are no rigid transforms (a scale, a shear, a reflection, a
-    singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, and an
-    ``ego_radius`` that is no number of metres >= 0.
+    singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, an ``ego_radius``
+    that is no number of metres >= 0, and sweeps that are transposed (points as columns), read from their file
+    with another row length, or accumulated already (5th values that are time lags).
     """
     try:
         sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
@@ -59,15 +60,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)
     parts = []
     for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
-        refuse_masked(sweep, f"accumulate: sweep {i}")
-        try:
-            pts = xp.asarray(sweep)
-        except (TypeError, ValueError) as exc:  # ragged lists
-            raise InputError(f"accumulate: sweep {i} cannot be read as an (N, 4) array ({exc})") from None
-        if pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
-            raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
-                             "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "
-                             "already lost the coordinates' precision, as detect says of it)")
+        pts = _sweep_points(sweep, i, xp)
         lag = key_time - _seconds(stamp, i)
         low, high = TIME_LAG_RANGE
         if not low <= lag <= high:
@@ -91,6 +84,41 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
         out[:, 4] = np.float32(lag)
         parts.append(out)
     return xp.concatenate(parts)
+
+
+def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
+    """Sweep ``i`` as an (N, >= 4) float array of ``xp`` (NumPy or CuPy), else InputError naming what it is."""
+    refuse_masked(sweep, f"accumulate: sweep {i}")
+    try:
+        pts = xp.asarray(sweep)
+    except (TypeError, ValueError) as exc:  # ragged lists
+        raise InputError(f"accumulate: sweep {i} cannot be read as an (N, 4) array ({exc})") from None
+    hint = transposed_hint(tuple(pts.shape))  # (4, N), as OpenPCDet's get_sweep holds a sweep: N points of 4 values
+    if pts.ndim == 1:
+        hint = "; a flat array, as np.fromfile reads a .bin: reshape it, (-1, 5) for nuScenes .pcd.bin files"
+    if hint or pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
+        raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
+                         "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "
+                         f"already lost the coordinates' precision, as detect says of it){hint}")
+    if xp is np:
+        _check_sweep_columns(pts, i)
+    return pts
+
+
+def _check_sweep_columns(pts: np.ndarray, i: int) -> None:
+    """Refuse a host sweep whose columns are not what they seem: rows of a file read with another length (a
+    nuScenes .pcd.bin of 5 values a point reshaped to 4, every point's values shifted), or 5th values that are
+    a multi-sweep frame's time lags (accumulated already: they would all become this sweep's lag)."""
+    if pts.dtype == np.float32 and pts.flags.c_contiguous:  # rows as a file is read into them
+        row = misread_row_length(pts.reshape(-1), pts.shape[1])
+        if row is not None:
+            raise InputError(f"accumulate: sweep {i} looks like {row} float32 values a point ({row_layout(row)}) "
+                             f"read as {pts.shape[1]}: read its file with np.fromfile(path, np.float32)"
+                             f".reshape(-1, {row})")
+    if pts.shape[1] >= 5 and holds_time_lags(pts[:, 4]):
+        raise InputError(f"accumulate: sweep {i}'s 5th values look like a multi-sweep frame's time lags (a frame "
+                         "accumulated already?), which would all become this sweep's: give accumulate single "
+                         "sweeps, or the frame to the detector as it is")
 
 
 def _pose(pose: Any, i: int) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -60,6 +61,14 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
     (([[[1, 2, 3, 4], [1, 2]]], [np.eye(4)], [0.0]), "sweep 0 cannot be read as an (N, 4) array"),
     (([np.zeros((2, 4), np.float16)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 4), dtype float16"),
+    (([np.zeros((4, 50), np.float32)], [np.eye(4)], [0.0]),  # as OpenPCDet's get_sweep holds one: was 4 points
+     "sweep 0 has shape (4, 50), dtype float32; expected (N, 4) or more float32 (or float64) columns of x, y, z, "
+     "intensity (float16 has already lost the coordinates' precision, as detect says of it); it looks transposed "
+     "(points as columns): pass the array's .T, shape (50, 4)"),
+    (([np.zeros((2, 4), np.float32), np.zeros((5, 30), np.float32)], [np.eye(4)] * 2, [1.0, 0.9]),
+     "sweep 1 has shape (5, 30)"),
+    (([np.zeros(20, np.float32)], [np.eye(4)], [0.0]),
+     "; a flat array, as np.fromfile reads a .bin: reshape it, (-1, 5) for nuScenes .pcd.bin files"),
     (([np.zeros((2, 4), np.float32)], [np.eye(3)], [0.0]), "pose 0 is not a finite (4, 4) transform"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [float("nan")]), "timestamp 0 is nan, not a finite number"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.0, "x"]), "timestamp 1 is 'x', not a finite number"),
@@ -105,6 +114,50 @@ def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
     assert abs(float(small[1, 4]) - 0.05) < 1e-4
     for radius in (np.float32(1.0), np.int64(1), 1):  # NumPy numbers are numbers
         assert accumulate_sweeps([key, key], [np.eye(4)] * 2, [1.0, 0.95], ego_radius=radius).shape == (2, 5)
+
+
+def lidar_top(assets: Path, path: Path) -> np.ndarray:
+    """A sweep as nuScenes writes its LIDAR_TOP .pcd.bin files (x, y, z, intensity 0-255, ring index), made from
+    a real KITTI scan and written to ``path``; returned as read right, (N, 5)."""
+    scan = np.fromfile(assets / "kitti/training/velodyne/000000.bin", np.float32).reshape(-1, 4)
+    ring = np.clip(np.floor(np.degrees(np.arctan2(scan[:, 2], np.hypot(scan[:, 0], scan[:, 1]))) + 25), 0, 31)
+    np.c_[scan[:, :3], np.round(scan[:, 3] * 255), ring].astype(np.float32).tofile(path)
+    return np.fromfile(path, np.float32).reshape(-1, 5)
+
+
+def test_a_sweep_read_with_another_row_length_is_refused_naming_the_read(assets: Path, tmp_path: Path) -> None:
+    """A nuScenes .pcd.bin read as KITTI's rows of 4 (np.fromfile(...).reshape(-1, 4)) was accumulated without a
+    word, every point's values shifted along; now the sweep is refused naming the read that fits. Read right, it
+    is taken (its ring index left out)."""
+    path = tmp_path / "n008__LIDAR_TOP__1533151603547590.pcd.bin"
+    sweep = lidar_top(assets, path)
+    stamps, poses = [1.5e9, 1.5e9 - 0.05], [np.eye(4), rigid(0.0, (0.5, 0.0, 0.0))]
+    frame = accumulate_sweeps([sweep, sweep], poses, stamps)
+    np.testing.assert_array_equal(frame[: len(sweep), :4], sweep[:, :4])
+    misread = np.fromfile(path, np.float32).reshape(-1, 4)
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1 looks like 5 float32 values a point \(x, y, z, "
+                                         r"intensity, ring/time, as nuScenes writes them\) read as 4: read its file "
+                                         r"with np.fromfile\(path, np.float32\).reshape\(-1, 5\)$"):
+        accumulate_sweeps([sweep, misread], poses, stamps)
+    kitti = np.fromfile(assets / "kitti/training/velodyne/000000.bin", np.float32)
+    with pytest.raises(InputError, match=r"^accumulate: sweep 0 looks like 4 float32 values a point .* read as 5"):
+        accumulate_sweeps([kitti[: kitti.size // 20 * 20].reshape(-1, 5)], [np.eye(4)], [1.0])
+
+
+def test_a_multi_sweep_frame_given_as_a_sweep_is_refused(assets: Path, nuscenes: Path, tmp_path: Path) -> None:
+    """A frame accumulated already (5th values: its sweeps' time lags) given as a sweep had all its lags overwritten
+    with that sweep's, 0 for the key sweep: now refused. A sweep's own 5th column (nuScenes' ring index, one time
+    for all its points, a return number) is left out as before."""
+    frame = np.fromfile(nuscenes / "nusc_dev_k000000_s05.bin", np.float32).reshape(-1, 5)
+    assert len(np.unique(frame[:, 4])) == 5  # the asset's 5 sweeps
+    with pytest.raises(InputError, match=r"^accumulate: sweep 0's 5th values look like a multi-sweep frame's time "
+                                         r"lags \(a frame accumulated already\?\)"):
+        accumulate_sweeps([frame], [np.eye(4)], [1.0])
+    sweep = lidar_top(assets, tmp_path / "sweep.pcd.bin")
+    timed = np.c_[sweep[:, :4], np.full(len(sweep), 0.05, np.float32)]
+    returns = np.c_[sweep[:, :4], 1 + np.arange(len(sweep)) % 2].astype(np.float32)  # dual returns: 1, 2
+    for given in (sweep, timed, returns):
+        assert accumulate_sweeps([given], [np.eye(4)], [1.0])[:, 4].max() == 0
 
 
 @pytest.mark.cuda
