@@ -9,13 +9,14 @@ Arrays on the GPU (CuPy, or anything CuPy takes by DLPack) are accumulated on th
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from .config import finite_float, plain_number
-from .errors import InputError, safe_repr
+from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
 from .points import refuse_masked, transposed_hint
@@ -26,6 +27,8 @@ EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuSc
 MAX_SWEEP_DISTANCE = 1000.0
 #: Seconds a timestamp's type must hold its value to: nuScenes sweeps are 50 ms apart.
 LAG_RESOLUTION = 1e-3
+#: Sweeps in a frame of OpenPCDet's nuScenes models (MAX_SWEEPS: the key sweep and 9 earlier), what they are trained on.
+TRAINED_SWEEPS = 10
 
 
 def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: Iterable[float], *,
@@ -42,7 +45,8 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     timestamps that are no numbers, poses that are no rigid transforms (a scale, a shear, a reflection, a
     singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, an ``ego_radius``
     that is no number of metres >= 0, and sweeps that are transposed (points as columns), read from their file
-    with another row length, or accumulated already (5th values that are time lags).
+    with another row length, or accumulated already (5th values that are time lags). More than
+    ``TRAINED_SWEEPS`` sweeps are warned of (``InputWarning``).
     """
     try:
         sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
@@ -55,6 +59,11 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     if not (len(sweeps) == len(poses) == len(timestamps)) or not sweeps:
         raise InputError(f"accumulate: {len(sweeps)} sweeps, {len(poses)} poses and {len(timestamps)} timestamps; "
                          "expected one pose and one timestamp per sweep, at least one sweep")
+    if len(sweeps) > TRAINED_SWEEPS:
+        warnings.warn(f"accumulate: {len(sweeps)} sweeps, but nuScenes models are trained on frames of {TRAINED_SWEEPS} "
+                      f"(OpenPCDet's MAX_SWEEPS: the key sweep and the {TRAINED_SWEEPS - 1} before it); more give time "
+                      f"lags and point densities the model never saw: pass the first {TRAINED_SWEEPS}",
+                      InputWarning, stacklevel=2)
     xp = _array_module(sweeps[0])
     key = _pose(poses[0], 0)
     to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)

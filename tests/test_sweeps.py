@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt import PointPillars
-from pointpillars_trt.errors import InputError
+from pointpillars_trt.errors import InputError, InputWarning
 from pointpillars_trt.sweeps import accumulate_sweeps
 from tiny_graphs import cuda_skip_reason
 
@@ -158,6 +158,20 @@ def test_a_multi_sweep_frame_given_as_a_sweep_is_refused(assets: Path, nuscenes:
     returns = np.c_[sweep[:, :4], 1 + np.arange(len(sweep)) % 2].astype(np.float32)  # dual returns: 1, 2
     for given in (sweep, timed, returns):
         assert accumulate_sweeps([given], [np.eye(4)], [1.0])[:, 4].max() == 0
+
+
+def test_more_sweeps_than_nuscenes_models_are_trained_on_are_warned_of() -> None:
+    """OpenPCDet's nuScenes models see 10 sweeps (MAX_SWEEPS): 20 were accumulated without a word, lags up to
+    0.95 s the model never saw; now one InputWarning says so. 10 say nothing."""
+    key = np.array([[5, 0, 0, 1]], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert accumulate_sweeps([key] * 10, [np.eye(4)] * 10, [1.0 - 0.05 * i for i in range(10)]).shape == (10, 5)
+    with pytest.warns(InputWarning, match=r"^accumulate: 20 sweeps, but nuScenes models are trained on frames of 10 "
+                                          r"\(OpenPCDet's MAX_SWEEPS: the key sweep and the 9 before it\).*pass the "
+                                          r"first 10$") as caught:
+        frame = accumulate_sweeps([key] * 20, [np.eye(4)] * 20, [1.0 - 0.05 * i for i in range(20)])
+    assert len(caught) == 1 and frame.shape == (20, 5)
 
 
 @pytest.mark.cuda
