@@ -128,7 +128,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     try:
         arr = np.asarray(points)
-    except (TypeError, ValueError) as exc:  # ragged lists; device arrays that refuse implicit host copies
+    except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists; device arrays that refuse implicit host
+        # copies; a torch tensor that requires grad (RuntimeError, its message naming .detach())
         raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
     hint = transposed_hint(arr.shape)
     if arr.dtype.names is not None and not arr.dtype.hasobject:

@@ -202,3 +202,17 @@ def test_single_sweeps_given_to_a_multi_sweep_model_are_refused_naming_accumulat
     with pytest.raises(InputError, match=r"got 4 columns per point .*; single sweeps\? give it multi-sweep frames "
                                          r"\(PointPillars.accumulate builds them"):
         as_host_points(np.zeros((10, 4), np.float32), columns=5)
+
+
+class _GradTensorLike:
+    """An array-like whose host conversion raises RuntimeError, as a torch tensor that requires grad does
+    ("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")."""
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+
+
+def test_an_array_like_whose_conversion_raises_runtime_error_is_an_input_error_keeping_its_reason() -> None:
+    with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array .*\(Can't call numpy\(\) on "
+                                         r"Tensor that requires grad\. Use tensor\.detach\(\)\.numpy\(\) instead\.\)$"):
+        as_host_points(_GradTensorLike(), "points", 4)
