@@ -4,8 +4,8 @@ Every user error (a bad file, config, model or option, a refusing file system, i
 deeply, memory running out) ends in one ``error:`` line and exit code 2, never a traceback; in a
 batch, each failed frame gets its own ``error:`` line, the others still get their outputs, and the
 exit code is 1. Ctrl-C exits with 130, SIGTERM with 143, both after cleaning up as a normal end does.
-A stdout whose reader has gone (``| head -1``) ends in no error line: the run goes on writing its files
-and exits 1 (see ``_StdoutGuard``).
+A stdout whose reader has gone (``| head -1``), or that was closed from the start (``>&-``), ends in no
+error line: the run goes on writing its files and exits 1 (see ``_StdoutGuard``).
 """
 
 from __future__ import annotations
@@ -115,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if sys.stdout is guard:
             sys.stdout = stdout
+        guard.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
@@ -200,9 +201,16 @@ class _StdoutGuard:
     exit code is then 1, as that note's example has it. SIGPIPE stays ignored (Python's default), since
     dying of it would stop the run mid-way too."""
 
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.reader_gone = False
+    def __init__(self, stream: TextIO | None) -> None:
+        # a stdout closed from the start (``cmd >&-``: Python's sys.stdout is None) is a reader gone before the
+        # first line: what the run prints goes to /dev/null, and the exit code is 1 as above
+        self.reader_gone = self.closed_from_start = stream is None
+        self.stream: TextIO = stream if stream is not None else open(os.devnull, "w", encoding="utf-8")
+
+    def close(self) -> None:
+        """Close the /dev/null opened in place of a stdout closed from the start."""
+        if self.closed_from_start:
+            self.stream.close()
 
     def write(self, text: str) -> int:
         try:

@@ -192,6 +192,22 @@ def test_infer_that_only_prints_stops_quietly_when_its_stdout_closes(tiny_model:
 
 
 
+@pytest.mark.parametrize("out", ["folder", "stdout only"])
+def test_a_run_started_with_stdout_closed_ends_as_one_whose_reader_went(tiny_model: Path, tiny_frames: list[Path],
+                                                                        tmp_path: Path, out: str):
+    """``pointpillars-trt ... >&-`` (stdout closed, Python's sys.stdout None): the run writes its files and exits 1
+    without a word, as a run whose reader went does; it ended in an AttributeError traceback at its first line,
+    before its outputs were written."""
+    outputs = ["--out", str(tmp_path / "out")] if out == "folder" else []
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    run = subprocess.run(["sh", "-c", 'exec "$@" >&-', "sh", sys.executable, "-m", "pointpillars_trt", "infer",
+                          *map(str, tiny_frames[1:3]), "--model", str(tiny_model), "--device", "cpu", "--no-progress",
+                          *outputs, *LOOSE], stderr=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr and "error" not in run.stderr, run.stderr
+    if out == "folder":
+        assert output_names(tmp_path / "out") == ["000001.json", "000002.json"]
+
+
 def test_a_calib_or_label_file_that_is_a_fifo_is_named_by_its_kind(tiny_model: Path, tiny_frames: list[Path],
                                                                    tmp_path: Path):
     """A FIFO where a frame's calib or --eval label file belongs: said as a FIFO, not as a missing file
