@@ -95,6 +95,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
+            # notes are the command's output, whatever -W or PYTHONWARNINGS (a CI's "error") says of warnings
+            warnings.simplefilter("default", Notice)
             warnings.showwarning = functools.partial(_show_warning, fallback=warnings.showwarning)
             code = int(args.run(args))
         return code or (EXIT_CLOSED_STDOUT if guard.reader_gone else 0)

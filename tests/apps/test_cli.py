@@ -360,6 +360,22 @@ def test_build_fp16_refuses_a_weight_beyond_float16(zhulf_cfg: ModelConfig, tmp_
         f"  (in place of the model dir built there before: zhulf0804_kitti_3class, fp32, from {str(path)!r})"), again
 
 
+def test_a_note_stays_a_note_where_warnings_are_errors(tiny_model: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    """``python -W error`` or a CI's PYTHONWARNINGS=error: the command's own notes (an OMP_NUM_THREADS that is no
+    thread count, left out) are its output, said as ``note:`` lines; the note was raised as a SettingNotice
+    traceback instead, and nothing was written."""
+    frame = tmp_path / "a.bin"
+    frame.write_bytes(tiny_points(0).tobytes())
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--out", tmp_path / "out", "--no-progress")
+    assert run.rc == 0 and run.out.startswith("1/1 frames, "), run
+    assert run.err.count("note: OMP_NUM_THREADS='abc' is no thread count") == 1, run.err
+    assert output_names(tmp_path / "out") == ["a.json"]
+
+
 # --------------------------------------------------------------------------- infer: JSON
 
 @pytest.mark.slow
