@@ -77,8 +77,13 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
     except PointPillarsError:
         pass  # not built yet, or stale or damaged: rebuilt below
     _check_cache_writable(root, cache_dir)
-    return export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
-                             device_id=device_id)
+    try:
+        return export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
+                                 device_id=device_id)
+    except ModelDirError as exc:  # the cache's file system full (or failing) once the files are written
+        if isinstance(exc.__cause__, OSError):
+            raise _cache_unwritable(root, cache_dir, exc.__cause__.strerror or type(exc.__cause__).__name__) from None
+        raise
 
 
 def copy_model_dir(model: ModelDir, dest: Path) -> None:
@@ -114,12 +119,18 @@ def _check_cache_writable(root: Path, cache_dir: str | os.PathLike[str] | None) 
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
     if reason is not None:
-        variable = os.environ.get("POINTPILLARS_TRT_CACHE")
-        where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
-                 else f"model cache {root} (the default; POINTPILLARS_TRT_CACHE unset)")
-        fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
-        raise ModelDirError(f"{where} cannot be written ({reason}): {fix}, or build a model dir with "
-                            "`pointpillars-trt build` and use that instead of the checkpoint")
+        raise _cache_unwritable(root, cache_dir, reason)
+
+
+def _cache_unwritable(root: Path, cache_dir: str | os.PathLike[str] | None, reason: str) -> ModelDirError:
+    """The error of a model cache that cannot take a new model dir for ``reason``: it names the cache, where its
+    path came from, and how to move it."""
+    variable = os.environ.get("POINTPILLARS_TRT_CACHE")
+    where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
+             else f"model cache {root} (the default; POINTPILLARS_TRT_CACHE unset)")
+    fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
+    return ModelDirError(f"{where} cannot be written ({reason}): {fix}, or build a model dir with "
+                         "`pointpillars-trt build` and use that instead of the checkpoint")
 
 
 def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensorrt_tf32: bool | None) -> str:
@@ -264,7 +275,7 @@ def export_model_dir(
     except OSError as exc:
         raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
                             f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a "
-                            "concurrent build replaced them") from None
+                            "concurrent build replaced them") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return ModelDir(folder, cfg, json.loads(text))

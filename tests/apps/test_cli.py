@@ -331,6 +331,34 @@ def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: P
     assert list(tmp_path.iterdir()) == [a_file] and a_file.read_text() == "x"
 
 
+@ONE_FAMILY
+def test_infer_checkpoint_with_a_full_cache_names_the_cache(checkpoint: Path, assets: Path, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch):
+    """The cache's file system fills up while the graphs are written: the line names the cache and how to move it,
+    as for a cache that cannot be written at all; it named a hashed folder in it, with no fix. Nothing is left
+    there."""
+    import errno
+
+    from pointpillars_trt.convert import export
+
+    real_write = export.write_bytes_atomic
+
+    def write_until_full(path, data):  # type: ignore[no-untyped-def]
+        if Path(path).name == "rpn.onnx":
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        real_write(path, data)
+
+    monkeypatch.setattr(export, "write_bytes_atomic", write_until_full)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(cache))
+    run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [f"error: model cache POINTPILLARS_TRT_CACHE={cache} cannot be written (No space "
+                                    "left on device): set POINTPILLARS_TRT_CACHE to a writable folder, or build a "
+                                    "model dir with `pointpillars-trt build` and use that instead of the checkpoint"]
+    assert list(cache.iterdir()) == []
+
+
 def test_build_checkpoint_of_other_family(checkpoint: Path, family: str, tmp_path: Path):
     other = CONFIGS["zhulf0804" if family == "openpcdet" else "openpcdet"]
     assert_one_line_error(cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "m", "--config", other),
