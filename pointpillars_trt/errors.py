@@ -83,6 +83,11 @@ class CheckpointNotice(Notice):
     once per read."""
 
 
+class CacheNotice(Notice):
+    """A model cache entry that is there but cannot be used (damaged, or written by an older version) is rebuilt:
+    said once per entry and reason."""
+
+
 class SettingNotice(Notice):
     """A setting taken otherwise than it was given: from the environment (``OMP_NUM_THREADS`` past this machine's
     cores, or no thread count at all), or from an OpenPCDet config (its test-time point shuffle, which runs off):

@@ -19,7 +19,7 @@ import yaml
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
-from pointpillars_trt.errors import ModelDirError
+from pointpillars_trt.errors import CacheNotice, ModelDirError
 from pointpillars_trt.runtime import engine_file
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import FORMAT_VERSION, METADATA_FILE, load_model_dir
@@ -427,13 +427,62 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     good = first.rpn_path.read_bytes()
     first.rpn_path.write_bytes(good[:-100])  # truncated
-    again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    with pytest.warns(CacheNotice, match="rpn.onnx: damaged or replaced"):
+        again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert again.path == first.path and again.rpn_path.read_bytes() == good
     for entry in first.path.iterdir():
         entry.unlink()
     (first.path / "junk.txt").write_text("not a model dir")
-    third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    with pytest.warns(CacheNotice, match="model.json: missing"):
+        third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
+
+
+def test_a_damaged_cache_entry_is_said_as_it_is_rebuilt(tmp_path: Path, assets: Path):
+    """A cache entry that is there but cannot be used is rebuilt with a CacheNotice naming it and why (it was rebuilt
+    without a word, hiding a cache that keeps getting damaged); the first fill and a sound entry say nothing."""
+    import warnings
+
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    cache = tmp_path / "cache"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheNotice)
+        first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+        assert model_dir_for_checkpoint(checkpoint, cache_dir=cache).path == first.path
+    good = first.rpn_path.read_bytes()
+    first.rpn_path.write_bytes(good[:1000])
+    with pytest.warns(CacheNotice) as said:
+        again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    assert [str(w.message) for w in said] == [
+        f"rebuilding model cache entry {first.path}, which cannot be used as it is ({first.rpn_path}: damaged or "
+        f"replaced (1000 bytes, model.json records {len(good)}); rebuild the model dir)"]
+    assert again.rpn_path.read_bytes() == good
+
+
+def test_a_cache_entry_another_run_put_in_place_first_is_used(tmp_path: Path, assets: Path,
+                                                              monkeypatch: pytest.MonkeyPatch):
+    """Two runs fill one empty cache entry at once and the other's rename lands first: this run uses that entry
+    (it failed: cannot write ... (Directory not empty)), and leaves no build folder behind."""
+    import shutil
+
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    theirs = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "theirs").path
+    real_replace = os.replace
+
+    def other_run_first(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if ".build-" in Path(src).name and not os.path.lexists(dst):  # this run's finished build folder
+            shutil.copytree(theirs, dst)  # the other run's, renamed in just before
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", other_run_first)
+    cache = tmp_path / "cache"
+    model = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    assert model.path == cache / theirs.name and model.rpn_path.read_bytes() == (theirs / "rpn.onnx").read_bytes()
+    assert [p.name for p in cache.iterdir()] == [theirs.name]
 
 
 def test_a_cache_entry_shared_by_configs_of_other_launch_values_runs_each_with_its_own(tmp_path: Path, assets: Path):

@@ -14,13 +14,14 @@ import json
 import os
 import secrets
 import shutil
+import warnings
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from ..config import ConfigArgument, ModelConfig
-from ..errors import InputError, ModelDirError, PointPillarsError, safe_repr
+from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, safe_repr
 from ..fileio import (not_a_folder, owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder,
                       unwritable_reason, user_cache_dir, write_bytes_atomic)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
@@ -71,19 +72,32 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
     tensorrt_tf32 = tf32 if tensorrt_plans else None
     folder = root / cache_key(ckpt.sha256, ckpt.config.digest(), checked, tensorrt_tf32)
     try:
-        model = load_model_dir(folder, ckpt.config)
-        if tensorrt_tf32 is None or model.has_plans():
-            return model  # with ckpt.config's launch values (load_model_dir)
-    except PointPillarsError:
-        pass  # not built yet, or stale or damaged: rebuilt below
+        return _cache_entry(folder, ckpt.config, tensorrt_tf32)
+    except PointPillarsError as exc:  # not built yet, or stale or damaged: rebuilt below, said when it was there
+        if os.path.lexists(folder):
+            warnings.warn(f"rebuilding model cache entry {folder}, which cannot be used as it is ({exc})",
+                          CacheNotice, stacklevel=2)
     _check_cache_writable(root, cache_dir)
     try:
         return export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
                                  device_id=device_id)
-    except ModelDirError as exc:  # the cache's file system full (or failing) once the files are written
-        if isinstance(exc.__cause__, OSError):
+    except ModelDirError as exc:
+        try:  # another run filling the same entry at once put its own in place first (it took the rename): use it
+            return _cache_entry(folder, ckpt.config, tensorrt_tf32)
+        except PointPillarsError:
+            pass
+        if isinstance(exc.__cause__, OSError):  # the cache's file system full (or failing) as the files are written
             raise _cache_unwritable(root, cache_dir, exc.__cause__.strerror or type(exc.__cause__).__name__) from None
         raise
+
+
+def _cache_entry(folder: Path, cfg: ModelConfig, tensorrt_tf32: bool | None) -> ModelDir:
+    """The model cache's entry ``folder``, opened with ``cfg``'s launch values (``load_model_dir``), with its TensorRT
+    plan when ``tensorrt_tf32`` asks for one; a PointPillarsError saying why when there is none that serves."""
+    model = load_model_dir(folder, cfg)
+    if tensorrt_tf32 is not None and not model.has_plans():
+        raise ModelDirError(f"model dir {folder}: holds no TensorRT plan")
+    return model
 
 
 def copy_model_dir(model: ModelDir, dest: Path) -> None:
