@@ -254,7 +254,16 @@ def user_cache_dir() -> Path:
     """Where the package caches what it derives (exported model dirs, engine plan caches):
     $POINTPILLARS_TRT_CACHE, else ~/.cache/pointpillars-trt. Never inside a model dir, so a model dir
     has one writer (``build``) and may sit on a read-only share."""
-    return Path(os.environ.get("POINTPILLARS_TRT_CACHE") or Path.home() / ".cache" / "pointpillars-trt")
+    variable = os.environ.get("POINTPILLARS_TRT_CACHE")
+    if variable:
+        return Path(variable)
+    try:
+        home = Path.home()
+    except RuntimeError:  # HOME unset (`env -i`, a bare service) and a user id with no account in the password database
+        raise PointPillarsError(f"the cache of pointpillars-trt has no folder: HOME is unset and user id "
+                                f"{os.getuid()} has no home directory: set POINTPILLARS_TRT_CACHE (or HOME) to a "
+                                "writable folder") from None
+    return home / ".cache" / "pointpillars-trt"
 
 
 #: Suffix of the temp files the atomic writer renames into place; a run that was killed leaves them

@@ -332,6 +332,26 @@ def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: P
 
 
 @ONE_FAMILY
+def test_infer_checkpoint_without_a_home_says_how_to_place_the_cache(checkpoint: Path, assets: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch):
+    """HOME unset (``env -i``, a bare service) and a user id the password database does not know: one line saying so
+    and how to place the cache; it was a RuntimeError traceback ("Could not determine home directory")."""
+    import pwd
+
+    def unknown_user(uid: int) -> pwd.struct_passwd:
+        raise KeyError(f"getpwuid(): uid not found: {uid}")
+
+    monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
+    monkeypatch.delenv("HOME", raising=False)
+    monkeypatch.setattr(pwd, "getpwuid", unknown_user)
+    run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [f"error: the cache of pointpillars-trt has no folder: HOME is unset and user id "
+                                    f"{os.getuid()} has no home directory: set POINTPILLARS_TRT_CACHE (or HOME) to a "
+                                    "writable folder"], run.err
+
+
+@ONE_FAMILY
 def test_infer_checkpoint_with_a_full_cache_names_the_cache(checkpoint: Path, assets: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch):
     """The cache's file system fills up while the graphs are written: the line names the cache and how to move it,
