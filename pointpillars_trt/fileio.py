@@ -250,13 +250,23 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
 
 # --------------------------------------------------------------------------- atomic writes
 
+def xdg_cache_home() -> Path | None:
+    """$XDG_CACHE_HOME where it is an absolute path (the XDG base directory spec ignores a relative one), else None."""
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    return Path(xdg) if os.path.isabs(xdg) else None
+
+
 def user_cache_dir() -> Path:
     """Where the package caches what it derives (exported model dirs, engine plan caches):
-    $POINTPILLARS_TRT_CACHE, else ~/.cache/pointpillars-trt. Never inside a model dir, so a model dir
-    has one writer (``build``) and may sit on a read-only share."""
+    $POINTPILLARS_TRT_CACHE, else $XDG_CACHE_HOME/pointpillars-trt (where it is an absolute path, as the XDG base
+    directory spec wants; containers and CI jobs point it at a volume), else ~/.cache/pointpillars-trt. Never
+    inside a model dir, so a model dir has one writer (``build``) and may sit on a read-only share."""
     variable = os.environ.get("POINTPILLARS_TRT_CACHE")
     if variable:
         return Path(variable)
+    xdg = xdg_cache_home()
+    if xdg is not None:
+        return xdg / "pointpillars-trt"
     try:
         home = Path.home()
     except RuntimeError:  # HOME unset (`env -i`, a bare service) and a user id with no account in the password database

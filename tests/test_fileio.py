@@ -334,3 +334,17 @@ def test_name_text_tells_every_file_name_apart_and_gives_strict_utf8() -> None:
     assert name_text("plain.bin") == "plain.bin" and name_text("a\\b.bin") == "a\\b.bin"
     assert name_text("été.bin") == "été.bin"
     assert name_text(os.fsdecode(b"z\xff.bin")) == "z\\xff.bin"
+
+
+@pytest.mark.parametrize(("package", "xdg", "expected"), [
+    ("/p/cache", "/x", "/p/cache"),  # the package's own variable first
+    ("", "/x", "/x/pointpillars-trt"),  # then the XDG base directory spec's
+    ("", "relative/x", "{home}/.cache/pointpillars-trt"),  # a relative XDG_CACHE_HOME is ignored, as the spec says
+    ("", "", "{home}/.cache/pointpillars-trt"),
+])
+def test_user_cache_dir_takes_its_variable_then_xdg_cache_home_then_home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                          package: str, xdg: str, expected: str) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", package)
+    monkeypatch.setenv("XDG_CACHE_HOME", xdg)
+    assert fileio.user_cache_dir() == Path(expected.format(home=tmp_path))

@@ -23,7 +23,7 @@ from typing import Any
 from ..config import ConfigArgument, ModelConfig
 from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, safe_repr
 from ..fileio import (not_a_folder, owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder,
-                      unwritable_reason, user_cache_dir, write_bytes_atomic)
+                      unwritable_reason, user_cache_dir, write_bytes_atomic, xdg_cache_home)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
@@ -141,7 +141,8 @@ def _cache_unwritable(root: Path, cache_dir: str | os.PathLike[str] | None, reas
     path came from, and how to move it."""
     variable = os.environ.get("POINTPILLARS_TRT_CACHE")
     where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
-             else f"model cache {root} (the default; POINTPILLARS_TRT_CACHE unset)")
+             else f"model cache {root} ({'under XDG_CACHE_HOME' if xdg_cache_home() else 'the default'}; "
+                  "POINTPILLARS_TRT_CACHE unset)")
     fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
     return ModelDirError(f"{where} cannot be written ({reason}): {fix}, or build a model dir with "
                          "`pointpillars-trt build` and use that instead of the checkpoint")

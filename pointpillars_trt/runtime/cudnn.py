@@ -15,7 +15,7 @@ pipeline can capture it in a CUDA graph.
 
 The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
 when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
-cache, ``$POINTPILLARS_TRT_CACHE`` or ``~/.cache/pointpillars-trt``: never the model dir, whose one
+cache, ``fileio.user_cache_dir``: never the model dir, whose one
 writer is ``build``) in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and
 compute capability, config digest, precision and batch. A missing, corrupt or mismatching entry is
 rebuilt. Above batch 1, each conv runs the fastest candidate (batch 1's engine among them) that,

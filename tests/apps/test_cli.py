@@ -311,7 +311,7 @@ def test_build_refuses_no_tf32_for_fp16_plans(checkpoint: Path, tmp_path: Path):
 
 
 @ONE_FAMILY
-@pytest.mark.parametrize("variable", ["set", "unset"])
+@pytest.mark.parametrize("variable", ["set", "unset", "xdg"])
 def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: Path, assets: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch, variable: str):
     a_file = tmp_path / "a_file"
@@ -319,8 +319,13 @@ def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: P
     if variable == "set":
         monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(a_file / "cache"))
         where = f"model cache POINTPILLARS_TRT_CACHE={a_file / 'cache'}"
+    elif variable == "xdg":  # the default below $XDG_CACHE_HOME, as a container or CI job points it at a volume
+        monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(a_file))
+        where = f"model cache {a_file / 'pointpillars-trt'} (under XDG_CACHE_HOME; POINTPILLARS_TRT_CACHE unset)"
     else:  # the default: below $HOME
         monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
+        monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
         monkeypatch.setenv("HOME", str(a_file))
         where = f"model cache {a_file / '.cache' / 'pointpillars-trt'} (the default; POINTPILLARS_TRT_CACHE unset)"
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
@@ -342,6 +347,7 @@ def test_infer_checkpoint_without_a_home_says_how_to_place_the_cache(checkpoint:
         raise KeyError(f"getpwuid(): uid not found: {uid}")
 
     monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.delenv("HOME", raising=False)
     monkeypatch.setattr(pwd, "getpwuid", unknown_user)
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
