@@ -266,10 +266,10 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, column
         words = _refuse_misfit_content(path, head()[:_MISFIT_HEAD_BYTES], what)
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
                          f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns, words)}")
-    _refuse_oversize(path, size, row, what)
+    refuse_oversize(path, size, row, what)
 
 
-def _refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> None:
+def refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> None:
     """Refuse a frame of more than MAX_FRAME_POINTS rows of ``row_bytes``, by its size in points."""
     if size > MAX_FRAME_POINTS * row_bytes:
         raise InputError(f"{what} {safe_repr(path)} is {size} bytes ({size // row_bytes} points), "
@@ -363,7 +363,7 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
     buffer is not zeroed first (a ``bytearray`` is: ~0.2 ms more for a 5 MB multi-sweep frame)."""
     fd, size = open_regular_fd(path, max_bytes=2**62, what=what)
     try:
-        _refuse_oversize(path, size, row_bytes, what)
+        refuse_oversize(path, size, row_bytes, what)
         if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read up to the limit
             return np.frombuffer(bytearray(read_regular_file(path, max_bytes=MAX_FRAME_POINTS * row_bytes, what=what)),
                                  np.uint8)

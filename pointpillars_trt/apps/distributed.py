@@ -58,7 +58,7 @@ from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
-from .uri_frames import check_one_file_system, is_uri, list_uri_frames
+from .uri_frames import check_one_file_system, is_uri, list_uri_frames, read_uri_frames
 from ..runtime_options import RuntimeOptions, environment_threads
 
 if TYPE_CHECKING:
@@ -413,11 +413,14 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     context.enable_progress_bars = False              # one bar below, in frames/s
     start = time.perf_counter()
     if uris:  # listed here: a URI Ray Data cannot read is refused before anything is said or runs
-        listed = list_uri_frames(ray, sources)
+        listed = list_uri_frames(ray, sources, options["point_dim"])
         frames = listed.names + [name for name, _ in listed.refused]
         check_distinct_outputs(frames, options["plan"].suffixes, reserved=[SETTINGS_FILE])
         refuse_foreign_outputs(out, frames, options["plan"].suffixes)
-        dataset = ray.data.read_binary_files(listed.reads, include_paths=True)
+        # read in Ray Data's tasks, each frame's failure its own error
+        dataset = ray.data.from_items([{"path": name, "read": read} for name, read in zip(listed.names, listed.reads)])
+        dataset = dataset.map_batches(read_uri_frames, batch_format="numpy",
+                                      fn_kwargs={"filesystem": listed.filesystem, "point_dim": options["point_dim"]})
         refused = listed.refused
     else:  # local files: each actor's reader threads read them into its pinned staging
         frames = sources
@@ -686,7 +689,8 @@ class _DetectActor:
         paths = [str(path) for path in batch["path"]]
         if self.refusal:
             return {key: [self.refusal if key == "refusal" else "" for _ in paths] for key in _COLUMNS}
-        items: list[object] = ([FrameBytes(path, bytes(data)) for path, data in zip(paths, batch["bytes"])]
+        items: list[object] = ([FrameBytes(path, bytes(data), str(error))
+                                for path, data, error in zip(paths, batch["bytes"], batch["error"])]
                                if "bytes" in batch else list(paths))
         columns: dict[str, list[Any]] = {key: [] for key in _COLUMNS}
         files: list[str] = []

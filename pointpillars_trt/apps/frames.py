@@ -66,6 +66,7 @@ class FrameBytes:
 
     source: str
     data: bytes
+    error: str = ""  # why it could not be read (no data): the frame's error
 
 
 class FrameReader:
@@ -91,6 +92,8 @@ class FrameReader:
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
         if isinstance(item, FrameBytes):
+            if item.error:
+                raise InputError(item.error)
             if os.path.splitext(item.source)[1].lower() != ".bin":  # read as one, it would be garbage or refused
                 raise InputError(f"point file {safe_repr(item.source)}: a frame read from a URI is read as a .bin "
                                  "file (rows of float32 values), and this one is not: give other frames as local "

@@ -1,7 +1,8 @@
 """The frames of ``infer --ray``'s URIs (``s3://bucket/drive42/``, ``file:///data/frames``), listed through Ray
 Data before anything runs and then taken as local ``infer`` takes a folder: its point files in name order,
 subfolders and other files left out, and the run's frames checked as local frames are (a frame given twice,
-two frames of one output file)."""
+two frames of one output file). Their bytes are read in Ray Data's tasks through the file system it listed them
+on, a frame at a time: one that cannot be read is that frame's error, as a local file's read is."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from ..errors import InputError, one_line, safe_repr
 from ..fileio import special_kind
-from ..pointcloud_io import SUPPORTED_EXTENSIONS
+from ..pointcloud_io import SUPPORTED_EXTENSIONS, refuse_oversize
+from ..points import MAX_FRAME_POINTS
 
 #: The logger of Ray Data's listing, which warns of each path it cannot resolve and skips it.
 _PATH_LOGGER = "ray.data.datasource.path_util"
@@ -46,14 +50,16 @@ def check_one_file_system(sources: Sequence[str]) -> None:
 
 
 class UriFrames(NamedTuple):
-    """The frames of a run's URIs: ``names`` as Ray Data reports them, ``reads`` the paths or URIs to read
-    them by (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` URI, or in
-    a ``file://`` folder, that Ray Data's listing leaves out or takes for missing because it is no regular file
-    (a FIFO, a device), which local ``infer`` reports as a failed frame."""
+    """The frames of a run's URIs: ``names`` as Ray Data reports them, ``reads`` the paths to read them by on
+    ``filesystem`` (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` URI, or
+    in a ``file://`` folder, that Ray Data's listing leaves out or takes for missing because it is no regular file
+    (a FIFO, a device), and of each frame larger than a frame may be, which local ``infer`` reports as a failed
+    frame."""
 
     names: list[str]
     reads: list[str]
     refused: list[tuple[str, str]]
+    filesystem: Any  # Ray Data's own (pyarrow), with its retries of a store's transient errors
 
 
 def calib_probes(frames: Sequence[str], calib: str | None) -> list[str]:
@@ -77,38 +83,74 @@ def calib_probes(frames: Sequence[str], calib: str | None) -> list[str]:
     return [] if calib is not None else probes
 
 
-def list_uri_frames(ray: Any, sources: list[str]) -> UriFrames:
+def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
     """The frames of ``sources``, in the order given: a URI of a file is that frame, a URI of a folder the
     point files directly in it, sorted by name (Ray Data lists a folder's subfolders too, and every file in
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
     point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
-    Data's listing takes for a missing file, ending the run) is a refused frame."""
+    Data's listing takes for a missing file, ending the run) is a refused frame, and so is a frame whose listed
+    size is beyond the frame limit for ``point_dim`` values a point (refused unread, as a local read refuses it)."""
     kinds = {source: _special_kind_here(source) for source in sources}
     special = [(source, _not_regular(source, kind)) for source, kind in kinds.items() if kind is not None]
     sources = [source for source in sources if kinds[source] is None]
     if not sources:
         raise InputError(special[0][1])
-    listed = _list(ray, sources)
+    sizes, filesystem = _list(ray, sources)
     point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
-    for name in sorted(listed):
+    for name in sorted(sizes):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
             point_files.setdefault(posixpath.dirname(name), []).append(name)
-    frames = UriFrames([], [], special)
+    frames = UriFrames([], [], special, filesystem)
     for source in sources:
-        if not is_uri(source):
-            frames.names.append(source)
-            frames.reads.append(source)
+        if not is_uri(source):  # read by its path here (a read task's working folder may be another)
+            _add_frame(frames, source, os.path.abspath(source), sizes, point_dim)
             continue
-        prefix, found = _frames_under(source, listed, point_files)
+        found = _frames_under(source, set(sizes), point_files)
         refused = _special_point_files(source, set(found))
         if not found:
             others = f"; {refused[0][1]}" if refused else ""
             raise InputError(f"{safe_repr(source)}: Ray Data lists no point file in it "
                              f"({', '.join(SUPPORTED_EXTENSIONS)}, subfolders left out, as infer lists a folder){others}")
-        frames.names.extend(found)
-        frames.reads.extend(prefix + name for name in found)
+        for name in found:
+            _add_frame(frames, name, name, sizes, point_dim)
         frames.refused.extend(refused)
     return frames
+
+
+def _add_frame(frames: UriFrames, name: str, read: str, sizes: dict[str, int], point_dim: int) -> None:
+    """The frame ``name`` (read by ``read``) among ``frames``, or among those refused when its size as listed is
+    beyond a frame's: refused unread, as a local read refuses it by its size."""
+    try:
+        refuse_oversize(name, sizes.get(read, 0), 4 * point_dim, "point file")
+    except InputError as exc:
+        frames.refused.append((name, str(exc)))
+        return
+    frames.names.append(name)
+    frames.reads.append(read)
+
+
+def read_uri_frames(batch: dict[str, np.ndarray], filesystem: Any, point_dim: int) -> dict[str, list[Any]]:
+    """Ray Data's task for a batch of a run's URI frames {path: the name, read: the path on ``filesystem``}: each
+    frame's bytes or why there are none, for its error; Ray Data's own read of them ended the run, with its
+    traceback, at the first frame gone or unreadable since the listing."""
+    read = [_read_frame(filesystem, str(name), str(path), MAX_FRAME_POINTS * 4 * point_dim)
+            for name, path in zip(batch["path"], batch["read"])]
+    return {"path": list(batch["path"]), "bytes": [data for data, _ in read], "error": [error for _, error in read]}
+
+
+def _read_frame(filesystem: Any, name: str, path: str, max_bytes: int) -> tuple[bytes, str]:
+    """(the bytes at ``path``, ""), or (b"", the error of the frame ``name``): none there, a read that failed, or
+    more than ``max_bytes`` (a file grown since its listed size was checked: never more is read)."""
+    try:
+        with filesystem.open_input_stream(path) as stream:
+            data = stream.read(max_bytes + 1)  # what the file holds: the buffer asked is not filled
+    except FileNotFoundError:
+        return b"", f"point file {safe_repr(name)} does not exist"
+    except OSError as exc:
+        return b"", f"point file {safe_repr(name)} cannot be read: {one_line(exc.strerror or exc)}"
+    if len(data) > max_bytes:
+        return b"", f"point file {safe_repr(name)} grew past the limit of {MAX_FRAME_POINTS} points a frame once listed"
+    return data, ""
 
 
 def _special_kind_here(source: str) -> str | None:
@@ -148,26 +190,26 @@ def _not_regular(path: str, kind: str) -> str:
     return f"point file {safe_repr(path)} is {kind}, not a regular file"
 
 
-def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str]]) -> tuple[str, list[str]]:
-    """(what goes before a listed name to read it as a URI, the frames ``source`` gives of those ``listed``;
-    ``point_files``: each listed folder's).
+def _frames_under(source: str, listed: set[str], point_files: dict[str, list[str]]) -> list[str]:
+    """The frames ``source`` gives of those ``listed`` (``point_files``: each listed folder's).
     Ray Data names a listed file by its path on the file system, without the scheme (``file:///d/a.bin``:
     ``/d/a.bin``; ``s3://bucket/d/a.bin``: ``bucket/d/a.bin``; ``hdfs://host:8020/d/a.bin``: ``/d/a.bin``)."""
     rest = _uri_path(source)
     paths = [rest] + ([rest[rest.index("/"):]] if "/" in rest and not rest.startswith("/") else [])
     for path in paths:
-        prefix, root = source[: len(source) - len(path)], path.rstrip("/") or "/"
+        root = path.rstrip("/") or "/"
         if root in listed:  # a file
-            return prefix, [root]
+            return [root]
         if root in point_files:
-            return prefix, point_files[root]
-    return "", []
+            return point_files[root]
+    return []
 
 
-def _list(ray: Any, sources: list[str]) -> set[str]:
-    """The files Ray Data lists of ``sources`` (URIs, with any local files beside them): a URI it cannot list
-    (no such file or folder, no file system for its scheme, a store that refuses) is one InputError, where Ray
-    Data would skip it with a warning or stop the run mid-way with a traceback."""
+def _list(ray: Any, sources: list[str]) -> tuple[dict[str, int], Any]:
+    """The size of each file Ray Data lists of ``sources`` (URIs, with any local files beside them), by its name
+    there, and the file system it lists them on: a URI it cannot list (no such file or folder, no file system for
+    its scheme, a store that refuses) is one InputError, where Ray Data would skip it with a warning or stop the
+    run mid-way with a traceback."""
     unresolved = _Unresolved()
     logger = logging.getLogger(_PATH_LOGGER)
     logger.addFilter(unresolved)
@@ -181,7 +223,9 @@ def _list(ray: Any, sources: list[str]) -> set[str]:
     if unresolved.found:
         path, reason = unresolved.found[0]
         raise InputError(f"{safe_repr(path)}: Ray Data cannot read it: {one_line(reason)}")
-    return {str(name) for name in dataset.input_files()}
+    datasource = dataset._logical_plan.dag.datasource  # where Ray Data keeps its listing: no public accessor
+    return {str(name): int(size or 0) for name, size in zip(datasource._paths(), datasource._file_sizes())}, \
+        datasource._filesystem
 
 
 class _Unresolved(logging.Filter):

@@ -763,6 +763,70 @@ def test_a_fifo_in_a_folder_is_that_frames_error_as_in_local_infer(ray_cluster, 
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 2
 
 
+def jsonl_rows(out: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
+
+
+def test_a_uri_frame_gone_or_grown_after_the_listing_is_that_frames_error_and_the_run_goes_on(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame of a ``file://`` folder deleted once Ray Data has listed it is that frame's error line and row, as
+    local infer says a file gone before its read, and so is one grown past the frame limit (no more of it read);
+    the other frames' rows are local infer's of the folder, byte for byte, exit code 1 (Ray Data's read ended the
+    run with its traceback, exit code 2, no row kept, and read a grown file whole); a frame named with a newline is
+    read by the name it is listed by (Ray Data's read of its URI looked for another file, ending the run)."""
+    from pointpillars_trt.apps import distributed
+    from pointpillars_trt.points import MAX_FRAME_POINTS
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 900, "000001": 40, "000002": 3000, "new\nline": 300})
+    local_infer(folder, tiny_model, tmp_path / "local", "--format", "jsonl", code=0)
+    gone, grown = folder / "000001.bin", folder / "000002.bin"
+    listing = distributed.list_uri_frames
+
+    def listed_then_changed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        frames = listing(*args, **kwargs)
+        gone.unlink()
+        with grown.open("r+b") as f:
+            f.truncate(MAX_FRAME_POINTS * 16 + 16)
+        return frames
+
+    monkeypatch.setattr(distributed, "list_uri_frames", listed_then_changed)
+    rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "ray", "--format", "jsonl")
+    assert rc == 1 and out.startswith("2/4 frames"), (out, err)
+    errors = {str(gone): f"point file '{gone}' does not exist",
+              str(grown): f"point file '{grown}' grew past the limit of {MAX_FRAME_POINTS} points a frame once listed"}
+    assert [line for line in err.splitlines() if line.startswith("error:")] == [f"error: {e}" for e in errors.values()]
+    rows, expected = jsonl_rows(tmp_path / "ray"), jsonl_rows(tmp_path / "local")
+    assert [row["source"] for row in rows] == [row["source"] for row in expected]
+    assert [row for row in rows if row["source"] not in errors] == [row for row in expected if row["source"] not in errors]
+    assert {row["source"]: row["error"] for row in rows if row["source"] in errors} == errors
+
+
+def test_a_uri_frame_beyond_the_frame_limit_is_refused_by_its_size_unread(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """A point file of a ``file://`` folder larger than a frame may be (a sparse file of 256 MiB and a point) is
+    that frame's error line, local infer's, and is never read (its access time stays where it was set: Ray Data
+    read the whole file, whatever its size, into the object store before the worker refused it); the other frame
+    is written."""
+    from pointpillars_trt.points import MAX_FRAME_POINTS
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 900})
+    huge = folder / "000001.bin"
+    with huge.open("wb") as f:
+        f.truncate(MAX_FRAME_POINTS * 16 + 16)
+    os.utime(huge, (1, huge.stat().st_mtime))  # before its mtime: a read sets it again (relatime)
+    rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "ray", "--format", "jsonl")
+    assert huge.stat().st_atime == 1, "the oversized frame was read"
+    _, local_err = local_infer(folder, tiny_model, tmp_path / "local", "--format", "jsonl")
+    error = [line for line in local_err.splitlines() if line.startswith("error:")]
+    assert error == [f"error: point file '{huge}' is {MAX_FRAME_POINTS * 16 + 16} bytes ({MAX_FRAME_POINTS + 1} points), "
+                     f"more than the limit of {MAX_FRAME_POINTS} points a frame"], local_err
+    assert rc == 1 and out.startswith("1/2 frames"), (out, err)
+    assert [line for line in err.splitlines() if line.startswith("error:")] == error, err
+    assert [row["error"] for row in jsonl_rows(tmp_path / "ray")] == [error[0].removeprefix("error: "), None]
+
+
 def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
                                                                    tmp_path: Path) -> None:
     """``--threads`` with --ray is the workers' (refused before, against the driver's cores): more than a worker's
