@@ -424,7 +424,9 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         refused = listed.refused
     else:  # local files: each actor's reader threads read them into its pinned staging
         frames = sources
-        dataset = ray.data.from_items([{"path": s} for s in sources])
+        # as bytes: Arrow holds a name that is no UTF-8 in a binary column (in a string column, Ray Data warned and
+        # pickled the column)
+        dataset = ray.data.from_items([{"path": os.fsencode(s)} for s in sources])
         refused = []
     batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
     pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
@@ -686,7 +688,7 @@ class _DetectActor:
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()
-        paths = [str(path) for path in batch["path"]]
+        paths = [os.fsdecode(path) for path in batch["path"]]  # local files' as bytes
         if self.refusal:
             return {key: [self.refusal if key == "refusal" else "" for _ in paths] for key in _COLUMNS}
         items: list[object] = ([FrameBytes(path, bytes(data), str(error))

@@ -767,6 +767,36 @@ def jsonl_rows(out: Path) -> list[dict[str, object]]:
     return [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
 
 
+def test_a_folder_of_bad_files_and_odd_names_gives_local_infers_lines_and_outputs(  # type: ignore[no-untyped-def]
+        tiny_model: Path, tmp_path: Path) -> None:
+    """``infer --ray`` (a process of its own, its own cluster) on good frames named with a space, a newline and a
+    byte that is no UTF-8, among an empty, a truncated and a random file, a FIFO and a folder named as point files:
+    the lines, exit code and files of local infer, and no other line but Ray's own at its start (README) (Ray Data
+    said it could not put the paths in an Arrow column and pickled them)."""
+    import subprocess
+
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 900, "with space": 40, "new\nline": 300})
+    os.rename(folder / "000000.bin", os.path.join(os.fsencode(folder), b"bad\xff.bin"))
+    (folder / "empty.bin").write_bytes(b"")
+    (folder / "truncated.bin").write_bytes(b"\0" * 1001)
+    (folder / "random.bin").write_bytes(np.random.default_rng(0).bytes(16 * 1000))
+    os.mkfifo(folder / "fifo.bin")
+    (folder / "folder.bin").mkdir()
+    local = local_infer(folder, tiny_model, tmp_path / "local")
+    tests = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(tiny_model),
+                           "--out", str(tmp_path / "ray"), "--device", "cpu", "--no-progress", "--ray", "--workers", "2"],
+                          env=env, capture_output=True, text=True, timeout=240, errors="surrogateescape")
+    err = "".join(line for line in done.stderr.splitlines(keepends=True) if "core_worker.cc" not in line)
+    assert done.returncode == 1 and done.stdout.startswith("4/7 frames"), (done.stdout, done.stderr)
+    assert report_lines(done.stdout, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
+    assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 4
+
+
 def test_a_uri_frame_gone_or_grown_after_the_listing_is_that_frames_error_and_the_run_goes_on(  # type: ignore[no-untyped-def]
         ray_cluster, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A frame of a ``file://`` folder deleted once Ray Data has listed it is that frame's error line and row, as
