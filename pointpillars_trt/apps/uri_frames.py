@@ -223,9 +223,24 @@ def _list(ray: Any, sources: list[str]) -> tuple[dict[str, int], Any]:
     if unresolved.found:
         path, reason = unresolved.found[0]
         raise InputError(f"{safe_repr(path)}: Ray Data cannot read it: {one_line(reason)}")
-    datasource = dataset._logical_plan.dag.datasource  # where Ray Data keeps its listing: no public accessor
-    return {str(name): int(size or 0) for name, size in zip(datasource._paths(), datasource._file_sizes())}, \
-        datasource._filesystem
+    try:  # where Ray Data keeps its listing's sizes and file system: no public accessor
+        datasource = dataset._logical_plan.dag.datasource
+        return {str(name): int(size or 0) for name, size in zip(datasource._paths(), datasource._file_sizes())}, \
+            datasource._filesystem
+    except AttributeError:  # a Ray version that keeps them elsewhere
+        return listed_sizes(dataset, sources)
+
+
+def listed_sizes(dataset: Any, sources: list[str]) -> tuple[dict[str, int], Any]:
+    """``_list``'s sizes and file system through public calls only: the names Ray Data listed
+    (``input_files``), stat'ed on pyarrow's file system of the first URI (one request a file on an object
+    store, where Ray Data's listing had the sizes already)."""
+    import pyarrow.fs
+
+    names = [str(name) for name in dataset.input_files()]
+    uri = next((source for source in sources if is_uri(source)), None)
+    filesystem = pyarrow.fs.FileSystem.from_uri(uri)[0] if uri is not None else pyarrow.fs.LocalFileSystem()
+    return {name: int(info.size or 0) for name, info in zip(names, filesystem.get_file_info(names))}, filesystem
 
 
 class _Unresolved(logging.Filter):

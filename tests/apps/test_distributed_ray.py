@@ -988,3 +988,22 @@ def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_clus
         after = published("a worker died once they had run", stdout)
     assert during and "while the frames ran" not in stdout.getvalue(), (stdout.getvalue(), stderr.getvalue())
     assert after and "once they had run" not in stderr.getvalue(), (stdout.getvalue(), stderr.getvalue())
+
+
+def test_the_listings_sizes_through_public_calls_equal_ray_datas_own(ray_cluster, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Where a Ray version keeps its listing elsewhere, ``listed_sizes`` (input_files, pyarrow's stat of each
+    file) gives what Ray Data's own listing holds: the same names and sizes, and a file system that reads them."""
+    import ray
+
+    from pointpillars_trt.apps import uri_frames
+
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    for index, size in enumerate((0, 16, 4096)):
+        (folder / f"{index:06d}.bin").write_bytes(bytes(range(256)) * (size // 256) + bytes(size % 256))
+    sources = [f"file://{folder}"]
+    own, _ = uri_frames._list(ray, sources)
+    public, filesystem = uri_frames.listed_sizes(ray.data.read_binary_files(sources, include_paths=True), sources)
+    assert own == public == {str(folder / f"{index:06d}.bin"): size for index, size in enumerate((0, 16, 4096))}
+    with filesystem.open_input_stream(str(folder / "000002.bin")) as stream:
+        assert stream.read() == (folder / "000002.bin").read_bytes()
