@@ -1141,3 +1141,56 @@ def test_frames_that_raise_mid_way_keep_the_results_of_those_sent_before(tiny, t
         remote.close()
     assert [result.source for result in got] == [f"frame {i}" for i in range(5)]
     assert all(result.error is None and result.detections is not None for result in got)
+
+
+def success_and_fail(client) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    """Triton's counts of the model's requests that ended in success and in failure (rejected by Triton), so far."""
+    stats = client.get_inference_statistics(MODEL_NAME, as_json=True)["model_stats"][0]["inference_stats"]
+    return int(stats.get("success", {}).get("count", 0)), int(stats.get("fail", {}).get("count", 0))
+
+
+def metric_value(server: TritonServer, name: str) -> float:
+    """A metric of the served model on Triton's Prometheus endpoint (0 while it is absent)."""
+    with urllib.request.urlopen(server.endpoints["metrics"], timeout=5) as reply:
+        text = reply.read().decode()
+    found = re.search(rf'^{name}{{model="{MODEL_NAME}",version="1"}} (\S+)$', text, re.M)
+    return float(found.group(1)) if found else 0.0
+
+
+@pytest.mark.slow
+def test_requests_whose_client_gave_up_while_they_waited_are_answered_cancelled_not_detected(  # type: ignore[no-untyped-def]
+        install, assets: Path, tmp_path: Path) -> None:
+    """Requests that wait behind a busy instance (a batch of 8 KITTI frames on the CPU) and whose client gives
+    up on them meanwhile (a gRPC cancel, as a passing deadline, ``infer --server --request-timeout``, does):
+    those Triton had already put in a batch for the model were detected all the same (two runs with a
+    0.05 s timeout kept a CPU server detecting for 40 s after they ended); the model answers them
+    CANCELLED, counted in its metric. Oracle: Triton's own counts, where a request the model answers,
+    CANCELLED or not, is a success (one Triton drops from its queue a failure), and a last request that
+    queues behind them all."""
+    frames = [read_velodyne_bin(path) for path in sorted((assets / "kitti/training/velodyne").glob("*.bin"))]
+    busy: list[object] = []
+    # a queue delay that lets the busy frames fill one batch, so that none of the others can join it
+    with served(install, assets / CHECKPOINT, tmp_path, max_batch=8, max_queue_delay_us=100_000) as server:
+        module, client = raw_client(server, "grpc")
+        for index in range(8):
+            client.async_infer(MODEL_NAME, threshold_inputs(module, frames[index % len(frames)]),
+                               callback=lambda result, error: busy.append(error))
+        time.sleep(0.1)
+        waiting = [client.async_infer(MODEL_NAME, threshold_inputs(module, frames[index % len(frames)]),
+                                      callback=lambda result, error: None) for index in range(8)]
+        time.sleep(0.5)  # they are Triton's next batch for the instance by now
+        assert not busy, "the busy batch ended before the others were given up: nothing tested"
+        for call in waiting:
+            call.cancel()
+        client.infer(MODEL_NAME, threshold_inputs(module, frames[0]))  # queued behind all of them
+        assert busy == [None] * 8, busy
+        deadline = time.monotonic() + 10  # Triton counts a request once the model's execute has returned
+        while True:
+            success, fail = success_and_fail(client)
+            cancelled = metric_value(server, "pointpillars_requests_cancelled")  # the model counts before Triton
+            if success - cancelled >= 9 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        client.close()
+    assert success - cancelled == 9, f"{success - cancelled - 9:g} of the requests given up were detected all the same"
+    assert cancelled >= 1 and fail + cancelled <= 8, (success, fail, cancelled)  # the model saw some of them
