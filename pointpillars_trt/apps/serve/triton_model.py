@@ -23,6 +23,7 @@ import json
 import queue
 import sys
 import threading
+import time
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -49,6 +50,11 @@ THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int
 #: Threads an instance answers requests on (each builds a response and sends it; a send gives up the
 #: interpreter lock while it waits for the server).
 SEND_THREADS = 8
+#: Seconds an ``execute`` call must have taken for the next batch's requests to be asked whether their clients
+#: gave up on them (a round trip to the server each): a batch Triton formed while the instance was busy waited
+#: about as long as that call, and clients give up after timeouts of their own, far longer than a GPU batch's
+#: few milliseconds (a CPU batch takes seconds).
+CANCEL_CHECK_WAIT = 0.05
 #: The Prometheus counter (on Triton's metrics endpoint) of the requests answered CANCELLED without detection.
 CANCELLED_METRIC = "pointpillars_requests_cancelled"
 
@@ -91,14 +97,24 @@ class TritonPythonModel:
         self.columns = self.cfg.num_point_columns
         self._cancelled_count = _cancelled_counter(args)
         self._can_tell_cancelled = True  # until the stub fails to say (an older backend)
+        self._last_execute = 0.0  # seconds the last ``execute`` took
 
     def execute(self, requests: list[Any]) -> None:
         """Stage the batch's frames and return; each request is answered through its response sender."""
+        started, waited = time.perf_counter(), self._last_execute >= CANCEL_CHECK_WAIT  # else no round trips
+        try:
+            self._stage(requests, waited)
+        finally:
+            self._last_execute = time.perf_counter() - started
+        return None
+
+    def _stage(self, requests: list[Any], waited: bool) -> None:
+        """``execute``'s work; ``waited``: the requests may have waited long enough for clients to give up."""
         groups: dict[Thresholds, tuple[list[Any], list[np.ndarray]]] = {}  # requests by their thresholds
         given_up: list[Any] = []
         for request in requests:
             sender = request.get_response_sender()
-            if self._cancelled(request):
+            if waited and self._cancelled(request):
                 given_up.append(sender)
                 continue
             try:
@@ -117,16 +133,15 @@ class TritonPythonModel:
                     self.pipelines.start(frames[start : start + self.batch], thresholds, partial(self._answer, chunk))
                 except Exception as exc:  # noqa: BLE001 - whatever stopped the batch, its requests hear it
                     self._answer(chunk, [exc] * len(chunk))
-        return None
 
     def _answer_cancelled(self, senders: list[Any]) -> None:
         """Requests whose client gave up on them (cancelled them, or their gRPC deadline passed) while they
         waited for this busy instance are answered CANCELLED, not detected, and counted: Triton drops such
         requests from its queue, but not from the batches it has already formed for the instance.
-        ``execute`` asks each request as it comes, before it waits for an idle pipeline: the question is a
-        round trip to the server (14 us on an idle 2-core machine, 60-100 us with its cores saturated; a
-        GPU frame takes 300-500 us) that runs while the GPU still runs the batch before, so it costs no
-        GPU time; a request given up during that wait (at most a batch's GPU time) is detected."""
+        ``execute`` asks each request only after a call that took ``CANCEL_CHECK_WAIT`` or longer: the question
+        is a round trip to the server (14 us on an idle 2-core machine, 60-100 us with its cores saturated),
+        as much as a twentieth of a GPU frame's serving time, for requests that on a GPU waited a batch's few
+        milliseconds."""
         if senders:
             self._answer(senders, [Cancelled()] * len(senders))
             if self._cancelled_count is not None:
