@@ -18,12 +18,6 @@ __device__ __forceinline__ int pp_warp_inclusive_scan(int v) {
     return v;
 }
 
-__device__ __forceinline__ int pp_warp_sum(int v) {
-#pragma unroll
-    for (int d = 16; d > 0; d >>= 1) v += __shfl_xor_sync(PP_FULL_MASK, v, d);
-    return v;
-}
-
 // Exclusive prefix sum over the block in thread order; *total receives the block's sum.
 // Every thread of the block must call it (blockDim.x a multiple of 32); it ends with a barrier, so
 // it can be called again right away.
