@@ -18,7 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from pointpillars_trt.apps.distributed import detect_dataset
+from pointpillars_trt.apps.distributed import DEFAULT_GPUS_PER_WORKER, detect_dataset
 
 ASSETS = Path(os.environ.get("PP_ASSETS", "assets"))  # the test assets folder (checkpoints/, kitti/), as the tests read it
 
@@ -29,7 +29,8 @@ def main() -> int:
     parser.add_argument("--frames", default=str(ASSETS / "kitti/training/velodyne_fov"), help="folder of .bin frames")
     parser.add_argument("--repeat", type=int, default=3, help="copies of each frame")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--gpus-per-worker", type=float, help="default: 1 with GPUs in the cluster, else 0")
+    parser.add_argument("--gpus-per-worker", type=float,
+                        help=f"default: {DEFAULT_GPUS_PER_WORKER:g} with GPUs in the cluster, else 0")
     parser.add_argument("--batch-size", type=int)
     parser.add_argument("--ray-address", help="default: a local cluster")
     args = parser.parse_args()
