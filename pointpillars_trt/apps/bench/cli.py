@@ -279,7 +279,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 if name not in best_p50 or run["e2e_ms"]["p50"] < best_p50[name][1]:
                     best_p50[name] = (label, run["e2e_ms"]["p50"])
             results["memory"].append({"engine": engine, "precision": precision, "batch": 1,
-                                      "device_mib": device_memory_used_mib() - before})
+                                      "device_mib": device_memory_used_mib(release=True) - before})
             if args.soak:
                 results["soak"] = soak(pipe.detect, first_frames, args.soak)
                 args.soak = 0  # one soak per bench run, on the first engine
@@ -296,7 +296,7 @@ def _bench_gpu(model: _Model, frame_sets: dict[str, list[np.ndarray]], args: arg
                 results["batches"].append({"engine": engine, "precision": precision, "frames": first_name, **sweep,
                                            "stages_ms": dict(batch_pipe.last_timings)})
                 results["memory"].append({"engine": engine, "precision": precision, "batch": b,
-                                          "device_mib": device_memory_used_mib() - before})
+                                          "device_mib": device_memory_used_mib(release=True) - before})
                 batch_pipe.close()
             for count in args.pipelines:
                 for b in sorted({1, batches[-1]}):
