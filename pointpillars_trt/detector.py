@@ -6,6 +6,7 @@ import collections
 import functools
 import os
 import sys
+import threading
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -65,7 +66,7 @@ class PointPillars:
     ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
     call (``Thresholds``; max boxes up to the detector's), with no recompilation.
     Safe to share between threads: ``detect``, ``detect_batch`` and ``infer_many`` run one batch at a time
-    per detector; ``submit_batch`` takes no lock (its caller owns the detector until ``finish``).
+    per detector; a ``submit_batch`` holds the detector until its ``finish`` (other batches meanwhile are refused).
     ``engine_description`` says what runs the frames; ``gpu_unused_reason`` why ``device="auto"``
     ran them on the CPU (None when it did not).
     """
@@ -81,6 +82,8 @@ class PointPillars:
                                     "checkpoint with PointPillars.from_checkpoint(path) or a model dir with "
                                     "PointPillars.from_model_dir(path)")
         self._closed = False
+        self._in_flight = False  # a submit_batch whose finish has not been called
+        self._submit_lock = threading.Lock()  # makes a submit_batch's check and claim of the detector one step
         self.model = model
         self.options = opts
         t = opts.thresholds  # the detector's own values: max boxes may exceed the model's (it sizes buffers)
@@ -180,15 +183,21 @@ class PointPillars:
         return self._impl if self.device == "cuda" else None
 
     def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
-        self._check_open()
+        self._check_ready()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
         found = self._said_if_nonfinite(self._impl.detect(frame, self._post_config(thresholds)))
         return self._said_if_misread(found, "the frame")
 
-    def _check_open(self) -> None:
+    def _check_ready(self) -> None:
+        """Refuse a call on a closed detector, or one made while a ``submit_batch`` awaits its ``finish``: on the
+        GPU that batch's buffers are in use until then, and the CPU path refuses it alike."""
         if self._closed:
             raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
+        if self._in_flight:
+            raise BackendError("a batch given to submit_batch is waiting for its finish(): call finish() before the "
+                               "detector's next batch (its caller owns the detector until then; give another thread "
+                               "a detector of its own)")
 
     def _check_first_intensities(self, frame: object) -> None:
         """Warn (once) when the first host frame of INTENSITY_JUDGED_FROM points or more disagrees with the scale
@@ -265,13 +274,30 @@ class PointPillars:
     def submit_batch(self, frames: Sequence[object], *,
                      thresholds: Thresholds | None = None) -> Callable[[], list[Detections]]:
         """``detect_batch`` in two halves, for a server that overlaps one batch's GPU work with the host
-        work of the next: this checks the frames (at most the detector's batch on the GPU), stages and
-        enqueues them, and returns the call that waits for the GPU and gives the detections. On the CPU
-        path the batch runs here. Host frames are copied before this returns (a server may release
-        them); frames already on the GPU must live until the returned function is called, which must
-        come before the detector's next batch."""
+        work of the next: this checks the frames (at most MAX_BATCH; more than the pipeline's batch grows it
+        once, as ``detect_batch`` does), stages and enqueues them, and returns ``finish``, the call that waits
+        for the GPU and gives the detections. On the CPU path the batch runs here. Host frames are copied
+        before this returns (a server may release them); frames already on the GPU must live unchanged until
+        ``finish`` is called, which must come before the detector's next batch (until then, another batch is
+        refused on either path). ``finish`` called again gives the same detections."""
         prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
+        if len(prepared) > MAX_BATCH:
+            raise InputError(f"submit_batch: at most {MAX_BATCH} frames a batch, received {len(prepared)}: submit "
+                             f"them {MAX_BATCH} at a time (detect_batch and infer_many take any number)")
+        with self._submit_lock:
+            self._check_ready()  # again, with the check and the claim one step: two threads' batches never mix
+            self._in_flight = True
+        try:
+            wait = self._submitted(prepared, post_config)
+        except BaseException:
+            self._in_flight = False
+            raise
+        return self._finish_once(wait)
+
+    def _submitted(self, prepared: list[object], post_config: ModelConfig | None) -> Callable[[], list[Detections]]:
+        """``submit_batch``'s work once the detector is claimed: the batch enqueued on the GPU (the CPU path runs
+        it here), and the call that waits for its detections."""
         if self.device != "cuda" or not prepared:
             found = self._impl.detect_batch(prepared, post_config) if prepared else []
             said = self._said_of_batch([self._said_if_nonfinite(d) for d in found])
@@ -280,9 +306,31 @@ class PointPillars:
         pipeline.submit(prepared, post_config)
         return lambda: self._said_of_batch([self._said_if_nonfinite(d) for d in pipeline.collect()])
 
+    def _finish_once(self, wait: Callable[[], list[Detections]]) -> Callable[[], list[Detections]]:
+        """``submit_batch``'s ``finish``: its first call waits for the batch and frees the detector for the next;
+        a later one gives the same detections, never the pipeline's next batch (a batch whose wait failed
+        raises again)."""
+        outcome: list[list[Detections]] = []
+        waited, lock = False, threading.Lock()
+
+        def finish() -> list[Detections]:
+            nonlocal waited
+            with lock:  # a second caller waits for the first one's wait
+                if not waited:
+                    waited = True
+                    try:
+                        outcome.append(wait())
+                    finally:
+                        self._in_flight = False
+            if not outcome:
+                raise BackendError("this batch's finish() failed: its detections are lost; submit its frames again")
+            return outcome[0]
+
+        return finish
+
     def _prepared(self, frames: Sequence[object]) -> list[object]:
         """The frames as the implementation takes them; a bad one fails naming its place in the batch."""
-        self._check_open()
+        self._check_ready()
         check_frame_list(frames, self.cfg.num_point_columns)
         prepared = []
         for index, points in enumerate(frames):
@@ -299,7 +347,7 @@ class PointPillars:
         at each of ``batch_sizes`` (default: 1 to the detector's batch on the GPU, 1 on the CPU), so that
         no real frame pays for capturing CUDA graphs, for growing the point buffers (give the run's
         largest frame as read: a bound on frames cropped after reading) or for a session's first run."""
-        self._check_open()
+        self._check_ready()
         n = int_within(points_per_frame or 2_000, 1, MAX_FRAME_POINTS)  # 0 or None: the default (empty files)
         if n is None:
             raise PointPillarsError(f"points_per_frame: expected an int from 1 to {MAX_FRAME_POINTS}, received "
@@ -347,7 +395,7 @@ class PointPillars:
         results never wait for later frames, and what the iterable raises comes after the results of the
         frames it gave.
         """
-        self._check_open()
+        self._check_ready()
         check_frames_to_stream(frames, self.cfg.num_point_columns)
         batch = int_within(batch_size, 1)
         if batch is None:

@@ -126,8 +126,8 @@ class GpuPipeline:
     milliseconds in ``last_timings``, from CUDA events between the stages (they cost GPU time).
 
     ``detect`` / ``detect_batch`` / ``detect_staged`` are safe to call from several threads (one batch at a
-    time per pipeline); ``submit`` / ``submit_staged`` / ``collect`` are the lock-free halves for a single
-    caller that overlaps host work with the GPU.
+    time per pipeline); ``submit`` / ``submit_staged`` / ``collect`` are the halves for a single caller that
+    overlaps host work with the GPU (only ``submit`` takes the lock, for its enqueue).
     """
 
     _closed = True  # until __init__ completes there is nothing to free
@@ -290,6 +290,7 @@ class GpuPipeline:
 
     def _fit_batch(self, frames: int) -> None:
         if frames > self.max_batch and self.max_batch < MAX_BATCH:
+            self._check_idle()  # growing replaces the result buffers a batch in flight is read from
             self._grow_batch(min(frames, MAX_BATCH))
 
     def detect_staged(self, staging: StagingBuffer, frames: Sequence[tuple[int, int]],
@@ -305,8 +306,13 @@ class GpuPipeline:
     def submit(self, frames: Sequence[object], post_config: ModelConfig | None = None) -> None:
         """Enqueue one batch: the input copy, the five stages and the result copy. Returns at once;
         ``collect`` must come before the next ``submit`` (the staging and result buffers are reused).
-        The frames may change once it returns: they have been copied (to the device or to staging)."""
-        self._submit(frames, post_config, caller_waits=False)
+        More frames than ``max_batch`` grow the pipeline first, as ``detect_batch`` does (up to MAX_BATCH).
+        Under the pipeline's lock, so a batch another thread runs is done first (the wait for this one,
+        ``collect``, takes no lock). The frames may change once it returns: they have been copied (to the
+        device or to staging)."""
+        with self._lock:
+            self._fit_batch(len(frames))
+            self._submit(frames, post_config, caller_waits=False)
 
     def _submit(self, frames: Sequence[object], post_config: ModelConfig | None, *, caller_waits: bool) -> None:
         """``caller_waits``: the caller collects before it touches the frames again (``detect``), so a
@@ -333,10 +339,13 @@ class GpuPipeline:
             self._enqueue(len(frames), stage, post_config)
 
     def _check_batch(self, batch: int) -> None:
-        if self._batch:
-            raise BackendError("submit() called twice without collect(): the previous batch is still in flight")
+        self._check_idle()
         if not 1 <= batch <= self.max_batch:
             raise BackendError(f"submit: expected 1..{self.max_batch} frames, received {batch}")
+
+    def _check_idle(self) -> None:
+        if self._batch:
+            raise BackendError("submit() called twice without collect(): the previous batch is still in flight")
 
     def _enqueue(self, b: int, stage_input: Callable[[], list[int]], post_config: ModelConfig | None) -> None:
         self.copies.reset()

@@ -622,6 +622,76 @@ def test_warm_up_refuses_what_is_not_a_frame_size_or_a_batch_size(tmp_path: Path
         detector.warm_up([np.int64(2)], points_per_frame=0)
 
 
+SECOND_FRAME = "kitti/testing/velodyne_reduced/000002.bin"
+WAITING_FOR_FINISH = r"a batch given to submit_batch is waiting for its finish\(\): call finish\(\) before"
+
+
+def test_submit_batch_holds_the_detector_until_finish_on_the_cpu_as_on_the_gpu(
+        assets: Path, cache: Path, points: np.ndarray, expected: Detections) -> None:
+    """A batch given to ``submit_batch``: until its ``finish`` every other batch is refused naming finish (the CPU
+    path ran them, where the GPU pipeline refused them as "submit() called twice without collect()"); a bad frame
+    fails alone and leaves the detector free; ``finish`` called again, even after the next batch's submit, gives
+    its own batch (the GPU's collected the next batch's). Real KITTI frames, the synthetic checkpoint."""
+    second = read_velodyne_bin(assets / SECOND_FRAME)
+    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as detector:
+        alone = detector(second)
+        with pytest.raises(InputError, match="^frame 1 of the batch: "):
+            detector.submit_batch([points, points[:, :2]])
+        finish = detector.submit_batch([points])
+        for other in (lambda: detector.submit_batch([second]), lambda: detector.detect_batch([second]),
+                      lambda: detector(second), detector.warm_up, lambda: detector.infer_many([second])):
+            with pytest.raises(BackendError, match=WAITING_FOR_FINISH):
+                other()
+        found = finish()
+        assert_same(found[0], expected)
+        assert finish() is found
+        finish_second = detector.submit_batch([second])
+        assert finish() is found
+        assert_same(finish_second()[0], alone)
+
+
+def test_submit_batch_from_two_threads_on_one_detector_refuses_one(assets: Path, cache: Path,
+                                                                   points: np.ndarray) -> None:
+    """Two threads submitting to one detector before either finishes: one batch runs, the other is refused naming
+    finish (on the GPU both were staged into the same buffers); after the finish the detector runs as before."""
+    import threading
+
+    barrier = threading.Barrier(2)
+    outcomes: list[object] = []
+
+    def serve() -> None:
+        try:
+            finish = detector.submit_batch([points[:2000]])
+        except BackendError as exc:
+            barrier.wait()
+            outcomes.append(exc)
+            return
+        barrier.wait()  # both have submitted before either finishes
+        outcomes.append(finish())
+
+    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as detector:
+        threads = [threading.Thread(target=serve) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        refused = [outcome for outcome in outcomes if isinstance(outcome, BackendError)]
+        assert len(outcomes) == 2 and len(refused) == 1, outcomes
+        assert re.search(WAITING_FOR_FINISH, str(refused[0]))
+        assert len(detector.submit_batch([points[:2000]])()) == 1
+
+
+def test_submit_batch_of_more_than_eight_frames_is_refused_on_the_cpu_as_on_the_gpu(detector: PointPillars,
+                                                                                      points: np.ndarray) -> None:
+    """A GPU pipeline runs at most 8 frames a pass, and ``submit_batch`` is one pass: 9 frames are refused naming
+    the fix on the CPU path too (it ran them, so a server tried there failed on its first GPU); the detector stays
+    free for the next batch."""
+    with pytest.raises(InputError, match=r"^submit_batch: at most 8 frames a batch, received 9: submit them 8 at a "
+                                         r"time \(detect_batch and infer_many take any number\)$"):
+        detector.submit_batch([points[:100]] * 9)
+    assert len(detector.submit_batch([points[:100]] * 8)()) == 8
+
+
 def test_infer_many_raises_what_a_sequence_raises_after_the_frames_before_it(tmp_path: Path) -> None:
     """A sequence whose third item raises: the first two frames' results come first, then its error (nothing
     of the sequence is looked at before the first result is asked for)."""

@@ -683,6 +683,60 @@ def test_submit_batch_copies_the_frames_before_it_returns(family_pair, assets): 
     detector.close()
 
 
+def test_submit_batch_of_more_frames_than_max_batch_grows_the_pipeline(family_pair, assets):  # type: ignore[no-untyped-def]
+    """``submit_batch`` of more frames than the detector's ``max_batch`` grows the pipeline once, as ``detect_batch``
+    does (it was refused as "submit: expected 1..1 frames", where the CPU path ran them): each frame's boxes of
+    running it alone."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)[1:]
+    alone = [gpu.detect(points) for points in frames]
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False)
+    found = detector.submit_batch(frames)()
+    assert detector.gpu_pipeline.max_batch == len(frames)
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+    detector.close()
+
+
+def test_a_finish_called_again_gives_its_own_batch_not_the_next(family_pair, assets):  # type: ignore[no-untyped-def]
+    """``finish`` called again after the next batch's ``submit_batch`` gives its own detections (it collected
+    the next batch's, whose own finish then failed), and the next batch's finish gives that batch's."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    first, second = _mixed_frames(assets)[2:]
+    expected = [gpu.detect(first), gpu.detect(second)]
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False)
+    finish = detector.submit_batch([first])
+    found = finish()
+    finish_second = detector.submit_batch([second])
+    assert finish() is found
+    assert finish_second()[0].boxes.tobytes() == expected[1].boxes.tobytes()
+    assert found[0].boxes.tobytes() == expected[0].boxes.tobytes()
+    detector.close()
+
+
+def test_a_larger_batch_refused_while_one_is_in_flight_leaves_its_buffers(family_pair, assets):  # type: ignore[no-untyped-def]
+    """A ``detect_batch`` of more frames than ``max_batch`` while a submitted batch is in flight is refused before
+    the pipeline grows (growing replaced the result buffers the batch in flight is read from): ``collect`` gives
+    that batch's boxes."""
+    from pointpillars_trt.errors import BackendError
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)
+    expected = gpu.detect(frames[2])
+    pipeline = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False)
+    pipeline.submit([frames[2]])
+    with pytest.raises(BackendError, match="the previous batch is still in flight"):
+        pipeline.detect_batch(frames)
+    assert pipeline.max_batch == 1
+    got = pipeline.collect()[0]
+    np.testing.assert_array_equal(got.boxes, expected.boxes)
+    np.testing.assert_array_equal(got.scores, expected.scores)
+    pipeline.close()
+
+
 def test_warm_up_captures_the_batchs_graphs_and_changes_no_result(family_pair, assets):  # type: ignore[no-untyped-def]
     """``warm_up([B])`` captures the graph of a batch of B; the first real batch then replays it (no
     new capture) and gives each frame's boxes of running it alone."""

@@ -125,6 +125,7 @@ class FailingFinish:
         self.failed = True
 
         def fail():  # type: ignore[no-untyped-def]
+            finish()  # the wait, which frees the detector for its next batch as a failed one on the GPU does
             raise BackendError("GPU pipeline: CUDA error (test)")
 
         return fail
