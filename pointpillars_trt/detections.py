@@ -83,10 +83,11 @@ class Detections:
     def to_json_dict(self, frame: str) -> dict[str, Any]:
         """The per-frame JSON record of ``pointpillars-trt infer`` (strict JSON: every value finite).
 
-        Detections with a NaN or infinity in their box or score are left out and counted in
+        Detections no output holds (``kitti.written_detections``: a NaN or infinity in their box or score, a box
+        the network overflowed to beyond 10 km or of no size) are left out and counted in
         ``num_nonfinite_boxes``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
         """
-        from .kitti import finite_detections, normalize_heading
+        from .kitti import finite_detections, normalize_heading, written_detections
 
         boxes64, scores64, names = self.boxes.astype(np.float64).reshape(-1, 7), self.scores.astype(np.float64), self.names
         velocity = None if self.velocity is None else self.velocity.astype(np.float64).reshape(-1, 2)
@@ -94,7 +95,7 @@ class Detections:
             scores64 = np.where(np.isfinite(velocity).all(axis=1), scores64, np.nan)
         boxes, scores, names, dropped = finite_detections(boxes64, scores64, names)
         if velocity is not None:
-            velocity = velocity[np.isfinite(boxes64).all(axis=1) & np.isfinite(scores64)]
+            velocity = velocity[written_detections(boxes64, scores64)]
         boxes = boxes.copy()
         boxes[:, 6] = normalize_heading(boxes[:, 6])
         boxes = np.round(boxes, 5)

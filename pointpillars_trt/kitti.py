@@ -2,7 +2,7 @@
 
 Detections leave the package as KITTI ``label_2`` lines because that is what OpenPCDet's
 ``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. The lines are
-ready for evaluation: non-finite detections and boxes outside the camera image are dropped (and
+ready for evaluation: non-finite or absurd detections and boxes outside the camera image are dropped (and
 counted), 2D boxes are clipped to the image, angles lie in [-pi, pi). Everything the CLI writes
 goes through the atomic writers of ``fileio``, so an interrupted run never leaves a torn file.
 
@@ -349,15 +349,32 @@ def _wrap_angle(a: np.ndarray) -> np.ndarray:
 
 _L = TypeVar("_L", list, np.ndarray, tuple)
 
+#: Metres beyond which a box's centre or size is no object's (a lidar sees a few hundred metres): a network
+#: that overflowed on input far outside its training (0-255 intensities) gives such boxes, whose KITTI lines
+#: ``parse_label_lines`` (eval) refuses (``MAX_LABEL_VALUE``, however a calibration turns them).
+MAX_BOX_METRES = 1e4
+#: Metres below which a box's size is none: at the 4 decimals of a label line it reads back as 0.
+MIN_BOX_METRES = 1e-3
+
+
+def written_detections(boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
+    """(N,) bool: which of (N, 7) ``boxes`` and (N,) ``scores`` an output holds: finite, the centre and size within
+    ``MAX_BOX_METRES`` and each size at least ``MIN_BOX_METRES`` (the others are the network's overflow)."""
+    b = np.asarray(boxes, dtype=np.float64).reshape(-1, 7)
+    with np.errstate(invalid="ignore"):
+        sane = (np.abs(b[:, :6]) <= MAX_BOX_METRES).all(axis=1) & (b[:, 3:6] >= MIN_BOX_METRES).all(axis=1)
+    return sane & np.isfinite(b[:, 6]) & np.isfinite(np.asarray(scores, dtype=np.float64).reshape(-1))
+
 
 def finite_detections(
     boxes: np.ndarray, scores: np.ndarray, labels: _L
 ) -> tuple[np.ndarray, np.ndarray, _L, int]:
-    """Drop detections with a NaN or infinity in their box or score: (boxes, scores, labels, dropped).
+    """Drop the detections no output holds (:func:`written_detections`: a NaN or infinity, a box beyond
+    ``MAX_BOX_METRES`` or of no size): (boxes, scores, labels, dropped).
 
     ``boxes`` (N, 7), ``scores`` (N,), ``labels`` any sequence of N (names or ids; a list stays a
-    list, an array an array). Use before writing any output (JSON is strict and refuses NaN);
-    report ``dropped`` rather than hiding it.
+    list, an array an array). Use before writing any output (JSON is strict and refuses NaN; eval
+    refuses absurd values); report ``dropped`` rather than hiding it.
     """
     b = np.asarray(boxes)
     sc = np.asarray(scores).reshape(-1)
@@ -366,7 +383,7 @@ def finite_detections(
             f"detections: received boxes of shape {b.shape}, {len(sc)} scores and {len(labels)} labels, "
             "expected (N, 7), N and N"
         )
-    keep = np.isfinite(b).all(axis=1) & np.isfinite(sc)
+    keep = written_detections(b, sc)
     dropped = int(len(keep) - keep.sum())
     if dropped == 0:
         return b, sc, labels, 0
@@ -399,7 +416,7 @@ class KittiLines(NamedTuple):
 
     lines: list[str]
     dropped_out_of_view: int  # boxes behind the camera or wholly outside the image
-    dropped_nonfinite: int  # boxes or scores with a NaN or infinity
+    dropped_nonfinite: int  # boxes or scores with a NaN or infinity, or absurd boxes (``written_detections``)
     kept: np.ndarray  # (len(lines),) int64 index of each line's detection in the input
 
 
@@ -469,7 +486,8 @@ def detections_to_kitti_lines(
 
     The 2D box is :func:`project_boxes_to_image` of the 8 corners, clipped to ``image_shape`` =
     (height, width) (default ``KITTI_IMAGE_SHAPE``; see :func:`image_shape_for_frame`).
-    Detections with a non-finite box or score are always dropped; those whose centre is not in
+    Detections no output holds (:func:`written_detections`: a non-finite box or score, a box beyond
+    ``MAX_BOX_METRES`` or of no size) are always dropped; those whose centre is not in
     front of the camera or whose clipped 2D box has no area are dropped unless
     ``keep_out_of_view`` (they keep a clipped, possibly empty 2D box). Both are counted.
     """
@@ -496,7 +514,7 @@ def detections_to_kitti_lines(
     spaced = next((name for name in names if not str(name) or len(str(name).split()) != 1), None)
     if spaced is not None:  # a label line's type is one word
         raise InputError(f"names: {safe_repr(spaced)} is no KITTI class name (one word, as Car or Person_sitting)")
-    index = np.flatnonzero(np.isfinite(b).all(axis=1) & np.isfinite(sc))
+    index = np.flatnonzero(written_detections(b, sc))
     dropped_nonfinite = len(b) - len(index)
     b, sc = b[index], sc[index]
     bottom = b[:, :3].copy()

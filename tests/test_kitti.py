@@ -21,6 +21,7 @@ from pointpillars_trt.kitti import (
     image_shape_for_frame,
     kitti_label_to_lidar_boxes,
     normalize_heading,
+    parse_label_lines,
     read_calibration,
     read_velodyne_bin,
     write_velodyne_bin,
@@ -552,6 +553,25 @@ def test_nonfinite_detections_are_dropped_and_counted() -> None:
         finite_detections(boxes, scores, ["A"])
 
 
+def test_absurd_detections_are_dropped_and_counted_so_that_eval_reads_the_lines() -> None:
+    """Boxes a network overflowed to without reaching infinity (0-255 intensities through a model trained on
+    0-1): a centre or a size beyond 10 km, or a size that prints as 0.0000, are no object's, and the label
+    reader refuses such lines; they are dropped and counted with the non-finite ones (they were written)."""
+    boxes = np.array([cube(10, 0), cube(10, 1), cube(10, 0), cube(10, -1), cube(10, 0)], dtype=np.float64)
+    boxes[1, 3] = 141486.98  # a length of 141 km
+    boxes[2, 0] = 2e4  # a centre 20 km ahead
+    boxes[3, 5] = 0.00004  # a height that prints as 0.0000
+    boxes[4, 4] = -2.0  # a negative width
+    scores = np.full(5, 0.5)
+    out = detections_to_kitti_lines(boxes, scores, list("ABCDE"), simple_calib(), SIMPLE_SHAPE,
+                                    keep_out_of_view=True)
+    assert [line.split()[0] for line in out.lines] == ["A"] and out.dropped_nonfinite == 4
+    parse_label_lines(out.lines, "lines", with_score=True)  # what eval reads back
+    b, s, labels, dropped = finite_detections(boxes, scores, list("ABCDE"))
+    assert dropped == 4 and labels == ["A"]
+    np.testing.assert_array_equal(b, boxes[:1])
+
+
 def test_lines_refuse_a_bad_image_shape() -> None:
     with pytest.raises(InputError, match="image shape"):
         detections_to_kitti_lines(np.array([cube(10, 0)]), np.ones(1), ["Car"], simple_calib(), (0, 100))
@@ -800,8 +820,6 @@ def test_a_label_files_byte_order_mark_is_dropped_and_bytes_that_are_no_utf8_are
 ])
 def test_truncation_and_occlusion_outside_kittis_levels_are_refused(fields_after_type: str, problem: str) -> None:
     """They decide an object's difficulty: truncation 5 or occlusion 9 moved a Car out of 'easy' without a word."""
-    from pointpillars_trt.kitti import parse_label_lines
-
     good = ["Car 0.12 1 -1.57 10 10 50 50 1.5 1.6 3.9 0 1 10 -1.57", "DontCare -1 -1 -10 1 1 5 5 -1 -1 -1 -1000 -1000 -1000 -10"]
     assert parse_label_lines(good, "labels", with_score=False)[0] == ["Car", "DontCare"]
     with pytest.raises(InputError, match=rf"labels, line 2: {problem}"):

@@ -133,9 +133,9 @@ class FrameReport:
         return self.where and self.plan.kitti_dir is not None and self.plan.kitti_dir == self.writes
 
     def _left_out(self, labels: bool) -> str:
-        """What the summary's box count leaves out: non-finite boxes (from every output); boxes outside
-        the camera image from the label files, or, when those serve --eval only, from its evaluation."""
-        dropped = [f"{self.nonfinite} non-finite"] if self.nonfinite else []
+        """What the summary's box count leaves out: the boxes the network overflowed on (from every output);
+        boxes outside the camera image from the label files, or, when those serve --eval only, from its evaluation."""
+        dropped = [f"{self.nonfinite} overflowed"] if self.nonfinite else []
         if self.out_of_view and labels:
             dropped.append(f"{self.out_of_view} outside the camera image")
         text = f" ({', '.join(dropped)} dropped)" if dropped else ""
@@ -203,7 +203,7 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     no point at all or its intensities' scale (the reader's ``finding_of``), a ``.pcd`` VIEWPOINT the read left
     unapplied (``viewpoint_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
-    boxes left out for NaN or infinite values (the network overflowed), and the note that its crop or 2D boxes
+    boxes left out for NaN, infinite or absurd values (the network overflowed), and the note that its crop or 2D boxes
     assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
     the crop forget what they found once asked). Local infer and Ray's workers alike."""
     source = job.source
@@ -230,10 +230,10 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
                                  "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps "
                                  "frames this dense whole (warned once)"))
     if written.nonfinite:
-        found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN or "
-                                  "infinite values and were left out: the network overflowed on values far outside "
-                                  "what it was trained on (check the point layout and the intensity scale) "
-                                  "(warned once)"))
+        found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN, "
+                                  "infinite or absurd values (beyond 10 km, or of no size) and were left out: the "
+                                  "network overflowed on values far outside what it was trained on (check the point "
+                                  "layout and the intensity scale) (warned once)"))
     return found
 
 
@@ -274,7 +274,7 @@ WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensiti
                  "zero": "had every intensity 0",
                  "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
                  "onepillar": "had all their points in one pillar",
-                 "overflow": "had boxes with NaN or infinite values",
+                 "overflow": "had boxes the network overflowed on",
                  "pillars": "had pillars beyond the model's max_pillars",
                  "fov": "had none of their points left by the camera-FOV crop"}
 

@@ -109,7 +109,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     fails, those it created before it are removed (files of an earlier run it replaced stay, with this
     run's content): a frame's outputs are all there or none of this run's new ones.
     """
-    from ..kitti import finite_detections
+    from ..kitti import finite_detections, written_detections
 
     stem = Path(source).stem
     result = FrameOutput()
@@ -130,8 +130,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     if plan.png_dir is not None and points is not None:
         from .viz import plot_bev
 
-        velocity = None if det.velocity is None else \
-            det.velocity[np.isfinite(det.boxes.reshape(-1, 7)).all(axis=1) & np.isfinite(det.scores)]
+        velocity = None if det.velocity is None else det.velocity[written_detections(det.boxes, det.scores)]
 
         def png(path: Path) -> None:
             plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,

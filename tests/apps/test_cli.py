@@ -832,8 +832,10 @@ def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
         points.tofile(tmp_path / f"{name}.bin")
     run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", "--model", tiny_model, "--device", "cpu",
               "--no-progress")
-    # (the tiny model's 256 pillars leave some of these frames' out: that warning is not counted here)
-    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ") and "max_pillars" not in line]
+    # (the tiny model's 256 pillars leave some of these frames' out, and it overflows on 0-255 intensities to boxes
+    # of kilometres: those warnings are not counted here)
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")
+                and "max_pillars" not in line and "overflowed" not in line]
     assert run.rc == 0 and len(warnings) == 2, run  # the first frame's, then the count of them all
     assert str(tmp_path / "a.bin") in warnings[0] and "--intensity-scale" in warnings[0]
     assert warnings[1] == ("warning: 2 frames looked like 0-255 intensities in all (the first named above; then "
@@ -874,9 +876,32 @@ def test_intensities_beyond_255_and_overflowing_boxes_are_said_with_the_fix(asse
                            "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
     dropped = record["num_nonfinite_boxes"]
     assert dropped > 0 and warnings[1] == (
-        f"warning: '{tmp_path / 'wide.bin'}': {dropped} of its boxes held NaN or infinite values and were left out: "
+        f"warning: '{tmp_path / 'wide.bin'}': {dropped} of its boxes held NaN, infinite or absurd values (beyond 10 km, or of no "
+        "size) and were left out: "
         "the network overflowed on values far outside what it was trained on (check the point layout and the "
         "intensity scale) (warned once)") and len(warnings) == 2, run.err
+
+
+@pytest.mark.slow
+def test_eval_reads_the_label_files_of_a_frame_the_network_overflowed_on(assets: Path, tmp_path: Path):
+    """0-255 intensities through the OpenPCDet-layout checkpoint give finite boxes of kilometres, or of no size;
+    their label lines were written, and --eval then refused the run's own files after the run (exit code 2).
+    Now they are left out and counted as the overflow they are, and every line written reads back."""
+    training = tmp_path / "training"
+    (training / "velodyne").mkdir(parents=True)
+    points = np.fromfile(assets / "kitti/training/velodyne_fov/000000.bin", "<f4").reshape(-1, 4).copy()
+    points[:, 3] *= 255
+    points.tofile(training / "velodyne" / "000000.bin")
+    shutil.copytree(assets / "kitti/training/calib", training / "calib")
+    shutil.copytree(assets / "kitti/training/label_2", training / "label_2")
+    run = cli("infer", training / "velodyne" / "000000.bin", "--model",
+              assets / "checkpoints/pointpillar_openpcdet_synthetic.pth", "--device", "cpu", "--no-progress",
+              "--eval", training / "label_2", "--out", tmp_path / "out")
+    assert run.rc == 0 and (tmp_path / "out" / "eval.json").is_file(), run
+    assert "boxes held NaN, infinite or absurd values" in run.err and "overflowed, " in run.out, run
+    lines = (tmp_path / "out" / "000000.txt").read_text().splitlines()
+    sizes = np.array([[float(v) for v in line.split()[8:11]] for line in lines])
+    assert len(lines) and (sizes > 0).all() and (np.abs(sizes) <= 1e4).all()
 
 
 def test_pillars_beyond_max_pillars_are_said(tiny_model: Path, tmp_path: Path):
@@ -1096,7 +1121,7 @@ def nan_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_tiny_nonfinite_boxes_give_strict_json(nan_model: Path, tiny_frames: list[Path], tmp_path: Path):
     run = cli("infer", tiny_frames[1], "--model", nan_model, "--out", tmp_path / "j", "--device", "cpu",
               "--viz", *LOOSE)
-    assert run.rc == 0 and "non-finite" in run.out, run
+    assert run.rc == 0 and "overflowed" in run.out, run
     text = (tmp_path / "j" / "000001.json").read_text()
     record = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in strict JSON"))
     assert record["num_nonfinite_boxes"] > 0
