@@ -7,11 +7,12 @@ only its object-oriented Agg API is used, so the caller's pyplot backend and sta
 from __future__ import annotations
 
 import io
+import os
 from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import PointPillarsError
+from ..errors import PointPillarsError, one_line, safe_repr
 from ..fileio import PathLike, write_bytes_atomic
 
 _CLASS_COLOURS = {"Car": "tab:red", "Pedestrian": "tab:green", "Cyclist": "tab:orange",
@@ -23,7 +24,7 @@ _OTHER_COLOUR = "tab:purple"
 
 
 class PlotUnavailableError(PointPillarsError):
-    """matplotlib is not installed; the caller can skip the PNG and say how to get it."""
+    """matplotlib is not installed, or cannot be imported; the caller can skip the PNG and say how to get it."""
 
 #: The PNG "Software" text of this package's pictures: what tells them from a camera image of the same name.
 VIZ_SOFTWARE = "pointpillars-trt infer --viz"
@@ -48,7 +49,8 @@ def bev_corners(boxes: np.ndarray) -> np.ndarray:
 
 
 def require_matplotlib() -> None:
-    """Raise PlotUnavailableError now (before any work) when matplotlib cannot be imported."""
+    """Raise PlotUnavailableError now (before any work) when matplotlib cannot be imported: not installed, or
+    refusing the backend that $MPLBACKEND names (its import checks it, though the pictures use Agg alone)."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
         from matplotlib.figure import Figure  # noqa: F401
@@ -56,6 +58,11 @@ def require_matplotlib() -> None:
         raise PlotUnavailableError(
             "matplotlib is not installed: install matplotlib to get the PNG "
             "(pip install 'pointpillars-trt[plot]')"
+        ) from None
+    except ValueError as exc:  # matplotlib's import validates $MPLBACKEND and raises for a name it does not know
+        raise PlotUnavailableError(
+            f"matplotlib cannot be imported with MPLBACKEND={safe_repr(os.environ.get('MPLBACKEND', ''))}: "
+            f"{one_line(exc)}; unset MPLBACKEND or set it to Agg"
         ) from None
 
 

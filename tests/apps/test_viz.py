@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -116,6 +118,26 @@ def test_plot_bev_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyP
     with pytest.raises(PlotUnavailableError, match="install matplotlib to get the PNG"):
         plot_bev(np.zeros((1, 4), np.float32), np.zeros((0, 7)), [], None, tmp_path / "x.png")
     assert not (tmp_path / "x.png").exists()
+
+
+def test_an_unknown_mplbackend_is_one_error_naming_it(assets: Path, repo_root: Path, tmp_path: Path) -> None:
+    """matplotlib's import refuses a backend name it does not know: infer --viz said matplotlib's words alone (no
+    MPLBACKEND in them), and demo, whose picture is optional, stopped on it; now both name MPLBACKEND and the fix,
+    and demo goes on without its picture."""
+    pytest.importorskip("matplotlib")
+    env = {**os.environ, "MPLBACKEND": "nonsense", "PYTHONPATH": str(repo_root)}
+    infer = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", "--device", "cpu", "--viz", "--model",
+                            str(assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"), "--out",
+                            str(tmp_path / "out"), str(assets / "kitti/training/velodyne_fov/000000.bin")],
+                           capture_output=True, text=True, timeout=300, cwd=repo_root, env=env)
+    assert infer.returncode == 2 and len(infer.stderr.splitlines()) == 1, infer
+    assert infer.stderr.startswith("error: matplotlib cannot be imported with MPLBACKEND='nonsense': ") and \
+        infer.stderr.rstrip().endswith("; unset MPLBACKEND or set it to Agg"), infer
+    found = subprocess.run([sys.executable, "-c", "from pointpillars_trt.apps.viz import no_png_line; "
+                            "print(no_png_line())"], capture_output=True, text=True, timeout=300, cwd=repo_root,
+                           env=env)
+    assert found.returncode == 0 and found.stdout.startswith("no PNG: matplotlib cannot be imported with "
+                                                             "MPLBACKEND='nonsense'"), found
 
 
 def test_place_labels_never_overlap() -> None:
