@@ -152,6 +152,8 @@ def plot_bev(
     pts = pts[:, :4] if pts.ndim == 2 else pts.reshape(-1, 4)  # a time column, if any, is not drawn
     pts = pts[np.isfinite(pts[:, :3]).all(axis=1)]  # NaN/inf have no place, and made the height colours NaN
     corners = bev_corners(boxes)
+    if velocity is not None:  # float64: a float32 speed near its largest value overflowed np.hypot (a stray warning)
+        velocity = np.asarray(velocity, dtype=np.float64)
     if len(names) != len(corners) or (scores is not None and len(scores) != len(corners)):
         raise PointPillarsError(
             f"plot_bev: received {len(corners)} boxes, {len(names)} names and "

@@ -105,6 +105,19 @@ def test_non_finite_points_are_left_out_and_the_height_colours_span_the_finite_o
     assert (tmp_path / "nan.png").read_bytes() == (tmp_path / "finite.png").read_bytes()
 
 
+def test_huge_float32_velocities_draw_without_a_warning(tmp_path: Path) -> None:
+    """A multi-head model that overflowed can give finite float32 speeds near 3.4e38 m/s: their length overflowed
+    in float32 and numpy printed a RuntimeWarning into infer's output; the arrow is still drawn."""
+    pytest.importorskip("matplotlib")
+    boxes = np.array([[10, 0, -1, 4, 1.6, 1.5, 0], [20, 5, -1, 4, 1.6, 1.5, 0]], dtype=np.float32)
+    velocity = np.array([[3e38, 3e38], [1.0, 0.0]], dtype=np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot_bev(np.zeros((1, 4), np.float32), boxes, ["car", "car"], np.array([0.5, 0.6]), tmp_path / "v.png",
+                 point_range=(-51.2, -51.2, -5, 51.2, 51.2, 3), velocity=velocity)
+    assert (tmp_path / "v.png").read_bytes()[:8] == PNG_MAGIC
+
+
 def test_plot_bev_mismatched_names(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     with pytest.raises(PointPillarsError, match="one name"):
