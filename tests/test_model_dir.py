@@ -16,6 +16,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 import yaml
+from disk_full import fill_up_at_rpn_graph
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
@@ -99,21 +100,10 @@ def test_an_export_that_fails_leaves_the_previous_dir_untouched(tmp_path: Path):
 
 
 def test_disk_full_during_a_rebuild_keeps_the_working_model_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    import errno
-
-    from pointpillars_trt.convert import export
-
     folder = tmp_path / "model"
     tiny_model_dir(folder, seed=0)
     before = {p.name: p.read_bytes() for p in folder.iterdir()}
-    real_write = export.write_bytes_atomic
-
-    def write_until_full(path, data):  # type: ignore[no-untyped-def]
-        if Path(path).name == "rpn.onnx":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_write(path, data)
-
-    monkeypatch.setattr(export, "write_bytes_atomic", write_until_full)
+    fill_up_at_rpn_graph(monkeypatch)
     cfg = tiny_config()
     with pytest.raises(ModelDirError, match=r"cannot write '.*model/rpn.onnx' \(No space left on device\)"):
         export_model_dir(tiny_weights(cfg, seed=1), cfg, folder, precision="fp32", source={})

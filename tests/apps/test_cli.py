@@ -29,6 +29,7 @@ import onnxruntime as ort
 import pytest
 from _torch_writer import write_zip
 
+from disk_full import fill_up_at_rpn_graph
 from out_folder import output_names, output_paths
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.config import ModelConfig, load_config
@@ -363,18 +364,7 @@ def test_infer_checkpoint_with_a_full_cache_names_the_cache(checkpoint: Path, as
     """The cache's file system fills up while the graphs are written: the line names the cache and how to move it,
     as for a cache that cannot be written at all; it named a hashed folder in it, with no fix. Nothing is left
     there."""
-    import errno
-
-    from pointpillars_trt.convert import export
-
-    real_write = export.write_bytes_atomic
-
-    def write_until_full(path, data):  # type: ignore[no-untyped-def]
-        if Path(path).name == "rpn.onnx":
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real_write(path, data)
-
-    monkeypatch.setattr(export, "write_bytes_atomic", write_until_full)
+    fill_up_at_rpn_graph(monkeypatch)
     cache = tmp_path / "cache"
     monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(cache))
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
