@@ -15,6 +15,7 @@ import itertools
 import math
 import os
 import re
+import struct
 import warnings
 from collections.abc import Callable, Iterator
 from typing import IO, Union
@@ -82,8 +83,8 @@ def read_points(
       0 bytes = empty frame.
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
-    * ``.pcd``: ASCII or binary ``DATA`` with fields x, y, z and intensity (or i, or reflectance);
-      binary_compressed is refused; 4 columns only. The points come as stored, in the file's own frame: a
+    * ``.pcd``: ASCII, binary or binary_compressed (PCL's LZF) ``DATA`` with fields x, y, z and intensity (or
+      i, or reflectance); 4 columns only. The points come as stored, in the file's own frame: a
       ``VIEWPOINT`` (the sensor's pose) other than the identity is not applied, as PCL's loader does not
       apply it, and is told to ``viewpoint_note`` (None: an :class:`InputWarning`); a malformed one is refused.
 
@@ -489,9 +490,9 @@ _PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0,
 
 
 def read_pcd(path: PathLike, *, viewpoint_note: ViewpointNote | None = None) -> np.ndarray:
-    """A PCL .pcd file (DATA ascii or binary) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
+    """A PCL .pcd file (DATA ascii, binary or binary_compressed) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
     float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
-    WIDTH * HEIGHT and the data size; DATA binary_compressed is refused. The points are read as stored, as
+    WIDTH * HEIGHT and the data size; DATA binary_compressed (PCL's LZF) is inflated. The points are read as stored, as
     PCL's loader reads them: a VIEWPOINT other than the identity is not applied, but told, once the points are
     read, to ``viewpoint_note`` (None: warned as an InputWarning), since a model that expects them in the
     sensor's pose would see them elsewhere."""
@@ -541,6 +542,8 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     """The (N, 4) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at ``header_end``."""
     dtype, points, data_kind = _pcd_layout(header, shown, what)
     columns = _pcd_columns(dtype, shown, what)
+    if data_kind == "binary_compressed":
+        return _pcd_compressed(f, size - header_end, dtype, points, columns, f"{what} {shown}")
     if data_kind == "binary":
         expected = points * dtype.itemsize
         if expected > _PCD_MAX_BINARY:
@@ -566,6 +569,80 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
         raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                          f"{limit} for POINTS {points} of {per_row} values")
     return _pcd_ascii(f, dtype, points, columns, shown, what)
+
+
+def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, columns: list[str],
+                    where: str) -> np.ndarray:
+    """The (N, 4) float32 points of PCL's ``DATA binary_compressed``: two little-endian uint32 (the compressed and
+    the uncompressed size), then the LZF-compressed fields one after another, each as one plane of all the points'
+    values (x x x ... y y y ...). ``_`` padding fields have planes of their own or none (PCL's writer leaves them
+    out, other writers keep them): the uncompressed size says which."""
+    sizes = f.read(8)
+    if len(sizes) != 8:
+        raise InputError(f"{where}: DATA binary_compressed ends before its two sizes (truncated)")
+    compressed, uncompressed = struct.unpack("<II", sizes)
+    planes = list(dtype.names or ())
+    if uncompressed != points * dtype.itemsize:
+        planes = [name for name in planes if not name.startswith(_PCD_PADDING + " ")]
+    expected = points * sum(dtype[name].itemsize for name in planes)
+    if uncompressed != expected:
+        raise InputError(f"{where}: binary_compressed data of {uncompressed} bytes uncompressed, but POINTS {points} "
+                         f"of {dtype.itemsize} bytes a point need {points * dtype.itemsize}")
+    if compressed > available - 8 or compressed > _PCD_MAX_BINARY:
+        raise InputError(f"{where}: binary_compressed data of {compressed} bytes, but the file holds "
+                         f"{max(available - 8, 0)} after its header (truncated)")
+    data = f.read(compressed)
+    if len(data) != compressed:
+        raise InputError(f"{where} was truncated while being read")
+    raw = lzf_decompress(data, uncompressed, where)
+    out = np.empty((points, 4), dtype=np.float32)
+    offsets = dict(zip(planes, itertools.accumulate((points * dtype[n].itemsize for n in planes), initial=0)))
+    for col, name in enumerate(columns):
+        plane = np.frombuffer(raw, dtype=dtype[name], count=points, offset=offsets[name])
+        cast_to_float32(out[:, col], plane, where)
+    return out
+
+
+def lzf_decompress(data: bytes, size: int, where: str) -> bytes:
+    """``data`` compressed by LZF (liblzf, as PCL compresses a .pcd), inflated to exactly ``size`` bytes. Runs of
+    literal bytes and references back into the output are copied as slices (a loop step a run, not a byte); a
+    stream that is malformed, or does not inflate to ``size`` bytes, is an InputError naming ``where``."""
+    out = bytearray(size)
+    src, end, pos = memoryview(data), len(data), 0
+    i = 0
+    while i < end:
+        ctrl = src[i]
+        i += 1
+        if ctrl < 32:  # a run of ctrl + 1 literal bytes
+            n = ctrl + 1
+            if i + n > end or pos + n > size:
+                break
+            out[pos : pos + n] = src[i : i + n]
+            i, pos = i + n, pos + n
+            continue
+        n = ctrl >> 5
+        if n == 7:  # a long reference: its length goes on in the next byte
+            if i >= end:
+                break
+            n += src[i]
+            i += 1
+        if i >= end:
+            break
+        back = ((ctrl & 0x1F) << 8) + src[i] + 1
+        i, n = i + 1, n + 2
+        ref = pos - back
+        if ref < 0 or pos + n > size:
+            break
+        if back >= n:
+            out[pos : pos + n] = out[ref : ref + n]
+        else:  # the reference overlaps what it writes: its `back` bytes repeat
+            out[pos : pos + n] = (bytes(out[ref:pos]) * (n // back + 1))[:n]
+        pos += n
+    else:
+        if pos == size:
+            return bytes(out)
+    raise InputError(f"{where}: its binary_compressed data is not a valid LZF stream of {size} bytes (corrupt or "
+                     "truncated)")
 
 
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:
@@ -609,13 +686,9 @@ def _pcd_count(text: str) -> int | None:
 
 def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np.dtype, int, str]:
     data_kind = header["DATA"][0].lower() if header["DATA"] else ""
-    if data_kind == "binary_compressed":
-        raise InputError(
-            f"{what} {shown}: DATA binary_compressed is not supported; re-save it as binary or ascii "
-            "(e.g. pcl_convert_pcd_ascii_binary in.pcd out.pcd 1)"
-        )
-    if data_kind not in ("ascii", "binary"):
-        raise InputError(f"{what} {shown}: DATA {safe_repr(' '.join(header['DATA']), 40)}; expected ascii or binary")
+    if data_kind not in ("ascii", "binary", "binary_compressed"):
+        raise InputError(f"{what} {shown}: DATA {safe_repr(' '.join(header['DATA']), 40)}; expected ascii, binary or "
+                         "binary_compressed")
     for key in ("FIELDS", "SIZE", "TYPE"):
         if key not in header:
             raise InputError(f"{what} {shown}: header key {key} is missing")

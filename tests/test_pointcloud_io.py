@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 import warnings
@@ -241,9 +242,6 @@ def test_pcd_errors(tmp_path: Path) -> None:
     ragged.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 2, "ascii") + b"1 2 3 4\n5 6 7\n")
     one_line_error(lambda: read_points(ragged), "ragged.pcd", "bad ASCII data at row 2 of 2",
                    "'5 6 7' is not 4 numbers")
-    comp = tmp_path / "comp.pcd"
-    comp.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "binary_compressed") + bytes(40))
-    one_line_error(lambda: read_points(comp), "binary_compressed is not supported")
     no_i = tmp_path / "noi.pcd"
     no_i.write_bytes(pcd_header("x y z", "4 4 4", "F F F", "1 1 1", 1, "ascii") + b"1 2 3\n")
     one_line_error(lambda: read_points(no_i), "lack intensity (or i or reflectance)")
@@ -764,3 +762,95 @@ def test_big_endian_bin_is_named_so_with_the_conversion_that_reads_it(assets: Pa
     np.testing.assert_array_equal(read_points(path), frame)
     (tmp_path / "noise.bin").write_bytes(np.random.default_rng(5).bytes(16 * 1000))  # random either way round
     one_line_error(lambda: read_points(tmp_path / "noise.bin"), "does not hold float32 point coordinates")
+
+
+def lzf_literals(data: bytes) -> bytes:
+    """``data`` as an LZF stream of literal runs only (a control byte n - 1, then n bytes, n <= 32): valid LZF that
+    any decoder must give back as ``data``."""
+    return b"".join(bytes([len(run) - 1]) + run for run in (data[i : i + 32] for i in range(0, len(data), 32)))
+
+
+def lzf_zeros(count: int) -> bytes:
+    """``count`` (>= 1) zero bytes as LZF: one literal zero, then references one byte back (each repeating the
+    byte before it) of at most 264 bytes: 3 bytes (7 << 5, the length past 9, the offset 0) or, for 3-8 bytes,
+    2 bytes ((length - 2) << 5, offset 0)."""
+    stream, left = bytearray(b"\x00\x00"), count - 1
+    while left:
+        n = min(left, 264)
+        if n < 3:  # a reference copies at least 3 bytes: the rest as literals
+            stream += bytes([n - 1]) + bytes(n)
+        elif n < 9:
+            stream += bytes([(n - 2) << 5, 0])
+        else:
+            stream += bytes([7 << 5, n - 9, 0])
+        left -= n
+    return bytes(stream)
+
+
+def test_pcd_binary_compressed_reads_pcls_lzf_planes(tmp_path: Path) -> None:
+    """PCL's DATA binary_compressed: the fields as planes (all x, all y, ...), LZF-compressed, behind the
+    compressed and the uncompressed size. Encoded here with literal runs and with back references (a plane of
+    zeros, each reference overlapping what it writes), the read equals the points, in the model's column order
+    (intensity first in the file here), and the same cloud as DATA binary."""
+    from pointpillars_trt.pointcloud_io import read_pcd
+
+    pts = sample(100)
+    pts[:, 3] = 0.0  # a plane of zeros: references
+    planes = [pts[:, 3].tobytes(), pts[:, 0].tobytes(), pts[:, 1].tobytes(), pts[:, 2].tobytes()]
+    raw = b"".join(planes)
+    stream = lzf_zeros(len(planes[0])) + lzf_literals(b"".join(planes[1:]))
+    path = tmp_path / "comp.pcd"
+    path.write_bytes(pcd_header("intensity x y z", "4 4 4 4", "F F F F", "1 1 1 1", 100, "binary_compressed")
+                     + struct.pack("<II", len(stream), len(raw)) + stream)
+    np.testing.assert_array_equal(read_pcd(path), pts)
+    binary = tmp_path / "binary.pcd"
+    binary.write_bytes(pcd_header("intensity x y z", "4 4 4 4", "F F F F", "1 1 1 1", 100, "binary")
+                       + pts[:, [3, 0, 1, 2]].tobytes())
+    np.testing.assert_array_equal(read_pcd(binary), read_pcd(path))
+
+
+def test_pcd_binary_compressed_that_is_corrupt_or_cut_is_one_error(tmp_path: Path) -> None:
+    pts = sample(8)
+    raw = b"".join(pts[:, k].tobytes() for k in range(4))
+    stream = lzf_literals(raw)
+    head = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 8, "binary_compressed")
+    cases = {
+        "cut.pcd": (head + struct.pack("<II", len(stream), len(raw)) + stream[:-7],
+                    ["binary_compressed data of", "(truncated)"]),
+        "sizes.pcd": (head + struct.pack("<I", 3), ["ends before its two sizes"]),
+        "short.pcd": (head + struct.pack("<II", len(stream), len(raw) - 4) + stream,
+                      [f"{len(raw) - 4} bytes uncompressed", f"POINTS 8 of 16 bytes a point need {len(raw)}"]),
+        "backref.pcd": (head + struct.pack("<II", 3, len(raw)) + bytes([0x20, 0x05, 0x00]),  # a reference before the start
+                        ["not a valid LZF stream of 128 bytes"]),
+        "runs_out.pcd": (head + struct.pack("<II", len(stream) - 33, len(raw)) + stream[:-33],  # inflates to 96 bytes
+                         ["not a valid LZF stream of 128 bytes"]),
+    }
+    for name, (data, parts) in cases.items():
+        (tmp_path / name).write_bytes(data)
+        one_line_error(lambda: read_points(tmp_path / name), name, *parts)  # noqa: B023
+
+
+def test_lzf_references_that_overlap_repeat_their_bytes() -> None:
+    """liblzf's format worked by hand: 'ab' as literals, then a reference 2 bytes back of length 5 (it overlaps
+    what it writes: 'ababa'), then one 4 bytes back of length 3 ('bab')."""
+    from pointpillars_trt.pointcloud_io import lzf_decompress
+
+    stream = bytes([1]) + b"ab" + bytes([(5 - 2) << 5, 2 - 1]) + bytes([(3 - 2) << 5, 4 - 1])
+    assert lzf_decompress(stream, 10, "x") == b"abababa" + b"bab"
+
+
+@pytest.mark.parametrize("padding_planes", [False, True])
+def test_pcd_binary_compressed_with_padding_fields_reads_either_layout(tmp_path: Path, padding_planes: bool) -> None:
+    """A ``_`` padding field (4 bytes here) has a plane of its own in the compressed data or none, as writers
+    differ: the uncompressed size tells them apart, and both read as the points."""
+    from pointpillars_trt.pointcloud_io import read_pcd
+
+    pts = sample(5)
+    planes = [pts[:, 0].tobytes(), pts[:, 1].tobytes(), pts[:, 2].tobytes()] \
+        + ([bytes(range(20))] if padding_planes else []) + [pts[:, 3].tobytes()]
+    raw = b"".join(planes)
+    stream = lzf_literals(raw)
+    path = tmp_path / "padded.pcd"
+    path.write_bytes(pcd_header("x y z _ intensity", "4 4 4 4 4", "F F F U F", "1 1 1 1 1", 5, "binary_compressed")
+                     + struct.pack("<II", len(stream), len(raw)) + stream)
+    np.testing.assert_array_equal(read_pcd(path), pts)
