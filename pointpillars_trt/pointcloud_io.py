@@ -545,10 +545,7 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     if data_kind == "binary_compressed":
         return _pcd_compressed(f, size - header_end, dtype, points, columns, f"{what} {shown}")
     if data_kind == "binary":
-        expected = points * dtype.itemsize
-        if expected > _PCD_MAX_BINARY:
-            raise InputError(f"{what} {shown}: POINTS {points} x {dtype.itemsize} bytes a point is more "
-                             f"than the limit of {_PCD_MAX_BINARY} bytes")
+        expected = _pcd_binary_bytes(points, dtype, f"{what} {shown}")
         if size - header_end != expected:
             raise InputError(
                 f"{what} {shown}: {size - header_end} bytes of binary data, but POINTS {points} x "
@@ -571,6 +568,16 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     return _pcd_ascii(f, dtype, points, columns, shown, what)
 
 
+def _pcd_binary_bytes(points: int, dtype: np.dtype, where: str) -> int:
+    """The bytes of ``points`` rows of ``dtype``, refused beyond ``_PCD_MAX_BINARY`` (binary data as it lies in the
+    file, or as binary_compressed data inflates to)."""
+    expected = points * dtype.itemsize
+    if expected > _PCD_MAX_BINARY:
+        raise InputError(f"{where}: POINTS {points} x {dtype.itemsize} bytes a point is more than the limit of "
+                         f"{_PCD_MAX_BINARY} bytes")
+    return expected
+
+
 def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, columns: list[str],
                     where: str) -> np.ndarray:
     """The (N, 4) float32 points of PCL's ``DATA binary_compressed``: two little-endian uint32 (the compressed and
@@ -581,6 +588,7 @@ def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, 
     if len(sizes) != 8:
         raise InputError(f"{where}: DATA binary_compressed ends before its two sizes (truncated)")
     compressed, uncompressed = struct.unpack("<II", sizes)
+    _pcd_binary_bytes(points, dtype, where)  # what inflating may allocate, bounded as a binary file's data
     planes = list(dtype.names or ())
     if uncompressed != points * dtype.itemsize:
         planes = [name for name in planes if not name.startswith(_PCD_PADDING + " ")]

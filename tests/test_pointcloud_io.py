@@ -854,3 +854,14 @@ def test_pcd_binary_compressed_with_padding_fields_reads_either_layout(tmp_path:
     path.write_bytes(pcd_header("x y z _ intensity", "4 4 4 4 4", "F F F U F", "1 1 1 1 1", 5, "binary_compressed")
                      + struct.pack("<II", len(stream), len(raw)) + stream)
     np.testing.assert_array_equal(read_pcd(path), pts)
+
+
+def test_pcd_binary_compressed_whose_points_inflate_past_the_binary_limit_is_refused_before_inflating(
+        tmp_path: Path) -> None:
+    """10,000,000 points of 256 bytes (a wide padding field) say 2.56 GB of data: refused by the binary data's limit
+    before a buffer of that size is made for the inflated data (it was allocated, then the stream found short)."""
+    n, row = 10_000_000, 256
+    path = tmp_path / "wide.pcd"
+    path.write_bytes(pcd_header("x y z intensity _", "4 4 4 4 4", "F F F F U", "1 1 1 1 60", n, "binary_compressed")
+                     + struct.pack("<II", 3, n * row) + bytes([0, 0, 0]))
+    one_line_error(lambda: read_points(path), "wide.pcd", f"POINTS {n} x {row} bytes a point is more than the limit of")
