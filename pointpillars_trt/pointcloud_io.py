@@ -611,7 +611,7 @@ def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, 
     return out
 
 
-def lzf_decompress(data: bytes, size: int, where: str) -> bytes:
+def lzf_decompress(data: bytes, size: int, where: str) -> bytearray:
     """``data`` compressed by LZF (liblzf, as PCL compresses a .pcd), inflated to exactly ``size`` bytes. Runs of
     literal bytes and references back into the output are copied as slices (a loop step a run, not a byte); a
     stream that is malformed, or does not inflate to ``size`` bytes, is an InputError naming ``where``."""
@@ -648,7 +648,7 @@ def lzf_decompress(data: bytes, size: int, where: str) -> bytes:
         pos += n
     else:
         if pos == size:
-            return bytes(out)
+            return out  # as it is: NumPy reads it in place
     raise InputError(f"{where}: its binary_compressed data is not a valid LZF stream of {size} bytes (corrupt or "
                      "truncated)")
 
