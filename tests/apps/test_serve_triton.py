@@ -461,22 +461,36 @@ def test_a_client_of_the_other_endpoint_is_told_which_protocol_it_may_be(tiny_se
                             f"endpoint, pass --protocol {other} or give its {protocol} endpoint (serve prints both)"), message
 
 
+def stop_server(pid: int) -> None:
+    """SIGSTOP ``pid``, returning once the kernel shows every thread of it stopped (state T in /proc)."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    tasks = Path(f"/proc/{pid}/task")
+    while any(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0] != "T" for task in tasks.iterdir()):
+        assert time.monotonic() < deadline, "the server did not stop"
+        time.sleep(0.01)
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
-def test_a_client_of_a_frozen_server_is_told_so_within_its_timeout(tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+def test_a_client_of_a_frozen_server_is_told_so_within_its_timeout(install, tiny, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                  protocol: str) -> None:
     """The server stopped (SIGSTOP) when a client connects: its connections are accepted and never answered. The
     client gives up after its timeout (gRPC's own connect timeout is 20 s) and says the server did not answer,
-    not that the address may be the other protocol's endpoint (which fails at once)."""
+    not that the address may be the other protocol's endpoint (which fails at once). A server of its own, never
+    connected to before: nothing of an earlier test's connections to it is in the way."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
-    address = tiny_server.endpoints[protocol]
-    os.kill(tiny_server.process.pid, signal.SIGSTOP)
-    try:
-        started = time.monotonic()
-        with pytest.raises(BackendError) as caught:
-            RemoteDetector(address, protocol=protocol, timeout=2, timeout_option="--request-timeout")
-        took = time.monotonic() - started
-    finally:
-        os.kill(tiny_server.process.pid, signal.SIGCONT)
+    with served(install, tiny.path, tmp_path) as server:
+        assert server.process is not None
+        address = server.endpoints[protocol]
+        stop_server(server.process.pid)
+        try:
+            started = time.monotonic()
+            with pytest.raises(BackendError) as caught:
+                RemoteDetector(address, protocol=protocol, timeout=2, timeout_option="--request-timeout")
+            took = time.monotonic() - started
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
     message = str(caught.value)
     assert took < 8, (took, message)
     assert message.startswith(f"server {address} ({protocol}): did not answer within 2 s: is the server stopped or "
