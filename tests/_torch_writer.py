@@ -36,10 +36,12 @@ REBUILD_TENSOR = torch_global("torch._utils", "_rebuild_tensor_v2")
 
 @dataclass(eq=False)
 class Storage:
-    """One torch storage: a flat array whose bytes are written as one storage record."""
+    """One torch storage: a flat array whose bytes are written as one storage record, of the torch storage type
+    ``torch_type`` (default: the one of the array's dtype; 'BFloat16Storage' for 16-bit words of bfloat16s)."""
 
     array: np.ndarray
     key: str = ""
+    torch_type: str = ""
 
 
 @dataclass(eq=False)
@@ -66,12 +68,17 @@ class Call:
         return self.func, self.args
 
 
+def tensor_of(array: np.ndarray, torch_type: str = "") -> Tensor:
+    """A contiguous tensor of ``array``'s values with its own storage of ``torch_type`` (see ``Storage``)."""
+    arr = np.array(array, order="C")  # keeps 0-d arrays 0-d
+    stride = tuple(s // arr.itemsize for s in arr.strides)
+    return Tensor(Storage(arr.reshape(-1), torch_type=torch_type), 0, arr.shape, stride)
+
+
 def _as_tensors(obj: Any) -> Any:
     """Contiguous ndarrays become tensors with their own storage; containers are copied."""
     if isinstance(obj, np.ndarray):
-        arr = np.array(obj, order="C")  # keeps 0-d arrays 0-d
-        stride = tuple(s // arr.itemsize for s in arr.strides)
-        return Tensor(Storage(arr.reshape(-1)), 0, arr.shape, stride)
+        return tensor_of(obj)
     if isinstance(obj, dict):
         out: dict[Any, Any] = OrderedDict() if isinstance(obj, OrderedDict) else {}
         out.update((k, _as_tensors(v)) for k, v in obj.items())
@@ -104,7 +111,7 @@ class _Pickler(_PurePickler):
         if all(s is not obj for s in self.storages):
             obj.key = obj.key or str(len(self.storages))
             self.storages.append(obj)
-        storage_type = torch_global("torch", _STORAGE_NAMES[obj.array.dtype.name])
+        storage_type = torch_global("torch", obj.torch_type or _STORAGE_NAMES[obj.array.dtype.name])
         pid = ("storage", storage_type, obj.key, "cpu", obj.array.size)
         return pid + (None,) if self.legacy else pid
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..config import ConfigArgument, ModelConfig, config_argument, load_config
 from ..errors import CheckpointError, CheckpointNotice, escape_text
-from .pth import StorageRef, TensorRef, checkpoint_path, key_text, open_pth, pickled_repr
+from .pth import StorageRef, TensorRef, array_dtype, checkpoint_path, key_text, open_pth, pickled_repr
 from . import multihead
 from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, PointPillarsWeights
 
@@ -131,7 +131,7 @@ def _describe(value: Any) -> str:
     if isinstance(value, np.ndarray):
         return f"{value.dtype} {tuple(value.shape)}"
     if isinstance(value, TensorRef):  # a tensor not built because its shape or dtype is wrong
-        return f"{np.dtype(value.storage.dtype).name} {pickled_repr(value.size)}"
+        return f"{value.storage.dtype} {pickled_repr(value.size)}"
     if isinstance(value, StorageRef):
         return "bare storage"
     return escape_text(type(value).__name__, 40)
@@ -448,7 +448,7 @@ def load_checkpoint(path: str | os.PathLike[str], config: ConfigArgument = None)
     # the rest (optimizer state, step counters, wrong or expanded views) is never materialised.
     expected = expected_keys(layout, cfg)
     used = {k: pth.tensor(v)
-            if isinstance(v, TensorRef) and v.size == expected.get(k) and np.dtype(v.storage.dtype).kind == "f"
+            if isinstance(v, TensorRef) and v.size == expected.get(k) and array_dtype(v.storage.dtype).kind == "f"
             else v for k, v in state.items() if isinstance(k, str) and k in expected}
     if cfg.heads is not None:  # the heads' small int64 class-id buffers, checked against the config
         used.update({k: pth.tensor(v) for k, v in state.items()

@@ -77,7 +77,7 @@ def _bounded_repr(value: Any, depth: int, limit: int) -> str:
     if isinstance(value, (str, bytes, bytearray)):
         return repr(value[: limit + 1])  # repr escapes control characters
     if isinstance(value, TensorRef):
-        return f"<tensor {np.dtype(value.storage.dtype).name} {_bounded_repr(value.size, depth, limit)}>"
+        return f"<tensor {value.storage.dtype} {_bounded_repr(value.size, depth, limit)}>"
     if isinstance(value, (tuple, list, dict)):
         items = list(value.items())[:8] if isinstance(value, dict) else list(value[:8])
         if depth <= 0:
@@ -121,13 +121,26 @@ def key_text(key: Any) -> str:
 
 _LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 _LEGACY_PROTOCOL = 1001
-_STORAGE_DTYPES = {  # torch storage class -> NumPy type code (byte order applied per file)
-    "FloatStorage": "f4", "HalfStorage": "f2", "DoubleStorage": "f8",
-    "LongStorage": "i8", "IntStorage": "i4", "ShortStorage": "i2", "CharStorage": "i1",
-    "ByteStorage": "u1", "BoolStorage": "b1",
+_BFLOAT16 = "bfloat16"  # the one element type read that NumPy has no type of
+_STORAGE_DTYPES = {  # torch storage class -> its element type: NumPy's name of it, or _BFLOAT16
+    "FloatStorage": "float32", "HalfStorage": "float16", "DoubleStorage": "float64", "BFloat16Storage": _BFLOAT16,
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
+    "ByteStorage": "uint8", "BoolStorage": "bool",
 }
 #: The tensor types read, as a refusal of another type lists them.
-_READ_DTYPES = ", ".join(np.dtype(code).name for code in _STORAGE_DTYPES.values())
+_READ_DTYPES = ", ".join(_STORAGE_DTYPES.values())
+
+
+def _stored_dtype(dtype: str) -> np.dtype[Any]:
+    """The NumPy type of one element of a storage of ``dtype`` as the file holds it (byte order applied per file):
+    a bfloat16 is a 16-bit word."""
+    return np.dtype(np.uint16) if dtype == _BFLOAT16 else np.dtype(dtype)
+
+
+def array_dtype(dtype: str) -> np.dtype[Any]:
+    """The NumPy type of the arrays built from a storage of ``dtype``: float32 for bfloat16, which it holds exactly
+    (a bfloat16 is the high half of a float32), so a model trained in bfloat16 loads with its very weights."""
+    return np.dtype(np.float32) if dtype == _BFLOAT16 else np.dtype(dtype)
 
 
 # Everything the unpickler hands to the pickle machine is an immutable NamedTuple, so a crafted
@@ -138,12 +151,13 @@ class _StorageType(NamedTuple):
 
 class StorageRef(NamedTuple):
     key: str
-    dtype: str
+    dtype: str  # the element type, as in _STORAGE_DTYPES
     numel: int
 
     @property
     def nbytes(self) -> int:
-        return self.numel * np.dtype(self.dtype).itemsize
+        """The bytes the file holds."""
+        return self.numel * _stored_dtype(self.dtype).itemsize
 
 
 class TensorRef(NamedTuple):
@@ -154,7 +168,8 @@ class TensorRef(NamedTuple):
 
     @property
     def nbytes(self) -> int:
-        n = np.dtype(self.storage.dtype).itemsize
+        """The bytes of the array built."""
+        n = array_dtype(self.storage.dtype).itemsize
         for s in self.size:
             n *= s
         return n
@@ -317,7 +332,7 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED_GLOBALS.get((module, name))
         shown = f"'{escape_text(str(module), 60)}.{escape_text(str(name), 60)}'"
-        if found is None and module == "torch" and str(name).endswith("Storage"):  # bfloat16, complex, quantized
+        if found is None and module == "torch" and str(name).endswith("Storage"):  # complex, quantized
             raise CheckpointError(
                 f"{self.source}: holds tensors of storage type {shown}, which this reader does not read (it reads "
                 f"{_READ_DTYPES}): save the weights as float32, e.g. torch.save({{k: v.float() if v.is_floating_point() "
@@ -572,10 +587,10 @@ def _read_legacy(data: bytes, source: str) -> _Parsed:
 
 
 def _tensor(ref: TensorRef, raw: bytes | memoryview, byteorder: str) -> np.ndarray:
-    dtype = np.dtype(ref.storage.dtype).newbyteorder("<" if byteorder == "little" else ">")
-    native = dtype.newbyteorder("=")
+    dtype = _stored_dtype(ref.storage.dtype).newbyteorder("<" if byteorder == "little" else ">")
+    built = array_dtype(ref.storage.dtype)
     if 0 in ref.size:
-        return np.zeros(ref.size, dtype=native)
+        return np.zeros(ref.size, dtype=built)
     base = np.frombuffer(raw, dtype=dtype)
     last = ref.offset + sum((n - 1) * s for n, s in zip(ref.size, ref.stride))
     if last >= base.size:  # checked against the declared size already; this is the bytes actually read
@@ -583,7 +598,17 @@ def _tensor(ref: TensorRef, raw: bytes | memoryview, byteorder: str) -> np.ndarr
                          f"{pickled_repr(ref.storage.key)}, which has {base.size}")
     strides = tuple(s * dtype.itemsize for s in ref.stride)
     view = np.lib.stride_tricks.as_strided(base[ref.offset:], shape=ref.size, strides=strides, writeable=False)
-    return np.array(view, dtype=native, order="C")
+    if ref.storage.dtype == _BFLOAT16:
+        return _bfloat16_to_float32(view)
+    return np.array(view, dtype=built, order="C")
+
+
+def _bfloat16_to_float32(words: np.ndarray) -> np.ndarray:
+    """An owned, C-contiguous float32 array of bfloat16 ``words`` (any view, any byte order): each word is the high
+    half of its float32, so the values are exact, NaN and infinity included."""
+    out = np.empty(words.shape, dtype=np.float32)
+    np.left_shift(words, 16, out=out.view(np.uint32), dtype=np.uint32)
+    return out
 
 
 def _kind(mode: int) -> str:
@@ -663,7 +688,8 @@ def checkpoint_path(path: object) -> Path:
 
 
 def read_pth(path: str | os.PathLike[str]) -> Any:
-    """The object a ``torch.save`` file holds, with every tensor as a NumPy array (no torch needed).
+    """The object a ``torch.save`` file holds, with every tensor as a NumPy array (no torch needed; a bfloat16 one
+    as the float32 array of its values, NumPy having no bfloat16).
 
     Arrays built (expanded views included) and records decompressed are limited to ``MAX_INFLATION``
     times the file size plus ``INFLATION_SLACK``; ``load_checkpoint`` builds only the tensors it uses."""

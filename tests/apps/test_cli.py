@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import onnxruntime as ort
 import pytest
-from _torch_writer import write_zip
+from _torch_writer import tensor_of, write_zip
 
 from disk_full import fill_up_at_rpn_graph
 from out_folder import output_names, output_paths
@@ -402,6 +402,23 @@ def test_build_fp16_refuses_a_weight_beyond_float16(zhulf_cfg: ModelConfig, tmp_
                 "zhulf0804_kitti_3class")  # a build over a model dir says what it replaced
     assert again.rc == 0 and again.out.splitlines()[1] == (
         f"  (in place of the model dir built there before: zhulf0804_kitti_3class, fp32, from {str(path)!r})"), again
+
+
+def test_build_reads_a_bfloat16_checkpoint_as_the_float32_values_it_holds(zhulf_cfg: ModelConfig, tmp_path: Path):
+    """A model trained in bf16 mixed precision saves bfloat16 weights: build reads them as the float32 values they
+    are, with no note, so its graphs are the very graphs built from a float32 file of those values (each bfloat16
+    written here as the high half of its float32's bits)."""
+    rng = np.random.default_rng(3)
+    exact, bf16 = {}, {}
+    for key, shape in expected_keys("zhulf0804", zhulf_cfg).items():
+        bits = rng.uniform(0.5, 1.5, shape).astype(np.float32).view(np.uint32) & np.uint32(0xFFFF0000)
+        exact[key] = bits.view(np.float32)
+        bf16[key] = tensor_of((bits >> 16).astype(np.uint16), "BFloat16Storage")
+    for name, state in (("bf16", bf16), ("f32", exact)):
+        run = cli("build", "--checkpoint", write_zip(state, tmp_path / f"{name}.pth"), "--out", tmp_path / name)
+        assert run.rc == 0 and run.err == "" and "note" not in run.out, run
+    for graph in ("pfn.onnx", "rpn.onnx"):
+        assert (tmp_path / "bf16" / graph).read_bytes() == (tmp_path / "f32" / graph).read_bytes(), graph
 
 
 def test_a_note_stays_a_note_where_warnings_are_errors(tiny_model: Path, tmp_path: Path,

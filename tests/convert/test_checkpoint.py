@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import pickle
 import subprocess
 import sys
@@ -20,8 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-import _torch_writer
-from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, torch_global, write_legacy,
+from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, tensor_of, torch_global, write_legacy,
                            write_zip)
 
 from pointpillars_trt.convert.checkpoint import detect_layout, expected_keys, load_checkpoint, weights_from_state_dict
@@ -263,6 +263,27 @@ def assert_same_tree(got: Any, want: Any) -> None:
         assert got == want
 
 
+def bfloat16_value(word: int) -> float:
+    """The value of a bfloat16 by its definition (sign, 8 exponent bits biased by 127, 7 fraction bits), not by the
+    float32 it is the high half of."""
+    sign, exponent, fraction = -1.0 if word >> 15 else 1.0, (word >> 7) & 0xFF, word & 0x7F
+    if exponent == 0xFF:
+        return sign * math.inf if fraction == 0 else math.nan
+    if exponent == 0:
+        return sign * math.ldexp(fraction, -126 - 7)  # subnormal
+    return sign * math.ldexp(128 + fraction, exponent - 127 - 7)
+
+
+#: bfloat16 words: zeros, 1, -3, 1/3 and pi rounded, the largest and smallest normal, a subnormal, infinities, NaN
+BF16_WORDS = [0x0000, 0x8000, 0x3F80, 0xC040, 0x3EAB, 0x7F7F, 0x0080, 0x8001, 0x7F80, 0xFF80, 0x7FC0, 0x4049]
+
+
+def as_bfloat16(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float32 ``values`` cut to bfloat16 (rounded toward zero): its words, and the float32 values they hold."""
+    bits = values.astype(np.float32).view(np.uint32)
+    return (bits >> 16).astype(np.uint16), (bits & 0xFFFF0000).view(np.float32)
+
+
 @pytest.mark.parametrize("fmt", WRITERS)
 def test_round_trip_every_dtype(fmt: str, tmp_path: Path) -> None:
     tree = sample_tree()
@@ -297,6 +318,51 @@ def test_offsets_strides_and_shared_storage(fmt: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
+def test_bfloat16_tensors_are_read_as_the_float32_of_their_value(fmt: str, tmp_path: Path) -> None:
+    """A bfloat16 (bf16 mixed precision, Lightning's precision='bf16') is read as the float32 of its exact value,
+    through any view of its storage."""
+    words = np.array(BF16_WORDS, dtype=np.uint16)
+    values = np.array([bfloat16_value(int(w)) for w in words], dtype=np.float64)
+    assert np.array_equal(values.astype(np.float32).astype(np.float64), values, equal_nan=True)  # exact in float32
+    storage = Storage(words, torch_type="BFloat16Storage")
+    views = [(0, (12,), (1,)), (1, (2, 3), (1, 4)), (3, (2, 2), (0, 2)), (7, (), ())]
+    got = read_pth(WRITERS[fmt]({"t": [Tensor(storage, *view) for view in views], "f": np.float32([2.5])},
+                                tmp_path / "bf16.pth"))
+    for array, view in zip(got["t"], views):
+        want = strided(values.astype(np.float32), *view)
+        assert array.dtype == np.float32 and array.shape == want.shape and array.flags.c_contiguous
+        assert array.flags.owndata and np.array_equal(array, want, equal_nan=True), (view, array, want)
+    assert np.signbit(got["t"][0][1]) and not np.signbit(got["t"][0][0])  # -0.0 stays negative
+    assert_same_tree(got["f"], np.float32([2.5]))
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_a_half_precision_state_dict_loads_as_its_float32_values(fmt: str, layout: str, dtype: str,
+                                                                 states: dict[str, Any], cfgs: dict[str, ModelConfig],
+                                                                 tmp_path: Path) -> None:
+    """A model saved in bfloat16 or float16 loads with float32 weights of the very values the file holds: each
+    weight is one file tensor's values, and the config is the layout's own."""
+    state, want = {}, {}
+    for key, value in states[layout].items():
+        if value.dtype != np.float32:
+            state[key] = value
+        elif dtype == "bfloat16":
+            words, want[key] = as_bfloat16(value)
+            state[key] = tensor_of(words, "BFloat16Storage")
+        else:
+            state[key] = value.astype(np.float16)
+            want[key] = state[key].astype(np.float32)
+    assert any(not np.array_equal(want[k], states[layout][k]) for k in want)  # the precision was lost
+    ckpt = load_checkpoint(WRITERS[fmt](state if layout == "zhulf0804" else {"model_state": state}, tmp_path / "h.pth"))
+    assert ckpt.layout == layout and ckpt.config_name == cfgs[layout].name
+    arrays = weight_arrays(ckpt.weights)
+    assert all(a.dtype == np.float32 and a.flags.c_contiguous for a in arrays)
+    assert Counter(a.tobytes() for a in arrays) == Counter(v.tobytes() for v in want.values())
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
 def test_view_past_the_storage_end_is_refused(fmt: str, tmp_path: Path) -> None:
     path = WRITERS[fmt]({"w": Tensor(Storage(np.zeros(10, np.float32)), 5, (2, 3), (3, 1))}, tmp_path / "t.pth")
     checkpoint_error(lambda: read_pth(path), path, "reads element 10", "has 10")
@@ -312,26 +378,33 @@ def test_torch_written_files(legacy: bool, tmp_path: Path) -> None:
         "param": torch.nn.Parameter(torch.ones(2, 3)), "scalar": torch.tensor(5),
         **{d: (torch.arange(24).reshape(2, 3, 4) % 7 - 3).to(getattr(torch, d)) for d in ALL_DTYPES},
     }
+    bf16 = torch.randn(6, 10, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    bf16_tensors = {"bf16": bf16, "bf16 transposed": bf16.t()[1::2], "bf16 param": torch.nn.Parameter(bf16[2:4])}
     path = tmp_path / "t.pth"
-    torch.save({"tensors": tensors, "step": 9}, path, _use_new_zipfile_serialization=not legacy)
+    torch.save({"tensors": tensors, "bf16": bf16_tensors, "step": 9}, path, _use_new_zipfile_serialization=not legacy)
     got = read_pth(path)
     assert got["step"] == 9
     for key, tensor in tensors.items():
         assert_same_tree(got["tensors"][key], tensor.detach().numpy().copy())
+    for key, tensor in bf16_tensors.items():  # torch's own widening of bfloat16 to float32
+        assert_same_tree(got["bf16"][key], tensor.detach().float().numpy().copy())
 
 
 def test_torch_loads_what_the_test_writer_writes(tmp_path: Path) -> None:
     """Keeps the writer honest: files that prove the reader must be files torch accepts."""
     torch = pytest.importorskip("torch")
     storage = Storage(np.arange(30, dtype=np.float32))
+    words = np.array(BF16_WORDS, dtype=np.uint16)
     for fmt, write in WRITERS.items():
-        path = write({"t": sample_tree()["arrays"], "v": [Tensor(storage, *view) for view in VIEWS]},
-                     tmp_path / f"{fmt}.pth")
+        path = write({"t": sample_tree()["arrays"], "v": [Tensor(storage, *view) for view in VIEWS],
+                      "bf16": tensor_of(words, "BFloat16Storage")}, tmp_path / f"{fmt}.pth")
         theirs = torch.load(path, weights_only=True)
         for d, array in sample_tree()["arrays"].items():
             assert np.array_equal(theirs["t"][d].numpy(), array)
         for tensor, view in zip(theirs["v"], VIEWS):
             assert np.array_equal(tensor.numpy(), strided(storage.array, *view))
+        assert theirs["bf16"].dtype == torch.bfloat16
+        assert np.array_equal(theirs["bf16"].view(torch.int16).numpy().view(np.uint16), words)
 
 
 # --- bad files ------------------------------------------------------------------------------------
@@ -466,19 +539,17 @@ def test_a_model_saved_whole_is_told_to_save_its_state_dict(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
-@pytest.mark.parametrize("storage", ["BFloat16Storage", "ComplexFloatStorage", "QInt8Storage"])
+@pytest.mark.parametrize("storage", ["ComplexFloatStorage", "QInt8Storage"])
 def test_tensors_of_a_storage_type_not_read_are_named_with_the_fix(fmt: str, storage: str, states: dict[str, Any],
-                                                                   monkeypatch: pytest.MonkeyPatch,
                                                                    tmp_path: Path) -> None:
-    """A bfloat16 state dict is no hostile pickle: its storage type is named as a type of tensors this reader does
-    not read, with the save that makes them float32."""
-    monkeypatch.setitem(_torch_writer._STORAGE_NAMES, "uint16", storage)  # the writer's storage of uint16 arrays
-    state = {k: v.view(np.uint16)[..., 1::2].copy() if v.dtype == np.float32 else v
-             for k, v in states["openpcdet"].items()}  # bfloat16 is the high half of each float32
-    path = WRITERS[fmt]({"model_state": state}, tmp_path / "bf16.pth")
+    """A complex or quantized state dict is no hostile pickle: its storage type is named as a type of tensors this
+    reader does not read, with the save that makes them float32."""
+    state = {k: tensor_of(v.view(np.uint16)[..., 1::2], storage) if v.dtype == np.float32 else v
+             for k, v in states["openpcdet"].items()}
+    path = WRITERS[fmt]({"model_state": state}, tmp_path / "typed.pth")
     msg = checkpoint_error(lambda: load_checkpoint(path), path, f"holds tensors of storage type 'torch.{storage}', "
-                           "which this reader does not read (it reads float32, float16, float64, int64",
-                           "save the weights as float32")
+                           "which this reader does not read (it reads float32, float16, float64, bfloat16, int64, "
+                           "int32, int16, int8, uint8, bool): save the weights as float32")
     assert "plain pickle" not in msg and "refusing" not in msg
 
 
