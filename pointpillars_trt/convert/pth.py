@@ -320,6 +320,27 @@ def _scan_pickle(stream: io.BytesIO) -> None:
     stream.seek(start)
 
 
+#: How torch pickles a quantized tensor: this global comes before its storage type (QInt8Storage, ...).
+_QUANTIZED = ("torch._utils", "_rebuild_qtensor")
+
+
+def _unread_tensors(source: str, shown: str, name: str) -> CheckpointError:
+    """The refusal of tensors of a type this reader does not read (complex, quantized: no hostile global), named by
+    the global ``shown`` that names their type (``name`` without its module), with the save that gives a file it
+    reads."""
+    if name == _QUANTIZED[1] or name.startswith("Q"):
+        fix = ("dequantize them to float32: torch.save({k: v.dequantize() if v.is_quantized else v "
+               "for k, v in model.state_dict().items()}, 'model.pth')")
+    elif name.startswith("Complex"):
+        fix = ("a PointPillars has no complex weights: save its state dict alone, torch.save(model.state_dict(), "
+               "'model.pth')")
+    else:
+        fix = ("save the weights as float32, e.g. torch.save({k: v.float() if v.is_floating_point() else v "
+               "for k, v in model.state_dict().items()}, 'model.pth')")
+    what = f"quantized tensors ({shown})" if name == _QUANTIZED[1] else f"tensors of storage type {shown}"
+    return CheckpointError(f"{source}: holds {what}, which this reader does not read (it reads {_READ_DTYPES}): {fix}")
+
+
 class _Unpickler(pickle.Unpickler):
     """Resolves only allow-listed globals; records every storage the pickle refers to."""
 
@@ -332,12 +353,8 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED_GLOBALS.get((module, name))
         shown = f"'{escape_text(str(module), 60)}.{escape_text(str(name), 60)}'"
-        if found is None and module == "torch" and str(name).endswith("Storage"):  # complex, quantized
-            raise CheckpointError(
-                f"{self.source}: holds tensors of storage type {shown}, which this reader does not read (it reads "
-                f"{_READ_DTYPES}): save the weights as float32, e.g. torch.save({{k: v.float() if v.is_floating_point() "
-                "else v for k, v in model.state_dict().items()}, 'model.pth')"
-            )
+        if found is None and ((module == "torch" and str(name).endswith("Storage")) or (module, name) == _QUANTIZED):
+            raise _unread_tensors(self.source, shown, str(name))
         if found is None:
             raise CheckpointError(
                 f"{self.source}: refusing to load global {shown}: a checkpoint may name only tensors, torch storage "
