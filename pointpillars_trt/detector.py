@@ -103,6 +103,7 @@ class PointPillars:
         self._nonfinite_said = False  # boxes with NaN / inf values are said once
         self._misread_said: set[str] = set()  # the kinds of probably misread frame said (``misread_finding``)
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
+        self._viewpoint_lock = threading.Lock()  # infer_many's reader threads may find one at the same time
         backend = opts.backend
         check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
@@ -240,10 +241,13 @@ class PointPillars:
 
     def _say_viewpoint(self, text: str) -> None:
         """A ``.pcd`` VIEWPOINT an ``infer_many`` read left unapplied (``read_points``' ``viewpoint_note``): warned once
-        a detector, not once a file, since a run's files share their sensor's pose as a rule."""
-        if not self._viewpoint_said:
+        a detector, not once a file, since a run's files share their sensor's pose as a rule. Called on the reader
+        threads: the file named is the first whose read found it, which need not be the first given."""
+        with self._viewpoint_lock:
+            if self._viewpoint_said:
+                return
             self._viewpoint_said = True
-            warnings.warn(f"{text} (said once)", InputWarning, stacklevel=2)
+        warnings.warn(f"{text} (said once)", InputWarning, stacklevel=2)
 
     def __setattr__(self, name: str, value: object) -> None:
         """Refuse ``detector.score_threshold = 0.5`` (or ``nms_iou``, ``max_boxes``): the attribute would be a new
