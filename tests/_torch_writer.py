@@ -6,6 +6,7 @@ without torch. Where torch is installed, tests check that torch itself loads wha
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import pickle
 import struct
@@ -32,29 +33,43 @@ def torch_global(module: str, name: str) -> type:
 
 
 REBUILD_TENSOR = torch_global("torch._utils", "_rebuild_tensor_v2")
+REBUILD_TENSOR_V3 = torch_global("torch._utils", "_rebuild_tensor_v3")
+UNTYPED = "UntypedStorage"
 
 
 @dataclass(eq=False)
 class Storage:
     """One torch storage: a flat array whose bytes are written as one storage record, of the torch storage type
-    ``torch_type`` (default: the one of the array's dtype; 'BFloat16Storage' for 16-bit words of bfloat16s)."""
+    ``torch_type`` (default: the one of the array's dtype; 'BFloat16Storage' for 16-bit words of bfloat16s; UNTYPED
+    for the bytes of tensors whose element type is named, see ``Tensor.dtype``)."""
 
     array: np.ndarray
     key: str = ""
     torch_type: str = ""
 
+    @property
+    def numel(self) -> int:
+        """The size torch records: elements, or bytes for an untyped storage."""
+        return self.array.nbytes if self.torch_type == UNTYPED else self.array.size
+
 
 @dataclass(eq=False)
 class Tensor:
-    """A tensor as torch pickles it: a view (offset, size, stride in elements) of a storage."""
+    """A tensor as torch pickles it: a view (offset, size, stride in elements) of a storage. With ``dtype`` (torch's
+    name of an element type: 'uint16', 'float8_e4m3fn', ...), as torch >= 2.1 pickles a type that has no storage
+    class: by ``_rebuild_tensor_v3``, of an untyped storage, the type named after the view."""
 
     storage: Storage
     offset: int
     size: tuple[int, ...]
     stride: tuple[int, ...]
+    dtype: str = ""
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return REBUILD_TENSOR, (self.storage, self.offset, self.size, self.stride, False, OrderedDict())
+        args: tuple[Any, ...] = (self.storage, self.offset, self.size, self.stride, False, OrderedDict())
+        if self.dtype:
+            return REBUILD_TENSOR_V3, args + (torch_global("torch", self.dtype),)
+        return REBUILD_TENSOR, args
 
 
 @dataclass(eq=False)
@@ -73,6 +88,12 @@ def tensor_of(array: np.ndarray, torch_type: str = "") -> Tensor:
     arr = np.array(array, order="C")  # keeps 0-d arrays 0-d
     stride = tuple(s // arr.itemsize for s in arr.strides)
     return Tensor(Storage(arr.reshape(-1), torch_type=torch_type), 0, arr.shape, stride)
+
+
+def named_tensor_of(array: np.ndarray, dtype: str) -> Tensor:
+    """A contiguous tensor of element type ``dtype`` (torch's name) holding ``array``'s bytes (its values, for a
+    NumPy type of that name), with its own untyped storage: as torch >= 2.1 pickles a uint16 or float8 tensor."""
+    return dataclasses.replace(tensor_of(array, UNTYPED), dtype=dtype)
 
 
 def _as_tensors(obj: Any) -> Any:
@@ -111,8 +132,11 @@ class _Pickler(_PurePickler):
         if all(s is not obj for s in self.storages):
             obj.key = obj.key or str(len(self.storages))
             self.storages.append(obj)
-        storage_type = torch_global("torch", obj.torch_type or _STORAGE_NAMES[obj.array.dtype.name])
-        pid = ("storage", storage_type, obj.key, "cpu", obj.array.size)
+        if obj.torch_type == UNTYPED:
+            storage_type = torch_global("torch.storage", UNTYPED)
+        else:
+            storage_type = torch_global("torch", obj.torch_type or _STORAGE_NAMES[obj.array.dtype.name])
+        pid = ("storage", storage_type, obj.key, "cpu", obj.numel)
         return pid + (None,) if self.legacy else pid
 
 
@@ -150,7 +174,7 @@ def write_legacy(obj: Any, path: Path) -> Path:
     out.write(data)
     pickle.dump([s.key for s in storages], out, protocol=2)
     for storage in storages:
-        out.write(np.int64(storage.array.size).astype("<i8").tobytes())
+        out.write(np.int64(storage.numel).astype("<i8").tobytes())
         out.write(_le_bytes(storage.array))
     path.write_bytes(out.getvalue())
     return path

@@ -5,8 +5,8 @@ only to read five million floats is a bad trade for a deployment package.
 
 Why a restricted unpickler: a ``.pth`` file is a pickle, and a plain ``pickle.load`` (or ``torch.load``
 without ``weights_only``) runs whatever code the file names. Here the file may name only tensors,
-storage types and ``OrderedDict``; any other global is refused before it is looked up, let alone
-called, and tensors are rebuilt by our own code from raw bytes.
+storage and element types and ``OrderedDict``; any other global is refused before it is looked up,
+let alone called, and tensors are rebuilt by our own code from raw bytes.
 
 Both torch formats are read: the zip archive (the default since torch 1.6; what zhulf0804 writes)
 and the legacy stream of consecutive pickles (``_use_new_zipfile_serialization=False``; what
@@ -127,8 +127,14 @@ _STORAGE_DTYPES = {  # torch storage class -> its element type: NumPy's name of 
     "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16", "CharStorage": "int8",
     "ByteStorage": "uint8", "BoolStorage": "bool",
 }
+#: Element types torch (2.1 and later) pickles by name, beside an untyped storage of their bytes
+#: (``_rebuild_tensor_v3``), having no storage class: those read, each NumPy's type of its name.
+_NAMED_DTYPES = ("uint16", "uint32", "uint64")
+#: ... and the families of those not read, by their names' starts: float8 and float4 have no NumPy type, bits* are
+#: raw bits, complex32 is complex.
+_UNREAD_NAMED_DTYPES = ("float8_", "float4_", "bits", "complex")
 #: The tensor types read, as a refusal of another type lists them.
-_READ_DTYPES = ", ".join(_STORAGE_DTYPES.values())
+_READ_DTYPES = ", ".join([*_STORAGE_DTYPES.values(), *_NAMED_DTYPES])
 
 
 def _stored_dtype(dtype: str) -> np.dtype[Any]:
@@ -149,9 +155,13 @@ class _StorageType(NamedTuple):
     dtype: str
 
 
+class _TensorDtype(NamedTuple):
+    dtype: str  # NumPy's name of an element type torch names (``torch.uint16``)
+
+
 class StorageRef(NamedTuple):
     key: str
-    dtype: str  # the element type, as in _STORAGE_DTYPES
+    dtype: str  # the element type, as in _STORAGE_DTYPES or _NAMED_DTYPES
     numel: int
 
     @property
@@ -210,6 +220,21 @@ def _rebuild_tensor(storage: Any, offset: Any, size: Any, stride: Any, *_grad_ho
     return TensorRef(storage, offset, size, stride)
 
 
+def _rebuild_tensor_v3(storage: Any, offset: Any, size: Any, stride: Any, _requires_grad: Any, _hooks: Any,
+                       dtype: Any, *_metadata: Any) -> TensorRef:
+    """A tensor of an element type that has no storage class: its storage is untyped (bytes) and its type named
+    apart; its offset, size and stride count elements of that type, so the storage must hold whole elements of it
+    and is checked as a storage of them."""
+    if not (isinstance(storage, StorageRef) and storage.dtype == "uint8" and isinstance(dtype, _TensorDtype)):
+        raise _Malformed(f"bad tensor record (storage {pickled_repr(storage)}, element type {pickled_repr(dtype)})")
+    itemsize = np.dtype(dtype.dtype).itemsize
+    if storage.numel % itemsize:
+        raise _Malformed(f"storage {pickled_repr(storage.key)} of {storage.numel} bytes holds no whole number of "
+                         f"{dtype.dtype} ({itemsize} bytes each)")
+    typed = storage._replace(dtype=dtype.dtype, numel=storage.numel // itemsize)
+    return _rebuild_tensor(typed, offset, size, stride)
+
+
 def _rebuild_parameter(data: Any, *_grad_hooks: Any) -> TensorRef:
     if not isinstance(data, TensorRef):
         raise _Malformed("a Parameter record that does not hold a tensor")
@@ -227,8 +252,12 @@ def _new_ordered_dict(*args: Any) -> OrderedDict[Any, Any]:
 _ALLOWED_GLOBALS: dict[tuple[str, str], Any] = {
     ("collections", "OrderedDict"): _Rebuild(_new_ordered_dict),
     ("torch._utils", "_rebuild_tensor_v2"): _Rebuild(_rebuild_tensor),
+    ("torch._utils", "_rebuild_tensor_v3"): _Rebuild(_rebuild_tensor_v3),
     ("torch._utils", "_rebuild_parameter"): _Rebuild(_rebuild_parameter),
     **{("torch", name): _StorageType(code) for name, code in _STORAGE_DTYPES.items()},
+    # The storage of the element types torch names (its bytes: torch reads it as uint8 where no type is named)
+    ("torch.storage", "UntypedStorage"): _StorageType("uint8"),
+    **{("torch", name): _TensorDtype(name) for name in _NAMED_DTYPES},
 }
 
 _MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
@@ -324,20 +353,34 @@ def _scan_pickle(stream: io.BytesIO) -> None:
 _QUANTIZED = ("torch._utils", "_rebuild_qtensor")
 
 
+def _names_unread_tensors(module: str, name: str) -> bool:
+    """Whether a global that is not allowed names a type of tensors this reader does not read (a storage class, an
+    element type, the rebuild of quantized tensors) rather than anything plain pickle would run."""
+    if (module, name) == _QUANTIZED:
+        return True
+    return module == "torch" and (name.endswith("Storage") or name.startswith(_UNREAD_NAMED_DTYPES))
+
+
 def _unread_tensors(source: str, shown: str, name: str) -> CheckpointError:
-    """The refusal of tensors of a type this reader does not read (complex, quantized: no hostile global), named by
-    the global ``shown`` that names their type (``name`` without its module), with the save that gives a file it
-    reads."""
+    """The refusal of tensors of a type this reader does not read (complex, quantized, float8, ...: no hostile
+    global), named by the global ``shown`` that names their type (``name`` without its module), with the save that
+    gives a file it reads."""
     if name == _QUANTIZED[1] or name.startswith("Q"):
         fix = ("dequantize them to float32: torch.save({k: v.dequantize() if v.is_quantized else v "
                "for k, v in model.state_dict().items()}, 'model.pth')")
-    elif name.startswith("Complex"):
+    elif name.lower().startswith("complex"):
         fix = ("a PointPillars has no complex weights: save its state dict alone, torch.save(model.state_dict(), "
                "'model.pth')")
+    elif name.startswith(("bits", "float4_")):  # torch's .float() of these raises
+        fix = ("torch converts packed bits to no number type: save the weights as float32 before packing them, "
+               "torch.save(model.state_dict(), 'model.pth')")
     else:
         fix = ("save the weights as float32, e.g. torch.save({k: v.float() if v.is_floating_point() else v "
                "for k, v in model.state_dict().items()}, 'model.pth')")
-    what = f"quantized tensors ({shown})" if name == _QUANTIZED[1] else f"tensors of storage type {shown}"
+    if name == _QUANTIZED[1]:
+        what = f"quantized tensors ({shown})"
+    else:
+        what = f"tensors of {'storage' if name.endswith('Storage') else 'element'} type {shown}"
     return CheckpointError(f"{source}: holds {what}, which this reader does not read (it reads {_READ_DTYPES}): {fix}")
 
 
@@ -353,13 +396,13 @@ class _Unpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED_GLOBALS.get((module, name))
         shown = f"'{escape_text(str(module), 60)}.{escape_text(str(name), 60)}'"
-        if found is None and ((module == "torch" and str(name).endswith("Storage")) or (module, name) == _QUANTIZED):
+        if found is None and _names_unread_tensors(str(module), str(name)):
             raise _unread_tensors(self.source, shown, str(name))
         if found is None:
             raise CheckpointError(
                 f"{self.source}: refusing to load global {shown}: a checkpoint may name only tensors, torch storage "
-                "types and OrderedDict (plain pickle would run this); for a model saved whole, save its state dict "
-                "alone: torch.save(model.state_dict(), 'model.pth')"
+                "and element types and OrderedDict (plain pickle would run this); for a model saved whole, save its "
+                "state dict alone: torch.save(model.state_dict(), 'model.pth')"
             )
         return found
 

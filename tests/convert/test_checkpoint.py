@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import pickle
+import struct
 import subprocess
 import sys
 import warnings
@@ -22,8 +23,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _torch_writer import (LEGACY_MAGIC, Call, Storage, Tensor, pickle_torch, tensor_of, torch_global, write_legacy,
-                           write_zip)
+from _torch_writer import (LEGACY_MAGIC, UNTYPED, Call, Storage, Tensor, named_tensor_of, pickle_torch, tensor_of,
+                           torch_global, write_legacy, write_zip)
 
 from pointpillars_trt.convert.checkpoint import detect_layout, expected_keys, load_checkpoint, weights_from_state_dict
 from pointpillars_trt.convert.pth import read_pth
@@ -337,6 +338,43 @@ def test_bfloat16_tensors_are_read_as_the_float32_of_their_value(fmt: str, tmp_p
     assert_same_tree(got["f"], np.float32([2.5]))
 
 
+UNSIGNED = ("uint16", "uint32", "uint64")
+
+
+def unsigned_values(dtype: str) -> np.ndarray:
+    """12 values of an unsigned type, half of them beyond its signed twin's range (a signed read would differ)."""
+    bits = np.iinfo(dtype).bits
+    return np.array([0, 1, 2**(bits - 1), 2**bits - 1, 2**(bits - 1) - 1, 2**(bits - 1) + 1, 255, 256, 2**bits - 2,
+                     3, 1000, 2**bits - 1000], dtype=dtype)
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("dtype", UNSIGNED)
+def test_tensors_of_a_named_element_type_are_read_as_numpys(fmt: str, dtype: str, tmp_path: Path) -> None:
+    """torch (2.3 and later) pickles a uint16/32/64 tensor by _rebuild_tensor_v3, of an untyped storage of its bytes
+    with its type named apart: read as NumPy's unsigned type, through any view counted in its elements."""
+    values = unsigned_values(dtype)
+    storage = Storage(values, torch_type=UNTYPED)
+    views = [(0, (12,), (1,)), (1, (2, 3), (1, 4)), (3, (2, 2), (0, 2)), (11, (), ())]
+    got = read_pth(WRITERS[fmt]({"t": [Tensor(storage, *view, dtype=dtype) for view in views],
+                                 "f": np.float32([2.5])}, tmp_path / f"{dtype}.pth"))
+    for array, view in zip(got["t"], views):
+        assert_same_tree(array, strided(values, *view))
+    assert_same_tree(got["f"], np.float32([2.5]))
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_one_untyped_storage_is_read_as_each_type_its_tensors_name(fmt: str, tmp_path: Path) -> None:
+    """torch saves x and x.view(torch.uint32) of a uint16 x with one untyped storage: each tensor reads its bytes as
+    its own type."""
+    values = unsigned_values("uint16")
+    storage = Storage(values, torch_type=UNTYPED)
+    got = read_pth(WRITERS[fmt]({"x": Tensor(storage, 0, (12,), (1,), dtype="uint16"),
+                                 "wide": Tensor(storage, 1, (2, 2), (2, 1), dtype="uint32")}, tmp_path / "two.pth"))
+    assert_same_tree(got["x"], values)
+    assert_same_tree(got["wide"], strided(values.astype("<u2").view("<u4").astype(np.uint32), 1, (2, 2), (2, 1)))
+
+
 @pytest.mark.parametrize("fmt", WRITERS)
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -408,6 +446,32 @@ def test_torch_loads_what_the_test_writer_writes(tmp_path: Path) -> None:
         assert np.array_equal(theirs["bf16"].view(torch.int16).numpy().view(np.uint16), words)
 
 
+def test_torch_reads_the_test_writers_tensors_of_named_types(tmp_path: Path) -> None:
+    """Keeps the writer honest for the types torch names (_rebuild_tensor_v3): torch loads its zip file with the types
+    and bytes written, and its legacy stream ends as torch's own does, with a storage's size in bytes and then its
+    bytes (torch.load refuses its own legacy files of these types: its UntypedStorage has no dtype)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "uint64"):
+        pytest.skip("this torch has no uint16/32/64 tensors")
+    named = {d: named_tensor_of(unsigned_values(d), d) for d in UNSIGNED}
+    named["float8_e4m3fn"] = named_tensor_of(np.array([0x00, 0x38, 0xC0, 0x7E], np.uint8), "float8_e4m3fn")
+    named["uint32 view"] = Tensor(Storage(unsigned_values("uint16"), torch_type=UNTYPED), 1, (2, 2), (2, 1), "uint32")
+    theirs = torch.load(write_zip(named, tmp_path / "named.pth"), weights_only=True)
+    for name, tensor in named.items():  # torch's element type, and each element's bytes
+        got = theirs[name]
+        assert got.dtype == getattr(torch, tensor.dtype)
+        word = np.dtype(f"<u{got.element_size()}")
+        raw = tensor.storage.array.astype(tensor.storage.array.dtype.newbyteorder("<")).tobytes()
+        want = strided(np.frombuffer(raw, word), tensor.offset, tensor.size, tensor.stride)
+        assert np.array_equal(got.contiguous().view(torch.uint8).numpy().view(word).reshape(want.shape), want)
+    values = unsigned_values("uint16")
+    torch.save({"w": torch.tensor(values.tolist(), dtype=torch.uint16)}, tmp_path / "torch.pth",
+               _use_new_zipfile_serialization=False)
+    ours = write_legacy({"w": named_tensor_of(values, "uint16")}, tmp_path / "ours.pth")
+    tail = struct.pack("<q", values.nbytes) + values.astype("<u2").tobytes()
+    assert (tmp_path / "torch.pth").read_bytes().endswith(tail) and ours.read_bytes().endswith(tail)
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_a_torch_quantized_state_dict_is_refused_with_the_save_that_reads_it(legacy: bool, tmp_path: Path) -> None:
     """torch pickles a quantized tensor by its own rebuild function, named before its storage type: still a type of
@@ -427,6 +491,48 @@ def test_a_torch_quantized_state_dict_is_refused_with_the_save_that_reads_it(leg
          {"torch": torch, "state": state})
     got = read_pth(tmp_path / "fixed.pth")
     assert_same_tree(got, {"w": state["w"].dequantize().numpy(), "b": np.ones(3, np.float32)})
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_torch_written_unsigned_tensors(legacy: bool, tmp_path: Path) -> None:
+    """uint16/32/64 tensors as torch pickles them (_rebuild_tensor_v3, an untyped storage): read as torch holds
+    them, through views, a Parameter, and a uint8 view that shares one's storage (a typed record of it)."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "uint64"):
+        pytest.skip("this torch has no uint16/32/64 tensors")
+    tensors: dict[str, Any] = {}
+    for d in UNSIGNED:
+        base = torch.tensor([int(v) for v in unsigned_values(d)], dtype=getattr(torch, d)).reshape(3, 4)
+        tensors.update({d: base, f"{d} transposed": base.t()[1:, ::2], f"{d} strided": base[::2, 1::2],
+                        f"{d} param": torch.nn.Parameter(base[1:3], requires_grad=False)})
+    tensors["uint16 bytes"] = tensors["uint16"].view(torch.uint8)
+    path = tmp_path / "u.pth"
+    torch.save(tensors, path, _use_new_zipfile_serialization=not legacy)
+    got = read_pth(path)
+    assert list(got) == list(tensors)
+    for key, tensor in tensors.items():
+        assert_same_tree(got[key], tensor.detach().numpy().copy())
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_a_torch_float8_state_dict_is_refused_with_the_save_that_reads_it(legacy: bool, tmp_path: Path) -> None:
+    """torch pickles a float8 tensor by _rebuild_tensor_v3 with its type named (torch.float8_e4m3fn): a type of
+    tensors not read, not a hostile global; the save the refusal names, done as said, gives a file that reads."""
+    torch = pytest.importorskip("torch")
+    if not hasattr(torch, "float8_e5m2"):
+        pytest.skip("this torch has no float8 tensors")
+    ramp = torch.linspace(-2, 2, 12).reshape(4, 3)
+    state = {"w": ramp.to(torch.float8_e4m3fn), "v": ramp.to(torch.float8_e5m2), "b": torch.ones(3)}
+    path = tmp_path / "f8.pth"
+    torch.save(state, path, _use_new_zipfile_serialization=not legacy)
+    msg = checkpoint_error(lambda: read_pth(path), path, "holds tensors of element type 'torch.float8_e4m3fn', which "
+                           f"this reader does not read (it reads {READ_TYPES}): {UNREAD_STORAGES['Float8Storage']}")
+    assert "plain pickle" not in msg and "refusing" not in msg
+    fix = UNREAD_STORAGES["Float8Storage"].split("e.g. ", 1)[1]  # the save as said
+    exec(fix.replace("model.state_dict()", "state").replace("'model.pth'", repr(str(tmp_path / "fixed.pth"))),
+         {"torch": torch, "state": state})
+    got = read_pth(tmp_path / "fixed.pth")
+    assert_same_tree(got, {k: v.float().numpy() for k, v in state.items()})
 
 
 # --- bad files ------------------------------------------------------------------------------------
@@ -560,6 +666,8 @@ def test_a_model_saved_whole_is_told_to_save_its_state_dict(tmp_path: Path) -> N
                      "'pcdet.models.detectors.pointpillar.PointPillar'", "torch.save(model.state_dict(), 'model.pth')")
 
 
+#: The tensor types the reader reads, as its refusal of another type lists them.
+READ_TYPES = "float32, float16, float64, bfloat16, int64, int32, int16, int8, uint8, bool, uint16, uint32, uint64"
 #: Storage types not read, with the fix their refusal names (Float8Storage: a type torch may add, not one it writes).
 UNREAD_STORAGES = {
     "ComplexFloatStorage": "a PointPillars has no complex weights: save its state dict alone, "
@@ -581,8 +689,34 @@ def test_tensors_of_a_storage_type_not_read_are_named_with_the_fix(fmt: str, sto
              for k, v in states["openpcdet"].items()}
     path = WRITERS[fmt]({"model_state": state}, tmp_path / "typed.pth")
     msg = checkpoint_error(lambda: load_checkpoint(path), path, f"holds tensors of storage type 'torch.{storage}', "
-                           "which this reader does not read (it reads float32, float16, float64, bfloat16, int64, "
-                           "int32, int16, int8, uint8, bool): " + UNREAD_STORAGES[storage])
+                           f"which this reader does not read (it reads {READ_TYPES}): " + UNREAD_STORAGES[storage])
+    assert "plain pickle" not in msg and "refusing" not in msg
+
+
+PACKED_BITS_FIX = ("torch converts packed bits to no number type: save the weights as float32 before packing them, "
+                   "torch.save(model.state_dict(), 'model.pth')")
+#: Element types torch pickles by name (_rebuild_tensor_v3) that are not read, with their size in bytes and the fix
+#: their refusal names.
+UNREAD_ELEMENT_TYPES = {
+    "float8_e4m3fn": (1, UNREAD_STORAGES["Float8Storage"]), "float8_e5m2": (1, UNREAD_STORAGES["Float8Storage"]),
+    "float8_e8m0fnu": (1, UNREAD_STORAGES["Float8Storage"]), "float4_e2m1fn_x2": (1, PACKED_BITS_FIX),
+    "bits16": (2, PACKED_BITS_FIX), "complex32": (4, UNREAD_STORAGES["ComplexFloatStorage"]),
+}
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("dtype", UNREAD_ELEMENT_TYPES)
+def test_tensors_of_a_named_element_type_not_read_are_named_with_the_fix(fmt: str, dtype: str,
+                                                                         states: dict[str, Any],
+                                                                         tmp_path: Path) -> None:
+    """A float8 (or float4, raw bits, complex32) state dict as torch pickles it, with an untyped storage and the type
+    named, is no hostile pickle: the type is named as one this reader does not read, with the save that reads."""
+    size, fix = UNREAD_ELEMENT_TYPES[dtype]
+    state = {k: named_tensor_of(np.zeros(v.shape, f"u{size}"), dtype) if v.dtype == np.float32 else v
+             for k, v in states["openpcdet"].items()}
+    path = WRITERS[fmt]({"model_state": state}, tmp_path / "named.pth")
+    msg = checkpoint_error(lambda: load_checkpoint(path), path, f"holds tensors of element type 'torch.{dtype}', "
+                           f"which this reader does not read (it reads {READ_TYPES}): {fix}")
     assert "plain pickle" not in msg and "refusing" not in msg
 
 

@@ -22,14 +22,15 @@ import threading
 import warnings
 import zipfile
 import zlib
+from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pytest
-from _torch_writer import (LEGACY_MAGIC, RawEntry, Storage, Tensor, deflated_zeros, pickle_torch, torch_global,
-                           write_legacy, write_raw_zip, write_zip, zeros_crc)
+from _torch_writer import (LEGACY_MAGIC, REBUILD_TENSOR_V3, UNTYPED, Call, RawEntry, Storage, Tensor, deflated_zeros,
+                           pickle_torch, torch_global, write_legacy, write_raw_zip, write_zip, zeros_crc)
 
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.convert import multihead, pth
@@ -224,6 +225,49 @@ def test_every_view_is_checked_even_unused(fmt: str, view: tuple[Any, ...], word
            "optimizer_state": {"m": Tensor(Storage(np.zeros(6, np.float32)), *view)}}
     path = WRITERS[fmt](obj, tmp_path / "view.pth")
     checkpoint_error(lambda: load_checkpoint(path, config=small_config(openpcdet_cfg)), str(path), *words)
+
+
+def untyped(nbytes: int) -> Storage:
+    return Storage(np.zeros(nbytes, np.uint8), torch_type=UNTYPED)
+
+
+def rebuild_v3(storage: Storage, dtype: Any) -> Call:
+    """A one-element tensor record as torch >= 2.1 pickles one of a named type, with ``dtype`` in the type's place."""
+    return Call(REBUILD_TENSOR_V3, (storage, 0, (1,), (1,), False, OrderedDict(), dtype))
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+@pytest.mark.parametrize("record, words", [
+    (Tensor(untyped(12), 1, (3,), (1,), "uint32"), ("reads element 3 of storage", "which has 3")),
+    (Tensor(untyped(12), 0, (2, 2), (5, 1), "uint16"), ("reads element 6 of storage", "which has 6")),
+    (Tensor(untyped(6), 0, (1,), (1,), "uint32"), ("storage '0' of 6 bytes holds no whole number of uint32 "
+                                                   "(4 bytes each)",)),
+    (Tensor(untyped(12), 5, (2,), (-1,), "uint16"), ("negative strides",)),
+    (Tensor(untyped(16), 0, (10**5000,), (1,), "uint64"), ("bad tensor record",)),
+    (Tensor(Storage(np.zeros(3, np.float32)), 0, (3,), (1,), "uint16"), ("bad tensor record",)),
+    (rebuild_v3(untyped(2), "uint16"), ("bad tensor record",)),
+    (rebuild_v3(untyped(4), torch_global("torch", "FloatStorage")), ("bad tensor record",)),
+    (rebuild_v3(untyped(4), torch_global("torch", "load")), ("refusing to load global 'torch.load'",)),
+], ids=["past-end", "past-end-2d", "partial-element", "negative-stride", "huge-size", "typed-storage",
+        "type-as-text", "type-a-storage", "type-a-function"])
+def test_tensor_records_of_a_named_type_are_checked_like_any(fmt: str, record: Any, words: tuple[str, ...],
+                                                             tmp_path: Path) -> None:
+    """A tensor of a type torch names (_rebuild_tensor_v3: uint16, ...) is checked as any other: its view counted in
+    elements of that type must lie inside its untyped storage, which holds whole elements; the type is one torch
+    names, and nothing else can stand in its place."""
+    path = WRITERS[fmt]({"w": record, "b": np.ones(2, np.float32)}, tmp_path / "v3.pth")
+    msg = checkpoint_error(lambda: read_pth(path), str(path), *words)
+    assert "_rebuild_tensor_v3" not in msg
+
+
+@pytest.mark.parametrize("fmt", WRITERS)
+def test_read_pth_refuses_expanded_views_of_a_named_type(fmt: str, tmp_path: Path, repo_root: Path) -> None:
+    """Stride-0 views of one uint64 (8 GiB each): refused on the file's size like any expanded view."""
+    one = Storage(np.ones(1, np.uint64), torch_type=UNTYPED)
+    path = WRITERS[fmt]({f"w{i}": Tensor(one, 0, (1 << 15, 1 << 15), (0, 0), "uint64") for i in range(3)},
+                        tmp_path / "expanded.pth")
+    assert path.stat().st_size < 2000
+    refused("read", path, repo_root, "more than a file of this size can legitimately hold")
 
 
 def torch_zip(byteorder: RawEntry | None = None, storage: RawEntry | None = None) -> list[RawEntry]:
