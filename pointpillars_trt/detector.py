@@ -26,7 +26,7 @@ from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatc
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
 from .devices import PickedDevice, check_backend_runs_on, pick_device
-from .runtime_options import RuntimeOptions, capped_threads, environment_threads
+from .runtime_options import RuntimeOptions, cpu_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_frame_path
@@ -592,20 +592,11 @@ def refuse_other_precision(model: ModelDir, precision: str | None) -> None:
 
 
 def onnxruntime_threads(asked: int | None) -> int | None:
-    """ONNX Runtime's CPU thread count: ``asked`` (the options' threads), else OMP_NUM_THREADS (ORT itself ignores
-    the variable), at most this machine's cores (thousands of threads took minutes and gigabytes to start, and
-    would not stop on SIGTERM; ``capped_threads``); an OMP_NUM_THREADS that is no thread count is left out. Either
-    is said once (``SettingNotice``)."""
-    if asked is not None:
-        count, what = asked, f"threads={asked}"
-    else:
-        found, left_out = environment_threads()
-        if found is None:
-            if left_out is not None:
-                warnings.warn(left_out, SettingNotice, stacklevel=_callers_level())
-            return None
-        count, what = found, f"OMP_NUM_THREADS={found}"
-    count, note = capped_threads(count, what)
+    """ONNX Runtime's CPU thread count: ``asked`` (the options' threads), else OMP_NUM_THREADS, at most this
+    machine's cores (thousands of threads took minutes and gigabytes to start, and would not stop on SIGTERM;
+    ``cpu_threads``); an OMP_NUM_THREADS that is no thread count is left out. Either is said once
+    (``SettingNotice``)."""
+    count, _, note = cpu_threads(asked, "threads=")
     if note is not None:
         warnings.warn(note, SettingNotice, stacklevel=_callers_level())
     return count

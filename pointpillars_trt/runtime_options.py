@@ -104,20 +104,30 @@ def capped_threads(count: int, what: str) -> tuple[int, str | None]:
     return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
 
 
-def environment_threads() -> tuple[int | None, str | None]:
-    """``OMP_NUM_THREADS`` as the CPU thread count a detector takes when none is asked for (ONNX Runtime itself
-    ignores the variable): (the count, None); (None, None) where it is unset; (None, the note that says so) where
-    it is no thread count, which is left out."""
-    value = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if not value:
-        return None, None
-    if value.isdigit() and int(value) >= 1:
-        return int(value), None
-    return None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left out, ONNX Runtime "
-                  "picks its own")
+def cpu_threads(threads: int | None, setting: str, cap: bool = True) -> tuple[int | None, str | None, str | None]:
+    """The CPU threads a detector takes, the one rule of every path: ``threads`` asked (``setting`` names it before a
+    count: ``threads=``, ``--threads ``), else ``OMP_NUM_THREADS`` (ONNX Runtime itself ignores the variable; one that
+    is no thread count is left out), at most the cores where the detector runs (``capped_threads``; ``cap`` False
+    where it runs elsewhere, as a Ray worker, which caps them to its own). (the count, None where neither gives one;
+    the setting that names that count, as notes quote it; the note to say once where the variable was left out or
+    the count capped, else None.)"""
+    if threads is not None:
+        count, source = threads, setting
+    else:
+        value = os.environ.get("OMP_NUM_THREADS", "").strip()
+        if not value:
+            return None, None, None
+        if not (value.isdigit() and int(value) >= 1):
+            return None, None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left "
+                                "out, ONNX Runtime picks its own")
+        count, source = int(value), "OMP_NUM_THREADS="
+    note = None
+    if cap:
+        count, note = capped_threads(count, f"{source}{count}")
+    return count, f"{source}{count}", note
 
 
-def pipeline_threads(pipelines: int, threads: int | None, what: str) -> tuple[int | None, str | None]:
+def pipeline_threads(pipelines: int, threads: int | None, what: str | None) -> tuple[int | None, str | None]:
     """The ONNX Runtime threads of each of ``pipelines`` CPU pipelines (``threads``: the count asked for each, at
     most the cores, by the setting ``what`` names (``--threads 2``, ``OMP_NUM_THREADS=2``); None: none asked) and
     the note that says how they share the cores where the detector runs (None: one pipeline, or no contention).

@@ -55,6 +55,26 @@ def test_threads_beyond_this_machines_cores_are_taken_and_capped_where_the_detec
         cores, f"--threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads")
 
 
+def test_cpu_threads_take_the_asked_else_omp_num_threads_capped_at_the_cores_unless_they_run_elsewhere(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one rule of the detector, infer and the Ray driver: the count asked, else OMP_NUM_THREADS, at most the
+    cores (a Ray driver leaves the cap to each worker); the setting named is that of the count given back."""
+    from pointpillars_trt.runtime_options import cpu_threads, max_threads
+
+    cores = max_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
+    beyond = f"OMP_NUM_THREADS={cores + 1} is more than the {cores} cores where the detector runs: {cores} threads"
+    assert cpu_threads(None, "--threads ") == (cores, f"OMP_NUM_THREADS={cores}", beyond)
+    assert cpu_threads(None, "--threads ", cap=False) == (cores + 1, f"OMP_NUM_THREADS={cores + 1}", None)
+    assert cpu_threads(1, "threads=") == (1, "threads=1", None)
+    assert cpu_threads(cores + 2, "--threads ", cap=False) == (cores + 2, f"--threads {cores + 2}", None)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2x")
+    assert cpu_threads(None, "threads=", cap=False) == (
+        None, None, f"OMP_NUM_THREADS='2x' is no thread count (1..{cores}): left out, ONNX Runtime picks its own")
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert cpu_threads(None, "threads=") == (None, None, None)
+
+
 @pytest.mark.parametrize("cores, pipelines, asked, each, note", [
     (8, 1, None, None, None),
     (8, 1, 16, 16, None),

@@ -59,7 +59,7 @@ from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowPa
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames, read_uri_frames
-from ..runtime_options import RuntimeOptions, environment_threads
+from ..runtime_options import RuntimeOptions, cpu_threads
 
 if TYPE_CHECKING:
     from .frame_prep import Prepare
@@ -367,12 +367,10 @@ def _threads_asked(threads: int | None, cli: bool) -> tuple[int | None, str | No
     """The ONNX Runtime threads each CPU worker's pipelines are asked for, as a local detector takes them: ``threads``
     (infer's --threads, ``cli``, or the runtime options' field), else this process's OMP_NUM_THREADS; with how the
     workers' note names them. (None, None): neither, and the workers share the cluster's CPUs."""
-    if threads is not None:
-        return threads, f"--threads {threads}" if cli else f"threads={threads}"
-    found, left_out = environment_threads()
+    count, named, left_out = cpu_threads(threads, "--threads " if cli else "threads=", cap=False)
     if left_out is not None:
         warnings.warn(left_out, SettingNotice, stacklevel=4)
-    return found, None if found is None else f"OMP_NUM_THREADS={found}"
+    return count, named
 
 
 def worker_pipeline_threads(cluster_cpus: float, workers: int, pipelines: int) -> int:

@@ -31,7 +31,7 @@ from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_oth
 from ..model_dir import ModelDir, config_change_fix, load_model_dir, rebuild_command
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
 from ..points import columns_text
-from ..runtime_options import pipeline_threads
+from ..runtime_options import cpu_threads, pipeline_threads
 from ..staging import likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
@@ -295,16 +295,12 @@ def run_infer(args: argparse.Namespace) -> int:
     pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
 
     def open_pipelines(points_per_frame: int | None) -> list[PointPillars]:
-        from ..detector import onnxruntime_threads
-        from .runtime_args import threads_of_args
-
         threads = None
         if device == "cpu" and pipelines > 1:
-            asked = threads_of_args(args)  # --threads, at most the cores (said)
-            what = f"--threads {asked}"
-            if asked is None:  # OMP_NUM_THREADS where it is a thread count (said where it is not)
-                asked = onnxruntime_threads(None)
-                what = f"OMP_NUM_THREADS={asked}"
+            # --threads, else OMP_NUM_THREADS, at most the cores (said, as is a variable that is no thread count)
+            asked, what, note = cpu_threads(args.threads, "--threads ")
+            if note is not None:
+                warnings.warn(note, SettingNotice, stacklevel=2)
             threads, note = pipeline_threads(pipelines, asked, what)
             if note is not None:
                 warnings.warn(note, SettingNotice, stacklevel=2)

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..config import Thresholds
 from ..errors import InputError, SettingNotice, safe_repr
 from ..model_dir import load_model_dir
-from ..runtime_options import RuntimeOptions, capped_threads
+from ..runtime_options import RuntimeOptions, cpu_threads
 
 
 def runtime_options_from_args(args: argparse.Namespace, threads: int | None = None) -> RuntimeOptions:
@@ -38,7 +38,7 @@ def threads_of_args(args: argparse.Namespace) -> int | None:
     threads: int | None = args.threads
     if threads is None or getattr(args, "ray", False):
         return threads
-    threads, note = capped_threads(threads, f"--threads {threads}")
+    threads, _, note = cpu_threads(threads, "--threads ")
     if note is not None:
         warnings.warn(note, SettingNotice, stacklevel=3)
     return threads
