@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +88,14 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
             "PNGs there")
 
 
-def _full_scan_note(folder: Path) -> str | None:
+def _full_scan_note(folder: Path, kind: str) -> str | None:
     """The note that infer made a folder's predictions without its camera-view crop (its settings record says
     so), as on full scans: KITTI's benchmark counts objects in the camera's view, and OpenPCDet's KITTI models
     see only those points, so such predictions score lower than the same model on camera-view crops. None
-    without such a record."""
+    without such a record of its ``kind`` of predictions."""
     from ..run_settings import recorded_fov_only
 
-    if recorded_fov_only(folder, prediction_format(folder)) is not False:
+    if recorded_fov_only(folder, kind) is not False:
         return None
     return (f"note: the predictions in {safe_repr(str(folder))} were made without infer's camera-view crop "
             "(--fov-only false in its settings record): KITTI's benchmark, and OpenPCDet's evaluation, detect on "
@@ -103,13 +104,13 @@ def _full_scan_note(folder: Path) -> str | None:
             "comparable APs")
 
 
-def _unused_camera_note(args: argparse.Namespace) -> str | None:
+def _unused_camera_note(args: argparse.Namespace, kinds: Collection[str]) -> str | None:
     """The note that --calib / --image-shape went unused: they place and clip JSON predictions' boxes in
     the camera image, and KITTI .txt predictions carry their own 2D boxes (results are the same without
-    them). None when they were not given, or a JSON folder used them."""
+    them). None when they were not given, or a JSON folder used them (``kinds``: the folders' formats)."""
     given = camera_options_given(args)
     folders = [("--pred", args.pred)] + ([("--compare", args.compare)] if args.compare else [])
-    if not given or any(prediction_format(Path(folder)) == "json" for _, folder in folders):
+    if not given or "json" in kinds:
         return None
     where = " and ".join(f"{option} {safe_repr(folder)}" for option, folder in folders)
     one = len(given) == 1
@@ -118,12 +119,13 @@ def _unused_camera_note(args: argparse.Namespace) -> str | None:
             f"only: drop {'it' if one else 'them'}")
 
 
-def _prediction_warnings(folder: Path, predictions: Annotations, classes: tuple[str, ...]) -> tuple[str | None, ...]:
-    """The ``warning:`` lines of a prediction folder that reads but would score 0 without a word: types KITTI
-    has not, and (KITTI .txt predictions, whose 2D boxes are their own) 2D boxes too low for every difficulty;
-    an InputError when no line is of an evaluated class."""
+def _prediction_warnings(folder: Path, kind: str, predictions: Annotations,
+                         classes: tuple[str, ...]) -> tuple[str | None, ...]:
+    """The ``warning:`` lines of a prediction folder (of ``kind`` predictions) that reads but would score 0 without
+    a word: types KITTI has not, and (KITTI .txt predictions, whose 2D boxes are their own) 2D boxes too low for
+    every difficulty; an InputError when no line is of an evaluated class."""
     types = check_prediction_types(predictions, folder, classes)
-    heights = check_prediction_heights(predictions, folder) if prediction_format(folder) == "kitti" else None
+    heights = check_prediction_heights(predictions, folder) if kind == "kitti" else None
     return types, heights
 
 
@@ -154,24 +156,28 @@ def run_eval(args: argparse.Namespace) -> int:
         _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
     check_image_shape(args.image_shape, calib)
-    ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred)
+    # each prediction folder's format, found once (a listing of it) and handed to what reads the folder
+    kinds = {folder: prediction_format(Path(folder)) for folder in (args.pred, args.compare) if folder}
+    ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred, kinds[args.pred])
     if not ids:
         raise InputError(f"prediction folder {pred} has no prediction files")
     gt = load_ground_truth(labels, ids)
-    predictions = load_predictions(pred, ids, calib, args.image_shape, labels)
+    predictions = load_predictions(pred, ids, calib, args.image_shape, labels, kinds[args.pred])
     # both folders read before anything is printed: a missing file in the second is one error, not a
     # table followed by one
-    others = load_predictions(Path(args.compare), ids, calib, args.image_shape, labels) if args.compare else None
-    said = _prediction_warnings(pred, predictions, classes)  # an error when no line could score: before any line
+    others = load_predictions(Path(args.compare), ids, calib, args.image_shape, labels,
+                              kinds[args.compare]) if args.compare else None
+    # an error when no line could score: before any line
+    said = _prediction_warnings(pred, kinds[args.pred], predictions, classes)
     if others is not None:
-        said += _prediction_warnings(Path(args.compare), others, classes)
+        said += _prediction_warnings(Path(args.compare), kinds[args.compare], others, classes)
     result = evaluate(gt, predictions, classes)
     # both folders hold the same frames: JSON ones assumed the size for the same frames
     evaluated = (predictions,) if others is None else (predictions, others)
     assumed = max(one.image_assumed for one in evaluated)
     notes = (check_label_types(gt, labels), *said, uncounted_note(result, *evaluated),
-             _assumed_image_note(calib, assumed), _unused_camera_note(args), _full_scan_note(pred),
-             _full_scan_note(Path(args.compare)) if args.compare else None)
+             _assumed_image_note(calib, assumed), _unused_camera_note(args, kinds.values()),
+             *(_full_scan_note(Path(folder), kind) for folder, kind in kinds.items()))
     for note in notes:
         if note is not None:
             print(note, file=sys.stderr)

@@ -143,9 +143,10 @@ def prediction_format(pred_dir: Path) -> str:
     return "kitti" if kinds == {".txt"} else "json"
 
 
-def list_prediction_ids(pred_dir: Path) -> list[str]:
-    """Frame ids of every prediction file in a folder, sorted."""
-    suffix = ".txt" if prediction_format(pred_dir) == "kitti" else ".json"
+def list_prediction_ids(pred_dir: Path, kind: str | None = None) -> list[str]:
+    """Frame ids of every prediction file in a folder, sorted; ``kind``: its ``prediction_format`` where the caller
+    has it (else found here)."""
+    suffix = ".txt" if (kind or prediction_format(pred_dir)) == "kitti" else ".json"
     return sorted(p.stem for p in _prediction_files(pred_dir) if p.suffix == suffix)
 
 
@@ -221,12 +222,13 @@ def read_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> GroundTruth:
 
 
 def load_predictions(pred_dir: Path, frame_ids: Sequence[str], calib_dir: Path | None = None,
-                     image_shape: tuple[int, int] | None = None, labels_dir: Path | None = None) -> Annotations:
+                     image_shape: tuple[int, int] | None = None, labels_dir: Path | None = None,
+                     kind: str | None = None) -> Annotations:
     """Prediction files of the given frames; each frame needs a file, even an empty one. JSON ones are placed
     through ``calib_dir``, clipped to ``image_shape`` (height, width) when given, and refused when their source
     is of KITTI's other split than ``labels_dir`` or ``calib_dir`` (see :func:`_json_prediction_lines`; KITTI .txt predictions
-    name no source)."""
-    kind = prediction_format(pred_dir)
+    name no source). ``kind``: the folder's ``prediction_format`` where the caller has it (else found here)."""
+    kind = kind or prediction_format(pred_dir)
     per_frame = []
     out_of_view = image_assumed = 0
     for frame in frame_ids:
