@@ -367,31 +367,33 @@ def written_detections(boxes: np.ndarray, scores: np.ndarray) -> np.ndarray:
 
 
 def finite_detections(
-    boxes: np.ndarray, scores: np.ndarray, labels: _L
-) -> tuple[np.ndarray, np.ndarray, _L, int]:
+    boxes: np.ndarray, scores: np.ndarray, labels: _L, velocity: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, _L, np.ndarray | None, int]:
     """Drop the detections no output holds (:func:`written_detections`: a NaN or infinity, a box beyond
-    ``MAX_BOX_METRES`` or of no size): (boxes, scores, labels, dropped).
+    ``MAX_BOX_METRES`` or of no size): (boxes, scores, labels, velocity, dropped).
 
     ``boxes`` (N, 7), ``scores`` (N,), ``labels`` any sequence of N (names or ids; a list stays a
-    list, an array an array). Use before writing any output (JSON is strict and refuses NaN; eval
-    refuses absurd values); report ``dropped`` rather than hiding it.
+    list, an array an array), ``velocity`` (N, 2) or None (a multi-head model's, kept with its boxes by the
+    same mask). Use before writing any output (JSON is strict and refuses NaN; eval refuses absurd values);
+    report ``dropped`` rather than hiding it.
     """
     b = np.asarray(boxes)
     sc = np.asarray(scores).reshape(-1)
-    if b.ndim != 2 or not (len(b) == len(sc) == len(labels)):
+    if b.ndim != 2 or not (len(b) == len(sc) == len(labels)) or (velocity is not None and len(velocity) != len(sc)):
         raise InputError(
-            f"detections: received boxes of shape {b.shape}, {len(sc)} scores and {len(labels)} labels, "
-            "expected (N, 7), N and N"
+            f"detections: received boxes of shape {b.shape}, {len(sc)} scores and {len(labels)} labels"
+            + ("" if velocity is None else f" and {len(velocity)} velocities")
+            + f", expected (N, 7), N and N{'' if velocity is None else ' and N'}"
         )
     keep = written_detections(b, sc)
     dropped = int(len(keep) - keep.sum())
     if dropped == 0:
-        return b, sc, labels, 0
+        return b, sc, labels, velocity, 0
     if isinstance(labels, np.ndarray):
         kept_labels = labels[keep]
     else:
         kept_labels = type(labels)(v for v, k in zip(labels, keep.tolist()) if k)
-    return b[keep], sc[keep], kept_labels, dropped
+    return b[keep], sc[keep], kept_labels, None if velocity is None else velocity[keep], dropped
 
 
 def camera_box_corners(location: np.ndarray, lhw: np.ndarray, ry: np.ndarray) -> np.ndarray:

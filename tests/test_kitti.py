@@ -542,15 +542,20 @@ def test_nonfinite_detections_are_dropped_and_counted() -> None:
     assert [line.split()[0] for line in out.lines] == ["A"]
     assert out.dropped_nonfinite == 3 and out.dropped_out_of_view == 0 and out.kept.tolist() == [0]
 
-    b, s, labels, dropped = finite_detections(boxes, scores, ["A", "B", "C", "D"])
+    b, s, labels, _, dropped = finite_detections(boxes, scores, ["A", "B", "C", "D"])
     assert dropped == 3 and labels == ["A"] and s.tolist() == [pytest.approx(0.9)]
     np.testing.assert_array_equal(b, boxes[:1])
-    b, s, ids, dropped = finite_detections(boxes, scores, np.array([1, 2, 3, 1]))
+    b, s, ids, _, dropped = finite_detections(boxes, scores, np.array([1, 2, 3, 1]))
     assert dropped == 3 and isinstance(ids, np.ndarray) and ids.tolist() == [1]
-    b, s, labels, dropped = finite_detections(boxes[:1], scores[:1], ["A"])
+    b, s, labels, _, dropped = finite_detections(boxes[:1], scores[:1], ["A"])
     assert dropped == 0 and labels == ["A"]
     with pytest.raises(InputError, match="expected"):
         finite_detections(boxes, scores, ["A"])
+    velocity = np.arange(8.0).reshape(4, 2)  # a multi-head model's: kept with its boxes
+    *_, kept, dropped = finite_detections(boxes, scores, list("ABCD"), velocity)
+    assert dropped == 3 and kept is not None and kept.tolist() == [[0.0, 1.0]]
+    with pytest.raises(InputError, match="3 velocities, expected"):
+        finite_detections(boxes, scores, list("ABCD"), velocity[:3])
 
 
 def test_absurd_detections_are_dropped_and_counted_so_that_eval_reads_the_lines() -> None:
@@ -567,7 +572,7 @@ def test_absurd_detections_are_dropped_and_counted_so_that_eval_reads_the_lines(
                                     keep_out_of_view=True)
     assert [line.split()[0] for line in out.lines] == ["A"] and out.dropped_nonfinite == 4
     parse_label_lines(out.lines, "lines", with_score=True)  # what eval reads back
-    b, s, labels, dropped = finite_detections(boxes, scores, list("ABCDE"))
+    b, s, labels, _, dropped = finite_detections(boxes, scores, list("ABCDE"))
     assert dropped == 4 and labels == ["A"]
     np.testing.assert_array_equal(b, boxes[:1])
 

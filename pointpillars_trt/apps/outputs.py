@@ -109,11 +109,12 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     fails, those it created before it are removed (files of an earlier run it replaced stay, with this
     run's content): a frame's outputs are all there or none of this run's new ones.
     """
-    from ..kitti import finite_detections, written_detections
+    from ..kitti import finite_detections
 
     stem = Path(source).stem
     result = FrameOutput()
-    boxes, scores, names, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores, det.names)
+    boxes, scores, names, velocity, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores,
+                                                                         det.names, det.velocity)
     result.boxes = len(scores)
     writes: list[tuple[Path, Callable[[Path], None]]] = []
     of_record = plan.kitti_dir is not None and plan.kitti_of_record
@@ -129,8 +130,6 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_bytes_atomic(p, text, durable=durable)))
     if plan.png_dir is not None and points is not None:
         from .viz import plot_bev
-
-        velocity = None if det.velocity is None else det.velocity[written_detections(det.boxes, det.scores)]
 
         def png(path: Path) -> None:
             plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
