@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterable, Mapping
-from typing import TypeGuard
+from typing import Any, TypeGuard
 
 import numpy as np
 
@@ -111,6 +111,17 @@ def refuse_masked(points: object, source: str) -> None:
                          "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
 
 
+def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
+    """``xp.asarray(points)`` (NumPy; CuPy for sweeps on the GPU), the one conversion of frames and sweeps; what
+    it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the reason: ragged
+    lists, device arrays that refuse implicit host copies, a torch tensor that requires grad (RuntimeError, its
+    message naming .detach())."""
+    try:
+        return xp.asarray(points)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
+
+
 def as_host_points(points: object, source: str = "points", columns: int = 4) -> np.ndarray:
     """A C-contiguous (N, columns) float32 NumPy array; further columns (e.g. ring) are ignored.
 
@@ -126,11 +137,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if isinstance(points, bytearray) or (isinstance(points, bytes) and not is_frame_path(points)):
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
-    try:
-        arr = np.asarray(points)
-    except (TypeError, ValueError, RuntimeError) as exc:  # ragged lists; device arrays that refuse implicit host
-        # copies; a torch tensor that requires grad (RuntimeError, its message naming .detach())
-        raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
+    arr: np.ndarray = as_array(points, source, expected)
     hint = transposed_hint(arr.shape)
     if arr.dtype.names is not None and not arr.dtype.hasobject:
         hint = f": a structured array, not columns; {structured_fix(arr.dtype, columns, 'points', 'pass {}')}"

@@ -19,7 +19,7 @@ from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
-from .points import refuse_masked, transposed_hint
+from .points import as_array, columns_text, refuse_masked, transposed_hint
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -98,10 +98,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
 def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     """Sweep ``i`` as an (N, >= 4) float array of ``xp`` (NumPy or CuPy), else InputError naming what it is."""
     refuse_masked(sweep, f"accumulate: sweep {i}")
-    try:
-        pts = xp.asarray(sweep)
-    except (TypeError, ValueError) as exc:  # ragged lists
-        raise InputError(f"accumulate: sweep {i} cannot be read as an (N, 4) array ({exc})") from None
+    pts = as_array(sweep, f"accumulate: sweep {i}", f"an (N, 4) array of {columns_text(4)}", xp)  # as a frame's
     hint = transposed_hint(tuple(pts.shape))  # (4, N), as OpenPCDet's get_sweep holds a sweep: N points of 4 values
     if pts.ndim == 1:
         hint = "; a flat array, as np.fromfile reads a .bin: reshape it, (-1, 5) for nuScenes .pcd.bin files"

@@ -10,6 +10,7 @@ import pytest
 
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points, copy_leading_columns, is_frame_path
+from array_likes import GradTensorLike
 
 
 def test_accepts_n_by_4_and_wider_float() -> None:
@@ -204,15 +205,7 @@ def test_single_sweeps_given_to_a_multi_sweep_model_are_refused_naming_accumulat
         as_host_points(np.zeros((10, 4), np.float32), columns=5)
 
 
-class _GradTensorLike:
-    """An array-like whose host conversion raises RuntimeError, as a torch tensor that requires grad does
-    ("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")."""
-
-    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
-        raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
-
-
 def test_an_array_like_whose_conversion_raises_runtime_error_is_an_input_error_keeping_its_reason() -> None:
     with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array .*\(Can't call numpy\(\) on "
                                          r"Tensor that requires grad\. Use tensor\.detach\(\)\.numpy\(\) instead\.\)$"):
-        as_host_points(_GradTensorLike(), "points", 4)
+        as_host_points(GradTensorLike(), "points", 4)

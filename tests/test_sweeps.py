@@ -10,7 +10,9 @@ import pytest
 
 from pointpillars_trt import PointPillars
 from pointpillars_trt.errors import InputError, InputWarning
+from pointpillars_trt.points import as_host_points
 from pointpillars_trt.sweeps import accumulate_sweeps
+from array_likes import GradTensorLike
 from tiny_graphs import cuda_skip_reason
 
 
@@ -59,7 +61,7 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([], [], []), "0 sweeps, 0 poses and 0 timestamps"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweeps, 2 poses and 1 timestamps"),
     (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
-    (([[[1, 2, 3, 4], [1, 2]]], [np.eye(4)], [0.0]), "sweep 0 cannot be read as an (N, 4) array"),
+    (([[[1, 2, 3, 4], [1, 2]]], [np.eye(4)], [0.0]), "sweep 0: cannot be read as an (N, 4) array of x, y, z, intensity"),
     (([np.zeros((2, 4), np.float16)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 4), dtype float16"),
     (([np.zeros((4, 50), np.float32)], [np.eye(4)], [0.0]),  # as OpenPCDet's get_sweep holds one: was 4 points
      "sweep 0 has shape (4, 50), dtype float32; expected (N, 4) or more float32 (or float64) columns of x, y, z, "
@@ -103,6 +105,17 @@ def test_bad_input_is_one_clear_error(args: tuple, message: str) -> None:  # typ
         warnings.simplefilter("error")  # nothing of NumPy's on the way
         accumulate_sweeps(sweeps, poses, stamps, **({"ego_radius": radius[0]} if radius else {}))
     assert message in str(info.value)
+
+
+def test_a_sweep_whose_conversion_raises_runtime_error_is_the_input_error_a_frame_gets() -> None:
+    """A sweep that a torch tensor requiring grad stands for (its conversion raises RuntimeError): the InputError,
+    with its reason, that the same frame gets from the detector (it was the RuntimeError itself)."""
+    reason = r"\(Can't call numpy\(\) on Tensor that requires grad\. Use tensor\.detach\(\)\.numpy\(\) instead\.\)$"
+    with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array of x, y, z, intensity " + reason):
+        as_host_points(GradTensorLike())
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1: cannot be read as an \(N, 4\) array of x, y, z, "
+                                         r"intensity " + reason):
+        accumulate_sweeps([np.zeros((2, 4), np.float32), GradTensorLike()], [np.eye(4)] * 2, [1.0, 0.9])
 
 
 def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
