@@ -29,7 +29,7 @@ from .devices import PickedDevice, check_backend_runs_on, pick_device
 from .runtime_options import RuntimeOptions, cpu_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
-from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_frame_path
+from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_cuda_array, is_frame_path
 from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
 from .stop_signals import stop_signals_blocked
 from .sweeps import accumulate_sweeps
@@ -602,31 +602,16 @@ def onnxruntime_threads(asked: int | None) -> int | None:
     return count
 
 
-_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
-
-
 def _device_or_host_points(points: object, device: str, columns: int) -> object:
     """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host,
     a multi-sweep model's with its 5th values checked as time lags (as its files' are when they are read)."""
-    if device == "cuda" and _is_cuda_array(points):
+    if device == "cuda" and is_cuda_array(points):
         return points
     host = as_host_points(points, columns=columns)
     if columns == 5:
         with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
             check_time_lags(host.reshape(-1), columns, "points")
     return host
-
-
-def _is_cuda_array(points: object) -> bool:
-    if hasattr(points, "__cuda_array_interface__"):
-        return True
-    dlpack_device = getattr(points, "__dlpack_device__", None)
-    if dlpack_device is None or isinstance(points, np.ndarray):
-        return False
-    try:
-        return int(dlpack_device()[0]) in _DLPACK_CUDA_DEVICES
-    except Exception:  # noqa: BLE001 - a foreign object whose protocol misbehaves is treated as host data
-        return False
 
 
 def check_frames_to_stream(frames: object, columns: int) -> None:

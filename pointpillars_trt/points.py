@@ -111,6 +111,23 @@ def refuse_masked(points: object, source: str) -> None:
                          "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
 
 
+_DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def is_cuda_array(points: object) -> bool:
+    """Whether ``points`` lie on the GPU (CUDA array interface, or DLPack on a CUDA device): a host array that
+    speaks DLPack too, as a torch CPU tensor, is host data."""
+    if hasattr(points, "__cuda_array_interface__"):
+        return True
+    dlpack_device = getattr(points, "__dlpack_device__", None)
+    if dlpack_device is None or isinstance(points, np.ndarray):
+        return False
+    try:
+        return int(dlpack_device()[0]) in _DLPACK_CUDA_DEVICES
+    except Exception:  # noqa: BLE001 - a foreign object whose protocol misbehaves is treated as host data
+        return False
+
+
 def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     """``xp.asarray(points)`` (NumPy; CuPy for sweeps on the GPU), the one conversion of frames and sweeps; what
     it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the reason: ragged

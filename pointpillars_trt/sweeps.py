@@ -4,7 +4,8 @@ A multi-sweep model (``ModelConfig.point_columns`` ending in ``time``) takes the
 earlier sweeps moved into the key sweep's frame, each point carrying its time lag behind the key
 sweep, as OpenPCDet's nuScenes loader builds them: the earlier sweeps lose their ego points
 (|x| and |y| below a radius, in their own frame) before the move; the key sweep keeps all of its.
-Arrays on the GPU (CuPy, or anything CuPy takes by DLPack) are accumulated on the GPU.
+Arrays on the GPU (CuPy, or anything CuPy takes by DLPack) are accumulated on the GPU; host arrays that speak
+DLPack too (a torch CPU tensor) on the host.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
-from .points import as_array, columns_text, refuse_masked, transposed_hint
+from .points import as_array, columns_text, is_cuda_array, refuse_masked, transposed_hint
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -158,8 +159,8 @@ def _seconds(stamp: object, i: int) -> float:
 
 
 def _array_module(arr: Any) -> Any:
-    """NumPy, or CuPy for arrays on the GPU."""
-    if isinstance(arr, np.ndarray) or not (hasattr(arr, "__cuda_array_interface__") or hasattr(arr, "__dlpack__")):
+    """NumPy, or CuPy for arrays on the GPU (as the detector tells them: a torch CPU tensor is host data)."""
+    if not is_cuda_array(arr):
         return np
     import cupy as cp
 

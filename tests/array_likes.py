@@ -11,3 +11,19 @@ class GradTensorLike:
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         raise RuntimeError("Can't call numpy() on Tensor that requires grad. Use tensor.detach().numpy() instead.")
+
+
+class HostDlpackLike:
+    """A host array that speaks DLPack too, on the CPU (kDLCPU), as a torch CPU tensor does."""
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        return self.values
+
+    def __dlpack__(self, **kwargs: object) -> object:
+        return self.values.__dlpack__()
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return 1, 0

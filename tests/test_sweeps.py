@@ -12,7 +12,7 @@ from pointpillars_trt import PointPillars
 from pointpillars_trt.errors import InputError, InputWarning
 from pointpillars_trt.points import as_host_points
 from pointpillars_trt.sweeps import accumulate_sweeps
-from array_likes import GradTensorLike
+from array_likes import GradTensorLike, HostDlpackLike
 from tiny_graphs import cuda_skip_reason
 
 
@@ -116,6 +116,31 @@ def test_a_sweep_whose_conversion_raises_runtime_error_is_the_input_error_a_fram
     with pytest.raises(InputError, match=r"^accumulate: sweep 1: cannot be read as an \(N, 4\) array of x, y, z, "
                                          r"intensity " + reason):
         accumulate_sweeps([np.zeros((2, 4), np.float32), GradTensorLike()], [np.eye(4)] * 2, [1.0, 0.9])
+
+
+def test_host_sweeps_that_speak_dlpack_accumulate_on_the_host() -> None:
+    """Sweeps on the host that speak DLPack too (a torch CPU tensor's protocol) are host data, as the detector
+    takes such a frame: accumulated with NumPy (they were sent to CuPy, which is no dependency of the CPU path)."""
+    key = np.array([[1, 2, 3, 0.5], [4, 5, 6, 0.25]], np.float32)
+    earlier = np.array([[7, 8, 9, 0.125]], np.float32)
+    args = ([np.eye(4)] * 2, [1.0, 0.9])
+    frame = accumulate_sweeps([HostDlpackLike(key), HostDlpackLike(earlier)], *args)
+    assert isinstance(frame, np.ndarray)
+    np.testing.assert_array_equal(frame, accumulate_sweeps([key, earlier], *args))
+
+
+def test_torch_sweeps_are_host_data_and_one_that_requires_grad_the_input_error_a_frame_gets() -> None:
+    torch = pytest.importorskip("torch")
+    key = np.array([[1, 2, 3, 0.5], [4, 5, 6, 0.25]], np.float32)
+    frame = accumulate_sweeps([torch.from_numpy(key)], [np.eye(4)], [0.0])
+    assert isinstance(frame, np.ndarray)
+    np.testing.assert_array_equal(frame, accumulate_sweeps([key], [np.eye(4)], [0.0]))
+    graded = torch.from_numpy(key).requires_grad_()
+    with pytest.raises(InputError, match=r"^points: cannot be read as .*\(Can't call numpy\(\) on Tensor that requires "):
+        as_host_points(graded)
+    with pytest.raises(InputError, match=r"^accumulate: sweep 0: cannot be read as .*\(Can't call numpy\(\) on Tensor "
+                                         "that requires "):
+        accumulate_sweeps([graded], [np.eye(4)], [0.0])
 
 
 def test_sweeps_poses_and_timestamps_may_be_any_iterables() -> None:
