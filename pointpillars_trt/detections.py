@@ -83,16 +83,14 @@ class Detections:
     def to_json_dict(self, frame: str) -> dict[str, Any]:
         """The per-frame JSON record of ``pointpillars-trt infer`` (strict JSON: every value finite).
 
-        Detections no output holds (``kitti.written_detections``: a NaN or infinity in their box or score, a box
-        the network overflowed to beyond 10 km or of no size) are left out and counted in
+        Detections no output holds (``kitti.finite_detections``: a NaN or infinity in their box, score or velocity,
+        a box the network overflowed to beyond 10 km or of no size) are left out and counted in
         ``num_nonfinite_boxes``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
         """
         from .kitti import finite_detections, normalize_heading
 
         boxes64, scores64, names = self.boxes.astype(np.float64).reshape(-1, 7), self.scores.astype(np.float64), self.names
         velocity = None if self.velocity is None else self.velocity.astype(np.float64).reshape(-1, 2)
-        if velocity is not None:  # a non-finite velocity drops its box, as a non-finite box value does
-            scores64 = np.where(np.isfinite(velocity).all(axis=1), scores64, np.nan)
         boxes, scores, names, velocity, dropped = finite_detections(boxes64, scores64, names, velocity)
         boxes = boxes.copy()
         boxes[:, 6] = normalize_heading(boxes[:, 6])

@@ -370,12 +370,14 @@ def finite_detections(
     boxes: np.ndarray, scores: np.ndarray, labels: _L, velocity: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, _L, np.ndarray | None, int]:
     """Drop the detections no output holds (:func:`written_detections`: a NaN or infinity, a box beyond
-    ``MAX_BOX_METRES`` or of no size): (boxes, scores, labels, velocity, dropped).
+    ``MAX_BOX_METRES`` or of no size; with ``velocity``, a NaN or infinity in it too): (boxes, scores, labels,
+    velocity, dropped).
 
     ``boxes`` (N, 7), ``scores`` (N,), ``labels`` any sequence of N (names or ids; a list stays a
     list, an array an array), ``velocity`` (N, 2) or None (a multi-head model's, kept with its boxes by the
-    same mask). Use before writing any output (JSON is strict and refuses NaN; eval refuses absurd values);
-    report ``dropped`` rather than hiding it.
+    same mask, so that the JSON record, the picture and the run's box count hold the same boxes). Use before
+    writing any output (JSON is strict and refuses NaN; eval refuses absurd values); report ``dropped`` rather
+    than hiding it.
     """
     b = np.asarray(boxes)
     sc = np.asarray(scores).reshape(-1)
@@ -386,6 +388,8 @@ def finite_detections(
             + f", expected (N, 7), N and N{'' if velocity is None else ' and N'}"
         )
     keep = written_detections(b, sc)
+    if velocity is not None:
+        keep &= np.isfinite(np.asarray(velocity, dtype=np.float64).reshape(len(sc), -1)).all(axis=1)
     dropped = int(len(keep) - keep.sum())
     if dropped == 0:
         return b, sc, labels, velocity, 0

@@ -21,6 +21,20 @@ def test_velocity_rows_follow_their_boxes_and_a_non_finite_one_drops_its_box() -
     assert record["boxes_lidar"][1][:2] == [9.0, 9.0]
 
 
+def test_a_frames_box_count_holds_the_boxes_its_json_file_holds(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A box left out of the JSON record for its non-finite velocity is left out of the count the run reports as
+    written (and of its picture) too, and counted with the overflowed ones."""
+    from pointpillars_trt.apps.outputs import OutputPlan, write_frame_outputs
+
+    velocity = np.array([[1.0, -2.0], [np.inf, 0.0], [0.25, 0.5]], np.float32)
+    det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 1, 0]), ("car", "truck"), FrameStats(10),
+                     velocity)
+    plan = OutputPlan(json_dir=tmp_path)
+    written = write_frame_outputs(det, "000001.bin", plan, None, durable=False)
+    record = json.loads((tmp_path / "000001.json").read_text())
+    assert written.boxes == len(record["boxes_lidar"]) == 2 and written.nonfinite == record["num_nonfinite_boxes"] == 1
+
+
 def test_models_without_velocity_write_no_velocity_key() -> None:
     det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 1, 0]), ("car", "truck"), FrameStats(10))
     assert "velocity" not in det.to_json_dict("f")

@@ -126,7 +126,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
     if plan.kitti_dir is not None:
         text, result.out_of_view, result.image_assumed = _label_file(
-            record_boxes(record) if of_record else RecordBoxes(det.boxes, det.scores, det.names), source, plan)
+            record_boxes(record) if of_record else RecordBoxes(boxes, scores, names), source, plan)
         writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_bytes_atomic(p, text, durable=durable)))
     if plan.png_dir is not None and points is not None:
         from .viz import plot_bev
