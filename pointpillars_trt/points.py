@@ -134,6 +134,8 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     lists, device arrays that refuse implicit host copies, a torch tensor that requires grad (RuntimeError, its
     message naming .detach())."""
     try:
+        if xp is not np and not hasattr(points, "__cuda_array_interface__") and is_cuda_array(points):
+            return xp.from_dlpack(points)  # a device array that speaks DLPack only (JAX's): CuPy's asarray refuses it
         return xp.asarray(points)
     except (TypeError, ValueError, RuntimeError) as exc:
         raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None

@@ -222,3 +222,27 @@ def test_gpu_sweeps_accumulate_on_the_gpu_as_on_the_host() -> None:
     device = accumulate_sweeps([cp.asarray(s) for s in sweeps], poses, stamps)
     assert isinstance(device, cp.ndarray)
     np.testing.assert_allclose(cp.asnumpy(device), host, atol=1e-5)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(cuda_skip_reason() is not None, reason=str(cuda_skip_reason()))
+def test_gpu_sweeps_that_speak_dlpack_only_accumulate_as_cupy_ones() -> None:
+    """A device array with DLPack and no CUDA array interface (as JAX's) is taken on the GPU, as the detector
+    takes such a frame."""
+    import cupy as cp
+
+    class DlpackOnly:
+        def __init__(self, array: object) -> None:
+            self._array = array
+
+        def __dlpack__(self, **kwargs: object) -> object:
+            return self._array.__dlpack__(**kwargs)  # type: ignore[attr-defined]
+
+        def __dlpack_device__(self) -> object:
+            return self._array.__dlpack_device__()  # type: ignore[attr-defined]
+
+    sweeps, poses, stamps, _ = scene()
+    host = accumulate_sweeps(sweeps, poses, stamps)
+    device = accumulate_sweeps([DlpackOnly(cp.asarray(s)) for s in sweeps], poses, stamps)
+    assert isinstance(device, cp.ndarray)
+    np.testing.assert_allclose(cp.asnumpy(device), host, atol=1e-5)
