@@ -224,17 +224,35 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     """
     f, size = open_regular_file(path, max_bytes=max_bytes, what=what)
     # not max_bytes + 1 for every file: a read of n bytes sets n bytes aside first. A file that says it is
-    # empty may not be (procfs, some FUSE mounts): up to the limit then
+    # empty may not be (procfs, some FUSE mounts): up to the limit then, a chunk at a time, so an empty file
+    # read with a limit of gigabytes sets aside a chunk, not the limit
     expected = size or max_bytes
     with f:
         try:
-            data = f.read(expected + 1)
+            data = f.read(expected + 1) if size else _read_up_to(f, expected + 1)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
     if len(data) > expected:
         grew = f"past the limit of {max_bytes} bytes" if not size else "while being read (was it still being written?)"
         raise InputError(f"{what} {safe_repr(path)} grew {grew}")
     return data
+
+
+#: Bytes read at a time from a file of no known size (``read_regular_file``).
+_UNSIZED_CHUNK = 1 << 20
+
+
+def _read_up_to(f: IO[bytes], limit: int) -> bytes:
+    """At most ``limit`` bytes of ``f``, read ``_UNSIZED_CHUNK`` at a time: memory follows what the file holds."""
+    chunks: list[bytes] = []
+    left = limit
+    while left:
+        chunk = f.read(min(_UNSIZED_CHUNK, left))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:

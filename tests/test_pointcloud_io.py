@@ -47,6 +47,24 @@ def test_bin_kitti_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_points(tmp_path / "upper.BIN"), pts)
 
 
+def test_empty_bin_is_an_empty_frame_read_without_setting_aside_the_frame_limit(tmp_path: Path) -> None:
+    """A 0-byte .bin is an empty frame. Its size says nothing of what it holds (procfs reports 0 for files that
+    hold bytes), so it is read up to the frame limit; that read set the whole limit aside first (256 MiB at 4
+    values a point, 4 GiB at --point-dim 64: a MemoryError under a memory limit), where a chunk does."""
+    import tracemalloc
+
+    path = tmp_path / "empty.bin"
+    path.write_bytes(b"")
+    tracemalloc.start()
+    try:
+        points = read_points(path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert points.shape == (0, 4) and points.dtype == np.float32
+    assert peak < 4 * 2**20, peak
+
+
 def test_bin_point_dim_5_keeps_five_columns_unless_told(tmp_path: Path) -> None:
     rows = np.column_stack([sample(9), np.arange(9, dtype=np.float32) / 20])  # nuScenes: x y z i time lag
     (tmp_path / "n.bin").write_bytes(rows.astype("<f4").tobytes())
