@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from .errors import ConfigError, InputError, escape_text, safe_repr
-from .fileio import path_argument, read_regular_file
+from .fileio import overlong_number, path_argument, read_regular_file
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the
@@ -445,6 +445,16 @@ class _ConfigLoader(yaml.SafeLoader):
             None, None, f"{_join(path, str(key)[:40])}: a key of type {type(key).__name__}; a config's keys are names",
             node.start_mark)
 
+    def construct_yaml_int(self, node: Any) -> int:
+        """An integer, refused where it is longer than any count or size (``overlong_number``; YAML's ``_``
+        separators left out, as PyYAML leaves them out), which ``int()`` refuses past 4,300 digits with a
+        ValueError that names neither the line nor the problem."""
+        digits = overlong_number(str(node.value).replace("_", ""))
+        if digits is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits} digits: no config value is that long", node.start_mark)
+        return int(super().construct_yaml_int(node))
+
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         """The mapping, refusing a key that is no string (every config key is a name) or that repeats."""
         if isinstance(node, yaml.MappingNode):
@@ -461,6 +471,8 @@ class _ConfigLoader(yaml.SafeLoader):
                 first_seen[key] = key_node
         return super().construct_mapping(node, deep=deep)
 
+
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
 
 def read_yaml(path: Path) -> Any:
     """A YAML file's document, refusing anything but a regular file (a FIFO would block the read for ever)
