@@ -611,10 +611,19 @@ def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, 
     return out
 
 
+#: Most bytes one byte of an LZF stream inflates to: its longest reference, 3 bytes, copies 264.
+_LZF_MAX_RATIO = 88
+
+
 def lzf_decompress(data: bytes, size: int, where: str) -> bytearray:
     """``data`` compressed by LZF (liblzf, as PCL compresses a .pcd), inflated to exactly ``size`` bytes. Runs of
     literal bytes and references back into the output are copied as slices (a loop step a run, not a byte); a
-    stream that is malformed, or does not inflate to ``size`` bytes, is an InputError naming ``where``."""
+    stream that is malformed, or does not inflate to ``size`` bytes, is an InputError naming ``where``. A stream too
+    short to inflate to ``size`` bytes is refused before they are set aside: a 200-byte file that said 1 GiB had the
+    reader allocate and zero that GiB before the stream was found short."""
+    if size > _LZF_MAX_RATIO * len(data):
+        raise InputError(f"{where}: its binary_compressed data of {len(data)} bytes cannot inflate to {size} bytes (LZF "
+                         f"inflates at most {_LZF_MAX_RATIO} times: 3 bytes to 264) (corrupt or truncated)")
     out = bytearray(size)
     src, end, pos = memoryview(data), len(data), 0
     i = 0

@@ -827,6 +827,33 @@ def test_pcd_binary_compressed_reads_pcls_lzf_planes(tmp_path: Path) -> None:
     np.testing.assert_array_equal(read_pcd(binary), read_pcd(path))
 
 
+def test_pcd_binary_compressed_too_short_for_its_size_is_refused_before_inflating(tmp_path: Path) -> None:
+    """LZF inflates a byte to at most 88 (a 3-byte reference copies 264 bytes): 10 bytes of stream that say they
+    inflate to 64 MiB (4 Mi points) are corrupt, refused before the 64 MiB are set aside and zeroed (a 200-byte file
+    made the reader take up to 1 GiB). The stream of all zeros that compresses best inflates."""
+    import tracemalloc
+
+    from pointpillars_trt.pointcloud_io import read_pcd
+
+    n = 4 * 2**20
+    path = tmp_path / "short.pcd"
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", n, "binary_compressed")
+                     + struct.pack("<II", 10, 16 * n) + bytes(10))
+    tracemalloc.start()
+    try:
+        one_line_error(lambda: read_points(path), "short.pcd", "binary_compressed data of 10 bytes cannot inflate to "
+                       f"{16 * n} bytes")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, peak
+    zeros = lzf_zeros(16 * 4096)
+    assert 16 * 4096 > 80 * len(zeros)  # near the bound: read, not refused
+    path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4096, "binary_compressed")
+                     + struct.pack("<II", len(zeros), 16 * 4096) + zeros)
+    np.testing.assert_array_equal(read_pcd(path), np.zeros((4096, 4), np.float32))
+
+
 def test_pcd_binary_compressed_that_is_corrupt_or_cut_is_one_error(tmp_path: Path) -> None:
     pts = sample(8)
     raw = b"".join(pts[:, k].tobytes() for k in range(4))
