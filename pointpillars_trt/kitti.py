@@ -268,6 +268,8 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: Largest width or height the PNG format allows (its IHDR's four-byte sizes, 2**31 - 1).
+_PNG_MAX_SIDE = 2**31 - 1
 
 
 def read_png_size(path: PathLike) -> tuple[int, int]:
@@ -276,8 +278,9 @@ def read_png_size(path: PathLike) -> tuple[int, int]:
     if len(head) < 24 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
         raise InputError(f"image file {safe_repr(path)} is not a PNG (no PNG signature and IHDR chunk)")
     width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    if width == 0 or height == 0:
-        raise InputError(f"image file {safe_repr(path)} says it is {width} x {height} pixels")
+    if not (0 < width <= _PNG_MAX_SIDE and 0 < height <= _PNG_MAX_SIDE):  # a damaged header: its size would crop
+        raise InputError(f"image file {safe_repr(path)} says it is {width} x {height} pixels, which no PNG is "
+                         f"(1 to {_PNG_MAX_SIDE} a side): a damaged header")
     return height, width
 
 

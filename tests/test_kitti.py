@@ -23,6 +23,7 @@ from pointpillars_trt.kitti import (
     normalize_heading,
     parse_label_lines,
     read_calibration,
+    read_png_size,
     read_velodyne_bin,
     write_velodyne_bin,
 )
@@ -799,6 +800,21 @@ def test_image_shape_for_frame(kitti_tree: Path) -> None:
         image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin")
     with pytest.raises(InputError, match="belongs to 'training'"):
         image_shape_for_frame(kitti_tree / "testing" / "velodyne" / "000002.bin", kitti_tree / "training" / "image_2")
+
+
+@pytest.mark.parametrize("height, width", [(0xFFFFFFFF, 0xFFFFFFFF), (375, 2**31), (0, 1242)])
+def test_a_png_header_of_a_size_no_png_has_is_refused(tmp_path: Path, height: int, width: int) -> None:
+    """PNG sizes run from 1 to 2**31 - 1 a side: a header of other sizes (all 0xFF bytes, as damage leaves them) was
+    taken as the camera image's size, so every box went unclipped and every point in front of the camera was kept."""
+    png = real_png(tmp_path / "000134.png", 2, 3)
+    data = bytearray(png.read_bytes())
+    data[16:24] = struct.pack(">II", width, height)
+    png.write_bytes(bytes(data))
+    with pytest.raises(InputError) as err:
+        read_png_size(png)
+    assert str(err.value) == (f"image file {str(png)!r} says it is {width} x {height} pixels, which no PNG is (1 to "
+                              f"{2**31 - 1} a side): a damaged header")
+    assert read_png_size(real_png(tmp_path / "000000.png", 2, 3)) == (2, 3)
 
 
 def test_a_label_files_byte_order_mark_is_dropped_and_bytes_that_are_no_utf8_are_refused(tmp_path: Path) -> None:
