@@ -124,7 +124,13 @@ class _Bases:
             candidates = [self.base_dir / wanted]
         else:
             candidates = [folder / wanted for folder in self.source.resolve().parents]
-        found = next((c for c in candidates if c.is_file()), None)
+        if "\0" in rel:  # an OS path cannot hold it: the look-up would fail with "embedded null byte", naming no file
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} holds a NUL character, which no file "
+                              "name has")
+        try:
+            found = next((c for c in candidates if c.is_file()), None)
+        except OSError as exc:  # e.g. a name longer than the file system allows
+            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)}: {exc.strerror or exc}") from None
         odd = next(((c, special_kind(c)) for c in candidates if special_kind(c) is not None), None)
         if found is None and odd is not None:  # there, but no file: "not found" would contradict ls
             raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)}: {odd[0]} is {odd[1]}, not a YAML file")

@@ -233,6 +233,20 @@ def test_a_base_config_that_is_a_device_is_named_for_what_it_is(tmp_path: Path) 
     with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ '/dev/zero': /dev/zero is a character device, not a YAML file"):
         config_from_pcdet_yaml(alone)
 
+
+@pytest.mark.parametrize("base, problem", [('"cfgs/a\\0b.yaml"', "holds a NUL character, which no file name has"),
+                                           ("cfgs/" + "a" * 300 + ".yaml", ": File name too long")])
+def test_a_base_config_path_no_file_can_have_is_refused_naming_the_yaml(tmp_path: Path, base: str, problem: str) -> None:
+    """A base path of a NUL (YAML's "\\0") or of a name longer than the file system allows: the look-up's ValueError
+    or OSError left config_from_pcdet_yaml as it was (build: 'error: embedded null byte', naming no file)."""
+    (tmp_path / "cfgs").mkdir()  # the folder is there: the name itself is what the file system refuses
+    alone = tmp_path / "pointpillar.yaml"
+    alone.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", base))
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(alone)
+    assert str(info.value).startswith(f"{alone}: _BASE_CONFIG_ '") and str(info.value).endswith(problem), info.value
+
+
 def test_pcdet_yaml_is_read_as_untrusted(tmp_path: Path) -> None:
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("a: &a [1, 2]\nb: [*a, *a]\n")
