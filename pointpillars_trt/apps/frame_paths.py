@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import glob
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,6 +18,10 @@ from pathlib import Path
 from ..errors import InputError, InputErrors, safe_repr
 from ..fileio import folder_resolver, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
+
+
+#: What parts a pattern's path components: the separator, and the other one where the system has two (Windows).
+_SEPARATORS = "[" + re.escape(os.sep + (os.altsep or "")) + "]"
 
 
 def _is_point_file(name: str) -> bool:
@@ -69,8 +74,43 @@ def _frames_of(pattern: str) -> list[str]:
         return []
     if os.path.lexists(pattern):  # a .txt or a FIFO given by name: refused with the rest, before the model loads
         return [pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []
-    # ** matches folders at any depth, as in a shell with globstar (without it, ** was one folder deep)
-    return sorted(p for p in glob.glob(pattern, recursive=True) if not os.path.isdir(p))
+    return sorted(p for p in _glob(pattern) if not os.path.isdir(p))
+
+
+def _glob(pattern: str) -> list[str]:
+    """The paths ``pattern`` matches (a pattern's folders among them): ``**`` as a whole path component matches
+    folders at any depth, as in a shell with globstar (without it, ** was one folder deep; last, it gives the files
+    below), as ``glob.glob(pattern, recursive=True)`` does, but each folder is searched once, whatever symbolic links
+    lead to it again. glob followed every link, so a tree with two links to a folder above them gave paths without
+    end (2**40 before the kernel's limit of 40 links a path), and a run that never started."""
+    parts = re.split(_SEPARATORS, pattern)
+    if "**" not in parts:
+        return glob.glob(pattern, recursive=True)
+    star = parts.index("**")
+    head, tail = os.sep.join(parts[:star]) or (os.sep if star else ""), parts[star + 1:]
+    bases = [b for b in glob.glob(head) if os.path.isdir(b)] if glob.has_magic(head) else [head]
+    found: list[str] = []
+    seen: set[tuple[int, int]] = set()  # (device, inode) of the folders searched
+    for base in bases:
+        for top, folders, files in os.walk(base or os.curdir, followlinks=True):
+            try:
+                info = os.stat(top)
+            except OSError:
+                info = None
+            if info is None or (info.st_dev, info.st_ino) in seen:
+                folders.clear()
+                continue
+            seen.add((info.st_dev, info.st_ino))
+            folders[:] = sorted(name for name in folders if not name.startswith("."))  # as glob's ** leaves them out
+            relative = os.path.relpath(top, base or os.curdir)
+            folder = base if relative == os.curdir else os.path.join(base, relative)
+            if tail == [""]:  # **/ last: the folders
+                found.append(os.path.join(folder, ""))
+            elif tail:
+                found += _glob(os.path.join(glob.escape(folder), *tail) if folder else os.path.join(*tail))
+            else:  # ** last: every file below
+                found += [os.path.join(folder, name) for name in files if not name.startswith(".")]
+    return found
 
 
 def missing_path(pattern: str) -> bool:

@@ -285,3 +285,24 @@ def test_a_model_dir_whose_model_json_is_a_fifo_is_one_error_not_a_hang(tiny_mod
     assert done.stderr.startswith(f"error: {model / 'model.json'}: is a FIFO (named pipe), not a regular file; "
                                   "rebuild the model dir: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth"), \
         done.stderr
+
+
+def test_a_glob_over_folders_linked_in_loops_gives_each_frame_once_and_ends(tmp_path: Path) -> None:
+    """``seq/**/*.bin`` over a tree with two symbolic links to a folder above them: glob followed every link, giving
+    paths without end (seq/l1/l2/l1/..., 2**40 of them before the kernel's limit of 40 links), so infer never
+    started. Each folder is searched once: the tree's frames, each once. A child process, since the old expansion
+    does not end."""
+    seq = tmp_path / "seq"
+    (seq / "a" / "b").mkdir(parents=True)
+    for name in ("top.bin", "a/x.bin", "a/b/y.bin"):
+        (seq / name).write_bytes(bytes(16))
+    os.symlink("..", seq / "a" / "up")
+    os.symlink("../..", seq / "a" / "b" / "upup")
+    code = ("import sys\nfrom pointpillars_trt.apps.frame_paths import expand_frame_paths\n"
+            f"print(*expand_frame_paths([{str(seq / '**' / '*.bin')!r}]), sep='\\n')\n")
+    try:
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    except subprocess.TimeoutExpired:
+        pytest.fail("expanding the glob did not end within 30 s")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [str(seq / "a/b/y.bin"), str(seq / "a/x.bin"), str(seq / "top.bin")]
