@@ -21,15 +21,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import BackendError, LibraryNotice, ModelDirError
-from ..fileio import DuplicateKeyError, loads_json
+from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, one_line
+from ..fileio import loads_json, read_regular_file
+from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
 from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library, library_state,
@@ -99,11 +99,14 @@ def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
         raise ModelDirError(f"TensorRT plan not found: {plan_path}. Note: {REBUILD_HINT}")
     if not meta_path.is_file():
         raise ModelDirError(f"Metadata of {plan_path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
-    plan = plan_path.read_bytes()
-    try:
-        metadata = loads_json(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError, DuplicateKeyError) as exc:
-        raise ModelDirError(f"Cannot read {meta_path}: {exc}. Note: {REBUILD_HINT}") from exc
+    try:  # read bounded: a plan (or its metadata) swapped for a huge file is refused by its size, not read whole
+        plan = read_regular_file(plan_path, max_bytes=MAX_GRAPH_BYTES, what="TensorRT plan")
+        metadata = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="plan metadata")
+                              .decode("utf-8"))
+    except InputError as exc:
+        raise ModelDirError(f"{exc}. Note: {REBUILD_HINT}") from None
+    except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a key twice, an overlong number, nested too deep
+        raise ModelDirError(f"Cannot read {meta_path}: {one_line(exc, 200)}. Note: {REBUILD_HINT}") from None
     if not isinstance(metadata, dict):
         raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
     return plan, metadata

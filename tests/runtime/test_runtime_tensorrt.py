@@ -21,6 +21,7 @@ from pointpillars_trt.runtime.tensorrt import (
     check_plan_metadata,
     gpu_identity,
     plan_metadata_path,
+    read_plan,
     trt,
 )
 from pointpillars_trt.runtime.tensorrt_build import build_plan
@@ -142,6 +143,40 @@ def test_all_mismatches_are_reported_together():
 
 def test_metadata_lives_beside_the_plan():
     assert plan_metadata_path("model/rpn.plan") == Path("model/rpn.plan.json")
+
+
+@pytest.mark.parametrize("metadata, problem", [
+    (b"[" * 100_000, "maximum recursion depth exceeded"),
+    (b'{"config_digest": ' + b"9" * 5000 + b"}", "an integer of 5000 digits"),
+], ids=["nested", "digits"])
+def test_plan_metadata_nested_too_deep_or_of_an_overlong_number_is_one_model_dir_error(tmp_path, metadata, problem):
+    """A plan's metadata file of JSON nested beyond the parser or of a 5000-digit number: the RecursionError or
+    ValueError left read_plan as it was (infer: 'error: an integer of 5000 digits: ...', naming no file)."""
+    plan = tmp_path / "rpn.plan"
+    plan.write_bytes(b"plan")
+    plan_metadata_path(plan).write_bytes(metadata)
+    with pytest.raises(ModelDirError) as info:
+        read_plan(plan)
+    assert str(info.value).startswith(f"Cannot read {plan_metadata_path(plan)}: ") and problem in str(info.value)
+    assert str(info.value).endswith(f". Note: {REBUILD_HINT}")
+
+
+def test_a_plan_or_its_metadata_is_read_bounded(tmp_path, monkeypatch):
+    """Both are read with a size limit, refused by their size before any byte is read (a 20 GB sparse file in a
+    plan's place was read whole)."""
+    from pointpillars_trt.runtime import tensorrt
+
+    plan = tmp_path / "rpn.plan"
+    with open(plan, "wb") as f:
+        f.truncate(100)
+    plan_metadata_path(plan).write_bytes(b"{}")
+    monkeypatch.setattr(tensorrt, "MAX_GRAPH_BYTES", 99)
+    with pytest.raises(ModelDirError, match=r"TensorRT plan .*rpn.plan' is 100 bytes, more than the limit of 99 bytes"):
+        read_plan(plan)
+    monkeypatch.setattr(tensorrt, "MAX_GRAPH_BYTES", 100)
+    monkeypatch.setattr(tensorrt, "MAX_METADATA_BYTES", 1)
+    with pytest.raises(ModelDirError, match=r"plan metadata .*rpn.plan.json' is 2 bytes, more than the limit of 1 bytes"):
+        read_plan(plan)
 
 
 def test_tensorrt_engines_need_cuda(tmp_path):
