@@ -474,6 +474,7 @@ class _ConfigLoader(yaml.SafeLoader):
 
 _ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_yaml_int)
 
+
 def read_yaml(path: Path) -> Any:
     """A YAML file's document, refusing anything but a regular file (a FIFO would block the read for ever)
     and files over MAX_CONFIG_BYTES before parsing them."""
