@@ -36,6 +36,17 @@ def one_line_error(call, *needles: str) -> str:  # type: ignore[no-untyped-def]
 
 # --------------------------------------------------------------------------- .bin
 
+def traced_peak(call):  # type: ignore[no-untyped-def]
+    """(what ``call()`` returns, the peak of Python-allocated memory during it in bytes; NumPy's buffers count)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 def test_bin_kitti_rows(tmp_path: Path) -> None:
     pts = sample()
     pts[2, 0] = np.nan  # kept: the detector drops and counts them
@@ -51,16 +62,9 @@ def test_empty_bin_is_an_empty_frame_read_without_setting_aside_the_frame_limit(
     """A 0-byte .bin is an empty frame. Its size says nothing of what it holds (procfs reports 0 for files that
     hold bytes), so it is read up to the frame limit; that read set the whole limit aside first (256 MiB at 4
     values a point, 4 GiB at --point-dim 64: a MemoryError under a memory limit), where a chunk does."""
-    import tracemalloc
-
     path = tmp_path / "empty.bin"
     path.write_bytes(b"")
-    tracemalloc.start()
-    try:
-        points = read_points(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    points, peak = traced_peak(lambda: read_points(path))
     assert points.shape == (0, 4) and points.dtype == np.float32
     assert peak < 4 * 2**20, peak
 
@@ -600,19 +604,12 @@ def test_ascii_pcd_data_without_line_breaks_is_refused_at_once(tmp_path: Path, t
 def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Path) -> None:
     """512 Ki rows (9 MiB of text): parsed whole, the text, its line list and a float64 table took
     ~10x the 8 MiB result; block by block the peak stays under 3x."""
-    import tracemalloc
-
     rows = 2**19
     path = tmp_path / "big.pcd"
     header = (f"VERSION .7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\nWIDTH {rows}\n"
               f"HEIGHT 1\nPOINTS {rows}\nDATA ascii\n")
     path.write_bytes(header.encode() + b"1.5 2.5 -0.5 0.25\n" * (rows - 1) + b"3 4 5 0.5\n")
-    tracemalloc.start()
-    try:
-        points = read_points(path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    points, peak = traced_peak(lambda: read_points(path))
     assert points.shape == (rows, 4) and points.dtype == np.float32
     np.testing.assert_array_equal(points[0], [1.5, 2.5, -0.5, 0.25])
     np.testing.assert_array_equal(points[-1], [3, 4, 5, 0.5])
@@ -831,21 +828,14 @@ def test_pcd_binary_compressed_too_short_for_its_size_is_refused_before_inflatin
     """LZF inflates a byte to at most 88 (a 3-byte reference copies 264 bytes): 10 bytes of stream that say they
     inflate to 64 MiB (4 Mi points) are corrupt, refused before the 64 MiB are set aside and zeroed (a 200-byte file
     made the reader take up to 1 GiB). The stream of all zeros that compresses best inflates."""
-    import tracemalloc
-
     from pointpillars_trt.pointcloud_io import read_pcd
 
     n = 4 * 2**20
     path = tmp_path / "short.pcd"
     path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", n, "binary_compressed")
                      + struct.pack("<II", 10, 16 * n) + bytes(10))
-    tracemalloc.start()
-    try:
-        one_line_error(lambda: read_points(path), "short.pcd", "binary_compressed data of 10 bytes cannot inflate to "
-                       f"{16 * n} bytes")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    _, peak = traced_peak(lambda: one_line_error(lambda: read_points(path), "short.pcd", "binary_compressed data of "
+                                                 f"10 bytes cannot inflate to {16 * n} bytes"))
     assert peak < 2**20, peak
     zeros = lzf_zeros(16 * 4096)
     assert 16 * 4096 > 80 * len(zeros)  # near the bound: read, not refused
