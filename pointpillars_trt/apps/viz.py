@@ -6,9 +6,11 @@ only its object-oriented Agg API is used, so the caller's pyplot backend and sta
 
 from __future__ import annotations
 
+import contextlib
 import io
+import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -52,8 +54,9 @@ def require_matplotlib() -> None:
     """Raise PlotUnavailableError now (before any work) when matplotlib cannot be imported: not installed, or
     refusing the backend that $MPLBACKEND names (its import checks it, though the pictures use Agg alone)."""
     try:
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
-        from matplotlib.figure import Figure  # noqa: F401
+        with _temporary_folder_unsaid():
+            from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: F401
+            from matplotlib.figure import Figure  # noqa: F401
     except ImportError:
         raise PlotUnavailableError(
             "matplotlib is not installed: install matplotlib to get the PNG "
@@ -64,6 +67,32 @@ def require_matplotlib() -> None:
             f"matplotlib cannot be imported with MPLBACKEND={safe_repr(os.environ.get('MPLBACKEND', ''))}: "
             f"{one_line(exc)}; unset MPLBACKEND or set it to Agg"
         ) from None
+
+
+#: The starts of matplotlib's lines on a default config or cache folder it cannot make or write (~/.config/matplotlib
+#: in a read-only home), from which it goes on with a temporary folder, costing a font cache made again each run.
+_TEMPORARY_FOLDER_LINES = ("mkdir -p failed for path ", "%s is not a writable directory",
+                           "Matplotlib created a temporary cache directory")
+
+
+@contextlib.contextmanager
+def _temporary_folder_unsaid() -> Iterator[None]:
+    """matplotlib's import without its three lines on falling back to a temporary folder where its default one
+    cannot be written: the pictures are the same, and a run's output is no place for advice on its cache. An
+    MPLCONFIGDIR the user set that cannot be written is still said, in matplotlib's words."""
+    if os.environ.get("MPLCONFIGDIR"):
+        yield
+        return
+    logger = logging.getLogger("matplotlib")
+
+    def said(record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(_TEMPORARY_FOLDER_LINES)
+
+    logger.addFilter(said)
+    try:
+        yield
+    finally:
+        logger.removeFilter(said)
 
 
 def no_png_line() -> str | None:

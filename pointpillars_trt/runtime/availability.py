@@ -48,6 +48,9 @@ def tensorrt_unavailable_reason() -> str | None:
 
 
 def onnxruntime_cuda_unavailable_reason() -> str | None:
+    from .ort_telemetry import quiet_telemetry
+
+    quiet_telemetry()
     try:
         import onnxruntime
     except ImportError:

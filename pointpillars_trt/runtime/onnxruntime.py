@@ -24,14 +24,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
-import onnxruntime as ort
-from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile
 
 from ..errors import BackendError, InputError, ModelDirError, one_line, safe_repr
 from ..fileio import read_regular_file
 from ..model_dir import MAX_GRAPH_BYTES
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import OrtOptions
+from .ort_telemetry import quiet_telemetry
+
+quiet_telemetry()  # before ONNX Runtime's import, which reads it
+import onnxruntime as ort  # noqa: E402
+from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph, InvalidProtobuf, NoSuchFile  # noqa: E402
 
 CUDA_PROVIDER = "CUDAExecutionProvider"
 _NO_SYNC_RUN_OPTION = "disable_synchronize_execution_providers"

@@ -21,7 +21,9 @@ import pytest
 from out_folder import output_names, output_paths
 from pointpillars_trt.apps.cli import main
 
-from test_cli import LOOSE, assert_one_line_error, cli, one_car_labels, tiny_frames, tiny_model  # noqa: F401 (fixtures)
+from test_cli import (  # noqa: F401 (fixtures)
+    LOOSE, assert_one_line_error, cli, one_car_labels, tiny_frames, tiny_model, tiny_points,
+)
 
 NUSCENES_WHOLE_ROWS = "nuscenes/nusc_dev_k000000_s05.bin"
 
@@ -817,3 +819,46 @@ def test_the_point_dim_a_wide_file_is_refused_with_is_one_infer_takes(assets: Pa
     ours, theirs = (json.loads((tmp_path / folder / name).read_text()) for folder in ("b", "c"))
     ours.pop("source"), theirs.pop("source")  # the wide file's and the scan's own paths
     assert ours == theirs and len(ours["scores"]) > 0
+
+
+# --------------------------------------------------------------------------- a home that cannot be written
+
+def unwritable_home_env(tmp_path: Path, repo_root: Path) -> dict[str, str]:
+    """This environment with a home below a regular file, which no process (root neither) can make a folder in, as
+    a container's read-only home; no cache or config folder given otherwise."""
+    (tmp_path / "a-file").write_text("")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "MPLCONFIGDIR", "ORT_DISABLE_TELEMETRY")}
+    return {**env, "HOME": str(tmp_path / "a-file" / "home"), "PYTHONPATH": str(repo_root)}
+
+
+def test_a_home_that_cannot_be_written_adds_no_line_of_onnx_runtime_or_matplotlib(tiny_model: Path, repo_root: Path,
+                                                                               tmp_path: Path):
+    """Before: ONNX Runtime's import printed a coloured 'Failed to persist telemetry device ID; using an in-memory
+    identifier' line stamped with its source file, and matplotlib's import two lines on the temporary folder it
+    made, into the output of every run with a read-only home."""
+    pytest.importorskip("matplotlib")
+    frame, out = tmp_path / "frame.bin", tmp_path / "out"
+    tiny_points(1, n=200).tofile(frame)  # fewer pillars than the tiny model keeps: a frame of no warning
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model",
+                           str(tiny_model), "--device", "cpu", "--viz", "--out", str(out), "--no-progress"],
+                          capture_output=True, text=True, timeout=300, cwd=repo_root,
+                          env=unwritable_home_env(tmp_path, repo_root))
+    assert done.returncode == 0, done
+    assert done.stderr == "running on CPU, ONNX Runtime, fp32\n", done.stderr
+    assert sorted(output_names(out)) == ["frame.json", "frame.png"]
+
+
+def test_onnx_runtime_telemetry_is_turned_off_only_where_its_import_would_warn(tmp_path: Path):
+    """ONNX Runtime keeps its device ID below $XDG_CACHE_HOME (an absolute one), else ~/.cache; a variable the user
+    set is theirs."""
+    from pointpillars_trt.runtime.ort_telemetry import warns_here
+
+    (tmp_path / "a-file").write_text("")
+    unwritable, writable = str(tmp_path / "a-file" / "x"), str(tmp_path / "x")
+    assert warns_here({"HOME": unwritable})
+    assert not warns_here({"HOME": writable})
+    assert not warns_here({"HOME": unwritable, "ORT_DISABLE_TELEMETRY": "0"})
+    assert warns_here({"HOME": writable, "XDG_CACHE_HOME": unwritable})
+    assert not warns_here({"HOME": unwritable, "XDG_CACHE_HOME": writable})
+    assert warns_here({"HOME": unwritable, "XDG_CACHE_HOME": "relative/cache"})  # not absolute: ignored
