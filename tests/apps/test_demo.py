@@ -9,6 +9,11 @@ import importlib.util
 import io
 import json
 import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,6 +49,32 @@ def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
         assert (tmp_path / "bev.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rc, _, err = cli("demo", "--out", tmp_path, "--device", "cpu", "--repeats", "1")  # its own outputs: rewritten
     assert rc == 0, err
+
+
+def test_the_boxes_and_the_wait_for_the_steady_state_are_said_before_the_frames_it_times(tmp_path: Path,
+                                                                                      repo_root: Path) -> None:
+    """A thousand frames to time (about a second each on the CPU): the first frame's boxes and what the run now
+    waits for reach a pipe before them, and Ctrl-C then stops it. Before: nothing after 'running on' until every
+    frame had run (~15 s at the default 10 on two cores)."""
+    child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "demo", "--out", str(tmp_path), "--device",
+                              "cpu", "--repeats", "1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=repo_root, env={**os.environ, "PYTHONPATH": str(repo_root)})
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in child.stdout], daemon=True).start()  # type: ignore[union-attr]
+    said: list[str] = []
+    try:
+        while not said or not said[-1].startswith("timing "):
+            try:
+                said.append(lines.get(timeout=120).rstrip("\n"))
+            except queue.Empty:
+                pytest.fail(f"nothing said in 120 s after {said[-2:]} while the frames run")
+    finally:
+        child.send_signal(signal.SIGINT)
+        _, err = child.communicate(timeout=120)
+    table = said.index("  #  label        score      x       y      z     dx    dy    dz  heading")
+    assert said[table - 2].startswith("pillars: ") and said[table + 1].startswith("  0  ")
+    assert said[-1] == "timing 1000 more frame(s) for the steady-state times (about a second each on the CPU) ..."
+    assert (child.returncode, err.splitlines()[-1]) == (130, "interrupted"), err
 
 
 @pytest.mark.parametrize("name, content, why", [
