@@ -341,6 +341,9 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
     """Load a built-in config by name (``openpcdet_kitti_3class``) or a YAML file by path."""
     path = Path(name_or_path)
     if path.suffix in (".yaml", ".yml") or path.exists():
+        if len(path.parts) == 1 and path.stem in builtin_config_names() and not os.path.lexists(path):
+            raise ConfigError(f"{safe_repr(str(path), 60)}: config file not found; the built-in config of that "
+                              f"name is given without {path.suffix}: {path.stem!r}")
         raw = read_yaml(path)
         _refuse_pcdet_config(raw, str(path), f"{build_command(None, None, pcdet_config=path)} reads it, then `pointpillars-trt infer "
                              "PATH --model MODEL_DIR` runs the model dir it writes (Python: "

@@ -368,6 +368,20 @@ def test_option_value_errors_are_one_line(argv: list[str]):
     assert "--help" in lines[0]
 
 
+@pytest.mark.parametrize("command", ["infer", "demo", "build"])
+def test_a_built_in_config_named_as_its_file_is_refused_with_its_name(command: str, tiny_model: Path,
+                                                                       tiny_frames: list[Path], tmp_path: Path):
+    """The built-in configs are YAML files of the package (pointpillars_trt/configs/NAME.yaml), so their file name is
+    a natural first try. Before: 'openpcdet_kitti_3class.yaml: config file not found', which named no fix."""
+    argv = {"infer": ["infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu"],
+            "demo": ["demo", "--out", tmp_path / "demo", "--device", "cpu"],
+            "build": ["build", "--checkpoint", tmp_path / "x.pth", "--out", tmp_path / "m"]}[command]
+    run = cli(*argv, "--config", "openpcdet_kitti_3class.yaml")
+    assert_one_line_error(run, "'openpcdet_kitti_3class.yaml': config file not found; the built-in config of that "
+                               "name is given without .yaml: 'openpcdet_kitti_3class'")
+    assert not (tmp_path / "demo").exists() and not (tmp_path / "m").exists()
+
+
 def help_text(*argv: str) -> str:
     out = io.StringIO()
     with pytest.raises(SystemExit), contextlib.redirect_stdout(out):
