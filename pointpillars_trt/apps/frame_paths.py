@@ -17,7 +17,11 @@ from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
 from ..fileio import folder_resolver, special_kind
+from ..model_dir import METADATA_FILE
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
+
+#: The suffixes of PyTorch checkpoints (OpenPCDet's checkpoint_epoch_80.pth, Lightning's .ckpt).
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 
 
 #: What parts a pattern's path components: the separator, and the other one where the system has two (Windows).
@@ -118,9 +122,21 @@ def missing_path(pattern: str) -> bool:
     return not os.path.lexists(pattern) and not glob.has_magic(pattern)
 
 
+def model_kind(path: str) -> str | None:
+    """"a model dir" or "a checkpoint" when ``path`` is one (a folder holding model.json, a file of a checkpoint's
+    suffix): what is given as ``--model``, found among point files; else None."""
+    if os.path.isdir(path):
+        return "a model dir" if os.path.isfile(os.path.join(path, METADATA_FILE)) else None
+    return "a checkpoint" if path.lower().endswith(CHECKPOINT_SUFFIXES) and os.path.isfile(path) else None
+
+
 def _no_frames(pattern: str) -> str:
     """Why a path gives no frame. A missing path is named a point file only when it has a point file's
     suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
+    model = model_kind(pattern)
+    if model is not None:
+        frames = "a folder of point files" if model == "a model dir" else "a point file"
+        return f"{safe_repr(pattern)} is {model}, not {frames}: give it as --model"
     if os.path.isdir(pattern):
         try:
             os.listdir(pattern)

@@ -41,7 +41,7 @@ from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, F
 from .device_notice import print_device_notice
 from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
-from .frame_paths import check_distinct_outputs, expand_frame_paths
+from .frame_paths import check_distinct_outputs, expand_frame_paths, model_kind
 from .frame_prep import check_image_shape, frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
@@ -169,7 +169,9 @@ def check_model_path(args: argparse.Namespace) -> Path:
     """--model, given and there: checked before anything runs, also by a run that --skip-existing
     leaves with no frame to run (and so never opens the model)."""
     if not args.model:
-        raise InputError("infer needs --model: a model dir (from build) or a .pth checkpoint")
+        given = next((f"; {safe_repr(path)} among the PATHs is {kind}: give it as --model {safe_repr(path)}"
+                      for path in args.paths if (kind := model_kind(path)) is not None), "")
+        raise InputError(f"infer needs --model: a model dir (from build) or a .pth checkpoint{given}")
     path = existing_model_path(args.model)
     if args.config and is_pcdet_model_config(args.config):
         what = f"--config {safe_repr(args.config)}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which infer does not read"

@@ -382,6 +382,38 @@ def test_a_built_in_config_named_as_its_file_is_refused_with_its_name(command: s
     assert not (tmp_path / "demo").exists() and not (tmp_path / "m").exists()
 
 
+def test_a_model_given_among_the_frames_is_named_with_the_option_it_goes_to(tiny_model: Path, tiny_frames: list[Path],
+                                                                            tmp_path: Path):
+    """OpenPCDet's demo.py takes --ckpt and --data_path; here the model is --model and the frames are PATHs. Before: a
+    model dir among them was 'a folder that holds no point files', a checkpoint 'not a point file: it has extension
+    .pth', and without --model neither was named."""
+    checkpoint = tmp_path / "checkpoint_epoch_80.pth"
+    checkpoint.write_bytes(b"PK")  # its name makes it a checkpoint here, before anything reads it
+    run = cli("infer", tiny_model, "--model", tiny_model, "--device", "cpu")
+    assert_one_line_error(run, f"{str(tiny_model)!r} is a model dir, not a folder of point files: give it as --model")
+    run = cli("infer", checkpoint, "--model", tiny_model, "--device", "cpu")
+    assert_one_line_error(run, f"{str(checkpoint)!r} is a checkpoint, not a point file: give it as --model")
+    for model, kind in ((checkpoint, "a checkpoint"), (tiny_model, "a model dir")):
+        run = cli("infer", tiny_frames[1], model, "--device", "cpu")
+        assert_one_line_error(run, f"infer needs --model: a model dir (from build) or a .pth checkpoint; {str(model)!r} "
+                                   f"among the PATHs is {kind}: give it as --model {str(model)!r}")
+
+
+def test_eval_names_a_model_dir_given_as_predictions_and_a_folder_of_no_label_file(tiny_model: Path,
+                                                                                 tiny_frames: list[Path],
+                                                                                 tmp_path: Path):
+    """Before: a model dir's model.json was read as the JSON record of a frame 'model', whose label file was then
+    missing; a folder of no label file (the velodyne folder) named its first frame's label file missing."""
+    labels = one_car_labels(tmp_path, tiny_frames[1:3])
+    run = cli("eval", "--pred", tiny_model, "--labels", labels)
+    assert_one_line_error(run, f"prediction folder {str(tiny_model)!r} is a model dir (the folder build writes), not "
+                               "predictions")
+    velodyne = tiny_frames[1].parent
+    run = cli("eval", "--pred", labels, "--labels", velodyne)
+    assert_one_line_error(run, f"label folder {str(velodyne)!r} holds no label files (<frame id>.txt): give KITTI's "
+                               "label_2 folder")
+
+
 def help_text(*argv: str) -> str:
     out = io.StringIO()
     with pytest.raises(SystemExit), contextlib.redirect_stdout(out):

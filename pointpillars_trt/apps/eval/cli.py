@@ -152,6 +152,9 @@ def run_eval(args: argparse.Namespace) -> int:
     labels = Path(args.labels)
     if not labels.is_dir():
         raise InputError(f"label folder {labels} does not exist or is not a folder")
+    if not any(name.endswith(".txt") for name in os.listdir(labels)):  # else the first frame's is named missing
+        raise InputError(f"label folder {safe_repr(str(labels))} holds no label files (<frame id>.txt): give KITTI's "
+                         "label_2 folder")
     if args.json is not None:
         _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it

@@ -21,6 +21,7 @@ from ...errors import InputError, PointPillarsError, safe_repr
 from ...fileio import loads_json, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
                       read_label_file, refuse_other_split)
+from ...model_dir import METADATA_FILE
 from ..outputs import record_boxes
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
@@ -123,6 +124,9 @@ def prediction_format(pred_dir: Path) -> str:
     """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
     if not pred_dir.is_dir():
         raise InputError(f"prediction folder {safe_repr(pred_dir)} does not exist or is not a folder")
+    if (pred_dir / METADATA_FILE).is_file():  # else its model.json is read as a frame's JSON record, "model"
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} is a model dir (the folder build writes), not "
+                         "predictions: evaluate the --out folder of an infer run with it")
     odd_case = sorted(p.name for p in pred_dir.iterdir()  # frame ids (KITTI's are digits), not a README.TXT
                       if p.suffix.lower() in (".txt", ".json") and p.suffix not in (".txt", ".json") and p.stem.isdigit())
     if odd_case:  # on a case-sensitive file system its frame id would find no file: it would be passed over
