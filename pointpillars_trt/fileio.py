@@ -362,16 +362,21 @@ def _temp_file_of(target: Path, data: bytes, durable: bool) -> Path:
     """``data`` in a new temp file beside ``target`` (fsynced when ``durable``), for a rename or link onto it;
     created with mode 0o666 minus the umask."""
     tmp = target.with_name(f".{_temp_stem(target.name)}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable:
-                f.flush()
-                os.fsync(f.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if durable:
+                    f.flush()
+                    os.fsync(f.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    except OSError as exc:  # a write names no file, and the temp file's name is none the user gave: name the target
+        if exc.filename not in (None, os.fspath(tmp)):
+            raise
+        raise OSError(exc.errno, exc.strerror or str(exc), os.fspath(target)) from None
     return tmp
 
 

@@ -6,6 +6,7 @@ Oracles: the files the commands write, the frames' own bytes, and the public API
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
 import os
@@ -412,6 +413,31 @@ def test_eval_names_a_model_dir_given_as_predictions_and_a_folder_of_no_label_fi
     run = cli("eval", "--pred", labels, "--labels", velodyne)
     assert_one_line_error(run, f"label folder {str(velodyne)!r} holds no label files (<frame id>.txt): give KITTI's "
                                "label_2 folder")
+
+
+def small_file_limit() -> None:
+    """The child's files may grow to 1 KiB: a write past it fails (EFBIG, Python ignores SIGXFSZ), as on a full disk
+    a write fails with no file name of its own."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+
+def test_a_write_that_fails_names_its_file(tiny_frames: list[Path], repo_root: Path, tmp_path: Path):
+    """Before: 'error: File too large' (or 'No space left on device') alone, the evaluation printed and no file named."""
+    labels = one_car_labels(tmp_path, tiny_frames[1:3])
+    pred = tmp_path / "pred"
+    pred.mkdir()
+    for frame in tiny_frames[1:3]:
+        (pred / f"{frame.stem}.txt").write_text(
+            "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59 0.9\n")
+    ap = tmp_path / "ap.json"
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "eval", "--pred", str(pred), "--labels", str(labels),
+                           "--json", str(ap)], capture_output=True, text=True, timeout=120, cwd=repo_root,
+                          env={**os.environ, "PYTHONPATH": str(repo_root)}, preexec_fn=small_file_limit)
+    assert "Car AP@" in done.stdout and not ap.exists(), done
+    errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+    assert (done.returncode, errors) == (2, [f"error: {str(ap)!r}: {os.strerror(errno.EFBIG)}"]), done
 
 
 def help_text(*argv: str) -> str:
