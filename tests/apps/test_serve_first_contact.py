@@ -4,6 +4,10 @@ is not executable, a path under a regular file (which no folder can be made unde
 
 from __future__ import annotations
 
+import errno
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,3 +48,30 @@ def test_a_repository_that_cannot_be_made_names_the_option(tmp_path: Path, capsy
     assert rc == 2 and err == (f"error: --repository '{repository}': cannot write there (Not a directory); give a "
                                "folder serve can write (created if missing): it writes the model's copy there and "
                                "Triton serves it from there\n"), err
+
+
+def small_file_limit() -> None:
+    """The child's files may grow to 1 KiB: a write past it fails (EFBIG, Python ignores SIGXFSZ), as a write to a
+    full disk fails, with no file name of its own."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024))
+
+
+def test_a_repository_the_models_copy_cannot_be_written_in_is_one_line(tmp_path: Path, repo_root: Path) -> None:
+    """The model's copy fails as on a full disk. Before: copytree's list of every file's error ('[('.../model.json',
+    ...), ...]') as the error line, or 'No space left on device' alone where the lock file's pid could not be
+    written."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "tiny", seed=3)
+    repository = tmp_path / "repo"
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(model.path),
+                           "--repository", str(repository), "--device", "cpu", "--repository-only"],
+                          capture_output=True, text=True, timeout=120, cwd=repo_root,
+                          env={**os.environ, "PYTHONPATH": str(repo_root)}, preexec_fn=small_file_limit)
+    assert (done.returncode, done.stdout) == (2, ""), done
+    assert done.stderr == (f"error: --repository '{repository}': cannot write there ({os.strerror(errno.EFBIG)}); give a "
+                           "folder serve can write (created if missing): it writes the model's copy there and Triton "
+                           "serves it from there\n"), done.stderr
+    assert sorted(p.name for p in repository.iterdir()) == [".pointpillars-serve.lock"]  # no half-written model

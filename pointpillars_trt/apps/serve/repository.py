@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import sys
 import secrets
@@ -162,9 +163,7 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
         root.mkdir(parents=True, exist_ok=True)
         fd = os.open(root / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:  # a read-only mount, a folder of another user, a file on the way: the option is named
-        raise InputError(f"--repository {safe_repr(str(root))}: cannot write there ({exc.strerror or one_line(exc)}); "
-                         "give a folder serve can write (created if missing): it writes the model's copy there and "
-                         "Triton serves it from there") from None
+        raise _cannot_write(root, exc) from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,8 +171,11 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             raise InputError(f"--repository {safe_repr(str(root))} is in use by a running serve (pid {holder}); "
                              "stop it, or give another --repository") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the pid is the first byte serve writes there
+            raise _cannot_write(root, exc) from None
         try:
             yield
         finally:
@@ -181,6 +183,16 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
             # another serve could lock a file this name no longer leads to)
     finally:
         os.close(fd)  # releases the lock
+
+
+def _cannot_write(root: Path, exc: OSError) -> InputError:
+    """--repository's one error line for a write there that failed (a read-only mount, a full disk). A folder
+    copy's ``shutil.Error`` lists each file's error as text: the first one's reason tells."""
+    reason = exc.strerror or one_line(exc)
+    if isinstance(exc, shutil.Error) and exc.args and isinstance(exc.args[0], list) and exc.args[0]:
+        reason = re.sub(r"^\[Errno \d+\] ", "", str(exc.args[0][0][-1])).split(": ", 1)[0]
+    return InputError(f"--repository {safe_repr(str(root))}: cannot write there ({reason}); give a folder serve can "
+                      "write (created if missing): it writes the model's copy there and Triton serves it from there")
 
 
 def _check_replaceable(target: Path) -> None:
@@ -231,6 +243,8 @@ def write_repository(model: str | os.PathLike[str], repository: str | os.PathLik
         (version / "python_path.txt").write_text("\n".join(p for p in sys.path if p) + "\n", encoding="utf-8")
         (staging / "config.pbtxt").write_text(text)
         replace_folder(staging, target)  # never a moment with a half-deleted model folder
+    except OSError as exc:
+        raise _cannot_write(root, exc) from None
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
