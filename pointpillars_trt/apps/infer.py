@@ -339,6 +339,21 @@ def output_format(args: argparse.Namespace) -> str:
     return str(args.format or ("kitti" if args.eval else "json"))
 
 
+#: The format whose outputs a file name of each suffix looks like: an --out so named was most likely meant as a file.
+_OUTPUT_FILE_FORMATS = {".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "kitti"}
+
+
+def _refuse_an_output_file_name(out: str, fmt: str) -> None:
+    """--out names a folder, which infer creates: ``preds.jsonl`` would become a folder of that name holding a JSON
+    file a frame (the default format), where a file of rows was meant."""
+    written = {"json": "a .json file a frame", "kitti": "a label file a frame (.txt)",
+               "jsonl": "part files of rows (detections-*.jsonl)", "parquet": "part files of rows (detections-*.parquet)"}
+    folder = os.path.splitext(out)[0] or "preds"
+    raise InputError(f"--out {safe_repr(out)} is a file name, but --out names the folder (created if missing) that the "
+                     f"outputs go into; --format {fmt} writes {written[fmt]} there: give a folder, e.g. --out "
+                     f"{safe_repr(folder)} --format {fmt}")
+
+
 def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
                   resumable: bool = True) -> tuple[str, Path | None, GroundTruth | None]:
     """infer's checks of its output options before anything runs: (format, --out, --eval's labels, read).
@@ -351,6 +366,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     if out is not None and out.exists() and not out.is_dir():
         kind = special_kind(out) or "an existing file"
         raise InputError(f"--out {safe_repr(args.out)} is {kind}; --out names a folder for the outputs")
+    if out is not None and not os.path.lexists(out) and out.suffix.lower() in _OUTPUT_FILE_FORMATS:
+        _refuse_an_output_file_name(args.out, _OUTPUT_FILE_FORMATS[out.suffix.lower()])
     if args.viz and out is None:
         raise InputError("--viz needs --out DIR: the pictures are written there")
     if args.skip_existing and out is None:

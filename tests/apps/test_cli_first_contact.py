@@ -415,6 +415,29 @@ def test_eval_names_a_model_dir_given_as_predictions_and_a_folder_of_no_label_fi
                                "label_2 folder")
 
 
+@pytest.mark.parametrize("name, fmt, written", [
+    ("preds.jsonl", "jsonl", "part files of rows (detections-*.jsonl)"),
+    ("preds.parquet", "parquet", "part files of rows (detections-*.parquet)"),
+    ("preds.json", "json", "a .json file a frame"),
+    ("label_2.TXT", "kitti", "a label file a frame (.txt)"),
+])
+def test_an_out_named_like_a_file_of_outputs_is_refused_naming_the_folder_and_format(
+        name: str, fmt: str, written: str, tiny_model: Path, tiny_frames: list[Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch):
+    """Before: --out preds.jsonl made a folder preds.jsonl holding a JSON file a frame (the default format), where a
+    file of rows was meant. A folder of such a name that is there already is the user's: it is written into."""
+    monkeypatch.chdir(tmp_path)
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--out", name)
+    stem = name.rsplit(".", 1)[0]
+    assert_one_line_error(run, f"--out {name!r} is a file name, but --out names the folder (created if missing) that the "
+                               f"outputs go into; --format {fmt} writes {written} there: give a folder, e.g. --out "
+                               f"{stem!r} --format {fmt}")
+    assert not (tmp_path / name).exists()
+    (tmp_path / "made.json").mkdir()
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--out", "made.json", "--no-progress")
+    assert run.rc == 0 and output_names(tmp_path / "made.json") == [f"{tiny_frames[1].stem}.json"], run
+
+
 def small_file_limit() -> None:
     """The child's files may grow to 1 KiB: a write past it fails (EFBIG, Python ignores SIGXFSZ), as on a full disk
     a write fails with no file name of its own."""
