@@ -268,9 +268,9 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
 
 # --------------------------------------------------------------------------- atomic writes
 
-def xdg_cache_home() -> Path | None:
+def xdg_cache_home(environ: Mapping[str, str] = os.environ) -> Path | None:
     """$XDG_CACHE_HOME where it is an absolute path (the XDG base directory spec ignores a relative one), else None."""
-    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    xdg = environ.get("XDG_CACHE_HOME", "")
     return Path(xdg) if os.path.isabs(xdg) else None
 
 

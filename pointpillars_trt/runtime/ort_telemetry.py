@@ -15,6 +15,8 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from ..fileio import xdg_cache_home
+
 #: ONNX Runtime's own switch: read once, as the module is imported.
 DISABLE_VARIABLE = "ORT_DISABLE_TELEMETRY"
 #: Where ONNX Runtime keeps its device ID, below the user's cache folder.
@@ -24,20 +26,8 @@ DEVICE_ID_FOLDER = Path("Microsoft", "DeveloperTools", ".onnxruntime")
 def device_id_folder(environ: MutableMapping[str, str]) -> Path:
     """The folder ONNX Runtime keeps its device ID in: below ``$XDG_CACHE_HOME`` when that is an absolute
     path, else below ``~/.cache`` (``$HOME``, else the account's home)."""
-    cache = environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(cache):
-        cache = os.path.join(environ.get("HOME") or _account_home(), ".cache")
-    return Path(cache) / DEVICE_ID_FOLDER
-
-
-def _account_home() -> str:
-    """The home folder of this process's account, as the password database gives it (no $HOME to go by)."""
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.getuid()).pw_dir
-    except (ImportError, KeyError):  # no password database (Windows), or no entry for this uid (a container's)
-        return os.path.expanduser("~")
+    cache = xdg_cache_home(environ) or Path(environ.get("HOME") or os.path.expanduser("~"), ".cache")
+    return cache / DEVICE_ID_FOLDER
 
 
 def can_be_made(folder: Path) -> bool:
