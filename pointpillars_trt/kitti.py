@@ -392,7 +392,8 @@ def finite_detections(
         )
     keep = written_detections(b, sc)
     if velocity is not None:
-        keep &= np.isfinite(np.asarray(velocity, dtype=np.float64).reshape(len(sc), -1)).all(axis=1)
+        finite = np.isfinite(np.asarray(velocity, dtype=np.float64))
+        keep &= finite.all(axis=tuple(range(1, finite.ndim)))  # a row's values, however many
     dropped = int(len(keep) - keep.sum())
     if dropped == 0:
         return b, sc, labels, velocity, 0

@@ -555,6 +555,8 @@ def test_nonfinite_detections_are_dropped_and_counted() -> None:
     velocity = np.arange(8.0).reshape(4, 2)  # a multi-head model's: kept with its boxes
     *_, kept, dropped = finite_detections(boxes, scores, list("ABCD"), velocity)
     assert dropped == 3 and kept is not None and kept.tolist() == [[0.0, 1.0]]
+    *_, kept, dropped = finite_detections(boxes[:0], scores[:0], [], velocity[:0])  # a frame of no box
+    assert dropped == 0 and kept is not None and kept.shape == (0, 2)
     with pytest.raises(InputError, match="3 velocities, expected"):
         finite_detections(boxes, scores, list("ABCD"), velocity[:3])
 
