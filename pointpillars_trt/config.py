@@ -27,7 +27,7 @@ from typing import Any, Literal, NoReturn, TypeVar, Union, get_args
 import numpy as np
 import yaml
 
-from .errors import ConfigError, InputError, escape_text, safe_repr
+from .errors import ConfigError, InputError, escape_text, safe_repr, shell_word
 from .fileio import overlong_number, path_argument, read_regular_file
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
@@ -320,8 +320,6 @@ def build_command(checkpoint: str | os.PathLike[str] | None, out: str | os.PathL
     """The ``pointpillars-trt build`` command, in backquotes, that makes a model dir at ``out`` of ``checkpoint``
     (placeholders where they are not known), with ``--config`` or ``--pcdet-config`` where given: the one spelling
     of every fix that is a build."""
-    import shlex
-
     words = ["pointpillars-trt", "build", "--checkpoint",
              "YOUR_CHECKPOINT.pth" if checkpoint is None else os.fspath(checkpoint)]
     if config is not None:
@@ -329,7 +327,7 @@ def build_command(checkpoint: str | os.PathLike[str] | None, out: str | os.PathL
     if pcdet_config is not None:
         words += ["--pcdet-config", os.fspath(pcdet_config)]
     words += ["--out", "MODEL_DIR" if out is None else os.fspath(out)]
-    return "`" + " ".join(shlex.quote(word) for word in words) + "`"
+    return "`" + " ".join(map(shell_word, words)) + "`"
 
 
 def builtin_config_names() -> list[str]:

@@ -144,6 +144,32 @@ def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
     return _cut_middle(text, limit, "...")
 
 
+def shell_word(text: str) -> str:
+    """``text`` as one shell word that reads back as ``text``, for a command a message tells to run: ``shlex.quote``'s
+    word, or where ``text`` holds a character that is not printable (a newline, ESC), bash's ``$'...'`` word with
+    those characters escaped, so the command stays one terminal-safe line and still runs as shown."""
+    import shlex
+
+    if text.isprintable():
+        return shlex.quote(text)
+    return "$'" + "".join(_shell_escape(c) for c in text) + "'"
+
+
+def _shell_escape(c: str) -> str:
+    """One character inside bash's ``$'...'``: quotes and backslashes escaped, a character that is not printable as
+    its code (an undecodable byte of a file name, held as a surrogate escape, as that byte)."""
+    if c in "'\\":
+        return "\\" + c
+    if c.isprintable():
+        return c
+    code = ord(c)
+    if code < 0x80:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:  # os.fsdecode's escape of an undecodable byte
+        return f"\\x{code - 0xDC00:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def _printable(text: str) -> str:
     """``text`` with every character that is not printable (control characters, line breaks, bidi overrides)
     escaped as ``repr`` escapes it."""

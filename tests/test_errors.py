@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from pointpillars_trt.errors import one_line, safe_repr
+from pointpillars_trt.errors import one_line, safe_repr, shell_word
 
 
 @pytest.mark.parametrize(("exc", "expected"), [
@@ -74,3 +76,12 @@ def test_safe_repr_of_a_value_whose_repr_raises_or_holds_control_characters() ->
 
     assert safe_repr(Hostile()).startswith("<Hostile instance at 0x")
     assert safe_repr(Loud()) == "\\x1b[2J\\nboom"
+
+
+@pytest.mark.parametrize("text", ["plain.pth", "with space/and'quote", "tab\there", "\udcff\u202e\\x", "a\n\x1b[31mb"])
+def test_shell_word_is_one_printable_word_bash_reads_back_as_the_text(text: str) -> None:
+    """A path in a command a message shows (an undecodable byte as os.fsdecode holds it, a bidi override, ESC)."""
+    word = shell_word(text)
+    assert word.isprintable(), word
+    out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
+    assert out == os.fsencode(text)

@@ -16,14 +16,13 @@ import argparse
 import contextlib
 import hashlib
 import os
-import shlex
 import sys
 from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig, load_config
-from ..errors import InputError, PointPillarsError, one_line, safe_repr
+from ..errors import InputError, PointPillarsError, one_line, safe_repr, shell_word
 from ..fileio import loads_json, open_regular_file, read_regular_file, write_json_atomic
 from ..kitti import calib_folder
 from ..model_dir import MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
@@ -126,7 +125,7 @@ def _matching(option: str, value: object) -> str | None:
         return _FLAGS[option][value] if not _FLAGS[option][value].startswith("no ") else f"drop {option}"
     if value is None:
         return f"drop {option}"
-    return f"{option} {_shown(option, value) if not isinstance(value, str) else shlex.quote(value)}"
+    return f"{option} {_shown(option, value) if not isinstance(value, str) else shell_word(value)}"
 
 
 def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:

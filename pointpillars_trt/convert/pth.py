@@ -29,7 +29,6 @@ import io
 import os
 import pickle
 import pickletools
-import shlex
 import stat
 import zipfile
 from collections import OrderedDict
@@ -41,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..errors import CheckpointError, escape_text, one_line
+from ..errors import CheckpointError, escape_text, one_line, shell_word
 from ..fileio import path_argument
 from ..model_dir import METADATA_FILE
 
@@ -687,8 +686,9 @@ def _read_bytes(path: Path, source: str) -> bytes:
         if stat.S_ISDIR(info.st_mode):
             if os.path.isfile(os.path.join(path, METADATA_FILE)):
                 raise CheckpointError(f"{source}: is a model dir (the folder `pointpillars-trt build` writes), not a "
-                                      f"checkpoint: run it with `pointpillars-trt infer PATH --model {shlex.quote(source)}` (Python: "
-                                      "PointPillars.from_model_dir), or give the .pth it was built from")
+                                      "checkpoint: run it with `pointpillars-trt infer PATH --model "
+                                      f"{shell_word(os.fspath(path))}` (Python: PointPillars.from_model_dir), or give "
+                                      "the .pth it was built from")
             raise CheckpointError(f"{source}: is a directory, expected a .pth file")
         if not stat.S_ISREG(info.st_mode):
             raise CheckpointError(f"{source}: is {_kind(info.st_mode)}, expected a regular .pth file")
