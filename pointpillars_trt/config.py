@@ -342,11 +342,11 @@ def load_config(name_or_path: str | Path) -> ModelConfig:
         if len(path.parts) == 1 and path.stem in builtin_config_names() and not os.path.lexists(path):
             raise ConfigError(f"{safe_repr(str(path), 60)}: config file not found; the built-in config of that "
                               f"name is given without {path.suffix}: {path.stem!r}")
-        raw = read_yaml(path)
-        _refuse_pcdet_config(raw, str(path), f"{build_command(None, None, pcdet_config=path)} reads it, then `pointpillars-trt infer "
-                             "PATH --model MODEL_DIR` runs the model dir it writes (Python: "
+        raw, shown = read_yaml(path), safe_repr(path)
+        _refuse_pcdet_config(raw, shown, f"{build_command(None, None, pcdet_config=path)} reads it, then "
+                             "`pointpillars-trt infer PATH --model MODEL_DIR` runs the model dir it writes (Python: "
                              "convert.pcdet_config.config_from_pcdet_yaml)")
-        return config_from_dict(raw, str(path))
+        return config_from_dict(raw, shown)
     name = str(name_or_path)
     if name not in builtin_config_names():
         raise ConfigError(
@@ -482,18 +482,19 @@ def read_yaml(path: Path) -> Any:
     try:
         os.lstat(path)  # not os.path.lexists: a folder on the path this user cannot search is no missing file
     except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
+        raise ConfigError(f"{safe_repr(path)}: config file not found") from None
     except OSError:
         pass  # read_regular_file names the problem
     try:
         data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES, what="config file")
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-    return parse_yaml(data, str(path))
+    return parse_yaml(data, safe_repr(path))
 
 
 def parse_yaml(data: bytes, source: str) -> Any:
-    """Parse one YAML document with ``_ConfigLoader``; every failure is a short ConfigError."""
+    """Parse one YAML document with ``_ConfigLoader``; every failure is a short ConfigError naming ``source`` (the
+    document as messages show it: a file's ``safe_repr``)."""
     if len(data) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES} bytes; not a config")
     try:
@@ -707,7 +708,8 @@ def _checked_thresholds(given: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- the validator
 
 def config_from_dict(raw: Any, source: str = "<dict>") -> ModelConfig:
-    """Build and validate a config; every error names the source and the key path.
+    """Build and validate a config; every error names the source (as messages show it: a file's ``safe_repr``) and the
+    key path.
 
     The one validator of every path (YAML, model dirs, tests): it accepts the YAML spelling and
     ``ModelConfig.to_dict()``'s, so ``config_from_dict(cfg.to_dict())`` round-trips.

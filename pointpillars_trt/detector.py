@@ -587,7 +587,7 @@ def refuse_other_precision(model: ModelDir, precision: str | None) -> None:
     """Refuse a precision (the runtime options') other than the one ``model``'s graphs were built in: it is chosen
     when a checkpoint is exported, and a model dir runs as built."""
     if precision is not None and precision != model.precision:
-        raise BackendError(f"precision {precision}: the model dir {model.path} holds {model.precision} "
+        raise BackendError(f"precision {precision}: the model dir {safe_repr(model.path)} holds {model.precision} "
                            "graphs (precision applies when exporting a checkpoint; rebuild for another)")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from .config import ModelConfig, build_command, builtin_config_names, config_from_dict
-from .errors import ConfigError, InputError, ModelDirError, safe_repr
+from .errors import ConfigError, InputError, ModelDirError, escape_text, safe_repr
 from .fileio import DuplicateKeyError, loads_json, path_argument, read_regular_file, special_kind
 from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
@@ -104,7 +104,7 @@ def _check_dataset(dataset: Any) -> None:
     for key, value in dataset.items():
         kind = _DATASET_FACTS.get(key)
         if kind is None or not isinstance(value, kind):
-            raise TypeError(f"dataset.{key} = {value!r:.40} is not a known fact of its type")
+            raise TypeError(f"dataset.{escape_text(str(key), 40)} = {value!r:.40} is not a known fact of its type")
 
 
 def recorded_checkpoint(folder: Path) -> str | None:
@@ -144,56 +144,58 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     launch values it then runs with (``ModelDir.with_launch_values``)."""
     folder = path_argument(path, "model dir", ModelDirError, "the path of a folder `pointpillars-trt build` wrote "
                            "(a str or pathlib.Path)")
+    meta_path = folder / METADATA_FILE
+    shown, meta_shown = safe_repr(folder), safe_repr(meta_path)
     if not folder.is_dir():
         if folder.is_file():
-            raise ModelDirError(f"model dir {folder}: is a file, not a model dir (a .pth checkpoint opens with "
+            raise ModelDirError(f"model dir {shown}: is a file, not a model dir (a .pth checkpoint opens with "
                                 "PointPillars.from_checkpoint, or build a model dir with `pointpillars-trt build`)")
         kind = special_kind(folder)
         if kind is not None:
-            raise ModelDirError(f"model dir {folder}: is {kind}, not a model dir or a .pth checkpoint")
-        raise ModelDirError(f"model dir {folder}: not found (build one with `pointpillars-trt build`)")
-    meta_path = folder / METADATA_FILE
+            raise ModelDirError(f"model dir {shown}: is {kind}, not a model dir or a .pth checkpoint")
+        raise ModelDirError(f"model dir {shown}: not found (build one with `pointpillars-trt build`)")
     if not meta_path.is_file():
         kind = special_kind(meta_path)
         if kind is not None:
-            raise ModelDirError(f"{meta_path}: is {kind}, not a regular file; rebuild the model dir")
+            raise ModelDirError(f"{meta_shown}: is {kind}, not a regular file; rebuild the model dir")
         inside = _model_dirs_in(folder)
-        fix = (f"the model dirs in it: {', '.join(inside[:3])}" + (f" and {len(inside) - 3} more" if len(inside) > 3 else "")
+        fix = (f"the model dirs in it: {', '.join(map(safe_repr, inside[:3]))}"
+               + (f" and {len(inside) - 3} more" if len(inside) > 3 else "")
                if inside else "build one with `pointpillars-trt build`")
-        raise ModelDirError(f"{meta_path}: missing, so {folder} is not a model dir ({fix})")
+        raise ModelDirError(f"{meta_shown}: missing, so {shown} is not a model dir ({fix})")
     try:
         meta = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, DuplicateKeyError) as exc:
-        raise ModelDirError(f"{meta_path}: unreadable or not valid JSON ({exc})") from None
+        raise ModelDirError(f"{meta_shown}: unreadable or not valid JSON ({exc})") from None
     except (RecursionError, ValueError) as exc:  # nested too deep, or numbers too long to be real
-        raise ModelDirError(f"{meta_path}: not a model.json this package wrote ({type(exc).__name__})") from None
+        raise ModelDirError(f"{meta_shown}: not a model.json this package wrote ({type(exc).__name__})") from None
     except InputError as exc:
         raise ModelDirError(str(exc)) from None
     if not isinstance(meta, dict):
-        raise ModelDirError(f"{meta_path}: expected a JSON object, found {type(meta).__name__}")
+        raise ModelDirError(f"{meta_shown}: expected a JSON object, found {type(meta).__name__}")
     version = meta.get("format_version")
     if type(version) is not int:  # "2" read as 2 would be misread: the writer of this file was not this package
-        raise ModelDirError(f"{meta_path}: format_version {safe_repr(version, 40)} is a {type(version).__name__}, "
+        raise ModelDirError(f"{meta_shown}: format_version {safe_repr(version, 40)} is a {type(version).__name__}, "
                             f"not the integer this package writes ({FORMAT_VERSION}); rebuild the model dir")
     if version != FORMAT_VERSION:
         raise ModelDirError(
-            f"{meta_path}: format_version {version!r} is not known to pointpillars-trt {package_version()} "
+            f"{meta_shown}: format_version {version!r} is not known to pointpillars-trt {package_version()} "
             f"(it reads {FORMAT_VERSION}); rebuild the model dir"
         )
     try:
-        cfg = config_from_dict(meta["config"], str(meta_path))
+        cfg = config_from_dict(meta["config"], meta_shown)
         stored_digest = str(meta["config_digest"])
         if not isinstance(meta["source"], dict):  # where the weights came from (a rebuild's checkpoint)
             raise TypeError(f"source is {type(meta['source']).__name__}, expected an object")
         check_precision(meta["precision"])
         _check_dataset(meta.get("dataset", {}))
     except KeyError as exc:
-        raise ModelDirError(f"{meta_path}: missing key {exc}") from None
+        raise ModelDirError(f"{meta_shown}: missing key {exc}") from None
     except (ConfigError, TypeError) as exc:
-        raise ModelDirError(f"{meta_path}: malformed ({exc})") from None
+        raise ModelDirError(f"{meta_shown}: malformed ({exc})") from None
     if cfg.digest() != stored_digest:
         raise ModelDirError(
-            f"{meta_path}: config digest {stored_digest} does not match the stored config ({cfg.digest()}): "
+            f"{meta_shown}: config digest {stored_digest} does not match the stored config ({cfg.digest()}): "
             "the file was edited or damaged; rebuild the model dir"
         )
     model = ModelDir(folder, cfg, meta)
@@ -201,15 +203,15 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     odd = [(name, "a folder" if (folder / name).is_dir() else kind) for name in missing
            if (folder / name).is_dir() or (kind := special_kind(folder / name)) is not None]
     if odd:
-        raise ModelDirError(f"{folder}: {odd[0][0]} is {odd[0][1]}, not a regular file; rebuild the model dir")
+        raise ModelDirError(f"{shown}: {odd[0][0]} is {odd[0][1]}, not a regular file; rebuild the model dir")
     if missing:
-        raise ModelDirError(f"{folder}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
+        raise ModelDirError(f"{shown}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
     for graph in GRAPHS:
         _verify_graph(model, graph)
     if expected_config is not None and expected_config.digest() != stored_digest:
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
-            f"{folder}: built for config {cfg.name} (digest {stored_digest}), but {expected_config.name} "
+            f"{shown}: built for config {cfg.name} (digest {stored_digest}), but {expected_config.name} "
             f"(digest {expected_config.digest()}) was requested: "
             + config_change_fix(folder, cfg, expected_config, config)
         )
@@ -229,14 +231,14 @@ def _verify_graph(model: ModelDir, graph: str) -> None:
     entry = model.graph_record(graph)
     expected = model.graph_sha256(graph)
     if entry is None or expected is None:
-        raise ModelDirError(f"{meta_path}: no sha256 recorded for {path.name}; rebuild the model dir")
+        raise ModelDirError(f"{safe_repr(meta_path)}: no sha256 recorded for {path.name}; rebuild the model dir")
     recorded_size = entry.get("size")
     try:
         stat = path.stat()
     except OSError as exc:
-        raise ModelDirError(f"{path}: cannot read ({exc.strerror or type(exc).__name__})") from None
+        raise ModelDirError(f"{safe_repr(path)}: cannot read ({exc.strerror or type(exc).__name__})") from None
     if isinstance(recorded_size, int) and stat.st_size != recorded_size:
-        raise ModelDirError(f"{path}: damaged or replaced ({stat.st_size} bytes, {METADATA_FILE} records "
+        raise ModelDirError(f"{safe_repr(path)}: damaged or replaced ({stat.st_size} bytes, {METADATA_FILE} records "
                             f"{recorded_size}); rebuild the model dir")
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, graph, expected)
     if key in _VERIFIED:
@@ -247,7 +249,7 @@ def _verify_graph(model: ModelDir, graph: str) -> None:
         raise ModelDirError(str(exc)) from None
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
-        raise ModelDirError(f"{path}: damaged or replaced (sha256 {digest[:12]}..., {METADATA_FILE} records "
+        raise ModelDirError(f"{safe_repr(path)}: damaged or replaced (sha256 {digest[:12]}..., {METADATA_FILE} records "
                             f"{expected[:12]}...); rebuild the model dir")
     _check_graph_io(path, data, entry, pfn_io(model.cfg) if graph == "pfn" else rpn_io(model.cfg, model.precision))
     _VERIFIED.add(key)
@@ -260,12 +262,13 @@ def _check_graph_io(path: Path, data: bytes, entry: dict[str, Any], expected: Gr
     want = {"inputs": [t.to_dict() for t in expected.inputs], "outputs": [t.to_dict() for t in expected.outputs]}
     for side in ("inputs", "outputs"):
         if entry.get(side) != want[side]:
-            raise ModelDirError(f"{meta_path}: the {side} recorded for {path.name} ({_io_text(entry.get(side))}) are "
-                                f"not what its config gives ({_io_text(want[side])}); rebuild the model dir")
+            raise ModelDirError(f"{safe_repr(meta_path)}: the {side} recorded for {path.name} "
+                                f"({_io_text(entry.get(side))}) are not what its config gives ({_io_text(want[side])}); "
+                                "rebuild the model dir")
     found = _onnx_io(path, data)
     for side in ("inputs", "outputs"):
         if [_io_key(t) for t in found[side]] != [_io_key(t) for t in want[side]]:
-            raise ModelDirError(f"{path}: {side} {_io_text(found[side])}, but {METADATA_FILE} records "
+            raise ModelDirError(f"{safe_repr(path)}: {side} {_io_text(found[side])}, but {METADATA_FILE} records "
                                 f"{_io_text(want[side])}: not the graph this model dir was built with; rebuild it")
 
 
@@ -278,7 +281,7 @@ def _onnx_io(path: Path, data: bytes) -> dict[str, list[dict[str, Any]]]:
     try:
         graph = onnx.load_model_from_string(data).graph
     except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
-        raise ModelDirError(f"{path}: not a readable ONNX graph ({type(exc).__name__})") from None
+        raise ModelDirError(f"{safe_repr(path)}: not a readable ONNX graph ({type(exc).__name__})") from None
     weights = {t.name for t in graph.initializer}
 
     def spec(value: Any) -> dict[str, Any]:
@@ -340,7 +343,7 @@ def graph_initializers(path: Path) -> dict[str, np.ndarray]:
     try:
         graph = onnx.load(str(path)).graph
     except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
-        raise ModelDirError(f"{path}: not a readable ONNX graph ({type(exc).__name__})") from None
+        raise ModelDirError(f"{safe_repr(path)}: not a readable ONNX graph ({type(exc).__name__})") from None
     return {t.name: numpy_helper.to_array(t) for t in graph.initializer}
 
 
@@ -351,5 +354,5 @@ def pfn_weights(model: ModelDir) -> tuple[np.ndarray, np.ndarray]:
     """
     found = graph_initializers(model.pfn_path)
     if "pfn.weight" not in found or "pfn.bias" not in found:
-        raise ModelDirError(f"{model.pfn_path}: lacks pfn.weight / pfn.bias: not made by this package")
+        raise ModelDirError(f"{safe_repr(model.pfn_path)}: lacks pfn.weight / pfn.bias: not made by this package")
     return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

@@ -253,7 +253,7 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
     path = _write(tmp_path / "typo.yaml", text.replace("score_threshold:", "score_treshold:"))
     with pytest.raises(ConfigError) as info:
         load_config(path)
-    assert str(info.value) == f"{path}: postprocess.score_treshold: unknown key (did you mean score_threshold?)"
+    assert str(info.value) == f"'{path}': postprocess.score_treshold: unknown key (did you mean score_threshold?)"
 
 
 
@@ -263,15 +263,15 @@ def test_an_openpcdet_model_config_names_the_command_that_reads_it(tmp_path: Pat
     pcdet = Path(__file__).resolve().parent / "data" / "pcdet" / "tools" / "cfgs" / "kitti_models" / "pointpillar.yaml"
     with pytest.raises(ConfigError) as info:
         load_config(pcdet)
-    assert str(info.value) == (f"{pcdet}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
+    assert str(info.value) == (f"'{pcdet}': an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
                                "package's: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth --pcdet-config "
                                f"{pcdet} --out MODEL_DIR` reads it, then `pointpillars-trt infer PATH --model MODEL_DIR` "
                                "runs the model dir it writes (Python: convert.pcdet_config.config_from_pcdet_yaml)")
 
 def test_missing_file_and_wrong_top_level(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="nope.yaml: config file not found"):
+    with pytest.raises(ConfigError, match="nope.yaml': config file not found"):
         load_config(tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match=r"list.yaml: the config: expected a mapping, got \[1, 2\]"):
+    with pytest.raises(ConfigError, match=r"list.yaml': the config: expected a mapping, got \[1, 2\]"):
         load_config(_write(tmp_path / "list.yaml", "[1, 2]"))
     with pytest.raises(ConfigError, match="unknown config 'nope'"):
         load_config("nope")
@@ -313,7 +313,7 @@ def test_oversized_and_malformed_files(tmp_path: Path) -> None:
         load_config(_write(tmp_path / "bin.yaml", b"name: \xff\xfe"))
     with pytest.raises(ConfigError, match="could not determine a constructor"):
         load_config(_write(tmp_path / "obj.yaml", "name: !!python/object:os.system x"))
-    with pytest.raises(ConfigError, match="digits.yaml: not a valid config YAML at line 1, column 7: an integer of 6000 "
+    with pytest.raises(ConfigError, match="digits.yaml': not a valid config YAML at line 1, column 7: an integer of 6000 "
                                           "digits: no config value is that long"):
         load_config(_write(tmp_path / "digits.yaml", "name: " + "9" * 6000))
     with pytest.raises(ConfigError, match="line 2, column 16: an integer of 6000 digits"):  # YAML's _ separators
@@ -349,13 +349,13 @@ def test_repeated_key_refused_with_its_path_and_line(tmp_path: Path, edit: Any, 
     with pytest.raises(ConfigError) as info:
         load_config(path)
     message = str(info.value)
-    assert message.startswith(f"{path}: not a valid config YAML at line {second}, column "), message
+    assert message.startswith(f"'{path}': not a valid config YAML at line {second}, column "), message
     assert message.endswith(f": {key_path}: key given twice (first at line {first})"), message
 
 
 def test_repeated_key_refused_even_with_the_same_value_or_spelled_otherwise(tmp_path: Path) -> None:
     same = _write(tmp_path / "same.yaml", "name: a\nname: a\n")
-    with pytest.raises(ConfigError, match=r"same.yaml: .* line 2, column 1: name: key given twice \(first at line 1\)"):
+    with pytest.raises(ConfigError, match=r"same.yaml': .* line 2, column 1: name: key given twice \(first at line 1\)"):
         load_config(same)
     quoted = _write(tmp_path / "quoted.yaml", "voxel:\n  range_filter: a\n  'range_filter': b\n")
     with pytest.raises(ConfigError, match=r"line 3, column 3: voxel.range_filter: key given twice \(first at line 2\)"):

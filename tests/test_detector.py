@@ -122,7 +122,7 @@ def test_a_cache_dir_that_is_no_folder_is_one_error_naming_it(assets: Path, tmp_
     for bad, said in ((3, r"cache_dir: expected a folder's path \(a str or pathlib.Path\), or None for the default "
                           r"cache, got 3 \(int\)$"),
                       ("", r"cache_dir: an empty path; pass a folder's path"),
-                      (a_file, rf"cache_dir {re.escape(str(a_file))} cannot be written \(a file, not a folder\): pass "
+                      (a_file, rf"cache_dir '{re.escape(str(a_file))}' cannot be written \(a file, not a folder\): pass "
                                "a writable cache_dir")):
         with pytest.raises(ModelDirError, match=said):
             PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=bad)  # type: ignore[arg-type]

@@ -126,7 +126,7 @@ def test_a_model_dir_below_a_file_names_the_file(tmp_path: Path):
     """It said "cannot create a build folder beside it (File exists)"; the file in the way is the cause."""
     (tmp_path / "a_file").write_text("x")
     cfg = tiny_config()
-    with pytest.raises(ModelDirError, match=rf"model dir .*a_file/sub/model: {re.escape(str(tmp_path / 'a_file'))} "
+    with pytest.raises(ModelDirError, match=rf"model dir .*a_file/sub/model': '{re.escape(str(tmp_path / 'a_file'))}' "
                                             r"is a file, not a folder$"):
         export_model_dir(tiny_weights(cfg), cfg, tmp_path / "a_file" / "sub" / "model", precision="fp32", source={})
 
@@ -197,12 +197,12 @@ def test_a_build_that_loses_the_race_to_its_folder_leaves_the_winner_and_no_old_
 
 
 def test_missing_folder(tmp_path: Path):
-    with pytest.raises(ModelDirError, match=r"model dir .*nope: not found"):
+    with pytest.raises(ModelDirError, match=r"model dir .*nope': not found"):
         load_model_dir(tmp_path / "nope")
 
 
 def test_missing_metadata(tmp_path: Path):
-    with pytest.raises(ModelDirError, match=r"model\.json: missing, so .* is not a model dir"):
+    with pytest.raises(ModelDirError, match=r"model\.json': missing, so .* is not a model dir"):
         load_model_dir(tmp_path)
 
 
@@ -210,7 +210,7 @@ def test_missing_metadata(tmp_path: Path):
 def test_corrupt_metadata(tmp_path: Path, content: bytes):
     tiny_model_dir(tmp_path)
     (tmp_path / METADATA_FILE).write_bytes(content)
-    with pytest.raises(ModelDirError, match=r"model\.json: (unreadable or not valid JSON|expected a JSON object)"):
+    with pytest.raises(ModelDirError, match=r"model\.json': (unreadable or not valid JSON|expected a JSON object)"):
         load_model_dir(tmp_path)
 
 
@@ -233,7 +233,7 @@ def test_a_folder_in_a_graphs_place_and_a_linked_build_folder_are_named_for_what
     tiny_model_dir(tmp_path / "real")
     (tmp_path / "link").symlink_to(tmp_path / "real")
     cfg = tiny_config()
-    with pytest.raises(ModelDirError, match=r"link: is a symbolic link \(to '.*real'\); a build replaces its folder"):
+    with pytest.raises(ModelDirError, match=r"link': is a symbolic link \(to '.*real'\); a build replaces its folder"):
         export_model_dir(tiny_weights(cfg), cfg, tmp_path / "link", precision="fp32", source={})
     assert load_model_dir(tmp_path / "real")  # left whole
 
@@ -246,9 +246,9 @@ def test_a_fifo_or_device_in_a_model_dirs_place_is_named_for_what_it_is(tmp_path
     if name:
         os.remove(target)
     os.mkfifo(target)
-    with pytest.raises(ModelDirError, match=rf"{re.escape(target.name)}:? is a FIFO \(named pipe\), not a"):
+    with pytest.raises(ModelDirError, match=rf"{re.escape(target.name)}'?:? is a FIFO \(named pipe\), not a"):
         load_model_dir(target.parent if name else target)
-    with pytest.raises(ModelDirError, match=r"null: is a character device, not a model dir"):
+    with pytest.raises(ModelDirError, match=r"null': is a character device, not a model dir"):
         load_model_dir("/dev/null")
 
 @pytest.mark.parametrize("version", [1, 3, 0])
@@ -279,7 +279,7 @@ def test_missing_key(tmp_path: Path):
 def test_malformed_config(tmp_path: Path):
     tiny_model_dir(tmp_path)
     _edit_metadata(tmp_path, lambda m: m["config"]["voxel"].update(range_filter="sideways"))
-    with pytest.raises(ModelDirError, match=r"model\.json: malformed .*range_filter"):
+    with pytest.raises(ModelDirError, match=r"model\.json': malformed .*range_filter"):
         load_model_dir(tmp_path)
 
 
@@ -352,7 +352,7 @@ def test_a_graph_that_differs_from_its_recorded_sha256_is_refused(tmp_path: Path
     data = bytearray(path.read_bytes())
     data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # 64 bytes of weights zeroed: still a valid graph
     path.write_bytes(bytes(data))
-    with pytest.raises(ModelDirError, match=rf"{graph}.onnx: damaged or replaced \(sha256 .*rebuild the model dir"):
+    with pytest.raises(ModelDirError, match=rf"{graph}.onnx': damaged or replaced \(sha256 .*rebuild the model dir"):
         load_model_dir(tmp_path)
 
 
@@ -360,7 +360,7 @@ def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
     tiny_model_dir(tmp_path / "a", "openpcdet", seed=0)
     tiny_model_dir(tmp_path / "b", "zhulf0804", seed=0)
     (tmp_path / "a" / "rpn.onnx").write_bytes((tmp_path / "b" / "rpn.onnx").read_bytes())
-    with pytest.raises(ModelDirError, match="rpn.onnx: damaged or replaced"):
+    with pytest.raises(ModelDirError, match="rpn.onnx': damaged or replaced"):
         load_model_dir(tmp_path / "a")
 
 
@@ -417,13 +417,13 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
     first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     good = first.rpn_path.read_bytes()
     first.rpn_path.write_bytes(good[:-100])  # truncated
-    with pytest.warns(CacheNotice, match="rpn.onnx: damaged or replaced"):
+    with pytest.warns(CacheNotice, match="rpn.onnx': damaged or replaced"):
         again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert again.path == first.path and again.rpn_path.read_bytes() == good
     for entry in first.path.iterdir():
         entry.unlink()
     (first.path / "junk.txt").write_text("not a model dir")
-    with pytest.warns(CacheNotice, match="model.json: missing"):
+    with pytest.warns(CacheNotice, match="model.json': missing"):
         third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
 
@@ -446,7 +446,7 @@ def test_a_damaged_cache_entry_is_said_as_it_is_rebuilt(tmp_path: Path, assets: 
     with pytest.warns(CacheNotice) as said:
         again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert [str(w.message) for w in said] == [
-        f"rebuilding model cache entry {first.path}, which cannot be used as it is ({first.rpn_path}: damaged or "
+        f"rebuilding model cache entry '{first.path}', which cannot be used as it is ('{first.rpn_path}': damaged or "
         f"replaced (1000 bytes, model.json records {len(good)}); rebuild the model dir)"]
     assert again.rpn_path.read_bytes() == good
 
@@ -583,7 +583,7 @@ def test_a_cache_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path, as
     a_file.write_text("x")
     with pytest.raises(ModelDirError) as info:
         model_dir_for_checkpoint(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", cache_dir=a_file / "c")
-    assert str(info.value) == (f"cache_dir {a_file / 'c'} cannot be written (Not a directory): pass a writable "
+    assert str(info.value) == (f"cache_dir '{a_file / 'c'}' cannot be written (Not a directory): pass a writable "
                                "cache_dir, or build a model dir with `pointpillars-trt build` and use that instead of "
                                "the checkpoint")
     assert list(tmp_path.iterdir()) == [a_file]
@@ -593,7 +593,7 @@ def test_a_cache_that_cannot_be_written_is_named_with_the_fix(tmp_path: Path, as
 def test_a_hostile_model_json_is_one_clear_error(tmp_path: Path, text: str):
     tiny_model_dir(tmp_path)
     (tmp_path / "model.json").write_text(text)
-    with pytest.raises(ModelDirError, match="model.json: not a model.json this package wrote"):
+    with pytest.raises(ModelDirError, match="model.json': not a model.json this package wrote"):
         load_model_dir(tmp_path)
 
 
@@ -624,7 +624,7 @@ def test_a_graph_whose_io_differs_from_the_record_is_refused_at_load(tmp_path: P
     tiny_model_dir(tmp_path / "b", precision="fp16")
     (tmp_path / "a" / "rpn.onnx").write_bytes((tmp_path / "b" / "rpn.onnx").read_bytes())
     _record_graph(tmp_path / "a", "rpn")
-    with pytest.raises(ModelDirError, match=r"rpn.onnx: inputs canvas float16 .*records canvas float32"):
+    with pytest.raises(ModelDirError, match=r"rpn.onnx': inputs canvas float16 .*records canvas float32"):
         load_model_dir(tmp_path / "a")
 
 
@@ -637,7 +637,7 @@ def test_a_graph_with_a_renamed_output_is_refused_at_load(tmp_path: Path):
     model.graph.output[0].name = "renamed"
     (tmp_path / "pfn.onnx").write_bytes(model.SerializeToString())
     _record_graph(tmp_path, "pfn")
-    with pytest.raises(ModelDirError, match=r"pfn.onnx: outputs renamed float32 .*records pillar_features"):
+    with pytest.raises(ModelDirError, match=r"pfn.onnx': outputs renamed float32 .*records pillar_features"):
         load_model_dir(tmp_path)
 
 
@@ -655,7 +655,7 @@ def test_a_sparse_4gib_graph_is_refused_by_its_size_before_hashing(tmp_path: Pat
     with open(tmp_path / "rpn.onnx", "r+b") as f:
         f.truncate(4 * 2**30)
     start = time.monotonic()
-    with pytest.raises(ModelDirError, match=r"rpn.onnx: damaged or replaced \(4294967296 bytes, model.json records"):
+    with pytest.raises(ModelDirError, match=r"rpn.onnx': damaged or replaced \(4294967296 bytes, model.json records"):
         load_model_dir(tmp_path)
     assert time.monotonic() - start < 2.0
 

@@ -75,7 +75,7 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
         return _cache_entry(folder, ckpt.config, tensorrt_tf32)
     except PointPillarsError as exc:  # not built yet, or stale or damaged: rebuilt below, said when it was there
         if os.path.lexists(folder):
-            warnings.warn(f"rebuilding model cache entry {folder}, which cannot be used as it is ({exc})",
+            warnings.warn(f"rebuilding model cache entry {safe_repr(folder)}, which cannot be used as it is ({exc})",
                           CacheNotice, stacklevel=2)
     _check_cache_writable(root, cache_dir)
     try:
@@ -96,7 +96,7 @@ def _cache_entry(folder: Path, cfg: ModelConfig, tensorrt_tf32: bool | None) -> 
     plan when ``tensorrt_tf32`` asks for one; a PointPillarsError saying why when there is none that serves."""
     model = load_model_dir(folder, cfg)
     if tensorrt_tf32 is not None and not model.has_plans():
-        raise ModelDirError(f"model dir {folder}: holds no TensorRT plan")
+        raise ModelDirError(f"model dir {safe_repr(folder)}: holds no TensorRT plan")
     return model
 
 
@@ -140,8 +140,9 @@ def _cache_unwritable(root: Path, cache_dir: str | os.PathLike[str] | None, reas
     """The error of a model cache that cannot take a new model dir for ``reason``: it names the cache, where its
     path came from, and how to move it."""
     variable = os.environ.get("POINTPILLARS_TRT_CACHE")
-    where = (f"cache_dir {root}" if cache_dir else f"model cache POINTPILLARS_TRT_CACHE={variable}" if variable
-             else f"model cache {root} ({'under XDG_CACHE_HOME' if xdg_cache_home() else 'the default'}; "
+    where = (f"cache_dir {safe_repr(root)}" if cache_dir else
+             f"model cache POINTPILLARS_TRT_CACHE={safe_repr(variable)}" if variable
+             else f"model cache {safe_repr(root)} ({'under XDG_CACHE_HOME' if xdg_cache_home() else 'the default'}; "
                   "POINTPILLARS_TRT_CACHE unset)")
     fix = "pass a writable cache_dir" if cache_dir else "set POINTPILLARS_TRT_CACHE to a writable folder"
     return ModelDirError(f"{where} cannot be written ({reason}): {fix}, or build a model dir with "
@@ -249,7 +250,8 @@ def export_model_dir(
     folder = Path(out_dir)
     if not replace_foreign:
         _check_replaceable(folder)
-    named = str(source.get("checkpoint", f"the weights of model dir {folder}"))
+    named = (safe_repr(source["checkpoint"]) if "checkpoint" in source else
+             f"the weights of model dir {safe_repr(folder)}")
     graphs = {
         "pfn": (build_pfn_graph(weights, cfg, checked, source=named).SerializeToString(), pfn_io(cfg)),
         "rpn": (build_rpn_graph(weights, cfg, checked, source=named).SerializeToString(), rpn_io(cfg, checked)),
@@ -278,7 +280,7 @@ def export_model_dir(
     try:
         text = _metadata_text(meta)  # before the dir is touched
     except (TypeError, ValueError) as exc:
-        raise ModelDirError(f"model dir {folder}: metadata is not JSON-serialisable ({exc})") from None
+        raise ModelDirError(f"model dir {safe_repr(folder)}: metadata is not JSON-serialisable ({exc})") from None
     staging = _staging_dir(folder)
     try:
         for name, (data, _) in graphs.items():
@@ -288,7 +290,7 @@ def export_model_dir(
             finish(ModelDir(staging, cfg, json.loads(text)))
         replace_folder(staging, folder)
     except OSError as exc:
-        raise ModelDirError(f"model dir {folder}: cannot write {_os_error_subject(exc, staging, folder)} "
+        raise ModelDirError(f"model dir {safe_repr(folder)}: cannot write {_os_error_subject(exc, staging, folder)} "
                             f"({exc.strerror or type(exc).__name__}); the previous contents are unchanged, unless a "
                             "concurrent build replaced them") from exc
     finally:
@@ -307,10 +309,10 @@ def _check_replaceable(folder: Path) -> None:
     folder): its model.json must be one this package wrote and it may hold nothing else, since
     replacing the dir deletes every file in it."""
     if folder.is_symlink():
-        raise ModelDirError(f"model dir {folder}: is a symbolic link (to {safe_repr(os.readlink(folder))}); a build "
-                            "replaces its folder, so give the folder itself, or a new one")
+        raise ModelDirError(f"model dir {safe_repr(folder)}: is a symbolic link (to {safe_repr(os.readlink(folder))}); "
+                            "a build replaces its folder, so give the folder itself, or a new one")
     if folder.exists() and not folder.is_dir():
-        raise ModelDirError(f"model dir {folder}: exists and is not a folder")
+        raise ModelDirError(f"model dir {safe_repr(folder)}: exists and is not a folder")
     try:
         entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     except FileNotFoundError:  # swapped out meanwhile by another build of the same folder: nothing to protect
@@ -318,12 +320,12 @@ def _check_replaceable(folder: Path) -> None:
     if not entries:
         return
     if not (folder / METADATA_FILE).is_file() or not _ours(folder / METADATA_FILE):
-        raise ModelDirError(f"model dir {folder}: a non-empty folder that is not a model dir (no {METADATA_FILE} "
+        raise ModelDirError(f"model dir {safe_repr(folder)}: a non-empty folder that is not a model dir (no {METADATA_FILE} "
                             "written by pointpillars-trt); choose an empty or new folder")
     others = [name for name in entries if name not in _MODEL_DIR_ENTRIES]
     if others:
         shown = ", ".join(safe_repr(name, 60) for name in others[:5]) + (", ..." if len(others) > 5 else "")
-        raise ModelDirError(f"model dir {folder}: also holds {shown}, which a rebuild would delete; move them "
+        raise ModelDirError(f"model dir {safe_repr(folder)}: also holds {shown}, which a rebuild would delete; move them "
                             "out or choose an empty or new folder")
 
 
@@ -348,8 +350,8 @@ def _staging_dir(folder: Path) -> Path:
     except OSError as exc:
         blocking = next((parent for parent in folder.parents if parent.exists()), None)
         if blocking is not None and not blocking.is_dir():  # a file where a folder of the path should be
-            raise ModelDirError(f"model dir {folder}: {blocking} is a file, not a folder") from None
-        raise ModelDirError(f"model dir {folder}: cannot create a build folder beside it "
+            raise ModelDirError(f"model dir {safe_repr(folder)}: {safe_repr(blocking)} is a file, not a folder") from None
+        raise ModelDirError(f"model dir {safe_repr(folder)}: cannot create a build folder beside it "
                             f"({exc.strerror or type(exc).__name__})") from None
     return staging
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from ..config import ModelConfig, config_from_dict, is_package_config, read_yaml
-from ..errors import ConfigError, SettingNotice, safe_repr
+from ..errors import ConfigError, SettingNotice, escape_text, safe_repr
 from ..fileio import not_a_folder, special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
@@ -61,7 +61,7 @@ def pcdet_dataset_facts(path: str | Path, *, base_dir: str | Path | None = None)
     """What the model's dataset config says about the points it was trained on, for the model dir's
     ``model.json``: ``{"fov_points_only": bool}`` when ``DATA_CONFIG.FOV_POINTS_ONLY`` is set (True in
     OpenPCDet's KITTI configs: points outside the camera image are dropped), else ``{}``."""
-    data = _Section(_merged(Path(path), base_dir)["DATA_CONFIG"], "DATA_CONFIG", str(path))
+    data = _Section(_merged(Path(path), base_dir)["DATA_CONFIG"], "DATA_CONFIG", safe_repr(path))
     if "FOV_POINTS_ONLY" not in data.value:
         return {}
     return {"fov_points_only": data.expect("FOV_POINTS_ONLY", True, False)}
@@ -69,7 +69,7 @@ def pcdet_dataset_facts(path: str | Path, *, base_dir: str | Path | None = None)
 
 def _merged(path: Path, base_dir: str | Path | None) -> _Section:
     """The YAML at ``path`` with its ``_BASE_CONFIG_`` files overlaid."""
-    source = str(path)
+    source = safe_repr(path)
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {safe_repr(raw, 60)}")
@@ -99,6 +99,7 @@ class _Bases:
 
     def __init__(self, source: Path, base_dir: Path | None) -> None:
         self.source, self.base_dir, self.loaded = source, base_dir, 0
+        self.shown = safe_repr(source)  # the YAML as messages name it
 
     def overlay(self, base: dict[Any, Any], new: dict[Any, Any]) -> dict[Any, Any]:
         out = dict(base)
@@ -113,10 +114,10 @@ class _Bases:
 
     def _load(self, rel: Any) -> dict[Any, Any]:
         if not isinstance(rel, str) or not rel:
-            raise ConfigError(f"{self.source}: {BASE_KEY} is {safe_repr(rel, 60)}; expected a file path")
+            raise ConfigError(f"{self.shown}: {BASE_KEY} is {safe_repr(rel, 60)}; expected a file path")
         self.loaded += 1
         if self.loaded > _MAX_BASES:
-            raise ConfigError(f"{self.source}: more than {_MAX_BASES} {BASE_KEY} files")
+            raise ConfigError(f"{self.shown}: more than {_MAX_BASES} {BASE_KEY} files")
         wanted = Path(rel)
         if wanted.is_absolute():
             candidates = [wanted]
@@ -125,25 +126,26 @@ class _Bases:
         else:
             candidates = [folder / wanted for folder in self.source.resolve().parents]
         if "\0" in rel:  # an OS path cannot hold it: the look-up would fail with "embedded null byte", naming no file
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} holds a NUL character, which no file "
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)} holds a NUL character, which no file "
                               "name has")
         try:
             found = next((c for c in candidates if c.is_file()), None)
         except OSError as exc:  # e.g. a name longer than the file system allows
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)}: {exc.strerror or exc}") from None
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)}: {exc.strerror or exc}") from None
         odd = next(((c, special_kind(c)) for c in candidates if special_kind(c) is not None), None)
         if found is None and odd is not None:  # there, but no file: "not found" would contradict ls
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)}: {odd[0]} is {odd[1]}, not a YAML file")
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)}: {safe_repr(odd[0])} is {odd[1]}, "
+                              "not a YAML file")
         if found is None:
-            where = candidates[0] if len(candidates) == 1 else f"any folder above {self.source}"
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} not found in {where}; "
+            where = safe_repr(candidates[0]) if len(candidates) == 1 else f"any folder above {self.shown}"
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)} not found in {where}; "
                               "give OpenPCDet's tools/ folder (build --pcdet-base-dir; base_dir in Python)")
         if found.resolve() == self.source.resolve():  # its own keys again, in place of the base they need
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} names this file itself; name the "
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)} names this file itself; name the "
                               "base config it builds on (e.g. cfgs/dataset_configs/kitti_dataset.yaml)")
         loaded = read_yaml(found)
         if not isinstance(loaded, dict):  # its contents are not quoted: a base path may name any file
-            raise ConfigError(f"{self.source}: {BASE_KEY} {safe_repr(rel, 60)} ({found}) holds no YAML mapping (a "
+            raise ConfigError(f"{self.shown}: {BASE_KEY} {safe_repr(rel, 60)} ({safe_repr(found)}) holds no YAML mapping (a "
                               f"{type(loaded).__name__} at the top level): not an OpenPCDet config")
         return loaded
 
@@ -177,7 +179,7 @@ class _Section:
     def only(self, known: tuple[str, ...]) -> None:
         for key in self.value:
             if key not in known:
-                raise ConfigError(f"{self.source}: {self.key_path(str(key))} is not supported "
+                raise ConfigError(f"{self.source}: {self.key_path(escape_text(str(key), 40))} is not supported "
                                   f"(known here: {', '.join(known)})")
 
     def expect(self, key: str, *supported: Any) -> Any:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ModelConfig
-from ..errors import BackendError
+from ..errors import BackendError, escape_text
 from ..model_dir import ModelDir
 from .availability import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason, tensorrt_unavailable_reason
 from .base import Device, Engine
@@ -83,7 +83,7 @@ def _tensorrt_runs_on(device_id: int) -> str | None:
 def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: int,
                 config: ModelConfig | None) -> Engine:
     if config is None:
-        raise BackendError(f"{path.name}: the cuDNN engine builds the RPN from the model config. "
+        raise BackendError(f"{escape_text(path.name)}: the cuDNN engine builds the RPN from the model config. "
                            "Note: pass open_engine(..., config=model_dir.cfg)")
     from .cudnn import CudnnEngine
 
@@ -130,7 +130,7 @@ def _row_for_file(path: str | Path) -> BackendRow:
         if suffix in row.suffixes:
             return row
     known = sorted(s for row in BACKENDS.values() for s in row.suffixes)
-    raise BackendError(f"Cannot tell the backend of {Path(path).name}. "
+    raise BackendError(f"Cannot tell the backend of {escape_text(Path(path).name)}. "
                        f"Note: Expected a suffix in {known} or an explicit backend")
 
 
@@ -153,7 +153,7 @@ def open_engine(path: str | Path, options: object = None, *, device: Device = "c
     """
     row = _row_for_file(path) if options is None else backend_of_options(options)
     if row.artefact != _row_for_file(path).artefact:
-        raise BackendError(f"{Path(path).name}: {type(options).__name__} cannot open this file. "
+        raise BackendError(f"{escape_text(Path(path).name)}: {type(options).__name__} cannot open this file. "
                            "Note: TensorRT opens .plan/.engine files, the other backends ONNX graphs")
     on_device = [r.options_type.__name__ for r in BACKENDS.values() if device in r.devices]
     if on_device and device not in row.devices:  # an unknown device is the engine's to refuse

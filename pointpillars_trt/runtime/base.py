@@ -25,7 +25,7 @@ from typing import Literal, Mapping, TypeVar
 
 import numpy as np
 
-from ..errors import BackendError
+from ..errors import BackendError, escape_text
 
 Backend = str  # a name of the registry (runtime/backends.py BACKENDS)
 Device = Literal["cpu", "cuda"]
@@ -88,6 +88,7 @@ class Engine(abc.ABC):
         if device not in ("cpu", "cuda"):
             raise BackendError(f"Unknown device {device!r}. Note: Expected 'cpu' or 'cuda'")
         self.path = Path(path)
+        self.file_name = escape_text(self.path.name)  # as messages name the file: one line, whatever its name
         self.device: Device = device
         self._inputs: dict[str, TensorSpec] = {}
         self._outputs: dict[str, TensorSpec] = {}
@@ -150,7 +151,7 @@ class Engine(abc.ABC):
         spec = self._inputs.get(name) or self._outputs.get(name)
         if spec is None:
             raise BackendError(
-                f"Tensor: {name} | Not an input or output of {self.path.name}. "
+                f"Tensor: {name} | Not an input or output of {self.file_name}. "
                 f"Note: Expected one of: {sorted(self._inputs) + sorted(self._outputs)}"
             )
         spec.check_shape(shape)
@@ -164,7 +165,7 @@ class Engine(abc.ABC):
         self._require("cuda", "run")
         if len(self._bound) != len(self._inputs) + len(self._outputs):
             unbound = sorted((set(self._inputs) | set(self._outputs)) - set(self._bound))
-            raise BackendError(f"{self.path.name}: tensors {unbound} are not bound. Note: call bind() for each")
+            raise BackendError(f"{self.file_name}: tensors {unbound} are not bound. Note: call bind() for each")
         self._run(int(stream_ptr))
 
     def run_host(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -173,7 +174,7 @@ class Engine(abc.ABC):
         for name in feeds:
             if name not in self._inputs:
                 raise BackendError(
-                    f"Input tensor: {name} | Not an input of {self.path.name}. "
+                    f"Input tensor: {name} | Not an input of {self.file_name}. "
                     f"Note: Expected inputs: {sorted(self._inputs)}"
                 )
         for name, spec in self._inputs.items():
@@ -214,6 +215,6 @@ class Engine(abc.ABC):
         if self.device != device:
             hint = "bind() and run()" if self.device == "cuda" else "run_host()"
             raise BackendError(
-                f"{method}() needs an engine opened on {device!r}; {self.path.name} is open on "
+                f"{method}() needs an engine opened on {device!r}; {self.file_name} is open on "
                 f"{self.device!r}. Note: use {hint}"
             )

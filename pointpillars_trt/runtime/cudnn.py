@@ -43,7 +43,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..config import ModelConfig
-from ..errors import BackendError, InputError
+from ..errors import BackendError, InputError, safe_repr
 from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_atomic
 from ..kernels.hold import gpu_ms
 from ..kernels.tuning_checks import TuningChecks
@@ -324,7 +324,7 @@ class CudnnEngine(Engine):
         cfg, opt = self.cfg, self.options
         if opt.config_digest is not None and opt.config_digest != cfg.digest():
             raise BackendError(
-                f"{self.path}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
+                f"{safe_repr(self.path)}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
             )
         self._layers = engine_conv_layers(cfg)
         initializers = graph_initializers(self.path)
@@ -361,7 +361,7 @@ class CudnnEngine(Engine):
                              f"{props['major']}.{props['minor']}")
         except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.memory.OutOfMemoryError) as exc:
             self._release()
-            raise BackendError(f"cuDNN engine: CUDA error while loading {self.path.name}: {exc}") from exc
+            raise BackendError(f"cuDNN engine: CUDA error while loading {self.file_name}: {exc}") from exc
         nx, ny, _ = cfg.voxel.grid
         hx, hy = cfg.head_map
         return [

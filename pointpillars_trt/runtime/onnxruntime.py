@@ -70,7 +70,7 @@ class OnnxRuntimeEngine(Engine):
         super().__init__(path, device)
         if device == "cuda" and not stream_ptr:
             raise BackendError(
-                f"{self.path.name}: CUDA mode needs the pipeline's stream (stream_ptr), received {stream_ptr!r}. "
+                f"{self.file_name}: CUDA mode needs the pipeline's stream (stream_ptr), received {stream_ptr!r}. "
                 "Note: ONNX Runtime treats 0 as 'no user stream' and would run on a stream of its own"
             )
         self.options = options
@@ -84,7 +84,7 @@ class OnnxRuntimeEngine(Engine):
 
     def _load(self) -> list[TensorSpec]:
         if not self.path.is_file():
-            raise ModelDirError(f"ONNX graph not found: {self.path}")
+            raise ModelDirError(f"ONNX graph not found: {safe_repr(self.path)}")
         if self.device == "cuda" and CUDA_PROVIDER not in ort.get_available_providers():
             raise BackendError(
                 f"{CUDA_PROVIDER} is not available in onnxruntime {ort.__version__} "
@@ -104,12 +104,14 @@ class OnnxRuntimeEngine(Engine):
         try:
             session = ort.InferenceSession(model, sess_options=options, providers=self._providers())
         except (InvalidProtobuf, InvalidGraph, NoSuchFile) as exc:
-            raise ModelDirError(f"Cannot load ONNX graph {self.path}: {exc}. Note: re-export it") from exc
+            raise ModelDirError(f"Cannot load ONNX graph {safe_repr(self.path)}: {one_line(exc)}. "
+                                "Note: re-export it") from exc
         except Exception as exc:  # ORT's pybind errors (Fail, EPFail, ...) share no base but Exception
-            raise BackendError(f"ONNX Runtime could not create a session for {self.path}: {exc}") from exc
+            raise BackendError(f"ONNX Runtime could not create a session for {safe_repr(self.path)}: "
+                               f"{one_line(exc)}") from exc
         if self.device == "cuda":
             if CUDA_PROVIDER not in session.get_providers():
-                raise BackendError(f"ONNX Runtime fell back to {session.get_providers()} for {self.path.name}")
+                raise BackendError(f"ONNX Runtime fell back to {session.get_providers()} for {self.file_name}")
             self._binding = session.io_binding()
             self._run_options = ort.RunOptions()
             self._run_options.add_run_config_entry(_NO_SYNC_RUN_OPTION, "1")
@@ -124,7 +126,7 @@ class OnnxRuntimeEngine(Engine):
         except InputError as exc:
             raise ModelDirError(str(exc)) from None
         if hashlib.sha256(data).hexdigest() != expected_sha256:
-            raise ModelDirError(f"{self.path}: replaced since its model dir was opened (a build into the same "
+            raise ModelDirError(f"{safe_repr(self.path)}: replaced since its model dir was opened (a build into the same "
                                 "folder?): not the graph its model.json records; open the model dir again")
         return data
 
@@ -154,7 +156,7 @@ class OnnxRuntimeEngine(Engine):
         assert self._session is not None and self._binding is not None
         if stream_ptr != self.stream_ptr:
             raise BackendError(
-                f"{self.path.name} | Received stream {stream_ptr:#x}. Note: the session was created on stream "
+                f"{self.file_name} | Received stream {stream_ptr:#x}. Note: the session was created on stream "
                 f"{self.stream_ptr:#x}; ONNX Runtime cannot switch streams per run"
             )
         try:

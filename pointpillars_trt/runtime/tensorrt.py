@@ -27,7 +27,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, one_line
+from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, escape_text, one_line, safe_repr
 from ..fileio import loads_json, read_regular_file
 from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
 from .base import Backend, Engine, Shape, TensorSpec
@@ -96,9 +96,10 @@ def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
     """A plan's bytes and its metadata, or a ModelDirError with the rebuild command."""
     meta_path = plan_metadata_path(plan_path)
     if not plan_path.is_file():
-        raise ModelDirError(f"TensorRT plan not found: {plan_path}. Note: {REBUILD_HINT}")
+        raise ModelDirError(f"TensorRT plan not found: {safe_repr(plan_path)}. Note: {REBUILD_HINT}")
     if not meta_path.is_file():
-        raise ModelDirError(f"Metadata of {plan_path.name} not found: {meta_path}. Note: {REBUILD_HINT}")
+        raise ModelDirError(f"Metadata of {escape_text(plan_path.name)} not found: {safe_repr(meta_path)}. "
+                            f"Note: {REBUILD_HINT}")
     try:  # read bounded: a plan (or its metadata) swapped for a huge file is refused by its size, not read whole
         plan = read_regular_file(plan_path, max_bytes=MAX_GRAPH_BYTES, what="TensorRT plan")
         metadata = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="plan metadata")
@@ -106,9 +107,9 @@ def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
     except InputError as exc:
         raise ModelDirError(f"{exc}. Note: {REBUILD_HINT}") from None
     except (ValueError, RecursionError) as exc:  # not UTF-8 or JSON, a key twice, an overlong number, nested too deep
-        raise ModelDirError(f"Cannot read {meta_path}: {one_line(exc, 200)}. Note: {REBUILD_HINT}") from None
+        raise ModelDirError(f"Cannot read {safe_repr(meta_path)}: {one_line(exc, 200)}. Note: {REBUILD_HINT}") from None
     if not isinstance(metadata, dict):
-        raise ModelDirError(f"{meta_path} is not a metadata object. Note: {REBUILD_HINT}")
+        raise ModelDirError(f"{safe_repr(meta_path)} is not a metadata object. Note: {REBUILD_HINT}")
     return plan, metadata
 
 
@@ -141,15 +142,15 @@ class TensorRTEngine(Engine):
             expected_digest=self.options.config_digest,
             expected_precision=self.options.precision,
             expected_tf32=self.options.tf32,
-            plan_name=self.path.name,
+            plan_name=self.file_name,
             expected_onnx_sha256=self.options.onnx_sha256,
         )
         engine = trt.Runtime(_logger()).deserialize_cuda_engine(plan)
         if engine is None:
-            raise ModelDirError(f"TensorRT could not deserialize {self.path}. Note: {REBUILD_HINT}")
+            raise ModelDirError(f"TensorRT could not deserialize {safe_repr(self.path)}. Note: {REBUILD_HINT}")
         context = engine.create_execution_context()
         if context is None:
-            raise BackendError(f"TensorRT could not create an execution context for {self.path.name} (device memory?)")
+            raise BackendError(f"TensorRT could not create an execution context for {self.file_name} (device memory?)")
         self.metadata, self._engine, self._context = metadata, engine, context
         self._shapes_checked = False
         return [_spec(engine, engine.get_tensor_name(i)) for i in range(engine.num_io_tensors)]
@@ -165,7 +166,7 @@ class TensorRTEngine(Engine):
             if not all(a <= s <= b for a, s, b in zip(lo, shape, hi)):
                 raise BackendError(
                     f"Input tensor: {spec.name} | Received shape {shape} outside the optimization profile "
-                    f"of {self.path.name}. Note: Expected {lo} <= shape <= {hi}; {REBUILD_HINT} and a larger profile"
+                    f"of {self.file_name}. Note: Expected {lo} <= shape <= {hi}; {REBUILD_HINT} and a larger profile"
                 )
         if spec.is_input and not self._context.set_input_shape(spec.name, shape):
             raise BackendError(f"Input tensor: {spec.name} | TensorRT rejected shape {shape}")
@@ -178,14 +179,14 @@ class TensorRTEngine(Engine):
         if not self._shapes_checked:
             self._check_output_shapes()
         if not self._context.execute_async_v3(stream_ptr):
-            raise BackendError(f"TensorRT execute_async_v3 failed for {self.path.name}; the TensorRT log says why")
+            raise BackendError(f"TensorRT execute_async_v3 failed for {self.file_name}; the TensorRT log says why")
 
     def _check_output_shapes(self) -> None:
         """Once per change of bindings: every output buffer must have the shape TensorRT will write."""
         assert self._context is not None
         unresolved = self._context.infer_shapes()
         if unresolved:
-            raise BackendError(f"{self.path.name}: TensorRT cannot infer shapes; unspecified: {unresolved}")
+            raise BackendError(f"{self.file_name}: TensorRT cannot infer shapes; unspecified: {unresolved}")
         for name in self._outputs:
             needed = _shape(self._context.get_tensor_shape(name))
             bound = self._bound[name][1]

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import BackendError, ModelDirError
+from ..errors import BackendError, ModelDirError, safe_repr
 from ..fileio import write_bytes_atomic
 from ..graph_io import Precision
 from .base import Shape
@@ -62,7 +62,7 @@ def build_plan(
     lib = library()
     onnx_path, plan_path = Path(onnx_path), Path(plan_path)
     if not onnx_path.is_file():
-        raise ModelDirError(f"ONNX graph not found: {onnx_path}")
+        raise ModelDirError(f"ONNX graph not found: {safe_repr(onnx_path)}")
     if precision not in ("fp32", "fp16"):
         raise BackendError(f"Unknown precision {precision!r}. Note: Expected 'fp32' or 'fp16'")
     gpu_name: str | None = None
@@ -77,7 +77,7 @@ def build_plan(
     parser = trt.OnnxParser(network, _logger())
     if not parser.parse_from_file(str(onnx_path)):
         errors = "\n".join(f"  {parser.get_error(i)}" for i in range(parser.num_errors))
-        raise BackendError(f"TensorRT could not parse {onnx_path}:\n{errors}")
+        raise BackendError(f"TensorRT could not parse {safe_repr(onnx_path)}:\n{errors}")
 
     config = builder.create_builder_config()
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, workspace_bytes)
@@ -98,7 +98,7 @@ def build_plan(
 
     plan = builder.build_serialized_network(network, config)
     if plan is None:
-        raise BackendError(f"TensorRT could not build {onnx_path}; the TensorRT log above says why")
+        raise BackendError(f"TensorRT could not build {safe_repr(onnx_path)}; the TensorRT log above says why")
     plan_bytes = bytes(memoryview(plan))
     if cache_path is not None:
         _write_atomic(cache_path, bytes(memoryview(config.get_timing_cache().serialize())))

@@ -319,16 +319,16 @@ def test_infer_checkpoint_with_an_unwritable_cache_names_the_cache(checkpoint: P
     a_file.write_text("x")
     if variable == "set":
         monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(a_file / "cache"))
-        where = f"model cache POINTPILLARS_TRT_CACHE={a_file / 'cache'}"
+        where = f"model cache POINTPILLARS_TRT_CACHE='{a_file / 'cache'}'"
     elif variable == "xdg":  # the default below $XDG_CACHE_HOME, as a container or CI job points it at a volume
         monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
         monkeypatch.setenv("XDG_CACHE_HOME", str(a_file))
-        where = f"model cache {a_file / 'pointpillars-trt'} (under XDG_CACHE_HOME; POINTPILLARS_TRT_CACHE unset)"
+        where = f"model cache '{a_file / 'pointpillars-trt'}' (under XDG_CACHE_HOME; POINTPILLARS_TRT_CACHE unset)"
     else:  # the default: below $HOME
         monkeypatch.delenv("POINTPILLARS_TRT_CACHE", raising=False)
         monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
         monkeypatch.setenv("HOME", str(a_file))
-        where = f"model cache {a_file / '.cache' / 'pointpillars-trt'} (the default; POINTPILLARS_TRT_CACHE unset)"
+        where = f"model cache '{a_file / '.cache' / 'pointpillars-trt'}' (the default; POINTPILLARS_TRT_CACHE unset)"
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
     assert run.rc == 2 and run.out == "", run
     assert run.err.splitlines() == [f"error: {where} cannot be written (Not a directory): set POINTPILLARS_TRT_CACHE "
@@ -369,7 +369,7 @@ def test_infer_checkpoint_with_a_full_cache_names_the_cache(checkpoint: Path, as
     monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(cache))
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--device", "cpu")
     assert run.rc == 2 and run.out == "", run
-    assert run.err.splitlines() == [f"error: model cache POINTPILLARS_TRT_CACHE={cache} cannot be written (No space "
+    assert run.err.splitlines() == [f"error: model cache POINTPILLARS_TRT_CACHE='{cache}' cannot be written (No space "
                                     "left on device): set POINTPILLARS_TRT_CACHE to a writable folder, or build a "
                                     "model dir with `pointpillars-trt build` and use that instead of the checkpoint"]
     assert list(cache.iterdir()) == []
@@ -393,7 +393,7 @@ def test_build_fp16_refuses_a_weight_beyond_float16(zhulf_cfg: ModelConfig, tmp_
         warnings.simplefilter("error", RuntimeWarning)
         run = cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp16")
     assert run.out == "", run
-    assert_one_line_error(run, f"error: {path}: head.weight holds values up to 1e+05, beyond float16's 65504 (inf in "
+    assert_one_line_error(run, f"error: '{path}': head.weight holds values up to 1e+05, beyond float16's 65504 (inf in "
                                "an fp16 graph): build with --precision fp32")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.pth"]
     run = cli("build", "--checkpoint", path, "--out", tmp_path / "m", "--precision", "fp32")
@@ -1313,7 +1313,7 @@ def test_main_error_kinds_are_one_line(tiny_model: Path, tiny_frames: list[Path]
     text = (tiny_model / "model.json").read_text()
     (deep / "model.json").write_text(text.replace('{\n', '{\n  "precision": "fp16",\n', 1))
     assert_one_line_error(cli("infer", frame, "--model", deep, "--device", "cpu", "--out", tmp_path / "dup"),
-                          f"{deep / 'model.json'}: unreadable or not valid JSON (key 'precision' appears twice in one "
+                          f"'{deep / 'model.json'}': unreadable or not valid JSON (key 'precision' appears twice in one "
                           "object)")
     assert not (tmp_path / "dup").exists()
     # OSError: --out below a regular file
@@ -1476,7 +1476,7 @@ def test_a_config_given_to_another_option_or_of_another_layout_names_the_option_
     --pcdet-config)."""
     own = repo_root / "pointpillars_trt" / "configs" / "openpcdet_kitti_3class.yaml"
     run = cli("build", "--checkpoint", checkpoint, "--pcdet-config", own, "--out", tmp_path / "m")
-    assert_one_line_error(run, f"{own}: one of this package's configs", "give it as --config, not --pcdet-config")
+    assert_one_line_error(run, f"'{own}': one of this package's configs", "give it as --config, not --pcdet-config")
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--config", "zhulf0804_kitti_3class",
               "--device", "cpu")
     assert_one_line_error(run, "zhulf0804 family; drop --config to read it with openpcdet_kitti_3class")

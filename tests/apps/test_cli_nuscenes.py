@@ -37,7 +37,7 @@ def test_build_of_openpcdets_nuscenes_yaml_says_its_test_time_shuffle_in_one_not
               "--out", tmp_path / "model")
     assert run.rc == 0 and "openpcdet_nuscenes_multihead" in run.out, run
     assert run.err.splitlines() == [
-        f"note: {yaml}: DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED shuffles the points at test time; this package "
+        f"note: '{yaml}': DATA_CONFIG.DATA_PROCESSOR[1].SHUFFLE_ENABLED shuffles the points at test time; this package "
         "keeps them in input order, as OpenPCDet does with the shuffle off (a shuffle changes the pillar order and "
         "which points full pillars drop, from run to run)"], run.err
 

@@ -282,7 +282,7 @@ def test_a_model_dir_whose_model_json_is_a_fifo_is_one_error_not_a_hang(tiny_mod
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frames / "a.bin"), "--model",
                            str(model), "--device", "cpu", "--no-progress"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith(f"error: {model / 'model.json'}: is a FIFO (named pipe), not a regular file; "
+    assert done.stderr.startswith(f"error: '{model / 'model.json'}': is a FIFO (named pipe), not a regular file; "
                                   "rebuild the model dir: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth"), \
         done.stderr
 

@@ -29,7 +29,7 @@ def test_a_binary_that_is_not_executable_names_where_it_came_from_and_how_to_get
         find_tritonserver(str(binary) if given == "option" else None)
     source = "--tritonserver" if given == "option" else "$PP_TRITONSERVER"
     said = str(caught.value)
-    assert said.startswith(f"{source} {binary}: not an executable file; ") and "\n" not in said, said
+    assert said.startswith(f"{source} '{binary}': not an executable file; ") and "\n" not in said, said
     assert "pip install --no-deps --target DIR nvidia-pytriton" in said, said
 
 

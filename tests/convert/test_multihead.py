@@ -43,7 +43,7 @@ def test_pcdet_multihead_direction_classifier_is_refused(tmp_path: Path) -> None
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
         config_from_pcdet_yaml(path, base_dir=CBGS.parent.parent.parent)
-    assert str(info.value) == f"{path}: MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"
+    assert str(info.value) == f"'{path}': MODEL.DENSE_HEAD.USE_DIRECTION_CLASSIFIER is True; supported: False"
     no_dir = text.replace("USE_DIRECTION_CLASSIFIER: True", "USE_DIRECTION_CLASSIFIER: False")
     path.write_text(no_dir)
     with pytest.warns(SettingNotice, match="SHUFFLE_ENABLED"):

@@ -176,7 +176,7 @@ def test_unsupported_refused_by_key_path(tmp_path: Path, changes: dict[str, Any]
     with pytest.raises(ConfigError) as info:
         config_from_pcdet_yaml(path)
     message = str(info.value)
-    assert message.startswith(str(path)) and fragment in message, message
+    assert message.startswith(repr(str(path))) and fragment in message, message
 
 
 def test_base_config_lookup(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_base_config_lookup(tmp_path: Path) -> None:
     for folder, what in ((tmp_path / "nonexist", "no such folder"), (alone, "a file, not a folder")):
         with pytest.raises(ConfigError) as info:
             config_from_pcdet_yaml(alone, base_dir=folder)
-        assert str(info.value) == (f"{alone}: --pcdet-base-dir {str(folder)!r}: {what}; give OpenPCDet's tools/ "
+        assert str(info.value) == (f"'{alone}': --pcdet-base-dir {str(folder)!r}: {what}; give OpenPCDet's tools/ "
                                    "folder, where the YAML's _BASE_CONFIG_ paths start (base_dir in Python)")
     itself = tmp_path / "itself.yaml"  # not "DATA_CONFIG.POINT_FEATURE_ENCODING is missing": what is wrong
     itself.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", "itself.yaml"))
@@ -209,7 +209,7 @@ def test_a_config_of_this_package_is_told_to_go_as_config(repo_root: Path, name:
     own = repo_root / "pointpillars_trt" / "configs" / f"{name}.yaml"
     with pytest.raises(ConfigError) as info:
         config_from_pcdet_yaml(own)
-    assert str(info.value) == (f"{own}: one of this package's configs (family, voxel, network, ...), not an OpenPCDet "
+    assert str(info.value) == (f"'{own}': one of this package's configs (family, voxel, network, ...), not an OpenPCDet "
                                "model config: give it as --config, not --pcdet-config (Python: config=PATH, not "
                                "config_from_pcdet_yaml)")
 
@@ -230,7 +230,7 @@ def test_a_base_config_that_is_no_mapping_is_refused_without_quoting_it(tmp_path
 def test_a_base_config_that_is_a_device_is_named_for_what_it_is(tmp_path: Path) -> None:
     alone = tmp_path / "pointpillar.yaml"
     alone.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", "/dev/zero"))
-    with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ '/dev/zero': /dev/zero is a character device, not a YAML file"):
+    with pytest.raises(ConfigError, match=r"_BASE_CONFIG_ '/dev/zero': '/dev/zero' is a character device, not a YAML file"):
         config_from_pcdet_yaml(alone)
 
 
@@ -244,7 +244,7 @@ def test_a_base_config_path_no_file_can_have_is_refused_naming_the_yaml(tmp_path
     alone.write_text(POINTPILLAR.read_text().replace("cfgs/dataset_configs/kitti_dataset.yaml", base))
     with pytest.raises(ConfigError) as info:
         config_from_pcdet_yaml(alone)
-    assert str(info.value).startswith(f"{alone}: _BASE_CONFIG_ '") and str(info.value).endswith(problem), info.value
+    assert str(info.value).startswith(f"'{alone}': _BASE_CONFIG_ '") and str(info.value).endswith(problem), info.value
 
 
 def test_pcdet_yaml_is_read_as_untrusted(tmp_path: Path) -> None:
@@ -263,10 +263,10 @@ def test_pcdet_yaml_with_a_key_given_twice_is_refused(tmp_path: Path) -> None:
     first = text.splitlines().index(line.rstrip("\n")) + 1
     with pytest.raises(ConfigError) as info:
         config_from_pcdet_yaml(twice)
-    assert str(info.value) == (f"{twice}: not a valid config YAML at line {first + 1}, column 13: "
+    assert str(info.value) == (f"'{twice}': not a valid config YAML at line {first + 1}, column 13: "
                                f"MODEL.POST_PROCESSING.NMS_CONFIG.NMS_THRESH: key given twice (first at line {first})")
     base = tmp_path / "tools" / "cfgs" / "dataset_configs" / "kitti_dataset.yaml"  # a base file is read the same way
     twice.write_text(text)
     base.write_text(base.read_text() + "DATASET: 'KittiDataset'\n")
-    with pytest.raises(ConfigError, match=rf"^{re.escape(str(base))}: .* column 1: DATASET: key given twice"):
+    with pytest.raises(ConfigError, match=rf"^'{re.escape(str(base))}': .* column 1: DATASET: key given twice"):
         config_from_pcdet_yaml(twice)

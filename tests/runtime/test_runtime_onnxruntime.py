@@ -361,7 +361,7 @@ def test_a_graph_replaced_after_its_model_dir_was_opened_is_refused_not_run(tmp_
     model = load_model_dir(tmp_path / "a")
     CpuDetector(model).close()  # the model dir as checked opens
     model.rpn_path.write_bytes(other.rpn_path.read_bytes())  # same inputs and outputs, other weights
-    with pytest.raises(ModelDirError, match="rpn.onnx: replaced since its model dir was opened"):
+    with pytest.raises(ModelDirError, match="rpn.onnx': replaced since its model dir was opened"):
         CpuDetector(model)
     with pytest.raises(ModelDirError, match="replaced since"):
         open_engine(model.rpn_path, OrtOptions(graph_sha256=model.graph_sha256("rpn")), device="cpu")

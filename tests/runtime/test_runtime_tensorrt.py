@@ -157,7 +157,7 @@ def test_plan_metadata_nested_too_deep_or_of_an_overlong_number_is_one_model_dir
     plan_metadata_path(plan).write_bytes(metadata)
     with pytest.raises(ModelDirError) as info:
         read_plan(plan)
-    assert str(info.value).startswith(f"Cannot read {plan_metadata_path(plan)}: ") and problem in str(info.value)
+    assert str(info.value).startswith(f"Cannot read '{plan_metadata_path(plan)}': ") and problem in str(info.value)
     assert str(info.value).endswith(f". Note: {REBUILD_HINT}")
 
 

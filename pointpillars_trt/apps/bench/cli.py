@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import InputError, PointPillarsError, safe_repr
+from ...errors import InputError, PointPillarsError, escape_text, safe_repr
 from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...pointcloud_io import MAX_POINT_DIM
@@ -176,9 +176,9 @@ def _load_model(spec: str | None, config: str | None) -> _Model:
         from ...convert.checkpoint import load_checkpoint
 
         ckpt = load_checkpoint(spec, config=config)
-        return _Model(ckpt.config, ckpt.weights, f"{spec} ({ckpt.layout})", None)
+        return _Model(ckpt.config, ckpt.weights, f"{escape_text(spec)} ({ckpt.layout})", None)
     md = load_model_dir_of_config(path, config)
-    return _Model(md.cfg, None, f"{spec} (model dir, {md.precision})", md)
+    return _Model(md.cfg, None, f"{escape_text(spec)} (model dir, {md.precision})", md)
 
 
 def _model_dir(model: _Model, label: str, out: Path) -> ModelDir | None:

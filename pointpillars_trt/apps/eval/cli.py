@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, safe_repr
+from ...errors import InputError, escape_text, safe_repr
 from ...fileio import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
@@ -70,9 +70,9 @@ def _described(folder: Path | str, predictions: Annotations) -> str:
     """A prediction folder as the report names it, with the JSON boxes outside the camera image that were
     left out (as ``infer --format kitti`` leaves them out), so the count evaluated is no surprise."""
     if not predictions.out_of_view:
-        return str(folder)
-    return (f"{folder} ({predictions.out_of_view} box(es) outside the camera image left out, as infer --format "
-            "kitti leaves them out)")
+        return escape_text(str(folder))  # a line of the report: one line whatever the folder's name
+    return (f"{escape_text(str(folder))} ({predictions.out_of_view} box(es) outside the camera image left out, as "
+            "infer --format kitti leaves them out)")
 
 
 def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
@@ -151,7 +151,7 @@ def run_eval(args: argparse.Namespace) -> int:
     calib = Path(args.calib) if args.calib else None
     labels = Path(args.labels)
     if not labels.is_dir():
-        raise InputError(f"label folder {labels} does not exist or is not a folder")
+        raise InputError(f"label folder {safe_repr(str(labels))} does not exist or is not a folder")
     if not any(name.endswith(".txt") for name in os.listdir(labels)):  # else the first frame's is named missing
         raise InputError(f"label folder {safe_repr(str(labels))} holds no label files (<frame id>.txt): give KITTI's "
                          "label_2 folder")

@@ -73,7 +73,7 @@ def find_tritonserver(explicit: str | None = None) -> TritonInstall:
         candidate = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver", "bin", "tritonserver")
     binary = Path(candidate).resolve()
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        raise BackendError(f"{source} {candidate}: not an executable file; give the tritonserver binary of a "
+        raise BackendError(f"{source} {safe_repr(candidate)}: not an executable file; give the tritonserver binary of a "
                            f"Triton install, or get one: {INSTALL_STEPS}")
     root = binary.parent.parent
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
