@@ -118,8 +118,8 @@ def cpu_threads(threads: int | None, setting: str, cap: bool = True) -> tuple[in
         if not value:
             return None, None, None
         if not (value.isdigit() and int(value) >= 1):
-            return None, None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (1..{max_threads()}): left "
-                                "out, ONNX Runtime picks its own")
+            return None, None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (a positive whole number): "
+                                "left out, ONNX Runtime picks its own")
         count, source = int(value), "OMP_NUM_THREADS="
     note = None
     if cap:

@@ -1096,7 +1096,8 @@ def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path
 @pytest.mark.parametrize("value, threads, said", [
     ("", None, None), ("1", 1, None), (" 1 ", 1, None),
     ("99999", "cores", "OMP_NUM_THREADS=99999 is more than the {cores} cores where the detector runs: {cores} threads"),
-    ("abc", None, "OMP_NUM_THREADS='abc' is no thread count (1..{cores}): left out, ONNX Runtime picks its own"),
+    ("abc", None, "OMP_NUM_THREADS='abc' is no thread count (a positive whole number): left out, ONNX Runtime picks "
+                  "its own"),
     ("0", None, "OMP_NUM_THREADS='0' is no thread count"), ("-3", None, "OMP_NUM_THREADS='-3' is no thread count"),
     ("4,2", None, "OMP_NUM_THREADS='4,2' is no thread count"),
 ])

@@ -175,6 +175,23 @@ def test_no_tf32_on_the_cpu_is_said_once_and_changes_nothing(tiny_model: Path, t
     assert runs["cpu", 1] == runs["cpu", 0] and len(runs["cpu", 0]) == 3
 
 
+def test_an_omp_num_threads_that_is_no_count_is_said_to_need_a_positive_whole_number(
+        tiny_model: Path, tiny_frames: list[Path], monkeypatch: pytest.MonkeyPatch):
+    """Before: 'is no thread count (1..2)' on two cores, as if 3 were refused too, while a count past the cores is
+    taken, capped at them."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "4,2")
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert run.err.splitlines().count("note: OMP_NUM_THREADS='4,2' is no thread count (a positive whole number): "
+                                      "left out, ONNX Runtime picks its own") == 1, run.err
+    monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert run.err.splitlines().count(f"note: OMP_NUM_THREADS={cores + 1} is more than the {cores} cores where the "
+                                      f"detector runs: {cores} threads") == 1, run.err
+
+
 # --------------------------------------------------------------------------- KITTI camera-FOV policy
 
 FOV_NOTE = "only the points the camera sees are detected on"
