@@ -156,6 +156,15 @@ def not_a_folder(path: PathLike) -> str | None:
     return special_kind(path) or ("a broken symbolic link" if os.path.islink(path) else "nothing")
 
 
+def check_input_folder(path: PathLike, option: str, holds: str) -> None:
+    """An InputError unless ``path``, given as ``option``, is a folder: it names what is in the folder's place and
+    that ``option`` names the folder of ``holds`` (a file given there, ``--pred preds.txt``, is a common slip)."""
+    kind = not_a_folder(path)
+    if kind is not None:
+        problem = "does not exist" if kind == "nothing" else f"is {kind}, not a folder"
+        raise InputError(f"{option} {safe_repr(path)} {problem}: {option} names the folder of {holds}")
+
+
 def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
     """One line for a path that could not be stat'ed or opened; a symbolic link whose target is gone is named
     so (with its target), since ``ls`` shows the link and "does not exist" would contradict it."""

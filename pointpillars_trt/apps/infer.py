@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import build_command, is_pcdet_model_config
 from ..errors import DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, safe_repr
-from ..fileio import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
+from ..fileio import (TEMP_SUFFIX, PendingFlush, check_input_folder, check_writable_folder, folder_held, owned_prefix,
                       remove_stale_folders, remove_stale_temp_files, special_kind)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
@@ -39,7 +39,7 @@ from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, F
     existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
     row_text, write_frame
 from .device_notice import print_device_notice
-from .eval.io import REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
+from .eval.io import CALIB_FILES, LABEL_FILES, REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths, model_kind
 from .frame_prep import check_image_shape, frame_preparer
@@ -242,8 +242,7 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
     if not args.eval:
         return None
     labels = Path(args.eval)
-    if not labels.is_dir():
-        raise InputError(f"--eval {safe_repr(args.eval)}: label folder does not exist or is not a folder")
+    check_input_folder(labels, "--eval", LABEL_FILES)
     first_of_folder: dict[Path, str] = {}  # a folder's first frame stands for the folder's split
     for frame in frames:
         first_of_folder.setdefault(Path(frame).parent, frame)
@@ -385,8 +384,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
                          f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
-    if args.calib is not None and not os.path.isdir(args.calib):
-        raise InputError(f"--calib {safe_repr(args.calib)}: calib folder does not exist or is not a folder")
+    if args.calib is not None:
+        check_input_folder(args.calib, "--calib", CALIB_FILES)
     check_image_shape(args.image_shape, _first_calib_file(frames, args.calib) if args.image_shape else None)
     if out is None and args.format is not None and not (args.eval and fmt in FILE_FORMATS):
         files = "its part files are" if fmt in ROW_FORMATS else "its files (one a frame) are"

@@ -432,6 +432,20 @@ def test_eval_names_a_model_dir_given_as_predictions_and_a_folder_of_no_label_fi
                                "label_2 folder")
 
 
+def test_infer_names_a_file_given_as_its_label_or_calib_folder(tiny_model: Path, tiny_frames: list[Path],
+                                                               tmp_path: Path):
+    """Before: '--eval X: label folder does not exist or is not a folder' of a file that plainly exists."""
+    labels = one_car_labels(tmp_path, tiny_frames[1:2])
+    label_file = next(labels.iterdir())
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--eval", label_file)
+    assert_one_line_error(run, f"--eval {str(label_file)!r} is a file, not a folder: --eval names the folder of label "
+                               "files (KITTI's label_2: <frame id>.txt)")
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--eval", labels,
+              "--calib", label_file)
+    assert_one_line_error(run, f"--calib {str(label_file)!r} is a file, not a folder: --calib names the folder of "
+                               "calib files (KITTI's calib: <frame id>.txt)")
+
+
 @pytest.mark.parametrize("name, fmt, written", [
     ("preds.jsonl", "jsonl", "part files of rows (detections-*.jsonl)"),
     ("preds.parquet", "parquet", "part files of rows (detections-*.parquet)"),

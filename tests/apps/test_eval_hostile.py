@@ -574,6 +574,24 @@ def test_a_compare_folder_is_checked_as_the_pred_folder_is(folders: tuple[Path, 
     assert (rc, out) == (2, "") and err.startswith(f"error: no prediction line in {str(other)!r}"), err
 
 
+@pytest.mark.parametrize("option", ["--pred", "--labels", "--compare", "--calib"])
+def test_a_file_or_nothing_given_as_a_folder_is_named_so_with_the_folder_the_option_takes(
+        folders: tuple[Path, Path], tmp_path: Path, option: str) -> None:
+    """Before: 'does not exist or is not a folder' for a file that plainly exists (--pred preds.txt), and a --calib
+    file beside KITTI .txt predictions was passed over as unused."""
+    labels, pred = folders
+    holds = {"--pred": "prediction files (infer --out: KITTI .txt or JSON, one a frame)",
+             "--labels": "label files (KITTI's label_2: <frame id>.txt)",
+             "--compare": "prediction files (infer --out: KITTI .txt or JSON, one a frame)",
+             "--calib": "calib files (KITTI's calib: <frame id>.txt)"}[option]
+    given = {"--pred": pred, "--labels": labels}
+    for path, problem in ((pred / "000000.txt", "is a file, not a folder"), (tmp_path / "missing", "does not exist")):
+        args = {**given, option: path}
+        rc, err, out = eval_cli(*(word for pair in args.items() for word in pair))
+        assert (rc, out) == (2, ""), (err, out)
+        assert err == f"error: {option} {str(path)!r} {problem}: {option} names the folder of {holds}\n"
+
+
 def test_predictions_that_found_nothing_stay_valid(folders: tuple[Path, Path], tmp_path: Path) -> None:
     """A model may find nothing: empty prediction files (or DontCare lines alone) are no error and no warning."""
     labels, pred = folders

@@ -26,6 +26,10 @@ from ..outputs import record_boxes
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
 REPORT_FILE = "eval.json"
+#: What each folder option holds, as its error names it where a file or nothing is in the folder's place.
+PREDICTION_FILES = "prediction files (infer --out: KITTI .txt or JSON, one a frame)"
+LABEL_FILES = "label files (KITTI's label_2: <frame id>.txt)"
+CALIB_FILES = "calib files (KITTI's calib: <frame id>.txt)"
 #: Largest label, prediction or frame-id file read (a KITTI label is ~1 KB, ImageSets/trainval.txt 52 KB).
 MAX_TEXT_BYTES = 64 * 2**20
 
