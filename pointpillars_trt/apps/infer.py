@@ -39,7 +39,7 @@ from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, F
     existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
     row_text, write_frame
 from .device_notice import print_device_notice
-from .eval.io import CALIB_FILES, LABEL_FILES, REPORT_FILE as EVAL_FILE, GroundTruth, read_ground_truth
+from .eval.io import CALIB_FILES, REPORT_FILE as EVAL_FILE, GroundTruth, check_label_folder, read_ground_truth
 from .exit_codes import EXIT_FRAME_FAILURES
 from .frame_paths import check_distinct_outputs, expand_frame_paths, model_kind
 from .frame_prep import check_image_shape, frame_preparer
@@ -242,7 +242,7 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
     if not args.eval:
         return None
     labels = Path(args.eval)
-    check_input_folder(labels, "--eval", LABEL_FILES)
+    check_label_folder(labels, "--eval")
     first_of_folder: dict[Path, str] = {}  # a folder's first frame stands for the folder's split
     for frame in frames:
         first_of_folder.setdefault(Path(frame).parent, frame)

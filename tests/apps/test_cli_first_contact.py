@@ -428,7 +428,16 @@ def test_eval_names_a_model_dir_given_as_predictions_and_a_folder_of_no_label_fi
                                "predictions")
     velodyne = tiny_frames[1].parent
     run = cli("eval", "--pred", labels, "--labels", velodyne)
-    assert_one_line_error(run, f"label folder {str(velodyne)!r} holds no label files (<frame id>.txt): give KITTI's "
+    assert_one_line_error(run, f"--labels {str(velodyne)!r} holds no label files (<frame id>.txt): give KITTI's "
+                               "label_2 folder")
+
+
+def test_infer_eval_of_a_folder_of_no_label_file_says_so_as_eval_does(tiny_model: Path, tiny_frames: list[Path]):
+    """Before: the velodyne folder given as --eval named the first frame's label file missing, where eval --labels
+    of it said the folder holds no label files."""
+    velodyne = tiny_frames[1].parent
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--eval", velodyne)
+    assert_one_line_error(run, f"--eval {str(velodyne)!r} holds no label files (<frame id>.txt): give KITTI's "
                                "label_2 folder")
 
 

@@ -16,7 +16,7 @@ from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
 from ..frame_prep import check_image_shape
 from ..ranges import image_shape_arg, path_name
-from .io import CALIB_FILES, LABEL_FILES, PREDICTION_FILES, REPORT_FILE, Annotations, list_prediction_ids, \
+from .io import CALIB_FILES, PREDICTION_FILES, REPORT_FILE, Annotations, check_label_folder, list_prediction_ids, \
     load_ground_truth, load_predictions, prediction_format, read_frame_ids
 from .kitti_eval import (DEFAULT_CLASSES, canonical_class, check_label_types, check_prediction_heights,
                          check_prediction_types, evaluate, uncounted_note)
@@ -150,13 +150,11 @@ def run_eval(args: argparse.Namespace) -> int:
     pred = Path(args.pred)
     calib = Path(args.calib) if args.calib else None
     labels = Path(args.labels)
-    for option, folder, holds in (("--pred", args.pred, PREDICTION_FILES), ("--labels", args.labels, LABEL_FILES),
-                                  ("--compare", args.compare, PREDICTION_FILES), ("--calib", args.calib, CALIB_FILES)):
+    check_input_folder(pred, "--pred", PREDICTION_FILES)
+    check_label_folder(labels, "--labels")
+    for option, folder, holds in (("--compare", args.compare, PREDICTION_FILES), ("--calib", args.calib, CALIB_FILES)):
         if folder is not None:
             check_input_folder(folder, option, holds)
-    if not any(name.endswith(".txt") for name in os.listdir(labels)):  # else the first frame's is named missing
-        raise InputError(f"label folder {safe_repr(str(labels))} holds no label files (<frame id>.txt): give KITTI's "
-                         "label_2 folder")
     if args.json is not None:
         _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it

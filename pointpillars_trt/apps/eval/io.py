@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError, safe_repr
-from ...fileio import loads_json, name_text, read_text_lines
+from ...fileio import PathLike, check_input_folder, loads_json, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
                       read_label_file, refuse_other_split)
 from ...model_dir import METADATA_FILE
@@ -181,6 +181,16 @@ def read_frame_ids(path: Path) -> list[str]:
     if len(set(ids)) != len(ids):
         raise InputError(f"frame id file {safe_repr(path)} lists a frame more than once")
     return ids
+
+
+def check_label_folder(folder: PathLike, option: str) -> None:
+    """An InputError unless ``folder``, given as ``option`` (eval's --labels, infer's --eval), is a folder holding
+    label files: a folder of none (the velodyne folder given by mistake) would name its first frame's label file
+    missing."""
+    check_input_folder(folder, option, LABEL_FILES)
+    if not any(name.endswith(".txt") for name in os.listdir(folder)):
+        raise InputError(f"{option} {safe_repr(str(folder))} holds no label files (<frame id>.txt): give KITTI's "
+                         "label_2 folder")
 
 
 def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray]],
