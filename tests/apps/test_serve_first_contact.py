@@ -75,3 +75,19 @@ def test_a_repository_the_models_copy_cannot_be_written_in_is_one_line(tmp_path:
                            "folder serve can write (created if missing): it writes the model's copy there and Triton "
                            "serves it from there\n"), done.stderr
     assert sorted(p.name for p in repository.iterdir()) == [".pointpillars-serve.lock"]  # no half-written model
+
+
+def test_a_model_that_is_not_there_or_no_model_is_the_one_line_before_any_note(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: where no GPU shows, "note: device auto: the model's instances run on the CPU" came first, and a
+    missing --model made the repository folder (and its lock file) before its error."""
+    missing, junk = tmp_path / "missing", tmp_path / "model.pth"
+    junk.write_bytes(b"no checkpoint\n")
+    for model, said in ((missing, f"error: --model '{missing}': no such checkpoint file or model dir\n"),
+                        (junk, f"error: {junk}: not a torch checkpoint (neither a zip archive nor a legacy torch "
+                               "pickle stream)\n")):
+        rc = main(["serve", "--model", str(model), "--repository", str(tmp_path / f"repo-{model.name}"),
+                   "--device", "auto", "--repository-only"])
+        err = capsys.readouterr().err
+        assert (rc, err) == (2, said)
+    assert not (tmp_path / "repo-missing").exists()

@@ -86,6 +86,7 @@ def run_serve(args: argparse.Namespace) -> int:
     the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
+    from ..infer import existing_model_path
     from .repository import refuse_repository_in_model, repository_held
     from .server import check_bind_host, find_tritonserver, refuse_busy_ports
 
@@ -104,6 +105,7 @@ def run_serve(args: argparse.Namespace) -> int:
         install = find_tritonserver(args.tritonserver)
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
         refuse_busy_ports(args.host, args.http_host or args.host, args.http_port, args.grpc_port, args.metrics_port)
+    existing_model_path(args.model)  # a --model that is not there: before the repository folder is made
     refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
@@ -113,9 +115,10 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     """run_serve's work while it holds the repository (``install`` None: --repository-only)."""
     from .health import warm_up
     from ...runtime_options import RuntimeOptions
-    from .repository import write_repository
+    from .repository import resolve_model, write_repository
     from .server import StartCancelled, TritonServer
 
+    model = resolve_model(args.model)  # a model that cannot be opened is the one error, before the note below
     if args.device == "auto":
         from ...devices import cuda_available
 
@@ -123,7 +126,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         if reason is not None:  # the repository's instances are decided here: a CPU one is said
             print(f"note: device auto: the model's instances run on the CPU (KIND_CPU): {reason}; write the "
                   "repository on the machine whose GPU tritonserver will use", file=sys.stderr, flush=True)
-    target = write_repository(args.model, args.repository, instances=args.instances, pipelines=args.pipelines,
+    target = write_repository(model, args.repository, instances=args.instances, pipelines=args.pipelines,
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))

@@ -219,16 +219,18 @@ def _foreign_entry(target: Path) -> str | None:
     return None
 
 
-def write_repository(model: str | os.PathLike[str], repository: str | os.PathLike[str], *, instances: int | None = None,
+def write_repository(model: ModelDir | str | os.PathLike[str], repository: str | os.PathLike[str], *,
+                     instances: int | None = None,
                      max_batch: int = MAX_BATCH, max_queue_delay_us: int = 2000, device: str = "auto",
                      max_points: int = DEFAULT_SERVED_MAX_POINTS, runtime: RuntimeOptions | None = None,
                      pipelines: int = 1) -> Path:
     """Write ``REPOSITORY/pointpillars`` (config.pbtxt, 1/model.py, 1/model/ = a copy of the model dir,
     so the repository moves as one folder) and return its path. It is built beside and renamed into
-    place, replacing an older one; other models in the repository are left alone."""
+    place, replacing an older one; other models in the repository are left alone. ``model``: a model dir opened
+    already (``resolve_model``), or its path or checkpoint."""
     from ...convert.export import copy_model_dir
 
-    found = resolve_model(model)
+    found = model if isinstance(model, ModelDir) else resolve_model(model)
     text = model_config_text(found, instances=instances, max_batch=max_batch, max_queue_delay_us=max_queue_delay_us,
                              device=device, max_points=max_points, runtime=runtime, pipelines=pipelines)
     root = Path(repository)
