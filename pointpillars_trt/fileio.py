@@ -17,6 +17,7 @@ import secrets
 import shutil
 import socket
 import stat
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -232,13 +233,10 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     memory stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
     """
     f, size = open_regular_file(path, max_bytes=max_bytes, what=what)
-    # not max_bytes + 1 for every file: a read of n bytes sets n bytes aside first. A file that says it is
-    # empty may not be (procfs, some FUSE mounts): up to the limit then, a chunk at a time, so an empty file
-    # read with a limit of gigabytes sets aside a chunk, not the limit
     expected = size or max_bytes
     with f:
         try:
-            data = f.read(expected + 1) if size else _read_up_to(f, expected + 1)
+            data = _read_by_size(f, size, expected + 1)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
     if len(data) > expected:
@@ -247,8 +245,16 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     return data
 
 
-#: Bytes read at a time from a file of no known size (``read_regular_file``).
+#: Bytes read at a time from a file of no known size (``_read_by_size``).
 _UNSIZED_CHUNK = 1 << 20
+
+
+def _read_by_size(f: IO[bytes], size: int, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``f``, whose size said ``size``: not ``limit`` in one read, since a read of n bytes
+    sets n bytes aside first (64 MiB for a file of a few hundred bytes). A file of known size is read by its size and
+    a byte (the byte shows a file that grew); one that says it is empty may not be (procfs, some FUSE mounts): up to
+    ``limit`` then, a chunk at a time, so an empty file read with a limit of gigabytes sets aside a chunk."""
+    return f.read(min(size + 1, limit)) if size else _read_up_to(f, limit)
 
 
 def _read_up_to(f: IO[bytes], limit: int) -> bytes:
@@ -265,12 +271,12 @@ def _read_up_to(f: IO[bytes], limit: int) -> bytes:
 
 
 def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
-    """The first ``count`` bytes (fewer if the file is shorter) of a regular file of at most 2**40
-    bytes; see :func:`open_regular_file` for what is refused."""
-    f, _ = open_regular_file(path, max_bytes=2**40, what=what)
+    """The first ``count`` bytes (fewer if the file is shorter) of a regular file of any size, read by its size
+    (``_read_by_size``); see :func:`open_regular_file` for what is refused."""
+    f, size = open_regular_file(path, max_bytes=sys.maxsize, what=what)
     with f:
         try:
-            return f.read(count)
+            return _read_by_size(f, size, count)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
 

@@ -131,6 +131,17 @@ def test_read_regular_file_reads_and_caps(tmp_path: Path) -> None:
     assert read_file_head(path, 3) == b"xxx"
 
 
+def test_a_head_read_of_a_small_file_sets_aside_its_size_not_the_count(tmp_path: Path) -> None:
+    """A read of n bytes sets n bytes aside first: the head of a 100-byte file read with a count of 64 MiB is read
+    by the file's size (a file that says it is empty, a chunk at a time), as read_regular_file reads."""
+    from test_pointcloud_io import traced_peak
+
+    path = tmp_path / "f.dat"
+    path.write_bytes(b"x" * 100)
+    data, peak = traced_peak(lambda: read_file_head(path, 1 << 26))
+    assert data == b"x" * 100 and peak < 2**20, peak
+
+
 def test_read_regular_file_reads_what_a_file_that_says_it_is_empty_holds_up_to_the_limit() -> None:
     """procfs (and some FUSE mounts) report a size of 0 for files that hold bytes: read up to the limit, as the
     file's size would otherwise bound it; past the limit, refused."""

@@ -26,7 +26,7 @@ import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
 from ..fileio import (dumps_strict, folder_resolved, folder_resolver, fsync_path, loads_json, name_text, open_regular_file,
-                      special_kind, write_bytes_atomic, write_new_file_atomic)
+                      read_file_head, special_kind, write_bytes_atomic, write_new_file_atomic)
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -456,9 +456,7 @@ def _existing_output(path: Path) -> tuple[str | None, str | None]:
     if kind is not None:
         return f"it is {kind}, not a regular file", None
     try:
-        f, _ = open_regular_file(path, max_bytes=_ANY_SIZE, what="output")
-        with f:
-            data = f.read(_PNG_HEAD_BYTES if path.suffix == ".png" else _RECORD_MAX_BYTES + 1)
+        data = read_file_head(path, _PNG_HEAD_BYTES if path.suffix == ".png" else _RECORD_MAX_BYTES + 1, what="output")
     except (OSError, InputError):
         return None, None
     if path.suffix == ".png":

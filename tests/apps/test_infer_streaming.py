@@ -456,6 +456,23 @@ def test_the_checks_of_a_json_run_read_each_existing_record_once(model_path, fra
     assert len(opens) == 1, opens
     opens.clear()
 
+def test_an_existing_output_is_read_by_its_size_not_by_the_record_limit(tmp_path: Path) -> None:
+    """--skip-existing and the check for files infer did not write read each existing output: a read of 64 MiB + 1
+    bytes set that much aside for a file of a few hundred bytes."""
+    from test_pointcloud_io import traced_peak
+    from pointpillars_trt.apps.outputs import foreign_output
+
+    prediction = "Car 0.00 0 -1.58 587.0 173.3 614.1 200.1 1.65 1.67 3.64 -0.65 1.71 4.6 -1.59"
+    record = {"frame": "000002", "boxes_lidar": [], "scores": [], "labels": []}
+    for name, text, said in (("000000.txt", prediction + " 0.9\n", None),
+                             ("000001.txt", prediction + "\n", "lines of 15 values (KITTI predictions have 16: a "
+                                                               "label file's 15 and a score)"),
+                             ("000002.json", json.dumps(record) + "\n", None)):
+        (tmp_path / name).write_text(text)
+        reason, peak = traced_peak(lambda: foreign_output(tmp_path / name))
+        assert reason == said and peak < 2**20, (name, reason, peak)
+
+
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]
                                                                       fmt) -> None:
