@@ -117,7 +117,7 @@ def cpu_threads(threads: int | None, setting: str, cap: bool = True) -> tuple[in
         value = os.environ.get("OMP_NUM_THREADS", "").strip()
         if not value:
             return None, None, None
-        if not (value.isdigit() and int(value) >= 1):
+        if not (value.isascii() and value.isdigit() and int(value) >= 1):  # '²' is a digit int() refuses
             return None, None, (f"OMP_NUM_THREADS={safe_repr(value)} is no thread count (a positive whole number): "
                                 "left out, ONNX Runtime picks its own")
         count, source = int(value), "OMP_NUM_THREADS="

@@ -1100,6 +1100,7 @@ def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path
                   "its own"),
     ("0", None, "OMP_NUM_THREADS='0' is no thread count"), ("-3", None, "OMP_NUM_THREADS='-3' is no thread count"),
     ("4,2", None, "OMP_NUM_THREADS='4,2' is no thread count"),
+    ("\u00b2", None, "OMP_NUM_THREADS='\u00b2' is no thread count"),  # a digit to str.isdigit, none to int()
 ])
 def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
         monkeypatch: pytest.MonkeyPatch, value: str, threads: object, said: str | None) -> None:
