@@ -163,7 +163,7 @@ def run_eval(args: argparse.Namespace) -> int:
     kinds = {folder: prediction_format(Path(folder)) for folder in (args.pred, args.compare) if folder}
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred, kinds[args.pred])
     if not ids:
-        raise InputError(f"prediction folder {pred} has no prediction files")
+        raise InputError(f"prediction folder {safe_repr(str(pred))} has no prediction files")
     gt = load_ground_truth(labels, ids)
     predictions = load_predictions(pred, ids, calib, args.image_shape, labels, kinds[args.pred])
     # both folders read before anything is printed: a missing file in the second is one error, not a
