@@ -508,7 +508,7 @@ def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) ->
 
 
 def test_no_such_binary_is_one_line_error() -> None:
-    with pytest.raises(BackendError, match="^--tritonserver /no/such/tritonserver: not an executable file; "):
+    with pytest.raises(BackendError, match="^--tritonserver '/no/such/tritonserver': not an executable file; "):
         find_tritonserver("/no/such/tritonserver")
 
 
