@@ -5,14 +5,14 @@
 A batch of B frames (B = 1 is the latency case) is one host-to-device copy of a packed input (a header
 with each frame's point count and first row, then the frames back to back; a large frame alone in
 pageable memory, or one in page-locked memory that ``detect`` waits for, is copied from the caller's
-array, its header set on the device), per-frame voxelize, PFN
-and scatter into its slot of a (B, ny, nx, C) NHWC canvas (channel-major for an RPN engine that reads
-that), ONE run of the RPN engine at batch B, a per-frame post-process of the (B, hy, hx, cls|box|dir)
-head maps into a (B, rows, 9) result, and one device-to-host copy of that result (a time-lag model's lags
-are a second H2D copy, thresholds that changed since the last batch a 12-byte third). Everything between
-the two copies is enqueued on the pipeline's stream (a batch's per-frame parts on a few side streams
-forked from it and joined back, so that frames run side by side), with no host synchronisation: every
-count stays in device memory. The five stages and the result copy are
+array, its header set on the device), voxelize, PFN and scatter into each frame's slot of a (B, ny, nx,
+C) NHWC canvas (channel-major for an RPN engine that reads that), ONE run of the RPN engine at batch B,
+the post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result, and one
+device-to-host copy of that result (a time-lag model's lags are a second H2D copy, thresholds that
+changed since the last batch a 12-byte third). Every stage runs a whole batch in each of its launches
+(the frame is the grid's z index), so a batch costs as many launches as one frame. Everything between
+the two copies is enqueued on the pipeline's stream with no host synchronisation: every count stays
+in device memory. The five stages and the result copy are
 captured once per batch size into ONE CUDA graph (``cuda_graph=True``) and replayed, so a batch costs
 the input copy and one graph launch on the host. Per-stage GPU times (``stage_timings=True``) come from
 a second graph of the same batch with event-record nodes between the stages: each such node held the
@@ -74,30 +74,6 @@ class CopyCounter:
         self.d2h_bytes += nbytes
 
 
-#: Side streams a batch's frames are spread over (frame i on branch i % BRANCHES). Measured on an H200
-#: (batch 8, camera-view crops): one pipeline +14-23 % with 2, 4 or 8; with 4 pipelines in one process,
-#: 2 or 4 cost nothing but 8 cost 5-9 % (their 36 streams share the GPU's 8 hardware queues).
-BRANCHES = 4
-
-
-class _Branch:
-    """A side stream that frames of a batch run on, and the event that joins its work back."""
-
-    def __init__(self) -> None:
-        self.stream = cp.cuda.Stream(non_blocking=True)
-        self.done = cp.cuda.Event(disable_timing=True)
-
-
-class _Slot:
-    """The per-frame stages of one batch slot; each owns its scratch, so frames never share state."""
-
-    def __init__(self, cfg: ModelConfig, post_cfg: ModelConfig, capacity: int, pfn: PfnStage,
-                 canvas_type: np.dtype, channels_first: bool, result: cp.ndarray, thresholds: cp.ndarray) -> None:
-        self.voxelize = VoxelizeStage(cfg, capacity)
-        self.pfn = pfn
-        self.scatter = ScatterStage(cfg, canvas_type, channels_first)
-        self.post = post_stage_type(cfg)(post_cfg, result, thresholds)
-
 
 def post_stage_type(cfg: ModelConfig) -> type[PostprocessStage] | type[MultiHeadPostprocessStage]:
     """The post-process of the model's head layout: one head (KITTI style) or several (multi-head)."""
@@ -152,7 +128,6 @@ class GpuPipeline:
         with self._device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
-            self._fork = cp.cuda.Event(disable_timing=True)  # where a batch's frames branch off the stream
             self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
             self._threshold_cfg = self.post_cfg                       # and the config they came from
             self._thresholds = cp.asarray(self._threshold_values)
@@ -168,7 +143,7 @@ class GpuPipeline:
         self._frame_graph_error: str | None = None
         self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
         self._rpn: Engine | None = None
-        self._pfn_weights = pfn_weights(model)  # read once, for every slot
+        self._pfn_weights = pfn_weights(model)  # read once, for every batch size
         try:
             with self._device, self.stream:
                 self._rpn = self._open_rpn()
@@ -205,12 +180,10 @@ class GpuPipeline:
         self._results_host = empty_pinned((b, rows, width), np.float32)
         self._result_bytes = rows * width * 4  # a frame's share of the one D2H copy
         self._allocate_input(max_points)
-        self._slots = [
-            _Slot(cfg, self.post_cfg, self.max_points, PfnStage(cfg, *self._pfn_weights),
-                  canvas_type, channels_first, self._results[i], self._thresholds)
-            for i in range(b)
-        ]
-        self._branches = [_Branch() for _ in range(min(b, BRANCHES))] if b > 1 else []
+        self._voxelize = VoxelizeStage(cfg, self.max_points, b)
+        self._pfn = PfnStage(cfg, *self._pfn_weights, frames=b)
+        self._scatter = ScatterStage(cfg, canvas_type, channels_first, frames=b)
+        self._post = post_stage_type(cfg)(self.post_cfg, self._results, self._thresholds, frames=b)
 
     def _open_rpn(self) -> Engine:
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
@@ -241,18 +214,17 @@ class GpuPipeline:
     def _grow(self, total_points: int) -> None:
         """A batch larger than every earlier one: reallocate the point buffers, recapture the graphs.
 
-        The new voxelizers are built first, so a failed allocation leaves the old buffers working."""
+        The new voxelizer is built first, so a failed allocation leaves the old buffers working."""
         self.stream.synchronize()
         capacity = next_power_of_two(total_points)
         with self._device, self.stream:
-            voxelizers = [VoxelizeStage(self.cfg, capacity) for _ in self._slots]
+            voxelize = VoxelizeStage(self.cfg, capacity, self.max_batch)
             self._allocate_input(capacity)
-            for slot, voxelize in zip(self._slots, voxelizers):
-                slot.voxelize = voxelize
+            self._voxelize = voxelize
         self._graphs.clear()
 
     def _grow_batch(self, max_batch: int) -> None:
-        """Reallocate the batch buffers and slots for a larger batch (outside the hot path)."""
+        """Reallocate the batch buffers and stages for a larger batch (outside the hot path)."""
         self.stream.synchronize()
         old = self.max_batch
         try:
@@ -407,44 +379,15 @@ class GpuPipeline:
             self._threshold_values = values
         self._threshold_cfg = post_config
 
-    def _per_frame(self, batch: int, launch: Callable[[int, _Slot, cp.cuda.Stream], None]) -> None:
-        """A stage's per-frame part, ``launch(index, slot, stream)`` for each frame. The frames of a
-        batch run on side streams (``BRANCHES``), forked from the pipeline's stream and joined back into
-        it, so their small kernels run side by side (in a captured graph: parallel branches) instead of
-        one frame's after the other's; the stage still ends, for its timing event, when its last frame does."""
-        if batch == 1:
-            launch(0, self._slots[0], self.stream)
-            return
-        branches = self._branches[:batch]
-        self._fork.record(self.stream)
-        for branch in branches:
-            branch.stream.wait_event(self._fork)
-        try:
-            for index, slot in enumerate(self._slots[:batch]):
-                launch(index, slot, branches[index % len(branches)].stream)
-        finally:  # joined even when a launch raised, so that under capture that launch's error is the one
-            # reported instead of CUDA's unjoined-capture error
-            for branch in branches:
-                branch.done.record(branch.stream)
-                self.stream.wait_event(branch.done)
-
     def _launch_voxelize(self, batch: int) -> None:
-        def voxelize(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            slot.voxelize.launch(self._points, self._header[2 * i : 2 * i + 2], stream, self._times)
-
-        self._per_frame(batch, voxelize)
+        self._voxelize.launch(self._points, self._header, self.stream, self._times, batch)
 
     def _launch_pfn(self, batch: int) -> None:
-        def pfn(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            slot.pfn.launch(slot.voxelize.features, slot.voxelize.num_pillars, stream)
-
-        self._per_frame(batch, pfn)
+        self._pfn.launch(self._voxelize.features, self._voxelize.stats, self.stream, batch)
 
     def _launch_scatter(self, batch: int) -> None:
-        def scatter(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            slot.scatter.launch(slot.pfn.out, slot.voxelize.coords, slot.voxelize.num_pillars, self._canvas[i], stream)
-
-        self._per_frame(batch, scatter)
+        self._scatter.launch(self._pfn.out, self._voxelize.coords, self._voxelize.stats, self._canvas, self.stream,
+                             batch)
 
     def _launch_rpn(self, batch: int) -> None:
         assert self._rpn is not None
@@ -452,10 +395,7 @@ class GpuPipeline:
         self._rpn.run(self.stream.ptr)
 
     def _launch_postprocess(self, batch: int) -> None:
-        def post(i: int, slot: _Slot, stream: cp.cuda.Stream) -> None:
-            slot.post.launch(self._heads[i], slot.voxelize.stats, stream)
-
-        self._per_frame(batch, post)
+        self._post.launch(self._heads, self._voxelize.stats, self.stream, batch)
 
     def _stage_input(self, frames: Sequence[object], caller_waits: bool) -> list[int]:
         """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
@@ -615,11 +555,11 @@ class GpuPipeline:
 
     def stage_outputs(self, index: int, batch: int = 1) -> tuple[cp.ndarray, ...]:
         """The device buffers stage ``index`` writes for a batch (for tools that inspect or copy them)."""
-        slots = self._slots[:batch]
         if index == 0:
-            return tuple(a for s in slots for a in (s.voxelize.features, s.voxelize.coords, s.voxelize.stats))
+            vox = self._voxelize
+            return vox.features[:batch], vox.coords[:batch], vox.stats[:batch]
         if index == 1:
-            return tuple(s.pfn.out for s in slots)
+            return (self._pfn.out[:batch],)
         if index == 2:
             return (self._canvas[:batch],)
         if index == 3:

@@ -37,7 +37,7 @@ BACKENDS = _backends_here()
 
 from pointpillars_trt.cpu_detector import CpuDetector  # noqa: E402
 from pointpillars_trt.apps.bench.round_trip import HostRoundTripPipeline  # noqa: E402
-from pointpillars_trt.gpu_pipeline import BRANCHES, DIRECT_COPY_BYTES, GpuPipeline  # noqa: E402
+from pointpillars_trt.gpu_pipeline import DIRECT_COPY_BYTES, GpuPipeline  # noqa: E402
 from pointpillars_trt.reference import voxelize  # noqa: E402
 from pointpillars_trt.staging import HEADER_ROWS  # noqa: E402
 
@@ -101,14 +101,14 @@ def test_voxelizer_and_canvas_match_reference(family_pair, assets):  # type: ign
     gpu.detect(points)
     ref = voxelize(points, gpu.cfg)
     p = ref.num_pillars
-    vox = gpu._slots[0].voxelize
-    np.testing.assert_array_equal(vox.coords[:p].get(), ref.coords)
-    np.testing.assert_array_equal(vox.num_points[:p].get(), ref.num_points)
-    np.testing.assert_allclose(vox.features[:p].get(), ref.features, rtol=1e-5, atol=1e-5)
-    assert not vox.features[p:].any(), "rows past the pillar count must be zero"
+    vox = gpu._voxelize
+    np.testing.assert_array_equal(vox.coords[0, :p].get(), ref.coords)
+    np.testing.assert_array_equal(vox.num_points[0, :p].get(), ref.num_points)
+    np.testing.assert_allclose(vox.features[0, :p].get(), ref.features, rtol=1e-5, atol=1e-5)
+    assert not vox.features[0, p:].any(), "rows past the pillar count must be zero"
     from pointpillars_trt.reference import scatter
 
-    canvas = scatter(gpu._slots[0].pfn.out[:p].get(), ref.coords, gpu.cfg)[0]  # (C, ny, nx)
+    canvas = scatter(gpu._pfn.out[0, :p].get(), ref.coords, gpu.cfg)[0]  # (C, ny, nx)
     if not gpu._rpn.channels_first_input:  # the IEEE fp32 cuDNN engine reads it as it is; the others NHWC
         canvas = canvas.transpose(1, 2, 0)
     np.testing.assert_array_equal(gpu._canvas[0].get(), canvas.astype(gpu._canvas.dtype))
@@ -398,7 +398,8 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
 ])
 def test_fused_pfn_kernel_against_float64(openpcdet_cfg, channels, features, points):  # type: ignore[no-untyped-def]
     """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only, for any channel
-    count (four, two or one channels a thread) and pillar size."""
+    count (four, two or one channels a thread) and pillar size, each frame of a batch from its own
+    pillars and count."""
     import dataclasses
 
     import cupy as cp
@@ -414,23 +415,26 @@ def test_fused_pfn_kernel_against_float64(openpcdet_cfg, channels, features, poi
     rng = np.random.default_rng(3)
     m, c, out = points, features, channels
     weight, bias = rng.normal(0, 0.5, (out, c)).astype(np.float32), rng.normal(0, 0.5, out).astype(np.float32)
-    stage = PfnStage(cfg, weight, bias)
+    stage = PfnStage(cfg, weight, bias, frames=3)
     threads, pillars_a_block = stage.params.block
-    live = 1237  # not a whole number of blocks' pillars
-    assert live % pillars_a_block or pillars_a_block == 1
-    pillars = np.zeros((cfg.voxel.max_pillars, m, c), np.float32)
-    pillars[:live] = rng.normal(0, 2, (live, m, c))
-    pillars[:live, (m + 1) // 2 :] = 0  # padded slots, as the voxelizer leaves them
+    lives = (1237, 0, 2999)  # not a whole number of blocks' pillars; none; all but one
+    assert lives[0] % pillars_a_block or pillars_a_block == 1
+    pillars = np.zeros((len(lives), cfg.voxel.max_pillars, m, c), np.float32)
+    for frame, live in enumerate(lives):
+        pillars[frame, :live] = rng.normal(0, 2, (live, m, c))
+        pillars[frame, :live, (m + 1) // 2 :] = 0  # padded slots, as the voxelizer leaves them
+    counts = np.array([[live, 7] for live in lives], np.int32)  # a row a frame, the count first
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:  # inputs, poison and launch in one stream order
-        d_pillars, d_live = cp.asarray(pillars), cp.asarray(np.array([live], np.int32))
+        d_pillars, d_counts = cp.asarray(pillars), cp.asarray(counts)
         stage.out.fill(np.nan)
-        stage.launch(d_pillars, d_live, stream)
+        stage.launch(d_pillars, d_counts, stream, frames=len(lives))
     stream.synchronize()
-    x = pillars[:live].astype(np.float64)
-    expected = np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1)
-    np.testing.assert_allclose(stage.out[:live].get(), expected, rtol=1e-5, atol=1e-5)
-    assert np.isnan(stage.out[live:].get()).all(), "rows past the live count must not be written"
+    for frame, live in enumerate(lives):
+        x = pillars[frame, :live].astype(np.float64)
+        expected = np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1)
+        np.testing.assert_allclose(stage.out[frame, :live].get(), expected, rtol=1e-5, atol=1e-5)
+        assert np.isnan(stage.out[frame, live:].get()).all(), "rows past the live count must not be written"
 
 
 # --------------------------------------------------------------------------- batches and threads
@@ -473,15 +477,14 @@ def test_a_batch_gives_each_frame_its_batch_of_one_boxes(family_pair, batched, a
 
 
 @pytest.mark.parametrize("cuda_graph", [True, False])
-def test_frames_sharing_a_side_stream_keep_their_own_boxes(family_pair, assets, cuda_graph):  # type: ignore[no-untyped-def]
-    """A batch larger than ``BRANCHES``: frames i and i + BRANCHES run one after the other on the same
-    side stream, in a captured graph and eagerly; each still gets its batch-of-one bytes."""
+def test_a_batch_of_seven_keeps_each_frames_boxes(family_pair, assets, cuda_graph):  # type: ignore[no-untyped-def]
+    """Seven frames, each stage's launches running them all (a grid-stride kernel's blocks shared among
+    them), in a captured graph and eagerly; each still gets its batch-of-one bytes."""
     _, _, gpu = family_pair
-    frames = _mixed_frames(assets) + _mixed_frames(assets)[::-1][: BRANCHES - 1]
+    frames = _mixed_frames(assets) + _mixed_frames(assets)[::-1][:3]
     singles = [gpu.detect(f) for f in frames]
     pipe = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=len(frames), cuda_graph=cuda_graph)
     try:
-        assert len(frames) > BRANCHES
         for _ in range(2):
             together = pipe.detect_batch(frames)
             for i, (one, many) in enumerate(zip(singles, together)):
@@ -493,25 +496,23 @@ def test_frames_sharing_a_side_stream_keep_their_own_boxes(family_pair, assets, 
 
 
 def test_a_launch_failing_under_capture_is_the_error_reported(family_pair, assets, monkeypatch):  # type: ignore[no-untyped-def]
-    """A frame's launch that raises after its batch forked onto the side streams: the branches are
-    joined all the same, so the capture ends cleanly and the warning names that launch's error (an
-    unjoined capture would report itself instead); each stage then replays a graph of its own, the
-    voxelizer runs eagerly, and the bytes are unchanged."""
+    """A stage's launch that raises under capture: the capture ends cleanly and the warning names that
+    launch's error; each stage then replays a graph of its own, the voxelizer runs eagerly, and the
+    bytes are unchanged."""
     _, _, gpu = family_pair
     frames = _mixed_frames(assets)
     singles = [gpu.detect(f) for f in frames]
     pipe = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False, max_batch=len(frames), cuda_graph=True)
     try:
-        slot = pipe._slots[1]
-        launch = slot.voxelize.launch
+        launch = pipe._voxelize.launch
 
         def refusing(*args, **kwargs):  # type: ignore[no-untyped-def]
             if pipe.stream.is_capturing():
-                raise RuntimeError("frame 1 refused under capture")
+                raise RuntimeError("voxelize refused under capture")
             return launch(*args, **kwargs)
 
-        monkeypatch.setattr(slot.voxelize, "launch", refusing)
-        with pytest.warns(RuntimeWarning, match="as one CUDA graph .*frame 1 refused under capture"):
+        monkeypatch.setattr(pipe._voxelize, "launch", refusing)
+        with pytest.warns(RuntimeWarning, match="as one CUDA graph .*voxelize refused under capture"):
             together = pipe.detect_batch(frames)
         for i, (one, many) in enumerate(zip(singles, together)):
             assert one.boxes.tobytes() == many.boxes.tobytes() and one.scores.tobytes() == many.scores.tobytes(), i

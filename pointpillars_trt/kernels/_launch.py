@@ -226,6 +226,25 @@ def grid_blocks(n: int, block: int) -> int:
     return max(1, -(-n // block))
 
 
+def batch_grid(blocks: int | tuple[int, int], frames: int) -> tuple[int, int, int]:
+    """The grid of a launch over ``frames`` frames of a batch: ``blocks`` (x, or (x, y)) for each frame,
+    the frame as blockIdx.z (``frame_part`` in ``cuda/common.cuh``)."""
+    x, y = blocks if isinstance(blocks, tuple) else (blocks, 1)
+    return x, y, frames
+
+
+def shared_blocks(blocks: int, frames: int) -> int:
+    """Blocks a frame of a grid-stride kernel whose grid of ``blocks``, sized for the GPU, the batch's
+    ``frames`` share: a batch fills the GPU as one frame does, rather than ``frames`` times over."""
+    return max(1, -(-blocks // frames))
+
+
+def check_frames(arr: Any, name: str, frames: int) -> None:
+    """A batch buffer (frames first) holds at least ``frames`` frames."""
+    if not 1 <= frames <= arr.shape[0]:
+        raise InputError(f"{name}: {frames} frames asked of a buffer of {arr.shape[0]}")
+
+
 def multiprocessors() -> int:
     """SMs of the current device: the cap of grids whose blocks stride over their work (read when a
     stage is built, not per launch)."""
@@ -247,7 +266,10 @@ def check_device_array(arr: Any, name: str, dtype: Any, shape: tuple[int | None,
         )
 
 
-def check_device_count(arr: Any, name: str) -> None:
-    check_device_array(arr, name, np.int32, (None,))
-    if arr.shape[0] < 1:
-        raise InputError(f"{name}: expected a device int32 count (at least one element), received an empty array")
+def check_frame_counts(arr: Any, name: str, frames: int) -> None:
+    """Per-frame device counters: an int32 (frames, k) array, a row a frame, k >= 1 (the voxelizer's
+    ``stats``, its first column a frame's pillar count), with at least ``frames`` rows."""
+    check_device_array(arr, name, np.int32, (None, None))
+    if arr.shape[1] < 1:
+        raise InputError(f"{name}: expected at least one count a frame, received shape {arr.shape}")
+    check_frames(arr, name, frames)

@@ -14,7 +14,8 @@ from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
 from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, Unpacked, threshold_values
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
+from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
+                      cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, shared_blocks, slot_defines)
 
 #: Columns of the segment table (int32, one row per class): where its head's values sit in the merged
 #: map, its head's anchors per cell and classes, its place in the head, the head's first anchor row.
@@ -88,64 +89,70 @@ class MultiHeadPostParams:
 
 
 class MultiHeadPostprocessStage:
-    """One frame's merged NHWC head map (hy, hx, channels) -> detections with velocities in one small
-    device buffer ``result`` (``max_rows_out``, ``row_floats``): row 0 the counts of the header (as for
-    :class:`~pointpillars_trt.kernels.postprocess.PostprocessStage`), rows 1..count the boxes in
-    OpenPCDet's order. ``thresholds``: the run-time score threshold, NMS IoU and max boxes (a class)."""
+    """Each frame's merged NHWC head map (hy, hx, channels) -> detections with velocities in one small
+    device buffer ``result`` (frames, ``max_rows_out``, ``row_floats``): a frame's row 0 the counts of
+    the header (as for :class:`~pointpillars_trt.kernels.postprocess.PostprocessStage`), rows 1..count
+    the boxes in OpenPCDet's order; a batch of up to ``frames`` frames in one set of launches.
+    ``thresholds``: the run-time score threshold, NMS IoU and max boxes (a class)."""
 
     KERNELS = ("mh_score", "mh_select", "mh_nms_mask", "mh_reduce")
 
-    def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
+    def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None, frames: int = 1) -> None:
         cp = cupy_module()
         self.params = p = MultiHeadPostParams.from_config(cfg)
         self._k = compile_kernels("multihead_post.cu", p.defines(), self.KERNELS)
         self._mask_grid = mask_grid(len(p.segments), p.sort_cap)  # device attributes: read once, not per launch
         w, h = p.head_map
         self._heads_shape = (h, w, p.head_channels)
-        s, slots = len(p.segments), len(p.segments) * p.sort_cap
+        s, slots, n = len(p.segments), len(p.segments) * p.sort_cap, frames
         if result is not None:
-            check_device_array(result, "result", np.float32, (p.max_rows_out, p.row_floats))
+            check_device_array(result, "result", np.float32, (frames, p.max_rows_out, p.row_floats))
         if thresholds is not None:
             check_device_array(thresholds, "thresholds", np.float32, (len(THRESHOLD_SLOTS),))
         with checked("multi-head postprocess: allocating buffers"):
-            self.result = result if result is not None else cp.zeros((p.max_rows_out, p.row_floats), np.float32)
+            self.result = result if result is not None else cp.zeros((n, p.max_rows_out, p.row_floats), np.float32)
             self.thresholds = thresholds if thresholds is not None else cp.asarray(threshold_values(cfg))
-            self.stats = cp.zeros((s, len(POST_STATS)), np.int32)  # mh_reduce zeroes the candidates again
+            self.stats = cp.zeros((n, s, len(POST_STATS)), np.int32)  # mh_reduce zeroes the candidates again
             self._segments = cp.asarray(np.asarray(p.segments, np.int32))
             self._anchors = cp.asarray(multihead_anchors(cfg).astype(np.float32))
-            self._key = cp.zeros(s * p.max_rows, np.uint32)
-            self._candidates = cp.zeros(slots, np.uint64)
-            self._group_count = cp.zeros(s, np.int32)
-            self._group_box = cp.zeros((slots, BOX_SIZE), np.float32)
-            self._group_velocity = cp.zeros((slots, 2), np.float32)
-            self._group_rect = cp.zeros(rect_shape(slots), np.float32)
-            self._group_score = cp.zeros(slots, np.float32)
-            self._mask = cp.zeros(mask_words(slots, p.sort_cap), np.uint64)
-            self._kept = cp.zeros(slots, np.int32)
+            self._key = cp.zeros((n, s * p.max_rows), np.uint32)
+            self._candidates = cp.zeros((n, slots), np.uint64)
+            self._group_count = cp.zeros((n, s), np.int32)
+            self._group_box = cp.zeros((n, slots, BOX_SIZE), np.float32)
+            self._group_velocity = cp.zeros((n, slots, 2), np.float32)
+            self._group_rect = cp.zeros((n, *rect_shape(slots)), np.float32)
+            self._group_score = cp.zeros((n, slots), np.float32)
+            self._mask = cp.zeros((n, mask_words(slots, p.sort_cap)), np.uint64)
+            self._kept = cp.zeros((n, slots), np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
     @property
     def row_floats(self) -> int:
         return self.params.row_floats
 
-    def launch(self, heads: Any, voxel_stats: Any, stream: Any) -> None:
-        """Enqueue: one frame's merged NHWC float32 head map -> ``result``; ``voxel_stats`` (the
-        voxelizer's counts) go into the header after this stage's own."""
-        check_device_array(heads, "head map", np.float32, self._heads_shape)
-        check_device_count(voxel_stats, "voxel_stats")
+    def launch(self, heads: Any, voxel_stats: Any, stream: Any, frames: int = 1) -> None:
+        """Enqueue the first ``frames`` frames: their merged NHWC float32 head maps (frames, hy, hx,
+        channels) -> ``result``; ``voxel_stats`` (the voxelizer's (frames, k) counts) go into each
+        frame's header after this stage's own."""
+        check_device_array(heads, "head map", np.float32, (None, *self._heads_shape))
+        check_frames(heads, "head map", frames)
+        check_frame_counts(voxel_stats, "voxel_stats", frames)
+        check_frames(self.result, "multi-head postprocess", frames)
         p, k = self.params, self._k
         s = len(p.segments)
-        num_extra = np.int32(min(voxel_stats.shape[0], p.row_floats - len(POST_HEADER)))
-        launch_kernel(k["mh_score"], (grid_blocks(p.max_rows, _SCORE_BLOCK), s), _SCORE_BLOCK,
+        num_extra = np.int32(min(voxel_stats.shape[1], p.row_floats - len(POST_HEADER)))
+        launch_kernel(k["mh_score"], batch_grid((grid_blocks(p.max_rows, _SCORE_BLOCK), s), frames), _SCORE_BLOCK,
                       (heads, self._segments, self.thresholds, self._key, self._candidates, self.stats), stream)
-        launch_kernel(k["mh_select"], s, 1024,
+        launch_kernel(k["mh_select"], batch_grid(s, frames), 1024,
                       (heads, self._anchors, self._segments, self._key, self._candidates, self.stats, self._group_count,
                        self._group_box, self._group_velocity, self._group_rect, self._group_score), stream)
-        launch_kernel(k["mh_nms_mask"], self._mask_grid, MASK_THREADS,
-                      (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
-        launch_kernel(k["mh_reduce"], 1, 256,
+        mask_blocks, segments = self._mask_grid
+        launch_kernel(k["mh_nms_mask"], batch_grid((shared_blocks(mask_blocks, frames), segments), frames),
+                      MASK_THREADS, (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
+        launch_kernel(k["mh_reduce"], batch_grid(1, frames), 256,
                       (self._group_count, self._mask, self._group_box, self._group_velocity, self._group_score,
-                       self.stats, voxel_stats, num_extra, self.thresholds, self._kept, self.result), stream)
+                       self.stats, voxel_stats, np.int32(voxel_stats.shape[1]), num_extra, self.thresholds,
+                       self._kept, self.result), stream)
 
     @staticmethod
     def result_shape(cfg: ModelConfig) -> tuple[int, int]:

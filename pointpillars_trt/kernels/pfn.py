@@ -10,7 +10,8 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import PFN_BLOCK_THREADS, STATIC_SHARED_BYTES
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, grid_blocks, multiprocessors
+from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels, cupy_module, define_flags,
+                      grid_blocks, multiprocessors, shared_blocks)
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,19 @@ class PfnParams:
 
 
 class PfnStage:
-    """Decorated pillars -> pillar features with the folded linear + ReLU + max of the PFN graph.
+    """Decorated pillars -> pillar features with the folded linear + ReLU + max of the PFN graph, for a
+    batch of up to ``frames`` frames in one launch.
 
     The same function as ``pfn.onnx`` (its folded weight and bias are passed in), computed only for
-    the live pillars: an engine with a fixed (max_pillars, M, C) input pays for every row. ``out`` is
-    owned here; rows past the pillar count keep stale values, which scatter never reads.
+    the live pillars: an engine with a fixed (max_pillars, M, C) input pays for every row. ``out``
+    (frames, max_pillars, C) is owned here; rows past a frame's pillar count keep stale values, which
+    scatter never reads.
     """
 
     KERNELS = ("pfn_forward",)
     _BLOCKS_PER_SM = 8
 
-    def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray) -> None:
+    def __init__(self, cfg: ModelConfig, weight: np.ndarray, bias: np.ndarray, frames: int = 1) -> None:
         cp = cupy_module()
         self.params = p = PfnParams.from_config(cfg)
         if weight.shape != (p.out_channels, p.num_features) or bias.shape != (p.out_channels,):
@@ -71,14 +74,19 @@ class PfnStage:
         with checked("pfn: allocating buffers"):
             self._weight = cp.asarray(np.ascontiguousarray(weight, np.float32))
             self._bias = cp.asarray(np.ascontiguousarray(bias, np.float32))
-            self.out = cp.zeros((p.max_pillars, p.out_channels), np.float32)
+            self.out = cp.zeros((frames, p.max_pillars, p.out_channels), np.float32)
             cp.cuda.runtime.deviceSynchronize()
 
-    def launch(self, pillars: Any, num_pillars: Any, stream: Any) -> None:
+    def launch(self, pillars: Any, counts: Any, stream: Any, frames: int = 1) -> None:
+        """Enqueue the first ``frames`` frames: ``pillars`` (frames, max_pillars, M, C) float32 as the
+        voxelizer writes them, ``counts`` its (frames, k) int32 ``stats`` (a frame's pillar count first)."""
         p = self.params
-        check_device_array(pillars, "pillars", np.float32, (p.max_pillars, p.max_points_per_pillar, p.num_features))
-        check_device_count(num_pillars, "num_pillars")
+        check_device_array(pillars, "pillars", np.float32,
+                           (None, p.max_pillars, p.max_points_per_pillar, p.num_features))
+        check_frames(pillars, "pillars", frames)
+        check_frame_counts(counts, "counts", frames)
+        check_frames(self.out, "pfn", frames)
         kernel = self._k["pfn_forward"]
         with checked(kernel.name):
-            kernel((self._grid,), p.block,
-                   (pillars, self._weight, self._bias, num_pillars, self.out), stream=stream)
+            kernel(batch_grid(shared_blocks(self._grid, frames), frames), p.block,
+                   (pillars, self._weight, self._bias, counts, np.int32(counts.shape[1]), self.out), stream=stream)

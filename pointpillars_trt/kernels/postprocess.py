@@ -14,7 +14,8 @@ from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
 from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
-from ._launch import check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, slot_defines
+from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
+                      cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, shared_blocks, slot_defines)
 
 POST_STATS = ("candidates", "selected")
 OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
@@ -133,7 +134,7 @@ class PostParams:
             DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
             SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(POST_HEADER), **nms_defines(),
-            **floats, **slot_defines("STAT", POST_STATS), **slot_defines("HEADER", POST_HEADER),
+            **floats, **slot_defines("STAT", POST_STATS), STAT_COUNT=len(POST_STATS), **slot_defines("HEADER", POST_HEADER),
             **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
         )
 
@@ -146,8 +147,8 @@ def threshold_values(cfg: ModelConfig) -> np.ndarray:
 
 
 class PostprocessStage:
-    """One frame's merged NHWC head map (hy, hx, cls|box|dir) -> detections (``reference.postprocess``)
-    in one small device buffer.
+    """Each frame's merged NHWC head map (hy, hx, cls|box|dir) -> detections (``reference.postprocess``)
+    in one small device buffer a frame, a batch of up to ``frames`` frames in one set of launches.
 
     ``thresholds`` (3,) float32 on the device (owned here and filled from ``cfg``, or the caller's, shared
     by several stages) holds the run-time score threshold, NMS IoU and max boxes (``THRESHOLD_SLOTS``);
@@ -155,16 +156,16 @@ class PostprocessStage:
     next frame's thresholds without recompiling or recapturing anything. Max boxes is clamped to the
     ``cfg`` value, the cap ``result`` is sized for.
 
-    ``result`` (max_boxes + 1, 9) float32 (owned here, or a slot of the caller's batch buffer given as
-    ``result``): row 0 holds the counts named by
+    ``result`` (frames, max_boxes + 1, 9) float32 (owned here, or the caller's batch buffer given as
+    ``result``): a frame's row 0 holds the counts named by
     ``RESULT_HEADER`` (this stage's, then the voxelizer's), rows 1..count the boxes as [x, y,
     z_centre, dx, dy, dz, heading, score, label] in OpenPCDet's convention, in the family's output
-    order. Copy it to the host once per frame and read it with ``unpack``.
+    order. Copy it to the host once a batch and read each frame's with ``unpack``.
     """
 
     KERNELS = ("pp_score", "pp_compact", "pp_select", "pp_group", "pp_nms_mask", "pp_nms_reduce")
 
-    def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None) -> None:
+    def __init__(self, cfg: ModelConfig, result: Any = None, thresholds: Any = None, frames: int = 1) -> None:
         cp = cupy_module()
         self.params = p = PostParams.from_config(cfg)
         self._k = compile_kernels("postprocess.cu", p.defines(), self.KERNELS)
@@ -173,63 +174,68 @@ class PostprocessStage:
         self._heads_shape = (h, w, p.head_channels)
         a = p.anchors_per_cell
         self._offsets = (0, a * p.num_classes, a * (p.num_classes + 7))  # cls | box | dir channels
-        na, slots = p.num_anchors, p.groups * p.sort_cap
+        na, slots, n = p.num_anchors, p.groups * p.sort_cap, frames
         if result is not None:
-            check_device_array(result, "result", np.float32, self.result_shape(cfg))
+            check_device_array(result, "result", np.float32, (frames, *self.result_shape(cfg)))
         if thresholds is not None:
             check_device_array(thresholds, "thresholds", np.float32, (len(THRESHOLD_SLOTS),))
         with checked("postprocess: allocating buffers"):
-            self.result = result if result is not None else cp.zeros(self.result_shape(cfg), np.float32)
-            self.stats = cp.zeros(len(POST_STATS), np.int32)
+            self.result = result if result is not None else cp.zeros((n, *self.result_shape(cfg)), np.float32)
+            self.stats = cp.zeros((n, len(POST_STATS)), np.int32)
             self.thresholds = thresholds if thresholds is not None else cp.asarray(threshold_values(cfg))
             self._anchors = cp.asarray(np.ascontiguousarray(anchors(cfg), np.float32))
-            self._key = cp.zeros(na, np.uint32)
-            self._block_counts = cp.zeros(grid_blocks(na, _SCORE_BLOCK), np.int32)
-            self._cand_key = cp.zeros(na, np.uint32)
-            self._cand_anchor = cp.zeros(na, np.int32)
-            self._sel_anchor = cp.zeros(p.sort_cap, np.int32)
-            self._sel_score = cp.zeros(p.sort_cap, np.float32)
-            self._group_count = cp.zeros(p.groups, np.int32)
-            self._group_box = cp.zeros((slots, BOX_SIZE), np.float32)
-            self._group_rect = cp.zeros(rect_shape(slots), np.float32)
-            self._group_score = cp.zeros(slots, np.float32)
-            self._group_label = cp.zeros(slots, np.int32)
-            self._group_dir = cp.zeros(slots, np.int32)
-            self._mask = cp.zeros(mask_words(slots, p.sort_cap), np.uint64)
-            self._kept = cp.zeros(slots, np.int32)
+            self._key = cp.zeros((n, na), np.uint32)
+            self._block_counts = cp.zeros((n, grid_blocks(na, _SCORE_BLOCK)), np.int32)
+            self._cand_key = cp.zeros((n, na), np.uint32)
+            self._cand_anchor = cp.zeros((n, na), np.int32)
+            self._sel_anchor = cp.zeros((n, p.sort_cap), np.int32)
+            self._sel_score = cp.zeros((n, p.sort_cap), np.float32)
+            self._group_count = cp.zeros((n, p.groups), np.int32)
+            self._group_box = cp.zeros((n, slots, BOX_SIZE), np.float32)
+            self._group_rect = cp.zeros((n, *rect_shape(slots)), np.float32)
+            self._group_score = cp.zeros((n, slots), np.float32)
+            self._group_label = cp.zeros((n, slots), np.int32)
+            self._group_dir = cp.zeros((n, slots), np.int32)
+            self._mask = cp.zeros((n, mask_words(slots, p.sort_cap)), np.uint64)
+            self._kept = cp.zeros((n, slots), np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
-    def launch(self, heads: Any, voxel_stats: Any, stream: Any) -> None:
-        """Enqueue: one frame's merged NHWC float32 head map -> ``result``. ``voxel_stats`` (the
-        voxelizer's ``stats``, or any device int32 array) is copied into the header of ``result``."""
-        check_device_array(heads, "head map", np.float32, self._heads_shape)
-        check_device_count(voxel_stats, "voxel_stats")
+    def launch(self, heads: Any, voxel_stats: Any, stream: Any, frames: int = 1) -> None:
+        """Enqueue the first ``frames`` frames: their merged NHWC float32 head maps (frames, hy, hx,
+        channels) -> ``result``. ``voxel_stats`` (the voxelizer's (frames, k) ``stats``, or any such int32
+        array) go into each frame's header."""
+        check_device_array(heads, "head map", np.float32, (None, *self._heads_shape))
+        check_frames(heads, "head map", frames)
+        check_frame_counts(voxel_stats, "voxel_stats", frames)
+        check_frames(self.result, "postprocess", frames)
         flat = heads.ravel()
-        cls, box, dir = (flat[offset:] for offset in self._offsets)  # views into the one map
+        cls, box, dir = (flat[offset:] for offset in self._offsets)  # views into frame 0's map
         p, k = self.params, self._k
-        num_extra = np.int32(min(voxel_stats.shape[0], OUTPUT_ROW - len(POST_HEADER)))
-        score_blocks = grid_blocks(p.num_anchors, _SCORE_BLOCK)
-        launch_kernel(k["pp_score"], score_blocks, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
+        num_extra = np.int32(min(voxel_stats.shape[1], OUTPUT_ROW - len(POST_HEADER)))
+        score_grid = batch_grid(grid_blocks(p.num_anchors, _SCORE_BLOCK), frames)
+        launch_kernel(k["pp_score"], score_grid, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
                       stream)
-        launch_kernel(k["pp_compact"], score_blocks, _SCORE_BLOCK,
+        launch_kernel(k["pp_compact"], score_grid, _SCORE_BLOCK,
                 (self._key, self._block_counts, self.thresholds, self.stats, self._cand_key, self._cand_anchor),
                 stream)
-        launch_kernel(k["pp_select"], 1, 1024,
+        launch_kernel(k["pp_select"], batch_grid(1, frames), 1024,
                 (self._cand_key, self._cand_anchor, self.stats, self._sel_anchor, self._sel_score), stream)
         group_grid, group_block = (p.groups, min(1024, p.sort_cap)) if p.per_class else (grid_blocks(p.sort_cap, 256), 256)
-        launch_kernel(k["pp_group"], group_grid, group_block,
+        launch_kernel(k["pp_group"], batch_grid(group_grid, frames), group_block,
                 (cls, box, dir, self._anchors, self._sel_anchor, self._sel_score, self.stats, self.thresholds,
                  self._group_count,
                  self._group_box, self._group_rect, self._group_score, self._group_label, self._group_dir), stream)
-        launch_kernel(k["pp_nms_mask"], self._mask_grid, MASK_THREADS,
+        mask_blocks, groups = self._mask_grid
+        launch_kernel(k["pp_nms_mask"], batch_grid((shared_blocks(mask_blocks, frames), groups), frames), MASK_THREADS,
                 (self._group_count, self._group_rect, self.thresholds, self._mask), stream)
-        launch_kernel(k["pp_nms_reduce"], 1, 256,
+        launch_kernel(k["pp_nms_reduce"], batch_grid(1, frames), 256,
                 (self._group_count, self._mask, self._group_box, self._group_score, self._group_label,
-                 self._group_dir, self.stats, voxel_stats, num_extra, self.thresholds, self._kept, self.result), stream)
+                 self._group_dir, self.stats, voxel_stats, np.int32(voxel_stats.shape[1]), num_extra,
+                 self.thresholds, self._kept, self.result), stream)
 
     @staticmethod
     def result_shape(cfg: ModelConfig) -> tuple[int, int]:
-        """(rows, values a row) of ``result``: the header row, then at most ``max_boxes`` boxes."""
+        """(rows, values a row) of a frame's ``result``: the header row, then at most ``max_boxes`` boxes."""
         return cfg.postprocess.max_boxes + 1, OUTPUT_ROW
 
     @staticmethod

@@ -9,8 +9,8 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ._launch import (check_device_array, check_device_count, checked, compile_kernels, cupy_module, define_flags,
-                      grid_blocks, launch_kernel, multiprocessors)
+from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
+                      cupy_module, define_flags, grid_blocks, launch_kernel, multiprocessors, shared_blocks)
 
 
 @dataclass(frozen=True)
@@ -47,38 +47,44 @@ class ScatterParams:
 
 
 class ScatterStage:
-    """Pillar features (max_pillars, C) -> one frame's BEV canvas (ny, nx, C), NHWC, or with
-    ``channels_first`` (C, ny, nx) as ``reference.scatter`` makes it; float16 or float32.
+    """Pillar features (frames, max_pillars, C) -> each frame's BEV canvas (ny, nx, C), NHWC, or with
+    ``channels_first`` (C, ny, nx) as ``reference.scatter`` makes it; float16 or float32; a batch of up
+    to ``frames`` frames in one pair of launches.
 
-    The canvas belongs to the caller (a slot of the pipeline's batch canvas), and must be zero when the
-    stage first writes it. Each launch first zeroes the cells the previous launch wrote (this stage
-    remembers them), then writes the first ``num_pillars[0]`` pillars at their coords.
+    The canvas (frames first) belongs to the caller (the pipeline's batch canvas), and must be zero
+    when the stage first writes it. Each launch first zeroes the cells the previous launch wrote in
+    each frame's canvas (this stage remembers them), then writes each frame's live pillars at their coords.
     """
 
     KERNELS = ("scatter_clear", "scatter_write")
     _BLOCK = 256
     _BLOCKS_PER_SM = 8
 
-    def __init__(self, cfg: ModelConfig, dtype: Any = np.float32, channels_first: bool = False) -> None:
+    def __init__(self, cfg: ModelConfig, dtype: Any = np.float32, channels_first: bool = False, frames: int = 1) -> None:
         cp = cupy_module()
         self.params = p = ScatterParams.from_config(cfg, dtype, channels_first)
         self._k = compile_kernels("scatter.cu", p.defines(), self.KERNELS)
         self._grid = min(grid_blocks(p.max_pillars * p.channels, self._BLOCK), multiprocessors() * self._BLOCKS_PER_SM)
         with checked("scatter: allocating buffers"):
-            self._written_cells = cp.zeros(p.max_pillars, np.int32)
-            self._written_count = cp.zeros(1, np.int32)
+            self._written_cells = cp.zeros((frames, p.max_pillars), np.int32)
+            self._written_count = cp.zeros(frames, np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
-    def launch(self, pillar_features: Any, coords: Any, num_pillars: Any, canvas: Any, stream: Any) -> None:
-        """Enqueue: ``pillar_features`` (max_pillars, C) float32, ``coords`` (max_pillars, 4) int32 as
-        the voxelizer writes them, ``num_pillars`` a device int32 count, ``canvas`` one frame's (``frame_shape``)."""
+    def launch(self, pillar_features: Any, coords: Any, counts: Any, canvas: Any, stream: Any, frames: int = 1) -> None:
+        """Enqueue the first ``frames`` frames: ``pillar_features`` (frames, max_pillars, C) float32,
+        ``coords`` (frames, max_pillars, 4) int32 as the voxelizer writes them, ``counts`` its (frames, k)
+        int32 ``stats`` (a frame's pillar count first), ``canvas`` (frames, *``frame_shape``)."""
         p = self.params
-        check_device_array(pillar_features, "pillar_features", np.float32, (p.max_pillars, p.channels))
-        check_device_array(coords, "coords", np.int32, (p.max_pillars, 4))
-        check_device_count(num_pillars, "num_pillars")
-        check_device_array(canvas, "canvas", p.dtype, p.frame_shape)
-        launch_kernel(self._k["scatter_clear"], self._grid, self._BLOCK,
+        check_device_array(pillar_features, "pillar_features", np.float32, (None, p.max_pillars, p.channels))
+        check_device_array(coords, "coords", np.int32, (None, p.max_pillars, 4))
+        check_frame_counts(counts, "counts", frames)
+        check_device_array(canvas, "canvas", p.dtype, (None, *p.frame_shape))
+        for arr, name in ((pillar_features, "pillar_features"), (coords, "coords"), (canvas, "canvas"),
+                          (self._written_cells, "scatter")):
+            check_frames(arr, name, frames)
+        grid = batch_grid(shared_blocks(self._grid, frames), frames)
+        launch_kernel(self._k["scatter_clear"], grid, self._BLOCK,
                       (self._written_cells, self._written_count, canvas), stream)
-        launch_kernel(self._k["scatter_write"], self._grid, self._BLOCK,
-                      (pillar_features, coords, num_pillars, self._written_cells, self._written_count, canvas),
-                      stream)
+        launch_kernel(self._k["scatter_write"], grid, self._BLOCK,
+                      (pillar_features, coords, counts, np.int32(counts.shape[1]), self._written_cells,
+                       self._written_count, canvas), stream)

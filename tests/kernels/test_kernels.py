@@ -102,17 +102,18 @@ class VoxelRun:
         self.frame[...] = cp.asarray(np.array([pts.shape[0], first_row], np.int32))
         if poison:  # the rows this frame reports must be rewritten completely
             p = voxelize(pts, self.cfg).num_pillars
-            st.features[:p] = np.nan
-            st.coords[:p] = -7
-            st.num_points[:p] = -7
+            st.features[0, :p] = np.nan
+            st.coords[0, :p] = -7
+            st.num_points[0, :p] = -7
         st.launch(self.points, self.frame, stream)
         return fetch(st, stream)
 
 
-def fetch(stage: Any, stream: Any) -> dict[str, np.ndarray]:
+def fetch(stage: Any, stream: Any, frame: int = 0) -> dict[str, np.ndarray]:
+    """Frame ``frame``'s outputs of a voxelizer's batch."""
     stream.synchronize()
-    return {"features": stage.features.get(), "coords": stage.coords.get(), "num_points": stage.num_points.get(),
-            "stats": stage.stats.get()}
+    return {"features": stage.features[frame].get(), "coords": stage.coords[frame].get(),
+            "num_points": stage.num_points[frame].get(), "stats": stage.stats[frame].get()}
 
 
 def assert_matches_reference(got: dict[str, np.ndarray], pts: np.ndarray, cfg: ModelConfig, what: str = "") -> None:
@@ -266,6 +267,34 @@ def test_voxelize_deterministic(cp: Any, stream: Any, cfg: ModelConfig) -> None:
         assert first[name].tobytes() == second[name].tobytes(), name
 
 
+@pytest.mark.cuda
+def test_voxelize_a_batch_in_one_set_of_launches(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """Frames of a batch share one input buffer and one launch a kernel: each frame's pillars equal the
+    reference's, whatever its neighbours (a dense pillar, an empty frame, a frame of several passes of
+    its share of the grid, decoys between them); a smaller batch after it clears its frames' stale rows."""
+    rng = np.random.default_rng(41)
+    v = cfg.voxel
+    dense = np.tile(np.array([(v.point_range[0] + v.point_range[3]) / 2, 0.0, -1.0, 0.5], np.float32), (600, 1))
+    dense[:, 3] = np.arange(600, dtype=np.float32) / 600
+    stage = gpu_vox.VoxelizeStage(cfg, 1 << 18, frames=4)
+    decoy = np.array([(v.point_range[0] + v.point_range[3]) / 2, 1.0, -1.0, 0.25], np.float32)
+    points = cp.asarray(np.tile(decoy, (1 << 18, 1)))
+    batches = (
+        [awkward_cloud(cfg, rng, 9000), np.zeros((0, 4), np.float32), np.concatenate([dense, awkward_cloud(cfg, rng, 3000)]),
+         awkward_cloud(cfg, rng, stage.points_per_pass + 1000)],
+        [awkward_cloud(cfg, rng, 2000), awkward_cloud(cfg, rng, 500)],
+    )
+    for frames in batches:
+        header, row = [], 100  # the frames' rows start past a few decoys and leave gaps between them
+        for pts in frames:
+            points[row : row + pts.shape[0]] = cp.asarray(pts)
+            header += [pts.shape[0], row]
+            row += pts.shape[0] + 37
+        stage.launch(points, cp.asarray(np.array(header, np.int32)), stream, frames=len(frames))
+        for f, pts in enumerate(frames):
+            assert_matches_reference(fetch(stage, stream, f), pts, cfg, f"frame {f} of {len(frames)}")
+
+
 # --------------------------------------------------------------------------- scatter
 
 
@@ -276,11 +305,11 @@ def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype
 
     stage = gpu_scatter.ScatterStage(cfg, dtype, channels_first)
     nx, ny, _ = cfg.voxel.grid
-    canvas = cp.zeros((cfg.network.pfn_channels, ny, nx) if channels_first else (ny, nx, cfg.network.pfn_channels),
-                      dtype)
+    canvas = cp.zeros((1, cfg.network.pfn_channels, ny, nx) if channels_first
+                      else (1, ny, nx, cfg.network.pfn_channels), dtype)
     pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
     rng = np.random.default_rng(2)
-    count = cp.zeros(1, np.int32)
+    count = cp.zeros((1, 1), np.int32)
     for n in (5000, 1200, 0, 3000):  # every frame must erase the previous one
         ref = voxelize(awkward_cloud(cfg, rng, n), cfg) if n else None
         p = 0 if ref is None else ref.num_pillars
@@ -290,12 +319,41 @@ def test_scatter_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, dtype
         if ref is not None:
             coords[:p] = ref.coords
         count[...] = p
-        stage.launch(cp.asarray(features), cp.asarray(coords), count, canvas, stream)
+        stage.launch(cp.asarray(features[None]), cp.asarray(coords[None]), count, canvas, stream)
         stream.synchronize()
         want = scatter(features[:p], coords[:p], cfg)[0].astype(dtype)  # (C, ny, nx)
         if not channels_first:
             want = want.transpose(1, 2, 0)
-        np.testing.assert_array_equal(canvas.get(), want)
+        np.testing.assert_array_equal(canvas[0].get(), want)
+
+
+@pytest.mark.cuda
+def test_scatter_a_batch_writes_each_frame_into_its_own_canvas(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    from pointpillars_trt.reference import scatter, voxelize
+
+    stage = gpu_scatter.ScatterStage(cfg, np.float16, frames=3)
+    nx, ny, _ = cfg.voxel.grid
+    pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
+    canvas = cp.zeros((3, ny, nx, channels), np.float16)
+    rng = np.random.default_rng(43)
+    for sizes in ((4000, 0, 2500), (1000, 3000)):  # the second batch erases the first's cells
+        features = np.full((len(sizes), pmax, channels), np.nan, np.float32)
+        coords = np.full((len(sizes), pmax, 4), -1, np.int32)
+        counts = np.zeros((len(sizes), 3), np.int32)
+        refs = []
+        for f, n in enumerate(sizes):
+            ref = voxelize(awkward_cloud(cfg, rng, n), cfg) if n else None
+            p = 0 if ref is None else ref.num_pillars
+            features[f, :p] = rng.standard_normal((p, channels))
+            if ref is not None:
+                coords[f, :p] = ref.coords
+            counts[f, 0] = p
+            refs.append(p)
+        stage.launch(cp.asarray(features), cp.asarray(coords), cp.asarray(counts), canvas, stream, frames=len(sizes))
+        stream.synchronize()
+        for f, p in enumerate(refs):
+            want = scatter(features[f, :p], coords[f, :p], cfg)[0].astype(np.float16).transpose(1, 2, 0)
+            np.testing.assert_array_equal(canvas[f].get(), want, err_msg=f"frame {f} of {len(sizes)}")
 
 
 # --------------------------------------------------------------------------- post-process
@@ -343,15 +401,19 @@ def head_maps(cfg: ModelConfig, rng: np.random.Generator, candidates: int, *, ti
     return np.ascontiguousarray(cls), np.ascontiguousarray(box), direction
 
 
+def voxel_counts(frames: int) -> np.ndarray:
+    """Stand-in voxelizer counts, (frames, len(VOXEL_STATS)): frame f's are 100 * (f + 1) + slot."""
+    return (100 * np.arange(1, frames + 1)[:, None] + np.arange(len(gpu_vox.VOXEL_STATS))).astype(np.int32)
+
+
 def run_post(cp: Any, stage: Any, maps: Maps, stream: Any) -> np.ndarray:
     stage.result[...] = np.nan  # every row the frame reports must be written by it
-    extra = cp.asarray(np.arange(100, 100 + len(gpu_vox.VOXEL_STATS), dtype=np.int32))
-    stage.launch(cp.asarray(merged_nhwc(maps)), extra, stream)
+    stage.launch(cp.asarray(merged_nhwc(maps)[None]), cp.asarray(voxel_counts(1)), stream)
     stream.synchronize()
-    return stage.result.get()
+    return stage.result[0].get()
 
 
-def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig) -> dict[str, int]:
+def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig, frame: int = 0) -> dict[str, int]:
     from pointpillars_trt.reference import head_maps_to_anchor_major, postprocess
 
     boxes, scores, labels, counts, velocity = gpu_post.PostprocessStage.unpack(result)
@@ -364,7 +426,7 @@ def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig) -> dic
     assert counts["candidates"] == candidates
     assert counts["selected"] == min(candidates, cfg.postprocess.pre_nms_top_k)
     extra = gpu_post.RESULT_HEADER[3:]
-    assert [counts[n] for n in extra] == list(range(100, 100 + len(extra)))
+    assert [counts[n] for n in extra] == voxel_counts(frame + 1)[frame, : len(extra)].tolist()
     assert counts["count"] == len(ref), f"GPU kept {counts['count']} boxes, the reference {len(ref)}"
     np.testing.assert_array_equal(labels, ref.labels)
     np.testing.assert_allclose(scores, ref.scores, rtol=2e-6, atol=0)
@@ -390,6 +452,25 @@ def test_postprocess_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, c
     counts = assert_post_matches(run_post(cp, stage, maps, stream), maps, cfg)
     if case == "none":
         assert counts["count"] == 0
+
+
+@pytest.mark.cuda
+def test_postprocess_a_batch_gives_each_frame_its_own_boxes(cp: Any, stream: Any, cfg: ModelConfig) -> None:
+    """Frames of very different candidate counts in one set of launches; each frame's header carries its
+    own voxelizer counts; a smaller batch after it is exact too."""
+    stage = gpu_post.PostprocessStage(cfg, frames=4)
+    rng = np.random.default_rng(47)
+    for cases in (("over top-k", "none", "few", "spread"), ("hundreds", "few")):
+        maps = []
+        for case in cases:
+            n, ties, spacing = POST_CASES[case]
+            maps.append(head_maps(cfg, rng, n, ties=ties, spacing=spacing))
+        stage.result[...] = np.nan
+        heads = cp.asarray(np.stack([merged_nhwc(m) for m in maps]))
+        stage.launch(heads, cp.asarray(voxel_counts(len(cases))), stream, frames=len(cases))
+        stream.synchronize()
+        for f, m in enumerate(maps):
+            assert_post_matches(stage.result[f].get(), m, cfg, frame=f)
 
 
 @pytest.mark.cuda
@@ -440,14 +521,14 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
         points = cp.zeros((8192, 4), np.float32)
         frame_header = cp.zeros(2, np.int32)
         pmax, channels = cfg.voxel.max_pillars, cfg.network.pfn_channels
-        pillar_features = cp.zeros((pmax, channels), np.float32)
+        pillar_features = cp.zeros((1, pmax, channels), np.float32)
         nx, ny, _ = cfg.voxel.grid
-        canvas = cp.zeros((ny, nx, channels), np.float32)
-        heads = cp.zeros(merged_nhwc(head_maps(cfg, rng, 0)).shape, np.float32)
+        canvas = cp.zeros((1, ny, nx, channels), np.float32)
+        heads = cp.zeros((1, *merged_nhwc(head_maps(cfg, rng, 0)).shape), np.float32)
 
         def frame() -> None:
             vox.launch(points, frame_header, capture)
-            sca.launch(pillar_features, vox.coords, vox.num_pillars, canvas, capture)
+            sca.launch(pillar_features, vox.coords, vox.stats, canvas, capture)
             post.launch(heads, vox.stats, capture)
 
         frame()  # warm-up outside the capture
@@ -464,17 +545,15 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
             host_maps = head_maps(cfg, rng, 400, ties=3)
             points[:n] = cp.asarray(pts)
             frame_header[...] = cp.asarray(np.array([n, 0], np.int32))
-            pillar_features[...] = cp.asarray(feats)
-            heads[...] = cp.asarray(merged_nhwc(host_maps))
+            pillar_features[0] = cp.asarray(feats)
+            heads[0] = cp.asarray(merged_nhwc(host_maps))
             graph.launch(capture)
             capture.synchronize()
-            got = {"features": vox.features.get(), "coords": vox.coords.get(),
-                   "num_points": vox.num_points.get(), "stats": vox.stats.get()}
-            assert_matches_reference(got, pts, cfg)
+            assert_matches_reference(fetch(vox, capture), pts, cfg)
             ref = voxelize(pts, cfg)
             p = ref.num_pillars
-            np.testing.assert_array_equal(canvas.get(), scatter(feats[:p], ref.coords, cfg)[0].transpose(1, 2, 0))
-            result = post.result.get()
+            np.testing.assert_array_equal(canvas[0].get(), scatter(feats[:p], ref.coords, cfg)[0].transpose(1, 2, 0))
+            result = post.result[0].get()
             boxes, _, _, counts, _ = gpu_post.PostprocessStage.unpack(result)
             assert counts["pillars"] == p and counts["nonfinite"] == ref.num_nonfinite
             from pointpillars_trt.reference import postprocess
@@ -489,11 +568,18 @@ def test_frame_captured_in_a_cuda_graph(cp: Any, cfg: ModelConfig) -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_kernels_compile_with_nvcc(cfg: ModelConfig, tmp_path: Path) -> None:
-    """Each .cu compiles for sm_90 with exactly the options and defines the stage modules give NVRTC."""
+    """Each stage's .cu compiles for sm_90 with exactly the options and defines the stage modules give
+    NVRTC, without spilling registers (the multi-head post-process with the nuScenes config's)."""
+    from pointpillars_trt.config import load_config
+    from pointpillars_trt.kernels.multihead_post import MultiHeadPostParams
+    from pointpillars_trt.kernels.pfn import PfnParams
+
     jobs = {
         "voxelize.cu": gpu_vox.VoxelParams.from_config(cfg).defines(),
         "scatter.cu": gpu_scatter.ScatterParams.from_config(cfg).defines(),
         "postprocess.cu": gpu_post.PostParams.from_config(cfg).defines(),
+        "pfn.cu": PfnParams.from_config(cfg).defines(),
+        "multihead_post.cu": MultiHeadPostParams.from_config(load_config("openpcdet_nuscenes_multihead")).defines(),
     }
     for name, defines in jobs.items():
         src = tmp_path / name

@@ -263,12 +263,12 @@ def test_post_process_equals_the_reference(cp: Any, crowded: bool) -> None:
     rng = np.random.default_rng(7 + crowded)
     stage = MultiHeadPostprocessStage(CFG)
     stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
-    stats = cp.asarray(np.arange(1, 9, dtype=np.int32))
+    stats = cp.asarray(np.arange(1, 9, dtype=np.int32)[None])
     for frame in range(2):  # the second frame checks that the first left no state behind
         heads = _head_map(rng, crowded)
-        stage.launch(cp.asarray(heads), stats, stream)
+        stage.launch(cp.asarray(heads[None]), stats, stream)
         stream.synchronize()
-        boxes, scores, labels, counts, velocity = MultiHeadPostprocessStage.unpack(cp.asnumpy(stage.result))
+        boxes, scores, labels, counts, velocity = MultiHeadPostprocessStage.unpack(cp.asnumpy(stage.result[0]))
         want = multihead_postprocess(heads, CFG)
         assert counts["count"] == len(want.scores) > 50, frame
         np.testing.assert_array_equal(labels, want.labels)
@@ -278,6 +278,32 @@ def test_post_process_equals_the_reference(cp: Any, crowded: bool) -> None:
         assert counts["pillars"] == 1  # the voxelizer's counts follow the stage's own in the header
         if crowded:
             assert counts["selected"] < counts["candidates"]  # the car head's top-k cut 3,000 candidates
+
+
+@pytest.mark.cuda
+def test_post_process_of_a_batch_equals_the_reference_frame_by_frame(cp: Any) -> None:
+    """Three frames in one set of launches (crowded, quiet, crowded), each its own boxes and its own
+    voxelizer counts in its header; a smaller batch after it leaves no state behind."""
+    from pointpillars_trt.kernels.multihead_post import MultiHeadPostprocessStage
+
+    rng = np.random.default_rng(31)
+    stage = MultiHeadPostprocessStage(CFG, frames=3)
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    stats = cp.asarray((np.arange(1, 9, dtype=np.int32) + 10 * np.arange(3, dtype=np.int32)[:, None]))
+    for frames in (3, 2):
+        heads = np.stack([_head_map(rng, crowded) for crowded in (True, False, True)[:frames]])
+        stage.result.fill(np.nan)
+        stage.launch(cp.asarray(heads), stats, stream, frames=frames)
+        stream.synchronize()
+        for f in range(frames):
+            boxes, scores, labels, counts, velocity = MultiHeadPostprocessStage.unpack(cp.asnumpy(stage.result[f]))
+            want = multihead_postprocess(heads[f], CFG)
+            assert counts["count"] == len(want.scores) > 0, (frames, f)
+            np.testing.assert_array_equal(labels, want.labels)
+            np.testing.assert_allclose(scores, want.scores, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(boxes, want.boxes, rtol=1e-5, atol=2e-5)
+            np.testing.assert_allclose(velocity, want.velocity, rtol=0, atol=1e-6)
+            assert counts["pillars"] == 1 + 10 * f
 
 
 def tf32_nearest(values: np.ndarray) -> np.ndarray:

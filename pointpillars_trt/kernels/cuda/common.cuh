@@ -7,6 +7,13 @@
 
 #define PP_FULL_MASK 0xffffffffu
 
+// A batch's frames run in one launch, frame blockIdx.z: each per-frame buffer of a stage holds the
+// batch's frames back to back, and this is the calling block's frame's part of one.
+template <typename T>
+__device__ __forceinline__ T* frame_part(T* base, long long per_frame) {
+    return base + static_cast<long long>(blockIdx.z) * per_frame;
+}
+
 // Inclusive prefix sum across the 32 lanes of a warp.
 __device__ __forceinline__ int pp_warp_inclusive_scan(int v) {
     const int lane = threadIdx.x & 31;

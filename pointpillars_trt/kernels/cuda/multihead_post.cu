@@ -7,7 +7,9 @@
 // each in NMS order, as OpenPCDet concatenates them. Row r of a head is anchor a = r / plane of its
 // cell grid (a = class-in-head * rotations + rotation), pixel r % plane; the head's class logits
 // and box codes sit at channel offsets of the merged NHWC map (segment table, below).
-// Launch order, one stream:
+// A batch's frames run in one set of launches, frame blockIdx.z on its own part of every per-frame
+// buffer (frame_part); the segment table, anchors and thresholds are the batch's. Launch order, one
+// stream (the blocks below are a frame's):
 //   mh_score      per (row, segment): score key (0: fails the threshold), candidate lists
 //   mh_select     block per segment: top TOP_K (radix select + bitonic sort), decoded members
 //   mh_nms_mask   IoU bit matrix of each segment (rotated_nms.cuh)
@@ -27,6 +29,9 @@
 namespace {
 
 constexpr int kPlane = HEAD_W * HEAD_H;
+constexpr long long kHeadValues = static_cast<long long>(kPlane) * HEAD_CHANNELS;  // a frame's head map
+constexpr long long kSlots = static_cast<long long>(NUM_SEGMENTS) * SORT_CAP;       // a frame's NMS members
+constexpr long long kStats = NUM_SEGMENTS * 2LL;                                     // a frame's stats
 
 // Offset of the first channel of row r's pixel in the merged NHWC map.
 __device__ __forceinline__ size_t cell_of(int r) {
@@ -41,6 +46,10 @@ __device__ __forceinline__ size_t cell_of(int r) {
 extern "C" __global__ void __launch_bounds__(SCORE_BLOCK)
 mh_score(const float* __restrict__ heads, const int* __restrict__ segments, const float* __restrict__ thresholds,
          unsigned* __restrict__ key, unsigned long long* __restrict__ candidates, int* __restrict__ stats) {
+    heads = frame_part(heads, kHeadValues);
+    key = frame_part(key, static_cast<long long>(NUM_SEGMENTS) * MAX_ROWS);
+    candidates = frame_part(candidates, kSlots);
+    stats = frame_part(stats, kStats);
     const int s = blockIdx.y;
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
@@ -65,6 +74,15 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
           float* __restrict__ group_box, float* __restrict__ group_velocity, float* __restrict__ group_rect,
           float* __restrict__ group_score) {
     __shared__ unsigned long long keys[SORT_CAP];
+    heads = frame_part(heads, kHeadValues);
+    key = frame_part(key, static_cast<long long>(NUM_SEGMENTS) * MAX_ROWS);
+    candidates = frame_part(candidates, kSlots);
+    stats = frame_part(stats, kStats);
+    group_count = frame_part(group_count, NUM_SEGMENTS);
+    group_box = frame_part(group_box, kSlots * 7);
+    group_velocity = frame_part(group_velocity, kSlots * 2);
+    group_rect = frame_part(group_rect, kSlots * kRectFloats);
+    group_score = frame_part(group_score, kSlots);
     const int s = blockIdx.x;
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
@@ -119,18 +137,29 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
 extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 mh_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
+    nms_mask_words(frame_part(group_count, NUM_SEGMENTS), frame_part(group_rect, kSlots * kRectFloats),
+                   thresholds[THRESHOLD_NMS_IOU], frame_part(mask, kSlots * kNmsColBlocks));
 }
 
 // Greedy NMS per segment (the first max_boxes kept of each), then the rows in segment order:
 // x, y, z, dx, dy, dz, heading, score, label (the segment: the class index) [, vx, vy]. Row 0 is
 // the header: count, candidates, selected (summed over the segments), then `extra` (the voxelizer's
-// counts). The candidate counts are zeroed for the next frame's mh_score.
+// counts, extra_stride apart a frame). The candidate counts are zeroed for the next frame's mh_score.
 extern "C" __global__ void __launch_bounds__(256)
 mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
           const float* __restrict__ group_box, const float* __restrict__ group_velocity,
           const float* __restrict__ group_score, int* __restrict__ stats, const int* __restrict__ extra,
-          int num_extra, const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
+          int extra_stride, int num_extra, const float* __restrict__ thresholds, int* __restrict__ kept,
+          float* __restrict__ out) {
+    group_count = frame_part(group_count, NUM_SEGMENTS);
+    mask = frame_part(mask, kSlots * kNmsColBlocks);
+    group_box = frame_part(group_box, kSlots * 7);
+    group_velocity = frame_part(group_velocity, kSlots * 2);
+    group_score = frame_part(group_score, kSlots);
+    stats = frame_part(stats, kStats);
+    extra = frame_part(extra, extra_stride);
+    kept = frame_part(kept, kSlots);
+    out = frame_part(out, (1LL + static_cast<long long>(MAX_BOXES) * NUM_SEGMENTS) * ROW_FLOATS);
     const int max_boxes = max(1, min(MAX_BOXES, static_cast<int>(thresholds[THRESHOLD_MAX_BOXES])));
     int total = 0;
     for (int s = 0; s < NUM_SEGMENTS; ++s) total += greedy_nms_group(mask, s, group_count[s], max_boxes, kept + total);

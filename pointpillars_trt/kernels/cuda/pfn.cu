@@ -1,4 +1,5 @@
-// Pillar feature net, fused: decorated pillars (MAX_PILLARS, MAX_PTS, NUM_FEATURES) -> (MAX_PILLARS, OUT_CHANNELS).
+// Pillar feature net, fused: decorated pillars (MAX_PILLARS, MAX_PTS, NUM_FEATURES) -> (MAX_PILLARS, OUT_CHANNELS),
+// for each frame of a batch in one launch.
 //
 // The network both families use: one linear map with BatchNorm folded in (weight, bias), ReLU, and the
 // max over all MAX_PTS slots (padded slots are zero and take part, as in the references). It runs only
@@ -12,6 +13,8 @@
 //
 // Compile-time configuration (-D options from pfn.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
 // OUT_CHANNELS, CHANNELS_PER_THREAD (divides OUT_CHANNELS), PILLARS_PER_BLOCK.
+#include "common.cuh"
+
 namespace {
 constexpr int kPillarFloats = MAX_PTS * NUM_FEATURES;
 // A staged pillar's row in shared memory: whole 16-byte pieces, and not a multiple of 32 floats, so
@@ -24,10 +27,11 @@ static_assert(OUT_CHANNELS % CHANNELS_PER_THREAD == 0, "channels in whole groups
 
 // Block (kGroups, PILLARS_PER_BLOCK): thread (g, y) computes the CHANNELS_PER_THREAD channels from
 // g * CHANNELS_PER_THREAD on, of pillar y of each group of pillars; a grid-stride loop over pillar
-// groups keeps the grid small when the frame is.
+// groups keeps the grid small when the frame is. Frame blockIdx.z of a batch: its pillars, its
+// count (`counts[z * count_stride]`: the voxelizer's stats rows) and its rows of `out`.
 extern "C" __global__ void __launch_bounds__(kThreads)
 pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight, const float* __restrict__ bias,
-            const int* __restrict__ num_pillars, float* __restrict__ out) {
+            const int* __restrict__ counts, int count_stride, float* __restrict__ out) {
     __shared__ __align__(16) float s_points[PILLARS_PER_BLOCK * kRowFloats];
     const int tid = threadIdx.y * kGroups + threadIdx.x;
     const int first_channel = threadIdx.x * CHANNELS_PER_THREAD;
@@ -39,7 +43,9 @@ pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight,
 #pragma unroll
         for (int f = 0; f < NUM_FEATURES; ++f) w[j][f] = weight[(first_channel + j) * NUM_FEATURES + f];
     }
-    const int live = min(*num_pillars, MAX_PILLARS);
+    pillars = frame_part(pillars, static_cast<long long>(MAX_PILLARS) * kPillarFloats);
+    out = frame_part(out, static_cast<long long>(MAX_PILLARS) * OUT_CHANNELS);
+    const int live = min(*frame_part(counts, count_stride), MAX_PILLARS);
     for (int first = blockIdx.x * PILLARS_PER_BLOCK; first < live; first += gridDim.x * PILLARS_PER_BLOCK) {
         __syncthreads();  // the previous group's points are no longer read
         const int rows = min(PILLARS_PER_BLOCK, live - first);

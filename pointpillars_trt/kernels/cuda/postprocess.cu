@@ -1,5 +1,7 @@
-// Head maps -> final boxes: score, threshold, top-k, decode, rotated BEV NMS, one small output.
-// The head map is one frame's merged NHWC map (HEAD_H, HEAD_W, HEAD_CHANNELS): cls | box | dir.
+// Head maps -> final boxes: score, threshold, top-k, decode, rotated BEV NMS, one small output a frame.
+// A frame's head map is its merged NHWC map (HEAD_H, HEAD_W, HEAD_CHANNELS): cls | box | dir. A
+// batch's frames run in one set of launches, frame blockIdx.z on its own part of every per-frame
+// buffer (frame_part); the anchors and the thresholds are the batch's.
 //
 // Same result as pointpillars_trt/reference/post.py: ties in every ordering go to the lower index
 // (anchor index for the top-k, position for the per-class sorts and the final cut), IoU > threshold
@@ -9,7 +11,7 @@
 // capacities. The run-time thresholds (score threshold, NMS IoU, max boxes) are read from the small
 // device buffer `thresholds` (slots THRESHOLD_*), so a new value needs neither a recompilation nor a
 // new CUDA graph: the graph holds the buffer's address, the kernels read its contents. Launch order,
-// one stream:
+// one stream (the blocks below are a frame's):
 //   pp_score      per anchor: max class probability; block counts of those passing the threshold
 //   pp_compact    per anchor: candidates in anchor order (each block sums the counts before its own;
 //                 the last block writes the candidate count)
@@ -25,7 +27,8 @@
 // MAX_BOXES (the cap the output is sized for; the run-time max boxes is at most this), DIR_OFFSET,
 // DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
 // OUT_MAX_[XYZ], SCORE_BLOCK, NMS_RECT_FLOATS, NMS_MASK_THREADS, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
-// THRESHOLD_* (slots of `thresholds`: float32 score threshold, NMS IoU, max boxes).
+// THRESHOLD_* (slots of `thresholds`: float32 score threshold, NMS IoU, max boxes), STAT_COUNT (a frame's
+// stats).
 #include "common.cuh"
 #include "result_header.cuh"
 #include "rotated_nms.cuh"
@@ -37,6 +40,9 @@ constexpr int kPlane = HEAD_W * HEAD_H;
 constexpr int kNumAnchors = kPlane * ANCHORS_PER_CELL;
 constexpr int kGroups = PER_CLASS ? NUM_CLASSES : 1;
 constexpr int kRowFloats = 9;  // x, y, z, dx, dy, dz, heading, score, label
+constexpr int kScoreBlocks = (kNumAnchors + SCORE_BLOCK - 1) / SCORE_BLOCK;  // pp_score's blocks a frame
+constexpr long long kHeadValues = static_cast<long long>(kPlane) * HEAD_CHANNELS;  // a frame's head map
+constexpr long long kSlots = static_cast<long long>(kGroups) * SORT_CAP;  // a frame's NMS group members
 
 // ---------------------------------------------------------------- scores
 
@@ -116,6 +122,9 @@ __device__ Decoded decode(const float* box, const float* dir, const float* ancho
 
 extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* __restrict__ thresholds,
                                     unsigned* __restrict__ key, int* __restrict__ block_counts) {
+    cls = frame_part(cls, kHeadValues);
+    key = frame_part(key, kNumAnchors);
+    block_counts = frame_part(block_counts, kScoreBlocks);
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const float threshold = thresholds[THRESHOLD_SCORE];
     int pass = 0;
@@ -135,6 +144,11 @@ extern "C" __global__ void pp_compact(const unsigned* __restrict__ key,
                                       const int* __restrict__ block_counts, const float* __restrict__ thresholds,
                                       int* __restrict__ stats, unsigned* __restrict__ cand_key,
                                       int* __restrict__ cand_anchor) {
+    key = frame_part(key, kNumAnchors);
+    block_counts = frame_part(block_counts, kScoreBlocks);
+    stats = frame_part(stats, STAT_COUNT);
+    cand_key = frame_part(cand_key, kNumAnchors);
+    cand_anchor = frame_part(cand_anchor, kNumAnchors);
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const unsigned k = a < kNumAnchors ? key[a] : 0u;
     const bool pass = a < kNumAnchors && passes(__uint_as_float(k), thresholds[THRESHOLD_SCORE]);
@@ -156,6 +170,11 @@ extern "C" __global__ void __launch_bounds__(1024)
 pp_select(const unsigned* __restrict__ cand_key, const int* __restrict__ cand_anchor,
           int* __restrict__ stats, int* __restrict__ sel_anchor, float* __restrict__ sel_score) {
     __shared__ unsigned long long keys[SORT_CAP];
+    cand_key = frame_part(cand_key, kNumAnchors);
+    cand_anchor = frame_part(cand_anchor, kNumAnchors);
+    stats = frame_part(stats, STAT_COUNT);
+    sel_anchor = frame_part(sel_anchor, SORT_CAP);
+    sel_score = frame_part(sel_score, SORT_CAP);
     const int n = stats[STAT_CANDIDATES];
     const int k = min(n, TOP_K);
     if (n <= TOP_K) {
@@ -178,13 +197,25 @@ pp_select(const unsigned* __restrict__ cand_key, const int* __restrict__ cand_an
 // Members of NMS group g in the order NMS visits them, decoded. Class-agnostic: the selected
 // anchors as they are (any number of blocks share the decoding). Per class: one block per class
 // takes those whose class probability passes, by (probability desc, top-k position asc).
-extern "C" __global__ void __launch_bounds__(1024)
+extern "C" __global__ void __launch_bounds__(PER_CLASS ? 1024 : 256)  // the class-agnostic blocks are 256 threads
 pp_group(const float* __restrict__ cls, const float* __restrict__ box,
          const float* __restrict__ dir, const float* __restrict__ anchors,
          const int* __restrict__ sel_anchor, const float* __restrict__ sel_score,
          const int* __restrict__ stats, const float* __restrict__ thresholds, int* __restrict__ group_count,
          float* __restrict__ group_box, float* __restrict__ group_rect,
          float* __restrict__ group_score, int* __restrict__ group_label, int* __restrict__ group_dir) {
+    cls = frame_part(cls, kHeadValues);
+    box = frame_part(box, kHeadValues);
+    dir = frame_part(dir, kHeadValues);
+    sel_anchor = frame_part(sel_anchor, SORT_CAP);
+    sel_score = frame_part(sel_score, SORT_CAP);
+    stats = frame_part(stats, STAT_COUNT);
+    group_count = frame_part(group_count, kGroups);
+    group_box = frame_part(group_box, kSlots * 7);
+    group_rect = frame_part(group_rect, kSlots * kRectFloats);
+    group_score = frame_part(group_score, kSlots);
+    group_label = frame_part(group_label, kSlots);
+    group_dir = frame_part(group_dir, kSlots);
     const int k = stats[STAT_SELECTED];
 #if PER_CLASS
     const int g = blockIdx.x;
@@ -239,7 +270,8 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
 extern "C" __global__ void __launch_bounds__(NMS_MASK_THREADS)
 pp_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group_rect,
             const float* __restrict__ thresholds, unsigned long long* __restrict__ mask) {
-    nms_mask_words(group_count, group_rect, thresholds[THRESHOLD_NMS_IOU], mask);
+    nms_mask_words(frame_part(group_count, kGroups), frame_part(group_rect, kSlots * kRectFloats),
+                   thresholds[THRESHOLD_NMS_IOU], frame_part(mask, kSlots * kNmsColBlocks));
 }
 
 namespace {
@@ -280,16 +312,27 @@ __device__ __forceinline__ bool output_row(int slot, const float* group_box, con
 // Greedy NMS per group over the bit matrix (greedy_nms_group), then the final cut (per class: top
 // max_boxes by score only when more were kept), the output range filter and the rows. max_boxes is
 // the run-time value, clamped to the MAX_BOXES cap.
-// out: (MAX_BOXES + 1, 9) float32; row 0 is the header, rows 1.. the boxes.
+// out: (MAX_BOXES + 1, 9) float32 a frame; row 0 is the header, rows 1.. the boxes. `extra`: the
+// voxelizer's stats rows, extra_stride apart.
 extern "C" __global__ void __launch_bounds__(256)
 pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
               const float* __restrict__ group_box, const float* __restrict__ group_score,
               const int* __restrict__ group_label, const int* __restrict__ group_dir,
-              const int* __restrict__ stats, const int* __restrict__ extra, int num_extra,
+              const int* __restrict__ stats, const int* __restrict__ extra, int extra_stride, int num_extra,
               const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
 #if PER_CLASS
     __shared__ unsigned long long final_keys[FINAL_CAP];
 #endif
+    group_count = frame_part(group_count, kGroups);
+    mask = frame_part(mask, kSlots * kNmsColBlocks);
+    group_box = frame_part(group_box, kSlots * 7);
+    group_score = frame_part(group_score, kSlots);
+    group_label = frame_part(group_label, kSlots);
+    group_dir = frame_part(group_dir, kSlots);
+    stats = frame_part(stats, STAT_COUNT);
+    extra = frame_part(extra, extra_stride);
+    kept = frame_part(kept, kSlots);
+    out = frame_part(out, (MAX_BOXES + 1LL) * kRowFloats);
     const int max_boxes = max(1, min(MAX_BOXES, static_cast<int>(thresholds[THRESHOLD_MAX_BOXES])));
     int total = 0;
     for (int g = 0; g < kGroups; ++g) {

@@ -1,7 +1,9 @@
-// Pillar features -> one frame's dense BEV canvas in the RPN's input layout and precision, so no
+// Pillar features -> each frame's dense BEV canvas in the RPN's input layout and precision, so no
 // transpose or cast runs before the RPN: (NY, NX, CHANNELS), NHWC, or, with CANVAS_NCHW, (CHANNELS,
 // NY, NX) (the IEEE float32 cuDNN backbone's layout, whose kernels are channel-major); float16 with
-// CANVAS_HALF, else float32.
+// CANVAS_HALF, else float32. A batch's frames run in one launch, frame blockIdx.z on its own part of
+// each buffer (features, coords, written cells and count, canvas), its pillar count read at
+// `counts[z * count_stride]` (the voxelizer's stats rows).
 //
 // The canvas is zero except at the cells of this frame's pillars. Instead of clearing the whole
 // canvas every frame, scatter_clear zeroes only the cells the previous frame wrote (the stage
@@ -14,7 +16,10 @@
 // CANVAS_NCHW.
 #include <cuda_fp16.h>
 
+#include "common.cuh"
+
 namespace {
+constexpr long long kCanvasValues = static_cast<long long>(NY) * NX * CHANNELS;  // a frame's canvas
 #if CANVAS_HALF
 typedef __half canvas_t;
 __device__ __forceinline__ canvas_t to_canvas(float v) { return __float2half_rn(v); }
@@ -40,6 +45,9 @@ __device__ __forceinline__ long long canvas_index(int cell, int channel) {
 extern "C" __global__ void scatter_clear(const int* __restrict__ written_cells,
                                          const int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
+    written_cells = frame_part(written_cells, MAX_PILLARS);
+    written_count = frame_part(written_count, 1);
+    canvas = frame_part(canvas, kCanvasValues);
     const long long slots = static_cast<long long>(*written_count) * CHANNELS;
     for (long long t = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x; t < slots;
          t += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -53,11 +61,16 @@ extern "C" __global__ void scatter_clear(const int* __restrict__ written_cells,
 // writes of the cell's channels).
 extern "C" __global__ void scatter_write(const float* __restrict__ pillar_features,
                                          const int* __restrict__ coords,
-                                         const int* __restrict__ num_pillars,
+                                         const int* __restrict__ counts, int count_stride,
                                          int* __restrict__ written_cells,
                                          int* __restrict__ written_count,
                                          canvas_t* __restrict__ canvas) {
-    const int live = min(*num_pillars, MAX_PILLARS);
+    pillar_features = frame_part(pillar_features, static_cast<long long>(MAX_PILLARS) * CHANNELS);
+    coords = frame_part(coords, 4LL * MAX_PILLARS);
+    written_cells = frame_part(written_cells, MAX_PILLARS);
+    written_count = frame_part(written_count, 1);
+    canvas = frame_part(canvas, kCanvasValues);
+    const int live = min(*frame_part(counts, count_stride), MAX_PILLARS);
     const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (first == 0) *written_count = live;
     const long long slots = static_cast<long long>(live) * CHANNELS;

@@ -6,13 +6,16 @@
 // place points into per-cell buckets whose order nobody relies on: a point's slot is its rank, the
 // number of earlier points of its cell, counted in the bucket. So two runs give identical bytes.
 //
-// One frame = seven launches on one stream, all sized from capacities (the point capacity is a kernel
-// argument, so growing it needs no recompilation); the frame's point count and first row (its
-// `frame` header: two int32 on the device, so several frames can share one input buffer) and the
-// pillar count are read from device memory, so a CUDA graph can capture the frame. The per-point
-// kernels take the frame's points in chunks of one block's threads, their blocks striding over the
-// chunks: a grid of a few blocks an SM, not one sized for the buffer (which holds a whole batch's
-// points), so the frames of a batch, each on its own stream, run side by side.
+// A batch = seven launches on one stream, all sized from capacities (the point capacity is a kernel
+// argument, so growing it needs no recompilation); each frame's point count and first row (its
+// `frame` header: two int32 on the device, the batch's frames sharing one input buffer) and the
+// pillar count are read from device memory, so a CUDA graph can capture the batch. Frame
+// blockIdx.z of a launch works on its own part of every per-frame buffer (frame_part): its cells,
+// pillars, stats and chunk counters; the point-indexed scratch (point_cell, bucket) is indexed by
+// the frame's rows of the shared input, so the frames need no room of their own there. The per-point
+// kernels take a frame's points in chunks of one block's threads, their blocks striding over the
+// chunks: a grid of a few blocks an SM shared among the batch's frames, not one sized for the
+// buffer (which holds a whole batch's points).
 //   vox_classify  per point: cell or drop code; atomicMin first point and atomicAdd count per cell
 //   vox_count     per point: first-point flags; first points reserve their cell's bucket; chunk sums
 //   vox_offsets   one block: pillar numbering offsets per chunk and the frame counters
@@ -33,7 +36,7 @@
 //   0: `times` is not read),
 //   GATHER_WARPS (warps, one pillar each, per vox_gather block),
 //   RANGE_MIN_[XYZ], RANGE_MAX_[XYZ], PILLAR_[XYZ], CENTER_OFFSET_[XYZ] (float literals),
-//   STAT_* (slots of the stats array),
+//   STAT_* (slots of the stats array), STAT_COUNT (a frame's stats),
 //   FEATURE_* (codes of the decoration channels).
 #include "common.cuh"
 
@@ -42,6 +45,8 @@ namespace {
 constexpr int kOutOfRange = -1;
 constexpr int kNonFinite = -2;
 constexpr int kNoPoint = 0x7fffffff;
+constexpr long long kCells = static_cast<long long>(NX) * NY * NZ;  // a frame's per-cell scratch
+constexpr long long kPillarSlots = static_cast<long long>(MAX_PILLARS) * MAX_PTS;
 
 // Per-chunk counters written by vox_count and scanned by vox_offsets.
 enum BlockCount { kFirst = 0, kNonFiniteCount = 1, kInRange = 2, kBlockStride = 3 };
@@ -63,6 +68,12 @@ __device__ __forceinline__ int live_points(const int* frame, int num_rows) {
 // and vox_count writes one counter row a chunk.
 __device__ __forceinline__ int point_chunks(const int* frame, int num_rows, int chunk_points) {
     return (live_points(frame, num_rows) + chunk_points - 1) / chunk_points;
+}
+
+// This block's frame's chunk counters: room for a frame of all num_rows points.
+template <typename T>
+__device__ __forceinline__ T* frame_block_counts(T* block_counts, int num_rows, int chunk_points) {
+    return frame_part(block_counts, static_cast<long long>((num_rows + chunk_points - 1) / chunk_points) * kBlockStride);
 }
 
 // floor((p - lo) / size) in IEEE float32 (the reference's numerics); -1 outside [0, n).
@@ -108,7 +119,11 @@ extern "C" __global__ void vox_classify(const float4* __restrict__ points, const
                                         const int* __restrict__ frame, int num_rows,
                                         int* __restrict__ point_cell, int* __restrict__ cell_first,
                                         int* __restrict__ cell_count) {
+    frame = frame_part(frame, 2);
+    cell_first = frame_part(cell_first, kCells);
+    cell_count = frame_part(cell_count, kCells);
     const int live = live_points(frame, num_rows), first = first_row(frame, num_rows);
+    point_cell += first;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < live; i += gridDim.x * blockDim.x) {
         const int row = first + i;
         const int cell = classify(points[row], time_of(times, row));
@@ -127,6 +142,13 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
                                      int* __restrict__ cell_bucket, int* __restrict__ stats,
                                      int* __restrict__ block_counts) {
     __shared__ int block_start;
+    frame = frame_part(frame, 2);
+    point_cell += first_row(frame, num_rows);
+    cell_first = frame_part(cell_first, kCells);
+    cell_count = frame_part(cell_count, kCells);
+    cell_bucket = frame_part(cell_bucket, kCells);
+    stats = frame_part(stats, STAT_COUNT);
+    block_counts = frame_block_counts(block_counts, num_rows, blockDim.x);
     const int live = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows, blockDim.x);
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
         const int i = chunk * blockDim.x + threadIdx.x;
@@ -161,6 +183,9 @@ extern "C" __global__ void vox_count(const int* __restrict__ frame, int num_rows
 extern "C" __global__ void vox_offsets(const int* __restrict__ frame, int num_rows, int chunk_points,
                                        int* __restrict__ block_counts, int* __restrict__ stats) {
     __shared__ int totals[kBlockStride];
+    frame = frame_part(frame, 2);
+    block_counts = frame_block_counts(block_counts, num_rows, chunk_points);
+    stats = frame_part(stats, STAT_COUNT);
     const int chunks = point_chunks(frame, num_rows, chunk_points);
     pp_scan_block_counts<kBlockStride>(block_counts, chunks, totals);
     __syncthreads();
@@ -189,6 +214,21 @@ extern "C" __global__ void vox_number(const int* __restrict__ frame, int num_row
                                       int* __restrict__ pillar_total, int* __restrict__ coords,
                                       int* __restrict__ num_points, int* __restrict__ stats,
                                       int* __restrict__ large_pillars) {
+    frame = frame_part(frame, 2);
+    point_cell += first_row(frame, num_rows);
+    bucket += first_row(frame, num_rows);
+    cell_first = frame_part(cell_first, kCells);
+    cell_count = frame_part(cell_count, kCells);
+    cell_bucket = frame_part(cell_bucket, kCells);
+    cell_fill = frame_part(cell_fill, kCells);
+    cell_pillar = frame_part(cell_pillar, kCells);
+    block_counts = frame_block_counts(block_counts, num_rows, blockDim.x);
+    pillar_bucket = frame_part(pillar_bucket, MAX_PILLARS);
+    pillar_total = frame_part(pillar_total, MAX_PILLARS);
+    coords = frame_part(coords, 4LL * MAX_PILLARS);
+    num_points = frame_part(num_points, MAX_PILLARS);
+    stats = frame_part(stats, STAT_COUNT);
+    large_pillars = frame_part(large_pillars, MAX_PILLARS);
     const int live_count = live_points(frame, num_rows), chunks = point_chunks(frame, num_rows, blockDim.x);
     for (int chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {  // uniform over the block
         const int i = chunk * blockDim.x + threadIdx.x;
@@ -227,6 +267,16 @@ extern "C" __global__ void vox_rank(const int* __restrict__ frame, int num_rows,
                                     const int* __restrict__ pillar_total,
                                     int* __restrict__ cell_first, int* __restrict__ cell_count,
                                     int* __restrict__ cell_fill, int* __restrict__ slot_point) {
+    frame = frame_part(frame, 2);
+    point_cell += first_row(frame, num_rows);
+    bucket += first_row(frame, num_rows);
+    cell_pillar = frame_part(cell_pillar, kCells);
+    cell_first = frame_part(cell_first, kCells);
+    cell_count = frame_part(cell_count, kCells);
+    cell_fill = frame_part(cell_fill, kCells);
+    pillar_bucket = frame_part(pillar_bucket, MAX_PILLARS);
+    pillar_total = frame_part(pillar_total, MAX_PILLARS);
+    slot_point = frame_part(slot_point, kPillarSlots);
     const int live = live_points(frame, num_rows);
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < live; i += gridDim.x * blockDim.x) {
         const int cell = point_cell[i];
@@ -294,7 +344,8 @@ __device__ __forceinline__ void select_digit(const int* hist, int need, unsigned
 // smallest indices of the pillar: a radix select (four 8-bit digits, a shared histogram per digit)
 // finds the MAX_PTS-th smallest index v in four passes over the members; indices are distinct, so
 // exactly MAX_PTS members are <= v, and those few are then ranked among themselves.
-extern "C" __global__ void vox_rank_large(const int* __restrict__ stats,
+extern "C" __global__ void vox_rank_large(const int* __restrict__ frame, int num_rows,
+                                          const int* __restrict__ stats,
                                           const int* __restrict__ large_pillars,
                                           const int* __restrict__ bucket,
                                           const int* __restrict__ pillar_bucket,
@@ -305,6 +356,13 @@ extern "C" __global__ void vox_rank_large(const int* __restrict__ stats,
     __shared__ int num_kept;
     __shared__ unsigned selected_prefix;
     __shared__ int selected_need;
+    frame = frame_part(frame, 2);
+    bucket += first_row(frame, num_rows);
+    stats = frame_part(stats, STAT_COUNT);
+    large_pillars = frame_part(large_pillars, MAX_PILLARS);
+    pillar_bucket = frame_part(pillar_bucket, MAX_PILLARS);
+    pillar_total = frame_part(pillar_total, MAX_PILLARS);
+    slot_point = frame_part(slot_point, kPillarSlots);
     for (int k = blockIdx.x; k < stats[STAT_LARGE_PILLARS]; k += gridDim.x) {
         const int pillar = large_pillars[k];
         const int* members = bucket + pillar_bucket[pillar];
@@ -379,6 +437,12 @@ vox_gather(const float4* __restrict__ points, const float* __restrict__ times, c
 #if HAS_TIME
     __shared__ float staged_time[kGatherWarps][MAX_PTS];
 #endif
+    frame = frame_part(frame, 2);
+    slot_point = frame_part(slot_point, kPillarSlots);
+    stats = frame_part(stats, STAT_COUNT);
+    coords = frame_part(coords, 4LL * MAX_PILLARS);
+    num_points = frame_part(num_points, MAX_PILLARS);
+    features = frame_part(features, kPillarSlots * NUM_FEATURES);
     const int warp = threadIdx.x >> 5;
     const int lane = threadIdx.x & 31;
     const int live = stats[STAT_PILLARS];
