@@ -37,6 +37,7 @@ from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
+from .points import as_array
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, StagingBuffer, empty_pinned
 from .kernels.pfn import PfnStage
@@ -606,14 +607,11 @@ def _memory_type(array: np.ndarray) -> int | None:
 
 
 def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp.ndarray:
-    """A CuPy view of a device array (CuPy, PyTorch, anything with DLPack or the CUDA array interface)."""
+    """A CuPy view of a device array (CuPy, PyTorch, JAX, anything with DLPack or the CUDA array interface),
+    converted under the pipeline's stream (``points.as_array``)."""
+    expected = f"an (N, {columns}) float32 device array"
     with stream:
-        try:
-            arr = cp.from_dlpack(points) if hasattr(points, "__dlpack__") else cp.asarray(points)
-        except Exception as exc:
-            raise InputError(f"points: cannot use {type(points).__name__} as a device array ({exc})") from None
+        arr = as_array(points, "points", expected, cp)
     if arr.ndim != 2 or arr.shape[1] < columns or arr.dtype != np.float32:
-        raise InputError(f"points: expected an (N, {columns}) float32 device array; "
-                         f"got shape {arr.shape}, dtype {arr.dtype}")
+        raise InputError(f"points: expected {expected}; got shape {arr.shape}, dtype {arr.dtype}")
     return arr[:, :columns]
-

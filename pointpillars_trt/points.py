@@ -129,15 +129,19 @@ def is_cuda_array(points: object) -> bool:
 
 
 def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
-    """``xp.asarray(points)`` (NumPy; CuPy for sweeps on the GPU), the one conversion of frames and sweeps; what
-    it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the reason: ragged
-    lists, device arrays that refuse implicit host copies, a torch tensor that requires grad (RuntimeError, its
-    message naming .detach())."""
+    """``xp.asarray(points)`` (NumPy; CuPy for frames and sweeps on the GPU), the one conversion of frames and
+    sweeps; what it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the
+    reason: ragged lists, device arrays that refuse implicit host copies, a torch tensor that requires grad
+    (its message naming .detach()).
+
+    A device array that speaks DLPack goes through ``from_dlpack``, called under the stream the caller made
+    current: the producer (PyTorch, JAX) then orders its pending work on that array before the stream's next
+    work, where the CUDA array interface of a tensor made on another stream promises nothing."""
     try:
-        if xp is not np and not hasattr(points, "__cuda_array_interface__") and is_cuda_array(points):
-            return xp.from_dlpack(points)  # a device array that speaks DLPack only (JAX's): CuPy's asarray refuses it
+        if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
+            return xp.from_dlpack(points)
         return xp.asarray(points)
-    except (TypeError, ValueError, RuntimeError) as exc:
+    except (TypeError, ValueError, RuntimeError, BufferError) as exc:
         raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
 
 
