@@ -1,6 +1,8 @@
 """A file or folder named with a newline and an ESC is named escaped in every reader's and loader's error: the
 message stays one line (the Python API's exception text too, not only the CLI's ``error:`` line) and no escape
-sequence in a name reaches the terminal."""
+sequence in a name reaches the terminal. The status lines of what a command wrote or found (``wrote ...``,
+--skip-existing's) name such a folder escaped too, unquoted (an ordinary name prints as it is), and the messages
+naming a served detector's or a Ray cluster's address name one given so escaped."""
 
 from __future__ import annotations
 
@@ -13,8 +15,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pointpillars_trt.apps.cli import build_parser
+from pointpillars_trt.apps.cli import build_parser, main
+from pointpillars_trt.apps.distributed import _check_reachable
 from pointpillars_trt.apps.eval.cli import run_eval
+from pointpillars_trt.apps.resume import Resume, earlier_failures, say_resume
+from pointpillars_trt.apps.serve.client import RemoteDetector
 from pointpillars_trt.config import build_command, load_config
 from pointpillars_trt.convert.checkpoint import load_checkpoint
 from pointpillars_trt.convert.export import export_model_dir
@@ -29,6 +34,11 @@ from tiny import tiny_config, tiny_model_dir, tiny_weights
 
 ODD = "odd\n\x1b[31mname"  # a line break, then the ANSI sequence that turns a terminal's text red
 SHOWN = "odd\\n\\x1b[31mname"  # the name as a message shows it
+
+
+def shown(path: Path) -> str:
+    """``path`` as a status line names it: its newline and ESC as escapes, unquoted, the rest as it is."""
+    return str(path).replace("\n", "\\n").replace("\x1b", "\\x1b")
 
 
 def _model_dir(tmp: Path) -> Path:
@@ -85,6 +95,8 @@ CASES: dict[str, Callable[[Path], object]] = {
     "checkpoint missing": lambda tmp: load_checkpoint(tmp / f"{ODD}.pth"),
     "checkpoint that is a model dir": lambda tmp: load_checkpoint(_model_dir(tmp)),
     "ONNX graph missing": lambda tmp: open_engine(tmp / ODD / "rpn.onnx", OrtOptions(), device="cpu"),
+    "served detector's address": lambda tmp: RemoteDetector(f"{ODD}:8001", timeout=5),
+    "Ray cluster's address": lambda tmp: _check_reachable(f"{ODD}:6379"),
 }
 
 
@@ -105,3 +117,42 @@ def test_a_fix_command_names_an_odd_path_as_one_shell_word(tmp_path: Path) -> No
                            check=True).stdout.split(b"\0")[:-1]
     assert [os.fsdecode(word) for word in words] == ["pointpillars-trt", "build", "--checkpoint",
                                                      str(tmp_path / f"{ODD}.pth"), "--out", str(tmp_path / ODD)]
+
+
+def printed_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """What was printed since the last call, stdout's lines then stderr's, each checked to be one terminal-safe
+    line."""
+    captured = capsys.readouterr()
+    lines = captured.out.splitlines() + captured.err.splitlines()
+    assert all(line.isprintable() for line in lines), lines
+    return lines
+
+
+def test_the_outputs_written_are_named_escaped(assets: Path, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """build's, serve's and eval's ``wrote`` lines name what they wrote escaped, each still one line."""
+    model = tmp_path / ODD / "model"
+    assert main(["build", "--checkpoint", str(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"),
+                 "--out", str(model)]) == 0
+    assert printed_lines(capsys)[0] == f"wrote {shown(model)} (openpcdet_kitti_3class, fp32, onnxruntime)"
+    repository = tmp_path / ODD / "repository"
+    assert main(["serve", "--model", str(model), "--repository", str(repository), "--device", "cpu",
+                 "--repository-only"]) == 0
+    assert printed_lines(capsys) == [f"wrote {shown(repository / 'pointpillars')}"]
+    labels, pred = tmp_path / "labels", tmp_path / "pred"
+    for folder, score in ((labels, ""), (pred, " 0.9")):
+        folder.mkdir()
+        (folder / "000000.txt").write_text(f"Car 0 0 0 100 150 180 210 1.5 1.6 3.9 -12 1.6 20 0.3{score}\n")
+    report = tmp_path / ODD / "ap.json"
+    assert main(["eval", "--pred", str(pred), "--labels", str(labels), "--json", str(report)]) == 0
+    assert printed_lines(capsys)[-1] == f"wrote {shown(report)}"
+
+
+def test_resume_lines_name_an_odd_out_folder_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each line --skip-existing and --retry-failed print of what they found in --out names it escaped."""
+    out = _folder(tmp_path)
+    say_resume(Resume([], skipped=["a.bin"], failed_before=["a.bin"], unpictured=[out / "a.png"],
+                      redone=[out / "b.json"]), "jsonl", out, retry=False)
+    earlier_failures(["a.bin"], "jsonl", out, retry=True)
+    lines = printed_lines(capsys)
+    assert len(lines) == 5 and all(f" in {shown(out)}" in line for line in lines), lines

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, one_line, safe_repr
+from ..errors import PointPillarsError, escape_text, one_line, safe_repr
 from ..fileio import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
@@ -84,15 +84,16 @@ def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, re
 def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> None:
     """Say what ``frames_to_run`` found, in this order: the outputs redone, the frames skipped, then their
     earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
+    shown = escape_text(str(out))  # --out as these lines name it: one line whatever its name
     if resume.redone:
-        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {out} "
+        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {shown} "
               f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
     if resume.skipped:
-        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {out}", file=sys.stderr)
+        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {shown}", file=sys.stderr)
     if resume.failed_before and out is not None:
         earlier_failures(resume.failed_before, fmt, out, retry=retry)
     if resume.unpictured:  # of the frames just said skipped
-        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {out} have no whole --viz picture (e.g. "
+        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {shown} have no whole --viz picture (e.g. "
               f"{safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
               "rerun those frames with --viz into another --out", file=sys.stderr)
 
@@ -103,11 +104,11 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
     if retry:
         drop_failure_rows(out, fmt, {frame_key(frame) for frame in failed_before})
         print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
-              f"from the part files in {out}", file=sys.stderr)
+              f"from the part files in {escape_text(str(out))}", file=sys.stderr)
         return
     print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
-          f"{safe_repr(name_text(failed_before[0]))}): their rows in {out} hold the error, and a frame with a row is "
-          "not run again; pass --retry-failed to rerun them", file=sys.stderr)
+          f"{safe_repr(name_text(failed_before[0]))}): their rows in {escape_text(str(out))} hold the error, and a frame "
+          "with a row is not run again; pass --retry-failed to rerun them", file=sys.stderr)
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ import pytest
 from pointpillars_trt.apps.outputs import record_boxes
 
 from test_cli import KITTI_CALIB, LOOSE, Run, cli, tiny_model, tiny_points  # noqa: F401 (fixtures)
+from test_path_escaping import ODD, shown
 
 NO_PYARROW = "pyarrow is not installed (pip install '.[test-scaleout]')"
 PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None,
@@ -134,6 +135,24 @@ def test_an_earlier_failure_is_left_out_as_in_one_uninterrupted_run(tiny_model: 
     retried = run(tiny_model, frames, out, "jsonl", labels, "--skip-existing", "--retry-failed")
     assert retried.rc == 1 and "rerunning 1 frame(s)" in retried.err, retried
     assert evaluation(retried, out) == (printed, report)
+
+
+
+def test_an_odd_label_and_out_folder_are_named_escaped(tiny_model: Path, scene: Path, tmp_path: Path) -> None:
+    """--eval's and --out's folders named with a newline and an ESC: the evaluation's header, its ``wrote`` line
+    and --skip-existing's line name them escaped, each still one line, and no escape sequence reaches the terminal."""
+    folder = tmp_path / ODD
+    shutil.copytree(scene, folder)
+    labels, out, frames = folder / "label_2", folder / "out", frames_of(folder)
+    first = run(tiny_model, frames, out, "json", labels)
+    again = run(tiny_model, frames, out, "json", labels, "--skip-existing")
+    for done in (first, again):
+        lines = done.out.splitlines() + done.err.splitlines()
+        assert done.rc == 0 and all(line.isprintable() for line in lines), done
+        assert f"KITTI evaluation of 5 frame(s) against {shown(labels)}" in lines, done
+        assert f"wrote {shown(out / 'eval.json')}" in lines, done
+    assert f", written to {shown(out)} (" in first.out.splitlines()[0], first  # the summary
+    assert f"skipping 5 frame(s) whose outputs are already in {shown(out)}" in again.err.splitlines(), again
 
 
 def test_a_skipped_frame_that_cannot_be_evaluated_is_one_error_line(tiny_model: Path, scene: Path,

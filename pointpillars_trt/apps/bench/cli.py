@@ -157,7 +157,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if missing is not None:
         results["notes"].append(missing)
     for path in write_reports(results, out, chart=missing is None):
-        print(f"wrote {path}")
+        print(f"wrote {escape_text(str(path))}")
     if missing is not None:
         print(missing)
     print((out / "bench.md").read_text())

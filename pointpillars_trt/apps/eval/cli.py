@@ -193,5 +193,5 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json is not None:
         text = json.dumps(result.to_json_dict(), indent=2, allow_nan=False)
         write_text_atomic(args.json, text + "\n")
-        print(f"wrote {args.json}")
+        print(f"wrote {escape_text(str(args.json))}")
     return 0

@@ -22,7 +22,7 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line
+from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, escape_text, one_line
 from ...pointcloud_io import read_points
 from ...points import as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -69,6 +69,7 @@ class RemoteDetector:
         except ImportError:
             raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
+        self._shown = escape_text(str(server))  # as messages name the server: one line whatever was given
         self.timeout_option = timeout_option
         # sent with every request (the server's optional inputs): the served model's own values otherwise
         given = dataclasses.asdict(thresholds) if thresholds is not None else {}
@@ -93,12 +94,12 @@ class RemoteDetector:
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
             raise BackendError(self._unreachable(exc)) from None
         if not ready:
-            raise BackendError(f"server {server}: model {model!r} is not ready")
-        self.served = check_model_config(config, f"server {server}: model {model!r}")
+            raise BackendError(f"server {self._shown}: model {model!r} is not ready")
+        self.served = check_model_config(config, f"server {self._shown}: model {model!r}")
         asked, cap = self.thresholds.get("max_boxes"), self.served.max_boxes
         if isinstance(asked, int) and cap is not None and asked > cap:
             self.close()
-            raise InputError(f"--max-boxes {asked}: server {server} returns at most {cap} boxes a frame (its "
+            raise InputError(f"--max-boxes {asked}: server {self._shown} returns at most {cap} boxes a frame (its "
                              f"detector's cap, set when it was served); give at most {cap}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
         self.point_columns = self.served.point_columns  # what infer reads a frame's points as
@@ -131,7 +132,7 @@ class RemoteDetector:
                     self._clients.append(client)
             if cancelled or down is not None:
                 client.close()
-                raise (BackendError(f"{prefix}server {self.server}: the run was stopped") if down is None else
+                raise (BackendError(f"{prefix}server {self._shown}: the run was stopped") if down is None else
                        DetectorLost(prefix + down))
             self._local.client = client
         return client
@@ -143,7 +144,7 @@ class RemoteDetector:
             raise DetectorLost(prefix + self._down)
         if self.max_points is not None and frame.shape[0] > self.max_points:
             raise InputError(f"{prefix}{frame.shape[0]} points, more than the cap of {self.max_points} "
-                             f"of server {self.server} (serve --max-points)")
+                             f"of server {self._shown} (serve --max-points)")
         request = self._module.InferInput("points", [1, *frame.shape], "FP32")
         request.set_data_from_numpy(frame[None])
         inputs = [request]
@@ -158,7 +159,7 @@ class RemoteDetector:
         except self._server_error as exc:
             status = str(exc.status())
             if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
-                raise InputError(f"{prefix}server {self.server} refused the frame: {one_line(exc)}") from None
+                raise InputError(f"{prefix}server {self._shown} refused the frame: {one_line(exc)}") from None
             if status == "StatusCode.UNAVAILABLE":  # no server answers there (any more): not the frame's doing
                 raise self._server_failure(prefix, f"cannot be reached (stopped or restarting?): {one_line(exc)}") \
                     from None
@@ -171,7 +172,7 @@ class RemoteDetector:
             raise self._server_failure(prefix, self._timed_out()) from None
         except Exception as exc:  # noqa: BLE001 - a dropped connection, a timeout: this request's failure
             raise self._server_failure(prefix, f"did not answer the request ({one_line(exc)})") from None
-        where = f"{prefix}server {self.server}"
+        where = f"{prefix}server {self._shown}"
         try:
             names = reply_output_names(reply)
             arrays = {name: reply.as_numpy(name) for name in self.served.outputs}
@@ -203,14 +204,14 @@ class RemoteDetector:
                        if failed >= self.concurrency + 2 else None)
                 if why is not None:
                     with self._lock:
-                        self._down = (f"server {self.server}{DetectorLost.MARK}{why}; this client sends it no "
+                        self._down = (f"server {self._shown}{DetectorLost.MARK}{why}; this client sends it no "
                                       "frame after this")
                         clients = list(self._clients)
                     for client in clients:
                         client.close()
         if self._down is not None:
             return DetectorLost(prefix + self._down)
-        return BackendError(f"{prefix}server {self.server} {what}")
+        return BackendError(f"{prefix}server {self._shown} {what}")
 
     def _deadline(self, seconds: float) -> dict[str, float]:
         """A gRPC call's own timeout (HTTP's is the connection's, set when it is made)."""
@@ -220,7 +221,7 @@ class RemoteDetector:
         """Why construction's first requests failed. A server that does not answer within the timeout (stopped,
         hung, overloaded) is said to be so; a transport failure at once from something that listens is most likely
         the server's other endpoint (``_other_protocol_hint``)."""
-        where = f"server {self.server} ({self.protocol})"
+        where = f"server {self._shown} ({self.protocol})"
         status = str(exc.status()) if isinstance(exc, self._server_error) else None
         if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED" or (
                 status == "StatusCode.UNAVAILABLE" and "timed out" in str(exc)):  # gRPC's own connect timeout
