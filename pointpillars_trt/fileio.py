@@ -21,7 +21,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any, Union
+from typing import IO, Any, Protocol, Union
 
 import numpy as np
 
@@ -236,7 +236,7 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     expected = size or max_bytes
     with f:
         try:
-            data = _read_by_size(f, size, expected + 1)
+            data = read_bounded(f, expected + 1, size)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
     if len(data) > expected:
@@ -245,38 +245,43 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     return data
 
 
-#: Bytes read at a time from a file of no known size (``_read_by_size``).
+#: Bytes read at a time past a file's first read (``read_bounded``).
 _UNSIZED_CHUNK = 1 << 20
 
 
-def _read_by_size(f: IO[bytes], size: int, limit: int) -> bytes:
-    """At most ``limit`` bytes of ``f``, whose size said ``size``: not ``limit`` in one read, since a read of n bytes
-    sets n bytes aside first (64 MiB for a file of a few hundred bytes). A file of known size is read by its size and
-    a byte (the byte shows a file that grew); one that says it is empty may not be (procfs, some FUSE mounts): up to
-    ``limit`` then, a chunk at a time, so an empty file read with a limit of gigabytes sets aside a chunk."""
-    return f.read(min(size + 1, limit)) if size else _read_up_to(f, limit)
+class Readable(Protocol):
+    """What ``read_bounded`` reads: a Python binary file or a pyarrow stream, whose ``read(n)`` gives n bytes, or
+    fewer at the end (a buffered file's read, a pyarrow stream's, reads on until it has n)."""
+
+    def read(self, size: int, /) -> bytes: ...
 
 
-def _read_up_to(f: IO[bytes], limit: int) -> bytes:
-    """At most ``limit`` bytes of ``f``, read ``_UNSIZED_CHUNK`` at a time: memory follows what the file holds."""
+def read_bounded(f: Readable, limit: int, size: int = 0) -> bytes:
+    """At most ``limit`` bytes of ``f``, whose stat or listing said ``size`` (0: none known): never ``limit`` in one
+    read, since a read of n bytes sets n bytes aside first (64 MiB for a file of a few hundred bytes), in a pyarrow
+    stream as in a Python file. The first read asks the size and a byte (the byte shows a file that grew; on an object
+    store each read is a request); what follows, or all of a file that says it is empty and may not be (procfs, some
+    FUSE mounts), is read ``_UNSIZED_CHUNK`` at a time, so memory follows what the file holds."""
     chunks: list[bytes] = []
-    left = limit
+    left, ask = limit, size + 1 if size else _UNSIZED_CHUNK
     while left:
-        chunk = f.read(min(_UNSIZED_CHUNK, left))
-        if not chunk:
-            break
+        want = min(ask, left)
+        chunk = f.read(want)
         chunks.append(chunk)
         left -= len(chunk)
+        if len(chunk) < want:  # fewer than asked: the end
+            break
+        ask = _UNSIZED_CHUNK
     return b"".join(chunks)
 
 
 def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
     """The first ``count`` bytes (fewer if the file is shorter) of a regular file of any size, read by its size
-    (``_read_by_size``); see :func:`open_regular_file` for what is refused."""
+    (``read_bounded``); see :func:`open_regular_file` for what is refused."""
     f, size = open_regular_file(path, max_bytes=sys.maxsize, what=what)
     with f:
         try:
-            return _read_by_size(f, size, count)
+            return read_bounded(f, count, size)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
 

@@ -418,7 +418,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         check_distinct_outputs(frames, options["plan"].suffixes, reserved=[SETTINGS_FILE])
         refuse_foreign_outputs(out, frames, options["plan"].suffixes)
         # read in Ray Data's tasks, each frame's failure its own error
-        dataset = ray.data.from_items([{"path": name, "read": read} for name, read in zip(listed.names, listed.reads)])
+        dataset = ray.data.from_items([{"path": name, "read": read, "size": size}
+                                       for name, read, size in zip(listed.names, listed.reads, listed.sizes)])
         dataset = dataset.map_batches(read_uri_frames, batch_format="numpy",
                                       fn_kwargs={"filesystem": listed.filesystem, "point_dim": options["point_dim"]})
         refused = listed.refused

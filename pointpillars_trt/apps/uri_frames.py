@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import special_kind
+from ..fileio import read_bounded, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, refuse_oversize
 from ..points import MAX_FRAME_POINTS
 
@@ -51,13 +51,14 @@ def check_one_file_system(sources: Sequence[str]) -> None:
 
 class UriFrames(NamedTuple):
     """The frames of a run's URIs: ``names`` as Ray Data reports them, ``reads`` the paths to read them by on
-    ``filesystem`` (in the same order), and ``refused``: (name, error) of each point file of a ``file://`` URI, or
-    in a ``file://`` folder, that Ray Data's listing leaves out or takes for missing because it is no regular file
-    (a FIFO, a device), and of each frame larger than a frame may be, which local ``infer`` reports as a failed
-    frame."""
+    ``filesystem`` and ``sizes`` their sizes as listed (in the same order), and ``refused``: (name, error) of each
+    point file of a ``file://`` URI, or in a ``file://`` folder, that Ray Data's listing leaves out or takes for
+    missing because it is no regular file (a FIFO, a device), and of each frame larger than a frame may be, which
+    local ``infer`` reports as a failed frame."""
 
     names: list[str]
     reads: list[str]
+    sizes: list[int]
     refused: list[tuple[str, str]]
     filesystem: Any  # Ray Data's own (pyarrow), with its retries of a store's transient errors
 
@@ -100,7 +101,7 @@ def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
     for name in sorted(sizes):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
             point_files.setdefault(posixpath.dirname(name), []).append(name)
-    frames = UriFrames([], [], special, filesystem)
+    frames = UriFrames([], [], [], special, filesystem)
     for source in sources:
         if not is_uri(source):  # read by its path here (a read task's working folder may be another)
             _add_frame(frames, source, os.path.abspath(source), sizes, point_dim)
@@ -127,23 +128,26 @@ def _add_frame(frames: UriFrames, name: str, read: str, sizes: dict[str, int], p
         return
     frames.names.append(name)
     frames.reads.append(read)
+    frames.sizes.append(sizes.get(read, 0))
 
 
 def read_uri_frames(batch: dict[str, np.ndarray], filesystem: Any, point_dim: int) -> dict[str, list[Any]]:
-    """Ray Data's task for a batch of a run's URI frames {path: the name, read: the path on ``filesystem``}: each
-    frame's bytes or why there are none, for its error; Ray Data's own read of them ended the run, with its
-    traceback, at the first frame gone or unreadable since the listing."""
-    read = [_read_frame(filesystem, str(name), str(path), MAX_FRAME_POINTS * 4 * point_dim)
-            for name, path in zip(batch["path"], batch["read"])]
+    """Ray Data's task for a batch of a run's URI frames {path: the name, read: the path on ``filesystem``, size: its
+    size as listed}: each frame's bytes or why there are none, for its error; Ray Data's own read of them ended the run,
+    with its traceback, at the first frame gone or unreadable since the listing."""
+    read = [_read_frame(filesystem, str(name), str(path), int(size), MAX_FRAME_POINTS * 4 * point_dim)
+            for name, path, size in zip(batch["path"], batch["read"], batch["size"])]
     return {"path": list(batch["path"]), "bytes": [data for data, _ in read], "error": [error for _, error in read]}
 
 
-def _read_frame(filesystem: Any, name: str, path: str, max_bytes: int) -> tuple[bytes, str]:
-    """(the bytes at ``path``, ""), or (b"", the error of the frame ``name``): none there, a read that failed, or
-    more than ``max_bytes`` (a file grown since its listed size was checked: never more is read)."""
+def _read_frame(filesystem: Any, name: str, path: str, size: int, max_bytes: int) -> tuple[bytes, str]:
+    """(the bytes at ``path``, listed as ``size`` bytes, ""), or (b"", the error of the frame ``name``): none there,
+    a read that failed, or more than ``max_bytes`` (a file grown since its listed size was checked: never more is
+    read). Read by its listed size, as a local file is by its stat: one request to an object store for a frame as
+    listed, and memory that follows what the file holds, not the frame limit."""
     try:
         with filesystem.open_input_stream(path) as stream:
-            data = stream.read(max_bytes + 1)  # what the file holds: the buffer asked is not filled
+            data = read_bounded(stream, max_bytes + 1, size)
     except FileNotFoundError:
         return b"", f"point file {safe_repr(name)} does not exist"
     except OSError as exc:
