@@ -245,6 +245,29 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     return data
 
 
+def read_file_or_pipe(path: PathLike, *, max_bytes: int, what: str = "file") -> bytes:
+    """:func:`read_regular_file`'s bytes, where ``path`` may also be a FIFO or a character device (a list given as
+    ``<(cmd)``, which bash names /dev/fd/63; /dev/stdin): read once, to its end, up to ``max_bytes`` a chunk at a
+    time (``read_bounded``), as a regular file's read waits for its disk, a pipe's waits for its writer. Anything
+    else (a directory, a socket, nothing there) is refused as :func:`read_regular_file` refuses it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise _stat_error(what, path, exc) from None
+    if not (stat.S_ISFIFO(mode) or stat.S_ISCHR(mode)):
+        return read_regular_file(path, max_bytes=max_bytes, what=what)
+    flags = os.O_RDONLY | getattr(os, "O_BINARY", 0) | getattr(os, "O_NOCTTY", 0)  # a terminal stays no process's
+    try:
+        with open(path, "rb", opener=lambda name, _: os.open(name, flags)) as f:
+            data = read_bounded(f, max_bytes + 1)
+    except OSError as exc:
+        raise _stat_error(what, path, exc) from None
+    if len(data) > max_bytes:
+        raise InputError(f"{what} {safe_repr(path)} is {_kind_of(mode)} that gives more than the limit of "
+                         f"{max_bytes} bytes")
+    return data
+
+
 #: Bytes read at a time past a file's first read (``read_bounded``).
 _UNSIZED_CHUNK = 1 << 20
 
@@ -678,12 +701,14 @@ class DuplicateKeyError(PointPillarsError, ValueError):
     hand would be read as something other than what it seems to say. The reader names the file."""
 
 
-def read_text_lines(path: PathLike, *, max_bytes: int, what: str) -> list[str]:
+def read_text_lines(path: PathLike, *, max_bytes: int, what: str, pipes: bool = False) -> list[str]:
     """The lines of a UTF-8 text file (KITTI labels, predictions, id lists), read bounded (a FIFO, a device
-    or a file over ``max_bytes`` is refused before anything blocks or fills memory): a byte-order mark that
-    editors on Windows put first is dropped (kept, it made the first line's class "\\ufeffCar", which no
-    evaluation counts), and bytes that are no UTF-8 are refused naming the file and where, not replaced."""
-    data = read_regular_file(path, max_bytes=max_bytes, what=what)
+    or a file over ``max_bytes`` is refused before anything blocks or fills memory; with ``pipes``, a FIFO or a
+    character device is read, up to ``max_bytes``: ``read_file_or_pipe``): a byte-order mark that editors on
+    Windows put first is dropped (kept, it made the first line's class "\\ufeffCar", which no evaluation counts),
+    and bytes that are no UTF-8 are refused naming the file and where, not replaced."""
+    read = read_file_or_pipe if pipes else read_regular_file
+    data = read(path, max_bytes=max_bytes, what=what)
     try:
         return data.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError as exc:

@@ -14,7 +14,7 @@ import pytest
 
 from pointpillars_trt import fileio
 from pointpillars_trt.errors import InputError, PointPillarsError
-from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, name_text, read_file_head, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
+from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, name_text, read_file_head, read_file_or_pipe, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
 )
 
 
@@ -177,6 +177,24 @@ def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None
             s.bind(str(sock_path))
             with pytest.raises(InputError, match="is a socket"):
                 read_regular_file(sock_path, max_bytes=10)
+
+
+def test_read_file_or_pipe_reads_a_character_device_to_its_end_up_to_the_limit(tmp_path: Path) -> None:
+    """A character device is read as a pipe is, a chunk at a time: /dev/null gives nothing, /dev/zero no end (refused
+    a byte past the limit); a socket or a folder is refused as read_regular_file refuses it."""
+    if not os.path.exists("/dev/zero"):
+        pytest.skip("no /dev/null and /dev/zero here")
+    assert read_file_or_pipe("/dev/null", max_bytes=10, what="id list") == b""
+    with pytest.raises(InputError) as err:
+        read_file_or_pipe("/dev/zero", max_bytes=3 * 2**20, what="id list")
+    assert str(err.value) == \
+        f"id list '/dev/zero' is a character device that gives more than the limit of {3 * 2**20} bytes"
+    with pytest.raises(InputError, match="^id list .* is a directory, not a regular file$"):
+        read_file_or_pipe(tmp_path, max_bytes=10, what="id list")
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "s.sock"))
+        with pytest.raises(InputError, match="is a socket, not a regular file"):
+            read_file_or_pipe(tmp_path / "s.sock", max_bytes=10)
 
 
 def test_read_regular_file_refuses_sparse_20gb_by_size(tmp_path: Path) -> None:

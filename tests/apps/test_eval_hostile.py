@@ -13,6 +13,8 @@ import math
 import os
 import shutil
 import stat
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Callable
@@ -76,9 +78,10 @@ Damage = Callable[[Path], None]
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="needs FIFOs and /dev/zero")
-@pytest.mark.parametrize("which", ["label", "prediction", "ids"])
-@pytest.mark.parametrize("damage, problem", [(fifo, "FIFO"), (dev_zero, "character device"),
-                                             (sparse_huge, "more than the limit")])
+@pytest.mark.parametrize("which, damage, problem", [
+    (which, damage, problem) for which in ("label", "prediction", "ids")
+    for damage, problem in ((fifo, "FIFO"), (dev_zero, "character device"), (sparse_huge, "more than the limit"))
+    if (which, damage) != ("ids", fifo)])  # an --ids FIFO is read: test_ids_from_a_fifo_are_read_once_as_from_a_file
 def test_unreadable_label_prediction_or_ids_file(folders: tuple[Path, Path], tmp_path: Path, which: str,
                                                  damage: Damage, problem: str) -> None:
     labels, pred = folders
@@ -91,6 +94,71 @@ def test_unreadable_label_prediction_or_ids_file(folders: tuple[Path, Path], tmp
     assert rc == 2 and len(lines) == 1 and lines[0].startswith("error: "), err
     assert f"{which if which != 'ids' else 'frame id'} file" in lines[0] and str(target) in lines[0]
     assert problem in lines[0]
+
+
+def fifo_writer(path: Path, data: bytes) -> threading.Thread:
+    """A FIFO made at ``path`` and a thread writing ``data`` into it (as bash's ``<(cmd)`` gives a pipe its command
+    writes), which ends when its reader has read all or closed the FIFO."""
+    os.mkfifo(path)
+
+    def write() -> None:
+        with contextlib.suppress(BrokenPipeError), open(path, "wb") as f:
+            f.write(data)
+
+    thread = threading.Thread(target=write, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_ids_from_a_fifo_are_read_once_as_from_a_file(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """``--ids <(cmd)`` names a pipe (/dev/fd/63), which was refused as "not a regular file": read to its end, it
+    evaluates the frames a file of the same lines does."""
+    labels, pred = folders
+    (labels / "000001.txt").write_text(GT)
+    (pred / "000001.txt").write_text("")
+    (tmp_path / "ids.txt").write_text("000000\n")
+    writer = fifo_writer(tmp_path / "ids.fifo", b"000000\n")
+    from_fifo = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.fifo")
+    writer.join(5)
+    from_file = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    assert from_fifo == from_file and from_file[:2] == (0, "") and from_file[2].startswith("1 frames, "), from_fifo
+    assert not writer.is_alive()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_ids_from_a_fifo_past_the_limit_are_one_error_line_and_no_more_is_read(folders: tuple[Path, Path],
+                                                                              tmp_path: Path) -> None:
+    """A pipe gives no size to refuse it by: read a chunk at a time, it is refused a byte past the limit of an id
+    file, and closed, which ends its writer."""
+    from pointpillars_trt.apps.eval.io import MAX_TEXT_BYTES
+
+    labels, pred = folders
+    writer = fifo_writer(tmp_path / "ids.fifo", b"000000\n" * (MAX_TEXT_BYTES // 7 + 2**18))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.fifo")
+    writer.join(5)
+    assert (rc, err, out) == (2, f"error: frame id file '{tmp_path / 'ids.fifo'}' is a FIFO (named pipe) that gives "
+                                 f"more than the limit of {MAX_TEXT_BYTES} bytes\n", "")
+    assert not writer.is_alive()
+
+
+def test_ids_that_are_a_folder_or_nothing_are_still_refused(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    labels, pred = folders
+    assert eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path)[:2] == (
+        2, f"error: frame id file '{tmp_path}' is a directory, not a regular file\n")
+    assert eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "none.txt")[:2] == (
+        2, f"error: frame id file '{tmp_path / 'none.txt'}' does not exist\n")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+def test_ids_given_by_bash_process_substitution_are_read(folders: tuple[Path, Path], repo_root: Path) -> None:
+    """``pointpillars-trt eval --ids <(cmd)`` as a user types it: bash hands the command /dev/fd/63, a pipe."""
+    labels, pred = folders
+    done = subprocess.run(["bash", "-c", f'exec "$0" -m pointpillars_trt eval --pred "$1" --labels "$2" '
+                           f'--ids <(printf "000000\\n")', sys.executable, str(pred), str(labels)],
+                          capture_output=True, text=True, timeout=120, cwd=repo_root,
+                          env={**os.environ, "PYTHONPATH": str(repo_root)})
+    assert (done.returncode, done.stderr) == (0, "") and done.stdout.startswith(f"1 frames, predictions {pred}\n")
 
 
 @pytest.mark.parametrize("line", [

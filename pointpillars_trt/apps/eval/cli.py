@@ -45,7 +45,7 @@ def add_eval_parser(sub: Any) -> None:
                         "are clipped (default: the calib folder's sibling image_2/<id>.png when there is one, "
                         f"else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, said in one note; JSON predictions only)")
     p.add_argument("--ids", metavar="FILE", type=path_name,
-                   help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt "
+                   help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt or a pipe, <(cmd) "
                         "(default: every prediction file in --pred)")
     p.add_argument("--json", metavar="OUT",
                    help="also write the --pred AP as JSON {class: {metric: {R11, R40}}, loose: {...}} "

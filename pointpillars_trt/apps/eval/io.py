@@ -164,8 +164,9 @@ FILE_NAME_SUFFIXES = (".txt", ".json", ".png", ".bin", ".npy", ".pcd")
 
 
 def read_frame_ids(path: Path) -> list[str]:
-    """An ImageSets-style list: one frame id per line, blank lines ignored."""
-    lines = read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="frame id file")
+    """An ImageSets-style list: one frame id per line, blank lines ignored; a regular file, or a FIFO or a
+    character device (``--ids <(grep ... val.txt)``, /dev/stdin), read once."""
+    lines = read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="frame id file", pipes=True)
     ids = [line.strip() for line in lines if line.strip()]
     odd = next((i for i in ids if i in (".", "..") or any(c in i for c in "/\\\0")), None)
     if odd is not None:
