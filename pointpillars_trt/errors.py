@@ -114,7 +114,7 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
         text = ""
     if len(text) > 8 * limit:  # a huge message: only its ends can show, so only they are looked at
         text = text[: 4 * limit] + " " + text[-4 * limit:]
-    text = _cut_middle(_printable(" ".join(text.split())), limit, " ... ")
+    text = _cut_middle(printable_text(" ".join(text.split())), limit, " ... ")
     if isinstance(exc, BaseException) and (typed or not text):
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text
@@ -137,7 +137,7 @@ def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
         text = repr(value if len(value) <= 4 * limit else value[: 2 * limit] + value[-2 * limit:])
     else:
         try:
-            text = _printable(_VALUE_REPR.repr(value))
+            text = printable_text(_VALUE_REPR.repr(value))
         except Exception:  # noqa: BLE001 - e.g. an int too large to print (reprlib shows a raising __repr__ itself)
             text = f"<{type(value).__name__}>"
         return text if len(text) <= limit else text[: max(limit - 3, 2)] + "..."  # its first items, as reprlib
@@ -170,9 +170,10 @@ def _shell_escape(c: str) -> str:
     return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
-def _printable(text: str) -> str:
+def printable_text(text: str) -> str:
     """``text`` with every character that is not printable (control characters, line breaks, bidi overrides)
-    escaped as ``repr`` escapes it."""
+    escaped as ``repr`` escapes it: a name in a status line ("wrote ...") stays one terminal-safe line and
+    reads as the user wrote it, non-ASCII letters included (``escape_text`` escapes those too)."""
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 

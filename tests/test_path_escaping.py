@@ -156,3 +156,12 @@ def test_resume_lines_name_an_odd_out_folder_escaped(tmp_path: Path, capsys: pyt
     earlier_failures(["a.bin"], "jsonl", out, retry=True)
     lines = printed_lines(capsys)
     assert len(lines) == 5 and all(f" in {shown(out)}" in line for line in lines), lines
+
+
+def test_status_lines_keep_a_non_ascii_name_as_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Only what a terminal would not print is escaped: a folder named in letters beyond ASCII reads as the user
+    named it."""
+    out = tmp_path / "zoë_激光"
+    earlier_failures(["a.bin"], "jsonl", out, retry=True)
+    lines = printed_lines(capsys)
+    assert lines and all(f" in {out}" in line for line in lines), lines

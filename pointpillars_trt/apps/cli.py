@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, escape_text,
-    one_line, safe_repr,
+    USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line,
+    printable_text, safe_repr,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -434,7 +434,7 @@ def _cmd_build(args: argparse.Namespace) -> int:
                             precision=args.precision, tf32=not args.no_tf32, dataset=dataset,
                             progress=lambda line: print(line, flush=True),
                             compute_capabilities=args.compute_capability)
-    print(f"wrote {escape_text(str(model.path))} ({model.cfg.name}, {args.precision}, {args.backend})")
+    print(f"wrote {printable_text(str(model.path))} ({model.cfg.name}, {args.precision}, {args.backend})")
     if replaced is not None:
         print(f"  (in place of the model dir built there before: {replaced})")
     for name in sorted(p.name for p in Path(model.path).iterdir()):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import InputError, PointPillarsError, escape_text, safe_repr
+from ..errors import InputError, PointPillarsError, printable_text, safe_repr
 from ..fileio import check_writable_folder, not_a_file, write_json_atomic
 from ..kitti import normalize_heading
 from .demo_scene import simulate_scan
@@ -67,8 +67,8 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
                              source={"random_seed": seed, "note": "untrained, for demonstration only"})
     write_velodyne_bin(points, out / "simulated_frame.bin")
     print(f"frame : SIMULATED 64-beam scan, {points.shape[0]} points, {len(objects)} objects placed "
-          f"-> {escape_text(str(out / 'simulated_frame.bin'))}")
-    print(f"model : {cfg.name} with SEEDED RANDOM (UNTRAINED) weights, seed {seed} -> {escape_text(str(model.path))}")
+          f"-> {printable_text(str(out / 'simulated_frame.bin'))}")
+    print(f"model : {cfg.name} with SEEDED RANDOM (UNTRAINED) weights, seed {seed} -> {printable_text(str(model.path))}")
     print("        the boxes below are meaningless; they only show the pipeline working\n")
 
     with PointPillars(model, device=device, backend=backend, stage_timings=True) as detector:
@@ -101,7 +101,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     print("    " + _stage_line(median) + f"   | call {statistics.median(walls):.2f}"
           + (f" (min {min(walls):.2f}, max {max(walls):.2f})" if len(walls) > 1 else ""))
     write_json_atomic(out / "detections.json", detections.to_json_dict("simulated_frame"))
-    print(f"\nwrote {escape_text(str(out / 'detections.json'))}")
+    print(f"\nwrote {printable_text(str(out / 'detections.json'))}")
     from .viz import plot_bev
 
     if missing is not None:
@@ -109,7 +109,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
         return 0
     plot_bev(points, detections.boxes, detections.names, detections.scores, out / "bev.png",
              point_range=cfg.voxel.point_range, title="SIMULATED scan, UNTRAINED random model")
-    print(f"wrote {escape_text(str(out / 'bev.png'))}")
+    print(f"wrote {printable_text(str(out / 'bev.png'))}")
     return 0
 
 

@@ -39,8 +39,7 @@ import numpy as np
 from ..config import int_within
 from ..devices import check_backend_runs_on
 from ..errors import (
-    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, escape_text,
-    safe_repr,
+    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, printable_text, safe_repr,
 )
 from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
 from ..graph_io import MAX_BATCH
@@ -132,7 +131,7 @@ def _check_reachable(address: str | None) -> None:
     try:
         socket.create_connection((host.strip("[]"), int(number)), timeout=CONNECT_TIMEOUT).close()
     except OSError as exc:
-        raise BackendError(f"{named}{escape_text(address)}: no Ray cluster answers there ({exc.strerror or exc}); "
+        raise BackendError(f"{named}{printable_text(address)}: no Ray cluster answers there ({exc.strerror or exc}); "
                            f"start one (ray start --head) or {unset} for a local one") from None
 
 
@@ -250,7 +249,7 @@ def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     except ConnectionError:  # no cluster to join: Ray's message names its own CLI's flag
         address = ray_address if ray_address is not None else os.environ.get("RAY_ADDRESS", "")
-        shown = escape_text(address)  # as the message names it: one line whatever was given
+        shown = printable_text(address)  # as the message names it: one line whatever was given
         named, unset = (f"--ray-address {shown}", "leave --ray-address out") if ray_address is not None else \
             (f"RAY_ADDRESS={shown}", "unset RAY_ADDRESS")
         where = "on this machine " if address == "auto" else ""

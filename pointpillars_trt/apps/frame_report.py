@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ..detections import misread_finding
-from ..errors import escape_text, safe_repr
+from ..errors import printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
 from .frames import FrameJob, FrameReader
@@ -149,7 +149,7 @@ class FrameReport:
         if not self.where:
             return ""
         if self.done:
-            return f", written to {escape_text(str(self.writes))}"
+            return f", written to {printable_text(str(self.writes))}"
         return ", no detections written" if self.rows and self.total else ", nothing written"
 
 

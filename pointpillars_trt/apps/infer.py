@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import build_command, is_pcdet_model_config
 from ..errors import (
-    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, escape_text, one_line, safe_repr,
+    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, printable_text, safe_repr,
 )
 from ..fileio import (TEMP_SUFFIX, PendingFlush, check_input_folder, check_writable_folder, folder_held, owned_prefix,
                       remove_stale_folders, remove_stale_temp_files, special_kind)
@@ -905,8 +905,8 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
     left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
         [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""
-    print(f"KITTI evaluation of {len(ids)} frame(s) against {escape_text(str(labels.folder))}{skipped}")
+    print(f"KITTI evaluation of {len(ids)} frame(s) against {printable_text(str(labels.folder))}{skipped}")
     print(format_table(result), end="")
     if out is not None:
         write_json_atomic(out / EVAL_FILE, result.to_json_dict())
-        print(f"wrote {escape_text(str(out / EVAL_FILE))}")
+        print(f"wrote {printable_text(str(out / EVAL_FILE))}")

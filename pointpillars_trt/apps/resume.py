@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, escape_text, one_line, safe_repr
+from ..errors import PointPillarsError, one_line, printable_text, safe_repr
 from ..fileio import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
@@ -84,7 +84,7 @@ def rows_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path, re
 def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> None:
     """Say what ``frames_to_run`` found, in this order: the outputs redone, the frames skipped, then their
     earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
-    shown = escape_text(str(out))  # --out as these lines name it: one line whatever its name
+    shown = printable_text(str(out))  # --out as these lines name it: one line whatever its name
     if resume.redone:
         print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {shown} "
               f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
@@ -104,10 +104,10 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
     if retry:
         drop_failure_rows(out, fmt, {frame_key(frame) for frame in failed_before})
         print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
-              f"from the part files in {escape_text(str(out))}", file=sys.stderr)
+              f"from the part files in {printable_text(str(out))}", file=sys.stderr)
         return
     print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
-          f"{safe_repr(name_text(failed_before[0]))}): their rows in {escape_text(str(out))} hold the error, and a frame "
+          f"{safe_repr(name_text(failed_before[0]))}): their rows in {printable_text(str(out))} hold the error, and a frame "
           "with a row is not run again; pass --retry-failed to rerun them", file=sys.stderr)
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import InputError, PointPillarsError, escape_text, safe_repr
+from ...errors import InputError, PointPillarsError, escape_text, printable_text, safe_repr
 from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...pointcloud_io import MAX_POINT_DIM
@@ -157,7 +157,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if missing is not None:
         results["notes"].append(missing)
     for path in write_reports(results, out, chart=missing is None):
-        print(f"wrote {escape_text(str(path))}")
+        print(f"wrote {printable_text(str(path))}")
     if missing is not None:
         print(missing)
     print((out / "bench.md").read_text())

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, escape_text, safe_repr
+from ...errors import InputError, escape_text, printable_text, safe_repr
 from ...fileio import check_input_folder, check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
@@ -193,5 +193,5 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.json is not None:
         text = json.dumps(result.to_json_dict(), indent=2, allow_nan=False)
         write_text_atomic(args.json, text + "\n")
-        print(f"wrote {escape_text(str(args.json))}")
+        print(f"wrote {printable_text(str(args.json))}")
     return 0

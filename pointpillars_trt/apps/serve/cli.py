@@ -16,7 +16,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ...errors import InputError, escape_text, safe_repr
+from ...errors import InputError, printable_text, safe_repr
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
@@ -99,7 +99,7 @@ def run_serve(args: argparse.Namespace) -> int:
             given = getattr(args, name)
             address = given if given is None else check_bind_host(given, option)
             if address != given:
-                print(f"note: {option} {escape_text(given)}: serving on {address} (tritonserver takes numeric "
+                print(f"note: {option} {printable_text(given)}: serving on {address} (tritonserver takes numeric "
                       "addresses)", file=sys.stderr, flush=True)
                 setattr(args, name, address)
         install = find_tritonserver(args.tritonserver)
@@ -131,7 +131,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
     if install is None:
-        print(f"wrote {escape_text(str(target))}", flush=True)
+        print(f"wrote {printable_text(str(target))}", flush=True)
         return 0
     server = TritonServer(args.repository, install=install, host=args.host, http_host=args.http_host,
                           http_port=args.http_port,
@@ -149,7 +149,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     ready = False
     try:
         # a signal from here on is a stop (a caller may wait for this line)
-        print(f"wrote {escape_text(str(target))}", flush=True)
+        print(f"wrote {printable_text(str(target))}", flush=True)
         server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
         try:

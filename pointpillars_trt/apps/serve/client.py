@@ -22,7 +22,7 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, escape_text, one_line
+from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line, printable_text
 from ...pointcloud_io import read_points
 from ...points import as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -69,7 +69,7 @@ class RemoteDetector:
         except ImportError:
             raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
-        self._shown = escape_text(str(server))  # as messages name the server: one line whatever was given
+        self._shown = printable_text(str(server))  # as messages name the server: one line whatever was given
         self.timeout_option = timeout_option
         # sent with every request (the server's optional inputs): the served model's own values otherwise
         given = dataclasses.asdict(thresholds) if thresholds is not None else {}
