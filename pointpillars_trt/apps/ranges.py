@@ -7,7 +7,7 @@ import argparse
 import math
 from collections.abc import Callable
 
-from ..errors import PointPillarsError
+from ..errors import PointPillarsError, printable_text
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:
@@ -79,7 +79,7 @@ def host_port(text: str) -> str:
     default one (gRPC's 443) and report the server as unreachable."""
     scheme, sep, rest = text.partition("://")
     if sep:  # a URL, as Triton's docs and clients write a server: the protocol is an option of its own
-        address = rest.split("/", 1)[0] or "HOST:PORT"
+        address = printable_text(rest.split("/", 1)[0]) or "HOST:PORT"  # the fix's address: one line whatever was given
         protocol = {"http": "http", "grpc": "grpc"}.get(scheme.lower())
         if scheme.lower() in ("https", "grpcs"):
             raise argparse.ArgumentTypeError(f"{text!r}: the client speaks no TLS: give the server's plain HTTP or "

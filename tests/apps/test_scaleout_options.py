@@ -90,6 +90,16 @@ def test_the_fix_a_url_server_is_told_is_taken(url: str) -> None:
     assert host_port(fix[1]) == fix[1]
 
 
+def test_the_fix_for_a_url_names_an_odd_host_on_one_line() -> None:
+    """A URL whose host holds a newline and an ESC: the suggested --server names it escaped, one printable line."""
+    from pointpillars_trt.apps.ranges import host_port
+
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        host_port("grpc://ho\nst\x1b[31m")
+    message = str(refused.value)
+    assert message.isprintable() and "--server ho\\nst\\x1b[31m:8001 --protocol grpc" in message, message
+
+
 def test_the_same_port_twice_is_refused_before_anything_starts(tmp_path) -> None:  # type: ignore[no-untyped-def]
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
