@@ -49,3 +49,17 @@ def unblock_stop_signals() -> None:
     """Undo a ``stop_signals_blocked`` this process started under (a spawned child inherits the mask)."""
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
+    """The Ctrl-C or SIGTERM (a KeyboardInterrupt) ``exc`` was raised while handling, else None: a stop that
+    lands inside a library surfaces as that library's error (a module whose import it cut short fails with
+    ImportError "initialization failed"), and is still the stop."""
+    seen: set[int] = set()
+    cause = exc.__context__
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None

@@ -29,6 +29,7 @@ from ..errors import (
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
 from ..runtime.backends import BACKEND_CHOICES, BACKEND_NAMES, BACKENDS
+from ..stop_signals import interrupt_behind
 from .exit_codes import EXIT_CLOSED_STDOUT, EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USER_ERROR
 from .demo import DEFAULT_REPEATS, MAX_REPEATS
 from .infer import add_infer_parser
@@ -60,19 +61,6 @@ class _StopOnce:
             return
         self.stopping = True
         raise Terminated(signum) if signum == signal.SIGTERM else KeyboardInterrupt
-
-
-def _interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
-    """The Ctrl-C or SIGTERM an exception was raised while handling (a module whose import a Ctrl-C cut short
-    fails with ImportError "initialization failed"), else None."""
-    seen: set[int] = set()
-    cause = exc.__context__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__context__
-    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,10 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_CLOSED_STDOUT
         return _user_error(exc, args)  # another pipe (a served model's connection)
     except USER_ERRORS as exc:
-        interrupt = _interrupt_behind(exc)
+        interrupt = interrupt_behind(exc)
         return _stopped(interrupt) if interrupt is not None else _user_error(exc, args)
     except Exception as exc:  # an error a Ctrl-C caused (a library's import cut short) is that Ctrl-C
-        interrupt = _interrupt_behind(exc)
+        interrupt = interrupt_behind(exc)
         if interrupt is None:
             raise
         return _stopped(interrupt)

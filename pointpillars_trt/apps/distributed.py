@@ -47,6 +47,7 @@ from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim
 from ..runtime.backends import BACKENDS
 from ..staging import likely_points_per_frame
+from ..stop_signals import interrupt_behind
 from .device_notice import CPU_FP16_NOTE, cpu_tf32_note
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
@@ -501,7 +502,9 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
                     if report is not None:
                         report.fail(source, error)
                 bar.update(1)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
+    except BaseException as exc:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
+        if not isinstance(exc, KeyboardInterrupt) and interrupt_behind(exc) is None:
+            raise  # an error of its own, not a stop that landed inside Ray's code
         note = report.note if report is not None else _say
         if options["rows"]:
             _keep_rows(rows, note, hint, per_call)

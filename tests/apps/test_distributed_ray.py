@@ -701,6 +701,29 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cl
     assert rows == frames  # each frame's one row
 
 
+def test_a_stop_surfacing_as_a_librarys_error_still_says_what_was_kept(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                       tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C or SIGTERM that lands inside a library surfaces as that library's error, raised while handling it
+    (an import it cut short: ImportError "initialization failed"): the run still counts what it wrote and says so,
+    and the error goes on to the caller (the command line reports it as the stop). It had said nothing."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 300})
+
+    def cut_short(plan: object, frames: int) -> None:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")  # noqa: B904 - as the library raises it
+
+    with pytest.raises(ImportError):
+        detect_dataset([str(folder)], tiny_model, tmp_path / "out", workers=1, gpus_per_worker=0, progress=False,
+                       report=cut_short)  # type: ignore[arg-type]
+    assert f"stopped before any frame's outputs were written to {str(tmp_path / 'out')!r}" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", "json"])
 def test_a_ray_run_stopped_before_any_frame_came_back_says_so(ray_cluster, tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                               fmt: str) -> None:

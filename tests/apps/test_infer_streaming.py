@@ -680,15 +680,15 @@ def test_a_ctrl_c_its_starter_ignores_leaves_the_run_going(model_path, tmp_path)
 def test_an_error_a_ctrl_c_caused_is_reported_as_that_ctrl_c() -> None:
     """A Ctrl-C cutting a library's import short surfaces as ImportError ("initialization failed") raised while
     handling it: the run says "interrupted" (130), not a traceback; an error of its own stays an error."""
-    from pointpillars_trt.apps.cli import _interrupt_behind
+    from pointpillars_trt.stop_signals import interrupt_behind
 
     with pytest.raises(ImportError) as caught:
         try:
             raise KeyboardInterrupt
         except KeyboardInterrupt:
             raise ImportError("initialization failed")  # noqa: B904 - as the library raises it
-    assert isinstance(_interrupt_behind(caught.value), KeyboardInterrupt)
-    assert _interrupt_behind(ValueError("a frame's own error")) is None
+    assert isinstance(interrupt_behind(caught.value), KeyboardInterrupt)
+    assert interrupt_behind(ValueError("a frame's own error")) is None
 
 
 def test_a_stop_signal_raises_once_and_is_ignored_while_the_run_stops() -> None:
