@@ -132,7 +132,7 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     """``xp.asarray(points)`` (NumPy; CuPy for frames and sweeps on the GPU), the one conversion of frames and
     sweeps; what it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the
     reason: ragged lists, device arrays that refuse implicit host copies, a torch tensor that requires grad
-    (its message naming .detach()).
+    (its message naming .detach()), and on the GPU whatever a device array's malformed interface raises.
 
     A device array that speaks DLPack goes through ``from_dlpack``, called under the stream the caller made
     current: the producer (PyTorch, JAX) then orders its pending work on that array before the stream's next
@@ -141,8 +141,12 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)
         return xp.asarray(points)
-    except (TypeError, ValueError, RuntimeError, BufferError) as exc:
-        raise InputError(f"{source}: cannot be read as {expected} ({exc})") from None
+    except Exception as exc:  # noqa: BLE001 - a foreign device array's broken interface raises what CuPy meets
+        usual = isinstance(exc, (TypeError, ValueError, RuntimeError, BufferError))
+        if xp is np and not usual:
+            raise
+        reason = str(exc) if usual else f"{type(exc).__name__}: {exc}"
+        raise InputError(f"{source}: cannot be read as {expected} ({reason})") from None
 
 
 def as_host_points(points: object, source: str = "points", columns: int = 4) -> np.ndarray:

@@ -14,6 +14,7 @@ import pytest
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.detections import STAGES, Detections
 from pointpillars_trt.devices import cuda_available
+from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import ModelDir
@@ -193,6 +194,23 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
     assert gpu.copies.h2d_copies == 0
     wide = np.column_stack([points, np.zeros(len(points), np.float32)])  # (N, 5): extra column ignored
     assert_same_detections(gpu.detect(cp.asarray(wide)), expected, "cupy (N, 5) input")
+
+
+def test_a_device_array_with_a_malformed_interface_is_an_input_error(family_pair, assets):  # type: ignore[no-untyped-def]
+    """A foreign GPU array whose CUDA array interface lacks its type (CuPy raises KeyError on it): the frame's
+    InputError naming what was expected, and the detector goes on."""
+    import cupy as cp
+
+    _, cpu, gpu = family_pair
+    points = read_velodyne_bin(assets / SHARED_FRAMES[0])
+    good = cp.asarray(points)
+
+    class Malformed:
+        __cuda_array_interface__ = {"shape": good.shape, "data": (good.data.ptr, False), "version": 3}
+
+    with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) .*\(KeyError: "):
+        gpu.detect(Malformed())
+    assert_same_detections(gpu.detect(good), cpu.detect(points), "after the malformed array")
 
 
 @pytest.mark.parametrize("frame", [SHARED_FRAMES[0], SHARED_FRAMES[3]], ids=["camera view", "full scan"])
