@@ -89,11 +89,14 @@ def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
     point files directly in it, sorted by name (Ray Data lists a folder's subfolders too, and every file in
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
     point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
-    Data's listing takes for a missing file, ending the run) is a refused frame, and so is a frame whose listed
-    size is beyond the frame limit for ``point_dim`` values a point (refused unread, as a local read refuses it)."""
+    Data's listing takes for a missing file, ending the run) is a refused frame, and so are a ``file://`` point file
+    whose name is no UTF-8 (``_listable_by_name``) and a frame whose listed size is beyond the frame limit for
+    ``point_dim`` values a point (refused unread, as a local read refuses it)."""
     kinds = {source: _special_kind_here(source) for source in sources}
     special = [(source, _not_regular(source, kind)) for source, kind in kinds.items() if kind is not None]
     sources = [source for source in sources if kinds[source] is None]
+    sources, undecodable = _listable_by_name(sources)
+    special.extend(undecodable)
     if not sources:
         raise InputError(special[0][1])
     sizes, filesystem = _list(ray, sources)
@@ -182,6 +185,57 @@ def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
         if kind is not None:
             refused.append((path, _not_regular(path, kind)))
     return refused
+
+
+def _listable_by_name(sources: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
+    """``sources`` as Ray Data can list them, and (path, error) of each point file it cannot: its listing fails on the
+    whole run at the first name that is no UTF-8 anywhere under a folder. A ``file://`` URI whose own path is no UTF-8
+    is refused; a ``file://`` folder holding such a name stands for the ``file://`` URIs of its point files (its
+    subfolders are left out all the same), those whose names are no UTF-8 refused, and those that are no regular
+    file (a FIFO) as ``_special_point_files`` refuses them."""
+    listable: list[str] = []
+    refused: list[tuple[str, str]] = []
+    for source in sources:
+        path = _uri_path(source) if is_uri(source) and _file_system(source) == "file" else None
+        if path is None:
+            listable.append(source)
+        elif not _utf8(path):
+            refused.append((path, _undecodable(path)))
+        elif not os.path.isdir(path) or not _holds_undecodable_name(path):
+            listable.append(source)
+        else:
+            with os.scandir(path) as entries:
+                names = sorted(e.path for e in entries if os.path.splitext(e.name)[1].lower() in SUPPORTED_EXTENSIONS
+                               and not e.is_dir())
+            for name in names:
+                kind = special_kind(name)
+                if kind is not None:  # as the folder's own listing reports it (_special_point_files)
+                    refused.append((name, _not_regular(name, kind)))
+                elif _utf8(name):
+                    listable.append(f"file://{name}")
+                else:
+                    refused.append((name, _undecodable(name)))
+    return listable, refused
+
+
+def _utf8(path: str) -> bool:
+    """Whether ``path`` is UTF-8 (a name of other bytes holds surrogate escapes here)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _holds_undecodable_name(folder: str) -> bool:
+    """Whether a name under ``folder``, at any depth (Ray Data's listing walks them all), is no UTF-8."""
+    return any(not _utf8(name) for _, folders, files in os.walk(folder) for name in (*folders, *files))
+
+
+def _undecodable(path: str) -> str:
+    """The error of a point file whose name Ray Data cannot list, with what reads it."""
+    return (f"point file {safe_repr(path)}: its name is not UTF-8, which Ray Data cannot list: rename it, or give "
+            "its folder as a local path (not a file:// URI)")
 
 
 def _uri_path(uri: str) -> str:

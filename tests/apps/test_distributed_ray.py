@@ -786,6 +786,35 @@ def test_a_fifo_in_a_folder_is_that_frames_error_as_in_local_infer(ray_cluster, 
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 2
 
 
+def test_a_name_that_is_no_utf8_under_a_file_uri_fails_only_its_frame(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
+                                                                      tmp_path: Path) -> None:
+    """A ``file://`` folder holding a point file and a subfolder named with a byte that is no UTF-8 (Ray Data's
+    listing of the folder failed on them, ending the whole run in one error line): that frame's error line, the
+    folder's FIFO its own as before, the other frames local infer's rows; named alone as a URI beside another frame,
+    the same error line and the other frame written."""
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {"000000": 900, "000001": 40})
+    undecodable = folder / os.fsdecode(b"caf\xe9.bin")
+    undecodable.write_bytes((folder / "000001.bin").read_bytes())
+    (folder / os.fsdecode(b"sub\xff")).mkdir()
+    os.mkfifo(folder / "000002.bin")
+    rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "ray", "--format", "jsonl")
+    assert rc == 1 and out.startswith("2/4 frames"), (out, err)
+    name_error = (f"error: point file {str(undecodable)!r}: its name is not UTF-8, which Ray Data cannot list: "
+                  "rename it, or give its folder as a local path (not a file:// URI)")
+    fifo_error = f"error: point file '{folder / '000002.bin'}' is a FIFO (named pipe), not a regular file"
+    assert sorted(line for line in err.splitlines() if line.startswith("error:")) == sorted([name_error, fifo_error])
+    local_infer(folder, tiny_model, tmp_path / "local", "--format", "jsonl")
+    rows, expected = jsonl_rows(tmp_path / "ray"), jsonl_rows(tmp_path / "local")
+    good = [str(folder / "000000.bin"), str(folder / "000001.bin")]
+    assert [row for row in rows if row["source"] in good] == [row for row in expected if row["source"] in good]
+    assert len(rows) == 4
+    rc, out, err = ray_infer([f"file://{undecodable}", f"file://{folder / '000000.bin'}"], tiny_model, tmp_path / "two")
+    assert rc == 1 and out.startswith("1/2 frames"), (out, err)
+    assert name_error in err.splitlines(), err
+    assert (tmp_path / "two" / "000000.json").is_file()
+
+
 def jsonl_rows(out: Path) -> list[dict[str, object]]:
     return [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
 
