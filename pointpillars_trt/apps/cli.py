@@ -79,7 +79,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if hasattr(args, "paths"):  # `infer a/ --model m b.bin`: paths after the options, as `ls a -l b` takes them
             extra = _paths_after_options(args.paths, extra)
         if extra:
-            _command_parser(parser, args).error(f"unrecognized arguments: {' '.join(extra)}{_flag_hints(parser, args, extra)}")
+            command = _command_parser(parser, args)
+            command.error(f"unrecognized arguments: {' '.join(extra)}{_flag_hints(command, extra)}")
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
@@ -136,9 +137,10 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     return parser
 
 
-#: OpenPCDet's tools/demo.py and test.py options: (an option or argument of the command that takes their place, the
-#: hint), the first pair the command has (infer's point files: its PATH argument).
-_OPENPCDET_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
+#: Other tools' options (OpenPCDet's tools/demo.py and test.py, trtexec's, this package's other commands' names):
+#: (an option or argument of the command that takes their place, the hint), the first pair the command has (infer's
+#: point files: its PATH argument). None of them is taken for an abbreviation (``--gpu`` of ``--gpus-per-worker``).
+_FOREIGN_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "--ckpt": (("--checkpoint", "OpenPCDet's --ckpt is --checkpoint here"),
                ("--model", "OpenPCDet's --ckpt is --model here (a .pth, or the model dir build writes)")),
     "--cfg_file": (("--pcdet-config", "OpenPCDet's --cfg_file is --pcdet-config here"),
@@ -147,19 +149,29 @@ _OPENPCDET_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "--data_path": (("PATH", "OpenPCDet's --data_path is the PATH argument here (point files, folders of them "
                                    "or globs)"),),
     "--ext": (("PATH", "--ext is not needed: every .bin, .npy and .pcd file of a folder is read"),),
+    "--checkpoint": (("--model", "--checkpoint is --model here (a .pth, or the model dir build writes)"),),
+    "--model": (("--checkpoint", "--model is --checkpoint here (the .pth; --out is the model dir to write)"),),
+    "--output": (("--out", "--output is --out"), ("--json", "--output is --json here (the AP as JSON)")),
+    "-o": (("--out", "-o is --out"), ("--json", "-o is --json here (the AP as JSON)")),
+    "--fp16": (("--precision", "trtexec's --fp16 is --precision fp16 here"),
+               ("--precisions", "trtexec's --fp16 is --precisions fp16 here")),
+    "--gpu": (("--device", "--gpu N is --device cuda:N here"),),
+    "--gpus": (("--device", "--gpus N is --device cuda:N here"),),
 }
 
 
-def _flag_hints(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: Sequence[str]) -> str:
-    """What the command takes in place of the unknown options in ``extra`` that OpenPCDet's tools take (``--ckpt``),
+def _flag_hints(command: argparse.ArgumentParser, words: Sequence[str]) -> str:
+    """What ``command`` takes in place of the unknown options among ``words`` that other tools take (``--ckpt``),
     and of options written with underscores (``--batch_size``): "; OpenPCDet's --ckpt is --model here; ...", or ""."""
-    actions = _command_parser(parser, args)._actions
+    actions = command._actions
     known = {option for action in actions for option in action.option_strings} | \
         {action.metavar for action in actions if not action.option_strings and isinstance(action.metavar, str)}
     hints = []
-    for word in dict.fromkeys(word.split("=", 1)[0] for word in extra if word.startswith("--")):
-        hint = next((text for option, text in _OPENPCDET_OPTIONS.get(word, ()) if option in known), None)
-        if hint is None and word.replace("_", "-") in known:
+    for word in dict.fromkeys(word.split("=", 1)[0] for word in words if word.startswith("-")):
+        if word in known:
+            continue
+        hint = next((text for option, text in _FOREIGN_OPTIONS.get(word, ()) if option in known), None)
+        if hint is None and word.startswith("--") and word.replace("_", "-") in known:
             hint = f"{word} is {word.replace('_', '-')}"
         if hint is not None:
             hints.append(hint)
@@ -279,7 +291,21 @@ class _Parser(argparse.ArgumentParser):
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
 
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        self._words = list(sys.argv[1:] if args is None else args)  # for error's hints
+        return super().parse_known_args(args, namespace)
+
+    def _get_option_tuples(self, option_string: str) -> Any:
+        """Another tool's option (``--gpu``) is never taken for an abbreviation of one of ours (``--gpus-per-worker``,
+        which would then be refused without --ray): it is an unknown option, named with what takes its place."""
+        if option_string.split("=", 1)[0] in _FOREIGN_OPTIONS:
+            return []
+        return super()._get_option_tuples(option_string)
+
     def error(self, message: str) -> NoReturn:
+        if message.startswith("the following arguments are required"):  # `build --model x.pth`: say what --model is
+            message += _flag_hints(self, getattr(self, "_words", ()))
         print(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)", file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
 

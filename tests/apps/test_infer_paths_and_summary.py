@@ -320,3 +320,33 @@ def test_unknown_options_name_the_commands_help_and_what_takes_openpcdets_option
         "--checkpoint here; OpenPCDet's --cfg_file is --pcdet-config here (see pointpillars-trt build --help)\n")
     assert refusal("eval", "--pred", "p", "--labels", "l", "--ckpt", "x.pth") == (
         "error: pointpillars-trt eval: unrecognized arguments: --ckpt x.pth (see pointpillars-trt eval --help)\n")
+
+
+def test_other_tools_options_and_the_other_commands_names_get_what_takes_their_place() -> None:
+    """trtexec's --fp16, --gpu, --output / -o and the name another command of this package gives the model
+    (build's --checkpoint, infer's --model) are named with what takes their place, also when argparse stops first at
+    a required option they stood for; --gpu is no abbreviation of infer's --gpus-per-worker (refused without --ray)."""
+    def refusal(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(list(argv))
+        assert exit_info.value.code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+        return err.getvalue()
+
+    assert refusal("build", "--model", "x.pth", "--out", "m") == (
+        "error: pointpillars-trt build: the following arguments are required: --checkpoint; --model is --checkpoint "
+        "here (the .pth; --out is the model dir to write) (see pointpillars-trt build --help)\n")
+    assert refusal("build", "--checkpoint", "x.pth", "--output", "m", "--fp16") == (
+        "error: pointpillars-trt build: the following arguments are required: --out; --output is --out; trtexec's "
+        "--fp16 is --precision fp16 here (see pointpillars-trt build --help)\n")
+    assert refusal("serve", "--checkpoint", "x.pth", "--repository", "r") == (
+        "error: pointpillars-trt serve: the following arguments are required: --model; --checkpoint is --model here (a "
+        ".pth, or the model dir build writes) (see pointpillars-trt serve --help)\n")
+    assert refusal("infer", "frames/", "--model", "m", "--gpu", "1", "-o", "preds") == (
+        "error: pointpillars-trt infer: unrecognized arguments: --gpu 1 -o preds; --gpu N is --device cuda:N here; -o is "
+        "--out (see pointpillars-trt infer --help)\n")
+    assert refusal("bench", "--gpus=0", "--fp16") == (
+        "error: pointpillars-trt bench: unrecognized arguments: --gpus=0 --fp16; --gpus N is --device cuda:N here; "
+        "trtexec's --fp16 is --precisions fp16 here (see pointpillars-trt bench --help)\n")
+    assert refusal("eval", "--pred", "p", "--labels", "l", "--output", "ap.json") == (
+        "error: pointpillars-trt eval: unrecognized arguments: --output ap.json; --output is --json here (the AP as "
+        "JSON) (see pointpillars-trt eval --help)\n")
