@@ -31,6 +31,8 @@ from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"
+#: The suffixes of PyTorch checkpoints (OpenPCDet's checkpoint_epoch_80.pth, Lightning's .ckpt).
+CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 MAX_METADATA_BYTES = 1 << 20  # model.json holds a config and a few digests: kilobytes
 GRAPHS = ("pfn", "rpn")
 
@@ -158,10 +160,14 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
         kind = special_kind(meta_path)
         if kind is not None:
             raise ModelDirError(f"{meta_shown}: is {kind}, not a regular file; rebuild the model dir")
-        inside = _model_dirs_in(folder)
-        fix = (f"the model dirs in it: {', '.join(map(safe_repr, inside[:3]))}"
-               + (f" and {len(inside) - 3} more" if len(inside) > 3 else "")
-               if inside else "build one with `pointpillars-trt build`")
+        model_dirs, checkpoints = _models_in(folder)
+        if model_dirs:
+            fix = f"the model dirs in it: {_some(model_dirs)}"
+        elif checkpoints:  # OpenPCDet's output/.../ckpt/ folder given for its checkpoint
+            fix = (f"the checkpoints in it: {_some(checkpoints)}; give one as --model "
+                   "(Python: PointPillars.from_checkpoint)")
+        else:
+            fix = "build one with `pointpillars-trt build`"
         raise ModelDirError(f"{meta_shown}: missing, so {shown} is not a model dir ({fix})")
     try:
         meta = loads_json(read_regular_file(meta_path, max_bytes=MAX_METADATA_BYTES, what="model.json").decode("utf-8"))
@@ -316,15 +322,21 @@ def _io_text(specs: Any) -> str:
     return safe_repr("; ".join(map(one, specs)), 200)[1:-1]  # escaped (the record is untrusted), unquoted
 
 
-def _model_dirs_in(folder: Path, limit: int = 1000) -> list[str]:
-    """The subfolders of ``folder`` that hold a model.json (a folder of model dirs given for one), sorted; at most
-    ``limit`` entries are looked at."""
+def _models_in(folder: Path, limit: int = 1000) -> tuple[list[str], list[str]]:
+    """The subfolders of ``folder`` that hold a model.json, and its checkpoint files (a folder of model dirs or of
+    checkpoints given for one), each sorted; at most ``limit`` entries are looked at."""
     try:
-        with os.scandir(folder) as entries:
-            names = [entry.name for _, entry in zip(range(limit), entries) if entry.is_dir()]
+        with os.scandir(folder) as scan:
+            entries = [(entry.name, entry.is_dir(), entry.is_file()) for _, entry in zip(range(limit), scan)]
     except OSError:
-        return []
-    return sorted(name for name in names if (folder / name / METADATA_FILE).is_file())
+        return [], []
+    return (sorted(name for name, is_dir, _ in entries if is_dir and (folder / name / METADATA_FILE).is_file()),
+            sorted(name for name, _, is_file in entries if is_file and name.lower().endswith(CHECKPOINT_SUFFIXES)))
+
+
+def _some(names: list[str]) -> str:
+    """The first three of ``names``, and how many more."""
+    return ", ".join(map(safe_repr, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def package_version() -> str:

@@ -206,6 +206,22 @@ def test_missing_metadata(tmp_path: Path):
         load_model_dir(tmp_path)
 
 
+def test_a_folder_of_checkpoints_given_for_a_model_dir_names_them(tmp_path: Path):
+    """OpenPCDet's ckpt/ folder given for a model (``--model output/.../ckpt``): its checkpoints are named, with how to
+    give one; a folder of model dirs names those instead."""
+    for name in ("checkpoint_epoch_79.pth", "checkpoint_epoch_80.pth", "latest_model.pth", "notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    with pytest.raises(ModelDirError) as info:
+        load_model_dir(tmp_path)
+    assert str(info.value) == (
+        f"{str(tmp_path / 'model.json')!r}: missing, so {str(tmp_path)!r} is not a model dir (the checkpoints in it: "
+        "'checkpoint_epoch_79.pth', 'checkpoint_epoch_80.pth', 'latest_model.pth'; give one as --model (Python: "
+        "PointPillars.from_checkpoint))")
+    tiny_model_dir(tmp_path / "fp32")
+    with pytest.raises(ModelDirError, match=r"is not a model dir \(the model dirs in it: 'fp32'\)$"):
+        load_model_dir(tmp_path)
+
+
 @pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00", b"[1, 2]"])
 def test_corrupt_metadata(tmp_path: Path, content: bytes):
     tiny_model_dir(tmp_path)

@@ -17,11 +17,8 @@ from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
 from ..fileio import folder_resolver, special_kind
-from ..model_dir import METADATA_FILE
+from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
-
-#: The suffixes of PyTorch checkpoints (OpenPCDet's checkpoint_epoch_80.pth, Lightning's .ckpt).
-CHECKPOINT_SUFFIXES = (".pth", ".pt", ".ckpt")
 
 
 #: What parts a pattern's path components: the separator, and the other one where the system has two (Windows).
