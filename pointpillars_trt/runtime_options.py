@@ -26,7 +26,26 @@ def parse_device(text: str) -> tuple[str, int | None]:
         return kind, None
     if kind == "cuda" and index.isdigit() and index.isascii():
         return kind, int(index)
-    raise PointPillarsError(f"device {text!r}: expected {DEVICES_EXPECTED}")
+    raise PointPillarsError(f"device {text!r}: expected {DEVICES_EXPECTED}{device_meant(text)}")
+
+
+def device_meant(text: str) -> str:
+    """"; did you mean cuda:0?" for another tool's way to name a device (trtexec's --device=0, PyTorch's device=0,
+    gpu, GPU:1, CPU), else ""."""
+    lowered = str(text).strip().lower()
+    if lowered.isdigit() and lowered.isascii():
+        lowered = f"cuda:{lowered}"
+    kind, sep, index = lowered.partition(":")
+    meant = ("cuda" if kind == "gpu" else kind) + sep + index
+    return f"; did you mean {meant}?" if meant != str(text) and _is_device(meant) else ""
+
+
+def _is_device(text: str) -> bool:
+    try:
+        parse_device(text)
+    except PointPillarsError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,18 @@ def test_parse_device_refuses(text: str) -> None:
         parse_device(text)
 
 
+@pytest.mark.parametrize("text, meant", [("0", "cuda:0"), ("1", "cuda:1"), ("gpu", "cuda"), ("GPU:1", "cuda:1"),
+                                         ("CPU", "cpu"), ("Cuda:0", "cuda:0"), ("cuda:", None), ("cpu:0", None),
+                                         ("gpu:x", None), ("tpu", None), ("", None)])
+def test_another_tools_device_name_gets_the_one_meant(text: str, meant: str | None) -> None:
+    """trtexec's --device=0 and PyTorch's device=0 name GPU 0, others say gpu or upper case: the refusal names the
+    device string meant; a name of no device gets no guess."""
+    with pytest.raises(PointPillarsError) as info:
+        parse_device(text)
+    expected = f"device {text!r}: expected auto, cpu, cuda or cuda:N" + (f"; did you mean {meant}?" if meant else "")
+    assert str(info.value) == expected
+
+
 @pytest.mark.parametrize("bad, needle", [({"device": "gpu"}, "device"), ({"backend": "tensorrt-llm"}, "backend"),
                                          ({"max_batch": 9}, "max_batch"), ({"max_batch": True}, "max_batch"),
                                          ({"threads": 0}, "threads"), ({"tf32": 1}, "tf32"),

@@ -55,7 +55,8 @@ def parse_error(argv: list[str]) -> str:
     (SERVE, "--ready-timeout", "nan", "(0, 86400]"),
     (SERVE, "--ready-timeout", "-5", "(0, 86400]"),
     # checked while parsing, as infer's (it was refused only once a checkpoint was exported)
-    (SERVE, "--device", "gpu", "'gpu': expected auto, cpu, cuda or cuda:N"),
+    (SERVE, "--device", "gpu", "'gpu': expected auto, cpu, cuda or cuda:N; did you mean cuda?"),
+    (INFER, "--device", "0", "'0': expected auto, cpu, cuda or cuda:N; did you mean cuda:0?"),  # trtexec's --device=0
     (INFER, "--server", "127.0.0.1", "expected HOST:PORT"),  # no port: a client would try gRPC's 443
     (INFER, "--server", "localhost:0", "expected HOST:PORT"),
     (INFER, "--server", ":8001", "expected HOST:PORT"),
