@@ -1560,3 +1560,37 @@ def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused(
     for text in ("375", "a,b", "0,1242"):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
             image_shape_arg(text)
+
+
+def test_eval_of_a_folder_holding_infers_kitti_and_json_outputs_reads_the_kind_format_names(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
+    """infer writes its --format kitti and json outputs of the same frames into one --out; eval refused such a
+    folder ("expected one kind") with no way to evaluate it: it now names --format, which reads the one kind as a
+    folder of that kind alone is read; a --format whose files the folder lacks is refused."""
+    frames, calib = tiny_frames[1:3], tiny_frames[1].parent.parent / "calib"
+    labels = tmp_path / "labels"
+    labels.mkdir()
+    for frame in frames:
+        (labels / f"{frame.stem}.txt").write_text("Car 0.00 0 -1.57 600 160 650 200 1.5 1.6 3.9 0.5 1.6 3.0 0.0\n")
+    for out, kinds in (("both", ("kitti", "json")), ("kitti", ("kitti",)), ("json", ("json",))):
+        for kind in kinds:
+            run = cli("infer", *frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", kind,
+                      "--out", tmp_path / out, "--no-fov-only", *LOOSE)
+            assert run.rc == 0, run
+
+    def table(folder: str, *options: object) -> str:
+        run = cli("eval", "--pred", tmp_path / folder, "--labels", labels, *options)
+        assert run.rc == 0, run
+        return run.out.replace(str(tmp_path / folder), "PRED")
+
+    run = cli("eval", "--pred", tmp_path / "both", "--labels", labels)
+    assert (run.rc, run.out) == (2, ""), run
+    assert run.err == (f"error: prediction folder {str(tmp_path / 'both')!r} has both .txt and .json files (infer's "
+                       "--format kitti and json outputs share a folder): pass --format kitti to evaluate the .txt files "
+                       "or --format json (with --calib) the .json ones\n")
+    assert table("both", "--format", "kitti") == table("kitti")
+    assert table("both", "--format", "json", "--calib", calib) == table("json", "--calib", calib)
+    assert table("json", "--calib", calib) != table("kitti")  # JSON boxes outside the camera image are counted apart
+    run = cli("eval", "--pred", tmp_path / "kitti", "--labels", labels, "--format", "json", "--calib", calib)
+    assert (run.rc, run.err) == (2, f"error: prediction folder {str(tmp_path / 'kitti')!r} has no .json files "
+                                    "(--format json); it holds .txt files\n"), run

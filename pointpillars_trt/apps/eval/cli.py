@@ -44,6 +44,9 @@ def add_eval_parser(sub: Any) -> None:
                    help="camera image size in pixels, for every frame: where the 2D boxes of JSON predictions "
                         "are clipped (default: the calib folder's sibling image_2/<id>.png when there is one, "
                         f"else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, said in one note; JSON predictions only)")
+    p.add_argument("--format", choices=("kitti", "json"),
+                   help="the predictions read from a folder that holds both kinds (infer's --format kitti .txt "
+                        "files and its JSON files of the same frames): kitti or json (default: the folder's one kind)")
     p.add_argument("--ids", metavar="FILE", type=path_name,
                    help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt or a pipe, <(cmd) "
                         "(default: every prediction file in --pred)")
@@ -160,7 +163,7 @@ def run_eval(args: argparse.Namespace) -> int:
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
     check_image_shape(args.image_shape, calib)
     # each prediction folder's format, found once (a listing of it) and handed to what reads the folder
-    kinds = {folder: prediction_format(Path(folder)) for folder in (args.pred, args.compare) if folder}
+    kinds = {folder: prediction_format(Path(folder), args.format) for folder in (args.pred, args.compare) if folder}
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred, kinds[args.pred])
     if not ids:
         raise InputError(f"prediction folder {safe_repr(str(pred))} has no prediction files")

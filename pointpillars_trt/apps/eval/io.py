@@ -124,8 +124,14 @@ def _prediction_files(pred_dir: Path) -> list[Path]:
             if p.suffix in (".txt", ".json") and p.name != REPORT_FILE and not p.name.startswith(".")]
 
 
-def prediction_format(pred_dir: Path) -> str:
-    """'kitti' for a folder of .txt files, 'json' for .json files; mixed or empty is an error."""
+#: eval's --format: the suffix of each kind of prediction file.
+PREDICTION_SUFFIXES = {"kitti": ".txt", "json": ".json"}
+
+
+def prediction_format(pred_dir: Path, wanted: str | None = None) -> str:
+    """'kitti' for a folder of .txt files, 'json' for .json files; ``wanted`` (eval's --format): the kind read from
+    a folder holding both (infer writes its --format kitti and json outputs of the same frames into one folder),
+    which is an error without it, as is an empty folder or one without files of ``wanted``."""
     if not pred_dir.is_dir():
         raise InputError(f"prediction folder {safe_repr(pred_dir)} does not exist or is not a folder")
     if (pred_dir / METADATA_FILE).is_file():  # else its model.json is read as a frame's JSON record, "model"
@@ -139,15 +145,23 @@ def prediction_format(pred_dir: Path) -> str:
                          + ", which eval would pass over: name prediction files .txt or .json in lower case, as "
                          "infer writes them")
     kinds = {p.suffix for p in _prediction_files(pred_dir)}
-    if len(kinds) != 1:
-        found = "both .txt and .json files" if kinds else "no .txt or .json files"
+    if wanted is not None and PREDICTION_SUFFIXES[wanted] in kinds:
+        return wanted
+    if wanted is not None and kinds:
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} has no {PREDICTION_SUFFIXES[wanted]} files "
+                         f"(--format {wanted}); it holds {'.txt' if '.txt' in kinds else '.json'} files")
+    if len(kinds) == 2:
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} has both .txt and .json files (infer's --format "
+                         "kitti and json outputs share a folder): pass --format kitti to evaluate the .txt files or "
+                         "--format json (with --calib) the .json ones")
+    if not kinds:
         parts = sorted(p.name for p in pred_dir.glob("detections-*") if p.suffix in (".jsonl", ".parquet"))
-        if not kinds and parts:  # an infer --format jsonl / parquet folder: its rows are frames, not files
-            raise InputError(f"prediction folder {safe_repr(pred_dir)} has {found} but {len(parts)} part file(s) of "
-                             f"rows (e.g. {safe_repr(parts[0])}), which eval does not read: evaluate them as that run's "
-                             "infer with --eval LABEL_DIR --skip-existing and the same PATHS, --format and --out "
-                             "(nothing runs again), or write --format kitti")
-        raise InputError(f"prediction folder {safe_repr(pred_dir)} has {found}; expected one kind")
+        if parts:  # an infer --format jsonl / parquet folder: its rows are frames, not files
+            raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files but {len(parts)} "
+                             f"part file(s) of rows (e.g. {safe_repr(parts[0])}), which eval does not read: evaluate "
+                             "them as that run's infer with --eval LABEL_DIR --skip-existing and the same PATHS, "
+                             "--format and --out (nothing runs again), or write --format kitti")
+        raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files")
     return "kitti" if kinds == {".txt"} else "json"
 
 
