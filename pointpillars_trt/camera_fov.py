@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kitti import Calibration
+from .kitti import Calibration, checked_image_shape
 
 
 def camera_fov_mask(points: np.ndarray, calib: Calibration, image_shape: tuple[int, int]) -> np.ndarray:
@@ -18,13 +18,14 @@ def camera_fov_mask(points: np.ndarray, calib: Calibration, image_shape: tuple[i
 
     As OpenPCDet's ``get_fov_flag``: a lidar point goes to the rectified camera frame, through P2 to
     (u, v) divided by its rectified depth z, and is kept when 0 <= u < width, 0 <= v < height and
-    z >= 0. ``image_shape`` is (height, width) in pixels. Non-finite points are never kept.
+    z >= 0. ``image_shape`` is (height, width) in pixels (``checked_image_shape``). Non-finite points are never
+    kept.
     """
+    height, width = checked_image_shape(image_shape)
     xyz = np.asarray(points)[:, :3]
     rect = calib.lidar_to_rect(xyz)
     depth = rect[:, 2]
     projected = rect @ calib.P2[:, :3].T + calib.P2[:, 3]
-    height, width = image_shape
     with np.errstate(divide="ignore", invalid="ignore"):
         u, v = projected[:, 0] / depth, projected[:, 1] / depth
         return (depth >= 0) & (u >= 0) & (u < width) & (v >= 0) & (v < height)

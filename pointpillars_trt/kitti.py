@@ -45,6 +45,9 @@ _LABEL_MAX_BYTES = 1 << 24
 KITTI_IMAGE_SHAPE = (375, 1242)
 #: ``KITTI_IMAGE_SHAPE`` as the messages saying it was assumed name it, width first as image sizes are written.
 KITTI_IMAGE_WORDS = f"KITTI's usual {KITTI_IMAGE_SHAPE[1]} x {KITTI_IMAGE_SHAPE[0]} image"
+#: Largest image width or height taken, in pixels: the most a PNG holds (its IHDR's four-byte sizes). A side
+#: past float's range could not be compared with a projected point (OverflowError).
+MAX_IMAGE_SIDE = 2**31 - 1
 #: A point is in front of the camera when its depth (third coordinate of P2 @ [x y z 1]) exceeds
 #: this many metres; box edges crossing that plane are cut there before projecting.
 NEAR_DEPTH = 0.01
@@ -268,8 +271,6 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
 
 
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: Largest width or height the PNG format allows (its IHDR's four-byte sizes, 2**31 - 1).
-_PNG_MAX_SIDE = 2**31 - 1
 
 
 def read_png_size(path: PathLike) -> tuple[int, int]:
@@ -278,9 +279,9 @@ def read_png_size(path: PathLike) -> tuple[int, int]:
     if len(head) < 24 or head[:8] != _PNG_SIGNATURE or head[12:16] != b"IHDR":
         raise InputError(f"image file {safe_repr(path)} is not a PNG (no PNG signature and IHDR chunk)")
     width, height = int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
-    if not (0 < width <= _PNG_MAX_SIDE and 0 < height <= _PNG_MAX_SIDE):  # a damaged header: its size would crop
+    if not (0 < width <= MAX_IMAGE_SIDE and 0 < height <= MAX_IMAGE_SIDE):  # a damaged header: its size would crop
         raise InputError(f"image file {safe_repr(path)} says it is {width} x {height} pixels, which no PNG is "
-                         f"(1 to {_PNG_MAX_SIDE} a side): a damaged header")
+                         f"(1 to {MAX_IMAGE_SIDE} a side): a damaged header")
     return height, width
 
 
@@ -512,13 +513,7 @@ def detections_to_kitti_lines(
             f"detections: received {len(b)} boxes, {len(sc)} scores and {len(names)} names, "
             "expected the same count"
         )
-    shape = KITTI_IMAGE_SHAPE if image_shape is None else image_shape
-    if isinstance(shape, np.ndarray):  # e.g. np.array(image.shape[:2])
-        shape = tuple(shape.tolist())
-    sides = [int_within(_whole(side), 1) for side in shape] if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
-    height, width = (sides[0], sides[1]) if len(sides) == 2 else (None, None)
-    if height is None or width is None:
-        raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers")
+    height, width = checked_image_shape(KITTI_IMAGE_SHAPE if image_shape is None else image_shape)
     if not isinstance(calib, Calibration):
         raise InputError(f"calib: expected a Calibration (read_calibration), received {type(calib).__name__}")
     spaced = next((name for name in names if not str(name) or len(str(name).split()) != 1), None)
@@ -547,6 +542,18 @@ def detections_to_kitti_lines(
                                    sc[keep].tolist())
     ]
     return KittiLines(lines, int((~keep).sum()), dropped_nonfinite, index[keep].astype(np.int64))
+
+
+def checked_image_shape(image_shape: object) -> tuple[int, int]:
+    """``image_shape`` as the (height, width) ints it holds (NumPy integers, whole floats, a 2-element array
+    such as ``np.array(image.shape[:2])`` too), each 1 to ``MAX_IMAGE_SIDE``; anything else is an InputError."""
+    shape = tuple(image_shape.tolist()) if isinstance(image_shape, np.ndarray) else image_shape
+    sides = [int_within(_whole(side), 1, MAX_IMAGE_SIDE) for side in shape] \
+        if isinstance(shape, (tuple, list)) and len(shape) == 2 else []
+    if len(sides) != 2 or sides[0] is None or sides[1] is None:
+        raise InputError(f"image shape {safe_repr(image_shape)} is not a (height, width) of positive integers "
+                         f"(pixels, at most {MAX_IMAGE_SIDE} a side)")
+    return sides[0], sides[1]
 
 
 def _whole(value: object) -> object:

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.camera_fov import camera_fov_mask, crop_to_camera_fov
+from pointpillars_trt.errors import InputError
 from pointpillars_trt.kitti import Calibration, read_calibration, read_velodyne_bin
 
 # frame id -> (image height, width), points OpenPCDet's get_fov_flag keeps
@@ -70,3 +71,11 @@ def test_image_edges_depth_and_nonfinite_points() -> None:
     mask = camera_fov_mask(points, pinhole(), shape)
     assert mask.tolist() == [True, False, True, False, True, False, False, False, False]
     assert camera_fov_mask(np.zeros((0, 4), np.float32), pinhole(), shape).shape == (0,)
+
+
+@pytest.mark.parametrize("shape", [(50, 10**400), (0, 100), (-50, 100), (50.5, 100), ("50", 100), (50, 100, 3)])
+def test_an_image_shape_of_no_image_is_refused(shape: tuple) -> None:
+    """Each was taken: a side past float's range raised OverflowError, 0 or a negative height kept no point, a
+    fraction or text was compared as it was."""
+    with pytest.raises(InputError, match="is not a \\(height, width\\) of positive integers"):
+        camera_fov_mask(np.zeros((1, 4), np.float32), pinhole(), shape)

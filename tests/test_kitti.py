@@ -263,6 +263,8 @@ def test_kitti_lines_take_an_image_shape_as_an_array_or_whole_floats(calib134: C
     ({"image_shape": (375, 1242, 3)}, "image shape (375, 1242, 3) is not a (height, width) of positive integers"),
     ({"image_shape": (float("nan"), 1242)}, "image shape (nan, 1242) is not a (height, width)"),
     ({"image_shape": (True, True)}, "image shape (True, True) is not a (height, width)"),
+    ({"image_shape": (375, 10**400)}, "is not a (height, width) of positive integers (pixels, at most 2147483647"),
+    ({"image_shape": (375, 2**31)}, "image shape (375, 2147483648) is not a (height, width)"),
     ({"calib": None}, "calib: expected a Calibration (read_calibration), received NoneType"),
     ({"names": ["Big Car"]}, "names: 'Big Car' is no KITTI class name (one word"),
 ])

@@ -154,6 +154,9 @@ def image_shape_arg(text: str) -> tuple[int, int]:
         height, width = (int(p) for p in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected HEIGHT,WIDTH in pixels, e.g. 375,1242") from None
-    if height < 1 or width < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: height and width must be positive")
+    from ..kitti import MAX_IMAGE_SIDE
+
+    if not (1 <= height <= MAX_IMAGE_SIDE and 1 <= width <= MAX_IMAGE_SIDE):
+        raise argparse.ArgumentTypeError(f"{text!r}: height and width must be positive, at most {MAX_IMAGE_SIDE} "
+                                         "pixels")
     return height, width

@@ -1213,6 +1213,10 @@ def test_options_that_a_run_would_ignore_are_refused_while_checking(tiny_model: 
     ("--nms-iou", "nan", "--nms-iou: 'nan': expected a number in [0, 1]"),
     ("--intensity-scale", "0", "--intensity-scale: '0': expected a number in [1e-06, 1000]"),
     ("--intensity-scale", "1e-300", "--intensity-scale: '1e-300': expected a number in [1e-06, 1000]"),
+    # a width of 400 digits was taken, then compared with the calib's principal point as a float: OverflowError
+    pytest.param("--image-shape", "375," + "9" * 400, "--image-shape: '375," + "9" * 400 + "': height and width must "
+                 "be positive, at most 2147483647 pixels", id="--image-shape-400-digits"),
+    ("--image-shape", f"375,{2**31}", f"--image-shape: '375,{2**31}': height and width must be positive, at most"),
 ])
 def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_frames: list[Path], option: str,
                                                           value: str, said: str):
@@ -1560,6 +1564,7 @@ def test_image_shape_is_height_comma_width_and_a_width_x_height_form_is_refused(
     for text in ("375", "a,b", "0,1242"):
         with pytest.raises(argparse.ArgumentTypeError, match=repr(text)):
             image_shape_arg(text)
+    assert image_shape_arg(f"375,{2**31 - 1}") == (375, 2**31 - 1)  # a PNG's largest side
 
 
 def test_eval_of_a_folder_holding_infers_kitti_and_json_outputs_reads_the_kind_format_names(
