@@ -372,8 +372,9 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
         got = _read_fully(fd, data.data, path, what)
     finally:
         os.close(fd)
-    if got > size:
-        raise InputError(f"{what} {safe_repr(path)} grew while being read (was it still being written?)")
+    if got != size:  # one that shrank (written over meanwhile) would give the points it had left, a whole frame's look
+        raise InputError(f"{what} {safe_repr(path)} {'grew' if got > size else 'shrank'} while being read (was it "
+                         "still being written?)")
     return data[:got]
 
 

@@ -399,6 +399,24 @@ def test_frame_just_over_the_point_limit_refused(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(path), f"{MAX_FRAME_POINTS + 1} points")
 
 
+@pytest.mark.parametrize("point_dim", [4, 5])
+def test_bin_written_over_while_being_read_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      point_dim: int) -> None:
+    """A writer that starts the file over between its size and its read (truncated, then a first block of points
+    written) left whole rows: read_points gave those 100 points as the frame of 1000, without a word."""
+    path = tmp_path / "logged.bin"
+    sample(1000 * point_dim // 4).tofile(path)  # 1000 rows of point_dim values
+    read = os.readv
+
+    def writer_starts_over(fd: int, buffers: list) -> int:  # type: ignore[type-arg]
+        os.truncate(path, 100 * 4 * point_dim)
+        return read(fd, buffers)
+
+    monkeypatch.setattr(os, "readv", writer_starts_over)
+    one_line_error(lambda: read_points(path, point_dim=point_dim, columns=4), repr(str(path)),
+                   "shrank while being read (was it still being written?)")
+
+
 def test_missing_and_directory(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(tmp_path / "none.pcd"), "does not exist")
     (tmp_path / "d.npy").mkdir()
