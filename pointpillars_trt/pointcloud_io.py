@@ -453,7 +453,10 @@ def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     digits = overlong_number(text)
     if digits is not None:
         raise ValueError(f"its header holds a number of {digits} digits: not a size")
-    header = ast.literal_eval(text)
+    try:
+        header = ast.literal_eval(text)
+    except ValueError:  # its own words name a parse node by its address: "<ast.Call object at 0x7f...>"
+        raise ValueError("header is not a Python literal (a dict of descr, fortran_order and shape)") from None
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise ValueError("header is not a dict of descr, fortran_order and shape")
     shape, fortran = header["shape"], header["fortran_order"]

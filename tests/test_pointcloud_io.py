@@ -531,6 +531,10 @@ def write_npy_header(path: Path, header: str, data: bytes = b"") -> Path:
     ("{'descr': '<f4', 'fortran_order': False, 'shape': (4, True), }", 16, "shape (4, True)"),
     ("{'descr': '<f4', 'fortran_order': 'yes', 'shape': (2, 4), }", 32, "fortran_order 'yes'"),
     ("{'descr': 7, 'fortran_order': False, 'shape': (2, 4), }", 32, "not a valid .npy"),
+    # a call, an expression or a name: ast's words named the parse node by its address ("<ast.Call object at 0x7f..")
+    *((header, 32, "is not a valid .npy file: header is not a Python literal (a dict of descr, fortran_order and shape)")
+      for header in ("__import__('os').system('true')", "{'descr': '<f4', 'fortran_order': False, 'shape': (2 * 1, 4)}",
+                     "{'descr': '<f4', 'fortran_order': no, 'shape': (2, 4)}")),
     ("{'descr': '<f4', 'fortran_order': False, 'shape': " + "(" * 5000 + ")" * 5000 + "}", 32, "not a valid .npy"),
 ])
 def test_npy_hostile_header_is_one_error(tmp_path: Path, header: str, data_bytes: int, needle: str) -> None:
