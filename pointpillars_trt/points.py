@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import mmap
 import os
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
@@ -128,6 +129,33 @@ def is_cuda_array(points: object) -> bool:
         return False
 
 
+def refuse_cut_mapping(points: np.ndarray, source: str) -> None:
+    """Refuse an array that lies in a memory-mapped file (``np.memmap``, or ``np.frombuffer`` of an ``mmap``)
+    that is now shorter than the array's bytes (cut or written over since it was mapped): reading them would
+    kill the process with SIGBUS, every other frame's result with it. A file cut after this look still does."""
+    root = points
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    mapping = root.base.obj if isinstance(root.base, memoryview) else root.base  # np.frombuffer's base: a view
+    if not isinstance(mapping, mmap.mmap) or mapping.closed or points.size == 0:
+        return
+    try:
+        file_size = mapping.size()  # the file's size now (an anonymous mapping's: its length)
+    except (OSError, ValueError):
+        return
+    # np.memmap maps its file from its offset rounded down to the allocation granularity; a mapping made another
+    # way is taken to start at byte 0, which can only make the bytes needed fewer
+    offset = getattr(root, "offset", 0)
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY if isinstance(offset, int) else 0
+    mapped_at = np.frombuffer(mapping, np.uint8).ctypes.data
+    end = points.ctypes.data + points.itemsize + sum(
+        (n - 1) * stride for n, stride in zip(points.shape, points.strides) if stride > 0)
+    needed = start + end - mapped_at
+    if needed > file_size:
+        raise InputError(f"{source}: lies in a memory-mapped file of {file_size} bytes, which its bytes run past "
+                         f"(to byte {needed}): the file was cut or written over since it was mapped; map it again")
+
+
 def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     """``xp.asarray(points)`` (NumPy; CuPy for frames and sweeps on the GPU), the one conversion of frames and
     sweeps; what it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the
@@ -136,7 +164,10 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
 
     A device array that speaks DLPack goes through ``from_dlpack``, called under the stream the caller made
     current: the producer (PyTorch, JAX) then orders its pending work on that array before the stream's next
-    work, where the CUDA array interface of a tensor made on another stream promises nothing."""
+    work, where the CUDA array interface of a tensor made on another stream promises nothing. An array in a
+    memory-mapped file cut since is refused (``refuse_cut_mapping``)."""
+    if isinstance(points, np.ndarray):
+        refuse_cut_mapping(points, source)
     try:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -209,3 +211,41 @@ def test_an_array_like_whose_conversion_raises_runtime_error_is_an_input_error_k
     with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array .*\(Can't call numpy\(\) on "
                                          r"Tensor that requires grad\. Use tensor\.detach\(\)\.numpy\(\) instead\.\)$"):
         as_host_points(GradTensorLike(), "points", 4)
+
+
+_CUT_MAPPING = """
+import mmap, os, sys
+import numpy as np
+from pointpillars_trt.errors import InputError
+from pointpillars_trt.points import as_host_points
+
+path = sys.argv[1]
+np.arange(4000, dtype=np.float32).tofile(path)  # 1000 points
+mapped = np.memmap(path, np.float32, "r").reshape(-1, 4)
+after = np.memmap(path, np.float32, "r", offset=16 * 500).reshape(-1, 4)  # points 500..999
+with open(path, "rb") as f:
+    raw = np.frombuffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), np.float32).reshape(-1, 4)
+os.truncate(path, 16 * 100)  # the file written over: 100 points left
+print(as_host_points(mapped[:100]).sum(), as_host_points(raw[10:90:3]).sum())  # within the file: read
+for name, frame in (("mapped", mapped), ("reversed", mapped[::-1]), ("after", after), ("raw", raw),
+                    ("asarray", np.asarray(mapped)), ("point 100", mapped[100:101])):
+    try:
+        as_host_points(frame)
+    except InputError as exc:
+        print(name, exc)
+"""
+
+
+def test_a_frame_in_a_memory_mapped_file_cut_since_is_refused_not_read_past_its_end(tmp_path: Path) -> None:
+    """Reading an np.memmap (or np.frombuffer of an mmap) past the end of its file, cut since it was mapped, killed
+    the process with SIGBUS, and every result of the run with it; the rows still in the file are read."""
+    done = subprocess.run([sys.executable, "-c", _CUT_MAPPING, str(tmp_path / "frame.bin")], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    within = np.arange(4000, dtype=np.float32).reshape(-1, 4)
+    assert done.stdout.splitlines()[0] == f"{within[:100].sum()} {within[10:90:3].sum()}"
+    cut = "lies in a memory-mapped file of 1600 bytes, which its bytes run past (to byte {}): the file was cut or " \
+          "written over since it was mapped; map it again"
+    assert done.stdout.splitlines()[1:] == [f"{name} points: {cut.format(end)}" for name, end in (
+        ("mapped", 16000), ("reversed", 16000), ("after", 16000), ("raw", 16000), ("asarray", 16000),
+        ("point 100", 1616))]
