@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import glob
+import itertools
 import os
 import signal
 import sys
@@ -24,7 +25,7 @@ from typing import Any, NoReturn, TextIO
 
 from ..errors import (
     USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line,
-    printable_text, safe_repr,
+    printable_text, safe_repr, shell_word,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -290,10 +291,11 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(*args, **kwargs)
+        self.words: list[str] = []  # the command line words this parser was given, for error()'s hints
 
     def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
-        self._words = list(sys.argv[1:] if args is None else args)  # for error's hints
+        self.words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
 
     def _get_option_tuples(self, option_string: str) -> Any:
@@ -305,9 +307,23 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("the following arguments are required"):  # `build --model x.pth`: say what --model is
-            message += _flag_hints(self, getattr(self, "_words", ()))
-        print(f"error: {self.prog}: {one_line(message)} (see {self.prog} --help)", file=sys.stderr, flush=True)
+            message += _flag_hints(self, self.words)
+        print(f"error: {self.prog}: {one_line(message)}{self._dash_name_hint()} (see {self.prog} --help)",
+              file=sys.stderr, flush=True)
         sys.exit(EXIT_USER_ERROR)
+
+    def _dash_name_hint(self) -> str:
+        """'; ... is a file ...' when a word given is no option of this parser but names a file or folder that starts
+        with '-' (argparse takes such a word for an option: 'unrecognized arguments', or PATH missing), else ''."""
+        options = {option for action in self._actions for option in action.option_strings}
+        before_dashes = itertools.takewhile(lambda word: word != "--", self.words)  # after --, words are no options
+        name = next((word for word in before_dashes if word.startswith("-") and word.split("=", 1)[0] not in options
+                     and os.path.lexists(word)), None)
+        if name is None:
+            return ""
+        kind = "folder" if os.path.isdir(name) else "file"
+        return (f"; {safe_repr(name)} is a {kind}, but a word starting with '-' is read as an option: name it "
+                f"{shell_word(os.path.join('.', name))}")
 
 
 DESCRIPTION = ("PointPillars lidar 3D object detection on the GPU (CPU fallback): build a model dir from a "

@@ -1224,6 +1224,29 @@ def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_
         main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), option, value])
     assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
 
+@pytest.mark.parametrize("words, said", [
+    (["infer", "-a.bin"], "the following arguments are required: PATH; '-a.bin' is a file"),
+    (["infer", "b.bin", "-a.bin"], "unrecognized arguments: -a.bin; '-a.bin' is a file"),
+    (["eval", "--pred", "-a.bin", "--labels", "b"], "argument --pred: expected one argument; '-a.bin' is a file"),
+])
+def test_a_file_named_with_a_leading_dash_is_named_with_the_word_that_reads_it(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, words: list[str], said: str) -> None:
+    """argparse takes a word starting with '-' for an option: the file was reported as an unknown option, or as
+    no PATH at all, without a word of how to name it."""
+    monkeypatch.chdir(tmp_path)
+    np.zeros((10, 4), np.float32).tofile("-a.bin")
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+        main([*words, "--model", str(tiny_model)] if words[0] == "infer" else words)
+    assert exit_info.value.code == 2
+    assert err.getvalue() == (f"error: pointpillars-trt {words[0]}: {said}, but a word starting with '-' is read as an "
+                              f"option: name it ./-a.bin (see pointpillars-trt {words[0]} --help)\n")
+    run = cli("infer", "--model", tiny_model, "--out", "out", "./-a.bin")  # as the message says
+    assert run.rc == 0 and (tmp_path / "out" / "-a.json").is_file(), run
+    with pytest.raises(SystemExit), contextlib.redirect_stderr(io.StringIO()) as err:  # the file is only said when
+        main(["infer", "--model", str(tiny_model), "--batch-size", "0", "--", "-a.bin"])  # before -- and no option
+    assert "is a file" not in err.getvalue()
+
+
 def test_viz_never_draws_over_a_camera_image_and_redraws_its_own_pictures(tiny_model: Path, tiny_frames: list[Path],
                                                                           tmp_path: Path):
     """--viz into a folder of camera images (KITTI's image_2) is refused before the model loads, the image as it
