@@ -43,20 +43,22 @@ def float_in(low: float, high: float, *, low_open: bool = False) -> Callable[[st
 
 
 def int_list_in(low: int, high: int) -> Callable[[str], list[int]]:
-    """An argparse ``type`` for a comma-separated list of integers in ``low..high`` ("1,2,4")."""
+    """An argparse ``type`` for a comma-separated list of integers in ``low..high`` ("1,2,4"), given back distinct and
+    ascending: a value given twice would be measured twice, and the last one is the largest ("8,1" too)."""
     one = int_in(low, high)
 
     def parse(text: str) -> list[int]:
-        return [one(item.strip()) for item in text.split(",")]
+        return sorted({one(item.strip()) for item in text.split(",")})
 
     return parse
 
 
 def names_in(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
-    """An argparse ``type`` for a comma-separated list of names out of ``choices`` ("fp32,fp16")."""
+    """An argparse ``type`` for a comma-separated list of names out of ``choices`` ("fp32,fp16"), each once, in the
+    order given."""
 
     def parse(text: str) -> list[str]:
-        names = [item.strip() for item in text.split(",")]
+        names = list(dict.fromkeys(item.strip() for item in text.split(",")))
         unknown = [name for name in names if name not in choices]
         if unknown:
             raise argparse.ArgumentTypeError(f"{unknown[0]!r}: expected names out of {', '.join(choices)}, "

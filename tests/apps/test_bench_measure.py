@@ -115,6 +115,17 @@ def test_warmup_time_is_checked_while_parsing(tmp_path: Path) -> None:
     assert not (tmp_path / "b").exists()
 
 
+def test_bench_lists_are_taken_each_value_once_and_counts_ascending() -> None:
+    """``--batches 8,1`` ran the throughput test at batch 1 (the last given), where the help promises the largest, and
+    a value or precision given twice was measured twice, a row of the report each time."""
+    from pointpillars_trt.apps.cli import build_parser
+
+    args = build_parser().parse_args(["bench", "--batches", "8,1,4,8", "--pipelines", "4,1,4",
+                                      "--precisions", "fp16,fp32,fp16", "--sweep-precisions", "fp16,fp16"])
+    assert (args.batches, args.pipelines, args.precisions, args.sweep_precisions) == (
+        [1, 4, 8], [1, 4], ["fp16", "fp32"], ["fp16"])
+
+
 def test_a_pipeline_that_fails_stops_the_throughput_test_with_its_error() -> None:
     """A pipeline raising in the warm-up or the timed part: the others stop waiting for it and its error
     reaches the caller (the barriers between the parts would otherwise wait for it forever)."""
