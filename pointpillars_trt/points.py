@@ -160,7 +160,7 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     """``xp.asarray(points)`` (NumPy; CuPy for frames and sweeps on the GPU), the one conversion of frames and
     sweeps; what it cannot convert is an InputError naming ``source`` and the ``expected`` array, with the
     reason: ragged lists, device arrays that refuse implicit host copies, a torch tensor that requires grad
-    (its message naming .detach()), and on the GPU whatever a device array's malformed interface raises.
+    (its message naming .detach()), and whatever an array's malformed interface raises (a KeyError).
 
     A device array that speaks DLPack goes through ``from_dlpack``, called under the stream the caller made
     current: the producer (PyTorch, JAX) then orders its pending work on that array before the stream's next
@@ -172,10 +172,8 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)
         return xp.asarray(points)
-    except Exception as exc:  # noqa: BLE001 - a foreign device array's broken interface raises what CuPy meets
+    except Exception as exc:  # noqa: BLE001 - a foreign array's broken interface raises what NumPy or CuPy meets
         usual = isinstance(exc, (TypeError, ValueError, RuntimeError, BufferError))
-        if xp is np and not usual:
-            raise
         reason = str(exc) if usual else f"{type(exc).__name__}: {exc}"
         raise InputError(f"{source}: cannot be read as {expected} ({reason})") from None
 

@@ -249,3 +249,16 @@ def test_a_frame_in_a_memory_mapped_file_cut_since_is_refused_not_read_past_its_
     assert done.stdout.splitlines()[1:] == [f"{name} points: {cut.format(end)}" for name, end in (
         ("mapped", 16000), ("reversed", 16000), ("after", 16000), ("raw", 16000), ("asarray", 16000),
         ("point 100", 1616))]
+
+
+def test_an_array_like_whose_interface_raises_key_error_is_an_input_error_naming_it() -> None:
+    """A host array-like whose array interface lacks its keys (NumPy raises KeyError): the frame's InputError, as a
+    ragged list's, not the KeyError (it escaped detect_batch)."""
+
+    class Malformed:
+        @property
+        def __array_interface__(self) -> dict[str, object]:
+            raise KeyError("typestr")
+
+    with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array .*\(KeyError: 'typestr'\)$"):
+        as_host_points(Malformed(), "points", 4)
