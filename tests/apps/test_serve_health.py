@@ -512,3 +512,30 @@ def test_a_stop_while_a_health_probe_waits_on_a_hung_server_is_acted_on_at_once(
     assert took < 20, (took, err[-2000:])
     assert "Traceback" not in err and "Exception in thread" not in err, err[-2000:]
     assert not Path(f"/proc/{server}").exists() or "zombie" in Path(f"/proc/{server}/status").read_text().lower()
+
+
+@pytest.mark.slow
+def test_health_probes_leave_serves_open_files_flat(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Each probe ran on a new thread, whose HTTP connection (and its event loop) stayed open: three file
+    descriptors a probe, until serve ran out of them and aborted (at the default 10 s, within about 90 minutes
+    under a limit of 1,024). Oracles: /proc's count of serve's open files over some fifty probes, and Triton's own
+    count of the requests its model answered (the probes did run)."""
+    serve = Serve(tiny.path, tmp_path / "repo", "--health-interval", "0.1")
+    try:
+        def open_files() -> int:
+            return len(os.listdir(f"/proc/{serve.proc.pid}/fd"))
+
+        time.sleep(2)  # the probe's own connections are open
+        before, answered = open_files(), inference_count(serve)
+        deadline = time.monotonic() + 60
+        while inference_count(serve) < answered + 50 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert inference_count(serve) >= answered + 50, "the probes did not run"
+        assert open_files() <= before + 3, (before, open_files())
+        serve.proc.send_signal(signal.SIGTERM)
+        rc, err = serve.finish()
+    finally:
+        if serve.proc.poll() is None:
+            serve.proc.kill()
+            serve.finish()
+    assert rc == 0 and "Traceback" not in err, err[-2000:]

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import queue
 import signal
 import sys
 import threading
 import time
+import traceback
+from concurrent.futures import Future
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -185,6 +188,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
 def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, interval: float) -> int:
     """Wait for ``stop``; 1 (after one ``error:`` line) when the server exits or its model stops answering."""
     next_probe = time.monotonic() + interval
+    probes = _ProbeThread(probe, stop)
     while not stop.wait(min(0.5, interval)):
         code = server.exit_code() if server.process is not None else None
         if code is not None:
@@ -192,7 +196,7 @@ def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, inter
             return EXIT_FRAME_FAILURES
         if time.monotonic() < next_probe:
             continue
-        error = _check_until_stopped(probe, stop)
+        error = probes.check()
         if error is not None and not stop.is_set():
             print(f"error: model {MODEL_NAME} stopped answering ({error}); its worker died or hangs: stopping "
                   "the server", file=sys.stderr, flush=True)
@@ -223,25 +227,38 @@ def server_exit_text(code: int, http_host: str) -> str:
             "Restart=on-failure does it for you)")
 
 
-def _check_until_stopped(probe: ModelProbe, stop: threading.Event) -> str | None:
-    """``probe.check()``, in a thread of its own, waited for only until ``stop``: a hung model keeps a probe
-    waiting up to its timeout (and its statistics call as long again), and a Ctrl-C or SIGTERM meanwhile must
-    stop serve at once, not minutes later (a supervisor's stop timeout would kill it first). The thread is
-    left behind on a stop: the process ends soon after."""
-    found: list[str | None] = []
+class _ProbeThread:
+    """Runs ``probe.check()`` on one thread of its own for as long as serve watches the server, each check
+    waited for only until ``stop``: a hung model keeps a probe waiting up to its timeout (and its statistics call
+    as long again), and a Ctrl-C or SIGTERM meanwhile must stop serve at once, not minutes later (a supervisor's
+    stop timeout would kill it first). One thread for all checks: the client keeps a connection a thread (over
+    HTTP, with an event loop of its own that outlives the thread), so a new thread a check left three file
+    descriptors open a check, until serve ran out of them and aborted. The thread is left behind on a stop: the
+    process ends soon after."""
 
-    def check() -> None:
-        try:
-            found.append(probe.check())
-        except Exception:  # noqa: BLE001 - its client closed under it by a stop: the stop is what is said
-            if not stop.is_set():
-                raise
+    def __init__(self, probe: ModelProbe, stop: threading.Event) -> None:
+        self._probe, self._stop = probe, stop
+        self._asked: queue.SimpleQueue[Future[str | None]] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name="health-probe", daemon=True).start()
 
-    thread = threading.Thread(target=check, name="health-probe", daemon=True)
-    thread.start()
-    while thread.is_alive() and not stop.wait(0.2):
-        pass
-    return found[0] if found else None
+    def _run(self) -> None:
+        while True:
+            found = self._asked.get()
+            verdict = None
+            try:
+                verdict = self._probe.check()
+            except Exception:  # noqa: BLE001 - its client closed under it by a stop: the stop is what is said
+                if not self._stop.is_set():
+                    traceback.print_exc()  # a bug of the probe's, said as a thread's uncaught error is; serve goes on
+            found.set_result(verdict)
+
+    def check(self) -> str | None:
+        """The probe's verdict (None: the model answers, or a stop came first)."""
+        found: Future[str | None] = Future()
+        self._asked.put(found)
+        while not found.done() and not self._stop.wait(0.2):
+            pass
+        return None if self._stop.is_set() or not found.done() else found.result()
 
 
 #: The scale-out options' defaults (add_scaleout_arguments), against which a given option is told apart.
