@@ -426,6 +426,23 @@ def test_bad_requests_get_their_own_error_and_the_server_stays_up(tiny, tiny_ser
         assert reply.status == 200
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_max_boxes_beyond_any_detectors_limit_is_told_the_servers_cap(tiny, tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
+    """A raw client's max_boxes above 4,096 (every detector's limit) was told "expected an integer in 1..4096",
+    and then, asking for 4,096, that this server returns at most 500: it is told the server's cap at once."""
+    from tritonclient.utils import InferenceServerException
+
+    module, client = raw_client(tiny_server, protocol)
+    try:
+        for asked in (5000, 2**31 - 1):
+            with pytest.raises(InferenceServerException) as caught:
+                client.infer(MODEL_NAME, threshold_inputs(module, random_frames(tiny, 2)[1], max_boxes=asked))
+            assert (f"max_boxes {asked}: this server returns at most 500 boxes a frame (its detector's cap, set when "
+                    "it was served); ask for at most 500") in str(caught.value), str(caught.value)
+    finally:
+        client.close()
+
+
 def test_health_and_prometheus_metrics_answer(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
     raw_infer(tiny_server, "http", random_frames(tiny, 4)[3][None])
     for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{MODEL_NAME}/ready"):

@@ -205,11 +205,11 @@ class TritonPythonModel:
             if array.size != 1:
                 raise InputError(f"{name}: expected one value per request, got shape {list(array.shape)}")
             values[name] = kind(array.reshape(-1)[0])
-        thresholds = Thresholds(**values)  # type: ignore[arg-type]
-        cap = self.cfg.postprocess.max_boxes
-        if thresholds.max_boxes is not None and thresholds.max_boxes > cap:  # the client's to lower: say so
-            raise InputError(f"max_boxes {thresholds.max_boxes}: this server returns at most {cap} boxes a frame "
+        cap, asked = self.cfg.postprocess.max_boxes, values.get("max_boxes")
+        if asked is not None and asked > cap:  # the client's to lower: said before any limit of every detector's
+            raise InputError(f"max_boxes {asked}: this server returns at most {cap} boxes a frame "
                              f"(its detector's cap, set when it was served); ask for at most {cap}")
+        thresholds = Thresholds(**values)  # type: ignore[arg-type]
         if values:
             thresholds.applied_to(self.cfg)  # a bad value fails this request alone
         return thresholds
