@@ -443,6 +443,25 @@ def test_a_max_boxes_beyond_any_detectors_limit_is_told_the_servers_cap(tiny, ti
         client.close()
 
 
+def test_requests_the_model_answers_with_an_error_are_counted_in_its_failed_metric(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """Triton's own nv_inference_request_failure counts a request the model answers with an error (through its
+    response sender) as a success, so an alert on it never fires: the model counts those itself. Oracle: the
+    requests this test sends, two refused (over each protocol) and one answered."""
+    from tritonclient.utils import InferenceServerException
+
+    before = metric_value(tiny_server, "pointpillars_requests_failed")
+    frame = random_frames(tiny, 2)[1]
+    for protocol, bad in (("grpc", {"nms_iou": float("nan")}), ("http", {"max_boxes": 501})):
+        module, client = raw_client(tiny_server, protocol)
+        try:
+            with pytest.raises(InferenceServerException):
+                client.infer(MODEL_NAME, threshold_inputs(module, frame, **bad))
+            client.infer(MODEL_NAME, threshold_inputs(module, frame))
+        finally:
+            client.close()
+    assert metric_value(tiny_server, "pointpillars_requests_failed") == before + 2
+
+
 def test_health_and_prometheus_metrics_answer(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
     raw_infer(tiny_server, "http", random_frames(tiny, 4)[3][None])
     for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{MODEL_NAME}/ready"):

@@ -14,7 +14,8 @@ trips). The frame at fault alone fails when a batch cannot run.
 Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy path silently corrupts data.
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections. A request whose client gave up on it while it waited (cancelled, or past its gRPC deadline) is
-answered CANCELLED without being detected, and counted in the ``pointpillars_requests_cancelled`` metric.
+answered CANCELLED without being detected, and counted in the ``pointpillars_requests_cancelled`` metric; a
+request answered with an error, in ``pointpillars_requests_failed`` (Triton counts both as successes).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import queue
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -57,6 +59,9 @@ SEND_THREADS = 8
 CANCEL_CHECK_WAIT = 0.05
 #: The Prometheus counter (on Triton's metrics endpoint) of the requests answered CANCELLED without detection.
 CANCELLED_METRIC = "pointpillars_requests_cancelled"
+#: The Prometheus counter of the requests answered with an error by the model (a frame or a threshold it refuses,
+#: a batch that failed): Triton's own ``nv_inference_request_failure`` counts them as successes.
+FAILED_METRIC = "pointpillars_requests_failed"
 
 
 class TritonPythonModel:
@@ -95,7 +100,11 @@ class TritonPythonModel:
         for thread in self._send_threads:
             thread.start()
         self.columns = self.cfg.num_point_columns
-        self._cancelled_count = _cancelled_counter(args)
+        labels = {"model": args["model_name"], "version": args["model_version"]}
+        self._cancelled_count = _counter(CANCELLED_METRIC, "requests answered CANCELLED without being detected: "
+                                         "their client gave up on them while they waited", labels)
+        self._failed_count = _counter(FAILED_METRIC, "requests the model answered with an error (a frame or a "
+                                      "threshold it refused, a batch that failed)", labels)
         self._can_tell_cancelled = True  # until the stub fails to say (an older backend)
         self._last_execute = 0.0  # seconds the last ``execute`` took
 
@@ -120,6 +129,7 @@ class TritonPythonModel:
             try:
                 frame, thresholds = self._frame(request), self._thresholds(request)
             except PointPillarsError as exc:
+                self._count_failed()
                 _send(sender, _error(exc))
                 continue
             senders, frames = groups.setdefault(thresholds, ([], []))
@@ -178,7 +188,13 @@ class TritonPythonModel:
 
     def _send_loop(self) -> None:
         while (reply := self._replies.get()) is not None:
-            _reply(*reply)
+            _reply(*reply, self._count_failed)
+
+    def _count_failed(self) -> None:
+        """One more request answered with an error, counted before it is sent (a client that reads the metric
+        after its error finds it counted)."""
+        if self._failed_count is not None:
+            self._failed_count.add(1)
 
     def _frame(self, request: Any) -> np.ndarray:
         """The request's (N, C) float32 points (C: the model's point columns), checked here too (the
@@ -232,16 +248,14 @@ class _Counter:
             print(f"warning: pointpillars: {self.name} missed {count} ({exc})", file=sys.stderr, flush=True)
 
 
-def _cancelled_counter(args: dict[str, str]) -> _Counter | None:
-    """The count of the requests answered CANCELLED without being detected (Triton's own statistics count
-    them as successes); None, said, where the backend cannot make it."""
+def _counter(name: str, description: str, labels: dict[str, str]) -> _Counter | None:
+    """A count of requests that Triton's own statistics count as successes (the model answers them through
+    response senders); None, said, where the backend cannot make it."""
     try:
-        return _Counter(CANCELLED_METRIC, "requests answered CANCELLED without being detected: their client "
-                        "gave up on them while they waited",
-                        {"model": args["model_name"], "version": args["model_version"]})
+        return _Counter(name, description, labels)
     except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
-        print(f"warning: pointpillars: requests answered CANCELLED are not counted in {CANCELLED_METRIC} ({exc})",
-              file=sys.stderr, flush=True)
+        print(f"warning: pointpillars: no metric {name} ({exc}); Triton's own statistics count those requests as "
+              "successes", file=sys.stderr, flush=True)
         return None
 
 
@@ -253,14 +267,18 @@ class Cancelled(Exception):
                          "was detected")
 
 
-def _reply(sender: Any, result: Detections | BaseException) -> None:
+def _reply(sender: Any, result: Detections | BaseException, count_failed: Callable[[], None]) -> None:
     """The request's detections, or its frame's error, as its one final response (never raises: a send
-    thread goes on with the next request)."""
+    thread goes on with the next request); ``count_failed`` is called before an error other than CANCELLED
+    is sent."""
     try:
+        failed = isinstance(result, BaseException) and not isinstance(result, Cancelled)
         try:
             response = _error(result) if isinstance(result, BaseException) else _response(result)
         except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
-            response = _error(exc)
+            response, failed = _error(exc), True
+        if failed:
+            count_failed()
         _send(sender, response)
     except Exception as exc:  # noqa: BLE001 - nobody reads a send thread's exceptions: say it
         print(f"warning: pointpillars: a request could not be answered ({type(exc).__name__}: {exc})",
