@@ -48,7 +48,7 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
                      "in the lidar frame (x forward, y left, z up)?")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Detections:
     """Boxes in OpenPCDet's lidar convention: (x, y, z_centre, dx=length, dy=width, dz=height, heading).
 
@@ -67,6 +67,18 @@ class Detections:
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
+
+    def __eq__(self, other: object) -> bool:
+        """The same class names, stats and arrays (dtype, shape and values, NaN equal to NaN in its place), so that a
+        result compares with another, or with its pickled copy, where comparing the arrays as a dataclass does raised
+        NumPy's "truth value of an array is ambiguous". Unhashable: the arrays can change."""
+        if not isinstance(other, Detections):
+            return NotImplemented
+        return (self.class_names == other.class_names and self.stats == other.stats
+                and all(_same_array(a, b) for a, b in ((self.boxes, other.boxes), (self.scores, other.scores),
+                                                        (self.labels, other.labels), (self.velocity, other.velocity))))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled with its arrays as (dtype, shape, bytes): a frame's few boxes reach a writer process for ~4 us
@@ -131,6 +143,12 @@ def _rebuilt(class_names: tuple[str, ...], stats: FrameStats, boxes: _PackedArra
     """The ``Detections`` that ``Detections.__reduce__`` took apart, its arrays on bytes of their own (writable)."""
     return Detections(_array(*boxes), _array(*scores), _array(*labels), class_names, stats,
                       None if velocity is None else _array(*velocity))
+
+
+def _same_array(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _array(dtype: str, shape: tuple[int, ...], data: bytes) -> np.ndarray:

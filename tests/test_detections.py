@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from pointpillars_trt.detections import Detections, FrameStats
 
@@ -64,3 +65,25 @@ def test_detections_reach_a_writer_process_whole() -> None:
                 np.testing.assert_array_equal(ours, theirs)
             else:
                 assert ours == theirs, name
+
+
+def test_detections_compare_by_their_values() -> None:
+    """Two results of the same boxes compare equal (a copy, a pickled copy, NaN in the same place), and unequal
+    when a value, a dtype, a class name, a stat or a velocity differs, where comparing them raised ValueError."""
+    import pickle
+
+    def made(scores: list[float], *, labels: object = np.int32, names: tuple[str, ...] = ("car", "truck"),
+             stats: FrameStats = FrameStats(10), velocity: np.ndarray | None = None) -> Detections:
+        return Detections(BOXES.copy(), np.float32(scores), np.array([0, 1, 0], labels), names, stats, velocity)
+
+    one = made([0.9, np.nan, 0.7])
+    assert one == made([0.9, np.nan, 0.7]) and one == pickle.loads(pickle.dumps(one))
+    assert one in [made([0.5, 0.5, 0.5]), made([0.9, np.nan, 0.7])]
+    assert one != made([0.9, 0.8, 0.7])
+    assert one != made([0.9, np.nan, 0.7], labels=np.int64)
+    assert one != made([0.9, np.nan, 0.7], names=("car", "bus"))
+    assert one != made([0.9, np.nan, 0.7], stats=FrameStats(11))
+    assert one != made([0.9, np.nan, 0.7], velocity=np.zeros((3, 2), np.float32))
+    assert one != "boxes"
+    with pytest.raises(TypeError):
+        hash(one)
