@@ -90,6 +90,7 @@ class Detections:
 
     @property
     def names(self) -> list[str]:
+        """Each box's class name (``class_names[label]``)."""
         return [self.class_names[i] for i in self.labels.tolist()]
 
     def to_json_dict(self, frame: str) -> dict[str, Any]:
@@ -125,6 +126,7 @@ class Detections:
 
     @classmethod
     def empty(cls, class_names: tuple[str, ...], stats: FrameStats) -> Detections:
+        """A frame's result of no box, in the dtypes a detector's results hold."""
         return cls(
             np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), class_names, stats
         )

@@ -65,7 +65,7 @@ class PointPillars:
     post-process values (no rebuild: they are kernel inputs, not part of the model);
     ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
     call (``Thresholds``; max boxes up to the detector's), with no recompilation.
-    Safe to share between threads: ``detect``, ``detect_batch`` and ``infer_many`` run one batch at a time
+    Safe to share between threads: ``detector(points)``, ``detect_batch`` and ``infer_many`` run one batch at a time
     per detector; a ``submit_batch`` holds the detector until its ``finish`` (other batches meanwhile are refused).
     ``engine_description`` says what runs the frames; ``gpu_unused_reason`` why ``device="auto"``
     ran them on the CPU (None when it did not).
@@ -184,6 +184,9 @@ class PointPillars:
         return self._impl if self.device == "cuda" else None
 
     def __call__(self, points: object, *, thresholds: Thresholds | None = None) -> Detections:
+        """The ``Detections`` of one frame: ``points`` (N, 4 or more) float32 or float64 x, y, z, intensity (a
+        multi-sweep model's 5th: the time lag), as a NumPy array, a table read by position, a torch tensor, or on
+        the GPU a CuPy / PyTorch CUDA array (no host round trip); ``thresholds``: this call's (``Thresholds``)."""
         self._check_ready()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
@@ -248,6 +251,14 @@ class PointPillars:
                 return
             self._viewpoint_said = True
         warnings.warn(f"{text} (said once)", InputWarning, stacklevel=2)
+
+    def __repr__(self) -> str:
+        """The config, what runs the frames and the model dir, as a notebook shows the detector."""
+        if "_impl" not in self.__dict__:  # a constructor that failed part way
+            return f"<{type(self).__name__}, not opened>"
+        state = ", closed" if self._closed else ""
+        return (f"<{type(self).__name__} {self.cfg.name} {self.cfg.classes}: {self.engine_description}; "
+                f"model dir {os.fspath(self.model.path)!r}{state}>")
 
     def __setattr__(self, name: str, value: object) -> None:
         """Refuse ``detector.score_threshold = 0.5`` (or ``nms_iou``, ``max_boxes``): the attribute would be a new
@@ -498,6 +509,8 @@ class PointPillars:
         return each_alone(batch, [frame.points for frame in frames])
 
     def close(self) -> None:
+        """Free the engine sessions and GPU buffers (the ``with`` block's end calls it; again, it does nothing):
+        a later call raises BackendError, as does an ``infer_many`` iterator read on."""
         self._closed = True
         self._impl.close()
 

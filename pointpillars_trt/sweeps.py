@@ -106,7 +106,7 @@ def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     if hint or pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
         raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                          "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "
-                         f"already lost the coordinates' precision, as detect says of it){hint}")
+                         f"already lost the coordinates' precision, as the detector says of it){hint}")
     if xp is np:
         _check_sweep_columns(pts, i)
     return pts

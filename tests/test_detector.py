@@ -1144,3 +1144,29 @@ def test_infer_many_says_an_unapplied_pcd_viewpoint_once(detector: PointPillars,
     assert all(r.error is None for r in results)
     for result in results[:3]:
         assert_same(result.detections, results[3].detections)  # type: ignore[arg-type]
+
+
+def test_help_documents_every_public_method_and_a_detector_shows_what_it_runs(tmp_path: Path) -> None:
+    """``help(PointPillars)`` says what each public method does (the call that detects said only "Call self as a
+    function"), the class docstring names only methods the class has (it named a ``detect`` there is not), and a
+    detector's repr names its config, classes, engine and model dir, and says when it is closed."""
+    import pydoc
+
+    from tiny import tiny_model_dir
+
+    for cls in (PointPillars, Detections):
+        public = [name for name, value in vars(cls).items()
+                  if callable(value) or isinstance(value, (property, classmethod, staticmethod))
+                  if not name.startswith("_") or name == "__call__"]
+        assert [name for name in public if not pydoc.getdoc(getattr(cls, name))] == [], cls
+    assert "Call self as a function" not in pydoc.render_doc(PointPillars)
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    detector = PointPillars(model, device="cpu")
+    named = set(re.findall(r"``([a-z_]+)``", PointPillars.__doc__ or ""))  # finish: what submit_batch returns
+    assert named - {"finish"} <= set(dir(detector)), named - set(dir(detector))
+    shown = (f"<PointPillars tiny_openpcdet ('Car', 'Pedestrian', 'Cyclist'): CPU, ONNX Runtime, fp32; "
+             f"model dir {str(tmp_path / 'm')!r}")
+    assert repr(detector) == shown + ">"
+    detector.close()
+    assert repr(detector) == shown + ", closed>"

@@ -65,7 +65,7 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([np.zeros((2, 4), np.float16)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 4), dtype float16"),
     (([np.zeros((4, 50), np.float32)], [np.eye(4)], [0.0]),  # as OpenPCDet's get_sweep holds one: was 4 points
      "sweep 0 has shape (4, 50), dtype float32; expected (N, 4) or more float32 (or float64) columns of x, y, z, "
-     "intensity (float16 has already lost the coordinates' precision, as detect says of it); it looks transposed "
+     "intensity (float16 has already lost the coordinates' precision, as the detector says of it); it looks transposed "
      "(points as columns): pass the array's .T, shape (50, 4)"),
     (([np.zeros((2, 4), np.float32), np.zeros((5, 30), np.float32)], [np.eye(4)] * 2, [1.0, 0.9]),
      "sweep 1 has shape (5, 30)"),
