@@ -1,8 +1,8 @@
 """pointpillars-trt: PointPillars lidar 3D detection as a multi-stage GPU pipeline over buffers allocated once.
 
 The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``__call__`` /
-``infer_many``), the ``Detections`` it returns, per-call ``Thresholds``, ``load_config`` and the
-``PointPillarsError`` family.
+``detect_batch`` / ``infer_many``), the ``Detections`` it returns (``FrameResult``: ``infer_many``'s one
+a frame), per-call ``Thresholds``, ``load_config`` and the ``PointPillarsError`` family.
 """
 
 from __future__ import annotations
@@ -13,14 +13,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from .config import ModelConfig, Thresholds, load_config
     from .detections import Detections, FrameStats
-    from .detector import PointPillars
+    from .detector import FrameResult, PointPillars
     from .errors import PointPillarsError
 
 __version__ = "0.1.0"
-__all__ = ["Detections", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "Thresholds", "load_config"]
+__all__ = ["Detections", "FrameResult", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "Thresholds",
+           "load_config"]
 #: The module each public name lives in.
-_HOMES = {"Detections": "detections", "FrameStats": "detections", "ModelConfig": "config", "PointPillars": "detector",
-          "PointPillarsError": "errors", "Thresholds": "config", "load_config": "config"}
+_HOMES = {"Detections": "detections", "FrameResult": "detector", "FrameStats": "detections", "ModelConfig": "config",
+          "PointPillars": "detector", "PointPillarsError": "errors", "Thresholds": "config", "load_config": "config"}
 
 
 def __getattr__(name: str) -> object:

@@ -189,3 +189,52 @@ def test_the_package_lists_its_public_names_and_not_its_helpers() -> None:
     assert set(pointpillars_trt.__all__) <= set(names) and "__version__" in names
     assert not {"TYPE_CHECKING", "importlib", "annotations"} & set(names)
     assert all(getattr(pointpillars_trt, name) is not None for name in pointpillars_trt.__all__)
+
+
+USER_SCRIPT = '''
+from __future__ import annotations
+from collections.abc import Callable, Iterator
+from typing import assert_type
+
+import numpy as np
+
+from pointpillars_trt import Detections, FrameResult, FrameStats, PointPillars, PointPillarsError, Thresholds
+from pointpillars_trt.pointcloud_io import read_points
+
+
+def run(checkpoint: str, frame: str) -> list[str]:
+    with PointPillars.from_checkpoint(checkpoint, device="cpu") as detector:
+        assert_type(detector, PointPillars)
+        points = read_points(frame)
+        assert_type(points, np.ndarray)
+        found = detector(points, thresholds=Thresholds(score_threshold=0.5))
+        assert_type(found, Detections)
+        assert_type(found.stats, FrameStats)
+        assert_type(found.names, list[str])
+        assert_type(detector.detect_batch([points]), list[Detections])
+        assert_type(detector.submit_batch([points]), Callable[[], list[Detections]])
+        results = detector.infer_many([frame, points], batch_size=2)
+        assert_type(results, Iterator[FrameResult])
+        for result in results:
+            assert_type(result.error, PointPillarsError | None)
+            if result.detections is not None:
+                assert_type(result.detections, Detections)
+        assert_type(detector.last_timings, dict[str, float])
+        return found.names
+'''
+
+
+def test_a_users_script_type_checks_strictly_against_the_packages_types(tmp_path: Path) -> None:
+    """py.typed gives a user's ``mypy --strict`` the package's own types: a script of the README's Python calls
+    checks clean, each value of the type it is (what ``infer_many`` yields is importable from the package, as
+    the other public types are), and the package's own modules are checked as an installed package's are."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("mypy", reason="mypy is not installed (pip install -e '.[test]')")
+    script = tmp_path / "user_script.py"
+    script.write_text(USER_SCRIPT)
+    done = subprocess.run([sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental",
+                           "--python-version", "3.11", str(script)], capture_output=True, text=True,
+                          cwd=PACKAGE.parent, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
