@@ -214,7 +214,8 @@ class PointPillars:
             if found is not None:
                 text = mismatch_text(found.kind, _scale_with_keyword, "columns a point, their order, float32",
                                      found.largest)
-                warnings.warn(f"the points' {text} (checked on the first frame)", InputWarning, stacklevel=3)
+                warnings.warn(f"the points' {text} (checked on the first frame)", InputWarning,
+                              stacklevel=_callers_level())
 
     def _said_if_nonfinite(self, found: Detections) -> Detections:
         """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity: the network overflowed,
@@ -225,7 +226,7 @@ class PointPillars:
             warnings.warn(f"{bad} of a frame's {len(found)} boxes hold NaN or infinite values: the network "
                           "overflowed on its input, which values far outside what it was trained on cause (check "
                           "the point layout and the intensity scale); infer leaves such boxes out and counts them "
-                          "(said once)", InputWarning, stacklevel=3)
+                          "(said once)", InputWarning, stacklevel=_callers_level())
         return found
 
     def _said_if_misread(self, found: Detections, name: str) -> Detections:
@@ -734,7 +735,7 @@ class _StagingPool:
                 raise
             warnings.warn(f"infer_many: page-locked memory for the frames' staging could not be had ({exc}); "
                           "staging them in ordinary memory from here on (slower copies to the GPU)",
-                          RuntimeWarning, stacklevel=2)
+                          RuntimeWarning, stacklevel=_callers_level())
             self._alloc = None
             return StagingBuffer(self.capacity, None, self._columns)
 

@@ -943,6 +943,30 @@ def test_frames_infer_warns_of_are_said_once_a_kind_and_still_detected(tmp_path:
     assert len(said) == 1 and MISREAD["nonfinite"] in said[0], said
 
 
+@pytest.mark.parametrize("entry", ["call", "detect_batch", "submit_batch", "infer_many"])
+def test_the_intensity_and_overflow_warnings_name_the_callers_line_whatever_the_entry(tmp_path: Path,
+                                                                                      entry: str) -> None:
+    """The warnings of a first frame of absurd intensities and of the boxes the network overflowed to name the
+    caller's line, as a misread frame's do, whether the frame came alone, in a batch, through submit_batch or
+    infer_many: all but the first named a line of the detector's own module."""
+    import warnings
+
+    from tiny import tiny_model_dir
+    from pointpillars_trt.errors import InputWarning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    frame = frame_in_range(model, 500)
+    frame[::7, 3] = 1e30
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            detect_as(detector, entry, [frame], tmp_path)
+    said = [w for w in caught if issubclass(w.category, InputWarning)]
+    assert [str(w.message).split(",")[0] for w in said][0] == "the points' intensities reach 1e+30"
+    assert "boxes hold NaN or infinite values" in str(said[1].message) and len(said) == 2
+    assert [w.filename for w in said] == [__file__] * 2
+
+
 def test_neither_a_warm_up_nor_a_one_point_probe_uses_up_the_intensity_check(tmp_path: Path) -> None:
     """A served model warms up on synthetic 0-1 intensities and is probed with one point: the first real frame of
     0-255 values is still said (both used to take the detector's one check, so no frame was ever judged)."""
