@@ -1,8 +1,8 @@
 """pointpillars-trt: PointPillars lidar 3D detection as a multi-stage GPU pipeline over buffers allocated once.
 
 The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``__call__`` /
-``detect_batch`` / ``infer_many``), the ``Detections`` it returns (``FrameResult``: ``infer_many``'s one
-a frame), per-call ``Thresholds``, ``load_config`` and the ``PointPillarsError`` family.
+``detect_batch`` / ``infer_many``), the ``Detections`` it returns (and the ``FrameResult`` that ``infer_many``
+yields for each frame), per-call ``Thresholds``, ``load_config`` and the ``PointPillarsError`` family.
 """
 
 from __future__ import annotations

@@ -172,6 +172,8 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)
         return xp.asarray(points)
+    except MemoryError:  # the host or the GPU out of memory (CuPy's OutOfMemoryError): no fault of the frame's
+        raise
     except Exception as exc:  # noqa: BLE001 - a foreign array's broken interface raises what NumPy or CuPy meets
         usual = isinstance(exc, (TypeError, ValueError, RuntimeError, BufferError))
         reason = str(exc) if usual else f"{type(exc).__name__}: {exc}"

@@ -262,3 +262,15 @@ def test_an_array_like_whose_interface_raises_key_error_is_an_input_error_naming
 
     with pytest.raises(InputError, match=r"^points: cannot be read as an \(N, 4\) array .*\(KeyError: 'typestr'\)$"):
         as_host_points(Malformed(), "points", 4)
+
+
+def test_memory_running_out_while_converting_is_not_blamed_on_the_frame() -> None:
+    """A conversion that runs out of memory (the host's, or CuPy's OutOfMemoryError, a MemoryError) raises it as it
+    is: no InputError saying the frame cannot be read."""
+
+    class Huge:
+        def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+            raise MemoryError("Unable to allocate 16.0 TiB")
+
+    with pytest.raises(MemoryError, match="16.0 TiB"):
+        as_host_points(Huge(), "points", 4)

@@ -90,16 +90,20 @@ def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
     point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
     Data's listing takes for a missing file, ending the run) is a refused frame, and so are a ``file://`` point file
-    whose name is no UTF-8 (``_listable_by_name``) and a frame whose listed size is beyond the frame limit for
+    whose name is no UTF-8 (which fails its listing: ``_listable_by_name``) and a frame whose listed size is beyond the frame limit for
     ``point_dim`` values a point (refused unread, as a local read refuses it)."""
     kinds = {source: _special_kind_here(source) for source in sources}
     special = [(source, _not_regular(source, kind)) for source, kind in kinds.items() if kind is not None]
-    sources = [source for source in sources if kinds[source] is None]
-    sources, undecodable = _listable_by_name(sources)
-    special.extend(undecodable)
+    special += [(source, _undecodable(source)) for source in sources if kinds[source] is None and not _utf8(source)]
+    sources = [source for source in sources if kinds[source] is None and _utf8(source)]
     if not sources:
         raise InputError(special[0][1])
-    sizes, filesystem = _list(ray, sources)
+    undecodable: dict[str, list[tuple[str, str]]] = {}  # a file:// folder's point files named in other bytes
+    try:
+        sizes, filesystem = _list(ray, sources)
+    except _UndecodableName:  # listed again with such folders given file by file
+        listable, undecodable = _listable_by_name(sources)
+        sizes, filesystem = _list(ray, listable) if listable else ({}, None)  # none: each folder's error below
     point_files: dict[str, list[str]] = {}  # a folder's point files, sorted by name
     for name in sorted(sizes):
         if os.path.splitext(name)[1].lower() in SUPPORTED_EXTENSIONS:
@@ -110,7 +114,7 @@ def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
             _add_frame(frames, source, os.path.abspath(source), sizes, point_dim)
             continue
         found = _frames_under(source, set(sizes), point_files)
-        refused = _special_point_files(source, set(found))
+        refused = _special_point_files(source, set(found)) + undecodable.get(source, [])
         if not found:
             others = f"; {refused[0][1]}" if refused else ""
             raise InputError(f"{safe_repr(source)}: Ray Data lists no point file in it "
@@ -187,35 +191,24 @@ def _special_point_files(source: str, found: set[str]) -> list[tuple[str, str]]:
     return refused
 
 
-def _listable_by_name(sources: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
-    """``sources`` as Ray Data can list them, and (path, error) of each point file it cannot: its listing fails on the
-    whole run at the first name that is no UTF-8 anywhere under a folder. A ``file://`` URI whose own path is no UTF-8
-    is refused; a ``file://`` folder holding such a name stands for the ``file://`` URIs of its point files (its
-    subfolders are left out all the same), those whose names are no UTF-8 refused, and those that are no regular
-    file (a FIFO) as ``_special_point_files`` refuses them."""
+def _listable_by_name(sources: list[str]) -> tuple[list[str], dict[str, list[tuple[str, str]]]]:
+    """``sources`` as Ray Data can list them once its listing failed at a name that is no UTF-8 (it fails the whole
+    run there, wherever under a folder the name is): each ``file://`` folder holding such a name, at any depth, as
+    the ``file://`` URIs of its regular point files (its subfolders are left out all the same), and, by that folder,
+    (path, error) of each of its point files whose name is no UTF-8."""
     listable: list[str] = []
-    refused: list[tuple[str, str]] = []
+    undecodable: dict[str, list[tuple[str, str]]] = {}
     for source in sources:
         path = _uri_path(source) if is_uri(source) and _file_system(source) == "file" else None
-        if path is None:
+        if path is None or not os.path.isdir(path) or not _holds_undecodable_name(path):
             listable.append(source)
-        elif not _utf8(path):
-            refused.append((path, _undecodable(path)))
-        elif not os.path.isdir(path) or not _holds_undecodable_name(path):
-            listable.append(source)
-        else:
-            with os.scandir(path) as entries:
-                names = sorted(e.path for e in entries if os.path.splitext(e.name)[1].lower() in SUPPORTED_EXTENSIONS
-                               and not e.is_dir())
-            for name in names:
-                kind = special_kind(name)
-                if kind is not None:  # as the folder's own listing reports it (_special_point_files)
-                    refused.append((name, _not_regular(name, kind)))
-                elif _utf8(name):
-                    listable.append(f"file://{name}")
-                else:
-                    refused.append((name, _undecodable(name)))
-    return listable, refused
+            continue
+        with os.scandir(path) as entries:
+            names = sorted(e.path for e in entries if os.path.splitext(e.name)[1].lower() in SUPPORTED_EXTENSIONS
+                           and e.is_file())
+        listable.extend(f"file://{name}" for name in names if _utf8(name))
+        undecodable[source] = [(name, _undecodable(name)) for name in names if not _utf8(name)]
+    return listable, undecodable
 
 
 def _utf8(path: str) -> bool:
@@ -233,9 +226,9 @@ def _holds_undecodable_name(folder: str) -> bool:
 
 
 def _undecodable(path: str) -> str:
-    """The error of a point file whose name Ray Data cannot list, with what reads it."""
+    """The error of a point file (or a ``file://`` URI) whose name Ray Data cannot list, with what reads it."""
     return (f"point file {safe_repr(path)}: its name is not UTF-8, which Ray Data cannot list: rename it, or give "
-            "its folder as a local path (not a file:// URI)")
+            "it or its folder as a local path (not a file:// URI)")
 
 
 def _uri_path(uri: str) -> str:
@@ -273,6 +266,8 @@ def _list(ray: Any, sources: list[str]) -> tuple[dict[str, int], Any]:
     logger.addFilter(unresolved)
     try:
         dataset = ray.data.read_binary_files(sources, include_paths=True)
+    except UnicodeError as exc:  # a name that is no UTF-8 under a file:// folder (list_uri_frames lists it again)
+        raise _UndecodableName(_unreadable(sources, exc)) from None
     except (OSError, ValueError) as exc:
         if not unresolved.found:  # else (all of them unresolved: "no files found") the reason is said below
             raise InputError(_unreadable(sources, exc)) from None
@@ -299,6 +294,10 @@ def listed_sizes(dataset: Any, sources: list[str]) -> tuple[dict[str, int], Any]
     uri = next((source for source in sources if is_uri(source)), None)
     filesystem = pyarrow.fs.FileSystem.from_uri(uri)[0] if uri is not None else pyarrow.fs.LocalFileSystem()
     return {name: int(info.size or 0) for name, info in zip(names, filesystem.get_file_info(names))}, filesystem
+
+
+class _UndecodableName(InputError):
+    """Ray Data's listing met a name that is no UTF-8."""
 
 
 class _Unresolved(logging.Filter):

@@ -1224,6 +1224,7 @@ def test_infer_refuses_values_out_of_range_while_parsing(tiny_model: Path, tiny_
         main(["infer", str(tiny_frames[1]), "--model", str(tiny_model), option, value])
     assert exit_info.value.code == 2 and f"argument {said}" in err.getvalue(), err.getvalue()
 
+
 @pytest.mark.parametrize("words, said", [
     (["infer", "-a.bin"], "the following arguments are required: PATH; '-a.bin' is a file"),
     (["infer", "b.bin", "-a.bin"], "unrecognized arguments: -a.bin; '-a.bin' is a file"),

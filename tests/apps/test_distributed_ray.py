@@ -801,7 +801,7 @@ def test_a_name_that_is_no_utf8_under_a_file_uri_fails_only_its_frame(ray_cluste
     rc, out, err = ray_infer(f"file://{folder}", tiny_model, tmp_path / "ray", "--format", "jsonl")
     assert rc == 1 and out.startswith("2/4 frames"), (out, err)
     name_error = (f"error: point file {str(undecodable)!r}: its name is not UTF-8, which Ray Data cannot list: "
-                  "rename it, or give its folder as a local path (not a file:// URI)")
+                  "rename it, or give it or its folder as a local path (not a file:// URI)")
     fifo_error = f"error: point file '{folder / '000002.bin'}' is a FIFO (named pipe), not a regular file"
     assert sorted(line for line in err.splitlines() if line.startswith("error:")) == sorted([name_error, fifo_error])
     local_infer(folder, tiny_model, tmp_path / "local", "--format", "jsonl")
@@ -809,10 +809,17 @@ def test_a_name_that_is_no_utf8_under_a_file_uri_fails_only_its_frame(ray_cluste
     good = [str(folder / "000000.bin"), str(folder / "000001.bin")]
     assert [row for row in rows if row["source"] in good] == [row for row in expected if row["source"] in good]
     assert len(rows) == 4
-    rc, out, err = ray_infer([f"file://{undecodable}", f"file://{folder / '000000.bin'}"], tiny_model, tmp_path / "two")
+    uri = f"file://{undecodable}"
+    rc, out, err = ray_infer([uri, f"file://{folder / '000000.bin'}"], tiny_model, tmp_path / "two")
     assert rc == 1 and out.startswith("1/2 frames"), (out, err)
-    assert name_error in err.splitlines(), err
+    assert name_error.replace(repr(str(undecodable)), repr(uri)) in err.splitlines(), err
     assert (tmp_path / "two" / "000000.json").is_file()
+    only_below = tmp_path / "only_below"  # a name of other bytes in a subfolder, no point file: the folder's error
+    only_below.mkdir()
+    write_frames(only_below / os.fsdecode(b"sub\xff"), tiny_model, {"000001": 40})
+    rc, out, err = cli_ray_infer(f"file://{only_below}", tiny_model, tmp_path / "none")
+    assert (rc, out) == (2, ""), (out, err)
+    assert f"error: 'file://{only_below}': Ray Data lists no point file in it" in err, err
 
 
 def jsonl_rows(out: Path) -> list[dict[str, object]]:

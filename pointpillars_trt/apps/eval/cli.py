@@ -46,7 +46,8 @@ def add_eval_parser(sub: Any) -> None:
                         f"else {KITTI_IMAGE_SHAPE[0]},{KITTI_IMAGE_SHAPE[1]}, said in one note; JSON predictions only)")
     p.add_argument("--format", choices=("kitti", "json"),
                    help="the predictions read from a folder that holds both kinds (infer's --format kitti .txt "
-                        "files and its JSON files of the same frames): kitti or json (default: the folder's one kind)")
+                        "files and its JSON files of the same frames): kitti or json, for --pred and --compare alike "
+                        "(default: each folder's one kind)")
     p.add_argument("--ids", metavar="FILE", type=path_name,
                    help="frame ids to evaluate, one per line, e.g. ImageSets/val.txt or a pipe, <(cmd) "
                         "(default: every prediction file in --pred)")

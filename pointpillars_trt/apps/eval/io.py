@@ -168,7 +168,7 @@ def prediction_format(pred_dir: Path, wanted: str | None = None) -> str:
 def list_prediction_ids(pred_dir: Path, kind: str | None = None) -> list[str]:
     """Frame ids of every prediction file in a folder, sorted; ``kind``: its ``prediction_format`` where the caller
     has it (else found here)."""
-    suffix = ".txt" if (kind or prediction_format(pred_dir)) == "kitti" else ".json"
+    suffix = PREDICTION_SUFFIXES[kind or prediction_format(pred_dir)]
     return sorted(p.stem for p in _prediction_files(pred_dir) if p.suffix == suffix)
 
 
