@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +68,16 @@ class Detections:
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
+
+    def __repr__(self) -> str:
+        """A summary a notebook can show: the boxes a class, the frame's counts (the arrays: ``boxes``, ...), where
+        the dataclass's own printed every box."""
+        names = self.class_names
+        counts = sorted(collections.Counter(self.labels.tolist()).items())  # a label beyond the names: its number
+        classes = ", ".join(f"{names[label] if 0 <= label < len(names) else label} {n}" for label, n in counts)
+        extra = ", with velocity" if self.velocity is not None else ""
+        return (f"<Detections: {len(self)} box{'' if len(self) == 1 else 'es'}{': ' + classes if classes else ''}"
+                f"{extra}; {self.stats}>")
 
     def __eq__(self, other: object) -> bool:
         """The same class names, stats and arrays (dtype, shape and values, NaN equal to NaN in its place), so that a
