@@ -20,6 +20,7 @@ from pointpillars_trt.config import load_config
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError, InputWarning, ModelDirError
 from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.model_dir import ModelDir
 from pointpillars_trt.pointcloud_io import read_points
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
@@ -834,18 +835,25 @@ def test_setting_a_threshold_as_an_attribute_is_refused_naming_the_ways_that_wor
         assert detector.frame_id == 7  # type: ignore[attr-defined]
 
 
+def _model_and_overflowing_frame(tmp_path: Path) -> tuple[ModelDir, np.ndarray]:
+    """A tiny model dir and a frame of it whose intensities of 1e30 make the network overflow to non-finite boxes."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    frame = frame_in_range(model, 500)
+    frame[::7, 3] = 1e30
+    return model, frame
+
+
 def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path) -> None:
     """Intensities of 1e30 for a 0-1 model: one warning naming the largest value up front; the network
     overflows on them (the boxes hold inf or NaN, counted here independently) and that is said once too,
     whether the frames come one at a time, as a batch or through submit_batch."""
     import warnings
 
-    from tiny import tiny_model_dir
     from pointpillars_trt.errors import InputWarning
 
-    model = tiny_model_dir(tmp_path / "m", seed=3)
-    frame = frame_in_range(model, 500)
-    frame[::7, 3] = 1e30
+    model, frame = _model_and_overflowing_frame(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:
@@ -951,12 +959,9 @@ def test_the_intensity_and_overflow_warnings_name_the_callers_line_whatever_the_
     infer_many: all but the first named a line of the detector's own module."""
     import warnings
 
-    from tiny import tiny_model_dir
     from pointpillars_trt.errors import InputWarning
 
-    model = tiny_model_dir(tmp_path / "m", seed=3)
-    frame = frame_in_range(model, 500)
-    frame[::7, 3] = 1e30
+    model, frame = _model_and_overflowing_frame(tmp_path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:
