@@ -148,6 +148,30 @@ def run_captured(fn, *args):  # type: ignore[no-untyped-def]
 
 # --------------------------------------------------------------------------- tiny model, always on
 
+def test_infer_many_calls_over_http_share_the_detectors_threads_and_keep_files_flat(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """Many infer_many calls of one RemoteDetector over HTTP: the process's open files stay flat (each call started
+    threads of its own, and tritonclient kept three file descriptors for each until the process ended: ~12 a call
+    here), and the results those of one call; a call stopped early returns."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = random_frames(tiny, 6)
+    remote = RemoteDetector(tiny_server.endpoints["http"], protocol="http", concurrency=8)
+    try:
+        first = list(remote.infer_many(frames, concurrency=4))
+        opened = len(os.listdir("/proc/self/fd"))
+        for _ in range(10):
+            again = list(remote.infer_many(frames, concurrency=4))
+            assert [(r.source, r.error) for r in again] == [(r.source, r.error) for r in first]
+            for result, before in zip(again, first):
+                assert_same(result.detections, before.detections)
+        assert len(os.listdir("/proc/self/fd")) - opened < 6
+        stopped = remote.infer_many(frames * 4, concurrency=2)  # a caller that stops early: no request left behind
+        next(stopped)
+        stopped.close()
+    finally:
+        remote.close()
+
+
 def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
     from pointpillars_trt.apps.serve.client import RemoteDetector
 

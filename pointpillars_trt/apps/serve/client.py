@@ -14,7 +14,7 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import numpy as np
@@ -289,11 +289,7 @@ class RemoteDetector:
         frames = list(frames)  # a generator too; a stacked array's frames
         if not frames:
             return []
-        with self._lock:
-            if self._pool is None or self._pool_size < concurrency:  # a smaller one ends once its callers are done
-                self._pool, self._pool_size = ThreadPoolExecutor(max_workers=concurrency,
-                                                                 thread_name_prefix="pp-remote"), concurrency
-            pool = self._pool
+        pool = self._shared_pool(concurrency)
 
         def detect(frame: object) -> Detections:
             try:
@@ -321,19 +317,42 @@ class RemoteDetector:
         after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it."""
         window: deque[tuple[str, Future[Detections]]] = deque()
         failure: Exception | None = None
-        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        pool, in_flight = self._shared_pool(concurrency), threading.Semaphore(concurrency)  # the pool may be larger
+
+        def detect(item: object, source: str) -> Detections:
+            try:
+                return self._detect_item(item, source)
+            finally:
+                in_flight.release()
+
+        try:
             try:
                 for index, item in enumerate(frames):
                     source = frame_source(item, index)
-                    window.append((source, pool.submit(self._detect_item, item, source)))
+                    in_flight.acquire()
+                    window.append((source, pool.submit(detect, item, source)))
                     if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
                         yield _result(*window.popleft())
             except Exception as exc:  # of the frames (a Ctrl-C or a closed generator is no Exception: it stops)
                 failure = exc
             while window:  # those sent are answered first
                 yield _result(*window.popleft())
+        finally:  # a caller that stopped early: the requests not yet sent are dropped, those in flight waited for
+            for _, future in window:
+                future.cancel()
+            wait([future for _, future in window])
         if failure is not None:
             raise failure
+
+    def _shared_pool(self, concurrency: int) -> ThreadPoolExecutor:
+        """The detector's threads that send requests, at least ``concurrency`` of them, shared by its calls: a
+        connection is kept a thread (over HTTP with an event loop of tritonclient's that outlives the thread), so
+        threads made a call would leave three file descriptors each behind."""
+        with self._lock:
+            if self._pool is None or self._pool_size < concurrency:  # a smaller one ends once its callers are done
+                self._pool, self._pool_size = ThreadPoolExecutor(max_workers=concurrency,
+                                                                 thread_name_prefix="pp-remote"), concurrency
+            return self._pool
 
     def _detect_item(self, item: object, source: str) -> Detections:
         columns = self.point_columns
