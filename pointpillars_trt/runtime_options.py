@@ -21,31 +21,32 @@ DEVICES_EXPECTED = "auto, cpu, cuda or cuda:N"
 
 def parse_device(text: str) -> tuple[str, int | None]:
     """(kind, GPU index or None) of a device string: auto, cpu, cuda or cuda:N (the one parser)."""
-    kind, sep, index = str(text).partition(":")
-    if kind in ("auto", "cpu", "cuda") and not sep:
-        return kind, None
-    if kind == "cuda" and index.isdigit() and index.isascii():
-        return kind, int(index)
-    raise PointPillarsError(f"device {text!r}: expected {DEVICES_EXPECTED}{device_meant(text)}")
+    parsed = _device(text)
+    if parsed is None:
+        raise PointPillarsError(f"device {text!r}: {devices_expected(text)}")
+    return parsed
 
 
-def device_meant(text: str) -> str:
-    """"; did you mean cuda:0?" for another tool's way to name a device (trtexec's --device=0, PyTorch's device=0,
-    gpu, GPU:1, CPU), else ""."""
+def devices_expected(text: str) -> str:
+    """What a refusal of ``text`` as a device says: "expected auto, cpu, cuda or cuda:N", and "; did you mean
+    cuda:0?" for another tool's way to name a device (trtexec's --device=0, PyTorch's device=0, gpu, GPU:1, CPU)."""
     lowered = str(text).strip().lower()
     if lowered.isdigit() and lowered.isascii():
         lowered = f"cuda:{lowered}"
     kind, sep, index = lowered.partition(":")
     meant = ("cuda" if kind == "gpu" else kind) + sep + index
-    return f"; did you mean {meant}?" if meant != str(text) and _is_device(meant) else ""
+    hint = f"; did you mean {meant}?" if meant != str(text) and _device(meant) is not None else ""
+    return f"expected {DEVICES_EXPECTED}{hint}"
 
 
-def _is_device(text: str) -> bool:
-    try:
-        parse_device(text)
-    except PointPillarsError:
-        return False
-    return True
+def _device(text: str) -> tuple[str, int | None] | None:
+    """``parse_device``'s value, or None where ``text`` names no device."""
+    kind, sep, index = str(text).partition(":")
+    if kind in ("auto", "cpu", "cuda") and not sep:
+        return kind, None
+    if kind == "cuda" and index.isdigit() and index.isascii():
+        return kind, int(index)
+    return None
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,12 @@ def check_device(device: str, backend: str) -> None:
     """Refuse an explicit ``cuda`` / ``cuda:N`` this machine cannot run, and a GPU-only backend where the
     frames would run on the CPU, before anything is written."""
     from ..devices import check_backend_runs_on, pick_device
-    from ..runtime_options import DEVICES_EXPECTED, device_meant, parse_device
+    from ..runtime_options import devices_expected, parse_device
 
     try:
         parse_device(device)
     except PointPillarsError:
-        raise PointPillarsError(f"--device {safe_repr(device)}: expected {DEVICES_EXPECTED}{device_meant(device)}") from None
+        raise PointPillarsError(f"--device {safe_repr(device)}: {devices_expected(device)}") from None
     kind, _, _ = pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
     check_backend_runs_on(kind, backend)
 

@@ -120,12 +120,12 @@ def path_name(text: str) -> str:
 
 def device_arg(text: str) -> str:
     """An argparse ``type`` for a device: auto, cpu, cuda or cuda:N (the text itself is kept)."""
-    from ..runtime_options import DEVICES_EXPECTED, device_meant, parse_device
+    from ..runtime_options import devices_expected, parse_device
 
     try:
         parse_device(text)
     except PointPillarsError:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected {DEVICES_EXPECTED}{device_meant(text)}") from None
+        raise argparse.ArgumentTypeError(f"{text!r}: {devices_expected(text)}") from None
     return text
 
 

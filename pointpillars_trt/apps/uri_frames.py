@@ -90,8 +90,8 @@ def list_uri_frames(ray: Any, sources: list[str], point_dim: int) -> UriFrames:
     them); local paths beside the URIs stay as they are. A URI that Ray Data cannot list, or that holds no
     point file, is an InputError before any actor starts. A ``file://`` URI of a FIFO or a device (which Ray
     Data's listing takes for a missing file, ending the run) is a refused frame, and so are a ``file://`` point file
-    whose name is no UTF-8 (which fails its listing: ``_listable_by_name``) and a frame whose listed size is beyond the frame limit for
-    ``point_dim`` values a point (refused unread, as a local read refuses it)."""
+    whose name is no UTF-8 (which fails its listing: ``_listable_by_name``) and a frame whose listed size is beyond
+    the frame limit for ``point_dim`` values a point (refused unread, as a local read refuses it)."""
     kinds = {source: _special_kind_here(source) for source in sources}
     special = [(source, _not_regular(source, kind)) for source, kind in kinds.items() if kind is not None]
     special += [(source, _undecodable(source)) for source in sources if kinds[source] is None and not _utf8(source)]

@@ -129,8 +129,7 @@ class TritonPythonModel:
             try:
                 frame, thresholds = self._frame(request), self._thresholds(request)
             except PointPillarsError as exc:
-                self._count_failed()
-                _send(sender, _error(exc))
+                _reply(sender, exc, self._count_failed)
                 continue
             senders, frames = groups.setdefault(thresholds, ([], []))
             senders.append(sender)
