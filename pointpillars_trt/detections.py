@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import collections
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from .errors import InputError, safe_repr
 
 
 STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")  # keys of ``last_timings``, in frame order
@@ -57,6 +59,7 @@ class Detections:
     post-processing leaves them (OpenPCDet: descending score, or head by head and class by class for
     multi-head models; zhulf0804: grouped by class unless more than its 50-box cap were found).
     ``velocity`` (N, 2) is each box's (vx, vy) in m/s for models that predict it (nuScenes), else None.
+    ``to_pcdet_dict`` and ``from_pcdet_dict`` convert to and from OpenPCDet's per-frame ``pred_dicts`` entry.
     """
 
     boxes: np.ndarray
@@ -134,6 +137,54 @@ class Detections:
         if velocity is not None:
             record["velocity"] = np.round(velocity, 5).tolist()
         return record
+
+    def to_pcdet_dict(self) -> dict[str, np.ndarray]:
+        """The frame as an entry of OpenPCDet's ``pred_dicts`` (what its detectors' post-processing returns), new
+        arrays in its dtypes: ``pred_boxes`` (N, 7) float32, or (N, 9) with (vx, vy) appended for a model that
+        predicts velocity; ``pred_scores`` (N,) float32; ``pred_labels`` (N,) int64, 1-based into ``class_names``
+        (its ``CLASS_NAMES`` for an OpenPCDet model; pass ``class_names`` to its code for a zhulf0804 one, whose
+        order differs). Rows and headings are the detector's, non-finite boxes included (``to_json_dict`` drops
+        them). OpenPCDet's dataset code calls ``.cpu()`` on these: ``torch.from_numpy`` each value first."""
+        boxes = self.boxes.astype(np.float32).reshape(-1, 7)
+        if self.velocity is not None:
+            boxes = np.concatenate([boxes, self.velocity.astype(np.float32).reshape(-1, 2)], axis=1)
+        return {"pred_boxes": boxes, "pred_scores": self.scores.astype(np.float32),
+                "pred_labels": self.labels.astype(np.int64) + 1}
+
+    @classmethod
+    def from_pcdet_dict(cls, pred_dict: Mapping[str, Any], class_names: Sequence[str],
+                        stats: FrameStats = FrameStats(0)) -> Detections:
+        """A ``pred_dicts`` entry of OpenPCDet (``to_pcdet_dict``'s form; NumPy arrays or CPU tensors) as the
+        ``Detections`` a detector returns for it: boxes, scores and velocity (the 8th and 9th box columns) float32,
+        labels int32 0-based into ``class_names``, the model's ``CLASS_NAMES``. Other keys are ignored; a missing
+        key, an array of another shape or kind, or a label outside 1..len(class_names) is an ``InputError``."""
+        if not isinstance(pred_dict, Mapping):  # e.g. the whole pred_dicts list
+            raise InputError(f"pred_dict: a {type(pred_dict).__name__}, expected one frame's dict (an entry of pred_dicts)")
+        if isinstance(class_names, str):  # tuple("Car") would be three classes of one letter
+            raise InputError(f"class_names: the str {safe_repr(class_names)}, expected a sequence of names")
+        names = tuple(class_names)
+        found: dict[str, np.ndarray] = {}
+        for key, kind, ndim in (("pred_boxes", "f", 2), ("pred_scores", "f", 1), ("pred_labels", "iu", 1)):
+            if key not in pred_dict:
+                raise InputError(f"pred_dict: no {key!r} (keys: {safe_repr(sorted(map(str, pred_dict)), 120)})")
+            try:
+                array = np.asarray(pred_dict[key])
+            except (TypeError, ValueError, RuntimeError) as exc:  # a CUDA tensor: torch says to call .cpu()
+                raise InputError(f"pred_dict[{key!r}]: not an array ({exc})") from None
+            if array.dtype.kind not in kind or array.ndim != ndim:
+                raise InputError(f"pred_dict[{key!r}]: {array.ndim}-D {array.dtype}, expected {ndim}-D "
+                                 f"{'floats' if kind == 'f' else 'integers'}")
+            found[key] = array
+        boxes, scores, labels = found["pred_boxes"], found["pred_scores"], found["pred_labels"]
+        if boxes.shape[1] not in (7, 9) or not boxes.shape[0] == scores.shape[0] == labels.shape[0]:
+            raise InputError(f"pred_dict: pred_boxes {boxes.shape}, pred_scores {scores.shape}, pred_labels "
+                             f"{labels.shape}; expected (N, 7) or (N, 9), (N,), (N,)")
+        if labels.size and not (1 <= labels.min() and labels.max() <= len(names)):
+            raise InputError(f"pred_dict['pred_labels']: outside 1..{len(names)} (1-based into {len(names)} "
+                             f"class names, found {labels.min()}..{labels.max()})")
+        velocity = boxes[:, 7:].astype(np.float32) if boxes.shape[1] == 9 else None
+        return cls(boxes[:, :7].astype(np.float32), scores.astype(np.float32), (labels - 1).astype(np.int32), names,
+                   stats, velocity)
 
     @classmethod
     def empty(cls, class_names: tuple[str, ...], stats: FrameStats) -> Detections:

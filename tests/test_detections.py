@@ -98,3 +98,115 @@ def test_a_detections_repr_summarises_its_boxes_by_class_without_printing_them()
     assert repr(Detections.empty(("Car",), FrameStats(5))).startswith("<Detections: 0 boxes; FrameStats(num_points=5")
     odd = Detections(boxes[:1], np.ones(1, np.float32), np.array([7], np.int32), ("Car",), FrameStats(1))
     assert repr(odd).startswith("<Detections: 1 box: 7 1; ")
+
+
+KITTI = ("Car", "Pedestrian", "Cyclist")
+
+
+def test_the_pcdet_dict_holds_openpcdets_dtypes_and_1_based_labels() -> None:
+    det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([0, 2, 1]), KITTI, FrameStats(10))
+    found = det.to_pcdet_dict()
+    assert sorted(found) == ["pred_boxes", "pred_labels", "pred_scores"]
+    assert found["pred_boxes"].dtype == np.float32 and found["pred_boxes"].shape == (3, 7)
+    assert found["pred_scores"].dtype == np.float32 and found["pred_scores"].shape == (3,)
+    assert found["pred_labels"].dtype == np.int64 and found["pred_labels"].tolist() == [1, 3, 2]
+    np.testing.assert_array_equal(found["pred_boxes"], np.float32([[1, 2, 0, 4, 2, 1.5, 0.1], [5, 6, 0, 4, 2, 1.5, 3.5],
+                                                                   [9, 9, 0, 1, 1, 1, 0]]))
+    np.testing.assert_array_equal(found["pred_scores"], np.float32([0.9, 0.8, 0.7]))
+    # the names OpenPCDet's generate_prediction_dicts gives them: class_names[pred_labels - 1]
+    assert np.array(KITTI)[found["pred_labels"] - 1].tolist() == ["Car", "Cyclist", "Pedestrian"]
+    found["pred_boxes"][:] = 0  # new arrays: the detections are left as they were
+    found["pred_scores"][:] = 0
+    assert det.boxes[0, 0] == 1 and det.scores[0] == np.float32(0.9)
+
+
+def test_a_velocity_models_pcdet_boxes_carry_vx_vy_as_their_8th_and_9th_values() -> None:
+    velocity = np.array([[1.0, -2.0], [np.nan, 0.0], [0.25, 0.5]], np.float32)
+    det = Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([9, 0, 4]), tuple(f"c{i}" for i in range(10)),
+                     FrameStats(10), velocity)
+    found = det.to_pcdet_dict()
+    assert found["pred_boxes"].dtype == np.float32 and found["pred_boxes"].shape == (3, 9)
+    np.testing.assert_array_equal(found["pred_boxes"], np.float32([[1, 2, 0, 4, 2, 1.5, 0.1, 1, -2],
+                                                                   [5, 6, 0, 4, 2, 1.5, 3.5, np.nan, 0],  # kept
+                                                                   [9, 9, 0, 1, 1, 1, 0, 0.25, 0.5]]))
+    assert found["pred_labels"].tolist() == [10, 1, 5]
+
+
+@pytest.mark.parametrize("velocity, columns", [(None, 7), (np.zeros((0, 2), np.float32), 9)])
+def test_an_empty_frames_pcdet_dict_has_arrays_of_no_row(velocity: np.ndarray | None, columns: int) -> None:
+    det = Detections(np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), KITTI,
+                     FrameStats(5), velocity)
+    found = det.to_pcdet_dict()
+    assert {k: (v.dtype, v.shape) for k, v in found.items()} == {
+        "pred_boxes": (np.float32, (0, columns)), "pred_scores": (np.float32, (0,)), "pred_labels": (np.int64, (0,))}
+    assert Detections.empty(KITTI, FrameStats(5)).to_pcdet_dict()["pred_boxes"].shape == (0, 7)
+
+
+@pytest.mark.parametrize("velocity", [None, np.array([[1.0, -2.0], [0.5, 0.0], [0.25, 0.5]], np.float32)])
+@pytest.mark.parametrize("rows", [3, 0])
+def test_a_pcdet_dict_reads_back_as_the_detections_it_was(velocity: np.ndarray | None, rows: int) -> None:
+    det = Detections(BOXES[:rows], np.float32([0.9, 0.8, 0.7])[:rows], np.int32([0, 2, 1])[:rows], KITTI,
+                     FrameStats(10, 1, 4), None if velocity is None else velocity[:rows])
+    assert Detections.from_pcdet_dict(det.to_pcdet_dict(), list(KITTI), FrameStats(10, 1, 4)) == det
+
+
+def test_an_openpcdet_result_reads_in_a_detectors_dtypes() -> None:
+    """What OpenPCDet's tensors give through ``.cpu().numpy()``, or lists: float64 and any integer labels read as a
+    detector's float32 and int32 0-based ones, extra keys left out."""
+    given = {"pred_boxes": BOXES.astype(np.float64).tolist(), "pred_scores": [0.9, 0.8, 0.7],
+             "pred_labels": np.uint8([3, 1, 1]), "pred_cls_scores": np.zeros((3, 3))}
+    found = Detections.from_pcdet_dict(given, KITTI)
+    assert found == Detections(BOXES, np.float32([0.9, 0.8, 0.7]), np.int32([2, 0, 0]), KITTI, FrameStats(0))
+    assert found.names == ["Cyclist", "Car", "Car"]
+
+
+@pytest.mark.parametrize("given, fragment", [
+    ({"pred_boxes": BOXES, "pred_scores": np.ones(3, np.float32)}, "no 'pred_labels' (keys: ['pred_boxes', "),
+    ({"pred_boxes": BOXES, "pred_scores": np.ones(3, np.float32), "pred_labels": np.int64([0, 1, 2])},
+     "pred_labels']: outside 1..3 (1-based into 3 class names, found 0..2)"),  # 0-based labels given
+    ({"pred_boxes": BOXES, "pred_scores": np.ones(3, np.float32), "pred_labels": np.int64([1, 2, 4])},
+     "outside 1..3"),
+    ({"pred_boxes": BOXES[:, :6], "pred_scores": np.ones(3, np.float32), "pred_labels": np.int64([1, 1, 1])},
+     "pred_boxes (3, 6), pred_scores (3,), pred_labels (3,); expected (N, 7) or (N, 9), (N,), (N,)"),
+    ({"pred_boxes": BOXES, "pred_scores": np.ones(2, np.float32), "pred_labels": np.int64([1, 1, 1])},
+     "pred_scores (2,)"),
+    ({"pred_boxes": BOXES, "pred_scores": np.ones(3, np.float32), "pred_labels": np.float32([1, 1, 1])},
+     "pred_dict['pred_labels']: 1-D float32, expected 1-D integers"),
+    ({"pred_boxes": BOXES.reshape(-1), "pred_scores": np.ones(3, np.float32), "pred_labels": np.int64([1, 1, 1])},
+     "pred_dict['pred_boxes']: 1-D float32, expected 2-D floats"),
+    ([{"pred_boxes": BOXES}], "pred_dict: a list, expected one frame's dict (an entry of pred_dicts)"),
+])
+def test_what_is_no_pcdet_dict_is_refused_saying_why(given: object, fragment: str) -> None:
+    from pointpillars_trt.errors import InputError
+
+    with pytest.raises(InputError) as info:
+        Detections.from_pcdet_dict(given, KITTI)  # type: ignore[arg-type]
+    assert fragment in str(info.value), str(info.value)
+
+
+def test_class_names_given_as_one_str_are_refused() -> None:
+    from pointpillars_trt.errors import InputError
+
+    given = {"pred_boxes": BOXES, "pred_scores": np.ones(3, np.float32), "pred_labels": np.int64([1, 1, 1])}
+    with pytest.raises(InputError, match="class_names: the str 'Car', expected a sequence of names"):
+        Detections.from_pcdet_dict(given, "Car")
+
+
+def test_a_nuscenes_models_result_as_openpcdet_gives_it(nuscenes, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A real multi-head checkpoint on the CPU: its 10 classes' boxes come out as (N, 9) with their velocities, the
+    labels naming through OpenPCDet's class_names[pred_labels - 1] what ``names`` says, and back to the same result."""
+    from pointpillars_trt import PointPillars
+    from pointpillars_trt.pointcloud_io import read_points
+
+    points = read_points(nuscenes / "nusc_dev_k000002_s02.bin", point_dim=5, columns=5)
+    with PointPillars.from_checkpoint(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", device="cpu",
+                                      cache_dir=tmp_path) as detector:
+        det = detector(points)
+    found = det.to_pcdet_dict()
+    assert len(det) >= 10 and det.velocity is not None
+    assert found["pred_boxes"].shape == (len(det), 9) and found["pred_boxes"].dtype == np.float32
+    np.testing.assert_array_equal(found["pred_boxes"][:, :7], det.boxes)
+    np.testing.assert_array_equal(found["pred_boxes"][:, 7:], det.velocity)
+    assert np.array(det.class_names)[found["pred_labels"] - 1].tolist() == det.names
+    assert set(found["pred_labels"].tolist()) == set(range(1, 11))  # every class scores on this frame
+    assert Detections.from_pcdet_dict(found, det.class_names, det.stats) == det
