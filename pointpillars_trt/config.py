@@ -157,7 +157,6 @@ class ModelConfig:
     name: str
     family: str
     classes: tuple[str, ...]
-    label_base: int
     voxel: VoxelConfig
     features: FeatureConfig
     network: NetworkConfig
@@ -170,6 +169,11 @@ class ModelConfig:
     point_columns: tuple[str, ...] = POINT_COLUMN_NAMES[:4]
     box_code: BoxCodeConfig = BoxCodeConfig()
     heads: HeadsConfig | None = None
+    # What configs have said since the first of the family's own label numbering (``label_base``: 1 for OpenPCDet's
+    # pred_labels, 0 for zhulf0804's). It configures nothing (results' labels are 0-based in every family, OpenPCDet's
+    # 1-based ones come from ``Detections.to_pcdet_dict``), but digests have always hashed it: kept as given (0 when
+    # absent) and stored by to_dict() as ``label_base``, so the digests of model dirs and plans stay as they were.
+    legacy_label_base: int = 0
 
     @property
     def num_point_columns(self) -> int:
@@ -228,8 +232,10 @@ class ModelConfig:
                 "dir": a * bins}
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field, less the later-added ones that hold their default (see ``_ADDED_DEFAULTS``)."""
+        """Every field, less the later-added ones that hold their default (see ``_ADDED_DEFAULTS``), with
+        ``legacy_label_base`` spelt ``label_base`` as configs spell it."""
         out = asdict(self)
+        out["label_base"] = out.pop("legacy_label_base")
         for key, default in _ADDED_DEFAULTS.items():
             if out[key] == default:
                 del out[key]
@@ -744,7 +750,6 @@ def _parse(raw: Any) -> ModelConfig:
         point_columns=_point_columns(top.get("point_columns", _ADDED_DEFAULTS["point_columns"]), "point_columns"),
         family=_choice(("openpcdet", "zhulf0804"))(top["family"], "family"),
         classes=classes,
-        label_base=_int(0, 1)(top.get("label_base", 0), "label_base"),
         voxel=VoxelConfig(
             point_range=_RANGE6(v["point_range"], "voxel.point_range"),  # type: ignore[arg-type]
             pillar_size=_seq(_LENGTH, 3)(v["pillar_size"], "voxel.pillar_size"),  # type: ignore[arg-type]
@@ -774,6 +779,7 @@ def _parse(raw: Any) -> ModelConfig:
         direction=_optional(_direction)(top["direction"], "direction"),
         box_code=_box_code(top.get("box_code", _ADDED_DEFAULTS["box_code"]), "box_code"),
         heads=_optional(_heads)(top.get("heads"), "heads"),
+        legacy_label_base=_int(0, 1)(top.get("label_base", 0), "label_base"),
         postprocess=PostProcessConfig(
             nms=_choice(get_args(NmsStyle))(p["nms"], "postprocess.nms"),
             score_inclusive=_bool(p["score_inclusive"], "postprocess.score_inclusive"),

@@ -426,6 +426,32 @@ def test_digest_follows_everything_else(changes: dict[str, Any]) -> None:
     assert config_from_dict(edited(changes)).digest() != load_config("openpcdet_kitti_3class").digest()
 
 
+# The digests of configs as this package computed them before label_base stopped configuring anything: what model dirs
+# and plans recorded. A change here is a change of every existing model dir's digest (each refused: rebuild).
+RECORDED_DIGESTS = [
+    ("openpcdet_kitti_3class", {}, "8489c6b29aa62db6"),
+    ("openpcdet_kitti_3class", {"label_base": DELETE}, "b10d71c964330991"),
+    ("openpcdet_kitti_3class", {"label_base": 0}, "b10d71c964330991"),
+    ("openpcdet_nuscenes_multihead", {}, "3a9d94ecb8670eb7"),
+    ("zhulf0804_kitti_3class", {}, "1db17f31ba726713"),
+    ("zhulf0804_kitti_3class", {"label_base": 1}, "a36d7e213f64a641"),
+]
+
+
+@pytest.mark.parametrize("name, changes, digest", RECORDED_DIGESTS)
+def test_label_base_configures_nothing_but_keeps_the_digests_configs_had(name: str, changes: dict[str, Any],
+                                                                          digest: str) -> None:
+    """label_base is read and checked as before (0 when absent) and stored as given, so that a config holding it,
+    and the model dir that recorded its digest, keep that digest; ModelConfig no longer offers it as a setting."""
+    cfg = config_from_dict(edited(changes, name))
+    assert cfg.digest() == digest
+    given = changes.get("label_base", builtin_raw(name)["label_base"])
+    assert cfg.to_dict()["label_base"] == (0 if given is DELETE else given)
+    stored = config_from_dict(json.loads(json.dumps(cfg.to_dict())), "model.json")  # as model.json keeps it
+    assert stored == cfg and stored.digest() == digest
+    assert not hasattr(cfg, "label_base")
+
+
 def test_with_thresholds_keeps_what_is_not_given() -> None:
     cfg = load_config("zhulf0804_kitti_3class")
     assert cfg.with_thresholds() == cfg

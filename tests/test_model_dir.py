@@ -524,6 +524,26 @@ def test_serves_copy_of_a_cache_entry_built_with_other_launch_values_holds_those
     assert load_model_dir(entry.path).cfg.postprocess.max_boxes == 5  # the entry itself is left as it was
 
 
+def test_a_model_dir_keeps_its_label_base_and_the_digest_it_recorded(tmp_path: Path, assets: Path) -> None:
+    """label_base configures nothing now, but model dirs hold it and their recorded digests hash it: one built from a
+    real OpenPCDet checkpoint records 1 and the digest earlier versions recorded for its config (test_config's
+    RECORDED_DIGESTS), and one whose config had none (0) as an earlier version wrote it still opens."""
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    builtin = load_config("openpcdet_kitti_3class")
+    built = model_dir_for_checkpoint(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth",
+                                     cache_dir=tmp_path / "cache")
+    meta = json.loads((built.path / METADATA_FILE).read_text())
+    assert meta["config"]["label_base"] == 1 and meta["config_digest"] == "8489c6b29aa62db6" == builtin.digest()
+    assert load_model_dir(built.path, builtin).cfg.digest() == "8489c6b29aa62db6"
+    _edit_metadata(built.path, lambda m: (m["config"].pop("label_base"), m.update(config_digest="b10d71c964330991")))
+    older = load_model_dir(built.path)
+    assert older.cfg.digest() == "b10d71c964330991" and older.cfg.to_dict()["label_base"] == 0
+    _edit_metadata(built.path, lambda m: m["config"].update(label_base=1))  # still hashed: an edit shows
+    with pytest.raises(ModelDirError, match="does not match the stored config"):
+        load_model_dir(built.path)
+
+
 def test_a_model_dir_opened_for_a_config_of_its_digest_runs_with_that_configs_launch_values(tmp_path: Path,
                                                                                             assets: Path) -> None:
     # `infer --model DIR --config strict.yaml` and from_model_dir(DIR, config=strict), where strict differs from

@@ -234,7 +234,7 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
         "name": name,
         "family": "openpcdet",
         "classes": doc["CLASS_NAMES"],
-        "label_base": 1,
+        "label_base": 1,  # configures nothing; the built-in configs' digests hash it (ModelConfig.legacy_label_base)
         "voxel": {
             "point_range": data["POINT_CLOUD_RANGE"],
             "pillar_size": voxels["VOXEL_SIZE"],

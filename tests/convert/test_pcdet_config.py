@@ -81,7 +81,7 @@ def custom(tmp_path: Path) -> ModelConfig:
 
 
 def test_custom_yaml_fields(custom: ModelConfig) -> None:
-    assert custom.name == "openpcdet_custom" and custom.family == "openpcdet" and custom.label_base == 1
+    assert custom.name == "openpcdet_custom" and custom.family == "openpcdet" and custom.legacy_label_base == 1
     assert custom.classes == ("Vehicle", "Pedestrian")
     v = custom.voxel
     assert v.point_range == (-51.2, -51.2, -5.0, 51.2, 51.2, 3.0) and v.pillar_size == (0.32, 0.32, 8.0)
