@@ -24,7 +24,7 @@ import numpy as np
 
 from .config import finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
-from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file
+from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file, special_kind
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
@@ -127,6 +127,8 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
     elif os.path.isdir(path):
         raise InputError(f"point file {safe_repr(path)} is a folder, not a point file: pass its files, e.g. "
                          f"sorted(Path({safe_repr(os.fsdecode(path))}).glob('*{_first_extension_in(path)}'))")
+    elif (kind := special_kind(path)) is not None:  # /dev/zero, /dev/stdin: what it is, not its missing extension
+        raise InputError(f"point file {safe_repr(path)} is {kind}, not a regular file")
     else:
         raise InputError(f"point file {safe_repr(path)} has {unsupported_extension(ext)}")
     if intensity_scale is not None:

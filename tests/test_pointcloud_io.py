@@ -15,7 +15,7 @@ import pytest
 from pointpillars_trt.errors import InputError, InputWarning
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.intensities import intensity_mismatch
-from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, read_points
+from pointpillars_trt.pointcloud_io import SUPPORTED_EXTENSIONS, read_points, read_points_into
 from pointpillars_trt.points import MAX_FRAME_POINTS
 
 
@@ -377,6 +377,19 @@ def test_dev_zero_refused(tmp_path: Path) -> None:
     assert "character device" in str(err)
     err = refused_within(5, lambda: read_velodyne_bin("/dev/zero"))
     assert "/dev/zero" in str(err)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or not hasattr(os, "mkfifo"), reason="needs /dev/zero and FIFOs")
+def test_a_device_or_fifo_without_a_point_files_extension_is_named_for_what_it_is(tmp_path: Path) -> None:
+    """/dev/zero given as a frame was refused for its missing extension ("has no extension; supported: .bin, ..."),
+    as if renaming it would read it: it is no regular file, whatever its name. A FIFO without a writer: at once."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path, kind in [("/dev/zero", "a character device"), ("/dev/urandom", "a character device"),
+                       (str(fifo), "a FIFO (named pipe)")]:
+        for read in (read_points, lambda p: read_points_into(p, lambda n: np.empty((n, 4), np.float32))):
+            err = refused_within(5, lambda: read(path))
+            assert str(err) == f"point file {path!r} is {kind}, not a regular file"
 
 
 def test_sparse_20gb_frame_refused_by_size(tmp_path: Path) -> None:
