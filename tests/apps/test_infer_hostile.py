@@ -236,6 +236,31 @@ def test_a_fifo_in_an_outputs_place_is_one_error_not_a_hang(tiny_model: Path, fr
     assert os.listdir(out) == [name]
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo") or not os.path.exists("/dev/zero"), reason="needs FIFOs and /dev/zero")
+def test_fifos_and_devices_named_like_frames_in_a_folder_or_a_glob_fail_alone_at_once(tiny_model: Path, frames: Path,
+                                                                                      tmp_path: Path) -> None:
+    """A FIFO no process writes, /dev/zero and /dev/urandom, named like frames and found by listing a folder or
+    matching a glob: each is its frame's one error naming what it is, read never (no wait for a writer, no endless
+    bytes), and the frame beside them runs. In a process of its own, bounded in time."""
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    shutil.copy(frames / "a.bin", folder / "a.bin")
+    os.mkfifo(folder / "b.bin")
+    (folder / "c.npy").symlink_to("/dev/zero")
+    (folder / "d.pcd").symlink_to("/dev/urandom")
+    for given in (str(folder), str(folder / "*")):
+        out = tmp_path / f"out{len(given)}"
+        done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", given, "--model", str(tiny_model),
+                               "--out", str(out), "--device", "cpu", "--no-progress"],
+                              capture_output=True, text=True, timeout=120)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert done.returncode == 1 and errors == [
+            f"error: point file '{folder / 'b.bin'}' is a FIFO (named pipe), not a regular file",
+            f"error: point file '{folder / 'c.npy'}' is a character device, not a regular file",
+            f"error: point file '{folder / 'd.pcd'}' is a character device, not a regular file"], done.stderr
+        assert output_names(out) == ["a.json"]
+
+
 def test_point_dim_for_a_run_without_a_bin_frame_is_refused_and_kept_where_one_is(frames: Path,
                                                                                    tmp_path: Path) -> None:
     """--point-dim sets the row length of .bin files alone: given for .npy / .pcd frames only, it would change
