@@ -188,17 +188,18 @@ def open_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     opened non-blocking and checked again with fstat, so a path swapped in between cannot slip
     through. Every failure is an :class:`InputError` naming the file (``what`` + escaped path).
     """
-    fd, size = open_regular_fd(path, max_bytes=max_bytes, what=what)
+    fd, opened = open_regular_fd(path, max_bytes=max_bytes, what=what)
     try:
-        return os.fdopen(fd, "rb"), size
+        return os.fdopen(fd, "rb"), opened.st_size
     except BaseException:
         os.close(fd)
         raise
 
 
-def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tuple[int, int]:
-    """:func:`open_regular_file` as a bare file descriptor (the caller closes it): the per-frame
-    readers skip building a buffered file object they would bypass anyway."""
+def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tuple[int, os.stat_result]:
+    """:func:`open_regular_file` as a bare file descriptor (the caller closes it) and its fstat at the open (what
+    :func:`read_size_error` compares with): the per-frame readers skip building a buffered file object they would
+    bypass anyway."""
     name = os.fspath(path)
     try:
         st = os.stat(name)
@@ -213,7 +214,7 @@ def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tu
     try:
         st = os.fstat(fd)
         _check_regular(st, path, max_bytes, what)
-        return fd, st.st_size
+        return fd, st
     except BaseException:
         os.close(fd)
         raise
@@ -232,17 +233,46 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     Never reads more than the file's size when opened (a file that grows while read is refused), so
     memory stays bounded. OSError while reading becomes an :class:`InputError` with the errno text.
     """
-    f, size = open_regular_file(path, max_bytes=max_bytes, what=what)
-    expected = size or max_bytes
-    with f:
+    fd, opened = open_regular_fd(path, max_bytes=max_bytes, what=what)
+    expected = opened.st_size or max_bytes
+    with os.fdopen(fd, "rb") as f:
         try:
-            data = read_bounded(f, expected + 1, size)
+            data = read_bounded(f, expected + 1, opened.st_size)
         except OSError as exc:
             raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
-    if len(data) > expected:
-        grew = f"past the limit of {max_bytes} bytes" if not size else "while being read (was it still being written?)"
-        raise InputError(f"{what} {safe_repr(path)} grew {grew}")
+        if len(data) > expected:
+            if opened.st_size:
+                raise read_size_error(what, path, fd, opened, len(data))
+            if changed_since(fd, opened):
+                raise InputError(f"{what} {safe_repr(path)} grew past the limit of {max_bytes} bytes while being read "
+                                 "(was it still being written?)")
+            raise InputError(f"{what} {safe_repr(path)} says it is empty (size 0, as /proc files and files on some "
+                             f"FUSE mounts say) but holds more than the limit of {max_bytes} bytes")
     return data
+
+
+def changed_since(fd: int, opened: os.stat_result) -> bool:
+    """Whether the open file ``fd`` changed (its size or times) since its fstat ``opened``."""
+    try:
+        now = os.fstat(fd)
+    except OSError:
+        return True
+    return (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (opened.st_size, opened.st_mtime_ns, opened.st_ctime_ns)
+
+
+def read_size_error(what: str, path: PathLike, fd: int, opened: os.stat_result, got: int) -> InputError:
+    """The error for ``got`` bytes read from the open regular file ``fd`` whose fstat at the open (``opened``) said
+    another size. Where the file changed since, it grew or shrank while being read; where it did not, its size never
+    counted its bytes: a /sys file says 4096 whatever it holds, as files on some FUSE mounts say sizes of their own,
+    and "shrank" would send the user looking for a writer there is none of."""
+    shown, size = safe_repr(path), opened.st_size
+    if changed_since(fd, opened):
+        return InputError(f"{what} {shown} {'grew' if got > size else 'shrank'} while being read (was it still being "
+                          "written?)")
+    gives = "more" if got > size else f"{got}"
+    return InputError(f"{what} {shown}: its size says {size} bytes but a read gives {gives}, and the file did not "
+                      "change: a size that does not count its bytes (as a /proc or /sys file's does not, or a file's "
+                      "on some FUSE mounts); copy it to a regular file to read it")
 
 
 def read_file_or_pipe(path: PathLike, *, max_bytes: int, what: str = "file") -> bytes:

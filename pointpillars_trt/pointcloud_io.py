@@ -24,7 +24,8 @@ import numpy as np
 
 from .config import finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
-from .fileio import open_regular_fd, open_regular_file, overlong_number, read_regular_file, special_kind
+from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_regular_file, read_size_error,
+                     special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
@@ -197,7 +198,8 @@ def read_points_into(
             return points
         rows[...] = points
         return rows
-    fd, size = open_regular_fd(path, max_bytes=2**62, what="point file")
+    fd, opened = open_regular_fd(path, max_bytes=2**62, what="point file")
+    size = opened.st_size
     try:
         _check_bin_size(path, size, 4, "point file",
                         head=lambda: os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"")
@@ -207,10 +209,10 @@ def read_points_into(
         got = 0
         if count:
             got = _read_fully(fd, memoryview(target).cast("B"), path, "point file")  # type: ignore[arg-type]
+        if got != size:
+            raise read_size_error("point file", path, fd, opened, got)
     finally:
         os.close(fd)
-    if got != size:
-        raise InputError(f"point file {safe_repr(path)} changed size while being read")
     check_layout(target.reshape(-1), 4, path, "point file")
     if intensity_scale is not None:
         target[:, 3] *= np.float32(checked_intensity_scale(intensity_scale))
@@ -364,7 +366,8 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
     """All bytes of a regular file of at most MAX_FRAME_POINTS rows, refused by its size (in points) before
     anything is read, as uint8 NumPy views writable: no copy makes them an array the caller may scale. The
     buffer is not zeroed first (a ``bytearray`` is: ~0.2 ms more for a 5 MB multi-sweep frame)."""
-    fd, size = open_regular_fd(path, max_bytes=2**62, what=what)
+    fd, opened = open_regular_fd(path, max_bytes=2**62, what=what)
+    size = opened.st_size
     try:
         refuse_oversize(path, size, row_bytes, what)
         if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read up to the limit
@@ -372,11 +375,10 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
                                  np.uint8)
         data = np.empty(size + 1, np.uint8)  # a byte more than the size: a file that grew while read is refused
         got = _read_fully(fd, data.data, path, what)
+        if got != size:  # one that shrank (written over meanwhile) would give the points it had left, a frame's look
+            raise read_size_error(what, path, fd, opened, got)
     finally:
         os.close(fd)
-    if got != size:  # one that shrank (written over meanwhile) would give the points it had left, a whole frame's look
-        raise InputError(f"{what} {safe_repr(path)} {'grew' if got > size else 'shrank'} while being read (was it "
-                         "still being written?)")
     return data[:got]
 
 

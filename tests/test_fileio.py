@@ -144,13 +144,15 @@ def test_a_head_read_of_a_small_file_sets_aside_its_size_not_the_count(tmp_path:
 
 def test_read_regular_file_reads_what_a_file_that_says_it_is_empty_holds_up_to_the_limit() -> None:
     """procfs (and some FUSE mounts) report a size of 0 for files that hold bytes: read up to the limit, as the
-    file's size would otherwise bound it; past the limit, refused."""
+    file's size would otherwise bound it; past the limit, refused, as what it is (it was "grew past the limit", of a
+    file that did not change)."""
     status = Path("/proc/self/status")
     if not status.is_file() or status.stat().st_size != 0:
         pytest.skip("no procfs file that reports a size of 0 here")
     data = read_regular_file(status, max_bytes=1 << 20, what="status file")
     assert data.startswith(b"Name:") and b"\nPid:" in data
-    with pytest.raises(InputError, match="status file '/proc/self/status' grew past the limit of 10 bytes"):
+    with pytest.raises(InputError, match=r"^status file '/proc/self/status' says it is empty \(size 0, as /proc files "
+                       r"and files on some FUSE mounts say\) but holds more than the limit of 10 bytes$"):
         read_regular_file(status, max_bytes=10, what="status file")
 
 
