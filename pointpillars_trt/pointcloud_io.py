@@ -201,14 +201,16 @@ def read_points_into(
     fd, opened = open_regular_fd(path, max_bytes=2**62, what="point file")
     size = opened.st_size
     try:
+        if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read as read_bin reads it
+            return _bin_into(_read_frame_bytes(path, 16, "point file"), allocate, 4, intensity_scale, path, 4)
         _check_bin_size(path, size, 4, "point file",
                         head=lambda: os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"")
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
-        got = 0
-        if count:
-            got = _read_fully(fd, memoryview(target).cast("B"), path, "point file")  # type: ignore[arg-type]
+        got = _read_fully(fd, memoryview(target).cast("B"), path, "point file")  # type: ignore[arg-type]
+        if got == size and hasattr(os, "pread") and os.pread(fd, 1, size):
+            got += 1  # a byte past its size: it grew while being read, and the rows hold its start only
         if got != size:
             raise read_size_error("point file", path, fd, opened, got)
     finally:

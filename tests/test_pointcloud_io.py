@@ -458,6 +458,39 @@ def test_a_file_whose_size_never_counted_its_bytes_is_not_said_to_have_shrunk(tm
         assert "shrank" not in text
 
 
+@pytest.mark.parametrize("change", ["truncated", "appended to"])
+def test_a_bin_written_while_read_into_given_rows_is_refused_as_one_that_changed(tmp_path: Path, change: str) -> None:
+    """read_points_into (infer_many's read) between the file's size and its read (when ``allocate`` gives the rows)
+    of a file a writer cuts short or adds to: a file appended to gave the points of its size as the frame, without
+    a word; one cut short was "changed size while being read"."""
+    path = tmp_path / "logged.bin"
+    sample(1000).tofile(path)
+
+    def allocate_while_written(n: int) -> np.ndarray:
+        if change == "truncated":
+            os.truncate(path, 100 * 16)
+        else:
+            with open(path, "ab") as f:
+                f.write(sample(10).tobytes())
+        return np.empty((n, 4), np.float32)
+
+    word = "shrank" if change == "truncated" else "grew"
+    one_line_error(lambda: read_points_into(path, allocate_while_written),
+                   f"point file {str(path)!r} {word} while being read (was it still being written?)")
+
+
+def test_a_bin_that_says_it_is_empty_is_read_into_given_rows_by_what_it_holds(tmp_path: Path) -> None:
+    """procfs says 0 bytes of files that hold some: read_points_into took that size for the frame's and gave an
+    empty frame (infer wrote 0 boxes and warned "an empty file: a copy that failed?"); it reads what it holds, as
+    read_points does, and refuses it as read_points does."""
+    status = Path("/proc/self/status")
+    if not status.is_file() or status.stat().st_size != 0:
+        pytest.skip("no procfs file that reports a size of 0 here")
+    link = tmp_path / "status.bin"
+    link.symlink_to(status)
+    one_line_error(lambda: read_points_into(link, lambda n: np.empty((n, 4), np.float32)), str(link), "is text")
+
+
 def test_missing_and_directory(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(tmp_path / "none.pcd"), "does not exist")
     (tmp_path / "d.npy").mkdir()
