@@ -11,6 +11,7 @@ the read leaves unapplied (a ``.pcd``'s sensor pose, its VIEWPOINT) is said (``V
 from __future__ import annotations
 
 import ast
+import contextlib
 import itertools
 import math
 import os
@@ -100,15 +101,21 @@ def read_points(
     if int_within(columns, 4, MAX_POINT_DIM) is None:
         raise InputError(f"columns {safe_repr(columns)}: expected the model's values a point, 4 (x, y, z, intensity) "
                          f"to {MAX_POINT_DIM}")
-    try:
+    with _fails_alone(path):
         return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
                             viewpoint_note=viewpoint_note)
+
+
+@contextlib.contextmanager
+def _fails_alone(path: PathLike) -> Iterator[None]:
+    """The reader boundary: any exception but an InputError (a bug, or a file shaped in a way no check foresaw)
+    becomes one naming the file, so no reader can end a run."""
+    try:
+        yield
     except InputError:
         raise
-    except Exception as exc:  # noqa: BLE001 - the reader boundary: whatever a file does, it fails alone
-        raise InputError(
-            f"point file {safe_repr(path)} cannot be read ({one_line(exc, 100, typed=True)})"
-        ) from None
+    except Exception as exc:  # noqa: BLE001 - whatever a file does, it fails alone
+        raise InputError(f"point file {safe_repr(path)} cannot be read ({one_line(exc, 100, typed=True)})") from None
 
 
 def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int,
@@ -181,11 +188,17 @@ def read_points_into(
     host memory the GPU copies from): a KITTI ``.bin`` of 4 values a point is read straight into
     them, every other file parsed and then copied in once. Returns those rows, or (when
     ``allocate`` has no room) an array of its own. The rows hold 4 columns: a model of other point
-    columns (``columns``) gets an array of its own."""
+    columns (``columns``) gets an array of its own. Only :class:`InputError` leaves it, as from :func:`read_points`."""
     require_point_dim(point_dim)  # of a .bin's rows against the model's columns: at its read
     if columns != 4:
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
                            viewpoint_note=viewpoint_note)
+    with _fails_alone(path):
+        return _read_points_into(path, allocate, point_dim, intensity_scale, viewpoint_note)
+
+
+def _read_points_into(path: PathLike, allocate: Allocate, point_dim: int, intensity_scale: float | None,
+                      viewpoint_note: ViewpointNote | None) -> np.ndarray:
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin" and point_dim != 4:  # wider rows: their first 4 values copied in, once
         return _bin_into(_read_frame_bytes(path, 4 * point_dim, "point file"), allocate, point_dim, intensity_scale,

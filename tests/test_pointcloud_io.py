@@ -674,6 +674,9 @@ def test_pcd_padding_fields_may_repeat_as_in_ouster_clouds(tmp_path: Path) -> No
 def test_any_reader_exception_is_that_files_input_error(tmp_path: Path) -> None:
     """os.stat raises ValueError (not OSError) on a NUL in a name, e.g. one read from a list file."""
     one_line_error(lambda: read_points(f"{tmp_path}/a\0b.bin"), "a\\x00b.bin", "cannot be read", "ValueError")
+    # read_points_into (infer_many's read) let the ValueError through
+    one_line_error(lambda: read_points_into(f"{tmp_path}/a\0b.bin", lambda n: np.empty((n, 4), np.float32)),
+                   "a\\x00b.bin", "cannot be read", "ValueError")
 
 
 @pytest.mark.parametrize("tail", ["zeros", "one long line"])
