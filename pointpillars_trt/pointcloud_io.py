@@ -588,7 +588,7 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     if size - header_end > limit:
         raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                          f"{limit} for POINTS {points} of {per_row} values")
-    return _pcd_ascii(f, dtype, points, columns, shown, what)
+    return _pcd_ascii(f, dtype, points, columns, shown, what, size - header_end)
 
 
 def _pcd_binary_bytes(points: int, dtype: np.dtype, where: str) -> int:
@@ -790,17 +790,20 @@ def _pcd_columns(dtype: np.dtype, shown: str, what: str) -> list[str]:
 
 
 def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
-               what: str) -> np.ndarray:
-    """The ASCII data rows after the header, parsed block by block into the (N, 4) float32 result, so
-    memory stays near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB). A row longer
-    than its numbers can be is refused as soon as it is seen: carried from block to block, a file without
-    line breaks would cost time quadratic in its size."""
+               what: str, data_bytes: int) -> np.ndarray:
+    """The ASCII data rows after the header (``data_bytes`` of them, by the file's size), parsed block by block
+    into the (N, 4) float32 result, so memory stays near the result's size (a whole-file parse of a 2 GiB file
+    would take ~6 GiB). The rows set aside are no more than the data can hold (a number takes a character and a
+    space or line break after it, the last one's optional): a 170-byte file that said 16 Mi points had 256 MiB set
+    aside for them. A row longer than its numbers can be is refused as soon as it is seen: carried from block to
+    block, a file without line breaks would cost time quadratic in its size."""
     names = list(dtype.names or ())
     starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
     per_row = int(starts[-1])
     wanted = [int(starts[names.index(c)]) for c in columns]
     longest = per_row * _PCD_ASCII_BYTES_PER_VALUE + 64  # bytes of one row, as the size check counts them
-    out = np.empty((points, 4), dtype=np.float32)
+    held = (data_bytes + 1) // (2 * per_row) if data_bytes >= 0 else points  # a size short of its header: unknown
+    out = np.empty((min(points, held), 4), dtype=np.float32)
     rows, rest = 0, b""
     while True:
         block = f.read(_PCD_ASCII_BLOCK)
@@ -830,6 +833,8 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                                  f"{field.kind.upper()} SIZE {field.itemsize} ({field.name}), which cannot hold "
                                  f"{safe_repr(token, 40)}: the header does not describe the data; correct the "
                                  f"field's TYPE and SIZE")
+            if rows + len(lines) > len(out):  # more whole rows than its size held
+                raise InputError(f"{what} {shown} grew while being read (was it still being written?)")
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
         if not block:

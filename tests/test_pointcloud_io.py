@@ -715,6 +715,21 @@ def test_ascii_pcd_is_parsed_in_blocks_with_memory_near_the_result(tmp_path: Pat
     assert peak < 3 * points.nbytes, peak / points.nbytes
 
 
+def test_ascii_pcd_too_short_for_its_points_sets_aside_no_more_rows_than_it_holds(tmp_path: Path) -> None:
+    """A 170-byte ASCII .pcd whose header said POINTS 16777216 had the reader set aside 256 MiB for them before it
+    found one row: a number takes a character at least, and a space or a line break after it."""
+    path = tmp_path / "short.pcd"
+    header = (f"VERSION .7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\n"
+              f"WIDTH {MAX_FRAME_POINTS}\nHEIGHT 1\nPOINTS {MAX_FRAME_POINTS}\nDATA ascii\n")
+    path.write_bytes(header.encode() + b"1 2 3 4\n")
+    text, peak = traced_peak(lambda: one_line_error(lambda: read_points(path)))
+    assert text == f"point file {str(path)!r}: 1 ASCII data rows, but POINTS is {MAX_FRAME_POINTS} (truncated)"
+    assert peak < 4 * 2**20, peak  # the block read (1 MiB) and its text
+    exact = tmp_path / "exact.pcd"  # as short as rows can be: one-character numbers, the last line break left out
+    exact.write_bytes(header.replace(str(MAX_FRAME_POINTS), "3").encode() + b"1 2 3 4\n5 6 7 8\n9 1 2 3")
+    np.testing.assert_array_equal(read_points(exact), [[1, 2, 3, 4], [5, 6, 7, 8], [9, 1, 2, 3]])
+
+
 def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path) -> None:
     """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its place in
     the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
