@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, escape_text, one_line, safe_repr
 from ..fileio import loads_json, read_regular_file
 from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
+from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
 from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library, library_state,
@@ -129,6 +130,7 @@ class TensorRTEngine(Engine):
 
     def _load(self) -> list[TensorSpec]:
         require_tensorrt()
+        require_gpu(self.file_name)
         plan, metadata = read_plan(self.path)
         _use_device(self.device_id)
         capability = gpu_identity(self.device_id)[1]
@@ -203,6 +205,15 @@ def gpu_identity(device_id: int = 0) -> tuple[str, str]:
     props = _cupy().cuda.runtime.getDeviceProperties(device_id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     return name, f"{props['major']}.{props['minor']}"
+
+
+def require_gpu(plan_name: str) -> None:
+    """Refuse, in one line, a plan where the NVIDIA driver shows no GPU: CuPy's absence (or its CUDA error, where it
+    is installed) would say nothing of the one fix, the CPU path."""
+    if not gpu_visible():
+        raise BackendError(f"{escape_text(plan_name)}: TensorRT plans run on an NVIDIA GPU, and this machine shows none "
+                           f"(no {describe_probes()}). Note: run the model dir's ONNX graphs on the CPU "
+                           "(device='cpu' or 'auto'; --device cpu or auto)")
 
 
 def _use_device(device_id: int) -> None:

@@ -22,6 +22,7 @@ import pytest
 from pointpillars_trt.errors import BackendError, LibraryNotice, ModelDirError
 from pointpillars_trt.runtime import tensorrt as trt_runtime
 from pointpillars_trt.runtime import tensorrt_build
+from pointpillars_trt.runtime.availability import gpu_visible
 from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata, plan_metadata_path, read_plan
 from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, api_major,
                                                       import_failure_fix, installed_library,
@@ -428,6 +429,27 @@ def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_
     # the plan names the graph it is of, as the model dir records it
     assert metadata["onnx_sha256"] == json.loads((out / "model.json").read_text())["graphs"]["rpn"]["sha256"]
     assert done.stderr.count("the tensorrt backend uses TensorRT for RTX") == 1  # said once
+
+
+# -- on a machine without a GPU (where TensorRT for RTX builds): one line saying so, with the fix ---------------
+
+NO_GPU_SKIP = "the NVIDIA driver shows a GPU here" if gpu_visible() else RTX_SKIP
+needs_no_gpu = pytest.mark.skipif(NO_GPU_SKIP is not None, reason=str(NO_GPU_SKIP))
+
+
+@pytest.mark.tensorrt
+@needs_no_gpu
+def test_a_plan_opened_without_a_gpu_is_refused_saying_so(tiny_plan):
+    """The engine said "CuPy is needed to run TensorRT engines. Note: pip install cupy-cuda12x": installing it
+    changes nothing where no GPU is; the refusal names the missing GPU and the CPU path."""
+    from pointpillars_trt.runtime import TrtOptions, open_engine
+
+    plan_path, _ = tiny_plan
+    with pytest.raises(BackendError) as info:
+        open_engine(plan_path, TrtOptions(config_digest=DIGEST))
+    assert str(info.value).startswith("pfn.plan: TensorRT plans run on an NVIDIA GPU, and this machine shows none (no "
+                                      "/dev/nvidia0, ")
+    assert "ONNX graphs on the CPU" in str(info.value) and "CuPy" not in str(info.value)
 
 
 # -- on a GPU that TensorRT for RTX does not run on (the H200): one clear line --------------------------
