@@ -91,6 +91,8 @@ class PointPillars:
                                                           max_boxes=t.max_boxes)
         refuse_other_precision(model, opts.precision)
         self.device, device_id, self.gpu_unused_reason = picked or pick_device(opts.device)
+        backend = opts.backend
+        check_backend_runs_on(self.device, backend, self.gpu_unused_reason)  # before the fallback's warning
         if self.device == "cpu" and self.gpu_unused_reason is not None:
             warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
                           f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=_callers_level())
@@ -104,8 +106,6 @@ class PointPillars:
         self._misread_said: set[str] = set()  # the kinds of probably misread frame said (``misread_finding``)
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
         self._viewpoint_lock = threading.Lock()  # infer_many's reader threads may find one at the same time
-        backend = opts.backend
-        check_backend_runs_on(self.device, backend)
         if self.device == "cuda":
             from .gpu_pipeline import GpuPipeline
 
@@ -150,7 +150,7 @@ class PointPillars:
         cache_root(cache_dir)
         opts = _options(options, settings)
         picked = pick_device(opts.device)
-        check_backend_runs_on(picked.kind, opts.backend)  # before any export
+        check_backend_runs_on(picked.kind, opts.backend, picked.fallback_reason)  # before any export
         row = BACKENDS.get(opts.backend)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
                                          tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32,

@@ -68,9 +68,11 @@ def pick_device(device: str) -> PickedDevice:
     return PickedDevice("cpu", 0, reason)
 
 
-def check_backend_runs_on(kind: str, backend: str) -> None:
-    """Refuse a GPU-only engine backend for frames that run on the CPU (``kind`` "cpu")."""
+def check_backend_runs_on(kind: str, backend: str, fallback_reason: str | None = None) -> None:
+    """Refuse a GPU-only engine backend for frames that run on the CPU (``kind`` "cpu"); ``fallback_reason``:
+    why device auto runs them there (``PickedDevice``), which the refusal then says in its place of a warning."""
     on_cpu = ["auto", *(name for name, row in BACKENDS.items() if "cpu" in row.devices)]
     if kind == "cpu" and backend not in on_cpu:
-        raise BackendError(f"backend {backend!r} runs only in the GPU pipeline; the CPU path uses ONNX Runtime "
+        why = f", and device auto runs on the CPU here: {fallback_reason}" if fallback_reason else ""
+        raise BackendError(f"backend {backend!r} runs only in the GPU pipeline{why}; the CPU path uses ONNX Runtime "
                            f"(pass --backend {' or '.join(on_cpu)}, or run where CUDA is available)")

@@ -40,8 +40,8 @@ def check_device(device: str, backend: str) -> None:
         parse_device(device)
     except PointPillarsError:
         raise PointPillarsError(f"--device {safe_repr(device)}: {devices_expected(device)}") from None
-    kind, _, _ = pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
-    check_backend_runs_on(kind, backend)
+    kind, _, fallback_reason = pick_device(device)  # the detector's own refusal (and wording) of a GPU that cannot run
+    check_backend_runs_on(kind, backend, fallback_reason)
 
 
 def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0, device: str = "auto",

@@ -435,6 +435,7 @@ def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_
 
 NO_GPU_SKIP = "the NVIDIA driver shows a GPU here" if gpu_visible() else RTX_SKIP
 needs_no_gpu = pytest.mark.skipif(NO_GPU_SKIP is not None, reason=str(NO_GPU_SKIP))
+NO_GPU = "this machine shows no NVIDIA GPU (no /dev/nvidia0, "
 
 
 @pytest.mark.tensorrt
@@ -450,6 +451,33 @@ def test_a_plan_opened_without_a_gpu_is_refused_saying_so(tiny_plan):
     assert str(info.value).startswith("pfn.plan: TensorRT plans run on an NVIDIA GPU, and this machine shows none (no "
                                       "/dev/nvidia0, ")
     assert "ONNX graphs on the CPU" in str(info.value) and "CuPy" not in str(info.value)
+
+
+@pytest.mark.tensorrt
+@needs_no_gpu
+def test_the_tensorrt_backend_without_a_gpu_is_one_error_that_says_why(tmp_path, repo_root):
+    """A model dir with a plan, ``--backend tensorrt`` and device auto where no GPU is: the error said only that the
+    backend runs in the GPU pipeline (the CLI), or came after a warning of the fallback to the CPU (Python). Now one
+    error names the missing GPU, once, with the fix."""
+    from pointpillars_trt.convert.export import build_model_plans
+    from pointpillars_trt.detector import PointPillars
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "model", precision="fp16")
+    build_model_plans(model, "fp16")
+    expected = ("backend 'tensorrt' runs only in the GPU pipeline, and device auto runs on the CPU here: " + NO_GPU)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(BackendError, match="^" + re.escape(expected)) as info:
+            PointPillars.from_model_dir(model.path, backend="tensorrt")
+    assert "--backend auto or onnxruntime" in str(info.value)
+    assert [str(w.message) for w in caught if "CPU" in str(w.message)] == []  # said in the error alone
+    frame = tmp_path / "frame.bin"
+    np.zeros((10, 4), np.float32).tofile(frame)
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model", str(model.path),
+                           "--backend", "tensorrt"], capture_output=True, text=True, timeout=300, cwd=repo_root)
+    assert done.returncode == 2 and done.stdout == "", done
+    assert done.stderr.splitlines() == [f"error: {info.value}"], done.stderr
 
 
 # -- on a GPU that TensorRT for RTX does not run on (the H200): one clear line --------------------------
