@@ -157,7 +157,7 @@ def cache_key(checkpoint_sha256: str, config_digest: str, precision: str, tensor
 
     library = installed_library()
     plans = ("onnx" if tensorrt_tf32 is None else
-             f"{library or 'tensorrt'}-{library_version(library) if library else ''}:tf32={tensorrt_tf32}")
+             f"{library or 'tensorrt'}-{library_version() if library else ''}:tf32={tensorrt_tf32}")
     return hashlib.sha256(f"{checkpoint_sha256}:{config_digest}:{precision}:{plans}".encode()).hexdigest()[:20]
 
 

@@ -3,9 +3,9 @@ imported only when an engine is opened.
 
 ``import onnxruntime`` happens only in :mod:`.onnxruntime` and :mod:`.availability`'s probe (each after
 :mod:`.ort_telemetry` has turned ONNX Runtime's telemetry off where its import would warn),
-``import tensorrt`` (or TensorRT for RTX's ``tensorrt_rtx_bindings``) only in :mod:`.tensorrt_library`'s
-probe, :mod:`.tensorrt` and :mod:`.tensorrt_build`, and ``import cudnn`` only in :mod:`.cudnn`, so each
-backend works without the others installed.
+``import tensorrt`` (or TensorRT for RTX's ``tensorrt_rtx_bindings`` or ``tensorrt_rtx``) only in
+:mod:`.tensorrt_library`'s probe, :mod:`.tensorrt` and :mod:`.tensorrt_build`, and ``import cudnn`` only in
+:mod:`.cudnn`, so each backend works without the others installed.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ context manager. It never owns buffers:
   CPU detector and the test oracle use it.
 
 ``import onnxruntime`` happens only in :mod:`.onnxruntime` (and the availability probe,
-:mod:`.availability`) and ``import tensorrt`` (or ``tensorrt_rtx_bindings``) only in the TensorRT modules,
+:mod:`.availability`) and ``import tensorrt`` (or TensorRT for RTX's module) only in the TensorRT modules,
 so either backend works without the other installed.
 """
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -33,14 +34,14 @@ from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
 from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
-from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library, library_state,
-                               library_unsupported_reason, unavailable_reason)
+from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
+                               installed_module, library_state, library_unsupported_reason, unavailable_reason)
 
 LIBRARY: Library | None = installed_library()
 if LIBRARY == "tensorrt":
     import tensorrt as trt
-elif LIBRARY == "tensorrt_rtx":  # the TensorRT 11 API under another module name
-    import tensorrt_rtx_bindings as trt  # type: ignore[no-redef]
+elif LIBRARY == "tensorrt_rtx":  # the TensorRT 11 API under another module name (either of its two)
+    trt = importlib.import_module(str(installed_module()))  # type: ignore[assignment]
 else:  # an ONNX Runtime-only install: this module still imports, TensorRT calls raise
     trt = None  # type: ignore[assignment]
 

@@ -4,9 +4,10 @@ Two libraries speak the same Python API under different module names:
 
 - TensorRT (``tensorrt``, 10.x or 11.x): every architecture it supports, Hopper and other data-centre
   GPUs included; 11.x is strongly typed only (no ``BuilderFlag.FP16``).
-- TensorRT for RTX (``tensorrt_rtx_bindings``, the TensorRT 11 API): RTX workstations and laptops, RTX
-  PRO servers. Its builder is ahead-of-time (it builds plans without a GPU, for a list of compute
-  capabilities), and its runtime refuses every other GPU, the H200's 9.0 among them.
+- TensorRT for RTX (``tensorrt_rtx_bindings``, or ``tensorrt_rtx`` as NVIDIA's SDK wheel and the ``tensorrt-rtx``
+  package name it; the TensorRT 11 API): RTX workstations and laptops, RTX PRO servers. Its builder is
+  ahead-of-time (it builds plans without a GPU, for a list of compute capabilities), and its runtime refuses
+  every other GPU, the H200's 9.0 among them.
 
 The backend uses TensorRT when it imports, else TensorRT for RTX (said once), and every plan records
 which one built it. The functions here import neither library beyond the probe, so the choice and the
@@ -23,8 +24,12 @@ from typing import Literal
 
 Library = Literal["tensorrt", "tensorrt_rtx"]
 
-#: The Python module of each library, in the order the backend prefers them.
-LIBRARY_MODULES: dict[Library, str] = {"tensorrt": "tensorrt", "tensorrt_rtx": "tensorrt_rtx_bindings"}
+#: The Python modules of each library, in the order the backend prefers them. TensorRT for RTX is
+#: ``tensorrt_rtx_bindings`` in the ``tensorrt-rtx-cu13-bindings`` wheel (the ``[tensorrt-rtx]`` extra) and
+#: ``tensorrt_rtx`` in the wheel of NVIDIA's SDK tarball (the ``tensorrt-rtx`` package has both: the one imports
+#: the other).
+LIBRARY_MODULES: dict[Library, tuple[str, ...]] = {"tensorrt": ("tensorrt",),
+                                                   "tensorrt_rtx": ("tensorrt_rtx_bindings", "tensorrt_rtx")}
 LIBRARY_TITLES: dict[Library, str] = {"tensorrt": "TensorRT", "tensorrt_rtx": "TensorRT for RTX"}
 
 #: Compute capabilities TensorRT for RTX runs plans on (NVIDIA's TensorRT-RTX support matrix).
@@ -46,31 +51,39 @@ def installed_library() -> Library | None:
     return _probe()[0]
 
 
+def installed_module() -> str | None:
+    """The module of ``installed_library()`` that imported (one of its ``LIBRARY_MODULES``)."""
+    return _probe()[1]
+
+
 def import_failures() -> dict[Library, str]:
     """Each installed library (its module is found) tried before the one the backend uses (all, when none
     imports) that failed to import, with its error in one line: "not installed" and its pip hint would send
     the user to reinstall what is there (a missing CUDA runtime, say, stays missing)."""
-    return _probe()[1]
+    return _probe()[2]
 
 
 @functools.lru_cache(maxsize=None)
-def _probe() -> tuple[Library | None, dict[Library, str]]:
-    """(``installed_library``, ``import_failures``): the libraries imported in the backend's order, none after
-    the first that imports with a ``Builder`` (the other's bindings would load a second set of TensorRT and CUDA
-    libraries into the process for nothing)."""
+def _probe() -> tuple[Library | None, str | None, dict[Library, str]]:
+    """(``installed_library``, ``installed_module``, ``import_failures``): the libraries' modules imported in the
+    backend's order, none after the first that imports with a ``Builder`` (the other's bindings would load a second
+    set of TensorRT and CUDA libraries into the process for nothing). A library fails when none of its modules
+    imports: its failure is that of the last one found."""
     failures: dict[Library, str] = {}
-    for library, module_name in LIBRARY_MODULES.items():
-        if importlib.util.find_spec(module_name) is None:
-            continue
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:  # noqa: BLE001 - whatever the import raised is the one line the user needs
-            first_line = (str(exc).strip().splitlines() or [""])[0]
-            failures[library] = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
-            continue
-        if hasattr(module, "Builder"):
-            return library, failures
-    return None, failures
+    for library, module_names in LIBRARY_MODULES.items():
+        for module_name in module_names:
+            if importlib.util.find_spec(module_name) is None:
+                continue
+            try:
+                module = importlib.import_module(module_name)
+            except Exception as exc:  # noqa: BLE001 - whatever the import raised is the one line the user needs
+                first_line = (str(exc).strip().splitlines() or [""])[0]
+                failures[library] = f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+                continue
+            if hasattr(module, "Builder"):
+                failures.pop(library, None)
+                return library, module_name, failures
+    return None, None, failures
 
 
 def import_failure_fix(library: Library, error: str) -> str:
@@ -103,9 +116,10 @@ def library_state(library: Library) -> str:
     return f"{title} is not installed" if error is None else f"{title} is installed but does not import ({error})"
 
 
-def library_version(library: Library) -> str:
-    """The version of an installed ``library`` (``installed_library``'s answer), as its plans record it."""
-    return str(importlib.import_module(LIBRARY_MODULES[library]).__version__)
+def library_version() -> str:
+    """The version of the library the backend uses (``installed_library``: its module that imported), as its plans
+    record it."""
+    return str(importlib.import_module(str(installed_module())).__version__)
 
 
 def api_major(library: Library, version: str) -> int:

@@ -190,7 +190,8 @@ def test_tensorrt_engines_need_cuda(tmp_path):
 
 WITHOUT_TENSORRT = """
 import sys
-sys.modules["tensorrt"] = sys.modules["tensorrt_rtx_bindings"] = None  # as if neither were installed
+for name in ("tensorrt", "tensorrt_rtx_bindings", "tensorrt_rtx"):  # as if neither library were installed
+    sys.modules[name] = None
 from pathlib import Path
 from pointpillars_trt.errors import BackendError
 from pointpillars_trt.runtime import tensorrt_available

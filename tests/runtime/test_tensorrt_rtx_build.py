@@ -8,7 +8,9 @@ from __future__ import annotations
 import ast
 import hashlib
 import json
+import os
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -305,11 +307,11 @@ def test_plans_of_another_library_version_get_a_cache_entry_of_their_own(monkeyp
     import importlib
 
     from pointpillars_trt.convert.export import cache_key
-    from pointpillars_trt.runtime.tensorrt_library import LIBRARY_MODULES
+    from pointpillars_trt.runtime.tensorrt_library import installed_module
 
     key = cache_key("a" * 64, DIGEST, "fp16", True)
     assert key != cache_key("a" * 64, DIGEST, "fp16", None) and key != cache_key("a" * 64, DIGEST, "fp16", False)
-    monkeypatch.setattr(importlib.import_module(LIBRARY_MODULES["tensorrt_rtx"]), "__version__", "0.0.1")
+    monkeypatch.setattr(importlib.import_module(str(installed_module())), "__version__", "0.0.1")
     assert cache_key("a" * 64, DIGEST, "fp16", True) != key
 
 
@@ -532,6 +534,43 @@ def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, repo_
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+SDK_BUILD = """
+import sys
+sys.modules["tensorrt_rtx_bindings"] = None  # only the SDK wheel's module is installed
+from pathlib import Path
+from pointpillars_trt.runtime.tensorrt_build import build_plan
+from pointpillars_trt.runtime.tensorrt_library import installed_library
+from tiny_graphs import pfn_graph
+folder = Path(sys.argv[1])
+pfn_graph(folder / "pfn.onnx")
+metadata = build_plan(folder / "pfn.onnx", folder / "pfn.plan", dynamic_rows={"pillars": (1, 64, 128)})
+print(installed_library(), metadata["library"], metadata["library_version"], "tensorrt_rtx" in sys.modules)
+"""
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_tensorrt_for_rtx_installed_as_the_sdk_wheel_builds_plans(tmp_path: Path, repo_root: Path) -> None:
+    """The wheel in NVIDIA's TensorRT for RTX SDK installs its bindings as the module ``tensorrt_rtx`` (the
+    ``tensorrt-rtx-cu13-bindings`` wheel as ``tensorrt_rtx_bindings``): where only that one was installed, the backend
+    said "TensorRT is not installed". The library installed here, laid out as the SDK wheel lays it out (the same
+    generated ``__init__.py`` beside the same extension module, in a package named ``tensorrt_rtx``), builds a plan."""
+    import tensorrt_rtx_bindings as rtx
+
+    installed = Path(rtx.__file__).parent
+    sdk = tmp_path / "site" / "tensorrt_rtx"
+    sdk.mkdir(parents=True)
+    shutil.copy(installed / "__init__.py", sdk / "__init__.py")
+    (extension,) = installed.glob("tensorrt_rtx*.so")
+    (sdk / extension.name).symlink_to(extension)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(sdk.parent), str(repo_root), str(repo_root / "tests")])}
+    done = subprocess.run([sys.executable, "-c", SDK_BUILD, str(tmp_path)], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["tensorrt_rtx", "tensorrt_rtx", rtx.__version__, "True"], done
+    assert (tmp_path / "pfn.plan").stat().st_size > 0
 
 
 def test_a_tensorrt_that_imports_leaves_tensorrt_for_rtx_unloaded(tmp_path: Path) -> None:
