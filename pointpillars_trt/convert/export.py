@@ -172,6 +172,7 @@ def export_checkpoint(ckpt: LoadedCheckpoint, out: str | os.PathLike[str], *,
 
     def plans(model: ModelDir) -> None:
         if tensorrt_tf32 is not None:
+            _carry_timing_cache(Path(out), model.path)
             build_model_plans(model, precision=precision, tf32=tensorrt_tf32, progress=progress,
                               compute_capabilities=compute_capabilities, device_id=device_id)
 
@@ -210,6 +211,16 @@ def build_model_plans(model: ModelDir, precision: str = "fp32", *, tf32: bool = 
 
 #: TensorRT's timing cache, kept in the model dir so that a rebuild's tactics are timed once.
 TIMING_CACHE = "timing.cache"
+
+
+def _carry_timing_cache(previous: Path, staging: Path) -> None:
+    """Start a rebuild's plans from the timing cache of the model dir it replaces: a build writes a new folder, which
+    held none. TensorRT starts afresh from a cache of another version or GPU; TensorRT for RTX times nothing (its
+    builds keep the cache as it is, for TensorRT's next one)."""
+    cache = previous / TIMING_CACHE
+    if cache.is_file() and not cache.is_symlink():
+        shutil.copyfile(cache, staging / TIMING_CACHE)
+
 
 #: The TensorRT workspace of the plans of a canvas of KITTI's size (432 x 496 cells of 64 channels), and that
 #: canvas's cells x channels; a larger canvas gets a workspace in proportion (``plan_workspace_bytes``).

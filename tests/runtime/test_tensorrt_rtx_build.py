@@ -286,6 +286,25 @@ def test_a_model_dir_with_an_older_builds_pfn_plan_still_loads(tmp_path, assets)
 
 @pytest.mark.tensorrt
 @needs_rtx
+def test_a_rebuild_keeps_the_model_dirs_timing_cache(tmp_path, assets):
+    """A build writes a new folder and renames it into place: the timing cache a TensorRT build left in the model dir
+    was not in it, so every rebuild timed every tactic again. The rebuild starts from it (TensorRT for RTX, which
+    times nothing, keeps it as it was)."""
+    from pointpillars_trt.convert.export import TIMING_CACHE, build_model_dir
+
+    checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
+    model = build_model_dir(checkpoint, tmp_path / "m", backend="tensorrt", precision="fp16")
+    assert not (model.path / TIMING_CACHE).exists()  # TensorRT for RTX writes none
+    saved = b"the timing cache of an earlier TensorRT build"
+    (model.path / TIMING_CACHE).write_bytes(saved)
+    rebuilt = build_model_dir(checkpoint, tmp_path / "m", backend="tensorrt", precision="fp16")
+    assert (rebuilt.path / TIMING_CACHE).read_bytes() == saved and rebuilt.has_plans()
+    build_model_dir(checkpoint, tmp_path / "m")  # a model dir without plans has no use for it
+    assert not (rebuilt.path / TIMING_CACHE).exists()
+
+
+@pytest.mark.tensorrt
+@needs_rtx
 def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_path, assets, monkeypatch):
     """A checkpoint's cached plan is built on the GPU asked for (TensorRT builds for the GPU it builds on;
     from_checkpoint asks for the detector's): the device reaches the real builder, whose calls record it here."""
