@@ -1,7 +1,8 @@
 """TensorRT engine and builder. Tests marked `tensorrt` build plans from tiny ONNX graphs, run them
 on CuPy buffers and compare with ONNX Runtime on the CPU: they need a TensorRT library that runs on this
-GPU (TensorRT, or TensorRT for RTX on an RTX GPU). The metadata checks also run without TensorRT; the
-builds of TensorRT for RTX, which need no GPU, are in test_tensorrt_rtx_build.py."""
+GPU (TensorRT, or TensorRT for RTX on an RTX GPU); those that only build run wherever a plan builds, TensorRT for
+RTX needing no GPU. The metadata checks also run without TensorRT; the other builds of TensorRT for RTX are in
+test_tensorrt_rtx_build.py."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from pointpillars_trt.runtime.tensorrt import (
     trt,
 )
 from pointpillars_trt.runtime.tensorrt_build import build_plan
-from pointpillars_trt.runtime.tensorrt_library import installed_library, library_unsupported_reason
+from pointpillars_trt.runtime.tensorrt_library import RTX_DEFAULT_TARGETS, installed_library, library_unsupported_reason
 from tiny_graphs import cuda_skip_reason, head_graph, pfn_graph, pfn_reference
 
 RNG = np.random.default_rng(11)
@@ -47,6 +48,9 @@ def tensorrt_skip_reason() -> str | None:
 
 TRT_SKIP = tensorrt_skip_reason()
 needs_tensorrt = pytest.mark.skipif(TRT_SKIP is not None, reason=str(TRT_SKIP))
+#: Building needs less: TensorRT for RTX builds plans without a GPU (for its portable set, unless it runs here).
+BUILD_SKIP = None if installed_library() == "tensorrt_rtx" else TRT_SKIP
+needs_builder = pytest.mark.skipif(BUILD_SKIP is not None, reason=str(BUILD_SKIP))
 
 
 def pillars(p: int) -> np.ndarray:
@@ -264,7 +268,7 @@ def test_plan_matches_onnxruntime_cpu_for_several_pillar_counts(cp, pfn_plan):
 
 
 @pytest.mark.tensorrt
-@needs_tensorrt
+@needs_builder
 def test_build_writes_metadata_and_timing_cache(pfn_plan):
     import hashlib
 
@@ -272,7 +276,8 @@ def test_build_writes_metadata_and_timing_cache(pfn_plan):
     on_disk = json.loads(plan_metadata_path(folder / "pfn.plan").read_text())
     assert on_disk == metadata
     assert metadata["library"] == installed_library() and metadata["library_version"] == trt.__version__
-    assert metadata["compute_capabilities"] == [gpu_identity(0)[1]]  # RTX too: built on a GPU it runs on
+    # built for the GPU here where the library runs on it (RTX too), else (RTX) for its portable set
+    assert metadata["compute_capabilities"] == ([gpu_identity(0)[1]] if TRT_SKIP is None else list(RTX_DEFAULT_TARGETS))
     assert metadata["config_digest"] == DIGEST
     assert metadata["plan_sha256"] == hashlib.sha256((folder / "pfn.plan").read_bytes()).hexdigest()
     assert metadata["profile"] == {"pillars": [[1, 8, 6], [96, 8, 6], [128, 8, 6]]}
@@ -360,7 +365,7 @@ def test_stale_plan_asks_for_a_rebuild(tmp_path, pfn_plan, damage, message):
 
 
 @pytest.mark.tensorrt
-@needs_tensorrt
+@needs_builder
 def test_build_errors_are_explained(tmp_path, pfn_plan):
     folder, _, _ = pfn_plan
     with pytest.raises(BackendError, match=r"Expected exactly the dynamic inputs \['pillars'\]"):
