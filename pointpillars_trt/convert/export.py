@@ -93,10 +93,15 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
 
 def _cache_entry(folder: Path, cfg: ModelConfig, tensorrt_tf32: bool | None) -> ModelDir:
     """The model cache's entry ``folder``, opened with ``cfg``'s launch values (``load_model_dir``), with its TensorRT
-    plan when ``tensorrt_tf32`` asks for one; a PointPillarsError saying why when there is none that serves."""
+    plan, whole and of its graph, when ``tensorrt_tf32`` asks for one; a PointPillarsError saying why when there is
+    none that serves."""
     model = load_model_dir(folder, cfg)
-    if tensorrt_tf32 is not None and not model.has_plans():
-        raise ModelDirError(f"model dir {safe_repr(folder)}: holds no TensorRT plan")
+    if tensorrt_tf32 is not None:
+        if not model.has_plans():
+            raise ModelDirError(f"model dir {safe_repr(folder)}: holds no TensorRT plan")
+        from ..runtime.tensorrt import check_plan_file
+
+        check_plan_file(model.plan_path("rpn"), model.graph_sha256("rpn"))  # a damaged plan: rebuilt as a graph is
     return model
 
 

@@ -61,7 +61,7 @@ def check_plan_metadata(
     plan_sha256: str,
     library: Library,
     library_version: str,
-    compute_capability: str,
+    compute_capability: str | None,
     expected_digest: str | None = None,
     expected_precision: str | None = None,
     expected_tf32: bool | None = None,
@@ -71,7 +71,8 @@ def check_plan_metadata(
     """Raise ModelDirError naming every way a plan does not fit this machine, config or request.
 
     Runs without TensorRT (it only reads the metadata), so the refusal logic is testable anywhere.
-    ``compute_capability`` is this GPU's; the plan must list it among those it was built for."""
+    ``compute_capability`` is this GPU's; the plan must list it among those it was built for (None: no GPU to
+    check against)."""
     checks: list[tuple[str, object, object, str]] = [  # (what, recorded, wanted, how it came about)
         ("plan checksum", metadata.get("plan_sha256"), plan_sha256, "running"),
         ("library", metadata.get("library"), library, "running"),
@@ -88,7 +89,7 @@ def check_plan_metadata(
         checks.append(("ONNX graph sha256", recorded, expected_onnx_sha256, "the model dir holds"))
     problems = [f"{what}: built for {built!r}, {how} {now!r}" for what, built, now, how in checks if built != now]
     built_for = metadata.get("compute_capabilities")
-    if not (isinstance(built_for, list) and compute_capability in built_for):
+    if compute_capability is not None and not (isinstance(built_for, list) and compute_capability in built_for):
         problems.append(f"GPU compute capability: built for {built_for!r}, running {compute_capability!r}")
     if problems:
         raise ModelDirError(f"{plan_name} does not match this setup ({'; '.join(problems)}). Note: {REBUILD_HINT}")
@@ -113,6 +114,16 @@ def read_plan(plan_path: Path) -> tuple[bytes, dict[str, Any]]:
     if not isinstance(metadata, dict):
         raise ModelDirError(f"{safe_repr(meta_path)} is not a metadata object. Note: {REBUILD_HINT}")
     return plan, metadata
+
+
+def check_plan_file(plan_path: Path, expected_onnx_sha256: str | None = None) -> None:
+    """Refuse (ModelDirError) a plan that is not whole (its bytes are not those its metadata records), not of this
+    library and version, or (``expected_onnx_sha256``) not of that graph: what can be told of a plan without a GPU,
+    as of a cache entry before it is used."""
+    plan, metadata = read_plan(plan_path)
+    check_plan_metadata(metadata, plan_sha256=hashlib.sha256(plan).hexdigest(), library=library(),
+                        library_version=trt.__version__, compute_capability=None, plan_name=plan_path.name,
+                        expected_onnx_sha256=expected_onnx_sha256)
 
 
 class TensorRTEngine(Engine):

@@ -305,6 +305,33 @@ def test_a_rebuild_keeps_the_model_dirs_timing_cache(tmp_path, assets):
 
 @pytest.mark.tensorrt
 @needs_rtx
+def test_a_cache_entry_whose_plan_is_damaged_is_rebuilt_saying_so(tmp_path, assets):
+    """A cache entry's graphs were checked before use and its plan was not: a cut plan was used as it was, refused at
+    every open with "rebuild with `pointpillars-trt build`", which a checkpoint's cache entry never gets. It is
+    rebuilt with a CacheNotice, as a damaged graph is."""
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+    from pointpillars_trt.errors import CacheNotice
+
+    checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
+    kwargs = {"precision": "fp16", "cache_dir": tmp_path / "cache", "tensorrt_plans": True}
+    first = model_dir_for_checkpoint(checkpoint, **kwargs)
+    plan_path = first.plan_path("rpn")
+    good = plan_path.read_bytes()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheNotice)
+        assert model_dir_for_checkpoint(checkpoint, **kwargs).path == first.path  # a sound entry says nothing
+    plan_path.write_bytes(good[: len(good) // 2])
+    with pytest.warns(CacheNotice) as said:
+        again = model_dir_for_checkpoint(checkpoint, **kwargs)
+    (message,) = [str(w.message) for w in said]
+    assert message.startswith(f"rebuilding model cache entry '{first.path}', which cannot be used as it is (rpn.plan "
+                              "does not match this setup (plan checksum: built for "), message
+    recorded = read_plan(again.plan_path("rpn"))[1]["plan_sha256"]
+    assert recorded == hashlib.sha256(again.plan_path("rpn").read_bytes()).hexdigest()  # whole again
+
+
+@pytest.mark.tensorrt
+@needs_rtx
 def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_path, assets, monkeypatch):
     """A checkpoint's cached plan is built on the GPU asked for (TensorRT builds for the GPU it builds on;
     from_checkpoint asks for the detector's): the device reaches the real builder, whose calls record it here."""
