@@ -435,7 +435,6 @@ def _check_build_options(args: argparse.Namespace) -> None:
     if BACKENDS[args.backend].artefact == "plan" and args.compute_capability is not None:
         from ..runtime.tensorrt_build import check_targets
 
-        args.compute_capability = list(dict.fromkeys(args.compute_capability))  # each GPU once
         check_targets(args.compute_capability, args.precision, option="--compute-capability")
 
 

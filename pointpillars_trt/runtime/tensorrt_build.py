@@ -147,16 +147,19 @@ def strongly_typed_flags(lib: Library, version: str) -> int:
 
 def check_targets(compute_capabilities: Sequence[str] | None, precision: str, *, device_id: int = 0,
                   option: str = "compute_capabilities") -> tuple[str, ...] | None:
-    """The compute capabilities a TensorRT for RTX plan is for (``compute_capabilities``, default: see
+    """The compute capabilities a TensorRT for RTX plan is for (``compute_capabilities``, each once; default: see
     ``rtx_default_targets``), or None for TensorRT, which builds for GPU ``device_id``. Cheap, so callers run it
     before any export work; ``option`` is what a refusal calls the list (the CLI: ``--compute-capability``)."""
+    if isinstance(compute_capabilities, str):  # a sequence of its characters: "8.6" would read as "8", ".", "6"
+        raise BackendError(f"{option} {compute_capabilities!r}: expected a list of compute capabilities, "
+                           f"e.g. [{compute_capabilities!r}]")
     if library() == "tensorrt":
         if compute_capabilities is not None:
             raise BackendError(f"{option}: TensorRT builds for the GPU it runs on. "
                                "Note: drop it, or build with TensorRT for RTX")
         return None
     targets = (rtx_default_targets(_visible_capability(device_id)) if compute_capabilities is None
-               else tuple(compute_capabilities))
+               else tuple(dict.fromkeys(compute_capabilities)))
     buildable = rtx_build_capabilities()
     builds_for = f"{LIBRARY_TITLES['tensorrt_rtx']} {trt.__version__} builds for {', '.join(buildable)}"
     if not targets:

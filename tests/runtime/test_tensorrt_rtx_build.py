@@ -455,6 +455,14 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
                                   compute_capabilities=["9.0"])
     assert not (tmp_path / "t32.plan").exists() and not (tmp_path / "h.plan").exists()
     assert set(RTX_DEFAULT_TARGETS) <= set(RTX_COMPUTE_CAPABILITIES)
+    # each GPU once (the metadata listed 8.6 twice), and a string is no list of GPUs (it read as "8", ".", "6")
+    twice = tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "twice.plan", dynamic_rows=rows,
+                                      compute_capabilities=["8.6", "12.0", "8.6"])
+    assert twice["compute_capabilities"] == ["8.6", "12.0"]
+    with pytest.raises(BackendError, match=re.escape("compute_capabilities '8.6': expected a list of compute "
+                                                     "capabilities, e.g. ['8.6']")):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "s.plan", dynamic_rows=rows,
+                                  compute_capabilities="8.6")
 
 
 @pytest.mark.tensorrt
