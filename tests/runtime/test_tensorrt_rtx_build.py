@@ -201,6 +201,10 @@ def test_networks_are_strongly_typed_without_the_deprecated_flag():
     import tensorrt_rtx_bindings as rtx
 
     assert tensorrt_build.strongly_typed_flags("tensorrt_rtx", rtx.__version__) == 0
+    # and the network the builder makes with no flag is strongly typed: the 11 API knows no other kind
+    network = rtx.Builder(trt_runtime._logger()).create_network(tensorrt_build.strongly_typed_flags(
+        "tensorrt_rtx", rtx.__version__))
+    assert network.get_flag(rtx.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
     assert tensorrt_build.strongly_typed_flags("tensorrt", "11.4.0.7") == 0
     assert tensorrt_build.strongly_typed_flags("tensorrt", "10.13.0.35") == 1 << int(
         rtx.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
