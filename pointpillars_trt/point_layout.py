@@ -107,7 +107,8 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
             f"{name}: its 5th values run from {lo:.6g} to {hi:.6g}, but this "
             f"model reads each point's time lag behind the key sweep there, in seconds ({low:g} to {high:g}; "
             "0 to ~0.5 for 10 nuScenes sweeps), not ring numbers or timestamps: build multi-sweep frames with "
-            "PointPillars.accumulate"
+            "PointPillars.accumulate, from single sweeps read as x, y, z, intensity (a nuScenes .pcd.bin sweep: "
+            "read_points(path, point_dim=5, columns=4))"
         )
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from pointpillars_trt import PointPillars
 from pointpillars_trt.errors import InputError, InputWarning
+from pointpillars_trt.pointcloud_io import read_points
 from pointpillars_trt.points import as_host_points
 from pointpillars_trt.sweeps import accumulate_sweeps
 from array_likes import GradTensorLike, HostDlpackLike
@@ -196,6 +197,24 @@ def test_a_multi_sweep_frame_given_as_a_sweep_is_refused(assets: Path, nuscenes:
     returns = np.c_[sweep[:, :4], 1 + np.arange(len(sweep)) % 2].astype(np.float32)  # dual returns: 1, 2
     for given in (sweep, timed, returns):
         assert accumulate_sweeps([given], [np.eye(4)], [1.0])[:, 4].max() == 0
+
+
+def test_a_raw_sweep_read_for_a_multi_sweep_model_names_the_read_that_accumulate_takes(assets: Path,
+                                                                                     tmp_path: Path) -> None:
+    """A nuScenes LIDAR_TOP .pcd.bin read with read_points(path, point_dim=5) (its ring index where the model reads
+    time lags) was refused naming accumulate alone, whose sweeps that very read cannot give: now the message names
+    the read that keeps x, y, z, intensity, and the sweeps so read accumulate."""
+    key, earlier = tmp_path / "n008__LIDAR_TOP__1533151603547590.pcd.bin", tmp_path / "n008__LIDAR_TOP__1533151603497590.pcd.bin"
+    rows = lidar_top(assets, key)
+    lidar_top(assets, earlier)
+    with pytest.raises(InputError) as err:
+        read_points(key, point_dim=5)
+    text = str(err.value)
+    assert "PointPillars.accumulate" in text and "read_points(path, point_dim=5, columns=4)" in text, text
+    sweeps = [read_points(path, point_dim=5, columns=4) for path in (key, earlier)]
+    frame = PointPillars.accumulate(sweeps, [np.eye(4)] * 2, [1533151603.547590, 1533151603.497590])
+    np.testing.assert_array_equal(frame[: len(rows), :4], rows[:, :4])
+    assert frame[: len(rows), 4].max() == 0 and np.allclose(frame[len(rows):, 4], 0.05, atol=1e-6)
 
 
 def test_more_sweeps_than_nuscenes_models_are_trained_on_are_warned_of() -> None:
