@@ -10,6 +10,7 @@ DLPack too (a torch CPU tensor) on the host.
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -30,6 +31,9 @@ MAX_SWEEP_DISTANCE = 1000.0
 LAG_RESOLUTION = 1e-3
 #: Sweeps in a frame of OpenPCDet's nuScenes models (MAX_SWEEPS: the key sweep and 9 earlier), what they are trained on.
 TRAINED_SWEEPS = 10
+#: How a sweep's file becomes the points accumulate takes, for the message of a path given in their place.
+READ_SWEEP = ("read each sweep's file first, e.g. read_points(path, point_dim=5, columns=4) for a nuScenes .pcd.bin "
+              "(x, y, z, intensity of its 5 values a point)")
 
 
 def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: Iterable[float], *,
@@ -49,6 +53,9 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     with another row length, or accumulated already (5th values that are time lags). More than
     ``TRAINED_SWEEPS`` sweeps are warned of (``InputWarning``).
     """
+    if _is_path(sweeps):
+        raise InputError(f"accumulate: sweeps is a path, {safe_repr(sweeps)}; expected a list of sweeps' points, "
+                         f"the key sweep first: {READ_SWEEP}")
     try:
         sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
     except TypeError:
@@ -98,6 +105,8 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
 
 def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     """Sweep ``i`` as an (N, >= 4) float array of ``xp`` (NumPy or CuPy), else InputError naming what it is."""
+    if _is_path(sweep):
+        raise InputError(f"accumulate: sweep {i} is a path, {safe_repr(sweep)}; expected its points: {READ_SWEEP}")
     refuse_masked(sweep, f"accumulate: sweep {i}")
     pts = as_array(sweep, f"accumulate: sweep {i}", f"an (N, 4) array of {columns_text(4)}", xp)  # as a frame's
     hint = transposed_hint(tuple(pts.shape))  # (4, N), as OpenPCDet's get_sweep holds a sweep: N points of 4 values
@@ -126,6 +135,11 @@ def _check_sweep_columns(pts: np.ndarray, i: int) -> None:
         raise InputError(f"accumulate: sweep {i}'s 5th values look like a multi-sweep frame's time lags (a frame "
                          "accumulated already?), which would all become this sweep's: give accumulate single "
                          "sweeps, or the frame to the detector as it is")
+
+
+def _is_path(value: object) -> bool:
+    """Whether ``value`` is a file's path (str, bytes or ``os.PathLike``), which NumPy would take for a 0-d array."""
+    return isinstance(value, (str, bytes, os.PathLike))
 
 
 def _pose(pose: Any, i: int) -> np.ndarray:

@@ -217,6 +217,19 @@ def test_a_raw_sweep_read_for_a_multi_sweep_model_names_the_read_that_accumulate
     assert frame[: len(rows), 4].max() == 0 and np.allclose(frame[len(rows):, 4], 0.05, atol=1e-6)
 
 
+@pytest.mark.parametrize("given", ["sweeps/a.pcd.bin", b"sweeps/a.pcd.bin", Path("sweeps/a.pcd.bin")])
+def test_paths_given_for_sweeps_are_refused_naming_the_read(given: object) -> None:
+    """Sweep files' paths given to accumulate (as infer_many takes them) were refused as a sweep "of shape (), dtype
+    <U16", and a folder's path as sweep 0 of one character: now each is named a path, with the read that gives its
+    points."""
+    key = np.zeros((2, 4), np.float32)
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1 is a path, .*a\.pcd\.bin'; expected its points: read "
+                                         r"each sweep's file first, e\.g\. read_points\(path, point_dim=5, columns=4\)"):
+        accumulate_sweeps([key, given], [np.eye(4)] * 2, [1.0, 0.95])
+    with pytest.raises(InputError, match=r"^accumulate: sweeps is a path, .*; expected a list of sweeps' points"):
+        accumulate_sweeps(given, [np.eye(4)], [1.0])  # type: ignore[arg-type]
+
+
 def test_more_sweeps_than_nuscenes_models_are_trained_on_are_warned_of() -> None:
     """OpenPCDet's nuScenes models see 10 sweeps (MAX_SWEEPS): 20 were accumulated without a word, lags up to
     0.95 s the model never saw; now one InputWarning says so. 10 say nothing."""
