@@ -83,7 +83,7 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
     assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "5",
                               "--format", "kitti", "--out", tmp_path / "k"),
                           "--format kitti: model openpcdet_nuscenes_multihead predicts box velocities",
-                          "use --format json")
+                          "use --format json (or jsonl, parquet)")
     assert not (tmp_path / "k").exists()
     if importlib.util.find_spec("ray") is not None:  # --ray: the same refusals, before the cluster starts
         import ray
@@ -95,6 +95,21 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
                                       tmp_path / "r", *options), said)
         assert ray.is_initialized() == was and not (tmp_path / "r").exists()
 
+
+
+def test_eval_of_a_velocity_model_says_kitti_is_its_default_format(assets: Path, nuscenes: Path, model: Path,
+                                                                   tmp_path: Path) -> None:
+    """infer --eval without --format writes KITTI label files, which a nuScenes model cannot: the refusal
+    named a "--format kitti" never typed; now it says --eval chose it and which formats to give."""
+    labels = tmp_path / "label_2"
+    labels.mkdir()
+    (labels / FRAME.replace(".bin", ".txt")).write_bytes((assets / "kitti/training/label_2/000002.txt").read_bytes())
+    assert_one_line_error(cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--eval", labels,
+                              "--out", tmp_path / "e"),
+                          "error: --eval writes --format kitti unless --format is given, and model "
+                          "openpcdet_nuscenes_multihead predicts box velocities",
+                          "use --format json (or jsonl, parquet)")
+    assert not (tmp_path / "e").exists()
 
 
 def test_arrays_whose_fifth_values_are_no_time_lags_are_refused_as_files_are(nuscenes: Path, model: Path) -> None:
