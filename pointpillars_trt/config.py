@@ -302,6 +302,20 @@ def _is_pcdet_model_config(raw: object) -> bool:
     return isinstance(raw, Mapping) and bool({"MODEL", "CLASS_NAMES", "DATA_CONFIG"} & set(raw))
 
 
+#: What to give in place of an OpenPCDet dataset config, which holds no model.
+PCDET_DATASET_FIX = ("give the model's YAML, which names this one as its _BASE_CONFIG_ (tools/cfgs/kitti_models/"
+                     "pointpillar.yaml, tools/cfgs/nuscenes_models/cbgs_pp_multihead.yaml, ...)")
+
+
+def pcdet_dataset_refusal(raw: object, source: str) -> str | None:
+    """The refusal of a parsed YAML that is an OpenPCDet dataset config (``tools/cfgs/dataset_configs/*.yaml``:
+    a top-level DATASET, no model), given where a model config goes; None for any other YAML."""
+    if not isinstance(raw, Mapping) or "DATASET" not in raw or _is_pcdet_model_config(raw):
+        return None
+    return (f"{source}: an OpenPCDet dataset config (DATASET {safe_repr(raw['DATASET'], 40)}), not a model config: "
+            f"{PCDET_DATASET_FIX}")
+
+
 def is_package_config(raw: object) -> bool:
     """Whether a parsed YAML is a config of this package's (its top-level family and voxel keys, no OpenPCDet
     one), which ``build --pcdet-config`` would find missing every OpenPCDet key of."""
@@ -388,10 +402,15 @@ def config_argument(config: object) -> ModelConfig | None:
 
 def _refuse_pcdet_config(raw: object, source: str, fix: str) -> None:
     """Refuse an OpenPCDet model config (``_is_pcdet_model_config``), which is no
-    config of this package's layout, naming ``fix``: how to read it instead."""
+    config of this package's layout, naming ``fix``: how to read it instead; and a dataset config, naming
+    the model config to build with."""
     if _is_pcdet_model_config(raw):
         raise ConfigError(f"{source}: an OpenPCDet model config (MODEL, CLASS_NAMES, ...), not one of this "
                           f"package's: {fix}")
+    dataset = pcdet_dataset_refusal(raw, source)
+    if dataset is not None:
+        raise ConfigError(f"{dataset} to `pointpillars-trt build --pcdet-config` (Python: "
+                          "convert.pcdet_config.config_from_pcdet_yaml)")
 
 
 # --------------------------------------------------------------------------- untrusted YAML

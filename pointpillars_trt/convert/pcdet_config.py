@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ModelConfig, config_from_dict, is_package_config, read_yaml
+from ..config import ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal, read_yaml
 from ..errors import ConfigError, SettingNotice, escape_text, safe_repr
 from ..fileio import not_a_folder, special_kind
 
@@ -77,6 +77,9 @@ def _merged(path: Path, base_dir: str | Path | None) -> _Section:
         raise ConfigError(f"{source}: one of this package's configs (family, voxel, network, ...), not an OpenPCDet "
                           "model config: give it as --config, not --pcdet-config (Python: config=PATH, not "
                           "config_from_pcdet_yaml)")
+    dataset = pcdet_dataset_refusal(raw, source)
+    if dataset is not None:
+        raise ConfigError(dataset)
     bases = _Bases(path, None if base_dir is None else _base_folder(Path(base_dir), source))
     return _Section(bases.overlay({}, raw), "", source)
 

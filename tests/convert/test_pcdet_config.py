@@ -214,6 +214,35 @@ def test_a_config_of_this_package_is_told_to_go_as_config(repo_root: Path, name:
                                "config_from_pcdet_yaml)")
 
 
+@pytest.mark.parametrize("dataset", ["kitti_dataset", "nuscenes_dataset"])
+def test_a_dataset_config_is_told_to_be_the_model_configs_base(dataset: str) -> None:
+    """OpenPCDet's dataset YAML given where its model YAML goes (both are "the config" of a run): what it is and
+    which YAML to give, not "DATA_CONFIG is missing"."""
+    path = TOOLS / "cfgs" / "dataset_configs" / f"{dataset}.yaml"
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(path)
+    kind = yaml.safe_load(path.read_text())["DATASET"]
+    assert str(info.value).startswith(f"'{path}': an OpenPCDet dataset config (DATASET '{kind}'), not a model "
+                                      "config: give the model's YAML, which names this one as its _BASE_CONFIG_"), info.value
+
+
+@pytest.mark.parametrize("dataset", ["kitti_dataset", "nuscenes_dataset"])
+def test_a_dataset_config_is_told_to_be_the_model_configs_base(dataset: str) -> None:
+    """OpenPCDet's dataset YAML given where its model YAML goes (both are "the config" of a run): what it is and
+    which YAML to give, not "DATA_CONFIG is missing" (--pcdet-config) or "DATASET: unknown key" (--config)."""
+    path = TOOLS / "cfgs" / "dataset_configs" / f"{dataset}.yaml"
+    said = (f"'{path}': an OpenPCDet dataset config (DATASET '{yaml.safe_load(path.read_text())['DATASET']}'), not a "
+            "model config: give the model's YAML, which names this one as its _BASE_CONFIG_ (tools/cfgs/kitti_models/"
+            "pointpillar.yaml, tools/cfgs/nuscenes_models/cbgs_pp_multihead.yaml, ...)")
+    with pytest.raises(ConfigError) as info:
+        config_from_pcdet_yaml(path)
+    assert str(info.value) == said
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == f"{said} to `pointpillars-trt build --pcdet-config` (Python: " \
+                              "convert.pcdet_config.config_from_pcdet_yaml)"
+
+
 def test_a_base_config_that_is_no_mapping_is_refused_without_quoting_it(tmp_path: Path) -> None:
     """A base path may name any file (an absolute one, or ../../ out of tools/): its text was quoted in the
     error (the first line of /etc/passwd, for one)."""
