@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..config import build_command
 from ..errors import CheckpointError, escape_text, one_line, shell_word
 from ..fileio import path_argument
 from ..model_dir import METADATA_FILE
@@ -584,13 +585,18 @@ _MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine":
 
 
 def _other_model_file(source: str) -> str:
-    """For a file named like an exported graph or engine, or a model dir's record: what to give instead (its model
-    dir, or the .pth)."""
+    """For a file named like an exported graph or engine, a model dir's record or a config: what to give instead (its
+    model dir, or the .pth; the config beside it)."""
     if os.path.basename(source) == METADATA_FILE:
         folder = os.path.dirname(source) or "."
         return (f"; it is named as a model dir's record: give the model dir that holds it ('{folder}'), the folder "
                 "`pointpillars-trt build` writes")
-    kind = _MODEL_FILES.get(os.path.splitext(source.strip("'\""))[1].lower())
+    suffix = os.path.splitext(source.strip("'\""))[1].lower()
+    if suffix in (".yaml", ".yml"):
+        return (f"; it is named as a YAML config, which goes beside the checkpoint: "
+                f"{build_command(None, None, pcdet_config=source)} for an OpenPCDet model config (--config for one "
+                "of this package's)")
+    kind = _MODEL_FILES.get(suffix)
     if kind is None:
         return ""
     return (f"; it is named as {kind}: give the model dir that holds it (the folder `pointpillars-trt build` "

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import math
 import pickle
+import shlex
 import struct
 import subprocess
 import sys
@@ -640,6 +641,18 @@ def test_a_model_dir_or_its_record_given_as_a_checkpoint_names_the_model_dir(tmp
     assert msg.endswith(f"; it is named as a model dir's record: give the model dir that holds it ('{model}'), the "
                         "folder `pointpillars-trt build` writes"), msg
 
+
+
+@pytest.mark.parametrize("name", ["cbgs_pp_multihead.yaml", "my model.yml"])
+def test_a_yaml_config_given_as_a_checkpoint_names_the_build_that_reads_it(tmp_path: Path, name: str) -> None:
+    """An OpenPCDet model YAML given as --model or --checkpoint (a model is its .pth and its .yaml) was "not a
+    torch checkpoint" alone: now the build that takes the YAML beside the checkpoint is named."""
+    path = tmp_path / name
+    path.write_text("CLASS_NAMES: ['car']\nMODEL:\n    NAME: PointPillar\n")
+    msg = checkpoint_error(lambda: load_checkpoint(path), path)
+    assert msg.endswith("; it is named as a YAML config, which goes beside the checkpoint: `pointpillars-trt build "
+                        f"--checkpoint YOUR_CHECKPOINT.pth --pcdet-config {shlex.quote(str(path))} --out MODEL_DIR` for an "
+                        "OpenPCDet model config (--config for one of this package's)"), msg
 
 @pytest.mark.parametrize("fmt", WRITERS)
 @pytest.mark.parametrize("module, name, payload", [
