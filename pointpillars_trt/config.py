@@ -18,7 +18,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
@@ -883,12 +883,21 @@ def _check_heads(cfg: ModelConfig) -> None:
         return
     flat = [name for group in cfg.heads.groups for name in group]
     if flat != list(cfg.classes):
-        raise _Invalid(f"heads.groups: the heads' classes in order {safe_repr(flat, 60)} must be the classes "
-                       f"{safe_repr(list(cfg.classes), 60)}")
+        raise _Invalid(f"heads.groups: the heads' classes, in order, must be the classes; got "
+                       f"{_order_difference(flat, cfg.classes)}")
     names = [k.name for k in cfg.anchors.classes]
     if names != list(cfg.classes):
-        raise _Invalid(f"anchors.classes: a multi-head model lists one anchor per class in the classes' order, "
-                       f"got {safe_repr(names, 60)}")
+        raise _Invalid(f"anchors.classes: a multi-head model lists one anchor per class in the classes' order; got "
+                       f"{_order_difference(names, cfg.classes)}")
+
+
+def _order_difference(names: Sequence[str], classes: Sequence[str]) -> str:
+    """Where ``names`` first differ from the classes, for a message: ten nuScenes classes cut short for a
+    line hid a swap of the last two."""
+    for i, (name, cls) in enumerate(zip(names, classes)):
+        if name != cls:
+            return f"{safe_repr(name, 40)} at position {i}, where the classes have {safe_repr(cls, 40)}"
+    return f"{len(names)} for {len(classes)} classes"
 
 
 def next_power_of_two(n: int) -> int:

@@ -56,8 +56,13 @@ def multihead(changes: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("changes, message", [
     ({"heads.groups[1]": ["construction_vehicle", "truck"]},
-     "heads.groups: the heads' classes in order ['car', 'construction_vehicle', 'truck', 'bus', 'trailer'... must "
-     "be the classes ['car', 'truck', 'construction_vehicle', 'bus', 'trailer'..."),
+     "heads.groups: the heads' classes, in order, must be the classes; got 'construction_vehicle' at position 1, "
+     "where the classes have 'truck'"),
+    ({"heads.groups[5]": ["pedestrian"]}, "heads.groups: the heads' classes, in order, must be the classes; got 9 for "
+                                         "10 classes"),
+    ({"anchors.classes[8].class": "traffic_cone", "anchors.classes[9].class": "pedestrian"},
+     "anchors.classes: a multi-head model lists one anchor per class in the classes' order; got 'traffic_cone' at "
+     "position 8, where the classes have 'pedestrian'"),
     ({"postprocess.nms": "class_agnostic"},
      "postprocess.nms: multi_classes (per-class NMS inside each head) goes with heads, and heads with multi_classes"),
     ({"heads": None}, "postprocess.nms: multi_classes (per-class NMS inside each head) goes with heads, and heads "
