@@ -30,6 +30,14 @@ class FrameStats:
 MISPLACED_FROM = 100
 
 
+def faces_forward(point_range: Sequence[float] | None) -> bool:
+    """Whether a model of ``point_range`` (x_min, y_min, z_min, x_max, y_max, z_max) tells the lidar frame's
+    directions, for messages and pictures: a range that starts at x = 0 (KITTI's models see only the points ahead)
+    has x forward and y left; one all around the sensor tells none (nuScenes' LIDAR_TOP frame has x right and y
+    forward), and none is claimed."""
+    return point_range is not None and point_range[0] >= 0
+
+
 def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> tuple[str, str] | None:
     """(kind, finding) for a frame whose stats say its file was probably misread: many points of which none
     made a pillar (all non-finite: not float32 points?; or none in the model's ``point_range``: millimetres,
@@ -48,7 +56,7 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
     return "range", (f"none of its {finite} finite points lies in the model's point range{where}: are they metres "
-                     "in the lidar frame (x forward, y left, z up)?")
+                     f"in the lidar frame ({'x forward, y left, z up' if faces_forward(point_range) else 'z up'})?")
 
 
 @dataclass(frozen=True, eq=False)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from ..detections import faces_forward
 from ..errors import PointPillarsError, one_line, safe_repr
 from ..fileio import PathLike, write_bytes_atomic
 
@@ -229,8 +230,9 @@ def plot_bev(
     ax.set_xlim(x0, x1)
     ax.set_ylim(y0, y1)
     ax.set_aspect("equal")
-    ax.set_xlabel("x (m, forward)")
-    ax.set_ylabel("y (m, left)")
+    forward = faces_forward(point_range)  # a nuScenes frame's x points right: no direction claimed
+    ax.set_xlabel("x (m, forward)" if forward else "x (m)")
+    ax.set_ylabel("y (m, left)" if forward else "y (m)")
     ax.set_title(title)
     present = list(dict.fromkeys(n for n, ok in zip(names, finite) if ok))
     if present:

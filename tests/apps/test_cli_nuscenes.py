@@ -112,6 +112,20 @@ def test_eval_of_a_velocity_model_says_kitti_is_its_default_format(assets: Path,
     assert not (tmp_path / "e").exists()
 
 
+def test_a_frame_out_of_range_claims_no_axis_directions_of_a_nuscenes_frame(nuscenes: Path, model: Path) -> None:
+    """A frame none of whose points lies in the range was asked whether its points are in a lidar frame of "x
+    forward, y left": nuScenes' LIDAR_TOP frame, which the model reads, has x right and y forward. Its symmetric
+    range tells no direction, so only z up is asked of."""
+    frame = read_points(nuscenes / FRAME, point_dim=5)
+    frame[:, 0] += 200.0
+    with PointPillars.from_model_dir(model, device="cpu") as detector, \
+            pytest.warns(InputWarning) as caught:
+        assert len(detector(frame)) == 0
+    (said,) = [str(w.message) for w in caught]
+    assert said.endswith("none of its 10053 finite points lies in the model's point range x -51.2..51.2 y -51.2..51.2 "
+                         "z -5..3: are they metres in the lidar frame (z up)? (said once)"), said
+
+
 def test_arrays_whose_fifth_values_are_no_time_lags_are_refused_as_files_are(nuscenes: Path, model: Path) -> None:
     """A frame given as an array (lags in ms, or of the wrong sign) ran without a word; a file of them is
     refused when it is read."""

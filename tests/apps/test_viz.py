@@ -105,6 +105,29 @@ def test_non_finite_points_are_left_out_and_the_height_colours_span_the_finite_o
     assert (tmp_path / "nan.png").read_bytes() == (tmp_path / "finite.png").read_bytes()
 
 
+@pytest.mark.parametrize("point_range, labels", [
+    ((0, -39.68, -3, 69.12, 39.68, 1), ("x (m, forward)", "y (m, left)")),   # KITTI: the points ahead
+    ((-51.2, -51.2, -5, 51.2, 51.2, 3), ("x (m)", "y (m)")),                 # nuScenes: all around
+    (None, ("x (m)", "y (m)")),
+], ids=["kitti", "nuscenes", "no-range"])
+def test_the_axes_claim_directions_only_for_a_range_ahead(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          point_range: tuple[float, ...] | None,
+                                                          labels: tuple[str, str]) -> None:
+    """Every picture's axes said x forward, y left: a nuScenes frame's LIDAR_TOP x points right and y forward, so
+    its pictures named the wrong directions; a range around the sensor now claims none."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    drawn: list[Figure] = []
+    savefig = Figure.savefig
+    monkeypatch.setattr(Figure, "savefig", lambda fig, *a, **k: (drawn.append(fig), savefig(fig, *a, **k))[1])
+    points, objects = simulate_scan(seed=0)
+    plot_bev(points, np.stack([o.box for o in objects]), [o.name for o in objects], None, tmp_path / "bev.png",
+             point_range=point_range)
+    (ax, *_) = drawn[0].axes
+    assert (ax.get_xlabel(), ax.get_ylabel()) == labels
+
+
 def test_huge_float32_velocities_draw_without_a_warning(tmp_path: Path) -> None:
     """A multi-head model that overflowed can give finite float32 speeds near 3.4e38 m/s: their length overflowed
     in float32 and numpy printed a RuntimeWarning into infer's output; the arrow is still drawn."""
