@@ -132,13 +132,22 @@ def rebuild_command(folder: Path, config: str | None = None) -> str:
 
 def config_change_fix(folder: Path, built: ModelConfig, wanted: ModelConfig, config_arg: str) -> str:
     """The ``build`` command that gives a model dir for ``wanted`` (``--config config_arg``): a rebuild from
-    its own checkpoint where the checkpoint layouts match, else a new model dir from a checkpoint of ``wanted``'s
-    layout (this one's cannot be read as it)."""
-    if wanted.family == built.family:
-        return "rebuild with " + rebuild_command(folder, config_arg)
-    return (f"build a model dir from a checkpoint of the {wanted.family} layout: "
-            f"{build_command(None, 'NEW_MODEL_DIR', config=config_arg)} (the model dir's checkpoint has the "
-            f"{built.family} layout)")
+    its own checkpoint where the checkpoint layouts and head kinds match, else a new model dir from a checkpoint
+    of ``wanted``'s layout or head kind (this one's cannot be read as it: a KITTI single-head checkpoint holds no
+    nuScenes heads)."""
+    new_dir = build_command(None, "NEW_MODEL_DIR", config=config_arg)
+    if wanted.family != built.family:
+        return (f"build a model dir from a checkpoint of the {wanted.family} layout: {new_dir} (the model dir's "
+                f"checkpoint has the {built.family} layout)")
+    if (wanted.heads is None) != (built.heads is None):
+        return (f"build a model dir from a checkpoint of a {_head_kind(wanted)} network: {new_dir} (the model "
+                f"dir's checkpoint holds a {_head_kind(built)} one)")
+    return "rebuild with " + rebuild_command(folder, config_arg)
+
+
+def _head_kind(cfg: ModelConfig) -> str:
+    """How a config's detection head is built, as the checkpoints that fit it differ."""
+    return "single-head" if cfg.heads is None else "multi-head"
 
 
 def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | None = None) -> ModelDir:

@@ -126,6 +126,29 @@ def test_a_frame_out_of_range_claims_no_axis_directions_of_a_nuscenes_frame(nusc
                          "z -5..3: are they metres in the lidar frame (z up)? (said once)"), said
 
 
+def test_a_config_of_the_other_head_kind_asks_for_its_checkpoint_not_a_rebuild(assets: Path, nuscenes: Path,
+                                                                              model: Path) -> None:
+    """infer --config openpcdet_kitti_3class on the nuScenes model dir told to rebuild it from its checkpoint with
+    that config, which build refuses (a multi-head checkpoint holds no single head): now a checkpoint of the
+    config's head kind is asked for, both ways."""
+    from pointpillars_trt.convert.checkpoint import load_checkpoint
+    from pointpillars_trt.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match="not of config openpcdet_kitti_3class"):
+        load_checkpoint(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", "openpcdet_kitti_3class")  # the old advice
+    run = cli("infer", nuscenes / FRAME, "--model", model, "--device", "cpu", "--config", "openpcdet_kitti_3class")
+    assert_one_line_error(run, "was built for config 'openpcdet_nuscenes_multihead', not for --config "
+                               "'openpcdet_kitti_3class': drop --config, or build a model dir from a checkpoint of "
+                               "a single-head network: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth "
+                               "--config openpcdet_kitti_3class --out NEW_MODEL_DIR` (the model dir's checkpoint "
+                               "holds a multi-head one)")
+    kitti = model.parent / "kitti"
+    assert cli("build", "--checkpoint", assets / "checkpoints/pointpillar_openpcdet_synthetic.pth", "--out",
+               kitti).rc == 0
+    run = cli("infer", nuscenes / FRAME, "--model", kitti, "--device", "cpu", "--config", "openpcdet_nuscenes_multihead")
+    assert_one_line_error(run, "build a model dir from a checkpoint of a multi-head network")
+
+
 def test_arrays_whose_fifth_values_are_no_time_lags_are_refused_as_files_are(nuscenes: Path, model: Path) -> None:
     """A frame given as an array (lags in ms, or of the wrong sign) ran without a word; a file of them is
     refused when it is read."""
