@@ -202,6 +202,9 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if arr.ndim == 0 and isinstance(points, (str, bytes, os.PathLike)):
         hint = (": a path, not points (read it with pointpillars_trt.pointcloud_io.read_points, or give paths to "
                 "infer_many)")
+    elif isinstance(points, (list, tuple)) and points and all(is_frame_path(item) for item in points):
+        hint = (f": {len(points)} paths, not points (give them to infer_many, a frame each; the sweeps of one "
+                "frame: read each and join them with PointPillars.accumulate)")
     if hint or arr.ndim != 2 or arr.shape[1] < 4:
         raise InputError(f"{source}: expected {expected}; got shape {arr.shape}{hint}")
     if arr.shape[1] < columns:

@@ -82,6 +82,17 @@ def test_refuses_transposed_with_hint(shape: tuple[int, int]) -> None:
     assert f"({shape[1]}, {shape[0]})" in text and "\n" not in text
 
 
+@pytest.mark.parametrize("paths", [["key.pcd.bin", "sweep1.pcd.bin"], (Path("key.pcd.bin"), b"sweep1.pcd.bin")])
+def test_a_list_of_paths_given_as_one_frame_names_infer_many_and_accumulate(paths: object) -> None:
+    """A nuScenes sample's sweep files given as one frame (detector([key, sweep, ...])) were refused as "got shape
+    (2,)": now named paths, with the calls that take them (infer_many a frame each, accumulate for one frame's
+    sweeps)."""
+    with pytest.raises(InputError, match=r"^points: expected an \(N, 5\) array of x, y, z, intensity, time; got shape "
+                                         r"\(2,\): 2 paths, not points \(give them to infer_many, a frame each; the "
+                                         r"sweeps of one frame: read each and join them with PointPillars.accumulate\)$"):
+        as_host_points(paths, columns=5)
+
+
 def test_refuses_other_shapes_and_dtypes() -> None:
     with pytest.raises(InputError, match=r"got shape \(10, 3\)$"):
         as_host_points(np.zeros((10, 3), np.float32))
