@@ -465,16 +465,18 @@ def camera_options_given(args: argparse.Namespace) -> list[str]:
     return [name for name, value in (("--calib", args.calib), ("--image-shape", args.image_shape)) if value is not None]
 
 
-def check_model_inputs(cfg: Any, fmt: str, point_dim: int, frames: Sequence[str], *, eval_default: bool = False) -> None:
-    """What the model needs of infer's options, checked once before any frame runs: .bin frames of at
-    least its point columns (a single sweep given to a multi-sweep model is refused, not padded with
-    time 0: that would lose accuracy silently), and no KITTI label files for models that predict
-    velocities of full 360-degree frames (nuScenes-style: camera-frame labels cannot carry them);
-    ``eval_default``: kitti is --eval's default, not a --format given, which the refusal then says."""
-    check_point_dim(cfg.num_point_columns, point_dim, frames, f"model {cfg.name}")
-    if fmt == "kitti" and cfg.box_code.velocity:
+def check_model_inputs(model: str, columns: int, velocity: bool, fmt: str, point_dim: int, frames: Sequence[str], *,
+                       eval_default: bool = False) -> None:
+    """What the ``model`` (its name in messages; a local model's config or a served model's) needs of infer's
+    options, checked once before any frame runs: .bin frames of at least its point ``columns`` (a single sweep
+    given to a multi-sweep model is refused, not padded with time 0: that would lose accuracy silently), and no
+    KITTI label files for models that predict ``velocity`` of full 360-degree frames (nuScenes-style:
+    camera-frame labels cannot carry them); ``eval_default``: kitti is --eval's default, not a --format given,
+    which the refusal then says."""
+    check_point_dim(columns, point_dim, frames, model)
+    if fmt == "kitti" and velocity:
         given = "--eval writes --format kitti unless --format is given, and" if eval_default else "--format kitti:"
-        raise InputError(f"{given} model {cfg.name} predicts box velocities on 360-degree multi-sweep frames, which "
+        raise InputError(f"{given} {model} predicts box velocities on 360-degree multi-sweep frames, which "
                          "KITTI label files (camera-frame boxes) cannot carry; use --format json (or jsonl, parquet)")
 
 
@@ -575,9 +577,12 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         if args.point_dim is None:  # the model's own point columns
             args.point_dim = cfg.num_point_columns if cfg is not None else getattr(detectors[0], "point_columns", 4)
         if cfg is not None:
-            check_model_inputs(cfg, fmt, args.point_dim, frames, eval_default=args.format is None)
-        else:  # a served model: what its config says of its points and outputs
-            check_point_dim(getattr(detectors[0], "point_columns", 4), args.point_dim, frames, "the served model")
+            check_model_inputs(f"model {cfg.name}", cfg.num_point_columns, cfg.box_code.velocity, fmt, args.point_dim,
+                               frames, eval_default=args.format is None)
+        else:  # a served model: what its server says of its points and outputs
+            served = detectors[0].served
+            check_model_inputs("the served model", served.point_columns, served.velocity, fmt, args.point_dim, frames,
+                               eval_default=args.format is None)
         if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
             check_calib_folders(resume.todo, args.calib)
         if out is not None:

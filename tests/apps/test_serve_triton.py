@@ -1060,6 +1060,10 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     args = infer_args(frames, tmp_path / "four", nuscenes_server.endpoints["grpc"], "grpc", "--point-dim", "4")
     with pytest.raises(InputError, match=r"--point-dim 4: the served model reads 5 values a point"):
         run_scaleout_infer(args)
+    args = infer_args(frames, tmp_path / "kitti", nuscenes_server.endpoints["grpc"], "grpc", "--format", "kitti")
+    with pytest.raises(InputError, match=r"--format kitti: the served model predicts box velocities"):
+        run_scaleout_infer(args)  # as local infer refuses it: KITTI label files cannot carry them
+    assert not (tmp_path / "kitti").exists() or not any((tmp_path / "kitti").iterdir())
 
 
 @pytest.mark.slow

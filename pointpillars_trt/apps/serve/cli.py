@@ -408,7 +408,8 @@ def _run_ray(args: argparse.Namespace) -> int:
         assert model is not None
         local_todo = [frame for frame in resume.todo if not is_uri(frame)]
         # before the cluster starts, as local infer checks them before any frame runs
-        check_model_inputs(model.cfg, fmt, args.point_dim or model.cfg.num_point_columns, local_todo)
+        check_model_inputs(f"model {model.cfg.name}", model.cfg.num_point_columns, model.cfg.box_code.velocity, fmt,
+                           args.point_dim or model.cfg.num_point_columns, local_todo)
         prepare = frame_preparer(args, fmt, lambda text: print(text, file=sys.stderr, flush=True), model.fov_points_only,
                                  model.cfg.voxel.point_range)
         if fmt == "kitti" or prepare is not None:  # each frame's calib: of a file:// URI, the folder it names here
