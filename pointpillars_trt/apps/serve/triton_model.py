@@ -101,10 +101,12 @@ class TritonPythonModel:
             thread.start()
         self.columns = self.cfg.num_point_columns
         labels = {"model": args["model_name"], "version": args["model_version"]}
-        self._cancelled_count = _counter(CANCELLED_METRIC, "requests answered CANCELLED without being detected: "
-                                         "their client gave up on them while they waited", labels)
-        self._failed_count = _counter(FAILED_METRIC, "requests the model answered with an error (a frame or a "
-                                      "threshold it refused, a batch that failed)", labels)
+        counters = _counters({
+            CANCELLED_METRIC: "requests answered CANCELLED without being detected: their client gave up on them "
+                              "while they waited",
+            FAILED_METRIC: "requests the model answered with an error (a frame or a threshold it refused, a batch "
+                           "that failed)"}, labels)
+        self._cancelled_count, self._failed_count = counters[CANCELLED_METRIC], counters[FAILED_METRIC]
         self._can_tell_cancelled = True  # until the stub fails to say (an older backend)
         self._last_execute = 0.0  # seconds the last ``execute`` took
 
@@ -247,15 +249,22 @@ class _Counter:
             print(f"warning: pointpillars: {self.name} missed {count} ({exc})", file=sys.stderr, flush=True)
 
 
-def _counter(name: str, description: str, labels: dict[str, str]) -> _Counter | None:
-    """A count of requests that Triton's own statistics count as successes (the model answers them through
-    response senders); None, said, where the backend cannot make it."""
-    try:
-        return _Counter(name, description, labels)
-    except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
-        print(f"warning: pointpillars: no metric {name} ({exc}); Triton's own statistics count those requests as "
-              "successes", file=sys.stderr, flush=True)
-        return None
+def _counters(described: dict[str, str], labels: dict[str, str]) -> dict[str, _Counter | None]:
+    """Counts of requests that Triton's own statistics count as successes (the model answers them through
+    response senders), by name (``described``: each name's description); None for those the backend cannot
+    make, said in one warning naming them all (a backend without metric support refuses every one)."""
+    made: dict[str, _Counter | None] = {}
+    first: Exception | None = None
+    for name, description in described.items():
+        try:
+            made[name] = _Counter(name, description, labels)
+        except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
+            made[name], first = None, first or exc
+    if first is not None:
+        missed = ", ".join(name for name, counter in made.items() if counter is None)
+        print(f"warning: pointpillars: no metric {missed} ({first}); Triton's own statistics count those requests "
+              "as successes", file=sys.stderr, flush=True)
+    return made
 
 
 class Cancelled(Exception):
