@@ -15,7 +15,8 @@ Tensors cross by DLPack in both directions: under NumPy 2 the backend's NumPy pa
 A request that cannot be a frame gets its own error response; the others in the batch still get their
 detections. A request whose client gave up on it while it waited (cancelled, or past its gRPC deadline) is
 answered CANCELLED without being detected, and counted in the ``pointpillars_requests_cancelled`` metric; a
-request answered with an error, in ``pointpillars_requests_failed`` (Triton counts both as successes).
+request answered with an error, or whose answer the backend refused, in ``pointpillars_requests_failed`` (Triton
+counts both as successes).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ CANCEL_CHECK_WAIT = 0.05
 #: The Prometheus counter (on Triton's metrics endpoint) of the requests answered CANCELLED without detection.
 CANCELLED_METRIC = "pointpillars_requests_cancelled"
 #: The Prometheus counter of the requests answered with an error by the model (a frame or a threshold it refuses,
-#: a batch that failed): Triton's own ``nv_inference_request_failure`` counts them as successes.
+#: a batch that failed) or whose answer the backend refused: Triton's own ``nv_inference_request_failure`` counts
+#: them as successes.
 FAILED_METRIC = "pointpillars_requests_failed"
 
 
@@ -105,7 +107,7 @@ class TritonPythonModel:
             CANCELLED_METRIC: "requests answered CANCELLED without being detected: their client gave up on them "
                               "while they waited",
             FAILED_METRIC: "requests the model answered with an error (a frame or a threshold it refused, a batch "
-                           "that failed)"}, labels)
+                           "that failed) or whose answer the backend refused"}, labels)
         self._cancelled_count, self._failed_count = counters[CANCELLED_METRIC], counters[FAILED_METRIC]
         self._can_tell_cancelled = True  # until the stub fails to say (an older backend)
         self._last_execute = 0.0  # seconds the last ``execute`` took
@@ -277,32 +279,26 @@ class Cancelled(Exception):
 
 def _reply(sender: Any, result: Detections | BaseException, count_failed: Callable[[], None]) -> None:
     """The request's detections, or its frame's error, as its one final response (never raises: a send
-    thread goes on with the next request); ``count_failed`` is called before an error other than CANCELLED
-    is sent."""
+    thread goes on with the next request). ``count_failed`` is called once for a request that is not answered
+    with its detections or CANCELLED: before its error is sent (a client that reads the metric after its error
+    finds it counted), or once its detections could not be sent. A failed send is final: the stub closes a
+    response sender before it sends, and refuses any send after that, so no error can take the place of the
+    detections (their client gets Triton's own error, or none)."""
+    counted = isinstance(result, Cancelled)  # where it was found, in the cancelled metric
     try:
-        failed = isinstance(result, BaseException) and not isinstance(result, Cancelled)
         try:
             response = _error(result) if isinstance(result, BaseException) else _response(result)
         except Exception as exc:  # noqa: BLE001 - a reply that cannot be built is that request's error
-            response, failed = _error(exc), True
-        if failed:
+            result, response = exc, _error(exc)
+        if isinstance(result, BaseException) and not counted:
             count_failed()
-        _send(sender, response)
-    except Exception as exc:  # noqa: BLE001 - nobody reads a send thread's exceptions: say it
+            counted = True
+        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    except Exception as exc:  # noqa: BLE001 - the stub's own error types; nobody reads a send thread's exceptions
+        if not counted:
+            count_failed()
         print(f"warning: pointpillars: a request could not be answered ({type(exc).__name__}: {exc})",
               file=sys.stderr, flush=True)
-
-
-def _send(sender: Any, response: Any) -> None:
-    """The request's one and final response; when it cannot be sent, a bare error in its place."""
-    try:
-        sender.send(response, flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-    except Exception as exc:  # noqa: BLE001 - the stub raises its own error types
-        print(f"warning: pointpillars: a response could not be sent ({exc})", file=sys.stderr, flush=True)
-        try:
-            sender.send(_error(exc), flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
-        except Exception:  # noqa: BLE001 - the request is gone (its client left): nothing is waiting
-            pass
 
 
 def _response(found: Detections) -> Any:
