@@ -1148,7 +1148,9 @@ def test_infer_against_a_server_that_hangs_ends_after_one_timeout_and_resumes(in
         assert len({row["path"] for row in rows}) == count
 
 
-def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                               protocol: str) -> None:
     """The server stops answering (SIGSTOP) with requests in flight: Ctrl-C ends infer --server within
     seconds (exit 130), not after each request's 60 s timeout."""
     folder = tmp_path / "frames"
@@ -1160,7 +1162,8 @@ def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp
     with served(install, tiny.path, tmp_path / "server") as server:
         assert server.process is not None
         child = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--server",
-                                  server.endpoints["grpc"], "--out", str(out), "--no-progress"],
+                                  server.endpoints[protocol], "--protocol", protocol, "--out", str(out),
+                                  "--no-progress"],
                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60
@@ -1178,6 +1181,54 @@ def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def connections_to(port: int) -> int:
+    """This process's established TCP connections to ``port`` (Linux: its sockets looked up in /proc/net/tcp)."""
+    sockets = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # closed meanwhile
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                sockets.add(target[len("socket:["):-1])
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        rows = [line.split() for line in table.read().splitlines()[1:]]
+    return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and row[3] == "01" and row[9] in sockets)
+
+
+@pytest.mark.slow
+def test_cancel_over_http_ends_the_calls_waiting_on_a_hung_server_at_once_and_closes_their_connections(  # type: ignore[no-untyped-def]
+        install, tiny, tmp_path: Path) -> None:
+    """Over HTTP the server cannot be told (tritonclient's HTTP client has no cancellation), but the client at least
+    stops waiting: cancel() ends the requests in flight on a server that hangs (SIGSTOP) at once, not at their
+    60 s timeout (closing their connections from another thread did not wake them), each saying the run was
+    stopped, and their connections are closed."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = random_frames(tiny, 4)
+    with served(install, tiny.path, tmp_path / "server") as server:
+        assert server.process is not None
+        remote = RemoteDetector(server.endpoints["http"], protocol="http", concurrency=4)
+        found: list[object] = []
+        waiting = threading.Thread(target=lambda: found.extend(remote.detect_each(frames)))
+        try:
+            remote.detect_batch(frames)  # the connections of the detector's threads are open
+            os.kill(server.process.pid, signal.SIGSTOP)
+            waiting.start()
+            time.sleep(1)
+            assert waiting.is_alive() and connections_to(server.http_port) >= len(frames)
+            start = time.monotonic()
+            remote.cancel()
+            waiting.join(timeout=20)
+            took = time.monotonic() - start
+            assert not waiting.is_alive() and took < 5, took
+            assert [str(error) for error in found] == [f"server {server.endpoints['http']}: the run was stopped"] * 4
+            assert connections_to(server.http_port) == 0
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+            if waiting.ident is not None:  # started: it ends once the server answers, or at its timeout
+                waiting.join(timeout=70)
+            remote.close()
 
 
 def test_a_client_asking_for_more_boxes_than_the_server_returns_is_refused_before_any_frame(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ batches to form, and give results in input order; a frame the server or the read
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -50,6 +51,10 @@ class RemoteDetector:
     (``DetectorLost``): the requests in flight are abandoned and every later frame fails at once, so a hung
     server costs one timeout, not one a frame. A request that outlasts ``timeout`` says so, naming
     ``timeout_option`` (the caller's name for it, e.g. ``--request-timeout``): a slow server needs a longer one.
+    Over gRPC a request given up on (by ``cancel``, or past its timeout) is cancelled on the server too, which
+    then skips it if it still waits there. Over HTTP only the client gives up (its call ends, its connection is
+    closed): tritonclient's HTTP client cannot cancel a request, and Triton's HTTP endpoint notices a closed
+    connection only when it answers, so the server detects such frames all the same.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
@@ -80,6 +85,7 @@ class RemoteDetector:
         self._server_error = InferenceServerException
         self._local = threading.local()
         self._clients: list[Any] = []
+        self._waits: list[_HttpWait] = []  # of the threads that send over HTTP, for ``cancel`` to end
         self._lock = threading.Lock()
         self._cancelled = False
         self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
@@ -112,7 +118,7 @@ class RemoteDetector:
         _check_timeout(timeout)
         other = copy.copy(self)
         other.timeout = timeout
-        other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
+        other._local, other._clients, other._waits, other._lock = threading.local(), [], [], threading.Lock()
         other._cancelled, other._pool, other._pool_size = False, None, 0
         other._down, other._probing, other._failed_in_row = None, threading.Lock(), 0
         other._slots = threading.Semaphore(self.concurrency)
@@ -120,22 +126,33 @@ class RemoteDetector:
 
     def _client(self, prefix: str = "") -> Any:
         """This thread's connection; none once the detector is cancelled (a request would wait out its
-        timeout on a server that hangs) or the server is down (``prefix``: the frame's, for that error)."""
+        timeout on a server that hangs) or the server is down (``prefix``: the frame's, for that error). Their
+        connections are closed then: over HTTP the next request on that of a request ``cancel`` stopped would
+        wait for ever (geventhttpclient's closed pool keeps the stopped request's slot)."""
         client = getattr(self._local, "client", None)
+        down = self._down
+        if client is not None and (self._cancelled or down is not None):
+            raise self._stopped(prefix) if down is None else DetectorLost(prefix + down)
         if client is None:
             kwargs = {"network_timeout": self.timeout, "connection_timeout": self.timeout} \
                 if self.protocol == "http" else {}
             client = self._module.InferenceServerClient(self.server, **kwargs)
+            wait = _HttpWait() if self.protocol == "http" else None
             with self._lock:
                 cancelled, down = self._cancelled, self._down
                 if not cancelled and down is None:
                     self._clients.append(client)
+                    if wait is not None:
+                        self._waits.append(wait)
             if cancelled or down is not None:
                 client.close()
-                raise (BackendError(f"{prefix}server {self._shown}: the run was stopped") if down is None else
-                       DetectorLost(prefix + down))
-            self._local.client = client
+                raise self._stopped(prefix) if down is None else DetectorLost(prefix + down)
+            self._local.client, self._local.wait = client, wait or contextlib.nullcontext()
         return client
+
+    def _stopped(self, prefix: str) -> BackendError:
+        """The error of a request that ``cancel`` stopped, or that came after it."""
+        return BackendError(f"{prefix}server {self._shown}: the run was stopped")
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
         frame = as_host_points(points, source or "points", self.point_columns)
@@ -154,8 +171,11 @@ class RemoteDetector:
             inputs[-1].set_data_from_numpy(np.full((1, 1), value, dtype))
         outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
-            reply = self._client(prefix).infer(self.model, inputs, outputs=outputs,
-                                               **self._deadline(self.timeout))
+            client = self._client(prefix)
+            with self._local.wait:
+                reply = client.infer(self.model, inputs, outputs=outputs, **self._deadline(self.timeout))
+        except _RequestStopped:
+            raise self._stopped(prefix) from None
         except self._server_error as exc:
             status = str(exc.status())
             if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
@@ -360,11 +380,14 @@ class RemoteDetector:
         return self(points, source)
 
     def cancel(self) -> None:
-        """Abandon the requests in flight (a run stopped by Ctrl-C): the connections close, so calls that
-        wait on a hung server fail at once instead of at their timeout. The detector is closed after."""
+        """Abandon the requests in flight (a run stopped by Ctrl-C): calls that wait on a hung server fail at
+        once instead of at their timeout, and the connections close. Over gRPC the server hears of it (it skips
+        the requests still waiting there); over HTTP it does not (see the class). The detector is closed after."""
         with self._lock:
             self._cancelled = True  # no connection opens after this one: the requests not yet sent fail too
-            clients = list(self._clients)
+            clients, waits = list(self._clients), list(self._waits)
+        for wait in waits:
+            wait.stop()
         for client in clients:
             client.close()
 
@@ -376,6 +399,39 @@ class RemoteDetector:
             pool.shutdown(wait=True)
         for client in clients:
             client.close()
+
+
+class _RequestStopped(ConnectionAbortedError):
+    """Raised by ``_HttpWait`` in the HTTP request it ends (a socket error, so that geventhttpclient closes the
+    request's connection as it unwinds)."""
+
+
+class _HttpWait:
+    """Lets another thread end the HTTP request this thread waits on, at once. tritonclient's HTTP client cannot
+    cancel a request: its ``infer`` waits on a socket in the gevent loop of the thread that sent it, and the
+    client closed from another thread leaves that wait to its timeout. A callback handed to that loop (the one
+    way in from another thread) raises in the request instead; the server is not told (see RemoteDetector)."""
+
+    def __init__(self) -> None:
+        import gevent  # tritonclient's HTTP client runs on it
+
+        self._loop, self._sender = gevent.get_hub().loop, gevent.getcurrent()
+        self._waiting = False
+
+    def __enter__(self) -> None:
+        self._waiting = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._waiting = False
+
+    def stop(self) -> None:
+        """From any thread: the request this thread waits on, if any, raises ``_RequestStopped``."""
+        self._loop.run_callback_threadsafe(self._raise)
+
+    def _raise(self) -> None:
+        """Runs in this thread's loop, which runs while a request waits: a request that has ended is left alone."""
+        if self._waiting:
+            self._sender.throw(_RequestStopped("the run was stopped"))
 
 
 def _other_protocol_hint(server: str, protocol: str) -> str:
