@@ -1231,6 +1231,46 @@ def test_cancel_over_http_ends_the_calls_waiting_on_a_hung_server_at_once_and_cl
             remote.close()
 
 
+@pytest.mark.slow
+def test_a_server_found_down_over_http_ends_the_calls_still_waiting_on_it_at_once(  # type: ignore[no-untyped-def]
+        install, tiny, tmp_path: Path) -> None:
+    """The server hangs (SIGSTOP): a request times out (8 s) and the server answers no liveness probe (5 s), so it
+    is down; a request sent 3 s before that ends then, saying so, not at its own timeout 5 s later (closing its
+    connection from another thread, all that was done, leaves an HTTP request waiting)."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+    from pointpillars_trt.errors import DetectorLost
+
+    frame = random_frames(tiny, 5)[4]
+    ended: dict[str, tuple[float, str]] = {}
+
+    def call(source: str) -> None:
+        try:
+            remote(frame, source)
+        except DetectorLost as exc:
+            ended[source] = (time.monotonic(), str(exc))
+
+    with served(install, tiny.path, tmp_path / "server") as server:
+        assert server.process is not None
+        remote = RemoteDetector(server.endpoints["http"], protocol="http", timeout=8)
+        first, second = (threading.Thread(target=call, args=(source,)) for source in ("a.bin", "b.bin"))
+        try:
+            stop_server(server.process.pid)
+            first.start()
+            time.sleep(10)  # the first request timed out; the probe waits for an answer until 13 s
+            assert "a.bin" not in ended, "the server was found down before the second request: nothing tested"
+            second.start()
+            first.join(timeout=30)
+            second.join(timeout=30)
+        finally:
+            os.kill(server.process.pid, signal.SIGCONT)
+            remote.close()
+    assert set(ended) == {"a.bin", "b.bin"}, ended
+    (first_end, down), (second_end, later) = ended["a.bin"], ended["b.bin"]
+    assert down.startswith(f"a.bin: server {server.endpoints['http']} is down: did not answer within its timeout of "
+                           "8 s") and "answered no liveness probe within 5 s" in down, down
+    assert later == down.replace("a.bin: ", "b.bin: ", 1) and second_end - first_end < 1.5, (second_end - first_end)
+
+
 def test_a_client_asking_for_more_boxes_than_the_server_returns_is_refused_before_any_frame(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
     """The served config says its detector's max_boxes cap (500 for the tiny model): a client asking for more
     is one error at its start, naming the option and the cap, not the same error for every frame."""

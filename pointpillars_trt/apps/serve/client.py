@@ -85,7 +85,7 @@ class RemoteDetector:
         self._server_error = InferenceServerException
         self._local = threading.local()
         self._clients: list[Any] = []
-        self._waits: list[_HttpWait] = []  # of the threads that send over HTTP, for ``cancel`` to end
+        self._waits: list[_HttpWait] = []  # of the threads that send over HTTP, for ``_abandon`` to end
         self._lock = threading.Lock()
         self._cancelled = False
         self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
@@ -174,8 +174,8 @@ class RemoteDetector:
             client = self._client(prefix)
             with self._local.wait:
                 reply = client.infer(self.model, inputs, outputs=outputs, **self._deadline(self.timeout))
-        except _RequestStopped:
-            raise self._stopped(prefix) from None
+        except _RequestStopped:  # ended by ``cancel``, or as the server was found down
+            raise (self._stopped(prefix) if self._down is None else DetectorLost(prefix + self._down)) from None
         except self._server_error as exc:
             status = str(exc.status())
             if status in ("StatusCode.INVALID_ARGUMENT", "400"):  # gRPC, HTTP: the frame's fault
@@ -212,7 +212,7 @@ class RemoteDetector:
         """The error of a request that failed on the server's side: ``what`` befell it, a BackendError of the
         frame while the server answers a liveness probe and has not failed ``concurrency + 2`` requests in a
         row (a model whose worker died fails every request of a live server); else the server is down
-        (DetectorLost), and its connections are closed so that the requests still waiting on it fail at once."""
+        (DetectorLost), and the requests still waiting on it are ended at once (``_abandon``)."""
         what = what.rstrip(".")
         with self._probing:
             self._failed_in_row += 1
@@ -226,9 +226,7 @@ class RemoteDetector:
                     with self._lock:
                         self._down = (f"server {self._shown}{DetectorLost.MARK}{why}; this client sends it no "
                                       "frame after this")
-                        clients = list(self._clients)
-                    for client in clients:
-                        client.close()
+                    self._abandon()
         if self._down is not None:
             return DetectorLost(prefix + self._down)
         return BackendError(f"{prefix}server {self._shown} {what}")
@@ -385,6 +383,13 @@ class RemoteDetector:
         the requests still waiting there); over HTTP it does not (see the class). The detector is closed after."""
         with self._lock:
             self._cancelled = True  # no connection opens after this one: the requests not yet sent fail too
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """Ends every request in flight at once and closes the connections (once ``cancel`` or the server found
+        down refuses new ones): the HTTP ones are raised out of (a connection closed from another thread leaves
+        its wait alone) with ``_RequestStopped``; closing its channel ends a gRPC one."""
+        with self._lock:
             clients, waits = list(self._clients), list(self._waits)
         for wait in waits:
             wait.stop()
