@@ -1184,31 +1184,37 @@ def test_ctrl_c_of_infer_against_a_hung_server_stops_promptly(install, tiny, tmp
 
 
 def connections_to(port: int) -> int:
-    """This process's established TCP connections to ``port`` (Linux: its sockets looked up in /proc/net/tcp)."""
+    """This process's established TCP connections to ``port`` (Linux: its sockets looked up in /proc/net/tcp and
+    tcp6, where gRPC's are, IPv4-mapped)."""
     sockets = set()
     for fd in os.listdir("/proc/self/fd"):
         with contextlib.suppress(OSError):  # closed meanwhile
             target = os.readlink(f"/proc/self/fd/{fd}")
             if target.startswith("socket:["):
                 sockets.add(target[len("socket:["):-1])
-    with open("/proc/net/tcp", encoding="ascii") as table:
-        rows = [line.split() for line in table.read().splitlines()[1:]]
+    rows = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}", encoding="ascii") as table:
+            rows += [line.split() for line in table.read().splitlines()[1:]]
     return sum(1 for row in rows if int(row[2].split(":")[1], 16) == port and row[3] == "01" and row[9] in sockets)
 
 
 @pytest.mark.slow
-def test_cancel_over_http_ends_the_calls_waiting_on_a_hung_server_at_once_and_closes_their_connections(  # type: ignore[no-untyped-def]
-        install, tiny, tmp_path: Path) -> None:
-    """Over HTTP the server cannot be told (tritonclient's HTTP client has no cancellation), but the client at least
-    stops waiting: cancel() ends the requests in flight on a server that hangs (SIGSTOP) at once, not at their
-    60 s timeout (closing their connections from another thread did not wake them), each saying the run was
-    stopped, and their connections are closed."""
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_cancel_ends_the_calls_waiting_on_a_hung_server_at_once_in_the_same_words_and_closes_their_connections(  # type: ignore[no-untyped-def]
+        install, tiny, tmp_path: Path, protocol: str) -> None:
+    """cancel() ends the requests in flight on a server that hangs (SIGSTOP) at once, not at their 60 s timeout,
+    each saying the run was stopped in the same words over both protocols (over gRPC they said the server "failed
+    the request: [StatusCode.CANCELLED] Channel closed!"), and closes their connections. Over HTTP the server
+    cannot be told (tritonclient's HTTP client has no cancellation), but the client at least stops waiting
+    (closing their connections from another thread did not wake them)."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     frames = random_frames(tiny, 4)
     with served(install, tiny.path, tmp_path / "server") as server:
         assert server.process is not None
-        remote = RemoteDetector(server.endpoints["http"], protocol="http", concurrency=4)
+        port = server.http_port if protocol == "http" else server.grpc_port
+        remote = RemoteDetector(server.endpoints[protocol], protocol=protocol, concurrency=4)
         found: list[object] = []
         waiting = threading.Thread(target=lambda: found.extend(remote.detect_each(frames)))
         try:
@@ -1216,14 +1222,18 @@ def test_cancel_over_http_ends_the_calls_waiting_on_a_hung_server_at_once_and_cl
             os.kill(server.process.pid, signal.SIGSTOP)
             waiting.start()
             time.sleep(1)
-            assert waiting.is_alive() and connections_to(server.http_port) >= len(frames)
+            # a connection a thread over HTTP; gRPC's channels to one address share theirs
+            assert waiting.is_alive() and connections_to(port) >= (len(frames) if protocol == "http" else 1)
             start = time.monotonic()
             remote.cancel()
             waiting.join(timeout=20)
             took = time.monotonic() - start
             assert not waiting.is_alive() and took < 5, took
-            assert [str(error) for error in found] == [f"server {server.endpoints['http']}: the run was stopped"] * 4
-            assert connections_to(server.http_port) == 0
+            assert [str(error) for error in found] == [f"server {server.endpoints[protocol]}: the run was stopped"] * 4
+            deadline = time.monotonic() + 5  # gRPC closes its sockets in a thread of its own
+            while connections_to(port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert connections_to(port) == 0
         finally:
             os.kill(server.process.pid, signal.SIGCONT)
             if waiting.ident is not None:  # started: it ends once the server answers, or at its timeout
@@ -1269,6 +1279,38 @@ def test_a_server_found_down_over_http_ends_the_calls_still_waiting_on_it_at_onc
     assert down.startswith(f"a.bin: server {server.endpoints['http']} is down: did not answer within its timeout of "
                            "8 s") and "answered no liveness probe within 5 s" in down, down
     assert later == down.replace("a.bin: ", "b.bin: ", 1) and second_end - first_end < 1.5, (second_end - first_end)
+
+
+@pytest.mark.slow
+def test_an_infer_many_closed_early_cancels_its_grpc_requests_in_flight_on_the_server(  # type: ignore[no-untyped-def]
+        install, tiny, tmp_path: Path) -> None:
+    """A caller that stops reading infer_many's results (closes it) while a request of it waits in the server's
+    queue (the first four frames fill a batch at once, the fifth waits out the 5 s queue delay for three more):
+    over gRPC the close returns at once, not once that request is answered, and the server is told of it:
+    Triton drops the request from its queue as cancelled (its failure count) instead of detecting it (its
+    success count stays at the first four's). The detector serves on."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    frames = random_frames(tiny, 5)
+    with served(install, tiny.path, tmp_path / "server", max_batch=4, max_queue_delay_us=5_000_000) as server:
+        remote = RemoteDetector(server.endpoints["grpc"], concurrency=4)
+        _, client = raw_client(server, "grpc")
+        try:
+            results = remote.infer_many(frames)
+            first = next(results)
+            assert first.source == "frame 0" and first.error is None, first
+            time.sleep(1)  # the fifth request, sent as the first four were answered, waits in the queue
+            start = time.monotonic()
+            results.close()
+            took = time.monotonic() - start
+            deadline = time.monotonic() + 15  # Triton looks at its queue once the delay is out
+            while sum(success_and_fail(client)) < len(frames) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert took < 1.5 and success_and_fail(client) == (4, 1), (took, success_and_fail(client))
+            assert [result.error for result in remote.infer_many(frames[:4])] == [None] * 4  # its connections serve on
+        finally:
+            client.close()
+            remote.close()
 
 
 def test_a_client_asking_for_more_boxes_than_the_server_returns_is_refused_before_any_frame(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]

@@ -7,9 +7,9 @@ batches to form, and give results in input order; a frame the server or the read
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
+import functools
 import os
 import socket
 import threading
@@ -51,10 +51,10 @@ class RemoteDetector:
     (``DetectorLost``): the requests in flight are abandoned and every later frame fails at once, so a hung
     server costs one timeout, not one a frame. A request that outlasts ``timeout`` says so, naming
     ``timeout_option`` (the caller's name for it, e.g. ``--request-timeout``): a slow server needs a longer one.
-    Over gRPC a request given up on (by ``cancel``, or past its timeout) is cancelled on the server too, which
-    then skips it if it still waits there. Over HTTP only the client gives up (its call ends, its connection is
-    closed): tritonclient's HTTP client cannot cancel a request, and Triton's HTTP endpoint notices a closed
-    connection only when it answers, so the server detects such frames all the same.
+    Over gRPC a request given up on (by ``cancel``, by an ``infer_many`` closed early, or past its timeout) is
+    cancelled on the server too, which then skips it if it still waits there. Over HTTP only the client gives up
+    (its call ends, its connection is closed): tritonclient's HTTP client cannot cancel a request, and Triton's HTTP
+    endpoint notices a closed connection only when it answers, so the server detects such frames all the same.
     """
 
     def __init__(self, server: str, *, protocol: str = "grpc", model: str = MODEL_NAME,
@@ -86,6 +86,7 @@ class RemoteDetector:
         self._local = threading.local()
         self._clients: list[Any] = []
         self._waits: list[_HttpWait] = []  # of the threads that send over HTTP, for ``_abandon`` to end
+        self._calls = _Calls()  # the gRPC requests in flight, for ``_abandon`` to cancel
         self._lock = threading.Lock()
         self._cancelled = False
         self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
@@ -119,6 +120,7 @@ class RemoteDetector:
         other = copy.copy(self)
         other.timeout = timeout
         other._local, other._clients, other._waits, other._lock = threading.local(), [], [], threading.Lock()
+        other._calls = _Calls()
         other._cancelled, other._pool, other._pool_size = False, None, 0
         other._down, other._probing, other._failed_in_row = None, threading.Lock(), 0
         other._slots = threading.Semaphore(self.concurrency)
@@ -147,7 +149,7 @@ class RemoteDetector:
             if cancelled or down is not None:
                 client.close()
                 raise self._stopped(prefix) if down is None else DetectorLost(prefix + down)
-            self._local.client, self._local.wait = client, wait or contextlib.nullcontext()
+            self._local.client, self._local.wait = client, wait
         return client
 
     def _stopped(self, prefix: str) -> BackendError:
@@ -155,6 +157,11 @@ class RemoteDetector:
         return BackendError(f"{prefix}server {self._shown}: the run was stopped")
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
+        return self._detect(points, source, None)
+
+    def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
+        """A frame's detections; ``stream``: the gRPC calls of the ``infer_many`` it belongs to, if any, which
+        cancels them when it is closed early."""
         frame = as_host_points(points, source or "points", self.point_columns)
         prefix = f"{source}: " if source else ""
         if self._down is not None:
@@ -172,9 +179,8 @@ class RemoteDetector:
         outputs = [self._module.InferRequestedOutput(name) for name in self.served.outputs]
         try:
             client = self._client(prefix)
-            with self._local.wait:
-                reply = client.infer(self.model, inputs, outputs=outputs, **self._deadline(self.timeout))
-        except _RequestStopped:  # ended by ``cancel``, or as the server was found down
+            reply = self._send(client, inputs, outputs, (self._calls,) if stream is None else (self._calls, stream))
+        except _RequestStopped:  # given up on: by ``cancel``, by its infer_many closed early, or as the server is down
             raise (self._stopped(prefix) if self._down is None else DetectorLost(prefix + self._down)) from None
         except self._server_error as exc:
             status = str(exc.status())
@@ -201,6 +207,29 @@ class RemoteDetector:
         found = reply_detections(arrays, names, self.served, where, frame.shape[0])
         self._failed_in_row = 0
         return found
+
+    def _send(self, client: Any, inputs: list[Any], outputs: list[Any], groups: tuple[_Calls, ...]) -> Any:
+        """The reply to one request, or ``_RequestStopped`` once one of ``groups`` gives up on it. Over gRPC it is
+        sent with ``async_infer``, whose call the groups cancel on the server too; over HTTP it is waited on in the
+        thread's ``_HttpWait``, the one way to end it from another thread."""
+        try:
+            if self.protocol == "http":
+                with self._local.wait:
+                    return client.infer(self.model, inputs, outputs=outputs)
+            answer: Future[Any] = Future()
+            call = client.async_infer(self.model, inputs, functools.partial(_settle, answer), outputs=outputs,
+                                      client_timeout=self.timeout)
+            for group in groups:
+                group.add(call)
+            try:
+                return answer.result()
+            finally:
+                for group in groups:
+                    group.discard(call)
+        except Exception:  # failed once given up on (its call cancelled, its connection closed): not the server's doing
+            if any(group.cancelled for group in groups):
+                raise _RequestStopped("the request was given up on") from None
+            raise
 
     @property
     def lost(self) -> str | None:
@@ -332,14 +361,17 @@ class RemoteDetector:
 
     def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
         """The frames' results in input order; an error of ``frames`` itself (a generator that raises) comes
-        after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it."""
+        after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it. Closed early
+        (a caller that stops reading), it drops the requests not yet sent and gives up on those in flight: over
+        gRPC they are cancelled, on the server too; over HTTP, which cannot cancel, they are waited for."""
         window: deque[tuple[str, Future[Detections]]] = deque()
         failure: Exception | None = None
         pool, in_flight = self._shared_pool(concurrency), threading.Semaphore(concurrency)  # the pool may be larger
+        calls = _Calls()
 
         def detect(item: object, source: str) -> Detections:
             try:
-                return self._detect_item(item, source)
+                return self._detect_item(item, source, calls)
             finally:
                 in_flight.release()
 
@@ -355,9 +387,10 @@ class RemoteDetector:
                 failure = exc
             while window:  # those sent are answered first
                 yield _result(*window.popleft())
-        finally:  # a caller that stopped early: the requests not yet sent are dropped, those in flight waited for
+        finally:  # a caller that stopped early: the requests not yet sent are dropped, those in flight given up on
             for _, future in window:
                 future.cancel()
+            calls.cancel()
             wait([future for _, future in window])
         if failure is not None:
             raise failure
@@ -372,25 +405,27 @@ class RemoteDetector:
                                                                  thread_name_prefix="pp-remote"), concurrency
             return self._pool
 
-    def _detect_item(self, item: object, source: str) -> Detections:
+    def _detect_item(self, item: object, source: str, stream: _Calls) -> Detections:
         columns = self.point_columns
         points = read_points(os.fsdecode(item), point_dim=columns, columns=columns) if is_frame_path(item) else item
-        return self(points, source)
+        return self._detect(points, source, stream)
 
     def cancel(self) -> None:
         """Abandon the requests in flight (a run stopped by Ctrl-C): calls that wait on a hung server fail at
-        once instead of at their timeout, and the connections close. Over gRPC the server hears of it (it skips
-        the requests still waiting there); over HTTP it does not (see the class). The detector is closed after."""
+        once instead of at their timeout, each saying the run was stopped, and the connections close. Over gRPC
+        the server hears of it (it skips the requests still waiting there); over HTTP it does not (see the
+        class). The detector is closed after."""
         with self._lock:
             self._cancelled = True  # no connection opens after this one: the requests not yet sent fail too
         self._abandon()
 
     def _abandon(self) -> None:
         """Ends every request in flight at once and closes the connections (once ``cancel`` or the server found
-        down refuses new ones): the HTTP ones are raised out of (a connection closed from another thread leaves
-        its wait alone) with ``_RequestStopped``; closing its channel ends a gRPC one."""
+        down refuses new ones): the gRPC calls are cancelled, the HTTP ones raised out of (a connection closed
+        from another thread leaves its wait alone), each failing with ``_RequestStopped``."""
         with self._lock:
             clients, waits = list(self._clients), list(self._waits)
+        self._calls.cancel()
         for wait in waits:
             wait.stop()
         for client in clients:
@@ -407,8 +442,46 @@ class RemoteDetector:
 
 
 class _RequestStopped(ConnectionAbortedError):
-    """Raised by ``_HttpWait`` in the HTTP request it ends (a socket error, so that geventhttpclient closes the
-    request's connection as it unwinds)."""
+    """A request given up on (``_Calls``); raised by ``_HttpWait`` in the HTTP request it ends (a socket error, so
+    that geventhttpclient closes the request's connection as it unwinds)."""
+
+
+class _Calls:
+    """Requests given up on together: the detector's (by ``cancel``, or once the server is down) or an
+    ``infer_many``'s (closed early). ``cancel`` cancels their gRPC calls in flight, which tells the server (it
+    skips those still waiting there) and ends each call at once; a call added after is cancelled as it is
+    added, and a request of them that fails after is taken for given up on, not for the server's failure."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: set[Any] = set()  # tritonclient's CallContexts
+        self.cancelled = False
+
+    def add(self, call: Any) -> None:
+        with self._lock:
+            if not self.cancelled:
+                self._calls.add(call)
+                return
+        call.cancel()
+
+    def discard(self, call: Any) -> None:
+        with self._lock:
+            self._calls.discard(call)
+
+    def cancel(self) -> None:
+        with self._lock:
+            self.cancelled = True
+            calls, self._calls = list(self._calls), set()
+        for call in calls:
+            call.cancel()
+
+
+def _settle(answer: Future[Any], result: Any, error: BaseException | None) -> None:
+    """tritonclient's gRPC callback: ``answer`` gets the reply or the error."""
+    if error is None:
+        answer.set_result(result)
+    else:
+        answer.set_exception(error)
 
 
 class _HttpWait:
