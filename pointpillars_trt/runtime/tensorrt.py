@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
+import sys
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
@@ -276,10 +277,26 @@ def _say_rtx_once() -> None:
                   "only", LibraryNotice, stacklevel=4)
 
 
+#: TensorRT's letter for each severity, as its own logger and trtexec print them.
+_SEVERITY_LETTERS = "FEWIV"  # INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE
+
+
 @functools.lru_cache(maxsize=None)
-def _logger() -> trt.Logger:
-    """One TensorRT logger per process, as TensorRT recommends; warnings and errors go to stdout."""
-    return trt.Logger(trt.Logger.WARNING)
+def _logger() -> trt.ILogger:
+    """One TensorRT logger per process, as TensorRT recommends: its warnings and errors on stderr, above the
+    ``error:`` line of a build they explain (TensorRT's own ``Logger`` prints them on stdout, which a run's output
+    may be redirected to, away from that line), as trtexec users find its diagnostics."""
+
+    class StderrLogger(trt.ILogger):
+        def __init__(self) -> None:
+            trt.ILogger.__init__(self)
+
+        def log(self, severity: trt.ILogger.Severity, msg: str) -> None:
+            level = int(severity)
+            if level <= int(trt.ILogger.Severity.WARNING):
+                print(f"[TRT] [{_SEVERITY_LETTERS[level]}] {msg}", file=sys.stderr, flush=True)
+
+    return StderrLogger()
 
 
 def _spec(engine: trt.ICudaEngine, name: str) -> TensorSpec:

@@ -471,6 +471,23 @@ def test_rtx_plans_are_built_for_the_gpus_asked_for(tmp_path, tiny_plan):
 
 @pytest.mark.tensorrt
 @needs_rtx
+def test_the_tensorrt_log_of_a_failed_build_is_on_stderr_above_its_error(tmp_path, tiny_plan, capfd) -> None:
+    """A build TensorRT refuses says why in its log, and the error says "the TensorRT log above says why": the log went
+    to stdout, so with the output redirected (``> out.txt``) it was not above the error line but in the file. Now
+    both are on stderr, the log first."""
+    plan_path, _ = tiny_plan
+    capfd.readouterr()
+    with pytest.raises(BackendError, match="the TensorRT log above says why"):
+        tensorrt_build.build_plan(plan_path.with_suffix(".onnx"), tmp_path / "t32.plan", precision="fp16",
+                                  dynamic_rows={"pillars": (1, 64, 128)}, compute_capabilities=["7.5"])
+    out, err = capfd.readouterr()
+    assert out == "", out
+    (line,) = [line for line in err.splitlines() if line.startswith("[TRT] ")]
+    assert line.startswith("[TRT] [E] ") and "FP32 GEMM is not supported" in line, err
+
+
+@pytest.mark.tensorrt
+@needs_rtx
 def test_build_command_writes_rtx_plans_and_reports_them(tmp_path, assets, repo_root):
     out = tmp_path / "model"
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "build", "--checkpoint",
