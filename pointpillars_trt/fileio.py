@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import functools
 import hashlib
+import io
 import json
 import math
 import os
@@ -190,7 +192,7 @@ def open_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     """
     fd, opened = open_regular_fd(path, max_bytes=max_bytes, what=what)
     try:
-        return os.fdopen(fd, "rb"), opened.st_size
+        return no_wait_reader(fd), opened.st_size
     except BaseException:
         os.close(fd)
         raise
@@ -220,6 +222,36 @@ def open_regular_fd(path: PathLike, *, max_bytes: int, what: str = "file") -> tu
         raise
 
 
+#: Why a regular file opened non-blocking gave no bytes to a read: it would have waited for some.
+GIVES_NO_DATA = "it gives no data without waiting (as /proc/kmsg does): not a regular file's contents"
+
+
+class _NoWaitFileIO(io.FileIO):
+    """A file opened non-blocking whose read that would wait raises ``BlockingIOError`` (``GIVES_NO_DATA``), where
+    ``FileIO``'s returns None, which readers took for bytes and failed on with Python's own words ("object of type
+    'NoneType' has no len()")."""
+
+    def readinto(self, buffer: Any) -> int:
+        got = super().readinto(buffer)
+        if got is None:
+            raise BlockingIOError(errno.EAGAIN, GIVES_NO_DATA)
+        return got
+
+    def readall(self) -> bytes:
+        data = super().readall()
+        if data is None:
+            raise BlockingIOError(errno.EAGAIN, GIVES_NO_DATA)
+        return data
+
+
+def no_wait_reader(fd: int) -> io.BufferedReader:
+    """A buffered binary reader of ``fd``, a regular file opened non-blocking (so that a FIFO swapped in for it never
+    blocks the open), that owns it: a file that says it is regular but would wait for data (/proc/kmsg, a FUSE file
+    that answers EAGAIN) raises ``BlockingIOError`` saying so, which every reader's ``cannot be read:`` line
+    carries."""
+    return io.BufferedReader(_NoWaitFileIO(fd, "rb"))
+
+
 def _check_regular(st: os.stat_result, path: PathLike, max_bytes: int, what: str) -> None:
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{what} {safe_repr(path)} is {_kind_of(st.st_mode)}, not a regular file")
@@ -235,7 +267,7 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     """
     fd, opened = open_regular_fd(path, max_bytes=max_bytes, what=what)
     expected = opened.st_size or max_bytes
-    with os.fdopen(fd, "rb") as f:
+    with no_wait_reader(fd) as f:
         try:
             data = read_bounded(f, expected + 1, opened.st_size)
         except OSError as exc:

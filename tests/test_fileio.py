@@ -156,6 +156,39 @@ def test_read_regular_file_reads_what_a_file_that_says_it_is_empty_holds_up_to_t
         read_regular_file(status, max_bytes=10, what="status file")
 
 
+@pytest.mark.skipif(not hasattr(os, "set_blocking"), reason="no non-blocking pipes here")
+def test_a_read_that_would_wait_raises_saying_so_where_it_gave_none() -> None:
+    """Files are opened non-blocking, so a FIFO swapped in never blocks the open; a file that says it is regular but
+    would wait for data (/proc/kmsg, a FUSE file that answers EAGAIN; none can be made here without stealing what a
+    reader of it waits for) then gave None to a read, and the readers failed with Python's words: "object of type
+    'NoneType' has no len()" (read_bounded, the .npy header). A real non-blocking pipe whose writer writes nothing
+    reads as such a file does: the reader the openers give raises BlockingIOError saying why, which each reader's
+    `cannot be read:` line carries; what a file gives without waiting is read as before."""
+    from pointpillars_trt.pointcloud_io import _npy_header
+
+    def pipe(data: bytes) -> tuple[int, int]:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.write(write_end, data)
+        return read_end, write_end
+
+    read_end, write_end = pipe(b"")
+    try:
+        with fileio.no_wait_reader(read_end) as f:
+            for read in (lambda: fileio.read_bounded(f, 100), lambda: fileio.read_bounded(f, 100, 10),
+                         lambda: _npy_header(f), f.read):
+                with pytest.raises(BlockingIOError) as info:
+                    read()
+                assert info.value.strerror == ("it gives no data without waiting (as /proc/kmsg does): not a regular "
+                                               "file's contents")
+    finally:
+        os.close(write_end)
+    read_end, write_end = pipe(b"abc")
+    os.close(write_end)  # the end of the data: a read gives what there is, then nothing
+    with fileio.no_wait_reader(read_end) as f:
+        assert fileio.read_bounded(f, 100) == b"abc"
+
+
 def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a directory, not a regular file"):
         read_regular_file(tmp_path, max_bytes=10)

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..config import build_command
 from ..errors import CheckpointError, escape_text, one_line, shell_word
-from ..fileio import path_argument
+from ..fileio import no_wait_reader, path_argument
 from ..model_dir import METADATA_FILE
 
 # ---------------------------------------------------------------------------------------------
@@ -699,7 +699,7 @@ def _read_bytes(path: Path, source: str) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise CheckpointError(f"{source}: is {_kind(info.st_mode)}, expected a regular .pth file")
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
-        with open(fd, "rb", closefd=True) as file:
+        with no_wait_reader(fd) as file:
             info = os.fstat(file.fileno())
             if not stat.S_ISREG(info.st_mode):  # replaced between stat and open
                 raise CheckpointError(f"{source}: is {_kind(info.st_mode)}, expected a regular .pth file")
