@@ -278,9 +278,16 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
             if changed_since(fd, opened):
                 raise InputError(f"{what} {safe_repr(path)} grew past the limit of {max_bytes} bytes while being read "
                                  "(was it still being written?)")
-            raise InputError(f"{what} {safe_repr(path)} says it is empty (size 0, as /proc files and files on some "
-                             f"FUSE mounts say) but holds more than the limit of {max_bytes} bytes")
+            raise said_empty_error(f"{what} {safe_repr(path)}", f"more than the limit of {max_bytes} bytes")
     return data
+
+
+def said_empty_error(where: str, holds: str) -> InputError:
+    """The error of the file ``where`` ("point file 'x.npy'") whose size says 0 but which ``holds`` more: a /proc file,
+    or one on some FUSE mounts, whose size does not count its bytes, where a reader needs one that does (to bound
+    what it reads, or to check the data a header announces)."""
+    return InputError(f"{where} says it is empty (size 0, as /proc files and files on some FUSE mounts say) but holds "
+                      f"{holds}")
 
 
 def changed_since(fd: int, opened: os.stat_result) -> bool:

@@ -26,7 +26,7 @@ import numpy as np
 from .config import finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_regular_file, read_size_error,
-                     special_kind)
+                     said_empty_error, special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
@@ -399,6 +399,10 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
 
 # --------------------------------------------------------------------------- .npy
 
+#: The fix for a file of binary points whose size says 0 (``said_empty_error``).
+_READ_A_COPY = "copy it to a regular file (cp) to read it"
+
+
 def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
     """A NumPy .npy array (N, >=columns) float32/float64 -> (N, columns) float32; read without unpickling,
     the header checked before any data is read."""
@@ -431,6 +435,8 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
         if shape[0] > MAX_FRAME_POINTS:
             raise InputError(f"{what} {shown} holds {shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
         expected = shape[0] * shape[1] * dtype.itemsize
+        if not size:  # its data is checked by the file's size, which counts none of its bytes
+            raise said_empty_error(f"{what} {shown}", f"a .npy header: {_READ_A_COPY}")
         if size - header_end != expected:
             raise InputError(
                 f"{what} {shown} has {size - header_end} data bytes, its header (shape {shape}, "
@@ -565,6 +571,8 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     """The (N, 4) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at ``header_end``."""
     dtype, points, data_kind = _pcd_layout(header, shown, what)
     columns = _pcd_columns(dtype, shown, what)
+    if not size and data_kind != "ascii":  # binary data is checked by the file's size, which counts none of its bytes
+        raise said_empty_error(f"{what} {shown}", f"a .pcd header of DATA {data_kind}: {_READ_A_COPY}")
     if data_kind == "binary_compressed":
         return _pcd_compressed(f, size - header_end, dtype, points, columns, f"{what} {shown}")
     if data_kind == "binary":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import subprocess
 import threading
 import time
 import warnings
@@ -489,6 +491,46 @@ def test_a_bin_that_says_it_is_empty_is_read_into_given_rows_by_what_it_holds(tm
     link = tmp_path / "status.bin"
     link.symlink_to(status)
     one_line_error(lambda: read_points_into(link, lambda n: np.empty((n, 4), np.float32)), str(link), "is text")
+
+
+#: A .npy header whose bytes hold no NUL (minor version 1, a header of 0x0101 bytes), to be a process's argument.
+_NPY_HEAD = (b"\x93NUMPY\x01\x01" + (0x0101).to_bytes(2, "little")
+             + b"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 4), }".ljust(0x0100) + b"\n")
+_PCD_HEAD = (b"# .PCD v0.7\nVERSION 0.7\nFIELDS x y z intensity\nSIZE 4 4 4 4\nTYPE F F F F\nCOUNT 1 1 1 1\nWIDTH 1\n"
+             b"HEIGHT 1\nVIEWPOINT 0 0 0 1 0 0 0\nPOINTS 1\nDATA ")
+
+
+@pytest.mark.parametrize("name, head, holds", [
+    ("frame.npy", _NPY_HEAD, "a .npy header"),
+    ("frame.pcd", _PCD_HEAD + b"binary\n", "a .pcd header of DATA binary"),
+    ("frame.pcd", _PCD_HEAD + b"binary_compressed\n", "a .pcd header of DATA binary_compressed"),
+])
+def test_a_npy_or_binary_pcd_that_says_it_is_empty_is_refused_saying_so(tmp_path: Path, name: str, head: bytes,
+                                                                       holds: str) -> None:
+    """A real procfs file that says it is empty and holds a valid header, a process's command line
+    (``/proc/PID/cmdline``: its arguments, each ended by a NUL): the data was checked against the file's size less its
+    header, and the error said it "has -267 data bytes" (.npy) or "-149 bytes of binary data ... (truncated)" (.pcd).
+    It says what is so, and the fix."""
+    assert b"\0" not in head
+    cat = shutil.which("cat")
+    if cat is None or not Path("/proc/self/cmdline").is_file():
+        pytest.skip("no procfs here, or no cat to show a command line in it")
+    child = subprocess.Popen([head], executable=cat, stdin=subprocess.PIPE)
+    try:
+        cmdline = Path(f"/proc/{child.pid}/cmdline")
+        deadline = time.monotonic() + 10
+        while cmdline.read_bytes() != head + b"\0":  # the command line of the process started, once it runs cat
+            assert time.monotonic() < deadline and child.poll() is None
+            time.sleep(0.01)
+        if cmdline.stat().st_size != 0:
+            pytest.skip("procfs gives a command line's size here")
+        link = tmp_path / name
+        link.symlink_to(cmdline)
+        assert one_line_error(lambda: read_points(link), str(link)) == (
+            f"point file {str(link)!r} says it is empty (size 0, as /proc files and files on some FUSE mounts say) but "
+            f"holds {holds}: copy it to a regular file (cp) to read it")
+    finally:
+        child.communicate()
 
 
 def test_missing_and_directory(tmp_path: Path) -> None:
