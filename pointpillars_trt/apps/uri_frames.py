@@ -149,9 +149,9 @@ def read_uri_frames(batch: dict[str, np.ndarray], filesystem: Any, point_dim: in
 
 def _read_frame(filesystem: Any, name: str, path: str, size: int, max_bytes: int) -> tuple[bytes, str]:
     """(the bytes at ``path``, listed as ``size`` bytes, ""), or (b"", the error of the frame ``name``): none there,
-    a read that failed, or more than ``max_bytes`` (a file grown since its listed size was checked: never more is
-    read). Read by its listed size, as a local file is by its stat: one request to an object store for a frame as
-    listed, and memory that follows what the file holds, not the frame limit."""
+    a read that failed, or more than ``max_bytes`` (a file grown since its listed size was checked, or listed as
+    empty: never more is read). Read by its listed size, as a local file is by its stat: one request to an object
+    store for a frame as listed, and memory that follows what the file holds, not the frame limit."""
     try:
         with filesystem.open_input_stream(path) as stream:
             data = read_bounded(stream, max_bytes + 1, size)
@@ -160,7 +160,10 @@ def _read_frame(filesystem: Any, name: str, path: str, size: int, max_bytes: int
     except OSError as exc:
         return b"", f"point file {safe_repr(name)} cannot be read: {one_line(exc.strerror or exc)}"
     if len(data) > max_bytes:
-        return b"", f"point file {safe_repr(name)} grew past the limit of {MAX_FRAME_POINTS} points a frame once listed"
+        limit = f"the limit of {MAX_FRAME_POINTS} points a frame"
+        if not size:  # an object listed before it was written, or a file whose size counts none of its bytes (procfs)
+            return b"", f"point file {safe_repr(name)}: its listing said 0 bytes, and it holds more than {limit}"
+        return b"", f"point file {safe_repr(name)} grew past {limit} once listed"
     return data, ""
 
 

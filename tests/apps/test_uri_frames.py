@@ -45,14 +45,22 @@ def test_a_uri_frame_is_read_setting_aside_what_it_holds_not_the_frame_limit(tmp
 
 def test_a_uri_frame_grown_since_listed_is_read_whole_up_to_the_limit_and_refused_past_it(tmp_path: Path) -> None:
     """The listed size is where the read starts, not where it stops: a frame grown since (within the limit) is
-    read whole; one byte past the limit, the frame's error, as it was said before."""
+    read whole; one byte past the limit, the frame's error, as it was said before. One listed as empty says so: it
+    was said to have grown past the limit since its listing, which the listing of a file whose size counts none of its
+    bytes (a /proc file's) never showed it below."""
     filesystem = _file_system(tmp_path)
     limit = 3 * 2**20 + 16  # a few chunks
     (tmp_path / "at.bin").write_bytes(b"\x01" * limit)
     (tmp_path / "over.bin").write_bytes(b"\x02" * (limit + 1))
     assert _read_frame(filesystem, "at.bin", str(tmp_path / "at.bin"), 16, limit) == (b"\x01" * limit, "")
-    for listed in (0, 16, limit):
+    for listed in (16, limit):
         assert _read_frame(filesystem, "over.bin", str(tmp_path / "over.bin"), listed, limit) == (
             b"", f"point file 'over.bin' grew past the limit of {MAX_FRAME_POINTS} points a frame once listed")
+    said_empty = (b"", f"point file 'over.bin': its listing said 0 bytes, and it holds more than the limit of "
+                       f"{MAX_FRAME_POINTS} points a frame")
+    assert _read_frame(filesystem, "over.bin", str(tmp_path / "over.bin"), 0, limit) == said_empty
+    status = Path("/proc/self/status")  # a file whose listing says 0 bytes, as listed through file://
+    if status.is_file() and _file_system(status.parent).get_file_info(str(status)).size == 0:
+        assert _read_frame(_file_system(status.parent), "over.bin", str(status), 0, 16) == said_empty
     assert _read_frame(filesystem, "gone.bin", str(tmp_path / "gone.bin"), 16, limit) == (
         b"", "point file 'gone.bin' does not exist")
