@@ -195,11 +195,11 @@ class Detections:
                    stats, velocity)
 
     @classmethod
-    def empty(cls, class_names: tuple[str, ...], stats: FrameStats) -> Detections:
-        """A frame's result of no box, in the dtypes a detector's results hold."""
-        return cls(
-            np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), class_names, stats
-        )
+    def empty(cls, class_names: tuple[str, ...], stats: FrameStats, velocity: bool = False) -> Detections:
+        """A frame's result of no box, in the dtypes a detector's results hold; ``velocity``: of a model that predicts
+        velocities, whose every result holds them (none here), as its detector's empty results do."""
+        return cls(np.zeros((0, 7), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int32), class_names, stats,
+                   np.zeros((0, 2), np.float32) if velocity else None)
 
 
 #: An array as pickled within a ``Detections``: (dtype, shape, bytes).

@@ -210,3 +210,17 @@ def test_a_nuscenes_models_result_as_openpcdet_gives_it(nuscenes, tmp_path) -> N
     assert np.array(det.class_names)[found["pred_labels"] - 1].tolist() == det.names
     assert set(found["pred_labels"].tolist()) == set(range(1, 11))  # every class scores on this frame
     assert Detections.from_pcdet_dict(found, det.class_names, det.stats) == det
+
+
+def test_an_empty_result_of_a_velocity_model_holds_no_velocities_as_openpcdet_gives_it() -> None:
+    """``Detections.empty`` of a model that predicts velocities (a failed frame's row of a nuScenes model) had none:
+    (0, 7) boxes as OpenPCDet's entry, and a JSON record without ``velocity``, where the model's other results have
+    (0, 9) and the key."""
+    names = ("car", "pedestrian")
+    found = Detections.empty(names, FrameStats(0), velocity=True)
+    assert found.velocity is not None and found.velocity.shape == (0, 2) and found.velocity.dtype == np.float32
+    assert found.to_pcdet_dict()["pred_boxes"].shape == (0, 9)
+    assert found.to_json_dict("x")["velocity"] == []
+    plain = Detections.empty(names, FrameStats(0))
+    assert plain.velocity is None and plain.to_pcdet_dict()["pred_boxes"].shape == (0, 7)
+    assert "velocity" not in plain.to_json_dict("x")

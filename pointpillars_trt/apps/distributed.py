@@ -471,7 +471,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         rows = RowParts(out, output_format, classes) if options["rows"] else None
         for source, error in refused:
             if rows is not None:
-                rows.add(row_text(frame_row(source, None, error, classes, local=False)))
+                rows.add(row_text(frame_row(source, None, error, classes, local=False,
+                                            velocity=model.cfg.box_code.velocity)))
             if report is not None:
                 report.fail(source, error)
         # on a stop, the records' iteration is closed first: Ray Data's executor then ends before ray.shutdown(), where
@@ -671,6 +672,7 @@ class _DetectActor:
             self.refusal = base64.b64encode(pickle.dumps(exc)).decode("ascii")
             return
         self.classes = self.detectors[0].cfg.classes
+        self.velocity = self.detectors[0].cfg.box_code.velocity  # a failed frame's row holds none, as an empty frame's
         self.rows = rows  # the driver writes JSON Lines / Parquet rows: a failed frame's row is made here too
         self.local_frames = plan.local_frames
         self.read = FrameReader(self.detectors[0].cfg, point_dim=point_dim, intensity_scale=intensity_scale,
@@ -687,7 +689,8 @@ class _DetectActor:
         driver never reads rows (building one for every frame cost ~120 us of the actor's GIL)."""
         if not self.rows:
             return ""
-        return row_text(frame_row(job.source, None, job.error, self.classes, local=self.local_frames))
+        return row_text(frame_row(job.source, None, job.error, self.classes, local=self.local_frames,
+                                  velocity=self.velocity))
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, list[Any]]:
         started = time.time()

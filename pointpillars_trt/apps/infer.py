@@ -632,6 +632,13 @@ def model_point_range(detector: Any) -> tuple[float, ...] | None:
     return tuple(cfg.voxel.point_range) if cfg is not None else getattr(detector, "point_range", None)
 
 
+def predicts_velocity(detector: Any) -> bool:
+    """Whether ``detector``'s model predicts velocities (a nuScenes model's): its config's box code says, or a served
+    model's server."""
+    cfg = getattr(detector, "cfg", None)
+    return bool(cfg.box_code.velocity) if cfg is not None else bool(detector.served.velocity)
+
+
 class OutHold:
     """``--out`` held by a run (``out_held``) to its end: from the start where it exists already, so that no other
     run changes what this one reads of it to decide its frames; else from the run's first write
@@ -717,6 +724,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned = FrameWarnings(report.note)
     write = functools.partial(write_frame, plan=plan, row_classes=classes if rows is not None else None)
+    velocity = predicts_velocity(detectors[0])  # a failed frame's row holds none, as an empty frame's
     runner = FrameRunner(detectors, batch_size=batch, read=read, write=write,
                          writers=WRITE_THREADS, writer_processes=writers, keep_points=plan.png_dir is not None,
                          notice=report.note, points_per_frame=points_per_frame, reader_processes=readers)
@@ -726,7 +734,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
             for job in jobs:  # a frame's row is kept before its warnings are said: a stop right after keeps it
                 if job.error is not None:
                     if rows is not None:
-                        rows.add(row_text(frame_row(job.source, None, job.error, classes)))
+                        rows.add(row_text(frame_row(job.source, None, job.error, classes, velocity=velocity)))
                     warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
                     if disk.quiet(job.error) or lost.quiet(job.error):
                         report.fail_quietly()

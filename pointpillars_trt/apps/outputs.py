@@ -18,7 +18,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -238,16 +238,17 @@ def is_full_disk_error(error: str) -> bool:
 # --------------------------------------------------------------------------- one row a frame
 
 def frame_row(source: str, det: Detections | None, error: str | None, class_names: tuple[str, ...],
-              local: bool = True) -> dict[str, Any]:
+              local: bool = True, velocity: bool = False) -> dict[str, Any]:
     """A frame's row of the JSON Lines / Parquet outputs: ``source`` (as given), ``path`` (``source_path``:
     what ``--skip-existing`` matches, by ``source_key``, wherever the resumed run starts from; ``local`` False: a frame of a URI,
     its name as Ray Data lists it), ``error`` (None when it went
     through), then every field of the per-frame JSON record (``Detections.to_json_dict``); a failed
-    frame has empty lists and zero counts, so every row has the same columns."""
+    frame has empty lists and zero counts (and no velocities, of a model that predicts them: ``velocity``), so every
+    row of a run has the same columns."""
     from ..detections import Detections as _Detections
     from ..detections import FrameStats
 
-    found = det if det is not None else _Detections.empty(class_names, FrameStats(0))
+    found = det if det is not None else _Detections.empty(class_names, FrameStats(0), velocity)
     record = found.to_json_dict(name_text(Path(source).stem))
     return {"source": name_text(source), "path": source_path(source) if local else name_text(source),
             "error": None if error is None else name_text(error), **record}
@@ -365,7 +366,7 @@ class RowParts:
 
         # a block holds whole rows: at least the longest one (a frame of thousands of boxes; rows are ASCII)
         block = max(1 << 20, 2 * max(len(row) for row in rows))
-        # velocities where the model gives them (a failed frame's row has none: null there)
+        # velocities where the model gives them (in every row of such a model's run, a failed frame's empty)
         schema = row_schema(self.class_names, velocity=any(_VELOCITY_KEY in row for row in rows))
         table = pa_json.read_json(io.BytesIO(lines), read_options=pa_json.ReadOptions(block_size=block),
                                   parse_options=pa_json.ParseOptions(explicit_schema=schema,
@@ -761,9 +762,7 @@ def row_schema(class_names: tuple[str, ...], velocity: bool = False) -> Any:
     scalars = {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}
     from ..detections import Detections, FrameStats
 
-    probe = Detections.empty(class_names, FrameStats(0))
-    if velocity:
-        probe = replace(probe, velocity=np.zeros((0, 2), np.float32))
+    probe = Detections.empty(class_names, FrameStats(0), velocity)
     fields = [("source", pa.string()), ("path", pa.string()), ("error", pa.string())]
     for key, value in frame_row("", probe, None, class_names).items():
         if key in ("source", "path", "error"):

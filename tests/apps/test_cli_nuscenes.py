@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import InputWarning
 from pointpillars_trt.pointcloud_io import read_points
 from test_cli import assert_one_line_error, cli
+from test_infer_streaming import part_rows
 
 FRAME = "nusc_dev_k000002_s02.bin"
 
@@ -225,3 +227,43 @@ def test_reader_processes_hand_on_whole_multi_sweep_frames(nuscenes: Path, model
             assert sorted(source for source, _ in written) == sorted(items)
             for source, points in written:
                 np.testing.assert_array_equal(points, read_points(source, point_dim=5))
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_every_row_of_a_velocity_model_holds_velocities_a_failed_frames_too(nuscenes: Path, model: Path,
+                                                                            tmp_path: Path, fmt: str) -> None:
+    """A nuScenes model's rows: a frame with boxes, an empty one and one of no point in range hold velocities (the
+    detector's empty results have (0, 2) of them, as OpenPCDet's (0, 9) boxes); a failed frame's row had none, a
+    JSON Lines row without the key and a Parquet part of failed frames alone without the column, which the other
+    parts have."""
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    frames = tmp_path / "frames"
+    frames.mkdir()
+    (frames / "a_boxes.bin").write_bytes((nuscenes / FRAME).read_bytes())
+    (frames / "b_empty.bin").write_bytes(b"")
+    far = read_points(nuscenes / FRAME, point_dim=5)
+    far[:, 0] += 200.0
+    far.tofile(frames / "c_far.bin")
+    (frames / "d_broken.bin").write_bytes(b"\x01" * 7)  # not whole points: the frame fails
+    with PointPillars.from_model_dir(model, device="cpu") as detector:
+        for points in (np.zeros((0, 5), np.float32), far):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", InputWarning)  # the frame of no point in range is said so
+                found = detector(points)
+            assert len(found) == 0 and found.velocity is not None and found.velocity.shape == (0, 2)
+            assert found.to_pcdet_dict()["pred_boxes"].shape == (0, 9)
+    run = cli("infer", frames, "--model", model, "--device", "cpu", "--no-progress", "--format", fmt,
+              "--out", tmp_path / "all")
+    assert run.rc == 1 and run.out.startswith("3/4 frames"), run
+    rows = [row for part in sorted((tmp_path / "all").glob(f"detections-*.{fmt}")) for row in part_rows(part)]
+    assert [Path(str(row["source"])).name for row in rows] == ["a_boxes.bin", "b_empty.bin", "c_far.bin",
+                                                                 "d_broken.bin"]
+    assert [len(row["velocity"]) for row in rows] == [len(rows[0]["labels"]), 0, 0, 0]  # type: ignore[arg-type]
+    assert len(rows[0]["labels"]) >= 10 and rows[3]["error"]  # type: ignore[arg-type]
+    run = cli("infer", frames / "d_broken.bin", "--model", model, "--device", "cpu", "--no-progress", "--format", fmt,
+              "--out", tmp_path / "failed")
+    assert run.rc == 1, run
+    (part,) = (tmp_path / "failed").glob(f"detections-*.{fmt}")
+    (row,) = part_rows(part)
+    assert row["error"] and row["velocity"] == [], row
