@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,32 @@ def test_from_checkpoint_caches_the_model_dir(detector: PointPillars, assets: Pa
         assert again.model.metadata == detector.model.metadata
     assert {name: (folder / name).stat().st_mtime_ns for name in MODEL_FILES} == mtimes  # not re-exported
     assert [p.name for p in cache.iterdir()] == [folder.name]
+
+
+def test_an_openpcdet_checkpoint_without_its_yaml_says_the_published_config_it_is_built_with(assets: Path,
+                                                                                             tmp_path: Path) -> None:
+    """A checkpoint holds no config: an OpenPCDet one given without its model YAML was built, without a word, with
+    the built-in config of OpenPCDet's published YAML, whose thresholds, range and anchors a model trained with a YAML
+    of its own does not have. It is said once, as the cache entry is built (not at each open of it), at the caller's
+    line; not where a config is given, nor of a zhulf0804 checkpoint (its code base has no config files)."""
+    from pointpillars_trt.errors import SettingNotice
+
+    checkpoint = assets / CHECKPOINT
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):  # the second opens the cached entry
+            PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=tmp_path).close()
+        PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=tmp_path / "named",
+                                     config="openpcdet_kitti_3class").close()
+        PointPillars.from_checkpoint(assets / "checkpoints/pointpillars_zhulf0804_synthetic.pth", device="cpu",
+                                     cache_dir=tmp_path).close()
+    said = [w for w in caught if issubclass(w.category, SettingNotice) and "published" in str(w.message)]
+    assert [str(w.message) for w in said] == [
+        f"{str(checkpoint)!r}: built with config openpcdet_kitti_3class, OpenPCDet's published "
+        "tools/cfgs/kitti_models/pointpillar.yaml (a checkpoint holds no config): for a model trained with a YAML of "
+        "its own (another range, anchors, classes or thresholds), build with --pcdet-config ITS_MODEL.yaml (Python: "
+        "config=convert.pcdet_config.config_from_pcdet_yaml(path))"]
+    assert said[0].filename == __file__
 
 
 def test_from_model_dir(detector: PointPillars, points: np.ndarray, expected: Detections):

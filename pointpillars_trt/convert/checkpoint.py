@@ -27,6 +27,9 @@ from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, Poi
 Layout = Literal["openpcdet", "zhulf0804"]
 LAYOUT_CONFIGS: dict[str, str] = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
 MULTIHEAD_CONFIG = "openpcdet_nuscenes_multihead"  # an OpenPCDet layout with multihead.HEAD_KEY keys
+#: The OpenPCDet model YAML each built-in OpenPCDet config is read from (``configs/*.yaml`` say so in their header).
+PUBLISHED_YAMLS = {"openpcdet_kitti_3class": "tools/cfgs/kitti_models/pointpillar.yaml",
+                   MULTIHEAD_CONFIG: "tools/cfgs/nuscenes_models/cbgs_pp_multihead.yaml"}
 
 # ---------------------------------------------------------------------------------------------
 # The two key layouts

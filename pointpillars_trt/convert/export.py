@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigArgument, ModelConfig
-from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, safe_repr
+from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, SettingNotice, safe_repr
 from ..fileio import (not_a_folder, owned_prefix, path_argument, read_regular_file, remove_stale_folders, replace_folder,
                       unwritable_reason, user_cache_dir, write_bytes_atomic, xdg_cache_home)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
-from .checkpoint import LoadedCheckpoint, load_checkpoint
+from .checkpoint import PUBLISHED_YAMLS, LoadedCheckpoint, load_checkpoint
 from .onnx_export import OPSET, ModelWeights, build_pfn_graph, build_rpn_graph
 
 
@@ -52,9 +52,11 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
 
         check_targets(compute_capabilities, checked)
     ckpt = load_checkpoint(checkpoint, config)
-    return export_checkpoint(ckpt, out, precision=checked,
-                             tensorrt_tf32=tf32 if plans else None, progress=progress,
-                             compute_capabilities=compute_capabilities, dataset=dataset)
+    model = export_checkpoint(ckpt, out, precision=checked, tensorrt_tf32=tf32 if plans else None, progress=progress,
+                              compute_capabilities=compute_capabilities, dataset=dataset)
+    if config is None:
+        say_builtin_config(ckpt, stacklevel=2)
+    return model
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgument = None,
@@ -79,8 +81,8 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
                           CacheNotice, stacklevel=2)
     _check_cache_writable(root, cache_dir)
     try:
-        return export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
-                                 device_id=device_id)
+        model = export_checkpoint(ckpt, folder, precision=checked, tensorrt_tf32=tensorrt_tf32, replace_foreign=True,
+                                  device_id=device_id)
     except ModelDirError as exc:
         try:  # another run filling the same entry at once put its own in place first (it took the rename): use it
             return _cache_entry(folder, ckpt.config, tensorrt_tf32)
@@ -89,6 +91,24 @@ def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgu
         if isinstance(exc.__cause__, OSError):  # the cache's file system full (or failing) as the files are written
             raise _cache_unwritable(root, cache_dir, exc.__cause__.strerror or type(exc.__cause__).__name__) from None
         raise
+    if config is None:  # once, as the entry is built: not at every open of it
+        say_builtin_config(ckpt, stacklevel=3)  # the caller of from_checkpoint
+    return model
+
+
+def say_builtin_config(ckpt: LoadedCheckpoint, *, stacklevel: int) -> None:
+    """Say (a ``SettingNotice``) that an OpenPCDet checkpoint given without a config is built with the built-in config
+    of OpenPCDet's published YAML: a checkpoint holds no config, and one trained with another YAML (other thresholds,
+    range or anchors of the same network) would run on the published values without a word. A zhulf0804 checkpoint
+    says nothing: its code base has no config files, and the built-in one is its code's. ``stacklevel``: the caller's
+    frame, as ``warnings.warn`` counts it, from the function that calls this one."""
+    published = PUBLISHED_YAMLS.get(ckpt.config_name)  # None: a zhulf0804 checkpoint's
+    if published is None:
+        return
+    warnings.warn(f"{safe_repr(ckpt.path)}: built with config {ckpt.config_name}, OpenPCDet's published {published} "
+                  "(a checkpoint holds no config): for a model trained with a YAML of its own (another range, anchors, "
+                  "classes or thresholds), build with --pcdet-config ITS_MODEL.yaml (Python: "
+                  "config=convert.pcdet_config.config_from_pcdet_yaml(path))", SettingNotice, stacklevel=stacklevel + 1)
 
 
 def _cache_entry(folder: Path, cfg: ModelConfig, tensorrt_tf32: bool | None) -> ModelDir:

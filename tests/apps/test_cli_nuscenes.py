@@ -31,6 +31,23 @@ def model(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+def test_build_without_the_checkpoints_yaml_says_the_published_one_it_takes_in_one_note(nuscenes: Path,
+                                                                                       tmp_path: Path) -> None:
+    """A build of an OpenPCDet checkpoint without --pcdet-config took the built-in config of OpenPCDet's published
+    cbgs_pp_multihead.yaml without a word (a checkpoint holds no config): one note line names it and the option that
+    gives the model's own YAML; with that option given, none."""
+    checkpoint = nuscenes / "cbgs_pp_multihead_synthetic_dev.pth"
+    run = cli("build", "--checkpoint", checkpoint, "--out", tmp_path / "model")
+    assert run.rc == 0 and "openpcdet_nuscenes_multihead" in run.out, run
+    assert run.err.splitlines() == [
+        f"note: '{checkpoint}': built with config openpcdet_nuscenes_multihead, OpenPCDet's published "
+        "tools/cfgs/nuscenes_models/cbgs_pp_multihead.yaml (a checkpoint holds no config): for a model trained with a "
+        "YAML of its own (another range, anchors, classes or thresholds), build with --pcdet-config ITS_MODEL.yaml "
+        "(Python: config=convert.pcdet_config.config_from_pcdet_yaml(path))"], run.err
+    run = cli("build", "--checkpoint", checkpoint, "--config", "openpcdet_nuscenes_multihead", "--out", tmp_path / "b")
+    assert run.rc == 0 and run.err == "", run
+
+
 def test_build_of_openpcdets_nuscenes_yaml_says_its_test_time_shuffle_in_one_note(nuscenes: Path, tmp_path: Path) -> None:
     """OpenPCDet's cbgs_pp_multihead.yaml shuffles the points at test time, which this package does not: one note
     line (every nuScenes build says it), not a Python warning with the line of code that read the YAML."""
