@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import mmap
 import os
+import stat
 from collections.abc import Iterable, Mapping
 from typing import Any, TypeGuard
 
@@ -151,9 +152,26 @@ def refuse_cut_mapping(points: np.ndarray, source: str) -> None:
     end = points.ctypes.data + points.itemsize + sum(
         (n - 1) * stride for n, stride in zip(points.shape, points.strides) if stride > 0)
     needed = start + end - mapped_at
-    if needed > file_size:
+    if needed > file_size and not _maps_a_device(mapped_at):
         raise InputError(f"{source}: lies in a memory-mapped file of {file_size} bytes, which its bytes run past "
                          f"(to byte {needed}): the file was cut or written over since it was mapped; map it again")
+
+
+def _maps_a_device(address: int) -> bool:
+    """Whether the mapping at ``address`` is of a device (/dev/zero, a sensor driver's buffer), whose size
+    (0) says nothing of what it maps, by the process's own map (/proc/self/maps, Linux); False where that
+    cannot tell, so that a cut regular file is still refused."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)
+                low, _, high = fields[0].partition("-")
+                if int(low, 16) <= address < int(high, 16):
+                    path = fields[5].rstrip("\n") if len(fields) == 6 else ""
+                    return path.startswith("/") and stat.S_ISCHR(os.stat(path).st_mode)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
 
 
 def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:

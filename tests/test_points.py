@@ -262,6 +262,15 @@ def test_a_frame_in_a_memory_mapped_file_cut_since_is_refused_not_read_past_its_
         ("point 100", 1616))]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/zero") or not os.path.exists("/proc/self/maps"), reason="Linux only")
+def test_a_frame_mapped_from_a_device_is_read_not_taken_for_a_cut_file() -> None:
+    """A device's mapping (/dev/zero here; a sensor driver's buffer) has size 0 by its stat, which said nothing of
+    what it maps: the frame was refused as lying in a file cut since it was mapped."""
+    mapped = np.memmap("/dev/zero", np.float32, "r", shape=(1000, 4))
+    frame = as_host_points(mapped[10:500])
+    assert frame.shape == (490, 4) and not frame.any()
+
+
 def test_an_array_like_whose_interface_raises_key_error_is_an_input_error_naming_it() -> None:
     """A host array-like whose array interface lacks its keys (NumPy raises KeyError): the frame's InputError, as a
     ragged list's, not the KeyError (it escaped detect_batch)."""
