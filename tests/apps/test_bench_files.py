@@ -114,6 +114,24 @@ def test_a_cpu_bench_runs_and_records_the_threads_infer_would(tiny_yaml: Path, t
     assert notes == ([said.format(cores=cores)] if said else []), run.err
 
 
+def test_a_checkpoint_benched_without_its_yaml_says_the_published_config_it_takes(assets: Path, tmp_path: Path) -> None:
+    """bench of an OpenPCDet checkpoint without --pcdet-config timed the built-in config of OpenPCDet's published
+    YAML without the note build and infer give: one note line, none with --config given."""
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    frames = frame_folder(tmp_path / "f", 50)
+    run = cli("bench", "--device", "cpu", "--model", checkpoint, "--frames", frames, "--iterations", 1, "--out",
+              tmp_path / "b")
+    assert run.rc == 0, run
+    notes = [line for line in run.err.splitlines() if "published" in line]
+    assert notes == [f"note: '{checkpoint}': built with config openpcdet_kitti_3class, OpenPCDet's published "
+                     "tools/cfgs/kitti_models/pointpillar.yaml (a checkpoint holds no config): for a model trained "
+                     "with a YAML of its own (another range, anchors, classes or thresholds), build with --pcdet-config "
+                     "ITS_MODEL.yaml (Python: config=convert.pcdet_config.config_from_pcdet_yaml(path))"], run.err
+    run = cli("bench", "--device", "cpu", "--model", checkpoint, "--config", "openpcdet_kitti_3class", "--frames",
+              frames, "--iterations", 1, "--out", tmp_path / "c")
+    assert run.rc == 0 and "published" not in run.err, run
+
+
 @pytest.mark.parametrize("spec, said", [
     ("nosuch.pth", "--model 'nosuch.pth': no such checkpoint file or model dir"),
     ("loop", "--model 'loop': a symbolic link that leads to no file (a loop, or its target 'loop' is gone)"),

@@ -174,8 +174,11 @@ def _load_model(spec: str | None, config: str | None) -> _Model:
     path = existing_model_path(spec)
     if path.is_file():
         from ...convert.checkpoint import load_checkpoint
+        from ...convert.export import say_builtin_config
 
         ckpt = load_checkpoint(spec, config=config)
+        if config is None:  # as build and infer say it of a checkpoint they build
+            say_builtin_config(ckpt, stacklevel=2)
         return _Model(ckpt.config, ckpt.weights, f"{escape_text(spec)} ({ckpt.layout})", None)
     md = load_model_dir_of_config(path, config)
     return _Model(md.cfg, None, f"{escape_text(spec)} (model dir, {md.precision})", md)
