@@ -10,7 +10,6 @@ DLPack too (a torch CPU tensor) on the host.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -21,7 +20,7 @@ from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
-from .points import as_array, columns_text, is_cuda_array, refuse_masked, transposed_hint
+from .points import as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, transposed_hint
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -53,7 +52,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     with another row length, or accumulated already (5th values that are time lags). More than
     ``TRAINED_SWEEPS`` sweeps are warned of (``InputWarning``).
     """
-    if _is_path(sweeps):
+    if is_frame_path(sweeps):
         raise InputError(f"accumulate: sweeps is a path, {safe_repr(sweeps)}; expected a list of sweeps' points, "
                          f"the key sweep first: {READ_SWEEP}")
     try:
@@ -105,7 +104,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
 
 def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     """Sweep ``i`` as an (N, >= 4) float array of ``xp`` (NumPy or CuPy), else InputError naming what it is."""
-    if _is_path(sweep):
+    if is_frame_path(sweep):
         raise InputError(f"accumulate: sweep {i} is a path, {safe_repr(sweep)}; expected its points: {READ_SWEEP}")
     refuse_masked(sweep, f"accumulate: sweep {i}")
     pts = as_array(sweep, f"accumulate: sweep {i}", f"an (N, 4) array of {columns_text(4)}", xp)  # as a frame's
@@ -135,11 +134,6 @@ def _check_sweep_columns(pts: np.ndarray, i: int) -> None:
         raise InputError(f"accumulate: sweep {i}'s 5th values look like a multi-sweep frame's time lags (a frame "
                          "accumulated already?), which would all become this sweep's: give accumulate single "
                          "sweeps, or the frame to the detector as it is")
-
-
-def _is_path(value: object) -> bool:
-    """Whether ``value`` is a file's path (str, bytes or ``os.PathLike``), which NumPy would take for a 0-d array."""
-    return isinstance(value, (str, bytes, os.PathLike))
 
 
 def _pose(pose: Any, i: int) -> np.ndarray:
