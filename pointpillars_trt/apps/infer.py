@@ -574,15 +574,13 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         scored, unscored = eval_classes(classes) if labels is not None else ((), [])
-        if args.point_dim is None:  # the model's own point columns
-            args.point_dim = cfg.num_point_columns if cfg is not None else getattr(detectors[0], "point_columns", 4)
-        if cfg is not None:
-            check_model_inputs(f"model {cfg.name}", cfg.num_point_columns, cfg.box_code.velocity, fmt, args.point_dim,
-                               frames, eval_default=args.format is None)
-        else:  # a served model: what its server says of its points and outputs
-            served = detectors[0].served
-            check_model_inputs("the served model", served.point_columns, served.velocity, fmt, args.point_dim, frames,
-                               eval_default=args.format is None)
+        # the model's point columns: its config's, or a served model's as its server says
+        named, columns = (f"model {cfg.name}", cfg.num_point_columns) if cfg is not None else \
+            ("the served model", detectors[0].point_columns)
+        if args.point_dim is None:
+            args.point_dim = columns
+        check_model_inputs(named, columns, predicts_velocity(detectors[0]), fmt, args.point_dim, frames,
+                           eval_default=args.format is None)
         if fmt == "kitti" or labels is not None or args.fov_only:  # after the model's own refusals
             check_calib_folders(resume.todo, args.calib)
         if out is not None:
