@@ -244,6 +244,14 @@ class _NoWaitFileIO(io.FileIO):
         return data
 
 
+def read_error(what: str, path: PathLike, exc: OSError) -> InputError:
+    """The ``cannot be read:`` line of a read of ``what`` at ``path`` that failed with ``exc``, in the system's words;
+    a raw descriptor's read that would wait (``os.readv``, ``os.pread``: EAGAIN, "Resource temporarily unavailable")
+    in the no-wait reader's (``GIVES_NO_DATA``)."""
+    reason = GIVES_NO_DATA if isinstance(exc, BlockingIOError) else exc.strerror or exc
+    return InputError(f"{what} {safe_repr(path)} cannot be read: {reason}")
+
+
 def no_wait_reader(fd: int) -> io.BufferedReader:
     """A buffered binary reader of ``fd``, a regular file opened non-blocking (so that a FIFO swapped in for it never
     blocks the open), that owns it: a file that says it is regular but would wait for data (/proc/kmsg, a FUSE file
@@ -271,7 +279,7 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
         try:
             data = read_bounded(f, expected + 1, opened.st_size)
         except OSError as exc:
-            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+            raise read_error(what, path, exc) from None
         if len(data) > expected:
             if opened.st_size:
                 raise read_size_error(what, path, fd, opened, len(data))
@@ -375,7 +383,7 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
         try:
             return read_bounded(f, count, size)
         except OSError as exc:
-            raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+            raise read_error(what, path, exc) from None
 
 
 # --------------------------------------------------------------------------- atomic writes

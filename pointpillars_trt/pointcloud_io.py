@@ -25,8 +25,8 @@ import numpy as np
 
 from .config import finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
-from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_regular_file, read_size_error,
-                     said_empty_error, special_kind)
+from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file,
+                     read_size_error, said_empty_error, special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
 from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
@@ -217,12 +217,12 @@ def _read_points_into(path: PathLike, allocate: Allocate, point_dim: int, intens
         if not size:  # says it is empty, and may not be (procfs, some FUSE mounts): read as read_bin reads it
             return _bin_into(_read_frame_bytes(path, 16, "point file"), allocate, 4, intensity_scale, path, 4)
         _check_bin_size(path, size, 4, "point file",
-                        head=lambda: os.pread(fd, _MISFIT_HEAD_BYTES, 0) if hasattr(os, "pread") else b"")
+                        head=lambda: _read_head(fd, path, "point file"))
         count = size // 16
         rows = allocate(count)
         target = rows if rows is not None else np.empty((count, 4), np.float32)
         got = _read_fully(fd, memoryview(target).cast("B"), path, "point file")  # type: ignore[arg-type]
-        if got == size and hasattr(os, "pread") and os.pread(fd, 1, size):
+        if got == size and _read_fully(fd, memoryview(bytearray(1)), path, "point file"):
             got += 1  # a byte past its size: it grew while being read, and the rows hold its start only
         if got != size:
             raise read_size_error("point file", path, fd, opened, got)
@@ -249,7 +249,13 @@ def _read_fully(fd: int, target: memoryview, path: PathLike, what: str) -> int:
             got += n
         return got
     except OSError as exc:
-        raise InputError(f"{what} {safe_repr(path)} cannot be read: {exc.strerror or exc}") from None
+        raise read_error(what, path, exc) from None
+
+
+def _read_head(fd: int, path: PathLike, what: str) -> bytes:
+    """The first ``_MISFIT_HEAD_BYTES`` bytes (fewer if it is shorter) of the file ``fd`` opened and not read yet."""
+    head = bytearray(_MISFIT_HEAD_BYTES)
+    return bytes(head[: _read_fully(fd, memoryview(head), path, what)])
 
 
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
@@ -413,7 +419,7 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
             shape, fortran, dtype = _npy_header(f)
             header_end = f.tell()
         except OSError as exc:
-            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+            raise read_error(what, path, exc) from None
         except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
             raise InputError(f"{what} {shown} is not a valid .npy file: {one_line(exc, 100)}") from None
         if dtype.fields is not None and not dtype.hasobject:
@@ -445,7 +451,7 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
         try:
             data = f.read(expected)
         except OSError as exc:
-            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+            raise read_error(what, path, exc) from None
     if len(data) != expected:
         raise InputError(f"{what} {shown} was truncated while being read")
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
@@ -535,7 +541,7 @@ def read_pcd(path: PathLike, *, viewpoint_note: ViewpointNote | None = None) -> 
             viewpoint = _pcd_viewpoint(header, shown, what)
             points = _pcd_points(f, size, header, header_end, shown, what)
         except OSError as exc:
-            raise InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}") from None
+            raise read_error(what, path, exc) from None
     if viewpoint is not None:
         text = viewpoint_text(path, viewpoint)
         if viewpoint_note is None:

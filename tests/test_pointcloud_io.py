@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pointpillars_trt import pointcloud_io
 from pointpillars_trt.errors import InputError, InputWarning
 from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.intensities import intensity_mismatch
@@ -430,6 +431,44 @@ def test_bin_written_over_while_being_read_is_refused(tmp_path: Path, monkeypatc
     monkeypatch.setattr(os, "readv", writer_starts_over)
     one_line_error(lambda: read_points(path, point_dim=point_dim, columns=4), repr(str(path)),
                    "shrank while being read (was it still being written?)")
+
+
+@pytest.mark.skipif(not hasattr(os, "set_blocking"), reason="no non-blocking pipes here")
+@pytest.mark.parametrize("gives", ["no data", "no data, cut short", "its data, then none"])
+@pytest.mark.parametrize("point_dim", [4, 5])
+def test_a_bin_that_would_wait_for_data_is_said_to_give_none_without_waiting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point_dim: int, gives: str) -> None:
+    """A .bin that says it is regular but would wait for data (a FUSE file answering EAGAIN) was "cannot be read:
+    Resource temporarily unavailable", the system's words, where a .npy or .pcd says what it is. None can be made
+    here (/proc/kmsg would take what the system log waits for): the file's descriptor is a real non-blocking pipe
+    whose writer stays, which answers a read as such a file does. Every .bin read meets it: read_points' and
+    read_points_into's, of whole rows, of a size that fits none (its first bytes are looked at then) and of a file
+    that gives the bytes of its size, then would wait for more (a byte past them shows one that grew)."""
+    path = tmp_path / "frame.bin"
+    path.write_bytes(bytes(40 * point_dim + (3 if gives == "no data, cut short" else 0)))
+    writers: list[int] = []
+
+    def open_waiting(name: object, **_: object) -> tuple[int, os.stat_result]:
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        writers.append(write_end)
+        if gives == "its data, then none":
+            os.write(write_end, path.read_bytes())
+        return read_end, os.stat(path)  # the reader closes its descriptor
+
+    monkeypatch.setattr(pointcloud_io, "open_regular_fd", open_waiting)
+    expected = (f"point file {str(path)!r} cannot be read: it gives no data without waiting (as /proc/kmsg does): "
+                "not a regular file's contents")
+    try:
+        for read in (lambda: read_points(path, point_dim=point_dim),
+                     lambda: read_points_into(path, lambda n: np.empty((n, 4), np.float32), point_dim=point_dim),
+                     lambda: read_points_into(path, lambda n: np.empty((n, 4), np.float32), point_dim=point_dim,
+                                              columns=point_dim)):
+            assert one_line_error(read) == expected
+    finally:
+        for write_end in writers:
+            os.close(write_end)
+    assert len(writers) == 3
 
 
 def placeholder_sized_file() -> Path | None:
