@@ -23,14 +23,14 @@ from typing import IO, Union
 
 import numpy as np
 
-from .config import finite_float, int_within
+from .config import POINT_COLUMN_NAMES, finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file,
                      read_size_error, said_empty_error, special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
                            refuse_noise, refuse_other_formats, row_layout)
-from .points import (COLUMN_NAMES, MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
-                     cast_to_float32, columns_text, copy_leading_columns, structured_fix, transposed_hint)
+from .points import (MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32, cast_to_float32,
+                     columns_text, copy_leading_columns, lacking_text, named_columns, structured_fix, transposed_hint)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
@@ -86,7 +86,7 @@ def read_points(
     * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
       shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
     * ``.pcd``: ASCII, binary or binary_compressed (PCL's LZF) ``DATA`` with fields x, y, z and intensity (or
-      i, or reflectance); 4 columns only. The points come as stored, in the file's own frame: a
+      i, or reflectance), and for ``columns`` 5 time (or timestamp, or time_lag), any case. The points come as stored, in the file's own frame: a
       ``VIEWPOINT`` (the sensor's pose) other than the identity is not applied, as PCL's loader does not
       apply it, and is told to ``viewpoint_note`` (None: an :class:`InputWarning`); a malformed one is refused.
 
@@ -126,10 +126,11 @@ def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | Non
     elif ext == ".npy":
         points = read_npy(path, columns=columns)
     elif ext == ".pcd":
-        if columns != 4:
-            raise InputError(f"point file {safe_repr(path)}: .pcd frames are read as x, y, z, intensity; "
-                             f"this model reads {columns} values a point ({columns_text(columns)}): use .bin or .npy")
-        points = read_pcd(path, viewpoint_note=viewpoint_note)
+        if columns > len(POINT_COLUMN_NAMES):
+            raise InputError(f"point file {safe_repr(path)}: .pcd frames are read by their fields' names, at most "
+                             f"{columns_text(len(POINT_COLUMN_NAMES))}; this model reads {columns} values a point: "
+                             "use .bin or .npy")
+        points = read_pcd(path, columns=columns, viewpoint_note=viewpoint_note)
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     elif os.path.isdir(path):
@@ -457,9 +458,15 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     points = np.empty((shape[0], columns), np.float32)  # a writable copy, native byte order
     cast_to_float32(points, arr[:, :columns], f"{what} {shown}")
-    if columns == 5:
-        check_time_lags(points.reshape(-1), columns, f"{what} {safe_repr(path)}")
+    _check_named_time_lags(points, path, what)
     return points
+
+
+def _check_named_time_lags(points: np.ndarray, path: PathLike, what: str) -> None:
+    """A multi-sweep model's frame from a file of named columns (.npy, .pcd) with its 5th values checked as time
+    lags, as a .bin's are with its layout (``check_layout``)."""
+    if points.shape[1] == 5:
+        check_time_lags(points.reshape(-1), 5, f"{what} {safe_repr(path)}")
 
 
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -524,9 +531,10 @@ _PCD_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0))
 
 
-def read_pcd(path: PathLike, *, viewpoint_note: ViewpointNote | None = None) -> np.ndarray:
-    """A PCL .pcd file (DATA ascii, binary or binary_compressed) with fields x, y, z and intensity (or i, or reflectance) -> (N, 4)
-    float32 in that column order. SIZE/TYPE/COUNT are checked against each other, POINTS against
+def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote | None = None) -> np.ndarray:
+    """A PCL .pcd file (DATA ascii, binary or binary_compressed) with fields x, y, z and intensity (or i, or reflectance)
+    -> (N, 4) float32 in that column order; for ``columns`` 5 (a multi-sweep model) its time field (or timestamp, or
+    time_lag) too, checked as time lags, -> (N, 5). Fields are found by these names in any case. SIZE/TYPE/COUNT are checked against each other, POINTS against
     WIDTH * HEIGHT and the data size; DATA binary_compressed (PCL's LZF) is inflated. The points are read as stored, as
     PCL's loader reads them: a VIEWPOINT other than the identity is not applied, but told, once the points are
     read, to ``viewpoint_note`` (None: warned as an InputWarning), since a model that expects them in the
@@ -539,9 +547,10 @@ def read_pcd(path: PathLike, *, viewpoint_note: ViewpointNote | None = None) -> 
         try:
             header, header_end = _pcd_header(f, shown, what)
             viewpoint = _pcd_viewpoint(header, shown, what)
-            points = _pcd_points(f, size, header, header_end, shown, what)
+            points = _pcd_points(f, size, header, header_end, columns, shown, what)
         except OSError as exc:
             raise read_error(what, path, exc) from None
+    _check_named_time_lags(points, path, what)
     if viewpoint is not None:
         text = viewpoint_text(path, viewpoint)
         if viewpoint_note is None:
@@ -572,11 +581,12 @@ def _pcd_viewpoint(header: dict[str, list[str]], shown: str, what: str) -> list[
     return None if tuple(float(v) for v in values) in _PCD_IDENTITY_VIEWPOINTS else values
 
 
-def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, shown: str,
+def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, width: int, shown: str,
                 what: str) -> np.ndarray:
-    """The (N, 4) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at ``header_end``."""
+    """The (N, ``width``) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at
+    ``header_end``."""
     dtype, points, data_kind = _pcd_layout(header, shown, what)
-    columns = _pcd_columns(dtype, shown, what)
+    columns = _pcd_columns(dtype, width, shown, what)
     if not size and data_kind != "ascii":  # binary data is checked by the file's size, which counts none of its bytes
         raise said_empty_error(f"{what} {shown}", f"a .pcd header of DATA {data_kind}: {_READ_A_COPY}")
     if data_kind == "binary_compressed":
@@ -593,7 +603,7 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
         if len(data) != expected:
             raise InputError(f"{what} {shown} was truncated while being read")
         table = np.frombuffer(data, dtype=dtype)
-        out = np.empty((points, 4), dtype=np.float32)
+        out = np.empty((points, len(columns)), dtype=np.float32)
         for col, name in enumerate(columns):
             cast_to_float32(out[:, col], table[name], f"{what} {shown}")
         return out
@@ -617,7 +627,7 @@ def _pcd_binary_bytes(points: int, dtype: np.dtype, where: str) -> int:
 
 def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, columns: list[str],
                     where: str) -> np.ndarray:
-    """The (N, 4) float32 points of PCL's ``DATA binary_compressed``: two little-endian uint32 (the compressed and
+    """The (N, len(columns)) float32 points of PCL's ``DATA binary_compressed``: two little-endian uint32 (the compressed and
     the uncompressed size), then the LZF-compressed fields one after another, each as one plane of all the points'
     values (x x x ... y y y ...). ``_`` padding fields have planes of their own or none (PCL's writer leaves them
     out, other writers keep them): the uncompressed size says which."""
@@ -640,7 +650,7 @@ def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, 
     if len(data) != compressed:
         raise InputError(f"{where} was truncated while being read")
     raw = lzf_decompress(data, uncompressed, where)
-    out = np.empty((points, 4), dtype=np.float32)
+    out = np.empty((points, len(columns)), dtype=np.float32)
     offsets = dict(zip(planes, itertools.accumulate((points * dtype[n].itemsize for n in planes), initial=0)))
     for col, name in enumerate(columns):
         plane = np.frombuffer(raw, dtype=dtype[name], count=points, offset=offsets[name])
@@ -782,31 +792,27 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
     return dtype, points, data_kind
 
 
-#: The names a .pcd's intensity field goes by, the first found taken.
-_PCD_INTENSITY_FIELDS = COLUMN_NAMES["intensity"]
-
-
-def _pcd_columns(dtype: np.dtype, shown: str, what: str) -> list[str]:
-    """Names of the x, y, z and intensity fields, in that order (each must have COUNT 1)."""
+def _pcd_columns(dtype: np.dtype, width: int, shown: str, what: str) -> list[str]:
+    """Names of the fields of the model's first ``width`` point columns (x, y, z, intensity, time: ``named_columns``),
+    in that order (each must have COUNT 1)."""
     names = list(dtype.names or ())
-    inten = next((n for n in _PCD_INTENSITY_FIELDS if n in names), None)
-    missing = [n for n in ("x", "y", "z") if n not in names] + ([] if inten else [
-        f"intensity (or {' or '.join(_PCD_INTENSITY_FIELDS[1:])})"])
-    if missing:
-        raise InputError(
-            f"{what} {shown}: FIELDS {safe_repr(' '.join(names), 80)} lack {', '.join(missing)}"
-        )
-    chosen = ["x", "y", "z", str(inten)]
-    for name in chosen:
+    chosen = named_columns(names, width)
+    missing = lacking_text(chosen)
+    if missing is not None:
+        sweep = width == 5 and [column for column, name in chosen.items() if name is None] == ["time"]
+        raise InputError(f"{what} {shown}: FIELDS {safe_repr(' '.join(names), 80)} lack {missing}"
+                         + (f"; single sweeps? {MULTI_SWEEP_FIX}" if sweep else ""))
+    fields = [str(name) for name in chosen.values()]
+    for name in fields:
         if dtype[name].shape:
             raise InputError(f"{what} {shown}: field {name} has COUNT {dtype[name].shape[0]}, expected 1")
-    return chosen
+    return fields
 
 
 def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
                what: str, data_bytes: int) -> np.ndarray:
     """The ASCII data rows after the header (``data_bytes`` of them, by the file's size), parsed block by block
-    into the (N, 4) float32 result, so memory stays near the result's size (a whole-file parse of a 2 GiB file
+    into the (N, len(columns)) float32 result, so memory stays near the result's size (a whole-file parse of a 2 GiB file
     would take ~6 GiB). The rows set aside are no more than the data can hold (a number takes a character and a
     space or line break after it, the last one's optional): a 170-byte file that said 16 Mi points had 256 MiB set
     aside for them. A row longer than its numbers can be is refused as soon as it is seen: carried from block to
@@ -817,7 +823,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     wanted = [int(starts[names.index(c)]) for c in columns]
     longest = per_row * _PCD_ASCII_BYTES_PER_VALUE + 64  # bytes of one row, as the size check counts them
     held = (data_bytes + 1) // (2 * per_row) if data_bytes >= 0 else points  # a size short of its header: unknown
-    out = np.empty((min(points, held), 4), dtype=np.float32)
+    out = np.empty((min(points, held), len(columns)), dtype=np.float32)
     rows, rest = 0, b""
     while True:
         block = f.read(_PCD_ASCII_BLOCK)

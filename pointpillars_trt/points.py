@@ -77,18 +77,32 @@ def check_named_columns(points: object, source: str, columns: int) -> None:
 MULTI_SWEEP_FIX = "give it multi-sweep frames (PointPillars.accumulate builds them from sweeps and their poses)"
 
 
-def structured_fix(dtype: np.dtype, columns: int, array: str, use: str) -> str:
-    """How a structured array (named fields, as ROS's and pypcd's clouds are: no (N, columns) rows to read) of
-    ``dtype`` becomes the model's ``columns``, its fields picked by name (``COLUMN_NAMES``, any case) from the
-    array Python spells ``array`` and used as ``use`` says ({}: the columns); or which of them its fields lack."""
-    names = list(dtype.names or ())
-    lowered = {name.lower(): name for name in reversed(names)}  # the first of names alike but for case
-    chosen = {column: next((lowered[alias] for alias in COLUMN_NAMES[column] if alias in lowered), None)
-              for column in POINT_COLUMN_NAMES[:columns]}
+def named_columns(names: Iterable[str], columns: int) -> dict[str, str | None]:
+    """The field of ``names`` (a structured array's, a .pcd's FIELDS) that each of the model's first ``columns`` point
+    columns is read from, by ``COLUMN_NAMES`` in any case: the first of a column's names found (of names alike but
+    for case, the first); None where none is there."""
+    lowered = {name.lower(): name for name in reversed(list(names))}
+    return {column: next((lowered[alias] for alias in COLUMN_NAMES[column] if alias in lowered), None)
+            for column in POINT_COLUMN_NAMES[:columns]}
+
+
+def lacking_text(chosen: Mapping[str, str | None]) -> str | None:
+    """The columns ``named_columns`` found no field for, with the names each goes by ('intensity (or i or
+    reflectance)'), for a message; None: none lacks."""
     missing = [f"{column} (or {' or '.join(COLUMN_NAMES[column][1:])})" if len(COLUMN_NAMES[column]) > 1 else column
                for column, name in chosen.items() if name is None]
-    if missing:
-        return f"its fields {safe_repr(names, 120)} lack {', '.join(missing)}"
+    return ", ".join(missing) if missing else None
+
+
+def structured_fix(dtype: np.dtype, columns: int, array: str, use: str) -> str:
+    """How a structured array (named fields, as ROS's and pypcd's clouds are: no (N, columns) rows to read) of
+    ``dtype`` becomes the model's ``columns``, its fields picked by name (``named_columns``) from the array Python
+    spells ``array`` and used as ``use`` says ({}: the columns); or which of them its fields lack."""
+    names = list(dtype.names or ())
+    chosen = named_columns(names, columns)
+    missing = lacking_text(chosen)
+    if missing is not None:
+        return f"its fields {safe_repr(names, 120)} lack {missing}"
     columns_of = f"structured_to_unstructured({array}[{list(chosen.values())!r}], np.float32)"
     return (f"its fields {safe_repr(names, 120)} hold them: {use.format(columns_of)} (structured_to_unstructured "
             "from numpy.lib.recfunctions)")

@@ -292,6 +292,58 @@ def test_pcd_errors(tmp_path: Path) -> None:
     assert "\x1b" not in text
 
 
+def multi_sweep_frame(n: int = 300) -> np.ndarray:
+    """(n, 5) float32 x, y, z, intensity, time lag of 3 sweeps, as accumulate builds a frame: one lag a sweep."""
+    lags = np.repeat(np.float32([0.0, 0.05, 0.1]), -(-n // 3))[:n]
+    return np.column_stack([sample(n, seed=3), lags]).astype(np.float32)
+
+
+@pytest.mark.parametrize("data", ["ascii", "binary", "binary_compressed"])
+@pytest.mark.parametrize("time_field", ["time", "timestamp", "time_lag"])
+def test_pcd_with_a_time_field_reads_for_a_multi_sweep_model_as_its_npy_and_bin_do(
+        tmp_path: Path, data: str, time_field: str) -> None:
+    """A .pcd of fields x y z intensity time given to a multi-sweep model (5 columns) was refused (".pcd frames are
+    read as x, y, z, intensity ... use .bin or .npy"): its time field (or timestamp, or time_lag, as OpenPCDet names
+    it) is the 5th column, read as the same frame's .npy and .bin are, by read_points and read_points_into; a model
+    of 4 columns reads its x, y, z, intensity as before."""
+    frame = multi_sweep_frame()
+    fields = f"x y z intensity {time_field}"
+    if data == "ascii":
+        body = "".join(" ".join(f"{v:.9g}" for v in row) + "\n" for row in frame).encode()
+    elif data == "binary":
+        body = frame.tobytes()
+    else:
+        raw = np.ascontiguousarray(frame.T).tobytes()  # the fields as planes
+        stream = lzf_literals(raw)
+        body = struct.pack("<II", len(stream), len(raw)) + stream
+    pcd = tmp_path / "frame.pcd"
+    pcd.write_bytes(pcd_header(fields, "4 4 4 4 4", "F F F F F", "1 1 1 1 1", len(frame), data) + body)
+    np.save(tmp_path / "frame.npy", frame)
+    frame.tofile(tmp_path / "frame.bin")
+    for path in (pcd, tmp_path / "frame.npy"):
+        np.testing.assert_array_equal(read_points(path, columns=5), frame)
+        np.testing.assert_array_equal(read_points_into(path, lambda n: np.empty((n, 4), np.float32), columns=5), frame)
+    np.testing.assert_array_equal(read_points(tmp_path / "frame.bin", point_dim=5), frame)
+    np.testing.assert_array_equal(read_points(pcd), frame[:, :4])
+
+
+def test_pcd_time_field_meets_the_time_lag_checks_and_a_pcd_without_one_names_accumulate(tmp_path: Path) -> None:
+    """A multi-sweep model's .pcd is checked as its .npy is: a time field of absolute timestamps (a driver's
+    per-point time since 1970) is refused as no time lags, and a single sweep's .pcd (no time field) is refused
+    naming the field it lacks and how multi-sweep frames are built."""
+    frame = multi_sweep_frame()
+    frame[:, 4] += np.float32(1.7e9)
+    stamps = tmp_path / "stamps.pcd"
+    stamps.write_bytes(pcd_header("x y z intensity time", "4 4 4 4 4", "F F F F F", "1 1 1 1 1", len(frame), "binary")
+                       + frame.tobytes())
+    one_line_error(lambda: read_points(stamps, columns=5), f"point file {str(stamps)!r}: its 5th values run from ",
+                   "but this model reads each point's time lag behind the key sweep there")
+    sweep = tmp_path / "sweep.pcd"
+    sweep.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 7, "binary") + sample().tobytes())
+    one_line_error(lambda: read_points(sweep, columns=5), f"point file {str(sweep)!r}: FIELDS 'x y z intensity' lack "
+                   "time (or timestamp or time_lag); single sweeps? give it multi-sweep frames (PointPillars.accumulate")
+
+
 def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_path: Path) -> None:
     """The points of a .pcd come as stored whatever its VIEWPOINT (PCL's loader applies none): the same rows with
     the identity, with none, and with a sensor pose, in binary and ASCII. Only the pose is said: one
