@@ -7,13 +7,14 @@ never trigger, in scan order or shuffled) and the nuScenes multi-sweep frames of
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pointpillars_trt.errors import InputError
-from pointpillars_trt.point_layout import looks_float64, looks_like_noise, misread_row_length
+from pointpillars_trt.errors import InputError, InputWarning
+from pointpillars_trt.point_layout import check_time_lags, looks_float64, looks_like_noise, misread_row_length
 from pointpillars_trt.pointcloud_io import read_bin_bytes_into, read_points, read_points_into
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
@@ -354,6 +355,72 @@ def test_a_multi_sweep_frame_whose_intensity_and_time_columns_are_swapped_is_tol
     with pytest.raises(InputError, match="not ring numbers or timestamps") as err:
         read_points(tmp_path / "rings.bin", point_dim=5)
     assert "swap" not in str(err.value)
+
+
+def capture_times(frame: np.ndarray) -> np.ndarray:
+    """Each point's capture time within one 0.1 s turn of a spinning lidar, by its azimuth: what some drivers write
+    as a point's "time" (thousands of distinct values from 0 to 0.1 s)."""
+    return ((np.arctan2(frame[:, 1], frame[:, 0]) + np.pi) / (2 * np.pi) * 0.1).astype(np.float32)
+
+
+def time_lag_warnings(call) -> list[str]:  # type: ignore[no-untyped-def]
+    """The InputWarnings ``call()`` gives, each said once where it comes from as Python's default filter says it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("default")
+        call()
+    return [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+
+
+def test_per_point_capture_times_for_time_lags_are_warned_of_once_a_file_or_array(assets: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A multi-sweep frame whose 5th values are each point's capture time within its sweep (0-0.1 s) lies in the
+    time lags' range and was read without a word: the PFN took them for the lags of thousands of sweeps. Warned
+    (InputWarning), naming the file and the fix, once a file however often it is read (.bin, .npy, .pcd: read_points
+    and read_points_into), once for arrays (the detector's check, which names them "points"); read as they are."""
+    frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
+    frame[:, 4] = capture_times(frame)
+    assert len(np.unique(frame[:, 4])) > 1000
+    paths = [tmp_path / "times.bin", tmp_path / "times.npy", tmp_path / "times.pcd"]
+    frame.tofile(paths[0])
+    np.save(paths[1], frame)
+    paths[2].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
+                         b"COUNT 1 1 1 1 1\nWIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(frame), len(frame))
+                         + frame.tobytes())
+
+    def read_each_twice() -> None:
+        for path in paths:
+            for _ in range(2):
+                np.testing.assert_array_equal(read_points(path, point_dim=5), frame)
+                np.testing.assert_array_equal(read_points_into(path, lambda n: np.empty((n, 4), np.float32),
+                                                               point_dim=5, columns=5), frame)
+
+    said = time_lag_warnings(read_each_twice)
+    assert [text.split(": ", 1)[0] for text in said] == [f"point file {str(path)!r}" for path in paths], said
+    for text in said:
+        assert text.split(": ", 1)[1] == (
+            "its 5th values take more distinct values than a frame has sweeps (over 32 among points spread over "
+            "it), but this model reads there each sweep's time lag behind the key sweep, one value for all of a "
+            "sweep's points: per-point capture times within a sweep (a lidar driver's time field)? build multi-sweep "
+            "frames with PointPillars.accumulate (sweeps.accumulate_sweeps), which gives each sweep's points its lag")
+    other = frame.copy()
+    other[:, 4] *= 0.5
+    said = time_lag_warnings(lambda: [check_time_lags(f.reshape(-1), 5, "points") for f in (frame, other, frame)])
+    assert len(said) == 1 and said[0].startswith("points: its 5th values take more distinct values"), said
+
+
+def test_real_multi_sweep_frames_are_not_warned_of(assets: Path, tmp_path: Path) -> None:
+    """The assets' nuScenes frames (sweeps of one lag each; 14,500 and 10,053 points) and a frame of one sweep
+    (lag 0) say nothing; nor does a frame of 32 sweeps, the most a frame's lags are taken to be."""
+    def read_all() -> None:
+        for name in NUSCENES_FRAMES:
+            read_points(assets / name, point_dim=5)
+        frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
+        frame[:, 4] = 0
+        check_time_lags(frame.reshape(-1), 5, "points")
+        frame[:, 4] = np.float32(0.05) * (np.arange(len(frame)) % 32)
+        check_time_lags(frame.reshape(-1), 5, "points")
+
+    assert time_lag_warnings(read_all) == []
 
 
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:

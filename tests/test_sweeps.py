@@ -10,6 +10,7 @@ import pytest
 
 from pointpillars_trt import PointPillars
 from pointpillars_trt.errors import InputError, InputWarning
+from pointpillars_trt.point_layout import check_time_lags
 from pointpillars_trt.pointcloud_io import read_points
 from pointpillars_trt.points import as_host_points
 from pointpillars_trt.sweeps import accumulate_sweeps
@@ -242,6 +243,30 @@ def test_more_sweeps_than_nuscenes_models_are_trained_on_are_warned_of() -> None
                                           r"first 10$") as caught:
         frame = accumulate_sweeps([key] * 20, [np.eye(4)] * 20, [1.0 - 0.05 * i for i in range(20)])
     assert len(caught) == 1 and frame.shape == (20, 5)
+
+
+def test_a_frame_accumulated_from_real_scans_reads_without_a_word_of_per_point_times(assets: Path,
+                                                                                      tmp_path: Path) -> None:
+    """accumulate's frame of 10 sweeps of real KITTI scans (one lag a sweep, as OpenPCDet gives them) passes the
+    multi-sweep checks without the warning of per-point capture times, as an array (the detector's check) and read
+    back from its .bin and .npy; its lags as per-point times (each sweep's spread over its 0.05 s) are warned of."""
+    scans = [np.fromfile(path, "<f4").reshape(-1, 4)
+             for path in sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))]
+    sweeps = [scans[i % len(scans)][i % 4 :: 4] for i in range(10)]
+    poses = [rigid(0.01 * i, (-0.6 * i, 0.1 * i, 0.0)) for i in range(10)]
+    frame = accumulate_sweeps(sweeps, poses, [100.0 - 0.05 * i for i in range(10)])
+    assert len(np.unique(frame[:, 4])) == 10
+    frame.tofile(tmp_path / "frame.bin")
+    np.save(tmp_path / "frame.npy", frame)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_time_lags(frame.reshape(-1), 5, "points")
+        for path in (tmp_path / "frame.bin", tmp_path / "frame.npy"):
+            np.testing.assert_array_equal(read_points(path, point_dim=5), frame)
+    spread = frame.copy()
+    spread[:, 4] += np.random.default_rng(0).uniform(0, 0.05, len(frame)).astype(np.float32)
+    with pytest.warns(InputWarning, match=r"^points: its 5th values take more distinct values than a frame has sweeps"):
+        check_time_lags(spread.reshape(-1), 5, "points")
 
 
 @pytest.mark.cuda
