@@ -88,7 +88,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
     lags: the PFN would take ring numbers or timestamps for lags without a word. Every point's is looked at
     (a minimum and a maximum of the column, ~0.4 ms for 300k points), since accumulated sweeps are
     concatenated and any part of a frame may be the one of another layout. 5th values within the lags' range
-    that are per-point capture times (``_holds_capture_times``) are warned of (``InputWarning``, its text the
+    that are per-point capture times (``holds_capture_times``) are warned of (``InputWarning``, its text the
     same for a file or an array each time, so that Python's filter says it once)."""
     rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
     lags = rows[:, 4]  # a strided view
@@ -113,22 +113,23 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
             "PointPillars.accumulate, from single sweeps read as x, y, z, intensity (a nuScenes .pcd.bin sweep: "
             "read_points(path, point_dim=5, columns=4))"
         )
-    if _holds_capture_times(lags):
-        warnings.warn(
-            f"{name}: its 5th values take more distinct values than a frame has sweeps (over {_MOST_SWEEPS} among "
-            "points spread over it), but this model reads there each sweep's time lag behind the key sweep, one "
-            "value for all of a sweep's points: per-point capture times within a sweep (a lidar driver's time "
-            "field)? build multi-sweep frames with PointPillars.accumulate (sweeps.accumulate_sweeps), which gives "
-            "each sweep's points its lag", InputWarning, stacklevel=2)
+    if holds_capture_times(lags):
+        warnings.warn(f"{name}: {CAPTURE_TIMES_FINDING}: build multi-sweep frames with PointPillars.accumulate "
+                      "(sweeps.accumulate_sweeps), which gives each sweep's points its lag", InputWarning, stacklevel=2)
 
 
 #: The most distinct values a column of time lags holds: one a sweep (nuScenes accumulates 10).
 _MOST_SWEEPS = 32
-#: Points, spread over a frame, whose 5th values ``_holds_capture_times`` counts: it runs on every multi-sweep frame.
+#: Points, spread over a frame, whose 5th values ``holds_capture_times`` counts: it runs on every multi-sweep frame.
 _LAG_SAMPLE = 512
+#: What ``holds_capture_times`` finds, as the warnings of the Python API and of the CLI say it.
+CAPTURE_TIMES_FINDING = (f"its 5th values take more distinct values than a frame has sweeps (over {_MOST_SWEEPS} "
+                         "among points spread over it), but this model reads there each sweep's time lag behind "
+                         "the key sweep, one value for all of a sweep's points: per-point capture times within a "
+                         "sweep (a lidar driver's time field)?")
 
 
-def _holds_capture_times(lags: np.ndarray) -> bool:
+def holds_capture_times(lags: np.ndarray) -> bool:
     """Whether a multi-sweep frame's 5th values (``lags``) take more than ``_MOST_SWEEPS`` distinct values among
     ``_LAG_SAMPLE`` points spread over it: per-point capture times within a sweep (0 to 0.1 s, thousands of
     values), where accumulated sweeps give one lag a sweep. ~15 us: a sort of the sample, whose distinct values

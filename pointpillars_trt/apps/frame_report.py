@@ -19,8 +19,9 @@ import numpy as np
 from ..detections import misread_finding
 from ..errors import printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
+from ..point_layout import CAPTURE_TIMES_FINDING
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
-from .frames import FrameJob, FrameReader
+from .frames import CAPTURE_TIMES, FrameJob, FrameReader
 from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
 
 if TYPE_CHECKING:
@@ -156,6 +157,9 @@ class FrameReport:
 def read_warning(source: str, kind: str, intensity_scale: float | None = None) -> str:
     """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``), read with
     ``intensity_scale`` (--intensity-scale, None: not given)."""
+    if kind == CAPTURE_TIMES:
+        return (f"warning: {safe_repr(source)}: {CAPTURE_TIMES_FINDING}: build multi-sweep frames from their sweeps "
+                "with PointPillars.accumulate in Python, which gives each sweep's points its lag (warned once)")
     return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind, intensity_scale)
 
 
@@ -276,7 +280,8 @@ WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensiti
                  "onepillar": "had all their points in one pillar",
                  "overflow": "had boxes the network overflowed on",
                  "pillars": "had pillars beyond the model's max_pillars",
-                 "fov": "had none of their points left by the camera-FOV crop"}
+                 "fov": "had none of their points left by the camera-FOV crop",
+                 CAPTURE_TIMES: "had per-point capture times where the model reads sweeps' time lags"}
 
 
 def frame_warning(source: str, det: Detections, point_range: Sequence[float] | None) -> tuple[str, str] | None:

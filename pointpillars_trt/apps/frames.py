@@ -41,6 +41,7 @@ import numpy as np
 from ..detector import detect_each, frame_source
 from ..errors import InputError, one_line, safe_repr
 from ..intensities import intensity_mismatch
+from ..point_layout import holds_capture_times
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
@@ -69,12 +70,16 @@ class FrameBytes:
     error: str = ""  # why it could not be read (no data): the frame's error
 
 
+#: ``FrameReader.finding_of``'s kind for a multi-sweep frame of per-point capture times (``holds_capture_times``).
+CAPTURE_TIMES = "capture_times"
+
+
 class FrameReader:
     """How ``infer`` and each Ray worker read a frame for the runner: a point file (or a ``.bin``'s
     ``FrameBytes``, as Ray Data reads them from object storage) into the rows ``allocate`` gives, then
     ``prepare`` (e.g. the camera-FOV crop), then what the read says is probably wrong with every frame:
-    no point at all (whatever its format), or intensities on another scale than the model was trained
-    on. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
+    no point at all (whatever its format), intensities on another scale than the model was trained
+    on, or a multi-sweep frame's per-point capture times where the model reads its sweeps' time lags. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
     warning, whichever reader thread read it first, and counts them all for the run's summary line.
     ``viewpoint_of(item)`` gives what the read said of a ``.pcd`` VIEWPOINT it left unapplied."""
 
@@ -109,15 +114,17 @@ class FrameReader:
             points = self.prepare(points, item.source if isinstance(item, FrameBytes) else str(item))
         if empty:
             self._findings[id(item)] = "empty"
-        elif self.check_intensity:
-            mismatch = intensity_mismatch(points, self.expects_unit)
+        else:
+            mismatch = intensity_mismatch(points, self.expects_unit) if self.check_intensity else None
             if mismatch is not None:
                 self._findings[id(item)] = mismatch
+            elif self.columns == 5 and holds_capture_times(points[:, 4]):  # the read's own warning is the API's
+                self._findings[id(item)] = CAPTURE_TIMES
         return points
 
     def finding_of(self, item: object) -> str | None:
-        """What ``item``'s read found probably wrong with its frame: ``"empty"`` (no point at all), or how its
-        intensities disagreed with the model's scale (``intensity_mismatch``); None for a frame that read
+        """What ``item``'s read found probably wrong with its frame: ``"empty"`` (no point at all), how its
+        intensities disagreed with the model's scale (``intensity_mismatch``), or ``CAPTURE_TIMES``; None for a frame that read
         well. Asked once per item in input order (the runner's jobs hold their items until then). Every
         frame is checked, whatever the frames before it were: a run's frames may go wrong in more than one
         way (each kind gets its warning), and the summary counts every frame of a kind."""

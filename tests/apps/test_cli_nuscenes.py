@@ -284,3 +284,30 @@ def test_every_row_of_a_velocity_model_holds_velocities_a_failed_frames_too(nusc
     (part,) = (tmp_path / "failed").glob(f"detections-*.{fmt}")
     (row,) = part_rows(part)
     assert row["error"] and row["velocity"] == [], row
+
+
+def test_frames_of_per_point_capture_times_are_warned_once_and_counted(nuscenes: Path, model: Path,
+                                                                      tmp_path: Path) -> None:
+    """A multi-sweep frame whose 5th values are per-point capture times within a sweep (thousands of values in the
+    time lags' range) ran without a word in infer, which ignores the API's InputWarnings for lines of its own: one
+    warning names the first frame and PointPillars.accumulate, the count after the run the others; a frame of the
+    accumulated sweeps' lags says nothing."""
+    frame = read_points(nuscenes / FRAME, point_dim=5, columns=5)
+    assert np.unique(frame[:, 4]).size <= 10  # the asset: one lag a sweep
+    frame.tofile(tmp_path / "lags.bin")
+    for name in ("a.bin", "b.bin"):
+        timed = frame.copy()
+        timed[:, 4] = np.linspace(0.0, 0.1, len(timed), dtype=np.float32)  # a driver's time within the sweep
+        timed.tofile(tmp_path / name)
+    run = cli("infer", tmp_path / "lags.bin", tmp_path / "a.bin", tmp_path / "b.bin", "--model", model,
+              "--device", "cpu", "--no-progress", "--out", tmp_path / "out")
+    assert run.rc == 0, run
+    warned = [line for line in run.err.splitlines() if "capture times" in line]
+    assert warned == [
+        f"warning: '{tmp_path / 'a.bin'}': its 5th values take more distinct values than a frame has sweeps (over 32 "
+        "among points spread over it), but this model reads there each sweep's time lag behind the key sweep, one "
+        "value for all of a sweep's points: per-point capture times within a sweep (a lidar driver's time field)?: "
+        "build multi-sweep frames from their sweeps with PointPillars.accumulate in Python, which gives each sweep's "
+        "points its lag (warned once)",
+        "warning: 2 frames had per-point capture times where the model reads sweeps' time lags in all (the first named "
+        f"above; then '{tmp_path / 'b.bin'}')"], run.err
