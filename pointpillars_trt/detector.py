@@ -152,9 +152,13 @@ class PointPillars:
         picked = pick_device(opts.device)
         check_backend_runs_on(picked.kind, opts.backend, picked.fallback_reason)  # before any export
         row = BACKENDS.get(opts.backend)
+        plans = row is not None and row.artefact == "plan"
+        if plans and picked.kind == "cuda":  # a library that cannot run plans on this GPU: said before they are built
+            from .runtime.tensorrt import require_runnable_on
+
+            require_runnable_on(picked.gpu)
         model = model_dir_for_checkpoint(path, config=config, precision=opts.precision or "fp32", cache_dir=cache_dir,
-                                         tensorrt_plans=row is not None and row.artefact == "plan", tf32=opts.tf32,
-                                         device_id=picked.gpu)
+                                         tensorrt_plans=plans, tf32=opts.tf32, device_id=picked.gpu)
         detector = cls.__new__(cls)
         detector._start(model, opts, picked)
         return detector

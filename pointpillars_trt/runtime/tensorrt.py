@@ -10,7 +10,8 @@ A plan only runs with the library and version that built it, on the GPU architec
 for, and is only meaningful for the model config it was exported from. The builder therefore writes
 a JSON file beside the plan (``<plan>.json``) and :class:`TensorRTEngine` refuses a plan whose
 metadata disagrees with what it runs on, asking for a rebuild instead of failing inside TensorRT; a
-library that cannot run on this GPU at all (TensorRT for RTX on a Hopper GPU) is refused before that.
+library that cannot run on this GPU at all (TensorRT for RTX on a Hopper GPU) is refused before that, and by
+``PointPillars.from_checkpoint`` before it builds a checkpoint's plans.
 
 Dynamic batch: the RPN input's first dimension (frames) is dynamic in the plan, with an optimization
 profile of 1 to 8 frames tuned for 1; the pipeline binds a batch size once for each CUDA graph it
@@ -35,8 +36,9 @@ from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
 from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
-from .tensorrt_library import (LIBRARY_TITLES, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
-                               installed_module, library_state, library_unsupported_reason, unavailable_reason)
+from .tensorrt_library import (LIBRARY_TITLES, REBUILD_HINT, RTX_COMPUTE_CAPABILITIES, Library, installed_library,
+                               installed_module, library_state, library_unsupported_reason, unavailable_reason,
+                               unsupported_gpu_refusal)
 
 LIBRARY: Library | None = installed_library()
 if LIBRARY == "tensorrt":
@@ -47,7 +49,6 @@ else:  # an ONNX Runtime-only install: this module still imports, TensorRT calls
     trt = None  # type: ignore[assignment]
 
 METADATA_FORMAT = 2  # 2: library, library_version and compute_capabilities (1 had tensorrt_version)
-REBUILD_HINT = "rebuild with `pointpillars-trt build --backend tensorrt`"
 
 
 def plan_metadata_path(plan_path: str | Path) -> Path:
@@ -263,11 +264,18 @@ def unrunnable_reason(device_id: int = 0) -> str | None:
 
 
 def require_runnable(compute_capability: str) -> None:
-    """Refuse, in one line, a library that cannot run plans on this GPU (before TensorRT says it worse)."""
-    reason = library_unsupported_reason(library(), compute_capability)
-    if reason is not None:
-        raise BackendError(f"{reason}. Note: use --backend cudnn or onnxruntime here, or install TensorRT "
-                           f"(pip install 'pointpillars-trt[tensorrt]') and {REBUILD_HINT}")
+    """Refuse, in one line, a library that cannot run plans on a GPU of ``compute_capability`` (before TensorRT says it
+    worse), or none installed. The refusal alone: the notice of TensorRT for RTX would name its GPUs a second time."""
+    refusal = None if LIBRARY is None else unsupported_gpu_refusal(LIBRARY, compute_capability)
+    if refusal is not None:
+        raise BackendError(refusal)
+    library()
+
+
+def require_runnable_on(device_id: int) -> None:
+    """``require_runnable`` for GPU ``device_id``: ``from_checkpoint`` asks it before it builds plans (minutes), which
+    the engine would only refuse once they are built."""
+    require_runnable(gpu_identity(device_id)[1])
 
 
 @functools.lru_cache(maxsize=None)

@@ -41,6 +41,7 @@ RTX_DEFAULT_TARGETS: tuple[str, ...] = ("8.6", "8.9", "12.0")
 INSTALL_HINT = ("pip install 'pointpillars-trt[tensorrt]' (TensorRT 10/11, any supported GPU) or "
                 "'pointpillars-trt[tensorrt-rtx]' (TensorRT for RTX: compute capability "
                 f"{'/'.join(RTX_COMPUTE_CAPABILITIES)})")
+REBUILD_HINT = "rebuild with `pointpillars-trt build --backend tensorrt`"
 
 
 def installed_library() -> Library | None:
@@ -135,6 +136,17 @@ def library_unsupported_reason(library: Library, compute_capability: str) -> str
         return (f"TensorRT for RTX does not run on compute capability {compute_capability} "
                 f"(it runs on {', '.join(RTX_COMPUTE_CAPABILITIES)})")
     return None
+
+
+def unsupported_gpu_refusal(library: Library, compute_capability: str) -> str | None:
+    """The one line that refuses ``library``'s plans on a GPU of ``compute_capability``, with the fix; None where it
+    runs them. The engine says it as it loads a plan, and ``from_checkpoint`` before it builds plans that could not
+    run here."""
+    reason = library_unsupported_reason(library, compute_capability)
+    if reason is None:
+        return None
+    return (f"{reason}. Note: use --backend cudnn or onnxruntime here, or install TensorRT "
+            f"(pip install 'pointpillars-trt[tensorrt]') and {REBUILD_HINT}")
 
 
 def rtx_default_targets(visible_capability: str | None) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from pointpillars_trt.runtime.tensorrt import REBUILD_HINT, check_plan_metadata,
 from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES, RTX_DEFAULT_TARGETS, api_major,
                                                       import_failure_fix, installed_library,
                                                       library_unsupported_reason,
-                                                      rtx_default_targets)
+                                                      rtx_default_targets, unsupported_gpu_refusal)
 from tiny_graphs import cuda_skip_reason, pfn_graph
 
 RTX_SKIP = (None if installed_library() == "tensorrt_rtx" else
@@ -74,6 +74,22 @@ def test_rtx_is_refused_on_other_gpus_and_tensorrt_is_not(capability):
     assert library_unsupported_reason("tensorrt_rtx", capability) == (
         f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1)")
     assert library_unsupported_reason("tensorrt", capability) is None
+
+
+def refusal_on(capability: str) -> str:
+    """The one line that refuses TensorRT for RTX on a GPU of ``capability``, as its users read it."""
+    return (f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1). "
+            "Note: use --backend cudnn or onnxruntime here, or install TensorRT (pip install 'pointpillars-trt[tensorrt]') "
+            "and rebuild with `pointpillars-trt build --backend tensorrt`")
+
+
+@pytest.mark.parametrize("library, capability, refused", [
+    ("tensorrt_rtx", "9.0", True), ("tensorrt_rtx", "10.0", True), ("tensorrt_rtx", "8.9", False),
+    ("tensorrt_rtx", "7.5", False), ("tensorrt", "9.0", False), ("tensorrt", "8.9", False),
+])
+def test_a_gpu_a_library_does_not_run_on_is_refused_with_the_fix(library, capability, refused):
+    """What the engine says as it loads a plan and from_checkpoint before it builds one: the reason and the fix."""
+    assert unsupported_gpu_refusal(library, capability) == (refusal_on(capability) if refused else None)
 
 
 @pytest.mark.parametrize("library, error, fix", [
@@ -126,6 +142,21 @@ def test_rtx_is_said_once_to_python_callers_as_a_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         trt_runtime.require_tensorrt()
+
+
+@pytest.mark.tensorrt
+@needs_rtx
+def test_a_gpu_tensorrt_for_rtx_does_not_run_on_is_refused_without_its_notice():
+    """from_checkpoint asks this of its GPU before it builds plans: the refusal is all that is said (the notice of
+    TensorRT for RTX would name the GPUs it runs on a second time); a GPU it runs on gets the notice, once."""
+    trt_runtime._say_rtx_once.cache_clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(BackendError) as info:
+            trt_runtime.require_runnable("9.0")
+    assert str(info.value) == refusal_on("9.0")
+    with pytest.warns(LibraryNotice, match=r"^TensorRT is not installed; the tensorrt backend uses TensorRT for RTX "):
+        trt_runtime.require_runnable("8.9")
 
 
 @pytest.mark.tensorrt
@@ -557,6 +588,25 @@ def test_the_tensorrt_backend_without_a_gpu_is_one_error_that_says_why(tmp_path,
     assert done.stderr.splitlines() == [f"error: {info.value}"], done.stderr
 
 
+@pytest.mark.tensorrt
+@needs_no_gpu
+def test_a_checkpoint_on_the_tensorrt_backend_without_a_gpu_is_refused_before_anything_is_built(tmp_path, assets):
+    """from_checkpoint asks whether its GPU runs the plans before it builds them; where there is no GPU the refusal
+    stays the one that names the missing GPU and the CPU path, and nothing is exported."""
+    from pointpillars_trt.detector import PointPillars
+
+    cache = tmp_path / "cache"
+    expected = "backend 'tensorrt' runs only in the GPU pipeline, and device auto runs on the CPU here: " + NO_GPU
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(BackendError, match="^" + re.escape(expected)) as info:
+            PointPillars.from_checkpoint(assets / "checkpoints" / CHECKPOINTS["zhulf0804"], backend="tensorrt",
+                                         cache_dir=cache)
+    assert "--backend auto or onnxruntime" in str(info.value)
+    assert [str(w.message) for w in caught] == []
+    assert not cache.exists() or not any(cache.iterdir())
+
+
 # -- on a GPU that TensorRT for RTX does not run on (the H200): one clear line --------------------------
 
 
@@ -609,6 +659,32 @@ def test_rtx_plans_on_an_unsupported_gpu_are_refused_in_one_line(tmp_path, repo_
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1 and expected in errors[0], done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.cuda
+@pytest.mark.tensorrt
+@pytest.mark.skipif(_unsupported_gpu_skip_reason() is not None, reason=str(_unsupported_gpu_skip_reason()))
+def test_a_checkpoint_on_an_unsupported_gpu_is_refused_before_its_plans_are_built(tmp_path, assets, repo_root):
+    """from_checkpoint(backend="tensorrt") exported the checkpoint and built its plans (minutes), and only then did the
+    engine refuse to open them. The engine's refusal now comes first, once, and nothing is exported."""
+    from pointpillars_trt.detector import PointPillars
+
+    checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
+    expected = refusal_on(trt_runtime.gpu_identity(0)[1])
+    cache = tmp_path / "cache"
+    with pytest.raises(BackendError) as info:
+        PointPillars.from_checkpoint(checkpoint, backend="tensorrt", device="cuda", precision="fp16", cache_dir=cache)
+    assert str(info.value) == expected
+    assert not cache.exists() or not any(cache.iterdir())
+    frame = tmp_path / "frame.bin"
+    np.zeros((10, 4), np.float32).tofile(frame)
+    env = {**os.environ, "POINTPILLARS_TRT_CACHE": str(cache)}
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(frame), "--model", str(checkpoint),
+                           "--backend", "tensorrt", "--device", "cuda"], capture_output=True, text=True, timeout=300,
+                          cwd=repo_root, env=env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert [line for line in done.stderr.splitlines() if "TensorRT for RTX" in line] == [f"error: {expected}"]
+    assert not cache.exists() or not any(cache.iterdir())
 
 
 SDK_BUILD = """
