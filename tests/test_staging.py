@@ -87,7 +87,7 @@ def test_a_cropped_read_goes_back_into_its_rows_and_time_lags_beside_them(tmp_pa
     kept = frame[frame[:, 0] > 0]
     assert start == 0 and np.array_equal(points, kept) and np.shares_memory(points, staging.points)
 
-    lags = np.column_stack([frame, np.linspace(0, 0.45, len(frame), dtype=np.float32)])
+    lags = np.column_stack([frame, np.repeat(np.float32(0.05) * np.arange(10, dtype=np.float32), len(frame) // 10)])
     lags.tofile(tmp_path / "sweeps.bin")
     timed = StagingBuffer(2000, columns=5)
     points, start = timed.read_frame(lambda item, allocate: read_points(item, point_dim=5), tmp_path / "sweeps.bin")
