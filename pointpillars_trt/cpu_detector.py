@@ -25,7 +25,7 @@ from .runtime import OrtOptions, open_engine
 
 
 class CpuDetector:
-    """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage."""
+    """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage (the last frame's)."""
 
     def __init__(self, model: ModelDir, *, threads: int | None = None, post_config: ModelConfig | None = None) -> None:
         self.cfg: ModelConfig = model.cfg
@@ -36,16 +36,12 @@ class CpuDetector:
                                 device="cpu")
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
-        self._lock = threading.Lock()  # one frame at a time, as the GPU pipeline: threads share a detector
+        self._lock = threading.Lock()  # one batch at a time, as the GPU pipeline: threads share a detector
         self._closed = False
 
     def detect(self, points: np.ndarray, post_config: ModelConfig | None = None) -> Detections:
-        """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``). Non-finite boxes
-        of far-off logits are dropped and counted downstream, without NumPy's overflow warnings."""
-        with self._lock, np.errstate(over="ignore", invalid="ignore"):
-            if self._closed:  # by another thread, between the frames of a batch
-                raise BackendError("this detector was closed before the frame ran")
-            return self._detect(points, post_config)
+        """One frame; ``post_config``: this call's thresholds (default: ``post_cfg``)."""
+        return self.detect_batch([points], post_config)[0]
 
     def _detect(self, points: np.ndarray, post_config: ModelConfig | None) -> Detections:
         cfg, clock = self.cfg, _StageClock()
@@ -75,11 +71,17 @@ class CpuDetector:
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats, raw.velocity)
 
     def detect_batch(self, frames: Sequence[np.ndarray], post_config: ModelConfig | None = None) -> list[Detections]:
-        """Frame by frame: the CPU has no batch dimension worth exploiting."""
-        return [self.detect(points, post_config) for points in frames]
+        """Frame by frame (the CPU has no batch dimension worth exploiting), all under the detector's lock as on the
+        GPU: another thread's batch runs before or after this one, never between its frames, and ``last_timings``
+        are its last frame's until the next batch. Non-finite boxes of far-off logits are dropped and counted
+        downstream, without NumPy's overflow warnings."""
+        with self._lock, np.errstate(over="ignore", invalid="ignore"):
+            if self._closed:  # by another thread, after the caller's own check
+                raise BackendError("this detector was closed before the batch ran")
+            return [self._detect(points, post_config) for points in frames]
 
     def close(self) -> None:
-        with self._lock:  # after the frame in progress: a session closed mid-run aborts the process
+        with self._lock:  # after the batch in progress: a session closed mid-run aborts the process
             self._closed = True
             self._pfn.close()
             self._rpn.close()

@@ -1114,7 +1114,7 @@ print("batch:", said["batch"])
 def test_close_on_the_cpu_waits_for_the_frame_in_progress(assets: Path, cache: Path) -> None:
     """``close`` from another thread while a frame runs (a real ONNX Runtime session, a full KITTI scan):
     it returns once the frame is done, which ends normally (a session freed mid-run makes ONNX Runtime
-    abort the process at exit); a batch's frames after it fail as closed. In a subprocess, so that such an
+    abort the process at exit), and once a batch in progress is done. In a subprocess, so that such an
     abort cannot take pytest with it."""
     import subprocess
     import sys
@@ -1124,9 +1124,8 @@ def test_close_on_the_cpu_waits_for_the_frame_in_progress(assets: Path, cache: P
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and "terminate called" not in done.stderr, done.stderr[-2000:]
     assert "frame ended before close returned: True boxes:" in done.stdout, (done.stdout, done.stderr[-2000:])
-    # a batch closed between its frames: the frames left fail with what happened, not the engine's own words
-    assert "batch: BackendError: this detector was closed before the frame ran" in done.stdout \
-        or "batch: 4 frames" in done.stdout, done.stdout
+    # a batch holds the detector to its last frame: the close waits for all of it
+    assert "batch: 4 frames" in done.stdout, done.stdout
 
 
 def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path) -> None:
