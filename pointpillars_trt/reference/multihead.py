@@ -21,25 +21,20 @@ import numpy as np
 from ..anchors import head_rows, multihead_anchors
 from ..config import ModelConfig
 from ..errors import InputError
-from .post import RawDetections, _passes, _sigmoid, _top_k, nms_rotated
+from .post import RawDetections, _passes, _sigmoid, _top_k, decode_boxes, nms_rotated
 
 
 def decode_sincos(codes: np.ndarray, anchor_boxes: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
     """Residual codes (N, code) + anchors (N, 7) -> boxes (N, 7) and the code's extra values (N, 2:
-    the velocity, or 0), float32 in ResidualCoder's operation order."""
+    the velocity, or 0), float32 in ResidualCoder's operation order: ``decode_boxes`` of the first 7 values,
+    with the heading of a sin/cos code in place of the plain residual's."""
     t = np.asarray(codes, np.float32)
     a = np.asarray(anchor_boxes, np.float32)
-    diag = np.sqrt(a[:, 3] * a[:, 3] + a[:, 4] * a[:, 4])
-    out = np.empty((t.shape[0], 7), np.float32)
-    out[:, 0] = t[:, 0] * diag + a[:, 0]
-    out[:, 1] = t[:, 1] * diag + a[:, 1]
-    out[:, 2] = t[:, 2] * a[:, 5] + a[:, 2]
-    out[:, 3:6] = np.exp(t[:, 3:6]) * a[:, 3:6]
+    out = decode_boxes(t[:, :7], a, cfg)
     if cfg.box_code.angle == "sincos":
         out[:, 6] = np.arctan2(t[:, 7] + np.sin(a[:, 6]), t[:, 6] + np.cos(a[:, 6]))
         rest = t[:, 8:]
     else:
-        out[:, 6] = t[:, 6] + a[:, 6]
         rest = t[:, 7:]
     return out, rest + np.float32(0)  # the anchors' zero velocity, added as OpenPCDet does
 
