@@ -12,7 +12,7 @@ read this table.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -189,17 +189,23 @@ def pick_backend(model: ModelDir, requested: str, device_id: int = 0) -> str:
             raise BackendError(f"backend {row.name}: {reason}")
         return row.name
     skipped: list[str] = []
-    rows = sorted(BACKENDS.values(), key=lambda r: r.auto_priority)
-    for row in rows:
-        if not row.suits(model):
-            continue
-        reason = row.unavailable_reason() or row.runs_on(device_id)
+    for row, reason in gpu_backend_rows(device_id, model):
         if reason is None:
             if skipped:
                 _notice_once(f"pointpillars-trt: {'; '.join(skipped)}; using {row.label}")
             return row.name
         skipped.append(f"the {row.name} engine is unavailable ({reason})")
-    return rows[-1].name  # nothing runs here: the last resort fails at open with its own reason
+    # nothing runs here: the last resort fails at open with its own reason
+    return max(BACKENDS.values(), key=lambda r: r.auto_priority).name
+
+
+def gpu_backend_rows(device_id: int, model: ModelDir | None = None) -> Iterator[tuple[BackendRow, str | None]]:
+    """The rows in ``auto``'s order (those that suit ``model``, when one is given), each with why its engines
+    cannot run on GPU ``device_id`` here (None: they can). Each row is probed as it is taken, so a caller that
+    stops at the first that runs probes no further."""
+    for row in sorted(BACKENDS.values(), key=lambda r: r.auto_priority):
+        if model is None or row.suits(model):
+            yield row, row.unavailable_reason() or row.runs_on(device_id)
 
 
 _NOTICES: set[str] = set()

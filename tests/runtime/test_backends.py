@@ -17,7 +17,7 @@ import pytest
 from pointpillars_trt.apps.cli import build_parser
 from pointpillars_trt.errors import BackendError
 from pointpillars_trt.runtime import BACKENDS, EngineRequest, engine_file, engine_options_for, open_engine
-from pointpillars_trt.runtime.backends import AUTO, BACKEND_NAMES, pick_backend
+from pointpillars_trt.runtime.backends import AUTO, BACKEND_NAMES, gpu_backend_rows, pick_backend
 
 
 def _choices(parser: argparse.ArgumentParser, command: str, option: str) -> tuple[str, ...]:
@@ -105,3 +105,13 @@ def test_auto_takes_the_cudnn_engine_before_onnxruntime_for_every_model_dir(tmp_
     multi_head = load_config("openpcdet_nuscenes_multihead")
     for precision in ("fp32", "fp16"):
         assert cudnn.suits(SimpleNamespace(precision=precision, cfg=multi_head))  # type: ignore[arg-type]
+
+
+def test_gpu_backend_rows_are_the_registry_by_priority_with_each_probe_answer(tmp_path: Path) -> None:
+    """What bench times and what ``auto`` tries come from one walk of the registry: the rows by priority (given a
+    model dir, those that suit it), each with its availability probe's answer, or failing that its GPU's."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=1)  # ONNX graphs only: the plans backend does not suit it
+    suiting = sorted((row for row in BACKENDS.values() if row.artefact == "onnx"), key=lambda r: r.auto_priority)
+    assert list(gpu_backend_rows(0, model)) == [(row, row.unavailable_reason() or row.runs_on(0)) for row in suiting]

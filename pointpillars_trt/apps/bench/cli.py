@@ -20,6 +20,7 @@ from ...graph_io import MAX_BATCH
 from ...pointcloud_io import MAX_POINT_DIM
 from ...model_dir import ModelDir
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
+from ...runtime.backends import gpu_backend_rows
 from .frames import folder_frame_sets, list_frame_folders, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import refuse_foreign_reports, write_reports
@@ -377,8 +378,7 @@ def _baseline_runs(label: str, detect: Any, timings: Any, frame_sets: dict[str, 
 def _gpu_backends(results: dict[str, Any], device_id: int) -> list[str]:
     """The registry's backends that run on GPU ``device_id``, by auto priority; a note for each that does not."""
     backends = []
-    for row in sorted(BACKENDS.values(), key=lambda r: r.auto_priority):
-        reason = row.unavailable_reason() or row.runs_on(device_id)
+    for row, reason in gpu_backend_rows(device_id):
         if reason is None:
             backends.append(row.name)
         else:
