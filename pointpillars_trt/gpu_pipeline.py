@@ -39,14 +39,13 @@ from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_chann
 from .model_dir import ModelDir, pfn_weights
 from .points import as_array
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
-from .staging import HEADER_ROWS, StagingBuffer, empty_pinned
+from .staging import HEADER_ROWS, LARGE_SCAN_POINTS, StagingBuffer, empty_pinned
 from .kernels.pfn import PfnStage
 from .kernels.multihead_post import MultiHeadPostprocessStage
 from .kernels.postprocess import PostprocessStage, threshold_values
 from .kernels.scatter import ScatterStage
 from .kernels.voxelize import GPU_POINT_COLUMNS, VoxelizeStage
 
-DEFAULT_MAX_POINTS = 262_144   # a 128-beam scan fits; larger batches grow the buffers once
 DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the caller's array, not through staging
 FRAME, TIMED_FRAME = "frame", "frame, timed"  # the keys of a batch's one graph, without and with stage events
 _MEMORY_TYPE_UNREGISTERED = 0  # cudaMemoryTypeUnregistered: pageable host memory
@@ -110,7 +109,7 @@ class GpuPipeline:
     _closed = True  # until __init__ completes there is nothing to free
 
     def __init__(self, model: ModelDir, *, backend: str = "auto", cuda_graph: bool = True,
-                 max_points: int = DEFAULT_MAX_POINTS, tf32: bool = True, device_id: int = 0, max_batch: int = 1,
+                 max_points: int = LARGE_SCAN_POINTS, tf32: bool = True, device_id: int = 0, max_batch: int = 1,
                  post_config: ModelConfig | None = None, stage_timings: bool = False) -> None:
         checked = int_within(max_batch, 1, MAX_BATCH)
         if checked is None:

@@ -28,10 +28,11 @@ HEADER_ROWS = -(-2 * MAX_BATCH // 4)
 #: Point rows a batch's staging buffer starts with, per frame, unless the frames' sizes say more (it
 #: grows to the largest batch seen).
 INITIAL_POINTS_PER_FRAME = 32_768
-#: Frames whose file sizes ``likely_points_per_frame`` looks at, and the most points a frame it
-#: reports (a 128-beam scan; larger frames grow the buffers when they come, as without a hint).
+#: Frames whose file sizes ``likely_points_per_frame`` looks at.
 SIZE_SAMPLE = 16
-MAX_LIKELY_POINTS = 262_144
+#: A 128-beam scan's points: what the GPU pipeline's point buffers hold at first, and the most points a frame
+#: that ``likely_points_per_frame`` reports; larger frames grow the buffers when they come.
+LARGE_SCAN_POINTS = 262_144
 
 #: Reads a frame (a path, or an array) into the rows ``allocate`` gives (see ``read_points_into``).
 ReadFrame = Callable[[object, Allocate], np.ndarray]
@@ -55,7 +56,7 @@ def likely_points_per_frame(items: Sequence[object], point_dim: int) -> int | No
                 sizes.append(os.stat(name).st_size // (4 * point_dim))
             except (OSError, ValueError):  # ValueError: a NUL in the name
                 continue  # the frame's own read says what is wrong with it
-    return min(max(sizes), MAX_LIKELY_POINTS) if sizes else None
+    return min(max(sizes), LARGE_SCAN_POINTS) if sizes else None
 
 
 def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:

@@ -21,7 +21,7 @@ from pointpillars_trt.apps.frames import BATCH_BREAK, FrameRunner, reader_thread
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.kitti import write_velodyne_bin
 from pointpillars_trt.pointcloud_io import read_points, read_points_into
-from pointpillars_trt.staging import MAX_LIKELY_POINTS, likely_points_per_frame
+from pointpillars_trt.staging import LARGE_SCAN_POINTS, likely_points_per_frame
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +92,8 @@ def test_likely_points_per_frame_is_the_largest_of_the_first_bin_files(tmp_path:
     assert likely_points_per_frame([str(tmp_path / "a\0.bin")], point_dim=4) is None  # a NUL in the name
     huge = tmp_path / "huge.bin"
     with open(huge, "wb") as f:  # sparse: the size is what counts
-        f.truncate((MAX_LIKELY_POINTS + 1) * 16)
-    assert likely_points_per_frame([str(huge)], point_dim=4) == MAX_LIKELY_POINTS
+        f.truncate((LARGE_SCAN_POINTS + 1) * 16)
+    assert likely_points_per_frame([str(huge)], point_dim=4) == LARGE_SCAN_POINTS
 
 
 def test_points_per_frame_sizes_the_staging_so_large_frames_are_read_straight_in(model, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
