@@ -9,11 +9,11 @@ from typing import Any
 import numpy as np
 
 from ..anchors import NMS_CORNER_MARGIN, head_rows, multihead_anchors
-from ..config import BOX_SIZE, ModelConfig, next_power_of_two
+from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
 from .postprocess import POST_HEADER, POST_STATS, THRESHOLD_SLOTS, PostprocessStage, Unpacked, threshold_values
-from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
+from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, nms_sort_cap, rect_shape
 from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
                       cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, shared_blocks, slot_defines)
 
@@ -58,7 +58,7 @@ class MultiHeadPostParams:
 
     @property
     def sort_cap(self) -> int:
-        return max(64, next_power_of_two(self.top_k))
+        return nms_sort_cap(self.top_k)
 
     @property
     def max_rows(self) -> int:

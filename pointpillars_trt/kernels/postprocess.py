@@ -13,7 +13,7 @@ from ..config import BOX_SIZE, ModelConfig, next_power_of_two
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
 from .voxelize import VOXEL_STATS
-from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, rect_shape
+from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, nms_sort_cap, rect_shape
 from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
                       cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, shared_blocks, slot_defines)
 
@@ -87,7 +87,7 @@ class PostParams:
 
     @property
     def sort_cap(self) -> int:
-        return max(64, next_power_of_two(self.top_k))
+        return nms_sort_cap(self.top_k)
 
     @property
     def final_cap(self) -> int:

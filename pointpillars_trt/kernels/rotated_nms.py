@@ -3,6 +3,7 @@ memory, and the grid of the kernels that build the matrix."""
 
 from __future__ import annotations
 
+from ..config import next_power_of_two
 from ._launch import grid_blocks, multiprocessors
 
 RECT_FLOATS = 16  # a stored rectangle (rotated_nms.cuh: Rect): centre, half extents, cos, sin, area, radius, corners
@@ -11,6 +12,12 @@ MASK_THREADS = 256  # a block of the bit-matrix kernels: 4 words of 64 pair test
 
 def rect_shape(slots: int) -> tuple[int, int]:
     return slots, RECT_FLOATS
+
+
+def nms_sort_cap(top_k: int) -> int:
+    """Member slots of an NMS group of at most ``top_k`` candidates (SORT_CAP): a power of two, which the in-block
+    bitonic sort needs, and at least one 64-bit word of the bit matrix."""
+    return max(64, next_power_of_two(top_k))
 
 
 def mask_words(slots: int, sort_cap: int) -> int:
