@@ -45,6 +45,7 @@ import numpy as np
 from ..config import ModelConfig
 from ..errors import BackendError, InputError, safe_repr
 from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_atomic
+from ..graph_io import RPN_INPUT, RPN_OUTPUT
 from ..kernels.hold import gpu_ms
 from ..kernels.tuning_checks import TuningChecks
 from ..model_dir import graph_initializers
@@ -53,8 +54,6 @@ from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read
 from .lean_import import import_without
 from .options import CudnnOptions
 
-CANVAS = "canvas"
-HEADS = "heads"
 MIN_CUDNN_VERSION = 90500
 INSTALL_HINT = "pip install 'pointpillars-trt[cuda13]'"
 #: 2: batches above 1 reuse batch 1's engine per conv (batch-invariant output); 3: a batch's plans are
@@ -365,8 +364,8 @@ class CudnnEngine(Engine):
         nx, ny, _ = cfg.voxel.grid
         hx, hy = cfg.head_map
         return [
-            TensorSpec(CANVAS, (-1, *self._activation_shape(cfg.network.pfn_channels, ny, nx)), dtype, True),
-            TensorSpec(HEADS, (-1, hy, hx, sum(cfg.head_channels.values())), np.dtype(np.float32), False),
+            TensorSpec(RPN_INPUT, (-1, *self._activation_shape(cfg.network.pfn_channels, ny, nx)), dtype, True),
+            TensorSpec(RPN_OUTPUT, (-1, hy, hx, sum(cfg.head_channels.values())), np.dtype(np.float32), False),
         ]
 
     def _unload(self) -> None:
@@ -395,9 +394,9 @@ class CudnnEngine(Engine):
             )
         self._ptrs[spec.name] = (ptr, shape)
         self._steps = None
-        if len(self._ptrs) == 2 and self._ptrs[CANVAS][1][0] == self._ptrs[HEADS][1][0]:
+        if len(self._ptrs) == 2 and self._ptrs[RPN_INPUT][1][0] == self._ptrs[RPN_OUTPUT][1][0]:
             with self._device:
-                self._prepare(self._ptrs[CANVAS][1][0])
+                self._prepare(self._ptrs[RPN_INPUT][1][0])
 
     def _prepare(self, batch: int) -> None:
         cp = self._cp
@@ -429,7 +428,7 @@ class CudnnEngine(Engine):
             pack = self._pack(plan.uids, k, self._activation_ptr(k, batch, input_side=True),
                               self._activation_ptr(k, batch, input_side=False))
             convs.append((plan.graph, pack))
-        heads_ptr, _ = self._ptrs[HEADS]
+        heads_ptr, _ = self._ptrs[RPN_OUTPUT]
         hx, hy = self.cfg.head_map
         out_shape = (batch, hy, hx, sum(self.cfg.head_channels.values()))
         mem = cp.cuda.UnownedMemory(heads_ptr, int(np.prod(out_shape)) * 4, self)
@@ -480,7 +479,7 @@ class CudnnEngine(Engine):
             return int(self._buffers[_AFTER_BACKBONE[layer.label] if input_side else layer.label].data.ptr)
         if input_side:
             if k == 0:
-                return self._ptrs[CANVAS][0]
+                return self._ptrs[RPN_INPUT][0]
             return self._activation_ptr(k - 1, batch, input_side=False)
         if k + 1 == len(layers) or layers[k + 1].block != layer.block:
             return int(self._buffers[f"feature{layer.block}"].data.ptr)
@@ -491,9 +490,9 @@ class CudnnEngine(Engine):
 
     def _run(self, stream_ptr: int) -> None:
         if self._steps is None:
-            (_, cs), (_, hs) = self._ptrs[CANVAS], self._ptrs[HEADS]
+            (_, cs), (_, hs) = self._ptrs[RPN_INPUT], self._ptrs[RPN_OUTPUT]
             raise BackendError(
-                f"Input tensor: {CANVAS} | Received batch {cs[0]}, but {HEADS} has batch {hs[0]}. "
+                f"Input tensor: {RPN_INPUT} | Received batch {cs[0]}, but {RPN_OUTPUT} has batch {hs[0]}. "
                 "Note: Expected the same batch for both"
             )
         stream = self._streams.get(stream_ptr)
