@@ -1,4 +1,4 @@
-"""KITTI files in and out: velodyne .bin frames, calibration and label_2 lines.
+"""KITTI files in and out: velodyne .bin frames written (``pointcloud_io`` reads them), calibration and label_2 lines.
 
 Detections leave the package as KITTI ``label_2`` lines because that is what OpenPCDet's
 ``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. The lines are
@@ -26,7 +26,6 @@ import numpy as np
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
 from .fileio import read_file_head, read_regular_file, read_text_lines, special_kind, write_bytes_atomic
-from .pointcloud_io import read_bin
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -55,18 +54,6 @@ _SPLITS = ("training", "testing")
 
 
 # --------------------------------------------------------------------------- velodyne frames
-
-def read_velodyne_bin(path: PathLike) -> np.ndarray:
-    """Read a KITTI velodyne frame as (N, 4) float32 (see ``pointcloud_io.read_bin``).
-
-    The layout is checked (``point_layout.check_layout``: text, float64 values or rows of another
-    length are refused), the values are not: non-finite points are the voxelizer's job (it drops and
-    counts them). A 0-byte file is a valid empty frame, not an error. Anything but a regular file (FIFO,
-    device, directory) is refused before it is opened, and so is a file of more than
-    ``points.MAX_FRAME_POINTS`` points, by its size.
-    """
-    return read_bin(path, point_dim=4, what="velodyne file")
-
 
 def write_velodyne_bin(points: np.ndarray, path: PathLike) -> None:
     """Write (N, 4) points as a KITTI .bin (little-endian float32), atomically."""

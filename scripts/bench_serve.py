@@ -43,7 +43,7 @@ import numpy as np
 from pointpillars_trt.apps.serve.client import RemoteDetector
 from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
 from pointpillars_trt.apps.serve.server import TritonServer, find_tritonserver
-from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.pointcloud_io import read_points
 
 ASSETS = Path(os.environ.get("PP_ASSETS", "assets"))  # the test assets folder (checkpoints/, kitti/), as the tests read it
 
@@ -67,7 +67,7 @@ def main() -> int:
                         help="also a row per instance count and max batch for a model that answers at once (no detection)")
     parser.add_argument("--perf-analyzer", help="perf_analyzer binary: Triton's C++ load generator as the clients")
     args = parser.parse_args()
-    frames = [read_velodyne_bin(p) for p in sorted(Path(args.frames).glob("*.bin"))]
+    frames = [read_points(p) for p in sorted(Path(args.frames).glob("*.bin"))]
     if not frames:
         parser.error(f"--frames {args.frames}: no .bin files")
     install = find_tritonserver(args.tritonserver)
@@ -153,7 +153,7 @@ def run_clients(server: TritonServer, frames_dir: str, clients: int, processes: 
     endpoint = server.endpoints[protocol]
     warm = RemoteDetector(endpoint, protocol=protocol)
     for path in sorted(Path(frames_dir).glob("*.bin"))[:2]:
-        warm(read_velodyne_bin(path))  # first-call costs out of the numbers
+        warm(read_points(path))  # first-call costs out of the numbers
     warm.close()
     stats_before = server_stats(server)
     assert server.process is not None
@@ -189,7 +189,7 @@ def client_process(endpoint: str, protocol: str, frames_dir: str, threads: int, 
                    seconds: float) -> tuple[list[float], int, float]:
     """One process of ``threads`` client threads; (latencies of requests completed inside the window, errors,
     CPU seconds the process spent in the window)."""
-    frames = [read_velodyne_bin(p) for p in sorted(Path(frames_dir).glob("*.bin"))]
+    frames = [read_points(p) for p in sorted(Path(frames_dir).glob("*.bin"))]
     remote = RemoteDetector(endpoint, protocol=protocol)
     latencies: list[float] = []
     errors = [0]

@@ -14,7 +14,8 @@ import pytest
 
 from pointpillars_trt.camera_fov import camera_fov_mask, crop_to_camera_fov
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.kitti import Calibration, read_calibration, read_velodyne_bin
+from pointpillars_trt.kitti import Calibration, read_calibration
+from pointpillars_trt.pointcloud_io import read_points
 
 # frame id -> (image height, width), points OpenPCDet's get_fov_flag keeps
 OPENPCDET_FOV = {"000000": ((370, 1224), 20_259), "000001": ((375, 1242), 18_619), "000002": ((375, 1242), 20_192)}
@@ -37,7 +38,7 @@ def openpcdet_fov_flag(points: np.ndarray, calib: Calibration, image_shape: tupl
 
 @pytest.mark.parametrize("frame", sorted(OPENPCDET_FOV))
 def test_full_scans_keep_what_openpcdet_keeps(assets: Path, frame: str) -> None:
-    points = read_velodyne_bin(assets / f"kitti/training/velodyne/{frame}.bin")
+    points = read_points(assets / f"kitti/training/velodyne/{frame}.bin")
     calib = read_calibration(assets / f"kitti/training/calib/{frame}.txt")
     shape, kept = OPENPCDET_FOV[frame]
     mask = camera_fov_mask(points, calib, shape)

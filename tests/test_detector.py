@@ -20,7 +20,6 @@ from pointpillars_trt import Detections, FrameStats
 from pointpillars_trt.config import load_config
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError, InputWarning, ModelDirError
-from pointpillars_trt.kitti import read_velodyne_bin
 from pointpillars_trt.model_dir import ModelDir
 from pointpillars_trt.pointcloud_io import read_points
 
@@ -57,7 +56,7 @@ def detector(assets: Path, cache: Path):  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="module")
 def points(assets: Path) -> np.ndarray:
-    return read_velodyne_bin(assets / FRAME)
+    return read_points(assets / FRAME)
 
 
 @pytest.fixture(scope="module")
@@ -659,7 +658,7 @@ def test_submit_batch_holds_the_detector_until_finish_on_the_cpu_as_on_the_gpu(
     path ran them, where the GPU pipeline refused them as "submit() called twice without collect()"); a bad frame
     fails alone and leaves the detector free; ``finish`` called again, even after the next batch's submit, gives
     its own batch (the GPU's collected the next batch's). Real KITTI frames, the synthetic checkpoint."""
-    second = read_velodyne_bin(assets / SECOND_FRAME)
+    second = read_points(assets / SECOND_FRAME)
     with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as detector:
         alone = detector(second)
         with pytest.raises(InputError, match="^frame 1 of the batch: "):

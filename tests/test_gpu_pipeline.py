@@ -15,7 +15,7 @@ from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.detections import STAGES, Detections
 from pointpillars_trt.devices import cuda_available
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.pointcloud_io import read_points
 from pointpillars_trt.convert.export import export_model_dir
 from pointpillars_trt.model_dir import ModelDir
 
@@ -91,14 +91,14 @@ def assert_same_detections(gpu: Detections, cpu: Detections, what: str) -> None:
 @pytest.mark.parametrize("frame", SHARED_FRAMES)
 def test_gpu_matches_cpu_on_shared_frames(family_pair, assets, frame):  # type: ignore[no-untyped-def]
     family, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / frame)
+    points = read_points(assets / frame)
     assert_same_detections(gpu.detect(points), cpu.detect(points), f"{family} {frame}")
 
 
 def test_voxelizer_and_canvas_match_reference(family_pair, assets):  # type: ignore[no-untyped-def]
     """Same pillars (set, order, points kept) and decorations as the NumPy reference, same canvas."""
     family, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    points = read_points(assets / SHARED_FRAMES[3])
     gpu.detect(points)
     ref = voxelize(points, gpu.cfg)
     p = ref.num_pillars
@@ -117,10 +117,10 @@ def test_voxelizer_and_canvas_match_reference(family_pair, assets):  # type: ign
 
 def test_same_frame_twice_is_bit_identical(family_pair, assets):  # type: ignore[no-untyped-def]
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[2])
+    points = read_points(assets / SHARED_FRAMES[2])
     first = gpu.detect(points)
     kept = first.boxes.copy(), first.scores.copy()
-    gpu.detect(read_velodyne_bin(assets / SHARED_FRAMES[0]))  # something else in between
+    gpu.detect(read_points(assets / SHARED_FRAMES[0]))  # something else in between
     # a returned result owns its arrays: the next frame must not rewrite it
     assert first.boxes.tobytes() == kept[0].tobytes() and first.scores.tobytes() == kept[1].tobytes()
     second = gpu.detect(points)
@@ -159,7 +159,7 @@ def small_limit_pair(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
 
 def test_pillar_overflow_keeps_first_pillars_and_reports_drops(small_limit_pair, assets):  # type: ignore[no-untyped-def]
     cpu, gpu = small_limit_pair
-    points = read_velodyne_bin(assets / "kitti/training/velodyne/000001.bin")
+    points = read_points(assets / "kitti/training/velodyne/000001.bin")
     det = gpu.detect(points)
     assert det.stats.num_pillars == 3000
     assert det.stats.num_pillars_dropped == voxelize(points, gpu.cfg).num_pillars_total - 3000 > 10_000
@@ -171,7 +171,7 @@ def test_growing_past_the_point_capacity(assets, tmp_path):  # type: ignore[no-u
 
     ckpt = load_checkpoint(assets / CHECKPOINTS["openpcdet"])
     model = export_model_dir(ckpt.weights, ckpt.config, tmp_path, precision="fp32", source={})
-    points = read_velodyne_bin(assets / SHARED_FRAMES[2])
+    points = read_points(assets / SHARED_FRAMES[2])
     roomy = GpuPipeline(model, backend=BACKENDS[0], tf32=False)
     small = GpuPipeline(model, backend=BACKENDS[0], tf32=False, max_points=1000)
     assert_same_detections(small.detect(points), roomy.detect(points), "after growing")
@@ -185,7 +185,7 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
     import cupy as cp
 
     _, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[0])
+    points = read_points(assets / SHARED_FRAMES[0])
     expected = cpu.detect(points)
     assert_same_detections(gpu.detect(cp.asarray(points)), expected, "cupy input")
     assert gpu.copies.h2d_copies == 0
@@ -202,7 +202,7 @@ def test_a_device_array_with_a_malformed_interface_is_an_input_error(family_pair
     import cupy as cp
 
     _, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[0])
+    points = read_points(assets / SHARED_FRAMES[0])
     good = cp.asarray(points)
 
     class Malformed:
@@ -221,7 +221,7 @@ def test_one_h2d_and_one_d2h_copy_per_frame(family_pair, assets, frame):  # type
     from torch.profiler import ProfilerActivity, profile
 
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / frame)
+    points = read_points(assets / frame)
     direct = points.nbytes >= DIRECT_COPY_BYTES
     assert direct == (frame == SHARED_FRAMES[3])
     gpu.detect(points)  # warm-up: graphs captured
@@ -242,7 +242,7 @@ def test_a_large_frame_from_the_callers_array_equals_it_through_staging(family_p
     """The direct copy (C-ordered float32 rows) and the staging copy (the same points in Fortran order)
     give the same bytes, in either order: the header the direct copy sets is the one the kernels read."""
     _, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    points = read_points(assets / SHARED_FRAMES[3])
     direct = gpu.detect(points)
     assert gpu.copies.h2d_bytes == points.nbytes
     staged = gpu.detect(np.asfortranarray(points))
@@ -261,7 +261,7 @@ def test_a_frame_may_change_once_submit_returns(family_pair, assets):  # type: i
     import cupyx
 
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[3])
+    points = read_points(assets / SHARED_FRAMES[3])
     expected = gpu.detect(points)
     pinned = cupyx.empty_pinned(points.shape, np.float32)
     for frame, staged in ((points.copy(), False), (pinned, True)):
@@ -281,7 +281,7 @@ def test_detect_reads_a_page_locked_frame_in_place(family_pair, assets, frame): 
     import cupyx
 
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / frame)
+    points = read_points(assets / frame)
     expected = gpu.detect(points)
     pinned = cupyx.empty_pinned(points.shape, np.float32)
     pinned[:] = points
@@ -296,7 +296,7 @@ def test_stage_timings_and_graphs(family_pair, assets):  # type: ignore[no-untyp
     """Off by default (no timings, the untimed graph); on, the timed graph of the same batch times
     every stage."""
     _, _, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[0])
+    points = read_points(assets / SHARED_FRAMES[0])
     assert gpu.stage_timings is False
     gpu.detect(points)
     assert gpu.last_timings == {}
@@ -354,7 +354,7 @@ def test_thresholds_change_per_call_without_recompiling_or_recapturing(family_pa
     from pointpillars_trt.kernels import _launch
 
     family, cpu, gpu = family_pair
-    points = read_velodyne_bin(assets / SHARED_FRAMES[2])
+    points = read_points(assets / SHARED_FRAMES[2])
     gpu.detect(points)  # compiled and captured
     compiled, graphs = _launch.compiled_modules(), dict(gpu._graphs)
     settings = [Thresholds(score_threshold=0.05), Thresholds(nms_iou=0.5), Thresholds(max_boxes=5),
@@ -376,7 +376,7 @@ def test_thresholds_change_per_call_without_recompiling_or_recapturing(family_pa
 def test_host_round_trip_mode_gives_the_same_boxes(family_pair, assets, tmp_path):  # type: ignore[no-untyped-def]
     _, cpu, gpu = family_pair
     slow = HostRoundTripPipeline(gpu.model, backend=gpu.backend, tf32=False)
-    points = read_velodyne_bin(assets / SHARED_FRAMES[1])
+    points = read_points(assets / SHARED_FRAMES[1])
     assert_same_detections(slow.detect(points), cpu.detect(points), "host round trip")
     assert slow.copies.h2d_copies > 5 and slow.copies.d2h_copies > 5
     slow.close()
@@ -396,7 +396,7 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
     assert fast.tf32
     reach, score_tol = (0.05, 5e-3) if family == "openpcdet" else (1.0, 2e-2)
     for frame in SHARED_FRAMES[:3]:
-        points = read_velodyne_bin(assets / frame)
+        points = read_points(assets / frame)
         ref, got = cpu.detect(points), fast.detect(points)
         np.testing.assert_allclose(len(got), len(ref), rtol=0.15, atol=2, err_msg=f"{family} {frame}")
         confident = ref.scores >= 0.2 if family == "openpcdet" else np.argsort(-ref.scores, kind="stable")[:10]
@@ -468,7 +468,7 @@ def batched(family_pair):  # type: ignore[no-untyped-def]
 
 def _mixed_frames(assets) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
     rng = np.random.default_rng(12)
-    return [read_velodyne_bin(assets / SHARED_FRAMES[2]), _random_cloud(rng, 0), read_velodyne_bin(assets / SHARED_FRAMES[0]),
+    return [read_points(assets / SHARED_FRAMES[2]), _random_cloud(rng, 0), read_points(assets / SHARED_FRAMES[0]),
             _random_cloud(rng, 9000)]
 
 
@@ -801,7 +801,7 @@ def test_four_threads_share_one_detector(family_pair, assets):  # type: ignore[n
     from concurrent.futures import ThreadPoolExecutor
 
     _, _, gpu = family_pair
-    frames = [read_velodyne_bin(assets / f) for f in SHARED_FRAMES]
+    frames = [read_points(assets / f) for f in SHARED_FRAMES]
     expected = [gpu.detect(f) for f in frames]
 
     def work(seed: int) -> list[bool]:
@@ -842,7 +842,7 @@ def test_fp16_engines_agree_with_the_fp32_oracle(fp16_models, assets, backend): 
     oracle is found within 10 cm with its label and a score within 1e-2; the cuDNN engine does at least as
     well as ONNX Runtime's fp16 where both are installed."""
     oracle = CpuDetector(fp16_models["fp32"])
-    frames = [read_velodyne_bin(assets / f) for f in SHARED_FRAMES]
+    frames = [read_points(assets / f) for f in SHARED_FRAMES]
     worst = _fp16_agreement(fp16_models["fp16"], oracle, backend, frames)
     print(f"{backend} fp16: worst confident-box score difference {worst:.2e}")
     assert worst < 1e-2
@@ -860,7 +860,7 @@ def test_fp16_batches_give_each_frame_its_batch_of_one_boxes(fp16_models, assets
     options = {"backend": "cudnn"} if "cudnn" in BACKENDS else {"backend": BACKENDS[0]}
     alone = GpuPipeline(fp16_models["fp16"], **options)
     pipe = GpuPipeline(fp16_models["fp16"], max_batch=batch, **options)
-    frames = ([read_velodyne_bin(assets / f) for f in SHARED_FRAMES[:2]] * batch)[:batch]
+    frames = ([read_points(assets / f) for f in SHARED_FRAMES[:2]] * batch)[:batch]
     want = [alone.detect(points) for points in frames]
     got = pipe.detect_batch(frames)
     layers = getattr(pipe._rpn, "_plans", {}).get(batch, {})

@@ -24,9 +24,9 @@ from pointpillars_trt.kitti import (
     parse_label_lines,
     read_calibration,
     read_png_size,
-    read_velodyne_bin,
     write_velodyne_bin,
 )
+from pointpillars_trt.pointcloud_io import read_bin
 
 # (path, bytes, points) as listed in the assets README.
 FRAMES = [
@@ -107,10 +107,10 @@ def random_boxes(n: int, seed: int) -> np.ndarray:
 # --------------------------------------------------------------------------- velodyne .bin
 
 @pytest.mark.parametrize("rel, size, count", FRAMES)
-def test_read_velodyne_bin_real_frames(assets: Path, rel: str, size: int, count: int) -> None:
+def test_read_bin_of_real_kitti_frames(assets: Path, rel: str, size: int, count: int) -> None:
     path = assets / rel
     assert path.stat().st_size == size == count * 16
-    pts = read_velodyne_bin(path)
+    pts = read_bin(path)
     assert pts.shape == (count, 4) and pts.dtype == np.float32
     raw = np.frombuffer(path.read_bytes(), dtype="<f4").reshape(count, 4)
     np.testing.assert_array_equal(pts, raw)
@@ -118,47 +118,47 @@ def test_read_velodyne_bin_real_frames(assets: Path, rel: str, size: int, count:
     assert pts[:, 3].min() >= 0.0 and pts[:, 3].max() <= 0.99 + 1e-6
 
 
-def test_read_velodyne_bin_size_not_multiple_of_16(tmp_path: Path) -> None:
+def test_read_bin_of_kitti_frames_size_not_multiple_of_16(tmp_path: Path) -> None:
     bad = tmp_path / "bad.bin"
     bad.write_bytes(b"\0" * 17)
     with pytest.raises(InputError) as err:
-        read_velodyne_bin(bad)
+        read_bin(bad)
     msg = str(err.value)
     assert str(bad) in msg and "17 bytes" in msg and "multiple of 16" in msg and "\n" not in msg
 
 
-def test_read_velodyne_bin_missing_file(tmp_path: Path) -> None:
+def test_read_bin_of_kitti_frames_missing_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="does not exist"):
-        read_velodyne_bin(tmp_path / "nope.bin")
+        read_bin(tmp_path / "nope.bin")
 
 
-def test_read_velodyne_bin_directory(tmp_path: Path) -> None:
+def test_read_bin_of_kitti_frames_directory(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="is a directory"):
-        read_velodyne_bin(tmp_path)
+        read_bin(tmp_path)
 
 
-def test_read_velodyne_bin_empty_file_is_an_empty_frame(tmp_path: Path) -> None:
+def test_read_bin_of_kitti_frames_empty_file_is_an_empty_frame(tmp_path: Path) -> None:
     empty = tmp_path / "empty.bin"
     empty.write_bytes(b"")
-    pts = read_velodyne_bin(empty)
+    pts = read_bin(empty)
     assert pts.shape == (0, 4) and pts.dtype == np.float32
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() == 0, reason="root reads any file")
-def test_read_velodyne_bin_unreadable(tmp_path: Path) -> None:
+def test_read_bin_of_kitti_frames_unreadable(tmp_path: Path) -> None:
     locked = tmp_path / "locked.bin"
     locked.write_bytes(b"\0" * 16)
     locked.chmod(0)
     with pytest.raises(InputError, match="cannot be read"):
-        read_velodyne_bin(locked)
+        read_bin(locked)
 
 
 def test_velodyne_bin_values_pass_through_unvalidated(tmp_path: Path) -> None:
     pts = np.array([[1, 2, 3, 0.5], [np.nan, 0, np.inf, -1]], dtype=np.float32)
     path = tmp_path / "x.bin"
     write_velodyne_bin(pts, path)
-    np.testing.assert_array_equal(read_velodyne_bin(path), pts)
-    assert read_velodyne_bin(path).flags.writeable  # a copy the caller owns, not a view of the bytes
+    np.testing.assert_array_equal(read_bin(path), pts)
+    assert read_bin(path).flags.writeable  # a copy the caller owns, not a view of the bytes
     assert path.read_bytes() == pts.astype("<f4").tobytes()
 
 

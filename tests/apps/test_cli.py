@@ -36,8 +36,9 @@ from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.convert.checkpoint import expected_keys
 from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
-from pointpillars_trt.kitti import kitti_label_to_lidar_boxes, read_calibration, read_velodyne_bin
+from pointpillars_trt.kitti import kitti_label_to_lidar_boxes, read_calibration
 from pointpillars_trt.model_dir import load_model_dir
+from pointpillars_trt.pointcloud_io import read_points
 from pointpillars_trt.reference import postprocess, scatter, split_heads, voxelize
 
 CHECKPOINTS = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
@@ -160,7 +161,7 @@ def api_detections(checkpoint: Path, assets: Path, tmp_path_factory: pytest.Temp
     """What the public API returns on the three frames, the oracle of the infer outputs."""
     cache = tmp_path_factory.mktemp("api_cache")
     with PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=cache) as detector:
-        return {rel: detector(read_velodyne_bin(assets / rel)) for rel in (CAMERA_FRAME, TEST_FRAME, FULL_SCAN)}
+        return {rel: detector(read_points(assets / rel)) for rel in (CAMERA_FRAME, TEST_FRAME, FULL_SCAN)}
 
 
 @pytest.fixture(scope="module")
@@ -457,7 +458,7 @@ def test_infer_json_counts_pillars(infer_json: tuple[Run, Path], assets: Path, f
     cfg = load_config(CONFIGS[family])
     for rel in (CAMERA_FRAME, FULL_SCAN):
         record = json.loads((infer_json[1] / f"{Path(rel).stem}.json").read_text())
-        assert record["num_pillars"] == brute_force_pillar_count(read_velodyne_bin(assets / rel), cfg)
+        assert record["num_pillars"] == brute_force_pillar_count(read_points(assets / rel), cfg)
 
 
 @pytest.mark.slow
@@ -465,7 +466,7 @@ def test_infer_json_is_openpcdet_convention_of_native_boxes(infer_json: tuple[Ru
                                                              assets: Path, family: str):
     cfg = load_config(CONFIGS[family])
     for rel in (CAMERA_FRAME, FULL_SCAN):
-        native = native_reference(read_velodyne_bin(assets / rel), model_dir, cfg)
+        native = native_reference(read_points(assets / rel), model_dir, cfg)
         boxes = np.asarray(json.loads((infer_json[1] / f"{Path(rel).stem}.json").read_text())["boxes_lidar"])
         assert boxes.shape == native.shape and len(boxes) > 0
         expected = native_to_openpcdet(native, family)
@@ -531,7 +532,7 @@ def test_infer_kitti_wrong_split_calib_is_that_frames_error(model_dir: Path, fam
 @pytest.fixture(scope="module")
 def bad_frames(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("frames")
-    good = read_velodyne_bin(assets / CAMERA_FRAME)
+    good = read_points(assets / CAMERA_FRAME)
     (folder / "odd.bin").write_bytes(good.tobytes()[:100])
     (folder / "empty.bin").write_bytes(b"")
     nonfinite = np.array([[np.nan, 1, 0, 0], [5, np.inf, 0, 0], [5, 1, -np.inf, 0], [5, 1, 0, np.nan]], np.float32)
@@ -1101,7 +1102,7 @@ def test_tiny_kitti_sibling_calib_and_json_headings(tiny_model: Path, tiny_frame
     # the un-normalised headings of this model go past pi, so normalisation did something
     with PointPillars.from_model_dir(tiny_model, device="cpu", score_threshold=0.005, nms_iou=0.5,
                                      max_boxes=25) as detector:
-        raw = detector(read_velodyne_bin(tiny_frames[1]))
+        raw = detector(read_points(tiny_frames[1]))
     assert np.abs(raw.boxes[:, 6]).max() > math.pi
     assert angle_gap(headings, raw.boxes[:, 6]).max() < 1e-5
 

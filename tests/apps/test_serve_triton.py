@@ -38,7 +38,7 @@ from pointpillars_trt.apps.serve.server import TritonServer, find_tritonserver
 from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError
-from pointpillars_trt.kitti import read_velodyne_bin
+from pointpillars_trt.pointcloud_io import read_points
 
 pytestmark = pytest.mark.slow  # a real tritonserver per module: end to end, tens of seconds
 
@@ -852,10 +852,10 @@ def test_kitti_frames_over_the_server_equal_the_local_detector(assets: Path, kit
         found = list(remote.infer_many(frames, concurrency=4))
         assert [r.source for r in found] == frames
         with pytest.raises(InputError, match=r"got one array of shape \(\d+, 4\): pass \[points\]"):
-            remote.infer_many(read_velodyne_bin(frames[0]))  # refused at the call, as the local detector does
+            remote.infer_many(read_points(frames[0]))  # refused at the call, as the local detector does
         for result, path in zip(found, frames):
             assert result.detections is not None and len(result.detections) > 0
-            assert_same(result.detections, detector(read_velodyne_bin(path)))
+            assert_same(result.detections, detector(read_points(path)))
     finally:
         remote.close()
         detector.close()
@@ -1021,7 +1021,6 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     frame of 4 values a point is that request's error; `infer --server` (with --point-dim 5 or by default)
     writes the JSON files local infer writes; --point-dim 4 is refused."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
-    from pointpillars_trt.pointcloud_io import read_points
 
     frames = [str(nuscenes / name) for name in NUSCENES_FRAMES]
     remote = RemoteDetector(nuscenes_server.endpoints["grpc"])
@@ -1378,7 +1377,7 @@ def test_requests_whose_client_gave_up_while_they_waited_are_answered_cancelled_
     CANCELLED, counted in its metric. Oracle: Triton's own counts, where a request the model answers,
     CANCELLED or not, is a success (one Triton drops from its queue a failure), and a last request that
     queues behind them all."""
-    frames = [read_velodyne_bin(path) for path in sorted((assets / "kitti/training/velodyne").glob("*.bin"))]
+    frames = [read_points(path) for path in sorted((assets / "kitti/training/velodyne").glob("*.bin"))]
     busy: list[object] = []
     # a queue delay that lets the busy frames fill one batch, so that none of the others can join it
     with served(install, assets / CHECKPOINT, tmp_path, max_batch=8, max_queue_delay_us=100_000) as server:
