@@ -126,10 +126,6 @@ class MultiHeadPostprocessStage:
             self._kept = cp.zeros((n, slots), np.int32)
             cp.cuda.runtime.deviceSynchronize()  # initial contents visible to any stream
 
-    @property
-    def row_floats(self) -> int:
-        return self.params.row_floats
-
     def launch(self, heads: Any, voxel_stats: Any, stream: Any, frames: int = 1) -> None:
         """Enqueue the first ``frames`` frames: their merged NHWC float32 head maps (frames, hy, hx,
         channels) -> ``result``; ``voxel_stats`` (the voxelizer's (frames, k) counts) go into each
