@@ -249,8 +249,9 @@ def conv_filter(weight: np.ndarray, channels_first: bool) -> np.ndarray:
     return np.ascontiguousarray(weight if channels_first else weight.transpose(0, 2, 3, 1))
 
 
-def layout_strides(n: int, c: int, h: int, w: int, channels_first: bool) -> list[int]:
-    """cuDNN dims are (N, C, H, W); these strides put W innermost (NCHW), else channels (NHWC)."""
+def layout_strides(c: int, h: int, w: int, channels_first: bool) -> list[int]:
+    """cuDNN dims are (N, C, H, W); these strides put W innermost (NCHW), else channels (NHWC). N's stride is
+    a whole (C, H, W) item's either way, so N itself is not needed."""
     return [c * h * w, h * w, w, 1] if channels_first else [h * w * c, 1, w * c, c]
 
 
@@ -565,13 +566,13 @@ class CudnnEngine(Engine):
         (h, w), (p, q) = layer.in_hw, layer.out_hw
         cin, cout = layer.in_channels, layer.out_channels
         nchw = self.channels_first_input
-        x = g.tensor(name="X", dim=[batch, cin, h, w], stride=layout_strides(batch, cin, h, w, nchw), data_type=io)
-        wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=layout_strides(cout, cin, 3, 3, nchw), data_type=io)
-        bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=layout_strides(1, cout, 1, 1, nchw), data_type=io)
+        x = g.tensor(name="X", dim=[batch, cin, h, w], stride=layout_strides(cin, h, w, nchw), data_type=io)
+        wt = g.tensor(name="W", dim=[cout, cin, 3, 3], stride=layout_strides(cin, 3, 3, nchw), data_type=io)
+        bt = g.tensor(name="B", dim=[1, cout, 1, 1], stride=layout_strides(cout, 1, 1, nchw), data_type=io)
         y = g.conv_fprop(image=x, weight=wt, padding=[1, 1], stride=[layer.stride] * 2, dilation=[1, 1],
                          compute_data_type=c.data_type.FLOAT)
         y = g.relu(input=g.bias(input=y, bias=bt))
-        y.set_output(True).set_data_type(io).set_dim([batch, cout, p, q]).set_stride(layout_strides(batch, cout, p, q, nchw))
+        y.set_output(True).set_data_type(io).set_dim([batch, cout, p, q]).set_stride(layout_strides(cout, p, q, nchw))
         g.validate()
         g.build_operation_graph()
         g.create_execution_plans([c.heur_mode.A, c.heur_mode.FALLBACK])

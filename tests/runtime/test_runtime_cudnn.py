@@ -119,7 +119,7 @@ def test_filter_layout_computes_the_same_conv(nchw):
     filt = conv_filter(w, nchw)
     assert filt.shape == ((4, 5, 3, 3) if nchw else (4, 3, 3, 5)) and filt.flags.c_contiguous
     flat = filt.ravel()
-    sk, sc, sr, ss = layout_strides(4, 5, 3, 3, nchw)  # cuDNN's (K, C, R, S) dims
+    sk, sc, sr, ss = layout_strides(5, 3, 3, nchw)  # cuDNN's (K, C, R, S) dims: K items of (C, R, S)
     xp = np.pad(x, ((0, 0), (1, 1), (1, 1), (0, 0)))
     for stride in (1, 2):
         want = conv3x3(x, w, b, stride)
