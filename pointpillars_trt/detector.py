@@ -61,7 +61,8 @@ class PointPillars:
 
     The keyword arguments (``device="cuda:1"``, ``score_threshold=0.3``, ...) are a shorthand that builds
     the options (``RuntimeOptions.of``); give one or the other. ``device="auto"`` picks the GPU pipeline
-    when CuPy and a CUDA device are present, else the CPU path. The thresholds override the model's
+    when CuPy, a CUDA device and a GPU engine backend that can run here (TensorRT, cuDNN or ONNX Runtime's
+    CUDA provider) are present, else the CPU path. The thresholds override the model's
     post-process values (no rebuild: they are kernel inputs, not part of the model);
     ``detector(points, thresholds=...)`` and ``detect_batch(frames, thresholds=...)`` change them for one
     call (``Thresholds``; max boxes up to the detector's), with no recompilation.
