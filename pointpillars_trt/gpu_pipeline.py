@@ -7,8 +7,8 @@ with each frame's point count and first row, then the frames back to back; a lar
 pageable memory, or one in page-locked memory that ``detect`` waits for, is copied from the caller's
 array, its header set on the device), voxelize, PFN and scatter into each frame's slot of a (B, ny, nx,
 C) NHWC canvas (channel-major for an RPN engine that reads that), ONE run of the RPN engine at batch B,
-the post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result, and one
-device-to-host copy of that result (a time-lag model's lags are a second H2D copy, thresholds that
+the post-process of the (B, hy, hx, cls|box|dir) head maps into a (B, rows, 9) result (11 values a row
+with a multi-head model's velocities), and one device-to-host copy of that result (a time-lag model's lags are a second H2D copy, thresholds that
 changed since the last batch a 12-byte third). Every stage runs a whole batch in each of its launches
 (the frame is the grid's z index), so a batch costs as many launches as one frame. Everything between
 the two copies is enqueued on the pipeline's stream with no host synchronisation: every count stays
