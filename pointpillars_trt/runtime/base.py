@@ -11,8 +11,9 @@ context manager. It never owns buffers:
   CPU detector and the test oracle use it.
 
 ``import onnxruntime`` happens only in :mod:`.onnxruntime` (and the availability probe,
-:mod:`.availability`) and ``import tensorrt`` (or TensorRT for RTX's module) only in the TensorRT modules,
-so either backend works without the other installed.
+:mod:`.availability`), ``import tensorrt`` (or TensorRT for RTX's module) only in the TensorRT modules and
+``import cudnn`` only in :mod:`.cudnn`, so each of the three backends (ONNX Runtime, TensorRT, cuDNN) works
+without the others installed.
 """
 
 from __future__ import annotations
