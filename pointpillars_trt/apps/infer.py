@@ -1,10 +1,11 @@
-"""``pointpillars-trt infer``: detect on point files and write one output per frame.
+"""``pointpillars-trt infer``: detect on point files and write each frame's outputs.
 
 Frames are ``.bin`` (KITTI float32 rows), ``.npy`` or ``.pcd`` files, given as files, folders or
 globs. They are read ahead of the detector (by reader threads, or reader processes on a long GPU run),
-run ``--batch-size`` at a time, and
-each frame's outputs (JSON record, KITTI label_2 lines, BEV picture) are written atomically. A bad
-frame is reported on one ``error:`` line and the others go on; the exit code is then 1.
+run ``--batch-size`` at a time. Each frame's outputs are files of its own (JSON record, KITTI label_2
+lines, BEV picture), each written atomically, or (``jsonl``, ``parquet``) its row in a part file of many
+frames' rows, each part written atomically once complete (``outputs``). A bad frame is reported on one
+``error:`` line and the others go on; the exit code is then 1.
 """
 
 from __future__ import annotations
