@@ -114,7 +114,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
             "read_points(path, point_dim=5, columns=4))"
         )
     if holds_capture_times(lags):
-        warnings.warn(f"{name}: {CAPTURE_TIMES_FINDING}: build multi-sweep frames with PointPillars.accumulate "
+        warnings.warn(f"{name}: {CAPTURE_TIMES_FINDING} build multi-sweep frames with PointPillars.accumulate "
                       "(sweeps.accumulate_sweeps), which gives each sweep's points its lag", InputWarning, stacklevel=2)
 
 

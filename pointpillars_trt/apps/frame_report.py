@@ -158,7 +158,7 @@ def read_warning(source: str, kind: str, intensity_scale: float | None = None) -
     """The warning for a frame the reader found probably wrong (``FrameReader.finding_of``), read with
     ``intensity_scale`` (--intensity-scale, None: not given)."""
     if kind == CAPTURE_TIMES:
-        return (f"warning: {safe_repr(source)}: {CAPTURE_TIMES_FINDING}: build multi-sweep frames from their sweeps "
+        return (f"warning: {safe_repr(source)}: {CAPTURE_TIMES_FINDING} build multi-sweep frames from their sweeps "
                 "with PointPillars.accumulate in Python, which gives each sweep's points its lag (warned once)")
     return empty_frame_warning(source) if kind == "empty" else intensity_warning(source, kind, intensity_scale)
 

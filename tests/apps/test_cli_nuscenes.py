@@ -306,7 +306,7 @@ def test_frames_of_per_point_capture_times_are_warned_once_and_counted(nuscenes:
     assert warned == [
         f"warning: '{tmp_path / 'a.bin'}': its 5th values take more distinct values than a frame has sweeps (over 32 "
         "among points spread over it), but this model reads there each sweep's time lag behind the key sweep, one "
-        "value for all of a sweep's points: per-point capture times within a sweep (a lidar driver's time field)?: "
+        "value for all of a sweep's points: per-point capture times within a sweep (a lidar driver's time field)? "
         "build multi-sweep frames from their sweeps with PointPillars.accumulate in Python, which gives each sweep's "
         "points its lag (warned once)",
         "warning: 2 frames had per-point capture times where the model reads sweeps' time lags in all (the first named "
