@@ -866,8 +866,9 @@ def _anchor_class(value: Any, path: str) -> AnchorClass:
 
 def _check_heads(cfg: ModelConfig) -> None:
     """A multi-head model: its heads cover the classes once each, in the classes' order (anchors
-    are laid out class by class and boxes head by head, so the two orders must agree), and the
-    per-class NMS inside each head goes with it."""
+    are laid out class by class and boxes head by head, so the two orders must agree), the
+    per-class NMS inside each head goes with it, and its boxes decode as OpenPCDet's (the only
+    coder of multi-head checkpoints; the GPU's multi-head post-process has no other)."""
     if (cfg.heads is None) != (cfg.postprocess.nms != "multi_classes"):
         raise _Invalid("postprocess.nms: multi_classes (per-class NMS inside each head) goes with heads, and "
                        "heads with multi_classes")
@@ -881,6 +882,9 @@ def _check_heads(cfg: ModelConfig) -> None:
         if cfg.box_code != BoxCodeConfig():
             raise _Invalid("box_code: sin/cos headings and velocities are supported in multi-head models only")
         return
+    if cfg.box_coder != "openpcdet":
+        raise _Invalid(f"box_coder: multi-head models decode boxes as OpenPCDet does (box_coder: openpcdet); got "
+                       f"{cfg.box_coder}")
     flat = [name for group in cfg.heads.groups for name in group]
     if flat != list(cfg.classes):
         raise _Invalid(f"heads.groups: the heads' classes, in order, must be the classes; got "

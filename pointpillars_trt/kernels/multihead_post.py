@@ -49,8 +49,6 @@ class MultiHeadPostParams:
         params = cls(cfg.head_map, sum(cfg.head_channels.values()), tuple(segments), cfg.box_code_size,
                      cfg.box_code.angle == "sincos", cfg.box_code.velocity, pp.score_inclusive, pp.pre_nms_top_k,
                      pp.max_boxes, float(np.float32(NMS_CORNER_MARGIN[cfg.box_coder])))
-        if cfg.box_coder != "openpcdet":
-            raise ConfigError(f"{cfg.name}: multi-head decoding follows OpenPCDet's box coder; got {cfg.box_coder}")
         if not 1 <= params.top_k <= SORT_LIMIT:
             raise ConfigError(f"{cfg.name}: postprocess.pre_nms_top_k is {params.top_k}; supported: 1..{SORT_LIMIT} "
                               "(GPU post-processing)")

@@ -71,6 +71,8 @@ def multihead(changes: dict[str, Any]) -> dict[str, Any]:
      "network.upsample_strides[0]: expected an integer in 1..64 or 1/k for an integer k in 2..8 (e.g. 0.5), got 0.3"),
     ({"box_code.angle": "quaternion"}, "box_code.angle: expected one of residual, sincos, got 'quaternion'"),
     ({"heads.middle_bn_eps": 0}, "heads.middle_bn_eps: expected a finite number in (0, 1], got 0"),
+    ({"box_coder": "zhulf0804"}, "box_coder: multi-head models decode boxes as OpenPCDet does (box_coder: openpcdet); "
+                                 "got zhulf0804"),
 ])
 def test_multihead_config_refusals(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as info:
