@@ -577,10 +577,60 @@ def test_a_ready_timeout_under_a_second_is_said_as_given(install, tiny, tmp_path
     the value given is said as given."""
     write_repository(tiny.path, tmp_path / "repo", device="cpu")
     server = TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", model=MODEL_NAME)
-    with pytest.raises(BackendError, match=r"not ready after 0\.25 s \(a large model or a busy host may need a "
+    with pytest.raises(BackendError, match=r"not ready after 0\.25 s \(its HTTP endpoint http://127\.0\.0\.1:\d+/v2/"
+                                           r"health/ready did not answer; a large model or a busy host may need a "
                                            r"longer --ready-timeout\)"):
         server.start(timeout=0.25)
     assert server.exit_code() is not None  # stopped again
+
+
+class ServerWithoutMetrics(TritonServer):
+    """A real tritonserver whose metrics endpoint never starts (``--allow-metrics=false``)."""
+
+    def command(self, backend_dir: Path, served: Path | None = None) -> list[str]:
+        return [*super().command(backend_dir, served), "--allow-metrics=false"]
+
+
+def test_start_waits_for_the_metrics_endpoint_not_only_for_http_ready(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """tritonserver starts its metrics endpoint after HTTP says ready (tens of ms later on a busy host, where a scrape
+    right after the start was refused): start returned at HTTP's ready. A server whose metrics endpoint never comes
+    is still being waited for a second after HTTP said ready, until its stop. Oracle: HTTP's /v2/health/ready,
+    polled beside the start."""
+    from pointpillars_trt.apps.serve.server import StartCancelled
+
+    write_repository(tiny.path, tmp_path / "repo", device="cpu")
+    server = ServerWithoutMetrics(tmp_path / "repo", install=install, log=tmp_path / "server.log", model=MODEL_NAME)
+    stop, outcome = threading.Event(), []
+
+    def start() -> None:
+        try:
+            server.start(timeout=START_TIMEOUT, stop=stop)
+            outcome.append("returned")
+        except StartCancelled:
+            outcome.append("stopped")
+
+    starting = threading.Thread(target=start)
+    starting.start()
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not http_ready(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert http_ready(server), "the server's HTTP endpoint never said ready"
+        time.sleep(1.0)
+        assert outcome == [], "start returned while the metrics endpoint did not answer"
+    finally:
+        stop.set()
+        starting.join(timeout=30)
+        server.stop()
+    assert outcome == ["stopped"]
+
+
+def http_ready(server: TritonServer) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{server.endpoints['http']}/v2/health/ready", timeout=1) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 def test_repository_only_writes_a_ragged_dynamic_batching_repository(tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

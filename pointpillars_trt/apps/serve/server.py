@@ -170,6 +170,15 @@ _PR_SET_PDEATHSIG = 1
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
 
 
+def _answers(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 within a second (refused, reset or timed out: not yet)."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as reply:
+            return bool(reply.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def refuse_busy_ports(host: str, http_host: str, http_port: int | None, grpc_port: int | None,
                       metrics_port: int | None) -> None:
     """BackendError naming the first option whose port (None: not given) something already listens on: the
@@ -245,8 +254,8 @@ class TritonServer:
         refuse_busy_ports(self.host, self.http_host, self.http_port, self.grpc_port, self.metrics_port)
 
     def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
-        """Start the server and wait until /v2/health/ready answers (BackendError with the log's tail
-        if the server exits or is not ready within ``timeout`` seconds; a port something already listens
+        """Start the server and wait until HTTP says ready and the metrics endpoint answers (BackendError with the
+        log's tail if the server exits or is not ready within ``timeout`` seconds; a port something already listens
         on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
         self.check_ports()
         remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)  # of serves killed before they removed theirs
@@ -300,7 +309,11 @@ class TritonServer:
         return python.parent
 
     def _wait_ready(self, timeout: float, stop: threading.Event | None) -> None:
-        url = f"http://{self.http_host}:{self.http_port}/v2/health/ready"
+        """Until HTTP's /v2/health/ready and the metrics endpoint both answer. tritonserver starts its endpoints one
+        after another once its models are loaded, gRPC, HTTP, then metrics: HTTP says ready before the metrics
+        endpoint listens (tens of ms later on a busy host), and a scrape right after the start was refused."""
+        waiting = [("HTTP", f"http://{self.http_host}:{self.http_port}/v2/health/ready"),
+                   ("metrics", self.endpoints["metrics"])]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
@@ -311,15 +324,15 @@ class TritonServer:
                 others = other_models_note(self.repository) if self.model is None else ""
                 raise BackendError(f"tritonserver exited with code {code} before it was ready"
                                    + self._log_tail() + others)
-            try:
-                with urllib.request.urlopen(url, timeout=1.0) as reply:
-                    if reply.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
+            while waiting and _answers(waiting[0][1]):
+                waiting.pop(0)
+            if not waiting:
+                return
             time.sleep(0.2)
-        raise BackendError(f"tritonserver on {self.http_host}:{self.http_port} not ready after {timeout:g} s (a large "
-                           "model or a busy host may need a longer --ready-timeout)" + self._log_tail())
+        name, url = waiting[0]
+        raise BackendError(f"tritonserver on {self.http_host}:{self.http_port} not ready after {timeout:g} s (its "
+                           f"{name} endpoint {url} did not answer; a large model or a busy host may need a longer "
+                           "--ready-timeout)" + self._log_tail())
 
     def _log_tail(self) -> str:
         if self.log is None or not self.log.is_file():
