@@ -35,9 +35,9 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
     files but hidden ones (said once a folder); otherwise a pattern with glob characters is expanded
-    (``**``: folders at any depth). A path that gives no frame (it
-    does not exist or cannot be reached, a folder without point files or that cannot be listed, a
-    pattern that matches nothing) is a problem of its own: all of them are one InputErrors (one
+    (``**``: folders at any depth) to the point files it matches, as a folder is listed. A path
+    that gives no frame (it does not exist or cannot be reached, a folder without point files or that cannot be
+    listed, a pattern that matches no point file) is a problem of its own: all of them are one InputErrors (one
     message each, before any model loads), or, given
     ``errors`` and other patterns that do give frames, messages appended there (the caller reports
     them; the rest runs). Patterns ``as_given`` picks stay as they are, counted as giving frames
@@ -46,9 +46,9 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
     frames: list[str] = []
     problems: list[str] = []
     for pattern in patterns:
-        found = [pattern] if as_given is not None and as_given(pattern) else _frames_of(pattern)
+        found, others = ([pattern], 0) if as_given is not None and as_given(pattern) else _frames_of(pattern)
         if not found:
-            problems.append(_no_frames(pattern))
+            problems.append(_no_frames(pattern, others))
         frames.extend(found)
     if problems and (errors is None or not frames):
         raise InputErrors(problems)
@@ -57,25 +57,28 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
     return frames
 
 
-def _frames_of(pattern: str) -> list[str]:
+def _frames_of(pattern: str) -> tuple[list[str], int]:
     """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
-    a pattern's matches; none when it does not exist."""
+    a pattern's matching point files; none when it does not exist. With them, how many files a pattern matched
+    that are no point files (0 for a path that is no pattern)."""
     if os.path.isdir(pattern):
         try:
             names = os.listdir(pattern)
         except OSError:  # a folder that cannot be listed gives no frame: _no_frames says why
-            return []
+            return [], 0
         files = [n for n in names if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n))]
         hidden = sorted(n for n in files if n.startswith("."))
         if hidden:  # as a glob and ls leave them out: macOS's ._*.bin metadata files, editors' temporary copies
             print(f"note: folder {safe_repr(pattern)}: {len(hidden)} hidden file(s) left out (e.g. "
                   f"{safe_repr(hidden[0])}: macOS metadata?); give one by name to run it", file=sys.stderr, flush=True)
-        return sorted(os.path.join(pattern, n) for n in files if not n.startswith("."))
+        return sorted(os.path.join(pattern, n) for n in files if not n.startswith(".")), 0
     if missing_path(pattern):
-        return []
+        return [], 0
     if os.path.lexists(pattern):  # a .txt or a FIFO given by name: refused with the rest, before the model loads
-        return [pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []
-    return sorted(p for p in _glob(pattern) if not os.path.isdir(p))
+        return ([pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []), 0
+    matched = sorted(p for p in _glob(pattern) if not os.path.isdir(p))
+    frames = [p for p in matched if _is_point_file(p)]  # as a folder's: labels, calib, notes beside the frames left out
+    return frames, len(matched) - len(frames)
 
 
 def _glob(pattern: str) -> list[str]:
@@ -127,9 +130,10 @@ def model_kind(path: str) -> str | None:
     return "a checkpoint" if path.lower().endswith(CHECKPOINT_SUFFIXES) and os.path.isfile(path) else None
 
 
-def _no_frames(pattern: str) -> str:
-    """Why a path gives no frame. A missing path is named a point file only when it has a point file's
-    suffix (no trailing separator): ``seq/`` or ``velodyne`` may as well have been meant as a folder."""
+def _no_frames(pattern: str, others: int = 0) -> str:
+    """Why a path gives no frame (``others``: the files a pattern matched, none a point file). A missing path
+    is named a point file only when it has a point file's suffix (no trailing separator): ``seq/`` or
+    ``velodyne`` may as well have been meant as a folder."""
     model = model_kind(pattern)
     if model is not None:
         frames = "a folder of point files" if model == "a model dir" else "a point file"
@@ -149,6 +153,9 @@ def _no_frames(pattern: str) -> str:
         return f"{safe_repr(pattern)} is {kind}, not a regular file: give point files"
     if os.path.lexists(pattern):
         return f"{safe_repr(pattern)} is not a point file: it has {unsupported_extension(os.path.splitext(pattern)[1])}"
+    if glob.has_magic(pattern) and others:
+        return (f"{safe_repr(pattern)} matched {others} file(s), none a point file "
+                f"({', '.join(SUPPORTED_EXTENSIONS)})")
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     if _is_point_file(pattern):

@@ -107,6 +107,38 @@ def test_paths_that_give_no_frame_among_frames_are_counted_and_the_rest_run(tiny
     assert output_names(out) == ["000001.json", "000002.json"]
 
 
+def test_a_glob_takes_the_point_files_it_matches_as_a_folder_does(tiny_model: Path, tiny_frames: list[Path],
+                                                                  tmp_path: Path):
+    """A quoted glob's matches that are no point files (a frame's label beside it) are left out, as a folder's
+    files are: they ran as frames (the label's output name clashed with the frame's, stopping the run)."""
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    (seq / "000000.bin").write_bytes(tiny_frames[1].read_bytes())
+    (seq / "000000.txt").write_text("Car 0.00 0 0 0 0 10 10 1.5 1.6 3.9 1 1.7 8 0\n")
+    out = tmp_path / "out"
+    run = cli("infer", f"{seq}/*", "--model", tiny_model, "--out", out, "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and "error" not in run.err and run.out.startswith("1/1 frames"), run
+    assert output_names(out) == ["000000.json"]
+
+
+def test_globs_that_match_no_point_file_give_no_frame_before_the_model_loads(tiny_model: Path, tmp_path: Path):
+    """Each glob says how many files it matched, none a point file, and the run stops before the model loads as
+    for any path that gives no frame (the model loaded, then each match failed as a frame); a file given by name
+    is refused as before."""
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    for name in ("README.md", "notes.md", "a.json", "b.json"):
+        (mixed / name).write_text("{}")
+    run = cli("infer", f"{mixed}/*.md", f"{mixed}/*.json", mixed / "README.md", "--model", tiny_model,
+              "--device", "cpu", "--no-progress")
+    assert run.rc == 2 and run.out == "", run
+    assert run.err.splitlines() == [  # no "running on" line: the model was never loaded
+        f"error: {f'{mixed}/*.md'!r} matched 2 file(s), none a point file (.bin, .npy, .pcd)",
+        f"error: {f'{mixed}/*.json'!r} matched 2 file(s), none a point file (.bin, .npy, .pcd)",
+        f"error: {str(mixed / 'README.md')!r} is not a point file: it has extension '.md'; supported: .bin, .npy, .pcd",
+    ], run.err
+
+
 # --------------------------------------------------------------------------- the summary line
 
 @pytest.fixture(scope="module")
