@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import InputError, InputErrors, safe_repr
 from ..fileio import folder_resolver, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
-from ..pointcloud_io import SUPPORTED_EXTENSIONS, unsupported_extension
+from ..pointcloud_io import _CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
 
 
 #: What parts a pattern's path components: the separator, and the other one where the system has two (Windows).
@@ -35,7 +35,8 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
 
     A path that exists is taken literally (so ``scan[1].bin`` works); a folder gives its point
     files but hidden ones (said once a folder); otherwise a pattern with glob characters is expanded
-    (``**``: folders at any depth) to the point files it matches, as a folder is listed. A path
+    (``**``: folders at any depth) to the point files it matches, as a folder is listed. The files of a point
+    format that is not read (``.npz``, ``.ply``) that folders and globs leave out are said in one note. A path
     that gives no frame (it does not exist or cannot be reached, a folder without point files or that cannot be
     listed, a pattern that matches no point file) is a problem of its own: all of them are one InputErrors (one
     message each, before any model loads), or, given
@@ -45,11 +46,13 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
     """
     frames: list[str] = []
     problems: list[str] = []
+    left_out = _LeftOut()
     for pattern in patterns:
-        found, others = ([pattern], 0) if as_given is not None and as_given(pattern) else _frames_of(pattern)
+        found, others = ([pattern], 0) if as_given is not None and as_given(pattern) else _frames_of(pattern, left_out)
         if not found:
             problems.append(_no_frames(pattern, others))
         frames.extend(found)
+    left_out.say()
     if problems and (errors is None or not frames):
         raise InputErrors(problems)
     if errors is not None:
@@ -57,10 +60,37 @@ def expand_frame_paths(patterns: Sequence[str], errors: list[str] | None = None,
     return frames
 
 
-def _frames_of(pattern: str) -> tuple[list[str], int]:
+class _LeftOut:
+    """The files of point formats that are not read (``.npz``, ``.ply``: those a file given by name is refused
+    with a conversion for) that folders and globs left out: a count and the first path of each format, so that a
+    folder of 100k of them costs no more than one."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+        self.first: dict[str, str] = {}
+
+    def add(self, path: str) -> None:
+        """Count ``path`` when it is a file of a point format that is not read (said by :meth:`say`)."""
+        ext = os.path.splitext(path)[1].lower()
+        if ext in _CONVERSIONS and not os.path.isdir(path):
+            self.counts[ext] = self.counts.get(ext, 0) + 1
+            self.first.setdefault(ext, path)
+
+    def say(self) -> None:
+        """One note of the files left out, by format, each with its first path and how to convert it."""
+        if not self.counts:
+            return
+        kinds = "; ".join(f"{count} {ext} (e.g. {safe_repr(self.first[ext])}): {_CONVERSIONS[ext]}"
+                          for ext, count in sorted(self.counts.items()))
+        print(f"note: {sum(self.counts.values())} file(s) of point formats that are not read left out of the folders "
+              f"and globs given: {kinds}", file=sys.stderr, flush=True)
+
+
+def _frames_of(pattern: str, left_out: _LeftOut) -> tuple[list[str], int]:
     """The frames one path gives: itself when it exists (and is no folder), a folder's point files,
     a pattern's matching point files; none when it does not exist. With them, how many files a pattern matched
-    that are no point files (0 for a path that is no pattern)."""
+    that are no point files (0 for a path that is no pattern). ``left_out`` counts the files of point formats
+    that are not read of a folder or a pattern."""
     if os.path.isdir(pattern):
         try:
             names = os.listdir(pattern)
@@ -71,6 +101,9 @@ def _frames_of(pattern: str) -> tuple[list[str], int]:
         if hidden:  # as a glob and ls leave them out: macOS's ._*.bin metadata files, editors' temporary copies
             print(f"note: folder {safe_repr(pattern)}: {len(hidden)} hidden file(s) left out (e.g. "
                   f"{safe_repr(hidden[0])}: macOS metadata?); give one by name to run it", file=sys.stderr, flush=True)
+        for name in sorted(names):
+            if not name.startswith("."):
+                left_out.add(os.path.join(pattern, name))
         return sorted(os.path.join(pattern, n) for n in files if not n.startswith(".")), 0
     if missing_path(pattern):
         return [], 0
@@ -78,6 +111,8 @@ def _frames_of(pattern: str) -> tuple[list[str], int]:
         return ([pattern] if _is_point_file(pattern) and special_kind(pattern) is None else []), 0
     matched = sorted(p for p in _glob(pattern) if not os.path.isdir(p))
     frames = [p for p in matched if _is_point_file(p)]  # as a folder's: labels, calib, notes beside the frames left out
+    for path in matched:
+        left_out.add(path)
     return frames, len(matched) - len(frames)
 
 

@@ -139,6 +139,37 @@ def test_globs_that_match_no_point_file_give_no_frame_before_the_model_loads(tin
     ], run.err
 
 
+def test_point_files_of_formats_not_read_that_folders_and_globs_leave_out_are_one_note(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """.npz and .ply files (refused by name with how to convert them) that a folder or a glob leaves out are counted
+    in one note a run, with the first of each and that fix; labels, calib, images and outputs beside the frames are
+    not (the run said nothing of them, as if the folder held its point files alone)."""
+    fixes = ("save the frame's array from the archive as .npy (np.save('frame.npy', np.load(path)[name]))",
+             "convert it to .pcd (e.g. pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity")
+    seq, more = tmp_path / "seq", tmp_path / "more"
+    seq.mkdir()
+    more.mkdir()
+    (seq / "000001.bin").write_bytes(tiny_frames[1].read_bytes())
+    (seq / "000002.BIN").write_bytes(tiny_frames[2].read_bytes())
+    for name in ("a.npz", "b.npz", "c.PLY", "000001.txt", "000001.png", "000001.json", ".hidden.ply"):
+        (seq / name).write_bytes(b"x")
+    (more / "000004.bin").write_bytes(tiny_frames[4].read_bytes())
+    (more / "d.ply").write_bytes(b"x")
+    run = cli("infer", seq, f"{more}/*", tiny_frames[3], "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert run.rc == 0 and run.out.splitlines()[-1].startswith("4/4 frames"), run
+    assert [line for line in run.err.splitlines() if "not read" in line] == [
+        f"note: 4 file(s) of point formats that are not read left out of the folders and globs given: 2 .npz (e.g. "
+        f"{str(seq / 'a.npz')!r}): {fixes[0]}; 2 .ply (e.g. {str(seq / 'c.PLY')!r}): {fixes[1]}"], run.err
+    for path, fix in zip((seq / "a.npz", seq / "c.PLY"), fixes):  # the fix each file named alone gets
+        alone = cli("infer", path, "--model", tiny_model, "--device", "cpu", "--no-progress")
+        assert alone.rc == 2 and alone.err.rstrip().endswith(fix), alone
+    only = cli("infer", f"{more}/*.ply", "--model", tiny_model, "--device", "cpu", "--no-progress")
+    assert only.rc == 2 and only.err.splitlines() == [
+        f"note: 1 file(s) of point formats that are not read left out of the folders and globs given: 1 .ply (e.g. "
+        f"{str(more / 'd.ply')!r}): {fixes[1]}",
+        f"error: {f'{more}/*.ply'!r} matched 1 file(s), none a point file (.bin, .npy, .pcd)"], only
+
+
 # --------------------------------------------------------------------------- the summary line
 
 @pytest.fixture(scope="module")
