@@ -25,7 +25,7 @@ from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, one_line, safe_repr, shell_word
 from ..fileio import loads_json, open_regular_file, read_regular_file, write_json_atomic
 from ..kitti import calib_folder
-from ..model_dir import MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
+from ..model_dir import CHECKPOINT_SUFFIXES, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
 from .outputs import FILE_SUFFIXES, existing_parts
@@ -117,15 +117,35 @@ def _shown(option: str, value: object, defaulted: bool = False) -> str:
     return text + ((" (the model's)" if option in _MODEL_DEFAULTS else " (the default)") if defaulted else "")
 
 
-def _matching(option: str, value: object) -> str | None:
-    """The option words that give a setting the ``value`` recorded (None: none; the model is no option value)."""
+def _matching(option: str, value: object, now: object) -> list[str]:
+    """The option words that give a setting the ``value`` recorded where this run has ``now`` (a flag left out or an
+    option to drop: "drop --calib"); none where no option would (the model at the recorded path changed since)."""
     if option == "--model":
-        return None
+        return _model_matching(value, now)
     if option in _FLAGS and isinstance(value, bool):
-        return _FLAGS[option][value] if not _FLAGS[option][value].startswith("no ") else f"drop {option}"
+        return [_FLAGS[option][value] if not _FLAGS[option][value].startswith("no ") else f"drop {option}"]
     if value is None:
-        return f"drop {option}"
-    return f"{option} {_shown(option, value) if not isinstance(value, str) else shell_word(value)}"
+        return [f"drop {option}"]
+    return [f"{option} {_shown(option, value) if not isinstance(value, str) else shell_word(value)}"]
+
+
+def _model_matching(earlier: object, now: object) -> list[str]:
+    """The option words that run the recorded model again: its server, or its path (with a checkpoint's
+    --precision where that differs); none where no option would: a model not recorded, or one at this run's
+    path that has changed since (rebuilt, rewritten, another --config)."""
+    if not isinstance(earlier, Mapping) or not isinstance(now, Mapping):
+        return []
+    if "server" in earlier:
+        return [f"--server {shell_word(str(earlier['server']))}"] + ([] if "server" in now else ["drop --model"])
+    path = earlier.get("path")
+    if not isinstance(path, str):
+        return []
+    words = [f"--model {shell_word(path)}"] if path != now.get("path") else []
+    if earlier.get("precision") != now.get("precision") and path.lower().endswith(CHECKPOINT_SUFFIXES):
+        words.append(f"--precision {earlier.get('precision')}")
+    elif not words:
+        return []
+    return words + (["drop --server"] if "server" in now else [])
 
 
 def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
@@ -173,12 +193,20 @@ def differences(earlier: Mapping[str, object], now: Mapping[str, object],
 
 
 def matching_options(earlier: Mapping[str, object], now: Mapping[str, object]) -> str:
-    """How to run with ``earlier``'s settings where ``now``'s differ, as options ("pass --no-fov-only --max-boxes 25,
-    drop --calib"), or "" where none would (another model)."""
-    words = [_matching(option, earlier[option]) for option, value in now.items()
-             if option in earlier and earlier[option] != value]
-    given = [word for word in words if word is not None and not word.startswith("drop ")]
-    dropped = [word for word in words if word is not None and word.startswith("drop ")]
+    """How to run with ``earlier``'s settings where ``now``'s differ, as options ("pass --model zh --max-boxes 25,
+    drop --calib"), or "" where none would (the model at the recorded path changed since)."""
+    words: list[str] = []
+    for option, value in now.items():
+        if option not in earlier or earlier[option] == value:
+            continue
+        if option == "--model" and isinstance(value, Mapping) and _model_difference(earlier[option], value) is None:
+            continue  # the same model elsewhere
+        matching = _matching(option, earlier[option], value)
+        if not matching:
+            return ""
+        words += matching
+    given = [word for word in words if not word.startswith("drop ")]
+    dropped = [word for word in words if word.startswith("drop ")]
     return ", ".join((["pass " + " ".join(given)] if given else []) + dropped)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from pathlib import Path
 
@@ -65,6 +66,47 @@ def test_a_resumed_run_of_other_thresholds_another_model_or_crop_is_refused_and_
         "and 1 more): resuming would mix outputs of both in one folder; run with the settings of those outputs (pass "
         "--max-boxes 25 --intensity-scale 1.0 --no-fov-only, drop --image-shape), or give another --out"), run
     assert files_of(out) == before
+
+
+def refused_fix(run: Run) -> list[str]:
+    """The options a refused resume's error line says to pass, as a shell splits them."""
+    last = run.err.splitlines()[-1]
+    assert run.rc == 2 and last.startswith("error: --skip-existing: ") and "(pass " in last, run
+    return shlex.split(last[last.rindex("(pass ") + len("(pass "):last.rindex("), or give another --out")])
+
+
+def test_the_fix_of_a_resume_refused_for_another_model_names_that_model_and_resumes(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
+    """The options that run the kept outputs' settings again name their model with the rest: the fix named the
+    other options alone, and a run that followed it was refused again."""
+    out, whole, other = tmp_path / "out", tmp_path / "whole", tmp_path / "other"
+    from tiny import tiny_model_dir
+
+    tiny_model_dir(other, seed=4)  # the same config, other weights
+    assert infer(tiny_frames[:2], tiny_model, out, "--max-boxes", "2").rc == 0
+    run = infer(tiny_frames[:3], other, out, "--skip-existing")
+    assert f"(--model {str(tiny_model)!r} there, {str(other)!r} now: other weights; --max-boxes 2 there, 25 now)" in \
+        run.err, run
+    assert refused_fix(run) == ["--model", str(tiny_model), "--max-boxes", "2"]
+    run = infer(tiny_frames[:3], other, out, "--skip-existing", *refused_fix(run))  # added as told: the last wins
+    assert run.rc == 0 and "skipping 2 frame(s)" in run.err and run.out.startswith("1/1 frames"), run
+    assert infer(tiny_frames[:3], tiny_model, whole, "--max-boxes", "2").rc == 0
+    assert {name: (out / name).read_bytes() for name in output_names(out)} == \
+        {name: (whole / name).read_bytes() for name in output_names(whole)}
+
+
+def test_the_fix_of_a_resume_refused_for_another_precision_of_a_checkpoint_is_that_precision(
+        assets: Path, tmp_path: Path) -> None:
+    """A checkpoint exported in fp16, resumed with the default fp32: the fix is --precision (there was none)."""
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    frames = sorted((assets / "kitti" / "training" / "velodyne_fov").glob("*.bin"))[:2]
+    out = tmp_path / "out"
+    common = ("--model", checkpoint, "--out", out, "--device", "cpu", "--no-progress")
+    assert cli("infer", frames[0], *common, "--precision", "fp16").rc == 0
+    run = cli("infer", *frames, *common, "--skip-existing")
+    assert "precision fp16 there, fp32 now" in run.err and refused_fix(run) == ["--precision", "fp16"], run
+    run = cli("infer", *frames, *common, "--skip-existing", *refused_fix(run))
+    assert run.rc == 0 and "skipping 1 frame(s)" in run.err, run
 
 
 def test_defaults_given_explicitly_are_the_same_settings(tiny_model: Path, tiny_frames: list[Path],
