@@ -53,7 +53,7 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 # --------------------------------------------------------------------------- entry point
 
 #: What to do with files of the point formats users have that are not read, by extension.
-_CONVERSIONS = {
+POINT_FORMAT_CONVERSIONS = {
     ".npz": "save the frame's array from the archive as .npy (np.save('frame.npy', np.load(path)[name]))",
     ".ply": "convert it to .pcd (e.g. pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity",
 }
@@ -63,7 +63,7 @@ def unsupported_extension(ext: str) -> str:
     """What a file of extension ``ext`` (none: "") is not, with the extensions point files have, and for a
     point format that is not read, how to convert it."""
     kind = f"extension {safe_repr(ext, 24)}" if ext else "no extension"
-    convert = _CONVERSIONS.get(ext.lower())
+    convert = POINT_FORMAT_CONVERSIONS.get(ext.lower())
     return f"{kind}; supported: {', '.join(SUPPORTED_EXTENSIONS)}" + (f"; {convert}" if convert else "")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from ..errors import InputError, InputErrors, safe_repr
 from ..fileio import folder_resolver, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
-from ..pointcloud_io import _CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
+from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
 
 
 #: What parts a pattern's path components: the separator, and the other one where the system has two (Windows).
@@ -72,7 +72,7 @@ class _LeftOut:
     def add(self, path: str) -> None:
         """Count ``path`` when it is a file of a point format that is not read (said by :meth:`say`)."""
         ext = os.path.splitext(path)[1].lower()
-        if ext in _CONVERSIONS and not os.path.isdir(path):
+        if ext in POINT_FORMAT_CONVERSIONS and not os.path.isdir(path):
             self.counts[ext] = self.counts.get(ext, 0) + 1
             self.first.setdefault(ext, path)
 
@@ -80,7 +80,7 @@ class _LeftOut:
         """One note of the files left out, by format, each with its first path and how to convert it."""
         if not self.counts:
             return
-        kinds = "; ".join(f"{count} {ext} (e.g. {safe_repr(self.first[ext])}): {_CONVERSIONS[ext]}"
+        kinds = "; ".join(f"{count} {ext} (e.g. {safe_repr(self.first[ext])}): {POINT_FORMAT_CONVERSIONS[ext]}"
                           for ext, count in sorted(self.counts.items()))
         print(f"note: {sum(self.counts.values())} file(s) of point formats that are not read left out of the folders "
               f"and globs given: {kinds}", file=sys.stderr, flush=True)
