@@ -335,6 +335,19 @@ def is_pcdet_model_config(name_or_path: str | Path) -> bool:
         return False
 
 
+def yaml_config_flag(path: Path) -> str | None:
+    """The build option a YAML file goes to by its kind: ``--config`` for one of this package's configs
+    (``is_package_config``), ``--pcdet-config`` for an OpenPCDet model config; None for any other YAML and a file
+    that cannot be read as one."""
+    try:
+        raw = read_yaml(path)
+    except (ConfigError, InputError, OSError):
+        return None
+    if is_package_config(raw):
+        return "--config"
+    return "--pcdet-config" if _is_pcdet_model_config(raw) else None
+
+
 def build_command(checkpoint: str | os.PathLike[str] | None, out: str | os.PathLike[str] | None, *,
                   config: str | None = None, pcdet_config: str | os.PathLike[str] | None = None) -> str:
     """The ``pointpillars-trt build`` command, in backquotes, that makes a model dir at ``out`` of ``checkpoint``

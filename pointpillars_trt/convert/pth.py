@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..config import build_command
+from ..config import build_command, yaml_config_flag
 from ..errors import CheckpointError, escape_text, one_line, shell_word
 from ..fileio import no_wait_reader, path_argument
 from ..model_dir import METADATA_FILE
@@ -584,15 +584,24 @@ _MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine":
                 ".trt": "a TensorRT engine"}
 
 
-def _other_model_file(source: str) -> str:
+def _other_model_file(source: str, path: Path) -> str:
     """For a file named like an exported graph or engine, a model dir's record or a config: what to give instead (its
-    model dir, or the .pth; the config beside it)."""
-    if os.path.basename(source) == METADATA_FILE:
+    model dir, or the .pth; the config beside it, with the flag that takes its kind of YAML)."""
+    if path.name == METADATA_FILE:
         folder = os.path.dirname(source) or "."
         return (f"; it is named as a model dir's record: give the model dir that holds it ('{folder}'), the folder "
                 "`pointpillars-trt build` writes")
-    suffix = os.path.splitext(source.strip("'\""))[1].lower()
+    suffix = path.suffix.lower()
     if suffix in (".yaml", ".yml"):
+        flag = yaml_config_flag(path)
+        if flag == "--config":
+            return (f"; it is one of this package's configs (family, voxel, ...), which goes beside the checkpoint "
+                    f"as --config (its path, or a built-in config's name), not --pcdet-config: {build_command(None, None, config=str(path))} "
+                    "(Python: config=PATH)")
+        if flag == "--pcdet-config":
+            return (f"; it is an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which goes beside the checkpoint "
+                    f"as --pcdet-config: {build_command(None, None, pcdet_config=path)} (Python: "
+                    "convert.pcdet_config.config_from_pcdet_yaml)")
         return (f"; it is named as a YAML config, which goes beside the checkpoint: "
                 f"{build_command(None, None, pcdet_config=source)} for an OpenPCDet model config (--config for one "
                 "of this package's)")
@@ -603,10 +612,11 @@ def _other_model_file(source: str) -> str:
             "writes, with its model.json) or the .pth checkpoint it was exported from")
 
 
-def _read_legacy_magic(stream: io.BytesIO, source: str) -> None:
-    """Read a legacy stream's first pickle, which must be its magic number: else the file is no torch file."""
+def _read_legacy_magic(stream: io.BytesIO, source: str, path: Path) -> None:
+    """Read a legacy stream's first pickle, which must be its magic number: else the file (at ``path``) is no torch
+    file."""
     not_torch = f"{source}: not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)" + \
-        _other_model_file(source)
+        _other_model_file(source, path)
     try:
         _scan_pickle(stream)
         magic = _Unpickler(stream, source, 0).load()
@@ -616,10 +626,10 @@ def _read_legacy_magic(stream: io.BytesIO, source: str) -> None:
         raise CheckpointError(not_torch)
 
 
-def _read_legacy(data: bytes, source: str) -> _Parsed:
+def _read_legacy(data: bytes, source: str, path: Path) -> _Parsed:
     stream = io.BytesIO(data)
     budget = _Budget(MAX_INFLATION * len(data) + INFLATION_SLACK)
-    _read_legacy_magic(stream, source)
+    _read_legacy_magic(stream, source, path)
     protocol, _ = _unpickle(stream, source, "legacy header", budget)
     if protocol != _LEGACY_PROTOCOL:
         raise CheckpointError(f"{source}: legacy protocol version {pickled_repr(protocol, 20)}, "
@@ -706,7 +716,7 @@ def _read_bytes(path: Path, source: str) -> bytes:
             if info.st_size > MAX_CHECKPOINT_BYTES:
                 raise CheckpointError(f"{source}: file is {info.st_size} bytes, larger than the "
                                       f"{MAX_CHECKPOINT_BYTES}-byte limit for a checkpoint")
-            _check_format(file.read(_HEAD_BYTES), source)
+            _check_format(file.read(_HEAD_BYTES), source, path)
             file.seek(0)
             data = file.read(info.st_size)
             if file.read(1):
@@ -726,13 +736,13 @@ def _read_bytes(path: Path, source: str) -> bytes:
 _HEAD_BYTES = 4096
 
 
-def _check_format(head: bytes, source: str) -> None:
+def _check_format(head: bytes, source: str, path: Path) -> None:
     """Refuse, from its first bytes (``head``), a file that is neither torch format, before the rest is read: a
     gigabyte of anything else would be read whole first."""
     if not head:
         raise CheckpointError(f"{source}: empty file, expected a torch checkpoint")
     if not _is_zip(head):
-        _read_legacy_magic(io.BytesIO(head), source)
+        _read_legacy_magic(io.BytesIO(head), source, path)
 
 
 def _is_zip(data: bytes) -> bool:
@@ -740,8 +750,8 @@ def _is_zip(data: bytes) -> bool:
     return data[:2] == b"PK"
 
 
-def _parse(data: bytes, source: str) -> _Parsed:
-    return _read_zip(data, source) if _is_zip(data) else _read_legacy(data, source)
+def _parse(data: bytes, source: str, path: Path) -> _Parsed:
+    return _read_zip(data, source) if _is_zip(data) else _read_legacy(data, source, path)
 
 
 def _source(path: Path) -> str:
@@ -761,7 +771,7 @@ def read_pth(path: str | os.PathLike[str]) -> Any:
     times the file size plus ``INFLATION_SLACK``; ``load_checkpoint`` builds only the tensors it uses."""
     path = checkpoint_path(path)
     source = _source(path)
-    return _parse(_read_bytes(path, source), source).materialize()
+    return _parse(_read_bytes(path, source), source, path).materialize()
 
 
 @dataclass(frozen=True)
@@ -787,4 +797,4 @@ def open_pth(path: str | os.PathLike[str]) -> PthFile:
     path = checkpoint_path(path)
     source = _source(path)
     data = _read_bytes(path, source)
-    return PthFile(source, hashlib.sha256(data).hexdigest(), _parse(data, source))
+    return PthFile(source, hashlib.sha256(data).hexdigest(), _parse(data, source, path))

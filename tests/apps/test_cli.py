@@ -1500,12 +1500,16 @@ def test_an_openpcdet_model_config_given_to_config_names_a_command_that_reads_it
 @ONE_FAMILY
 def test_a_config_given_to_another_option_or_of_another_layout_names_the_option_given(checkpoint: Path, assets: Path,
                                                                                        repo_root: Path, tmp_path: Path):
-    """build --pcdet-config of this package's own YAML names --config (not "DATA_CONFIG is missing"); infer --config
+    """build --pcdet-config of this package's own YAML names --config (not "DATA_CONFIG is missing"), as infer
+    --model of it does (not --pcdet-config, which would refuse it); infer --config
     of the other layout's config on a checkpoint is told to drop --config, the option given (infer has no
     --pcdet-config)."""
     own = repo_root / "pointpillars_trt" / "configs" / "openpcdet_kitti_3class.yaml"
     run = cli("build", "--checkpoint", checkpoint, "--pcdet-config", own, "--out", tmp_path / "m")
     assert_one_line_error(run, f"'{own}': one of this package's configs", "give it as --config, not --pcdet-config")
+    run = cli("infer", assets / CAMERA_FRAME, "--model", own, "--device", "cpu")
+    assert_one_line_error(run, "it is one of this package's configs (family, voxel, ...), which goes beside the "
+                               "checkpoint as --config", f"--checkpoint YOUR_CHECKPOINT.pth --config {own} --out")
     run = cli("infer", assets / CAMERA_FRAME, "--model", checkpoint, "--config", "zhulf0804_kitti_3class",
               "--device", "cpu")
     assert_one_line_error(run, "zhulf0804 family; drop --config to read it with openpcdet_kitti_3class")

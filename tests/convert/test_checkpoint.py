@@ -27,6 +27,7 @@ import pytest
 from _torch_writer import (LEGACY_MAGIC, UNTYPED, Call, Storage, Tensor, named_tensor_of, pickle_torch, tensor_of,
                            torch_global, write_legacy, write_zip)
 
+import pointpillars_trt
 from pointpillars_trt.convert.checkpoint import detect_layout, expected_keys, load_checkpoint, weights_from_state_dict
 from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.config import ModelConfig
@@ -644,15 +645,38 @@ def test_a_model_dir_or_its_record_given_as_a_checkpoint_names_the_model_dir(tmp
 
 
 @pytest.mark.parametrize("name", ["cbgs_pp_multihead.yaml", "my model.yml"])
-def test_a_yaml_config_given_as_a_checkpoint_names_the_build_that_reads_it(tmp_path: Path, name: str) -> None:
+def test_an_openpcdet_yaml_given_as_a_checkpoint_names_the_build_that_reads_it(tmp_path: Path, name: str) -> None:
     """An OpenPCDet model YAML given as --model or --checkpoint (a model is its .pth and its .yaml) was "not a
-    torch checkpoint" alone: now the build that takes the YAML beside the checkpoint is named."""
+    torch checkpoint" alone: now it is said to be an OpenPCDet model config, with the build that takes it."""
     path = tmp_path / name
     path.write_text("CLASS_NAMES: ['car']\nMODEL:\n    NAME: PointPillar\n")
     msg = checkpoint_error(lambda: load_checkpoint(path), path)
+    assert msg.endswith("; it is an OpenPCDet model config (MODEL, CLASS_NAMES, ...), which goes beside the "
+                        "checkpoint as --pcdet-config: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth "
+                        f"--pcdet-config {shlex.quote(str(path))} --out MODEL_DIR` (Python: "
+                        "convert.pcdet_config.config_from_pcdet_yaml)"), msg
+
+
+def test_a_package_config_given_as_a_checkpoint_names_config_not_pcdet_config() -> None:
+    """One of this package's own configs given as --model was pointed to `build --pcdet-config`, which refuses it
+    as one of this package's: now it is said to be one, and --config is named."""
+    path = Path(pointpillars_trt.__file__).parent / "configs" / "openpcdet_kitti_3class.yaml"
+    msg = checkpoint_error(lambda: load_checkpoint(path), path)
+    assert msg.endswith("; it is one of this package's configs (family, voxel, ...), which goes beside the "
+                        "checkpoint as --config (its path, or a built-in config's name), not --pcdet-config: "
+                        "`pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth --config "
+                        f"{shlex.quote(str(path))} --out MODEL_DIR` (Python: config=PATH)"), msg
+
+
+def test_a_yaml_of_neither_kind_given_as_a_checkpoint_names_both_flags(tmp_path: Path) -> None:
+    """A YAML that is neither kind of config (or cannot be read as one) names both flags, each with its kind."""
+    path = tmp_path / "notes.yaml"
+    path.write_text("a: 1\n")
+    msg = checkpoint_error(lambda: load_checkpoint(path), path)
     assert msg.endswith("; it is named as a YAML config, which goes beside the checkpoint: `pointpillars-trt build "
-                        f"--checkpoint YOUR_CHECKPOINT.pth --pcdet-config {shlex.quote(str(path))} --out MODEL_DIR` for an "
-                        "OpenPCDet model config (--config for one of this package's)"), msg
+                        f"--checkpoint YOUR_CHECKPOINT.pth --pcdet-config {shlex.quote(str(path))} --out MODEL_DIR` "
+                        "for an OpenPCDet model config (--config for one of this package's)"), msg
+
 
 @pytest.mark.parametrize("fmt", WRITERS)
 @pytest.mark.parametrize("module, name, payload", [
