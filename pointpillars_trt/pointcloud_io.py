@@ -376,8 +376,7 @@ def _other_dim_hint(size: int, point_dim: int, columns: int, words: np.ndarray) 
         if n == 3:
             return "; the model needs intensities)"
         if n < columns:
-            return (f"; this model reads {columns} a point ({columns_text(columns)}): give it multi-sweep frames, "
-                    "which PointPillars.accumulate builds from sweeps and their poses)")
+            return f"; this model reads {columns} a point ({columns_text(columns)}): {MULTI_SWEEP_FIX})"
         return f": if so, pass --point-dim {n}; Python: point_dim={n})"  # the readers serve the API too
 
     return (f"; its size fits {' or '.join(f'rows of {n} values ({row_layout(n)}{advice(n)}' for n in fits)}, "

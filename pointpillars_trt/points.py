@@ -74,7 +74,9 @@ def check_named_columns(points: object, source: str, columns: int) -> None:
 
 
 #: What a multi-sweep model's user does with single sweeps (rows of x, y, z, intensity): the fix each reader names.
-MULTI_SWEEP_FIX = "give it multi-sweep frames (PointPillars.accumulate builds them from sweeps and their poses)"
+#: A 5th value alone is not it: the model reads it as each point's time lag, which only accumulation gives.
+MULTI_SWEEP_FIX = ("a multi-sweep model needs accumulated frames, each point's 5th value its time lag behind the key "
+                   "sweep: PointPillars.accumulate builds them from sweeps and their poses")
 
 
 def named_columns(names: Iterable[str], columns: int) -> dict[str, str | None]:

@@ -340,7 +340,8 @@ def test_pcd_time_field_meets_the_time_lag_checks_and_a_pcd_without_one_names_ac
     sweep = tmp_path / "sweep.pcd"
     sweep.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 7, "binary") + sample().tobytes())
     one_line_error(lambda: read_points(sweep, columns=5), f"point file {str(sweep)!r}: FIELDS 'x y z intensity' lack "
-                   "time (or timestamp or time_lag); single sweeps? give it multi-sweep frames (PointPillars.accumulate")
+                   "time (or timestamp or time_lag); single sweeps? a multi-sweep model needs accumulated frames, each "
+                   "point's 5th value its time lag behind the key sweep: PointPillars.accumulate")
 
 
 def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_path: Path) -> None:
@@ -982,7 +983,8 @@ def test_npy_of_single_sweeps_given_to_a_multi_sweep_model_names_accumulate(tmp_
     np.save(tmp_path / "sweep.npy", sample(10))
     one_line_error(lambda: read_points(tmp_path / "sweep.npy", columns=5), "holds shape (10, 4)",
                    "expected (N, 5) or more columns of x, y, z, intensity, time; single sweeps? ",
-                   "give it multi-sweep frames (PointPillars.accumulate builds them")
+                   "a multi-sweep model needs accumulated frames, each point's 5th value its time lag behind the "
+                   "key sweep: PointPillars.accumulate builds them")
 
 
 def test_npz_and_ply_are_refused_with_how_to_convert_them(tmp_path: Path) -> None:

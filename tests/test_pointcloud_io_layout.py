@@ -425,13 +425,15 @@ def test_real_multi_sweep_frames_are_not_warned_of(assets: Path, tmp_path: Path)
 
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:
     """A KITTI scan (4 values a point) read for a model of 5 point columns: the error says the model needs
-    multi-sweep frames, not --point-dim 4 (which that model refuses)."""
+    multi-sweep frames, each point's 5th value its time lag (which a 5th value of another kind is not), not
+    --point-dim 4 (which that model refuses)."""
     rows = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
     rows[: len(rows) // 5 * 5].tofile(tmp_path / "single.bin")
     with pytest.raises(InputError) as err:
         read_points(tmp_path / "single.bin", point_dim=5)  # columns 5: a multi-sweep model's read
     text = str(err.value)
     assert "this model reads 5 a point" in text and "PointPillars.accumulate" in text and "--point-dim" not in text
+    assert "needs accumulated frames, each point's 5th value its time lag behind the key sweep" in text, text
     with pytest.raises(InputError, match="pass --point-dim 4"):
         read_points(tmp_path / "single.bin", point_dim=5, columns=4)  # a KITTI model: the other layout fits
 

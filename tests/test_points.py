@@ -213,8 +213,9 @@ def test_a_structured_array_is_refused_with_the_conversion_that_reads_it() -> No
 
 
 def test_single_sweeps_given_to_a_multi_sweep_model_are_refused_naming_accumulate() -> None:
-    with pytest.raises(InputError, match=r"got 4 columns per point .*; single sweeps\? give it multi-sweep frames "
-                                         r"\(PointPillars.accumulate builds them"):
+    with pytest.raises(InputError, match=r"got 4 columns per point .*; single sweeps\? a multi-sweep model needs "
+                                         r"accumulated frames, each point's 5th value its time lag behind the key "
+                                         r"sweep: PointPillars.accumulate builds them"):
         as_host_points(np.zeros((10, 4), np.float32), columns=5)
 
 

@@ -33,9 +33,9 @@ from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
 from ..model_dir import ModelDir, config_change_fix, load_model_dir, rebuild_command
 from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
-from ..points import columns_text
+from ..points import MULTI_SWEEP_FIX, columns_text
 from ..runtime_options import cpu_threads, pipeline_threads
-from ..staging import likely_points_per_frame
+from ..staging import SIZE_SAMPLE, likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
@@ -491,10 +491,35 @@ def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> Non
 
 
 def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: str) -> None:
-    """.bin frames of fewer values a point than the model's point columns are refused up front."""
-    if point_dim < columns and _any_bin(frames):
-        raise InputError(f"--point-dim {point_dim}: {model} reads {columns} values a point "
-                         f"({columns_text(columns)}); pass --point-dim {columns}")
+    """.bin frames of fewer values a point than the model's point columns are refused up front. The one column a
+    model reads past x, y, z, intensity is a multi-sweep frame's time lag, which no --point-dim adds to single
+    sweeps: the refusal says what frames the model needs, and names --point-dim only where the files' sizes do
+    not say single sweeps (with them it would only change the error to 'not a multiple of' rows)."""
+    if point_dim >= columns or not _any_bin(frames):
+        return
+    single = _single_sweep_bin(frames, columns)
+    found = (f"; {safe_repr(single[0])} is {single[1]} bytes, rows of 4 values (a single sweep, as KITTI writes "
+             f"them), not {columns}" if single is not None else
+             f"; .bin files of such frames are read with --point-dim {columns}, this model's default")
+    raise InputError(f"--point-dim {point_dim}: {model} reads {columns} values a point ({columns_text(columns)}): "
+                     f"{MULTI_SWEEP_FIX}{found}")
+
+
+def _single_sweep_bin(frames: Sequence[str], columns: int) -> tuple[str, int] | None:
+    """The first local .bin frame, among the run's first ``SIZE_SAMPLE``, whose size says single sweeps (it fits
+    rows of 4 float32 values, not of ``columns``), with its size; None where the first size that fits one of the two
+    fits ``columns``, or none does (sizes that fit both say nothing)."""
+    for frame in frames[:SIZE_SAMPLE]:
+        if not frame.lower().endswith(".bin") or "://" in frame:
+            continue
+        try:
+            size = os.stat(frame).st_size
+        except (OSError, ValueError):  # ValueError: a NUL in the name; the frame's own read says what is wrong
+            continue
+        fits_4, fits_columns = size % 16 == 0, size % (4 * columns) == 0
+        if fits_4 != fits_columns:
+            return (frame, size) if fits_4 else None
+    return None
 
 
 def _any_bin(frames: Sequence[str]) -> bool:

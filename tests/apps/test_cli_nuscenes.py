@@ -98,7 +98,9 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
     frame = nuscenes / FRAME
     assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "4"),
                           "--point-dim 4: model openpcdet_nuscenes_multihead reads 5 values a point "
-                          "(x, y, z, intensity, time); pass --point-dim 5")
+                          "(x, y, z, intensity, time): a multi-sweep model needs accumulated frames, each point's 5th "
+                          "value its time lag behind the key sweep: PointPillars.accumulate builds them from sweeps "
+                          "and their poses; .bin files of such frames are read with --point-dim 5, this model's default")
     assert_one_line_error(cli("infer", frame, "--model", model, "--device", "cpu", "--point-dim", "5",
                               "--format", "kitti", "--out", tmp_path / "k"),
                           "--format kitti: model openpcdet_nuscenes_multihead predicts box velocities",
@@ -114,6 +116,22 @@ def test_single_sweep_frames_and_kitti_labels_are_one_clear_error(nuscenes: Path
                                       tmp_path / "r", *options), said)
         assert ray.is_initialized() == was and not (tmp_path / "r").exists()
 
+
+
+def test_point_dim_4_of_single_sweep_files_names_accumulated_frames_not_point_dim_5(assets: Path, model: Path) -> None:
+    """KITTI scans (4 values a point) with --point-dim 4 for a multi-sweep model were told "pass --point-dim 5",
+    which then refuses each file as "not a multiple of 20": the error says the model needs accumulated frames with
+    a time lag, and that the files' sizes are rows of 4, without naming --point-dim 5."""
+    velodyne = assets / "kitti" / "training" / "velodyne"
+    first = sorted(velodyne.glob("*.bin"))[0]
+    size = first.stat().st_size
+    assert size % 16 == 0 and size % 20, size  # the oracle: its size fits rows of 4 values, not of 5
+    run = cli("infer", velodyne, "--model", model, "--device", "cpu", "--point-dim", "4")
+    assert_one_line_error(run, "a multi-sweep model needs accumulated frames, each point's 5th value its time lag "
+                               "behind the key sweep: PointPillars.accumulate builds them from sweeps and their poses; "
+                               f"'{first}' is {size} bytes, rows of 4 values (a single sweep, as KITTI writes them), "
+                               "not 5")
+    assert "--point-dim 5" not in run.err, run.err
 
 
 def test_eval_of_a_velocity_model_says_kitti_is_its_default_format(assets: Path, nuscenes: Path, model: Path,
