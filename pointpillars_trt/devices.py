@@ -63,7 +63,8 @@ def pick_device(device: str) -> PickedDevice:
     if kind == "cuda":
         if not gpu_visible():  # no driver: what the GPU path lacks besides is beside the point
             raise BackendError(f"device {device} requested, but this machine shows no NVIDIA GPU (no "
-                               f"{describe_probes()}): run on the CPU here (--device cpu or auto)")
+                               f"{describe_probes()}): run on the CPU here (--device cpu or auto; Python: "
+                               "device='cpu' or 'auto')")
         raise BackendError(f"device {device} requested, but {reason}")
     return PickedDevice("cpu", 0, reason)
 
@@ -75,4 +76,5 @@ def check_backend_runs_on(kind: str, backend: str, fallback_reason: str | None =
     if kind == "cpu" and backend not in on_cpu:
         why = f", and device auto runs on the CPU here: {fallback_reason}" if fallback_reason else ""
         raise BackendError(f"backend {backend!r} runs only in the GPU pipeline{why}; the CPU path uses ONNX Runtime "
-                           f"(pass --backend {' or '.join(on_cpu)}, or run where CUDA is available)")
+                           f"(pass --backend {' or '.join(on_cpu)}; Python: backend="
+                           f"{' or '.join(map(repr, on_cpu))}; or run where CUDA is available)")

@@ -204,6 +204,24 @@ def test_tensorrt_backend_on_cpu_is_refused(detector: PointPillars, assets: Path
     assert not list(tmp_path.iterdir())
 
 
+def test_device_and_backend_refusals_name_the_python_arguments_too(detector: PointPillars) -> None:
+    """A detector opened in Python on a device or backend that cannot run here was told the command line's fix
+    alone (--device cpu or auto, --backend auto or onnxruntime): the refusal names the arguments of the call too."""
+    from pointpillars_trt.runtime.availability import gpu_visible
+
+    with pytest.raises(BackendError) as info:
+        PointPillars(detector.model, device="cpu", backend="tensorrt")
+    assert str(info.value) == ("backend 'tensorrt' runs only in the GPU pipeline; the CPU path uses ONNX Runtime (pass "
+                               "--backend auto or onnxruntime; Python: backend='auto' or 'onnxruntime'; or run where "
+                               "CUDA is available)")
+    if gpu_visible():
+        pytest.skip("this machine shows an NVIDIA GPU")
+    with pytest.raises(BackendError, match=r"^device cuda:1 requested, but this machine shows no NVIDIA GPU .*: run "
+                                           r"on the CPU here \(--device cpu or auto; Python: device='cpu' or "
+                                           r"'auto'\)$"):
+        PointPillars(detector.model, device="cuda:1")
+
+
 @pytest.mark.slow
 def test_infer_many_isolates_a_bad_frame(detector: PointPillars, points: np.ndarray, expected: Detections,
                                          assets: Path, tmp_path: Path):

@@ -149,7 +149,8 @@ def require_ray(ray_address: str | None = None) -> Any:
         import ray
         import ray.data  # noqa: F401 - Ray without its data extra (pandas, pyarrow) fails here, not mid-run
     except ImportError:
-        raise BackendError("infer --ray needs Ray Data: pip install 'pointpillars-trt[ray]'") from None
+        raise BackendError("infer --ray (Python: detect_dataset) needs Ray Data: pip install "
+                           "'pointpillars-trt[ray]'") from None
     return ray
 
 

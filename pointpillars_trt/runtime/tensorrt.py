@@ -227,7 +227,7 @@ def require_gpu(plan_name: str) -> None:
     if not gpu_visible():
         raise BackendError(f"{escape_text(plan_name)}: TensorRT plans run on an NVIDIA GPU, and this machine shows none "
                            f"(no {describe_probes()}). Note: run the model dir's ONNX graphs on the CPU "
-                           "(device='cpu' or 'auto'; --device cpu or auto)")
+                           "(--device cpu or auto; Python: device='cpu' or 'auto')")
 
 
 def _use_device(device_id: int) -> None:

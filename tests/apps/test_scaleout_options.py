@@ -283,6 +283,22 @@ def test_ray_missing_is_one_error_line(tmp_path) -> None:  # type: ignore[no-unt
     assert len(lines) == 1 and "pip install 'pointpillars-trt[ray]'" in lines[0], done.stderr
 
 
+def test_ray_missing_names_detect_dataset_in_python(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Without Ray, ``detect_dataset`` said "infer --ray needs Ray Data", a command its caller never ran: the error
+    names the function too."""
+    import subprocess
+    import sys
+
+    script = ("import sys; sys.modules['ray'] = None\n"
+              "from pointpillars_trt.apps.distributed import detect_dataset\n"
+              "try:\n    detect_dataset(sys.argv[1], sys.argv[2], sys.argv[3])\n"
+              "except Exception as exc:\n    print(type(exc).__name__, exc)")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path), str(tmp_path / "m"), str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout == ("BackendError infer --ray (Python: detect_dataset) needs Ray Data: pip install "
+                           "'pointpillars-trt[ray]'\n"), done
+
+
 def test_a_local_ray_cluster_stays_on_loopback(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``require_ray`` without an address tells Ray, before its first import, to keep the cluster it starts
     on loopback (Ray reads the setting then); with an address, or RAY_ADDRESS set, the environment is left

@@ -558,7 +558,8 @@ def test_a_plan_opened_without_a_gpu_is_refused_saying_so(tiny_plan):
         open_engine(plan_path, TrtOptions(config_digest=DIGEST))
     assert str(info.value).startswith("pfn.plan: TensorRT plans run on an NVIDIA GPU, and this machine shows none (no "
                                       "/dev/nvidia0, ")
-    assert "ONNX graphs on the CPU" in str(info.value) and "CuPy" not in str(info.value)
+    assert str(info.value).endswith("ONNX graphs on the CPU (--device cpu or auto; Python: device='cpu' or 'auto')")
+    assert "CuPy" not in str(info.value)
 
 
 @pytest.mark.tensorrt
