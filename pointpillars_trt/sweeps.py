@@ -161,8 +161,9 @@ def _seconds(stamp: object, i: int) -> float:
     if isinstance(dtype, np.dtype) and dtype.kind == "f":
         step = float(np.spacing(np.abs(np.asarray(seconds, dtype))))
         if step > LAG_RESOLUTION:
-            raise InputError(f"accumulate: timestamp {i} is {dtype} {seconds:.10g}, which holds seconds of that size "
-                             f"only to {step:g} s: give float64 (or Python float) timestamps")
+            raise InputError(f"accumulate: timestamp {i} is {dtype} {seconds:.10g}, and {dtype} values of that size "
+                             f"are {step:g} s apart, too coarse for time lags of milliseconds: give float64 (or "
+                             "Python float) timestamps")
     return seconds
 
 

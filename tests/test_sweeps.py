@@ -94,7 +94,8 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.r_[np.c_[np.eye(3), [3e4, 4e4, 0]], [[0, 0, 0, 1]]]],
       [1.0, 0.9]), "pose 1 puts its sweep 5e+04 m from the key sweep, farther than a car moves in 2 s"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [np.float32(1.7e9), np.float32(1.7e9 - 0.05)]),
-     "timestamp 0 is float32 1700000000, which holds seconds of that size only to 128 s: give float64"),
+     "timestamp 0 is float32 1700000000, and float32 values of that size are 128 s apart, too coarse for time lags "
+     "of milliseconds: give float64 (or Python float) timestamps"),
     (([np.ma.masked_array(np.zeros((2, 4), np.float32), mask=[[0] * 4, [1] * 4])], [np.eye(4)], [0.0]),
      "sweep 0: a masked array, whose mask would be ignored"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], float("nan")), "ego_radius nan: expected metres >= 0, or None"),
