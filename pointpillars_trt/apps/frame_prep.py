@@ -25,15 +25,19 @@ from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image
 Prepare = Callable[[np.ndarray, str], np.ndarray]
 
 
-def fov_notice(fmt: str, cropped: bool) -> str:
+def fov_notice(fmt: str, cropped: bool, *, writes: bool, evaluating: bool) -> str:
     """The run's one note on the camera-view crop it applies by default for KITTI output or --eval
-    (``cropped``), or leaves off because the model's dataset config said it was trained on full scans."""
-    why = "KITTI output" if fmt == "kitti" else "--eval"
+    (``cropped``), or leaves off because the model's dataset config said it was trained on full scans; it names
+    what the run does with the detections (``writes`` them to --out, ``evaluating`` them), and no output where
+    --eval alone runs (its KITTI lines are its own, not written)."""
+    why = " and ".join([*(["KITTI output"] if fmt == "kitti" and writes else []), *(["--eval"] if evaluating else [])])
+    done = " and ".join([*(["written"] if writes else []), *(["evaluated"] if evaluating else [])])
     if cropped:
-        return (f"note: {why}: only the points the camera sees are detected on (OpenPCDet's FOV_POINTS_ONLY, "
-                "as its KITTI evaluation does); --no-fov-only keeps the full scans")
-    return (f"note: {why}: the full scans are detected on, not only the points the camera sees: the model was "
-            "trained on full scans (its dataset config's FOV_POINTS_ONLY: False); --fov-only crops them")
+        return (f"note: {why}: only the points the camera sees are detected on, for the detections {done} "
+                "(OpenPCDet's FOV_POINTS_ONLY, as its KITTI evaluation does); --no-fov-only keeps the full scans")
+    return (f"note: {why}: the full scans are detected on, not only the points the camera sees, for the detections "
+            f"{done}: the model was trained on full scans (its dataset config's FOV_POINTS_ONLY: False); --fov-only "
+            "crops them")
 
 
 def assumed_image_note(source: str, uses: str) -> str:
@@ -150,7 +154,7 @@ def frame_preparer(args: argparse.Namespace, fmt: str, note: Callable[[str], Non
         evaluating = bool(getattr(args, "eval", None))
         fov_only = fov_only_default(fmt, evaluating, trained_fov_only)
         if fmt == "kitti" or evaluating:
-            note(fov_notice(fmt, fov_only))
+            note(fov_notice(fmt, fov_only, writes=getattr(args, "out", None) is not None, evaluating=evaluating))
     if not fov_only:
         return None
     return CameraFovCrop(args.calib, args.image_shape, None if point_range is None else tuple(point_range))

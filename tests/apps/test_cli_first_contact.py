@@ -245,17 +245,36 @@ def test_kitti_output_crops_to_the_camera_by_default(tiny_model: Path, tiny_fram
 
 
 def test_the_default_crop_is_said_with_its_reason_kitti_output_or_eval() -> None:
+    """The note names what the run does with the cropped frames' detections: --eval without --out (whose format is
+    then kitti) was said to be "KITTI output", which it never writes."""
     import argparse
 
     from pointpillars_trt.apps.frame_prep import frame_preparer
 
-    for fmt, evaluating, trained_fov_only, said in (
-            ("kitti", None, None, f"note: KITTI output: {FOV_NOTE}"), ("json", "labels", None, f"note: --eval: {FOV_NOTE}"),
-            ("json", "labels", False, "note: --eval: the full scans are detected on"), ("json", None, None, None)):
+    crop = "(OpenPCDet's FOV_POINTS_ONLY, as its KITTI evaluation does); --no-fov-only keeps the full scans"
+    for fmt, out, evaluating, trained_fov_only, said in (
+            ("kitti", "o", None, None, f"note: KITTI output: {FOV_NOTE}, for the detections written {crop}"),
+            ("kitti", None, "labels", None, f"note: --eval: {FOV_NOTE}, for the detections evaluated {crop}"),
+            ("kitti", "o", "labels", None,
+             f"note: KITTI output and --eval: {FOV_NOTE}, for the detections written and evaluated {crop}"),
+            ("json", "o", "labels", None, f"note: --eval: {FOV_NOTE}, for the detections written and evaluated {crop}"),
+            ("json", None, "labels", False, "note: --eval: the full scans are detected on, not only the points the "
+             "camera sees, for the detections evaluated: the model was trained on full scans (its dataset config's "
+             "FOV_POINTS_ONLY: False); --fov-only crops them"),
+            ("json", "o", None, None, None)):
         notes: list[str] = []
-        args = argparse.Namespace(fov_only=None, eval=evaluating, calib=None, image_shape=None)
+        args = argparse.Namespace(fov_only=None, eval=evaluating, out=out, calib=None, image_shape=None)
         frame_preparer(args, fmt, notes.append, trained_fov_only)
-        assert (notes[0].startswith(said) if said else notes == []), notes
+        assert notes == ([said] if said else []), notes
+
+
+def test_eval_without_out_says_its_crop_of_the_evaluated_detections_not_kitti_output(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
+    labels = one_car_labels(tmp_path, tiny_frames[1:2])
+    run = cli("infer", tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--no-progress", "--eval", labels)
+    assert run.rc == 0, run
+    assert f"note: --eval: {FOV_NOTE}, for the detections evaluated (" in run.err and "KITTI output" not in run.err, \
+        run.err
 
 
 def png_header(width: int, height: int) -> bytes:
