@@ -15,7 +15,7 @@ from typing import Any
 from ..runtime.availability import GPU_PROBES, GpuProbe, gpu_visible
 
 CUDA_EXTRA = 'pip install "pointpillars-trt[cuda13]" (or [cuda12] for CUDA 12 drivers)'
-#: Said when fp16 graphs run on the CPU (a local run's detector, or Ray's CPU workers).
+#: Said when fp16 graphs run on the CPU (a local run's detector, bench's CPU run, or Ray's CPU workers).
 CPU_FP16_NOTE = ("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU runs use "
                  "fp32 graphs (a checkpoint without --precision fp16, or a model dir built with --precision fp32)")
 #: Said when a run given ``--no-tf32`` (``RuntimeOptions.tf32`` False) runs on the CPU, where it changes nothing.
@@ -34,12 +34,19 @@ def device_notice(detector: Any, *, probes: Sequence[GpuProbe] = GPU_PROBES) -> 
     note = gpu_unused_note(getattr(detector, "gpu_unused_reason", None), probes)
     if note is not None:
         lines.append(note)
-    if getattr(detector, "device", None) == "cpu" and detector.model.precision == "fp16":
-        lines.append(CPU_FP16_NOTE)
+    note = cpu_fp16_note(getattr(detector, "device", None), detector.model.precision)
+    if note is not None:
+        lines.append(note)
     note = cpu_tf32_note(getattr(detector, "device", None), getattr(detector, "options", None))
     if note is not None:
         lines.append(note)
     return lines
+
+
+def cpu_fp16_note(device: str | None, precision: str) -> str | None:
+    """``CPU_FP16_NOTE`` for graphs of ``precision`` that run on ``device`` "cpu", where fp16 gains no speed (else
+    None): a local run's detector, bench's CPU run, or Ray's CPU workers."""
+    return CPU_FP16_NOTE if device == "cpu" and precision == "fp16" else None
 
 
 def cpu_tf32_note(device: str | None, options: Any) -> str | None:

@@ -48,7 +48,7 @@ from ..pointcloud_io import checked_intensity_scale, require_point_dim
 from ..runtime.backends import BACKENDS
 from ..staging import likely_points_per_frame
 from ..stop_signals import interrupt_behind
-from .device_notice import CPU_FP16_NOTE, cpu_tf32_note
+from .device_notice import cpu_fp16_note, cpu_tf32_note
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
@@ -448,8 +448,9 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     try:  # from here on, a stop says what it kept
         if make_report is not None:  # where the frames run said first, as local infer says its device
             print(where, file=sys.stderr, flush=True)
-            if not on_gpu and model.precision == "fp16":  # as local infer says it of its detector
-                print(CPU_FP16_NOTE, file=sys.stderr, flush=True)
+            fp16_note = cpu_fp16_note("cuda" if on_gpu else "cpu", model.precision)  # as local infer says them
+            if fp16_note is not None:
+                print(fp16_note, file=sys.stderr, flush=True)
             tf32_note = cpu_tf32_note("cuda" if on_gpu else "cpu", options["runtime"])
             if tf32_note is not None:
                 print(tf32_note, file=sys.stderr, flush=True)

@@ -114,6 +114,23 @@ def test_a_cpu_bench_runs_and_records_the_threads_infer_would(tiny_yaml: Path, t
     assert notes == ([said.format(cores=cores)] if said else []), run.err
 
 
+def test_an_fp16_model_dir_benched_on_the_cpu_says_fp16_gains_nothing_there_once(tmp_path: Path) -> None:
+    """infer and the Python API say that fp16 graphs gain no speed on the CPU; bench timed them there without a
+    word: the same note, once, and none for fp32 graphs."""
+    from tiny import tiny_model_dir
+
+    frames = frame_folder(tmp_path / "f", 50)
+    note = ("note: fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16); for CPU runs use fp32 "
+            "graphs (a checkpoint without --precision fp16, or a model dir built with --precision fp32)")
+    for precision in ("fp16", "fp32"):
+        model = tiny_model_dir(tmp_path / precision, precision=precision).path
+        run = cli("bench", "--device", "cpu", "--model", model, "--frames", frames, "--iterations", 1, "--out",
+                  tmp_path / f"b{precision}")
+        assert run.rc == 0, run
+        assert f"running on CPU, ONNX Runtime, {precision}" in run.err, run.err
+        assert run.err.splitlines().count(note) == (precision == "fp16"), run.err
+
+
 def test_a_checkpoint_benched_without_its_yaml_says_the_published_config_it_takes(assets: Path, tmp_path: Path) -> None:
     """bench of an OpenPCDet checkpoint without --pcdet-config timed the built-in config of OpenPCDet's published
     YAML without the note build and infer give: one note line, none with --config given."""

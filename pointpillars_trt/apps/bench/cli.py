@@ -24,7 +24,7 @@ from ...runtime.backends import gpu_backend_rows
 from .frames import folder_frame_sets, list_frame_folders, page_locked_frame_sets, simulated_frame_sets
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import refuse_foreign_reports, write_reports
-from ..device_notice import gpu_unused_note
+from ..device_notice import cpu_fp16_note, gpu_unused_note
 from ..viz import no_png_line
 from ..frame_report import progress_bar
 from ..infer import MAX_PIPELINES, existing_model_path, load_model_dir_of_config
@@ -207,11 +207,12 @@ def _cpu_model_dir(model: _Model, out: Path) -> ModelDir:
 
 
 def _say_cpu_run(args: argparse.Namespace, precision: str, reason: str | None) -> None:
-    """The CPU run's line, why a visible GPU goes unused, and the GPU-only options given that it ignores."""
+    """The CPU run's line, why a visible GPU goes unused, that fp16 graphs gain nothing there (as infer says them),
+    and the GPU-only options given that it ignores."""
     print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed frames per frame set", file=sys.stderr)
-    note = gpu_unused_note(reason) if args.device == "auto" else None
-    if note:
-        print(note, file=sys.stderr)
+    for note in (gpu_unused_note(reason) if args.device == "auto" else None, cpu_fp16_note("cpu", precision)):
+        if note:
+            print(note, file=sys.stderr)
     defaults = _bench_defaults()
     ignored = ["--" + dest.replace("_", "-") for dest in GPU_ONLY_OPTIONS if getattr(args, dest) != defaults[dest]]
     if ignored:
