@@ -328,8 +328,9 @@ def require_point_dim(point_dim: object, columns: int = 4) -> None:
         raise InputError(f"point_dim {safe_repr(point_dim)} is not an integer from 4 to {MAX_POINT_DIM} (x, y, z, "
                          "intensity, ...: values a point of the .bin files)")
     if dim < columns:
-        raise InputError(f"point_dim {dim}: the model reads {columns} values a point "
-                         f"({columns_text(columns)}); read its frames with point_dim {columns} (--point-dim {columns})")
+        fix = (f"files of {columns} values a point are read with point_dim {columns} (--point-dim {columns}); "
+               f"{MULTI_SWEEP_FIX}" if columns == 5 else f"read its frames with point_dim {columns} (--point-dim {columns})")
+        raise InputError(f"point_dim {dim}: the model reads {columns} values a point ({columns_text(columns)}); {fix}")
 
 
 def _bin_points(data: bytes | np.ndarray, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:

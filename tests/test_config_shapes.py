@@ -76,7 +76,8 @@ def test_bin_frames_keep_the_model_columns(tmp_path: Path) -> None:
     assert read_points(path, point_dim=5).tolist() == rows.tolist()  # point_dim 5: the time column too
     assert read_points(path, point_dim=5, columns=4).tolist() == rows[:, :4].tolist()
     with pytest.raises(InputError, match=r"point_dim 4: the model reads 5 values a point \(x, y, z, intensity, time\); "
-                                         r"read its frames with point_dim 5 \(--point-dim 5\)"):
+                                         r"files of 5 values a point are read with point_dim 5 \(--point-dim 5\); a multi-sweep "
+                                         r"model needs accumulated frames, each point's 5th value its time lag .*PointPillars.accumulate"):
         read_points(path, point_dim=4, columns=5)
 
 

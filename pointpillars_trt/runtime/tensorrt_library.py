@@ -145,7 +145,8 @@ def unsupported_gpu_refusal(library: Library, compute_capability: str) -> str | 
     reason = library_unsupported_reason(library, compute_capability)
     if reason is None:
         return None
-    return (f"{reason}. Note: use --backend cudnn or onnxruntime here, or install TensorRT "
+    return (f"{reason}. Note: use --backend cudnn or onnxruntime here (Python: backend='cudnn' or 'onnxruntime'), "
+            "or install TensorRT "
             f"(pip install 'pointpillars-trt[tensorrt]') and {REBUILD_HINT}")
 
 

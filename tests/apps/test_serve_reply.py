@@ -67,7 +67,8 @@ def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
     assert read_bin_bytes_into(points.tobytes(), lambda n: rows, point_dim=5) is rows  # a 4-column model
     np.testing.assert_array_equal(rows, points[:, :4])
     with pytest.raises(InputError, match=r"point_dim 4: the model reads 5 values a point \(x, y, z, intensity, time\); "
-                                         r"read its frames with point_dim 5 \(--point-dim 5\)"):
+                                         r"files of 5 values a point are read with point_dim 5 \(--point-dim 5\); a multi-sweep "
+                                         r"model needs accumulated frames, each point's 5th value its time lag .*PointPillars.accumulate"):
         read_bin_bytes_into(points.tobytes(), lambda n: None, point_dim=4, columns=5, source="frame.bin")
 
 

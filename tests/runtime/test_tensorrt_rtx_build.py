@@ -79,7 +79,8 @@ def test_rtx_is_refused_on_other_gpus_and_tensorrt_is_not(capability):
 def refusal_on(capability: str) -> str:
     """The one line that refuses TensorRT for RTX on a GPU of ``capability``, as its users read it."""
     return (f"TensorRT for RTX does not run on compute capability {capability} (it runs on 7.5, 8.6, 8.9, 12.0, 12.1). "
-            "Note: use --backend cudnn or onnxruntime here, or install TensorRT (pip install 'pointpillars-trt[tensorrt]') "
+            "Note: use --backend cudnn or onnxruntime here (Python: backend='cudnn' or 'onnxruntime'), or install TensorRT "
+            "(pip install 'pointpillars-trt[tensorrt]') "
             "and rebuild with `pointpillars-trt build --backend tensorrt`")
 
 

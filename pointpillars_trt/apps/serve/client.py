@@ -72,7 +72,8 @@ class RemoteDetector:
             else:
                 import tritonclient.http as module  # type: ignore[no-redef]
         except ImportError:
-            raise BackendError("infer --server needs tritonclient: pip install 'pointpillars-trt[serve]'") from None
+            raise BackendError("infer --server (Python: RemoteDetector) needs tritonclient: pip install "
+                               "'pointpillars-trt[serve]'") from None
         self.server, self.protocol, self.model, self.timeout = server, protocol, model, timeout
         self._shown = printable_text(str(server))  # as messages name the server: one line whatever was given
         self.timeout_option = timeout_option
