@@ -801,6 +801,65 @@ def test_a_port_something_listens_on_is_refused_before_the_server_starts(install
         assert server.process is None
 
 
+def grpc_ready(server: TritonServer) -> bool:
+    """Whether the server's gRPC endpoint says ready (tritonclient's own check)."""
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.endpoints["grpc"])
+    try:
+        return bool(client.is_server_ready())
+    finally:
+        client.close()
+
+
+def test_a_picked_port_taken_before_the_start_is_picked_again(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A port the server picked itself (no option given) that another process took before the start was refused as
+    if given ('--grpc-port N: something already listens'): it is picked again, and the server answers there."""
+    import socket
+
+    write_repository(tiny.path, tmp_path / "repo", device="cpu")
+    server = TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", model=MODEL_NAME)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        taken = server.grpc_port
+        other.bind(("127.0.0.1", taken))
+        other.listen()
+        with server.start(timeout=START_TIMEOUT):
+            assert server.grpc_port != taken
+            assert http_ready(server) and grpc_ready(server)
+
+
+def test_a_picked_port_taken_while_the_model_loads_is_picked_again(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """tritonserver binds its ports once its models are loaded, seconds after it starts: a picked port another
+    process took meanwhile made it exit ('exited with code 1 before it was ready'). It is started again on a port
+    picked again, once; the port is taken here as soon as the first tritonserver process exists."""
+    import socket
+
+    write_repository(tiny.path, tmp_path / "repo", device="cpu")
+    server = TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", model=MODEL_NAME)
+    taken = server.grpc_port
+    started = threading.Event()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as other:
+        def take_the_port() -> None:
+            while server.process is None and not started.is_set():
+                time.sleep(0.001)
+            other.bind(("127.0.0.1", taken))
+            other.listen()
+
+        taking = threading.Thread(target=take_the_port)
+        taking.start()
+        try:
+            with server.start(timeout=START_TIMEOUT):
+                assert server.grpc_port != taken
+                assert http_ready(server) and grpc_ready(server)
+                moved = server.grpc_port
+        finally:
+            started.set()
+            taking.join(timeout=10)
+    log = (tmp_path / "server.log").read_text()  # both servers': the first one failed to bind, the second did not
+    assert f"failed to start GRPC service: Unavailable - Socket '127.0.0.1:{taken}' already in use" in log
+    assert f"Started GRPCInferenceService at 127.0.0.1:{moved}" in log
+
+
 def test_a_server_that_fails_to_start_leaves_no_temp_folder(install, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The binary gone between finding and starting it: Popen fails inside ``with`` (whose __exit__ then never

@@ -190,6 +190,10 @@ def refuse_busy_ports(host: str, http_host: str, http_port: int | None, grpc_por
                                "server?); pick another port, or leave the option out for a free one")
 
 
+class ServerExited(BackendError):
+    """tritonserver ended before it was ready (the message: its exit code and the log's tail)."""
+
+
 class TritonServer:
     """One ``tritonserver`` process on a repository; ``start`` returns once the server is ready.
 
@@ -224,6 +228,9 @@ class TritonServer:
         self.http_port = http_port or next(picked)
         self.grpc_port = grpc_port or next(picked)
         self.metrics_port = metrics_port or next(picked)
+        # the endpoints whose port was picked here (not given): picked again when another process took it
+        self._picked = [name for name, port in (("http_port", http_port), ("grpc_port", grpc_port),
+                                                ("metrics_port", metrics_port)) if not port]
         self.log = Path(log) if log is not None else None
         self.stop_timeout = stop_timeout
         self.process: subprocess.Popen[bytes] | None = None
@@ -256,17 +263,37 @@ class TritonServer:
     def start(self, timeout: float = 120.0, stop: threading.Event | None = None) -> TritonServer:
         """Start the server and wait until HTTP says ready and the metrics endpoint answers (BackendError with the
         log's tail if the server exits or is not ready within ``timeout`` seconds; a port something already listens
-        on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled."""
+        on is refused first). ``stop`` set meanwhile stops the server and raises StartCancelled. A port picked here
+        (not given) that another process took before tritonserver bound it (it binds them once its models are loaded,
+        seconds later) is picked again, at the start and once after a server that exited before it was ready."""
+        deadline = time.monotonic() + timeout
+        self._pick_again_taken_ports()
         self.check_ports()
-        remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)  # of serves killed before they removed theirs
-        self._scratch = tempfile.mkdtemp(prefix=owned_prefix(SCRATCH_PREFIX))
-        try:  # the scratch folder goes on any failure: a caller's ``with`` never reaches __exit__ when this raises
-            self.process = self._launch(Path(self._scratch))
-            self._wait_ready(timeout, stop)
-        except BaseException:
-            self.stop()
-            raise
-        return self
+        retried = False
+        while True:
+            remove_stale_folders(tempfile.gettempdir(), SCRATCH_PREFIX)  # of serves killed before they removed theirs
+            self._scratch = tempfile.mkdtemp(prefix=owned_prefix(SCRATCH_PREFIX))
+            try:  # the scratch folder goes on any failure: a caller's ``with`` never reaches __exit__ when this raises
+                self.process = self._launch(Path(self._scratch))
+                self._wait_ready(deadline, timeout, stop)
+                return self
+            except ServerExited:
+                self.stop()
+                if retried or not self._pick_again_taken_ports():
+                    raise
+                retried = True
+            except BaseException:
+                self.stop()
+                raise
+
+    def _pick_again_taken_ports(self) -> bool:
+        """Pick again each port picked here that something now listens on; whether there was one."""
+        taken = [name for name in self._picked
+                 if port_in_use(self.http_host if name == "http_port" else self.host, getattr(self, name))]
+        for name in taken:
+            ports = [self.http_port, self.grpc_port, self.metrics_port]
+            setattr(self, name, free_ports(self.http_host if name == "http_port" else self.host, 1, avoid=ports)[0])
+        return bool(taken)
 
     def _launch(self, scratch: Path) -> subprocess.Popen[bytes]:
         """tritonserver started on ``scratch`` (its backend folder, and the one-model repository)."""
@@ -308,13 +335,13 @@ class TritonServer:
         (python / STUB).symlink_to(self.install.stub)
         return python.parent
 
-    def _wait_ready(self, timeout: float, stop: threading.Event | None) -> None:
-        """Until HTTP's /v2/health/ready and the metrics endpoint both answer. tritonserver starts its endpoints one
+    def _wait_ready(self, deadline: float, timeout: float, stop: threading.Event | None) -> None:
+        """Until HTTP's /v2/health/ready and the metrics endpoint both answer, by ``deadline`` (``time.monotonic``;
+        ``timeout``: the start's seconds, as the refusal says them). tritonserver starts its endpoints one
         after another once its models are loaded, gRPC, HTTP, then metrics: HTTP says ready before the metrics
         endpoint listens (tens of ms later on a busy host), and a scrape right after the start was refused."""
         waiting = [("HTTP", f"http://{self.http_host}:{self.http_port}/v2/health/ready"),
                    ("metrics", self.endpoints["metrics"])]
-        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             assert self.process is not None
             if stop is not None and stop.is_set():
@@ -322,7 +349,7 @@ class TritonServer:
             code = self.exit_code()
             if code is not None:
                 others = other_models_note(self.repository) if self.model is None else ""
-                raise BackendError(f"tritonserver exited with code {code} before it was ready"
+                raise ServerExited(f"tritonserver exited with code {code} before it was ready"
                                    + self._log_tail() + others)
             while waiting and _answers(waiting[0][1]):
                 waiting.pop(0)
