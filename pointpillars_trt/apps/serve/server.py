@@ -277,23 +277,21 @@ class TritonServer:
                 self.process = self._launch(Path(self._scratch))
                 self._wait_ready(deadline, timeout, stop)
                 return self
-            except ServerExited:
+            except BaseException as exc:
                 self.stop()
-                if retried or not self._pick_again_taken_ports():
+                if retried or not isinstance(exc, ServerExited) or not self._pick_again_taken_ports():
                     raise
                 retried = True
-            except BaseException:
-                self.stop()
-                raise
 
     def _pick_again_taken_ports(self) -> bool:
         """Pick again each port picked here that something now listens on; whether there was one."""
-        taken = [name for name in self._picked
-                 if port_in_use(self.http_host if name == "http_port" else self.host, getattr(self, name))]
-        for name in taken:
-            ports = [self.http_port, self.grpc_port, self.metrics_port]
-            setattr(self, name, free_ports(self.http_host if name == "http_port" else self.host, 1, avoid=ports)[0])
-        return bool(taken)
+        taken = False
+        for name in self._picked:
+            host = self.http_host if name == "http_port" else self.host
+            if port_in_use(host, getattr(self, name)):
+                setattr(self, name, free_ports(host, 1, avoid=[self.http_port, self.grpc_port, self.metrics_port])[0])
+                taken = True
+        return taken
 
     def _launch(self, scratch: Path) -> subprocess.Popen[bytes]:
         """tritonserver started on ``scratch`` (its backend folder, and the one-model repository)."""
