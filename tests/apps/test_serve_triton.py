@@ -491,9 +491,16 @@ def test_health_and_prometheus_metrics_answer(tiny, tiny_server) -> None:  # typ
     for path in ("/v2/health/live", "/v2/health/ready", f"/v2/models/{MODEL_NAME}/ready"):
         with urllib.request.urlopen(f"http://{tiny_server.endpoints['http']}{path}", timeout=5) as reply:
             assert reply.status == 200, path
-    with urllib.request.urlopen(tiny_server.endpoints["metrics"], timeout=5) as reply:
-        text = reply.read().decode()
-    counts = [line for line in text.splitlines() if line.startswith(f'nv_inference_count{{model="{MODEL_NAME}"')]
+    # Triton books a request's statistics once its response is sent, which may be just after the client
+    # has it: the count is read again for a few seconds before the test fails.
+    deadline = time.monotonic() + 10
+    while True:
+        with urllib.request.urlopen(tiny_server.endpoints["metrics"], timeout=5) as reply:
+            text = reply.read().decode()
+        counts = [line for line in text.splitlines() if line.startswith(f'nv_inference_count{{model="{MODEL_NAME}"')]
+        if (counts and float(counts[0].split()[-1]) >= 1) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
     assert counts and float(counts[0].split()[-1]) >= 1, text[:2000]
 
 
