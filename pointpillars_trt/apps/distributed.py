@@ -308,11 +308,9 @@ def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
     fails as that frame's error, as local infer's read of one in a folder: ``infer --ray`` hands the frames
     of its folders here one by one)."""
     items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
-    found: list[str] = []
-    for item in items:
-        as_given = is_uri(item) or missing_path(item) or special_kind(item) is not None
-        found.extend([item] if as_given else expand_frame_paths([item]))
-    return found
+    # one expansion of them all: its note of the files left out for their format is said once a run, as in infer
+    return expand_frame_paths(items, as_given=lambda item: is_uri(item) or missing_path(item)
+                              or special_kind(item) is not None)
 
 
 def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None,

@@ -76,6 +76,30 @@ def test_a_gpu_only_backend_for_cpu_workers_is_local_infers_error_line_before_th
     assert ray.is_initialized() == was and not (tmp_path / "out").exists()
 
 
+def test_files_of_formats_not_read_that_its_folders_leave_out_are_one_note_a_run(  # type: ignore[no-untyped-def]
+        tiny_model: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """detect_dataset expanded each folder, glob or path on its own: the note of the .npz and .ply files left out
+    was said once a folder, where infer says it once a run. One note counts those of every folder and glob given
+    (the frames are expanded before the model is opened: the missing one ends the run before a cluster starts)."""
+    ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    for folder, other in (("a", "x.npz"), ("b", "y.npz"), ("c", "z.ply")):
+        write_frames(tmp_path / folder, tiny_model, {"000001": 50})
+        (tmp_path / folder / other).write_bytes(b"x")
+    was = ray.is_initialized()
+    with pytest.raises(InputError, match="no such checkpoint file or model dir"):
+        detect_dataset([str(tmp_path / "a"), str(tmp_path / "b"), f"{tmp_path / 'c'}/*"], tmp_path / "no_model",
+                       tmp_path / "out", workers=1, gpus_per_worker=0, progress=False)
+    notes = [line for line in capsys.readouterr().err.splitlines() if "not read" in line]
+    assert notes == [
+        "note: 3 file(s) of point formats that are not read left out of the folders and globs given: 2 .npz (e.g. "
+        f"{str(tmp_path / 'a' / 'x.npz')!r}): save the frame's array from the archive as .npy (np.save('frame.npy', "
+        f"np.load(path)[name])); 1 .ply (e.g. {str(tmp_path / 'c' / 'z.ply')!r}): convert it to .pcd (e.g. "
+        "pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity"], notes
+    assert ray.is_initialized() == was
+
+
 @pytest.mark.slow
 def test_tensorrt_plans_the_model_dir_lacks_are_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
         tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
