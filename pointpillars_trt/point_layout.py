@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import warnings
+from collections.abc import Callable
 from typing import Union
 
 import numpy as np
@@ -20,6 +21,10 @@ from .errors import InputError, InputWarning, safe_repr
 from .points import MULTI_SWEEP_FIX, columns_text
 
 PathLike = Union[str, "os.PathLike[str]"]
+#: Told, in one line naming the frame (``check_time_lags``' warning), of a multi-sweep frame whose 5th values look
+#: like per-point capture times (``holds_capture_times``); None: said as an :class:`InputWarning`. A reader that
+#: reports it in words of its own (infer) takes the read's finding rather than looking at the frame again.
+CaptureTimesNote = Callable[[str], None]
 
 
 _TEXT_CHARS = bytes([9, 10, 13, *range(32, 127)])  # printable ASCII, tab, newline, carriage return
@@ -83,13 +88,15 @@ TIME_LAG_RANGE = (-0.01, 2.0)
 _STRIDED_LAGS = 1 << 14  # more time lags than this are copied side by side before their minimum and maximum
 
 
-def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
+def check_time_lags(values: np.ndarray, point_dim: int, name: str,
+                    capture_times_note: CaptureTimesNote | None = None) -> None:
     """Refuse a multi-sweep model's frame (``name``: how the message names it) whose 5th values are no time
     lags: the PFN would take ring numbers or timestamps for lags without a word. Every point's is looked at
     (a minimum and a maximum of the column, ~0.4 ms for 300k points), since accumulated sweeps are
     concatenated and any part of a frame may be the one of another layout. 5th values within the lags' range
-    that are per-point capture times (``holds_capture_times``) are warned of (``InputWarning``, its text the
-    same for a file or an array each time, so that Python's filter says it once)."""
+    that are per-point capture times (``holds_capture_times``) are told to ``capture_times_note``, else warned
+    of (``InputWarning``, its text the same for a file or an array each time, so that Python's filter says it
+    once)."""
     rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
     lags = rows[:, 4]  # a strided view
     if lags.size > _STRIDED_LAGS:  # one strided pass, then two vectorised ones: ~2x faster than two strided
@@ -114,8 +121,12 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str) -> None:
             "read_points(path, point_dim=5, columns=4))"
         )
     if holds_capture_times(lags):
-        warnings.warn(f"{name}: {CAPTURE_TIMES_FINDING} build multi-sweep frames with PointPillars.accumulate "
-                      "(sweeps.accumulate_sweeps), which gives each sweep's points its lag", InputWarning, stacklevel=2)
+        text = (f"{name}: {CAPTURE_TIMES_FINDING} build multi-sweep frames with PointPillars.accumulate "
+                "(sweeps.accumulate_sweeps), which gives each sweep's points its lag")
+        if capture_times_note is None:
+            warnings.warn(text, InputWarning, stacklevel=2)
+        else:
+            capture_times_note(text)
 
 
 #: The most distinct values a column of time lags holds: one a sweep (nuScenes accumulates 10).
@@ -154,13 +165,15 @@ def holds_time_lags(column: np.ndarray) -> bool:
     return distinct.size <= _MOST_SWEEPS and not np.array_equal(distinct, np.round(distinct))
 
 
-def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4) -> None:
+def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4,
+                 capture_times_note: CaptureTimesNote | None = None) -> None:
     """Refuse a file whose values read as ``point_dim`` float32 a point are text, float64 values, bytes
     that are no float32 numbers at all, or rows of another length (3 to WIDEST_ROW_GUESS); ``columns``: the
     values a point the model reads (5 for a multi-sweep model), for the advice. The quick looks
     (``_looks_odd``, ``misread_row_length``'s at the intensities) are integer operations on the values' bits,
     which raise no floating-point warning whatever the bytes: NumPy's warnings are turned off only where odd
-    values are computed on."""
+    values are computed on. A multi-sweep model's 5th values are checked as time lags (``check_time_lags``,
+    which tells ``capture_times_note`` of per-point capture times)."""
     refuse_other_formats(path, values[: TEXT_SNIFF // 4], what)
     if _looks_odd(values, point_dim):
         _refuse_float64_or_noise(values, point_dim, path, what)
@@ -189,7 +202,7 @@ def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, 
         )
     if columns == 5:  # a layout read right: are its 5th values time lags?
         with np.errstate(all="ignore"):  # NaN and huge values are what the check looks past
-            check_time_lags(values, point_dim, f"{what} {safe_repr(path)}")
+            check_time_lags(values, point_dim, f"{what} {safe_repr(path)}", capture_times_note)
 
 
 def _refuse_float64_or_noise(values: np.ndarray, point_dim: int, path: PathLike, what: str) -> None:

@@ -27,8 +27,8 @@ from .config import POINT_COLUMN_NAMES, finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file,
                      read_size_error, said_empty_error, special_kind)
-from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, check_layout, check_time_lags, looks_like_noise, misread_row_length,
-                           refuse_noise, refuse_other_formats, row_layout)
+from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, CaptureTimesNote, check_layout, check_time_lags, looks_like_noise,
+                           misread_row_length, refuse_noise, refuse_other_formats, row_layout)
 from .points import (MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32, cast_to_float32,
                      columns_text, copy_leading_columns, lacking_text, named_columns, structured_fix, transposed_hint)
 
@@ -69,7 +69,7 @@ def unsupported_extension(ext: str) -> str:
 
 def read_points(
     path: PathLike, *, point_dim: int = 4, intensity_scale: float | None = None, columns: int | None = None,
-    viewpoint_note: ViewpointNote | None = None,
+    viewpoint_note: ViewpointNote | None = None, capture_times_note: CaptureTimesNote | None = None,
 ) -> np.ndarray:
     """Read a lidar frame file as a C-contiguous (N, columns) float32 array of x, y, z, intensity
     (and, for ``columns`` 5, each point's time lag: ``ModelConfig.point_columns``). ``columns``
@@ -93,6 +93,10 @@ def read_points(
     ``intensity_scale`` (e.g. 1/255 for 8-bit intensities, see ``intensities.intensity_mismatch``)
     multiplies the 4th column after reading.
 
+    For ``columns`` 5 the 5th values are checked as time lags (``point_layout.check_time_lags``): values of
+    another kind are refused, and per-point capture times within a sweep are told to ``capture_times_note``
+    (None: an :class:`InputWarning`).
+
     Only :class:`InputError` leaves this function: any other exception a reader raises (a bug, or a
     file shaped in a way no check foresaw) becomes one naming the file, so no reader can end a run.
     """
@@ -103,7 +107,7 @@ def read_points(
                          f"to {MAX_POINT_DIM}")
     with _fails_alone(path):
         return _read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
-                            viewpoint_note=viewpoint_note)
+                            viewpoint_note=viewpoint_note, capture_times_note=capture_times_note)
 
 
 @contextlib.contextmanager
@@ -119,18 +123,18 @@ def _fails_alone(path: PathLike) -> Iterator[None]:
 
 
 def _read_points(path: PathLike, *, point_dim: int, intensity_scale: float | None, columns: int,
-                 viewpoint_note: ViewpointNote | None) -> np.ndarray:
+                 viewpoint_note: ViewpointNote | None, capture_times_note: CaptureTimesNote | None) -> np.ndarray:
     ext = os.path.splitext(os.fsdecode(path))[1].lower()
     if ext == ".bin":
-        points = read_bin(path, point_dim=point_dim, columns=columns)
+        points = read_bin(path, point_dim=point_dim, columns=columns, capture_times_note=capture_times_note)
     elif ext == ".npy":
-        points = read_npy(path, columns=columns)
+        points = read_npy(path, columns=columns, capture_times_note=capture_times_note)
     elif ext == ".pcd":
         if columns > len(POINT_COLUMN_NAMES):
             raise InputError(f"point file {safe_repr(path)}: .pcd frames are read by their fields' names, at most "
                              f"{columns_text(len(POINT_COLUMN_NAMES))}; this model reads {columns} values a point: "
                              "use .bin or .npy")
-        points = read_pcd(path, columns=columns, viewpoint_note=viewpoint_note)
+        points = read_pcd(path, columns=columns, viewpoint_note=viewpoint_note, capture_times_note=capture_times_note)
     elif not os.path.lexists(path):
         raise InputError(f"point file {safe_repr(path)}: no such file or folder")
     elif os.path.isdir(path):
@@ -183,7 +187,7 @@ Allocate = Callable[[int], Union[np.ndarray, None]]
 
 def read_points_into(
     path: PathLike, allocate: Allocate, *, point_dim: int = 4, intensity_scale: float | None = None,
-    columns: int = 4, viewpoint_note: ViewpointNote | None = None,
+    columns: int = 4, viewpoint_note: ViewpointNote | None = None, capture_times_note: CaptureTimesNote | None = None,
 ) -> np.ndarray:
     """:func:`read_points`, with the points landing in the rows ``allocate(n)`` gives (e.g. pinned
     host memory the GPU copies from): a KITTI ``.bin`` of 4 values a point is read straight into
@@ -193,7 +197,7 @@ def read_points_into(
     require_point_dim(point_dim)  # of a .bin's rows against the model's columns: at its read
     if columns != 4:
         return read_points(path, point_dim=point_dim, intensity_scale=intensity_scale, columns=columns,
-                           viewpoint_note=viewpoint_note)
+                           viewpoint_note=viewpoint_note, capture_times_note=capture_times_note)
     with _fails_alone(path):
         return _read_points_into(path, allocate, point_dim, intensity_scale, viewpoint_note)
 
@@ -261,19 +265,19 @@ def _read_head(fd: int, path: PathLike, what: str) -> bytes:
 
 def read_bin_bytes_into(data: bytes, allocate: Allocate, *, point_dim: int = 4,
                         intensity_scale: float | None = None, source: str = "point file",
-                        columns: int = 4) -> np.ndarray:
+                        columns: int = 4, capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """A ``.bin`` frame already in memory (e.g. read from object storage) into the rows ``allocate``
     gives, checked as :func:`read_bin` checks a file; a model of other point ``columns`` (e.g. 5, with
     the time lag) gets an array of its own, as from :func:`read_points_into`."""
     require_point_dim(point_dim, columns)
-    return _bin_into(data, allocate, point_dim, intensity_scale, source, columns)
+    return _bin_into(data, allocate, point_dim, intensity_scale, source, columns, capture_times_note)
 
 
 def _bin_into(data: bytes | np.ndarray, allocate: Allocate, point_dim: int, intensity_scale: float | None,
-              source: PathLike, columns: int) -> np.ndarray:
+              source: PathLike, columns: int, capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """A ``.bin`` frame's bytes, checked (``_bin_points``), with their first ``columns`` values a point copied into
     the rows ``allocate`` gives (a model of 4 columns; else, or without room, an array of their own)."""
-    points = _bin_points(data, point_dim, columns, source, "point file")
+    points = _bin_points(data, point_dim, columns, source, "point file", capture_times_note)
     rows = allocate(len(points)) if columns == 4 else None
     target = rows if rows is not None else np.empty((len(points), columns), np.float32)
     copy_leading_columns(target, points)
@@ -305,10 +309,12 @@ def refuse_oversize(path: PathLike, size: int, row_bytes: int, what: str) -> Non
 
 # --------------------------------------------------------------------------- .bin
 
-def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4) -> np.ndarray:
+def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", columns: int = 4,
+             capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """A raw little-endian float32 file of ``point_dim`` values a point -> (N, columns) float32."""
     require_point_dim(point_dim, columns)
-    points = _bin_points(_read_frame_bytes(path, 4 * int(point_dim), what), point_dim, columns, path, what)
+    points = _bin_points(_read_frame_bytes(path, 4 * int(point_dim), what), point_dim, columns, path, what,
+                         capture_times_note)
     if points.flags.c_contiguous:  # the rows are the columns kept: a view of the file's own (writable) buffer
         return points
     kept = np.empty(points.shape, np.float32)
@@ -333,12 +339,13 @@ def require_point_dim(point_dim: object, columns: int = 4) -> None:
         raise InputError(f"point_dim {dim}: the model reads {columns} values a point ({columns_text(columns)}); {fix}")
 
 
-def _bin_points(data: bytes | np.ndarray, point_dim: int, columns: int, source: PathLike, what: str) -> np.ndarray:
+def _bin_points(data: bytes | np.ndarray, point_dim: int, columns: int, source: PathLike, what: str,
+                capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """The first ``columns`` of a ``.bin`` frame's ``point_dim`` little-endian float32 values a point (a
     view of ``data``), checked: whole rows, at most MAX_FRAME_POINTS, and the layout (``check_layout``)."""
     _check_bin_size(source, len(data), int(point_dim), what, columns, head=lambda: bytes(data[:_MISFIT_HEAD_BYTES]))
     values = np.frombuffer(data, dtype="<f4")
-    check_layout(values, int(point_dim), source, what, columns)
+    check_layout(values, int(point_dim), source, what, columns, capture_times_note)
     return values.reshape(-1, int(point_dim))[:, :columns]
 
 
@@ -410,7 +417,7 @@ def _read_frame_bytes(path: PathLike, row_bytes: int, what: str) -> np.ndarray:
 _READ_A_COPY = "copy it to a regular file (cp) to read it"
 
 
-def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
+def read_npy(path: PathLike, *, columns: int = 4, capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """A NumPy .npy array (N, >=columns) float32/float64 -> (N, columns) float32; read without unpickling,
     the header checked before any data is read."""
     shown, what = safe_repr(path), "point file"
@@ -458,15 +465,16 @@ def read_npy(path: PathLike, *, columns: int = 4) -> np.ndarray:
     arr = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
     points = np.empty((shape[0], columns), np.float32)  # a writable copy, native byte order
     cast_to_float32(points, arr[:, :columns], f"{what} {shown}")
-    _check_named_time_lags(points, path, what)
+    _check_named_time_lags(points, path, what, capture_times_note)
     return points
 
 
-def _check_named_time_lags(points: np.ndarray, path: PathLike, what: str) -> None:
+def _check_named_time_lags(points: np.ndarray, path: PathLike, what: str,
+                           capture_times_note: CaptureTimesNote | None) -> None:
     """A multi-sweep model's frame from a file of named columns (.npy, .pcd) with its 5th values checked as time
     lags, as a .bin's are with its layout (``check_layout``)."""
     if points.shape[1] == 5:
-        check_time_lags(points.reshape(-1), 5, f"{what} {safe_repr(path)}")
+        check_time_lags(points.reshape(-1), 5, f"{what} {safe_repr(path)}", capture_times_note)
 
 
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
@@ -531,7 +539,8 @@ _PCD_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 _PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0))
 
 
-def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote | None = None) -> np.ndarray:
+def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote | None = None,
+             capture_times_note: CaptureTimesNote | None = None) -> np.ndarray:
     """A PCL .pcd file (DATA ascii, binary or binary_compressed) with fields x, y, z and intensity (or i, or reflectance)
     -> (N, 4) float32 in that column order; for ``columns`` 5 (a multi-sweep model) its time field (or timestamp, or
     time_lag) too, checked as time lags, -> (N, 5). Fields are found by these names in any case. SIZE/TYPE/COUNT are checked against each other, POINTS against
@@ -550,7 +559,7 @@ def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote 
             points = _pcd_points(f, size, header, header_end, columns, shown, what)
         except OSError as exc:
             raise read_error(what, path, exc) from None
-    _check_named_time_lags(points, path, what)
+    _check_named_time_lags(points, path, what, capture_times_note)
     if viewpoint is not None:
         text = viewpoint_text(path, viewpoint)
         if viewpoint_note is None:

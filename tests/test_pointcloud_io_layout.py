@@ -408,6 +408,39 @@ def test_per_point_capture_times_for_time_lags_are_warned_of_once_a_file_or_arra
     assert len(said) == 1 and said[0].startswith("points: its 5th values take more distinct values"), said
 
 
+def test_per_point_capture_times_go_to_the_reads_note_in_place_of_the_warning(assets: Path, tmp_path: Path) -> None:
+    """``capture_times_note``: the warning's text, once a read, and no warning (a caller that says it in words of its
+    own takes the read's finding), for a file of each format, read or read into rows, and for a .bin's bytes."""
+    frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
+    frame[:, 4] = capture_times(frame)
+    paths = [tmp_path / "times.bin", tmp_path / "times.npy", tmp_path / "times.pcd"]
+    frame.tofile(paths[0])
+    np.save(paths[1], frame)
+    paths[2].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
+                         b"COUNT 1 1 1 1 1\nWIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(frame), len(frame))
+                         + frame.tobytes())
+    noted: list[str] = []
+
+    def rows(n: int) -> np.ndarray:
+        return np.empty((n, 4), np.float32)
+
+    def read_each() -> None:
+        for path in paths:
+            read_points(path, point_dim=5, capture_times_note=noted.append)
+            read_points_into(path, rows, point_dim=5, columns=5, capture_times_note=noted.append)
+        read_bin_bytes_into(paths[0].read_bytes(), rows, point_dim=5, columns=5, source="times.bin",
+                            capture_times_note=noted.append)
+
+    assert time_lag_warnings(read_each) == []
+    warned = [f"point file {str(path)!r}" for path in paths for _ in range(2)] + ["point file 'times.bin'"]
+    assert [text.split(": ", 1)[0] for text in noted] == warned, noted
+    assert {text.split(": ", 1)[1] for text in noted} == {
+        "its 5th values take more distinct values than a frame has sweeps (over 32 among points spread over it), but "
+        "this model reads there each sweep's time lag behind the key sweep, one value for all of a sweep's points: "
+        "per-point capture times within a sweep (a lidar driver's time field)? build multi-sweep frames with "
+        "PointPillars.accumulate (sweeps.accumulate_sweeps), which gives each sweep's points its lag"}
+
+
 def test_real_multi_sweep_frames_are_not_warned_of(assets: Path, tmp_path: Path) -> None:
     """The assets' nuScenes frames (sweeps of one lag each; 14,500 and 10,053 points) and a frame of one sweep
     (lag 0) say nothing; nor does a frame of 32 sweeps, the most a frame's lags are taken to be."""

@@ -41,7 +41,6 @@ import numpy as np
 from ..detector import detect_each, frame_source
 from ..errors import InputError, one_line, safe_repr
 from ..intensities import intensity_mismatch
-from ..point_layout import holds_capture_times
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
@@ -70,7 +69,8 @@ class FrameBytes:
     error: str = ""  # why it could not be read (no data): the frame's error
 
 
-#: ``FrameReader.finding_of``'s kind for a multi-sweep frame of per-point capture times (``holds_capture_times``).
+#: ``FrameReader.finding_of``'s kind for a multi-sweep frame of per-point capture times (``holds_capture_times``, as
+#: the read's ``capture_times_note`` tells it).
 CAPTURE_TIMES = "capture_times"
 
 
@@ -96,6 +96,7 @@ class FrameReader:
         self._viewpoints: dict[int, str] = {}  # item id -> its .pcd VIEWPOINT left unapplied (viewpoint_of)
 
     def __call__(self, item: object, allocate: Allocate) -> np.ndarray:
+        capture_times: list[str] = []  # the read's own finding (its warning's text), not looked for again here
         if isinstance(item, FrameBytes):
             if item.error:
                 raise InputError(item.error)
@@ -104,11 +105,13 @@ class FrameReader:
                                  "file (rows of float32 values), and this one is not: give other frames as local "
                                  "paths")
             points = read_bin_bytes_into(item.data, allocate, point_dim=self.point_dim,
-                                         intensity_scale=self.intensity_scale, source=item.source, columns=self.columns)
+                                         intensity_scale=self.intensity_scale, source=item.source, columns=self.columns,
+                                         capture_times_note=capture_times.append)
         else:
             points = read_points_into(item, allocate, point_dim=self.point_dim,  # type: ignore[arg-type]
                                       intensity_scale=self.intensity_scale, columns=self.columns,
-                                      viewpoint_note=functools.partial(self._viewpoints.__setitem__, id(item)))
+                                      viewpoint_note=functools.partial(self._viewpoints.__setitem__, id(item)),
+                                      capture_times_note=capture_times.append)
         empty = len(points) == 0  # as read: a crop that leaves none of a frame's points is said by the crop
         if self.prepare is not None:  # a frame of a URI by the name Ray Data lists it by (file://: its path here)
             points = self.prepare(points, item.source if isinstance(item, FrameBytes) else str(item))
@@ -118,7 +121,7 @@ class FrameReader:
             mismatch = intensity_mismatch(points, self.expects_unit) if self.check_intensity else None
             if mismatch is not None:
                 self._findings[id(item)] = mismatch
-            elif self.columns == 5 and holds_capture_times(points[:, 4]):  # the read's own warning is the API's
+            elif capture_times:
                 self._findings[id(item)] = CAPTURE_TIMES
         return points
 

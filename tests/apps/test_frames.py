@@ -410,6 +410,47 @@ def _calib_folder(folder: Path) -> Path:
     return folder
 
 
+def test_infers_reader_takes_a_multi_sweep_frames_capture_times_from_its_read(nuscenes: Path, tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """infer's reader looked at a multi-sweep frame's 5th values for per-point capture times once more after its
+    read had (~10-15 us a frame): it takes the read's finding. One look a frame, whether it is a .bin, .npy or
+    .pcd file or a URI's bytes, and the same findings: capture times, none for a frame of one lag a sweep."""
+    import sys
+
+    from pointpillars_trt import point_layout
+    from pointpillars_trt.apps.frames import CAPTURE_TIMES, FrameBytes, FrameReader
+    from pointpillars_trt.config import load_config
+
+    lags = read_points(nuscenes / "nusc_dev_k000002_s02.bin", point_dim=5)
+    assert np.unique(lags[:, 4]).size <= 10  # the asset: one lag a sweep
+    timed = lags.copy()
+    timed[:, 4] = np.linspace(0.0, 0.1, len(timed), dtype=np.float32)  # a driver's time within the sweep
+    lags.tofile(tmp_path / "lags.bin")
+    timed.tofile(tmp_path / "timed.bin")
+    np.save(tmp_path / "timed.npy", timed)
+    (tmp_path / "timed.pcd").write_bytes(
+        b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\nCOUNT 1 1 1 1 1\n"
+        b"WIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(timed), len(timed)) + timed.tobytes())
+    looks: list[int] = []
+    real = point_layout.holds_capture_times
+
+    def counted(values: np.ndarray) -> bool:
+        looks.append(len(values))
+        return real(values)
+
+    for name, module in list(sys.modules.items()):  # wherever the package binds it
+        if name.startswith("pointpillars_trt") and getattr(module, "holds_capture_times", None) is real:
+            monkeypatch.setattr(module, "holds_capture_times", counted)
+    reader = FrameReader(load_config("openpcdet_nuscenes_multihead"), point_dim=5, intensity_scale=None)
+    items: list[object] = [str(tmp_path / name) for name in ("lags.bin", "timed.bin", "timed.npy", "timed.pcd")]
+    items.append(FrameBytes(str(tmp_path / "timed.bin"), (tmp_path / "timed.bin").read_bytes()))
+    for item in items:
+        looks.clear()
+        points = reader(item, lambda n: np.empty((n, 4), np.float32))
+        np.testing.assert_array_equal(points, lags if item == items[0] else timed)
+        assert (len(looks), reader.finding_of(item)) == (1, None if item == items[0] else CAPTURE_TIMES), item
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
 def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``reader_processes``: each batch read in a spawned process into shared staging gives, in input order,
