@@ -25,7 +25,7 @@ from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
-from .devices import PickedDevice, check_backend_runs_on, pick_device
+from .devices import PickedDevice, check_backend_runs_on, cpu_fallback_text, pick_device
 from .runtime_options import RuntimeOptions, cpu_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
@@ -95,8 +95,8 @@ class PointPillars:
         backend = opts.backend
         check_backend_runs_on(self.device, backend, self.gpu_unused_reason)  # before the fallback's warning
         if self.device == "cpu" and self.gpu_unused_reason is not None:
-            warnings.warn("device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
-                          f"{self.gpu_unused_reason}", CpuFallbackWarning, stacklevel=_callers_level())
+            warnings.warn(f"{cpu_fallback_text(model.cfg.heads is not None)}: {self.gpu_unused_reason}",
+                          CpuFallbackWarning, stacklevel=_callers_level())
         if self.device == "cpu" and model.precision == "fp16":
             warnings.warn("fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs "
                           "use fp32 graphs (a checkpoint without precision='fp16', or a model dir built with "

@@ -41,6 +41,14 @@ def _cuda_unavailable_reason(device_id: int) -> str | None:
     return None
 
 
+def cpu_fallback_text(multi_head: bool) -> str:
+    """What device auto says as it falls back to the CPU, with what a frame of the model opened costs there and on
+    a GPU (measured: a single-head KITTI model about 1 s a frame on two cores, a multi-head nuScenes one 1.4-3.4 s;
+    on a GPU 0.4-2.7 ms and 0.6-4.5 ms, fp16 to IEEE fp32), so that no model is promised another's speed."""
+    cpu = "one to a few seconds a frame for a multi-head model" if multi_head else "about a second a frame"
+    return f"device auto: running on the CPU ({cpu}; a few milliseconds at most on a GPU)"
+
+
 class PickedDevice(NamedTuple):
     """Where the frames run: ``kind`` "cpu" or "cuda", the GPU index ``gpu`` (0 on the CPU), and
     ``fallback_reason``: why device auto runs them on the CPU (None when it did not fall back)."""

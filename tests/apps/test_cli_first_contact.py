@@ -88,8 +88,8 @@ def test_visible_but_unusable_gpu_is_explained(tiny_model: Path, tmp_path: Path)
         detector = PointPillars.from_model_dir(tiny_model, device="auto")
     fallbacks = [str(w.message) for w in caught if issubclass(w.category, CpuFallbackWarning)]
     assert fallbacks == ([] if reason is None else
-                         [f"device auto: running on the CPU (about a second a frame; under a millisecond on a GPU): "
-                          f"{reason}"])
+                         [f"device auto: running on the CPU (about a second a frame; a few milliseconds at most on a "
+                          f"GPU): {reason}"])
     with detector:
         assert detector.gpu_unused_reason == reason
         if reason is None:

@@ -41,7 +41,7 @@ GPU_ONLY_OPTIONS = ("precisions", "pipelines", "batches", "sweep_precisions", "p
 
 #: The random model's config without --model (the demo's).
 DEFAULT_CONFIG = "openpcdet_kitti_3class"
-#: Default timed frames per frame set: a GPU frame takes about a millisecond, a CPU frame about a second.
+#: Default timed frames per frame set: a GPU frame takes a few milliseconds at most, a CPU frame a second or more.
 GPU_ITERATIONS = 200
 CPU_ITERATIONS = 10
 THROUGHPUT_SECONDS = 1.0  # the least a throughput test runs, timed
@@ -74,7 +74,7 @@ def add_bench_parser(sub: Any) -> None:
                             "per core); at most the cores, more said in a note")
     bench.add_argument("--iterations", type=int_in(1, 1_000_000), default=None,
                        help=f"timed frames per frame set, 1..1000000 (default: {GPU_ITERATIONS} on the GPU, "
-                            f"{CPU_ITERATIONS} on the CPU, where a frame takes about a second)")
+                            f"{CPU_ITERATIONS} on the CPU, where a frame takes a second or more)")
     bench.add_argument("--warmup", type=int_in(0, 100_000), default=20,
                        help="untimed frames before each latency run, 0..100000 (default: %(default)s; at most 1 on "
                             "the CPU, 5 batches in the batch sweep and 10 frames for the PyTorch baselines)")
