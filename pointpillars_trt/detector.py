@@ -19,7 +19,8 @@ import numpy as np
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
 from .detections import Detections, misread_finding
 from .errors import (
-    BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, SettingNotice, safe_repr,
+    BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
+    SettingNotice, safe_repr,
 )
 from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
@@ -100,7 +101,7 @@ class PointPillars:
         if self.device == "cpu" and model.precision == "fp16":
             warnings.warn("fp16 graphs run no faster than fp32 on the CPU (slower, and rounded to fp16): for CPU runs "
                           "use fp32 graphs (a checkpoint without precision='fp16', or a model dir built with "
-                          "--precision fp32)", InputWarning, stacklevel=_callers_level())
+                          "--precision fp32)", PrecisionWarning, stacklevel=_callers_level())
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
         self._nonfinite_said = False  # boxes with NaN / inf values are said once

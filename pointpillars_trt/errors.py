@@ -68,6 +68,11 @@ class InputWarning(UserWarning):
     """Frames that are probably read wrong (e.g. 0-255 intensities for a model trained on 0-1)."""
 
 
+class PrecisionWarning(RuntimeWarning):
+    """A model's precision that does not suit where it runs: fp16 graphs on the CPU, no faster than fp32 and rounded
+    more (a setting's advice, apart from ``InputWarning``'s frames, so that filtering one keeps the other)."""
+
+
 class Notice(RuntimeWarning):
     """Something run otherwise than named or given, said once; the CLI says each kind below as a ``note:`` line
     instead of a warning with a source line."""

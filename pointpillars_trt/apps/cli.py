@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from ..errors import (
-    USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, one_line,
-    printable_text, safe_repr, shell_word,
+    USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, PrecisionWarning,
+    one_line, printable_text, safe_repr, shell_word,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -85,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with warnings.catch_warnings():  # the commands say these in their own lines (running on ..., warning: ...)
             warnings.simplefilter("ignore", CpuFallbackWarning)
             warnings.simplefilter("ignore", InputWarning)
+            warnings.simplefilter("ignore", PrecisionWarning)
             # notes are the command's output, whatever -W or PYTHONWARNINGS (a CI's "error") says of warnings
             warnings.simplefilter("default", Notice)
             warnings.showwarning = functools.partial(_show_warning, fallback=warnings.showwarning)
