@@ -2,7 +2,8 @@
 
 The public API: ``PointPillars`` (``from_checkpoint`` / ``from_model_dir`` / ``__call__`` /
 ``detect_batch`` / ``infer_many``), the ``Detections`` it returns (and the ``FrameResult`` that ``infer_many``
-yields for each frame), per-call ``Thresholds``, ``load_config`` and the ``PointPillarsError`` family.
+yields for each frame), per-call ``Thresholds``, the ``RuntimeOptions`` a detector runs with, ``load_config`` and the
+``PointPillarsError`` family.
 """
 
 from __future__ import annotations
@@ -15,13 +16,15 @@ if TYPE_CHECKING:
     from .detections import Detections, FrameStats
     from .detector import FrameResult, PointPillars
     from .errors import PointPillarsError
+    from .runtime_options import RuntimeOptions
 
 __version__ = "0.1.0"
-__all__ = ["Detections", "FrameResult", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "Thresholds",
-           "load_config"]
+__all__ = ["Detections", "FrameResult", "FrameStats", "ModelConfig", "PointPillars", "PointPillarsError", "RuntimeOptions",
+           "Thresholds", "load_config"]
 #: The module each public name lives in.
 _HOMES = {"Detections": "detections", "FrameResult": "detector", "FrameStats": "detections", "ModelConfig": "config",
-          "PointPillars": "detector", "PointPillarsError": "errors", "Thresholds": "config", "load_config": "config"}
+          "PointPillars": "detector", "PointPillarsError": "errors", "RuntimeOptions": "runtime_options",
+          "Thresholds": "config", "load_config": "config"}
 
 
 def __getattr__(name: str) -> object:

@@ -175,3 +175,26 @@ def test_the_cli_builds_one_value_from_its_arguments(tmp_path: Path) -> None:
     assert runtime_options_from_args(args).precision == "fp32"  # an export's default
     args.precision = "fp16"
     assert runtime_options_from_args(args).precision == "fp16"
+
+
+def test_readmes_options_example_runs_as_written(tmp_path: Path) -> None:
+    """README's ``RuntimeOptions`` example, its paths a real model dir: ``from pointpillars_trt import
+    RuntimeOptions`` raised ImportError (it was only in ``pointpillars_trt.runtime_options``), and README never
+    said where the constructor's ``ModelDir`` comes from."""
+    import warnings
+
+    from pointpillars_trt import PointPillars as Public, RuntimeOptions as PublicOptions, Thresholds as PublicThresholds
+    from pointpillars_trt.errors import CpuFallbackWarning
+    from pointpillars_trt.model_dir import load_model_dir
+    from tiny import tiny_model_dir
+
+    path = tiny_model_dir(tmp_path / "m").path
+    options = PublicOptions(device="auto", cuda_graph=False, thresholds=PublicThresholds(score_threshold=0.5))
+    assert PublicOptions is RuntimeOptions and Public is PointPillars
+    for opened in (lambda: Public.from_model_dir(path, options=options), lambda: Public(load_model_dir(path), options)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", CpuFallbackWarning)  # device auto on a machine without the GPU path
+            detector = opened()
+        with detector:
+            assert detector.options == options and not detector.options.cuda_graph
+            assert detector.cfg.postprocess.score_threshold == 0.5
