@@ -49,6 +49,7 @@ from .frame_prep import check_image_shape, frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .run_settings import SETTINGS_FILE, SettingsRecord, settings_record
+from .runtime_args import add_model_arguments
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
 
@@ -87,11 +88,7 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
     model = infer.add_argument_group("model")
     model.add_argument("--model", type=path_name,
                        help="model dir (from build) or a .pth checkpoint (required unless --server)")
-    model.add_argument("--config", help="config name or YAML path the model must have been built for "
-                                        "(default: the model dir's own; a checkpoint's layout)")
-    model.add_argument("--precision", choices=("fp32", "fp16"), default=None,
-                       help="graphs exported from a .pth --model (default: fp32; a model dir runs in the precision "
-                            "it was built in, and refuses another)")
+    add_model_arguments(model)
     run = infer.add_argument_group("runtime")
     run.add_argument("--device", type=device_arg, default="auto", help="auto, cpu, cuda or cuda:N")
     run.add_argument("--backend", choices=BACKEND_CHOICES, default="auto",

@@ -13,18 +13,33 @@ from ..model_dir import load_model_dir
 from ..runtime_options import RuntimeOptions, cpu_threads
 
 
+def add_model_arguments(group: argparse._ActionsContainer) -> None:
+    """``--config`` and ``--precision`` of a ``--model`` that is a model dir or a checkpoint, as infer and serve
+    open it (``apps/serve/repository.resolve_model``): one definition for both."""
+    group.add_argument("--config", help="config name or YAML path the model must have been built for "
+                                        "(default: the model dir's own; a checkpoint's layout)")
+    group.add_argument("--precision", choices=("fp32", "fp16"), default=None,
+                       help="graphs exported from a .pth --model (default: fp32; a model dir runs in the precision "
+                            "it was built in, and refuses another)")
+
+
+def exports_checkpoint(model: str | None, precision: str | None) -> bool:
+    """Whether ``--model`` is a checkpoint file, which ``--precision`` exports; a model dir runs as built, and a
+    ``--precision`` other than the one it was built in is refused rather than ignored."""
+    exports = model is not None and Path(model).is_file()
+    if model is not None and not exports and precision is not None and Path(model).is_dir():
+        built_in = load_model_dir(model).precision
+        if precision != built_in:
+            raise InputError(f"--precision {precision}: model dir {safe_repr(model)} was built in {built_in}; "
+                             f"drop --precision, or build a model dir with --precision {precision}")
+    return exports
+
+
 def runtime_options_from_args(args: argparse.Namespace, threads: int | None = None) -> RuntimeOptions:
     """``--device --backend --no-tf32 --threads --batch-size --score-threshold --nms-iou --max-boxes``
-    (and ``--precision`` when ``--model`` is a checkpoint to export; a model dir runs as built, and a
-    ``--precision`` other than the one it was built in is refused rather than ignored); ``threads``: the CPU
+    (and ``--precision`` when ``--model`` is a checkpoint to export: ``exports_checkpoint``); ``threads``: the CPU
     threads the run decided (a pipeline's share of the cores), else ``--threads``."""
-    model = getattr(args, "model", None)
-    exports = model is not None and Path(model).is_file()
-    if model is not None and not exports and args.precision is not None and Path(model).is_dir():
-        built_in = load_model_dir(model).precision
-        if args.precision != built_in:
-            raise InputError(f"--precision {args.precision}: model dir {safe_repr(model)} was built in {built_in}; "
-                             f"drop --precision, or build a model dir with --precision {args.precision}")
+    exports = exports_checkpoint(getattr(args, "model", None), args.precision)
     return RuntimeOptions(
         device=args.device, backend=args.backend, tf32=not args.no_tf32, threads=threads or threads_of_args(args),
         max_batch=getattr(args, "batch_size", None) or 1, precision=(args.precision or "fp32") if exports else None,

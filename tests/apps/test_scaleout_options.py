@@ -440,3 +440,33 @@ def test_an_aborted_server_is_said_with_its_likely_request_and_the_fix_where_htt
                                               "systemd's Restart=on-failure does it for you)")
     assert "\n" not in server_exit_text(-signal.SIGSEGV, "0.0.0.0") and "SIGSEGV: it crashed" in \
         server_exit_text(-signal.SIGSEGV, "0.0.0.0")
+
+
+def test_serve_exports_a_checkpoint_in_the_precision_and_config_given_as_infer_does(  # type: ignore[no-untyped-def]
+        tmp_path, assets, monkeypatch) -> None:
+    """serve --model X.pth took no --precision or --config and always exported fp32 graphs of the built-in config;
+    it takes infer's options, and a model dir given another --precision is refused as infer refuses it."""
+    import re
+    from pathlib import Path
+
+    import pointpillars_trt
+    from pointpillars_trt.model_dir import load_model_dir
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    strict = tmp_path / "strict.yaml"  # the checkpoint's own config but for its score threshold
+    own = Path(pointpillars_trt.__file__).parent / "configs" / "openpcdet_kitti_3class.yaml"
+    strict.write_text(re.sub(r"(?m)^(\s*score_threshold:).*$", r"\1 0.6", own.read_text()))
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        rc = main(["serve", "--model", str(assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"), "--precision",
+                   "fp16", "--config", str(strict), "--repository", str(tmp_path / "repo"), "--repository-only",
+                   "--device", "cpu"])
+    assert rc == 0
+    served = load_model_dir(tmp_path / "repo" / "pointpillars" / "1" / "model")
+    assert served.precision == "fp16" and served.cfg.postprocess.score_threshold == 0.6
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = main(["serve", "--model", str(served.path), "--precision", "fp32", "--repository", str(tmp_path / "other"),
+                   "--repository-only", "--device", "cpu"])
+    assert rc == 2 and err.getvalue() == (f"error: --precision fp32: model dir {str(served.path)!r} was built in fp16; "
+                                          "drop --precision, or build a model dir with --precision fp32\n")
+    assert not (tmp_path / "other").exists()

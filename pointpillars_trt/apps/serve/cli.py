@@ -25,6 +25,7 @@ from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..frame_report import FrameReport
 from ..ranges import device_arg, float_in, host_port, int_in, path_name, port
+from ..runtime_args import add_model_arguments, exports_checkpoint
 from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
 from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
                          MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
@@ -41,6 +42,7 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve = subparsers.add_parser("serve", help="serve the detector with Triton Inference Server (HTTP + gRPC)")
     serve.add_argument("--model", required=True, type=path_name,
                        help="model dir (from build) or a .pth checkpoint (required)")
+    add_model_arguments(serve)
     serve.add_argument("--repository", required=True, type=path_name,
                        help="Triton model repository folder to write and serve (required)")
     serve.add_argument("--instances", type=int_in(1, MAX_INSTANCES),
@@ -109,6 +111,7 @@ def run_serve(args: argparse.Namespace) -> int:
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
         refuse_busy_ports(args.host, args.http_host or args.host, args.http_port, args.grpc_port, args.metrics_port)
     existing_model_path(args.model)  # a --model that is not there: before the repository folder is made
+    exports_checkpoint(args.model, args.precision)  # a model dir's other --precision: refused as infer refuses it
     refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)
@@ -121,7 +124,9 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     from .repository import resolve_model, write_repository
     from .server import StartCancelled, TritonServer
 
-    model = resolve_model(args.model)  # a model that cannot be opened is the one error, before the note below
+    # opened as infer opens it (a checkpoint exported with --config in --precision); one that cannot be opened is
+    # the one error, before the note below
+    model = resolve_model(args.model, args.config, args.precision)
     if args.device == "auto":
         from ...devices import cuda_available
 
