@@ -225,6 +225,59 @@ def test_ray_without_its_model_or_out_names_only_what_is_missing(tmp_path, given
                     "the part files of --format jsonl / parquet) are written there"), line
 
 
+def test_ray_without_out_and_with_eval_names_both_in_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """It said only ``--ray needs --out DIR``, and the run fixed so was refused again for --eval."""
+    frame = tmp_path / "f.bin"
+    frame.write_bytes(bytes(16))
+    line = run_error(["infer", str(frame), "--model", str(tmp_path / "m"), "--ray", "--eval", "labels"])
+    assert line == ("error: --ray needs --out DIR: the workers load the model, and the outputs (a file a frame, or the "
+                    "part files of --format jsonl / parquet) are written there; and --eval does not run with --ray: "
+                    "drop --eval and add --format kitti (--eval's default; without it, json), then evaluate the label "
+                    "files written with `pointpillars-trt eval --pred DIR --labels labels`"), line
+
+
+@pytest.mark.parametrize("fmt", [None, "json", "jsonl"])
+def test_ray_with_eval_gives_the_fix_that_works_for_the_runs_format(tmp_path, assets, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                     fmt: str | None) -> None:
+    """``infer --ray --eval`` said "evaluate the written label files with `pointpillars-trt eval`", but only --format
+    kitti writes label files (and without --eval the default is json). The fix it now gives is followed here, with
+    local infer writing what the Ray run writes (the same files, checked in test_distributed_ray), and evaluates."""
+    import shlex
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    training = assets / "kitti" / "training"
+    out, labels = tmp_path / "o", training / "label_2"
+    command = ["infer", str(training / "velodyne_reduced" / "000134.bin"), "--model",
+               str(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"), "--out", str(out), "--device", "cpu",
+               "--no-progress", *(["--format", fmt] if fmt else [])]
+    line = run_error([*command, "--ray", "--eval", str(labels)])
+    crop = " and add --fov-only (which --eval turns on)"
+    if fmt is None:
+        fix = (f"drop --eval and add --format kitti (--eval's default; without it, json), then evaluate the label "
+               f"files written with `pointpillars-trt eval --pred {out} --labels {labels}`")
+        ray_run = [*command, "--format", "kitti"]
+    elif fmt == "json":
+        fix = (f"drop --eval{crop}, then evaluate the JSON files written with `pointpillars-trt eval --pred {out} "
+               f"--labels {labels} --calib CALIB_DIR` (the frames' calib folder)")
+        ray_run = [*command, "--fov-only"]
+    else:
+        fix = (f"drop --eval{crop}, then evaluate the rows written by running the same command without --ray (and "
+               f"the options only it takes), with --eval {labels} --skip-existing (nothing runs again)")
+        ray_run = [*command, "--fov-only"]
+    assert line == f"error: --eval does not run with --ray: {fix}", line
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        assert main(ray_run) == 0, err.getvalue()
+    if fmt == "jsonl":
+        then = [*ray_run, "--eval", str(labels), "--skip-existing"]
+    else:
+        then = shlex.split(fix.split("`")[1].replace("CALIB_DIR", str(training / "calib")))[1:]
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        assert main(then) == 0, said.getvalue()
+    assert "Car AP@0.70, 0.70, 0.70:" in said.getvalue(), said.getvalue()
+
+
 @pytest.mark.parametrize("paths, extra, expected", [
     (["s3://bucket/drive42/"], ["--skip-existing"],
      "error: --skip-existing: 's3://bucket/drive42/' is a URI, whose frames cannot be listed here to find those "

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ...errors import InputError, printable_text, safe_repr
+from ...errors import InputError, printable_text, safe_repr, shell_word
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
@@ -373,11 +373,13 @@ def _run_ray(args: argparse.Namespace) -> int:
     from ..runtime_args import runtime_options_from_args
 
     missing = [option for option, given in (("--model", args.model), ("--out DIR", args.out)) if not given]
-    if missing:
+    eval_refused = f"--eval does not run with --ray: {_ray_eval_fix(args)}" if args.eval else None
+    if missing:  # with --eval's refusal in the same line, so that a run fixed by the first is not refused again
         raise InputError(f"--ray needs {' and '.join(missing)}: the workers load the model, and the outputs (a file "
-                         "a frame, or the part files of --format jsonl / parquet) are written there")
-    if args.eval:
-        raise InputError("--eval does not run with --ray: evaluate the written label files with `pointpillars-trt eval`")
+                         "a frame, or the part files of --format jsonl / parquet) are written there"
+                         + (f"; and {eval_refused}" if eval_refused else ""))
+    if eval_refused:
+        raise InputError(eval_refused)
     _refuse_uri_resume(args)
     path_errors: list[str] = []
     frames = expand_frame_paths(args.paths, path_errors, as_given=is_uri)
@@ -440,6 +442,27 @@ def _run_ray(args: argparse.Namespace) -> int:
               f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
               file=sys.stderr)
         return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0
+
+
+def _ray_eval_fix(args: argparse.Namespace) -> str:
+    """How to evaluate what an ``infer --ray --eval`` run would write, for its ``--format``: eval reads label files
+    (``--format kitti``, which infer writes by default only with ``--eval``), and JSON files with ``--calib``; part
+    files of rows only local ``infer --eval --skip-existing`` reads back. Without ``--eval`` the camera-view crop is
+    off for JSON outputs, so the fix turns it on where it was not given."""
+    out = shell_word(args.out) if args.out else "DIR"
+    labels = shell_word(args.eval)
+    crop = " and add --fov-only (which --eval turns on)" if args.fov_only is None else ""
+    if args.format in (None, "kitti"):
+        also = " and add --format kitti (--eval's default; without it, json)" if args.format is None else ""
+        return (f"drop --eval{also}, then evaluate the label files written with `pointpillars-trt eval --pred {out} "
+                f"--labels {labels}`")
+    if args.format == "json":
+        calib = shell_word(args.calib) if args.calib else "CALIB_DIR"
+        shape = f" --image-shape {args.image_shape[0]},{args.image_shape[1]}" if args.image_shape else ""
+        return (f"drop --eval{crop}, then evaluate the JSON files written with `pointpillars-trt eval --pred {out} "
+                f"--labels {labels} --calib {calib}{shape}`" + ("" if args.calib else " (the frames' calib folder)"))
+    return (f"drop --eval{crop}, then evaluate the rows written by running the same command without --ray (and the "
+            f"options only it takes), with --eval {labels} --skip-existing (nothing runs again)")
 
 
 def _refuse_uri_resume(args: argparse.Namespace) -> None:
