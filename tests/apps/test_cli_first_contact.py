@@ -691,8 +691,10 @@ def test_bench_on_the_cpu_runs_fewer_frames_and_draws_no_bar_into_a_pipe(tiny_fr
     run = cli("bench", "--device", "cpu", "--config", config, "--frames", frames, "--no-baselines",
               "--page-locked", "--out", tmp_path / "b")
     assert run.rc == 0, run
-    assert "bench: --page-locked, --no-baselines apply to GPU runs; the CPU run times the latency of the model's " \
-           "fp32 graphs only" in run.err
+    # a note as every command's (it said "bench:"); --precisions left at its default (fp32, tf32, fp16) is not said:
+    # the running line and the table name the precision timed
+    assert "note: --page-locked, --no-baselines apply to GPU runs; the CPU run times the latency of the model's " \
+           "fp32 graphs only" in run.err and "bench:" not in run.err and "--precisions" not in run.err, run.err
     assert json.loads((tmp_path / "b" / "bench.json").read_text())["iterations"] == 10
     assert "running on CPU, ONNX Runtime, fp32: 10 timed frames per frame set" in run.err
     assert "bench (CPU)" not in run.err and "\r" not in run.err, run.err  # the bar is for a terminal (infer's test)
@@ -842,9 +844,11 @@ def test_bench_refuses_bad_lists_while_parsing_and_labels_an_fp16_model_dir_on_t
     shutil.copy(tiny_frames[1], frames)
     model = tiny_model_dir(tmp_path / "fp16", precision="fp16", seed=3).path
     run = cli("bench", "--device", "cpu", "--model", model, "--frames", frames, "--iterations", "1",
-              "--out", tmp_path / "b")
+              "--precisions", "fp16", "--out", tmp_path / "b")
     assert run.rc == 0, run
-    assert "running on CPU, ONNX Runtime, fp16: 1 timed frames per frame set" in run.err, run.err
+    assert "running on CPU, ONNX Runtime, fp16: 1 timed frame per frame set" in run.err, run.err  # it said "frames"
+    assert "note: --precisions applies to GPU runs; the CPU run times the latency of the model's fp16 graphs only" \
+        in run.err, run.err
     assert {r["precision"] for r in json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]} == {"fp16"}
 
 

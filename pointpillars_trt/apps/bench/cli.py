@@ -152,7 +152,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         import cupy as cp
 
         if args.threads is not None:
-            print("bench: --threads applies to CPU runs; the GPU run's engines take no thread count", file=sys.stderr)
+            print("note: --threads applies to CPU runs; the GPU run's engines take no thread count", file=sys.stderr)
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
     if missing is not None:
@@ -209,14 +209,16 @@ def _cpu_model_dir(model: _Model, out: Path) -> ModelDir:
 def _say_cpu_run(args: argparse.Namespace, precision: str, reason: str | None) -> None:
     """The CPU run's line, why a visible GPU goes unused, that fp16 graphs gain nothing there (as infer says them),
     and the GPU-only options given that it ignores."""
-    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed frames per frame set", file=sys.stderr)
+    frames = "frame" if args.iterations == 1 else "frames"
+    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed {frames} per frame set", file=sys.stderr)
     for note in (gpu_unused_note(reason) if args.device == "auto" else None, cpu_fp16_note("cpu", precision)):
         if note:
             print(note, file=sys.stderr)
     defaults = _bench_defaults()
     ignored = ["--" + dest.replace("_", "-") for dest in GPU_ONLY_OPTIONS if getattr(args, dest) != defaults[dest]]
-    if ignored:
-        print(f"bench: {', '.join(ignored)} apply to GPU runs; the CPU run times the latency of the model's "
+    if ignored:  # the defaults left alone are not said: the line above and the table name the precision run
+        verb = "applies" if len(ignored) == 1 else "apply"
+        print(f"note: {', '.join(ignored)} {verb} to GPU runs; the CPU run times the latency of the model's "
               f"{precision} graphs only", file=sys.stderr)
 
 
