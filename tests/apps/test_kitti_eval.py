@@ -423,3 +423,38 @@ def test_pairs_taken_in_slices_give_the_evaluation_of_pairs_taken_at_once(tmp_pa
     monkeypatch.setattr(kitti_eval, "_PAIR_CHUNK", 7)
     assert evaluate(gt, pred, ("Car", "Pedestrian")).to_json_dict() == at_once
     assert any(value > 0 for metrics in at_once["loose"]["Car"].values() for aps in metrics.values() for value in aps)
+
+
+def test_readmes_infer_eval_example_prints_what_the_command_prints(assets: Path, tmp_path: Path) -> None:
+    """README's ``infer ... --format kitti --out preds --eval kitti/training/label_2`` example, run as written in a
+    folder holding the assets' ``kitti/`` (README names it /data) on the CPU, stdout and stderr as a terminal shows
+    them: README showed the summary and the evaluation alone, without the notes between them. Lines match but for
+    the rate; README's ``...`` stands for the lines it leaves out."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from pointpillars_trt.devices import cuda_available
+
+    if cuda_available() is None:
+        pytest.skip("README's example output is of a CPU run")
+    readme = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"```\n\$ (pointpillars-trt infer kitti/training/velodyne .*?)\n(.*?)```", readme, re.S)
+    assert block is not None
+    (tmp_path / "kitti").symlink_to(assets / "kitti")
+    shutil.copy(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", tmp_path)
+    args = block.group(1).split()[1:]
+    done = subprocess.run([sys.executable, "-m", "pointpillars_trt", *args], cwd=tmp_path, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600,
+                          env={**os.environ, "POINTPILLARS_TRT_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stdout
+
+    def rate_left_out(text: str) -> list[str]:
+        return re.sub(r"\(\d+(\.\d+)? frames/s\)", "(N frames/s)", text).splitlines()
+
+    printed = rate_left_out(done.stdout.replace(str(tmp_path), "/data"))
+    shown = rate_left_out(block.group(2))
+    cut = shown.index("...")
+    assert printed[:cut] == shown[:cut] and printed[len(printed) - len(shown) + cut + 1:] == shown[cut + 1:], \
+        "\n".join(printed)
