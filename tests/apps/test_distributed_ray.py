@@ -851,6 +851,9 @@ def test_a_folder_of_bad_files_and_odd_names_gives_local_infers_lines_and_output
                            "--out", str(tmp_path / "ray"), "--device", "cpu", "--no-progress", "--ray", "--workers", "2"],
                           env=env, capture_output=True, text=True, timeout=240, errors="surrogateescape")
     err = "".join(line for line in done.stderr.splitlines(keepends=True) if "core_worker.cc" not in line)
+    readme = (tests.parent / "README.md").read_text(encoding="utf-8")
+    for number in re.findall(r"ray-project/ray/issues/(\d+)", done.stderr):  # README named only another issue
+        assert f"ray-project/ray issue {number}" in readme or f"the line links issue {number}" in readme, number
     assert done.returncode == 1 and done.stdout.startswith("4/7 frames"), (done.stdout, done.stderr)
     assert report_lines(done.stdout, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     assert len(assert_same_json_files(tmp_path / "ray", tmp_path / "local")) == 4
