@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -154,7 +154,12 @@ def require_ray(ray_address: str | None = None) -> Any:
     return ray
 
 
-def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[str] | ModelDir,
+#: What ``detect_dataset`` takes as its frames: one path (str, bytes or path-like) or URI, or an iterable of them.
+FrameSources = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+_SOURCES_EXPECTED = "a point file, folder, glob or URI, or a list of them (str or pathlib.Path)"
+
+
+def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | ModelDir,
                    out: str | os.PathLike[str], *,
                    workers: int | None = None, gpus_per_worker: float | None = None, batch_size: int | None = None,
                    pipelines: int | None = None, output_format: str = "json", calib: str | None = None,
@@ -162,7 +167,8 @@ def detect_dataset(paths_or_uri: str | Sequence[str], model: str | os.PathLike[s
                    point_dim: int | None = None, intensity_scale: float | None = None, ray_address: str | None = None,
                    progress: bool = True, report: Callable[[OutputPlan, int], FrameReport] | None = None,
                    prepare: Prepare | None = None, runtime: RuntimeOptions | None = None) -> DatasetSummary:
-    """Detect on every frame of ``paths_or_uri`` with ``workers`` actors of ``gpus_per_worker`` GPUs each
+    """Detect on every frame of ``paths_or_uri`` (a point file, folder, glob or URI, or a list of them: str or
+    ``pathlib.Path``) with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's). ``model``: a model dir
     or a .pth checkpoint (exported into the cache), or the ``ModelDir`` a caller has opened already (as
@@ -301,15 +307,28 @@ def _check_arguments(batch_size: object, pipelines: object, intensity_scale: obj
         checked_intensity_scale(intensity_scale)
 
 
-def _sources(paths_or_uri: str | Sequence[str]) -> list[str]:
+def _sources(paths_or_uri: FrameSources) -> list[str]:
     """Inputs in order: local folders and globs expand as in ``infer``; URIs go to Ray Data as they are,
     and so does a local path that does not exist (among local files it fails as that frame's error in the
     summary; beside URIs, Ray Data's listing refuses it), or that is a FIFO, a device or a socket (its read
     fails as that frame's error, as local infer's read of one in a folder: ``infer --ray`` hands the frames
-    of its folders here one by one)."""
-    items = [paths_or_uri] if isinstance(paths_or_uri, str) else list(paths_or_uri)
+    of its folders here one by one). A ``pathlib.Path`` is its path; what is no path (None, a number, a
+    mapping, whose keys would be taken) is an InputError naming it, not Python's TypeError from deep inside."""
+    if isinstance(paths_or_uri, (str, bytes, os.PathLike)):
+        items: list[object] = [paths_or_uri]
+    elif isinstance(paths_or_uri, Mapping) or not isinstance(paths_or_uri, Iterable):
+        raise InputError(f"paths_or_uri: expected {_SOURCES_EXPECTED}; got {safe_repr(paths_or_uri)} "
+                         f"({type(paths_or_uri).__name__})")
+    else:
+        items = list(paths_or_uri)
+    paths: list[str] = []
+    for index, given in enumerate(items):
+        if not isinstance(given, (str, bytes, os.PathLike)):
+            raise InputError(f"paths_or_uri: item {index} is {safe_repr(given)} ({type(given).__name__}), not a "
+                             f"path; expected {_SOURCES_EXPECTED}")
+        paths.append(os.fsdecode(given))
     # one expansion of them all: its note of the files left out for their format is said once a run, as in infer
-    return expand_frame_paths(items, as_given=lambda item: is_uri(item) or missing_path(item)
+    return expand_frame_paths(paths, as_given=lambda item: is_uri(item) or missing_path(item)
                               or special_kind(item) is not None)
 
 

@@ -25,11 +25,18 @@ from pointpillars_trt.runtime_options import RuntimeOptions
     ({"batch_size": 0}, "batch_size 0: expected an integer in 1..8 or None"),
     ({"pipelines": 0}, "pipelines 0: expected an integer in 1..16 or None"),
     ({"paths": []}, "paths_or_uri: no frames given"),
+    ({"paths": None}, "paths_or_uri: expected a point file, folder, glob or URI, or a list of them (str or "
+                      "pathlib.Path); got None (NoneType)"),
+    ({"paths": 5}, "paths_or_uri: expected a point file, folder, glob or URI, or a list of them (str or "
+                   "pathlib.Path); got 5 (int)"),
+    ({"paths": {"a.bin": 1}}, "got {'a.bin': 1} (dict)"),
+    ({"paths": ["a.bin", None]}, "paths_or_uri: item 1 is None (NoneType), not a path; expected a point file"),
 ])
 def test_detect_datasets_arguments_are_refused_before_any_worker_starts(tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                          given: dict, said: str) -> None:
     """Each had run: every frame failed alike in the workers (a NaN scale, 3 values a point), or a batch of 0
-    ran, or an empty list started a cluster."""
+    ran, or an empty list started a cluster; None, a number or an item that is no path raised Python's bare
+    TypeError, and a dict ran its keys as frames."""
     ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     from pointpillars_trt.apps.distributed import detect_dataset
 

@@ -566,6 +566,21 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
 
 
 
+def test_pathlib_paths_run_as_the_strings_they_name(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A folder given as a ``pathlib.Path`` (as ``model`` and ``out`` are taken), alone or in a list, raised
+    "TypeError: 'PosixPath' object is not iterable". Oracle: the same run given the folder's string."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+
+    frames = tmp_path / "frames"
+    write_frames(frames, tiny_model, {"a": 300, "b": 20})
+    runs = {"str": str(frames), "Path": frames, "[Path, str]": [frames / "a.bin", str(frames / "b.bin")]}
+    for name, given in runs.items():
+        summary = detect_dataset(given, tiny_model, tmp_path / name, workers=1, gpus_per_worker=0, progress=False)
+        assert summary.frames == 2 and summary.failures == [], (name, summary)
+    for name in ("Path", "[Path, str]"):
+        assert assert_same_json_files(tmp_path / name, tmp_path / "str") == ["a.json", "b.json"]
+
+
 def test_a_ray_address_where_nothing_listens_is_one_error_not_minutes_of_retries() -> None:
     import socket
 
