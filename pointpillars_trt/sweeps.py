@@ -46,7 +46,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
 
     Any iterables (lists, tuples, generators), one item a sweep. Refused (InputError, naming the sweep or the
     argument): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or milliseconds, sweeps not key first),
-    timestamps that are no numbers, poses that are no rigid transforms (a scale, a shear, a reflection, a
+    timestamps that are no numbers or repeat another (a sweep given twice), poses that are no rigid transforms (a scale, a shear, a reflection, a
     singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, an ``ego_radius``
     that is no number of metres >= 0, and sweeps that are transposed (points as columns), read from their file
     with another row length, or accumulated already (5th values that are time lags). More than
@@ -73,11 +73,12 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
                       InputWarning, stacklevel=2)
     xp = _array_module(sweeps[0])
     key = _pose(poses[0], 0)
-    to_key, key_time = np.linalg.inv(key), _seconds(timestamps[0], 0)
+    times = _distinct_seconds(timestamps)
+    to_key = np.linalg.inv(key)
     parts = []
-    for i, (sweep, pose, stamp) in enumerate(zip(sweeps, poses, timestamps)):
+    for i, (sweep, pose) in enumerate(zip(sweeps, poses)):
         pts = _sweep_points(sweep, i, xp)
-        lag = key_time - _seconds(stamp, i)
+        lag = times[0] - times[i]
         low, high = TIME_LAG_RANGE
         if not low <= lag <= high:
             raise InputError(f"accumulate: sweep {i} is {lag:.6g} s behind the key sweep, outside {low:g}..{high:g} s: "
@@ -149,6 +150,23 @@ def _pose(pose: Any, i: int) -> np.ndarray:
     if problem is not None:
         raise InputError(f"accumulate: pose {i} is not a rigid transform: its 3x3 part is not a rotation ({problem})")
     return m
+
+
+def _distinct_seconds(timestamps: list[Any]) -> list[float]:
+    """The timestamps as float seconds (``_seconds``), refusing one that repeats an earlier one: two sweeps of one
+    lidar are never taken at the same time, so it is a sweep given twice or a timestamp not filled in, and its
+    points would be read as the other sweep's, at its lag."""
+    times: list[float] = []
+    first: dict[float, int] = {}  # a time -> the first sweep of it
+    for i, stamp in enumerate(timestamps):
+        seconds = _seconds(stamp, i)
+        if seconds in first:
+            raise InputError(f"accumulate: timestamps {first[seconds]} and {i} are both {seconds:.10g} s: a sweep given "
+                             "twice, or a timestamp not filled in? Each sweep's own time (nuScenes sweeps are 50 ms "
+                             "apart)")
+        first[seconds] = i
+        times.append(seconds)
+    return times
 
 
 def _seconds(stamp: object, i: int) -> float:

@@ -81,6 +81,10 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
      "sweep 1 is 50000 s behind the key sweep, outside -0.01..2 s: timestamps in micro- or milliseconds?"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [0.0, 0.05]),
      "sweep 1 is -0.05 s behind the key sweep, outside -0.01..2 s"),
+    (([np.zeros((2, 4), np.float32)] * 3, [np.eye(4)] * 3, [1.0, 0.95, 0.95]),  # accumulated as two sweeps at one lag
+     "timestamps 1 and 2 are both 0.95 s: a sweep given twice, or a timestamp not filled in? Each sweep's own time"),
+    (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4)] * 2, [1.7e9, np.float64(1.7e9)]),
+     "timestamps 0 and 1 are both 1700000000 s"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.diag([2.0, 2, 2, 1])], [1.0, 0.9]),
      "pose 1 is not a rigid transform: its 3x3 part is not a rotation (a rotation scaled by 2"),
     (([np.zeros((2, 4), np.float32)] * 2, [np.eye(4), np.diag([-1.0, 1, 1, 1])], [1.0, 0.9]),
