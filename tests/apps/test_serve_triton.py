@@ -528,6 +528,23 @@ def test_a_client_of_the_other_endpoint_is_told_which_protocol_it_may_be(tiny_se
                             f"endpoint, pass --protocol {other} or give its {protocol} endpoint (serve prints both)"), message
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_client_asking_for_a_model_the_server_does_not_serve_is_told_so_not_that_it_cannot_be_reached(  # type: ignore[no-untyped-def]
+        tiny_server, protocol: str) -> None:
+    """RemoteDetector(model='other') said the server 'cannot be reached', though it answered that it serves no such
+    model. Oracle: Triton's own words for it, and the name serve gives its model."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    address = tiny_server.endpoints[protocol]
+    with pytest.raises(BackendError) as caught:
+        RemoteDetector(address, protocol=protocol, model="other", timeout=5)
+    message = str(caught.value)
+    assert message.startswith(f"server {address} ({protocol}): serves no model 'other' (") and "\n" not in message
+    assert "Request for unknown model: 'other'" in message and "cannot be reached" not in message, message
+    assert message.endswith("): give the name of a model it serves (pointpillars-trt serve serves 'pointpillars', "
+                            "the default)"), message
+
+
 def stop_server(pid: int) -> None:
     """SIGSTOP ``pid``, returning once the kernel shows every thread of it stopped (state T in /proc)."""
     os.kill(pid, signal.SIGSTOP)

@@ -267,7 +267,7 @@ class RemoteDetector:
 
     def _unreachable(self, exc: Exception) -> str:
         """Why construction's first requests failed. A server that does not answer within the timeout (stopped,
-        hung, overloaded) is said to be so; a transport failure at once from something that listens is most likely
+        hung, overloaded) is said to be so, one that serves no model of that name so; a transport failure at once from something that listens is most likely
         the server's other endpoint (``_other_protocol_hint``)."""
         where = f"server {self._shown} ({self.protocol})"
         status = str(exc.status()) if isinstance(exc, self._server_error) else None
@@ -276,6 +276,9 @@ class RemoteDetector:
             return (f"{where}: did not answer within {self.timeout:g} s: is the server stopped or hung (its log "
                     f"says), or the address another machine's? A server that is only slow needs a longer "
                     f"{self.timeout_option}")
+        if status is not None and "unknown model" in str(exc):  # Triton's words, over either protocol
+            return (f"{where}: serves no model {self.model!r} ({one_line(exc)}): give the name of a model it serves "
+                    f"(pointpillars-trt serve serves {MODEL_NAME!r}, the default)")
         answered = status is not None and status != "StatusCode.UNAVAILABLE"
         return f"{where}: cannot be reached ({one_line(exc)})" + ("" if answered else
                                                                   _other_protocol_hint(self.server, self.protocol))
