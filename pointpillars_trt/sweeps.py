@@ -11,7 +11,7 @@ DLPack too (a torch CPU tensor) on the host.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -44,7 +44,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     inv(poses[0]) @ poses[i] (in float64, then rounded to float32 once) and gets the time lag
     float32(timestamps[0] - timestamps[i]). ``ego_radius`` None keeps the ego points.
 
-    Any iterables (lists, tuples, generators), one item a sweep. Refused (InputError, naming the sweep or the
+    Any iterables (lists, tuples, generators) but mappings, one item a sweep. Refused (InputError, naming the sweep or the
     argument): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or milliseconds, sweeps not key first),
     timestamps that are no numbers or repeat another (a sweep given twice), poses that are no rigid transforms (a scale, a shear, a reflection, a
     singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, an ``ego_radius``
@@ -55,6 +55,10 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     if is_frame_path(sweeps):
         raise InputError(f"accumulate: sweeps is a path, {safe_repr(sweeps)}; expected a list of sweeps' points, "
                          f"the key sweep first: {READ_SWEEP}")
+    for name, given in (("sweeps", sweeps), ("poses", poses), ("timestamps", timestamps)):
+        if isinstance(given, Mapping):  # a list of it would be its keys
+            raise InputError(f"accumulate: {name} is a {type(given).__name__}; expected a list of one item a sweep, "
+                             "the key sweep first (e.g. list(d.values()) in the sweeps' order)")
     try:
         sweeps, poses, timestamps = list(sweeps), list(poses), list(timestamps)
     except TypeError:

@@ -105,6 +105,9 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], float("nan")), "ego_radius nan: expected metres >= 0, or None"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], -1), "ego_radius -1: expected metres >= 0"),
     (([np.zeros((2, 4), np.float32)], [np.eye(4)], [0.0], "1"), "ego_radius '1': expected metres >= 0"),
+    (({"a": np.zeros((2, 4), np.float32)}, [np.eye(4)], [0.0]),  # list() of it would give its keys
+     "sweeps is a dict; expected a list of one item a sweep, the key sweep first"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4)], {0.0: "key"}), "timestamps is a dict; expected a list"),
 ])
 def test_bad_input_is_one_clear_error(args: tuple, message: str) -> None:  # type: ignore[type-arg]
     sweeps, poses, stamps, *radius = args
