@@ -143,10 +143,11 @@ class GpuPipeline:
         self._frame_graph_error: str | None = None
         self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
         self._rpn: Engine | None = None
-        self._pfn_weights = pfn_weights(model)  # read once, for every batch size
+        graphs = model.take_checked_graphs()  # read and hashed as the model dir opened: not again
+        self._pfn_weights = pfn_weights(model, graphs.get("pfn"))  # read once, for every batch size
         try:
             with self._device, self.stream:
-                self._rpn = self._open_rpn()
+                self._rpn = self._open_rpn(graphs.get("rpn"))
                 self._allocate(max_points)  # the canvas in the layout the RPN engine reads
         except BaseException:
             self._close_rpn()  # before the stream goes: a session outliving its stream crashes
@@ -185,12 +186,14 @@ class GpuPipeline:
         self._scatter = ScatterStage(cfg, canvas_type, channels_first, frames=b)
         self._post = post_stage_type(cfg)(self.post_cfg, self._results, self._thresholds, frames=b)
 
-    def _open_rpn(self) -> Engine:
+    def _open_rpn(self, graph_data: bytes | None) -> Engine:
+        """The RPN engine, on the pipeline's stream; ``graph_data``: ``rpn.onnx``'s bytes as the model dir checked
+        them, for a backend that opens the graph (a plan's has no use for them)."""
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
                                 config_digest=self.cfg.digest(), graph_sha256=self.model.graph_sha256("rpn"))
         options = engine_options_for(self.backend, request)
         return open_engine(engine_file(self.model, "rpn", self.backend), options, device="cuda",
-                           stream_ptr=self.stream.ptr, config=self.cfg)
+                           stream_ptr=self.stream.ptr, config=self.cfg, graph_data=graph_data)
 
     def _bind_rpn(self, batch: int) -> None:
         """Bind the first ``batch`` canvases and head maps (a no-op when the batch size is unchanged)."""

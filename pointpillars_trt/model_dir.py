@@ -17,10 +17,10 @@ import hashlib
 import json
 import os
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -37,11 +37,23 @@ MAX_METADATA_BYTES = 1 << 20  # model.json holds a config and a few digests: kil
 GRAPHS = ("pfn", "rpn")
 
 
+class CheckedGraph(NamedTuple):
+    """A graph file's bytes that ``load_model_dir`` found to be the ones ``model.json`` records, and the file's
+    identity (``file_identity``) before their read."""
+
+    identity: tuple[int, ...]
+    data: bytes
+
+
 @dataclass(frozen=True)
 class ModelDir:
     path: Path
     cfg: ModelConfig
     metadata: dict[str, Any]
+    #: The graph files' bytes ``load_model_dir`` read and checked, waiting for the detector that opens the graphs
+    #: (``take_checked_graphs``), which then neither reads nor hashes them again (~25 ms for a 24 MB graph); a ModelDir
+    #: that no detector opens holds them as long as it lives.
+    checked_graphs: dict[str, CheckedGraph] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def precision(self) -> str:
@@ -93,6 +105,15 @@ class ModelDir:
     def has_plans(self) -> bool:
         """Whether the TensorRT plan is built (``rpn.plan``; a ``pfn.plan`` of an older build is not needed)."""
         return self.plan_path("rpn").is_file()
+
+    def take_checked_graphs(self) -> dict[str, bytes]:
+        """The graph bytes ``load_model_dir`` checked, by graph, handed over once so that the model dir holds them no
+        longer (an engine that runs a plan has no use for its graph's). A graph whose file changed since its check is
+        left out: its opener reads and checks it (``read_recorded_graph``), refusing one that is not the recorded
+        graph, as it refuses a graph no check read (a model dir opened before in this process, or just built)."""
+        taken = {graph: self.checked_graphs.pop(graph) for graph in list(self.checked_graphs)}
+        return {graph: found.data for graph, found in taken.items()
+                if found.identity == file_identity(self.onnx_path(graph))}
 
 
 
@@ -222,7 +243,9 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     if missing:
         raise ModelDirError(f"{shown}: {', '.join(missing)} missing (listed in {METADATA_FILE}); rebuild the model dir")
     for graph in GRAPHS:
-        _verify_graph(model, graph)
+        checked = _verify_graph(model, graph)
+        if checked is not None:
+            model.checked_graphs[graph] = checked
     if expected_config is not None and expected_config.digest() != stored_digest:
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
@@ -238,10 +261,11 @@ MAX_GRAPH_BYTES = 2**31 - 1
 _VERIFIED: set[tuple[str, int, int, str, str]] = set()  # (path, size, mtime_ns, graph, sha256) checked once a process
 
 
-def _verify_graph(model: ModelDir, graph: str) -> None:
+def _verify_graph(model: ModelDir, graph: str) -> CheckedGraph | None:
     """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently),
     and its inputs and outputs the ones the record (and the config) say, so a mismatch is one error
-    at load instead of a failure on every frame. The size is compared before anything is hashed."""
+    at load instead of a failure on every frame. The size is compared before anything is hashed. Returns the bytes
+    checked, for the graph's opener; None where this process checked the file before and read nothing now."""
     path, meta_path = model.onnx_path(graph), model.path / METADATA_FILE
     entry = model.graph_record(graph)
     expected = model.graph_sha256(graph)
@@ -257,7 +281,7 @@ def _verify_graph(model: ModelDir, graph: str) -> None:
                             f"{recorded_size}); rebuild the model dir")
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, graph, expected)
     if key in _VERIFIED:
-        return
+        return None
     try:
         data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
     except InputError as exc:
@@ -268,6 +292,33 @@ def _verify_graph(model: ModelDir, graph: str) -> None:
                             f"{expected[:12]}...); rebuild the model dir")
     _check_graph_io(path, data, entry, pfn_io(model.cfg) if graph == "pfn" else rpn_io(model.cfg, model.precision))
     _VERIFIED.add(key)
+    return CheckedGraph(_identity(stat), data)
+
+
+def read_recorded_graph(path: Path, expected_sha256: str) -> bytes:
+    """The bytes of the graph file at ``path``, which must be the ones its model dir records (``expected_sha256``):
+    the file may have been replaced since the model dir was checked, and an engine runs what it reads."""
+    try:
+        data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
+    except InputError as exc:
+        raise ModelDirError(str(exc)) from None
+    if hashlib.sha256(data).hexdigest() != expected_sha256:
+        raise ModelDirError(f"{safe_repr(path)}: replaced since its model dir was opened (a build into the same "
+                            "folder?): not the graph its model.json records; open the model dir again")
+    return data
+
+
+def file_identity(path: Path) -> tuple[int, ...] | None:
+    """What tells a file's contents apart without reading them (device, inode, size, modification and change
+    times), or None where it cannot be looked at."""
+    try:
+        return _identity(os.stat(path))
+    except OSError:
+        return None
+
+
+def _identity(found: os.stat_result) -> tuple[int, ...]:
+    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
 def _check_graph_io(path: Path, data: bytes, entry: dict[str, Any], expected: GraphIO) -> None:
@@ -355,25 +406,27 @@ def package_version() -> str:
         return "unknown"
 
 
-def graph_initializers(path: Path) -> dict[str, np.ndarray]:
+def graph_initializers(path: Path, data: bytes | None = None) -> dict[str, np.ndarray]:
     """The named weights of an ONNX graph of a model dir (the engines and kernels that compute the
-    graph's function themselves read them here)."""
+    graph's function themselves read them here); ``data``: the file's bytes where its opener has them
+    (``ModelDir.take_checked_graphs``), else the file is read."""
     import onnx
     from onnx import numpy_helper
 
     try:
-        graph = onnx.load(str(path)).graph
+        graph = (onnx.load(str(path)) if data is None else onnx.load_model_from_string(data)).graph
     except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
         raise ModelDirError(f"{safe_repr(path)}: not a readable ONNX graph ({type(exc).__name__})") from None
     return {t.name: numpy_helper.to_array(t) for t in graph.initializer}
 
 
-def pfn_weights(model: ModelDir) -> tuple[np.ndarray, np.ndarray]:
-    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx``, as float32.
+def pfn_weights(model: ModelDir, data: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx`` (``data``: its bytes, where the
+    caller has them), as float32.
 
     The GPU pipeline's fused PFN kernel computes the graph's function from them.
     """
-    found = graph_initializers(model.pfn_path)
+    found = graph_initializers(model.pfn_path, data)
     if "pfn.weight" not in found or "pfn.bias" not in found:
         raise ModelDirError(f"{safe_repr(model.pfn_path)}: lacks pfn.weight / pfn.bias: not made by this package")
     return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

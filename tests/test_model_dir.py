@@ -380,6 +380,67 @@ def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
         load_model_dir(tmp_path / "a")
 
 
+def _count_graph_reads_and_hashes(monkeypatch) -> tuple[list[str], list[int]]:  # type: ignore[no-untyped-def]
+    """The names of the .onnx files opened for reading, and the sizes of the data hashed, from here on."""
+    import hashlib
+
+    opened: list[str] = []
+    hashed: list[int] = []
+    real_open, real_sha256 = os.open, hashlib.sha256
+
+    def counting_open(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(path).endswith(".onnx"):
+            opened.append(Path(path).name)
+        return real_open(path, flags, *args, **kwargs)
+
+    def counting_sha256(data=b"", **kwargs):  # type: ignore[no-untyped-def]
+        hashed.append(len(data))
+        return real_sha256(data, **kwargs)
+
+    monkeypatch.setattr(os, "open", counting_open)
+    monkeypatch.setattr(hashlib, "sha256", counting_sha256)
+    return opened, hashed
+
+
+def test_a_model_dirs_graphs_are_read_and_hashed_once_as_a_detector_opens_it(tmp_path: Path, monkeypatch):
+    """load_model_dir reads and hashes each graph to check it, and the CPU detector's sessions read and hashed it again
+    (~25 ms for a 24 MB fp32 rpn.onnx): they take the bytes the check found whole, which the model dir then holds no
+    longer. A second detector of the same ModelDir, which no check just read for, reads and checks each graph itself."""
+    from pointpillars_trt.detector import PointPillars
+
+    tiny_model_dir(tmp_path, seed=0)
+    sizes = sorted((tmp_path / f"{graph}.onnx").stat().st_size for graph in ("pfn", "rpn"))
+    opened, hashed = _count_graph_reads_and_hashes(monkeypatch)
+    model = load_model_dir(tmp_path)
+    detector = PointPillars(model, device="cpu")
+    assert sorted(opened) == ["pfn.onnx", "rpn.onnx"] and sorted(n for n in hashed if n in sizes) == sizes
+    assert model.checked_graphs == {}  # handed over: not held for the detector's life
+    points = np.array([[10.0, 1.0, -1.0, 0.5]] * 50, np.float32)
+    first = detector(points)
+    detector.close()
+    opened.clear()
+    with PointPillars(model, device="cpu") as again:
+        assert sorted(opened) == ["pfn.onnx", "rpn.onnx"]
+        np.testing.assert_array_equal(again(points).boxes, first.boxes)
+
+
+def test_a_graph_replaced_between_its_check_and_its_open_is_refused_not_run_from_the_bytes_checked(tmp_path: Path):
+    """The bytes load_model_dir checked go to the detector only while the file is still the one they were read from:
+    a build into the same folder meanwhile is refused as before, when the session read the file again."""
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.model_dir import pfn_weights
+
+    tiny_model_dir(tmp_path / "a", seed=0)
+    other = tiny_model_dir(tmp_path / "b", seed=1)
+    model = load_model_dir(tmp_path / "a")
+    recorded = model.checked_graphs["pfn"].data
+    model.rpn_path.write_bytes(other.rpn_path.read_bytes())  # same inputs and outputs, other weights
+    with pytest.raises(ModelDirError, match="rpn.onnx': replaced since its model dir was opened"):
+        PointPillars(model, device="cpu")
+    for found, read in zip(pfn_weights(model, recorded), pfn_weights(model)):  # the GPU pipeline's PFN weights
+        np.testing.assert_array_equal(found, read)
+
+
 KILLED_BUILD = """
 import sys, time
 from pathlib import Path

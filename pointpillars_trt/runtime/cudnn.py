@@ -273,13 +273,16 @@ class CudnnEngine(Engine):
     """The RPN as cuDNN frontend graphs + the neck-head kernel; see the module docstring for the tensors.
 
     ``path`` is the model dir's ``rpn.onnx`` (its BN-folded initializers are the weights); ``cfg`` the
-    model config it was exported from (the engine opens no model dir itself).
+    model config it was exported from (the engine opens no model dir itself); ``graph_data``: that file's bytes
+    where the caller has them (``ModelDir.take_checked_graphs``), read in their place.
     """
 
     backend = "cudnn"
 
-    def __init__(self, path: str | Path, cfg: ModelConfig, options: CudnnOptions | None = None) -> None:
+    def __init__(self, path: str | Path, cfg: ModelConfig, options: CudnnOptions | None = None,
+                 graph_data: bytes | None = None) -> None:
         super().__init__(path, "cuda")
+        self._graph_data = graph_data  # taken by the first load
         self.options = options if options is not None else CudnnOptions()
         if not isinstance(self.options, CudnnOptions):
             raise BackendError(f"CudnnEngine: options must be CudnnOptions, received {type(self.options).__name__}")
@@ -327,7 +330,8 @@ class CudnnEngine(Engine):
                 f"{safe_repr(self.path)}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
             )
         self._layers = engine_conv_layers(cfg)
-        initializers = graph_initializers(self.path)
+        data, self._graph_data = self._graph_data, None
+        initializers = graph_initializers(self.path, data)
         if cfg.heads is None:
             weights = read_rpn_weights(initializers, cfg)
             convs = list(weights.convs)

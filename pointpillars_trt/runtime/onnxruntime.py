@@ -18,16 +18,14 @@ Precision is a property of the ONNX file (an fp16 export has fp16 inside), not o
 
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 
-from ..errors import BackendError, InputError, ModelDirError, one_line, safe_repr
-from ..fileio import read_regular_file
-from ..model_dir import MAX_GRAPH_BYTES
+from ..errors import BackendError, ModelDirError, one_line, safe_repr
+from ..model_dir import read_recorded_graph
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import OrtOptions
 from .ort_telemetry import quiet_telemetry
@@ -53,7 +51,8 @@ class OnnxRuntimeEngine(Engine):
     ``stream_ptr`` (CUDA) is the stream every :meth:`run` must use: ORT binds a session to one
     compute stream at creation. ``tf32`` allows TensorFloat-32 convolutions (faster, ~1e-3 relative
     error; the engine's default is IEEE fp32, the GPU pipeline asks for TF32 as TensorRT does) and the
-    NHWC layout tensor cores prefer.
+    NHWC layout tensor cores prefer. ``graph_data``: the graph file's bytes, which the caller checked against the
+    model dir's record (``ModelDir.take_checked_graphs``): the session is made from them, the file not read again.
     """
 
     backend: Backend = "onnxruntime"
@@ -65,6 +64,7 @@ class OnnxRuntimeEngine(Engine):
         device: Device = "cpu",
         stream_ptr: int = 0,
         options: OrtOptions | None = None,
+        graph_data: bytes | None = None,
     ) -> None:
         options = options or OrtOptions()
         super().__init__(path, device)
@@ -78,6 +78,7 @@ class OnnxRuntimeEngine(Engine):
         self.stream_ptr = int(stream_ptr)
         self.threads = options.threads
         self.tf32 = options.tf32
+        self._graph_data = graph_data  # taken by the first session made
         self._session: ort.InferenceSession | None = None
         self._binding: ort.IOBinding | None = None
         self._run_options: ort.RunOptions | None = None
@@ -100,7 +101,7 @@ class OnnxRuntimeEngine(Engine):
         options.enable_profiling = False
         if self.threads is not None:
             options.intra_op_num_threads = self.threads
-        model = str(self.path) if self.options.graph_sha256 is None else self._checked_graph(self.options.graph_sha256)
+        model = self._graph_to_open()
         try:
             session = ort.InferenceSession(model, sess_options=options, providers=self._providers())
         except (InvalidProtobuf, InvalidGraph, NoSuchFile) as exc:
@@ -118,17 +119,16 @@ class OnnxRuntimeEngine(Engine):
         self._session = session
         return [_spec(arg, True) for arg in session.get_inputs()] + [_spec(arg, False) for arg in session.get_outputs()]
 
-    def _checked_graph(self, expected_sha256: str) -> bytes:
-        """The graph file's bytes, which must be the ones the model dir records: the file may have been
-        replaced since the model dir was checked, and ORT reads what is there when the session is made."""
-        try:
-            data = read_regular_file(self.path, max_bytes=MAX_GRAPH_BYTES, what="graph")
-        except InputError as exc:
-            raise ModelDirError(str(exc)) from None
-        if hashlib.sha256(data).hexdigest() != expected_sha256:
-            raise ModelDirError(f"{safe_repr(self.path)}: replaced since its model dir was opened (a build into the same "
-                                "folder?): not the graph its model.json records; open the model dir again")
-        return data
+    def _graph_to_open(self) -> str | bytes:
+        """What the session is made from: the bytes the caller checked (once: a session made again reads the file), else
+        the file's, checked against ``graph_sha256`` where given (ORT would read what is there when the session is
+        made), else the file's path."""
+        data, self._graph_data = self._graph_data, None
+        if data is not None:
+            return data
+        if self.options.graph_sha256 is not None:
+            return read_recorded_graph(self.path, self.options.graph_sha256)
+        return str(self.path)
 
     def _providers(self) -> list[Any]:
         if self.device == "cpu":

@@ -23,8 +23,9 @@ from ..graph_io import MAX_BATCH
 class OrtOptions:
     """ONNX Runtime: ``threads`` sizes the CPU thread pool (None: ORT's default, one per core);
     ``tf32`` allows TensorFloat-32 convolutions on the CUDA provider (False: IEEE fp32); ``graph_sha256``
-    (the model dir's record) is checked against the very bytes the session is made from, so a graph
-    replaced after the model dir was opened (a build into the same folder) is refused, not run."""
+    (the model dir's record) is checked against the very bytes the session is made from (by the engine, or by the
+    model dir's check that hands it them: ``open_engine``'s ``graph_data``), so a graph replaced after the model dir
+    was opened (a build into the same folder) is refused, not run."""
 
     device_id: int = 0
     threads: int | None = None

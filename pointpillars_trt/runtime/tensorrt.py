@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import os
 import sys
 import warnings
 from pathlib import Path
@@ -33,7 +32,7 @@ import numpy as np
 
 from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, escape_text, one_line, safe_repr
 from ..fileio import loads_json, read_regular_file
-from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES
+from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES, file_identity
 from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
@@ -155,7 +154,7 @@ def check_plan_file(plan_path: Path, expected_onnx_sha256: str | None = None) ->
     (``plan_to_open``), which then neither reads nor hashes it again (~25 ms for a 25 MB plan)."""
     global _last_checked
     _last_checked = None  # a plan refused leaves none waiting
-    identity = _file_identity(plan_path)  # before the read: a file replaced meanwhile is not taken for these bytes
+    identity = file_identity(plan_path)  # before the read: a file replaced meanwhile is not taken for these bytes
     plan, metadata = read_plan(plan_path)
     digest = hashlib.sha256(plan).hexdigest()
     check_plan_metadata(metadata, plan_sha256=digest, library=library(), library_version=trt.__version__,
@@ -168,20 +167,10 @@ def plan_to_open(plan_path: Path) -> tuple[bytes, dict[str, Any], str]:
     whole last when the file is still the one they were read from, else read (and hashed) here."""
     global _last_checked
     checked, _last_checked = _last_checked, None
-    if checked is not None and checked.identity == _file_identity(plan_path):
+    if checked is not None and checked.identity == file_identity(plan_path):
         return checked.plan, read_plan_metadata(plan_path), checked.sha256
     plan, metadata = read_plan(plan_path)
     return plan, metadata, hashlib.sha256(plan).hexdigest()
-
-
-def _file_identity(path: Path) -> tuple[int, ...] | None:
-    """What tells a file's contents apart without reading them (device, inode, size, modification and change
-    times), or None where it cannot be looked at."""
-    try:
-        found = os.stat(path)
-    except OSError:
-        return None
-    return (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
 
 
 class TensorRTEngine(Engine):
