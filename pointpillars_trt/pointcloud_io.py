@@ -83,8 +83,9 @@ def read_points(
       a point read as 4, or of 4 read as 5, or of 3 (no intensity) as either, is refused naming what
       fits; so is a file of float64 values or of bytes that are no float32 coordinates (``point_layout``).
       0 bytes = empty frame.
-    * ``.npy``: a 2-D float32/float64 array (N, >=columns), first ``columns`` kept; other dtypes, other
-      shapes and a (4, N) array ("looks transposed") are refused. Never unpickles.
+    * ``.npy``: a 2-D float32/float64 array (N, columns..MAX_POINT_DIM), first ``columns`` kept; other dtypes,
+      other shapes, a (4, N) array ("looks transposed") and rows wider than a point (an image) are refused.
+      Never unpickles.
     * ``.pcd``: ASCII, binary or binary_compressed (PCL's LZF) ``DATA`` with fields x, y, z and intensity (or
       i, or reflectance), and for ``columns`` 5 time (or timestamp, or time_lag), any case. The points come as stored, in the file's own frame: a
       ``VIEWPOINT`` (the sensor's pose) other than the identity is not applied, as PCL's loader does not
@@ -446,6 +447,10 @@ def read_npy(path: PathLike, *, columns: int = 4, capture_times_note: CaptureTim
             )
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64")
+        if shape[1] > MAX_POINT_DIM:  # an image (a lidar's range image: beams x azimuths) would read as a few points
+            raise InputError(f"{what} {shown} holds shape {shape}: rows of {shape[1]} values, where a point has "
+                             f"{columns} to {MAX_POINT_DIM} ({columns_text(columns)} first); an image or another "
+                             "array, not a point list?")
         if shape[0] > MAX_FRAME_POINTS:
             raise InputError(f"{what} {shown} holds {shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
         expected = shape[0] * shape[1] * dtype.itemsize

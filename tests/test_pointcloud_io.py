@@ -119,6 +119,19 @@ def test_npy_wrong_dtype_shape_transposed(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(tmp_path / "rec.npy"), "rec.npy", "dtype")
 
 
+def test_npy_of_rows_wider_than_a_point_is_refused_as_no_point_list(tmp_path: Path) -> None:
+    """A lidar's range image (64 beams x 2048 azimuths) saved as .npy read as 64 points of its first 4 pixels,
+    with a warning of 0-255 intensities at the most; rows up to the widest point (64 values) still read."""
+    image = np.random.default_rng(0).random((64, 2048)).astype(np.float32) * 50
+    np.save(tmp_path / "range.npy", image)
+    one_line_error(lambda: read_points(tmp_path / "range.npy"), "range.npy", "shape (64, 2048)",
+                   "rows of 2048 values", "an image")
+    widest = np.zeros((3, 64), np.float32)
+    widest[:, :4] = sample(3)
+    np.save(tmp_path / "widest.npy", widest)
+    np.testing.assert_array_equal(read_points(tmp_path / "widest.npy"), sample(3))
+
+
 def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
     np.save(tmp_path / "obj.npy", np.array([[1, 2, 3, "x"]], dtype=object), allow_pickle=True)
     one_line_error(lambda: read_points(tmp_path / "obj.npy"), "obj.npy", "dtype")
