@@ -114,6 +114,29 @@ def test_a_cpu_bench_runs_and_records_the_threads_infer_would(tiny_yaml: Path, t
     assert notes == ([said.format(cores=cores)] if said else []), run.err
 
 
+def test_a_frame_set_whose_frames_made_no_pillar_is_warned_of_in_the_run_and_its_report(tiny_yaml: Path,
+                                                                                         tmp_path: Path) -> None:
+    """A folder of empty or all-NaN files (copies that failed) was timed as the set's latency without a word,
+    where infer warns of each kind; a set of frames that made pillars still says nothing."""
+    frames = frame_folder(tmp_path / "f", 50)
+    (frames / "000001.bin").write_bytes(b"")
+    np.full((200, 4), np.nan, np.float32).tofile(frames / "000002.bin")
+    far = tiny_points(3, 200)
+    far[:, 0] += 1000.0  # 1 km ahead of a model that sees 5 m
+    far.tofile(frames / "000003.bin")
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", frames, "--iterations", 4)
+    assert run.rc == 0, run
+    line = ("--frames set 'f (4 frames)': 3 of the 4 frames timed made no pillar (their points are none, non-finite or "
+            "outside the model's point range): their times are of frames with nothing to detect on; infer names each "
+            "such file")
+    assert [w for w in run.err.splitlines() if w.startswith("warning:")] == [f"warning: {line}"], run.err
+    assert line in report(tmp_path / "b")["notes"]
+    assert f"- {line}" in (tmp_path / "b" / "bench.md").read_text().splitlines()
+    run = bench(tiny_yaml, tmp_path / "c", "--frames", frame_folder(tmp_path / "g", 50, 60))
+    assert run.rc == 0, run
+    assert "warning:" not in run.err and "no pillar" not in (tmp_path / "c" / "bench.md").read_text()
+
+
 def test_an_fp16_model_dir_benched_on_the_cpu_says_fp16_gains_nothing_there_once(tmp_path: Path) -> None:
     """infer and the Python API say that fp16 graphs gain no speed on the CPU; bench timed them there without a
     word: the same note, once, and none for fp32 graphs."""

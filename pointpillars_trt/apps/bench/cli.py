@@ -155,6 +155,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
             print("note: --threads applies to CPU runs; the GPU run's engines take no thread count", file=sys.stderr)
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
+    for line in _no_pillar_findings(results, list(frame_sets) if args.frames else []):
+        print(f"warning: {line}", file=sys.stderr)
+        results["notes"].append(line)
     if missing is not None:
         results["notes"].append(missing)
     for path in write_reports(results, out, chart=missing is None):
@@ -163,6 +166,21 @@ def run_bench_command(args: argparse.Namespace) -> int:
         print(missing)
     print((out / "bench.md").read_text())
     return 0
+
+
+def _no_pillar_findings(results: dict[str, Any], set_names: list[str]) -> list[str]:
+    """A line for each of ``set_names`` (the --frames sets) of which frames timed made no pillar (files empty,
+    all non-finite or outside the model's point range, which infer names one by one): their times are of frames
+    with nothing to detect on, which the report's rows would give as the set's latency without a word."""
+    lines = []
+    for name in set_names:
+        # its first run (every run times the same frames); none where no precision asked for was the model dir's
+        run = next((r for r in results["runs"] if r["frames"] == name), None)
+        if run is not None and run["no_pillar_frames"]:
+            lines.append(f"--frames set {safe_repr(name)}: {run['no_pillar_frames']} of the {run['distinct_frames']} "
+                         "frames timed made no pillar (their points are none, non-finite or outside the model's point "
+                         "range): their times are of frames with nothing to detect on; infer names each such file")
+    return lines
 
 
 def _load_model(spec: str | None, config: str | None) -> _Model:

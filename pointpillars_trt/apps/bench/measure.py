@@ -37,7 +37,7 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
     ``warmup_s`` seconds; ``done(1)`` after each frame (a progress bar), outside the timed span. The average
     points and pillars are of the same frames: each distinct frame timed once (the whole set once
     ``iterations`` reaches its size), so fewer iterations than frames do not weigh the pillars of a few
-    frames against the points of all."""
+    frames against the points of all; ``no_pillar_frames`` counts those of them that made no pillar."""
     def untimed(i: int) -> None:
         detect(frames[i % len(frames)])
         if done is not None:
@@ -62,6 +62,7 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
         "avg_points": float(np.mean([frames[k].shape[0] for k in pillars])) if pillars else 0.0,
         "avg_pillars": float(np.mean(list(pillars.values()))) if pillars else 0.0,
         "distinct_frames": len(pillars),
+        "no_pillar_frames": sum(1 for count in pillars.values() if not count),
         "iterations": iterations,
         "warmup": warmup,
     }
