@@ -338,8 +338,11 @@ def detect_layout(obj: Any, source: str = "checkpoint",
         return usable
     _refuse_prefixed_state(obj, source)
     markers = "; ".join(f"{name}: {', '.join(n.markers)}" for name, n in _LAYOUTS.items())
-    raise CheckpointError(f"{source}: unknown checkpoint layout: top-level keys "
-                          f"[{_listing([key_text(k) for k in obj])}] have no known prefix ({markers})")
+    # the state dict OpenPCDet and others wrap (another network's): its keys, not the wrapper's name, lack the prefixes
+    wrapper = next((key for key in _WRAPPER_KEYS if isinstance(obj.get(key), dict) and obj[key]), None)
+    where, state = ("top-level keys", obj) if wrapper is None else (f"the keys in ckpt[{wrapper!r}]", obj[wrapper])
+    raise CheckpointError(f"{source}: unknown checkpoint layout: {where} "
+                          f"[{_listing([key_text(k) for k in state])}] have no known prefix ({markers})")
 
 
 def _refuse_prefixed_state(obj: dict[Any, Any], source: str) -> None:

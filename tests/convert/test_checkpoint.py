@@ -951,6 +951,16 @@ def test_unknown_layout_and_non_dict(tmp_path: Path) -> None:
     checkpoint_error(lambda: load_checkpoint(path), path, "holds a list")
 
 
+def test_another_networks_state_dict_in_a_wrapper_is_named_by_its_own_keys(tmp_path: Path) -> None:
+    """OpenPCDet's wrapper around another network's weights (a ResNet's) was said to have "top-level keys
+    [model_state, epoch]" of no known prefix, as if the wrapper had not been looked into."""
+    other = {"conv1.weight": np.zeros((4, 3, 7, 7), np.float32), "fc.weight": np.zeros((10, 4), np.float32)}
+    path = write_zip({"model_state": other, "epoch": 3}, tmp_path / "resnet.pth")
+    msg = checkpoint_error(lambda: load_checkpoint(path), path, "unknown checkpoint layout: the keys in "
+                           "ckpt['model_state'] [conv1.weight, fc.weight] have no known prefix", "backbone_2d.")
+    assert "epoch" not in msg
+
+
 def test_config_family_must_match_layout(paths: dict[str, Path], openpcdet_cfg: ModelConfig) -> None:
     checkpoint_error(lambda: load_checkpoint(paths["zhulf0804"], config=openpcdet_cfg), paths["zhulf0804"],
                      "zhulf0804 layout", "openpcdet family")
