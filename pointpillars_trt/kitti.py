@@ -285,10 +285,11 @@ def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = Non
 
     The folder is ``image_dir``, else the frame's sibling ``image_2/``; like
     :func:`calib_for_frame`, a folder under the other KITTI split is refused. Only the PNG header
-    is read. A file that is there but not a PNG is an InputError.
+    is read. A file that is there but not a PNG is an InputError, and so is a link to nothing (images on a
+    drive not mounted) or in a loop: its frame's size is not KITTI's usual one because its link is broken.
     """
     png = image_path_for_frame(frame_path, image_dir)
-    if not png.exists():
+    if not os.path.lexists(png):
         return None
     return read_png_size(png)
 

@@ -806,6 +806,21 @@ def test_image_shape_for_frame(kitti_tree: Path) -> None:
         image_shape_for_frame(kitti_tree / "testing" / "velodyne" / "000002.bin", kitti_tree / "training" / "image_2")
 
 
+def test_a_camera_image_whose_link_is_broken_is_refused_not_taken_for_none(kitti_tree: Path) -> None:
+    """A frame's image_2 PNG linked to a drive not mounted, or in a link loop, was taken for no image: KITTI's
+    usual size was assumed for its crop and 2D boxes, said only as a note that the frame had no camera image."""
+    images = kitti_tree / "training" / "image_2"
+    images.mkdir()
+    (images / "000134.png").symlink_to(kitti_tree / "not-mounted" / "000134.png")
+    with pytest.raises(InputError, match=r"000134\.png' is a broken symbolic link"):
+        image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000134.bin")
+    (images / "000002.png").symlink_to("loop.png")
+    (images / "loop.png").symlink_to("000002.png")
+    with pytest.raises(InputError, match=r"000002\.png' cannot be read: Too many levels of symbolic links"):
+        image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin")
+    assert image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000003.bin") is None  # none: as before
+
+
 @pytest.mark.parametrize("height, width", [(0xFFFFFFFF, 0xFFFFFFFF), (375, 2**31), (0, 1242)])
 def test_a_png_header_of_a_size_no_png_has_is_refused(tmp_path: Path, height: int, width: int) -> None:
     """PNG sizes run from 1 to 2**31 - 1 a side: a header of other sizes (all 0xFF bytes, as damage leaves them) was
