@@ -193,11 +193,10 @@ def _no_frames(pattern: str, others: int = 0) -> str:
                 f"({', '.join(SUPPORTED_EXTENSIONS)})")
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
+    uri = " (a URI is read by infer --ray alone)" if "://" in pattern else ""
     if _is_point_file(pattern):
-        return f"point file {safe_repr(pattern)} does not exist"
-    if "://" in pattern:
-        return f"{safe_repr(pattern)}: no such file or folder (a URI is read by infer --ray alone)"
-    return f"{safe_repr(pattern)}: no such file or folder"
+        return f"point file {safe_repr(pattern)} does not exist{uri}"
+    return f"{safe_repr(pattern)}: no such file or folder{uri}"
 
 
 #: Subfolders of a folder without point files that are looked into for the hint that they hold some.

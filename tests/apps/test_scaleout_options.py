@@ -307,6 +307,9 @@ def test_resume_with_ray_that_cannot_apply_is_one_error_line(tmp_path, paths: li
      "these are on two (file://, s3://): run them separately"),
     (["s3://bucket/drive42/"], [], "error: 's3://bucket/drive42/': no such file or folder (a URI is read by infer "
                                    "--ray alone)"),
+    # a URI of one point file was a point file said not to exist, without the option that reads it
+    (["s3://bucket/drive42/000000.bin"], [], "error: point file 's3://bucket/drive42/000000.bin' does not exist (a "
+                                             "URI is read by infer --ray alone)"),
 ])
 def test_uris_that_cannot_run_are_one_error_line_before_ray(tmp_path, paths: list[str], extra: list[str],  # type: ignore[no-untyped-def]
                                                             expected: str) -> None:
