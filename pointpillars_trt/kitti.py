@@ -134,6 +134,12 @@ def _calibration_of(data: bytes) -> Calibration | str:
             if key.strip() in _CALIB_SHAPES and key.strip() in rows:  # which one is this camera's is unknown
                 return f"key {key.strip()} is given twice (two files joined?); give the frame's own KITTI calib file"
             rows[key.strip()] = rest
+    if not rows:  # a label file (--calib given the label folder) or other text: "key P2 is missing" named no cause
+        fields = len(data.decode("ascii", errors="replace").strip().splitlines()[0].split())
+        labelled = fields in (LABEL_FIELDS, LABEL_FIELDS + 1)
+        label = f" (a first line of {fields} fields, as a label: a label file?)" if labelled else ""
+        return (f"no 'key: values' line{label}; a KITTI calib file holds lines such as 'P2: ...', 'R0_rect: ...', "
+                "'Tr_velo_to_cam: ...': give the frame's own KITTI calib file")
     matrices: dict[str, np.ndarray] = {}
     for key, shape in _CALIB_SHAPES.items():
         if key not in rows:

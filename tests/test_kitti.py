@@ -226,6 +226,21 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
             read_calibration(tmp_path / name)
 
 
+def test_a_label_or_other_text_given_as_a_calib_file_is_said_to_have_no_calib_line(tmp_path: Path) -> None:
+    """infer --calib given the label_2 folder failed every frame with "key P2 is missing", naming no cause."""
+    label = tmp_path / "000000.txt"
+    label.write_text("Pedestrian 0.00 0 -0.20 712.40 143.00 810.73 307.92 1.89 0.48 1.20 1.84 1.47 8.41 0.01\n")
+    with pytest.raises(InputError) as err:
+        read_calibration(label)
+    assert str(err.value) == (f"calibration file {str(label)!r}: no 'key: values' line (a first line of 15 fields, "
+                              "as a label: a label file?); a KITTI calib file holds lines such as 'P2: ...', "
+                              "'R0_rect: ...', 'Tr_velo_to_cam: ...': give the frame's own KITTI calib file")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("calibrated on the 3rd\n")
+    with pytest.raises(InputError, match=r"notes\.txt': no 'key: values' line; a KITTI calib file holds"):
+        read_calibration(notes)
+
+
 def test_calibrations_with_the_same_bytes_share_read_only_matrices(assets: Path, tmp_path: Path) -> None:
     """A dataset's calib files repeat a few calibrations: the second file with known bytes gives the first's
     matrices (not parsed again), which no caller can change for the others; other bytes give their own."""
