@@ -660,6 +660,9 @@ def _pcd_compressed(f: IO[bytes], available: int, dtype: np.dtype, points: int, 
     if compressed > available - 8 or compressed > _PCD_MAX_BINARY:
         raise InputError(f"{where}: binary_compressed data of {compressed} bytes, but the file holds "
                          f"{max(available - 8, 0)} after its header (truncated)")
+    if compressed < available - 8:  # as DATA binary's bytes past its points are refused: no writer leaves any
+        raise InputError(f"{where}: binary_compressed data of {compressed} bytes, but the file holds "
+                         f"{available - 8} after its header: a size that lies, or two files joined?")
     data = f.read(compressed)
     if len(data) != compressed:
         raise InputError(f"{where} was truncated while being read")

@@ -1120,6 +1120,10 @@ def test_pcd_binary_compressed_that_is_corrupt_or_cut_is_one_error(tmp_path: Pat
                         ["not a valid LZF stream of 128 bytes"]),
         "runs_out.pcd": (head + struct.pack("<II", len(stream) - 33, len(raw)) + stream[:-33],  # inflates to 96 bytes
                          ["not a valid LZF stream of 128 bytes"]),
+        # bytes past the data, refused as DATA binary's are (they were read past without a word)
+        "joined.pcd": (head + struct.pack("<II", len(stream), len(raw)) + stream + b"garbage",
+                       [f"binary_compressed data of {len(stream)} bytes, but the file holds {len(stream) + 7} after "
+                        "its header: a size that lies, or two files joined?"]),
     }
     for name, (data, parts) in cases.items():
         (tmp_path / name).write_bytes(data)
