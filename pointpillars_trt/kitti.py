@@ -246,7 +246,8 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
     000134.bin`` -> ``.../training/calib/000134.txt``). A given ``calib_dir`` may be any folder
     holding that id, except one under KITTI's other split: a frame under ``testing/`` with a
     folder under ``training/`` (or the reverse) is refused, since ids repeat across the splits.
-    A missing folder or id is an InputError naming the id and the folder. Nothing is parsed;
+    A missing folder or id is an InputError naming the id and the folder (a link to nothing, a link loop or a
+    folder in the file's place is no missing id: :func:`read_calibration` names it). Nothing is parsed;
     pass the result to :func:`read_calibration`.
     """
     folder = calib_folder(frame_path, calib_dir)
@@ -255,7 +256,7 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
     kind = special_kind(path)
     if kind is not None:
         raise InputError(f"calib file {safe_repr(path)} is {kind}, not a regular file")
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise InputError(
             f"calib folder {safe_repr(calib_dir if calib_dir is not None else folder)} has no file for frame id "
             f"{safe_repr(stem)} (expected {safe_repr(path.name)})"

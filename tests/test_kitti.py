@@ -767,6 +767,24 @@ def test_calib_for_frame_refuses_the_other_split(kitti_tree: Path) -> None:
         calib_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin", kitti_tree / "testing" / "calib")
 
 
+def test_a_calib_file_whose_link_is_broken_or_a_folder_is_named_so_not_said_missing(kitti_tree: Path) -> None:
+    """A calib file linked to a drive not mounted, in a link loop, or a folder in its place was said to be no file
+    of the frame's id, where ls shows it there."""
+    calib = kitti_tree / "training" / "calib"
+    frames = kitti_tree / "training" / "velodyne"
+    (calib / "000007.txt").symlink_to(kitti_tree / "not-mounted" / "000007.txt")
+    (calib / "000008.txt").symlink_to("loop.txt")
+    (calib / "loop.txt").symlink_to("000008.txt")
+    (calib / "000009.txt").mkdir()
+    for stem, said in (("000007", r"000007\.txt' is a broken symbolic link"),
+                       ("000008", r"000008\.txt' cannot be read: Too many levels of symbolic links"),
+                       ("000009", r"000009\.txt' is a directory, not a regular file")):
+        with pytest.raises(InputError, match=said):
+            read_calibration(calib_for_frame(frames / f"{stem}.bin"))
+    with pytest.raises(InputError, match="has no file for frame id '000010'"):
+        calib_for_frame(frames / "000010.bin")
+
+
 def test_calib_for_frame_other_folder_matched_by_id(kitti_tree: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
     mine = tmp_path_factory.mktemp("my_calibs")
     write_calib(mine / "000134.txt", SIMPLE_P2, np.eye(3), SIMPLE_TR)
