@@ -29,8 +29,9 @@ from .fileio import (open_regular_fd, open_regular_file, overlong_number, read_e
                      read_size_error, said_empty_error, special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, CaptureTimesNote, check_layout, check_time_lags, looks_like_noise,
                            misread_row_length, refuse_noise, refuse_other_formats, row_layout)
-from .points import (MAX_FRAME_POINTS, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32, cast_to_float32,
-                     columns_text, copy_leading_columns, lacking_text, named_columns, structured_fix, transposed_hint)
+from .points import (MAX_FRAME_POINTS, MAX_POINT_DIM, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
+                     cast_to_float32, columns_text, copy_leading_columns, lacking_text, named_columns, structured_fix,
+                     transposed_hint, wide_rows_problem)
 
 PathLike = Union[str, "os.PathLike[str]"]
 #: Told, in one line naming the file (``viewpoint_text``), of a ``.pcd`` VIEWPOINT that is not the identity,
@@ -323,10 +324,6 @@ def read_bin(path: PathLike, *, point_dim: int = 4, what: str = "point file", co
     return kept
 
 
-#: Most values a point a ``.bin`` file is read with (lidar formats store 4 to ~10).
-MAX_POINT_DIM = 64
-
-
 def require_point_dim(point_dim: object, columns: int = 4) -> None:
     """``point_dim``: an integer from 4 to MAX_POINT_DIM that holds the model's ``columns`` values a point (the
     default, 4: any model's x, y, z and intensity; ``.npy`` and ``.pcd`` files carry their own row length)."""
@@ -447,10 +444,9 @@ def read_npy(path: PathLike, *, columns: int = 4, capture_times_note: CaptureTim
             )
         if dtype.kind != "f" or dtype.itemsize not in (4, 8):
             raise InputError(f"{what} {shown} holds dtype {_dtype_text(dtype)}, shape {shape}; expected float32 or float64")
-        if shape[1] > MAX_POINT_DIM:  # an image (a lidar's range image: beams x azimuths) would read as a few points
-            raise InputError(f"{what} {shown} holds shape {shape}: rows of {shape[1]} values, where a point has "
-                             f"{columns} to {MAX_POINT_DIM} ({columns_text(columns)} first); an image or another "
-                             "array, not a point list?")
+        wide = wide_rows_problem(shape[1], columns)
+        if wide is not None:  # an image (a lidar's range image: beams x azimuths) would read as a few points
+            raise InputError(f"{what} {shown} holds shape {shape}: {wide}")
         if shape[0] > MAX_FRAME_POINTS:
             raise InputError(f"{what} {shown} holds {shape[0]} points, more than the limit of {MAX_FRAME_POINTS} points a frame")
         expected = shape[0] * shape[1] * dtype.itemsize

@@ -17,6 +17,9 @@ from .errors import InputError, safe_repr
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
 MAX_FRAME_POINTS = 16 * 2**20
+#: Most values a point holds, as any reader or ``as_host_points`` takes it (lidar formats store 4 to ~10): a wider
+#: row is an image's (a lidar's range image of beams x azimuths), whose first values would read as a few points.
+MAX_POINT_DIM = 64
 #: Longest path given as bytes (Linux's PATH_MAX): longer bytes are a frame's raw data, not a file's name.
 MAX_PATH_BYTES = 4096
 
@@ -122,6 +125,15 @@ def columns_text(columns: int) -> str:
     return ", ".join(POINT_COLUMN_NAMES[:columns])
 
 
+def wide_rows_problem(width: int, columns: int) -> str | None:
+    """Why rows of ``width`` values are no point list (wider than ``MAX_POINT_DIM``: an image), for a message to a
+    user of a model of ``columns`` point columns; None when a point may be that wide."""
+    if width <= MAX_POINT_DIM:
+        return None
+    return (f"rows of {width} values, where a point has {columns} to {MAX_POINT_DIM} ({columns_text(columns)} "
+            "first); an image or another array, not a point list?")
+
+
 def refuse_masked(points: object, source: str) -> None:
     """Refuse a NumPy masked array: ``np.asarray`` drops its mask, and the masked points would be detected on."""
     if isinstance(points, np.ma.MaskedArray):
@@ -219,7 +231,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
 
     ``columns`` is the model's point columns (``ModelConfig.num_point_columns``). Float64 input is
     converted (no information a float32 network could use is lost); anything that is not a 2-D float32
-    or float64 array with at least ``columns`` columns is refused with a message naming ``source`` (float16,
+    or float64 array of ``columns`` to ``MAX_POINT_DIM`` columns is refused with a message naming ``source`` (float16,
     which has already lost the coordinates' precision, with what to do): a (4, N) or
     (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of more than
     ``MAX_FRAME_POINTS`` points with its size.
@@ -239,6 +251,9 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     elif isinstance(points, (list, tuple)) and points and all(is_frame_path(item) for item in points):
         hint = (f": {len(points)} paths, not points (give them to infer_many, a frame each; the sweeps of one "
                 "frame: read each and join them with PointPillars.accumulate)")
+    wide = wide_rows_problem(arr.shape[1], columns) if arr.ndim == 2 and not hint else None
+    if wide is not None:  # a range image (beams x azimuths): its first values of each row would read as points
+        hint = f": {wide}"
     if hint or arr.ndim != 2 or arr.shape[1] < 4:
         raise InputError(f"{source}: expected {expected}; got shape {arr.shape}{hint}")
     if arr.shape[1] < columns:

@@ -320,6 +320,29 @@ def test_what_is_not_a_list_of_frames_is_one_input_error_naming_it(tmp_path: Pat
             detector.detect_batch([frames[0], frames[1].astype(np.float16)])
 
 
+def test_an_array_of_rows_wider_than_a_point_is_refused_as_a_npy_of_them_is(tmp_path: Path) -> None:
+    """A lidar's range image (64 beams x 2048 azimuths) given to detect, detect_batch or infer_many was detected on as
+    64 points of each row's first 4 pixels, where read_points refuses it saved as .npy; rows as wide as the widest
+    point (64 values) are still points."""
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    image = np.random.default_rng(0).random((64, 2048)).astype(np.float32) * 50
+    problem = (r"got shape \(64, 2048\): rows of 2048 values, where a point has 4 to 64 \(x, y, z, intensity first\); "
+               r"an image or another array, not a point list\?$")
+    widest = np.zeros((3, 64), np.float32)
+    widest[:, :4] = [[1.0, 2.0, -1.0, 0.5], [10.0, -3.0, -1.0, 0.2], [20.0, 5.0, 0.0, 0.9]]
+    with PointPillars(model, device="cpu") as detector:
+        with pytest.raises(InputError, match=r"^points: expected an \(N, 4\) array .*; " + problem):
+            detector(image)
+        with pytest.raises(InputError, match=r"^frame 1 of the batch: .*; " + problem):
+            detector.detect_batch([widest, image])
+        streamed = list(detector.infer_many([widest, image]))
+        assert streamed[0].error is None and streamed[1].detections is None
+        assert re.search(problem, str(streamed[1].error)), streamed[1].error
+        assert_same(detector(widest), detector(np.ascontiguousarray(widest[:, :4])))
+
+
 @pytest.mark.slow
 def test_runtime_thresholds_need_no_rebuild(tmp_path: Path) -> None:
     """score_threshold / nms_iou / max_boxes change the output, not the model dir (same digest, same files)."""

@@ -32,8 +32,8 @@ from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
 from ..model_dir import ModelDir, config_change_fix, load_model_dir, rebuild_command
-from ..pointcloud_io import MAX_INTENSITY_SCALE, MAX_POINT_DIM, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
-from ..points import MULTI_SWEEP_FIX, columns_text
+from ..pointcloud_io import MAX_INTENSITY_SCALE, MIN_INTENSITY_SCALE, SUPPORTED_EXTENSIONS
+from ..points import MAX_POINT_DIM, MULTI_SWEEP_FIX, columns_text
 from ..runtime_options import cpu_threads, pipeline_threads
 from ..staging import SIZE_SAMPLE, likely_points_per_frame
 from .frame_reads import read_batch

@@ -17,8 +17,8 @@ from ...detections import Detections
 from ...errors import InputError, PointPillarsError, escape_text, printable_text, safe_repr
 from ...fileio import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
-from ...pointcloud_io import MAX_POINT_DIM
 from ...model_dir import ModelDir
+from ...points import MAX_POINT_DIM
 from ...runtime import BACKEND_NAMES, BACKENDS, onnxruntime_cuda_unavailable_reason
 from ...runtime.backends import gpu_backend_rows
 from .frames import folder_frame_sets, list_frame_folders, page_locked_frame_sets, simulated_frame_sets
