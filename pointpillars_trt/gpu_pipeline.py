@@ -37,7 +37,7 @@ from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import ModelDir, pfn_weights
-from .points import as_array
+from .points import as_array, wide_rows_problem
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, LARGE_SCAN_POINTS, StagingBuffer, empty_pinned
 from .kernels.pfn import PfnStage
@@ -614,6 +614,8 @@ def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> c
     expected = f"an (N, {columns}) float32 device array"
     with stream:
         arr = as_array(points, "points", expected, cp)
-    if arr.ndim != 2 or arr.shape[1] < columns or arr.dtype != np.float32:
-        raise InputError(f"points: expected {expected}; got shape {arr.shape}, dtype {arr.dtype}")
+    wide = wide_rows_problem(arr.shape[1], columns) if arr.ndim == 2 else None  # an image, as on the host
+    if arr.ndim != 2 or arr.shape[1] < columns or arr.dtype != np.float32 or wide is not None:
+        raise InputError(f"points: expected {expected}; got shape {arr.shape}, dtype {arr.dtype}"
+                         + (f": {wide}" if wide is not None else ""))
     return arr[:, :columns]

@@ -194,6 +194,10 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
     assert gpu.copies.h2d_copies == 0
     wide = np.column_stack([points, np.zeros(len(points), np.float32)])  # (N, 5): extra column ignored
     assert_same_detections(gpu.detect(cp.asarray(wide)), expected, "cupy (N, 5) input")
+    image = cp.asarray(np.random.default_rng(0).random((64, 2048), np.float32) * 50)  # a range image, as on the host
+    with pytest.raises(InputError, match=r"^points: expected an \(N, 4\) float32 device array; got shape \(64, 2048\), "
+                                         r"dtype float32: rows of 2048 values, where a point has 4 to 64"):
+        gpu.detect(image)
 
 
 def test_a_device_array_with_a_malformed_interface_is_an_input_error(family_pair, assets):  # type: ignore[no-untyped-def]
