@@ -241,6 +241,10 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     if isinstance(points, bytearray) or (isinstance(points, bytes) and not is_frame_path(points)):
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
+    if is_cuda_array(points) and not hasattr(points, "__array__"):  # np.asarray would make it a 0-d object array
+        raise InputError(f"{source}: a GPU array (CUDA), given to a detector on the CPU, which reads host arrays: copy "
+                         "it to the host first (CuPy: points.get(); Numba: points.copy_to_host()), or open the "
+                         "detector on the GPU (device='cuda'), which reads it where it lies")
     arr: np.ndarray = as_array(points, source, expected)
     hint = transposed_hint(arr.shape)
     if arr.dtype.names is not None and not arr.dtype.hasobject:

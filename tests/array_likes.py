@@ -27,3 +27,11 @@ class HostDlpackLike:
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return 1, 0
+
+
+class CudaInterfaceOnly:
+    """A GPU array known by the CUDA array interface alone (no ``__array__``), as a Numba device array or a
+    framework's raw device buffer is: its data lies in device memory that the host cannot read."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (0, False), "version": 3}

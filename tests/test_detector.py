@@ -22,6 +22,7 @@ from pointpillars_trt.detector import PointPillars
 from pointpillars_trt.errors import BackendError, InputError, InputWarning, ModelDirError
 from pointpillars_trt.model_dir import ModelDir
 from pointpillars_trt.pointcloud_io import read_points
+from array_likes import CudaInterfaceOnly
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 FRAME = "kitti/training/velodyne_reduced/000134.bin"
@@ -341,6 +342,21 @@ def test_an_array_of_rows_wider_than_a_point_is_refused_as_a_npy_of_them_is(tmp_
         assert streamed[0].error is None and streamed[1].detections is None
         assert re.search(problem, str(streamed[1].error)), streamed[1].error
         assert_same(detector(widest), detector(np.ascontiguousarray(widest[:, :4])))
+
+
+def test_a_gpu_array_given_to_a_cpu_detector_is_named_so_with_the_fix(tmp_path: Path) -> None:
+    """An array known by the CUDA array interface alone was refused as "expected an (N, 4) array ...; got shape ()",
+    no word of where it lies."""
+    from tiny import tiny_model_dir
+
+    message = (r": a GPU array \(CUDA\), given to a detector on the CPU, which reads host arrays: copy it to the host "
+               r"first \(CuPy: points.get\(\); Numba: points.copy_to_host\(\)\), or open the detector on the GPU "
+               r"\(device='cuda'\), which reads it where it lies$")
+    with PointPillars(tiny_model_dir(tmp_path / "m", seed=3), device="cpu") as detector:
+        with pytest.raises(InputError, match="^points" + message):
+            detector(CudaInterfaceOnly((100, 4)))
+        with pytest.raises(InputError, match="^frame 0 of the batch: points" + message):
+            detector.detect_batch([CudaInterfaceOnly((100, 4))])
 
 
 @pytest.mark.slow
