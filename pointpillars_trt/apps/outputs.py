@@ -619,17 +619,40 @@ def sources_in_parts(folder: Path, output_format: str) -> dict[str, bool]:
     """The frames the part files already in ``folder`` hold a row of (``row_key``), each with whether
     its row is a failure's (for ``--skip-existing``: a source never gets a second row, so a failed frame
     is not rerun, and is said to be, unless ``--retry-failed`` removes its row first:
-    :func:`drop_failure_rows`); a damaged part is an error naming it."""
+    :func:`drop_failure_rows`); a damaged part is an error naming it, and so are parts that hold two rows of a
+    frame (a part copied, or parts merged by hand), whose frames would each be counted twice."""
     done: dict[str, bool] = {}
+    first_part: dict[str, Path] = {}  # a frame -> the part of its first row
+    repeated: dict[str, tuple[str, Path, Path]] = {}  # a frame -> (its source, the parts of its first and next row)
     resolve = folder_resolver()
     for path in existing_parts(folder, output_format):
         try:
-            done.update((row_key(row, resolve), row.get("error") is not None)
-                        for row in _part_rows(path, output_format, _KEY_COLUMNS))
+            for row in _part_rows(path, output_format, _KEY_COLUMNS):
+                key = row_key(row, resolve)
+                if key in done:
+                    repeated.setdefault(key, (str(row.get("source", key)), first_part[key], path))
+                first_part.setdefault(key, path)
+                done[key] = row.get("error") is not None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise InputError(f"--skip-existing: cannot read {safe_repr(os.fspath(path))}: {one_line(exc)} (move that "
                              "part away, and this run redoes its frames)") from None
+    if repeated:
+        raise _repeated_rows_error(list(repeated.values()))
     return done
+
+
+def _repeated_rows_error(repeated: list[tuple[str, Path, Path]]) -> InputError:
+    """The refusal of part files that hold two rows of each of ``repeated``'s frames (source, first part, next
+    part): a run writes one row a frame, so one of them was copied or merged in by hand."""
+    source, first, again = repeated[0]
+    where = (f"{safe_repr(os.fspath(first))} holds two rows" if first == again else
+             f"{safe_repr(os.fspath(first))} and {safe_repr(os.fspath(again))} both hold a row")
+    parts = {part for _, *pair in repeated for part in pair}
+    more = f", in {len(parts)} part files in all" if len(parts) > 2 else ""
+    return InputError(f"--skip-existing: {where} of {len(repeated)} frame(s) (e.g. {safe_repr(source)}{more}), where "
+                      "a run writes one row a frame (a part copied, or parts merged by hand?): move the part that "
+                      "repeats another away (or remove its repeated rows), and this run skips the frames of the rows "
+                      "kept")
 
 
 def records_in_parts(folder: Path, output_format: str,

@@ -159,7 +159,7 @@ def skipped_for_eval(resume: Resume, plan: OutputPlan, fmt: str, out: Path | Non
     by_source = {frame_key(frame, resolve): frame for frame in wanted}
     rebuilt: set[str] = set()
     for source, row, part in records_in_parts(out, fmt, by_source):
-        if source in rebuilt:  # a second row of a frame (parts merged by hand; infer writes one): the first stands
+        if source in rebuilt:  # a second row of a frame (a part copied in since sources_in_parts looked): the first stands
             continue
         rebuilt.add(source)
         rebuild(by_source[source], part, lambda: row)

@@ -1314,6 +1314,37 @@ def test_outputs_infer_did_not_write_are_never_overwritten(tiny_model: Path, tin
         assert cli("infer", tiny_frames[4], "--model", tiny_model, "--format", fmt, *extra, "--out", ours).rc == 0
         assert (ours / name).read_bytes() == whole
 
+@pytest.mark.parametrize("fmt", ["jsonl", pytest.param("parquet", marks=pytest.mark.skipif(
+    importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed (pip install '.[test-scaleout]')"))])
+def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_model: Path, tiny_frames: list[Path],
+                                                                        tmp_path: Path, fmt: str):
+    """A part file copied beside itself (detections-00001 the bytes of detections-00000) gave each frame two rows,
+    and --skip-existing said "skipping 2" without a word: it is refused naming both parts and the frames, the
+    parts as they were; a line repeated within one part is named so."""
+    out = tmp_path / "out"
+    frames = tiny_frames[1:3]
+    base = ("--model", tiny_model, "--device", "cpu", "--no-progress", "--format", fmt, "--out", out)
+    assert cli("infer", *frames, *base).rc == 0
+    first, copy = out / f"detections-00000.{fmt}", out / f"detections-00001.{fmt}"
+    shutil.copyfile(first, copy)
+    before = outputs(out)
+    run = cli("infer", *frames, *base, "--skip-existing")
+    assert_one_line_error(run, f"error: --skip-existing: '{first}' and '{copy}' both hold a row of 2 frame(s) (e.g. "
+                               f"'{frames[0]}'), where a run writes one row a frame (a part copied, or parts merged by "
+                               "hand?): move the part that repeats another away")
+    assert outputs(out) == before and not run.out
+    if fmt == "jsonl":
+        copy.unlink()
+        line = first.read_text().splitlines(keepends=True)[1]
+        first.write_text(first.read_text() + line)
+        assert_one_line_error(cli("infer", *frames, *base, "--skip-existing"),
+                              f"error: --skip-existing: '{first}' holds two rows of 1 frame(s) (e.g. '{frames[1]}')")
+    copy.unlink(missing_ok=True)
+    first.write_bytes(before[first.name])
+    resumed = cli("infer", *frames, *base, "--skip-existing")
+    assert resumed.rc == 0 and "skipping 2 frame(s)" in resumed.err, resumed
+
+
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     other = tmp_path / "elsewhere"
     other.mkdir()
