@@ -442,9 +442,10 @@ def _frame_record(data: bytes, stem: str) -> dict[str, Any] | None:
 
 def foreign_output(path: Path) -> str | None:
     """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
-    or None when it is one, or may be one damaged (a JSON file that does not parse, or an object with a
-    record's ``frame`` and ``boxes_lidar``; a last line without its newline): ground-truth label lines (15
-    values, no score), a calib file, another tool's JSON; a FIFO or a device (reading it could block; a folder
+    or None when it is one, or may be one damaged (a JSON record cut short: bytes that do not parse but begin as
+    infer's records begin, ``begins_as_record``; an object with a record's ``frame`` and ``boxes_lidar``; a last
+    line without its newline): ground-truth label lines (15 values, no score), a calib file, another tool's JSON or
+    bytes that are no JSON and no record's start; a FIFO or a device (reading it could block; a folder
     there fails that frame's write alone); a picture that names other software than this package's plotting (a
     camera image: ``--out`` given as ``image_2``)."""
     return _existing_output(path)[0]
@@ -481,6 +482,8 @@ def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
     try:
         record = loads_json(data)
     except (ValueError, RecursionError):
+        if not begins_as_record(data):
+            return "neither JSON nor a record infer writes cut short", None
         found = _SOURCE_AT_HEAD.match(data)
         try:
             frame, source = (loads_json(found[1]), loads_json(found[2])) if found is not None else (None, None)
@@ -552,6 +555,21 @@ def names_frame(source: str, frame: str) -> bool:
     (``source_path``), then, where those differ, by ``source_key`` (``link-to-a/x.bin`` is ``a/x.bin``)."""
     own = source_path(frame)
     return source == own or source_key(source) == source_key(own)
+
+
+#: How every per-frame JSON record begins, whitespace aside (``Detections.to_json_dict`` puts its frame first).
+_RECORD_START = b'{"frame":'
+
+
+def begins_as_record(data: bytes) -> bool:
+    """Whether ``data``, which does not parse as JSON, may be infer's record cut short by a crash: it begins as
+    infer's records begin (``_RECORD_START``, whitespace aside, or a part of it), or holds nothing but NUL bytes
+    (what some file systems leave of a file whose data never reached the disk). Another tool's file, or JSON
+    damaged by hand (``[[[``), begins otherwise: refused as a file infer did not write, not overwritten."""
+    if not data.strip(b"\0"):
+        return True
+    head = b"".join(data[:64].split())
+    return head[:len(_RECORD_START)] == _RECORD_START[:len(head)]
 
 
 #: The head of a per-frame JSON record (``write_frame_outputs`` writes its frame and source first), and those two

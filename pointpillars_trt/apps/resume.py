@@ -36,8 +36,10 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
                   retry_failed: bool = False) -> Resume:
     """The frames to run under ``--skip-existing`` (all of them without it), read from ``out`` alone (no
     model needed): a frame is skipped when all its outputs are there and complete (this package writes
-    them atomically; an empty or cut file, or a JSON file not infer's record of the frame, came from
-    elsewhere, or from a crash before the run's flush, and is redone); a JSON record, as a KITTI label file, is
+    them atomically; an empty or cut file, or a JSON record not whole or not of the frame, came from
+    elsewhere, or from a crash before the run's flush, and is redone; a file infer could not have left, such as
+    JSON that is no record or bytes that do not begin as one, is refused before this: ``refuse_foreign_outputs``);
+    a JSON record, as a KITTI label file, is
     matched by its frame's name, since a run into records of other point files of the frames' names is refused
     before this (``infer.check_outputs``: ``refuse_foreign_outputs``); for row formats, when its row is in a part
     file (``rows_to_run``). ``say_resume`` says what was found."""

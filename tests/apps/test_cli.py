@@ -1314,6 +1314,33 @@ def test_outputs_infer_did_not_write_are_never_overwritten(tiny_model: Path, tin
         assert cli("infer", tiny_frames[4], "--model", tiny_model, "--format", fmt, *extra, "--out", ours).rc == 0
         assert (ours / name).read_bytes() == whole
 
+@pytest.mark.parametrize("skip", [(), ("--skip-existing",)], ids=["run", "resume"])
+def test_a_json_file_is_redone_only_where_it_may_be_infers_record_cut_short(tiny_model: Path, tiny_frames: list[Path],
+                                                                            tmp_path: Path, skip: tuple[str, ...]):
+    """``[[[`` in a record's place was overwritten as an incomplete output while ``[]`` was refused as a file infer
+    did not write: bytes that do not parse are redone only where they begin as infer's records do (a crash's cut,
+    or nothing but NUL bytes), else refused naming the file, as other JSON is."""
+    frame = tiny_frames[4]
+    base = ("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out")
+    whole = tmp_path / "whole"
+    assert cli(*base, whole).rc == 0
+    record = (whole / "000004.json").read_bytes()
+    for name, data in (("broken", b"[[[\n"), ("list", b"[]\n"), ("text", b"frame 000004: no boxes\n")):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "000004.json").write_bytes(data)
+        assert_one_line_error(cli(*base, out, *skip), f"--out '{out}' holds '000004.json', which infer did not write")
+        assert (out / "000004.json").read_bytes() == data
+    for name, data in (("cut", record[:len(record) // 2]), ("head", record[:5]), ("zeros", b"\0" * 4096),
+                       ("empty", b"")):
+        out = tmp_path / name
+        out.mkdir()
+        (out / "000004.json").write_bytes(data)
+        run = cli(*base, out, *skip)
+        assert run.rc == 0 and "error" not in run.err, run
+        assert (out / "000004.json").read_bytes() == record
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", pytest.param("parquet", marks=pytest.mark.skipif(
     importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed (pip install '.[test-scaleout]')"))])
 def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_model: Path, tiny_frames: list[Path],
