@@ -214,6 +214,27 @@ def test_ids_that_are_file_names_are_refused_with_the_fix(folders: tuple[Path, P
                             "frame ids without the suffix ('000000'), as KITTI's ImageSets/*.txt do\n"), err
 
 
+def test_a_prediction_file_without_a_label_is_named_with_the_fix(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """One stray prediction file (or a broken link) in --pred failed the whole evaluation with "label file ...
+    does not exist", naming no prediction file; with --ids of the labelled frames it evaluates."""
+    labels, pred = folders
+    (pred / "000007.txt").write_text(PRED)
+    (pred / "000009.txt").symlink_to("gone.txt")
+    fix = ("; without --ids eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to "
+           "evaluate (e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred\n")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err, out) == (2, f"error: prediction file '{pred / '000007.txt'}' has no label file: "
+                                 f"'{labels / '000007.txt'}' does not exist (and 1 more prediction file(s) have none)"
+                                 + fix, ""), err
+    (pred / "000007.txt").unlink()
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, err) == (2, f"error: prediction file '{pred / '000009.txt'}' (a broken symbolic link) has no label "
+                            f"file: '{labels / '000009.txt'}' does not exist" + fix), err
+    (tmp_path / "ids.txt").write_text("000000\n")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    assert (rc, err) == (0, "") and out.startswith("1 frames, predictions "), err
+
+
 def test_a_clean_run_still_passes(folders: tuple[Path, Path]) -> None:
     """The same harness on good files: exit 0 and nothing on stderr (so the refusals above are real)."""
     labels, pred = folders

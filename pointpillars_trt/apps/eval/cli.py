@@ -17,7 +17,7 @@ from ..infer import camera_options_given
 from ..frame_prep import check_image_shape
 from ..ranges import image_shape_arg, path_name
 from .io import CALIB_FILES, PREDICTION_FILES, REPORT_FILE, Annotations, check_label_folder, list_prediction_ids, \
-    load_ground_truth, load_predictions, prediction_format, read_frame_ids
+    load_ground_truth, load_predictions, prediction_format, read_frame_ids, refuse_unlabelled_predictions
 from .kitti_eval import (DEFAULT_CLASSES, canonical_class, check_label_types, check_prediction_heights,
                          check_prediction_types, evaluate, uncounted_note)
 from .report import format_comparison, format_table
@@ -168,6 +168,8 @@ def run_eval(args: argparse.Namespace) -> int:
     ids = read_frame_ids(Path(args.ids)) if args.ids else list_prediction_ids(pred, kinds[args.pred])
     if not ids:
         raise InputError(f"prediction folder {safe_repr(str(pred))} has no prediction files")
+    if not args.ids:
+        refuse_unlabelled_predictions(pred, kinds[args.pred], labels, ids)
     gt = load_ground_truth(labels, ids)
     predictions = load_predictions(pred, ids, calib, args.image_shape, labels, kinds[args.pred])
     # both folders read before anything is printed: a missing file in the second is one error, not a

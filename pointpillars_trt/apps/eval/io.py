@@ -228,6 +228,22 @@ def _stack(frame_ids: Sequence[str], per_frame: list[tuple[list[str], np.ndarray
     )
 
 
+def refuse_unlabelled_predictions(pred_dir: Path, kind: str, label_dir: Path, frame_ids: Sequence[str]) -> None:
+    """Refuse prediction files of ``pred_dir`` (of ``kind``) that have no label file in ``label_dir``, naming the
+    first and the fix: without --ids eval evaluates every prediction file there (``frame_ids``), so one stray file (a
+    frame of another split, a broken link) fails the whole evaluation, and the user must learn which file it is."""
+    missing = [frame for frame in frame_ids if not os.path.lexists(label_dir / f"{frame}.txt")]
+    if not missing:
+        return
+    first = pred_dir / f"{missing[0]}{PREDICTION_SUFFIXES[kind]}"
+    broken = " (a broken symbolic link)" if first.is_symlink() and not first.exists() else ""
+    more = f" (and {len(missing) - 1} more prediction file(s) have none)" if len(missing) > 1 else ""
+    raise InputError(f"prediction file {safe_repr(os.fspath(first))}{broken} has no label file: "
+                     f"{safe_repr(os.fspath(label_dir / (missing[0] + '.txt')))} does not exist{more}; without --ids "
+                     "eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to evaluate "
+                     "(e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred")
+
+
 def load_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> Annotations:
     """KITTI label_2 files ``<label_dir>/<id>.txt`` of the given frames (DontCare rows kept)."""
     return read_ground_truth(label_dir, frame_ids).of(frame_ids)
