@@ -361,6 +361,18 @@ def test_non_finite_or_absurd_json_predictions_are_refused_like_label_lines(tmp_
     assert out == "" and not (tmp_path / "ap.json").exists()
 
 
+@pytest.mark.parametrize("frame", [5, None, ["000000"], {"id": "000000"}])
+def test_a_json_record_whose_frame_is_no_name_is_refused(tmp_path: Path, frame: object) -> None:
+    """A record whose 'frame' is a number, null, a list or an object (another tool's JSON) was evaluated as the
+    file's frame: it is refused as the other malformed records are."""
+    labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    record = json.loads((pred / "000000.json").read_text())
+    (pred / "000000.json").write_text(json.dumps({**record, "frame": frame}))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.json'}' is not an infer JSON record: "
+                                     f"\"'frame' is {frame!r}, not a frame's name\"\n"), err
+
+
 def _ap_lines(table: str, metric: str) -> list[str]:
     return [line for line in table.splitlines() if line.startswith(metric)]
 

@@ -78,6 +78,8 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
     try:
         record = loads_json("\n".join(read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="prediction file")))
         boxes, scores, labels = record_boxes(record)
+        if "frame" in record and not isinstance(record["frame"], str):  # infer names its frame: another tool's
+            raise ValueError(f"'frame' is {safe_repr(record['frame'], 40)}, not a frame's name")
     except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
