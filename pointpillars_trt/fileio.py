@@ -704,8 +704,8 @@ def check_writable_folder(path: PathLike, what: str = "folder") -> None:
         if probe_in.parent == probe_in:
             break
         probe_in = probe_in.parent
-    if probe_in == target and not target.is_dir():
-        raise InputError(f"{what} {shown} is an existing file, not a folder")
+    if probe_in == target and not target.is_dir():  # a device or FIFO named as such, as infer names it
+        raise InputError(f"{what} {shown} is {special_kind(target) or 'an existing file'}, not a folder")
     if not probe_in.is_dir():
         raise InputError(f"{what} {shown}: {safe_repr(probe_in)} is a file, not a folder")
     where = "" if probe_in == target else f" (it would be created in {safe_repr(probe_in)})"

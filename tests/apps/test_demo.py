@@ -187,6 +187,16 @@ def test_an_out_that_is_a_file_is_one_error_naming_out_and_the_file_is_kept(tmp_
     assert sorted(tmp_path.iterdir()) == [a_file] and a_file.read_bytes() == b"mine"
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/null"), reason="needs /dev/null")
+def test_an_out_that_is_a_device_is_named_so_as_infer_names_it(tmp_path: Path) -> None:
+    """``demo --out /dev/null`` said "an existing file" where infer says "a character device"."""
+    rc, stdout, err = cli("demo", "--out", "/dev/null", "--device", "cpu")
+    assert (rc, stdout, err) == (2, "", "error: --out '/dev/null' is a character device, not a folder\n")
+    (tmp_path / "frame.bin").write_bytes(b"")
+    rc, _, err = cli("infer", tmp_path / "frame.bin", "--model", tmp_path / "model", "--out", "/dev/null")
+    assert rc == 2 and err.startswith("error: --out '/dev/null' is a character device; "), err
+
+
 def test_without_matplotlib_a_folder_named_bev_png_is_left_alone(tmp_path: Path) -> None:
     """No matplotlib: the demo draws no bev.png, so a folder of that name in --out is none of its business (it
     was refused, saying the demo writes that file)."""
