@@ -426,6 +426,9 @@ def read_npy(path: PathLike, *, columns: int = 4, capture_times_note: CaptureTim
             header_end = f.tell()
         except OSError as exc:
             raise read_error(what, path, exc) from None
+        except _ZipArchive:
+            raise InputError(f"{what} {shown} is a zip archive (an .npz of arrays, named .npy), not a .npy file: "
+                             f"{POINT_FORMAT_CONVERSIONS['.npz']}") from None
         except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
             raise InputError(f"{what} {shown} is not a valid .npy file: {one_line(exc, 100)}") from None
         if dtype.fields is not None and not dtype.hasobject:
@@ -478,10 +481,16 @@ def _check_named_time_lags(points: np.ndarray, path: PathLike, what: str,
         check_time_lags(points.reshape(-1), 5, f"{what} {safe_repr(path)}", capture_times_note)
 
 
+class _ZipArchive(ValueError):
+    """A file of a zip archive's magic bytes where a .npy header belongs: np.savez's .npz, named .npy."""
+
+
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran_order, dtype) of an .npy stream positioned at its start; a literal header
     parse (ast.literal_eval), never a pickle."""
     magic = f.read(8)
+    if magic.startswith(b"PK\x03\x04"):
+        raise _ZipArchive
     if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
         raise ValueError("no .npy magic number")
     major = magic[6]

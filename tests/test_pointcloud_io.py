@@ -132,6 +132,14 @@ def test_npy_of_rows_wider_than_a_point_is_refused_as_no_point_list(tmp_path: Pa
     np.testing.assert_array_equal(read_points(tmp_path / "widest.npy"), sample(3))
 
 
+def test_an_npz_named_npy_is_named_a_zip_archive_with_the_fix(tmp_path: Path) -> None:
+    """np.savez's archive renamed .npy was refused as "no .npy magic number", naming neither what it is nor the fix."""
+    np.savez(tmp_path / "frame.npz", points=sample(3))
+    (tmp_path / "frame.npz").rename(tmp_path / "frame.npy")
+    one_line_error(lambda: read_points(tmp_path / "frame.npy"), "frame.npy", "is a zip archive (an .npz of arrays, "
+                   "named .npy), not a .npy file: save the frame's array from the archive as .npy (np.save(")
+
+
 def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
     np.save(tmp_path / "obj.npy", np.array([[1, 2, 3, "x"]], dtype=object), allow_pickle=True)
     one_line_error(lambda: read_points(tmp_path / "obj.npy"), "obj.npy", "dtype")
