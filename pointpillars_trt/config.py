@@ -527,7 +527,17 @@ def read_yaml(path: Path) -> Any:
         data = read_regular_file(path, max_bytes=MAX_CONFIG_BYTES, what="config file")
     except InputError as exc:
         raise ConfigError(str(exc)) from None
-    return parse_yaml(data, safe_repr(path))
+    document = parse_yaml(data, safe_repr(path))
+    if document is None and not _yaml_content(data):  # else "expected a mapping, got None", of a file of nothing
+        raise ConfigError(f"{safe_repr(path)}: the config file is empty{' but for comments' if data.strip() else ''}: "
+                          "it holds no config")
+    return document
+
+
+def _yaml_content(data: bytes) -> bool:
+    """Whether a YAML file's bytes hold anything but blank lines, comments and document markers."""
+    return any(line.strip() and not line.lstrip().startswith(b"#") and line.strip() not in (b"---", b"...")
+               for line in data.splitlines())
 
 
 def parse_yaml(data: bytes, source: str) -> Any:

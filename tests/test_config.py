@@ -277,6 +277,22 @@ def test_missing_file_and_wrong_top_level(tmp_path: Path) -> None:
         load_config("nope")
 
 
+@pytest.mark.parametrize("text, said", [("", "empty"), ("\n  \n", "empty"),
+                                        ("# settings to come\n---\n", "empty but for comments")])
+def test_an_empty_config_file_is_said_to_be_empty(tmp_path: Path, text: str, said: str) -> None:
+    """An empty YAML (or one of comments alone) given as --config or --pcdet-config was refused as "expected a
+    mapping, got None": the file is said to be empty; a document of null is still the wrong top level."""
+    from pointpillars_trt.convert.pcdet_config import config_from_pcdet_yaml
+
+    path = _write(tmp_path / "model.yaml", text)
+    for read in (load_config, config_from_pcdet_yaml):
+        with pytest.raises(ConfigError) as info:
+            read(path)
+        assert str(info.value) == f"'{path}': the config file is {said}: it holds no config"
+    with pytest.raises(ConfigError, match=r"null.yaml': the config: expected a mapping, got None$"):
+        load_config(_write(tmp_path / "null.yaml", "null\n"))
+
+
 def test_billion_laughs_refused_fast(tmp_path: Path) -> None:
     lines = ["a0: &a0 [" + ", ".join(["lol"] * 9) + "]"]
     lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 12)]
