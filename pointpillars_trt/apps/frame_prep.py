@@ -42,8 +42,11 @@ def fov_notice(fmt: str, cropped: bool, *, writes: bool, evaluating: bool) -> st
 
 def assumed_image_note(source: str, uses: str) -> str:
     """The run's one note that a frame without a camera image got KITTI's usual image size for ``uses``
-    (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape."""
-    return (f"note: {safe_repr(source)}: no camera image {safe_repr(str(image_path_for_frame(source)))} to take "
+    (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape. The image
+    is named as the frame is, relative to this folder where the frame's path is relative."""
+    image = image_path_for_frame(source)
+    shown = str(image) if os.path.isabs(source) else os.path.relpath(image)
+    return (f"note: {safe_repr(source)}: no camera image {safe_repr(shown)} to take "
             f"its size from, so {KITTI_IMAGE_WORDS} is assumed for {uses} (and for every "
             "frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)")
 

@@ -317,6 +317,28 @@ def test_an_assumed_image_size_is_one_note_a_run_and_a_given_size_says_nothing(t
         [p.read_bytes() for p in output_paths(tmp_path / "s")]  # the PNG's size is the one used
 
 
+def test_the_assumed_image_note_names_the_image_relative_as_the_frame_is_given(tiny_model: Path,
+                                                                               tiny_frames: list[Path],
+                                                                               tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch):
+    """A frame given by a relative path had its missing camera image named by an absolute one."""
+    root = tmp_path / "kitti" / "training"
+    (root / "velodyne").mkdir(parents=True)
+    shutil.copytree(tiny_frames[1].parent.parent / "calib", root / "calib")
+    shutil.copy(tiny_frames[1], root / "velodyne")
+    monkeypatch.chdir(tmp_path / "kitti")
+    run = cli("infer", f"training/velodyne/{tiny_frames[1].name}", "--model", tiny_model, "--device", "cpu",
+              "--no-progress", "--fov-only", *LOOSE)
+    assert run.rc == 0, run
+    name, stem = tiny_frames[1].name, tiny_frames[1].stem
+    assert f"note: 'training/velodyne/{name}': no camera image 'training/image_2/{stem}.png' to take its size from" \
+        in run.err, run.err
+    monkeypatch.chdir(root / "velodyne")
+    run = cli("infer", tiny_frames[1].name, "--model", tiny_model, "--device", "cpu", "--no-progress", "--fov-only",
+              *LOOSE)
+    assert f"note: '{name}': no camera image '../image_2/{stem}.png' to take its size from" in run.err, run.err
+
+
 def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path, tiny_frames: list[Path],
                                                                  tmp_path: Path):
     """--fov-only, --format kitti and --eval read each frame's KITTI calib file: frames none of whose folders
