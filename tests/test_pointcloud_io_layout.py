@@ -371,6 +371,17 @@ def time_lag_warnings(call) -> list[str]:  # type: ignore[no-untyped-def]
     return [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
 
 
+def frame_files(frame: np.ndarray, folder: Path) -> list[Path]:
+    """``frame`` written as a .bin, a .npy and a binary .pcd (fields x y z intensity time) in ``folder``."""
+    paths = [folder / "times.bin", folder / "times.npy", folder / "times.pcd"]
+    frame.tofile(paths[0])
+    np.save(paths[1], frame)
+    paths[2].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
+                         b"COUNT 1 1 1 1 1\nWIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(frame), len(frame))
+                         + frame.tobytes())
+    return paths
+
+
 def test_per_point_capture_times_for_time_lags_are_warned_of_once_a_file_or_array(assets: Path,
                                                                                   tmp_path: Path) -> None:
     """A multi-sweep frame whose 5th values are each point's capture time within its sweep (0-0.1 s) lies in the
@@ -380,12 +391,7 @@ def test_per_point_capture_times_for_time_lags_are_warned_of_once_a_file_or_arra
     frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
     frame[:, 4] = capture_times(frame)
     assert len(np.unique(frame[:, 4])) > 1000
-    paths = [tmp_path / "times.bin", tmp_path / "times.npy", tmp_path / "times.pcd"]
-    frame.tofile(paths[0])
-    np.save(paths[1], frame)
-    paths[2].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
-                         b"COUNT 1 1 1 1 1\nWIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(frame), len(frame))
-                         + frame.tobytes())
+    paths = frame_files(frame, tmp_path)
 
     def read_each_twice() -> None:
         for path in paths:
@@ -413,12 +419,7 @@ def test_per_point_capture_times_go_to_the_reads_note_in_place_of_the_warning(as
     own takes the read's finding), for a file of each format, read or read into rows, and for a .bin's bytes."""
     frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
     frame[:, 4] = capture_times(frame)
-    paths = [tmp_path / "times.bin", tmp_path / "times.npy", tmp_path / "times.pcd"]
-    frame.tofile(paths[0])
-    np.save(paths[1], frame)
-    paths[2].write_bytes(b"VERSION 0.7\nFIELDS x y z intensity time\nSIZE 4 4 4 4 4\nTYPE F F F F F\n"
-                         b"COUNT 1 1 1 1 1\nWIDTH %d\nHEIGHT 1\nPOINTS %d\nDATA binary\n" % (len(frame), len(frame))
-                         + frame.tobytes())
+    paths = frame_files(frame, tmp_path)
     noted: list[str] = []
 
     def rows(n: int) -> np.ndarray:
