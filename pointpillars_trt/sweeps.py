@@ -20,7 +20,8 @@ from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
-from .points import as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, transposed_hint
+from .points import (as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, transposed_hint,
+                     wide_rows_problem)
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -39,7 +40,7 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
                       ego_radius: float | None = EGO_RADIUS) -> Any:
     """(N, 5) float32 x, y, z, intensity, time lag of the key sweep ``sweeps[0]`` and the earlier ones.
 
-    ``sweeps[i]``: (Ni, >= 4) x, y, z, intensity in sweep i's sensor frame; ``poses[i]``: its (4, 4)
+    ``sweeps[i]``: (Ni, 4 to ``MAX_POINT_DIM``) x, y, z, intensity in sweep i's sensor frame; ``poses[i]``: its (4, 4)
     sensor-to-world transform; ``timestamps[i]``: its time in seconds. Sweep i is moved by
     inv(poses[0]) @ poses[i] (in float64, then rounded to float32 once) and gets the time lag
     float32(timestamps[0] - timestamps[i]). ``ego_radius`` None keeps the ego points.
@@ -48,8 +49,9 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
     argument): lags outside ``TIME_LAG_RANGE`` (timestamps in micro- or milliseconds, sweeps not key first),
     timestamps that are no numbers or repeat another (a sweep given twice), poses that are no rigid transforms (a scale, a shear, a reflection, a
     singular matrix) or put a sweep farther than ``MAX_SWEEP_DISTANCE`` from the key sweep, an ``ego_radius``
-    that is no number of metres >= 0, and sweeps that are transposed (points as columns), read from their file
-    with another row length, or accumulated already (5th values that are time lags). More than
+    that is no number of metres >= 0, and sweeps that are transposed (points as columns), images (rows wider than
+    ``MAX_POINT_DIM``), read from their file with another row length, or accumulated already (5th values that are
+    time lags). More than
     ``TRAINED_SWEEPS`` sweeps are warned of (``InputWarning``).
     """
     if is_frame_path(sweeps):
@@ -108,7 +110,8 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
 
 
 def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
-    """Sweep ``i`` as an (N, >= 4) float array of ``xp`` (NumPy or CuPy), else InputError naming what it is."""
+    """Sweep ``i`` as an (N, 4 to MAX_POINT_DIM) float array of ``xp`` (NumPy or CuPy), else InputError naming what
+    it is."""
     if is_frame_path(sweep):
         raise InputError(f"accumulate: sweep {i} is a path, {safe_repr(sweep)}; expected its points: {READ_SWEEP}")
     refuse_masked(sweep, f"accumulate: sweep {i}")
@@ -116,6 +119,9 @@ def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     hint = transposed_hint(tuple(pts.shape))  # (4, N), as OpenPCDet's get_sweep holds a sweep: N points of 4 values
     if pts.ndim == 1:
         hint = "; a flat array, as np.fromfile reads a .bin: reshape it, (-1, 5) for nuScenes .pcd.bin files"
+    wide = wide_rows_problem(pts.shape[1], 4) if pts.ndim == 2 and not hint else None
+    if wide is not None:  # a range image (beams x azimuths): its first values of each row would read as points
+        hint = f"; {wide}"
     if hint or pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
         raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                          "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "

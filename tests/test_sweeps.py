@@ -117,6 +117,22 @@ def test_bad_input_is_one_clear_error(args: tuple, message: str) -> None:  # typ
     assert message in str(info.value)
 
 
+def test_a_sweep_of_rows_wider_than_a_point_is_refused_as_a_frame_of_them_is() -> None:
+    """A lidar's range image (64 beams x 2048 azimuths) given as a sweep was accumulated as 64 points of each row's
+    first 4 pixels, where the detector refuses it as a frame; rows as wide as the widest point (64 values) are still
+    points."""
+    image = np.random.default_rng(0).random((64, 2048)).astype(np.float32) * 50
+    key = np.array([[1.0, 2.0, -1.0, 0.5], [10.0, -3.0, -1.0, 0.2]], np.float32)
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1 has shape \(64, 2048\), dtype float32; expected .*; "
+                       r"rows of 2048 values, where a point has 4 to 64 \(x, y, z, intensity first\); an image or "
+                       r"another array, not a point list\?$"):
+        accumulate_sweeps([key, image], [np.eye(4)] * 2, [1.0, 0.9])
+    widest = np.zeros((2, 64), np.float32)
+    widest[:, :4] = key
+    frame = accumulate_sweeps([widest], [np.eye(4)], [1.0])
+    np.testing.assert_array_equal(frame, np.c_[key, np.zeros(2, np.float32)])
+
+
 def test_a_sweep_whose_conversion_raises_runtime_error_is_the_input_error_a_frame_gets() -> None:
     """A sweep that a torch tensor requiring grad stands for (its conversion raises RuntimeError): the InputError,
     with its reason, that the same frame gets from the detector (it was the RuntimeError itself)."""
