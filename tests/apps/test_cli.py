@@ -926,7 +926,8 @@ def test_pillars_beyond_max_pillars_are_said(tiny_model: Path, tmp_path: Path):
                         "max_pillars in the model's config keeps frames this dense whole (warned once)"], run.err
 
 
-def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: Path, tmp_path: Path):
+def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: Path, tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch):
     """Three frames in front of the lidar, one calib each: KITTI's (labels written), the camera turned around
     (a true rotation: the FOV crop empties the frame, which is said once with the calib file) and millimetres
     (refused on the frame's error line naming the calib file; the other frames still run)."""
@@ -971,6 +972,15 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
         f"range: calib file '{root / 'calib' / 'low.txt'}' and --image-shape 174,611 put them all outside the camera "
         "image (a camera facing backwards or sideways, or an image size too small?); check both, or pass "
         "--no-fov-only (warned once)"], run.err
+    # a frame given relative to this folder has its calib file named relative too (it was named absolute)
+    monkeypatch.chdir(tmp_path)
+    run = cli("infer", "training/velodyne/turned.bin", "--model", tiny_model, "--device", "cpu", "--no-progress",
+              "--format", "kitti", "--out", "relative", *LOOSE)
+    warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+    assert run.rc == 0 and warnings == [
+        "warning: 'training/velodyne/turned.bin': the camera-FOV crop left none of its 500 points in the model's "
+        "range: calib file 'training/calib/turned.txt' puts them all outside the camera image (a camera facing "
+        "backwards or sideways?); check it, or pass --no-fov-only (warned once)"], run.err
 
 
 def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path, tmp_path: Path):
