@@ -7,7 +7,7 @@ import mmap
 import os
 import stat
 from collections.abc import Iterable, Mapping
-from typing import Any, TypeGuard
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -22,6 +22,19 @@ MAX_FRAME_POINTS = 16 * 2**20
 MAX_POINT_DIM = 64
 #: Longest path given as bytes (Linux's PATH_MAX): longer bytes are a frame's raw data, not a file's name.
 MAX_PATH_BYTES = 4096
+
+
+class HostReader(NamedTuple):
+    """Who reads a frame from host memory alone, and its way out for a GPU array other than copying it to the
+    host (None: none), for ``as_host_points``' message of a GPU array: each caller's own fix."""
+
+    who: str
+    other_fix: str | None = None
+
+
+#: The detector on the CPU: a detector opened on the GPU reads a GPU array where it lies.
+CPU_DETECTOR = HostReader("a detector on the CPU, which reads host arrays",
+                          "open the detector on the GPU (device='cuda'), which reads it where it lies")
 
 
 #: Extensions of the point files the readers understand (lower case).
@@ -226,7 +239,8 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
         raise InputError(f"{source}: cannot be read as {expected} ({reason})") from None
 
 
-def as_host_points(points: object, source: str = "points", columns: int = 4) -> np.ndarray:
+def as_host_points(points: object, source: str = "points", columns: int = 4,
+                   reader: HostReader = CPU_DETECTOR) -> np.ndarray:
     """A C-contiguous (N, columns) float32 NumPy array; further columns (e.g. ring) are ignored.
 
     ``columns`` is the model's point columns (``ModelConfig.num_point_columns``). Float64 input is
@@ -234,7 +248,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
     or float64 array of ``columns`` to ``MAX_POINT_DIM`` columns is refused with a message naming ``source`` (float16,
     which has already lost the coordinates' precision, with what to do): a (4, N) or
     (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of more than
-    ``MAX_FRAME_POINTS`` points with its size.
+    ``MAX_FRAME_POINTS`` points with its size. A GPU array is refused naming ``reader``, who needs the host
+    data, with its fix.
     """
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
     refuse_masked(points, source)
@@ -242,9 +257,9 @@ def as_host_points(points: object, source: str = "points", columns: int = 4) -> 
         raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     if is_cuda_array(points) and not hasattr(points, "__array__"):  # np.asarray would make it a 0-d object array
-        raise InputError(f"{source}: a GPU array (CUDA), given to a detector on the CPU, which reads host arrays: copy "
-                         "it to the host first (CuPy: points.get(); Numba: points.copy_to_host()), or open the "
-                         "detector on the GPU (device='cuda'), which reads it where it lies")
+        other = f", or {reader.other_fix}" if reader.other_fix is not None else ""
+        raise InputError(f"{source}: a GPU array (CUDA), given to {reader.who}: copy it to the host first (CuPy: "
+                         f"points.get(); Numba: points.copy_to_host()){other}")
     arr: np.ndarray = as_array(points, source, expected)
     hint = transposed_hint(arr.shape)
     if arr.dtype.names is not None and not arr.dtype.hasobject:

@@ -12,7 +12,7 @@ import pytest
 
 from pointpillars_trt.errors import InputError
 from pointpillars_trt.points import MAX_FRAME_POINTS, as_host_points, copy_leading_columns, is_frame_path
-from array_likes import GradTensorLike
+from array_likes import CudaInterfaceOnly, GradTensorLike
 
 
 def test_accepts_n_by_4_and_wider_float() -> None:
@@ -295,3 +295,18 @@ def test_memory_running_out_while_converting_is_not_blamed_on_the_frame() -> Non
 
     with pytest.raises(MemoryError, match="16.0 TiB"):
         as_host_points(Huge(), "points", 4)
+
+
+def test_a_gpu_array_is_refused_with_the_fix_of_whoever_needs_host_data() -> None:
+    """The message of a GPU array told every caller to "open the detector on the GPU", a remote client (which sends
+    host bytes to its server) too: each caller names itself and its own fix, the detector on the CPU by default."""
+    from pointpillars_trt.apps.serve.client import REMOTE_DETECTOR
+
+    copy = r"copy it to the host first \(CuPy: points.get\(\); Numba: points.copy_to_host\(\)\)"
+    with pytest.raises(InputError, match=r"^points: a GPU array \(CUDA\), given to a detector on the CPU, which reads "
+                       rf"host arrays: {copy}, or open the detector on the GPU \(device='cuda'\), which reads it where "
+                       r"it lies$"):
+        as_host_points(CudaInterfaceOnly((100, 4)))
+    with pytest.raises(InputError, match=r"^frame: a GPU array \(CUDA\), given to a remote detector, which sends the "
+                       rf"server the points' bytes from host memory: {copy}$"):
+        as_host_points(CudaInterfaceOnly((100, 4)), "frame", 4, REMOTE_DETECTOR)

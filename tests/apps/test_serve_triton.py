@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from array_likes import CudaInterfaceOnly
 from out_folder import output_names
 from pointpillars_trt.apps.run_settings import SETTINGS_FILE
 from pointpillars_trt.apps.cli import main as cli_main
@@ -442,6 +443,11 @@ def test_bad_requests_get_their_own_error_and_the_server_stays_up(tiny, tiny_ser
     remote = RemoteDetector(tiny_server.endpoints[protocol], protocol=protocol)
     with pytest.raises(InputError, match=f"big: {MAX_POINTS + 1} points, more than the cap of {MAX_POINTS} of server"):
         remote(np.zeros((MAX_POINTS + 1, 4), np.float32), "big")
+    # a GPU array is the client's to copy to the host: it was told to open "the detector on the GPU", which it has not
+    with pytest.raises(InputError, match=r"^gpu: a GPU array \(CUDA\), given to a remote detector, which sends the "
+                       r"server the points' bytes from host memory: copy it to the host first \(CuPy: points.get\(\); "
+                       r"Numba: points.copy_to_host\(\)\)$"):
+        remote(CudaInterfaceOnly((100, 4)), "gpu")
     frame = random_frames(tiny, 5)[4]
     with PointPillars(tiny, device="cpu") as detector:
         assert_same(remote(frame), detector(frame))

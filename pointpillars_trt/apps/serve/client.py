@@ -25,7 +25,7 @@ from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
 from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line, printable_text
 from ...pointcloud_io import read_points
-from ...points import as_host_points, check_frame_list, is_frame_path
+from ...points import HostReader, as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
 from .repository import MODEL_NAME
 
@@ -35,6 +35,8 @@ MAX_IN_FLIGHT = 1024
 #: Seconds the liveness probe after a request that failed on the server's side waits (at most the request
 #: timeout): a server that answers it is busy, not down, and its next frames are sent.
 LIVE_PROBE_SECONDS = 5.0
+#: Who reads a frame from host memory: the request carries the points' bytes, whatever the server runs on.
+REMOTE_DETECTOR = HostReader("a remote detector, which sends the server the points' bytes from host memory")
 
 
 class RemoteDetector:
@@ -163,7 +165,7 @@ class RemoteDetector:
     def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
         """A frame's detections; ``stream``: the gRPC calls of the ``infer_many`` it belongs to, if any, which
         cancels them when it is closed early."""
-        frame = as_host_points(points, source or "points", self.point_columns)
+        frame = as_host_points(points, source or "points", self.point_columns, REMOTE_DETECTOR)
         prefix = f"{source}: " if source else ""
         if self._down is not None:
             raise DetectorLost(prefix + self._down)
