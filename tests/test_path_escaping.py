@@ -142,7 +142,7 @@ def test_the_outputs_written_are_named_escaped(assets: Path, tmp_path: Path,
     repository = tmp_path / ODD / "repository"
     assert main(["serve", "--model", str(model), "--repository", str(repository), "--device", "cpu",
                  "--repository-only"]) == 0
-    assert printed_lines(capsys) == [f"wrote {shown(repository / 'pointpillars')}"]
+    assert printed_lines(capsys) == [f"wrote {shown(repository / 'pointpillars')} (openpcdet_kitti_3class, fp32)"]
     labels, pred = tmp_path / "labels", tmp_path / "pred"
     for folder, score in ((labels, ""), (pred, " 0.9")):
         folder.mkdir()

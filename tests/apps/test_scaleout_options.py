@@ -512,11 +512,13 @@ def test_serve_exports_a_checkpoint_in_the_precision_and_config_given_as_infer_d
     strict = tmp_path / "strict.yaml"  # the checkpoint's own config but for its score threshold
     own = Path(pointpillars_trt.__file__).parent / "configs" / "openpcdet_kitti_3class.yaml"
     strict.write_text(re.sub(r"(?m)^(\s*score_threshold:).*$", r"\1 0.6", own.read_text()))
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         rc = main(["serve", "--model", str(assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"), "--precision",
                    "fp16", "--config", str(strict), "--repository", str(tmp_path / "repo"), "--repository-only",
                    "--device", "cpu"])
-    assert rc == 0
+    # the precision served is said, as infer's "running on" line says it (it was "wrote REPO/pointpillars" alone)
+    assert rc == 0 and out.getvalue() == f"wrote {tmp_path / 'repo' / 'pointpillars'} (openpcdet_kitti_3class, fp16)\n"
     served = load_model_dir(tmp_path / "repo" / "pointpillars" / "1" / "model")
     assert served.precision == "fp16" and served.cfg.postprocess.score_threshold == 0.6
     err = io.StringIO()

@@ -81,8 +81,9 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
 
 
 def run_serve(args: argparse.Namespace) -> int:
-    """Write the repository, start tritonserver, send one warm-up request through it, print its
-    endpoints and "ready", then watch the model (a one-point request every --health-interval s).
+    """Write the repository (said with the config and precision of the graphs served, as infer's "running on" line
+    says its precision), start tritonserver, send one warm-up request through it, print its endpoints and "ready",
+    then watch the model (a one-point request every --health-interval s).
 
     On SIGINT/SIGTERM the server is stopped (the signal is forwarded; killed if it has not exited within
     its stop timeout): exit 0 when it stopped cleanly, else 1 with one ``error:`` line; a signal before "ready"
@@ -138,8 +139,9 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
                               max_batch=args.max_batch,
                               max_queue_delay_us=args.max_queue_delay_us, device=args.device,
                               max_points=args.max_points, runtime=RuntimeOptions(device=args.device))
+    wrote = f"wrote {printable_text(str(target))} ({model.cfg.name}, {model.precision})"  # which graphs are served
     if install is None:
-        print(f"wrote {printable_text(str(target))}", flush=True)
+        print(wrote, flush=True)
         return 0
     server = TritonServer(args.repository, install=install, host=args.host, http_host=args.http_host,
                           http_port=args.http_port,
@@ -157,7 +159,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     ready = False
     try:
         # a signal from here on is a stop (a caller may wait for this line)
-        print(f"wrote {printable_text(str(target))}", flush=True)
+        print(wrote, flush=True)
         server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
         try:
