@@ -603,7 +603,7 @@ def _other_model_file(source: str, path: Path) -> str:
                     f"as --pcdet-config: {build_command(None, None, pcdet_config=path)} (Python: "
                     "convert.pcdet_config.config_from_pcdet_yaml)")
         return (f"; it is named as a YAML config, which goes beside the checkpoint: "
-                f"{build_command(None, None, pcdet_config=source)} for an OpenPCDet model config (--config for one "
+                f"{build_command(None, None, pcdet_config=path)} for an OpenPCDet model config (--config for one "
                 "of this package's)")
     kind = _MODEL_FILES.get(suffix)
     if kind is None:

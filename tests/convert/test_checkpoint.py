@@ -31,7 +31,7 @@ import pointpillars_trt
 from pointpillars_trt.convert.checkpoint import detect_layout, expected_keys, load_checkpoint, weights_from_state_dict
 from pointpillars_trt.convert.pth import read_pth
 from pointpillars_trt.config import ModelConfig
-from pointpillars_trt.errors import CheckpointError
+from pointpillars_trt.errors import CheckpointError, shell_word
 from pointpillars_trt.convert.weights import PointPillarsWeights
 
 LAYOUTS = ("openpcdet", "zhulf0804")
@@ -676,6 +676,16 @@ def test_a_yaml_of_neither_kind_given_as_a_checkpoint_names_both_flags(tmp_path:
     assert msg.endswith("; it is named as a YAML config, which goes beside the checkpoint: `pointpillars-trt build "
                         f"--checkpoint YOUR_CHECKPOINT.pth --pcdet-config {shlex.quote(str(path))} --out MODEL_DIR` "
                         "for an OpenPCDet model config (--config for one of this package's)"), msg
+
+
+def test_a_yaml_of_an_odd_name_is_named_in_the_build_command_as_its_path_not_as_escaped_text(tmp_path: Path) -> None:
+    """The build command of a YAML given as a checkpoint quotes the file's own path, which the shell then gives back
+    (a control character as $'\\x1b'): the message's escaped text of the name, quoted again, named another file."""
+    path = tmp_path / "odd\x1bname.yaml"
+    path.write_text("a: 1\n")
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert f"--pcdet-config {shell_word(str(path))} --out MODEL_DIR` for an OpenPCDet model config" in str(info.value)
 
 
 @pytest.mark.parametrize("fmt", WRITERS)
