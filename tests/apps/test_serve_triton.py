@@ -456,6 +456,41 @@ def test_bad_requests_get_their_own_error_and_the_server_stays_up(tiny, tiny_ser
         assert reply.status == 200
 
 
+def test_a_raw_request_of_batch_size_0_gets_its_error_at_once_and_the_server_still_stops_cleanly(  # type: ignore[no-untyped-def]
+        install, tiny, tmp_path: Path) -> None:
+    """A raw client's points of shape [0, 0, 4] (no frame) reach the backend without their batch dimension, and the
+    Python backend, counting 0 frames, released the request unanswered: its client waited out its timeout, and
+    the server's stop then waited out its exit timeout (exit code 1). A server of its own: on old code, that stop."""
+    import tritonclient.grpc as grpc
+    import tritonclient.http as http
+    from tritonclient.utils import InferenceServerException
+
+    timeout = 10.0  # bounds the test where the request is never answered
+    with served(install, tiny.path, tmp_path, max_points=MAX_POINTS, max_batch=8, max_queue_delay_us=20000) as server:
+        for module in (grpc, http):
+            client = module.InferenceServerClient(
+                server.endpoints["grpc" if module is grpc else "http"],
+                **({} if module is grpc else {"network_timeout": timeout}))
+            cases = {"[0, 0, 4]": ({"points": (0, 0, 4)}, "expected one frame of shape [1, N, 4] float32 per request, "
+                                                          "got [0, 0, 4] float32"),
+                     "points of batch 0 and score_threshold of batch 1": (
+                         {"points": (0, 0, 4), "score_threshold": (1, 1)}, "batch size does not match other inputs")}
+            for name, (shapes, said) in cases.items():
+                inputs = []
+                for input_name, shape in shapes.items():
+                    inputs.append(module.InferInput(input_name, list(shape), "FP32"))
+                    inputs[-1].set_data_from_numpy(np.zeros(shape, np.float32))
+                started = time.monotonic()
+                with pytest.raises(InferenceServerException) as caught:
+                    client.infer(MODEL_NAME, inputs, **({"client_timeout": timeout} if module is grpc else {}))
+                assert time.monotonic() - started < timeout / 2, (module.__name__, name)
+                assert said in str(caught.value), (module.__name__, name, str(caught.value))
+            client.close()
+        reply = raw_infer(server, "grpc", random_frames(tiny, 5)[4][None])  # a frame still gets its detections
+        assert reply.as_numpy("boxes").shape[0] == 1
+        assert server.stop() == 0  # no request left in flight: not the exit timeout's exit code 1
+
+
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_max_boxes_beyond_any_detectors_limit_is_told_the_servers_cap(tiny, tiny_server, protocol: str) -> None:  # type: ignore[no-untyped-def]
     """A raw client's max_boxes above 4,096 (every detector's limit) was told "expected an integer in 1..4096",

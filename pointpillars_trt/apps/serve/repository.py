@@ -84,6 +84,11 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
+    The points' reshape to [1, -1, C] (``execute`` sees a request of B frames as [B, 1, N, C]) is for a raw
+    client's request of batch size 0: Triton hands such a request to the backend without its batch dimension,
+    and the Python backend counts the frames of a batch by the first dimension of each request's first input:
+    without the reshape, a batch of it alone counts 0 frames and is released unanswered (its client waited for
+    ever, and a stop of the server for its exit timeout); with it, it reaches ``execute`` as [1, N, C], refused.
     """
     kind, gpus = gpu_instance_kind(device)
     if instances is None:
@@ -114,12 +119,13 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
                 ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
     if model.cfg.box_code.velocity:
         outputs.append(("velocity", "TYPE_FP32", "[-1, 2]"))
+    columns = model.cfg.num_point_columns
     lines = [
         f'name: "{MODEL_NAME}"',
         'backend: "python"',
         f"max_batch_size: {max_batch}",
-        f'input [{{ name: "points", data_type: TYPE_FP32, dims: [-1, {model.cfg.num_point_columns}], '
-        'allow_ragged_batch: true },',
+        f'input [{{ name: "points", data_type: TYPE_FP32, dims: [-1, {columns}], '
+        f'allow_ragged_batch: true, reshape: {{ shape: [1, -1, {columns}] }} }},',
         '  { name: "score_threshold", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "nms_iou", data_type: TYPE_FP32, dims: [1], optional: true },',
         '  { name: "max_boxes", data_type: TYPE_INT32, dims: [1], optional: true }]',

@@ -206,12 +206,13 @@ class TritonPythonModel:
         if tensor is None:
             raise InputError("request has no input 'points'")
         points = np.from_dlpack(tensor)
-        if points.dtype != np.float32 or points.ndim != 3 or points.shape[0] != 1 or points.shape[2] != self.columns:
+        sent = _sent_shape(points.shape)
+        if points.dtype != np.float32 or sent[0] != 1 or sent[2] != self.columns:
             raise InputError(f"points: expected one frame of shape [1, N, {self.columns}] float32 per request, "
-                             f"got {list(points.shape)} {points.dtype}")
-        if points.shape[1] > self.max_points:
-            raise InputError(f"points: {points.shape[1]} points, more than this server's cap of {self.max_points}")
-        return points[0]
+                             f"got {sent} {points.dtype}")
+        if sent[1] > self.max_points:
+            raise InputError(f"points: {sent[1]} points, more than this server's cap of {self.max_points}")
+        return points[0, 0]
 
     def _thresholds(self, request: Any) -> Thresholds:
         """The request's optional thresholds, checked against the detector (whose max_boxes is the cap)."""
@@ -232,6 +233,13 @@ class TritonPythonModel:
         if values:
             thresholds.applied_to(self.cfg)  # a bad value fails this request alone
         return thresholds
+
+
+def _sent_shape(shape: tuple[int, ...]) -> list[int]:
+    """The shape [B, N, C] a client sent as ``points``, from the one ``execute`` sees: the config's reshape to
+    [1, -1, C] makes a request of B frames [B, 1, N, C], and one of batch size 0, which Triton hands over without
+    its batch dimension, [1, N, C]."""
+    return [shape[0], *shape[2:]] if len(shape) == 4 else [0, *shape[1:]]
 
 
 class _Counter:
