@@ -7,6 +7,8 @@ import argparse
 import contextlib
 import io
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -456,6 +458,32 @@ def test_a_repository_held_and_let_go_keeps_no_pid_and_can_be_held_again(tmp_pat
     assert (tmp_path / "repo" / LOCK_FILE).read_text() == ""
     with repository_held(tmp_path / "repo"):
         assert (tmp_path / "repo" / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+
+
+def test_a_repository_whose_file_system_refuses_locks_is_served_unlocked_with_one_warning(  # type: ignore[no-untyped-def]
+        tmp_path, repo_root) -> None:
+    """flock failing otherwise than on a lock held (ENOLCK, as an NFS mount without its lock daemon answers; here
+    the kernel answers so by a seccomp filter, every local file system supporting flock) stopped serve with
+    'error: No locks available', naming neither the repository nor the fix: serve goes on with the repository
+    unlocked, said in one warning."""
+    import no_flock
+    from tiny import tiny_model_dir
+
+    reason = no_flock.skip_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    model = tiny_model_dir(tmp_path / "model").path
+    repository = tmp_path / "repo"
+    script = "import sys, no_flock; no_flock.refuse_flock()\nfrom pointpillars_trt.apps.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", script, "serve", "--model", str(model), "--repository",
+                           str(repository), "--device", "cpu", "--repository-only"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join([str(repo_root / "tests"),
+                                                                                          str(repo_root)])})
+    assert done.returncode == 0 and done.stdout.startswith(f"wrote {repository / 'pointpillars'} "), done
+    assert done.stderr == (f"warning: --repository '{repository}' is not locked against a second serve: its file "
+                           "system refuses a lock (No locks available); start no other serve into it while this one "
+                           "runs (it would rewrite the model under this one), or give a folder on a local disk\n")
+    assert (repository / "pointpillars" / "config.pbtxt").is_file()
 
 
 def test_a_repository_in_the_model_dir_is_refused_before_anything_is_written(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -161,7 +161,8 @@ LOCK_FILE = ".pointpillars-serve.lock"
 def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
     """Hold ``repository`` for this process (created if missing): a second serve that would rewrite the
     model under a running one is refused, naming the process that holds it. The lock goes with the
-    process, so a killed serve leaves nothing to clean up."""
+    process, so a killed serve leaves nothing to clean up. On a file system that refuses locks, serve goes on
+    unlocked, said in one warning."""
     root = Path(repository)
     if root.exists() and not root.is_dir():
         raise InputError(f"--repository {safe_repr(str(root))} is a file; give a folder (created if missing)")
@@ -177,6 +178,11 @@ def repository_held(repository: str | os.PathLike[str]) -> Iterator[None]:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
             raise InputError(f"--repository {safe_repr(str(root))} is in use by a running serve (pid {holder}); "
                              "stop it, or give another --repository") from None
+        except OSError as exc:  # a file system without locks (ENOLCK: an NFS mount without its lock daemon)
+            print(f"warning: --repository {safe_repr(str(root))} is not locked against a second serve: its file "
+                  f"system refuses a lock ({exc.strerror or one_line(exc)}); start no other serve into it while this "
+                  "one runs (it would rewrite the model under this one), or give a folder on a local disk",
+                  file=sys.stderr, flush=True)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
