@@ -27,10 +27,13 @@ from torch import nn
 
 from ..config import ModelConfig
 from ..errors import ConfigError
-from ..points import as_host_points
+from ..points import HostReader, as_host_points
 from ..convert.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 HeadMaps = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+#: The baseline reads host points alone: it is timed host to host, as the pipeline is.
+TORCH_BASELINE = HostReader("the PyTorch baseline, which takes host points and copies them to its device itself "
+                            "(timed host to host)")
 
 
 class TorchPillars(NamedTuple):
@@ -212,7 +215,7 @@ class TorchPointPillars:
 
     def __call__(self, points: object) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(N, 4) float32 host points -> boxes (K, 7) OpenPCDet convention, scores (K,), labels (K,) int32."""
-        host = as_host_points(points)
+        host = as_host_points(points, reader=TORCH_BASELINE)
         with torch.inference_mode():
             boxes, scores, labels = self.postprocess(*self.head_maps(torch.from_numpy(host).to(self.device)))
             # the device-to-host copies are the frame's synchronisation point

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.config import ModelConfig
-from pointpillars_trt.errors import ConfigError
+from pointpillars_trt.errors import ConfigError, InputError
 from pointpillars_trt.convert.weights import BatchNorm, Conv1x1, ConvBN, PointPillarsWeights
 
 torch = pytest.importorskip("torch", reason="torch is an optional dependency of the baseline")
@@ -375,3 +375,18 @@ def test_weights_of_the_other_family_are_refused(openpcdet_cfg: ModelConfig, zhu
     weights = _random_weights(_tiny(openpcdet_cfg))  # 10 point features; zhulf0804 decorates 9
     with pytest.raises(ConfigError, match="point features"):
         TorchPointPillars(weights, _tiny(zhulf_cfg), device="cpu")
+
+
+def test_a_gpu_array_is_refused_naming_the_baseline_and_its_fix(openpcdet_cfg: ModelConfig) -> None:
+    """A GPU array given to the baseline was refused as given to "a detector on the CPU", with the fix "open the
+    detector on the GPU": the baseline takes host points on any device, so copying them to the host is the fix."""
+    from array_likes import CudaInterfaceOnly
+
+    cfg = _tiny(openpcdet_cfg)
+    model = TorchPointPillars(_random_weights(cfg), cfg, device="cpu")
+    with pytest.raises(InputError) as caught:
+        model(CudaInterfaceOnly((100, 4)))
+    assert str(caught.value) == (
+        "points: a GPU array (CUDA), given to the PyTorch baseline, which takes host points and copies them to its "
+        "device itself (timed host to host): copy it to the host first (CuPy: points.get(); Numba: "
+        "points.copy_to_host())")
