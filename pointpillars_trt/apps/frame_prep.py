@@ -40,17 +40,18 @@ def fov_notice(fmt: str, cropped: bool, *, writes: bool, evaluating: bool) -> st
             "crops them")
 
 
-def named_as_frame(path: str | os.PathLike[str], source: str) -> str:
-    """``path`` (a file of the frame ``source``: its image, its calib file) as the frame is named: relative to this
-    folder where the frame's path is relative, so a message does not name one relative and the other absolute."""
-    return os.fspath(path) if os.path.isabs(source) else os.path.relpath(path)
+def named_as_given(path: str | os.PathLike[str], given: str | os.PathLike[str]) -> str:
+    """``path`` (a file of a frame: its image, its calib file) as ``given`` is named, the path it was found by (the
+    frame's, or the --calib folder): relative to this folder where that path is relative, so a message does not
+    name one relative and the other absolute."""
+    return os.fspath(path) if os.path.isabs(given) else os.path.relpath(path)
 
 
 def assumed_image_note(source: str, uses: str) -> str:
     """The run's one note that a frame without a camera image got KITTI's usual image size for ``uses``
     (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape. The image
-    is named as the frame is (``named_as_frame``)."""
-    shown = named_as_frame(image_path_for_frame(source), source)
+    is named as the frame is (``named_as_given``)."""
+    shown = named_as_given(image_path_for_frame(source), source)
     return (f"note: {safe_repr(source)}: no camera image {safe_repr(shown)} to take "
             f"its size from, so {KITTI_IMAGE_WORDS} is assumed for {uses} (and for every "
             "frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)")
@@ -112,13 +113,14 @@ class CameraFovCrop:
         return found
 
     def emptied_warning(self, source: str) -> tuple[str, str] | None:
-        """("fov", warning) when the crop left nothing of ``source``'s points, naming its calib file as the frame is
-        named (``named_as_frame``); None for any other frame. Ask once for every frame: the answer is forgotten."""
+        """("fov", warning) when the crop left nothing of ``source``'s points, naming its calib file as the folder it
+        was found in is given (``calib_dir``, else the frame's path: ``named_as_given``); None for any other frame.
+        Ask once for every frame: the answer is forgotten."""
         found = self.emptied.pop(source, None)
         if found is None:
             return None
         path, in_range = found
-        calib = named_as_frame(path, source)
+        calib = named_as_given(path, source if self.calib_dir is None else self.calib_dir)
         cause = f"calib file {safe_repr(calib)} puts them all outside the camera image (a camera facing backwards or " \
                 "sideways?); check it"
         if self.image_shape is not None:  # the size given is as likely a cause as the calibration

@@ -981,6 +981,16 @@ def test_calibs_that_are_no_camera_calibration_are_refused_or_said(tiny_model: P
         "warning: 'training/velodyne/turned.bin': the camera-FOV crop left none of its 500 points in the model's "
         "range: calib file 'training/calib/turned.txt' puts them all outside the camera image (a camera facing "
         "backwards or sideways?); check it, or pass --no-fov-only (warned once)"], run.err
+    # a calib file found in --calib is named as --calib is given, whatever the frame's path (it was named as the frame)
+    for frame, calib, named in (("training/velodyne/turned.bin", root / "calib", root / "calib" / "turned.txt"),
+                                (root / "velodyne" / "turned.bin", "training/calib", "training/calib/turned.txt")):
+        run = cli("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--format", "kitti",
+                  "--calib", calib, "--out", "given", *LOOSE)
+        warnings = [line for line in run.err.splitlines() if line.startswith("warning: ")]
+        assert run.rc == 0 and warnings == [
+            f"warning: '{frame}': the camera-FOV crop left none of its 500 points in the model's range: calib file "
+            f"'{named}' puts them all outside the camera image (a camera facing backwards or sideways?); check it, or "
+            "pass --no-fov-only (warned once)"], run.err
 
 
 def test_an_intensity_warning_is_said_when_its_frame_then_fails(tiny_model: Path, tmp_path: Path):
