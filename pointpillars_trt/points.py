@@ -6,6 +6,7 @@ import itertools
 import mmap
 import os
 import stat
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple, TypeGuard
 
@@ -154,6 +155,28 @@ def refuse_masked(points: object, source: str) -> None:
                          "(np.ma.compress_rows(points), or points.data[~points.mask.any(axis=1)])")
 
 
+def refuse_missing_values(arr: np.ndarray, points: object, source: str, columns: int) -> None:
+    """Refuse ``arr``, the object array that ``points`` became, whose point columns hold missing values (``pd.NA``
+    of a pandas table's nullable ``Float32`` columns, as parquet files of points are read, or None): the
+    ``astype(np.float32)`` that an object array is told to take fails on them, and a point without its values is
+    no return to detect on. Says how many and the first, with how to drop their rows from a table or an array."""
+    if arr.dtype != object or arr.ndim != 2:
+        return
+    na = getattr(sys.modules.get("pandas"), "NA", None)  # where pandas is not imported, no value is its NA
+    lacks = np.frompyfunc(lambda value: value is None or (na is not None and value is na), 1, 1)
+    rows = np.asarray(lacks(arr[:, :columns]), bool).any(axis=1)
+    count = int(np.count_nonzero(rows))
+    if not count:
+        return
+    if hasattr(points, "dropna") and hasattr(points, "iloc"):  # a pandas table
+        fix = f"points.iloc[:, :{columns}].dropna().to_numpy(np.float32)"
+    else:
+        fix = f"points[~pd.isna(points[:, :{columns}]).any(axis=1), :{columns}].astype(np.float32)"
+    raise InputError(f"{source}: {count} of its {len(arr)} points lack values (missing: pd.NA, as pandas' nullable "
+                     f"Float32 columns hold them, or None), the first row {int(np.argmax(rows))} (counted from 0); a "
+                     f"point without its values is no return: drop their rows ({fix})")
+
+
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
 
@@ -248,8 +271,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4,
     or float64 array of ``columns`` to ``MAX_POINT_DIM`` columns is refused with a message naming ``source`` (float16,
     which has already lost the coordinates' precision, with what to do): a (4, N) or
     (5, N) array (N > its rows) with the hint that it looks transposed, and a frame of more than
-    ``MAX_FRAME_POINTS`` points with its size. A GPU array is refused naming ``reader``, who needs the host
-    data, with its fix.
+    ``MAX_FRAME_POINTS`` points with its size, and one whose point columns hold missing values (``pd.NA``:
+    ``refuse_missing_values``). A GPU array is refused naming ``reader``, who needs the host data, with its fix.
     """
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
     refuse_masked(points, source)
@@ -279,6 +302,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4,
         raise InputError(f"{source}: the model reads {expected}, got {arr.shape[1]} columns per point "
                          f"(.bin frames of this model are read with {columns} values a point: point_dim {columns})"
                          + (f"; single sweeps? {MULTI_SWEEP_FIX}" if columns == 5 and arr.shape[1] == 4 else ""))
+    refuse_missing_values(arr, points, source, columns)
     if arr.dtype.kind == "f" and arr.dtype.itemsize < 4:
         raise InputError(f"{source}: expected float32 (or float64) points; got dtype {arr.dtype}, which holds "
                          "coordinates only to ~0.03 m at 60 m: keep the points float32 from where they are read, "

@@ -56,6 +56,32 @@ def test_a_table_in_the_models_order_or_of_unknown_names_is_read_by_position() -
     np.testing.assert_array_equal(as_host_points(named, columns=5), values)
 
 
+def test_a_table_of_nullable_floats_with_missing_values_is_refused_with_a_fix_that_works() -> None:
+    """A pandas table of nullable Float32 columns (as parquet files of points are read) holding pd.NA became an
+    object array, refused with the fix points.astype(np.float32): for the array that fails on the NA (TypeError),
+    and for the table it made them NaN, taken for points without a return. Its missing values are named now, with
+    how to drop their rows from a table or an array, which gives the points that have all their values."""
+    pd = pytest.importorskip("pandas")
+    values = np.arange(50, dtype=np.float32).reshape(10, 5) / 8
+    table = pd.DataFrame(values, columns=["x", "y", "z", "intensity", "ring"]).astype("Float32")
+    table.iloc[3, 1] = table.iloc[6, 3] = table.iloc[8, 0] = pd.NA
+    table.iloc[2, 4] = pd.NA  # a column the model does not read: its point is whole
+    kept = values[[0, 1, 2, 4, 5, 7, 9], :4]
+    array = table.to_numpy()  # object values: floats and pd.NA
+    for points, fix in ((table, "points.iloc[:, :4].dropna().to_numpy(np.float32)"),
+                        (array, "points[~pd.isna(points[:, :4]).any(axis=1), :4].astype(np.float32)")):
+        with pytest.raises(InputError) as caught:
+            as_host_points(points)
+        assert str(caught.value) == (
+            "points: 3 of its 10 points lack values (missing: pd.NA, as pandas' nullable Float32 columns hold them, "
+            "or None), the first row 3 (counted from 0); a point without its values is no return: drop their rows "
+            f"({fix})")
+        followed = eval(fix, {"np": np, "pd": pd, "points": points})  # the fix as the message spells it
+        np.testing.assert_array_equal(as_host_points(followed), kept)
+    with pytest.raises(InputError, match=r"^points: 1 of its 2 points lack values .* the first row 1 "):
+        as_host_points(np.array([[1.0, 2.0, 3.0, 0.5], [1.0, None, 3.0, 0.5]], object))
+
+
 @pytest.mark.parametrize("layout", ["5 wide", "8 wide", "fortran", "every other column", "big-endian", "empty"])
 def test_the_leading_columns_copy_equals_the_slice_whatever_the_rows_lie_like(layout: str) -> None:
     """``copy_leading_columns`` (a row's values copied as one block where they lie side by side) against
