@@ -584,11 +584,11 @@ _MODEL_FILES = {".onnx": "an ONNX graph", ".plan": "a TensorRT plan", ".engine":
                 ".trt": "a TensorRT engine"}
 
 
-def _other_model_file(source: str, path: Path) -> str:
+def _other_model_file(path: Path) -> str:
     """For a file named like an exported graph or engine, a model dir's record or a config: what to give instead (its
     model dir, or the .pth; the config beside it, with the flag that takes its kind of YAML)."""
     if path.name == METADATA_FILE:
-        folder = os.path.dirname(source) or "."
+        folder = os.path.dirname(_source(path)) or "."
         return (f"; it is named as a model dir's record: give the model dir that holds it ('{folder}'), the folder "
                 "`pointpillars-trt build` writes")
     suffix = path.suffix.lower()
@@ -612,11 +612,12 @@ def _other_model_file(source: str, path: Path) -> str:
             "writes, with its model.json) or the .pth checkpoint it was exported from")
 
 
-def _read_legacy_magic(stream: io.BytesIO, source: str, path: Path) -> None:
+def _read_legacy_magic(stream: io.BytesIO, path: Path) -> None:
     """Read a legacy stream's first pickle, which must be its magic number: else the file (at ``path``) is no torch
     file."""
+    source = _source(path)
     not_torch = f"{source}: not a torch checkpoint (neither a zip archive nor a legacy torch pickle stream)" + \
-        _other_model_file(source, path)
+        _other_model_file(path)
     try:
         _scan_pickle(stream)
         magic = _Unpickler(stream, source, 0).load()
@@ -626,10 +627,10 @@ def _read_legacy_magic(stream: io.BytesIO, source: str, path: Path) -> None:
         raise CheckpointError(not_torch)
 
 
-def _read_legacy(data: bytes, source: str, path: Path) -> _Parsed:
-    stream = io.BytesIO(data)
+def _read_legacy(data: bytes, path: Path) -> _Parsed:
+    source, stream = _source(path), io.BytesIO(data)
     budget = _Budget(MAX_INFLATION * len(data) + INFLATION_SLACK)
-    _read_legacy_magic(stream, source, path)
+    _read_legacy_magic(stream, path)
     protocol, _ = _unpickle(stream, source, "legacy header", budget)
     if protocol != _LEGACY_PROTOCOL:
         raise CheckpointError(f"{source}: legacy protocol version {pickled_repr(protocol, 20)}, "
@@ -694,9 +695,10 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _read_bytes(path: Path, source: str) -> bytes:
+def _read_bytes(path: Path) -> bytes:
     """The file's bytes: a regular file (a FIFO or device would block or never end) of at most
     ``MAX_CHECKPOINT_BYTES``, checked before opening and again on the open descriptor."""
+    source = _source(path)
     try:
         info = os.stat(path)
         if stat.S_ISDIR(info.st_mode):
@@ -716,7 +718,7 @@ def _read_bytes(path: Path, source: str) -> bytes:
             if info.st_size > MAX_CHECKPOINT_BYTES:
                 raise CheckpointError(f"{source}: file is {info.st_size} bytes, larger than the "
                                       f"{MAX_CHECKPOINT_BYTES}-byte limit for a checkpoint")
-            _check_format(file.read(_HEAD_BYTES), source, path)
+            _check_format(file.read(_HEAD_BYTES), path)
             file.seek(0)
             data = file.read(info.st_size)
             if file.read(1):
@@ -736,13 +738,13 @@ def _read_bytes(path: Path, source: str) -> bytes:
 _HEAD_BYTES = 4096
 
 
-def _check_format(head: bytes, source: str, path: Path) -> None:
+def _check_format(head: bytes, path: Path) -> None:
     """Refuse, from its first bytes (``head``), a file that is neither torch format, before the rest is read: a
     gigabyte of anything else would be read whole first."""
     if not head:
-        raise CheckpointError(f"{source}: empty file, expected a torch checkpoint")
+        raise CheckpointError(f"{_source(path)}: empty file, expected a torch checkpoint")
     if not _is_zip(head):
-        _read_legacy_magic(io.BytesIO(head), source, path)
+        _read_legacy_magic(io.BytesIO(head), path)
 
 
 def _is_zip(data: bytes) -> bool:
@@ -750,11 +752,12 @@ def _is_zip(data: bytes) -> bool:
     return data[:2] == b"PK"
 
 
-def _parse(data: bytes, source: str, path: Path) -> _Parsed:
-    return _read_zip(data, source) if _is_zip(data) else _read_legacy(data, source, path)
+def _parse(data: bytes, path: Path) -> _Parsed:
+    return _read_zip(data, _source(path)) if _is_zip(data) else _read_legacy(data, path)
 
 
 def _source(path: Path) -> str:
+    """``path`` as the messages of its read name it."""
     return escape_text(str(path))
 
 
@@ -770,8 +773,7 @@ def read_pth(path: str | os.PathLike[str]) -> Any:
     Arrays built (expanded views included) and records decompressed are limited to ``MAX_INFLATION``
     times the file size plus ``INFLATION_SLACK``; ``load_checkpoint`` builds only the tensors it uses."""
     path = checkpoint_path(path)
-    source = _source(path)
-    return _parse(_read_bytes(path, source), source, path).materialize()
+    return _parse(_read_bytes(path), path).materialize()
 
 
 @dataclass(frozen=True)
@@ -795,6 +797,5 @@ class PthFile:
 def open_pth(path: str | os.PathLike[str]) -> PthFile:
     """Read and parse a ``.pth`` without building its tensors."""
     path = checkpoint_path(path)
-    source = _source(path)
-    data = _read_bytes(path, source)
-    return PthFile(source, hashlib.sha256(data).hexdigest(), _parse(data, source, path))
+    data = _read_bytes(path)
+    return PthFile(_source(path), hashlib.sha256(data).hexdigest(), _parse(data, path))
