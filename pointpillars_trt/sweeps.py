@@ -20,8 +20,8 @@ from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
 from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
-from .points import (as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, transposed_hint,
-                     wide_rows_problem)
+from .points import (as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, refuse_missing_values,
+                     transposed_hint, wide_rows_problem)
 
 EGO_RADIUS = 1.0  # metres: OpenPCDet's remove_ego_points centre radius for nuScenes sweeps
 #: Metres a sweep's sensor may lie from the key sweep's: a car moves well under this in TIME_LAG_RANGE's 2 s,
@@ -122,6 +122,10 @@ def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
     wide = wide_rows_problem(pts.shape[1], 4) if pts.ndim == 2 and not hint else None
     if wide is not None:  # a range image (beams x azimuths): its first values of each row would read as points
         hint = f"; {wide}"
+    if xp is np and not hint:
+        refuse_missing_values(pts, sweep, f"accumulate: sweep {i}", 4)
+    if pts.dtype == object and not hint:  # a table of pandas' nullable Float32 columns, without missing values
+        hint = "; sweep.astype(np.float32) if its values are metres"
     if hint or pts.ndim != 2 or pts.shape[1] < 4 or pts.dtype.kind != "f" or pts.dtype.itemsize < 4:
         raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                          "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "

@@ -133,6 +133,27 @@ def test_a_sweep_of_rows_wider_than_a_point_is_refused_as_a_frame_of_them_is() -
     np.testing.assert_array_equal(frame, np.c_[key, np.zeros(2, np.float32)])
 
 
+def test_a_sweep_of_nullable_float_columns_is_refused_as_a_frame_of_them_is_with_a_fix_that_works() -> None:
+    """A pandas table of nullable Float32 columns given as a sweep was refused as "dtype object" with no word of
+    its missing values nor a fix, where the detector names them; one without missing values gets the astype fix,
+    and the table the fixes make accumulates as the float32 array of the same values."""
+    pd = pytest.importorskip("pandas")
+    key = np.array([[1.0, 2.0, -1.0, 0.5], [10.0, -3.0, -1.0, 0.25], [4.0, 4.0, -1.5, 0.75]], np.float32)
+    table = pd.DataFrame(key, columns=["x", "y", "z", "intensity"]).astype("Float32")
+    table.iloc[1, 2] = pd.NA
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1: 1 of its 3 points lack values \(missing: pd\.NA, .* "
+                       r"the first row 1 \(counted from 0\); .*\(points\.iloc\[:, :4\]\.dropna\(\)\.to_numpy\(np\.float32\)\)$"):
+        accumulate_sweeps([key, table], [np.eye(4)] * 2, [1.0, 0.9])
+    whole = table.dropna()
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1 has shape \(2, 4\), dtype object; .*; "
+                       r"sweep\.astype\(np\.float32\) if its values are metres$"):
+        accumulate_sweeps([key, whole], [np.eye(4)] * 2, [1.0, 0.9])
+    fixed = [table.iloc[:, :4].dropna().to_numpy(np.float32), whole.astype(np.float32)]
+    for sweep in fixed:
+        frame = accumulate_sweeps([key, sweep], [np.eye(4)] * 2, [1.0, 0.9])
+        np.testing.assert_array_equal(frame[3:, :4], key[[0, 2]])
+
+
 def test_a_sweep_whose_conversion_raises_runtime_error_is_the_input_error_a_frame_gets() -> None:
     """A sweep that a torch tensor requiring grad stands for (its conversion raises RuntimeError): the InputError,
     with its reason, that the same frame gets from the detector (it was the RuntimeError itself)."""
