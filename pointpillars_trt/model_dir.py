@@ -109,8 +109,8 @@ class ModelDir:
     def take_checked_graphs(self) -> dict[str, bytes]:
         """The graph bytes ``load_model_dir`` checked, by graph, handed over once so that the model dir holds them no
         longer (an engine that runs a plan has no use for its graph's). A graph whose file changed since its check is
-        left out: its opener reads and checks it (``read_recorded_graph``), refusing one that is not the recorded
-        graph, as it refuses a graph no check read (a model dir opened before in this process, or just built)."""
+        left out: its opener reads and checks it (``graph_to_open``), refusing one that is not the recorded graph, as
+        it refuses a graph no check read (a model dir opened before in this process, or just built)."""
         taken = {graph: self.checked_graphs.pop(graph) for graph in list(self.checked_graphs)}
         return {graph: found.data for graph, found in taken.items()
                 if found.identity == file_identity(self.onnx_path(graph))}
@@ -295,14 +295,21 @@ def _verify_graph(model: ModelDir, graph: str) -> CheckedGraph | None:
     return CheckedGraph(_identity(stat), data)
 
 
-def read_recorded_graph(path: Path, expected_sha256: str) -> bytes:
-    """The bytes of the graph file at ``path``, which must be the ones its model dir records (``expected_sha256``):
-    the file may have been replaced since the model dir was checked, and an engine runs what it reads."""
+def graph_to_open(path: Path, checked: bytes | None, recorded_sha256: str | None) -> bytes | None:
+    """What an engine or kernel opens a model dir's graph from: the bytes its model dir's check handed over
+    (``checked``: ``ModelDir.take_checked_graphs``), else the file's, read now and refused unless they are the ones its
+    model dir records (``recorded_sha256``): the file may have been replaced since the model dir was checked (or a
+    check of this process before skipped reading it), and an engine runs what it reads. None where there is no record
+    (a graph opened outside a model dir): its opener reads the file itself."""
+    if checked is not None:
+        return checked
+    if recorded_sha256 is None:
+        return None
     try:
         data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
     except InputError as exc:
         raise ModelDirError(str(exc)) from None
-    if hashlib.sha256(data).hexdigest() != expected_sha256:
+    if hashlib.sha256(data).hexdigest() != recorded_sha256:
         raise ModelDirError(f"{safe_repr(path)}: replaced since its model dir was opened (a build into the same "
                             "folder?): not the graph its model.json records; open the model dir again")
     return data
@@ -409,7 +416,7 @@ def package_version() -> str:
 def graph_initializers(path: Path, data: bytes | None = None) -> dict[str, np.ndarray]:
     """The named weights of an ONNX graph of a model dir (the engines and kernels that compute the
     graph's function themselves read them here); ``data``: the file's bytes where its opener has them
-    (``ModelDir.take_checked_graphs``), else the file is read."""
+    (``graph_to_open``), else the file is read."""
     import onnx
     from onnx import numpy_helper
 
@@ -421,12 +428,13 @@ def graph_initializers(path: Path, data: bytes | None = None) -> dict[str, np.nd
 
 
 def pfn_weights(model: ModelDir, data: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx`` (``data``: its bytes, where the
-    caller has them), as float32.
+    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx`` (``data``: its bytes as the model dir's
+    check handed them over, else the file's, checked against ``model.json``: ``graph_to_open``), as float32.
 
     The GPU pipeline's fused PFN kernel computes the graph's function from them.
     """
-    found = graph_initializers(model.pfn_path, data)
+    path = model.pfn_path
+    found = graph_initializers(path, graph_to_open(path, data, model.graph_sha256("pfn")))
     if "pfn.weight" not in found or "pfn.bias" not in found:
-        raise ModelDirError(f"{safe_repr(model.pfn_path)}: lacks pfn.weight / pfn.bias: not made by this package")
+        raise ModelDirError(f"{safe_repr(path)}: lacks pfn.weight / pfn.bias: not made by this package")
     return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

@@ -441,6 +441,34 @@ def test_a_graph_replaced_between_its_check_and_its_open_is_refused_not_run_from
         np.testing.assert_array_equal(found, read)
 
 
+
+def test_a_graph_swapped_between_two_opens_in_one_process_is_refused_by_every_reader_of_it(tmp_path: Path):
+    """A second open of a model dir in one process reads no graph (the first checked the files, of these sizes and
+    times), so its detector's readers get no checked bytes and read the files themselves: the GPU pipeline's PFN
+    weights and the cuDNN engine's RPN weights took a graph swapped meanwhile as it lay, where ONNX Runtime refused it.
+    Each reads through graph_to_open, which refuses bytes that are not the ones model.json records."""
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.model_dir import graph_to_open, pfn_weights
+    from pointpillars_trt.runtime import EngineRequest, engine_options_for
+
+    tiny_model_dir(tmp_path / "a", seed=0)
+    other = tiny_model_dir(tmp_path / "b", seed=1)
+    PointPillars(load_model_dir(tmp_path / "a"), device="cpu").close()  # the first open: its graphs read and checked
+    model = load_model_dir(tmp_path / "a")
+    assert model.take_checked_graphs() == {}  # the second: nothing read
+    for graph in ("pfn", "rpn"):  # same inputs and outputs, other weights
+        model.onnx_path(graph).write_bytes(other.onnx_path(graph).read_bytes())
+    replaced = "{}.onnx': replaced since its model dir was opened"
+    with pytest.raises(ModelDirError, match=replaced.format("pfn")):
+        pfn_weights(model)  # the GPU pipeline's PFN kernel's weights
+    request = EngineRequest(device_id=0, tf32=False, precision=model.precision, config_digest=model.cfg.digest(),
+                            graph_sha256=model.graph_sha256("rpn"))
+    with pytest.raises(ModelDirError, match=replaced.format("rpn")):  # what the cuDNN engine reads its weights from
+        graph_to_open(model.rpn_path, None, engine_options_for("cudnn", request).graph_sha256)
+    with pytest.raises(ModelDirError, match=replaced.format("pfn")):
+        PointPillars(model, device="cpu")  # ONNX Runtime's sessions, as before
+    assert graph_to_open(model.rpn_path, None, None) is None  # no record (a graph opened alone): its opener reads it
+
 KILLED_BUILD = """
 import sys, time
 from pathlib import Path

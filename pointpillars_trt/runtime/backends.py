@@ -93,7 +93,8 @@ def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: i
 def _cudnn_options(r: EngineRequest) -> CudnnOptions:
     precision = "fp16" if r.precision == "fp16" else "tf32" if r.tf32 else "fp32"
     # batches up to MAX_BATCH (CudnnOptions' default): a pipeline that grows its batch keeps its engine
-    return CudnnOptions(device_id=r.device_id, precision=precision, config_digest=r.config_digest)
+    return CudnnOptions(device_id=r.device_id, precision=precision, config_digest=r.config_digest,
+                        graph_sha256=r.graph_sha256)
 
 
 BACKENDS: dict[str, BackendRow] = {row.name: row for row in (

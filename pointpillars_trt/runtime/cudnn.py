@@ -48,7 +48,7 @@ from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_
 from ..graph_io import RPN_INPUT, RPN_OUTPUT
 from ..kernels.hold import gpu_ms
 from ..kernels.tuning_checks import TuningChecks
-from ..model_dir import graph_initializers
+from ..model_dir import graph_initializers, graph_to_open
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
 from .lean_import import import_without
@@ -274,7 +274,8 @@ class CudnnEngine(Engine):
 
     ``path`` is the model dir's ``rpn.onnx`` (its BN-folded initializers are the weights); ``cfg`` the
     model config it was exported from (the engine opens no model dir itself); ``graph_data``: that file's bytes
-    where the caller has them (``ModelDir.take_checked_graphs``), read in their place.
+    where the caller has them (``ModelDir.take_checked_graphs``), read in their place; else the file is read, and
+    checked against ``CudnnOptions.graph_sha256`` where given (``graph_to_open``).
     """
 
     backend = "cudnn"
@@ -331,7 +332,7 @@ class CudnnEngine(Engine):
             )
         self._layers = engine_conv_layers(cfg)
         data, self._graph_data = self._graph_data, None
-        initializers = graph_initializers(self.path, data)
+        initializers = graph_initializers(self.path, graph_to_open(self.path, data, opt.graph_sha256))
         if cfg.heads is None:
             weights = read_rpn_weights(initializers, cfg)
             convs = list(weights.convs)

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import BackendError, ModelDirError, one_line, safe_repr
-from ..model_dir import read_recorded_graph
+from ..model_dir import graph_to_open
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import OrtOptions
 from .ort_telemetry import quiet_telemetry
@@ -122,13 +122,10 @@ class OnnxRuntimeEngine(Engine):
     def _graph_to_open(self) -> str | bytes:
         """What the session is made from: the bytes the caller checked (once: a session made again reads the file), else
         the file's, checked against ``graph_sha256`` where given (ORT would read what is there when the session is
-        made), else the file's path."""
+        made), else the file's path (``graph_to_open``)."""
         data, self._graph_data = self._graph_data, None
-        if data is not None:
-            return data
-        if self.options.graph_sha256 is not None:
-            return read_recorded_graph(self.path, self.options.graph_sha256)
-        return str(self.path)
+        found = graph_to_open(self.path, data, self.options.graph_sha256)
+        return found if found is not None else str(self.path)
 
     def _providers(self) -> list[Any]:
         if self.device == "cpu":

@@ -73,7 +73,8 @@ class CudnnOptions:
     ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
     the heuristic's first buildable plan, which is cached too and not part of the cache key: give such
     runs a ``plan_cache_dir`` of their own, as the tests do). ``max_batch``: the largest batch ``bind``
-    accepts.
+    accepts. ``graph_sha256`` (the model dir's record) is checked against the graph bytes the engine reads its weights
+    from, as ``OrtOptions.graph_sha256`` is (not part of the plan cache key: the weights are not in the plans).
     """
 
     device_id: int = 0
@@ -82,6 +83,7 @@ class CudnnOptions:
     plan_cache_dir: Path | None = None
     autotune: bool = True
     max_batch: int = MAX_BATCH
+    graph_sha256: str | None = None
 
     def __post_init__(self) -> None:
         _set_device_id(self, "CudnnOptions")

@@ -375,6 +375,31 @@ def test_second_start_uses_the_plan_cache(tiny_dirs, tmp_path):
 
 
 @pytest.mark.cuda
+def test_a_graph_swapped_between_two_gpu_opens_in_one_process_is_refused_naming_it(tmp_path, monkeypatch):
+    """A second open of a model dir in one process reads no graph (the first checked the files), so the GPU pipeline
+    reads its graphs itself: one swapped meanwhile is refused, not read into the cuDNN engine's RPN weights or the PFN
+    kernel's as it lies."""
+    _gpu()
+    from pointpillars_trt.detector import PointPillars
+    from pointpillars_trt.errors import ModelDirError
+    from pointpillars_trt.model_dir import load_model_dir
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))  # the engine's plan cache
+    folder = tmp_path / "a"
+    tiny_model_dir(folder, seed=0)
+    other = tiny_model_dir(tmp_path / "b", seed=1)
+    PointPillars(load_model_dir(folder), device="cuda", backend="cudnn").close()
+    for graph in ("rpn", "pfn"):
+        model = load_model_dir(folder)
+        path = model.onnx_path(graph)
+        original = path.read_bytes()
+        path.write_bytes(other.onnx_path(graph).read_bytes())  # same inputs and outputs, other weights
+        with pytest.raises(ModelDirError, match=f"{graph}.onnx': replaced since its model dir was opened"):
+            PointPillars(model, device="cuda", backend="cudnn")
+        path.write_bytes(original)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("precision", ["fp16", "tf32", "fp32"])
 def test_kitti_size_engine_matches_float64_rpn(tmp_path_factory, precision):
     _gpu()
