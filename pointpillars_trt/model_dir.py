@@ -27,7 +27,7 @@ import numpy as np
 from .config import ModelConfig, build_command, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError, escape_text, safe_repr
 from .fileio import DuplicateKeyError, loads_json, path_argument, read_regular_file, special_kind
-from .graph_io import GraphIO, check_precision, pfn_io, rpn_io
+from .graph_io import PRECISIONS, GraphIO, check_precision, pfn_io, rpn_io
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"
@@ -130,16 +130,29 @@ def _check_dataset(dataset: Any) -> None:
             raise TypeError(f"dataset.{escape_text(str(key), 40)} = {value!r:.40} is not a known fact of its type")
 
 
-def recorded_checkpoint(folder: Path) -> str | None:
-    """The checkpoint ``folder`` was built from, as its model.json records it, where that file is still there (the
-    metadata read as it lies: a model dir refused as damaged still names it; a model.json that is no regular file,
-    such as a FIFO, is not read: it would block)."""
+def _recorded(folder: Path) -> dict[str, Any]:
+    """``folder``'s model.json as it lies, none of ``load_model_dir``'s checks made ({} where it cannot be read or holds
+    no JSON object; a model.json that is no regular file, such as a FIFO, is not read: it would block)."""
     try:
         meta = loads_json(read_regular_file(folder / METADATA_FILE, max_bytes=MAX_METADATA_BYTES, what="model.json"))
-        recorded = meta.get("source", {}).get("checkpoint") if isinstance(meta, dict) else None
-    except (OSError, InputError, ValueError, RecursionError, AttributeError, TypeError):
-        return None
+    except (OSError, InputError, ValueError, RecursionError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def recorded_checkpoint(folder: Path) -> str | None:
+    """The checkpoint ``folder`` was built from, as its model.json records it, where that file is still there (read
+    as it lies: a model dir refused as damaged still names it)."""
+    source = _recorded(folder).get("source")
+    recorded = source.get("checkpoint") if isinstance(source, dict) else None
     return recorded if isinstance(recorded, str) and os.path.isfile(recorded) else None
+
+
+def recorded_precision(folder: Path) -> str | None:
+    """The precision ``folder``'s model.json records, read from that file alone (``load_model_dir`` reads and hashes
+    the graphs too), where it is one this package builds; None where it records none or cannot be read."""
+    precision = _recorded(folder).get("precision")
+    return precision if isinstance(precision, str) and precision in PRECISIONS else None
 
 
 def rebuild_command(folder: Path, config: str | None = None) -> str:

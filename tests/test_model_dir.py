@@ -17,6 +17,7 @@ import onnxruntime as ort
 import pytest
 import yaml
 from disk_full import fill_up_at_rpn_graph
+from graph_reads import count_graph_reads_and_hashes
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
@@ -380,28 +381,6 @@ def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
         load_model_dir(tmp_path / "a")
 
 
-def _count_graph_reads_and_hashes(monkeypatch) -> tuple[list[str], list[int]]:  # type: ignore[no-untyped-def]
-    """The names of the .onnx files opened for reading, and the sizes of the data hashed, from here on."""
-    import hashlib
-
-    opened: list[str] = []
-    hashed: list[int] = []
-    real_open, real_sha256 = os.open, hashlib.sha256
-
-    def counting_open(path, flags, *args, **kwargs):  # type: ignore[no-untyped-def]
-        if str(path).endswith(".onnx"):
-            opened.append(Path(path).name)
-        return real_open(path, flags, *args, **kwargs)
-
-    def counting_sha256(data=b"", **kwargs):  # type: ignore[no-untyped-def]
-        hashed.append(len(data))
-        return real_sha256(data, **kwargs)
-
-    monkeypatch.setattr(os, "open", counting_open)
-    monkeypatch.setattr(hashlib, "sha256", counting_sha256)
-    return opened, hashed
-
-
 def test_a_model_dirs_graphs_are_read_and_hashed_once_as_a_detector_opens_it(tmp_path: Path, monkeypatch):
     """load_model_dir reads and hashes each graph to check it, and the CPU detector's sessions read and hashed it again
     (~25 ms for a 24 MB fp32 rpn.onnx): they take the bytes the check found whole, which the model dir then holds no
@@ -410,7 +389,7 @@ def test_a_model_dirs_graphs_are_read_and_hashed_once_as_a_detector_opens_it(tmp
 
     tiny_model_dir(tmp_path, seed=0)
     sizes = sorted((tmp_path / f"{graph}.onnx").stat().st_size for graph in ("pfn", "rpn"))
-    opened, hashed = _count_graph_reads_and_hashes(monkeypatch)
+    opened, hashed = count_graph_reads_and_hashes(monkeypatch)
     model = load_model_dir(tmp_path)
     detector = PointPillars(model, device="cpu")
     assert sorted(opened) == ["pfn.onnx", "rpn.onnx"] and sorted(n for n in hashed if n in sizes) == sizes

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..config import Thresholds
 from ..errors import InputError, SettingNotice, safe_repr
-from ..model_dir import load_model_dir
+from ..model_dir import load_model_dir, recorded_precision
 from ..runtime_options import RuntimeOptions, cpu_threads
 
 
@@ -25,9 +25,12 @@ def add_model_arguments(group: argparse._ActionsContainer) -> None:
 
 def exports_checkpoint(model: str | None, precision: str | None) -> bool:
     """Whether ``--model`` is a checkpoint file, which ``--precision`` exports; a model dir runs as built, and a
-    ``--precision`` other than the one it was built in is refused rather than ignored."""
+    ``--precision`` other than the one it was built in is refused rather than ignored. Where its model.json records
+    the precision given, that file alone is read (the open that follows reads and checks the graphs, once); else the
+    model dir is opened here, so that a damaged one is said as damaged before any word of its precision."""
     exports = model is not None and Path(model).is_file()
-    if model is not None and not exports and precision is not None and Path(model).is_dir():
+    if model is not None and not exports and precision is not None and Path(model).is_dir() \
+            and recorded_precision(Path(model)) != precision:
         built_in = load_model_dir(model).precision
         if precision != built_in:
             raise InputError(f"--precision {precision}: model dir {safe_repr(model)} was built in {built_in}; "

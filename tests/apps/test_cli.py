@@ -737,6 +737,34 @@ def outputs(folder: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in output_paths(folder)}
 
 
+def test_infer_precision_of_a_model_dir_reads_each_graph_once(tiny_frames: list[Path], tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch):
+    """--precision given with a model dir was checked by opening the model dir (reading, hashing and parsing both
+    graphs), and the open that runs it read and hashed them again: the precision is read from model.json. One of
+    another precision, or damaged, is said as before: the damage first."""
+    from graph_reads import count_graph_reads_and_hashes
+    from tiny import tiny_model_dir
+
+    model = tiny_model_dir(tmp_path / "model", seed=3).path  # a folder no open in this process has checked
+    sizes = sorted((model / f"{graph}.onnx").stat().st_size for graph in ("pfn", "rpn"))
+    opened, hashed = count_graph_reads_and_hashes(monkeypatch)
+    run = cli("infer", tiny_frames[1], "--model", model, "--precision", "fp32", "--out", tmp_path / "out",
+              "--device", "cpu", "--no-progress")
+    assert run.rc == 0, run
+    assert sorted(opened) == ["pfn.onnx", "rpn.onnx"] and sorted(n for n in hashed if n in sizes) == sizes
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", model, "--precision", "fp16", "--device", "cpu"),
+                          "--precision fp16", "built in fp32")
+    (model / "rpn.onnx").write_bytes(b"not a graph")
+    for precision in ("fp32", "fp16"):
+        assert_one_line_error(cli("infer", tiny_frames[1], "--model", model, "--precision", precision, "--device", "cpu"),
+                              "rpn.onnx", "damaged or replaced")
+    meta = json.loads((model / "model.json").read_text())
+    del meta["precision"]
+    (model / "model.json").write_text(json.dumps(meta))
+    assert_one_line_error(cli("infer", tiny_frames[1], "--model", model, "--precision", "fp32", "--device", "cpu"),
+                          "model.json", "missing key 'precision'")
+
+
 def test_tiny_literal_bracket_name_glob_and_folder(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
     bracket = tiny_frames[0]
     assert bracket.name == "scan[0].bin"
