@@ -30,11 +30,11 @@ class CpuDetector:
     def __init__(self, model: ModelDir, *, threads: int | None = None, post_config: ModelConfig | None = None) -> None:
         self.cfg: ModelConfig = model.cfg
         self.post_cfg = post_config or model.cfg  # the model's, or a copy with other runtime thresholds
-        graphs = model.take_checked_graphs()  # read and hashed as the model dir opened: not again
+        files = model.take_checked_files()  # read and hashed as the model dir opened: not again
         self._pfn = open_engine(model.pfn_path, OrtOptions(threads=threads, graph_sha256=model.graph_sha256("pfn")),
-                                device="cpu", graph_data=graphs.get("pfn"))
+                                device="cpu", checked=files.get(model.pfn_path.name))
         self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads, graph_sha256=model.graph_sha256("rpn")),
-                                device="cpu", graph_data=graphs.get("rpn"))
+                                device="cpu", checked=files.get(model.rpn_path.name))
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
         self.last_timings: dict[str, float] = {}
         self._lock = threading.Lock()  # one batch at a time, as the GPU pipeline: threads share a detector

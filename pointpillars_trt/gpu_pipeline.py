@@ -36,7 +36,7 @@ from .detections import STAGES, Detections, FrameStats
 from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
-from .model_dir import ModelDir, pfn_weights
+from .model_dir import CheckedFile, ModelDir, pfn_weights
 from .points import as_array, wide_rows_problem
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, LARGE_SCAN_POINTS, StagingBuffer, empty_pinned
@@ -143,11 +143,11 @@ class GpuPipeline:
         self._frame_graph_error: str | None = None
         self.graph_failures: dict[str, str] = {}  # stages that cannot be captured on their own (they run eagerly)
         self._rpn: Engine | None = None
-        graphs = model.take_checked_graphs()  # read and hashed as the model dir opened: not again
-        self._pfn_weights = pfn_weights(model, graphs.get("pfn"))  # read once, for every batch size
+        files = model.take_checked_files()  # read and hashed as the model dir opened: not again
+        self._pfn_weights = pfn_weights(model, files.get(model.pfn_path.name))  # read once, for every batch size
         try:
             with self._device, self.stream:
-                self._rpn = self._open_rpn(graphs.get("rpn"))
+                self._rpn = self._open_rpn(files)
                 self._allocate(max_points)  # the canvas in the layout the RPN engine reads
         except BaseException:
             self._close_rpn()  # before the stream goes: a session outliving its stream crashes
@@ -186,14 +186,15 @@ class GpuPipeline:
         self._scatter = ScatterStage(cfg, canvas_type, channels_first, frames=b)
         self._post = post_stage_type(cfg)(self.post_cfg, self._results, self._thresholds, frames=b)
 
-    def _open_rpn(self, graph_data: bytes | None) -> Engine:
-        """The RPN engine, on the pipeline's stream; ``graph_data``: ``rpn.onnx``'s bytes as the model dir checked
-        them, for a backend that opens the graph (a plan's has no use for them)."""
+    def _open_rpn(self, files: dict[str, CheckedFile]) -> Engine:
+        """The RPN engine, on the pipeline's stream; ``files``: the model dir's files as its check read them, of which
+        the engine takes its own (``rpn.onnx``, or ``rpn.plan``)."""
         request = EngineRequest(device_id=self.device_id, tf32=self.tf32, precision=self.model.precision,
                                 config_digest=self.cfg.digest(), graph_sha256=self.model.graph_sha256("rpn"))
         options = engine_options_for(self.backend, request)
-        return open_engine(engine_file(self.model, "rpn", self.backend), options, device="cuda",
-                           stream_ptr=self.stream.ptr, config=self.cfg, graph_data=graph_data)
+        path = engine_file(self.model, "rpn", self.backend)
+        return open_engine(path, options, device="cuda", stream_ptr=self.stream.ptr, config=self.cfg,
+                           checked=files.get(path.name))
 
     def _bind_rpn(self, batch: int) -> None:
         """Bind the first ``batch`` canvases and head maps (a no-op when the batch size is unchanged)."""

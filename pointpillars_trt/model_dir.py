@@ -37,12 +37,14 @@ MAX_METADATA_BYTES = 1 << 20  # model.json holds a config and a few digests: kil
 GRAPHS = ("pfn", "rpn")
 
 
-class CheckedGraph(NamedTuple):
-    """A graph file's bytes that ``load_model_dir`` found to be the ones ``model.json`` records, and the file's
+class CheckedFile(NamedTuple):
+    """A model dir file's bytes found to be the ones recorded (a graph's by ``load_model_dir``, against ``model.json``;
+    a TensorRT plan's by ``runtime.tensorrt.check_plan_file``, against its metadata), their sha256, and the file's
     identity (``file_identity``) before their read."""
 
     identity: tuple[int, ...]
     data: bytes
+    sha256: str
 
 
 @dataclass(frozen=True)
@@ -50,10 +52,11 @@ class ModelDir:
     path: Path
     cfg: ModelConfig
     metadata: dict[str, Any]
-    #: The graph files' bytes ``load_model_dir`` read and checked, waiting for the detector that opens the graphs
-    #: (``take_checked_graphs``), which then neither reads nor hashes them again (~25 ms for a 24 MB graph); a ModelDir
-    #: that no detector opens holds them as long as it lives.
-    checked_graphs: dict[str, CheckedGraph] = field(default_factory=dict, compare=False, repr=False)
+    #: The bytes of its files read and checked as it opened (the graphs; the TensorRT plan of a model cache entry), by
+    #: file name, waiting for the detector that opens them (``take_checked_files``), which then neither reads nor
+    #: hashes them again (~25 ms for a 24 MB graph or plan); a ModelDir that no detector opens holds them as long as it
+    #: lives.
+    checked_files: dict[str, CheckedFile] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def precision(self) -> str:
@@ -106,14 +109,14 @@ class ModelDir:
         """Whether the TensorRT plan is built (``rpn.plan``; a ``pfn.plan`` of an older build is not needed)."""
         return self.plan_path("rpn").is_file()
 
-    def take_checked_graphs(self) -> dict[str, bytes]:
-        """The graph bytes ``load_model_dir`` checked, by graph, handed over once so that the model dir holds them no
-        longer (an engine that runs a plan has no use for its graph's). A graph whose file changed since its check is
-        left out: its opener reads and checks it (``graph_to_open``), refusing one that is not the recorded graph, as
-        it refuses a graph no check read (a model dir opened before in this process, or just built)."""
-        taken = {graph: self.checked_graphs.pop(graph) for graph in list(self.checked_graphs)}
-        return {graph: found.data for graph, found in taken.items()
-                if found.identity == file_identity(self.onnx_path(graph))}
+    def take_checked_files(self) -> dict[str, CheckedFile]:
+        """The checked bytes of its files (``checked_files``), by file name, handed over once so that the model dir holds
+        them no longer (an engine that runs a plan has no use for its graph's). A file changed since its check is left
+        out: its opener reads and checks it (``graph_to_open``; a plan against its metadata), refusing a graph that is
+        not the recorded one, as it refuses a graph no check read (a model dir opened before in this process, or just
+        built)."""
+        taken = {name: self.checked_files.pop(name) for name in list(self.checked_files)}
+        return {name: found for name, found in taken.items() if found.identity == file_identity(self.path / name)}
 
 
 
@@ -258,7 +261,7 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
     for graph in GRAPHS:
         checked = _verify_graph(model, graph)
         if checked is not None:
-            model.checked_graphs[graph] = checked
+            model.checked_files[model.onnx_path(graph).name] = checked
     if expected_config is not None and expected_config.digest() != stored_digest:
         config = expected_config.name if expected_config.name in builtin_config_names() else "YOUR_CONFIG.yaml"
         raise ModelDirError(
@@ -274,7 +277,7 @@ MAX_GRAPH_BYTES = 2**31 - 1
 _VERIFIED: set[tuple[str, int, int, str, str]] = set()  # (path, size, mtime_ns, graph, sha256) checked once a process
 
 
-def _verify_graph(model: ModelDir, graph: str) -> CheckedGraph | None:
+def _verify_graph(model: ModelDir, graph: str) -> CheckedFile | None:
     """The graph file must be the one ``model.json`` records (a flipped byte gives wrong boxes silently),
     and its inputs and outputs the ones the record (and the config) say, so a mismatch is one error
     at load instead of a failure on every frame. The size is compared before anything is hashed. Returns the bytes
@@ -305,17 +308,17 @@ def _verify_graph(model: ModelDir, graph: str) -> CheckedGraph | None:
                             f"{expected[:12]}...); rebuild the model dir")
     _check_graph_io(path, data, entry, pfn_io(model.cfg) if graph == "pfn" else rpn_io(model.cfg, model.precision))
     _VERIFIED.add(key)
-    return CheckedGraph(_identity(stat), data)
+    return CheckedFile(_identity(stat), data, digest)
 
 
-def graph_to_open(path: Path, checked: bytes | None, recorded_sha256: str | None) -> bytes | None:
+def graph_to_open(path: Path, checked: CheckedFile | None, recorded_sha256: str | None) -> bytes | None:
     """What an engine or kernel opens a model dir's graph from: the bytes its model dir's check handed over
-    (``checked``: ``ModelDir.take_checked_graphs``), else the file's, read now and refused unless they are the ones its
+    (``checked``: ``ModelDir.take_checked_files``), else the file's, read now and refused unless they are the ones its
     model dir records (``recorded_sha256``): the file may have been replaced since the model dir was checked (or a
     check of this process before skipped reading it), and an engine runs what it reads. None where there is no record
     (a graph opened outside a model dir): its opener reads the file itself."""
     if checked is not None:
-        return checked
+        return checked.data
     if recorded_sha256 is None:
         return None
     try:
@@ -440,14 +443,14 @@ def graph_initializers(path: Path, data: bytes | None = None) -> dict[str, np.nd
     return {t.name: numpy_helper.to_array(t) for t in graph.initializer}
 
 
-def pfn_weights(model: ModelDir, data: bytes | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx`` (``data``: its bytes as the model dir's
-    check handed them over, else the file's, checked against ``model.json``: ``graph_to_open``), as float32.
+def pfn_weights(model: ModelDir, checked: CheckedFile | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The folded PFN weight (64, C) and bias (64,) of the model's ``pfn.onnx`` (``checked``: its bytes as the model
+    dir's check handed them over, else the file's, checked against ``model.json``: ``graph_to_open``), as float32.
 
     The GPU pipeline's fused PFN kernel computes the graph's function from them.
     """
     path = model.pfn_path
-    found = graph_initializers(path, graph_to_open(path, data, model.graph_sha256("pfn")))
+    found = graph_initializers(path, graph_to_open(path, checked, model.graph_sha256("pfn")))
     if "pfn.weight" not in found or "pfn.bias" not in found:
         raise ModelDirError(f"{safe_repr(path)}: lacks pfn.weight / pfn.bias: not made by this package")
     return np.ascontiguousarray(found["pfn.weight"].T, np.float32), found["pfn.bias"].astype(np.float32)

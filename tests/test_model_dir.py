@@ -393,7 +393,7 @@ def test_a_model_dirs_graphs_are_read_and_hashed_once_as_a_detector_opens_it(tmp
     model = load_model_dir(tmp_path)
     detector = PointPillars(model, device="cpu")
     assert sorted(opened) == ["pfn.onnx", "rpn.onnx"] and sorted(n for n in hashed if n in sizes) == sizes
-    assert model.checked_graphs == {}  # handed over: not held for the detector's life
+    assert model.checked_files == {}  # handed over: not held for the detector's life
     points = np.array([[10.0, 1.0, -1.0, 0.5]] * 50, np.float32)
     first = detector(points)
     detector.close()
@@ -412,7 +412,7 @@ def test_a_graph_replaced_between_its_check_and_its_open_is_refused_not_run_from
     tiny_model_dir(tmp_path / "a", seed=0)
     other = tiny_model_dir(tmp_path / "b", seed=1)
     model = load_model_dir(tmp_path / "a")
-    recorded = model.checked_graphs["pfn"].data
+    recorded = model.checked_files["pfn.onnx"]
     model.rpn_path.write_bytes(other.rpn_path.read_bytes())  # same inputs and outputs, other weights
     with pytest.raises(ModelDirError, match="rpn.onnx': replaced since its model dir was opened"):
         PointPillars(model, device="cpu")
@@ -434,7 +434,7 @@ def test_a_graph_swapped_between_two_opens_in_one_process_is_refused_by_every_re
     other = tiny_model_dir(tmp_path / "b", seed=1)
     PointPillars(load_model_dir(tmp_path / "a"), device="cpu").close()  # the first open: its graphs read and checked
     model = load_model_dir(tmp_path / "a")
-    assert model.take_checked_graphs() == {}  # the second: nothing read
+    assert model.take_checked_files() == {}  # the second: nothing read
     for graph in ("pfn", "rpn"):  # same inputs and outputs, other weights
         model.onnx_path(graph).write_bytes(other.onnx_path(graph).read_bytes())
     replaced = "{}.onnx': replaced since its model dir was opened"

@@ -121,7 +121,10 @@ def _cache_entry(folder: Path, cfg: ModelConfig, tensorrt_tf32: bool | None) -> 
             raise ModelDirError(f"model dir {safe_repr(folder)}: holds no TensorRT plan")
         from ..runtime.tensorrt import check_plan_file
 
-        check_plan_file(model.plan_path("rpn"), model.graph_sha256("rpn"))  # a damaged plan: rebuilt as a graph is
+        plan = model.plan_path("rpn")
+        checked = check_plan_file(plan, model.graph_sha256("rpn"))  # a damaged plan: rebuilt as a graph is
+        if checked is not None:  # for the detector that opens it next
+            model.checked_files[plan.name] = checked
     return model
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..config import ModelConfig
 from ..errors import BackendError, escape_text
-from ..model_dir import ModelDir
+from ..model_dir import CheckedFile, ModelDir
 from .availability import cudnn_unavailable_reason, onnxruntime_cuda_unavailable_reason, tensorrt_unavailable_reason
 from .base import Device, Engine
 from .options import CudnnOptions, OrtOptions, TrtOptions
@@ -52,7 +52,7 @@ class BackendRow:
     suffixes: tuple[str, ...]  # engine files it opens when no options say which backend
     devices: tuple[Device, ...]
     unavailable_reason: Callable[[], str | None]
-    open: Callable[[Path, Any, Device, int, ModelConfig | None, bytes | None], Engine]
+    open: Callable[[Path, Any, Device, int, ModelConfig | None, CheckedFile | None], Engine]
     options_for: Callable[[EngineRequest], Any]
     auto_priority: int
     suits: Callable[[ModelDir], bool]
@@ -61,17 +61,17 @@ class BackendRow:
 
 
 def _open_onnxruntime(path: Path, options: OrtOptions, device: Device, stream_ptr: int,
-                      config: ModelConfig | None, graph_data: bytes | None) -> Engine:
+                      config: ModelConfig | None, checked: CheckedFile | None) -> Engine:
     from .onnxruntime import OnnxRuntimeEngine
 
-    return OnnxRuntimeEngine(path, device=device, stream_ptr=stream_ptr, options=options, graph_data=graph_data)
+    return OnnxRuntimeEngine(path, device=device, stream_ptr=stream_ptr, options=options, checked=checked)
 
 
 def _open_tensorrt(path: Path, options: TrtOptions, device: Device, stream_ptr: int,
-                   config: ModelConfig | None, graph_data: bytes | None) -> Engine:
+                   config: ModelConfig | None, checked: CheckedFile | None) -> Engine:
     from .tensorrt import TensorRTEngine
 
-    return TensorRTEngine(path, options)
+    return TensorRTEngine(path, options, checked)
 
 
 def _tensorrt_runs_on(device_id: int) -> str | None:
@@ -81,13 +81,13 @@ def _tensorrt_runs_on(device_id: int) -> str | None:
 
 
 def _open_cudnn(path: Path, options: CudnnOptions, device: Device, stream_ptr: int,
-                config: ModelConfig | None, graph_data: bytes | None) -> Engine:
+                config: ModelConfig | None, checked: CheckedFile | None) -> Engine:
     if config is None:
         raise BackendError(f"{escape_text(path.name)}: the cuDNN engine builds the RPN from the model config. "
                            "Note: pass open_engine(..., config=model_dir.cfg)")
     from .cudnn import CudnnEngine
 
-    return CudnnEngine(path, config, options, graph_data)
+    return CudnnEngine(path, config, options, checked)
 
 
 def _cudnn_options(r: EngineRequest) -> CudnnOptions:
@@ -144,15 +144,15 @@ def backend_of_options(options: object) -> BackendRow:
 
 
 def open_engine(path: str | Path, options: object = None, *, device: Device = "cuda", stream_ptr: int = 0,
-                config: ModelConfig | None = None, graph_data: bytes | None = None) -> Engine:
+                config: ModelConfig | None = None, checked: CheckedFile | None = None) -> Engine:
     """Open (and activate) an engine; the backend module is imported here, not before.
 
     The type of ``options`` picks the backend (each row's options type); without options the file
     suffix does, with that backend's defaults. ``stream_ptr`` is the pipeline's CUDA stream: ONNX
     Runtime fixes its compute stream when the session is created. ``config``: the model config, for
-    an engine built from it (cuDNN); no engine opens a model dir itself. ``graph_data``: the ONNX graph file's
-    bytes, checked against its model dir's record (``ModelDir.take_checked_graphs``), for an engine that opens the
-    graph (ONNX Runtime, cuDNN) to take instead of reading the file; a plan's engine has no use for them.
+    an engine built from it (cuDNN); no engine opens a model dir itself. ``checked``: the file's bytes as its model
+    dir's check found them (``ModelDir.take_checked_files``: a graph against ``model.json``, a plan against its
+    metadata), for the engine to take instead of reading the file again.
     """
     row = _row_for_file(path) if options is None else backend_of_options(options)
     if row.artefact != _row_for_file(path).artefact:
@@ -163,7 +163,7 @@ def open_engine(path: str | Path, options: object = None, *, device: Device = "c
         raise BackendError(f"{row.name} runs on {' or '.join(row.devices)} only; received device={device!r}. "
                            f"Note: use {' or '.join(on_device)}")
     chosen = options if options is not None else row.options_type()
-    return row.open(Path(path), chosen, device, stream_ptr, config, graph_data).activate()
+    return row.open(Path(path), chosen, device, stream_ptr, config, checked).activate()
 
 
 def engine_file(model: ModelDir, graph: str, backend: str) -> Path:

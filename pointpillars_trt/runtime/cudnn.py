@@ -48,7 +48,7 @@ from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_
 from ..graph_io import RPN_INPUT, RPN_OUTPUT
 from ..kernels.hold import gpu_ms
 from ..kernels.tuning_checks import TuningChecks
-from ..model_dir import graph_initializers, graph_to_open
+from ..model_dir import CheckedFile, graph_initializers, graph_to_open
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
 from .lean_import import import_without
@@ -273,17 +273,17 @@ class CudnnEngine(Engine):
     """The RPN as cuDNN frontend graphs + the neck-head kernel; see the module docstring for the tensors.
 
     ``path`` is the model dir's ``rpn.onnx`` (its BN-folded initializers are the weights); ``cfg`` the
-    model config it was exported from (the engine opens no model dir itself); ``graph_data``: that file's bytes
-    where the caller has them (``ModelDir.take_checked_graphs``), read in their place; else the file is read, and
+    model config it was exported from (the engine opens no model dir itself); ``checked``: that file's bytes
+    where the caller has them (``ModelDir.take_checked_files``), read in their place; else the file is read, and
     checked against ``CudnnOptions.graph_sha256`` where given (``graph_to_open``).
     """
 
     backend = "cudnn"
 
     def __init__(self, path: str | Path, cfg: ModelConfig, options: CudnnOptions | None = None,
-                 graph_data: bytes | None = None) -> None:
+                 checked: CheckedFile | None = None) -> None:
         super().__init__(path, "cuda")
-        self._graph_data = graph_data  # taken by the first load
+        self._checked = checked  # taken by the first load
         self.options = options if options is not None else CudnnOptions()
         if not isinstance(self.options, CudnnOptions):
             raise BackendError(f"CudnnEngine: options must be CudnnOptions, received {type(self.options).__name__}")
@@ -331,8 +331,8 @@ class CudnnEngine(Engine):
                 f"{safe_repr(self.path)}: config digest {cfg.digest()} ({cfg.name}). Note: Expected {opt.config_digest}"
             )
         self._layers = engine_conv_layers(cfg)
-        data, self._graph_data = self._graph_data, None
-        initializers = graph_initializers(self.path, graph_to_open(self.path, data, opt.graph_sha256))
+        checked, self._checked = self._checked, None
+        initializers = graph_initializers(self.path, graph_to_open(self.path, checked, opt.graph_sha256))
         if cfg.heads is None:
             weights = read_rpn_weights(initializers, cfg)
             convs = list(weights.convs)

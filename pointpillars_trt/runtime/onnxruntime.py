@@ -25,7 +25,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import BackendError, ModelDirError, one_line, safe_repr
-from ..model_dir import graph_to_open
+from ..model_dir import CheckedFile, graph_to_open
 from .base import Backend, Device, Engine, Shape, TensorSpec
 from .options import OrtOptions
 from .ort_telemetry import quiet_telemetry
@@ -51,8 +51,8 @@ class OnnxRuntimeEngine(Engine):
     ``stream_ptr`` (CUDA) is the stream every :meth:`run` must use: ORT binds a session to one
     compute stream at creation. ``tf32`` allows TensorFloat-32 convolutions (faster, ~1e-3 relative
     error; the engine's default is IEEE fp32, the GPU pipeline asks for TF32 as TensorRT does) and the
-    NHWC layout tensor cores prefer. ``graph_data``: the graph file's bytes, which the caller checked against the
-    model dir's record (``ModelDir.take_checked_graphs``): the session is made from them, the file not read again.
+    NHWC layout tensor cores prefer. ``checked``: the graph file's bytes, which the caller checked against the
+    model dir's record (``ModelDir.take_checked_files``): the session is made from them, the file not read again.
     """
 
     backend: Backend = "onnxruntime"
@@ -64,7 +64,7 @@ class OnnxRuntimeEngine(Engine):
         device: Device = "cpu",
         stream_ptr: int = 0,
         options: OrtOptions | None = None,
-        graph_data: bytes | None = None,
+        checked: CheckedFile | None = None,
     ) -> None:
         options = options or OrtOptions()
         super().__init__(path, device)
@@ -78,7 +78,7 @@ class OnnxRuntimeEngine(Engine):
         self.stream_ptr = int(stream_ptr)
         self.threads = options.threads
         self.tf32 = options.tf32
-        self._graph_data = graph_data  # taken by the first session made
+        self._checked = checked  # taken by the first session made
         self._session: ort.InferenceSession | None = None
         self._binding: ort.IOBinding | None = None
         self._run_options: ort.RunOptions | None = None
@@ -123,8 +123,8 @@ class OnnxRuntimeEngine(Engine):
         """What the session is made from: the bytes the caller checked (once: a session made again reads the file), else
         the file's, checked against ``graph_sha256`` where given (ORT would read what is there when the session is
         made), else the file's path (``graph_to_open``)."""
-        data, self._graph_data = self._graph_data, None
-        found = graph_to_open(self.path, data, self.options.graph_sha256)
+        checked, self._checked = self._checked, None
+        found = graph_to_open(self.path, checked, self.options.graph_sha256)
         return found if found is not None else str(self.path)
 
     def _providers(self) -> list[Any]:

@@ -24,7 +24,7 @@ class OrtOptions:
     """ONNX Runtime: ``threads`` sizes the CPU thread pool (None: ORT's default, one per core);
     ``tf32`` allows TensorFloat-32 convolutions on the CUDA provider (False: IEEE fp32); ``graph_sha256``
     (the model dir's record) is checked against the very bytes the session is made from (by the engine, or by the
-    model dir's check that hands it them: ``open_engine``'s ``graph_data``), so a graph replaced after the model dir
+    model dir's check that hands it them: ``open_engine``'s ``checked``), so a graph replaced after the model dir
     was opened (a build into the same folder) is refused, not run."""
 
     device_id: int = 0

@@ -26,13 +26,13 @@ import importlib
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, escape_text, one_line, safe_repr
 from ..fileio import loads_json, read_regular_file
-from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES, file_identity
+from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES, CheckedFile, file_identity
 from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions
@@ -133,53 +133,39 @@ def _require_metadata_file(plan_path: Path) -> Path:
     return meta_path
 
 
-class _CheckedPlan(NamedTuple):
-    """A plan's bytes that ``check_plan_file`` found whole, their sha256, and the file's identity before its read."""
-
-    identity: tuple[int, ...]
-    plan: bytes
-    sha256: str
-
-
-#: The plan ``check_plan_file`` found whole last, for the engine that opens that file next (a model cache entry's plan
-#: is checked as the cache serves it, and the detector opens it right after): taken by the next engine that opens a
-#: plan, whichever, so that at most one plan's bytes wait here.
-_last_checked: _CheckedPlan | None = None
-
-
-def check_plan_file(plan_path: Path, expected_onnx_sha256: str | None = None) -> None:
+def check_plan_file(plan_path: Path, expected_onnx_sha256: str | None = None) -> CheckedFile | None:
     """Refuse (ModelDirError) a plan that is not whole (its bytes are not those its metadata records), not of this
     library and version, or (``expected_onnx_sha256``) not of that graph: what can be told of a plan without a GPU,
-    as of a cache entry before it is used. A plan found whole is kept for the engine that opens it next
-    (``plan_to_open``), which then neither reads nor hashes it again (~25 ms for a 25 MB plan)."""
-    global _last_checked
-    _last_checked = None  # a plan refused leaves none waiting
+    as of a cache entry before it is used. Returns the bytes found whole, for the engine that opens the plan
+    (``ModelDir.checked_files``), which then neither reads nor hashes them again (~25 ms for a 25 MB plan); None where
+    the file could not be looked at before its read."""
     identity = file_identity(plan_path)  # before the read: a file replaced meanwhile is not taken for these bytes
     plan, metadata = read_plan(plan_path)
     digest = hashlib.sha256(plan).hexdigest()
     check_plan_metadata(metadata, plan_sha256=digest, library=library(), library_version=trt.__version__,
                         compute_capability=None, plan_name=plan_path.name, expected_onnx_sha256=expected_onnx_sha256)
-    _last_checked = _CheckedPlan(identity, plan, digest) if identity is not None else None
+    return CheckedFile(identity, plan, digest) if identity is not None else None
 
 
-def plan_to_open(plan_path: Path) -> tuple[bytes, dict[str, Any], str]:
+def plan_to_open(plan_path: Path, checked: CheckedFile | None = None) -> tuple[bytes, dict[str, Any], str]:
     """A plan's bytes, its metadata and the bytes' sha256, as an engine opens it: the bytes ``check_plan_file`` found
-    whole last when the file is still the one they were read from, else read (and hashed) here."""
-    global _last_checked
-    checked, _last_checked = _last_checked, None
-    if checked is not None and checked.identity == file_identity(plan_path):
-        return checked.plan, read_plan_metadata(plan_path), checked.sha256
+    whole (``checked``, handed over by ``ModelDir.take_checked_files`` while the file is still the one they were read
+    from), else read (and hashed) here."""
+    if checked is not None:
+        return checked.data, read_plan_metadata(plan_path), checked.sha256
     plan, metadata = read_plan(plan_path)
     return plan, metadata, hashlib.sha256(plan).hexdigest()
 
 
 class TensorRTEngine(Engine):
-    """A TensorRT plan with one execution context, bound by tensor name to the pipeline's buffers."""
+    """A TensorRT plan with one execution context, bound by tensor name to the pipeline's buffers; ``checked``: the
+    plan's bytes as ``check_plan_file`` found them whole, taken by the first load in place of reading the file."""
 
     backend: Backend = "tensorrt"
 
-    def __init__(self, path: str | Path, options: TrtOptions | None = None) -> None:
+    def __init__(self, path: str | Path, options: TrtOptions | None = None, checked: CheckedFile | None = None) -> None:
         super().__init__(path, "cuda")
+        self._checked = checked
         self.options = options or TrtOptions()
         self.device_id = self.options.device_id
         self.metadata: dict[str, Any] = {}
@@ -190,7 +176,8 @@ class TensorRTEngine(Engine):
     def _load(self) -> list[TensorSpec]:
         require_tensorrt()
         require_gpu(self.file_name)
-        plan, metadata, plan_sha256 = plan_to_open(self.path)
+        checked, self._checked = self._checked, None
+        plan, metadata, plan_sha256 = plan_to_open(self.path, checked)
         _use_device(self.device_id)
         capability = gpu_identity(self.device_id)[1]
         require_runnable(capability)

@@ -368,8 +368,8 @@ def test_stale_plan_asks_for_a_rebuild(tmp_path, pfn_plan, damage, message):
 @needs_tensorrt
 def test_a_plan_checked_as_the_cache_serves_it_is_read_once_as_its_engine_opens(pfn_plan, monkeypatch):
     """A model cache entry's plan is checked as the cache serves it (``check_plan_file``: read and hashed), then
-    opened: the engine read and hashed it again. It takes the bytes the check found whole; a second engine of the
-    plan, which no check just read, reads it itself."""
+    opened: the engine read and hashed it again. It takes the bytes the check found whole, handed to it; a second
+    engine of the plan, handed none, reads it itself."""
     from pointpillars_trt.runtime import tensorrt
 
     folder, _, _ = pfn_plan
@@ -377,8 +377,8 @@ def test_a_plan_checked_as_the_cache_serves_it_is_read_once_as_its_engine_opens(
     real = tensorrt.read_regular_file
     monkeypatch.setattr(tensorrt, "read_regular_file",
                         lambda path, **kw: (reads.append(Path(path).name), real(path, **kw))[1])
-    tensorrt.check_plan_file(folder / "pfn.plan")
-    with open_engine(folder / "pfn.plan", TrtOptions(config_digest=DIGEST)) as engine:
+    checked = tensorrt.check_plan_file(folder / "pfn.plan")
+    with open_engine(folder / "pfn.plan", TrtOptions(config_digest=DIGEST), checked=checked) as engine:
         assert engine.inputs["pillars"].shape == (-1, 8, 6) and reads.count("pfn.plan") == 1
     with open_engine(folder / "pfn.plan", TrtOptions(config_digest=DIGEST)):
         assert reads.count("pfn.plan") == 2

@@ -370,8 +370,9 @@ def test_a_cache_entry_whose_plan_is_damaged_is_rebuilt_saying_so(tmp_path, asse
 @needs_rtx
 def test_a_cache_entrys_plan_is_read_and_hashed_once_as_it_is_served_and_opened(tmp_path, assets, monkeypatch):
     """A cache entry's plan was read and hashed as the cache served it (``check_plan_file``) and again as the engine
-    opened it (~25 ms for a 25 MB plan): the engine takes the bytes the check found whole (``plan_to_open``), once.
-    A plan no check read last, or one changed since its check, is read and hashed as it is."""
+    opened it (~25 ms for a 25 MB plan): the engine takes the bytes the check found whole, which the model dir hands
+    over once (``take_checked_files``, ``plan_to_open``). A plan handed over before, or one changed since its check,
+    is read and hashed as it is."""
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
     checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
@@ -383,15 +384,15 @@ def test_a_cache_entrys_plan_is_read_and_hashed_once_as_it_is_served_and_opened(
     monkeypatch.setattr(trt_runtime, "read_regular_file",
                         lambda path, **kw: (reads.append(Path(path).name), real(path, **kw))[1])
     model = model_dir_for_checkpoint(checkpoint, **kwargs)  # served from the cache: its plan checked
-    plan, metadata, digest = trt_runtime.plan_to_open(model.plan_path("rpn"))
+    plan, metadata, digest = trt_runtime.plan_to_open(plan_path, model.take_checked_files().get("rpn.plan"))
     assert reads.count("rpn.plan") == 1 and plan == whole
     assert digest == metadata["plan_sha256"] == hashlib.sha256(whole).hexdigest()
     reads.clear()
-    assert trt_runtime.plan_to_open(plan_path)[0] == whole and reads.count("rpn.plan") == 1  # taken once
-    model_dir_for_checkpoint(checkpoint, **kwargs)
+    assert model.take_checked_files() == {}  # taken once
+    model = model_dir_for_checkpoint(checkpoint, **kwargs)
     plan_path.write_bytes(whole[: len(whole) // 2])  # cut after its check
     reads.clear()
-    cut, _, digest = trt_runtime.plan_to_open(plan_path)
+    cut, _, digest = trt_runtime.plan_to_open(plan_path, model.take_checked_files().get("rpn.plan"))
     assert cut == whole[: len(whole) // 2] and digest == hashlib.sha256(cut).hexdigest() and reads.count("rpn.plan") == 1
 
 
