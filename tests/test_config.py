@@ -17,7 +17,6 @@ import pytest
 
 from pointpillars_trt import config as config_module
 from pointpillars_trt.config import (
-    MAX_CONFIG_BYTES,
     ModelConfig,
     Thresholds,
     builtin_config_names,
@@ -25,8 +24,8 @@ from pointpillars_trt.config import (
     finite_float,
     int_within,
     load_config,
-    read_yaml,
 )
+from pointpillars_trt.config_yaml import MAX_CONFIG_BYTES, parse_yaml, read_yaml
 from pointpillars_trt.errors import ConfigError
 
 DELETE = object()  # a change that removes the key
@@ -402,7 +401,7 @@ def test_keys_that_are_no_names_are_refused_before_a_mapping_is_built(tmp_path: 
 def test_the_same_key_in_different_mappings_is_fine() -> None:
     raw = read_yaml(Path(str(resources.files("pointpillars_trt") / "configs" / "openpcdet_kitti_3class.yaml")))
     assert [entry["class"] for entry in raw["anchors"]["classes"]] == ["Car", "Pedestrian", "Cyclist"]
-    assert config_module.parse_yaml(b"a: {k: 1}\nb: {k: 2}\nc: [{k: 3}, {k: 4}]\n", "x.yaml") == {
+    assert parse_yaml(b"a: {k: 1}\nb: {k: 2}\nc: [{k: 3}, {k: 4}]\n", "x.yaml") == {
         "a": {"k": 1}, "b": {"k": 2}, "c": [{"k": 3}, {"k": 4}]}
 
 

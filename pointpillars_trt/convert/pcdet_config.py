@@ -15,7 +15,8 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal, read_yaml
+from ..config import ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal
+from ..config_yaml import read_yaml
 from ..errors import ConfigError, SettingNotice, escape_text, safe_repr
 from ..fileio import not_a_folder, special_kind
 
