@@ -221,18 +221,27 @@ def open_model(args: argparse.Namespace, max_batch: int | None = None, threads: 
     from .runtime_args import runtime_options_from_args
 
     path = check_model_path(args)
-    options = runtime_options_from_args(args, threads)
-    if max_batch is not None:
-        options = dataclasses.replace(options, max_batch=max_batch)
-    if path.is_file():
-        return PointPillars.from_checkpoint(path, config=args.config, options=options)
-    checked = load_model_dir_of_config(path, args.config) if args.config else None  # its refusal as it is said
-    try:
+    with rebuild_named(path, args.config):
+        options = runtime_options_from_args(args, threads)  # a model dir's check, with --precision
+        if max_batch is not None:
+            options = dataclasses.replace(options, max_batch=max_batch)
+        if path.is_file():
+            return PointPillars.from_checkpoint(path, config=args.config, options=options)
+        checked = load_model_dir_of_config(path, args.config) if args.config else None  # its refusal as it is said
         return PointPillars(checked if checked is not None else load_model_dir(path), options)
+
+
+@contextlib.contextmanager
+def rebuild_named(model: Path, config: str | None) -> Iterator[None]:
+    """A refusal of the model dir ``model`` that advises its rebuild names the ``build`` command that rebuilds it
+    (for ``--config config``), wherever in the open it was found: the ``--precision`` check, the model dir's read,
+    its engines' open."""
+    try:
+        yield
     except ModelDirError as exc:
         text = str(exc)
-        if "rebuild" in text and "pointpillars-trt build" not in text:
-            raise ModelDirError(f"{text}: {rebuild_command(path, args.config)}") from None
+        if model.is_dir() and "rebuild" in text and "pointpillars-trt build" not in text:
+            raise ModelDirError(f"{text}: {rebuild_command(model, config)}") from None
         raise
 
 

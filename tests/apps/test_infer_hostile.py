@@ -312,6 +312,24 @@ def test_a_model_dir_whose_model_json_is_a_fifo_is_one_error_not_a_hang(tiny_mod
         done.stderr
 
 
+@pytest.mark.parametrize("precision", [None, "fp16", "fp32"])
+def test_a_model_dir_of_another_format_gets_its_rebuild_command_whatever_precision_is_given(
+        tiny_model: Path, frames: Path, tmp_path: Path, precision: str | None) -> None:
+    """A model.json of another format version is refused with the build command that rebuilds the model dir; with
+    ``--precision`` other than the one built in, the model dir's check ran before that command was added, and the
+    refusal said only 'rebuild the model dir'."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model, model)
+    meta = json.loads((model / "model.json").read_text())
+    meta["format_version"] = 999
+    (model / "model.json").write_text(json.dumps(meta))
+    given = ["--precision", precision] if precision else []
+    rc, err = run_infer("infer", frames / "a.bin", "--model", model, "--device", "cpu", "--no-progress", *given)
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "format_version 999" in err or "format version 999" in err, err
+    assert "rebuild the model dir: `pointpillars-trt build --checkpoint " in err, err
+
+
 def test_a_glob_over_folders_linked_in_loops_gives_each_frame_once_and_ends(tmp_path: Path) -> None:
     """``seq/**/*.bin`` over a tree with two symbolic links to a folder above them: glob followed every link, giving
     paths without end (seq/l1/l2/l1/..., 2**40 of them before the kernel's limit of 40 links), so infer never

@@ -92,7 +92,7 @@ def run_serve(args: argparse.Namespace) -> int:
     the server and exits 1: a supervisor (systemd, Kubernetes) then restarts the whole server, which
     recovers from anything a reload in place would, and a crash loop stays visible.
     """
-    from ..infer import existing_model_path
+    from ..infer import existing_model_path, rebuild_named
     from .repository import refuse_repository_in_model, repository_held
     from .server import check_bind_host, find_tritonserver, refuse_busy_ports
 
@@ -111,8 +111,9 @@ def run_serve(args: argparse.Namespace) -> int:
         install = find_tritonserver(args.tritonserver)
         # a busy port given is refused before the repository is made or written (free ones are picked at the start)
         refuse_busy_ports(args.host, args.http_host or args.host, args.http_port, args.grpc_port, args.metrics_port)
-    existing_model_path(args.model)  # a --model that is not there: before the repository folder is made
-    exports_checkpoint(args.model, args.precision)  # a model dir's other --precision: refused as infer refuses it
+    model = existing_model_path(args.model)  # a --model that is not there: before the repository folder is made
+    with rebuild_named(model, args.config):
+        exports_checkpoint(args.model, args.precision)  # a model dir's other --precision: refused as infer refuses it
     refuse_repository_in_model(args.model, args.repository)
     with repository_held(args.repository):  # no second serve rewrites the model under this one
         return _write_and_serve(args, install)

@@ -37,18 +37,15 @@ def resolve_model(model: str | os.PathLike[str], config: str | None = None, prec
     ``--model`` with ``--config`` and ``--precision`` (a model dir: refused unless built for ``config``, whose launch
     values it then runs with; a checkpoint: exported with ``config`` in ``precision``, default fp32): what reopens
     it by path (Ray's workers) runs the model the run names."""
-    from ..infer import existing_model_path
+    from ..infer import existing_model_path, load_model_dir_of_config, rebuild_named
 
     path = existing_model_path(os.fspath(model))
     if path.is_file():
         from ...convert.export import model_dir_for_checkpoint
 
         return model_dir_for_checkpoint(path, config=config, precision=precision or "fp32")
-    if config:
-        from ..infer import load_model_dir_of_config
-
-        return load_model_dir_of_config(path, config)
-    return load_model_dir(path)
+    with rebuild_named(path, config):
+        return load_model_dir_of_config(path, config) if config else load_model_dir(path)
 
 
 #: Model instances a GPU gets by default: each is a process (its own interpreter lock), and on an H200
