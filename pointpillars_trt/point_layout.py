@@ -562,12 +562,12 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
 
     Read as float32, each float64 splits in two words: the high one (sign, exponent, top of the
     mantissa) reads as a modest number, the low one (the mantissa's tail) as 0, +-1e-19, +-2, +-4e19 or
-    noise. So the test: (1) the bytes read as float64 are a plausible frame (finite, coordinates within
-    100 km, intensities in [0, 65535]); (2) read as float32 they are not (``_fragments_or_negative``:
-    the would-be low words are fragments of numbers or zeros, or the intensities go negative). A float32
-    frame read as float64 takes its magnitudes from every other value (y and intensity for rows of 4): a
-    y beyond ~8 m or a negative intensity fails (1), mostly in the first rows looked at; real scans fail
-    (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the
+    noise. So the test: (1) the bytes read as float64 are a plausible frame (finite, no fragments of
+    numbers, coordinates within 100 km, intensities in [0, 65535]); (2) read as float32 they are not
+    (``_fragments_or_negative``: the would-be low words are fragments of numbers or zeros, or the
+    intensities go negative). A float32 frame read as float64 takes its magnitudes from every other value
+    (y and intensity for rows of 4): a y beyond ~8 m or a negative intensity fails (1), mostly in the
+    first rows looked at; real scans fail (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the
     first ``_FLOAT64_GATE_ROWS`` rows, and only when they pass (1), at two samples of at most
     ``_LAYOUT_SAMPLE`` values.
     """
@@ -596,12 +596,17 @@ def _fragments_or_negative(words: np.ndarray, point_dim: int) -> bool:
 
 
 def _plausible_as_float64(words: np.ndarray, point_dim: int) -> bool:
-    """Whether float32 ``words`` (whole float64 rows) read as float64 rows are a frame a lidar gives."""
+    """Whether float32 ``words`` (whole float64 rows) read as float64 rows are a frame a lidar gives: values
+    no fragments of numbers (``_NOISE_SHARE`` of them at most nonzero below ``_NOISE_LOW``, as the bytes of
+    int16 rows read as float64 are), coordinates within ``_FLOAT64_MAX_COORD``, intensities in
+    [0, ``_FLOAT64_MAX_INTENSITY``]."""
     rows = np.ascontiguousarray(words).view("<f8").reshape(-1, point_dim)
     finite = np.isfinite(rows).all(axis=1)
     if 2 * np.count_nonzero(finite) < len(rows):  # rows of NaN (no return) are skipped, not the majority
         return False
     rows = rows[finite]
     intensity = rows[:, 3]
-    return bool(np.all(np.abs(rows[:, :3]) <= _FLOAT64_MAX_COORD)
-                and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY)))
+    values = np.abs(rows[:, :4])  # int16 rows of 4 read as one float64 each are denormals (~1e-312): no values
+    return bool(np.all(values[:, :3] <= _FLOAT64_MAX_COORD)
+                and np.all((intensity >= 0) & (intensity <= _FLOAT64_MAX_INTENSITY))
+                and np.count_nonzero(_fragments(values, _NOISE_LOW, math.inf)) <= _NOISE_SHARE * values.size)

@@ -276,6 +276,24 @@ def test_float64_rows_of_five_values_read_as_four_are_refused_as_float64(assets:
             read_points(target, point_dim=5)
 
 
+def test_int16_rows_are_refused_as_no_float32_coordinates_never_as_float64(assets: Path, tmp_path: Path) -> None:
+    """A scan saved as int16 (or uint16) centimetres, 8 bytes a point as a float64 is: each row read as one
+    float64 is a denormal (~1e-312), no value of a frame, so the file is refused as not float32 coordinates,
+    not sent to a float64 reading that gives none of its points."""
+    scan = np.fromfile(sorted((assets / "kitti" / "training" / "velodyne").glob("*.bin"))[0], "<f4").reshape(-1, 4)
+    for name, rows in (("int16", np.round(scan * 100).astype("<i2")),
+                       ("uint16", np.round(np.abs(scan) * 100).astype("<u2"))):
+        target = tmp_path / f"{name}.bin"
+        rows.tofile(target)
+        as_float64 = np.fromfile(target, "<f8")  # what the float64 advice would read: values of no frame
+        assert np.count_nonzero((as_float64 != 0) & (np.abs(as_float64) < 1e-300)) > 0.9 * as_float64.size
+        for read in (lambda: read_points(target), lambda: read_points_into(target, lambda n: None)):
+            with pytest.raises(InputError) as err:
+                read()
+            text = str(err.value)
+            assert "does not hold float32 point coordinates" in text and "float64" not in text, text
+
+
 def test_small_frames_timestamps_and_centred_intensities_are_read(tmp_path: Path) -> None:
     """What the new checks must leave alone: frames of 2-10 points with centred (negative) intensities,
     and 5-value rows whose 5th column is an absolute timestamp (seconds or microseconds since 1970), for a
