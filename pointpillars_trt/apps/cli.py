@@ -222,12 +222,16 @@ class _StdoutGuard:
         except BrokenPipeError:
             self._to_devnull()
             return len(text)
+        except OSError as exc:
+            raise _unwritable_stdout(exc) from None
 
     def flush(self) -> None:
         try:
             self.stream.flush()
         except BrokenPipeError:
             self._to_devnull()
+        except OSError as exc:
+            raise _unwritable_stdout(exc) from None
 
     def _to_devnull(self) -> None:
         """Point stdout's file descriptor at /dev/null: what is buffered, and the interpreter's flush at
@@ -241,6 +245,12 @@ class _StdoutGuard:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def _unwritable_stdout(exc: OSError) -> OSError:
+    """The error of a stdout that cannot take the run's lines (redirected to a file on a full disk, or to
+    /dev/full), named as standard output: its bare reason ("No space left on device") reads as --out's."""
+    return OSError(exc.errno, f"standard output cannot be written: {exc.strerror or one_line(exc)}")
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,

@@ -271,6 +271,26 @@ def test_a_run_started_with_stdout_closed_ends_as_one_whose_reader_went(tiny_mod
         assert output_names(tmp_path / "out") == ["000001.json", "000002.json"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux): every write to it fails")
+@pytest.mark.parametrize("buffered", [True, False])
+def test_a_stdout_that_cannot_be_written_is_named_as_standard_output(tiny_model: Path, tiny_frames: list[Path],
+                                                                    tmp_path: Path, buffered: bool):
+    """``pointpillars-trt ... > log`` on a full disk (/dev/full here): the error names standard output, not the bare
+    "No space left on device" that reads as the --out folder's, whose files were written."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    if not buffered:
+        env["PYTHONUNBUFFERED"] = "1"  # the first frame's line fails, not the flush at the end
+    with open("/dev/full", "w") as full:
+        run = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", *map(str, tiny_frames[1:3]),
+                              "--model", str(tiny_model), "--device", "cpu", "--no-progress", "--out",
+                              str(tmp_path / "out"), *LOOSE], stdout=full, stderr=subprocess.PIPE, text=True, env=env,
+                             cwd=REPO_ROOT, timeout=300)
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert error_lines(run.stderr) == ["error: standard output cannot be written: No space left on device"], run.stderr
+    if buffered:  # the lines wait in the buffer until the end: every frame's file is written first
+        assert output_names(tmp_path / "out") == ["000001.json", "000002.json"]
+
+
 def test_a_calib_or_label_file_that_is_a_fifo_is_named_by_its_kind(tiny_model: Path, tiny_frames: list[Path],
                                                                    tmp_path: Path):
     """A FIFO where a frame's calib or --eval label file belongs: said as a FIFO, not as a missing file
