@@ -429,6 +429,8 @@ def read_npy(path: PathLike, *, columns: int = 4, capture_times_note: CaptureTim
         except _ZipArchive:
             raise InputError(f"{what} {shown} is a zip archive (an .npz of arrays, named .npy), not a .npy file: "
                              f"{POINT_FORMAT_CONVERSIONS['.npz']}") from None
+        except _NoBytes:
+            raise _empty_file_error(f"{what} {shown}", ".npy") from None
         except Exception as exc:  # noqa: BLE001 - literal_eval/descr_to_dtype raise many kinds (RecursionError too)
             raise InputError(f"{what} {shown} is not a valid .npy file: {one_line(exc, 100)}") from None
         if dtype.fields is not None and not dtype.hasobject:
@@ -485,10 +487,23 @@ class _ZipArchive(ValueError):
     """A file of a zip archive's magic bytes where a .npy header belongs: np.savez's .npz, named .npy."""
 
 
+class _NoBytes(ValueError):
+    """A .npy file without a byte where its header belongs."""
+
+
+def _empty_file_error(where: str, kind: str) -> InputError:
+    """The error of the file ``where`` ("point file 'x.npy'") that holds no byte, where a ``kind`` file's header
+    belongs: said empty, as an empty .bin is (its header's missing magic number or DATA line reads as another
+    format's file)."""
+    return InputError(f"{where} is empty (0 bytes), not a {kind} file: a copy that failed? copy it again")
+
+
 def _npy_header(f: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
     """(shape, fortran_order, dtype) of an .npy stream positioned at its start; a literal header
     parse (ast.literal_eval), never a pickle."""
     magic = f.read(8)
+    if not magic:
+        raise _NoBytes
     if magic.startswith(b"PK\x03\x04"):
         raise _ZipArchive
     if len(magic) < 8 or magic[:6] != b"\x93NUMPY":
@@ -737,6 +752,8 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str
     while True:
         line = f.readline(_PCD_MAX_HEADER)
         consumed += len(line)
+        if not line and not consumed:
+            raise _empty_file_error(f"{what} {shown}", "PCD")
         if not line:
             raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
         if consumed > _PCD_MAX_HEADER:

@@ -140,6 +140,18 @@ def test_an_npz_named_npy_is_named_a_zip_archive_with_the_fix(tmp_path: Path) ->
                    "named .npy), not a .npy file: save the frame's array from the archive as .npy (np.save(")
 
 
+@pytest.mark.parametrize(("name", "kind"), [("frame.npy", ".npy"), ("frame.pcd", "PCD"), ("FRAME.NPY", ".npy")])
+def test_a_0_byte_npy_or_pcd_is_said_to_be_empty(tmp_path: Path, name: str, kind: str) -> None:
+    """A copy that failed leaves 0 bytes: said empty, as an empty .bin is, through both readers; it was refused as
+    "no .npy magic number" or "the header has no DATA line", words of a file of another format."""
+    path = tmp_path / name
+    path.write_bytes(b"")
+    for read in (read_points, lambda p: read_points_into(p, lambda n: np.empty((n, 4), np.float32))):
+        text = one_line_error(lambda: read(path), f"point file '{path}' is empty (0 bytes), not a {kind} file: a "
+                              "copy that failed? copy it again")
+        assert "magic" not in text and "DATA" not in text, text
+
+
 def test_npy_object_array_is_refused_without_unpickling(tmp_path: Path) -> None:
     np.save(tmp_path / "obj.npy", np.array([[1, 2, 3, "x"]], dtype=object), allow_pickle=True)
     one_line_error(lambda: read_points(tmp_path / "obj.npy"), "obj.npy", "dtype")
