@@ -290,6 +290,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4,
     if arr.ndim == 0 and isinstance(points, (str, bytes, os.PathLike)):
         hint = (": a path, not points (read it with pointpillars_trt.pointcloud_io.read_points, or give paths to "
                 "infer_many)")
+    elif arr.ndim == 0:  # None, a number, an object NumPy makes a 0-d array of: named, not its shape alone
+        hint = f": {safe_repr(points, 60)} ({type(points).__name__}), not an array of points"
     elif isinstance(points, (list, tuple)) and points and all(is_frame_path(item) for item in points):
         hint = (f": {len(points)} paths, not points (give them to infer_many, a frame each; the sweeps of one "
                 "frame: read each and join them with PointPillars.accumulate)")

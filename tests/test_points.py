@@ -129,6 +129,15 @@ def test_refuses_other_shapes_and_dtypes() -> None:
     for path in ("000134.bin", Path("000134.bin")):  # a path where points belong: said so, with the reader
         with pytest.raises(InputError, match=r"got shape \(\): a path, not points \(read it with .*read_points"):
             as_host_points(path)
+    # no array at all (a frame variable left None, a number, a generator): named by its value and type, not by the
+    # shape () of the 0-d array NumPy makes of it alone
+    for value, named in ((None, "None (NoneType)"), (5, "5 (int)"), ({"x": 1.0}, "{'x': 1.0} (dict)"),
+                         ((p for p in ()), "<generator object")):
+        with pytest.raises(InputError) as err:
+            as_host_points(value)
+        text = str(err.value)
+        assert text.startswith("points: expected an (N, 4) array of x, y, z, intensity; got shape (): " + named), text
+        assert text.endswith("not an array of points"), text
     with pytest.raises(InputError, match="cannot be read"):
         as_host_points([[1, 2, 3, 4], [1, 2]])
     points = np.arange(4000, dtype=np.float32).reshape(-1, 4)
