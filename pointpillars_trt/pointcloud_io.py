@@ -53,10 +53,15 @@ _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
 
 # --------------------------------------------------------------------------- entry point
 
+_LAS_TO_NPY = ("save its x, y, z, intensity as a float32 .npy (laspy{}: las = laspy.read(path); np.save('frame.npy', "
+               "np.column_stack([las.x, las.y, las.z, las.intensity]).astype(np.float32)))")
+
 #: What to do with files of the point formats users have that are not read, by extension.
 POINT_FORMAT_CONVERSIONS = {
     ".npz": "save the frame's array from the archive as .npy (np.save('frame.npy', np.load(path)[name]))",
     ".ply": "convert it to .pcd (e.g. pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity",
+    ".las": _LAS_TO_NPY.format(""),
+    ".laz": _LAS_TO_NPY.format(" with a LAZ backend, pip install 'laspy[lazrs]'"),
 }
 
 

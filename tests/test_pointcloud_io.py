@@ -1039,6 +1039,50 @@ def test_npz_and_ply_are_refused_with_how_to_convert_them(tmp_path: Path) -> Non
     one_line_error(lambda: read_points(tmp_path / "frame.PLY"), "extension '.ply'", "convert it to .pcd")
 
 
+def las_fix(text: str) -> list[str]:
+    """The statements of the laspy conversion a .las / .laz refusal names (after "laspy...: ")."""
+    recipe = text.split("las = laspy.read(path)", 1)[1]
+    return ["las = laspy.read(path)", *recipe[2:].removesuffix(")").split("; ")]
+
+
+@pytest.mark.parametrize("name", ["frame.las", "FRAME.LAS", "frame.laz"])
+def test_las_and_laz_are_refused_with_how_to_convert_them(tmp_path: Path, name: str) -> None:
+    """ASPRS LAS (and its compressed LAZ), a lidar exchange format, was refused by its extension alone, where a .ply
+    or .npz is told how to convert it; the conversion names laspy (for LAZ, with a backend that reads it)."""
+    path = tmp_path / name
+    path.write_bytes(b"LASF" + bytes(400))
+    text = one_line_error(lambda: read_points(path), f"extension '{path.suffix.lower()}'; supported: .bin, .npy, .pcd; save "
+                          "its x, y, z, intensity as a float32 .npy (laspy")
+    assert las_fix(text) == ["las = laspy.read(path)", "np.save('frame.npy', np.column_stack([las.x, las.y, las.z, "
+                                                       "las.intensity]).astype(np.float32))"], text
+    assert ("laspy[lazrs]" in text) == (path.suffix.lower() == ".laz"), text
+
+
+def test_the_las_conversion_said_gives_the_frame(tmp_path: Path) -> None:
+    """The conversion a .las refusal names, run as said on a LAS file of a frame (with laspy installed), reads as
+    the frame's points, at LAS's millimetre steps."""
+    laspy = pytest.importorskip("laspy")
+    points = sample(50)
+    points[:, 3] = np.arange(50) * 1000  # LAS intensities: integers 0-65535
+    header = laspy.LasHeader(point_format=3, version="1.2")
+    header.scales, header.offsets = np.array([0.001] * 3), np.zeros(3)
+    las = laspy.LasData(header)
+    las.x, las.y, las.z, las.intensity = points[:, 0], points[:, 1], points[:, 2], points[:, 3].astype(np.uint16)
+    las.write(tmp_path / "frame.las")
+    text = one_line_error(lambda: read_points(tmp_path / "frame.las"), "laspy")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        scope = {"np": np, "laspy": laspy, "path": tmp_path / "frame.las"}
+        for statement in las_fix(text):
+            exec(statement, scope)
+    finally:
+        os.chdir(cwd)
+    got = read_points(tmp_path / "frame.npy")
+    np.testing.assert_allclose(got[:, :3], points[:, :3], atol=0.0006)
+    np.testing.assert_array_equal(got[:, 3], points[:, 3])
+
+
 def test_bin_that_is_a_ply_file_with_windows_line_ends_is_named_so(tmp_path: Path) -> None:
     """A PLY header ending its lines in \\r\\n was refused as random bytes ("is it a point file?")."""
     path = tmp_path / "cloud.bin"
