@@ -214,6 +214,16 @@ def test_ids_that_are_file_names_are_refused_with_the_fix(folders: tuple[Path, P
                             "frame ids without the suffix ('000000'), as KITTI's ImageSets/*.txt do\n"), err
 
 
+@pytest.mark.parametrize("line", ["000000 000001", "000000,000001", "000000\t000001", "# val split"])
+def test_a_line_of_several_ids_is_refused_naming_it(folders: tuple[Path, Path], tmp_path: Path, line: str) -> None:
+    """Before: "label file '.../000000 000001.txt' does not exist", the line looked up as one id."""
+    labels, pred = folders
+    (tmp_path / "ids.txt").write_text(f"{line}\n000000\n")
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    assert (rc, err) == (2, f"error: frame id file '{tmp_path / 'ids.txt'}' lists {line!r}, not one frame id: list "
+                            "one frame id a line, as KITTI's ImageSets/*.txt do\n"), err
+
+
 def test_a_prediction_file_without_a_label_is_named_with_the_fix(folders: tuple[Path, Path], tmp_path: Path) -> None:
     """One stray prediction file (or a broken link) in --pred failed the whole evaluation with "label file ...
     does not exist", naming no prediction file; with --ids of the labelled frames it evaluates."""

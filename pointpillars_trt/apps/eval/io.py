@@ -180,14 +180,19 @@ FILE_NAME_SUFFIXES = (".txt", ".json", ".png", ".bin", ".npy", ".pcd")
 
 
 def read_frame_ids(path: Path) -> list[str]:
-    """An ImageSets-style list: one frame id per line, blank lines ignored; a regular file, or a FIFO or a
-    character device (``--ids <(grep ... val.txt)``, /dev/stdin), read once."""
+    """An ImageSets-style list: one frame id per line, blank lines ignored (a line of several, separated by
+    spaces or commas, is refused); a regular file, or a FIFO or a character device (``--ids <(grep ... val.txt)``,
+    /dev/stdin), read once."""
     lines = read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="frame id file", pipes=True)
     ids = [line.strip() for line in lines if line.strip()]
     odd = next((i for i in ids if i in (".", "..") or any(c in i for c in "/\\\0")), None)
     if odd is not None:
         raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(odd, 60)}, not a file name "
                          "(ids are names like 000123, looked up in each folder)")
+    several = next((i for i in ids if any(c.isspace() or c == "," for c in i)), None)
+    if several is not None:  # else looked up as one id, '000000 000001.txt', and reported as a missing label file
+        raise InputError(f"frame id file {safe_repr(path)} lists {safe_repr(several, 60)}, not one frame id: list one "
+                         "frame id a line, as KITTI's ImageSets/*.txt do")
     named = next((i for i in ids if os.path.splitext(i)[1].lower() in FILE_NAME_SUFFIXES), None)
     if named is not None:  # else looked up as '000000.txt.txt' and reported as a missing label file
         stem = os.path.splitext(named)[0]
