@@ -38,6 +38,9 @@ ROTATION_TOLERANCE = 1e-2
 #: Metres the lidar may sit from the reference camera (Tr_velo_to_cam's translation): on a car they are
 #: well under 2 m apart (KITTI: 0.34 m), so more than this is another unit (millimetres) or another matrix.
 MAX_LIDAR_CAMERA_OFFSET = 10.0
+#: Largest magnitude of a calib matrix's value: P2's pixels (KITTI: focal lengths ~700, offsets under 400) and the
+#: transforms' metres stay far below; beyond, the matrices' products overflow (NumPy's warnings on stderr).
+MAX_CALIB_VALUE = 1e6
 _LABEL_MAX_BYTES = 1 << 24
 #: (height, width) of KITTI object images (most are 375 x 1242; a few sequences 370 x 1224,
 #: 374 x 1238 or 376 x 1241). Used when a frame's image_2 PNG is not at hand.
@@ -102,7 +105,7 @@ class Calibration:
 def read_calibration(path: PathLike) -> Calibration:
     """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored.
 
-    P2, R0_rect and Tr_velo_to_cam must be all finite, and R0_rect, the 3x3 rotation part of
+    P2, R0_rect and Tr_velo_to_cam must be all finite and within ``MAX_CALIB_VALUE``, and R0_rect, the 3x3 rotation part of
     Tr_velo_to_cam and the 3x3 left part of P2 invertible; R0_rect and that rotation part must be
     rotations (``ROTATION_TOLERANCE``), Tr_velo_to_cam's translation within ``MAX_LIDAR_CAMERA_OFFSET``
     and P2's focal lengths positive, since any other matrix moves every point and box to where no
@@ -152,6 +155,10 @@ def _calibration_of(data: bytes) -> Calibration | str:
             return f"key {key} has {values.size} values, expected {shape[0] * shape[1]} ({shape[0]}x{shape[1]})"
         if not np.isfinite(values).all():
             return f"key {key} has a NaN or infinite value"
+        if np.abs(values).max() > MAX_CALIB_VALUE:
+            return (f"key {key} has the value {values[np.abs(values).argmax()]:.4g}, beyond +-{MAX_CALIB_VALUE:g}, "
+                    "which no camera's projection (pixels) or lidar-camera transform (metres) holds: give the "
+                    "frame's own KITTI calib file")
         matrices[key] = values.reshape(shape)
         matrices[key].setflags(write=False)  # shared by every frame whose calib file has these bytes
     for key, part in (("R0_rect", "R0_rect"), ("Tr_velo_to_cam", "the rotation part (3x3) of Tr_velo_to_cam"),

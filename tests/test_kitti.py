@@ -6,6 +6,7 @@ import math
 import os
 import re
 import struct
+import warnings
 import zlib
 from pathlib import Path
 
@@ -720,6 +721,25 @@ def test_read_calibration_refuses_what_is_no_camera_calibration(tmp_path: Path, 
         read_calibration(path)
     text = str(err.value)
     assert message in text and "bad_calib.txt" in text and "\n" not in text
+
+
+@pytest.mark.parametrize(("key", "value"), [("P2", 1e308), ("P2", -2e6), ("Tr_velo_to_cam", 1e200)])
+def test_read_calibration_refuses_a_value_no_calibration_holds_without_numpy_warnings(
+        tmp_path: Path, assets: Path, key: str, value: float) -> None:
+    """A real calib whose translation column holds a value far beyond any camera's pixels or a car's metres: P2's
+    was read, and the camera-FOV crop then printed NumPy's "overflow encountered in divide" and warned of a camera
+    facing backwards; Tr_velo_to_cam's was refused as "inf m long" after NumPy's overflow warning in its norm."""
+    def huge_translation(m: np.ndarray) -> np.ndarray:
+        return np.column_stack([m[:, :3], np.full(3, value)])
+
+    path = damaged_calib(assets, tmp_path / "bad_calib.txt", key, huge_translation)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # NumPy's overflow warning would end the read as an exception
+        with pytest.raises(InputError) as err:
+            read_calibration(path)
+    text = str(err.value)
+    assert f"key {key} has the value {value:.4g}, beyond +-1e+06" in text and "bad_calib.txt" in text, text
+    assert "inf" not in text and "\n" not in text, text
 
 
 def test_read_calibration_rotation_checks_pass_kitti_and_a_backwards_camera(tmp_path: Path, assets: Path) -> None:
