@@ -27,7 +27,7 @@ import numpy as np
 
 from .config_yaml import PLAIN_NAME, key_path, parse_yaml, read_yaml
 from .errors import ConfigError, InputError, safe_repr, shell_word
-from .fileio import path_argument
+from .file_reads import path_argument
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
 #: What a lidar frame's columns may hold, in the order frames store them: KITTI-style frames carry the

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from .errors import ConfigError, InputError, escape_text, safe_repr
-from .fileio import overlong_number, read_regular_file
+from .file_reads import overlong_number, read_regular_file
 
 MAX_CONFIG_BYTES = 1 << 20  # far above any real config; bounds the parser's time and memory
 MAX_YAML_DEPTH = 32  # configs nest 4 deep; the composer recurses once per level

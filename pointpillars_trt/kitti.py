@@ -4,7 +4,7 @@ Detections leave the package as KITTI ``label_2`` lines because that is what Ope
 ``generate_prediction_dicts`` writes and what every KITTI evaluation tool reads. The lines are
 ready for evaluation: non-finite or absurd detections and boxes outside the camera image are dropped (and
 counted), 2D boxes are clipped to the image, angles lie in [-pi, pi). Everything the CLI writes
-goes through the atomic writers of ``fileio``, so an interrupted run never leaves a torn file.
+goes through the atomic writers of ``file_writes``, so an interrupted run never leaves a torn file.
 
 Which calibration (and image size) belongs to a frame: :func:`calib_for_frame` and
 :func:`image_shape_for_frame` pair by frame id and refuse a KITTI ``testing`` frame with a
@@ -25,7 +25,8 @@ import numpy as np
 
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
-from .fileio import read_file_head, read_regular_file, read_text_lines, special_kind, write_bytes_atomic
+from .file_reads import read_file_head, read_regular_file, read_text_lines, special_kind
+from .file_writes import write_bytes_atomic
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -26,8 +26,9 @@ import numpy as np
 
 from .config import ModelConfig, build_command, builtin_config_names, config_from_dict
 from .errors import ConfigError, InputError, ModelDirError, escape_text, safe_repr
-from .fileio import DuplicateKeyError, loads_json, path_argument, read_regular_file, special_kind
+from .file_reads import path_argument, read_regular_file, special_kind
 from .graph_io import PRECISIONS, GraphIO, check_precision, pfn_io, rpn_io
+from .strict_json import DuplicateKeyError, loads_json
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
 METADATA_FILE = "model.json"

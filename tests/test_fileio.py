@@ -12,10 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt import fileio
+from pointpillars_trt import file_reads, file_writes
 from pointpillars_trt.errors import InputError, PointPillarsError
-from pointpillars_trt.fileio import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, name_text, read_file_head, read_file_or_pipe, read_regular_file, replace_folder, to_jsonable, write_json_atomic, write_text_atomic,
-)
+from pointpillars_trt.file_reads import name_text, read_file_head, read_file_or_pipe, read_regular_file
+from pointpillars_trt.file_writes import replace_folder, write_text_atomic
+from pointpillars_trt.strict_json import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, to_jsonable,
+                                          write_json_atomic)
 
 
 def test_replace_folder_swaps_whole_folders_and_puts_the_old_one_back_on_failure(tmp_path: Path) -> None:
@@ -66,7 +68,7 @@ def test_atomic_failure_keeps_old_file_and_removes_temp(tmp_path: Path, monkeypa
     def failing_replace(src: object, dst: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(fileio.os, "replace", failing_replace)
+    monkeypatch.setattr(file_writes.os, "replace", failing_replace)
     with pytest.raises(OSError):
         write_text_atomic(target, "new\n")
     monkeypatch.undo()
@@ -174,8 +176,8 @@ def test_a_read_that_would_wait_raises_saying_so_where_it_gave_none() -> None:
 
     read_end, write_end = pipe(b"")
     try:
-        with fileio.no_wait_reader(read_end) as f:
-            for read in (lambda: fileio.read_bounded(f, 100), lambda: fileio.read_bounded(f, 100, 10),
+        with file_reads.no_wait_reader(read_end) as f:
+            for read in (lambda: file_reads.read_bounded(f, 100), lambda: file_reads.read_bounded(f, 100, 10),
                          lambda: _npy_header(f), f.read):
                 with pytest.raises(BlockingIOError) as info:
                     read()
@@ -185,8 +187,8 @@ def test_a_read_that_would_wait_raises_saying_so_where_it_gave_none() -> None:
         os.close(write_end)
     read_end, write_end = pipe(b"abc")
     os.close(write_end)  # the end of the data: a read gives what there is, then nothing
-    with fileio.no_wait_reader(read_end) as f:
-        assert fileio.read_bounded(f, 100) == b"abc"
+    with file_reads.no_wait_reader(read_end) as f:
+        assert file_reads.read_bounded(f, 100) == b"abc"
 
 
 def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None:
@@ -256,7 +258,7 @@ def test_dumps_strict_is_byte_for_byte_the_standard_librarys_indented_json() -> 
     import json
 
     from pointpillars_trt.detections import Detections, FrameStats
-    from pointpillars_trt.fileio import dumps_strict, to_jsonable
+    from pointpillars_trt.strict_json import dumps_strict, to_jsonable
 
     rng = np.random.default_rng(0)
     values: list[object] = [
@@ -278,7 +280,7 @@ def test_dumps_strict_is_byte_for_byte_the_standard_librarys_indented_json() -> 
 def test_pending_flush_keeps_only_folders_where_syncfs_covers_the_files(tmp_path: Path) -> None:
     """On Linux (syncfs) a run's flush list holds its folders, not one entry a file, so memory stays flat;
     the pass opens the folders (a folder that is gone is an error) and never the files."""
-    pending = fileio.PendingFlush()
+    pending = file_writes.PendingFlush()
     assert pending._syncfs is not None  # Linux
     (tmp_path / "a").mkdir()
     pending.add(tmp_path / "a" / f"{i}.json" for i in range(10_000))
@@ -291,7 +293,7 @@ def test_pending_flush_keeps_only_folders_where_syncfs_covers_the_files(tmp_path
 
 
 def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    pending = fileio.PendingFlush()
+    pending = file_writes.PendingFlush()
     pending._syncfs = None  # as on a system without syncfs
     write_text_atomic(tmp_path / "kept.txt", "x", durable=False)
     pending.add([tmp_path / "kept.txt", tmp_path / "never_written.txt"])
@@ -305,7 +307,7 @@ def test_pending_flush_fsyncs_each_file_where_there_is_no_syncfs(tmp_path: Path,
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    pending = fileio.PendingFlush()
+    pending = file_writes.PendingFlush()
     pending._syncfs = None
     pending.add([tmp_path / "kept.txt"])
     pending.flush()
@@ -317,7 +319,7 @@ def test_a_name_at_the_file_systems_limit_is_written_atomically(tmp_path: Path) 
     gone afterwards, and a dead writer's such temp file is cleared as any other."""
     import os
 
-    from pointpillars_trt.fileio import remove_stale_temp_files, write_bytes_atomic
+    from pointpillars_trt.file_writes import remove_stale_temp_files, write_bytes_atomic
 
     name = "é" * 100 + "a" * 50 + ".json"  # 255 bytes in UTF-8
     assert len(os.fsencode(name)) == 255
@@ -347,7 +349,7 @@ def test_loads_json_refuses_a_repeated_key_at_any_depth() -> None:
 def test_write_new_file_atomic_never_replaces_a_file(tmp_path: Path) -> None:
     """A name another writer took first: FileExistsError, its bytes untouched and no temp file left; a free
     name gets the bytes whole."""
-    from pointpillars_trt.fileio import write_new_file_atomic
+    from pointpillars_trt.file_writes import write_new_file_atomic
 
     taken = tmp_path / "part.jsonl"
     taken.write_bytes(b"theirs\n")
@@ -367,11 +369,11 @@ def test_a_folder_held_refuses_a_second_holder_and_says_where_it_cannot_be_held(
     import fcntl
 
     folder = tmp_path / "out"
-    with fileio.folder_held(folder, "held elsewhere"):
+    with file_writes.folder_held(folder, "held elsewhere"):
         assert folder.is_dir()
-        with pytest.raises(InputError, match="^held elsewhere$"), fileio.folder_held(folder, "held elsewhere"):
+        with pytest.raises(InputError, match="^held elsewhere$"), file_writes.folder_held(folder, "held elsewhere"):
             pass
-    with fileio.folder_held(folder, "held elsewhere"):
+    with file_writes.folder_held(folder, "held elsewhere"):
         pass
 
     def no_locks(fd: int, operation: int) -> None:
@@ -380,7 +382,7 @@ def test_a_folder_held_refuses_a_second_holder_and_says_where_it_cannot_be_held(
     monkeypatch.setattr(fcntl, "flock", no_locks)
     told: list[str] = []
     ran = []
-    with fileio.folder_held(folder, "held elsewhere", told.append):
+    with file_writes.folder_held(folder, "held elsewhere", told.append):
         ran.append(True)
     assert ran == [True] and told == [os.strerror(errno.ENOLCK)]
 
@@ -411,4 +413,4 @@ def test_user_cache_dir_takes_its_variable_then_xdg_cache_home_then_home(monkeyp
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("POINTPILLARS_TRT_CACHE", package)
     monkeypatch.setenv("XDG_CACHE_HOME", xdg)
-    assert fileio.user_cache_dir() == Path(expected.format(home=tmp_path))
+    assert file_writes.user_cache_dir() == Path(expected.format(home=tmp_path))

@@ -17,8 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pointpillars_trt"
 # Lowest first. A module may import its own floor and the floors below; reference and kernels share a
 # rank but never import each other (the oracle must stay independent of the code it checks).
 FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
-    "leaves": (0, ("errors", "config", "config_yaml", "points", "fileio", "kernel_limits", "stop_signals",
-                   "point_layout", "intensities")),
+    "leaves": (0, ("errors", "config", "config_yaml", "points", "file_reads", "file_writes", "strict_json",
+                   "kernel_limits", "stop_signals", "point_layout", "intensities")),
     "contracts": (1, ("graph_io", "anchors", "model_dir", "pointcloud_io", "kitti", "detections", "camera_fov",
                       "staging", "shared_staging", "sweeps")),
     "reference": (2, ("reference",)),

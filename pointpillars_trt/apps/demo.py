@@ -18,8 +18,10 @@ from pathlib import Path
 from ..config import load_config
 from ..detections import Detections
 from ..errors import InputError, PointPillarsError, printable_text, safe_repr
-from ..fileio import check_writable_folder, not_a_file, write_json_atomic
+from ..file_reads import not_a_file
+from ..file_writes import check_writable_folder
 from ..kitti import normalize_heading
+from ..strict_json import write_json_atomic
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
 

@@ -41,7 +41,8 @@ from ..devices import check_backend_runs_on
 from ..errors import (
     USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, printable_text, safe_repr,
 )
-from ..fileio import PendingFlush, flush_to_disk, remove_stale_temp_files, special_kind
+from ..file_reads import special_kind
+from ..file_writes import PendingFlush, flush_to_disk, remove_stale_temp_files
 from ..graph_io import MAX_BATCH
 from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim

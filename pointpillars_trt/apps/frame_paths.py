@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..fileio import folder_resolver, special_kind
+from ..file_reads import folder_resolver, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
 

@@ -26,8 +26,8 @@ from ..config import build_command, is_pcdet_model_config
 from ..errors import (
     DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, printable_text, safe_repr,
 )
-from ..fileio import (TEMP_SUFFIX, PendingFlush, check_input_folder, check_writable_folder, folder_held, owned_prefix,
-                      remove_stale_folders, remove_stale_temp_files, special_kind)
+from ..file_reads import check_input_folder, special_kind
+from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix, remove_stale_folders, remove_stale_temp_files)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split
@@ -933,7 +933,7 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
     ``unreadable``, left out. The prediction lines are infer's own, typed with the model's class names, which
     ``eval_classes`` compared with KITTI's before the run: none is checked for its type here. The label lines' types
     and the classes with nothing to count are said as ``eval`` says them."""
-    from ..fileio import write_json_atomic
+    from ..strict_json import write_json_atomic
     from .eval.io import load_predictions
     from .eval.kitti_eval import check_label_types, evaluate, uncounted_note
     from .eval.report import format_table

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import (dumps_strict, folder_resolved, folder_resolver, fsync_path, loads_json, name_text, open_regular_file,
-                      read_file_head, special_kind, write_bytes_atomic, write_new_file_atomic)
+from ..file_reads import folder_resolved, folder_resolver, name_text, open_regular_file, read_file_head, special_kind
+from ..file_writes import fsync_path, write_bytes_atomic, write_new_file_atomic
+from ..strict_json import dumps_strict, loads_json
 from .uri_frames import is_uri
 
 if TYPE_CHECKING:
@@ -176,7 +177,7 @@ def write_label_of_record(record: object, source: str, plan: OutputPlan) -> None
 def read_record(path: Path) -> object:
     """The JSON value of a per-frame JSON file (``record_boxes`` says whether it is a record), read bounded;
     InputError (the file) or ValueError (its JSON) naming nothing: the caller names the file."""
-    from ..fileio import read_regular_file
+    from ..file_reads import read_regular_file
 
     try:
         return loads_json(read_regular_file(path, max_bytes=_RECORD_MAX_BYTES, what="JSON output"))
@@ -263,7 +264,7 @@ def source_path(source: str) -> str:
 
 def source_key(path: str, resolve: Callable[[str], str] = folder_resolved) -> str:
     """The one key a ``source_path`` is matched by, in JSON records and rows alike: its folder's symbolic links
-    resolved (``fileio.folder_resolved``, as ``refuse_repeated_frames`` takes frames: ``link-to-a/x.bin`` is
+    resolved (``file_reads.folder_resolved``, as ``refuse_repeated_frames`` takes frames: ``link-to-a/x.bin`` is
     ``a/x.bin``), so a resume through a link to the folder skips the frames already written; a URI as it is."""
     return path if is_uri(path) else resolve(path)
 

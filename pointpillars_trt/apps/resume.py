@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import PointPillarsError, one_line, printable_text, safe_repr
-from ..fileio import folder_resolver, name_text
+from ..file_reads import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
 

@@ -23,9 +23,10 @@ from typing import Any
 
 from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, one_line, safe_repr, shell_word
-from ..fileio import loads_json, open_regular_file, read_regular_file, write_json_atomic
+from ..file_reads import open_regular_file, read_regular_file
 from ..kitti import calib_folder
 from ..model_dir import CHECKPOINT_SUFFIXES, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
+from ..strict_json import loads_json, write_json_atomic
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
 from .outputs import FILE_SUFFIXES, existing_parts

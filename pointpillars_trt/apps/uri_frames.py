@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..errors import InputError, one_line, safe_repr
-from ..fileio import read_bounded, special_kind
+from ..file_reads import read_bounded, special_kind
 from ..pointcloud_io import SUPPORTED_EXTENSIONS, refuse_oversize
 from ..points import MAX_FRAME_POINTS
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from ..detections import faces_forward
 from ..errors import PointPillarsError, one_line, safe_repr
-from ..fileio import PathLike, write_bytes_atomic
+from ..file_reads import PathLike
+from ..file_writes import write_bytes_atomic
 
 _CLASS_COLOURS = {"Car": "tab:red", "Pedestrian": "tab:green", "Cyclist": "tab:orange",
                   # nuScenes (OpenPCDet's names)
@@ -167,7 +168,7 @@ def plot_bev(
     all points and boxes. ``scores`` may be None (ground truth). ``velocity`` (N, 2) m/s, for models
     that predict it, draws the motion over the next second of each box faster than 0.2 m/s as an arrow
     from its centre. ``durable=False`` leaves the file's fsync to a caller that flushes a run's files in
-    one pass (``fileio.write_bytes_atomic``).
+    one pass (``file_writes.write_bytes_atomic``).
     Returns the number of labels drawn. Raises PlotUnavailableError if matplotlib is missing.
     """
     require_matplotlib()

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 from ..config import ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal
 from ..config_yaml import read_yaml
 from ..errors import ConfigError, SettingNotice, escape_text, safe_repr
-from ..fileio import not_a_folder, special_kind
+from ..file_reads import not_a_folder, special_kind
 
 BASE_KEY = "_BASE_CONFIG_"
 _MAX_BASES = 8  # base files one config may pull in; each is read whole

@@ -42,7 +42,7 @@ import numpy as np
 
 from ..config import build_command, yaml_config_flag
 from ..errors import CheckpointError, escape_text, one_line, shell_word
-from ..fileio import no_wait_reader, path_argument
+from ..file_reads import no_wait_reader, path_argument
 from ..model_dir import METADATA_FILE
 
 # ---------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendError, InputError
-from ..fileio import user_cache_dir, write_bytes_atomic
+from ..file_writes import user_cache_dir, write_bytes_atomic
 from ..stop_signals import stop_signals_blocked
 
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")  # no contraction: float32 steps round as NumPy's do

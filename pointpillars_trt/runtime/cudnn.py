@@ -15,7 +15,7 @@ pipeline can capture it in a CUDA graph.
 
 The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
 when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
-cache, ``fileio.user_cache_dir``: never the model dir, whose one
+cache, ``file_writes.user_cache_dir``: never the model dir, whose one
 writer is ``build``) in one JSON file per batch, keyed by cuDNN and frontend versions, GPU name and
 compute capability, config digest, precision and batch. A missing, corrupt or mismatching entry is
 rebuilt. Above batch 1, each conv runs the fastest candidate (batch 1's engine among them) that,
@@ -44,11 +44,13 @@ import numpy as np
 
 from ..config import ModelConfig
 from ..errors import BackendError, InputError, safe_repr
-from ..fileio import loads_json, read_regular_file, user_cache_dir, write_bytes_atomic
+from ..file_reads import read_regular_file
+from ..file_writes import user_cache_dir, write_bytes_atomic
 from ..graph_io import RPN_INPUT, RPN_OUTPUT
 from ..kernels.hold import gpu_ms
 from ..kernels.tuning_checks import TuningChecks
 from ..model_dir import CheckedFile, graph_initializers, graph_to_open
+from ..strict_json import loads_json
 from .base import Engine, Shape, TensorSpec
 from .cudnn_multihead import Getter, head_branch_names, initializer_getter, read_multihead_weights
 from .lean_import import import_without

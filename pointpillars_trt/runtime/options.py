@@ -69,7 +69,7 @@ class CudnnOptions:
     ``precision``: "fp16" (float16 tensors, float32 accumulation), "tf32" (float32 tensors,
     TensorFloat-32 convs) or "fp32" (IEEE float32: engines using tensor cores are deselected).
     ``config_digest``: when given, must equal the digest of the model config (a stale model dir
-    is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``fileio.user_cache_dir``).
+    is refused). ``plan_cache_dir``: None for ``cudnn/`` in the user cache (``file_writes.user_cache_dir``).
     ``autotune``: time the first heuristic candidates of each conv once and cache the fastest (False:
     the heuristic's first buildable plan, which is cached too and not part of the cache key: give such
     runs a ``plan_cache_dir`` of their own, as the tests do). ``max_batch``: the largest batch ``bind``

@@ -15,7 +15,7 @@ import sys
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from ..fileio import xdg_cache_home
+from ..file_writes import xdg_cache_home
 
 #: ONNX Runtime's own switch: read once, as the module is imported.
 DISABLE_VARIABLE = "ORT_DISABLE_TELEMETRY"

@@ -31,8 +31,9 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..errors import BackendError, InputError, LibraryNotice, ModelDirError, escape_text, one_line, safe_repr
-from ..fileio import loads_json, read_regular_file
+from ..file_reads import read_regular_file
 from ..model_dir import MAX_GRAPH_BYTES, MAX_METADATA_BYTES, CheckedFile, file_identity
+from ..strict_json import loads_json
 from .availability import describe_probes, gpu_visible
 from .base import Backend, Engine, Shape, TensorSpec
 from .options import TrtOptions

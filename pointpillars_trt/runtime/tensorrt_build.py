@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import BackendError, ModelDirError, safe_repr
-from ..fileio import write_bytes_atomic
+from ..file_writes import write_bytes_atomic
 from ..graph_io import Precision
 from .base import Shape
 from .tensorrt import (METADATA_FORMAT, _logger, _shape, _use_device, gpu_identity, library,

@@ -182,7 +182,7 @@ def test_a_stop_removes_cut_writes_only_once_a_local_clusters_workers_are_stoppe
     import sys
 
     from pointpillars_trt.apps.distributed import _say_outputs_on_disk
-    from pointpillars_trt.fileio import TEMP_SUFFIX
+    from pointpillars_trt.file_writes import TEMP_SUFFIX
 
     ended = subprocess.Popen([sys.executable, "-c", "pass"])
     ended.wait()

@@ -248,7 +248,7 @@ def test_a_full_file_system_under_row_outputs_says_the_rerun_that_redoes_its_fra
     assert [row["source"] for row in rows if row["error"]] == [str(frames / "zz_corrupt.bin")], err
 
 def test_stale_temp_files_of_a_dead_run_are_cleared_live_ones_kept(tmp_path: Path) -> None:
-    from pointpillars_trt.fileio import TEMP_SUFFIX, remove_stale_temp_files
+    from pointpillars_trt.file_writes import TEMP_SUFFIX, remove_stale_temp_files
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -709,7 +709,7 @@ def test_a_stop_just_as_a_part_is_written_still_flushes_and_names_the_parts(tmp_
     waiting (3): every part of the run is flushed to disk and the stop line counts all their rows."""
     from pointpillars_trt.apps.infer import keep_finished_rows
     from pointpillars_trt.apps.outputs import RowParts
-    from pointpillars_trt.fileio import PendingFlush
+    from pointpillars_trt.file_writes import PendingFlush
 
     synced: list[str] = []
     real_fsync = os.fsync
@@ -1002,7 +1002,7 @@ def test_rows_travel_as_their_json_line_and_parts_hold_the_records(tmp_path, fmt
     failed frame's row: it was null there, its JSON line without the key)."""
     from pointpillars_trt.apps.outputs import RowParts, frame_row, row_schema, row_text
     from pointpillars_trt.detections import Detections, FrameStats
-    from pointpillars_trt.fileio import NonFiniteJSONError, to_jsonable
+    from pointpillars_trt.strict_json import NonFiniteJSONError, to_jsonable
 
     classes = ("Car", "Pedestrian", "Cyclist")
     rng = np.random.default_rng(3)

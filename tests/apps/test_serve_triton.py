@@ -948,7 +948,7 @@ def test_a_temp_folder_of_a_dead_serve_is_swept_at_the_next_start(install, tmp_p
     import tempfile
 
     from pointpillars_trt.apps.serve.server import SCRATCH_PREFIX
-    from pointpillars_trt.fileio import owned_prefix
+    from pointpillars_trt.file_writes import owned_prefix
 
     temp = tmp_path / "tmp"
     temp.mkdir()

@@ -15,7 +15,7 @@ import numpy as np
 from ...config import ModelConfig, load_config
 from ...detections import Detections
 from ...errors import InputError, PointPillarsError, escape_text, printable_text, safe_repr
-from ...fileio import check_writable_folder, lies_in
+from ...file_writes import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir
 from ...points import MAX_POINT_DIM

@@ -10,7 +10,9 @@ from typing import Any
 
 from ...detections import STAGES as STAGE_ORDER
 from ...errors import InputError, safe_repr
-from ...fileio import loads_json, read_file_head, not_a_file, write_bytes_atomic, write_json_atomic, write_text_atomic
+from ...file_reads import read_file_head, not_a_file
+from ...file_writes import write_bytes_atomic, write_text_atomic
+from ...strict_json import loads_json, write_json_atomic
 from ..outputs import checked_write, foreign_output
 
 #: What bench writes in --out: the reports, then the chart (with matplotlib).

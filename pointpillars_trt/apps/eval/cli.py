@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import InputError, escape_text, printable_text, safe_repr
-from ...fileio import check_input_folder, check_writable_file, write_text_atomic
+from ...file_reads import check_input_folder
+from ...file_writes import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
 from ..infer import camera_options_given
 from ..frame_prep import check_image_shape

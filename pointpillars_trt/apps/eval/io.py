@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import InputError, PointPillarsError, safe_repr
-from ...fileio import PathLike, check_input_folder, loads_json, name_text, read_text_lines
+from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
                       read_label_file, refuse_other_split)
 from ...model_dir import METADATA_FILE
+from ...strict_json import loads_json
 from ..outputs import record_boxes
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.

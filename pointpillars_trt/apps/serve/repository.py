@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ...config import int_within
 from ...errors import InputError, one_line, safe_repr
-from ...fileio import lies_in, replace_folder
+from ...file_writes import lies_in, replace_folder
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS

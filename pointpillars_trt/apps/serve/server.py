@@ -34,7 +34,7 @@ from pathlib import Path
 from types import TracebackType
 
 from ...errors import BackendError, InputError, safe_repr
-from ...fileio import owned_prefix, remove_stale_folders
+from ...file_writes import owned_prefix, remove_stale_folders
 from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
