@@ -23,6 +23,11 @@ def camera_fov_mask(points: np.ndarray, calib: Calibration, image_shape: tuple[i
     """
     height, width = checked_image_shape(image_shape)
     xyz = np.asarray(points)[:, :3]
+    finite = np.isfinite(xyz).all(axis=1)
+    if not finite.all():  # an infinite coordinate times a matrix's 0 is NaN, with NumPy's warning on stderr
+        mask = np.zeros(len(xyz), bool)
+        mask[finite] = camera_fov_mask(xyz[finite], calib, image_shape)
+        return mask
     rect = calib.lidar_to_rect(xyz)
     depth = rect[:, 2]
     projected = rect @ calib.P2[:, :3].T + calib.P2[:, 3]

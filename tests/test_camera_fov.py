@@ -7,6 +7,7 @@ own homogeneous form, and a synthetic pinhole camera whose projections are exact
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,25 @@ def test_image_edges_depth_and_nonfinite_points() -> None:
     mask = camera_fov_mask(points, pinhole(), shape)
     assert mask.tolist() == [True, False, True, False, True, False, False, False, False]
     assert camera_fov_mask(np.zeros((0, 4), np.float32), pinhole(), shape).shape == (0,)
+
+
+def test_infinite_points_are_dropped_without_numpy_warnings(assets: Path) -> None:
+    """A real scan with infinite coordinates mixed in (a driver's no-return marker): those points are dropped and
+    the others kept as OpenPCDet keeps them, without NumPy's "invalid value encountered in matmul" on stderr
+    (an infinite coordinate times a calib matrix's 0), which every KITTI-format run of such frames printed."""
+    points = read_points(assets / "kitti/training/velodyne/000001.bin")
+    calib = read_calibration(assets / "kitti/training/calib/000001.txt")
+    shape, _ = OPENPCDET_FOV["000001"]
+    marked = points.copy()
+    marked[::50, 0] = np.inf
+    marked[1::50, 1] = -np.inf
+    marked[2::50, 2] = np.nan
+    finite = np.isfinite(marked).all(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        mask = camera_fov_mask(marked, calib, shape)
+    assert not mask[~finite].any()
+    np.testing.assert_array_equal(mask[finite], openpcdet_fov_flag(points[finite], calib, shape))
 
 
 @pytest.mark.parametrize("shape", [(50, 10**400), (0, 100), (-50, 100), (50.5, 100), ("50", 100), (50, 100, 3)])
