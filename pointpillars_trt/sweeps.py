@@ -100,9 +100,11 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
             raise InputError(f"accumulate: pose {i} puts its sweep {distance:.4g} m from the key sweep, farther than "
                              f"a car moves in {high:g} s: the poses of another drive, or another unit?")
         move = xp.asarray(relative)
-        xyz = pts[:, :3].astype(xp.float64) @ move[:3, :3].T + move[:3, 3]
         out = xp.empty((pts.shape[0], 5), xp.float32)
-        out[:, :3] = xyz
+        # a sweep's NaN and infinite points (no return) stay non-finite, as the detector counts them, without NumPy's
+        # warnings (inf times a rotation's 0; a coordinate near float32's limit turned past it)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out[:, :3] = pts[:, :3].astype(xp.float64) @ move[:3, :3].T + move[:3, 3]
         out[:, 3] = pts[:, 3]
         out[:, 4] = np.float32(lag)
         parts.append(out)

@@ -51,6 +51,28 @@ def test_earlier_sweeps_land_where_the_key_sweep_sees_the_world() -> None:
     assert frame[:200, 4].max() == 0 and np.array_equal(frame[:200, :4], sweeps[0])  # the key sweep as given
 
 
+def test_non_finite_and_extreme_points_stay_so_without_numpy_warnings() -> None:
+    """Sweeps with NaN and infinite points (a driver's no-return markers) and coordinates at float32's limit:
+    the non-finite ones stay non-finite (the detector counts and drops them), the others land where the key
+    sweep sees them; NumPy's "invalid value encountered in matmul" (inf times a rotation's 0) and "overflow
+    encountered in cast" (3.4e38 m turned past float32's limit) were printed on stderr."""
+    sweeps, poses, stamps, world = scene()
+    marked = [sweep.copy() for sweep in sweeps]
+    for sweep in marked:
+        sweep[0, 0], sweep[1, 1], sweep[2, 2] = np.inf, -np.inf, np.nan
+        sweep[3, :2] = 3.4e38
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        frame = PointPillars.accumulate(marked, poses, stamps, ego_radius=None)
+    key_view = (np.linalg.inv(poses[0]) @ np.c_[world[:, :3], np.ones(len(world))].T).T[:, :3]
+    for i in range(3):
+        part = frame[200 * i: 200 * (i + 1)]
+        assert not np.isfinite(part[:3, :3]).all(axis=1).any()
+        if i:  # turned by another yaw than the key sweep's: past float32's range
+            assert not np.isfinite(part[3, :2]).all()
+        np.testing.assert_allclose(part[4:, :3], key_view[4:], atol=2e-5)
+
+
 def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
     key = np.array([[0.5, 0.5, 0, 1], [5, 0, 0, 2]], np.float32)
     earlier = np.array([[0.5, -0.9, 0, 3], [0.5, 1.0, 0, 4], [-2, 0.1, 0, 5]], np.float32)
