@@ -63,10 +63,12 @@ _MAX_NAMED_COLUMNS = 1024  # a table's column names looked at: a point's values 
 
 
 def check_named_columns(points: object, source: str, columns: int) -> None:
-    """Refuse a table (a pandas or polars DataFrame: its ``.columns``) whose column names (``COLUMN_NAMES``, any
-    case) put a point column the model reads elsewhere than at its place: its values are read by position, so
-    ``df[['i', 'x', 'y', 'z']]`` would be detected on with the intensity as x. Names not recognised say nothing."""
-    raw = getattr(points, "columns", None)
+    """Refuse a table (a pandas or polars DataFrame: its ``.columns``; a pyarrow Table: its ``.column_names``) whose
+    column names (``COLUMN_NAMES``, any case) put a point column the model reads elsewhere than at its place: its
+    values are read by position, so ``df[['i', 'x', 'y', 'z']]`` would be detected on with the intensity as x. Names
+    not recognised say nothing."""
+    arrow = getattr(points, "column_names", None)  # a pyarrow Table's: its .columns are the column arrays
+    raw = arrow if arrow is not None else getattr(points, "columns", None)
     if raw is None or isinstance(points, np.ndarray):
         return
     try:
@@ -83,8 +85,10 @@ def check_named_columns(points: object, source: str, columns: int) -> None:
     misplaced = next((c for c in wanted if found.get(c, wanted.index(c)) != wanted.index(c)), None)
     if misplaced is None:
         return
-    fix = (f"pass points[{[names[found[c]] for c in wanted]!r}]" if len(found) == columns else
-           f"put the columns of {columns_text(columns)} first, in that order")
+    fix = f"put the columns of {columns_text(columns)} first, in that order"
+    if len(found) == columns:
+        selection = [names[found[c]] for c in wanted]
+        fix = f"pass points.select({selection!r})" if arrow is not None else f"pass points[{selection!r}]"
     raise InputError(f"{source}: a table whose columns {safe_repr(names, 120)} hold {misplaced} in column "
                      f"{found[misplaced]}, not {wanted.index(misplaced)}: its values are read by position "
                      f"({columns_text(columns)} first), not by name; {fix}")

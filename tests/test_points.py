@@ -47,6 +47,23 @@ def test_a_tables_named_columns_in_another_order_are_refused_naming_the_reorder(
         as_host_points(pd.DataFrame(values, columns=names), columns=columns)
 
 
+def test_an_arrow_tables_named_columns_in_another_order_are_refused_naming_its_select() -> None:
+    """A pyarrow Table (or RecordBatch: what Parquet and Ray Data give) of columns intensity, x, y, z was detected on
+    with the intensity as x: its ``.columns`` are its column arrays, whose names the check never saw. The fix named,
+    run, gives the points in the model's order; a table in that order reads by position."""
+    pa = pytest.importorskip("pyarrow")
+    values = np.arange(40, dtype=np.float32).reshape(10, 4)  # x, y, z, intensity
+    given = {"i": values[:, 3], "x": values[:, 0], "y": values[:, 1], "z": values[:, 2]}
+    for table in (pa.table(given), pa.record_batch(list(given.values()), names=list(given))):
+        with pytest.raises(InputError) as err:
+            as_host_points(table)
+        text = str(err.value)
+        assert text.startswith("points: a table whose columns ['i', 'x', 'y', 'z'] hold x in column 1, not 0"), text
+        selection = text.split("pass points.select(", 1)[1].removesuffix(")")
+        assert selection == "['x', 'y', 'z', 'i']", text
+        np.testing.assert_array_equal(as_host_points(table.select(["x", "y", "z", "i"])), values)
+
+
 def test_a_table_in_the_models_order_or_of_unknown_names_is_read_by_position() -> None:
     pd = pytest.importorskip("pandas")
     values = np.arange(50, dtype=np.float32).reshape(10, 5)
