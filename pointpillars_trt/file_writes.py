@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import functools
 import hashlib
 import os
@@ -335,6 +336,10 @@ def check_writable_folder(path: PathLike, what: str = "folder") -> None:
     target = Path(os.fspath(path))
     probe_in = target
     while not probe_in.exists():
+        link = _link_to_nothing(probe_in)
+        if link is not None:  # no folder can be made in its place (os.makedirs: "File exists")
+            where = "" if probe_in == target else f": {safe_repr(probe_in)}"
+            raise InputError(f"{what} {shown}{where} is {link}, where no folder can be made")
         if probe_in.parent == probe_in:
             break
         probe_in = probe_in.parent
@@ -344,6 +349,22 @@ def check_writable_folder(path: PathLike, what: str = "folder") -> None:
         raise InputError(f"{what} {shown}: {safe_repr(probe_in)} is a file, not a folder")
     where = "" if probe_in == target else f" (it would be created in {safe_repr(probe_in)})"
     _probe_writable(probe_in, f"{what} {shown}: cannot write there{where}")
+
+
+def _link_to_nothing(path: Path) -> str | None:
+    """What ``path`` is when it is a symbolic link that leads to nothing: "a broken symbolic link (to ...)" or "a
+    symbolic link in a loop"; None otherwise (nothing there, or anything that exists)."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        try:
+            return f"a broken symbolic link (to {safe_repr(os.readlink(path))}, which does not exist)"
+        except OSError:  # no link: nothing there
+            return None
+    except OSError as exc:  # a loop below a link on its path ('loop/sub') is the link's: said where it is
+        looped = exc.errno == errno.ELOOP and os.path.islink(path)
+        return "a symbolic link in a loop (it leads back to itself)" if looped else None
+    return None
 
 
 def check_writable_file(path: PathLike, what: str = "file") -> None:

@@ -119,6 +119,24 @@ def test_out_below_a_file_is_one_error_before_the_model_loads(frames: Path, tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
+
+@pytest.mark.parametrize("given", ["broken", "broken/sub", "loop", "loop/sub/deeper"])
+def test_out_through_a_link_to_nothing_is_named_so_before_the_model_loads(frames: Path, tmp_path: Path,
+                                                                          given: str) -> None:
+    """An --out that is (or lies below) a broken symbolic link or a link loop, which `ls` shows: it passed the
+    check, and creating it later failed as "error: 'broken': File exists", naming no option and no link."""
+    (tmp_path / "broken").symlink_to(tmp_path / "gone")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop")
+    out = tmp_path / given
+    rc, err = run_infer("infer", frames, "--model", tmp_path / "no-model", "--out", out, "--device", "cpu")
+    link = tmp_path / given.split("/")[0]
+    below = "" if link == out else f": {str(link)!r}"
+    kind = (f"a broken symbolic link (to {str(tmp_path / 'gone')!r}, which does not exist)" if link.name == "broken"
+            else "a symbolic link in a loop (it leads back to itself)")
+    assert (rc, err) == (2, f"error: --out {str(out)!r}{below} is {kind}, where no folder can be made\n"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["broken", "loop", "loop2"]
+
 @pytest.mark.slow
 def test_infer_ray_reports_the_bool_shape_npy_and_writes_the_rest(tiny_model: Path, frames: Path,
                                                                   tmp_path: Path) -> None:
