@@ -152,8 +152,23 @@ def check_input_folder(path: PathLike, option: str, holds: str) -> None:
     that ``option`` names the folder of ``holds`` (a file given there, ``--pred preds.txt``, is a common slip)."""
     kind = not_a_folder(path)
     if kind is not None:
-        problem = "does not exist" if kind == "nothing" else f"is {kind}, not a folder"
+        problem = f"does not exist{home_hint(path)}" if kind == "nothing" else f"is {kind}, not a folder"
         raise InputError(f"{option} {safe_repr(path)} {problem}: {option} names the folder of {holds}")
+
+
+def home_hint(path: PathLike) -> str:
+    """"; ..." naming where a path that begins with ``~`` would lead: only a shell expands ``~``, and not inside
+    quotes (``--model '~/m.pth'``), so the path was looked for as written, in a folder named ``~``; else ""."""
+    text = os.fspath(path)
+    if not isinstance(text, str) or not text.startswith("~"):
+        return ""
+    expanded = os.path.expanduser(text)
+    if expanded == text:  # ~user of no such user
+        return ""
+    said = "; a leading ~ is expanded by the shell, and not inside quotes"
+    if os.path.lexists(expanded):
+        return f"{said}: give the path as {safe_repr(expanded)}, which is there"
+    return f"{said} ({safe_repr(expanded)} is not there either)"
 
 
 def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
@@ -165,7 +180,7 @@ def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
             return InputError(f"{what} {shown} is a broken symbolic link (to {safe_repr(os.readlink(path))}, "
                               "which does not exist)")
         except OSError:  # no link: the path itself is missing
-            return InputError(f"{what} {shown} does not exist")
+            return InputError(f"{what} {shown} does not exist{home_hint(path)}")
     return InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}")
 
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import InputError, InputErrors, safe_repr
-from ..file_reads import folder_resolver, special_kind
+from ..file_reads import folder_resolver, home_hint, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
 
@@ -195,8 +195,8 @@ def _no_frames(pattern: str, others: int = 0) -> str:
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
     uri = " (a URI is read by infer --ray alone)" if "://" in pattern else ""
     if _is_point_file(pattern):
-        return f"point file {safe_repr(pattern)} does not exist{uri}"
-    return f"{safe_repr(pattern)}: no such file or folder{uri}"
+        return f"point file {safe_repr(pattern)} does not exist{uri}{home_hint(pattern)}"
+    return f"{safe_repr(pattern)}: no such file or folder{uri}{home_hint(pattern)}"
 
 
 #: Subfolders of a folder without point files that are looked into for the hint that they hold some.

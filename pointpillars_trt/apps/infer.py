@@ -26,7 +26,7 @@ from ..config import build_command, is_pcdet_model_config
 from ..errors import (
     DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, printable_text, safe_repr,
 )
-from ..file_reads import check_input_folder, special_kind
+from ..file_reads import check_input_folder, home_hint, special_kind
 from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix, remove_stale_folders, remove_stale_temp_files)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
@@ -192,7 +192,7 @@ def existing_model_path(model: str) -> Path:
         if path.is_symlink():  # lexists, not exists: a loop, or a link to nothing
             raise InputError(f"--model {safe_repr(model)}: a symbolic link that leads to no file (a loop, or its "
                              f"target {safe_repr(os.readlink(path))} is gone)")
-        raise InputError(f"--model {safe_repr(model)}: no such checkpoint file or model dir")
+        raise InputError(f"--model {safe_repr(model)}: no such checkpoint file or model dir{home_hint(model)}")
     return path
 
 

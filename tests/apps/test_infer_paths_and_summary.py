@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from out_folder import output_names
@@ -433,3 +434,31 @@ def test_other_tools_options_and_the_other_commands_names_get_what_takes_their_p
     assert refusal("eval", "--pred", "p", "--labels", "l", "--output", "ap.json") == (
         "error: pointpillars-trt eval: unrecognized arguments: --output ap.json; --output is --json here (the AP as "
         "JSON) (see pointpillars-trt eval --help)\n")
+
+
+def test_a_quoted_tilde_path_is_said_unexpanded_with_the_path_it_would_be(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``infer '~/x.bin' --model '~/m.pth'``: the shell expands ~ only outside quotes, so the paths were looked for
+    as written, and said not to exist, with no word of why, though the files were there."""
+    from pointpillars_trt.apps.cli import main
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "x.bin").write_bytes(np.zeros((4, 4), np.float32).tobytes())
+    (home / "labels").mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+    said = "; a leading ~ is expanded by the shell, and not inside quotes"
+    rc = main(["infer", "~/x.bin", "~/y.bin", "--model", "~/m.pth", "--device", "cpu", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.splitlines() == [
+        f"error: point file '~/x.bin' does not exist{said}: give the path as '{home / 'x.bin'}', which is there",
+        f"error: point file '~/y.bin' does not exist{said} ('{home / 'y.bin'}' is not there either)"], err
+    (tmp_path / "x.bin").write_bytes(np.zeros((4, 4), np.float32).tobytes())
+    rc = main(["infer", "x.bin", "--model", "~/m.pth", "--device", "cpu", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err == (f"error: --model '~/m.pth': no such checkpoint file or model dir{said} "
+                               f"('{home / 'm.pth'}' is not there either)\n"), err
+    rc = main(["eval", "--pred", "~/preds", "--labels", "~/labels"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"'~/preds' does not exist{said} ('{home / 'preds'}' is not there either)" in err, err
