@@ -564,8 +564,10 @@ _PCD_PADDING = "_"
 #: A VIEWPOINT value: a decimal number as PCL writes one (no nan, inf, hex or ``1_0``).
 _PCD_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 #: The VIEWPOINT of a cloud whose points need no moving (PCL's default): tx ty tz 0, quaternion qw qx qy qz 1 0 0 0
-#: or its negation, the same rotation.
-_PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0))
+#: or its negation, the same rotation; or all zeros, as writers that zero-fill the line write it: a zero
+#: quaternion is no rotation at all, so there is no pose to apply (or to advise applying).
+_PCD_IDENTITY_VIEWPOINTS = ((0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0),
+                            (0.0,) * 7)
 
 
 def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote | None = None,

@@ -379,7 +379,8 @@ def test_pcd_time_field_meets_the_time_lag_checks_and_a_pcd_without_one_names_ac
 
 def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_path: Path) -> None:
     """The points of a .pcd come as stored whatever its VIEWPOINT (PCL's loader applies none): the same rows with
-    the identity, with none, and with a sensor pose, in binary and ASCII. Only the pose is said: one
+    the identity, with none, with all zeros (a zero-filled line: a zero quaternion is no rotation, and its fix, to
+    apply the pose, could not be followed), and with a sensor pose, in binary and ASCII. Only the pose is said: one
     InputWarning naming the file, the values as written and the fix, or one call of ``viewpoint_note`` with the
     same text (then no warning)."""
     pts = sample(5)
@@ -388,7 +389,8 @@ def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_pat
             "ascii": "".join(f"{a:.9g} {b:.9g} {c:.9g} {d:.9g}\n" for a, b, c, d in pts.tolist()).encode()}
     for data, body in rows.items():
         for name, viewpoint, said in (("identity", "0 0 0 1 0 0 0", False), ("none", None, False),
-                                      ("negated", "0 0 0 -1 0 0 0", False), ("pose", pose, True)):
+                                      ("negated", "0 0 0 -1 0 0 0", False), ("zeros", "0 0 0 0 0 0 0", False),
+                                      ("pose", pose, True)):
             path = tmp_path / f"{name}_{data}.pcd"
             path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 5, data,
                                         viewpoint=viewpoint) + body)
