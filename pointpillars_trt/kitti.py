@@ -106,8 +106,8 @@ class Calibration:
 def read_calibration(path: PathLike) -> Calibration:
     """Parse a KITTI object calib .txt (``key: v1 v2 ...`` rows); other keys are ignored.
 
-    P2, R0_rect and Tr_velo_to_cam must be all finite and within ``MAX_CALIB_VALUE``, and R0_rect, the 3x3 rotation part of
-    Tr_velo_to_cam and the 3x3 left part of P2 invertible; R0_rect and that rotation part must be
+    P2, R0_rect and Tr_velo_to_cam must be all finite and within ``MAX_CALIB_VALUE``, and R0_rect, the 3x3
+    rotation part of Tr_velo_to_cam and the 3x3 left part of P2 invertible; R0_rect and that rotation part must be
     rotations (``ROTATION_TOLERANCE``), Tr_velo_to_cam's translation within ``MAX_LIDAR_CAMERA_OFFSET``
     and P2's focal lengths positive, since any other matrix moves every point and box to where no
     camera sees it, silently. Otherwise an InputError names the file and the matrix. A dataset's calib

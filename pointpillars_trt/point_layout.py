@@ -567,9 +567,9 @@ def looks_float64(values: np.ndarray, point_dim: int) -> bool:
     (``_fragments_or_negative``: the would-be low words are fragments of numbers or zeros, or the
     intensities go negative). A float32 frame read as float64 takes its magnitudes from every other value
     (y and intensity for rows of 4): a y beyond ~8 m or a negative intensity fails (1), mostly in the
-    first rows looked at; real scans fail (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64 rows are not judged. Looks at the
-    first ``_FLOAT64_GATE_ROWS`` rows, and only when they pass (1), at two samples of at most
-    ``_LAYOUT_SAMPLE`` values.
+    first rows looked at; real scans fail (2) besides. Frames of fewer than ``_FLOAT64_MIN_ROWS`` float64
+    rows are not judged. Looks at the first ``_FLOAT64_GATE_ROWS`` rows, and only when they pass (1), at
+    two samples of at most ``_LAYOUT_SAMPLE`` values.
     """
     row = 2 * point_dim  # float32 words in one float64 row
     if values.size % row or values.size < _FLOAT64_MIN_ROWS * row:

@@ -25,7 +25,8 @@ import numpy as np
 
 from .config import POINT_COLUMN_NAMES, finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
-from .file_reads import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file, read_size_error, said_empty_error, special_kind)
+from .file_reads import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file,
+                         read_size_error, said_empty_error, special_kind)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, CaptureTimesNote, check_layout, check_time_lags, looks_like_noise,
                            misread_row_length, refuse_noise, refuse_other_formats, row_layout)
 from .points import (MAX_FRAME_POINTS, MAX_POINT_DIM, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,

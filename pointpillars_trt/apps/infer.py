@@ -27,7 +27,8 @@ from ..errors import (
     DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, printable_text, safe_repr,
 )
 from ..file_reads import check_input_folder, home_hint, special_kind
-from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix, remove_stale_folders, remove_stale_temp_files)
+from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
+                           remove_stale_folders, remove_stale_temp_files)
 from ..graph_io import MAX_BATCH
 from ..kernel_limits import SORT_LIMIT
 from ..kitti import KITTI_IMAGE_SHAPE, calib_folder, calib_for_frame, refuse_other_split

@@ -23,7 +23,8 @@ from typing import Any
 from ..config import ConfigArgument, ModelConfig
 from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, SettingNotice, safe_repr
 from ..file_reads import not_a_folder, path_argument, read_regular_file
-from ..file_writes import (owned_prefix, remove_stale_folders, replace_folder, unwritable_reason, user_cache_dir, write_bytes_atomic, xdg_cache_home)
+from ..file_writes import (owned_prefix, remove_stale_folders, replace_folder, unwritable_reason, user_cache_dir,
+                           write_bytes_atomic, xdg_cache_home)
 from ..graph_io import MAX_BATCH, RPN_INPUT, Precision, check_precision, pfn_io, rpn_io
 from ..model_dir import (FORMAT_VERSION, GRAPHS, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, load_model_dir,
                          package_version)
