@@ -31,6 +31,7 @@ from bench_paths import linked_frames  # this folder's: the scripts run from her
 from pointpillars_trt.apps import frames as runner_module
 from pointpillars_trt.apps.cli import build_parser
 from pointpillars_trt.apps.infer import infer_with
+from pointpillars_trt.apps.run_size import RunSize
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.detections import Detections, FrameStats
 
@@ -91,8 +92,9 @@ def run(folder: Path, fmt: str, cfg: ModelConfig, args: argparse.Namespace, foun
     start = time.perf_counter()
     try:
         with host_staging(), contextlib.redirect_stdout(io.StringIO()):
-            infer_with(infer_args, lambda points: [StandInDetector(cfg, StandInPipeline(timeline, found))
-                                                   for _ in range(args.pipelines)], batch=args.batch, gpu=True)
+            infer_with(infer_args, lambda points, size: [StandInDetector(cfg, StandInPipeline(timeline, found))
+                                                         for _ in range(size.pipelines)],
+                       RunSize(batch=args.batch, pipelines=args.pipelines), gpu=True)
         return time.perf_counter() - start
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -50,6 +50,7 @@ from .frame_prep import check_image_shape, frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .run_settings import SETTINGS_FILE, SettingsRecord, settings_record
+from .run_size import RunSize, cut_note
 from .runtime_args import add_model_arguments
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
@@ -57,7 +58,8 @@ from ..runtime.backends import BACKEND_CHOICES
 if TYPE_CHECKING:
     from ..detector import PointPillars
 
-#: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given.
+#: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given; a run of
+#: fewer frames opens fewer (``RunSize.fitted``).
 DEFAULT_GPU_BATCH = 8
 DEFAULT_GPU_PIPELINES = 4
 #: Writer threads of a run (output encoding and file calls overlap the GPU; its reader threads follow
@@ -96,11 +98,12 @@ def add_infer_parser(sub: Any) -> argparse.ArgumentParser:
                      help="GPU engine backend (the CPU path always uses ONNX Runtime)")
     run.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=None,
                      help=f"frames run at once on the GPU (1..{MAX_BATCH}; default: {DEFAULT_GPU_BATCH} on the GPU, "
-                          "1 on the CPU); outputs do not depend on it")
+                          "1 on the CPU; at most the frames to run); outputs do not depend on it")
     run.add_argument("--pipelines", type=int_in(1, MAX_PIPELINES), default=None,
                      help=f"pipelines run side by side, each its own thread (and on the GPU its own stream; on the "
                           f"CPU each a detector with its own ONNX Runtime session and its share of the cores) (default: {DEFAULT_GPU_PIPELINES} "
-                          "on the GPU, 1 on the CPU); outputs do not depend on it")
+                          "on the GPU, 1 on the CPU; at most one a batch of the frames to run); outputs do not "
+                          "depend on it")
     run.add_argument("--threads", type=threads_arg, default=None,
                      help="CPU path: ONNX Runtime threads (default: $OMP_NUM_THREADS, else one per core; with "
                           "--ray, else the cluster's CPUs shared among the workers); more than the cores (with --ray: "
@@ -302,23 +305,22 @@ def _class_list(classes: Sequence[str]) -> str:
 def run_infer(args: argparse.Namespace) -> int:
     """``infer``: 0 when every frame went through, 1 when some failed (each listed), 2 on a user error."""
     device = resolved_device(args.device)
-    batch = args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1)
-    pipelines = args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1)
+    size = RunSize(batch=args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1),
+                   pipelines=args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1))
 
-    def open_pipelines(points_per_frame: int | None) -> list[PointPillars]:
+    def open_pipelines(points_per_frame: int | None, fitted: RunSize) -> list[PointPillars]:
         threads = None
-        if device == "cpu" and pipelines > 1:
+        if device == "cpu" and fitted.pipelines > 1:
             # --threads, else OMP_NUM_THREADS, at most the cores (said, as is a variable that is no thread count)
             asked, what, note = cpu_threads(args.threads, "--threads ")
             if note is not None:
                 warnings.warn(note, SettingNotice, stacklevel=2)
-            threads, note = pipeline_threads(pipelines, asked, what)
+            threads, note = pipeline_threads(fitted.pipelines, asked, what)
             if note is not None:
                 warnings.warn(note, SettingNotice, stacklevel=2)
-        return [open_warm(args, batch, points_per_frame, threads) for _ in range(pipelines)]
+        return [open_warm(args, fitted.batch, points_per_frame, threads) for _ in range(fitted.pipelines)]
 
-    return infer_with(args, open_pipelines, batch=batch, gpu=device == "cuda",
-                      check_model=lambda: check_model_path(args))
+    return infer_with(args, open_pipelines, size, gpu=device == "cuda", check_model=lambda: check_model_path(args))
 
 
 def open_warm(args: argparse.Namespace, batch: int, points_per_frame: int | None,
@@ -549,11 +551,12 @@ def output_plan(args: argparse.Namespace, fmt: str, out: Path | None, kitti_dir:
     )
 
 
-def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int,
+def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None, RunSize], list[Any]], size: RunSize,
                gpu: bool = False, check_model: Callable[[], object] | None = None) -> int:
-    """infer's run with the detectors ``open_detectors(points_per_frame)`` gives (one per pipeline:
-    anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
-    size, or None), ``batch`` frames at a time; ``gpu``: they run on the GPU (a long run then writes
+    """infer's run with the detectors ``open_detectors(points_per_frame, size)`` gives (one per pipeline of
+    ``size``: anything with ``detect_batch``, ``close`` and ``cfg`` or ``class_names``; the run's likely frame
+    size, or None), ``size.batch`` frames at a time, ``size`` fitted to the frames to run (a --batch-size or
+    --pipelines cut is said in a note); ``gpu``: they run on the GPU (a long run then writes
     its outputs in processes, started while they open). The detectors are opened only when a frame is
     to run, --eval needs the model's classes, or --out's settings record may name other settings than this
     run's: a --skip-existing run whose frames are all done, of its settings, says so and ends without
@@ -573,8 +576,8 @@ def infer_with(args: argparse.Namespace, open_detectors: Callable[[int | None], 
                                retry_failed=args.retry_failed)
         record = settings_record(args, fmt, out, frames)
         if resume.todo or labels is not None or out is None or (record is not None and record.may_differ_from_kept()):
-            failures = _run_model(args, open_detectors, batch, gpu, frames, fmt, out, labels, plan, resume, path_errors,
-                                  record, hold)
+            failures = _run_model(args, open_detectors, size, gpu, frames, fmt, out, labels, plan, resume,
+                                  path_errors, record, hold)
         else:  # every frame's outputs are there, of this run's settings, and no evaluation wants the model
             failures = end_skipped_run(args, resume, plan, fmt, out, path_errors)
     return EXIT_FRAME_FAILURES if failures or path_errors else 0
@@ -589,12 +592,17 @@ def end_skipped_run(args: argparse.Namespace, resume: Resume, plan: OutputPlan, 
     return frame_report(0, plan, args, fmt, out, input_errors, skipped=len(resume.skipped)).close()[1]
 
 
-def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], list[Any]], batch: int, gpu: bool,
-               frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None, plan: OutputPlan,
-               resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None, hold: OutHold) -> int:
+def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None, RunSize], list[Any]], size: RunSize,
+               gpu: bool, frames: Sequence[str], fmt: str, out: Path | None, labels: GroundTruth | None,
+               plan: OutputPlan, resume: Resume, path_errors: Sequence[str], record: SettingsRecord | None,
+               hold: OutHold) -> int:
     """``infer_with``'s run of ``resume.todo`` (and --eval of the frames skipped and run) with the detectors
-    it opens here, ``record`` (--out's settings) written before the first output, ``hold`` told of that first
-    write; the number of frames that failed."""
+    it opens here, ``size`` fitted to those frames first, ``record`` (--out's settings) written before the first
+    output, ``hold`` told of that first write; the number of frames that failed."""
+    size = size.fitted(len(resume.todo))
+    note = cut_note(args.batch_size, args.pipelines, size, len(resume.todo))
+    if note is not None:
+        warnings.warn(note, SettingNotice, stacklevel=2)
     points_per_frame = likely_points_per_frame(frames, args.point_dim or 4)  # at most 4: a bound from above
     long_run = gpu and len(resume.todo) >= WRITE_PROCESSES_FROM
     writers: WorkerProcesses | None = None
@@ -603,7 +611,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
     try:  # a Ctrl-C held while the readers spawn comes as their start ends: the writers are shut down too
         writers = WorkerProcesses(WRITE_PROCESSES, write_frame) if long_run and out is not None else None
         readers = WorkerProcesses(READ_PROCESSES, read_batch) if long_run else None
-        detectors = open_detectors(points_per_frame)
+        detectors = open_detectors(points_per_frame, size)
         cfg = getattr(detectors[0], "cfg", None)
         classes = tuple(cfg.classes if cfg is not None else detectors[0].class_names)
         scored, unscored = eval_classes(classes) if labels is not None else ((), [])
@@ -631,7 +639,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None], 
             print(f"note: {_eval_scores()}; this model's classes {_class_list(unscored)} are none of them: their "
                   "boxes are left out of the scores", file=sys.stderr)
         say_resume(resume, fmt, out, retry=args.retry_failed)
-        done, failures = run_frames(detectors, resume.todo, plan, args, batch, fmt, out, classes, writers,
+        done, failures = run_frames(detectors, resume.todo, plan, args, size.batch, fmt, out, classes, writers,
                                     points_per_frame, path_errors, readers, skipped=len(resume.skipped))
         if out is not None:
             remove_stale_temp_files(out)  # of a writer process that died mid-write

@@ -323,20 +323,21 @@ def run_scaleout_infer(args: argparse.Namespace) -> int:
         return _run_ray(args)
     from ...config import Thresholds
     from ..infer import infer_with
+    from ..run_size import RunSize
     from .client import RemoteDetector
 
     _refuse_local_options(args)
     thresholds = Thresholds(args.score_threshold, args.nms_iou, args.max_boxes)
 
-    def open_detectors(_points: int | None) -> list[RemoteDetector]:
-        # two pipelines of one detector: a batch's requests go out while the one before it is written, and
-        # the detector's --in-flight slots bound the requests of both
+    def open_detectors(_points: int | None, fitted: RunSize) -> list[RemoteDetector]:
+        # pipelines of one detector: a batch's requests go out while the one before it is written, and
+        # the detector's --in-flight slots bound the requests of all
         detector = RemoteDetector(args.server, protocol=args.protocol, thresholds=thresholds,
                                   concurrency=args.in_flight, timeout=args.request_timeout,
                                   timeout_option="--request-timeout")
-        return [detector, detector]
+        return [detector] * fitted.pipelines
 
-    return infer_with(args, open_detectors, batch=args.in_flight)
+    return infer_with(args, open_detectors, RunSize(batch=args.in_flight, pipelines=2))
 
 
 #: infer's options that choose how a local detector runs: the served model decides all of them, so
