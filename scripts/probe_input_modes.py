@@ -68,7 +68,7 @@ def main() -> int:
 
     direct_default = gpu_pipeline.DIRECT_COPY_BYTES
     for folder in args.folders:
-        sets = folder_frame_sets([folder])
+        sets = folder_frame_sets([folder]).sets
         name, frames = next(iter(sets.items()))
         locked = next(iter(page_locked_frame_sets(sets).values()))
         modes: list[tuple[str, Sequence[np.ndarray], int]] = [

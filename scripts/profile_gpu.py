@@ -61,7 +61,7 @@ def main() -> None:
         weights = random_weights(cfg)
     tmp = Path(tempfile.mkdtemp())
     dirs = {p: export_model_dir(weights, cfg, tmp / p, precision=p, source={}) for p in ("fp32", "fp16")}
-    frames = next(iter((folder_frame_sets([args.frames]) if args.frames else simulated_frame_sets()).values()))
+    frames = next(iter((folder_frame_sets([args.frames]).sets if args.frames else simulated_frame_sets()).values()))
 
     from pointpillars_trt.gpu_pipeline import GpuPipeline
 

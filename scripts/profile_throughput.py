@@ -83,7 +83,7 @@ def fp16_model_and_batches(args: argparse.Namespace) -> tuple[ModelDir, list[lis
     """The checkpoint exported for the fp16 pipeline, and the frames in ``bench``'s throughput batches."""
     ckpt = load_checkpoint(args.model)
     model = export_model_dir(ckpt.weights, ckpt.config, Path(tempfile.mkdtemp()) / "fp16", precision="fp16", source={})
-    frames = next(iter(folder_frame_sets([args.frames]).values()))
+    frames = next(iter(folder_frame_sets([args.frames]).sets.values()))
     return model, throughput_batches(frames, args.batch)
 
 

@@ -1,6 +1,7 @@
-"""What bench reads and writes, on the CPU: its frame folders (named apart, listed as infer lists them), the
-ONNX Runtime threads it runs and records, --model as infer checks it, and its reports in --out (a user's own
-files and a folder in their place refused before the run, a write that fails named)."""
+"""What bench reads and writes, on the CPU: its frame folders (named apart, listed as infer lists them, a file that
+cannot be read left out and said), the ONNX Runtime threads it runs and records, --model as infer checks it, and
+its reports in --out (a user's own files and a folder in their place refused before the run, a write that fails
+named)."""
 
 from __future__ import annotations
 
@@ -135,6 +136,72 @@ def test_a_frame_set_whose_frames_made_no_pillar_is_warned_of_in_the_run_and_its
     run = bench(tiny_yaml, tmp_path / "c", "--frames", frame_folder(tmp_path / "g", 50, 60))
     assert run.rc == 0, run
     assert "warning:" not in run.err and "no pillar" not in (tmp_path / "c" / "bench.md").read_text()
+
+
+def read_error(path: Path) -> str:
+    """The one line ``read_points`` refuses ``path`` with."""
+    from pointpillars_trt.errors import InputError
+    from pointpillars_trt.pointcloud_io import read_points
+
+    with pytest.raises(InputError) as refused:
+        read_points(path)
+    return str(refused.value)
+
+
+def test_an_unreadable_frame_file_is_one_error_line_and_its_set_is_timed_on_the_rest(tiny_yaml: Path,
+                                                                                      tmp_path: Path) -> None:
+    """One bad file among a folder's ended the whole bench with its error; now each is an error line naming it,
+    its set is timed on the others and named with their count, the report counts what was left out (exit 1, as
+    infer's frames that fail), and a set of no readable file is one error line and left out."""
+    frames = frame_folder(tmp_path / "f", 40, 60, 80)
+    (frames / "000003.bin").write_text("1.0 2.0 3.0 0.5\n" * 4)  # a text point list
+    (frames / "000004.npy").write_bytes(b"\0" * 64)                # no .npy
+    broken = frame_folder(tmp_path / "g", 40)
+    (broken / "000000.bin").write_bytes(b"\1" * 6)  # no whole point (an empty file is a frame of none)
+    (broken / "000002.npy").write_bytes(b"x")
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", frames, "--frames", broken, "--iterations", 5)
+    assert run.rc == 1, run
+    errors = [line for line in run.err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {read_error(frames / '000003.bin')}", f"error: {read_error(frames / '000004.npy')}",
+                      f"error: --frames '{broken}': none of its 2 point files can be read, the first: "
+                      f"{read_error(broken / '000000.bin')}; its set is left out"], run.err
+    assert f"'{frames / '000003.bin'}'" in errors[0] and f"'{frames / '000004.npy'}'" in errors[1]  # each named
+    result = report(tmp_path / "b")
+    assert [(r["frames"], r["avg_points"]) for r in result["runs"]] == [("f (3 frames)", 60)]
+    left_out = ["--frames set 'f (3 frames)': 2 of its 5 point files left out: they could not be read (each named in "
+                "its error line)", errors[2].removeprefix("error: ")]
+    assert result["notes"][:2] == left_out
+    markdown = (tmp_path / "b" / "bench.md").read_text()
+    assert "| f (3 frames) |" in markdown and all(f"- {line}" in markdown.splitlines() for line in left_out)
+    assert all(f"- {line}" in run.out.splitlines() for line in left_out)  # the report as printed
+
+
+def test_a_bench_of_no_readable_frame_file_is_one_error_line_and_no_report(tiny_yaml: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "g"
+    broken.mkdir()
+    (broken / "000000.bin").write_bytes(b"\1" * 6)
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", broken)
+    assert_one_line_error(run, f"--frames '{broken}': its one point file cannot be read: "
+                               f"{read_error(broken / '000000.bin')}")
+    assert not (tmp_path / "b" / "bench.json").exists()
+
+
+def test_a_set_cut_to_the_iterations_is_named_with_the_frames_it_times(tmp_path: Path) -> None:
+    """Of a folder's first --iterations files, those read are timed and counted in the set's name; a file past
+    them is not read."""
+    from pointpillars_trt.apps.bench.frames import folder_frame_sets
+
+    folder = frame_folder(tmp_path / "v", 40, 50, 60, 70)
+    (folder / "000001.bin").write_bytes(b"\1" * 6)
+    (folder / "000003.bin").write_bytes(b"\1" * 6)  # past the limit: no error of its own
+    said: list[str] = []
+    sets, left_out = folder_frame_sets([str(folder)], limit=3, say=said.append)
+    assert said == [f"note: --frames '{folder}': reading its first 3 of 4 point files, as many as --iterations 3 "
+                    "times", f"error: {read_error(folder / '000001.bin')}"]
+    assert [(name, [len(f) for f in frames]) for name, frames in sets.items()] == \
+        [("v (2 of the first 3 of 4 frames)", [40, 60])]
+    assert left_out == ["--frames set 'v (2 of the first 3 of 4 frames)': 1 of the first 3 of its 4 point files "
+                        "left out: they could not be read (each named in its error line)"]
 
 
 def test_an_fp16_model_dir_benched_on_the_cpu_says_fp16_gains_nothing_there_once(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from .frames import folder_frame_sets, list_frame_folders, page_locked_frame_set
 from .measure import device_memory_used_mib, measure_batches, measure_latency, measure_throughput, soak
 from .report import refuse_foreign_reports, write_reports
 from ..device_notice import cpu_fp16_note, gpu_unused_note
+from ..exit_codes import EXIT_FRAME_FAILURES
 from ..viz import no_png_line
 from ..frame_report import progress_bar
 from ..infer import MAX_PIPELINES, existing_model_path, load_model_dir_of_config
@@ -116,6 +117,8 @@ class _Model:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
+    """``bench``: 0, or 1 when files of --frames were left out (each said in an ``error:`` line; the report
+    counts them)."""
     from ...devices import pick_device
 
     if args.point_dim is not None and not args.frames:
@@ -134,9 +137,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
     device, device_id, reason = pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
-    frame_sets = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
-                                    say=lambda line: print(line, file=sys.stderr), listed=frame_files)
-                  if args.frames else simulated_frame_sets(columns=columns))
+    frame_sets, left_out = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
+                                              say=lambda line: print(line, file=sys.stderr), listed=frame_files)
+                            if args.frames else (simulated_frame_sets(columns=columns), []))
     cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
     if cpu_model is not None:
         _say_cpu_run(args, cpu_model.precision, reason)
@@ -144,7 +147,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         "model": model.source, "config": model.cfg.name, "iterations": args.iterations, "warmup": args.warmup,
         "warmup_time_s": args.warmup_time if device == "cuda" else 0.0,
         "device": device, "device_name": _device_name(device, device_id), "runs": [], "ratios": [],
-        "throughput": [], "copies": [], "notes": [], "batches": [], "memory": [],
+        "throughput": [], "copies": [], "notes": list(left_out), "batches": [], "memory": [],
     }
     if cpu_model is not None:
         _bench_cpu(cpu_model, frame_sets, args, results)
@@ -165,7 +168,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if missing is not None:
         print(missing)
     print((out / "bench.md").read_text())
-    return 0
+    return EXIT_FRAME_FAILURES if left_out else 0
 
 
 def _no_pillar_findings(results: dict[str, Any], set_names: list[str]) -> list[str]:

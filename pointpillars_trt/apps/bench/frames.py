@@ -7,12 +7,13 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from ..demo_scene import simulate_scan
 from ..frame_paths import expand_frame_paths, first_repeat
-from ...errors import InputError, safe_repr
+from ...errors import InputError, InputErrors, one_line, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
 
@@ -47,22 +48,69 @@ def list_frame_folders(folders: list[str]) -> list[list[str]]:
     return [expand_frame_paths([folder]) for folder in folders]
 
 
+class FolderFrameSets(NamedTuple):
+    """``folder_frame_sets``' sets by name, and the report's line for each set that left files out (files that
+    could not be read, each said in its own ``error:`` line)."""
+
+    sets: dict[str, list[np.ndarray]]
+    left_out: list[str]
+
+
 def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
                       say: Callable[[str], object] = print,
-                      listed: list[list[str]] | None = None) -> dict[str, list[np.ndarray]]:
-    """One set per folder, named after it (``set_names``), of its point files (``listed``: ``list_frame_folders``
-    of them, when the caller checked them already), a .bin of ``point_dim`` values a point, of which the model
-    reads ``columns``. At most the first ``limit`` of them are read (``say`` says so): a latency run times no
-    more distinct frames than its iterations, and all of KITTI's 7,481 full scans would take ~14 GB."""
+                      listed: list[list[str]] | None = None) -> FolderFrameSets:
+    """One set per folder, named after it (``set_names``) with the count of its frames timed, of its point files
+    (``listed``: ``list_frame_folders`` of them, when the caller checked them already), a .bin of ``point_dim``
+    values a point, of which the model reads ``columns``. At most the first ``limit`` of them are read (``say`` says
+    so): a latency run times no more distinct frames than its iterations, and all of KITTI's 7,481 full scans would
+    take ~14 GB. A file that cannot be read is one ``error:`` line (``say``) and its set is timed on the rest; a set
+    of no file that can is one ``error:`` line and left out, and where that leaves no set, InputErrors of those
+    lines ends the run."""
     sets: dict[str, list[np.ndarray]] = {}
+    left_out: list[str] = []
+    unread: list[str] = []  # a line for each set of no file that could be read
     for folder, files, name in zip(folders, listed or list_frame_folders(folders), set_names(folders)):
         used = files[:limit]
         if len(used) < len(files):
             say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} point files, as "
                 f"many as --iterations {limit} times")
-        count = f"{len(files)} frames" if len(used) == len(files) else f"first {len(used)} of {len(files)} frames"
-        sets[f"{name} ({count})"] = [read_points(f, point_dim=point_dim, columns=columns) for f in used]
-    return sets
+        frames, errors = _read_frames(used, columns, point_dim)
+        read = f"its {len(used)}" if len(used) == len(files) else f"the first {len(used)} of its {len(files)}"
+        if not frames:
+            which = "its one point file cannot be read" if len(files) == 1 else \
+                f"none of {read} point files can be read, the first"
+            unread.append(f"--frames {safe_repr(folder)}: {which}: {errors[0]}")
+            continue
+        for error in errors:
+            say(f"error: {error}")
+        if len(used) == len(files):
+            count = f"{len(frames)} frames"
+        elif not errors:
+            count = f"first {len(used)} of {len(files)} frames"
+        else:
+            count = f"{len(frames)} of the first {len(used)} of {len(files)} frames"
+        sets[f"{name} ({count})"] = frames
+        if errors:
+            left_out.append(f"--frames set {safe_repr(f'{name} ({count})')}: {len(errors)} of {read} point files left "
+                            "out: they could not be read (each named in its error line)")
+    if not sets:
+        raise InputErrors(unread)
+    for line in unread:
+        say(f"error: {line}; its set is left out")
+        left_out.append(f"{line}; its set is left out")
+    return FolderFrameSets(sets, left_out)
+
+
+def _read_frames(files: list[str], columns: int, point_dim: int) -> tuple[list[np.ndarray], list[str]]:
+    """The frames of ``files`` that can be read, and the line of each that cannot (its InputError's, which names it)."""
+    frames: list[np.ndarray] = []
+    errors: list[str] = []
+    for file in files:
+        try:
+            frames.append(read_points(file, point_dim=point_dim, columns=columns))
+        except InputError as exc:
+            errors.append(one_line(exc))
+    return frames, errors
 
 
 def refuse_repeated_folders(folders: list[str]) -> None:
