@@ -586,9 +586,9 @@ def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote 
     )
     with f:
         try:
-            header, header_end = _pcd_header(f, shown, what)
+            header, header_end, header_lines = _pcd_header(f, shown, what)
             viewpoint = _pcd_viewpoint(header, shown, what)
-            points = _pcd_points(f, size, header, header_end, columns, shown, what)
+            points = _pcd_points(f, size, header, header_end, header_lines, columns, shown, what)
         except OSError as exc:
             raise read_error(what, path, exc) from None
     _check_named_time_lags(points, path, what, capture_times_note)
@@ -622,10 +622,10 @@ def _pcd_viewpoint(header: dict[str, list[str]], shown: str, what: str) -> list[
     return None if tuple(float(v) for v in values) in _PCD_IDENTITY_VIEWPOINTS else values
 
 
-def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, width: int, shown: str,
-                what: str) -> np.ndarray:
+def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, header_lines: int,
+                width: int, shown: str, what: str) -> np.ndarray:
     """The (N, ``width``) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at
-    ``header_end``."""
+    ``header_end``, after its first ``header_lines`` lines."""
     dtype, points, data_kind = _pcd_layout(header, shown, what)
     columns = _pcd_columns(dtype, width, shown, what)
     if not size and data_kind != "ascii":  # binary data is checked by the file's size, which counts none of its bytes
@@ -653,7 +653,7 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     if size - header_end > limit:
         raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                          f"{limit} for POINTS {points} of {per_row} values")
-    return _pcd_ascii(f, dtype, points, columns, shown, what, size - header_end)
+    return _pcd_ascii(f, dtype, points, columns, shown, what, size - header_end, header_lines)
 
 
 def _pcd_binary_bytes(points: int, dtype: np.dtype, where: str) -> int:
@@ -753,12 +753,14 @@ def lzf_decompress(data: bytes, size: int, where: str) -> bytearray:
                      "truncated)")
 
 
-def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int]:
+def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int, int]:
+    """The header's keys and values, and the bytes and lines it takes, its DATA line included."""
     header: dict[str, list[str]] = {}
-    consumed = 0
+    consumed = lines = 0
     while True:
         line = f.readline(_PCD_MAX_HEADER)
         consumed += len(line)
+        lines += 1
         if not line and not consumed:
             raise _empty_file_error(f"{what} {shown}", "PCD")
         if not line:
@@ -775,7 +777,7 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str
             raise InputError(f"{what} {shown}: header key {key} appears twice")
         header[key] = values
         if key == "DATA":
-            return header, consumed
+            return header, consumed, lines
 
 
 def _pcd_int(header: dict[str, list[str]], key: str, shown: str, what: str) -> int:
@@ -856,13 +858,14 @@ def _pcd_columns(dtype: np.dtype, width: int, shown: str, what: str) -> list[str
 
 
 def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], shown: str,
-               what: str, data_bytes: int) -> np.ndarray:
-    """The ASCII data rows after the header (``data_bytes`` of them, by the file's size), parsed block by block
-    into the (N, len(columns)) float32 result, so memory stays near the result's size (a whole-file parse of a 2 GiB file
-    would take ~6 GiB). The rows set aside are no more than the data can hold (a number takes a character and a
-    space or line break after it, the last one's optional): a 170-byte file that said 16 Mi points had 256 MiB set
-    aside for them. A row longer than its numbers can be is refused as soon as it is seen: carried from block to
-    block, a file without line breaks would cost time quadratic in its size."""
+               what: str, data_bytes: int, header_lines: int) -> np.ndarray:
+    """The ASCII data rows after the header (``data_bytes`` of them, by the file's size; the header takes the file's
+    first ``header_lines`` lines), parsed block by block into the (N, len(columns)) float32 result, so memory stays
+    near the result's size (a whole-file parse of a 2 GiB file would take ~6 GiB). The rows set aside are no more
+    than the data can hold (a number takes a character and a space or line break after it, the last one's
+    optional): a 170-byte file that said 16 Mi points had 256 MiB set aside for them. A row longer than its numbers
+    can be is refused as soon as it is seen: carried from block to block, a file without line breaks would cost time
+    quadratic in its size."""
     names = list(dtype.names or ())
     starts = np.cumsum([0] + [int(np.prod(dtype[n].shape)) for n in names])
     per_row = int(starts[-1])
@@ -870,7 +873,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     longest = per_row * _PCD_ASCII_BYTES_PER_VALUE + 64  # bytes of one row, as the size check counts them
     held = (data_bytes + 1) // (2 * per_row) if data_bytes >= 0 else points  # a size short of its header: unknown
     out = np.empty((min(points, held), len(columns)), dtype=np.float32)
-    rows, rest = 0, b""
+    rows, lines_before, rest = 0, header_lines, b""  # lines_before: the file's lines before this block
     while True:
         block = f.read(_PCD_ASCII_BLOCK)
         data = rest + block
@@ -880,15 +883,17 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
             row = rows + data[:cut].count(b"\n") + 1  # blank lines counted too: near enough to find it
             raise InputError(f"{what} {shown}: ASCII data row {row} of {points} runs "
                              f"past {longest} bytes without a line break; a row of {per_row} numbers is shorter")
-        lines = [line for line in data[:cut].decode("ascii", errors="replace").splitlines() if line.strip()]
+        text = data[:cut].decode("ascii", errors="surrogateescape")  # a byte past ASCII parses as no number
+        lines = [line for line in text.splitlines() if line.strip()]
         if lines:
             if rows + len(lines) > points:
                 raise InputError(f"{what} {shown}: more ASCII data rows than POINTS {points}")
             table = _ascii_table(lines, per_row)
             if table is None:
                 bad = _first_bad_line(lines, per_row)
-                raise InputError(f"{what} {shown}: bad ASCII data at row {rows + bad + 1} of {points} (the first "
-                                 f"after DATA is row 1): {safe_repr(lines[bad], 80)} is not {per_row} numbers")
+                raise InputError(f"{what} {shown}: bad ASCII data on line {lines_before + _line_of(text, bad)} (row "
+                                 f"{rows + bad + 1} of {points} after DATA): '{_row_text(lines[bad])}' is not "
+                                 f"{per_row} numbers")
             misfit = _outside_declared_type(table, lines, dtype, columns, wanted)
             if misfit is not None:
                 row, name, token = misfit
@@ -903,6 +908,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                 raise InputError(f"{what} {shown} grew while being read (was it still being written?)")
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
+        lines_before += data.count(b"\n", 0, cut)
         if not block:
             break
     if rows != points:
@@ -946,6 +952,25 @@ def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
     except ValueError:
         return None
     return table if table.shape[1] == per_row else None
+
+
+def _line_of(text: str, row: int) -> int:
+    """The line (the first is 1) of ``text`` on which its ``row``-th (from 0) line that is not blank lies, counting
+    line breaks as a text editor does (a row split off by another break, a lone CR or a form feed, shares its line)."""
+    breaks = 0
+    for line in text.splitlines(keepends=True):
+        if line.strip():
+            if not row:
+                break
+            row -= 1
+        breaks += line.count("\n")
+    return breaks + 1
+
+
+def _row_text(line: str) -> str:
+    """An ASCII data row as one bounded, terminal-safe text: each byte past ASCII (held as a surrogate escape) as
+    ``\\xNN``, as the file holds it, whatever it decodes to elsewhere (U+FFFD, or a UTF-8 letter)."""
+    return escape_text(line.strip().encode("ascii", "surrogateescape").decode("latin-1"), 80)
 
 
 def _first_bad_line(lines: list[str], per_row: int) -> int:

@@ -297,7 +297,7 @@ def test_pcd_errors(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(short_ascii), "2 ASCII data rows", "POINTS is 4", "truncated")
     ragged = tmp_path / "ragged.pcd"
     ragged.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 2, "ascii") + b"1 2 3 4\n5 6 7\n")
-    one_line_error(lambda: read_points(ragged), "ragged.pcd", "bad ASCII data at row 2 of 2",
+    one_line_error(lambda: read_points(ragged), "ragged.pcd", "bad ASCII data on line 13 (row 2 of 2 after DATA)",
                    "'5 6 7' is not 4 numbers")
     no_i = tmp_path / "noi.pcd"
     no_i.write_bytes(pcd_header("x y z", "4 4 4", "F F F", "1 1 1", 1, "ascii") + b"1 2 3\n")
@@ -899,8 +899,8 @@ def test_ascii_pcd_too_short_for_its_points_sets_aside_no_more_rows_than_it_hold
 
 
 def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path) -> None:
-    """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its place in
-    the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
+    """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its line in the file and
+    its place in the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
     too few or too many values; the first row alone differing in count)."""
     from pointpillars_trt.pointcloud_io import _PCD_ASCII_BLOCK
 
@@ -914,8 +914,30 @@ def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path)
         body = lines.copy()
         body[row - 1] = bad
         path.write_bytes(header + ("\n".join(body) + "\n").encode())
-        one_line_error(lambda: read_points(path), "deep.pcd", f"bad ASCII data at row {row} of {rows} (the first "
-                       f"after DATA is row 1): '{bad}' is not 4 numbers")
+        line = header.count(b"\n") + row
+        one_line_error(lambda: read_points(path), "deep.pcd", f"bad ASCII data on line {line} (row {row} of {rows} "
+                       f"after DATA): '{bad}' is not 4 numbers")
+
+
+@pytest.mark.parametrize(("bad", "shown"), [
+    (b"1 2 \xff\xfe 0.5", r"1 2 \xff\xfe 0.5"),  # bytes no text encoding reads
+    (b"1 2 caf\xc3\xa9 0.5", r"1 2 caf\xc3\xa9 0.5"),  # a UTF-8 letter: its bytes, as the file holds them
+    (b"1 2 \x1b[31mred\x1b[0m 0.5", r"1 2 \x1b[31mred\x1b[0m 0.5"),  # a terminal's colour codes
+    (b"1 2 " + b"\xff" * 1000 + b" 0.5", "1 2 " + r"\xff" * 18 + "\\..."),  # bounded: 80 characters
+], ids=["not-utf8", "utf8-letter", "escape-codes", "long"])
+def test_ascii_pcd_bad_row_is_named_by_its_line_and_escaped_bytes(tmp_path: Path, bad: bytes, shown: str) -> None:
+    """A bad ASCII row was quoted as decoded with U+FFFD for each byte past ASCII (a UTF-8 letter two of them), and
+    named by its row among the rows that are not blank, which no editor shows: it is named by its line in the file
+    (blank lines and the header counted) and quoted with each such byte as \\xNN, bounded in length."""
+    header = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 3, "ascii")
+    path = tmp_path / "bad.pcd"
+    for breaks in (b"\n", b"\r\n"):
+        path.write_bytes(header + breaks.join([b"1 2 3 0.5", b"", b"  ", bad, b"1 2 3 0.5", b""]))
+        text = one_line_error(lambda: read_points(path), "bad.pcd")
+        line = header.count(b"\n") + 4
+        assert text == (f"point file {str(path)!r}: bad ASCII data on line {line} (row 2 of 3 after DATA): '{shown}' "
+                        "is not 4 numbers")
+        assert "\ufffd" not in text and len(text) < len(str(path)) + 200
 
 
 def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:
