@@ -210,6 +210,13 @@ def _split_of(path: Path) -> str | None:
     return None
 
 
+def named_as_given(path: PathLike, given: PathLike) -> str:
+    """``path`` (a file of a frame: its image, its calib file) as ``given`` is named, the path it was found by (the
+    frame's, or the calib folder given): relative to this folder where that path is relative, so a message does not
+    name one relative and the other absolute."""
+    return os.fspath(path) if os.path.isabs(given) else os.path.relpath(path)
+
+
 def _frame_folder(frame_path: PathLike, given: PathLike | None, sibling: str, what: str) -> tuple[Path, Path, Path]:
     """(frame, folder, default sibling) for a frame; refuses ``given`` from the other KITTI split."""
     frame = Path(os.path.abspath(os.fspath(frame_path)))
@@ -239,8 +246,9 @@ def calib_folder(frame_path: PathLike, calib_dir: PathLike | None = None) -> Pat
     _, folder, default = _frame_folder(frame_path, calib_dir, "calib", "calib")
     if not folder.is_dir():
         if calib_dir is None:
+            shown = named_as_given(default, frame_path)
             raise InputError(
-                f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(default)} does not exist "
+                f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(shown)} does not exist "
                 "(pass the calib folder: --calib DIR, or calib_dir in Python)"
             )
         raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
@@ -256,19 +264,19 @@ def calib_for_frame(frame_path: PathLike, calib_dir: PathLike | None = None) -> 
     folder under ``training/`` (or the reverse) is refused, since ids repeat across the splits.
     A missing folder or id is an InputError naming the id and the folder (a link to nothing, a link loop or a
     folder in the file's place is no missing id: :func:`read_calibration` names it). Nothing is parsed;
-    pass the result to :func:`read_calibration`.
+    pass the result to :func:`read_calibration`. The file is named as the path it is found by is given
+    (``calib_dir``, else the frame's: ``named_as_given``), so that every message of it names it so.
     """
     folder = calib_folder(frame_path, calib_dir)
     stem = Path(os.path.abspath(os.fspath(frame_path))).stem
-    path = folder / f"{stem}.txt"
+    path = Path(named_as_given(folder / f"{stem}.txt", frame_path if calib_dir is None else calib_dir))
     kind = special_kind(path)
     if kind is not None:
         raise InputError(f"calib file {safe_repr(path)} is {kind}, not a regular file")
     if not os.path.lexists(path):
-        raise InputError(
-            f"calib folder {safe_repr(calib_dir if calib_dir is not None else folder)} has no file for frame id "
-            f"{safe_repr(stem)} (expected {safe_repr(path.name)})"
-        )
+        shown = calib_dir if calib_dir is not None else named_as_given(folder, frame_path)
+        raise InputError(f"calib folder {safe_repr(shown)} has no file for frame id {safe_repr(stem)} (expected "
+                         f"{safe_repr(path.name)})")
     return path
 
 

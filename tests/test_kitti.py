@@ -827,6 +827,39 @@ def test_calib_for_frame_missing_id_or_folder(kitti_tree: Path, tmp_path_factory
         calib_for_frame(loose / "frames" / "x.bin", loose / "nope")
 
 
+def test_calib_for_frame_names_its_paths_as_given(kitti_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames and calib folders given relative (``infer --calib calib/ velodyne/000001.bin``) had the calib file and
+    folder their messages name made absolute: each is named relative, as the path it was found by was given, and so
+    is the file returned (what read_calibration's messages name); given absolute, absolute."""
+    training = kitti_tree / "training"
+    os.mkfifo(training / "calib" / "000009.txt")  # a FIFO in the calib file's place
+    (training / "calib" / "000008.txt").mkdir()  # a folder
+    (training / "calib" / "000134.txt").write_text("P2: 1 2 3\n")
+    (kitti_tree / "loose").mkdir()
+    velodyne = training / "velodyne"
+    for cwd, call, said in [
+        (training, lambda: calib_for_frame("velodyne/000135.bin"), "calib folder 'calib' has no file for frame id"),
+        (velodyne, lambda: calib_for_frame("000135.bin"), "calib folder '../calib' has no file for frame id"),
+        (training, lambda: calib_for_frame("velodyne/000009.bin"), "calib file 'calib/000009.txt' is a FIFO"),
+        (training, lambda: calib_for_frame("velodyne/000009.bin", "./calib/"), "file 'calib/000009.txt' is a FIFO"),
+        (training, lambda: read_calibration(calib_for_frame("velodyne/000008.bin")), "'calib/000008.txt' is a dir"),
+        (training, lambda: calib_for_frame("../loose/x.bin"),
+         "no calibration folder for frame '../loose/x.bin': '../calib' does not exist"),
+        (training, lambda: read_calibration(calib_for_frame("velodyne/000134.bin")), "file 'calib/000134.txt': "),
+        (velodyne, lambda: read_calibration(calib_for_frame("000134.bin", "../calib")), "file '../calib/000134.txt': "),
+        (training, lambda: calib_for_frame(velodyne / "000135.bin"), f"calib folder '{training / 'calib'}' has no"),
+        (training, lambda: calib_for_frame("velodyne/000009.bin", training / "calib"),
+         f"calib file '{training / 'calib' / '000009.txt'}' is a FIFO"),
+    ]:
+        monkeypatch.chdir(cwd)
+        with pytest.raises(InputError) as err:
+            call()
+        assert said in str(err.value), (said, str(err.value))
+    monkeypatch.chdir(training)
+    assert calib_for_frame("velodyne/000002.bin") == Path("calib/000002.txt")
+    assert calib_for_frame("velodyne/000002.bin", "calib/") == Path("calib/000002.txt")
+
+
 def test_calib_for_frame_escapes_names(tmp_path: Path) -> None:
     (tmp_path / "calib").mkdir()
     with pytest.raises(InputError) as err:

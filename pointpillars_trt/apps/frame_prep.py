@@ -19,7 +19,8 @@ import numpy as np
 from ..camera_fov import crop_to_camera_fov
 from ..detections import MISPLACED_FROM
 from ..errors import InputError, safe_repr
-from ..kitti import KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, read_calibration
+from ..kitti import (KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, named_as_given,
+                     read_calibration)
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
@@ -38,13 +39,6 @@ def fov_notice(fmt: str, cropped: bool, *, writes: bool, evaluating: bool) -> st
     return (f"note: {why}: the full scans are detected on, not only the points the camera sees, for the detections "
             f"{done}: the model was trained on full scans (its dataset config's FOV_POINTS_ONLY: False); --fov-only "
             "crops them")
-
-
-def named_as_given(path: str | os.PathLike[str], given: str | os.PathLike[str]) -> str:
-    """``path`` (a file of a frame: its image, its calib file) as ``given`` is named, the path it was found by (the
-    frame's, or the --calib folder): relative to this folder where that path is relative, so a message does not
-    name one relative and the other absolute."""
-    return os.fspath(path) if os.path.isabs(given) else os.path.relpath(path)
 
 
 def assumed_image_note(source: str, uses: str) -> str:
