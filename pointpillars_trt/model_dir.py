@@ -275,7 +275,10 @@ def load_model_dir(path: str | os.PathLike[str], expected_config: ModelConfig | 
 
 #: Largest graph file read: protobuf's own limit for one ONNX file (larger ones keep external data).
 MAX_GRAPH_BYTES = 2**31 - 1
-_VERIFIED: set[tuple[str, int, int, str, str]] = set()  # (path, size, mtime_ns, graph, sha256) checked once a process
+#: (path, file identity, graph, sha256) checked once a process. The identity holds the inode and change time besides
+#: the size and mtime: a file rewritten in place with its size kept and its mtime set back (os.utime, cp -p, rsync -t)
+#: has a new ctime, which no user can set back, so it is checked again.
+_VERIFIED: set[tuple[str, tuple[int, ...], str, str]] = set()
 
 
 def _verify_graph(model: ModelDir, graph: str) -> CheckedFile | None:
@@ -296,7 +299,7 @@ def _verify_graph(model: ModelDir, graph: str) -> CheckedFile | None:
     if isinstance(recorded_size, int) and stat.st_size != recorded_size:
         raise ModelDirError(f"{safe_repr(path)}: damaged or replaced ({stat.st_size} bytes, {METADATA_FILE} records "
                             f"{recorded_size}); rebuild the model dir")
-    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, graph, expected)
+    key = (str(path.resolve()), _identity(stat), graph, expected)
     if key in _VERIFIED:
         return None
     try:

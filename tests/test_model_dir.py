@@ -373,6 +373,26 @@ def test_a_graph_that_differs_from_its_recorded_sha256_is_refused(tmp_path: Path
         load_model_dir(tmp_path)
 
 
+def test_a_graph_rewritten_in_place_with_its_size_and_mtime_kept_is_checked_again(tmp_path: Path):
+    """A process remembers the graphs it checked by their path, size and mtime: one rewritten in place with its size
+    kept and its mtime set back (os.utime, cp -p, rsync -t) was trusted unchecked by the next open. Its change time,
+    which no user can set back, tells it apart."""
+    tiny_model_dir(tmp_path, seed=0)
+    load_model_dir(tmp_path)  # checked: remembered
+    path = tmp_path / "rpn.onnx"
+    before = path.stat()
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 64] = bytes(64)  # 64 bytes of weights zeroed: same size, a valid graph
+    while path.stat().st_ctime_ns == before.st_ctime_ns:  # a change within the file system's clock tick: once more
+        with open(path, "r+b") as f:  # in place: the same inode
+            f.write(data)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = path.stat()
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+    with pytest.raises(ModelDirError, match=r"rpn.onnx': damaged or replaced \(sha256 .*rebuild the model dir"):
+        load_model_dir(tmp_path)
+
+
 def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
     tiny_model_dir(tmp_path / "a", "openpcdet", seed=0)
     tiny_model_dir(tmp_path / "b", "zhulf0804", seed=0)
