@@ -184,13 +184,25 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         print("stopped before the server was ready", flush=True)
         return EXIT_TERMINATED if signals[:1] == [signal.SIGTERM] else EXIT_INTERRUPTED
     if code != 0:
-        why = (f"did not finish its requests within {server.stop_timeout:g} s of the stop and was killed: the requests "
-               "still queued or running were dropped (their clients got UNAVAILABLE)" if code == -signal.SIGKILL else
-               f"did not stop cleanly (exit code {code})")
-        print(f"error: tritonserver {why}", file=sys.stderr, flush=True)
+        print(f"error: tritonserver {stop_error(server, code)}", file=sys.stderr, flush=True)
         return EXIT_FRAME_FAILURES
     print(f"stopped (tritonserver exit code {code})", flush=True)
     return 0
+
+
+def stop_error(server: TritonServer, code: int | None) -> str:
+    """What serve says of a server whose stop ended in exit code ``code`` (not 0), as ``server.stop`` saw it end:
+    killed by the stop once its stop timeout ran out; ended by itself with exit code 1 once its exit timeout had
+    (tritonserver's own exit when requests or its model's unload outlast it: no sooner after the SIGTERM); or an exit
+    of any other code, or sooner, by its code."""
+    if server.killed_at_stop and code == -signal.SIGKILL:
+        return (f"did not finish its requests within {server.stop_timeout:g} s of the stop and was killed: the "
+                "requests still queued or running were dropped (their clients got UNAVAILABLE)")
+    if code == 1 and server.stop_seconds is not None and server.stop_seconds >= server.exit_timeout:
+        return (f"ran past its exit timeout of {server.exit_timeout} s after the stop, with requests still queued or "
+                "running (or its model still unloading), and ended itself (exit code 1): those requests were dropped; "
+                "stop the clients before the server to have every request answered")
+    return f"did not stop cleanly (exit code {code})"
 
 
 def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, interval: float) -> int:

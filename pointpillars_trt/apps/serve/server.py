@@ -233,6 +233,10 @@ class TritonServer:
                                                 ("metrics_port", metrics_port)) if not port]
         self.log = Path(log) if log is not None else None
         self.stop_timeout = stop_timeout
+        #: how the last ``stop`` saw the server end: the seconds from its SIGTERM to the exit (None: the server had
+        #: ended before, or never started), and whether it was still running at ``stop_timeout``, so killed
+        self.stop_seconds: float | None = None
+        self.killed_at_stop = False
         self.process: subprocess.Popen[bytes] | None = None
         self._scratch: str | None = None
         # the Python backend's shared-memory regions get this prefix, so that ``stop`` can remove
@@ -250,11 +254,18 @@ class TritonServer:
                 f"--backend-directory={backend_dir}", f"--http-address={self.http_host}", f"--http-port={self.http_port}",
                 f"--grpc-address={self.host}", f"--grpc-port={self.grpc_port}",
                 f"--metrics-address={self.host}", f"--metrics-port={self.metrics_port}",
-                f"--exit-timeout-secs={max(1, int(self.stop_timeout) - 2)}",
+                f"--exit-timeout-secs={self.exit_timeout}",
                 f"--backend-config=python,shm-region-prefix-name={self.shm_prefix}",
                 # a pooled gRPC request keeps the capacity of the largest body it ever held: with a pool,
                 # a flood of oversized (refused) requests left ~0.3 GB resident for good
                 "--grpc-infer-allocation-pool-size=0"]
+
+    @property
+    def exit_timeout(self) -> int:
+        """tritonserver's --exit-timeout-secs: how long after a stop's SIGTERM it waits for the requests queued or
+        running and for its models to unload before it ends itself with exit code 1 (the rest of ``stop_timeout``
+        is its time to exit)."""
+        return max(1, int(self.stop_timeout) - 2)
 
     def check_ports(self) -> None:
         """Refuse a port something already listens on (BackendError naming its option)."""
@@ -390,17 +401,21 @@ class TritonServer:
 
     def stop(self) -> int | None:
         """SIGTERM, wait up to ``stop_timeout`` s, then SIGKILL the server's process group (its backend
-        stubs with it). Returns the exit code; removes the temp backend folder. A server that ended on its
+        stubs with it). Returns the exit code, and notes how the exit came (``stop_seconds``, ``killed_at_stop``: a
+        code the server chose, or the kill's); removes the temp backend folder. A server that ended on its
         own (crashed, killed) may have left stubs behind (an orphaned stub kept running, holding the serve
         command's output pipes): the group is killed before the server is reaped, while its id cannot be
         another process's (unless the server was reaped elsewhere: then only what it left is cleaned up)."""
         code = None
+        self.stop_seconds, self.killed_at_stop = None, False
         if self.process is not None:
             if self.process.returncode is None:
-                self.signal(signal.SIGTERM)
-                deadline = time.monotonic() + self.stop_timeout
-                while self.exit_code() is None and time.monotonic() < deadline:
-                    time.sleep(0.05)
+                if self.exit_code() is None:
+                    sent = time.monotonic()
+                    self.signal(signal.SIGTERM)
+                    while self.exit_code() is None and time.monotonic() < sent + self.stop_timeout:
+                        time.sleep(0.05)
+                    self.stop_seconds, self.killed_at_stop = time.monotonic() - sent, self.exit_code() is None
                 with contextlib.suppress(ProcessLookupError, PermissionError):  # none left: the usual case
                     os.killpg(self.process.pid, signal.SIGKILL)
             code = self.process.wait()
