@@ -42,6 +42,15 @@ def tiny_config(family: str = "openpcdet") -> ModelConfig:
     return config_from_dict(tiny.to_dict(), "tiny_config")  # validated like any config
 
 
+def tiny_multi_sweep_config() -> ModelConfig:
+    """The tiny openpcdet config reading a 5th point column, each point's time lag (a multi-sweep model's)."""
+    spec = tiny_config().to_dict()
+    spec["point_columns"] = ["x", "y", "z", "intensity", "time"]
+    spec["features"]["order"] = ["x", "y", "z", "intensity", "time", "mean_dx", "mean_dy", "mean_dz",
+                                 "center_dx", "center_dy", "center_dz"]
+    return config_from_dict(spec, "tiny_multi_sweep_config")
+
+
 def tiny_weights(cfg: ModelConfig, seed: int = 0) -> PointPillarsWeights:
     return random_weights(cfg, seed)
 

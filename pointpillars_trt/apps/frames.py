@@ -81,7 +81,9 @@ class FrameReader:
     no point at all (whatever its format), intensities on another scale than the model was trained
     on, or a multi-sweep frame's per-point capture times where the model reads its sweeps' time lags. ``finding_of(item)``, asked in input order, names the first frame of each kind for its one
     warning, whichever reader thread read it first, and counts them all for the run's summary line.
-    ``viewpoint_of(item)`` gives what the read said of a ``.pcd`` VIEWPOINT it left unapplied."""
+    ``viewpoint_of(item)`` gives what the read said of a ``.pcd`` VIEWPOINT it left unapplied. A multi-sweep frame's
+    time lags are checked by its read (``read_points_into``, ``read_bin_bytes_into``), which the runner tells its
+    detectors."""
 
     def __init__(self, cfg: Any, *, point_dim: int, intensity_scale: float | None,
                  prepare: Callable[[np.ndarray, str], np.ndarray] | None = None, columns: int | None = None) -> None:
@@ -239,6 +241,8 @@ class FrameRunner:
         self.detectors = list(detectors)
         self.batch_size = batch_size
         self.read, self.write, self.keep_points = read, write, keep_points
+        # a FrameReader's reads check a multi-sweep frame's time lags: the detectors do not check them again
+        self._lags_checked = isinstance(read, FrameReader)
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
         self._alloc = empty_pinned if on_gpu else None  # pinned staging: the H2D copies from it
         readers = reader_threads(points_per_frame) if readers is None else max(1, readers)
@@ -515,7 +519,7 @@ class FrameRunner:
             pipeline = getattr(detector, "gpu_pipeline", None)
             found = self._run_gpu(pipeline, batch, jobs) if pipeline is not None else None
             if found is None:  # not on the GPU, or the batch failed there: frame by frame
-                found = detect_each(detector, [whole_points(job) for job in jobs])
+                found = detect_each(detector, [whole_points(job) for job in jobs], lags_checked=self._lags_checked)
             for job, result in zip(jobs, found):
                 if isinstance(result, BaseException):
                     job.error = one_line(result)

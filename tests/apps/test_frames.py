@@ -451,6 +451,50 @@ def test_infers_reader_takes_a_multi_sweep_frames_capture_times_from_its_read(nu
         assert (len(looks), reader.finding_of(item)) == (1, None if item == items[0] else CAPTURE_TIMES), item
 
 
+def test_a_multi_sweep_frames_time_lags_are_checked_once_on_every_path(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frame infer read (its time lags checked by the read) had them checked again as the CPU detector took it
+    (~0.4 ms for 300k points), and so had infer_many's frames, files and arrays alike: once on every path, an array
+    given to the detector (which nothing checked before) included."""
+    import sys
+
+    from test_cli import cli
+    from tiny import tiny_multi_sweep_config, tiny_weights
+
+    from pointpillars_trt import point_layout
+    from pointpillars_trt.convert.export import export_model_dir
+
+    cfg = tiny_multi_sweep_config()
+    model = export_model_dir(tiny_weights(cfg), cfg, tmp_path / "model", precision="fp32", source={"tiny": True})
+    rng = np.random.default_rng(3)
+    lo, hi = np.array(cfg.voxel.point_range[:3]), np.array(cfg.voxel.point_range[3:])
+    points = np.column_stack([rng.uniform(lo, hi, (2000, 3)), rng.uniform(0, 20, 2000),
+                              rng.choice([0.0, 0.05, 0.1], 2000)]).astype(np.float32)  # three sweeps' lags
+    path = tmp_path / "frame.bin"
+    points.tofile(path)
+    checked: list[str] = []
+    real = point_layout.check_time_lags
+
+    def counted(values: np.ndarray, point_dim: int, name: str, *rest: object) -> None:
+        checked.append(name)
+        real(values, point_dim, name, *rest)  # type: ignore[arg-type]
+
+    for name, module in list(sys.modules.items()):  # wherever the package binds it
+        if name.startswith("pointpillars_trt") and getattr(module, "check_time_lags", None) is real:
+            monkeypatch.setattr(module, "check_time_lags", counted)
+    run = cli("infer", path, "--model", model.path, "--device", "cpu", "--point-dim", "5", "--no-progress")
+    assert run.rc == 0 and "1/1 frames" in run.out, run
+    assert checked == [f"point file {str(path)!r}"]
+    with PointPillars(model, device="cpu") as detector:
+        for call, said in [(lambda: detector(points), ["points"]),
+                           (lambda: detector.detect_batch([points]), ["points"]),
+                           (lambda: list(detector.infer_many([points])), ["points"]),
+                           (lambda: list(detector.infer_many([path])), [f"point file {str(path)!r}"])]:
+            checked.clear()
+            call()
+            assert checked == said
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs /dev/shm")
 def test_reader_processes_read_what_reader_threads_read(model, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """``reader_processes``: each batch read in a spawned process into shared staging gives, in input order,
