@@ -9,6 +9,7 @@ post-processing) is the family's own.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 
 from pointpillars_trt.config import ModelConfig, config_from_dict, load_config
 from pointpillars_trt.convert.export import export_model_dir
-from pointpillars_trt.model_dir import ModelDir
+from pointpillars_trt.model_dir import METADATA_FILE, ModelDir
 from pointpillars_trt.convert.weights import PointPillarsWeights, random_weights
 
 FAMILIES = ("openpcdet", "zhulf0804")
@@ -63,6 +64,16 @@ def tiny_model_dir(
     return export_model_dir(
         tiny_weights(cfg, seed), cfg, Path(out_dir), precision=precision, source={"random_seed": seed, "tiny": True}
     )
+
+
+def set_unknown_format_version(model: Path) -> str:
+    """Rewrite the model dir ``model``'s model.json with a format version no release writes (999), and return the
+    start of the one error line a command refuses it with."""
+    meta_path = model / METADATA_FILE
+    meta = json.loads(meta_path.read_text())
+    meta["format_version"] = 999
+    meta_path.write_text(json.dumps(meta))
+    return f"error: '{meta_path}': format_version 999 is not known to pointpillars-trt "
 
 
 def random_pillars(cfg: ModelConfig, num_pillars: int, seed: int = 0) -> np.ndarray:

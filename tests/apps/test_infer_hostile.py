@@ -336,15 +336,15 @@ def test_a_model_dir_of_another_format_gets_its_rebuild_command_whatever_precisi
     """A model.json of another format version is refused with the build command that rebuilds the model dir; with
     ``--precision`` other than the one built in, the model dir's check ran before that command was added, and the
     refusal said only 'rebuild the model dir'."""
+    from tiny import set_unknown_format_version
+
     model = tmp_path / "model"
     shutil.copytree(tiny_model, model)
-    meta = json.loads((model / "model.json").read_text())
-    meta["format_version"] = 999
-    (model / "model.json").write_text(json.dumps(meta))
+    refused = set_unknown_format_version(model)
     given = ["--precision", precision] if precision else []
     rc, err = run_infer("infer", frames / "a.bin", "--model", model, "--device", "cpu", "--no-progress", *given)
     assert rc == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"error: '{model / 'model.json'}': format_version 999 is not known to pointpillars-trt "), err
+    assert err.startswith(refused), err
     assert "rebuild the model dir: `pointpillars-trt build --checkpoint " in err, err
 
 

@@ -98,18 +98,14 @@ def test_a_model_dir_of_another_format_gets_its_rebuild_command_as_infer_gives_i
         tmp_path: Path, capsys: pytest.CaptureFixture[str], precision: str | None) -> None:
     """A model.json of another format version: infer names the build command that rebuilds the model dir; serve
     said only 'rebuild the model dir', with or without --precision."""
-    import json
-
-    from tiny import tiny_model_dir
+    from tiny import set_unknown_format_version, tiny_model_dir
 
     model = tiny_model_dir(tmp_path / "tiny", seed=3).path
-    meta = json.loads((model / "model.json").read_text())
-    meta["format_version"] = 999
-    (model / "model.json").write_text(json.dumps(meta))
+    refused = set_unknown_format_version(model)
     given = ["--precision", precision] if precision else []
     rc = main(["serve", "--model", str(model), "--repository", str(tmp_path / "repo"), "--device", "cpu",
                "--repository-only", *given])
     err = capsys.readouterr().err
     assert rc == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"error: '{model / 'model.json'}': format_version 999 is not known to pointpillars-trt "), err
+    assert err.startswith(refused), err
     assert f"rebuild the model dir: `pointpillars-trt build --checkpoint YOUR_CHECKPOINT.pth --out {model}`" in err, err
