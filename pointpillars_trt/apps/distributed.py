@@ -60,6 +60,7 @@ from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
+from .run_size import OPTION_NAMES, RunSize, cut_note
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames, read_uri_frames
 from ..runtime_options import RuntimeOptions, cpu_threads
 
@@ -171,7 +172,9 @@ def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | M
     """Detect on every frame of ``paths_or_uri`` (a point file, folder, glob or URI, or a list of them: str or
     ``pathlib.Path``) with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
-    running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's). ``model``: a model dir
+    running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's), both fitted to the frames to run
+    as local infer's are (``actor_size``): one given that is cut is said once, as a ``SettingNotice`` (with ``report``,
+    infer's ``note:`` line on stderr). ``model``: a model dir
     or a .pth checkpoint (exported into the cache), or the ``ModelDir`` a caller has opened already (as
     ``infer --ray`` has: a checkpoint is not read twice).
 
@@ -408,6 +411,17 @@ def frames_per_call(batch_frames: int, on_gpu: bool, uris: bool) -> int:
     return batch_frames * (BATCHES_PER_CALL_WITH_BYTES if uris else BATCHES_PER_CALL)
 
 
+def actor_size(batch_size: int | None, pipelines: int | None, on_gpu: bool, frames: int) -> RunSize:
+    """Each actor's pipelines and batch for a run of ``frames`` frames (default: infer's), fitted as local infer fits
+    its own: to all the frames, not to a worker's share (about ceil(frames / workers)). A size the fit cuts still
+    covers the frames (its batches x pipelines are at least as many), and an actor call takes a multiple of that
+    (``frames_per_call``), so such a run is one call, which one actor runs alone; and Ray Data hands each call to
+    whichever actor is free, so the first one up may take a run's every call (two at once, then the next). Fitted to
+    a share, that actor would run every frame on the pipelines of a share."""
+    return RunSize(batch=batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1),
+                   pipelines=pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)).fitted(frames)
+
+
 def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, output_format: str,
          options: dict[str, Any], *, workers: int | None, gpus_per_worker: float | None,
          batch_size: int | None, pipelines: int | None, progress: bool,
@@ -442,17 +456,21 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         dataset = dataset.map_batches(read_uri_frames, batch_format="numpy",
                                       fn_kwargs={"filesystem": listed.filesystem, "point_dim": options["point_dim"]})
         refused = listed.refused
+        to_run = len(listed.names)
     else:  # local files: each actor's reader threads read them into its pinned staging
         frames = sources
+        to_run = len(sources)
         # as bytes: Arrow holds a name that is no UTF-8 in a binary column (in a string column, Ray Data warned and
         # pickled the column)
         dataset = ray.data.from_items([{"path": os.fsencode(s)} for s in sources])
         refused = []
-    batch = batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1)
-    pipes = pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)
+    size = actor_size(batch_size, pipelines, on_gpu, to_run)
+    cli = make_report is not None
+    cut = cut_note(batch_size, pipelines, size, to_run, OPTION_NAMES if cli else ("batch_size=", "pipelines="))
+    batch, pipes = size.batch, size.pipelines
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
     # capped by each actor to its own cores, which this machine's need not be
-    asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, make_report is not None)
+    asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, cli)
     threads = None if on_gpu else asked or worker_pipeline_threads(resources.get("CPU", 1), workers, pipes)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
@@ -472,9 +490,14 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
             tf32_note = cpu_tf32_note("cuda" if on_gpu else "cpu", options["runtime"])
             if tf32_note is not None:
                 print(tf32_note, file=sys.stderr, flush=True)
+            if cut is not None:
+                print(f"note: {cut}", file=sys.stderr, flush=True)
             report = make_report(options["plan"], len(frames))
-        elif fallback:  # the Python API's CPU fallback, said as the detector says its own
-            warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
+        else:
+            if fallback:  # the Python API's CPU fallback, said as the detector says its own
+                warnings.warn(f"device auto: {where}", CpuFallbackWarning, stacklevel=3)
+            if cut is not None:  # as the workers' SETTING_NOTES are said to the Python API's caller
+                warnings.warn(cut, SettingNotice, stacklevel=3)
         warned = FrameWarnings(report.note) if report is not None else None
         out.mkdir(parents=True, exist_ok=True)
         dataset = dataset.map_batches(

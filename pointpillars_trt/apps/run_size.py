@@ -24,11 +24,17 @@ class RunSize:
         return RunSize(batch, max(1, min(self.pipelines, -(-frames // batch))))
 
 
-def cut_note(given_batch: int | None, given_pipelines: int | None, fitted: RunSize, frames: int) -> str | None:
+#: How the command line names the batch and the pipelines, each followed by its value (``--batch-size 8``).
+OPTION_NAMES = ("--batch-size ", "--pipelines ")
+
+
+def cut_note(given_batch: int | None, given_pipelines: int | None, fitted: RunSize, frames: int,
+             named: tuple[str, str] = OPTION_NAMES) -> str | None:
     """What a run of ``frames`` frames says of a ``--batch-size`` or ``--pipelines`` given (None: not given) that
-    ``fitted`` cuts; None when it cuts neither (a default cut is not said: it was no promise)."""
-    cuts = [f"{option} {given} cut to {used}" for option, given, used in
-            (("--batch-size", given_batch, fitted.batch), ("--pipelines", given_pipelines, fitted.pipelines))
+    ``fitted`` cuts; None when it cuts neither (a default cut is not said: it was no promise). ``named``: how the
+    caller gave the two (the Python API's ``batch_size=``, ``pipelines=``)."""
+    cuts = [f"{option}{given} cut to {used}" for option, given, used in
+            ((named[0], given_batch, fitted.batch), (named[1], given_pipelines, fitted.pipelines))
             if given is not None and used < given]
     if not cuts:
         return None

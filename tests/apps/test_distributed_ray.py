@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -36,15 +36,50 @@ CORRUPT = "corrupt.bin"
 
 
 @pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[None]:
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The module's local cluster; the file where each of its worker processes writes a line for each detector it
+    opens (``counting_detector_opens``)."""
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # the local cluster on loopback only
     ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
-    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False)  # the CPU path, GPU or not
+    opens = tmp_path_factory.mktemp("opens") / "detectors"
+    ray.init(num_cpus=2, num_gpus=0, include_dashboard=False, log_to_driver=False,  # the CPU path, GPU or not
+             runtime_env={"worker_process_setup_hook": counting_detector_opens(str(opens))})
     try:
-        yield
+        yield opens
     finally:
         ray.shutdown()
+
+
+def counting_detector_opens(path: str) -> Callable[[], None]:
+    """A setup hook for the cluster's worker processes: each detector a worker opens, as the real
+    ``PointPillars.from_model_dir`` opens it, adds a line ``PID BATCH MODEL_DIR`` to ``path``. Nested, so that Ray
+    sends it by value: the workers cannot import this module."""
+    def count_detector_opens() -> None:
+        from pointpillars_trt.detector import PointPillars
+
+        real = PointPillars.from_model_dir.__func__  # type: ignore[attr-defined]
+
+        def counted(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
+            detector = real(cls, *args, **kwargs)
+            with open(path, "a") as opened:
+                opened.write(f"{os.getpid()} {detector.options.max_batch} {detector.model.path}\n")
+            return detector
+
+        PointPillars.from_model_dir = classmethod(counted)  # type: ignore[method-assign, assignment]
+
+    return count_detector_opens
+
+
+def detectors_opened(opens: Path, model: Path) -> list[list[int]]:
+    """The batch of each detector of ``model`` the workers opened (``ray_cluster``'s file), one list a worker: a model
+    dir of its own tells a run's detectors from those a worker of an earlier run opened as that run ended."""
+    by_worker: dict[str, list[int]] = {}
+    for line in opens.read_text().splitlines() if opens.exists() else []:
+        pid, batch, path = line.split(" ", 2)
+        if Path(path).resolve() == model.resolve():
+            by_worker.setdefault(pid, []).append(int(batch))
+    return sorted(by_worker.values())
 
 
 def local_infer(frames: Path, model: Path, out: Path, *options: str, code: int = 1) -> tuple[str, str]:
@@ -989,6 +1024,42 @@ def test_pipelines_whose_threads_contend_for_a_workers_cores_are_said_as_local_i
     assert rc == 0 and out.startswith("3/3 frames"), (out, err)
     assert local_err.count(note) == err.count(note) == 1, (local_err, err)
     assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+
+
+def test_each_worker_opens_only_the_pipelines_the_runs_frames_keep_busy_as_local_infer_does(
+        ray_cluster: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """``--pipelines 4`` for 3 frames on 2 workers: a worker opens 3 pipelines at batch 1 (each opened 4), fitted to
+    all 3 frames as local infer fits them, not to a worker's share of 2 (the 3 frames are one call, which one worker
+    runs); the cut is local infer's note, said once, and the outputs are local infer's. ``detect_dataset``'s caller
+    gets the note as a SettingNotice naming its own arguments: ``batch_size=8`` for a URI's 3 frames, one batch of 3.
+    A worker the run ends before it is up may have opened fewer: each is counted as its detectors open, each run's
+    in a copy of the model of its own."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.errors import SettingNotice
+
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(3)})
+    why = "(more would only cost start time and memory)"
+    note = f"note: --pipelines 4 cut to 3: the 3 frames to run make 3 batches of 1 {why}"
+    _, local_err = local_infer(folder, tiny_model, tmp_path / "local", "--pipelines", "4", code=0)
+    for run in ("cli", "api"):
+        shutil.copytree(tiny_model, tmp_path / run)
+    rc, out, err = cli_ray_infer(folder, tmp_path / "cli", tmp_path / "ray", "--workers", "2", "--pipelines", "4")
+    assert rc == 0 and out.startswith("3/3 frames"), (out, err)
+    opened = detectors_opened(ray_cluster, tmp_path / "cli")
+    assert [1, 1, 1] in opened and len(opened) <= 2, opened
+    assert all(batches in ([1], [1, 1], [1, 1, 1]) for batches in opened), opened
+    assert [line for line in local_err.splitlines() if " cut to " in line] == [note], local_err
+    assert [line for line in err.splitlines() if " cut to " in line] == [note], err
+    assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+
+    with pytest.warns(SettingNotice) as notices:
+        summary = detect_dataset(f"file://{folder}", tmp_path / "api", tmp_path / "api_out", workers=1,
+                                 batch_size=8, pipelines=1, progress=False, runtime=RuntimeOptions(device="cpu"))
+    assert summary.frames == 3 and not summary.failures
+    assert detectors_opened(ray_cluster, tmp_path / "api") == [[3]]
+    assert [str(notice.message) for notice in notices if " cut to " in str(notice.message)] == \
+        [f"batch_size=8 cut to 3: the 3 frames to run make 1 batch of 3 {why}"]
 
 
 def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]

@@ -60,3 +60,25 @@ def test_the_device_decides_gpu_or_cpu_workers_and_an_explicit_cuda_device_is_ne
         check_resources({"GPU": 1.0, "CPU": 8.0}, None, 1.0, "cpu")
     with pytest.raises(InputError, match="--device cuda:1: Ray gives each worker its own GPUs; pass --device cuda"):
         check_resources({"GPU": 2.0, "CPU": 8.0}, None, None, "cuda:1")
+
+
+def test_each_actor_is_fitted_to_all_the_frames_which_one_call_holds_whenever_the_fit_cuts() -> None:
+    """An actor's size is local infer's for the run's frames (the GPU's defaults for one frame: one pipeline at batch
+    1); and whenever that fit cuts anything, one actor call holds every frame (so one actor may run them all: a
+    worker's share would be too small a fit). Oracle: the sizes by hand, and every call size by its definition."""
+    from pointpillars_trt.apps.distributed import actor_size, frames_per_call
+    from pointpillars_trt.apps.run_size import RunSize
+
+    assert actor_size(None, None, True, 1) == RunSize(1, 1)
+    assert actor_size(None, None, True, 12) == RunSize(8, 2)
+    assert actor_size(None, None, True, 40) == RunSize(8, 4)
+    assert actor_size(None, 16, False, 4) == RunSize(1, 4)
+    assert actor_size(3, None, False, 2) == RunSize(2, 1)
+    for batch in range(1, 13):
+        for pipelines in range(1, 7):
+            for frames in range(1, 100):
+                size = actor_size(batch, pipelines, True, frames)
+                if size != RunSize(batch, pipelines):
+                    for on_gpu in (True, False):
+                        for uris in (True, False):
+                            assert frames_per_call(size.batch * size.pipelines, on_gpu, uris) >= frames
