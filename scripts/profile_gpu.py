@@ -68,7 +68,9 @@ def main() -> None:
     pipe = GpuPipeline(dirs["fp32"])
     pipe.detect(frames[0])
     canvas = pipe._canvas[:1]  # in the layout the pipeline's engine reads; the ONNX graphs take NHWC
-    if pipe._rpn.channels_first_input:
+    rpn = pipe._rpn
+    assert rpn is not None  # opened with the pipeline
+    if rpn.channels_first_input:
         canvas = cp.ascontiguousarray(canvas.transpose(0, 2, 3, 1))
     canvases = {"fp32": canvas, "fp16": canvas.astype(np.float16)}
     heads = cp.empty_like(pipe._heads[:1])
@@ -100,8 +102,8 @@ def main() -> None:
             totals.setdefault(e.name[:90], []).append(e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total)
     rows = sorted(((sum(v) / 1e3, len(v), k) for k, v in totals.items()), reverse=True)
     print("\n| kernel | calls | ms |\n| --- | --- | --- |")
-    for ms, calls, name in rows[:25]:
-        print(f"| {name} | {calls} | {ms:.4f} |")
+    for total_ms, calls, name in rows[:25]:
+        print(f"| {name} | {calls} | {total_ms:.4f} |")
     print(f"| all kernels | {sum(r[1] for r in rows)} | {sum(r[0] for r in rows):.4f} |")
 
 
