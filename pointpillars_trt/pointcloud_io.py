@@ -19,6 +19,7 @@ import re
 import struct
 import warnings
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import IO, Union
 
 import numpy as np
@@ -586,9 +587,9 @@ def read_pcd(path: PathLike, *, columns: int = 4, viewpoint_note: ViewpointNote 
     )
     with f:
         try:
-            header, header_end, header_lines = _pcd_header(f, shown, what)
+            header = _pcd_header(f, shown, what)
             viewpoint = _pcd_viewpoint(header, shown, what)
-            points = _pcd_points(f, size, header, header_end, header_lines, columns, shown, what)
+            points = _pcd_points(f, size, header, columns, shown, what)
         except OSError as exc:
             raise read_error(what, path, exc) from None
     _check_named_time_lags(points, path, what, capture_times_note)
@@ -610,24 +611,23 @@ def viewpoint_text(path: PathLike, viewpoint: list[str]) -> str:
             "and save them with VIEWPOINT 0 0 0 1 0 0 0")
 
 
-def _pcd_viewpoint(header: dict[str, list[str]], shown: str, what: str) -> list[str] | None:
+def _pcd_viewpoint(header: _PcdHeader, shown: str, what: str) -> list[str] | None:
     """The header's VIEWPOINT values as written, where they are not the identity (None where they are, or the
     header has none); anything but 7 finite decimal numbers is refused."""
-    values = header.get("VIEWPOINT")
+    values = header.values.get("VIEWPOINT")
     if values is None:
         return None
     if len(values) != 7 or not all(_PCD_NUMBER.fullmatch(v) and math.isfinite(float(v)) for v in values):
-        raise InputError(f"{what} {shown}: header VIEWPOINT {safe_repr(' '.join(values), 80)} is not 7 numbers "
+        raise InputError(f"{what} {shown}: header {header.said('VIEWPOINT', 80)} is not 7 numbers "
                          "(tx ty tz qw qx qy qz: the sensor's position and orientation)")
     return None if tuple(float(v) for v in values) in _PCD_IDENTITY_VIEWPOINTS else values
 
 
-def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_end: int, header_lines: int,
-                width: int, shown: str, what: str) -> np.ndarray:
-    """The (N, ``width``) float32 points of a .pcd file ``f`` of ``size`` bytes whose ``header`` ends at
-    ``header_end``, after its first ``header_lines`` lines."""
+def _pcd_points(f: IO[bytes], size: int, header: _PcdHeader, width: int, shown: str, what: str) -> np.ndarray:
+    """The (N, ``width``) float32 points of a .pcd file ``f`` of ``size`` bytes, read past its ``header``."""
     dtype, points, data_kind = _pcd_layout(header, shown, what)
-    columns = _pcd_columns(dtype, width, shown, what)
+    columns = _pcd_columns(dtype, width, header, shown, what)
+    header_end = header.size
     if not size and data_kind != "ascii":  # binary data is checked by the file's size, which counts none of its bytes
         raise said_empty_error(f"{what} {shown}", f"a .pcd header of DATA {data_kind}: {_READ_A_COPY}")
     if data_kind == "binary_compressed":
@@ -653,7 +653,7 @@ def _pcd_points(f: IO[bytes], size: int, header: dict[str, list[str]], header_en
     if size - header_end > limit:
         raise InputError(f"{what} {shown}: {size - header_end} bytes of ASCII data, more than "
                          f"{limit} for POINTS {points} of {per_row} values")
-    return _pcd_ascii(f, dtype, points, columns, shown, what, size - header_end, header_lines)
+    return _pcd_ascii(f, dtype, points, columns, shown, what, size - header_end, header.line_count)
 
 
 def _pcd_binary_bytes(points: int, dtype: np.dtype, where: str) -> int:
@@ -753,9 +753,26 @@ def lzf_decompress(data: bytes, size: int, where: str) -> bytearray:
                      "truncated)")
 
 
-def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str]], int, int]:
-    """The header's keys and values, and the bytes and lines it takes, its DATA line included."""
+@dataclass(frozen=True)
+class _PcdHeader:
+    """A .pcd header as read: each key's values as written (a byte past ASCII held as a surrogate escape, so two
+    names that differ only there stay two) and the line of the file it is on, and the bytes and lines the header
+    takes, its DATA line included."""
+
+    values: dict[str, list[str]]
+    lines: dict[str, int]
+    size: int
+    line_count: int
+
+    def said(self, key: str, limit: int = 40) -> str:
+        """``key``'s line for a message: the key, its values quoted as written (``_as_written``) and its line."""
+        return f"{key} {_as_written(' '.join(self.values[key]), limit)} on line {self.lines[key]}"
+
+
+def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
+    """The header, read line by line up to its DATA line."""
     header: dict[str, list[str]] = {}
+    where: dict[str, int] = {}
     consumed = lines = 0
     while True:
         line = f.readline(_PCD_MAX_HEADER)
@@ -767,26 +784,27 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> tuple[dict[str, list[str
             raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
         if consumed > _PCD_MAX_HEADER:
             raise InputError(f"{what} {shown} is not a PCD file: no DATA line in the first {_PCD_MAX_HEADER} bytes")
-        text = line.decode("ascii", errors="replace").strip()
+        text = line.decode("ascii", errors="surrogateescape").strip()
         if not text or text.startswith("#"):
             continue
         key, *values = text.split()
         if key not in _PCD_KEYS:
-            raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {safe_repr(text, 60)}")
+            raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {lines}: "
+                             f"{_as_written(text, 60)}")
         if key in header:
-            raise InputError(f"{what} {shown}: header key {key} appears twice")
-        header[key] = values
+            raise InputError(f"{what} {shown}: header key {key} appears twice (lines {where[key]} and {lines})")
+        header[key], where[key] = values, lines
         if key == "DATA":
-            return header, consumed, lines
+            return _PcdHeader(header, where, consumed, lines)
 
 
-def _pcd_int(header: dict[str, list[str]], key: str, shown: str, what: str) -> int:
-    values = header.get(key)
+def _pcd_int(header: _PcdHeader, key: str, shown: str, what: str) -> int:
+    values = header.values.get(key)
     if values is None:
         raise InputError(f"{what} {shown}: header key {key} is missing")
     count = _pcd_count(values[0]) if len(values) == 1 else None
     if count is None:
-        raise InputError(f"{what} {shown}: header {key} {safe_repr(' '.join(values), 40)} is not a count")
+        raise InputError(f"{what} {shown}: header {header.said(key)} is not a count")
     return count
 
 
@@ -796,16 +814,15 @@ def _pcd_count(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and overlong_number(text) is None else None
 
 
-def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np.dtype, int, str]:
-    data_kind = header["DATA"][0].lower() if header["DATA"] else ""
+def _pcd_layout(header: _PcdHeader, shown: str, what: str) -> tuple[np.dtype, int, str]:
+    data_kind = header.values["DATA"][0].lower() if header.values["DATA"] else ""
     if data_kind not in ("ascii", "binary", "binary_compressed"):
-        raise InputError(f"{what} {shown}: DATA {safe_repr(' '.join(header['DATA']), 40)}; expected ascii, binary or "
-                         "binary_compressed")
+        raise InputError(f"{what} {shown}: {header.said('DATA')}; expected ascii, binary or binary_compressed")
     for key in ("FIELDS", "SIZE", "TYPE"):
-        if key not in header:
+        if key not in header.values:
             raise InputError(f"{what} {shown}: header key {key} is missing")
-    fields, sizes, types = header["FIELDS"], header["SIZE"], header["TYPE"]
-    counts = header.get("COUNT", ["1"] * len(fields))
+    fields, sizes, types = header.values["FIELDS"], header.values["SIZE"], header.values["TYPE"]
+    counts = header.values.get("COUNT", ["1"] * len(fields))
     if not (len(fields) == len(sizes) == len(types) == len(counts)) or not fields:
         raise InputError(
             f"{what} {shown}: header has {len(fields)} FIELDS, {len(sizes)} SIZE, {len(types)} TYPE "
@@ -813,18 +830,19 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
         )
     named = [field for field in fields if field != _PCD_PADDING]
     if len(set(named)) != len(named):
-        raise InputError(f"{what} {shown}: FIELDS {safe_repr(' '.join(fields), 80)} repeats a name")
+        raise InputError(f"{what} {shown}: {header.said('FIELDS', 80)} repeats a name")
     fields = [f"{field} {i}" if field == _PCD_PADDING else field for i, field in enumerate(fields)]  # unique
     parts: list[tuple[str, str, tuple[int, ...]]] = []
     for field, size, kind, count in zip(fields, sizes, types, counts):
         code = _PCD_TYPES.get((kind.upper(), _pcd_count(size)))
         if code is None:
-            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has TYPE {safe_repr(kind, 10)} "
-                             f"SIZE {safe_repr(size, 10)}; expected F 4/8, I or U 1/2/4/8")
+            raise InputError(f"{what} {shown}: field {_as_written(field, 40)} has TYPE {_as_written(kind, 10)} on "
+                             f"line {header.lines['TYPE']}, SIZE {_as_written(size, 10)} on line "
+                             f"{header.lines['SIZE']}; expected F 4/8, I or U 1/2/4/8")
         repeats = _pcd_count(count)
         if repeats is None or not 1 <= repeats <= _PCD_MAX_COUNT:
-            raise InputError(f"{what} {shown}: field {safe_repr(field, 40)} has COUNT {safe_repr(count, 10)}, not a "
-                             f"count from 1 to {_PCD_MAX_COUNT}")
+            raise InputError(f"{what} {shown}: field {_as_written(field, 40)} has COUNT {_as_written(count, 10)} on "
+                             f"line {header.lines['COUNT']}, not a count from 1 to {_PCD_MAX_COUNT}")
         parts.append((field, "<" + code, (repeats,) if repeats > 1 else ()))
     values = sum(shape[0] if shape else 1 for _, _, shape in parts)
     if values > _PCD_MAX_ROW_VALUES:
@@ -832,7 +850,7 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
                          f"{_PCD_MAX_ROW_VALUES}: not a point cloud this reads")
     dtype = np.dtype([(name, code, shape) if shape else (name, code) for name, code, shape in parts])
     width, height = _pcd_int(header, "WIDTH", shown, what), _pcd_int(header, "HEIGHT", shown, what)
-    points = _pcd_int(header, "POINTS", shown, what) if "POINTS" in header else width * height
+    points = _pcd_int(header, "POINTS", shown, what) if "POINTS" in header.values else width * height
     if points != width * height:
         raise InputError(f"{what} {shown}: POINTS {points} but WIDTH {width} x HEIGHT {height} = {width * height}")
     if points > MAX_FRAME_POINTS:
@@ -840,20 +858,21 @@ def _pcd_layout(header: dict[str, list[str]], shown: str, what: str) -> tuple[np
     return dtype, points, data_kind
 
 
-def _pcd_columns(dtype: np.dtype, width: int, shown: str, what: str) -> list[str]:
+def _pcd_columns(dtype: np.dtype, width: int, header: _PcdHeader, shown: str, what: str) -> list[str]:
     """Names of the fields of the model's first ``width`` point columns (x, y, z, intensity, time: ``named_columns``),
-    in that order (each must have COUNT 1)."""
+    in that order (each must have COUNT 1), of the ``dtype`` read from ``header``."""
     names = list(dtype.names or ())
     chosen = named_columns(names, width)
     missing = lacking_text(chosen)
     if missing is not None:
         sweep = width == 5 and [column for column, name in chosen.items() if name is None] == ["time"]
-        raise InputError(f"{what} {shown}: FIELDS {safe_repr(' '.join(names), 80)} lack {missing}"
+        raise InputError(f"{what} {shown}: {header.said('FIELDS', 80)} lack {missing}"
                          + (f"; single sweeps? {MULTI_SWEEP_FIX}" if sweep else ""))
     fields = [str(name) for name in chosen.values()]
     for name in fields:
         if dtype[name].shape:
-            raise InputError(f"{what} {shown}: field {name} has COUNT {dtype[name].shape[0]}, expected 1")
+            raise InputError(f"{what} {shown}: field {name} has COUNT {dtype[name].shape[0]} on line "
+                             f"{header.lines['COUNT']}, expected 1")
     return fields
 
 
@@ -892,7 +911,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
             if table is None:
                 bad = _first_bad_line(lines, per_row)
                 raise InputError(f"{what} {shown}: bad ASCII data on line {lines_before + _line_of(text, bad)} (row "
-                                 f"{rows + bad + 1} of {points} after DATA): '{_row_text(lines[bad])}' is not "
+                                 f"{rows + bad + 1} of {points} after DATA): {_as_written(lines[bad].strip())} is not "
                                  f"{per_row} numbers")
             misfit = _outside_declared_type(table, lines, dtype, columns, wanted)
             if misfit is not None:
@@ -967,10 +986,11 @@ def _line_of(text: str, row: int) -> int:
     return breaks + 1
 
 
-def _row_text(line: str) -> str:
-    """An ASCII data row as one bounded, terminal-safe text: each byte past ASCII (held as a surrogate escape) as
-    ``\\xNN``, as the file holds it, whatever it decodes to elsewhere (U+FFFD, or a UTF-8 letter)."""
-    return escape_text(line.strip().encode("ascii", "surrogateescape").decode("latin-1"), 80)
+def _as_written(text: str, limit: int = 80) -> str:
+    """Text of a .pcd (a data row, a header line or value) quoted for a message, bounded to ``limit`` characters and
+    terminal-safe: each byte past ASCII (held as a surrogate escape) as ``\\xNN``, as the file holds it, whatever it
+    decodes to elsewhere (U+FFFD, or a UTF-8 letter)."""
+    return f"'{escape_text(text.encode('ascii', 'surrogateescape').decode('latin-1'), limit)}'"
 
 
 def _first_bad_line(lines: list[str], per_row: int) -> int:

@@ -304,7 +304,7 @@ def test_pcd_errors(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(no_i), "lack intensity (or i or reflectance)")
     bad_size = tmp_path / "size.pcd"
     bad_size.write_bytes(pcd_header("x y z intensity", "4 4 2 4", "F F F F", "1 1 1 1", 1, "ascii") + b"1 2 3 4\n")
-    one_line_error(lambda: read_points(bad_size), "field 'z' has TYPE 'F' SIZE '2'")
+    one_line_error(lambda: read_points(bad_size), "field 'z' has TYPE 'F' on line 5, SIZE '2' on line 4")
     counts = tmp_path / "counts.pcd"
     counts.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1", 1, "ascii") + b"1 2 3 4\n")
     one_line_error(lambda: read_points(counts), "4 FIELDS", "3 COUNT")
@@ -314,7 +314,7 @@ def test_pcd_errors(tmp_path: Path) -> None:
     one_line_error(lambda: read_points(points), "POINTS 4 but WIDTH 3 x HEIGHT 1 = 3")
     multi = tmp_path / "multi.pcd"
     multi.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 2", 1, "ascii") + b"1 2 3 4 5\n")
-    one_line_error(lambda: read_points(multi), "field intensity has COUNT 2")
+    one_line_error(lambda: read_points(multi), "field intensity has COUNT 2 on line 6, expected 1")
     huge = tmp_path / "huge.pcd"
     huge.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", MAX_FRAME_POINTS + 1, "binary"))
     one_line_error(lambda: read_points(huge), f"POINTS {MAX_FRAME_POINTS + 1}", "limit")
@@ -372,9 +372,9 @@ def test_pcd_time_field_meets_the_time_lag_checks_and_a_pcd_without_one_names_ac
                    "but this model reads each point's time lag behind the key sweep there")
     sweep = tmp_path / "sweep.pcd"
     sweep.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 7, "binary") + sample().tobytes())
-    one_line_error(lambda: read_points(sweep, columns=5), f"point file {str(sweep)!r}: FIELDS 'x y z intensity' lack "
-                   "time (or timestamp or time_lag); single sweeps? a multi-sweep model needs accumulated frames, each "
-                   "point's 5th value its time lag behind the key sweep: PointPillars.accumulate")
+    one_line_error(lambda: read_points(sweep, columns=5), f"point file {str(sweep)!r}: FIELDS 'x y z intensity' on "
+                   "line 3 lack time (or timestamp or time_lag); single sweeps? a multi-sweep model needs accumulated "
+                   "frames, each point's 5th value its time lag behind the key sweep: PointPillars.accumulate")
 
 
 def test_pcd_viewpoint_is_not_applied_and_said_unless_it_is_the_identity(tmp_path: Path) -> None:
@@ -417,7 +417,7 @@ def test_pcd_malformed_viewpoint_is_refused_naming_the_file(tmp_path: Path) -> N
         path.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 1, "ascii",
                                     viewpoint=viewpoint) + b"1 2 3 0.5\n")
         one_line_error(lambda: read_points(path), f"bad{index}.pcd",  # noqa: B023
-                       f"header VIEWPOINT {viewpoint!r} is not 7 numbers (tx ty tz qw qx qy qz")
+                       f"header VIEWPOINT '{viewpoint}' on line 9 is not 7 numbers (tx ty tz qw qx qy qz")
 
 
 # --------------------------------------------------------------------------- extensions, special files
@@ -791,7 +791,7 @@ LONG = "9" * 5000  # past Python's 4,300-digit limit on int(), whose error names
 
 @pytest.mark.parametrize("key, needle", [
     ("WIDTH", "header WIDTH '999"), ("HEIGHT", "header HEIGHT '999"), ("POINTS", "header POINTS '999"),
-    ("SIZE", "field 'x' has TYPE 'F' SIZE '999"), ("COUNT", "field 'x' has COUNT '999"),
+    ("SIZE", "field 'x' has TYPE 'F' on line 3, SIZE '999"), ("COUNT", "field 'x' has COUNT '999"),
 ])
 def test_pcd_header_number_of_thousands_of_digits_is_not_a_count(tmp_path: Path, key: str, needle: str) -> None:
     values = {"SIZE": "4 4 4 4", "COUNT": "1 1 1 1", "WIDTH": "1", "HEIGHT": "1", "POINTS": "1"}
@@ -938,6 +938,51 @@ def test_ascii_pcd_bad_row_is_named_by_its_line_and_escaped_bytes(tmp_path: Path
         assert text == (f"point file {str(path)!r}: bad ASCII data on line {line} (row 2 of 3 after DATA): '{shown}' "
                         "is not 4 numbers")
         assert "\ufffd" not in text and len(text) < len(str(path)) + 200
+
+
+PCD_HEADER_LINES = [b"# .PCD v0.7", b"VERSION 0.7", b"FIELDS x y z intensity", b"SIZE 4 4 4 4", b"TYPE F F F F",
+                    b"COUNT 1 1 1 1", b"WIDTH 1", b"HEIGHT 1", b"VIEWPOINT 0 0 0 1 0 0 0", b"POINTS 1", b"DATA ascii"]
+
+
+@pytest.mark.parametrize(("line", "bad", "said"), [
+    (2, b"VERSI\xc3\x96N 0.7", r" is not a PCD file: unexpected header line 2: 'VERSI\xc3\x96N 0.7'"),
+    (2, b"\x1b[2J\xff\xfe", r" is not a PCD file: unexpected header line 2: '\x1b[2J\xff\xfe'"),
+    (7, b"WIDTH 1\xff", r": header WIDTH '1\xff' on line 7 is not a count"),
+    (11, b"DATA asc\xc3\xafi", r": DATA 'asc\xc3\xafi' on line 11; expected ascii, binary or binary_compressed"),
+    (5, b"TYPE F F F \xc6", r": field 'intensity' has TYPE '\xc6' on line 5, SIZE '4' on line 4; expected F 4/8, I or "
+                            "U 1/2/4/8"),
+    (6, b"COUNT 1 1 1 \xb9", r": field 'intensity' has COUNT '\xb9' on line 6, not a count from 1 to 4096"),
+    (3, b"FIELDS x y z int\xc3\xa9nsit\xc3\xa9", r": FIELDS 'x y z int\xc3\xa9nsit\xc3\xa9' on line 3 lack intensity "
+                                               "(or i or reflectance)"),
+    (3, b"FIELDS x y \xff \xff", r": FIELDS 'x y \xff \xff' on line 3 repeats a name"),
+    (9, b"VIEWPOINT 0 0 0 1 0 0 \xd9\xa0", r": header VIEWPOINT '0 0 0 1 0 0 \xd9\xa0' on line 9 is not 7 numbers (tx "
+                                          "ty tz qw qx qy qz: the sensor's position and orientation)"),
+    (8, b"WIDTH 1", ": header key WIDTH appears twice (lines 7 and 8)"),
+], ids=["key-utf8", "key-escape-codes", "width", "data", "type", "count", "fields-lack", "fields-repeat", "viewpoint",
+        "twice"])
+def test_pcd_bad_header_line_is_named_by_its_line_and_escaped_bytes(tmp_path: Path, line: int, bad: bytes,
+                                                                    said: str) -> None:
+    """A header line holding a byte past ASCII was quoted with U+FFFD for each such byte (two for a UTF-8 letter),
+    and an unknown one was not named by its line: each is quoted as the file holds it, each such byte as \\xNN,
+    and named by its line in the file."""
+    lines = PCD_HEADER_LINES.copy()
+    lines[line - 1] = bad
+    path = tmp_path / "head.pcd"
+    path.write_bytes(b"\n".join(lines) + b"\n1 2 3 0.5\n")
+    text = one_line_error(lambda: read_points(path))
+    assert text == f"point file {str(path)!r}{said}"
+    assert "\ufffd" not in text
+
+
+def test_pcd_fields_named_alike_but_for_their_letters_past_ascii_are_two_fields(tmp_path: Path) -> None:
+    """Two field names that differ only in a UTF-8 letter were both read as the same name (each byte past ASCII
+    one U+FFFD) and the file refused as repeating a name."""
+    lines = PCD_HEADER_LINES.copy()
+    lines[2:6] = [b"FIELDS x y z intensity h\xc3\xb6he h\xc3\xa4he", b"SIZE 4 4 4 4 4 4", b"TYPE F F F F F F",
+                  b"COUNT 1 1 1 1 1 1"]
+    path = tmp_path / "names.pcd"
+    path.write_bytes(b"\n".join(lines) + b"\n1 2 3 0.5 7 8\n")
+    np.testing.assert_array_equal(read_points(path), [[1, 2, 3, 0.5]])
 
 
 def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:
