@@ -898,10 +898,6 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
         data = rest + block
         cut = len(data) if not block else data.rfind(b"\n") + 1
         rest = data[cut:]
-        if len(rest) > longest:  # a row no line break ends (zeros, one long line): refused, not carried over and over
-            row = rows + data[:cut].count(b"\n") + 1  # blank lines counted too: near enough to find it
-            raise InputError(f"{what} {shown}: ASCII data row {row} of {points} runs "
-                             f"past {longest} bytes without a line break; a row of {per_row} numbers is shorter")
         text = data[:cut].decode("ascii", errors="surrogateescape")  # a byte past ASCII parses as no number
         lines = [line for line in text.splitlines() if line.strip()]
         if lines:
@@ -928,6 +924,10 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
         lines_before += data.count(b"\n", 0, cut)
+        if len(rest) > longest:  # a row no line break ends (zeros, one long line): refused, not carried over and over
+            raise InputError(f"{what} {shown}: ASCII data on line {lines_before + 1} (row {rows + 1} of {points} after "
+                             f"DATA) runs past {longest} bytes without a line break; a row of {per_row} numbers is "
+                             "shorter")
         if not block:
             break
     if rows != points:
