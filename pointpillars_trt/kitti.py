@@ -297,9 +297,10 @@ def read_png_size(path: PathLike) -> tuple[int, int]:
 
 def image_path_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> Path:
     """Where the frame's camera image is looked for: ``<image folder>/<frame id>.png`` (see
-    :func:`image_shape_for_frame`)."""
+    :func:`image_shape_for_frame`), named as the path it is found by is given (``image_dir``, else the frame's:
+    ``named_as_given``), so that every message of it names it so."""
     frame, folder, _ = _frame_folder(frame_path, image_dir, "image_2", "image")
-    return folder / f"{frame.stem}.png"
+    return Path(named_as_given(folder / f"{frame.stem}.png", frame_path if image_dir is None else image_dir))
 
 
 def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> tuple[int, int] | None:

@@ -19,6 +19,7 @@ from pointpillars_trt.kitti import (
     calib_for_frame,
     detections_to_kitti_lines,
     finite_detections,
+    image_path_for_frame,
     image_shape_for_frame,
     kitti_label_to_lidar_boxes,
     normalize_heading,
@@ -890,6 +891,40 @@ def test_image_shape_for_frame(kitti_tree: Path) -> None:
         image_shape_for_frame(kitti_tree / "training" / "velodyne" / "000002.bin")
     with pytest.raises(InputError, match="belongs to 'training'"):
         image_shape_for_frame(kitti_tree / "testing" / "velodyne" / "000002.bin", kitti_tree / "training" / "image_2")
+
+
+def test_image_shape_for_frame_names_the_image_as_given(kitti_tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames and image folders given relative had the camera image that read_png_size's messages name made
+    absolute: it is named relative, as the path it was found by was given, and so is the path returned; given
+    absolute, absolute."""
+    training = kitti_tree / "training"
+    images, velodyne = training / "image_2", training / "velodyne"
+    images.mkdir()
+    (images / "000002.png").write_bytes(b"GIF89a" + bytes(40))  # not a PNG
+    (images / "000134.png").symlink_to(kitti_tree / "not-mounted" / "000134.png")
+    (images / "000009.png").write_bytes(real_png(kitti_tree / "x.png", 2, 3).read_bytes()[:20])  # cut in its header
+    not_png = "is not a PNG (no PNG signature and IHDR chunk)"
+    for cwd, call, said in [
+        (training, lambda: image_shape_for_frame("velodyne/000002.bin"), f"image file 'image_2/000002.png' {not_png}"),
+        (velodyne, lambda: image_shape_for_frame("000002.bin"), f"image file '../image_2/000002.png' {not_png}"),
+        (velodyne, lambda: image_shape_for_frame("000002.bin", "../image_2/"),
+         f"image file '../image_2/000002.png' {not_png}"),
+        (training, lambda: image_shape_for_frame("velodyne/000134.bin"),
+         "image file 'image_2/000134.png' is a broken symbolic link"),
+        (training, lambda: image_shape_for_frame("velodyne/000009.bin"), f"image file 'image_2/000009.png' {not_png}"),
+        (training, lambda: image_shape_for_frame(velodyne / "000002.bin"),
+         f"image file '{images / '000002.png'}' {not_png}"),
+        (training, lambda: image_shape_for_frame("velodyne/000002.bin", images),
+         f"image file '{images / '000002.png'}' {not_png}"),
+    ]:
+        monkeypatch.chdir(cwd)
+        with pytest.raises(InputError) as err:
+            call()
+        assert str(err.value).startswith(said), (said, str(err.value))
+    monkeypatch.chdir(velodyne)
+    assert image_path_for_frame("000135.bin") == Path("../image_2/000135.png")  # missing: None, named so in notes
+    assert image_shape_for_frame("000135.bin") is None
+    assert image_path_for_frame("000135.bin", "../../camera/") == Path("../../camera/000135.png")
 
 
 def test_a_camera_image_whose_link_is_broken_is_refused_not_taken_for_none(kitti_tree: Path) -> None:

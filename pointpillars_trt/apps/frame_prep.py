@@ -44,9 +44,8 @@ def fov_notice(fmt: str, cropped: bool, *, writes: bool, evaluating: bool) -> st
 def assumed_image_note(source: str, uses: str) -> str:
     """The run's one note that a frame without a camera image got KITTI's usual image size for ``uses``
     (its crop, its 2D boxes): a camera of another size (KITTI has 1224 x 370 too) needs --image-shape. The image
-    is named as the frame is (``named_as_given``)."""
-    shown = named_as_given(image_path_for_frame(source), source)
-    return (f"note: {safe_repr(source)}: no camera image {safe_repr(shown)} to take "
+    is named as the frame is (``image_path_for_frame``)."""
+    return (f"note: {safe_repr(source)}: no camera image {safe_repr(image_path_for_frame(source))} to take "
             f"its size from, so {KITTI_IMAGE_WORDS} is assumed for {uses} (and for every "
             "frame without one); if the camera's image is another size, pass --image-shape H,W (e.g. 370,1224)")
 

@@ -331,9 +331,11 @@ BEHIND_LIDAR = [-10.0, 0.0, -0.85, 3.9, 1.6, 1.5, 0.0]
 RIGHT_EDGE_LIDAR = [10.0, -9.0, -0.85, 3.9, 1.6, 1.5, 0.0]
 
 
-def assumed_image_note(root: Path) -> str:
-    """eval's note for the one JSON frame whose camera image ``root``/image_2/000000.png is missing."""
-    return (f"note: 1 JSON prediction frame(s) have no camera image in {str(root.absolute() / 'image_2')!r} to take "
+def assumed_image_note(root: Path, images: str | None = None) -> str:
+    """eval's note for the one JSON frame whose camera image ``root``/image_2/000000.png is missing, naming that
+    folder ``images`` (None: absolute)."""
+    images = str(root.absolute() / "image_2") if images is None else images
+    return (f"note: 1 JSON prediction frame(s) have no camera image in {images!r} to take "
             "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; if the camera's "
             "image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 PNGs there\n")
 
@@ -424,6 +426,24 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, "")
     assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1223.0
+
+
+def test_json_predictions_name_the_camera_image_and_its_folder_as_calib_is_given(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A --calib given relative had the image folder beside it (the note of the size assumed) and a camera image that
+    is no PNG named absolute: each is named relative, as --calib is given."""
+    _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    monkeypatch.chdir(tmp_path)
+    rc, err, _ = eval_cli("--pred", "pj", "--labels", "label_2", "--calib", "calib/")
+    assert (rc, err) == (0, assumed_image_note(tmp_path, "image_2")), err
+    monkeypatch.chdir(tmp_path / "calib")
+    rc, err, _ = eval_cli("--pred", "../pj", "--labels", "../label_2", "--calib", ".")
+    assert (rc, err) == (0, assumed_image_note(tmp_path, "../image_2")), err
+    (tmp_path / "image_2").mkdir()
+    (tmp_path / "image_2" / "000000.png").write_bytes(b"GIF89a" + bytes(40))
+    rc, err, _ = eval_cli("--pred", "../pj", "--labels", "../label_2", "--calib", ".")
+    assert (rc, err) == (2, "error: image file '../image_2/000000.png' is not a PNG (no PNG signature and IHDR "
+                            "chunk)\n"), err
 
 
 def test_camera_options_with_only_txt_predictions_are_said_unused_and_change_nothing(folders: tuple[Path, Path],

@@ -13,7 +13,7 @@ from typing import Any
 from ...errors import InputError, escape_text, printable_text, safe_repr
 from ...file_reads import check_input_folder
 from ...file_writes import check_writable_file, write_text_atomic
-from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS
+from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS, named_as_given
 from ..infer import camera_options_given
 from ..frame_prep import check_image_shape
 from ..ranges import image_shape_arg, path_name
@@ -83,10 +83,10 @@ def _described(folder: Path | str, predictions: Annotations) -> str:
 def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
     """The note that JSON predictions' 2D boxes were clipped to KITTI's usual image size for ``frames`` frames
     without --image-shape or a camera image beside the calib folder (another camera's image, e.g. KITTI's
-    1224 x 370, clips them elsewhere)."""
+    1224 x 370, clips them elsewhere). The image folder is named as --calib is given (``named_as_given``)."""
     if not frames or calib is None:
         return None
-    images = safe_repr(str(calib.absolute().parent / "image_2"))
+    images = safe_repr(named_as_given(calib.absolute().parent / "image_2", calib))
     return (f"note: {frames} JSON prediction frame(s) have no camera image in {images} to take "
             f"their size from, so their 2D boxes were clipped to {KITTI_IMAGE_WORDS}; if the "
             "camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 "
