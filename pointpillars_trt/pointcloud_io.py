@@ -770,18 +770,19 @@ class _PcdHeader:
 
 
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
-    """The header, read line by line up to its DATA line."""
+    """The header, read line by line up to its DATA line, ``f`` left at the data after it. Its lines may end in LF,
+    CRLF or CR alone (old Mac text), each a line as an editor shows it; they end as the file's first line does, so
+    binary data after a DATA line that ends in CR alone may start with a LF byte."""
+    head = f.read(_PCD_MAX_HEADER + 1)  # a byte past the limit: a CRLF that ends there is seen whole
+    if not head:
+        raise _empty_file_error(f"{what} {shown}", "PCD")
+    lines = head.splitlines(keepends=True)  # LF, CRLF and CR alone: bytes break lines at nothing else
+    cr_alone = lines[0].endswith(b"\r")
     header: dict[str, list[str]] = {}
     where: dict[str, int] = {}
-    consumed = lines = 0
-    while True:
-        line = f.readline(_PCD_MAX_HEADER)
+    consumed = 0
+    for number, line in enumerate(lines, 1):
         consumed += len(line)
-        lines += 1
-        if not line and not consumed:
-            raise _empty_file_error(f"{what} {shown}", "PCD")
-        if not line:
-            raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
         if consumed > _PCD_MAX_HEADER:
             raise InputError(f"{what} {shown} is not a PCD file: no DATA line in the first {_PCD_MAX_HEADER} bytes")
         text = line.decode("ascii", errors="surrogateescape").strip()
@@ -789,13 +790,17 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
             continue
         key, *values = text.split()
         if key not in _PCD_KEYS:
-            raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {lines}: "
+            raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {number}: "
                              f"{_as_written(text, 60)}")
         if key in header:
-            raise InputError(f"{what} {shown}: header key {key} appears twice (lines {where[key]} and {lines})")
-        header[key], where[key] = values, lines
+            raise InputError(f"{what} {shown}: header key {key} appears twice (lines {where[key]} and {number})")
+        header[key], where[key] = values, number
         if key == "DATA":
-            return _PcdHeader(header, where, consumed, lines)
+            if cr_alone and line.endswith(b"\r\n"):  # that LF is the data's first byte
+                consumed -= 1
+            f.seek(consumed)
+            return _PcdHeader(header, where, consumed, number)
+    raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
 
 
 def _pcd_int(header: _PcdHeader, key: str, shown: str, what: str) -> int:
@@ -896,7 +901,8 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     while True:
         block = f.read(_PCD_ASCII_BLOCK)
         data = rest + block
-        cut = len(data) if not block else data.rfind(b"\n") + 1
+        end = len(data) - 1 if block.endswith(b"\r") else len(data)  # may be a CRLF's CR: kept for the next
+        cut = len(data) if not block else max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
         rest = data[cut:]
         text = data[:cut].decode("ascii", errors="surrogateescape")  # a byte past ASCII parses as no number
         lines = [line for line in text.splitlines() if line.strip()]
@@ -923,7 +929,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                 raise InputError(f"{what} {shown} grew while being read (was it still being written?)")
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
-        lines_before += data.count(b"\n", 0, cut)
+        lines_before += data.count(b"\n", 0, cut) + data.count(b"\r", 0, cut) - data.count(b"\r\n", 0, cut)
         if len(rest) > longest:  # a row no line break ends (zeros, one long line): refused, not carried over and over
             raise InputError(f"{what} {shown}: ASCII data on line {lines_before + 1} (row {rows + 1} of {points} after "
                              f"DATA) runs past {longest} bytes without a line break; a row of {per_row} numbers is "
@@ -975,14 +981,15 @@ def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
 
 def _line_of(text: str, row: int) -> int:
     """The line (the first is 1) of ``text`` on which its ``row``-th (from 0) line that is not blank lies, counting
-    line breaks as a text editor does (a row split off by another break, a lone CR or a form feed, shares its line)."""
+    line breaks as a text editor does: LF, CRLF and CR alone (old Mac text) alike, each one line (a row split off by
+    another break, a form feed, shares its line)."""
     breaks = 0
     for line in text.splitlines(keepends=True):
         if line.strip():
             if not row:
                 break
             row -= 1
-        breaks += line.count("\n")
+        breaks += line.endswith(("\n", "\r"))
     return breaks + 1
 
 

@@ -944,6 +944,38 @@ def test_ascii_pcd_bad_row_is_named_by_its_line_and_escaped_bytes(tmp_path: Path
         assert "\ufffd" not in text and len(text) < len(str(path)) + 200
 
 
+LINE_BREAKS = {"LF": b"\n", "CRLF": b"\r\n", "CR": b"\r"}
+
+
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+def test_ascii_pcd_reads_alike_whatever_its_lines_end_in(tmp_path: Path, breaks: bytes) -> None:
+    """An ASCII .pcd whose lines end in CR alone (old Mac text) was refused: its header, read up to each LF, had no
+    DATA line, and its data, cut into blocks at the last LF, ran "past 192 bytes without a line break". Over several
+    1 MiB blocks, one ending between a CRLF's two bytes, a file of LF, CRLF or CR lines reads as NumPy wrote it, and
+    a bad row past the first blocks is named by its line in the file, each line break one line as an editor shows."""
+    from pointpillars_trt.pointcloud_io import _PCD_ASCII_BLOCK
+
+    rows = 4 * _PCD_ASCII_BLOCK // 16  # 16 bytes a row, 17 with CRLF: four blocks and more
+    points = np.random.default_rng(5).integers(0, 100, (rows, 4)) / 10  # written 'd.d': 3 characters each
+    header = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", rows, "ascii").replace(b"\n", breaks)
+    path = tmp_path / "breaks.pcd"
+    with open(path, "wb") as f:
+        f.write(header)
+        np.savetxt(f, points, fmt="%.1f", newline=breaks.decode())
+    data = path.read_bytes()[len(header):]
+    if breaks == b"\r\n":  # 2**20 + 1 = 17 * 61681: the first block read ends after a row's CR, before its LF
+        assert data[_PCD_ASCII_BLOCK - 1:_PCD_ASCII_BLOCK + 1] == b"\r\n"
+    np.testing.assert_array_equal(read_points(path), points.astype(np.float32))
+    bad = rows * 5 // 8  # in the third block
+    lines = data.split(breaks)
+    lines[bad - 1] = b"1.5 abc 0.5 0.1"
+    path.write_bytes(header + breaks.join(lines))
+    line = header.count(breaks) + bad
+    text = one_line_error(lambda: read_points(path))
+    assert text == (f"point file {str(path)!r}: bad ASCII data on line {line} (row {bad} of {rows} after DATA): "
+                    "'1.5 abc 0.5 0.1' is not 4 numbers")
+
+
 PCD_HEADER_LINES = [b"# .PCD v0.7", b"VERSION 0.7", b"FIELDS x y z intensity", b"SIZE 4 4 4 4", b"TYPE F F F F",
                     b"COUNT 1 1 1 1", b"WIDTH 1", b"HEIGHT 1", b"VIEWPOINT 0 0 0 1 0 0 0", b"POINTS 1", b"DATA ascii"]
 
@@ -987,6 +1019,25 @@ def test_pcd_fields_named_alike_but_for_their_letters_past_ascii_are_two_fields(
     path = tmp_path / "names.pcd"
     path.write_bytes(b"\n".join(lines) + b"\n1 2 3 0.5 7 8\n")
     np.testing.assert_array_equal(read_points(path), [[1, 2, 3, 0.5]])
+
+
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+def test_pcd_header_lines_may_end_in_cr_alone(tmp_path: Path, breaks: bytes) -> None:
+    """A .pcd header whose lines end in CR alone was read up to a LF it does not have: "the header has no DATA line".
+    Its lines may end in LF, CRLF or CR alone; a bad one is named by its line whatever they end in, and binary data
+    after them is the file's from its first byte, whatever its first bytes are (a LF after a DATA line ending in CR
+    alone is the data's, not a CRLF's)."""
+    table = np.array([[1, 2, 3, 0.5], [4, 5, 6, 0.25]], np.float32)
+    table.view(np.uint8)[0, :5] = [0x0A, 0x0D, 0x0A, 0x3F, 0x0D]  # x's bytes LF CR LF '?', y's low byte CR
+    lines = PCD_HEADER_LINES.copy()
+    lines[6], lines[9], lines[10] = b"WIDTH 2", b"POINTS 2", b"DATA binary"
+    path = tmp_path / "breaks.pcd"
+    path.write_bytes(breaks.join(lines) + breaks + table.tobytes())
+    np.testing.assert_array_equal(read_points(path), table)
+    lines[6] = b"WIDTH 2\xff"
+    path.write_bytes(breaks.join(lines) + breaks + table.tobytes())
+    assert one_line_error(lambda: read_points(path)) == (f"point file {str(path)!r}: header WIDTH '2\\xff' on line 7 "
+                                                         "is not a count")
 
 
 def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:
