@@ -906,9 +906,9 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
         rest = data[cut:]
         text = data[:cut].decode("ascii", errors="surrogateescape")  # a byte past ASCII parses as no number
         lines = [line for line in text.splitlines() if line.strip()]
+        past = lines[points - rows:]  # text after the POINTS rows: refused once the rows before it are read
+        del lines[points - rows:]
         if lines:
-            if rows + len(lines) > points:
-                raise InputError(f"{what} {shown}: more ASCII data rows than POINTS {points}")
             table = _ascii_table(lines, per_row)
             if table is None:
                 bad = _first_bad_line(lines, per_row)
@@ -929,8 +929,13 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
                 raise InputError(f"{what} {shown} grew while being read (was it still being written?)")
             cast_to_float32(out[rows:rows + len(lines)], table[:, wanted], f"{what} {shown}", first_point=rows)
             rows += len(lines)
+        if past:
+            raise _past_points(f"{what} {shown}", points, lines_before + _line_of(text, len(lines)), past[0])
         lines_before += data.count(b"\n", 0, cut) + data.count(b"\r", 0, cut) - data.count(b"\r\n", 0, cut)
         if len(rest) > longest:  # a row no line break ends (zeros, one long line): refused, not carried over and over
+            if rows == points:
+                raise _past_points(f"{what} {shown}", points, lines_before + 1,
+                                   rest.decode("ascii", errors="surrogateescape"))
             raise InputError(f"{what} {shown}: ASCII data on line {lines_before + 1} (row {rows + 1} of {points} after "
                              f"DATA) runs past {longest} bytes without a line break; a row of {per_row} numbers is "
                              "shorter")
@@ -939,6 +944,11 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
     if rows != points:
         raise InputError(f"{what} {shown}: {rows} ASCII data rows, but POINTS is {points} (truncated)")
     return out
+
+
+def _past_points(where: str, points: int, line: int, text: str) -> InputError:
+    """The refusal of ``text`` on ``line`` of a .pcd, after the last of its ``points`` ASCII rows (POINTS)."""
+    return InputError(f"{where}: text on line {line} after its POINTS {points} rows: {_as_written(text.strip())}")
 
 
 def _outside_declared_type(table: np.ndarray, lines: list[str], dtype: np.dtype, columns: list[str],

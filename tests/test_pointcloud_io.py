@@ -902,6 +902,28 @@ def test_ascii_pcd_too_short_for_its_points_sets_aside_no_more_rows_than_it_hold
     np.testing.assert_array_equal(read_points(exact), [[1, 2, 3, 4], [5, 6, 7, 8], [9, 1, 2, 3]])
 
 
+@pytest.mark.parametrize(("tail", "said"), [
+    (b"hello", "text on line 15 after its POINTS 3 rows: 'hello'"),
+    (b"\n  \n5 6 7 8", "text on line 17 after its POINTS 3 rows: '5 6 7 8'"),  # a row more, no break after it
+    (b"5 6 7 8\n", "text on line 15 after its POINTS 3 rows: '5 6 7 8'"),  # and with one, as it was refused
+    (b"x" * 300, "text on line 15 after its POINTS 3 rows: '" + "x" * 77 + "...'"),
+    (b"\0" * 300, "text on line 15 after its POINTS 3 rows: '" + r"\x00" * 19 + "\\...'"),
+], ids=["word", "row", "row-and-break", "long", "zeros"])
+def test_ascii_pcd_text_after_its_points_rows_is_named_as_such(tmp_path: Path, tail: bytes, said: str) -> None:
+    """Text after the last of a .pcd's POINTS rows, without a line break after it, was "more ASCII data rows than
+    POINTS 3" (naming no line, as a row more with its line break was) or, past 192 bytes, a row 4 of 3 that "runs past
+    192 bytes without a line break": it is named as what it is, by its line, and quoted. A bad row among the POINTS
+    rows before it is named first, as the file has them."""
+    header = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 3, "ascii")
+    path = tmp_path / "tail.pcd"
+    path.write_bytes(header + b"1 2 3 4\n5 6 7 8\n9 1 2 3\n" + tail)
+    assert header.count(b"\n") == 11  # the rows on lines 12 to 14
+    assert one_line_error(lambda: read_points(path)) == f"point file {str(path)!r}: {said}"
+    path.write_bytes(header + b"1 2 3 4\n5 6 7\n9 1 2 3\n" + tail)
+    assert one_line_error(lambda: read_points(path)) == (f"point file {str(path)!r}: bad ASCII data on line 13 (row 2 "
+                                                         "of 3 after DATA): '5 6 7' is not 4 numbers")
+
+
 def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path) -> None:
     """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its line in the file and
     its place in the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
