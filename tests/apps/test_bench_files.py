@@ -201,7 +201,27 @@ def test_a_set_cut_to_the_iterations_is_named_with_the_frames_it_times(tmp_path:
     assert [(name, [len(f) for f in frames]) for name, frames in sets.items()] == \
         [("v (2 of the first 3 of 4 frames)", [40, 60])]
     assert left_out == ["--frames set 'v (2 of the first 3 of 4 frames)': 1 of the first 3 of its 4 point files "
-                        "left out: they could not be read (each named in its error line)"]
+                        "left out: it could not be read (named in its error line)"]
+
+
+def test_a_set_of_one_file_read_that_cannot_be_is_named_as_such(tmp_path: Path) -> None:
+    """--iterations 1 reads a folder's first file alone: one that could not be read was "none of the first 1 of its
+    3 point files", and one file left out of a set "they could not be read (each named ...)"."""
+    from pointpillars_trt.apps.bench.frames import folder_frame_sets
+
+    bad = frame_folder(tmp_path / "bad", 40, 50, 60)
+    (bad / "000000.bin").write_bytes(b"\1" * 6)
+    good = frame_folder(tmp_path / "good", 40)
+    said: list[str] = []
+    sets, left_out = folder_frame_sets([str(bad), str(good)], limit=1, say=said.append)
+    assert list(sets) == ["good (1 frames)"]
+    assert left_out == [f"--frames '{bad}': the first of its 3 point files, the one read, cannot be read: "
+                        f"{read_error(bad / '000000.bin')}; its set is left out"]
+    mixed = frame_folder(tmp_path / "mixed", 40, 50)
+    (mixed / "000001.bin").write_bytes(b"\1" * 6)
+    assert folder_frame_sets([str(mixed)], say=said.append).left_out == [
+        "--frames set 'mixed (1 frames)': 1 of its 2 point files left out: it could not be read (named in its error "
+        "line)"]
 
 
 def test_an_fp16_model_dir_benched_on_the_cpu_says_fp16_gains_nothing_there_once(tmp_path: Path) -> None:

@@ -77,8 +77,12 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
         frames, errors = _read_frames(used, columns, point_dim)
         read = f"its {len(used)}" if len(used) == len(files) else f"the first {len(used)} of its {len(files)}"
         if not frames:
-            which = "its one point file cannot be read" if len(files) == 1 else \
-                f"none of {read} point files can be read, the first"
+            if len(used) > 1:
+                which = f"none of {read} point files can be read, the first"
+            elif len(files) == 1:
+                which = "its one point file cannot be read"
+            else:  # --iterations 1: the one file read of a folder of more
+                which = f"the first of its {len(files)} point files, the one read, cannot be read"
             unread.append(f"--frames {safe_repr(folder)}: {which}: {errors[0]}")
             continue
         for error in errors:
@@ -91,8 +95,9 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
             count = f"{len(frames)} of the first {len(used)} of {len(files)} frames"
         sets[f"{name} ({count})"] = frames
         if errors:
+            why = "they could not be read (each named" if len(errors) > 1 else "it could not be read (named"
             left_out.append(f"--frames set {safe_repr(f'{name} ({count})')}: {len(errors)} of {read} point files left "
-                            "out: they could not be read (each named in its error line)")
+                            f"out: {why} in its error line)")
     if not sets:
         raise InputErrors(unread)
     for line in unread:
