@@ -40,6 +40,7 @@ from pointpillars_trt.kitti import kitti_label_to_lidar_boxes, read_calibration
 from pointpillars_trt.model_dir import load_model_dir
 from pointpillars_trt.pointcloud_io import read_points
 from pointpillars_trt.reference import postprocess, scatter, split_heads, voxelize
+from pointpillars_trt.runtime_options import RuntimeOptions
 
 CHECKPOINTS = {"openpcdet": "pointpillar_openpcdet_synthetic.pth", "zhulf0804": "pointpillars_zhulf0804_synthetic.pth"}
 CONFIGS = {"openpcdet": "openpcdet_kitti_3class", "zhulf0804": "zhulf0804_kitti_3class"}
@@ -63,6 +64,23 @@ def cli(*args: object) -> Run:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         rc = main([str(a) for a in args])
     return Run(rc, out.getvalue(), err.getvalue())
+
+
+def opened_options(monkeypatch: pytest.MonkeyPatch) -> list[RuntimeOptions]:
+    """The options (batch, threads) of each detector ``infer`` opens from here on, as the real ``open_warm`` opens
+    it, in turn."""
+    import pointpillars_trt.apps.infer as infer_app
+
+    opened: list[RuntimeOptions] = []
+    real_open_warm = infer_app.open_warm
+
+    def recording_open_warm(*args, **kwargs):  # type: ignore[no-untyped-def]
+        detector = real_open_warm(*args, **kwargs)
+        opened.append(detector.options)
+        return detector
+
+    monkeypatch.setattr(infer_app, "open_warm", recording_open_warm)
+    return opened
 
 
 def assert_one_line_error(run: Run, *needles: str) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-import pointpillars_trt.apps.infer as infer_app
 from pointpillars_trt.apps.run_size import RunSize, cut_note
+from pointpillars_trt.runtime_options import RuntimeOptions
 
-from test_cli import CHECKPOINTS, Run, cli
+from test_cli import CHECKPOINTS, Run, cli, opened_options
 
 FRAMES = ["000000", "000001", "000002", "000003"]
 WHY = "(more would only cost start time and memory)"
@@ -52,18 +52,13 @@ def model(assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture()
-def opened(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The batch of each detector a run opens, as the real ``open_warm`` opens it."""
-    batches: list[int] = []
-    real_open_warm = infer_app.open_warm
+def opened(monkeypatch: pytest.MonkeyPatch) -> list[RuntimeOptions]:
+    """The options of each detector a run opens, as the real ``open_warm`` opens it."""
+    return opened_options(monkeypatch)
 
-    def counted_open_warm(*args, **kwargs):  # type: ignore[no-untyped-def]
-        detector = real_open_warm(*args, **kwargs)
-        batches.append(detector.options.max_batch)
-        return detector
 
-    monkeypatch.setattr(infer_app, "open_warm", counted_open_warm)
-    return batches
+def batches(opened: list[RuntimeOptions]) -> list[int]:
+    return [options.max_batch for options in opened]
 
 
 def infer(model: Path, frames: list[Path], out: Path, *options: object) -> Run:
@@ -79,11 +74,11 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 
 def test_a_cpu_run_opens_only_the_pipelines_its_frames_keep_busy(model: Path, assets: Path, tmp_path: Path,
-                                                                 opened: list[int]) -> None:
+                                                                 opened: list[RuntimeOptions]) -> None:
     frames = [assets / "kitti/training/velodyne_fov" / f"{stem}.bin" for stem in FRAMES]
     reference = infer(model, frames, tmp_path / "reference", "--batch-size", "1", "--pipelines", "1")
-    assert reference.rc == 0 and opened == [1] and not cut_notes(reference), reference
-    for options, batches, note in [
+    assert reference.rc == 0 and batches(opened) == [1] and not cut_notes(reference), reference
+    for options, sizes, note in [
         (["--pipelines", "16"], [1] * 4, f"--pipelines 16 cut to 4: the 4 frames to run make 4 batches of 1 {WHY}"),
         (["--batch-size", "8", "--pipelines", "16"], [4],
          f"--batch-size 8 cut to 4 and --pipelines 16 cut to 1: the 4 frames to run make 1 batch of 4 {WHY}"),
@@ -93,13 +88,13 @@ def test_a_cpu_run_opens_only_the_pipelines_its_frames_keep_busy(model: Path, as
         opened.clear()
         out = tmp_path / "-".join(options)
         run = infer(model, frames, out, *options)
-        assert run.rc == 0 and opened == batches, (options, opened, run)
+        assert run.rc == 0 and batches(opened) == sizes, (options, opened, run)
         assert cut_notes(run) == [f"note: {note}"], run.err
         assert files_of(out) == files_of(tmp_path / "reference")
 
 
 def test_eval_of_skipped_frames_alone_opens_one_pipeline_at_batch_1(model: Path, assets: Path, tmp_path: Path,
-                                                                    opened: list[int]) -> None:
+                                                                    opened: list[RuntimeOptions]) -> None:
     """--eval with every frame's outputs there: the model opens for its classes, once, and evaluates as before."""
     frames = [assets / "kitti/training/velodyne_fov/000000.bin"]
     labels, out = assets / "kitti/training/label_2", tmp_path / "out"
@@ -110,6 +105,6 @@ def test_eval_of_skipped_frames_alone_opens_one_pipeline_at_batch_1(model: Path,
     opened.clear()
     resumed = infer(model, frames, out, "--format", "kitti", "--eval", labels, "--skip-existing", "--batch-size", "8",
                     "--pipelines", "4")
-    assert resumed.rc == 0 and opened == [1], (opened, resumed)
+    assert resumed.rc == 0 and batches(opened) == [1], (opened, resumed)
     assert cut_notes(resumed) == ["note: --batch-size 8 cut to 1 and --pipelines 4 cut to 1: no frame is left to run"]
     assert (out / "eval.json").read_bytes() == evaluated

@@ -743,34 +743,30 @@ def test_cpu_pipelines_share_the_cores_said_in_one_note(model_path, frames, refe
                                                           monkeypatch) -> None:
     """--pipelines 2 on the CPU: each ONNX Runtime session takes its share of the cores (each would take
     them all, and the two contend), said once; the outputs are one pipeline's."""
-    import pointpillars_trt.apps.infer as infer_app
+    from test_cli import opened_options
 
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    opened: list[int | None] = []
-    real_open_warm = infer_app.open_warm
+    opened = opened_options(monkeypatch)
 
-    def recording_open_warm(*args, **kwargs):  # type: ignore[no-untyped-def]
-        detector = real_open_warm(*args, **kwargs)
-        opened.append(detector.options.threads)
-        return detector
+    def threads() -> list[int | None]:
+        return [options.threads for options in opened]
 
-    monkeypatch.setattr(infer_app, "open_warm", recording_open_warm)
     cores = len(os.sched_getaffinity(0))
     out = tmp_path / "out"
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--pipelines", "2")
     each = max(1, cores // 2)
-    assert rc == 1 and opened == [each, each], (opened, err)
+    assert rc == 1 and threads() == [each, each], (opened, err)
     assert err.count(f"note: 2 pipelines on the CPU share its {cores} cores: {each} ONNX Runtime thread") == 1, err
     assert files_of(out) == files_of(reference)
     opened.clear()
     rc, _, err = infer(str(frames), "--model", str(model_path), "--pipelines", "2", "--threads", str(cores))
-    assert rc == 1 and opened == [cores, cores]
+    assert rc == 1 and threads() == [cores, cores]
     assert err.count(f"note: --pipelines 2 with --threads {cores}: {2 * cores} ONNX Runtime threads contend for "
                      f"{cores} cores; --threads {each} gives each pipeline its share\n") == 1, err
     opened.clear()  # an OMP_NUM_THREADS that is no count: said once, and the cores split as when it is unset
     monkeypatch.setenv("OMP_NUM_THREADS", "abc")
     rc, _, err = infer(str(frames), "--model", str(model_path), "--pipelines", "2")
-    assert rc == 1 and opened == [each, each]
+    assert rc == 1 and threads() == [each, each]
     assert err.count("note: OMP_NUM_THREADS='abc' is no thread count") == 1, err
     assert err.count(f"note: 2 pipelines on the CPU share its {cores} cores") == 1, err
 
