@@ -97,7 +97,8 @@ class SettingNotice(Notice):
     """A setting taken otherwise than it was given: from the environment (``OMP_NUM_THREADS`` past this machine's
     cores, or no thread count at all), from an OpenPCDet config (its test-time point shuffle, which runs off), from
     the built-in config of OpenPCDet's published YAML (an OpenPCDet checkpoint built without its own), or cut to the
-    frames a run has (``infer --batch-size`` or ``--pipelines`` beyond what they keep busy): said once per value."""
+    frames a run has (``infer --batch-size``, ``--pipelines`` or ``--ray --workers`` beyond what they keep busy):
+    said once per value."""
 
 
 def escape_text(text: str, limit: int | None = None) -> str:

@@ -60,7 +60,7 @@ from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
-from .run_size import OPTION_NAMES, RunSize, cut_note
+from .run_size import OPTION_NAMES, RunSize, WorkerCalls, cut_note
 from .uri_frames import check_one_file_system, is_uri, list_uri_frames, read_uri_frames
 from ..runtime_options import RuntimeOptions, cpu_threads
 
@@ -173,7 +173,8 @@ def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | M
     ``pathlib.Path``) with ``workers`` actors of ``gpus_per_worker`` GPUs each
     (default: 0.5 where the cluster has GPUs, two actors a GPU, else 0 = the CPU path), each
     running ``pipelines`` pipelines of ``batch_size`` frames (GPU default: infer's), both fitted to the frames to run
-    as local infer's are (``actor_size``): one given that is cut is said once, as a ``SettingNotice`` (with ``report``,
+    as local infer's are (``actor_size``), and no more actors started than the calls those frames make
+    (``WorkerCalls``): one of the three given that is cut is said once, as a ``SettingNotice`` (with ``report``,
     infer's ``note:`` line on stderr). ``model``: a model dir
     or a .pth checkpoint (exported into the cache), or the ``ModelDir`` a caller has opened already (as
     ``infer --ray`` has: a checkpoint is not read twice).
@@ -415,9 +416,9 @@ def actor_size(batch_size: int | None, pipelines: int | None, on_gpu: bool, fram
     """Each actor's pipelines and batch for a run of ``frames`` frames (default: infer's), fitted as local infer fits
     its own: to all the frames, not to a worker's share (about ceil(frames / workers)). A size the fit cuts still
     covers the frames (its batches x pipelines are at least as many), and an actor call takes a multiple of that
-    (``frames_per_call``), so such a run is one call, which one actor runs alone; and Ray Data hands each call to
-    whichever actor is free, so the first one up may take a run's every call (two at once, then the next). Fitted to
-    a share, that actor would run every frame on the pipelines of a share."""
+    (``frames_per_call``), so such a run is one call, for which one actor alone starts (``WorkerCalls``); and Ray
+    Data hands each call to whichever actor is free, so the first one up may take a run's every call (two at once,
+    then the next). Fitted to a share, that actor would run every frame on the pipelines of a share."""
     return RunSize(batch=batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1),
                    pipelines=pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)).fitted(frames)
 
@@ -433,14 +434,12 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
 
     device = options["runtime"].device
     resources = ray.cluster_resources()
-    workers, gpus_per_worker = check_resources(resources, workers, gpus_per_worker, device)
+    most, gpus_per_worker = check_resources(resources, workers, gpus_per_worker, device)
     on_gpu = gpus_per_worker > 0
     if on_gpu or device != "cpu":  # device cpu: checked before the cluster started
         check_worker_backend(model, options["runtime"].backend, "cuda" if on_gpu else "cpu")
     model_dir, classes = str(model.path.resolve()), model.cfg.classes
     fallback = device == "auto" and not resources.get("GPU")
-    where = (f"running on Ray: {workers} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
-             f"running on Ray: {workers} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
     context = DataContext.get_current()
     context.execution_options.preserve_order = True  # rows in input order
     context.enable_progress_bars = False              # one bar below, in frames/s
@@ -465,13 +464,18 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         dataset = ray.data.from_items([{"path": os.fsencode(s)} for s in sources])
         refused = []
     size = actor_size(batch_size, pipelines, on_gpu, to_run)
-    cli = make_report is not None
-    cut = cut_note(batch_size, pipelines, size, to_run, OPTION_NAMES if cli else ("batch_size=", "pipelines="))
     batch, pipes = size.batch, size.pipelines
     per_call = frames_per_call(batch * pipes, on_gpu, uris)
+    calls = WorkerCalls(most, per_call).fitted(to_run)  # a worker beyond the run's calls would start for nothing
+    pool = calls.workers
+    cli = make_report is not None
+    cut = cut_note(batch_size, pipelines, size, to_run,
+                   OPTION_NAMES if cli else ("batch_size=", "pipelines=", "workers="), workers, calls)
+    where = (f"running on Ray: {pool} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
+             f"running on Ray: {pool} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
     # capped by each actor to its own cores, which this machine's need not be
     asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, cli)
-    threads = None if on_gpu else asked or worker_pipeline_threads(resources.get("CPU", 1), workers, pipes)
+    threads = None if on_gpu else asked or worker_pipeline_threads(resources.get("CPU", 1), pool, pipes)
     hint = RESUME_HINT if make_report is not None and not uris else None
     # the frames' outputs there before the run: a stop counts those the run wrote, not an earlier run's
     before = {} if options["rows"] else _outputs_in(out, frames, options["plan"].suffixes)
@@ -502,7 +506,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
         out.mkdir(parents=True, exist_ok=True)
         dataset = dataset.map_batches(
             _DetectActor, batch_size=per_call, batch_format="numpy",
-            compute=ActorPoolStrategy(size=workers, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
+            compute=ActorPoolStrategy(size=pool, max_concurrent_calls_per_actor=CALLS_PER_ACTOR,
                                       enable_true_multi_threading=True),
             fn_constructor_kwargs={"model_dir": model_dir, "batch": batch, "pipelines": pipes, "local_files": not uris,
                                    **options,
@@ -566,7 +570,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     seconds = time.perf_counter() - start
     # the actors' clocks against this one's: a skewed node cannot make the run look longer or negative
     working = min(max(time.time() - first_call, 0.0), seconds) if done else 0.0
-    return DatasetSummary(done, boxes, seconds, workers, str(out), failures, working)
+    return DatasetSummary(done, boxes, seconds, pool, str(out), failures, working)
 
 
 def _keep_rows(rows: RowParts | None, note: Callable[[str], None], hint: str | None, per_call: int) -> None:

@@ -1,7 +1,9 @@
-"""How many pipelines an ``infer`` run opens and how many frames each runs at once, fitted to the frames it runs.
+"""How many pipelines an ``infer`` run opens and how many frames each runs at once, and how many workers an ``infer
+--ray`` run starts, fitted to the frames it runs.
 
 Each pipeline is a detector opened for its batch (on the GPU its engines warmed and its CUDA graphs captured at that
-batch, its buffers sized for it): a run of fewer frames than its pipelines' batches would pay for all of them.
+batch, its buffers sized for it): a run of fewer frames than its pipelines' batches would pay for all of them, and a
+Ray run of fewer calls than its workers for every worker's pipelines.
 """
 
 from __future__ import annotations
@@ -24,24 +26,51 @@ class RunSize:
         return RunSize(batch, max(1, min(self.pipelines, -(-frames // batch))))
 
 
-#: How the command line names the batch and the pipelines, each followed by its value (``--batch-size 8``).
-OPTION_NAMES = ("--batch-size ", "--pipelines ")
+@dataclasses.dataclass(frozen=True)
+class WorkerCalls:
+    """A Ray run's workers (each a process that opens and warms its own pipelines) and the frames a call of one
+    takes: a worker is handed whole calls, so one beyond a run's calls would start for nothing."""
+
+    workers: int
+    per_call: int
+
+    def fitted(self, frames: int) -> WorkerCalls:
+        """These workers for a run of ``frames`` frames: no more than their calls. A run of none starts one."""
+        return WorkerCalls(max(1, min(self.workers, -(-frames // self.per_call))), self.per_call)
+
+
+#: How the command line names the batch, the pipelines and a Ray run's workers, each followed by its value
+#: (``--batch-size 8``).
+OPTION_NAMES = ("--batch-size ", "--pipelines ", "--workers ")
 
 
 def cut_note(given_batch: int | None, given_pipelines: int | None, fitted: RunSize, frames: int,
-             named: tuple[str, str] = OPTION_NAMES) -> str | None:
-    """What a run of ``frames`` frames says of a ``--batch-size`` or ``--pipelines`` given (None: not given) that
-    ``fitted`` cuts; None when it cuts neither (a default cut is not said: it was no promise). ``named``: how the
-    caller gave the two (the Python API's ``batch_size=``, ``pipelines=``)."""
-    cuts = [f"{option}{given} cut to {used}" for option, given, used in
-            ((named[0], given_batch, fitted.batch), (named[1], given_pipelines, fitted.pipelines))
-            if given is not None and used < given]
-    if not cuts:
+             named: tuple[str, ...] = OPTION_NAMES, given_workers: int | None = None,
+             calls: WorkerCalls | None = None) -> str | None:
+    """What a run of ``frames`` frames says of a ``--batch-size``, ``--pipelines`` or (a Ray run's, with its fitted
+    ``calls``) ``--workers`` given (None: not given) that ``fitted`` or ``calls`` cuts; None when it cuts none (a
+    default cut is not said: it was no promise). ``named``: how the caller gave the three (the Python API's
+    ``batch_size=``, ``pipelines=``, ``workers=``)."""
+    sizes = [(given_batch, fitted.batch), (given_pipelines, fitted.pipelines)]
+    if calls is not None:
+        sizes.append((given_workers, calls.workers))
+    cut = [index for index, (given, used) in enumerate(sizes) if given is not None and used < given]
+    if not cut:
         return None
+    cuts = " and ".join(f"{named[index]}{sizes[index][0]} cut to {sizes[index][1]}" for index in cut)
     if not frames:
-        return f"{' and '.join(cuts)}: no frame is left to run"
-    batches = -(-frames // fitted.batch)
-    size = f"{fitted.batch}" if frames % fitted.batch == 0 else f"at most {fitted.batch}"
+        return f"{cuts}: no frame is left to run"
+    made = []
+    if cut[0] < 2:  # the batch or the pipelines
+        made.append(_parts(frames, fitted.batch, "batch", "batches"))
+    if calls is not None and cut[-1] == 2:  # the workers
+        made.append(_parts(frames, calls.per_call, "worker call", "worker calls"))
     many = frames > 1
-    return (f"{' and '.join(cuts)}: the {frames} frame{'s' if many else ''} to run make{'' if many else 's'} "
-            f"{batches} batch{'es' if batches > 1 else ''} of {size} (more would only cost start time and memory)")
+    return (f"{cuts}: the {frames} frame{'s' if many else ''} to run make{'' if many else 's'} "
+            f"{' and '.join(made)} (more would only cost start time and memory)")
+
+
+def _parts(frames: int, each: int, one: str, many: str) -> str:
+    """``frames`` frames cut into parts of ``each`` (batches, calls), said: "2 batches of at most 3"."""
+    count, size = -(-frames // each), min(each, frames)
+    return f"{count} {one if count == 1 else many} of {size if frames % size == 0 else f'at most {size}'}"

@@ -53,8 +53,9 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def counting_detector_opens(path: str) -> Callable[[], None]:
     """A setup hook for the cluster's worker processes: each detector a worker opens, as the real
-    ``PointPillars.from_model_dir`` opens it, adds a line ``PID BATCH MODEL_DIR`` to ``path``. Nested, so that Ray
-    sends it by value: the workers cannot import this module."""
+    ``PointPillars.from_model_dir`` opens it, adds a line ``PID BATCH THREADS MODEL_DIR`` to ``path`` (THREADS: its
+    CPU threads, None where none were set). Nested, so that Ray sends it by value: the workers cannot import this
+    module."""
     def count_detector_opens() -> None:
         from pointpillars_trt.detector import PointPillars
 
@@ -63,7 +64,8 @@ def counting_detector_opens(path: str) -> Callable[[], None]:
         def counted(cls, *args, **kwargs):  # type: ignore[no-untyped-def]
             detector = real(cls, *args, **kwargs)
             with open(path, "a") as opened:
-                opened.write(f"{os.getpid()} {detector.options.max_batch} {detector.model.path}\n")
+                opened.write(f"{os.getpid()} {detector.options.max_batch} {detector.options.threads} "
+                             f"{detector.model.path}\n")
             return detector
 
         PointPillars.from_model_dir = classmethod(counted)  # type: ignore[method-assign, assignment]
@@ -75,11 +77,28 @@ def detectors_opened(opens: Path, model: Path) -> list[list[int]]:
     """The batch of each detector of ``model`` the workers opened (``ray_cluster``'s file), one list a worker: a model
     dir of its own tells a run's detectors from those a worker of an earlier run opened as that run ended."""
     by_worker: dict[str, list[int]] = {}
-    for line in opens.read_text().splitlines() if opens.exists() else []:
-        pid, batch, path = line.split(" ", 2)
-        if Path(path).resolve() == model.resolve():
-            by_worker.setdefault(pid, []).append(int(batch))
+    for pid, batch, _ in detector_opens(opens, model):
+        by_worker.setdefault(pid, []).append(batch)
     return sorted(by_worker.values())
+
+
+def detector_opens(opens: Path, model: Path) -> list[tuple[str, int, str]]:
+    """(worker pid, batch, CPU threads) of each detector of ``model`` the workers opened (``ray_cluster``'s file)."""
+    found = []
+    for line in opens.read_text().splitlines() if opens.exists() else []:
+        pid, batch, threads, path = line.split(" ", 3)
+        if Path(path).resolve() == model.resolve():
+            found.append((pid, int(batch), threads))
+    return found
+
+
+def detect_actors() -> set[str]:
+    """The IDs of the detector actors the module's cluster has created, running or ended: Ray's actor table holds an
+    actor from its creation on, whether or not it got as far as opening its detectors (a run may end first)."""
+    import ray
+
+    table = ray._private.state.actors()  # read from the cluster's control store: no dashboard needed
+    return {actor_id for actor_id, actor in table.items() if "_DetectActor" in actor["ActorClassName"]}
 
 
 def local_infer(frames: Path, model: Path, out: Path, *options: str, code: int = 1) -> tuple[str, str]:
@@ -94,13 +113,14 @@ def local_infer(frames: Path, model: Path, out: Path, *options: str, code: int =
 
 
 def ray_infer(frames: Path | str | list[str], model: Path, out: Path, *options: str) -> tuple[int, str, str]:
-    """``infer FOLDER --ray --workers 2 --batch-size 2`` (FOLDER: one path or URI, or a list of them) as the CLI
-    parses it: (exit code, stdout, stderr)."""
+    """``infer FOLDER --ray --batch-size 2`` (FOLDER: one path or URI, or a list of them; the workers the cluster's
+    default, one on its 2 CPUs: more, given, would be cut to a run's calls and said) as the CLI parses it: (exit code,
+    stdout, stderr)."""
     from pointpillars_trt.apps.cli import build_parser
 
     paths = [str(frame) for frame in frames] if isinstance(frames, list) else [str(frames)]
     args = build_parser().parse_args(["infer", *paths, "--model", str(model), "--out", str(out), "--device",
-                                      "cpu", "--no-progress", "--ray", "--workers", "2", "--batch-size", "2",
+                                      "cpu", "--no-progress", "--ray", "--batch-size", "2",
                                       *options])
     stdout, stderr = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -220,9 +240,9 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     rc, out, err = ray_infer(folder, tiny_model, tmp_path / "ray")
     assert rc == 1 and out.startswith("6/7 frames, 0 boxes, written to"), out
     assert f"warning: '{folder / '000005.bin'}': all its 200 points are non-finite" in err, err  # as local infer's
-    assert "running on Ray: 2 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
+    assert "running on Ray: 1 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
     assert f"error: point file '{folder / CORRUPT}' is 10 bytes, not a multiple of 16" in err, err  # named once
-    rates = re.search(r"([0-9.]+) frames/s with 2 worker\(s\) \(([0-9.]+) frames/s from the workers' first call on",
+    rates = re.search(r"([0-9.]+) frames/s with 1 worker\(s\) \(([0-9.]+) frames/s from the workers' first call on",
                       err)
     assert rates is not None, err
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
@@ -269,7 +289,7 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
     assert rc == 0 and stdout.startswith(f"2/2 frames, 0 boxes, written to {out}"), (stdout, err)
     assert f"skipping 3 frame(s) whose outputs are already in {out}\n" in err, err
     assert f"redoing the frames of 1 empty, incomplete or foreign output file(s) in {out} (e.g. '000003.json')" in err
-    assert re.search(r"[0-9.]+ frames/s with 2 worker\(s\)", err), err
+    assert re.search(r"[0-9.]+ frames/s with 1 worker\(s\)", err), err
     assert report_lines(stdout, err, out) == report_lines(*local, tmp_path / "local_resumed")
     rewritten = sorted(name for name, (_, mtime) in state_of(out).items() if mtime != LONG_AGO)
     assert rewritten == ["000001.json", "000003.json"]
@@ -364,7 +384,7 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 
     model = assets / CHECKPOINT
     local_infer(kitti_folder, model, tmp_path / "local")
-    summary = detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=2, gpus_per_worker=0,
+    summary = detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0,
                              progress=False)
     names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
     records = {Path(n).stem: json.loads((tmp_path / "local" / n).read_text()) for n in names}
@@ -383,7 +403,7 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 
     # JSON Lines: the very bytes local `infer --format jsonl` writes
     local_infer(kitti_folder, model, tmp_path / "local_jsonl", "--format", "jsonl")
-    detect_dataset([str(kitti_folder)], model, tmp_path / "ray_jsonl", workers=2, gpus_per_worker=0,
+    detect_dataset([str(kitti_folder)], model, tmp_path / "ray_jsonl", workers=1, gpus_per_worker=0,
                    output_format="jsonl", progress=False)
     assert assert_same_json_files(tmp_path / "ray_jsonl", tmp_path / "local_jsonl") == ["detections-00000.jsonl"]
 
@@ -898,7 +918,7 @@ def test_a_folder_of_bad_files_and_odd_names_gives_local_infers_lines_and_output
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     env.pop("RAY_ADDRESS", None)
     done = subprocess.run([sys.executable, "-m", "pointpillars_trt", "infer", str(folder), "--model", str(tiny_model),
-                           "--out", str(tmp_path / "ray"), "--device", "cpu", "--no-progress", "--ray", "--workers", "2"],
+                           "--out", str(tmp_path / "ray"), "--device", "cpu", "--no-progress", "--ray"],
                           env=env, capture_output=True, text=True, timeout=240, errors="surrogateescape")
     err = "".join(line for line in done.stderr.splitlines(keepends=True) if "core_worker.cc" not in line)
     readme = (tests.parent / "README.md").read_text(encoding="utf-8")
@@ -972,23 +992,24 @@ def test_a_uri_frame_beyond_the_frame_limit_is_refused_by_its_size_unread(  # ty
 def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, tiny_model: Path,  # type: ignore[no-untyped-def]
                                                                    tmp_path: Path) -> None:
     """``--threads`` with --ray is the workers' (refused before, against the driver's cores): more than a worker's
-    cores runs as many as it has, said once for the run (two workers); detect_dataset's caller gets it as a
-    SettingNotice."""
+    cores runs as many as it has, said once for the run (two workers: 9 frames are two calls of the CPU's 8);
+    detect_dataset's caller gets it as a SettingNotice."""
     from pointpillars_trt.apps.distributed import detect_dataset
     from pointpillars_trt.errors import SettingNotice
 
     cores = len(os.sched_getaffinity(0))
     folder = tmp_path / "frames"
-    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(4)})
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(9)})
     rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / "ray", "--workers", "2", "--threads", str(cores + 1))
-    assert rc == 0 and out.startswith("4/4 frames"), (out, err)
+    assert rc == 0 and out.startswith("9/9 frames"), (out, err)
+    assert "running on Ray: 2 worker(s) on the CPU\n" in err and " cut to " not in err, err
     assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: "
                      f"{cores} threads\n") == 1, err
     # the runtime options' threads are the workers' too (they were refused against this machine's cores)
     with pytest.warns(SettingNotice, match=rf"^threads={cores + 1} is more than the {cores} cores where the detector"):
         summary = detect_dataset([str(folder)], tiny_model, tmp_path / "api", workers=1, gpus_per_worker=0,
                                  runtime=RuntimeOptions(threads=cores + 1), progress=False)
-    assert summary.frames == 4 and not summary.failures
+    assert summary.frames == 9 and not summary.failures
 
 
 def test_omp_num_threads_is_the_workers_thread_count_as_it_is_local_infers(  # type: ignore[no-untyped-def]
@@ -1028,12 +1049,11 @@ def test_pipelines_whose_threads_contend_for_a_workers_cores_are_said_as_local_i
 
 def test_each_worker_opens_only_the_pipelines_the_runs_frames_keep_busy_as_local_infer_does(
         ray_cluster: Path, tiny_model: Path, tmp_path: Path) -> None:
-    """``--pipelines 4`` for 3 frames on 2 workers: a worker opens 3 pipelines at batch 1 (each opened 4), fitted to
-    all 3 frames as local infer fits them, not to a worker's share of 2 (the 3 frames are one call, which one worker
-    runs); the cut is local infer's note, said once, and the outputs are local infer's. ``detect_dataset``'s caller
-    gets the note as a SettingNotice naming its own arguments: ``batch_size=8`` for a URI's 3 frames, one batch of 3.
-    A worker the run ends before it is up may have opened fewer: each is counted as its detectors open, each run's
-    in a copy of the model of its own."""
+    """``--pipelines 4`` for 3 frames with ``--workers 2``: the 3 frames are one call, so one worker starts, and it
+    opens 3 pipelines at batch 1 (each opened 4), fitted to all 3 frames as local infer fits them; the cut is local
+    infer's note with the workers' cut added, said once, and the outputs are local infer's. ``detect_dataset``'s
+    caller gets the note as a SettingNotice naming its own arguments: ``batch_size=8`` for a URI's 3 frames, one batch
+    of 3. Each run's detectors are counted as they open, in a copy of the model of its own."""
     from pointpillars_trt.apps.distributed import detect_dataset
     from pointpillars_trt.errors import SettingNotice
 
@@ -1041,16 +1061,16 @@ def test_each_worker_opens_only_the_pipelines_the_runs_frames_keep_busy_as_local
     write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(3)})
     why = "(more would only cost start time and memory)"
     note = f"note: --pipelines 4 cut to 3: the 3 frames to run make 3 batches of 1 {why}"
+    ray_note = (f"note: --pipelines 4 cut to 3 and --workers 2 cut to 1: the 3 frames to run make 3 batches of 1 and "
+                f"1 worker call of 3 {why}")  # a call of the CPU's 8 frames, rounded up to 3 batches x 1: 9
     _, local_err = local_infer(folder, tiny_model, tmp_path / "local", "--pipelines", "4", code=0)
     for run in ("cli", "api"):
         shutil.copytree(tiny_model, tmp_path / run)
     rc, out, err = cli_ray_infer(folder, tmp_path / "cli", tmp_path / "ray", "--workers", "2", "--pipelines", "4")
     assert rc == 0 and out.startswith("3/3 frames"), (out, err)
-    opened = detectors_opened(ray_cluster, tmp_path / "cli")
-    assert [1, 1, 1] in opened and len(opened) <= 2, opened
-    assert all(batches in ([1], [1, 1], [1, 1, 1]) for batches in opened), opened
+    assert detectors_opened(ray_cluster, tmp_path / "cli") == [[1, 1, 1]]
     assert [line for line in local_err.splitlines() if " cut to " in line] == [note], local_err
-    assert [line for line in err.splitlines() if " cut to " in line] == [note], err
+    assert [line for line in err.splitlines() if " cut to " in line] == [ray_note], err
     assert_same_json_files(tmp_path / "ray", tmp_path / "local")
 
     with pytest.warns(SettingNotice) as notices:
@@ -1060,6 +1080,45 @@ def test_each_worker_opens_only_the_pipelines_the_runs_frames_keep_busy_as_local
     assert detectors_opened(ray_cluster, tmp_path / "api") == [[3]]
     assert [str(notice.message) for notice in notices if " cut to " in str(notice.message)] == \
         [f"batch_size=8 cut to 3: the 3 frames to run make 1 batch of 3 {why}"]
+
+
+def test_a_run_of_fewer_calls_than_workers_starts_a_worker_a_call_and_says_a_workers_given_that_is_cut(
+        ray_cluster: Path, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--workers 2`` for 3 frames, one call of the CPU's 8: one worker starts (Ray's actor table holds one actor more,
+    whether or not a second would have got as far as its detectors before the run ended; one process opened them),
+    its pipeline taking the threads of the cluster's 2 CPUs as that one worker's share, not half of them; the cut is
+    said once, and the outputs are local infer's. ``detect_dataset(workers=2)`` for one frame: one worker too, the cut
+    said as a SettingNotice naming its argument. Oracle: the counts by hand; Ray's own record of the actors."""
+    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.errors import SettingNotice
+
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # else the workers' thread count
+    threads = str(min(2, len(os.sched_getaffinity(0))))  # the cluster's 2 CPUs for one worker, at most its cores
+    folder = tmp_path / "frames"
+    write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(3)})
+    why = "(more would only cost start time and memory)"
+    local_infer(folder, tiny_model, tmp_path / "local", code=0)
+    for run in ("cli", "api"):
+        shutil.copytree(tiny_model, tmp_path / run)
+    before = detect_actors()
+    rc, out, err = cli_ray_infer(folder, tmp_path / "cli", tmp_path / "ray", "--workers", "2")
+    assert rc == 0 and out.startswith("3/3 frames"), (out, err)
+    assert len(detect_actors() - before) == 1
+    assert [(batch, count) for _, batch, count in detector_opens(ray_cluster, tmp_path / "cli")] == [(1, threads)]
+    assert "running on Ray: 1 worker(s) on the CPU\n" in err and "frames/s with 1 worker(s)" in err, err
+    assert [line for line in err.splitlines() if " cut to " in line] == \
+        [f"note: --workers 2 cut to 1: the 3 frames to run make 1 worker call of 3 {why}"], err
+    assert_same_json_files(tmp_path / "ray", tmp_path / "local")
+
+    before = detect_actors()
+    with pytest.warns(SettingNotice) as notices:
+        summary = detect_dataset(folder / "000000.bin", tmp_path / "api", tmp_path / "api_out", workers=2,
+                                 gpus_per_worker=0, progress=False, runtime=RuntimeOptions(device="cpu"))
+    assert summary.frames == 1 and summary.workers == 1 and not summary.failures
+    assert len(detect_actors() - before) == 1
+    assert [(batch, count) for _, batch, count in detector_opens(ray_cluster, tmp_path / "api")] == [(1, threads)]
+    assert [str(notice.message) for notice in notices if " cut to " in str(notice.message)] == \
+        [f"workers=2 cut to 1: the 1 frame to run makes 1 worker call of 1 {why}"]
 
 
 def test_a_gpu_only_backend_on_a_cluster_without_gpus_is_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]

@@ -82,3 +82,31 @@ def test_each_actor_is_fitted_to_all_the_frames_which_one_call_holds_whenever_th
                     for on_gpu in (True, False):
                         for uris in (True, False):
                             assert frames_per_call(size.batch * size.pipelines, on_gpu, uris) >= frames
+
+
+def test_a_run_starts_no_more_workers_than_its_calls_and_a_workers_given_that_is_cut_is_said() -> None:
+    """A Ray run of N frames in calls of C starts at most ceil(N / C) workers (at least one); only a ``--workers``
+    given that is cut is said, in local infer's note, after any cut of the batch or the pipelines. Oracle: the counts
+    and the notes by hand."""
+    from pointpillars_trt.apps.run_size import RunSize, WorkerCalls, cut_note
+
+    assert WorkerCalls(2, 8).fitted(1) == WorkerCalls(1, 8)  # one frame: one worker, not two
+    assert WorkerCalls(2, 8).fitted(16) == WorkerCalls(2, 8)
+    assert WorkerCalls(4, 8).fitted(17) == WorkerCalls(3, 8)
+    assert WorkerCalls(2, 8).fitted(100) == WorkerCalls(2, 8)
+    assert WorkerCalls(2, 8).fitted(0) == WorkerCalls(1, 8)  # none to run: one
+    why = "(more would only cost start time and memory)"
+    assert cut_note(None, None, RunSize(1, 1), 3, given_workers=None, calls=WorkerCalls(1, 8)) is None  # a default
+    assert cut_note(None, None, RunSize(1, 1), 16, given_workers=2, calls=WorkerCalls(2, 8)) is None
+    assert cut_note(None, None, RunSize(1, 1), 3, given_workers=2, calls=WorkerCalls(1, 8)) == \
+        f"--workers 2 cut to 1: the 3 frames to run make 1 worker call of 3 {why}"
+    assert cut_note(None, None, RunSize(2, 1), 17, given_workers=4, calls=WorkerCalls(3, 8)) == \
+        f"--workers 4 cut to 3: the 17 frames to run make 3 worker calls of at most 8 {why}"
+    assert cut_note(None, 4, RunSize(1, 3), 3, given_workers=2, calls=WorkerCalls(1, 9)) == \
+        f"--pipelines 4 cut to 3 and --workers 2 cut to 1: the 3 frames to run make 3 batches of 1 and 1 worker " \
+        f"call of 3 {why}"
+    assert cut_note(8, None, RunSize(1, 1), 1, ("batch_size=", "pipelines=", "workers="), 2, WorkerCalls(1, 8)) == \
+        f"batch_size=8 cut to 1 and workers=2 cut to 1: the 1 frame to run makes 1 batch of 1 and 1 worker call of 1 " \
+        f"{why}"
+    assert cut_note(None, None, RunSize(1, 1), 0, given_workers=2, calls=WorkerCalls(1, 8)) == \
+        "--workers 2 cut to 1: no frame is left to run"
