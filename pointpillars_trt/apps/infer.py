@@ -617,7 +617,7 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None, R
         scored, unscored = eval_classes(classes) if labels is not None else ((), [])
         # the model's point columns: its config's, or a served model's as its server says
         named, columns = (f"model {cfg.name}", cfg.num_point_columns) if cfg is not None else \
-            ("the served model", detectors[0].point_columns)
+            ("the served model", detectors[0].num_point_columns)
         if args.point_dim is None:
             args.point_dim = columns
         check_model_inputs(named, columns, predicts_velocity(detectors[0]), fmt, args.point_dim, frames,
@@ -758,7 +758,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                              trained_fov_only(detectors[0]), plan.point_range)
     read = FrameReader(getattr(detectors[0], "cfg", None), point_dim=args.point_dim,
                        intensity_scale=args.intensity_scale, prepare=prepare,
-                       columns=getattr(detectors[0], "point_columns", None))
+                       columns=getattr(detectors[0], "num_point_columns", None))
 
     to_flush = PendingFlush()  # the outputs, made durable before the summary
     warned = FrameWarnings(report.note)

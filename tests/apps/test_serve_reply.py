@@ -35,8 +35,8 @@ def reply(count: int, velocity: bool) -> dict[str, np.ndarray]:
 
 def test_a_multi_sweep_model_with_velocities_is_read_from_its_config_and_replies() -> None:
     kitti, nuscenes = check_model_config(config(), "m"), check_model_config(config(5, True), "m")
-    assert (kitti.point_columns, kitti.velocity, kitti.max_points) == (4, False, 900)
-    assert (nuscenes.point_columns, nuscenes.velocity, nuscenes.class_names) == (5, True, ("car", "truck"))
+    assert (kitti.num_point_columns, kitti.velocity, kitti.max_points) == (4, False, 900)
+    assert (nuscenes.num_point_columns, nuscenes.velocity, nuscenes.class_names) == (5, True, ("car", "truck"))
     found = reply_detections(reply(3, True), list(reply(3, True)), nuscenes, "server", SENT)
     np.testing.assert_array_equal(found.velocity, np.arange(6, dtype=np.float32).reshape(3, 2))
     assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT).velocity is None

@@ -1200,7 +1200,7 @@ def test_a_served_multi_sweep_model_takes_five_values_a_point_and_answers_veloci
     remote = RemoteDetector(nuscenes_server.endpoints["grpc"])
     detector = PointPillars.from_checkpoint(nuscenes / NUSCENES_CHECKPOINT, device="cpu")
     try:
-        assert remote.point_columns == 5 and remote.served.velocity
+        assert remote.num_point_columns == 5 and remote.served.velocity
         for result, path in zip(remote.infer_many(frames, concurrency=2), frames):
             want = detector(read_points(path, point_dim=5, columns=5))
             assert result.detections is not None and len(result.detections) >= 10

@@ -112,7 +112,7 @@ class RemoteDetector:
             raise InputError(f"--max-boxes {asked}: server {self._shown} returns at most {cap} boxes a frame (its "
                              f"detector's cap, set when it was served); give at most {cap}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
-        self.point_columns = self.served.point_columns  # what infer reads a frame's points as
+        self.num_point_columns = self.served.num_point_columns  # what infer reads a frame's points as
         # what infer draws its --viz pictures over and decides its default crop by, as of a local model dir
         self.point_range, self.fov_points_only = self.served.point_range, self.served.fov_points_only
 
@@ -165,7 +165,7 @@ class RemoteDetector:
     def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
         """A frame's detections; ``stream``: the gRPC calls of the ``infer_many`` it belongs to, if any, which
         cancels them when it is closed early."""
-        frame = as_host_points(points, source or "points", self.point_columns, REMOTE_DETECTOR)
+        frame = as_host_points(points, source or "points", self.num_point_columns, REMOTE_DETECTOR)
         prefix = f"{source}: " if source else ""
         if self._down is not None:
             raise DetectorLost(prefix + self._down)
@@ -338,7 +338,7 @@ class RemoteDetector:
             _check_concurrency(concurrency)
         in_flight = self._slots if concurrency is None else threading.Semaphore(concurrency)
         concurrency = concurrency or self.concurrency
-        check_frame_list(frames, self.point_columns)
+        check_frame_list(frames, self.num_point_columns)
         frames = list(frames)  # a generator too; a stacked array's frames
         if not frames:
             return []
@@ -362,7 +362,7 @@ class RemoteDetector:
         them, not at the first result."""
         if concurrency is not None:
             _check_concurrency(concurrency)
-        check_frames_to_stream(frames, self.point_columns)
+        check_frames_to_stream(frames, self.num_point_columns)
         return self._stream(frames, concurrency or self.concurrency)
 
     def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
@@ -412,7 +412,7 @@ class RemoteDetector:
             return self._pool
 
     def _detect_item(self, item: object, source: str, stream: _Calls) -> Detections:
-        columns = self.point_columns
+        columns = self.num_point_columns
         points = read_points(os.fsdecode(item), point_dim=columns, columns=columns) if is_frame_path(item) else item
         return self._detect(points, source, stream)
 

@@ -41,7 +41,7 @@ class ModelProbe:
         self.failures = 0
         self._answered = self._stats.answered_count()
         # one point at the origin, of as many values as the served model reads (a multi-sweep model: 5)
-        self._probe = np.zeros((1, self.remote.point_columns), np.float32)
+        self._probe = np.zeros((1, self.remote.num_point_columns), np.float32)
 
     def check(self) -> str | None:
         """None while the model answers; the last error once too many probes in a row have failed."""

@@ -25,7 +25,7 @@ from ...errors import BackendError, safe_repr
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 OUTPUTS = ("boxes", "scores", "labels", *STATS)
 VELOCITY = "velocity"  # (1, boxes, 2) FP32, the output of models that predict velocities
-POINT_COLUMNS = (4, 5)  # values a point of the points input: x, y, z, intensity (+ time)
+NUM_POINT_COLUMNS = (4, 5)  # values a point of the points input: x, y, z, intensity (+ time)
 _OUTPUT_TYPES = {"boxes": "TYPE_FP32", "scores": "TYPE_FP32", VELOCITY: "TYPE_FP32",
                  **{name: "TYPE_INT32" for name in ("labels", *STATS)}}
 _OUTPUT_DTYPES = {name: np.float32 if kind == "TYPE_FP32" else np.int32 for name, kind in _OUTPUT_TYPES.items()}
@@ -40,7 +40,7 @@ class ServedModel:
     class_names: tuple[str, ...]
     max_points: int | None  # the server's points cap, when its config says
     max_boxes: int | None   # the most boxes a request may ask for (its detector's cap), when its config says
-    point_columns: int      # values a point it takes
+    num_point_columns: int  # values a point it takes
     velocity: bool          # whether its replies carry velocities
     point_range: tuple[float, ...] | None = None  # the model's (x, y, z min, then max), when its config says
     fov_points_only: bool | None = None  # trained on the camera view's points only, when its config says
@@ -73,7 +73,7 @@ def check_model_config(config: object, where: str) -> ServedModel:
     inputs = {i.get("name"): i for i in config.get("input") or [] if isinstance(i, Mapping)}
     points = inputs.get("points")
     dims = _dims(points) if points is not None else None
-    if points is None or points.get("data_type") != "TYPE_FP32" or dims not in [[-1, c] for c in POINT_COLUMNS]:
+    if points is None or points.get("data_type") != "TYPE_FP32" or dims not in [[-1, c] for c in NUM_POINT_COLUMNS]:
         raise refuse("it has no FP32 input 'points' of dims [-1, 4] or [-1, 5]")
     outputs = {o.get("name"): o.get("data_type") for o in config.get("output") or [] if isinstance(o, Mapping)}
     velocity = VELOCITY in outputs
