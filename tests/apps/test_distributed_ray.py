@@ -624,11 +624,12 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
 def test_pathlib_paths_run_as_the_strings_they_name(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """A folder given as a ``pathlib.Path`` (as ``model`` and ``out`` are taken), alone or in a list, raised
     "TypeError: 'PosixPath' object is not iterable". Oracle: the same run given the folder's string."""
-    from pointpillars_trt.apps.distributed import detect_dataset
+    from pointpillars_trt.apps.distributed import FrameSources, detect_dataset
 
     frames = tmp_path / "frames"
     write_frames(frames, tiny_model, {"a": 300, "b": 20})
-    runs = {"str": str(frames), "Path": frames, "[Path, str]": [frames / "a.bin", str(frames / "b.bin")]}
+    runs: dict[str, FrameSources] = {"str": str(frames), "Path": frames,
+                                     "[Path, str]": [frames / "a.bin", str(frames / "b.bin")]}
     for name, given in runs.items():
         summary = detect_dataset(given, tiny_model, tmp_path / name, workers=1, gpus_per_worker=0, progress=False)
         assert summary.frames == 2 and summary.failures == [], (name, summary)
@@ -1180,9 +1181,10 @@ def test_the_clusters_messages_go_to_stderr_while_infer_runs_its_frames(ray_clus
     from pointpillars_trt.apps.distributed import cluster_messages_on_stderr
 
     worker = ray._private.worker.global_worker
+    gcs_client = getattr(worker, "gcs_client")  # set on the driver's worker as it connects: its class declares none
 
     def published(text: str, stream: io.StringIO) -> bool:
-        publish_error_to_driver("worker_died", text, gcs_client=worker.gcs_client, job_id=worker.current_job_id)
+        publish_error_to_driver("worker_died", text, gcs_client=gcs_client, job_id=worker.current_job_id)
         deadline = time.monotonic() + 30
         while text not in stream.getvalue() and time.monotonic() < deadline:
             time.sleep(0.05)
