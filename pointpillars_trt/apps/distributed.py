@@ -55,8 +55,8 @@ from .frame_stream import FrameStream
 from .frames import FrameBytes, FrameReader, FrameRunner, WorkerProcesses
 from .frame_paths import check_distinct_outputs, expand_frame_paths, missing_path
 from .frame_report import FrameReport, FrameWarnings, frame_warnings, progress_bar
-from .infer import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, \
-    WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, say_finished_files
+from .infer import MAX_PIPELINES, READ_PROCESSES, RESUME_HINT, WRITE_PROCESSES, WRITE_THREADS, keep_finished_rows, \
+    say_finished_files
 from .outputs import OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, frame_row, \
     refuse_foreign_outputs, row_text, write_frame
 from .run_settings import SETTINGS_FILE
@@ -419,8 +419,7 @@ def actor_size(batch_size: int | None, pipelines: int | None, on_gpu: bool, fram
     (``frames_per_call``), so such a run is one call, for which one actor alone starts (``WorkerCalls``); and Ray
     Data hands each call to whichever actor is free, so the first one up may take a run's every call (two at once,
     then the next). Fitted to a share, that actor would run every frame on the pipelines of a share."""
-    return RunSize(batch=batch_size or (DEFAULT_GPU_BATCH if on_gpu else 1),
-                   pipelines=pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1)).fitted(frames)
+    return RunSize.given(batch_size, pipelines, on_gpu).fitted(frames)
 
 
 def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, output_format: str,

@@ -50,7 +50,7 @@ from .frame_prep import check_image_shape, frame_preparer
 from .frame_report import FrameReport, FrameWarnings, frame_report, frame_warnings
 from .ranges import device_arg, float_in, image_shape_arg, int_in, path_name, threads_arg
 from .run_settings import SETTINGS_FILE, SettingsRecord, settings_record
-from .run_size import RunSize, cut_note
+from .run_size import DEFAULT_GPU_BATCH, DEFAULT_GPU_PIPELINES, RunSize, cut_note
 from .runtime_args import add_model_arguments
 from .resume import Resume, frames_to_run, say_resume, skipped_for_eval
 from ..runtime.backends import BACKEND_CHOICES
@@ -58,10 +58,6 @@ from ..runtime.backends import BACKEND_CHOICES
 if TYPE_CHECKING:
     from ..detector import PointPillars
 
-#: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given; a run of
-#: fewer frames opens fewer (``RunSize.fitted``).
-DEFAULT_GPU_BATCH = 8
-DEFAULT_GPU_PIPELINES = 4
 #: Writer threads of a run (output encoding and file calls overlap the GPU; its reader threads follow
 #: the frames' size: ``frames.reader_threads``).
 WRITE_THREADS = min(8, os.cpu_count() or 1)
@@ -305,8 +301,7 @@ def _class_list(classes: Sequence[str]) -> str:
 def run_infer(args: argparse.Namespace) -> int:
     """``infer``: 0 when every frame went through, 1 when some failed (each listed), 2 on a user error."""
     device = resolved_device(args.device)
-    size = RunSize(batch=args.batch_size or (DEFAULT_GPU_BATCH if device == "cuda" else 1),
-                   pipelines=args.pipelines or (DEFAULT_GPU_PIPELINES if device == "cuda" else 1))
+    size = RunSize.given(args.batch_size, args.pipelines, on_gpu=device == "cuda")
 
     def open_pipelines(points_per_frame: int | None, fitted: RunSize) -> list[PointPillars]:
         threads = None

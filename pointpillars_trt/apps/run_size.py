@@ -11,12 +11,23 @@ from __future__ import annotations
 import dataclasses
 
 
+#: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given; a run of
+#: fewer frames opens fewer (``RunSize.fitted``). On the CPU a run opens one pipeline of one frame unless given.
+DEFAULT_GPU_BATCH = 8
+DEFAULT_GPU_PIPELINES = 4
+
+
 @dataclasses.dataclass(frozen=True)
 class RunSize:
     """A run's pipelines and the frames each runs at once (its batch)."""
 
     batch: int
     pipelines: int
+
+    @classmethod
+    def given(cls, batch: int | None, pipelines: int | None, on_gpu: bool) -> RunSize:
+        """The size a run asks for: what was given (None: not given), else the defaults of its device."""
+        return cls(batch or (DEFAULT_GPU_BATCH if on_gpu else 1), pipelines or (DEFAULT_GPU_PIPELINES if on_gpu else 1))
 
     def fitted(self, frames: int) -> RunSize:
         """This size for a run of ``frames`` frames: a batch no larger than them and no more pipelines than their
