@@ -171,16 +171,23 @@ def home_hint(path: PathLike) -> str:
     return f"{said} ({safe_repr(expanded)} is not there either)"
 
 
+def broken_link(path: PathLike) -> str | None:
+    """"a broken symbolic link (to TARGET, which does not exist)" where ``path`` (found missing) is a link, named
+    with its target, since ``ls`` shows the link and "does not exist" would contradict it; None where it is no link."""
+    try:
+        return f"a broken symbolic link (to {safe_repr(os.readlink(path))}, which does not exist)"
+    except OSError:  # no link: the path itself is missing
+        return None
+
+
 def _stat_error(what: str, path: PathLike, exc: OSError) -> InputError:
     """One line for a path that could not be stat'ed or opened; a symbolic link whose target is gone is named
-    so (with its target), since ``ls`` shows the link and "does not exist" would contradict it."""
+    so (``broken_link``)."""
     shown = safe_repr(path)
     if isinstance(exc, FileNotFoundError):
-        try:
-            return InputError(f"{what} {shown} is a broken symbolic link (to {safe_repr(os.readlink(path))}, "
-                              "which does not exist)")
-        except OSError:  # no link: the path itself is missing
-            return InputError(f"{what} {shown} does not exist{home_hint(path)}")
+        link = broken_link(path)
+        return InputError(f"{what} {shown} is {link}" if link is not None else
+                          f"{what} {shown} does not exist{home_hint(path)}")
     return InputError(f"{what} {shown} cannot be read: {exc.strerror or exc}")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError, PointPillarsError, safe_repr
-from .file_reads import PathLike, file_kind, special_kind
+from .file_reads import PathLike, broken_link, file_kind, special_kind
 
 
 def xdg_cache_home(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -357,10 +357,7 @@ def _link_to_nothing(path: Path) -> str | None:
     try:
         os.stat(path)
     except FileNotFoundError:
-        try:
-            return f"a broken symbolic link (to {safe_repr(os.readlink(path))}, which does not exist)"
-        except OSError:  # no link: nothing there
-            return None
+        return broken_link(path)  # None: nothing there
     except OSError as exc:  # a loop below a link on its path ('loop/sub') is the link's: said where it is
         looped = exc.errno == errno.ELOOP and os.path.islink(path)
         return "a symbolic link in a loop (it leads back to itself)" if looped else None
