@@ -1,18 +1,23 @@
-"""``infer --server`` against servers that answer wrongly: a real ``tritonserver`` on loopback serving
-deliberately broken Python-backend models (tests/data/serve/hostile_model.py), next to the real one.
+"""``infer --server`` against servers that answer wrongly or late: a real ``tritonserver`` on loopback serving
+deliberately broken or slow Python-backend models (tests/data/serve/hostile_model.py), next to the real one.
 
 A foreign model (no class names) stops the run with one line before any frame; a reply with a missing
-output, a wrong shape, a label past the class list or a negative count is that frame's error.
+output, a wrong shape, a label past the class list or a negative count is that frame's error; a stream closed
+while a slow server holds its requests gives them up at once.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import re
 import shutil
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -22,7 +27,11 @@ from out_folder import output_names
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.apps.serve.repository import MODEL_NAME, model_config_text
 from pointpillars_trt.apps.serve.server import TritonServer
+from pointpillars_trt.detector import FrameResult
 from pointpillars_trt.errors import BackendError
+
+if TYPE_CHECKING:
+    from pointpillars_trt.apps.serve.client import RemoteDetector
 
 pytestmark = pytest.mark.slow  # real tritonservers with deliberately broken models: CI runs them with -m slow
 
@@ -131,3 +140,74 @@ def test_infer_cli_against_a_foreign_model_is_one_line(foreign_server: TritonSer
     lines = err.getvalue().strip().splitlines()
     assert rc == 2 and len(lines) == 1 and "is not a pointpillars-trt model" in lines[0], err.getvalue()
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+#: Seconds the sleeping model holds a stream's request that the stream gives up on: far more than giving up takes
+HELD = 20.0
+
+
+@pytest.fixture(scope="module")
+def sleeping_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A server whose 'pointpillars' model answers a frame of one point as many seconds late as its x says; its stop
+    does not wait out the requests it still holds."""
+    root = tmp_path_factory.mktemp("sleeping")
+    hostile_model(root / "repo", MODEL_NAME, "sleeps")
+    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=2)
+    with server.start(timeout=START_TIMEOUT):
+        yield server
+
+
+def late(seconds: float) -> np.ndarray:
+    """A frame the sleeping model answers ``seconds`` late."""
+    return np.array([[seconds, 0, 0, 0]], np.float32)
+
+
+def read_in_thread(remote: RemoteDetector, frames: list[np.ndarray], concurrency: int,
+                   ) -> tuple[threading.Thread, list[FrameResult]]:
+    """``remote.infer_many(frames)`` read to its end in a thread of its own, its results in the list (a daemon: one
+    that hangs fails its test's join, not the run)."""
+    results: list[FrameResult] = []
+    thread = threading.Thread(target=lambda: results.extend(remote.infer_many(frames, concurrency=concurrency)),
+                              daemon=True)
+    thread.start()
+    return thread, results
+
+
+def answered(results: list[FrameResult], count: int) -> bool:
+    """Whether ``results`` are those of ``count`` frames given as arrays, each answered."""
+    return [(result.source, result.error) for result in results] == [(f"frame {i}", None) for i in range(count)]
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_stream_closed_early_gives_up_on_its_own_requests_at_once(sleeping_server: TritonServer,
+                                                                     protocol: str) -> None:
+    """An infer_many closed after its first result while the server holds its second request for 20 s returns at
+    once (over HTTP it waited that request out), while another infer_many of the same detector, running meanwhile
+    on the detector's threads, gets every result; after, the detector answers a call and a stream on all its
+    threads at once (the one that gave up its request too), and its threads and open files are as many as before."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    remote = RemoteDetector(sleeping_server.endpoints[protocol], protocol=protocol, timeout=60, concurrency=4)
+    try:
+        warm = list(remote.infer_many([late(0.3)] * 4, concurrency=4))  # the 4 threads, each with its connection
+        assert answered(warm, 4), warm
+        threads, files = threading.active_count(), len(os.listdir("/proc/self/fd"))
+        other, others = read_in_thread(remote, [late(0.5)] * 8, concurrency=2)
+        stream = remote.infer_many([late(0), late(HELD)], concurrency=2)
+        assert next(stream).error is None
+        started = time.monotonic()
+        stream.close()
+        took = time.monotonic() - started
+        still_running = other.is_alive()
+        other.join(30)
+        assert took < 2.0, f"the close took {took:.1f} s"
+        assert still_running, "the other stream had ended before the close"
+        assert answered(others, 8), others
+        assert remote(late(0)).stats.num_points == 1
+        after, again = read_in_thread(remote, [late(0.3)] * 4, concurrency=4)
+        after.join(30)
+        assert not after.is_alive() and answered(again, 4), again
+        assert threading.active_count() == threads
+        assert len(os.listdir("/proc/self/fd")) <= files
+    finally:
+        remote.close()

@@ -7,6 +7,7 @@ batches to form, and give results in input order; a frame the server or the read
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import functools
@@ -88,8 +89,7 @@ class RemoteDetector:
         self._server_error = InferenceServerException
         self._local = threading.local()
         self._clients: list[Any] = []
-        self._waits: list[_HttpWait] = []  # of the threads that send over HTTP, for ``_abandon`` to end
-        self._calls = _Calls()  # the gRPC requests in flight, for ``_abandon`` to cancel
+        self._calls = _Calls()  # the requests in flight, for ``_abandon`` to give up on
         self._lock = threading.Lock()
         self._cancelled = False
         self._down: str | None = None  # why the server is taken for down (DetectorLost), once it is
@@ -122,7 +122,7 @@ class RemoteDetector:
         _check_timeout(timeout)
         other = copy.copy(self)
         other.timeout = timeout
-        other._local, other._clients, other._waits, other._lock = threading.local(), [], [], threading.Lock()
+        other._local, other._clients, other._lock = threading.local(), [], threading.Lock()
         other._calls = _Calls()
         other._cancelled, other._pool, other._pool_size = False, None, 0
         other._down, other._probing, other._failed_in_row = None, threading.Lock(), 0
@@ -142,17 +142,15 @@ class RemoteDetector:
             kwargs = {"network_timeout": self.timeout, "connection_timeout": self.timeout} \
                 if self.protocol == "http" else {}
             client = self._module.InferenceServerClient(self.server, **kwargs)
-            wait = _HttpWait() if self.protocol == "http" else None
             with self._lock:
                 cancelled, down = self._cancelled, self._down
                 if not cancelled and down is None:
                     self._clients.append(client)
-                    if wait is not None:
-                        self._waits.append(wait)
             if cancelled or down is not None:
                 client.close()
                 raise self._stopped(prefix) if down is None else DetectorLost(prefix + down)
-            self._local.client, self._local.wait = client, wait
+            self._local.client = client
+            self._local.wait = _HttpWait() if self.protocol == "http" else None
         return client
 
     def _stopped(self, prefix: str) -> BackendError:
@@ -163,8 +161,8 @@ class RemoteDetector:
         return self._detect(points, source, None)
 
     def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
-        """A frame's detections; ``stream``: the gRPC calls of the ``infer_many`` it belongs to, if any, which
-        cancels them when it is closed early."""
+        """A frame's detections; ``stream``: the requests of the ``infer_many`` it belongs to, if any, which
+        gives them up when it is closed early."""
         frame = as_host_points(points, source or "points", self.num_point_columns, REMOTE_DETECTOR)
         prefix = f"{source}: " if source else ""
         if self._down is not None:
@@ -217,7 +215,7 @@ class RemoteDetector:
         thread's ``_HttpWait``, the one way to end it from another thread."""
         try:
             if self.protocol == "http":
-                with self._local.wait:
+                with self._local.wait.request(groups):
                     return client.infer(self.model, inputs, outputs=outputs)
             answer: Future[Any] = Future()
             call = client.async_infer(self.model, inputs, functools.partial(_settle, answer), outputs=outputs,
@@ -368,8 +366,10 @@ class RemoteDetector:
     def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
         """The frames' results in input order; an error of ``frames`` itself (a generator that raises) comes
         after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it. Closed early
-        (a caller that stops reading), it drops the requests not yet sent and gives up on those in flight: over
-        gRPC they are cancelled, on the server too; over HTTP, which cannot cancel, they are waited for."""
+        (a caller that stops reading), it drops the requests not yet sent and gives up on those in flight at once,
+        its own only (another call of the detector carries on): over gRPC they are cancelled, on the server too;
+        over HTTP their calls end and their connections close (the server answers them all the same, see the
+        class). It returns once they have unwound."""
         window: deque[tuple[str, Future[Detections]]] = deque()
         failure: Exception | None = None
         pool, in_flight = self._shared_pool(concurrency), threading.Semaphore(concurrency)  # the pool may be larger
@@ -427,13 +427,10 @@ class RemoteDetector:
 
     def _abandon(self) -> None:
         """Ends every request in flight at once and closes the connections (once ``cancel`` or the server found
-        down refuses new ones): the gRPC calls are cancelled, the HTTP ones raised out of (a connection closed
-        from another thread leaves its wait alone), each failing with ``_RequestStopped``."""
+        down refuses new ones), each request failing with ``_RequestStopped`` (``_Calls.cancel``)."""
         with self._lock:
-            clients, waits = list(self._clients), list(self._waits)
+            clients = list(self._clients)
         self._calls.cancel()
-        for wait in waits:
-            wait.stop()
         for client in clients:
             client.close()
 
@@ -449,18 +446,19 @@ class RemoteDetector:
 
 class _RequestStopped(ConnectionAbortedError):
     """A request given up on (``_Calls``); raised by ``_HttpWait`` in the HTTP request it ends (a socket error, so
-    that geventhttpclient closes the request's connection as it unwinds)."""
+    that geventhttpclient closes the request's connection as it unwinds and its client stays usable)."""
 
 
 class _Calls:
     """Requests given up on together: the detector's (by ``cancel``, or once the server is down) or an
-    ``infer_many``'s (closed early). ``cancel`` cancels their gRPC calls in flight, which tells the server (it
-    skips those still waiting there) and ends each call at once; a call added after is cancelled as it is
-    added, and a request of them that fails after is taken for given up on, not for the server's failure."""
+    ``infer_many``'s (closed early). ``cancel`` ends each of their calls in flight at once: a gRPC call is
+    cancelled, which tells the server (it skips those still waiting there), an HTTP one raised out of
+    (``_HttpCall``). A call added after is cancelled as it is added, and a request of them that fails after is
+    taken for given up on, not for the server's failure."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._calls: set[Any] = set()  # tritonclient's CallContexts
+        self._calls: set[Any] = set()  # tritonclient's gRPC CallContexts, _HttpCalls: each has ``cancel()``
         self.cancelled = False
 
     def add(self, call: Any) -> None:
@@ -491,7 +489,7 @@ def _settle(answer: Future[Any], result: Any, error: BaseException | None) -> No
 
 
 class _HttpWait:
-    """Lets another thread end the HTTP request this thread waits on, at once. tritonclient's HTTP client cannot
+    """Lets another thread end an HTTP request this thread waits on, at once. tritonclient's HTTP client cannot
     cancel a request: its ``infer`` waits on a socket in the gevent loop of the thread that sent it, and the
     client closed from another thread leaves that wait to its timeout. A callback handed to that loop (the one
     way in from another thread) raises in the request instead; the server is not told (see RemoteDetector)."""
@@ -500,22 +498,49 @@ class _HttpWait:
         import gevent  # tritonclient's HTTP client runs on it
 
         self._loop, self._sender = gevent.get_hub().loop, gevent.getcurrent()
-        self._waiting = False
+        self._current: _HttpCall | None = None  # the request this thread sends now
 
-    def __enter__(self) -> None:
-        self._waiting = True
+    @contextlib.contextmanager
+    def request(self, groups: tuple[_Calls, ...]) -> Iterator[None]:
+        """Around one request of this thread: each of ``groups`` may end it (``_HttpCall``); one given up on
+        already fails before it is sent."""
+        call = self._current = _HttpCall(self)
+        try:
+            for group in groups:
+                group.add(call)
+            if call.cancelled:
+                raise _RequestStopped("the request was given up on")
+            yield
+        finally:
+            self._current = None
+            for group in groups:
+                group.discard(call)
 
-    def __exit__(self, *exc: object) -> None:
-        self._waiting = False
+    def stop(self, call: _HttpCall) -> None:
+        """From any thread: ``call`` raises ``_RequestStopped`` if this thread still waits on it."""
+        self._loop.run_callback_threadsafe(self._raise, call)
 
-    def stop(self) -> None:
-        """From any thread: the request this thread waits on, if any, raises ``_RequestStopped``."""
-        self._loop.run_callback_threadsafe(self._raise)
+    def _raise(self, call: _HttpCall) -> None:
+        """Runs in this thread's loop, which runs while a request waits: a request that has ended, or another
+        request of the thread's since (a stop comes in while the thread is idle runs at its next request), is left
+        alone. A stop the request swallows (geventhttpclient tries a host's next address when a connect fails)
+        is raised again at its next wait."""
+        if self._current is call:
+            self._sender.throw(_RequestStopped("the request was given up on"))
+            if self._current is call:
+                self._loop.run_callback(self._raise, call)
 
-    def _raise(self) -> None:
-        """Runs in this thread's loop, which runs while a request waits: a request that has ended is left alone."""
-        if self._waiting:
-            self._sender.throw(_RequestStopped("the run was stopped"))
+
+class _HttpCall:
+    """One HTTP request of a thread, as ``_Calls`` ends it: ``cancel`` from any thread."""
+
+    def __init__(self, wait: _HttpWait) -> None:
+        self._wait = wait
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True  # before the stop: one that comes before the request is sent fails it at once
+        self._wait.stop(self)
 
 
 def _other_protocol_hint(server: str, protocol: str) -> str:

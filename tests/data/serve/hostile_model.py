@@ -1,10 +1,13 @@
-"""A Triton Python-backend model that answers like a broken or foreign server (for the client's tests).
+"""A Triton Python-backend model that answers like a broken, foreign or slow server (for the client's tests).
 
 The config's ``mode`` parameter picks how each reply is wrong; the replies are otherwise shaped like
-pointpillars-trt's (one box of class 0 per request).
+pointpillars-trt's (one box of class 0 per request). Mode ``sleeps`` answers rightly for a frame of one point, as
+many seconds late as the point's x says, each request through its response sender from a timer of its own: a
+late request holds up neither the instance nor the requests after it.
 """
 
 import json
+import threading
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -16,7 +19,15 @@ class TritonPythonModel:
         self.mode = config["parameters"]["mode"]["string_value"]
 
     def execute(self, requests):
-        return [self._reply() for _ in requests]
+        if self.mode != "sleeps":
+            return [self._reply() for _ in requests]
+        for request in requests:
+            seconds = float(pb_utils.get_input_tensor_by_name(request, "points").as_numpy().reshape(-1)[0])
+            timer = threading.Timer(seconds, request.get_response_sender().send, (self._reply(),),
+                                    {"flags": pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL})
+            timer.daemon = True
+            timer.start()
+        return None
 
     def _reply(self):
         arrays = {"boxes": np.ones((1, 1, 7), np.float32), "scores": np.full((1, 1), 0.5, np.float32),
