@@ -172,6 +172,22 @@ def test_the_ray_address_help_names_ray_address_as_the_default(capsys: pytest.Ca
     assert "(default: $RAY_ADDRESS's cluster where it is set, else a local one)" in text, text
 
 
+def test_the_ray_help_names_a_workers_detectors_and_the_cpu_default_of_workers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A worker opens --pipelines detectors (4 on the GPU by default), not one; a cluster without GPUs starts one
+    worker per 2 of its CPUs (check_resources({"CPU": 8.0}, None, None) gives 4 in test_distributed_summary), which
+    GPUs / --gpus-per-worker, a division by 0 there, does not say."""
+    from pointpillars_trt.apps.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["infer", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "one detector per worker" not in text, text
+    assert "each worker a process of --pipelines detectors" in text, text
+    assert "workers on the CPU: one per 2 of its CPUs" in text, text
+    assert "0 (CPU: the default on a cluster without GPUs)" in text, text
+
+
 @pytest.mark.parametrize(("workers_stopped", "local", "swept"), [(True, True, True), (False, False, False),
                                                                  (True, False, False)])
 def test_a_stop_removes_cut_writes_only_once_a_local_clusters_workers_are_stopped(  # type: ignore[no-untyped-def]

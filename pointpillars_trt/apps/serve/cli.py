@@ -302,16 +302,19 @@ def add_scaleout_arguments(parser: argparse.ArgumentParser) -> None:
                             f"answers no liveness probe within {LIVE_PROBE_SECONDS:g} s (or the timeout, if shorter) "
                             "is taken for down, and the frames left fail at once, counted in one line")
     group.add_argument("--ray", action="store_true",
-                       help="run on a Ray cluster (Ray Data, one detector per worker); a PATH may then be a URI "
-                            "Ray Data reads (s3://bucket/drive42/, file:///data/frames/), which it lists once the "
-                            "cluster is up: its point files are the frames, as in a local folder (subfolders left "
-                            "out), checked before the run as local frames are"),
+                       help="run on a Ray cluster (Ray Data; each worker a process of --pipelines detectors); a "
+                            "PATH may then be a URI Ray Data reads (s3://bucket/drive42/, file:///data/frames/), "
+                            "which it lists once the cluster is up: its point files are the frames, as in a local "
+                            "folder (subfolders left out), checked before the run as local frames are"),
     group.add_argument("--ray-address", help="with --ray: auto or HOST:PORT of a cluster (default: $RAY_ADDRESS's "
                                              "cluster where it is set, else a local one)")
     group.add_argument("--workers", type=int_in(1, MAX_WORKERS),
-                       help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: GPUs / --gpus-per-worker)")
+                       help=f"with --ray: detector actors, 1..{MAX_WORKERS} (default: the cluster's GPUs / "
+                            "--gpus-per-worker, at most one a CPU of it; workers on the CPU: one per 2 of its CPUs; "
+                            "either way no more than the calls the frames to run make)")
     group.add_argument("--gpus-per-worker", type=float_in(0, 64),
-                       help="with --ray: 0.5 (two per GPU: the default on a cluster with GPUs), 1, or 0 (CPU); 0..64")
+                       help="with --ray: 0.5 (two per GPU: the default on a cluster with GPUs), 1, or 0 (CPU: the "
+                            "default on a cluster without GPUs); 0..64")
 
 
 def scaleout_requested(args: argparse.Namespace) -> bool:
