@@ -24,7 +24,7 @@ ASSETS = Path(os.environ.get("PP_ASSETS", "assets"))  # the test assets folder (
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default=str(ASSETS / "checkpoints/pointpillar_openpcdet_synthetic.pth"))
     parser.add_argument("--frames", default=str(ASSETS / "kitti/training/velodyne_fov"), help="folder of .bin frames")
     parser.add_argument("--repeat", type=int, default=3, help="copies of each frame")

@@ -58,7 +58,7 @@ class StandInPipeline(model_runner.StandInPipeline):
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, required=True, help="a checkpoint (.pth) or model dir")
     parser.add_argument("--frames", type=Path, action="append", required=True, help="a folder of .bin files")
     parser.add_argument("--count", type=int, default=4_000, help="frames a run (hard links to the files)")

@@ -63,7 +63,7 @@ def _batch_copy() -> Callable[..., int] | None:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--points", default="19000,121000")
     ap.add_argument("--threads", default="2,4,8")
     args = ap.parse_args()

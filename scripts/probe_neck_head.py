@@ -23,7 +23,7 @@ KITTI = NeckHeadParams((NeckBranch(64, 128, 1), NeckBranch(128, 128, 2), NeckBra
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--kernels", default="f16,wgmma")
     ap.add_argument("--f16-shapes", choices=("default", "all"), default="all",

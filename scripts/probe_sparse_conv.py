@@ -89,7 +89,7 @@ def dilated(live: np.ndarray, stride: int, border: bool) -> np.ndarray:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--occupancy", type=float, default=0.02, help="share of canvas cells with a pillar (camera view: ~0.02)")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--tile-rows", type=int, choices=(2, 4), default=2, help="a warp's rows of 8 output cells")
