@@ -249,7 +249,8 @@ def calib_folder(frame_path: PathLike, calib_dir: PathLike | None = None) -> Pat
             shown = named_as_given(default, frame_path)
             raise InputError(
                 f"no calibration folder for frame {safe_repr(frame_path)}: {safe_repr(shown)} does not exist "
-                "(pass the calib folder: --calib DIR, or calib_dir in Python)"
+                "(pass the calib folder: --calib DIR; in Python detect_dataset(..., calib=DIR) or "
+                "calib_for_frame(frame, calib_dir=DIR))"
             )
         raise InputError(f"calib folder {safe_repr(calib_dir)} does not exist or is not a folder")
     return folder

@@ -845,7 +845,8 @@ def test_calib_for_frame_names_its_paths_as_given(kitti_tree: Path, monkeypatch:
         (training, lambda: calib_for_frame("velodyne/000009.bin", "./calib/"), "file 'calib/000009.txt' is a FIFO"),
         (training, lambda: read_calibration(calib_for_frame("velodyne/000008.bin")), "'calib/000008.txt' is a dir"),
         (training, lambda: calib_for_frame("../loose/x.bin"),
-         "no calibration folder for frame '../loose/x.bin': '../calib' does not exist"),
+         "no calibration folder for frame '../loose/x.bin': '../calib' does not exist (pass the calib folder: "
+         "--calib DIR; in Python detect_dataset(..., calib=DIR) or calib_for_frame(frame, calib_dir=DIR))"),
         (training, lambda: read_calibration(calib_for_frame("velodyne/000134.bin")), "file 'calib/000134.txt': "),
         (velodyne, lambda: read_calibration(calib_for_frame("000134.bin", "../calib")), "file '../calib/000134.txt': "),
         (training, lambda: calib_for_frame(velodyne / "000135.bin"), f"calib folder '{training / 'calib'}' has no"),
