@@ -632,10 +632,15 @@ def onnxruntime_threads(asked: int | None) -> int | None:
 
 
 def _device_or_host_points(points: object, device: str, columns: int, lags_checked: bool = False) -> object:
-    """CUDA arrays go to the GPU pipeline untouched; everything else becomes (N, columns) float32 on the host,
-    a multi-sweep model's with its 5th values checked as time lags (as its files' are when they are read), unless
-    ``lags_checked`` (a frame a file's read gave, or one checked already: ~0.4 ms for 300k points)."""
+    """CUDA arrays go to the GPU pipeline as they are; everything else becomes (N, columns) float32 on the host.
+    A multi-sweep model's frame has its 5th values checked as time lags (as its files' are when they are read),
+    on the host (~0.4 ms for 300k points) or where a CUDA array lies (``check_device_time_lags``: one read of
+    ~2 KB), unless ``lags_checked`` (a frame a file's read gave, or one checked already)."""
     if device == "cuda" and is_cuda_array(points):
+        if columns == 5 and not lags_checked:
+            from .device_points import check_device_time_lags  # CuPy: only where a detector runs on the GPU
+
+            check_device_time_lags(points, columns, "points")
         return points
     host = as_host_points(points, columns=columns)
     if columns == 5 and not lags_checked:

@@ -33,11 +33,11 @@ import numpy as np
 
 from .config import ModelConfig, int_within, next_power_of_two
 from .detections import STAGES, Detections, FrameStats
+from .device_points import as_device_points
 from .errors import BackendError, InputError
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import CheckedFile, ModelDir, pfn_weights
-from .points import as_array, wide_rows_problem
 from .runtime import Engine, EngineRequest, engine_file, engine_options_for, open_engine, pick_backend
 from .staging import HEADER_ROWS, LARGE_SCAN_POINTS, StagingBuffer, empty_pinned
 from .kernels.pfn import PfnStage
@@ -407,7 +407,7 @@ class GpuPipeline:
         on the GPU."""
         if all(isinstance(f, np.ndarray) for f in frames):
             return self._stage_host(frames, caller_waits)  # type: ignore[arg-type]
-        device = [_as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
+        device = [as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
         counts = [int(f.shape[0]) for f in device]
         total = sum(counts)
         if total > self.max_points:
@@ -607,16 +607,3 @@ def _memory_type(array: np.ndarray) -> int | None:
     except cp.cuda.runtime.CUDARuntimeError:
         return None
     return getattr(attributes, "type", None)
-
-
-def _as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp.ndarray:
-    """A CuPy view of a device array (CuPy, PyTorch, JAX, anything with DLPack or the CUDA array interface),
-    converted under the pipeline's stream (``points.as_array``)."""
-    expected = f"an (N, {columns}) float32 device array"
-    with stream:
-        arr = as_array(points, "points", expected, cp)
-    wide = wide_rows_problem(arr.shape[1], columns) if arr.ndim == 2 else None  # an image, as on the host
-    if arr.ndim != 2 or arr.shape[1] < columns or arr.dtype != np.float32 or wide is not None:
-        raise InputError(f"points: expected {expected}; got shape {arr.shape}, dtype {arr.dtype}"
-                         + (f": {wide}" if wide is not None else ""))
-    return arr[:, :columns]

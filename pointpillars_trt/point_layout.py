@@ -13,7 +13,7 @@ import math
 import os
 import warnings
 from collections.abc import Callable
-from typing import Union
+from typing import Any, Union
 
 import numpy as np
 
@@ -96,7 +96,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str,
     concatenated and any part of a frame may be the one of another layout. 5th values within the lags' range
     that are per-point capture times (``holds_capture_times``) are told to ``capture_times_note``, else warned
     of (``InputWarning``, its text the same for a file or an array each time, so that Python's filter says it
-    once)."""
+    once). A frame on the GPU is judged alike from its ``lag_summary`` (``judge_lag_summary``)."""
     rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
     lags = rows[:, 4]  # a strided view
     if lags.size > _STRIDED_LAGS:  # one strided pass, then two vectorised ones: ~2x faster than two strided
@@ -105,9 +105,19 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str,
     if np.isnan(lo) or np.isnan(hi):  # rows of NaN (no return) are skipped
         lags = lags[np.isfinite(lags)]
         lo, hi = lags.min(initial=np.inf), lags.max(initial=-np.inf)
+    _judge_time_lags(float(lo), float(hi), lags, lambda: rows[:, 3], name, capture_times_note)
+
+
+def _judge_time_lags(lo: float, hi: float, lags: np.ndarray, fourth: Callable[[], np.ndarray], name: str,
+                     capture_times_note: CaptureTimesNote | None) -> None:
+    """``check_time_lags``' judgement from what it needs: ``lo`` and ``hi``, the minimum and maximum of the lags
+    kept (all the 5th values; where one is NaN, the finite ones; lo > hi: none to judge), ``lags`` those lags or
+    their ``lag_sample`` (all that ``holds_capture_times`` looks at), and ``fourth``, which gives the 4th column
+    for the message of swapped columns: called only for a frame refused (one on the GPU copies it back then).
+    The warning names the caller of ``check_time_lags`` or ``judge_lag_summary``."""
     low, high = TIME_LAG_RANGE
     if lo <= hi and not (low <= lo and hi <= high):  # lo > hi: no finite lag to judge
-        if holds_time_lags(rows[:, 3]):
+        if holds_time_lags(fourth()):
             raise InputError(
                 f"{name}: its 4th values look like the time lags this model reads 5th, and its 5th (from {lo:.6g} "
                 f"to {hi:.6g}) like intensities: the columns are x, y, z, time, intensity; the model reads x, y, z, "
@@ -124,7 +134,7 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str,
         text = (f"{name}: {CAPTURE_TIMES_FINDING} build multi-sweep frames with PointPillars.accumulate "
                 "(sweeps.accumulate_sweeps), which gives each sweep's points its lag")
         if capture_times_note is None:
-            warnings.warn(text, InputWarning, stacklevel=2)
+            warnings.warn(text, InputWarning, stacklevel=3)
         else:
             capture_times_note(text)
 
@@ -145,9 +155,52 @@ def holds_capture_times(lags: np.ndarray) -> bool:
     ``_LAG_SAMPLE`` points spread over it: per-point capture times within a sweep (0 to 0.1 s, thousands of
     values), where accumulated sweeps give one lag a sweep. ~15 us: a sort of the sample, whose distinct values
     are where it steps."""
-    ordered = np.sort(lags[:: max(1, -(-lags.size // _LAG_SAMPLE))])
+    ordered = np.sort(lag_sample(lags))
     finite = ordered[np.isfinite(ordered)]  # rows of NaN (no return) are skipped
     return bool(np.count_nonzero(finite[1:] != finite[:-1]) >= _MOST_SWEEPS)  # more than _MOST_SWEEPS values
+
+
+def lag_sample(lags: np.ndarray) -> np.ndarray:
+    """The at most ``_LAG_SAMPLE`` of ``lags``, spread over the frame, that ``holds_capture_times`` counts: every
+    ``_sample_step``-th (all of a sample, which is never longer)."""
+    return lags[:: _sample_step(lags.size)]
+
+
+def _sample_step(count: Any, xp: Any = np) -> Any:
+    """Every how many of ``count`` lags ``lag_sample`` takes one (``count``: a 0-d array of ``xp`` on the GPU,
+    where nothing waits for its value)."""
+    return xp.maximum(1, -(-count // _LAG_SAMPLE))
+
+
+#: Values of a ``lag_summary``: the minimum and maximum of the lags kept, then their ``lag_sample``.
+LAG_SUMMARY_SIZE = 2 + _LAG_SAMPLE
+
+
+def lag_summary(lags: Any, xp: Any) -> Any:
+    """What ``check_time_lags`` judges a frame's 5th values (``lags``, a 1-D array of ``xp``: CuPy for a frame on
+    the GPU, or NumPy) by, worked out with ``xp``'s own array functions and no value read back, so that a frame
+    on the GPU is judged from one read of ~2 KB (``judge_lag_summary``): ``LAG_SUMMARY_SIZE`` float32 values,
+    the minimum and maximum of the lags kept, then their ``lag_sample`` padded with NaN. The lags kept are
+    ``check_time_lags``' (every one; where one is NaN, the finite ones), the sample taken from them in place by
+    their ranks (a cumulative sum), since picking them out first would read their count back."""
+    summary = xp.full(LAG_SUMMARY_SIZE + 1, np.nan, np.float32)  # a last slot for the lags left out of the sample
+    if lags.size == 0:  # no lag to judge, as the host check finds
+        summary[0], summary[1] = np.inf, -np.inf
+        return summary[:-1]
+    kept = xp.isfinite(lags) | ~xp.isnan(lags).any()
+    summary[0] = xp.where(kept, lags, np.float32(np.inf)).min()
+    summary[1] = xp.where(kept, lags, np.float32(-np.inf)).max()
+    rank = xp.cumsum(kept, dtype=np.int32) - 1  # of each lag kept among them (MAX_FRAME_POINTS fits)
+    step = _sample_step(rank[-1] + 1, xp)
+    summary[2 + xp.where(kept & (rank % step == 0), rank // step, _LAG_SAMPLE)] = lags
+    return summary[:-1]
+
+
+def judge_lag_summary(summary: np.ndarray, fourth: Callable[[], np.ndarray], name: str) -> None:
+    """``check_time_lags`` of a frame from its ``lag_summary``, read back to the host: the same judgement, messages
+    and warning (``fourth``: gives the frame's 4th column, called only for a frame refused)."""
+    sample = summary[2:]
+    _judge_time_lags(float(summary[0]), float(summary[1]), sample[~np.isnan(sample)], fourth, name, None)
 
 
 def holds_time_lags(column: np.ndarray) -> bool:

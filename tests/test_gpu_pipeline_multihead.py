@@ -193,3 +193,65 @@ def test_infer_writes_velocities_through_the_streaming_runner(models: dict[str, 
         assert record["labels"] == [classes[i] for i in want.labels.tolist()]
         np.testing.assert_allclose(record["velocity"], want.velocity, atol=1e-3)
         np.testing.assert_allclose(np.asarray(record["boxes_lidar"])[:, :2], want.boxes[:, :2], atol=1e-3)
+
+
+def test_a_frame_on_the_gpu_has_its_time_lags_checked_as_a_host_frame_once_on_every_path(
+        models: dict[str, ModelDir], frames: list[np.ndarray], cp: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The detector refuses a NumPy frame whose 5th values are timestamps or whose last two columns are swapped,
+    and warns of per-point capture times there; a CuPy frame went to the pipeline unchecked. Now it is checked on
+    the GPU with the same messages, alone and in a batch, once on every path (a call, detect_batch, submit_batch,
+    infer_many), and a good frame gives the NumPy frame's boxes."""
+    import warnings
+
+    from test_pointcloud_io_layout import capture_times
+
+    from pointpillars_trt import PointPillars, device_points
+    from pointpillars_trt.errors import InputError, InputWarning
+
+    frame = frames[0]
+    stamped = frame.copy()
+    stamped[:, 4] += np.float32(1.7e9)
+    swapped = np.ascontiguousarray(frame[:, [0, 1, 2, 4, 3]])
+    timed = frame.copy()
+    timed[:, 4] = capture_times(frame)
+    with PointPillars.from_model_dir(models["fp32"].path, device="cuda", backend="cudnn", tf32=False) as detector:
+        for rows, seen in ((stamped, "its 5th values run from 1.7e+09"), (swapped, "swap the last two")):
+            errors = []
+            for points in (rows, cp.asarray(rows)):
+                with pytest.raises(InputError) as err:
+                    detector(points)
+                errors.append(str(err.value))
+                with pytest.raises(InputError) as err:
+                    detector.detect_batch([frame if isinstance(points, np.ndarray) else cp.asarray(frame), points])
+                errors.append(str(err.value))
+                errors.append(str([r.error for r in detector.infer_many([points])][0]))
+            assert errors[0].startswith("points: ") and seen in errors[0], errors
+            assert errors[1] == f"frame 1 of the batch: {errors[0]}" and errors[2] == errors[0], errors
+            assert errors[3:] == errors[:3], errors
+        said = []
+        for points in (timed, cp.asarray(timed)):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                detector(points)
+            said.append([str(w.message) for w in caught
+                         if issubclass(w.category, InputWarning) and "its 5th values take" in str(w.message)])
+        assert len(said[0]) == 1 and said[1] == said[0], said
+
+        want = detector(frame)
+        checked: list[str] = []
+        real = device_points.check_device_time_lags
+
+        def counted(points: object, columns: int, name: str) -> None:
+            checked.append(name)
+            real(points, columns, name)
+
+        monkeypatch.setattr(device_points, "check_device_time_lags", counted)
+        on_device = cp.asarray(frame)
+        for call in (lambda: [detector(on_device)], lambda: detector.detect_batch([on_device]),
+                     lambda: detector.submit_batch([on_device])(),
+                     lambda: [r.detections for r in detector.infer_many([on_device])]):
+            checked.clear()
+            got = call()[0]
+            assert checked == ["points"]
+            for field in ("boxes", "scores", "labels", "velocity"):
+                np.testing.assert_array_equal(getattr(got, field), getattr(want, field))

@@ -25,7 +25,7 @@ FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "kernels": (2, ("kernels",)),
     "runtime": (3, ("runtime",)),
     "convert": (4, ("convert",)),
-    "pipelines": (5, ("gpu_pipeline", "cpu_detector", "baselines")),
+    "pipelines": (5, ("gpu_pipeline", "cpu_detector", "device_points", "baselines")),
     "detector": (6, ("detector", "runtime_options", "devices")),
     "apps": (7, ("apps",)),
     "entry": (8, ("__init__", "__main__")),

@@ -7,6 +7,7 @@ never trigger, in scan order or shuffled) and the nuScenes multi-sweep frames of
 
 from __future__ import annotations
 
+import math
 import warnings
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import numpy as np
 import pytest
 
 from pointpillars_trt.errors import InputError, InputWarning
-from pointpillars_trt.point_layout import check_time_lags, looks_float64, looks_like_noise, misread_row_length
+from pointpillars_trt.point_layout import (LAG_SUMMARY_SIZE, check_time_lags, judge_lag_summary, lag_summary,
+                                          looks_float64, looks_like_noise, misread_row_length)
 from pointpillars_trt.pointcloud_io import read_bin_bytes_into, read_points, read_points_into
 
 NUSCENES_FRAMES = ("nuscenes/nusc_dev_k000000_s05.bin", "nuscenes/nusc_dev_k000002_s02.bin")
@@ -473,6 +475,111 @@ def test_real_multi_sweep_frames_are_not_warned_of(assets: Path, tmp_path: Path)
         check_time_lags(frame.reshape(-1), 5, "points")
 
     assert time_lag_warnings(read_all) == []
+
+
+def expected_lag_summary(lags: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """What the host check judges ``lags`` by, worked out plainly: the lags it keeps (all; where one is NaN, the
+    finite ones), their minimum and maximum (inf and -inf for none), and every ceil(n / 512)-th of them."""
+    kept = lags[np.isfinite(lags)] if np.isnan(lags).any() else lags
+    if kept.size == 0:
+        return np.inf, -np.inf, kept
+    return float(kept.min()), float(kept.max()), kept[:: max(1, math.ceil(kept.size / 512))]
+
+
+def test_a_lag_summary_holds_the_lags_kept_their_extremes_and_sample(assets: Path) -> None:
+    """``lag_summary`` (a GPU frame's, worked out here with NumPy): the minimum and maximum of the lags the host check
+    keeps and the sample its look for capture times counts, NaN after it, for frames of every size about the
+    sample's, with NaN rows, infinite lags beside NaN or not, none finite, none at all, and as a strided column."""
+    frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
+    rng = np.random.default_rng(8)
+    columns = {"asset": np.ascontiguousarray(frame[:, 4]), "strided": frame[:, 4], "empty": np.empty(0, np.float32),
+               "nan": np.full(700, np.nan, np.float32)}
+    for n in (1, 2, 511, 512, 513, 1024, 1025, 1537, 300_000):
+        columns[f"random {n}"] = rng.uniform(0, 0.45, n).astype(np.float32)
+        holes = columns[f"random {n}"].copy()
+        holes[rng.random(n) < 0.3] = np.nan  # rows of no return
+        columns[f"nan rows {n}"] = holes
+        infinite = columns[f"random {n}"].copy()
+        infinite[rng.integers(0, n, 3)] = np.inf
+        columns[f"inf {n}"] = infinite  # no NaN: every lag kept, inf among them
+        both = holes.copy()
+        both[rng.integers(0, n, 3)] = -np.inf
+        columns[f"inf and nan {n}"] = both  # NaN: only finite lags kept
+    for name, lags in columns.items():
+        summary = lag_summary(lags, np)
+        lo, hi, sample = expected_lag_summary(lags)
+        assert summary.dtype == np.float32 and summary.shape == (LAG_SUMMARY_SIZE,), name
+        assert (summary[0], summary[1]) == (lo, hi), name
+        np.testing.assert_array_equal(summary[2 : 2 + sample.size], sample, err_msg=name)
+        assert np.isnan(summary[2 + sample.size :]).all() and sample.size <= 512, name
+
+
+def judged(call) -> tuple[str | None, list[str]]:  # type: ignore[no-untyped-def]
+    """The InputError ``call()`` raised (None: none) and the InputWarnings it gave, each said."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            call()
+            error = None
+        except InputError as exc:
+            error = str(exc)
+    return error, [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+
+
+def test_a_frame_judged_from_its_lag_summary_is_judged_as_the_host_check_judges_it(assets: Path) -> None:
+    """A GPU frame's time lags are judged from their ``lag_summary`` read back (``judge_lag_summary``): the same
+    refusals (ring numbers, timestamps, lags of the wrong sign, a tail of another layout, swapped columns, rings
+    beside 0-1 intensities) and the same warning of capture times as the host check gives, NaN rows skipped
+    alike; real, empty and all-NaN frames pass. The 4th column is asked for only for a frame refused."""
+    frame = read_points(assets / NUSCENES_FRAMES[0], point_dim=5)
+    rng = np.random.default_rng(6)
+
+    def with_fifth(values: np.ndarray | float) -> np.ndarray:
+        rows = frame.copy()
+        rows[:, 4] = values
+        return rows
+
+    rings = with_fifth(np.arange(len(frame)) % 32)
+    rings[:, 3] = rng.uniform(0, 1, len(frame))
+    tail = frame.copy()
+    tail[-1000:, 4] = np.arange(1000) % 32
+    holes = frame.copy()
+    holes[rng.random(len(frame)) < 0.2] = np.nan
+    timed_holes = with_fifth(capture_times(frame))
+    timed_holes[::7] = np.nan
+    cases = {
+        "ring": (with_fifth(rng.integers(0, 32, len(frame))), "its 5th values run from 0 to 31, but this model"),
+        "stamp": (with_fifth(1.7e9 + frame[:, 4]), "its 5th values run from 1.7e+09 to 1.7e+09, but this model"),
+        "negative": (with_fifth(-frame[:, 4] - 0.05), "its 5th values run from -0.25 to -0.05, but this model"),
+        "tail": (tail, "its 5th values run from 0 to 31, but this model"),
+        "swapped": (np.ascontiguousarray(frame[:, [0, 1, 2, 4, 3]]), "its 4th values look like the time lags"),
+        "rings": (rings, "its 5th values run from 0 to 31, but this model"),
+        "capture times": (with_fifth(capture_times(frame)), None),
+        "capture times, NaN rows": (timed_holes, None),
+        "real": (frame, None),
+        "real, NaN rows": (holes, None),
+        "empty": (frame[:0], None),
+        "no lag": (with_fifth(np.nan), None),
+    }
+    for name, (rows, refusal) in cases.items():
+        asked: list[str] = []
+
+        def fourth() -> np.ndarray:
+            asked.append(name)
+            return rows[:, 3]
+
+        on_host = judged(lambda: check_time_lags(rows.reshape(-1), 5, "points"))
+        from_summary = judged(lambda: judge_lag_summary(lag_summary(rows[:, 4], np), fourth, "points"))
+        assert from_summary == on_host, name
+        error, said = from_summary
+        assert asked == ([name] if refusal else []), name
+        if refusal is None:
+            assert error is None, (name, error)
+        else:
+            assert error is not None and error.startswith(f"points: {refusal}"), (name, error)
+        timed = name.startswith("capture times")
+        assert [text.split(": ", 1)[1].startswith("its 5th values take more distinct values") for text in said] == (
+            [True] if timed else []), (name, said)
 
 
 def test_single_sweeps_given_to_a_multi_sweep_model_name_accumulate(assets: Path, tmp_path: Path) -> None:
