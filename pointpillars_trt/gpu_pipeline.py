@@ -128,6 +128,9 @@ class GpuPipeline:
         with self._device:
             self.stream = cp.cuda.Stream(non_blocking=True)
             self._events = [cp.cuda.Event() for _ in range(len(STAGES) + 1)]
+            # device frames: made on the caller's stream (the copies wait for it), copied (the caller waits)
+            self._frames_made = cp.cuda.Event(disable_timing=True)
+            self._frames_copied = cp.cuda.Event(disable_timing=True)
             self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
             self._threshold_cfg = self.post_cfg                       # and the config they came from
             self._thresholds = cp.asarray(self._threshold_values)
@@ -404,10 +407,15 @@ class GpuPipeline:
     def _stage_input(self, frames: Sequence[object], caller_waits: bool) -> list[int]:
         """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
         from the caller's array), device-to-device copies (and fills for the header) for frames already
-        on the GPU."""
+        on the GPU. Those copies run on the pipeline's stream behind the work the caller's current stream
+        holds (a frame made there, or handed over by DLPack, which orders its producer's work before that
+        stream), and the caller's stream waits for them: a frame changed or freed there after ``submit``
+        returns is copied as it was. Two event records and waits, no host wait."""
         if all(isinstance(f, np.ndarray) for f in frames):
             return self._stage_host(frames, caller_waits)  # type: ignore[arg-type]
-        device = [as_device_points(f, self.stream, self.cfg.num_point_columns) for f in frames]
+        caller = cp.cuda.get_current_stream()
+        device = [as_device_points(f, caller, self.cfg.num_point_columns) for f in frames]
+        self.stream.wait_event(caller.record(self._frames_made))
         counts = [int(f.shape[0]) for f in device]
         total = sum(counts)
         if total > self.max_points:
@@ -420,6 +428,7 @@ class GpuPipeline:
                     self._times[start : start + n] = points[:, GPU_POINT_COLUMNS]
                 self._header[2 * i : 2 * i + 1].fill(n)
                 self._header[2 * i + 1 : 2 * i + 2].fill(start)
+        caller.wait_event(self.stream.record(self._frames_copied))
         return counts
 
     def _stage_host(self, frames: Sequence[np.ndarray], caller_waits: bool) -> list[int]:
