@@ -50,6 +50,10 @@ _PCD_MAX_ROW_VALUES = 8192  # values of a point's fields together: a wider row i
 # row's length bound, which grows with it, kept parsing a file of no line break for minutes in gigabytes)
 _PCD_ASCII_BYTES_PER_VALUE = 32  # bound on an ASCII PCD's data: POINTS * values * this
 _PCD_ASCII_BLOCK = 2**20  # bytes of ASCII data parsed at a time (~20-60 k rows)
+_PCD_SPACES = " \t"  # what separates an ASCII row's numbers (as PCL splits them); a line of these alone is blank
+#: Control characters that Python's whitespace and NumPy's parser take for a space between numbers (and
+#: str.splitlines, but for \x1f, for a line break) and PCL does not: in an ASCII row each is a character of a value.
+_PCD_NOT_SPACES = "\x0b\x0c\x1c\x1d\x1e\x1f"
 
 
 # --------------------------------------------------------------------------- entry point
@@ -905,7 +909,7 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
         cut = len(data) if not block else max(data.rfind(b"\n", 0, end), data.rfind(b"\r", 0, end)) + 1
         rest = data[cut:]
         text = data[:cut].decode("ascii", errors="surrogateescape")  # a byte past ASCII parses as no number
-        lines = [line for line in text.splitlines() if line.strip()]
+        lines = _pcd_rows(text)
         past = lines[points - rows:]  # text after the POINTS rows: refused once the rows before it are read
         del lines[points - rows:]
         if lines:
@@ -913,8 +917,8 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
             if table is None:
                 bad = _first_bad_line(lines, per_row)
                 raise InputError(f"{what} {shown}: bad ASCII data on line {lines_before + _line_of(text, bad)} (row "
-                                 f"{rows + bad + 1} of {points} after DATA): {_as_written(lines[bad].strip())} is not "
-                                 f"{per_row} numbers")
+                                 f"{rows + bad + 1} of {points} after DATA): "
+                                 f"{_as_written(lines[bad].strip(_PCD_SPACES))} is not {per_row} numbers")
             misfit = _outside_declared_type(table, lines, dtype, columns, wanted)
             if misfit is not None:
                 row, name, token = misfit
@@ -948,7 +952,8 @@ def _pcd_ascii(f: IO[bytes], dtype: np.dtype, points: int, columns: list[str], s
 
 def _past_points(where: str, points: int, line: int, text: str) -> InputError:
     """The refusal of ``text`` on ``line`` of a .pcd, after the last of its ``points`` ASCII rows (POINTS)."""
-    return InputError(f"{where}: text on line {line} after its POINTS {points} rows: {_as_written(text.strip())}")
+    return InputError(f"{where}: text on line {line} after its POINTS {points} rows: "
+                      f"{_as_written(text.strip(_PCD_SPACES))}")
 
 
 def _outside_declared_type(table: np.ndarray, lines: list[str], dtype: np.dtype, columns: list[str],
@@ -981,7 +986,11 @@ def _infinity_text(token: str) -> bool:
 
 
 def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
-    """ASCII data lines as a (rows, per_row) float64 table, or None where one is not ``per_row`` numbers."""
+    """ASCII data lines as a (rows, per_row) float64 table, or None where one is not ``per_row`` numbers separated
+    by spaces and tabs (NumPy would split them at ``_PCD_NOT_SPACES`` too)."""
+    joined = "".join(lines)
+    if any(control in joined for control in _PCD_NOT_SPACES):
+        return None
     try:
         table = np.loadtxt(lines, dtype=np.float64, ndmin=2, comments=None)
     except ValueError:
@@ -989,18 +998,24 @@ def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
     return table if table.shape[1] == per_row else None
 
 
+def _pcd_lines(text: str) -> list[str]:
+    """``text`` cut into its lines as a text editor shows them: at each LF, CRLF and CR alone (old Mac text), and
+    nowhere else (str.splitlines cuts at a vertical tab, a form feed and \\x1c to \\x1e too)."""
+    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+
+
+def _pcd_rows(text: str) -> list[str]:
+    """The lines of ``text`` (``_pcd_lines``) that are not blank. Text holding none of ``_PCD_NOT_SPACES``, as rows of
+    numbers do, takes a path twice as fast: ASCII (each byte past it a surrogate escape) without them is cut by
+    str.splitlines where an editor cuts it, and holds no whitespace but spaces and tabs once cut."""
+    if any(control in text for control in _PCD_NOT_SPACES):
+        return [line for line in _pcd_lines(text) if line.strip(_PCD_SPACES)]
+    return list(filter(str.strip, text.splitlines()))
+
+
 def _line_of(text: str, row: int) -> int:
-    """The line (the first is 1) of ``text`` on which its ``row``-th (from 0) line that is not blank lies, counting
-    line breaks as a text editor does: LF, CRLF and CR alone (old Mac text) alike, each one line (a row split off by
-    another break, a form feed, shares its line)."""
-    breaks = 0
-    for line in text.splitlines(keepends=True):
-        if line.strip():
-            if not row:
-                break
-            row -= 1
-        breaks += line.endswith(("\n", "\r"))
-    return breaks + 1
+    """The line (the first is 1) of ``text`` on which its ``row``-th (from 0) line that is not blank lies."""
+    return [number for number, line in enumerate(_pcd_lines(text), 1) if line.strip(_PCD_SPACES)][row]
 
 
 def _as_written(text: str, limit: int = 80) -> str:

@@ -998,6 +998,26 @@ def test_ascii_pcd_reads_alike_whatever_its_lines_end_in(tmp_path: Path, breaks:
                     "'1.5 abc 0.5 0.1' is not 4 numbers")
 
 
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+@pytest.mark.parametrize("control", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f"])
+def test_ascii_pcd_row_holding_another_control_character_is_one_bad_row(tmp_path: Path, breaks: bytes,
+                                                                         control: str) -> None:
+    """A vertical tab, a form feed or \\x1c to \\x1e broke an ASCII row in two (str.splitlines' line breaks, which no
+    editor's line numbers count), and NumPy's parser took each of them and \\x1f for a space between numbers: rows
+    break at LF, CRLF and CR alone, and numbers are separated by spaces and tabs, so a row holding another control
+    character anywhere (between two rows' numbers, inside a number, after the last, alone) is one bad row, named by
+    its line and quoted whole."""
+    header = pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 3, "ascii").replace(b"\n", breaks)
+    path = tmp_path / "control.pcd"
+    for bad in (f"4 5 6 0.5{control}7 8 9 0.5", f"4 5{control}6 0.5", f"4 5 6 0.5{control}", control):
+        path.write_bytes(header + breaks.join([b"1 2 3 0.5", b" \t ", bad.encode(), b"1 2 3 0.5", b""]))
+        shown = bad.replace(control, f"\\x{ord(control):02x}")
+        assert one_line_error(lambda: read_points(path)) == (f"point file {str(path)!r}: bad ASCII data on line 14 "
+                                                             f"(row 2 of 3 after DATA): '{shown}' is not 4 numbers")
+    path.write_bytes(header + breaks.join([b"1 2 3 0.5", b" \t ", b"4\t5 6  0.5 ", b"1 2 3 0.5", b""]))
+    np.testing.assert_array_equal(read_points(path), [[1, 2, 3, 0.5], [4, 5, 6, 0.5], [1, 2, 3, 0.5]])
+
+
 PCD_HEADER_LINES = [b"# .PCD v0.7", b"VERSION 0.7", b"FIELDS x y z intensity", b"SIZE 4 4 4 4", b"TYPE F F F F",
                     b"COUNT 1 1 1 1", b"WIDTH 1", b"HEIGHT 1", b"VIEWPOINT 0 0 0 1 0 0 0", b"POINTS 1", b"DATA ascii"]
 
