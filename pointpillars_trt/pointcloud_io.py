@@ -652,6 +652,9 @@ def _pcd_points(f: IO[bytes], size: int, header: _PcdHeader, width: int, shown: 
         for col, name in enumerate(columns):
             cast_to_float32(out[:, col], table[name], f"{what} {shown}")
         return out
+    if header.lf_left:  # the end of the DATA line's CRLF, not a line of ASCII data
+        header_end += 1
+        f.seek(header_end)
     per_row = sum(int(np.prod(dtype[n].shape)) for n in dtype.names or ())
     limit = min(points * per_row * _PCD_ASCII_BYTES_PER_VALUE + 4096, _PCD_MAX_ASCII)
     if size - header_end > limit:
@@ -761,12 +764,15 @@ def lzf_decompress(data: bytes, size: int, where: str) -> bytearray:
 class _PcdHeader:
     """A .pcd header as read: each key's values as written (a byte past ASCII held as a surrogate escape, so two
     names that differ only there stay two) and the line of the file it is on, and the bytes and lines the header
-    takes, its DATA line included."""
+    takes, its DATA line included. ``lf_left``: the DATA line ends in CRLF in a file whose lines end in CR alone,
+    and ``size`` leaves that LF to the data, as binary data's first byte may be one; ASCII data's first line starts
+    after it, as an editor shows it."""
 
     values: dict[str, list[str]]
     lines: dict[str, int]
     size: int
     line_count: int
+    lf_left: bool
 
     def said(self, key: str, limit: int = 40) -> str:
         """``key``'s line for a message: the key, its values quoted as written (``_as_written``) and its line."""
@@ -800,10 +806,10 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
             raise InputError(f"{what} {shown}: header key {key} appears twice (lines {where[key]} and {number})")
         header[key], where[key] = values, number
         if key == "DATA":
-            if cr_alone and line.endswith(b"\r\n"):  # that LF is the data's first byte
-                consumed -= 1
+            lf_left = cr_alone and line.endswith(b"\r\n")  # that LF may be binary data's first byte
+            consumed -= lf_left
             f.seek(consumed)
-            return _PcdHeader(header, where, consumed, number)
+            return _PcdHeader(header, where, consumed, number, lf_left)
     raise InputError(f"{what} {shown} is not a PCD file: the header has no DATA line")
 
 

@@ -1082,6 +1082,23 @@ def test_pcd_header_lines_may_end_in_cr_alone(tmp_path: Path, breaks: bytes) -> 
                                                          "is not a count")
 
 
+@pytest.mark.parametrize("rows", LINE_BREAKS.values(), ids=[f"data-{name}" for name in LINE_BREAKS])
+@pytest.mark.parametrize("data_line", LINE_BREAKS.values(), ids=[f"DATA-{name}" for name in LINE_BREAKS])
+@pytest.mark.parametrize("header", LINE_BREAKS.values(), ids=[f"header-{name}" for name in LINE_BREAKS])
+def test_ascii_pcd_lines_are_numbered_as_an_editor_does_whatever_mix_of_breaks_they_end_in(
+        tmp_path: Path, header: bytes, data_line: bytes, rows: bytes) -> None:
+    """In a file whose header lines end in CR alone, a DATA line ending in CRLF left its LF to the data (binary data
+    may start with that byte), where it was counted as a line of its own: a bad row was named one line past its own.
+    Each LF, CRLF or CR alone ends one line, in the header and the data, whatever mix of them a file holds."""
+    lines = PCD_HEADER_LINES.copy()
+    lines[6], lines[9] = b"WIDTH 3", b"POINTS 3"
+    path = tmp_path / "mixed.pcd"
+    path.write_bytes(header.join(lines[:-1]) + header + lines[-1] + data_line
+                     + rows.join([b"1 2 3 0.5", b"", b"4 5 6", b"1 2 3 0.5", b""]))
+    assert one_line_error(lambda: read_points(path)) == (f"point file {str(path)!r}: bad ASCII data on line 14 (row 2 "
+                                                         "of 3 after DATA): '4 5 6' is not 4 numbers")
+
+
 def test_the_intensity_and_layout_checks_agree_with_a_plain_computation_on_random_frames() -> None:
     """The checks' quick paths (no copies when every intensity is finite / none is negative) decide as
     the plain definitions do, on frames with NaN, infinities, negative and 0-255 intensities: 8-bit when
