@@ -43,16 +43,16 @@ def report(out: Path) -> dict:  # type: ignore[type-arg]
 
 
 def test_two_frame_folders_of_one_name_are_two_sets(tiny_yaml: Path, tmp_path: Path) -> None:
-    """KITTI's training/velodyne and testing/velodyne: both were keyed ``velodyne (1 frames)``, and the first
+    """KITTI's training/velodyne and testing/velodyne: both were keyed ``velodyne (1 frame)``, and the first
     one's row was gone from the report without a word."""
     training = frame_folder(tmp_path / "training" / "velodyne", 40)
     testing = frame_folder(tmp_path / "testing" / "velodyne", 300)
     run = bench(tiny_yaml, tmp_path / "b", "--frames", training, "--frames", testing)
     assert run.rc == 0, run
     rows = {r["frames"]: r["avg_points"] for r in report(tmp_path / "b")["runs"]}
-    assert rows == {"training/velodyne (1 frames)": 40, "testing/velodyne (1 frames)": 300}
+    assert rows == {"training/velodyne (1 frame)": 40, "testing/velodyne (1 frame)": 300}
     markdown = (tmp_path / "b" / "bench.md").read_text()
-    assert "| training/velodyne (1 frames) |" in markdown and "| testing/velodyne (1 frames) |" in markdown
+    assert "| training/velodyne (1 frame) |" in markdown and "| testing/velodyne (1 frame) |" in markdown
 
 
 def test_set_names_take_as_many_parent_folders_as_tell_them_apart() -> None:
@@ -86,7 +86,7 @@ def test_a_frame_folder_is_listed_as_infer_lists_it(tiny_yaml: Path, tmp_path: P
     assert run.rc == 0, run
     assert f"note: folder '{folder}': 1 hidden file(s) left out (e.g. '._000000.bin': macOS metadata?); give one " \
            "by name to run it" in run.err.splitlines(), run.err
-    assert [(r["frames"], r["avg_points"]) for r in report(tmp_path / "b")["runs"]] == [("velodyne (1 frames)", 120)]
+    assert [(r["frames"], r["avg_points"]) for r in report(tmp_path / "b")["runs"]] == [("velodyne (1 frame)", 120)]
 
 
 @pytest.mark.parametrize("setting, threads, said", [
@@ -196,8 +196,8 @@ def test_a_set_cut_to_the_iterations_is_named_with_the_frames_it_times(tmp_path:
     (folder / "000003.bin").write_bytes(b"\1" * 6)  # past the limit: no error of its own
     said: list[str] = []
     sets, left_out = folder_frame_sets([str(folder)], limit=3, say=said.append)
-    assert said == [f"note: --frames '{folder}': reading its first 3 of 4 point files, as many as --iterations 3 "
-                    "times", f"error: {read_error(folder / '000001.bin')}"]
+    assert said == [f"note: --frames '{folder}': reading the first 3 of its 4 point files, as many as --iterations "
+                    "3 times", f"error: {read_error(folder / '000001.bin')}"]
     assert [(name, [len(f) for f in frames]) for name, frames in sets.items()] == \
         [("v (2 of the first 3 of 4 frames)", [40, 60])]
     assert left_out == ["--frames set 'v (2 of the first 3 of 4 frames)': 1 of the first 3 of its 4 point files "
@@ -214,14 +214,39 @@ def test_a_set_of_one_file_read_that_cannot_be_is_named_as_such(tmp_path: Path) 
     good = frame_folder(tmp_path / "good", 40)
     said: list[str] = []
     sets, left_out = folder_frame_sets([str(bad), str(good)], limit=1, say=said.append)
-    assert list(sets) == ["good (1 frames)"]
+    assert list(sets) == ["good (1 frame)"]
     assert left_out == [f"--frames '{bad}': the first of its 3 point files, the one read, cannot be read: "
                         f"{read_error(bad / '000000.bin')}; its set is left out"]
     mixed = frame_folder(tmp_path / "mixed", 40, 50)
     (mixed / "000001.bin").write_bytes(b"\1" * 6)
     assert folder_frame_sets([str(mixed)], say=said.append).left_out == [
-        "--frames set 'mixed (1 frames)': 1 of its 2 point files left out: it could not be read (named in its error "
+        "--frames set 'mixed (1 frame)': 1 of its 2 point files left out: it could not be read (named in its error "
         "line)"]
+
+
+def test_a_set_of_one_frame_is_named_in_the_singular(tiny_yaml: Path, tmp_path: Path) -> None:
+    """A set of one frame was named "(1 frames)", one frame that made no pillar "1 of the 1 frames timed made no pillar
+    (their points ...)", and --iterations 1 of a folder of more read "its first 1 of 3 point files" into a set named
+    "(first 1 of 3 frames)"."""
+    from pointpillars_trt.apps.bench.frames import folder_frame_sets
+
+    alone = frame_folder(tmp_path / "alone", 40)
+    (alone / "000000.bin").write_bytes(b"")
+    pair = frame_folder(tmp_path / "pair", 40, 50)
+    (pair / "000001.bin").write_bytes(b"")
+    run = bench(tiny_yaml, tmp_path / "b", "--frames", alone, "--frames", pair, "--iterations", 2)
+    assert run.rc == 0, run
+    said = " made no pillar (its points are none, non-finite or outside the model's point range): its times are of a " \
+           "frame with nothing to detect on; infer names such a file"
+    assert [line for line in run.err.splitlines() if line.startswith("warning:")] == [
+        "warning: --frames set 'alone (1 frame)': its one frame timed" + said,
+        "warning: --frames set 'pair (2 frames)': 1 of the 2 frames timed" + said], run.err
+    assert [r["frames"] for r in report(tmp_path / "b")["runs"]] == ["alone (1 frame)", "pair (2 frames)"]
+    said_lines: list[str] = []
+    sets, left_out = folder_frame_sets([str(pair)], limit=1, say=said_lines.append)
+    assert said_lines == [f"note: --frames '{pair}': reading the first of its 2 point files, as many as --iterations 1 "
+                          "times"]
+    assert list(sets) == ["pair (first of 2 frames)"] and not left_out
 
 
 def test_an_fp16_model_dir_benched_on_the_cpu_says_fp16_gains_nothing_there_once(tmp_path: Path) -> None:

@@ -738,7 +738,7 @@ def test_bench_reads_as_many_frames_as_it_times_and_names_a_file_or_missing_fold
     common = ("bench", "--device", "cpu", "--config", config, "--out", tmp_path / "b")
     run = cli(*common, "--frames", frames, "--iterations", "2")
     assert run.rc == 0, run
-    assert f"note: --frames '{frames}': reading its first 2 of 3 point files, as many as --iterations 2 times" \
+    assert f"note: --frames '{frames}': reading the first 2 of its 3 point files, as many as --iterations 2 times" \
         in run.err.splitlines(), run.err
     timed = json.loads((tmp_path / "b" / "bench.json").read_text())["runs"]
     assert [r["frames"] for r in timed] == ["frames (first 2 of 3 frames)"]

@@ -180,9 +180,12 @@ def _no_pillar_findings(results: dict[str, Any], set_names: list[str]) -> list[s
         # its first run (every run times the same frames); none where no precision asked for was the model dir's
         run = next((r for r in results["runs"] if r["frames"] == name), None)
         if run is not None and run["no_pillar_frames"]:
-            lines.append(f"--frames set {safe_repr(name)}: {run['no_pillar_frames']} of the {run['distinct_frames']} "
-                         "frames timed made no pillar (their points are none, non-finite or outside the model's point "
-                         "range): their times are of frames with nothing to detect on; infer names each such file")
+            empty, timed = run["no_pillar_frames"], run["distinct_frames"]
+            which = "its one frame timed" if timed == 1 else f"{empty} of the {timed} frames timed"
+            its, frames = ("its", "a frame") if empty == 1 else ("their", "frames")
+            lines.append(f"--frames set {safe_repr(name)}: {which} made no pillar ({its} points are none, non-finite "
+                         f"or outside the model's point range): {its} times are of {frames} with nothing to detect on; "
+                         f"infer names {'such a file' if empty == 1 else 'each such file'}")
     return lines
 
 

@@ -71,11 +71,11 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
     unread: list[str] = []  # a line for each set of no file that could be read
     for folder, files, name in zip(folders, listed or list_frame_folders(folders), set_names(folders)):
         used = files[:limit]
+        first = "first" if len(used) == 1 else f"first {len(used)}"  # --iterations 1: "the first of 3", not "1 of 3"
+        read = f"its {len(used)}" if len(used) == len(files) else f"the {first} of its {len(files)}"
         if len(used) < len(files):
-            say(f"note: --frames {safe_repr(folder)}: reading its first {len(used)} of {len(files)} point files, as "
-                f"many as --iterations {limit} times")
+            say(f"note: --frames {safe_repr(folder)}: reading {read} point files, as many as --iterations {limit} times")
         frames, errors = _read_frames(used, columns, point_dim)
-        read = f"its {len(used)}" if len(used) == len(files) else f"the first {len(used)} of its {len(files)}"
         if not frames:
             if len(used) > 1:
                 which = f"none of {read} point files can be read, the first"
@@ -88,9 +88,9 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
         for error in errors:
             say(f"error: {error}")
         if len(used) == len(files):
-            count = f"{len(frames)} frames"
+            count = f"{len(frames)} frame{'' if len(frames) == 1 else 's'}"
         elif not errors:
-            count = f"first {len(used)} of {len(files)} frames"
+            count = f"{first} of {len(files)} frames"
         else:
             count = f"{len(frames)} of the first {len(used)} of {len(files)} frames"
         sets[f"{name} ({count})"] = frames
