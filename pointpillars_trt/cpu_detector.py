@@ -25,7 +25,8 @@ from .runtime import OrtOptions, open_engine
 
 
 class CpuDetector:
-    """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage (the last frame's)."""
+    """Runs one frame at a time on the host; ``last_timings`` holds wall milliseconds per stage (the last frame's). Of
+    frames of no pillar in range, only the first runs the RPN (``_heads_of_nothing``)."""
 
     def __init__(self, model: ModelDir, *, threads: int | None = None, post_config: ModelConfig | None = None) -> None:
         self.cfg: ModelConfig = model.cfg
@@ -36,6 +37,7 @@ class CpuDetector:
         self._rpn = open_engine(model.rpn_path, OrtOptions(threads=threads, graph_sha256=model.graph_sha256("rpn")),
                                 device="cpu", checked=files.get(model.rpn_path.name))
         self._canvas_dtype = np.dtype(canvas_dtype(model.precision))
+        self._empty_heads: np.ndarray | None = None  # the RPN's output for a frame of no pillar: _heads_of_nothing
         self.last_timings: dict[str, float] = {}
         self._lock = threading.Lock()  # one batch at a time, as the GPU pipeline: threads share a detector
         self._closed = False
@@ -50,12 +52,14 @@ class CpuDetector:
         clock.lap("voxelize")
         if pillars.features.shape[0]:
             feats = self._pfn.run_host({PFN_INPUT: pillars.features})[PFN_OUTPUT]
-        else:  # no pillar in range: the canvas is all zeros, as the padded GPU run also gives
-            feats = np.zeros((0, cfg.network.pfn_channels), np.float32)
-        clock.lap("pfn")
-        canvas = scatter(feats, pillars.coords, cfg)[0].transpose(1, 2, 0)[None].astype(self._canvas_dtype)  # NHWC
-        clock.lap("scatter")
-        heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
+            clock.lap("pfn")
+            canvas = scatter(feats, pillars.coords, cfg)[0].transpose(1, 2, 0)[None].astype(self._canvas_dtype)  # NHWC
+            clock.lap("scatter")
+            heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
+        else:  # no pillar in range: no feature to compute or place
+            clock.lap("pfn")
+            clock.lap("scatter")
+            heads = self._heads_of_nothing()
         clock.lap("rpn")
         if cfg.heads is None:
             raw = postprocess(*split_heads(heads[0], cfg), post_config or self.post_cfg)
@@ -70,6 +74,19 @@ class CpuDetector:
             num_pillars_dropped=pillars.num_pillars_dropped,
         )
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats, raw.velocity)
+
+    def _heads_of_nothing(self) -> np.ndarray:
+        """The RPN's output for a frame of no pillar in range, whose canvas is all zeros (as the padded GPU run also
+        gives): the model's alone. The RPN runs on it once, on the first such frame (about a second for a KITTI model),
+        under the batch's lock; later ones reuse it (read-only), and only the post-process, which takes each call's
+        thresholds, runs again."""
+        if self._empty_heads is None:
+            nx, ny, _ = self.cfg.voxel.grid
+            canvas = np.zeros((1, ny, nx, self.cfg.network.pfn_channels), self._canvas_dtype)  # NHWC
+            heads = self._rpn.run_host({RPN_INPUT: canvas})[RPN_OUTPUT]
+            heads.setflags(write=False)
+            self._empty_heads = heads
+        return self._empty_heads
 
     def detect_batch(self, frames: Sequence[np.ndarray], post_config: ModelConfig | None = None) -> list[Detections]:
         """Frame by frame (the CPU has no batch dimension worth exploiting), all under the detector's lock as on the

@@ -247,6 +247,32 @@ def test_last_timings(detector: PointPillars, points: np.ndarray):
     assert timings["total"] == pytest.approx(sum(v for k, v in timings.items() if k != "total"), rel=1e-9)
 
 
+def test_a_frame_of_no_pillar_runs_the_rpn_once_a_detector_and_finds_what_a_full_run_finds(
+        detector: PointPillars) -> None:
+    """A frame of no pillar in range (no points, or all far outside the model's range) ran the whole RPN on an
+    all-zero canvas, about a second here at every such frame: the RPN's output for it is the model's alone, so it
+    runs on a detector's first such frame only. A later one's detections, at this call's thresholds, are those a
+    new detector's full run finds."""
+    from pointpillars_trt.config import Thresholds
+
+    nothing = np.zeros((0, 4), np.float32)
+    far = frame_in_range(detector.model, 500)
+    far[:, 0] += 1000.0  # 1 km ahead of a model that sees 70 m
+    loose = Thresholds(score_threshold=0.0)  # the untrained model's boxes of nothing score below the default
+    tight = Thresholds(score_threshold=0.0, nms_iou=0.1, max_boxes=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", InputWarning)  # each kind of frame of no pillar is said once: not the test's
+        with PointPillars.from_model_dir(detector.model.path, device="cpu") as fresh:
+            far_alone = fresh(far, thresholds=tight)  # its first such frame: the full run
+        with PointPillars.from_model_dir(detector.model.path, device="cpu") as cached:
+            nothing_alone = cached(nothing, thresholds=loose)  # its first such frame: the full run
+            full_rpn = cached.last_timings["rpn"]
+            assert len(nothing_alone) > len(far_alone) > 0  # boxes to compare, as each call's thresholds keep them
+            for frame, thresholds, alone in ((far, tight, far_alone), (nothing, loose, nothing_alone)):
+                assert_same(cached(frame, thresholds=thresholds), alone)
+                assert cached.last_timings["rpn"] < full_rpn / 100, (cached.last_timings, full_rpn)
+
+
 def test_to_json_dict(expected: Detections, detector: PointPillars):
     record = expected.to_json_dict("000134")
     assert json.loads(json.dumps(record)) == record  # plain JSON types only
