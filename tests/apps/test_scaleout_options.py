@@ -56,6 +56,12 @@ def parse_error(argv: list[str]) -> str:
     (SERVE, "--ready-timeout", "0", "(0, 86400]"),
     (SERVE, "--ready-timeout", "nan", "(0, 86400]"),
     (SERVE, "--ready-timeout", "-5", "(0, 86400]"),
+    (SERVE, "--exit-timeout-secs", "0", "1..86400"),  # tritonserver's own option: whole seconds
+    (SERVE, "--exit-timeout-secs", "-8", "1..86400"),
+    (SERVE, "--exit-timeout-secs", "100000", "1..86400"),
+    (SERVE, "--exit-timeout-secs", "inf", "not an integer"),
+    (SERVE, "--exit-timeout-secs", "nan", "not an integer"),
+    (SERVE, "--exit-timeout-secs", "2.5", "not an integer"),
     # checked while parsing, as infer's (it was refused only once a checkpoint was exported)
     (SERVE, "--device", "gpu", "'gpu': expected auto, cpu, cuda or cuda:N; did you mean cuda?"),
     (INFER, "--device", "0", "'0': expected auto, cpu, cuda or cuda:N; did you mean cuda:0?"),  # trtexec's --device=0

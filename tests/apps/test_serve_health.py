@@ -129,6 +129,20 @@ def test_ready_comes_after_a_served_warm_up_request_and_sigterm_exits_0(install,
 
 
 @pytest.mark.slow
+def test_exit_timeout_secs_is_passed_to_tritonserver(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """serve gave tritonserver a fixed exit timeout (8 s; killed 10 s after the stop): a server with long batches in
+    flight could not be given longer. --exit-timeout-secs, tritonserver's own option, is passed on to it."""
+    serve = Serve(tiny.path, tmp_path / "repo", "--exit-timeout-secs", "30", "--health-interval", "3600")
+    try:
+        command = Path(f"/proc/{serve.server_pid()}/cmdline").read_bytes().split(b"\0")
+    finally:
+        serve.proc.send_signal(signal.SIGTERM)
+        rc, err = serve.finish()
+    assert [arg for arg in command if arg.startswith(b"--exit-timeout")] == [b"--exit-timeout-secs=30"], command
+    assert rc == 0 and not error_lines(err), err[-2000:]
+
+
+@pytest.mark.slow
 def test_another_model_folder_in_the_repository_is_neither_loaded_nor_loadable(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     """A repository that holds another model, one whose model.py fails to import (tritonserver loaded every folder
     of it, and that one stopped the server): serve's model alone is served, the other is not even tried, and
@@ -286,7 +300,7 @@ def test_warm_up_refuses_a_server_whose_model_cannot_answer(install, tmp_path: P
     from pointpillars_trt.apps.serve.server import TritonServer
 
     hostile_model(tmp_path / "repo", MODEL_NAME, "missing_labels")
-    with TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log", stop_timeout=10) as server:
+    with TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log") as server:
         with pytest.raises(BackendError, match="does not answer a warm-up request: .*missing labels"):
             warm_up(server.endpoints["http"], timeout=10)
 

@@ -64,7 +64,7 @@ def hostile_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     hostile_model(repo, "foreign", "none", class_names=False)
     for mode in MODES[1:]:
         hostile_model(repo, mode, mode)
-    server = TritonServer(repo, install=install, log=root / "server.log", stop_timeout=10)
+    server = TritonServer(repo, install=install, log=root / "server.log")
     with server.start(timeout=START_TIMEOUT):
         yield server
 
@@ -124,7 +124,7 @@ def foreign_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """A server whose 'pointpillars' model is not ours (its config has no class names)."""
     root = tmp_path_factory.mktemp("foreign")
     hostile_model(root / "repo", MODEL_NAME, "none", class_names=False)
-    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=10)
+    server = TritonServer(root / "repo", install=install, log=root / "server.log")
     with server.start(timeout=START_TIMEOUT):
         yield server
 

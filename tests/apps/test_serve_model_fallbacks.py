@@ -31,7 +31,7 @@ def short_server(install, tiny, root: Path, falls_short: str, **options: int) ->
     shutil.copyfile(SHORT, model / "1" / "model.py")
     with open(model / "config.pbtxt", "a", encoding="utf-8") as config:
         config.write(f'parameters {{ key: "falls_short", value: {{ string_value: "{falls_short}" }} }}\n')
-    return TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=10)
+    return TritonServer(root / "repo", install=install, log=root / "server.log")
 
 
 def log_lines(server: TritonServer) -> list[str]:

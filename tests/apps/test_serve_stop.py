@@ -17,19 +17,31 @@ import pytest
 from pointpillars_trt.apps.serve.cli import stop_error
 from pointpillars_trt.apps.serve.server import TritonInstall, TritonServer
 
-STOP_TIMEOUT = 2.0  # its exit timeout: 1 s
+EXIT_TIMEOUT = 1  # its stop timeout: 3 s
 
 
 def server_running(tmp_path: Path, on_sigterm: str) -> TritonServer:
     """A TritonServer whose process is a Python process that runs ``on_sigterm`` at a SIGTERM (its own session, as
     tritonserver's, whose group ``stop`` kills)."""
     server = TritonServer(tmp_path, install=TritonInstall(Path(sys.executable), tmp_path, None, ()),
-                          stop_timeout=STOP_TIMEOUT)
+                          exit_timeout=EXIT_TIMEOUT)
     code = (f"import signal, sys, time\ndef stop(*_):\n    {on_sigterm}\nsignal.signal(signal.SIGTERM, stop)\n"
             "print('set', flush=True)\nwhile True:\n    time.sleep(1)\n")
     server.process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
     assert server.process.stdout is not None and server.process.stdout.readline() == b"set\n"
     return server
+
+
+def test_the_exit_timeout_given_is_tritonservers_and_the_stop_waits_two_seconds_past_it(tmp_path: Path) -> None:
+    """The stop timeout was fixed (10 s, tritonserver's exit timeout 8 s): a server with long batches in flight could
+    not be given longer. The exit timeout is given (default 8 s), tritonserver is told it, and the stop waits 2 s
+    more for its exit."""
+    install = TritonInstall(Path(sys.executable), tmp_path, None, ())
+    for given, exit_timeout, stop_timeout in (({}, 8, 10), ({"exit_timeout": 300}, 300, 302)):
+        server = TritonServer(tmp_path, install=install, **given)
+        command = server.command(tmp_path)
+        assert [arg for arg in command if arg.startswith("--exit-timeout")] == [f"--exit-timeout-secs={exit_timeout}"]
+        assert (server.exit_timeout, server.stop_timeout) == (exit_timeout, stop_timeout)
 
 
 @pytest.mark.parametrize(("on_sigterm", "code", "said"), [
@@ -38,7 +50,7 @@ def server_running(tmp_path: Path, on_sigterm: str) -> TritonServer:
                                         "those requests were dropped; stop the clients before the server"),
     ("sys.exit(1)", 1, "did not stop cleanly (exit code 1)"),  # sooner than its exit timeout: some other failure
     ("time.sleep(1.2); sys.exit(3)", 3, "did not stop cleanly (exit code 3)"),
-    ("pass", -signal.SIGKILL, "did not finish its requests within 2 s of the stop and was killed"),
+    ("pass", -signal.SIGKILL, "did not finish its requests within 3 s of the stop and was killed"),
 ], ids=["exit-timeout", "exit-1-at-once", "exit-3", "no-exit"])
 def test_a_stop_is_worded_by_how_the_server_ended(tmp_path: Path, on_sigterm: str, code: int, said: str) -> None:
     """A tritonserver that ran past its exit timeout at the stop ends itself with exit code 1, which serve said as

@@ -67,7 +67,7 @@ def tiny(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
 @contextlib.contextmanager
 def served(install, model: str | Path, root: Path, **options: int) -> Iterator[TritonServer]:  # type: ignore[no-untyped-def]
     write_repository(model, root / "repo", device="cpu", **options)
-    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=10)
+    server = TritonServer(root / "repo", install=install, log=root / "server.log")
     with server.start(timeout=START_TIMEOUT):
         yield server
 

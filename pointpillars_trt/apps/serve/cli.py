@@ -29,6 +29,7 @@ from ..runtime_args import add_model_arguments, exports_checkpoint
 from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
 from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
                          MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
+from .server import DEFAULT_EXIT_TIMEOUT, EXIT_GRACE
 
 if TYPE_CHECKING:
     from .health import ModelProbe
@@ -75,6 +76,10 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
     serve.add_argument("--health-interval", type=float_in(0.1, 3600), default=10.0,
                        help="seconds between the one-point requests that check the model still answers; "
                             "when two in a row fail, serve stops the server and exits with code 1")
+    serve.add_argument("--exit-timeout-secs", metavar="SECONDS", type=int_in(1, 86400), default=DEFAULT_EXIT_TIMEOUT,
+                       help="tritonserver's own option, passed on: whole seconds a stop (Ctrl-C, SIGTERM) waits for "
+                            "the requests queued or running before tritonserver drops them and exits with code 1, "
+                            f"1..86400 (default: %(default)s); serve kills it {EXIT_GRACE} s after that")
     serve.add_argument("--repository-only", action="store_true", help="write the repository and exit")
     serve.set_defaults(run=run_serve)
     return serve
@@ -146,8 +151,8 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         return 0
     server = TritonServer(args.repository, install=install, host=args.host, http_host=args.http_host,
                           http_port=args.http_port,
-                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, end_with_parent=True,
-                          model=MODEL_NAME)  # the repository's other model folders are not served
+                          grpc_port=args.grpc_port, metrics_port=args.metrics_port, exit_timeout=args.exit_timeout_secs,
+                          end_with_parent=True, model=MODEL_NAME)  # the repository's other model folders are not served
     stop = threading.Event()
     signals: list[int] = []  # the stop's
 
@@ -201,7 +206,8 @@ def stop_error(server: TritonServer, code: int | None) -> str:
     if code == 1 and server.stop_seconds is not None and server.stop_seconds >= server.exit_timeout:
         return (f"ran past its exit timeout of {server.exit_timeout} s after the stop, with requests still queued or "
                 "running (or its model still unloading), and ended itself (exit code 1): those requests were dropped; "
-                "stop the clients before the server to have every request answered")
+                "stop the clients before the server to have every request answered, or give them longer with "
+                "--exit-timeout-secs")
     return f"did not stop cleanly (exit code {code})"
 
 

@@ -38,6 +38,11 @@ from ...file_writes import owned_prefix, remove_stale_folders
 from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
+#: tritonserver's --exit-timeout-secs unless told: seconds a stopped server waits for its requests (``serve
+#: --exit-timeout``).
+DEFAULT_EXIT_TIMEOUT = 8
+#: Seconds past its exit timeout that a stopped server gets to end itself before ``stop`` kills it.
+EXIT_GRACE = 2
 #: How to get a tritonserver binary without touching this environment: installing nvidia-pytriton here
 #: would pull in PyTriton's numpy<2 pin, and the backend stub then crashes on the first request.
 INSTALL_STEPS = ("unpack NVIDIA's wheel into a folder of its own with "
@@ -198,7 +203,10 @@ class TritonServer:
     """One ``tritonserver`` process on a repository; ``start`` returns once the server is ready.
 
     A context manager: leaving it stops the server (SIGTERM, then SIGKILL of its process group after
-    ``stop_timeout`` seconds). ``log`` is a file for the server's output (None: this process's own).
+    ``stop_timeout`` seconds). ``exit_timeout``: tritonserver's --exit-timeout-secs, how long after a stop's SIGTERM
+    it waits for the requests queued or running and for its models to unload before it ends itself with exit code 1
+    (``stop_timeout`` is ``EXIT_GRACE`` seconds longer: its time to exit). ``log`` is a file for the server's output
+    (None: this process's own).
     ``end_with_parent``: the server gets SIGTERM when the thread that started it ends, this process killed
     included (``serve`` starts it from its main thread; a server started from a short-lived thread must not).
     ``http_host``: where the HTTP endpoint binds (default ``host``): Triton allocates an HTTP request's JSON
@@ -214,7 +222,8 @@ class TritonServer:
     def __init__(self, repository: str | os.PathLike[str], *, install: TritonInstall, host: str = "127.0.0.1",
                  http_host: str | None = None, http_port: int | None = None, grpc_port: int | None = None,
                  metrics_port: int | None = None, log: str | os.PathLike[str] | None = None,
-                 stop_timeout: float = 10.0, end_with_parent: bool = False, model: str | None = None) -> None:
+                 exit_timeout: int = DEFAULT_EXIT_TIMEOUT, end_with_parent: bool = False,
+                 model: str | None = None) -> None:
         self.repository = Path(repository)
         self.model = model
         self.end_with_parent = end_with_parent
@@ -232,7 +241,7 @@ class TritonServer:
         self._picked = [name for name, port in (("http_port", http_port), ("grpc_port", grpc_port),
                                                 ("metrics_port", metrics_port)) if not port]
         self.log = Path(log) if log is not None else None
-        self.stop_timeout = stop_timeout
+        self.exit_timeout = exit_timeout
         #: how the last ``stop`` saw the server end: the seconds from its SIGTERM to the exit (None: the server had
         #: ended before, or never started), and whether it was still running at ``stop_timeout``, so killed
         self.stop_seconds: float | None = None
@@ -261,11 +270,9 @@ class TritonServer:
                 "--grpc-infer-allocation-pool-size=0"]
 
     @property
-    def exit_timeout(self) -> int:
-        """tritonserver's --exit-timeout-secs: how long after a stop's SIGTERM it waits for the requests queued or
-        running and for its models to unload before it ends itself with exit code 1 (the rest of ``stop_timeout``
-        is its time to exit)."""
-        return max(1, int(self.stop_timeout) - 2)
+    def stop_timeout(self) -> int:
+        """Seconds ``stop`` waits after its SIGTERM before it kills the server: its exit timeout and its time to exit."""
+        return self.exit_timeout + EXIT_GRACE
 
     def check_ports(self) -> None:
         """Refuse a port something already listens on (BackendError naming its option)."""
