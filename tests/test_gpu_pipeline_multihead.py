@@ -214,8 +214,11 @@ def test_a_frame_on_the_gpu_has_its_time_lags_checked_as_a_host_frame_once_on_ev
     swapped = np.ascontiguousarray(frame[:, [0, 1, 2, 4, 3]])
     timed = frame.copy()
     timed[:, 4] = capture_times(frame)
+    stamped_with_gaps = stamped.copy()  # rows of NaN (no return) among them: judged by the finite lags
+    stamped_with_gaps[::7] = np.nan
     with PointPillars.from_model_dir(models["fp32"].path, device="cuda", backend="cudnn", tf32=False) as detector:
-        for rows, seen in ((stamped, "its 5th values run from 1.7e+09"), (swapped, "swap the last two")):
+        for rows, seen in ((stamped, "its 5th values run from 1.7e+09"), (swapped, "swap the last two"),
+                           (stamped_with_gaps, "its 5th values run from 1.7e+09")):
             errors = []
             for points in (rows, cp.asarray(rows)):
                 with pytest.raises(InputError) as err:
@@ -237,6 +240,10 @@ def test_a_frame_on_the_gpu_has_its_time_lags_checked_as_a_host_frame_once_on_ev
                          if issubclass(w.category, InputWarning) and "its 5th values take" in str(w.message)])
         assert len(said[0]) == 1 and said[1] == said[0], said
 
+        with_gaps = frame.copy()
+        with_gaps[::7] = np.nan
+        got, want = detector(cp.asarray(with_gaps)), detector(with_gaps)  # accepted on both
+        np.testing.assert_array_equal(got.boxes, want.boxes)
         want = detector(frame)
         checked: list[str] = []
         real = device_points.check_device_time_lags
