@@ -54,6 +54,9 @@ _PCD_SPACES = " \t"  # what separates an ASCII row's numbers (as PCL splits them
 #: Control characters that Python's whitespace and NumPy's parser take for a space between numbers (and
 #: str.splitlines, but for \x1f, for a line break) and PCL does not: in an ASCII row each is a character of a value.
 _PCD_NOT_SPACES = "\x0b\x0c\x1c\x1d\x1e\x1f"
+#: A control character but the tab (spaces and tabs separate a header line's values, as PCL splits them): in a
+#: header line, one holding it is a bad line (Python's str.split took \x0b, \x0c and \x1c to \x1f for spaces).
+_PCD_HEADER_CONTROL = re.compile("[\x00-\x08\x0a-\x1f\x7f]")
 
 
 # --------------------------------------------------------------------------- entry point
@@ -782,7 +785,8 @@ class _PcdHeader:
 def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
     """The header, read line by line up to its DATA line, ``f`` left at the data after it. Its lines may end in LF,
     CRLF or CR alone (old Mac text), each a line as an editor shows it; they end as the file's first line does, so
-    binary data after a DATA line that ends in CR alone may start with a LF byte."""
+    binary data after a DATA line that ends in CR alone may start with a LF byte. Spaces and tabs separate a line's
+    key and values; a line but a comment that holds another control character is refused."""
     head = f.read(_PCD_MAX_HEADER + 1)  # a byte past the limit: a CRLF that ends there is seen whole
     if not head:
         raise _empty_file_error(f"{what} {shown}", "PCD")
@@ -795,13 +799,16 @@ def _pcd_header(f: IO[bytes], shown: str, what: str) -> _PcdHeader:
         consumed += len(line)
         if consumed > _PCD_MAX_HEADER:
             raise InputError(f"{what} {shown} is not a PCD file: no DATA line in the first {_PCD_MAX_HEADER} bytes")
-        text = line.decode("ascii", errors="surrogateescape").strip()
+        text = line.rstrip(b"\r\n").decode("ascii", errors="surrogateescape").strip(_PCD_SPACES)
         if not text or text.startswith("#"):
             continue
-        key, *values = text.split()
+        key, *values = re.split(f"[{_PCD_SPACES}]+", text)
         if key not in _PCD_KEYS:
             raise InputError(f"{what} {shown} is not a PCD file: unexpected header line {number}: "
                              f"{_as_written(text, 60)}")
+        if _PCD_HEADER_CONTROL.search(text):
+            raise InputError(f"{what} {shown}: bad header line {number}: {_as_written(text, 60)} holds a control "
+                             "character; spaces and tabs separate a header line's values")
         if key in header:
             raise InputError(f"{what} {shown}: header key {key} appears twice (lines {where[key]} and {number})")
         header[key], where[key] = values, number

@@ -1052,6 +1052,34 @@ def test_pcd_bad_header_line_is_named_by_its_line_and_escaped_bytes(tmp_path: Pa
     assert "\ufffd" not in text
 
 
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+@pytest.mark.parametrize("control", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x1f", "\x00", "\x1b", "\x7f"])
+def test_pcd_header_line_holding_a_control_character_is_a_bad_line(tmp_path: Path, breaks: bytes,
+                                                                     control: str) -> None:
+    """Header lines were split into key and values by Python's str.split, which takes a vertical tab, a form feed
+    and \\x1c to \\x1f for spaces: 'WIDTH\\x0c2' read as WIDTH 2 and 'FIELDS x y\\x0bz intensity' as four
+    fields. Spaces and tabs separate a header line's values, as they do an ASCII row's numbers: a line holding
+    another control character is a bad header line, named by its line and quoted; a comment may hold one."""
+    shown = f"\\x{ord(control):02x}"
+    path = tmp_path / "control.pcd"
+    for line, bad, said in [
+        (7, f"WIDTH{control}1", f" is not a PCD file: unexpected header line 7: 'WIDTH{shown}1'"),
+        (7, f"WIDTH 1{control}", f": bad header line 7: 'WIDTH 1{shown}' holds a control character; spaces and tabs "
+                                 "separate a header line's values"),
+        (3, f"FIELDS x y{control}z intensity", f": bad header line 3: 'FIELDS x y{shown}z intensity' holds a control "
+                                               "character; spaces and tabs separate a header line's values"),
+        (5, control, f" is not a PCD file: unexpected header line 5: '{shown}'"),
+    ]:
+        lines = PCD_HEADER_LINES.copy()
+        lines[line - 1] = bad.encode()
+        path.write_bytes(breaks.join(lines) + breaks + b"1 2 3 0.5" + breaks)
+        assert one_line_error(lambda: read_points(path)) == f"point file {str(path)!r}{said}"
+    lines = PCD_HEADER_LINES.copy()
+    lines[0], lines[2], lines[6] = f"# made{control}by hand".encode(), b"FIELDS\tx y \t z  intensity\t", b" WIDTH\t1"
+    path.write_bytes(breaks.join(lines) + breaks + b"1 2 3 0.5" + breaks)
+    np.testing.assert_array_equal(read_points(path), [[1, 2, 3, 0.5]])
+
+
 def test_pcd_fields_named_alike_but_for_their_letters_past_ascii_are_two_fields(tmp_path: Path) -> None:
     """Two field names that differ only in a UTF-8 letter were both read as the same name (each byte past ASCII
     one U+FFFD) and the file refused as repeating a name."""
