@@ -395,17 +395,27 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
         except OSError as exc:
             raise read_error(what, path, exc) from None
 
+def text_lines(text: str) -> list[str]:
+    """``text`` cut into its lines as a text editor numbers them: at each LF, CRLF and CR alone (old Mac text), and
+    nowhere else (str.splitlines cuts at a vertical tab, a form feed, \\x1c to \\x1e, \\x85, U+2028 and U+2029 too,
+    which no editor's line numbers count); as with str.splitlines, a break that ends the text starts no line."""
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return lines[:-1] if not lines[-1] else lines
+
+
 def read_text_lines(path: PathLike, *, max_bytes: int, what: str, pipes: bool = False) -> list[str]:
-    """The lines of a UTF-8 text file (KITTI labels, predictions, id lists), read bounded (a FIFO, a device
-    or a file over ``max_bytes`` is refused before anything blocks or fills memory; with ``pipes``, a FIFO or a
-    character device is read, up to ``max_bytes``: ``read_file_or_pipe``): a byte-order mark that editors on
-    Windows put first is dropped (kept, it made the first line's class "\\ufeffCar", which no evaluation counts),
-    and bytes that are no UTF-8 are refused naming the file and where, not replaced."""
+    """The lines of a UTF-8 text file (KITTI labels, predictions, id lists; ``text_lines``, so the n-th is the
+    file's line n), read bounded (a FIFO, a device or a file over ``max_bytes`` is refused before anything blocks
+    or fills memory; with ``pipes``, a FIFO or a character device is read, up to ``max_bytes``:
+    ``read_file_or_pipe``): a byte-order mark that editors on Windows put first is dropped (kept, it made the first
+    line's class "\\ufeffCar", which no evaluation counts), and bytes that are no UTF-8 are refused naming the file
+    and the line, not replaced."""
     read = read_file_or_pipe if pipes else read_regular_file
     data = read(path, max_bytes=max_bytes, what=what)
     try:
-        return data.decode("utf-8-sig").splitlines()
+        return text_lines(data.decode("utf-8-sig"))
     except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
+        before = data[: exc.start]
+        line = before.count(b"\n") + before.count(b"\r") - before.count(b"\r\n") + 1
         raise InputError(f"{what} {safe_repr(os.fspath(path))}, line {line}: bytes that are no UTF-8 text "
                          f"(byte {exc.start}); is it a text file?") from None

@@ -25,7 +25,7 @@ import numpy as np
 
 from .config import int_within, plain_number
 from .errors import InputError, safe_repr
-from .file_reads import read_file_head, read_regular_file, read_text_lines, special_kind
+from .file_reads import read_file_head, read_regular_file, read_text_lines, special_kind, text_lines
 from .file_writes import write_bytes_atomic
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -131,15 +131,16 @@ def _calibration_of(data: bytes) -> Calibration | str:
     if b"\0" in head or sum(byte > 127 for byte in head) > len(head) // 10:  # UTF-16 text, or binary data
         return ("not a text file (NUL or non-ASCII bytes: binary data, or text in UTF-16); a KITTI calib file is "
                 "ASCII lines such as 'P2: ...', 'R0_rect: ...', 'Tr_velo_to_cam: ...'")
+    text = data.decode("ascii", errors="replace")
     rows: dict[str, str] = {}
-    for line in data.decode("ascii", errors="replace").splitlines():
+    for line in text_lines(text):
         key, sep, rest = line.partition(":")
         if sep:
             if key.strip() in _CALIB_SHAPES and key.strip() in rows:  # which one is this camera's is unknown
                 return f"key {key.strip()} is given twice (two files joined?); give the frame's own KITTI calib file"
             rows[key.strip()] = rest
     if not rows:  # a label file (--calib given the label folder) or other text: "key P2 is missing" named no cause
-        fields = len(data.decode("ascii", errors="replace").strip().splitlines()[0].split())
+        fields = len(text_lines(text.strip())[0].split())
         labelled = fields in (LABEL_FIELDS, LABEL_FIELDS + 1)
         label = f" (a first line of {fields} fields, as a label: a label file?)" if labelled else ""
         return (f"no 'key: values' line{label}; a KITTI calib file holds lines such as 'P2: ...', 'R0_rect: ...', "

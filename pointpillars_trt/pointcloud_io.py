@@ -27,7 +27,7 @@ import numpy as np
 from .config import POINT_COLUMN_NAMES, finite_float, int_within
 from .errors import InputError, InputWarning, escape_text, one_line, safe_repr
 from .file_reads import (open_regular_fd, open_regular_file, overlong_number, read_error, read_regular_file,
-                         read_size_error, said_empty_error, special_kind)
+                         read_size_error, said_empty_error, special_kind, text_lines)
 from .point_layout import (ROW_LAYOUTS, TEXT_SNIFF, CaptureTimesNote, check_layout, check_time_lags, looks_like_noise,
                            misread_row_length, refuse_noise, refuse_other_formats, row_layout)
 from .points import (MAX_FRAME_POINTS, MAX_POINT_DIM, MULTI_SWEEP_FIX, SUPPORTED_EXTENSIONS, beyond_float32,
@@ -1011,24 +1011,18 @@ def _ascii_table(lines: list[str], per_row: int) -> np.ndarray | None:
     return table if table.shape[1] == per_row else None
 
 
-def _pcd_lines(text: str) -> list[str]:
-    """``text`` cut into its lines as a text editor shows them: at each LF, CRLF and CR alone (old Mac text), and
-    nowhere else (str.splitlines cuts at a vertical tab, a form feed and \\x1c to \\x1e too)."""
-    return text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-
-
 def _pcd_rows(text: str) -> list[str]:
-    """The lines of ``text`` (``_pcd_lines``) that are not blank. Text holding none of ``_PCD_NOT_SPACES``, as rows of
+    """The lines of ``text`` (``text_lines``) that are not blank. Text holding none of ``_PCD_NOT_SPACES``, as rows of
     numbers do, takes a path twice as fast: ASCII (each byte past it a surrogate escape) without them is cut by
     str.splitlines where an editor cuts it, and holds no whitespace but spaces and tabs once cut."""
     if any(control in text for control in _PCD_NOT_SPACES):
-        return [line for line in _pcd_lines(text) if line.strip(_PCD_SPACES)]
+        return [line for line in text_lines(text) if line.strip(_PCD_SPACES)]
     return list(filter(str.strip, text.splitlines()))
 
 
 def _line_of(text: str, row: int) -> int:
     """The line (the first is 1) of ``text`` on which its ``row``-th (from 0) line that is not blank lies."""
-    return [number for number, line in enumerate(_pcd_lines(text), 1) if line.strip(_PCD_SPACES)][row]
+    return [number for number, line in enumerate(text_lines(text), 1) if line.strip(_PCD_SPACES)][row]
 
 
 def _as_written(text: str, limit: int = 80) -> str:

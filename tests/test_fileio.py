@@ -14,7 +14,7 @@ import pytest
 
 from pointpillars_trt import file_reads, file_writes
 from pointpillars_trt.errors import InputError, PointPillarsError
-from pointpillars_trt.file_reads import name_text, read_file_head, read_file_or_pipe, read_regular_file
+from pointpillars_trt.file_reads import name_text, read_file_head, read_file_or_pipe, read_regular_file, read_text_lines
 from pointpillars_trt.file_writes import replace_folder, write_text_atomic
 from pointpillars_trt.strict_json import (DuplicateKeyError, NonFiniteJSONError, dumps_strict, loads_json, to_jsonable,
                                           write_json_atomic)
@@ -189,6 +189,29 @@ def test_a_read_that_would_wait_raises_saying_so_where_it_gave_none() -> None:
     os.close(write_end)  # the end of the data: a read gives what there is, then nothing
     with file_reads.no_wait_reader(read_end) as f:
         assert file_reads.read_bounded(f, 100) == b"abc"
+
+
+@pytest.mark.parametrize("breaks", ["\n", "\r\n", "\r"], ids=["LF", "CRLF", "CR"])
+def test_text_lines_break_at_lf_crlf_and_cr_alone_and_are_numbered_as_an_editor_does(tmp_path: Path,
+                                                                                      breaks: str) -> None:
+    """str.splitlines broke a line at a vertical tab, a form feed, \\x1c to \\x1e, NEL, U+2028 and U+2029 too, which
+    no editor's line numbers count, and bytes that are no UTF-8 were named on the line their LFs alone counted
+    (line 1 of a file whose lines end in CR alone): lines break at LF, CRLF and CR alone, and are numbered so."""
+    others = "\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+    lines = ["000001", f"a{others}b", "", others, " last "]
+    path = tmp_path / "lines.txt"
+    path.write_bytes(breaks.join(lines).encode() + breaks.encode())
+    assert read_text_lines(path, max_bytes=1000, what="id file") == lines
+    path.write_bytes(breaks.join(lines).encode())
+    assert read_text_lines(path, max_bytes=1000, what="id file") == lines
+    path.write_bytes(b"a\rb\r\nc\n\nd\r\re")
+    assert read_text_lines(path, max_bytes=1000, what="id file") == ["a", "b", "c", "", "d", "", "e"]
+    head = (breaks.join(lines) + breaks + "Car").encode()
+    path.write_bytes(head + b"\xff" + breaks.encode())
+    with pytest.raises(InputError) as err:
+        read_text_lines(path, max_bytes=1000, what="id file")
+    assert str(err.value) == (f"id file {str(path)!r}, line 6: bytes that are no UTF-8 text (byte {len(head)}); is it "
+                              "a text file?")
 
 
 def test_read_regular_file_refuses_special_files_at_once(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from pointpillars_trt.kitti import (
     normalize_heading,
     parse_label_lines,
     read_calibration,
+    read_label_file,
     read_png_size,
     write_velodyne_bin,
 )
@@ -179,6 +180,32 @@ def test_read_calibration_matches_hand_parse(assets: Path, rel: str) -> None:
     np.testing.assert_array_equal(calib.R0_rect, hand["R0_rect"].reshape(3, 3))
     np.testing.assert_array_equal(calib.Tr_velo_to_cam, hand["Tr_velo_to_cam"].reshape(3, 4))
     np.testing.assert_allclose(calib.velo_to_rect, velo_to_rect_by_hand(hand), rtol=0, atol=1e-12)
+
+
+#: The line breaks of text files (old Mac text ends its lines in CR alone), and what str.splitlines broke lines at
+#: besides them, which no editor's line numbers count: a vertical tab, a form feed, \x1c to \x1e, NEL, U+2028/9.
+LINE_BREAKS = {"LF": "\n", "CRLF": "\r\n", "CR": "\r"}
+NOT_LINE_BREAKS = ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"]
+
+
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+@pytest.mark.parametrize("control", NOT_LINE_BREAKS[:5], ids=[f"U+{ord(c):04X}" for c in NOT_LINE_BREAKS[:5]])
+def test_a_calib_files_lines_break_at_lf_crlf_and_cr_alone(assets: Path, tmp_path: Path, breaks: str,
+                                                           control: str) -> None:
+    """A calib file (ASCII) reads alike whatever its lines end in; a control character inside a line broke it in two
+    (str.splitlines), so a P2 line holding R0_rect's after a form feed read as two keys' lines: it is one line, P2's,
+    whose values are not numbers."""
+    good = (assets / CALIBS[0]).read_text().splitlines()
+    path = tmp_path / "calib.txt"
+    path.write_bytes(breaks.join(good).encode() + breaks.encode())
+    np.testing.assert_array_equal(read_calibration(path).velo_to_rect, read_calibration(assets / CALIBS[0]).velo_to_rect)
+    p2 = next(i for i, line in enumerate(good) if line.startswith("P2"))
+    r0 = next(i for i, line in enumerate(good) if line.startswith("R0_rect"))
+    joined = [line for i, line in enumerate(good) if i != r0]
+    joined[p2] = good[p2] + control + good[r0]
+    path.write_bytes(breaks.join(joined).encode() + breaks.encode())
+    with pytest.raises(InputError, match=r"calib\.txt': key P2 has a non-numeric value$"):
+        read_calibration(path)
 
 
 def test_calibration_transforms_are_inverse(assets: Path) -> None:
@@ -407,6 +434,26 @@ def test_label_000134_to_lidar_matches_camera_corners(assets: Path, calib134: Ca
         # the box centre maps onto the label's bottom centre lifted by h/2 along the camera's up
         centre = (m @ np.append(box[:3].astype(np.float64), 1))[:3]
         np.testing.assert_allclose(centre, [x, y - h / 2, z], atol=tilt * h / 2 + 1e-4)
+
+
+@pytest.mark.parametrize("breaks", LINE_BREAKS.values(), ids=LINE_BREAKS.keys())
+@pytest.mark.parametrize("control", NOT_LINE_BREAKS, ids=[f"U+{ord(c):04X}" for c in NOT_LINE_BREAKS])
+def test_a_label_files_lines_break_at_lf_crlf_and_cr_alone_and_are_named_by_an_editors_numbers(
+        tmp_path: Path, breaks: str, control: str) -> None:
+    """str.splitlines broke a label line at a form feed, NEL, U+2028 and the like: two objects joined by one read
+    as two lines without a word, and every line after one was named a line past its own. Lines break at LF, CRLF
+    and CR alone: such a character inside a line leaves it one line."""
+    good = "Car 0.00 0 -1.57 10.0 10.0 50.0 50.0 1.5 1.6 3.9 0.0 1.0 10.0 -1.57"
+    path = tmp_path / "000000.txt"
+    path.write_bytes(breaks.join([good, good + control, "", "Car 0 0", ""]).encode())
+    with pytest.raises(InputError, match=r"000000\.txt', line 4: 3 fields, expected 15"):
+        read_label_file(path, with_score=False)
+    path.write_bytes(breaks.join([good, good + control + good, ""]).encode())
+    with pytest.raises(InputError, match=r"000000\.txt', line 2: 30 fields, expected 15"):
+        read_label_file(path, with_score=False)
+    path.write_bytes(breaks.join([good, f" {good} {control}", good]).encode())
+    names, table = read_label_file(path, with_score=False)
+    assert names == ["Car"] * 3 and table.shape == (3, 15)
 
 
 def test_label_round_trip_to_lines(assets: Path, calib134: Calibration) -> None:

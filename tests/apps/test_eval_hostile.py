@@ -214,11 +214,13 @@ def test_ids_that_are_file_names_are_refused_with_the_fix(folders: tuple[Path, P
                             "frame ids without the suffix ('000000'), as KITTI's ImageSets/*.txt do\n"), err
 
 
-@pytest.mark.parametrize("line", ["000000 000001", "000000,000001", "000000\t000001", "# val split"])
+@pytest.mark.parametrize("line", ["000000 000001", "000000,000001", "000000\t000001", "# val split",
+                                  "000000\x0c000001", "000000\x1e000001", "000000\x85000001", "000000\u2028000001"])
 def test_a_line_of_several_ids_is_refused_naming_it(folders: tuple[Path, Path], tmp_path: Path, line: str) -> None:
-    """Before: "label file '.../000000 000001.txt' does not exist", the line looked up as one id."""
+    """Before: "label file '.../000000 000001.txt' does not exist", the line looked up as one id; two ids joined by a
+    form feed, NEL or U+2028 were read as two lines (str.splitlines), which no editor shows."""
     labels, pred = folders
-    (tmp_path / "ids.txt").write_text(f"{line}\n000000\n")
+    (tmp_path / "ids.txt").write_text(f"{line}\n000000\n", encoding="utf-8")
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
     assert (rc, err) == (2, f"error: frame id file '{tmp_path / 'ids.txt'}' lists {line!r}, not one frame id: list "
                             "one frame id a line, as KITTI's ImageSets/*.txt do\n"), err
