@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InputError, safe_repr
+from .errors import InputError, counted, safe_repr
 
 
 STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")  # keys of ``last_timings``, in frame order
@@ -87,7 +87,7 @@ class Detections:
         counts = sorted(collections.Counter(self.labels.tolist()).items())  # a label beyond the names: its number
         classes = ", ".join(f"{names[label] if 0 <= label < len(names) else label} {n}" for label, n in counts)
         extra = ", with velocity" if self.velocity is not None else ""
-        return (f"<Detections: {len(self)} box{'' if len(self) == 1 else 'es'}{': ' + classes if classes else ''}"
+        return (f"<Detections: {counted(len(self), 'box', 'boxes')}{': ' + classes if classes else ''}"
                 f"{extra}; {self.stats}>")
 
     def __eq__(self, other: object) -> bool:

@@ -1,5 +1,5 @@
 """One exception family, so callers (and the CLI) can tell user errors from bugs, and the one way
-their messages show untrusted text."""
+their messages show untrusted text and counts."""
 
 import os
 import reprlib
@@ -125,6 +125,12 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
     if isinstance(exc, BaseException) and (typed or not text):
         return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text
+
+
+def counted(count: int, noun: str, plural: str = "") -> str:
+    """``count`` and its ``noun`` for a message, the noun in the singular for one: '1 frame', '3 frames'
+    (``plural`` where an added s is not it: '1 box', '2 boxes')."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:

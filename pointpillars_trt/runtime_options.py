@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from .config import Thresholds, int_within, plain_number
-from .errors import PointPillarsError, safe_repr
+from .errors import PointPillarsError, counted, safe_repr
 from .graph_io import MAX_BATCH, PRECISIONS
 from .runtime.backends import BACKEND_CHOICES
 
@@ -160,8 +160,8 @@ def pipeline_threads(pipelines: int, threads: int | None, what: str | None) -> t
     if threads is None:
         each = max(1, share)
         crowded = f"; more pipelines than cores only contend for them: --pipelines {cores}" if not share else ""
-        return each, (f"{pipelines} pipelines on the CPU share its {cores} cores: {each} ONNX Runtime "
-                      f"thread{'s' if each > 1 else ''} each{crowded}")
+        return each, (f"{pipelines} pipelines on the CPU share its {cores} cores: "
+                      f"{counted(each, 'ONNX Runtime thread')} each{crowded}")
     if threads * pipelines <= cores:
         return threads, None
     fix = (f"--threads {share} gives each pipeline its share" if share else

@@ -85,3 +85,19 @@ def test_shell_word_is_one_printable_word_bash_reads_back_as_the_text(text: str)
     assert word.isprintable(), word
     out = subprocess.run(["bash", "-c", f"printf %s {word}"], capture_output=True, check=True).stdout
     assert out == os.fsencode(text)
+
+
+def test_a_count_of_one_names_its_noun_in_the_singular() -> None:
+    """Messages said '1 frames' and '1 boxes': one takes the singular, any other count the plural."""
+    from pointpillars_trt.errors import counted
+
+    assert [counted(n, "frame") for n in (0, 1, 2)] == ["0 frames", "1 frame", "2 frames"]
+    assert [counted(n, "box", "boxes") for n in (0, 1, 12)] == ["0 boxes", "1 box", "12 boxes"]
+
+
+def test_a_frames_picture_is_titled_with_its_boxes_in_the_singular_for_one() -> None:
+    """infer --viz titled a picture of one box '000000.bin: 1 boxes'."""
+    from pointpillars_trt.apps.outputs import bev_title
+
+    assert bev_title("/data/velodyne/000000.bin", 1) == "000000.bin: 1 box"
+    assert bev_title("000001.bin", 3) == "000001.bin: 3 boxes"

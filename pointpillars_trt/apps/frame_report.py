@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ..detections import misread_finding
-from ..errors import printable_text, safe_repr
+from ..errors import counted, printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
@@ -100,7 +100,8 @@ class FrameReport:
         if not self.writes and det is not None:
             best = np.argsort(-det.scores, kind="stable")[:3]  # a multi-head model's boxes come head by head
             top = ", ".join(f"{det.names[i]} {det.scores[i]:.2f}" for i in best)
-            line = (f"{safe_repr(source if self.by_path else Path(source).name)}: {written.boxes} boxes, {det.stats.num_pillars} pillars"
+            line = (f"{safe_repr(source if self.by_path else Path(source).name)}: "
+                    f"{counted(written.boxes, 'box', 'boxes')}, {counted(det.stats.num_pillars, 'pillar')}"
                     + (f" [{top}]" if top else ""))
             if self.bar.disable:  # no bar to keep whole: a plain print costs a thirtieth of tqdm.write
                 print(line)
@@ -119,7 +120,8 @@ class FrameReport:
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
         skipped = f" to run ({self.skipped} skipped: their outputs were there)" if self.skipped and not total else ""
-        print(f"{len(self.done)}/{total} frames{skipped}, {boxes} boxes" + self._left_out(labels) + self._where()
+        print(f"{len(self.done)}/{total} frames{skipped}, {counted(boxes, 'box', 'boxes')}" + self._left_out(labels)
+              + self._where()
               + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)
         failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
         if self.input_errors:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError, one_line, safe_repr
+from ..errors import InputError, counted, one_line, safe_repr
 from ..file_reads import folder_resolved, folder_resolver, name_text, open_regular_file, read_file_head, special_kind
 from ..file_writes import fsync_path, write_bytes_atomic, write_new_file_atomic
 from ..strict_json import dumps_strict, loads_json
@@ -134,7 +134,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
 
         def png(path: Path) -> None:
             plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
-                     title=f"{Path(source).name}: {len(scores)} boxes", velocity=velocity, durable=durable)
+                     title=bev_title(source, len(scores)), velocity=velocity, durable=durable)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
     created: list[Path] = []  # files this call made where there were none (an earlier run's it only replaced)
@@ -151,6 +151,11 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                 os.unlink(made)
         raise
     return result
+
+
+def bev_title(source: str, boxes: int) -> str:
+    """The title of a frame's picture: its file's name and the boxes drawn ('000000.bin: 1 box')."""
+    return f"{Path(source).name}: {counted(boxes, 'box', 'boxes')}"
 
 
 def _label_file(found: RecordBoxes, source: str, plan: OutputPlan) -> tuple[bytes, int, bool]:
@@ -604,7 +609,8 @@ def record_boxes(record: object) -> RecordBoxes:
     if boxes.ndim != 2 or boxes.shape[1] != 7:
         raise ValueError("'boxes_lidar' is not a list of boxes of 7 values each")
     if scores.ndim != 1 or not len(boxes) == len(scores) == len(names):
-        raise ValueError(f"{len(boxes)} boxes, {scores.size} scores and {len(names)} labels: expected one each a box")
+        raise ValueError(f"{counted(len(boxes), 'box', 'boxes')}, {counted(scores.size, 'score')} and "
+                         f"{counted(len(names), 'label')}: expected one each a box")
     return RecordBoxes(boxes, scores, names)
 
 

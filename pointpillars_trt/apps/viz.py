@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from ..detections import faces_forward
-from ..errors import PointPillarsError, one_line, safe_repr
+from ..errors import PointPillarsError, counted, one_line, safe_repr
 from ..file_reads import PathLike
 from ..file_writes import write_bytes_atomic
 
@@ -187,8 +187,8 @@ def plot_bev(
         velocity = np.asarray(velocity, dtype=np.float64)
     if len(names) != len(corners) or (scores is not None and len(scores) != len(corners)):
         raise PointPillarsError(
-            f"plot_bev: received {len(corners)} boxes, {len(names)} names and "
-            f"{'no' if scores is None else len(scores)} scores, expected one name (and score) per box"
+            f"plot_bev: received {counted(len(corners), 'box', 'boxes')}, {counted(len(names), 'name')} and "
+            f"{'no scores' if scores is None else counted(len(scores), 'score')}, expected one name (and score) per box"
         )
     finite = np.isfinite(corners).all(axis=(1, 2))
     if scores is not None:

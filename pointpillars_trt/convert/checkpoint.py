@@ -19,7 +19,7 @@ from typing import Any, Literal
 import numpy as np
 
 from ..config import ConfigArgument, ModelConfig, config_argument, load_config
-from ..errors import CheckpointError, CheckpointNotice, escape_text
+from ..errors import CheckpointError, CheckpointNotice, counted, escape_text
 from .pth import StorageRef, TensorRef, array_dtype, checkpoint_path, key_text, open_pth, pickled_repr
 from . import multihead
 from .weights import BN_FIELDS, BatchNorm, BatchNormFold, Conv1x1, ConvKeys, PointPillarsWeights
@@ -204,7 +204,7 @@ def _check_finite(state: Mapping[str, Any], keys: Mapping[str, Any], source: str
             non_finite.append(f"{key} ({count} of {np.size(values)} values)")
         elif values.dtype.itemsize > 4 and values.size and (largest := float(np.abs(values).max())) > _FLOAT32_MAX:
             too_large.append(f"{key} (values up to {largest:.3g})")
-    problems = [f"{what} in {len(bad)} tensor{'s' if len(bad) > 1 else ''}: {_listing(bad, 5)}" for what, bad in
+    problems = [f"{what} in {counted(len(bad), 'tensor')}: {_listing(bad, 5)}" for what, bad in
                 (("non-finite weights (NaN or inf)", non_finite),
                  (f"weights beyond float32's range (+-{_FLOAT32_MAX:.3g})", too_large)) if bad]
     if problems:
@@ -232,7 +232,7 @@ def _check_batchnorms(state: Mapping[str, Any], folds: Mapping[str, BatchNormFol
         var = state[f"{bn}.running_var"]
         count = int(np.count_nonzero(var < 0))
         if count:
-            negative.append(f"{bn}.running_var has {count} negative value{'s' if count > 1 else ''} (of {var.size})")
+            negative.append(f"{bn}.running_var has {counted(count, 'negative value')} (of {var.size})")
     if negative:
         raise CheckpointError(f"{source}: {_listing(negative, 5)}: a BatchNorm variance cannot be negative; "
                               "is the checkpoint damaged?")

@@ -197,7 +197,7 @@ def test_a_skipped_frame_that_cannot_be_evaluated_is_one_error_line(tiny_model: 
     ({"boxes_lidar": [[0.0] * 7], "scores": [None], "labels": ["Car"]}, "'scores' is not a list of numbers"),
     ({"boxes_lidar": [[0.0] * 6 + [True]], "scores": [1], "labels": ["Car"]}, "'boxes_lidar' is not a list of numbers"),
     ({"boxes_lidar": [[0.0] * 7] * 2, "scores": [0.5, False], "labels": ["Car"] * 2}, "'scores' is not a list of numbers"),
-    ({"boxes_lidar": [[0.0] * 7], "scores": [1, 2], "labels": ["Car"]}, "1 boxes, 2 scores and 1 labels"),
+    ({"boxes_lidar": [[0.0] * 7], "scores": [1, 2], "labels": ["Car"]}, "1 box, 2 scores and 1 label:"),
     ({"boxes_lidar": [[0.0] * 7], "scores": [1], "labels": [3]}, "'labels' is not a list of class names"),
 ])
 def test_record_boxes_says_what_is_no_record(record: object, problem: str) -> None:

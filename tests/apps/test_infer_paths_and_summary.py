@@ -462,3 +462,18 @@ def test_a_quoted_tilde_path_is_said_unexpanded_with_the_path_it_would_be(
     rc = main(["eval", "--pred", "~/preds", "--labels", "~/labels"])
     err = capsys.readouterr().err
     assert rc == 2 and f"'~/preds' does not exist{said} ('{home / 'preds'}' is not there either)" in err, err
+
+
+def test_a_frame_of_one_box_and_one_pillar_is_counted_in_the_singular(tiny_model: Path, tmp_path: Path) -> None:
+    """A run that writes nothing prints a line a frame and the summary: one box and one pillar were '1 boxes, 1
+    pillars', and the summary's '1 boxes'. The run's own JSON of the same frame (--max-boxes 1) says it is one box."""
+    frame = tmp_path / "one.bin"
+    np.array([[2.0, 0.0, -1.0, 0.5]], np.float32).tofile(frame)
+    common = (frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--score-threshold", "0",
+              "--max-boxes", "1")
+    written = cli("infer", *common, "--out", tmp_path / "out")
+    assert written.rc == 0 and len(json.loads((tmp_path / "out/one.json").read_text())["scores"]) == 1, written
+    assert written.out.startswith("1/1 frames, 1 box, written to "), written.out
+    run = cli("infer", *common)
+    assert run.rc == 0 and run.out.startswith("'one.bin': 1 box, 1 pillar ["), run.out
+    assert run.out.splitlines()[-1].startswith("1/1 frames, 1 box ("), run.out

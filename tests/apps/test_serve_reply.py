@@ -82,6 +82,21 @@ def test_a_reply_counting_other_points_than_were_sent_is_refused() -> None:
         reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT + 1)
 
 
+@pytest.mark.parametrize("classes", ["car", "car,truck"])
+def test_a_reply_of_labels_past_the_models_classes_is_refused_counting_them(classes: str) -> None:
+    """A label past the served model's classes is refused naming them, one class in the singular (it said
+    '1 classes')."""
+    served = config()
+    served["parameters"]["class_names"]["string_value"] = classes
+    model = check_model_config(served, "m")
+    arrays = reply(2, False)
+    arrays["labels"][0, 1] = count = len(classes.split(","))
+    counted = "1 class" if count == 1 else "2 classes"
+    with pytest.raises(BackendError) as err:
+        reply_detections(arrays, list(arrays), model, "server", SENT)
+    assert str(err.value) == f"server answered labels outside 0..{count - 1} (its {counted})"
+
+
 def served_parameters(dataset: dict[str, bool]) -> dict[str, dict[str, str]]:
     """The parameters of the repository config ``serve`` writes for the tiny model whose model.json records
     ``dataset``, in the JSON form Triton gives a client."""

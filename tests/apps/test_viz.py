@@ -142,9 +142,14 @@ def test_huge_float32_velocities_draw_without_a_warning(tmp_path: Path) -> None:
 
 
 def test_plot_bev_mismatched_names(tmp_path: Path) -> None:
+    """Counts of one are said in the singular: it said '1 names' and '1 scores'."""
     pytest.importorskip("matplotlib")
-    with pytest.raises(PointPillarsError, match="one name"):
+    with pytest.raises(PointPillarsError) as err:
         plot_bev(np.zeros((1, 4), np.float32), np.zeros((2, 7)), ["Car"], None, tmp_path / "x.png")
+    assert str(err.value) == "plot_bev: received 2 boxes, 1 name and no scores, expected one name (and score) per box"
+    with pytest.raises(PointPillarsError) as err:
+        plot_bev(np.zeros((1, 4), np.float32), np.zeros((1, 7)), ["Car"], [0.5, 0.25], tmp_path / "x.png")
+    assert str(err.value) == "plot_bev: received 1 box, 1 name and 2 scores, expected one name (and score) per box"
 
 
 def test_plot_bev_without_matplotlib(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..demo_scene import simulate_scan
 from ..frame_paths import expand_frame_paths, first_repeat
-from ...errors import InputError, InputErrors, one_line, safe_repr
+from ...errors import InputError, InputErrors, counted, one_line, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
 
@@ -88,7 +88,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
         for error in errors:
             say(f"error: {error}")
         if len(used) == len(files):
-            count = f"{len(frames)} frame{'' if len(frames) == 1 else 's'}"
+            count = counted(len(frames), "frame")
         elif not errors:
             count = f"{first} of {len(files)} frames"
         else:

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, escape_text, printable_text, safe_repr
+from ...errors import InputError, counted, escape_text, printable_text, safe_repr
 from ...file_reads import check_input_folder
 from ...file_writes import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS, named_as_given
@@ -191,7 +191,7 @@ def run_eval(args: argparse.Namespace) -> int:
     for note in notes:
         if note is not None:
             print(note, file=sys.stderr)
-    print(f"{len(ids)} frames, predictions {_described(pred, predictions)}")
+    print(f"{counted(len(ids), 'frame')}, predictions {_described(pred, predictions)}")
     print(format_table(result), end="")
     if others is not None:
         other = evaluate(gt, others, classes)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputError, safe_repr
+from ...errors import InputError, counted, safe_repr
 from .geometry import box2d_coverage_pairs, box2d_iou_pairs, camera_box_iou_pairs
 from .io import Annotations
 
@@ -361,6 +361,11 @@ def _type_counts(names: np.ndarray) -> str:
     return shown + (f" and {len(kinds) - 5} more type(s)" if len(kinds) > 5 else "")
 
 
+def _some_of(some: int, lines: int, noun: str) -> str:
+    """'2 of the 3 label lines' for a message, and 'the one label line' where ``lines`` is one."""
+    return f"the one {noun}" if lines == 1 else f"{some} of the {counted(lines, noun)}"
+
+
 def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, ...]) -> str | None:
     """The ``warning:`` line for prediction lines of a type KITTI has not (a class index such as ``1``, another
     dataset's ``Vehicle``): they match no ground truth and count for no class, so a model writing them scores
@@ -385,9 +390,12 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
                          f"AP would be 0: their types are {found}; {fix}")
     if not unknown.any():
         return None
-    return (f"warning: {int(unknown.sum())} of the {int(objects.sum())} prediction lines in {where} are of types "
-            f"KITTI has not, {_type_counts(dt.names[unknown])}: they match no ground truth and count for no class; "
-            f"name each line's type as KITTI does ({_KITTI_TYPES_TEXT})")
+    some = int(unknown.sum())
+    are, types, they = ("is", "a type", "it matches no ground truth and counts") if some == 1 else \
+        ("are", "types", "they match no ground truth and count")
+    return (f"warning: {_some_of(some, int(objects.sum()), 'prediction line')} in {where} {are} of {types} KITTI has "
+            f"not, {_type_counts(dt.names[unknown])}: {they} for no class; name each line's type as KITTI does "
+            f"({_KITTI_TYPES_TEXT})")
 
 
 def check_label_types(gt: Annotations, folder: object) -> str | None:
@@ -399,10 +407,11 @@ def check_label_types(gt: Annotations, folder: object) -> str | None:
     unknown = ~np.isin(lower, _KITTI_TYPES_LOWER)
     if not unknown.any():
         return None
-    return (f"warning: {int(unknown.sum())} of the {len(lower)} label lines in {safe_repr(str(folder))} are of "
-            f"types KITTI has not, {_type_counts(gt.names[unknown])}: they are no class's ground truth, and "
-            f"detections of them count as false positives; name each line's type as KITTI does "
-            f"({_KITTI_TYPES_TEXT})")
+    some = int(unknown.sum())
+    are, types, they, them = ("is", "a type", "it is", "it") if some == 1 else ("are", "types", "they are", "them")
+    return (f"warning: {_some_of(some, len(lower), 'label line')} in {safe_repr(str(folder))} {are} of {types} KITTI "
+            f"has not, {_type_counts(gt.names[unknown])}: {they} no class's ground truth, and detections of {them} "
+            f"count as false positives; name each line's type as KITTI does ({_KITTI_TYPES_TEXT})")
 
 
 def _uncounted_difficulties(counted: tuple[int, int, int]) -> str:
@@ -438,9 +447,12 @@ def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
         return None
     first = int(low[0])
     box = " ".join(f"{v:g}" for v in dt.bbox[first])
-    return (f"warning: {len(low)} of the {len(objects)} prediction lines in {safe_repr(str(folder))} have a 2D box "
-            f"under {min(_MIN_HEIGHT):g} px high (e.g. frame {safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: "
-            f"{box}), which KITTI's evaluation ignores at every difficulty, in BEV and 3D too, so they score no AP; "
+    one = len(low) == 1  # more than half of the lines: the one line there is
+    have, example, they = ("has", "", "it scores") if one else ("have", "e.g. ", "they score")
+    return (f"warning: {_some_of(len(low), len(objects), 'prediction line')} in {safe_repr(str(folder))} {have} a 2D "
+            f"box under {min(_MIN_HEIGHT):g} px high ({example}frame "
+            f"{safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: {box}), which KITTI's evaluation ignores at every "
+            f"difficulty, in BEV and 3D too, so {they} no AP; "
             "boxes without a real 2D box need one projected into the camera image: write them with pointpillars-trt "
             "infer --format kitti (through each frame's calib/ folder, or --calib DIR), or give them as infer's "
             "--format json records to eval --pred with --calib DIR")

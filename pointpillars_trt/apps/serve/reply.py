@@ -19,7 +19,7 @@ import numpy as np
 
 from ...config import MAX_CLASSES
 from ...detections import Detections, FrameStats
-from ...errors import BackendError, safe_repr
+from ...errors import BackendError, counted, safe_repr
 
 
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
@@ -159,7 +159,7 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
         raise refuse(f"with inconsistent shapes {', '.join(f'{n} {found[n].shape}' for n in expected)}")
     labels = found["labels"].reshape(-1)
     if labels.size and not (0 <= labels.min() and labels.max() < len(class_names)):
-        raise refuse(f"labels outside 0..{len(class_names) - 1} (its {len(class_names)} classes)")
+        raise refuse(f"labels outside 0..{len(class_names) - 1} (its {counted(len(class_names), 'class', 'classes')})")
     scores, sizes = found["scores"].reshape(-1), found["boxes"].reshape(-1, 7)[:, 3:6]
     with np.errstate(invalid="ignore"):  # non-finite values are the detections' to drop and count
         if np.any((scores < 0) | (scores > 1)):
