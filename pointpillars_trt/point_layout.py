@@ -207,15 +207,47 @@ def holds_time_lags(column: np.ndarray) -> bool:
     """Whether a column holds a multi-sweep frame's time lags (the 4th of a frame whose last two columns are
     swapped; the 5th of a sweep that was accumulated already): within TIME_LAG_RANGE, more than one of them,
     few distinct ones (a sweep's points share its lag; an intensity scaled to 0-1 takes hundreds of values,
-    a single sweep's own time column one), not all whole numbers (a return number of 1 or 2)."""
-    finite = column[np.isfinite(column)]
-    if finite.size == 0:
+    a single sweep's own time column one), not all whole numbers (a return number of 1 or 2). Judged from the
+    column's ``distinct_summary`` (``distinct_summary_holds_lags``), as a column on the GPU is."""
+    return distinct_summary_holds_lags(distinct_summary(column, np))
+
+
+#: Values of a ``distinct_summary``: the least and the greatest finite value, how many distinct finite values there
+#: are (counted up to one more than ``_MOST_SWEEPS``), then as many of them as that, in order.
+DISTINCT_SUMMARY_SIZE = 3 + _MOST_SWEEPS + 1
+
+
+def distinct_summary(column: Any, xp: Any) -> Any:
+    """What ``holds_time_lags`` judges a float ``column`` (a 1-D array of ``xp``: CuPy for a column on the GPU,
+    or NumPy) by, in its dtype, worked out with ``xp``'s own array functions and no value read back, so that a
+    column on the GPU is judged from one read of ``DISTINCT_SUMMARY_SIZE`` values: its least and greatest finite
+    values, the count of its distinct finite ones and the first of those, picked from the sorted column in place
+    by their ranks (a cumulative sum), as ``lag_summary`` picks its sample."""
+    slots = _MOST_SWEEPS + 1
+    summary = xp.full(DISTINCT_SUMMARY_SIZE + 1, np.nan, column.dtype)  # a last slot for the values not kept
+    if column.size == 0:
+        summary[2] = 0
+        return summary[:-1]
+    ordered = xp.sort(xp.where(xp.isfinite(column), column, np.inf))  # the finite values first, whatever the sort
+    finite = xp.isfinite(ordered)
+    distinct = finite.copy()
+    distinct[1:] &= ordered[1:] != ordered[:-1]  # the first of each run of equal values
+    rank = xp.cumsum(distinct, dtype=np.int32) - 1  # of each distinct value among them (MAX_FRAME_POINTS fits)
+    summary[0] = ordered[0]
+    summary[1] = xp.where(finite, ordered, -np.inf).max()
+    summary[2] = xp.minimum(rank[-1] + 1, slots)
+    summary[3 + xp.where(distinct & (rank < slots), rank, slots)] = ordered
+    return summary[:-1]
+
+
+def distinct_summary_holds_lags(summary: np.ndarray) -> bool:
+    """``holds_time_lags`` of a column from its ``distinct_summary``, read back to the host."""
+    count = int(summary[2])
+    lo, hi = summary[0], summary[1]
+    if not count or lo < TIME_LAG_RANGE[0] or hi > TIME_LAG_RANGE[1] or lo == hi:
         return False
-    lo, hi = finite.min(), finite.max()
-    if lo < TIME_LAG_RANGE[0] or hi > TIME_LAG_RANGE[1] or lo == hi:
-        return False
-    distinct = np.unique(finite)
-    return distinct.size <= _MOST_SWEEPS and not np.array_equal(distinct, np.round(distinct))
+    distinct = summary[3 : 3 + count]
+    return count <= _MOST_SWEEPS and not np.array_equal(distinct, np.round(distinct))
 
 
 def check_layout(values: np.ndarray, point_dim: int, path: PathLike, what: str, columns: int = 4,
@@ -296,6 +328,89 @@ def _samples(values: np.ndarray, align: int, count: int = _LAYOUT_SAMPLE) -> lis
     """At most ``count`` values from the start and from the middle (at a multiple of ``align``)."""
     middle = (values.size // 2) // align * align
     return [values[:count], values[middle:middle + count]]
+
+
+class ValueSample:
+    """What ``misread_row_length`` looks at of ``size`` flat float32 values: the two samples of them it takes
+    (``_samples``, from the start and from the middle) and rows of a length spread over all of them
+    (``_spread_rows``). Of a host array, it is the array itself (``whole``); of one on the GPU, what
+    ``gather_value_sample`` took of it there, read back in one copy (``gathered_value_sample``): both are judged by
+    the same code. ``head``: the first values; ``middle``: the values from ``middle_start`` on; ``spread``: a row
+    length's spread rows (None: too few rows to spread)."""
+
+    def __init__(self, size: int, head: np.ndarray, middle: np.ndarray, middle_start: int,
+                 spread: Callable[[int], np.ndarray | None]) -> None:
+        self.size, self.head, self.middle, self.middle_start, self.spread = size, head, middle, middle_start, spread
+
+    @classmethod
+    def whole(cls, values: np.ndarray) -> ValueSample:
+        """All of host ``values`` (nothing copied)."""
+        return cls(values.size, values, values, 0, lambda row: _spread_rows(values, row))
+
+    def samples(self, align: int, count: int = _LAYOUT_SAMPLE) -> list[np.ndarray]:
+        """``_samples`` of the values: at most ``count`` from the start and from the middle (at a multiple of
+        ``align``)."""
+        middle = (self.size // 2) // align * align - self.middle_start
+        return [self.head[:count], self.middle[middle:middle + count]]
+
+
+def _spread_step(size: int, row: int) -> int | None:
+    """Every how many of the rows of ``row`` values in ``size`` values ``_spread_rows`` takes one; None for too
+    few rows to tell anything."""
+    count = size // row
+    return None if count < _SPREAD_ROWS else count // _SPREAD_ROWS
+
+
+def _spread_rows(values: np.ndarray, row: int) -> np.ndarray | None:
+    """About ``_SPREAD_ROWS`` rows of ``row`` values spread over all of flat ``values`` (None: too few rows)."""
+    step = _spread_step(values.size, row)
+    return None if step is None else values[: values.size // row * row].reshape(-1, row)[::step]
+
+
+def _gather_layout(size: int, point_dim: int) -> tuple[int, int, int, dict[int, int | None]] | None:
+    """What ``gather_value_sample`` takes of ``size`` values read as ``point_dim`` a point: the end of the first
+    values, the start and end of the middle ones (room for ``_samples``' every alignment: ``_ROWS_ALIGN``,
+    ``point_dim`` and narrower rows), and the spread rows' step (``_spread_step``) of each row length whose rows
+    ``misread_row_length`` may spread (``_extras_differ``: multiples of a point of 4 or 5 up to
+    ``WIDEST_ROW_GUESS``; ``_extras_are_points``: a wider point). None where that is about all the values."""
+    head = min(size, _LAYOUT_SAMPLE)
+    start, end = max(0, size // 2 - max(_ROWS_ALIGN, point_dim) + 1), min(size, size // 2 + _LAYOUT_SAMPLE)
+    rows = (point_dim,) if point_dim > 5 else range(2 * point_dim, WIDEST_ROW_GUESS + 1, point_dim)
+    spread = {row: _spread_step(size, row) for row in rows}
+    taken = head + end - start + sum(len(range(0, size // row, step)) * row for row, step in spread.items() if step)
+    return None if taken >= size else (head, start, end, spread)
+
+
+def gather_value_sample(values: Any, point_dim: int, xp: Any) -> Any:
+    """What ``misread_row_length`` looks at of flat float32 ``values`` read as ``point_dim`` a point (a C-contiguous
+    array of ``xp``: CuPy for values on the GPU), gathered by ``xp``'s own slicing into one flat array, so that values
+    on the GPU are judged from one read of at most ~400 KB, whatever their size (``gathered_value_sample``): the
+    values themselves where that is about all of them."""
+    layout = _gather_layout(values.size, point_dim)
+    if layout is None:
+        return values
+    head, start, end, spread = layout
+    parts = [values[:head], values[start:end]]
+    for row, step in spread.items():
+        if step:
+            parts.append(values[: values.size // row * row].reshape(-1, row)[::step].ravel())
+    return xp.concatenate(parts)
+
+
+def gathered_value_sample(gathered: np.ndarray, size: int, point_dim: int) -> ValueSample:
+    """The ``ValueSample`` of ``size`` values read as ``point_dim`` a point from what ``gather_value_sample`` took of
+    them, read back to the host."""
+    layout = _gather_layout(size, point_dim)
+    if layout is None:
+        return ValueSample.whole(gathered)
+    head, start, end, spread = layout
+    at = head + end - start
+    rows: dict[int, np.ndarray | None] = {}
+    for row, step in spread.items():
+        count = len(range(0, size // row, step)) if step else 0
+        rows[row] = gathered[at : at + count * row].reshape(count, row) if step else None
+        at += count * row
+    return ValueSample(size, gathered[:head], gathered[head : head + end - start], start, rows.__getitem__)
 
 
 #: The bits of float32 +inf: a float32 of bits up to these is neither negative (nor -0.0) nor NaN.
@@ -382,11 +497,17 @@ def misread_row_length(values: np.ndarray, point_dim: int) -> int | None:
     from a point's in sign (``_extras_differ``, ~50 us). A frame of 0-255 intensities in scan order costs a
     look at its neighbouring points (~20 us); the rest, a comparison of every row length (about a millisecond).
     """
+    return sampled_row_length(ValueSample.whole(values), point_dim)
+
+
+def sampled_row_length(values: ValueSample, point_dim: int) -> int | None:
+    """``misread_row_length`` of the values of ``values`` (all of a host array, or what was gathered of one on the
+    GPU), from what it looks at of them."""
     if point_dim < 4 or values.size < _ROWS_ALIGN or values.size % point_dim:
         return None
     if point_dim > 5:
         return _narrower_rows(values, point_dim)
-    samples = _samples(values, _ROWS_ALIGN)
+    samples = values.samples(_ROWS_ALIGN)
     columns = _fourth_values(samples, point_dim)
     tops = [nonnegative_max_bits(column) for column in columns]
     with np.errstate(all="ignore"):  # NaN and huge values are what the rest looks past
@@ -431,7 +552,7 @@ def _often_negative(finite: np.ndarray) -> bool:
     return bool(np.count_nonzero(finite < 0) > 0.05 * finite.size)
 
 
-def _narrower_rows(values: np.ndarray, wide: int) -> int | None:
+def _narrower_rows(values: ValueSample, wide: int) -> int | None:
     """The known row length (3, 4 or 5 values a point) that flat ``values`` read as ``wide`` (over 5) values a
     point have, or None where nothing shows it. Two kinds of evidence, either enough:
     - in scan order, one field recurs at the file's own row length: values that far apart change far less
@@ -444,7 +565,7 @@ def _narrower_rows(values: np.ndarray, wide: int) -> int | None:
     Wider files read right (a ring, a time, a range or flags after the intensity; a point's copy in another
     frame) show neither: their extra values are no x and y, or stand apart from their row's first point
     unlike the points of one stream, and they step least at their own length."""
-    looked_at = [s[:_STEP_SAMPLE] for s in _samples(values, _ROWS_ALIGN)]
+    looked_at = [s[:_STEP_SAMPLE] for s in values.samples(_ROWS_ALIGN)]
     with np.errstate(all="ignore"):  # NaN and huge values are what the steps look past
         steps = {n: _median_step(looked_at, n) for n in {*range(3, min(wide, WIDEST_ROW_GUESS) + 1), wide}}
     for narrow in sorted((n for n in ROW_LAYOUTS if values.size % n == 0), key=steps.__getitem__):
@@ -459,22 +580,22 @@ def _narrower_rows(values: np.ndarray, wide: int) -> int | None:
     return None
 
 
-def _no_negative_intensities(values: np.ndarray, row: int) -> bool:
+def _no_negative_intensities(values: ValueSample, row: int) -> bool:
     """Whether, read as rows of ``row`` values, at most 5 % of the finite 4th values of the two samples are
     negative."""
-    column = np.concatenate(_fourth_values(_samples(values, row), row))
+    column = np.concatenate(_fourth_values(values.samples(row), row))
     finite = column[np.isfinite(column)]
     return finite.size > 0 and not _often_negative(finite)
 
 
-def _points_follow_on(values: np.ndarray, wide: int, narrow: int) -> bool:
+def _points_follow_on(values: ValueSample, wide: int, narrow: int) -> bool:
     """Whether, in rows of ``wide`` values, each ``narrow``-value slot is as far from the slot before it (within
     a row) as a row's first slot is from the last slot of the row before, field by field (median steps of each
     column within a factor of 2 of each other; both 0 counts as alike): where one stream of points of
     ``narrow`` values cut into rows puts them, in any order. A point's copy in another frame beside it (x, y,
     z, then ego x, ego y, ego z), or a second return a little farther along the same ray, lies nearer its own
     point than the next row's point does in some field."""
-    rows = [s[: s.size // wide * wide].reshape(-1, wide) for s in _samples(values, wide, _FOLLOW_SAMPLE // wide * wide)]
+    rows = [s[: s.size // wide * wide].reshape(-1, wide) for s in values.samples(wide, _FOLLOW_SAMPLE // wide * wide)]
     with np.errstate(all="ignore"):  # NaN and huge values are what the medians look past
         for column in range(narrow):
             within = _middle(np.concatenate([np.abs(r[:, narrow + column :: narrow] - r[:, column : wide - narrow : narrow])
@@ -485,17 +606,16 @@ def _points_follow_on(values: np.ndarray, wide: int, narrow: int) -> bool:
     return True
 
 
-def _slot_signs(values: np.ndarray, row: int, point_dim: int) -> tuple[np.ndarray, np.ndarray] | None:
+def _slot_signs(values: ValueSample, row: int, point_dim: int) -> tuple[np.ndarray, np.ndarray] | None:
     """For ``values`` as rows of ``row`` (a multiple of ``point_dim``) spread over the whole frame, the first
     two columns of each ``point_dim``-value slot of a row: how many of each are finite and nonzero, and the
     share of those that are negative (arrays of shape (slots, 2)); None for too few rows to tell anything (a
     small frame of random points). x and y of points around a lidar, or in front of it, are negative in like
     shares, point after point; a missing return is written as zeros or NaN; a ring number, a time or a flag
     is never negative."""
-    count = values.size // row
-    if count < _SPREAD_ROWS:
+    rows = values.spread(row)  # signs go with azimuth
+    if rows is None:
         return None
-    rows = values[: count * row].reshape(-1, row)[:: count // _SPREAD_ROWS]  # signs go with azimuth
     xy = rows[:, [column for start in range(0, row, point_dim) for column in (start, start + 1)]]
     counted = np.count_nonzero(np.isfinite(xy) & (xy != 0), axis=0).reshape(-1, 2)
     return counted, np.count_nonzero(xy < 0, axis=0).reshape(-1, 2) / np.maximum(counted, 1)
@@ -507,7 +627,7 @@ def _unlike_slots(counted: np.ndarray, share: np.ndarray) -> np.ndarray:
     return ((np.abs(share[1:] - share[0]) > 0.25) & (counted[1:] >= _SPREAD_ROWS // 8)).any(axis=1)
 
 
-def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
+def _extras_differ(values: ValueSample, row: int, point_dim: int) -> bool:
     """Whether the values after a row's first ``point_dim`` (``values`` as rows of ``row``, a multiple of it)
     are no further points: some later slot's first two columns are all zeros where the first slot's are not
     (padding), or negative in a share unlike x's and y's (``_slot_signs``)."""
@@ -519,7 +639,7 @@ def _extras_differ(values: np.ndarray, row: int, point_dim: int) -> bool:
     return not padding[0] and bool((padding[1:] | _unlike_slots(counted, share)).any())
 
 
-def _extras_are_points(values: np.ndarray, row: int, point_dim: int) -> bool:
+def _extras_are_points(values: ValueSample, row: int, point_dim: int) -> bool:
     """Whether every slot of ``point_dim`` values in rows of ``row`` (``_slot_signs``) is a point: its x and y
     nonzero in at least an eighth of the rows looked at, and negative in the first slot's shares."""
     signs = _slot_signs(values, row, point_dim)

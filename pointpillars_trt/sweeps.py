@@ -10,6 +10,7 @@ DLPack too (a torch CPU tensor) on the host.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -19,7 +20,9 @@ import numpy as np
 from .config import finite_float, plain_number
 from .errors import InputError, InputWarning, safe_repr
 from .kitti import rotation_problem
-from .point_layout import TIME_LAG_RANGE, holds_time_lags, misread_row_length, row_layout
+from .point_layout import (DISTINCT_SUMMARY_SIZE, TIME_LAG_RANGE, distinct_summary, distinct_summary_holds_lags,
+                           gather_value_sample, gathered_value_sample, holds_time_lags, misread_row_length, row_layout,
+                           sampled_row_length)
 from .points import (as_array, columns_text, is_cuda_array, is_frame_path, refuse_masked, refuse_missing_values,
                      transposed_hint, wide_rows_problem)
 
@@ -132,25 +135,50 @@ def _sweep_points(sweep: Any, i: int, xp: Any) -> Any:
         raise InputError(f"accumulate: sweep {i} has shape {tuple(pts.shape)}, dtype {pts.dtype}; expected "
                          "(N, 4) or more float32 (or float64) columns of x, y, z, intensity (float16 has "
                          f"already lost the coordinates' precision, as the detector says of it){hint}")
-    if xp is np:
-        _check_sweep_columns(pts, i)
+    _check_sweep_columns(pts, i, xp)
     return pts
 
 
-def _check_sweep_columns(pts: np.ndarray, i: int) -> None:
-    """Refuse a host sweep whose columns are not what they seem: rows of a file read with another length (a
-    nuScenes .pcd.bin of 5 values a point reshaped to 4, every point's values shifted), or 5th values that are
-    a multi-sweep frame's time lags (accumulated already: they would all become this sweep's lag)."""
-    if pts.dtype == np.float32 and pts.flags.c_contiguous:  # rows as a file is read into them
-        row = misread_row_length(pts.reshape(-1), pts.shape[1])
-        if row is not None:
-            raise InputError(f"accumulate: sweep {i} looks like {row} float32 values a point ({row_layout(row)}) "
-                             f"read as {pts.shape[1]}: read its file with np.fromfile(path, np.float32)"
-                             f".reshape(-1, {row})")
-    if pts.shape[1] >= 5 and holds_time_lags(pts[:, 4]):
+def _check_sweep_columns(pts: Any, i: int, xp: Any) -> None:
+    """Refuse a sweep whose columns are not what they seem: rows of a file read with another length (a nuScenes
+    .pcd.bin of 5 values a point reshaped to 4, every point's values shifted), or 5th values that are a multi-sweep
+    frame's time lags (accumulated already: they would all become this sweep's lag). A sweep on the GPU is judged
+    as a host one is, from what the checks look at of it (``_gathered_findings``)."""
+    rows = pts.dtype == np.float32 and pts.flags.c_contiguous  # rows as a file is read into them
+    lagged = pts.shape[1] >= 5
+    if xp is np:
+        row = misread_row_length(pts.reshape(-1), pts.shape[1]) if rows else None
+        accumulated = lagged and holds_time_lags(pts[:, 4])
+    else:
+        row, accumulated = _gathered_findings(pts, rows, lagged, xp)
+    if row is not None:
+        raise InputError(f"accumulate: sweep {i} looks like {row} float32 values a point ({row_layout(row)}) "
+                         f"read as {pts.shape[1]}: read its file with np.fromfile(path, np.float32)"
+                         f".reshape(-1, {row})")
+    if accumulated:
         raise InputError(f"accumulate: sweep {i}'s 5th values look like a multi-sweep frame's time lags (a frame "
                          "accumulated already?), which would all become this sweep's: give accumulate single "
                          "sweeps, or the frame to the detector as it is")
+
+
+def _gathered_findings(pts: Any, rows: bool, lagged: bool, xp: Any) -> tuple[int | None, bool]:
+    """``_check_sweep_columns``' findings of a sweep, an array of ``xp`` (CuPy on the GPU; NumPy gives the same
+    findings): the row length its values look like (``misread_row_length``, when ``rows``: they are C-contiguous
+    float32) and whether its 5th values look like time lags (``holds_time_lags``, when ``lagged``), each judged on
+    the host from what it looks at, gathered by ``xp`` (``gather_value_sample``, ``distinct_summary``) and read
+    back in one copy of at most ~400 KB, whatever the sweep's size, which waits for the work queued before it on
+    the current stream of the sweep's device. A host sweep is judged whole, without the copies."""
+    flat, point_dim = pts.reshape(-1), pts.shape[1]
+    with contextlib.nullcontext() if xp is np else pts.device:
+        looked_at = ([gather_value_sample(flat, point_dim, xp)] if rows else []) + \
+            ([distinct_summary(pts[:, 4], xp)] if lagged else [])
+        if not looked_at:
+            return None, False
+        read = xp.concatenate(looked_at)
+        read = read if xp is np else read.get()  # the one read
+    values = read.size - DISTINCT_SUMMARY_SIZE if lagged else read.size
+    row = sampled_row_length(gathered_value_sample(read[:values], flat.size, point_dim), point_dim) if rows else None
+    return row, lagged and distinct_summary_holds_lags(read[values:])
 
 
 def _pose(pose: Any, i: int) -> np.ndarray:

@@ -370,3 +370,99 @@ def test_gpu_sweeps_that_speak_dlpack_only_accumulate_as_cupy_ones() -> None:
     device = accumulate_sweeps([DlpackOnly(cp.asarray(s)) for s in sweeps], poses, stamps)
     assert isinstance(device, cp.ndarray)
     np.testing.assert_allclose(cp.asnumpy(device), host, atol=1e-5)
+
+
+def sweeps_of_every_layout(assets: Path, nuscenes: Path, tmp_path: Path) -> dict[str, np.ndarray]:
+    """Sweeps read right and read wrong, large (what the checks look at is gathered) and small (all of it is),
+    each as accumulate takes it."""
+    kitti = np.fromfile(assets / "kitti/training/velodyne/000000.bin", np.float32)
+    nusc = lidar_top(assets, tmp_path / "sweep.pcd.bin")
+    frame = np.fromfile(nuscenes / "nusc_dev_k000000_s05.bin", np.float32).reshape(-1, 5)
+    holed = kitti.reshape(-1, 4).copy()
+    holed[::7] = np.nan  # organised clouds' no-return rows
+    return {"kitti": kitti.reshape(-1, 4), "nuscenes": nusc, "nuscenes as 4": nusc.reshape(-1, 4),
+            "kitti as 5": kitti[: kitti.size // 20 * 20].reshape(-1, 5),
+            "kitti as 8": kitti[: kitti.size // 8 * 8].reshape(-1, 8), "accumulated": frame,
+            "nan rows": holed, "float64": nusc.astype(np.float64), "strided": nusc[:, :4], "small": scene()[0][0],
+            "small accumulated": frame[::50]}
+
+
+def test_what_the_checks_look_at_of_a_gpu_sweep_judges_it_as_the_whole_of_it_does(assets: Path, nuscenes: Path,
+                                                                                   tmp_path: Path) -> None:
+    """A sweep on the GPU is judged from what the row-length and time-lag checks look at of it, gathered there and
+    read back in one copy: gathered by NumPy, the same code finds what the checks of the whole host sweep find, for
+    sweeps read right and read wrong; for a large sweep it is a part of it, the samples and spread rows the
+    row-length check takes of the whole."""
+    from pointpillars_trt.point_layout import (ValueSample, gather_value_sample, gathered_value_sample,
+                                               holds_time_lags, misread_row_length)
+    from pointpillars_trt.sweeps import _gathered_findings
+
+    found, parts = {}, []
+    for name, sweep in sweeps_of_every_layout(assets, nuscenes, tmp_path).items():
+        rows, lagged = sweep.dtype == np.float32 and sweep.flags.c_contiguous, sweep.shape[1] >= 5
+        point_dim = sweep.shape[1]
+        whole = (misread_row_length(sweep.reshape(-1), point_dim) if rows else None,
+                 lagged and holds_time_lags(sweep[:, 4]))
+        found[name] = _gathered_findings(sweep, rows, lagged, np)
+        assert found[name] == whole, name
+        if rows:
+            flat = sweep.reshape(-1)
+            gathered = gather_value_sample(flat, point_dim, np)
+            sample, every = gathered_value_sample(gathered, flat.size, point_dim), ValueSample.whole(flat)
+            for align, count in [(60, 1 << 15), (60, 4096), (3, 1 << 15), (4, 1 << 15), (5, 1 << 15),
+                                 (point_dim, (1 << 15) // point_dim * point_dim)]:
+                for part, whole_part in zip(sample.samples(align, count), every.samples(align, count)):
+                    np.testing.assert_array_equal(part, whole_part)
+            spread = [point_dim] if point_dim > 5 else range(2 * point_dim, 17, point_dim)
+            for row in spread:
+                np.testing.assert_array_equal(sample.spread(row), every.spread(row))
+            parts += [name] if gathered.size < flat.size else []
+    assert parts == ["kitti", "nuscenes", "nuscenes as 4", "kitti as 5", "kitti as 8", "nan rows"]
+    assert found["nuscenes as 4"] == (5, False) and found["kitti as 5"] == (4, False)
+    assert found["kitti as 8"] == (4, False) and found["accumulated"] == (None, True)
+    assert found["kitti"] == found["nuscenes"] == found["strided"] == found["float64"] == (None, False)
+    assert found["small accumulated"] == (None, True)
+
+
+def test_the_time_lag_summary_finds_lags_as_their_unique_values_do() -> None:
+    """holds_time_lags judges a column from its distinct_summary (a GPU column's, read back in one copy): on columns
+    of lags, of intensities, of whole numbers, of one value, with NaN and infinities and of more values than a
+    frame has sweeps, it finds what the column's own distinct finite values say."""
+    from pointpillars_trt.point_layout import holds_time_lags
+
+    def by_unique(column: np.ndarray) -> bool:
+        finite = np.unique(column[np.isfinite(column)])
+        return (finite.size > 1 and finite[0] >= -0.01 and finite[-1] <= 2.0 and finite.size <= 32
+                and not np.array_equal(finite, np.round(finite)))
+
+    rng = np.random.default_rng(3)
+    lags = np.repeat(np.float32(0.05) * np.arange(10, dtype=np.float32), 40)
+    columns = {"lags": lags, "intensities": rng.uniform(0, 1, 400).astype(np.float32),
+               "returns": (1 + np.arange(400) % 2).astype(np.float32), "one": np.full(400, 0.05, np.float32),
+               "32 lags": np.repeat(np.arange(32, dtype=np.float32) * 0.05, 3),
+               "33 lags": np.repeat(np.arange(33, dtype=np.float32) * 0.05, 3),
+               "nan and inf": np.r_[lags, [np.nan, np.inf, -np.inf]].astype(np.float32),
+               "none finite": np.array([np.nan, np.inf], np.float32), "empty": np.zeros(0, np.float32),
+               "float64": lags.astype(np.float64) + 1e-12}
+    for name, column in columns.items():
+        assert holds_time_lags(rng.permutation(column)) == by_unique(column), name
+    assert [name for name, column in columns.items() if by_unique(column)] == ["lags", "32 lags", "nan and inf",
+                                                                              "float64"]
+
+
+def test_gpu_sweeps_read_wrong_or_accumulated_already_are_refused_as_host_ones_are(  # type: ignore[no-untyped-def]
+        cp, assets: Path, nuscenes: Path, tmp_path: Path) -> None:
+    """accumulate checked the columns of host sweeps only: a CuPy sweep read with another row length, or a frame
+    accumulated already given as a sweep, was accumulated without a word. Each is refused as its host copy is, and
+    the sweeps read right are taken."""
+    for name, sweep in sweeps_of_every_layout(assets, nuscenes, tmp_path).items():
+        try:
+            accumulate_sweeps([sweep], [np.eye(4)], [1.0])
+            said = None
+        except InputError as exc:
+            said = str(exc)
+        try:
+            accumulate_sweeps([cp.asarray(sweep)], [np.eye(4)], [1.0])
+            assert said is None, name
+        except InputError as exc:
+            assert str(exc) == said, name
