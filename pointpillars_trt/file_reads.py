@@ -300,6 +300,17 @@ def read_regular_file(path: PathLike, *, max_bytes: int, what: str = "file") -> 
     return data
 
 
+def empty_file_error(where: str, kind: str) -> InputError:
+    """The error of the file ``where`` ("point file 'x.npy'") that holds no byte, where a ``kind`` file's header
+    belongs: said empty, as an empty .bin is (its header's missing magic number or DATA line reads as another
+    format's file)."""
+    return InputError(f"{where} is empty (0 bytes), not a {kind} file: a copy that failed? copy it again")
+
+
+#: The fix for a file of binary points whose size says 0 (``said_empty_error``).
+READ_A_COPY = "copy it to a regular file (cp) to read it"
+
+
 def said_empty_error(where: str, holds: str) -> InputError:
     """The error of the file ``where`` ("point file 'x.npy'") whose size says 0 but which ``holds`` more: a /proc file,
     or one on some FUSE mounts, whose size does not count its bytes, where a reader needs one that does (to bound

@@ -108,6 +108,14 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str,
     _judge_time_lags(float(lo), float(hi), lags, lambda: rows[:, 3], name, capture_times_note)
 
 
+def check_named_time_lags(points: np.ndarray, path: PathLike, what: str,
+                          capture_times_note: CaptureTimesNote | None) -> None:
+    """A multi-sweep model's frame from a file of named columns (.npy, .pcd) with its 5th values checked as time
+    lags, as a .bin's are with its layout (``check_layout``)."""
+    if points.shape[1] == 5:
+        check_time_lags(points.reshape(-1), 5, f"{what} {safe_repr(path)}", capture_times_note)
+
+
 def _judge_time_lags(lo: float, hi: float, lags: np.ndarray, fourth: Callable[[], np.ndarray], name: str,
                      capture_times_note: CaptureTimesNote | None) -> None:
     """``check_time_lags``' judgement from what it needs: ``lo`` and ``hi``, the minimum and maximum of the lags

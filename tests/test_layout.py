@@ -19,8 +19,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pointpillars_trt"
 FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "leaves": (0, ("errors", "config", "config_yaml", "points", "file_reads", "file_writes", "strict_json",
                    "kernel_limits", "stop_signals", "point_layout", "intensities")),
-    "contracts": (1, ("graph_io", "anchors", "model_dir", "pointcloud_io", "kitti", "detections", "camera_fov",
-                      "staging", "shared_staging", "sweeps")),
+    "contracts": (1, ("graph_io", "anchors", "model_dir", "pcd", "pointcloud_io", "kitti", "detections",
+                      "camera_fov", "staging", "shared_staging", "sweeps")),
     "reference": (2, ("reference",)),
     "kernels": (2, ("kernels",)),
     "runtime": (3, ("runtime",)),

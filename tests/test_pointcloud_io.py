@@ -928,7 +928,7 @@ def test_ascii_pcd_errors_name_the_row_in_the_whole_data_section(tmp_path: Path)
     """Rows are parsed in blocks of ~50 k; a bad row far past the first block is named by its line in the file and
     its place in the data (the first row after DATA is row 1), not in its block, whatever is wrong with it (a value,
     too few or too many values; the first row alone differing in count)."""
-    from pointpillars_trt.pointcloud_io import _PCD_ASCII_BLOCK
+    from pointpillars_trt.pcd import _PCD_ASCII_BLOCK
 
     rows = 200_000
     lines = [f"{i % 97}.5 -{i % 13}.25 0.5 0.125" for i in range(rows)]
@@ -975,7 +975,7 @@ def test_ascii_pcd_reads_alike_whatever_its_lines_end_in(tmp_path: Path, breaks:
     DATA line, and its data, cut into blocks at the last LF, ran "past 192 bytes without a line break". Over several
     1 MiB blocks, one ending between a CRLF's two bytes, a file of LF, CRLF or CR lines reads as NumPy wrote it, and
     a bad row past the first blocks is named by its line in the file, each line break one line as an editor shows."""
-    from pointpillars_trt.pointcloud_io import _PCD_ASCII_BLOCK
+    from pointpillars_trt.pcd import _PCD_ASCII_BLOCK
 
     rows = 4 * _PCD_ASCII_BLOCK // 16  # 16 bytes a row, 17 with CRLF: four blocks and more
     points = np.random.default_rng(5).integers(0, 100, (rows, 4)) / 10  # written 'd.d': 3 characters each
@@ -1343,7 +1343,7 @@ def test_pcd_binary_compressed_reads_pcls_lzf_planes(tmp_path: Path) -> None:
     compressed and the uncompressed size. Encoded here with literal runs and with back references (a plane of
     zeros, each reference overlapping what it writes), the read equals the points, in the model's column order
     (intensity first in the file here), and the same cloud as DATA binary."""
-    from pointpillars_trt.pointcloud_io import read_pcd
+    from pointpillars_trt.pcd import read_pcd
 
     pts = sample(100)
     pts[:, 3] = 0.0  # a plane of zeros: references
@@ -1364,7 +1364,7 @@ def test_pcd_binary_compressed_too_short_for_its_size_is_refused_before_inflatin
     """LZF inflates a byte to at most 88 (a 3-byte reference copies 264 bytes): 10 bytes of stream that say they
     inflate to 64 MiB (4 Mi points) are corrupt, refused before the 64 MiB are set aside and zeroed (a 200-byte file
     made the reader take up to 1 GiB). The stream of all zeros that compresses best inflates."""
-    from pointpillars_trt.pointcloud_io import read_pcd
+    from pointpillars_trt.pcd import read_pcd
 
     n = 4 * 2**20
     path = tmp_path / "short.pcd"
@@ -1408,7 +1408,7 @@ def test_pcd_binary_compressed_that_is_corrupt_or_cut_is_one_error(tmp_path: Pat
 def test_lzf_references_that_overlap_repeat_their_bytes() -> None:
     """liblzf's format worked by hand: 'ab' as literals, then a reference 2 bytes back of length 5 (it overlaps
     what it writes: 'ababa'), then one 4 bytes back of length 3 ('bab')."""
-    from pointpillars_trt.pointcloud_io import lzf_decompress
+    from pointpillars_trt.pcd import lzf_decompress
 
     stream = bytes([1]) + b"ab" + bytes([(5 - 2) << 5, 2 - 1]) + bytes([(3 - 2) << 5, 4 - 1])
     assert lzf_decompress(stream, 10, "x") == b"abababa" + b"bab"
@@ -1418,7 +1418,7 @@ def test_lzf_references_that_overlap_repeat_their_bytes() -> None:
 def test_pcd_binary_compressed_with_padding_fields_reads_either_layout(tmp_path: Path, padding_planes: bool) -> None:
     """A ``_`` padding field (4 bytes here) has a plane of its own in the compressed data or none, as writers
     differ: the uncompressed size tells them apart, and both read as the points."""
-    from pointpillars_trt.pointcloud_io import read_pcd
+    from pointpillars_trt.pcd import read_pcd
 
     pts = sample(5)
     planes = [pts[:, 0].tobytes(), pts[:, 1].tobytes(), pts[:, 2].tobytes()] \
