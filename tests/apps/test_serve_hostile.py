@@ -152,7 +152,7 @@ def sleeping_server(install, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     does not wait out the requests it still holds."""
     root = tmp_path_factory.mktemp("sleeping")
     hostile_model(root / "repo", MODEL_NAME, "sleeps")
-    server = TritonServer(root / "repo", install=install, log=root / "server.log", stop_timeout=2)
+    server = TritonServer(root / "repo", install=install, log=root / "server.log", exit_timeout=1)
     with server.start(timeout=START_TIMEOUT):
         yield server
 
