@@ -150,7 +150,7 @@ def _judge_time_lags(lo: float, hi: float, lags: np.ndarray, fourth: Callable[[]
 #: The most distinct values a column of time lags holds: one a sweep (nuScenes accumulates 10).
 _MOST_SWEEPS = 32
 #: Points, spread over a frame, whose 5th values ``holds_capture_times`` counts: it runs on every multi-sweep frame.
-_LAG_SAMPLE = 512
+LAG_SAMPLE = 512
 #: What ``holds_capture_times`` finds, as the warnings of the Python API and of the CLI say it.
 CAPTURE_TIMES_FINDING = (f"its 5th values take more distinct values than a frame has sweeps (over {_MOST_SWEEPS} "
                          "among points spread over it), but this model reads there each sweep's time lag behind "
@@ -160,7 +160,7 @@ CAPTURE_TIMES_FINDING = (f"its 5th values take more distinct values than a frame
 
 def holds_capture_times(lags: np.ndarray) -> bool:
     """Whether a multi-sweep frame's 5th values (``lags``) take more than ``_MOST_SWEEPS`` distinct values among
-    ``_LAG_SAMPLE`` points spread over it: per-point capture times within a sweep (0 to 0.1 s, thousands of
+    ``LAG_SAMPLE`` points spread over it: per-point capture times within a sweep (0 to 0.1 s, thousands of
     values), where accumulated sweeps give one lag a sweep. ~15 us: a sort of the sample, whose distinct values
     are where it steps."""
     ordered = np.sort(lag_sample(lags))
@@ -169,19 +169,19 @@ def holds_capture_times(lags: np.ndarray) -> bool:
 
 
 def lag_sample(lags: np.ndarray) -> np.ndarray:
-    """The at most ``_LAG_SAMPLE`` of ``lags``, spread over the frame, that ``holds_capture_times`` counts: every
-    ``_sample_step``-th (all of a sample, which is never longer)."""
-    return lags[:: _sample_step(lags.size)]
+    """The at most ``LAG_SAMPLE`` of ``lags``, spread over the frame, that ``holds_capture_times`` counts: every
+    ``lag_sample_step``-th (all of a sample, which is never longer)."""
+    return lags[:: lag_sample_step(lags.size)]
 
 
-def _sample_step(count: Any, xp: Any = np) -> Any:
+def lag_sample_step(count: Any, xp: Any = np) -> Any:
     """Every how many of ``count`` lags ``lag_sample`` takes one (``count``: a 0-d array of ``xp`` on the GPU,
     where nothing waits for its value)."""
-    return xp.maximum(1, -(-count // _LAG_SAMPLE))
+    return xp.maximum(1, -(-count // LAG_SAMPLE))
 
 
 #: Values of a ``lag_summary``: the minimum and maximum of the lags kept, then their ``lag_sample``.
-LAG_SUMMARY_SIZE = 2 + _LAG_SAMPLE
+LAG_SUMMARY_SIZE = 2 + LAG_SAMPLE
 
 
 def lag_summary(lags: Any, xp: Any) -> Any:
@@ -199,8 +199,8 @@ def lag_summary(lags: Any, xp: Any) -> Any:
     summary[0] = xp.where(kept, lags, np.float32(np.inf)).min()
     summary[1] = xp.where(kept, lags, np.float32(-np.inf)).max()
     rank = xp.cumsum(kept, dtype=np.int32) - 1  # of each lag kept among them (MAX_FRAME_POINTS fits)
-    step = _sample_step(rank[-1] + 1, xp)
-    summary[2 + xp.where(kept & (rank % step == 0), rank // step, _LAG_SAMPLE)] = lags
+    step = lag_sample_step(rank[-1] + 1, xp)
+    summary[2 + xp.where(kept & (rank % step == 0), rank // step, LAG_SAMPLE)] = lags
     return summary[:-1]
 
 

@@ -200,23 +200,12 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
         gpu.detect(image)
 
 
-#: A kernel that holds its stream for ``ms`` milliseconds: work queued behind it runs that much later.
-SPIN_SOURCE = r"""
-extern "C" __global__ void spin(unsigned int ms) {
-    for (unsigned int i = 0; i < ms; ++i) __nanosleep(1000000);
-}
-"""
-
-
-def _spin(cp, stream, ms: int) -> None:  # type: ignore[no-untyped-def]
-    with stream:
-        cp.RawKernel(SPIN_SOURCE, "spin")((1,), (1,), (np.uint32(ms),))
-
-
 def test_a_device_frame_is_copied_after_its_producer_and_before_the_caller_changes_it(family_pair, assets):  # type: ignore[no-untyped-def]
     """The pipeline's stream is its own (non-blocking): a frame still being made on the caller's current stream
     is copied once it is made, and one the caller overwrites there right after ``submit`` is copied as it was."""
     import cupy as cp
+
+    from pointpillars_trt.kernels.hold import hold_stream
 
     _, cpu, gpu = family_pair
     points = read_points(assets / SHARED_FRAMES[0])
@@ -226,11 +215,11 @@ def test_a_device_frame_is_copied_after_its_producer_and_before_the_caller_chang
     caller = cp.cuda.Stream(non_blocking=True)
     with caller:
         late = cp.zeros_like(source)
-        _spin(cp, caller, 200)  # the frame's producer is still busy when detect is called
+        hold_stream(caller, 200)  # the frame's producer is still busy when detect is called
         late[...] = source
         assert_same_detections(gpu.detect(late), expected, "a frame made behind 200 ms of work on the caller's stream")
         frame = source.copy()
-        _spin(cp, gpu.stream, 200)  # the pipeline's copy of the frame comes 200 ms after submit returns
+        hold_stream(gpu.stream, 200)  # the pipeline's copy of the frame comes 200 ms after submit returns
         gpu.submit([frame])
         frame.fill(0)  # the caller's next work on its frame
         found = gpu.collect()[0]

@@ -1,0 +1,35 @@
+"""A multi-sweep frame's time lags summarised on the GPU (``cuda/time_lags.cu``) for the input check of a frame
+given there: one launch and one small read instead of a CuPy reduction a value (each a launch and its host
+overhead: ~0.38 ms for the check of a 300k-point frame)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ._launch import compile_kernels, launch_kernel
+
+_BLOCK = 256
+_MAX_BLOCKS = 64  # partials the host reduces: enough blocks to stream a frame's lags at a good rate
+_ROWS_A_THREAD = 16
+
+
+def lag_partials(points: Any, step: int, sample_size: int, stream: Any) -> tuple[float, float, int, np.ndarray]:
+    """The minimum and maximum of the 5th values of ``points`` (a CuPy (N, >= 5) float32 array, any strides)
+    that are no NaN (inf, -inf where there is none), their count of NaN, and every ``step``-th of them (NaN
+    past the frame's end, ``sample_size`` values), worked out on ``stream`` and read back in one copy, which
+    waits for the work queued there before it."""
+    import cupy as cp
+
+    rows = int(points.shape[0])
+    blocks = max(1, min(_MAX_BLOCKS, -(-rows // (_BLOCK * _ROWS_A_THREAD))))
+    out = cp.empty(3 * blocks + sample_size, np.float32)
+    kernel = compile_kernels("time_lags.cu", (), ("lag_partials",))["lag_partials"]
+    row_stride, column_stride = (s // points.itemsize for s in points.strides)
+    args = (points, np.int64(row_stride), np.int64(column_stride), np.int64(rows), np.int64(step),
+            np.int32(sample_size), out, out[3 * blocks:])
+    launch_kernel(kernel, blocks, _BLOCK, args, stream)
+    host = out.get(stream=stream)
+    partials = host[: 3 * blocks].reshape(blocks, 3)
+    return float(partials[:, 0].min()), float(partials[:, 1].max()), int(partials[:, 2].sum()), host[3 * blocks:]
