@@ -215,9 +215,13 @@ def holds_time_lags(column: np.ndarray) -> bool:
     """Whether a column holds a multi-sweep frame's time lags (the 4th of a frame whose last two columns are
     swapped; the 5th of a sweep that was accumulated already): within TIME_LAG_RANGE, more than one of them,
     few distinct ones (a sweep's points share its lag; an intensity scaled to 0-1 takes hundreds of values,
-    a single sweep's own time column one), not all whole numbers (a return number of 1 or 2). Judged from the
-    column's ``distinct_summary`` (``distinct_summary_holds_lags``), as a column on the GPU is."""
-    return distinct_summary_holds_lags(distinct_summary(column, np))
+    a single sweep's own time column one), not all whole numbers (a return number of 1 or 2). A column out of
+    that range is told by its extremes alone; one within it is judged from its ``distinct_summary``
+    (``distinct_summary_holds_lags``), as a column on the GPU is, which sorts it."""
+    finite = column[np.isfinite(column)]
+    if finite.size == 0 or finite.min() < TIME_LAG_RANGE[0] or finite.max() > TIME_LAG_RANGE[1]:
+        return False
+    return distinct_summary_holds_lags(distinct_summary(finite, np))
 
 
 #: Values of a ``distinct_summary``: the least and the greatest finite value, how many distinct finite values there
