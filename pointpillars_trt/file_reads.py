@@ -406,6 +406,7 @@ def read_file_head(path: PathLike, count: int, *, what: str = "file") -> bytes:
         except OSError as exc:
             raise read_error(what, path, exc) from None
 
+
 def text_lines(text: str) -> list[str]:
     """``text`` cut into its lines as a text editor numbers them: at each LF, CRLF and CR alone (old Mac text), and
     nowhere else (str.splitlines cuts at a vertical tab, a form feed, \\x1c to \\x1e, \\x85, U+2028 and U+2029 too,
