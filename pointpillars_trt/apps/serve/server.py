@@ -39,7 +39,7 @@ from .repository import MODEL_NAME
 
 STUB = "triton_python_backend_stub"
 #: tritonserver's --exit-timeout-secs unless told: seconds a stopped server waits for its requests (``serve
-#: --exit-timeout``).
+#: --exit-timeout-secs``).
 DEFAULT_EXIT_TIMEOUT = 8
 #: Seconds past its exit timeout that a stopped server gets to end itself before ``stop`` kills it.
 EXIT_GRACE = 2
