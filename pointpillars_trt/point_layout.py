@@ -96,7 +96,8 @@ def check_time_lags(values: np.ndarray, point_dim: int, name: str,
     concatenated and any part of a frame may be the one of another layout. 5th values within the lags' range
     that are per-point capture times (``holds_capture_times``) are told to ``capture_times_note``, else warned
     of (``InputWarning``, its text the same for a file or an array each time, so that Python's filter says it
-    once). A frame on the GPU is judged alike from its ``lag_summary`` (``judge_lag_summary``)."""
+    once). A frame on the GPU is judged alike (``judge_lag_summary``) from the same values worked out there
+    (``device_points.check_device_time_lags``)."""
     rows = values[: values.size // point_dim * point_dim].reshape(-1, point_dim)
     lags = rows[:, 4]  # a strided view
     if lags.size > _STRIDED_LAGS:  # one strided pass, then two vectorised ones: ~2x faster than two strided
