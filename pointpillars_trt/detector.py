@@ -632,7 +632,8 @@ def onnxruntime_threads(asked: int | None) -> int | None:
 
 
 def _device_or_host_points(points: object, device: str, columns: int, lags_checked: bool = False) -> object:
-    """CUDA arrays go to the GPU pipeline as they are; everything else becomes (N, columns) float32 on the host.
+    """CUDA arrays go to the GPU pipeline as they are (a multi-sweep model's as the CuPy view its check made);
+    everything else becomes (N, columns) float32 on the host.
     A multi-sweep model's frame has its 5th values checked as time lags (as its files' are when they are read),
     on the host (~0.4 ms for 300k points) or where a CUDA array lies (``check_device_time_lags``: one read of
     ~2 KB), unless ``lags_checked`` (a frame a file's read gave, or one checked already)."""
@@ -640,7 +641,7 @@ def _device_or_host_points(points: object, device: str, columns: int, lags_check
         if columns == 5 and not lags_checked:
             from .device_points import check_device_time_lags  # CuPy: only where a detector runs on the GPU
 
-            check_device_time_lags(points, columns, "points")
+            return check_device_time_lags(points, columns, "points")
         return points
     host = as_host_points(points, columns=columns)
     if columns == 5 and not lags_checked:

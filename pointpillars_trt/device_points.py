@@ -25,7 +25,7 @@ def as_device_points(points: object, stream: cp.cuda.Stream, columns: int) -> cp
     return arr[:, :columns]
 
 
-def check_device_time_lags(points: object, columns: int, name: str) -> None:
+def check_device_time_lags(points: object, columns: int, name: str) -> cp.ndarray:
     """``point_layout.check_time_lags`` of a multi-sweep frame on the GPU (``columns``: the model's, 5), with its
     judgement, messages and warning: the minimum and maximum of its time lags and the sample of them that the
     look for capture times counts are worked out on the current stream of the frame's device by one kernel
@@ -35,7 +35,8 @@ def check_device_time_lags(points: object, columns: int, name: str) -> None:
     lags, as on the host, from a second summary (``lag_summary``: a few tens of CuPy launches). The 4th column is
     copied back only for a frame refused, for the message of swapped columns. Input checking before the
     pipeline, as the host check is. A device array that is no frame of ``columns`` float32 values a point is
-    refused as the pipeline refuses it (``as_device_points``)."""
+    refused as the pipeline refuses it (``as_device_points``). Returns the frame as ``as_device_points`` gives
+    it, for the pipeline to take without converting it again."""
     arr = as_device_points(points, cp.cuda.get_current_stream(), columns)
     with arr.device:
         stream = cp.cuda.get_current_stream()
@@ -48,3 +49,4 @@ def check_device_time_lags(points: object, columns: int, name: str) -> None:
         if summary is None:  # no row, or rows of NaN: judged by the finite lags
             summary = lag_summary(arr[:, 4], cp).get(stream=stream)
         judge_lag_summary(summary, lambda: arr[:, 3].get(stream=stream), name)
+    return arr

@@ -35,6 +35,7 @@ from .config import ModelConfig, int_within, next_power_of_two
 from .detections import STAGES, Detections, FrameStats
 from .device_points import as_device_points
 from .errors import BackendError, InputError
+from .kernels.device_frames import DeviceFrameCopy
 from .kernels.driver import memset_d32_async, record_in_graph
 from .graph_io import MAX_BATCH, RPN_INPUT, RPN_OUTPUT, canvas_dtype, head_channels
 from .model_dir import CheckedFile, ModelDir, pfn_weights
@@ -131,6 +132,7 @@ class GpuPipeline:
             # device frames: made on the caller's stream (the copies wait for it), copied (the caller waits)
             self._frames_made = cp.cuda.Event(disable_timing=True)
             self._frames_copied = cp.cuda.Event(disable_timing=True)
+            self._device_frame_copy: DeviceFrameCopy | None = None
             self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
             self._threshold_cfg = self.post_cfg                       # and the config they came from
             self._thresholds = cp.asarray(self._threshold_values)
@@ -406,8 +408,8 @@ class GpuPipeline:
 
     def _stage_input(self, frames: Sequence[object], caller_waits: bool) -> list[int]:
         """Pack the batch into the input buffer: one H2D copy for host frames (a large frame alone straight
-        from the caller's array), device-to-device copies (and fills for the header) for frames already
-        on the GPU. Those copies run on the pipeline's stream behind the work the caller's current stream
+        from the caller's array), a copy kernel a frame (its rows, time lags and header pair) for frames
+        already on the GPU. Those copies run on the pipeline's stream behind the work the caller's current stream
         holds (a frame made there, or handed over by DLPack, which orders its producer's work before that
         stream), and the caller's stream waits for them: a frame changed or freed there after ``submit``
         returns is copied as it was. Two event records and waits, no host wait."""
@@ -421,13 +423,10 @@ class GpuPipeline:
         if total > self.max_points:
             self._grow(total)
         starts = [0, *itertools.accumulate(counts[:-1])]
-        with self.stream:
-            for i, (points, n, start) in enumerate(zip(device, counts, starts)):
-                self._points[start : start + n] = points[:, :GPU_POINT_COLUMNS]  # device to device, on our stream
-                if self._times is not None:
-                    self._times[start : start + n] = points[:, GPU_POINT_COLUMNS]
-                self._header[2 * i : 2 * i + 1].fill(n)
-                self._header[2 * i + 1 : 2 * i + 2].fill(start)
+        if self._device_frame_copy is None:  # compiled on the first frame given on the GPU
+            self._device_frame_copy = DeviceFrameCopy()
+        for i, (points, start) in enumerate(zip(device, starts)):
+            self._device_frame_copy.launch(points, self._points, self._times, self._header, i, start, self.stream)
         caller.wait_event(self.stream.record(self._frames_copied))
         return counts
 

@@ -254,6 +254,8 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     memory-mapped file cut since is refused (``refuse_cut_mapping``)."""
     if isinstance(points, np.ndarray):
         refuse_cut_mapping(points, source)
+    if xp is not np and isinstance(points, xp.ndarray):
+        return points  # already a CuPy array (one checked before): no DLPack exchange
     try:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)

@@ -194,6 +194,11 @@ def test_device_array_inputs(family_pair, assets):  # type: ignore[no-untyped-de
     assert gpu.copies.h2d_copies == 0
     wide = np.column_stack([points, np.zeros(len(points), np.float32)])  # (N, 5): extra column ignored
     assert_same_detections(gpu.detect(cp.asarray(wide)), expected, "cupy (N, 5) input")
+    assert_same_detections(gpu.detect(cp.asfortranarray(cp.asarray(points))), expected, "column-major cupy input")
+    other = read_points(assets / SHARED_FRAMES[1])  # a batch's second frame: its rows after the first's
+    found = gpu.detect_batch([cp.asarray(wide)[:, :4], cp.asarray(other)])
+    assert_same_detections(found[0], expected, "the first device frame of a batch")
+    assert_same_detections(found[1], cpu.detect(other), "the second device frame of a batch")
     image = cp.asarray(np.random.default_rng(0).random((64, 2048), np.float32) * 50)  # a range image, as on the host
     with pytest.raises(InputError, match=r"^points: expected an \(N, 4\) float32 device array; got shape \(64, 2048\), "
                                          r"dtype float32: rows of 2048 values, where a point has 4 to 64"):
