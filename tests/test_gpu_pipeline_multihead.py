@@ -248,9 +248,9 @@ def test_a_frame_on_the_gpu_has_its_time_lags_checked_as_a_host_frame_once_on_ev
         checked: list[str] = []
         real = device_points.check_device_time_lags
 
-        def counted(points: object, columns: int, name: str) -> None:
+        def counted(points: object, columns: int, name: str) -> Any:
             checked.append(name)
-            real(points, columns, name)
+            return real(points, columns, name)
 
         monkeypatch.setattr(device_points, "check_device_time_lags", counted)
         on_device = cp.asarray(frame)
