@@ -28,6 +28,7 @@ from .config import ModelConfig, build_command, builtin_config_names, config_fro
 from .errors import ConfigError, InputError, ModelDirError, escape_text, safe_repr
 from .file_reads import path_argument, read_regular_file, special_kind
 from .graph_io import PRECISIONS, GraphIO, check_precision, pfn_io, rpn_io
+from .graph_wire import ELEMENT_DTYPES, DecodeError, DeclaredTensor, graph_declaration
 from .strict_json import DuplicateKeyError, loads_json
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
@@ -367,27 +368,20 @@ def _check_graph_io(path: Path, data: bytes, entry: dict[str, Any], expected: Gr
 
 def _onnx_io(path: Path, data: bytes) -> dict[str, list[dict[str, Any]]]:
     """The graph's inputs (initializers left out) and outputs as TensorSpec-like dicts; a symbolic
-    or unknown size is its name (or "?")."""
-    import onnx
-    from onnx import helper
-
+    or unknown size is its name (or "?"). Read from the records that declare them (``graph_wire``): a whole parse
+    imported onnx and decoded every weight, for these few records."""
     try:
-        graph = onnx.load_model_from_string(data).graph
-    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
+        found = graph_declaration(data)
+    except DecodeError as exc:
         raise ModelDirError(f"{safe_repr(path)}: not a readable ONNX graph ({type(exc).__name__})") from None
-    weights = {t.name for t in graph.initializer}
 
-    def spec(value: Any) -> dict[str, Any]:
-        tensor = value.type.tensor_type
-        try:
-            dtype = str(np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type)))
-        except (KeyError, TypeError, ValueError):
-            dtype = f"onnx type {tensor.elem_type}"
-        shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
-        return {"name": value.name, "shape": shape, "dtype": dtype}
+    def spec(tensor: DeclaredTensor) -> dict[str, Any]:
+        shape = [d if isinstance(d, int) else (d or "?") for d in tensor.dims]
+        return {"name": tensor.name, "shape": shape,
+                "dtype": ELEMENT_DTYPES.get(tensor.elem_type, f"onnx type {tensor.elem_type}")}
 
-    return {"inputs": [spec(v) for v in graph.input if v.name not in weights],
-            "outputs": [spec(v) for v in graph.output]}
+    return {"inputs": [spec(t) for t in found.inputs if t.name not in found.initializers],
+            "outputs": [spec(t) for t in found.outputs]}
 
 
 def _io_key(spec: Any) -> tuple[Any, ...]:
