@@ -423,6 +423,26 @@ def test_a_model_dirs_graphs_are_read_and_hashed_once_as_a_detector_opens_it(tmp
         np.testing.assert_array_equal(again(points).boxes, first.boxes)
 
 
+@pytest.mark.parametrize("given", ["model dir", "checkpoint"])
+def test_the_model_dir_that_serve_and_a_ray_run_hold_holds_no_graph_bytes_once_checked(tmp_path: Path, assets: Path,
+                                                                                      monkeypatch, given: str):
+    """serve and infer --ray open --model (resolve_model) and keep the model dir for their whole run, while Triton's
+    instances and Ray's workers reopen it by path: it held the bytes of the graphs its check read (19-24 MB of a
+    KITTI or nuScenes rpn.onnx) for nothing. The graphs are still read and checked."""
+    from pointpillars_trt.apps.serve.repository import resolve_model
+
+    monkeypatch.setenv("POINTPILLARS_TRT_CACHE", str(tmp_path / "cache"))
+    if given == "model dir":
+        path = tiny_model_dir(tmp_path / "m").path
+    else:
+        path = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+        resolve_model(path)  # exported into the cache: the run opens the cache entry
+    opened, _ = count_graph_reads_and_hashes(monkeypatch)
+    model = resolve_model(path)
+    assert {"pfn.onnx", "rpn.onnx"} <= set(opened)
+    assert model.checked_files == {}
+
+
 def test_a_graph_replaced_between_its_check_and_its_open_is_refused_not_run_from_the_bytes_checked(tmp_path: Path):
     """The bytes load_model_dir checked go to the detector only while the file is still the one they were read from:
     a build into the same folder meanwhile is refused as before, when the session read the file again."""
