@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import InputError, PointPillarsError, printable_text, safe_repr
+from ..errors import InputError, PointPillarsError, counted, printable_text, safe_repr
 from ..file_reads import not_a_file
 from ..file_writes import check_writable_folder
 from ..kitti import normalize_heading
@@ -84,7 +84,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
         # the same ones, and the run says what it is waiting for
         print(f"pillars: {detections.stats.num_pillars}   boxes: {len(detections)}\n")  # where it ran: the first line
         print(_detection_table(detections, limit=15))
-        print(f"\ntiming {repeats} more frame(s) for the steady-state times"
+        print(f"\ntiming {counted(repeats, 'more frame')} for the steady-state times"
               + (" (about a second each on the CPU)" if where == "cpu" else "") + " ...", flush=True)
         steady: list[dict[str, float]] = []
         walls: list[float] = []
@@ -99,7 +99,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
           + (", CUDA graph capture" if where == "cuda" else "") + "):")
     print("    " + _stage_line(cold) + f"   | call {cold_wall:.2f}")
     median = {k: statistics.median(t[k] for t in steady) for k in steady[0]} if steady else {}
-    print(f"  steady state (median of {repeats} more frame(s)):")
+    print(f"  steady state (median of {counted(repeats, 'more frame')}):")
     print("    " + _stage_line(median) + f"   | call {statistics.median(walls):.2f}"
           + (f" (min {min(walls):.2f}, max {max(walls):.2f})" if len(walls) > 1 else ""))
     write_json_atomic(out / "detections.json", detections.to_json_dict("simulated_frame"))

@@ -39,7 +39,8 @@ import numpy as np
 from ..config import int_within
 from ..devices import check_backend_runs_on
 from ..errors import (
-    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, printable_text, safe_repr,
+    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, counted, printable_text,
+    safe_repr,
 )
 from ..file_reads import special_kind
 from ..file_writes import PendingFlush, flush_to_disk, remove_stale_temp_files
@@ -363,13 +364,14 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
             else max(1, cpus // 2)
     if workers < 1:
         raise InputError(f"workers {workers}: expected >= 1 (the cluster has {gpus:g} GPUs)")
+    need = "needs" if workers == 1 else "need"
     if gpus_per_worker > 0 and workers * gpus_per_worker > gpus + 1e-9:
-        raise InputError(f"{workers} worker(s) x {gpus_per_worker:g} GPU need {workers * gpus_per_worker:g} GPUs; the "
-                         f"Ray cluster has {gpus:g}: lower --workers or --gpus-per-worker, or --gpus-per-worker 0 "
-                         "for the CPU path")
+        raise InputError(f"{counted(workers, 'worker')} x {gpus_per_worker:g} GPU {need} "
+                         f"{workers * gpus_per_worker:g} GPUs; the Ray cluster has {gpus:g}: lower --workers or "
+                         "--gpus-per-worker, or --gpus-per-worker 0 for the CPU path")
     if gpus_per_worker > 0 and workers * ACTOR_CPUS_WITH_GPU > cpus:
-        raise InputError(f"{workers} GPU worker(s) need {workers * ACTOR_CPUS_WITH_GPU} CPUs; the Ray cluster has {cpus}: "
-                         "lower --workers")
+        raise InputError(f"{counted(workers, 'GPU worker')} {need} {counted(workers * ACTOR_CPUS_WITH_GPU, 'CPU')}; "
+                         f"the Ray cluster has {cpus}: lower --workers")
     return workers, gpus_per_worker
 
 
@@ -470,8 +472,8 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
     cli = make_report is not None
     cut = cut_note(batch_size, pipelines, size, to_run,
                    OPTION_NAMES if cli else ("batch_size=", "pipelines=", "workers="), workers, calls)
-    where = (f"running on Ray: {pool} worker(s), {gpus_per_worker:g} GPU each" if on_gpu else
-             f"running on Ray: {pool} worker(s) on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
+    where = (f"running on Ray: {counted(pool, 'worker')}, {gpus_per_worker:g} GPU each" if on_gpu else
+             f"running on Ray: {counted(pool, 'worker')} on the CPU" + (" (the Ray cluster has no GPUs)" if fallback else ""))
     # capped by each actor to its own cores, which this machine's need not be
     asked, named = (None, None) if on_gpu else _threads_asked(options["runtime"].threads, cli)
     threads = None if on_gpu else asked or worker_pipeline_threads(resources.get("CPU", 1), pool, pipes)
@@ -579,8 +581,8 @@ def _keep_rows(rows: RowParts | None, note: Callable[[str], None], hint: str | N
     if rows is not None and (rows.rows or rows.files):
         keep_finished_rows(rows, PendingFlush(), note, hint)
         return
-    note(f"stopped before any frame's row reached this driver (each worker sends its rows {per_call} frame(s) at a "
-         "time): no row was kept" + (f"; {hint}" if hint else ""))
+    note(f"stopped before any frame's row reached this driver (each worker sends its rows {counted(per_call, 'frame')} "
+         "at a time): no row was kept" + (f"; {hint}" if hint else ""))
 
 
 def _outputs_in(out: Path, frames: Sequence[str], suffixes: Sequence[str]) -> dict[str, tuple[int, int]]:

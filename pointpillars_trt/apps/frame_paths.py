@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import InputError, InputErrors, safe_repr
+from ..errors import InputError, InputErrors, counted, safe_repr
 from ..file_reads import folder_resolver, home_hint, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
@@ -82,8 +82,8 @@ class _LeftOut:
             return
         kinds = "; ".join(f"{count} {ext} (e.g. {safe_repr(self.first[ext])}): {POINT_FORMAT_CONVERSIONS[ext]}"
                           for ext, count in sorted(self.counts.items()))
-        print(f"note: {sum(self.counts.values())} file(s) of point formats that are not read left out of the folders "
-              f"and globs given: {kinds}", file=sys.stderr, flush=True)
+        print(f"note: {counted(sum(self.counts.values()), 'file')} of point formats that are not read left out of the "
+              f"folders and globs given: {kinds}", file=sys.stderr, flush=True)
 
 
 def _frames_of(pattern: str, left_out: _LeftOut) -> tuple[list[str], int]:
@@ -99,7 +99,7 @@ def _frames_of(pattern: str, left_out: _LeftOut) -> tuple[list[str], int]:
         files = [n for n in names if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n))]
         hidden = sorted(n for n in files if n.startswith("."))
         if hidden:  # as a glob and ls leave them out: macOS's ._*.bin metadata files, editors' temporary copies
-            print(f"note: folder {safe_repr(pattern)}: {len(hidden)} hidden file(s) left out (e.g. "
+            print(f"note: folder {safe_repr(pattern)}: {counted(len(hidden), 'hidden file')} left out (e.g. "
                   f"{safe_repr(hidden[0])}: macOS metadata?); give one by name to run it", file=sys.stderr, flush=True)
         for name in sorted(names):
             if not name.startswith("."):
@@ -189,7 +189,7 @@ def _no_frames(pattern: str, others: int = 0) -> str:
     if os.path.lexists(pattern):
         return f"{safe_repr(pattern)} is not a point file: it has {unsupported_extension(os.path.splitext(pattern)[1])}"
     if glob.has_magic(pattern) and others:
-        return (f"{safe_repr(pattern)} matched {others} file(s), none a point file "
+        return (f"{safe_repr(pattern)} matched {counted(others, 'file')}, none a point file "
                 f"({', '.join(SUPPORTED_EXTENSIONS)})")
     if glob.has_magic(pattern):
         return f"{safe_repr(pattern)}: no such file, and no file matches it as a pattern"
@@ -288,7 +288,7 @@ def check_unique_names(frames: Sequence[str], suffixes: Sequence[str] = (".json"
         first = clashes[0]
         raise InputError(
             f"frames {safe_repr(first[0])} and {safe_repr(first[1])} would write the same output file "
-            f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({len(clashes)} such name(s)); "
+            f"{safe_repr(Path(first[0]).stem + suffixes[0])} ({counted(len(clashes), 'such name')}); "
             "run them into separate --out folders"
         )
     taken = [Path(f).stem + suffix for f in frames for suffix in suffixes if Path(f).stem + suffix in reserved]

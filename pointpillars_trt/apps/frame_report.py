@@ -123,9 +123,9 @@ class FrameReport:
         print(f"{len(self.done)}/{total} frames{skipped}, {counted(boxes, 'box', 'boxes')}" + self._left_out(labels)
               + self._where()
               + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)
-        failures = [f"{self.failed} of {total} frame(s) failed"] if self.failed else []
+        failures = [f"{self.failed} of {counted(total, 'frame')} failed"] if self.failed else []
         if self.input_errors:
-            failures.append(f"{self.input_errors} path(s) gave no frame")
+            failures.append(f"{counted(self.input_errors, 'path')} gave no frame")
         if failures:
             print(f"{' and '.join(failures)} (listed above)", file=sys.stderr)
         return self.done, self.failed

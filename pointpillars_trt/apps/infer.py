@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import build_command, is_pcdet_model_config
 from ..errors import (
-    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, one_line, printable_text, safe_repr,
+    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, counted, one_line, printable_text,
+    safe_repr,
 )
 from ..file_reads import check_input_folder, home_hint, special_kind
 from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
@@ -259,7 +260,7 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
         refuse_other_split(frame, labels, "--eval label")
     missing = [f for f in frames if not os.path.lexists(labels / f"{Path(f).stem}.txt")]  # a FIFO: read below, by kind
     if missing:
-        raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {len(missing)} frame(s), e.g. "
+        raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {counted(len(missing), 'frame')}, e.g. "
                          f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}")
     # every label read (~0.07 ms a file) before a long run, not after it: a folder of other files (calib/ given
     # for label_2/) fails here; the evaluation takes those of the frames that went through
@@ -403,9 +404,9 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     earlier = existing_parts(out, fmt) if fmt in ROW_FORMATS and out is not None and not args.skip_existing else []
     if earlier:
         resume = "pass --skip-existing to run only the frames they lack, or " if resumable else ""
-        raise InputError(f"--out {safe_repr(args.out)} already holds {len(earlier)} {fmt} part file(s) of an earlier "
-                         f"run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: {resume}give "
-                         "another --out")
+        raise InputError(f"--out {safe_repr(args.out)} already holds {counted(len(earlier), f'{fmt} part file')} of "
+                         f"an earlier run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: "
+                         f"{resume}give another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame
@@ -445,8 +446,8 @@ def check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:
             except InputError as exc:
                 missing = missing or exc
         if missing is not None:
-            raise InputError(f"--calib {safe_repr(calib_dir)}: no calib file for any of the {len(frames)} frame(s): "
-                             f"{missing}")
+            which = "the one frame" if len(frames) == 1 else f"any of the {len(frames)} frames"
+            raise InputError(f"--calib {safe_repr(calib_dir)}: no calib file for {which}: {missing}")
         return
     seen: set[str] = set()
     first: InputError | None = None
@@ -490,8 +491,9 @@ def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> Non
     files alone (``.npy`` and ``.pcd`` files carry their own), so it would change nothing, unlike what its
     user believes of the frames."""
     if point_dim is not None and frames and not _any_bin(frames):
-        raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and none of these "
-                         f"{len(frames)} frame(s) is one (.npy and .pcd files carry their own row length): drop it")
+        none = "the one frame is not" if len(frames) == 1 else f"none of these {len(frames)} frames is"
+        raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and {none} one (.npy "
+                         "and .pcd files carry their own row length): drop it")
 
 
 def check_point_dim(columns: int, point_dim: int, frames: Sequence[str], model: str) -> None:
@@ -805,11 +807,12 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
     warned.close()
     rerun = "--skip-existing --retry-failed" if rows is not None else "--skip-existing"  # rows: their errors
     if disk.after_first:
-        report.note(f"error: {safe_repr(str(out))}: the output file system is full; {disk.after_first} more frame(s) "
-                    f"not written (free space, then rerun with {rerun})")
+        report.note(f"error: {safe_repr(str(out))}: the output file system is full; "
+                    f"{counted(disk.after_first, 'more frame')} not written (free space, then rerun with {rerun})")
     if lost.after_first:
-        report.note(f"error: {lost.after_first} more frame(s) not run: the server is down (said above); once it "
-                    "answers again, " + (f"rerun with {rerun}" if out is not None else "run them again"))
+        them = "it" if lost.after_first == 1 else "them"
+        report.note(f"error: {counted(lost.after_first, 'more frame')} not run: the server is down (said above); once "
+                    "it answers again, " + (f"rerun with {rerun}" if out is not None else f"run {them} again"))
     if to_flush:
         try:
             to_flush.flush()
@@ -854,11 +857,12 @@ def keep_finished_rows(parts: RowParts, to_flush: PendingFlush, note: Callable[[
         to_flush.add(parts.files)
         to_flush.flush()
     except (InputError, OSError) as exc:
-        note(f"error: stopped, and the rows of {finished} finished frame(s) could not be kept: {one_line(exc)}")
+        note(f"error: stopped, and the rows of {counted(finished, 'finished frame')} could not be kept: {one_line(exc)}")
         return
-    where = safe_repr(str(parts.files[-1])) + (f" and the {len(parts.files) - 1} part(s) before it"
+    where = safe_repr(str(parts.files[-1])) + (f" and the {counted(len(parts.files) - 1, 'part')} before it"
                                                 if len(parts.files) > 1 else "")
-    note(f"stopped: the rows of {parts.rows_written} finished frame(s) are in {where}" + (f"; {hint}" if hint else ""))
+    note(f"stopped: the rows of {counted(parts.rows_written, 'finished frame')} are in {where}"
+         + (f"; {hint}" if hint else ""))
 
 
 def say_finished_files(finished: int, out: Path, to_flush: PendingFlush, note: Callable[[str], None],
@@ -871,10 +875,10 @@ def say_finished_files(finished: int, out: Path, to_flush: PendingFlush, note: C
     try:
         to_flush.flush()
     except OSError as exc:
-        note(f"error: stopped, and the outputs of {finished} finished frame(s) in {safe_repr(str(out))} could "
+        note(f"error: stopped, and the outputs of {counted(finished, 'finished frame')} in {safe_repr(str(out))} could "
              f"not be flushed to disk: {exc.strerror or one_line(exc)}")
         return
-    note(f"stopped: the outputs of {finished} finished frame(s) are in {safe_repr(str(out))}{tail}")
+    note(f"stopped: the outputs of {counted(finished, 'finished frame')} are in {safe_repr(str(out))}{tail}")
 
 
 class _RowSink:
@@ -901,7 +905,7 @@ class _RowSink:
         try:
             write()
         except InputError as exc:
-            self.report.note(f"error: {exc}; the rows of {len(self._waiting)} frame(s) are not written "
+            self.report.note(f"error: {exc}; the rows of {counted(len(self._waiting), 'frame')} are not written "
                              "(free space, then rerun with --skip-existing)")
             self.report.take_back(self._waiting)
             self._waiting = []
@@ -951,10 +955,10 @@ def _evaluate(labels: GroundTruth, pred_dir: Path, frames: Sequence[str], evalua
     for note in (check_label_types(truth, labels.folder), uncounted_note(result, predictions)):  # as eval says them
         if note is not None:
             print(note, file=sys.stderr)
-    left_out = [f"{failed} failed frame(s)"] * bool(failed) + \
-        [f"{unreadable} frame(s) whose earlier outputs could not be read"] * bool(unreadable)
+    left_out = [counted(failed, "failed frame")] * bool(failed) + \
+        [f"{counted(unreadable, 'frame')} whose earlier outputs could not be read"] * bool(unreadable)
     skipped = f" ({' and '.join(left_out)} left out)" if left_out else ""
-    print(f"KITTI evaluation of {len(ids)} frame(s) against {printable_text(str(labels.folder))}{skipped}")
+    print(f"KITTI evaluation of {counted(len(ids), 'frame')} against {printable_text(str(labels.folder))}{skipped}")
     print(format_table(result), end="")
     if out is not None:
         write_json_atomic(out / EVAL_FILE, result.to_json_dict())

@@ -550,10 +550,10 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
                 others.append((frame, source))
     if others:
         frame, source = others[0]
-        raise InputError(f"--out {safe_repr(str(out))} holds the records of {len(others)} frame(s) of the same name "
-                         f"from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the record of "
-                         f"{safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: give "
-                         "another --out (one a sequence), or remove those records from it first")
+        raise InputError(f"--out {safe_repr(str(out))} holds the records of {counted(len(others), 'frame')} of the "
+                         f"same name from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the "
+                         f"record of {safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: "
+                         "give another --out (one a sequence), or remove those records from it first")
 
 
 def names_frame(source: str, frame: str) -> bool:
@@ -674,8 +674,8 @@ def _repeated_rows_error(repeated: list[tuple[str, Path, Path]]) -> InputError:
              f"{safe_repr(os.fspath(first))} and {safe_repr(os.fspath(again))} both hold a row")
     parts = {part for _, *pair in repeated for part in pair}
     more = f", in {len(parts)} part files in all" if len(parts) > 2 else ""
-    return InputError(f"--skip-existing: {where} of {len(repeated)} frame(s) (e.g. {safe_repr(source)}{more}), where "
-                      "a run writes one row a frame (a part copied, or parts merged by hand?): move the part that "
+    return InputError(f"--skip-existing: {where} of {counted(len(repeated), 'frame')} (e.g. {safe_repr(source)}{more}), "
+                      "where a run writes one row a frame (a part copied, or parts merged by hand?): move the part that "
                       "repeats another away (or remove its repeated rows), and this run skips the frames of the rows "
                       "kept")
 

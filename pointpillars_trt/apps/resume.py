@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, one_line, printable_text, safe_repr
+from ..errors import PointPillarsError, counted, one_line, printable_text, safe_repr
 from ..file_reads import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
@@ -88,16 +88,18 @@ def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> No
     earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
     shown = printable_text(str(out))  # --out as these lines name it: one line whatever its name
     if resume.redone:
-        print(f"redoing the frames of {len(resume.redone)} empty, incomplete or foreign output file(s) in {shown} "
-              f"(e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
+        files = counted(len(resume.redone), "empty, incomplete or foreign output file")
+        print(f"redoing the frames of {files} in {shown} (e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
     if resume.skipped:
-        print(f"skipping {len(resume.skipped)} frame(s) whose outputs are already in {shown}", file=sys.stderr)
+        print(f"skipping {counted(len(resume.skipped), 'frame')} whose outputs are already in {shown}", file=sys.stderr)
     if resume.failed_before and out is not None:
         earlier_failures(resume.failed_before, fmt, out, retry=retry)
     if resume.unpictured:  # of the frames just said skipped
-        print(f"warning: {len(resume.unpictured)} frame(s) with a row in {shown} have no whole --viz picture (e.g. "
-              f"{safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw them, "
-              "rerun those frames with --viz into another --out", file=sys.stderr)
+        have, them, those = ("has", "it", "that frame") if len(resume.unpictured) == 1 else \
+            ("have", "them", "those frames")
+        print(f"warning: {counted(len(resume.unpictured), 'frame')} with a row in {shown} {have} no whole --viz picture "
+              f"(e.g. {safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw {them}, "
+              f"rerun {those} with --viz into another --out", file=sys.stderr)
 
 
 def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
@@ -105,7 +107,8 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
     (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
     if retry:
         drop_failure_rows(out, fmt, {frame_key(frame) for frame in failed_before})
-        print(f"rerunning {len(failed_before)} frame(s) that failed in an earlier run: their rows are removed "
+        rows = "its row is" if len(failed_before) == 1 else "their rows are"
+        print(f"rerunning {counted(len(failed_before), 'frame')} that failed in an earlier run: {rows} removed "
               f"from the part files in {printable_text(str(out))}", file=sys.stderr)
         return
     print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "

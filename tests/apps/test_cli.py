@@ -542,7 +542,7 @@ def test_infer_kitti_wrong_split_calib_is_that_frames_error(model_dir: Path, fam
     assert len(errors) == 1 and str(frames["testing"]) in errors[0], run.err
     assert "'training'" in errors[0] and "'testing'" in errors[0]  # refused, never silently reused
     assert output_names(out) == ["000134.txt"]
-    assert "1 of 2 frame(s) failed" in run.err
+    assert "1 of 2 frames failed" in run.err
 
 
 # --------------------------------------------------------------------------- infer: bad input
@@ -570,7 +570,7 @@ def test_infer_bad_frames_in_a_batch(model_dir: Path, bad_frames: dict[str, Path
               "--no-progress")
     assert run.rc == 1 and "Traceback" not in run.err, run
     assert "3/4 frames" in run.out  # the missing path gives no frame: an error of its own, counted apart
-    assert "1 of 4 frame(s) failed and 1 path(s) gave no frame" in run.err
+    assert "1 of 4 frames failed and 1 path gave no frame" in run.err
     failures = sorted(line for line in run.err.splitlines() if line.startswith("error: "))
     assert len(failures) == 2
     assert str(bad_frames["missing"]) in failures[0] and "does not exist" in failures[0]
@@ -1422,7 +1422,7 @@ def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_mode
     shutil.copyfile(first, copy)
     before = outputs(out)
     run = cli("infer", *frames, *base, "--skip-existing")
-    assert_one_line_error(run, f"error: --skip-existing: '{first}' and '{copy}' both hold a row of 2 frame(s) (e.g. "
+    assert_one_line_error(run, f"error: --skip-existing: '{first}' and '{copy}' both hold a row of 2 frames (e.g. "
                                f"'{frames[0]}'), where a run writes one row a frame (a part copied, or parts merged by "
                                "hand?): move the part that repeats another away")
     assert outputs(out) == before and not run.out
@@ -1431,11 +1431,11 @@ def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_mode
         line = first.read_text().splitlines(keepends=True)[1]
         first.write_text(first.read_text() + line)
         assert_one_line_error(cli("infer", *frames, *base, "--skip-existing"),
-                              f"error: --skip-existing: '{first}' holds two rows of 1 frame(s) (e.g. '{frames[1]}')")
+                              f"error: --skip-existing: '{first}' holds two rows of 1 frame (e.g. '{frames[1]}')")
     copy.unlink(missing_ok=True)
     first.write_bytes(before[first.name])
     resumed = cli("infer", *frames, *base, "--skip-existing")
-    assert resumed.rc == 0 and "skipping 2 frame(s)" in resumed.err, resumed
+    assert resumed.rc == 0 and "skipping 2 frames" in resumed.err, resumed
 
 
 def test_tiny_duplicate_output_names_refused_up_front(tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):

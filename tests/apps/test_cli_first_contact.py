@@ -361,7 +361,7 @@ def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path
     (empty_calib / "000999.txt").write_text("P0: 1\n")
     run = cli("infer", frame, tiny_frames[1], "--model", tiny_model, "--device", "cpu", "--format", "kitti",
               "--out", tmp_path / "c", "--calib", empty_calib)
-    assert_one_line_error(run, f"--calib '{empty_calib}': no calib file for any of the 2 frame(s)", "000009.txt")
+    assert_one_line_error(run, f"--calib '{empty_calib}': no calib file for any of the 2 frames", "000009.txt")
     assert not (tmp_path / "c").exists()
 
 
@@ -841,8 +841,8 @@ def test_eval_with_skip_existing_in_kitti_evaluates_the_skipped_frames_too(tiny_
 
     assert run(tiny_frames[1:3], out).rc == 0
     resumed = run(tiny_frames[1:4], out, "--skip-existing")
-    assert resumed.rc == 0 and "skipping 2 frame(s)" in resumed.err, resumed
-    assert f"KITTI evaluation of 3 frame(s) against {labels}" in resumed.out, resumed
+    assert resumed.rc == 0 and "skipping 2 frames" in resumed.err, resumed
+    assert f"KITTI evaluation of 3 frames against {labels}" in resumed.out, resumed
     assert run(tiny_frames[1:4], whole).rc == 0
     assert json.loads((out / "eval.json").read_text()) == json.loads((whole / "eval.json").read_text())
 

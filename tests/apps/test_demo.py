@@ -34,7 +34,7 @@ def test_demo_cold_and_steady_times(tmp_path: Path) -> None:
     rc, out, err = cli("demo", "--out", tmp_path, "--device", "cpu", "--repeats", "2")
     assert rc == 0, err
     assert "SIMULATED" in out and "UNTRAINED" in out
-    assert "first frame (cold" in out and "steady state (median of 2 more frame(s))" in out
+    assert "first frame (cold" in out and "steady state (median of 2 more frames)" in out
     cold = out.split("first frame (cold", 1)[1].splitlines()[1]
     steady = out.split("steady state", 1)[1].splitlines()[1]
     for line in (cold, steady):
@@ -73,7 +73,7 @@ def test_the_boxes_and_the_wait_for_the_steady_state_are_said_before_the_frames_
         _, err = child.communicate(timeout=120)
     table = said.index("  #  label        score      x       y      z     dx    dy    dz  heading")
     assert said[table - 2].startswith("pillars: ") and said[table + 1].startswith("  0  ")
-    assert said[-1] == "timing 1000 more frame(s) for the steady-state times (about a second each on the CPU) ..."
+    assert said[-1] == "timing 1000 more frames for the steady-state times (about a second each on the CPU) ..."
     assert (child.returncode, err.splitlines()[-1]) == (130, "interrupted"), err
 
 

@@ -240,9 +240,9 @@ def test_infer_ray_with_the_tiny_model_equals_local_infer_and_reports_the_corrup
     rc, out, err = ray_infer(folder, tiny_model, tmp_path / "ray")
     assert rc == 1 and out.startswith("6/7 frames, 0 boxes, written to"), out
     assert f"warning: '{folder / '000005.bin'}': all its 200 points are non-finite" in err, err  # as local infer's
-    assert "running on Ray: 1 worker(s) on the CPU\n" in err, err  # --device cpu: where the frames run, said
+    assert "running on Ray: 1 worker on the CPU\n" in err, err  # --device cpu: where the frames run, said
     assert f"error: point file '{folder / CORRUPT}' is 10 bytes, not a multiple of 16" in err, err  # named once
-    rates = re.search(r"([0-9.]+) frames/s with 1 worker\(s\) \(([0-9.]+) frames/s from the workers' first call on",
+    rates = re.search(r"([0-9.]+) frames/s with 1 worker \(([0-9.]+) frames/s from the workers' first call on",
                       err)
     assert rates is not None, err
     assert float(rates[2]) > float(rates[1])  # the second leaves the actors' start (the model's load) out
@@ -287,9 +287,9 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
 
     rc, stdout, err = ray_infer(folder, tiny_model, out, "--skip-existing")
     assert rc == 0 and stdout.startswith(f"2/2 frames, 0 boxes, written to {out}"), (stdout, err)
-    assert f"skipping 3 frame(s) whose outputs are already in {out}\n" in err, err
-    assert f"redoing the frames of 1 empty, incomplete or foreign output file(s) in {out} (e.g. '000003.json')" in err
-    assert re.search(r"[0-9.]+ frames/s with 1 worker\(s\)", err), err
+    assert f"skipping 3 frames whose outputs are already in {out}\n" in err, err
+    assert f"redoing the frames of 1 empty, incomplete or foreign output file in {out} (e.g. '000003.json')" in err
+    assert re.search(r"[0-9.]+ frames/s with 1 worker \(", err), err
     assert report_lines(stdout, err, out) == report_lines(*local, tmp_path / "local_resumed")
     rewritten = sorted(name for name, (_, mtime) in state_of(out).items() if mtime != LONG_AGO)
     assert rewritten == ["000001.json", "000003.json"]
@@ -310,7 +310,7 @@ def test_a_ray_run_resumed_with_skip_existing_runs_only_the_frames_whose_outputs
                           capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "0/0 frames to run (5 skipped: their outputs were there), 0 boxes, nothing written\n"
-    assert done.stderr == f"skipping 5 frame(s) whose outputs are already in {out}\n"
+    assert done.stderr == f"skipping 5 frames whose outputs are already in {out}\n"
     assert state_of(out) == before
     other = subprocess.run([sys.executable, "-c", script, "infer", str(folder), "--model", str(tiny_model), "--out",
                             str(out), "--device", "cpu", "--no-progress", "--ray", "--skip-existing",
@@ -341,8 +341,8 @@ def test_a_ray_jsonl_run_resumed_with_retry_failed_reruns_the_failed_and_new_fra
     local = local_infer(folder, tiny_model, tmp_path / "local", *resumed, code=0)
     rc, stdout, err = ray_infer(folder, tiny_model, out, *resumed)
     assert rc == 0 and stdout.startswith(f"3/3 frames, 0 boxes, written to {out}"), (stdout, err)
-    assert f"skipping 2 frame(s) whose outputs are already in {out}\n" in err, err
-    assert (f"rerunning 1 frame(s) that failed in an earlier run: their rows are removed from the part files in "
+    assert f"skipping 2 frames whose outputs are already in {out}\n" in err, err
+    assert (f"rerunning 1 frame that failed in an earlier run: its row is removed from the part files in "
             f"{out}\n") in err, err
     assert report_lines(stdout, err, out) == report_lines(*local, tmp_path / "local")
     assert assert_same_json_files(out, tmp_path / "local") == ["detections-00000.jsonl", "detections-00001.jsonl"]
@@ -369,7 +369,7 @@ def test_infer_ray_kitti_with_the_sibling_calib_folder_equals_local_infer(ray_cl
         rc, out, err = ray_infer(velodyne, model, tmp_path / "ray", "--format", "kitti")
     assert len(ray_reads) == len(local_reads) == 1  # the checkpoint is read once; the workers open its model dir
     assert rc == 1 and out.startswith("3/5 frames"), (out, err)
-    assert "has no file for frame id '000003'" in err and "2 of 5 frame(s) failed" in err
+    assert "has no file for frame id '000003'" in err and "2 of 5 frames failed" in err
     assert report_lines(out, err, tmp_path / "ray") == report_lines(*local, tmp_path / "local")
     names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
     assert names == ["000000.txt", "000001.txt", "000002.txt"]
@@ -532,7 +532,7 @@ def test_frames_of_a_uri_are_checked_before_the_run_as_local_frames_are(ray_clus
     for paths, expected in (
             ([f"file://{first}", str(second)],
              f"error: frames '{first / '000001.bin'}' and '{second / '000001.bin'}' would write the same output file "
-             "'000001.json' (1 such name(s)); run them into separate --out folders\n"),
+             "'000001.json' (1 such name); run them into separate --out folders\n"),
             ([f"file://{first}", f"file://{first / '000001.bin'}"],
              f"error: frame '{first / '000001.bin'}' is given twice (by two arguments, a folder and a file in it, or a "
              "symbolic link to it): give each frame once\n")):
@@ -615,7 +615,7 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
     with pytest.raises(InputError, match="--device cuda: the Ray cluster has no GPUs"):  # not the CPU without a word
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
-    with pytest.warns(CpuFallbackWarning, match="device auto: running on Ray: 1 worker.s. on the CPU .the Ray cluster "
+    with pytest.warns(CpuFallbackWarning, match="device auto: running on Ray: 1 worker on the CPU .the Ray cluster "
                                                 "has no GPUs."):
         detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
 
@@ -748,25 +748,26 @@ def test_sigterm_stops_a_ray_run_as_ctrl_c_does_keeping_what_was_received(ray_cl
     assert "SIGTERM received" not in err, err
     frames = sorted(str(path) for path in folder.iterdir())
     if fmt == "json":
-        said = re.search(rf"stopped: the outputs of (\d+) finished frame\(s\) are in {re.escape(repr(str(out)))}; "
+        said = re.search(rf"stopped: the outputs of (\d+) finished frames? are in {re.escape(repr(str(out)))}; "
                          r"rerun with --skip-existing to finish\n", err)
         kept_files = output_names(out)
         # counted on disk once the workers are stopped (the driver hears of a frame only with its call's block)
         assert said is not None and 0 < int(said.group(1)) == len(kept_files) < len(frames), (err, len(kept_files))
         rc, stdout, err = ray_infer(folder, model.path, out, "--skip-existing")
-        assert rc == 0 and f"skipping {len(kept_files)} frame(s)" in err, (stdout, err)
+        assert rc == 0 and f"skipping {len(kept_files)} frame{'s' * (len(kept_files) > 1)} whose" in err, (stdout, err)
         assert output_names(out) == sorted(f"{Path(frame).stem}.json" for frame in frames)
         return
     (part,) = out.glob("detections-*.jsonl")
     kept = [json.loads(line)["source"] for line in part.read_text().splitlines()]
     assert 0 < len(kept) < len(frames) and kept == frames[:len(kept)], err  # in input order, from the first
-    assert (f"stopped: the rows of {len(kept)} finished frame(s) are in '{part}'; rerun with --skip-existing to "
+    noun = "frame" + "s" * (len(kept) > 1)
+    assert (f"stopped: the rows of {len(kept)} finished {noun} are in '{part}'; rerun with --skip-existing to "
             "finish\n") in err, err  # as local infer says it
 
     rc, stdout, err = ray_infer(folder, model.path, out, "--format", "jsonl", "--skip-existing")
     left = len(frames) - len(kept)
     assert rc == 0 and stdout.startswith(f"{left}/{left} frames"), (stdout, err)
-    assert f"skipping {len(kept)} frame(s) whose outputs are already in {out}\n" in err, err
+    assert f"skipping {len(kept)} {noun} whose outputs are already in {out}\n" in err, err
     rows = [json.loads(line)["source"] for path in sorted(out.glob("detections-*.jsonl"))
             for line in path.read_text().splitlines()]
     assert rows == frames  # each frame's one row
@@ -834,7 +835,7 @@ def test_a_ray_run_stopped_before_any_frame_came_back_says_so(ray_cluster, tiny_
             child.kill()
     err = "".join(lines)
     assert child.returncode == 143 and err.endswith("terminated\n"), err
-    said = ("stopped before any frame's row reached this driver (each worker sends its rows 8 frame(s) at a time): no "
+    said = ("stopped before any frame's row reached this driver (each worker sends its rows 8 frames at a time): no "
             "row was kept" if fmt == "jsonl" else f"stopped before any frame's outputs were written to {str(out)!r}")
     assert f"{said}; rerun with --skip-existing to finish\n" in err, err
     after = state_of(out) if out.exists() else {}
@@ -1003,7 +1004,7 @@ def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, 
     write_frames(folder, tiny_model, {f"{index:06d}": 300 for index in range(9)})
     rc, out, err = cli_ray_infer(folder, tiny_model, tmp_path / "ray", "--workers", "2", "--threads", str(cores + 1))
     assert rc == 0 and out.startswith("9/9 frames"), (out, err)
-    assert "running on Ray: 2 worker(s) on the CPU\n" in err and " cut to " not in err, err
+    assert "running on Ray: 2 workers on the CPU\n" in err and " cut to " not in err, err
     assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: "
                      f"{cores} threads\n") == 1, err
     # the runtime options' threads are the workers' too (they were refused against this machine's cores)
@@ -1106,7 +1107,7 @@ def test_a_run_of_fewer_calls_than_workers_starts_a_worker_a_call_and_says_a_wor
     assert rc == 0 and out.startswith("3/3 frames"), (out, err)
     assert len(detect_actors() - before) == 1
     assert [(batch, count) for _, batch, count in detector_opens(ray_cluster, tmp_path / "cli")] == [(1, threads)]
-    assert "running on Ray: 1 worker(s) on the CPU\n" in err and "frames/s with 1 worker(s)" in err, err
+    assert "running on Ray: 1 worker on the CPU\n" in err and "frames/s with 1 worker" in err, err
     assert [line for line in err.splitlines() if " cut to " in line] == \
         [f"note: --workers 2 cut to 1: the 3 frames to run make 1 worker call of 3 {why}"], err
     assert_same_json_files(tmp_path / "ray", tmp_path / "local")

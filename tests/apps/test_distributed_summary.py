@@ -24,10 +24,12 @@ def test_workers_default_to_two_a_gpu_and_to_half_the_cpus_without_one() -> None
     assert check_resources({"GPU": 1.0, "CPU": 16.0}, 1, None) == (1, 0.5)
     assert check_resources({"CPU": 8.0}, None, None) == (4, 0.0)
     assert check_resources({"GPU": 2.0, "CPU": 3.0}, None, None) == (3, 0.5)  # an actor's CPU each
-    with pytest.raises(InputError, match="3 worker.s. x 0.5 GPU need 1.5 GPUs; the Ray cluster has 1"):
+    with pytest.raises(InputError, match="3 workers x 0.5 GPU need 1.5 GPUs; the Ray cluster has 1"):
         check_resources({"GPU": 1.0, "CPU": 8.0}, 3, None)
-    with pytest.raises(InputError, match="4 GPU worker.s. need 4 CPUs; the Ray cluster has 2"):
+    with pytest.raises(InputError, match="4 GPU workers need 4 CPUs; the Ray cluster has 2"):
         check_resources({"GPU": 4.0, "CPU": 2.0}, 4, 1.0)
+    with pytest.raises(InputError, match="1 GPU worker needs 1 CPU; the Ray cluster has 0"):
+        check_resources({"GPU": 1.0, "CPU": 0.0}, 1, 1.0)
 
 
 def test_a_worker_asking_for_more_gpus_than_the_cluster_has_names_the_option_and_the_fix() -> None:

@@ -228,16 +228,19 @@ def test_a_line_of_several_ids_is_refused_naming_it(folders: tuple[Path, Path], 
 
 def test_a_prediction_file_without_a_label_is_named_with_the_fix(folders: tuple[Path, Path], tmp_path: Path) -> None:
     """One stray prediction file (or a broken link) in --pred failed the whole evaluation with "label file ...
-    does not exist", naming no prediction file; with --ids of the labelled frames it evaluates."""
+    does not exist", naming no prediction file; with --ids of the labelled frames it evaluates. The others
+    without a label are counted, one in the singular."""
     labels, pred = folders
     (pred / "000007.txt").write_text(PRED)
+    (pred / "000008.txt").write_text(PRED)
     (pred / "000009.txt").symlink_to("gone.txt")
     fix = ("; without --ids eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to "
            "evaluate (e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred\n")
-    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
-    assert (rc, err, out) == (2, f"error: prediction file '{pred / '000007.txt'}' has no label file: "
-                                 f"'{labels / '000007.txt'}' does not exist (and 1 more prediction file(s) have none)"
-                                 + fix, ""), err
+    for others in ("2 more prediction files have", "1 more prediction file has"):
+        rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+        assert (rc, err, out) == (2, f"error: prediction file '{pred / '000007.txt'}' has no label file: "
+                                     f"'{labels / '000007.txt'}' does not exist (and {others} none)" + fix, ""), err
+        (pred / "000008.txt").unlink(missing_ok=True)
     (pred / "000007.txt").unlink()
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels)
     assert (rc, err) == (2, f"error: prediction file '{pred / '000009.txt'}' (a broken symbolic link) has no label "
@@ -333,13 +336,17 @@ BEHIND_LIDAR = [-10.0, 0.0, -0.85, 3.9, 1.6, 1.5, 0.0]
 RIGHT_EDGE_LIDAR = [10.0, -9.0, -0.85, 3.9, 1.6, 1.5, 0.0]
 
 
-def assumed_image_note(root: Path, images: str | None = None) -> str:
-    """eval's note for the one JSON frame whose camera image ``root``/image_2/000000.png is missing, naming that
+def assumed_image_note(root: Path, images: str | None = None, frames: int = 1) -> str:
+    """eval's note for the JSON frames (one, or two) whose camera images in ``root``/image_2 are missing, naming that
     folder ``images`` (None: absolute)."""
     images = str(root.absolute() / "image_2") if images is None else images
-    return (f"note: 1 JSON prediction frame(s) have no camera image in {images!r} to take "
-            "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; if the camera's "
-            "image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 PNGs there\n")
+    if frames == 2:
+        return (f"note: 2 JSON prediction frames have no camera image in {images!r} to take "
+                "their size from, so their 2D boxes were clipped to KITTI's usual 1242 x 375 image; if the camera's "
+                "image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 PNGs there\n")
+    return (f"note: 1 JSON prediction frame has no camera image in {images!r} to take "
+            "its size from, so its 2D boxes were clipped to KITTI's usual 1242 x 375 image; if the camera's "
+            "image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frame's image_2 PNG there\n")
 
 
 def _json_predictions(tmp_path: Path, boxes: list[list[float]], scores: list[float]) -> tuple[Path, Path, Path]:
@@ -401,7 +408,7 @@ def test_json_boxes_outside_the_camera_image_are_left_out_and_counted(tmp_path: 
     rc, err, both = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, assumed_image_note(tmp_path)), err
     first, table = both.split("\n", 1)
-    assert first == (f"1 frame, predictions {pred} (1 box(es) outside the camera image left out, "
+    assert first == (f"1 frame, predictions {pred} (1 box outside the camera image left out, "
                      "as infer --format kitti leaves them out)")
     assert table == alone.split("\n", 1)[1]
     txt = tmp_path / "pred_txt"
@@ -418,7 +425,7 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
         tmp_path: Path) -> None:
     """Before: every JSON frame's 2D boxes were clipped to 1242 x 375 without a word, whatever the camera's image
     (KITTI has 1224 x 370 too). Now the calib folder's sibling image_2/<id>.png gives the size, else a note says
-    KITTI's usual one was assumed."""
+    KITTI's usual one was assumed, for one frame in the singular."""
     labels, pred, calib = _json_predictions(tmp_path, [RIGHT_EDGE_LIDAR], [0.9])
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, assumed_image_note(tmp_path))
@@ -428,6 +435,11 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
     rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, "")
     assert load_predictions(pred, ["000000"], calib).bbox[0, 2] == 1223.0
+    (tmp_path / "image_2" / "000000.png").unlink()
+    for folder, suffix in ((labels, ".txt"), (pred, ".json"), (calib, ".txt")):  # a second frame, as the first
+        (folder / f"000001{suffix}").write_text((folder / f"000000{suffix}").read_text().replace("000000", "000001"))
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, err) == (0, assumed_image_note(tmp_path, frames=2)), err
 
 
 def test_json_predictions_name_the_camera_image_and_its_folder_as_calib_is_given(
@@ -483,7 +495,7 @@ def test_image_shape_clips_json_predictions_for_every_frame_before_the_png_and_s
     labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR, RIGHT_STRIP_LIDAR], [0.9, 0.8])
     (tmp_path / "image_2").mkdir()
     (tmp_path / "image_2" / "000000.png").write_bytes(png_header(1242, 375))
-    left_out = f"1 frame, predictions {pred} (1 box(es) outside the camera image left out, as infer --format kitti"
+    left_out = f"1 frame, predictions {pred} (1 box outside the camera image left out, as infer --format kitti"
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
     assert (rc, err) == (0, "") and out.startswith(f"1 frame, predictions {pred}\n"), out  # the PNG's 1242 x 375
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--image-shape", "370,1224")
@@ -492,7 +504,7 @@ def test_image_shape_clips_json_predictions_for_every_frame_before_the_png_and_s
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--compare", pred,
                             "--image-shape", "370,1224")
     assert (rc, err) == (0, "") and out.startswith(left_out), out  # no PNG: the size given, and no note
-    assert out.count("(1 box(es) outside the camera image left out") == 3, out  # the --compare folder's too
+    assert out.count("(1 box outside the camera image left out") == 3, out  # the --compare folder's too
     stderr = io.StringIO()
     with pytest.raises(SystemExit), contextlib.redirect_stderr(stderr):
         main(["eval", "--pred", str(pred), "--labels", str(labels), "--image-shape", "1224x370"])
@@ -512,7 +524,7 @@ def test_a_folder_of_row_parts_is_refused_with_how_to_evaluate_them(folders: tup
     (rows / part).write_text("{}\n")
     rc, err, _ = eval_cli("--pred", rows, "--labels", labels)
     assert rc == 2 and err.count("\n") == 1, err
-    assert (f"has no .txt or .json files but 1 part file(s) of rows (e.g. '{part}'), which eval does not read: "
+    assert (f"has no .txt or .json files but 1 part file of rows (e.g. '{part}'), which eval does not read: "
             "evaluate them as that run's infer with --eval LABEL_DIR --skip-existing") in err, err
 
 
@@ -667,7 +679,7 @@ def test_predictions_of_kitti_classes_not_evaluated_are_refused_naming_the_class
                             "Cyclist), so every AP would be 0: their types are 'Tram' (1), 'Van' (1); evaluate them "
                             "with eval --classes Van\n"), err
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--classes", "Van")
-    assert (rc, err) == (0, "note: the ground truth of these 1 frame(s) has no object to count for Van (every "
+    assert (rc, err) == (0, "note: the ground truth of the one frame has no object to count for Van (every "
                             "difficulty): AP there is 0 whatever the predictions (a difficulty counts an object by "
                             "its occlusion, truncation and 2D box height)\n"), err
     assert out.splitlines()[1] == "Van AP@0.70, 0.70, 0.70:", out
@@ -791,16 +803,23 @@ def test_label_lines_of_types_kitti_has_not_are_warned_of(folders: tuple[Path, P
 def test_classes_predicted_without_ground_truth_to_count_are_noted(folders: tuple[Path, Path]) -> None:
     """A Pedestrian predicted in frames whose labels hold none, and a Car occluded (occlusion 1: moderate and hard
     count it, easy ignores it): AP 0 there, whatever the predictions, printed as a model that missed everything.
-    Now one note names each class and difficulty; Cyclist, predicted nowhere, goes unsaid."""
+    Now one note names each class and difficulty, of one frame in the singular; Cyclist, predicted nowhere, goes
+    unsaid."""
     labels, pred = folders
     (labels / "000000.txt").write_text(GT.replace("Car 0 0", "Car 0 1", 1))
     (pred / "000000.txt").write_text(PRED + "Pedestrian 0 0 0 400 150 440 230 1.8 0.6 0.8 2 1.6 20 0 0.8\n")
     rc, err, out = eval_cli("--pred", pred, "--labels", labels)
     # Car: easy counts nothing; moderate and hard one hit of one object, a single sample: 1/11
     assert rc == 0 and _strict_r11(out, "3d   AP") == "3d   AP:0.0000, 9.0909, 9.0909", out
-    assert err == ("note: the ground truth of these 1 frame(s) has no object to count for Car (easy); Pedestrian "
+    assert err == ("note: the ground truth of the one frame has no object to count for Car (easy); Pedestrian "
                    "(every difficulty): AP there is 0 whatever the predictions (a difficulty counts an object by its "
                    "occlusion, truncation and 2D box height)\n"), err
+    (labels / "000001.txt").write_text((labels / "000000.txt").read_text())  # a second frame, as the first
+    (pred / "000001.txt").write_text((pred / "000000.txt").read_text())
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert rc == 0 and err == ("note: the ground truth of these 2 frames has no object to count for Car (easy); "
+                               "Pedestrian (every difficulty): AP there is 0 whatever the predictions (a difficulty "
+                               "counts an object by its occlusion, truncation and 2D box height)\n"), err
 
 
 def test_a_frame_of_more_box_pairs_than_eval_compares_is_one_error(folders: tuple[Path, Path]) -> None:

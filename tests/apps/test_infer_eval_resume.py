@@ -96,7 +96,7 @@ def test_a_resumed_run_evaluates_as_one_uninterrupted_run(tiny_model: Path, scen
     whole = run(tiny_model, frames, tmp_path / "whole", fmt, labels)
     assert whole.rc == 0, whole
     printed, report = evaluation(whole, tmp_path / "whole")
-    assert printed.startswith(f"KITTI evaluation of 5 frame(s) against {labels}\n"), printed
+    assert printed.startswith(f"KITTI evaluation of 5 frames against {labels}\n"), printed
     aps = [float(v) for line in printed.splitlines() if line.startswith("3d   AP:") for v in line[8:].split(",")]
     assert any(0 < ap < 100 for ap in aps), printed  # boxes matched and missed: a lost frame would show
 
@@ -105,7 +105,7 @@ def test_a_resumed_run_evaluates_as_one_uninterrupted_run(tiny_model: Path, scen
     remove_outputs(out, fmt, ["000002", "000004"])
     (out / "eval.json").unlink()
     resumed = run(tiny_model, frames, out, fmt, labels, "--skip-existing")
-    assert resumed.rc == 0 and "skipping 3 frame(s)" in resumed.err and "error" not in resumed.err, resumed
+    assert resumed.rc == 0 and "skipping 3 frames" in resumed.err and "error" not in resumed.err, resumed
     assert "2/2 frames" in resumed.out, resumed
     assert evaluation(resumed, out) == (printed, report)
 
@@ -123,17 +123,17 @@ def test_an_earlier_failure_is_left_out_as_in_one_uninterrupted_run(tiny_model: 
     whole = run(tiny_model, frames, tmp_path / "whole", "jsonl", labels)
     assert whole.rc == 1 and "000009.bin" in whole.err, whole
     printed, report = evaluation(whole, tmp_path / "whole")
-    assert printed.startswith(f"KITTI evaluation of 5 frame(s) against {labels} (1 failed frame(s) left out)\n")
+    assert printed.startswith(f"KITTI evaluation of 5 frames against {labels} (1 failed frame left out)\n")
 
     out = tmp_path / "out"
     assert run(tiny_model, frames, out, "jsonl", labels).rc == 1
     remove_outputs(out, "jsonl", ["000003"])
     resumed = run(tiny_model, frames, out, "jsonl", labels, "--skip-existing")
-    assert resumed.rc == 0 and "skipping 5 frame(s)" in resumed.err, resumed
+    assert resumed.rc == 0 and "skipping 5 frames" in resumed.err, resumed
     assert "1 of them failed in an earlier run" in resumed.err, resumed
     assert evaluation(resumed, out) == (printed, report)
     retried = run(tiny_model, frames, out, "jsonl", labels, "--skip-existing", "--retry-failed")
-    assert retried.rc == 1 and "rerunning 1 frame(s)" in retried.err, retried
+    assert retried.rc == 1 and "rerunning 1 frame that" in retried.err, retried
     assert evaluation(retried, out) == (printed, report)
 
 
@@ -149,10 +149,10 @@ def test_an_odd_label_and_out_folder_are_named_escaped(tiny_model: Path, scene: 
     for done in (first, again):
         lines = done.out.splitlines() + done.err.splitlines()
         assert done.rc == 0 and all(line.isprintable() for line in lines), done
-        assert f"KITTI evaluation of 5 frame(s) against {shown(labels)}" in lines, done
+        assert f"KITTI evaluation of 5 frames against {shown(labels)}" in lines, done
         assert f"wrote {shown(out / 'eval.json')}" in lines, done
     assert f", written to {shown(out)} (" in first.out.splitlines()[0], first  # the summary
-    assert f"skipping 5 frame(s) whose outputs are already in {shown(out)}" in again.err.splitlines(), again
+    assert f"skipping 5 frames whose outputs are already in {shown(out)}" in again.err.splitlines(), again
 
 
 def test_a_skipped_frame_that_cannot_be_evaluated_is_one_error_line(tiny_model: Path, scene: Path,
@@ -170,7 +170,7 @@ def test_a_skipped_frame_that_cannot_be_evaluated_is_one_error_line(tiny_model: 
     assert resumed.rc == 1 and len(errors) == 1, resumed
     assert errors[0].startswith(f"error: '{out / '000002.json'}': cannot be evaluated: calib folder ")
     assert "'000002'" in errors[0] and "left out of the evaluation" in errors[0], errors
-    assert (f"KITTI evaluation of 4 frame(s) against {labels} (1 frame(s) whose earlier outputs could not be read "
+    assert (f"KITTI evaluation of 4 frames against {labels} (1 frame whose earlier outputs could not be read "
             "left out)\n") in resumed.out, resumed
 
     out = tmp_path / "jsonl"
@@ -185,7 +185,7 @@ def test_a_skipped_frame_that_cannot_be_evaluated_is_one_error_line(tiny_model: 
     assert resumed.rc == 1 and len(errors) == 1, resumed
     assert errors[0].startswith(f"error: '{part}' (the row of '{frames[3]}'): cannot be evaluated: 'boxes_lidar' is "
                                 "not a list of boxes of 7 values each; the frame is left out of the evaluation"), errors
-    assert "KITTI evaluation of 4 frame(s)" in resumed.out and "could not be read left out" in resumed.out, resumed
+    assert "KITTI evaluation of 4 frames" in resumed.out and "could not be read left out" in resumed.out, resumed
 
 
 @pytest.mark.parametrize("record, problem", [

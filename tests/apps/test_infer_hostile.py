@@ -199,7 +199,7 @@ def test_a_folder_this_user_cannot_open_gives_no_frame_and_the_rest_run(tiny_mod
                       f"error: '{locked / 'c.bin'}' cannot be reached: Permission denied (a folder on its path that "
                       "this user cannot search?)"], done.stderr
     assert output_names(out) == ["a.json"]
-    assert done.stdout.startswith("1/1 frames") and "2 path(s) gave no frame" in done.stderr, done
+    assert done.stdout.startswith("1/1 frames") and "2 paths gave no frame" in done.stderr, done
 
 
 def test_a_path_through_a_symbolic_link_loop_or_too_long_a_name_is_not_blamed_on_permissions(
@@ -288,8 +288,8 @@ def test_point_dim_for_a_run_without_a_bin_frame_is_refused_and_kept_where_one_i
     folder.mkdir()
     np.save(folder / "a.npy", np.fromfile(frames / "a.bin", np.float32).reshape(-1, 4))
     rc, err = run_infer("infer", folder, "--model", tmp_path / "no-model", "--point-dim", "5", "--device", "cpu")
-    assert rc == 2 and err == ("error: --point-dim 5: it sets the values a point of .bin frames, and none of these 1 "
-                               "frame(s) is one (.npy and .pcd files carry their own row length): drop it\n"), err
+    assert rc == 2 and err == ("error: --point-dim 5: it sets the values a point of .bin frames, and the one frame "
+                               "is not one (.npy and .pcd files carry their own row length): drop it\n"), err
     rc, err = run_infer("infer", folder, frames / "a.bin", "--model", tmp_path / "no-model", "--point-dim", "5",
                         "--device", "cpu")
     assert rc == 2 and "--point-dim" not in err and "no-model" in err, err

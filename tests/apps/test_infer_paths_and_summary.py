@@ -47,7 +47,7 @@ def test_globs_reach_any_depth_with_two_stars_and_folders_leave_hidden_files_out
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         assert expand_frame_paths([str(seq)]) == [str(seq / "top.bin")]
-    assert err.getvalue() == (f"note: folder {str(seq)!r}: 1 hidden file(s) left out (e.g. '._top.bin': macOS "
+    assert err.getvalue() == (f"note: folder {str(seq)!r}: 1 hidden file left out (e.g. '._top.bin': macOS "
                               "metadata?); give one by name to run it\n")
     assert expand_frame_paths([str(seq / "._top.bin")]) == [str(seq / "._top.bin")]  # by name: run
 
@@ -104,8 +104,25 @@ def test_paths_that_give_no_frame_among_frames_are_counted_and_the_rest_run(tiny
     assert f"point file {str(tmp_path / 'gone.bin')!r} does not exist" in errors[0]
     assert str(empty) in errors[1] and str(text) in errors[2]
     assert run.out.startswith("2/3 frames, "), run.out
-    assert "1 of 3 frame(s) failed and 2 path(s) gave no frame (listed above)" in run.err, run.err
+    assert "1 of 3 frames failed and 2 paths gave no frame (listed above)" in run.err, run.err
     assert output_names(out) == ["000001.json", "000002.json"]
+
+
+@pytest.mark.parametrize("count, said", [(1, "1 of 1 frame failed and 1 path gave no frame"),
+                                         (2, "2 of 2 frames failed and 2 paths gave no frame")])
+def test_the_summary_counts_one_failed_frame_and_one_path_in_the_singular(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], count: int, said: str) -> None:
+    """The summary's failures line said '1 of 1 frame(s) failed and 1 path(s) gave no frame' for any count."""
+    from pointpillars_trt.apps.frame_report import FrameReport
+    from pointpillars_trt.apps.outputs import OutputPlan
+
+    paths = [f"gone{i}.bin" for i in range(count)]
+    report = FrameReport(count, OutputPlan(), progress=False, where=False, input_errors=paths)
+    for i in range(count):
+        report.fail(f"{i:06d}.bin", "cannot be read")
+    assert report.close() == ([], count)
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == f"{said} (listed above)", err
 
 
 def test_a_glob_takes_the_point_files_it_matches_as_a_folder_does(tiny_model: Path, tiny_frames: list[Path],
@@ -134,8 +151,8 @@ def test_globs_that_match_no_point_file_give_no_frame_before_the_model_loads(tin
               "--device", "cpu", "--no-progress")
     assert run.rc == 2 and run.out == "", run
     assert run.err.splitlines() == [  # no "running on" line: the model was never loaded
-        f"error: {f'{mixed}/*.md'!r} matched 2 file(s), none a point file (.bin, .npy, .pcd)",
-        f"error: {f'{mixed}/*.json'!r} matched 2 file(s), none a point file (.bin, .npy, .pcd)",
+        f"error: {f'{mixed}/*.md'!r} matched 2 files, none a point file (.bin, .npy, .pcd)",
+        f"error: {f'{mixed}/*.json'!r} matched 2 files, none a point file (.bin, .npy, .pcd)",
         f"error: {str(mixed / 'README.md')!r} is not a point file: it has extension '.md'; supported: .bin, .npy, .pcd",
     ], run.err
 
@@ -159,16 +176,41 @@ def test_point_files_of_formats_not_read_that_folders_and_globs_leave_out_are_on
     run = cli("infer", seq, f"{more}/*", tiny_frames[3], "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert run.rc == 0 and run.out.splitlines()[-1].startswith("4/4 frames"), run
     assert [line for line in run.err.splitlines() if "not read" in line] == [
-        f"note: 4 file(s) of point formats that are not read left out of the folders and globs given: 2 .npz (e.g. "
+        f"note: 4 files of point formats that are not read left out of the folders and globs given: 2 .npz (e.g. "
         f"{str(seq / 'a.npz')!r}): {fixes[0]}; 2 .ply (e.g. {str(seq / 'c.PLY')!r}): {fixes[1]}"], run.err
     for path, fix in zip((seq / "a.npz", seq / "c.PLY"), fixes):  # the fix each file named alone gets
         alone = cli("infer", path, "--model", tiny_model, "--device", "cpu", "--no-progress")
         assert alone.rc == 2 and alone.err.rstrip().endswith(fix), alone
     only = cli("infer", f"{more}/*.ply", "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert only.rc == 2 and only.err.splitlines() == [
-        f"note: 1 file(s) of point formats that are not read left out of the folders and globs given: 1 .ply (e.g. "
+        f"note: 1 file of point formats that are not read left out of the folders and globs given: 1 .ply (e.g. "
         f"{str(more / 'd.ply')!r}): {fixes[1]}",
-        f"error: {f'{more}/*.ply'!r} matched 1 file(s), none a point file (.bin, .npy, .pcd)"], only
+        f"error: {f'{more}/*.ply'!r} matched 1 file, none a point file (.bin, .npy, .pcd)"], only
+
+
+@pytest.mark.parametrize("count, files, hidden", [(1, "1 file", "1 hidden file"), (2, "2 files", "2 hidden files")])
+def test_the_notes_of_files_left_out_and_a_glob_of_no_point_file_count_one_file_in_the_singular(
+        tmp_path: Path, count: int, files: str, hidden: str) -> None:
+    """A folder's hidden point files, its files of formats not read and a glob's matches that are no point files
+    were each counted as 'N file(s)'."""
+    from pointpillars_trt.apps.frame_paths import expand_frame_paths
+
+    seq = tmp_path / "seq"
+    seq.mkdir()
+    (seq / "000000.bin").write_bytes(b"\0" * 16)
+    for i in range(count):
+        for name in (f"._{i}.bin", f"{i}.npz", f"{i}.md"):
+            (seq / name).write_bytes(b"x")
+    errors: list[str] = []
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert expand_frame_paths([str(seq), f"{seq}/*.md"], errors) == [str(seq / "000000.bin")]
+    notes = err.getvalue().splitlines()
+    assert len(notes) == 2 and notes[0] == (f"note: folder {str(seq)!r}: {hidden} left out (e.g. '._0.bin': macOS "
+                                            "metadata?); give one by name to run it"), notes
+    assert notes[1].startswith(f"note: {files} of point formats that are not read left out of the folders and globs "
+                               f"given: {count} .npz (e.g. {str(seq / '0.npz')!r}): "), notes
+    assert errors == [f"{f'{seq}/*.md'!r} matched {files}, none a point file (.bin, .npy, .pcd)"]
 
 
 # --------------------------------------------------------------------------- the summary line

@@ -111,13 +111,13 @@ def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(
         assert rc == 2 and NO_MODEL in err, err
         rc, stdout, err = job.run(out, fmt, "--skip-existing")
         assert rc == 0, err
-        assert err == f"skipping 2 frame(s) whose outputs are already in {out}\n"  # no device notice: no model
+        assert err == f"skipping 2 frames whose outputs are already in {out}\n"  # no device notice: no model
         assert stdout == nothing_run(2)
         missing = tmp_path / "missing.bin"  # a path that gives no frame is still said, and exits 1
         rc, stdout, err = job.run(out, fmt, "--skip-existing", also=missing)
-        assert rc == 1 and err.splitlines() == [f"skipping 2 frame(s) whose outputs are already in {out}",
+        assert rc == 1 and err.splitlines() == [f"skipping 2 frames whose outputs are already in {out}",
                                                 f"error: point file {str(missing)!r} does not exist",
-                                                "1 path(s) gave no frame (listed above)"], err
+                                                "1 path gave no frame (listed above)"], err
     assert files_of(out) == first
     absent = tmp_path / "absent"  # a --model that names nothing is refused even with nothing to run
     rc, _, err = infer(job.frames, "--model", absent, "--out", out, "--format", fmt, "--skip-existing")
@@ -139,7 +139,7 @@ def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(
     rc, stdout, err = job.run(out, fmt, "--skip-existing")
     assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
     lines = err.splitlines()
-    assert lines[0] == "running on CPU, ONNX Runtime, fp32" and "skipping 2 frame(s)" in lines[1], err
+    assert lines[0] == "running on CPU, ONNX Runtime, fp32" and "skipping 2 frames" in lines[1], err
     assert job.run(whole, fmt)[0] == 0  # the three frames in one run
     if fmt == "json":
         assert files_of(out) == files_of(whole)
@@ -165,14 +165,14 @@ def test_skip_existing_with_a_failed_row_warns_and_retry_failed_opens_the_model_
         rc, stdout, err = job.run(out, fmt, "--skip-existing")
         assert rc == 0 and stdout == nothing_run(3), (stdout, err)
         lines = err.splitlines()
-        assert lines[0] == f"skipping 3 frame(s) whose outputs are already in {out}", err
+        assert lines[0] == f"skipping 3 frames whose outputs are already in {out}", err
         assert lines[1].startswith("warning: 1 of them failed in an earlier run") and len(lines) == 2, err
         rc, _, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
         assert rc == 2 and NO_MODEL in err and files_of(out) == first, err
     shutil.copyfile(job.scans[5], broken)  # fixed
     rc, stdout, err = job.run(out, fmt, "--skip-existing", "--retry-failed")
     assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
-    assert "running on CPU" in err and "skipping 2 frame(s)" in err and "rerunning 1 frame(s)" in err, err
+    assert "running on CPU" in err and "skipping 2 frames" in err and "rerunning 1 frame that" in err, err
     rows = rows_of(out, fmt)
     assert sorted(Path(str(row["source"])).name for row in rows) == sorted(p.name for p in job.frames.iterdir())
     assert all(row["error"] is None for row in rows) and rows[-1]["num_pillars"]
@@ -186,10 +186,10 @@ def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_
     labels = assets / "kitti" / "training" / "label_2"
     out = tmp_path / "out"
     rc, first, _ = job.run(out, "kitti", "--eval", labels)
-    assert rc == 0 and "KITTI evaluation of 2 frame(s)" in first
+    assert rc == 0 and "KITTI evaluation of 2 frames" in first
     with job.spoiled():
         rc, _, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
         assert rc == 2 and NO_MODEL in err, err
     rc, stdout, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
-    assert rc == 0 and "skipping 2 frame(s)" in err and "running on CPU" in err, err
+    assert rc == 0 and "skipping 2 frames" in err and "running on CPU" in err, err
     assert stdout.split("\n", 1)[1] == first.split("\n", 1)[1]  # the same evaluation, after the summary line

@@ -138,7 +138,7 @@ def test_kill_then_skip_existing_completes_without_duplicates_or_partial_files(m
     for path in written:  # every file there is complete
         assert path.read_bytes() == (reference / path.name).read_bytes()
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 1 and f"skipping {len(written)} frame(s)" in err
+    assert rc == 1 and f"skipping {len(written)} frames whose" in err
     assert files_of(out) == files_of(reference)  # all frames, once each; no temp file left
 
 
@@ -234,7 +234,7 @@ def test_a_full_file_system_under_row_outputs_says_the_rerun_that_redoes_its_fra
         out = mount / "out"
         (mount / "filler").write_bytes(b"\0" * (2 * 1024 * 1024 - 64 * 1024))  # room for rows, not pictures
         rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--viz")
-        said = re.search(r"file system is full; \d+ more frame\(s\) not written \(free space, then rerun with "
+        said = re.search(r"file system is full; \d+ more frames? not written \(free space, then rerun with "
                          r"([^)]*)\)", err)
         assert rc == 1 and said is not None, err
         (mount / "filler").unlink()
@@ -281,8 +281,8 @@ def test_skip_existing_redoes_empty_cut_and_foreign_outputs(model_path, frames, 
     record.update(boxes_lidar=[[1, 2, 0, 4, 2, 1.5, 0]], scores=["high"], labels=["Car"])  # eval cannot read it
     (out / names[6]).write_text(json.dumps(record, indent=2) + "\n")
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 1 and "redoing the frames of 6 empty, incomplete or foreign output file(s)" in err, err
-    assert f"skipping {len(names) - 6} frame(s)" in err
+    assert rc == 1 and "redoing the frames of 6 empty, incomplete or foreign output files" in err, err
+    assert f"skipping {len(names) - 6} frames whose" in err
     assert files_of(out) == files_of(reference)
 
 
@@ -293,10 +293,10 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     rc, _, _ = infer(frames.name, "--model", str(model_path), "--out", str(out), "--format", "jsonl")
     assert rc == 1 and len(list(out.glob("detections-*.jsonl"))) == 1
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl")
-    assert rc == 2 and err.count("\n") == 1 and "already holds 1 jsonl part file(s)" in err and "--skip-existing" in err
+    assert rc == 2 and err.count("\n") == 1 and "already holds 1 jsonl part file" in err and "--skip-existing" in err
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
                        "--skip-existing")
-    assert rc == 0 and "skipping 41 frame(s)" in err, err
+    assert rc == 0 and "skipping 41 frames" in err, err
     bad = next(p.name for p in frames.iterdir() if p.stat().st_size % 16)  # the frame whose row is an error
     assert err.count("warning:") == 1 and "1 of them failed in an earlier run" in err and bad in err, err
     assert "pass --retry-failed to rerun them" in err
@@ -305,7 +305,7 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     monkeypatch.chdir(frames)
     names = sorted(p.name for p in frames.iterdir())
     rc, _, err = infer(*names, "--model", str(model_path), "--out", str(out), "--format", "jsonl", "--skip-existing")
-    assert rc == 0 and "skipping 41 frame(s)" in err, err
+    assert rc == 0 and "skipping 41 frames" in err, err
     rows = [json.loads(line) for line in next(out.glob("detections-*.jsonl")).read_text().splitlines()]
     assert sorted(row["path"] for row in rows) == sorted(str(frames / name) for name in names)
     assert {row["source"] for row in rows} == {f"{frames.name}/{name}" for name in names}  # as given
@@ -325,7 +325,7 @@ def test_a_frame_named_like_another_frames_escaped_byte_is_not_skipped_as_that_f
     (folder / "z\\xff.bin").write_bytes(first.read_bytes())
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
                        "--skip-existing")
-    assert rc == 0 and "skipping 1 frame(s)" in err, err
+    assert rc == 0 and "skipping 1 frame whose" in err, err
     rows = [json.loads(line) for part in sorted(out.glob("detections-*.jsonl")) for line in part.read_text().splitlines()]
     assert sorted(row["path"] for row in rows) == [str(folder / "z\\\\xff.bin"), str(folder / "z\\xff.bin")]
 
@@ -348,20 +348,20 @@ def test_a_json_resume_refuses_another_folders_records_and_skips_its_own_by_a_li
     rc, stdout, err = infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(out),
                             "--skip-existing")
     assert rc == 2 and stdout == "" and err == (
-        f"error: --out {str(out)!r} holds the records of 1 frame(s) of the same name from other point files (e.g. "
+        f"error: --out {str(out)!r} holds the records of 1 frame of the same name from other point files (e.g. "
         f"'a.json' is the record of {str(folders[0] / 'a.bin')!r}, not of {str(folders[1] / 'a.bin')!r}), which "
         "this run would replace: give another --out (one a sequence), or remove those records from it first\n"), err
     assert (out / "a.json").read_bytes() == kept
     (tmp_path / "link").symlink_to(folders[0])
     rc, _, err = infer(str(tmp_path / "link" / "a.bin"), "--model", str(model_path), "--out", str(out),
                        "--skip-existing")
-    assert rc == 0 and "skipping 1 frame(s)" in err and "error" not in err, err
+    assert rc == 0 and "skipping 1 frame whose" in err and "error" not in err, err
     assert (out / "a.json").read_bytes() == kept
     record = json.loads(kept)
     del record["source"]  # as an earlier version wrote it: matched by its name
     (out / "a.json").write_text(json.dumps(record, indent=2) + "\n")
     rc, _, err = infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 0 and "skipping 1 frame(s)" in err, err
+    assert rc == 0 and "skipping 1 frame whose" in err, err
     assert infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(tmp_path / "b"),
                  "--skip-existing")[0] == 0  # the fix, as said
 
@@ -386,11 +386,11 @@ def test_a_row_resume_through_a_symbolic_link_to_the_folder_skips_the_frames_alr
     link.symlink_to(folder)
     (folder / good[2].name).write_bytes(good[2].read_bytes())  # new since the first run
     rc, _, err = infer(str(link), "--model", str(model_path), "--out", str(out), "--format", fmt, "--skip-existing")
-    assert rc == 0 and "skipping 3 frame(s)" in err and "1 of them failed in an earlier run" in err, err
+    assert rc == 0 and "skipping 3 frames" in err and "1 of them failed in an earlier run" in err, err
     (folder / "zz.bin").write_bytes(good[0].read_bytes())
     rc, _, err = infer(str(link / "zz.bin"), "--model", str(model_path), "--out", str(out), "--format", fmt,
                        "--skip-existing", "--retry-failed")
-    assert rc == 0 and "rerunning 1 frame(s) that failed in an earlier run" in err, err
+    assert rc == 0 and "rerunning 1 frame that failed in an earlier run" in err, err
     rows = [row for part in sorted(out.glob(f"detections-*.{fmt}")) for row in part_rows(part)]
     assert sorted(os.path.realpath(str(row["path"])) for row in rows) == sorted(
         os.path.realpath(p) for p in folder.iterdir())
@@ -416,7 +416,7 @@ def test_a_json_run_refuses_to_replace_another_folders_records_of_the_same_names
     kept = files_of(out)
     rc, stdout, err = infer(str(seq_b), "--model", str(model_path), "--out", str(out))
     assert rc == 2 and stdout == "" and err.count("\n") == 1, err
-    assert err == (f"error: --out {str(out)!r} holds the records of 2 frame(s) of the same name from other point "
+    assert err == (f"error: --out {str(out)!r} holds the records of 2 frames of the same name from other point "
                    f"files (e.g. '000000.json' is the record of {str(seq_a / '000000.bin')!r}, not of "
                    f"{str(seq_b / '000000.bin')!r}), which this run would replace: give another --out (one a "
                    "sequence), or remove those records from it first\n")
@@ -432,7 +432,7 @@ def test_a_json_run_refuses_to_replace_another_folders_records_of_the_same_names
     record = kept["000000.json"]
     (out / "000000.json").write_bytes(record[:record.index(b'"source"') + len(str(seq_a / "000000.bin")) + 20])
     rc, _, err = infer(str(seq_b), "--model", str(model_path), "--out", str(out))
-    assert rc == 2 and "holds the records of 1 frame(s) of the same name from other point files" in err, err
+    assert rc == 2 and "holds the records of 1 frame of the same name from other point files" in err, err
 
 
 def test_the_checks_of_a_json_run_read_each_existing_record_once(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -502,7 +502,7 @@ def test_retry_failed_reruns_fixed_frames_and_keeps_one_row_a_source(model_path,
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt,
                        "--skip-existing", "--retry-failed")
     assert rc == 0, err
-    assert "skipping 1 frame(s)" in err and "rerunning 2 frame(s) that failed in an earlier run" in err, err
+    assert "skipping 1 frame whose" in err and "rerunning 2 frames that failed in an earlier run" in err, err
     assert "pass --retry-failed" not in err
     parts = sorted(out.glob(f"detections-*.{fmt}"))
     assert [p.name for p in parts] == [f"detections-00000.{fmt}", f"detections-00001.{fmt}"]
@@ -548,11 +548,11 @@ def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(mo
                        "--skip-existing")
     assert rc == 0 and err.count("warning:") == 2, err
     lines = err.splitlines()
-    skipping = lines.index(f"skipping 3 frame(s) whose outputs are already in {out}")
+    skipping = lines.index(f"skipping 3 frames whose outputs are already in {out}")
     assert lines[skipping + 1].startswith("warning: 1 of them failed in an earlier run"), err
     assert lines[skipping + 2] == (
-        f"warning: 1 frame(s) with a row in {out} have no whole --viz picture (e.g. '{pictures[0].name}'), and a "
-        "frame with a row is not run again: to draw them, rerun those frames with --viz into another --out"), err
+        f"warning: 1 frame with a row in {out} has no whole --viz picture (e.g. '{pictures[0].name}'), and a "
+        "frame with a row is not run again: to draw it, rerun that frame with --viz into another --out"), err
     assert list(out.glob(f"detections-*.{fmt}")) == [part] and part.read_bytes() == first_rows
 
 
@@ -611,10 +611,11 @@ def test_interrupted_row_run_keeps_its_finished_rows(model_path, tmp_path) -> No
     assert child.returncode == 130, err
     (part,) = out.glob("detections-*.jsonl")
     kept = [json.loads(line)["source"] for line in part.read_text().splitlines()]
-    assert 0 < len(kept) < 2000 and f"the rows of {len(kept)} finished frame(s)" in err
+    noun = "frame" + "s" * (len(kept) > 1)
+    assert 0 < len(kept) < 2000 and f"the rows of {len(kept)} finished {noun} are in" in err
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
                        "--skip-existing")
-    assert rc == 0 and f"skipping {len(kept)} frame(s)" in err
+    assert rc == 0 and f"skipping {len(kept)} {noun} whose" in err
     rows = [json.loads(line)["source"] for p in sorted(out.glob("detections-*.jsonl"))
             for line in p.read_text().splitlines()]
     assert sorted(rows) == sorted(str(p) for p in folder.iterdir())
@@ -636,12 +637,12 @@ def test_interrupted_json_run_says_how_many_frames_it_wrote_and_how_to_finish(mo
     child.send_signal(signal.SIGINT)
     _, err = child.communicate(timeout=60)
     assert child.returncode == 130, err
-    said = re.search(rf"stopped: the outputs of (\d+) finished frame\(s\) are in {re.escape(repr(str(out)))}; "
+    said = re.search(rf"stopped: the outputs of (\d+) finished frames are in {re.escape(repr(str(out)))}; "
                      r"rerun with --skip-existing to finish\n", err)
     written = [name for name in output_names(out) if name.endswith(".json")]
     assert said is not None and 20 <= int(said.group(1)) == len(written) < 500, err
     rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--skip-existing")
-    assert rc == 0 and f"skipping {len(written)} frame(s)" in err
+    assert rc == 0 and f"skipping {len(written)} frames whose" in err
     assert sorted(output_names(out)) == sorted(f"{p.stem}.json" for p in folder.iterdir())
 
 
@@ -723,8 +724,8 @@ def test_a_stop_just_as_a_part_is_written_still_flushes_and_names_the_parts(tmp_
     keep_finished_rows(parts, pending, notes.append)
     files = sorted(str(p) for p in tmp_path.glob("detections-*.jsonl"))
     assert len(files) == (rows + 1) // 2 and sorted(set(synced) - {str(tmp_path)}) == files, synced
-    before = f" and the {len(files) - 1} part(s) before it" if len(files) > 1 else ""
-    assert notes == [f"stopped: the rows of {rows} finished frame(s) are in '{files[-1]}'{before}; rerun with "
+    before = " and the 1 part before it" if len(files) == 2 else ""  # parts of 2 rows: 1 or 2 parts
+    assert notes == [f"stopped: the rows of {rows} finished frames are in '{files[-1]}'{before}; rerun with "
                      "--skip-existing to finish"]
 
 
@@ -814,7 +815,7 @@ def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not
         rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(mount / "out"), "--format", fmt,
                                 "--score-threshold", "0.01")  # boxes in every frame: none of them claimed
         assert rc == 1 and stdout.startswith("0/41 frames, 0 boxes"), (stdout, err)
-        assert err.count("the rows of 40 frame(s) are not written") == 1 and "No space left" in err, err
+        assert err.count("the rows of 40 frames are not written") == 1 and "No space left" in err, err
         assert not list((mount / "out").glob("detections-*"))
 
 

@@ -1064,7 +1064,7 @@ def test_infer_over_the_server_writes_what_local_infer_writes(assets: Path, kitt
                       *options)
     rc, out, err = run_captured(run_scaleout_infer, args)
     assert rc == 1 and out.startswith("2/3 frames") and f"error: point file '{corrupt}' is " in err, (out, err)
-    assert "1 of 3 frame(s) failed" in err
+    assert "1 of 3 frames failed" in err
     assert report_lines(out, err, remote) == report_lines(local_out, local_err, local)
     names = output_names(local)
     assert names == output_names(remote) and len(names) == 2
@@ -1307,7 +1307,7 @@ def test_infer_against_a_server_that_hangs_ends_after_one_timeout_and_resumes(in
         down = [line for line in errors if f"server {server.endpoints['grpc']} is down: " in line]
         assert len(down) == 1 and "answered no liveness probe within 3 s" in down[0], errors
         assert len(errors) <= 7, errors  # the requests in flight that timed out before the probe, then one a cause
-        counted = re.search(r"^error: (\d+) more frame\(s\) not run: the server is down \(said above\); once it "
+        counted = re.search(r"^error: (\d+) more frames? not run: the server is down \(said above\); once it "
                             r"answers again, rerun with (--skip-existing.*)$", errors[-1])
         assert counted and int(counted.group(1)) > count // 2, errors
         assert counted.group(2) == ("--skip-existing --retry-failed" if fmt == "jsonl" else "--skip-existing")

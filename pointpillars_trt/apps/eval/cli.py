@@ -76,8 +76,8 @@ def _described(folder: Path | str, predictions: Annotations) -> str:
     left out (as ``infer --format kitti`` leaves them out), so the count evaluated is no surprise."""
     if not predictions.out_of_view:
         return escape_text(str(folder))  # a line of the report: one line whatever the folder's name
-    return (f"{escape_text(str(folder))} ({predictions.out_of_view} box(es) outside the camera image left out, as "
-            "infer --format kitti leaves them out)")
+    return (f"{escape_text(str(folder))} ({counted(predictions.out_of_view, 'box', 'boxes')} outside the camera image "
+            "left out, as infer --format kitti leaves them out)")
 
 
 def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
@@ -87,10 +87,11 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
     if not frames or calib is None:
         return None
     images = safe_repr(named_as_given(calib.absolute().parent / "image_2", calib))
-    return (f"note: {frames} JSON prediction frame(s) have no camera image in {images} to take "
-            f"their size from, so their 2D boxes were clipped to {KITTI_IMAGE_WORDS}; if the "
-            "camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the frames' image_2 "
-            "PNGs there")
+    have, their, pngs = ("has", "its", "frame's image_2 PNG") if frames == 1 else \
+        ("have", "their", "frames' image_2 PNGs")
+    return (f"note: {counted(frames, 'JSON prediction frame')} {have} no camera image in {images} to take "
+            f"{their} size from, so {their} 2D boxes were clipped to {KITTI_IMAGE_WORDS}; if the "
+            f"camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the {pngs} there")
 
 
 def _full_scan_note(folder: Path, kind: str) -> str | None:

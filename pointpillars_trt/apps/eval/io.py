@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InputError, PointPillarsError, safe_repr
+from ...errors import InputError, PointPillarsError, counted, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
                       read_label_file, refuse_other_split)
@@ -160,10 +160,10 @@ def prediction_format(pred_dir: Path, wanted: str | None = None) -> str:
     if not kinds:
         parts = sorted(p.name for p in pred_dir.glob("detections-*") if p.suffix in (".jsonl", ".parquet"))
         if parts:  # an infer --format jsonl / parquet folder: its rows are frames, not files
-            raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files but {len(parts)} "
-                             f"part file(s) of rows (e.g. {safe_repr(parts[0])}), which eval does not read: evaluate "
-                             "them as that run's infer with --eval LABEL_DIR --skip-existing and the same PATHS, "
-                             "--format and --out (nothing runs again), or write --format kitti")
+            raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files but "
+                             f"{counted(len(parts), 'part file')} of rows (e.g. {safe_repr(parts[0])}), which eval does "
+                             "not read: evaluate them as that run's infer with --eval LABEL_DIR --skip-existing and the "
+                             "same PATHS, --format and --out (nothing runs again), or write --format kitti")
         raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files")
     return "kitti" if kinds == {".txt"} else "json"
 
@@ -245,7 +245,8 @@ def refuse_unlabelled_predictions(pred_dir: Path, kind: str, label_dir: Path, fr
         return
     first = pred_dir / f"{missing[0]}{PREDICTION_SUFFIXES[kind]}"
     broken = " (a broken symbolic link)" if first.is_symlink() and not first.exists() else ""
-    more = f" (and {len(missing) - 1} more prediction file(s) have none)" if len(missing) > 1 else ""
+    others = len(missing) - 1
+    more = f" (and {counted(others, 'more prediction file')} {'has' if others == 1 else 'have'} none)" if others else ""
     raise InputError(f"prediction file {safe_repr(os.fspath(first))}{broken} has no label file: "
                      f"{safe_repr(os.fspath(label_dir / (missing[0] + '.txt')))} does not exist{more}; without --ids "
                      "eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to evaluate "

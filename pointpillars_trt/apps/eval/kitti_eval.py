@@ -358,7 +358,7 @@ def _type_counts(names: np.ndarray) -> str:
     kinds, counts = np.unique(names, return_counts=True)
     order = np.lexsort((kinds, -counts))
     shown = ", ".join(f"{safe_repr(str(kinds[i]), 40)} ({counts[i]})" for i in order[:5])
-    return shown + (f" and {len(kinds) - 5} more type(s)" if len(kinds) > 5 else "")
+    return shown + (f" and {counted(len(kinds) - 5, 'more type')}" if len(kinds) > 5 else "")
 
 
 def _some_of(some: int, lines: int, noun: str) -> str:
@@ -431,7 +431,8 @@ def uncounted_note(result: EvalResult, *predictions: Annotations) -> str | None:
              if name.lower() in predicted and not all(cls.counted)]
     if not empty:
         return None
-    return (f"note: the ground truth of these {result.num_frames} frame(s) has no object to count for "
+    frames = "the one frame" if result.num_frames == 1 else f"these {result.num_frames} frames"
+    return (f"note: the ground truth of {frames} has no object to count for "
             f"{'; '.join(empty)}: AP there is 0 whatever the predictions (a difficulty counts an object by its "
             "occlusion, truncation and 2D box height)")
 

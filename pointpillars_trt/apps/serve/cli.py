@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ...errors import InputError, printable_text, safe_repr, shell_word
+from ...errors import InputError, counted, printable_text, safe_repr, shell_word
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
@@ -463,7 +463,7 @@ def _run_ray(args: argparse.Namespace) -> int:
                                      keep_out_of_view=args.keep_out_of_view, viz=args.viz, point_dim=args.point_dim,
                                      intensity_scale=args.intensity_scale, ray_address=args.ray_address, prepare=prepare,
                                      runtime=runtime_options_from_args(args), report=report)
-        print(f"{summary.frames_per_second:.1f} frames/s with {summary.workers} worker(s) "
+        print(f"{summary.frames_per_second:.1f} frames/s with {counted(summary.workers, 'worker')} "
               f"({summary.working_frames_per_second:.1f} frames/s from the workers' first call on: their start left out)",
               file=sys.stderr)
         return EXIT_FRAME_FAILURES if summary.failures or path_errors else 0
