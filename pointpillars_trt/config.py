@@ -26,7 +26,7 @@ from typing import Any, Literal, NoReturn, TypeVar, Union, get_args
 import numpy as np
 
 from .config_yaml import PLAIN_NAME, key_path, parse_yaml, read_yaml
-from .errors import ConfigError, InputError, safe_repr, shell_word
+from .errors import ConfigError, InputError, counted, safe_repr, shell_word
 from .file_reads import path_argument
 from .kernel_limits import GATHER_WARPS, PFN_BLOCK_THREADS, SORT_LIMIT, STATIC_SHARED_BYTES
 
@@ -783,7 +783,7 @@ def _order_difference(names: Sequence[str], classes: Sequence[str]) -> str:
     for i, (name, cls) in enumerate(zip(names, classes)):
         if name != cls:
             return f"{safe_repr(name, 40)} at position {i}, where the classes have {safe_repr(cls, 40)}"
-    return f"{len(names)} for {len(classes)} classes"
+    return f"{len(names)} for {counted(len(classes), 'class', 'classes')}"
 
 
 def next_power_of_two(n: int) -> int:

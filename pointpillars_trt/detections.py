@@ -55,7 +55,8 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
                              "intensity or, in multi-sweep frames, time lag): is it float32 values in that order?")
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
-    return "range", (f"none of its {finite} finite points lies in the model's point range{where}: are they metres "
+    none = "its one finite point does not lie" if finite == 1 else f"none of its {finite} finite points lies"
+    return "range", (f"{none} in the model's point range{where}: are they metres "
                      f"in the lidar frame ({'x forward, y left, z up' if faces_forward(point_range) else 'z up'})?")
 
 

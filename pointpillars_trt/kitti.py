@@ -24,7 +24,7 @@ from typing import NamedTuple, TypeVar, Union, overload
 import numpy as np
 
 from .config import int_within, plain_number
-from .errors import InputError, safe_repr
+from .errors import InputError, counted, safe_repr
 from .file_reads import read_file_head, read_regular_file, read_text_lines, special_kind, text_lines
 from .file_writes import write_bytes_atomic
 
@@ -154,7 +154,8 @@ def _calibration_of(data: bytes) -> Calibration | str:
         except ValueError:
             return f"key {key} has a non-numeric value"
         if values.size != shape[0] * shape[1]:
-            return f"key {key} has {values.size} values, expected {shape[0] * shape[1]} ({shape[0]}x{shape[1]})"
+            return (f"key {key} has {counted(values.size, 'value')}, expected {shape[0] * shape[1]} "
+                    f"({shape[0]}x{shape[1]})")
         if not np.isfinite(values).all():
             return f"key {key} has a NaN or infinite value"
         if np.abs(values).max() > MAX_CALIB_VALUE:
@@ -400,11 +401,10 @@ def finite_detections(
     b = np.asarray(boxes)
     sc = np.asarray(scores).reshape(-1)
     if b.ndim != 2 or not (len(b) == len(sc) == len(labels)) or (velocity is not None and len(velocity) != len(sc)):
-        raise InputError(
-            f"detections: received boxes of shape {b.shape}, {len(sc)} scores and {len(labels)} labels"
-            + ("" if velocity is None else f" and {len(velocity)} velocities")
-            + f", expected (N, 7), N and N{'' if velocity is None else ' and N'}"
-        )
+        counts = [counted(len(sc), "score"), counted(len(labels), "label")]
+        counts += [] if velocity is None else [counted(len(velocity), "velocity", "velocities")]
+        raise InputError(f"detections: received boxes of shape {b.shape}, {', '.join(counts[:-1])} and {counts[-1]}, "
+                         f"expected (N, 7), {'N' if velocity is None else 'N, N'} and N")
     keep = written_detections(b, sc)
     if velocity is not None:
         finite = np.isfinite(np.asarray(velocity, dtype=np.float64))
@@ -524,7 +524,8 @@ def detections_to_kitti_lines(
     sc = np.asarray(scores, dtype=np.float64).reshape(-1)
     if not (len(b) == len(sc) == len(names)):
         raise InputError(
-            f"detections: received {len(b)} boxes, {len(sc)} scores and {len(names)} names, "
+            f"detections: received {counted(len(b), 'box', 'boxes')}, {counted(len(sc), 'score')} and "
+            f"{counted(len(names), 'name')}, "
             "expected the same count"
         )
     height, width = checked_image_shape(KITTI_IMAGE_SHAPE if image_shape is None else image_shape)
@@ -601,7 +602,7 @@ def parse_label_lines(lines: Sequence[str], source: str, *, with_score: bool | N
         if not parts:
             continue
         if len(parts) not in counts:
-            raise InputError(f"{source}, line {number}: {len(parts)} fields, expected {expected}"
+            raise InputError(f"{source}, line {number}: {counted(len(parts), 'field')}, expected {expected}"
                              + _field_count_hint(parts, with_score))
         try:
             values = [float(v) for v in parts[1:]]

@@ -19,7 +19,7 @@ from typing import IO
 
 import numpy as np
 
-from .errors import InputError, InputWarning, escape_text, safe_repr
+from .errors import InputError, InputWarning, counted, escape_text, safe_repr
 from .file_reads import (READ_A_COPY, PathLike, empty_file_error, open_regular_file, overlong_number, read_error,
                          said_empty_error, text_lines)
 from .point_layout import CaptureTimesNote, check_named_time_lags
@@ -125,7 +125,7 @@ def _pcd_points(f: IO[bytes], size: int, header: _PcdHeader, width: int, shown: 
         expected = _pcd_binary_bytes(points, dtype, f"{what} {shown}")
         if size - header_end != expected:
             raise InputError(
-                f"{what} {shown}: {size - header_end} bytes of binary data, but POINTS {points} x "
+                f"{what} {shown}: {counted(size - header_end, 'byte')} of binary data, but POINTS {points} x "
                 f"{dtype.itemsize} bytes a point needs {expected}"
                 + (" (truncated)" if size - header_end < expected else "")
             )

@@ -21,7 +21,7 @@ from typing import IO, Union
 import numpy as np
 
 from .config import POINT_COLUMN_NAMES, finite_float, int_within
-from .errors import InputError, one_line, safe_repr
+from .errors import InputError, counted, one_line, safe_repr
 from .file_reads import (READ_A_COPY, empty_file_error, open_regular_fd, open_regular_file, overlong_number,
                          read_error, read_regular_file, read_size_error, said_empty_error, special_kind)
 from .pcd import ViewpointNote, read_pcd
@@ -288,7 +288,7 @@ def _check_bin_size(path: PathLike, size: int, point_dim: int, what: str, column
     row = 4 * point_dim
     if size % row:
         words = _refuse_misfit_content(path, head()[:_MISFIT_HEAD_BYTES], what)
-        raise InputError(f"{what} {safe_repr(path)} is {size} bytes, not a multiple of {row} "
+        raise InputError(f"{what} {safe_repr(path)} is {counted(size, 'byte')}, not a multiple of {row} "
                          f"({point_dim} float32 values a point){_other_dim_hint(size, point_dim, columns, words)}")
     refuse_oversize(path, size, row, what)
 

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeGuard
 import numpy as np
 
 from .config import POINT_COLUMN_NAMES
-from .errors import InputError, safe_repr
+from .errors import InputError, counted, safe_repr
 
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
@@ -176,9 +176,10 @@ def refuse_missing_values(arr: np.ndarray, points: object, source: str, columns:
         fix = f"points.iloc[:, :{columns}].dropna().to_numpy(np.float32)"
     else:
         fix = f"points[~pd.isna(points[:, :{columns}]).any(axis=1), :{columns}].astype(np.float32)"
-    raise InputError(f"{source}: {count} of its {len(arr)} points lack values (missing: pd.NA, as pandas' nullable "
-                     f"Float32 columns hold them, or None), the first row {int(np.argmax(rows))} (counted from 0); a "
-                     f"point without its values is no return: drop their rows ({fix})")
+    lack, first, their = ("lacks", "row", "its row") if count == 1 else ("lack", "the first row", "their rows")
+    raise InputError(f"{source}: {count} of its {len(arr)} points {lack} values (missing: pd.NA, as pandas' nullable "
+                     f"Float32 columns hold them, or None), {first} {int(np.argmax(rows))} (counted from 0); a "
+                     f"point without its values is no return: drop {their} ({fix})")
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -283,7 +284,7 @@ def as_host_points(points: object, source: str = "points", columns: int = 4,
     expected = f"an (N, {columns}) array of {columns_text(columns)}"
     refuse_masked(points, source)
     if isinstance(points, bytearray) or (isinstance(points, bytes) and not is_frame_path(points)):
-        raise InputError(f"{source}: {len(points)} raw bytes, not points; view them as points with "
+        raise InputError(f"{source}: {counted(len(points), 'raw byte')}, not points; view them as points with "
                          f"np.frombuffer(data, np.float32).reshape(-1, {columns})")
     if is_cuda_array(points) and not hasattr(points, "__array__"):  # np.asarray would make it a 0-d object array
         other = f", or {reader.other_fix}" if reader.other_fix is not None else ""
@@ -299,8 +300,8 @@ def as_host_points(points: object, source: str = "points", columns: int = 4,
     elif arr.ndim == 0:  # None, a number, an object NumPy makes a 0-d array of: named, not its shape alone
         hint = f": {safe_repr(points, 60)} ({type(points).__name__}), not an array of points"
     elif isinstance(points, (list, tuple)) and points and all(is_frame_path(item) for item in points):
-        hint = (f": {len(points)} paths, not points (give them to infer_many, a frame each; the sweeps of one "
-                "frame: read each and join them with PointPillars.accumulate)")
+        hint = (f": {counted(len(points), 'path')}, not points (give them to infer_many, a frame each; the sweeps of "
+                "one frame: read each and join them with PointPillars.accumulate)")
     wide = wide_rows_problem(arr.shape[1], columns) if arr.ndim == 2 and not hint else None
     if wide is not None:  # a range image (beams x azimuths): its first values of each row would read as points
         hint = f": {wide}"

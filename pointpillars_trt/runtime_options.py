@@ -121,7 +121,7 @@ def capped_threads(count: int, what: str) -> tuple[int, str | None]:
     cores = max_threads()
     if count <= cores:
         return count, None
-    return cores, f"{what} is more than the {cores} cores where the detector runs: {cores} threads"
+    return cores, f"{what} is more than the {counted(cores, 'core')} where the detector runs: {counted(cores, 'thread')}"
 
 
 def cpu_threads(threads: int | None, setting: str, cap: bool = True) -> tuple[int | None, str | None, str | None]:

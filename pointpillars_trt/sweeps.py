@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from .config import finite_float, plain_number
-from .errors import InputError, InputWarning, safe_repr
+from .errors import InputError, InputWarning, counted, safe_repr
 from .kitti import rotation_problem
 from .point_layout import (DISTINCT_SUMMARY_SIZE, TIME_LAG_RANGE, distinct_summary, distinct_summary_holds_lags,
                            gather_value_sample, gathered_value_sample, holds_time_lags, misread_row_length, row_layout,
@@ -73,7 +73,8 @@ def accumulate_sweeps(sweeps: Iterable[Any], poses: Iterable[Any], timestamps: I
                                    and np.isfinite(radius) and radius >= 0):
         raise InputError(f"accumulate: ego_radius {safe_repr(ego_radius)}: expected metres >= 0, or None")
     if not (len(sweeps) == len(poses) == len(timestamps)) or not sweeps:
-        raise InputError(f"accumulate: {len(sweeps)} sweeps, {len(poses)} poses and {len(timestamps)} timestamps; "
+        raise InputError(f"accumulate: {counted(len(sweeps), 'sweep')}, {counted(len(poses), 'pose')} and "
+                         f"{counted(len(timestamps), 'timestamp')}; "
                          "expected one pose and one timestamp per sweep, at least one sweep")
     if len(sweeps) > TRAINED_SWEEPS:
         warnings.warn(f"accumulate: {len(sweeps)} sweeps, but nuScenes models are trained on frames of {TRAINED_SWEEPS} "

@@ -224,3 +224,15 @@ def test_an_empty_result_of_a_velocity_model_holds_no_velocities_as_openpcdet_gi
     plain = Detections.empty(names, FrameStats(0))
     assert plain.velocity is None and plain.to_pcdet_dict()["pred_boxes"].shape == (0, 7)
     assert "velocity" not in plain.to_json_dict("x")
+
+
+@pytest.mark.parametrize("finite, said", [(1, "its one finite point does not lie"),
+                                          (2, "none of its 2 finite points lies")])
+def test_a_frame_whose_finite_points_are_out_of_range_counts_one_in_the_singular(finite: int, said: str) -> None:
+    """A frame of 100 points of which one is finite, outside the model's range, was said as 'none of its 1 finite
+    points lies in the model's point range'."""
+    from pointpillars_trt.detections import misread_finding
+
+    found = misread_finding(FrameStats(100, 100 - finite), (0, -40, -3, 70.4, 40, 1))
+    assert found == ("range", f"{said} in the model's point range x 0..70.4 y -40..40 z -3..1: are they metres in the "
+                              "lidar frame (x forward, y left, z up)?")

@@ -981,6 +981,24 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
     assert not [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
 
 
+@pytest.mark.parametrize("max_boxes, said", [(1, "the one box of a frame holds"), (2, "2 of a frame's 2 boxes hold")])
+def test_the_boxes_a_network_overflowed_to_are_counted_in_the_singular_for_one(tmp_path: Path, max_boxes: int,
+                                                                               said: str) -> None:
+    """A frame kept to one box (max_boxes 1) whose box overflowed was said as '1 of a frame's 1 boxes hold ...'."""
+    from pointpillars_trt.config import Thresholds
+
+    model, frame = _model_and_overflowing_frame(tmp_path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            found = detector(frame, thresholds=Thresholds(max_boxes=max_boxes))
+    bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
+    assert len(found) == bad == max_boxes, (len(found), bad)
+    overflowed = [str(w.message) for w in caught if "NaN or infinite values" in str(w.message)]
+    assert len(overflowed) == 1 and overflowed[0].startswith(f"{said} NaN or infinite values: the network overflowed"), \
+        overflowed
+
+
 #: What infer says of a frame of 500 points none of which made a pillar, or all of them one, after the frame's name;
 #: {z}: the tiny model's z range.
 MISREAD = {
@@ -1254,7 +1272,7 @@ def test_fp16_graphs_on_the_cpu_are_said_once_at_the_callers_line(tmp_path: Path
 
 @pytest.mark.parametrize("value, threads, said", [
     ("", None, None), ("1", 1, None), (" 1 ", 1, None),
-    ("99999", "cores", "OMP_NUM_THREADS=99999 is more than the {cores} cores where the detector runs: {cores} threads"),
+    ("99999", "cores", "OMP_NUM_THREADS=99999 is more than the {cores} core{s} where the detector runs: {cores} thread{s}"),
     ("abc", None, "OMP_NUM_THREADS='abc' is no thread count (a positive whole number): left out, ONNX Runtime picks "
                   "its own"),
     ("0", None, "OMP_NUM_THREADS='0' is no thread count"), ("-3", None, "OMP_NUM_THREADS='-3' is no thread count"),
@@ -1281,7 +1299,7 @@ def test_omp_num_threads_is_capped_at_the_cores_and_junk_is_left_out_saying_so(
     if said is None:
         assert notices == []
     else:
-        assert len(notices) == 1 and notices[0].startswith(said.format(cores=cores)), notices
+        assert len(notices) == 1 and notices[0].startswith(said.format(cores=cores, s="s" * (cores > 1))), notices
 
 
 def test_infer_many_says_an_unapplied_pcd_viewpoint_once(detector: PointPillars, points: np.ndarray,

@@ -236,6 +236,9 @@ def test_read_calibration_errors(tmp_path: Path, assets: Path) -> None:
     short.write_text("\n".join(line.rsplit(" ", 1)[0] if line.startswith("P2") else line for line in good))
     with pytest.raises(InputError, match=r"short\.txt': key P2 has 11 values, expected 12"):
         read_calibration(short)
+    short.write_text("\n".join("P2: 7" if line.startswith("P2") else line for line in good))
+    with pytest.raises(InputError, match=r"short\.txt': key P2 has 1 value, expected 12"):
+        read_calibration(short)
     text = tmp_path / "text.txt"
     text.write_text("\n".join(line.replace("P2: 7", "P2: x") for line in good))
     with pytest.raises(InputError, match=r"text\.txt': key P2 has a non-numeric value"):
@@ -311,6 +314,8 @@ def test_kitti_lines_take_an_image_shape_as_an_array_or_whole_floats(calib134: C
     ({"image_shape": (375, 2**31)}, "image shape (375, 2147483648) is not a (height, width)"),
     ({"calib": None}, "calib: expected a Calibration (read_calibration), received NoneType"),
     ({"names": ["Big Car"]}, "names: 'Big Car' is no KITTI class name (one word"),
+    ({"scores": [0.9, 0.8]}, "detections: received 1 box, 2 scores and 1 name, expected the same count"),
+    ({"names": ["Car", "Car"]}, "detections: received 1 box, 1 score and 2 names, expected the same count"),
 ])
 def test_kitti_lines_refuse_arguments_that_make_no_label_lines(calib134: Calibration, given: dict, said: str) -> None:
     """Each was a bare ValueError or AttributeError, every box dropped for a 1 x 1 image, or a line of 17 fields
@@ -450,6 +455,9 @@ def test_a_label_files_lines_break_at_lf_crlf_and_cr_alone_and_are_named_by_an_e
         read_label_file(path, with_score=False)
     path.write_bytes(breaks.join([good, good + control + good, ""]).encode())
     with pytest.raises(InputError, match=r"000000\.txt', line 2: 30 fields, expected 15"):
+        read_label_file(path, with_score=False)
+    path.write_bytes(breaks.join([good, "Car", ""]).encode())
+    with pytest.raises(InputError, match=r"000000\.txt', line 2: 1 field, expected 15"):
         read_label_file(path, with_score=False)
     path.write_bytes(breaks.join([good, f" {good} {control}", good]).encode())
     names, table = read_label_file(path, with_score=False)
@@ -616,7 +624,7 @@ def test_nonfinite_detections_are_dropped_and_counted() -> None:
     assert dropped == 3 and isinstance(ids, np.ndarray) and ids.tolist() == [1]
     b, s, labels, _, dropped = finite_detections(boxes[:1], scores[:1], ["A"])
     assert dropped == 0 and labels == ["A"]
-    with pytest.raises(InputError, match="expected"):
+    with pytest.raises(InputError, match=r"boxes of shape \(4, 7\), 4 scores and 1 label, expected"):
         finite_detections(boxes, scores, ["A"])
     velocity = np.arange(8.0).reshape(4, 2)  # a multi-head model's: kept with its boxes
     *_, kept, dropped = finite_detections(boxes, scores, list("ABCD"), velocity)
@@ -625,6 +633,8 @@ def test_nonfinite_detections_are_dropped_and_counted() -> None:
     assert dropped == 0 and kept is not None and kept.shape == (0, 2)
     with pytest.raises(InputError, match="3 velocities, expected"):
         finite_detections(boxes, scores, list("ABCD"), velocity[:3])
+    with pytest.raises(InputError, match=r"boxes of shape \(1, 7\), 1 score, 1 label and 2 velocities, expected \(N, 7\), N, N and N$"):
+        finite_detections(boxes[:1], scores[:1], ["A"], velocity[:2])
 
 
 def test_absurd_detections_are_dropped_and_counted_so_that_eval_reads_the_lines() -> None:

@@ -291,6 +291,8 @@ def test_pcd_errors(tmp_path: Path) -> None:
     cut = tmp_path / "cut.pcd"
     cut.write_bytes(head + pts.tobytes()[:-5])
     one_line_error(lambda: read_points(cut), "cut.pcd", "59 bytes of binary data", "needs 64", "truncated")
+    cut.write_bytes(head + pts.tobytes()[:1])
+    one_line_error(lambda: read_points(cut), "cut.pcd", ": 1 byte of binary data, but POINTS 4", "needs 64", "truncated")
     short_ascii = tmp_path / "short.pcd"
     short_ascii.write_bytes(pcd_header("x y z intensity", "4 4 4 4", "F F F F", "1 1 1 1", 4, "ascii")
                             + b"1 2 3 4\n5 6 7 8\n")

@@ -90,6 +90,10 @@ def test_size_errors_name_the_other_point_dim(tmp_path: Path) -> None:
         with pytest.raises(InputError) as err:
             read_points(tmp_path / "odd.bin", point_dim=point_dim)
         assert "fits no rows of 3, 4 or 5 float32 values" in str(err.value) and "--point-dim" not in str(err.value)
+    (tmp_path / "byte.bin").write_bytes(bytes(1))  # a copy cut after its first byte: counted in the singular
+    with pytest.raises(InputError, match=r"byte\.bin' is 1 byte, not a multiple of 16 \(4 float32 values a point\); it "
+                                         r"fits no rows"):
+        read_points(tmp_path / "byte.bin")
     (tmp_path / "four.bin").write_bytes(bytes(32))  # rows of 4 read as 5
     with pytest.raises(InputError, match=r"fits rows of 4 values \(x, y, z, intensity, as KITTI writes them: if so, "
                                          r"pass --point-dim 4; Python: point_dim=4\)"):

@@ -95,7 +95,8 @@ def test_a_table_of_nullable_floats_with_missing_values_is_refused_with_a_fix_th
             f"({fix})")
         followed = eval(fix, {"np": np, "pd": pd, "points": points})  # the fix as the message spells it
         np.testing.assert_array_equal(as_host_points(followed), kept)
-    with pytest.raises(InputError, match=r"^points: 1 of its 2 points lack values .* the first row 1 "):
+    with pytest.raises(InputError, match=r"^points: 1 of its 2 points lacks values \(.*\), row 1 \(counted from 0\); a "
+                                         r"point without its values is no return: drop its row \("):
         as_host_points(np.array([[1.0, 2.0, 3.0, 0.5], [1.0, None, 3.0, 0.5]], object))
 
 
@@ -125,13 +126,15 @@ def test_refuses_transposed_with_hint(shape: tuple[int, int]) -> None:
     assert f"({shape[1]}, {shape[0]})" in text and "\n" not in text
 
 
-@pytest.mark.parametrize("paths", [["key.pcd.bin", "sweep1.pcd.bin"], (Path("key.pcd.bin"), b"sweep1.pcd.bin")])
-def test_a_list_of_paths_given_as_one_frame_names_infer_many_and_accumulate(paths: object) -> None:
+@pytest.mark.parametrize("paths, said", [(["key.pcd.bin", "sweep1.pcd.bin"], r"\(2,\): 2 paths"),
+                                         ((Path("key.pcd.bin"), b"sweep1.pcd.bin"), r"\(2,\): 2 paths"),
+                                         (["key.pcd.bin"], r"\(1,\): 1 path")])
+def test_a_list_of_paths_given_as_one_frame_names_infer_many_and_accumulate(paths: object, said: str) -> None:
     """A nuScenes sample's sweep files given as one frame (detector([key, sweep, ...])) were refused as "got shape
     (2,)": now named paths, with the calls that take them (infer_many a frame each, accumulate for one frame's
-    sweeps)."""
+    sweeps); one path is counted in the singular."""
     with pytest.raises(InputError, match=r"^points: expected an \(N, 5\) array of x, y, z, intensity, time; got shape "
-                                         r"\(2,\): 2 paths, not points \(give them to infer_many, a frame each; the "
+                                         + said + r", not points \(give them to infer_many, a frame each; the "
                                          r"sweeps of one frame: read each and join them with PointPillars.accumulate\)$"):
         as_host_points(paths, columns=5)
 
@@ -164,6 +167,8 @@ def test_refuses_other_shapes_and_dtypes() -> None:
     small = np.array([[1.5, 2.5, 0.5, 0.25]] * 10, np.float32).tobytes()  # 160 bytes: no path's length bounds it
     with pytest.raises(InputError, match=r"points: 160 raw bytes, not points; view them as points with np.frombuffer"):
         as_host_points(small)
+    with pytest.raises(InputError, match=r"points: 1 raw byte, not points; view them as points with np.frombuffer"):
+        as_host_points(bytearray(1))
     np.testing.assert_array_equal(as_host_points(np.frombuffer(points.tobytes(), np.float32).reshape(-1, 4)), points)
     np.testing.assert_array_equal(as_host_points(memoryview(points)), points)  # a typed buffer of points is points
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -61,10 +62,26 @@ def test_threads_beyond_this_machines_cores_are_taken_and_capped_where_the_detec
     from pointpillars_trt.runtime_options import capped_threads, max_threads
 
     cores = max_threads()
+    s = "s" * (cores > 1)
     assert RuntimeOptions(threads=cores + 63).threads == cores + 63
     assert capped_threads(cores, "--threads N") == (cores, None)
     assert capped_threads(cores + 1, f"--threads {cores + 1}") == (
-        cores, f"--threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads")
+        cores, f"--threads {cores + 1} is more than the {cores} core{s} where the detector runs: {cores} thread{s}")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="no CPU affinity to run this process on one core")
+def test_threads_capped_at_one_core_are_said_in_the_singular() -> None:
+    """A process allowed one core (taskset, a cpuset) said '... more than the 1 cores where the detector runs:
+    1 threads'."""
+    from pointpillars_trt.runtime_options import capped_threads
+
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        said = capped_threads(2, "--threads 2")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert said == (1, "--threads 2 is more than the 1 core where the detector runs: 1 thread")
 
 
 def test_cpu_threads_take_the_asked_else_omp_num_threads_capped_at_the_cores_unless_they_run_elsewhere(
@@ -75,7 +92,8 @@ def test_cpu_threads_take_the_asked_else_omp_num_threads_capped_at_the_cores_unl
 
     cores = max_threads()
     monkeypatch.setenv("OMP_NUM_THREADS", str(cores + 1))
-    beyond = f"OMP_NUM_THREADS={cores + 1} is more than the {cores} cores where the detector runs: {cores} threads"
+    s = "s" * (cores > 1)
+    beyond = f"OMP_NUM_THREADS={cores + 1} is more than the {cores} core{s} where the detector runs: {cores} thread{s}"
     assert cpu_threads(None, "--threads ") == (cores, f"OMP_NUM_THREADS={cores}", beyond)
     assert cpu_threads(None, "--threads ", cap=False) == (cores + 1, f"OMP_NUM_THREADS={cores + 1}", None)
     assert cpu_threads(1, "threads=") == (1, "threads=1", None)

@@ -83,7 +83,7 @@ def test_ego_points_of_earlier_sweeps_are_dropped() -> None:
 
 @pytest.mark.parametrize("args, message", [
     (([], [], []), "0 sweeps, 0 poses and 0 timestamps"),
-    (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweeps, 2 poses and 1 timestamps"),
+    (([np.zeros((2, 4), np.float32)], [np.eye(4), np.eye(4)], [0.0]), "1 sweep, 2 poses and 1 timestamp"),
     (([np.zeros((2, 3), np.float32)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 3)"),
     (([[[1, 2, 3, 4], [1, 2]]], [np.eye(4)], [0.0]), "sweep 0: cannot be read as an (N, 4) array of x, y, z, intensity"),
     (([np.zeros((2, 4), np.float16)], [np.eye(4)], [0.0]), "sweep 0 has shape (2, 4), dtype float16"),
@@ -163,8 +163,8 @@ def test_a_sweep_of_nullable_float_columns_is_refused_as_a_frame_of_them_is_with
     key = np.array([[1.0, 2.0, -1.0, 0.5], [10.0, -3.0, -1.0, 0.25], [4.0, 4.0, -1.5, 0.75]], np.float32)
     table = pd.DataFrame(key, columns=["x", "y", "z", "intensity"]).astype("Float32")
     table.iloc[1, 2] = pd.NA
-    with pytest.raises(InputError, match=r"^accumulate: sweep 1: 1 of its 3 points lack values \(missing: pd\.NA, .* "
-                       r"the first row 1 \(counted from 0\); .*\(points\.iloc\[:, :4\]\.dropna\(\)\.to_numpy\(np\.float32\)\)$"):
+    with pytest.raises(InputError, match=r"^accumulate: sweep 1: 1 of its 3 points lacks values \(missing: pd\.NA, .* "
+                       r"row 1 \(counted from 0\); .*\(points\.iloc\[:, :4\]\.dropna\(\)\.to_numpy\(np\.float32\)\)$"):
         accumulate_sweeps([key, table], [np.eye(4)] * 2, [1.0, 0.9])
     whole = table.dropna()
     with pytest.raises(InputError, match=r"^accumulate: sweep 1 has shape \(2, 4\), dtype object; .*; "

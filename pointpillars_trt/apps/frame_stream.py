@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from ..errors import counted
 from .frames import BATCH_BREAK, FrameJob, FrameRunner
 
 
@@ -36,7 +37,8 @@ class FrameStream:
         """The jobs of one group of frames (``sources`` names them, one each), in order (as
         ``FrameRunner.run`` yields them); safe to call from several threads at once."""
         if len(items) != len(sources):
-            raise ValueError(f"{len(items)} frames and {len(sources)} names: expected a name a frame")
+            raise ValueError(f"{counted(len(items), 'frame')} and {counted(len(sources), 'name')}: expected a name "
+                             "a frame")
         if any(item is BATCH_BREAK for item in items):
             raise ValueError("BATCH_BREAK among the frames: the stream puts it after each group itself")
         if not items:

@@ -477,7 +477,7 @@ def _existing_output(path: Path) -> tuple[str | None, str | None]:
         for line in data.split(b"\n")[:-1]:  # whole lines only: the last may be cut short
             values = len(line.split())
             if values and values != LABEL_FIELDS + 1:  # a prediction line: a label line's fields and the score
-                return (f"lines of {values} values (KITTI predictions have {LABEL_FIELDS + 1}: a label "
+                return (f"lines of {counted(values, 'value')} (KITTI predictions have {LABEL_FIELDS + 1}: a label "
                         f"file's {LABEL_FIELDS} and a score)"), None
     return None, None
 

@@ -41,8 +41,10 @@ def test_a_worker_asking_for_more_gpus_than_the_cluster_has_names_the_option_and
     with pytest.raises(InputError, match=r"--gpus-per-worker 1: the Ray cluster has 0 GPUs; give --gpus-per-worker 0 "
                                          r"for the CPU path"):
         check_resources({"CPU": 8.0}, None, 1.0)
-    with pytest.raises(InputError, match=r"--gpus-per-worker 2: the Ray cluster has 1 GPUs; give at most 1"):
+    with pytest.raises(InputError, match=r"--gpus-per-worker 2: the Ray cluster has 1 GPU; give at most 1"):
         check_resources({"GPU": 1.0, "CPU": 8.0}, 1, 2.0)
+    with pytest.raises(InputError, match=r"^workers 0: expected >= 1 \(the cluster has 1 GPU\)$"):
+        check_resources({"GPU": 1.0, "CPU": 8.0}, 0, None)
     assert check_resources({"GPU": 1.0, "CPU": 8.0}, None, 1.0) == (1, 1.0)
 
 

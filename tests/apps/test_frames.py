@@ -383,7 +383,7 @@ def test_an_empty_group_returns_at_once(model) -> None:  # type: ignore[no-untyp
         stream = FrameStream(runner)
         try:
             assert list(stream.run([], [])) == []
-            with pytest.raises(ValueError, match="1 frames and 2 names"):
+            with pytest.raises(ValueError, match="^1 frame and 2 names: expected a name a frame$"):
                 list(stream.run(["a"], ["a", "b"]))
             with pytest.raises(ValueError, match="BATCH_BREAK among the frames"):
                 list(stream.run([BATCH_BREAK], ["a"]))

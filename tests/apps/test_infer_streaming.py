@@ -467,7 +467,9 @@ def test_an_existing_output_is_read_by_its_size_not_by_the_record_limit(tmp_path
     for name, text, said in (("000000.txt", prediction + " 0.9\n", None),
                              ("000001.txt", prediction + "\n", "lines of 15 values (KITTI predictions have 16: a "
                                                                "label file's 15 and a score)"),
-                             ("000002.json", json.dumps(record) + "\n", None)):
+                             ("000002.json", json.dumps(record) + "\n", None),
+                             ("000003.txt", "0.9\n", "lines of 1 value (KITTI predictions have 16: a label file's "
+                                                     "15 and a score)")):
         (tmp_path / name).write_text(text)
         reason, peak = traced_peak(lambda: foreign_output(tmp_path / name))
         assert reason == said and peak < 2**20, (name, reason, peak)
@@ -737,7 +739,9 @@ def test_an_empty_out_is_one_error_line_and_threads_beyond_the_cores_one_note(mo
     cores = len(os.sched_getaffinity(0))
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(tmp_path), "--threads", str(cores + 1))
     assert rc == 1 and err.count("error: ") == 1 and "zz_corrupt.bin" in err, err  # the folder's corrupt frame
-    assert err.count(f"note: --threads {cores + 1} is more than the {cores} cores where the detector runs: {cores} threads\n") == 1
+    s = "s" * (cores > 1)
+    assert err.count(f"note: --threads {cores + 1} is more than the {cores} core{s} where the detector runs: "
+                     f"{cores} thread{s}\n") == 1
 
 
 def test_cpu_pipelines_share_the_cores_said_in_one_note(model_path, frames, reference, tmp_path,  # type: ignore[no-untyped-def]

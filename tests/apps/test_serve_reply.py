@@ -74,12 +74,15 @@ def test_frame_bytes_of_five_values_a_point_keep_the_time_lag() -> None:
 
 def test_a_reply_counting_other_points_than_were_sent_is_refused() -> None:
     """A reply whose num_points is not the frame's point count answers another frame (a proxy or server that
-    mixed up replies): refused naming both counts, not taken as this frame's boxes."""
+    mixed up replies): refused naming both counts (a frame of one point, as a health probe sends, in the
+    singular), not taken as this frame's boxes."""
     kitti = check_model_config(config(), "m")
     assert reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT).stats.num_points == SENT
     with pytest.raises(BackendError, match=rf"server answered num_points {SENT} to a frame of {SENT + 1} points "
                                            r"\(another frame's reply\?\)"):
         reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", SENT + 1)
+    with pytest.raises(BackendError, match=rf"server answered num_points {SENT} to a frame of 1 point \(another"):
+        reply_detections(reply(2, False), list(reply(2, False)), kitti, "server", 1)
 
 
 @pytest.mark.parametrize("classes", ["car", "car,truck"])

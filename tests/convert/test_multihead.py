@@ -60,6 +60,8 @@ def multihead(changes: dict[str, Any]) -> dict[str, Any]:
      "where the classes have 'truck'"),
     ({"heads.groups[5]": ["pedestrian"]}, "heads.groups: the heads' classes, in order, must be the classes; got 9 for "
                                          "10 classes"),
+    ({"classes": ["car"], "heads.groups": [["car"], ["truck"]]},  # one class, in the singular
+     "heads.groups: the heads' classes, in order, must be the classes; got 2 for 1 class"),
     ({"anchors.classes[8].class": "traffic_cone", "anchors.classes[9].class": "pedestrian"},
      "anchors.classes: a multi-head model lists one anchor per class in the classes' order; got 'traffic_cone' at "
      "position 8, where the classes have 'pedestrian'"),

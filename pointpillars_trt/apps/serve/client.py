@@ -24,7 +24,7 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, one_line, printable_text
+from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, counted, one_line, printable_text
 from ...pointcloud_io import read_points
 from ...points import HostReader, as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -109,8 +109,8 @@ class RemoteDetector:
         asked, cap = self.thresholds.get("max_boxes"), self.served.max_boxes
         if isinstance(asked, int) and cap is not None and asked > cap:
             self.close()
-            raise InputError(f"--max-boxes {asked}: server {self._shown} returns at most {cap} boxes a frame (its "
-                             f"detector's cap, set when it was served); give at most {cap}")
+            raise InputError(f"--max-boxes {asked}: server {self._shown} returns at most {counted(cap, 'box', 'boxes')} "
+                             f"a frame (its detector's cap, set when it was served); give at most {cap}")
         self.class_names, self.max_points = self.served.class_names, self.served.max_points
         self.num_point_columns = self.served.num_point_columns  # what infer reads a frame's points as
         # what infer draws its --viz pictures over and decides its default crop by, as of a local model dir

@@ -170,7 +170,8 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")
     if stats["num_points"] != sent_points:
-        raise refuse(f"num_points {stats['num_points']} to a frame of {sent_points} points (another frame's reply?)")
+        raise refuse(f"num_points {stats['num_points']} to a frame of {counted(sent_points, 'point')} (another "
+                     "frame's reply?)")
     velocity = found[VELOCITY].reshape(-1, 2) if served.velocity else None
     return Detections(found["boxes"].reshape(-1, 7), found["scores"].reshape(-1), labels.astype(np.int32),
                       class_names, FrameStats(**stats), velocity)

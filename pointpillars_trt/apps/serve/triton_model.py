@@ -46,7 +46,7 @@ from pointpillars_trt.apps.serve.pipelines import PipelineSet  # noqa: E402
 from pointpillars_trt.detector import PointPillars  # noqa: E402
 from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
-from pointpillars_trt.errors import InputError, PointPillarsError  # noqa: E402
+from pointpillars_trt.errors import InputError, PointPillarsError, counted  # noqa: E402
 from pointpillars_trt.graph_io import MAX_BATCH  # noqa: E402
 
 THRESHOLD_INPUTS = {"score_threshold": float, "nms_iou": float, "max_boxes": int}  # optional, one value each
@@ -227,7 +227,7 @@ class TritonPythonModel:
             values[name] = kind(array.reshape(-1)[0])
         cap, asked = self.cfg.postprocess.max_boxes, values.get("max_boxes")
         if asked is not None and asked > cap:  # the client's to lower: said before any limit of every detector's
-            raise InputError(f"max_boxes {asked}: this server returns at most {cap} boxes a frame "
+            raise InputError(f"max_boxes {asked}: this server returns at most {counted(cap, 'box', 'boxes')} a frame "
                              f"(its detector's cap, set when it was served); ask for at most {cap}")
         thresholds = Thresholds(**values)  # type: ignore[arg-type]
         if values:
