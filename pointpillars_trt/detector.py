@@ -8,7 +8,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from types import FrameType
@@ -406,7 +406,7 @@ class PointPillars:
         return None if thresholds is None or thresholds == Thresholds() else thresholds.applied_to(self.cfg)
 
     def infer_many(self, frames: Iterable[object], *, batch_size: int = 1, point_dim: int | None = None,
-                   thresholds: Thresholds | None = None) -> Iterator[FrameResult]:
+                   thresholds: Thresholds | None = None) -> Generator[FrameResult, None, None]:
         """Detect on many frames (arrays or point-file paths), ``batch_size`` at a time; a bad frame
         yields its error and the rest go on. Results come in input order; a failed read is yielded
         as soon as the frames before it are, so any number of bad frames in a row costs no memory.
@@ -420,7 +420,8 @@ class PointPillars:
         paths) are read up to ``INFER_MANY_READ_AHEAD`` groups ahead while a group runs; from any other
         iterable (a generator, a live source) no frame is taken beyond the group being filled, so a batch's
         results never wait for later frames, and what the iterable raises comes after the results of the
-        frames it gave.
+        frames it gave. The results are a generator: read in part, ``close()`` on it (as a ``for`` loop left early
+        does once nothing else holds it) ends it at once, its reads not started dropped.
         """
         self._check_ready()
         check_frames_to_stream(frames, self.cfg.num_point_columns)
@@ -445,7 +446,7 @@ class PointPillars:
         return self._stream(iter(enumerate(frames)), batch, read, pool, ahead, detect)  # checked above, not at next()
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame, pool: _StagingPool,
-                ahead: int, detect: _DetectGroup) -> Iterator[FrameResult]:
+                ahead: int, detect: _DetectGroup) -> Generator[FrameResult, None, None]:
         """``infer_many``'s loop; ``ahead``: groups read ahead of the one that runs."""
         reader = ThreadPoolExecutor(max_workers=INFER_MANY_READERS, thread_name_prefix="pp-infer-many")
         groups: collections.deque[_Group] = collections.deque()

@@ -193,12 +193,13 @@ def test_the_package_lists_its_public_names_and_not_its_helpers() -> None:
 
 USER_SCRIPT = '''
 from __future__ import annotations
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import assert_type
 
 import numpy as np
 
 from pointpillars_trt import Detections, FrameResult, FrameStats, PointPillars, PointPillarsError, Thresholds
+from pointpillars_trt.apps.serve.client import RemoteDetector
 from pointpillars_trt.pointcloud_io import read_points
 
 
@@ -217,20 +218,32 @@ def run(checkpoint: str, frame: str) -> list[str]:
         assert_type(detector.detect_batch([points]), list[Detections])
         assert_type(detector.submit_batch([points]), Callable[[], list[Detections]])
         results = detector.infer_many([frame, points], batch_size=2)
-        assert_type(results, Iterator[FrameResult])
+        assert_type(results, Generator[FrameResult, None, None])
         for result in results:
             assert_type(result.error, PointPillarsError | None)
             if result.detections is not None:
                 assert_type(result.detections, Detections)
+            break
+        results.close()  # read in part: the reads not started are dropped
         assert_type(detector.last_timings, dict[str, float])
         return found.names
+
+
+def run_remote(address: str, frame: str) -> None:
+    remote = RemoteDetector(address, protocol="grpc")
+    results = remote.infer_many([frame], concurrency=2)
+    assert_type(results, Generator[FrameResult, None, None])
+    assert_type(next(results), FrameResult)
+    results.close()  # read in part: its requests in flight are given up on
+    remote.close()
 '''
 
 
 def test_a_users_script_type_checks_strictly_against_the_packages_types(tmp_path: Path) -> None:
     """py.typed gives a user's ``mypy --strict`` the package's own types: a script of the README's Python calls
     checks clean, each value of the type it is (what ``infer_many`` yields is importable from the package, as
-    the other public types are), and the package's own modules are checked as an installed package's are."""
+    the other public types are; what it returns is a generator, closed when read in part), and the package's own
+    modules are checked as an installed package's are."""
     import subprocess
     import sys
 

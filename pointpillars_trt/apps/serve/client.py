@@ -15,7 +15,7 @@ import os
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any
 
@@ -354,19 +354,20 @@ class RemoteDetector:
             futures.append(pool.submit(detect, frame))
         return [future.exception() or future.result() for future in futures]
 
-    def infer_many(self, frames: Iterable[object], *, concurrency: int | None = None) -> Iterator[FrameResult]:
+    def infer_many(self, frames: Iterable[object], *,
+                   concurrency: int | None = None) -> Generator[FrameResult, None, None]:
         """Frames (arrays or .bin paths) with up to ``concurrency`` requests in flight (default: the
         detector's); input order. The arguments are checked here, as ``PointPillars.infer_many`` checks
-        them, not at the first result."""
+        them, not at the first result. A generator: ``close()`` on it gives up on its requests (``_stream``)."""
         if concurrency is not None:
             _check_concurrency(concurrency)
         check_frames_to_stream(frames, self.num_point_columns)
         return self._stream(frames, concurrency or self.concurrency)
 
-    def _stream(self, frames: Iterable[object], concurrency: int) -> Iterator[FrameResult]:
+    def _stream(self, frames: Iterable[object], concurrency: int) -> Generator[FrameResult, None, None]:
         """The frames' results in input order; an error of ``frames`` itself (a generator that raises) comes
         after the results of the frames it gave before it, as ``PointPillars.infer_many`` has it. Closed early
-        (a caller that stops reading), it drops the requests not yet sent and gives up on those in flight at once,
+        (``close()``, or a ``for`` loop left early with nothing else holding it), it drops the requests not yet sent and gives up on those in flight at once,
         its own only (another call of the detector carries on): over gRPC they are cancelled, on the server too;
         over HTTP their calls end and their connections close (the server answers them all the same, see the
         class). It returns once they have unwound."""
