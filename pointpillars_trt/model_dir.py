@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from .config import ModelConfig, build_command, builtin_config_names, config_from_dict
-from .errors import ConfigError, InputError, ModelDirError, escape_text, safe_repr
+from .errors import ConfigError, InputError, ModelDirError, counted, escape_text, safe_repr
 from .file_reads import path_argument, read_regular_file, special_kind
 from .graph_io import PRECISIONS, GraphIO, check_precision, pfn_io, rpn_io
 from .graph_wire import ELEMENT_DTYPES, DecodeError, DeclaredTensor, graph_declaration
@@ -298,8 +298,8 @@ def _verify_graph(model: ModelDir, graph: str) -> CheckedFile | None:
     except OSError as exc:
         raise ModelDirError(f"{safe_repr(path)}: cannot read ({exc.strerror or type(exc).__name__})") from None
     if isinstance(recorded_size, int) and stat.st_size != recorded_size:
-        raise ModelDirError(f"{safe_repr(path)}: damaged or replaced ({stat.st_size} bytes, {METADATA_FILE} records "
-                            f"{recorded_size}); rebuild the model dir")
+        raise ModelDirError(f"{safe_repr(path)}: damaged or replaced ({counted(stat.st_size, 'byte')}, {METADATA_FILE} "
+                            f"records {recorded_size}); rebuild the model dir")
     key = (str(path.resolve()), _identity(stat), graph, expected)
     if key in _VERIFIED:
         return None

@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "pointpillars_trt"
 FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "leaves": (0, ("errors", "config", "config_yaml", "points", "file_reads", "file_writes", "strict_json",
                    "kernel_limits", "stop_signals", "point_layout", "intensities")),
-    "contracts": (1, ("graph_io", "anchors", "model_dir", "pcd", "pointcloud_io", "kitti", "detections",
+    "contracts": (1, ("graph_io", "graph_wire", "anchors", "model_dir", "pcd", "pointcloud_io", "kitti", "detections",
                       "camera_fov", "staging", "shared_staging", "sweeps")),
     "reference": (2, ("reference",)),
     "kernels": (2, ("kernels",)),

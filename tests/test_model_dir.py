@@ -393,6 +393,14 @@ def test_a_graph_rewritten_in_place_with_its_size_and_mtime_kept_is_checked_agai
         load_model_dir(tmp_path)
 
 
+def test_a_graph_cut_to_one_byte_is_refused_with_its_size(tmp_path: Path):
+    tiny_model_dir(tmp_path, "openpcdet", seed=0)
+    recorded = (tmp_path / "rpn.onnx").stat().st_size
+    (tmp_path / "rpn.onnx").write_bytes(b"\x08")
+    with pytest.raises(ModelDirError, match=rf"rpn.onnx': damaged or replaced \(1 byte, model.json records {recorded}\)"):
+        load_model_dir(tmp_path)
+
+
 def test_a_graph_of_another_model_swapped_in_is_refused(tmp_path: Path):
     tiny_model_dir(tmp_path / "a", "openpcdet", seed=0)
     tiny_model_dir(tmp_path / "b", "zhulf0804", seed=0)

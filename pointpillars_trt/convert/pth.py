@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..config import build_command, yaml_config_flag
-from ..errors import CheckpointError, escape_text, one_line, shell_word
+from ..errors import CheckpointError, counted, escape_text, one_line, shell_word
 from ..file_reads import no_wait_reader, path_argument
 from ..model_dir import METADATA_FILE
 
@@ -563,7 +563,7 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
         with _reading(source, f"cannot read storage record {escape_text(name, 80)}"):
             info = archive.getinfo(name)
         if info.file_size != ref.nbytes:
-            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {info.file_size} bytes, "
+            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {counted(info.file_size, 'byte')}, "
                                   f"expected {ref.nbytes} ({ref.numel} x {ref.dtype})")
 
     def read_storage(ref: StorageRef) -> bytes:
@@ -572,7 +572,7 @@ def _read_zip(data: bytes, source: str) -> _Parsed:
             budget.take(ref.nbytes, f"storage record {escape_text(name, 80)}")
             raw = _open_record(archive, name, ref.nbytes)
         if len(raw) != ref.nbytes:
-            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {len(raw)} bytes, "
+            raise CheckpointError(f"{source}: storage record {escape_text(name, 80)} has {counted(len(raw), 'byte')}, "
                                   f"expected {ref.nbytes} ({ref.numel} x {ref.dtype})")
         return raw
 
@@ -650,7 +650,7 @@ def _read_legacy(data: bytes, path: Path) -> _Parsed:
         count = int.from_bytes(data[pos:pos + 8], "little", signed=True)
         if pos + 8 > len(data) or count != ref.numel or pos + 8 + ref.nbytes > len(data):
             raise CheckpointError(f"{source}: storage {pickled_repr(key)} is truncated or corrupt: needs {ref.numel} "
-                                  f"x {ref.dtype} at byte {pos}, file has {len(data)} bytes")
+                                  f"x {ref.dtype} at byte {pos}, file has {counted(len(data), 'byte')}")
         storages[key] = view[pos + 8:pos + 8 + ref.nbytes]
         pos += 8 + ref.nbytes
 

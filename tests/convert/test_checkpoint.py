@@ -578,6 +578,10 @@ def test_short_zip_storage_record(tmp_path: Path) -> None:
         archive.writestr("a/data.pkl", data)
         archive.writestr("a/data/0", b"\0" * 20)
     checkpoint_error(lambda: read_pth(path), path, "a/data/0 has 20 bytes, expected 32")
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a/data.pkl", data)
+        archive.writestr("a/data/0", b"\0")
+    checkpoint_error(lambda: read_pth(path), path, "a/data/0 has 1 byte, expected 32")
 
 
 def test_missing_zip_storage_record(tmp_path: Path) -> None:
