@@ -308,7 +308,7 @@ def image_path_for_frame(frame_path: PathLike, image_dir: PathLike | None = None
 
 def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = None) -> tuple[int, int] | None:
     """(height, width) of the frame's camera image ``<image folder>/<frame id>.png``, or None
-    when there is none (then :func:`frame_image_shape` assumes ``KITTI_IMAGE_SHAPE``).
+    when there is none (then :func:`frame_camera` assumes ``KITTI_IMAGE_SHAPE``).
 
     The folder is ``image_dir``, else the frame's sibling ``image_2/``; like
     :func:`calib_for_frame`, a folder under the other KITTI split is refused. Only the PNG header
@@ -321,15 +321,55 @@ def image_shape_for_frame(frame_path: PathLike, image_dir: PathLike | None = Non
     return read_png_size(png)
 
 
-def frame_image_shape(frame_path: PathLike, image_shape: tuple[int, int] | None = None) -> tuple[tuple[int, int], bool]:
-    """(height, width) of the frame's camera image: ``image_shape`` when given, else its ``image_2`` PNG's
-    (:func:`image_shape_for_frame`), else ``KITTI_IMAGE_SHAPE``; and whether that last one was assumed.
+class FrameCamera(NamedTuple):
+    """A frame's camera (``frame_camera``): its calibration, the (height, width) of its image, and whether that
+    size was assumed (no ``image_shape`` given, no image_2 PNG: ``KITTI_IMAGE_SHAPE``)."""
+
+    calib: Calibration
+    image_shape: tuple[int, int]
+    image_assumed: bool
+
+
+def frame_camera(frame_path: PathLike, calib_file: PathLike,
+                 image_shape: tuple[int, int] | None = None) -> FrameCamera:
+    """The calibration in ``calib_file`` and the size of the frame's camera image: ``image_shape`` when given,
+    else its ``image_2`` PNG's (:func:`image_shape_for_frame`), else ``KITTI_IMAGE_SHAPE`` (then assumed).
     The size decides which points a camera-FOV crop keeps and where 2D boxes are clipped, so a caller
-    says when it was assumed: another camera's image (1224 x 370) gives other points and other boxes."""
+    says when it was assumed: another camera's image (1224 x 370) gives other points and other boxes.
+
+    A PNG that does not hold the calibration's principal point is not that camera's image (another camera's, a
+    copy resized or turned): its size would move the crop and the 2D boxes without a word, so it is an InputError
+    naming both files (``--image-shape``'s own check is ``frame_prep.check_image_shape``)."""
+    calib = read_calibration(calib_file)
     if image_shape is not None:
-        return image_shape, False
+        return FrameCamera(calib, image_shape, False)
     found = image_shape_for_frame(frame_path)
-    return (KITTI_IMAGE_SHAPE, True) if found is None else (found, False)
+    if found is None:
+        return FrameCamera(calib, KITTI_IMAGE_SHAPE, True)
+    point = principal_point(calib)
+    if point is not None and not holds_point(found, point):
+        height, width = found
+        raise InputError(f"image file {safe_repr(image_path_for_frame(frame_path))} is an image {width} wide and "
+                         f"{height} high, which does not hold the camera's principal point in {safe_repr(calib_file)} "
+                         f"(P2: x {point[0]:.0f}, y {point[1]:.0f}): it is not this camera's image (another camera's, "
+                         "or a copy resized or turned); put the camera's own images there, or give their size with "
+                         "--image-shape H,W")
+    return FrameCamera(calib, found, False)
+
+
+def principal_point(calib: Calibration) -> tuple[float, float] | None:
+    """P2's principal point (x, y) in pixels, which every image of that camera holds; None where P2's depth row
+    gives none (its scale not positive)."""
+    p2 = calib.P2
+    if not p2[2, 2] > 0:
+        return None
+    return float(p2[0, 2] / p2[2, 2]), float(p2[1, 2] / p2[2, 2])
+
+
+def holds_point(image_shape: tuple[int, int], point: tuple[float, float]) -> bool:
+    """Whether an image of ``image_shape`` (height, width) holds the pixel ``point`` (x, y)."""
+    height, width = image_shape
+    return 0 <= point[0] < width and 0 <= point[1] < height
 
 
 # --------------------------------------------------------------------------- boxes <-> label_2

@@ -19,8 +19,8 @@ import numpy as np
 from ..camera_fov import crop_to_camera_fov
 from ..detections import MISPLACED_FROM
 from ..errors import InputError, safe_repr
-from ..kitti import (KITTI_IMAGE_WORDS, calib_for_frame, frame_image_shape, image_path_for_frame, named_as_given,
-                     read_calibration)
+from ..kitti import (KITTI_IMAGE_WORDS, calib_for_frame, frame_camera, holds_point, image_path_for_frame,
+                     named_as_given, principal_point, read_calibration)
 
 #: ``prepare(points, source) -> points``: what happens to a frame after it is read.
 Prepare = Callable[[np.ndarray, str], np.ndarray]
@@ -72,10 +72,10 @@ class CameraFovCrop:
 
     def __call__(self, points: np.ndarray, source: str) -> np.ndarray:
         path = calib_for_frame(source, self.calib_dir)
-        shape, assumed = frame_image_shape(source, self.image_shape)
-        if assumed:
+        camera = frame_camera(source, path, self.image_shape)
+        if camera.image_assumed:
             self.assumed.add(source)
-        kept = crop_to_camera_fov(points, read_calibration(path), shape)
+        kept = crop_to_camera_fov(points, camera.calib, camera.image_shape)
         if not len(kept) and len(points) >= MISPLACED_FROM:
             in_range = _points_in_range(points, self.point_range)
             if in_range >= MISPLACED_FROM:
@@ -178,17 +178,15 @@ def check_image_shape(image_shape: tuple[int, int] | None, calib: str | os.PathL
         say_if_portrait(image_shape)
         return
     try:
-        p2 = read_calibration(found).P2
+        point = principal_point(read_calibration(found))
     except (InputError, OSError):  # the run names a calib file it cannot read where it reads it
-        p2 = None
-    if p2 is not None and p2[2, 2] > 0:
-        cx, cy = p2[0, 2] / p2[2, 2], p2[1, 2] / p2[2, 2]
-        if not (0 <= cx < width and 0 <= cy < height):
-            meant = (f"did you mean --image-shape {width},{height}?" if 0 <= cx < height and 0 <= cy < width else
-                     "give the size of the camera images this calibration is of")
-            raise InputError(f"--image-shape {height},{width} is HEIGHT,WIDTH: an image {width} wide and {height} high, "
-                             f"which does not hold the camera's principal point in {safe_repr(os.fspath(found))} (P2: "
-                             f"x {cx:.0f}, y {cy:.0f}): {meant}")
+        point = None
+    if point is not None and not holds_point(image_shape, point):
+        meant = (f"did you mean --image-shape {width},{height}?" if holds_point((width, height), point) else
+                 "give the size of the camera images this calibration is of")
+        raise InputError(f"--image-shape {height},{width} is HEIGHT,WIDTH: an image {width} wide and {height} high, "
+                         f"which does not hold the camera's principal point in {safe_repr(os.fspath(found))} (P2: "
+                         f"x {point[0]:.0f}, y {point[1]:.0f}): {meant}")
     say_if_portrait(image_shape)
 
 

@@ -161,12 +161,11 @@ def bev_title(source: str, boxes: int) -> str:
 def _label_file(found: RecordBoxes, source: str, plan: OutputPlan) -> tuple[bytes, int, bool]:
     """A frame's KITTI label file per ``plan`` (its own calibration and camera image size): (bytes, boxes
     outside the camera image left out, whether the image size was assumed)."""
-    from ..kitti import calib_for_frame, detections_to_kitti_lines, frame_image_shape, read_calibration
+    from ..kitti import calib_for_frame, detections_to_kitti_lines, frame_camera
 
-    calib = read_calibration(calib_for_frame(source, plan.calib_dir))
-    shape, assumed = frame_image_shape(source, plan.image_shape)
-    kitti = detections_to_kitti_lines(*found, calib, shape, keep_out_of_view=plan.keep_out_of_view)
-    return "".join(line + "\n" for line in kitti.lines).encode("utf-8"), kitti.dropped_out_of_view, assumed
+    camera = frame_camera(source, calib_for_frame(source, plan.calib_dir), plan.image_shape)
+    kitti = detections_to_kitti_lines(*found, camera.calib, camera.image_shape, keep_out_of_view=plan.keep_out_of_view)
+    return "".join(line + "\n" for line in kitti.lines).encode("utf-8"), kitti.dropped_out_of_view, camera.image_assumed
 
 
 def write_label_of_record(record: object, source: str, plan: OutputPlan) -> None:

@@ -339,6 +339,38 @@ def test_the_assumed_image_note_names_the_image_relative_as_the_frame_is_given(t
     assert f"note: '{name}': no camera image '../image_2/{stem}.png' to take its size from" in run.err, run.err
 
 
+def test_a_camera_image_that_does_not_hold_the_principal_point_fails_its_frame_naming_both_files(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path):
+    """An image_2 PNG turned (370 wide, 1224 high) or a thumbnail (122 x 37) is no image of the camera whose
+    principal point (P2: x 610, y 173) it does not hold. Before: its size was taken without a word, for the camera
+    crop and the KITTI 2D boxes (a 1 x 1 placeholder left no point of a KITTI scan, warned of as a calib file facing
+    backwards). Now its frame fails, naming the PNG and the calib file, and the other frames run; --image-shape,
+    which stands before the PNG, runs it."""
+    root = tmp_path / "training"
+    (root / "velodyne").mkdir(parents=True)
+    (root / "image_2").mkdir()
+    shutil.copytree(tiny_frames[1].parent.parent / "calib", root / "calib")
+    frames = [Path(shutil.copy(frame, root / "velodyne")) for frame in tiny_frames[1:4]]
+    sizes = {frames[0]: (1224, 370), frames[1]: (370, 1224), frames[2]: (122, 37)}
+    for frame, (width, height) in sizes.items():
+        (root / "image_2" / f"{frame.stem}.png").write_bytes(png_header(width, height))
+    for flags in (["--fov-only", "--format", "json"], ["--no-fov-only", "--format", "kitti"]):
+        out = tmp_path / flags[0]
+        run = cli("infer", *frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out", out, *flags,
+                  *LOOSE)
+        assert "camera-FOV crop" not in run.err, run.err
+        assert run.rc == 1 and [line for line in run.err.splitlines() if line.startswith("error:")] == [
+            f"error: '{frame}': image file '{root / 'image_2' / (frame.stem + '.png')}' is an image {width} wide and "
+            f"{height} high, which does not hold the camera's principal point in "
+            f"'{root / 'calib' / (frame.stem + '.txt')}' (P2: x 610, y 173): it is not this camera's image (another "
+            "camera's, or a copy resized or turned); put the camera's own images there, or give their size with "
+            "--image-shape H,W" for frame, (width, height) in list(sizes.items())[1:]], run.err
+        assert output_names(out) == [frames[0].stem + flags[2].replace("json", ".json").replace("kitti", ".txt")]
+    run = cli("infer", *frames, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out", tmp_path / "given",
+              "--format", "kitti", "--image-shape", "370,1224", *LOOSE)
+    assert run.rc == 0 and len(output_names(tmp_path / "given")) == 3, run
+
+
 def test_frames_without_calib_are_refused_before_any_frame_runs(tiny_model: Path, tiny_frames: list[Path],
                                                                  tmp_path: Path):
     """--fov-only, --format kitti and --eval read each frame's KITTI calib file: frames none of whose folders

@@ -442,6 +442,24 @@ def test_json_predictions_clip_2d_boxes_to_the_camera_image_beside_calib_else_sa
     assert (rc, err) == (0, assumed_image_note(tmp_path, frames=2)), err
 
 
+def test_json_predictions_beside_a_camera_image_that_does_not_hold_the_principal_point_are_refused(
+        tmp_path: Path) -> None:
+    """A camera image turned (375 wide, 1242 high) holds no principal point of the calibration (P2: x 600, y 180):
+    its 2D boxes were clipped to it without a word. Now it is one error naming it and the calib file, and
+    --image-shape, which stands before it, evaluates the frame."""
+    labels, pred, calib = _json_predictions(tmp_path, [RIGHT_EDGE_LIDAR], [0.9])
+    (tmp_path / "image_2").mkdir()
+    (tmp_path / "image_2" / "000000.png").write_bytes(png_header(375, 1242))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, out, err) == (2, "", f"error: image file '{tmp_path / 'image_2' / '000000.png'}' is an image 375 wide "
+                                     "and 1242 high, which does not hold the camera's principal point in "
+                                     f"'{calib / '000000.txt'}' (P2: x 600, y 180): it is not this camera's image "
+                                     "(another camera's, or a copy resized or turned); put the camera's own images "
+                                     "there, or give their size with --image-shape H,W\n"), err
+    rc, err, _ = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--image-shape", "375,1242")
+    assert (rc, err) == (0, ""), err
+
+
 def test_json_predictions_name_the_camera_image_and_its_folder_as_calib_is_given(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A --calib given relative had the image folder beside it (the note of the size assumed) and a camera image that

@@ -19,8 +19,8 @@ import numpy as np
 
 from ...errors import InputError, PointPillarsError, counted, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
-from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_image_shape, parse_label_lines, read_calibration,
-                      read_label_file, refuse_other_split)
+from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, parse_label_lines, read_label_file,
+                      refuse_other_split)
 from ...model_dir import METADATA_FILE
 from ...strict_json import loads_json
 from ..outputs import record_boxes
@@ -111,11 +111,10 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
         raise InputError(f"prediction file {safe_repr(path)}, boxes_lidar[{unsized[0]}]: a zero or negative dx, dy "
                          "or dz")
     calib_file = calib_dir / f"{path.stem}.txt"
-    calib = read_calibration(calib_file)
-    shape, assumed = frame_image_shape(calib_file, image_shape)
+    camera = frame_camera(calib_file, calib_file, image_shape)
     try:
-        kitti = detections_to_kitti_lines(boxes, scores, labels, calib, shape)
-        return kitti.lines, kitti.dropped_out_of_view, assumed
+        kitti = detections_to_kitti_lines(boxes, scores, labels, camera.calib, camera.image_shape)
+        return kitti.lines, kitti.dropped_out_of_view, camera.image_assumed
     except PointPillarsError as e:
         raise InputError(f"prediction file {safe_repr(path)}: {e}") from None
 
