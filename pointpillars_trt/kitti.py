@@ -716,27 +716,43 @@ def first_bad_row(table: np.ndarray) -> tuple[int, str] | None:
 
 def read_label_file(path: PathLike, *, with_score: bool | None,
                     what: str = "label file") -> tuple[list[str], np.ndarray]:
-    """A KITTI label_2 file (ground truth or predictions), read bounded and checked by
+    """A KITTI label_2 file (ground truth or predictions), read bounded (``read_frame_file``) and checked by
     :func:`parse_label_lines`: (types, (N, 15) values)."""
-    try:
-        lines = read_text_lines(path, max_bytes=_LABEL_MAX_BYTES, what=what)
-    except InputError as exc:
-        padded = _zero_padded(Path(path))
-        if padded is None:
-            raise
-        raise InputError(f"{exc}; {safe_repr(padded.name)} is there: KITTI frame ids are zero-padded to 6 digits "
-                         f"(give {padded.stem}, not {Path(path).stem})") from None
+    lines = read_frame_file(path, what, _LABEL_MAX_BYTES)
     return parse_label_lines(lines, f"{what} {safe_repr(os.fspath(path))}", with_score=with_score)
 
 
-def _zero_padded(path: Path) -> Path | None:
-    """The KITTI file of ``path``'s frame id zero-padded to 6 digits (``0.txt`` -> ``000000.txt``), when ``path`` is
-    missing and that file is there (an id list written without the padding); else None."""
+def read_frame_file(path: PathLike, what: str, max_bytes: int) -> list[str]:
+    """The text lines of a frame's file (``file_reads.read_text_lines``); a missing one whose frame id is there
+    spelt the other way (``respelt_id``) is named with it: ids listed without KITTI's zero padding
+    (``eval --ids``), or ``what``s named without it."""
+    try:
+        return read_text_lines(path, max_bytes=max_bytes, what=what)
+    except InputError as exc:
+        there = respelt_id(Path(path))
+        if there is None:
+            raise
+        fix = (f" (give {there.stem}, not {Path(path).stem})" if len(there.stem) == 6 else
+               f": name the {what}s so ({Path(path).name}, not {there.name})")
+        raise InputError(f"{exc}; {safe_repr(there.name)} is there: {ZERO_PADDED_IDS}{fix}") from None
+
+
+#: What a frame id spelt without KITTI's padding (``respelt_id``) is told.
+ZERO_PADDED_IDS = "KITTI frame ids are zero-padded to 6 digits"
+
+
+def respelt_id(path: Path) -> Path | None:
+    """The KITTI file of ``path``'s frame id spelt the other way, zero-padded to 6 digits or not (``0.txt`` and
+    ``000000.txt``), when ``path`` is missing and that file is there (ids listed, or files named, without the
+    padding); else None."""
     stem = path.stem
-    if not (stem.isascii() and stem.isdigit() and len(stem) < 6) or os.path.lexists(path):
+    if not (stem.isascii() and stem.isdigit() and len(stem) <= 6) or os.path.lexists(path):
         return None
-    padded = path.with_name(f"{int(stem):06d}{path.suffix}")
-    return padded if padded.is_file() else None
+    other = f"{int(stem):06d}" if len(stem) < 6 else str(int(stem))
+    if other == stem:  # six digits, the first no zero: no other spelling
+        return None
+    there = path.with_name(other + path.suffix)
+    return there if there.is_file() else None
 
 
 class LabelBoxes(NamedTuple):

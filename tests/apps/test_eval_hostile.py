@@ -250,6 +250,35 @@ def test_a_prediction_file_without_a_label_is_named_with_the_fix(folders: tuple[
     assert (rc, err) == (0, "") and out.startswith("1 frame, predictions "), err
 
 
+def test_prediction_or_label_files_named_without_the_zero_padding_are_named_with_the_fix(
+        folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """Prediction files named 0.txt (or 0.json) beside labels named 000000.txt were refused as stray files to remove,
+    or with --ids 000000 as missing: every file was there, misnamed, and neither message said so. Label files named
+    0.txt were met alike. Now each names the file of the other spelling and which files to rename."""
+    labels, pred = folders
+    padding = "KITTI frame ids are zero-padded to 6 digits"
+    (pred / "000000.txt").rename(pred / "0.txt")
+    (tmp_path / "ids.txt").write_text("000000\n")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '0.txt'}' has no label file: '{labels / '0.txt'}' "
+                                     f"does not exist; '000000.txt' is there: {padding}: name the prediction files so "
+                                     "(000000.txt, not 0.txt)\n"), err
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.txt'}' does not exist; '0.txt' is there: "
+                                     f"{padding}: name the prediction files so (000000.txt, not 0.txt)\n"), err
+    labels_json, pred_json, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    (pred_json / "000000.json").rename(pred_json / "0.json")
+    rc, err, out = eval_cli("--pred", pred_json, "--labels", labels_json, "--calib", calib, "--ids", tmp_path / "ids.txt")
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred_json / '000000.json'}' does not exist; '0.json' is "
+                                     f"there: {padding}: name the prediction files so (000000.json, not 0.json)\n"), err
+    (pred / "0.txt").rename(pred / "000000.txt")
+    (labels / "000000.txt").rename(labels / "0.txt")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels)
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.txt'}' has no label file: "
+                                     f"'{labels / '000000.txt'}' does not exist; '0.txt' is there: {padding}: name the "
+                                     "label files so (000000.txt, not 0.txt)\n"), err
+
+
 def test_a_clean_run_still_passes(folders: tuple[Path, Path]) -> None:
     """The same harness on good files: exit 0 and nothing on stderr (so the refusals above are real)."""
     labels, pred = folders

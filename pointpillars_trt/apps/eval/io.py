@@ -19,8 +19,8 @@ import numpy as np
 
 from ...errors import InputError, PointPillarsError, counted, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
-from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, parse_label_lines, read_label_file,
-                      refuse_other_split)
+from ...kitti import (ZERO_PADDED_IDS, detections_to_kitti_lines, first_bad_row, frame_camera, parse_label_lines,
+                      read_frame_file, read_label_file, refuse_other_split, respelt_id)
 from ...model_dir import METADATA_FILE
 from ...strict_json import loads_json
 from ..outputs import record_boxes
@@ -77,7 +77,7 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
     if calib_dir is None:
         raise InputError(f"prediction file {safe_repr(path)} is JSON (lidar boxes); --calib DIR is needed to evaluate it")
     try:
-        record = loads_json("\n".join(read_text_lines(path, max_bytes=MAX_TEXT_BYTES, what="prediction file")))
+        record = loads_json("\n".join(read_frame_file(path, "prediction file", MAX_TEXT_BYTES)))
         boxes, scores, labels = record_boxes(record)
         if "frame" in record and not isinstance(record["frame"], str):  # infer names its frame: another tool's
             raise ValueError(f"'frame' is {safe_repr(record['frame'], 40)}, not a frame's name")
@@ -246,10 +246,17 @@ def refuse_unlabelled_predictions(pred_dir: Path, kind: str, label_dir: Path, fr
     broken = " (a broken symbolic link)" if first.is_symlink() and not first.exists() else ""
     others = len(missing) - 1
     more = f" (and {counted(others, 'more prediction file')} {'has' if others == 1 else 'have'} none)" if others else ""
+    label = label_dir / f"{missing[0]}.txt"
+    there = respelt_id(label)
+    if there is not None:  # the prediction files, or the label files, are named without KITTI's zero padding
+        named = (f"prediction files so ({there.stem}{first.suffix}, not {first.name})" if len(there.stem) == 6 else
+                 f"label files so ({label.name}, not {there.name})")
+        fix = f"{safe_repr(there.name)} is there: {ZERO_PADDED_IDS}: name the {named}"
+    else:
+        fix = ("without --ids eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to "
+               "evaluate (e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred")
     raise InputError(f"prediction file {safe_repr(os.fspath(first))}{broken} has no label file: "
-                     f"{safe_repr(os.fspath(label_dir / (missing[0] + '.txt')))} does not exist{more}; without --ids "
-                     "eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to evaluate "
-                     "(e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred")
+                     f"{safe_repr(os.fspath(label))} does not exist{more}; {fix}")
 
 
 def load_ground_truth(label_dir: Path, frame_ids: Sequence[str]) -> Annotations:
