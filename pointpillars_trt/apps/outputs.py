@@ -698,7 +698,8 @@ def records_in_parts(folder: Path, output_format: str,
 
 
 def _part_rows(path: Path, output_format: str, columns: list[str] | None = None) -> list[dict[str, Any]]:
-    """The rows of a part file (of Parquet, ``columns`` only when given; a JSON Lines row is read whole)."""
+    """The rows of a part file (of Parquet, ``columns`` only when given; a JSON Lines row is read whole); ValueError
+    where one is not a row infer writes (``_check_row``), naming it by its line (its row of a Parquet part)."""
     kind = special_kind(path)
     if kind is not None:  # reading a FIFO would wait for a writer
         raise ValueError(f"it is {kind}, not a regular file")
@@ -709,16 +710,37 @@ def _part_rows(path: Path, output_format: str, columns: list[str] | None = None)
             for number, line in enumerate(f, 1):
                 if line.strip():
                     try:
-                        rows.append(loads_json(line))
+                        row = loads_json(line)
                     except ValueError as exc:  # json's own message counts within the line: name the line
                         raise ValueError(f"line {number}: {exc}") from None
+                    _check_row(row, f"line {number}")
+                    rows.append(row)
         return rows
     import pyarrow.parquet as pq
 
     if columns is not None:  # those a part has (one written before rows had ``path`` lacks it)
         names = set(pq.read_schema(path).names)
         columns = [name for name in columns if name in names]
-    return list(pq.read_table(path, columns=columns).to_pylist())
+    rows = list(pq.read_table(path, columns=columns).to_pylist())
+    for number, row in enumerate(rows, 1):
+        _check_row(row, f"row {number}")
+    return rows
+
+
+def _check_row(row: object, where: str) -> None:
+    """A ValueError naming ``where`` (its line, or row) unless ``row`` is one infer writes as far as a resume reads it
+    (``frame_row``): an object whose ``source`` is a string, and ``path`` and ``error`` strings or null; a part of
+    others (another tool's, or edited by hand) would be matched to no frame, or fail past its read."""
+    if not isinstance(row, dict):
+        problem = "not a JSON object"
+    elif not isinstance(row.get("source"), str):
+        problem = "no 'source' string naming its point file"
+    else:
+        wrong = next((key for key in ("path", "error") if not isinstance(row.get(key), (str, type(None)))), None)
+        if wrong is None:
+            return
+        problem = f"its {wrong!r} is neither a string nor null"
+    raise ValueError(f"{where}: not a row infer writes ({problem})")
 
 
 def drop_failure_rows(folder: Path, output_format: str, sources: Collection[str]) -> None:

@@ -437,6 +437,41 @@ def test_a_damaged_part_names_its_line_and_the_fix(tiny_model: Path, tiny_frames
               "--skip-existing")
     assert_one_line_error(run, f"cannot read {str(part)!r}: line 4:", "move that part away, and this run redoes its frames")
 
+
+#: Rows no infer run writes, and what the refusal says of each: the first two also as Parquet tables.
+FOREIGN_ROWS = [([{"x": 1}], "no 'source' string naming its point file"),
+                ([{"source": "a.bin", "error": True}], "its 'error' is neither a string nor null"),
+                ([[1, 2]], "not a JSON object"),
+                ([{"source": "a.bin", "path": 5}], "its 'path' is neither a string nor null")]
+
+
+@pytest.mark.parametrize("fmt, rows, problem", [("jsonl", *case) for case in FOREIGN_ROWS] +
+                         [("parquet", *case) for case in FOREIGN_ROWS[:2]])
+def test_a_part_of_rows_infer_did_not_write_names_the_row_and_the_problem(tiny_model: Path, tiny_frames: list[Path],
+                                                                         tmp_path: Path, fmt: str, rows: list[object],
+                                                                         problem: str):
+    """A part edited by hand or of another tool's rows was refused in Python's words ("'list' object has no attribute
+    'get'", "'source'"), or read with a row's 'path' of 5 as the frame '5' (its frame run again, a second row). Each
+    is now one error line naming the part, the row and what is wrong with it; infer's own rows read as before."""
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    base = ("--model", tiny_model, "--device", "cpu", "--format", fmt, "--no-progress")
+    part = tmp_path / "rows" / f"detections-00000.{fmt}"
+    part.parent.mkdir()
+    if fmt == "jsonl":
+        part.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), part)
+    run = cli("infer", tiny_frames[1], *base, "--out", part.parent, "--skip-existing")
+    assert_one_line_error(run, f"cannot read {str(part)!r}: {'line' if fmt == 'jsonl' else 'row'} 1: not a row infer "
+                               f"writes ({problem}) (move that part away")
+    assert cli("infer", tiny_frames[1], *base, "--out", tmp_path / "good").rc == 0
+    run = cli("infer", tiny_frames[1], *base, "--out", tmp_path / "good", "--skip-existing")
+    assert run.rc == 0 and "skipping 1 frame(s)" in run.err, run
+
 # --------------------------------------------------------------------------- rough edges
 
 @pytest.mark.parametrize("argv", [
