@@ -119,7 +119,8 @@ class FrameReport:
         total = max(self.total, len(self.done) + self.failed)
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
-        skipped = f" to run ({self.skipped} skipped: their outputs were there)" if self.skipped and not total else ""
+        their = "its outputs were" if self.skipped == 1 else "their outputs were"
+        skipped = f" to run ({self.skipped} skipped: {their} there)" if self.skipped and not total else ""
         print(f"{len(self.done)}/{total} frames{skipped}, {counted(boxes, 'box', 'boxes')}" + self._left_out(labels)
               + self._where()
               + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)

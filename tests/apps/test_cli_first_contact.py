@@ -470,7 +470,8 @@ def test_a_part_of_rows_infer_did_not_write_names_the_row_and_the_problem(tiny_m
                                f"writes ({problem}) (move that part away")
     assert cli("infer", tiny_frames[1], *base, "--out", tmp_path / "good").rc == 0
     run = cli("infer", tiny_frames[1], *base, "--out", tmp_path / "good", "--skip-existing")
-    assert run.rc == 0 and "skipping 1 frame(s)" in run.err, run
+    assert run.rc == 0 and "skipping 1 frame whose outputs" in run.err, run
+    assert run.out.startswith("0/0 frames to run (1 skipped: its outputs were there)"), run
 
 # --------------------------------------------------------------------------- rough edges
 

@@ -28,7 +28,8 @@ PARQUET = pytest.param("parquet", marks=pytest.mark.skipif(importlib.util.find_s
 NO_MODEL = "damaged or replaced"
 def nothing_run(skipped: int) -> str:
     """The summary of a run with no frame to run: every format's says nothing was written, and how many were skipped."""
-    return f"0/0 frames to run ({skipped} skipped: their outputs were there), 0 boxes, nothing written\n"
+    their = "its outputs were" if skipped == 1 else "their outputs were"
+    return f"0/0 frames to run ({skipped} skipped: {their} there), 0 boxes, nothing written\n"
 
 
 def infer(*args: object) -> tuple[int, str, str]:
