@@ -882,9 +882,9 @@ def say_finished_files(finished: int, out: Path, to_flush: PendingFlush, note: C
 
 
 class _RowSink:
-    """The run's JSON Lines / Parquet rows: a part that cannot be written (a full disk) is one error line,
-    its rows are dropped and its frames taken back from the written ones, so the summary never claims
-    them (rerun with --skip-existing once there is space)."""
+    """The run's JSON Lines / Parquet rows: a part that cannot be written (a full disk, a folder gone) is one
+    error line naming why, its rows are dropped and its frames taken back from the written ones, so the summary
+    never claims them (a --skip-existing rerun runs them again; freeing space first only where the disk was full)."""
 
     def __init__(self, parts: RowParts, report: FrameReport) -> None:
         self.parts, self.report = parts, report
@@ -905,8 +905,11 @@ class _RowSink:
         try:
             write()
         except InputError as exc:
+            them = "it" if len(self._waiting) == 1 else "them"
+            rerun = ("free space, then rerun with --skip-existing" if is_full_disk_error(str(exc))
+                     else f"rerun with --skip-existing to run {them} again")
             self.report.note(f"error: {exc}; the rows of {counted(len(self._waiting), 'frame')} are not written "
-                             "(free space, then rerun with --skip-existing)")
+                             f"({rerun})")
             self.report.take_back(self._waiting)
             self._waiting = []
             return

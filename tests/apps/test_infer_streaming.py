@@ -9,6 +9,7 @@ reproduce; for rows, those same JSON records.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib.util
 import io
 import json
@@ -729,6 +730,45 @@ def test_a_stop_just_as_a_part_is_written_still_flushes_and_names_the_parts(tmp_
     before = " and the 1 part before it" if len(files) == 2 else ""  # parts of 2 rows: 1 or 2 parts
     assert notes == [f"stopped: the rows of {rows} finished frames are in '{files[-1]}'{before}; rerun with "
                      "--skip-existing to finish"]
+
+
+@pytest.mark.parametrize("cause", ["folder replaced by a file", "full disk"])
+def test_a_part_that_cannot_be_written_names_why_and_advises_free_space_only_for_a_full_disk(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cause: str) -> None:
+    """A part whose write fails says the OS's reason, and takes its frames back from the written ones; "free
+    space" is said only where the file system was full (it was said also of a folder replaced by a file)."""
+    from pointpillars_trt.apps.frame_report import FrameReport
+    from pointpillars_trt.apps.infer import _RowSink
+    from pointpillars_trt.apps.outputs import FrameOutput, OutputPlan, RowParts
+
+    with contextlib.ExitStack() as stack:
+        if cause == "full disk":
+            out = stack.enter_context(small_tmpfs(tmp_path / "small", "64k")) / "out"
+            reason = os.strerror(errno.ENOSPC)
+        else:
+            out, reason = tmp_path / "out", os.strerror(errno.ENOTDIR)
+        out.mkdir()
+        report = FrameReport(2, OutputPlan(), progress=False, where=True, folder=out)
+        sink = _RowSink(RowParts(out, "jsonl", ("Car",), rows_per_part=1), report)
+        report.written("000000.bin", FrameOutput(boxes=1))
+        sink.add(json.dumps({"source": "000000.bin"}), ("000000.bin", FrameOutput(boxes=1)))
+        if cause == "full disk":
+            with open(out.parent / "filler", "wb", buffering=0) as filler, \
+                    contextlib.suppress(OSError):  # as much as fits: the tmpfs is full
+                while True:
+                    filler.write(b"\0" * 4096)
+        else:
+            shutil.rmtree(out)
+            out.write_text("")  # a file where the folder was
+        report.written("000001.bin", FrameOutput(boxes=2))
+        sink.add(json.dumps({"source": "000001.bin"}), ("000001.bin", FrameOutput(boxes=2)))
+        assert report.done == ["000000.bin"] and report.failed == 1 and report.boxes == 1
+    err = capsys.readouterr().err
+    part = out / "detections-00001.jsonl"
+    advice = ("free space, then rerun with --skip-existing" if cause == "full disk"
+              else "rerun with --skip-existing to run it again")
+    assert err.splitlines() == [f"error: cannot write {str(part)!r}: {reason}; the rows of 1 frame are not written "
+                                f"({advice})"], err
 
 
 def test_an_empty_out_is_one_error_line_and_threads_beyond_the_cores_one_note(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
