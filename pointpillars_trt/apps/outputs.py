@@ -11,11 +11,13 @@ resumes it without redoing frames.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import io
 import json
 import os
 import re
+import stat
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -108,7 +110,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     written, last); each file is written atomically
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
     fails, those it created before it are removed (files of an earlier run it replaced stay, with this
-    run's content): a frame's outputs are all there or none of this run's new ones.
+    run's content): a frame's outputs are all there or none of this run's new ones. A folder in an output's
+    place fails the frame before any file is written, so an earlier run's files beside it keep their bytes.
     """
     from ..kitti import finite_detections
 
@@ -137,13 +140,16 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                      title=bev_title(source, len(scores)), velocity=velocity, durable=durable)
 
         writes.append((plan.png_dir / f"{stem}.png", png))
+    found = [_mode_at(path) for path, _ in writes]  # what is in each output's place, before any is written
+    for (path, _), mode in zip(writes, found):
+        if mode is not None and stat.S_ISDIR(mode):
+            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {os.strerror(errno.EISDIR)}")
     created: list[Path] = []  # files this call made where there were none (an earlier run's it only replaced)
     try:
-        for path, write in writes:
-            new = not os.path.lexists(path)
+        for (path, write), mode in zip(writes, found):
             checked_write(path, write)
             result.files.append(os.fspath(path))
-            if new:
+            if mode is None:
                 created.append(path)
     except BaseException:  # a frame is written whole or not at all: the summary counts it failed, and a resumed run
         for made in created:  # redoes it (its new JSON alone would count as done); an earlier run's files stay
@@ -151,6 +157,14 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                 os.unlink(made)
         raise
     return result
+
+
+def _mode_at(path: Path) -> int | None:
+    """The ``st_mode`` of what is at ``path`` itself (a symbolic link, not what it points to), or None: nothing."""
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return None
 
 
 def bev_title(source: str, boxes: int) -> str:

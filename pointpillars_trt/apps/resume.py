@@ -52,8 +52,9 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
         files = plan.files_of(frame)
         json_file = plan.json_dir / f"{Path(frame).stem}.json" if plan.json_dir is not None else None
         record = whole_record(json_file) if json_file is not None and json_file.exists() else None  # read once
-        cut = [path for path in files
-               if path.exists() and not (record is not None if path == json_file else output_complete(path))]
+        cut = [path for path in files  # a folder in an output's place is no output: the frame's write names it
+               if path.exists() and not path.is_dir()
+               and not (record is not None if path == json_file else output_complete(path))]
         resume.redone.extend(cut)
         done = all(path.is_file() for path in files) and not cut
         (resume.skipped if done else resume.todo).append(frame)

@@ -559,6 +559,30 @@ def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(mo
     assert list(out.glob(f"detections-*.{fmt}")) == [part] and part.read_bytes() == first_rows
 
 
+def test_a_folder_where_a_picture_goes_fails_its_frame_before_any_of_its_files_is_written(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """--skip-existing --viz where a folder holds a frame's picture's place: the frame ran again and its JSON was
+    replaced, while the summary said "nothing written"; now its one error line names the folder, its earlier JSON
+    is left as it was, and the summary's "nothing written" is what is on disk."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    first = sorted(frames.glob("0*.bin"))[0]
+    out = tmp_path / "out"
+    assert infer(str(first), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0
+    record = out / f"{first.stem}.json"
+    before = record.stat()
+    picture = out / f"{first.stem}.png"
+    picture.unlink()
+    picture.mkdir()
+    rc, stdout, err = infer(str(first), "--model", str(model_path), "--out", str(out), "--viz", "--skip-existing")
+    assert rc == 1 and err.splitlines()[1:] == [
+        f"error: {str(first)!r}: cannot write {str(picture)!r}: {os.strerror(errno.EISDIR)}",
+        "1 of 1 frame failed (listed above)"], err  # after the line of the device; no output file said redone
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    after = record.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not written again
+    assert output_names(out) == sorted([record.name, picture.name]) and not os.listdir(picture)
+
+
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     pq = pytest.importorskip("pyarrow.parquet", reason=NO_PYARROW)
     pa_json = pytest.importorskip("pyarrow.json", reason=NO_PYARROW)
