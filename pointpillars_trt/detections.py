@@ -40,8 +40,9 @@ def faces_forward(point_range: Sequence[float] | None) -> bool:
 
 def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> tuple[str, str] | None:
     """(kind, finding) for a frame whose stats say its file was probably misread: many points of which none
-    made a pillar (all non-finite: not float32 points?; or none in the model's ``point_range``: millimetres,
-    axes swapped), or all of which made one (a file of zeros: a copy that failed?); None for any other frame.
+    made a pillar (all non-finite: not float32 points?; or, of ``MISPLACED_FROM`` finite ones or more, none in the
+    model's ``point_range``: millimetres, axes swapped), or all of which made one (a file of zeros: a copy that
+    failed?); None for any other frame.
     The finding follows the frame's name ("FRAME: all its 500 points ..."); the CLI and the detector say
     each kind once, from the stats every frame's detections carry (no second look at the points)."""
     if stats.num_points < MISPLACED_FROM or stats.num_pillars > 1 or stats.num_pillars_dropped:
@@ -53,10 +54,11 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
     if not finite:
         return "nonfinite", (f"all its {stats.num_points} points are non-finite (a NaN or infinite x, y, z, "
                              "intensity or, in multi-sweep frames, time lag): is it float32 values in that order?")
+    if finite < MISPLACED_FROM:  # a few finite points among many non-finite ones: too few to tell where they belong
+        return None
     where = "" if point_range is None else " " + " ".join(
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
-    none = "its one finite point does not lie" if finite == 1 else f"none of its {finite} finite points lies"
-    return "range", (f"{none} in the model's point range{where}: are they metres "
+    return "range", (f"none of its {finite} finite points lies in the model's point range{where}: are they metres "
                      f"in the lidar frame ({'x forward, y left, z up' if faces_forward(point_range) else 'z up'})?")
 
 

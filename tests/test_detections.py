@@ -226,13 +226,22 @@ def test_an_empty_result_of_a_velocity_model_holds_no_velocities_as_openpcdet_gi
     assert "velocity" not in plain.to_json_dict("x")
 
 
-@pytest.mark.parametrize("finite, said", [(1, "its one finite point does not lie"),
-                                          (2, "none of its 2 finite points lies")])
-def test_a_frame_whose_finite_points_are_out_of_range_counts_one_in_the_singular(finite: int, said: str) -> None:
-    """A frame of 100 points of which one is finite, outside the model's range, was said as 'none of its 1 finite
-    points lies in the model's point range'."""
+@pytest.mark.parametrize("stats, finding", [
+    (FrameStats(100, 0), "range"), (FrameStats(150, 50), "range"),  # 100 finite points: enough to tell
+    (FrameStats(100, 1), None), (FrameStats(150, 51), None), (FrameStats(100, 99), None),  # 99 and 1: too few
+    (FrameStats(100, 100), "nonfinite"),  # of the frame's total points, as its wording says
+    (FrameStats(100, 99, num_pillars=1), "onepillar"), (FrameStats(99, 0), None),
+])
+def test_only_a_frame_of_enough_finite_points_none_in_range_is_said_misplaced(stats: FrameStats,
+                                                                             finding: str | None) -> None:
+    """The range finding asks MISPLACED_FROM (100) finite points, as its comment says: a frame of 100 points of
+    which 1 to 99 were finite, none in the model's range, was warned about as misplaced points (the total counted);
+    the non-finite and one-pillar findings still count every point."""
     from pointpillars_trt.detections import misread_finding
 
-    found = misread_finding(FrameStats(100, 100 - finite), (0, -40, -3, 70.4, 40, 1))
-    assert found == ("range", f"{said} in the model's point range x 0..70.4 y -40..40 z -3..1: are they metres in the "
-                              "lidar frame (x forward, y left, z up)?")
+    found = misread_finding(stats, (0, -40, -3, 70.4, 40, 1))
+    assert (found and found[0]) == finding
+    if finding == "range":
+        assert found is not None and found[1] == (
+            f"none of its {stats.num_points - stats.num_nonfinite} finite points lies in the model's point range "
+            "x 0..70.4 y -40..40 z -3..1: are they metres in the lidar frame (x forward, y left, z up)?")
