@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NoReturn
 
-from ..config import ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal
+from ..config import MAX_PFN_CHANNELS, ModelConfig, config_from_dict, is_package_config, pcdet_dataset_refusal
 from ..config_yaml import read_yaml
 from ..errors import ConfigError, SettingNotice, escape_text, safe_repr
 from ..file_reads import not_a_folder, special_kind
@@ -206,9 +206,15 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
     filters = vfe["NUM_FILTERS"]
     if not isinstance(filters, list) or len(filters) != 1:
         vfe.refuse("NUM_FILTERS", "one PFN layer, e.g. [64]")
+    if type(filters[0]) is not int or not 1 <= filters[0] <= MAX_PFN_CHANNELS:
+        vfe.refuse("NUM_FILTERS", f"one PFN layer of 1 to {MAX_PFN_CHANNELS} channels, e.g. [64]")
     scatter = model.section("MAP_TO_BEV", ("NAME", "NUM_BEV_FEATURES"))
     scatter.expect("NAME", "PointPillarScatter")
-    scatter.expect("NUM_BEV_FEATURES", filters[0])
+    bev = scatter["NUM_BEV_FEATURES"]
+    if type(bev) is not int or bev != filters[0]:  # the scatter lays the PFN layer's channels out as the BEV map's
+        raise ConfigError(f"{source}: {scatter.key_path('NUM_BEV_FEATURES')} is {safe_repr(bev, 60)} and "
+                          f"{vfe.key_path('NUM_FILTERS')} is {safe_repr(filters, 60)}: the two must be equal (the BEV "
+                          "map's channels are the PFN layer's)")
     backbone = model.section("BACKBONE_2D", ("NAME", "LAYER_NUMS", "LAYER_STRIDES", "NUM_FILTERS",
                                              "UPSAMPLE_STRIDES", "NUM_UPSAMPLE_FILTERS"))
     backbone.expect("NAME", "BaseBEVBackbone")

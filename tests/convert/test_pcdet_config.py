@@ -118,8 +118,22 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"MODEL.VFE.USE_NORM": False}, "MODEL.VFE.USE_NORM is False; supported: True"),
     ({"MODEL.VFE.USE_ABSLOTE_XYZ": 1}, "MODEL.VFE.USE_ABSLOTE_XYZ is 1; supported: True or False"),
     ({"MODEL.VFE.NUM_FILTERS": [64, 64]}, "MODEL.VFE.NUM_FILTERS is [64, 64]; supported: one PFN layer"),
+    # a filter count of no channels is named itself (it was blamed on NUM_BEV_FEATURES: "supported: 0"), as is
+    # one beyond the kernels' (named as this package's network.pfn_channels)
+    ({"MODEL.VFE.NUM_FILTERS": [0]}, "MODEL.VFE.NUM_FILTERS is [0]; supported: one PFN layer of 1 to 256 channels"),
+    ({"MODEL.VFE.NUM_FILTERS": [-64], "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": -64},
+     "MODEL.VFE.NUM_FILTERS is [-64]; supported: one PFN layer of 1 to 256 channels"),
+    ({"MODEL.VFE.NUM_FILTERS": [512], "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 512},
+     "MODEL.VFE.NUM_FILTERS is [512]; supported: one PFN layer of 1 to 256 channels"),
+    ({"MODEL.VFE.NUM_FILTERS": [64.0]}, "MODEL.VFE.NUM_FILTERS is [64.0]; supported: one PFN layer of 1 to 256"),
     ({"MODEL.VFE.EXTRA": 1}, "MODEL.VFE.EXTRA is not supported"),
-    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 32}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 32; supported: 64"),
+    # the two channel counts that disagree are both named, whichever of them is wrong
+    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 32}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 32 and MODEL.VFE.NUM_FILTERS "
+                                                "is [64]: the two must be equal"),
+    ({"MODEL.VFE.NUM_FILTERS": [32]}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 64 and MODEL.VFE.NUM_FILTERS is [32]: "
+                                      "the two must be equal"),
+    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": "64"}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is '64' and "
+                                                  "MODEL.VFE.NUM_FILTERS is [64]: the two must be equal"),
     ({"MODEL.BACKBONE_2D.NAME": "BaseBEVResBackbone"}, "MODEL.BACKBONE_2D.NAME is 'BaseBEVResBackbone'"),
     ({"MODEL.BACKBONE_3D": {"NAME": "VoxelBackBone8x"}}, "MODEL.BACKBONE_3D is not supported"),
     ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"},  # a multi-head model has no direction classifier here
