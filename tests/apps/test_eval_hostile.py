@@ -520,9 +520,10 @@ def test_camera_options_with_only_txt_predictions_are_said_unused_and_change_not
     assert rc == 0 and out == plain
     assert err == (f"note: --calib and --image-shape not used: --pred {str(pred)!r} holds KITTI .txt predictions, "
                    "which carry their own 2D boxes; they serve JSON predictions only: drop them\n"), err
-    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--image-shape", "370,1224", "--compare", pred)
+    twin = shutil.copytree(pred, tmp_path / "twin")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--image-shape", "370,1224", "--compare", twin)
     assert rc == 0 and out.startswith(plain)
-    assert err == (f"note: --image-shape not used: --pred {str(pred)!r} and --compare {str(pred)!r} hold KITTI .txt "
+    assert err == (f"note: --image-shape not used: --pred {str(pred)!r} and --compare {str(twin)!r} hold KITTI .txt "
                    "predictions, which carry their own 2D boxes; it serves JSON predictions only: drop it\n"), err
     for json_folder in (["--pred", pj], ["--pred", pred, "--compare", pj]):
         rc, err, _ = eval_cli(*json_folder, "--labels", labels, "--calib", calib, "--image-shape", "375,1242")
@@ -548,8 +549,8 @@ def test_image_shape_clips_json_predictions_for_every_frame_before_the_png_and_s
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--image-shape", "370,1224")
     assert (rc, err) == (0, "") and out.startswith(left_out), out  # the size given, not the PNG's
     (tmp_path / "image_2" / "000000.png").unlink()
-    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--compare", pred,
-                            "--image-shape", "370,1224")
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib, "--compare",
+                            shutil.copytree(pred, tmp_path / "twin"), "--image-shape", "370,1224")
     assert (rc, err) == (0, "") and out.startswith(left_out), out  # no PNG: the size given, and no note
     assert out.count("(1 box outside the camera image left out") == 3, out  # the --compare folder's too
     stderr = io.StringIO()
@@ -766,6 +767,20 @@ def test_a_compare_folder_is_checked_as_the_pred_folder_is(folders: tuple[Path, 
     (other / "000000.txt").write_text(PRED.replace("Car", "1", 1))
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--compare", other)
     assert (rc, out) == (2, "") and err.startswith(f"error: no prediction line in {str(other)!r}"), err
+
+
+def test_a_compare_folder_that_is_the_pred_folder_is_refused(folders: tuple[Path, Path], tmp_path: Path) -> None:
+    """--compare naming the --pred folder (by its name, another spelling or a symbolic link to it) printed the same
+    AP twice without a word; a copy of its files is still a second folder, compared."""
+    labels, pred = folders
+    (tmp_path / "link").symlink_to(pred)
+    for same in (str(pred), f"{tmp_path}/./pred/", str(tmp_path / "link")):
+        rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--compare", same)
+        assert (rc, out) == (2, "") and err == (
+            f"error: --compare {same!r} is the --pred folder {str(pred)!r}: a folder compared with itself shows "
+            "the same AP twice; give a second prediction folder (another model's, say)\n"), err
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--compare", shutil.copytree(pred, tmp_path / "twin"))
+    assert (rc, err) == (0, "") and str(tmp_path / "twin") in out, out
 
 
 @pytest.mark.parametrize("option", ["--pred", "--labels", "--compare", "--calib"])

@@ -56,8 +56,8 @@ def add_eval_parser(sub: Any) -> None:
                    help="also write the --pred AP as JSON {class: {metric: {R11, R40}}, loose: {...}} "
                         "(default: no JSON)")
     p.add_argument("--compare", metavar="OTHER_PRED_DIR", type=path_name,
-                   help="a second prediction folder, evaluated on the same frames and shown side by side "
-                        "(default: no comparison)")
+                   help="a second prediction folder (not --pred itself), evaluated on the same frames and shown side by "
+                        "side (default: no comparison)")
     p.add_argument("--classes", default=",".join(DEFAULT_CLASSES),
                    help="comma-separated classes out of Car, Pedestrian, Cyclist, Van, Person_sitting, Truck "
                         "(default: %(default)s)")
@@ -161,6 +161,10 @@ def run_eval(args: argparse.Namespace) -> int:
     for option, folder, holds in (("--compare", args.compare, PREDICTION_FILES), ("--calib", args.calib, CALIB_FILES)):
         if folder is not None:
             check_input_folder(folder, option, holds)
+    if args.compare is not None and os.path.samefile(pred, args.compare):  # --format reads both alike: one table twice
+        raise InputError(f"--compare {safe_repr(args.compare)} is the --pred folder {safe_repr(args.pred)}: a folder "
+                         "compared with itself shows the same AP twice; give a second prediction folder (another "
+                         "model's, say)")
     if args.json is not None:
         _refuse_json_over_an_input(args)
         check_writable_file(args.json, "--json")  # before the evaluation, not after it
