@@ -380,7 +380,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="run the whole path on a simulated frame with a seeded, UNTRAINED model",
                           description="Run the whole path on a SIMULATED frame with a seeded, UNTRAINED model.")
-    demo.add_argument("--out", default="demo_out", type=path_name, help="folder for the frame, model, JSON and PNG")
+    demo.add_argument("--out", default="demo_out", type=path_name,
+                      help="folder for the frame, model, JSON and PNG (default: %(default)s; a folder that holds "
+                           "point files is refused: the simulated frame would join them)")
     demo.add_argument("--config", default="openpcdet_kitti_3class",
                       help="config name or YAML path of a single-head model (a multi-head config, such as "
                            "openpcdet_nuscenes_multihead, is refused: the seeded random weights are made for "

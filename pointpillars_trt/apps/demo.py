@@ -10,6 +10,7 @@ and CUDA graph capture); the steady-state times are the median over ``repeats`` 
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import time
@@ -21,6 +22,7 @@ from ..errors import InputError, PointPillarsError, counted, printable_text, saf
 from ..file_reads import not_a_file
 from ..file_writes import check_writable_folder
 from ..kitti import normalize_heading
+from ..points import SUPPORTED_EXTENSIONS
 from ..strict_json import write_json_atomic
 from .demo_scene import simulate_scan
 from .device_notice import print_device_notice
@@ -62,6 +64,7 @@ def run_demo(out: Path, *, config: str = "openpcdet_kitti_3class", seed: int = 0
     check_writable_folder(out, "--out")  # a file in its place is one error line, as infer and bench say it
     missing = no_png_line()  # the run's one check for matplotlib: the PNG is optional, its place checked if drawn
     refuse_foreign_demo_outputs(out, chart=missing is None)
+    refuse_a_folder_of_frames(out)
     points, objects = simulate_scan(seed=seed)
     out.mkdir(parents=True, exist_ok=True)
     # the model first: a folder of that name that is no model dir is refused before anything is written
@@ -136,6 +139,24 @@ def refuse_foreign_demo_outputs(out: Path, chart: bool) -> None:
         if reason is not None:
             raise InputError(f"--out {safe_repr(str(out))} holds {name!r}, which the demo did not write ({reason}), "
                              "and the demo would overwrite it: give another --out")
+
+
+def refuse_a_folder_of_frames(out: Path) -> None:
+    """Refuse, before anything is written, an --out that holds point files besides the demo's own frame (a KITTI
+    velodyne folder, say): the simulated frame written there would be one more frame to an ``infer`` of that
+    folder, its boxes mixed with the real frames' outputs. Listed as infer lists a folder (hidden files left out)."""
+    try:
+        with os.scandir(out) as entries:
+            frames = sorted(entry.name for entry in entries
+                            if entry.name != DEMO_FILES[0] and not entry.name.startswith(".")
+                            and os.path.splitext(entry.name)[1].lower() in SUPPORTED_EXTENSIONS
+                            and not entry.is_dir())
+    except OSError:  # not there yet (or unreadable: the write probe says so)
+        return
+    if frames:
+        raise InputError(f"--out {safe_repr(str(out))} holds {counted(len(frames), 'point file')} (e.g. "
+                         f"{safe_repr(frames[0])}), and the demo's simulated frame written there would be one more "
+                         "frame of that folder to infer: give the demo a folder of its own (its default: demo_out)")
 
 
 def _stage_line(timings: dict[str, float]) -> str:
