@@ -303,9 +303,11 @@ class PointPillars:
         work of the next: this checks the frames (at most MAX_BATCH; more than the pipeline's batch grows it
         once, as ``detect_batch`` does), stages and enqueues them, and returns ``finish``, the call that waits
         for the GPU and gives the detections. On the CPU path the batch runs here. Host frames are copied
-        before this returns (a server may release them); frames already on the GPU must live unchanged until
-        ``finish`` is called, which must come before the detector's next batch (until then, another batch is
-        refused on either path). ``finish`` called again gives the same detections."""
+        before this returns (a server may release them); frames already on the GPU are copied on the pipeline's
+        stream after the work queued on the caller's current stream, and that stream waits for the copy (work
+        queued there after this call may change or free them; work on other streams must wait for ``finish``).
+        ``finish`` must come before the detector's next batch (until then, another batch is refused on either
+        path). ``finish`` called again gives the same detections."""
         prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
         if len(prepared) > MAX_BATCH:

@@ -132,7 +132,7 @@ class GpuPipeline:
             # device frames: made on the caller's stream (the copies wait for it), copied (the caller waits)
             self._frames_made = cp.cuda.Event(disable_timing=True)
             self._frames_copied = cp.cuda.Event(disable_timing=True)
-            self._device_frame_copy: DeviceFrameCopy | None = None
+            self._device_frame_copy = DeviceFrameCopy()
             self._threshold_values = threshold_values(self.post_cfg)  # what the device buffer holds,
             self._threshold_cfg = self.post_cfg                       # and the config they came from
             self._thresholds = cp.asarray(self._threshold_values)
@@ -417,14 +417,18 @@ class GpuPipeline:
             return self._stage_host(frames, caller_waits)  # type: ignore[arg-type]
         caller = cp.cuda.get_current_stream()
         device = [as_device_points(f, caller, self.cfg.num_point_columns) for f in frames]
+        for index, points in enumerate(device):
+            if points.device.id != self.device_id:  # a kernel given another GPU's memory would fault this one
+                where = f"frame {index} of the batch" if len(frames) > 1 else "points"
+                raise InputError(f"{where}: on GPU {points.device.id}, and the detector runs on GPU {self.device_id}: "
+                                 f"copy it there first (with cupy.cuda.Device({self.device_id}): cupy.asarray(points)) "
+                                 "or open the detector on that GPU")
         self.stream.wait_event(caller.record(self._frames_made))
         counts = [int(f.shape[0]) for f in device]
         total = sum(counts)
         if total > self.max_points:
             self._grow(total)
         starts = [0, *itertools.accumulate(counts[:-1])]
-        if self._device_frame_copy is None:  # compiled on the first frame given on the GPU
-            self._device_frame_copy = DeviceFrameCopy()
         for i, (points, start) in enumerate(zip(device, starts)):
             self._device_frame_copy.launch(points, self._points, self._times, self._header, i, start, self.stream)
         caller.wait_event(self.stream.record(self._frames_copied))

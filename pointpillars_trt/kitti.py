@@ -732,13 +732,18 @@ def read_frame_file(path: PathLike, what: str, max_bytes: int) -> list[str]:
         there = respelt_id(Path(path))
         if there is None:
             raise
-        fix = (f" (give {there.stem}, not {Path(path).stem})" if len(there.stem) == 6 else
-               f": name the {what}s so ({Path(path).name}, not {there.name})")
-        raise InputError(f"{exc}; {safe_repr(there.name)} is there: {ZERO_PADDED_IDS}{fix}") from None
+        fix = (f"{ZERO_PADDED_IDS} (give {there.stem}, not {Path(path).stem})" if len(there.stem) == 6 else
+               padding_fix(f"{what}s", Path(path).name, there.name))
+        raise InputError(f"{exc}; {safe_repr(there.name)} is there: {fix}") from None
 
 
 #: What a frame id spelt without KITTI's padding (``respelt_id``) is told.
 ZERO_PADDED_IDS = "KITTI frame ids are zero-padded to 6 digits"
+
+
+def padding_fix(files: str, padded: str, unpadded: str) -> str:
+    """What to do about ``files`` named without KITTI's zero padding (``unpadded``, where ``padded`` is the name)."""
+    return f"{ZERO_PADDED_IDS}; rename the {files} to 6-digit ids ({padded}, not {unpadded})"
 
 
 def respelt_id(path: Path) -> Path | None:

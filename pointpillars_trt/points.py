@@ -177,9 +177,9 @@ def refuse_missing_values(arr: np.ndarray, points: object, source: str, columns:
     else:
         fix = f"points[~pd.isna(points[:, :{columns}]).any(axis=1), :{columns}].astype(np.float32)"
     lack, first, their = ("lacks", "row", "its row") if count == 1 else ("lack", "the first row", "their rows")
-    raise InputError(f"{source}: {count} of its {len(arr)} points {lack} values (missing: pd.NA, as pandas' nullable "
-                     f"Float32 columns hold them, or None), {first} {int(np.argmax(rows))} (counted from 0); a "
-                     f"point without its values is no return: drop {their} ({fix})")
+    raise InputError(f"{source}: {count} of its {counted(len(arr), 'point')} {lack} values (missing: pd.NA, as "
+                     f"pandas' nullable Float32 columns hold them, or None), {first} {int(np.argmax(rows))} (counted "
+                     f"from 0); a point without its values is no return: drop {their} ({fix})")
 
 
 _DLPACK_CUDA_DEVICES = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -256,7 +256,7 @@ def as_array(points: object, source: str, expected: str, xp: Any = np) -> Any:
     if isinstance(points, np.ndarray):
         refuse_cut_mapping(points, source)
     if xp is not np and isinstance(points, xp.ndarray):
-        return points  # already a CuPy array (one checked before): no DLPack exchange
+        return points  # a CuPy array is taken as it is: no DLPack exchange with itself
     try:
         if xp is not np and hasattr(points, "__dlpack__") and is_cuda_array(points):
             return xp.from_dlpack(points)

@@ -233,6 +233,22 @@ def test_a_device_frame_is_copied_after_its_producer_and_before_the_caller_chang
     assert not frame.any()
 
 
+def test_a_frame_on_another_gpu_is_an_input_error(family_pair, assets):  # type: ignore[no-untyped-def]
+    """A frame on another GPU than the pipeline's is refused naming both, before any kernel reads it (a kernel
+    given another GPU's memory faults), and the pipeline goes on."""
+    import cupy as cp
+
+    if cp.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    _, cpu, gpu = family_pair
+    points = read_points(assets / SHARED_FRAMES[0])
+    with cp.cuda.Device(1):
+        elsewhere = cp.asarray(points)
+    with pytest.raises(InputError, match=r"^points: on GPU 1, and the detector runs on GPU 0: copy it there first"):
+        gpu.detect(elsewhere)
+    assert_same_detections(gpu.detect(cp.asarray(points)), cpu.detect(points), "after a frame of another GPU")
+
+
 def test_a_device_array_with_a_malformed_interface_is_an_input_error(family_pair, assets):  # type: ignore[no-untyped-def]
     """A foreign GPU array whose CUDA array interface lacks its type (CuPy raises KeyError on it): the frame's
     InputError naming what was expected, and the detector goes on."""

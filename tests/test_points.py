@@ -98,6 +98,8 @@ def test_a_table_of_nullable_floats_with_missing_values_is_refused_with_a_fix_th
     with pytest.raises(InputError, match=r"^points: 1 of its 2 points lacks values \(.*\), row 1 \(counted from 0\); a "
                                          r"point without its values is no return: drop its row \("):
         as_host_points(np.array([[1.0, 2.0, 3.0, 0.5], [1.0, None, 3.0, 0.5]], object))
+    with pytest.raises(InputError, match=r"^points: 1 of its 1 point lacks values \(.*\), row 0 \(counted from 0\)"):
+        as_host_points(np.array([[1.0, None, 3.0, 0.5]], object))
 
 
 @pytest.mark.parametrize("layout", ["5 wide", "8 wide", "fortran", "every other column", "big-endian", "empty"])

@@ -491,8 +491,8 @@ def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> Non
     files alone (``.npy`` and ``.pcd`` files carry their own), so it would change nothing, unlike what its
     user believes of the frames."""
     if point_dim is not None and frames and not _any_bin(frames):
-        none = "the one frame is not" if len(frames) == 1 else f"none of these {len(frames)} frames is"
-        raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and {none} one (.npy "
+        none = "the one frame is no .bin file" if len(frames) == 1 else f"none of these {len(frames)} frames is one"
+        raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and {none} (.npy "
                          "and .pcd files carry their own row length): drop it")
 
 

@@ -211,7 +211,9 @@ def _convert(doc: _Section, name: str, source: str) -> ModelConfig:
     scatter = model.section("MAP_TO_BEV", ("NAME", "NUM_BEV_FEATURES"))
     scatter.expect("NAME", "PointPillarScatter")
     bev = scatter["NUM_BEV_FEATURES"]
-    if type(bev) is not int or bev != filters[0]:  # the scatter lays the PFN layer's channels out as the BEV map's
+    if type(bev) is not int:
+        scatter.refuse("NUM_BEV_FEATURES", f"a whole number, the PFN layer's channels ({filters[0]})")
+    if bev != filters[0]:  # the scatter lays the PFN layer's channels out as the BEV map's
         raise ConfigError(f"{source}: {scatter.key_path('NUM_BEV_FEATURES')} is {safe_repr(bev, 60)} and "
                           f"{vfe.key_path('NUM_FILTERS')} is {safe_repr(filters, 60)}: the two must be equal (the BEV "
                           "map's channels are the PFN layer's)")

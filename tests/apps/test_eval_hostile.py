@@ -261,22 +261,22 @@ def test_prediction_or_label_files_named_without_the_zero_padding_are_named_with
     (tmp_path / "ids.txt").write_text("000000\n")
     rc, err, out = eval_cli("--pred", pred, "--labels", labels)
     assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '0.txt'}' has no label file: '{labels / '0.txt'}' "
-                                     f"does not exist; '000000.txt' is there: {padding}: name the prediction files so "
-                                     "(000000.txt, not 0.txt)\n"), err
+                                     f"does not exist; '000000.txt' is there: {padding}; rename the prediction files "
+                                     "to 6-digit ids (000000.txt, not 0.txt)\n"), err
     rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--ids", tmp_path / "ids.txt")
     assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.txt'}' does not exist; '0.txt' is there: "
-                                     f"{padding}: name the prediction files so (000000.txt, not 0.txt)\n"), err
+                                     f"{padding}; rename the prediction files to 6-digit ids (000000.txt, not 0.txt)\n"), err
     labels_json, pred_json, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
     (pred_json / "000000.json").rename(pred_json / "0.json")
     rc, err, out = eval_cli("--pred", pred_json, "--labels", labels_json, "--calib", calib, "--ids", tmp_path / "ids.txt")
     assert (rc, out, err) == (2, "", f"error: prediction file '{pred_json / '000000.json'}' does not exist; '0.json' is "
-                                     f"there: {padding}: name the prediction files so (000000.json, not 0.json)\n"), err
+                                     f"there: {padding}; rename the prediction files to 6-digit ids (000000.json, not 0.json)\n"), err
     (pred / "0.txt").rename(pred / "000000.txt")
     (labels / "000000.txt").rename(labels / "0.txt")
     rc, err, out = eval_cli("--pred", pred, "--labels", labels)
     assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.txt'}' has no label file: "
-                                     f"'{labels / '000000.txt'}' does not exist; '0.txt' is there: {padding}: name the "
-                                     "label files so (000000.txt, not 0.txt)\n"), err
+                                     f"'{labels / '000000.txt'}' does not exist; '0.txt' is there: {padding}; rename the "
+                                     "label files to 6-digit ids (000000.txt, not 0.txt)\n"), err
 
 
 def test_a_clean_run_still_passes(folders: tuple[Path, Path]) -> None:

@@ -289,7 +289,12 @@ def test_point_dim_for_a_run_without_a_bin_frame_is_refused_and_kept_where_one_i
     np.save(folder / "a.npy", np.fromfile(frames / "a.bin", np.float32).reshape(-1, 4))
     rc, err = run_infer("infer", folder, "--model", tmp_path / "no-model", "--point-dim", "5", "--device", "cpu")
     assert rc == 2 and err == ("error: --point-dim 5: it sets the values a point of .bin frames, and the one frame "
-                               "is not one (.npy and .pcd files carry their own row length): drop it\n"), err
+                               "is no .bin file (.npy and .pcd files carry their own row length): drop it\n"), err
+    np.save(folder / "b.npy", np.fromfile(frames / "a.bin", np.float32).reshape(-1, 4))
+    rc, err = run_infer("infer", folder, "--model", tmp_path / "no-model", "--point-dim", "5", "--device", "cpu")
+    assert rc == 2 and err == ("error: --point-dim 5: it sets the values a point of .bin frames, and none of these "
+                               "2 frames is one (.npy and .pcd files carry their own row length): drop it\n"), err
+    (folder / "b.npy").unlink()
     rc, err = run_infer("infer", folder, frames / "a.bin", "--model", tmp_path / "no-model", "--point-dim", "5",
                         "--device", "cpu")
     assert rc == 2 and "--point-dim" not in err and "no-model" in err, err

@@ -132,8 +132,10 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
                                                 "is [64]: the two must be equal"),
     ({"MODEL.VFE.NUM_FILTERS": [32]}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 64 and MODEL.VFE.NUM_FILTERS is [32]: "
                                       "the two must be equal"),
-    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": "64"}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is '64' and "
-                                                  "MODEL.VFE.NUM_FILTERS is [64]: the two must be equal"),
+    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": "64"}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is '64'; supported: a whole "
+                                                  "number, the PFN layer's channels (64)"),
+    ({"MODEL.MAP_TO_BEV.NUM_BEV_FEATURES": 64.0}, "MODEL.MAP_TO_BEV.NUM_BEV_FEATURES is 64.0; supported: a whole "
+                                                  "number, the PFN layer's channels (64)"),
     ({"MODEL.BACKBONE_2D.NAME": "BaseBEVResBackbone"}, "MODEL.BACKBONE_2D.NAME is 'BaseBEVResBackbone'"),
     ({"MODEL.BACKBONE_3D": {"NAME": "VoxelBackBone8x"}}, "MODEL.BACKBONE_3D is not supported"),
     ({"MODEL.DENSE_HEAD.NAME": "AnchorHeadMulti"},  # a multi-head model has no direction classifier here

@@ -66,3 +66,11 @@ def test_a_frame_past_the_buffers_or_of_too_few_columns_is_refused(cp: Any) -> N
         copy.launch(cp.zeros((4, 4), np.float32), buffer, None, header, 2, 0, stream)
     with pytest.raises(InputError, match=r"expected \(N, >= 5\) float32"):
         copy.launch(cp.zeros((4, 4), np.float32), buffer, times, header, 0, 0, stream)
+    with pytest.raises(InputError, match=r"expected \(N, >= 4\) float32 values, got shape \(\)"):
+        copy.launch(cp.zeros((), np.float32), buffer, None, header, 0, 0, stream)
+    with pytest.raises(InputError, match="expected the pipeline's"):
+        copy.launch(cp.zeros((4, 4), np.float32), buffer.astype(np.float64), None, header, 0, 0, stream)
+    with pytest.raises(InputError, match="expected the pipeline's"):  # rows of 4 values, but not 16 bytes apart
+        copy.launch(cp.zeros((4, 4), np.float32), cp.zeros((64, 8), np.float32)[:, :4], None, header, 0, 0, stream)
+    with pytest.raises(InputError, match="^frame 0 of 1 point at row 64: outside"):
+        copy.launch(cp.zeros((1, 4), np.float32), buffer, None, header, 0, 64, stream)

@@ -150,6 +150,14 @@ def _refuse_json_over_an_input(args: argparse.Namespace) -> None:
                              "evaluation reads: write it elsewhere")
 
 
+def _same_folder(first: Path, second: Path) -> bool:
+    """Whether two folders are one (by any spelling or link); one gone since its check is another's read error."""
+    try:
+        return os.path.samefile(first, second)
+    except OSError:
+        return False
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate, print the table (and the comparison), write --json and say so; 0 on success."""
     classes = _classes(args.classes)
@@ -161,7 +169,7 @@ def run_eval(args: argparse.Namespace) -> int:
     for option, folder, holds in (("--compare", args.compare, PREDICTION_FILES), ("--calib", args.calib, CALIB_FILES)):
         if folder is not None:
             check_input_folder(folder, option, holds)
-    if args.compare is not None and os.path.samefile(pred, args.compare):  # --format reads both alike: one table twice
+    if args.compare is not None and _same_folder(pred, args.compare):  # --format reads both alike: one table twice
         raise InputError(f"--compare {safe_repr(args.compare)} is the --pred folder {safe_repr(args.pred)}: a folder "
                          "compared with itself shows the same AP twice; give a second prediction folder (another "
                          "model's, say)")

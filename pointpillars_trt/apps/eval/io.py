@@ -19,8 +19,8 @@ import numpy as np
 
 from ...errors import InputError, PointPillarsError, counted, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
-from ...kitti import (ZERO_PADDED_IDS, detections_to_kitti_lines, first_bad_row, frame_camera, parse_label_lines,
-                      read_frame_file, read_label_file, refuse_other_split, respelt_id)
+from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, padding_fix,
+                      parse_label_lines, read_frame_file, read_label_file, refuse_other_split, respelt_id)
 from ...model_dir import METADATA_FILE
 from ...strict_json import loads_json
 from ..outputs import record_boxes
@@ -249,9 +249,9 @@ def refuse_unlabelled_predictions(pred_dir: Path, kind: str, label_dir: Path, fr
     label = label_dir / f"{missing[0]}.txt"
     there = respelt_id(label)
     if there is not None:  # the prediction files, or the label files, are named without KITTI's zero padding
-        named = (f"prediction files so ({there.stem}{first.suffix}, not {first.name})" if len(there.stem) == 6 else
-                 f"label files so ({label.name}, not {there.name})")
-        fix = f"{safe_repr(there.name)} is there: {ZERO_PADDED_IDS}: name the {named}"
+        fix = f"{safe_repr(there.name)} is there: " + (
+            padding_fix("prediction files", f"{there.stem}{first.suffix}", first.name) if len(there.stem) == 6 else
+            padding_fix("label files", label.name, there.name))
     else:
         fix = ("without --ids eval evaluates every prediction file in --pred: pass --ids FILE listing the frames to "
                "evaluate (e.g. KITTI's ImageSets/val.txt), or remove the stray files from --pred")

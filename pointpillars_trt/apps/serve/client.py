@@ -267,8 +267,8 @@ class RemoteDetector:
 
     def _unreachable(self, exc: Exception) -> str:
         """Why construction's first requests failed. A server that does not answer within the timeout (stopped,
-        hung, overloaded) is said to be so, one that serves no model of that name so; a transport failure at once from something that listens is most likely
-        the server's other endpoint (``_other_protocol_hint``)."""
+        hung, overloaded) is said to be so, one that serves no model of that name so; a transport failure at once
+        from something that listens is most likely the server's other endpoint (``_other_protocol_hint``)."""
         where = f"server {self._shown} ({self.protocol})"
         status = str(exc.status()) if isinstance(exc, self._server_error) else None
         if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED" or (
