@@ -905,11 +905,12 @@ class _RowSink:
         try:
             write()
         except InputError as exc:
-            them = "it" if len(self._waiting) == 1 else "them"
+            waiting = len(self._waiting)
+            them = "it" if waiting == 1 else "them"
             rerun = ("free space, then rerun with --skip-existing" if is_full_disk_error(str(exc))
                      else f"rerun with --skip-existing to run {them} again")
-            self.report.note(f"error: {exc}; the rows of {counted(len(self._waiting), 'frame')} are not written "
-                             f"({rerun})")
+            rows = f"the rows of {counted(waiting, 'frame')}" if waiting else "the rows of failed frames"
+            self.report.note(f"error: {exc}; {rows} are not written ({rerun})")
             self.report.take_back(self._waiting)
             self._waiting = []
             return

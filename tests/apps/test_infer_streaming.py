@@ -795,6 +795,27 @@ def test_a_part_that_cannot_be_written_names_why_and_advises_free_space_only_for
                                 f"({advice})"], err
 
 
+def test_a_part_of_failed_frames_rows_alone_that_cannot_be_written_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A part holding only failed frames' rows (their errors) that cannot be written is said as such: it said "the
+    rows of 0 frames are not written"."""
+    from pointpillars_trt.apps.frame_report import FrameReport
+    from pointpillars_trt.apps.infer import _RowSink
+    from pointpillars_trt.apps.outputs import OutputPlan, RowParts
+
+    out = tmp_path / "out"
+    out.mkdir()
+    report = FrameReport(1, OutputPlan(), progress=False, where=True, folder=out)
+    sink = _RowSink(RowParts(out, "jsonl", ("Car",), rows_per_part=1), report)
+    shutil.rmtree(out)
+    out.write_text("")  # a file where the folder was
+    sink.add(json.dumps({"source": "000000.bin", "error": "a bad frame"}), None)
+    err = capsys.readouterr().err
+    assert err.splitlines() == [f"error: cannot write {str(out / 'detections-00000.jsonl')!r}: "
+                                f"{os.strerror(errno.ENOTDIR)}; the rows of failed frames are not written (rerun "
+                                "with --skip-existing to run them again)"], err
+
+
 def test_an_empty_out_is_one_error_line_and_threads_beyond_the_cores_one_note(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """--threads beyond this machine's cores runs as many as it has, said in a note as OMP_NUM_THREADS beyond
     them is (it was refused, where OMP_NUM_THREADS was capped)."""
