@@ -20,7 +20,7 @@ from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, in
 from .detections import Detections, misread_finding
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
-    SettingNotice, counted, safe_repr,
+    SettingNotice, agree, counted, safe_repr,
 )
 from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
@@ -229,8 +229,8 @@ class PointPillars:
         if not self._nonfinite_said and not (np.isfinite(found.boxes).all() and np.isfinite(found.scores).all()):
             self._nonfinite_said = True
             bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
-            which = "the one box of a frame holds" if len(found) == 1 else \
-                f"{bad} of a frame's {len(found)} boxes {'holds' if bad == 1 else 'hold'}"
+            which = agree(len(found), "the one box of a frame holds",
+                          f"{bad} of a frame's {len(found)} boxes {agree(bad, 'holds', 'hold')}")
             warnings.warn(f"{which} NaN or infinite values: the network "
                           "overflowed on its input, which values far outside what it was trained on cause (check "
                           "the point layout and the intensity scale); infer leaves such boxes out and counts them "

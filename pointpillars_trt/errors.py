@@ -3,6 +3,7 @@ their messages show untrusted text and counts."""
 
 import os
 import reprlib
+from typing import TypeVar
 
 _ONE_LINE_LIMIT = 600  # characters of a message line; longer text loses its middle
 #: Longest escaped repr :func:`safe_repr` returns (longer ones lose their middle).
@@ -10,6 +11,7 @@ SAFE_REPR_LIMIT = 160
 #: Bounds of a repr of a value that is not a name: a huge or nested one is never printed whole.
 _VALUE_REPR = reprlib.Repr()
 _VALUE_REPR.maxlevel, _VALUE_REPR.maxstring, _VALUE_REPR.maxother, _VALUE_REPR.maxlong = 2, 50, 50, 30
+_Words = TypeVar("_Words")  # a word, or a tuple of the words a message puts with one count
 
 
 class PointPillarsError(Exception):
@@ -127,10 +129,18 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
     return text
 
 
-def counted(count: int, noun: str, plural: str = "") -> str:
+def agree(count: float, one: _Words, other: _Words) -> _Words:
+    """The words of a message that agree with ``count``: ``one`` for exactly one, ``other`` for any other count (0
+    frames, 0.5 GPUs, 2 frames), as :func:`counted` picks its noun, so that every message puts the verbs and pronouns
+    of a count by one rule: ``f"{counted(n, 'frame')} {agree(n, 'has', 'have')} no picture"``."""
+    return one if count == 1 else other
+
+
+def counted(count: float, noun: str, plural: str = "") -> str:
     """``count`` and its ``noun`` for a message, the noun in the singular for one: '1 frame', '3 frames'
-    (``plural`` where an added s is not it: '1 box', '2 boxes')."""
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+    (``plural`` where an added s is not it: '1 box', '2 boxes'); a fraction as Ray counts GPUs: '0.5 GPUs'
+    (a float without a trailing '.0': '2 GPUs')."""
+    return f"{f'{count:g}' if isinstance(count, float) else count} {agree(count, noun, plural or noun + 's')}"
 
 
 def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:

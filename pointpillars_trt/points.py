@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, TypeGuard
 import numpy as np
 
 from .config import POINT_COLUMN_NAMES
-from .errors import InputError, counted, safe_repr
+from .errors import InputError, agree, counted, safe_repr
 
 #: Largest frame (points) any reader or ``as_host_points`` accepts: 16 Mi points, 256 MiB as
 #: float32 x4. A real spinning lidar gives ~100-300 k points a sweep.
@@ -176,7 +176,7 @@ def refuse_missing_values(arr: np.ndarray, points: object, source: str, columns:
         fix = f"points.iloc[:, :{columns}].dropna().to_numpy(np.float32)"
     else:
         fix = f"points[~pd.isna(points[:, :{columns}]).any(axis=1), :{columns}].astype(np.float32)"
-    lack, first, their = ("lacks", "row", "its row") if count == 1 else ("lack", "the first row", "their rows")
+    lack, first, their = agree(count, ("lacks", "row", "its row"), ("lack", "the first row", "their rows"))
     raise InputError(f"{source}: {count} of its {counted(len(arr), 'point')} {lack} values (missing: pd.NA, as "
                      f"pandas' nullable Float32 columns hold them, or None), {first} {int(np.argmax(rows))} (counted "
                      f"from 0); a point without its values is no return: drop {their} ({fix})")

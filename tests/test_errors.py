@@ -95,6 +95,18 @@ def test_a_count_of_one_names_its_noun_in_the_singular() -> None:
     assert [counted(n, "box", "boxes") for n in (0, 1, 12)] == ["0 boxes", "1 box", "12 boxes"]
 
 
+def test_a_fraction_is_counted_as_ray_counts_gpus_and_its_words_agree_as_the_noun() -> None:
+    """Fractional GPU counts had a formatter of their own beside ``counted``: one rule now serves both, a float
+    without a trailing '.0', and ``agree`` picks a message's verbs and pronouns as ``counted`` picks its noun."""
+    from pointpillars_trt.errors import agree, counted
+
+    assert [counted(n, "GPU") for n in (0.0, 0.5, 1.0, 2.0, 1.5)] == ["0 GPUs", "0.5 GPUs", "1 GPU", "2 GPUs",
+                                                                    "1.5 GPUs"]
+    assert counted(10 ** 20, "byte") == "100000000000000000000 bytes"  # an int is never put in exponent form
+    assert [agree(n, "has", "have") for n in (0, 1, 2, 0.5, 1.0)] == ["have", "has", "have", "have", "has"]
+    assert agree(1, ("its", "it"), ("their", "them")) == ("its", "it")
+
+
 def test_a_frames_picture_is_titled_with_its_boxes_in_the_singular_for_one() -> None:
     """infer --viz titled a picture of one box '000000.bin: 1 boxes'."""
     from pointpillars_trt.apps.outputs import bev_title

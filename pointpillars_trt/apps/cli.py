@@ -25,7 +25,7 @@ from typing import Any, NoReturn, TextIO
 
 from ..errors import (
     USER_ERRORS, CpuFallbackWarning, InputError, InputErrors, InputWarning, Notice, PointPillarsError, PrecisionWarning,
-    one_line, printable_text, safe_repr, shell_word,
+    agree, one_line, printable_text, safe_repr, shell_word,
 )
 from ..model_dir import package_version
 from ..pointcloud_io import SUPPORTED_EXTENSIONS
@@ -440,8 +440,9 @@ def _check_build_options(args: argparse.Namespace) -> None:
         given = [option for option, value in (("--compute-capability", args.compute_capability),
                                               ("--no-tf32", args.no_tf32)) if value]
         if given:
-            raise InputError(f"{' and '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --backend tensorrt "
-                             f"(plans); drop {'it' if len(given) == 1 else 'them'} or add --backend tensorrt")
+            applies, it = agree(len(given), ("applies", "it"), ("apply", "them"))
+            raise InputError(f"{' and '.join(given)} {applies} to --backend tensorrt (plans); drop {it} or add "
+                             "--backend tensorrt")
     elif args.no_tf32 and args.precision == "fp16":
         raise InputError("--no-tf32 applies to fp32 plans (TensorFloat-32 is a way of running fp32 convolutions); "
                          "fp16 plans have no TF32 to turn off: drop it, or build --precision fp32")

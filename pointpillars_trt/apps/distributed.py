@@ -39,8 +39,8 @@ import numpy as np
 from ..config import int_within
 from ..devices import check_backend_runs_on
 from ..errors import (
-    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, counted, printable_text,
-    safe_repr,
+    USER_ERRORS, BackendError, CpuFallbackWarning, InputError, ModelDirError, SettingNotice, agree, counted,
+    printable_text, safe_repr,
 )
 from ..file_reads import special_kind
 from ..file_writes import PendingFlush, flush_to_disk, remove_stale_temp_files
@@ -338,11 +338,6 @@ def _sources(paths_or_uri: FrameSources) -> list[str]:
                               or special_kind(item) is not None)
 
 
-def _gpus(count: float) -> str:
-    """A number of GPUs for a message, a fraction as Ray counts it: '1 GPU', '0.5 GPUs', '2 GPUs'."""
-    return f"{count:g} GPU" + ("" if count == 1 else "s")
-
-
 def check_resources(resources: dict[str, float], workers: int | None, gpus_per_worker: float | None,
                     device: str = "auto") -> tuple[int, float]:
     """(workers, GPUs a worker) the cluster can run at once for ``device`` (auto, cpu or cuda); one clear
@@ -362,18 +357,18 @@ def check_resources(resources: dict[str, float], workers: int | None, gpus_per_w
     if gpus_per_worker < 0:
         raise InputError(f"gpus_per_worker {gpus_per_worker}: expected 0 (CPU), a fraction or a whole number")
     if gpus_per_worker > gpus + 1e-9:
-        raise InputError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {_gpus(gpus)}; give "
+        raise InputError(f"--gpus-per-worker {gpus_per_worker:g}: the Ray cluster has {counted(gpus, 'GPU')}; give "
                          + ("--gpus-per-worker 0 for the CPU path" if gpus == 0 else f"at most {gpus:g}"))
     if workers is None:
         workers = min(int(gpus / gpus_per_worker), max(1, cpus // ACTOR_CPUS_WITH_GPU)) if gpus_per_worker \
             else max(1, cpus // 2)
     if workers < 1:
-        raise InputError(f"workers {workers}: expected >= 1 (the cluster has {_gpus(gpus)})")
-    need = "needs" if workers == 1 else "need"
+        raise InputError(f"workers {workers}: expected >= 1 (the cluster has {counted(gpus, 'GPU')})")
+    need = agree(workers, "needs", "need")
     if gpus_per_worker > 0 and workers * gpus_per_worker > gpus + 1e-9:
         raise InputError(f"{counted(workers, 'worker')} x {gpus_per_worker:g} GPU {need} "
-                         f"{_gpus(workers * gpus_per_worker)}; the Ray cluster has {gpus:g}: lower --workers or "
-                         "--gpus-per-worker, or --gpus-per-worker 0 for the CPU path")
+                         f"{counted(workers * gpus_per_worker, 'GPU')}; the Ray cluster has {gpus:g}: lower --workers "
+                         "or --gpus-per-worker, or --gpus-per-worker 0 for the CPU path")
     if gpus_per_worker > 0 and workers * ACTOR_CPUS_WITH_GPU > cpus:
         raise InputError(f"{counted(workers, 'GPU worker')} {need} {counted(workers * ACTOR_CPUS_WITH_GPU, 'CPU')}; "
                          f"the Ray cluster has {cpus}: lower --workers")

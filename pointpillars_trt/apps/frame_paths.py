@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import InputError, InputErrors, counted, safe_repr
+from ..errors import InputError, InputErrors, agree, counted, safe_repr
 from ..file_reads import folder_resolver, home_hint, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
@@ -222,7 +222,8 @@ def _subfolders_hint(folder: str) -> str:
     if not holding:
         return ""
     shown = ", ".join(safe_repr(sub) for sub in holding[:3]) + (f" and {len(holding) - 3} more" if len(holding) > 3 else "")
-    return f"; subfolders are not searched: {shown} {'holds' if len(holding) == 1 else 'hold'} point files, give them as paths"
+    return (f"; subfolders are not searched: {shown} {agree(len(holding), 'holds', 'hold')} point files, give them "
+            "as paths")
 
 
 def _unreachable(path: str) -> str | None:

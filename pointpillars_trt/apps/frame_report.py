@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 import numpy as np
 
 from ..detections import misread_finding
-from ..errors import counted, printable_text, safe_repr
+from ..errors import agree, counted, printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
@@ -119,8 +119,8 @@ class FrameReport:
         total = max(self.total, len(self.done) + self.failed)
         labels = self._writes_labels()
         boxes = self.boxes - self.out_of_view if labels else self.boxes
-        their = "its outputs were" if self.skipped == 1 else "their outputs were"
-        skipped = f" to run ({self.skipped} skipped: {their} there)" if self.skipped and not total else ""
+        their = agree(self.skipped, "its", "their")
+        skipped = f" to run ({self.skipped} skipped: {their} outputs were there)" if self.skipped and not total else ""
         print(f"{len(self.done)}/{total} frames{skipped}, {counted(boxes, 'box', 'boxes')}" + self._left_out(labels)
               + self._where()
               + (f" ({total / max(seconds, 1e-9):.1f} frames/s)" if self.done else ""), file=self.stdout)

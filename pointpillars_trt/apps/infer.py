@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import build_command, is_pcdet_model_config
 from ..errors import (
-    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, counted, one_line, printable_text,
+    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, agree, counted, one_line, printable_text,
     safe_repr,
 )
 from ..file_reads import check_input_folder, home_hint, special_kind
@@ -391,7 +391,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     camera = camera_options_given(args)
     if camera and fmt != "kitti" and not args.eval and not args.fov_only:
         raise InputError(f"{' and '.join(camera)}: the camera's calibration and image serve --format kitti, --eval "
-                         f"and --fov-only; this --format {fmt} run uses none of them: drop {'it' if len(camera) == 1 else 'them'}")
+                         f"and --fov-only; this --format {fmt} run uses none of them: drop "
+                         f"{agree(len(camera), 'it', 'them')}")
     if args.calib is not None:
         check_input_folder(args.calib, "--calib", CALIB_FILES)
     check_image_shape(args.image_shape, _first_calib_file(frames, args.calib) if args.image_shape else None)
@@ -446,7 +447,7 @@ def check_calib_folders(frames: Sequence[str], calib_dir: str | None) -> None:
             except InputError as exc:
                 missing = missing or exc
         if missing is not None:
-            which = "the one frame" if len(frames) == 1 else f"any of the {len(frames)} frames"
+            which = agree(len(frames), "the one frame", f"any of the {len(frames)} frames")
             raise InputError(f"--calib {safe_repr(calib_dir)}: no calib file for {which}: {missing}")
         return
     seen: set[str] = set()
@@ -491,7 +492,7 @@ def refuse_unused_point_dim(point_dim: int | None, frames: Sequence[str]) -> Non
     files alone (``.npy`` and ``.pcd`` files carry their own), so it would change nothing, unlike what its
     user believes of the frames."""
     if point_dim is not None and frames and not _any_bin(frames):
-        none = "the one frame is no .bin file" if len(frames) == 1 else f"none of these {len(frames)} frames is one"
+        none = agree(len(frames), "the one frame is no .bin file", f"none of these {len(frames)} frames is one")
         raise InputError(f"--point-dim {point_dim}: it sets the values a point of .bin frames, and {none} (.npy "
                          "and .pcd files carry their own row length): drop it")
 
@@ -810,7 +811,7 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
         report.note(f"error: {safe_repr(str(out))}: the output file system is full; "
                     f"{counted(disk.after_first, 'more frame')} not written (free space, then rerun with {rerun})")
     if lost.after_first:
-        them = "it" if lost.after_first == 1 else "them"
+        them = agree(lost.after_first, "it", "them")
         report.note(f"error: {counted(lost.after_first, 'more frame')} not run: the server is down (said above); once "
                     "it answers again, " + (f"rerun with {rerun}" if out is not None else f"run {them} again"))
     if to_flush:
@@ -906,7 +907,7 @@ class _RowSink:
             write()
         except InputError as exc:
             waiting = len(self._waiting)
-            them = "it" if waiting == 1 else "them"
+            them = agree(waiting, "it", "them")
             rerun = ("free space, then rerun with --skip-existing" if is_full_disk_error(str(exc))
                      else f"rerun with --skip-existing to run {them} again")
             rows = f"the rows of {counted(waiting, 'frame')}" if waiting else "the rows of failed frames"

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ModelConfig, load_config
-from ..errors import InputError, PointPillarsError, counted, one_line, safe_repr, shell_word
+from ..errors import InputError, PointPillarsError, agree, counted, one_line, safe_repr, shell_word
 from ..file_reads import open_regular_file, read_regular_file
 from ..kitti import calib_folder
 from ..model_dir import CHECKPOINT_SUFFIXES, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
@@ -318,9 +318,9 @@ class SettingsRecord:
             why = (f"cannot be read ({self.unreadable})" if self.unreadable else
                    "is missing (an older version wrote the outputs, or it was removed)" if not os.path.lexists(self.path) else
                    f"has no entry for its {self._fmt} outputs (runs of other formats wrote it)")
-            are = "is" if skipped == 1 else "are"
             print(f"note: the record of the settings that made the outputs in {where} ({SETTINGS_FILE}) {why}: the "
-                  f"{counted(skipped, 'frame')} skipped {are} taken as made with this run's", file=sys.stderr)
+                  f"{counted(skipped, 'frame')} skipped {agree(skipped, 'is', 'are')} taken as made with this run's",
+                  file=sys.stderr)
 
     def _keeps_other_frames(self) -> bool:
         """Whether --out holds an output of this format of a frame this run does not rewrite: a file of another

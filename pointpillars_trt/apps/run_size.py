@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ..errors import agree, counted
+
 
 #: Frames a GPU pipeline runs at once, and GPU pipelines (each its own stream and thread), unless given; a run of
 #: fewer frames opens fewer (``RunSize.fitted``). On the CPU a run opens one pipeline of one frame unless given.
@@ -75,13 +77,12 @@ def cut_note(given_batch: int | None, given_pipelines: int | None, fitted: RunSi
     if cut[0] < 2:  # the batch or the pipelines
         made.append(_parts(frames, fitted.batch, "batch", "batches"))
     if calls is not None and cut[-1] == 2:  # the workers
-        made.append(_parts(frames, calls.per_call, "worker call", "worker calls"))
-    many = frames > 1
-    return (f"{cuts}: the {frames} frame{'s' if many else ''} to run make{'' if many else 's'} "
+        made.append(_parts(frames, calls.per_call, "worker call"))
+    return (f"{cuts}: the {counted(frames, 'frame')} to run {agree(frames, 'makes', 'make')} "
             f"{' and '.join(made)} (more would only cost start time and memory)")
 
 
-def _parts(frames: int, each: int, one: str, many: str) -> str:
+def _parts(frames: int, each: int, noun: str, plural: str = "") -> str:
     """``frames`` frames cut into parts of ``each`` (batches, calls), said: "2 batches of at most 3"."""
     count, size = -(-frames // each), min(each, frames)
-    return f"{count} {one if count == 1 else many} of {size if frames % size == 0 else f'at most {size}'}"
+    return f"{counted(count, noun, plural)} of {size if frames % size == 0 else f'at most {size}'}"

@@ -14,7 +14,7 @@ import numpy as np
 
 from ...config import ModelConfig, load_config
 from ...detections import Detections
-from ...errors import InputError, PointPillarsError, escape_text, printable_text, safe_repr
+from ...errors import InputError, PointPillarsError, agree, counted, escape_text, printable_text, safe_repr
 from ...file_writes import check_writable_folder, lies_in
 from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir
@@ -181,11 +181,11 @@ def _no_pillar_findings(results: dict[str, Any], set_names: list[str]) -> list[s
         run = next((r for r in results["runs"] if r["frames"] == name), None)
         if run is not None and run["no_pillar_frames"]:
             empty, timed = run["no_pillar_frames"], run["distinct_frames"]
-            which = "its one frame timed" if timed == 1 else f"{empty} of the {timed} frames timed"
-            its, frames = ("its", "a frame") if empty == 1 else ("their", "frames")
+            which = agree(timed, "its one frame timed", f"{empty} of the {timed} frames timed")
+            its, frames, files = agree(empty, ("its", "a frame", "such a file"), ("their", "frames", "each such file"))
             lines.append(f"--frames set {safe_repr(name)}: {which} made no pillar ({its} points are none, non-finite "
                          f"or outside the model's point range): {its} times are of {frames} with nothing to detect on; "
-                         f"infer names {'such a file' if empty == 1 else 'each such file'}")
+                         f"infer names {files}")
     return lines
 
 
@@ -233,17 +233,16 @@ def _cpu_model_dir(model: _Model, out: Path) -> ModelDir:
 def _say_cpu_run(args: argparse.Namespace, precision: str, reason: str | None) -> None:
     """The CPU run's line, why a visible GPU goes unused, that fp16 graphs gain nothing there (as infer says them),
     and the GPU-only options given that it ignores."""
-    frames = "frame" if args.iterations == 1 else "frames"
-    print(f"running on CPU, ONNX Runtime, {precision}: {args.iterations} timed {frames} per frame set", file=sys.stderr)
+    print(f"running on CPU, ONNX Runtime, {precision}: {counted(args.iterations, 'timed frame')} per frame set",
+          file=sys.stderr)
     for note in (gpu_unused_note(reason) if args.device == "auto" else None, cpu_fp16_note("cpu", precision)):
         if note:
             print(note, file=sys.stderr)
     defaults = _bench_defaults()
     ignored = ["--" + dest.replace("_", "-") for dest in GPU_ONLY_OPTIONS if getattr(args, dest) != defaults[dest]]
     if ignored:  # the defaults left alone are not said: the line above and the table name the precision run
-        verb = "applies" if len(ignored) == 1 else "apply"
-        print(f"note: {', '.join(ignored)} {verb} to GPU runs; the CPU run times the latency of the model's "
-              f"{precision} graphs only", file=sys.stderr)
+        print(f"note: {', '.join(ignored)} {agree(len(ignored), 'applies', 'apply')} to GPU runs; the CPU run times "
+              f"the latency of the model's {precision} graphs only", file=sys.stderr)
 
 
 def _bench_defaults() -> dict[str, Any]:

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..demo_scene import simulate_scan
 from ..frame_paths import expand_frame_paths, first_repeat
-from ...errors import InputError, InputErrors, counted, one_line, safe_repr
+from ...errors import InputError, InputErrors, agree, counted, one_line, safe_repr
 from ...pointcloud_io import read_points
 from ...staging import empty_pinned
 
@@ -71,7 +71,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
     unread: list[str] = []  # a line for each set of no file that could be read
     for folder, files, name in zip(folders, listed or list_frame_folders(folders), set_names(folders)):
         used = files[:limit]
-        first = "first" if len(used) == 1 else f"first {len(used)}"  # --iterations 1: "the first of 3", not "1 of 3"
+        first = agree(len(used), "first", f"first {len(used)}")  # --iterations 1: "the first of 3", not "1 of 3"
         read = f"its {len(used)}" if len(used) == len(files) else f"the {first} of its {len(files)}"
         if len(used) < len(files):
             say(f"note: --frames {safe_repr(folder)}: reading {read} point files, as many as --iterations {limit} times")
@@ -95,7 +95,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
             count = f"{len(frames)} of the first {len(used)} of {len(files)} frames"
         sets[f"{name} ({count})"] = frames
         if errors:
-            why = "they could not be read (each named" if len(errors) > 1 else "it could not be read (named"
+            why = agree(len(errors), "it could not be read (named", "they could not be read (each named")
             left_out.append(f"--frames set {safe_repr(f'{name} ({count})')}: {len(errors)} of {read} point files left "
                             f"out: {why} in its error line)")
     if not sets:

@@ -10,7 +10,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from ...errors import InputError, counted, escape_text, printable_text, safe_repr
+from ...errors import InputError, agree, counted, escape_text, printable_text, safe_repr
 from ...file_reads import check_input_folder
 from ...file_writes import check_writable_file, write_text_atomic
 from ...kitti import KITTI_IMAGE_SHAPE, KITTI_IMAGE_WORDS, named_as_given
@@ -87,8 +87,7 @@ def _assumed_image_note(calib: Path | None, frames: int) -> str | None:
     if not frames or calib is None:
         return None
     images = safe_repr(named_as_given(calib.absolute().parent / "image_2", calib))
-    have, their, pngs = ("has", "its", "frame's image_2 PNG") if frames == 1 else \
-        ("have", "their", "frames' image_2 PNGs")
+    have, their, pngs = agree(frames, ("has", "its", "frame's image_2 PNG"), ("have", "their", "frames' image_2 PNGs"))
     return (f"note: {counted(frames, 'JSON prediction frame')} {have} no camera image in {images} to take "
             f"{their} size from, so {their} 2D boxes were clipped to {KITTI_IMAGE_WORDS}; if the "
             f"camera's image is another size, pass --image-shape H,W (e.g. 370,1224) or put the {pngs} there")
@@ -119,10 +118,9 @@ def _unused_camera_note(args: argparse.Namespace, kinds: Collection[str]) -> str
     if not given or "json" in kinds:
         return None
     where = " and ".join(f"{option} {safe_repr(folder)}" for option, folder in folders)
-    one = len(given) == 1
-    return (f"note: {' and '.join(given)} not used: {where} {'holds' if len(folders) == 1 else 'hold'} KITTI .txt "
-            f"predictions, which carry their own 2D boxes; {'it serves' if one else 'they serve'} JSON predictions "
-            f"only: drop {'it' if one else 'them'}")
+    they, it = agree(len(given), ("it serves", "it"), ("they serve", "them"))
+    return (f"note: {' and '.join(given)} not used: {where} {agree(len(folders), 'holds', 'hold')} KITTI .txt "
+            f"predictions, which carry their own 2D boxes; {they} JSON predictions only: drop {it}")
 
 
 def _prediction_warnings(folder: Path, kind: str, predictions: Annotations,

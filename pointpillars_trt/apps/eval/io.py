@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InputError, PointPillarsError, counted, safe_repr
+from ...errors import InputError, PointPillarsError, agree, counted, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, padding_fix,
                       parse_label_lines, read_frame_file, read_label_file, refuse_other_split, respelt_id)
@@ -245,7 +245,7 @@ def refuse_unlabelled_predictions(pred_dir: Path, kind: str, label_dir: Path, fr
     first = pred_dir / f"{missing[0]}{PREDICTION_SUFFIXES[kind]}"
     broken = " (a broken symbolic link)" if first.is_symlink() and not first.exists() else ""
     others = len(missing) - 1
-    more = f" (and {counted(others, 'more prediction file')} {'has' if others == 1 else 'have'} none)" if others else ""
+    more = f" (and {counted(others, 'more prediction file')} {agree(others, 'has', 'have')} none)" if others else ""
     label = label_dir / f"{missing[0]}.txt"
     there = respelt_id(label)
     if there is not None:  # the prediction files, or the label files, are named without KITTI's zero padding

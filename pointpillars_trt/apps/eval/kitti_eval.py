@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputError, counted, safe_repr
+from ...errors import InputError, agree, counted, safe_repr
 from .geometry import box2d_coverage_pairs, box2d_iou_pairs, camera_box_iou_pairs
 from .io import Annotations
 
@@ -363,7 +363,7 @@ def _type_counts(names: np.ndarray) -> str:
 
 def _some_of(some: int, lines: int, noun: str) -> str:
     """'2 of the 3 label lines' for a message, and 'the one label line' where ``lines`` is one."""
-    return f"the one {noun}" if lines == 1 else f"{some} of the {counted(lines, noun)}"
+    return agree(lines, f"the one {noun}", f"{some} of the {counted(lines, noun)}")
 
 
 def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, ...]) -> str | None:
@@ -391,8 +391,8 @@ def check_prediction_types(dt: Annotations, folder: object, classes: tuple[str, 
     if not unknown.any():
         return None
     some = int(unknown.sum())
-    are, types, they = ("is", "a type", "it matches no ground truth and counts") if some == 1 else \
-        ("are", "types", "they match no ground truth and count")
+    are, types, they = agree(some, ("is", "a type", "it matches no ground truth and counts"),
+                             ("are", "types", "they match no ground truth and count"))
     return (f"warning: {_some_of(some, int(objects.sum()), 'prediction line')} in {where} {are} of {types} KITTI has "
             f"not, {_type_counts(dt.names[unknown])}: {they} for no class; name each line's type as KITTI does "
             f"({_KITTI_TYPES_TEXT})")
@@ -408,7 +408,7 @@ def check_label_types(gt: Annotations, folder: object) -> str | None:
     if not unknown.any():
         return None
     some = int(unknown.sum())
-    are, types, they, them = ("is", "a type", "it is", "it") if some == 1 else ("are", "types", "they are", "them")
+    are, types, they, them = agree(some, ("is", "a type", "it is", "it"), ("are", "types", "they are", "them"))
     return (f"warning: {_some_of(some, len(lower), 'label line')} in {safe_repr(str(folder))} {are} of {types} KITTI "
             f"has not, {_type_counts(gt.names[unknown])}: {they} no class's ground truth, and detections of {them} "
             f"count as false positives; name each line's type as KITTI does ({_KITTI_TYPES_TEXT})")
@@ -431,7 +431,7 @@ def uncounted_note(result: EvalResult, *predictions: Annotations) -> str | None:
              if name.lower() in predicted and not all(cls.counted)]
     if not empty:
         return None
-    frames = "the one frame" if result.num_frames == 1 else f"these {result.num_frames} frames"
+    frames = agree(result.num_frames, "the one frame", f"these {result.num_frames} frames")
     return (f"note: the ground truth of {frames} has no object to count for "
             f"{'; '.join(empty)}: AP there is 0 whatever the predictions (a difficulty counts an object by its "
             "occlusion, truncation and 2D box height)")
@@ -448,8 +448,8 @@ def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
         return None
     first = int(low[0])
     box = " ".join(f"{v:g}" for v in dt.bbox[first])
-    one = len(low) == 1  # more than half of the lines: the one line there is
-    have, example, they = ("has", "", "it scores") if one else ("have", "e.g. ", "they score")
+    # one: more than half of the lines, the one line there is
+    have, example, they = agree(len(low), ("has", "", "it scores"), ("have", "e.g. ", "they score"))
     return (f"warning: {_some_of(len(low), len(objects), 'prediction line')} in {safe_repr(str(folder))} {have} a 2D "
             f"box under {min(_MIN_HEIGHT):g} px high ({example}frame "
             f"{safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: {box}), which KITTI's evaluation ignores at every "

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from types import FrameType
 from typing import TYPE_CHECKING
 
-from ...errors import InputError, counted, printable_text, safe_repr, shell_word
+from ...errors import InputError, agree, counted, printable_text, safe_repr, shell_word
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
@@ -331,7 +331,7 @@ def scaleout_requested(args: argparse.Namespace) -> bool:
         given = [name for name in options if getattr(args, name, None) != _SCALEOUT_DEFAULTS[name]]
         if given and not taken:
             raise InputError(f"{', '.join('--' + name.replace('_', '-') for name in given)}: only used with "
-                             f"{needed}; add {needed} or drop {'it' if len(given) == 1 else 'them'}")
+                             f"{needed}; add {needed} or drop {agree(len(given), 'it', 'them')}")
     return server or ray
 
 
