@@ -157,7 +157,7 @@ def test_resume_lines_name_an_odd_out_folder_escaped(tmp_path: Path, capsys: pyt
     out = _folder(tmp_path)
     say_resume(Resume([], skipped=["a.bin"], failed_before=["a.bin"], unpictured=[out / "a.png"],
                       redone=[out / "b.json"]), "jsonl", out, retry=False)
-    earlier_failures(["a.bin"], "jsonl", out, retry=True)
+    earlier_failures(["a.bin"], "jsonl", out, retry=True, skipped=0)
     lines = printed_lines(capsys)
     assert len(lines) == 5 and all(f" in {shown(out)}" in line for line in lines), lines
 
@@ -166,6 +166,6 @@ def test_status_lines_keep_a_non_ascii_name_as_written(tmp_path: Path, capsys: p
     """Only what a terminal would not print is escaped: a folder named in letters beyond ASCII reads as the user
     named it."""
     out = tmp_path / "zoë_激光"
-    earlier_failures(["a.bin"], "jsonl", out, retry=True)
+    earlier_failures(["a.bin"], "jsonl", out, retry=True, skipped=0)
     lines = printed_lines(capsys)
     assert lines and all(f" in {out}" in line for line in lines), lines

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, counted, one_line, printable_text, safe_repr
+from ..errors import PointPillarsError, agree, counted, one_line, printable_text, safe_repr
 from ..file_reads import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
     records_in_parts, sources_in_parts, whole_record, write_label_of_record
@@ -94,27 +94,30 @@ def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> No
     if resume.skipped:
         print(f"skipping {counted(len(resume.skipped), 'frame')} whose outputs are already in {shown}", file=sys.stderr)
     if resume.failed_before and out is not None:
-        earlier_failures(resume.failed_before, fmt, out, retry=retry)
+        earlier_failures(resume.failed_before, fmt, out, retry=retry, skipped=len(resume.skipped))
     if resume.unpictured:  # of the frames just said skipped
-        have, them, those = ("has", "it", "that frame") if len(resume.unpictured) == 1 else \
-            ("have", "them", "those frames")
+        have, them, those = agree(len(resume.unpictured), ("has", "it", "that frame"), ("have", "them", "those frames"))
         print(f"warning: {counted(len(resume.unpictured), 'frame')} with a row in {shown} {have} no whole --viz picture "
               f"(e.g. {safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw {them}, "
               f"rerun {those} with --viz into another --out", file=sys.stderr)
 
 
-def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool) -> None:
-    """Say the frames whose row in ``out``'s part files is an earlier run's failure; with ``retry``
-    (``--retry-failed``) remove those rows first, so their new rows are each frame's only row."""
+def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool, skipped: int) -> None:
+    """Say the frames whose row in ``out``'s part files is an earlier run's failure, after the line of the
+    ``skipped`` frames they are among; with ``retry`` (``--retry-failed``) remove those rows first, so their new rows
+    are each frame's only row."""
+    failed = len(failed_before)
     if retry:
         drop_failure_rows(out, fmt, {frame_key(frame) for frame in failed_before})
-        rows = "its row is" if len(failed_before) == 1 else "their rows are"
-        print(f"rerunning {counted(len(failed_before), 'frame')} that failed in an earlier run: {rows} removed "
-              f"from the part files in {printable_text(str(out))}", file=sys.stderr)
+        print(f"rerunning {counted(failed, 'frame')} that failed in an earlier run: "
+              f"{agree(failed, 'its row is', 'their rows are')} removed from the part files in "
+              f"{printable_text(str(out))}", file=sys.stderr)
         return
-    print(f"warning: {len(failed_before)} of them failed in an earlier run (e.g. "
-          f"{safe_repr(name_text(failed_before[0]))}): their rows in {printable_text(str(out))} hold the error, and a frame "
-          "with a row is not run again; pass --retry-failed to rerun them", file=sys.stderr)
+    rows, them = agree(failed, ("its row", "it"), ("their rows", "them"))
+    print(f"warning: {agree(skipped, 'it', f'{failed} of them')} failed in an earlier run ({agree(failed, '', 'e.g. ')}"
+          f"{safe_repr(name_text(failed_before[0]))}): {rows} in {printable_text(str(out))} "
+          f"{agree(failed, 'holds', 'hold')} the error, and a frame with a row is not run again; pass --retry-failed "
+          f"to rerun {them}", file=sys.stderr)
 
 
 @dataclasses.dataclass

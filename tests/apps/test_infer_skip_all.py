@@ -194,3 +194,23 @@ def test_skip_existing_eval_with_every_frame_done_still_opens_the_model_for_its_
     rc, stdout, err = job.run(out, "kitti", "--eval", labels, "--skip-existing")
     assert rc == 0 and "skipping 2 frames" in err and "running on CPU" in err, err
     assert stdout.split("\n", 1)[1] == first.split("\n", 1)[1]  # the same evaluation, after the summary line
+
+
+def test_an_earlier_failure_among_the_skipped_frames_is_said_in_the_singular_for_one(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--skip-existing over rows of one earlier failure said 'their rows in ... hold the error ...; pass
+    --retry-failed to rerun them', and '1 of them' after 'skipping 1 frame': each word now agrees with its count."""
+    from pointpillars_trt.apps.resume import Resume, say_resume
+
+    out = tmp_path / "out"
+    tail = "the error, and a frame with a row is not run again; pass --retry-failed to rerun"
+    for skipped, failed, said in (
+            (["a.bin"], ["a.bin"], f"it failed in an earlier run ('a.bin'): its row in {out} holds {tail} it"),
+            (["a.bin", "b.bin"], ["b.bin"], f"1 of them failed in an earlier run ('b.bin'): its row in {out} holds "
+                                            f"{tail} it"),
+            (["a.bin", "b.bin", "c.bin"], ["b.bin", "c.bin"],
+             f"2 of them failed in an earlier run (e.g. 'b.bin'): their rows in {out} hold {tail} them")):
+        say_resume(Resume([], skipped=skipped, failed_before=failed), "jsonl", out, retry=False)
+        assert capsys.readouterr().err.splitlines() == [
+            f"skipping {len(skipped)} frame{'s' * (len(skipped) > 1)} whose outputs are already in {out}",
+            f"warning: {said}"]

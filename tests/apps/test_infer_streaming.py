@@ -300,7 +300,7 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     assert rc == 0 and "skipping 41 frames" in err, err
     bad = next(p.name for p in frames.iterdir() if p.stat().st_size % 16)  # the frame whose row is an error
     assert err.count("warning:") == 1 and "1 of them failed in an earlier run" in err and bad in err, err
-    assert "pass --retry-failed to rerun them" in err
+    assert f"{bad}'): its row in {out} holds the error" in err and "pass --retry-failed to rerun it\n" in err, err
     assert len(list(out.glob("detections-*.jsonl"))) == 1
     # resumed from inside the frames' folder, by names relative to it: the same frames (their rows' path)
     monkeypatch.chdir(frames)
