@@ -160,14 +160,14 @@ def pipeline_threads(pipelines: int, threads: int | None, what: str | None) -> t
     if threads is None:
         each = max(1, share)
         crowded = f"; more pipelines than cores only contend for them: --pipelines {cores}" if not share else ""
-        return each, (f"{pipelines} pipelines on the CPU share its {cores} cores: "
+        return each, (f"{pipelines} pipelines on the CPU share its {counted(cores, 'core')}: "
                       f"{counted(each, 'ONNX Runtime thread')} each{crowded}")
     if threads * pipelines <= cores:
         return threads, None
     fix = (f"--threads {share} gives each pipeline its share" if share else
            f"--pipelines {max(1, cores // threads)} runs them without contending")
     return threads, (f"--pipelines {pipelines} with {what}: {threads * pipelines} ONNX Runtime threads contend for "
-                     f"{cores} cores; {fix}")
+                     f"{counted(cores, 'core')}; {fix}")
 
 
 def max_threads() -> int:

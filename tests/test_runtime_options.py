@@ -120,6 +120,11 @@ def test_cpu_threads_take_the_asked_else_omp_num_threads_capped_at_the_cores_unl
                  "them without contending"),
     (8, 9, 3, 3, "--pipelines 9 with --threads 3: 27 ONNX Runtime threads contend for 8 cores; --pipelines 2 runs "
                  "them without contending"),
+    # a machine (or a container's share) of one core said "its 1 cores"
+    (1, 2, None, 1, "2 pipelines on the CPU share its 1 core: 1 ONNX Runtime thread each; more pipelines than cores "
+                    "only contend for them: --pipelines 1"),
+    (1, 2, 1, 1, "--pipelines 2 with --threads 1: 2 ONNX Runtime threads contend for 1 core; --pipelines 1 runs them "
+                 "without contending"),
 ])
 def test_cpu_pipelines_split_the_cores_unless_threads_are_asked(monkeypatch, cores, pipelines, asked, each,  # type: ignore[no-untyped-def]
                                                                 note) -> None:
