@@ -111,7 +111,8 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
     fails, those it created before it are removed (files of an earlier run it replaced stay, with this
     run's content): a frame's outputs are all there or none of this run's new ones. A folder in an output's
-    place fails the frame before any file is written, so an earlier run's files beside it keep their bytes.
+    place, or a symbolic link to one (``folder_in_place``), fails the frame before any file is written, so an
+    earlier run's files beside it keep their bytes.
     """
     from ..kitti import finite_detections
 
@@ -142,8 +143,9 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         writes.append((plan.png_dir / f"{stem}.png", png))
     found = [_mode_at(path) for path, _ in writes]  # what is in each output's place, before any is written
     for (path, _), mode in zip(writes, found):
-        if mode is not None and stat.S_ISDIR(mode):
-            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {os.strerror(errno.EISDIR)}")
+        folder = folder_in_place(path) if mode is not None else None
+        if folder is not None:
+            raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {folder}")
     created: list[Path] = []  # files this call made where there were none (an earlier run's it only replaced)
     try:
         for (path, write), mode in zip(writes, found):
@@ -157,6 +159,20 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
                 os.unlink(made)
         raise
     return result
+
+
+def folder_in_place(path: Path) -> str | None:
+    """Why a folder in an output's place keeps it from being written: a folder, or a symbolic link to one (read as
+    what it leads to, as --out's other checks read a link), is no output a run may replace. None: nothing there, a
+    file, or a link to a file or to nothing. The one rule of the writer (the frame fails naming it) and of
+    ``--skip-existing`` (such an output is neither done nor redone: its frame runs, and its write fails)."""
+    mode = _mode_at(path)
+    if mode is not None and stat.S_ISDIR(mode):
+        return os.strerror(errno.EISDIR)
+    if mode is not None and stat.S_ISLNK(mode) and os.path.isdir(path):
+        return (f"a symbolic link to the folder {safe_repr(os.path.realpath(path))} is in its place; move the link "
+                "away (the folder stays as it is)")
+    return None
 
 
 def _mode_at(path: Path) -> int | None:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from ..errors import PointPillarsError, agree, counted, one_line, printable_text, safe_repr
 from ..file_reads import folder_resolver, name_text
-from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, frame_key, output_complete, read_record, \
-    records_in_parts, sources_in_parts, whole_record, write_label_of_record
+from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, folder_in_place, frame_key, output_complete, \
+    read_record, records_in_parts, sources_in_parts, whole_record, write_label_of_record
 
 
 @dataclasses.dataclass
@@ -52,8 +52,8 @@ def frames_to_run(frames: Sequence[str], plan: OutputPlan, fmt: str, out: Path |
         files = plan.files_of(frame)
         json_file = plan.json_dir / f"{Path(frame).stem}.json" if plan.json_dir is not None else None
         record = whole_record(json_file) if json_file is not None and json_file.exists() else None  # read once
-        cut = [path for path in files  # a folder in an output's place is no output: the frame's write names it
-               if path.exists() and not path.is_dir()
+        cut = [path for path in files  # a folder (or a link to one) is no output: the frame's write names it
+               if path.exists() and folder_in_place(path) is None
                and not (record is not None if path == json_file else output_complete(path))]
         resume.redone.extend(cut)
         done = all(path.is_file() for path in files) and not cut

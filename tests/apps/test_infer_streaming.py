@@ -583,6 +583,66 @@ def test_a_folder_where_a_picture_goes_fails_its_frame_before_any_of_its_files_i
     assert output_names(out) == sorted([record.name, picture.name]) and not os.listdir(picture)
 
 
+def _link_to_a_folder(place: Path, folder: Path) -> str:
+    """A symbolic link in an output's ``place`` to ``folder`` (made, one file in it), and the error line its frame's
+    write says."""
+    folder.mkdir()
+    (folder / "kept.txt").write_text("kept\n")
+    place.unlink(missing_ok=True)
+    place.symlink_to(folder, target_is_directory=True)
+    return (f"cannot write {str(place)!r}: a symbolic link to the folder {os.path.realpath(folder)!r} is in its place; "
+            "move the link away (the folder stays as it is)")
+
+
+def test_a_link_to_a_folder_where_a_picture_goes_fails_its_frame_as_a_folder_does(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """--skip-existing --viz where a symbolic link to a folder holds a frame's picture's place: --skip-existing took
+    it for a folder (no output, the frame's write would name it), but the write took it for a file and replaced
+    the link without a word (the frame's JSON too). Now both read it as the folder it leads to: the frame fails
+    naming the link, its JSON and the link are left as they were."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    first = sorted(frames.glob("0*.bin"))[0]
+    out = tmp_path / "out"
+    assert infer(str(first), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0
+    record = out / f"{first.stem}.json"
+    before = record.stat()
+    picture = out / f"{first.stem}.png"
+    said = _link_to_a_folder(picture, tmp_path / "elsewhere")
+    rc, stdout, err = infer(str(first), "--model", str(model_path), "--out", str(out), "--viz", "--skip-existing")
+    assert rc == 1 and err.splitlines()[1:] == [f"error: {str(first)!r}: {said}", "1 of 1 frame failed (listed above)"]
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    after = record.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not written again
+    assert picture.is_symlink() and os.listdir(picture) == ["kept.txt"]
+
+
+@pytest.mark.parametrize("fmt", ROW_FORMATS)
+def test_a_link_to_a_folder_where_a_retried_frames_picture_goes_fails_it_again(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path, fmt) -> None:
+    """--skip-existing --retry-failed --viz of a row run, a symbolic link to a folder where the retried frame's
+    picture goes: the write replaced the link with the picture; now the frame fails again naming the link (its row
+    is a failure's again, for the next --retry-failed once the link is moved), as for a folder there."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    folder = tmp_path / "frames"
+    folder.mkdir()
+    good = sorted(frames.glob("0*.bin"))[0]
+    (folder / "zz.bin").write_bytes(b"\0" * 12)  # fails: 12 bytes, no whole point of 4 values
+    out = tmp_path / "rows"
+    assert infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt, "--viz")[0] == 1
+    (folder / "zz.bin").write_bytes(good.read_bytes())  # fixed
+    picture = out / "zz.png"
+    said = _link_to_a_folder(picture, tmp_path / "elsewhere")
+    rc, _, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt, "--viz",
+                       "--skip-existing", "--retry-failed")
+    assert rc == 1 and f"error: {str(folder / 'zz.bin')!r}: {said}" in err.splitlines(), err
+    assert picture.is_symlink() and os.listdir(picture) == ["kept.txt"]
+    picture.unlink()
+    rc, stdout, err = infer(str(folder), "--model", str(model_path), "--out", str(out), "--format", fmt, "--viz",
+                            "--skip-existing", "--retry-failed")
+    assert rc == 0 and stdout.startswith("1/1 frames"), (stdout, err)
+    assert picture.is_file() and not picture.is_symlink()
+
+
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     pq = pytest.importorskip("pyarrow.parquet", reason=NO_PYARROW)
     pa_json = pytest.importorskip("pyarrow.json", reason=NO_PYARROW)
