@@ -28,7 +28,8 @@ from .config import ModelConfig, build_command, builtin_config_names, config_fro
 from .errors import ConfigError, InputError, ModelDirError, counted, escape_text, safe_repr
 from .file_reads import path_argument, read_regular_file, special_kind
 from .graph_io import PRECISIONS, GraphIO, check_precision, pfn_io, rpn_io
-from .graph_wire import ELEMENT_DTYPES, DecodeError, DeclaredTensor, graph_declaration
+from .graph_wire import (ELEMENT_DTYPES, DecodeError, DeclaredTensor, TensorError, graph_declaration,
+                         graph_weights)
 from .strict_json import DuplicateKeyError, loads_json
 
 FORMAT_VERSION = 2  # 2: NHWC RPN with a dynamic batch and one merged head output
@@ -303,10 +304,7 @@ def _verify_graph(model: ModelDir, graph: str) -> CheckedFile | None:
     key = (str(path.resolve()), _identity(stat), graph, expected)
     if key in _VERIFIED:
         return None
-    try:
-        data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
-    except InputError as exc:
-        raise ModelDirError(str(exc)) from None
+    data = _read_graph(path)
     digest = hashlib.sha256(data).hexdigest()
     if digest != expected:
         raise ModelDirError(f"{safe_repr(path)}: damaged or replaced (sha256 {digest[:12]}..., {METADATA_FILE} records "
@@ -326,14 +324,19 @@ def graph_to_open(path: Path, checked: CheckedFile | None, recorded_sha256: str 
         return checked.data
     if recorded_sha256 is None:
         return None
-    try:
-        data = read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
-    except InputError as exc:
-        raise ModelDirError(str(exc)) from None
+    data = _read_graph(path)
     if hashlib.sha256(data).hexdigest() != recorded_sha256:
         raise ModelDirError(f"{safe_repr(path)}: replaced since its model dir was opened (a build into the same "
                             "folder?): not the graph its model.json records; open the model dir again")
     return data
+
+
+def _read_graph(path: Path) -> bytes:
+    """A graph file's bytes (a regular file of at most ``MAX_GRAPH_BYTES``), refused as a ModelDirError."""
+    try:
+        return read_regular_file(path, max_bytes=MAX_GRAPH_BYTES, what="graph")
+    except InputError as exc:
+        raise ModelDirError(str(exc)) from None
 
 
 def file_identity(path: Path) -> tuple[int, ...] | None:
@@ -430,15 +433,17 @@ def package_version() -> str:
 def graph_initializers(path: Path, data: bytes | None = None) -> dict[str, np.ndarray]:
     """The named weights of an ONNX graph of a model dir (the engines and kernels that compute the
     graph's function themselves read them here); ``data``: the file's bytes where its opener has them
-    (``graph_to_open``), else the file is read."""
-    import onnx
-    from onnx import numpy_helper
-
+    (``graph_to_open``), else the file is read. Read from the initializer records alone (``graph_wire``), each a
+    read-only view of the bytes where it lies in them whole: a whole parse imported onnx and decoded every node, for
+    these records."""
     try:
-        graph = (onnx.load(str(path)) if data is None else onnx.load_model_from_string(data)).graph
-    except Exception as exc:  # noqa: BLE001 - onnx raises DecodeError and friends for damaged files
+        found = graph_weights(_read_graph(path) if data is None else data)
+    except DecodeError as exc:
         raise ModelDirError(f"{safe_repr(path)}: not a readable ONNX graph ({type(exc).__name__})") from None
-    return {t.name: numpy_helper.to_array(t) for t in graph.initializer}
+    except TensorError as exc:
+        raise ModelDirError(f"{safe_repr(path)}: initializer {safe_repr(exc.name)} {exc.reason}: not a graph this "
+                            "package writes; rebuild the model dir") from None
+    return {name: array for name, array in found.items() if isinstance(name, str)}  # no UTF-8: no name looked up
 
 
 def pfn_weights(model: ModelDir, checked: CheckedFile | None = None) -> tuple[np.ndarray, np.ndarray]:
