@@ -4,6 +4,7 @@ overhead: ~0.38 ms for the check of a 300k-point frame)."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ def lag_partials(points: Any, step: int, sample_size: int, stream: Any) -> tuple
     rows = int(points.shape[0])
     blocks = max(1, min(_MAX_BLOCKS, -(-rows // (_BLOCK * _ROWS_A_THREAD))))
     out = cp.empty(3 * blocks + sample_size, np.float32)
-    kernel = compile_kernels("time_lags.cu", (), ("lag_partials",))["lag_partials"]
+    kernel = _kernel(int(points.device.id))
     row_stride, column_stride = (s // points.itemsize for s in points.strides)
     args = (points, np.int64(row_stride), np.int64(column_stride), np.int64(rows), np.int64(step),
             np.int32(sample_size), out, out[3 * blocks:])
@@ -33,3 +34,13 @@ def lag_partials(points: Any, step: int, sample_size: int, stream: Any) -> tuple
     host = out.get(stream=stream)
     partials = host[: 3 * blocks].reshape(blocks, 3)
     return float(partials[:, 0].min()), float(partials[:, 1].max()), int(partials[:, 2].sum()), host[3 * blocks:]
+
+
+@functools.lru_cache(maxsize=None)
+def _kernel(device_id: int) -> Any:
+    """The kernel, looked up once a GPU rather than at every frame's check (``compile_kernels`` masks the stop
+    signals and fetches the function at each call)."""
+    import cupy as cp
+
+    with cp.cuda.Device(device_id):
+        return compile_kernels("time_lags.cu", (), ("lag_partials",))["lag_partials"]
