@@ -82,7 +82,7 @@ def write_bytes_atomic(path: PathLike, data: bytes, *, durable: bool = True) -> 
     created with mode 0o666 minus the umask, like a plain open() would, rather than mkstemp's 0o600.
     """
     target = Path(os.fspath(path))
-    tmp = _temp_file_of(target, data, durable)
+    tmp = temp_file_of(target, data, durable)
     try:
         os.replace(tmp, target)
     except BaseException:
@@ -96,7 +96,7 @@ def write_new_file_atomic(path: PathLike, data: bytes, *, durable: bool = True) 
     file is hard-linked to its name, which fails where the name exists; where the file system has no hard
     links, the name is claimed by creating it empty first."""
     target = Path(os.fspath(path))
-    tmp = _temp_file_of(target, data, durable)
+    tmp = temp_file_of(target, data, durable)
     try:
         try:
             os.link(tmp, target)
@@ -113,9 +113,9 @@ def write_new_file_atomic(path: PathLike, data: bytes, *, durable: bool = True) 
         tmp.unlink(missing_ok=True)
 
 
-def _temp_file_of(target: Path, data: bytes, durable: bool) -> Path:
-    """``data`` in a new temp file beside ``target`` (fsynced when ``durable``), for a rename or link onto it;
-    created with mode 0o666 minus the umask."""
+def temp_file_of(target: Path, data: bytes, durable: bool) -> Path:
+    """``data`` in a new temp file beside ``target`` (fsynced when ``durable``), for a rename or link onto it (a
+    writer of several files makes each one's before it renames any); created with mode 0o666 minus the umask."""
     tmp = target.with_name(f".{_temp_stem(target.name)}.{os.getpid()}.{secrets.token_hex(4)}{TEMP_SUFFIX}")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)

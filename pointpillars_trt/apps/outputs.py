@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError, counted, one_line, safe_repr
+from ..errors import InputError, agree, counted, one_line, safe_repr
 from ..file_reads import folder_resolved, folder_resolver, name_text, open_regular_file, read_file_head, special_kind
-from ..file_writes import fsync_path, write_bytes_atomic, write_new_file_atomic
+from ..file_writes import fsync_path, temp_file_of, write_bytes_atomic, write_new_file_atomic
 from ..strict_json import dumps_strict, loads_json
 from .uri_frames import is_uri
 
@@ -106,13 +106,14 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     ``<stem>.txt`` (KITTI label_2 lines, with the frame's own calibration; of the record's boxes with
     ``plan.kitti_of_record``) and ``<stem>.png``.
 
-    The record and the KITTI lines are made before the first file is written (the picture is drawn as it is
-    written, last); each file is written atomically
-    (``durable=False``: without fsync, for a caller that flushes the run's files in one pass). When one
-    fails, those it created before it are removed (files of an earlier run it replaced stay, with this
-    run's content): a frame's outputs are all there or none of this run's new ones. A folder in an output's
-    place, or a symbolic link to one (``folder_in_place``), fails the frame before any file is written, so an
-    earlier run's files beside it keep their bytes.
+    The frame's files are written as one: each is made (the picture drawn) and written to a temp file beside
+    it before any is renamed into place (``durable=False``: without fsync, for a caller that flushes the run's
+    files in one pass), so a write that fails (a full disk) leaves an earlier run's files of the frame as they
+    were; a folder in an output's place, or a symbolic link to one (``folder_in_place``), fails the frame before
+    any is made. Where a rename fails after another
+    (rare: a file made busy meanwhile), the files this call created are removed and its error names those of
+    an earlier run it replaced, which hold this run's content: a frame's outputs are all there or none of this
+    run's new ones, and nothing replaced goes unsaid.
     """
     from ..kitti import finite_detections
 
@@ -121,43 +122,54 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     boxes, scores, names, velocity, result.nonfinite = finite_detections(det.boxes.reshape(-1, 7), det.scores,
                                                                          det.names, det.velocity)
     result.boxes = len(scores)
-    writes: list[tuple[Path, Callable[[Path], None]]] = []
+    outputs: list[tuple[Path, Callable[[], bytes]]] = []  # each file, and how its bytes are made
     of_record = plan.kitti_dir is not None and plan.kitti_of_record
     record = det.to_json_dict(name_text(stem)) if plan.json_dir is not None or of_record else None
     if plan.json_dir is not None:
         assert record is not None
         # the frame's source beside its name: --skip-existing tells apart frames of one name in two folders
         data = (dumps_strict({"frame": record["frame"], "source": source_path(source), **record}) + "\n").encode("utf-8")
-        writes.append((plan.json_dir / f"{stem}.json", lambda p: write_bytes_atomic(p, data, durable=durable)))
+        outputs.append((plan.json_dir / f"{stem}.json", lambda: data))
     if plan.kitti_dir is not None:
         text, result.out_of_view, result.image_assumed = _label_file(
             record_boxes(record) if of_record else RecordBoxes(boxes, scores, names), source, plan)
-        writes.append((plan.kitti_dir / f"{stem}.txt", lambda p: write_bytes_atomic(p, text, durable=durable)))
+        outputs.append((plan.kitti_dir / f"{stem}.txt", lambda: text))
     if plan.png_dir is not None and points is not None:
-        from .viz import plot_bev
+        from .viz import bev_png
 
-        def png(path: Path) -> None:
-            plot_bev(points, boxes, names, scores, path, point_range=plan.point_range,
-                     title=bev_title(source, len(scores)), velocity=velocity, durable=durable)
-
-        writes.append((plan.png_dir / f"{stem}.png", png))
-    found = [_mode_at(path) for path, _ in writes]  # what is in each output's place, before any is written
-    for (path, _), mode in zip(writes, found):
+        picture = points  # not None, for the closure: drawn after the folder check below
+        outputs.append((plan.png_dir / f"{stem}.png", lambda: bev_png(
+            picture, boxes, names, scores, plan.point_range, bev_title(source, len(scores)), velocity=velocity)[0]))
+    found = [_mode_at(path) for path, _ in outputs]  # what is in each output's place, before any is written
+    for (path, _), mode in zip(outputs, found):
         folder = folder_in_place(path) if mode is not None else None
         if folder is not None:
             raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {folder}")
-    created: list[Path] = []  # files this call made where there were none (an earlier run's it only replaced)
+    staged: list[Path] = []  # the outputs' temp files, all written before the first is renamed into place
+    renamed: list[Path] = []
     try:
-        for (path, write), mode in zip(writes, found):
-            checked_write(path, write)
-            result.files.append(os.fspath(path))
-            if mode is None:
-                created.append(path)
-    except BaseException:  # a frame is written whole or not at all: the summary counts it failed, and a resumed run
-        for made in created:  # redoes it (its new JSON alone would count as done); an earlier run's files stay
+        for path, make in outputs:
+            made = make()
+            checked_write(path, lambda p: staged.append(temp_file_of(p, made, durable)))
+        for (path, _), temp in zip(outputs, staged):
+            checked_write(path, functools.partial(os.replace, temp))
+            renamed.append(path)
+    except BaseException as exc:  # a frame is written whole or not at all: the summary counts it failed, and a resumed
+        for temp in staged[len(renamed):]:  # run redoes it (its new JSON alone would count as done)
             with contextlib.suppress(OSError):
-                os.unlink(made)
+                os.unlink(temp)
+        for path, mode in zip(renamed, found):
+            if mode is None:  # made by this call where there was none
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+        replaced = [path for path, mode in zip(renamed, found) if mode is not None]
+        if replaced and isinstance(exc, InputError):
+            them = ", ".join(safe_repr(os.fspath(path)) for path in replaced)
+            raise InputError(f"{exc} ({them} {agree(len(replaced), 'was', 'were')} replaced with this run's "
+                             "before that: once this is fixed, rerun the frame without --skip-existing, which writes "
+                             "all its files anew)") from None
         raise
+    result.files = [os.fspath(path) for path in renamed]
     return result
 
 

@@ -158,7 +158,25 @@ def plot_bev(
     velocity: np.ndarray | None = None,
     durable: bool = True,
 ) -> int:
-    """Write a BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
+    """Write ``bev_png``'s picture to ``path`` atomically; ``durable=False`` leaves the file's fsync to a caller
+    that flushes a run's files in one pass (``file_writes.write_bytes_atomic``). Returns the number of labels
+    drawn."""
+    data, labelled = bev_png(points, boxes, names, scores, point_range, title, max_labels, velocity)
+    write_bytes_atomic(path, data, durable=durable)
+    return labelled
+
+
+def bev_png(
+    points: np.ndarray,
+    boxes: np.ndarray,
+    names: Sequence[str],
+    scores: np.ndarray | None,
+    point_range: Sequence[float] | None = None,
+    title: str = "PointPillars detections (bird's-eye view)",
+    max_labels: int = MAX_LABELS,
+    velocity: np.ndarray | None = None,
+) -> tuple[bytes, int]:
+    """A BEV PNG: points coloured by height (cyan low, magenta high), one outline per box in its
     class colour (legend) with a heading tick and, when there are scores, filled by score (colour bar).
 
     Points with a non-finite x, y or z are left out (the height colours span the finite ones).
@@ -167,9 +185,8 @@ def plot_bev(
     y_max, z_max), e.g. the model's, crops the points and sets the axes; without it the axes cover
     all points and boxes. ``scores`` may be None (ground truth). ``velocity`` (N, 2) m/s, for models
     that predict it, draws the motion over the next second of each box faster than 0.2 m/s as an arrow
-    from its centre. ``durable=False`` leaves the file's fsync to a caller that flushes a run's files in
-    one pass (``file_writes.write_bytes_atomic``).
-    Returns the number of labels drawn. Raises PlotUnavailableError if matplotlib is missing.
+    from its centre. Drawn in memory, so that a caller writing it with other files can write them all or none.
+    Returns (the PNG's bytes, the number of labels drawn). Raises PlotUnavailableError if matplotlib is missing.
     """
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -254,8 +271,7 @@ def plot_bev(
     labelled = _draw_labels(fig, ax, corners, names, scores, finite, max_labels)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", metadata={"Software": VIZ_SOFTWARE})  # whose it is (outputs.foreign_output)
-    write_bytes_atomic(path, buffer.getvalue(), durable=durable)
-    return labelled
+    return buffer.getvalue(), labelled
 
 
 def _draw_labels(fig, ax, corners: np.ndarray, names: Sequence[str], scores: np.ndarray | None,  # type: ignore[no-untyped-def]

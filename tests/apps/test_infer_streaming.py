@@ -643,6 +643,71 @@ def test_a_link_to_a_folder_where_a_retried_frames_picture_goes_fails_it_again( 
     assert picture.is_file() and not picture.is_symlink()
 
 
+def _rerun_with_other_points(model_path: Path, frames: Path, tmp_path: Path,
+                             out: Path) -> tuple[Path, dict[str, bytes]]:
+    """A frame run with --viz into ``out``, then given other points under its name (so that its next run's record
+    differs): (the frame, the earlier run's files)."""
+    frame = tmp_path / "frames" / "000000.bin"
+    frame.parent.mkdir()
+    first, second = sorted(frames.glob("0*.bin"))[:2]
+    frame.write_bytes(first.read_bytes())
+    assert infer(str(frame), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0
+    frame.write_bytes(second.read_bytes())
+    return frame, {name: (out / name).read_bytes() for name in output_names(out)}
+
+
+def test_a_frame_whose_picture_finds_the_disk_full_keeps_its_earlier_runs_files(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """--viz on a full disk: the frame's JSON was replaced with this run's before its picture failed to fit, while
+    its error line and "nothing written" said nothing of it (and its earlier picture stayed beside a record of
+    other points). Now every file of a frame is written to a temp file before any is renamed into place: the
+    earlier run's files keep their bytes, and no temp file is left."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    with small_tmpfs(tmp_path / "small", "2m") as mount:
+        out = mount / "out"
+        frame, before = _rerun_with_other_points(model_path, frames, tmp_path, out)
+        assert sorted(before) == ["000000.json", "000000.png"] and len(before["000000.json"]) < 16 * 1024 < len(
+            before["000000.png"])  # the record fits in what is left below, the picture does not
+        free = os.statvfs(mount)
+        (mount / "filler").write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 32 * 1024))
+        rc, stdout, err = infer(str(frame), "--model", str(model_path), "--out", str(out), "--viz")
+        assert rc == 1 and err.splitlines()[1:] == [
+            f"error: {str(frame)!r}: cannot write {str(out / '000000.png')!r}: {os.strerror(errno.ENOSPC)}",
+            "1 of 1 frame failed (listed above)"], err
+        assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+        assert {name: (out / name).read_bytes() for name in output_names(out)} == before
+
+
+def test_a_picture_that_cannot_replace_its_earlier_one_names_the_record_it_replaced(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """A frame whose record was renamed into place before its picture's rename failed (the earlier picture held by
+    a bind mount: busy) is one error line that names the record now of this run, and the fix; the earlier picture
+    stays, and no temp file is left."""
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    out = tmp_path / "out"
+    frame, before = _rerun_with_other_points(model_path, frames, tmp_path, out)
+    picture, record = out / "000000.png", out / "000000.json"
+    held = tmp_path / "held.png"
+    held.write_bytes(before[picture.name])
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(held), str(picture)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to bind-mount a file")
+    try:
+        rc, stdout, err = infer(str(frame), "--model", str(model_path), "--out", str(out), "--viz")
+    finally:
+        subprocess.run(["umount", str(picture)], check=False)
+    assert rc == 1 and err.splitlines()[1:] == [
+        f"error: {str(frame)!r}: cannot write {str(picture)!r}: {os.strerror(errno.EBUSY)} ({str(record)!r} was "
+        "replaced with this run's before that: once this is fixed, rerun the frame without --skip-existing, which "
+        "writes all its files anew)",
+        "1 of 1 frame failed (listed above)"], err
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    assert output_names(out) == [record.name, picture.name] and picture.read_bytes() == before[picture.name]
+    assert record.read_bytes() != before[record.name] and json.loads(record.read_bytes())["source"] == str(frame)
+    assert infer(str(frame), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0  # the fix, as said
+    assert picture.read_bytes() != before[picture.name]
+
+
 def test_a_name_that_is_not_utf8_gives_records_strict_readers_take(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
     pq = pytest.importorskip("pyarrow.parquet", reason=NO_PYARROW)
     pa_json = pytest.importorskip("pyarrow.json", reason=NO_PYARROW)

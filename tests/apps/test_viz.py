@@ -257,8 +257,9 @@ def test_a_frame_whose_picture_cannot_be_written_leaves_none_of_its_files(tmp_pa
     with pytest.raises(PointPillarsError, match="cannot write"):
         write_frame_outputs(det, "000001.bin", plan, simulate_scan(seed=0)[0], durable=False)
     assert list((tmp_path / "json").iterdir()) == []
-    # an earlier run's JSON (a --skip-existing --viz run redoes the frame for its missing picture): replaced, kept
+    # an earlier run's JSON (a --skip-existing --viz run redoes the frame for its missing picture): kept as it was
     (tmp_path / "json" / "000001.json").write_text("{}\n")
     with pytest.raises(PointPillarsError, match="cannot write"):
         write_frame_outputs(det, "000001.bin", plan, simulate_scan(seed=0)[0], durable=False)
     assert [p.name for p in (tmp_path / "json").iterdir()] == ["000001.json"]
+    assert (tmp_path / "json" / "000001.json").read_text() == "{}\n"
