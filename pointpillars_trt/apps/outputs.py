@@ -491,10 +491,10 @@ def foreign_output(path: Path) -> str | None:
     """Why an existing file in an output's place is not one infer writes (so a run must not overwrite it),
     or None when it is one, or may be one damaged (a JSON record cut short: bytes that do not parse but begin as
     infer's records begin, ``begins_as_record``; an object with a record's ``frame`` and ``boxes_lidar``; a last
-    line without its newline): ground-truth label lines (15 values, no score), a calib file, another tool's JSON or
-    bytes that are no JSON and no record's start; a FIFO or a device (reading it could block; a folder
-    there fails that frame's write alone); a picture that names other software than this package's plotting (a
-    camera image: ``--out`` given as ``image_2``)."""
+    line without its newline): ground-truth label lines (15 values, no score), a calib file, another tool's JSON (a
+    record whose ``source`` is no point file's path too) or bytes that are no JSON and no record's start; a FIFO or
+    a device (reading it could block; a folder there fails that frame's write alone); a picture that names other
+    software than this package's plotting (a camera image: ``--out`` given as ``image_2``)."""
     return _existing_output(path)[0]
 
 
@@ -539,8 +539,10 @@ def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
         return None, source if frame == name_text(stem) and isinstance(source, str) else None
     if not (isinstance(record, dict) and "frame" in record and "boxes_lidar" in record):
         return "JSON that is not a record infer writes", None
-    source = record.get("source")
-    return None, source if record["frame"] == name_text(stem) and isinstance(source, str) else None
+    source = record.get("source")  # none in an earlier version's record, never other than a point file's path
+    if "source" in record and not isinstance(source, str):  # damaged, or another tool's: whose frame is unknown
+        return f"its 'source' is {safe_repr(source, 40)}, not the path of a point file", None
+    return None, source if record["frame"] == name_text(stem) else None
 
 
 #: Bytes of a PNG looked at for its "Software" text, which Matplotlib writes before the image data.

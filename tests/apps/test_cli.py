@@ -1407,6 +1407,32 @@ def test_a_json_file_is_redone_only_where_it_may_be_infers_record_cut_short(tiny
         assert (out / "000004.json").read_bytes() == record
 
 
+@pytest.mark.parametrize("skip", [(), ("--skip-existing",)], ids=["run", "resume"])
+def test_a_record_whose_source_is_no_path_is_refused_naming_its_file_and_field(tiny_model: Path,
+                                                                               tiny_frames: list[Path],
+                                                                               tmp_path: Path, skip: tuple[str, ...]):
+    """A record whose ``source`` is a number (or null, or a list) was taken for an earlier version's record, which
+    names no source: --skip-existing skipped its frame as done, and a run of another point file of its name replaced
+    it unchecked. infer never writes such a source: the run is refused in one line naming the file and the field, the
+    file as it was."""
+    frame = tiny_frames[4]
+    base = ("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out")
+    whole = tmp_path / "whole"
+    assert cli(*base, whole).rc == 0
+    record = json.loads((whole / "000004.json").read_text())
+    for name, source, shown in (("number", 5, "5"), ("null", None, "None"), ("list", ["a.bin"], "['a.bin']")):
+        out = tmp_path / name
+        out.mkdir()
+        data = (json.dumps({**record, "source": source}, indent=2) + "\n").encode()
+        (out / "000004.json").write_bytes(data)
+        run = cli(*base, out, *skip)
+        assert run.rc == 2 and run.err == (
+            f"error: --out '{out}' holds '000004.json', which infer did not write (its 'source' is {shown}, not the "
+            "path of a point file), and this run would overwrite it: give another --out, or move such files "
+            "away\n"), run
+        assert (out / "000004.json").read_bytes() == data
+
+
 @pytest.mark.parametrize("fmt", ["jsonl", pytest.param("parquet", marks=pytest.mark.skipif(
     importlib.util.find_spec("pyarrow") is None, reason="pyarrow is not installed (pip install '.[test-scaleout]')"))])
 def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_model: Path, tiny_frames: list[Path],

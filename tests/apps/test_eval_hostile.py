@@ -411,6 +411,18 @@ def test_non_finite_or_absurd_json_predictions_are_refused_like_label_lines(tmp_
     assert out == "" and not (tmp_path / "ap.json").exists()
 
 
+@pytest.mark.parametrize("source", [5, None, ["a.bin"]])
+def test_a_json_record_whose_source_is_no_path_is_refused(tmp_path: Path, source: object) -> None:
+    """A record whose 'source' is a number, null or a list (no record infer writes) was evaluated as an earlier
+    version's record, which names no source (its split taken for the labels'): it is refused naming the field."""
+    labels, pred, calib = _json_predictions(tmp_path, [GT_CAR_LIDAR], [0.9])
+    record = json.loads((pred / "000000.json").read_text())
+    (pred / "000000.json").write_text(json.dumps({**record, "source": source}))
+    rc, err, out = eval_cli("--pred", pred, "--labels", labels, "--calib", calib)
+    assert (rc, out, err) == (2, "", f"error: prediction file '{pred / '000000.json'}' is not an infer JSON record: "
+                                     f"\"'source' is {source!r}, not the path of a point file\"\n"), err
+
+
 @pytest.mark.parametrize("frame", [5, None, ["000000"], {"id": "000000"}])
 def test_a_json_record_whose_frame_is_no_name_is_refused(tmp_path: Path, frame: object) -> None:
     """A record whose 'frame' is a number, null, a list or an object (another tool's JSON) was evaluated as the

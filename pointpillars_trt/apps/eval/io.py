@@ -81,6 +81,8 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
         boxes, scores, labels = record_boxes(record)
         if "frame" in record and not isinstance(record["frame"], str):  # infer names its frame: another tool's
             raise ValueError(f"'frame' is {safe_repr(record['frame'], 40)}, not a frame's name")
+        if "source" in record and not isinstance(record["source"], str):  # not an earlier version's (none there)
+            raise ValueError(f"'source' is {safe_repr(record['source'], 40)}, not the path of a point file")
     except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
