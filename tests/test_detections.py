@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from notices import published_config_notice
 
 from pointpillars_trt.detections import Detections, FrameStats
 
@@ -199,8 +200,10 @@ def test_a_nuscenes_models_result_as_openpcdet_gives_it(nuscenes, tmp_path) -> N
     from pointpillars_trt.pointcloud_io import read_points
 
     points = read_points(nuscenes / "nusc_dev_k000002_s02.bin", point_dim=5, columns=5)
-    with PointPillars.from_checkpoint(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", device="cpu",
-                                      cache_dir=tmp_path) as detector:
+    checkpoint = nuscenes / "cbgs_pp_multihead_synthetic_dev.pth"
+    with published_config_notice(checkpoint):
+        detector = PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=tmp_path)
+    with detector:
         det = detector(points)
     found = det.to_pcdet_dict()
     assert len(det) >= 10 and det.velocity is not None

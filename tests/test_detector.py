@@ -23,6 +23,7 @@ from pointpillars_trt.errors import BackendError, InputError, InputWarning, Mode
 from pointpillars_trt.model_dir import ModelDir
 from pointpillars_trt.pointcloud_io import read_points
 from array_likes import CudaInterfaceOnly
+from notices import published_config_notice
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 FRAME = "kitti/training/velodyne_reduced/000134.bin"
@@ -51,7 +52,9 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def detector(assets: Path, cache: Path):  # type: ignore[no-untyped-def]
-    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as det:
+    with published_config_notice(assets / CHECKPOINT):  # the cache entry is built here
+        det = PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache)
+    with det:
         yield det
 
 

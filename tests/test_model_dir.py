@@ -18,6 +18,7 @@ import pytest
 import yaml
 from disk_full import fill_up_at_rpn_graph
 from graph_reads import count_graph_reads_and_hashes
+from notices import published_config_notice
 from tiny import random_canvas, tiny_config, tiny_model_dir, tiny_weights
 
 from pointpillars_trt.config import load_config
@@ -444,7 +445,8 @@ def test_the_model_dir_that_serve_and_a_ray_run_hold_holds_no_graph_bytes_once_c
         path = tiny_model_dir(tmp_path / "m").path
     else:
         path = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
-        resolve_model(path)  # exported into the cache: the run opens the cache entry
+        with published_config_notice(path):
+            resolve_model(path)  # exported into the cache: the run opens the cache entry
     opened, _ = count_graph_reads_and_hashes(monkeypatch)
     model = resolve_model(path)
     assert {"pfn.onnx", "rpn.onnx"} <= set(opened)
@@ -546,16 +548,17 @@ def test_a_damaged_or_junk_cache_entry_is_rebuilt(tmp_path: Path, assets: Path):
 
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
     cache = tmp_path / "cache"
-    first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
+    with published_config_notice(checkpoint):  # each build of the entry says its config
+        first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     good = first.rpn_path.read_bytes()
     first.rpn_path.write_bytes(good[:-100])  # truncated
-    with pytest.warns(CacheNotice, match="rpn.onnx': damaged or replaced"):
+    with published_config_notice(checkpoint), pytest.warns(CacheNotice, match="rpn.onnx': damaged or replaced"):
         again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert again.path == first.path and again.rpn_path.read_bytes() == good
     for entry in first.path.iterdir():
         entry.unlink()
     (first.path / "junk.txt").write_text("not a model dir")
-    with pytest.warns(CacheNotice, match="model.json': missing"):
+    with published_config_notice(checkpoint), pytest.warns(CacheNotice, match="model.json': missing"):
         third = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
     assert third.rpn_path.read_bytes() == good and not (third.path / "junk.txt").exists()
 
@@ -569,15 +572,15 @@ def test_a_damaged_cache_entry_is_said_as_it_is_rebuilt(tmp_path: Path, assets: 
 
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
     cache = tmp_path / "cache"
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), published_config_notice(checkpoint):  # the first fill: its config, no CacheNotice
         warnings.simplefilter("error", CacheNotice)
         first = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
         assert model_dir_for_checkpoint(checkpoint, cache_dir=cache).path == first.path
     good = first.rpn_path.read_bytes()
     first.rpn_path.write_bytes(good[:1000])
-    with pytest.warns(CacheNotice) as said:
+    with published_config_notice(checkpoint), pytest.warns(CacheNotice) as said:  # and the rebuild its config again
         again = model_dir_for_checkpoint(checkpoint, cache_dir=cache)
-    assert [str(w.message) for w in said if w.category is CacheNotice] == [  # (and the config it is built with)
+    assert [str(w.message) for w in said if w.category is CacheNotice] == [
         f"rebuilding model cache entry '{first.path}', which cannot be used as it is ('{first.rpn_path}': damaged or "
         f"replaced (1000 bytes, model.json records {len(good)}); rebuild the model dir)"]
     assert again.rpn_path.read_bytes() == good
@@ -592,7 +595,8 @@ def test_a_cache_entry_another_run_put_in_place_first_is_used(tmp_path: Path, as
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
-    theirs = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "theirs").path
+    with published_config_notice(checkpoint):
+        theirs = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "theirs").path
     real_replace = os.replace
 
     def other_run_first(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
@@ -647,8 +651,9 @@ def test_a_model_dir_keeps_its_label_base_and_the_digest_it_recorded(tmp_path: P
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
     builtin = load_config("openpcdet_kitti_3class")
-    built = model_dir_for_checkpoint(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth",
-                                     cache_dir=tmp_path / "cache")
+    checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
+    with published_config_notice(checkpoint):
+        built = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "cache")
     meta = json.loads((built.path / METADATA_FILE).read_text())
     assert meta["config"]["label_base"] == 1 and meta["config_digest"] == "8489c6b29aa62db6" == builtin.digest()
     assert load_model_dir(built.path, builtin).cfg.digest() == "8489c6b29aa62db6"
@@ -668,7 +673,8 @@ def test_a_model_dir_opened_for_a_config_of_its_digest_runs_with_that_configs_la
     from pointpillars_trt.convert.export import model_dir_for_checkpoint
 
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
-    built = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "cache")
+    with published_config_notice(checkpoint):
+        built = model_dir_for_checkpoint(checkpoint, cache_dir=tmp_path / "cache")
     builtin = load_config("openpcdet_kitti_3class")
     strict = builtin.with_thresholds(score_threshold=0.3, nms_iou=0.2, max_boxes=5)
     yaml_path = tmp_path / "strict.yaml"
@@ -716,7 +722,8 @@ def test_a_read_only_cache_entry_opens_with_other_launch_values_without_a_write(
     checkpoint = assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth"
     cache = tmp_path / "cache"
     builtin = load_config("openpcdet_kitti_3class")
-    entry = model_dir_for_checkpoint(checkpoint, cache_dir=cache).path
+    with published_config_notice(checkpoint):
+        entry = model_dir_for_checkpoint(checkpoint, cache_dir=cache).path
     files = {path: (path.read_bytes(), path.stat().st_mtime_ns) for path in sorted(cache.rglob("*"))
              if path.is_file()}
     read_only(cache)

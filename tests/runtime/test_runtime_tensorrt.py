@@ -6,7 +6,6 @@ test_tensorrt_rtx_build.py."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -16,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pointpillars_trt.errors import BackendError, LibraryNotice, ModelDirError
+from pointpillars_trt.errors import BackendError, ModelDirError
 from pointpillars_trt.runtime import OrtOptions, TrtOptions, open_engine
-from pointpillars_trt.runtime import tensorrt as trt_runtime
 from pointpillars_trt.runtime.tensorrt import (
     REBUILD_HINT,
     check_plan_metadata,
@@ -29,6 +27,7 @@ from pointpillars_trt.runtime.tensorrt import (
 )
 from pointpillars_trt.runtime.tensorrt_build import build_plan
 from pointpillars_trt.runtime.tensorrt_library import RTX_DEFAULT_TARGETS, installed_library, library_unsupported_reason
+from notices import first_build
 from tiny_graphs import cuda_skip_reason, head_graph, pfn_graph, pfn_reference
 
 RNG = np.random.default_rng(11)
@@ -53,17 +52,6 @@ needs_tensorrt = pytest.mark.skipif(TRT_SKIP is not None, reason=str(TRT_SKIP))
 #: Building needs less: TensorRT for RTX builds plans without a GPU (for its portable set, unless it runs here).
 BUILD_SKIP = None if installed_library() == "tensorrt_rtx" else TRT_SKIP
 needs_builder = pytest.mark.skipif(BUILD_SKIP is not None, reason=str(BUILD_SKIP))
-
-
-def first_build() -> contextlib.AbstractContextManager[object]:
-    """Around a test's first build of a plan: where TensorRT for RTX stands in for TensorRT, the notice that says so
-    (once a process: its once is reset here, so that this block says it whatever ran before), checked rather than
-    left to pytest's warnings summary; TensorRT itself says none."""
-    trt_runtime._say_rtx_once.cache_clear()
-    if installed_library() != "tensorrt_rtx":
-        return contextlib.nullcontext()
-    return pytest.warns(LibraryNotice, match=r"^TensorRT is not installed; the tensorrt backend uses TensorRT for RTX "
-                                             r"[0-9.]+, whose plans run on compute capability [0-9./]+ only$")
 
 
 def pillars(p: int) -> np.ndarray:

@@ -6,6 +6,7 @@ TensorRT for RTX does not run on, the refusal is one line (the `cuda` test at th
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import json
 import os
@@ -30,6 +31,7 @@ from pointpillars_trt.runtime.tensorrt_library import (RTX_COMPUTE_CAPABILITIES,
                                                       import_failure_fix, installed_library,
                                                       library_unsupported_reason,
                                                       rtx_default_targets, unsupported_gpu_refusal)
+from notices import first_build, published_config_notice
 from tiny_graphs import cuda_skip_reason, pfn_graph
 
 RTX_SKIP = (None if installed_library() == "tensorrt_rtx" else
@@ -261,10 +263,12 @@ def test_the_rpn_graph_of_every_export_builds_with_its_profile(tmp_path, assets,
     from pointpillars_trt.convert.export import build_model_dir
 
     sizes = {}
+    checkpoint = assets / "checkpoints" / CHECKPOINTS[family]
     for precision in ("fp32", "fp16"):
         lines: list[str] = []
-        model = build_model_dir(assets / "checkpoints" / CHECKPOINTS[family], tmp_path / precision,
-                                backend="tensorrt", precision=precision, progress=lines.append)
+        with first_build(), published_config_notice(checkpoint) if family == "openpcdet" else contextlib.nullcontext():
+            model = build_model_dir(checkpoint, tmp_path / precision, backend="tensorrt", precision=precision,
+                                    progress=lines.append)
         # one plan, no timing cache (TensorRT for RTX has none)
         assert sorted(p.name for p in model.path.iterdir()) == [
             "model.json", "pfn.onnx", "rpn.onnx", "rpn.plan", "rpn.plan.json"]
@@ -306,8 +310,9 @@ def test_a_model_dir_with_an_older_builds_pfn_plan_still_loads(tmp_path, assets)
     from pointpillars_trt.model_dir import load_model_dir
 
     checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
-    cached = model_dir_for_checkpoint(checkpoint, precision="fp16", cache_dir=tmp_path / "cache",
-                                      tensorrt_plans=True)
+    with first_build():
+        cached = model_dir_for_checkpoint(checkpoint, precision="fp16", cache_dir=tmp_path / "cache",
+                                          tensorrt_plans=True)
     rpn_plan = cached.plan_path("rpn").read_bytes()
     stray = cached.plan_path("pfn")
     stray.write_bytes(b"a pfn.plan of an older build")
@@ -329,7 +334,8 @@ def test_a_rebuild_keeps_the_model_dirs_timing_cache(tmp_path, assets):
     from pointpillars_trt.convert.export import TIMING_CACHE, build_model_dir
 
     checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
-    model = build_model_dir(checkpoint, tmp_path / "m", backend="tensorrt", precision="fp16")
+    with first_build():
+        model = build_model_dir(checkpoint, tmp_path / "m", backend="tensorrt", precision="fp16")
     assert not (model.path / TIMING_CACHE).exists()  # TensorRT for RTX writes none
     saved = b"the timing cache of an earlier TensorRT build"
     (model.path / TIMING_CACHE).write_bytes(saved)
@@ -350,7 +356,8 @@ def test_a_cache_entry_whose_plan_is_damaged_is_rebuilt_saying_so(tmp_path, asse
 
     checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
     kwargs = {"precision": "fp16", "cache_dir": tmp_path / "cache", "tensorrt_plans": True}
-    first = model_dir_for_checkpoint(checkpoint, **kwargs)
+    with first_build():
+        first = model_dir_for_checkpoint(checkpoint, **kwargs)
     plan_path = first.plan_path("rpn")
     good = plan_path.read_bytes()
     with warnings.catch_warnings():
@@ -377,7 +384,8 @@ def test_a_cache_entrys_plan_is_read_and_hashed_once_as_it_is_served_and_opened(
 
     checkpoint = assets / "checkpoints" / CHECKPOINTS["zhulf0804"]
     kwargs = {"precision": "fp16", "cache_dir": tmp_path / "cache", "tensorrt_plans": True}
-    plan_path = model_dir_for_checkpoint(checkpoint, **kwargs).plan_path("rpn")  # built
+    with first_build():
+        plan_path = model_dir_for_checkpoint(checkpoint, **kwargs).plan_path("rpn")  # built
     whole = plan_path.read_bytes()
     reads: list[str] = []
     real = trt_runtime.read_regular_file
@@ -408,8 +416,9 @@ def test_a_checkpoints_plans_are_built_for_the_gpu_the_detector_asked_for(tmp_pa
     real = tensorrt_build.build_plan
     monkeypatch.setattr(tensorrt_build, "build_plan",
                         lambda *args, **kw: (asked.append(kw["device_id"]), real(*args, **kw))[1])
-    model = model_dir_for_checkpoint(assets / "checkpoints" / CHECKPOINTS["zhulf0804"], precision="fp16",
-                                     cache_dir=tmp_path / "cache", tensorrt_plans=True, device_id=1)
+    with first_build():
+        model = model_dir_for_checkpoint(assets / "checkpoints" / CHECKPOINTS["zhulf0804"], precision="fp16",
+                                         cache_dir=tmp_path / "cache", tensorrt_plans=True, device_id=1)
     assert asked == [1] and model.has_plans()
 
 
@@ -441,8 +450,9 @@ def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):
     fine = dataclasses.replace(kitti, voxel=dataclasses.replace(kitti.voxel, pillar_size=(0.08, 0.08, 4.0)))
     assert fine.voxel.grid[:2] == (2 * kitti.voxel.grid[0], 2 * kitti.voxel.grid[1])
     assert plan_workspace_bytes(fine) == 4 * plan_workspace_bytes(kitti) == 4 << 30
-    model = build_model_dir(assets / "checkpoints" / CHECKPOINTS["openpcdet"], tmp_path / "fine", config=fine,
-                            backend="tensorrt", compute_capabilities=["8.6"])
+    with first_build():
+        model = build_model_dir(assets / "checkpoints" / CHECKPOINTS["openpcdet"], tmp_path / "fine", config=fine,
+                                backend="tensorrt", compute_capabilities=["8.6"])
     assert read_plan(model.path / "rpn.plan")[1]["config_digest"] == fine.digest()
 
 @pytest.mark.tensorrt
@@ -452,8 +462,9 @@ def test_the_multi_head_nuscenes_graphs_build(tmp_path, nuscenes):
     typed fp16 plan, with the batch profile of the KITTI graphs (and no pfn.plan)."""
     from pointpillars_trt.convert.export import build_model_dir
 
-    model = build_model_dir(nuscenes / "cbgs_pp_multihead_synthetic_dev.pth", tmp_path / "m", backend="tensorrt",
-                            precision="fp16")
+    checkpoint = nuscenes / "cbgs_pp_multihead_synthetic_dev.pth"
+    with first_build(), published_config_notice(checkpoint):
+        model = build_model_dir(checkpoint, tmp_path / "m", backend="tensorrt", precision="fp16")
     _, metadata = read_plan(model.plan_path("rpn"))
     assert metadata["precision"] == "fp16" and metadata["config_digest"] == model.cfg.digest()
     (_, profile), = metadata["profile"].items()
@@ -467,8 +478,9 @@ def tiny_plan(tmp_path_factory) -> tuple[Path, dict]:
         pytest.skip(RTX_SKIP)
     folder = tmp_path_factory.mktemp("rtx")
     pfn_graph(folder / "pfn.onnx")
-    metadata = tensorrt_build.build_plan(folder / "pfn.onnx", folder / "pfn.plan",
-                                         dynamic_rows={"pillars": (1, 64, 128)}, config_digest=DIGEST)
+    with first_build():
+        metadata = tensorrt_build.build_plan(folder / "pfn.onnx", folder / "pfn.plan",
+                                             dynamic_rows={"pillars": (1, 64, 128)}, config_digest=DIGEST)
     return folder / "pfn.plan", metadata
 
 
@@ -604,7 +616,8 @@ def test_the_tensorrt_backend_without_a_gpu_is_one_error_that_says_why(tmp_path,
     from tiny import tiny_model_dir
 
     model = tiny_model_dir(tmp_path / "model", precision="fp16")
-    build_model_plans(model, "fp16")
+    with first_build():
+        build_model_plans(model, "fp16")
     expected = ("backend 'tensorrt' runs only in the GPU pipeline, and device auto runs on the CPU here: " + NO_GPU)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
