@@ -523,14 +523,14 @@ def test_the_staging_folder_of_a_killed_build_is_removed_by_the_next_build_besid
     import sys
 
     tests = Path(__file__).resolve().parent
-    build = subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "m"), str(tests)],
-                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(tests.parent)})
-    try:
-        assert build.stdout is not None
-        killed = Path(build.stdout.readline().strip())
-    finally:
-        build.send_signal(signal.SIGKILL)
-        build.wait()
+    env = {**os.environ, "PYTHONPATH": str(tests.parent)}
+    with subprocess.Popen([sys.executable, "-c", KILLED_BUILD, str(tmp_path / "m"), str(tests)],
+                          stdout=subprocess.PIPE, text=True, env=env) as build:
+        try:  # the with closes its pipe and waits for the process
+            assert build.stdout is not None
+            killed = Path(build.stdout.readline().strip())
+        finally:
+            build.send_signal(signal.SIGKILL)
     assert killed.parent == tmp_path and killed.name.startswith(f".m.build-{build.pid}-") and killed.is_dir()
     host = killed.name.split("-")[2]  # this host's tag
     running = tmp_path / f".m.build-{os.getppid()}-{host}-0123abcd"  # a live process's build

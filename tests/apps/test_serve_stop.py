@@ -28,7 +28,9 @@ def server_running(tmp_path: Path, on_sigterm: str) -> TritonServer:
     code = (f"import signal, sys, time\ndef stop(*_):\n    {on_sigterm}\nsignal.signal(signal.SIGTERM, stop)\n"
             "print('set', flush=True)\nwhile True:\n    time.sleep(1)\n")
     server.process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
-    assert server.process.stdout is not None and server.process.stdout.readline() == b"set\n"
+    assert server.process.stdout is not None
+    with server.process.stdout as said:  # closed once read: the process writes nothing after this line
+        assert said.readline() == b"set\n"
     return server
 
 
