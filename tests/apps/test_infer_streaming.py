@@ -559,18 +559,24 @@ def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(mo
     assert list(out.glob(f"detections-*.{fmt}")) == [part] and part.read_bytes() == first_rows
 
 
-def test_a_folder_where_a_picture_goes_fails_its_frame_before_any_of_its_files_is_written(  # type: ignore[no-untyped-def]
-        model_path, frames, tmp_path) -> None:
-    """--skip-existing --viz where a folder holds a frame's picture's place: the frame ran again and its JSON was
-    replaced, while the summary said "nothing written"; now its one error line names the folder, its earlier JSON
-    is left as it was, and the summary's "nothing written" is what is on disk."""
+def _frame_run_with_viz(model_path: Path, frames: Path,
+                        tmp_path: Path) -> tuple[Path, Path, Path, os.stat_result, Path]:
+    """A frame run with --viz into ``tmp_path / "out"``: (the frame, the out folder, its JSON record, the record's
+    stat, its picture's path)."""
     pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
     first = sorted(frames.glob("0*.bin"))[0]
     out = tmp_path / "out"
     assert infer(str(first), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0
     record = out / f"{first.stem}.json"
-    before = record.stat()
-    picture = out / f"{first.stem}.png"
+    return first, out, record, record.stat(), out / f"{first.stem}.png"
+
+
+def test_a_folder_where_a_picture_goes_fails_its_frame_before_any_of_its_files_is_written(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path) -> None:
+    """--skip-existing --viz where a folder holds a frame's picture's place: the frame ran again and its JSON was
+    replaced, while the summary said "nothing written"; now its one error line names the folder, its earlier JSON
+    is left as it was, and the summary's "nothing written" is what is on disk."""
+    first, out, record, before, picture = _frame_run_with_viz(model_path, frames, tmp_path)
     picture.unlink()
     picture.mkdir()
     rc, stdout, err = infer(str(first), "--model", str(model_path), "--out", str(out), "--viz", "--skip-existing")
@@ -600,13 +606,7 @@ def test_a_link_to_a_folder_where_a_picture_goes_fails_its_frame_as_a_folder_doe
     it for a folder (no output, the frame's write would name it), but the write took it for a file and replaced
     the link without a word (the frame's JSON too). Now both read it as the folder it leads to: the frame fails
     naming the link, its JSON and the link are left as they were."""
-    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
-    first = sorted(frames.glob("0*.bin"))[0]
-    out = tmp_path / "out"
-    assert infer(str(first), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0
-    record = out / f"{first.stem}.json"
-    before = record.stat()
-    picture = out / f"{first.stem}.png"
+    first, out, record, before, picture = _frame_run_with_viz(model_path, frames, tmp_path)
     said = _link_to_a_folder(picture, tmp_path / "elsewhere")
     rc, stdout, err = infer(str(first), "--model", str(model_path), "--out", str(out), "--viz", "--skip-existing")
     assert rc == 1 and err.splitlines()[1:] == [f"error: {str(first)!r}: {said}", "1 of 1 frame failed (listed above)"]
