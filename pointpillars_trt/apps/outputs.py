@@ -492,9 +492,10 @@ def foreign_output(path: Path) -> str | None:
     or None when it is one, or may be one damaged (a JSON record cut short: bytes that do not parse but begin as
     infer's records begin, ``begins_as_record``; an object with a record's ``frame`` and ``boxes_lidar``; a last
     line without its newline): ground-truth label lines (15 values, no score), a calib file, another tool's JSON (a
-    record whose ``source`` is no point file's path too) or bytes that are no JSON and no record's start; a FIFO or
-    a device (reading it could block; a folder there fails that frame's write alone); a picture that names other
-    software than this package's plotting (a camera image: ``--out`` given as ``image_2``)."""
+    record whose ``frame`` is no frame's name, or whose ``source`` is no point file's path, too) or bytes that are
+    no JSON and no record's start; a FIFO or a device (reading it could block; a folder there fails that frame's
+    write alone); a picture that names other software than this package's plotting (a camera image: ``--out``
+    given as ``image_2``)."""
     return _existing_output(path)[0]
 
 
@@ -525,7 +526,9 @@ def _existing_output(path: Path) -> tuple[str | None, str | None]:
 
 def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
     """``_existing_output`` of the bytes of a .json file in the place of frame ``stem``'s record. A record cut
-    short (a run killed mid-write) is infer's to rewrite; the source its head names still counts."""
+    short (a run killed mid-write) is infer's to rewrite, judged by how it begins alone (``begins_as_record``), as a
+    cut may fall anywhere after that: what its head shows past its start (a frame or source that is no string) is not
+    checked; the source its head names whole still counts."""
     try:
         record = loads_json(data)
     except (ValueError, RecursionError):
@@ -539,6 +542,8 @@ def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
         return None, source if frame == name_text(stem) and isinstance(source, str) else None
     if not (isinstance(record, dict) and "frame" in record and "boxes_lidar" in record):
         return "JSON that is not a record infer writes", None
+    if not isinstance(record["frame"], str):  # infer names its frame: a number or a list is another tool's
+        return f"its 'frame' is {safe_repr(record['frame'], 40)}, not a frame's name", None
     source = record.get("source")  # none in an earlier version's record, never other than a point file's path
     if "source" in record and not isinstance(source, str):  # damaged, or another tool's: whose frame is unknown
         return f"its 'source' is {safe_repr(source, 40)}, not the path of a point file", None

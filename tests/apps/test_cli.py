@@ -1407,29 +1407,38 @@ def test_a_json_file_is_redone_only_where_it_may_be_infers_record_cut_short(tiny
         assert (out / "000004.json").read_bytes() == record
 
 
+#: Values that a record's string fields (``frame``, ``source``) never hold in a record infer writes: each named for
+#: its subfolder, with how a message shows it.
+_NO_STRING = (("number", 5, "5"), ("null", None, "None"), ("list", ["a.bin"], "['a.bin']"))
+
+
 @pytest.mark.parametrize("skip", [(), ("--skip-existing",)], ids=["run", "resume"])
-def test_a_record_whose_source_is_no_path_is_refused_naming_its_file_and_field(tiny_model: Path,
-                                                                               tiny_frames: list[Path],
-                                                                               tmp_path: Path, skip: tuple[str, ...]):
+@pytest.mark.parametrize("key, values, problem", [
+    ("source", _NO_STRING, "not the path of a point file"),
+    ("frame", _NO_STRING + (("object", {"id": "000004"}, "{'id': '000004'}"),), "not a frame's name")],
+    ids=["source", "frame"])
+def test_a_record_whose_source_or_frame_is_no_string_is_refused_naming_its_file_and_field(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path, skip: tuple[str, ...], key: str,
+        values: tuple[tuple[str, object, str], ...], problem: str):
     """A record whose ``source`` is a number (or null, or a list) was taken for an earlier version's record, which
     names no source: --skip-existing skipped its frame as done, and a run of another point file of its name replaced
-    it unchecked. infer never writes such a source: the run is refused in one line naming the file and the field, the
-    file as it was."""
+    it unchecked. One whose ``frame`` is no string (another tool's JSON, which eval refuses) was overwritten as a
+    record of another frame, with --skip-existing too. infer never writes either: the run is refused in one line
+    naming the file and the field, the file as it was."""
     frame = tiny_frames[4]
     base = ("infer", frame, "--model", tiny_model, "--device", "cpu", "--no-progress", "--out")
     whole = tmp_path / "whole"
     assert cli(*base, whole).rc == 0
     record = json.loads((whole / "000004.json").read_text())
-    for name, source, shown in (("number", 5, "5"), ("null", None, "None"), ("list", ["a.bin"], "['a.bin']")):
+    for name, value, shown in values:
         out = tmp_path / name
         out.mkdir()
-        data = (json.dumps({**record, "source": source}, indent=2) + "\n").encode()
+        data = (json.dumps({**record, key: value}, indent=2) + "\n").encode()
         (out / "000004.json").write_bytes(data)
         run = cli(*base, out, *skip)
         assert run.rc == 2 and run.err == (
-            f"error: --out '{out}' holds '000004.json', which infer did not write (its 'source' is {shown}, not the "
-            "path of a point file), and this run would overwrite it: give another --out, or move such files "
-            "away\n"), run
+            f"error: --out '{out}' holds '000004.json', which infer did not write (its {key!r} is {shown}, {problem}), "
+            "and this run would overwrite it: give another --out, or move such files away\n"), run
         assert (out / "000004.json").read_bytes() == data
 
 
