@@ -143,6 +143,13 @@ def counted(count: float, noun: str, plural: str = "") -> str:
     return f"{f'{count:g}' if isinstance(count, float) else count} {agree(count, noun, plural or noun + 's')}"
 
 
+def example(count: float, shown: str) -> str:
+    """``shown``, one of ``count`` things a message counts, as the message names it: alone when it is the only one
+    (which is no example), after "e.g. " when there are others:
+    ``f"{counted(n, 'file')} left out ({example(n, safe_repr(names[0]))})"``."""
+    return agree(count, shown, f"e.g. {shown}")
+
+
 def safe_repr(value: object, limit: int = SAFE_REPR_LIMIT) -> str:
     """A short, single-line, terminal-safe repr of an untrusted name or value for an error message.
 

@@ -107,6 +107,14 @@ def test_a_fraction_is_counted_as_ray_counts_gpus_and_its_words_agree_as_the_nou
     assert agree(1, ("its", "it"), ("their", "them")) == ("its", "it")
 
 
+def test_the_only_thing_a_message_counts_is_named_without_e_g() -> None:
+    """Messages named the one file they counted 'e.g.' it ('1 hidden file left out (e.g. ...)'): ``example`` names
+    the only one as it is, and one of several after 'e.g.'."""
+    from pointpillars_trt.errors import example
+
+    assert [example(n, "'a.bin'") for n in (1, 2, 10)] == ["'a.bin'", "e.g. 'a.bin'", "e.g. 'a.bin'"]
+
+
 def test_a_frames_picture_is_titled_with_its_boxes_in_the_singular_for_one() -> None:
     """infer --viz titled a picture of one box '000000.bin: 1 boxes'."""
     from pointpillars_trt.apps.outputs import bev_title

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..config import load_config
 from ..detections import Detections
-from ..errors import InputError, PointPillarsError, counted, printable_text, safe_repr
+from ..errors import InputError, PointPillarsError, counted, example, printable_text, safe_repr
 from ..file_reads import not_a_file
 from ..file_writes import check_writable_folder
 from ..kitti import normalize_heading
@@ -154,9 +154,10 @@ def refuse_a_folder_of_frames(out: Path) -> None:
     except OSError:  # not there yet (or unreadable: the write probe says so)
         return
     if frames:
-        raise InputError(f"--out {safe_repr(str(out))} holds {counted(len(frames), 'point file')} (e.g. "
-                         f"{safe_repr(frames[0])}), and the demo's simulated frame written there would be one more "
-                         "frame of that folder to infer: give the demo a folder of its own (its default: demo_out)")
+        raise InputError(f"--out {safe_repr(str(out))} holds {counted(len(frames), 'point file')} "
+                         f"({example(len(frames), safe_repr(frames[0]))}), and the demo's simulated frame written "
+                         "there would be one more frame of that folder to infer: give the demo a folder of its own "
+                         "(its default: demo_out)")
 
 
 def _stage_line(timings: dict[str, float]) -> str:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import InputError, InputErrors, agree, counted, safe_repr
+from ..errors import InputError, InputErrors, agree, counted, example, safe_repr
 from ..file_reads import folder_resolver, home_hint, special_kind
 from ..model_dir import CHECKPOINT_SUFFIXES, METADATA_FILE
 from ..pointcloud_io import POINT_FORMAT_CONVERSIONS, SUPPORTED_EXTENSIONS, unsupported_extension
@@ -80,8 +80,8 @@ class _LeftOut:
         """One note of the files left out, by format, each with its first path and how to convert it."""
         if not self.counts:
             return
-        kinds = "; ".join(f"{count} {ext} (e.g. {safe_repr(self.first[ext])}): {POINT_FORMAT_CONVERSIONS[ext]}"
-                          for ext, count in sorted(self.counts.items()))
+        kinds = "; ".join(f"{count} {ext} ({example(count, safe_repr(self.first[ext]))}): "
+                          f"{POINT_FORMAT_CONVERSIONS[ext]}" for ext, count in sorted(self.counts.items()))
         print(f"note: {counted(sum(self.counts.values()), 'file')} of point formats that are not read left out of the "
               f"folders and globs given: {kinds}", file=sys.stderr, flush=True)
 
@@ -99,8 +99,9 @@ def _frames_of(pattern: str, left_out: _LeftOut) -> tuple[list[str], int]:
         files = [n for n in names if _is_point_file(n) and not os.path.isdir(os.path.join(pattern, n))]
         hidden = sorted(n for n in files if n.startswith("."))
         if hidden:  # as a glob and ls leave them out: macOS's ._*.bin metadata files, editors' temporary copies
-            print(f"note: folder {safe_repr(pattern)}: {counted(len(hidden), 'hidden file')} left out (e.g. "
-                  f"{safe_repr(hidden[0])}: macOS metadata?); give one by name to run it", file=sys.stderr, flush=True)
+            print(f"note: folder {safe_repr(pattern)}: {counted(len(hidden), 'hidden file')} left out "
+                  f"({example(len(hidden), safe_repr(hidden[0]))}: macOS metadata?); give one by name to run it",
+                  file=sys.stderr, flush=True)
         for name in sorted(names):
             if not name.startswith("."):
                 left_out.add(os.path.join(pattern, name))

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import build_command, is_pcdet_model_config
 from ..errors import (
-    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, agree, counted, one_line, printable_text,
-    safe_repr,
+    DetectorLost, InputError, ModelDirError, PointPillarsError, SettingNotice, agree, counted, example, one_line,
+    printable_text, safe_repr,
 )
 from ..file_reads import check_input_folder, home_hint, special_kind
 from ..file_writes import (TEMP_SUFFIX, PendingFlush, check_writable_folder, folder_held, owned_prefix,
@@ -260,8 +260,9 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
         refuse_other_split(frame, labels, "--eval label")
     missing = [f for f in frames if not os.path.lexists(labels / f"{Path(f).stem}.txt")]  # a FIFO: read below, by kind
     if missing:
-        raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {counted(len(missing), 'frame')}, e.g. "
-                         f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}")
+        label = f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}"
+        raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {counted(len(missing), 'frame')} "
+                         f"({example(len(missing), label)})")
     # every label read (~0.07 ms a file) before a long run, not after it: a folder of other files (calib/ given
     # for label_2/) fails here; the evaluation takes those of the frames that went through
     return read_ground_truth(labels, [Path(frame).stem for frame in frames])
@@ -406,8 +407,8 @@ def check_outputs(args: argparse.Namespace, frames: Sequence[str], *,
     if earlier:
         resume = "pass --skip-existing to run only the frames they lack, or " if resumable else ""
         raise InputError(f"--out {safe_repr(args.out)} already holds {counted(len(earlier), f'{fmt} part file')} of "
-                         f"an earlier run (e.g. {safe_repr(earlier[0].name)}), whose rows this run would repeat: "
-                         f"{resume}give another --out")
+                         f"an earlier run ({example(len(earlier), safe_repr(earlier[0].name))}), whose rows this run "
+                         f"would repeat: {resume}give another --out")
     labels = _prepare_eval(args, frames)
     if out is not None:
         check_writable_folder(out, "--out")  # once, before the model loads, not once a frame

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..errors import InputError, agree, counted, one_line, safe_repr
+from ..errors import InputError, agree, counted, example, one_line, safe_repr
 from ..file_reads import folder_resolved, folder_resolver, name_text, open_regular_file, read_file_head, special_kind
 from ..file_writes import fsync_path, temp_file_of, write_bytes_atomic, write_new_file_atomic
 from ..strict_json import dumps_strict, loads_json
@@ -598,10 +598,11 @@ def refuse_foreign_outputs(out: Path, frames: Iterable[str], suffixes: Collectio
                 others.append((frame, source))
     if others:
         frame, source = others[0]
+        record = f"{safe_repr(Path(frame).stem + '.json')} is the record of {safe_repr(source)}, not of " \
+                 f"{safe_repr(frame)}"
         raise InputError(f"--out {safe_repr(str(out))} holds the records of {counted(len(others), 'frame')} of the "
-                         f"same name from other point files (e.g. {safe_repr(Path(frame).stem + '.json')} is the "
-                         f"record of {safe_repr(source)}, not of {safe_repr(frame)}), which this run would replace: "
-                         "give another --out (one a sequence), or remove those records from it first")
+                         f"same name from other point files ({example(len(others), record)}), which this run would "
+                         "replace: give another --out (one a sequence), or remove those records from it first")
 
 
 def names_frame(source: str, frame: str) -> bool:
@@ -722,7 +723,8 @@ def _repeated_rows_error(repeated: list[tuple[str, Path, Path]]) -> InputError:
              f"{safe_repr(os.fspath(first))} and {safe_repr(os.fspath(again))} both hold a row")
     parts = {part for _, *pair in repeated for part in pair}
     more = f", in {len(parts)} part files in all" if len(parts) > 2 else ""
-    return InputError(f"--skip-existing: {where} of {counted(len(repeated), 'frame')} (e.g. {safe_repr(source)}{more}), "
+    return InputError(f"--skip-existing: {where} of {counted(len(repeated), 'frame')} "
+                      f"({example(len(repeated), safe_repr(source))}{more}), "
                       "where a run writes one row a frame (a part copied, or parts merged by hand?): move the part that "
                       "repeats another away (or remove its repeated rows), and this run skips the frames of the rows "
                       "kept")

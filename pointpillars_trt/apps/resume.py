@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from ..errors import PointPillarsError, agree, counted, one_line, printable_text, safe_repr
+from ..errors import PointPillarsError, agree, counted, example, one_line, printable_text, safe_repr
 from ..file_reads import folder_resolver, name_text
 from .outputs import ROW_FORMATS, OutputPlan, drop_failure_rows, folder_in_place, frame_key, output_complete, \
     read_record, records_in_parts, sources_in_parts, whole_record, write_label_of_record
@@ -89,17 +89,20 @@ def say_resume(resume: Resume, fmt: str, out: Path | None, *, retry: bool) -> No
     earlier failures (with ``retry``: their rows are removed here) and missing pictures."""
     shown = printable_text(str(out))  # --out as these lines name it: one line whatever its name
     if resume.redone:
-        files = counted(len(resume.redone), "empty, incomplete or foreign output file")
-        print(f"redoing the frames of {files} in {shown} (e.g. {safe_repr(resume.redone[0].name)})", file=sys.stderr)
+        redone = len(resume.redone)
+        files = counted(redone, "empty, incomplete or foreign output file")
+        print(f"redoing the frames of {files} in {shown} ({example(redone, safe_repr(resume.redone[0].name))})",
+              file=sys.stderr)
     if resume.skipped:
         print(f"skipping {counted(len(resume.skipped), 'frame')} whose outputs are already in {shown}", file=sys.stderr)
     if resume.failed_before and out is not None:
         earlier_failures(resume.failed_before, fmt, out, retry=retry, skipped=len(resume.skipped))
     if resume.unpictured:  # of the frames just said skipped
-        have, them, those = agree(len(resume.unpictured), ("has", "it", "that frame"), ("have", "them", "those frames"))
-        print(f"warning: {counted(len(resume.unpictured), 'frame')} with a row in {shown} {have} no whole --viz picture "
-              f"(e.g. {safe_repr(resume.unpictured[0].name)}), and a frame with a row is not run again: to draw {them}, "
-              f"rerun {those} with --viz into another --out", file=sys.stderr)
+        unpictured = len(resume.unpictured)
+        have, them, those = agree(unpictured, ("has", "it", "that frame"), ("have", "them", "those frames"))
+        print(f"warning: {counted(unpictured, 'frame')} with a row in {shown} {have} no whole --viz picture "
+              f"({example(unpictured, safe_repr(resume.unpictured[0].name))}), and a frame with a row is not run "
+              f"again: to draw {them}, rerun {those} with --viz into another --out", file=sys.stderr)
 
 
 def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry: bool, skipped: int) -> None:
@@ -114,8 +117,8 @@ def earlier_failures(failed_before: Sequence[str], fmt: str, out: Path, *, retry
               f"{printable_text(str(out))}", file=sys.stderr)
         return
     rows, them = agree(failed, ("its row", "it"), ("their rows", "them"))
-    print(f"warning: {agree(skipped, 'it', f'{failed} of them')} failed in an earlier run ({agree(failed, '', 'e.g. ')}"
-          f"{safe_repr(name_text(failed_before[0]))}): {rows} in {printable_text(str(out))} "
+    print(f"warning: {agree(skipped, 'it', f'{failed} of them')} failed in an earlier run "
+          f"({example(failed, safe_repr(name_text(failed_before[0])))}): {rows} in {printable_text(str(out))} "
           f"{agree(failed, 'holds', 'hold')} the error, and a frame with a row is not run again; pass --retry-failed "
           f"to rerun {them}", file=sys.stderr)
 

@@ -84,7 +84,7 @@ def test_a_frame_folder_is_listed_as_infer_lists_it(tiny_yaml: Path, tmp_path: P
     (folder / "._000000.bin").write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00Mac OS X        ")
     run = bench(tiny_yaml, tmp_path / "b", "--frames", folder)
     assert run.rc == 0, run
-    assert f"note: folder '{folder}': 1 hidden file left out (e.g. '._000000.bin': macOS metadata?); give one " \
+    assert f"note: folder '{folder}': 1 hidden file left out ('._000000.bin': macOS metadata?); give one " \
            "by name to run it" in run.err.splitlines(), run.err
     assert [(r["frames"], r["avg_points"]) for r in report(tmp_path / "b")["runs"]] == [("velodyne (1 frame)", 120)]
 

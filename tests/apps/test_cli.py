@@ -1235,9 +1235,13 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
               "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
     assert run.rc == 0 and "Car AP@" in run.out, run
     assert output_names(tmp_path / "j") == ["000001.json", "000002.json", "000003.json", "eval.json"]
-    # a frame without a label file: refused before anything runs
+    # a frame without a label file: refused before anything runs, naming it (the one there is: no 'e.g.')
     run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
-    assert_one_line_error(run, "no label file", "000004.txt")
+    assert_one_line_error(run, f"error: --eval '{labels}' has no label file for 1 frame ('000004.txt' for "
+                               f"'{tiny_frames[4]}')")
+    run = cli("infer", *tiny_frames[1:6], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
+    assert_one_line_error(run, f"error: --eval '{labels}' has no label file for 2 frames (e.g. '000004.txt' for "
+                               f"'{tiny_frames[4]}')")
     assert not (tmp_path / "x").exists()
     # the calib folder given for the labels (files of other lines): refused before anything runs, not after
     calib = tmp_path / "calib"
@@ -1405,6 +1409,8 @@ def test_a_json_file_is_redone_only_where_it_may_be_infers_record_cut_short(tiny
         run = cli(*base, out, *skip)
         assert run.rc == 0 and "error" not in run.err, run
         assert (out / "000004.json").read_bytes() == record
+        redoing = f"redoing the frames of 1 empty, incomplete or foreign output file in {out} ('000004.json')"
+        assert (redoing in run.err.splitlines()) == bool(skip), run  # the one file there is, not 'e.g.'
 
 
 #: Values that a record's string fields (``frame``, ``source``) never hold in a record infer writes: each named for
@@ -1466,7 +1472,7 @@ def test_skip_existing_refuses_part_files_that_hold_a_frames_row_twice(tiny_mode
         line = first.read_text().splitlines(keepends=True)[1]
         first.write_text(first.read_text() + line)
         assert_one_line_error(cli("infer", *frames, *base, "--skip-existing"),
-                              f"error: --skip-existing: '{first}' holds two rows of 1 frame (e.g. '{frames[1]}')")
+                              f"error: --skip-existing: '{first}' holds two rows of 1 frame ('{frames[1]}')")
     copy.unlink(missing_ok=True)
     first.write_bytes(before[first.name])
     resumed = cli("infer", *frames, *base, "--skip-existing")

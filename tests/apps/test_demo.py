@@ -115,19 +115,22 @@ def test_a_folder_or_fifo_in_an_output_place_is_refused_before_anything_is_writt
     assert [p.name for p in out.iterdir()] == [name]
 
 
-def test_an_out_of_point_files_is_refused_before_the_simulated_frame_joins_them(tmp_path: Path) -> None:
+@pytest.mark.parametrize("names, held", [(["000000.bin", "000001.bin"], "2 point files (e.g. '000000.bin')"),
+                                         (["000000.bin"], "1 point file ('000000.bin')")], ids=["two", "one"])
+def test_an_out_of_point_files_is_refused_before_the_simulated_frame_joins_them(tmp_path: Path, names: list[str],
+                                                                                 held: str) -> None:
     """Before: demo --out velodyne/ wrote simulated_frame.bin among the KITTI frames (and its model dir beside them),
-    and the next infer of that folder ran it as one more frame. Its own frame of an earlier run is no such file."""
+    and the next infer of that folder ran it as one more frame. Its own frame of an earlier run is no such file. The
+    one point file there was named 'e.g.'."""
     velodyne = tmp_path / "velodyne"
     velodyne.mkdir()
-    for name in ("000000.bin", "000001.bin", ".hidden.bin"):
+    for name in (*names, ".hidden.bin"):
         (velodyne / name).write_bytes(b"\0" * 16)
     rc, stdout, err = cli("demo", "--out", velodyne, "--device", "cpu", "--repeats", "1")
     assert (rc, stdout) == (2, "") and err == (
-        f"error: --out {str(velodyne)!r} holds 2 point files (e.g. '000000.bin'), and the demo's simulated frame "
-        "written there would be one more frame of that folder to infer: give the demo a folder of its own (its "
-        "default: demo_out)\n"), err
-    assert sorted(p.name for p in velodyne.iterdir()) == [".hidden.bin", "000000.bin", "000001.bin"]
+        f"error: --out {str(velodyne)!r} holds {held}, and the demo's simulated frame written there would be one "
+        "more frame of that folder to infer: give the demo a folder of its own (its default: demo_out)\n"), err
+    assert sorted(p.name for p in velodyne.iterdir()) == [".hidden.bin", *names]
     from pointpillars_trt.apps.demo import refuse_a_folder_of_frames
 
     own = tmp_path / "demo_out"

@@ -102,7 +102,7 @@ def test_files_of_formats_not_read_that_its_folders_leave_out_are_one_note_a_run
     assert notes == [
         "note: 3 files of point formats that are not read left out of the folders and globs given: 2 .npz (e.g. "
         f"{str(tmp_path / 'a' / 'x.npz')!r}): save the frame's array from the archive as .npy (np.save('frame.npy', "
-        f"np.load(path)[name])); 1 .ply (e.g. {str(tmp_path / 'c' / 'z.ply')!r}): convert it to .pcd (e.g. "
+        f"np.load(path)[name])); 1 .ply ({str(tmp_path / 'c' / 'z.ply')!r}): convert it to .pcd (e.g. "
         "pcl_ply2pcd in.ply out.pcd) or to a float32 .bin or .npy of x, y, z, intensity"], notes
     assert ray.is_initialized() == was
 

@@ -584,7 +584,7 @@ def test_a_folder_of_row_parts_is_refused_with_how_to_evaluate_them(folders: tup
     (rows / part).write_text("{}\n")
     rc, err, _ = eval_cli("--pred", rows, "--labels", labels)
     assert rc == 2 and err.count("\n") == 1, err
-    assert (f"has no .txt or .json files but 1 part file of rows (e.g. '{part}'), which eval does not read: "
+    assert (f"has no .txt or .json files but 1 part file of rows ('{part}'), which eval does not read: "
             "evaluate them as that run's infer with --eval LABEL_DIR --skip-existing") in err, err
 
 

@@ -47,7 +47,7 @@ def test_globs_reach_any_depth_with_two_stars_and_folders_leave_hidden_files_out
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         assert expand_frame_paths([str(seq)]) == [str(seq / "top.bin")]
-    assert err.getvalue() == (f"note: folder {str(seq)!r}: 1 hidden file left out (e.g. '._top.bin': macOS "
+    assert err.getvalue() == (f"note: folder {str(seq)!r}: 1 hidden file left out ('._top.bin': macOS "
                               "metadata?); give one by name to run it\n")
     assert expand_frame_paths([str(seq / "._top.bin")]) == [str(seq / "._top.bin")]  # by name: run
 
@@ -183,16 +183,17 @@ def test_point_files_of_formats_not_read_that_folders_and_globs_leave_out_are_on
         assert alone.rc == 2 and alone.err.rstrip().endswith(fix), alone
     only = cli("infer", f"{more}/*.ply", "--model", tiny_model, "--device", "cpu", "--no-progress")
     assert only.rc == 2 and only.err.splitlines() == [
-        f"note: 1 file of point formats that are not read left out of the folders and globs given: 1 .ply (e.g. "
+        f"note: 1 file of point formats that are not read left out of the folders and globs given: 1 .ply ("
         f"{str(more / 'd.ply')!r}): {fixes[1]}",
         f"error: {f'{more}/*.ply'!r} matched 1 file, none a point file (.bin, .npy, .pcd)"], only
 
 
-@pytest.mark.parametrize("count, files, hidden", [(1, "1 file", "1 hidden file"), (2, "2 files", "2 hidden files")])
+@pytest.mark.parametrize("count, files, hidden, eg", [(1, "1 file", "1 hidden file", ""),
+                                                     (2, "2 files", "2 hidden files", "e.g. ")])
 def test_the_notes_of_files_left_out_and_a_glob_of_no_point_file_count_one_file_in_the_singular(
-        tmp_path: Path, count: int, files: str, hidden: str) -> None:
+        tmp_path: Path, count: int, files: str, hidden: str, eg: str) -> None:
     """A folder's hidden point files, its files of formats not read and a glob's matches that are no point files
-    were each counted as 'N file(s)'."""
+    were each counted as 'N file(s)'; the file a note names was 'e.g.' one where it was the only one."""
     from pointpillars_trt.apps.frame_paths import expand_frame_paths
 
     seq = tmp_path / "seq"
@@ -206,10 +207,10 @@ def test_the_notes_of_files_left_out_and_a_glob_of_no_point_file_count_one_file_
     with contextlib.redirect_stderr(err):
         assert expand_frame_paths([str(seq), f"{seq}/*.md"], errors) == [str(seq / "000000.bin")]
     notes = err.getvalue().splitlines()
-    assert len(notes) == 2 and notes[0] == (f"note: folder {str(seq)!r}: {hidden} left out (e.g. '._0.bin': macOS "
+    assert len(notes) == 2 and notes[0] == (f"note: folder {str(seq)!r}: {hidden} left out ({eg}'._0.bin': macOS "
                                             "metadata?); give one by name to run it"), notes
     assert notes[1].startswith(f"note: {files} of point formats that are not read left out of the folders and globs "
-                               f"given: {count} .npz (e.g. {str(seq / '0.npz')!r}): "), notes
+                               f"given: {count} .npz ({eg}{str(seq / '0.npz')!r}): "), notes
     assert errors == [f"{f'{seq}/*.md'!r} matched {files}, none a point file (.bin, .npy, .pcd)"]
 
 

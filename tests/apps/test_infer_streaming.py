@@ -294,7 +294,8 @@ def test_row_runs_resume_by_absolute_path_and_refuse_a_second_run_into_their_par
     rc, _, _ = infer(frames.name, "--model", str(model_path), "--out", str(out), "--format", "jsonl")
     assert rc == 1 and len(list(out.glob("detections-*.jsonl"))) == 1
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl")
-    assert rc == 2 and err.count("\n") == 1 and "already holds 1 jsonl part file" in err and "--skip-existing" in err
+    assert rc == 2 and err.count("\n") == 1 and "--skip-existing" in err
+    assert "already holds 1 jsonl part file of an earlier run ('detections-00000.jsonl')" in err, err
     rc, _, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", "jsonl",
                        "--skip-existing")
     assert rc == 0 and "skipping 41 frames" in err, err
@@ -349,7 +350,7 @@ def test_a_json_resume_refuses_another_folders_records_and_skips_its_own_by_a_li
     rc, stdout, err = infer(str(folders[1] / "a.bin"), "--model", str(model_path), "--out", str(out),
                             "--skip-existing")
     assert rc == 2 and stdout == "" and err == (
-        f"error: --out {str(out)!r} holds the records of 1 frame of the same name from other point files (e.g. "
+        f"error: --out {str(out)!r} holds the records of 1 frame of the same name from other point files ("
         f"'a.json' is the record of {str(folders[0] / 'a.bin')!r}, not of {str(folders[1] / 'a.bin')!r}), which "
         "this run would replace: give another --out (one a sequence), or remove those records from it first\n"), err
     assert (out / "a.json").read_bytes() == kept
@@ -554,7 +555,7 @@ def test_viz_rows_resume_without_second_rows_for_missing_pictures_or_failures(mo
     skipping = lines.index(f"skipping 3 frames whose outputs are already in {out}")
     assert lines[skipping + 1].startswith("warning: 1 of them failed in an earlier run"), err
     assert lines[skipping + 2] == (
-        f"warning: 1 frame with a row in {out} has no whole --viz picture (e.g. '{pictures[0].name}'), and a "
+        f"warning: 1 frame with a row in {out} has no whole --viz picture ('{pictures[0].name}'), and a "
         "frame with a row is not run again: to draw it, rerun that frame with --viz into another --out"), err
     assert list(out.glob(f"detections-*.{fmt}")) == [part] and part.read_bytes() == first_rows
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...errors import InputError, PointPillarsError, agree, counted, safe_repr
+from ...errors import InputError, PointPillarsError, agree, counted, example, safe_repr
 from ...file_reads import PathLike, check_input_folder, name_text, read_text_lines
 from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, padding_fix,
                       parse_label_lines, read_frame_file, read_label_file, refuse_other_split, respelt_id)
@@ -162,9 +162,10 @@ def prediction_format(pred_dir: Path, wanted: str | None = None) -> str:
         parts = sorted(p.name for p in pred_dir.glob("detections-*") if p.suffix in (".jsonl", ".parquet"))
         if parts:  # an infer --format jsonl / parquet folder: its rows are frames, not files
             raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files but "
-                             f"{counted(len(parts), 'part file')} of rows (e.g. {safe_repr(parts[0])}), which eval does "
-                             "not read: evaluate them as that run's infer with --eval LABEL_DIR --skip-existing and the "
-                             "same PATHS, --format and --out (nothing runs again), or write --format kitti")
+                             f"{counted(len(parts), 'part file')} of rows ({example(len(parts), safe_repr(parts[0]))})"
+                             ", which eval does not read: evaluate them as that run's infer with --eval LABEL_DIR "
+                             "--skip-existing and the same PATHS, --format and --out (nothing runs again), or write "
+                             "--format kitti")
         raise InputError(f"prediction folder {safe_repr(pred_dir)} has no .txt or .json files")
     return "kitti" if kinds == {".txt"} else "json"
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import InputError, agree, counted, safe_repr
+from ...errors import InputError, agree, counted, example, safe_repr
 from .geometry import box2d_coverage_pairs, box2d_iou_pairs, camera_box_iou_pairs
 from .io import Annotations
 
@@ -448,12 +448,12 @@ def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
         return None
     first = int(low[0])
     box = " ".join(f"{v:g}" for v in dt.bbox[first])
+    line = f"frame {safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: {box}"
     # one: more than half of the lines, the one line there is
-    have, example, they = agree(len(low), ("has", "", "it scores"), ("have", "e.g. ", "they score"))
+    have, they = agree(len(low), ("has", "it scores"), ("have", "they score"))
     return (f"warning: {_some_of(len(low), len(objects), 'prediction line')} in {safe_repr(str(folder))} {have} a 2D "
-            f"box under {min(_MIN_HEIGHT):g} px high ({example}frame "
-            f"{safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: {box}), which KITTI's evaluation ignores at every "
-            f"difficulty, in BEV and 3D too, so {they} no AP; "
+            f"box under {min(_MIN_HEIGHT):g} px high ({example(len(low), line)}), which KITTI's evaluation ignores "
+            f"at every difficulty, in BEV and 3D too, so {they} no AP; "
             "boxes without a real 2D box need one projected into the camera image: write them with pointpillars-trt "
             "infer --format kitti (through each frame's calib/ folder, or --calib DIR), or give them as infer's "
             "--format json records to eval --pred with --calib DIR")
