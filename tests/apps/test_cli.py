@@ -30,6 +30,7 @@ import pytest
 from _torch_writer import tensor_of, write_zip
 
 from disk_full import fill_up_at_rpn_graph
+from notices import published_config_notice
 from out_folder import output_names, output_paths
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.config import ModelConfig, load_config
@@ -175,10 +176,14 @@ def model_dir(checkpoint: Path, tmp_path_factory: pytest.TempPathFactory, family
 
 
 @pytest.fixture(scope="module")
-def api_detections(checkpoint: Path, assets: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Detections]:
+def api_detections(checkpoint: Path, assets: Path, tmp_path_factory: pytest.TempPathFactory,
+                   family: str) -> dict[str, Detections]:
     """What the public API returns on the three frames, the oracle of the infer outputs."""
     cache = tmp_path_factory.mktemp("api_cache")
-    with PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=cache) as detector:
+    # the cache entry is built here: an OpenPCDet checkpoint's says the published config it is built with
+    with published_config_notice(checkpoint) if family == "openpcdet" else contextlib.nullcontext():
+        detector = PointPillars.from_checkpoint(checkpoint, device="cpu", cache_dir=cache)
+    with detector:
         return {rel: detector(read_points(assets / rel)) for rel in (CAMERA_FRAME, TEST_FRAME, FULL_SCAN)}
 
 
