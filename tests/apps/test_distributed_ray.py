@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from notices import published_config_notice
 from out_folder import output_names
 from pointpillars_trt.apps.cli import main as cli_main
 from pointpillars_trt.apps.serve.cli import run_scaleout_infer
@@ -50,6 +51,13 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         yield opens
     finally:
         ray.shutdown()
+
+
+def ray_cpu_fallback() -> pytest.WarningsChecker:
+    """Around a ``detect_dataset`` run with device auto on the module's cluster, which has no GPUs: the
+    ``CpuFallbackWarning`` it says of its one worker, as a detector says its own fallback."""
+    return pytest.warns(CpuFallbackWarning,
+                        match=r"^device auto: running on Ray: 1 worker on the CPU \(the Ray cluster has no GPUs\)$")
 
 
 def counting_detector_opens(path: str) -> Callable[[], None]:
@@ -385,15 +393,17 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 
     model = assets / CHECKPOINT
     local_infer(kitti_folder, model, tmp_path / "local")
-    summary = detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0,
-                             progress=False)
+    with ray_cpu_fallback():
+        summary = detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0,
+                                 progress=False)
     names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
     records = {Path(n).stem: json.loads((tmp_path / "local" / n).read_text()) for n in names}
     assert summary.boxes == sum(len(r["scores"]) for r in records.values()) > 0
     assert [Path(source).name for source, _ in summary.failures] == [CORRUPT]
 
-    summary = detect_dataset(str(kitti_folder / "*.bin"), model, tmp_path / "parquet", workers=1,
-                             gpus_per_worker=0, output_format="parquet", progress=False)
+    with ray_cpu_fallback():
+        summary = detect_dataset(str(kitti_folder / "*.bin"), model, tmp_path / "parquet", workers=1,
+                                 gpus_per_worker=0, output_format="parquet", progress=False)
     rows = {row["frame"]: row for row in pq.read_table(sorted((tmp_path / "parquet").glob("*.parquet"))).to_pylist()}
     assert sorted(rows) == sorted([*records, Path(CORRUPT).stem]) and summary.frames == len(rows)
     assert rows["corrupt"]["error"] and rows["corrupt"]["boxes_lidar"] == []
@@ -404,8 +414,9 @@ def test_kitti_frames_json_and_parquet_equal_local_infer(ray_cluster, assets: Pa
 
     # JSON Lines: the very bytes local `infer --format jsonl` writes
     local_infer(kitti_folder, model, tmp_path / "local_jsonl", "--format", "jsonl")
-    detect_dataset([str(kitti_folder)], model, tmp_path / "ray_jsonl", workers=1, gpus_per_worker=0,
-                   output_format="jsonl", progress=False)
+    with ray_cpu_fallback():
+        detect_dataset([str(kitti_folder)], model, tmp_path / "ray_jsonl", workers=1, gpus_per_worker=0,
+                       output_format="jsonl", progress=False)
     assert assert_same_json_files(tmp_path / "ray_jsonl", tmp_path / "local_jsonl") == ["detections-00000.jsonl"]
 
 
@@ -422,7 +433,8 @@ def test_a_cache_entry_built_with_other_launch_values_runs_with_those_of_the_con
     model = assets / CHECKPOINT
     model_dir_for_checkpoint(model, config=load_config("openpcdet_kitti_3class").with_thresholds(max_boxes=1))
     local_infer(kitti_folder, model, tmp_path / "local")
-    detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0, progress=False)
+    with ray_cpu_fallback():
+        detect_dataset([str(kitti_folder)], model, tmp_path / "ray", workers=1, gpus_per_worker=0, progress=False)
     names = assert_same_json_files(tmp_path / "ray", tmp_path / "local")
     assert max(len(json.loads((tmp_path / "local" / name).read_text())["scores"]) for name in names) > 1
 
@@ -441,7 +453,8 @@ def test_config_and_precision_name_the_model_the_workers_run_as_they_do_locally(
     strict = tmp_path / "strict.yaml"  # the checkpoint's own config but for its score threshold
     own = Path(pointpillars_trt.__file__).parent / "configs" / "openpcdet_kitti_3class.yaml"
     strict.write_text(re.sub(r"(?m)^(\s*score_threshold:).*$", r"\1 0.6", own.read_text()))
-    model_dir = model_dir_for_checkpoint(checkpoint).path
+    with published_config_notice(checkpoint):  # the cache entry is built here
+        model_dir = model_dir_for_checkpoint(checkpoint).path
     for name, model, options in (("config", checkpoint, ("--config", str(strict))),
                                  ("precision", checkpoint, ("--precision", "fp16")),
                                  ("dir_config", model_dir, ("--config", str(strict)))):
@@ -483,8 +496,9 @@ def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nusce
     from pointpillars_trt.apps.distributed import detect_dataset
 
     uris = [f"local://{folder / name}" for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")]
-    summary = detect_dataset(uris, model, tmp_path / "uris", workers=1, gpus_per_worker=0, point_dim=5,
-                             output_format="jsonl", progress=False)
+    with ray_cpu_fallback():
+        summary = detect_dataset(uris, model, tmp_path / "uris", workers=1, gpus_per_worker=0, point_dim=5,
+                                 output_format="jsonl", progress=False)
     assert summary.frames == 2 and not summary.failures, summary.failures
     rows = [json.loads(line) for line in next((tmp_path / "uris").glob("*.jsonl")).read_text().splitlines()]
     for row, name in zip(rows, names):
@@ -609,8 +623,9 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
     from pointpillars_trt.apps.distributed import detect_dataset
 
     model = tiny_model_dir(tmp_path / "model")
-    summary = detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1,
-                             gpus_per_worker=0, progress=False)
+    with ray_cpu_fallback():
+        summary = detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1,
+                                 gpus_per_worker=0, progress=False)
     assert summary.frames == 1 and summary.failures[0][0] == str(tmp_path / "gone.bin")
     with pytest.raises(InputError, match="output_format 'csv'"):
         detect_dataset(str(tmp_path), model.path, tmp_path / "out", output_format="csv")
@@ -620,8 +635,7 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
     with pytest.raises(InputError, match="--device cuda: the Ray cluster has no GPUs"):  # not the CPU without a word
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
-    with pytest.warns(CpuFallbackWarning, match="device auto: running on Ray: 1 worker on the CPU .the Ray cluster "
-                                                "has no GPUs."):
+    with ray_cpu_fallback():
         detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
 
 
@@ -636,7 +650,8 @@ def test_pathlib_paths_run_as_the_strings_they_name(ray_cluster, tiny_model: Pat
     runs: dict[str, FrameSources] = {"str": str(frames), "Path": frames,
                                      "[Path, str]": [frames / "a.bin", str(frames / "b.bin")]}
     for name, given in runs.items():
-        summary = detect_dataset(given, tiny_model, tmp_path / name, workers=1, gpus_per_worker=0, progress=False)
+        with ray_cpu_fallback():
+            summary = detect_dataset(given, tiny_model, tmp_path / name, workers=1, gpus_per_worker=0, progress=False)
         assert summary.frames == 2 and summary.failures == [], (name, summary)
     for name in ("Path", "[Path, str]"):
         assert assert_same_json_files(tmp_path / name, tmp_path / "str") == ["a.json", "b.json"]
@@ -1014,7 +1029,8 @@ def test_threads_beyond_a_workers_cores_run_on_its_cores_said_once(ray_cluster, 
     assert err.count(f"note: --threads {cores + 1} is more than the {cores} core{s} where the detector runs: "
                      f"{cores} thread{s}\n") == 1, err
     # the runtime options' threads are the workers' too (they were refused against this machine's cores)
-    with pytest.warns(SettingNotice, match=rf"^threads={cores + 1} is more than the {cores} core{s} where the detector"):
+    with ray_cpu_fallback(), pytest.warns(SettingNotice, match=rf"^threads={cores + 1} is more than the {cores} "
+                                                              rf"core{s} where the detector"):
         summary = detect_dataset([str(folder)], tiny_model, tmp_path / "api", workers=1, gpus_per_worker=0,
                                  runtime=RuntimeOptions(threads=cores + 1), progress=False)
     assert summary.frames == 9 and not summary.failures
