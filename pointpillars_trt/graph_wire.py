@@ -15,6 +15,7 @@ attributes) is left to the engine that reads them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import NamedTuple
 
@@ -48,6 +49,8 @@ _MAX_DEPTH = 100
 _UINT64 = (1 << 64) - 1
 #: The most dimensions an initializer may have: NumPy 1's limit (2's is 64); no weight comes near it.
 _MAX_RANK = 32
+#: The most bytes NumPy lets the dims of an array count, its 0 dims left out: the range of its index (intp).
+_MAX_BYTES = int(np.iinfo(np.intp).max)
 
 
 class _Storage(NamedTuple):
@@ -194,6 +197,12 @@ def _initializer(data: bytes, record: _Field) -> tuple[str | bytes, np.ndarray]:
         if len(values) != count:
             raise TensorError(name, f"has dims {shape.tolist()}, {count} values, but its typed field holds "
                                     f"{len(values)}")
+    # An empty tensor (a 0 in its dims) holds its 0 values whatever its other dims are, but NumPy makes no array of
+    # other dims whose bytes its index cannot count: refused here as they are, not as NumPy's bare ValueError.
+    spread = storage.dtype.itemsize * math.prod(size for size in shape.tolist() if size)
+    if spread > _MAX_BYTES:
+        raise TensorError(name, f"has dims {shape.tolist()} of {storage.dtype.newbyteorder('=')}, whose dims other "
+                                f"than 0 span {spread} bytes, more than NumPy's arrays count ({_MAX_BYTES})")
     # a view of raw_data as it lies in data (a copy on a big-endian host only), read-only as data's bytes are
     array = values.astype(storage.dtype.newbyteorder("="), copy=False).reshape(shape.tolist())
     array.flags.writeable = False

@@ -371,6 +371,8 @@ READ_ALIKE = {
     "an initializer of no name and one of no UTF-8": model(
         field(5, scalar(2, 1) + field(9, F32[:1].tobytes())), field(5, field(8, b"\xff") + scalar(2, 7) + field(
             9, I64[:1].tobytes()))),
+    "an empty tensor whose other dims span as many bytes as NumPy counts": initializer(
+        field(8, b"w"), scalar(2, 1), packed(1, [0, 2**61 - 1]), field(9, b"")),
     "groups in an initializer": initializer(groups(20, 5), scalar(2, 1), field(9, F32[:1].tobytes()), groups(4, 2)),
 }
 
@@ -389,6 +391,12 @@ REFUSED_ALIKE = {
     "raw_data for dims of 2**120 values": HUGE,
     "dims whose product wraps to the bytes' count in 64 bits": initializer(
         scalar(2, 1), packed(1, [2**62, 4]), field(9, b"")),
+    "an empty tensor of 2**120 values but for its 0": initializer(
+        field(8, b"w"), scalar(2, 1), packed(1, [0, 2**40, 2**40, 2**40]), field(9, b"")),
+    "an empty tensor whose other dims' product wraps to 0 in 64 bits": initializer(
+        scalar(2, 1), packed(1, [0, 2**62, 2**62])),
+    "an empty tensor whose other dims span a byte more than NumPy counts": initializer(
+        scalar(2, 1), packed(1, [2**61, 0]), field(9, b"")),
     "a negative dim": initializer(scalar(2, 1), packed(1, [-2, -2]), field(9, b"\0" * 16)),
     "a typed field of too few values": initializer(scalar(2, 7), scalar(1, 3), packed(7, [1, 2])),
     "a typed field of too many values": initializer(scalar(2, 1), scalar(1, 3), field(4, b"\0" * 16)),
@@ -445,6 +453,9 @@ def test_dims_of_a_huge_size_are_refused_before_anything_is_allocated():
 REFUSED_BY_NAME = {
     "raw_data for dims of 2**120 values": r"initializer 'w' has dims \[1099511627776, .*\d+ bytes, but its raw_data "
                                           "holds 64: not a graph this package writes; rebuild the model dir$",
+    "an empty tensor of 2**120 values but for its 0": (
+        r"initializer 'w' has dims \[0, 1099511627776, 1099511627776, 1099511627776\] of float32, whose dims other "
+        rf"than 0 span {4 * 2**120} bytes, more than NumPy's arrays count \({2**63 - 1}\): not a graph this package"),
     "a data type no ONNX version has": r"initializer '' is of data type 99 \(unknown\), which is not read here \(only "
                                        r"float32, .* are\): not a graph this package writes",
     "data kept in another file": r"initializer 'w' keeps its values in another file \(data_location EXTERNAL\), which "
