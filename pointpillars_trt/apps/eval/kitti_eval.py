@@ -449,7 +449,8 @@ def check_prediction_heights(dt: Annotations, folder: object) -> str | None:
     first = int(low[0])
     box = " ".join(f"{v:g}" for v in dt.bbox[first])
     line = f"frame {safe_repr(dt.frame_ids[dt.frame_of_row[first]], 40)}: {box}"
-    # one: more than half of the lines, the one line there is
+    # more than half of the lines are low, so one low line is the folder's only line: 'the one prediction line
+    # ... has ... it scores', named without 'e.g.'
     have, they = agree(len(low), ("has", "it scores"), ("have", "they score"))
     return (f"warning: {_some_of(len(low), len(objects), 'prediction line')} in {safe_repr(str(folder))} {have} a 2D "
             f"box under {min(_MIN_HEIGHT):g} px high ({example(len(low), line)}), which KITTI's evaluation ignores "
