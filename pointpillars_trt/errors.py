@@ -1,6 +1,7 @@
 """One exception family, so callers (and the CLI) can tell user errors from bugs, and the one way
 their messages show untrusted text and counts."""
 
+import numbers
 import os
 import reprlib
 from typing import TypeVar
@@ -132,15 +133,22 @@ def one_line(exc: BaseException | str, limit: int = _ONE_LINE_LIMIT, typed: bool
 def agree(count: float, one: _Words, other: _Words) -> _Words:
     """The words of a message that agree with ``count``: ``one`` for exactly one, ``other`` for any other count (0
     frames, 0.5 GPUs, 2 frames), as :func:`counted` picks its noun, so that every message puts the verbs and pronouns
-    of a count by one rule: ``f"{counted(n, 'frame')} {agree(n, 'has', 'have')} no picture"``."""
-    return one if count == 1 else other
+    of a count by one rule: ``f"{counted(n, 'frame')} {agree(n, 'has', 'have')} no picture"``. A float is one
+    where it prints as 1 (0.9999999: '1 GPU', which 'needs'), so the words agree with the number the message shows."""
+    return one if _shown(count) == "1" else other
 
 
 def counted(count: float, noun: str, plural: str = "") -> str:
     """``count`` and its ``noun`` for a message, the noun in the singular for one: '1 frame', '3 frames'
     (``plural`` where an added s is not it: '1 box', '2 boxes'); a fraction as Ray counts GPUs: '0.5 GPUs'
     (a float without a trailing '.0': '2 GPUs')."""
-    return f"{f'{count:g}' if isinstance(count, float) else count} {agree(count, noun, plural or noun + 's')}"
+    return f"{_shown(count)} {agree(count, noun, plural or noun + 's')}"
+
+
+def _shown(count: float) -> str:
+    """``count`` as messages print it: an integer (NumPy's too) whole, a float to 6 significant digits without a
+    trailing '.0'."""
+    return str(int(count)) if isinstance(count, numbers.Integral) else f"{count:g}"
 
 
 def example(count: float, shown: str) -> str:

@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from pointpillars_trt.errors import one_line, safe_repr, shell_word
@@ -105,6 +106,23 @@ def test_a_fraction_is_counted_as_ray_counts_gpus_and_its_words_agree_as_the_nou
     assert counted(10 ** 20, "byte") == "100000000000000000000 bytes"  # an int is never put in exponent form
     assert [agree(n, "has", "have") for n in (0, 1, 2, 0.5, 1.0)] == ["have", "has", "have", "have", "has"]
     assert agree(1, ("its", "it"), ("their", "them")) == ("its", "it")
+
+
+def test_a_fraction_printed_as_one_is_counted_and_agreed_with_as_one() -> None:
+    """A float is printed to 6 significant digits, so 3 x 0.3333333 GPUs read '1 GPUs' and 'need 1 GPUs': the noun
+    and the words agree with the count as printed, and a count printed as another number stays plural."""
+    from pointpillars_trt.apps.distributed import check_resources
+    from pointpillars_trt.errors import InputError, agree, counted
+
+    assert [counted(n, "GPU") for n in (0.9999999, 1.0000001, 0.999999, 1.00001)] == [
+        "1 GPU", "1 GPU", "0.999999 GPUs", "1.00001 GPUs"]
+    assert [agree(n, "needs", "need") for n in (0.9999999, 1.0000001, 0.999999)] == ["needs", "needs", "need"]
+    assert [counted(n, "frame") for n in (np.float32(1.0), np.int64(1), np.int64(1234567))] == [
+        "1 frame", "1 frame", "1234567 frames"]  # NumPy's numbers as Python's: an integer never in exponent form
+    with pytest.raises(InputError, match=r"^3 workers x 0.333333 GPU need 1 GPU; the Ray cluster has 0.9: lower "):
+        check_resources({"GPU": 0.9, "CPU": 64.0}, 3, 0.3333333)
+    with pytest.raises(InputError, match=r"^--gpus-per-worker 2: the Ray cluster has 1 GPU; give at most 1$"):
+        check_resources({"GPU": 0.9999999, "CPU": 64.0}, 1, 2.0)
 
 
 def test_the_only_thing_a_message_counts_is_named_without_e_g() -> None:
