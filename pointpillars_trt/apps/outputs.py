@@ -542,12 +542,10 @@ def _json_output(data: bytes, stem: str) -> tuple[str | None, str | None]:
         return None, source if frame == name_text(stem) and isinstance(source, str) else None
     if not (isinstance(record, dict) and "frame" in record and "boxes_lidar" in record):
         return "JSON that is not a record infer writes", None
-    if not isinstance(record["frame"], str):  # infer names its frame: a number or a list is another tool's
-        return f"its 'frame' is {safe_repr(record['frame'], 40)}, not a frame's name", None
-    source = record.get("source")  # none in an earlier version's record, never other than a point file's path
-    if "source" in record and not isinstance(source, str):  # damaged, or another tool's: whose frame is unknown
-        return f"its 'source' is {safe_repr(source, 40)}, not the path of a point file", None
-    return None, source if record["frame"] == name_text(stem) else None
+    problem = record_field_problem(record)
+    if problem is not None:
+        return f"its {problem}", None
+    return None, record.get("source") if record["frame"] == name_text(stem) else None
 
 
 #: Bytes of a PNG looked at for its "Software" text, which Matplotlib writes before the image data.
@@ -638,6 +636,18 @@ class RecordBoxes(NamedTuple):
     boxes: np.ndarray
     scores: np.ndarray
     names: list[str]
+
+
+def record_field_problem(record: Mapping[str, Any]) -> str | None:
+    """Why a per-frame record's 'frame' or 'source' is not infer's ("'frame' is 3, not a frame's name"), None when
+    each is a string or not there: infer names its frame (a number or a list is another tool's), and a source is a
+    point file's path, none in an earlier version's record (one not a string is damaged or another tool's, whose
+    frame is unknown). One text for infer's check of a record in --out and eval's of a prediction file."""
+    if "frame" in record and not isinstance(record["frame"], str):
+        return f"'frame' is {safe_repr(record['frame'], 40)}, not a frame's name"
+    if "source" in record and not isinstance(record["source"], str):
+        return f"'source' is {safe_repr(record['source'], 40)}, not the path of a point file"
+    return None
 
 
 def record_boxes(record: object) -> RecordBoxes:

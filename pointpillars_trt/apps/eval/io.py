@@ -23,7 +23,7 @@ from ...kitti import (detections_to_kitti_lines, first_bad_row, frame_camera, pa
                       parse_label_lines, read_frame_file, read_label_file, refuse_other_split, respelt_id)
 from ...model_dir import METADATA_FILE
 from ...strict_json import loads_json
-from ..outputs import record_boxes
+from ..outputs import record_boxes, record_field_problem
 
 #: The report ``infer --eval`` writes beside its predictions; never a prediction itself.
 REPORT_FILE = "eval.json"
@@ -79,10 +79,9 @@ def _json_prediction_lines(path: Path, calib_dir: Path | None, image_shape: tupl
     try:
         record = loads_json("\n".join(read_frame_file(path, "prediction file", MAX_TEXT_BYTES)))
         boxes, scores, labels = record_boxes(record)
-        if "frame" in record and not isinstance(record["frame"], str):  # infer names its frame: another tool's
-            raise ValueError(f"'frame' is {safe_repr(record['frame'], 40)}, not a frame's name")
-        if "source" in record and not isinstance(record["source"], str):  # not an earlier version's (none there)
-            raise ValueError(f"'source' is {safe_repr(record['source'], 40)}, not the path of a point file")
+        problem = record_field_problem(record)
+        if problem is not None:
+            raise ValueError(problem)
     except (ValueError, RecursionError) as e:
         raise InputError(f"prediction file {safe_repr(path)} is not an infer JSON record: "
                          f"{safe_repr(str(e), 100)}") from None
