@@ -22,7 +22,7 @@ from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
 from .frames import CAPTURE_TIMES, FrameJob, FrameReader
-from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
+from .outputs import ROW_FORMATS, FrameOutput, OutputPlan, files_replaced
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -55,6 +55,7 @@ class FrameReport:
         self.by_path = len({Path(source).name for source in sources}) < len(sources)  # names alone would repeat
         self.done: list[str] = []
         self.failed = self.boxes = self.nonfinite = self.out_of_view = 0
+        self.replaced = 0  # files of an earlier run that failed frames' writes replaced, each said in its error line
         self.writes = folder or plan.folder
         self.bar = progress_bar(total, progress and total > 1)
         self.start = time.perf_counter()
@@ -68,6 +69,7 @@ class FrameReport:
 
     def fail(self, source: str, message: str) -> None:
         self.failed += 1
+        self.replaced += files_replaced(message)
         self.bar.update(1)
         named = safe_repr(source)
         self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once
@@ -149,12 +151,16 @@ class FrameReport:
 
     def _where(self) -> str:
         """Where the outputs went; nothing is claimed for a run none of whose frames went through (a row
-        format's part files then hold the failed frames' rows only)."""
+        format's part files then hold the failed frames' rows only), but the files of an earlier run that a failed
+        frame's write replaced with this run's are counted: they are on disk, named in its error line."""
         if not self.where:
             return ""
         if self.done:
             return f", written to {printable_text(str(self.writes))}"
-        return ", no detections written" if self.rows and self.total else ", nothing written"
+        text = ", no detections written" if self.rows and self.total else ", nothing written"
+        if self.replaced:
+            text += f" but {counted(self.replaced, 'file')} of an earlier run replaced (named above)"
+        return text
 
 
 def read_warning(source: str, kind: str, intensity_scale: float | None = None) -> str:

@@ -584,7 +584,7 @@ def test_a_folder_where_a_picture_goes_fails_its_frame_before_any_of_its_files_i
     assert rc == 1 and err.splitlines()[1:] == [
         f"error: {str(first)!r}: cannot write {str(picture)!r}: {os.strerror(errno.EISDIR)}",
         "1 of 1 frame failed (listed above)"], err  # after the line of the device; no output file said redone
-    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written\n"), stdout
     after = record.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not written again
     assert output_names(out) == sorted([record.name, picture.name]) and not os.listdir(picture)
@@ -611,7 +611,7 @@ def test_a_link_to_a_folder_where_a_picture_goes_fails_its_frame_as_a_folder_doe
     said = _link_to_a_folder(picture, tmp_path / "elsewhere")
     rc, stdout, err = infer(str(first), "--model", str(model_path), "--out", str(out), "--viz", "--skip-existing")
     assert rc == 1 and err.splitlines()[1:] == [f"error: {str(first)!r}: {said}", "1 of 1 frame failed (listed above)"]
-    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written\n"), stdout
     after = record.stat()
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)  # not written again
     assert picture.is_symlink() and os.listdir(picture) == ["kept.txt"]
@@ -675,7 +675,7 @@ def test_a_frame_whose_picture_finds_the_disk_full_keeps_its_earlier_runs_files(
         assert rc == 1 and err.splitlines()[1:] == [
             f"error: {str(frame)!r}: cannot write {str(out / '000000.png')!r}: {os.strerror(errno.ENOSPC)}",
             "1 of 1 frame failed (listed above)"], err
-        assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+        assert stdout.startswith("0/1 frames, 0 boxes, nothing written\n"), stdout
         assert {name: (out / name).read_bytes() for name in output_names(out)} == before
 
 
@@ -683,7 +683,7 @@ def test_a_picture_that_cannot_replace_its_earlier_one_names_the_record_it_repla
         model_path, frames, tmp_path) -> None:
     """A frame whose record was renamed into place before its picture's rename failed (the earlier picture held by
     a bind mount: busy) is one error line that names the record now of this run, and the fix; the earlier picture
-    stays, and no temp file is left."""
+    stays, and no temp file is left. The summary counts the record replaced: it said 'nothing written'."""
     pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
     out = tmp_path / "out"
     frame, before = _rerun_with_other_points(model_path, frames, tmp_path, out)
@@ -698,11 +698,12 @@ def test_a_picture_that_cannot_replace_its_earlier_one_names_the_record_it_repla
     finally:
         subprocess.run(["umount", str(picture)], check=False)
     assert rc == 1 and err.splitlines()[1:] == [
-        f"error: {str(frame)!r}: cannot write {str(picture)!r}: {os.strerror(errno.EBUSY)} ({str(record)!r} was "
-        "replaced with this run's before that: once this is fixed, rerun the frame without --skip-existing, which "
-        "writes all its files anew)",
+        f"error: {str(frame)!r}: cannot write {str(picture)!r}: {os.strerror(errno.EBUSY)} ({str(record)!r}: 1 file "
+        "of an earlier run replaced with this run's before that; once this is fixed, rerun the frame without "
+        "--skip-existing, which writes all its files anew)",
         "1 of 1 frame failed (listed above)"], err
-    assert stdout.startswith("0/1 frames, 0 boxes, nothing written"), stdout
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written but 1 file of an earlier run replaced (named "
+                             "above)\n"), stdout
     assert output_names(out) == [record.name, picture.name] and picture.read_bytes() == before[picture.name]
     assert record.read_bytes() != before[record.name] and json.loads(record.read_bytes())["source"] == str(frame)
     assert infer(str(frame), "--model", str(model_path), "--out", str(out), "--viz")[0] == 0  # the fix, as said
