@@ -262,7 +262,8 @@ def _prepare_eval(args: argparse.Namespace, frames: Sequence[str]) -> GroundTrut
     if missing:
         label = f"{safe_repr(Path(missing[0]).stem + '.txt')} for {safe_repr(missing[0])}"
         raise InputError(f"--eval {safe_repr(args.eval)} has no label file for {counted(len(missing), 'frame')} "
-                         f"({example(len(missing), label)})")
+                         f"({example(len(missing), label)}): give --eval the label_2 folder of these frames' split, "
+                         "or leave the frames without labels out of the run")
     # every label read (~0.07 ms a file) before a long run, not after it: a folder of other files (calib/ given
     # for label_2/) fails here; the evaluation takes those of the frames that went through
     return read_ground_truth(labels, [Path(frame).stem for frame in frames])

@@ -1240,13 +1240,14 @@ def test_tiny_eval_prints_table(tiny_model: Path, tiny_frames: list[Path], tmp_p
               "--format", "json", "--device", "cpu", "--no-progress", *LOOSE)
     assert run.rc == 0 and "Car AP@" in run.out, run
     assert output_names(tmp_path / "j") == ["000001.json", "000002.json", "000003.json", "eval.json"]
-    # a frame without a label file: refused before anything runs, naming it (the one there is: no 'e.g.')
+    # a frame without a label file: refused before anything runs, naming it (the one there is: no 'e.g.') and the fix
+    fix = "give --eval the label_2 folder of these frames' split, or leave the frames without labels out of the run"
     run = cli("infer", *tiny_frames[1:5], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
     assert_one_line_error(run, f"error: --eval '{labels}' has no label file for 1 frame ('000004.txt' for "
-                               f"'{tiny_frames[4]}')")
+                               f"'{tiny_frames[4]}'): {fix}")
     run = cli("infer", *tiny_frames[1:6], "--model", tiny_model, "--out", tmp_path / "x", "--eval", labels)
     assert_one_line_error(run, f"error: --eval '{labels}' has no label file for 2 frames (e.g. '000004.txt' for "
-                               f"'{tiny_frames[4]}')")
+                               f"'{tiny_frames[4]}'): {fix}")
     assert not (tmp_path / "x").exists()
     # the calib folder given for the labels (files of other lines): refused before anything runs, not after
     calib = tmp_path / "calib"
