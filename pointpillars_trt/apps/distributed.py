@@ -142,10 +142,12 @@ def _check_reachable(address: str | None) -> None:
 def require_ray(ray_address: str | None = None) -> Any:
     """The ``ray`` module, with Ray Data importable, or one error saying what to install. Without
     ``ray_address`` the cluster is started here and serves this process alone: Ray is told to keep it on
-    loopback instead of the host's network address (it reads this when first imported), and to use token
-    authentication, its default for a new cluster, which named explicitly spares each run Ray's warning line
-    that it is on."""
-    if ray_address is None and not os.environ.get("RAY_ADDRESS"):  # RAY_ADDRESS: Ray joins that cluster
+    loopback instead of the host's network address, and to use token authentication, its default for a new
+    cluster, which named explicitly spares each run Ray's warning line that it is on. Ray reads both when
+    first imported: where the caller imported it already, they are left to it (set now, the cluster's
+    processes would ask this driver for a token it was never given, and refuse it)."""
+    # RAY_ADDRESS: Ray joins that cluster
+    if ray_address is None and not os.environ.get("RAY_ADDRESS") and "ray" not in sys.modules:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_AUTH_MODE", "token")
     try:

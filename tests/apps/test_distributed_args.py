@@ -109,7 +109,7 @@ def test_files_of_formats_not_read_that_its_folders_leave_out_are_one_note_a_run
 
 @pytest.mark.slow
 def test_tensorrt_plans_the_model_dir_lacks_are_one_error_before_any_worker_starts(  # type: ignore[no-untyped-def]
-        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_model: Path, tmp_path: Path) -> None:
     """Workers on GPUs told ``--backend tensorrt`` of a model dir without plans (as a checkpoint's export under --ray
     is): one error naming the fix, before any worker starts (each worker failed to open the model: Ray's
     traceback). The cluster's one GPU is one in name only: a worker that started would fail on it."""
@@ -119,9 +119,6 @@ def test_tensorrt_plans_the_model_dir_lacks_are_one_error_before_any_worker_star
 
     write_frames(tmp_path / "frames", tiny_model, {"000001": 50})
     assert not ray.is_initialized()
-    # set by an earlier infer --ray of this process for its own cluster: with it, a cluster started here by a Ray
-    # imported before it was set refuses this driver (no token)
-    monkeypatch.delenv("RAY_AUTH_MODE", raising=False)
     ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     try:
         with pytest.raises(ModelDirError, match=r"^--backend tensorrt: the workers run the TensorRT plans of --model, "
@@ -151,6 +148,30 @@ def test_ray_address_auto_without_a_cluster_is_one_error_in_this_tools_words(tmp
         "error: --ray-address auto: Ray found no running cluster on this machine to join: start one (ray start "
         "--head), give its address, or leave --ray-address out for a local one"), done.stderr
 
+
+_RAY_IMPORTED_FIRST = """
+import sys
+import ray  # as a Ray user's script begins
+from pointpillars_trt.apps.distributed import detect_dataset
+summary = detect_dataset([sys.argv[1]], sys.argv[2], sys.argv[3], workers=1, gpus_per_worker=0, progress=False)
+print(summary.frames, summary.failures)
+"""
+
+
+@pytest.mark.slow
+def test_detect_dataset_starts_its_cluster_for_a_caller_that_imported_ray_first(tiny_model: Path,  # noqa: F811
+                                                                                  tmp_path: Path) -> None:
+    """A script that imports ray before calling ``detect_dataset`` (no address: a cluster started for the run):
+    the frames run. Ray's GCS had refused the driver with an AuthenticationError traceback: the token mode set
+    for the cluster's processes after Ray had read its settings on import."""
+    pytest.importorskip("ray.data", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
+    write_frames(tmp_path / "frames", tiny_model, {"000001": 50, "000002": 60})
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
+    done = subprocess.run([sys.executable, "-c", _RAY_IMPORTED_FIRST, str(tmp_path / "frames"), str(tiny_model),
+                           str(tmp_path / "out")], capture_output=True, text=True, timeout=300, env=env)
+    assert (done.returncode, done.stdout) == (0, "2 []\n"), done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["000001.json", "000002.json"]
 
 def test_a_cpu_workers_calls_are_a_few_frames_so_their_rows_reach_the_driver_within_seconds() -> None:
     """A CPU frame takes seconds on a small machine, and the driver gets a call's rows only at its end (all a stop
