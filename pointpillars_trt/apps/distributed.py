@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -27,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -244,14 +246,42 @@ def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | M
         _check_reachable(ray_address)
         _init_keeping_sigterm(ray, ray_address)
     stopped: list[Callable[[bool, bool], None]] = []  # on a stop, what is said once the workers are stopped
+    ended: BaseException | None = None  # the stop or error the run ended with
     try:
         return _run(ray, sources, uris, found, target, output_format, options, workers=workers, gpus_per_worker=gpus_per_worker, batch_size=batch_size, pipelines=pipelines,
                     progress=progress, make_report=report, on_stop=stopped)
+    except BaseException as exc:
+        ended = exc
+        raise
     finally:
         if started:
+            _release_ray_objects(ended)
+            ended = None
             ray.shutdown()  # the workers with it: what they wrote is then all there is
         for say in stopped:
             say(started, local)
+
+
+#: The name Ray Data gives the threads that run a dataset's iteration (they fetch and format its blocks).
+RAY_DATA_ITERATION_THREAD = "iter_threaded"
+
+
+def _release_ray_objects(ended: BaseException | None) -> None:
+    """Before ``ray.shutdown()``, Ray's objects in this process let go while Ray is up: afterwards a call into
+    Ray (an object reference freed, a finalizer of Ray Data's) ends the process at once with exit code 1 and no
+    stop line. The frames that ``ended``'s tracebacks hold (a stop raised inside Ray Data's iteration keeps its
+    objects, its threads unstopped) are cleared, reference cycles collected, and the iteration's threads, told
+    to stop by then, waited for (2 s at most)."""
+    seen: set[int] = set()
+    while ended is not None and id(ended) not in seen:
+        seen.add(id(ended))
+        traceback.clear_frames(ended.__traceback__)
+        ended = ended.__context__
+    gc.collect()
+    deadline = time.monotonic() + 2.0
+    for thread in threading.enumerate():
+        if thread.name == RAY_DATA_ITERATION_THREAD:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _init_keeping_sigterm(ray: Any, ray_address: str | None) -> None:
@@ -650,7 +680,7 @@ _COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of
 def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
     """Each frame's record; closed, it shuts Ray Data's executor down at once (its iterator closed, not left to
     the garbage collector)."""
-    batches = dataset.iter_batches(batch_size=None, batch_format="numpy")  # each block as it comes, not 256 rows
+    batches = iter(dataset.iter_batches(batch_size=None, batch_format="numpy"))  # each block as it comes, not 256 rows
     try:
         for batch in batches:
             for values in zip(*(batch[key] for key in _COLUMNS)):
@@ -665,9 +695,7 @@ def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
                        "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
                        "row": str(record["row"]), "call_started": float(record["call_started"])}
     finally:
-        close = getattr(batches, "close", None)
-        if close is not None:
-            close()
+        batches.close()
 
 
 class _DetectActor:

@@ -236,3 +236,37 @@ def test_a_cpu_workers_pipelines_share_its_cpus_when_no_thread_count_is_asked() 
 
     assert [worker_pipeline_threads(16.0, 2, pipelines) for pipelines in (1, 2, 3, 16)] == [8, 4, 2, 1]
     assert worker_pipeline_threads(2.0, 4, 1) == 1
+
+
+def test_a_stop_raised_inside_ray_datas_iteration_lets_go_of_it_before_the_cluster_is_shut_down() -> None:
+    """A Ctrl-C or SIGTERM that lands inside Ray Data's iteration leaves its frames, and the iterator they hold, to
+    the stop's traceback: its threads ran on past ``ray.shutdown()``, and a call into Ray from one of them, or an
+    object reference freed later, ended ``infer --ray`` with exit code 1 and no stop line. Released first, the
+    iterator is closed and its thread (Ray Data's name, as it stops once its iterator is closed) has ended."""
+    import threading
+
+    from pointpillars_trt.apps.distributed import RAY_DATA_ITERATION_THREAD, _release_ray_objects
+
+    stopped = threading.Event()
+    thread = threading.Thread(target=stopped.wait, args=(30,), name=RAY_DATA_ITERATION_THREAD, daemon=True)
+
+    def iteration():  # type: ignore[no-untyped-def]
+        thread.start()
+        try:
+            yield 1
+        finally:
+            stopped.set()
+
+    def next_batch() -> None:  # the frame the stop lands in holds the iterator
+        batches = iteration()
+        next(batches)
+        raise KeyboardInterrupt
+
+    ended: BaseException | None = None
+    try:
+        next_batch()
+    except KeyboardInterrupt as exc:
+        ended = exc
+    assert ended is not None and thread.is_alive() and not stopped.is_set()
+    _release_ray_objects(ended)
+    assert stopped.is_set() and not thread.is_alive()
