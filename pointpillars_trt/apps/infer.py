@@ -41,7 +41,7 @@ from ..staging import SIZE_SAMPLE, likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
-    existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
+    existing_parts, files_replaced, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
     row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import CALIB_FILES, REPORT_FILE as EVAL_FILE, GroundTruth, check_label_folder, read_ground_truth
@@ -923,7 +923,8 @@ class _RowSink:
 
 class _SharedCause:
     """Frame errors of one run-wide cause (``of_cause``: a full file system, a server that is down): the first
-    frame's gets its error line; the frames after it are counted into one summary line instead of a line each."""
+    frame's gets its error line; the frames after it are counted into one summary line instead of a line each,
+    but for one whose write replaced files of an earlier run first, which names them (and the summary counts them)."""
 
     def __init__(self, of_cause: Callable[[str], bool]) -> None:
         self._of_cause = of_cause
@@ -931,10 +932,10 @@ class _SharedCause:
         self._seen = False
 
     def quiet(self, error: str) -> bool:
-        """Whether ``error`` goes unsaid: one of the cause's, after its first."""
+        """Whether ``error`` goes unsaid: one of the cause's, after its first, that replaced no file."""
         if not self._of_cause(error):
             return False
-        if self._seen:
+        if self._seen and not files_replaced(error):
             self.after_first += 1
             return True
         self._seen = True
