@@ -143,7 +143,7 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
             picture, boxes, names, scores, plan.point_range, bev_title(source, len(scores)), velocity=velocity)[0]))
     found = [_mode_at(path) for path, _ in outputs]  # what is in each output's place, before any is written
     for (path, _), mode in zip(outputs, found):
-        folder = folder_in_place(path) if mode is not None else None
+        folder = _folder_at(path, mode)
         if folder is not None:
             raise InputError(f"cannot write {safe_repr(os.fspath(path))}: {folder}")
     staged: list[Path] = []  # the outputs' temp files, all written before the first is renamed into place
@@ -192,7 +192,11 @@ def folder_in_place(path: Path) -> str | None:
     what it leads to, as --out's other checks read a link), is no output a run may replace. None: nothing there, a
     file, or a link to a file or to nothing. The one rule of the writer (the frame fails naming it) and of
     ``--skip-existing`` (such an output is neither done nor redone: its frame runs, and its write fails)."""
-    mode = _mode_at(path)
+    return _folder_at(path, _mode_at(path))
+
+
+def _folder_at(path: Path, mode: int | None) -> str | None:
+    """``folder_in_place`` of ``path``, whose own ``st_mode`` (``_mode_at``) is ``mode``."""
     if mode is not None and stat.S_ISDIR(mode):
         return os.strerror(errno.EISDIR)
     if mode is not None and stat.S_ISLNK(mode) and os.path.isdir(path):
