@@ -695,7 +695,9 @@ def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
                        "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
                        "row": str(record["row"]), "call_started": float(record["call_started"])}
     finally:
-        batches.close()
+        close = getattr(batches, "close", None)  # Ray 2.60 iterates by a generator: another Ray, maybe not
+        if close is not None:
+            close()
 
 
 class _DetectActor:
