@@ -495,7 +495,7 @@ def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nusce
 
     from pointpillars_trt.apps.distributed import detect_dataset
 
-    uris = [f"local://{folder / name}" for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")]
+    uris = [f"file://{folder / name}" for name in ("nusc_dev_k000000_s05.bin", "nusc_dev_k000002_s02.bin")]
     with ray_cpu_fallback():
         summary = detect_dataset(uris, model, tmp_path / "uris", workers=1, gpus_per_worker=0, point_dim=5,
                                  output_format="jsonl", progress=False)
