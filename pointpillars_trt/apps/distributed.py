@@ -581,7 +581,7 @@ def _run(ray: Any, sources: list[str], uris: bool, model: ModelDir, out: Path, o
                 if error:
                     failures.append((source, error))
                     if report is not None:
-                        report.fail(source, error)
+                        report.fail(source, error, record["replaced"])
                 bar.update(1)
     except BaseException as exc:  # Ctrl-C or SIGTERM: the rows received are kept, as local infer keeps them
         if not isinstance(exc, KeyboardInterrupt) and interrupt_behind(exc) is None:
@@ -671,9 +671,10 @@ THREADS_CAPPED = "threads"
 THREADS_CONTEND = "pipeline threads"
 SETTING_NOTES = (THREADS_CAPPED, THREADS_CONTEND)
 
-#: The per-frame columns an actor returns to the driver (``call_started``: the wall clock when the
-#: actor's call began, for the rate without the actors' start; ``refusal``: ``_DetectActor.refusal``).
-_COLUMNS = ("source", "error", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "warnings", "row",
+#: The per-frame columns an actor returns to the driver (``replaced``: the files of an earlier run a failed frame's
+#: write had replaced; ``call_started``: the wall clock when the actor's call began, for the rate without the
+#: actors' start; ``refusal``: ``_DetectActor.refusal``).
+_COLUMNS = ("source", "error", "replaced", "num_boxes", "num_nonfinite_dropped", "num_out_of_view", "warnings", "row",
             "call_started", "refusal")
 
 
@@ -689,7 +690,7 @@ def _records(dataset: Any) -> Generator[dict[str, Any], None, None]:
                     raise pickle.loads(base64.b64decode(str(record["refusal"])))
                 error = record["error"]  # a column of None and str arrives with NaN for None
                 yield {"source": str(record["source"]), "error": error if isinstance(error, str) and error else None,
-                       "num_boxes": int(record["num_boxes"]),
+                       "replaced": int(record["replaced"]), "num_boxes": int(record["num_boxes"]),
                        "num_nonfinite_dropped": int(record["num_nonfinite_dropped"]),
                        "num_out_of_view": int(record["num_out_of_view"]),
                        "warnings": [tuple(pair) for pair in json.loads(str(record["warnings"]))],
@@ -787,7 +788,7 @@ class _DetectActor:
             if job.error is None:
                 files.extend(written.files)
             found, self._capped = self._capped + frame_warnings(job, self.read, self.point_range), []
-            record = {"source": job.source, "error": job.error, "num_boxes": written.boxes,
+            record = {"source": job.source, "error": job.error, "replaced": job.replaced, "num_boxes": written.boxes,
                       "num_nonfinite_dropped": written.nonfinite, "num_out_of_view": written.out_of_view,
                       "warnings": json.dumps(found),
                       "row": row if row is not None else self._failed_row(job), "call_started": started,

@@ -22,7 +22,7 @@ from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
 from .frame_prep import assumed_image_note, emptied_warning, image_assumed
 from .frames import CAPTURE_TIMES, FrameJob, FrameReader
-from .outputs import ROW_FORMATS, FrameOutput, OutputPlan, files_replaced
+from .outputs import ROW_FORMATS, FrameOutput, OutputPlan
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -67,9 +67,11 @@ class FrameReport:
         """A line on stderr that leaves the progress bar whole."""
         self.bar.write(text, file=sys.stderr)
 
-    def fail(self, source: str, message: str) -> None:
+    def fail(self, source: str, message: str, replaced: int = 0) -> None:
+        """A failed frame's error line; ``replaced``: the files of an earlier run its write had replaced (its
+        message names them)."""
         self.failed += 1
-        self.replaced += files_replaced(message)
+        self.replaced += replaced
         self.bar.update(1)
         named = safe_repr(source)
         self.note(f"error: {message}" if named in message else f"error: {named}: {message}")  # the file once

@@ -46,6 +46,7 @@ from ..shared_staging import SharedArrays, shared_memory_available
 from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals
 from .frame_reads import ProcessRead, read_batch, read_into
+from .outputs import OutputsReplacedError
 
 #: Seconds a failed worker pool waits for the run to be found stopping before it warns (``_stopping``).
 STOP_GRACE = 0.2
@@ -188,6 +189,7 @@ class FrameJob:
     times: np.ndarray | None = None
     start: int | None = None  # first row in the batch's staging buffer, when read into it
     error: str | None = None
+    replaced: int = 0  # files of an earlier run that its failed write had replaced (named in its error)
     detections: Any = None
     written: Any = None  # what the write step returned
     _write: tuple[Future[list[tuple[bool, Any]]], int, Executor] | None = None  # batch's write task, place, writers
@@ -617,14 +619,16 @@ def _restage_batch(staging: StagingBuffer, jobs: list[FrameJob],
 
 def _write_each(write: Callable[[str, Any, np.ndarray | None], Any],
                 frames: list[tuple[str, Any, np.ndarray | None]]) -> list[tuple[bool, Any]]:
-    """A batch's writes, in a writer thread or process: (True, what ``write`` returned) or (False, the
-    frame's one line of error) each; ANY exception fails only its frame."""
+    """A batch's writes, in a writer thread or process: (True, what ``write`` returned) or (False, (the
+    frame's one line of error, the files of an earlier run it replaced)) each; ANY exception fails only its
+    frame."""
     results: list[tuple[bool, Any]] = []
     for source, detections, points in frames:
         try:
             results.append((True, write(source, detections, points)))
         except BaseException as exc:  # noqa: BLE001 - a frame that cannot be written fails alone
-            results.append((False, one_line(exc)))
+            replaced = exc.replaced if isinstance(exc, OutputsReplacedError) else 0
+            results.append((False, (one_line(exc), replaced)))
     return results
 
 
@@ -646,7 +650,7 @@ def _settle_write(job: FrameJob) -> None:
     if written:
         job.written = value
     else:
-        job.error = value
+        job.error, job.replaced = value
 
 
 def _task_failure(task: Future[Any], pool: Executor) -> BaseException | None:

@@ -41,7 +41,7 @@ from ..staging import SIZE_SAMPLE, likely_points_per_frame
 from .frame_reads import read_batch
 from .frames import FrameReader, FrameRunner, WorkerProcesses
 from .outputs import FILE_FORMATS, FILE_SUFFIXES, OUTPUT_FORMATS, ROW_FORMATS, FrameOutput, OutputPlan, RowParts, \
-    existing_parts, files_replaced, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
+    existing_parts, frame_row, is_full_disk_error, refuse_foreign_outputs, require_pyarrow, \
     row_text, write_frame
 from .device_notice import print_device_notice
 from .eval.io import CALIB_FILES, REPORT_FILE as EVAL_FILE, GroundTruth, check_label_folder, read_ground_truth
@@ -775,10 +775,10 @@ def run_frames(detectors: Sequence[Any], frames: Sequence[str], plan: OutputPlan
                     if rows is not None:
                         rows.add(row_text(frame_row(job.source, None, job.error, classes, velocity=velocity)))
                     warned.add(frame_warnings(job, read, plan.point_range), job.source)  # a failed frame's read too
-                    if disk.quiet(job.error) or lost.quiet(job.error):
+                    if disk.quiet(job.error, job.replaced) or lost.quiet(job.error, job.replaced):
                         report.fail_quietly()
                     else:
-                        report.fail(job.source, job.error)
+                        report.fail(job.source, job.error, job.replaced)
                     continue
                 written, row = job.written
                 to_flush.add(written.files)
@@ -931,11 +931,12 @@ class _SharedCause:
         self.after_first = 0
         self._seen = False
 
-    def quiet(self, error: str) -> bool:
-        """Whether ``error`` goes unsaid: one of the cause's, after its first, that replaced no file."""
+    def quiet(self, error: str, replaced: int) -> bool:
+        """Whether a frame's ``error`` goes unsaid: one of the cause's, after its first, whose write ``replaced``
+        no file of an earlier run."""
         if not self._of_cause(error):
             return False
-        if self._seen and not files_replaced(error):
+        if self._seen and not replaced:
             self.after_first += 1
             return True
         self._seen = True

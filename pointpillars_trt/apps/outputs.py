@@ -111,10 +111,10 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
     files in one pass), so a write that fails (a full disk) leaves an earlier run's files of the frame as they
     were; a folder in an output's place, or a symbolic link to one (``folder_in_place``), fails the frame before
     any is made. Where a rename fails after another
-    (rare: a file made busy meanwhile), the files this call created are removed and its error names and counts
-    those of an earlier run it replaced, which hold this run's content (the run's summary says the count:
-    ``files_replaced``): a frame's outputs are all there or none of this run's new ones, and nothing replaced goes
-    unsaid.
+    (rare: a file made busy meanwhile), the files this call created are removed and its error
+    (``OutputsReplacedError``) names and counts those of an earlier run it replaced, which hold this run's content
+    (the run's summary says the count): a frame's outputs are all there or none of this run's new ones, and nothing
+    replaced goes unsaid.
     """
     from ..kitti import finite_detections
 
@@ -166,25 +166,22 @@ def write_frame_outputs(det: Detections, source: str, plan: OutputPlan, points: 
         replaced = [path for path, mode in zip(renamed, found) if mode is not None]
         if replaced and isinstance(exc, InputError):
             them = ", ".join(safe_repr(os.fspath(path)) for path in replaced)
-            raise InputError(f"{exc} ({them}: {counted(len(replaced), 'file')} of an earlier run {_REPLACED_END}") \
-                from None
+            raise OutputsReplacedError(
+                f"{exc} ({them}: {counted(len(replaced), 'file')} of an earlier run replaced with this run's before "
+                "that; once this is fixed, rerun the frame without --skip-existing, which writes all its files anew)",
+                len(replaced)) from None
         raise
     result.files = [os.fspath(path) for path in renamed]
     return result
 
 
-#: The end of a frame's error whose write replaced files of an earlier run before it failed (``write_frame_outputs``),
-#: after their names and count: what ``files_replaced`` reads the count from.
-_REPLACED_END = ("replaced with this run's before that; once this is fixed, rerun the frame without --skip-existing, "
-                 "which writes all its files anew)")
-_REPLACED = re.compile(rf": (\d+) files? of an earlier run {re.escape(_REPLACED_END)}\Z")
+class OutputsReplacedError(InputError):
+    """A frame's write that failed after it had renamed ``replaced`` files of an earlier run into place (named in the
+    message), which now hold this run's content: the run's summary counts them."""
 
-
-def files_replaced(error: str) -> int:
-    """The files of an earlier run that a frame's ``error`` says its write replaced with this run's before it failed
-    (0: none), for the run's summary: read from the error's end, after the names, which no name can change."""
-    found = _REPLACED.search(error)
-    return int(found[1]) if found is not None else 0
+    def __init__(self, message: str, replaced: int) -> None:
+        super().__init__(message)
+        self.replaced = replaced
 
 
 def folder_in_place(path: Path) -> str | None:

@@ -506,6 +506,32 @@ def test_multi_sweep_frames_with_velocities_equal_local_infer(ray_cluster, nusce
         assert row["velocity"] == record["velocity"] and row["labels"] == record["labels"]
 
 
+def test_a_ray_frame_whose_picture_cannot_replace_its_earlier_one_counts_the_record_it_replaced(  # type: ignore[no-untyped-def]
+        ray_cluster, tiny_model: Path, tmp_path: Path) -> None:
+    """A worker's write whose record was renamed into place before its picture's rename failed (the earlier picture
+    held by a bind mount: busy): the frame's error line names the record, and the driver's summary counts it as
+    local infer's does, from the count the frame's record carries."""
+    import subprocess
+
+    pytest.importorskip("matplotlib", reason="--viz needs matplotlib")
+    folder, out = tmp_path / "frames", tmp_path / "out"
+    write_frames(folder, tiny_model, {"000000": 300})
+    rc, _, err = ray_infer(folder, tiny_model, out, "--viz")
+    assert rc == 0, err
+    picture, record = out / "000000.png", out / "000000.json"
+    held = tmp_path / "held.png"
+    held.write_bytes(picture.read_bytes())
+    if os.geteuid() != 0 or subprocess.run(["mount", "--bind", str(held), str(picture)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root to bind-mount a file")
+    try:
+        rc, stdout, err = ray_infer(folder, tiny_model, out, "--viz")
+    finally:
+        subprocess.run(["umount", str(picture)], check=False)
+    assert rc == 1 and f"({str(record)!r}: 1 file of an earlier run replaced with this run's before that;" in err, err
+    assert stdout.startswith("0/1 frames, 0 boxes, nothing written but 1 file of an earlier run replaced (named "
+                             "above)\n"), (stdout, err)
+
 def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
                                                                               kitti_folder: Path, tmp_path: Path) -> None:
     """A ``file://`` URI (Ray Data lists and reads it, as it reads ``s3://``) of a folder of KITTI frames, one of
