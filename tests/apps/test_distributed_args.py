@@ -159,7 +159,7 @@ print(summary.frames, summary.failures)
 
 
 @pytest.mark.slow
-def test_detect_dataset_starts_its_cluster_for_a_caller_that_imported_ray_first(tiny_model: Path,  # noqa: F811
+def test_detect_dataset_starts_its_cluster_for_a_caller_that_imported_ray_first(tiny_model: Path,
                                                                                   tmp_path: Path) -> None:
     """A script that imports ray before calling ``detect_dataset`` (no address: a cluster started for the run):
     the frames run. Ray's GCS had refused the driver with an AuthenticationError traceback: the token mode set
@@ -172,6 +172,7 @@ def test_detect_dataset_starts_its_cluster_for_a_caller_that_imported_ray_first(
     assert (done.returncode, done.stdout) == (0, "2 []\n"), done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["000001.json", "000002.json"]
+
 
 def test_a_cpu_workers_calls_are_a_few_frames_so_their_rows_reach_the_driver_within_seconds() -> None:
     """A CPU frame takes seconds on a small machine, and the driver gets a call's rows only at its end (all a stop

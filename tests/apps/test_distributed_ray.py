@@ -532,6 +532,7 @@ def test_a_ray_frame_whose_picture_cannot_replace_its_earlier_one_counts_the_rec
     assert stdout.startswith("0/1 frames, 0 boxes, nothing written but 1 file of an earlier run replaced (named "
                              "above)\n"), (stdout, err)
 
+
 def test_infer_ray_reads_a_file_uri_of_a_folder_as_local_infer_reads_the_folder(ray_cluster, assets: Path,  # type: ignore[no-untyped-def]
                                                                               kitti_folder: Path, tmp_path: Path) -> None:
     """A ``file://`` URI (Ray Data lists and reads it, as it reads ``s3://``) of a folder of KITTI frames, one of
@@ -663,7 +664,6 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
         detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
     with ray_cpu_fallback():
         detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
-
 
 
 def test_pathlib_paths_run_as_the_strings_they_name(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
