@@ -55,11 +55,14 @@ def interrupt_behind(exc: BaseException) -> KeyboardInterrupt | None:
     """The Ctrl-C or SIGTERM (a KeyboardInterrupt) ``exc`` was raised while handling, else None: a stop that
     lands inside a library surfaces as that library's error (a module whose import it cut short fails with
     ImportError "initialization failed"), and is still the stop."""
+    return next((cause for cause in handled_chain(exc.__context__) if isinstance(cause, KeyboardInterrupt)), None)
+
+
+def handled_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """``exc``, then each exception the one before was raised while handling (its ``__context__``), each once (a
+    chain may loop back on itself)."""
     seen: set[int] = set()
-    cause = exc.__context__
-    while cause is not None and id(cause) not in seen:
-        if isinstance(cause, KeyboardInterrupt):
-            return cause
-        seen.add(id(cause))
-        cause = cause.__context__
-    return None
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__context__

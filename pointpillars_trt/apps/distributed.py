@@ -51,7 +51,7 @@ from ..model_dir import ModelDir
 from ..pointcloud_io import checked_intensity_scale, require_point_dim
 from ..runtime.backends import BACKENDS
 from ..staging import likely_points_per_frame
-from ..stop_signals import interrupt_behind
+from ..stop_signals import handled_chain, interrupt_behind
 from .device_notice import cpu_fp16_note, cpu_tf32_note
 from .frame_reads import read_batch
 from .frame_stream import FrameStream
@@ -272,11 +272,8 @@ def _release_ray_objects(ended: BaseException | None) -> None:
     stop line. The frames that ``ended``'s tracebacks hold (a stop raised inside Ray Data's iteration keeps its
     objects, its threads unstopped) are cleared, reference cycles collected, and the iteration's threads, told
     to stop by then, waited for (2 s at most)."""
-    seen: set[int] = set()
-    while ended is not None and id(ended) not in seen:
-        seen.add(id(ended))
-        traceback.clear_frames(ended.__traceback__)
-        ended = ended.__context__
+    for error in handled_chain(ended):
+        traceback.clear_frames(error.__traceback__)
     gc.collect()
     deadline = time.monotonic() + 2.0
     for thread in threading.enumerate():
