@@ -222,13 +222,18 @@ class SettingsRecord:
         self._args, self._fmt, self._frames = args, fmt, frames
         self.earlier: dict[str, object] | None = None  # the settings of this format's outputs
         self.mixed = False  # this format's outputs were made with more than one set of settings
+        # the model's options (thresholds, --point-dim) the run that made them left to the model; empty where the
+        # record does not say (an older one)
+        self.earlier_defaulted: frozenset[str] = frozenset()
         self._others: dict[str, object] = {}  # the entries of the other formats' outputs, kept as they are
         self.unreadable: str | None = None  # why the earlier record could not be read
+        self.defaulted = self._defaulted()  # read before the run fills in the model's values (--point-dim)
 
     def _read(self) -> None:
         """The record holds an entry for each output format (JSON and KITTI files of one frame may share a folder,
         made with other settings each: the crop is KITTI output's by default)."""
         self.earlier, self.mixed, self._others, self.unreadable = None, False, {}, None
+        self.earlier_defaulted = frozenset()
         if not os.path.lexists(self.path):
             return
         try:
@@ -243,6 +248,9 @@ class SettingsRecord:
         if entry is not None:
             self.earlier = entry["settings"]
             self.mixed = entry.get("mixed") is True
+            defaulted = entry.get("model_defaults")
+            if isinstance(defaulted, list):
+                self.earlier_defaulted = frozenset(option for option in defaulted if option in _MODEL_DEFAULTS)
 
     def settle(self, opened: ModelDir | None, cfg: ModelConfig | None, point_dim: int, *, skip_existing: bool,
                skipped: int, trained_fov_only: bool | None = None) -> None:
@@ -253,7 +261,7 @@ class SettingsRecord:
         model's record of its training points (``opened``, a model dir, has its own)."""
         self._read()  # again: another run into this folder may have settled since this one started
         settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim, trained_fov_only)
-        changed = differences(self.earlier, settings, self._defaulted()) if self.earlier is not None else []
+        changed = differences(self.earlier, settings, self.defaulted) if self.earlier is not None else []
         if skip_existing and skipped:
             matching = matching_options(self.earlier, settings) if self.earlier is not None and changed else ""
             self._check_resume(changed, skipped, matching)
@@ -263,8 +271,10 @@ class SettingsRecord:
                   f"({_listed(changed)}); this run rewrites only its own frames' outputs: give another --out to "
                   "keep the two apart (a --skip-existing run into this folder will be refused)", file=sys.stderr)
         if self.earlier == settings and self.mixed == mixed:
-            return
-        entry: dict[str, object] = {"settings": settings, **({"mixed": True} if mixed else {})}
+            return  # its model_defaults hold still: the values recorded are the model's own where they say so
+        model_defaults = sorted(self.defaulted & _MODEL_DEFAULTS.keys())
+        entry: dict[str, object] = {"settings": settings, "model_defaults": model_defaults,
+                                    **({"mixed": True} if mixed else {})}
         record = {"format_version": SETTINGS_VERSION, "written_by": f"pointpillars-trt {package_version()}",
                   "outputs": {**self._others, self._fmt: entry}}
         try:
@@ -288,8 +298,12 @@ class SettingsRecord:
         earlier, args = self.earlier, self._args
         now = output_settings(args, self._fmt, self._frames, None, None, args.point_dim or 0)
         for option, value in now.items():
-            if option == "--model" or (option in _MODEL_DEFAULTS and getattr(args, _MODEL_DEFAULTS[option]) is None):
-                continue  # the model's own value, which its record names
+            if option in _MODEL_DEFAULTS and option in self.defaulted:
+                if option not in self.earlier_defaulted:
+                    return True  # given to the run that made them: the model's own value may be another
+                continue  # the model's own value then and now (the model is compared below)
+            if option == "--model":
+                continue
             if option == "--fov-only" and args.fov_only is None:  # the default: the same where the model is
                 if not _same_crop_default(self._fmt, bool(args.eval), earlier.get(option)):
                     return True

@@ -126,6 +126,25 @@ def test_skip_existing_with_every_frame_done_ends_without_opening_the_model(
     assert files_of(out) == first
 
 
+@pytest.mark.parametrize("fmt", ["json", "kitti"])
+def test_skip_existing_with_every_frame_done_and_thresholds_given_before_opens_the_model_to_compare_them(
+        assets: Path, model_dir: Path, tmp_path: Path, fmt: str) -> None:
+    """Outputs made with a threshold given, resumed with it left to the model: only the model knows its own, so the
+    run opens it (and, when it differs, refuses); it had skipped every frame as if the settings were the same."""
+    job = Job(assets, tmp_path, 2, model_dir)
+    out = tmp_path / "out"
+    assert job.run(out, fmt, "--score-threshold", "0.5")[0] == 0
+    first = files_of(out)
+    with job.spoiled():
+        rc, _, err = job.run(out, fmt, "--skip-existing")
+        assert rc == 2 and NO_MODEL in err, err
+    rc, stdout, err = job.run(out, fmt, "--skip-existing")
+    assert rc == 2 and stdout == "" and "(--score-threshold 0.5 there, 0.1 (the model's) now)" in err, err
+    rc, stdout, err = job.run(out, fmt, "--skip-existing", "--score-threshold", "0.5")
+    assert rc == 0 and stdout == nothing_run(2), (stdout, err)
+    assert files_of(out) == first
+
+
 @pytest.mark.parametrize("fmt", ["json", "jsonl"])
 def test_skip_existing_with_one_frame_left_opens_the_model_and_runs_it(
         assets: Path, model_dir: Path, tmp_path: Path, fmt: str) -> None:
