@@ -5,7 +5,8 @@ deeply, memory running out) ends in one ``error:`` line and exit code 2, never a
 batch, each failed frame gets its own ``error:`` line, the others still get their outputs, and the
 exit code is 1. Ctrl-C exits with 130, SIGTERM with 143, both after cleaning up as a normal end does.
 A stdout whose reader has gone (``| head -1``), or that was closed from the start (``>&-``), ends in no
-error line: the run goes on writing its files and exits 1 (see ``_StdoutGuard``).
+error line: the run goes on writing its files and exits 1 (see ``_StdoutGuard``). A stderr closed from the start
+(``2>&-``) takes the run's messages to /dev/null; the run and its exit code are as with one open.
 """
 
 from __future__ import annotations
@@ -69,11 +70,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args: argparse.Namespace | None = None  # the command's options, once parsed
     stdout = sys.stdout
     guard = _StdoutGuard(stdout)
+    quiet: TextIO | None = None  # /dev/null in place of a stderr closed from the start
     if threading.current_thread() is threading.main_thread():  # the process's own run (not a caller's thread)
         stop = _StopOnce()  # a signal ignored by whoever started this process (`cmd &` in a script) stays ignored
         previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGINT, signal.SIGTERM)
                     if signal.getsignal(signum) is not signal.SIG_IGN}
         sys.stdout = guard
+        if sys.stderr is None:
+            sys.stderr = quiet = _stderr_in_place_of_closed()
     try:
         parser = build_parser()  # in the try: Ctrl-C during its imports (a second or so) is "interrupted", no traceback
         args, extra = parser.parse_known_args(argv)
@@ -109,6 +113,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if sys.stdout is guard:
             sys.stdout = stdout
         guard.close()
+        if quiet is not None and sys.stderr is quiet:
+            sys.stderr = None
+            quiet.close()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 
@@ -245,6 +252,21 @@ class _StdoutGuard:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.stream, name)
+
+
+def _stderr_in_place_of_closed() -> TextIO:
+    """/dev/null for a stderr closed from the start (``cmd 2>&-``: Python's sys.stderr is None), on file descriptor
+    2 where that is free: the run's messages go nowhere, as asked, rather than end the run at its first one (an
+    error no one could see), and no file the run opens takes descriptor 2, which a stop's line is written to."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    if devnull != 2:
+        try:
+            os.fstat(2)
+        except OSError:  # free: hold it
+            os.dup2(devnull, 2)
+            os.close(devnull)
+            devnull = 2
+    return open(devnull, "w", encoding="utf-8")
 
 
 def _unwritable_stdout(exc: OSError) -> OSError:

@@ -315,6 +315,20 @@ def test_a_run_started_with_stdout_closed_ends_as_one_whose_reader_went(tiny_mod
         assert output_names(tmp_path / "out") == ["000001.json", "000002.json"]
 
 
+def test_a_run_started_with_stderr_closed_writes_its_outputs_and_exits_as_with_it_open(
+        tiny_model: Path, tiny_frames: list[Path], tmp_path: Path) -> None:
+    """``pointpillars-trt ... 2>&-`` (stderr closed, Python's sys.stderr None): the frames are written and the
+    summary printed, exit 0; the progress bar's look at stderr had ended the run with exit code 1 and no outputs
+    (its AttributeError's traceback going nowhere)."""
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    run = subprocess.run(["sh", "-c", 'exec "$@" 2>&-', "sh", sys.executable, "-m", "pointpillars_trt", "infer",
+                          *map(str, tiny_frames[1:3]), "--model", str(tiny_model), "--device", "cpu", "--out", str(out),
+                          *LOOSE], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO_ROOT, timeout=300)
+    assert run.returncode == 0 and run.stdout.startswith("2/2 frames"), run.stdout
+    assert output_names(out) == ["000001.json", "000002.json"]
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux): every write to it fails")
 @pytest.mark.parametrize("buffered", [True, False])
 def test_a_stdout_that_cannot_be_written_is_named_as_standard_output(tiny_model: Path, tiny_frames: list[Path],
