@@ -246,11 +246,22 @@ class ModelConfig:
         It covers every number the graphs and kernels are built from, but not the post-process launch
         values (score threshold, NMS IoU, max boxes), which ``with_thresholds`` changes at run time.
         """
+        text = json.dumps(self._identity(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def identity_differences(self, other: ModelConfig) -> list[tuple[str, Any, Any]]:
+        """The fields of the identity (``digest``'s) in which ``other`` differs from this config, each as (dotted
+        field, this config's value, other's): what tells apart two configs of one name (a built-in config's YAML
+        copied and edited)."""
+        mine, theirs = _leaves(self._identity()), _leaves(other._identity())
+        return [(field, mine.get(field), theirs.get(field)) for field in sorted(mine.keys() | theirs.keys())
+                if field != "name" and mine.get(field) != theirs.get(field)]
+
+    def _identity(self) -> dict[str, Any]:
         identity = self.to_dict()
         for key in _RUNTIME_KEYS:
             del identity["postprocess"][key]
-        text = json.dumps(identity, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        return identity
 
     def with_thresholds(
         self, *, score_threshold: float | None = None, nms_iou: float | None = None, max_boxes: int | None = None
@@ -360,6 +371,17 @@ def build_command(checkpoint: str | os.PathLike[str] | None, out: str | os.PathL
         words += ["--pcdet-config", os.fspath(pcdet_config)]
     words += ["--out", "MODEL_DIR" if out is None else os.fspath(out)]
     return "`" + " ".join(map(shell_word, words)) + "`"
+
+
+def _leaves(fields: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The values of nested ``fields`` by dotted path (``voxel.max_pillars``); lists are values."""
+    found: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, dict):
+            found.update(_leaves(value, f"{prefix}{key}."))
+        else:
+            found[f"{prefix}{key}"] = value
+    return found
 
 
 def builtin_config_names() -> list[str]:

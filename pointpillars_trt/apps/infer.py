@@ -210,8 +210,11 @@ def load_model_dir_of_config(path: Path, config: str | None) -> ModelDir:
     if built.digest() != expected.digest():
         named = safe_repr(config) + ("" if expected.name == config else f" ({expected.name})")
         fix = config_change_fix(path, built, expected, config)
-        raise ModelDirError(f"model dir {safe_repr(str(path))} was built for config {safe_repr(built.name)}, "
-                            f"not for --config {named}: drop --config, or {fix}")
+        differing = [f"{field} {there} there, {now} now" for field, there, now in built.identity_differences(expected)]
+        what = f"config {safe_repr(built.name)}" if built.name != expected.name else \
+            f"another config of that name ({'; '.join(differing[:3])}{'; ...' if len(differing) > 3 else ''})"
+        raise ModelDirError(f"model dir {safe_repr(str(path))} was built for {what}, not for --config {named}: "
+                            f"drop --config, or {fix}")
     return model.with_launch_values(expected)
 
 

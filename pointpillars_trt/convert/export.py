@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ..config import ConfigArgument, ModelConfig
+from ..config import ConfigArgument, ModelConfig, builtin_config_names, load_config
 from ..errors import CacheNotice, InputError, ModelDirError, PointPillarsError, SettingNotice, safe_repr
 from ..file_reads import not_a_folder, path_argument, read_regular_file
 from ..file_writes import (owned_prefix, remove_stale_folders, replace_folder, unwritable_reason, user_cache_dir,
@@ -57,7 +57,23 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
                               compute_capabilities=compute_capabilities, dataset=dataset)
     if config is None:
         say_builtin_config(ckpt, stacklevel=2)
+    else:
+        say_builtin_name_reused(ckpt.config, stacklevel=2)
     return model
+
+
+def say_builtin_name_reused(cfg: ModelConfig, *, stacklevel: int) -> None:
+    """Say (a ``SettingNotice``) that ``cfg``, given to ``build``, carries a built-in config's name with other
+    values (a built-in YAML copied and edited): the model dir records the name, and a later ``--config NAME``
+    would mean the built-in one, which the model dir then refuses as another config of that name."""
+    if cfg.name not in builtin_config_names():
+        return
+    differing = cfg.identity_differences(load_config(cfg.name))
+    if differing:
+        shown = "; ".join(f"{field} {here} here, {there} there" for field, here, there in differing[:3])
+        warnings.warn(f"the config given is named {cfg.name!r}, as a built-in config is, with other values ({shown}"
+                      f"{'; ...' if len(differing) > 3 else ''}): give it a name of its own (its `name:`; an "
+                      "OpenPCDet YAML's: its file name) to tell the two apart", SettingNotice, stacklevel=stacklevel + 1)
 
 
 def model_dir_for_checkpoint(path: str | os.PathLike[str], *, config: ConfigArgument = None,

@@ -1035,6 +1035,29 @@ def test_bench_checks_a_model_against_config_as_infer_does(tiny_frames: list[Pat
     assert not (tmp_path / "b").exists()
 
 
+def test_a_built_in_configs_yaml_copied_and_edited_is_said_at_build_and_told_apart_by_its_fields(
+        assets: Path, tmp_path: Path) -> None:
+    """A built-in config's YAML copied and edited keeps the built-in name: build says so, and a later --config of
+    that name is refused naming the field that differs (it read "built for config X, not for --config X")."""
+    import re
+
+    builtin = Path(__file__).resolve().parents[2] / "pointpillars_trt" / "configs" / "openpcdet_kitti_3class.yaml"
+    text = builtin.read_text()
+    published = int(re.search(r"max_pillars: (\d+)", text).group(1))  # type: ignore[union-attr]
+    edited = tmp_path / "mine.yaml"
+    edited.write_text(text.replace(f"max_pillars: {published}", "max_pillars: 4000"))
+    model = tmp_path / "model"
+    run = cli("build", "--checkpoint", assets / "checkpoints/pointpillar_openpcdet_synthetic.pth", "--config", edited,
+              "--out", model)
+    assert run.rc == 0 and run.err.count("\n") == 1 and run.err.startswith(
+        "note: the config given is named 'openpcdet_kitti_3class', as a built-in config is, with other values "
+        f"(voxel.max_pillars 4000 here, {published} there): give it a name of its own"), run.err
+    frame = assets / "kitti/training/velodyne_fov/000000.bin"
+    run = cli("infer", frame, "--device", "cpu", "--model", model, "--config", "openpcdet_kitti_3class")
+    assert_one_line_error(run, f"model dir '{model}' was built for another config of that name (voxel.max_pillars 4000 "
+                               f"there, {published} now), not for --config 'openpcdet_kitti_3class'", "drop --config")
+
+
 def test_bench_refuses_a_checkpoint_of_another_family_than_config(assets: Path, tmp_path: Path):
     checkpoint = assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"
     run = cli("bench", "--device", "cpu", "--model", checkpoint, "--config", "zhulf0804_kitti_3class",

@@ -447,7 +447,8 @@ def test_a_grid_finer_than_kittis_builds_its_plans(tmp_path, assets):
     from pointpillars_trt.convert.export import build_model_dir, plan_workspace_bytes
 
     kitti = load_config("openpcdet_kitti_3class")
-    fine = dataclasses.replace(kitti, voxel=dataclasses.replace(kitti.voxel, pillar_size=(0.08, 0.08, 4.0)))
+    fine = dataclasses.replace(kitti, name="openpcdet_kitti_fine",  # a name of its own: not the built-in one's
+                               voxel=dataclasses.replace(kitti.voxel, pillar_size=(0.08, 0.08, 4.0)))
     assert fine.voxel.grid[:2] == (2 * kitti.voxel.grid[0], 2 * kitti.voxel.grid[1])
     assert plan_workspace_bytes(fine) == 4 * plan_workspace_bytes(kitti) == 4 << 30
     with first_build():
