@@ -330,8 +330,8 @@ def folder_held(folder: PathLike, refusal: str, unheld: Callable[[str], None] | 
 
 def check_writable_folder(path: PathLike, what: str = "folder") -> None:
     """Refuse, before any work, a folder that cannot take new files: a file in its place, a read-only
-    folder, or (when it does not exist yet) a parent where it cannot be created. An empty temp folder
-    is created and removed again in the folder (or its nearest existing parent): nothing is left."""
+    folder, a full file system, or (when it does not exist yet) a parent where it cannot be created. A temp file
+    of one byte is created and removed again in the folder (or its nearest existing parent): nothing is left."""
     shown = safe_repr(path)
     target = Path(os.fspath(path))
     probe_in = target
@@ -399,14 +399,21 @@ def _probe_writable(folder: Path, message: str) -> None:
 
 
 def unwritable_reason(folder: Path) -> str | None:
-    """Why ``folder`` cannot take a new entry (an empty temp folder made and removed in it), or None: a
-    permission or a read-only mount shows only when something is written."""
+    """Why ``folder`` cannot take a new file (a temp file of one byte made and removed in it), or None: a
+    permission, a read-only mount or a full file system shows only when something is written."""
     probe = folder / f".pp-write-probe.{os.getpid()}.{secrets.token_hex(4)}"
     try:
-        os.mkdir(probe)
-        os.rmdir(probe)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except OSError as exc:
         return exc.strerror or str(exc)
+    try:
+        os.write(fd, b"\0")
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    finally:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
     return None
 
 

@@ -1039,12 +1039,29 @@ def test_frames_of_only_non_finite_points_warn_once_then_are_counted(model_path,
 def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not_claimed(  # type: ignore[no-untyped-def]
         model_path, frames, tmp_path, fmt) -> None:
     with small_tmpfs(tmp_path / "small", "8k") as mount:
-        (mount / "filler").write_bytes(b"\0" * (8 * 1024 - 512))
+        (mount / "filler").write_bytes(b"\0" * 4096)  # one page left: the settings record's (a full disk is refused)
         rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(mount / "out"), "--format", fmt,
                                 "--score-threshold", "0.01")  # boxes in every frame: none of them claimed
         assert rc == 1 and stdout.startswith("0/41 frames, 0 boxes"), (stdout, err)
         assert err.count("the rows of 40 frames are not written") == 1 and "No space left" in err, err
         assert not list((mount / "out").glob("detections-*"))
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_a_disk_full_at_the_start_is_refused_before_the_model_opens(  # type: ignore[no-untyped-def]
+        model_path, frames, tmp_path, fmt) -> None:
+    """--out on a file system with no room left: one error line, before the model is opened or a frame run; it was
+    a warning (the settings record), then every frame run and none written."""
+    with small_tmpfs(tmp_path / "small", "8k") as mount:
+        (mount / "filler").write_bytes(b"\0" * 8192)
+        with pytest.raises(OSError) as full:
+            (mount / "more").write_bytes(b"\0")
+        assert full.value.errno == errno.ENOSPC
+        out = mount / "out"
+        rc, stdout, err = infer(str(frames), "--model", str(model_path), "--out", str(out), "--format", fmt)
+        assert rc == 2 and stdout == "" and err == (
+            f"error: --out {str(out)!r}: cannot write there (it would be created in {str(mount)!r}): No space left on "
+            "device\n"), err
 
 
 def test_a_path_that_gives_no_frames_is_its_own_error_and_the_others_run(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
