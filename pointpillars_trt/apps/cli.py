@@ -148,7 +148,7 @@ def _command_parser(parser: argparse.ArgumentParser, args: argparse.Namespace) -
 
 #: Other tools' options (OpenPCDet's tools/demo.py and test.py, trtexec's, this package's other commands' names):
 #: (an option or argument of the command that takes their place, the hint), the first pair the command has (infer's
-#: point files: its PATH argument). None of them is taken for an abbreviation (``--gpu`` of ``--gpus-per-worker``).
+#: point files: its PATH argument).
 _FOREIGN_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
     "--ckpt": (("--checkpoint", "OpenPCDet's --ckpt is --checkpoint here"),
                ("--model", "OpenPCDet's --ckpt is --model here (a .pth, or the model dir build writes)")),
@@ -171,19 +171,25 @@ _FOREIGN_OPTIONS: dict[str, tuple[tuple[str, str], ...]] = {
 
 def _flag_hints(command: argparse.ArgumentParser, words: Sequence[str]) -> str:
     """What ``command`` takes in place of the unknown options among ``words`` that other tools take (``--ckpt``),
-    and of options written with underscores (``--batch_size``): "; OpenPCDet's --ckpt is --model here; ...", or ""."""
+    of options written with underscores (``--batch_size``), and what an abbreviation begins (``--thr``): "; OpenPCDet's
+    --ckpt is --model here; ...; options are written whole: --thr begins --threads", or ""."""
     actions = command._actions
     known = {option for action in actions for option in action.option_strings} | \
         {action.metavar for action in actions if not action.option_strings and isinstance(action.metavar, str)}
-    hints = []
+    hints, abbreviations = [], []
     for word in dict.fromkeys(word.split("=", 1)[0] for word in words if word.startswith("-")):
         if word in known:
             continue
         hint = next((text for option, text in _FOREIGN_OPTIONS.get(word, ()) if option in known), None)
         if hint is None and word.startswith("--") and word.replace("_", "-") in known:
             hint = f"{word} is {word.replace('_', '-')}"
+        begun = sorted(option for option in known if option.startswith(word)) if word.startswith("--") else []
         if hint is not None:
             hints.append(hint)
+        elif begun:
+            abbreviations.append(f"{word} begins {' and '.join(begun[:3])}{' ...' if len(begun) > 3 else ''}")
+    if abbreviations:
+        hints.append("options are written whole: " + ", ".join(abbreviations))
     return "; " + "; ".join(hints) if hints else ""
 
 
@@ -319,10 +325,14 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 class _Parser(argparse.ArgumentParser):
     """Every (sub)command's parser shows defaults, and reports a bad option value or a missing argument
-    as one ``error:`` line (exit code 2), like every other user error, not a usage block."""
+    as one ``error:`` line (exit code 2), like every other user error, not a usage block. Options are taken
+    written whole only: an abbreviation (``--thr``) would run as whichever option it begins (``--threads``) without
+    a word, another tool's (``--gpu``) as one of ours (``--gpus-per-worker``), and would change meaning as options
+    are added; the error names the options it begins."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.words: list[str] = []  # the command line words this parser was given, for error()'s hints
 
@@ -330,13 +340,6 @@ class _Parser(argparse.ArgumentParser):
                          namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
         self.words = list(sys.argv[1:] if args is None else args)
         return super().parse_known_args(args, namespace)
-
-    def _get_option_tuples(self, option_string: str) -> Any:
-        """Another tool's option (``--gpu``) is never taken for an abbreviation of one of ours (``--gpus-per-worker``,
-        which would then be refused without --ray): it is an unknown option, named with what takes its place."""
-        if option_string.split("=", 1)[0] in _FOREIGN_OPTIONS:
-            return []
-        return super()._get_option_tuples(option_string)
 
     def error(self, message: str) -> NoReturn:
         if message.startswith("the following arguments are required"):  # `build --model x.pth`: say what --model is

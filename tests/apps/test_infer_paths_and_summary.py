@@ -463,6 +463,23 @@ def test_unknown_options_name_the_commands_help_and_what_takes_openpcdets_option
         "error: pointpillars-trt eval: unrecognized arguments: --ckpt x.pth (see pointpillars-trt eval --help)\n")
 
 
+def test_an_abbreviated_option_is_refused_naming_the_options_it_begins() -> None:
+    """``--thr 1`` ran as --threads 1 and ``--form json`` as --format json without a word (argparse's abbreviations):
+    options are taken written whole, and the refusal names what the word begins."""
+    def refusal(*argv: str) -> str:
+        with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()) as err:
+            main(list(argv))
+        assert exit_info.value.code == 2 and err.getvalue().count("\n") == 1, err.getvalue()
+        return err.getvalue()
+
+    assert refusal("infer", "a.bin", "--model", "m", "--thr", "1", "--form=json") == (
+        "error: pointpillars-trt infer: unrecognized arguments: --thr 1 --form=json; options are written whole: --thr "
+        "begins --threads, --form begins --format (see pointpillars-trt infer --help)\n")
+    assert refusal("build", "--checkpoint", "x.pth", "--out", "m", "--pcdet") == (
+        "error: pointpillars-trt build: unrecognized arguments: --pcdet; options are written whole: --pcdet begins "
+        "--pcdet-base-dir and --pcdet-config (see pointpillars-trt build --help)\n")
+
+
 def test_other_tools_options_and_the_other_commands_names_get_what_takes_their_place() -> None:
     """trtexec's --fp16, --gpu, --output / -o and the name another command of this package gives the model
     (build's --checkpoint, infer's --model) are named with what takes their place, also when argparse stops first at
