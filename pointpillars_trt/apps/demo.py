@@ -150,7 +150,7 @@ def refuse_a_folder_of_frames(out: Path) -> None:
             frames = sorted(entry.name for entry in entries
                             if entry.name != DEMO_FILES[0] and not entry.name.startswith(".")
                             and os.path.splitext(entry.name)[1].lower() in SUPPORTED_EXTENSIONS
-                            and not entry.is_dir())
+                            and not _leads_to_folder(entry))
     except OSError:  # not there yet (or unreadable: the write probe says so)
         return
     if frames:
@@ -158,6 +158,15 @@ def refuse_a_folder_of_frames(out: Path) -> None:
                          f"({example(len(frames), safe_repr(frames[0]))}), and the demo's simulated frame written "
                          "there would be one more frame of that folder to infer: give the demo a folder of its own "
                          "(its default: demo_out)")
+
+
+def _leads_to_folder(entry: os.DirEntry[str]) -> bool:
+    """Whether ``entry`` is a folder, or a link to one; a link that leads nowhere (a loop) is none, as infer lists it
+    (its is_dir raised, which had ended the listing as if the folder were not there)."""
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
 
 
 def _stage_line(timings: dict[str, float]) -> str:

@@ -141,6 +141,20 @@ def test_an_out_of_point_files_is_refused_before_the_simulated_frame_joins_them(
     refuse_a_folder_of_frames(own)
 
 
+def test_an_out_of_point_files_beside_a_link_loop_is_still_refused(tmp_path: Path) -> None:
+    """A link loop among the files (l1.bin -> l2.bin -> l1.bin) ended the folder's listing as if it were not there,
+    and the simulated frame joined the real ones."""
+    velodyne = tmp_path / "velodyne"
+    velodyne.mkdir()
+    (velodyne / "000000.bin").write_bytes(b"\0" * 16)
+    (velodyne / "l1.bin").symlink_to("l2.bin")
+    (velodyne / "l2.bin").symlink_to("l1.bin")
+    rc, stdout, err = cli("demo", "--out", velodyne, "--device", "cpu", "--repeats", "1")
+    assert (rc, stdout) == (2, "") and err.startswith(
+        f"error: --out {str(velodyne)!r} holds 3 point files (e.g. '000000.bin'), and the demo's simulated frame"), err
+    assert sorted(p.name for p in velodyne.iterdir()) == ["000000.bin", "l1.bin", "l2.bin"]
+
+
 @pytest.mark.parametrize("device", ["cuda", "cuda:0"])
 def test_demo_cuda_without_cuda_writes_nothing(tmp_path: Path, device: str) -> None:
     if cuda_available() is None:
