@@ -218,8 +218,8 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     no point at all or its intensities' scale (the reader's ``finding_of``), a ``.pcd`` VIEWPOINT the read left
     unapplied (``viewpoint_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
-    boxes left out for NaN, infinite or absurd values (the network overflowed), and the note that its crop or 2D boxes
-    assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
+    points left out for NaN or infinite values (a note), boxes left out for NaN, infinite or absurd values (the network
+    overflowed), and the note that its crop or 2D boxes assumed KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and
     the crop forget what they found once asked). Local infer and Ray's workers alike."""
     source = job.source
     finding = read.finding_of(job.item)
@@ -244,6 +244,11 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
                                  f"beyond the model's voxel.max_pillars ({det.stats.num_pillars} kept) and were left "
                                  "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps "
                                  "frames this dense whole (warned once)"))
+    if det is not None and 0 < det.stats.num_nonfinite < det.stats.num_points:
+        found.append(("somenan", f"note: {safe_repr(source)}: {det.stats.num_nonfinite} of its "
+                                 f"{det.stats.num_points} points hold NaN or infinite values and were left out, as "
+                                 "OpenPCDet's point-range mask leaves them (an organized cloud marks missing returns "
+                                 "so) (said once)"))
     if written.nonfinite:
         found.append(("overflow", f"warning: {safe_repr(source)}: {written.nonfinite} of its boxes held NaN, "
                                   "infinite or absurd values (beyond 10 km, or of no size) and were left out: the "

@@ -1035,6 +1035,25 @@ def test_frames_of_only_non_finite_points_warn_once_then_are_counted(model_path,
             f"'{folder / '000001.bin'}')") in err, err
 
 
+def test_frames_that_lose_some_points_to_nan_say_so_once(model_path, frames, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A frame a third of whose points are NaN lost them without a word (only its record's count said so)."""
+    folder = tmp_path / "holes"
+    folder.mkdir()
+    for source in sorted(frames.glob("0*.bin"))[:2]:
+        points = np.fromfile(source, np.float32).reshape(-1, 4)
+        points[::3, 0] = np.nan
+        points.tofile(folder / source.name)
+    first = sorted(folder.iterdir())[0]
+    lost = len(np.fromfile(first, np.float32).reshape(-1, 4)[::3])
+    total = len(np.fromfile(first, np.float32)) // 4
+    rc, _, err = infer(str(folder), "--model", str(model_path))
+    assert rc == 0 and err.count("note: ") == 1, err
+    assert (f"note: {str(first)!r}: {lost} of its {total} points hold NaN or infinite values and were left out, as "
+            "OpenPCDet's point-range mask leaves them") in err, err
+    rc, _, err = infer(*map(str, sorted(frames.glob("0*.bin"))[:2]), "--model", str(model_path))
+    assert rc == 0 and "note: " not in err, err  # whole frames: nothing to say
+
+
 @pytest.mark.parametrize("fmt", ROW_FORMATS)
 def test_a_row_part_that_finds_the_disk_full_is_one_error_and_its_frames_are_not_claimed(  # type: ignore[no-untyped-def]
         model_path, frames, tmp_path, fmt) -> None:
