@@ -363,12 +363,16 @@ _MODEL_DIR_ENTRIES = frozenset({METADATA_FILE, "cudnn", TIMING_CACHE,
 def _check_replaceable(folder: Path) -> None:
     """Refuse to replace anything but nothing, an empty folder or a model dir of ours (never a user's
     folder): its model.json must be one this package wrote and it may hold nothing else, since
-    replacing the dir deletes every file in it."""
+    replacing the dir deletes every file in it; nor a folder this user cannot write in."""
     if folder.is_symlink():
         raise ModelDirError(f"model dir {safe_repr(folder)}: is a symbolic link (to {safe_repr(os.readlink(folder))}); "
                             "a build replaces its folder, so give the folder itself, or a new one")
     if folder.exists() and not folder.is_dir():
         raise ModelDirError(f"model dir {safe_repr(folder)}: exists and is not a folder")
+    reason = unwritable_reason(folder) if folder.is_dir() else None
+    if reason is not None:  # a folder its owner made read-only: the build's rename would replace it all the same
+        raise ModelDirError(f"model dir {safe_repr(folder)}: cannot write there ({reason}); a build replaces the "
+                            "folder with the one it writes: make it writable, or give another folder")
     try:
         entries = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
     except FileNotFoundError:  # swapped out meanwhile by another build of the same folder: nothing to protect

@@ -1058,6 +1058,29 @@ def test_a_built_in_configs_yaml_copied_and_edited_is_said_at_build_and_told_apa
                                f"there, {published} now), not for --config 'openpcdet_kitti_3class'", "drop --config")
 
 
+def test_build_into_a_folder_this_user_cannot_write_is_refused(assets: Path, tmp_path: Path) -> None:
+    """Before: an empty read-only folder (chmod 555) was replaced by the build's own, writable one, without a word
+    (the rename needs only its parent's permission); infer --out refused the same folder."""
+    from test_infer_hostile import permission_bound_prefix
+
+    prefix = permission_bound_prefix()
+    if prefix is None:
+        pytest.skip("root without setpriv: permissions do not bind")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        done = subprocess.run([*prefix, sys.executable, "-m", "pointpillars_trt", "build", "--checkpoint",
+                               str(assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"), "--out", str(folder)],
+                              capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+        assert done.returncode == 2 and done.stdout == "" and done.stderr == (
+            f"error: model dir {str(folder)!r}: cannot write there (Permission denied); a build replaces the folder "
+            "with the one it writes: make it writable, or give another folder\n"), done
+        assert folder.stat().st_mode & 0o777 == 0o555 and not list(folder.iterdir())
+    finally:
+        folder.chmod(0o755)
+
+
 def test_bench_refuses_a_checkpoint_of_another_family_than_config(assets: Path, tmp_path: Path):
     checkpoint = assets / "checkpoints/pointpillar_openpcdet_synthetic.pth"
     run = cli("bench", "--device", "cpu", "--model", checkpoint, "--config", "zhulf0804_kitti_3class",
