@@ -669,6 +669,9 @@ def _field_count_hint(parts: Sequence[str], with_score: bool | None) -> str:
     if with_score and len(parts) == LABEL_FIELDS:
         return (": a prediction line ends with its score; a line of 15 fields is ground truth, given as predictions "
                 "(--pred)?")
+    if with_score is False and len(parts) == LABEL_FIELDS + 1:
+        return (": ground truth has no score; a line of 16 fields ends with a prediction's, given as labels "
+                "(--labels)?")
     return (": type, truncated, occluded, alpha, the 2D box (4), dimensions (3), location (3), rotation_y"
             + (", score" if with_score is not False else ""))
 

@@ -265,6 +265,14 @@ def test_bad_prediction_lines_are_input_errors(tmp_path: Path, line: str, proble
         load_predictions(tmp_path / "pred", ids)
 
 
+def test_a_prediction_line_given_as_ground_truth_names_the_swap(tmp_path: Path) -> None:
+    """--labels pointed at a prediction folder said only "16 fields, expected 15" and what a label line holds."""
+    ids = write_frames(tmp_path / "label_2", [["Car 0 0 0 1 2 3 4 1 1 1 0 0 0 0 0.5"]])
+    with pytest.raises(InputError, match=r"000000\.txt', line 1: 16 fields, expected 15: ground truth has no score; a "
+                                         r"line of 16 fields ends with a prediction's, given as labels \(--labels\)\?"):
+        load_ground_truth(tmp_path / "label_2", ids)
+
+
 def test_a_prediction_file_of_an_upper_case_suffix_is_refused_not_passed_over(tmp_path: Path) -> None:
     from pointpillars_trt.apps.eval.io import list_prediction_ids
 
