@@ -128,8 +128,8 @@ def test_a_frame_set_whose_frames_made_no_pillar_is_warned_of_in_the_run_and_its
     run = bench(tiny_yaml, tmp_path / "b", "--frames", frames, "--iterations", 4)
     assert run.rc == 0, run
     line = ("--frames set 'f (4 frames)': 3 of the 4 frames timed made no pillar (their points are none, non-finite or "
-            "outside the model's point range): their times are of frames with nothing to detect on; infer names each "
-            "such file")
+            "outside the model's point range): their times are of frames with nothing to detect on; the first: "
+            f"{str(frames / '000001.bin')!r}")
     assert [w for w in run.err.splitlines() if w.startswith("warning:")] == [f"warning: {line}"], run.err
     assert line in report(tmp_path / "b")["notes"]
     assert f"- {line}" in (tmp_path / "b" / "bench.md").read_text().splitlines()
@@ -195,11 +195,12 @@ def test_a_set_cut_to_the_iterations_is_named_with_the_frames_it_times(tmp_path:
     (folder / "000001.bin").write_bytes(b"\1" * 6)
     (folder / "000003.bin").write_bytes(b"\1" * 6)  # past the limit: no error of its own
     said: list[str] = []
-    sets, left_out = folder_frame_sets([str(folder)], limit=3, say=said.append)
+    sets, left_out, sources = folder_frame_sets([str(folder)], limit=3, say=said.append)
     assert said == [f"note: --frames '{folder}': reading the first 3 of its 4 point files, as many as --iterations "
                     "3 times", f"error: {read_error(folder / '000001.bin')}"]
     assert [(name, [len(f) for f in frames]) for name, frames in sets.items()] == \
         [("v (2 of the first 3 of 4 frames)", [40, 60])]
+    assert sources == {"v (2 of the first 3 of 4 frames)": [str(folder / "000000.bin"), str(folder / "000002.bin")]}
     assert left_out == ["--frames set 'v (2 of the first 3 of 4 frames)': 1 of the first 3 of its 4 point files "
                         "left out: it could not be read (named in its error line)"]
 
@@ -213,7 +214,7 @@ def test_a_set_of_one_file_read_that_cannot_be_is_named_as_such(tmp_path: Path) 
     (bad / "000000.bin").write_bytes(b"\1" * 6)
     good = frame_folder(tmp_path / "good", 40)
     said: list[str] = []
-    sets, left_out = folder_frame_sets([str(bad), str(good)], limit=1, say=said.append)
+    sets, left_out, _ = folder_frame_sets([str(bad), str(good)], limit=1, say=said.append)
     assert list(sets) == ["good (1 frame)"]
     assert left_out == [f"--frames '{bad}': the first of its 3 point files, the one read, cannot be read: "
                         f"{read_error(bad / '000000.bin')}; its set is left out"]
@@ -237,13 +238,14 @@ def test_a_set_of_one_frame_is_named_in_the_singular(tiny_yaml: Path, tmp_path: 
     run = bench(tiny_yaml, tmp_path / "b", "--frames", alone, "--frames", pair, "--iterations", 2)
     assert run.rc == 0, run
     said = " made no pillar (its points are none, non-finite or outside the model's point range): its times are of a " \
-           "frame with nothing to detect on; infer names such a file"
+           "frame with nothing to detect on; the frame: "
     assert [line for line in run.err.splitlines() if line.startswith("warning:")] == [
-        "warning: --frames set 'alone (1 frame)': its one frame timed" + said,
-        "warning: --frames set 'pair (2 frames)': 1 of the 2 frames timed" + said], run.err
+        "warning: --frames set 'alone (1 frame)': its one frame timed" + said + repr(str(alone / "000000.bin")),
+        "warning: --frames set 'pair (2 frames)': 1 of the 2 frames timed" + said + repr(str(pair / "000001.bin"))
+    ], run.err
     assert [r["frames"] for r in report(tmp_path / "b")["runs"]] == ["alone (1 frame)", "pair (2 frames)"]
     said_lines: list[str] = []
-    sets, left_out = folder_frame_sets([str(pair)], limit=1, say=said_lines.append)
+    sets, left_out, _ = folder_frame_sets([str(pair)], limit=1, say=said_lines.append)
     assert said_lines == [f"note: --frames '{pair}': reading the first of its 2 point files, as many as --iterations 1 "
                           "times"]
     assert list(sets) == ["pair (first of 2 frames)"] and not left_out

@@ -255,7 +255,7 @@ def test_a_folder_named_like_a_frame_is_no_frame_of_a_bench_set(tmp_path: Path) 
     for k in range(2):
         tiny_points(k, 50).tofile(tmp_path / f"{k:06d}.bin")
     said: list[str] = []
-    sets, left_out = folder_frame_sets([str(tmp_path)], limit=2, say=said.append)
+    sets, left_out, _ = folder_frame_sets([str(tmp_path)], limit=2, say=said.append)
     assert [len(frames) for frames in sets.values()] == [2] and said == [] and left_out == []
     np.testing.assert_array_equal(sets[f"{tmp_path.name} (2 frames)"][1], tiny_points(1, 50))
 

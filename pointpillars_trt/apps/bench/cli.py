@@ -137,9 +137,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
     device, device_id, reason = pick_device(args.device)  # an explicit GPU that cannot run: as infer says it
     if args.iterations is None:
         args.iterations = CPU_ITERATIONS if device == "cpu" else GPU_ITERATIONS
-    frame_sets, left_out = (folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
-                                              say=lambda line: print(line, file=sys.stderr), listed=frame_files)
-                            if args.frames else (simulated_frame_sets(columns=columns), []))
+    frame_sets, left_out, sources = (
+        folder_frame_sets(args.frames, columns, args.point_dim or columns, limit=args.iterations,
+                          say=lambda line: print(line, file=sys.stderr), listed=frame_files)
+        if args.frames else (simulated_frame_sets(columns=columns), [], {}))
     cpu_model = _cpu_model_dir(model, out) if device == "cpu" else None
     if cpu_model is not None:
         _say_cpu_run(args, cpu_model.precision, reason)
@@ -158,7 +159,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
             print("note: --threads applies to CPU runs; the GPU run's engines take no thread count", file=sys.stderr)
         with cp.cuda.Device(device_id):  # what runs on the current GPU (plan builds, memory readings) runs on it
             _bench_gpu(model, frame_sets, args, out, results, device_id)
-    for line in _no_pillar_findings(results, list(frame_sets) if args.frames else []):
+    for line in _no_pillar_findings(results, sources):
         print(f"warning: {line}", file=sys.stderr)
         results["notes"].append(line)
     if missing is not None:
@@ -171,21 +172,22 @@ def run_bench_command(args: argparse.Namespace) -> int:
     return EXIT_FRAME_FAILURES if left_out else 0
 
 
-def _no_pillar_findings(results: dict[str, Any], set_names: list[str]) -> list[str]:
-    """A line for each of ``set_names`` (the --frames sets) of which frames timed made no pillar (files empty,
-    all non-finite or outside the model's point range, which infer names one by one): their times are of frames
-    with nothing to detect on, which the report's rows would give as the set's latency without a word."""
+def _no_pillar_findings(results: dict[str, Any], sources: dict[str, list[str]]) -> list[str]:
+    """A line for each --frames set (``sources``: the file of each of its frames) of which frames timed made no
+    pillar (files empty, all non-finite or outside the model's point range), naming the first: their times are of
+    frames with nothing to detect on, which the report's rows would give as the set's latency without a word."""
     lines = []
-    for name in set_names:
+    for name, files in sources.items():
         # its first run (every run times the same frames); none where no precision asked for was the model dir's
         run = next((r for r in results["runs"] if r["frames"] == name), None)
         if run is not None and run["no_pillar_frames"]:
             empty, timed = run["no_pillar_frames"], run["distinct_frames"]
             which = agree(timed, "its one frame timed", f"{empty} of the {timed} frames timed")
-            its, frames, files = agree(empty, ("its", "a frame", "such a file"), ("their", "frames", "each such file"))
+            its, frames = agree(empty, ("its", "a frame"), ("their", "frames"))
+            first = safe_repr(files[run["first_no_pillar_frame"]])
             lines.append(f"--frames set {safe_repr(name)}: {which} made no pillar ({its} points are none, non-finite "
                          f"or outside the model's point range): {its} times are of {frames} with nothing to detect on; "
-                         f"infer names {files}")
+                         + agree(empty, f"the frame: {first}", f"the first: {first}"))
     return lines
 
 

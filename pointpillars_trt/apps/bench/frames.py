@@ -49,11 +49,12 @@ def list_frame_folders(folders: list[str]) -> list[list[str]]:
 
 
 class FolderFrameSets(NamedTuple):
-    """``folder_frame_sets``' sets by name, and the report's line for each set that left files out (files that
-    could not be read, each said in its own ``error:`` line)."""
+    """``folder_frame_sets``' sets by name, the report's line for each set that left files out (files that
+    could not be read, each said in its own ``error:`` line), and the file each set's frames were read from."""
 
     sets: dict[str, list[np.ndarray]]
     left_out: list[str]
+    sources: dict[str, list[str]]
 
 
 def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, limit: int | None = None,
@@ -67,6 +68,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
     of no file that can is one ``error:`` line and left out, and where that leaves no set, InputErrors of those
     lines ends the run."""
     sets: dict[str, list[np.ndarray]] = {}
+    sources: dict[str, list[str]] = {}
     left_out: list[str] = []
     unread: list[str] = []  # a line for each set of no file that could be read
     for folder, files, name in zip(folders, listed or list_frame_folders(folders), set_names(folders)):
@@ -75,7 +77,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
         read = f"its {len(used)}" if len(used) == len(files) else f"the {first} of its {len(files)}"
         if len(used) < len(files):
             say(f"note: --frames {safe_repr(folder)}: reading {read} point files, as many as --iterations {limit} times")
-        frames, errors = _read_frames(used, columns, point_dim)
+        frames, read_from, errors = _read_frames(used, columns, point_dim)
         if not frames:
             if len(used) > 1:
                 which = f"none of {read} point files can be read, the first"
@@ -93,7 +95,7 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
             count = f"{first} of {len(files)} frames"
         else:
             count = f"{len(frames)} of the first {len(used)} of {len(files)} frames"
-        sets[f"{name} ({count})"] = frames
+        sets[f"{name} ({count})"], sources[f"{name} ({count})"] = frames, read_from
         if errors:
             why = agree(len(errors), "it could not be read (named", "they could not be read (each named")
             left_out.append(f"--frames set {safe_repr(f'{name} ({count})')}: {len(errors)} of {read} point files left "
@@ -103,19 +105,22 @@ def folder_frame_sets(folders: list[str], columns: int = 4, point_dim: int = 4, 
     for line in unread:
         say(f"error: {line}; its set is left out")
         left_out.append(f"{line}; its set is left out")
-    return FolderFrameSets(sets, left_out)
+    return FolderFrameSets(sets, left_out, sources)
 
 
-def _read_frames(files: list[str], columns: int, point_dim: int) -> tuple[list[np.ndarray], list[str]]:
-    """The frames of ``files`` that can be read, and the line of each that cannot (its InputError's, which names it)."""
+def _read_frames(files: list[str], columns: int, point_dim: int) -> tuple[list[np.ndarray], list[str], list[str]]:
+    """The frames of ``files`` that can be read, the file of each, and the line of each file that cannot (its
+    InputError's, which names it)."""
     frames: list[np.ndarray] = []
+    read_from: list[str] = []
     errors: list[str] = []
     for file in files:
         try:
             frames.append(read_points(file, point_dim=point_dim, columns=columns))
+            read_from.append(file)
         except InputError as exc:
             errors.append(one_line(exc))
-    return frames, errors
+    return frames, read_from, errors
 
 
 def refuse_repeated_folders(folders: list[str]) -> None:

@@ -37,7 +37,8 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
     ``warmup_s`` seconds; ``done(1)`` after each frame (a progress bar), outside the timed span. The average
     points and pillars are of the same frames: each distinct frame timed once (the whole set once
     ``iterations`` reaches its size), so fewer iterations than frames do not weigh the pillars of a few
-    frames against the points of all; ``no_pillar_frames`` counts those of them that made no pillar."""
+    frames against the points of all; ``no_pillar_frames`` counts those of them that made no pillar, and
+    ``first_no_pillar_frame`` is the index in ``frames`` of the first of them (None: none)."""
     def untimed(i: int) -> None:
         detect(frames[i % len(frames)])
         if done is not None:
@@ -63,6 +64,7 @@ def measure_latency(detect: Callable[[np.ndarray], Any], timings: Callable[[], d
         "avg_pillars": float(np.mean(list(pillars.values()))) if pillars else 0.0,
         "distinct_frames": len(pillars),
         "no_pillar_frames": sum(1 for count in pillars.values() if not count),
+        "first_no_pillar_frame": min((k for k, count in pillars.items() if not count), default=None),
         "iterations": iterations,
         "warmup": warmup,
     }
