@@ -20,7 +20,7 @@ from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, in
 from .detections import Detections, misread_finding
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
-    SettingNotice, agree, counted, safe_repr,
+    SettingNotice, agree, safe_repr,
 )
 from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
@@ -31,7 +31,7 @@ from .runtime_options import RuntimeOptions, cpu_threads
 from .model_dir import ModelDir, load_model_dir
 from .point_layout import check_time_lags
 from .points import MAX_FRAME_POINTS, as_host_points, check_frame_list, is_cuda_array, is_frame_path
-from .staging import INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, likely_points_per_frame
+from .staging import INITIAL_POINTS_PER_FRAME, PageLockedOrOrdinary, ReadFrame, StagingBuffer, likely_points_per_frame
 from .stop_signals import stop_signals_blocked
 from .sweeps import accumulate_sweeps
 
@@ -444,7 +444,7 @@ class PointPillars:
         # from the first files' sizes; a list or tuple only: any other iterable's items are taken in turn
         likely = likely_points_per_frame(frames, dim) if isinstance(frames, (list, tuple)) else None
         pool = _StagingPool(batch * max(INITIAL_POINTS_PER_FRAME, likely or 0), columns,
-                            empty_pinned if pipeline is not None else None)
+                            PageLockedOrOrdinary() if pipeline is not None else None)
         return self._stream(iter(enumerate(frames)), batch, read, pool, ahead, detect)  # checked above, not at next()
 
     def _stream(self, items: Iterator[tuple[int, object]], batch_size: int, read: ReadFrame, pool: _StagingPool,
@@ -745,8 +745,7 @@ class _StagingPool:
     rows (a power of two, ``StagingBuffer``), and a smaller one given back is dropped. Where page-locked
     memory runs out, buffers of ordinary memory (the GPU copies from them too, more slowly), said once."""
 
-    def __init__(self, capacity: int, columns: int,
-                 alloc: Callable[[tuple[int, int], type], np.ndarray] | None) -> None:
+    def __init__(self, capacity: int, columns: int, alloc: PageLockedOrOrdinary | None) -> None:
         self.capacity, self._columns, self._alloc = capacity, columns, alloc
         self._free: list[StagingBuffer] = []
 
@@ -755,16 +754,13 @@ class _StagingPool:
             buffer = self._free.pop()
             buffer.reset()
             return buffer
-        try:
-            return StagingBuffer(self.capacity, self._alloc, self._columns)
-        except Exception as exc:  # noqa: BLE001 - page-locked memory is a limited resource of its own
-            if self._alloc is None:
-                raise
-            warnings.warn(f"infer_many: page-locked memory for the frames' staging could not be had ({exc}); "
+        buffer = StagingBuffer(self.capacity, self._alloc, self._columns)
+        failure = self._alloc.news() if self._alloc is not None else None
+        if failure is not None:
+            warnings.warn(f"infer_many: page-locked memory for the frames' staging could not be had ({failure}); "
                           "staging them in ordinary memory from here on (slower copies to the GPU)",
                           RuntimeWarning, stacklevel=_callers_level())
-            self._alloc = None
-            return StagingBuffer(self.capacity, None, self._columns)
+        return buffer
 
     def give(self, group: _Group) -> None:
         buffer = group.staging

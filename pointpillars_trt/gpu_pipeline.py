@@ -27,6 +27,7 @@ import threading
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import cupy as cp
 import numpy as np
@@ -51,6 +52,15 @@ DIRECT_COPY_BYTES = 1 << 20    # a frame alone this large is copied from the cal
 FRAME, TIMED_FRAME = "frame", "frame, timed"  # the keys of a batch's one graph, without and with stage events
 _MEMORY_TYPE_UNREGISTERED = 0  # cudaMemoryTypeUnregistered: pageable host memory
 _MEMORY_TYPE_HOST = 1          # cudaMemoryTypeHost: page-locked (cudaHostAlloc) or registered host memory
+
+
+class _InputBuffers(NamedTuple):
+    """A pipeline's input buffers for ``capacity`` points (``GpuPipeline._input_buffers``)."""
+
+    capacity: int
+    staging: StagingBuffer
+    device: cp.ndarray
+    times: cp.ndarray | None
 
 
 @dataclass
@@ -153,7 +163,7 @@ class GpuPipeline:
         try:
             with self._device, self.stream:
                 self._rpn = self._open_rpn(files)
-                self._allocate(max_points)  # the canvas in the layout the RPN engine reads
+                self._allocate(max_points, self.max_batch)  # the canvas in the layout the RPN engine reads
         except BaseException:
             self._close_rpn()  # before the stream goes: a session outliving its stream crashes
             raise
@@ -174,22 +184,47 @@ class GpuPipeline:
 
     # -- set-up (outside the hot path) ------------------------------------------------------------
 
-    def _allocate(self, max_points: int) -> None:
-        cfg, b = self.cfg, self.max_batch
+    def _allocate(self, max_points: int, batch: int) -> None:
+        """The buffers and stages for batches of ``batch`` frames and ``max_points`` points, every one made before
+        any is replaced: a failed allocation (a larger batch that does not fit) leaves the pipeline as it was, with
+        the buffers its captured graphs read and write."""
+        cfg = self.cfg
         hx, hy = cfg.head_map
         assert self._rpn is not None  # opened first: the canvas is in the layout its RPN reads
         canvas_type, channels_first = np.dtype(canvas_dtype(self.model.precision)), self._rpn.channels_first_input
-        self._canvas = cp.zeros((b, *self._rpn.inputs[RPN_INPUT].shape[1:]), canvas_type)
-        self._heads = cp.zeros((b, hy, hx, head_channels(cfg)), np.float32)
+        canvas = cp.zeros((batch, *self._rpn.inputs[RPN_INPUT].shape[1:]), canvas_type)
+        heads = cp.zeros((batch, hy, hx, head_channels(cfg)), np.float32)
         rows, width = post_stage_type(self.post_cfg).result_shape(self.post_cfg)
-        self._results = cp.zeros((b, rows, width), np.float32)
-        self._results_host = empty_pinned((b, rows, width), np.float32)
+        results = cp.zeros((batch, rows, width), np.float32)
+        results_host = empty_pinned((batch, rows, width), np.float32)
+        inputs = self._input_buffers(max_points)
+        voxelize = VoxelizeStage(cfg, max_points, batch)
+        pfn = PfnStage(cfg, *self._pfn_weights, frames=batch)
+        scatter = ScatterStage(cfg, canvas_type, channels_first, frames=batch)
+        post = post_stage_type(cfg)(self.post_cfg, results, self._thresholds, frames=batch)
+        self.max_batch, self._canvas, self._heads, self._results, self._results_host = \
+            batch, canvas, heads, results, results_host
         self._result_bytes = rows * width * 4  # a frame's share of the one D2H copy
-        self._allocate_input(max_points)
-        self._voxelize = VoxelizeStage(cfg, self.max_points, b)
-        self._pfn = PfnStage(cfg, *self._pfn_weights, frames=b)
-        self._scatter = ScatterStage(cfg, canvas_type, channels_first, frames=b)
-        self._post = post_stage_type(cfg)(self.post_cfg, self._results, self._thresholds, frames=b)
+        self._use_input(inputs)
+        self._voxelize, self._pfn, self._scatter, self._post = voxelize, pfn, scatter, post
+
+    def _input_buffers(self, capacity: int) -> _InputBuffers:
+        """The packed input for ``capacity`` points (``staging.py``: header rows of (count, first row) int32 pairs,
+        then the frames' points), so that one H2D copy brings a whole batch and the counts stay where the kernels
+        read them; the pipeline's own pinned staging, which serves callers that hand it arrays; a multi-sweep
+        model's time lags."""
+        columns = self.cfg.num_point_columns
+        staging = StagingBuffer(capacity, empty_pinned, columns)
+        device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
+        times = cp.zeros(capacity, np.float32) if columns > GPU_POINT_COLUMNS else None
+        return _InputBuffers(capacity, staging, device_input, times)
+
+    def _use_input(self, inputs: _InputBuffers) -> None:
+        """Take ``inputs`` as the pipeline's input buffers (nothing here allocates: it cannot fail half-way)."""
+        self.max_points, self._staging, self._times = inputs.capacity, inputs.staging, inputs.times
+        self._input_ptr = inputs.device.data.ptr
+        self._header = inputs.device[:HEADER_ROWS].view(np.int32).reshape(-1)  # views: they keep the buffer alive
+        self._points = inputs.device[HEADER_ROWS:]
 
     def _open_rpn(self, files: dict[str, CheckedFile]) -> Engine:
         """The RPN engine, on the pipeline's stream; ``files``: the model dir's files as its check read them, of which
@@ -207,42 +242,26 @@ class GpuPipeline:
         for name, arr in ((RPN_INPUT, self._canvas), (RPN_OUTPUT, self._heads)):
             self._rpn.bind(name, arr.data.ptr, (batch, *arr.shape[1:]))
 
-    def _allocate_input(self, capacity: int) -> None:
-        """The packed input (``staging.py``: header rows of (count, first row) int32 pairs, then the
-        frames' points), so that one H2D copy brings a whole batch and the counts stay where the
-        kernels read them. The pipeline's own pinned staging serves callers that hand it arrays."""
-        columns = self.cfg.num_point_columns
-        self._staging = StagingBuffer(capacity, empty_pinned, columns)
-        device_input = cp.zeros((HEADER_ROWS + capacity, 4), np.float32)
-        self._input, self.max_points = device_input, capacity
-        self._input_ptr = device_input.data.ptr
-        self._header = device_input[:HEADER_ROWS].view(np.int32).reshape(-1)
-        self._points = device_input[HEADER_ROWS:]
-        self._times = cp.zeros(capacity, np.float32) if columns > GPU_POINT_COLUMNS else None  # the time lags
-
     def _grow(self, total_points: int) -> None:
         """A batch larger than every earlier one: reallocate the point buffers, recapture the graphs.
 
-        The new voxelizer is built first, so a failed allocation leaves the old buffers working."""
+        The new voxelizer and buffers are all made before any is replaced, so a failed allocation leaves the old
+        ones working."""
         self.stream.synchronize()
         capacity = next_power_of_two(total_points)
         with self._device, self.stream:
             voxelize = VoxelizeStage(self.cfg, capacity, self.max_batch)
-            self._allocate_input(capacity)
-            self._voxelize = voxelize
+            inputs = self._input_buffers(capacity)
+        self._use_input(inputs)
+        self._voxelize = voxelize
         self._graphs.clear()
 
     def _grow_batch(self, max_batch: int) -> None:
-        """Reallocate the batch buffers and stages for a larger batch (outside the hot path)."""
+        """Reallocate the batch buffers and stages for a larger batch (outside the hot path); a failed allocation
+        leaves the pipeline as it was (``_allocate``)."""
         self.stream.synchronize()
-        old = self.max_batch
-        try:
-            with self._device, self.stream:
-                self.max_batch = max_batch
-                self._allocate(self.max_points)
-        except BaseException:
-            self.max_batch = old
-            raise
+        with self._device, self.stream:
+            self._allocate(self.max_points, max_batch)
         self._graphs.clear()
 
     # -- the hot path -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .config import int_within, next_power_of_two
+from .errors import one_line
 from .graph_io import MAX_BATCH
 from .pointcloud_io import Allocate
 from .points import copy_leading_columns, is_frame_path
@@ -67,6 +68,36 @@ def empty_pinned(shape: tuple[int, ...], dtype: type | np.dtype) -> np.ndarray:
     dtype = np.dtype(dtype)
     memory = cupy.cuda.alloc_pinned_memory(math.prod(shape) * dtype.itemsize)
     return np.ndarray(shape, dtype, buffer=memory)
+
+
+class PageLockedOrOrdinary:
+    """``StagingBuffer``'s allocator: page-locked memory (``page_locked``: CuPy's pinned pool) while it can be had,
+    then ordinary memory, which the GPU copies from too, more slowly. Page-locked memory is a resource of its own,
+    bounded by the machine's locked-memory limits: where it runs out, a run goes on, and its caller says so once
+    (``news``)."""
+
+    def __init__(self, page_locked: Callable[[tuple[int, ...], type], np.ndarray] | None = None) -> None:
+        self._page_locked = page_locked
+        self.failure: str | None = None  # why page-locked memory could not be had: ordinary memory since
+        self._told = False
+        self._lock = threading.Lock()
+
+    def __call__(self, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        if self.failure is None:
+            try:
+                return (self._page_locked or empty_pinned)(shape, dtype)
+            except Exception as exc:  # noqa: BLE001 - CuPy's CUDARuntimeError or OutOfMemoryError, a MemoryError
+                with self._lock:
+                    self.failure = self.failure or one_line(exc)
+        return np.empty(shape, dtype)
+
+    def news(self) -> str | None:
+        """Why page-locked memory could not be had, at the first call since it could not (None otherwise)."""
+        with self._lock:
+            if self.failure is None or self._told:
+                return None
+            self._told = True
+            return self.failure
 
 
 def rounded_capacity(capacity: int) -> int:

@@ -662,6 +662,7 @@ def test_infer_manys_staging_goes_to_ordinary_memory_once_page_locked_memory_run
     import warnings
 
     from pointpillars_trt.detector import _StagingPool
+    from pointpillars_trt.staging import PageLockedOrOrdinary
 
     asked: list[tuple[int, ...]] = []
 
@@ -669,7 +670,7 @@ def test_infer_manys_staging_goes_to_ordinary_memory_once_page_locked_memory_run
         asked.append(shape)
         raise MemoryError("out of page-locked memory")
 
-    pool = _StagingPool(1000, 4, page_locked)
+    pool = _StagingPool(1000, 4, PageLockedOrOrdinary(page_locked))
     with pytest.warns(RuntimeWarning, match="page-locked memory .* could not be had .*out of page-locked memory"):
         first = pool.take()
     with warnings.catch_warnings():

@@ -653,6 +653,37 @@ def test_the_streaming_runner_equals_each_frame_alone(family_pair, assets, tmp_p
         detector.close()
 
 
+def test_the_streaming_runner_stages_in_ordinary_memory_once_page_locked_memory_runs_out(  # type: ignore[no-untyped-def]
+        family_pair, assets, tmp_path, monkeypatch):
+    """Page-locked memory that cannot be had for the runner's staging (CuPy's cudaErrorMemoryAllocation, forced at
+    the runner's allocations: the pipelines' own are made before) ended the run in a traceback; now it is said once
+    and the frames are staged in ordinary memory, each with its boxes of running it alone."""
+    import cupy as cp
+
+    from pointpillars_trt import staging
+    from pointpillars_trt.apps.frames import FrameReader, FrameRunner
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    paths, alone = _files_and_each_alone(gpu, assets, tmp_path, corrupt_at=5)
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False, max_batch=3)
+
+    def none_left(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+        raise cp.cuda.runtime.CUDARuntimeError(2)  # cudaErrorMemoryAllocation
+
+    monkeypatch.setattr(staging, "empty_pinned", none_left)
+    notices: list[str] = []
+    with FrameRunner([detector], batch_size=3, read=FrameReader(detector.cfg, point_dim=4, intensity_scale=None),
+                     notice=notices.append) as runner:
+        jobs = list(runner.run(paths))
+    detector.close()
+    assert len(notices) == 1 and notices[0].startswith(
+        "warning: page-locked memory for the frames' staging could not be had (cudaErrorMemoryAllocation"), notices
+    assert "20 bytes, not a multiple of 16" in str(jobs[5].error)
+    found = [job.detections for job in jobs if job.error is None]
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+
+
 def _counting_staged_batches(pipeline):  # type: ignore[no-untyped-def]
     """The sizes of the batches ``pipeline.detect_staged`` runs from here on (the real call still runs)."""
     staged: list[int] = []
@@ -787,6 +818,38 @@ def test_a_finish_called_again_gives_its_own_batch_not_the_next(family_pair, ass
     assert finish_second()[0].boxes.tobytes() == expected[1].boxes.tobytes()
     assert found[0].boxes.tobytes() == expected[0].boxes.tobytes()
     detector.close()
+
+
+def test_a_larger_batch_that_cannot_be_allocated_leaves_the_pipeline_running_its_batches(family_pair, assets,  # type: ignore[no-untyped-def]
+                                                                                         monkeypatch):
+    """A larger batch that does not fit (CuPy's out-of-memory error, forced at the scatter stage's buffers) had
+    already replaced the canvas, head maps, results and input buffers the captured graphs read and write: a batch
+    of one then replayed a graph over freed memory. Nothing is replaced until everything is made: each frame gets
+    its boxes, and the batch runs once there is room."""
+    import cupy as cp
+
+    from pointpillars_trt import gpu_pipeline
+
+    _, _, gpu = family_pair
+    frames = _mixed_frames(assets)
+    pipeline = GpuPipeline(gpu.model, backend=gpu.backend, tf32=False)
+    alone = [pipeline.detect(points) for points in frames]  # the batch of one's graphs captured
+
+    def no_room(*args: object, **kwargs: object) -> None:
+        raise cp.cuda.memory.OutOfMemoryError(1 << 30, 0, 0)
+
+    monkeypatch.setattr(gpu_pipeline, "ScatterStage", no_room)
+    with pytest.raises(MemoryError):
+        pipeline.detect_batch(frames)
+    monkeypatch.undo()
+    assert pipeline.max_batch == 1
+    for points, expected in zip(frames, alone):
+        got = pipeline.detect(points)
+        assert got.boxes.tobytes() == expected.boxes.tobytes() and got.scores.tobytes() == expected.scores.tobytes()
+    found = pipeline.detect_batch(frames)
+    assert pipeline.max_batch == len(frames)
+    assert [d.boxes.tobytes() for d in found] == [d.boxes.tobytes() for d in alone]
+    pipeline.close()
 
 
 def test_a_larger_batch_refused_while_one_is_in_flight_leaves_its_buffers(family_pair, assets):  # type: ignore[no-untyped-def]

@@ -43,7 +43,8 @@ from ..errors import InputError, one_line, safe_repr
 from ..intensities import intensity_mismatch
 from ..pointcloud_io import Allocate, read_bin_bytes_into, read_points_into
 from ..shared_staging import SharedArrays, shared_memory_available
-from ..staging import HEADER_ROWS, INITIAL_POINTS_PER_FRAME, ReadFrame, StagingBuffer, empty_pinned, rounded_capacity
+from ..staging import (HEADER_ROWS, INITIAL_POINTS_PER_FRAME, PageLockedOrOrdinary, ReadFrame, StagingBuffer,
+                       rounded_capacity)
 from ..stop_signals import stop_signals_blocked, unblock_stop_signals
 from .frame_reads import ProcessRead, read_batch, read_into
 from .outputs import OutputsReplacedError
@@ -246,7 +247,7 @@ class FrameRunner:
         # a FrameReader's reads check a multi-sweep frame's time lags: the detectors do not check them again
         self._lags_checked = isinstance(read, FrameReader)
         on_gpu = all(getattr(d, "gpu_pipeline", None) is not None for d in self.detectors)
-        self._alloc = empty_pinned if on_gpu else None  # pinned staging: the H2D copies from it
+        self._alloc = PageLockedOrOrdinary() if on_gpu else None  # pinned staging: the H2D copies from it
         readers = reader_threads(points_per_frame) if readers is None else max(1, readers)
         self._readers = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="pp-read")
         self._writer_threads = max(1, writers)
@@ -268,6 +269,7 @@ class FrameRunner:
         self._reader_pool: WorkerProcesses | None = None
         self._shared: SharedArrays | None = None
         self._reader_data = b""  # the pickled ``read`` every reader process task carries
+        self._shared_memory_full = False  # said once: a larger staging buffer went to this process's memory
         if reader_processes is not None:
             why_not = self._read_in(reader_processes, SharedArrays(pin=on_gpu), slots, capacity, columns)
             if why_not is not None:
@@ -276,6 +278,7 @@ class FrameRunner:
         if self._shared is None:
             for _ in range(slots):
                 self._free.put(StagingBuffer(capacity, self._alloc, columns))
+            self._say_ordinary_staging()
         self._slots = slots
         self._readers_lock = threading.Lock()
         self._stop = threading.Event()  # the running run's: set when it is stopped
@@ -547,12 +550,13 @@ class FrameRunner:
                 job._write = (task, place, writers)
 
     def _run_gpu(self, pipeline: Any, batch: _Batch, jobs: list[FrameJob]) -> list[Any] | None:
-        """One pass of the pipeline over the batch from its staging buffer; None when it fails."""
+        """One pass of the pipeline over the batch from its staging buffer; None when it fails (or a larger
+        buffer for a batch that did not fit cannot be had): the frames are then run one by one."""
         staging = batch.staging
         assert staging is not None
-        if any(job.start is None for job in jobs):  # a frame that did not fit: restage the batch
-            staging = batch.staging = self._restaged(staging, jobs)
         try:
+            if any(job.start is None for job in jobs):  # a frame that did not fit: restage the batch
+                staging = batch.staging = self._restaged(staging, jobs)
             return list(pipeline.detect_staged(staging, [(len(job.points), job.start) for job in jobs]))  # type: ignore[arg-type]
         except Exception:  # noqa: BLE001 - retried frame by frame, where each frame's own error shows
             return None
@@ -578,13 +582,27 @@ class FrameRunner:
         """``_restage_batch`` into shared memory when ``staging`` was (reader processes read later batches into it),
         else (or when shared memory has no room left) as ``staging`` was made; a shared one's files go."""
         if self._shared is None or not self._shared.owns(staging):
-            return _restage_batch(staging, jobs, self._alloc)
-        try:
-            bigger = _restage_batch(staging, jobs, self._shared)
-        except OSError:
             bigger = _restage_batch(staging, jobs, self._alloc)
-        self._shared.free(staging)
+        else:
+            try:
+                bigger = _restage_batch(staging, jobs, self._shared)
+            except OSError as exc:
+                bigger = _restage_batch(staging, jobs, self._alloc)
+                if not self._shared_memory_full:
+                    self._shared_memory_full = True
+                    self._notice(f"note: shared memory (/dev/shm) has no room for a larger staging buffer "
+                                 f"({one_line(exc)}); it is made in this process, and the frames read into it are "
+                                 "read in threads")
+            self._shared.free(staging)
+        self._say_ordinary_staging()
         return bigger
+
+    def _say_ordinary_staging(self) -> None:
+        """Say, once, that page-locked memory for the staging buffers ran out (``PageLockedOrOrdinary``)."""
+        failure = self._alloc.news() if self._alloc is not None else None
+        if failure is not None:
+            self._notice(f"warning: page-locked memory for the frames' staging could not be had ({failure}); "
+                         "staging them in ordinary memory from here on (slower copies to the GPU)")
 
 
 def _staged_rows(staging: StagingBuffer, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:

@@ -10,16 +10,17 @@ from collections.abc import Callable
 from ..errors import PointPillarsError, printable_text
 
 
-def int_in(low: int, high: int) -> Callable[[str], int]:
-    """An argparse ``type`` for integers in ``low..high``."""
+def int_in(low: int, high: int | None) -> Callable[[str], int]:
+    """An argparse ``type`` for integers in ``low..high`` (``high`` None: ``low`` or more)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{text!r}: expected an integer in {low}..{high}")
+        if value < low or (high is not None and value > high):
+            expected = f"an integer in {low}..{high}" if high is not None else f"an integer of {low} or more"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
         return value
 
     return parse
@@ -129,21 +130,9 @@ def device_arg(text: str) -> str:
     return text
 
 
-def positive_int(text: str) -> int:
-    """An argparse ``type`` for integers >= 1, without an upper bound."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
-    return value
-
-
-def threads_arg(text: str) -> int:
-    """An argparse ``type`` for a thread count, 1 or more: more than the cores where the detector runs (this
-    machine's, or a Ray worker's) is capped to them there, with a note (``runtime_options_from_args``)."""
-    return positive_int(text)
+#: An argparse ``type`` for a thread count, 1 or more: more than the cores where the detector runs (this machine's,
+#: or a Ray worker's) is capped to them there, with a note (``runtime_options_from_args``).
+threads_arg = int_in(1, None)
 
 
 def image_shape_arg(text: str) -> tuple[int, int]:

@@ -158,7 +158,11 @@ class Engine(abc.ABC):
         spec.check_shape(shape)
         if not ptr:
             raise BackendError(f"{spec.role} tensor: {name} | Received a null device pointer")
-        self._bind(spec, int(ptr), shape)
+        try:
+            self._bind(spec, int(ptr), shape)
+        except BaseException:  # the engine may hold part of it (one tensor's new shape): every tensor is bound anew
+            self._bound.clear()
+            raise
         self._bound[name] = (int(ptr), shape)
 
     def run(self, stream_ptr: int) -> None:

@@ -1,4 +1,4 @@
-"""The RPN on the NVIDIA cuDNN frontend: fused conv + bias + ReLU graphs for the backbone, one kernel for the rest.
+"""The RPN on the NVIDIA cuDNN frontend: fused conv + bias + ReLU graphs for the convs, kernels of ours for the rest.
 
 Tensors (batch dynamic up to ``CudnnOptions.max_batch``):
 
@@ -7,11 +7,12 @@ Tensors (batch dynamic up to ``CudnnOptions.max_batch``):
   activation then is (:func:`channels_first`);
 * output ``heads`` (B, hy, hx, cls + box + dir) float32, each part in the ONNX heads' channel order.
 
-Every backbone conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and
-batch, built when a batch is first bound; the neck (transposed convs, kernel == stride) and the
-1x1 heads are :class:`~pointpillars_trt.kernels.neck_head.NeckHeadStage`. ``run`` only enqueues: 16
-cuDNN executions and one kernel on the caller's stream, no host sync, no allocation, so the
-pipeline can capture it in a CUDA graph.
+Every conv is one cuDNN graph (conv_fprop -> bias -> ReLU), one per distinct shape and batch, built
+when a batch is first bound; the neck (transposed convs, kernel == stride) and the 1x1 heads are
+:class:`~pointpillars_trt.kernels.neck_head.NeckHeadStage`. ``run`` only enqueues, on the caller's stream,
+no host sync, no allocation, so the pipeline can capture it in a CUDA graph: for a single-head (KITTI)
+model the 16 backbone convs and one kernel for the neck and heads; for a multi-head (nuScenes) model the
+backbone convs, one kernel a neck branch, the shared and middle convs, and one kernel for the heads.
 
 The plan of each conv shape is picked once (cuDNN heuristics, then timing of the first candidates
 when ``autotune``), serialized and cached under ``plan_cache_dir`` (default ``cudnn/`` in the user
@@ -461,23 +462,24 @@ class CudnnEngine(Engine):
         return (c, h, w) if self.channels_first_input else (h, w, c)
 
     def _allocate(self, batch: int) -> None:
-        """Activation buffers for ``batch``: one per branch (each block's last conv) + two to ping-pong."""
+        """Activation buffers for ``batch``: one per branch (each block's last conv) + two to ping-pong; all made
+        before the old ones are let go, so that a batch that does not fit leaves the engine running the ones before."""
         cp, dtype = self._cp, self.options.dtype
-        self._buffers.clear()
+        buffers = {}
         scratch = 0
         for i in range(len(self.cfg.network.layer_nums)):
             last = [l for l in self._layers if l.block == i][-1]
             h, w = last.out_hw
-            self._buffers[f"feature{i}"] = cp.zeros((batch, *self._activation_shape(last.out_channels, h, w)), dtype)
+            buffers[f"feature{i}"] = cp.zeros((batch, *self._activation_shape(last.out_channels, h, w)), dtype)
             scratch = max(scratch, max(l.out_hw[0] * l.out_hw[1] * l.out_channels for l in self._layers if l.block == i))
-        self._buffers["scratch0"] = cp.zeros(batch * scratch, dtype)
-        self._buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
+        buffers["scratch0"] = cp.zeros(batch * scratch, dtype)
+        buffers["scratch1"] = cp.zeros(batch * scratch, dtype)
         if self.cfg.heads is not None:  # the neck's concat, then the shared and middle convs' outputs
             hx, hy = self.cfg.head_map
-            self._buffers["neck"] = cp.zeros((batch, hy, hx, self.cfg.network.head_in_channels), dtype)
+            buffers["neck"] = cp.zeros((batch, hy, hx, self.cfg.network.head_in_channels), dtype)
             for layer in self._layers[-2:]:
-                self._buffers[layer.label] = cp.zeros((batch, hy, hx, layer.out_channels), dtype)
-        self._capacity = batch
+                buffers[layer.label] = cp.zeros((batch, hy, hx, layer.out_channels), dtype)
+        self._buffers, self._capacity = buffers, batch
 
     def _activation_ptr(self, k: int, batch: int, *, input_side: bool) -> int:
         """Device pointer of conv ``k``'s input (``input_side``) or output: canvas, a branch feature or scratch."""
@@ -560,7 +562,7 @@ class CudnnEngine(Engine):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 write_bytes_atomic(path, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
             except OSError:
-                pass  # a read-only model dir only costs the next start its tuning
+                pass  # a plan cache that cannot be written only costs the next start its tuning
         return plans, ("cache" if not built else f"built {built} of {len(plans)} shapes")
 
     def _graph(self, layer: ConvLayer, batch: int) -> tuple[Any, dict[str, Any]]:

@@ -22,7 +22,7 @@ from pointpillars_trt.errors import BackendError
 from pointpillars_trt.runtime.cudnn import (CudnnOptions, channels_first, conv_filter, cudnn_unavailable_reason,
                                             layout_strides, plan_cache_key, plan_cache_name, read_rpn_weights,
                                             rpn_conv_layers)
-from rpn_numpy import conv3x3, initializers, random_canvas_nhwc, rel_err, rpn_reference, run_engine
+from rpn_numpy import conv3x3, engine_canvas, initializers, random_canvas_nhwc, rel_err, rpn_reference, run_engine
 from tiny import tiny_model_dir
 
 # -- CPU ------------------------------------------------------------------------------------------
@@ -323,6 +323,39 @@ def test_switching_between_prepared_batch_sizes_never_synchronises_the_device(ti
         assert calls == []
         run_engine(eng, random_canvas_nhwc(md.cfg, 2, seed=2))  # a new size: its plans and memory
         assert calls
+
+
+@pytest.mark.cuda
+def test_a_batch_that_cannot_be_prepared_leaves_the_bindings_before_it_working(tiny_dirs, tmp_path, monkeypatch):
+    """A larger batch whose preparation fails (out of device memory) left the engine holding one tensor's new batch
+    while the binding cache held the other's old one: binding the old batch again skipped that tensor, and the run
+    was refused as "canvas has batch 1, but heads has batch 2". Every tensor is bound anew after a failed bind."""
+    cp = _gpu()
+    from pointpillars_trt.runtime.cudnn import CudnnEngine
+
+    md = tiny_dirs["fp16"]
+    canvas = random_canvas_nhwc(md.cfg, 2, seed=5)
+    with CudnnEngine(md.rpn_path, md.cfg, quick(tmp_path)) as eng:
+        alone = run_engine(eng, canvas[:1])
+        stream = cp.cuda.Stream(non_blocking=True)
+        with stream:
+            d_in = cp.asarray(engine_canvas(eng, canvas))
+            d_out = cp.full((2, *eng.outputs["heads"].shape[1:]), np.nan, np.float32)
+        stream.synchronize()
+
+        def no_room(batch: int) -> None:
+            raise cp.cuda.memory.OutOfMemoryError(1 << 30, 0, 0)
+
+        monkeypatch.setattr(eng, "_plans_for", no_room)
+        eng.bind("canvas", d_in.data.ptr, d_in.shape)
+        with pytest.raises(BackendError, match="while preparing batch 2"):
+            eng.bind("heads", d_out.data.ptr, d_out.shape)
+        monkeypatch.undo()
+        eng.bind("canvas", d_in.data.ptr, (1, *d_in.shape[1:]))
+        eng.bind("heads", d_out.data.ptr, (1, *d_out.shape[1:]))
+        eng.run(stream.ptr)
+        stream.synchronize()
+        np.testing.assert_array_equal(cp.asnumpy(d_out[:1]), alone)
 
 
 @pytest.mark.cuda
