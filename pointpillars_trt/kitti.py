@@ -556,7 +556,16 @@ def detections_to_kitti_lines(
     front of the camera or whose clipped 2D box has no area are dropped unless
     ``keep_out_of_view`` (they keep a clipped, possibly empty 2D box). Both are counted.
     """
-    b = np.asarray(boxes, dtype=np.float64)
+    if isinstance(names, str):  # "Car" would be three classes of one letter
+        raise InputError(f"names: the str {safe_repr(names)}, expected a name a box (Detections.names)")
+    unnamed = next((name for name in names if not isinstance(name, str)), None)
+    if unnamed is not None:  # a label index ("0") is a class no evaluator knows: its boxes would score nothing
+        raise InputError(f"names: {safe_repr(str(unnamed))} ({type(unnamed).__name__}) is no class name: pass "
+                         "Detections.names, not its labels")
+    try:
+        b = np.asarray(boxes, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise InputError(f"boxes: a {type(boxes).__name__}, expected an (N, 7) array (Detections.boxes)") from None
     if b.size == 0:
         b = b.reshape(0, 7)
     if b.ndim != 2 or b.shape[1] != 7:

@@ -316,6 +316,9 @@ def test_kitti_lines_take_an_image_shape_as_an_array_or_whole_floats(calib134: C
     ({"names": ["Big Car"]}, "names: 'Big Car' is no KITTI class name (one word"),
     ({"scores": [0.9, 0.8]}, "detections: received 1 box, 2 scores and 1 name, expected the same count"),
     ({"names": ["Car", "Car"]}, "detections: received 1 box, 1 score and 2 names, expected the same count"),
+    ({"names": np.array([0])}, "names: '0' (int64) is no class name: pass Detections.names, not its labels"),
+    ({"names": "Car"}, "names: the str 'Car', expected a name a box (Detections.names)"),
+    ({"boxes": object()}, "boxes: a object, expected an (N, 7) array (Detections.boxes)"),
 ])
 def test_kitti_lines_refuse_arguments_that_make_no_label_lines(calib134: Calibration, given: dict, said: str) -> None:
     """Each was a bare ValueError or AttributeError, every box dropped for a 1 x 1 image, or a line of 17 fields
