@@ -8,6 +8,7 @@ import os
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
@@ -85,6 +86,7 @@ class PointPillars:
                                     "PointPillars.from_model_dir(path)")
         self._closed = False
         self._in_flight = False  # a submit_batch whose finish has not been called
+        self._abandoned: _SubmittedBatch | None = None  # that batch, its finish dropped uncalled (``_abandon``)
         self._submit_lock = threading.Lock()  # makes a submit_batch's check and claim of the detector one step
         self.model = model
         self.options = opts
@@ -204,6 +206,8 @@ class PointPillars:
         GPU that batch's buffers are in use until then, and the CPU path refuses it alike."""
         if self._closed:
             raise BackendError("this detector is closed: open another (PointPillars.from_model_dir or from_checkpoint)")
+        if self._in_flight and self._abandoned is not None:
+            self._drain_abandoned()
         if self._in_flight:
             raise BackendError("a batch given to submit_batch is waiting for its finish(): call finish() before the "
                                "detector's next batch (its caller owns the detector until then; give another thread "
@@ -337,24 +341,47 @@ class PointPillars:
     def _finish_once(self, wait: Callable[[], list[Detections]]) -> Callable[[], list[Detections]]:
         """``submit_batch``'s ``finish``: its first call waits for the batch and frees the detector for the next;
         a later one gives the same detections, never the pipeline's next batch (a batch whose wait failed
-        raises again)."""
+        raises again). A ``finish`` dropped uncalled (a server's request that failed between the two halves) leaves
+        its batch to the detector's next call, which waits for it and drops its detections: it had held the detector
+        for good, every later call refused naming a ``finish`` no one had."""
+        batch = _SubmittedBatch(wait)
         outcome: list[list[Detections]] = []
-        waited, lock = False, threading.Lock()
 
         def finish() -> list[Detections]:
-            nonlocal waited
-            with lock:  # a second caller waits for the first one's wait
-                if not waited:
-                    waited = True
+            with batch.lock:  # a second caller waits for the first one's wait
+                if not batch.waited:
+                    batch.waited = True
                     try:
-                        outcome.append(wait())
+                        outcome.append(batch.wait())
                     finally:
                         self._in_flight = False
             if not outcome:
                 raise BackendError("this batch's finish() failed: its detections are lost; submit its frames again")
             return outcome[0]
 
+        weakref.finalize(finish, self._abandon, batch)
         return finish
+
+    def _abandon(self, batch: _SubmittedBatch) -> None:
+        """Leave a batch whose ``finish`` was dropped uncalled to the next call (``_check_ready``), which waits for
+        it: this runs wherever the garbage collector does, where waiting for the GPU has no place."""
+        if not batch.waited:
+            self._abandoned = batch
+
+    def _drain_abandoned(self) -> None:
+        """Wait for the batch of a ``finish`` dropped uncalled (``_abandon``) and drop its detections, or its error."""
+        batch, self._abandoned = self._abandoned, None
+        if batch is None:
+            return
+        with batch.lock:
+            if not batch.waited:
+                batch.waited = True
+                try:
+                    batch.wait()
+                except Exception:  # noqa: BLE001 - no one asked for its detections, nor for its failure
+                    pass
+                finally:
+                    self._in_flight = False
 
     def _prepared(self, frames: Sequence[object], lags_checked: bool = False) -> list[object]:
         """The frames as the implementation takes them (``lags_checked``: see ``_device_or_host_points``); a bad
@@ -737,6 +764,16 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
             future = reader.submit(group.staging.read_frame, read, item)
         group.items.append(_GroupItem(frame_source(item, index), item, future))
     return group, False, None
+
+
+class _SubmittedBatch:
+    """A ``submit_batch``'s batch: the call that waits for its detections, and whether it was made (by its
+    ``finish``, or by the detector's next call once that ``finish`` was dropped uncalled)."""
+
+    def __init__(self, wait: Callable[[], list[Detections]]) -> None:
+        self.wait = wait
+        self.waited = False
+        self.lock = threading.Lock()
 
 
 class _StagingPool:

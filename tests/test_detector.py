@@ -763,6 +763,28 @@ def test_submit_batch_holds_the_detector_until_finish_on_the_cpu_as_on_the_gpu(
         assert_same(finish_second()[0], alone)
 
 
+def test_a_submit_batch_whose_finish_is_dropped_uncalled_frees_the_detector_for_its_next_call(
+        assets: Path, cache: Path, points: np.ndarray, expected: Detections) -> None:
+    """A server request that fails between submit_batch and finish drops its ``finish``: every later call was
+    refused for good, naming a finish no one had. The next call waits for that batch, drops its detections, and runs;
+    a finish still held keeps the detector, as before."""
+    second = read_points(assets / SECOND_FRAME)
+
+    def failed_request() -> None:
+        detector.submit_batch([second])
+        raise RuntimeError("the client went away")
+
+    with PointPillars.from_checkpoint(assets / CHECKPOINT, device="cpu", cache_dir=cache) as detector:
+        with pytest.raises(RuntimeError, match="went away"):
+            failed_request()
+        assert_same(detector(points), expected)
+        held = detector.submit_batch([second])
+        with pytest.raises(BackendError, match=WAITING_FOR_FINISH):
+            detector(points)
+        assert len(held()) == 1
+        assert_same(detector.submit_batch([points])()[0], expected)
+
+
 def test_submit_batch_from_two_threads_on_one_detector_refuses_one(assets: Path, cache: Path,
                                                                    points: np.ndarray) -> None:
     """Two threads submitting to one detector before either finishes: one batch runs, the other is refused naming

@@ -802,6 +802,21 @@ def test_submit_batch_of_more_frames_than_max_batch_grows_the_pipeline(family_pa
     detector.close()
 
 
+def test_a_batch_whose_finish_is_dropped_uncalled_is_drained_by_the_next_call(family_pair, assets):  # type: ignore[no-untyped-def]
+    """A ``finish`` dropped uncalled (a server request that failed between the halves) held the detector for good;
+    the next call waits for that batch on the GPU, drops its detections and gives its own frame's boxes."""
+    from pointpillars_trt.detector import PointPillars
+
+    _, _, gpu = family_pair
+    first, second = _mixed_frames(assets)[2:]
+    expected = gpu.detect(second)
+    detector = PointPillars(gpu.model, device="cuda", backend=gpu.backend, tf32=False)
+    detector.submit_batch([first])  # its finish dropped at once
+    found = detector(second)
+    assert found.boxes.tobytes() == expected.boxes.tobytes() and found.scores.tobytes() == expected.scores.tobytes()
+    detector.close()
+
+
 def test_a_finish_called_again_gives_its_own_batch_not_the_next(family_pair, assets):  # type: ignore[no-untyped-def]
     """``finish`` called again after the next batch's ``submit_batch`` gives its own detections (it collected
     the next batch's, whose own finish then failed), and the next batch's finish gives that batch's."""
