@@ -311,7 +311,8 @@ class PointPillars:
         stream after the work queued on the caller's current stream, and that stream waits for the copy (work
         queued there after this call may change or free them; work on other streams must wait for ``finish``).
         ``finish`` must come before the detector's next batch (until then, another batch is refused on either
-        path). ``finish`` called again gives the same detections."""
+        path; one dropped uncalled leaves its batch to the next call, which drops its detections). ``finish``
+        called again gives the same detections."""
         prepared = self._prepared(frames)
         post_config = self._post_config(thresholds)
         if len(prepared) > MAX_BATCH:
