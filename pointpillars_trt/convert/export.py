@@ -44,6 +44,7 @@ def build_model_dir(checkpoint: str | os.PathLike[str], out: str | os.PathLike[s
     config says about the points (see ``export_model_dir``)."""
     from ..runtime.backends import BACKEND_NAMES, BACKENDS
 
+    out = path_argument(out, "out", ModelDirError, "the model dir to write, a str or Path")
     if backend not in BACKENDS:
         raise PointPillarsError(f"backend {backend!r}: expected one of {BACKEND_NAMES}")
     checked = check_precision(precision)

@@ -15,6 +15,7 @@ import io
 import math
 import os
 import pickle
+import re
 import struct
 import subprocess
 import sys
@@ -731,3 +732,15 @@ def test_non_finite_values_in_unused_tensors_are_fine(openpcdet_cfg: ModelConfig
 def test_shared_checkpoints_load_under_the_memory_limit(assets: Path, repo_root: Path) -> None:
     for name in ("pointpillar_openpcdet_synthetic.pth", "pointpillars_zhulf0804_synthetic.pth"):
         assert run_child("load", assets / "checkpoints" / name, repo_root).loaded
+
+
+@pytest.mark.parametrize("out, said", [(None, "got None (NoneType)"), (3, "got 3 (int)"),
+                                       ("", "an empty path")])
+def test_build_model_dir_refuses_an_out_that_is_no_path(assets: Path, tmp_path: Path, out: object, said: str) -> None:
+    """``build_model_dir(ckpt, None)`` was a bare TypeError from deep in the export; now one ModelDirError naming
+    ``out`` and what to pass, before the checkpoint is read."""
+    from pointpillars_trt.convert.export import build_model_dir
+    from pointpillars_trt.errors import ModelDirError
+
+    with pytest.raises(ModelDirError, match=re.escape(said)):
+        build_model_dir(assets / "checkpoints" / "pointpillar_openpcdet_synthetic.pth", out)  # type: ignore[arg-type]
