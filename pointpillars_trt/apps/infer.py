@@ -632,9 +632,11 @@ def _run_model(args: argparse.Namespace, open_detectors: Callable[[int | None, R
             remove_stale_temp_files(out)
         if record is not None and (resume.todo or resume.skipped):  # the model open, no output yet
             opened = getattr(detectors[0], "model", None)
+            served = getattr(detectors[0], "served", None)  # a served model's, as its server states them
             record.settle(opened if isinstance(opened, ModelDir) else None, cfg, args.point_dim,
                           skip_existing=args.skip_existing, skipped=len(resume.skipped),
-                          trained_fov_only=trained_fov_only(detectors[0]))
+                          trained_fov_only=trained_fov_only(detectors[0]),
+                          served=served.identity if served is not None else None)
         # the --viz pictures are drawn over the model's point range
         plan = dataclasses.replace(plan, point_range=model_point_range(detectors[0]))
         print_device_notice(detectors[0])  # once the run's set-up can no longer fail

@@ -40,18 +40,26 @@ _SETTINGS_MAX_BYTES = 1 << 16
 _NOT_GIVEN = {"--calib": "each frame's sibling calib/", "--image-shape": "each frame's image_2 PNG, else 375,1242"}
 
 
-def model_identity(args: argparse.Namespace, opened: ModelDir | None) -> dict[str, object]:
+def model_identity(args: argparse.Namespace, opened: ModelDir | None,
+                   served: Mapping[str, object] | None = None) -> dict[str, object]:
     """What names the model that made a run's outputs: the weights it was exported from (a checkpoint's sha256,
     or a seed), its config digest and precision, read from ``opened``, the model dir the run opened (a
     checkpoint's export: the checkpoint and the model dir built from it are one model; a model dir rebuilt
-    alike is still itself); a served model by its server's address. ``path`` is for messages only."""
+    alike is still itself); a served model by its server's address and the same identity as its server states it
+    (``served``; a server of an older version states none). ``path`` is for messages only."""
     server = getattr(args, "server", None)
     if server:
-        return {"server": str(server)}
+        return {"server": str(server), **(served or {})}
     if opened is None:  # no model dir to read it from: named by its path alone
         return {"path": os.path.abspath(str(args.model))}
-    return {"path": os.path.abspath(str(args.model)), "weights": _weights_of(opened.metadata.get("source")),
-            "config": opened.cfg.digest(), "config_name": opened.cfg.name, "precision": opened.precision}
+    return {"path": os.path.abspath(str(args.model)), **model_dir_identity(opened)}
+
+
+def model_dir_identity(model: ModelDir) -> dict[str, object]:
+    """A model dir's weights (as ``_weights_of``), config digest and name, and precision: what tells one model from
+    another, wherever its files lie (a server states it of the model it serves)."""
+    return {"weights": _weights_of(model.metadata.get("source")), "config": model.cfg.digest(),
+            "config_name": model.cfg.name, "precision": model.precision}
 
 
 def _weights_of(source: object) -> object:
@@ -61,16 +69,18 @@ def _weights_of(source: object) -> object:
 
 
 def output_settings(args: argparse.Namespace, fmt: str, frames: Sequence[str], opened: ModelDir | None,
-                    cfg: ModelConfig | None, point_dim: int, trained_fov_only: bool | None = None) -> dict[str, object]:
+                    cfg: ModelConfig | None, point_dim: int, trained_fov_only: bool | None = None,
+                    served: Mapping[str, object] | None = None) -> dict[str, object]:
     """This run's settings as applied, keyed by the option that sets each: ``cfg`` the detector's config (its
     thresholds applied; None for a served model, whose own apply to what the run leaves out), ``point_dim``
     the values read a point; the default crop follows ``opened``'s record of its training points, else
-    ``trained_fov_only`` (a served model's, as its server says)."""
+    ``trained_fov_only`` (a served model's, as its server says); ``served``: a served model's identity, as its
+    server states it (``model_identity``)."""
     post = cfg.postprocess if cfg is not None else None
     crop = args.fov_only if args.fov_only is not None else \
         fov_only_default(fmt, bool(args.eval), opened.fov_points_only if opened is not None else trained_fov_only)
     return {
-        "--model": model_identity(args, opened),
+        "--model": model_identity(args, opened, served),
         "--score-threshold": post.score_threshold if post is not None else args.score_threshold,
         "--nms-iou": post.nms_iou if post is not None else args.nms_iou,
         "--max-boxes": post.max_boxes if post is not None else args.max_boxes,
@@ -136,8 +146,9 @@ def _model_matching(earlier: object, now: object) -> list[str]:
     path that has changed since (rebuilt, rewritten, another --config)."""
     if not isinstance(earlier, Mapping) or not isinstance(now, Mapping):
         return []
-    if "server" in earlier:
-        return [f"--server {shell_word(str(earlier['server']))}"] + ([] if "server" in now else ["drop --model"])
+    if "server" in earlier:  # none where the server at that address now serves another model
+        return [] if earlier["server"] == now.get("server") else \
+            [f"--server {shell_word(str(earlier['server']))}"] + ([] if "server" in now else ["drop --model"])
     path = earlier.get("path")
     if not isinstance(path, str):
         return []
@@ -155,8 +166,10 @@ def _model_difference(earlier: object, now: Mapping[str, object]) -> str | None:
     if not isinstance(earlier, Mapping):
         return "a model not recorded there"
     if "server" in now or "server" in earlier:
-        return None if earlier.get("server") == now.get("server") else \
-            f"{_shown('--model', earlier)} there, {_shown('--model', now)} now"
+        if earlier.get("server") != now.get("server"):
+            return f"{_shown('--model', earlier)} there, {_shown('--model', now)} now"
+        if "weights" not in earlier or "weights" not in now:  # a server that states no model: its address alone
+            return None
     what = [f"precision {earlier.get('precision')} there, {now.get('precision')} now"] \
         if earlier.get("precision") != now.get("precision") else []
     if earlier.get("config") != now.get("config"):
@@ -253,14 +266,16 @@ class SettingsRecord:
                 self.earlier_defaulted = frozenset(option for option in defaulted if option in _MODEL_DEFAULTS)
 
     def settle(self, opened: ModelDir | None, cfg: ModelConfig | None, point_dim: int, *, skip_existing: bool,
-               skipped: int, trained_fov_only: bool | None = None) -> None:
+               skipped: int, trained_fov_only: bool | None = None, served: Mapping[str, object] | None = None) -> None:
         """Once the model is open and before the first output: with ``--skip-existing`` and ``skipped`` frames
         kept, refuse settings other than those the kept outputs were made with (or a folder of several); say
         once when they cannot be checked; then record this run's settings, marked mixed when the folder keeps
         outputs of other settings (a plain run rewrites only its own frames). ``trained_fov_only``: a served
-        model's record of its training points (``opened``, a model dir, has its own)."""
+        model's record of its training points (``opened``, a model dir, has its own); ``served``: a served model's
+        identity, as its server states it."""
         self._read()  # again: another run into this folder may have settled since this one started
-        settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim, trained_fov_only)
+        settings = output_settings(self._args, self._fmt, self._frames, opened, cfg, point_dim, trained_fov_only,
+                                   served)
         changed = differences(self.earlier, settings, self.defaulted) if self.earlier is not None else []
         if skip_existing and skipped:
             matching = matching_options(self.earlier, settings) if self.earlier is not None and changed else ""
@@ -371,8 +386,8 @@ def _model_may_differ(args: argparse.Namespace, earlier: object) -> bool:
     if not isinstance(earlier, Mapping):
         return True
     server = getattr(args, "server", None)
-    if server or "server" in earlier:
-        return earlier.get("server") != (str(server) if server else None)
+    if server or "server" in earlier:  # the same address may serve another model since: its server says
+        return earlier.get("server") != (str(server) if server else None) or "weights" in earlier
     path = Path(str(args.model))
     if earlier.get("path") != os.path.abspath(path):
         return True

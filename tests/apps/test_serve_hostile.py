@@ -46,8 +46,8 @@ def hostile_model(repo: Path, name: str, mode: str, *, class_names: bool = True)
 
     from pointpillars_trt.model_dir import ModelDir
 
-    text = model_config_text(ModelDir(repo, tiny_config(), {}), instances=1, max_batch=4, max_queue_delay_us=0,
-                             device="cpu", max_points=1000)
+    text = model_config_text(ModelDir(repo, tiny_config(), {"precision": "fp32"}), instances=1, max_batch=4,
+                             max_queue_delay_us=0, device="cpu", max_points=1000)
     lines = [line for line in text.splitlines() if class_names or "class_names" not in line]
     lines = [f'name: "{name}"' if line.startswith("name:") else line for line in lines]
     lines.append(f'parameters {{ key: "mode", value: {{ string_value: "{mode}" }} }}')

@@ -110,9 +110,9 @@ def served_parameters(dataset: dict[str, bool]) -> dict[str, dict[str, str]]:
     from pointpillars_trt.apps.serve.repository import model_config_text
     from pointpillars_trt.model_dir import ModelDir
 
-    text = model_config_text(ModelDir(".", tiny_config(), {"dataset": dataset}), instances=1, max_batch=8,
-                             max_queue_delay_us=0, device="cpu", max_points=10)
-    return {key: {"string_value": value} for key, value in
+    text = model_config_text(ModelDir(".", tiny_config(), {"dataset": dataset, "precision": "fp32"}), instances=1,
+                             max_batch=8, max_queue_delay_us=0, device="cpu", max_points=10)
+    return {key: {"string_value": value.replace('\\"', '"')} for key, value in  # the text format's quotes undone
             re.findall(r'parameters \{ key: "(\w+)", value: \{ string_value: "(.*)" \} \}', text)}
 
 

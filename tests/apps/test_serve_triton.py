@@ -1114,7 +1114,13 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
     from pointpillars_trt.apps.run_settings import SETTINGS_FILE
 
     settings = json.loads((remote / SETTINGS_FILE).read_text())["outputs"]["json"]["settings"]  # named by its server
-    assert settings["--model"] == {"server": kitti_server.endpoints["grpc"]} and settings["--max-boxes"] == 3
+    from pointpillars_trt.convert.export import model_dir_for_checkpoint
+
+    served = model_dir_for_checkpoint(assets / CHECKPOINT)  # the model the server serves, read apart
+    weights = {key: value for key, value in served.metadata["source"].items() if key != "checkpoint"}
+    assert settings["--model"] == {"server": kitti_server.endpoints["grpc"], "weights": weights,
+                                   "config": served.cfg.digest(), "config_name": served.cfg.name,
+                                   "precision": served.precision} and settings["--max-boxes"] == 3
     more = [*frames, str(assets / "kitti/training/velodyne_fov/000003.bin")]  # a frame to run: checked
     with pytest.raises(InputError, match=r"other settings \(--score-threshold 0.3 there, not given \(the model's "
                                          r"default\) now; --nms-iou 0.2 there"):
@@ -1122,6 +1128,46 @@ def test_infer_over_the_server_sends_its_thresholds_and_refuses_local_options(  
     with pytest.raises(InputError, match=r"^--model, --backend, --device: the server's model and settings run"):
         run_scaleout_infer(infer_args(frames, tmp_path / "x", kitti_server.endpoints["grpc"], "grpc", "--model",
                                       str(assets / CHECKPOINT), "--device", "cuda:5", "--backend", "tensorrt"))
+
+
+def test_a_resumed_run_of_a_server_now_serving_another_model_is_refused(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Outputs of one model, resumed against the same address serving another: the record named the server by its
+    address alone, so the resume ran and the folder held both models' boxes. The server states its model's weights,
+    config and precision, which the record keeps and a resume compares, also with every frame done."""
+    from pointpillars_trt.apps.cli import main as cli_main
+    from pointpillars_trt.apps.serve.server import free_ports
+    from tiny import tiny_model_dir
+
+    other = tiny_model_dir(tmp_path / "other", seed=4)  # the same config, other weights
+    (tmp_path / "frames").mkdir()
+    frames = []
+    for index, points in enumerate(random_frames(tiny, 6)[3:]):
+        frames.append(str(tmp_path / "frames" / f"{index:06d}.bin"))
+        points.tofile(frames[-1])
+    http, grpc, metrics = free_ports("127.0.0.1", 3)
+    out = tmp_path / "out"
+
+    def serve(model: Path, name: str) -> TritonServer:
+        write_repository(model, tmp_path / name / "repo", device="cpu", max_points=MAX_POINTS)
+        return TritonServer(tmp_path / name / "repo", install=install, http_port=http, grpc_port=grpc,
+                            metrics_port=metrics, log=tmp_path / name / "server.log")
+
+    def infer(*paths: str) -> tuple[int, str, str]:
+        return run_captured(cli_main, ["infer", *paths, "--server", f"127.0.0.1:{grpc}", "--out", str(out),
+                                       "--no-progress", "--skip-existing"])
+
+    with serve(tiny.path, "first").start(timeout=START_TIMEOUT):
+        rc, _, err = infer(*frames[:2])
+        assert rc == 0, err
+    first = {name: (out / name).read_bytes() for name in output_names(out)}
+    with serve(other.path, "second").start(timeout=START_TIMEOUT):
+        for paths in (frames, frames[:2]):  # a frame left to run; every frame done
+            rc, _, err = infer(*paths)
+            assert rc == 2 and err.splitlines()[-1].startswith(
+                f"error: --skip-existing: the outputs in {str(out)!r} were made with other settings (--model server "
+                f"'127.0.0.1:{grpc}' there, server '127.0.0.1:{grpc}' now: other weights): resuming would mix "
+                "outputs of both in one folder"), err
+    assert {name: (out / name).read_bytes() for name in output_names(out)} == first
 
 
 def full_scan_model(assets: Path, folder: Path) -> Path:

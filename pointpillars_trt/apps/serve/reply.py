@@ -20,6 +20,7 @@ import numpy as np
 from ...config import MAX_CLASSES
 from ...detections import Detections, FrameStats
 from ...errors import BackendError, counted, safe_repr
+from ...strict_json import loads_json
 
 
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
@@ -44,6 +45,7 @@ class ServedModel:
     velocity: bool          # whether its replies carry velocities
     point_range: tuple[float, ...] | None = None  # the model's (x, y, z min, then max), when its config says
     fov_points_only: bool | None = None  # trained on the camera view's points only, when its config says
+    identity: Mapping[str, object] | None = None  # its weights, config and precision, when its config says
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -82,7 +84,24 @@ def check_model_config(config: object, where: str) -> ServedModel:
         raise refuse(f"its outputs lack or mistype {', '.join(wrong)}")
     assert dims is not None
     return ServedModel(names, _int_parameter(params, "max_points"), _int_parameter(params, "max_boxes"), dims[1],
-                       velocity, _point_range(params, refuse), _bool_parameter(params, "fov_points_only", refuse))
+                       velocity, _point_range(params, refuse), _bool_parameter(params, "fov_points_only", refuse),
+                       _identity(params, refuse))
+
+
+def _identity(params: object, refuse: Callable[[str], BackendError]) -> Mapping[str, object] | None:
+    """The ``model_identity`` parameter: a JSON object of the served model's weights, config and precision (None:
+    absent, a server of an older version)."""
+    text = _string_parameter(params, "model_identity")
+    if text is None:
+        return None
+    try:
+        identity = loads_json(text)
+    except (ValueError, RecursionError):
+        identity = None
+    if not isinstance(identity, dict) or set(identity) != {"weights", "config", "config_name", "precision"}:
+        raise refuse(f"model_identity {safe_repr(text, 80)} is not a JSON object of weights, config, config_name "
+                     "and precision")
+    return identity
 
 
 def _string_parameter(params: object, key: str) -> str | None:

@@ -20,6 +20,7 @@ from ...graph_io import MAX_BATCH
 from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
 from ...runtime_options import RuntimeOptions, max_threads
+from ..run_settings import model_dir_identity
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
@@ -82,7 +83,8 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
     GPU; an instance's pipelines take its batches in turn, one on the GPU while Triton moves the next.
     The model's point range and, where its model dir records it, whether it was trained on the camera view's
     points only are parameters too: ``infer --server`` draws its --viz pictures and decides its default crop by
-    them, as local ``infer`` does by the model dir.
+    them, as local ``infer`` does by the model dir; and the model's identity (weights, config and precision:
+    ``run_settings.model_dir_identity``), which ``infer --server`` records in --out's settings as a local run does.
 
     The Python backend hands each request of a ragged batch to ``execute`` on its own, so the model
     splits nothing; the BATCH_ELEMENT_COUNT batch input documents the split for other backends.
@@ -115,6 +117,7 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
               "max_points": str(max_points), "max_boxes": str(max_boxes), "class_names": ",".join(model.cfg.classes),
               "point_range": ",".join(repr(float(v)) for v in model.cfg.voxel.point_range),
               **({} if model.fov_points_only is None else {"fov_points_only": str(model.fov_points_only).lower()}),
+              "model_identity": json.dumps(model_dir_identity(model), sort_keys=True).replace('"', '\\"'),
               "runtime_options": json.dumps(runtime.to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
     outputs += [(name, "TYPE_INT32", "[1]") for name in
