@@ -202,7 +202,8 @@ def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | M
     URIs (``is_uri``) are listed by Ray Data once the cluster is up, and taken as infer takes a local folder
     (``list_uri_frames``): one that it cannot list is an InputError before any actor starts, and the frames of
     a run must be on one file system (``check_one_file_system``). A frame given twice, or two frames whose
-    outputs are one file, is an InputError before any frame runs, as in local ``infer``.
+    outputs are one file, is an InputError before any frame runs, as in local ``infer``; so are local paths none
+    of which exists (one missing among others fails as its frame's error in the summary).
     """
     _check_arguments(batch_size, pipelines, intensity_scale)
     ray = require_ray(ray_address)
@@ -212,6 +213,10 @@ def detect_dataset(paths_or_uri: FrameSources, model: str | os.PathLike[str] | M
     sources = _sources(paths_or_uri)
     if not sources:
         raise InputError("paths_or_uri: no frames given (a list of point files, folders, globs or URIs)")
+    if all(not is_uri(source) and missing_path(source) for source in sources):  # no path gives a frame, as infer says
+        others = len(sources) - 1
+        raise InputError(f"paths_or_uri: no path gives a frame: {safe_repr(sources[0])} does not exist"
+                         + (agree(others, " (nor does the other)", f" (nor do the {others} others)") if others else ""))
     check_one_file_system(sources)
     from ..detector import refuse_other_precision  # the detector's modules load with a run, not with the CLI
     from .serve.repository import resolve_model

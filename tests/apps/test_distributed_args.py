@@ -31,12 +31,14 @@ from pointpillars_trt.runtime_options import RuntimeOptions
                    "pathlib.Path); got 5 (int)"),
     ({"paths": {"a.bin": 1}}, "got {'a.bin': 1} (dict)"),
     ({"paths": ["a.bin", None]}, "paths_or_uri: item 1 is None (NoneType), not a path; expected a point file"),
+    ({"paths": "/no/such/frames"}, "paths_or_uri: no path gives a frame: '/no/such/frames' does not exist"),
+    ({"paths": ["/no/a.bin", "/no/b.bin"]}, "no path gives a frame: '/no/a.bin' does not exist (nor does the other)"),
 ])
 def test_detect_datasets_arguments_are_refused_before_any_worker_starts(tiny_model: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
                                                                          given: dict, said: str) -> None:
     """Each had run: every frame failed alike in the workers (a NaN scale, 3 values a point), or a batch of 0
     ran, or an empty list started a cluster; None, a number or an item that is no path raised Python's bare
-    TypeError, and a dict ran its keys as frames."""
+    TypeError, and a dict ran its keys as frames; paths none of which exists started a cluster to fail each."""
     ray = pytest.importorskip("ray", reason="Ray Data not installed (pip install -e '.[test-scaleout]')")
     from pointpillars_trt.apps.distributed import detect_dataset
 
