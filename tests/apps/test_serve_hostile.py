@@ -142,6 +142,25 @@ def test_infer_cli_against_a_foreign_model_is_one_line(foreign_server: TritonSer
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+def test_infer_against_a_server_without_our_model_names_the_server_to_give(install, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A Triton server that serves no 'pointpillars' model: infer --server names no model, so the fix is the address of
+    a server that pointpillars-trt serve started (it said to "give the name of a model it serves", which no option
+    of infer does)."""
+    hostile_model(tmp_path / "repo", "other", "none", class_names=False)
+    np.zeros((5, 4), np.float32).tofile(tmp_path / "000000.bin")
+    server = TritonServer(tmp_path / "repo", install=install, log=tmp_path / "server.log")
+    with server.start(timeout=START_TIMEOUT):
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            rc = main(["infer", str(tmp_path / "000000.bin"), "--out", str(tmp_path / "out"), "--no-progress",
+                       "--server", server.endpoints["grpc"]])
+    lines = err.getvalue().strip().splitlines()
+    assert rc == 2 and len(lines) == 1 and lines[0].startswith(
+        f"error: server {server.endpoints['grpc']} (grpc): serves no model 'pointpillars' ("), err.getvalue()
+    assert lines[0].endswith("): give the address of a server that pointpillars-trt serve started (the model it "
+                             "serves is 'pointpillars')"), lines[0]
+
+
 #: Seconds the sleeping model holds a stream's request that the stream gives up on: far more than giving up takes
 HELD = 20.0
 

@@ -277,6 +277,9 @@ class RemoteDetector:
                     f"says), or the address another machine's? A server that is only slow needs a longer "
                     f"{self.timeout_option}")
         if status is not None and "unknown model" in str(exc):  # Triton's words, over either protocol
+            if self.model == MODEL_NAME:  # infer --server names no model: the server is another's
+                return (f"{where}: serves no model {self.model!r} ({one_line(exc)}): give the address of a server "
+                        f"that pointpillars-trt serve started (the model it serves is {MODEL_NAME!r})")
             return (f"{where}: serves no model {self.model!r} ({one_line(exc)}): give the name of a model it serves "
                     f"(pointpillars-trt serve serves {MODEL_NAME!r}, the default)")
         answered = status is not None and status != "StatusCode.UNAVAILABLE"
