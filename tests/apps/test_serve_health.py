@@ -210,6 +210,21 @@ def test_a_dead_model_worker_is_noticed_and_serve_exits_1(serve: Serve) -> None:
 
 
 @pytest.mark.slow
+def test_a_hung_server_is_noticed_within_a_few_probe_waits(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A tritonserver that stops answering (SIGSTOP) while serve watches it: each probe and its statistics request
+    waited the warm-up's --ready-timeout (here 60 s; 2 minutes by default), four of them before serve gave up, ~8
+    minutes by default. They now wait 3 health intervals, at least 5 s: serve stops it within half a minute."""
+    serve = Serve(tiny.path, tmp_path / "repo", "--health-interval", "1", "--exit-timeout-secs", "1")
+    os.kill(serve.server_pid(), signal.SIGSTOP)
+    start = time.monotonic()
+    rc, err = serve.finish(timeout=120)
+    lines = error_lines(err)
+    assert rc == 1 and lines and lines[0].startswith(f"error: model {MODEL_NAME} stopped answering ("), err[-2000:]
+    assert "probe wait (3 x --health-interval) of 5 s" in lines[0], lines[0]
+    assert time.monotonic() - start < 40
+
+
+@pytest.mark.slow
 def test_a_crashed_server_exits_1_and_leaves_no_shared_memory(serve: Serve) -> None:
     """A tritonserver killed: serve says so and exits 1, its backend stub (which may outlive the server,
     holding serve's output pipes) is killed with the server's process group, and no shared memory is left."""

@@ -20,6 +20,9 @@ from .client import RemoteDetector
 _WAITED_OUT = 0.9
 #: Shortest timeout of the statistics requests (cheap: the server answers them from its counters).
 _STATS_TIMEOUT = 5.0
+#: Health intervals a watching probe (and its statistics request) waits for an answer, at least _STATS_TIMEOUT s:
+#: with the warm-up's timeout (--ready-timeout, 2 minutes) a hung server took ~8 minutes to be noticed.
+PROBE_INTERVALS = 3
 
 
 class ModelProbe:
@@ -35,8 +38,9 @@ class ModelProbe:
         # the statistics (and the setup's round trips) on a connection of their own: a probe's short
         # timeout must neither fail the setup nor lose the count
         self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, _STATS_TIMEOUT))
-        self.remote = self._stats.with_timeout(timeout)
         self.timeout = timeout
+        self._timeout_option = "--ready-timeout"  # the warm-up's; ``watch_every`` sets the watch's
+        self.remote = self._probe_client()
         self.failures_allowed = failures_allowed
         self.failures = 0
         self._answered = self._stats.answered_count()
@@ -51,7 +55,7 @@ class ModelProbe:
         except (PointPillarsError, OSError) as exc:
             if isinstance(exc, DetectorLost):  # down for this check; the next one asks the server again
                 self.remote.close()
-                self.remote = self._stats.with_timeout(self.timeout)
+                self.remote = self._probe_client()
             # it waited out its timeout (rather than getting an error the server answered), and more than
             # this probe (which the server may still answer after our timeout) was answered meanwhile
             waited_out = time.monotonic() - start >= _WAITED_OUT * self.timeout
@@ -64,6 +68,22 @@ class ModelProbe:
         self.failures = 0
         self._answered = self._stats.answered_count()
         return None
+
+    def watch_every(self, interval: float) -> None:
+        """Probe a running server every ``interval`` s from here on: each probe and its statistics request wait
+        ``PROBE_INTERVALS`` intervals (at least ``_STATS_TIMEOUT`` s, at most the warm-up's timeout), so that a hung
+        server is noticed within about 4 probe waits and 2 intervals, where the warm-up waits for a slow start."""
+        timeout = min(self.timeout, max(_STATS_TIMEOUT, PROBE_INTERVALS * interval))
+        self.close()
+        self._stats, self.timeout = self._stats.with_timeout(timeout), timeout
+        self._timeout_option = f"probe wait ({PROBE_INTERVALS} x --health-interval)"
+        self.remote = self._probe_client()
+
+    def _probe_client(self) -> RemoteDetector:
+        """A client of the probes on connections of its own, of this probe's timeout (named as serve sets it)."""
+        remote = self._stats.with_timeout(self.timeout)
+        remote.timeout_option = self._timeout_option
+        return remote
 
     def close(self) -> None:
         self.remote.close()
