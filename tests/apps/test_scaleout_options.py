@@ -167,8 +167,8 @@ def instance_count(device: str) -> str:
 
     from pointpillars_trt.model_dir import ModelDir
 
-    text = model_config_text(ModelDir(".", tiny_config(), {}), instances=None, max_batch=8, max_queue_delay_us=0,
-                             device=device, max_points=10)
+    text = model_config_text(ModelDir(".", tiny_config(), {"precision": "fp32"}), instances=None, max_batch=8,
+                             max_queue_delay_us=0, device=device, max_points=10)
     return next(line for line in text.splitlines() if line.startswith("instance_group"))
 
 
@@ -183,7 +183,7 @@ def test_cpu_instances_are_capped_at_the_cores() -> None:
     from pointpillars_trt.model_dir import ModelDir
 
     cores = len(os.sched_getaffinity(0))  # the cores this process may run on
-    model = ModelDir(".", tiny_config(), {})
+    model = ModelDir(".", tiny_config(), {"precision": "fp32"})
     text = model_config_text(model, instances=cores, max_batch=8, max_queue_delay_us=0, device="cpu", max_points=10)
     assert f"count: {cores}, kind: KIND_CPU" in text
     with pytest.raises(InputError, match=rf"--instances {cores + 1} on the CPU: at most {cores}, one a core"):
