@@ -650,20 +650,23 @@ def test_missing_files_and_bad_options_are_reported_not_raised_deep_in_ray(ray_c
     from pointpillars_trt.apps.distributed import detect_dataset
 
     model = tiny_model_dir(tmp_path / "model")
+    write_frames(tmp_path / "frames", model.path, {"a": 50})
+    gone, frame = str(tmp_path / "gone.bin"), str(tmp_path / "frames" / "a.bin")
     with ray_cpu_fallback():
-        summary = detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1,
-                                 gpus_per_worker=0, progress=False)
-    assert summary.frames == 1 and summary.failures[0][0] == str(tmp_path / "gone.bin")
+        summary = detect_dataset([gone, frame], model, tmp_path / "out", workers=1, gpus_per_worker=0, progress=False)
+    assert summary.frames == 2 and [failure[0] for failure in summary.failures] == [gone]
+    with pytest.raises(InputError, match="no path gives a frame"):  # no path at all: before the cluster is asked
+        detect_dataset([gone], model, tmp_path / "out", workers=1, gpus_per_worker=0, progress=False)
     with pytest.raises(InputError, match="output_format 'csv'"):
         detect_dataset(str(tmp_path), model.path, tmp_path / "out", output_format="csv")
     with pytest.raises(InputError, match="workers 0"):
-        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
+        detect_dataset([frame], model.path, tmp_path / "out", workers=0, gpus_per_worker=0)
     with pytest.raises(InputError, match="--gpus-per-worker 1: the Ray cluster has 0 GPUs; give --gpus-per-worker 0"):  # instead of waiting forever
-        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
+        detect_dataset([frame], model.path, tmp_path / "out", workers=2, gpus_per_worker=1)
     with pytest.raises(InputError, match="--device cuda: the Ray cluster has no GPUs"):  # not the CPU without a word
-        detect_dataset([str(tmp_path / "gone.bin")], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
+        detect_dataset([frame], model.path, tmp_path / "out", runtime=RuntimeOptions(device="cuda"))
     with ray_cpu_fallback():
-        detect_dataset([str(tmp_path / "gone.bin")], model, tmp_path / "out", workers=1, progress=False)
+        detect_dataset([frame], model, tmp_path / "out", workers=1, progress=False)
 
 
 def test_pathlib_paths_run_as_the_strings_they_name(ray_cluster, tiny_model: Path, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
