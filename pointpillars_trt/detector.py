@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import os
 import sys
@@ -346,19 +347,12 @@ class PointPillars:
         its batch to the detector's next call, which waits for it and drops its detections: it had held the detector
         for good, every later call refused naming a ``finish`` no one had."""
         batch = _SubmittedBatch(wait)
-        outcome: list[list[Detections]] = []
 
         def finish() -> list[Detections]:
-            with batch.lock:  # a second caller waits for the first one's wait
-                if not batch.waited:
-                    batch.waited = True
-                    try:
-                        outcome.append(batch.wait())
-                    finally:
-                        self._in_flight = False
-            if not outcome:
+            found = batch.wait_once(self._free_for_next)
+            if found is None:
                 raise BackendError("this batch's finish() failed: its detections are lost; submit its frames again")
-            return outcome[0]
+            return found
 
         weakref.finalize(finish, self._abandon, batch)
         return finish
@@ -372,17 +366,13 @@ class PointPillars:
     def _drain_abandoned(self) -> None:
         """Wait for the batch of a ``finish`` dropped uncalled (``_abandon``) and drop its detections, or its error."""
         batch, self._abandoned = self._abandoned, None
-        if batch is None:
-            return
-        with batch.lock:
-            if not batch.waited:
-                batch.waited = True
-                try:
-                    batch.wait()
-                except Exception:  # noqa: BLE001 - no one asked for its detections, nor for its failure
-                    pass
-                finally:
-                    self._in_flight = False
+        if batch is not None:
+            with contextlib.suppress(Exception):  # no one asked for its detections, nor for its failure
+                batch.wait_once(self._free_for_next)
+
+    def _free_for_next(self) -> None:
+        """The submitted batch is waited for: the detector takes the next."""
+        self._in_flight = False
 
     def _prepared(self, frames: Sequence[object], lags_checked: bool = False) -> list[object]:
         """The frames as the implementation takes them (``lags_checked``: see ``_device_or_host_points``); a bad
@@ -768,13 +758,26 @@ def _start_group(reader: Executor, items: Iterator[tuple[int, object]], size: in
 
 
 class _SubmittedBatch:
-    """A ``submit_batch``'s batch: the call that waits for its detections, and whether it was made (by its
-    ``finish``, or by the detector's next call once that ``finish`` was dropped uncalled)."""
+    """A ``submit_batch``'s batch: the call that waits for its detections, made once (by its ``finish``, or by the
+    detector's next call once that ``finish`` was dropped uncalled), and what it gave."""
 
     def __init__(self, wait: Callable[[], list[Detections]]) -> None:
-        self.wait = wait
+        self._wait = wait
         self.waited = False
-        self.lock = threading.Lock()
+        self._found: list[Detections] | None = None
+        self._lock = threading.Lock()
+
+    def wait_once(self, waited: Callable[[], None]) -> list[Detections] | None:
+        """The batch's detections: the first call waits for them (its error raised) and calls ``waited`` either way;
+        a later one, waiting for the first, gives the same (None where that wait failed)."""
+        with self._lock:
+            if not self.waited:
+                self.waited = True
+                try:
+                    self._found = self._wait()
+                finally:
+                    waited()
+        return self._found
 
 
 class _StagingPool:
@@ -793,11 +796,9 @@ class _StagingPool:
             buffer.reset()
             return buffer
         buffer = StagingBuffer(self.capacity, self._alloc, self._columns)
-        failure = self._alloc.news() if self._alloc is not None else None
-        if failure is not None:
-            warnings.warn(f"infer_many: page-locked memory for the frames' staging could not be had ({failure}); "
-                          "staging them in ordinary memory from here on (slower copies to the GPU)",
-                          RuntimeWarning, stacklevel=_callers_level())
+        news = self._alloc.news() if self._alloc is not None else None
+        if news is not None:
+            warnings.warn(f"infer_many: {news}", RuntimeWarning, stacklevel=_callers_level())
         return buffer
 
     def give(self, group: _Group) -> None:

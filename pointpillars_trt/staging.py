@@ -92,12 +92,14 @@ class PageLockedOrOrdinary:
         return np.empty(shape, dtype)
 
     def news(self) -> str | None:
-        """Why page-locked memory could not be had, at the first call since it could not (None otherwise)."""
+        """That page-locked memory could not be had, and why, at the first call since it could not (None otherwise):
+        what a caller says once, after its own prefix."""
         with self._lock:
             if self.failure is None or self._told:
                 return None
             self._told = True
-            return self.failure
+        return (f"page-locked memory for the frames' staging could not be had ({self.failure}); staging them in "
+                "ordinary memory from here on (slower copies to the GPU)")
 
 
 def rounded_capacity(capacity: int) -> int:

@@ -599,10 +599,9 @@ class FrameRunner:
 
     def _say_ordinary_staging(self) -> None:
         """Say, once, that page-locked memory for the staging buffers ran out (``PageLockedOrOrdinary``)."""
-        failure = self._alloc.news() if self._alloc is not None else None
-        if failure is not None:
-            self._notice(f"warning: page-locked memory for the frames' staging could not be had ({failure}); "
-                         "staging them in ordinary memory from here on (slower copies to the GPU)")
+        news = self._alloc.news() if self._alloc is not None else None
+        if news is not None:
+            self._notice(f"warning: {news}")
 
 
 def _staged_rows(staging: StagingBuffer, start: int, count: int) -> tuple[np.ndarray, np.ndarray | None]:
