@@ -1,4 +1,4 @@
-"""Anchors and NMS geometry constants derived from the config: shared by the NumPy reference and the GPU
+"""Anchors, NMS geometry and the post-process's other constants: shared by the NumPy reference and the GPU
 post-process, so the two paths cannot drift apart."""
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ from .config import ModelConfig
 # Corner-inside margin (metres) of each family's NMS kernel: OpenPCDet iou3d_nms (1 cm), mmdet3d-style
 # iou3d of zhulf0804 (1e-5 m).
 NMS_CORNER_MARGIN = {"openpcdet": 1e-2, "zhulf0804": 1e-5}
+#: A class logit beyond this magnitude (float16's largest value, far past any trained network's logits), infinite
+#: or NaN is the network's overflow (a corrupt value far outside its training range upstream): such scores are
+#: counted (``FrameStats.num_overflowed_scores``), since the boxes there are lost (NaN or a score of 0) or absurd.
+OVERFLOWED_LOGIT = 65504.0
 
 
 def anchors(cfg: ModelConfig) -> np.ndarray:

@@ -72,6 +72,7 @@ class CpuDetector:
             num_nonfinite=pillars.num_nonfinite,
             num_pillars=int(pillars.features.shape[0]),
             num_pillars_dropped=pillars.num_pillars_dropped,
+            num_overflowed_scores=raw.overflowed_scores,
         )
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats, raw.velocity)
 

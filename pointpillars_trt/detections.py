@@ -23,6 +23,7 @@ class FrameStats:
     num_nonfinite: int = 0     # rows dropped for NaN / inf
     num_pillars: int = 0       # non-empty pillars fed to the network
     num_pillars_dropped: int = 0  # non-empty pillars past the configured maximum
+    num_overflowed_scores: int = 0  # class scores (anchors x classes) of a NaN, infinite or absurd logit: overflow
 
 
 #: Finite points a frame must have (in the model's point range) for "none of them where they should be"
@@ -60,6 +61,23 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
         f"{axis} {lo:g}..{hi:g}" for axis, lo, hi in zip("xyz", point_range[:3], point_range[3:]))
     return "range", (f"none of its {finite} finite points lies in the model's point range{where}: are they metres "
                      f"in the lidar frame ({'x forward, y left, z up' if faces_forward(point_range) else 'z up'})?")
+
+
+def pillars_dropped_finding(stats: FrameStats) -> str | None:
+    """What a frame whose pillars outnumbered the model's ``voxel.max_pillars`` lost (following the frame's name),
+    or None: the pillars past it are left out, as OpenPCDet leaves them, and the boxes they would give with them."""
+    if not stats.num_pillars_dropped:
+        return None
+    return (f"{stats.num_pillars_dropped} of its pillars lie beyond the model's voxel.max_pillars "
+            f"({stats.num_pillars} kept) and were left out, as OpenPCDet leaves them out: a larger max_pillars in "
+            "the model's config keeps frames this dense whole")
+
+
+def overflowed_scores_text(count: int, whose: str) -> str:
+    """What ``count`` overflowed class scores of a frame (``FrameStats.num_overflowed_scores``; ``whose``: "its",
+    "a frame's") cost: such anchors give no box (a NaN or 0 score under any threshold) or an absurd one, so boxes
+    vanish where an overflow of the box values alone would show in them."""
+    return f"{count} of {whose} class scores overflowed (a NaN, infinite or absurd logit), so the boxes there are lost"
 
 
 @dataclass(frozen=True, eq=False)
@@ -123,7 +141,8 @@ class Detections:
 
         Detections no output holds (``kitti.finite_detections``: a NaN or infinity in their box, score or velocity,
         a box the network overflowed to beyond 10 km or of no size) are left out and counted in
-        ``num_nonfinite_boxes``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
+        ``num_nonfinite_boxes``; class scores of a NaN, infinite or absurd logit (the boxes there lost) are counted
+        in ``num_overflowed_scores``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
         """
         from .kitti import finite_detections, normalize_heading
 
@@ -144,6 +163,7 @@ class Detections:
             "num_pillars_dropped": self.stats.num_pillars_dropped,
             "num_nonfinite_points": self.stats.num_nonfinite,
             "num_nonfinite_boxes": dropped,
+            "num_overflowed_scores": self.stats.num_overflowed_scores,
         }
         if velocity is not None:
             record["velocity"] = np.round(velocity, 5).tolist()

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
-from .detections import Detections, misread_finding
+from .detections import Detections, misread_finding, overflowed_scores_text, pillars_dropped_finding
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
     SettingNotice, agree, safe_repr,
@@ -107,8 +107,9 @@ class PointPillars:
                           "--precision fp32)", PrecisionWarning, stacklevel=_callers_level())
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
-        self._nonfinite_said = False  # boxes with NaN / inf values are said once
-        self._misread_said: set[str] = set()  # the kinds of probably misread frame said (``misread_finding``)
+        self._overflow_said = False  # boxes with NaN / inf values, or overflowed class scores, are said once
+        # the kinds of frame finding said: probably misread (``misread_finding``), pillars dropped ("pillars")
+        self._frame_findings_said: set[str] = set()
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
         self._viewpoint_lock = threading.Lock()  # infer_many's reader threads may find one at the same time
         if self.device == "cuda":
@@ -199,8 +200,8 @@ class PointPillars:
         self._check_ready()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
-        found = self._said_if_nonfinite(self._impl.detect(frame, self._post_config(thresholds)))
-        return self._said_if_misread(found, "the frame")
+        found = self._said_if_overflowed(self._impl.detect(frame, self._post_config(thresholds)))
+        return self._said_of_frame(found, "the frame")
 
     def _check_ready(self) -> None:
         """Refuse a call on a closed detector, or one made while a ``submit_batch`` awaits its ``finish``: on the
@@ -228,33 +229,47 @@ class PointPillars:
                 warnings.warn(f"the points' {text} (checked on the first frame)", InputWarning,
                               stacklevel=_callers_level())
 
-    def _said_if_nonfinite(self, found: Detections) -> Detections:
-        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity: the network overflowed,
-        which values far outside its training range (coordinates, intensities) cause."""
-        if not self._nonfinite_said and not (np.isfinite(found.boxes).all() and np.isfinite(found.scores).all()):
-            self._nonfinite_said = True
+    def _said_if_overflowed(self, found: Detections) -> Detections:
+        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity, or its class scores overflowed
+        (``FrameStats.num_overflowed_scores``: the boxes there lost): the network overflowed, which values far
+        outside its training range (coordinates, intensities, a corrupt value) cause."""
+        if self._overflow_said:
+            return found
+        finite = bool(np.isfinite(found.boxes).all() and np.isfinite(found.scores).all())
+        overflowed = found.stats.num_overflowed_scores
+        if finite and not overflowed:
+            return found
+        self._overflow_said = True
+        parts = []
+        if not finite:
             bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
-            which = agree(len(found), "the one box of a frame holds",
-                          f"{bad} of a frame's {len(found)} boxes {agree(bad, 'holds', 'hold')}")
-            warnings.warn(f"{which} NaN or infinite values: the network "
-                          "overflowed on its input, which values far outside what it was trained on cause (check "
-                          "the point layout and the intensity scale); infer leaves such boxes out and counts them "
-                          "(said once)", InputWarning, stacklevel=_callers_level())
+            parts.append(agree(len(found), "the one box of a frame holds",
+                               f"{bad} of a frame's {len(found)} boxes {agree(bad, 'holds', 'hold')}")
+                         + " NaN or infinite values")
+        if overflowed:
+            parts.append(overflowed_scores_text(overflowed, "its" if parts else "a frame's"))
+        warnings.warn(f"{'; '.join(parts)}: the network overflowed on its input, which values far outside what it "
+                      "was trained on cause (check the point layout and the intensity scale, and the frame for "
+                      "corrupt values); infer leaves such boxes out and counts them (said once)", InputWarning,
+                      stacklevel=_callers_level())
         return found
 
-    def _said_if_misread(self, found: Detections, name: str) -> Detections:
+    def _said_of_frame(self, found: Detections, name: str) -> Detections:
         """Warn (once a detector for each kind) when a frame's stats say its points were probably misread
-        (``misread_finding``: none of its many points made a pillar, or all of them one), as infer warns of its
-        files; ``name``: the frame, as the warning names it. Its detections are returned as they are."""
-        finding = misread_finding(found.stats, self.cfg.voxel.point_range)
-        if finding is not None and finding[0] not in self._misread_said:
-            self._misread_said.add(finding[0])
-            warnings.warn(f"{name}: {finding[1]} (said once)", InputWarning, stacklevel=_callers_level())
+        (``misread_finding``: none of its many points made a pillar, or all of them one), that it lost pillars
+        past the model's ``max_pillars`` (``pillars_dropped_finding``), as infer warns of its files; ``name``: the
+        frame, as the warning names it. Its detections are returned as they are."""
+        dropped = pillars_dropped_finding(found.stats)
+        for finding in (misread_finding(found.stats, self.cfg.voxel.point_range),
+                        None if dropped is None else ("pillars", dropped)):
+            if finding is not None and finding[0] not in self._frame_findings_said:
+                self._frame_findings_said.add(finding[0])
+                warnings.warn(f"{name}: {finding[1]} (said once)", InputWarning, stacklevel=_callers_level())
         return found
 
     def _said_of_batch(self, found: list[Detections]) -> list[Detections]:
-        """``_said_if_misread`` of a batch's frames, each named by its place in the batch."""
-        return [self._said_if_misread(one, f"frame {index} of the batch") for index, one in enumerate(found)]
+        """``_said_of_frame`` of a batch's frames, each named by its place in the batch."""
+        return [self._said_of_frame(one, f"frame {index} of the batch") for index, one in enumerate(found)]
 
     def _say_viewpoint(self, text: str) -> None:
         """A ``.pcd`` VIEWPOINT an ``infer_many`` read left unapplied (``read_points``' ``viewpoint_note``): warned once
@@ -300,7 +315,7 @@ class PointPillars:
         lags were checked as they were read, not checked again."""
         prepared = self._prepared(frames, lags_checked)
         found = self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
-        return [self._said_if_nonfinite(d) for d in found]
+        return [self._said_if_overflowed(d) for d in found]
 
     def submit_batch(self, frames: Sequence[object], *,
                      thresholds: Thresholds | None = None) -> Callable[[], list[Detections]]:
@@ -334,11 +349,11 @@ class PointPillars:
         it here), and the call that waits for its detections."""
         if self.device != "cuda" or not prepared:
             found = self._impl.detect_batch(prepared, post_config) if prepared else []
-            said = self._said_of_batch([self._said_if_nonfinite(d) for d in found])
+            said = self._said_of_batch([self._said_if_overflowed(d) for d in found])
             return lambda: said
         pipeline = self.gpu_pipeline
         pipeline.submit(prepared, post_config)
-        return lambda: self._said_of_batch([self._said_if_nonfinite(d) for d in pipeline.collect()])
+        return lambda: self._said_of_batch([self._said_if_overflowed(d) for d in pipeline.collect()])
 
     def _finish_once(self, wait: Callable[[], list[Detections]]) -> Callable[[], list[Detections]]:
         """``submit_batch``'s ``finish``: its first call waits for the batch and frees the detector for the next;
@@ -413,8 +428,8 @@ class PointPillars:
         frame = np.column_stack(columns).astype(np.float32)
         armed, self._check_intensity = self._check_intensity, False  # synthetic 0-1 values: the user's first frame
         try:                                                         # is the one checked
-            for batch in sizes:
-                self.detect_batch([frame] * batch)
+            for batch in sizes:  # nothing said of the frames' pillars: they are no caller's
+                self._detect_batch([frame] * batch)
         finally:
             self._check_intensity = armed
 
@@ -519,7 +534,7 @@ class PointPillars:
                 error = found if isinstance(found, PointPillarsError) else PointPillarsError(str(found))
                 yield FrameResult(entry.source, None, error)
             else:
-                yield FrameResult(entry.source, self._said_if_misread(found, safe_repr(entry.source)), None)
+                yield FrameResult(entry.source, self._said_of_frame(found, safe_repr(entry.source)), None)
 
     def _detect_staged(self, staging: StagingBuffer | None, frames: list[_GroupFrame], *, thresholds: Thresholds | None,
                        post_config: ModelConfig | None) -> list[Detections | BaseException]:
@@ -536,7 +551,7 @@ class PointPillars:
                 with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
                     placed = [(len(frame.points), frame.start) for frame in frames]
                     found = pipeline.detect_staged(staging, placed, post_config)
-                    return [self._said_if_nonfinite(one) for one in found]
+                    return [self._said_if_overflowed(one) for one in found]
             except FRAME_ERRORS:
                 pass
         batch = functools.partial(self._detect_batch, thresholds=thresholds, lags_checked=True)

@@ -604,7 +604,8 @@ class GpuPipeline:
     def _unpack(self, result: np.ndarray, num_points: int) -> Detections:
         boxes, scores, labels, counters, velocity = post_stage_type(self.cfg).unpack(result)
         stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
-                           num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"])
+                           num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"],
+                           num_overflowed_scores=counters["overflowed_scores"])
         return Detections(boxes, scores, labels, self.cfg.classes, stats, velocity)
 
     def close(self) -> None:

@@ -31,9 +31,13 @@ STAGES = {"voxelize", "pfn", "scatter", "rpn", "postprocess", "total"}
 MODEL_FILES = ("pfn.onnx", "rpn.onnx", "model.json")
 
 
-def frame_in_range(model, points: int, intensity_top: float = 1.0, seed: int = 0) -> np.ndarray:  # type: ignore[no-untyped-def]
-    """A frame of ``points`` points spread over ``model``'s point range, intensities uniform in 0..``intensity_top``."""
+def frame_in_range(model, points: int, intensity_top: float = 1.0, seed: int = 0,  # type: ignore[no-untyped-def]
+                   x_share: float = 0.3) -> np.ndarray:
+    """A frame of ``points`` points spread over ``model``'s point range, intensities uniform in 0..``intensity_top``;
+    x over the range's first ``x_share`` only: the tiny model's 10 x 24 pillars there stay below its max_pillars
+    (256), so that a frame loses no pillar (which is said) unless a test means it to (``x_share`` 1)."""
     lo, hi = np.split(np.asarray(model.cfg.voxel.point_range, np.float32), 2)
+    hi[0] = lo[0] + x_share * (hi[0] - lo[0])
     rng = np.random.default_rng(seed)
     return np.column_stack([rng.uniform(lo, hi, (points, 3)), rng.uniform(0, intensity_top, points)]).astype(np.float32)
 
@@ -982,8 +986,8 @@ def _model_and_overflowing_frame(tmp_path: Path) -> tuple[ModelDir, np.ndarray]:
 
 def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path) -> None:
     """Intensities of 1e30 for a 0-1 model: one warning naming the largest value up front; the network
-    overflows on them (the boxes hold inf or NaN, counted here independently) and that is said once too,
-    whether the frames come one at a time, as a batch or through submit_batch."""
+    overflows on them (the boxes hold inf or NaN, counted here independently; class logits of 1e30 and more) and
+    that is said once too, whether the frames come one at a time, as a batch or through submit_batch."""
     import warnings
 
     from pointpillars_trt.errors import InputWarning
@@ -998,13 +1002,86 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
     said = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
     assert len(said) == 2, said
     assert said[0].startswith("the points' intensities reach 1e+30, but the model expects 0-1 reflectance")
-    assert said[1].startswith(f"{bad[0]} of a frame's {len(found[0])} boxes hold NaN or infinite values")
+    over = found[0].stats.num_overflowed_scores  # logits of 1e30 and more: their class scores overflowed too
+    assert over > 0 and said[1].startswith(f"{bad[0]} of a frame's {len(found[0])} boxes hold NaN or infinite values; "
+                                           f"{over} of its class scores overflowed (a NaN, infinite or absurd logit)")
     with warnings.catch_warnings(record=True) as caught:  # usual values: nothing to say
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:
             frame = frame_in_range(model, 500)
             assert all(np.isfinite(d.boxes).all() for d in [detector(frame), *detector.detect_batch([frame])])
     assert not [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+
+
+def independent_pillars(cfg, points: np.ndarray) -> int:  # type: ignore[no-untyped-def]
+    """The non-empty pillars of a frame of finite points, counted from the config's grid by NumPy alone."""
+    lo, hi = np.split(np.asarray(cfg.voxel.point_range, np.float64), 2)
+    xyz = points[:, :3].astype(np.float64)
+    inside = np.all((xyz >= lo) & (xyz < hi), axis=1)
+    cells = np.floor((xyz[inside, :2] - lo[:2]) / np.asarray(cfg.voxel.pillar_size[:2], np.float64)).astype(np.int64)
+    return len(np.unique(cells, axis=0))
+
+
+@pytest.mark.parametrize("entry", ["call", "detect_batch", "submit_batch", "infer_many"])
+def test_pillars_past_max_pillars_are_said_once_a_detector_naming_the_frame(tmp_path: Path, entry: str) -> None:
+    """A frame of more non-empty pillars than the model's max_pillars loses the rest, as OpenPCDet's voxelizer
+    drops them: infer warned of it, a Python caller was told nothing (``FrameStats`` counted them). Now one
+    InputWarning a detector, in infer's words, naming the frame and the caller's line; the counts are the
+    pillars of the frame's grid cells, counted here independently."""
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.errors import InputWarning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    dense = frame_in_range(model, 500, x_share=1.0)
+    total = independent_pillars(model.cfg, dense)
+    assert total > model.cfg.voxel.max_pillars
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            found = detect_as(detector, entry, [frame_in_range(model, 500), dense, dense], tmp_path)
+            detector.warm_up(points_per_frame=5000)  # its synthetic frames lose pillars too: no caller's to say
+    said = [w for w in caught if issubclass(w.category, InputWarning)]
+    kept = model.cfg.voxel.max_pillars
+    assert found[0].stats.num_pillars_dropped == 0
+    assert [(d.stats.num_pillars, d.stats.num_pillars_dropped) for d in found[1:]] == [(kept, total - kept)] * 2
+    name = {"call": "the frame", "infer_many": f"'{tmp_path / 'frame1.bin'}'"}.get(entry, "frame 1 of the batch")
+    assert [str(w.message) for w in said] == [
+        f"{name}: {total - kept} of its pillars lie beyond the model's voxel.max_pillars ({kept} kept) and were left "
+        "out, as OpenPCDet leaves them out: a larger max_pillars in the model's config keeps frames this dense whole "
+        "(said once)"]
+    assert said[0].filename == __file__
+
+
+@pytest.mark.parametrize("entry", ["call", "detect_batch", "submit_batch", "infer_many"])
+def test_a_corrupt_intensity_that_overflows_class_scores_is_said_once(tmp_path: Path, entry: str) -> None:
+    """One point's intensity of 3e38 (a corrupt value) in a frame after the first: the network overflows to NaN
+    class logits around it, whose scores pass no score threshold, so the boxes there vanished without a word (the
+    first frame's intensity check had passed). Now ``FrameStats.num_overflowed_scores`` counts them and one
+    InputWarning a detector says so with the fix, as for boxes the network overflowed on; a usual frame counts none."""
+    from tiny import tiny_model_dir
+
+    from pointpillars_trt.errors import InputWarning
+
+    model = tiny_model_dir(tmp_path / "m", seed=3)
+    usual = frame_in_range(model, 500)
+    corrupt = usual.copy()
+    corrupt[5, 3] = 3e38
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with PointPillars(model, device="cpu") as detector:
+            found = detect_as(detector, entry, [usual, corrupt, corrupt], tmp_path)
+    said = [w for w in caught if issubclass(w.category, InputWarning)]
+    over = found[1].stats.num_overflowed_scores
+    assert found[0].stats.num_overflowed_scores == 0 and over > 0 and found[2].stats.num_overflowed_scores == over
+    assert np.isfinite(found[1].scores).all() and np.isfinite(found[1].boxes).all()
+    assert [str(w.message) for w in said] == [
+        f"{over} of a frame's class scores overflowed (a NaN, infinite or absurd logit), so the boxes there are "
+        "lost: the network overflowed on its input, which values far outside what it was trained on cause (check "
+        "the point layout and the intensity scale, and the frame for corrupt values); infer leaves such boxes out "
+        "and counts them (said once)"]
+    assert said[0].filename == __file__
+    assert found[1].to_json_dict("f")["num_overflowed_scores"] == over
 
 
 @pytest.mark.parametrize("max_boxes, said", [(1, "the one box of a frame holds"), (2, "2 of a frame's 2 boxes hold")])
@@ -1021,8 +1098,7 @@ def test_the_boxes_a_network_overflowed_to_are_counted_in_the_singular_for_one(t
     bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
     assert len(found) == bad == max_boxes, (len(found), bad)
     overflowed = [str(w.message) for w in caught if "NaN or infinite values" in str(w.message)]
-    assert len(overflowed) == 1 and overflowed[0].startswith(f"{said} NaN or infinite values: the network overflowed"), \
-        overflowed
+    assert len(overflowed) == 1 and overflowed[0].startswith(f"{said} NaN or infinite values; "), overflowed
 
 
 #: What infer says of a frame of 500 points none of which made a pillar, or all of them one, after the frame's name;
@@ -1121,7 +1197,7 @@ def test_the_intensity_and_overflow_warnings_name_the_callers_line_whatever_the_
             detect_as(detector, entry, [frame], tmp_path)
     said = [w for w in caught if issubclass(w.category, InputWarning)]
     assert [str(w.message).split(",")[0] for w in said][0] == "the points' intensities reach 1e+30"
-    assert "boxes hold NaN or infinite values" in str(said[1].message) and len(said) == 2
+    assert "boxes hold NaN or infinite values; " in str(said[1].message) and len(said) == 2
     assert [w.filename for w in said] == [__file__] * 2
 
 

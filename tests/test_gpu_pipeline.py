@@ -143,6 +143,21 @@ def test_gpu_matches_cpu_on_random_clouds(family_pair, n):  # type: ignore[no-un
     assert_same_detections(gpu.detect(points), cpu.detect(points), f"{family} random n={n}")
 
 
+def test_a_corrupt_intensity_gives_overflowed_scores_counted_as_the_cpu_path_counts_them(family_pair, assets):  # type: ignore[no-untyped-def]
+    """One point's intensity of 3e38 in a camera-view frame: the network overflows to absurd or NaN class
+    logits, which the GPU's post-process counts (where the convolutions spread the overflow, and so how many,
+    is the engine's own: the count is not compared), as the CPU path does; the next frame counts none again and equals the CPU
+    path box for box."""
+    family, cpu, gpu = family_pair
+    points = read_points(assets / SHARED_FRAMES[0])
+    corrupt = points.copy()
+    corrupt[len(points) // 2, 3] = 3e38
+    assert gpu.detect(corrupt).stats.num_overflowed_scores > 0 and cpu.detect(corrupt).stats.num_overflowed_scores > 0
+    clean = gpu.detect(points)
+    assert clean.stats.num_overflowed_scores == 0
+    assert_same_detections(clean, cpu.detect(points), f"{family} after a corrupt frame")
+
+
 @pytest.fixture(scope="module")
 def small_limit_pair(assets, tmp_path_factory):  # type: ignore[no-untyped-def]
     """A model whose pillar maximum (3000) is far below a full scan's ~14.8k pillars."""

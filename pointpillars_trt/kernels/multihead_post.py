@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..anchors import NMS_CORNER_MARGIN, head_rows, multihead_anchors
+from ..anchors import NMS_CORNER_MARGIN, OVERFLOWED_LOGIT, head_rows, multihead_anchors
 from ..config import BOX_SIZE, ModelConfig
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT
@@ -80,9 +80,11 @@ class MultiHeadPostParams:
             SINCOS=int(self.sincos), VELOCITY=int(self.velocity), SCORE_INCLUSIVE=int(self.score_inclusive),
             TOP_K=self.top_k, SORT_CAP=self.sort_cap, MAX_BOXES=self.max_boxes,
             NMS_MARGIN=f32_define(self.nms_margin), STYLE_OPENPCDET=1, **nms_defines(),
+            OVERFLOWED_LOGIT=f32_define(OVERFLOWED_LOGIT),
             ROW_FLOATS=self.row_floats, SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(POST_HEADER),
             SEG_INTS=len(SEGMENT_COLUMNS), **slot_defines("SEG", SEGMENT_COLUMNS), **slot_defines("STAT", POST_STATS),
-            **slot_defines("HEADER", POST_HEADER), **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
+            STAT_COUNT=len(POST_STATS), **slot_defines("HEADER", POST_HEADER),
+            **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
         )
 
 
@@ -110,7 +112,7 @@ class MultiHeadPostprocessStage:
         with checked("multi-head postprocess: allocating buffers"):
             self.result = result if result is not None else cp.zeros((n, p.max_rows_out, p.row_floats), np.float32)
             self.thresholds = thresholds if thresholds is not None else cp.asarray(threshold_values(cfg))
-            self.stats = cp.zeros((n, s, len(POST_STATS)), np.int32)  # mh_reduce zeroes the candidates again
+            self.stats = cp.zeros((n, s, len(POST_STATS)), np.int32)  # mh_reduce zeroes the counts it sums again
             self._segments = cp.asarray(np.asarray(p.segments, np.int32))
             self._anchors = cp.asarray(multihead_anchors(cfg).astype(np.float32))
             self._key = cp.zeros((n, s * p.max_rows), np.uint32)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..anchors import NMS_CORNER_MARGIN, anchors
+from ..anchors import NMS_CORNER_MARGIN, OVERFLOWED_LOGIT, anchors
 from ..config import BOX_SIZE, ModelConfig, next_power_of_two
 from ..errors import ConfigError
 from ..kernel_limits import SORT_LIMIT as _SORT_LIMIT  # keys of one in-block bitonic sort
@@ -17,11 +17,11 @@ from .rotated_nms import MASK_THREADS, mask_grid, mask_words, nms_defines, nms_s
 from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
                       cupy_module, define_flags, f32_define, grid_blocks, launch_kernel, shared_blocks, slot_defines)
 
-POST_STATS = ("candidates", "selected")
+POST_STATS = ("candidates", "selected", "overflowed_scores")  # a frame's counters (``anchors.OVERFLOWED_LOGIT``)
 OUTPUT_ROW = 9  # x, y, z_centre, dx, dy, dz, heading, score, label
 # Row 0 of the post-processing result: its own counts, then the first voxelizer counts, as float32
 # (exact below 2**24), so that one device-to-host copy brings back everything a frame reports.
-POST_HEADER = ("count", "candidates", "selected")
+POST_HEADER = ("count", "candidates", "selected", "overflowed_scores")
 RESULT_HEADER = POST_HEADER + VOXEL_STATS[: OUTPUT_ROW - len(POST_HEADER)]
 #: What a post-process stage's ``unpack`` returns: boxes, scores, labels, the header's counts by name,
 #: velocities (None for a model without them).
@@ -133,6 +133,7 @@ class PostParams:
             MAX_BOXES=self.max_boxes, DIR_OFFSET=f32_define(self.dir_offset),
             DIR_LIMIT_OFFSET=f32_define(self.dir_limit_offset), DIR_FLIP_BIN=self.dir_flip_bin,
             DIR_PERIOD=f32_define(np.pi), HAS_OUTPUT_RANGE=int(self.output_range is not None),
+            OVERFLOWED_LOGIT=f32_define(OVERFLOWED_LOGIT),
             SCORE_BLOCK=_SCORE_BLOCK, HEADER_EXTRA=len(POST_HEADER), **nms_defines(),
             **floats, **slot_defines("STAT", POST_STATS), STAT_COUNT=len(POST_STATS), **slot_defines("HEADER", POST_HEADER),
             **slot_defines("THRESHOLD", THRESHOLD_SLOTS),
@@ -213,8 +214,8 @@ class PostprocessStage:
         p, k = self.params, self._k
         num_extra = np.int32(min(voxel_stats.shape[1], OUTPUT_ROW - len(POST_HEADER)))
         score_grid = batch_grid(grid_blocks(p.num_anchors, _SCORE_BLOCK), frames)
-        launch_kernel(k["pp_score"], score_grid, _SCORE_BLOCK, (cls, self.thresholds, self._key, self._block_counts),
-                      stream)
+        launch_kernel(k["pp_score"], score_grid, _SCORE_BLOCK,
+                      (cls, self.thresholds, self._key, self._block_counts, self.stats), stream)
         launch_kernel(k["pp_compact"], score_grid, _SCORE_BLOCK,
                 (self._key, self._block_counts, self.thresholds, self.stats, self._cand_key, self._cand_anchor),
                 stream)

@@ -21,7 +21,7 @@ import numpy as np
 from ..anchors import head_rows, multihead_anchors
 from ..config import ModelConfig
 from ..errors import InputError
-from .post import RawDetections, _passes, _sigmoid, _top_k, decode_boxes, nms_rotated
+from .post import RawDetections, _passes, _sigmoid, _top_k, decode_boxes, nms_rotated, overflowed_logits
 
 
 def decode_sincos(codes: np.ndarray, anchor_boxes: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -48,12 +48,13 @@ def multihead_postprocess(heads: np.ndarray, cfg: ModelConfig) -> RawDetections:
     pp, code = cfg.postprocess, cfg.box_code_size
     all_anchors = multihead_anchors(cfg)
     boxes, velocity, scores, labels = [], [], [], []
-    first_anchor, first_class = 0, 0
+    first_anchor, first_class, overflowed_scores = 0, 0, 0
     for cls_at, box_at, a, n in head_rows(cfg):
         rows = a * ny * nx
         logits = heads[:, :, cls_at: cls_at + a * n].reshape(ny, nx, a, n).transpose(2, 0, 1, 3).reshape(rows, n)
         codes = heads[:, :, box_at: box_at + a * code].reshape(ny, nx, a, code).transpose(2, 0, 1, 3).reshape(rows, code)
         probs = _sigmoid(np.ascontiguousarray(logits, np.float32))
+        overflowed_scores += overflowed_logits(logits)
         head_anchors = all_anchors[first_anchor: first_anchor + rows]
         for k in range(n):
             score = probs[:, k]
@@ -72,7 +73,7 @@ def multihead_postprocess(heads: np.ndarray, cfg: ModelConfig) -> RawDetections:
     if not boxes:
         empty = np.zeros((0, 7), np.float32)
         return RawDetections(empty, np.zeros(0, np.float32), np.zeros(0, np.int32), empty,
-                             np.zeros((0, 2), np.float32) if cfg.box_code.velocity else None)
+                             np.zeros((0, 2), np.float32) if cfg.box_code.velocity else None, overflowed_scores)
     out = np.concatenate(boxes)
     return RawDetections(out, np.concatenate(scores), np.concatenate(labels), out.copy(),
-                         np.concatenate(velocity) if cfg.box_code.velocity else None)
+                         np.concatenate(velocity) if cfg.box_code.velocity else None, overflowed_scores)

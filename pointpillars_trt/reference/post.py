@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..anchors import NMS_CORNER_MARGIN, anchors
+from ..anchors import NMS_CORNER_MARGIN, OVERFLOWED_LOGIT, anchors
 from ..config import ModelConfig
 from ..errors import ConfigError, InputError
 
@@ -39,7 +39,8 @@ class RawDetections:
     ``boxes`` (N, 7) float32 in OpenPCDet's convention (x, y, z_centre, dx, dy, dz, heading) whatever
     the family; ``native_boxes`` the same boxes in the family's own convention (what its code
     returns); ``scores`` (N,) float32; ``labels`` (N,) int32, 0-based into ``cfg.classes``;
-    ``velocity`` (N, 2) float32 (vx, vy) in m/s for models that predict it, else None.
+    ``velocity`` (N, 2) float32 (vx, vy) in m/s for models that predict it, else None; ``overflowed_scores`` the
+    class scores (anchors x classes) whose logit the network overflowed to (``overflowed_logits``).
     """
 
     boxes: np.ndarray
@@ -47,6 +48,7 @@ class RawDetections:
     labels: np.ndarray
     native_boxes: np.ndarray
     velocity: np.ndarray | None = None
+    overflowed_scores: int = 0
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
@@ -456,7 +458,14 @@ def postprocess(cls: np.ndarray, box: np.ndarray, dir: np.ndarray, cfg: ModelCon
         lim = np.asarray(limits, np.float32)
         inside = np.all((native[:, :3] > lim[:3]) & (native[:, :3] < lim[3:]), axis=1)
         native, scores, labels = native[inside], scores[inside], labels[inside]
-    return RawDetections(to_openpcdet_boxes(native, cfg), scores, labels.astype(np.int32), native)
+    return RawDetections(to_openpcdet_boxes(native, cfg), scores, labels.astype(np.int32), native,
+                         overflowed_scores=overflowed_logits(logits))
+
+
+def overflowed_logits(logits: np.ndarray) -> int:
+    """How many class logits are NaN, infinite or beyond ``OVERFLOWED_LOGIT``: the network overflowed there."""
+    with np.errstate(invalid="ignore"):
+        return int(logits.size - np.count_nonzero(np.abs(logits) <= np.float32(OVERFLOWED_LOGIT)))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:

@@ -883,6 +883,32 @@ def test_tiny_point_dim_5(tiny_model: Path, tmp_path: Path):
         .replace('"four"', '"five"').replace("four.bin", "five.bin")
 
 
+def test_a_corrupt_intensity_that_overflows_class_scores_is_warned_of_and_counted(tiny_model: Path, tmp_path: Path):
+    """One corrupt intensity (3e38) in the second of three frames: the tiny network overflows to NaN class logits
+    around it, and the boxes there vanished with nothing said (the first frame's scale was fine; no box held a
+    NaN). Now the frame is named in one warning with the fix, its record counts the NaN scores, the count after
+    the run names the others, and the usual frame's record counts none."""
+    points = tiny_points(4, 500)
+    points.tofile(tmp_path / "a.bin")
+    for name in ("b", "c"):
+        corrupt = points.copy()
+        corrupt[7, 3] = 3e38
+        corrupt.tofile(tmp_path / f"{name}.bin")
+    run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "c.bin", "--model", tiny_model,
+              "--device", "cpu", "--no-progress", "--out", tmp_path / "out")
+    records = {name: json.loads((tmp_path / "out" / f"{name}.json").read_text()) for name in "abc"}
+    over = records["b"]["num_overflowed_scores"]
+    assert run.rc == 0 and records["a"]["num_overflowed_scores"] == 0 and over > 0
+    assert records["c"]["num_overflowed_scores"] == over
+    said = [line for line in run.err.splitlines() if "overflowed" in line]
+    assert said == [
+        f"warning: '{tmp_path / 'b.bin'}': {over} of its class scores overflowed (a NaN, infinite or absurd logit), "
+        "so the boxes there are lost: the network overflowed on values far outside what it was trained on (check "
+        "the point layout and the intensity scale, and the file for corrupt values) (warned once)",
+        "warning: 2 frames had boxes or class scores the network overflowed on in all (the first named above; then "
+        f"'{tmp_path / 'c.bin'}')"], run.err
+
+
 @pytest.mark.slow
 def test_tiny_intensity_warning_once(tiny_model: Path, tmp_path: Path):
     for name in ("a", "b"):
@@ -933,12 +959,13 @@ def test_intensities_beyond_255_and_overflowing_boxes_are_said_with_the_fix(asse
     assert warnings[0] == (f"warning: '{tmp_path / 'wide.bin'}': intensities reach beyond 255, but the model expects "
                            "0-1 reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
                            "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
-    dropped = record["num_nonfinite_boxes"]
-    assert dropped > 0 and warnings[1] == (
+    dropped, overflowed = record["num_nonfinite_boxes"], record["num_overflowed_scores"]
+    assert dropped > 0 and overflowed > 0 and warnings[1] == (
         f"warning: '{tmp_path / 'wide.bin'}': {dropped} of its boxes held NaN, infinite or absurd values (beyond 10 km, or of no "
-        "size) and were left out: "
-        "the network overflowed on values far outside what it was trained on (check the point layout and the "
-        "intensity scale) (warned once)") and len(warnings) == 2, run.err
+        f"size) and were left out; {overflowed} of its class scores overflowed (a NaN, infinite or absurd logit), so "
+        "the boxes there are lost: the network overflowed on values far outside what it was trained on (check the "
+        "point layout and the intensity scale, and the file for corrupt values) (warned once)") and len(warnings) == 2, \
+        run.err
 
 
 @pytest.mark.slow

@@ -48,6 +48,25 @@ def test_a_multi_sweep_model_with_velocities_is_read_from_its_config_and_replies
         reply_detections(bad, list(bad), nuscenes, "server", SENT)
 
 
+def test_the_overflowed_score_count_is_read_where_the_served_model_declares_it() -> None:
+    """A server of this version declares ``num_overflowed_scores`` and its replies carry it into ``FrameStats``; one of
+    an earlier version declares no such output: still our model, its replies count 0; a mistyped one is not ours."""
+    earlier = check_model_config(config(), "m")
+    assert earlier.later_stats == () and "num_overflowed_scores" not in earlier.outputs
+    assert reply_detections(reply(2, False), list(reply(2, False)), earlier, "server", SENT).stats.num_overflowed_scores == 0
+    declared = config()
+    declared["output"].append({"name": "num_overflowed_scores", "data_type": "TYPE_INT32"})
+    served = check_model_config(declared, "m")
+    answer = {**reply(2, False), "num_overflowed_scores": np.full((1, 1), 37, np.int32)}
+    assert reply_detections(answer, list(answer), served, "server", SENT).stats.num_overflowed_scores == 37
+    with pytest.raises(BackendError, match=r"server answered with outputs .*; missing num_overflowed_scores"):
+        reply_detections(reply(2, False), list(reply(2, False)), served, "server", SENT)
+    declared["output"][-1]["data_type"] = "TYPE_FP32"
+    with pytest.raises(BackendError, match=r"is not a pointpillars-trt model: its outputs lack or mistype "
+                                           r"num_overflowed_scores"):
+        check_model_config(declared, "server s: model 'm'")
+
+
 @pytest.mark.parametrize("columns,velocity_type", [(6, None), (4, "TYPE_INT32")])
 def test_other_point_widths_and_a_mistyped_velocity_are_not_our_model(columns: int, velocity_type: str | None) -> None:
     cfg = config(columns, velocity_type is not None)

@@ -191,8 +191,10 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     frames = random_frames(tiny, 8)
+    frames[4][:, 3] = 3e38  # corrupt intensities: overflowed class scores, whose count the replies carry too
     with PointPillars(tiny, device="cpu") as detector:
         expected = [detector(f) for f in frames]
+    assert expected[4].stats.num_overflowed_scores > 0
     _, client = raw_client(tiny_server, "grpc")
     before = settled_statistics(client)  # not while a request an earlier test gave up on is still answered
     results: dict[tuple[str, int], list] = {}  # type: ignore[type-arg]
@@ -644,6 +646,36 @@ def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) ->
     with pytest.raises(BackendError) as caught:
         RemoteDetector(f"127.0.0.1:{free_port()}", protocol="grpc", timeout=2)
     assert "cannot be reached" in str(caught.value) and "listens" not in str(caught.value), caught.value
+
+
+def test_an_address_that_accepts_and_never_answers_grpc_is_told_grpcs_own_timeout_not_the_clients(install) -> None:  # type: ignore[no-untyped-def]
+    """A listener that accepts connections and never answers (a hung process, a stopped server): gRPC gives up on
+    the connection after its own connect timeout (~20 s), before a longer client timeout; the message said "did not
+    answer within 60 s" and that a slow server needs a longer timeout. Now it names gRPC's timeout and the
+    seconds it took, and asks whether the server is hung."""
+    import socket
+
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    thread = threading.Thread(target=lambda: accepted.append(listener.accept()[0]), daemon=True)
+    thread.start()
+    address = f"127.0.0.1:{listener.getsockname()[1]}"
+    try:
+        started = time.monotonic()
+        with pytest.raises(BackendError) as caught:
+            RemoteDetector(address, protocol="grpc", timeout=60, timeout_option="--request-timeout")
+        took = time.monotonic() - started
+    finally:
+        listener.close()
+        for connection in accepted:
+            connection.close()
+    said = re.fullmatch(re.escape(f"server {address} (grpc): accepted the connection but sent no gRPC handshake "
+                                  "within gRPC's own connect timeout (") + r"(\d+)" + re.escape(
+        " s, whatever the --request-timeout): is the server stopped or hung (its log says), or the address another "
+        "machine's?"), str(caught.value))
+    assert said is not None and abs(int(said[1]) - took) <= 1 and took < 40, (took, str(caught.value))
 
 
 def test_no_such_binary_is_one_line_error() -> None:

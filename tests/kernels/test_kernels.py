@@ -425,7 +425,9 @@ def assert_post_matches(result: np.ndarray, maps: Maps, cfg: ModelConfig, frame:
     candidates = int(np.count_nonzero(best >= thr if cfg.postprocess.score_inclusive else best > thr))
     assert counts["candidates"] == candidates
     assert counts["selected"] == min(candidates, cfg.postprocess.pre_nms_top_k)
-    extra = gpu_post.RESULT_HEADER[3:]
+    with np.errstate(invalid="ignore"):  # NaN, infinite or beyond float16's largest value: overflowed
+        assert counts["overflowed_scores"] == int(np.count_nonzero(~(np.abs(logits) <= np.finfo(np.float16).max)))
+    extra = gpu_post.RESULT_HEADER[len(gpu_post.POST_HEADER):]
     assert [counts[n] for n in extra] == voxel_counts(frame + 1)[frame, : len(extra)].tolist()
     assert counts["count"] == len(ref), f"GPU kept {counts['count']} boxes, the reference {len(ref)}"
     np.testing.assert_array_equal(labels, ref.labels)
@@ -452,6 +454,35 @@ def test_postprocess_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, c
     counts = assert_post_matches(run_post(cp, stage, maps, stream), maps, cfg)
     if case == "none":
         assert counts["count"] == 0
+
+
+@pytest.mark.cuda
+def test_postprocess_counts_nan_class_scores_and_starts_the_next_frame_from_none(cp: Any, stream: Any,
+                                                                               cfg: ModelConfig) -> None:
+    """Class logits the network overflowed to (NaN, infinite, beyond float16's largest value): the header counts
+    them (as many as were placed), the boxes are the reference's (an anchor with one NaN class among passing ones gives no box, as the maximum over its classes
+    is NaN there and in PyTorch), and the next frame, without any, counts none (the count is zeroed after each
+    frame)."""
+    from pointpillars_trt.reference import head_maps_to_anchor_major, postprocess
+
+    stage = gpu_post.PostprocessStage(cfg)
+    n, ties, spacing = POST_CASES["few"]
+    maps = head_maps(cfg, np.random.default_rng(5), n, ties=ties, spacing=spacing)
+    cls = maps[0].copy()
+    cls[0, :, 40:48, 20:36] = np.nan  # every class of every anchor in 8 x 16 cells
+    logits = head_maps_to_anchor_major(*maps, cfg)[0]
+    top = int(np.argmax(logits.max(axis=1)))  # the frame's best anchor: always a box of the clean frame
+    k, a = cfg.num_classes, cfg.anchors.per_cell
+    pixel, anchor = divmod(top, a)
+    y, x = divmod(pixel, cls.shape[3])
+    other = (int(np.argmax(logits[top])) + 1) % k
+    cls[0, anchor * k + other, y, x] = np.nan  # one class of it, not its best
+    cls[0, 0, 50:52, 40] = (-np.inf, -1e30)
+    spoiled = (cls, maps[1], maps[2])
+    assert postprocess(*spoiled, cfg).scores[0] < postprocess(*maps, cfg).scores[0]  # its box is gone
+    counts = assert_post_matches(run_post(cp, stage, spoiled, stream), spoiled, cfg)
+    assert counts["overflowed_scores"] == cls.shape[1] * 8 * 16 + 3
+    assert assert_post_matches(run_post(cp, stage, maps, stream), maps, cfg)["overflowed_scores"] == 0
 
 
 @pytest.mark.cuda

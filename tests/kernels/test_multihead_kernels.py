@@ -281,6 +281,36 @@ def test_post_process_equals_the_reference(cp: Any, crowded: bool) -> None:
 
 
 @pytest.mark.cuda
+def test_post_process_counts_nan_class_scores_of_every_head_and_starts_the_next_frame_from_none(cp: Any) -> None:
+    """Class logits overflowed (NaN, infinite, beyond float16's largest value) in two heads of the second of two
+    frames in a batch: that frame's header
+    counts them (as many as were placed), the first frame's none, the boxes are the reference's; a batch after it
+    without any counts none (the counts are zeroed after each frame)."""
+    from pointpillars_trt.kernels.multihead_post import MultiHeadPostprocessStage
+
+    rng = np.random.default_rng(53)
+    stage = MultiHeadPostprocessStage(CFG, frames=2)
+    stream = cp.cuda.Stream()  # blocking: ordered after the inputs made on the default stream
+    stats = cp.asarray(np.ones((2, 8), np.int32))
+    clean = [_head_map(rng, False) for _ in range(2)]
+    spoiled = clean[1].copy()
+    spoiled[20:24, 30:40, 0:2] = np.nan  # the car head: both anchors' scores in 40 cells
+    spoiled[50, 60, 28] = np.nan  # one pedestrian anchor's score
+    spoiled[51:53, 60, 28] = (-np.inf, -1e30)
+    for heads, nans in ((np.stack([clean[0], spoiled]), [0, 4 * 10 * 2 + 3]), (np.stack(clean), [0, 0])):
+        stage.launch(cp.asarray(heads), stats, stream, frames=2)
+        stream.synchronize()
+        for f in range(2):
+            boxes, scores, labels, counts, _ = MultiHeadPostprocessStage.unpack(cp.asnumpy(stage.result[f]))
+            want = multihead_postprocess(heads[f], CFG)
+            assert counts["overflowed_scores"] == nans[f] == want.overflowed_scores
+            assert counts["count"] == len(want.scores) > 0
+            np.testing.assert_array_equal(labels, want.labels)
+            np.testing.assert_allclose(scores, want.scores, rtol=0, atol=1e-6)
+            np.testing.assert_allclose(boxes, want.boxes, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.cuda
 def test_post_process_of_a_batch_equals_the_reference_frame_by_frame(cp: Any) -> None:
     """Three frames in one set of launches (crowded, quiet, crowded), each its own boxes and its own
     voxelizer counts in its header; a smaller batch after it leaves no state behind."""

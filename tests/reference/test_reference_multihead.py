@@ -85,6 +85,27 @@ def test_max_boxes_and_top_k_count_per_class() -> None:
     assert np.all(np.diff(raw.scores[:4]) < 0) and np.all(np.diff(raw.scores[4:]) < 0)
 
 
+def test_overflowed_class_logits_are_counted_in_every_head_and_give_no_box() -> None:
+    """Class logits the network overflowed to (NaN, infinite, beyond float16's largest value) in the car head and
+    the pedestrian head: each counted in ``overflowed_scores`` (placed here, so counted here); the boxes elsewhere
+    stay as they were."""
+    heads = np.zeros((H, W, 236), np.float32)
+    heads[..., :36] = -20.0
+    for x in range(0, 120, 8):
+        heads[5, x, 0] = _logit(0.5 + x / 1000)
+        heads[100, x, 28] = _logit(0.5 + x / 1000)
+    clean = multihead_postprocess(heads, CFG)
+    heads[60:64, 60:70, 0:2] = np.nan  # car: both anchors' scores in 40 cells
+    heads[30, 30, 28] = np.nan  # one pedestrian anchor's score
+    heads[31, 30, 28] = -np.inf
+    heads[32, 30, 28] = -1e30
+    heads[33, 30, 28] = -np.float32(np.finfo(np.float16).max)  # at the bound: a value, not an overflow
+    got = multihead_postprocess(heads, CFG)
+    assert (clean.overflowed_scores, got.overflowed_scores) == (0, 4 * 10 * 2 + 3)
+    np.testing.assert_array_equal(got.boxes, clean.boxes)
+    np.testing.assert_array_equal(got.scores, clean.scores)
+
+
 @pytest.fixture(scope="module")
 def model_dir(nuscenes: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     from pointpillars_trt.convert.export import build_model_dir

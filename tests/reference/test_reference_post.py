@@ -785,6 +785,29 @@ def test_postprocess_without_detections(openpcdet_cfg: ModelConfig, zhulf_cfg: M
         assert got.labels.dtype == np.int32
 
 
+@pytest.mark.parametrize("family", ["openpcdet", "zhulf0804"])
+def test_overflowed_class_logits_are_counted_and_give_no_box(family: str, openpcdet_cfg: ModelConfig,
+                                                             zhulf_cfg: ModelConfig) -> None:
+    """Class logits the network overflowed to (a corrupt intensity upstream): NaN, infinite, or beyond float16's
+    largest value. Each is counted in ``overflowed_scores`` (placed here, so counted here), and the other anchors'
+    boxes are the frame's without them: the NaN anchors give no box, and none of the others is lost."""
+    cfg = openpcdet_cfg if family == "openpcdet" else zhulf_cfg
+    cls, box, dirm = head_maps(11, 25)
+    clean = postprocess(cls, box, dirm, cfg)
+    assert clean.overflowed_scores == 0 and len(clean) > 5
+    spoiled = cls.copy()
+    spoiled[0, :, 200:210, 150:160] = np.nan  # a corner with no candidate of the clean frame: every class, anchor
+    spoiled[0, 4, 10, 20] = np.nan  # one class of one anchor elsewhere
+    spoiled[0, 5, 30, 40] = -np.inf
+    spoiled[0, 6, 31, 40] = -1e30
+    spoiled[0, 7, 32, 40] = -np.float32(np.finfo(np.float16).max)  # at the bound: a value, not an overflow
+    got = postprocess(spoiled, box, dirm, cfg)
+    assert got.overflowed_scores == 18 * 10 * 10 + 3
+    assert np.isfinite(got.scores).all()
+    np.testing.assert_array_equal(got.boxes, clean.boxes)
+    np.testing.assert_array_equal(got.scores, clean.scores)
+
+
 def test_nms_input_of_zhulf_boxes(zhulf_cfg: ModelConfig) -> None:
     native = np.array([[10.0, 2.0, -1.0, 1.6, 3.9, 1.5, 0.3]], np.float32)
     np.testing.assert_allclose(nms_boxes(native, zhulf_cfg), [[9.2, 0.05, 10.8, 3.95, 0.3]], rtol=0, atol=1e-6)

@@ -14,6 +14,7 @@ import functools
 import os
 import socket
 import threading
+import time
 from collections import deque
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -97,12 +98,13 @@ class RemoteDetector:
         self._probing = threading.Lock()  # one liveness probe at a time: the requests failing with it wait for it
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        started = time.monotonic()
         try:
             ready = self._client().is_model_ready(model, **self._deadline(timeout))
             config = self._client().get_model_config(model, **({"as_json": True, **self._deadline(timeout)}
                                                                 if protocol == "grpc" else {}))
         except Exception as exc:  # noqa: BLE001 - tritonclient raises its own and socket errors alike
-            raise BackendError(self._unreachable(exc)) from None
+            raise BackendError(self._unreachable(exc, time.monotonic() - started)) from None
         if not ready:
             raise BackendError(f"server {self._shown}: model {model!r} is not ready")
         self.served = check_model_config(config, f"server {self._shown}: model {model!r}")
@@ -265,14 +267,21 @@ class RemoteDetector:
         """A gRPC call's own timeout (HTTP's is the connection's, set when it is made)."""
         return {"client_timeout": seconds} if self.protocol == "grpc" else {}
 
-    def _unreachable(self, exc: Exception) -> str:
-        """Why construction's first requests failed. A server that does not answer within the timeout (stopped,
-        hung, overloaded) is said to be so, one that serves no model of that name so; a transport failure at once
-        from something that listens is most likely the server's other endpoint (``_other_protocol_hint``)."""
+    def _unreachable(self, exc: Exception, seconds: float) -> str:
+        """Why construction's first requests failed, ``seconds`` after they were sent. A server that does not
+        answer within the timeout (stopped, hung, overloaded) is said to be so, one that serves no model of that
+        name so; gRPC's own connect timeout (~20 s), which ends a connection never answered before a longer
+        timeout does, is said as such; a transport failure at once from something that listens is most likely the
+        server's other endpoint (``_other_protocol_hint``)."""
         where = f"server {self._shown} ({self.protocol})"
         status = str(exc.status()) if isinstance(exc, self._server_error) else None
-        if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED" or (
-                status == "StatusCode.UNAVAILABLE" and "timed out" in str(exc)):  # gRPC's own connect timeout
+        if status == "StatusCode.UNAVAILABLE" and "timed out" in str(exc):  # gRPC's own connect timeout, not ours
+            what = ("accepted the connection but sent no gRPC handshake" if "SETTINGS frame" in str(exc)
+                    else "did not accept a connection")
+            return (f"{where}: {what} within gRPC's own connect timeout ({seconds:.0f} s, whatever the "
+                    f"{self.timeout_option}): is the server stopped or hung (its log says), or the address another "
+                    "machine's?")
+        if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED":
             return (f"{where}: did not answer within {self.timeout:g} s: is the server stopped or hung (its log "
                     f"says), or the address another machine's? A server that is only slow needs a longer "
                     f"{self.timeout_option}")

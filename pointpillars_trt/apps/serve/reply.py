@@ -24,11 +24,14 @@ from ...strict_json import loads_json
 
 
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
+#: Counts (``FrameStats`` fields, as STATS) a served model declares since a later version: a reply of a server
+#: that does not declare one leaves it 0.
+LATER_STATS = ("num_overflowed_scores",)
 OUTPUTS = ("boxes", "scores", "labels", *STATS)
 VELOCITY = "velocity"  # (1, boxes, 2) FP32, the output of models that predict velocities
 NUM_POINT_COLUMNS = (4, 5)  # values a point of the points input: x, y, z, intensity (+ time)
 _OUTPUT_TYPES = {"boxes": "TYPE_FP32", "scores": "TYPE_FP32", VELOCITY: "TYPE_FP32",
-                 **{name: "TYPE_INT32" for name in ("labels", *STATS)}}
+                 **{name: "TYPE_INT32" for name in ("labels", *STATS, *LATER_STATS)}}
 _OUTPUT_DTYPES = {name: np.float32 if kind == "TYPE_FP32" else np.int32 for name, kind in _OUTPUT_TYPES.items()}
 #: A class name goes into JSON records and KITTI label lines (space-separated): no spaces, no control characters.
 _CLASS_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
@@ -46,10 +49,11 @@ class ServedModel:
     point_range: tuple[float, ...] | None = None  # the model's (x, y, z min, then max), when its config says
     fov_points_only: bool | None = None  # trained on the camera view's points only, when its config says
     identity: Mapping[str, object] | None = None  # its weights, config and precision, when its config says
+    later_stats: tuple[str, ...] = ()  # those of LATER_STATS its config declares
 
     @property
     def outputs(self) -> tuple[str, ...]:
-        return OUTPUTS + ((VELOCITY,) if self.velocity else ())
+        return OUTPUTS + self.later_stats + ((VELOCITY,) if self.velocity else ())
 
 
 def check_model_config(config: object, where: str) -> ServedModel:
@@ -79,13 +83,15 @@ def check_model_config(config: object, where: str) -> ServedModel:
         raise refuse("it has no FP32 input 'points' of dims [-1, 4] or [-1, 5]")
     outputs = {o.get("name"): o.get("data_type") for o in config.get("output") or [] if isinstance(o, Mapping)}
     velocity = VELOCITY in outputs
-    wrong = [name for name, kind in _OUTPUT_TYPES.items() if outputs.get(name) != kind and (name != VELOCITY or velocity)]
+    optional = (VELOCITY, *LATER_STATS)  # the others are required
+    wrong = [name for name, kind in _OUTPUT_TYPES.items()
+             if outputs.get(name) != kind and (name not in optional or name in outputs)]
     if wrong:
         raise refuse(f"its outputs lack or mistype {', '.join(wrong)}")
     assert dims is not None
     return ServedModel(names, _int_parameter(params, "max_points"), _int_parameter(params, "max_boxes"), dims[1],
                        velocity, _point_range(params, refuse), _bool_parameter(params, "fov_points_only", refuse),
-                       _identity(params, refuse))
+                       _identity(params, refuse), tuple(name for name in LATER_STATS if name in outputs))
 
 
 def _identity(params: object, refuse: Callable[[str], BackendError]) -> Mapping[str, object] | None:
@@ -172,7 +178,7 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
         found[name] = array
     count = found["scores"].shape[-1] if found["scores"].ndim == 2 else -1
     shapes = {"boxes": (1, count, 7), "scores": (1, count), "labels": (1, count), VELOCITY: (1, count, 2),
-              **{s: (1, 1) for s in STATS}}
+              **{s: (1, 1) for s in (*STATS, *served.later_stats)}}
     odd = next((n for n in expected if found[n].shape != shapes[n]), None)
     if count < 0 or odd is not None:
         raise refuse(f"with inconsistent shapes {', '.join(f'{n} {found[n].shape}' for n in expected)}")
@@ -185,7 +191,7 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
             raise refuse("scores outside [0, 1]")
         if np.any(sizes < 0):  # a decoded size is an anchor's times exp(delta): never negative
             raise refuse("boxes of negative size")
-    stats = {name: int(found[name][0, 0]) for name in STATS}
+    stats = {name: int(found[name][0, 0]) for name in (*STATS, *served.later_stats)}
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")
     if stats["num_points"] != sent_points:

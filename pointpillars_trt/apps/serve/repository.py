@@ -21,6 +21,7 @@ from ...model_dir import ModelDir, load_model_dir
 from ...points import MAX_FRAME_POINTS
 from ...runtime_options import RuntimeOptions, max_threads
 from ..run_settings import model_dir_identity
+from .reply import LATER_STATS, STATS
 
 MODEL_NAME = "pointpillars"
 #: Points one request may carry before the model refuses it (a KITTI scan has ~120 k).
@@ -120,8 +121,7 @@ def model_config_text(model: ModelDir, *, instances: int | None, max_batch: int,
               "model_identity": json.dumps(model_dir_identity(model), sort_keys=True).replace('"', '\\"'),
               "runtime_options": json.dumps(runtime.to_dict()).replace('"', '\\"')}
     outputs = [("boxes", "TYPE_FP32", "[-1, 7]"), ("scores", "TYPE_FP32", "[-1]"), ("labels", "TYPE_INT32", "[-1]")]
-    outputs += [(name, "TYPE_INT32", "[1]") for name in
-                ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")]
+    outputs += [(name, "TYPE_INT32", "[1]") for name in (*STATS, *LATER_STATS)]
     if model.cfg.box_code.velocity:
         outputs.append(("velocity", "TYPE_FP32", "[-1, 2]"))
     columns = model.cfg.num_point_columns

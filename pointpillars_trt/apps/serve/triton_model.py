@@ -43,6 +43,7 @@ import triton_python_backend_utils as pb_utils  # noqa: E402
 
 from pointpillars_trt.config import Thresholds  # noqa: E402
 from pointpillars_trt.apps.serve.pipelines import PipelineSet  # noqa: E402
+from pointpillars_trt.apps.serve.reply import LATER_STATS, STATS  # noqa: E402
 from pointpillars_trt.detector import PointPillars  # noqa: E402
 from pointpillars_trt.runtime_options import RuntimeOptions  # noqa: E402
 from pointpillars_trt.detections import Detections  # noqa: E402
@@ -315,10 +316,7 @@ def _response(found: Detections) -> Any:
         "boxes": found.boxes.reshape(1, -1, 7),  # an empty result is (1, 0, 7): the client sees (0, 7)
         "scores": found.scores.reshape(1, -1),
         "labels": found.labels.reshape(1, -1),
-        "num_points": [[stats.num_points]],
-        "num_nonfinite": [[stats.num_nonfinite]],
-        "num_pillars": [[stats.num_pillars]],
-        "num_pillars_dropped": [[stats.num_pillars_dropped]],
+        **{name: [[getattr(stats, name)]] for name in (*STATS, *LATER_STATS)},  # FrameStats' fields
     }
     if found.velocity is not None:  # a model that predicts velocities (its config declares the output)
         arrays["velocity"] = found.velocity.reshape(1, -1, 2)

@@ -10,7 +10,7 @@
 // A batch's frames run in one set of launches, frame blockIdx.z on its own part of every per-frame
 // buffer (frame_part); the segment table, anchors and thresholds are the batch's. Launch order, one
 // stream (the blocks below are a frame's):
-//   mh_score      per (row, segment): score key (0: fails the threshold), candidate lists
+//   mh_score      per (row, segment): score key (0: fails the threshold), candidate lists, overflows
 //   mh_select     block per segment: top TOP_K (radix select + bitonic sort), decoded members
 //   mh_nms_mask   IoU bit matrix of each segment (rotated_nms.cuh)
 //   mh_reduce     one block: greedy NMS per segment, output rows and header; resets the counts
@@ -20,7 +20,7 @@
 // sin) pair), VELOCITY (1: two velocity values follow the angle), SCORE_INCLUSIVE, TOP_K,
 // SORT_CAP, MAX_BOXES (per segment; the run-time value is at most this), NMS_MARGIN,
 // STYLE_OPENPCDET, NMS_RECT_FLOATS, NMS_MASK_THREADS, ROW_FLOATS, SCORE_BLOCK, HEADER_EXTRA, SEG_* (columns of the
-// segment table), SEG_INTS, STAT_* / HEADER_* / THRESHOLD_* slots.
+// segment table), SEG_INTS, OVERFLOWED_LOGIT, STAT_* / HEADER_* / THRESHOLD_* slots.
 #include "common.cuh"
 #include "result_header.cuh"
 #include "rotated_nms.cuh"
@@ -31,7 +31,7 @@ namespace {
 constexpr int kPlane = HEAD_W * HEAD_H;
 constexpr long long kHeadValues = static_cast<long long>(kPlane) * HEAD_CHANNELS;  // a frame's head map
 constexpr long long kSlots = static_cast<long long>(NUM_SEGMENTS) * SORT_CAP;       // a frame's NMS members
-constexpr long long kStats = NUM_SEGMENTS * 2LL;                                     // a frame's stats
+constexpr long long kStats = NUM_SEGMENTS * static_cast<long long>(STAT_COUNT);        // a frame's stats
 
 // Offset of the first channel of row r's pixel in the merged NHWC map.
 __device__ __forceinline__ size_t cell_of(int r) {
@@ -42,7 +42,8 @@ __device__ __forceinline__ size_t cell_of(int r) {
 
 // Key of row r: the score's bits + 1 when it passes the threshold (keys then order like scores),
 // 0 when it does not. A passing row also takes a place in its segment's candidate list (in no set
-// order: mh_select sorts it), while there are no more than SORT_CAP. Grid (row blocks, segments).
+// order: mh_select sorts it), while there are no more than SORT_CAP; an overflowed logit
+// (``overflowed``) is counted. Grid (row blocks, segments).
 extern "C" __global__ void __launch_bounds__(SCORE_BLOCK)
 mh_score(const float* __restrict__ heads, const int* __restrict__ segments, const float* __restrict__ thresholds,
          unsigned* __restrict__ key, unsigned long long* __restrict__ candidates, int* __restrict__ stats) {
@@ -53,16 +54,22 @@ mh_score(const float* __restrict__ heads, const int* __restrict__ segments, cons
     const int s = blockIdx.y;
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
+    int* counts = stats + s * STAT_COUNT;
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) return;
-    const int a = r / kPlane;
-    const float p = sigmoid(heads[cell_of(r) + seg[SEG_CLS_AT] + a * seg[SEG_CLASSES] + seg[SEG_CLASS]]);
-    const bool pass = passes(p, thresholds[THRESHOLD_SCORE]);
-    key[static_cast<size_t>(s) * MAX_ROWS + r] = pass ? __float_as_uint(p) + 1u : 0u;
-    if (pass) {
-        const int place = atomicAdd(&stats[s * 2 + STAT_CANDIDATES], 1);
-        if (place < SORT_CAP) candidates[s * SORT_CAP + place] = score_key(p, static_cast<unsigned>(r));
+    int over = 0;
+    if (r < rows) {
+        const int a = r / kPlane;
+        const float logit = heads[cell_of(r) + seg[SEG_CLS_AT] + a * seg[SEG_CLASSES] + seg[SEG_CLASS]];
+        const float p = sigmoid(logit);
+        const bool pass = passes(p, thresholds[THRESHOLD_SCORE]);
+        over = overflowed(logit);
+        key[static_cast<size_t>(s) * MAX_ROWS + r] = pass ? __float_as_uint(p) + 1u : 0u;
+        if (pass) {
+            const int place = atomicAdd(&counts[STAT_CANDIDATES], 1);
+            if (place < SORT_CAP) candidates[s * SORT_CAP + place] = score_key(p, static_cast<unsigned>(r));
+        }
     }
+    add_warp_count(&counts[STAT_OVERFLOWED_SCORES], over);
 }
 
 // Top TOP_K rows of segment blockIdx.x by (score desc, row asc), decoded into its NMS group: the
@@ -87,7 +94,7 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
     const int* seg = segments + s * SEG_INTS;
     const int rows = seg[SEG_ANCHORS] * kPlane;
     const unsigned* mine = key + static_cast<size_t>(s) * MAX_ROWS;
-    const int n = stats[s * 2 + STAT_CANDIDATES];
+    const int n = stats[s * STAT_COUNT + STAT_CANDIDATES];
     const int k = min(n, TOP_K);
     if (n <= TOP_K) {
         for (int i = threadIdx.x; i < n; i += blockDim.x) keys[i] = candidates[s * SORT_CAP + i];
@@ -130,7 +137,7 @@ mh_select(const float* __restrict__ heads, const float* __restrict__ anchors, co
     }
     if (threadIdx.x == 0) {
         group_count[s] = k;
-        stats[s * 2 + STAT_SELECTED] = k;
+        stats[s * STAT_COUNT + STAT_SELECTED] = k;
     }
 }
 
@@ -143,8 +150,9 @@ mh_nms_mask(const int* __restrict__ group_count, const float* __restrict__ group
 
 // Greedy NMS per segment (the first max_boxes kept of each), then the rows in segment order:
 // x, y, z, dx, dy, dz, heading, score, label (the segment: the class index) [, vx, vy]. Row 0 is
-// the header: count, candidates, selected (summed over the segments), then `extra` (the voxelizer's
-// counts, extra_stride apart a frame). The candidate counts are zeroed for the next frame's mh_score.
+// the header: count, candidates, selected, overflowed scores (summed over the segments), then `extra`
+// (the voxelizer's counts, extra_stride apart a frame). The candidate and overflow counts are zeroed
+// for the next frame's mh_score.
 extern "C" __global__ void __launch_bounds__(256)
 mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
           const float* __restrict__ group_box, const float* __restrict__ group_velocity,
@@ -176,13 +184,17 @@ mh_reduce(const int* __restrict__ group_count, const unsigned long long* __restr
         row[10] = group_velocity[slot * 2 + 1];
 #endif
     }
-    __shared__ int sums[2];
-    if (threadIdx.x < 2) {
+    __shared__ int sums[STAT_COUNT];
+    if (threadIdx.x < STAT_COUNT) {
         int sum = 0;
-        for (int s = 0; s < NUM_SEGMENTS; ++s) sum += stats[s * 2 + threadIdx.x];
+        for (int s = 0; s < NUM_SEGMENTS; ++s) sum += stats[s * STAT_COUNT + threadIdx.x];
         sums[threadIdx.x] = sum;
     }
-    __syncthreads();
-    write_result_header(out, ROW_FLOATS, total, sums[STAT_CANDIDATES], sums[STAT_SELECTED], extra, num_extra);
-    for (int s = threadIdx.x; s < NUM_SEGMENTS; s += blockDim.x) stats[s * 2 + STAT_CANDIDATES] = 0;
+    __syncthreads();  // the sums read every segment's counts
+    write_result_header(out, ROW_FLOATS, total, sums[STAT_CANDIDATES], sums[STAT_SELECTED], sums[STAT_OVERFLOWED_SCORES],
+                        extra, num_extra);
+    for (int s = threadIdx.x; s < NUM_SEGMENTS; s += blockDim.x) {
+        stats[s * STAT_COUNT + STAT_CANDIDATES] = 0;
+        stats[s * STAT_COUNT + STAT_OVERFLOWED_SCORES] = 0;
+    }
 }

@@ -12,7 +12,8 @@
 // device buffer `thresholds` (slots THRESHOLD_*), so a new value needs neither a recompilation nor a
 // new CUDA graph: the graph holds the buffer's address, the kernels read its contents. Launch order,
 // one stream (the blocks below are a frame's):
-//   pp_score      per anchor: max class probability; block counts of those passing the threshold
+//   pp_score      per anchor: max class probability; block counts of those passing the threshold;
+//                 the overflowed class logits counted (STAT_OVERFLOWED_SCORES, zeroed by pp_nms_reduce)
 //   pp_compact    per anchor: candidates in anchor order (each block sums the counts before its own;
 //                 the last block writes the candidate count)
 //   pp_select     one block: top TOP_K by (score desc, anchor asc): radix select + bitonic sort
@@ -23,7 +24,7 @@
 //
 // Compile-time configuration (-D options from postprocess.py): HEAD_W, HEAD_H, HEAD_CHANNELS, ANCHORS_PER_CELL,
 // NUM_CLASSES, DIR_BINS, STYLE_OPENPCDET (box coder / NMS geometry: 1 OpenPCDet, 0 zhulf0804),
-// PER_CLASS, SCORE_INCLUSIVE, TOP_K, SORT_CAP, FINAL_CAP, NMS_MARGIN,
+// PER_CLASS, SCORE_INCLUSIVE, TOP_K, SORT_CAP, FINAL_CAP, NMS_MARGIN, OVERFLOWED_LOGIT,
 // MAX_BOXES (the cap the output is sized for; the run-time max boxes is at most this), DIR_OFFSET,
 // DIR_LIMIT_OFFSET, DIR_FLIP_BIN, DIR_PERIOD, HAS_OUTPUT_RANGE, OUT_MIN_[XYZ],
 // OUT_MAX_[XYZ], SCORE_BLOCK, NMS_RECT_FLOATS, NMS_MASK_THREADS, STAT_* (slots of stats), HEADER_* (slots of the output's header row),
@@ -54,18 +55,25 @@ __device__ __forceinline__ float head(const float* part, int width, int a, int c
     return part[pixel * HEAD_CHANNELS + width * in_cell + ch];
 }
 
-// Max class probability; *label = first class reaching it (argmax order).
-__device__ __forceinline__ float best_class(const float* cls, int a, int* label) {
+// Max class probability; *label = first class reaching it (argmax order); *overflows = the classes
+// whose logit overflowed (``overflowed``). A NaN logit makes the maximum NaN, as the references'
+// maximum (and PyTorch's) gives it: the anchor passes no threshold.
+__device__ __forceinline__ float best_class(const float* cls, int a, int* label, int* overflows) {
     float best = -1.0f;
+    int nan = 0, over = 0;
     *label = 0;
     for (int c = 0; c < NUM_CLASSES; ++c) {
-        const float p = sigmoid(head(cls, NUM_CLASSES, a, c));
+        const float logit = head(cls, NUM_CLASSES, a, c);
+        nan |= isnan(logit);
+        over += overflowed(logit);
+        const float p = sigmoid(logit);
         if (p > best) {
             best = p;
             *label = c;
         }
     }
-    return best;
+    *overflows = over;
+    return nan ? __int_as_float(0x7fffffff) : best;
 }
 
 
@@ -121,19 +129,23 @@ __device__ Decoded decode(const float* box, const float* dir, const float* ancho
 // ---------------------------------------------------------------- kernels
 
 extern "C" __global__ void pp_score(const float* __restrict__ cls, const float* __restrict__ thresholds,
-                                    unsigned* __restrict__ key, int* __restrict__ block_counts) {
+                                    unsigned* __restrict__ key, int* __restrict__ block_counts,
+                                    int* __restrict__ stats) {
     cls = frame_part(cls, kHeadValues);
     key = frame_part(key, kNumAnchors);
     block_counts = frame_part(block_counts, kScoreBlocks);
+    stats = frame_part(stats, STAT_COUNT);
     const int a = blockIdx.x * blockDim.x + threadIdx.x;
     const float threshold = thresholds[THRESHOLD_SCORE];
     int pass = 0;
+    int overflows = 0;
     if (a < kNumAnchors) {
         int label;
-        const float score = best_class(cls, a, &label);
+        const float score = best_class(cls, a, &label, &overflows);
         key[a] = __float_as_uint(score);
         pass = passes(score, threshold);
     }
+    add_warp_count(&stats[STAT_OVERFLOWED_SCORES], overflows);  // pp_nms_reduce reads it, zeroes it for the next frame
     const int count = pp_block_sum(pass);
     if (threadIdx.x == 0) block_counts[blockIdx.x] = count;
 }
@@ -251,7 +263,8 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
         const int j = m;
         const float score = sel_score[j];
         int label;
-        best_class(cls, sel_anchor[j], &label);
+        int overflows;  // counted by pp_score
+        best_class(cls, sel_anchor[j], &label, &overflows);
 #endif
         const Decoded d = decode(box, dir, anchors, sel_anchor[j]);
         const int slot = g * SORT_CAP + m;
@@ -318,7 +331,7 @@ extern "C" __global__ void __launch_bounds__(256)
 pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __restrict__ mask,
               const float* __restrict__ group_box, const float* __restrict__ group_score,
               const int* __restrict__ group_label, const int* __restrict__ group_dir,
-              const int* __restrict__ stats, const int* __restrict__ extra, int extra_stride, int num_extra,
+              int* __restrict__ stats, const int* __restrict__ extra, int extra_stride, int num_extra,
               const float* __restrict__ thresholds, int* __restrict__ kept, float* __restrict__ out) {
 #if PER_CLASS
     __shared__ unsigned long long final_keys[FINAL_CAP];
@@ -380,5 +393,8 @@ pp_nms_reduce(const int* __restrict__ group_count, const unsigned long long* __r
         }
         written += chunk;
     }
-    write_result_header(out, kRowFloats, written, stats[STAT_CANDIDATES], stats[STAT_SELECTED], extra, num_extra);
+    write_result_header(out, kRowFloats, written, stats[STAT_CANDIDATES], stats[STAT_SELECTED],
+                        stats[STAT_OVERFLOWED_SCORES], extra, num_extra);
+    __syncthreads();  // every header thread has read the overflow count
+    if (threadIdx.x == 0) stats[STAT_OVERFLOWED_SCORES] = 0;
 }

@@ -1,7 +1,8 @@
 // Scores and sort keys shared by the post-process kernels: the sigmoid and threshold test the
-// references use, 64-bit keys (score bits high, inverted tie index low) whose descending order is
-// (score desc, index asc), and the block-wide top-k selection. Needs SCORE_INCLUSIVE defined and
-// common.cuh included before it.
+// references use, the overflow test of a logit and its warp count, 64-bit keys (score bits high,
+// inverted tie index low) whose descending order is (score desc, index asc), and the block-wide
+// top-k selection. Needs SCORE_INCLUSIVE and OVERFLOWED_LOGIT defined and common.cuh included
+// before it.
 #ifndef PP_SCORE_KEYS_CUH
 #define PP_SCORE_KEYS_CUH
 
@@ -11,6 +12,19 @@ constexpr unsigned kIndexMask = 0xffffffffu;
 
 __device__ __forceinline__ float sigmoid(float x) {
     return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// Whether a class logit is NaN, infinite or beyond OVERFLOWED_LOGIT: the network overflowed there.
+__device__ __forceinline__ int overflowed(float logit) {
+    return !(fabsf(logit) <= OVERFLOWED_LOGIT);
+}
+
+// Adds the warp's count `n` to *counter: one atomic a warp that has any, none otherwise (an overflowed
+// logit is that rare). Every lane of the warp calls it.
+__device__ __forceinline__ void add_warp_count(int* counter, int n) {
+    if (!__any_sync(PP_FULL_MASK, n)) return;
+    for (int d = 16; d > 0; d >>= 1) n += __shfl_down_sync(PP_FULL_MASK, n, d);
+    if ((threadIdx.x & 31) == 0) atomicAdd(counter, n);
 }
 
 __device__ __forceinline__ bool passes(float score, float threshold) {
