@@ -80,6 +80,13 @@ def overflowed_scores_text(count: int, whose: str) -> str:
     return f"{count} of {whose} class scores overflowed (a NaN, infinite or absurd logit), so the boxes there are lost"
 
 
+def overflow_finding(parts: Sequence[str], given: str) -> str:
+    """The warning of a frame the network overflowed on: ``parts`` what it did to the boxes and the class scores,
+    then the cause and the fix; ``given``: what the points came in ("file", "frame")."""
+    return (f"{'; '.join(parts)}: the network overflowed on values far outside what it was trained on (check the "
+            f"point layout and the intensity scale, and the {given} for corrupt values)")
+
+
 @dataclass(frozen=True, eq=False)
 class Detections:
     """Boxes in OpenPCDet's lidar convention: (x, y, z_centre, dx=length, dy=width, dz=height, heading).

@@ -19,7 +19,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
-from .detections import Detections, misread_finding, overflowed_scores_text, pillars_dropped_finding
+from .detections import (Detections, misread_finding, overflow_finding, overflowed_scores_text,
+                         pillars_dropped_finding)
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
     SettingNotice, agree, safe_repr,
@@ -248,9 +249,8 @@ class PointPillars:
                          + " NaN or infinite values")
         if overflowed:
             parts.append(overflowed_scores_text(overflowed, "its" if parts else "a frame's"))
-        warnings.warn(f"{'; '.join(parts)}: the network overflowed on its input, which values far outside what it "
-                      "was trained on cause (check the point layout and the intensity scale, and the frame for "
-                      "corrupt values); infer leaves such boxes out and counts them (said once)", InputWarning,
+        dropped = "" if finite else "; infer leaves such boxes out and counts them"
+        warnings.warn(f"{overflow_finding(parts, 'frame')}{dropped} (said once)", InputWarning,
                       stacklevel=_callers_level())
         return found
 
@@ -310,8 +310,9 @@ class PointPillars:
 
     def _detect_batch(self, frames: Sequence[object], thresholds: Thresholds | None = None, *,
                       lags_checked: bool = False) -> list[Detections]:
-        """``detect_batch`` less the warning of a probably misread frame, which ``infer_many`` says naming the
-        frame's source rather than its place in a batch; ``lags_checked``: a multi-sweep model's frames whose time
+        """``detect_batch`` less the warnings of a probably misread frame and of pillars past max_pillars, which
+        ``infer_many`` says naming the frame's source rather than its place in a batch (and ``warm_up`` not of its
+        own frames); ``lags_checked``: a multi-sweep model's frames whose time
         lags were checked as they were read, not checked again."""
         prepared = self._prepared(frames, lags_checked)
         found = self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []

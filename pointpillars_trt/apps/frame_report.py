@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from ..detections import misread_finding, overflowed_scores_text, pillars_dropped_finding
+from ..detections import misread_finding, overflow_finding, overflowed_scores_text, pillars_dropped_finding
 from ..errors import agree, counted, printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
@@ -254,9 +254,7 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     if overflowed:
         parts.append(overflowed_scores_text(overflowed, "its"))
     if parts:
-        found.append(("overflow", f"warning: {safe_repr(source)}: {'; '.join(parts)}: the network overflowed on values "
-                                  "far outside what it was trained on (check the point layout and the intensity scale, "
-                                  "and the file for corrupt values) (warned once)"))
+        found.append(("overflow", f"warning: {safe_repr(source)}: {overflow_finding(parts, 'file')} (warned once)"))
     return found
 
 

@@ -53,7 +53,8 @@ def multihead_postprocess(heads: np.ndarray, cfg: ModelConfig) -> RawDetections:
         rows = a * ny * nx
         logits = heads[:, :, cls_at: cls_at + a * n].reshape(ny, nx, a, n).transpose(2, 0, 1, 3).reshape(rows, n)
         codes = heads[:, :, box_at: box_at + a * code].reshape(ny, nx, a, code).transpose(2, 0, 1, 3).reshape(rows, code)
-        probs = _sigmoid(np.ascontiguousarray(logits, np.float32))
+        logits = np.ascontiguousarray(logits, np.float32)
+        probs = _sigmoid(logits)
         overflowed_scores += overflowed_logits(logits)
         head_anchors = all_anchors[first_anchor: first_anchor + rows]
         for k in range(n):

@@ -523,9 +523,13 @@ def _class_agnostic(
 def _per_class(
     probs: np.ndarray, codes: np.ndarray, dir_logits: np.ndarray, cfg: ModelConfig
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """zhulf0804: top-k anchors by max class score, then per class: threshold, NMS, direction."""
+    """zhulf0804: top-k anchors by max class score, then per class: threshold, NMS, direction. The top-k are taken
+    among the anchors whose max passes the threshold: the others give no box of any class (the same boxes), and an
+    anchor with an overflowed class (a NaN max) takes no place, as on the GPU."""
     pp = cfg.postprocess
-    rows = _top_k(_max_and_argmax(probs)[0], pp.pre_nms_top_k)
+    best = _max_and_argmax(probs)[0]
+    passing = np.flatnonzero(_passes(best, cfg))
+    rows = passing[_top_k(best[passing], pp.pre_nms_top_k)]
     top_probs, top_dirs = probs[rows], dir_logits[rows].argmax(axis=1)
     boxes = _decode_rows(rows, codes, cfg)
     bev = nms_boxes(boxes, cfg)

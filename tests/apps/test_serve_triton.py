@@ -648,13 +648,14 @@ def test_a_client_of_a_dead_address_says_nothing_of_another_endpoint(install) ->
     assert "cannot be reached" in str(caught.value) and "listens" not in str(caught.value), caught.value
 
 
-def test_an_address_that_accepts_and_never_answers_grpc_is_told_grpcs_own_timeout_not_the_clients(install) -> None:  # type: ignore[no-untyped-def]
+def test_an_address_that_accepts_and_never_answers_grpc_is_told_grpcs_own_timeout_not_the_clients() -> None:
     """A listener that accepts connections and never answers (a hung process, a stopped server): gRPC gives up on
     the connection after its own connect timeout (~20 s), before a longer client timeout; the message said "did not
     answer within 60 s" and that a slow server needs a longer timeout. Now it names gRPC's timeout and the
     seconds it took, and asks whether the server is hung."""
     import socket
 
+    pytest.importorskip("tritonclient.grpc")
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     listener = socket.create_server(("127.0.0.1", 0))
@@ -673,8 +674,8 @@ def test_an_address_that_accepts_and_never_answers_grpc_is_told_grpcs_own_timeou
             connection.close()
     said = re.fullmatch(re.escape(f"server {address} (grpc): accepted the connection but sent no gRPC handshake "
                                   "within gRPC's own connect timeout (") + r"(\d+)" + re.escape(
-        " s, whatever the --request-timeout): is the server stopped or hung (its log says), or the address another "
-        "machine's?"), str(caught.value))
+        " s, shorter than the --request-timeout of 60 s): is the server stopped or hung (its log says), or the "
+        "address another machine's?"), str(caught.value))
     assert said is not None and abs(int(said[1]) - took) <= 1 and took < 40, (took, str(caught.value))
 
 

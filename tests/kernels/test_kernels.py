@@ -477,11 +477,11 @@ def test_postprocess_counts_nan_class_scores_and_starts_the_next_frame_from_none
     y, x = divmod(pixel, cls.shape[3])
     other = (int(np.argmax(logits[top])) + 1) % k
     cls[0, anchor * k + other, y, x] = np.nan  # one class of it, not its best
-    cls[0, 0, 50:52, 40] = (-np.inf, -1e30)
+    cls[0, 0, 50:54, 40] = (-np.inf, -1e30, -65505.0, -np.finfo(np.float16).max)  # the last at the bound: a value
     spoiled = (cls, maps[1], maps[2])
     assert postprocess(*spoiled, cfg).scores[0] < postprocess(*maps, cfg).scores[0]  # its box is gone
     counts = assert_post_matches(run_post(cp, stage, spoiled, stream), spoiled, cfg)
-    assert counts["overflowed_scores"] == cls.shape[1] * 8 * 16 + 3
+    assert counts["overflowed_scores"] == cls.shape[1] * 8 * 16 + 4
     assert assert_post_matches(run_post(cp, stage, maps, stream), maps, cfg)["overflowed_scores"] == 0
 
 

@@ -296,8 +296,8 @@ def test_post_process_counts_nan_class_scores_of_every_head_and_starts_the_next_
     spoiled = clean[1].copy()
     spoiled[20:24, 30:40, 0:2] = np.nan  # the car head: both anchors' scores in 40 cells
     spoiled[50, 60, 28] = np.nan  # one pedestrian anchor's score
-    spoiled[51:53, 60, 28] = (-np.inf, -1e30)
-    for heads, nans in ((np.stack([clean[0], spoiled]), [0, 4 * 10 * 2 + 3]), (np.stack(clean), [0, 0])):
+    spoiled[51:55, 60, 28] = (-np.inf, -1e30, -65505.0, -np.finfo(np.float16).max)  # the last at the bound: a value
+    for heads, nans in ((np.stack([clean[0], spoiled]), [0, 4 * 10 * 2 + 4]), (np.stack(clean), [0, 0])):
         stage.launch(cp.asarray(heads), stats, stream, frames=2)
         stream.synchronize()
         for f in range(2):

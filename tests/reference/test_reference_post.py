@@ -806,6 +806,15 @@ def test_overflowed_class_logits_are_counted_and_give_no_box(family: str, openpc
     assert np.isfinite(got.scores).all()
     np.testing.assert_array_equal(got.boxes, clean.boxes)
     np.testing.assert_array_equal(got.scores, clean.scores)
+    # NaN in every cell but those of the clean frame's passing anchors: far fewer finite anchors than the top-k
+    # takes (zhulf0804 ranks by the maximum first), and still the clean frame's boxes
+    passing = (1 / (1 + np.exp(-cls.astype(np.float64)))).max(axis=1)[0] > 0.1  # (y, x): a class of an anchor passes
+    mostly = cls.copy()
+    mostly[0][:, ~passing] = np.nan
+    got = postprocess(mostly, box, dirm, cfg)
+    assert got.overflowed_scores == 18 * int(np.count_nonzero(~passing)) and 0 < np.count_nonzero(passing) < 100
+    np.testing.assert_array_equal(got.boxes, clean.boxes)
+    np.testing.assert_array_equal(got.scores, clean.scores)
 
 
 def test_nms_input_of_zhulf_boxes(zhulf_cfg: ModelConfig) -> None:

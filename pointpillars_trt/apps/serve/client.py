@@ -278,9 +278,9 @@ class RemoteDetector:
         if status == "StatusCode.UNAVAILABLE" and "timed out" in str(exc):  # gRPC's own connect timeout, not ours
             what = ("accepted the connection but sent no gRPC handshake" if "SETTINGS frame" in str(exc)
                     else "did not accept a connection")
-            return (f"{where}: {what} within gRPC's own connect timeout ({seconds:.0f} s, whatever the "
-                    f"{self.timeout_option}): is the server stopped or hung (its log says), or the address another "
-                    "machine's?")
+            return (f"{where}: {what} within gRPC's own connect timeout ({seconds:.0f} s, shorter than the "
+                    f"{self.timeout_option} of {self.timeout:g} s): is the server stopped or hung (its log says), or "
+                    "the address another machine's?")
         if isinstance(exc, TimeoutError) or status == "StatusCode.DEADLINE_EXCEEDED":
             return (f"{where}: did not answer within {self.timeout:g} s: is the server stopped or hung (its log "
                     f"says), or the address another machine's? A server that is only slow needs a longer "
