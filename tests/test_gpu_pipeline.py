@@ -144,15 +144,20 @@ def test_gpu_matches_cpu_on_random_clouds(family_pair, n):  # type: ignore[no-un
 
 
 def test_a_corrupt_intensity_gives_overflowed_scores_counted_as_the_cpu_path_counts_them(family_pair, assets):  # type: ignore[no-untyped-def]
-    """One point's intensity of 3e38 in a camera-view frame: the network overflows to absurd or NaN class
-    logits, which the GPU's post-process counts (where the convolutions spread the overflow, and so how many,
-    is the engine's own: the count is not compared), as the CPU path does; the next frame counts none again and equals the CPU
-    path box for box."""
+    """One point's intensity of 3e38 in a camera-view frame: the network overflows to NaN class logits on the CPU
+    path, and on ONNX Runtime's CUDA engine, whose ReLUs pass NaN on as PyTorch's do; the GPU's post-process counts
+    them (where the convolutions spread the overflow, and so how many, is the engine's own: the count is not
+    compared). The cuDNN engine's ReLUs (cuDNN's and the neck-head kernels' ``fmaxf``) turn NaN into 0, so the
+    overflow need not reach its class scores (on an H100 it did not: 0 counted). The next frame counts none again
+    and equals the CPU path box for box."""
     family, cpu, gpu = family_pair
     points = read_points(assets / SHARED_FRAMES[0])
     corrupt = points.copy()
     corrupt[len(points) // 2, 3] = 3e38
-    assert gpu.detect(corrupt).stats.num_overflowed_scores > 0 and cpu.detect(corrupt).stats.num_overflowed_scores > 0
+    overflowed = gpu.detect(corrupt).stats.num_overflowed_scores
+    assert cpu.detect(corrupt).stats.num_overflowed_scores > 0
+    if gpu.backend == "onnxruntime":
+        assert overflowed > 0
     clean = gpu.detect(points)
     assert clean.stats.num_overflowed_scores == 0
     assert_same_detections(clean, cpu.detect(points), f"{family} after a corrupt frame")

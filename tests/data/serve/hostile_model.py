@@ -33,7 +33,8 @@ class TritonPythonModel:
         arrays = {"boxes": np.ones((1, 1, 7), np.float32), "scores": np.full((1, 1), 0.5, np.float32),
                   "labels": np.zeros((1, 1), np.int32)}
         arrays.update({name: np.ones((1, 1), np.int32)
-                       for name in ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")})
+                       for name in ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped",
+                                    "num_overflowed_scores")})
         if self.mode == "missing_labels":
             del arrays["labels"]
         elif self.mode == "boxes_of_five":
