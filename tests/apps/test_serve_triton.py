@@ -845,6 +845,49 @@ def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_
             proc.wait()
 
 
+def test_a_stop_held_by_an_idle_keep_alive_client_says_so_not_that_requests_were_dropped(install, tiny,  # type: ignore[no-untyped-def]
+                                                                                         tmp_path: Path) -> None:
+    """An HTTP client that keeps its connection open (keep-alive, idle) holds tritonserver's stop for its whole exit
+    timeout, after which it ends itself with exit code 1: serve said the requests still queued or running had been
+    dropped, where none was. Now the wait is said when the stop begins, and the error names the open connections."""
+    import http.client
+
+    proc = serve_process(tiny, tmp_path, "--exit-timeout-secs", "2", stderr=subprocess.PIPE)
+    try:
+        lines: list[str] = []
+        while proc.stdout is not None:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line.strip())
+            if line.startswith("ready"):
+                break
+        assert lines and lines[-1].startswith("ready"), lines
+        host, port = next(line.split(": ", 1)[1] for line in lines if line.startswith("http: ")).rsplit(":", 1)
+        client = http.client.HTTPConnection(host, int(port), timeout=10)
+        client.request("GET", "/v2/health/ready")
+        reply = client.getresponse()
+        reply.read()
+        assert reply.status == 200 and not reply.will_close  # answered, and the connection stays open
+        started = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+        took = time.monotonic() - started
+        client.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 1 and 2 <= took < 10, (proc.returncode, took, out, err)
+    assert out.splitlines()[0] == ("stopping: tritonserver waits up to 2 s (--exit-timeout-secs) for its HTTP clients "
+                                   "to close their connections and for the requests still queued or running"), out
+    assert err.splitlines()[-1] == (
+        "error: tritonserver ran past its exit timeout of 2 s after the stop and ended itself (exit code 1): it waits "
+        "that long for its HTTP clients to close their connections (an idle keep-alive connection holds it too), then "
+        "for the requests still queued or running and its model's unload, and drops what is left; close the clients "
+        "before the server, or give them longer with --exit-timeout-secs"), err
+
+
 def huge_json_request(endpoint: str) -> None:
     """An HTTP inference request whose JSON data declares 2**40 points (16 TiB) and holds 10: Triton allocates
     the declared size before it reads the data."""

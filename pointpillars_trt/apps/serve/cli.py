@@ -183,6 +183,9 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
     except StartCancelled:
         pass  # stopped below, as after a signal once ready
     finally:
+        if ready and not status:  # a stop the user asked for: the wait that may follow is said first
+            print(f"stopping: tritonserver waits up to {server.exit_timeout} s (--exit-timeout-secs) for its HTTP "
+                  "clients to close their connections and for the requests still queued or running", flush=True)
         code = server.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -201,16 +204,16 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
 def stop_error(server: TritonServer, code: int | None) -> str:
     """What serve says of a server whose stop ended in exit code ``code`` (not 0), as ``server.stop`` saw it end:
     killed by the stop once its stop timeout ran out; ended by itself with exit code 1 once its exit timeout had
-    (tritonserver's own exit when requests or its model's unload outlast it: no sooner after the SIGTERM); or an exit
-    of any other code, or sooner, by its code."""
+    (tritonserver's own exit when its HTTP clients' open connections, requests or its model's unload outlast it: no
+    sooner after the SIGTERM); or an exit of any other code, or sooner, by its code."""
     if server.killed_at_stop and code == -signal.SIGKILL:
         return (f"did not finish its requests within {server.stop_timeout:g} s of the stop and was killed: the "
                 "requests still queued or running were dropped (their clients got UNAVAILABLE)")
     if code == 1 and server.stop_seconds is not None and server.stop_seconds >= server.exit_timeout:
-        return (f"ran past its exit timeout of {server.exit_timeout} s after the stop, with requests still queued or "
-                "running (or its model still unloading), and ended itself (exit code 1): those requests were dropped; "
-                "stop the clients before the server to have every request answered, or give them longer with "
-                "--exit-timeout-secs")
+        return (f"ran past its exit timeout of {server.exit_timeout} s after the stop and ended itself (exit code 1): "
+                "it waits that long for its HTTP clients to close their connections (an idle keep-alive connection "
+                "holds it too), then for the requests still queued or running and its model's unload, and drops "
+                "what is left; close the clients before the server, or give them longer with --exit-timeout-secs")
     return f"did not stop cleanly (exit code {code})"
 
 
