@@ -816,20 +816,25 @@ def test_a_repository_whose_instances_auto_put_on_the_cpu_says_so(tiny, tmp_path
     assert "kind: KIND_CPU" in (tmp_path / "repo" / MODEL_NAME / "config.pbtxt").read_text()
 
 
+def http_endpoint_once_ready(proc: subprocess.Popen[str]) -> str:
+    """The HTTP endpoint a ``serve_process`` printed, once it printed "ready" (its lines up to it read)."""
+    lines: list[str] = []
+    deadline = time.monotonic() + START_TIMEOUT + 10
+    while time.monotonic() < deadline and proc.stdout is not None:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line.strip())
+        if line.startswith("ready"):
+            break
+    assert lines and lines[-1].startswith("ready"), lines
+    return next(line.split(": ", 1)[1] for line in lines if line.startswith("http: "))
+
+
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = serve_process(tiny, tmp_path)
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + START_TIMEOUT + 10
-        while time.monotonic() < deadline and proc.stdout is not None:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.strip())
-            if line.startswith("ready"):
-                break
-        assert lines and lines[-1].startswith("ready"), lines
-        http = next(line.split(": ", 1)[1] for line in lines if line.startswith("http: "))
+        http = http_endpoint_once_ready(proc)
         with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=5) as reply:
             assert reply.status == 200
         start = time.monotonic()
@@ -854,16 +859,7 @@ def test_a_stop_held_by_an_idle_keep_alive_client_says_so_not_that_requests_were
 
     proc = serve_process(tiny, tmp_path, "--exit-timeout-secs", "2", stderr=subprocess.PIPE)
     try:
-        lines: list[str] = []
-        while proc.stdout is not None:
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line.strip())
-            if line.startswith("ready"):
-                break
-        assert lines and lines[-1].startswith("ready"), lines
-        host, port = next(line.split(": ", 1)[1] for line in lines if line.startswith("http: ")).rsplit(":", 1)
+        host, port = http_endpoint_once_ready(proc).rsplit(":", 1)
         client = http.client.HTTPConnection(host, int(port), timeout=10)
         client.request("GET", "/v2/health/ready")
         reply = client.getresponse()
