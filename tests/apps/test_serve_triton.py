@@ -586,6 +586,22 @@ def test_a_client_of_the_other_endpoint_is_told_which_protocol_it_may_be(tiny_se
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_a_client_of_the_metrics_endpoint_is_told_so_not_that_it_may_be_the_other_protocols(tiny_server,  # type: ignore[no-untyped-def]
+                                                                                           protocol: str) -> None:
+    """The metrics port given as the server's address: the hint named the other protocol's endpoint (pass
+    --protocol http), which it is not; now it says the address is the metrics endpoint and asks for this one."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    address = tiny_server.endpoints["metrics"].removeprefix("http://").removesuffix("/metrics")
+    with pytest.raises(BackendError) as caught:
+        RemoteDetector(address, protocol=protocol, timeout=5)
+    message = str(caught.value)
+    assert message.startswith(f"server {address} ({protocol}): cannot be reached (") and "\n" not in message, message
+    assert message.endswith(f"; that is a Triton server's metrics endpoint (it answers /metrics): give its {protocol} "
+                            "endpoint (serve prints each)"), message
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_a_client_asking_for_a_model_the_server_does_not_serve_is_told_so_not_that_it_cannot_be_reached(  # type: ignore[no-untyped-def]
         tiny_server, protocol: str) -> None:
     """RemoteDetector(model='other') said the server 'cannot be reached', though it answered that it serves no such

@@ -559,16 +559,34 @@ class _HttpCall:
 def _other_protocol_hint(server: str, protocol: str) -> str:
     """'; something listens there: ...' when ``server`` accepts a TCP connection that did not answer
     ``protocol`` (the caller asks only after a transport failure, not an error a server of ``protocol``
-    returned): most likely the server's other endpoint (serve prints both), e.g. its HTTP port given to
-    the default gRPC client."""
+    returned): the server's metrics endpoint when it answers Triton's metrics, else most likely the server's
+    other endpoint (serve prints both), e.g. its HTTP port given to the default gRPC client."""
     host, _, port = server.rpartition(":")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=2.0).close()
     except (OSError, ValueError):
         return ""
+    if _answers_triton_metrics(host.strip("[]"), int(port)):
+        return ("; that is a Triton server's metrics endpoint (it answers /metrics): give its "
+                f"{protocol} endpoint (serve prints each)")
     other = "http" if protocol == "grpc" else "grpc"
     return (f"; something listens there but does not answer {protocol}: if it is the server's {other} endpoint, "
             f"pass --protocol {other} or give its {protocol} endpoint (serve prints both)")
+
+
+def _answers_triton_metrics(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers ``GET /metrics`` with Triton's Prometheus metrics (their ``nv_`` names)."""
+    import http.client
+
+    connection = http.client.HTTPConnection(host, port, timeout=2.0)
+    try:
+        connection.request("GET", "/metrics")
+        reply = connection.getresponse()
+        return reply.status == 200 and b"nv_" in reply.read(1 << 20)
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        connection.close()
 
 
 def _check_timeout(timeout: object) -> None:
