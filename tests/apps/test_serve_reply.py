@@ -53,7 +53,8 @@ def test_the_overflowed_score_count_is_read_where_the_served_model_declares_it()
     an earlier version declares no such output: still our model, its replies count 0; a mistyped one is not ours."""
     earlier = check_model_config(config(), "m")
     assert earlier.later_stats == () and "num_overflowed_scores" not in earlier.outputs
-    assert reply_detections(reply(2, False), list(reply(2, False)), earlier, "server", SENT).stats.num_overflowed_scores == 0
+    found = reply_detections(reply(2, False), list(reply(2, False)), earlier, "server", SENT)
+    assert found.stats.num_overflowed_scores == 0
     declared = config()
     declared["output"].append({"name": "num_overflowed_scores", "data_type": "TYPE_INT32"})
     served = check_model_config(declared, "m")

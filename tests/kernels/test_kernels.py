@@ -461,9 +461,9 @@ def test_postprocess_matches_reference(cp: Any, stream: Any, cfg: ModelConfig, c
 def test_postprocess_counts_nan_class_scores_and_starts_the_next_frame_from_none(cp: Any, stream: Any,
                                                                                cfg: ModelConfig) -> None:
     """Class logits the network overflowed to (NaN, infinite, beyond float16's largest value): the header counts
-    them (as many as were placed), the boxes are the reference's (an anchor with one NaN class among passing ones gives no box, as the maximum over its classes
-    is NaN there and in PyTorch), and the next frame, without any, counts none (the count is zeroed after each
-    frame)."""
+    them (as many as were placed), the boxes are the reference's (an anchor with one NaN class among passing ones
+    gives no box, as the maximum over its classes is NaN there and in PyTorch), and the next frame, without any,
+    counts none (the count is zeroed after each frame)."""
     from pointpillars_trt.reference import head_maps_to_anchor_major, postprocess
 
     stage = gpu_post.PostprocessStage(cfg)
