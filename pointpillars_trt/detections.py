@@ -63,14 +63,15 @@ def misread_finding(stats: FrameStats, point_range: Sequence[float] | None) -> t
                      f"in the lidar frame ({'x forward, y left, z up' if faces_forward(point_range) else 'z up'})?")
 
 
-def pillars_dropped_finding(stats: FrameStats) -> str | None:
-    """What a frame whose pillars outnumbered the model's ``voxel.max_pillars`` lost (following the frame's name),
-    or None: the pillars past it are left out, as OpenPCDet leaves them, and the boxes they would give with them."""
+def pillars_dropped_finding(stats: FrameStats) -> tuple[str, str] | None:
+    """("pillars", finding) for a frame whose pillars outnumbered the model's ``voxel.max_pillars`` (the finding
+    follows the frame's name, as ``misread_finding``'s), or None: the pillars past it are left out, as OpenPCDet
+    leaves them, and the boxes they would give with them."""
     if not stats.num_pillars_dropped:
         return None
-    return (f"{stats.num_pillars_dropped} of its pillars lie beyond the model's voxel.max_pillars "
-            f"({stats.num_pillars} kept) and were left out, as OpenPCDet leaves them out: a larger max_pillars in "
-            "the model's config keeps frames this dense whole")
+    return "pillars", (f"{stats.num_pillars_dropped} of its pillars lie beyond the model's voxel.max_pillars "
+                       f"({stats.num_pillars} kept) and were left out, as OpenPCDet leaves them out: a larger "
+                       "max_pillars in the model's config keeps frames this dense whole")
 
 
 def overflowed_scores_text(count: int, whose: str) -> str:

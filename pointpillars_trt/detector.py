@@ -259,9 +259,7 @@ class PointPillars:
         (``misread_finding``: none of its many points made a pillar, or all of them one), that it lost pillars
         past the model's ``max_pillars`` (``pillars_dropped_finding``), as infer warns of its files; ``name``: the
         frame, as the warning names it. Its detections are returned as they are."""
-        dropped = pillars_dropped_finding(found.stats)
-        for finding in (misread_finding(found.stats, self.cfg.voxel.point_range),
-                        None if dropped is None else ("pillars", dropped)):
+        for finding in (misread_finding(found.stats, self.cfg.voxel.point_range), pillars_dropped_finding(found.stats)):
             if finding is not None and finding[0] not in self._frame_findings_said:
                 self._frame_findings_said.add(finding[0])
                 warnings.warn(f"{name}: {finding[1]} (said once)", InputWarning, stacklevel=_callers_level())

@@ -242,7 +242,7 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
         found.append(warning)
     dropped = None if det is None else pillars_dropped_finding(det.stats)
     if dropped is not None:
-        found.append(("pillars", f"warning: {safe_repr(source)}: {dropped} (warned once)"))
+        found.append((dropped[0], f"warning: {safe_repr(source)}: {dropped[1]} (warned once)"))
     if det is not None and 0 < det.stats.num_nonfinite < det.stats.num_points:
         found.append(("somenan", f"note: {safe_repr(source)}: {det.stats.num_nonfinite} of its "
                                  f"{det.stats.num_points} points hold NaN or infinite values and were left out, as "

@@ -21,7 +21,7 @@ import numpy as np
 from ..anchors import head_rows, multihead_anchors
 from ..config import ModelConfig
 from ..errors import InputError
-from .post import RawDetections, _passes, _sigmoid, _top_k, decode_boxes, nms_rotated, overflowed_logits
+from .post import RawDetections, _sigmoid, _top_passing, decode_boxes, nms_rotated, overflowed_logits
 
 
 def decode_sincos(codes: np.ndarray, anchor_boxes: np.ndarray, cfg: ModelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -59,10 +59,9 @@ def multihead_postprocess(heads: np.ndarray, cfg: ModelConfig) -> RawDetections:
         head_anchors = all_anchors[first_anchor: first_anchor + rows]
         for k in range(n):
             score = probs[:, k]
-            members = np.flatnonzero(_passes(score, cfg))
-            if members.size == 0:
+            picked = _top_passing(score, cfg)
+            if picked.size == 0:
                 continue
-            picked = members[_top_k(score[members], pp.pre_nms_top_k)]
             box, vel = decode_sincos(codes[picked], head_anchors[picked], cfg)
             keep = nms_rotated(box, score[picked], pp.nms_iou, "openpcdet", max_keep=pp.max_boxes)
             boxes.append(box[keep])

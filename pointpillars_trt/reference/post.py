@@ -490,6 +490,13 @@ def _passes(scores: np.ndarray, cfg: ModelConfig) -> np.ndarray:
     return scores >= thr if cfg.postprocess.score_inclusive else scores > thr
 
 
+def _top_passing(scores: np.ndarray, cfg: ModelConfig) -> np.ndarray:
+    """Indices of the ``pre_nms_top_k`` largest of the scores that pass the threshold (a NaN passes none),
+    descending, ties by lower index."""
+    passing = np.flatnonzero(_passes(scores, cfg))
+    return passing[_top_k(scores[passing], cfg.postprocess.pre_nms_top_k)]
+
+
 def _top_k(values: np.ndarray, k: int) -> np.ndarray:
     """Indices of the k largest values, descending, ties by lower index (a stable full sort's head)."""
     n = values.shape[0]
@@ -512,8 +519,7 @@ def _class_agnostic(
     """OpenPCDet: max/argmax over classes, threshold, top-k, decode + direction, one NMS, keep <= max."""
     pp = cfg.postprocess
     score, label = _max_and_argmax(probs)
-    candidates = np.flatnonzero(_passes(score, cfg))
-    rows = candidates[_top_k(score[candidates], pp.pre_nms_top_k)]
+    rows = _top_passing(score, cfg)
     boxes = _decode_rows(rows, codes, cfg)  # decoding is per element, so decoding only these is exact
     boxes[:, 6] = apply_direction(boxes[:, 6], dir_logits[rows].argmax(axis=1), cfg)
     keep = nms_rotated(nms_boxes(boxes, cfg), score[rows], pp.nms_iou, cfg.box_coder, max_keep=pp.max_boxes)
@@ -527,9 +533,7 @@ def _per_class(
     among the anchors whose max passes the threshold: the others give no box of any class (the same boxes), and an
     anchor with an overflowed class (a NaN max) takes no place, as on the GPU."""
     pp = cfg.postprocess
-    best = _max_and_argmax(probs)[0]
-    passing = np.flatnonzero(_passes(best, cfg))
-    rows = passing[_top_k(best[passing], pp.pre_nms_top_k)]
+    rows = _top_passing(_max_and_argmax(probs)[0], cfg)
     top_probs, top_dirs = probs[rows], dir_logits[rows].argmax(axis=1)
     boxes = _decode_rows(rows, codes, cfg)
     bev = nms_boxes(boxes, cfg)

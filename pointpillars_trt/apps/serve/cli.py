@@ -80,7 +80,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                             "fail, serve stops the server and exits with code 1")
     serve.add_argument("--exit-timeout-secs", metavar="SECONDS", type=int_in(1, 86400), default=DEFAULT_EXIT_TIMEOUT,
                        help="tritonserver's own option, passed on: whole seconds a stop (Ctrl-C, SIGTERM) waits for "
-                            "the requests queued or running before tritonserver drops them and exits with code 1, "
+                            "its HTTP clients to close their connections and for the requests queued or running "
+                            "before tritonserver drops them and exits with code 1, "
                             f"1..86400 (default: %(default)s); serve kills it {EXIT_GRACE} s after that")
     serve.add_argument("--repository-only", action="store_true", help="write the repository and exit")
     serve.set_defaults(run=run_serve)
