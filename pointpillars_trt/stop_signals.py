@@ -45,6 +45,13 @@ def stop_signals_blocked(*, keep_python_handlers: bool = False) -> Iterator[None
                 raise
 
 
+def set_from_signal_handler(event: threading.Event) -> None:
+    """``event.set()`` for a signal handler, on a thread of its own: the handler runs on the main thread between
+    any two of its steps, perhaps while that thread holds the event's lock inside ``event.wait``, where ``set``
+    would wait for that lock for ever; the thread gets it once the handler has returned."""
+    threading.Thread(target=event.set, name="pp-stop", daemon=True).start()
+
+
 def unblock_stop_signals() -> None:
     """Undo a ``stop_signals_blocked`` this process started under (a spawned child inherits the mask)."""
     if hasattr(signal, "pthread_sigmask"):

@@ -5,6 +5,9 @@ released, and Python's handlers come back as Python set them. Oracle: the kernel
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 
 import pytest
@@ -169,3 +172,23 @@ def test_the_threads_a_gpu_detector_starts_never_take_a_stop_signal(gpu_engine, 
                           capture_output=True, text=True, timeout=300)
     started, all_blocked, main_blocked = done.stdout.splitlines()[-1].split()
     assert int(started) >= 1 and all_blocked == "True" and main_blocked == "0", (done.stdout, done.stderr[-2000:])
+
+
+def test_a_handler_that_lands_while_the_main_thread_holds_the_events_lock_still_sets_it() -> None:
+    """A handler runs on the main thread between any two of its steps, here while it holds the event's lock as
+    ``Event.wait`` does; ``Event.set`` there would wait for that lock for ever, so the run is a child process of
+    its own, given a timeout. Oracle: the event is set once the lock is let go."""
+    script = textwrap.dedent("""
+        import signal, threading
+        from pointpillars_trt.stop_signals import set_from_signal_handler
+        stop = threading.Event()
+        signal.signal(signal.SIGUSR1, lambda signum, frame: set_from_signal_handler(stop))
+        with stop._cond:  # where Event.wait holds it
+            signal.pthread_kill(threading.get_ident(), signal.SIGUSR1)
+            for _ in range(1000):  # bytecodes enough for the pending handler to have run
+                pass
+            held_through = not stop.is_set()
+        print(held_through, stop.wait(10))
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.split() == ["True", "True"], (done.stdout, done.stderr[-2000:])

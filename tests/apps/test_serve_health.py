@@ -35,7 +35,8 @@ class Serve:
         self.proc = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(model),
                                       "--repository", str(repo), "--device", "cpu", "--ready-timeout",
                                       str(START_TIMEOUT), *options],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # ``finish`` of a hung serve
         self.lines: list[str] = []
         deadline = time.monotonic() + START_TIMEOUT + 30
         while time.monotonic() < deadline and self.proc.stdout is not None:
@@ -59,16 +60,22 @@ class Serve:
         return sorted(p.name for p in Path("/dev/shm").glob(f"pointpillars_trt_{self.proc.pid}_*"))
 
     def finish(self, timeout: float = 60) -> tuple[int, str]:
-        """(exit code, stderr) once the process exits (killed when it outlives ``timeout``)."""
+        """(exit code, stderr) once the process exits. One that outlives ``timeout`` fails the test with where each
+        of its threads was (faulthandler's stacks, on SIGABRT), the processes below it killed."""
         try:
             _, err = self.proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
+            below = children(self.proc.pid)
+            self.proc.send_signal(signal.SIGABRT)
+            for pid in below:  # they hold serve's output pipes
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
             try:
-                self.proc.communicate(timeout=10)
-            except subprocess.TimeoutExpired:  # serve is killed: a process it left holds its output pipes
-                pytest.fail(f"serve's output pipes still open {timeout + 10:g} s on, held by a process it left")
-            pytest.fail(f"serve did not exit within {timeout} s")
+                _, err = self.proc.communicate(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                _, err = self.proc.communicate()
+            pytest.fail(f"serve did not exit within {timeout} s; its stderr's end:\n{err[-6000:]}")
         return self.proc.returncode, err
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ...errors import InputError, agree, counted, printable_text, safe_repr, shell_word
 from ...graph_io import MAX_BATCH
 from ...points import MAX_FRAME_POINTS
+from ...stop_signals import set_from_signal_handler
 from ..exit_codes import EXIT_FRAME_FAILURES, EXIT_INTERRUPTED, EXIT_TERMINATED
 from ..frame_report import FrameReport
 from ..ranges import device_arg, float_in, host_port, int_in, path_name, port
@@ -161,7 +162,7 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         signals.append(signum)
-        stop.set()
+        set_from_signal_handler(stop)
 
     previous = {signum: signal.signal(signum, on_signal) for signum in (signal.SIGINT, signal.SIGTERM)}
     status = 0
@@ -172,15 +173,16 @@ def _write_and_serve(args: argparse.Namespace, install: TritonInstall | None) ->
         server.start(timeout=args.ready_timeout, stop=stop)
         probe = warm_up(server.endpoints["http"], args.ready_timeout)
         probe.watch_every(args.health_interval)
+        probes = _ProbeThread(probe, stop)
         try:
             if not stop.is_set():  # a signal during the warm-up: stop without saying ready
                 for name, endpoint in server.endpoints.items():
                     print(f"{name}: {endpoint}", flush=True)
                 print("ready (Ctrl-C to stop)", flush=True)
                 ready = True
-                status = _watch(server, probe, stop, args.health_interval)
+                status = _watch(server, probes, stop, args.health_interval)
         finally:
-            probe.close()
+            probes.close()
     except StartCancelled:
         pass  # stopped below, as after a signal once ready
     finally:
@@ -218,10 +220,9 @@ def stop_error(server: TritonServer, code: int | None) -> str:
     return f"did not stop cleanly (exit code {code})"
 
 
-def _watch(server: TritonServer, probe: ModelProbe, stop: threading.Event, interval: float) -> int:
+def _watch(server: TritonServer, probes: _ProbeThread, stop: threading.Event, interval: float) -> int:
     """Wait for ``stop``; 1 (after one ``error:`` line) when the server exits or its model stops answering."""
     next_probe = time.monotonic() + interval
-    probes = _ProbeThread(probe, stop)
     while not stop.wait(min(0.5, interval)):
         code = server.exit_code() if server.process is not None else None
         if code is not None:
@@ -266,17 +267,20 @@ class _ProbeThread:
     as long again), and a Ctrl-C or SIGTERM meanwhile must stop serve at once, not minutes later (a supervisor's
     stop timeout would kill it first). One thread for all checks: the client keeps a connection a thread (over
     HTTP, with an event loop of its own that outlives the thread), so a new thread a check left three file
-    descriptors open a check, until serve ran out of them and aborted. The thread is left behind on a stop: the
-    process ends soon after."""
+    descriptors open a check, until serve ran out of them and aborted. Those connections live in the thread's
+    event loop, so the thread closes them too (``close``)."""
 
     def __init__(self, probe: ModelProbe, stop: threading.Event) -> None:
         self._probe, self._stop = probe, stop
-        self._asked: queue.SimpleQueue[Future[str | None]] = queue.SimpleQueue()
+        self._asked: queue.SimpleQueue[Future[str | None] | None] = queue.SimpleQueue()  # None: close
         threading.Thread(target=self._run, name="health-probe", daemon=True).start()
 
     def _run(self) -> None:
         while True:
             found = self._asked.get()
+            if found is None:
+                self._probe.close()
+                return
             verdict = None
             try:
                 verdict = self._probe.check()
@@ -292,6 +296,11 @@ class _ProbeThread:
         while not found.done() and not self._stop.wait(0.2):
             pass
         return None if self._stop.is_set() or not found.done() else found.result()
+
+    def close(self) -> None:
+        """The probe's connections closed on the thread, once the check it runs now (a hung server keeps it up to
+        its timeout) is over; not waited for: a stop reaches the server at once, and the process ends soon after."""
+        self._asked.put(None)
 
 
 #: The scale-out options' defaults (add_scaleout_arguments), against which a given option is told apart.
