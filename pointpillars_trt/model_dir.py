@@ -423,6 +423,19 @@ def _some(names: list[str]) -> str:
     return ", ".join(map(safe_repr, names[:3])) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
+#: What tells one model from another wherever its files lie (``identity_from_record``), keys in the order said: a
+#: server states them of the model it serves, and a run records them with its outputs.
+MODEL_IDENTITY_KEYS = ("weights", "config", "config_name", "precision")
+
+
+def identity_from_record(source: object, config_digest: str, config_name: str, precision: str) -> dict[str, object]:
+    """A model's identity from what its model.json records: the weights it was exported from, of ``source``
+    (the checkpoint's sha256 and layout, or a seed; not where the checkpoint lay), its config's digest and name,
+    and its precision."""
+    weights = {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source
+    return dict(zip(MODEL_IDENTITY_KEYS, (weights, config_digest, config_name, precision)))
+
+
 def package_version() -> str:
     try:
         return importlib_metadata.version("pointpillars-trt")

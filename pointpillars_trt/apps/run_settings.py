@@ -25,7 +25,8 @@ from ..config import ModelConfig, load_config
 from ..errors import InputError, PointPillarsError, agree, counted, one_line, safe_repr, shell_word
 from ..file_reads import open_regular_file, read_regular_file
 from ..kitti import calib_folder
-from ..model_dir import CHECKPOINT_SUFFIXES, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, package_version
+from ..model_dir import (CHECKPOINT_SUFFIXES, MAX_METADATA_BYTES, METADATA_FILE, ModelDir, identity_from_record,
+                         package_version)
 from ..strict_json import loads_json, write_json_atomic
 from .eval.io import REPORT_FILE
 from .frame_prep import fov_only_default
@@ -56,16 +57,8 @@ def model_identity(args: argparse.Namespace, opened: ModelDir | None,
 
 
 def model_dir_identity(model: ModelDir) -> dict[str, object]:
-    """A model dir's weights (as ``_weights_of``), config digest and name, and precision: what tells one model from
-    another, wherever its files lie (a server states it of the model it serves)."""
-    return {"weights": _weights_of(model.metadata.get("source")), "config": model.cfg.digest(),
-            "config_name": model.cfg.name, "precision": model.precision}
-
-
-def _weights_of(source: object) -> object:
-    """What names a model's weights, of the ``source`` its model.json records: the checkpoint's sha256 and
-    layout (or a seed), not where the checkpoint lay."""
-    return {k: v for k, v in source.items() if k != "checkpoint"} if isinstance(source, dict) else source
+    """An opened model dir's identity (``identity_from_record``; a server states it of the model it serves)."""
+    return identity_from_record(model.metadata.get("source"), model.cfg.digest(), model.cfg.name, model.precision)
 
 
 def output_settings(args: argparse.Namespace, fmt: str, frames: Sequence[str], opened: ModelDir | None,
@@ -407,8 +400,7 @@ def _model_dir_identity(path: Path) -> dict[str, object]:
     """``model_identity`` of a model dir as its ``model.json`` states it, read alone (its graphs are not read:
     a run with nothing left to run opens no model); a model.json that is not one raises."""
     meta = loads_json(read_regular_file(path / METADATA_FILE, max_bytes=MAX_METADATA_BYTES, what="model.json"))
-    return {"weights": _weights_of(meta["source"]), "config": meta["config_digest"], "config_name": meta["config"]["name"],
-            "precision": meta["precision"]}
+    return identity_from_record(meta["source"], meta["config_digest"], meta["config"]["name"], meta["precision"])
 
 
 def _sha256_of(path: Path) -> str:

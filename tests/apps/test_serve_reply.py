@@ -160,3 +160,20 @@ def test_a_served_point_range_or_training_crop_that_is_none_is_not_our_model(key
         check_model_config(cfg, "server s: model 'm'")
     del cfg["parameters"][key]  # a server of an earlier version says neither: taken as unknown
     assert (check_model_config(cfg, "m").point_range, check_model_config(cfg, "m").fov_points_only) == (None, None)
+
+
+def test_a_served_models_identity_reaches_the_client_and_one_that_is_none_is_not_our_model() -> None:
+    """The identity serve's config states (what ``infer --server`` records with its outputs) is the model's weights,
+    config digest and name, and precision, read back as written; a server stating another object is refused by name.
+    Oracle: the tiny model's own config and the model.json the test gives it."""
+    from tiny import tiny_config
+
+    cfg = config()
+    cfg["parameters"] = {**cfg["parameters"], **served_parameters({})}
+    served = check_model_config(cfg, "m")
+    assert served.identity == {"weights": None, "config": tiny_config().digest(), "config_name": tiny_config().name,
+                               "precision": "fp32"}
+    cfg["parameters"]["model_identity"] = {"string_value": '{"weights": null, "config": "x"}'}
+    with pytest.raises(BackendError, match=r"^s: model 'm' is not a pointpillars-trt model: model_identity .* is not a "
+                                           r"JSON object of weights, config, config_name and precision"):
+        check_model_config(cfg, "s: model 'm'")

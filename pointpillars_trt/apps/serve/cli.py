@@ -28,7 +28,7 @@ from ..frame_report import FrameReport
 from ..ranges import device_arg, float_in, host_port, int_in, path_name, port
 from ..runtime_args import add_model_arguments, exports_checkpoint
 from .client import LIVE_PROBE_SECONDS, MAX_IN_FLIGHT
-from .health import PROBE_INTERVALS
+from .health import MIN_PROBE_WAIT, PROBE_INTERVALS
 from .repository import (DEFAULT_GPU_INSTANCES, DEFAULT_SERVED_MAX_POINTS, MAX_INSTANCES,
                          MAX_PIPELINES_PER_INSTANCE, MAX_QUEUE_DELAY_US, MODEL_NAME)
 from .server import DEFAULT_EXIT_TIMEOUT, EXIT_GRACE
@@ -77,8 +77,8 @@ def add_serve_parser(subparsers: argparse._SubParsersAction) -> argparse.Argumen
                        help="seconds to wait for the server to be ready (and answer its warm-up request)")
     serve.add_argument("--health-interval", type=float_in(0.1, 3600), default=10.0,
                        help="seconds between the one-point requests that check the model still answers, each "
-                            f"waiting {PROBE_INTERVALS} intervals (at least 5 s) for its answer; when two in a row "
-                            "fail, serve stops the server and exits with code 1")
+                            f"waiting {PROBE_INTERVALS} intervals (at least {MIN_PROBE_WAIT:g} s) for its answer; "
+                            "when two in a row fail, serve stops the server and exits with code 1")
     serve.add_argument("--exit-timeout-secs", metavar="SECONDS", type=int_in(1, 86400), default=DEFAULT_EXIT_TIMEOUT,
                        help="tritonserver's own option, passed on: whole seconds a stop (Ctrl-C, SIGTERM) waits for "
                             "its HTTP clients to close their connections and for the requests queued or running "

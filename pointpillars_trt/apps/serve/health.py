@@ -18,9 +18,9 @@ from .client import RemoteDetector
 #: Share of its timeout a failed probe must have waited to count as timed out (the client's clock and
 #: the connection's differ by a little).
 _WAITED_OUT = 0.9
-#: Shortest timeout of the statistics requests (cheap: the server answers them from its counters).
-_STATS_TIMEOUT = 5.0
-#: Health intervals a watching probe (and its statistics request) waits for an answer, at least _STATS_TIMEOUT s:
+#: Shortest wait of a probe and of the statistics requests (cheap: the server answers them from its counters).
+MIN_PROBE_WAIT = 5.0
+#: Health intervals a watching probe (and its statistics request) waits for an answer, at least MIN_PROBE_WAIT s:
 #: with the warm-up's timeout (--ready-timeout, 2 minutes) a hung server took ~8 minutes to be noticed.
 PROBE_INTERVALS = 3
 
@@ -37,7 +37,7 @@ class ModelProbe:
     def __init__(self, endpoint: str, *, timeout: float, failures_allowed: int = 1) -> None:
         # the statistics (and the setup's round trips) on a connection of their own: a probe's short
         # timeout must neither fail the setup nor lose the count
-        self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, _STATS_TIMEOUT))
+        self._stats = RemoteDetector(endpoint, protocol="http", timeout=max(timeout, MIN_PROBE_WAIT))
         self.timeout = timeout
         self._timeout_option = "--ready-timeout"  # the warm-up's; ``watch_every`` sets the watch's
         self.remote = self._probe_client()
@@ -71,9 +71,9 @@ class ModelProbe:
 
     def watch_every(self, interval: float) -> None:
         """Probe a running server every ``interval`` s from here on: each probe and its statistics request wait
-        ``PROBE_INTERVALS`` intervals (at least ``_STATS_TIMEOUT`` s, at most the warm-up's timeout), so that a hung
+        ``PROBE_INTERVALS`` intervals (at least ``MIN_PROBE_WAIT`` s, at most the warm-up's timeout), so that a hung
         server is noticed within about 4 probe waits and 2 intervals, where the warm-up waits for a slow start."""
-        timeout = min(self.timeout, max(_STATS_TIMEOUT, PROBE_INTERVALS * interval))
+        timeout = min(self.timeout, max(MIN_PROBE_WAIT, PROBE_INTERVALS * interval))
         self.close()
         self._stats, self.timeout = self._stats.with_timeout(timeout), timeout
         self._timeout_option = f"probe wait ({PROBE_INTERVALS} x --health-interval)"

@@ -20,6 +20,7 @@ import numpy as np
 from ...config import MAX_CLASSES
 from ...detections import Detections, FrameStats
 from ...errors import BackendError, counted, safe_repr
+from ...model_dir import MODEL_IDENTITY_KEYS
 from ...strict_json import loads_json
 
 
@@ -104,9 +105,9 @@ def _identity(params: object, refuse: Callable[[str], BackendError]) -> Mapping[
         identity = loads_json(text)
     except (ValueError, RecursionError):
         identity = None
-    if not isinstance(identity, dict) or set(identity) != {"weights", "config", "config_name", "precision"}:
-        raise refuse(f"model_identity {safe_repr(text, 80)} is not a JSON object of weights, config, config_name "
-                     "and precision")
+    if not isinstance(identity, dict) or set(identity) != set(MODEL_IDENTITY_KEYS):
+        *keys, last = MODEL_IDENTITY_KEYS
+        raise refuse(f"model_identity {safe_repr(text, 80)} is not a JSON object of {', '.join(keys)} and {last}")
     return identity
 
 
