@@ -4,6 +4,7 @@ Python's place meanwhile; a signal that reached them was lost)."""
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import signal
 import threading
@@ -48,8 +49,10 @@ def stop_signals_blocked(*, keep_python_handlers: bool = False) -> Iterator[None
 def set_from_signal_handler(event: threading.Event) -> None:
     """``event.set()`` for a signal handler, on a thread of its own: the handler runs on the main thread between
     any two of its steps, perhaps while that thread holds the event's lock inside ``event.wait``, where ``set``
-    would wait for that lock for ever; the thread gets it once the handler has returned."""
-    threading.Thread(target=event.set, name="pp-stop", daemon=True).start()
+    would wait for that lock for ever; the thread gets it once the handler has returned. A bare thread
+    (``_thread``): ``threading.Thread.start`` takes a lock of the threading module's that the main thread may
+    hold as well (while it starts a thread)."""
+    _thread.start_new_thread(event.set, ())
 
 
 def unblock_stop_signals() -> None:
