@@ -1,6 +1,6 @@
 """Ctrl-C (SIGINT) and SIGTERM held off while code runs that must not take them: processes being spawned
 (a child starts with the spawning thread's signal mask) and NVRTC compiling (it puts its own handlers in
-Python's place meanwhile; a signal that reached them was lost)."""
+Python's place meanwhile; a signal that reached them was lost); a stop event set safely from a handler."""
 
 from __future__ import annotations
 
