@@ -22,14 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_serve_triton import START_TIMEOUT, install, random_frames, tiny, tiny_server  # noqa: F401 - fixtures: tritonserver, tiny model, a server of it
+from test_serve_triton import START_TIMEOUT, endpoints_once_ready, install, random_frames, tiny, tiny_server  # noqa: F401 - fixtures: tritonserver, tiny model, a server of it
 
 from pointpillars_trt.apps.serve.repository import MODEL_NAME
 from pointpillars_trt.errors import BackendError
 
 
 class Serve:
-    """A ``serve`` process: its stdout lines up to "ready", its endpoints, and the processes below it."""
+    """A ``serve`` process: the endpoints it printed before "ready", and the processes below it."""
 
     def __init__(self, model: Path, repo: Path, *options: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "pointpillars_trt", "serve", "--model", str(model),
@@ -37,17 +37,8 @@ class Serve:
                                       str(START_TIMEOUT), *options],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env={**os.environ, "PYTHONFAULTHANDLER": "1"})  # ``finish`` of a hung serve
-        self.lines: list[str] = []
-        deadline = time.monotonic() + START_TIMEOUT + 30
-        while time.monotonic() < deadline and self.proc.stdout is not None:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            self.lines.append(line.strip())
-            if line.startswith("ready"):
-                break
-        assert self.lines and self.lines[-1].startswith("ready"), (self.lines, self.finish()[1][-2000:])
-        self.http = next(line.split(": ", 1)[1] for line in self.lines if line.startswith("http: "))
+        self.endpoints = endpoints_once_ready(self.proc, START_TIMEOUT + 30, lambda: self.finish()[1][-2000:])
+        self.http = self.endpoints["http"]
 
     def server_pid(self) -> int:
         (pid,) = children(self.proc.pid)
@@ -181,7 +172,7 @@ def test_another_model_folder_in_the_repository_is_neither_loaded_nor_loadable(i
 def test_serve_on_a_host_name_gets_ready_on_its_address(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
     serve = Serve(tiny.path, tmp_path / "repo", "--host", "localhost", "--health-interval", "3600")
     try:
-        assert serve.http.startswith("127.0.0.1:"), serve.lines
+        assert serve.http.startswith("127.0.0.1:"), serve.endpoints
         with urllib.request.urlopen(f"http://{serve.http}/v2/health/ready", timeout=5) as reply:
             assert reply.status == 200
     finally:

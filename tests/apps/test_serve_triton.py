@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from pathlib import Path
 
@@ -832,10 +832,12 @@ def test_a_repository_whose_instances_auto_put_on_the_cpu_says_so(tiny, tmp_path
     assert "kind: KIND_CPU" in (tmp_path / "repo" / MODEL_NAME / "config.pbtxt").read_text()
 
 
-def http_endpoint_once_ready(proc: subprocess.Popen[str]) -> str:
-    """The HTTP endpoint a ``serve_process`` printed, once it printed "ready" (its lines up to it read)."""
+def endpoints_once_ready(proc: subprocess.Popen[str], wait: float = START_TIMEOUT + 10,
+                         failed: Callable[[], str] = str) -> dict[str, str]:
+    """The endpoints a ``serve`` process printed (its "NAME: ADDRESS" lines), once it printed "ready" within
+    ``wait`` s (its lines up to it read); ``failed``: what else the assertion says when it did not."""
     lines: list[str] = []
-    deadline = time.monotonic() + START_TIMEOUT + 10
+    deadline = time.monotonic() + wait
     while time.monotonic() < deadline and proc.stdout is not None:
         line = proc.stdout.readline()
         if not line:
@@ -843,14 +845,14 @@ def http_endpoint_once_ready(proc: subprocess.Popen[str]) -> str:
         lines.append(line.strip())
         if line.startswith("ready"):
             break
-    assert lines and lines[-1].startswith("ready"), lines
-    return next(line.split(": ", 1)[1] for line in lines if line.startswith("http: "))
+    assert lines and lines[-1].startswith("ready"), (lines, failed())
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
 
 
 def test_serve_command_prints_endpoints_and_stops_on_sigterm(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     proc = serve_process(tiny, tmp_path)
     try:
-        http = http_endpoint_once_ready(proc)
+        http = endpoints_once_ready(proc)["http"]
         with urllib.request.urlopen(f"http://{http}/v2/health/ready", timeout=5) as reply:
             assert reply.status == 200
         start = time.monotonic()
@@ -875,7 +877,7 @@ def test_a_stop_held_by_an_idle_keep_alive_client_says_so_not_that_requests_were
 
     proc = serve_process(tiny, tmp_path, "--exit-timeout-secs", "2", stderr=subprocess.PIPE)
     try:
-        host, port = http_endpoint_once_ready(proc).rsplit(":", 1)
+        host, port = endpoints_once_ready(proc)["http"].rsplit(":", 1)
         client = http.client.HTTPConnection(host, int(port), timeout=10)
         client.request("GET", "/v2/health/ready")
         reply = client.getresponse()
@@ -927,14 +929,8 @@ def test_http_on_loopback_only_and_a_request_that_aborts_triton_is_said_with_the
     with open(tmp_path / "serve.err", "w") as err:
         proc = serve_process(tiny, tmp_path, "--host", "127.0.0.1", "--http-host", "127.0.0.2", stderr=err)
     try:
-        lines = []
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line.strip())
-            if line.startswith("ready"):
-                break
-        endpoints = dict(line.split(": ", 1) for line in lines if ": " in line)
-        assert endpoints["http"].startswith("127.0.0.2:") and endpoints["grpc"].startswith("127.0.0.1:"), lines
+        endpoints = endpoints_once_ready(proc)
+        assert endpoints["http"].startswith("127.0.0.2:") and endpoints["grpc"].startswith("127.0.0.1:"), endpoints
         port = endpoints["http"].rsplit(":", 1)[1]
         with urllib.request.urlopen(f"http://127.0.0.2:{port}/v2/health/ready", timeout=5) as reply:
             assert reply.status == 200

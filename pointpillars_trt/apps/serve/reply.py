@@ -53,6 +53,11 @@ class ServedModel:
     later_stats: tuple[str, ...] = ()  # those of LATER_STATS its config declares
 
     @property
+    def stats(self) -> tuple[str, ...]:
+        """The counts its replies carry (``FrameStats`` fields)."""
+        return STATS + self.later_stats
+
+    @property
     def outputs(self) -> tuple[str, ...]:
         return OUTPUTS + self.later_stats + ((VELOCITY,) if self.velocity else ())
 
@@ -179,7 +184,7 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
         found[name] = array
     count = found["scores"].shape[-1] if found["scores"].ndim == 2 else -1
     shapes = {"boxes": (1, count, 7), "scores": (1, count), "labels": (1, count), VELOCITY: (1, count, 2),
-              **{s: (1, 1) for s in (*STATS, *served.later_stats)}}
+              **{s: (1, 1) for s in served.stats}}
     odd = next((n for n in expected if found[n].shape != shapes[n]), None)
     if count < 0 or odd is not None:
         raise refuse(f"with inconsistent shapes {', '.join(f'{n} {found[n].shape}' for n in expected)}")
@@ -192,7 +197,7 @@ def reply_detections(arrays: Mapping[str, object], names: list[str], served: Ser
             raise refuse("scores outside [0, 1]")
         if np.any(sizes < 0):  # a decoded size is an anchor's times exp(delta): never negative
             raise refuse("boxes of negative size")
-    stats = {name: int(found[name][0, 0]) for name in (*STATS, *served.later_stats)}
+    stats = {name: int(found[name][0, 0]) for name in served.stats}
     if min(stats.values()) < 0:
         raise refuse(f"negative counts {stats}")
     if stats["num_points"] != sent_points:
