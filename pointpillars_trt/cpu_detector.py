@@ -19,7 +19,7 @@ from .errors import BackendError
 from .detections import Detections, FrameStats
 from .model_dir import ModelDir
 from .graph_io import PFN_INPUT, PFN_OUTPUT, RPN_INPUT, RPN_OUTPUT, canvas_dtype
-from .reference import postprocess, scatter, split_heads, voxelize
+from .reference import overflowed_features, postprocess, scatter, split_heads, voxelize
 from .reference.multihead import multihead_postprocess
 from .runtime import OrtOptions, open_engine
 
@@ -50,8 +50,10 @@ class CpuDetector:
         cfg, clock = self.cfg, _StageClock()
         pillars = voxelize(points, cfg)
         clock.lap("voxelize")
+        overflowed = 0
         if pillars.features.shape[0]:
             feats = self._pfn.run_host({PFN_INPUT: pillars.features})[PFN_OUTPUT]
+            overflowed = overflowed_features(feats)
             clock.lap("pfn")
             canvas = scatter(feats, pillars.coords, cfg)[0].transpose(1, 2, 0)[None].astype(self._canvas_dtype)  # NHWC
             clock.lap("scatter")
@@ -73,6 +75,7 @@ class CpuDetector:
             num_pillars=int(pillars.features.shape[0]),
             num_pillars_dropped=pillars.num_pillars_dropped,
             num_overflowed_scores=raw.overflowed_scores,
+            num_overflowed_features=overflowed,
         )
         return Detections(raw.boxes, raw.scores, raw.labels, cfg.classes, stats, raw.velocity)
 

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .errors import InputError, counted, safe_repr
+from .graph_io import OVERFLOWED_FEATURE
 
 
 STAGES = ("voxelize", "pfn", "scatter", "rpn", "postprocess")  # keys of ``last_timings``, in frame order
@@ -24,6 +25,7 @@ class FrameStats:
     num_pillars: int = 0       # non-empty pillars fed to the network
     num_pillars_dropped: int = 0  # non-empty pillars past the configured maximum
     num_overflowed_scores: int = 0  # class scores (anchors x classes) of a NaN, infinite or absurd logit: overflow
+    num_overflowed_features: int = 0  # pillar features (pillars x channels) beyond float16's range: overflow
 
 
 #: Finite points a frame must have (in the model's point range) for "none of them where they should be"
@@ -74,11 +76,21 @@ def pillars_dropped_finding(stats: FrameStats) -> tuple[str, str] | None:
                        "max_pillars in the model's config keeps frames this dense whole")
 
 
-def overflowed_scores_text(count: int, whose: str) -> str:
-    """What ``count`` overflowed class scores of a frame (``FrameStats.num_overflowed_scores``; ``whose``: "its",
-    "a frame's") cost: such anchors give no box (a NaN or 0 score under any threshold) or an absurd one, so boxes
-    vanish where an overflow of the box values alone would show in them."""
-    return f"{count} of {whose} class scores overflowed (a NaN, infinite or absurd logit), so the boxes there are lost"
+def overflowed_counts_texts(stats: FrameStats, whose: str) -> list[str]:
+    """What a frame's overflowed counts cost, the first naming the frame as ``whose`` ("its", "a frame's"), the rest
+    as "its": class scores (``num_overflowed_scores``) give no box (a NaN or 0 score under any threshold) or an
+    absurd one, so boxes vanish where an overflow of the box values alone would show in them; pillar features
+    (``num_overflowed_features``) make the boxes there meaningless, though an engine's ReLUs may leave them
+    finite."""
+    texts = []
+    if stats.num_overflowed_scores:
+        texts.append(f"{stats.num_overflowed_scores} of {whose} class scores overflowed (a NaN, infinite or absurd "
+                     "logit), so the boxes there are lost")
+        whose = "its"
+    if stats.num_overflowed_features:
+        texts.append(f"{stats.num_overflowed_features} of {whose} pillar features overflowed (beyond float16's "
+                     f"{OVERFLOWED_FEATURE:g}), so the boxes there are meaningless")
+    return texts
 
 
 def overflow_finding(parts: Sequence[str], given: str) -> str:
@@ -150,7 +162,7 @@ class Detections:
         Detections no output holds (``kitti.finite_detections``: a NaN or infinity in their box, score or velocity,
         a box the network overflowed to beyond 10 km or of no size) are left out and counted in
         ``num_nonfinite_boxes``; class scores of a NaN, infinite or absurd logit (the boxes there lost) are counted
-        in ``num_overflowed_scores``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
+        in ``num_overflowed_scores``, pillar features beyond float16's range in ``num_overflowed_features``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
         """
         from .kitti import finite_detections, normalize_heading
 
@@ -172,6 +184,7 @@ class Detections:
             "num_nonfinite_points": self.stats.num_nonfinite,
             "num_nonfinite_boxes": dropped,
             "num_overflowed_scores": self.stats.num_overflowed_scores,
+            "num_overflowed_features": self.stats.num_overflowed_features,
         }
         if velocity is not None:
             record["velocity"] = np.round(velocity, 5).tolist()

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
-from .detections import (Detections, misread_finding, overflow_finding, overflowed_scores_text,
+from .detections import (Detections, misread_finding, overflow_finding, overflowed_counts_texts,
                          pillars_dropped_finding)
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
@@ -108,7 +108,7 @@ class PointPillars:
                           "--precision fp32)", PrecisionWarning, stacklevel=_callers_level())
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
-        self._overflow_said = False  # boxes with NaN / inf values, or overflowed class scores, are said once
+        self._overflow_said = False  # boxes with NaN / inf values, overflowed class scores or features: said once
         # the kinds of frame finding said: probably misread (``misread_finding``), pillars dropped ("pillars")
         self._frame_findings_said: set[str] = set()
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
@@ -231,14 +231,15 @@ class PointPillars:
                               stacklevel=_callers_level())
 
     def _said_if_overflowed(self, found: Detections) -> Detections:
-        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity, or its class scores overflowed
-        (``FrameStats.num_overflowed_scores``: the boxes there lost): the network overflowed, which values far
-        outside its training range (coordinates, intensities, a corrupt value) cause."""
+        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity, or its class scores or pillar
+        features overflowed (``FrameStats.num_overflowed_scores``: the boxes there lost; ``num_overflowed_features``:
+        the boxes there meaningless, on any frame, not the first only as the intensity check): the network
+        overflowed, which values far outside its training range (coordinates, intensities, a corrupt value) cause."""
         if self._overflow_said:
             return found
         finite = bool(np.isfinite(found.boxes).all() and np.isfinite(found.scores).all())
-        overflowed = found.stats.num_overflowed_scores
-        if finite and not overflowed:
+        stats = found.stats
+        if finite and not (stats.num_overflowed_scores or stats.num_overflowed_features):
             return found
         self._overflow_said = True
         parts = []
@@ -247,8 +248,7 @@ class PointPillars:
             parts.append(agree(len(found), "the one box of a frame holds",
                                f"{bad} of a frame's {len(found)} boxes {agree(bad, 'holds', 'hold')}")
                          + " NaN or infinite values")
-        if overflowed:
-            parts.append(overflowed_scores_text(overflowed, "its" if parts else "a frame's"))
+        parts += overflowed_counts_texts(stats, "its" if parts else "a frame's")
         dropped = "" if finite else "; infer leaves such boxes out and counts them"
         warnings.warn(f"{overflow_finding(parts, 'frame')}{dropped} (said once)", InputWarning,
                       stacklevel=_callers_level())

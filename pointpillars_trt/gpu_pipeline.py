@@ -605,7 +605,8 @@ class GpuPipeline:
         boxes, scores, labels, counters, velocity = post_stage_type(self.cfg).unpack(result)
         stats = FrameStats(num_points=num_points, num_nonfinite=counters["nonfinite"],
                            num_pillars=counters["pillars"], num_pillars_dropped=counters["pillars_dropped"],
-                           num_overflowed_scores=counters["overflowed_scores"])
+                           num_overflowed_scores=counters["overflowed_scores"],
+                           num_overflowed_features=counters["overflowed_features"])
         return Detections(boxes, scores, labels, self.cfg.classes, stats, velocity)
 
     def close(self) -> None:

@@ -20,6 +20,11 @@ RPN_INPUT = "canvas"
 RPN_OUTPUT = "heads"
 HEAD_PARTS = ("cls", "box", "dir")  # the channel blocks of the merged head map, in this order
 MAX_BATCH = 8  # the largest batch the pipeline and TensorRT profiles are sized for by default
+#: A pillar feature (an output of the PFN, a value of the RPN's canvas) beyond this (float16's largest value: inf
+#: in an fp16 canvas), infinite or NaN came of a point value far outside the network's training (a corrupt
+#: intensity): such features are counted (``FrameStats.num_overflowed_features``) whatever the precision, since the
+#: boxes there are meaningless and an engine's ReLUs may turn the overflow into finite values downstream.
+OVERFLOWED_FEATURE = 65504.0
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,8 @@ def test_a_detections_repr_summarises_its_boxes_by_class_without_printing_them()
     found = Detections(boxes, np.ones(3, np.float32), np.array([2, 0, 2], np.int32), ("Car", "Pedestrian", "Cyclist"),
                        FrameStats(100, 1, 20, 0))
     assert repr(found) == ("<Detections: 3 boxes: Car 1, Cyclist 2; FrameStats(num_points=100, num_nonfinite=1, "
-                           "num_pillars=20, num_pillars_dropped=0, num_overflowed_scores=0)>")
+                           "num_pillars=20, num_pillars_dropped=0, num_overflowed_scores=0, "
+                           "num_overflowed_features=0)>")
     assert repr(Detections.empty(("Car",), FrameStats(5))).startswith("<Detections: 0 boxes; FrameStats(num_points=5")
     odd = Detections(boxes[:1], np.ones(1, np.float32), np.array([7], np.int32), ("Car",), FrameStats(1))
     assert repr(odd).startswith("<Detections: 1 box: 7 1; ")

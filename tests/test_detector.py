@@ -24,6 +24,7 @@ from pointpillars_trt.model_dir import ModelDir
 from pointpillars_trt.pointcloud_io import read_points
 from array_likes import CudaInterfaceOnly
 from notices import published_config_notice
+from tiny import overflowed_pillar_features
 
 CHECKPOINT = "checkpoints/pointpillar_openpcdet_synthetic.pth"
 FRAME = "kitti/training/velodyne_reduced/000134.bin"
@@ -1003,8 +1004,11 @@ def test_absurd_intensities_and_the_boxes_they_give_are_said_once(tmp_path: Path
     assert len(said) == 2, said
     assert said[0].startswith("the points' intensities reach 1e+30, but the model expects 0-1 reflectance")
     over = found[0].stats.num_overflowed_scores  # logits of 1e30 and more: their class scores overflowed too
+    features = found[0].stats.num_overflowed_features  # and the pillar features of those points before them
+    assert features == overflowed_pillar_features(model, frame) > 0
     assert over > 0 and said[1].startswith(f"{bad[0]} of a frame's {len(found[0])} boxes hold NaN or infinite values; "
-                                           f"{over} of its class scores overflowed (a NaN, infinite or absurd logit)")
+                                           f"{over} of its class scores overflowed (a NaN, infinite or absurd logit), "
+                                           f"so the boxes there are lost; {features} of its pillar features overflowed")
     with warnings.catch_warnings(record=True) as caught:  # usual values: nothing to say
         warnings.simplefilter("always")
         with PointPillars(model, device="cpu") as detector:
@@ -1055,11 +1059,13 @@ def test_pillars_past_max_pillars_are_said_once_a_detector_naming_the_frame(tmp_
 
 
 @pytest.mark.parametrize("entry", ["call", "detect_batch", "submit_batch", "infer_many"])
-def test_a_corrupt_intensity_that_overflows_class_scores_is_said_once(tmp_path: Path, entry: str) -> None:
+def test_a_corrupt_intensity_that_overflows_features_and_class_scores_is_said_once(tmp_path: Path, entry: str) -> None:
     """One point's intensity of 3e38 (a corrupt value) in a frame after the first: the network overflows to NaN
     class logits around it, whose scores pass no score threshold, so the boxes there vanished without a word (the
-    first frame's intensity check had passed). Now ``FrameStats.num_overflowed_scores`` counts them and one
-    InputWarning a detector says so with the fix, as for boxes the network overflowed on; a usual frame counts none."""
+    first frame's intensity check had passed). Now ``FrameStats.num_overflowed_scores`` counts them, and
+    ``num_overflowed_features`` the pillar features beyond float16's range where the value entered (counted here
+    from the PFN's weights), and one InputWarning a detector says so with the fix, as for boxes the network
+    overflowed on; a usual frame counts none."""
     from tiny import tiny_model_dir
 
     from pointpillars_trt.errors import InputWarning
@@ -1073,15 +1079,18 @@ def test_a_corrupt_intensity_that_overflows_class_scores_is_said_once(tmp_path: 
         with PointPillars(model, device="cpu") as detector:
             found = detect_as(detector, entry, [usual, corrupt, corrupt], tmp_path)
     said = [w for w in caught if issubclass(w.category, InputWarning)]
-    over = found[1].stats.num_overflowed_scores
+    over, features = found[1].stats.num_overflowed_scores, overflowed_pillar_features(model, corrupt)
     assert found[0].stats.num_overflowed_scores == 0 and over > 0 and found[2].stats.num_overflowed_scores == over
+    assert features > 0 and [d.stats.num_overflowed_features for d in found] == [0, features, features]
     assert np.isfinite(found[1].scores).all() and np.isfinite(found[1].boxes).all()
     assert [str(w.message) for w in said] == [
         f"{over} of a frame's class scores overflowed (a NaN, infinite or absurd logit), so the boxes there are "
-        "lost: the network overflowed on values far outside what it was trained on (check the point layout and the "
-        "intensity scale, and the frame for corrupt values) (said once)"]
+        f"lost; {features} of its pillar features overflowed (beyond float16's 65504), so the boxes there are "
+        "meaningless: the network overflowed on values far outside what it was trained on (check the point layout "
+        "and the intensity scale, and the frame for corrupt values) (said once)"]
     assert said[0].filename == __file__
-    assert found[1].to_json_dict("f")["num_overflowed_scores"] == over
+    record = found[1].to_json_dict("f")
+    assert (record["num_overflowed_scores"], record["num_overflowed_features"]) == (over, features)
 
 
 @pytest.mark.parametrize("max_boxes, said", [(1, "the one box of a frame holds"), (2, "2 of a frame's 2 boxes hold")])

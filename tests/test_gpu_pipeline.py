@@ -148,18 +148,21 @@ def test_a_corrupt_intensity_gives_overflowed_scores_counted_as_the_cpu_path_cou
     path, and on ONNX Runtime's CUDA engine, whose ReLUs pass NaN on as PyTorch's do; the GPU's post-process counts
     them (where the convolutions spread the overflow, and so how many, is the engine's own: the count is not
     compared). The cuDNN engine's ReLUs (cuDNN's and the neck-head kernels' ``fmaxf``) turn NaN into 0, so the
-    overflow need not reach its class scores (on an H100 it did not: 0 counted). The next frame counts none again
-    and equals the CPU path box for box."""
+    overflow need not reach its class scores (on an H100 it did not: 0 counted); the pillar features beyond
+    float16's range are counted where the value entered, as the CPU path counts them, whatever the engine. The next
+    frame counts none again and equals the CPU path box for box."""
     family, cpu, gpu = family_pair
     points = read_points(assets / SHARED_FRAMES[0])
     corrupt = points.copy()
     corrupt[len(points) // 2, 3] = 3e38
-    overflowed = gpu.detect(corrupt).stats.num_overflowed_scores
-    assert cpu.detect(corrupt).stats.num_overflowed_scores > 0
+    found, oracle = gpu.detect(corrupt).stats, cpu.detect(corrupt).stats
+    assert oracle.num_overflowed_scores > 0
     if gpu.backend == "onnxruntime":
-        assert overflowed > 0
+        assert found.num_overflowed_scores > 0
+    # where the value entered, every engine counts as the CPU path does: the silent cuDNN case is said
+    assert found.num_overflowed_features == oracle.num_overflowed_features > 0
     clean = gpu.detect(points)
-    assert clean.stats.num_overflowed_scores == 0
+    assert clean.stats.num_overflowed_scores == clean.stats.num_overflowed_features == 0
     assert_same_detections(clean, cpu.detect(points), f"{family} after a corrupt frame")
 
 
@@ -490,13 +493,15 @@ def test_tf32_default_keeps_the_confident_boxes(family_pair, assets):  # type: i
 def test_fused_pfn_kernel_against_float64(openpcdet_cfg, channels, features, points):  # type: ignore[no-untyped-def]
     """pfn.cu computes max over slots of ReLU(x W^T + b) for the live pillars only, for any channel
     count (four, two or one channels a thread) and pillar size, each frame of a batch from its own
-    pillars and count."""
+    pillars and count, and adds the features beyond float16's 65504 (a feature of 1e30 in some of
+    frame 0's pillars) to the frame's overflowed_features counter."""
     import dataclasses
 
     import cupy as cp
 
     from pointpillars_trt.config import FEATURE_NAMES
     from pointpillars_trt.kernels.pfn import PfnStage
+    from pointpillars_trt.kernels.voxelize import VOXEL_STATS
 
     base = openpcdet_cfg
     cfg = dataclasses.replace(
@@ -514,18 +519,25 @@ def test_fused_pfn_kernel_against_float64(openpcdet_cfg, channels, features, poi
     for frame, live in enumerate(lives):
         pillars[frame, :live] = rng.normal(0, 2, (live, m, c))
         pillars[frame, :live, (m + 1) // 2 :] = 0  # padded slots, as the voxelizer leaves them
-    counts = np.array([[live, 7] for live in lives], np.int32)  # a row a frame, the count first
+    pillars[0, 5:400:37, 0, c - 1] = 1e30  # a corrupt value: the channels of a positive weight overflow
+    counts = np.zeros((len(lives), len(VOXEL_STATS)), np.int32)  # a row a frame, the count first
+    counts[:, 0] = lives
+    slot = VOXEL_STATS.index("overflowed_features")
+    counts[:, slot] = 5  # added to, not set: the voxelizer zeroes it for each frame
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:  # inputs, poison and launch in one stream order
         d_pillars, d_counts = cp.asarray(pillars), cp.asarray(counts)
         stage.out.fill(np.nan)
         stage.launch(d_pillars, d_counts, stream, frames=len(lives))
     stream.synchronize()
+    overflowed = d_counts[:, slot].get()
     for frame, live in enumerate(lives):
         x = pillars[frame, :live].astype(np.float64)
         expected = np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1)
         np.testing.assert_allclose(stage.out[frame, :live].get(), expected, rtol=1e-5, atol=1e-5)
         assert np.isnan(stage.out[frame, live:].get()).all(), "rows past the live count must not be written"
+        assert overflowed[frame] == 5 + np.count_nonzero(expected > 65504), frame
+    assert overflowed[0] > 5 + 5  # the corrupt values were counted
 
 
 # --------------------------------------------------------------------------- batches and threads

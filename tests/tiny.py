@@ -66,6 +66,18 @@ def tiny_model_dir(
     )
 
 
+def overflowed_pillar_features(model: ModelDir | str | os.PathLike[str], points: np.ndarray) -> int:
+    """A frame's pillar features beyond float16's 65504 (``FrameStats.num_overflowed_features``), computed here in
+    float64 as max over slots of ReLU(x W^T + b), from the weights of the model's ``pfn.onnx`` (no engine)."""
+    from pointpillars_trt.model_dir import load_model_dir, pfn_weights
+    from pointpillars_trt.reference import voxelize
+
+    model = model if isinstance(model, ModelDir) else load_model_dir(model)
+    weight, bias = pfn_weights(model)
+    x = voxelize(points, model.cfg).features.astype(np.float64)
+    return int(np.count_nonzero(np.maximum(x @ weight.T.astype(np.float64) + bias, 0).max(axis=1) > 65504))
+
+
 def set_unknown_format_version(model: Path) -> str:
     """Rewrite the model dir ``model``'s model.json with a format version no release writes (999), and return the
     start of the one error line a command refuses it with."""

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
 
-from ..detections import misread_finding, overflow_finding, overflowed_scores_text, pillars_dropped_finding
+from ..detections import misread_finding, overflow_finding, overflowed_counts_texts, pillars_dropped_finding
 from ..errors import agree, counted, printable_text, safe_repr
 from ..intensities import mismatch_finding, mismatch_text
 from ..point_layout import CAPTURE_TIMES_FINDING
@@ -219,7 +219,7 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     unapplied (``viewpoint_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
     points left out for NaN or infinite values (a note), boxes left out for NaN, infinite or absurd values and class
-    scores overflowed (the network overflowed), and the note that its crop or 2D boxes assumed KITTI's image size; a
+    scores or pillar features overflowed (the network overflowed), and the note that its crop or 2D boxes assumed KITTI's image size; a
     failed frame's read only. Ask for every job in input order (the reader and the crop forget what they found once
     asked). Local infer and Ray's workers alike."""
     source = job.source
@@ -248,11 +248,10 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
                                  f"{det.stats.num_points} points hold NaN or infinite values and were left out, as "
                                  "OpenPCDet's point-range mask leaves them (an organized cloud marks missing returns "
                                  "so) (said once)"))
-    overflowed = 0 if det is None else det.stats.num_overflowed_scores
     parts = [f"{written.nonfinite} of its boxes held NaN, infinite or absurd values (beyond 10 km, or of no size) and "
              "were left out"] if written.nonfinite else []
-    if overflowed:
-        parts.append(overflowed_scores_text(overflowed, "its"))
+    if det is not None:
+        parts += overflowed_counts_texts(det.stats, "its")
     if parts:
         found.append(("overflow", f"warning: {safe_repr(source)}: {overflow_finding(parts, 'file')} (warned once)"))
     return found
@@ -295,7 +294,7 @@ WARNING_KINDS = {"empty": "held no points", "8bit": "looked like 0-255 intensiti
                  "zero": "had every intensity 0",
                  "nonfinite": "had only non-finite points", "range": "had no point in the model's point range",
                  "onepillar": "had all their points in one pillar",
-                 "overflow": "had boxes or class scores the network overflowed on",
+                 "overflow": "had boxes, class scores or pillar features the network overflowed on",
                  "pillars": "had pillars beyond the model's max_pillars",
                  "fov": "had none of their points left by the camera-FOV crop",
                  CAPTURE_TIMES: "had per-point capture times where the model reads sweeps' time lags"}

@@ -8,10 +8,14 @@ from typing import Any
 import numpy as np
 
 from ..config import ModelConfig
-from ..errors import ConfigError
+from ..errors import ConfigError, InputError
+from ..graph_io import OVERFLOWED_FEATURE
 from ..kernel_limits import PFN_BLOCK_THREADS, STATIC_SHARED_BYTES
-from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels, cupy_module, define_flags,
-                      grid_blocks, multiprocessors, shared_blocks)
+from ._launch import (batch_grid, check_device_array, check_frame_counts, check_frames, checked, compile_kernels,
+                      cupy_module, define_flags, f32_define, grid_blocks, multiprocessors, shared_blocks)
+from .voxelize import VOXEL_STATS
+
+_OVERFLOWED_SLOT = VOXEL_STATS.index("overflowed_features")  # of a frame's counters, which the voxelizer zeroes
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,9 @@ class PfnParams:
     def defines(self) -> tuple[str, ...]:
         return define_flags(MAX_PILLARS=self.max_pillars, MAX_PTS=self.max_points_per_pillar,
                             NUM_FEATURES=self.num_features, OUT_CHANNELS=self.out_channels,
-                            CHANNELS_PER_THREAD=self.channels_per_thread, PILLARS_PER_BLOCK=self.block[1])
+                            CHANNELS_PER_THREAD=self.channels_per_thread, PILLARS_PER_BLOCK=self.block[1],
+                            OVERFLOWED_FEATURE=f32_define(OVERFLOWED_FEATURE),
+                            COUNT_OVERFLOWED_FEATURES=_OVERFLOWED_SLOT)
 
 
 class PfnStage:
@@ -55,7 +61,8 @@ class PfnStage:
     The same function as ``pfn.onnx`` (its folded weight and bias are passed in), computed only for
     the live pillars: an engine with a fixed (max_pillars, M, C) input pays for every row. ``out``
     (frames, max_pillars, C) is owned here; rows past a frame's pillar count keep stale values, which
-    scatter never reads.
+    scatter never reads. Features beyond ``OVERFLOWED_FEATURE`` are added to the frame's
+    ``overflowed_features`` counter (``reference.overflowed_features``).
     """
 
     KERNELS = ("pfn_forward",)
@@ -79,12 +86,16 @@ class PfnStage:
 
     def launch(self, pillars: Any, counts: Any, stream: Any, frames: int = 1) -> None:
         """Enqueue the first ``frames`` frames: ``pillars`` (frames, max_pillars, M, C) float32 as the
-        voxelizer writes them, ``counts`` its (frames, k) int32 ``stats`` (a frame's pillar count first)."""
+        voxelizer writes them, ``counts`` its (frames, len(VOXEL_STATS)) int32 ``stats`` (a frame's pillar count
+        first; its overflowed feature count, zeroed by the voxelizer, is added to)."""
         p = self.params
         check_device_array(pillars, "pillars", np.float32,
                            (None, p.max_pillars, p.max_points_per_pillar, p.num_features))
         check_frames(pillars, "pillars", frames)
         check_frame_counts(counts, "counts", frames)
+        if counts.shape[1] <= _OVERFLOWED_SLOT:
+            raise InputError(f"counts: expected the voxelizer's {len(VOXEL_STATS)} counters a frame, received shape "
+                             f"{counts.shape}")
         check_frames(self.out, "pfn", frames)
         kernel = self._k["pfn_forward"]
         with checked(kernel.name):

@@ -13,10 +13,12 @@ from ..kernel_limits import GATHER_WARPS, STATIC_SHARED_BYTES
 from ._launch import (batch_grid, check_device_array, check_frames, checked, compile_kernels, cupy_module, define_flags,
                       f32_define, grid_blocks, launch_kernel, multiprocessors, shared_blocks, slot_defines)
 
-# Slots of the voxelizer's device counters (int32); the last three are its own bookkeeping.
+# Slots of a frame's device counters (int32), those it reports first (a post-process result's header carries
+# the first few); the voxelizer zeroes "overflowed_features" for the PFN to count into (``pfn.cu``); the last
+# three are the voxelizer's own bookkeeping.
 VOXEL_STATS = (
-    "pillars", "pillars_total", "pillars_dropped", "nonfinite", "in_range", "previous_pillars", "cursor",
-    "large_pillars",
+    "pillars", "pillars_dropped", "nonfinite", "overflowed_features", "pillars_total", "in_range", "previous_pillars",
+    "cursor", "large_pillars",
 )
 GPU_POINT_COLUMNS = 4  # voxelize.cu reads each point as one float4: x, y, z, intensity (time lags apart)
 _SCAN_BLOCK = 512  # threads of the voxelizer's per-point kernels (its scans are per block)

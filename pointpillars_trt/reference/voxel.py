@@ -15,6 +15,7 @@ import numpy as np
 
 from ..config import ModelConfig, VoxelConfig
 from ..errors import InputError
+from ..graph_io import OVERFLOWED_FEATURE
 from ..points import columns_text
 
 
@@ -91,6 +92,13 @@ def scatter(pillar_features: np.ndarray, coords: np.ndarray, cfg: ModelConfig) -
     canvas = np.zeros((channels, ny * nx), np.float32)
     canvas[:, iy * nx + ix] = pillar_features.T
     return canvas.reshape(1, channels, ny, nx)
+
+
+def overflowed_features(pillar_features: np.ndarray) -> int:
+    """How many pillar features (the PFN's outputs, pillars x channels) are NaN, infinite or beyond
+    ``OVERFLOWED_FEATURE``: a point value far outside the network's training reached it there."""
+    with np.errstate(invalid="ignore"):
+        return int(pillar_features.size - np.count_nonzero(np.abs(pillar_features) <= np.float32(OVERFLOWED_FEATURE)))
 
 
 def _describe(a: object) -> str:

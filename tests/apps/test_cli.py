@@ -32,6 +32,7 @@ from _torch_writer import tensor_of, write_zip
 from disk_full import fill_up_at_rpn_graph
 from notices import published_config_notice
 from out_folder import output_names, output_paths
+from tiny import overflowed_pillar_features
 from pointpillars_trt.apps.cli import main
 from pointpillars_trt.config import ModelConfig, load_config
 from pointpillars_trt.convert.checkpoint import expected_keys
@@ -886,8 +887,9 @@ def test_tiny_point_dim_5(tiny_model: Path, tmp_path: Path):
 def test_a_corrupt_intensity_that_overflows_class_scores_is_warned_of_and_counted(tiny_model: Path, tmp_path: Path):
     """One corrupt intensity (3e38) in the second of three frames: the tiny network overflows to NaN class logits
     around it, and the boxes there vanished with nothing said (the first frame's scale was fine; no box held a
-    NaN). Now the frame is named in one warning with the fix, its record counts the NaN scores, the count after
-    the run names the others, and the usual frame's record counts none."""
+    NaN). Now the frame is named in one warning with the fix, its record counts the NaN scores and the pillar
+    features beyond float16's range (counted here from the PFN's weights), the count after the run names the
+    others, and the usual frame's record counts none."""
     points = tiny_points(4, 500)
     points.tofile(tmp_path / "a.bin")
     for name in ("b", "c"):
@@ -897,16 +899,18 @@ def test_a_corrupt_intensity_that_overflows_class_scores_is_warned_of_and_counte
     run = cli("infer", tmp_path / "a.bin", tmp_path / "b.bin", tmp_path / "c.bin", "--model", tiny_model,
               "--device", "cpu", "--no-progress", "--out", tmp_path / "out")
     records = {name: json.loads((tmp_path / "out" / f"{name}.json").read_text()) for name in "abc"}
-    over = records["b"]["num_overflowed_scores"]
+    over, features = records["b"]["num_overflowed_scores"], overflowed_pillar_features(tiny_model, corrupt)
     assert run.rc == 0 and records["a"]["num_overflowed_scores"] == 0 and over > 0
     assert records["c"]["num_overflowed_scores"] == over
+    assert features > 0 and [records[name]["num_overflowed_features"] for name in "abc"] == [0, features, features]
     said = [line for line in run.err.splitlines() if "overflowed" in line]
     assert said == [
         f"warning: '{tmp_path / 'b.bin'}': {over} of its class scores overflowed (a NaN, infinite or absurd logit), "
-        "so the boxes there are lost: the network overflowed on values far outside what it was trained on (check "
+        f"so the boxes there are lost; {features} of its pillar features overflowed (beyond float16's 65504), so the "
+        "boxes there are meaningless: the network overflowed on values far outside what it was trained on (check "
         "the point layout and the intensity scale, and the file for corrupt values) (warned once)",
-        "warning: 2 frames had boxes or class scores the network overflowed on in all (the first named above; then "
-        f"'{tmp_path / 'c.bin'}')"], run.err
+        "warning: 2 frames had boxes, class scores or pillar features the network overflowed on in all (the first "
+        f"named above; then '{tmp_path / 'c.bin'}')"], run.err
 
 
 @pytest.mark.slow
@@ -960,10 +964,12 @@ def test_intensities_beyond_255_and_overflowing_boxes_are_said_with_the_fix(asse
                            "0-1 reflectance (KITTI): check the point layout (--point-dim, float32 values) and pass "
                            "--intensity-scale for another scale; boxes from such frames mean little (warned once)")
     dropped, overflowed = record["num_nonfinite_boxes"], record["num_overflowed_scores"]
-    assert dropped > 0 and overflowed > 0 and warnings[1] == (
+    features = record["num_overflowed_features"]  # intensities up to 65535 x its PFN weights: beyond 65504
+    assert dropped > 0 and overflowed > 0 and features > 0 and warnings[1] == (
         f"warning: '{tmp_path / 'wide.bin'}': {dropped} of its boxes held NaN, infinite or absurd values (beyond 10 km, or of no "
         f"size) and were left out; {overflowed} of its class scores overflowed (a NaN, infinite or absurd logit), so "
-        "the boxes there are lost: the network overflowed on values far outside what it was trained on (check the "
+        f"the boxes there are lost; {features} of its pillar features overflowed (beyond float16's 65504), so the "
+        "boxes there are meaningless: the network overflowed on values far outside what it was trained on (check the "
         "point layout and the intensity scale, and the file for corrupt values) (warned once)") and len(warnings) == 2, \
         run.err
 

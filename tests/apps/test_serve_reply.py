@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pointpillars_trt.apps.serve.reply import check_model_config, reply_detections
+from pointpillars_trt.apps.serve.reply import LATER_STATS, check_model_config, reply_detections
 from pointpillars_trt.errors import BackendError, InputError
 from pointpillars_trt.pointcloud_io import read_bin_bytes_into
 
@@ -48,23 +48,26 @@ def test_a_multi_sweep_model_with_velocities_is_read_from_its_config_and_replies
         reply_detections(bad, list(bad), nuscenes, "server", SENT)
 
 
-def test_the_overflowed_score_count_is_read_where_the_served_model_declares_it() -> None:
-    """A server of this version declares ``num_overflowed_scores`` and its replies carry it into ``FrameStats``; one of
-    an earlier version declares no such output: still our model, its replies count 0; a mistyped one is not ours."""
+@pytest.mark.parametrize("name", LATER_STATS)
+def test_a_later_count_is_read_where_the_served_model_declares_it(name: str) -> None:
+    """A server of this version declares each of ``LATER_STATS`` (``num_overflowed_scores``, ...) and its replies carry
+    it into ``FrameStats``; one of an earlier version declares no such output: still our model, its replies count 0;
+    a mistyped one is not ours."""
     earlier = check_model_config(config(), "m")
-    assert earlier.later_stats == () and "num_overflowed_scores" not in earlier.outputs
+    assert earlier.later_stats == () and name not in earlier.outputs
     found = reply_detections(reply(2, False), list(reply(2, False)), earlier, "server", SENT)
-    assert found.stats.num_overflowed_scores == 0
+    assert getattr(found.stats, name) == 0
     declared = config()
-    declared["output"].append({"name": "num_overflowed_scores", "data_type": "TYPE_INT32"})
+    declared["output"].append({"name": name, "data_type": "TYPE_INT32"})
     served = check_model_config(declared, "m")
-    answer = {**reply(2, False), "num_overflowed_scores": np.full((1, 1), 37, np.int32)}
-    assert reply_detections(answer, list(answer), served, "server", SENT).stats.num_overflowed_scores == 37
-    with pytest.raises(BackendError, match=r"server answered with outputs .*; missing num_overflowed_scores"):
+    assert served.later_stats == (name,)
+    answer = {**reply(2, False), name: np.full((1, 1), 37, np.int32)}
+    assert getattr(reply_detections(answer, list(answer), served, "server", SENT).stats, name) == 37
+    with pytest.raises(BackendError, match=rf"server answered with outputs .*; missing {name}"):
         reply_detections(reply(2, False), list(reply(2, False)), served, "server", SENT)
     declared["output"][-1]["data_type"] = "TYPE_FP32"
     with pytest.raises(BackendError, match=r"is not a pointpillars-trt model: its outputs lack or mistype "
-                                           r"num_overflowed_scores"):
+                                           rf"{name}"):
         check_model_config(declared, "server s: model 'm'")
 
 

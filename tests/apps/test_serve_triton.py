@@ -191,10 +191,10 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     frames = random_frames(tiny, 8)
-    frames[4][:, 3] = 3e38  # corrupt intensities: overflowed class scores, whose count the replies carry too
+    frames[4][:, 3] = 3e38  # corrupt intensities: overflowed features and scores, whose counts the replies carry too
     with PointPillars(tiny, device="cpu") as detector:
         expected = [detector(f) for f in frames]
-    assert expected[4].stats.num_overflowed_scores > 0
+    assert expected[4].stats.num_overflowed_scores > 0 and expected[4].stats.num_overflowed_features > 0
     _, client = raw_client(tiny_server, "grpc")
     before = settled_statistics(client)  # not while a request an earlier test gave up on is still answered
     results: dict[tuple[str, int], list] = {}  # type: ignore[type-arg]

@@ -19,7 +19,7 @@ import pytest
 
 from pointpillars_trt.config import ModelConfig
 from pointpillars_trt.errors import InputError
-from pointpillars_trt.reference import Pillars, scatter, voxelize
+from pointpillars_trt.reference import Pillars, overflowed_features, scatter, voxelize
 
 _F32 = struct.Struct("<f")
 
@@ -307,3 +307,13 @@ def test_scatter_rejects_bad_input(openpcdet_cfg: ModelConfig) -> None:
         scatter(np.ones((1, 64), np.float64), coords, openpcdet_cfg)
     with pytest.raises(InputError, match="coords"):
         scatter(np.ones((2, 64), np.float32), coords, openpcdet_cfg)
+
+
+def test_overflowed_features_counts_values_past_float16s_largest_and_non_finite_ones() -> None:
+    """Pillar features beyond 65504 (float16's largest value), infinite or NaN are counted, one for each value; the
+    largest float16 itself, the ReLU's zeros and every usual value are not. Counted here one by one in Python."""
+    values = [0.0, 1.5, 65504.0, 65504.0078125, 7e4, 3e38, math.inf, math.nan, 12.0, 65503.0]
+    features = np.array(values * 3, np.float32).reshape(5, 6)
+    want = sum(1 for v in features.ravel().tolist() if not (abs(v) <= 65504.0))
+    assert want == 15 and overflowed_features(features) == want
+    assert overflowed_features(np.zeros((0, 64), np.float32)) == 0

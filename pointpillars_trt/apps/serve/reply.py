@@ -27,7 +27,7 @@ from ...strict_json import loads_json
 STATS = ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped")
 #: Counts (``FrameStats`` fields, as STATS) a served model declares since a later version: a reply of a server
 #: that does not declare one leaves it 0.
-LATER_STATS = ("num_overflowed_scores",)
+LATER_STATS = ("num_overflowed_scores", "num_overflowed_features")
 OUTPUTS = ("boxes", "scores", "labels", *STATS)
 VELOCITY = "velocity"  # (1, boxes, 2) FP32, the output of models that predict velocities
 NUM_POINT_COLUMNS = (4, 5)  # values a point of the points input: x, y, z, intensity (+ time)

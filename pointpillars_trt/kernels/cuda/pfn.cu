@@ -11,8 +11,13 @@
 // feature read from shared memory feeds that many multiply-adds. Each channel's sum runs over the
 // features in order, then the bias, then the max over the slots in order, whatever the tiling.
 //
+// A feature beyond OVERFLOWED_FEATURE (float16's largest value: a point value far outside training,
+// such as a corrupt intensity) is counted in the frame's COUNT_OVERFLOWED_FEATURES counter: an atomic
+// for each thread that has any, none on a usual frame.
+//
 // Compile-time configuration (-D options from pfn.py): MAX_PILLARS, MAX_PTS, NUM_FEATURES,
-// OUT_CHANNELS, CHANNELS_PER_THREAD (divides OUT_CHANNELS), PILLARS_PER_BLOCK.
+// OUT_CHANNELS, CHANNELS_PER_THREAD (divides OUT_CHANNELS), PILLARS_PER_BLOCK, OVERFLOWED_FEATURE,
+// COUNT_OVERFLOWED_FEATURES.
 #include "common.cuh"
 
 namespace {
@@ -28,10 +33,11 @@ static_assert(OUT_CHANNELS % CHANNELS_PER_THREAD == 0, "channels in whole groups
 // Block (kGroups, PILLARS_PER_BLOCK): thread (g, y) computes the CHANNELS_PER_THREAD channels from
 // g * CHANNELS_PER_THREAD on, of pillar y of each group of pillars; a grid-stride loop over pillar
 // groups keeps the grid small when the frame is. Frame blockIdx.z of a batch: its pillars, its
-// count (`counts[z * count_stride]`: the voxelizer's stats rows) and its rows of `out`.
+// counters (`counts + z * count_stride`: the voxelizer's stats rows, the pillar count first) and its
+// rows of `out`.
 extern "C" __global__ void __launch_bounds__(kThreads)
 pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight, const float* __restrict__ bias,
-            const int* __restrict__ counts, int count_stride, float* __restrict__ out) {
+            int* __restrict__ counts, int count_stride, float* __restrict__ out) {
     __shared__ __align__(16) float s_points[PILLARS_PER_BLOCK * kRowFloats];
     const int tid = threadIdx.y * kGroups + threadIdx.x;
     const int first_channel = threadIdx.x * CHANNELS_PER_THREAD;
@@ -45,7 +51,8 @@ pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight,
     }
     pillars = frame_part(pillars, static_cast<long long>(MAX_PILLARS) * kPillarFloats);
     out = frame_part(out, static_cast<long long>(MAX_PILLARS) * OUT_CHANNELS);
-    const int live = min(*frame_part(counts, count_stride), MAX_PILLARS);
+    counts = frame_part(counts, count_stride);
+    const int live = min(counts[0], MAX_PILLARS);
     for (int first = blockIdx.x * PILLARS_PER_BLOCK; first < live; first += gridDim.x * PILLARS_PER_BLOCK) {
         __syncthreads();  // the previous group's points are no longer read
         const int rows = min(PILLARS_PER_BLOCK, live - first);
@@ -84,6 +91,10 @@ pfn_forward(const float* __restrict__ pillars, const float* __restrict__ weight,
                 best[j] = fmaxf(best[j], acc + b[j]);
             }
         }
+        int overflowed = 0;
+#pragma unroll
+        for (int j = 0; j < CHANNELS_PER_THREAD; ++j) overflowed += !(best[j] <= OVERFLOWED_FEATURE);
+        if (overflowed) atomicAdd(&counts[COUNT_OVERFLOWED_FEATURES], overflowed);
         float* row = out + static_cast<long long>(first + threadIdx.y) * OUT_CHANNELS + first_channel;
 #if CHANNELS_PER_THREAD == 4
         *reinterpret_cast<float4*>(row) = make_float4(best[0], best[1], best[2], best[3]);

@@ -56,7 +56,8 @@ __device__ __forceinline__ float head(const float* part, int width, int a, int c
 }
 
 // Max class probability; *label = first class reaching it (argmax order); *overflows = the classes
-// whose logit overflowed (``overflowed``). A NaN logit makes the maximum NaN, as the references'
+// whose logit overflowed (``overflowed``), unless `overflows` is null (pp_group: pp_score counted
+// its anchors' classes). A NaN logit makes the maximum NaN, as the references'
 // maximum (and PyTorch's) gives it: the anchor passes no threshold.
 __device__ __forceinline__ float best_class(const float* cls, int a, int* label, int* overflows) {
     float best = -1.0f;
@@ -72,7 +73,7 @@ __device__ __forceinline__ float best_class(const float* cls, int a, int* label,
             *label = c;
         }
     }
-    *overflows = over;
+    if (overflows) *overflows = over;
     return nan ? __int_as_float(0x7fffffff) : best;
 }
 
@@ -263,8 +264,7 @@ pp_group(const float* __restrict__ cls, const float* __restrict__ box,
         const int j = m;
         const float score = sel_score[j];
         int label;
-        int overflows;  // counted by pp_score
-        best_class(cls, sel_anchor[j], &label, &overflows);
+        best_class(cls, sel_anchor[j], &label, nullptr);
 #endif
         const Decoded d = decode(box, dir, anchors, sel_anchor[j]);
         const int slot = g * SORT_CAP + m;

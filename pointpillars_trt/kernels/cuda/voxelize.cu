@@ -198,6 +198,7 @@ extern "C" __global__ void vox_offsets(const int* __restrict__ frame, int num_ro
         stats[STAT_PILLARS_DROPPED] = total - kept;
         stats[STAT_NONFINITE] = totals[kNonFiniteCount];
         stats[STAT_IN_RANGE] = totals[kInRange];
+        stats[STAT_OVERFLOWED_FEATURES] = 0;  // pfn_forward counts this frame's from here
         stats[STAT_CURSOR] = 0;  // vox_count of the next frame allocates buckets from zero
         stats[STAT_LARGE_PILLARS] = 0;  // vox_number lists this frame's large pillars from here
     }

@@ -34,7 +34,7 @@ class TritonPythonModel:
                   "labels": np.zeros((1, 1), np.int32)}
         arrays.update({name: np.ones((1, 1), np.int32)
                        for name in ("num_points", "num_nonfinite", "num_pillars", "num_pillars_dropped",
-                                    "num_overflowed_scores")})
+                                    "num_overflowed_scores", "num_overflowed_features")})
         if self.mode == "missing_labels":
             del arrays["labels"]
         elif self.mode == "boxes_of_five":
