@@ -162,7 +162,8 @@ class Detections:
         Detections no output holds (``kitti.finite_detections``: a NaN or infinity in their box, score or velocity,
         a box the network overflowed to beyond 10 km or of no size) are left out and counted in
         ``num_nonfinite_boxes``; class scores of a NaN, infinite or absurd logit (the boxes there lost) are counted
-        in ``num_overflowed_scores``, pillar features beyond float16's range in ``num_overflowed_features``; headings are wrapped into [-pi, pi) (``kitti.normalize_heading``).
+        in ``num_overflowed_scores``, pillar features beyond float16's range in ``num_overflowed_features``; headings
+        are wrapped into [-pi, pi) (``kitti.normalize_heading``).
         """
         from .kitti import finite_detections, normalize_heading
 

@@ -219,9 +219,9 @@ def frame_warnings(job: FrameJob, read: FrameReader, point_range: Sequence[float
     unapplied (``viewpoint_of``), its calib leaving nothing to the
     camera-FOV crop (``frame_prep.emptied_warning``), ``frame_warning``'s, pillars left out beyond max_pillars,
     points left out for NaN or infinite values (a note), boxes left out for NaN, infinite or absurd values and class
-    scores or pillar features overflowed (the network overflowed), and the note that its crop or 2D boxes assumed KITTI's image size; a
-    failed frame's read only. Ask for every job in input order (the reader and the crop forget what they found once
-    asked). Local infer and Ray's workers alike."""
+    scores or pillar features overflowed (the network overflowed), and the note that its crop or 2D boxes assumed
+    KITTI's image size; a failed frame's read only. Ask for every job in input order (the reader and the crop forget
+    what they found once asked). Local infer and Ray's workers alike."""
     source = job.source
     finding = read.finding_of(job.item)
     emptied = emptied_warning(read.prepare, source)
