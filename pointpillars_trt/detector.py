@@ -6,29 +6,27 @@ import collections
 import contextlib
 import functools
 import os
-import sys
 import threading
 import warnings
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from types import FrameType
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
 from .config import ConfigArgument, ModelConfig, Thresholds, config_argument, int_within
-from .detections import (Detections, misread_finding, overflow_finding, overflowed_counts_texts,
-                         pillars_dropped_finding)
+from .detections import Detections
 from .errors import (
     BackendError, ConfigError, CpuFallbackWarning, InputError, InputWarning, PointPillarsError, PrecisionWarning,
-    SettingNotice, agree, safe_repr,
+    SettingNotice, safe_repr,
 )
 from .graph_io import MAX_BATCH
 from .intensities import INTENSITY_JUDGED_FROM, find_intensity_mismatch, mismatch_text
 from .pointcloud_io import read_points_into, require_point_dim
 from .runtime import BACKENDS
+from .frame_findings import FrameFindings, callers_level
 from .devices import PickedDevice, check_backend_runs_on, cpu_fallback_text, pick_device
 from .runtime_options import RuntimeOptions, cpu_threads
 from .model_dir import ModelDir, load_model_dir
@@ -108,9 +106,8 @@ class PointPillars:
                           "--precision fp32)", PrecisionWarning, stacklevel=_callers_level())
         # the first host frame's intensities are checked once (as infer does) against the model's scale
         self._check_intensity = "intensity" in model.cfg.features.order
-        self._overflow_said = False  # boxes with NaN / inf values, overflowed class scores or features: said once
-        # the kinds of frame finding said: probably misread (``misread_finding``), pillars dropped ("pillars")
-        self._frame_findings_said: set[str] = set()
+        # a frame the network overflowed on, probably misread, or of pillars dropped: each kind said once
+        self._findings = FrameFindings(model.cfg.voxel.point_range, (__file__,))
         self._viewpoint_said = False  # a .pcd VIEWPOINT left unapplied is said once
         self._viewpoint_lock = threading.Lock()  # infer_many's reader threads may find one at the same time
         if self.device == "cuda":
@@ -201,8 +198,8 @@ class PointPillars:
         self._check_ready()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
-        found = self._said_if_overflowed(self._impl.detect(frame, self._post_config(thresholds)))
-        return self._said_of_frame(found, "the frame")
+        found = self._findings.overflow(self._impl.detect(frame, self._post_config(thresholds)))
+        return self._findings.of_frame(found, "the frame")
 
     def _check_ready(self) -> None:
         """Refuse a call on a closed detector, or one made while a ``submit_batch`` awaits its ``finish``: on the
@@ -229,45 +226,6 @@ class PointPillars:
                                      found.largest)
                 warnings.warn(f"the points' {text} (checked on the first frame)", InputWarning,
                               stacklevel=_callers_level())
-
-    def _said_if_overflowed(self, found: Detections) -> Detections:
-        """Warn (once a detector) when a frame's boxes or scores hold NaN or infinity, or its class scores or pillar
-        features overflowed (``FrameStats.num_overflowed_scores``: the boxes there lost; ``num_overflowed_features``:
-        the boxes there meaningless, on any frame, not the first only as the intensity check): the network
-        overflowed, which values far outside its training range (coordinates, intensities, a corrupt value) cause."""
-        if self._overflow_said:
-            return found
-        finite = bool(np.isfinite(found.boxes).all() and np.isfinite(found.scores).all())
-        stats = found.stats
-        if finite and not (stats.num_overflowed_scores or stats.num_overflowed_features):
-            return found
-        self._overflow_said = True
-        parts = []
-        if not finite:
-            bad = int(np.count_nonzero(~np.isfinite(found.boxes).all(axis=1) | ~np.isfinite(found.scores)))
-            parts.append(agree(len(found), "the one box of a frame holds",
-                               f"{bad} of a frame's {len(found)} boxes {agree(bad, 'holds', 'hold')}")
-                         + " NaN or infinite values")
-        parts += overflowed_counts_texts(stats, "its" if parts else "a frame's")
-        dropped = "" if finite else "; infer leaves such boxes out and counts them"
-        warnings.warn(f"{overflow_finding(parts, 'frame')}{dropped} (said once)", InputWarning,
-                      stacklevel=_callers_level())
-        return found
-
-    def _said_of_frame(self, found: Detections, name: str) -> Detections:
-        """Warn (once a detector for each kind) when a frame's stats say its points were probably misread
-        (``misread_finding``: none of its many points made a pillar, or all of them one), that it lost pillars
-        past the model's ``max_pillars`` (``pillars_dropped_finding``), as infer warns of its files; ``name``: the
-        frame, as the warning names it. Its detections are returned as they are."""
-        for finding in (misread_finding(found.stats, self.cfg.voxel.point_range), pillars_dropped_finding(found.stats)):
-            if finding is not None and finding[0] not in self._frame_findings_said:
-                self._frame_findings_said.add(finding[0])
-                warnings.warn(f"{name}: {finding[1]} (said once)", InputWarning, stacklevel=_callers_level())
-        return found
-
-    def _said_of_batch(self, found: list[Detections]) -> list[Detections]:
-        """``_said_of_frame`` of a batch's frames, each named by its place in the batch."""
-        return [self._said_of_frame(one, f"frame {index} of the batch") for index, one in enumerate(found)]
 
     def _say_viewpoint(self, text: str) -> None:
         """A ``.pcd`` VIEWPOINT an ``infer_many`` read left unapplied (``read_points``' ``viewpoint_note``): warned once
@@ -304,7 +262,7 @@ class PointPillars:
         """Detect on several frames at once (one engine run at batch B on the GPU); frames may differ in
         size. Returns one ``Detections`` per frame, in order; each equals what ``detector(frame)`` gives.
         ``thresholds`` apply to this call only."""
-        return self._said_of_batch(self._detect_batch(frames, thresholds))
+        return self._findings.of_batch(self._detect_batch(frames, thresholds))
 
     def _detect_batch(self, frames: Sequence[object], thresholds: Thresholds | None = None, *,
                       lags_checked: bool = False) -> list[Detections]:
@@ -314,7 +272,7 @@ class PointPillars:
         lags were checked as they were read, not checked again."""
         prepared = self._prepared(frames, lags_checked)
         found = self._impl.detect_batch(prepared, self._post_config(thresholds)) if prepared else []
-        return [self._said_if_overflowed(d) for d in found]
+        return [self._findings.overflow(d) for d in found]
 
     def submit_batch(self, frames: Sequence[object], *,
                      thresholds: Thresholds | None = None) -> Callable[[], list[Detections]]:
@@ -348,11 +306,11 @@ class PointPillars:
         it here), and the call that waits for its detections."""
         if self.device != "cuda" or not prepared:
             found = self._impl.detect_batch(prepared, post_config) if prepared else []
-            said = self._said_of_batch([self._said_if_overflowed(d) for d in found])
+            said = self._findings.of_batch([self._findings.overflow(d) for d in found])
             return lambda: said
         pipeline = self.gpu_pipeline
         pipeline.submit(prepared, post_config)
-        return lambda: self._said_of_batch([self._said_if_overflowed(d) for d in pipeline.collect()])
+        return lambda: self._findings.of_batch([self._findings.overflow(d) for d in pipeline.collect()])
 
     def _finish_once(self, wait: Callable[[], list[Detections]]) -> Callable[[], list[Detections]]:
         """``submit_batch``'s ``finish``: its first call waits for the batch and frees the detector for the next;
@@ -533,7 +491,7 @@ class PointPillars:
                 error = found if isinstance(found, PointPillarsError) else PointPillarsError(str(found))
                 yield FrameResult(entry.source, None, error)
             else:
-                yield FrameResult(entry.source, self._said_of_frame(found, safe_repr(entry.source)), None)
+                yield FrameResult(entry.source, self._findings.of_frame(found, safe_repr(entry.source)), None)
 
     def _detect_staged(self, staging: StagingBuffer | None, frames: list[_GroupFrame], *, thresholds: Thresholds | None,
                        post_config: ModelConfig | None) -> list[Detections | BaseException]:
@@ -550,7 +508,7 @@ class PointPillars:
                 with np.errstate(over="ignore", invalid="ignore"):  # non-finite boxes are dropped and counted
                     placed = [(len(frame.points), frame.start) for frame in frames]
                     found = pipeline.detect_staged(staging, placed, post_config)
-                    return [self._said_if_overflowed(one) for one in found]
+                    return [self._findings.overflow(one) for one in found]
             except FRAME_ERRORS:
                 pass
         batch = functools.partial(self._detect_batch, thresholds=thresholds, lags_checked=True)
@@ -591,7 +549,7 @@ def detect_each(detector: Any, frames: Sequence[object], thresholds: Thresholds 
         return list(own(list(frames)))
     if lags_checked and isinstance(detector, PointPillars):
         def batch(group: list[object]) -> list[Detections]:
-            return detector._said_of_batch(detector._detect_batch(group, thresholds, lags_checked=True))
+            return detector._findings.of_batch(detector._detect_batch(group, thresholds, lags_checked=True))
         return each_alone(batch, frames)
     return each_alone(detector.detect_batch if thresholds is None
                       else functools.partial(detector.detect_batch, thresholds=thresholds), frames)
@@ -642,11 +600,7 @@ def _options(options: RuntimeOptions | None, settings: dict[str, Any]) -> Runtim
 def _callers_level() -> int:
     """The ``stacklevel`` of a warning, given in a function of this module, that names the first caller outside
     it (the user's line, whether they called ``PointPillars(...)``, ``from_model_dir`` or ``from_checkpoint``)."""
-    frame: FrameType | None = sys._getframe(1)
-    level = 1
-    while frame is not None and frame.f_code.co_filename == __file__:
-        frame, level = frame.f_back, level + 1
-    return level
+    return callers_level((__file__,)) - 1  # counted from this function's frame: from its caller's, one fewer
 
 
 def refuse_other_precision(model: ModelDir, precision: str | None) -> None:

@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import urllib.request
+import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 from pathlib import Path
@@ -38,7 +39,7 @@ from pointpillars_trt.apps.serve.repository import MODEL_NAME, write_repository
 from pointpillars_trt.apps.serve.server import TritonServer, find_tritonserver
 from pointpillars_trt.detections import Detections
 from pointpillars_trt.detector import PointPillars
-from pointpillars_trt.errors import BackendError, InputError
+from pointpillars_trt.errors import BackendError, InputError, InputWarning
 from pointpillars_trt.pointcloud_io import read_points
 
 pytestmark = pytest.mark.slow  # a real tritonserver per module: end to end, tens of seconds
@@ -228,6 +229,45 @@ def test_concurrent_http_and_grpc_clients_get_the_local_detections_bit_exact(tin
     client.close()
     assert inferences == 4 * len(frames)
     assert executions < inferences, "the dynamic batcher never put two ragged frames in one batch"
+
+
+def test_a_client_says_what_the_replies_count_once_as_the_local_detector_says_it(tiny, tiny_server) -> None:  # type: ignore[no-untyped-def]
+    """A corrupt intensity (3e38) overflows the network on the server; its reply counts the overflowed class
+    scores and pillar features, which a Python caller of RemoteDetector was never told of (the local detector
+    warns). Now one InputWarning a client, in the local detector's words, at the caller's line, through a call,
+    a batch or infer_many; a frame whose pillars outnumber max_pillars is said once too, naming the frame."""
+    from pointpillars_trt.apps.serve.client import RemoteDetector
+
+    usual = random_frames(tiny, 6)[5]
+    corrupt = usual.copy()
+    corrupt[::50, 3] = 3e38
+    dense = random_frames(tiny, 8)[7]
+    with PointPillars(tiny, device="cpu") as detector:
+        detector(usual)  # its first frame's intensity check, which the server's detector makes
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            local = [detector(corrupt), detector(dense)]
+    expected = [str(w.message) for w in caught if issubclass(w.category, InputWarning)]
+    assert local[0].stats.num_overflowed_features > 0 and local[1].stats.num_pillars_dropped > 0
+    assert len(expected) == 2 and "pillar features overflowed" in expected[0] and "max_pillars" in expected[1]
+    for entry in ("call", "detect_batch", "infer_many"):
+        remote = RemoteDetector(tiny_server.endpoints["grpc"])
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                if entry == "call":
+                    found = [remote(usual), remote(corrupt), remote(corrupt), remote(dense), remote(dense)]
+                elif entry == "detect_batch":
+                    found = remote.detect_batch([usual, corrupt, dense, corrupt, dense])
+                else:
+                    found = [r.detections for r in remote.infer_many([usual, corrupt, dense, corrupt, dense])]
+        finally:
+            remote.close()
+        said = [w for w in caught if issubclass(w.category, InputWarning)]
+        name = {"call": "the frame", "detect_batch": "frame 2 of the batch", "infer_many": "'frame 2'"}[entry]
+        assert [str(w.message) for w in said] == [expected[0], expected[1].replace("the frame", name, 1)], entry
+        assert {w.filename for w in said} == {__file__}, entry
+        assert found[1] is not None and found[1].stats == local[0].stats, entry
 
 
 def test_pipelines_of_one_instance_answer_through_response_senders_with_the_local_detections(install, tiny, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

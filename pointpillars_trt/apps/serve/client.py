@@ -25,7 +25,9 @@ import numpy as np
 from ...config import Thresholds, int_within
 from ...detections import Detections
 from ...detector import FrameResult, check_frames_to_stream, frame_source
-from ...errors import BackendError, DetectorLost, InputError, PointPillarsError, counted, one_line, printable_text
+from ...errors import (BackendError, DetectorLost, InputError, PointPillarsError, counted, one_line, printable_text,
+                       safe_repr)
+from ...frame_findings import FrameFindings
 from ...pointcloud_io import read_points
 from ...points import HostReader, as_host_points, check_frame_list, is_frame_path
 from .reply import check_model_config, reply_detections, reply_output_names
@@ -117,6 +119,8 @@ class RemoteDetector:
         self.num_point_columns = self.served.num_point_columns  # what infer reads a frame's points as
         # what infer draws its --viz pictures over and decides its default crop by, as of a local model dir
         self.point_range, self.fov_points_only = self.served.point_range, self.served.fov_points_only
+        # a frame the network overflowed on, probably misread, or of pillars dropped: said once, as PointPillars says
+        self._findings = FrameFindings(self.point_range, (__file__,))
 
     def with_timeout(self, timeout: float) -> RemoteDetector:
         """The same server and model with another request timeout, on connections of its own, without
@@ -160,7 +164,9 @@ class RemoteDetector:
         return BackendError(f"{prefix}server {self._shown}: the run was stopped")
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
-        return self._detect(points, source, None)
+        """The detections of one frame (``source``: its name in errors and warnings)."""
+        found = self._findings.overflow(self._detect(points, source, None))
+        return self._findings.of_frame(found, "the frame" if source is None else safe_repr(source))
 
     def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
         """A frame's detections; ``stream``: the requests of the ``infer_many`` it belongs to, if any, which
@@ -343,7 +349,8 @@ class RemoteDetector:
                     ) -> list[Detections | BaseException]:
         """``detect_batch``, with each frame's own outcome: its ``Detections``, or the exception that failed
         it, so that a refused frame costs no other frame a second request (what ``infer`` runs its
-        frames with, through ``detector.detect_each``)."""
+        frames with, through ``detector.detect_each``). What the detections say is said once, as
+        ``PointPillars.detect_batch`` says it (``FrameFindings``)."""
         if concurrency is not None:
             _check_concurrency(concurrency)
         in_flight = self._slots if concurrency is None else threading.Semaphore(concurrency)
@@ -356,7 +363,7 @@ class RemoteDetector:
 
         def detect(frame: object) -> Detections:
             try:
-                return self(frame)
+                return self._detect(frame, None, None)
             finally:
                 in_flight.release()
 
@@ -364,7 +371,11 @@ class RemoteDetector:
         for frame in frames:
             in_flight.acquire()
             futures.append(pool.submit(detect, frame))
-        return [future.exception() or future.result() for future in futures]
+        results = [future.exception() or future.result() for future in futures]
+        for index, result in enumerate(results):  # said on the caller's thread, naming its line
+            if isinstance(result, Detections):
+                self._findings.of_frame(self._findings.overflow(result), f"frame {index} of the batch")
+        return results
 
     def infer_many(self, frames: Iterable[object], *,
                    concurrency: int | None = None) -> Generator[FrameResult, None, None]:
@@ -401,11 +412,11 @@ class RemoteDetector:
                     in_flight.acquire()
                     window.append((source, pool.submit(detect, item, source)))
                     if len(window) >= 2 * concurrency:  # a bounded read-ahead: memory stays flat
-                        yield _result(*window.popleft())
+                        yield self._said(_result(*window.popleft()))
             except Exception as exc:  # of the frames (a Ctrl-C or a closed generator is no Exception: it stops)
                 failure = exc
             while window:  # those sent are answered first
-                yield _result(*window.popleft())
+                yield self._said(_result(*window.popleft()))
         finally:  # a caller that stopped early: the requests not yet sent are dropped, those in flight given up on
             for _, future in window:
                 future.cancel()
@@ -413,6 +424,13 @@ class RemoteDetector:
             wait([future for _, future in window])
         if failure is not None:
             raise failure
+
+    def _said(self, result: FrameResult) -> FrameResult:
+        """``result``, what its detections say said once (``FrameFindings``) naming its source, as
+        ``PointPillars.infer_many`` names it; on the caller's thread, at its line."""
+        if result.detections is not None:
+            self._findings.of_frame(self._findings.overflow(result.detections), safe_repr(result.source))
+        return result
 
     def _shared_pool(self, concurrency: int) -> ThreadPoolExecutor:
         """The detector's threads that send requests, at least ``concurrency`` of them, shared by its calls: a
