@@ -20,7 +20,7 @@ FLOORS: dict[str, tuple[int, tuple[str, ...]]] = {
     "leaves": (0, ("errors", "config", "config_yaml", "points", "file_reads", "file_writes", "strict_json",
                    "kernel_limits", "stop_signals", "point_layout", "intensities")),
     "contracts": (1, ("graph_io", "graph_wire", "anchors", "model_dir", "pcd", "pointcloud_io", "kitti", "detections",
-                      "camera_fov", "staging", "shared_staging", "sweeps")),
+                      "frame_findings", "camera_fov", "staging", "shared_staging", "sweeps")),
     "reference": (2, ("reference",)),
     "kernels": (2, ("kernels",)),
     "runtime": (3, ("runtime",)),
