@@ -379,11 +379,12 @@ def test_per_request_thresholds_in_one_batch_each_get_their_own_detections(tiny,
 
 def count_requests_in_flight(monkeypatch, seconds: float) -> list[int]:  # type: ignore[no-untyped-def]
     """Count ``RemoteDetector`` requests in flight at once (each held ``seconds`` longer, so that the others
-    pile up behind it); the returned list's one item is the peak so far (set it to 0 to start again)."""
+    pile up behind it: ``_detect``, one request, whichever call sent it); the returned list's one item is the peak
+    so far (set it to 0 to start again)."""
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     now, peak, lock = [0], [0], threading.Lock()
-    send = RemoteDetector.__call__
+    send = RemoteDetector._detect
 
     def counted(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         with lock:
@@ -396,7 +397,7 @@ def count_requests_in_flight(monkeypatch, seconds: float) -> list[int]:  # type:
             with lock:
                 now[0] -= 1
 
-    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    monkeypatch.setattr(RemoteDetector, "_detect", counted)
     return peak
 
 
@@ -424,13 +425,13 @@ def test_a_refused_frame_costs_the_others_of_its_batch_no_second_request(tiny, t
     from pointpillars_trt.apps.serve.client import RemoteDetector
 
     calls: list[int] = []
-    send = RemoteDetector.__call__
+    send = RemoteDetector._detect  # one request, whichever call sent it
 
     def counted(self, points, *args, **kwargs):  # type: ignore[no-untyped-def]
         calls.append(len(points))
         return send(self, points, *args, **kwargs)
 
-    monkeypatch.setattr(RemoteDetector, "__call__", counted)
+    monkeypatch.setattr(RemoteDetector, "_detect", counted)
     frames = random_frames(tiny, 8)
     frames.insert(3, np.zeros((MAX_POINTS + 1, 4), np.float32))
     paths = []
