@@ -198,8 +198,7 @@ class PointPillars:
         self._check_ready()
         frame = _device_or_host_points(points, self.device, self.cfg.num_point_columns)
         self._check_first_intensities(frame)
-        found = self._findings.overflow(self._impl.detect(frame, self._post_config(thresholds)))
-        return self._findings.of_frame(found, "the frame")
+        return self._findings.of_result(self._impl.detect(frame, self._post_config(thresholds)), "the frame")
 
     def _check_ready(self) -> None:
         """Refuse a call on a closed detector, or one made while a ``submit_batch`` awaits its ``finish``: on the

@@ -82,6 +82,10 @@ class FrameFindings:
                               stacklevel=callers_level(self._internal))
         return found
 
+    def of_result(self, found: Detections, name: str) -> Detections:
+        """``overflow`` and ``of_frame`` of one frame's detections, which the warnings name ``name``."""
+        return self.of_frame(self.overflow(found), name)
+
     def of_batch(self, found: list[Detections]) -> list[Detections]:
         """``of_frame`` of a batch's frames, each named by its place in the batch."""
         return [self.of_frame(one, f"frame {index} of the batch") for index, one in enumerate(found)]

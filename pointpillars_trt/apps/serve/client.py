@@ -165,8 +165,8 @@ class RemoteDetector:
 
     def __call__(self, points: object, source: str | None = None) -> Detections:
         """The detections of one frame (``source``: its name in errors and warnings)."""
-        found = self._findings.overflow(self._detect(points, source, None))
-        return self._findings.of_frame(found, "the frame" if source is None else safe_repr(source))
+        return self._findings.of_result(self._detect(points, source, None),
+                                        "the frame" if source is None else safe_repr(source))
 
     def _detect(self, points: object, source: str | None, stream: _Calls | None) -> Detections:
         """A frame's detections; ``stream``: the requests of the ``infer_many`` it belongs to, if any, which
@@ -374,7 +374,7 @@ class RemoteDetector:
         results = [future.exception() or future.result() for future in futures]
         for index, result in enumerate(results):  # said on the caller's thread, naming its line
             if isinstance(result, Detections):
-                self._findings.of_frame(self._findings.overflow(result), f"frame {index} of the batch")
+                self._findings.of_result(result, f"frame {index} of the batch")
         return results
 
     def infer_many(self, frames: Iterable[object], *,
@@ -429,7 +429,7 @@ class RemoteDetector:
         """``result``, what its detections say said once (``FrameFindings``) naming its source, as
         ``PointPillars.infer_many`` names it; on the caller's thread, at its line."""
         if result.detections is not None:
-            self._findings.of_frame(self._findings.overflow(result.detections), safe_repr(result.source))
+            self._findings.of_result(result.detections, safe_repr(result.source))
         return result
 
     def _shared_pool(self, concurrency: int) -> ThreadPoolExecutor:
